@@ -1,0 +1,106 @@
+package domain
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff gives the delay before retry number n (n >= 1).
+type Backoff interface {
+	Delay(n int) time.Duration
+}
+
+var (
+	_ Backoff = FullJitter{}
+	_ Backoff = KubeVela{}
+	_ Backoff = Table(nil)
+)
+
+// FullJitter is exponential backoff with full jitter, as Flyte's abort
+// reconciler uses it: Delay(n) is uniform in [0, min(Max, Initial·2^(n-1))].
+// Source: seeds/000 "Exponential Backoff with Jitter".
+type FullJitter struct {
+	// Initial is the first ceiling. Default 1s.
+	Initial time.Duration
+	// Max caps every ceiling. Default 5m.
+	Max time.Duration
+	// Rand returns a uniform value in [0, n); nil uses math/rand/v2.
+	Rand func(n int64) int64
+}
+
+// Ceiling returns min(Max, Initial·2^(n-1)), the largest delay for retry n.
+func (f FullJitter) Ceiling(n int) time.Duration {
+	initial, limit := f.Initial, f.Max
+	if initial <= 0 {
+		initial = time.Second
+	}
+	if limit <= 0 {
+		limit = 5 * time.Minute
+	}
+	if n < 1 {
+		n = 1
+	}
+	c := initial
+	for i := 1; i < n && c < limit; i++ {
+		c *= 2
+	}
+	return min(c, limit)
+}
+
+// Delay returns a uniform random delay in [0, Ceiling(n)].
+func (f FullJitter) Delay(n int) time.Duration {
+	r := f.Rand
+	if r == nil {
+		r = rand.Int64N
+	}
+	return time.Duration(r(int64(f.Ceiling(n)) + 1))
+}
+
+// KubeVela is KubeVela's workflow backoff: int(0.05·2^(n-1)) seconds, at
+// least 1 s, at most Cap (60 s while waiting, 300 s after a failure).
+// Source: seeds/004 "Backoff Time".
+type KubeVela struct {
+	// Cap is the largest delay. Default 300s (KubeVelaFailedCap).
+	Cap time.Duration
+}
+
+// KubeVela caps, seeds/004.
+const (
+	KubeVelaWaitCap   = 60 * time.Second
+	KubeVelaFailedCap = 300 * time.Second
+	// KubeVelaMaxRetries is how many failed retries before the workflow
+	// suspends (or fails, per on_failure).
+	KubeVelaMaxRetries = 10
+)
+
+// Delay returns int(0.05·2^(n-1)) s floored at 1 s and capped at Cap.
+func (k KubeVela) Delay(n int) time.Duration {
+	limit := k.Cap
+	if limit <= 0 {
+		limit = KubeVelaFailedCap
+	}
+	if n < 1 {
+		n = 1
+	}
+	if n > 40 {
+		return limit
+	}
+	secs := int64(0.05 * float64(int64(1)<<(n-1)))
+	d := time.Duration(max(secs, 1)) * time.Second
+	return min(d, limit)
+}
+
+// Table is a fixed backoff table indexed by n, its last entry repeating.
+type Table []time.Duration
+
+// ARCTable is Actions Runner Controller's failedRunnerBackoff:
+// 0, 5, 10, 20, 40, 80 s. Source: seeds/001.
+var ARCTable = Table{0, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second}
+
+// Delay returns t[n], or the last entry past the end; 0 for an empty table.
+func (t Table) Delay(n int) time.Duration {
+	if len(t) == 0 {
+		return 0
+	}
+	return t[min(max(n, 0), len(t)-1)]
+}

@@ -1,0 +1,124 @@
+package domain
+
+// Default retry limits.
+const (
+	// DefaultMaxRetriesFailure is Iris's default failure budget: no retries.
+	DefaultMaxRetriesFailure = 0
+	// DefaultMaxRetriesPreemption is Iris's default preemption budget.
+	DefaultMaxRetriesPreemption = 100
+	// DefaultMaxSystemFailures is Flyte's DefaultMaxSystemFailures: platform
+	// errors retried in place without charging the user's budget.
+	DefaultMaxSystemFailures = 3
+)
+
+// Budget is a task's retry counters and their limits (Iris's two budgets plus
+// Flyte's system-failure budget).
+type Budget struct {
+	FailureCount         int
+	MaxRetriesFailure    int
+	PreemptionCount      int
+	MaxRetriesPreemption int
+	SystemFailureCount   int
+	MaxSystemFailures    int
+}
+
+// RetryResult is the outcome of HandleAttemptResult.
+type RetryResult int
+
+// Retry results (Iris's TaskTransitionResult, plus NoRetry for states that
+// are never retried).
+const (
+	// NoRetry: the attempt's state ends the task (SUCCEEDED, KILLED,
+	// UNSCHEDULABLE) without consulting a budget.
+	NoRetry RetryResult = iota
+	// ShouldRetry: requeue the task to PENDING for a new attempt.
+	ShouldRetry
+	// ExceededRetryLimit: the task stays in its failure state, terminal.
+	ExceededRetryLimit
+)
+
+// String names the result as Iris does.
+func (r RetryResult) String() string {
+	switch r {
+	case ShouldRetry:
+		return "SHOULD_RETRY"
+	case ExceededRetryLimit:
+		return "EXCEEDED_RETRY_LIMIT"
+	}
+	return "NO_RETRY"
+}
+
+// AttemptOutcome is what ended one attempt.
+type AttemptOutcome struct {
+	// State is the attempt's terminal state.
+	State TaskState
+	// System is true for a platform failure (the plugin could not start the
+	// process, the workdir could not be written): Flyte's system failure.
+	System bool
+	// WasAssigned is true when the attempt was still ASSIGNED (never started)
+	// when it was preempted: such a preemption is free.
+	WasAssigned bool
+}
+
+// HandleAttemptResult applies Iris's handle_attempt_result to a task's
+// budget: FAILED charges failure_count against max_retries_failure;
+// WORKER_FAILED and PREEMPTED charge preemption_count against
+// max_retries_preemption, except that preempting an ASSIGNED task is free;
+// counter <= limit retries, counter > limit is terminal. A system failure
+// (Flyte executor) charges system_failure_count against max_system_failures
+// instead of the user's budget. KILLED, UNSCHEDULABLE and SUCCEEDED are never
+// retried. Counters never decrease. Source: seeds/002 "Retry Semantics",
+// seeds/003 "System Failures".
+func HandleAttemptResult(b Budget, o AttemptOutcome) (Budget, RetryResult) {
+	switch o.State {
+	case TaskFailed:
+		if o.System {
+			b.SystemFailureCount++
+			return b, within(b.SystemFailureCount, b.MaxSystemFailures)
+		}
+		b.FailureCount++
+		return b, within(b.FailureCount, b.MaxRetriesFailure)
+	case TaskPreempted:
+		if o.WasAssigned {
+			return b, ShouldRetry
+		}
+		b.PreemptionCount++
+		return b, within(b.PreemptionCount, b.MaxRetriesPreemption)
+	case TaskWorkerFailed:
+		b.PreemptionCount++
+		return b, within(b.PreemptionCount, b.MaxRetriesPreemption)
+	}
+	return b, NoRetry
+}
+
+func within(count, limit int) RetryResult {
+	if count <= limit {
+		return ShouldRetry
+	}
+	return ExceededRetryLimit
+}
+
+// IsFinished reports Iris's is_finished(): SUCCEEDED, KILLED and
+// UNSCHEDULABLE always; FAILED when failure_count > max_retries_failure;
+// WORKER_FAILED and PREEMPTED when preemption_count > max_retries_preemption.
+// Source: seeds/002 "Terminal State Summary".
+func IsFinished(s TaskState, b Budget) bool {
+	switch s {
+	case TaskSucceeded, TaskKilled, TaskUnschedulable:
+		return true
+	case TaskFailed:
+		return b.FailureCount > b.MaxRetriesFailure || b.SystemFailureCount > b.MaxSystemFailures
+	case TaskWorkerFailed, TaskPreempted:
+		return b.PreemptionCount > b.MaxRetriesPreemption
+	}
+	return false
+}
+
+// CanBeScheduled reports Iris's can_be_scheduled(): a PENDING task, or one in
+// a retriable terminal state with budget remaining.
+func CanBeScheduled(s TaskState, b Budget) bool {
+	if s == TaskPending {
+		return true
+	}
+	return s.IsTerminal() && !IsFinished(s, b)
+}

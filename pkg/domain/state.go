@@ -1,0 +1,76 @@
+// Package domain holds Capstan's rules as pure functions with no I/O: task
+// states and retry budgets (Iris), action phase derivation, workflow specs and
+// their validation, workflow progression (KubeVela's DAG and StepByStep) and
+// backoff policies.
+package domain
+
+import "fmt"
+
+// TaskState is the state of a task or of one attempt of it. Names and numeric
+// values follow the Iris task-states reference exactly; the database stores
+// the numbers and the API the names.
+type TaskState int32
+
+// Task states, Iris values (seeds/002, "State Table").
+const (
+	TaskUnspecified   TaskState = 0
+	TaskPending       TaskState = 1
+	TaskBuilding      TaskState = 2
+	TaskRunning       TaskState = 3
+	TaskSucceeded     TaskState = 4
+	TaskFailed        TaskState = 5
+	TaskKilled        TaskState = 6
+	TaskWorkerFailed  TaskState = 7
+	TaskUnschedulable TaskState = 8
+	TaskAssigned      TaskState = 9
+	TaskPreempted     TaskState = 10
+)
+
+var taskStateNames = map[TaskState]string{
+	TaskUnspecified:   "UNSPECIFIED",
+	TaskPending:       "PENDING",
+	TaskBuilding:      "BUILDING",
+	TaskRunning:       "RUNNING",
+	TaskSucceeded:     "SUCCEEDED",
+	TaskFailed:        "FAILED",
+	TaskKilled:        "KILLED",
+	TaskWorkerFailed:  "WORKER_FAILED",
+	TaskUnschedulable: "UNSCHEDULABLE",
+	TaskAssigned:      "ASSIGNED",
+	TaskPreempted:     "PREEMPTED",
+}
+
+// String returns the Iris name, e.g. "WORKER_FAILED".
+func (s TaskState) String() string {
+	if n, ok := taskStateNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("TaskState(%d)", int32(s))
+}
+
+// ParseTaskState maps an Iris name to its state; ok is false for unknown names.
+func ParseTaskState(name string) (TaskState, bool) {
+	for s, n := range taskStateNames {
+		if n == name {
+			return s, true
+		}
+	}
+	return TaskUnspecified, false
+}
+
+// IsTerminal reports whether an attempt in state s has ended (Iris
+// TERMINAL_TASK_STATES). A task in a retriable terminal state may still be
+// requeued: see Task.IsFinished.
+func (s TaskState) IsTerminal() bool {
+	switch s {
+	case TaskSucceeded, TaskFailed, TaskKilled, TaskWorkerFailed, TaskUnschedulable, TaskPreempted:
+		return true
+	}
+	return false
+}
+
+// IsLive reports whether an attempt in state s holds or may hold a process on
+// a worker: ASSIGNED, BUILDING or RUNNING.
+func (s TaskState) IsLive() bool {
+	return s == TaskAssigned || s == TaskBuilding || s == TaskRunning
+}

@@ -1,0 +1,60 @@
+// Package problem writes RFC 9457 application/problem+json errors with a
+// stable machine-readable code, for every Capstan HTTP server.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// ContentType is the media type of a problem.
+const ContentType = "application/problem+json"
+
+// Stable problem codes.
+const (
+	CodeBadRequest   = "bad_request"
+	CodeInvalidSpec  = "invalid_spec"
+	CodeInvalid      = "invalid_request"
+	CodeNotFound     = "not_found"
+	CodeConflict     = "conflict"
+	CodeTerminal     = "already_terminal"
+	CodeInternal     = "internal"
+	CodeUnavailable  = "unavailable"
+	CodeUnsupported  = "unsupported_media_type"
+	CodeNotAllowed   = "method_not_allowed"
+	CodeTooLarge     = "request_too_large"
+	CodeUnauthorized = "unauthorized"
+)
+
+// FieldError names an offending field by its JSON path.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Problem is an RFC 9457 problem document.
+type Problem struct {
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail,omitempty"`
+	Instance string       `json:"instance,omitempty"`
+	Code     string       `json:"code"`
+	Errors   []FieldError `json:"errors,omitempty"`
+}
+
+// New builds a problem; its type is "about:blank" style "/problems/<code>".
+func New(status int, code, detail string, errs ...FieldError) Problem {
+	return Problem{Type: "/problems/" + code, Title: http.StatusText(status), Status: status, Detail: detail,
+		Code: code, Errors: errs}
+}
+
+// Error renders the detail.
+func (p Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// Write sends p as application/problem+json.
+func Write(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", ContentType)
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}

@@ -1,0 +1,143 @@
+// Package queue names Capstan's asynq queues and task types and builds their
+// tasks. Payloads carry ids only; consumers read the rows. Dedupe relies on
+// asynq's unique TaskID: enqueueing a TaskID that still exists (pending,
+// active, scheduled or retrying) fails with asynq.ErrTaskIDConflict, which
+// Enqueuer treats as success.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/hibiken/asynq"
+)
+
+// Queues.
+const (
+	// Scheduler carries run and task events to the scheduler.
+	Scheduler = "scheduler"
+	// Abort carries abort requests to the abort reconciler.
+	Abort = "abort"
+)
+
+// WorkerQueue is the queue of one executor: "worker:<id>".
+func WorkerQueue(workerID string) string { return "worker:" + workerID }
+
+// Task types, `noun:verb`.
+const (
+	// TypeRunStart expands a new run and starts its first steps.
+	// TaskID "run:<project/domain/run>".
+	TypeRunStart = "run:start"
+	// TypeRunAdvance re-evaluates a run's progression after an outside change
+	// (a step aborted). No TaskID: the handler is idempotent.
+	TypeRunAdvance = "run:advance"
+	// TypeTaskEvaluate applies a finished attempt's outcome to its task.
+	// TaskID "attempt:<id>:evaluate".
+	TypeTaskEvaluate = "task:evaluate"
+	// TypeAttemptRun tells an executor to run an attempt. TaskID "attempt:<id>".
+	TypeAttemptRun = "attempt:run"
+	// TypeActionAbort delivers an abort. TaskID "project/domain/run/action".
+	TypeActionAbort = "action:abort"
+)
+
+// RunPayload names a run.
+type RunPayload struct {
+	Project string `json:"project"`
+	Domain  string `json:"domain"`
+	Run     string `json:"run"`
+}
+
+// Key returns the run's key.
+func (p RunPayload) Key() domain.RunKey { return domain.RunKey{Project: p.Project, Domain: p.Domain, Run: p.Run} }
+
+// AttemptPayload names an attempt.
+type AttemptPayload struct {
+	AttemptID int64 `json:"attempt_id"`
+}
+
+// AbortPayload names the action to abort.
+type AbortPayload struct {
+	Key string `json:"key"`
+}
+
+// NewRunStartTask builds run:start for key.
+func NewRunStartTask(key domain.RunKey) *asynq.Task {
+	return asynq.NewTask(TypeRunStart, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
+		asynq.Queue(Scheduler), asynq.TaskID("run:"+key.String()), asynq.MaxRetry(25))
+}
+
+// NewRunAdvanceTask builds run:advance for key.
+func NewRunAdvanceTask(key domain.RunKey) *asynq.Task {
+	return asynq.NewTask(TypeRunAdvance, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
+		asynq.Queue(Scheduler), asynq.MaxRetry(25))
+}
+
+// NewTaskEvaluateTask builds task:evaluate for a finished attempt.
+func NewTaskEvaluateTask(attemptID int64) *asynq.Task {
+	return asynq.NewTask(TypeTaskEvaluate, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Scheduler),
+		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)+":evaluate"), asynq.MaxRetry(25))
+}
+
+// NewAttemptRunTask builds attempt:run on the worker's queue.
+func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
+	return asynq.NewTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID}), asynq.Queue(WorkerQueue(workerID)),
+		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
+}
+
+// NewActionAbortTask builds action:abort; maxRetry bounds asynq's own
+// retries (the reconciler counts attempts in Postgres).
+func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
+	return asynq.NewTask(TypeActionAbort, mustJSON(AbortPayload{key.String()}), asynq.Queue(Abort),
+		asynq.TaskID(key.String()), asynq.MaxRetry(maxRetry))
+}
+
+// Decode unmarshals a task's payload into v, wrapping asynq.SkipRetry on
+// failure: a payload that does not decode never will.
+func Decode(t *asynq.Task, v any) error {
+	if err := json.Unmarshal(t.Payload(), v); err != nil {
+		return fmt.Errorf("%s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+	}
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Enqueuer enqueues tasks and counts duplicates.
+type Enqueuer struct {
+	client *asynq.Client
+	log    *slog.Logger
+	// Duplicates counts enqueues dropped because the TaskID existed.
+	Duplicates atomic.Int64
+}
+
+// NewEnqueuer wraps an asynq client.
+func NewEnqueuer(c *asynq.Client, log *slog.Logger) *Enqueuer {
+	return &Enqueuer{client: c, log: log}
+}
+
+// Enqueue enqueues t; a TaskID conflict (the same work is already queued,
+// running or in backoff) is counted, logged at debug and not an error.
+func (e *Enqueuer) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) error {
+	_, err := e.client.EnqueueContext(ctx, t, opts...)
+	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
+		e.Duplicates.Add(1)
+		e.log.Debug("enqueue deduplicated", "type", t.Type())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", t.Type(), err)
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// Evaluation is what EvaluateAttempt decided.
+type Evaluation struct {
+	// Done is false when the attempt was already evaluated or not finished.
+	Done   bool
+	Run    domain.RunKey
+	Result domain.RetryResult
+	// NotBefore is when a retried task may be placed again.
+	NotBefore *time.Time
+	// ActionPhase is the task's action phase after the decision.
+	ActionPhase domain.Phase
+	// AbortSurvivors is set when the action failed and its surviving tasks
+	// were killed: their live attempts must be stopped through the abort path.
+	AbortSurvivors *domain.ActionKey
+}
+
+// EvaluateAttempt applies the outcome of a finished attempt to its task in one
+// transaction: the retry budgets decide between a requeue to PENDING (after
+// backoff.Delay of the charged counter) and a terminal state; the action's
+// phase is then derived from its task counts. When the action FAILED (more
+// FAILED tasks than max_task_failures), its unfinished tasks are KILLED and an
+// abort is requested for their live attempts (Iris's
+// _mark_remaining_tasks_killed). Idempotent: an evaluated attempt is skipped.
+func (s *Store) EvaluateAttempt(ctx context.Context, attemptID int64, backoff domain.Backoff) (Evaluation, error) {
+	var ev Evaluation
+	err := s.InTx(ctx, func(tx *Store) error {
+		var a Attempt
+		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&a, attemptID).Error; err != nil {
+			return mapErr(err)
+		}
+		if a.EvaluatedAt != nil || a.FinishedAt == nil {
+			return nil
+		}
+		var t Task
+		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&t, a.TaskID).Error; err != nil {
+			return mapErr(err)
+		}
+		now := time.Now().UTC()
+		ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
+		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", a.ID).Update("evaluated_at", now).Error; err != nil {
+			return mapErr(err)
+		}
+		if !domain.TaskState(t.State).IsLive() || t.AttemptCount != a.Number {
+			return nil // the task moved on: aborted, or superseded
+		}
+		if err := tx.applyOutcome(ctx, &ev, a, t, backoff, now); err != nil {
+			return err
+		}
+		return tx.deriveAction(ctx, &ev, ev.Run.Action(t.ActionName), now)
+	})
+	return ev, err
+}
+
+// applyOutcome updates the task from the attempt's outcome.
+func (s *Store) applyOutcome(ctx context.Context, ev *Evaluation, a Attempt, t Task, backoff domain.Backoff, now time.Time) error {
+	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
+		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
+		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
+	out := domain.AttemptOutcome{State: domain.TaskState(a.State), System: a.Cause != nil && *a.Cause == "system",
+		WasAssigned: a.StartedAt == nil}
+	nb, result := domain.HandleAttemptResult(b, out)
+	ev.Result = result
+	up := map[string]any{"failure_count": nb.FailureCount, "preemption_count": nb.PreemptionCount,
+		"system_failure_count": nb.SystemFailureCount, "updated_at": now, "version": gorm.Expr("version + 1")}
+	if result == domain.ShouldRetry {
+		at := now.Add(backoff.Delay(retryNumber(b, nb)))
+		ev.NotBefore = &at
+		up["state"], up["worker_id"], up["not_before"] = int16(domain.TaskPending), nil, at
+	} else {
+		up["state"], up["ended_at"] = a.State, now
+	}
+	if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(up).Error; err != nil {
+		return mapErr(err)
+	}
+	return s.eventFull(ctx, RunEvent{Project: t.Project, Domain: t.Domain, RunName: t.RunName, ActionName: &t.ActionName,
+		TaskID: &t.ID, AttemptID: &a.ID, Type: "task." + result.String()},
+		map[string]any{"attempt_state": domain.TaskState(a.State).String(), "not_before": ev.NotBefore})
+}
+
+// retryNumber returns the counter the outcome charged (the retry's number
+// for backoff), or 1 for a free retry.
+func retryNumber(before, after domain.Budget) int {
+	switch {
+	case after.FailureCount > before.FailureCount:
+		return after.FailureCount
+	case after.SystemFailureCount > before.SystemFailureCount:
+		return after.SystemFailureCount
+	case after.PreemptionCount > before.PreemptionCount:
+		return after.PreemptionCount
+	}
+	return 1
+}
+
+// deriveAction recomputes an action's phase from its task counts (Iris's
+// _compute_job_state) and applies it forward-only.
+func (s *Store) deriveAction(ctx context.Context, ev *Evaluation, key domain.ActionKey, now time.Time) error {
+	var act Action
+	if err := s.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+		key.Project, key.Domain, key.Run, key.Action).Take(&act).Error; err != nil {
+		return mapErr(err)
+	}
+	var rows []struct {
+		State int16
+		N     int
+	}
+	if err := s.q(ctx).Model(&Task{}).Select("state, count(*) AS n").
+		Where("project = ? AND domain = ? AND run_name = ? AND action_name = ?", key.Project, key.Domain, key.Run, key.Action).
+		Group("state").Scan(&rows).Error; err != nil {
+		return mapErr(err)
+	}
+	v := domain.JobView{Started: true}
+	for _, r := range rows {
+		if int(r.State) < len(v.Counts) {
+			v.Counts[r.State] = r.N
+		}
+	}
+	ev.ActionPhase = domain.DeriveJobPhase(v)
+	if err := s.setActionPhase(ctx, key, domain.Phase(act.Phase), ev.ActionPhase, now); err != nil {
+		return err
+	}
+	if ev.ActionPhase != domain.PhaseFailed || act.Phase == string(domain.PhaseFailed) {
+		return nil
+	}
+	return s.killSurvivors(ctx, ev, key, now)
+}
+
+// killSurvivors kills the unfinished tasks of a failed action and requests an
+// abort of their live attempts.
+func (s *Store) killSurvivors(ctx context.Context, ev *Evaluation, key domain.ActionKey, now time.Time) error {
+	res := s.q(ctx).Model(&Task{}).Where("project = ? AND domain = ? AND run_name = ? AND action_name = ? AND state IN ?",
+		key.Project, key.Domain, key.Run, key.Action, []int16{int16(domain.TaskPending), int16(domain.TaskAssigned),
+			int16(domain.TaskBuilding), int16(domain.TaskRunning)}).
+		Updates(map[string]any{"state": int16(domain.TaskKilled), "ended_at": now, "updated_at": now,
+			"version": gorm.Expr("version + 1")})
+	if res.Error != nil || res.RowsAffected == 0 {
+		return mapErr(res.Error)
+	}
+	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+		key.Project, key.Domain, key.Run, key.Action).
+		Updates(map[string]any{"abort_requested_at": now, "abort_reason": "job failed: max_task_failures exceeded",
+			"abort_attempt_count": 0, "abort_outcome": nil}).Error; err != nil {
+		return mapErr(err)
+	}
+	ev.AbortSurvivors = &key
+	return s.event(ctx, key.RunKey, key.Action, "action.survivors_killed", map[string]any{"tasks": res.RowsAffected})
+}
+
+// PendingTasks returns up to limit PENDING tasks whose not_before has passed,
+// oldest first.
+func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
+	var ts []Task
+	err := s.q(ctx).Where("state = ? AND (not_before IS NULL OR not_before <= now())", int16(domain.TaskPending)).
+		Order("not_before NULLS FIRST, id").Limit(limit).Find(&ts).Error
+	return ts, mapErr(err)
+}
+
+// NextPendingAt returns the earliest not_before of a PENDING task still in
+// backoff, or nil.
+func (s *Store) NextPendingAt(ctx context.Context) (*time.Time, error) {
+	var at []time.Time
+	err := s.q(ctx).Model(&Task{}).Where("state = ? AND not_before > now()", int16(domain.TaskPending)).
+		Order("not_before").Limit(1).Pluck("not_before", &at).Error
+	if err != nil || len(at) == 0 {
+		return nil, mapErr(err)
+	}
+	return &at[0], nil
+}
+
+// AssignTask binds a PENDING task to a worker and creates its next attempt
+// (ASSIGNED), moving its action to RUNNING. ok is false when the task is no
+// longer PENDING (aborted, or assigned by another pass).
+func (s *Store) AssignTask(ctx context.Context, taskID int64, workerID string) (attempt Attempt, ok bool, err error) {
+	err = s.InTx(ctx, func(tx *Store) error {
+		var t []Task
+		now := time.Now().UTC()
+		if err := tx.q(ctx).Model(&t).Clauses(clause.Returning{}).Where("id = ? AND state = ?", taskID, int16(domain.TaskPending)).
+			Updates(map[string]any{"state": int16(domain.TaskAssigned), "worker_id": workerID, "pending_reason": nil,
+				"attempt_count": gorm.Expr("attempt_count + 1"), "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+			return mapErr(err)
+		}
+		if len(t) == 0 {
+			return nil
+		}
+		attempt = Attempt{TaskID: taskID, Number: t[0].AttemptCount, WorkerID: &workerID, State: int16(domain.TaskAssigned)}
+		if err := tx.q(ctx).Create(&attempt).Error; err != nil {
+			return mapErr(err)
+		}
+		ok = true
+		key := domain.RunKey{Project: t[0].Project, Domain: t[0].Domain, Run: t[0].RunName}.Action(t[0].ActionName)
+		if err := tx.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ? AND phase IN ?",
+			key.Project, key.Domain, key.Run, key.Action, []string{string(domain.PhaseQueued), string(domain.PhaseWaitingForResources)}).
+			Updates(map[string]any{"phase": string(domain.PhaseRunning), "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+			return mapErr(err)
+		}
+		return tx.eventFull(ctx, RunEvent{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: &key.Action,
+			TaskID: &taskID, AttemptID: &attempt.ID, Type: "task.assigned"}, map[string]any{"worker_id": workerID})
+	})
+	return attempt, ok, err
+}
+
+// UnfinishedRuns returns the keys of runs not yet terminal, oldest first.
+func (s *Store) UnfinishedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
+	var rows []Run
+	if err := s.q(ctx).Select("project, domain, name").Where("ended_at IS NULL").Order("created_at").Limit(limit).
+		Find(&rows).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	keys := make([]domain.RunKey, len(rows))
+	for i, r := range rows {
+		keys[i] = domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}
+	}
+	return keys, nil
+}
+
+// UnevaluatedAttempts returns finished attempts whose outcome was not applied.
+func (s *Store) UnevaluatedAttempts(ctx context.Context, limit int) ([]int64, error) {
+	var ids []int64
+	err := s.q(ctx).Model(&Attempt{}).Where("finished_at IS NOT NULL AND evaluated_at IS NULL").Order("id").
+		Limit(limit).Pluck("id", &ids).Error
+	return ids, mapErr(err)
+}
+
+// AssignedAttempts returns ASSIGNED attempts created before cutoff (their
+// dispatch may have been lost with Redis), with their workers.
+func (s *Store) AssignedAttempts(ctx context.Context, cutoff time.Time, limit int) ([]Attempt, error) {
+	var as []Attempt
+	err := s.q(ctx).Where("state = ? AND created_at < ?", int16(domain.TaskAssigned), cutoff).Order("id").
+		Limit(limit).Find(&as).Error
+	return as, mapErr(err)
+}

@@ -1,0 +1,110 @@
+// Package store is Capstan's access to Postgres, the source of truth: gorm
+// models, versioned SQL migrations, and the transactional operations the
+// services compose. It turns gorm's errors into the domain errors below; code
+// above it never imports gorm.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: the row does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a row with the same key exists.
+	ErrConflict = errors.New("already exists")
+	// ErrTerminal: the action already reached a terminal phase.
+	ErrTerminal = errors.New("already terminal")
+)
+
+// Store runs queries on a *gorm.DB, either the pool or one transaction.
+type Store struct {
+	db *gorm.DB
+}
+
+// Config tunes the connection pool.
+type Config struct {
+	// MaxOpenConns caps connections. Default 20.
+	MaxOpenConns int
+}
+
+// Open connects to dsn (a postgres:// URL) and pings it.
+func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		NowFunc:                func() time.Time { return time.Now().UTC() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(cmpOr(cfg.MaxOpenConns, 20))
+	sqlDB.SetMaxIdleConns(cmpOr(cfg.MaxOpenConns, 20))
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("ping postgres: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// InTx runs fn in one transaction; fn's Store issues every query in it.
+func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(&Store{db: tx})
+	})
+}
+
+func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
+
+// mapErr turns gorm and Postgres errors into the package's errors.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	}
+	return err
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

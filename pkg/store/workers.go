@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Worker states.
+const (
+	WorkerAlive = "alive"
+	WorkerDead  = "dead"
+)
+
+// NewWorker is what RegisterWorker inserts.
+type NewWorker struct {
+	Name    string
+	Address string
+	// Slots is how many attempts the worker runs at once.
+	Slots  int
+	Labels map[string]string
+}
+
+// WorkerLoad is a worker with the number of live attempts it holds.
+type WorkerLoad struct {
+	Worker
+	Used int
+}
+
+// RegisterWorker inserts a worker under a new identity.
+func (s *Store) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error) {
+	labels, err := json.Marshal(nw.Labels)
+	if err != nil {
+		return Worker{}, err
+	}
+	if nw.Labels == nil {
+		labels = []byte("{}")
+	}
+	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots, Labels: labels,
+		Failures: []byte("{}"), State: WorkerAlive, Version: 1, LastHeartbeatAt: time.Now().UTC()}
+	return w, mapErr(s.q(ctx).Create(&w).Error)
+}
+
+// Heartbeat records that worker id is alive. Errors: ErrNotFound when the
+// worker is unknown or was declared dead (it must re-register).
+func (s *Store) Heartbeat(ctx context.Context, id string) error {
+	res := s.q(ctx).Model(&Worker{}).Where("id = ? AND state = ?", id, WorkerAlive).
+		Updates(map[string]any{"last_heartbeat_at": time.Now().UTC()})
+	if res.Error != nil {
+		return mapErr(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// ListWorkers returns every worker with its load, oldest first.
+func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
+	return s.workerLoads(ctx, "TRUE")
+}
+
+// PlaceableWorkers returns alive workers that heartbeated within grace, with
+// their load.
+func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
+	return s.workerLoads(ctx, "w.state = 'alive' AND w.last_heartbeat_at > now() - ?::interval",
+		grace.String())
+}
+
+func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
+	var out []WorkerLoad
+	err := s.q(ctx).Raw(`SELECT w.*, COALESCE(l.used, 0) AS used FROM workers w
+		LEFT JOIN (SELECT worker_id, count(*) AS used FROM attempts WHERE state IN ? GROUP BY worker_id) l
+		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`,
+		append([]any{liveStates}, args...)...).Scan(&out).Error
+	return out, mapErr(err)
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# dev-deps.sh {start|stop|status|env}
+#
+# Starts a private Postgres cluster and a private Redis for Capstan on loopback
+# ports of our own, with all data under .data/ (ignored by git). Idempotent: a
+# second `start` is a no-op. On a fresh machine it installs redis-server from
+# Debian's packages. initdb refuses to run as root, so when run as root the
+# cluster belongs to an unprivileged user (postgres if it exists, else a system
+# user created for the purpose).
+#
+# Environment (defaults):
+#   CAPSTAN_PG_PORT=55432     CAPSTAN_REDIS_PORT=56379
+#   CAPSTAN_DATA_DIR=<repo>/.data
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+data=${CAPSTAN_DATA_DIR:-$root/.data}
+pg_port=${CAPSTAN_PG_PORT:-55432}
+redis_port=${CAPSTAN_REDIS_PORT:-56379}
+pg_dir=$data/postgres
+redis_dir=$data/redis
+pg_db=capstan
+pg_role=capstan
+
+log() { printf 'dev-deps: %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    log "need root to run: $*"; return 1; fi
+}
+
+# pg_user prints the OS user that owns the cluster.
+pg_user() {
+  if [ "$(id -u)" -ne 0 ]; then id -un; return; fi
+  if id postgres >/dev/null 2>&1; then echo postgres; return; fi
+  if ! id capstan-pg >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin capstan-pg
+  fi
+  echo capstan-pg
+}
+
+# as_pg runs a command as the cluster's owner.
+as_pg() {
+  local u; u=$(pg_user)
+  if [ "$u" = "$(id -un)" ]; then "$@"; else runuser -u "$u" -- "$@"; fi
+}
+
+find_pg_bin() {
+  local b
+  for b in initdb pg_ctl postgres; do
+    command -v "$b" >/dev/null || { log "$b not found on PATH (Postgres 15 server binaries are required)"; exit 1; }
+  done
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null && return
+  log "installing redis-server from Debian's packages"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  # The package starts a system-wide instance on 6379; we use our own.
+  as_root service redis-server stop >/dev/null 2>&1 || true
+}
+
+pg_running() { as_pg pg_ctl -D "$pg_dir" status >/dev/null 2>&1; }
+redis_running() { redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null 2>&1; }
+
+start_pg() {
+  find_pg_bin
+  mkdir -p "$data"
+  local u; u=$(pg_user)
+  if [ ! -s "$pg_dir/PG_VERSION" ]; then
+    log "initdb $pg_dir (owner $u)"
+    mkdir -p "$pg_dir"
+    chown "$u" "$pg_dir" 2>/dev/null || true
+    chmod 700 "$pg_dir"
+    as_pg initdb -D "$pg_dir" -U "$pg_role" --auth=trust -E UTF8 --locale=C >/dev/null
+    cat >>"$pg_dir/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 256MB
+EOF
+  fi
+  if pg_running; then log "postgres already running on $pg_port"; else
+    log "starting postgres on 127.0.0.1:$pg_port"
+    as_pg pg_ctl -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -w -t 60 start >/dev/null
+  fi
+  if ! psql -h 127.0.0.1 -p "$pg_port" -U "$pg_role" -d postgres -tAc \
+      "select 1 from pg_database where datname='$pg_db'" | grep -q 1; then
+    createdb -h 127.0.0.1 -p "$pg_port" -U "$pg_role" "$pg_db"
+  fi
+}
+
+start_redis() {
+  ensure_redis
+  mkdir -p "$redis_dir"
+  if redis_running; then log "redis already running on $redis_port"; return; fi
+  log "starting redis on 127.0.0.1:$redis_port"
+  redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$redis_dir" \
+    --daemonize yes --pidfile "$redis_dir/redis.pid" --logfile "$redis_dir/redis.log" \
+    --save '' --appendonly no --protected-mode no >/dev/null
+  for _ in $(seq 1 100); do redis_running && return; sleep 0.1; done
+  log "redis did not answer on $redis_port"; exit 1
+}
+
+stop_all() {
+  if [ -s "$pg_dir/PG_VERSION" ] && pg_running; then
+    log "stopping postgres"; as_pg pg_ctl -D "$pg_dir" -m fast -w stop >/dev/null
+  fi
+  if redis_running; then log "stopping redis"; redis-cli -h 127.0.0.1 -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true; fi
+}
+
+print_env() {
+  echo "CAPSTAN_DATABASE_URL=postgres://$pg_role@127.0.0.1:$pg_port/$pg_db?sslmode=disable"
+  echo "CAPSTAN_REDIS_ADDR=127.0.0.1:$redis_port"
+}
+
+case "${1:-start}" in
+  start) start_pg; start_redis; print_env ;;
+  stop) stop_all ;;
+  status)
+    pg_running && echo "postgres: running on 127.0.0.1:$pg_port" || echo "postgres: stopped"
+    redis_running && echo "redis: running on 127.0.0.1:$redis_port" || echo "redis: stopped" ;;
+  env) print_env ;;
+  *) echo "usage: $0 {start|stop|status|env}" >&2; exit 2 ;;
+esac
