@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -42,6 +43,9 @@ func (f FullJitter) Ceiling(n int) time.Duration {
 	}
 	c := initial
 	for i := 1; i < n && c < limit; i++ {
+		if c > limit/2 {
+			return limit
+		}
 		c *= 2
 	}
 	return min(c, limit)
@@ -53,7 +57,11 @@ func (f FullJitter) Delay(n int) time.Duration {
 	if r == nil {
 		r = rand.Int64N
 	}
-	return time.Duration(r(int64(f.Ceiling(n)) + 1))
+	c := int64(f.Ceiling(n))
+	if c == math.MaxInt64 {
+		return time.Duration(r(c))
+	}
+	return time.Duration(r(c + 1))
 }
 
 // KubeVela is KubeVela's workflow backoff: int(0.05·2^(n-1)) seconds, at
@@ -82,12 +90,11 @@ func (k KubeVela) Delay(n int) time.Duration {
 	if n < 1 {
 		n = 1
 	}
-	if n > 40 {
+	secs := math.Floor(0.05 * math.Pow(2, float64(n-1)))
+	if secs >= limit.Seconds() {
 		return limit
 	}
-	secs := int64(0.05 * float64(int64(1)<<(n-1)))
-	d := time.Duration(max(secs, 1)) * time.Second
-	return min(d, limit)
+	return min(time.Duration(max(secs, 1))*time.Second, limit)
 }
 
 // Table is a fixed backoff table indexed by n, its last entry repeating.

@@ -35,7 +35,7 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus) Progress {
 	var failure Phase
 	for _, s := range spec.Steps {
 		st := status[s.Name]
-		if st.Started && st.Phase.IsTerminal() && !st.Phase.IsSuccess() && failure == "" {
+		if st.Phase.IsTerminal() && !st.Phase.IsSuccess() && failure == "" {
 			failure = st.Phase
 		}
 	}

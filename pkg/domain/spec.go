@@ -112,8 +112,11 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // and ending with a letter or digit).
 func ValidName(s string) bool { return NamePattern.MatchString(s) }
 
-// Validate checks a normalized spec and returns every problem found, each
-// naming its field under prefix (e.g. "spec"). An empty result means valid.
+// Validate checks a normalized spec and returns the problems found, each
+// naming its field under prefix (e.g. "spec"): first every problem of the
+// steps themselves, then, once those are clean, of the DAG's depends_on
+// (unknown steps, self and duplicate dependencies, cycles). An empty result
+// means valid.
 func (w WorkflowSpec) Validate(prefix string) []FieldError {
 	var errs []FieldError
 	add := func(field, format string, a ...any) {

@@ -54,7 +54,9 @@ type RunPayload struct {
 }
 
 // Key returns the run's key.
-func (p RunPayload) Key() domain.RunKey { return domain.RunKey{Project: p.Project, Domain: p.Domain, Run: p.Run} }
+func (p RunPayload) Key() domain.RunKey {
+	return domain.RunKey{Project: p.Project, Domain: p.Domain, Run: p.Run}
+}
 
 // AttemptPayload names an attempt.
 type AttemptPayload struct {

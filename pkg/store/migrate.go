@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"io/fs"
 	"fmt"
+	"io/fs"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for goose
 	"github.com/pressly/goose/v3"
@@ -32,7 +32,6 @@ func Migrate(ctx context.Context, dsn string) error {
 	}
 	return nil
 }
-
 
 func mustSub(f fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(f, dir)

@@ -65,8 +65,8 @@ func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
 // PlaceableWorkers returns alive workers that heartbeated within grace, with
 // their load.
 func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
-	return s.workerLoads(ctx, "w.state = 'alive' AND w.last_heartbeat_at > now() - ?::interval",
-		grace.String())
+	return s.workerLoads(ctx, "w.state = 'alive' AND w.last_heartbeat_at > now() - make_interval(secs => ?)",
+		grace.Seconds())
 }
 
 func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
@@ -76,4 +76,32 @@ func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]W
 		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`,
 		append([]any{liveStates}, args...)...).Scan(&out).Error
 	return out, mapErr(err)
+}
+
+// StopList returns, of the attempts a worker says it holds, those the control
+// plane wants stopped: unknown, placed on another worker, ended, or no longer
+// their task's current live attempt (aborted, superseded). A lost abort
+// message heals on the next heartbeat this way.
+func (s *Store) StopList(ctx context.Context, workerID string, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return []int64{}, nil
+	}
+	var keep []int64
+	err := s.q(ctx).Raw(`SELECT at.id FROM attempts at JOIN tasks t ON t.id = at.task_id
+		WHERE at.id IN ? AND at.worker_id = ? AND at.state IN ? AND t.state IN ? AND t.attempt_count = at.number`,
+		ids, workerID, liveStates, liveStates).Scan(&keep).Error
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	live := make(map[int64]bool, len(keep))
+	for _, id := range keep {
+		live[id] = true
+	}
+	stop := []int64{}
+	for _, id := range ids {
+		if !live[id] {
+			stop = append(stop, id)
+		}
+	}
+	return stop, nil
 }

@@ -6,6 +6,7 @@ package svc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,12 +26,16 @@ type Common struct {
 	DatabaseURL string `env:"CAPSTAN_DATABASE_URL" envDefault:"postgres://capstan@127.0.0.1:55432/capstan?sslmode=disable"`
 	// RedisAddr is host:port of Redis. Default 127.0.0.1:56379.
 	RedisAddr string `env:"CAPSTAN_REDIS_ADDR" envDefault:"127.0.0.1:56379"`
+	// RedisDB is the Redis database number. Default 0.
+	RedisDB int `env:"CAPSTAN_REDIS_DB" envDefault:"0"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 }
 
-// Redis returns the asynq connection options for c.RedisAddr.
-func (c Common) Redis() asynq.RedisClientOpt { return asynq.RedisClientOpt{Addr: c.RedisAddr} }
+// Redis returns the asynq connection options for RedisAddr and RedisDB.
+func (c Common) Redis() asynq.RedisClientOpt {
+	return asynq.RedisClientOpt{Addr: c.RedisAddr, DB: c.RedisDB}
+}
 
 // NewLogger returns a JSON logger tagged with the service name.
 func NewLogger(service, level string) *slog.Logger {
@@ -103,3 +108,14 @@ func NewRegistry() *prometheus.Registry {
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return reg
 }
+
+// AsynqLogger adapts slog to asynq's logger interface.
+func AsynqLogger(log *slog.Logger) asynq.Logger { return asynqLogger{log.With("component", "asynq")} }
+
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exit(1) }

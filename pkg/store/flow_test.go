@@ -1,0 +1,225 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+func intp(v int) *int { return &v }
+
+// noDelay is a backoff that retries at once.
+var noDelay = domain.Table{0}
+
+func newRun(t *testing.T, st *store.Store, name string, spec domain.WorkflowSpec) domain.RunKey {
+	t.Helper()
+	spec.Normalize()
+	require.Empty(t, spec.Validate("spec"))
+	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
+	_, created, err := st.CreateRun(context.Background(), store.NewRun{Key: key, Spec: spec})
+	require.NoError(t, err)
+	require.True(t, created)
+	return key
+}
+
+func registerWorker(t *testing.T, st *store.Store) store.Worker {
+	t.Helper()
+	w, err := st.RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	require.NoError(t, err)
+	return w
+}
+
+// runAttempt assigns the task, reports RUNNING then the final state, and
+// evaluates the attempt.
+func runAttempt(t *testing.T, st *store.Store, w store.Worker, taskID int64, final domain.TaskState, exit int) store.Evaluation {
+	t.Helper()
+	ctx := context.Background()
+	a, ok, err := st.AssignTask(ctx, taskID, w.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	res, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	require.NoError(t, err)
+	require.True(t, res.Proceed)
+	res, err = st.ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"})
+	require.NoError(t, err)
+	require.True(t, res.Evaluate)
+	ev, err := st.EvaluateAttempt(ctx, a.ID, noDelay)
+	require.NoError(t, err)
+	require.True(t, ev.Done)
+	again, err := st.EvaluateAttempt(ctx, a.ID, noDelay)
+	require.NoError(t, err)
+	require.False(t, again.Done, "evaluation is idempotent")
+	return ev
+}
+
+func tasksOf(t *testing.T, st *store.Store, key domain.RunKey, action string) []store.TaskDetail {
+	t.Helper()
+	d, err := st.GetAction(context.Background(), key.Action(action))
+	require.NoError(t, err)
+	return d.Tasks
+}
+
+func TestDAGRunToSucceeded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	w := registerWorker(t, st)
+	key := newRun(t, st, "dag", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
+		{Name: "a", Command: "true"},
+		{Name: "b", Command: "true", DependsOn: []string{"a"}, Replicas: intp(2)},
+		{Name: "c", Command: "true", DependsOn: []string{"a"}},
+		{Name: "d", Command: "true", DependsOn: []string{"b", "c"}},
+	}})
+
+	adv, err := st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, adv.Started, "only the root of the DAG starts")
+	require.Equal(t, domain.PhaseRunning, adv.Phase)
+
+	runAttempt(t, st, w, tasksOf(t, st, key, "a")[0].Task.ID, domain.TaskSucceeded, 0)
+	adv, err = st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"b", "c"}, adv.Started, "fan-out after a")
+	require.Len(t, tasksOf(t, st, key, "b"), 2, "b expands into 2 tasks")
+
+	for _, td := range append(tasksOf(t, st, key, "b"), tasksOf(t, st, key, "c")...) {
+		runAttempt(t, st, w, td.Task.ID, domain.TaskSucceeded, 0)
+	}
+	adv, err = st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, []string{"d"}, adv.Started, "fan-in once b and c succeeded")
+	runAttempt(t, st, w, tasksOf(t, st, key, "d")[0].Task.ID, domain.TaskSucceeded, 0)
+	adv, err = st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, domain.PhaseSucceeded, adv.Phase)
+
+	d, err := st.GetRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "SUCCEEDED", d.Run.Phase)
+	require.NotNil(t, d.Run.EndedAt)
+	for _, a := range d.Actions {
+		require.Equal(t, "SUCCEEDED", a.Action.Phase, a.Action.Name)
+	}
+}
+
+func TestRetryWithinBudgetThenTerminal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	w := registerWorker(t, st)
+	key := newRun(t, st, "retry", domain.WorkflowSpec{Steps: []domain.Step{
+		{Name: "flaky", Command: "false", MaxRetriesFailure: intp(1)},
+		{Name: "after", Command: "true"},
+	}})
+	_, err := st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	id := tasksOf(t, st, key, "flaky")[0].Task.ID
+
+	ev := runAttempt(t, st, w, id, domain.TaskFailed, 1)
+	require.Equal(t, domain.ShouldRetry, ev.Result, "failure_count 1 <= max_retries_failure 1")
+	td := tasksOf(t, st, key, "flaky")[0]
+	require.Equal(t, int16(domain.TaskPending), td.Task.State)
+	require.Equal(t, 1, td.Task.FailureCount)
+	require.Nil(t, td.Task.WorkerID, "resources released")
+
+	ev = runAttempt(t, st, w, id, domain.TaskFailed, 1)
+	require.Equal(t, domain.ExceededRetryLimit, ev.Result, "failure_count 2 > 1")
+	require.Equal(t, domain.PhaseFailed, ev.ActionPhase)
+	td = tasksOf(t, st, key, "flaky")[0]
+	require.Equal(t, int16(domain.TaskFailed), td.Task.State)
+	require.Len(t, td.Attempts, 2)
+
+	adv, err := st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, domain.PhaseFailed, adv.Phase, "fail fast")
+	d, err := st.GetAction(ctx, key.Action("after"))
+	require.NoError(t, err)
+	require.Equal(t, "SKIPPED", d.Action.Phase)
+}
+
+func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	w := registerWorker(t, st)
+	key := newRun(t, st, "abort", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", Replicas: intp(2)}}})
+	_, err := st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	tasks := tasksOf(t, st, key, "s")
+	a, ok, err := st.AssignTask(ctx, tasks[0].Task.ID, w.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	_, err = st.AbortAction(ctx, key.Action("a0"), "stop")
+	require.NoError(t, err)
+	_, err = st.AbortAction(ctx, key.Action("a0"), "again")
+	require.ErrorIs(t, err, store.ErrTerminal)
+	_, err = st.AbortAction(ctx, key.Action("nope"), "x")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	for _, td := range tasksOf(t, st, key, "s") {
+		require.Equal(t, int16(domain.TaskKilled), td.Task.State)
+	}
+	_, ok, err = st.AssignTask(ctx, tasks[1].Task.ID, w.ID)
+	require.NoError(t, err)
+	require.False(t, ok, "a killed task is never assigned")
+
+	live, err := st.LiveAttemptsUnder(ctx, key.Action("a0"))
+	require.NoError(t, err)
+	require.Len(t, live, 1)
+	require.Equal(t, a.ID, live[0].ID)
+	require.Equal(t, w.Address, *live[0].Address)
+
+	res, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	require.NoError(t, err)
+	require.False(t, res.Proceed, "an aborted attempt must stop")
+
+	n, err := st.MarkAbortAttempt(ctx, key.Action("a0"))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	n, err = st.MarkAbortAttempt(ctx, key.Action("a0"))
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the count survives in Postgres")
+
+	require.NoError(t, st.MarkAttemptsGone(ctx, []int64{a.ID}, "aborted"))
+	require.NoError(t, st.ClearAbortRequest(ctx, key.Action("a0"), store.AbortDelivered))
+	_, err = st.MarkAbortAttempt(ctx, key.Action("a0"))
+	require.ErrorIs(t, err, store.ErrNotFound, "no abort pending once cleared")
+	pending, err := st.ListPendingAborts(ctx)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+
+	d, err := st.GetRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "ABORTED", d.Run.Phase)
+	require.Equal(t, store.AbortDelivered, *d.Actions[0].Action.AbortOutcome)
+}
+
+func TestStopListAndPlaceableWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	w := registerWorker(t, st)
+	key := newRun(t, st, "stop", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 1"}}})
+	_, err := st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	a, _, err := st.AssignTask(ctx, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
+	require.NoError(t, err)
+
+	stop, err := st.StopList(ctx, w.ID, []int64{a.ID, 999999})
+	require.NoError(t, err)
+	require.Equal(t, []int64{999999}, stop, "unknown attempts are stopped, current ones kept")
+
+	ws, err := st.PlaceableWorkers(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	require.Equal(t, 1, ws[0].Used)
+	ws, err = st.PlaceableWorkers(ctx, time.Nanosecond)
+	require.NoError(t, err)
+	require.Empty(t, ws, "a worker silent past the grace gets no work")
+}
