@@ -92,8 +92,11 @@ func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
 }
 
-// NewActionAbortTask builds action:abort; maxRetry bounds asynq's own
-// retries (the reconciler counts attempts in Postgres).
+// NewActionAbortTask builds action:abort. The reconciler counts attempts in
+// Postgres and does not charge asynq's retry counter for its backoffs, so
+// maxRetry (ABORT_MAX_ATTEMPTS+5 by convention) is only a safety net; it must
+// be at least 1, or asynq archives the task on its first error, and an
+// archived task keeps its TaskID and blocks every later push of that abort.
 func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
 	return asynq.NewTask(TypeActionAbort, mustJSON(AbortPayload{key.String()}), asynq.Queue(Abort),
 		asynq.TaskID(key.String()), asynq.MaxRetry(maxRetry))

@@ -141,7 +141,7 @@ func (s *Store) ListPendingAborts(ctx context.Context) ([]domain.ActionKey, erro
 type LiveAttempt struct {
 	ID       int64
 	WorkerID *string
-	// Address is the executor's base URL; empty when the worker is gone.
+	// Address is the executor's base URL; nil when the worker row is gone.
 	Address         *string
 	WorkerState     *string
 	LastHeartbeatAt *time.Time

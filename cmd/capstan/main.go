@@ -1,0 +1,16 @@
+// Command capstan is Capstan's command-line client: create, watch, inspect
+// and abort runs, read attempt logs, list workers. It talks to the public API
+// through the generated client in pkg/api.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "capstan:", err)
+		os.Exit(1)
+	}
+}

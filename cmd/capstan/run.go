@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+func newCreate(g *globals) *cobra.Command {
+	var file, name string
+	var wait bool
+	var o waitOpts
+	cmd := &cobra.Command{
+		Use:   "create -f WORKFLOW.yaml",
+		Short: "Create a run from a workflow spec file (YAML or JSON)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := readSpec(file)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			body := api.CreateRunRequest{Spec: spec}
+			if name != "" {
+				body.Name = &name
+			}
+			resp, err := c.CreateRunWithResponse(cmd.Context(), g.project, g.domain, nil, body)
+			if err != nil {
+				return err
+			}
+			run := resp.JSON201
+			if run == nil {
+				run = resp.JSON200
+			}
+			if run == nil {
+				return apiError(resp.StatusCode(), resp.Body)
+			}
+			fmt.Println(run.Name)
+			if !wait {
+				return nil
+			}
+			return waitRun(cmd.Context(), c, g, run.Name, o)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "workflow spec file (required)")
+	cmd.Flags().StringVar(&name, "name", "", "run name (default: generated)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the run ends, printing each phase change")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "with --wait: give up after this long")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// readSpec reads a workflow spec from YAML or JSON, refusing unknown fields.
+func readSpec(path string) (api.WorkflowSpec, error) {
+	var spec api.WorkflowSpec
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return spec, err
+	}
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return spec, fmt.Errorf("%s: not valid YAML or JSON: %w", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return spec, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
+}
+
+func getRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name string) (*api.Run, error) {
+	resp, err := c.GetRunWithResponse(ctx, g.project, g.domain, name)
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, apiError(resp.StatusCode(), resp.Body)
+	}
+	return resp.JSON200, nil
+}
+
+// waitOpts says what waitRun waits for.
+type waitOpts struct {
+	// expect is the phase the run must end in (default SUCCEEDED).
+	expect api.Phase
+	// untilStep, untilPhase: return once that step reaches that phase.
+	untilStep  string
+	untilPhase api.Phase
+	timeout    time.Duration
+}
+
+// waitRun polls a run until it ends (or a step reaches a phase), printing each
+// action's phase changes; an unexpected end is an error.
+func waitRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name string, o waitOpts) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if o.expect == "" {
+		o.expect = api.PhaseSUCCEEDED
+	}
+	seen := map[string]api.Phase{}
+	for {
+		run, err := getRun(ctx, c, g, name)
+		if err != nil {
+			return err
+		}
+		for _, a := range run.Actions {
+			if seen[a.Name] != a.Phase {
+				seen[a.Name] = a.Phase
+				label := "step " + a.Name
+				if a.Name == "a0" {
+					label = "run  " + run.Name
+				}
+				fmt.Printf("%s  %-28s %s\n", time.Now().Format("15:04:05.000"), label, a.Phase)
+			}
+			if o.untilStep != "" && a.Name == o.untilStep && a.Phase == o.untilPhase {
+				return nil
+			}
+		}
+		if run.EndedAt != nil {
+			if o.untilStep != "" || run.Phase != o.expect {
+				return fmt.Errorf("run %s ended %s", run.Name, run.Phase)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run %s still %s after %s", name, run.Phase, o.timeout)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func newWait(g *globals) *cobra.Command {
+	var o waitOpts
+	var expect, until string
+	cmd := &cobra.Command{
+		Use:   "wait RUN",
+		Short: "Wait until a run ends (exit 1 unless it ends in --expect) or a step reaches a phase",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.expect = api.Phase(expect)
+			if until != "" {
+				step, phase, ok := strings.Cut(until, "=")
+				if !ok || step == "" || phase == "" {
+					return fmt.Errorf("--until-step wants STEP=PHASE, got %q", until)
+				}
+				o.untilStep, o.untilPhase = step, api.Phase(phase)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return waitRun(cmd.Context(), c, g, args[0], o)
+		},
+	}
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	cmd.Flags().StringVar(&expect, "expect", "SUCCEEDED", "the phase the run must end in")
+	cmd.Flags().StringVar(&until, "until-step", "", "STEP=PHASE: return once that step reaches that phase")
+	return cmd
+}
+
+func newWaitAbort(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait-abort RUN",
+		Short: "Wait until a run's abort has been delivered to the executors",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			for {
+				run, err := getRun(ctx, c, g, args[0])
+				if err != nil {
+					return err
+				}
+				for _, a := range run.Actions {
+					if a.Name == "a0" && a.Abort != nil && a.Abort.Outcome != nil {
+						fmt.Println(abortNote(a))
+						if *a.Abort.Outcome != "delivered" {
+							return fmt.Errorf("abort of %s not delivered", args[0])
+						}
+						return nil
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("abort of %s still being delivered after %s", args[0], timeout)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
+}
+
+func newGet(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get RUN",
+		Short: "Show a run with its actions, tasks and attempts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			run, err := getRun(cmd.Context(), c, g, args[0])
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(run)
+			}
+			printRun(run)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func printRun(run *api.Run) {
+	fmt.Printf("run %s/%s/%s  %s\n", run.Project, run.Domain, run.Name, run.Phase)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ACTION\tPHASE\tTASK\tSTATE\tATTEMPTS")
+	for _, a := range run.Actions {
+		if len(a.Tasks) == 0 {
+			fmt.Fprintf(w, "%s\t%s\t\t\t%s\n", a.Name, a.Phase, abortNote(a))
+			continue
+		}
+		for _, t := range a.Tasks {
+			var atts []string
+			for _, at := range t.Attempts {
+				s := fmt.Sprintf("#%d %s", at.Number, at.State)
+				if at.ExitCode != nil {
+					s += fmt.Sprintf(" exit=%d", *at.ExitCode)
+				}
+				atts = append(atts, s)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", a.Name, a.Phase, t.Index, t.State, strings.Join(atts, ", "))
+		}
+	}
+	_ = w.Flush()
+}
+
+func abortNote(a api.Action) string {
+	if a.Abort == nil {
+		return ""
+	}
+	switch {
+	case a.Abort.Outcome != nil && *a.Abort.Outcome == "needs_intervention":
+		return fmt.Sprintf("abort: manual intervention may be required (%d attempts)", a.Abort.AttemptCount)
+	case a.Abort.Outcome != nil:
+		return fmt.Sprintf("abort: %s after %d attempt(s)", *a.Abort.Outcome, a.Abort.AttemptCount)
+	}
+	return fmt.Sprintf("abort: delivering (%d attempt(s) so far)", a.Abort.AttemptCount)
+}
+
+func newList(g *globals) *cobra.Command {
+	var phase string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			params := &api.ListRunsParams{Limit: &limit}
+			if phase != "" {
+				p := api.Phase(phase)
+				params.Phase = &p
+			}
+			resp, err := c.ListRunsWithResponse(cmd.Context(), g.project, g.domain, params)
+			if err != nil {
+				return err
+			}
+			if resp.JSON200 == nil {
+				return apiError(resp.StatusCode(), resp.Body)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "RUN\tPHASE\tCREATED")
+			for _, r := range resp.JSON200.Runs {
+				fmt.Fprintf(w, "%s\t%s\t%s\n", r.Name, r.Phase, r.CreatedAt.Local().Format(time.DateTime))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&phase, "phase", "", "only runs in this phase")
+	cmd.Flags().IntVar(&limit, "limit", 50, "page size")
+	return cmd
+}
+
+func newAbort(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "abort RUN",
+		Short: "Abort a run (delivery to executors is asynchronous and reliable)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			body := api.AbortRequest{}
+			if reason != "" {
+				body.Reason = &reason
+			}
+			resp, err := c.AbortRunWithResponse(cmd.Context(), g.project, g.domain, args[0], body)
+			if err != nil {
+				return err
+			}
+			if resp.JSON202 == nil {
+				return apiError(resp.StatusCode(), resp.Body)
+			}
+			fmt.Printf("abort of %s accepted (phase %s)\n", args[0], resp.JSON202.Phase)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", `why (default "User requested abort")`)
+	return cmd
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# demo.sh: `make up`, then run the example workflows end to end: the Go
+# standard library line count (a DAG with parallel replicas) to SUCCEEDED
+# with its result, then a long run that is aborted, showing the abort landed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/up.sh
+export CAPSTAN_API_URL=http://127.0.0.1:${CAPSTAN_API_PORT:-8080}
+capstan=bin/capstan
+
+echo
+echo "== 1. examples/stdlib-linecount.yaml: lines of Go per standard-library package"
+run=$($capstan run create -f examples/stdlib-linecount.yaml)
+echo "created run $run; following it:"
+$capstan run wait "$run" --timeout 5m
+echo
+$capstan run get "$run"
+echo
+echo "result (stdout of step merge):"
+$capstan logs "$run" merge
+
+echo
+echo "== 2. examples/long-sleep.yaml: a run that would sleep 10 minutes, aborted"
+run2=$($capstan run create -f examples/long-sleep.yaml)
+echo "created run $run2; waiting for its sleep step to run"
+$capstan run wait "$run2" --until-step sleep=RUNNING --timeout 2m
+$capstan run abort "$run2" --reason "demo: aborted on purpose"
+$capstan run wait "$run2" --expect ABORTED --timeout 1m
+$capstan run wait-abort "$run2" --timeout 1m
+echo
+$capstan run get "$run2"
+
+echo
+echo "Demo done. Dashboard: $CAPSTAN_API_URL/ui/?project=demo&domain=dev  (make down to stop)"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# up.sh: start Postgres and Redis (scripts/dev-deps.sh), build, migrate, and
+# start the api, scheduler, abort-reconciler and two executors in the
+# background, each with a pid file under .data/run and a log under .data/logs.
+# Idempotent: services already running are left alone. `make down` stops them.
+#
+# Environment (defaults): CAPSTAN_API_PORT=8080, CAPSTAN_EXECUTORS=2.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+run=$root/.data/run
+logs=$root/.data/logs
+mkdir -p "$run" "$logs"
+
+deps_were_running=yes
+scripts/dev-deps.sh status | grep -q 'postgres: running' || deps_were_running=no
+scripts/dev-deps.sh status | grep -q 'redis: running' || deps_were_running=no
+eval "$(scripts/dev-deps.sh start)"
+[ "$deps_were_running" = yes ] || [ -f "$run/deps.started" ] || touch "$run/deps.started"
+export CAPSTAN_DATABASE_URL CAPSTAN_REDIS_ADDR
+
+make --no-print-directory build >/dev/null
+bin/capstan-api migrate 2>>"$logs/migrate.log"
+
+api_port=${CAPSTAN_API_PORT:-8080}
+export CAPSTAN_API_ADDR=127.0.0.1:$api_port
+export CAPSTAN_API_URL=http://127.0.0.1:$api_port
+export CAPSTAN_DATA_DIR=$root/.data/executor
+
+alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+
+start() { # name binary [env...]
+  local name=$1 bin=$2; shift 2
+  if alive "$name"; then echo "  $name already running (pid $(cat "$run/$name.pid"))"; return; fi
+  env "$@" nohup "bin/$bin" >>"$logs/$name.log" 2>&1 &
+  echo $! >"$run/$name.pid"
+  echo "  $name started (pid $!, log .data/logs/$name.log)"
+}
+
+echo "starting Capstan:"
+start api capstan-api
+start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091
+start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092
+for i in $(seq 1 "${CAPSTAN_EXECUTORS:-2}"); do
+  start "executor-$i" capstan-executor CAPSTAN_EXECUTOR_NAME="executor-$i" CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0
+done
+
+wait_for() { # description command...
+  local what=$1; shift
+  for _ in $(seq 1 150); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "timed out waiting for $what; see .data/logs/" >&2
+  return 1
+}
+wait_for "api /readyz" curl -fsS "$CAPSTAN_API_URL/readyz"
+wait_for "scheduler /readyz" curl -fsS http://127.0.0.1:9091/readyz
+wait_for "abort-reconciler /readyz" curl -fsS http://127.0.0.1:9092/readyz
+workers_alive() { [ "$(bin/capstan workers | grep -c ' alive ')" -ge "${CAPSTAN_EXECUTORS:-2}" ]; }
+wait_for "executors to register" workers_alive
+
+echo
+echo "Capstan is up."
+echo "  API        $CAPSTAN_API_URL   (OpenAPI: openapi/capstan.yaml)"
+echo "  Dashboard  $CAPSTAN_API_URL/ui/"
+echo "  Metrics    $CAPSTAN_API_URL/metrics, http://127.0.0.1:9091/metrics, http://127.0.0.1:9092/metrics"
+echo "  CLI        bin/capstan --help"
+echo "  Stop       make down"

@@ -1,0 +1,200 @@
+package reconciler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// goneCause is the cause recorded on attempts found already terminated.
+const goneCause = "aborted"
+
+// maxReasonRunes is the executor API's maxLength for an abort reason; a
+// longer one would be refused with 400 on every round.
+const maxReasonRunes = 1000
+
+// round is what one delivery round found.
+type round struct {
+	// requestedAt is the abort's abort_requested_at.
+	requestedAt *time.Time
+	// killed counts attempts whose executor confirmed the kill (200).
+	killed int
+	// gone counts attempts found already terminated, now recorded KILLED.
+	gone int
+}
+
+// outcome is the result of delivering the abort to one live attempt.
+type outcome int
+
+const (
+	outcomeKilled outcome = iota + 1
+	outcomeGone
+	outcomeFailed
+)
+
+// deliver asks the executor of every live attempt under key to kill it,
+// records the attempts that were already gone, and returns the failures
+// joined (nil when no live attempt is left).
+func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, error) {
+	var rd round
+	action, err := r.store.GetAction(ctx, key)
+	if err != nil {
+		return rd, fmt.Errorf("get action: %w", err)
+	}
+	rd.requestedAt = action.Action.AbortRequestedAt
+	reason := domain.DefaultAbortReason
+	if action.Action.AbortReason != nil {
+		reason = cmp.Or(truncate(*action.Action.AbortReason, maxReasonRunes), reason)
+	}
+	live, err := r.store.LiveAttemptsUnder(ctx, key)
+	if err != nil {
+		return rd, fmt.Errorf("list live attempts: %w", err)
+	}
+	results, errs := r.callAll(ctx, live, reason)
+	var gone []int64
+	for i, o := range results {
+		switch o {
+		case outcomeKilled:
+			rd.killed++
+		case outcomeGone:
+			gone = append(gone, live[i].ID)
+		}
+	}
+	// Gone attempts are recorded even when others failed: no live row may
+	// linger for a process that no longer exists.
+	if err := r.store.MarkAttemptsGone(ctx, gone, goneCause); err != nil {
+		errs = append(errs, fmt.Errorf("mark attempts gone: %w", err))
+	} else {
+		rd.gone = len(gone)
+		r.metrics.alreadyTerminated.Add(float64(len(gone)))
+	}
+	return rd, errors.Join(errs...)
+}
+
+// callAll delivers the abort to every live attempt, at most CallConcurrency
+// calls at a time. An attempt whose worker is gone is not called.
+func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reason string) ([]outcome, []error) {
+	results := make([]outcome, len(live))
+	errs := make([]error, len(live))
+	now := r.now()
+	sem := make(chan struct{}, r.cfg.CallConcurrency)
+	var wg sync.WaitGroup
+	for i, a := range live {
+		if workerGone(a, now, r.cfg.WorkerGrace) {
+			results[i] = outcomeGone
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i], errs[i] = r.abortAttempt(ctx, a, reason)
+		})
+	}
+	wg.Wait()
+	var failures []error
+	for _, err := range errs {
+		if err != nil {
+			failures = append(failures, err)
+		}
+	}
+	return results, failures
+}
+
+// abortAttempt calls POST {address}/v1/attempts/{id}/abort within
+// CallTimeout. 200 means killed; a not-found answer means already gone;
+// anything else (5xx, refused, timeout) is a failure.
+func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reason string) (outcome, error) {
+	addr := *a.Address
+	c, err := executorapi.NewClientWithResponses(addr, executorapi.WithHTTPClient(r.http))
+	if err != nil {
+		return outcomeFailed, fmt.Errorf("attempt %d: executor client for %q: %w", a.ID, addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	resp, err := c.AbortAttemptWithResponse(ctx, a.ID, executorapi.AbortAttemptJSONRequestBody{Reason: &reason})
+	if err != nil {
+		return outcomeFailed, fmt.Errorf("attempt %d: abort at %s: %w", a.ID, addr, err)
+	}
+	switch {
+	case resp.StatusCode() == http.StatusOK:
+		return outcomeKilled, nil
+	case isAlreadyTerminated(resp):
+		r.log.Debug("attempt already terminated", "attempt_id", a.ID, "status", resp.StatusCode())
+		return outcomeGone, nil
+	}
+	return outcomeFailed, fmt.Errorf("attempt %d: abort at %s: executor answered %s%s", a.ID, addr, resp.Status(),
+		problemText(resp))
+}
+
+// isAlreadyTerminated reports whether the executor's answer means the
+// attempt no longer runs there (Flyte's isAlreadyTerminated, seeds/000
+// "Already Terminated Resources"): a 404, or a 500 whose problem says "not
+// found" (a not-found forwarded as an internal error).
+func isAlreadyTerminated(resp *executorapi.AbortAttemptResponse) bool {
+	switch resp.StatusCode() {
+	case http.StatusNotFound:
+		return true
+	case http.StatusInternalServerError:
+		text := string(resp.Body)
+		if p := resp.ApplicationproblemJSON500; p != nil {
+			text = p.Title + " " + p.Code + " " + deref(p.Detail)
+		}
+		return strings.Contains(strings.ReplaceAll(strings.ToLower(text), "_", " "), "not found")
+	}
+	return false
+}
+
+// workerGone reports whether a's worker can no longer hold a process, so the
+// attempt counts as already terminated (DESIGN §5.3: "including a worker
+// that is dead or deregistered"): the worker row is gone (no address), its
+// state is not alive, or its last heartbeat is older than grace.
+func workerGone(a store.LiveAttempt, now time.Time, grace time.Duration) bool {
+	switch {
+	case a.Address == nil || *a.Address == "":
+		return true
+	case a.WorkerState == nil || *a.WorkerState != store.WorkerAlive:
+		return true
+	case a.LastHeartbeatAt == nil:
+		return true
+	}
+	return now.Sub(*a.LastHeartbeatAt) > grace
+}
+
+// problemText renders a problem answer as ": title: detail", or "".
+func problemText(resp *executorapi.AbortAttemptResponse) string {
+	p := cmp.Or(resp.ApplicationproblemJSON500, resp.ApplicationproblemJSON404)
+	if p == nil {
+		return ""
+	}
+	if p.Detail != nil {
+		return ": " + p.Title + ": " + *p.Detail
+	}
+	return ": " + p.Title
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	runes := []rune(s)
+	if len(runes) <= n {
+		return s
+	}
+	return string(runes[:n])
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

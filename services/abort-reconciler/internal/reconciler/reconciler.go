@@ -1,0 +1,196 @@
+// Package reconciler drives every abort to completion (DESIGN §5; Flyte's
+// AbortReconciler, seeds/000): an asynq consumer of action:abort counts each
+// delivery round in Postgres, asks the executors holding live attempts to
+// kill them, clears the abort when all are gone, and otherwise retries the
+// same task with full-jitter backoff until MaxAttempts. A resync loop
+// re-enqueues every pending abort from Postgres on start and every
+// ResyncPeriod, so losing Redis loses nothing.
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store is the part of *store.Store the reconciler uses.
+type Store interface {
+	MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error)
+	GetAction(ctx context.Context, key domain.ActionKey) (store.ActionDetail, error)
+	LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]store.LiveAttempt, error)
+	MarkAttemptsGone(ctx context.Context, ids []int64, cause string) error
+	ClearAbortRequest(ctx context.Context, key domain.ActionKey, outcome string) error
+	ListPendingAborts(ctx context.Context) ([]domain.ActionKey, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Deps are the reconciler's collaborators.
+type Deps struct {
+	// Store is Postgres. Required.
+	Store Store
+	// Enqueuer pushes the resync's tasks. Required, and used by the
+	// reconciler alone: its Duplicates counter tells a push that was
+	// deduplicated.
+	Enqueuer *queue.Enqueuer
+	// Redis is where the asynq consumer and inspector connect. Required.
+	Redis asynq.RedisConnOpt
+	// Log receives the reconciler's logs. Default slog.Default().
+	Log *slog.Logger
+	// Registry receives the metrics. Default a private registry.
+	Registry prometheus.Registerer
+	// HTTPClient calls the executors; per-call timeouts come from
+	// Config.CallTimeout. Default a client with its own transport.
+	HTTPClient *http.Client
+	// Now is the clock that judges worker heartbeats. Default time.Now.
+	Now func() time.Time
+	// Rand draws the jitter: uniform in [0, n). Default math/rand/v2.
+	Rand func(n int64) int64
+}
+
+// Reconciler delivers aborts. Build it with New, run it with Start, end it
+// with Stop.
+type Reconciler struct {
+	cfg       Config
+	store     Store
+	enq       *queue.Enqueuer
+	redis     asynq.RedisConnOpt
+	inspector *asynq.Inspector
+	log       *slog.Logger
+	metrics   *metrics
+	http      *http.Client
+	now       func() time.Time
+	backoff   domain.FullJitter
+
+	// resyncMu serialises runOnce, whose duplicate detection reads enq's
+	// Duplicates counter around each push.
+	resyncMu sync.Mutex
+	started  atomic.Bool
+	server   *asynq.Server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New validates cfg (after defaults) and builds a reconciler. It connects to
+// nothing until Start.
+func New(deps Deps, cfg Config) (*Reconciler, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deps.Store == nil || deps.Enqueuer == nil || deps.Redis == nil {
+		return nil, errors.New("reconciler: Store, Enqueuer and Redis are required")
+	}
+	r := &Reconciler{cfg: cfg, store: deps.Store, enq: deps.Enqueuer, redis: deps.Redis,
+		log: deps.Log, http: deps.HTTPClient, now: deps.Now,
+		backoff: domain.FullJitter{Initial: cfg.InitialDelay, Max: cfg.MaxDelay, Rand: deps.Rand}}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.http == nil {
+		r.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	reg := deps.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics = m
+	r.inspector = asynq.NewInspector(deps.Redis)
+	return r, nil
+}
+
+// Config returns the effective configuration, defaults applied.
+func (r *Reconciler) Config() Config { return r.cfg }
+
+// Start starts the asynq consumers first, then the resync loop, whose first
+// pass is the startup scan (seeds/000 "Startup Scan": workers start before
+// the scan). It returns at once. ctx bounds the resync loop; Stop ends
+// everything. A reconciler starts at most once.
+func (r *Reconciler) Start(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("reconciler: already started")
+	}
+	r.server = asynq.NewServer(r.redis, asynq.Config{
+		Concurrency:              r.cfg.Workers,
+		Queues:                   map[string]int{r.cfg.Queue: 1},
+		RetryDelayFunc:           retryDelay(r.backoff),
+		IsFailure:                isFailure,
+		DelayedTaskCheckInterval: r.cfg.DelayedTaskCheckInterval,
+		TaskCheckInterval:        r.cfg.TaskCheckInterval,
+		ShutdownTimeout:          r.cfg.shutdownTimeout(),
+		Logger:                   svc.AsynqLogger(r.log),
+		LogLevel:                 svc.AsynqLevel(ctx, r.log),
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(queue.TypeActionAbort, r.HandleActionAbort)
+	if err := r.server.Start(mux); err != nil {
+		return err
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.wg.Go(func() { r.resyncLoop(ctx) })
+	r.log.Info("abort reconciler started", "queue", r.cfg.Queue, "workers", r.cfg.Workers,
+		"max_attempts", r.cfg.MaxAttempts, "initial_delay", r.cfg.InitialDelay, "max_delay", r.cfg.MaxDelay,
+		"resync_period", r.cfg.ResyncPeriod)
+	return nil
+}
+
+// Stop ends the resync loop, stops consuming, lets in-flight aborts finish
+// (up to CallTimeout+5s, after which asynq puts them back in the queue), and
+// closes connections. Stop on a reconciler never started only closes.
+func (r *Reconciler) Stop() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.wg.Wait()
+	if r.server != nil {
+		r.server.Shutdown()
+	}
+	if err := r.inspector.Close(); err != nil {
+		r.log.Warn("close asynq inspector", "err", err)
+	}
+	r.http.CloseIdleConnections()
+}
+
+// resyncLoop runs runOnce now and then every ResyncPeriod until ctx ends.
+func (r *Reconciler) resyncLoop(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.ResyncPeriod)
+	defer ticker.Stop()
+	for {
+		res, err := r.runOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.Error("abort resync failed", "err", err, "pending", res.Pending, "enqueued", res.Enqueued,
+				"failed", res.Failed)
+		case res.Enqueued+res.Revived > 0:
+			r.log.Info("abort resync enqueued", "pending", res.Pending, "enqueued", res.Enqueued,
+				"duplicates", res.Duplicates, "revived", res.Revived)
+		default:
+			r.log.Debug("abort resync done", "pending", res.Pending, "duplicates", res.Duplicates)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}

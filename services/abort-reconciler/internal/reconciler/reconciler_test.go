@@ -1,0 +1,311 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// Failure, then retry with backoff, then success: seeds/000 "Exponential
+// Backoff with Jitter"; the count survives in Postgres ("MarkAbortAttempt").
+func TestDeliversAfterFailures(t *testing.T) {
+	t.Parallel()
+	const failures = 3
+	h := newHarness(t, testConfig(), nil)
+	exe := newFakeExecutor(t, failThenOK(failures))
+	h.start()
+	s := h.seedAbort(exe.URL(), 1)
+	require.NoError(t, h.push(s.key))
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+	require.Equal(t, failures+1, a.AbortAttemptCount)
+	calls := exe.Calls()
+	require.Len(t, calls, failures+1)
+	for _, c := range calls {
+		require.Equal(t, s.attempts[0], c.AttemptID)
+		require.Equal(t, "user asked", c.Reason)
+	}
+	// A kill that succeeded is reported KILLED by the executor itself.
+	require.Equal(t, int16(domain.TaskRunning), h.attempt(s.key, s.attempts[0]).State)
+	require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.delivered), 0)
+	require.InDelta(t, failures, testutil.ToFloat64(h.rec.metrics.retried), 0)
+	h.waitQueueIdle()
+}
+
+// seeds/000 "Max Attempts and Manual Intervention".
+func TestGivesUpAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.MaxAttempts = 4
+	h := newHarness(t, cfg, nil)
+	exe := newFakeExecutor(t, always(http.StatusInternalServerError))
+	h.start()
+	s := h.seedAbort(exe.URL(), 1)
+	require.NoError(t, h.push(s.key))
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortNeedsIntervention, *a.AbortOutcome)
+	require.Equal(t, cfg.MaxAttempts, a.AbortAttemptCount)
+	require.Len(t, exe.Calls(), cfg.MaxAttempts)
+	require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.givenUp), 0)
+	require.InDelta(t, cfg.MaxAttempts-1, testutil.ToFloat64(h.rec.metrics.retried), 0)
+	// The task is done, not archived: nothing blocks a later push.
+	h.waitQueueIdle()
+	_, err := h.insp.GetTaskInfo(cfg.Queue, s.key.String())
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+}
+
+// seeds/000 "Already Terminated Resources": NotFound, or an internal error
+// saying "not found", means the attempt is already gone.
+func TestAlreadyTerminated(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		status int
+		detail string
+	}{
+		"404":           {http.StatusNotFound, ""},
+		"500 not found": {http.StatusInternalServerError, "kill: process group 4242 not found"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, testConfig(), nil)
+			exe := newFakeExecutor(t, always(tc.status))
+			exe.detail500 = tc.detail
+			h.start()
+			s := h.seedAbort(exe.URL(), 1)
+			require.NoError(t, h.push(s.key))
+
+			a := h.waitOutcome(s.key)
+			require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+			require.Equal(t, 1, a.AbortAttemptCount)
+			require.Len(t, exe.Calls(), 1)
+			at := h.attempt(s.key, s.attempts[0])
+			require.Equal(t, int16(domain.TaskKilled), at.State)
+			require.Equal(t, goneCause, *at.Cause)
+			require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.alreadyTerminated), 0)
+		})
+	}
+}
+
+// DESIGN §5.3: a dead worker's attempts are already terminated; its executor
+// is not called.
+func TestDeadWorkerIsNotCalled(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.WorkerGrace = 10 * time.Second
+	later := func() time.Time { return time.Now().Add(time.Hour) } // every heartbeat is an hour old
+	h := newHarness(t, cfg, func(d *Deps) { d.Now = later })
+	exe := newFakeExecutor(t, always(http.StatusOK))
+	h.start()
+	s := h.seedAbort(exe.URL(), 1)
+	require.NoError(t, h.push(s.key))
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+	require.Empty(t, exe.Calls())
+	at := h.attempt(s.key, s.attempts[0])
+	require.Equal(t, int16(domain.TaskKilled), at.State)
+	require.Equal(t, goneCause, *at.Cause)
+}
+
+// One attempt already gone, another failing once: the gone one is recorded
+// KILLED at once and never called again; only the other is retried.
+func TestRetriesOnlyLiveAttempts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig(), nil)
+	var gone int64
+	var mu sync.Mutex
+	exe := newFakeExecutor(t, func(id int64, n int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if id == gone {
+			return http.StatusNotFound
+		}
+		return failThenOK(1)(id, n)
+	})
+	h.start()
+	s := h.seedAbort(exe.URL(), 2)
+	mu.Lock()
+	gone = s.attempts[0]
+	mu.Unlock()
+	require.NoError(t, h.push(s.key))
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+	require.Equal(t, 2, a.AbortAttemptCount)
+	require.Equal(t, 1, exe.callsTo(s.attempts[0]))
+	require.Equal(t, 2, exe.callsTo(s.attempts[1]))
+	require.Equal(t, int16(domain.TaskKilled), h.attempt(s.key, s.attempts[0]).State)
+}
+
+// seeds/000 "The Deduplication Queue": pushes while the abort is queued,
+// running or in backoff are no-ops; the executor never sees two deliveries
+// of one abort at once.
+func TestConcurrentPushesDeliverOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig(), nil)
+	exe := newFakeExecutor(t, failThenOK(2))
+	exe.latency = 20 * time.Millisecond
+	h.start()
+	s := h.seedAbort(exe.URL(), 1)
+
+	const goroutines, perGoroutine = 50, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*perGoroutine)
+	for range goroutines {
+		wg.Go(func() {
+			for range perGoroutine {
+				errs <- h.push(s.key)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+	h.waitQueueIdle() // late pushes found the abort cleared
+	require.Len(t, exe.Calls(), 3)
+	require.EqualValues(t, 1, exe.maxInFlight.Load())
+	require.Equal(t, 3, h.action(s.key).AbortAttemptCount)
+	require.Positive(t, h.enq.Duplicates.Load())
+}
+
+// seeds/000 "Exponential Backoff with Jitter": the delay after failed round
+// n is uniform in [0, min(MaxDelay, InitialDelay·2^(n-1))].
+func TestBackoffDelaysWithinCeiling(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.MaxAttempts = 8
+	var mu sync.Mutex
+	var drawn [][2]int64 // {n, value} of each draw in [0, n)
+	h := newHarness(t, cfg, func(d *Deps) {
+		d.Rand = func(n int64) int64 {
+			v := rand.Int64N(n)
+			mu.Lock()
+			drawn = append(drawn, [2]int64{n, v})
+			mu.Unlock()
+			return v
+		}
+	})
+	exe := newFakeExecutor(t, always(http.StatusInternalServerError))
+	h.start()
+	s := h.seedAbort(exe.URL(), 1)
+	require.NoError(t, h.push(s.key))
+	h.waitOutcome(s.key)
+
+	calls := exe.Calls()
+	require.Len(t, calls, cfg.MaxAttempts)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, drawn, cfg.MaxAttempts-1)
+	// Scheduling slack: the round's own Postgres work, asynq's forwarder
+	// (DelayedTaskCheckInterval) and idle poll (TaskCheckInterval).
+	const tolerance = 100 * time.Millisecond
+	gaps := map[time.Duration]bool{}
+	for n := 1; n < cfg.MaxAttempts; n++ {
+		ceiling := min(cfg.MaxDelay, cfg.InitialDelay<<(n-1))
+		require.Equal(t, int64(ceiling)+1, drawn[n-1][0], "round %d: ceiling", n)
+		require.LessOrEqual(t, drawn[n-1][1], int64(ceiling), "round %d: delay", n)
+		gap := calls[n].At.Sub(calls[n-1].At)
+		require.LessOrEqual(t, gap, ceiling+tolerance, "round %d: gap %s, ceiling %s", n, gap, ceiling)
+		t.Logf("round %d: ceiling %s, drawn %s, observed gap %s", n, ceiling, time.Duration(drawn[n-1][1]), gap)
+		gaps[gap] = true
+	}
+	require.Greater(t, len(gaps), 1, "every gap equal: no jitter")
+}
+
+// seeds/000 "Startup Scan": an abort in Postgres with nothing in Redis is
+// delivered once the service starts.
+func TestStartupScanDelivers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig(), nil)
+	exe := newFakeExecutor(t, always(http.StatusOK))
+	s := h.seedAbort(exe.URL(), 1)
+	info, err := h.insp.GetQueueInfo(h.cfg.Queue)
+	if err == nil {
+		require.Zero(t, info.Size)
+	}
+	h.start()
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+	require.Len(t, exe.Calls(), 1)
+	require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.resyncEnqueued.WithLabelValues(resultEnqueued)), 0)
+}
+
+// The resync pushes each pending abort once (the TaskID dedupes), and
+// replaces a task asynq archived, whose TaskID would otherwise block every
+// push.
+func TestRunOnceDedupesAndRevives(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig(), nil) // not started: nothing consumes
+	s := h.seedAbort("http://127.0.0.1:1", 1)
+	ctx := t.Context()
+
+	res, err := h.rec.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ResyncResult{Pending: 1, Enqueued: 1}, res)
+	res, err = h.rec.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ResyncResult{Pending: 1, Duplicates: 1}, res)
+
+	require.NoError(t, h.insp.ArchiveTask(h.cfg.Queue, s.key.String()))
+	res, err = h.rec.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ResyncResult{Pending: 1, Revived: 1}, res)
+	info, err := h.insp.GetTaskInfo(h.cfg.Queue, s.key.String())
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStatePending, info.State)
+	require.Equal(t, h.cfg.TaskMaxRetry(), info.MaxRetry)
+}
+
+// A payload that can never be handled is not retried.
+func TestHandleBadPayloadSkipsRetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig(), nil)
+	for _, payload := range []string{`{`, `{"key":"a/b"}`, `{"key":"P/d/r/a0"}`} {
+		err := h.rec.HandleActionAbort(t.Context(), asynq.NewTask(queue.TypeActionAbort, []byte(payload)))
+		require.ErrorIs(t, err, asynq.SkipRetry, payload)
+	}
+}
+
+// failingMarkStore is the real store with MarkAbortAttempt failing, as when
+// Postgres is unreachable.
+type failingMarkStore struct{ Store }
+
+func (failingMarkStore) MarkAbortAttempt(context.Context, domain.ActionKey) (int, error) {
+	return 0, errors.New("connection refused")
+}
+
+// A round that could not be counted is retried after InitialDelay, and is
+// no failure in asynq's eyes (it never archives the task).
+func TestUncountedRoundRetriesAfterInitialDelay(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	h := newHarness(t, cfg, func(d *Deps) { d.Store = failingMarkStore{d.Store} })
+	s := h.seedAbort("http://127.0.0.1:1", 1)
+	err := h.rec.HandleActionAbort(t.Context(), queue.NewActionAbortTask(s.key, cfg.TaskMaxRetry()))
+	var re *RetryError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, cfg.InitialDelay, re.Delay)
+	require.Zero(t, re.Attempt)
+	require.False(t, isFailure(err))
+	require.Equal(t, cfg.InitialDelay, retryDelay(h.rec.backoff)(0, err, nil))
+	require.Zero(t, h.action(s.key).AbortAttemptCount)
+}

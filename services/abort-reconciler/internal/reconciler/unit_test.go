@@ -1,0 +1,120 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+)
+
+func TestWorkerGone(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	grace := 10 * time.Second
+	str := func(s string) *string { return &s }
+	at := func(d time.Duration) *time.Time { ts := now.Add(-d); return &ts }
+	live := store.LiveAttempt{ID: 1, Address: str("http://w:9090"), WorkerState: str(store.WorkerAlive), LastHeartbeatAt: at(time.Second)}
+	for name, tc := range map[string]struct {
+		edit func(*store.LiveAttempt)
+		want bool
+	}{
+		"alive, fresh heartbeat -> called":        {func(*store.LiveAttempt) {}, false},
+		"heartbeat exactly grace old -> called":   {func(a *store.LiveAttempt) { a.LastHeartbeatAt = at(grace) }, false},
+		"heartbeat older than grace -> dead":      {func(a *store.LiveAttempt) { a.LastHeartbeatAt = at(grace + time.Millisecond) }, true},
+		"state dead -> dead":                      {func(a *store.LiveAttempt) { a.WorkerState = str(store.WorkerDead) }, true},
+		"worker row deleted (no address) -> gone": {func(a *store.LiveAttempt) { a.Address, a.WorkerState, a.LastHeartbeatAt = nil, nil, nil }, true},
+		"empty address -> gone":                   {func(a *store.LiveAttempt) { a.Address = str("") }, true},
+		"no heartbeat recorded -> dead":           {func(a *store.LiveAttempt) { a.LastHeartbeatAt = nil }, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := live
+			tc.edit(&a)
+			require.Equal(t, tc.want, workerGone(a, now, grace))
+		})
+	}
+}
+
+func TestIsAlreadyTerminated(t *testing.T) {
+	t.Parallel()
+	problem := func(title, code, detail string) *executorapi.Problem {
+		return &executorapi.Problem{Title: title, Code: code, Detail: &detail}
+	}
+	for name, tc := range map[string]struct {
+		resp executorapi.AbortAttemptResponse
+		want bool
+	}{
+		"200 is a kill, not already terminated": {resp(200, nil, ""), false},
+		"404 -> terminated (CodeNotFound)":      {resp(404, nil, ""), true},
+		"500 detail says not found -> terminated": {resp(500, problem("Internal Server Error", "kill_failed",
+			"process group 12 not found"), ""), true},
+		"500 code attempt_not_found -> terminated":                    {resp(500, problem("Internal Server Error", "attempt_not_found", ""), ""), true},
+		"500 plain body says Not Found -> terminated":                 {resp(500, nil, "pod Not Found"), true},
+		"500 other error -> failure":                                  {resp(500, problem("Internal Server Error", "kill_failed", "permission denied"), ""), false},
+		"502 says not found -> failure (only 500 forwards not-found)": {resp(502, nil, "not found"), false},
+		"400 -> failure": {resp(400, nil, ""), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, isAlreadyTerminated(&tc.resp))
+		})
+	}
+}
+
+func resp(status int, p *executorapi.Problem, body string) executorapi.AbortAttemptResponse {
+	r := executorapi.AbortAttemptResponse{HTTPResponse: &http.Response{StatusCode: status}, Body: []byte(body)}
+	if status == 500 {
+		r.ApplicationproblemJSON500 = p
+	}
+	return r
+}
+
+func TestTruncate(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "abc", truncate("abc", 3))
+	require.Equal(t, "ab", truncate("abc", 2))
+	require.Equal(t, "éé", truncate("ééé", 2))
+	require.Len(t, []rune(truncate(strings.Repeat("ü", 1500), maxReasonRunes)), maxReasonRunes)
+}
+
+func TestRetryErrorAndAsynqHooks(t *testing.T) {
+	t.Parallel()
+	re := &RetryError{Delay: 3 * time.Second, Attempt: 2, Err: errors.New("boom")}
+	wrapped := fmt.Errorf("handler: %w", re)
+	require.True(t, IsRetry(wrapped))
+	require.False(t, isFailure(wrapped), "a scheduled retry must not count toward asynq's MaxRetry")
+	require.True(t, isFailure(errors.New("panic")))
+	require.False(t, IsRetry(asynq.SkipRetry))
+	delay := retryDelay(domain.FullJitter{Initial: time.Second, Max: time.Minute})
+	require.Equal(t, 3*time.Second, delay(7, wrapped, nil), "the typed error's delay wins over asynq's count")
+	require.LessOrEqual(t, delay(0, errors.New("panic"), nil), time.Second)
+	require.ErrorContains(t, re, "abort attempt 2 failed, retry in 3s: boom")
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults()
+	require.NoError(t, c.validate())
+	require.Equal(t, Config{Queue: queue.Abort, Workers: 5, MaxAttempts: 10, InitialDelay: time.Second,
+		MaxDelay: 5 * time.Minute, ResyncPeriod: 5 * time.Minute, CallTimeout: 10 * time.Second, CallConcurrency: 8,
+		WorkerGrace: 10 * time.Second, DelayedTaskCheckInterval: 100 * time.Millisecond,
+		TaskCheckInterval: 100 * time.Millisecond}, c)
+	require.Equal(t, 15, Config{}.TaskMaxRetry())
+	require.Equal(t, 8, Config{MaxAttempts: 3}.TaskMaxRetry())
+
+	bad := Config{Workers: -1, InitialDelay: time.Minute, MaxDelay: time.Second}.withDefaults()
+	err := bad.validate()
+	require.ErrorContains(t, err, "Workers must be positive")
+	require.ErrorContains(t, err, "MaxDelay (1s) must not be below InitialDelay (1m0s)")
+	_, err = New(Deps{}, Config{})
+	require.ErrorContains(t, err, "required")
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// GetAttempt gives an executor what it needs to run an attempt.
+func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObject) (api.GetAttemptResponseObject, error) {
+	r, err := h.store.GetAttemptRun(ctx, int64(req.Id))
+	if errors.Is(err, store.ErrNotFound) {
+		return api.GetAttempt404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("attempt")}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var step domain.Step
+	if err := json.Unmarshal(r.Action.Spec, &step); err != nil {
+		return nil, err
+	}
+	env := step.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	return api.GetAttempt200JSONResponse{
+		Id: r.Attempt.ID, Number: r.Attempt.Number, Project: r.Task.Project, Domain: r.Task.Domain,
+		Run: r.Task.RunName, Action: r.Task.ActionName, TaskIndex: r.Task.Idx, Replicas: step.ReplicaCount(),
+		Plugin: step.Plugin, Command: step.Command, Env: env, State: api.TaskState(domain.TaskState(r.Attempt.State).String()),
+		WorkerId: r.Attempt.WorkerID, Proceed: r.Proceed,
+	}, nil
+}
+
+// ReportAttempt records a fact an executor reports; when the attempt ended it
+// asks the scheduler to decide the task's fate. If that push fails the
+// scheduler's resync finds the unevaluated attempt.
+func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptRequestObject) (api.ReportAttemptResponseObject, error) {
+	b := req.Body
+	state, _ := domain.ParseTaskState(string(b.State))
+	if !state.IsTerminal() && state != domain.TaskBuilding && state != domain.TaskRunning || state == domain.TaskUnschedulable {
+		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
+			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "state: an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED",
+				problem.FieldError{Field: "state", Message: "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"}))}, nil
+	}
+	rep := store.Report{State: state, ExitCode: b.ExitCode, Pid: b.Pid}
+	if b.Error != nil {
+		rep.Error = *b.Error
+	}
+	if b.Cause != nil {
+		rep.Cause = string(*b.Cause)
+	}
+	if b.Stdout != nil {
+		rep.Stdout = *b.Stdout
+	}
+	if b.Stderr != nil {
+		rep.Stderr = *b.Stderr
+	}
+	if b.Truncated != nil {
+		rep.Truncated = *b.Truncated
+	}
+	res, err := h.store.ReportAttempt(ctx, int64(req.Id), rep)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return api.ReportAttempt404ApplicationProblemPlusJSONResponse(apiProblem(http.StatusNotFound, problem.CodeNotFound, "attempt not found")), nil
+	case errors.Is(err, store.ErrBadReport):
+		return api.ReportAttempt409ApplicationProblemPlusJSONResponse(apiProblem(http.StatusConflict, problem.CodeConflict,
+			"state "+state.String()+" cannot follow the attempt's current state")), nil
+	case err != nil:
+		return nil, err
+	}
+	if res.Evaluate {
+		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {
+			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt", req.Id, "err", err)
+		}
+	}
+	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
+}

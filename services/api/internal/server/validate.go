@@ -1,0 +1,146 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/labstack/echo/v4"
+)
+
+// validator checks every request that matches an operation of
+// openapi/capstan.yaml against the spec (parameters, content type and body
+// schema) and answers 400 problem+json naming each offending field. Requests
+// that match no operation pass through (health, dashboard, 404s).
+func validator() echo.MiddlewareFunc {
+	spec, err := api.GetSwagger()
+	if err != nil {
+		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
+	}
+	spec.Servers = nil // match any host
+	router, err := gorillamux.NewRouter(spec)
+	if err != nil {
+		panic(fmt.Sprintf("OpenAPI router: %v", err))
+	}
+	opts := &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			route, params, err := router.FindRoute(req)
+			if errors.Is(err, routers.ErrMethodNotAllowed) {
+				return echo.NewHTTPError(http.StatusMethodNotAllowed)
+			}
+			if err != nil {
+				return next(c)
+			}
+			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+			if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
+				return requestProblem(err)
+			}
+			return next(c)
+		}
+	}
+}
+
+// requestProblem turns kin-openapi's validation errors into one problem.
+func requestProblem(err error) error {
+	var fields []problem.FieldError
+	collect(err, &fields)
+	status := http.StatusBadRequest
+	var tooLarge *echo.HTTPError
+	if errors.As(err, &tooLarge) && tooLarge.Code == http.StatusRequestEntityTooLarge {
+		return tooLarge
+	}
+	for _, f := range fields {
+		if f.Field == "Content-Type" {
+			status = http.StatusUnsupportedMediaType
+		}
+	}
+	code := problem.CodeInvalid
+	if status == http.StatusUnsupportedMediaType {
+		code = problem.CodeUnsupported
+	}
+	detail := "the request does not match the API"
+	if len(fields) > 0 {
+		detail = fields[0].Field + ": " + fields[0].Message
+	}
+	return problem.New(status, code, detail, fields...)
+}
+
+func collect(err error, out *[]problem.FieldError) {
+	switch e := err.(type) {
+	case openapi3.MultiError:
+		for _, inner := range e {
+			collect(inner, out)
+		}
+	case *openapi3filter.RequestError:
+		collectRequest(e, out)
+	case *openapi3.SchemaError:
+		*out = append(*out, problem.FieldError{Field: jsonPath("body", e.JSONPointer()), Message: e.Reason})
+	default:
+		*out = append(*out, problem.FieldError{Field: "request", Message: err.Error()})
+	}
+}
+
+func collectRequest(reqErr *openapi3filter.RequestError, out *[]problem.FieldError) {
+	prefix := "body"
+	switch {
+	case reqErr.Parameter != nil:
+		prefix = reqErr.Parameter.Name
+	case reqErr.RequestBody != nil && strings.Contains(reqErr.Reason, "header Content-Type"):
+		*out = append(*out, problem.FieldError{Field: "Content-Type", Message: reqErr.Reason})
+		return
+	}
+	if multi, ok := reqErr.Err.(openapi3.MultiError); ok {
+		for _, e := range multi {
+			*out = append(*out, schemaField(prefix, e, reqErr))
+		}
+		return
+	}
+	*out = append(*out, schemaField(prefix, reqErr.Err, reqErr))
+}
+
+func schemaField(prefix string, err error, reqErr *openapi3filter.RequestError) problem.FieldError {
+	var se *openapi3.SchemaError
+	if errors.As(err, &se) {
+		return problem.FieldError{Field: jsonPath(prefix, se.JSONPointer()), Message: se.Reason}
+	}
+	msg := reqErr.Reason
+	if err != nil {
+		msg = strings.TrimSpace(strings.TrimPrefix(err.Error(), "request body has an error: "))
+	}
+	if msg == "" {
+		msg = reqErr.Error()
+	}
+	return problem.FieldError{Field: prefix, Message: msg}
+}
+
+// jsonPath renders a JSON pointer as "body.spec.steps[1].plugin" ("spec..."
+// for bodies, the parameter name for parameters).
+func jsonPath(prefix string, pointer []string) string {
+	var b strings.Builder
+	if prefix != "body" {
+		b.WriteString(prefix)
+	}
+	for _, p := range pointer {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			b.WriteString("[" + p + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(p)
+	}
+	if b.Len() == 0 {
+		return prefix
+	}
+	return b.String()
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// RegisterWorker registers an executor under a new identity.
+func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerRequestObject) (api.RegisterWorkerResponseObject, error) {
+	b := req.Body
+	slots := 4
+	if b.Slots != nil {
+		slots = *b.Slots
+	}
+	var errs []problem.FieldError
+	if slots < 1 || slots > 1024 {
+		errs = append(errs, problem.FieldError{Field: "slots", Message: "must be between 1 and 1024"})
+	}
+	if u, err := url.Parse(b.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, problem.FieldError{Field: "address", Message: "must be an http(s) URL with a host"})
+	}
+	if b.Name == "" {
+		errs = append(errs, problem.FieldError{Field: "name", Message: "is required"})
+	}
+	if len(errs) > 0 {
+		return api.RegisterWorker422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+			problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...)), nil
+	}
+	var labels map[string]string
+	if b.Labels != nil {
+		labels = *b.Labels
+	}
+	w, err := h.store.RegisterWorker(ctx, store.NewWorker{Name: b.Name, Address: b.Address, Slots: slots, Labels: labels})
+	if err != nil {
+		return nil, err
+	}
+	h.log.Info("worker registered", "worker", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
+	return api.RegisterWorker201JSONResponse(toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())), nil
+}
+
+// Heartbeat records a worker's liveness and answers which of the attempts it
+// holds must stop. 404 tells an unknown or dead worker to re-register.
+func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
+	id := req.Id.String()
+	err := h.store.Heartbeat(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return api.Heartbeat404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("worker " + id + " (re-register)")}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var held []int64
+	if req.Body != nil && req.Body.Attempts != nil {
+		for _, a := range *req.Body.Attempts {
+			held = append(held, a.Id)
+		}
+	}
+	stop, err := h.store.StopList(ctx, id, held)
+	if err != nil {
+		return nil, err
+	}
+	return api.Heartbeat200JSONResponse{Stop: stop}, nil
+}
+
+// ListWorkers returns every registered worker with its load.
+func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObject) (api.ListWorkersResponseObject, error) {
+	ws, err := h.store.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := api.WorkerList{Workers: make([]api.Worker, len(ws))}
+	now := time.Now()
+	for i, w := range ws {
+		out.Workers[i] = toWorker(w, h.cfg.WorkerGrace, now)
+	}
+	return api.ListWorkers200JSONResponse(out), nil
+}

@@ -1,0 +1,25 @@
+package scheduler
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	placed      prometheus.Counter
+	evaluated   *prometheus.CounterVec
+	runsEnded   *prometheus.CounterVec
+	passSeconds prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		placed: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_tasks_placed_total",
+			Help: "Tasks assigned to a worker."}),
+		evaluated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_evaluated_total",
+			Help: "Finished attempts applied to their task, by retry result."}, []string{"result"}),
+		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_run_advances_terminal_total",
+			Help: "Run advances that found the run terminal, by phase."}, []string{"phase"}),
+		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_scheduler_pass_seconds",
+			Help: "Duration of a scheduling pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+	reg.MustRegister(m.placed, m.evaluated, m.runsEnded, m.passSeconds)
+	return m
+}
