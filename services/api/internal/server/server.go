@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
@@ -59,7 +60,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = errorHandler(d.Log)
+	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
 	e.Use(middleware.Recover(), m.middleware(),
 		middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)+"B"), validator())

@@ -1,0 +1,333 @@
+// Package e2e starts Capstan's four services as real processes against the
+// real Postgres and Redis of scripts/dev-deps.sh and drives them over HTTP.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisAddr is the dev-deps Redis, overridable by CAPSTAN_TEST_REDIS_ADDR.
+func RedisAddr() string {
+	if a := os.Getenv("CAPSTAN_TEST_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:56379"
+}
+
+// Binaries holds the paths of the built services.
+type Binaries struct{ Dir string }
+
+// Path returns the binary of service name (api, scheduler, ...).
+func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, "capstan-"+name) }
+
+// Build compiles the four services into dir from the workspace at root.
+func Build(root, dir string) (Binaries, error) {
+	for _, s := range []string{"api", "scheduler", "abort-reconciler", "executor"} {
+		cmd := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, "capstan-"+s), "./services/"+s)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return Binaries{}, fmt.Errorf("build %s: %v\n%s", s, err, out)
+		}
+	}
+	return Binaries{Dir: dir}, nil
+}
+
+// RepoRoot finds the directory holding go.work above the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.work not found")
+		}
+		dir = parent
+	}
+}
+
+var (
+	redisDBMu   sync.Mutex
+	redisDBNext = 1
+)
+
+// nextRedisDB hands each stack of this process its own Redis database
+// (1..13; 0 is left to test packages that isolate by queue name, 14 to the
+// api server tests).
+func nextRedisDB(t testing.TB) int {
+	redisDBMu.Lock()
+	defer redisDBMu.Unlock()
+	db := redisDBNext
+	redisDBNext = redisDBNext%13 + 1
+	rc := redis.NewClient(&redis.Options{Addr: RedisAddr(), DB: db})
+	defer rc.Close()
+	if err := rc.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatalf("flush redis db %d: %v", db, err)
+	}
+	return db
+}
+
+// Proc is one running service process.
+type Proc struct {
+	Name string
+	Cmd  *exec.Cmd
+	Log  string
+	done chan struct{}
+}
+
+// Alive reports whether the process has not exited.
+func (p *Proc) Alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stack is one Capstan deployment: api, scheduler, abort-reconciler and
+// executors, sharing a fresh database and Redis DB.
+type Stack struct {
+	t       testing.TB
+	bins    Binaries
+	env     []string
+	dir     string
+	APIURL  string
+	DataDir string
+	DBURL   string
+	RedisDB int
+	Client  *api.ClientWithResponses
+
+	mu    sync.Mutex
+	procs map[string]*Proc
+}
+
+// Options change a stack's settings.
+type Options struct {
+	// Executors to start. Default 2.
+	Executors int
+	// Env adds or overrides variables for every service.
+	Env []string
+}
+
+// Start brings a stack up and waits until the api is ready and every
+// executor has registered; it is torn down when t ends.
+func Start(t testing.TB, bins Binaries, o Options) *Stack {
+	t.Helper()
+	if o.Executors == 0 {
+		o.Executors = 2
+	}
+	dir := t.TempDir()
+	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: storetest.NewURL(t),
+		RedisDB: nextRedisDB(t), procs: map[string]*Proc{}}
+	port := freePort(t)
+	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.env = append([]string{
+		"CAPSTAN_DATABASE_URL=" + s.DBURL,
+		"CAPSTAN_REDIS_ADDR=" + RedisAddr(),
+		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
+		"CAPSTAN_LOG_LEVEL=debug",
+		fmt.Sprintf("CAPSTAN_API_ADDR=127.0.0.1:%d", port),
+		"CAPSTAN_API_URL=" + s.APIURL,
+		"CAPSTAN_DATA_DIR=" + s.DataDir,
+		// Durations shrunk for tests.
+		"CAPSTAN_SCHEDULER_TICK=100ms",
+		"CAPSTAN_RESYNC_PERIOD=2s",
+		"CAPSTAN_RETRY_INITIAL_DELAY=50ms",
+		"CAPSTAN_RETRY_MAX_DELAY=200ms",
+		"CAPSTAN_HEARTBEAT_INTERVAL=300ms",
+		"CAPSTAN_WORKER_GRACE=3s",
+		"ABORT_INITIAL_DELAY=50ms",
+		"ABORT_MAX_DELAY=500ms",
+		"ABORT_RESYNC_PERIOD=2s",
+	}, o.Env...)
+	t.Cleanup(s.stopAll)
+	s.StartService("api")
+	s.StartService("scheduler")
+	s.StartService("abort-reconciler")
+	for i := 1; i <= o.Executors; i++ {
+		s.StartExecutor(i)
+	}
+	c, err := api.NewClientWithResponses(s.APIURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Client = c
+	s.Eventually(15*time.Second, "api ready", func() bool {
+		resp, err := http.Get(s.APIURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	s.Eventually(15*time.Second, "executors registered", func() bool {
+		return s.AliveWorkers() >= o.Executors
+	})
+	return s
+}
+
+// AliveWorkers counts workers the api reports alive.
+func (s *Stack) AliveWorkers() int {
+	resp, err := s.Client.ListWorkersWithResponse(context.Background())
+	if err != nil || resp.JSON200 == nil {
+		return 0
+	}
+	n := 0
+	for _, w := range resp.JSON200.Workers {
+		if w.State == "alive" {
+			n++
+		}
+	}
+	return n
+}
+
+// StartService starts (or restarts) a service by name.
+func (s *Stack) StartService(name string, extraEnv ...string) *Proc {
+	bin := name
+	env := append([]string{}, extraEnv...)
+	switch name {
+	case "scheduler", "abort-reconciler":
+		env = append(env, fmt.Sprintf("CAPSTAN_METRICS_ADDR=127.0.0.1:%d", freePort(s.t)))
+	}
+	if strings.HasPrefix(name, "executor-") {
+		bin = "executor"
+	}
+	return s.start(name, s.bins.Path(bin), env)
+}
+
+// StartExecutor starts executor number i.
+func (s *Stack) StartExecutor(i int) *Proc {
+	name := fmt.Sprintf("executor-%d", i)
+	return s.StartService(name, "CAPSTAN_EXECUTOR_NAME="+name, "CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0",
+		"CAPSTAN_ID_FILE="+filepath.Join(s.dir, name+".id"))
+}
+
+func (s *Stack) start(name, bin string, extra []string) *Proc {
+	s.t.Helper()
+	logPath := filepath.Join(s.dir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), s.env...), extra...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start %s: %v", name, err)
+	}
+	p := &Proc{Name: name, Cmd: cmd, Log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	s.mu.Lock()
+	s.procs[name] = p
+	s.mu.Unlock()
+	return p
+}
+
+// Kill sends SIGKILL to a service (kill -9) and waits for it to exit.
+func (s *Stack) Kill(name string) {
+	s.mu.Lock()
+	p := s.procs[name]
+	s.mu.Unlock()
+	_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (s *Stack) stopAll() {
+	s.mu.Lock()
+	procs := make([]*Proc, 0, len(s.procs))
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+	for _, p := range procs {
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	}
+	if s.t.Failed() {
+		for _, p := range procs {
+			s.t.Logf("---- %s log (tail) ----\n%s", p.Name, tail(p.Log, 60))
+		}
+	}
+}
+
+// Eventually polls cond every 50ms until it holds or timeout passes.
+func (s *Stack) Eventually(timeout time.Duration, what string, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-time.After(50 * time.Millisecond) // the polling interval
+	}
+}
+
+// ProcessGone reports whether pid no longer runs (absent or a zombie).
+func ProcessGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}

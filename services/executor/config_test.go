@@ -1,0 +1,79 @@
+package main
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/stretchr/testify/require"
+)
+
+func parse(t *testing.T, vars map[string]string) Config {
+	t.Helper()
+	if vars == nil {
+		vars = map[string]string{} // never the process's environment
+	}
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: vars})
+	require.NoError(t, err)
+	return cfg
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, map[string]string{})
+	require.Equal(t, "http://127.0.0.1:8080", cfg.APIURL)
+	require.Equal(t, "127.0.0.1:56379", cfg.RedisAddr)
+	require.Equal(t, "127.0.0.1:0", cfg.Addr)
+	require.Equal(t, 4, cfg.Slots)
+	require.Equal(t, "./.data/executor", cfg.DataDir)
+	require.Equal(t, 2*time.Second, cfg.HeartbeatInterval)
+	require.Equal(t, 50*time.Millisecond, cfg.PollInterval)
+	require.Equal(t, 2*time.Second, cfg.KillGrace)
+	require.Equal(t, 64<<10, cfg.LogLimit)
+	require.Empty(t, cfg.Labels)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	require.Regexp(t, "^"+host+`-\d+$`, cfg.workerName())
+}
+
+func TestConfigParsesLabelsAndDurations(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, map[string]string{"CAPSTAN_EXECUTOR_LABELS": "zone=a,gpu=none", "CAPSTAN_KILL_GRACE": "500ms",
+		"CAPSTAN_EXECUTOR_NAME": "exec-1", "CAPSTAN_LOG_LIMIT": "1024"})
+	require.Equal(t, map[string]string{"zone": "a", "gpu": "none"}, cfg.Labels)
+	require.Equal(t, 500*time.Millisecond, cfg.KillGrace)
+	require.Equal(t, "exec-1", cfg.workerName())
+	require.Equal(t, 1024, cfg.LogLimit)
+}
+
+func TestAdvertiseURL(t *testing.T) {
+	t.Parallel()
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		vars map[string]string
+		addr string
+		want string
+	}{
+		{"listen host and actual port", nil, "127.0.0.1:41234", "http://127.0.0.1:41234"},
+		{"all interfaces", nil, "0.0.0.0:9090", "http://127.0.0.1:9090"},
+		{"ipv6", nil, "[::1]:9090", "http://[::1]:9090"},
+		{"hostname", map[string]string{"CAPSTAN_EXECUTOR_ADVERTISE_HOST_FROM_HOSTNAME": "true"}, "0.0.0.0:9090",
+			"http://" + host + ":9090"},
+		{"explicit", map[string]string{"CAPSTAN_EXECUTOR_ADVERTISE_URL": "http://10.1.2.3:9090"}, "0.0.0.0:9090",
+			"http://10.1.2.3:9090"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			addr, err := net.ResolveTCPAddr("tcp", tt.addr)
+			require.NoError(t, err)
+			got, err := parse(t, tt.vars).advertiseURL(addr)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}

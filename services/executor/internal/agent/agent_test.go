@@ -1,0 +1,237 @@
+package agent_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/services/executor/internal/agent"
+	"github.com/capstan-run/capstan/services/executor/internal/proctest"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if err := proctest.BecomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+const waitFor, tick = 15 * time.Second, 5 * time.Millisecond
+
+// redisOpt is the Redis that scripts/dev-deps.sh starts. Each test's worker
+// has a random id, so its queue worker:<id> is its own key namespace.
+func redisOpt() asynq.RedisClientOpt {
+	return asynq.RedisClientOpt{Addr: cmp.Or(os.Getenv("CAPSTAN_REDIS_ADDR"), "127.0.0.1:56379")}
+}
+
+type fixture struct {
+	api   *fakeAPI
+	agent *agent.Agent
+	sup   *supervisor.Supervisor
+	queue *asynq.Client
+	insp  *asynq.Inspector
+}
+
+// run starts an executor's agent and supervisor against the fake api and
+// the real Redis, and waits for its registration.
+func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond}, log)
+	require.NoError(t, err)
+	sup, err := supervisor.New(client, supervisor.Config{DataDir: t.TempDir(), KillGrace: 500 * time.Millisecond,
+		Slots: cfg.Slots}, log)
+	require.NoError(t, err)
+	cfg.Name, cfg.Address = "test-executor", "http://127.0.0.1:1"
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 20*time.Millisecond)
+	cfg.PollInterval, cfg.RegisterBackoff = 10*time.Millisecond, 10*time.Millisecond
+	ag, err := agent.New(client, sup, redisOpt(), cfg, log)
+	require.NoError(t, err)
+
+	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(redisOpt()), insp: asynq.NewInspector(redisOpt())}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, sup.Close(context.Background()))
+		for _, id := range fake.registered() {
+			_ = f.insp.DeleteQueue(queue.WorkerQueue(id), true)
+		}
+		require.NoError(t, f.queue.Close())
+		require.NoError(t, f.insp.Close())
+		fake.Close()
+	})
+	require.Eventually(t, func() bool { return ag.WorkerID() != "" }, waitFor, tick, "no registration")
+	return f
+}
+
+func shell(id int64, worker, command string) api.AttemptSpec {
+	return api.AttemptSpec{Id: id, Number: 1, Project: "proj", Domain: "dev", Run: "run-1", Action: "step",
+		Replicas: 1, Plugin: "shell", Command: command, State: api.TaskStateASSIGNED, WorkerId: &worker, Proceed: true}
+}
+
+func (f *fixture) enqueue(t *testing.T, attemptID int64) {
+	t.Helper()
+	_, err := f.queue.Enqueue(queue.NewAttemptRunTask(f.agent.WorkerID(), attemptID))
+	require.NoError(t, err)
+}
+
+// awaitState waits for a report of st about attempt id and returns it.
+func (f *fixture) awaitState(t *testing.T, id int64, st api.TaskState) api.AttemptReport {
+	t.Helper()
+	var rep api.AttemptReport
+	require.Eventually(t, func() bool {
+		for _, r := range f.api.reportsOf(id) {
+			if r.State == st {
+				rep = r
+				return true
+			}
+		}
+		return false
+	}, waitFor, tick, "no %s report for attempt %d; got %v", st, id, f.api.states(id))
+	return rep
+}
+
+// awaitHandled waits until the attempt:run task of id was handled and
+// acknowledged: asynq deletes a completed task that has no retention.
+func (f *fixture) awaitHandled(t *testing.T, worker string, id int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, err := f.insp.GetTaskInfo(queue.WorkerQueue(worker), fmt.Sprintf("attempt:%d", id))
+		return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
+	}, waitFor, tick)
+}
+
+func TestRunsAnAttemptAndReportsInOrder(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	idFile := filepath.Join(t.TempDir(), "worker-id")
+	f := run(t, fake, agent.Config{IDFile: idFile})
+	worker := f.agent.WorkerID()
+	b, err := os.ReadFile(idFile)
+	require.NoError(t, err)
+	require.Equal(t, worker+"\n", string(b))
+
+	fake.addAttempt(shell(7, worker, `echo "hello from $CAPSTAN_ATTEMPT_ID"; echo warn >&2`))
+	f.enqueue(t, 7)
+	final := f.awaitState(t, 7, api.TaskStateSUCCEEDED)
+
+	reps := fake.reportsOf(7)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, fake.states(7))
+	require.NotNil(t, reps[1].Pid)
+	require.Positive(t, *reps[1].Pid)
+	require.Equal(t, "hello from 7\n", *final.Stdout)
+	require.Equal(t, "warn\n", *final.Stderr)
+	require.Equal(t, 0, *final.ExitCode)
+	require.False(t, *final.Truncated)
+	require.Eventually(t, func() bool { return !f.sup.Holds(7) }, waitFor, tick)
+}
+
+func TestDropsAttemptsThatMustNotRun(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{})
+	worker := f.agent.WorkerID()
+	notProceed := shell(8, worker, "touch ran")
+	notProceed.Proceed, notProceed.State = false, api.TaskStateKILLED
+	fake.addAttempt(notProceed)
+	fake.addAttempt(shell(9, "8d3c6a59-1f0e-4c38-9f0a-8a2b8e6f0c11", "touch ran")) // another worker's
+	// attempt 10 is unknown to the control plane
+
+	for _, id := range []int64{8, 9, 10} {
+		f.enqueue(t, id)
+	}
+	for _, id := range []int64{8, 9, 10} {
+		f.awaitHandled(t, worker, id)
+		require.True(t, fake.fetched(id))
+		require.Empty(t, fake.reportsOf(id), "attempt %d", id)
+		require.False(t, f.sup.Holds(id))
+	}
+}
+
+func TestHeartbeatListsAttemptsAndStopsWhatItIsTold(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{})
+	fake.addAttempt(shell(11, f.agent.WorkerID(), "sleep 600"))
+	f.enqueue(t, 11)
+	pid := *f.awaitState(t, 11, api.TaskStateRUNNING).Pid
+	require.Eventually(t, func() bool { return fake.sawBeatWith(11, api.TaskStateRUNNING) }, waitFor, tick)
+
+	fake.stopOnNextBeat(11)
+	killed := f.awaitState(t, 11, api.TaskStateKILLED)
+	require.Equal(t, api.Aborted, *killed.Cause)
+	require.True(t, proctest.Gone(pid))
+}
+
+func TestHeartbeat404ReRegistersAndConsumesTheNewQueue(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{})
+	first := f.agent.WorkerID()
+	fake.addAttempt(shell(12, first, "sleep 600"))
+	f.enqueue(t, 12)
+	pid := *f.awaitState(t, 12, api.TaskStateRUNNING).Pid
+
+	fake.forget(first)
+	killed := f.awaitState(t, 12, api.TaskStateWORKERFAILED)
+	require.Equal(t, api.WorkerLost, *killed.Cause)
+	require.True(t, proctest.Gone(pid))
+	require.Eventually(t, func() bool { return len(fake.registered()) == 2 }, waitFor, tick)
+	require.Eventually(t, func() bool { return f.agent.WorkerID() == fake.registered()[1] }, waitFor, tick)
+	second := f.agent.WorkerID()
+	require.NotEqual(t, first, second)
+
+	fake.addAttempt(shell(13, second, "echo again"))
+	f.enqueue(t, 13)
+	require.Equal(t, "again\n", *f.awaitState(t, 13, api.TaskStateSUCCEEDED).Stdout)
+}
+
+func TestRetriesRegistrationAndReportsThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	fake.failRegistrations, fake.failReports = 3, 3
+	f := run(t, fake, agent.Config{})
+	require.Len(t, fake.registered(), 1)
+	fake.addAttempt(shell(14, f.agent.WorkerID(), "echo ok"))
+	f.enqueue(t, 14)
+	f.awaitState(t, 14, api.TaskStateSUCCEEDED)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, fake.states(14))
+}
+
+func TestFullSlotsDelayAnAttemptUntilOneFrees(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{Slots: 1})
+	worker := f.agent.WorkerID()
+	fake.addAttempt(shell(15, worker, "sleep 600"))
+	fake.addAttempt(shell(16, worker, "echo second"))
+	f.enqueue(t, 15)
+	f.awaitState(t, 15, api.TaskStateRUNNING)
+	f.enqueue(t, 16)
+	require.Eventually(t, func() bool { return fake.fetched(16) }, waitFor, tick)
+	require.Empty(t, fake.reportsOf(16), "no slot: attempt 16 waits")
+
+	killed, err := f.sup.Abort(context.Background(), 15, api.Preempted, "")
+	require.NoError(t, err)
+	require.True(t, killed)
+	f.awaitState(t, 16, api.TaskStateSUCCEEDED)
+	require.True(t, slices.Contains(fake.states(15), api.TaskStatePREEMPTED))
+}

@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/google/uuid"
+)
+
+// Sentinels callers branch on.
+var (
+	// ErrUnknownWorker: the control plane does not know this worker (it never
+	// did, forgot it or declared it dead); it must re-register.
+	ErrUnknownWorker = errors.New("control plane does not know this worker")
+	// ErrAttemptNotFound: the control plane has no such attempt.
+	ErrAttemptNotFound = errors.New("attempt not found")
+	// ErrRejected: the control plane answered 4xx; retrying will not help.
+	ErrRejected = errors.New("rejected by the control plane")
+)
+
+// StatusError is an answer of the control plane that is not the expected one.
+type StatusError struct {
+	Op     string
+	Status int
+	Body   string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %.200s", e.Op, e.Status, e.Body)
+}
+
+// Unwrap returns ErrRejected for a 4xx answer, so callers stop retrying.
+func (e *StatusError) Unwrap() error {
+	if e.Status >= 400 && e.Status < 500 {
+		return ErrRejected
+	}
+	return nil
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// RequestTimeout bounds one HTTP request. Default 10s.
+	RequestTimeout time.Duration
+	// ReportTimeout bounds the retries of one report. Default 1m.
+	ReportTimeout time.Duration
+	// ReportBackoff is the first delay between report retries, doubled up to
+	// 2s. Default 100ms.
+	ReportBackoff time.Duration
+}
+
+// Client calls the Capstan api for the executor: it registers, heartbeats,
+// reads attempts and reports them (with retries).
+type Client struct {
+	api *api.ClientWithResponses
+	cfg ClientConfig
+	log *slog.Logger
+}
+
+var _ supervisor.Reporter = (*Client)(nil)
+
+// NewClient returns a Client of the api at baseURL, e.g.
+// http://127.0.0.1:8080.
+func NewClient(baseURL string, cfg ClientConfig, log *slog.Logger) (*Client, error) {
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 10*time.Second)
+	cfg.ReportTimeout = cmp.Or(cfg.ReportTimeout, time.Minute)
+	cfg.ReportBackoff = cmp.Or(cfg.ReportBackoff, 100*time.Millisecond)
+	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout}))
+	if err != nil {
+		return nil, fmt.Errorf("api client: %w", err)
+	}
+	return &Client{api: c, cfg: cfg, log: log}, nil
+}
+
+// Register registers the executor as a new worker and returns its id.
+// Errors: ErrRejected (the request is invalid), a transport error or a 5xx.
+func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (uuid.UUID, error) {
+	res, err := c.api.RegisterWorkerWithResponse(ctx, req)
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("register: %w", err)
+	}
+	if res.JSON201 == nil {
+		return uuid.UUID{}, &StatusError{"register", res.StatusCode(), string(res.Body)}
+	}
+	id, err := uuid.Parse(res.JSON201.Id)
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("register: worker id %q: %w", res.JSON201.Id, err)
+	}
+	return id, nil
+}
+
+// Heartbeat reports the held attempts and returns those the control plane
+// wants stopped. Errors: ErrUnknownWorker on 404.
+func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.Held) ([]int64, error) {
+	type item = struct {
+		Id    int64         `json:"id"`
+		State api.TaskState `json:"state"`
+	}
+	items := make([]item, len(held))
+	for i, h := range held {
+		items[i] = item{Id: h.ID, State: h.State}
+	}
+	res, err := c.api.HeartbeatWithResponse(ctx, id, api.HeartbeatReport{Attempts: &items})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	case res.StatusCode() == http.StatusNotFound:
+		return nil, ErrUnknownWorker
+	case res.JSON200 == nil:
+		return nil, &StatusError{"heartbeat", res.StatusCode(), string(res.Body)}
+	}
+	return res.JSON200.Stop, nil
+}
+
+// Attempt returns what the executor needs to run attempt id. Errors:
+// ErrAttemptNotFound on 404.
+func (c *Client) Attempt(ctx context.Context, id int64) (api.AttemptSpec, error) {
+	res, err := c.api.GetAttemptWithResponse(ctx, id)
+	switch {
+	case err != nil:
+		return api.AttemptSpec{}, fmt.Errorf("get attempt: %w", err)
+	case res.StatusCode() == http.StatusNotFound:
+		return api.AttemptSpec{}, ErrAttemptNotFound
+	case res.JSON200 == nil:
+		return api.AttemptSpec{}, &StatusError{"get attempt", res.StatusCode(), string(res.Body)}
+	}
+	return *res.JSON200, nil
+}

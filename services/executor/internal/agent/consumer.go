@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+)
+
+// Consumer settings that are not worth a knob.
+const (
+	// delayedCheck is asynq's DelayedTaskCheckInterval: retries become
+	// pending this often, so a retry after "all slots busy" is not late.
+	delayedCheck = 100 * time.Millisecond
+	// shutdownTimeout bounds asynq's shutdown; handlers return at once.
+	shutdownTimeout = 2 * time.Second
+	// maxTaskRetryDelay caps the retry delay of a failed attempt:run task.
+	maxTaskRetryDelay = 30 * time.Second
+)
+
+// consume runs an asynq server on queue worker:<id> until ctx ends.
+func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
+	q := queue.WorkerQueue(id.String())
+	srv := asynq.NewServer(a.redis, asynq.Config{
+		Concurrency:              a.cfg.Slots,
+		Queues:                   map[string]int{q: 1},
+		TaskCheckInterval:        a.cfg.PollInterval,
+		DelayedTaskCheckInterval: delayedCheck,
+		ShutdownTimeout:          shutdownTimeout,
+		RetryDelayFunc:           a.retryDelay,
+		IsFailure:                isFailure,
+		Logger:                   svc.AsynqLogger(a.log.With("queue", q)),
+		LogLevel:                 svc.AsynqLevel(ctx, a.log),
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(queue.TypeAttemptRun, func(ctx context.Context, t *asynq.Task) error {
+		return a.handleAttemptRun(ctx, id, t)
+	})
+	if err := srv.Start(mux); err != nil {
+		a.log.Error("consumer did not start", "queue", q, "err", err)
+		return
+	}
+	a.log.Info("consuming", "queue", q)
+	<-ctx.Done()
+	srv.Shutdown()
+}
+
+// handleAttemptRun takes attempt:run. It drops an attempt the control plane
+// does not know, does not want run, or gave to another worker; does nothing
+// for an attempt already held (a re-delivery); and otherwise starts it and
+// returns at once: the process outlives the task. Errors:
+// supervisor.ErrFull (retried after FullRetryDelay), a failure to read the
+// attempt (retried with backoff).
+func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
+	var p queue.AttemptPayload
+	if err := queue.Decode(t, &p); err != nil {
+		return err
+	}
+	log := a.log.With("attempt_id", p.AttemptID)
+	if a.sup.Holds(p.AttemptID) {
+		log.Debug("attempt already held")
+		return nil
+	}
+	spec, err := a.client.Attempt(ctx, p.AttemptID)
+	switch {
+	case errors.Is(err, ErrAttemptNotFound):
+		log.Info("attempt unknown to the control plane; dropped")
+		return nil
+	case err != nil:
+		return err
+	case !spec.Proceed:
+		log.Info("attempt must not run; dropped", "state", spec.State)
+		return nil
+	case spec.WorkerId != nil && *spec.WorkerId != worker.String():
+		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
+		return nil
+	}
+	return a.sup.Start(spec)
+}
+
+// retryDelay is asynq's RetryDelayFunc: FullRetryDelay when every slot was
+// busy, else 500ms doubling per retry up to 30s.
+func (a *Agent) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	if errors.Is(err, supervisor.ErrFull) {
+		return a.cfg.FullRetryDelay
+	}
+	return min(500*time.Millisecond<<min(n, 10), maxTaskRetryDelay)
+}
+
+// isFailure is asynq's IsFailure: waiting for a slot or for a shutdown does
+// not use up the task's retries.
+func isFailure(err error) bool {
+	return !errors.Is(err, supervisor.ErrFull) && !errors.Is(err, supervisor.ErrClosed)
+}

@@ -1,0 +1,183 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/google/uuid"
+)
+
+// fakeAPI is a recording fake of the few api endpoints the executor calls
+// (register, heartbeat, get attempt, report), standing in for the api
+// service that is written concurrently.
+type fakeAPI struct {
+	*httptest.Server
+
+	mu        sync.Mutex
+	workers   []string        // registered ids, in order
+	forgotten map[string]bool // ids whose heartbeat answers 404
+	beats     []api.HeartbeatReport
+	stop      []int64 // returned by the next heartbeat
+	attempts  map[int64]api.AttemptSpec
+	gets      []int64
+	reports   map[int64][]api.AttemptReport
+	// failRegistrations and failReports answer 503 that many times first.
+	failRegistrations, failReports int
+}
+
+func newFakeAPI() *fakeAPI {
+	f := &fakeAPI{forgotten: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/workers", f.register)
+	mux.HandleFunc("POST /v1/workers/{id}/heartbeat", f.heartbeat)
+	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
+	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
+	f.Server = httptest.NewServer(mux)
+	return f
+}
+
+func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
+	var req api.RegisterWorkerRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failRegistrations > 0 {
+		f.failRegistrations--
+		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "starting"))
+		return
+	}
+	id := uuid.NewString()
+	f.workers = append(f.workers, id)
+	writeJSON(w, http.StatusCreated, api.Worker{Id: id, Name: req.Name, Address: req.Address, Slots: *req.Slots,
+		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now()})
+}
+
+func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var rep api.HeartbeatReport
+	_ = json.NewDecoder(r.Body).Decode(&rep)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.forgotten[r.PathValue("id")] {
+		problem.Write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such worker"))
+		return
+	}
+	f.beats = append(f.beats, rep)
+	stop := f.stop
+	f.stop = nil
+	writeJSON(w, http.StatusOK, api.HeartbeatReply{Stop: append([]int64{}, stop...)})
+}
+
+func (f *fakeAPI) getAttempt(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gets = append(f.gets, id)
+	spec, ok := f.attempts[id]
+	if !ok {
+		problem.Write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such attempt"))
+		return
+	}
+	writeJSON(w, http.StatusOK, spec)
+}
+
+func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	var rep api.AttemptReport
+	if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failReports > 0 {
+		f.failReports--
+		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "database restarting"))
+		return
+	}
+	f.reports[id] = append(f.reports[id], rep)
+	writeJSON(w, http.StatusOK, api.AttemptReportResponse{Proceed: true})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// addAttempt makes GET /v1/attempts/{id} answer spec.
+func (f *fakeAPI) addAttempt(spec api.AttemptSpec) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts[spec.Id] = spec
+}
+
+// forget makes worker id's heartbeats answer 404.
+func (f *fakeAPI) forget(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgotten[id] = true
+}
+
+// stopOnNextBeat makes the next heartbeat ask for ids to be stopped.
+func (f *fakeAPI) stopOnNextBeat(ids ...int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stop = append(f.stop, ids...)
+}
+
+func (f *fakeAPI) registered() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string{}, f.workers...)
+}
+
+func (f *fakeAPI) fetched(id int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, g := range f.gets {
+		if g == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *fakeAPI) reportsOf(id int64) []api.AttemptReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.AttemptReport{}, f.reports[id]...)
+}
+
+func (f *fakeAPI) states(id int64) []api.TaskState {
+	var out []api.TaskState
+	for _, r := range f.reportsOf(id) {
+		out = append(out, r.State)
+	}
+	return out
+}
+
+// sawBeatWith reports whether a heartbeat listed attempt id in state st.
+func (f *fakeAPI) sawBeatWith(id int64, st api.TaskState) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.beats {
+		if b.Attempts == nil {
+			continue
+		}
+		for _, a := range *b.Attempts {
+			if a.Id == id && a.State == st {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+)
+
+// maxReportBackoff caps the delay between report retries.
+const maxReportBackoff = 2 * time.Second
+
+// Report sends rep about attempt id and returns whether the attempt may
+// proceed. Transport errors and 5xx answers are retried, the delay starting
+// at ReportBackoff and doubling up to 2s, for at most ReportTimeout, so a
+// brief api outage loses no result. A 409 means the control plane's view
+// conflicts with the executor's (the attempt moved on): proceed is false.
+// Any other 4xx is not retried: the error wraps ErrRejected.
+func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReportTimeout)
+	defer cancel()
+	delay := c.cfg.ReportBackoff
+	for try := 1; ; try++ {
+		proceed, err := c.reportOnce(ctx, id, rep)
+		if err == nil || errors.Is(err, ErrRejected) {
+			return proceed, err
+		}
+		c.log.Debug("report failed; retrying", "attempt_id", id, "state", rep.State, "try", try, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true, fmt.Errorf("report %s after %d tries: %w", rep.State, try, errors.Join(ctx.Err(), err))
+		case <-t.C:
+		}
+		delay = min(2*delay, maxReportBackoff)
+	}
+}
+
+func (c *Client) reportOnce(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	res, err := c.api.ReportAttemptWithResponse(ctx, id, rep)
+	switch {
+	case err != nil:
+		return true, fmt.Errorf("report: %w", err)
+	case res.JSON200 != nil:
+		return res.JSON200.Proceed, nil
+	case res.StatusCode() == http.StatusConflict:
+		c.log.Info("report conflicts with the control plane; stopping the attempt", "attempt_id", id,
+			"state", rep.State, "body", string(res.Body))
+		return false, nil
+	}
+	return true, &StatusError{"report " + string(rep.State), res.StatusCode(), string(res.Body)}
+}

@@ -1,0 +1,243 @@
+// Package runner starts and kills the operating-system processes of attempts:
+// `/bin/sh -c <command>` in its own process group, with the last N bytes of
+// stdout and stderr kept, killed by process group (SIGTERM, a grace period,
+// then SIGKILL), and tied to the executor's life with Pdeathsig.
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Shell is the interpreter of every command.
+const Shell = "/bin/sh"
+
+// drainTimeout bounds how long output is read after the process group is
+// gone: only a process that left the group (setsid) can still hold the pipes.
+const drainTimeout = time.Second
+
+// stuckTimeout bounds how long Kill waits after SIGKILL before giving up (a
+// process in uninterruptible sleep).
+const stuckTimeout = 5 * time.Second
+
+// ErrStuck is returned by Kill when the process did not exit after SIGKILL.
+var ErrStuck = errors.New("process did not exit after SIGKILL")
+
+// Spec is what Start runs.
+type Spec struct {
+	// Command is the script given to /bin/sh -c.
+	Command string
+	// Dir is the working directory; it must exist.
+	Dir string
+	// Env is the complete environment, "KEY=value" each; later entries win.
+	// Nil inherits the executor's environment.
+	Env []string
+	// LogLimit is how many bytes of stdout and of stderr to keep: the last
+	// ones. 0 keeps nothing.
+	LogLimit int
+}
+
+// Result is how a process ended and what it wrote.
+type Result struct {
+	// ExitCode is the exit status, or 128+signal when a signal ended it.
+	ExitCode int
+	// Signal is the signal that ended the process, 0 when it exited.
+	Signal syscall.Signal
+	// Stdout and Stderr are the last LogLimit bytes of each stream.
+	Stdout, Stderr []byte
+	// Truncated is true when either stream produced more than LogLimit bytes.
+	Truncated bool
+}
+
+// Process is a started command. Its process group is the command's pid.
+type Process struct {
+	pid    int
+	exited chan struct{} // the group leader exited and its group was swept
+	done   chan struct{} // result holds the outcome and the output
+
+	mu     sync.Mutex
+	reaped bool // once true the pid may be reused: never signal it again
+
+	result Result
+}
+
+// Start runs spec.Command with /bin/sh -c in a new process group whose
+// members get SIGKILL if the executor dies (Pdeathsig). The fork happens on
+// an OS thread locked to a goroutine that lives until the process is reaped,
+// because Pdeathsig fires when the forking thread, not the process, dies.
+// When the shell exits, whatever is left of its process group is SIGKILLed:
+// nothing an attempt started outlives it. Errors: the shell could not start.
+func Start(spec Spec) (*Process, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	cmd := exec.Command(Shell, "-c", spec.Command)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = spec.Dir, spec.Env, outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	p := &Process{exited: make(chan struct{}), done: make(chan struct{})}
+	out := &output{stdout: newTail(spec.LogLimit), stderr: newTail(spec.LogLimit), files: []*os.File{outR, errR}}
+	out.copying.Add(2)
+	started := make(chan error, 1)
+	go p.supervise(cmd, started, out)
+	err = <-started
+	closeAll(outW, errW) // the child holds its own copies
+	if err != nil {
+		closeAll(outR, errR)
+		return nil, err
+	}
+	go out.copy(out.stdout, outR)
+	go out.copy(out.stderr, errR)
+	return p, nil
+}
+
+// supervise starts cmd and waits for it on one locked OS thread, then
+// sweeps the group, reaps the leader and collects the output.
+func (p *Process) supervise(cmd *exec.Cmd, started chan<- error, out *output) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread() // only once the process is reaped
+	if err := startOwned(cmd); err != nil {
+		started <- fmt.Errorf("start %s: %w", Shell, err)
+		return
+	}
+	defer disown(cmd.Process.Pid)
+	p.pid = cmd.Process.Pid
+	started <- nil
+
+	waitExit(p.pid) // leaves the leader a zombie, so its pgid cannot be reused yet
+	p.mu.Lock()
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL) // sweep what the shell left behind
+	p.reaped = true
+	p.mu.Unlock()
+	_ = cmd.Wait()
+	close(p.exited)
+
+	p.result = out.collect()
+	p.result.ExitCode, p.result.Signal = exitStatus(cmd.ProcessState)
+	close(p.done)
+}
+
+// waitExit blocks until pid has exited, without reaping it.
+func waitExit(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			return
+		}
+	}
+}
+
+func exitStatus(ps *os.ProcessState) (int, syscall.Signal) {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), ws.Signal()
+	}
+	return ps.ExitCode(), 0
+}
+
+// Pid returns the shell's pid, which is also its process group id.
+func (p *Process) Pid() int { return p.pid }
+
+// Exited is closed once the shell has exited and its group was swept.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Wait blocks until the process has exited and its output is collected.
+func (p *Process) Wait() Result {
+	<-p.done
+	return p.result
+}
+
+// Signal sends sig to the process group while its leader is not reaped; it
+// is a no-op afterwards (the group is gone and its id may be reused).
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return nil
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to group %d: %w", sig, p.pid, err)
+	}
+	return nil
+}
+
+// Kill sends SIGTERM to the process group, waits up to grace for the shell to
+// exit, then sends SIGKILL, and returns once the shell has exited (its group
+// is then swept). Errors: ErrStuck when it is still there stuckTimeout after
+// SIGKILL, or a signal that could not be sent.
+func (p *Process) Kill(grace time.Duration) error {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return nil
+	case <-t.C:
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	t.Reset(stuckTimeout)
+	select {
+	case <-p.exited:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("pid %d: %w", p.pid, ErrStuck)
+	}
+}
+
+// output collects the two streams of one process.
+type output struct {
+	stdout, stderr *tail
+	files          []*os.File
+	copying        sync.WaitGroup
+}
+
+func (o *output) copy(t *tail, r *os.File) {
+	defer o.copying.Done()
+	_, _ = io.Copy(t, r)
+}
+
+// collect waits for both streams to reach EOF, at most drainTimeout after the
+// group is gone (only a process that left the group can still hold a pipe),
+// then closes the pipes and returns the kept output.
+func (o *output) collect() Result {
+	eof := make(chan struct{})
+	go func() {
+		o.copying.Wait()
+		close(eof)
+	}()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	select {
+	case <-eof:
+	case <-t.C:
+	}
+	closeAll(o.files...)
+	<-eof
+	return Result{Stdout: o.stdout.Bytes(), Stderr: o.stderr.Bytes(),
+		Truncated: o.stdout.Truncated() || o.stderr.Truncated()}
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}

@@ -1,0 +1,72 @@
+// Package server serves the executor's own API (openapi/executor.yaml) on
+// echo: POST /v1/attempts/{id}/abort and GET /healthz. Errors are
+// application/problem+json.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/labstack/echo/v4"
+)
+
+// Aborter kills attempts; the supervisor is one.
+type Aborter interface {
+	// Abort kills attempt id and returns once its process is gone; killed
+	// is false when it had already exited. Errors: supervisor.ErrNotHeld.
+	Abort(ctx context.Context, id int64, cause api.AttemptReportCause, reason string) (killed bool, err error)
+}
+
+// Server is the executor's HTTP API.
+type Server struct {
+	echo *echo.Echo
+	log  *slog.Logger
+}
+
+var _ executorapi.StrictServerInterface = (*handlers)(nil)
+
+// New returns the API over ab.
+func New(ab Aborter, log *slog.Logger) *Server {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = problem.EchoErrorHandler(log)
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	executorapi.RegisterHandlers(e, executorapi.NewStrictHandler(&handlers{ab: ab, log: log}, nil))
+	return &Server{echo: e, log: log}
+}
+
+// Handler returns the API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve serves on ln until ctx ends, then shuts down, letting requests in
+// flight finish for up to 5s.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	err := srv.Serve(ln)
+	<-done
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// handlers implements the generated strict server interface.
+type handlers struct {
+	ab  Aborter
+	log *slog.Logger
+}

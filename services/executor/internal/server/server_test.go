@@ -1,0 +1,178 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/services/executor/internal/proctest"
+	"github.com/capstan-run/capstan/services/executor/internal/server"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if err := proctest.BecomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// reports records what the supervisor reports and always says proceed.
+type reports struct {
+	mu   sync.Mutex
+	byID map[int64][]api.AttemptReport
+}
+
+func (r *reports) Report(_ context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID == nil {
+		r.byID = map[int64][]api.AttemptReport{}
+	}
+	r.byID[id] = append(r.byID[id], rep)
+	return true, nil
+}
+
+func (r *reports) find(id int64, st api.TaskState) *api.AttemptReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rep := range r.byID[id] {
+		if rep.State == st {
+			return &rep
+		}
+	}
+	return nil
+}
+
+type fixture struct {
+	sup    *supervisor.Supervisor
+	rec    *reports
+	url    string
+	client *executorapi.ClientWithResponses
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rec := &reports{}
+	sup, err := supervisor.New(rec, supervisor.Config{DataDir: t.TempDir(), KillGrace: time.Second}, log)
+	require.NoError(t, err)
+	srv := httptest.NewServer(server.New(sup, log).Handler())
+	client, err := executorapi.NewClientWithResponses(srv.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		srv.Close()
+		require.NoError(t, sup.Close(context.Background()))
+	})
+	return fixture{sup: sup, rec: rec, url: srv.URL, client: client}
+}
+
+func requireProblem(t *testing.T, status int, code string, res *http.Response, body []byte) {
+	t.Helper()
+	require.Equal(t, status, res.StatusCode, "%s", body)
+	require.Equal(t, problem.ContentType, res.Header.Get("Content-Type"))
+	var p problem.Problem
+	require.NoError(t, json.Unmarshal(body, &p))
+	require.Equal(t, code, p.Code)
+	require.Equal(t, status, p.Status)
+}
+
+func TestAbortUnknownAttemptIs404(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, err := f.client.AbortAttemptWithResponse(context.Background(), 99, executorapi.AbortAttemptJSONRequestBody{})
+	require.NoError(t, err)
+	requireProblem(t, http.StatusNotFound, problem.CodeNotFound, res.HTTPResponse, res.Body)
+	require.NotNil(t, res.ApplicationproblemJSON404)
+}
+
+func TestAbortRunningAttemptKillsIt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.sup.Start(api.AttemptSpec{Id: 7, Number: 1, Project: "p", Domain: "d", Run: "r",
+		Action: "a", Replicas: 1, Plugin: "shell", Command: "sleep 600", Proceed: true}))
+	var pid int
+	require.Eventually(t, func() bool {
+		rep := f.rec.find(7, api.TaskStateRUNNING)
+		if rep != nil {
+			pid = *rep.Pid
+		}
+		return rep != nil
+	}, 10*time.Second, 5*time.Millisecond)
+
+	cause, reason := "timeout", "ran past its deadline"
+	res, err := f.client.AbortAttemptWithResponse(context.Background(), 7,
+		executorapi.AbortAttemptJSONRequestBody{Cause: &cause, Reason: &reason})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), "%s", res.Body)
+	require.Equal(t, int64(7), res.JSON200.Id)
+	require.True(t, res.JSON200.Killed)
+	require.True(t, proctest.Gone(pid), "the process is gone when the abort answers")
+
+	require.Eventually(t, func() bool { return f.rec.find(7, api.TaskStateKILLED) != nil }, 10*time.Second, 5*time.Millisecond)
+	killed := f.rec.find(7, api.TaskStateKILLED)
+	require.Equal(t, api.Timeout, *killed.Cause)
+	require.Equal(t, reason, *killed.Error)
+}
+
+func TestAbortRejectsUnknownCause(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cause := "bored"
+	res, err := f.client.AbortAttemptWithResponse(context.Background(), 7, executorapi.AbortAttemptJSONRequestBody{Cause: &cause})
+	require.NoError(t, err)
+	requireProblem(t, http.StatusBadRequest, problem.CodeInvalid, res.HTTPResponse, res.Body)
+}
+
+func TestErrorsAreProblems(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"no route", http.MethodGet, "/v1/nothing", "", http.StatusNotFound, problem.CodeNotFound},
+		{"bad id", http.MethodPost, "/v1/attempts/abc/abort", "{}", http.StatusBadRequest, problem.CodeBadRequest},
+		{"bad body", http.MethodPost, "/v1/attempts/1/abort", "{", http.StatusBadRequest, problem.CodeBadRequest},
+		{"wrong method", http.MethodGet, "/v1/attempts/1/abort", "", http.StatusMethodNotAllowed, problem.CodeNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := http.NewRequest(tt.method, f.url+tt.path, strings.NewReader(tt.body))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			body, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			requireProblem(t, tt.status, tt.code, res, body)
+		})
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, err := http.Get(f.url + "/healthz")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+}

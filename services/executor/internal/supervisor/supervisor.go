@@ -1,0 +1,248 @@
+// Package supervisor holds the attempts an executor runs: it reserves their
+// slots, prepares their directories, starts their processes with the runner,
+// reports their states to the control plane and kills them on request.
+package supervisor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+)
+
+// Sentinels callers branch on.
+var (
+	// ErrFull: every slot is taken; try again shortly.
+	ErrFull = errors.New("all slots are busy")
+	// ErrClosed: the supervisor is shutting down and takes no new attempt.
+	ErrClosed = errors.New("supervisor is closed")
+	// ErrNotHeld: this executor holds no such attempt.
+	ErrNotHeld = errors.New("attempt not held by this executor")
+)
+
+// Reporter tells the control plane a fact about an attempt. It returns
+// proceed=false when the attempt must stop. It may retry; an error means the
+// report was lost.
+type Reporter interface {
+	Report(ctx context.Context, id int64, rep api.AttemptReport) (proceed bool, err error)
+}
+
+// Config configures a Supervisor.
+type Config struct {
+	// Slots is how many attempts may hold a process at once. Default 4; 1 to 1024.
+	Slots int
+	// DataDir holds the work directories, attempts/<id>/, and the run
+	// directories, runs/<project>/<domain>/<run>/. Default ./.data/executor;
+	// made absolute.
+	DataDir string
+	// KillGrace is how long a killed process group has between SIGTERM and
+	// SIGKILL. Default 2s.
+	KillGrace time.Duration
+	// LogLimit is how many bytes of stdout and of stderr are kept per attempt:
+	// the last ones. Default 64 KiB.
+	LogLimit int
+}
+
+// Held is an attempt this executor holds and its state, as a heartbeat
+// reports it.
+type Held struct {
+	ID    int64
+	State api.TaskState
+}
+
+// Supervisor runs attempts. It is safe for concurrent use.
+type Supervisor struct {
+	cfg Config
+	rep Reporter
+	log *slog.Logger
+	// ctx bounds every report; Close cancels it when its deadline passes.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // one goroutine per held attempt
+
+	mu     sync.Mutex
+	held   map[int64]*attempt
+	busy   int // attempts that hold a slot: their process has not exited
+	closed bool
+}
+
+// New returns a Supervisor that reports through rep. Errors: an invalid
+// config.
+func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
+	cfg.Slots = cmp.Or(cfg.Slots, 4)
+	cfg.DataDir = cmp.Or(cfg.DataDir, "./.data/executor")
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, 2*time.Second)
+	cfg.LogLimit = cmp.Or(cfg.LogLimit, 64<<10)
+	switch {
+	case cfg.Slots < 1 || cfg.Slots > 1024:
+		return nil, fmt.Errorf("slots must be 1 to 1024, got %d", cfg.Slots)
+	case cfg.KillGrace < 0:
+		return nil, fmt.Errorf("kill grace must not be negative, got %s", cfg.KillGrace)
+	case cfg.LogLimit < 0:
+		return nil, fmt.Errorf("log limit must not be negative, got %d", cfg.LogLimit)
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	cfg.DataDir = dir
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Supervisor{cfg: cfg, rep: rep, log: log, ctx: ctx, cancel: cancel, held: map[int64]*attempt{}}, nil
+}
+
+// Start takes the attempt and starts running it in the background; it
+// returns at once. Starting an attempt it already holds does nothing.
+// Errors: ErrFull when every slot is taken, ErrClosed after Close.
+func (s *Supervisor) Start(spec api.AttemptSpec) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.held[spec.Id] != nil:
+		return nil
+	case s.busy >= s.cfg.Slots:
+		return ErrFull
+	}
+	a := newAttempt(s.ctx, spec)
+	s.held[spec.Id] = a
+	s.busy++
+	s.wg.Add(1)
+	go s.run(a)
+	return nil
+}
+
+// Holds reports whether the attempt is held, from its start until its final
+// report was sent.
+func (s *Supervisor) Holds(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[id] != nil
+}
+
+// Held lists the attempts held, by id.
+func (s *Supervisor) Held() []Held {
+	s.mu.Lock()
+	out := make([]Held, 0, len(s.held))
+	for id, a := range s.held {
+		out = append(out, Held{ID: id, State: a.currentState()})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b Held) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Stop asks for the attempt to be killed, with cause and reason, without
+// waiting; the final report (KILLED, PREEMPTED or WORKER_FAILED, by cause)
+// follows once its process is gone. It returns
+// false when the attempt is not held or its process had already exited.
+func (s *Supervisor) Stop(id int64, cause api.AttemptReportCause, reason string) bool {
+	a := s.get(id)
+	return a != nil && s.stop(a, stopReason{cause, reason})
+}
+
+// Abort kills the attempt's process group (SIGTERM, KillGrace, SIGKILL) and
+// returns once it has exited: killed is true, or false when it had already
+// exited. Errors: ErrNotHeld; runner.ErrStuck; ctx's error.
+func (s *Supervisor) Abort(ctx context.Context, id int64, cause api.AttemptReportCause, reason string) (killed bool, err error) {
+	a := s.get(id)
+	if a == nil {
+		return false, ErrNotHeld
+	}
+	if !s.stop(a, stopReason{cause, reason}) {
+		return false, nil
+	}
+	select {
+	case <-a.exited:
+		return true, nil
+	case <-a.stuck:
+		return false, a.killErr
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// KillAll aborts every held attempt with cause and reason, concurrently, and
+// returns once all their processes are gone or ctx ends.
+func (s *Supervisor) KillAll(ctx context.Context, cause api.AttemptReportCause, reason string) error {
+	s.mu.Lock()
+	ids := make([]int64, 0, len(s.held))
+	for id := range s.held {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			if _, err := s.Abort(ctx, id, cause, reason); err != nil && !errors.Is(err, ErrNotHeld) {
+				errs[i] = fmt.Errorf("attempt %d: %w", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close takes no new attempt, kills every held one (cause worker_lost: they
+// are reported WORKER_FAILED, so the scheduler runs them elsewhere) and
+// waits for their final reports until ctx ends; then it abandons the reports
+// still being retried.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	err := s.KillAll(ctx, api.WorkerLost, "the executor is shutting down")
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("final reports: %w", ctx.Err()))
+	}
+	s.cancel()
+	return err
+}
+
+func (s *Supervisor) get(id int64) *attempt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[id]
+}
+
+// stop marks a stopped; its goroutine then kills its process. It returns
+// false when a's process had already exited.
+func (s *Supervisor) stop(a *attempt, r stopReason) bool {
+	return a.markStopped(r)
+}
+
+// exited records that a's process is gone (or never started): it frees a's
+// slot and wakes the Abort calls waiting for it.
+func (s *Supervisor) exited(a *attempt) {
+	a.exitOnce.Do(func() {
+		a.markExited()
+		s.mu.Lock()
+		s.busy--
+		s.mu.Unlock()
+		close(a.exited)
+	})
+}
+
+// forget drops a once its final report was sent or given up.
+func (s *Supervisor) forget(a *attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[a.spec.Id] == a {
+		delete(s.held, a.spec.Id)
+	}
+}

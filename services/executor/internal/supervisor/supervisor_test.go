@@ -1,0 +1,285 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/services/executor/internal/proctest"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if err := proctest.BecomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+const waitFor, tick = 10 * time.Second, 5 * time.Millisecond
+
+// recorder is the control plane as the supervisor sees it: it records every
+// report and answers proceed as told.
+type recorder struct {
+	mu      sync.Mutex
+	reports map[int64][]api.AttemptReport
+	// answer, when set, decides each report; it may block until ctx ends.
+	answer func(ctx context.Context, id int64, rep api.AttemptReport) (bool, error)
+}
+
+func (r *recorder) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	r.mu.Lock()
+	if r.reports == nil {
+		r.reports = map[int64][]api.AttemptReport{}
+	}
+	r.reports[id] = append(r.reports[id], rep)
+	answer := r.answer
+	r.mu.Unlock()
+	if answer != nil {
+		return answer(ctx, id, rep)
+	}
+	return true, nil
+}
+
+func (r *recorder) states(id int64) []api.TaskState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []api.TaskState
+	for _, rep := range r.reports[id] {
+		out = append(out, rep.State)
+	}
+	return out
+}
+
+func (r *recorder) find(id int64, st api.TaskState) (api.AttemptReport, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rep := range r.reports[id] {
+		if rep.State == st {
+			return rep, true
+		}
+	}
+	return api.AttemptReport{}, false
+}
+
+// await waits for a report of st about attempt id.
+func (r *recorder) await(t *testing.T, id int64, st api.TaskState) api.AttemptReport {
+	t.Helper()
+	var rep api.AttemptReport
+	require.Eventually(t, func() bool {
+		var ok bool
+		rep, ok = r.find(id, st)
+		return ok
+	}, waitFor, tick, "no %s report for attempt %d; got %v", st, id, r.states(id))
+	return rep
+}
+
+func newSupervisor(t *testing.T, rep supervisor.Reporter, cfg supervisor.Config) *supervisor.Supervisor {
+	t.Helper()
+	cfg.DataDir = cmpOr(cfg.DataDir, t.TempDir())
+	s, err := supervisor.New(rep, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		require.NoError(t, s.Close(ctx))
+	})
+	return s
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func spec(id int64, command string) api.AttemptSpec {
+	return api.AttemptSpec{Id: id, Number: 2, Project: "proj", Domain: "dev", Run: "run-1", Action: "build",
+		TaskIndex: 1, Replicas: 3, Plugin: "shell", Command: command, Env: map[string]string{"GREETING": "hello"},
+		State: api.TaskStateASSIGNED, Proceed: true}
+}
+
+func TestRunReportsEachStateWithEnv(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	data := t.TempDir()
+	s := newSupervisor(t, rec, supervisor.Config{DataDir: data})
+	cmd := `echo "$GREETING $CAPSTAN_PROJECT/$CAPSTAN_DOMAIN/$CAPSTAN_RUN/$CAPSTAN_ACTION" \
+		"task=$CAPSTAN_TASK_INDEX/$CAPSTAN_REPLICAS attempt=$CAPSTAN_ATTEMPT id=$CAPSTAN_ATTEMPT_ID"
+		echo "$CAPSTAN_WORK_DIR" "$CAPSTAN_RUN_DIR" "$(pwd)"
+		test -d "$CAPSTAN_RUN_DIR" && echo oops >&2`
+	require.NoError(t, s.Start(spec(41, cmd)))
+
+	final := rec.await(t, 41, api.TaskStateSUCCEEDED)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, rec.states(41))
+	running, _ := rec.find(41, api.TaskStateRUNNING)
+	require.NotNil(t, running.Pid)
+	require.Positive(t, *running.Pid)
+	work, run := filepath.Join(data, "attempts", "41"), filepath.Join(data, "runs", "proj", "dev", "run-1")
+	require.Equal(t, "hello proj/dev/run-1/build task=1/3 attempt=2 id=41\n"+work+" "+run+" "+work+"\n", *final.Stdout)
+	require.Equal(t, "oops\n", *final.Stderr)
+	require.Equal(t, 0, *final.ExitCode)
+	require.False(t, *final.Truncated)
+	require.Nil(t, final.Cause)
+	require.Eventually(t, func() bool { return !s.Holds(41) }, waitFor, tick)
+}
+
+func TestNonZeroExitIsUserFailure(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(spec(1, "echo bad >&2; exit 3")))
+	final := rec.await(t, 1, api.TaskStateFAILED)
+	require.Equal(t, api.User, *final.Cause)
+	require.Equal(t, 3, *final.ExitCode)
+	require.Equal(t, "bad\n", *final.Stderr)
+	require.Equal(t, "exit status 3", *final.Error)
+}
+
+func TestUncreatableWorkDirIsSystemFailure(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	s := newSupervisor(t, rec, supervisor.Config{DataDir: file})
+	require.NoError(t, s.Start(spec(1, "true")))
+	final := rec.await(t, 1, api.TaskStateFAILED)
+	require.Equal(t, api.System, *final.Cause)
+	require.Contains(t, *final.Error, "create directory")
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))
+}
+
+func TestAbortKillsAndReportsKilled(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(spec(5, "sleep 600")))
+	pid := *rec.await(t, 5, api.TaskStateRUNNING).Pid
+	require.Equal(t, []supervisor.Held{{ID: 5, State: api.TaskStateRUNNING}}, s.Held())
+
+	killed, err := s.Abort(context.Background(), 5, api.Timeout, "too slow")
+	require.NoError(t, err)
+	require.True(t, killed)
+	require.True(t, proctest.Gone(pid))
+	final := rec.await(t, 5, api.TaskStateKILLED)
+	require.Equal(t, api.Timeout, *final.Cause)
+	require.Equal(t, "too slow", *final.Error)
+	require.Eventually(t, func() bool { return !s.Holds(5) }, waitFor, tick)
+	_, err = s.Abort(context.Background(), 5, api.Aborted, "")
+	require.ErrorIs(t, err, supervisor.ErrNotHeld)
+}
+
+func TestAbortWhileBuildingNeverStarts(t *testing.T) {
+	t.Parallel()
+	building := make(chan struct{})
+	rec := &recorder{answer: func(ctx context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+		if rep.State == api.TaskStateBUILDING { // the control plane is unreachable
+			close(building)
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		return true, nil
+	}}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(spec(5, "touch started")))
+	<-building
+	killed, err := s.Abort(context.Background(), 5, api.Aborted, "")
+	require.NoError(t, err)
+	require.True(t, killed)
+	final := rec.await(t, 5, api.TaskStateKILLED)
+	require.Equal(t, "killed: aborted", *final.Error)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateKILLED}, rec.states(5))
+}
+
+func TestAbortAfterExitAnswersNotKilled(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	rec := &recorder{answer: func(_ context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+		if rep.State == api.TaskStateSUCCEEDED {
+			<-release // the final report is still being delivered
+		}
+		return true, nil
+	}}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(spec(5, "true")))
+	rec.await(t, 5, api.TaskStateSUCCEEDED)
+	require.Equal(t, []supervisor.Held{{ID: 5, State: api.TaskStateSUCCEEDED}}, s.Held())
+	killed, err := s.Abort(context.Background(), 5, api.Aborted, "")
+	require.NoError(t, err)
+	require.False(t, killed)
+	close(release)
+}
+
+func TestProceedFalseKillsTheProcess(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{answer: func(_ context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+		return rep.State != api.TaskStateRUNNING, nil
+	}}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(spec(5, "sleep 600")))
+	final := rec.await(t, 5, api.TaskStateKILLED)
+	require.Equal(t, api.Aborted, *final.Cause)
+	running, _ := rec.find(5, api.TaskStateRUNNING)
+	require.True(t, proctest.Gone(*running.Pid))
+}
+
+func TestSlotsBoundRunningAttempts(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{Slots: 1})
+	require.NoError(t, s.Start(spec(1, "sleep 600")))
+	require.ErrorIs(t, s.Start(spec(2, "true")), supervisor.ErrFull)
+	require.NoError(t, s.Start(spec(1, "sleep 600")), "a re-delivery of a held attempt is a no-op")
+	rec.await(t, 1, api.TaskStateRUNNING)
+
+	killed, err := s.Abort(context.Background(), 1, api.Preempted, "")
+	require.NoError(t, err)
+	require.True(t, killed)
+	require.NoError(t, s.Start(spec(2, "true")), "the slot is free once the process is gone")
+	rec.await(t, 2, api.TaskStateSUCCEEDED)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateRUNNING, api.TaskStatePREEMPTED}, rec.states(1),
+		"a preempted attempt is reported PREEMPTED, which the scheduler retries")
+}
+
+func TestCloseReportsWorkerFailed(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s, err := supervisor.New(rec, supervisor.Config{DataDir: t.TempDir(), KillGrace: 200 * time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, s.Start(spec(1, "sleep 600")))
+	require.NoError(t, s.Start(spec(2, "trap '' TERM; sleep 600")))
+	pid := *rec.await(t, 2, api.TaskStateRUNNING).Pid
+
+	require.NoError(t, s.Close(context.Background()))
+	for _, id := range []int64{1, 2} {
+		final, ok := rec.find(id, api.TaskStateWORKERFAILED)
+		require.True(t, ok, "attempt %d: %v", id, rec.states(id))
+		require.Equal(t, api.WorkerLost, *final.Cause, "retried elsewhere, unlike KILLED")
+	}
+	require.True(t, proctest.Gone(pid))
+	require.ErrorIs(t, s.Start(spec(3, "true")), supervisor.ErrClosed)
+	require.Empty(t, s.Held())
+}
+
+func TestLogTextIsValidUTF8(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{LogLimit: 5})
+	// "é" is two bytes: the last 5 bytes of "xébcde" start inside it.
+	require.NoError(t, s.Start(spec(1, `printf 'x\303\251bcde'; printf 'a\000b' >&2`)))
+	final := rec.await(t, 1, api.TaskStateSUCCEEDED)
+	require.Equal(t, "bcde", *final.Stdout)
+	require.Equal(t, "ab", *final.Stderr)
+	require.True(t, *final.Truncated)
+}

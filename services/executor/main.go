@@ -1,0 +1,104 @@
+// Command capstan-executor runs attempts for Capstan: it registers as a
+// worker, heartbeats, consumes its queue worker:<id>, runs each attempt's
+// process, reports its states to the api and serves POST
+// /v1/attempts/{id}/abort. Configuration is read from the environment: see
+// Config.
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/executor/internal/agent"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/server"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+)
+
+func main() {
+	cfg, err := env.ParseAs[Config]()
+	if err != nil {
+		svc.Fatal(slog.Default(), "invalid config", err)
+	}
+	log := svc.NewLogger("executor", cfg.LogLevel)
+	if err := run(cfg, log); err != nil {
+		svc.Fatal(log, "executor failed", err)
+	}
+	log.Info("stopped")
+}
+
+// executor is the wired service.
+type executor struct {
+	sup       *supervisor.Supervisor
+	agent     *agent.Agent
+	server    *server.Server
+	ln        net.Listener
+	advertise string
+}
+
+// build wires the executor; it listens at once, so the advertised address
+// is real before registration.
+func build(cfg Config, log *slog.Logger) (*executor, error) {
+	client, err := agent.NewClient(cfg.APIURL, agent.ClientConfig{}, log)
+	if err != nil {
+		return nil, err
+	}
+	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
+		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit}, log)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	advertise, err := cfg.advertiseURL(ln.Addr())
+	if err != nil {
+		return nil, errors.Join(err, ln.Close())
+	}
+	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
+		Slots: cfg.Slots, Labels: cfg.Labels, HeartbeatInterval: cfg.HeartbeatInterval,
+		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile}, log)
+	if err != nil {
+		return nil, errors.Join(err, ln.Close())
+	}
+	return &executor{sup: sup, agent: ag, server: server.New(sup, log), ln: ln, advertise: advertise}, nil
+}
+
+func run(cfg Config, log *slog.Logger) error {
+	ctx, stop := svc.SignalContext()
+	defer stop()
+	e, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	defer stopReaping() // reap until the very end: shutdown kills orphan grandchildren
+	go func() {
+		if err := runner.ReapOrphans(reapCtx, log); err != nil {
+			log.Warn("orphans will not be reaped", "err", err)
+		}
+	}()
+	srvCtx, stopServer := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		err := e.server.Serve(srvCtx, e.ln)
+		stop() // without its API the executor cannot be aborted: shut down
+		served <- err
+	}()
+	log.Info("serving", "addr", e.ln.Addr().String(), "advertise", e.advertise)
+
+	runErr := e.agent.Run(ctx) // returns once ctx ends and consumption stopped
+	log.Info("shutting down")
+	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := e.sup.Close(closeCtx); err != nil {
+		log.Error("attempts not closed cleanly", "err", err)
+	}
+	stopServer() // the abort endpoint stays up until the attempts are gone
+	return errors.Join(runErr, <-served)
+}
