@@ -64,7 +64,15 @@ ensure_redis() {
 pg_running() { as_pg pg_ctl -D "$pg_dir" status >/dev/null 2>&1; }
 redis_running() { redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null 2>&1; }
 
+pg_answers() { psql -h 127.0.0.1 -p "$pg_port" -U "$pg_role" -d postgres -tAc 'select 1' >/dev/null 2>&1; }
+
 start_pg() {
+  if ! pg_running && pg_answers; then
+    # Another checkout's cluster (or an earlier start) already serves this port.
+    log "postgres already answering on $pg_port; using it"
+    ensure_db
+    return
+  fi
   find_pg_bin
   mkdir -p "$data"
   local u; u=$(pg_user)
@@ -88,6 +96,10 @@ EOF
     log "starting postgres on 127.0.0.1:$pg_port"
     as_pg pg_ctl -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -w -t 60 start >/dev/null
   fi
+  ensure_db
+}
+
+ensure_db() {
   if ! psql -h 127.0.0.1 -p "$pg_port" -U "$pg_role" -d postgres -tAc \
       "select 1 from pg_database where datname='$pg_db'" | grep -q 1; then
     createdb -h 127.0.0.1 -p "$pg_port" -U "$pg_role" "$pg_db"
@@ -122,7 +134,7 @@ case "${1:-start}" in
   start) start_pg; start_redis; print_env ;;
   stop) stop_all ;;
   status)
-    pg_running && echo "postgres: running on 127.0.0.1:$pg_port" || echo "postgres: stopped"
+    { pg_running || pg_answers; } && echo "postgres: running on 127.0.0.1:$pg_port" || echo "postgres: stopped"
     redis_running && echo "redis: running on 127.0.0.1:$redis_port" || echo "redis: stopped" ;;
   env) print_env ;;
   *) echo "usage: $0 {start|stop|status|env}" >&2; exit 2 ;;

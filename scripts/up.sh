@@ -13,8 +13,8 @@ logs=$root/.data/logs
 mkdir -p "$run" "$logs"
 
 deps_were_running=yes
-scripts/dev-deps.sh status | grep -q 'postgres: running' || deps_were_running=no
-scripts/dev-deps.sh status | grep -q 'redis: running' || deps_were_running=no
+status=$(scripts/dev-deps.sh status)
+[[ $status == *"postgres: running"* && $status == *"redis: running"* ]] || deps_were_running=no
 eval "$(scripts/dev-deps.sh start)"
 [ "$deps_were_running" = yes ] || [ -f "$run/deps.started" ] || touch "$run/deps.started"
 export CAPSTAN_DATABASE_URL CAPSTAN_REDIS_ADDR

@@ -71,8 +71,8 @@ func TestDAGRunToSucceeded(t *testing.T) {
 	w := registerWorker(t, st)
 	key := newRun(t, st, "dag", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
 		{Name: "a", Command: "true"},
-		{Name: "b", Command: "true", DependsOn: []string{"a"}, Replicas: intp(2)},
 		{Name: "c", Command: "true", DependsOn: []string{"a"}},
+		{Name: "b", Command: "true", DependsOn: []string{"a"}, Replicas: intp(2)},
 		{Name: "d", Command: "true", DependsOn: []string{"b", "c"}},
 	}})
 
@@ -102,6 +102,11 @@ func TestDAGRunToSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "SUCCEEDED", d.Run.Phase)
 	require.NotNil(t, d.Run.EndedAt)
+	var names []string
+	for _, a := range d.Actions {
+		names = append(names, a.Action.Name)
+	}
+	require.Equal(t, []string{"a0", "a", "c", "b", "d"}, names, "actions in spec order")
 	for _, a := range d.Actions {
 		require.Equal(t, "SUCCEEDED", a.Action.Phase, a.Action.Name)
 	}

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,8 +88,26 @@ func (s *Store) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error
 		return d, mapErr(err)
 	}
 	actions, err := s.actionDetails(ctx, key, "")
-	d.Actions = actions
-	return d, err
+	if err != nil {
+		return d, err
+	}
+	var spec domain.WorkflowSpec
+	if err := json.Unmarshal(d.Run.Spec, &spec); err != nil {
+		return d, fmt.Errorf("run %s: spec: %w", key, err)
+	}
+	d.Actions = inSpecOrder(actions, spec)
+	return d, nil
+}
+
+// inSpecOrder sorts actions as their steps appear in the spec, the root a0
+// first.
+func inSpecOrder(actions []ActionDetail, spec domain.WorkflowSpec) []ActionDetail {
+	pos := map[string]int{domain.RootActionName: -1}
+	for i, st := range spec.Steps {
+		pos[st.Name] = i
+	}
+	slices.SortStableFunc(actions, func(a, b ActionDetail) int { return cmp.Compare(pos[a.Action.Name], pos[b.Action.Name]) })
+	return actions
 }
 
 // GetAction returns one action with its tasks and attempts.
