@@ -328,8 +328,20 @@ type RegisterWorkerRequest struct {
 	Labels  *map[string]string `json:"labels,omitempty"`
 	Name    string             `json:"name"`
 
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+
 	// Slots How many attempts it runs at once (1 to 1024).
 	Slots *int `json:"slots,omitempty"`
+}
+
+// Resources Capacity offered by a worker, or requested by one task.
+type Resources struct {
+	// CpuMillis CPU in millicores (1000 = one core).
+	CpuMillis *int64 `json:"cpu_millis,omitempty"`
+
+	// MemoryBytes Memory in bytes.
+	MemoryBytes *int64 `json:"memory_bytes,omitempty"`
 }
 
 // Run defines model for Run.
@@ -414,14 +426,20 @@ type TaskState string
 
 // Worker defines model for Worker.
 type Worker struct {
-	Address         string            `json:"address"`
-	CreatedAt       time.Time         `json:"created_at"`
+	Address   string    `json:"address"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// FreeResources Capacity offered by a worker, or requested by one task.
+	FreeResources   *Resources        `json:"free_resources,omitempty"`
 	FreeSlots       *int              `json:"free_slots,omitempty"`
 	Id              string            `json:"id"`
 	Labels          map[string]string `json:"labels"`
 	LastHeartbeatAt time.Time         `json:"last_heartbeat_at"`
 	Name            string            `json:"name"`
-	Slots           int               `json:"slots"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+	Slots     int        `json:"slots"`
 
 	// State alive or dead.
 	State string `json:"state"`
@@ -4667,68 +4685,70 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fxtc9s4kv4rKN5WTVJHS7InM7txPlwpsZLRjcfxSVbNh8QnQ2RLwoQCGAC0rXXpv181AFKkCOrFL7NT",
-	"V/spNAkBje6nG90PgDwEkVikggPXKjh9CFIq6QI0SPNXN9JM8Au6APyL8eA0SKmeB2HAzbuAmgZBGEj4",
-	"njEJcXCqZQZhoKI5LCj+6m8SpsFp8B/t9UBt+1W1Tc+rVRh0tYZFqvtnDeOweOsYUyEXVGM7rn9+E4TB",
-	"gnG2yBbB6XEY6GUK9hPMQJrhzsSC4ijesWL78clzupTiD4h0wyip+/rkYQbZNgPJ7Blm8ruQ30A+2ThZ",
-	"Zlo6eygtGZ8FKxxAgkoFV2BAdynFJIEFPkaCa+BGhTRNExZRhFs7tS3+8w8ljBH3m07erxkxBhVJlhr0",
-	"ngZdTgYfP5C3b376O3Gdt8zM3W+NL0yE1AP4noGyAsUxw5/T5FKKFKRmKP6UJgpCtG7x6iGQQJ2k1WHP",
-	"YEqzRCuiBfkajBRIIu0AEBOK430NWohmen8OfKbnwelxp9Opq7B4IyYGVOhR+POhpjqzfl0RiFp3G0ci",
-	"s9rd9JEwEJmOhIVVVeibGBJ2CxLim5AISW44QKzG+FN5Cxxb3ZC7OXDyG713fq3IHVVEAo3mELfqGAhL",
-	"KvJ8cioZU10XZwia3M1ZAkTPwSqNMEUmwPiMFKLimAUOY6rhSLMFBD5NroH8ZUNP1z412wBY1zAKsguR",
-	"ZRsZTKbAYzW2/TENC+VViHtBpaRL/Bt4XChnn0mGwTfGY2/X3EWS2oeUSqhApfRpThXsdD7TCD1KU6kP",
-	"FFdT9U1VdLJtqCuqvtXVtGFZM1GniHwK+UBeO1sk1A0d0Ux5vCRTIEOilkrDIiR3JoCOE6F0SFIJ2BXE",
-	"IcEJi0yjGxnANDhHJIEeqjOQUkivveCeIaJj8Dv+lHGm5geOxmLvMlzvnWeLCUj/yI+BhtJUwz6IGJqG",
-	"qzBwtmA+B9gAiVmunMT5UBVrbEHKuZh5Aq/SMUi/WZSOReb3MC0zHuGYdZxdyQxstBWZTjNNJrAUPDbB",
-	"EO4hyrSQPygyERmPTRCOpUjTCs4mQiRAeW32TqAwF7osx5aJDyB1oe+AFbLwIuCYtX0x/oNDGwcKwsC5",
-	"BwphfSYoLIlehT6cu1VJOI87lNbSN761dKd/pBXkVOF7IBTXaKga9T1aC2IyWVbs2PI7QA6bx/dRwddO",
-	"VKDwO+0/cBld3QVSKSLwQfkjAsNiuSwxWWRKE6VFald4O8oe+M0H2iLrMIXIs3YXa3o9EovFgjasnXFR",
-	"VNQhxW+bHaJ5hV/L+yzxNU2yWYOA+xrFad/ahAtNXglJuCCJ4DOQr4nMuM8yYVHu+BM8k9orv9RYwfjj",
-	"5aHuhqv7mPEY7v0jPXplWNdy69rR1F1FeVwaujTfwiRrYFmsrBebbSD+YBaiQcYfV5XkuV7V4J9T+/N3",
-	"xt4Kc3pJZsBBUg2KCO7QQCcKuPaHJOdV2wyDJeU0EXfGA2sxBl/6ZvyRQRL38lBenc4Uv9Xn0yX/Pfx8",
-	"QbBiJYxrYablSgoyEfEyJNCatQiO2VIaUvXl+Lpl7eKd3QKUojPYjREr0PoHvgn9AlTqCVCMmsnSly+I",
-	"1DOnvKrCuWCNLEVC0oSibSjXykRLt8gXKfMewWNrxmxE2TUHt/J7q03lyV7WIcVOxrogmYskViG5Y3qO",
-	"r5kkxh9UZULVQfaOkIfGDZ/nNy+CNRXWWlx43a5Lzi6GRwmdQHKUsG9A0DtDcky0ID//SKI5lTTSIBUR",
-	"U/KFHv2zc/T26DokJmfGUpfymACP8dGojZIEtAaJtUXMZkxvEAk//2hYsoJXwBIP26Mw/+sGuH715cg9",
-	"PXTCn49X+fvX//U3n2tc5pVg3cqmwkLZKa4RpuDhxIbHlgl6Nu37n1Fv1DsLwuD3bv+qf/Fp/PHzYDzo",
-	"DT+PBh96wyAMBqOLi/7FpyAMhqMPH3q9M9P6Y7d/bh667z8PrszTVf+33tn48+gqCIPRxfDDL72z0Xn3",
-	"/XkPO/88+LU3GBe/uuyOhuZh+Gv/8rJ35s0gS7TURu7qUsVNgypNJwmQBY3mjMORBBqbF9jeBR3Gb2nC",
-	"4jEGnxDX0/EU07YQnXqasMgfX2PQlCX+RANj4/6lcimeengFxpWmPILG5TdrWLI10wlsSWzquhoN+kTC",
-	"FCTwyGAfcYwBwbFxBH/Y2snXmK/5+IWMoTWRz10HMGNKg7QM5+PWURrHEpQnur1HyI8G5wj7Skbbvew7",
-	"AMy1Tk/b7eOTv7c6rU7r+PRtp3O84ak/easUEyrU07LKPAMoDXbiHUwlIg/fhrEMTt9sUqi/iDuyoHy5",
-	"judMo6srQjURaNVXJpgdd07evG4FXlreQ9DkyvUaz2aGNEk+T4PTL9uhPsj4MFssqERo+zP+/f3GsX4e",
-	"n3me3CcsJKrP+9rO/Jwpz1LL4V6Po0wq4SkruyZlI8Km8glVmqR0Bn4+NjtAHRXdbs8iTL8Nxsz7qEfY",
-	"R/BfW6uxQ/nSZlr0IO5zWxGUpfGBc6yXu5tFiPOhnN0sqbEyns8cQw3pzji4UTlwIJhA21X+zoH8HaEE",
-	"qx/7yQSEm7wAujFfVJ6wrJPuzQW2KLrriYWaQ5IQ+xbjS7UCLS+aZXJ9Yx+m+4ksRAxE8GT5zqReJs8y",
-	"5QDRc+oKXpVFWIyRKZNKV3LRPTj6JzIAOWVfRGBTUwZ1IyRLcoOfbsjU1OZ3/iqG3o8laMlAjaeUJZmE",
-	"Su+dxviOYFS5Ue/mQmFGYwxE4J5pRbjgR/8EKQhTxA4Rk1cdG/s73tAfNtSiI86+Z0AYL2qDHFGYRHvn",
-	"teY41ooyEKlpCsFj5mB/8o7cmHY3DqNuTjcWnO0J4201J0dRw+7VmsEoxj1uVqFBvamv0SngPqU8VrY8",
-	"zVfJBlX5Vkmf/5pNkK2V2H4Lndv28CDaoWbbHuIWrqUBf9sbOoq3Ss6VUST0eAJTYfvaL7Sntmgab9mA",
-	"XA+7bbKPoH8NuT3eQ5GHMFOOZMoJpGrvnsn4bdGo+HANoibcDXNNVOHfl0zlSwEW85ZhiqmmE0yUlRYS",
-	"lCv3ebYAySJyS5PMlv15hTi6GF72PvQ/9m3l1rs4s+Xg+1H/3D3uqBF/7Z/bh80ycLNM7A6H/U8XdpxB",
-	"r/fb5VVDaWirB4+7rSuDZ9nTm0qAcZGLe/zNT0w/R6mA2eJ4njM9z5M8bZmJ8kOIJuwWDKMBNN5dDlqW",
-	"tlpI5MMWavFu7Pkm7IO7tbw/F7dOu3+sdSjalUHn3TaJg0vkbwUlka+BmM+9X5qsbu1LlZdn3U+N4C6q",
-	"lcMq44UTY59iyIhsLA/p/jozsu9mLrHLur5WZomaigbGKpskLCKD3vAKC3bMBz/QVGnKw1J6a3i3P8SE",
-	"CBnNQWlpTijlpOxXbljZFhmYQlgCUZFI7a6cy9dNBzZjbxFDxZiGX3nTgSfyKj+q9DpPnB3TdBOJGG5a",
-	"X3lBgZwGTmScQRAGtyCVnWGnddzqmHM+KXCasuA0+LHVaf0YGB5wbhTfvj1u58G+/cDiFb6cgYE6mtnI",
-	"1o+D0+AT6DxT2DjMddLpbDnIddgBrvKmnecQ11V5d3AVBm86b5p6LEQsHQoLA5XXn8HvmPJTvmZszBkn",
-	"V16YPZDyNiSdqdJhIRVc2/MyxTnKBmZi3aS9Pv5oyvua4ttyTa0/uuMwSIXyGM/S9mX7GRbsvYiXz206",
-	"t0OwqnqolhmsXh43GxvTHgQNIBIyhvgduXH7bjfEBDaiIUlUlcTTwrMpbWDXOQB2h8IU2799LKy7JURb",
-	"RGEhN6UYhSYiM5DPd3iZtrswDQh3KHVBTLUf3NOqbWOZaj/Yh1U7p5K8kQOXTgyOQc1lzEHT7xnIZenQ",
-	"rGMy9jzwaXmXVegL7yWmLOdnUwm3TGSqYMV8IjhyrSzDDvoUx/f1lLAF05WOiuX6p47Jv+0RZsP/bj3Q",
-	"fP2CzpNTjb5Ts0ZRqD008SPAXwEnjmI6CgmHO1Da0ixuF9BZKqUzxmm+a5Tj0pKKB0fd/IA2GmhHU3dg",
-	"vDmIFnvxdSBvKi3nRGy6WWxyEkUXQL7BEhtkkttwg+sN065tmXnCvuZAY3MAwSGqH8MiFRp4tDz6FZYH",
-	"gfT6ZQJ/7YzCnxz70SI+6CYSaLws9JrxGCTRc6bIhhINrE86xy8tkVVU/Mgl5O1h7U9OHuulVsx8F3eK",
-	"KwbjCeNres6epKh754ErRvtBZnxrxjlwVxv+XORcWad8aobZNQo0vs9wFbbbPaYYsAyI4Qj/NUFud8v8",
-	"zkmRrR5m1XZxOv4vNZem2G5vfhQXaZ49Ny5fLFnV78OcdE6ebyy3cdlQPeW3J6RLhA0e71iSkAmUL1P8",
-	"yWmrEcuEnHe5FEvijnLlCa1Cuala8mguBccsDmWXkDCsjZ8rHrWdo7Yf7MP2knh9Oe6lKpvt5nTHa54Y",
-	"qfJzOutoZfcv1rEqrxnmTGkhl3/5qLW7aeni46Nj3AZS/ppB70BVbA2R3fJl0H9HyX9JlDTclHVXlAq9",
-	"FWcAPKZcqxcLg20TEtoP+M+qxF25p1U7cddhdtCH5tbMy1NBZpgG86KkT42Z2E9EU51JiMmrib2K8ZrY",
-	"uxrGMPbqB2bQDWzi/4PA6eVdECE/oO8YExKzXRmSqRQL0ikK2+r9YnfQofmGcUGOdHwb5lsOHRN7hN+N",
-	"f9wwPq1QoztE8PIzzslKO0KNZNjvrs0LOkFp06rBB5ygrc0QkyREuhOTEK9brVFbbE6tmtnm8onLF1os",
-	"/Mc696Iejp9ZzX6eOdfh48r9x5fv+ciVzY38nC+hyu1sgfQbtYpjuzVR7JEentoU/69Ac2JRXC54IaRs",
-	"Xl7wZhadFxkuWW7bg3g6wWCt9IMiKUgmYhYRzEw4KOXI/wYbYzfm2o+1YSaT4DSoHVT+R+cfHWM318ND",
-	"6X+cUCb2u7/znuuBeKTsTmhRwr0zV8rwDY9JplxsqUZhhQn5/wUAAP//",
+	"7Fxtc9s4kv4rKN5WTVJHS7InM7tx6upKsZWMbhzbJ1k1HxKfDJEtCxMK4ACgba1L//2qAZAiRVAvfpmd",
+	"urpPoUkI3UA/3eh+AOQxiMQ8FRy4VsHxY5BSSeegQZq/upFmgp/TOeBfjAfHQUr1LAgDbt4F1DQIwkDC",
+	"HxmTEAfHWmYQBiqawZzir/4mYRocB//WXglq26+qbXpeLsOgqzXMU90/bZDD4o0ypkLOqcZ2XP/8LgiD",
+	"OeNsns2D48Mw0IsU7Ce4BWnEnYo5RSleWbH9+OwxXUrxO0S6QUrqvj5bzCDbZCCZvcBIfhPyO8hnGyfL",
+	"TEtnD6Ul47fBEgVIUKngCgzoLqWYJDDHx0hwDdxMIU3ThEUU4dZObYt//10JY8TdhpP3ayTGoCLJUoPe",
+	"46DLyeDTCXn/7qe/E9d5y4zc/db4wkRIPYA/MlBWoThm+HOaXEqRgtQM1Z/SREGI1i1ePQYSqNO0KvYU",
+	"pjRLtCJakG/BSIEk0gqAmFCU9y1oIZrpwxnwWz0Ljg87nU59Cos3YmJAhR6FPx9qqjPr1xWFqHW3cSQy",
+	"O7vrPhIGItORsLCqKn0TQ8LuQEJ8ExIhyQ0HiNUYfyrvgGOrG3I/A06+0Afn14rcU0Uk0GgGcauOgbA0",
+	"RZ5PbkrGVNfVGYIm9zOWANEzsJNGmCITYPyWFKqizAKHMdVwoNkcAt9MroD8dW2ern3TbANgfYZRkW2I",
+	"LNvIYDIFHqux7Y9pmCvvhLgXVEq6wL+Bx8Xk7DLIMPjOeOztmrtIUvuQUgkVqJQ+zaiCrc5nGqFHaSr1",
+	"nupqqr6rypxsEnVF1ff6NK1Z1gzUTUQ+hFyQ184WCXVDRzRTHi/JFMiQqIXSMA/JvQmg40QoHZJUAnYF",
+	"cUhwwCLT6EYGMA3OEUmg+84ZSCmk117wwBDRMfgdf8o4U7M9pbHYuwzXe+fZfALSL/kp0FCaatgFEUPT",
+	"cBkGzhbM5wBrIDHLldM4F1WxxgaknIlbT+BVOgbpN4vSscj8HqZlxiOUWcfZlczARluR6TTTZAILwWMT",
+	"DOEBokwL+YMiE5Hx2AThWIo0reBsIkQClNdG7xQKc6XLemwY+ABSF/r2WCELLwKOWdtX4z8o2jhQEAbO",
+	"PVAJ6zNBYUn0KvTh3K1KynncobSWvvOtpVv9I60gpwrfPaG4QkPVqB/RWhCTyaJix5bfAXLYPL2PCr62",
+	"ogKV32r/gcvo6i6QShGBD8qfEBgWy2WNyTxTmigtUrvCWyk74DcXtEHXYQqRZ+0u1vR6JBbzOW1YO+Oi",
+	"qKhDit81O0TzCr/S90Xia5pktw0K7moUN/vWJlxo8kZIwgVJBL8F+ZbIjPssExbljj/BM6m98muNFYw/",
+	"Xu7rbri6jxmP4cEv6ckrw6qWW9WOpu4qyuOS6NJ4C5OsgGWxslpsNoH4xCxEg4w/rSrJc72qwS9S+/MP",
+	"xt4Kc3pJboGDpBoUEdyhgU4UcO0PSc6rNhkGS8ppIu6NB9ZiDL70jfgTgyTu5aG8OpwpfquPp0v+a3hx",
+	"TrBiJYxrYYblSgoyEfEiJNC6bRGU2VIaUvX18Lpl7eId3RyUorewHSNWodUPfAP6BajUE6AYNZOFL18Q",
+	"qWdMeVWFY8EaWYqEpAlF21CulYmWbpEvUuYdgsfGjNmosm0MbuX3VpvKk72sQoodjHVBMhNJrEJyz/QM",
+	"XzNJjD+oyoCqQnaOkPvGDZ/nNy+CtSmstTj3ul2XnJ4PDxI6geQgYd+BoHeG5JBoQX7+kUQzKmmkQSoi",
+	"puQrPfhn5+D9wXVITM6MpS7lMQEe46OZNkoS0Bok1hYxu2V6jUj4+UfDkhW8ApZ42B6V+R8n4PrN1wP3",
+	"9NgJfz5c5u/f/ufffK5xmVeCdSubCgt1p7hGmIKHExseWybo2bTvv0e9Ue80CIPfuv2r/vnn8aeLwXjQ",
+	"G16MBie9YRAGg9H5ef/8cxAGw9HJSa93alp/6vbPzEP348Xgyjxd9b/0TscXo6sgDEbnw5Nfeqejs+7H",
+	"sx52fjH4tTcYF7+67I6G5mH4a//ysnfqzSBLtNRa7upSxXWDKk0nCZA5jWaMw4EEGpsX2N4FHcbvaMLi",
+	"MQafENfT8RTTthCdepqwyB9fY9CUJf5EA2Pj7qVyKZ56eAXGlaY8gsblN2tYsjXTCWxIbOpzNRr0iYQp",
+	"SOCRwT7iGAOCY+MI/rC1la8xX3P5hY6hNZHPXQdwy5QGaRnOp62jNI4lKE90+4iQHw3OEPaVjLZ72XcA",
+	"mGmdHrfbh0d/b3Vandbh8ftO53DNU3/yVikmVKjnZZV5BlASduQVJkGJTEawFVCDoiFCJBF50Dc8Z3D8",
+	"bp14/UXckznli9UqwDQGCEWoJgKx8MaEwMPO0bu3rcBL5ntondwkfpOXxrLRzFVVT2hKI6YXREwRp6ay",
+	"om7BMkToirqdLEyehElfK6iVumk2nrMkYR7EnFyOCOPEfI6EBEXeHHY6HfIfpj9887bCZNa2Ozq+FW8O",
+	"cyEX48lCg0fmF/MVxZoGe/fvA9bA5uw0SS6mwfHXLZjJ+DCbz6nEoOOvxXaPaI6P9USzl8lKw0KjOrau",
+	"7cjPmPIkQRwe9DjKpBKegr9rkmkibJGVUKVJSm/Bz5Rne0xHZW4353em32u/MfM+6mvfE5jJjXXyvkx2",
+	"M2G9Fyu9qTzN0njPMdaJiPXy0MWpnHcuTWNFns8cQw3pnqHrggPB0sbmX/cO5B8INSHKfjJB9yYvTW/M",
+	"F5WnkqtyaD31KeiQesqnZpAkxL7FGF7lBsrpTHnbY22HrPuZzEUMRPBk8cEkxSYDNoUa0TPqqAiVRVgm",
+	"kymTSleqhB12T57JzeSbKcUqZ6r9oG6EZEFu8NMNmRrW5N5fX9KHsQQtGajxlLIkk1DpvdO4hiIYVW7U",
+	"+5lQuGQYAxF4YFoRLvjBP0EKwhSxImLypmPX1453eQ0bWIIRZ39kgItGXrXliMLyxjuuFfu0migDkdpM",
+	"IXjMGOxPPpAb0+7GYdSN6caCsz1hvK1m5CBq2FdccUuF3MPmKTSoN8wHOgU8pJTHyhIHeSbSMFW+TMTn",
+	"v2Z7amONvNtC5zakPIh2qNm0u7uBBWvA3+aGjnyv0qZlFAk9nsBU2L52C+2pLWfHG7aGV2I3DfYJxLzZ",
+	"dhjvMJH7cIaO/supvWrvnsH4bdE48eEKRE24G+YzUYV/XzKVLwVUg7LcX0w1nWAJo7RJRS0Rw7M5SBaR",
+	"O5pkNlvMa/fR+fCyd9L/1Lc1de/81BbqH0f9M/e4pXr/tX9mH9YL9PUCvjsc9j+fWzmDXu/L5VVD0W7r",
+	"Oo+7rWq2F9ltnUqA8dOqJPPTolTyuKp/t+El6j9MNMeznL57mbzrmaXiBu+tYpYm7A4MuQU03s4MWMK+",
+	"Wh3mYovJ9O7x+qbJ518Wav7k30aJ3YO7g+22lD3vtkkdXJO/FOxUvuhiAvlxYdLIlfNWXp52Pzd6U1Ee",
+	"7UeSzJ0au1RfRmVjeUh3nzOj+3YSG7usz9fSrIlT0UBeZpOERWTQG16R7mUfE9ATmipNeVjKpw0F+7uY",
+	"ECGjGSgtzWG1nJ//xg1B3yIDw25IICoSqSULXIFgOrAlQosYVs40/Mabzr6RN/mptbd5pu5Ix5tIxHDT",
+	"+sYLNswQGKgyjiAIgzuQyo6w0zpsdcyRrxQ4TVlwHPzY6rR+DAwlPDMT3747bOerS/uRxUt8eQsG6mhm",
+	"o1s/Do6Dz6Dz1GTtXN9Rp7PhTN9+Z/nK+7ee83xX5Y3iZRi867xr6rFQsXQ+MAxUXvAGv2GNQfmKvDPH",
+	"3Vw9Y2iZ8o40vVWlc2MquLZHp4ojtQ1UyKpJe3US1vAJtYlvy9Uuy5M7DoNUKI/x7A5O2X6G0voo4sVL",
+	"m85tFi2rHqplBsvXx83aGQUPggYQCRlD/IHcuC3YG2ICG9GQJKrK52rhOZ9gYNfZA3b7whTbv38qrLsl",
+	"RFtEYeU4pRiFJiIzkM83+5m2G3INCHcodUFMtR/d07JtY5lqP9qHZTvnrryRA5dODI5BzWXMmeM/MpCL",
+	"0vlpR53sePbXEj3L0BfeS9RcTtWnEu6YyFRBw/lUcGxeWYctTDrK9/WUsDnTlY6K5fqnjkn4Lf1qtgI2",
+	"nm2/fkXnyblN3wFqM1E4e2jiJ4C/Ak6UYjoKCYd7UNryOm5D2FkqpbeM03wDMcelZTH3jrr5WX000Jam",
+	"7u5AcxAtjmXUgbw+aTkJY9PNYr+bKDoH8h0W2CCT3IYbXG+Ydm3LVBf2NQMam7MoDlH9GOap0MCjxcGv",
+	"sNgLpNevE/hrx1X+5NiPFvFBN5FA40UxrxmPQRI9Y4qsTaKB9VHn8LU1shMVP3EJeb9f+6Ojp3qpVTPf",
+	"0J/iisF4wviKD7SHaureueeK0X6UGd+YcQ7cLZc/FzlX1imfm2F2zQQa32e4Ctv9JVMMWMrFkJL/miC3",
+	"vWV+/ajIVvezaru4KPGXGktTbLeXgIo7VS+eG5fvGC3rV6OOOkcvJ8vtlDZUT/lFGukSYYPHe5YkZALl",
+	"ezV/ctpq1DIh50OuxYK4U315QqtQb6oWPJpJwTGLQ90lJAxr45eKR23nqO1H+7C5JF7dk3ytymazOd1J",
+	"q2dGqvzI1ipa2Q2TVazKa4YZU1rIxV8+am1vWroD++QYt4aUv2bQ23MqNobIbvle8P9HyX9JlDTclHVX",
+	"1Aq9FUcAPKZcq1cLg20TEtqP+M+yxF25p2U7cTejttCH5gLV61NBRkyDeVHT58ZM7Ceiqc4kxOTNxN7K",
+	"eUvstR1jGHsLCDPoBjbx/0Dg9PIuiJAf0HeMCYnZHw3JVIo56RSFbfWquTtZ0XzZfPNJtQ3nz4m9zeHk",
+	"HzbIpxVqdIsKXn7GOVlpR6iRDPvNtXlFJyhtWjX4gFO0tR5ikoRId3gW4lWrFWqLzallM9tcPnz7SouF",
+	"/4TvTtTD4QtPs59nzufwaeX+08v3XHJlcyM/8k2oKg63+o1axbHdmij2SPdPbYr/YqI5sSjumbwSUtbv",
+	"sXgzi86riEsWm/Ygnk8wWCv9oEgKkomYRQQzEw5KOfK/wcbYjbkBZm2YySQ4Dmpn1v/R+UfH2M318Fj6",
+	"z0eUif3u77zneiAeKbsTWpRwH8ztQnzDY5IpF1uqUVhhQv6/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
