@@ -270,6 +270,16 @@ type AttemptSpec struct {
 	WorkerId  *string   `json:"worker_id,omitempty"`
 }
 
+// Constraint defines model for Constraint.
+type Constraint struct {
+	Key string `json:"key"`
+
+	// Op EQ, NE, EXISTS, NOT_EXISTS, GT, GE, LT, LE (numeric) or IN.
+	Op     string    `json:"op"`
+	Value  *string   `json:"value,omitempty"`
+	Values *[]string `json:"values,omitempty"`
+}
+
 // CreateRunRequest defines model for CreateRunRequest.
 type CreateRunRequest struct {
 	// Name Optional; the server generates one when absent.
@@ -384,6 +394,12 @@ type Step struct {
 	// Command The shell script to run.
 	Command *string `json:"command,omitempty"`
 
+	// Constraints Worker label constraints; all must hold.
+	Constraints *[]Constraint `json:"constraints,omitempty"`
+
+	// Coscheduled Place all replicas together or none (a gang); a terminal failure of one ends its running siblings.
+	Coscheduled *bool `json:"coscheduled,omitempty"`
+
 	// DependsOn DAG mode only; names of steps that must succeed first.
 	DependsOn *[]string          `json:"depends_on,omitempty"`
 	Env       *map[string]string `json:"env,omitempty"`
@@ -394,14 +410,32 @@ type Step struct {
 	// MaxRetriesFailure How many times a task whose command exits non-zero is retried (0 to 100).
 	MaxRetriesFailure *int `json:"max_retries_failure,omitempty"`
 
+	// MaxRetriesPreemption How many times a task lost with its worker or preempted is requeued (0 to 10000).
+	MaxRetriesPreemption *int `json:"max_retries_preemption,omitempty"`
+
+	// MaxTaskFailures How many FAILED tasks the step tolerates before it FAILS and its other tasks are killed.
+	MaxTaskFailures *int `json:"max_task_failures,omitempty"`
+
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
 	// Plugin The task plugin; `shell` runs `command` with /bin/sh -c.
 	Plugin *string `json:"plugin,omitempty"`
 
+	// Priority production (never preempted), interactive (the default) or batch (preemptible).
+	Priority *string `json:"priority,omitempty"`
+
 	// Replicas How many tasks the step expands into (1 to 1000).
 	Replicas *int `json:"replicas,omitempty"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+
+	// SchedulingTimeout How long a task may wait to be placed before the step is UNSCHEDULABLE, a duration such as "30s"; absent or "0s" waits forever.
+	SchedulingTimeout *string `json:"scheduling_timeout,omitempty"`
+
+	// Timeout Longest running time of each task, a duration such as "10m"; a task past it is KILLED and the step TIMED_OUT.
+	Timeout *string `json:"timeout,omitempty"`
 }
 
 // Task defines model for Task.
@@ -4685,70 +4719,77 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fxtc9s4kv4rKN5WTVJHS7InM7tx6upKsZWMbhzbJ1k1HxKfDJEtCxMK4ACgba1L//2qAZAiRVAvfpmd",
-	"urpPoUkI3UA/3eh+AOQxiMQ8FRy4VsHxY5BSSeegQZq/upFmgp/TOeBfjAfHQUr1LAgDbt4F1DQIwkDC",
-	"HxmTEAfHWmYQBiqawZzir/4mYRocB//WXglq26+qbXpeLsOgqzXMU90/bZDD4o0ypkLOqcZ2XP/8LgiD",
-	"OeNsns2D48Mw0IsU7Ce4BWnEnYo5RSleWbH9+OwxXUrxO0S6QUrqvj5bzCDbZCCZvcBIfhPyO8hnGyfL",
-	"TEtnD6Ul47fBEgVIUKngCgzoLqWYJDDHx0hwDdxMIU3ThEUU4dZObYt//10JY8TdhpP3ayTGoCLJUoPe",
-	"46DLyeDTCXn/7qe/E9d5y4zc/db4wkRIPYA/MlBWoThm+HOaXEqRgtQM1Z/SREGI1i1ePQYSqNO0KvYU",
-	"pjRLtCJakG/BSIEk0gqAmFCU9y1oIZrpwxnwWz0Ljg87nU59Cos3YmJAhR6FPx9qqjPr1xWFqHW3cSQy",
-	"O7vrPhIGItORsLCqKn0TQ8LuQEJ8ExIhyQ0HiNUYfyrvgGOrG3I/A06+0Afn14rcU0Uk0GgGcauOgbA0",
-	"RZ5PbkrGVNfVGYIm9zOWANEzsJNGmCITYPyWFKqizAKHMdVwoNkcAt9MroD8dW2ern3TbANgfYZRkW2I",
-	"LNvIYDIFHqux7Y9pmCvvhLgXVEq6wL+Bx8Xk7DLIMPjOeOztmrtIUvuQUgkVqJQ+zaiCrc5nGqFHaSr1",
-	"nupqqr6rypxsEnVF1ff6NK1Z1gzUTUQ+hFyQ184WCXVDRzRTHi/JFMiQqIXSMA/JvQmg40QoHZJUAnYF",
-	"cUhwwCLT6EYGMA3OEUmg+84ZSCmk117wwBDRMfgdf8o4U7M9pbHYuwzXe+fZfALSL/kp0FCaatgFEUPT",
-	"cBkGzhbM5wBrIDHLldM4F1WxxgaknIlbT+BVOgbpN4vSscj8HqZlxiOUWcfZlczARluR6TTTZAILwWMT",
-	"DOEBokwL+YMiE5Hx2AThWIo0reBsIkQClNdG7xQKc6XLemwY+ABSF/r2WCELLwKOWdtX4z8o2jhQEAbO",
-	"PVAJ6zNBYUn0KvTh3K1KynncobSWvvOtpVv9I60gpwrfPaG4QkPVqB/RWhCTyaJix5bfAXLYPL2PCr62",
-	"ogKV32r/gcvo6i6QShGBD8qfEBgWy2WNyTxTmigtUrvCWyk74DcXtEHXYQqRZ+0u1vR6JBbzOW1YO+Oi",
-	"qKhDit81O0TzCr/S90Xia5pktw0K7moUN/vWJlxo8kZIwgVJBL8F+ZbIjPssExbljj/BM6m98muNFYw/",
-	"Xu7rbri6jxmP4cEv6ckrw6qWW9WOpu4qyuOS6NJ4C5OsgGWxslpsNoH4xCxEg4w/rSrJc72qwS9S+/MP",
-	"xt4Kc3pJboGDpBoUEdyhgU4UcO0PSc6rNhkGS8ppIu6NB9ZiDL70jfgTgyTu5aG8OpwpfquPp0v+a3hx",
-	"TrBiJYxrYYblSgoyEfEiJNC6bRGU2VIaUvX18Lpl7eId3RyUorewHSNWodUPfAP6BajUE6AYNZOFL18Q",
-	"qWdMeVWFY8EaWYqEpAlF21CulYmWbpEvUuYdgsfGjNmosm0MbuX3VpvKk72sQoodjHVBMhNJrEJyz/QM",
-	"XzNJjD+oyoCqQnaOkPvGDZ/nNy+CtSmstTj3ul2XnJ4PDxI6geQgYd+BoHeG5JBoQX7+kUQzKmmkQSoi",
-	"puQrPfhn5+D9wXVITM6MpS7lMQEe46OZNkoS0Bok1hYxu2V6jUj4+UfDkhW8ApZ42B6V+R8n4PrN1wP3",
-	"9NgJfz5c5u/f/ufffK5xmVeCdSubCgt1p7hGmIKHExseWybo2bTvv0e9Ue80CIPfuv2r/vnn8aeLwXjQ",
-	"G16MBie9YRAGg9H5ef/8cxAGw9HJSa93alp/6vbPzEP348Xgyjxd9b/0TscXo6sgDEbnw5Nfeqejs+7H",
-	"sx52fjH4tTcYF7+67I6G5mH4a//ysnfqzSBLtNRa7upSxXWDKk0nCZA5jWaMw4EEGpsX2N4FHcbvaMLi",
-	"MQafENfT8RTTthCdepqwyB9fY9CUJf5EA2Pj7qVyKZ56eAXGlaY8gsblN2tYsjXTCWxIbOpzNRr0iYQp",
-	"SOCRwT7iGAOCY+MI/rC1la8xX3P5hY6hNZHPXQdwy5QGaRnOp62jNI4lKE90+4iQHw3OEPaVjLZ72XcA",
-	"mGmdHrfbh0d/b3Vandbh8ftO53DNU3/yVikmVKjnZZV5BlASduQVJkGJTEawFVCDoiFCJBF50Dc8Z3D8",
-	"bp14/UXckznli9UqwDQGCEWoJgKx8MaEwMPO0bu3rcBL5ntondwkfpOXxrLRzFVVT2hKI6YXREwRp6ay",
-	"om7BMkToirqdLEyehElfK6iVumk2nrMkYR7EnFyOCOPEfI6EBEXeHHY6HfIfpj9887bCZNa2Ozq+FW8O",
-	"cyEX48lCg0fmF/MVxZoGe/fvA9bA5uw0SS6mwfHXLZjJ+DCbz6nEoOOvxXaPaI6P9USzl8lKw0KjOrau",
-	"7cjPmPIkQRwe9DjKpBKegr9rkmkibJGVUKVJSm/Bz5Rne0xHZW4353em32u/MfM+6mvfE5jJjXXyvkx2",
-	"M2G9Fyu9qTzN0njPMdaJiPXy0MWpnHcuTWNFns8cQw3pnqHrggPB0sbmX/cO5B8INSHKfjJB9yYvTW/M",
-	"F5WnkqtyaD31KeiQesqnZpAkxL7FGF7lBsrpTHnbY22HrPuZzEUMRPBk8cEkxSYDNoUa0TPqqAiVRVgm",
-	"kymTSleqhB12T57JzeSbKcUqZ6r9oG6EZEFu8NMNmRrW5N5fX9KHsQQtGajxlLIkk1DpvdO4hiIYVW7U",
-	"+5lQuGQYAxF4YFoRLvjBP0EKwhSxImLypmPX1453eQ0bWIIRZ39kgItGXrXliMLyxjuuFfu0migDkdpM",
-	"IXjMGOxPPpAb0+7GYdSN6caCsz1hvK1m5CBq2FdccUuF3MPmKTSoN8wHOgU8pJTHyhIHeSbSMFW+TMTn",
-	"v2Z7amONvNtC5zakPIh2qNm0u7uBBWvA3+aGjnyv0qZlFAk9nsBU2L52C+2pLWfHG7aGV2I3DfYJxLzZ",
-	"dhjvMJH7cIaO/supvWrvnsH4bdE48eEKRE24G+YzUYV/XzKVLwVUg7LcX0w1nWAJo7RJRS0Rw7M5SBaR",
-	"O5pkNlvMa/fR+fCyd9L/1Lc1de/81BbqH0f9M/e4pXr/tX9mH9YL9PUCvjsc9j+fWzmDXu/L5VVD0W7r",
-	"Oo+7rWq2F9ltnUqA8dOqJPPTolTyuKp/t+El6j9MNMeznL57mbzrmaXiBu+tYpYm7A4MuQU03s4MWMK+",
-	"Wh3mYovJ9O7x+qbJ518Wav7k30aJ3YO7g+22lD3vtkkdXJO/FOxUvuhiAvlxYdLIlfNWXp52Pzd6U1Ee",
-	"7UeSzJ0au1RfRmVjeUh3nzOj+3YSG7usz9fSrIlT0UBeZpOERWTQG16R7mUfE9ATmipNeVjKpw0F+7uY",
-	"ECGjGSgtzWG1nJ//xg1B3yIDw25IICoSqSULXIFgOrAlQosYVs40/Mabzr6RN/mptbd5pu5Ix5tIxHDT",
-	"+sYLNswQGKgyjiAIgzuQyo6w0zpsdcyRrxQ4TVlwHPzY6rR+DAwlPDMT3747bOerS/uRxUt8eQsG6mhm",
-	"o1s/Do6Dz6Dz1GTtXN9Rp7PhTN9+Z/nK+7ee83xX5Y3iZRi867xr6rFQsXQ+MAxUXvAGv2GNQfmKvDPH",
-	"3Vw9Y2iZ8o40vVWlc2MquLZHp4ojtQ1UyKpJe3US1vAJtYlvy9Uuy5M7DoNUKI/x7A5O2X6G0voo4sVL",
-	"m85tFi2rHqplBsvXx83aGQUPggYQCRlD/IHcuC3YG2ICG9GQJKrK52rhOZ9gYNfZA3b7whTbv38qrLsl",
-	"RFtEYeU4pRiFJiIzkM83+5m2G3INCHcodUFMtR/d07JtY5lqP9qHZTvnrryRA5dODI5BzWXMmeM/MpCL",
-	"0vlpR53sePbXEj3L0BfeS9RcTtWnEu6YyFRBw/lUcGxeWYctTDrK9/WUsDnTlY6K5fqnjkn4Lf1qtgI2",
-	"nm2/fkXnyblN3wFqM1E4e2jiJ4C/Ak6UYjoKCYd7UNryOm5D2FkqpbeM03wDMcelZTH3jrr5WX000Jam",
-	"7u5AcxAtjmXUgbw+aTkJY9PNYr+bKDoH8h0W2CCT3IYbXG+Ydm3LVBf2NQMam7MoDlH9GOap0MCjxcGv",
-	"sNgLpNevE/hrx1X+5NiPFvFBN5FA40UxrxmPQRI9Y4qsTaKB9VHn8LU1shMVP3EJeb9f+6Ojp3qpVTPf",
-	"0J/iisF4wviKD7SHaureueeK0X6UGd+YcQ7cLZc/FzlX1imfm2F2zQQa32e4Ctv9JVMMWMrFkJL/miC3",
-	"vWV+/ajIVvezaru4KPGXGktTbLeXgIo7VS+eG5fvGC3rV6OOOkcvJ8vtlDZUT/lFGukSYYPHe5YkZALl",
-	"ezV/ctpq1DIh50OuxYK4U315QqtQb6oWPJpJwTGLQ90lJAxr45eKR23nqO1H+7C5JF7dk3ytymazOd1J",
-	"q2dGqvzI1ipa2Q2TVazKa4YZU1rIxV8+am1vWroD++QYt4aUv2bQ23MqNobIbvle8P9HyX9JlDTclHVX",
-	"1Aq9FUcAPKZcq1cLg20TEtqP+M+yxF25p2U7cTejttCH5gLV61NBRkyDeVHT58ZM7Ceiqc4kxOTNxN7K",
-	"eUvstR1jGHsLCDPoBjbx/0Dg9PIuiJAf0HeMCYnZHw3JVIo56RSFbfWquTtZ0XzZfPNJtQ3nz4m9zeHk",
-	"HzbIpxVqdIsKXn7GOVlpR6iRDPvNtXlFJyhtWjX4gFO0tR5ikoRId3gW4lWrFWqLzallM9tcPnz7SouF",
-	"/4TvTtTD4QtPs59nzufwaeX+08v3XHJlcyM/8k2oKg63+o1axbHdmij2SPdPbYr/YqI5sSjumbwSUtbv",
-	"sXgzi86riEsWm/Ygnk8wWCv9oEgKkomYRQQzEw5KOfK/wcbYjbkBZm2YySQ4Dmpn1v/R+UfH2M318Fj6",
-	"z0eUif3u77zneiAeKbsTWpRwH8ztQnzDY5IpF1uqUVhhQv6/AQAA//8=",
+	"7Fx7c9s4kv8qKN5WrV1HS3KSmd04dXWl2EpGN47tleyaq0p8MkS2JEwogAFA21qXv/tVAyBFiqAefsxO",
+	"Xd1fUUgQ3egXun8N+CGIxDwVHLhWwdFDkFJJ56BBmv91I80EP6NzwP8xHhwFKdWzIAy4eRZQMyAIAwk/",
+	"MiYhDo60zCAMVDSDOcWv/iJhEhwF/9ZeEmrbt6ptZn58DIOu1jBPdf+kgQ6L19KYCDmnGsdx/fO7IAzm",
+	"jLN5Ng+ODsNAL1Kwr2AK0pA7EXOKVLy0Yvvy2Wu6kOJ3iHQDldS9fTaZQbZOQTJ7gZX8JuR3kM9WTpaZ",
+	"kU4fSkvGp8EjEpCgUsEVGKO7kGKcwBx/RoJr4EaENE0TFlE0t3ZqR/z770oYJW63nHxeQzEGFUmWGus9",
+	"CrqcDD4dk/fvfvobcZO3zMrdt8YXxkLqAfzIQFmG4pjh5zS5kCIFqRmyP6GJghC1Wzx6CCRQx2mV7AlM",
+	"aJZoRbQg34IrBZJISwBiQpHet6CF1kzvT4FP9Sw4Oux0OnURFk/E2BgVehR+PtRUZ9avKwxR626jSGRW",
+	"uqs+EgYi05GwZlVl+iaGhN2ChPgmJEKSGw4QqxF+Km+B46gbcjcDTr7Qe+fXitxRRSTQaAZxq24DYUlE",
+	"nldOJCOq6+wMQZO7GUuA6BlYoRGmyBgYn5KCVaRZ2GFMNRxoNofAJ8mlIX9dkdO1T8w2ANYljIxsssiy",
+	"joxNpsBjNbLzMQ1z5RWIe0ClpAv8P/C4EM42iwyD74zH3qm5iyS1FymVUDGV0qsZVbDR+cwg9ChNpd6R",
+	"XU3Vd1WRyTpSl1R9r4tpRbNmoU4Q+RJyQl49W0uoKzqimfJ4SaZAhkQtlIZ5SO5MAB0lQumQpBJwKohD",
+	"ggsWmUY3MgbT4ByRBLqrzEBKIb36gnuGFh2D3/EnjDM125Eai73bcH12ns3HIP2Un2IaSlMN21jE0Ax8",
+	"DAOnC+ZzgBUjMduV4zgnVdHGGks5FVNP4FU6BulXi9KxyPwepmXGI6RZt7NLmYGNtiLTaabJGBaCxyYY",
+	"wj1EmRbyr4qMRcZjE4RjKdK0YmdjIRKgvLZ6x1CYM13mY83CB5C60LfDDll4EXDM2r4a/0HSxoGCMHDu",
+	"gUxYnwkKTaJXoQ/nblVizuMOpb30nW8v3egfacVyqua7oykuraGq1I+oLYjJeFHRY8vvALnZPH2Oin1t",
+	"tApkfqP+By6jq7tAKkUEPlP+hIZhbbnMMZlnShOlRWp3eEtlC/vNCa3hdZhC5Nm7iz29HonFfE4b9s64",
+	"KCrqJsVvmx2ieYdf8vsi8TVNsmkDg9sqxUnf6oQLTfaEJFyQRPApyH0iM+7TTFiUO/4Ez6T2ys81VjD+",
+	"eLmru+HuPmI8hns/pSfvDMtablk7mrqrKI9LpEvrLVSyNCxrK8vNZp0RHwuutKSM7xptv8PCK1KR1g2g",
+	"94+QnPVC0vvv/vByGJKz88tR/vvzZUg+90JyehmS0x7Z49kcJIv2MZ/pn3lDzS1NMn+Gad6oXTLfFZ3g",
+	"qswavLIym/Yg40+r4PK8uCqb89R+/sH4hsL6R5IpcJBUgyKCO8+hYwVc+8O3i0DrjBjL70ki7ky0qsVj",
+	"fOhb8ScGSdzLt73qcib4rr6eLvmv4fkZweqeMK6FWZYrv8hYxIuQQGvaIkizpTSk6uvhdcvasHd1c1CK",
+	"TmGzP1mGlh/4FvQLUKnHQHGHSRa+3Mpnv0UFimuJBNdSJCRNKOqGcq3MzuISosLwtgi0a03RsLJpDS5L",
+	"8lbmypPpLcOvXYwNV2QmkliF5I7pGT5mkpjYoSoLqhLZejfZNcb6omRzwlATYW3EmdftuuTkbHiQ0DEk",
+	"Bwn7DgS9MySHRAvy81sSzaikkQapiJiQr/Tgn52D9wfXITH1BeNTQnlMgMf404iNkgS0BolxK2ZTpldA",
+	"l5/fGkSxwGCwHMbxyMz/OALXe18P3K+HTvjz4WP+fP8//+JzjYu8aq5r2VSjyDvF/dQUh5zYraRlNgib",
+	"Iv/jqnfVOwnC4Ldu/7J/9nn06XwwGvSG51eD494wCIPB1dlZ/+xzEAbDq+PjXu/EjP7U7Z+aH92P54NL",
+	"8+uy/6V3Mjq/ugzC4OpsePxL7+TqtPvxtIeTnw9+7Q1GxVcX3auh+TH8tX9x0TvxZtslCG8lz3dp9apC",
+	"labjBMicRjPG4UACjc0DHO+CDuO3NGHxCINPiLnHaIIpbohOPUlY5I+vMWjKEn9ShrFxe1ihFE89GAzj",
+	"SlMeQWOqkjWkN5rpBNZsdnVZXQ36RMIEJPDI2D7aMQYEh1wS/LC1Edsyb3P6BY+hVZHPXQcwZUqDtGjw",
+	"0/ZRGscSlCe6fUSTvxqcotlXsv/uRd8ZwEzr9KjdPnzzt1an1WkdHr3vdA5XPPUnb0VnQoV6XgaeZwAl",
+	"Ym+8xCQokckINhrUoBiIJpKIPOgbTDg4ercKUv8i7sic8sVyF2AaA4QiVBOBtrBnQuBh5827/VbgbXx4",
+	"ILBcJX6Vl9ayVs1VVo9pSiOmF0RM0E5NFUrdhmVA4yXMPV6YPAkT5FZQgwXSbDRnScI8FnN8cUUYJ+Z1",
+	"JCQosnfY6XTIf5j58Ml+BfWttYY6vh1vDnMhF6PxQoOH5hfzFsmaATvP7zOsga1vaJKcT4KjrxtsJuPD",
+	"bD6nEoOOv27dPqI57NoTzV4mKw0Ljuq2dW1XfsqUJwnicK9HUSaV8IAjXZNME2EL0oQqTVI6BX9XIdtB",
+	"HBXZrs/vzLzXfmXmc9T3vieguGsxhV1R/2ZwfycEf10pn6XxjmusgzarpbSLUzlGXxJjhZ5PHUMN6Y6h",
+	"65wDwdLG5l93zsg/EGpClH1lgu5NXsbfmDcqTyWX5dBq6lNAR/WUT80gSYh9ijG8iqOU8ae85PdEJ7sx",
+	"E7PbkdLID4QmiYVssFioFAbrNF7CFzwxIhI4Ls6SHDZy+5ZXqhcJjcCwkUuNaDEFPbNJN8eQvUfJlPLp",
+	"vpE1yDnjNCETypJMmmwYxwCPcdtTKCCOeY9i44TxqfKjTtWO2krztfuZzEUMRPBk8cHUEKZgMHUt0TPq",
+	"UC6VRRFATCZMKl2R3RaNuWfCfnmfrhCuAZKCus0mC3KDr27IxIjzzl+O0/uRBC0ZqJETbGX2TmPKgb6r",
+	"ch+4mwmFO6yxZwL3qA8u+ME/QQrCFLEkYrLXselIx5uNVNlx6D3LNeU4OuxsyVMilLYeiNy40ljIZbPN",
+	"MvYjg6zM2VreDGjn5KS2FJStk1xEMKgQBgwtEocJjWEiJGDmhiOHphRFjoVxBfsZlUC+sySpdGnKGK+3",
+	"Kr7i7EcGmJvk4EAeuLCK9trDEhBeGpiJRDULwxhl5Gw/+UBuzLgbFwqdLdxYDbTHjLfVjBxEfqqSCcn0",
+	"okrXnB/AfOEWatRTKeLMpBJkj8MtlNS6H5LSl2QP1+4mNTDkmOpoRvZy8xonsN9w/mCJQS+tr9n2qvqF",
+	"+5SayMS1KLLwRtt6YoVgoy3j01HeAqvZAPKXCD7NvWJOF+SOMrOljIGkGIXj3AYL7pkilao/JJTEmTRn",
+	"bTD8zQhV5FvwtqO+BR8cmImy/RbgE0NAYdxBzfj7S038ngo+BaWLaI4DMQYDjWZmBQ2sHHbmhhVnk5gD",
+	"MnPs49f+KbofdR1Qs7wC3dhcExvP8iUS5kzBWrBuu4zbnSLw7BUuzqw7krOmddEQ2XeJuZ44I/TI2sr2",
+	"OWZqcbXRmvM8S7LrFvuEbqrpFY+2EOQujR7Xs8n7MdXZPYvx66JR8OHSiJrsbphLouo7fclUnpPi1mKb",
+	"EDHVdEwVmr6piS0i7BozxPZYyiDi1dnwonfc/9S34F7v7MQihh+v+qfu5wYY0bqcBylcRRK7w2H/85ml",
+	"M+j1vlxcNqCHNo/1uNsSPHqRIzITCTB6WjA2nxaYjcdV/S3ilwCisOIdzfI+wssUgM/ErNZ4b9VmaYKb",
+	"tJAkBhpvDse2y1qFqXKyhTC9B3N8YvL5lzU1Pwpho8T2wd2Z7SbsIJ+2iR3M2r4UMHmeHmEl+3Fh6tml",
+	"81YennQ/N3pTgdPshtbOHRvbwECGZaN5SLeXmeF9czcNp6zL69HsiRPR0EXJxgmLyKA3vCTdiz6mFcc0",
+	"VZrysFTYm1ThdzEmQkYzwHLXpBquUfiNm05hiwwMzCqBqEikFrV0SIWZwGIVLWLaA2bgN950YJns5UeN",
+	"93PIwHU/biIRw03rGy9geYOkIsu4giAMbkEqu8JO67DVsT174DRlwVHwttVpvQ1Mb2pmBN++PWznu0v7",
+	"gcWP+HAKxtRRzYa3fhwcBZ9B56nJymHsN53OmoPYux3ALh+68RzCviyf7nkMg3edd00zFiyWDnWHgcqR",
+	"t+A3rN4pX3YRzBllB6wYIKF8jIhOVemwrwqu7XnX4h5EAya7HNJeXl8wwGZN8G25bPc+eeIwSIXyKM+2",
+	"ksv6M9j6RxEvXlp1rmv9WPVQLTN4fH27WTlY5rGgAURCxhB/IDfu3MwNMYGNaEgSVW0saeE5VGbMrrOD",
+	"2e1qpjj+/VPNuluyaGtRilAyoRiFxiIzJp+f0GIW7FMNFu6s1AUx1X5wvx7bNpap9oP98djOQXRv5MCt",
+	"E4NjUHMZc1HkRwZyUbr04jDcLS9sWMT5MfSF91KPIO8ZphJumchU0Q/wseDaCmUeNrT0kL5vpoTNma5M",
+	"VGzXP3VMwm/7QKYnufZC0vUrOk/eZPHdejGCQumhip9g/BXjRCpmopBwuMOq3iCm7mSK01RKp4zT/CRD",
+	"bpe2nbJz1M0vWKGCNgx1F76ag2hxPqxuyKtCy+FNm24WB2+IonMg32GBAzLJbbjB/YZpN7YMIuNcM6Cx",
+	"OUDoLKofwzwVGni0OPjVnGbb3kivXyfw187N/cGxHzXiM91EAo0XhVwzHoMkesYUWRGiMes3ncPX5sgK",
+	"Kn7iFvJ+t/Fv3jzVSy2b+cmiCe4YjCeMLxFje7qv7p077hjtB5nxtRnnwF1N/GMt59I65XMzzK4RYNFw",
+	"cI3uHHhkDsr/1wS5zSPzO6NFtrqbVtvF7bY/1VqaYru9uVlchH3x3Lh8MfSxfp/1TefNy9FyRzYaqqf8",
+	"9qN0ibCxxzuWJGQM5cuQf3DaatgyIedDzsWCuOPFeUKrkG+qFjyaScExi0PeJSQMa+OXikdt56jtB/tj",
+	"fUm8vNz+WpXNenW6I5/PjFT52dFltHJtxiJW5TXDjCkt5OJPH7U2Dy394YInx7gVS/lzBr0dRbE2RHbL",
+	"f8zh/6PkvyRKGmzKumt+NABXADymXKtXC4NtExLaD/jPYwm7cr8e24m7zroBPjS3Xl8fCjJkGtSLnD43",
+	"ZuI8EU11JiEme2N7lXKf2LuWRjH26mZ+LMmDJv4fCJxe3AUt5K8qP8ZFTH80JBMp5qRTFLbVvw/iziw1",
+	"/4WQ9Udm11yEIfYKnqN/2ECfVqDRDSx48RnnZKWOUCMY9psb84pOUGpaNfiAY7S1GmLM+Tt7ih/i5ail",
+	"1RbNqcdmtLl8C+CVNgv/VYOtoIfDFxazH2fOZfi0cv/p5XtOudLcyO+eEKqKU/Z+pVbt2LYmih7p7qlN",
+	"8XeBmhOL4sLbK1nK6oU6b2bReRVyyWJdD+L5AIPV0l8VSUEyEbOIYGbCQSkH/jfoGKcxV1GtDjOZBEdB",
+	"7fLM3zt/7xi9uRkeSn8xSpnY7/6fz1wPxFfKdkKLEu6DuRKOT3hMMuViSzUKK0zI/zcAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

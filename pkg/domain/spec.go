@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Workflow modes (KubeVela's).
@@ -36,6 +37,8 @@ const (
 	MaxEnvVars         = 256
 	MaxEnvValueBytes   = 32 << 10
 	ReservedEnvPrefix  = "CAPSTAN_"
+	// MaxDuration bounds timeouts: 30 days.
+	MaxDuration = 30 * 24 * time.Hour
 	DefaultAbortReason = "User requested abort"
 )
 
@@ -60,6 +63,66 @@ type Step struct {
 	Env               map[string]string `json:"env,omitempty"`
 	Replicas          *int              `json:"replicas,omitempty"`
 	MaxRetriesFailure *int              `json:"max_retries_failure,omitempty"`
+	// MaxRetriesPreemption is the preemption budget (WORKER_FAILED,
+	// PREEMPTED). Default 100.
+	MaxRetriesPreemption *int `json:"max_retries_preemption,omitempty"`
+	// MaxTaskFailures is how many FAILED tasks the job tolerates. Default 0.
+	MaxTaskFailures *int `json:"max_task_failures,omitempty"`
+	// SchedulingTimeout is how long a task may wait to be placed before it is
+	// UNSCHEDULABLE, a Go duration ("30s", "5m"); "" or "0s" waits forever.
+	SchedulingTimeout string `json:"scheduling_timeout,omitempty"`
+	// Timeout bounds each task's running time, a Go duration; "" = none. A
+	// task past it is KILLED and its job TIMED_OUT.
+	Timeout string `json:"timeout,omitempty"`
+	// Priority is the band: production (never preempted), interactive (the
+	// default) or batch (preemptible).
+	Priority string `json:"priority,omitempty"`
+	// Resources is what each task needs on a worker.
+	Resources *Resources `json:"resources,omitempty"`
+	// Constraints select workers by label; all must hold.
+	Constraints []Constraint `json:"constraints,omitempty"`
+	// Coscheduled places all replicas together or none (a gang).
+	Coscheduled bool `json:"coscheduled,omitempty"`
+}
+
+// RetriesPreemption returns MaxRetriesPreemption, default
+// DefaultMaxRetriesPreemption.
+func (s Step) RetriesPreemption() int {
+	if s.MaxRetriesPreemption == nil {
+		return DefaultMaxRetriesPreemption
+	}
+	return *s.MaxRetriesPreemption
+}
+
+// TaskFailuresAllowed returns MaxTaskFailures, default 0.
+func (s Step) TaskFailuresAllowed() int {
+	if s.MaxTaskFailures == nil {
+		return 0
+	}
+	return *s.MaxTaskFailures
+}
+
+// SchedulingTimeoutDuration parses SchedulingTimeout (0 when unset or invalid).
+func (s Step) SchedulingTimeoutDuration() time.Duration { return parseDuration(s.SchedulingTimeout) }
+
+// TimeoutDuration parses Timeout (0 when unset or invalid).
+func (s Step) TimeoutDuration() time.Duration { return parseDuration(s.Timeout) }
+
+// Request returns what one task of the step asks of a worker.
+func (s Step) Request() TaskRequest {
+	r := TaskRequest{Priority: ParsePriority(s.Priority), Constraints: s.Constraints}
+	if s.Resources != nil {
+		r.Resources = *s.Resources
+	}
+	return r
+}
+
+func parseDuration(v string) time.Duration {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }
 
 // ReplicaCount returns Replicas, default 1.
@@ -89,6 +152,9 @@ func (w *WorkflowSpec) Normalize() {
 		}
 		if w.Steps[i].Plugin == "" {
 			w.Steps[i].Plugin = PluginShell
+		}
+		if w.Steps[i].Priority == "" {
+			w.Steps[i].Priority = PriorityInteractive.String()
 		}
 	}
 }
@@ -172,6 +238,28 @@ func (s Step) validate(mode string) []FieldError {
 	}
 	if n := s.RetriesFailure(); n < 0 || n > MaxRetriesLimit {
 		add(".max_retries_failure", "must be between 0 and %d, got %d", MaxRetriesLimit, n)
+	}
+	if n := s.RetriesPreemption(); n < 0 || n > 10000 {
+		add(".max_retries_preemption", "must be between 0 and 10000, got %d", n)
+	}
+	if n := s.TaskFailuresAllowed(); n < 0 || n > MaxReplicas {
+		add(".max_task_failures", "must be between 0 and %d, got %d", MaxReplicas, n)
+	}
+	for field, v := range map[string]string{".scheduling_timeout": s.SchedulingTimeout, ".timeout": s.Timeout} {
+		if d, err := time.ParseDuration(v); v != "" && (err != nil || d < 0 || d > MaxDuration) {
+			add(field, "must be a duration such as \"30s\" or \"5m\", from 0 to %s; got %q", MaxDuration, v)
+		}
+	}
+	if _, ok := priorityNames[s.Priority]; !ok {
+		add(".priority", "must be production, interactive or batch; got %q", s.Priority)
+	}
+	if s.Resources != nil && (s.Resources.CPUMillis < 0 || s.Resources.MemoryBytes < 0) {
+		add(".resources", "cpu_millis and memory_bytes must not be negative")
+	}
+	for i, c := range s.Constraints {
+		if msg := c.validate(); msg != "" {
+			add(fmt.Sprintf(".constraints[%d]", i), "%s", msg)
+		}
 	}
 	if len(s.Env) > MaxEnvVars {
 		add(".env", "has %d variables; at most %d", len(s.Env), MaxEnvVars)

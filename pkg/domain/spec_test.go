@@ -270,12 +270,12 @@ func TestValidateFieldsAreJSONPaths(t *testing.T) {
 	require.Equal(t, []string{"body.spec.steps[1].depends_on[1]"}, fields(errs))
 }
 
-// Validate on a spec that was not normalized: kind and plugin are empty,
-// so both are reported rather than silently defaulted.
+// Validate on a spec that was not normalized: kind, plugin and priority are empty,
+// so all three are reported rather than silently defaulted.
 func TestValidateWithoutNormalize(t *testing.T) {
 	t.Parallel()
 	w := domain.WorkflowSpec{Mode: domain.ModeStepByStep, Steps: []domain.Step{{Name: "a", Command: "x"}}}
-	require.Equal(t, []string{"spec.steps[0].kind", "spec.steps[0].plugin"}, fields(w.Validate("spec")))
+	require.Equal(t, []string{"spec.steps[0].kind", "spec.steps[0].plugin", "spec.steps[0].priority"}, fields(w.Validate("spec")))
 }
 
 var stepIndex = regexp.MustCompile(`\.steps\[(\d+)\]`)

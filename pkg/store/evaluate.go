@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -38,36 +40,42 @@ func (s *Store) EvaluateAttempt(ctx context.Context, attemptID int64, backoff do
 		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&a, attemptID).Error; err != nil {
 			return mapErr(err)
 		}
-		if a.EvaluatedAt != nil || a.FinishedAt == nil {
-			return nil
-		}
-		var t Task
-		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&t, a.TaskID).Error; err != nil {
-			return mapErr(err)
-		}
-		now := time.Now().UTC()
-		ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
-		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", a.ID).Update("evaluated_at", now).Error; err != nil {
-			return mapErr(err)
-		}
-		if !domain.TaskState(t.State).IsLive() || t.AttemptCount != a.Number {
-			return nil // the task moved on: aborted, or superseded
-		}
-		if err := tx.applyOutcome(ctx, &ev, a, t, backoff, now); err != nil {
-			return err
-		}
-		return tx.deriveAction(ctx, &ev, ev.Run.Action(t.ActionName), now)
+		return tx.evaluateLocked(ctx, &ev, a, a.StartedAt == nil, backoff)
 	})
 	return ev, err
 }
 
+// evaluateLocked is EvaluateAttempt on an attempt row locked by the caller;
+// wasAssigned tells whether it never started (a free preemption).
+func (s *Store) evaluateLocked(ctx context.Context, ev *Evaluation, a Attempt, wasAssigned bool, backoff domain.Backoff) error {
+	if a.EvaluatedAt != nil || a.FinishedAt == nil {
+		return nil
+	}
+	var t Task
+	if err := s.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&t, a.TaskID).Error; err != nil {
+		return mapErr(err)
+	}
+	now := time.Now().UTC()
+	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
+	if err := s.q(ctx).Model(&Attempt{}).Where("id = ?", a.ID).Update("evaluated_at", now).Error; err != nil {
+		return mapErr(err)
+	}
+	if !domain.TaskState(t.State).IsLive() || t.AttemptCount != a.Number {
+		return nil // the task moved on: aborted, or superseded
+	}
+	if err := s.applyOutcome(ctx, ev, a, t, wasAssigned, backoff, now); err != nil {
+		return err
+	}
+	return s.deriveAction(ctx, ev, ev.Run.Action(t.ActionName), now)
+}
+
 // applyOutcome updates the task from the attempt's outcome.
-func (s *Store) applyOutcome(ctx context.Context, ev *Evaluation, a Attempt, t Task, backoff domain.Backoff, now time.Time) error {
+func (s *Store) applyOutcome(ctx context.Context, ev *Evaluation, a Attempt, t Task, wasAssigned bool, backoff domain.Backoff, now time.Time) error {
 	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
 		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
 		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
 	out := domain.AttemptOutcome{State: domain.TaskState(a.State), System: a.Cause != nil && *a.Cause == "system",
-		WasAssigned: a.StartedAt == nil}
+		WasAssigned: wasAssigned}
 	nb, result := domain.HandleAttemptResult(b, out)
 	ev.Result = result
 	up := map[string]any{"failure_count": nb.FailureCount, "preemption_count": nb.PreemptionCount,
@@ -82,9 +90,30 @@ func (s *Store) applyOutcome(ctx context.Context, ev *Evaluation, a Attempt, t T
 	if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(up).Error; err != nil {
 		return mapErr(err)
 	}
+	if t.Coscheduled && result == domain.ExceededRetryLimit {
+		if err := s.cascadeGang(ctx, t, now); err != nil {
+			return err
+		}
+	}
 	return s.eventFull(ctx, RunEvent{Project: t.Project, Domain: t.Domain, RunName: t.RunName, ActionName: &t.ActionName,
 		TaskID: &t.ID, AttemptID: &a.ID, Type: "task." + result.String()},
 		map[string]any{"attempt_state": domain.TaskState(a.State).String(), "not_before": ev.NotBefore})
+}
+
+// cascadeGang exhausts the preemption budget of a coscheduled task's live
+// siblings and makes them WORKER_FAILED (terminal), so no host hangs on a
+// collective operation (Iris's _cascade_coscheduled_failure). Their processes
+// are stopped by the abort the job's failure requests.
+func (s *Store) cascadeGang(ctx context.Context, t Task, now time.Time) error {
+	res := s.q(ctx).Model(&Task{}).Where("project = ? AND domain = ? AND run_name = ? AND action_name = ? AND id <> ? AND state IN ?",
+		t.Project, t.Domain, t.RunName, t.ActionName, t.ID, liveStates).
+		Updates(map[string]any{"state": int16(domain.TaskWorkerFailed), "preemption_count": gorm.Expr("max_retries_preemption + 1"),
+			"ended_at": now, "updated_at": now, "version": gorm.Expr("version + 1")})
+	if res.Error != nil || res.RowsAffected == 0 {
+		return mapErr(res.Error)
+	}
+	return s.eventFull(ctx, RunEvent{Project: t.Project, Domain: t.Domain, RunName: t.RunName, ActionName: &t.ActionName,
+		TaskID: &t.ID, Type: "action.gang_cascade"}, map[string]any{"siblings": res.RowsAffected})
 }
 
 // retryNumber returns the counter the outcome charged (the retry's number
@@ -118,7 +147,9 @@ func (s *Store) deriveAction(ctx context.Context, ev *Evaluation, key domain.Act
 		Group("state").Scan(&rows).Error; err != nil {
 		return mapErr(err)
 	}
-	v := domain.JobView{Started: true}
+	var step domain.Step
+	_ = json.Unmarshal(act.Spec, &step)
+	v := domain.JobView{Started: true, MaxTaskFailures: step.TaskFailuresAllowed()}
 	for _, r := range rows {
 		if int(r.State) < len(v.Counts) {
 			v.Counts[r.State] = r.N
@@ -128,39 +159,46 @@ func (s *Store) deriveAction(ctx context.Context, ev *Evaluation, key domain.Act
 	if err := s.setActionPhase(ctx, key, domain.Phase(act.Phase), ev.ActionPhase, now); err != nil {
 		return err
 	}
-	if ev.ActionPhase != domain.PhaseFailed || act.Phase == string(domain.PhaseFailed) {
+	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() || domain.Phase(act.Phase).IsTerminal() {
 		return nil
 	}
-	return s.killSurvivors(ctx, ev, key, now)
+	return s.killSurvivors(ctx, ev, key, "job "+strings.ToLower(string(ev.ActionPhase)), now)
 }
 
-// killSurvivors kills the unfinished tasks of a failed action and requests an
-// abort of their live attempts.
-func (s *Store) killSurvivors(ctx context.Context, ev *Evaluation, key domain.ActionKey, now time.Time) error {
+// killSurvivors finalizes a job that ended in failure: its unfinished tasks
+// become KILLED and, when any attempt of it is still live, an abort is
+// requested so the reconciler stops those processes (Iris's
+// _mark_remaining_tasks_killed and _finalize_terminal_job).
+func (s *Store) killSurvivors(ctx context.Context, ev *Evaluation, key domain.ActionKey, reason string, now time.Time) error {
 	res := s.q(ctx).Model(&Task{}).Where("project = ? AND domain = ? AND run_name = ? AND action_name = ? AND state IN ?",
 		key.Project, key.Domain, key.Run, key.Action, []int16{int16(domain.TaskPending), int16(domain.TaskAssigned),
 			int16(domain.TaskBuilding), int16(domain.TaskRunning)}).
 		Updates(map[string]any{"state": int16(domain.TaskKilled), "ended_at": now, "updated_at": now,
 			"version": gorm.Expr("version + 1")})
-	if res.Error != nil || res.RowsAffected == 0 {
+	if res.Error != nil {
 		return mapErr(res.Error)
+	}
+	live, err := s.LiveAttemptsUnder(ctx, key)
+	if err != nil || len(live) == 0 {
+		return err
 	}
 	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
 		key.Project, key.Domain, key.Run, key.Action).
-		Updates(map[string]any{"abort_requested_at": now, "abort_reason": "job failed: max_task_failures exceeded",
+		Updates(map[string]any{"abort_requested_at": now, "abort_reason": reason,
 			"abort_attempt_count": 0, "abort_outcome": nil}).Error; err != nil {
 		return mapErr(err)
 	}
 	ev.AbortSurvivors = &key
-	return s.event(ctx, key.RunKey, key.Action, "action.survivors_killed", map[string]any{"tasks": res.RowsAffected})
+	return s.event(ctx, key.RunKey, key.Action, "action.survivors_killed",
+		map[string]any{"tasks": res.RowsAffected, "live_attempts": len(live), "reason": reason})
 }
 
 // PendingTasks returns up to limit PENDING tasks whose not_before has passed,
-// oldest first.
+// highest priority band first, then oldest.
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 	var ts []Task
 	err := s.q(ctx).Where("state = ? AND (not_before IS NULL OR not_before <= now())", int16(domain.TaskPending)).
-		Order("not_before NULLS FIRST, id").Limit(limit).Find(&ts).Error
+		Order("priority DESC, id").Limit(limit).Find(&ts).Error
 	return ts, mapErr(err)
 }
 

@@ -36,6 +36,7 @@ type Action struct {
 	AbortAttemptCount int
 	AbortReason       *string
 	AbortOutcome      *string
+	AbortCause        *string // "aborted" (or NULL) or "timeout": see AbortAction
 	FailedTimes       int
 	NotBefore         *time.Time
 	Version           int64
@@ -65,6 +66,12 @@ type Task struct {
 	PendingReason        *string
 	NotBefore            *time.Time
 	SchedulingDeadline   *time.Time
+	Priority             int16
+	CPUMillis            int64 `gorm:"column:cpu_millis"`
+	MemoryBytes          int64
+	Constraints          datatypes.JSON
+	Coscheduled          bool
+	TimeoutMs            int64
 	Version              int64
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
@@ -87,6 +94,13 @@ type Attempt struct {
 	StartedAt   *time.Time
 	FinishedAt  *time.Time
 	EvaluatedAt *time.Time
+	// KillRequestedAt is set while a kill of this attempt is pending (see
+	// RequestAttemptKill); KillAttemptCount counts its delivery rounds;
+	// KillCause is why; KillOutcome is set once it is cleared.
+	KillRequestedAt  *time.Time
+	KillAttemptCount int
+	KillCause        *string
+	KillOutcome      *string
 }
 
 // AttemptLog is the bounded captured output of one attempt.
@@ -104,6 +118,8 @@ type Worker struct {
 	Name            string
 	Address         string
 	Slots           int
+	CPUMillis       int64 `gorm:"column:cpu_millis"`
+	MemoryBytes     int64
 	Labels          datatypes.JSON
 	Failures        datatypes.JSON
 	State           string

@@ -118,12 +118,27 @@ func (s *Store) startStep(ctx context.Context, key domain.RunKey, spec domain.Wo
 			step = st
 		}
 	}
+	constraints, err := json.Marshal(step.Constraints)
+	if err != nil {
+		return err
+	}
+	if step.Constraints == nil {
+		constraints = []byte("[]")
+	}
+	req := step.Request()
+	var deadline *time.Time
+	if d := step.SchedulingTimeoutDuration(); d > 0 {
+		at := now.Add(d)
+		deadline = &at
+	}
 	tasks := make([]Task, step.ReplicaCount())
 	for i := range tasks {
 		tasks[i] = Task{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: name, Idx: i,
 			State: int16(domain.TaskPending), MaxRetriesFailure: step.RetriesFailure(),
-			MaxRetriesPreemption: domain.DefaultMaxRetriesPreemption, MaxSystemFailures: domain.DefaultMaxSystemFailures,
-			Version: 1}
+			MaxRetriesPreemption: step.RetriesPreemption(), MaxSystemFailures: domain.DefaultMaxSystemFailures,
+			Priority: int16(req.Priority), CPUMillis: req.Resources.CPUMillis, MemoryBytes: req.Resources.MemoryBytes,
+			Constraints: constraints, Coscheduled: step.Coscheduled, TimeoutMs: step.TimeoutDuration().Milliseconds(),
+			SchedulingDeadline: deadline, Version: 1}
 	}
 	if err := s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&tasks, 500).Error; err != nil {
 		return mapErr(err)

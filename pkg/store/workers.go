@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/google/uuid"
 )
 
@@ -19,14 +20,19 @@ type NewWorker struct {
 	Name    string
 	Address string
 	// Slots is how many attempts the worker runs at once.
-	Slots  int
-	Labels map[string]string
+	Slots int
+	// Resources is what it offers; zero fields are undeclared (unlimited).
+	Resources domain.Resources
+	Labels    map[string]string
 }
 
-// WorkerLoad is a worker with the number of live attempts it holds.
+// WorkerLoad is a worker with what its live attempts hold: how many, and
+// their resources.
 type WorkerLoad struct {
 	Worker
-	Used int
+	Used            int
+	UsedCPUMillis   int64 `gorm:"column:used_cpu_millis"`
+	UsedMemoryBytes int64
 }
 
 // RegisterWorker inserts a worker under a new identity.
@@ -38,7 +44,8 @@ func (s *Store) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error
 	if nw.Labels == nil {
 		labels = []byte("{}")
 	}
-	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots, Labels: labels,
+	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots,
+		CPUMillis: nw.Resources.CPUMillis, MemoryBytes: nw.Resources.MemoryBytes, Labels: labels,
 		Failures: []byte("{}"), State: WorkerAlive, Version: 1, LastHeartbeatAt: time.Now().UTC()}
 	return w, mapErr(s.q(ctx).Create(&w).Error)
 }
@@ -71,8 +78,10 @@ func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]Wo
 
 func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
 	var out []WorkerLoad
-	err := s.q(ctx).Raw(`SELECT w.*, COALESCE(l.used, 0) AS used FROM workers w
-		LEFT JOIN (SELECT worker_id, count(*) AS used FROM attempts WHERE state IN ? GROUP BY worker_id) l
+	err := s.q(ctx).Raw(`SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
+		COALESCE(l.mem, 0) AS used_memory_bytes FROM workers w
+		LEFT JOIN (SELECT a.worker_id, count(*) AS used, sum(t.cpu_millis) AS cpu, sum(t.memory_bytes) AS mem
+			FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.state IN ? GROUP BY a.worker_id) l
 		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`,
 		append([]any{liveStates}, args...)...).Scan(&out).Error
 	return out, mapErr(err)

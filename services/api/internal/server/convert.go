@@ -69,6 +69,9 @@ func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker
 		state = "unresponsive"
 	}
 	free := max(w.Slots-w.Used, 0)
+	res := api.Resources{CpuMillis: &w.CPUMillis, MemoryBytes: &w.MemoryBytes}
+	freeCPU, freeMem := w.CPUMillis-w.UsedCPUMillis, w.MemoryBytes-w.UsedMemoryBytes
 	return api.Worker{Id: w.ID, Name: w.Name, Address: w.Address, Slots: w.Slots, FreeSlots: &free, Labels: labels,
+		Resources: &res, FreeResources: &api.Resources{CpuMillis: &freeCPU, MemoryBytes: &freeMem},
 		State: state, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
 }

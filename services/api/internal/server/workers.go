@@ -37,7 +37,16 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	if b.Labels != nil {
 		labels = *b.Labels
 	}
-	w, err := h.store.RegisterWorker(ctx, store.NewWorker{Name: b.Name, Address: b.Address, Slots: slots, Labels: labels})
+	nw := store.NewWorker{Name: b.Name, Address: b.Address, Slots: slots, Labels: labels}
+	if b.Resources != nil {
+		if b.Resources.CpuMillis != nil {
+			nw.Resources.CPUMillis = *b.Resources.CpuMillis
+		}
+		if b.Resources.MemoryBytes != nil {
+			nw.Resources.MemoryBytes = *b.Resources.MemoryBytes
+		}
+	}
+	w, err := h.store.RegisterWorker(ctx, nw)
 	if err != nil {
 		return nil, err
 	}

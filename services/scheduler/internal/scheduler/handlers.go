@@ -61,12 +61,31 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) error {
 	if err != nil || !ev.Done {
 		return err
 	}
+	s.afterEvaluation(ctx, ev)
+	return s.advance(ctx, ev.Run)
+}
+
+// afterEvaluation acts on what an evaluation decided: it pushes the abort of
+// a failed job's survivors and kicks a pass (a slot freed, or a retry waits).
+func (s *Scheduler) afterEvaluation(ctx context.Context, ev store.Evaluation) {
 	s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
 	if ev.AbortSurvivors != nil {
-		if err := s.queue.Enqueue(ctx, queue.NewActionAbortTask(*ev.AbortSurvivors, s.cfg.AbortMaxRetry)); err != nil {
-			s.log.Warn("enqueue abort of survivors failed; the reconciler's scan delivers it", "err", err)
-		}
+		s.enqueueAbort(ctx, *ev.AbortSurvivors)
 	}
-	s.Kick() // a slot freed, or a retry waits
-	return s.advance(ctx, ev.Run)
+	s.Kick()
+}
+
+// enqueueAbort pushes an action's abort; a failed push is healed by the
+// reconciler's periodic scan of abort_requested_at.
+func (s *Scheduler) enqueueAbort(ctx context.Context, key domain.ActionKey) {
+	if err := s.queue.Enqueue(ctx, queue.NewActionAbortTask(key, s.cfg.AbortMaxRetry)); err != nil {
+		s.log.Warn("enqueue abort failed; the reconciler's scan delivers it", "action", key.String(), "err", err)
+	}
+}
+
+// killAttempt stops a preempted attempt's process. Until attempt-level kill
+// delivery exists the next heartbeat's stop list does it: the attempt is no
+// longer its task's current live one.
+func (s *Scheduler) killAttempt(_ context.Context, attemptID int64, cause string) {
+	s.log.Debug("attempt to stop", "attempt", attemptID, "cause", cause)
 }

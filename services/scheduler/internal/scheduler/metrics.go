@@ -4,6 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	placed      prometheus.Counter
+	preempted   prometheus.Counter
 	evaluated   *prometheus.CounterVec
 	runsEnded   *prometheus.CounterVec
 	passSeconds prometheus.Histogram
@@ -13,6 +14,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		placed: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_tasks_placed_total",
 			Help: "Tasks assigned to a worker."}),
+		preempted: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_preempted_total",
+			Help: "Attempts evicted for a higher priority band."}),
 		evaluated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_evaluated_total",
 			Help: "Finished attempts applied to their task, by retry result."}, []string{"result"}),
 		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_run_advances_terminal_total",
@@ -20,6 +23,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_scheduler_pass_seconds",
 			Help: "Duration of a scheduling pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
-	reg.MustRegister(m.placed, m.evaluated, m.runsEnded, m.passSeconds)
+	reg.MustRegister(m.placed, m.preempted, m.evaluated, m.runsEnded, m.passSeconds)
 	return m
 }

@@ -2,31 +2,35 @@ package scheduler
 
 import (
 	"context"
-	"sort"
+	"encoding/json"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
 // PassResult is what one scheduling pass did.
 type PassResult struct {
-	Placed  int
-	Pending int
-	Workers int
+	Placed    int
+	Pending   int
+	Workers   int
+	Preempted int
+	Waiting   int
 }
 
-// pass places PENDING tasks on alive workers with free slots and returns how
-// long to wait before the next pass: at once when it filled a whole batch,
-// else until the next backoff ends, at most Tick.
+// pass runs one scheduling pass and returns how long to wait before the
+// next: at once when it filled a whole batch, else until the next backoff
+// ends, at most Tick.
 func (s *Scheduler) pass(ctx context.Context) time.Duration {
 	res, err := s.runOnce(ctx)
 	if err != nil {
 		s.log.Warn("scheduling pass failed", "err", err)
 		return s.cfg.Tick
 	}
-	if res.Placed > 0 {
-		s.log.Debug("scheduling pass", "placed", res.Placed, "pending", res.Pending, "workers", res.Workers)
+	if res.Placed > 0 || res.Preempted > 0 {
+		s.log.Debug("scheduling pass", "placed", res.Placed, "preempted", res.Preempted, "waiting", res.Waiting,
+			"pending", res.Pending, "workers", res.Workers)
 	}
 	if res.Placed == s.cfg.BatchSize {
 		return 0
@@ -38,56 +42,222 @@ func (s *Scheduler) pass(ctx context.Context) time.Duration {
 	return next
 }
 
-// runOnce is one scheduling pass: spread the oldest placeable tasks over the
-// workers with the most free slots.
+// runOnce is one scheduling pass: it places the pending tasks, highest band
+// first, on workers whose labels satisfy their constraints and whose free
+// resources and slots fit them (a coscheduled job all together or not at
+// all), preempts lower bands for a task that cannot otherwise be placed,
+// records a pending_reason on every task left waiting, and ends jobs whose
+// scheduling deadline passed.
 func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 	start := time.Now()
 	defer func() { s.metrics.passSeconds.Observe(time.Since(start).Seconds()) }()
+	if err := s.expireDeadlines(ctx); err != nil {
+		return PassResult{}, err
+	}
 	workers, err := s.store.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
 	if err != nil {
 		return PassResult{}, err
 	}
-	free := 0
-	for _, w := range workers {
-		free += max(w.Slots-w.Used, 0)
-	}
-	res := PassResult{Workers: len(workers)}
-	if free == 0 {
-		return res, nil
-	}
-	tasks, err := s.store.PendingTasks(ctx, min(free, s.cfg.BatchSize))
+	tasks, err := s.store.PendingTasks(ctx, s.cfg.BatchSize)
 	if err != nil {
-		return res, err
+		return PassResult{}, err
 	}
-	res.Pending = len(tasks)
-	for _, t := range tasks {
-		w := mostFree(workers)
-		if w == nil {
-			break
-		}
-		attempt, ok, err := s.store.AssignTask(ctx, t.ID, w.ID)
-		if err != nil {
-			return res, err
-		}
-		if !ok {
-			continue
-		}
-		w.Used++
-		res.Placed++
-		s.metrics.placed.Inc()
-		if err := s.queue.Enqueue(ctx, queue.NewAttemptRunTask(w.ID, attempt.ID)); err != nil {
-			// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
-			s.log.Warn("dispatch failed", "attempt", attempt.ID, "worker", w.ID, "err", err)
+	p := &placement{s: s, workers: workers, views: views(workers), reasons: map[int64]string{}}
+	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
+	for _, unit := range units(tasks) {
+		if err := p.place(ctx, unit); err != nil {
+			return p.res, err
 		}
 	}
-	return res, nil
+	p.res.Waiting = len(p.reasons)
+	return p.res, s.store.SetPendingReasons(ctx, p.reasons)
 }
 
-// mostFree returns the worker with the most free slots, or nil when all are full.
-func mostFree(ws []store.WorkerLoad) *store.WorkerLoad {
-	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Slots-ws[i].Used > ws[j].Slots-ws[j].Used })
-	if len(ws) == 0 || ws[0].Slots-ws[0].Used <= 0 {
+// placement is the state of one pass.
+type placement struct {
+	s       *Scheduler
+	workers []store.WorkerLoad
+	views   []domain.WorkerView
+	reasons map[int64]string
+	running []domain.Running // loaded on first preemption
+	loaded  bool
+	res     PassResult
+}
+
+// place places one unit: a single task, or every pending task of a gang.
+func (p *placement) place(ctx context.Context, unit []store.Task) error {
+	reqs := make([]domain.TaskRequest, len(unit))
+	for i, t := range unit {
+		reqs[i] = request(t)
+	}
+	var idx []int
+	var reason string
+	if len(unit) > 1 || unit[0].Coscheduled {
+		idx, reason = domain.PlaceGang(reqs, p.views)
+	} else {
+		var i int
+		i, reason = domain.Place(reqs[0], p.views)
+		if i < 0 && reqs[0].Priority > domain.PriorityBatch {
+			var err error
+			if i, err = p.preempt(ctx, reqs[0]); err != nil {
+				return err
+			}
+		}
+		if i >= 0 {
+			domain.Take(p.views, i, reqs[0].Resources)
+			idx = []int{i}
+		}
+	}
+	if idx == nil {
+		for _, t := range unit {
+			p.reasons[t.ID] = reason
+		}
 		return nil
 	}
-	return &ws[0]
+	for i, t := range unit {
+		if err := p.assign(ctx, t, p.workers[idx[i]].ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// assign binds a task to a worker and dispatches its attempt.
+func (p *placement) assign(ctx context.Context, t store.Task, workerID string) error {
+	attempt, ok, err := p.s.store.AssignTask(ctx, t.ID, workerID)
+	if err != nil || !ok {
+		return err
+	}
+	p.res.Placed++
+	p.s.metrics.placed.Inc()
+	if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(workerID, attempt.ID)); err != nil {
+		// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
+		p.s.log.Warn("dispatch failed", "attempt", attempt.ID, "worker", workerID, "err", err)
+	}
+	return nil
+}
+
+// preempt evicts lower-band attempts so that r fits on one worker and returns
+// that worker's index, or -1 when no eviction helps (Iris's preemption pass).
+func (p *placement) preempt(ctx context.Context, r domain.TaskRequest) (int, error) {
+	if !p.loaded {
+		if err := p.loadRunning(ctx); err != nil {
+			return -1, err
+		}
+	}
+	wi, victims := domain.PickVictims(r, p.views, p.running)
+	if wi < 0 {
+		return -1, nil
+	}
+	for _, v := range victims {
+		ev, started, err := p.s.store.PreemptAttempt(ctx, v.AttemptID, p.s.cfg.Retry)
+		if err != nil {
+			return -1, err
+		}
+		p.res.Preempted++
+		p.s.metrics.preempted.Inc()
+		p.views[wi].Used.CPUMillis -= v.Resources.CPUMillis
+		p.views[wi].Used.MemoryBytes -= v.Resources.MemoryBytes
+		p.views[wi].FreeSlots++
+		if started {
+			p.s.killAttempt(ctx, v.AttemptID, "preempted")
+		}
+		if ev.Done {
+			p.s.afterEvaluation(ctx, ev)
+		}
+	}
+	p.running = slicesDeleteVictims(p.running, victims)
+	return wi, nil
+}
+
+func (p *placement) loadRunning(ctx context.Context) error {
+	ids := make([]string, len(p.workers))
+	index := map[string]int{}
+	for i, w := range p.workers {
+		ids[i] = w.ID
+		index[w.ID] = i
+	}
+	live, err := p.s.store.LiveOnWorkers(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, l := range live {
+		p.running = append(p.running, domain.Running{AttemptID: l.AttemptID, Worker: index[l.WorkerID],
+			Priority: domain.Priority(l.Priority), Resources: domain.Resources{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes},
+			Started: l.State != int16(domain.TaskAssigned), Order: l.AttemptID})
+	}
+	p.loaded = true
+	return nil
+}
+
+func slicesDeleteVictims(running, victims []domain.Running) []domain.Running {
+	gone := map[int64]bool{}
+	for _, v := range victims {
+		gone[v.AttemptID] = true
+	}
+	out := running[:0]
+	for _, r := range running {
+		if !gone[r.AttemptID] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// expireDeadlines ends jobs with a task past its scheduling deadline.
+func (s *Scheduler) expireDeadlines(ctx context.Context) error {
+	ended, err := s.store.ExpireSchedulingDeadlines(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range ended {
+		if f.AbortRequested {
+			s.enqueueAbort(ctx, f.Action)
+		}
+		if err := s.advance(ctx, f.Action.RunKey); err != nil {
+			s.log.Warn("advance after deadline failed", "action", f.Action.String(), "err", err)
+		}
+	}
+	return nil
+}
+
+// units groups pending tasks into placement units: one task, or all pending
+// tasks of a coscheduled action (in the order of their first task).
+func units(tasks []store.Task) [][]store.Task {
+	var out [][]store.Task
+	gang := map[string]int{}
+	for _, t := range tasks {
+		if !t.Coscheduled {
+			out = append(out, []store.Task{t})
+			continue
+		}
+		key := t.Project + "/" + t.Domain + "/" + t.RunName + "/" + t.ActionName
+		if i, ok := gang[key]; ok {
+			out[i] = append(out[i], t)
+			continue
+		}
+		gang[key] = len(out)
+		out = append(out, []store.Task{t})
+	}
+	return out
+}
+
+func request(t store.Task) domain.TaskRequest {
+	r := domain.TaskRequest{Priority: domain.Priority(t.Priority),
+		Resources: domain.Resources{CPUMillis: t.CPUMillis, MemoryBytes: t.MemoryBytes}}
+	_ = json.Unmarshal(t.Constraints, &r.Constraints)
+	return r
+}
+
+func views(ws []store.WorkerLoad) []domain.WorkerView {
+	out := make([]domain.WorkerView, len(ws))
+	for i, w := range ws {
+		labels := map[string]string{}
+		_ = json.Unmarshal(w.Labels, &labels)
+		out[i] = domain.WorkerView{ID: w.ID, Labels: labels,
+			Capacity:  domain.Resources{CPUMillis: w.CPUMillis, MemoryBytes: w.MemoryBytes},
+			Used:      domain.Resources{CPUMillis: w.UsedCPUMillis, MemoryBytes: w.UsedMemoryBytes},
+			FreeSlots: max(w.Slots-w.Used, 0)}
+	}
+	return out
 }
