@@ -114,14 +114,22 @@ type AttemptLog struct {
 
 // Worker is a row of workers: one registered executor instance.
 type Worker struct {
-	ID              string `gorm:"primaryKey"`
-	Name            string
-	Address         string
-	Slots           int
-	CPUMillis       int64 `gorm:"column:cpu_millis"`
-	MemoryBytes     int64
-	Labels          datatypes.JSON
-	Failures        datatypes.JSON
+	ID          string `gorm:"primaryKey"`
+	Name        string
+	Address     string
+	Slots       int
+	CPUMillis   int64 `gorm:"column:cpu_millis"`
+	MemoryBytes int64
+	Labels      datatypes.JSON
+	// Failures maps attempt id → time of the attempts lost or failed for
+	// platform causes on this worker (ARC's failures map): see liveness.go.
+	Failures datatypes.JSON
+	// PlaceableAfter gates new work during the failure backoff; nil = none.
+	PlaceableAfter *time.Time
+	// LastFailureAt is the latest time in Failures.
+	LastFailureAt *time.Time
+	// Draining: the executor is shutting down and takes no new work.
+	Draining        bool
 	State           string
 	Version         int64
 	CreatedAt       time.Time

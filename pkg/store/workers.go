@@ -70,9 +70,11 @@ func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
 }
 
 // PlaceableWorkers returns alive workers that heartbeated within grace, with
-// their load.
+// their load, except those draining or still in their failure backoff
+// (placeable_after, see RecordWorkerFailure).
 func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
-	return s.workerLoads(ctx, "w.state = 'alive' AND w.last_heartbeat_at > now() - make_interval(secs => ?)",
+	return s.workerLoads(ctx, `w.state = 'alive' AND w.last_heartbeat_at > now() - make_interval(secs => ?)
+		AND NOT w.draining AND (w.placeable_after IS NULL OR w.placeable_after <= now())`,
 		grace.Seconds())
 }
 
