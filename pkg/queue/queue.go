@@ -44,6 +44,9 @@ const (
 	TypeAttemptRun = "attempt:run"
 	// TypeActionAbort delivers an abort. TaskID "project/domain/run/action".
 	TypeActionAbort = "action:abort"
+	// TypeAttemptKill delivers the kill of one attempt (preemption, an
+	// attempt's timeout), on the Abort queue. TaskID "attempt:<id>:kill".
+	TypeAttemptKill = "attempt:kill"
 )
 
 // RunPayload names a run.
@@ -100,6 +103,21 @@ func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
 func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
 	return asynq.NewTask(TypeActionAbort, mustJSON(AbortPayload{key.String()}), asynq.Queue(Abort),
 		asynq.TaskID(key.String()), asynq.MaxRetry(maxRetry))
+}
+
+// NewAttemptKillTask builds attempt:kill for the kill that
+// store.RequestAttemptKill recorded: TaskID "attempt:<id>:kill" (the dedupe
+// key), on the Abort queue, payload AttemptPayload. maxRetry is as for
+// NewActionAbortTask (ABORT_MAX_ATTEMPTS+5 by convention, at least 1).
+// Enqueue it after the transaction that requested the kill commits.
+func NewAttemptKillTask(attemptID int64, maxRetry int) *asynq.Task {
+	return asynq.NewTask(TypeAttemptKill, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Abort),
+		asynq.TaskID(AttemptKillTaskID(attemptID)), asynq.MaxRetry(maxRetry))
+}
+
+// AttemptKillTaskID is the TaskID of attempt:kill for attemptID.
+func AttemptKillTaskID(attemptID int64) string {
+	return "attempt:" + strconv.FormatInt(attemptID, 10) + ":kill"
 }
 
 // Decode unmarshals a task's payload into v, wrapping asynq.SkipRetry on

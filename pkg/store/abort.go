@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -32,14 +34,49 @@ func subtreeArgs(k domain.ActionKey) []any {
 	return []any{k.Project, k.Domain, k.Run, k.Action, k.Project, k.Domain, k.Run}
 }
 
+// Abort and kill causes: why a process must stop. The executor reports the
+// attempt with the same cause.
+const (
+	// CauseAborted: a user aborted, or a job failed and killed its survivors.
+	CauseAborted = "aborted"
+	// CauseTimeout: a timeout expired; an action aborted so ends TIMED_OUT.
+	CauseTimeout = "timeout"
+	// CausePreempted: the scheduler preempted the attempt (attempt kills).
+	CausePreempted = "preempted"
+	// CauseWorkerLost: the attempt's worker is lost (attempt kills).
+	CauseWorkerLost = "worker_lost"
+)
+
+// ErrBadCause: the cause is not one the operation accepts.
+var ErrBadCause = errors.New("invalid abort cause")
+
+// abortPhase returns the phase an action aborted with cause ends in:
+// TIMED_OUT for CauseTimeout, ABORTED for "" and CauseAborted.
+func abortPhase(cause string) (domain.Phase, string, error) {
+	switch cause {
+	case "", CauseAborted:
+		return domain.PhaseAborted, CauseAborted, nil
+	case CauseTimeout:
+		return domain.PhaseTimedOut, CauseTimeout, nil
+	}
+	return "", "", fmt.Errorf("%w: %q (want %q or %q)", ErrBadCause, cause, CauseAborted, CauseTimeout)
+}
+
 // AbortAction records an abort in one transaction (Flyte's AbortRun /
 // AbortAction, seeds/000 "Initiation and Persistence"): the action and every
-// non-terminal descendant become ABORTED, their unfinished tasks KILLED, and
-// the action gets abort_requested_at, abort_reason and abort_attempt_count 0.
-// The caller then pushes the abort. Errors: ErrNotFound, ErrTerminal.
-func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason string) (Action, error) {
+// non-terminal descendant become ABORTED (TIMED_OUT when cause is
+// CauseTimeout), their unfinished tasks KILLED, and the action gets
+// abort_requested_at, abort_reason, abort_cause, abort_attempt_count 0 and an
+// "action.abort_requested" event. cause "" means CauseAborted. The caller
+// then pushes queue.NewActionAbortTask; the reconciler's scan heals a lost
+// push. Errors: ErrNotFound, ErrTerminal, ErrBadCause.
+func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, cause string) (Action, error) {
+	phase, cause, err := abortPhase(cause)
+	if err != nil {
+		return Action{}, err
+	}
 	var a Action
-	err := s.InTx(ctx, func(tx *Store) error {
+	err = s.InTx(ctx, func(tx *Store) error {
 		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
 			Where("project = ? AND domain = ? AND run_name = ? AND name = ?", key.Project, key.Domain, key.Run, key.Action).
 			Take(&a).Error; err != nil {
@@ -49,38 +86,45 @@ func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason st
 			return ErrTerminal
 		}
 		now := time.Now().UTC()
-		sub := tx.q(ctx).Raw(subtreeSQL, subtreeArgs(key)...)
-		if err := tx.q(ctx).Model(&Action{}).
-			Where("project = ? AND domain = ? AND run_name = ? AND name IN (?) AND phase NOT IN ?",
-				key.Project, key.Domain, key.Run, sub, terminalPhases()).
-			Updates(map[string]any{"phase": string(domain.PhaseAborted), "ended_at": now, "updated_at": now,
-				"version": gorm.Expr("version + 1")}).Error; err != nil {
-			return mapErr(err)
+		if err := tx.endSubtree(ctx, key, phase, now); err != nil {
+			return err
 		}
-		if err := tx.q(ctx).Model(&Task{}).
-			Where("project = ? AND domain = ? AND run_name = ? AND action_name IN (?) AND state IN ?",
-				key.Project, key.Domain, key.Run, sub, []int16{int16(domain.TaskPending), int16(domain.TaskAssigned),
-					int16(domain.TaskBuilding), int16(domain.TaskRunning)}).
-			Updates(map[string]any{"state": int16(domain.TaskKilled), "ended_at": now, "updated_at": now,
-				"version": gorm.Expr("version + 1")}).Error; err != nil {
-			return mapErr(err)
-		}
-		a.AbortRequestedAt, a.AbortReason, a.AbortAttemptCount, a.AbortOutcome = &now, &reason, 0, nil
-		a.Phase, a.EndedAt = string(domain.PhaseAborted), &now
+		a.AbortRequestedAt, a.AbortReason, a.AbortCause, a.AbortAttemptCount, a.AbortOutcome = &now, &reason, &cause, 0, nil
+		a.Phase, a.EndedAt = string(phase), &now
 		if err := tx.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
 			key.Project, key.Domain, key.Run, key.Action).
-			Updates(map[string]any{"abort_requested_at": now, "abort_reason": reason,
+			Updates(map[string]any{"abort_requested_at": now, "abort_reason": reason, "abort_cause": cause,
 				"abort_attempt_count": 0, "abort_outcome": nil}).Error; err != nil {
 			return mapErr(err)
 		}
 		if key.Action == domain.RootActionName {
-			if err := tx.setRunPhase(ctx, key.RunKey, domain.PhaseAborted, now); err != nil {
+			if err := tx.setRunPhase(ctx, key.RunKey, phase, now); err != nil {
 				return err
 			}
 		}
-		return tx.event(ctx, key.RunKey, key.Action, "action.abort_requested", map[string]any{"reason": reason})
+		return tx.event(ctx, key.RunKey, key.Action, "action.abort_requested",
+			map[string]any{"reason": reason, "cause": cause})
 	})
 	return a, err
+}
+
+// endSubtree moves the action under key and every non-terminal descendant to
+// phase, and their unfinished tasks to KILLED.
+func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase domain.Phase, now time.Time) error {
+	sub := s.q(ctx).Raw(subtreeSQL, subtreeArgs(key)...)
+	if err := s.q(ctx).Model(&Action{}).
+		Where("project = ? AND domain = ? AND run_name = ? AND name IN (?) AND phase NOT IN ?",
+			key.Project, key.Domain, key.Run, sub, terminalPhases()).
+		Updates(map[string]any{"phase": string(phase), "ended_at": now, "updated_at": now,
+			"version": gorm.Expr("version + 1")}).Error; err != nil {
+		return mapErr(err)
+	}
+	return mapErr(s.q(ctx).Model(&Task{}).
+		Where("project = ? AND domain = ? AND run_name = ? AND action_name IN (?) AND state IN ?",
+			key.Project, key.Domain, key.Run, sub, []int16{int16(domain.TaskPending), int16(domain.TaskAssigned),
+				int16(domain.TaskBuilding), int16(domain.TaskRunning)}).
+		Updates(map[string]any{"state": int16(domain.TaskKilled), "ended_at": now, "updated_at": now,
+			"version": gorm.Expr("version + 1")}).Error)
 }
 
 func terminalPhases() []string {
@@ -182,4 +226,107 @@ func (s *Store) setRunPhase(ctx context.Context, key domain.RunKey, p domain.Pha
 	}
 	return mapErr(s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).
 		Updates(up).Error)
+}
+
+// Abort states, the filter of ListAborts.
+const (
+	// AbortStatePending: requested, being delivered.
+	AbortStatePending = "pending"
+	// AbortStateDelivered: cleared with outcome AbortDelivered.
+	AbortStateDelivered = AbortDelivered
+	// AbortStateNeedsIntervention: cleared with outcome
+	// AbortNeedsIntervention after MaxAttempts failed rounds.
+	AbortStateNeedsIntervention = AbortNeedsIntervention
+)
+
+// AbortRecord is one abort of an action, or one kill of an attempt.
+type AbortRecord struct {
+	// Kind is "action" or "attempt".
+	Kind       string
+	Project    string
+	Domain     string
+	RunName    string
+	ActionName string
+	// AttemptID is set for an attempt kill.
+	AttemptID *int64
+	// Cause is aborted, timeout, preempted or worker_lost.
+	Cause string
+	// Reason is an action abort's reason (nil for attempt kills).
+	Reason *string
+	// RequestedAt is set while the abort is pending.
+	RequestedAt *time.Time
+	// AttemptCount is how many delivery rounds were counted.
+	AttemptCount int
+	// Outcome is set once cleared: AbortDelivered or AbortNeedsIntervention.
+	Outcome   *string
+	UpdatedAt time.Time
+	// SortKey orders records updated at the same time (and makes cursors).
+	SortKey string
+}
+
+// AbortFilter selects ListAborts' records.
+type AbortFilter struct {
+	// State is AbortStatePending, AbortStateDelivered,
+	// AbortStateNeedsIntervention, or "" for every abort ever requested.
+	State string
+	// Cursor is the NextCursor of the previous page.
+	Cursor string
+	// Limit is the page size, 1 to 500. Default 50.
+	Limit int
+}
+
+// abortsSQL lists action aborts and attempt kills with common columns; the
+// two %s are each part's WHERE condition.
+const abortsSQL = `SELECT * FROM (
+	SELECT 'action' AS kind, project, domain, run_name, name AS action_name, NULL::bigint AS attempt_id,
+		COALESCE(abort_cause, 'aborted') AS cause, abort_reason AS reason, abort_requested_at AS requested_at,
+		abort_attempt_count AS attempt_count, abort_outcome AS outcome, updated_at,
+		'action:' || project || '/' || domain || '/' || run_name || '/' || name AS sort_key
+	FROM actions WHERE %[1]s
+	UNION ALL
+	SELECT 'attempt', t.project, t.domain, t.run_name, t.action_name, at.id,
+		COALESCE(at.kill_cause, 'aborted'), NULL, at.kill_requested_at,
+		at.kill_attempt_count, at.kill_outcome, at.updated_at, 'attempt:' || lpad(at.id::text, 19, '0')
+	FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE %[2]s) x`
+
+// ListAborts returns a page of action aborts and attempt kills in state,
+// most recently updated first, and the cursor of the next page ("" on the
+// last): what an operator looks at, e.g. the aborts that need manual
+// intervention. Errors: ErrBadCursor.
+func (s *Store) ListAborts(ctx context.Context, f AbortFilter) ([]AbortRecord, string, error) {
+	limit := min(max(cmpOr(f.Limit, 50), 1), 500)
+	var actionCond, attemptCond string
+	args := []any{}
+	switch f.State {
+	case AbortStatePending:
+		actionCond, attemptCond = "abort_requested_at IS NOT NULL", "at.kill_requested_at IS NOT NULL"
+	case AbortStateDelivered, AbortStateNeedsIntervention:
+		actionCond, attemptCond = "abort_requested_at IS NULL AND abort_outcome = ?",
+			"at.kill_requested_at IS NULL AND at.kill_outcome = ?"
+		args = append(args, f.State, f.State)
+	case "":
+		actionCond = "(abort_requested_at IS NOT NULL OR abort_outcome IS NOT NULL)"
+		attemptCond = "(at.kill_requested_at IS NOT NULL OR at.kill_outcome IS NOT NULL)"
+	default:
+		return nil, "", fmt.Errorf("unknown abort state %q", f.State)
+	}
+	q := fmt.Sprintf(abortsSQL, actionCond, attemptCond)
+	if f.Cursor != "" {
+		at, key, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		q += " WHERE (updated_at, sort_key) < (?, ?)"
+		args = append(args, at, key)
+	}
+	var out []AbortRecord
+	if err := s.q(ctx).Raw(q+" ORDER BY updated_at DESC, sort_key DESC LIMIT ?", append(args, limit+1)...).
+		Scan(&out).Error; err != nil {
+		return nil, "", mapErr(err)
+	}
+	if len(out) <= limit {
+		return out, "", nil
+	}
+	last := out[limit-1]
+	return out[:limit], encodeCursor(last.UpdatedAt, last.SortKey), nil
 }

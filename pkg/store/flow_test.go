@@ -160,11 +160,11 @@ func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	_, err = st.AbortAction(ctx, key.Action("a0"), "stop")
+	_, err = st.AbortAction(ctx, key.Action("a0"), "stop", "")
 	require.NoError(t, err)
-	_, err = st.AbortAction(ctx, key.Action("a0"), "again")
+	_, err = st.AbortAction(ctx, key.Action("a0"), "again", "")
 	require.ErrorIs(t, err, store.ErrTerminal)
-	_, err = st.AbortAction(ctx, key.Action("nope"), "x")
+	_, err = st.AbortAction(ctx, key.Action("nope"), "x", "")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	for _, td := range tasksOf(t, st, key, "s") {

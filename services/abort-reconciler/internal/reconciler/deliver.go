@@ -15,9 +15,6 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
-// goneCause is the cause recorded on attempts found already terminated.
-const goneCause = "aborted"
-
 // maxReasonRunes is the executor API's maxLength for an abort reason; a
 // longer one would be refused with 400 on every round.
 const maxReasonRunes = 1000
@@ -55,11 +52,15 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 	if action.Action.AbortReason != nil {
 		reason = cmp.Or(truncate(*action.Action.AbortReason, maxReasonRunes), reason)
 	}
+	cause := store.CauseAborted
+	if c := action.Action.AbortCause; c != nil && *c != "" {
+		cause = *c
+	}
 	live, err := r.store.LiveAttemptsUnder(ctx, key)
 	if err != nil {
 		return rd, fmt.Errorf("list live attempts: %w", err)
 	}
-	results, errs := r.callAll(ctx, live, reason)
+	results, errs := r.callAll(ctx, live, reason, cause)
 	var gone []int64
 	for i, o := range results {
 		switch o {
@@ -71,7 +72,7 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 	}
 	// Gone attempts are recorded even when others failed: no live row may
 	// linger for a process that no longer exists.
-	if err := r.store.MarkAttemptsGone(ctx, gone, goneCause); err != nil {
+	if err := r.store.MarkAttemptsGone(ctx, gone, cause); err != nil {
 		errs = append(errs, fmt.Errorf("mark attempts gone: %w", err))
 	} else {
 		rd.gone = len(gone)
@@ -82,7 +83,7 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 
 // callAll delivers the abort to every live attempt, at most CallConcurrency
 // calls at a time. An attempt whose worker is gone is not called.
-func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reason string) ([]outcome, []error) {
+func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reason, cause string) ([]outcome, []error) {
 	results := make([]outcome, len(live))
 	errs := make([]error, len(live))
 	now := r.now()
@@ -96,7 +97,7 @@ func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reas
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i], errs[i] = r.abortAttempt(ctx, a, reason)
+			results[i], errs[i] = r.abortAttempt(ctx, a, reason, cause)
 		})
 	}
 	wg.Wait()
@@ -109,10 +110,10 @@ func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reas
 	return results, failures
 }
 
-// abortAttempt calls POST {address}/v1/attempts/{id}/abort within
+// abortAttempt calls POST {address}/v1/attempts/{id}/abort {reason, cause} within
 // CallTimeout. 200 means killed; a not-found answer means already gone;
 // anything else (5xx, refused, timeout) is a failure.
-func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reason string) (outcome, error) {
+func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reason, cause string) (outcome, error) {
 	addr := *a.Address
 	c, err := executorapi.NewClientWithResponses(addr, executorapi.WithHTTPClient(r.http))
 	if err != nil {
@@ -120,7 +121,7 @@ func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reas
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	resp, err := c.AbortAttemptWithResponse(ctx, a.ID, executorapi.AbortAttemptJSONRequestBody{Reason: &reason})
+	resp, err := c.AbortAttemptWithResponse(ctx, a.ID, executorapi.AbortAttemptJSONRequestBody{Reason: &reason, Cause: &cause})
 	if err != nil {
 		return outcomeFailed, fmt.Errorf("attempt %d: abort at %s: %w", a.ID, addr, err)
 	}

@@ -118,6 +118,12 @@ type seeded struct {
 // abort of a0 with reason "user asked" (the api's part).
 func (h *harness) seedAbort(addr string, replicas int) seeded {
 	h.t.Helper()
+	return h.seedAbortCause(addr, replicas, "")
+}
+
+// seedAbortCause is seedAbort with the abort's cause.
+func (h *harness) seedAbortCause(addr string, replicas int, cause string) seeded {
+	h.t.Helper()
 	t, ctx, st := h.t, h.ctx, h.st
 	rk := domain.RunKey{Project: "proj", Domain: "dev", Run: "r-" + uuid.NewString()[:8]}
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s1", Command: "sleep 600", Replicas: &replicas}}}
@@ -140,7 +146,7 @@ func (h *harness) seedAbort(addr string, replicas int) seeded {
 		require.NoError(t, err)
 		s.attempts = append(s.attempts, at.ID)
 	}
-	_, err = st.AbortAction(ctx, s.key, "user asked")
+	_, err = st.AbortAction(ctx, s.key, "user asked", cause)
 	require.NoError(t, err)
 	return s
 }
@@ -197,6 +203,7 @@ type fakeCall struct {
 	At        time.Time
 	AttemptID int64
 	Reason    string
+	Cause     string
 }
 
 // fakeExecutor stands in for the executor API (outside this service): it
@@ -252,7 +259,7 @@ func (f *fakeExecutor) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.perAttempt[id]++
 	status := f.respond(id, f.perAttempt[id])
-	f.calls = append(f.calls, fakeCall{At: at, AttemptID: id, Reason: deref(body.Reason)})
+	f.calls = append(f.calls, fakeCall{At: at, AttemptID: id, Reason: deref(body.Reason), Cause: deref(body.Cause)})
 	f.mu.Unlock()
 	switch status {
 	case http.StatusOK:

@@ -36,6 +36,7 @@ func TestDeliversAfterFailures(t *testing.T) {
 	for _, c := range calls {
 		require.Equal(t, s.attempts[0], c.AttemptID)
 		require.Equal(t, "user asked", c.Reason)
+		require.Equal(t, store.CauseAborted, c.Cause)
 	}
 	// A kill that succeeded is reported KILLED by the executor itself.
 	require.Equal(t, int16(domain.TaskRunning), h.attempt(s.key, s.attempts[0]).State)
@@ -93,9 +94,43 @@ func TestAlreadyTerminated(t *testing.T) {
 			require.Len(t, exe.Calls(), 1)
 			at := h.attempt(s.key, s.attempts[0])
 			require.Equal(t, int16(domain.TaskKilled), at.State)
-			require.Equal(t, goneCause, *at.Cause)
+			require.Equal(t, store.CauseAborted, *at.Cause)
 			require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.alreadyTerminated), 0)
 		})
+	}
+}
+
+// A timeout takes the abort path with its cause: the executor is told
+// "timeout", and an attempt found gone is recorded KILLED with cause timeout.
+func TestTimeoutCauseIsDelivered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig(), nil)
+	exe := newFakeExecutor(t, func(id int64, _ int) int {
+		if id%2 == 0 {
+			return http.StatusNotFound
+		}
+		return http.StatusOK
+	})
+	h.start()
+	s := h.seedAbortCause(exe.URL(), 2, store.CauseTimeout)
+	require.Equal(t, string(domain.PhaseTimedOut), h.action(s.key).Phase)
+	require.NoError(t, h.push(s.key))
+
+	a := h.waitOutcome(s.key)
+	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
+	calls := exe.Calls()
+	require.Len(t, calls, 2)
+	for _, c := range calls {
+		require.Equal(t, store.CauseTimeout, c.Cause)
+	}
+	for _, id := range s.attempts {
+		at := h.attempt(s.key, id)
+		if id%2 == 0 {
+			require.Equal(t, int16(domain.TaskKilled), at.State)
+			require.Equal(t, store.CauseTimeout, *at.Cause)
+		} else {
+			require.Equal(t, int16(domain.TaskRunning), at.State, "the executor reports a kill it made")
+		}
 	}
 }
 
@@ -117,7 +152,7 @@ func TestDeadWorkerIsNotCalled(t *testing.T) {
 	require.Empty(t, exe.Calls())
 	at := h.attempt(s.key, s.attempts[0])
 	require.Equal(t, int16(domain.TaskKilled), at.State)
-	require.Equal(t, goneCause, *at.Cause)
+	require.Equal(t, store.CauseAborted, *at.Cause)
 }
 
 // One attempt already gone, another failing once: the gone one is recorded

@@ -50,7 +50,7 @@ func (h *Handlers) abort(ctx context.Context, key domain.ActionKey, body *api.Ab
 	if body != nil && body.Reason != nil && *body.Reason != "" {
 		reason = *body.Reason
 	}
-	_, err := h.store.AbortAction(ctx, key, reason)
+	_, err := h.store.AbortAction(ctx, key, reason, store.CauseAborted)
 	if errors.Is(err, store.ErrNotFound) {
 		p := apiProblem(http.StatusNotFound, problem.CodeNotFound, "action "+key.String()+" not found")
 		return api.Action{}, &p, nil
