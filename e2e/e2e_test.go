@@ -121,10 +121,11 @@ func TestWalkingSkeleton(t *testing.T) {
 
 	t.Run("failing step succeeds within its retry budget", func(t *testing.T) {
 		name := create(t, s, api.WorkflowSpec{Mode: ptr(api.DAG), Steps: []api.Step{{
-			Name: "flaky", Replicas: ptr(2), MaxRetriesFailure: ptr(1),
+			Name: "flaky", Replicas: ptr(3), MaxRetriesFailure: ptr(1),
 			Command: ptr(`f="$CAPSTAN_RUN_DIR/tried-$CAPSTAN_TASK_INDEX"; if [ ! -e "$f" ]; then touch "$f"; echo first try fails >&2; exit 3; fi; echo ok`),
 		}}})
 		run := waitPhase(t, s, name, 30*time.Second, api.PhaseSUCCEEDED)
+		require.Len(t, action(run, "flaky").Tasks, 3)
 		for _, task := range action(run, "flaky").Tasks {
 			require.Equal(t, api.TaskStateSUCCEEDED, task.State)
 			require.Equal(t, 1, task.FailureCount, "one failure charged")

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -233,9 +234,10 @@ func shortfall(r Resources, ws []WorkerView) string {
 	var maxCPU, maxMem int64 = -1, -1
 	slots := 0
 	for _, w := range ws {
-		if w.FreeSlots > 0 {
-			slots++
+		if w.FreeSlots <= 0 {
+			continue // a full worker's free memory is no use
 		}
+		slots++
 		f := w.Free()
 		if w.Capacity.CPUMillis == 0 {
 			f.CPUMillis = r.CPUMillis
@@ -327,9 +329,9 @@ func PickVictims(r TaskRequest, ws []WorkerView, running []Running) (int, []Runn
 				}
 				return 1
 			case a.Priority != b.Priority:
-				return int(a.Priority - b.Priority)
+				return cmp.Compare(a.Priority, b.Priority)
 			}
-			return int(b.Order - a.Order)
+			return cmp.Compare(b.Order, a.Order)
 		})
 		trial := w
 		var victims []Running
@@ -345,9 +347,37 @@ func PickVictims(r TaskRequest, ws []WorkerView, running []Running) (int, []Runn
 		if len(victims) == 0 || !trial.fits(r.Resources) {
 			continue
 		}
-		if bestWorker < 0 || len(victims) < len(bestVictims) {
+		if bestWorker < 0 || cheaper(victims, bestVictims) {
 			bestWorker, bestVictims = i, victims
 		}
 	}
 	return bestWorker, bestVictims
+}
+
+// cheaper reports whether evicting a costs less than evicting b: fewer
+// victims, then fewer started ones (an ASSIGNED eviction is free), then lower
+// bands, then more recent ones (less work lost).
+func cheaper(a, b []Running) bool {
+	cost := func(vs []Running) (n, started int, bands, order int64) {
+		for _, v := range vs {
+			if v.Started {
+				started++
+			}
+			bands += int64(v.Priority)
+			order = max(order, v.Order)
+		}
+		return len(vs), started, bands, order
+	}
+	an, as, ab, ao := cost(a)
+	bn, bs, bb, bo := cost(b)
+	if c := cmp.Compare(an, bn); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Compare(as, bs); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Compare(ab, bb); c != 0 {
+		return c < 0
+	}
+	return ao > bo
 }

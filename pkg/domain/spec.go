@@ -30,15 +30,15 @@ const (
 
 // Limits on a workflow spec.
 const (
-	MaxSteps           = 1000
-	MaxReplicas        = 1000
-	MaxRetriesLimit    = 100
-	MaxCommandBytes    = 64 << 10
-	MaxEnvVars         = 256
-	MaxEnvValueBytes   = 32 << 10
-	ReservedEnvPrefix  = "CAPSTAN_"
+	MaxSteps          = 1000
+	MaxReplicas       = 1000
+	MaxRetriesLimit   = 100
+	MaxCommandBytes   = 64 << 10
+	MaxEnvVars        = 256
+	MaxEnvValueBytes  = 32 << 10
+	ReservedEnvPrefix = "CAPSTAN_"
 	// MaxDuration bounds timeouts: 30 days.
-	MaxDuration = 30 * 24 * time.Hour
+	MaxDuration        = 30 * 24 * time.Hour
 	DefaultAbortReason = "User requested abort"
 )
 

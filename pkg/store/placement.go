@@ -27,7 +27,7 @@ func (s *Store) SetPendingReasons(ctx context.Context, reasons map[int64]string)
 		if res.RowsAffected == 0 {
 			continue
 		}
-		if err := s.q(ctx).Exec(`UPDATE actions a SET phase = ?, updated_at = now(), version = version + 1
+		if err := s.q(ctx).Exec(`UPDATE actions a SET phase = ?, updated_at = now(), version = a.version + 1
 			FROM tasks t WHERE t.id IN ? AND a.project = t.project AND a.domain = t.domain AND a.run_name = t.run_name
 			AND a.name = t.action_name AND a.phase = ?`,
 			string(domain.PhaseWaitingForResources), ids, string(domain.PhaseQueued)).Error; err != nil {
@@ -139,28 +139,34 @@ func (s *Store) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOn
 }
 
 // PreemptAttempt evicts a live attempt for a higher band (Iris's
-// preempt_task): the attempt becomes PREEMPTED and its task is evaluated —
-// free requeue if it was still ASSIGNED, else charged to the preemption
-// budget (requeued, or PREEMPTED for good once it is spent). started reports
-// whether a process may be running, which the caller must then kill.
-func (s *Store) PreemptAttempt(ctx context.Context, attemptID int64, backoff domain.Backoff) (ev Evaluation, started bool, err error) {
+// preempt_task). An attempt still ASSIGNED never started: it becomes
+// PREEMPTED at once and its task is requeued for free. A started attempt gets
+// a kill request with cause preempted (killRequested): the reconciler stops
+// its process, and the executor's PREEMPTED report charges the task's
+// preemption budget and requeues it; its resources stay held until then, so
+// nothing is placed on top of a process that still runs.
+func (s *Store) PreemptAttempt(ctx context.Context, attemptID int64, backoff domain.Backoff) (ev Evaluation, killRequested bool, err error) {
 	err = s.InTx(ctx, func(tx *Store) error {
 		var a Attempt
 		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&a, attemptID).Error; err != nil {
 			return mapErr(err)
 		}
-		if !domain.TaskState(a.State).IsLive() {
+		switch domain.TaskState(a.State) {
+		case domain.TaskBuilding, domain.TaskRunning:
+			killRequested = true
+			return tx.RequestAttemptKill(ctx, a.ID, CausePreempted)
+		case domain.TaskAssigned:
+		default:
 			return nil
 		}
-		started = a.State != int16(domain.TaskAssigned)
 		now := time.Now().UTC()
+		cause := CausePreempted
 		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", a.ID).Updates(map[string]any{
-			"state": int16(domain.TaskPreempted), "cause": "preempted", "finished_at": now, "updated_at": now}).Error; err != nil {
+			"state": int16(domain.TaskPreempted), "cause": cause, "finished_at": now, "updated_at": now}).Error; err != nil {
 			return mapErr(err)
 		}
-		cause := "preempted"
 		a.State, a.Cause, a.FinishedAt = int16(domain.TaskPreempted), &cause, &now
-		return tx.evaluateLocked(ctx, &ev, a, !started, backoff)
+		return tx.evaluateLocked(ctx, &ev, a, true, backoff)
 	})
-	return ev, started, err
+	return ev, killRequested, err
 }

@@ -83,9 +83,10 @@ func (s *Scheduler) enqueueAbort(ctx context.Context, key domain.ActionKey) {
 	}
 }
 
-// killAttempt stops a preempted attempt's process. Until attempt-level kill
-// delivery exists the next heartbeat's stop list does it: the attempt is no
-// longer its task's current live one.
-func (s *Scheduler) killAttempt(_ context.Context, attemptID int64, cause string) {
-	s.log.Debug("attempt to stop", "attempt", attemptID, "cause", cause)
+// killAttempt pushes the delivery of an attempt's recorded kill request; a
+// failed push is healed by the reconciler's periodic scan.
+func (s *Scheduler) killAttempt(ctx context.Context, attemptID int64) {
+	if err := s.queue.Enqueue(ctx, queue.NewAttemptKillTask(attemptID, s.cfg.AbortMaxRetry)); err != nil {
+		s.log.Warn("enqueue attempt kill failed; the reconciler's scan delivers it", "attempt", attemptID, "err", err)
+	}
 }

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	placed      prometheus.Counter
 	preempted   prometheus.Counter
+	timedOut    prometheus.Counter
 	evaluated   *prometheus.CounterVec
 	runsEnded   *prometheus.CounterVec
 	passSeconds prometheus.Histogram
@@ -16,6 +17,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Tasks assigned to a worker."}),
 		preempted: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_preempted_total",
 			Help: "Attempts evicted for a higher priority band."}),
+		timedOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_tasks_timed_out_total",
+			Help: "Tasks killed for running past their timeout."}),
 		evaluated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_evaluated_total",
 			Help: "Finished attempts applied to their task, by retry result."}, []string{"result"}),
 		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_run_advances_terminal_total",
@@ -23,6 +26,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_scheduler_pass_seconds",
 			Help: "Duration of a scheduling pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
-	reg.MustRegister(m.placed, m.preempted, m.evaluated, m.runsEnded, m.passSeconds)
+	reg.MustRegister(m.placed, m.preempted, m.timedOut, m.evaluated, m.runsEnded, m.passSeconds)
 	return m
 }

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -54,6 +56,9 @@ func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 	if err := s.expireDeadlines(ctx); err != nil {
 		return PassResult{}, err
 	}
+	if err := s.expireTimeouts(ctx); err != nil {
+		return PassResult{}, err
+	}
 	workers, err := s.store.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
 	if err != nil {
 		return PassResult{}, err
@@ -98,9 +103,13 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 		var i int
 		i, reason = domain.Place(reqs[0], p.views)
 		if i < 0 && reqs[0].Priority > domain.PriorityBatch {
-			var err error
-			if i, err = p.preempt(ctx, reqs[0]); err != nil {
+			j, why, err := p.preempt(ctx, reqs[0])
+			if err != nil {
 				return err
+			}
+			i = j
+			if why != "" {
+				reason = why
 			}
 		}
 		if i >= 0 {
@@ -137,37 +146,45 @@ func (p *placement) assign(ctx context.Context, t store.Task, workerID string) e
 	return nil
 }
 
-// preempt evicts lower-band attempts so that r fits on one worker and returns
-// that worker's index, or -1 when no eviction helps (Iris's preemption pass).
-func (p *placement) preempt(ctx context.Context, r domain.TaskRequest) (int, error) {
+// preempt evicts lower-band attempts so that r fits on one worker (Iris's
+// preemption pass). It returns that worker's index when the room is free now
+// (every victim was still ASSIGNED), or -1 with a reason: no eviction helps,
+// or started victims are being killed and the task is placed once they stop.
+func (p *placement) preempt(ctx context.Context, r domain.TaskRequest) (int, string, error) {
 	if !p.loaded {
 		if err := p.loadRunning(ctx); err != nil {
-			return -1, err
+			return -1, "", err
 		}
 	}
 	wi, victims := domain.PickVictims(r, p.views, p.running)
 	if wi < 0 {
-		return -1, nil
+		return -1, "", nil
 	}
+	stopping := 0
 	for _, v := range victims {
-		ev, started, err := p.s.store.PreemptAttempt(ctx, v.AttemptID, p.s.cfg.Retry)
+		ev, killRequested, err := p.s.store.PreemptAttempt(ctx, v.AttemptID, p.s.cfg.Retry)
 		if err != nil {
-			return -1, err
+			return -1, "", err
+		}
+		p.s.metrics.preempted.Inc()
+		if killRequested {
+			stopping++
+			p.s.killAttempt(ctx, v.AttemptID)
+			continue
 		}
 		p.res.Preempted++
-		p.s.metrics.preempted.Inc()
 		p.views[wi].Used.CPUMillis -= v.Resources.CPUMillis
 		p.views[wi].Used.MemoryBytes -= v.Resources.MemoryBytes
 		p.views[wi].FreeSlots++
-		if started {
-			p.s.killAttempt(ctx, v.AttemptID, "preempted")
-		}
 		if ev.Done {
 			p.s.afterEvaluation(ctx, ev)
 		}
 	}
 	p.running = slicesDeleteVictims(p.running, victims)
-	return wi, nil
+	if stopping > 0 {
+		return -1, fmt.Sprintf("preempting %d lower-priority attempt(s) to make room", stopping), nil
+	}
+	return wi, "", nil
 }
 
 func (p *placement) loadRunning(ctx context.Context) error {
@@ -216,6 +233,32 @@ func (s *Scheduler) expireDeadlines(ctx context.Context) error {
 		}
 		if err := s.advance(ctx, f.Action.RunKey); err != nil {
 			s.log.Warn("advance after deadline failed", "action", f.Action.String(), "err", err)
+		}
+	}
+	return nil
+}
+
+// expireTimeouts ends jobs with a task running past its timeout: the task is
+// KILLED through the abort path with cause timeout, so its process dies and
+// its job is TIMED_OUT (Iris's per-task timeout).
+func (s *Scheduler) expireTimeouts(ctx context.Context) error {
+	tos, err := s.store.TimedOutTasks(ctx)
+	if err != nil {
+		return err
+	}
+	for _, to := range tos {
+		reason := fmt.Sprintf("task %d exceeded its timeout of %s", to.TaskIdx, to.Timeout)
+		_, err := s.store.AbortAction(ctx, to.Action, reason, store.CauseTimeout)
+		if errors.Is(err, store.ErrTerminal) || errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		s.metrics.timedOut.Inc()
+		s.enqueueAbort(ctx, to.Action)
+		if err := s.advance(ctx, to.Action.RunKey); err != nil {
+			s.log.Warn("advance after timeout failed", "action", to.Action.String(), "err", err)
 		}
 	}
 	return nil
