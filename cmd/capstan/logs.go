@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/spf13/cobra"
 )
 
@@ -68,15 +70,28 @@ func newWorkers(g *globals) *cobra.Command {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tNAME\tSTATE\tSLOTS\tFREE\tADDRESS")
+			fmt.Fprintln(w, "ID\tNAME\tSTATE\tSLOTS\tFREE\tFAILURES\tADDRESS")
 			for _, x := range resp.JSON200.Workers {
 				free := 0
 				if x.FreeSlots != nil {
 					free = *x.FreeSlots
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", x.Id, x.Name, x.State, x.Slots, free, x.Address)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Id, x.Name, workerState(x), x.Slots, free,
+					len(x.Failures), x.Address)
 			}
 			return w.Flush()
 		},
 	}
+}
+
+// workerState is the worker's state, noting a drain or a failure backoff.
+func workerState(w api.Worker) string {
+	st := w.State
+	if w.Draining {
+		st += ",draining"
+	}
+	if w.PlaceableAfter != nil && time.Until(*w.PlaceableAfter) > 0 {
+		st += ",backoff " + time.Until(*w.PlaceableAfter).Round(time.Second).String()
+	}
+	return st
 }

@@ -309,6 +309,9 @@ type HeartbeatReport struct {
 		// State Iris task states; the database stores their numeric values.
 		State TaskState `json:"state"`
 	} `json:"attempts,omitempty"`
+
+	// Draining The executor is shutting down: place no new work on it (sticky).
+	Draining *bool `json:"draining,omitempty"`
 }
 
 // Name A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
@@ -463,19 +466,29 @@ type Worker struct {
 	Address   string    `json:"address"`
 	CreatedAt time.Time `json:"created_at"`
 
+	// Draining The executor is shutting down; it finishes what it holds and takes no new work.
+	Draining bool `json:"draining"`
+
+	// Failures Attempts lost or failed for platform causes on this worker: attempt id → when. With n of them the worker takes no new work until the failure backoff's entry n after the last one; past the table it is deleted and its executor registers again under a new id.
+	Failures map[string]time.Time `json:"failures"`
+
 	// FreeResources Capacity offered by a worker, or requested by one task.
 	FreeResources   *Resources        `json:"free_resources,omitempty"`
 	FreeSlots       *int              `json:"free_slots,omitempty"`
 	Id              string            `json:"id"`
 	Labels          map[string]string `json:"labels"`
+	LastFailureAt   *time.Time        `json:"last_failure_at,omitempty"`
 	LastHeartbeatAt time.Time         `json:"last_heartbeat_at"`
 	Name            string            `json:"name"`
+
+	// PlaceableAfter No new work before this time (failure backoff).
+	PlaceableAfter *time.Time `json:"placeable_after,omitempty"`
 
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
 	Slots     int        `json:"slots"`
 
-	// State alive or dead.
+	// State alive, unresponsive (silent past the grace, not yet declared dead) or dead.
 	State string `json:"state"`
 }
 
@@ -717,6 +730,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers (the `RegisterWorker` operationId).
 	RegisterWorker(ctx context.Context, body RegisterWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeregisterWorker A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
+	//
+	// Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
+	DeregisterWorker(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// HeartbeatWithBody A worker's periodic liveness report.
 	//
@@ -983,6 +1001,21 @@ func (c *Client) RegisterWorkerWithBody(ctx context.Context, contentType string,
 // Corresponds with POST /v1/workers (the `RegisterWorker` operationId).
 func (c *Client) RegisterWorker(ctx context.Context, body RegisterWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRegisterWorkerRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeregisterWorker A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
+//
+// Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
+func (c *Client) DeregisterWorker(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeregisterWorkerRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -1637,6 +1670,40 @@ func NewRegisterWorkerRequestWithBody(server string, contentType string, body io
 	return req, nil
 }
 
+// NewDeregisterWorkerRequest constructs an http.Request for the DeregisterWorker method
+func NewDeregisterWorkerRequest(server string, id WorkerID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewHeartbeatRequest calls the generic Heartbeat builder with application/json body
 func NewHeartbeatRequest(server string, id WorkerID, body HeartbeatJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1839,6 +1906,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers (the `RegisterWorker` operationId).
 	RegisterWorkerWithResponse(ctx context.Context, body RegisterWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterWorkerResponse, error)
+
+	// DeregisterWorkerWithResponse A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
+	DeregisterWorkerWithResponse(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*DeregisterWorkerResponse, error)
 
 	// HeartbeatWithBodyWithResponse A worker's periodic liveness report.
 	//
@@ -2432,6 +2506,47 @@ func (r RegisterWorkerResponse) ContentType() string {
 	return ""
 }
 
+type DeregisterWorkerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeregisterWorkerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeregisterWorkerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeregisterWorkerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeregisterWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2686,6 +2801,19 @@ func (c *ClientWithResponses) RegisterWorkerWithResponse(ctx context.Context, bo
 		return nil, err
 	}
 	return ParseRegisterWorkerResponse(rsp)
+}
+
+// DeregisterWorkerWithResponse A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
+func (c *ClientWithResponses) DeregisterWorkerWithResponse(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*DeregisterWorkerResponse, error) {
+	rsp, err := c.DeregisterWorker(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeregisterWorkerResponse(rsp)
 }
 
 // HeartbeatWithBodyWithResponse A worker's periodic liveness report.
@@ -3126,6 +3254,35 @@ func ParseRegisterWorkerResponse(rsp *http.Response) (*RegisterWorkerResponse, e
 	return response, nil
 }
 
+// ParseDeregisterWorkerResponse parses an HTTP response from a DeregisterWorkerWithResponse call
+func ParseDeregisterWorkerResponse(rsp *http.Response) (*DeregisterWorkerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeregisterWorkerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseHeartbeatResponse parses an HTTP response from a HeartbeatWithResponse call
 func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -3194,6 +3351,9 @@ type ServerInterface interface {
 	// RegisterWorker Register an executor instance as a worker.
 	// (POST /v1/workers)
 	RegisterWorker(ctx echo.Context) error
+	// DeregisterWorker A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
+	// (DELETE /v1/workers/{id})
+	DeregisterWorker(ctx echo.Context, id WorkerID) error
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx echo.Context, id WorkerID) error
@@ -3545,6 +3705,22 @@ func (w *ServerInterfaceWrapper) RegisterWorker(ctx echo.Context) error {
 	return err
 }
 
+// DeregisterWorker converts echo context to params.
+func (w *ServerInterfaceWrapper) DeregisterWorker(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeregisterWorker(ctx, id)
+	return err
+}
+
 // Heartbeat converts echo context to params.
 func (w *ServerInterfaceWrapper) Heartbeat(ctx echo.Context) error {
 	var err error
@@ -3617,6 +3793,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
+	router.DELETE(options.BaseURL+"/v1/workers/:id", wrapper.DeregisterWorker, options.OperationMiddlewares["DeregisterWorker"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/heartbeat", wrapper.Heartbeat, options.OperationMiddlewares["Heartbeat"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
@@ -4161,6 +4338,38 @@ func (response RegisterWorker422ApplicationProblemPlusJSONResponse) VisitRegiste
 	return err
 }
 
+type DeregisterWorkerRequestObject struct {
+	Id WorkerID `json:"id"`
+}
+
+type DeregisterWorkerResponseObject interface {
+	VisitDeregisterWorkerResponse(w http.ResponseWriter) error
+}
+
+type DeregisterWorker204Response struct {
+}
+
+func (response DeregisterWorker204Response) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeregisterWorker404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker404ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type HeartbeatRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *HeartbeatJSONRequestBody
@@ -4235,6 +4444,9 @@ type StrictServerInterface interface {
 	// RegisterWorker Register an executor instance as a worker.
 	// (POST /v1/workers)
 	RegisterWorker(ctx context.Context, request RegisterWorkerRequestObject) (RegisterWorkerResponseObject, error)
+	// DeregisterWorker A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
+	// (DELETE /v1/workers/{id})
+	DeregisterWorker(ctx context.Context, request DeregisterWorkerRequestObject) (DeregisterWorkerResponseObject, error)
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
@@ -4663,6 +4875,31 @@ func (sh *strictHandler) RegisterWorker(ctx echo.Context) error {
 	return nil
 }
 
+// DeregisterWorker operation middleware
+func (sh *strictHandler) DeregisterWorker(ctx echo.Context, id WorkerID) error {
+	var request DeregisterWorkerRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeregisterWorker(ctx.Request().Context(), request.(DeregisterWorkerRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeregisterWorker")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeregisterWorkerResponseObject); ok {
+		return validResponse.VisitDeregisterWorkerResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Heartbeat operation middleware
 func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 	var request HeartbeatRequestObject
@@ -4719,77 +4956,83 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fx7c9s4kv8qKN5WrV1HS3KSmd04dXWl2EpGN47tleyaq0p8MkS2JEwogAFA21qXv/tVAyBFiqAefsxO",
-	"Xd1fUUgQ3egXun8N+CGIxDwVHLhWwdFDkFJJ56BBmv91I80EP6NzwP8xHhwFKdWzIAy4eRZQMyAIAwk/",
-	"MiYhDo60zCAMVDSDOcWv/iJhEhwF/9ZeEmrbt6ptZn58DIOu1jBPdf+kgQ6L19KYCDmnGsdx/fO7IAzm",
-	"jLN5Ng+ODsNAL1Kwr2AK0pA7EXOKVLy0Yvvy2Wu6kOJ3iHQDldS9fTaZQbZOQTJ7gZX8JuR3kM9WTpaZ",
-	"kU4fSkvGp8EjEpCgUsEVGKO7kGKcwBx/RoJr4EaENE0TFlE0t3ZqR/z770oYJW63nHxeQzEGFUmWGus9",
-	"CrqcDD4dk/fvfvobcZO3zMrdt8YXxkLqAfzIQFmG4pjh5zS5kCIFqRmyP6GJghC1Wzx6CCRQx2mV7AlM",
-	"aJZoRbQg34IrBZJISwBiQpHet6CF1kzvT4FP9Sw4Oux0OnURFk/E2BgVehR+PtRUZ9avKwxR626jSGRW",
-	"uqs+EgYi05GwZlVl+iaGhN2ChPgmJEKSGw4QqxF+Km+B46gbcjcDTr7Qe+fXitxRRSTQaAZxq24DYUlE",
-	"nldOJCOq6+wMQZO7GUuA6BlYoRGmyBgYn5KCVaRZ2GFMNRxoNofAJ8mlIX9dkdO1T8w2ANYljIxsssiy",
-	"joxNpsBjNbLzMQ1z5RWIe0ClpAv8P/C4EM42iwyD74zH3qm5iyS1FymVUDGV0qsZVbDR+cwg9ChNpd6R",
-	"XU3Vd1WRyTpSl1R9r4tpRbNmoU4Q+RJyQl49W0uoKzqimfJ4SaZAhkQtlIZ5SO5MAB0lQumQpBJwKohD",
-	"ggsWmUY3MgbT4ByRBLqrzEBKIb36gnuGFh2D3/EnjDM125Eai73bcH12ns3HIP2Un2IaSlMN21jE0Ax8",
-	"DAOnC+ZzgBUjMduV4zgnVdHGGks5FVNP4FU6BulXi9KxyPwepmXGI6RZt7NLmYGNtiLTaabJGBaCxyYY",
-	"wj1EmRbyr4qMRcZjE4RjKdK0YmdjIRKgvLZ6x1CYM13mY83CB5C60LfDDll4EXDM2r4a/0HSxoGCMHDu",
-	"gUxYnwkKTaJXoQ/nblVizuMOpb30nW8v3egfacVyqua7oykuraGq1I+oLYjJeFHRY8vvALnZPH2Oin1t",
-	"tApkfqP+By6jq7tAKkUEPlP+hIZhbbnMMZlnShOlRWp3eEtlC/vNCa3hdZhC5Nm7iz29HonFfE4b9s64",
-	"KCrqJsVvmx2ieYdf8vsi8TVNsmkDg9sqxUnf6oQLTfaEJFyQRPApyH0iM+7TTFiUO/4Ez6T2ys81VjD+",
-	"eLmru+HuPmI8hns/pSfvDMtablk7mrqrKI9LpEvrLVSyNCxrK8vNZp0RHwuutKSM7xptv8PCK1KR1g2g",
-	"94+QnPVC0vvv/vByGJKz88tR/vvzZUg+90JyehmS0x7Z49kcJIv2MZ/pn3lDzS1NMn+Gad6oXTLfFZ3g",
-	"qswavLIym/Yg40+r4PK8uCqb89R+/sH4hsL6R5IpcJBUgyKCO8+hYwVc+8O3i0DrjBjL70ki7ky0qsVj",
-	"fOhb8ScGSdzLt73qcib4rr6eLvmv4fkZweqeMK6FWZYrv8hYxIuQQGvaIkizpTSk6uvhdcvasHd1c1CK",
-	"TmGzP1mGlh/4FvQLUKnHQHGHSRa+3Mpnv0UFimuJBNdSJCRNKOqGcq3MzuISosLwtgi0a03RsLJpDS5L",
-	"8lbmypPpLcOvXYwNV2QmkliF5I7pGT5mkpjYoSoLqhLZejfZNcb6omRzwlATYW3EmdftuuTkbHiQ0DEk",
-	"Bwn7DgS9MySHRAvy81sSzaikkQapiJiQr/Tgn52D9wfXITH1BeNTQnlMgMf404iNkgS0BolxK2ZTpldA",
-	"l5/fGkSxwGCwHMbxyMz/OALXe18P3K+HTvjz4WP+fP8//+JzjYu8aq5r2VSjyDvF/dQUh5zYraRlNgib",
-	"Iv/jqnfVOwnC4Ldu/7J/9nn06XwwGvSG51eD494wCIPB1dlZ/+xzEAbDq+PjXu/EjP7U7Z+aH92P54NL",
-	"8+uy/6V3Mjq/ugzC4OpsePxL7+TqtPvxtIeTnw9+7Q1GxVcX3auh+TH8tX9x0TvxZtslCG8lz3dp9apC",
-	"labjBMicRjPG4UACjc0DHO+CDuO3NGHxCINPiLnHaIIpbohOPUlY5I+vMWjKEn9ShrFxe1ihFE89GAzj",
-	"SlMeQWOqkjWkN5rpBNZsdnVZXQ36RMIEJPDI2D7aMQYEh1wS/LC1Edsyb3P6BY+hVZHPXQcwZUqDtGjw",
-	"0/ZRGscSlCe6fUSTvxqcotlXsv/uRd8ZwEzr9KjdPnzzt1an1WkdHr3vdA5XPPUnb0VnQoV6XgaeZwAl",
-	"Ym+8xCQokckINhrUoBiIJpKIPOgbTDg4ercKUv8i7sic8sVyF2AaA4QiVBOBtrBnQuBh5827/VbgbXx4",
-	"ILBcJX6Vl9ayVs1VVo9pSiOmF0RM0E5NFUrdhmVA4yXMPV6YPAkT5FZQgwXSbDRnScI8FnN8cUUYJ+Z1",
-	"JCQosnfY6XTIf5j58Ml+BfWttYY6vh1vDnMhF6PxQoOH5hfzFsmaATvP7zOsga1vaJKcT4KjrxtsJuPD",
-	"bD6nEoOOv27dPqI57NoTzV4mKw0Ljuq2dW1XfsqUJwnicK9HUSaV8IAjXZNME2EL0oQqTVI6BX9XIdtB",
-	"HBXZrs/vzLzXfmXmc9T3vieguGsxhV1R/2ZwfycEf10pn6XxjmusgzarpbSLUzlGXxJjhZ5PHUMN6Y6h",
-	"65wDwdLG5l93zsg/EGpClH1lgu5NXsbfmDcqTyWX5dBq6lNAR/WUT80gSYh9ijG8iqOU8ae85PdEJ7sx",
-	"E7PbkdLID4QmiYVssFioFAbrNF7CFzwxIhI4Ls6SHDZy+5ZXqhcJjcCwkUuNaDEFPbNJN8eQvUfJlPLp",
-	"vpE1yDnjNCETypJMmmwYxwCPcdtTKCCOeY9i44TxqfKjTtWO2krztfuZzEUMRPBk8cHUEKZgMHUt0TPq",
-	"UC6VRRFATCZMKl2R3RaNuWfCfnmfrhCuAZKCus0mC3KDr27IxIjzzl+O0/uRBC0ZqJETbGX2TmPKgb6r",
-	"ch+4mwmFO6yxZwL3qA8u+ME/QQrCFLEkYrLXselIx5uNVNlx6D3LNeU4OuxsyVMilLYeiNy40ljIZbPN",
-	"MvYjg6zM2VreDGjn5KS2FJStk1xEMKgQBgwtEocJjWEiJGDmhiOHphRFjoVxBfsZlUC+sySpdGnKGK+3",
-	"Kr7i7EcGmJvk4EAeuLCK9trDEhBeGpiJRDULwxhl5Gw/+UBuzLgbFwqdLdxYDbTHjLfVjBxEfqqSCcn0",
-	"okrXnB/AfOEWatRTKeLMpBJkj8MtlNS6H5LSl2QP1+4mNTDkmOpoRvZy8xonsN9w/mCJQS+tr9n2qvqF",
-	"+5SayMS1KLLwRtt6YoVgoy3j01HeAqvZAPKXCD7NvWJOF+SOMrOljIGkGIXj3AYL7pkilao/JJTEmTRn",
-	"bTD8zQhV5FvwtqO+BR8cmImy/RbgE0NAYdxBzfj7S038ngo+BaWLaI4DMQYDjWZmBQ2sHHbmhhVnk5gD",
-	"MnPs49f+KbofdR1Qs7wC3dhcExvP8iUS5kzBWrBuu4zbnSLw7BUuzqw7krOmddEQ2XeJuZ44I/TI2sr2",
-	"OWZqcbXRmvM8S7LrFvuEbqrpFY+2EOQujR7Xs8n7MdXZPYvx66JR8OHSiJrsbphLouo7fclUnpPi1mKb",
-	"EDHVdEwVmr6piS0i7BozxPZYyiDi1dnwonfc/9S34F7v7MQihh+v+qfu5wYY0bqcBylcRRK7w2H/85ml",
-	"M+j1vlxcNqCHNo/1uNsSPHqRIzITCTB6WjA2nxaYjcdV/S3ilwCisOIdzfI+wssUgM/ErNZ4b9VmaYKb",
-	"tJAkBhpvDse2y1qFqXKyhTC9B3N8YvL5lzU1Pwpho8T2wd2Z7SbsIJ+2iR3M2r4UMHmeHmEl+3Fh6tml",
-	"81YennQ/N3pTgdPshtbOHRvbwECGZaN5SLeXmeF9czcNp6zL69HsiRPR0EXJxgmLyKA3vCTdiz6mFcc0",
-	"VZrysFTYm1ThdzEmQkYzwHLXpBquUfiNm05hiwwMzCqBqEikFrV0SIWZwGIVLWLaA2bgN950YJns5UeN",
-	"93PIwHU/biIRw03rGy9geYOkIsu4giAMbkEqu8JO67DVsT174DRlwVHwttVpvQ1Mb2pmBN++PWznu0v7",
-	"gcWP+HAKxtRRzYa3fhwcBZ9B56nJymHsN53OmoPYux3ALh+68RzCviyf7nkMg3edd00zFiyWDnWHgcqR",
-	"t+A3rN4pX3YRzBllB6wYIKF8jIhOVemwrwqu7XnX4h5EAya7HNJeXl8wwGZN8G25bPc+eeIwSIXyKM+2",
-	"ksv6M9j6RxEvXlp1rmv9WPVQLTN4fH27WTlY5rGgAURCxhB/IDfu3MwNMYGNaEgSVW0saeE5VGbMrrOD",
-	"2e1qpjj+/VPNuluyaGtRilAyoRiFxiIzJp+f0GIW7FMNFu6s1AUx1X5wvx7bNpap9oP98djOQXRv5MCt",
-	"E4NjUHMZc1HkRwZyUbr04jDcLS9sWMT5MfSF91KPIO8ZphJumchU0Q/wseDaCmUeNrT0kL5vpoTNma5M",
-	"VGzXP3VMwm/7QKYnufZC0vUrOk/eZPHdejGCQumhip9g/BXjRCpmopBwuMOq3iCm7mSK01RKp4zT/CRD",
-	"bpe2nbJz1M0vWKGCNgx1F76ag2hxPqxuyKtCy+FNm24WB2+IonMg32GBAzLJbbjB/YZpN7YMIuNcM6Cx",
-	"OUDoLKofwzwVGni0OPjVnGbb3kivXyfw187N/cGxHzXiM91EAo0XhVwzHoMkesYUWRGiMes3ncPX5sgK",
-	"Kn7iFvJ+t/Fv3jzVSy2b+cmiCe4YjCeMLxFje7qv7p077hjtB5nxtRnnwF1N/GMt59I65XMzzK4RYNFw",
-	"cI3uHHhkDsr/1wS5zSPzO6NFtrqbVtvF7bY/1VqaYru9uVlchH3x3Lh8MfSxfp/1TefNy9FyRzYaqqf8",
-	"9qN0ibCxxzuWJGQM5cuQf3DaatgyIedDzsWCuOPFeUKrkG+qFjyaScExi0PeJSQMa+OXikdt56jtB/tj",
-	"fUm8vNz+WpXNenW6I5/PjFT52dFltHJtxiJW5TXDjCkt5OJPH7U2Dy394YInx7gVS/lzBr0dRbE2RHbL",
-	"f8zh/6PkvyRKGmzKumt+NABXADymXKtXC4NtExLaD/jPYwm7cr8e24m7zroBPjS3Xl8fCjJkGtSLnD43",
-	"ZuI8EU11JiEme2N7lXKf2LuWRjH26mZ+LMmDJv4fCJxe3AUt5K8qP8ZFTH80JBMp5qRTFLbVvw/iziw1",
-	"/4WQ9Udm11yEIfYKnqN/2ECfVqDRDSx48RnnZKWOUCMY9psb84pOUGpaNfiAY7S1GmLM+Tt7ih/i5ail",
-	"1RbNqcdmtLl8C+CVNgv/VYOtoIfDFxazH2fOZfi0cv/p5XtOudLcyO+eEKqKU/Z+pVbt2LYmih7p7qlN",
-	"8XeBmhOL4sLbK1nK6oU6b2bReRVyyWJdD+L5AIPV0l8VSUEyEbOIYGbCQSkH/jfoGKcxV1GtDjOZBEdB",
-	"7fLM3zt/7xi9uRkeSn8xSpnY7/6fz1wPxFfKdkKLEu6DuRKOT3hMMuViSzUKK0zI/zcAAP//",
+	"7Hxtb9u4lv9XIfS/wCT4K7bT6cy9k2CxcBO34500ybUTdIG269DSsc2JTKokldQ3yNv9APsR95MsDknJ",
+	"kkX5IQ9zB4t9VVeiyMPz8DtPZB6CSMxTwYFrFRw9BCmVdA4apPlfN9JM8HM6B/wf48FRkFI9C8KAm2cB",
+	"NQOCMJDwLWMS4uBIywzCQEUzmFP86i8SJsFR8P/ay4Xa9q1qm5kfH8OgqzXMU90/bViHxWvXmAg5pxrH",
+	"cf3z2yAM5oyzeTYPjg7DQC9SsK9gCtIsdyrmFFfxrhXbl8/e06UUv0OkG1ZJ3dtnLzPI1glIZi+wk09C",
+	"3oJ8tnCyzIx08lBaMj4NHnEBCSoVXIFRukspxgnM8WckuAZuWEjTNGERRXVrp3bE//9dCSPE7baTz2tW",
+	"jEFFkqVGe4+CLieD9yfkl7c//ZW4yVtm5+5bYwtjIfUAvmWgLEFxzPBzmlxKkYLUDMmf0ERBiNItHj0E",
+	"EqijtLrsKUxolmhFtCBfgmsFkki7AMSE4npfghZqM/1+BnyqZ8HRYafTqbOweCLGRqnQovDzoaY6s3Zd",
+	"IYhacxtFIrPcXbWRMBCZjoRVqyrRNzEk7A4kxDchEZLccIBYjfBTeQccR92Q+xlw8pF+d3atyD1VRAKN",
+	"ZhC36joQlljkeeVYMqK6Ts4QNLmfsQSInoFlGmGKjIHxKSlIxTULPYyphgPN5hD4OLlU5M8rfPrqY7MF",
+	"wDqHkZBNGlmWkdHJFHisRnY+pmGuvAxxD6iUdIH/Bx4XzNlmk2Fwy3jsnZo7JKm9SKmEiqqUXs2ogo3G",
+	"ZwahRWkq9Y7kaqpuVYUn65a6ouq2zqYVyZqNOkbkW8gX8srZakJd0BHNlMdKMgUyJGqhNMxDcm8AdJQI",
+	"pUOSSsCpIA4JblhkGs3IKEyDcUQS6K48AymF9MoLvjPU6Bj8hj9hnKnZjqux2OuG67PzbD4G6V/5Kaqh",
+	"NNWwjUYMzcDHMHCyYD4DWFES464cxflSFWms0ZQzMfUAr9IxSL9YlI5F5rcwLTMe4Zp1PbuSGVi0FZlO",
+	"M03GsBA8NmAI3yHKtJA/KDIWGY8NCMdSpGlFz8ZCJEB5bfeOoDAnukzHmo0PIHXQt4OHLKwIOEZtn439",
+	"4NLGgIIwcOaBRFibCQpJolWhDedmVSLOYw4lX/rW50s32kda0Zyq+u6oikttqAr1HUoLYjJeVOTY8htA",
+	"rjZPn6OiXxu1AonfKP+Bi+jqJpBKEYFPld+jYlhdLlNM5pnSRGmRWg9vV9lCf/OF1tA6TCHy+O7Cp9eR",
+	"WMzntMF3xkVSUVcpftdsEM0efknvi+BrmmTTBgK3FYrjvpUJF5rsCUm4IIngU5D7RGbcJ5mwSHf8AZ4J",
+	"7ZWfasxg/Hi5q7mhdx8xHsN3/0pP9gzLXG6ZO5q8q0iPS0uX9luIZKlYVleWzmadEp8IrrSkjO+Ktrew",
+	"8LJUpHUF6P09JOe9kPT+vT+8Gobk/OJqlP/+cBWSD72QnF2F5KxH9ng2B8mifYxn+udeqLmjSeaPMM0b",
+	"tUvkuyIT3JXZg5dXxmkPMv60DC6Pi6u8uUjt58fGNhTmP5JMgYOkGhQR3FkOHSvg2g/fDoHWKTGm35NE",
+	"3Bu0quExPvTt+D2DJO7lbq+6nQm+q++nS/5teHFOMLsnjGthtuXSLzIW8SIk0Jq2CK7ZUhpS9fnwa8vq",
+	"sHd3c1CKTmGzPVmClh/4NvQrUKnHQNHDJAtfbOXT3yIDxb1EgmspEpImFGVDuVbGs7iAqFC8LYB2rSoa",
+	"UjbtwUVJ3sxceSK9JfzazVi4IjORxCok90zP8DGTxGCHqmyousjW3mRXjPWhZHPAsJrHxohlqB3evRfx",
+	"AFNEzTKtTYIv7vkRijMCdEMc7g1biOCEabKnNItuF/sNwUKNoHOvlXfJ6fnwIKFjSA4SdgsEwSAkh0QL",
+	"8vOPJJpRSSMNUhExIZ/pwT86B78cfA2JSWeQSMpjAjzGn0ZKlCSgNUiEyZhNmV6p8fz8oylgFiUfzL5x",
+	"PBLzH26Br3ufD9yvh0748+Fj/nz/X//is8TLPEmvM9Ykv0g7RfdtclFOrOdqGX9kI/K/X/eue6dBGHzq",
+	"9q/65x9G7y8Go0FveHE9OOkNgzAYXJ+f988/BGEwvD456fVOzej33f6Z+dF9dzG4Mr+u+h97p6OL66sg",
+	"DK7Phye/9k6vz7rvzno4+cXgt95gVHx12b0emh/D3/qXl71Tb3BfqhiupBUuil8VqNJ0nACZ02jGOBxI",
+	"oLF5gOMdxjF+RxMWjxDrQgx1RhOMqEPEkEnCIj+cx6ApS/wxIELx9lWMEnx7TIVxpSmPoDEyyhqiKc10",
+	"Amt8a51X14M+kTABCTwyuo96jPjjCqUEP2xtLKWZt/n6BY2hFZEPHQYwZUqDtMXnp7ltGscSlAdM36HK",
+	"Xw/OUO0ryUb3su8UYKZ1etRuH775a6vT6rQOj37pdA5XLPUnbwJpoEI9L+DPA47SYm+8i0lQIpMRbFSo",
+	"QTEQVSQRuY8xJejg6O1qTfxXcU/mlC+WTodpBAhFqCYCdWHPQOBh583bMsKW+yyeilsuEr/IS3tZK+Yq",
+	"qSc0pRHTCyImqKcm6aXOP5oa9bKqPl6YsAzj8VZQq0Kk2WjOkoR5NObk8powTszrSEhQZO+w0+mQfzHz",
+	"4ZP9SpG51onq+BzsHOZCLkbjhQbPmh/NW1zWDNh5fp9iDWw6RZPkYhIcfd6gMxkfZvM5lQg6/jR5e0Rz",
+	"pXIPmr1MEBwWFNV166vd+RlTnpiLw3c9ijKphKcW0zWxOwYUiBMJVZqkdAr+Jka2AzsqvF0fTpp5v/qF",
+	"mc9R931PKBqvLWHs2mRo7iXs1DBYVznI0njHPdZrRKuZu8OpvCVQYmNlPZ84hhrSHaHrggPBTMrGX/dO",
+	"yY8JNRBlXxnQvcmrBjfmjcpDyWX2tRr6FJWqesinZpAkxD5FDK+WbcrlrrzC4EEn65iJ8XakNPKY0CSx",
+	"FSLMTSp5yDqJl8oZHoyIBI6LsySvUjm/5eXqpUkIkIyca0SLKeiZDbo5QvYeJVPKp/uG1yDnjNOETChL",
+	"MmmiYRwDPEa3p5BBmJkQxcYJ41PlL3JVG3grvd7uBzIXMRDBk8WxySFMwmDSaKJn1BXVVBZFADGZMKl0",
+	"hXdb9AGfWWXM24IFc03dKqjrbLIgN/jqhkwMO+/92T/9PpKgJQM1coytzN5pDDnQdlVuA/czodDDGn0m",
+	"8B3lwQU/+AdIgcmgXSImex0bjnS80UiVHNcsYLmkHEWHnS1pSoTS1gKRGpeJC7ns7VnCvmWQlSlbS5up",
+	"ETo+qS0ZZfMkhwimCIWAoUXiSlBjmAgJGLnhyKFJRZFiYUzBfkYlkFuWJJWmULmk7M2Krzn7lgHGJnkt",
+	"IgcuzKK9+rCsPy8VzCBRTcMQowyf7SfH5MaMu3FQ6HThxkqgPWa8rWbkIPKvKpmQTC+q65rjChgv3EFt",
+	"9VSKODOhBNnjcAclse6HpPQl2cO9u0lN1XNMdTQje7l6jRPYbzjusCx5L7WvWfeq8oXvKTXIxLUoovBG",
+	"3XpihmDRlvHpKO+41XQA6UsEn+ZWMacLck+ZcSljsGWZONfBgnqmSCXrDwklcSbN0R6EvxmhinwJfuyo",
+	"L8Gxq50ib78E+MQsoBB3UDL+dlYTvWeCT0HpAs1xIGIw0GhmdtBAymFnbkhxOokxIDOnTH7rn6H5Uddw",
+	"Ndsrqhubc2JjWb5AwhxhWFsb3C7idocWPL7C4cy6E0BrOiUNyL4L5npwRuiR1ZXtY8zU1tVGa44PLZdd",
+	"t9knNG9Na3q0BSN36Su5FlHe/qnO7tmMXxaNjA+XStSkd8OcE1Xb6Uum8pgUXYvtecRU0zFVqPomJ7YF",
+	"aNcHIralUy4iXp8PL3sn/fd9W9zrnZ/aiuG76/6Z+7mhjGhNzlMpXK0kdofD/odzu86g1/t4edVQPbRx",
+	"rMfclsWjFzmR88Ty9jFijTuUo8g9BorMRtbKAg+9BVUufvtj03Jg0RQhbrkPf3/FhERCmhAa41eMhhKq",
+	"cU5ijncom0SzPF46KrrJLCb//Z//ZXplLfIJfTp3hbl5udNR2ynJuGaJGZIH7mMa3YrJ5AdFgGu5IJzQ",
+	"icZv8+RdcDi2EK5NkDFOwIF5DAmYg5cuRiokIl0lUhE6pYyTjMcgCTVksHLQtDSkiQQYPc3xmk+L+pwH",
+	"lv2nD16i6IgMKgBtF9U2H87y3tYLVQkwekDxjIwE61ZzXlKEIsZAkEKvvreiEPvbngB9dkV1jW+p0k8T",
+	"dgchybg7/WwCSsUSDHcKBZ1KGoHpP5AFaBJDlFAJMYmBxibixB+bIw17XqFagc1pLnRn6XYKqCrhxkop",
+	"pC5yn0Ox2Oovu1mr3j6acTi9qViWT9tEDqYpH4u+UJ4PDDWk7xamgLP0VpWHp90Pje6jKEzu1p6YOzK2",
+	"qXsako0yQbo9zwztm7vVOGWdX48mCJyIhrZhNk5YRAa94RXpXvYRsE9oqjTlYamSZdD0dzEmQkYzUNrF",
+	"1q4R/4WbTnyLDExfQQJRkUhtmd6V5swEtjjXIqYfZgZ+4U0XAshefpR/P6+RuXbfTSRiuGl94UUfyrQO",
+	"kGTcQRAGdyCV3WGnddjq2DMxwGnKgqPgx1an9WNgmrEzw/j23WE7D6faDyx+xIdTMKqOYja09ePgKPgA",
+	"Oo/FVy47vOl01lx02O2CQ/lQm+eSw1X59NxjGLztvG2asSCxdGkiDFReag4+YRRC+dJFmjsArpJoKmfl",
+	"Y3p0qkqH6VXw1Z4nL+4ZNTQhlkPay+tBppJfY3xbLo9TPHniMEiF8gjPHtUoy880k96JePHSonOnQh6r",
+	"FqplBo+vrzcrBzc9GjSASMgY4mNy486l3RADbERDkqhqJ1ULz6FNo3adHdRuVzXF8b88Va27vBz0ITcU",
+	"oWRCEYXGIjMqX8SsLgZv0HCnpQ7EVPvB/XpsWyxT7Qf747Gdd428yIGuE8ExqJmMuYj1LQO5KF0qc02L",
+	"LS9E2RbLY+iD91JTLG+SpxLumMhU0QDzkeD6aGUaNvSwcX3fTAmbM12ZqHDXP3VMhmsbn6YJv/bC39dX",
+	"NJ68q+i7VWYYhdxDET9B+SvKiauYiUIMe0Fp2yJwJ7+cpFI6ZZzmR3dyvbT9w51RN7/AiALaMNRdqGwG",
+	"0eL8ZV2RV5mW1/NtuFkcbCOKzoHcwgIHZJJbuEF/w7QbW+6a4FwzoLE5oOs0qh/DPBUaeLQ4+M2cFt1e",
+	"Sb++DvDXzqX+wdiPEvGpbiKBxouCrzblNenVChONWr/pHL42RZZR8RNdyC+7jX/z5qlWasnMj9JN0GMw",
+	"njC+bJHY07N169zRY7QfZMbXRpwDd/X3j9WcK2uUz40wu4aBRYfNnezIK+3M9a7+OSC3eWR+J7uIVneT",
+	"aru4Pfqn2ksTttub0cVF8xePjcsXrx/r98XfdN683FrujFJD9pTfLpYuEDb6eM+ShIyhfNn4Dw5bDVkG",
+	"co5zKhbEHd/PA1qFdFO14NFMCo5RHNIuIWGYG78UHrWdobYf7I/1KfHyj0e8VmazXpzujPMzkSo/LL1E",
+	"K9dXL7AqzxlmTGkhF3961No8tPSHQZ6McSua8ucEvR1ZsRYiu+U/lvJ/KPlPQUlTm7Lmmvd5cAfAY8q1",
+	"ejUYbBtIaD/gP4+l2pX79dhO3HXxDeVDc6v89UtBZpkG8SKlz8VMnCeiqc4kxGRvbK8q7xN7l9kIxl6N",
+	"zs/heaqJ/wuA01t3QQ35QeXnFok5EBCSiRRz0ikS2+rf33GH9Jr/As/6M+JrLpoRe8XVrX/YsD6tlEY3",
+	"kOCtzzgjK3WEGothn9yYVzSCUtOqwQYcoa1ViDEHTm2zGOLlqKXWFs2px+Zqc/nayys5C//dmq1KD4cv",
+	"zGZ/nTnn4dPS/aen7/nKleZGftmKUFVcK/ELtarHRU/Iniyoy/oUZF3aFW6/9f3RKLnKnmdk2QnQO8an",
+	"ZM+0fBGEi23HxULqeHkJSGl05OjD3SXLMURiDqRyHKdR5XfC6uLPjq0ChO35FM3n3WPG0sxNdljc1H0l",
+	"E1y9CewN2TqvslyyWNfceb5OWSn9oEgKkomYRUZdOCjluioNxoPTmDv0VoaZTIKjoHYN72+dv3WM3NwM",
+	"D6U/daeMU3X/z2eue7hrZVvMRW58bA5Y4BMek0w50K66N4Vq+D8BAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -22,9 +22,6 @@ import (
 // failures the worker row is deleted: its executor re-registers under a new
 // identity with an empty map. Sources: seeds/002 "WORKER_FAILED", seeds/001.
 
-// causeWorkerLost is the cause of an attempt that ended with its worker.
-const causeWorkerLost = "worker_lost"
-
 // lostMargin is how much older than the previous heartbeat an attempt's last
 // report must be before a heartbeat that omits it declares it lost. It
 // absorbs clock skew between api replicas.
@@ -105,7 +102,7 @@ func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reas
 	var lost []LostAttempt
 	q := `UPDATE attempts SET state = ?, cause = ?, error = ?, finished_at = ?, updated_at = ?
 		WHERE state IN ? AND (` + where + `) RETURNING id, task_id, worker_id`
-	all := append([]any{int16(domain.TaskWorkerFailed), causeWorkerLost, reason, now, now, liveStates}, args...)
+	all := append([]any{int16(domain.TaskWorkerFailed), CauseWorkerLost, reason, now, now, liveStates}, args...)
 	if err := s.q(ctx).Raw(q, all...).Scan(&lost).Error; err != nil {
 		return nil, mapErr(err)
 	}
@@ -116,7 +113,7 @@ func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reas
 	for i, l := range lost {
 		ids[i] = l.ID
 	}
-	data, err := json.Marshal(map[string]any{"cause": causeWorkerLost, "error": reason, "exit_code": nil})
+	data, err := json.Marshal(map[string]any{"cause": CauseWorkerLost, "error": reason, "exit_code": nil})
 	if err != nil {
 		return nil, err
 	}

@@ -28,8 +28,17 @@ type config struct {
 	Tick time.Duration `env:"CAPSTAN_SCHEDULER_TICK" envDefault:"1s"`
 	// ResyncPeriod re-derives all work from Postgres. Default 5m.
 	ResyncPeriod time.Duration `env:"CAPSTAN_RESYNC_PERIOD" envDefault:"5m"`
-	// WorkerGrace: a worker silent this long gets no new work. Default 10s.
+	// WorkerGrace: a worker silent this long is dead: its attempts become
+	// WORKER_FAILED and are requeued. Default 10s.
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"10s"`
+	// WorkerBackoffTable is ARC's failure backoff: a worker with n failures
+	// takes no new work until entry n after the last one, and is deleted
+	// past the last entry (its executor registers again). Durations, comma
+	// separated. Default 0s,5s,10s,20s,40s,80s.
+	WorkerBackoffTable []time.Duration `env:"CAPSTAN_WORKER_BACKOFF_TABLE" envSeparator:"," envDefault:"0s,5s,10s,20s,40s,80s"`
+	// DeadWorkerRetention is how long a dead worker stays listed before its
+	// row is deleted. Default 1h.
+	DeadWorkerRetention time.Duration `env:"CAPSTAN_DEAD_WORKER_RETENTION" envDefault:"1h"`
 	// RetryInitialDelay and RetryMaxDelay bound the full-jitter task retry
 	// backoff. Defaults 1s and 5m.
 	RetryInitialDelay time.Duration `env:"CAPSTAN_RETRY_INITIAL_DELAY" envDefault:"1s"`
@@ -61,11 +70,15 @@ func main() {
 	defer st.Close()
 	client := asynq.NewClient(cfg.Redis())
 	defer client.Close()
+	inspector := asynq.NewInspector(cfg.Redis())
+	defer inspector.Close()
 	reg := svc.NewRegistry()
 	sched := scheduler.New(st, queue.NewEnqueuer(client, log), log, reg, scheduler.Config{
 		Tick: cfg.Tick, ResyncPeriod: cfg.ResyncPeriod, WorkerGrace: cfg.WorkerGrace,
 		Retry:         domain.FullJitter{Initial: cfg.RetryInitialDelay, Max: cfg.RetryMaxDelay},
 		AbortMaxRetry: cfg.AbortMaxAttempts + 5,
+		Liveness: scheduler.LivenessConfig{Backoff: domain.Table(cfg.WorkerBackoffTable),
+			DeadRetention: cfg.DeadWorkerRetention, Queues: inspector},
 	})
 
 	srv := asynq.NewServer(cfg.Redis(), asynq.Config{
@@ -83,8 +96,6 @@ func main() {
 	}
 	defer srv.Shutdown()
 
-	inspector := asynq.NewInspector(cfg.Redis())
-	defer inspector.Close()
 	health, err := svc.NewHealthServer(cfg.MetricsAddr, reg, func(ctx context.Context) error {
 		if err := st.Ping(ctx); err != nil {
 			return err

@@ -73,5 +73,15 @@ func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker
 	freeCPU, freeMem := w.CPUMillis-w.UsedCPUMillis, w.MemoryBytes-w.UsedMemoryBytes
 	return api.Worker{Id: w.ID, Name: w.Name, Address: w.Address, Slots: w.Slots, FreeSlots: &free, Labels: labels,
 		Resources: &res, FreeResources: &api.Resources{CpuMillis: &freeCPU, MemoryBytes: &freeMem},
-		State: state, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
+		State: state, Draining: w.Draining, Failures: failures(w.Failures), LastFailureAt: w.LastFailureAt,
+		PlaceableAfter: w.PlaceableAfter, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
+}
+
+// failures decodes a worker's failures map; a malformed one shows empty.
+func failures(raw []byte) map[string]time.Time {
+	m, err := store.DecodeFailures(raw)
+	if err != nil {
+		return map[string]time.Time{}
+	}
+	return m
 }

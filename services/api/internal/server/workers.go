@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
@@ -54,28 +55,57 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	return api.RegisterWorker201JSONResponse(toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())), nil
 }
 
-// Heartbeat records a worker's liveness and answers which of the attempts it
-// holds must stop. 404 tells an unknown or dead worker to re-register.
+// Heartbeat records a worker's liveness and its draining flag, answers which
+// of the attempts it holds must stop, and ends WORKER_FAILED the attempts it
+// no longer holds (their final report was lost), queueing their evaluation.
+// 404 tells an unknown, deleted or dead worker to re-register.
 func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
 	id := req.Id.String()
-	err := h.store.Heartbeat(ctx, id)
+	var beat store.Beat
+	if b := req.Body; b != nil {
+		if b.Attempts != nil {
+			for _, a := range *b.Attempts {
+				beat.Held = append(beat.Held, a.Id)
+			}
+		}
+		beat.Draining = b.Draining != nil && *b.Draining
+	}
+	reply, err := h.store.BeatWorker(ctx, id, beat)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.Heartbeat404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("worker " + id + " (re-register)")}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var held []int64
-	if req.Body != nil && req.Body.Attempts != nil {
-		for _, a := range *req.Body.Attempts {
-			held = append(held, a.Id)
-		}
+	h.evaluateLost(ctx, reply.Lost)
+	return api.Heartbeat200JSONResponse{Stop: reply.Stop}, nil
+}
+
+// DeregisterWorker removes a leaving worker; attempts still live on it become
+// WORKER_FAILED and are queued for evaluation.
+func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorkerRequestObject) (api.DeregisterWorkerResponseObject, error) {
+	id := req.Id.String()
+	lost, err := h.store.DeregisterWorker(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return api.DeregisterWorker404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("worker " + id)}, nil
 	}
-	stop, err := h.store.StopList(ctx, id, held)
 	if err != nil {
 		return nil, err
 	}
-	return api.Heartbeat200JSONResponse{Stop: stop}, nil
+	h.log.Info("worker deregistered", "worker", id, "lost", len(lost))
+	h.evaluateLost(ctx, lost)
+	return api.DeregisterWorker204Response{}, nil
+}
+
+// evaluateLost queues the evaluation of attempts ended with their worker; a
+// lost push is healed by the scheduler's resync.
+func (h *Handlers) evaluateLost(ctx context.Context, lost []store.LostAttempt) {
+	for _, l := range lost {
+		h.log.Warn("attempt lost with its worker", "attempt", l.ID, "worker", l.WorkerID)
+		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(l.ID)); err != nil {
+			h.log.Warn("enqueue evaluation failed; the scheduler's resync evaluates it", "attempt", l.ID, "err", err)
+		}
+	}
 }
 
 // ListWorkers returns every registered worker with its load.

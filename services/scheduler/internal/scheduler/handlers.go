@@ -54,6 +54,9 @@ func (s *Scheduler) handleEvaluate(ctx context.Context, t *asynq.Task) error {
 }
 
 func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) error {
+	if err := s.recordWorkerFailure(ctx, attemptID); err != nil {
+		return err
+	}
 	ev, err := s.store.EvaluateAttempt(ctx, attemptID, s.cfg.Retry)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("attempt %d: %w", attemptID, asynq.SkipRetry)

@@ -39,6 +39,8 @@ type Config struct {
 	BatchSize int
 	// AbortMaxRetry sizes abort tasks' asynq retries. Default 15.
 	AbortMaxRetry int
+	// Liveness tunes the dead-worker pass and the workers' failure backoff.
+	Liveness LivenessConfig
 }
 
 func (c *Config) defaults() {
@@ -48,6 +50,7 @@ func (c *Config) defaults() {
 	c.DispatchGrace = cmp.Or(c.DispatchGrace, 30*time.Second)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
 	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, 15)
+	c.Liveness.defaults(c.WorkerGrace)
 	if c.Retry == nil {
 		c.Retry = domain.FullJitter{Initial: time.Second, Max: 5 * time.Minute}
 	}
@@ -61,6 +64,7 @@ type Scheduler struct {
 	cfg     Config
 	kick    chan struct{}
 	metrics *metrics
+	live    *liveness
 
 	mu     sync.Mutex
 	leader bool
@@ -69,7 +73,8 @@ type Scheduler struct {
 // New builds a scheduler.
 func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Registerer, cfg Config) *Scheduler {
 	cfg.defaults()
-	return &Scheduler{store: st, queue: q, log: log, cfg: cfg, kick: make(chan struct{}, 1), metrics: newMetrics(reg)}
+	return &Scheduler{store: st, queue: q, log: log, cfg: cfg, kick: make(chan struct{}, 1), metrics: newMetrics(reg),
+		live: newLiveness(reg)}
 }
 
 // Kick asks the leader for a scheduling pass soon.
@@ -121,6 +126,8 @@ func (s *Scheduler) Run(ctx context.Context) {
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 	resync := time.NewTicker(s.cfg.ResyncPeriod)
 	defer resync.Stop()
+	live := time.NewTicker(s.cfg.Liveness.Tick)
+	defer live.Stop()
 	s.resync(ctx)
 	wake := time.NewTimer(0)
 	defer wake.Stop()
@@ -133,6 +140,13 @@ func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 				return
 			}
 			s.resync(ctx)
+		case <-live.C:
+			if !l.Held(ctx) {
+				return
+			}
+			if !s.livenessPass(ctx) {
+				continue // nothing requeued: no pass needed
+			}
 		case <-s.kick:
 		case <-wake.C:
 			if !l.Held(ctx) {

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestWorkerLifecycleOverTheAPI(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	status, _, w := f.do(t, http.MethodPost, "/v1/workers",
+		`{"name": "exec-1", "address": "http://127.0.0.1:9001", "slots": 2, "resources": {"cpu_millis": 2000, "memory_bytes": 1073741824}}`)
+	require.Equal(t, http.StatusCreated, status, w)
+	id := w["id"].(string)
+	require.Equal(t, false, w["draining"])
+	require.Equal(t, map[string]any{}, w["failures"])
+
+	status, _, reply := f.do(t, http.MethodPost, "/v1/workers/"+id+"/heartbeat",
+		`{"draining": true, "attempts": [{"id": 42, "state": "RUNNING"}]}`)
+	require.Equal(t, http.StatusOK, status, reply)
+	require.Equal(t, []any{float64(42)}, reply["stop"], "an attempt unknown to the control plane is stopped")
+
+	status, _, list := f.do(t, http.MethodGet, "/v1/workers", "")
+	require.Equal(t, http.StatusOK, status)
+	ws := list["workers"].([]any)
+	require.Len(t, ws, 1)
+	got := ws[0].(map[string]any)
+	require.Equal(t, true, got["draining"], "a draining executor is shown so")
+	require.Equal(t, "alive", got["state"])
+	require.Equal(t, map[string]any{}, got["failures"])
+	require.NotContains(t, got, "last_failure_at")
+
+	status, _, _ = f.do(t, http.MethodDelete, "/v1/workers/"+id, "")
+	require.Equal(t, http.StatusNoContent, status)
+	status, _, p := f.do(t, http.MethodPost, "/v1/workers/"+id+"/heartbeat", `{}`)
+	require.Equal(t, http.StatusNotFound, status, "a deregistered worker must register again")
+	require.Equal(t, "not_found", p["code"])
+	status, _, _ = f.do(t, http.MethodDelete, "/v1/workers/"+id, "")
+	require.Equal(t, http.StatusNotFound, status)
+}

@@ -1,0 +1,230 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// QueueAdmin lists and deletes asynq queues; *asynq.Inspector is one.
+type QueueAdmin interface {
+	Queues() ([]string, error)
+	DeleteQueue(name string, force bool) error
+}
+
+var _ QueueAdmin = (*asynq.Inspector)(nil)
+
+// LivenessConfig tunes worker liveness: the dead-worker pass (Iris) and the
+// failure backoff of worker registrations (ARC).
+type LivenessConfig struct {
+	// Tick is the dead-worker pass period. Default min(WorkerGrace/4, 1s).
+	Tick time.Duration
+	// Backoff is ARC's failure table: a worker with n failures takes no new
+	// work until Backoff[n] after the last one, and is deleted past
+	// len(Backoff)-1 failures. Default domain.ARCTable (0, 5s, 10s, 20s,
+	// 40s, 80s: deleted on the 6th).
+	Backoff domain.Table
+	// DeadRetention is how long a dead worker's row stays listed before it
+	// is deleted. Default 1h.
+	DeadRetention time.Duration
+	// Queues deletes the asynq queues of workers that are not alive. Nil
+	// leaves them in Redis.
+	Queues QueueAdmin
+}
+
+func (c *LivenessConfig) defaults(grace time.Duration) {
+	c.Tick = cmp.Or(c.Tick, min(grace/4, time.Second))
+	if len(c.Backoff) == 0 {
+		c.Backoff = domain.ARCTable
+	}
+	c.DeadRetention = cmp.Or(c.DeadRetention, time.Hour)
+}
+
+// liveness is the state of the dead-worker pass: its metrics and the worker
+// queues it could not delete (retried after ResyncPeriod).
+type liveness struct {
+	dead, deleted, lost prometheus.Counter
+
+	mu    sync.Mutex
+	stuck map[string]time.Time // queue → when its deletion last failed
+}
+
+func newLiveness(reg prometheus.Registerer) *liveness {
+	l := &liveness{stuck: map[string]time.Time{},
+		dead: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_workers_dead_total",
+			Help: "Workers declared dead for missing heartbeats past their grace."}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_workers_deleted_total",
+			Help: "Worker registrations deleted after too many failures (ARC)."}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_worker_lost_total",
+			Help: "Live attempts ended WORKER_FAILED because their worker died or was deleted."}),
+	}
+	reg.MustRegister(l.dead, l.deleted, l.lost)
+	return l
+}
+
+// LivenessResult is what one dead-worker pass did.
+type LivenessResult struct {
+	// Dead counts the workers declared dead.
+	Dead int
+	// Lost counts the attempts ended WORKER_FAILED and evaluated.
+	Lost int
+	// QueuesDeleted counts the worker queues removed from Redis.
+	QueuesDeleted int
+	// Purged counts the dead worker rows deleted after DeadRetention.
+	Purged int64
+}
+
+// livenessPass runs livenessOnce, logs what it did and reports whether it
+// requeued anything (a scheduling pass is then due).
+func (s *Scheduler) livenessPass(ctx context.Context) bool {
+	res, err := s.livenessOnce(ctx)
+	if err != nil {
+		s.log.Warn("liveness pass failed", "err", err)
+	}
+	if res.Dead > 0 || res.Lost > 0 || res.QueuesDeleted > 0 || res.Purged > 0 {
+		s.log.Info("liveness pass", "dead", res.Dead, "lost", res.Lost, "queues_deleted", res.QueuesDeleted,
+			"purged", res.Purged)
+	}
+	return res.Lost > 0
+}
+
+// livenessOnce is one dead-worker pass (Iris's worker-death cascade): workers
+// silent for WorkerGrace become dead, the live attempts of workers that are
+// not alive become WORKER_FAILED and are evaluated at once (the preemption
+// budget requeues them), the queues of workers that are not alive are
+// deleted, and dead rows past DeadRetention are purged.
+func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
+	var res LivenessResult
+	r, err := s.store.ReapDeadWorkers(ctx, time.Now().Add(-s.cfg.WorkerGrace))
+	if err != nil {
+		return res, err
+	}
+	for _, id := range r.Dead {
+		s.log.Warn("worker declared dead", "worker", id, "grace", s.cfg.WorkerGrace.String())
+	}
+	res.Dead, res.Lost = len(r.Dead), len(r.Lost)
+	s.live.dead.Add(float64(len(r.Dead)))
+	s.evaluateLost(ctx, r.Lost)
+	res.QueuesDeleted = s.sweepQueues(ctx)
+	res.Purged, err = s.store.DeleteDeadWorkers(ctx, time.Now().Add(-s.cfg.Liveness.DeadRetention))
+	return res, err
+}
+
+// evaluateLost applies lost attempts to their tasks now; one that fails is
+// left to its task:evaluate message and the resync.
+func (s *Scheduler) evaluateLost(ctx context.Context, lost []store.LostAttempt) {
+	s.live.lost.Add(float64(len(lost)))
+	for _, l := range lost {
+		if err := s.evaluate(ctx, l.ID); err != nil {
+			s.log.Warn("evaluate lost attempt failed; queued instead", "attempt", l.ID, "err", err)
+			s.enqueueEvaluate(ctx, l.ID)
+		}
+	}
+}
+
+func (s *Scheduler) enqueueEvaluate(ctx context.Context, attemptID int64) {
+	if err := s.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(attemptID)); err != nil {
+		s.log.Warn("enqueue evaluation failed; the resync evaluates it", "attempt", attemptID, "err", err)
+	}
+}
+
+// recordWorkerFailure applies ARC's rule to the worker of a finished attempt
+// before the attempt is evaluated, so that the task it requeues is not placed
+// on that worker before its backoff. A worker deleted for too many failures
+// loses its queue, and its other live attempts are queued for evaluation.
+func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) error {
+	rec, err := s.store.RecordWorkerFailure(ctx, attemptID, s.cfg.Liveness.Backoff)
+	if errors.Is(err, store.ErrNotFound) || err == nil && rec.WorkerID == "" {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !rec.Deleted {
+		s.log.Info("worker failure recorded", "worker", rec.WorkerID, "attempt", attemptID, "failures", rec.Failures,
+			"placeable_after", rec.PlaceableAfter)
+		return nil
+	}
+	s.log.Warn("worker deleted after too many failures; its executor registers again", "worker", rec.WorkerID,
+		"failures", rec.Failures, "lost", len(rec.Lost))
+	s.live.deleted.Inc()
+	s.live.lost.Add(float64(len(rec.Lost)))
+	for _, l := range rec.Lost {
+		s.enqueueEvaluate(ctx, l.ID)
+	}
+	s.deleteQueue(queue.WorkerQueue(rec.WorkerID), time.Now())
+	return nil
+}
+
+// sweepQueues deletes the asynq queues worker:<id> whose worker is not alive
+// (dead, deregistered or deleted): what they still hold was ended with the
+// worker. A queue that cannot be deleted (a task still marked active) is
+// retried after ResyncPeriod. It returns how many it deleted.
+func (s *Scheduler) sweepQueues(ctx context.Context) int {
+	if s.cfg.Liveness.Queues == nil {
+		return 0
+	}
+	names, err := s.cfg.Liveness.Queues.Queues()
+	if err != nil {
+		s.log.Warn("list queues failed", "err", err)
+		return 0
+	}
+	ids := map[string]string{}
+	for _, name := range names {
+		if id, ok := strings.CutPrefix(name, queue.WorkerQueue("")); ok {
+			ids[id] = name
+		}
+	}
+	if len(ids) == 0 {
+		return 0
+	}
+	list := make([]string, 0, len(ids))
+	for id := range ids {
+		list = append(list, id)
+	}
+	alive, err := s.store.AliveWorkerIDs(ctx, list)
+	if err != nil {
+		s.log.Warn("list alive workers failed", "err", err)
+		return 0
+	}
+	n, now := 0, time.Now()
+	for id, name := range ids {
+		if !alive[id] && s.deleteQueue(name, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// deleteQueue deletes queue name unless its deletion failed within the last
+// ResyncPeriod; it reports whether the queue is gone.
+func (s *Scheduler) deleteQueue(name string, now time.Time) bool {
+	if s.cfg.Liveness.Queues == nil {
+		return false
+	}
+	s.live.mu.Lock()
+	failed, ok := s.live.stuck[name]
+	s.live.mu.Unlock()
+	if ok && now.Sub(failed) < s.cfg.ResyncPeriod {
+		return false
+	}
+	err := s.cfg.Liveness.Queues.DeleteQueue(name, true)
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
+	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		s.live.stuck[name] = now
+		s.log.Debug("delete worker queue failed; retried later", "queue", name, "err", err)
+		return false
+	}
+	delete(s.live.stuck, name)
+	return err == nil
+}
