@@ -1,10 +1,11 @@
-// Command capstan-abort-reconciler delivers every abort recorded in Postgres
-// to the executors holding its live attempts, until it succeeds, finds them
+// Command capstan-abort-reconciler delivers every abort (of an action) and
+// every kill (of one attempt: preemption, timeout) recorded in Postgres to
+// the executors holding the live attempts, until it succeeds, finds them
 // already gone, or gives up after ABORT_MAX_ATTEMPTS (DESIGN §5). It
-// consumes the asynq queue "abort", resyncs pending aborts from Postgres on
-// start and every ABORT_RESYNC_PERIOD, and serves /healthz, /readyz and
-// /metrics on CAPSTAN_METRICS_ADDR. SIGINT or SIGTERM shuts it down
-// gracefully.
+// consumes the asynq queue "abort" (action:abort, attempt:kill), resyncs
+// pending requests from Postgres on start and every ABORT_RESYNC_PERIOD,
+// and serves /healthz, /readyz and /metrics on CAPSTAN_METRICS_ADDR. SIGINT
+// or SIGTERM shuts it down gracefully.
 package main
 
 import (
@@ -14,7 +15,6 @@ import (
 	"log/slog"
 
 	"github.com/caarlos0/env/v11"
-	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/abort-reconciler/internal/reconciler"
@@ -50,7 +50,6 @@ func run(cfg config, log *slog.Logger) error {
 
 	rec, err := reconciler.New(reconciler.Deps{
 		Store:    st,
-		Enqueuer: queue.NewEnqueuer(client, log),
 		Redis:    cfg.Redis(),
 		Log:      log,
 		Registry: reg,

@@ -16,6 +16,9 @@ type Config struct {
 	// Queue is the asynq queue consumed and resynced into. Default
 	// queue.Abort ("abort"); tests use one queue each.
 	Queue string
+	// SchedulerQueue receives task:evaluate for a killed attempt found gone
+	// whose task still counts on it. Default queue.Scheduler.
+	SchedulerQueue string
 	// Workers is how many aborts are processed at once (the asynq server's
 	// Concurrency; Flyte's Workers). Default 5.
 	Workers int
@@ -65,6 +68,7 @@ const (
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	c.Queue = cmp.Or(c.Queue, queue.Abort)
+	c.SchedulerQueue = cmp.Or(c.SchedulerQueue, queue.Scheduler)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.InitialDelay = cmp.Or(c.InitialDelay, DefaultInitialDelay)
@@ -105,7 +109,8 @@ func (c Config) validate() error {
 	return nil
 }
 
-// TaskMaxRetry is the asynq MaxRetry every action:abort task must carry:
+// TaskMaxRetry is the asynq MaxRetry every action:abort and attempt:kill
+// task must carry:
 // MaxAttempts+5, so that asynq never archives an abort before Postgres's
 // abort_attempt_count decides. (Expected retries do not even count toward
 // it: see isFailure.)

@@ -76,7 +76,7 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 		errs = append(errs, fmt.Errorf("mark attempts gone: %w", err))
 	} else {
 		rd.gone = len(gone)
-		r.metrics.alreadyTerminated.Add(float64(len(gone)))
+		r.metrics.alreadyTerminated.WithLabelValues(kindAction).Add(float64(len(gone)))
 	}
 	return rd, errors.Join(errs...)
 }

@@ -46,6 +46,7 @@ const waitFor = 15 * time.Second
 func testConfig() Config {
 	return Config{
 		Queue:                    "abort-test-" + uuid.NewString()[:13],
+		SchedulerQueue:           "scheduler-test-" + uuid.NewString()[:13],
 		MaxAttempts:              10,
 		InitialDelay:             10 * time.Millisecond,
 		MaxDelay:                 200 * time.Millisecond,
@@ -77,12 +78,12 @@ func newHarness(t *testing.T, cfg Config, edit func(*Deps)) *harness {
 	h.insp = asynq.NewInspector(redisOpt())
 	t.Cleanup(func() {
 		_ = h.insp.DeleteQueue(cfg.Queue, true)
+		_ = h.insp.DeleteQueue(cfg.SchedulerQueue, true)
 		h.insp.Close()
 		client.Close()
 	})
 	h.enq = queue.NewEnqueuer(client, log)
-	deps := Deps{Store: h.st, Enqueuer: queue.NewEnqueuer(client, log), Redis: redisOpt(), Log: log,
-		Registry: prometheus.NewRegistry()}
+	deps := Deps{Store: h.st, Redis: redisOpt(), Log: log, Registry: prometheus.NewRegistry()}
 	if edit != nil {
 		edit(&deps)
 	}
@@ -105,6 +106,24 @@ func (h *harness) push(key domain.ActionKey) error {
 		asynq.Queue(h.cfg.Queue))
 }
 
+// pushKill enqueues attempt id's kill as the scheduler does.
+func (h *harness) pushKill(id int64) error {
+	return h.enq.Enqueue(context.Background(), queue.NewAttemptKillTask(id, h.cfg.TaskMaxRetry()),
+		asynq.Queue(h.cfg.Queue))
+}
+
+// waitKillOutcome waits until attempt id's kill is cleared and returns the row.
+func (h *harness) waitKillOutcome(key domain.ActionKey, id int64) store.Attempt {
+	h.t.Helper()
+	var a store.Attempt
+	require.Eventually(h.t, func() bool {
+		a = h.attempt(key, id)
+		return a.KillOutcome != nil
+	}, waitFor, 2*time.Millisecond, "kill of attempt %d never cleared", id)
+	require.Nil(h.t, a.KillRequestedAt)
+	return a
+}
+
 // seeded is a run whose step "s1" has running attempts, with an abort
 // recorded on a0.
 type seeded struct {
@@ -123,6 +142,25 @@ func (h *harness) seedAbort(addr string, replicas int) seeded {
 
 // seedAbortCause is seedAbort with the abort's cause.
 func (h *harness) seedAbortCause(addr string, replicas int, cause string) seeded {
+	h.t.Helper()
+	s := h.seedRunning(addr, replicas)
+	_, err := h.st.AbortAction(h.ctx, s.key, "user asked", cause)
+	require.NoError(h.t, err)
+	return s
+}
+
+// seedKill seeds one running attempt on a worker at addr and requests its
+// kill with cause (the scheduler's part); it returns the attempt's id.
+func (h *harness) seedKill(addr, cause string) seeded {
+	h.t.Helper()
+	s := h.seedRunning(addr, 1)
+	require.NoError(h.t, h.st.RequestAttemptKill(h.ctx, s.attempts[0], cause))
+	return s
+}
+
+// seedRunning creates a one-step run with replicas tasks, registers a worker
+// at addr, assigns every task to it and reports them RUNNING.
+func (h *harness) seedRunning(addr string, replicas int) seeded {
 	h.t.Helper()
 	t, ctx, st := h.t, h.ctx, h.st
 	rk := domain.RunKey{Project: "proj", Domain: "dev", Run: "r-" + uuid.NewString()[:8]}
@@ -146,8 +184,6 @@ func (h *harness) seedAbortCause(addr string, replicas int, cause string) seeded
 		require.NoError(t, err)
 		s.attempts = append(s.attempts, at.ID)
 	}
-	_, err = st.AbortAction(ctx, s.key, "user asked", cause)
-	require.NoError(t, err)
 	return s
 }
 

@@ -1,10 +1,11 @@
-// Package reconciler drives every abort to completion (DESIGN §5; Flyte's
-// AbortReconciler, seeds/000): an asynq consumer of action:abort counts each
-// delivery round in Postgres, asks the executors holding live attempts to
-// kill them, clears the abort when all are gone, and otherwise retries the
-// same task with full-jitter backoff until MaxAttempts. A resync loop
-// re-enqueues every pending abort from Postgres on start and every
-// ResyncPeriod, so losing Redis loses nothing.
+// Package reconciler drives every abort and kill to completion (DESIGN §5;
+// Flyte's AbortReconciler, seeds/000): an asynq consumer of action:abort (an
+// action and everything under it) and attempt:kill (one attempt: preemption,
+// an attempt's timeout) counts each delivery round in Postgres, asks the
+// executors holding the live attempts to kill them, clears the request when
+// all are gone, and otherwise retries the same task with full-jitter backoff
+// until MaxAttempts. A resync loop re-enqueues every pending request from
+// Postgres on start and every ResyncPeriod, so losing Redis loses nothing.
 package reconciler
 
 import (
@@ -32,6 +33,12 @@ type Store interface {
 	MarkAttemptsGone(ctx context.Context, ids []int64, cause string) error
 	ClearAbortRequest(ctx context.Context, key domain.ActionKey, outcome string) error
 	ListPendingAborts(ctx context.Context) ([]domain.ActionKey, error)
+
+	MarkKillAttempt(ctx context.Context, attemptID int64) (int, error)
+	GetKillTarget(ctx context.Context, attemptID int64) (store.KillTarget, error)
+	MarkKillGone(ctx context.Context, attemptID int64, cause string) (bool, error)
+	ClearKillRequest(ctx context.Context, attemptID int64, outcome string) error
+	ListPendingKills(ctx context.Context) ([]int64, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -40,11 +47,8 @@ var _ Store = (*store.Store)(nil)
 type Deps struct {
 	// Store is Postgres. Required.
 	Store Store
-	// Enqueuer pushes the resync's tasks. Required, and used by the
-	// reconciler alone: its Duplicates counter tells a push that was
-	// deduplicated.
-	Enqueuer *queue.Enqueuer
-	// Redis is where the asynq consumer and inspector connect. Required.
+	// Redis is where the asynq consumer, the resync's client and the
+	// inspector connect. Required.
 	Redis asynq.RedisConnOpt
 	// Log receives the reconciler's logs. Default slog.Default().
 	Log *slog.Logger
@@ -64,18 +68,17 @@ type Deps struct {
 type Reconciler struct {
 	cfg       Config
 	store     Store
-	enq       *queue.Enqueuer
 	redis     asynq.RedisConnOpt
+	client    *asynq.Client
+	enq       *queue.Enqueuer
 	inspector *asynq.Inspector
 	log       *slog.Logger
 	metrics   *metrics
 	http      *http.Client
 	now       func() time.Time
 	backoff   domain.FullJitter
+	due       dueTimes
 
-	// resyncMu serialises runOnce, whose duplicate detection reads enq's
-	// Duplicates counter around each push.
-	resyncMu sync.Mutex
 	started  atomic.Bool
 	server   *asynq.Server
 	cancel   context.CancelFunc
@@ -89,10 +92,10 @@ func New(deps Deps, cfg Config) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if deps.Store == nil || deps.Enqueuer == nil || deps.Redis == nil {
-		return nil, errors.New("reconciler: Store, Enqueuer and Redis are required")
+	if deps.Store == nil || deps.Redis == nil {
+		return nil, errors.New("reconciler: Store and Redis are required")
 	}
-	r := &Reconciler{cfg: cfg, store: deps.Store, enq: deps.Enqueuer, redis: deps.Redis,
+	r := &Reconciler{cfg: cfg, store: deps.Store, redis: deps.Redis,
 		log: deps.Log, http: deps.HTTPClient, now: deps.Now,
 		backoff: domain.FullJitter{Initial: cfg.InitialDelay, Max: cfg.MaxDelay, Rand: deps.Rand}}
 	if r.log == nil {
@@ -114,6 +117,8 @@ func New(deps Deps, cfg Config) (*Reconciler, error) {
 	}
 	r.metrics = m
 	r.inspector = asynq.NewInspector(deps.Redis)
+	r.client = asynq.NewClient(deps.Redis)
+	r.enq = queue.NewEnqueuer(r.client, r.log)
 	return r, nil
 }
 
@@ -141,6 +146,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(queue.TypeActionAbort, r.HandleActionAbort)
+	mux.HandleFunc(queue.TypeAttemptKill, r.HandleAttemptKill)
 	if err := r.server.Start(mux); err != nil {
 		return err
 	}
@@ -166,6 +172,9 @@ func (r *Reconciler) Stop() {
 	if err := r.inspector.Close(); err != nil {
 		r.log.Warn("close asynq inspector", "err", err)
 	}
+	if err := r.client.Close(); err != nil {
+		r.log.Warn("close asynq client", "err", err)
+	}
 	r.http.CloseIdleConnections()
 }
 
@@ -174,6 +183,7 @@ func (r *Reconciler) resyncLoop(ctx context.Context) {
 	ticker := time.NewTicker(r.cfg.ResyncPeriod)
 	defer ticker.Stop()
 	for {
+		r.due.prune(time.Now().Add(-time.Minute))
 		res, err := r.runOnce(ctx)
 		switch {
 		case ctx.Err() != nil:

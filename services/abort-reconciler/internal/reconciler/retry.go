@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -16,8 +17,10 @@ import (
 // Queue").
 type RetryError struct {
 	// Delay is how long asynq waits before the retry. asynq v0.26 stores
-	// retry times in whole Unix seconds, so the task becomes due at
-	// floor(now+Delay): never later than Delay, up to 1s earlier.
+	// retry times in whole Unix seconds (rdb.Retry: processAt.Unix()), so the
+	// task becomes due at floor(now+Delay), up to 1s early; the reconciler
+	// remembers the true due time and requeues an early delivery for the
+	// rest (see dueTimes).
 	Delay time.Duration
 	// Attempt is the abort_attempt_count of the failed round; 0 when the
 	// round failed before the attempt was counted.
@@ -59,3 +62,59 @@ func retryDelay(backoff domain.Backoff) asynq.RetryDelayFunc {
 // abort; were asynq to archive the task, its TaskID would block every later
 // push of the same abort.
 func isFailure(err error) bool { return !IsRetry(err) }
+
+// errEarly is the cause of the RetryError that requeues a retry asynq
+// delivered before its backoff ended.
+var errEarly = errors.New("retry delivered before its backoff ended")
+
+// dueTimes remembers when each retry this process scheduled is due, by
+// TaskID, so that a retry asynq delivers early (its times are whole seconds)
+// is requeued for the rest instead of running before its full-jitter delay
+// ends. The requeue keeps the task out of the active state, where a crash
+// would strand it until asynq's lease recovery. A retry picked up by another
+// replica, or after a restart, runs when asynq delivers it: up to 1s early.
+type dueTimes struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// dueSlack is how early a retry may run and still count as due.
+const dueSlack = time.Millisecond
+
+// set records that id's retry is due at at.
+func (d *dueTimes) set(id string, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.at == nil {
+		d.at = map[string]time.Time{}
+	}
+	d.at[id] = at
+}
+
+// remaining returns how long until id's retry is due, or 0 when it is due
+// (and then forgets it).
+func (d *dueTimes) remaining(id string, now time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.at[id]
+	if !ok {
+		return 0
+	}
+	if rest := at.Sub(now); rest > dueSlack {
+		return rest
+	}
+	delete(d.at, id)
+	return 0
+}
+
+// prune forgets the retries due before cutoff: another replica ran them, or
+// their request was cleared meanwhile.
+func (d *dueTimes) prune(cutoff time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, at := range d.at {
+		if at.Before(cutoff) {
+			delete(d.at, id)
+		}
+	}
+}

@@ -104,7 +104,7 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	c := Config{}.withDefaults()
 	require.NoError(t, c.validate())
-	require.Equal(t, Config{Queue: queue.Abort, Workers: 5, MaxAttempts: 10, InitialDelay: time.Second,
+	require.Equal(t, Config{Queue: queue.Abort, SchedulerQueue: queue.Scheduler, Workers: 5, MaxAttempts: 10, InitialDelay: time.Second,
 		MaxDelay: 5 * time.Minute, ResyncPeriod: 5 * time.Minute, CallTimeout: 10 * time.Second, CallConcurrency: 8,
 		WorkerGrace: 10 * time.Second, DelayedTaskCheckInterval: 100 * time.Millisecond,
 		TaskCheckInterval: 100 * time.Millisecond}, c)
@@ -117,4 +117,21 @@ func TestConfig(t *testing.T) {
 	require.ErrorContains(t, err, "MaxDelay (1s) must not be below InitialDelay (1m0s)")
 	_, err = New(Deps{}, Config{})
 	require.ErrorContains(t, err, "required")
+}
+
+func TestDueTimes(t *testing.T) {
+	t.Parallel()
+	var d dueTimes
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	require.Zero(t, d.remaining("a", now), "unknown: due")
+	d.set("a", now.Add(300*time.Millisecond))
+	d.set("b", now.Add(-2*time.Minute))
+	require.Equal(t, 300*time.Millisecond, d.remaining("a", now))
+	require.Equal(t, 300*time.Millisecond, d.remaining("a", now), "remembered until due")
+	require.Zero(t, d.remaining("a", now.Add(300*time.Millisecond-dueSlack)), "within the slack: due")
+	require.Zero(t, d.remaining("a", now), "forgotten once due")
+	d.set("a", now.Add(time.Second))
+	d.prune(now.Add(-time.Minute))
+	require.Equal(t, time.Second, d.remaining("a", now), "pruning keeps what is still to come")
+	require.Len(t, d.at, 1, "b was due long ago: pruned")
 }
