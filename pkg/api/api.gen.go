@@ -24,6 +24,24 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
+// Defines values for AbortRecordKind.
+const (
+	AbortRecordKindAction  AbortRecordKind = "action"
+	AbortRecordKindAttempt AbortRecordKind = "attempt"
+)
+
+// Valid indicates whether the value is a known member of the AbortRecordKind enum.
+func (e AbortRecordKind) Valid() bool {
+	switch e {
+	case AbortRecordKindAction:
+		return true
+	case AbortRecordKindAttempt:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AttemptReportCause.
 const (
 	Aborted    AttemptReportCause = "aborted"
@@ -162,6 +180,64 @@ func (e WorkflowMode) Valid() bool {
 	}
 }
 
+// Defines values for ListAbortsParamsState.
+const (
+	Delivered         ListAbortsParamsState = "delivered"
+	NeedsIntervention ListAbortsParamsState = "needs_intervention"
+	Pending           ListAbortsParamsState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the ListAbortsParamsState enum.
+func (e ListAbortsParamsState) Valid() bool {
+	switch e {
+	case Delivered:
+		return true
+	case NeedsIntervention:
+		return true
+	case Pending:
+		return true
+	default:
+		return false
+	}
+}
+
+// AbortList defines model for AbortList.
+type AbortList struct {
+	Aborts []AbortRecord `json:"aborts"`
+
+	// NextCursor Absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// AbortRecord defines model for AbortRecord.
+type AbortRecord struct {
+	Action string `json:"action"`
+
+	// AttemptCount Delivery rounds counted so far.
+	AttemptCount int `json:"attempt_count"`
+
+	// AttemptId Set for an attempt kill.
+	AttemptId *int64 `json:"attempt_id,omitempty"`
+	Cause     string `json:"cause"`
+	Domain    string `json:"domain"`
+
+	// Kind `action`: the abort of an action and everything under it; `attempt`: the kill of one attempt.
+	Kind AbortRecordKind `json:"kind"`
+
+	// Outcome `delivered`, or `needs_intervention` when MaxAttempts was reached.
+	Outcome *string `json:"outcome,omitempty"`
+	Project string  `json:"project"`
+	Reason  *string `json:"reason,omitempty"`
+
+	// RequestedAt Set while it is being delivered.
+	RequestedAt *time.Time `json:"requested_at,omitempty"`
+	Run         string     `json:"run"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+}
+
+// AbortRecordKind `action`: the abort of an action and everything under it; `attempt`: the kill of one attempt.
+type AbortRecordKind string
+
 // AbortRequest defines model for AbortRequest.
 type AbortRequest struct {
 	// Reason Defaults to "User requested abort".
@@ -171,6 +247,9 @@ type AbortRequest struct {
 // AbortStatus defines model for AbortStatus.
 type AbortStatus struct {
 	AttemptCount int `json:"attempt_count"`
+
+	// Cause aborted, timeout (the action ends TIMED_OUT), or for an attempt kill preempted or worker_lost.
+	Cause *string `json:"cause,omitempty"`
 
 	// Outcome `delivered`, or `needs_intervention` when MaxAttempts was reached.
 	Outcome *string `json:"outcome,omitempty"`
@@ -198,14 +277,15 @@ type Action struct {
 // Attempt defines model for Attempt.
 type Attempt struct {
 	// Cause user, system, worker_lost, preempted, timeout or aborted.
-	Cause      *string    `json:"cause,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	Error      *string    `json:"error,omitempty"`
-	ExitCode   *int       `json:"exit_code,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	Id         int64      `json:"id"`
-	Number     int        `json:"number"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
+	Cause      *string      `json:"cause,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	Error      *string      `json:"error,omitempty"`
+	ExitCode   *int         `json:"exit_code,omitempty"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+	Id         int64        `json:"id"`
+	Kill       *AbortStatus `json:"kill,omitempty"`
+	Number     int          `json:"number"`
+	StartedAt  *time.Time   `json:"started_at,omitempty"`
 
 	// State Iris task states; the database stores their numeric values.
 	State    TaskState `json:"state"`
@@ -524,6 +604,18 @@ type RunName = Name
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
 
+// ListAbortsParams defines parameters for ListAborts.
+type ListAbortsParams struct {
+	State *ListAbortsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Cursor The next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListAbortsParamsState defines parameters for ListAborts.
+type ListAbortsParamsState string
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	Phase *Phase `form:"phase,omitempty" json:"phase,omitempty"`
@@ -630,6 +722,15 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
+	//
+	// `state=needs_intervention` lists what the abort reconciler gave up on
+	// after ABORT_MAX_ATTEMPTS failed deliveries: processes that may still
+	// run and need an operator. Without `state`, every abort ever requested.
+	//
+	// Corresponds with GET /v1/aborts (the `ListAborts` operationId).
+	ListAborts(ctx context.Context, params *ListAbortsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAttempt What an executor needs to run one attempt.
 	//
@@ -749,6 +850,25 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/heartbeat (the `Heartbeat` operationId).
 	Heartbeat(ctx context.Context, id WorkerID, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
+//
+// `state=needs_intervention` lists what the abort reconciler gave up on
+// after ABORT_MAX_ATTEMPTS failed deliveries: processes that may still
+// run and need an operator. Without `state`, every abort ever requested.
+//
+// Corresponds with GET /v1/aborts (the `ListAborts` operationId).
+func (c *Client) ListAborts(ctx context.Context, params *ListAbortsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAbortsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // GetAttempt What an executor needs to run one attempt.
@@ -1058,6 +1178,84 @@ func (c *Client) Heartbeat(ctx context.Context, id WorkerID, body HeartbeatJSONR
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListAbortsRequest constructs an http.Request for the ListAborts method
+func NewListAbortsRequest(server string, params *ListAbortsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/aborts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewGetAttemptRequest constructs an http.Request for the GetAttempt method
@@ -1795,6 +1993,17 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListAbortsWithResponse Aborts and attempt kills by state, most recently updated first, with cursor pagination.
+	//
+	// `state=needs_intervention` lists what the abort reconciler gave up on
+	// after ABORT_MAX_ATTEMPTS failed deliveries: processes that may still
+	// run and need an operator. Without `state`, every abort ever requested.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/aborts (the `ListAborts` operationId).
+	ListAbortsWithResponse(ctx context.Context, params *ListAbortsParams, reqEditors ...RequestEditorFn) (*ListAbortsResponse, error)
+
 	// GetAttemptWithResponse What an executor needs to run one attempt.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -1927,6 +2136,54 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/heartbeat (the `Heartbeat` operationId).
 	HeartbeatWithResponse(ctx context.Context, id WorkerID, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error)
+}
+
+type ListAbortsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AbortList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAbortsResponse) GetJSON200() *AbortList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAbortsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAbortsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAbortsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAbortsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type GetAttemptResponse struct {
@@ -2595,6 +2852,23 @@ func (r HeartbeatResponse) ContentType() string {
 	return ""
 }
 
+// ListAbortsWithResponse Aborts and attempt kills by state, most recently updated first, with cursor pagination.
+//
+// `state=needs_intervention` lists what the abort reconciler gave up on
+// after ABORT_MAX_ATTEMPTS failed deliveries: processes that may still
+// run and need an operator. Without `state`, every abort ever requested.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/aborts (the `ListAborts` operationId).
+func (c *ClientWithResponses) ListAbortsWithResponse(ctx context.Context, params *ListAbortsParams, reqEditors ...RequestEditorFn) (*ListAbortsResponse, error) {
+	rsp, err := c.ListAborts(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAbortsResponse(rsp)
+}
+
 // GetAttemptWithResponse What an executor needs to run one attempt.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2840,6 +3114,39 @@ func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, id Work
 		return nil, err
 	}
 	return ParseHeartbeatResponse(rsp)
+}
+
+// ParseListAbortsResponse parses an HTTP response from a ListAbortsWithResponse call
+func ParseListAbortsResponse(rsp *http.Response) (*ListAbortsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAbortsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AbortList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseGetAttemptResponse parses an HTTP response from a GetAttemptWithResponse call
@@ -3318,6 +3625,9 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
+	// (GET /v1/aborts)
+	ListAborts(ctx echo.Context, params ListAbortsParams) error
 	// GetAttempt What an executor needs to run one attempt.
 	// (GET /v1/attempts/{id})
 	GetAttempt(ctx echo.Context, id AttemptID) error
@@ -3362,6 +3672,38 @@ type ServerInterface interface {
 // ServerInterfaceWrapper converts echo contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler ServerInterface
+}
+
+// ListAborts converts echo context to params.
+func (w *ServerInterfaceWrapper) ListAborts(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAbortsParams
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", ctx.QueryParams(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter state: %s", err))
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListAborts(ctx, params)
+	return err
 }
 
 // GetAttempt converts echo context to params.
@@ -3791,6 +4133,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action", wrapper.GetAction, options.OperationMiddlewares["GetAction"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/abort", wrapper.AbortAction, options.OperationMiddlewares["AbortAction"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
+	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
 	router.DELETE(options.BaseURL+"/v1/workers/:id", wrapper.DeregisterWorker, options.OperationMiddlewares["DeregisterWorker"]...)
@@ -3801,6 +4144,44 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
+
+type ListAbortsRequestObject struct {
+	Params ListAbortsParams
+}
+
+type ListAbortsResponseObject interface {
+	VisitListAbortsResponse(w http.ResponseWriter) error
+}
+
+type ListAborts200JSONResponse AbortList
+
+func (response ListAborts200JSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts400ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
 
 type GetAttemptRequestObject struct {
 	Id AttemptID `json:"id"`
@@ -4411,6 +4792,9 @@ func (response Heartbeat404ApplicationProblemPlusJSONResponse) VisitHeartbeatRes
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+	// ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
+	// (GET /v1/aborts)
+	ListAborts(ctx context.Context, request ListAbortsRequestObject) (ListAbortsResponseObject, error)
 	// GetAttempt What an executor needs to run one attempt.
 	// (GET /v1/attempts/{id})
 	GetAttempt(ctx context.Context, request GetAttemptRequestObject) (GetAttemptResponseObject, error)
@@ -4462,6 +4846,31 @@ func NewStrictHandler(ssi StrictServerInterface, middlewares []StrictMiddlewareF
 type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
+}
+
+// ListAborts operation middleware
+func (sh *strictHandler) ListAborts(ctx echo.Context, params ListAbortsParams) error {
+	var request ListAbortsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAborts(ctx.Request().Context(), request.(ListAbortsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAborts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListAbortsResponseObject); ok {
+		return validResponse.VisitListAbortsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
 }
 
 // GetAttempt operation middleware
@@ -4956,83 +5365,90 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Hxtb9u4lv9XIfS/wCT4K7bT6cy9k2CxcBO34500ybUTdIG269DSsc2JTKokldQ3yNv9APsR95MsDknJ",
-	"kkX5IQ9zB4t9VVeiyMPz8DtPZB6CSMxTwYFrFRw9BCmVdA4apPlfN9JM8HM6B/wf48FRkFI9C8KAm2cB",
-	"NQOCMJDwLWMS4uBIywzCQEUzmFP86i8SJsFR8P/ay4Xa9q1qm5kfH8OgqzXMU90/bViHxWvXmAg5pxrH",
-	"cf3z2yAM5oyzeTYPjg7DQC9SsK9gCtIsdyrmFFfxrhXbl8/e06UUv0OkG1ZJ3dtnLzPI1glIZi+wk09C",
-	"3oJ8tnCyzIx08lBaMj4NHnEBCSoVXIFRukspxgnM8WckuAZuWEjTNGERRXVrp3bE//9dCSPE7baTz2tW",
-	"jEFFkqVGe4+CLieD9yfkl7c//ZW4yVtm5+5bYwtjIfUAvmWgLEFxzPBzmlxKkYLUDMmf0ERBiNItHj0E",
-	"EqijtLrsKUxolmhFtCBfgmsFkki7AMSE4npfghZqM/1+BnyqZ8HRYafTqbOweCLGRqnQovDzoaY6s3Zd",
-	"IYhacxtFIrPcXbWRMBCZjoRVqyrRNzEk7A4kxDchEZLccIBYjfBTeQccR92Q+xlw8pF+d3atyD1VRAKN",
-	"ZhC36joQlljkeeVYMqK6Ts4QNLmfsQSInoFlGmGKjIHxKSlIxTULPYyphgPN5hD4OLlU5M8rfPrqY7MF",
-	"wDqHkZBNGlmWkdHJFHisRnY+pmGuvAxxD6iUdIH/Bx4XzNlmk2Fwy3jsnZo7JKm9SKmEiqqUXs2ogo3G",
-	"ZwahRWkq9Y7kaqpuVYUn65a6ouq2zqYVyZqNOkbkW8gX8srZakJd0BHNlMdKMgUyJGqhNMxDcm8AdJQI",
-	"pUOSSsCpIA4JblhkGs3IKEyDcUQS6K48AymF9MoLvjPU6Bj8hj9hnKnZjqux2OuG67PzbD4G6V/5Kaqh",
-	"NNWwjUYMzcDHMHCyYD4DWFES464cxflSFWms0ZQzMfUAr9IxSL9YlI5F5rcwLTMe4Zp1PbuSGVi0FZlO",
-	"M03GsBA8NmAI3yHKtJA/KDIWGY8NCMdSpGlFz8ZCJEB5bfeOoDAnukzHmo0PIHXQt4OHLKwIOEZtn439",
-	"4NLGgIIwcOaBRFibCQpJolWhDedmVSLOYw4lX/rW50s32kda0Zyq+u6oikttqAr1HUoLYjJeVOTY8htA",
-	"rjZPn6OiXxu1AonfKP+Bi+jqJpBKEYFPld+jYlhdLlNM5pnSRGmRWg9vV9lCf/OF1tA6TCHy+O7Cp9eR",
-	"WMzntMF3xkVSUVcpftdsEM0efknvi+BrmmTTBgK3FYrjvpUJF5rsCUm4IIngU5D7RGbcJ5mwSHf8AZ4J",
-	"7ZWfasxg/Hi5q7mhdx8xHsN3/0pP9gzLXG6ZO5q8q0iPS0uX9luIZKlYVleWzmadEp8IrrSkjO+Ktrew",
-	"8LJUpHUF6P09JOe9kPT+vT+8Gobk/OJqlP/+cBWSD72QnF2F5KxH9ng2B8mifYxn+udeqLmjSeaPMM0b",
-	"tUvkuyIT3JXZg5dXxmkPMv60DC6Pi6u8uUjt58fGNhTmP5JMgYOkGhQR3FkOHSvg2g/fDoHWKTGm35NE",
-	"3Bu0quExPvTt+D2DJO7lbq+6nQm+q++nS/5teHFOMLsnjGthtuXSLzIW8SIk0Jq2CK7ZUhpS9fnwa8vq",
-	"sHd3c1CKTmGzPVmClh/4NvQrUKnHQNHDJAtfbOXT3yIDxb1EgmspEpImFGVDuVbGs7iAqFC8LYB2rSoa",
-	"UjbtwUVJ3sxceSK9JfzazVi4IjORxCok90zP8DGTxGCHqmyousjW3mRXjPWhZHPAsJrHxohlqB3evRfx",
-	"AFNEzTKtTYIv7vkRijMCdEMc7g1biOCEabKnNItuF/sNwUKNoHOvlXfJ6fnwIKFjSA4SdgsEwSAkh0QL",
-	"8vOPJJpRSSMNUhExIZ/pwT86B78cfA2JSWeQSMpjAjzGn0ZKlCSgNUiEyZhNmV6p8fz8oylgFiUfzL5x",
-	"PBLzH26Br3ufD9yvh0748+Fj/nz/X//is8TLPEmvM9Ykv0g7RfdtclFOrOdqGX9kI/K/X/eue6dBGHzq",
-	"9q/65x9G7y8Go0FveHE9OOkNgzAYXJ+f988/BGEwvD456fVOzej33f6Z+dF9dzG4Mr+u+h97p6OL66sg",
-	"DK7Phye/9k6vz7rvzno4+cXgt95gVHx12b0emh/D3/qXl71Tb3BfqhiupBUuil8VqNJ0nACZ02jGOBxI",
-	"oLF5gOMdxjF+RxMWjxDrQgx1RhOMqEPEkEnCIj+cx6ApS/wxIELx9lWMEnx7TIVxpSmPoDEyyhqiKc10",
-	"Amt8a51X14M+kTABCTwyuo96jPjjCqUEP2xtLKWZt/n6BY2hFZEPHQYwZUqDtMXnp7ltGscSlAdM36HK",
-	"Xw/OUO0ryUb3su8UYKZ1etRuH775a6vT6rQOj37pdA5XLPUnbwJpoEI9L+DPA47SYm+8i0lQIpMRbFSo",
-	"QTEQVSQRuY8xJejg6O1qTfxXcU/mlC+WTodpBAhFqCYCdWHPQOBh583bMsKW+yyeilsuEr/IS3tZK+Yq",
-	"qSc0pRHTCyImqKcm6aXOP5oa9bKqPl6YsAzj8VZQq0Kk2WjOkoR5NObk8powTszrSEhQZO+w0+mQfzHz",
-	"4ZP9SpG51onq+BzsHOZCLkbjhQbPmh/NW1zWDNh5fp9iDWw6RZPkYhIcfd6gMxkfZvM5lQg6/jR5e0Rz",
-	"pXIPmr1MEBwWFNV166vd+RlTnpiLw3c9ijKphKcW0zWxOwYUiBMJVZqkdAr+Jka2AzsqvF0fTpp5v/qF",
-	"mc9R931PKBqvLWHs2mRo7iXs1DBYVznI0njHPdZrRKuZu8OpvCVQYmNlPZ84hhrSHaHrggPBTMrGX/dO",
-	"yY8JNRBlXxnQvcmrBjfmjcpDyWX2tRr6FJWqesinZpAkxD5FDK+WbcrlrrzC4EEn65iJ8XakNPKY0CSx",
-	"FSLMTSp5yDqJl8oZHoyIBI6LsySvUjm/5eXqpUkIkIyca0SLKeiZDbo5QvYeJVPKp/uG1yDnjNOETChL",
-	"MmmiYRwDPEa3p5BBmJkQxcYJ41PlL3JVG3grvd7uBzIXMRDBk8WxySFMwmDSaKJn1BXVVBZFADGZMKl0",
-	"hXdb9AGfWWXM24IFc03dKqjrbLIgN/jqhkwMO+/92T/9PpKgJQM1coytzN5pDDnQdlVuA/czodDDGn0m",
-	"8B3lwQU/+AdIgcmgXSImex0bjnS80UiVHNcsYLmkHEWHnS1pSoTS1gKRGpeJC7ns7VnCvmWQlSlbS5up",
-	"ETo+qS0ZZfMkhwimCIWAoUXiSlBjmAgJGLnhyKFJRZFiYUzBfkYlkFuWJJWmULmk7M2Krzn7lgHGJnkt",
-	"IgcuzKK9+rCsPy8VzCBRTcMQowyf7SfH5MaMu3FQ6HThxkqgPWa8rWbkIPKvKpmQTC+q65rjChgv3EFt",
-	"9VSKODOhBNnjcAclse6HpPQl2cO9u0lN1XNMdTQje7l6jRPYbzjusCx5L7WvWfeq8oXvKTXIxLUoovBG",
-	"3XpihmDRlvHpKO+41XQA6UsEn+ZWMacLck+ZcSljsGWZONfBgnqmSCXrDwklcSbN0R6EvxmhinwJfuyo",
-	"L8Gxq50ib78E+MQsoBB3UDL+dlYTvWeCT0HpAs1xIGIw0GhmdtBAymFnbkhxOokxIDOnTH7rn6H5Uddw",
-	"Ndsrqhubc2JjWb5AwhxhWFsb3C7idocWPL7C4cy6E0BrOiUNyL4L5npwRuiR1ZXtY8zU1tVGa44PLZdd",
-	"t9knNG9Na3q0BSN36Su5FlHe/qnO7tmMXxaNjA+XStSkd8OcE1Xb6Uum8pgUXYvtecRU0zFVqPomJ7YF",
-	"aNcHIralUy4iXp8PL3sn/fd9W9zrnZ/aiuG76/6Z+7mhjGhNzlMpXK0kdofD/odzu86g1/t4edVQPbRx",
-	"rMfclsWjFzmR88Ty9jFijTuUo8g9BorMRtbKAg+9BVUufvtj03Jg0RQhbrkPf3/FhERCmhAa41eMhhKq",
-	"cU5ijncom0SzPF46KrrJLCb//Z//ZXplLfIJfTp3hbl5udNR2ynJuGaJGZIH7mMa3YrJ5AdFgGu5IJzQ",
-	"icZv8+RdcDi2EK5NkDFOwIF5DAmYg5cuRiokIl0lUhE6pYyTjMcgCTVksHLQtDSkiQQYPc3xmk+L+pwH",
-	"lv2nD16i6IgMKgBtF9U2H87y3tYLVQkwekDxjIwE61ZzXlKEIsZAkEKvvreiEPvbngB9dkV1jW+p0k8T",
-	"dgchybg7/WwCSsUSDHcKBZ1KGoHpP5AFaBJDlFAJMYmBxibixB+bIw17XqFagc1pLnRn6XYKqCrhxkop",
-	"pC5yn0Ox2Oovu1mr3j6acTi9qViWT9tEDqYpH4u+UJ4PDDWk7xamgLP0VpWHp90Pje6jKEzu1p6YOzK2",
-	"qXsako0yQbo9zwztm7vVOGWdX48mCJyIhrZhNk5YRAa94RXpXvYRsE9oqjTlYamSZdD0dzEmQkYzUNrF",
-	"1q4R/4WbTnyLDExfQQJRkUhtmd6V5swEtjjXIqYfZgZ+4U0XAshefpR/P6+RuXbfTSRiuGl94UUfyrQO",
-	"kGTcQRAGdyCV3WGnddjq2DMxwGnKgqPgx1an9WNgmrEzw/j23WE7D6faDyx+xIdTMKqOYja09ePgKPgA",
-	"Oo/FVy47vOl01lx02O2CQ/lQm+eSw1X59NxjGLztvG2asSCxdGkiDFReag4+YRRC+dJFmjsArpJoKmfl",
-	"Y3p0qkqH6VXw1Z4nL+4ZNTQhlkPay+tBppJfY3xbLo9TPHniMEiF8gjPHtUoy880k96JePHSonOnQh6r",
-	"FqplBo+vrzcrBzc9GjSASMgY4mNy486l3RADbERDkqhqJ1ULz6FNo3adHdRuVzXF8b88Va27vBz0ITcU",
-	"oWRCEYXGIjMqX8SsLgZv0HCnpQ7EVPvB/XpsWyxT7Qf747Gdd428yIGuE8ExqJmMuYj1LQO5KF0qc02L",
-	"LS9E2RbLY+iD91JTLG+SpxLumMhU0QDzkeD6aGUaNvSwcX3fTAmbM12ZqHDXP3VMhmsbn6YJv/bC39dX",
-	"NJ68q+i7VWYYhdxDET9B+SvKiauYiUIMe0Fp2yJwJ7+cpFI6ZZzmR3dyvbT9w51RN7/AiALaMNRdqGwG",
-	"0eL8ZV2RV5mW1/NtuFkcbCOKzoHcwgIHZJJbuEF/w7QbW+6a4FwzoLE5oOs0qh/DPBUaeLQ4+M2cFt1e",
-	"Sb++DvDXzqX+wdiPEvGpbiKBxouCrzblNenVChONWr/pHL42RZZR8RNdyC+7jX/z5qlWasnMj9JN0GMw",
-	"njC+bJHY07N169zRY7QfZMbXRpwDd/X3j9WcK2uUz40wu4aBRYfNnezIK+3M9a7+OSC3eWR+J7uIVneT",
-	"aru4Pfqn2ksTttub0cVF8xePjcsXrx/r98XfdN683FrujFJD9pTfLpYuEDb6eM+ShIyhfNn4Dw5bDVkG",
-	"co5zKhbEHd/PA1qFdFO14NFMCo5RHNIuIWGYG78UHrWdobYf7I/1KfHyj0e8VmazXpzujPMzkSo/LL1E",
-	"K9dXL7AqzxlmTGkhF3961No8tPSHQZ6McSua8ucEvR1ZsRYiu+U/lvJ/KPlPQUlTm7Lmmvd5cAfAY8q1",
-	"ejUYbBtIaD/gP4+l2pX79dhO3HXxDeVDc6v89UtBZpkG8SKlz8VMnCeiqc4kxGRvbK8q7xN7l9kIxl6N",
-	"zs/heaqJ/wuA01t3QQ35QeXnFok5EBCSiRRz0ikS2+rf33GH9Jr/As/6M+JrLpoRe8XVrX/YsD6tlEY3",
-	"kOCtzzgjK3WEGothn9yYVzSCUtOqwQYcoa1ViDEHTm2zGOLlqKXWFs2px+Zqc/nayys5C//dmq1KD4cv",
-	"zGZ/nTnn4dPS/aen7/nKleZGftmKUFVcK/ELtarHRU/Iniyoy/oUZF3aFW6/9f3RKLnKnmdk2QnQO8an",
-	"ZM+0fBGEi23HxULqeHkJSGl05OjD3SXLMURiDqRyHKdR5XfC6uLPjq0ChO35FM3n3WPG0sxNdljc1H0l",
-	"E1y9CewN2TqvslyyWNfceb5OWSn9oEgKkomYRUZdOCjluioNxoPTmDv0VoaZTIKjoHYN72+dv3WM3NwM",
-	"D6U/daeMU3X/z2eue7hrZVvMRW58bA5Y4BMek0w50K66N4Vq+D8BAAD//w==",
+	"7Fz9bhs5kn8Vom+BsXEdS85kZndsLA5O7GR84zheyUYWSHIy1V2SOG6RPSTbjjbwv/cA94j3JIcqsr8k",
+	"6ssfs4PF/RXFzSaLrKpffbK/RYma5kqCtCY6+BblXPMpWND0v6PECiXP+RTwf0JGB1HO7SSKI0l/izgN",
+	"iOJIw2+F0JBGB1YXEEcmmcCU41t/0jCKDqJ/69QLddxT06GZ7+/j6MhamOb29HjJOiJducZI6Sm3OE7a",
+	"H19FcTQVUkyLaXSwH0d2loN7BGPQtNyxmnJcJbhW6h4+ek8XWv0KiV2ySu6fPnqZXrGKQbp4gp18VPoG",
+	"9KOZUxQ00vPDWC3kOLrHBTSYXEkDJHQXWg0zmOLPREkLko6Q53kmEo7i1sndiH//1Shi4mbbKeelFVMw",
+	"iRY5Se9BdCRZ7+0b9tOrH/7M/OR7tHP/LunCUGl7JgxRk2uVg7bCUczxEf0SFqZmHSE0Uw8SpdPovjoP",
+	"rjWf4f8lfLWDpNBGaZxpjtKhAWmZksxOgGXcWJbzMewFzrXJk08ljV+qcWpI8ofK16BncW9Oww++zc8f",
+	"R9wp7SBRheNRm9RjyMQt6BnTqpCpYTQMUmYUG3HdoLjSzHpKkS7O1wfLRkozLpkfxm5EluFEC/q/OHPC",
+	"CwPBbaQVGCw8uhEyQMi1O5PrA+IBHSxTI6KLHjAuUwa4dTsRcswKmYJmwh6ya0+4fxXJxzeVhHJLuBuQ",
+	"iFyfanD1zxrMq0lUhU2UU/85KlN3/pBex0xpdi0BUjPAI9G3IGkH7G4Ckr3nXz3+GnbHDdPAkwmkAZmK",
+	"K9gKnZYGbpaICkoiGAvpgNswZ+8mIgMmLBOGDQGPraK/xeGUW3hhxRRC1CHahZYvcnytXHyTuea0hwQh",
+	"boB2bSQIYCtWOTGb140WBStUkA6JtC5NBc7Is4uGNo54ZiCeU9D61OfVb8SLzBpmFfscXRnQrOKCE9rP",
+	"EZ7slH89Azm2k+hgv9vthk4iTG7fcluYAGLMw8IKZWyTTFRBGjPkiSos2yEFc0oFiCGXp+9Pjgcfri53",
+	"SaYDcMByDfgfSHHAHVmuQaaMDYrz76w9T6AhNeQ8XFHmTUOLYUHxrIxAwPBtZO68sJDlzZGVAzdfZTAX",
+	"DmTeLIJMt9LgGr0XHkjvLy2iG9cgw+CWT7gT2ZUuBg1Cv8Fybbck13Jzs7kTccnNzeIxzXGWNhpX6EXU",
+	"lQsF+ewNzQKjlyhsYUDHzMyMhWncVLa4VsNam1FZnYYHlSPRwLc9M9DaeUmLT74KlOgUwgg0ElKYyZar",
+	"Oa9kA2cDgWhLtZDFdAg6TOxDpMlYbmETIerTwPs48uwTIZ2Zkyvy4z3F5VItBq4QrjM1DhgNY1PQYU4a",
+	"m6oirJRWFzLBNRdF81IX4ABaFTYvLBvCTMmU8BO+QlJYpb8zbIi+KeF2qlWet0RzqFQGXC7s3hMUl0Q3",
+	"6Vix8R7kHi23sO6V4pVOIaocLk06h46G0ygkwqlZVHESFZGcFq+JQf+x0qCGH/Aq5AesVam8JTlt8d1S",
+	"FGtpaDP1NXILUjactfi4F1aAUmwePkdLvtZKBRK/lv89H+ouqkCuVQIhUX6LguFkuUkxmxbGMmNV7pyC",
+	"OoBYQ2m50Apa+zkkW8WCiZpO+RJzuyLAAnm7XCGWOwU1vRtD8ip8zbNivITATZlSuqDEE6ks21GaScUy",
+	"Jcegd5kuZIgz6wIqynmYMNXLgp3t1Q0dgoGQKXwNr/Rgy7A+Xmos3dhvxZJasJys1MZmlRC/UdJYzYXc",
+	"Fm1vYBY8UpUvCsDJ32J2fhKzk7+f9i/7MTv/cDkof7+7jNm7k5idXcbs7ITtyGIKWiS76AKdngeh5pZn",
+	"RdgppSdmG2d5PniFWUR7CJ4VGe1eIR8WfZaudPtsPuTu9UPSDYMhk2ZjkKC5BUP5DtIcTtmsMHx7BFol",
+	"xB+Vvhll6o7QagGP8Y+hHb8VkKUnpdlrb2eEzwJZN/af/Q/nLOd2woS0irblIzY2VOksZrA33mO45p6x",
+	"kJtP+1/2nAwHdzcFY/gY1uuTI6h+IbShn4FrOwSOFiabhXyrkPxWQSvuJVHSapWxPOPIGy6tIcviHaJK",
+	"8DYA2pWiSKSs24P3koJZBRPw9Gr4dZtxcMUmKktNzO6EneCfhWaEHaa1ofYiG1uTbTE2hJLLHYb50DdF",
+	"LEPpCO698geEYWZSWEs5AXUnD5CdCaAZknBHx8KUZMKyHWNFcjPbXeIsLBB0HtTyI3Z83n+R8SFkLzJx",
+	"AwzBIGb7zCr24/csmXDNEwvaMDVin/iLf3Rf/PTiS8wonEEiKU8qU/xJXOIsA2tBI0ymYizsXH7qx++p",
+	"slOlqzBgx/FIzH/5Bb7sfHrhf33rxj/u35d/3/2PP4U08aKM6xcPluJlyuyi+WY+10SWq5mm/dvVydXJ",
+	"cRRHH49OL0/P3w3efugNeif9D1e9Nyf9KI56V+fnp+fvojjqX715c3JyTKPfHp2e0Y+j1x96l/Srym5F",
+	"cXR13n/z88nx1dnR67MTnPxD75eT3qB66+Loqk8/+r+cXlycHAed+0YpZS6s8F78PEON5cMM2JQnEyHh",
+	"hQae0h9wvMc4IW95JtIBYl2Mrs5ghB51jBgyykQShvMULBdZ2AdEKN488dGA74CqCGkslwks9YyKJd6U",
+	"FTaDFbZ18ayueqdMwwg0yIRkH+UY8cdXkBi+uL4wQ0/L9SsaY8eiEDr0YCyMBe2qcg8z2zxNNZgAmL5G",
+	"kb/qnaHYt4KNo4tTLwATa/ODTmf/5Z/3unvdvf2Dn7rd/TlN/SEYQBJUmMc5/KXD0VjsZXAxDUYVOoG1",
+	"AtWrBqKIZKq0MZQ+jw5ezRcLf1Z3bMrlrDY6wiJAGMYtUygLOwSB+92Xr3ZDZa5wkq5kSZjljb2sZHOb",
+	"1Dc854mwM6ZGKKcU9HJvHymtXVcEhjNyy9Af34sWshB5MZiKLBMBiXlzccWEZPQ4URoM29nvdrvsrzQf",
+	"/mU3WKKrSvTdkIGdwlTp2WA4sxBY8z09xWVpwNbzhwSr58IpnmUfRtHBpzUyU8h+MZ1yjaATDpO3qAe7",
+	"YCiAZk/jBMcVRYuy9cXtPFzXfqJKNAV9mx9H62xXu5M075cwM8s5Fm3fA/LMK1MY29YllpcftqoxrMoc",
+	"PLrgGYjcPU6VVYTGMa4tb/Yt5FtC1wcJDCMp53/deSE/ZJwgyj0i0L0uswbX9MSUrmQdfc27PlWmatHl",
+	"MxPIMub+ihjeTts0011lhiGATs4wM7J2rDHykPEscxkijE1accgqjjfSGQGMSBSOS4uszFJ5uxU81QsK",
+	"CJCM8tSYVWOwE+d0S4TsHc7GXI536axBT4XkGRtxkRUaym4FKsYKa/CAMDJhRgwzIccmnORq1/zm6tRH",
+	"79hUpcCUzGaHFENQwEBhNLMT7pNqpkgSgJSNhHbF3G1Kh4/MMtZ9IP5wKW8VLcpsNmPX+OiaStNS3YWj",
+	"f/51oMFqAWbgD7Y1e3epy4G6a0oduJsogxaW5JnBV+SHVPLFP0ArDAbdEinb6Tp3pLsbbrppkuOLBaLk",
+	"lKdov7shTZky1mkgUuMjcaUbVXki7LcCiiZlK2mjHKE/J7PhQbk4ySMCJaEQMKzKfApqCCOlqd8ER/Yp",
+	"FEWKFamCe41r16LTKgo1U8rBqPhKit8KQN+kzEWUwIVRdLippso/1wJGSLQgYYhRdM7ulUN2TeOuPRR6",
+	"Wbh2HOgMheyYCXuRLGnlEUoLO2uvSx0O6C/cwsLquVZp4boxdiTcQoOtuzFrvOkaN/yklPUccptM2E4p",
+	"XsMMdpd0SNQp71r6lstem7/wNeeETNKqygtfKlsPjBAc2go5HpQVtwUZQPoyJcelVkz5jN1xQSZlCC4t",
+	"k5YyWFEvDGtF/THjLC009Twi/E0YN+xz9H3XfI4Ofe4Uz/ZzhH+hBQziDnImXM5aRu+ZkmMwtkJzHIgY",
+	"DDyZ0A6WkLLfnRIpXibRB3QdXL+cnqH6cV9wpe1V2Y31MTFpVsiRoK6HlbnBzTxu3+cQsBUeZ1Z1L62o",
+	"lCxB9m0wN4Azyg6crGzuY+YurzZY0XFUL7tqsw8o3lJperDBQW5TV/IlorL80549sJkwL5YefFwL0TK5",
+	"65cn0dadUy1M6ZOiaXE1j5RbPuQGRZ9iYpeA9nUg5ko6zSTi1Xn/4uTN6dtTl9w7OT92GcPXV6dn/uea",
+	"NKJTuUCmcD6TeNTvn747d+v0Tk7eX1wuyR46PzagbnXy6EmaeB6Y3j5ErPF9PIbdoaMonGdtHPDwGzDN",
+	"5HfYN206Fss8xA33Ea6vkEukNLnQ6L+iN5Rxi3Myau8wLogWpb90UFWTRcr+97//h2ple+wj2nTpE3PT",
+	"ZqVjYaeskFZkNKR03Ic8uVGj0XeGgbR6xiTjI4vvlsG7knDoINySkzGs2nFTyICaRr2PVHFE+0ykYXzM",
+	"hfSNzpzIEE2nqVakkQYYPMzw0qtVfi4Ay+Hug6dIOuIBVYC2jWjTi5OytvVEWQL0HpA9A+LgotacNwSh",
+	"8jEQpNCq78wJxO4W3dWPy6iusC1zbcCZuIWYFdJfCyGH0ogM3Z1KQMeaJ0D1BzYDy1JIMq4hZSnwlDxO",
+	"/LHe03D9Cu0MbElzJTu12amgqoEbc6mQRZaHDIrD1nDazWn15t6Mx+l1ybJy2mXkYJjyvqoLlfFA30L+",
+	"ekYJnNpatf54fPRuqfmoEpPblSemnoxN8p5EMgkT5JufGdG+vlqNUy6e1z05gSO1pGxYDDORsN5J/5Id",
+	"XZwiYL/hubFcxo1MFqHpr2rIlE4mYKz3rX0h/rOkSvwe61FdQQMzicpdmt6n5mgCl5zbY1QPo4Gf5bKb",
+	"UmynvOO0W+bIfLnvOlEpXO99llUdikoHSDLuIIqjW9DG7bC7t7/XdT0xIHkuooPo+73u3vcRFWMndPCd",
+	"2/1OfSdqDIGI45o06q+hrvpMGOvted3sriFRMhEZaDbmt8CKnCn5WTobRhXUwfujvw+OLi/RoemXxta3",
+	"xgswB4w6hoyBMqnEZ8xYkWWfpS7cnR2khnHJUBS5VdrZXFVY5si9jt21Hk8TRcBVBcUdn3tVKHmaYlwl",
+	"jD1yBxG3rlZ+8hfpfitAz+qbdCXM1BfaSo3z/jyF5L7bH19bOL6AJt7HISlt5PbLWl+u4VaowlR5/BCJ",
+	"vhzQpLHdORpcPzRTJqbCtiaqUOeHLjnqrn5DtcSVFzq/zN0gfNntrrg9uN2twfraX+jeIB0VpaiJy3uo",
+	"GK/c6qFJKyoblxHjyJSVCnevxnmvzTstBtWeZCNmU/QmNSQgbTZjPu/ukqK+18UzNedjIXnZrGD52DSv",
+	"AeK6pKbeS+18E+l9Q1vbcvwObBkyP+dRN3pPA4d92WxypXN+9dBz/ogAwGXtyZIi+YT//HW86uiqAPF+",
+	"QZlDRNRDOvX1Ziq4LRx8R9ddTw+eOI5yZQLMcx1VTf4RYr1W6eypWeebt+7bhtTqAu6fX27m+qsDEuTu",
+	"uEJ6yK59++g1I/+DWUAtazU8WBXord5avbcVUxz/04PhQzZjs9xhCRtxdBaGaMYad+XKUHmJhHsp9b6G",
+	"6Xzzv+47zuUwnW/ux32nLO4GkQORE32YzexfWVvc8EK3q4T+nvbt5b+cfSuL/yutG7L4sbYNV6GJYoxO",
+	"wdjNjZYr82+NuuUHGJBBa4b6D0IsB9GqTXpRkOcPrSy7uaiw6j9lhk+B3cAMBxRaOrhBeyOsH9ssbuJc",
+	"E+Ap9dF7iTpNYZorCzKZvfiFmro3F9IvzwP8C+3jvzP2I0dCoptp4OmsOleXmaIsyNwhkli/7O4/N0Xu",
+	"oNIHmpCfthv/8uVDtdSRWXa80kcNhMyErCuZrsl9UTu3tBidb7qQKz3Onv90ye8rOZdOKR/rYR7RAVaF",
+	"cN+AVRbEhC8x/3NAbv3I8psylbe6HVc71b3wP9RelmG7+/hC9aGcJ/eNm992uF/83s3L7sunW8u3Ei6J",
+	"nsrvBmjvCJM83oksY0Nofkbgd3ZbiSyCnMOSihnzt2xKh9Yg3dzMZDLRSqIXh7RryAQfZvBUeNTxitr5",
+	"5n6sDonrj189V2Szmp3+KsIjkar6bE2FVr79pcKqMmaYCGOVnv3hUWv90MaHzR6McXOS8scEvS2PYiVE",
+	"HjU/9vb/KPlPQUnKTdVfmUJtxR2ATLm05tlgsEOQ0PmG/9w3clf+130n8191WJM+pI8/PH8qiJZZwl6k",
+	"9LGYifMkPLeFhpTtDN0XBXaZ++QAMcZ9wSDwca9/IeAM5l1QQr4zZXsxo76dmI20mrJuFdi2vx/oe2mX",
+	"f0Fw9VWOFfdBmbuJ7tffX7I+b6VG15AQzM94JWsUbpcmwz76Mc+oBI3a8hId8ITuzUMM9YW7ng5I61G1",
+	"1FY15Pvl2ebm7bRnMhbhK3AbpR72n/iYw3nm8gwfFu4/PHwvV24VN8o7kYyb6vZXmKltOa5qQq4BaJHX",
+	"x6AXud067Veh79Lp+eN5RJSdAb8Vcsx2qDMDQbjadlotZA7ru3pU8mVow/1d6CEkagqs1TW3VOS3wurq",
+	"s6nzAOFqPlWPyPY+Y2PmZXpYXah/JhWcv7AfdNm6z7JcNltV3Hm8TDkufWdYDlqoVCQkLhKM8VWVJcqD",
+	"09CnLhwPC51FB9HCbdm/dP/SJb75Gb41PtVryKj6/5czL1o4XyZWo1ZeyVWK8Y9e1mNU+GALhXdi6el0",
+	"r2EJXXV4ccUr43pPqmj8kDqv8C8yZYXxZqJtUA0K/v8FAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

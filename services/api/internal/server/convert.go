@@ -35,7 +35,7 @@ func toAction(d store.ActionDetail) api.Action {
 		out.DependsOn = &deps
 	}
 	if a.AbortRequestedAt != nil || a.AbortOutcome != nil || a.AbortAttemptCount > 0 {
-		out.Abort = &api.AbortStatus{RequestedAt: a.AbortRequestedAt, Reason: a.AbortReason,
+		out.Abort = &api.AbortStatus{RequestedAt: a.AbortRequestedAt, Reason: a.AbortReason, Cause: a.AbortCause,
 			AttemptCount: a.AbortAttemptCount, Outcome: a.AbortOutcome}
 	}
 	for i, t := range d.Tasks {
@@ -54,9 +54,18 @@ func toTask(d store.TaskDetail) api.Task {
 	for i, a := range d.Attempts {
 		out.Attempts[i] = api.Attempt{Id: a.ID, Number: a.Number, State: taskState(a.State), WorkerId: a.WorkerID,
 			ExitCode: a.ExitCode, Error: a.Error, Cause: a.Cause, CreatedAt: a.CreatedAt, StartedAt: a.StartedAt,
-			FinishedAt: a.FinishedAt}
+			FinishedAt: a.FinishedAt, Kill: killStatus(a)}
 	}
 	return out
+}
+
+// killStatus is an attempt's kill request, if one was ever made.
+func killStatus(a store.Attempt) *api.AbortStatus {
+	if a.KillRequestedAt == nil && a.KillOutcome == nil {
+		return nil
+	}
+	return &api.AbortStatus{RequestedAt: a.KillRequestedAt, Cause: a.KillCause, AttemptCount: a.KillAttemptCount,
+		Outcome: a.KillOutcome}
 }
 
 func taskState(s int16) api.TaskState { return api.TaskState(domain.TaskState(s).String()) }

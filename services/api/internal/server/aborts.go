@@ -1,0 +1,46 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// ListAborts returns a page of action aborts and attempt kills, most
+// recently updated first; state=needs_intervention is the operator's list of
+// what the reconciler gave up on (DESIGN §5.3: "surface it in the API").
+func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObject) (api.ListAbortsResponseObject, error) {
+	var f store.AbortFilter
+	if req.Params.State != nil {
+		f.State = string(*req.Params.State)
+	}
+	if req.Params.Cursor != nil {
+		f.Cursor = *req.Params.Cursor
+	}
+	if req.Params.Limit != nil {
+		f.Limit = *req.Params.Limit
+	}
+	recs, next, err := h.store.ListAborts(ctx, f)
+	if errors.Is(err, store.ErrBadCursor) {
+		return api.ListAborts400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
+			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "cursor: not a cursor from this API",
+				problem.FieldError{Field: "cursor", Message: "not a cursor from this API"}))}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := api.AbortList{Aborts: make([]api.AbortRecord, len(recs))}
+	for i, r := range recs {
+		out.Aborts[i] = api.AbortRecord{Kind: api.AbortRecordKind(r.Kind), Project: r.Project, Domain: r.Domain,
+			Run: r.RunName, Action: r.ActionName, AttemptId: r.AttemptID, Cause: r.Cause, Reason: r.Reason,
+			RequestedAt: r.RequestedAt, AttemptCount: r.AttemptCount, Outcome: r.Outcome, UpdatedAt: r.UpdatedAt}
+	}
+	if next != "" {
+		out.NextCursor = &next
+	}
+	return api.ListAborts200JSONResponse(out), nil
+}
