@@ -1,10 +1,12 @@
 // Package runner starts and kills the operating-system processes of attempts:
 // `/bin/sh -c <command>` in its own process group, with the last N bytes of
 // stdout and stderr kept, killed by process group (SIGTERM, a grace period,
-// then SIGKILL), and tied to the executor's life with Pdeathsig.
+// then SIGKILL), and tied to the executor's life by a shim that kills the
+// whole group when the executor dies (see shimArg0).
 package runner
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -70,12 +72,14 @@ type Process struct {
 	result Result
 }
 
-// Start runs spec.Command with /bin/sh -c in a new process group whose
-// members get SIGKILL if the executor dies (Pdeathsig). The fork happens on
-// an OS thread locked to a goroutine that lives until the process is reaped,
-// because Pdeathsig fires when the forking thread, not the process, dies.
-// When the shell exits, whatever is left of its process group is SIGKILLed:
-// nothing an attempt started outlives it. Errors: the shell could not start.
+// Start runs spec.Command with /bin/sh -c under a shim (see shimArg0) that
+// leads a new process group and kills the whole group with SIGKILL if the
+// executor dies, however it dies: nothing an attempt started outlives the
+// executor. The fork happens on an OS thread locked to a goroutine that
+// lives until the process is reaped, because the parent-death signal fires
+// when the forking thread, not the process, dies. When the shell exits,
+// whatever is left of its process group is SIGKILLed: nothing an attempt
+// started outlives it either. Errors: the shim or the shell could not start.
 func Start(spec Spec) (*Process, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -86,18 +90,23 @@ func Start(spec Spec) (*Process, error) {
 		closeAll(outR, outW)
 		return nil, fmt.Errorf("stderr pipe: %w", err)
 	}
-	cmd := exec.Command(Shell, "-c", spec.Command)
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW, errR, errW)
+		return nil, fmt.Errorf("status pipe: %w", err)
+	}
+	cmd := exec.Command(selfExe)
+	cmd.Args = shimArgs(spec.Command)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = spec.Dir, spec.Env, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = []*os.File{statW} // the shim's fd 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 
 	p := &Process{exited: make(chan struct{}), done: make(chan struct{})}
 	out := &output{stdout: newTail(spec.LogLimit), stderr: newTail(spec.LogLimit), files: []*os.File{outR, errR}}
 	out.copying.Add(2)
 	started := make(chan error, 1)
-	go p.supervise(cmd, started, out)
-	err = <-started
-	closeAll(outW, errW) // the child holds its own copies
-	if err != nil {
+	go p.supervise(cmd, started, out, statR)
+	if err := <-started; err != nil {
 		closeAll(outR, errR)
 		return nil, err
 	}
@@ -106,17 +115,31 @@ func Start(spec Spec) (*Process, error) {
 	return p, nil
 }
 
-// supervise starts cmd and waits for it on one locked OS thread, then
-// sweeps the group, reaps the leader and collects the output.
-func (p *Process) supervise(cmd *exec.Cmd, started chan<- error, out *output) {
+// selfExe is this very binary, which runs the shim.
+const selfExe = "/proc/self/exe"
+
+// supervise starts cmd (the shim) and waits for it on one locked OS thread,
+// then sweeps the group, reaps the shim and collects the output and the
+// shell's status.
+func (p *Process) supervise(cmd *exec.Cmd, started chan<- error, out *output, stat *os.File) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread() // only once the process is reaped
-	if err := startOwned(cmd); err != nil {
+	defer stat.Close()
+	err := startOwned(cmd)
+	closeAll(cmd.Stdout.(*os.File), cmd.Stderr.(*os.File), cmd.ExtraFiles[0]) // the child holds its own copies
+	if err != nil {
 		started <- fmt.Errorf("start %s: %w", Shell, err)
 		return
 	}
 	defer disown(cmd.Process.Pid)
 	p.pid = cmd.Process.Pid
+	status := bufio.NewReader(stat)
+	if err := readStarted(status); err != nil {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		started <- fmt.Errorf("start %s: %w", Shell, err)
+		return
+	}
 	started <- nil
 
 	waitExit(p.pid) // leaves the leader a zombie, so its pgid cannot be reused yet
@@ -127,8 +150,13 @@ func (p *Process) supervise(cmd *exec.Cmd, started chan<- error, out *output) {
 	_ = cmd.Wait()
 	close(p.exited)
 
+	shell := readExit(status)
 	p.result = out.collect()
-	p.result.ExitCode, p.result.Signal = exitStatus(cmd.ProcessState)
+	if shell == nil { // the shim died with its group before the shell's end
+		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		shell = &ws
+	}
+	p.result.ExitCode, p.result.Signal = exitStatus(*shell)
 	close(p.done)
 }
 
@@ -143,17 +171,18 @@ func waitExit(pid int) {
 	}
 }
 
-func exitStatus(ps *os.ProcessState) (int, syscall.Signal) {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func exitStatus(ws syscall.WaitStatus) (int, syscall.Signal) {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal()), ws.Signal()
 	}
-	return ps.ExitCode(), 0
+	return ws.ExitStatus(), 0
 }
 
-// Pid returns the shell's pid, which is also its process group id.
+// Pid returns the shim's pid, which is also the attempt's process group id.
 func (p *Process) Pid() int { return p.pid }
 
-// Exited is closed once the shell has exited and its group was swept.
+// Exited is closed once the shim (after its shell) has exited and its group
+// was swept.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // Wait blocks until the process has exited and its output is collected.

@@ -18,8 +18,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// helperEnv makes the test binary act as a tiny executor for the Pdeathsig
-// test: it starts `sleep 600` through the runner, prints its pid and blocks.
+// helperEnv makes the test binary act as a tiny executor for the
+// parent-death tests: it starts the command in the variable through the
+// runner, prints the process's pid and blocks.
 const helperEnv = "RUNNER_TEST_PDEATHSIG_HELPER"
 
 func TestMain(m *testing.M) {
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 }
 
 func pdeathsigHelper() {
-	p, err := runner.Start(runner.Spec{Command: "exec sleep 600", Dir: os.TempDir(), LogLimit: 10})
+	p, err := runner.Start(runner.Spec{Command: os.Getenv(helperEnv), Dir: os.TempDir(), LogLimit: 10})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -183,10 +184,12 @@ func TestKillAfterExitIsNoop(t *testing.T) {
 	require.NoError(t, p.Signal(syscall.SIGKILL))
 }
 
-func TestPdeathsigKillsProcessWhenExecutorDies(t *testing.T) {
-	t.Parallel()
+// startHelper starts the test binary as a tiny executor running command and
+// returns it with the pid of the attempt's process (its group leader).
+func startHelper(t *testing.T, command string) (*exec.Cmd, int) {
+	t.Helper()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), helperEnv+"=1")
+	helper.Env = append(os.Environ(), helperEnv+"="+command)
 	stdout, err := helper.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, helper.Start())
@@ -195,8 +198,64 @@ func TestPdeathsigKillsProcessWhenExecutorDies(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	require.NoError(t, err)
 	require.False(t, proctest.Gone(pid))
+	return helper, pid
+}
 
+func TestPdeathsigKillsProcessWhenExecutorDies(t *testing.T) {
+	t.Parallel()
+	helper, pid := startHelper(t, "exec sleep 600")
 	require.NoError(t, helper.Process.Signal(syscall.SIGKILL))
 	_ = helper.Wait()
 	requireGone(t, pid)
+}
+
+// TestExecutorDeathKillsBackgroundGrandchildren: a parent-death signal only
+// reaches the process it is set on, so a shell's `sleep 600 &` used to
+// outlive kill -9 of the executor; the shim kills the whole group.
+func TestExecutorDeathKillsBackgroundGrandchildren(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	shellFile, bgFile := filepath.Join(dir, "shell"), filepath.Join(dir, "bg")
+	helper, group := startHelper(t, "echo $$ > "+shellFile+"; sleep 600 & echo $! > "+bgFile+"; "+
+		"(trap '' TERM; exec sleep 600) & wait")
+	shell, bg := readPid(t, shellFile), readPid(t, bgFile)
+	require.False(t, proctest.Gone(bg))
+
+	require.NoError(t, helper.Process.Signal(syscall.SIGKILL))
+	_ = helper.Wait()
+	requireGone(t, group, shell, bg)
+	require.Eventually(t, func() bool { return len(liveInGroup(group)) == 0 }, waitFor, tick,
+		"no process of the attempt's group is left: %v", liveInGroup(group))
+}
+
+// liveInGroup lists the pids of process group pgid that are not zombies.
+func liveInGroup(pgid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// After "(comm)": state, ppid, pgrp, ...
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func TestStartFailsWhenTheShellCannotStart(t *testing.T) {
+	t.Parallel()
+	// The shim starts (the directory exists) but the shell's working
+	// directory vanishes first: emulate with a file in place of a directory.
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err := runner.Start(runner.Spec{Command: "true", Dir: file})
+	require.Error(t, err)
 }

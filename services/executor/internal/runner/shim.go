@@ -1,0 +1,129 @@
+package runner
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The shim is how nothing an attempt starts outlives the executor. A
+// parent-death signal only reaches the process it is set on: with the shell
+// started directly, a background grandchild (`sleep 600 &`) survived kill -9
+// of the executor. So each attempt runs under a shim, this very binary
+// re-executed with argv[0] shimArg0: the shim leads the attempt's process
+// group, gets SIGTERM when the executor dies (PR_SET_PDEATHSIG, catchable,
+// unlike the SIGKILL a shell would get) and then SIGKILLs its whole group.
+// It runs the shell as its child, in the same group, and tells the runner on
+// fd 3 that the shell started and, at the end, the shell's wait status.
+//
+// Any binary that imports this package becomes the shim when started that
+// way: init runs it and exits before main (or a test's TestMain) starts.
+const shimArg0 = "capstan-attempt-shim"
+
+// shimStatusFD is the shim's end of the status pipe.
+const shimStatusFD = 3
+
+func init() {
+	if len(os.Args) > 0 && os.Args[0] == shimArg0 {
+		os.Exit(shimMain(os.Args[1:]))
+	}
+}
+
+// shimArgs are the shim's arguments: the executor's pid, then the command
+// line of the attempt's process.
+func shimArgs(command string) []string {
+	return []string{shimArg0, strconv.Itoa(os.Getpid()), Shell, "-c", command}
+}
+
+// shimMain is the shim: args are the executor's pid and the command line to
+// run. Its exit code only matters when it fails; the runner takes the
+// shell's status from the status pipe.
+func shimMain(args []string) int {
+	// The shell's parent-death signal fires when this thread exits: keep it.
+	runtime.LockOSThread()
+	status := os.NewFile(shimStatusFD, "status")
+	syscall.CloseOnExec(shimStatusFD) // the shell must not hold the pipe open
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	parent, err := strconv.Atoi(args[0])
+	if err != nil || len(args) < 2 {
+		fmt.Fprintf(status, "error bad shim arguments %q\n", args)
+		return 2
+	}
+	orphaned := func() bool { return os.Getppid() != parent }
+	if orphaned() { // the executor died before this shim could hear of it
+		killGroup()
+	}
+	cmd := exec.Command(args[1], args[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(status, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		return 127
+	}
+	fmt.Fprintln(status, "started")
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	for {
+		select {
+		case <-done:
+			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			fmt.Fprintf(status, "exit %d\n", uint32(ws))
+			return 0
+		case <-sigs:
+			// From the executor killing the group (the shell got it too:
+			// wait for it), or the executor's death: end the group.
+			if orphaned() {
+				killGroup()
+			}
+		}
+	}
+}
+
+// killGroup SIGKILLs the caller's process group, the caller included.
+func killGroup() {
+	_ = syscall.Kill(0, syscall.SIGKILL)
+	select {} // SIGKILL is on its way
+}
+
+// readStarted reads the shim's first line: nil once the shell started, or
+// why it could not.
+func readStarted(r *bufio.Reader) error {
+	line, err := r.ReadString('\n')
+	switch {
+	case line == "started\n":
+		return nil
+	case strings.HasPrefix(line, "error "):
+		return errors.New(strings.TrimSpace(strings.TrimPrefix(line, "error ")))
+	case err != nil && !errors.Is(err, io.EOF):
+		return fmt.Errorf("read shim status: %w", err)
+	}
+	return fmt.Errorf("shim ended before starting the command: %q", line)
+}
+
+// readExit reads the shim's last line: the shell's wait status, or nil when
+// the shim was killed first (its group was SIGKILLed).
+func readExit(r *bufio.Reader) *syscall.WaitStatus {
+	line, _ := r.ReadString('\n')
+	raw, ok := strings.CutPrefix(strings.TrimSpace(line), "exit ")
+	if !ok {
+		return nil
+	}
+	v, err := strconv.ParseUint(raw, 10, 32)
+	if err != nil {
+		return nil
+	}
+	ws := syscall.WaitStatus(v)
+	return &ws
+}
