@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/svc"
 )
 
@@ -59,6 +62,60 @@ type Config struct {
 	// ShutdownTimeout bounds the final reports on shutdown. Env
 	// CAPSTAN_SHUTDOWN_TIMEOUT, default 10s.
 	ShutdownTimeout time.Duration `env:"CAPSTAN_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+	// DrainTimeout is how long SIGTERM lets running attempts finish before
+	// the rest are killed and reported WORKER_FAILED (a second SIGTERM or
+	// SIGINT ends it at once). Keep DrainTimeout + ShutdownTimeout under the
+	// orchestrator's stop grace (Kubernetes' terminationGracePeriodSeconds).
+	// Env CAPSTAN_DRAIN_TIMEOUT, default 60s.
+	DrainTimeout time.Duration `env:"CAPSTAN_DRAIN_TIMEOUT" envDefault:"60s"`
+	// CPUMillis is the CPU the worker offers, in millicores (1000 = one
+	// core). Env CAPSTAN_EXECUTOR_CPU_MILLIS, default runtime.NumCPU()*1000.
+	CPUMillis int64 `env:"CAPSTAN_EXECUTOR_CPU_MILLIS"`
+	// MemoryBytes is the memory the worker offers, in bytes. Env
+	// CAPSTAN_EXECUTOR_MEMORY_BYTES, default MemTotal of /proc/meminfo, or
+	// the cgroup's memory.max when lower; undeclared when neither is known.
+	MemoryBytes int64 `env:"CAPSTAN_EXECUTOR_MEMORY_BYTES"`
+}
+
+// resources returns the capacity to register: CPUMillis and MemoryBytes, or
+// their defaults.
+func (c Config) resources() api.Resources {
+	cpu := c.CPUMillis
+	if cpu <= 0 {
+		cpu = int64(runtime.NumCPU()) * 1000
+	}
+	res := api.Resources{CpuMillis: &cpu}
+	mem := c.MemoryBytes
+	if mem <= 0 {
+		mem = hostMemory("/proc/meminfo", "/sys/fs/cgroup/memory.max")
+	}
+	if mem > 0 {
+		res.MemoryBytes = &mem
+	}
+	return res
+}
+
+// hostMemory returns MemTotal of meminfo in bytes, lowered to the cgroup
+// v2 limit in memoryMax when that is a number; 0 when unknown.
+func hostMemory(meminfo, memoryMax string) int64 {
+	var total int64
+	if b, err := os.ReadFile(meminfo); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				f := strings.Fields(rest) // "16318412 kB"
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && len(f) == 2 && f[1] == "kB" {
+					total = kb * 1024
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(memoryMax); err == nil {
+		if limit, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && limit > 0 &&
+			(total == 0 || limit < total) {
+			total = limit
+		}
+	}
+	return total
 }
 
 // workerName returns Name, or <hostname>-<pid>.

@@ -3,6 +3,8 @@ package main
 import (
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -74,6 +76,50 @@ func TestAdvertiseURL(t *testing.T) {
 			got, err := parse(t, tt.vars).advertiseURL(addr)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestDrainAndResourceDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, nil)
+	require.Equal(t, 60*time.Second, cfg.DrainTimeout)
+	res := cfg.resources()
+	require.Equal(t, int64(runtime.NumCPU())*1000, *res.CpuMillis)
+	if res.MemoryBytes != nil {
+		require.Positive(t, *res.MemoryBytes)
+	}
+
+	cfg = parse(t, map[string]string{"CAPSTAN_EXECUTOR_CPU_MILLIS": "1500", "CAPSTAN_EXECUTOR_MEMORY_BYTES": "1073741824",
+		"CAPSTAN_DRAIN_TIMEOUT": "2s"})
+	res = cfg.resources()
+	require.Equal(t, int64(1500), *res.CpuMillis)
+	require.Equal(t, int64(1<<30), *res.MemoryBytes)
+	require.Equal(t, 2*time.Second, cfg.DrainTimeout)
+}
+
+func TestHostMemory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+		return p
+	}
+	meminfo := write("meminfo", "MemTotal:       16318412 kB\nMemFree:         1000000 kB\n")
+	tests := []struct {
+		name, meminfo, max string
+		want               int64
+	}{
+		{"MemTotal", meminfo, filepath.Join(dir, "none"), 16318412 * 1024},
+		{"a lower cgroup limit wins", meminfo, write("lower", "1073741824\n"), 1 << 30},
+		{"an unlimited cgroup is ignored", meminfo, write("max", "max\n"), 16318412 * 1024},
+		{"a higher cgroup limit is ignored", meminfo, write("higher", "99999999999999\n"), 16318412 * 1024},
+		{"unknown", filepath.Join(dir, "none"), filepath.Join(dir, "none"), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, hostMemory(tt.meminfo, tt.max))
 		})
 	}
 }

@@ -61,7 +61,7 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, errors.Join(err, ln.Close())
 	}
 	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
-		Slots: cfg.Slots, Labels: cfg.Labels, HeartbeatInterval: cfg.HeartbeatInterval,
+		Slots: cfg.Slots, Labels: cfg.Labels, Resources: cfg.resources(), HeartbeatInterval: cfg.HeartbeatInterval,
 		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile}, log)
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
@@ -92,13 +92,48 @@ func run(cfg Config, log *slog.Logger) error {
 	}()
 	log.Info("serving", "addr", e.ln.Addr().String(), "advertise", e.advertise)
 
-	runErr := e.agent.Run(ctx) // returns once ctx ends and consumption stopped
-	log.Info("shutting down")
+	// The agent heartbeats until the very end, so a draining worker is never
+	// declared dead; it stops consuming when the drain begins.
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	ran := make(chan error, 1)
+	go func() { ran <- e.agent.Run(agentCtx) }()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-ran: // rejected by the control plane
+		ran <- runErr
+	}
+	e.drain(cfg, log)
+	stopAgent()
+	runErr = <-ran
 	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := e.sup.Close(closeCtx); err != nil {
-		log.Error("attempts not closed cleanly", "err", err)
+	if err := e.agent.Deregister(closeCtx); err != nil {
+		log.Error("deregistration failed; the worker will be declared dead", "err", err)
 	}
 	stopServer() // the abort endpoint stays up until the attempts are gone
 	return errors.Join(runErr, <-served)
+}
+
+// drain shuts the executor's work down: it takes no new attempt and tells
+// the control plane so, lets the running ones finish for up to DrainTimeout
+// (a second SIGTERM or SIGINT ends the wait), then kills the rest, which are
+// reported WORKER_FAILED so the scheduler runs them elsewhere.
+func (e *executor) drain(cfg Config, log *slog.Logger) {
+	held := len(e.sup.Held())
+	log.Info("draining", "held", held, "timeout", cfg.DrainTimeout.String())
+	e.agent.Drain()
+	drainCtx, cancel := svc.SignalContext()
+	defer cancel()
+	drainCtx, cancelTimeout := context.WithTimeout(drainCtx, cfg.DrainTimeout)
+	defer cancelTimeout()
+	if err := e.sup.Drain(drainCtx); err != nil {
+		log.Warn("drain ended before the attempts; killing them", "held", len(e.sup.Held()), "err", err)
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancelClose()
+	if err := e.sup.Close(closeCtx); err != nil {
+		log.Error("attempts not closed cleanly", "err", err)
+	}
 }

@@ -31,6 +31,9 @@ type Config struct {
 	Slots int
 	// Labels are the worker's labels, e.g. zone=a.
 	Labels map[string]string
+	// Resources is the capacity the worker offers (cpu millicores, memory
+	// bytes); nil fields are undeclared.
+	Resources api.Resources
 	// HeartbeatInterval is the time between heartbeats. Default 2s.
 	HeartbeatInterval time.Duration
 	// PollInterval is asynq's TaskCheckInterval: an idle consumer polls its
@@ -55,8 +58,12 @@ type Agent struct {
 	redis  asynq.RedisConnOpt
 	log    *slog.Logger
 
-	mu sync.Mutex
-	id uuid.UUID // the current worker id; zero before the first registration
+	beatNow chan struct{} // asks for a heartbeat at once
+
+	mu          sync.Mutex
+	id          uuid.UUID // the current worker id; zero before the first registration
+	draining    bool
+	stopConsume context.CancelFunc // stops the current session's consumer
 }
 
 // New returns an Agent that talks to the api through client, consumes from
@@ -75,7 +82,7 @@ func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, c
 	case cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 || cfg.RegisterBackoff < 0 || cfg.FullRetryDelay < 0:
 		return nil, errors.New("agent: intervals must not be negative")
 	}
-	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log}, nil
+	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log, beatNow: make(chan struct{}, 1)}, nil
 }
 
 // WorkerID returns the current worker id, or "" before the first
@@ -113,7 +120,48 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := a.sup.KillAll(ctx, api.WorkerLost, "the control plane forgot this worker"); err != nil {
 			a.log.Error("kill attempts failed", "err", err)
 		}
+		if a.isDraining() { // leaving anyway: no new identity
+			<-ctx.Done()
+			return nil
+		}
 	}
+}
+
+// Drain makes the worker take no new work: its consumer stops, and the
+// control plane hears at once, and on every later heartbeat, that the worker
+// is draining, so nothing new is placed on it. Heartbeats (and the stops
+// they answer) go on until Run's ctx ends.
+func (a *Agent) Drain() {
+	a.mu.Lock()
+	a.draining = true
+	stop := a.stopConsume
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	select {
+	case a.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) isDraining() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.draining
+}
+
+// Deregister tells the control plane the worker is leaving (DELETE
+// /v1/workers/{id}); attempts still live there become WORKER_FAILED. A
+// worker it no longer knows, or that never registered, is no error.
+func (a *Agent) Deregister(ctx context.Context) error {
+	a.mu.Lock()
+	id := a.id
+	a.mu.Unlock()
+	if id == (uuid.UUID{}) {
+		return nil
+	}
+	return a.client.Deregister(ctx, id)
 }
 
 // session consumes the queue of worker id and heartbeats until ctx ends or
@@ -121,8 +169,15 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) session(ctx context.Context, id uuid.UUID) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	consumeCtx, stopConsume := context.WithCancel(ctx)
+	a.mu.Lock()
+	draining := a.draining
+	a.stopConsume = stopConsume
+	a.mu.Unlock()
 	var wg sync.WaitGroup
-	wg.Go(func() { a.consume(ctx, id) })
+	if !draining {
+		wg.Go(func() { a.consume(consumeCtx, id) })
+	}
 	err := a.heartbeat(ctx, id)
 	cancel()
 	wg.Wait()

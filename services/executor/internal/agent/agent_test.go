@@ -235,3 +235,56 @@ func TestFullSlotsDelayAnAttemptUntilOneFrees(t *testing.T) {
 	f.awaitState(t, 16, api.TaskStateSUCCEEDED)
 	require.True(t, slices.Contains(fake.states(15), api.TaskStatePREEMPTED))
 }
+
+func TestRegistersItsResources(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	cpu, mem := int64(1500), int64(1<<30)
+	run(t, fake, agent.Config{Resources: api.Resources{CpuMillis: &cpu, MemoryBytes: &mem}})
+	regs := fake.registrations()
+	require.Len(t, regs, 1)
+	require.Equal(t, &api.Resources{CpuMillis: &cpu, MemoryBytes: &mem}, regs[0].Resources)
+}
+
+// TestDrainKeepsBeatingAndDeregisters: a draining worker says so at once,
+// keeps heartbeating (it must not be declared dead while its attempts
+// finish), lets them finish, then deregisters.
+func TestDrainKeepsBeatingAndDeregisters(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{HeartbeatInterval: time.Hour}) // only Drain triggers a beat
+	worker := f.agent.WorkerID()
+	fake.addAttempt(shell(21, worker, "sleep 0.2; echo done"))
+	f.enqueue(t, 21)
+	f.awaitState(t, 21, api.TaskStateRUNNING)
+
+	f.agent.Drain()
+	require.Eventually(t, fake.sawDrainingBeat, waitFor, tick, "the drain is announced at once")
+	require.Eventually(t, func() bool { return fake.sawBeatWith(21, api.TaskStateRUNNING) }, waitFor, tick)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, f.sup.Drain(ctx), "the running attempt finishes")
+	require.Equal(t, "done\n", *f.awaitState(t, 21, api.TaskStateSUCCEEDED).Stdout)
+	require.ErrorIs(t, f.sup.Start(shell(22, worker, "true")), supervisor.ErrClosed, "no new attempt once draining")
+
+	require.NoError(t, f.agent.Deregister(ctx))
+	require.Equal(t, []string{worker}, fake.deregistered())
+}
+
+// TestDrainingWorkerDoesNotRegisterAgain: forgotten while draining, the
+// worker kills what it holds but takes no new identity.
+func TestDrainingWorkerDoesNotRegisterAgain(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{})
+	first := f.agent.WorkerID()
+	fake.addAttempt(shell(23, first, "sleep 600"))
+	f.enqueue(t, 23)
+	pid := *f.awaitState(t, 23, api.TaskStateRUNNING).Pid
+
+	f.agent.Drain()
+	fake.forget(first)
+	require.Equal(t, api.WorkerLost, *f.awaitState(t, 23, api.TaskStateWORKERFAILED).Cause)
+	require.True(t, proctest.Gone(pid))
+	require.Never(t, func() bool { return len(fake.registered()) > 1 }, 200*time.Millisecond, tick)
+}

@@ -95,9 +95,10 @@ func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (u
 	return id, nil
 }
 
-// Heartbeat reports the held attempts and returns those the control plane
-// wants stopped. Errors: ErrUnknownWorker on 404.
-func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.Held) ([]int64, error) {
+// Heartbeat reports the held attempts and whether the worker is draining,
+// and returns the attempts the control plane wants stopped. Errors:
+// ErrUnknownWorker on 404.
+func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.Held, draining bool) ([]int64, error) {
 	type item = struct {
 		Id    int64         `json:"id"`
 		State api.TaskState `json:"state"`
@@ -106,7 +107,7 @@ func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.
 	for i, h := range held {
 		items[i] = item{Id: h.ID, State: h.State}
 	}
-	res, err := c.api.HeartbeatWithResponse(ctx, id, api.HeartbeatReport{Attempts: &items})
+	res, err := c.api.HeartbeatWithResponse(ctx, id, api.HeartbeatReport{Attempts: &items, Draining: &draining})
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("heartbeat: %w", err)
@@ -116,6 +117,19 @@ func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.
 		return nil, &StatusError{"heartbeat", res.StatusCode(), string(res.Body)}
 	}
 	return res.JSON200.Stop, nil
+}
+
+// Deregister removes the worker from the control plane. A worker it does
+// not know (404) is already gone: no error.
+func (c *Client) Deregister(ctx context.Context, id uuid.UUID) error {
+	res, err := c.api.DeregisterWorkerWithResponse(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("deregister: %w", err)
+	case res.StatusCode() == http.StatusNoContent || res.StatusCode() == http.StatusNotFound:
+		return nil
+	}
+	return &StatusError{"deregister", res.StatusCode(), string(res.Body)}
 }
 
 // Attempt returns what the executor needs to run attempt id. Errors:

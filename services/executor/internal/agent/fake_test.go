@@ -21,6 +21,8 @@ type fakeAPI struct {
 
 	mu        sync.Mutex
 	workers   []string        // registered ids, in order
+	regs      []api.RegisterWorkerRequest
+	deleted   []string // deregistered ids, in order
 	forgotten map[string]bool // ids whose heartbeat answers 404
 	beats     []api.HeartbeatReport
 	stop      []int64 // returned by the next heartbeat
@@ -36,6 +38,7 @@ func newFakeAPI() *fakeAPI {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workers", f.register)
 	mux.HandleFunc("POST /v1/workers/{id}/heartbeat", f.heartbeat)
+	mux.HandleFunc("DELETE /v1/workers/{id}", f.deregister)
 	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
 	f.Server = httptest.NewServer(mux)
@@ -57,6 +60,7 @@ func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
 	}
 	id := uuid.NewString()
 	f.workers = append(f.workers, id)
+	f.regs = append(f.regs, req)
 	writeJSON(w, http.StatusCreated, api.Worker{Id: id, Name: req.Name, Address: req.Address, Slots: *req.Slots,
 		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now()})
 }
@@ -74,6 +78,13 @@ func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {
 	stop := f.stop
 	f.stop = nil
 	writeJSON(w, http.StatusOK, api.HeartbeatReply{Stop: append([]int64{}, stop...)})
+}
+
+func (f *fakeAPI) deregister(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, r.PathValue("id"))
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (f *fakeAPI) getAttempt(w http.ResponseWriter, r *http.Request) {
@@ -177,6 +188,32 @@ func (f *fakeAPI) sawBeatWith(id int64, st api.TaskState) bool {
 			if a.Id == id && a.State == st {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// deregistered returns the ids deregistered, in order.
+func (f *fakeAPI) deregistered() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string{}, f.deleted...)
+}
+
+// registrations returns the registration requests, in order.
+func (f *fakeAPI) registrations() []api.RegisterWorkerRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.RegisterWorkerRequest{}, f.regs...)
+}
+
+// sawDrainingBeat reports whether a heartbeat said the worker is draining.
+func (f *fakeAPI) sawDrainingBeat() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.beats {
+		if b.Draining != nil && *b.Draining {
+			return true
 		}
 	}
 	return false

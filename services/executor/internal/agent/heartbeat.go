@@ -9,8 +9,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// heartbeat tells the control plane every HeartbeatInterval which attempts
-// the worker holds, and stops those it names. It returns nil when ctx ends
+// heartbeat tells the control plane every HeartbeatInterval (and at once
+// when Drain asks) which attempts the worker holds and whether it is
+// draining, and stops those it names. It returns nil when ctx ends
 // and ErrUnknownWorker when the control plane does not know the worker;
 // other failures are logged and the next beat is tried.
 func (a *Agent) heartbeat(ctx context.Context, id uuid.UUID) error {
@@ -22,8 +23,9 @@ func (a *Agent) heartbeat(ctx context.Context, id uuid.UUID) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-a.beatNow:
 		}
-		stop, err := a.client.Heartbeat(ctx, id, a.sup.Held())
+		stop, err := a.client.Heartbeat(ctx, id, a.sup.Held(), a.isDraining())
 		switch {
 		case errors.Is(err, ErrUnknownWorker):
 			return err

@@ -24,6 +24,9 @@ func (a *Agent) register(ctx context.Context) (uuid.UUID, error) {
 	if len(a.cfg.Labels) > 0 {
 		req.Labels = &a.cfg.Labels
 	}
+	if a.cfg.Resources.CpuMillis != nil || a.cfg.Resources.MemoryBytes != nil {
+		req.Resources = &a.cfg.Resources
+	}
 	delay := a.cfg.RegisterBackoff
 	for try := 1; ; try++ {
 		id, err := a.client.Register(ctx, req)

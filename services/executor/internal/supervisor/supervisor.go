@@ -191,6 +191,27 @@ func (s *Supervisor) KillAll(ctx context.Context, cause api.AttemptReportCause, 
 	return errors.Join(errs...)
 }
 
+// Drain takes no new attempt (Start answers ErrClosed) and waits until
+// every held attempt has finished and sent its final report, or ctx ends
+// (then it returns ctx's error and the attempts keep running: Close kills
+// them).
+func (s *Supervisor) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait() // no Add after closed: Start checks it under mu
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Close takes no new attempt, kills every held one (cause worker_lost: they
 // are reported WORKER_FAILED, so the scheduler runs them elsewhere) and
 // waits for their final reports until ctx ends; then it abandons the reports
