@@ -51,8 +51,12 @@ fuzz: ## run every fuzz target briefly (FUZZTIME, default 3s each)
 	  done; \
 	done
 
-bench: ## benchmarks (figures and a JSON summary)
-	@echo "no benchmarks yet"
+# Packages whose benchmarks `make bench` runs; each prints its figures and a
+# JSON summary line. Add yours here.
+BENCH_PKGS := ./e2e/
+
+bench: deps ## benchmarks (figures and a JSON summary)
+	@go test -run '^$$' -bench . $(BENCH_PKGS)
 
 lint: ## gofmt and go vet over every module
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }

@@ -158,6 +158,7 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		"CAPSTAN_RETRY_MAX_DELAY=200ms",
 		"CAPSTAN_HEARTBEAT_INTERVAL=300ms",
 		"CAPSTAN_WORKER_GRACE=3s",
+		"CAPSTAN_DRAIN_TIMEOUT=1s", // SIGTERM at teardown: do not wait for running tasks
 		"ABORT_INITIAL_DELAY=50ms",
 		"ABORT_MAX_DELAY=500ms",
 		"ABORT_RESYNC_PERIOD=2s",
