@@ -295,3 +295,36 @@ func TestSIGTERMDrainsTheExecutor(t *testing.T) {
 	s.Eventually(20*time.Second, "the executor exited", func() bool { return !proc.Alive() })
 	require.Nil(t, workerByID(t, s, leaving), "it deregistered")
 }
+
+// TestHeartbeatStopsWhatAnAbortDidNotReach: with the abort reconciler down,
+// an abort's message is never delivered, yet the executor's next heartbeat
+// learns the attempt must stop and kills it (a lost message heals on the
+// next beat).
+func TestHeartbeatStopsWhatAnAbortDidNotReach(t *testing.T) {
+	t.Parallel()
+	s := Start(t, bins, Options{Executors: 1, Env: livenessEnv})
+	s.Kill("abort-reconciler")
+	name := submitRun(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "s", Command: pidsCommand(600)}}})
+	id := workerID(t, s, 1)
+	s.Eventually(30*time.Second, "the task running", func() bool { return allRunningOn(stepTasks(t, s, name, "s"), 1, id) })
+	dir := filepath.Join(s.DataDir, "runs", project, domain, name)
+	s.Eventually(10*time.Second, "pids recorded", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "pids.0.1"))
+		return err == nil
+	})
+	pids := attemptPids(t, dir, 1)
+
+	stopRun(t, s, name)
+	s.Eventually(5*time.Second, "the attempt's processes gone", func() bool {
+		for _, pid := range pids {
+			if !ProcessGone(pid) {
+				return false
+			}
+		}
+		return true
+	})
+	s.Eventually(5*time.Second, "the attempt reported KILLED", func() bool {
+		a := stepTasks(t, s, name, "s")[0].Attempts[0]
+		return a.State == api.TaskStateKILLED && a.Cause != nil && *a.Cause == "aborted"
+	})
+}
