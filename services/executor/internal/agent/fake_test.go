@@ -20,9 +20,9 @@ type fakeAPI struct {
 	*httptest.Server
 
 	mu        sync.Mutex
-	workers   []string        // registered ids, in order
+	workers   []string // registered ids, in order
 	regs      []api.RegisterWorkerRequest
-	deleted   []string // deregistered ids, in order
+	deleted   []string        // deregistered ids, in order
 	forgotten map[string]bool // ids whose heartbeat answers 404
 	beats     []api.HeartbeatReport
 	stop      []int64 // returned by the next heartbeat
