@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,8 +121,11 @@ type Stack struct {
 	RedisDB int
 	Client  *api.ClientWithResponses
 
+	opts Options
+
 	mu    sync.Mutex
 	procs map[string]*Proc
+	store *store.Store
 }
 
 // Options change a stack's settings.
@@ -129,6 +134,10 @@ type Options struct {
 	Executors int
 	// Env adds or overrides variables for every service.
 	Env []string
+	// ExecutorEnv, when set, adds or overrides variables for executor i
+	// (from 1), after Env: e.g. CAPSTAN_EXECUTOR_ADDR and
+	// CAPSTAN_EXECUTOR_ADVERTISE_URL to put a proxy in front of it.
+	ExecutorEnv func(i int) []string
 }
 
 // Start brings a stack up and waits until the api is ready and every
@@ -140,7 +149,7 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	}
 	dir := t.TempDir()
 	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: storetest.NewURL(t),
-		RedisDB: nextRedisDB(t), procs: map[string]*Proc{}}
+		RedisDB: nextRedisDB(t), procs: map[string]*Proc{}, opts: o}
 	port := freePort(t)
 	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	s.env = append([]string{
@@ -218,12 +227,54 @@ func (s *Stack) StartService(name string, extraEnv ...string) *Proc {
 	return s.start(name, s.bins.Path(bin), env)
 }
 
-// StartExecutor starts executor number i.
+// StartExecutor starts executor number i, with Options.ExecutorEnv(i).
 func (s *Stack) StartExecutor(i int) *Proc {
 	name := fmt.Sprintf("executor-%d", i)
-	return s.StartService(name, "CAPSTAN_EXECUTOR_NAME="+name, "CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0",
-		"CAPSTAN_ID_FILE="+filepath.Join(s.dir, name+".id"))
+	env := []string{"CAPSTAN_EXECUTOR_NAME=" + name, "CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0",
+		"CAPSTAN_ID_FILE=" + filepath.Join(s.dir, name+".id")}
+	if s.opts.ExecutorEnv != nil {
+		env = append(env, s.opts.ExecutorEnv(i)...)
+	}
+	return s.StartService(name, env...)
 }
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int { return freePort(t) }
+
+// RedisOpt is the stack's own Redis database, for asynq clients and
+// inspectors in tests.
+func (s *Stack) RedisOpt() asynq.RedisClientOpt {
+	return asynq.RedisClientOpt{Addr: RedisAddr(), DB: s.RedisDB}
+}
+
+// FlushRedis wipes the stack's Redis database (FLUSHDB: the stack's whole
+// Redis, without touching the databases of tests running beside it).
+func (s *Stack) FlushRedis() {
+	s.t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: RedisAddr(), DB: s.RedisDB})
+	defer rc.Close()
+	if err := rc.FlushDB(context.Background()).Err(); err != nil {
+		s.t.Fatalf("flush redis db %d: %v", s.RedisDB, err)
+	}
+}
+
+// Store returns a Store on the stack's database (opened once), to read what
+// the API does not show.
+func (s *Stack) Store() *store.Store {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.store == nil {
+		st, err := store.Open(context.Background(), s.DBURL, store.Config{MaxOpenConns: 4})
+		if err != nil {
+			s.t.Fatalf("open store: %v", err)
+		}
+		s.store = st
+		s.t.Cleanup(func() { st.Close() })
+	}
+	return s.store
+}
+
 
 func (s *Stack) start(name, bin string, extra []string) *Proc {
 	s.t.Helper()

@@ -44,7 +44,7 @@ type config struct {
 	// CallTimeout bounds each executor call. Default 10s.
 	CallTimeout time.Duration `env:"ABORT_CALL_TIMEOUT"`
 	// CallConcurrency bounds the concurrent executor calls of one abort.
-	// Default 8.
+	// Default 32.
 	CallConcurrency int `env:"ABORT_CALL_CONCURRENCY"`
 }
 

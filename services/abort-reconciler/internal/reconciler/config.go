@@ -36,7 +36,9 @@ type Config struct {
 	// CallTimeout bounds each executor call. Default 10s.
 	CallTimeout time.Duration
 	// CallConcurrency bounds the concurrent executor calls of one abort (one
-	// per live attempt). Default 8.
+	// per live attempt). Each call returns only once its process is gone
+	// (SIGTERM, then SIGKILL after the executor's kill grace), so this, not
+	// the kill itself, paces a wide abort. Default 32.
 	CallConcurrency int
 	// WorkerGrace: a worker whose last heartbeat is older than this is dead,
 	// and its attempts count as already terminated. Default 10s.
@@ -59,7 +61,7 @@ const (
 	DefaultMaxDelay                 = 5 * time.Minute
 	DefaultResyncPeriod             = 5 * time.Minute
 	DefaultCallTimeout              = 10 * time.Second
-	DefaultCallConcurrency          = 8
+	DefaultCallConcurrency          = 32
 	DefaultWorkerGrace              = 10 * time.Second
 	DefaultDelayedTaskCheckInterval = 100 * time.Millisecond
 	DefaultTaskCheckInterval        = 100 * time.Millisecond

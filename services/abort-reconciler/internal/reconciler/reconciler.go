@@ -79,10 +79,10 @@ type Reconciler struct {
 	backoff   domain.FullJitter
 	due       dueTimes
 
-	started  atomic.Bool
-	server   *asynq.Server
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	started atomic.Bool
+	server  *asynq.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // New validates cfg (after defaults) and builds a reconciler. It connects to
