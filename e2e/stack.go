@@ -275,7 +275,6 @@ func (s *Stack) Store() *store.Store {
 	return s.store
 }
 
-
 func (s *Stack) start(name, bin string, extra []string) *Proc {
 	s.t.Helper()
 	logPath := filepath.Join(s.dir, name+".log")
