@@ -121,7 +121,7 @@ func killRecovery(tb testing.TB, s *Stack, victim, spare, n int) time.Duration {
 	tb.Helper()
 	victimID := workerID(tb, s, victim)
 	name := submitRun(tb, s, api.WorkflowSpec{Steps: []api.Step{{Name: "sleepers", Replicas: ptr(n), Command: pidsCommand(30)}}})
-	s.Eventually(30*time.Second, "every task running on the victim", func() bool {
+	waitOrExplain(tb, s, name, "sleepers", 30*time.Second, "every task running on the victim", func() bool {
 		return allRunningOn(stepTasks(tb, s, name, "sleepers"), n, victimID)
 	})
 	dir := filepath.Join(s.DataDir, "runs", project, domain, name)
@@ -138,7 +138,10 @@ func killRecovery(tb testing.TB, s *Stack, victim, spare, n int) time.Duration {
 	var elapsed time.Duration
 	deadline := killed.Add(30 * time.Second)
 	for !allRunningOn(stepTasks(tb, s, name, "sleepers"), n, spareID) {
-		require.True(tb, time.Now().Before(deadline), "tasks not running on the spare 30s after the kill")
+		if time.Now().After(deadline) {
+			explain(tb, s, name, "sleepers")
+			tb.Fatalf("tasks not running on the spare %s 30s after the kill of %s", spareID, victimID)
+		}
 		<-time.After(10 * time.Millisecond) // the polling interval
 	}
 	elapsed = time.Since(killed)
@@ -163,6 +166,54 @@ func killRecovery(tb testing.TB, s *Stack, victim, spare, n int) time.Duration {
 		return w != nil && w.FreeSlots != nil && *w.FreeSlots == w.Slots
 	})
 	return elapsed
+}
+
+// waitOrExplain polls cond like Stack.Eventually, explaining a timeout.
+func waitOrExplain(tb testing.TB, s *Stack, name, act string, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			explain(tb, s, name, act)
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-time.After(20 * time.Millisecond) // the polling interval
+	}
+}
+
+// explain logs the tasks of a step, the workers and what the scheduler
+// logged besides asynq's chatter, to say why a wait timed out.
+func explain(tb testing.TB, s *Stack, name, act string) {
+	tb.Helper()
+	for _, t := range stepTasks(tb, s, name, act) {
+		tb.Logf("task %d: %s on %v, pending_reason %v, attempts %d", t.Index, t.State, deref(t.WorkerId),
+			deref(t.PendingReason), len(t.Attempts))
+	}
+	resp, err := s.Client.ListWorkersWithResponse(context.Background())
+	if err == nil && resp.JSON200 != nil {
+		for _, w := range resp.JSON200.Workers {
+			tb.Logf("worker %s %s: %s draining=%v failures=%d free=%v heartbeat=%s", w.Name, w.Id, w.State, w.Draining,
+				len(w.Failures), deref(w.FreeSlots), w.LastHeartbeatAt.Format(time.RFC3339Nano))
+		}
+	}
+	s.mu.Lock()
+	procs := []*Proc{s.procs["scheduler"], s.procs["api"]}
+	s.mu.Unlock()
+	for _, p := range procs {
+		b, _ := os.ReadFile(p.Log)
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, `"msg":"asynq"`) && !strings.Contains(line, "DEBUG") && line != "" {
+				tb.Log(line)
+			}
+		}
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 func stopRun(tb testing.TB, s *Stack, name string) {
@@ -327,4 +378,51 @@ func TestHeartbeatStopsWhatAnAbortDidNotReach(t *testing.T) {
 		a := stepTasks(t, s, name, "s")[0].Attempts[0]
 		return a.State == api.TaskStateKILLED && a.Cause != nil && *a.Cause == "aborted"
 	})
+}
+
+// TestExecutorBackFromTheDeadKillsWhatItRuns: an executor frozen past its
+// grace is declared dead and its tasks move on; when it wakes its heartbeat
+// is refused, so it kills what it still runs and registers again under a
+// new identity, and the moved tasks carry on undisturbed.
+func TestExecutorBackFromTheDeadKillsWhatItRuns(t *testing.T) {
+	t.Parallel()
+	s := Start(t, bins, Options{Executors: 1, Env: livenessEnv})
+	frozen := workerID(t, s, 1)
+	name := submitRun(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "s", Replicas: ptr(2), Command: pidsCommand(600)}}})
+	s.Eventually(30*time.Second, "the tasks running", func() bool { return allRunningOn(stepTasks(t, s, name, "s"), 2, frozen) })
+	dir := filepath.Join(s.DataDir, "runs", project, domain, name)
+	s.Eventually(10*time.Second, "pids recorded", func() bool {
+		entries, _ := filepath.Glob(filepath.Join(dir, "pids.*.1"))
+		return len(entries) == 2
+	})
+	pids := attemptPids(t, dir, 2)
+	s.StartExecutor(2)
+	other := workerID(t, s, 2)
+
+	s.mu.Lock()
+	proc := s.procs["executor-1"]
+	s.mu.Unlock()
+	require.NoError(t, proc.Cmd.Process.Signal(syscall.SIGSTOP))
+	s.Eventually(20*time.Second, "the tasks running on the other executor", func() bool {
+		return allRunningOn(stepTasks(t, s, name, "s"), 2, other)
+	})
+	require.Equal(t, "dead", workerByID(t, s, frozen).State)
+
+	require.NoError(t, proc.Cmd.Process.Signal(syscall.SIGCONT))
+	s.Eventually(10*time.Second, "the woken executor's attempts killed", func() bool {
+		for _, pid := range pids {
+			if !ProcessGone(pid) {
+				return false
+			}
+		}
+		return true
+	})
+	s.Eventually(10*time.Second, "the woken executor registered again", func() bool { return workerID(t, s, 1) != frozen })
+	require.Equal(t, "alive", workerByID(t, s, workerID(t, s, 1)).State)
+	for _, task := range stepTasks(t, s, name, "s") {
+		require.Equal(t, api.TaskStateRUNNING, task.State)
+		require.Equal(t, other, *task.WorkerId)
+		require.Len(t, task.Attempts, 2)
+		require.Equal(t, 1, task.PreemptionCount)
+	}
 }

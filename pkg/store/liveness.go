@@ -330,26 +330,26 @@ func (s *Store) DeleteDeadWorkers(ctx context.Context, cutoff time.Time) (int64,
 	return res.RowsAffected, mapErr(res.Error)
 }
 
-// AliveWorkerIDs returns which of ids are alive workers. Ids that are not
-// UUIDs are never alive.
-func (s *Store) AliveWorkerIDs(ctx context.Context, ids []string) (map[string]bool, error) {
+// WorkerStates returns the state (WorkerAlive or WorkerDead) of each of ids
+// that is a known worker; unknown ids, and ids that are not UUIDs, are
+// absent.
+func (s *Store) WorkerStates(ctx context.Context, ids []string) (map[string]string, error) {
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if _, err := uuid.Parse(id); err == nil {
 			valid = append(valid, id)
 		}
 	}
-	alive := map[string]bool{}
+	states := map[string]string{}
 	if len(valid) == 0 {
-		return alive, nil
+		return states, nil
 	}
-	var found []string
-	if err := s.q(ctx).Model(&Worker{}).Where("id IN ? AND state = ?", valid, WorkerAlive).
-		Pluck("id", &found).Error; err != nil {
+	var rows []Worker
+	if err := s.q(ctx).Select("id, state").Where("id IN ?", valid).Find(&rows).Error; err != nil {
 		return nil, mapErr(err)
 	}
-	for _, id := range found {
-		alive[id] = true
+	for _, w := range rows {
+		states[w.ID] = w.State
 	}
-	return alive, nil
+	return states, nil
 }

@@ -357,7 +357,7 @@ func TestDeregisterWorker(t *testing.T) {
 	_, err = st.DeregisterWorker(ctx, w.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	alive, err := st.AliveWorkerIDs(ctx, []string{w.ID, other.ID, "not-a-uuid"})
+	states, err := st.WorkerStates(ctx, []string{w.ID, other.ID, "not-a-uuid"})
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{other.ID: true}, alive)
+	require.Equal(t, map[string]string{other.ID: store.WorkerAlive}, states, "a deregistered worker is unknown")
 }

@@ -161,14 +161,16 @@ func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) er
 	for _, l := range rec.Lost {
 		s.enqueueEvaluate(ctx, l.ID)
 	}
-	s.deleteQueue(queue.WorkerQueue(rec.WorkerID), time.Now())
+	s.deleteQueue(queue.WorkerQueue(rec.WorkerID), true, time.Now())
 	return nil
 }
 
-// sweepQueues deletes the asynq queues worker:<id> whose worker is not alive
-// (dead, deregistered or deleted): what they still hold was ended with the
-// worker. A queue that cannot be deleted (a task still marked active) is
-// retried after ResyncPeriod. It returns how many it deleted.
+// sweepQueues deletes the asynq queues worker:<id> of workers that are not
+// alive: what they still hold was ended with the worker. The queue of a
+// worker known dead is deleted whatever it holds; that of a worker this
+// database does not know (deregistered, deleted) only when it is empty,
+// since a Capstan sharing the Redis database may own it. A queue that cannot
+// be deleted is retried after ResyncPeriod. It returns how many it deleted.
 func (s *Scheduler) sweepQueues(ctx context.Context) int {
 	if s.cfg.Liveness.Queues == nil {
 		return 0
@@ -191,23 +193,25 @@ func (s *Scheduler) sweepQueues(ctx context.Context) int {
 	for id := range ids {
 		list = append(list, id)
 	}
-	alive, err := s.store.AliveWorkerIDs(ctx, list)
+	states, err := s.store.WorkerStates(ctx, list)
 	if err != nil {
-		s.log.Warn("list alive workers failed", "err", err)
+		s.log.Warn("read worker states failed", "err", err)
 		return 0
 	}
 	n, now := 0, time.Now()
 	for id, name := range ids {
-		if !alive[id] && s.deleteQueue(name, now) {
+		state, known := states[id]
+		if state != store.WorkerAlive && s.deleteQueue(name, known, now) {
 			n++
 		}
 	}
 	return n
 }
 
-// deleteQueue deletes queue name unless its deletion failed within the last
-// ResyncPeriod; it reports whether the queue is gone.
-func (s *Scheduler) deleteQueue(name string, now time.Time) bool {
+// deleteQueue deletes queue name (force: even with tasks) unless its
+// deletion failed within the last ResyncPeriod; it reports whether it
+// deleted the queue.
+func (s *Scheduler) deleteQueue(name string, force bool, now time.Time) bool {
 	if s.cfg.Liveness.Queues == nil {
 		return false
 	}
@@ -217,7 +221,7 @@ func (s *Scheduler) deleteQueue(name string, now time.Time) bool {
 	if ok && now.Sub(failed) < s.cfg.ResyncPeriod {
 		return false
 	}
-	err := s.cfg.Liveness.Queues.DeleteQueue(name, true)
+	err := s.cfg.Liveness.Queues.DeleteQueue(name, force)
 	s.live.mu.Lock()
 	defer s.live.mu.Unlock()
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {

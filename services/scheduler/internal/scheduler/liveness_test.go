@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -98,6 +99,10 @@ func TestLivenessPassDeclaresSilentWorkersDead(t *testing.T) {
 	_, err := f.st.BeatWorker(ctx, silent.ID, store.Beat{Held: []int64{lost.ID}, At: time.Now().Add(-2 * time.Minute)})
 	require.NoError(t, err)
 	require.True(t, f.hasQueue(t, silent.ID))
+	stranger := uuid.NewString() // a worker of another Capstan on this Redis
+	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(stranger, 1))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.insp.DeleteQueue(queue.WorkerQueue(stranger), true) })
 
 	res, err := f.s.livenessOnce(ctx)
 	require.NoError(t, err)
@@ -106,6 +111,7 @@ func TestLivenessPassDeclaresSilentWorkersDead(t *testing.T) {
 	require.GreaterOrEqual(t, res.QueuesDeleted, 1)
 	require.False(t, f.hasQueue(t, silent.ID), "the dead worker's queue is removed")
 	require.True(t, f.hasQueue(t, alive.ID))
+	require.True(t, f.hasQueue(t, stranger), "an unknown worker's queue with tasks is left alone")
 
 	task := f.task(t, lost.ID)
 	require.Equal(t, int16(domain.TaskPending), task.State, "requeued at once")
