@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 FUZZTIME ?= 3s
 export PATH := $(shell go env GOROOT)/bin:$(PATH)
 
-.PHONY: deps deps-stop generate check-generate build migrate up down demo test fuzz bench lint
+.PHONY: deps deps-stop generate check-generate build migrate up down demo test fuzz bench chaos lint
 
 deps: ## install (if missing) and start Postgres and Redis on loopback
 	@scripts/dev-deps.sh start >/dev/null
@@ -57,6 +57,9 @@ BENCH_PKGS := ./e2e/
 
 bench: deps ## benchmarks (figures and a JSON summary)
 	@go test -run '^$$' -bench . $(BENCH_PKGS)
+
+chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wiped, Postgres restarts (run it alone)
+	@CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos$$' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
 
 lint: ## gofmt and go vet over every module
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }

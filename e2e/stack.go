@@ -163,6 +163,7 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		// Durations shrunk for tests.
 		"CAPSTAN_SCHEDULER_TICK=100ms",
 		"CAPSTAN_RESYNC_PERIOD=2s",
+		"CAPSTAN_DISPATCH_GRACE=3s",
 		"CAPSTAN_RETRY_INITIAL_DELAY=50ms",
 		"CAPSTAN_RETRY_MAX_DELAY=200ms",
 		"CAPSTAN_HEARTBEAT_INTERVAL=300ms",

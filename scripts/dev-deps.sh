@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dev-deps.sh {start|stop|status|env}
+# dev-deps.sh {start|stop|status|env|restart-postgres}
 #
 # Starts a private Postgres cluster and a private Redis for Capstan on loopback
 # ports of our own, with all data under .data/ (ignored by git). Idempotent: a
@@ -137,5 +137,7 @@ case "${1:-start}" in
     { pg_running || pg_answers; } && echo "postgres: running on 127.0.0.1:$pg_port" || echo "postgres: stopped"
     redis_running && echo "redis: running on 127.0.0.1:$redis_port" || echo "redis: stopped" ;;
   env) print_env ;;
-  *) echo "usage: $0 {start|stop|status|env}" >&2; exit 2 ;;
+  restart-postgres)
+    as_pg pg_ctl -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -m fast -w -t 60 restart >/dev/null ;;
+  *) echo "usage: $0 {start|stop|status|env|restart-postgres}" >&2; exit 2 ;;
 esac

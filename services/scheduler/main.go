@@ -39,6 +39,9 @@ type config struct {
 	// DeadWorkerRetention is how long a dead worker stays listed before its
 	// row is deleted. Default 1h.
 	DeadWorkerRetention time.Duration `env:"CAPSTAN_DEAD_WORKER_RETENTION" envDefault:"1h"`
+	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched by
+	// the resync (its message may have been lost with Redis). Default 30s.
+	DispatchGrace time.Duration `env:"CAPSTAN_DISPATCH_GRACE" envDefault:"30s"`
 	// RetryInitialDelay and RetryMaxDelay bound the full-jitter task retry
 	// backoff. Defaults 1s and 5m.
 	RetryInitialDelay time.Duration `env:"CAPSTAN_RETRY_INITIAL_DELAY" envDefault:"1s"`
@@ -74,7 +77,7 @@ func main() {
 	defer inspector.Close()
 	reg := svc.NewRegistry()
 	sched := scheduler.New(st, queue.NewEnqueuer(client, log), log, reg, scheduler.Config{
-		Tick: cfg.Tick, ResyncPeriod: cfg.ResyncPeriod, WorkerGrace: cfg.WorkerGrace,
+		Tick: cfg.Tick, ResyncPeriod: cfg.ResyncPeriod, DispatchGrace: cfg.DispatchGrace, WorkerGrace: cfg.WorkerGrace,
 		Retry:         domain.FullJitter{Initial: cfg.RetryInitialDelay, Max: cfg.RetryMaxDelay},
 		AbortMaxRetry: cfg.AbortMaxAttempts + 5,
 		Liveness: scheduler.LivenessConfig{Backoff: domain.Table(cfg.WorkerBackoffTable),
