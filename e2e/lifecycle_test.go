@@ -27,7 +27,9 @@ func pidIn(t *testing.T, s *Stack, path string) int {
 	return pid
 }
 
-func runDir(s *Stack, run string) string { return filepath.Join(s.DataDir, "runs", project, domain, run) }
+func runDir(s *Stack, run string) string {
+	return filepath.Join(s.DataDir, "runs", project, domain, run)
+}
 
 // sleeper starts `sleep 600` in the background, records its pid in file, and
 // waits for it.

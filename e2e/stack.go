@@ -164,6 +164,9 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		"CAPSTAN_SCHEDULER_TICK=100ms",
 		"CAPSTAN_RESYNC_PERIOD=2s",
 		"CAPSTAN_DISPATCH_GRACE=3s",
+		// Race-built binaries (and the attempt shim they re-exec) sleep 1 s at
+		// exit by default.
+		"GORACE=atexit_sleep_ms=0",
 		"CAPSTAN_RETRY_INITIAL_DELAY=50ms",
 		"CAPSTAN_RETRY_MAX_DELAY=200ms",
 		"CAPSTAN_HEARTBEAT_INTERVAL=300ms",

@@ -17,7 +17,7 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	st := storetest.New(t)
 	low := newRun(t, st, "low", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Priority: "batch"}}})
 	high := newRun(t, st, "high", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Priority: "production",
-		Resources: &domain.Resources{CPUMillis: 500, MemoryBytes: 1 << 30},
+		Resources:   &domain.Resources{CPUMillis: 500, MemoryBytes: 1 << 30},
 		Constraints: []domain.Constraint{{Key: "gpu", Op: domain.OpExists}}}}})
 	for _, k := range []domain.RunKey{low, high} {
 		_, err := st.AdvanceRun(ctx, k)
