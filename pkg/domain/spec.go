@@ -26,6 +26,10 @@ const (
 const (
 	// PluginShell runs Step.Command with /bin/sh -c in its own process group.
 	PluginShell = "shell"
+	// PluginNoop starts no process: the executor reports the attempt RUNNING
+	// and then SUCCEEDED at once. It needs no command (one given is
+	// ignored); it tests a workflow's shape and measures the control plane.
+	PluginNoop = "noop"
 )
 
 // Limits on a workflow spec.
@@ -43,7 +47,7 @@ const (
 )
 
 // KnownPlugins lists the plugin names a spec may use.
-var KnownPlugins = []string{PluginShell}
+var KnownPlugins = []string{PluginShell, PluginNoop}
 
 // WorkflowSpec is what a run executes: a mode and a list of steps. It is the
 // JSON stored in runs.spec and carried by the API.

@@ -93,6 +93,8 @@ func TestValidateAccepts(t *testing.T) {
 		}}}},
 		{"limits at their minimum", domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Command: "true", Replicas: intp(1), MaxRetriesFailure: intp(0)}}}},
 		{"1000 steps", domain.WorkflowSpec{Steps: manySteps(domain.MaxSteps)}},
+		{"noop: needs no command", domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Plugin: domain.PluginNoop, Replicas: intp(3)}}}},
+		{"noop: a command is allowed (and ignored)", domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Plugin: domain.PluginNoop, Command: "x"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -118,9 +118,12 @@ func (s *Supervisor) run(a *attempt) {
 
 // execute reports BUILDING, prepares the directories, starts the process,
 // reports RUNNING and waits for the process, killing it when stopped. It
-// returns the final report.
+// returns the final report. A noop attempt skips all but the RUNNING report.
 func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	defer s.exited(a)
+	if a.spec.Plugin == domain.PluginNoop {
+		return s.noop(a)
+	}
 	if !s.report(a, api.AttemptReport{State: api.TaskStateBUILDING}) {
 		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
 	}
@@ -154,6 +157,23 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 		return killed(*r, &res)
 	}
 	return exitReport(res)
+}
+
+// noop runs an attempt of the noop plugin: no directory and no process. It
+// reports RUNNING and, unless the attempt was stopped first, returns
+// SUCCEEDED with exit code 0.
+func (s *Supervisor) noop(a *attempt) api.AttemptReport {
+	if r := a.stopReason(); r != nil {
+		return killed(*r, nil)
+	}
+	a.setState(api.TaskStateRUNNING)
+	if !s.report(a, api.AttemptReport{State: api.TaskStateRUNNING}) {
+		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+	}
+	if r := a.stopReason(); r != nil {
+		return killed(*r, nil)
+	}
+	return api.AttemptReport{State: api.TaskStateSUCCEEDED, ExitCode: ptr(0)}
 }
 
 // await waits for proc to exit, killing its group if the attempt is stopped

@@ -283,3 +283,39 @@ func TestLogTextIsValidUTF8(t *testing.T) {
 	require.Equal(t, "ab", *final.Stderr)
 	require.True(t, *final.Truncated)
 }
+
+func TestNoopSucceedsWithoutAProcess(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	data := t.TempDir()
+	s := newSupervisor(t, rec, supervisor.Config{DataDir: data, Slots: 1})
+	noop := spec(7, "")
+	noop.Plugin = "noop"
+	require.NoError(t, s.Start(noop))
+
+	final := rec.await(t, 7, api.TaskStateSUCCEEDED)
+	require.Equal(t, []api.TaskState{api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, rec.states(7))
+	running, _ := rec.find(7, api.TaskStateRUNNING)
+	require.Nil(t, running.Pid, "no process was started")
+	require.Equal(t, 0, *final.ExitCode)
+	require.Nil(t, final.Cause)
+	_, err := os.Stat(filepath.Join(data, "attempts"))
+	require.ErrorIs(t, err, os.ErrNotExist, "no work directory was made")
+	require.Eventually(t, func() bool { return s.Start(spec(8, "true")) == nil }, waitFor, tick,
+		"the noop attempt's slot is free again")
+	rec.await(t, 8, api.TaskStateSUCCEEDED)
+}
+
+func TestNoopStoppedByTheControlPlaneIsKilled(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{answer: func(_ context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+		return rep.State != api.TaskStateRUNNING, nil
+	}}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	noop := spec(7, "")
+	noop.Plugin = "noop"
+	require.NoError(t, s.Start(noop))
+	final := rec.await(t, 7, api.TaskStateKILLED)
+	require.Equal(t, api.Aborted, *final.Cause)
+	require.Equal(t, []api.TaskState{api.TaskStateRUNNING, api.TaskStateKILLED}, rec.states(7))
+}
