@@ -29,6 +29,9 @@ type Common struct {
 	RedisDB int `env:"CAPSTAN_REDIS_DB" envDefault:"0"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
+	// PprofAddr, when set, serves net/http/pprof there (see StartPprof), e.g.
+	// 127.0.0.1:6060. Env CAPSTAN_PPROF_ADDR, default unset (off).
+	PprofAddr string `env:"CAPSTAN_PPROF_ADDR"`
 }
 
 // Redis returns the asynq connection options for RedisAddr and RedisDB.

@@ -29,6 +29,7 @@ func main() {
 	if err != nil {
 		svc.Fatal(log, "invalid configuration", err)
 	}
+	cfg.StartPprof(log)
 	if err := run(cfg, log); err != nil {
 		svc.Fatal(log, "abort reconciler failed", err)
 	}

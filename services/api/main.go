@@ -40,6 +40,7 @@ func main() {
 		os.Exit(2)
 	}
 	log := svc.NewLogger("api", cfg.LogLevel)
+	cfg.StartPprof(log)
 	ctx, stop := svc.SignalContext()
 	defer stop()
 

@@ -25,6 +25,7 @@ func main() {
 		svc.Fatal(slog.Default(), "invalid config", err)
 	}
 	log := svc.NewLogger("executor", cfg.LogLevel)
+	cfg.StartPprof(log)
 	if err := run(cfg, log); err != nil {
 		svc.Fatal(log, "executor failed", err)
 	}

@@ -63,6 +63,7 @@ func main() {
 		os.Exit(2)
 	}
 	log := svc.NewLogger("scheduler", cfg.LogLevel)
+	cfg.StartPprof(log)
 	ctx, stop := svc.SignalContext()
 	defer stop()
 
