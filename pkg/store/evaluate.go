@@ -216,34 +216,13 @@ func (s *Store) NextPendingAt(ctx context.Context) (*time.Time, error) {
 
 // AssignTask binds a PENDING task to a worker and creates its next attempt
 // (ASSIGNED), moving its action to RUNNING. ok is false when the task is no
-// longer PENDING (aborted, or assigned by another pass).
+// longer PENDING (aborted, or assigned by another pass). See AssignTasks.
 func (s *Store) AssignTask(ctx context.Context, taskID int64, workerID string) (attempt Attempt, ok bool, err error) {
-	err = s.InTx(ctx, func(tx *Store) error {
-		var t []Task
-		now := time.Now().UTC()
-		if err := tx.q(ctx).Model(&t).Clauses(clause.Returning{}).Where("id = ? AND state = ?", taskID, int16(domain.TaskPending)).
-			Updates(map[string]any{"state": int16(domain.TaskAssigned), "worker_id": workerID, "pending_reason": nil,
-				"attempt_count": gorm.Expr("attempt_count + 1"), "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
-			return mapErr(err)
-		}
-		if len(t) == 0 {
-			return nil
-		}
-		attempt = Attempt{TaskID: taskID, Number: t[0].AttemptCount, WorkerID: &workerID, State: int16(domain.TaskAssigned)}
-		if err := tx.q(ctx).Create(&attempt).Error; err != nil {
-			return mapErr(err)
-		}
-		ok = true
-		key := domain.RunKey{Project: t[0].Project, Domain: t[0].Domain, Run: t[0].RunName}.Action(t[0].ActionName)
-		if err := tx.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ? AND phase IN ?",
-			key.Project, key.Domain, key.Run, key.Action, []string{string(domain.PhaseQueued), string(domain.PhaseWaitingForResources)}).
-			Updates(map[string]any{"phase": string(domain.PhaseRunning), "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
-			return mapErr(err)
-		}
-		return tx.eventFull(ctx, RunEvent{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: &key.Action,
-			TaskID: &taskID, AttemptID: &attempt.ID, Type: "task.assigned"}, map[string]any{"worker_id": workerID})
-	})
-	return attempt, ok, err
+	as, err := s.AssignTasks(ctx, []Assignment{{TaskID: taskID, WorkerID: workerID}})
+	if err != nil || len(as) == 0 {
+		return Attempt{}, false, err
+	}
+	return as[0], true, nil
 }
 
 // UnfinishedRuns returns the keys of runs not yet terminal, oldest first.

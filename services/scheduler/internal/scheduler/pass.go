@@ -48,6 +48,7 @@ func (s *Scheduler) pass(ctx context.Context) time.Duration {
 // first, on workers whose labels satisfy their constraints and whose free
 // resources and slots fit them (a coscheduled job all together or not at
 // all), preempts lower bands for a task that cannot otherwise be placed,
+// binds the placed tasks in one statement and dispatches their attempts,
 // records a pending_reason on every task left waiting, and ends jobs whose
 // scheduling deadline passed.
 func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
@@ -74,6 +75,9 @@ func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 			return p.res, err
 		}
 	}
+	if err := p.assign(ctx); err != nil {
+		return p.res, err
+	}
 	p.res.Waiting = len(p.reasons)
 	return p.res, s.store.SetPendingReasons(ctx, p.reasons)
 }
@@ -86,6 +90,7 @@ type placement struct {
 	reasons map[int64]string
 	running []domain.Running // loaded on first preemption
 	loaded  bool
+	placed  []store.Assignment // bound at the end of the pass
 	res     PassResult
 }
 
@@ -124,24 +129,26 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 		return nil
 	}
 	for i, t := range unit {
-		if err := p.assign(ctx, t, p.workers[idx[i]].ID); err != nil {
-			return err
-		}
+		p.placed = append(p.placed, store.Assignment{TaskID: t.ID, WorkerID: p.workers[idx[i]].ID})
 	}
 	return nil
 }
 
-// assign binds a task to a worker and dispatches its attempt.
-func (p *placement) assign(ctx context.Context, t store.Task, workerID string) error {
-	attempt, ok, err := p.s.store.AssignTask(ctx, t.ID, workerID)
-	if err != nil || !ok {
+// assign binds the tasks the pass placed to their workers, all in one
+// statement (a gang's tasks together), and dispatches their attempts. A task
+// that stopped being PENDING meanwhile is skipped.
+func (p *placement) assign(ctx context.Context) error {
+	attempts, err := p.s.store.AssignTasks(ctx, p.placed)
+	if err != nil {
 		return err
 	}
-	p.res.Placed++
-	p.s.metrics.placed.Inc()
-	if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(workerID, attempt.ID)); err != nil {
-		// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
-		p.s.log.Warn("dispatch failed", "attempt", attempt.ID, "worker", workerID, "err", err)
+	p.res.Placed += len(attempts)
+	p.s.metrics.placed.Add(float64(len(attempts)))
+	for _, a := range attempts {
+		if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
+			// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
+			p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,68 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	w1, w2 := registerWorker(t, st), registerWorker(t, st)
+	a := newRun(t, st, "a", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(2)}}})
+	b := newRun(t, st, "b", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	for _, k := range []domain.RunKey{a, b} {
+		_, err := st.AdvanceRun(ctx, k)
+		require.NoError(t, err)
+	}
+	ta, tb := tasksOf(t, st, a, "s"), tasksOf(t, st, b, "s")
+	_, ok, err := st.AssignTask(ctx, ta[1].Task.ID, w1.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	got, err := st.AssignTasks(ctx, []store.Assignment{{TaskID: tb[0].Task.ID, WorkerID: w2.ID},
+		{TaskID: ta[1].Task.ID, WorkerID: w2.ID}, {TaskID: ta[0].Task.ID, WorkerID: w1.ID}})
+	require.NoError(t, err)
+	require.Len(t, got, 2, "a task no longer PENDING is left alone")
+	byTask := map[int64]store.Attempt{got[0].TaskID: got[0], got[1].TaskID: got[1]}
+	require.Equal(t, w1.ID, *byTask[ta[0].Task.ID].WorkerID)
+	require.Equal(t, w2.ID, *byTask[tb[0].Task.ID].WorkerID)
+	for _, at := range got {
+		require.Equal(t, int16(domain.TaskAssigned), at.State)
+		require.Equal(t, 1, at.Number)
+		require.False(t, at.CreatedAt.IsZero())
+	}
+
+	for _, k := range []domain.RunKey{a, b} {
+		d, err := st.GetAction(ctx, k.Action("s"))
+		require.NoError(t, err)
+		require.Equal(t, string(domain.PhaseRunning), d.Action.Phase)
+		for _, td := range d.Tasks {
+			require.Equal(t, int16(domain.TaskAssigned), td.Task.State)
+			require.Equal(t, 1, td.Task.AttemptCount)
+			require.Len(t, td.Attempts, 1)
+		}
+	}
+	require.Equal(t, w1.ID, *tasksOf(t, st, a, "s")[1].Task.WorkerID, "the earlier assignment stands")
+	var events int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM run_events WHERE type = 'task.assigned'
+		AND data->>'worker_id' IS NOT NULL AND attempt_id IS NOT NULL`).Scan(&events))
+	require.Equal(t, 3, events, "one task.assigned event per attempt")
+
+	none, err := st.AssignTasks(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
