@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 var bins Binaries
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	root, err := RepoRoot()
 	if err != nil {
 		panic(err)
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	bins, err = Build(root, dir)
+	bins, err = Build(root, dir, benchmarking()) // tests run race builds, benchmarks release ones
 	if err != nil {
 		panic(err)
 	}

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,10 +40,16 @@ type Binaries struct{ Dir string }
 // Path returns the binary of service name (api, scheduler, ...).
 func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, "capstan-"+name) }
 
-// Build compiles the four services into dir from the workspace at root.
-func Build(root, dir string) (Binaries, error) {
+// Build compiles the four services into dir from the workspace at root,
+// with the race detector unless release is true (benchmarks measure release
+// builds).
+func Build(root, dir string, release bool) (Binaries, error) {
 	for _, s := range []string{"api", "scheduler", "abort-reconciler", "executor"} {
-		cmd := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, "capstan-"+s), "./services/"+s)
+		args := []string{"build", "-race"}
+		if release {
+			args = args[:1]
+		}
+		cmd := exec.Command("go", append(args, "-o", filepath.Join(dir, "capstan-"+s), "./services/"+s)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return Binaries{}, fmt.Errorf("build %s: %v\n%s", s, err, out)
@@ -76,13 +83,16 @@ var (
 
 // nextRedisDB hands each stack of this process its own Redis database
 // (1..13; 0 is left to test packages that isolate by queue name, 14 to the
-// api server tests).
-func nextRedisDB(t testing.TB) int {
+// api server tests, 15 to the scheduler's), or the database of Options.Redis.
+func nextRedisDB(t testing.TB, o Options) int {
 	redisDBMu.Lock()
 	defer redisDBMu.Unlock()
-	db := redisDBNext
-	redisDBNext = redisDBNext%13 + 1
-	rc := redis.NewClient(&redis.Options{Addr: RedisAddr(), DB: db})
+	db := o.Redis.DB
+	if o.Redis.Addr == "" {
+		db = redisDBNext
+		redisDBNext = redisDBNext%13 + 1
+	}
+	rc := redis.NewClient(&redis.Options{Addr: o.redisAddr(), DB: db})
 	defer rc.Close()
 	if err := rc.FlushDB(context.Background()).Err(); err != nil {
 		t.Fatalf("flush redis db %d: %v", db, err)
@@ -119,7 +129,9 @@ type Stack struct {
 	DataDir string
 	DBURL   string
 	RedisDB int
-	Client  *api.ClientWithResponses
+	// RedisAddr is the stack's Redis server, host:port.
+	RedisAddr string
+	Client    *api.ClientWithResponses
 
 	opts Options
 
@@ -138,7 +150,16 @@ type Options struct {
 	// (from 1), after Env: e.g. CAPSTAN_EXECUTOR_ADDR and
 	// CAPSTAN_EXECUTOR_ADVERTISE_URL to put a proxy in front of it.
 	ExecutorEnv func(i int) []string
+	// ServiceEnv, when set, adds or overrides variables for the service
+	// named name (api, scheduler, abort-reconciler, executor-<i>), last.
+	ServiceEnv func(name string) []string
+	// Redis, when its Addr is set, is the Redis server and database the
+	// stack uses (flushed first) instead of one of RedisAddr()'s 1..13: the
+	// benchmarks run their own server.
+	Redis asynq.RedisClientOpt
 }
+
+func (o Options) redisAddr() string { return cmp.Or(o.Redis.Addr, RedisAddr()) }
 
 // Start brings a stack up and waits until the api is ready and every
 // executor has registered; it is torn down when t ends.
@@ -149,12 +170,12 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	}
 	dir := t.TempDir()
 	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: storetest.NewURL(t),
-		RedisDB: nextRedisDB(t), procs: map[string]*Proc{}, opts: o}
+		RedisDB: nextRedisDB(t, o), RedisAddr: o.redisAddr(), procs: map[string]*Proc{}, opts: o}
 	port := freePort(t)
 	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	s.env = append([]string{
 		"CAPSTAN_DATABASE_URL=" + s.DBURL,
-		"CAPSTAN_REDIS_ADDR=" + RedisAddr(),
+		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
 		"CAPSTAN_LOG_LEVEL=debug",
 		fmt.Sprintf("CAPSTAN_API_ADDR=127.0.0.1:%d", port),
@@ -228,6 +249,9 @@ func (s *Stack) StartService(name string, extraEnv ...string) *Proc {
 	if strings.HasPrefix(name, "executor-") {
 		bin = "executor"
 	}
+	if s.opts.ServiceEnv != nil {
+		env = append(env, s.opts.ServiceEnv(name)...)
+	}
 	return s.start(name, s.bins.Path(bin), env)
 }
 
@@ -248,14 +272,14 @@ func FreePort(t testing.TB) int { return freePort(t) }
 // RedisOpt is the stack's own Redis database, for asynq clients and
 // inspectors in tests.
 func (s *Stack) RedisOpt() asynq.RedisClientOpt {
-	return asynq.RedisClientOpt{Addr: RedisAddr(), DB: s.RedisDB}
+	return asynq.RedisClientOpt{Addr: s.RedisAddr, DB: s.RedisDB}
 }
 
 // FlushRedis wipes the stack's Redis database (FLUSHDB: the stack's whole
 // Redis, without touching the databases of tests running beside it).
 func (s *Stack) FlushRedis() {
 	s.t.Helper()
-	rc := redis.NewClient(&redis.Options{Addr: RedisAddr(), DB: s.RedisDB})
+	rc := redis.NewClient(&redis.Options{Addr: s.RedisAddr, DB: s.RedisDB})
 	defer rc.Close()
 	if err := rc.FlushDB(context.Background()).Err(); err != nil {
 		s.t.Fatalf("flush redis db %d: %v", s.RedisDB, err)

@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+)
+
+// BenchmarkThroughput measures how many noop tasks a stack (two executors of
+// CAPSTAN_BENCH_SLOTS slots, default 100) completes per second when
+// CAPSTAN_BENCH_TASKS (20,000) are submitted as fast as the api takes them
+// (CAPSTAN_BENCH_SUBMITTERS concurrent clients, default 16), in two shapes
+// on a fresh stack each: runs of 100 replicas, and single-task runs. The
+// clock runs from the first submission to the last task's ended_at. After
+// each shape, with its stack gone, `pgbench -N` runs for as long on the same
+// Postgres; the target is tasks/s ÷ (pgbench tps / 3) ≥ 0.6.
+func BenchmarkThroughput(b *testing.B) {
+	total := envInt("CAPSTAN_BENCH_TASKS", 20000)
+	shapes := []struct {
+		name     string
+		replicas int
+	}{{"replicas", 100}, {"single", 1}}
+	figures := map[string]any{}
+	met := true
+	var lines []string
+	for _, sh := range shapes {
+		runs := max(total/sh.replicas, 1)
+		var f throughputFigures
+		b.Run(sh.name, func(b *testing.B) { f = measureThroughput(b, runs, sh.replicas) })
+		if f.TasksPerSec == 0 {
+			continue // not selected by -bench
+		}
+		secs := int(math.Ceil(f.Elapsed.Seconds()))
+		tps, ok := pgbenchTPS(b, max(secs, 5))
+		fig := map[string]any{"runs": runs, "replicas": sh.replicas, "tasks": runs * sh.replicas,
+			"elapsed_s": round(f.Elapsed.Seconds(), 3), "submit_s": round(f.Submit.Seconds(), 3),
+			"runs_done_s": round(f.RunsDone.Seconds(), 3), "tasks_per_s": round(f.TasksPerSec, 1),
+			"pg_xacts_per_task": round(f.XactsPerTask, 1), "cpu": f.CPU, "pgbench_seconds": max(secs, 5)}
+		line := fmt.Sprintf("%s: %.0f tasks/s", sh.name, f.TasksPerSec)
+		if ok {
+			ratio := f.TasksPerSec / (tps / 3)
+			fig["pgbench_tps"], fig["ratio"] = round(tps, 1), round(ratio, 3)
+			met = met && ratio >= 0.6
+			line += fmt.Sprintf(", pgbench %.0f tps, ratio %.2f", tps, ratio)
+		} else {
+			fig["pgbench_tps"], fig["ratio"] = nil, nil
+			met = false
+			line += ", ratio unmeasured (pgbench not found)"
+		}
+		figures[sh.name] = fig
+		lines = append(lines, line)
+	}
+	figures["pgbench_clients"] = envInt("CAPSTAN_BENCH_PGBENCH_CLIENTS", 1)
+	figures["slots_per_executor"] = envInt("CAPSTAN_BENCH_SLOTS", 100)
+	figures["executors"] = 2
+	if len(lines) == 0 {
+		return
+	}
+	report(b, "throughput", benchResult{Title: "Throughput (noop tasks)", Result: strings.Join(lines, "; "),
+		Target: "tasks/s ÷ (pgbench tps / 3) ≥ 0.6, both shapes", Met: met, Figures: figures})
+}
+
+// throughputFigures is what one shape measured.
+type throughputFigures struct {
+	// Elapsed runs from the first submission to the last task's ended_at.
+	Elapsed time.Duration
+	// Submit is how long the api took to accept every run.
+	Submit time.Duration
+	// RunsDone is when every run was seen SUCCEEDED (polled every 100ms).
+	RunsDone    time.Duration
+	TasksPerSec float64
+	CPU         map[string]any
+	// XactsPerTask is the Postgres transactions (each statement outside one
+	// counts as one) the stack's database committed per task.
+	XactsPerTask float64
+}
+
+// measureThroughput submits runs noop runs of replicas tasks on a fresh
+// stack and waits until all their tasks succeeded (at most 15 minutes).
+func measureThroughput(b *testing.B, runs, replicas int) throughputFigures {
+	r := benchStack(b, 2, envInt("CAPSTAN_BENCH_SLOTS", 100))
+	db := openDB(b, r.Stack)
+	c := loadClient(b, r.Stack, 64)
+	spec := noopSpec(replicas)
+	cpu := newCPUMeter(r)
+	xacts := pgXacts(b, db)
+	profiled := r.Profile(b, fmt.Sprintf("throughput-%d", replicas), envDuration("CAPSTAN_BENCH_PROFILE_TIME", 10*time.Second))
+	start := time.Now()
+	names := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range envInt("CAPSTAN_BENCH_SUBMITTERS", 16) {
+		wg.Go(func() {
+			for i := range names {
+				if err := createRun(context.Background(), c, fmt.Sprintf("tp-%d", i), spec); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range runs {
+		names <- i
+	}
+	close(names)
+	wg.Wait()
+	submit := time.Since(start)
+	select {
+	case err := <-errs:
+		b.Fatalf("submit: %v", err)
+	default:
+	}
+	waitTasks(b, db, runs*replicas, 15*time.Minute)
+	var last time.Time
+	if err := db.QueryRow(`SELECT max(ended_at) FROM tasks`).Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	waitRuns(b, db, runs, 5*time.Minute)
+	f := throughputFigures{Elapsed: last.Sub(start), Submit: submit, RunsDone: time.Since(start), CPU: cpu.Stop(),
+		XactsPerTask: float64(pgXacts(b, db)-xacts) / float64(runs*replicas)}
+	profiled()
+	f.TasksPerSec = float64(runs*replicas) / f.Elapsed.Seconds()
+	fmt.Printf("throughput %d×%d: %d tasks in %s (%.0f/s); submitted in %s; runs done at %s; %.1f pg xacts/task; cpu %v\n",
+		runs, replicas, runs*replicas, f.Elapsed.Round(time.Millisecond), f.TasksPerSec, submit.Round(time.Millisecond),
+		f.RunsDone.Round(time.Millisecond), f.XactsPerTask, f.CPU)
+	return f
+}
+
+// waitRuns waits until n runs SUCCEEDED, at most timeout.
+func waitRuns(tb testing.TB, db *sql.DB, n int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var done int
+		if err := db.QueryRow(`SELECT count(*) FROM runs WHERE phase = 'SUCCEEDED'`).Scan(&done); err != nil {
+			tb.Fatal(err)
+		}
+		if done >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d of %d runs SUCCEEDED after %s", done, n, timeout)
+		}
+		<-time.After(100 * time.Millisecond) // the polling interval
+	}
+}
+
+// pgXacts returns the transactions the database has committed or rolled
+// back (pg_stat_database, which lags by up to its stats flush: read it
+// after a pause of activity for an exact count).
+func pgXacts(tb testing.TB, db *sql.DB) int64 {
+	tb.Helper()
+	var n int64
+	if _, err := db.Exec(`SELECT pg_stat_force_next_flush()`); err != nil {
+		tb.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).
+		Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// pgbenchPath finds pgbench on PATH or in Debian's Postgres 15 directory.
+func pgbenchPath() (string, bool) {
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, true
+	}
+	const debian = "/usr/lib/postgresql/15/bin/pgbench"
+	if _, err := os.Stat(debian); err == nil {
+		return debian, true
+	}
+	return "", false
+}
+
+var pgbenchTPSLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbenchTPS runs `pgbench -N -T secs` with CAPSTAN_BENCH_PGBENCH_CLIENTS
+// clients (default 1, pgbench's own default) on a scratch database of its
+// own on the stack's Postgres server, initialised with `pgbench -i` (scale 1)
+// and dropped afterwards. ok is false when pgbench is not installed.
+func pgbenchTPS(tb testing.TB, secs int) (tps float64, ok bool) {
+	tb.Helper()
+	bin, found := pgbenchPath()
+	if !found {
+		fmt.Println("pgbench not found")
+		return 0, false
+	}
+	admin, err := sql.Open("pgx", storetest.AdminURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer admin.Close()
+	name := fmt.Sprintf("capstan_bench_pgbench_%d", os.Getpid())
+	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		tb.Fatalf("create pgbench database: %v", err)
+	}
+	defer func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) }()
+	u, err := url.Parse(storetest.AdminURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	u.Path = "/" + name
+	dsn := u.String()
+	if out, err := exec.Command(bin, "-i", "-q", "-s", "1", dsn).CombinedOutput(); err != nil {
+		tb.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+	clients := envInt("CAPSTAN_BENCH_PGBENCH_CLIENTS", 1)
+	cmd := exec.Command(bin, "-N", "-T", strconv.Itoa(secs), "-c", strconv.Itoa(clients),
+		"-j", strconv.Itoa(min(clients, 2)), dsn)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("pgbench -N: %v\n%s", err, out)
+	}
+	m := pgbenchTPSLine.FindSubmatch(out)
+	if m == nil {
+		tb.Fatalf("pgbench -N: no tps in its output:\n%s", out)
+	}
+	tps, err = strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fmt.Printf("pgbench -N -T %d -c %d: %.0f tps\n", secs, clients, tps)
+	return tps, true
+}

@@ -1,0 +1,170 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/hibiken/asynq"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// passSlots is how many tasks each measured pass places: the free slots of
+// the one worker.
+const passSlots = 100
+
+// BenchmarkPassCost measures a scheduling pass's cost per placed task
+// (runOnce: deadlines, timeouts, the placeable workers, a batch of pending
+// tasks, placing passSlots of them on the one worker's free slots, each
+// assignment's transaction and its attempt:run push to Redis, the waiting
+// tasks' reasons) with 1,000 and with 100,000 PENDING tasks waiting. Between
+// passes, untimed, the placed tasks go back to PENDING, so every pass sees
+// the same queue. Run it with -benchtime Nx (scripts/bench uses 20x); it
+// prints the ratio of the two per-task costs and, when CAPSTAN_BENCH_OUT
+// names a directory, writes scale.json there. Target ratio ≤ 1.5.
+func BenchmarkPassCost(b *testing.B) {
+	sizes := []int{1000, 100000}
+	perTask := map[int]time.Duration{}
+	passes := 0
+	for _, pending := range sizes {
+		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
+			f := newPassFixture(b, pending)
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				f.reset(b)
+				b.StartTimer()
+				res, err := f.s.runOnce(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Placed != passSlots {
+					b.Fatalf("placed %d, want %d", res.Placed, passSlots)
+				}
+			}
+			perTask[pending] = b.Elapsed() / time.Duration(b.N*passSlots)
+			passes = b.N
+			b.ReportMetric(float64(perTask[pending].Microseconds()), "µs/task")
+		})
+	}
+	small, large := perTask[sizes[0]], perTask[sizes[1]]
+	if small == 0 || large == 0 {
+		return
+	}
+	ratio := float64(large) / float64(small)
+	writeScale(b, small, large, ratio, passes)
+}
+
+// writeScale prints the scale scenario's summary and writes it as
+// $CAPSTAN_BENCH_OUT/scale.json (the shape of e2e's benchmark summaries).
+func writeScale(b *testing.B, small, large time.Duration, ratio float64, passes int) {
+	r := map[string]any{"title": "Scale (scheduling pass cost per placed task)",
+		"result": fmt.Sprintf("%.0f µs/task at 1,000 pending, %.0f µs/task at 100,000; ratio %.2f",
+			us(small), us(large), ratio),
+		"target": "ratio ≤ 1.5", "met": ratio <= 1.5,
+		"figures": map[string]any{"pending_1000_us_per_task": us(small), "pending_100000_us_per_task": us(large),
+			"ratio": float64(int(ratio*1000+0.5)) / 1000, "tasks_per_pass": passSlots, "passes_each": passes}}
+	line, err := json.Marshal(map[string]any{"benchmark": "scale", "result": r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("%s: %s (target %s, met %t)\n%s\n", r["title"], r["result"], r["target"], r["met"], line)
+	dir := os.Getenv("CAPSTAN_BENCH_OUT")
+	if dir == "" {
+		return
+	}
+	out, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "scale.json"), append(out, '\n'), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// passFixture is a scheduler on a fresh database holding one run whose step
+// has pending PENDING tasks, and one worker with passSlots free slots.
+type passFixture struct {
+	s      *Scheduler
+	st     *store.Store
+	db     *sql.DB
+	worker store.Worker
+}
+
+func newPassFixture(b *testing.B, pending int) *passFixture {
+	b.Helper()
+	ctx := context.Background()
+	url := storetest.NewURL(b)
+	st, err := store.Open(ctx, url, store.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	redis := asynq.RedisClientOpt{Addr: cmp.Or(os.Getenv("CAPSTAN_REDIS_ADDR"), "127.0.0.1:56379"), DB: liveRedisDB}
+	client, insp := asynq.NewClient(redis), asynq.NewInspector(redis)
+	b.Cleanup(func() { client.Close(); insp.Close() })
+	log := slog.New(slog.DiscardHandler)
+	f := &passFixture{st: st, db: db, s: New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(),
+		Config{WorkerGrace: time.Hour})}
+
+	key := domain.RunKey{Project: "bench", Domain: "scale", Run: "queue"}
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
+	spec.Normalize()
+	if _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.AdvanceRun(ctx, key); err != nil { // the step's action and its task 0
+		b.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO tasks (project, domain, run_name, action_name, idx)
+		SELECT 'bench', 'scale', 'queue', 's', g FROM generate_series(1, $1 - 1) g`, pending); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Exec(`ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+	f.worker, err = st.RegisterWorker(ctx, store.NewWorker{Name: "bench", Address: "http://127.0.0.1:1", Slots: passSlots})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = insp.DeleteQueue(queue.WorkerQueue(f.worker.ID), true) })
+	return f
+}
+
+// reset puts the tasks the last pass placed back to PENDING, without their
+// attempts and events, so that the next pass sees the same queue.
+func (f *passFixture) reset(b *testing.B) {
+	b.Helper()
+	for _, q := range []string{`DELETE FROM run_events`, `DELETE FROM attempts`,
+		`UPDATE tasks SET state = 1, worker_id = NULL, attempt_count = 0 WHERE state <> 1`} {
+		if _, err := f.db.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.st.Heartbeat(context.Background(), f.worker.ID); err != nil {
+		b.Fatal(err)
+	}
+}
