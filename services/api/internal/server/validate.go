@@ -1,9 +1,15 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -43,6 +49,11 @@ func validator() echo.MiddlewareFunc {
 			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 			if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
 				return requestProblem(err)
+			}
+			if route.Operation.RequestBody != nil {
+				if err := rejectNUL(req); err != nil {
+					return err
+				}
 			}
 			return next(c)
 		}
@@ -143,4 +154,60 @@ func jsonPath(prefix string, pointer []string) string {
 		return prefix
 	}
 	return b.String()
+}
+
+// rejectNUL refuses a JSON body with U+0000 in a string or a key (400 naming
+// the field): Postgres stores it in neither text nor jsonb, so it would
+// otherwise fail the insert with a 500, and no name, command or log line
+// needs it (the executor strips NUL from output). In valid JSON a NUL can
+// only be written as the escape \u0000. The body was read and validated
+// already.
+func rejectNUL(req *http.Request) error {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	raw, err := io.ReadAll(req.Body)
+	if err != nil {
+		return requestProblem(err)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(raw))
+	if !bytes.Contains(raw, []byte(`\u0000`)) {
+		return nil
+	}
+	var v any // the first document, as the handler's binder reads it
+	if json.NewDecoder(bytes.NewReader(raw)).Decode(&v) != nil {
+		return nil // not JSON: the handler's decoding answers it
+	}
+	field, found := findNUL(v)
+	if !found {
+		return nil
+	}
+	const msg = "must not contain the NUL character (U+0000)"
+	return problem.New(http.StatusBadRequest, problem.CodeInvalid, jsonPath("body", field)+": "+msg,
+		problem.FieldError{Field: jsonPath("body", field), Message: msg})
+}
+
+// findNUL returns the JSON pointer (as path segments) of the first string or
+// key holding U+0000, in key order.
+func findNUL(v any) ([]string, bool) {
+	switch x := v.(type) {
+	case string:
+		return nil, strings.ContainsRune(x, 0)
+	case []any:
+		for i, e := range x {
+			if p, ok := findNUL(e); ok {
+				return append([]string{strconv.Itoa(i)}, p...), true
+			}
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if strings.ContainsRune(k, 0) {
+				return []string{k}, true
+			}
+			if p, ok := findNUL(x[k]); ok {
+				return append([]string{k}, p...), true
+			}
+		}
+	}
+	return nil, false
 }
