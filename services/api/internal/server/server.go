@@ -8,7 +8,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -62,8 +61,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
-	e.Use(middleware.Recover(), m.middleware(),
-		middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)+"B"), validator())
+	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes), validator())
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -80,4 +78,23 @@ func New(d Deps, cfg Config) *echo.Echo {
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg}
 	api.RegisterHandlers(e, api.NewStrictHandler(h, nil))
 	return e
+}
+
+// bodyLimit answers 413 to a request body over limit bytes. It reads through
+// http.MaxBytesReader, not echo's BodyLimit, so that net/http learns the
+// limit was hit and closes the connection: with echo's reader the unread
+// rest of an oversized chunked body was parsed as the next request on the
+// same connection (answered with a text/plain 400; behind a proxy that
+// reuses connections, a request-smuggling hazard).
+func bodyLimit(limit int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if req.ContentLength > limit {
+				return echo.ErrStatusRequestEntityTooLarge
+			}
+			req.Body = http.MaxBytesReader(c.Response().Writer, req.Body, limit)
+			return next(c)
+		}
+	}
 }

@@ -65,9 +65,9 @@ func requestProblem(err error) error {
 	var fields []problem.FieldError
 	collect(err, &fields)
 	status := http.StatusBadRequest
-	var tooLarge *echo.HTTPError
-	if errors.As(err, &tooLarge) && tooLarge.Code == http.StatusRequestEntityTooLarge {
-		return tooLarge
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return echo.ErrStatusRequestEntityTooLarge
 	}
 	for _, f := range fields {
 		if f.Field == "Content-Type" {
