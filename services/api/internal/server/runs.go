@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -147,9 +148,13 @@ func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject
 	return api.GetAction200JSONResponse(toAction(d)), nil
 }
 
-// GetAttemptLogs returns one attempt's captured output.
+// GetAttemptLogs returns one attempt's captured output. Task indexes and
+// attempt numbers are Postgres integers: a larger one names no attempt (404).
 func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsRequestObject) (api.GetAttemptLogsResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
+	if req.Task > math.MaxInt32 || req.Attempt > math.MaxInt32 {
+		return api.GetAttemptLogs404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("attempt")}, nil
+	}
 	l, err := h.store.GetAttemptLogs(ctx, key, req.Task, req.Attempt)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.GetAttemptLogs404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("attempt")}, nil
