@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -48,6 +49,16 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
 			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "state: an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED",
 				problem.FieldError{Field: "state", Message: "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"}))}, nil
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"exit_code", b.ExitCode}, {"pid", b.Pid}} {
+		if f.v != nil && (*f.v < math.MinInt32 || *f.v > math.MaxInt32) { // Postgres integer columns
+			const msg = "must be a 32-bit integer"
+			return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
+				apiProblem(http.StatusBadRequest, problem.CodeInvalid, f.name+": "+msg, problem.FieldError{Field: f.name, Message: msg}))}, nil
+		}
 	}
 	rep := store.Report{State: state, ExitCode: b.ExitCode, Pid: b.Pid}
 	if b.Error != nil {
