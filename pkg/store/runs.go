@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 )
@@ -218,7 +219,9 @@ func decodeCursor(c string) (time.Time, string, error) {
 	}
 	ts, name, ok := strings.Cut(string(raw), "|")
 	at, err := time.Parse(time.RFC3339Nano, ts)
-	if !ok || err != nil {
+	// Postgres refuses NUL and invalid UTF-8 in a text parameter; no key we
+	// encode holds either.
+	if !ok || err != nil || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
 		return time.Time{}, "", ErrBadCursor
 	}
 	return at, name, nil
