@@ -76,7 +76,11 @@ func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, c
 		return Action{}, err
 	}
 	var a Action
-	err = s.InTx(ctx, func(tx *Store) error {
+	err = s.inTxRetryDeadlock(ctx, func(tx *Store) error {
+		a = Action{}
+		if err := tx.lockForAbort(ctx, key); err != nil {
+			return err
+		}
 		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
 			Where("project = ? AND domain = ? AND run_name = ? AND name = ?", key.Project, key.Domain, key.Run, key.Action).
 			Take(&a).Error; err != nil {
@@ -108,6 +112,29 @@ func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, c
 	return a, err
 }
 
+// lockForAbort takes AbortAction's row locks in the order the scheduler
+// takes them — the run (AdvanceRun), then the subtree's unfinished tasks by
+// id (AssignTask, EvaluateAttempt: task, then action) — before any action
+// row. Locking the actions first deadlocked an abort against a concurrent
+// advance or placement of the same run, and Postgres failed one of them. A
+// cycle through EvaluateAttempt killing a failed job's survivors (its
+// action, then its other tasks) remains possible: AbortAction retries then.
+func (s *Store) lockForAbort(ctx context.Context, key domain.ActionKey) error {
+	var runs []string
+	if err := s.q(ctx).Raw(`SELECT name FROM runs WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
+		key.Project, key.Domain, key.Run).Scan(&runs).Error; err != nil {
+		return mapErr(err)
+	}
+	if len(runs) == 0 {
+		return ErrNotFound
+	}
+	var ids []int64
+	return mapErr(s.q(ctx).Raw(`SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+		AND action_name IN (`+subtreeSQL+`) AND state IN ? ORDER BY id FOR UPDATE`,
+		append(append([]any{key.Project, key.Domain, key.Run}, subtreeArgs(key)...), unfinishedTaskStates())...).
+		Scan(&ids).Error)
+}
+
 // endSubtree moves the action under key and every non-terminal descendant to
 // phase, and their unfinished tasks to KILLED.
 func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase domain.Phase, now time.Time) error {
@@ -121,10 +148,13 @@ func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase doma
 	}
 	return mapErr(s.q(ctx).Model(&Task{}).
 		Where("project = ? AND domain = ? AND run_name = ? AND action_name IN (?) AND state IN ?",
-			key.Project, key.Domain, key.Run, sub, []int16{int16(domain.TaskPending), int16(domain.TaskAssigned),
-				int16(domain.TaskBuilding), int16(domain.TaskRunning)}).
+			key.Project, key.Domain, key.Run, sub, unfinishedTaskStates()).
 		Updates(map[string]any{"state": int16(domain.TaskKilled), "ended_at": now, "updated_at": now,
 			"version": gorm.Expr("version + 1")}).Error)
+}
+
+func unfinishedTaskStates() []int16 {
+	return []int16{int16(domain.TaskPending), int16(domain.TaskAssigned), int16(domain.TaskBuilding), int16(domain.TaskRunning)}
 }
 
 func terminalPhases() []string {

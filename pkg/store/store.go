@@ -84,6 +84,19 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	})
 }
 
+// inTxRetryDeadlock is InTx, run again (three tries in all) when Postgres
+// broke a deadlock by failing it (SQLSTATE 40P01). fn must reset what it
+// returns through its closure.
+func (s *Store) inTxRetryDeadlock(ctx context.Context, fn func(tx *Store) error) error {
+	for try := 1; ; try++ {
+		err := s.InTx(ctx, fn)
+		var pgErr *pgconn.PgError
+		if try == 3 || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
+		}
+	}
+}
+
 func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
 
 // mapErr turns gorm and Postgres errors into the package's errors.
