@@ -78,16 +78,13 @@ func report(tb testing.TB, key string, r benchResult) {
 	}
 }
 
-// benchEnv restores, for benchmarks, the production defaults that the e2e
-// stack shrinks for tests (ticks, resync periods, heartbeats, backoffs), and
-// logs at info. CAPSTAN_BENCH_ENV (comma separated K=V) overrides any of them
-// and any service setting, e.g. CAPSTAN_POLL_INTERVAL=5ms, to try a change
-// without editing code.
+// benchEnv is what benchmark stacks set beside the services' own defaults
+// (Options.Defaults): the executors' slots, and a drain of 1s so that
+// teardown does not wait. CAPSTAN_BENCH_ENV (comma separated K=V) adds any
+// service setting, e.g. CAPSTAN_POLL_INTERVAL=50ms, to try a change without
+// editing code.
 func benchEnv(slots int) []string {
-	env := []string{"CAPSTAN_LOG_LEVEL=info", "CAPSTAN_SCHEDULER_TICK=1s", "CAPSTAN_RESYNC_PERIOD=5m",
-		"CAPSTAN_DISPATCH_GRACE=30s", "CAPSTAN_RETRY_INITIAL_DELAY=1s", "CAPSTAN_RETRY_MAX_DELAY=5m",
-		"CAPSTAN_HEARTBEAT_INTERVAL=2s", "CAPSTAN_WORKER_GRACE=10s", "ABORT_INITIAL_DELAY=1s",
-		"ABORT_MAX_DELAY=5m", "ABORT_RESYNC_PERIOD=5m", fmt.Sprintf("CAPSTAN_EXECUTOR_SLOTS=%d", slots)}
+	env := []string{fmt.Sprintf("CAPSTAN_EXECUTOR_SLOTS=%d", slots), "CAPSTAN_DRAIN_TIMEOUT=1s"}
 	if extra := os.Getenv("CAPSTAN_BENCH_ENV"); extra != "" {
 		env = append(env, strings.Split(extra, ",")...)
 	}
@@ -103,12 +100,12 @@ type rig struct {
 }
 
 // benchStack starts a stack of n executors with slots each, on a private
-// Redis, with benchEnv; with CAPSTAN_BENCH_PPROF set, every service serves
-// pprof on a port of its own (see rig.Profile).
+// Redis, with the services' defaults and benchEnv; with CAPSTAN_BENCH_PPROF
+// set, every service serves pprof on a port of its own (see rig.Profile).
 func benchStack(b *testing.B, executors, slots int) *rig {
 	b.Helper()
 	r := &rig{Redis: startRedis(b), pprof: map[string]string{}}
-	o := Options{Executors: executors, Redis: r.Redis.Opt, Env: benchEnv(slots)}
+	o := Options{Executors: executors, Redis: r.Redis.Opt, Env: benchEnv(slots), Defaults: true}
 	if os.Getenv("CAPSTAN_BENCH_PPROF") != "" {
 		o.ServiceEnv = func(name string) []string {
 			addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))

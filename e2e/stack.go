@@ -153,6 +153,10 @@ type Options struct {
 	// ServiceEnv, when set, adds or overrides variables for the service
 	// named name (api, scheduler, abort-reconciler, executor-<i>), last.
 	ServiceEnv func(name string) []string
+	// Defaults, when true, leaves the services their own defaults (ticks,
+	// resync periods, heartbeats, backoffs, queue polling, log level) instead
+	// of the shortened ones tests use (see testEnv).
+	Defaults bool
 	// Redis, when its Addr is set, is the Redis server and database the
 	// stack uses (flushed first) instead of one of RedisAddr()'s 1..13: the
 	// benchmarks run their own server.
@@ -160,6 +164,29 @@ type Options struct {
 }
 
 func (o Options) redisAddr() string { return cmp.Or(o.Redis.Addr, RedisAddr()) }
+
+// testEnv are the settings tests run the services with: debug logs, and
+// durations shrunk so that what a test waits for happens soon.
+var testEnv = []string{
+	"CAPSTAN_LOG_LEVEL=debug",
+	"CAPSTAN_SCHEDULER_TICK=100ms",
+	"CAPSTAN_RESYNC_PERIOD=2s",
+	"CAPSTAN_DISPATCH_GRACE=3s",
+	// Race-built binaries (and the attempt shim they re-exec) sleep 1 s at
+	// exit by default.
+	"GORACE=atexit_sleep_ms=0",
+	"CAPSTAN_RETRY_INITIAL_DELAY=50ms",
+	"CAPSTAN_RETRY_MAX_DELAY=200ms",
+	"CAPSTAN_HEARTBEAT_INTERVAL=300ms",
+	"CAPSTAN_WORKER_GRACE=3s",
+	"CAPSTAN_DRAIN_TIMEOUT=1s", // SIGTERM at teardown: do not wait for running tasks
+	"ABORT_INITIAL_DELAY=50ms",
+	"ABORT_MAX_DELAY=500ms",
+	"ABORT_RESYNC_PERIOD=2s",
+	// Executors poll their queues every 5ms by default; race builds of many
+	// parallel stacks cannot afford it, and no test measures dispatch.
+	"CAPSTAN_POLL_INTERVAL=50ms",
+}
 
 // Start brings a stack up and waits until the api is ready and every
 // executor has registered; it is torn down when t ends.
@@ -173,30 +200,18 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		RedisDB: nextRedisDB(t, o), RedisAddr: o.redisAddr(), procs: map[string]*Proc{}, opts: o}
 	port := freePort(t)
 	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	s.env = append([]string{
+	s.env = []string{
 		"CAPSTAN_DATABASE_URL=" + s.DBURL,
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
-		"CAPSTAN_LOG_LEVEL=debug",
 		fmt.Sprintf("CAPSTAN_API_ADDR=127.0.0.1:%d", port),
 		"CAPSTAN_API_URL=" + s.APIURL,
 		"CAPSTAN_DATA_DIR=" + s.DataDir,
-		// Durations shrunk for tests.
-		"CAPSTAN_SCHEDULER_TICK=100ms",
-		"CAPSTAN_RESYNC_PERIOD=2s",
-		"CAPSTAN_DISPATCH_GRACE=3s",
-		// Race-built binaries (and the attempt shim they re-exec) sleep 1 s at
-		// exit by default.
-		"GORACE=atexit_sleep_ms=0",
-		"CAPSTAN_RETRY_INITIAL_DELAY=50ms",
-		"CAPSTAN_RETRY_MAX_DELAY=200ms",
-		"CAPSTAN_HEARTBEAT_INTERVAL=300ms",
-		"CAPSTAN_WORKER_GRACE=3s",
-		"CAPSTAN_DRAIN_TIMEOUT=1s", // SIGTERM at teardown: do not wait for running tasks
-		"ABORT_INITIAL_DELAY=50ms",
-		"ABORT_MAX_DELAY=500ms",
-		"ABORT_RESYNC_PERIOD=2s",
-	}, o.Env...)
+	}
+	if !o.Defaults {
+		s.env = append(s.env, testEnv...)
+	}
+	s.env = append(s.env, o.Env...)
 	t.Cleanup(s.stopAll)
 	s.StartService("api")
 	s.StartService("scheduler")

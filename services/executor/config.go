@@ -47,9 +47,12 @@ type Config struct {
 	// CAPSTAN_HEARTBEAT_INTERVAL, default 2s.
 	HeartbeatInterval time.Duration `env:"CAPSTAN_HEARTBEAT_INTERVAL" envDefault:"2s"`
 	// PollInterval is how often an idle consumer polls its queue (asynq
-	// TaskCheckInterval); it bounds dispatch latency. Env
-	// CAPSTAN_POLL_INTERVAL, default 50ms.
-	PollInterval time.Duration `env:"CAPSTAN_POLL_INTERVAL" envDefault:"50ms"`
+	// TaskCheckInterval: it sleeps half of it to one and a half between
+	// empty polls); it bounds dispatch latency. Each idle executor then makes
+	// about 1/PollInterval polls a second (200 at 5ms: a few percent of a core
+	// here and in Redis, see docs/benchmarks.md). Env CAPSTAN_POLL_INTERVAL,
+	// default 5ms.
+	PollInterval time.Duration `env:"CAPSTAN_POLL_INTERVAL" envDefault:"5ms"`
 	// KillGrace is the time between SIGTERM and SIGKILL when killing an
 	// attempt's process group. Env CAPSTAN_KILL_GRACE, default 2s.
 	KillGrace time.Duration `env:"CAPSTAN_KILL_GRACE" envDefault:"2s"`

@@ -31,7 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 4, cfg.Slots)
 	require.Equal(t, "./.data/executor", cfg.DataDir)
 	require.Equal(t, 2*time.Second, cfg.HeartbeatInterval)
-	require.Equal(t, 50*time.Millisecond, cfg.PollInterval)
+	require.Equal(t, 5*time.Millisecond, cfg.PollInterval)
 	require.Equal(t, 2*time.Second, cfg.KillGrace)
 	require.Equal(t, 64<<10, cfg.LogLimit)
 	require.Empty(t, cfg.Labels)

@@ -37,7 +37,7 @@ type Config struct {
 	// HeartbeatInterval is the time between heartbeats. Default 2s.
 	HeartbeatInterval time.Duration
 	// PollInterval is asynq's TaskCheckInterval: an idle consumer polls its
-	// queue about this often, which bounds dispatch latency. Default 50ms.
+	// queue about this often, which bounds dispatch latency. Default 5ms.
 	PollInterval time.Duration
 	// IDFile, when set, is rewritten with the worker id after each
 	// registration.
@@ -71,7 +71,7 @@ type Agent struct {
 func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, cfg Config, log *slog.Logger) (*Agent, error) {
 	cfg.Slots = cmp.Or(cfg.Slots, 4)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 2*time.Second)
-	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 5*time.Millisecond)
 	cfg.RegisterBackoff = cmp.Or(cfg.RegisterBackoff, 200*time.Millisecond)
 	cfg.FullRetryDelay = cmp.Or(cfg.FullRetryDelay, 200*time.Millisecond)
 	switch {
