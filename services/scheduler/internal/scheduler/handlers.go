@@ -65,6 +65,11 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) error {
 		return err
 	}
 	s.afterEvaluation(ctx, ev)
+	if ev.ActionPhase != "" && !ev.ActionPhase.IsTerminal() {
+		// The step runs on: progression, which reads only which steps started
+		// and how the ended ones ended, cannot change.
+		return nil
+	}
 	return s.advance(ctx, ev.Run)
 }
 
