@@ -22,7 +22,7 @@ func BenchmarkAbortLatency(b *testing.B) {
 	total := envInt("CAPSTAN_BENCH_ABORTS", 200)
 	const batch = 20
 	r := benchStack(b, 2, batch/2)
-	db := openDB(b, r.Stack)
+	db := r.db
 	c := loadClient(b, r.Stack, 8)
 	spec := api.WorkflowSpec{Steps: []api.Step{{Name: "sleep", Command: ptr("sleep 600")}}}
 	cpu := newCPUMeter(r)

@@ -24,7 +24,7 @@ func BenchmarkAPIGetRun(b *testing.B) {
 	dur := envDuration("CAPSTAN_BENCH_API_DURATION", 30*time.Second)
 	const runs = 100
 	r := benchStack(b, 1, 100)
-	db := openDB(b, r.Stack)
+	db := r.db
 	c := loadClient(b, r.Stack, 8)
 	spec := api.WorkflowSpec{Steps: []api.Step{{Name: "greet", Plugin: ptr("noop"), Replicas: ptr(2)},
 		{Name: "done", Plugin: ptr("noop")}}}

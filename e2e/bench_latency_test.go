@@ -27,7 +27,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 	dur := envDuration("CAPSTAN_BENCH_DURATION", 30*time.Second)
 	warmup := envDuration("CAPSTAN_BENCH_WARMUP", 2*time.Second)
 	r := benchStack(b, 2, envInt("CAPSTAN_BENCH_SLOTS", 100))
-	db := openDB(b, r.Stack)
+	db := r.db
 	c := loadClient(b, r.Stack, 64)
 
 	idle := newCPUMeter(r) // what the idle stack costs: mostly its queue polling

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,7 @@ type rig struct {
 	*Stack
 	Redis *redisServer
 	pprof map[string]string
+	db    *sql.DB // for the benchmark's own reads: counts, CPU of backends
 }
 
 // benchStack starts a stack of n executors with slots each, on a private
@@ -114,6 +116,7 @@ func benchStack(b *testing.B, executors, slots int) *rig {
 		}
 	}
 	r.Stack = Start(b, bins, o)
+	r.db = openDB(b, r.Stack)
 	return r
 }
 
@@ -342,9 +345,14 @@ func newCPUMeter(r *rig) *cpuMeter {
 	return m
 }
 
-// procCPU returns the CPU seconds each service and the Redis have used.
+// procCPU returns the CPU seconds each service, the Redis, this benchmark
+// process (the load generator: "harness") and the Postgres backends serving
+// the stack's database ("postgres:<pid>") have used.
 func procCPU(r *rig) map[string]float64 {
-	out := map[string]float64{"redis": cpuSeconds(r.Redis.Pid)}
+	out := map[string]float64{"redis": cpuSeconds(r.Redis.Pid), "harness": cpuSeconds(os.Getpid())}
+	for _, pid := range r.backends() {
+		out["postgres:"+strconv.Itoa(pid)] = cpuSeconds(pid)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, p := range r.procs {
@@ -353,17 +361,48 @@ func procCPU(r *rig) map[string]float64 {
 	return out
 }
 
+// backends lists the pids of the Postgres backends connected to the stack's
+// database (its services' pools; they live as long as their connections).
+func (r *rig) backends() []int {
+	var pids []int
+	rows, err := r.db.Query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // Stop returns each process's CPU use over the phase as a share of one core
-// (1.0 = one core busy), and the machine's busy share of all its cores.
+// (1.0 = one core busy), the Postgres backends' summed ("postgres": a backend
+// that ended during the phase is missed), the machine's busy share of all
+// its cores, and the cores busy with anything else ("other_cores": other
+// people's work on a shared machine, Postgres's own background processes).
 func (m *cpuMeter) Stop() map[string]any {
 	wall := time.Since(m.start).Seconds()
 	out := map[string]any{}
+	var pg, ours float64
 	for name, v := range procCPU(m.r) {
-		out[name] = round(max(v-m.procs[name], 0)/wall, 3)
+		used := max(v-m.procs[name], 0) / wall // a backend born since counts from 0
+		ours += used
+		if strings.HasPrefix(name, "postgres:") {
+			pg += used
+			continue
+		}
+		out[name] = round(used, 3)
 	}
+	out["postgres"] = round(pg, 3)
 	busy, total := machineBusy()
 	if total > m.tick {
-		out["machine_busy"] = round((busy-m.busy)/(total-m.tick), 3)
+		share := (busy - m.busy) / (total - m.tick)
+		out["machine_busy"] = round(share, 3)
+		out["other_cores"] = round(max(share*float64(runtime.NumCPU())-ours, 0), 2)
 	}
 	return out
 }

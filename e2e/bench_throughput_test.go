@@ -91,7 +91,7 @@ type throughputFigures struct {
 // stack and waits until all their tasks succeeded (at most 15 minutes).
 func measureThroughput(b *testing.B, runs, replicas int) throughputFigures {
 	r := benchStack(b, 2, envInt("CAPSTAN_BENCH_SLOTS", 100))
-	db := openDB(b, r.Stack)
+	db := r.db
 	c := loadClient(b, r.Stack, 64)
 	spec := noopSpec(replicas)
 	cpu := newCPUMeter(r)
