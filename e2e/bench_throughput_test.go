@@ -25,7 +25,8 @@ import (
 // on a fresh stack each: runs of 100 replicas, and single-task runs. The
 // clock runs from the first submission to the last task's ended_at. After
 // each shape, with its stack gone, `pgbench -N` runs for as long on the same
-// Postgres; the target is tasks/s ÷ (pgbench tps / 3) ≥ 0.6.
+// Postgres; the target is tasks/s ÷ (pgbench tps / 3) ≥ 0.6. A 10 s pgbench
+// with 8 clients follows, for context (see pgbenchFigures).
 func BenchmarkThroughput(b *testing.B) {
 	total := envInt("CAPSTAN_BENCH_TASKS", 20000)
 	shapes := []struct {
@@ -43,17 +44,18 @@ func BenchmarkThroughput(b *testing.B) {
 			continue // not selected by -bench
 		}
 		secs := int(math.Ceil(f.Elapsed.Seconds()))
-		tps, ok := pgbenchTPS(b, max(secs, 5))
+		pg, ok := pgbenchTPS(b, max(secs, 5))
 		fig := map[string]any{"runs": runs, "replicas": sh.replicas, "tasks": runs * sh.replicas,
 			"elapsed_s": round(f.Elapsed.Seconds(), 3), "submit_s": round(f.Submit.Seconds(), 3),
 			"runs_done_s": round(f.RunsDone.Seconds(), 3), "tasks_per_s": round(f.TasksPerSec, 1),
 			"pg_xacts_per_task": round(f.XactsPerTask, 1), "cpu": f.CPU, "pgbench_seconds": max(secs, 5)}
 		line := fmt.Sprintf("%s: %.0f tasks/s", sh.name, f.TasksPerSec)
 		if ok {
-			ratio := f.TasksPerSec / (tps / 3)
-			fig["pgbench_tps"], fig["ratio"] = round(tps, 1), round(ratio, 3)
+			ratio := f.TasksPerSec / (pg.TPS / 3)
+			fig["pgbench_tps"], fig["ratio"] = round(pg.TPS, 1), round(ratio, 3)
+			fig["pgbench_machine_busy"], fig["pgbench_tps_8_clients_10s"] = round(pg.Busy, 3), round(pg.TPS8, 1)
 			met = met && ratio >= 0.6
-			line += fmt.Sprintf(", pgbench %.0f tps, ratio %.2f", tps, ratio)
+			line += fmt.Sprintf(", pgbench %.0f tps, ratio %.2f", pg.TPS, ratio)
 		} else {
 			fig["pgbench_tps"], fig["ratio"] = nil, nil
 			met = false
@@ -187,18 +189,29 @@ func pgbenchPath() (string, bool) {
 	return "", false
 }
 
-var pgbenchTPSLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+// pgbenchFigures is what pgbenchTPS measured.
+type pgbenchFigures struct {
+	// TPS is `pgbench -N` with CAPSTAN_BENCH_PGBENCH_CLIENTS clients (default
+	// 1, pgbench's own) for the shape's duration: the target's reference.
+	TPS float64
+	// Busy is the machine's busy share meanwhile.
+	Busy float64
+	// TPS8 is a 10 s run with 8 clients, for context: one client measures a
+	// round trip's latency (on this VM, slower when the machine is idle),
+	// eight the server's capacity.
+	TPS8 float64
+}
 
-// pgbenchTPS runs `pgbench -N -T secs` with CAPSTAN_BENCH_PGBENCH_CLIENTS
-// clients (default 1, pgbench's own default) on a scratch database of its
-// own on the stack's Postgres server, initialised with `pgbench -i` (scale 1)
-// and dropped afterwards. ok is false when pgbench is not installed.
-func pgbenchTPS(tb testing.TB, secs int) (tps float64, ok bool) {
+// pgbenchTPS runs pgbench -N on a scratch database of its own on the
+// stack's Postgres server, initialised with `pgbench -i` (scale 1) and
+// dropped afterwards: secs seconds with CAPSTAN_BENCH_PGBENCH_CLIENTS
+// clients, then 10 s with 8. ok is false when pgbench is not installed.
+func pgbenchTPS(tb testing.TB, secs int) (f pgbenchFigures, ok bool) {
 	tb.Helper()
 	bin, found := pgbenchPath()
 	if !found {
 		fmt.Println("pgbench not found")
-		return 0, false
+		return f, false
 	}
 	admin, err := sql.Open("pgx", storetest.AdminURL())
 	if err != nil {
@@ -219,10 +232,21 @@ func pgbenchTPS(tb testing.TB, secs int) (tps float64, ok bool) {
 	if out, err := exec.Command(bin, "-i", "-q", "-s", "1", dsn).CombinedOutput(); err != nil {
 		tb.Fatalf("pgbench -i: %v\n%s", err, out)
 	}
-	clients := envInt("CAPSTAN_BENCH_PGBENCH_CLIENTS", 1)
-	cmd := exec.Command(bin, "-N", "-T", strconv.Itoa(secs), "-c", strconv.Itoa(clients),
-		"-j", strconv.Itoa(min(clients, 2)), dsn)
-	out, err := cmd.CombinedOutput()
+	busy0, total0 := machineBusy()
+	f.TPS = runPgbench(tb, bin, dsn, secs, envInt("CAPSTAN_BENCH_PGBENCH_CLIENTS", 1))
+	busy1, total1 := machineBusy()
+	f.Busy = (busy1 - busy0) / max(total1-total0, 1)
+	f.TPS8 = runPgbench(tb, bin, dsn, 10, 8)
+	return f, true
+}
+
+var pgbenchTPSLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// runPgbench runs `pgbench -N -T secs -c clients` on dsn and returns its tps.
+func runPgbench(tb testing.TB, bin, dsn string, secs, clients int) float64 {
+	tb.Helper()
+	out, err := exec.Command(bin, "-N", "-T", strconv.Itoa(secs), "-c", strconv.Itoa(clients),
+		"-j", strconv.Itoa(min(clients, 2)), dsn).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("pgbench -N: %v\n%s", err, out)
 	}
@@ -230,10 +254,10 @@ func pgbenchTPS(tb testing.TB, secs int) (tps float64, ok bool) {
 	if m == nil {
 		tb.Fatalf("pgbench -N: no tps in its output:\n%s", out)
 	}
-	tps, err = strconv.ParseFloat(string(m[1]), 64)
+	tps, err := strconv.ParseFloat(string(m[1]), 64)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	fmt.Printf("pgbench -N -T %d -c %d: %.0f tps\n", secs, clients, tps)
-	return tps, true
+	return tps
 }
