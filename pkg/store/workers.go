@@ -50,20 +50,6 @@ func (s *Store) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error
 	return w, mapErr(s.q(ctx).Create(&w).Error)
 }
 
-// Heartbeat records that worker id is alive. Errors: ErrNotFound when the
-// worker is unknown or was declared dead (it must re-register).
-func (s *Store) Heartbeat(ctx context.Context, id string) error {
-	res := s.q(ctx).Model(&Worker{}).Where("id = ? AND state = ?", id, WorkerAlive).
-		Updates(map[string]any{"last_heartbeat_at": time.Now().UTC()})
-	if res.Error != nil {
-		return mapErr(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return ErrNotFound
-	}
-	return nil
-}
-
 // ListWorkers returns every worker with its load, oldest first.
 func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
 	return s.workerLoads(ctx, "TRUE")

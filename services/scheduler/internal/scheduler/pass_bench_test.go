@@ -184,7 +184,7 @@ func (f *passFixture) reset(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if err := f.st.Heartbeat(context.Background(), f.worker.ID); err != nil {
+	if _, err := f.st.BeatWorker(context.Background(), f.worker.ID, store.Beat{}); err != nil {
 		b.Fatal(err)
 	}
 }
