@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -19,19 +22,28 @@ type AttemptRun struct {
 	Proceed bool
 }
 
-// GetAttemptRun loads an attempt with its task and action.
-// Errors: ErrNotFound.
+// GetAttemptRun loads an attempt with its task and action, in one round trip
+// (the rows as JSON, as in detailsSQL). Errors: ErrNotFound.
 func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error) {
 	var r AttemptRun
-	if err := s.q(ctx).Take(&r.Attempt, id).Error; err != nil {
+	var rawAttempt, rawTask, rawAction []byte
+	err := s.q(ctx).Raw(`SELECT row_to_json(at), row_to_json(t), row_to_json(a)
+		FROM attempts at JOIN tasks t ON t.id = at.task_id
+		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
+		WHERE at.id = ?`, id).Row().Scan(&rawAttempt, &rawTask, &rawAction)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, ErrNotFound
+	}
+	if err != nil {
 		return r, mapErr(err)
 	}
-	if err := s.q(ctx).Take(&r.Task, r.Attempt.TaskID).Error; err != nil {
-		return r, mapErr(err)
-	}
-	if err := s.q(ctx).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
-		r.Task.Project, r.Task.Domain, r.Task.RunName, r.Task.ActionName).Take(&r.Action).Error; err != nil {
-		return r, mapErr(err)
+	for _, d := range []struct {
+		raw []byte
+		v   any
+	}{{rawAttempt, &r.Attempt}, {rawTask, &r.Task}, {rawAction, &r.Action}} {
+		if err := json.Unmarshal(d.raw, d.v); err != nil {
+			return r, fmt.Errorf("attempt %d: decode rows: %w", id, err)
+		}
 	}
 	r.Proceed = proceed(r.Attempt, r.Task)
 	return r, nil

@@ -36,30 +36,40 @@ type Evaluation struct {
 func (s *Store) EvaluateAttempt(ctx context.Context, attemptID int64, backoff domain.Backoff) (Evaluation, error) {
 	var ev Evaluation
 	err := s.InTx(ctx, func(tx *Store) error {
-		var a Attempt
-		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&a, attemptID).Error; err != nil {
-			return mapErr(err)
+		// Claim the attempt: lock it and mark it evaluated in one statement.
+		now := time.Now().UTC()
+		var claimed []Attempt
+		res := tx.q(ctx).Model(&claimed).Clauses(clause.Returning{}).
+			Where("id = ? AND finished_at IS NOT NULL AND evaluated_at IS NULL", attemptID).
+			Updates(map[string]any{"evaluated_at": now, "updated_at": now})
+		if res.Error != nil {
+			return mapErr(res.Error)
 		}
-		return tx.evaluateLocked(ctx, &ev, a, a.StartedAt == nil, backoff)
+		if len(claimed) == 0 { // evaluated already, not finished, or missing
+			var n int64
+			if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", attemptID).Count(&n).Error; err != nil {
+				return mapErr(err)
+			}
+			if n == 0 {
+				return ErrNotFound
+			}
+			return nil
+		}
+		a := claimed[0]
+		return tx.evaluateClaimed(ctx, &ev, a, a.StartedAt == nil, backoff, now)
 	})
 	return ev, err
 }
 
-// evaluateLocked is EvaluateAttempt on an attempt row locked by the caller;
-// wasAssigned tells whether it never started (a free preemption).
-func (s *Store) evaluateLocked(ctx context.Context, ev *Evaluation, a Attempt, wasAssigned bool, backoff domain.Backoff) error {
-	if a.EvaluatedAt != nil || a.FinishedAt == nil {
-		return nil
-	}
+// evaluateClaimed is EvaluateAttempt on a finished attempt the caller locked
+// and marked evaluated at now; wasAssigned tells whether it never started (a
+// free preemption).
+func (s *Store) evaluateClaimed(ctx context.Context, ev *Evaluation, a Attempt, wasAssigned bool, backoff domain.Backoff, now time.Time) error {
 	var t Task
 	if err := s.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&t, a.TaskID).Error; err != nil {
 		return mapErr(err)
 	}
-	now := time.Now().UTC()
 	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
-	if err := s.q(ctx).Model(&Attempt{}).Where("id = ?", a.ID).Update("evaluated_at", now).Error; err != nil {
-		return mapErr(err)
-	}
 	if !domain.TaskState(t.State).IsLive() || t.AttemptCount != a.Number {
 		return nil // the task moved on: aborted, or superseded
 	}

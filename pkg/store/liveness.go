@@ -250,14 +250,16 @@ type FailureRecord struct {
 // ErrNotFound (no such attempt).
 func (s *Store) RecordWorkerFailure(ctx context.Context, attemptID int64, table domain.Table) (FailureRecord, error) {
 	var rec FailureRecord
+	var a Attempt
+	// A finished attempt's outcome never changes: most are no platform
+	// failure, and need no transaction.
+	if err := s.q(ctx).Select("id, worker_id, state, cause, finished_at").Take(&a, attemptID).Error; err != nil {
+		return rec, mapErr(err)
+	}
+	if !platformFailure(a) {
+		return rec, nil
+	}
 	err := s.InTx(ctx, func(tx *Store) error {
-		var a Attempt
-		if err := tx.q(ctx).Select("id, worker_id, state, cause, finished_at").Take(&a, attemptID).Error; err != nil {
-			return mapErr(err)
-		}
-		if !platformFailure(a) {
-			return nil
-		}
 		var w Worker
 		err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Select("id").
 			Where("id = ? AND state = ?", *a.WorkerID, WorkerAlive).Take(&w).Error

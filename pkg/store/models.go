@@ -1,5 +1,9 @@
 package store
 
+// The json tags of Run, Action, Task and Attempt are their column names:
+// reads that fetch many rows in one round trip take them as the JSON
+// Postgres builds from the rows (row_to_json), see detailsSQL.
+
 import (
 	"time"
 
@@ -9,98 +13,98 @@ import (
 
 // Run is a row of runs.
 type Run struct {
-	Project        string `gorm:"primaryKey"`
-	Domain         string `gorm:"primaryKey"`
-	Name           string `gorm:"primaryKey"`
-	Spec           datatypes.JSON
-	Phase          string
-	IdempotencyKey *string
-	Version        int64
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	EndedAt        *time.Time
+	Project        string         `gorm:"primaryKey" json:"project"`
+	Domain         string         `gorm:"primaryKey" json:"domain"`
+	Name           string         `gorm:"primaryKey" json:"name"`
+	Spec           datatypes.JSON `json:"spec"`
+	Phase          string         `json:"phase"`
+	IdempotencyKey *string        `json:"idempotency_key"`
+	Version        int64          `json:"version"`
+	CreatedAt      time.Time      `json:"created_at"`
+	UpdatedAt      time.Time      `json:"updated_at"`
+	EndedAt        *time.Time     `json:"ended_at"`
 }
 
 // Action is a row of actions: the run's root a0, or one step.
 type Action struct {
-	Project           string `gorm:"primaryKey"`
-	Domain            string `gorm:"primaryKey"`
-	RunName           string `gorm:"primaryKey"`
-	Name              string `gorm:"primaryKey"`
-	ParentActionName  *string
-	Kind              string
-	Spec              datatypes.JSON
-	DependsOn         pq.StringArray `gorm:"type:text[]"`
-	Phase             string
-	AbortRequestedAt  *time.Time
-	AbortAttemptCount int
-	AbortReason       *string
-	AbortOutcome      *string
-	AbortCause        *string // "aborted" (or NULL) or "timeout": see AbortAction
-	FailedTimes       int
-	NotBefore         *time.Time
-	Version           int64
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	StartedAt         *time.Time
-	EndedAt           *time.Time
+	Project           string         `gorm:"primaryKey" json:"project"`
+	Domain            string         `gorm:"primaryKey" json:"domain"`
+	RunName           string         `gorm:"primaryKey" json:"run_name"`
+	Name              string         `gorm:"primaryKey" json:"name"`
+	ParentActionName  *string        `json:"parent_action_name"`
+	Kind              string         `json:"kind"`
+	Spec              datatypes.JSON `json:"spec"`
+	DependsOn         pq.StringArray `gorm:"type:text[]" json:"depends_on"`
+	Phase             string         `json:"phase"`
+	AbortRequestedAt  *time.Time     `json:"abort_requested_at"`
+	AbortAttemptCount int            `json:"abort_attempt_count"`
+	AbortReason       *string        `json:"abort_reason"`
+	AbortOutcome      *string        `json:"abort_outcome"`
+	AbortCause        *string        `json:"abort_cause"` // "aborted" (or NULL) or "timeout": see AbortAction
+	FailedTimes       int            `json:"failed_times"`
+	NotBefore         *time.Time     `json:"not_before"`
+	Version           int64          `json:"version"`
+	CreatedAt         time.Time      `json:"created_at"`
+	UpdatedAt         time.Time      `json:"updated_at"`
+	StartedAt         *time.Time     `json:"started_at"`
+	EndedAt           *time.Time     `json:"ended_at"`
 }
 
 // Task is a row of tasks: one replica of a task action.
 type Task struct {
-	ID                   int64 `gorm:"primaryKey"`
-	Project              string
-	Domain               string
-	RunName              string
-	ActionName           string
-	Idx                  int
-	State                int16
-	FailureCount         int
-	MaxRetriesFailure    int
-	PreemptionCount      int
-	MaxRetriesPreemption int
-	SystemFailureCount   int
-	MaxSystemFailures    int
-	AttemptCount         int
-	WorkerID             *string
-	PendingReason        *string
-	NotBefore            *time.Time
-	SchedulingDeadline   *time.Time
-	Priority             int16
-	CPUMillis            int64 `gorm:"column:cpu_millis"`
-	MemoryBytes          int64
-	Constraints          datatypes.JSON
-	Coscheduled          bool
-	TimeoutMs            int64
-	Version              int64
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
-	EndedAt              *time.Time
+	ID                   int64          `gorm:"primaryKey" json:"id"`
+	Project              string         `json:"project"`
+	Domain               string         `json:"domain"`
+	RunName              string         `json:"run_name"`
+	ActionName           string         `json:"action_name"`
+	Idx                  int            `json:"idx"`
+	State                int16          `json:"state"`
+	FailureCount         int            `json:"failure_count"`
+	MaxRetriesFailure    int            `json:"max_retries_failure"`
+	PreemptionCount      int            `json:"preemption_count"`
+	MaxRetriesPreemption int            `json:"max_retries_preemption"`
+	SystemFailureCount   int            `json:"system_failure_count"`
+	MaxSystemFailures    int            `json:"max_system_failures"`
+	AttemptCount         int            `json:"attempt_count"`
+	WorkerID             *string        `json:"worker_id"`
+	PendingReason        *string        `json:"pending_reason"`
+	NotBefore            *time.Time     `json:"not_before"`
+	SchedulingDeadline   *time.Time     `json:"scheduling_deadline"`
+	Priority             int16          `json:"priority"`
+	CPUMillis            int64          `gorm:"column:cpu_millis" json:"cpu_millis"`
+	MemoryBytes          int64          `json:"memory_bytes"`
+	Constraints          datatypes.JSON `json:"constraints"`
+	Coscheduled          bool           `json:"coscheduled"`
+	TimeoutMs            int64          `json:"timeout_ms"`
+	Version              int64          `json:"version"`
+	CreatedAt            time.Time      `json:"created_at"`
+	UpdatedAt            time.Time      `json:"updated_at"`
+	EndedAt              *time.Time     `json:"ended_at"`
 }
 
 // Attempt is a row of attempts: one try of one task on one worker.
 type Attempt struct {
-	ID          int64 `gorm:"primaryKey"`
-	TaskID      int64
-	Number      int
-	WorkerID    *string
-	State       int16
-	ExitCode    *int
-	Error       *string
-	Cause       *string
-	Pid         *int
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
-	EvaluatedAt *time.Time
+	ID          int64      `gorm:"primaryKey" json:"id"`
+	TaskID      int64      `json:"task_id"`
+	Number      int        `json:"number"`
+	WorkerID    *string    `json:"worker_id"`
+	State       int16      `json:"state"`
+	ExitCode    *int       `json:"exit_code"`
+	Error       *string    `json:"error"`
+	Cause       *string    `json:"cause"`
+	Pid         *int       `json:"pid"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	FinishedAt  *time.Time `json:"finished_at"`
+	EvaluatedAt *time.Time `json:"evaluated_at"`
 	// KillRequestedAt is set while a kill of this attempt is pending (see
 	// RequestAttemptKill); KillAttemptCount counts its delivery rounds;
 	// KillCause is why; KillOutcome is set once it is cleared.
-	KillRequestedAt  *time.Time
-	KillAttemptCount int
-	KillCause        *string
-	KillOutcome      *string
+	KillRequestedAt  *time.Time `json:"kill_requested_at"`
+	KillAttemptCount int        `json:"kill_attempt_count"`
+	KillCause        *string    `json:"kill_cause"`
+	KillOutcome      *string    `json:"kill_outcome"`
 }
 
 // AttemptLog is the bounded captured output of one attempt.

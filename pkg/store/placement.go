@@ -162,11 +162,12 @@ func (s *Store) PreemptAttempt(ctx context.Context, attemptID int64, backoff dom
 		now := time.Now().UTC()
 		cause := CausePreempted
 		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", a.ID).Updates(map[string]any{
-			"state": int16(domain.TaskPreempted), "cause": cause, "finished_at": now, "updated_at": now}).Error; err != nil {
+			"state": int16(domain.TaskPreempted), "cause": cause, "finished_at": now, "evaluated_at": now,
+			"updated_at": now}).Error; err != nil {
 			return mapErr(err)
 		}
-		a.State, a.Cause, a.FinishedAt = int16(domain.TaskPreempted), &cause, &now
-		return tx.evaluateLocked(ctx, &ev, a, true, backoff)
+		a.State, a.Cause, a.FinishedAt, a.EvaluatedAt = int16(domain.TaskPreempted), &cause, &now, &now
+		return tx.evaluateClaimed(ctx, &ev, a, true, backoff, now)
 	})
 	return ev, killRequested, err
 }

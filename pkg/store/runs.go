@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -42,26 +43,30 @@ type TaskDetail struct {
 	Attempts []Attempt
 }
 
-// CreateRun inserts a run and its root action a0 (QUEUED) in one transaction.
-// created is false when IdempotencyKey matched an earlier run, which is
-// returned. Errors: ErrConflict when the name is taken.
-func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool, err error) {
+// CreateRun inserts a run and its root action a0 (QUEUED) in one transaction
+// and returns them. created is false when IdempotencyKey matched an earlier
+// run, which is returned as GetRun reads it. Errors: ErrConflict when the
+// name is taken.
+func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bool, err error) {
 	spec, err := json.Marshal(nr.Spec)
 	if err != nil {
-		return Run{}, false, err
+		return RunDetail{}, false, err
 	}
+	var earlier *domain.RunKey
 	err = s.InTx(ctx, func(tx *Store) error {
 		if nr.IdempotencyKey != "" {
-			err := tx.q(ctx).Where("project = ? AND domain = ? AND idempotency_key = ?",
+			var run Run
+			err := tx.q(ctx).Select("name").Where("project = ? AND domain = ? AND idempotency_key = ?",
 				nr.Key.Project, nr.Key.Domain, nr.IdempotencyKey).Take(&run).Error
 			if err == nil {
+				earlier = &domain.RunKey{Project: nr.Key.Project, Domain: nr.Key.Domain, Run: run.Name}
 				return nil
 			}
 			if !errors.Is(mapErr(err), ErrNotFound) {
 				return mapErr(err)
 			}
 		}
-		run = Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: spec,
+		run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: spec,
 			Phase: string(domain.PhaseQueued), Version: 1}
 		if nr.IdempotencyKey != "" {
 			run.IdempotencyKey = &nr.IdempotencyKey
@@ -74,30 +79,28 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool
 		if err := tx.q(ctx).Create(&root).Error; err != nil {
 			return mapErr(err)
 		}
-		created = true
+		d = RunDetail{Run: run, Actions: []ActionDetail{{Action: root}}}
 		return tx.event(ctx, nr.Key, domain.RootActionName, "run.created", map[string]any{"phase": run.Phase})
 	})
-	return run, created, err
+	if err != nil || earlier == nil {
+		return d, err == nil, err
+	}
+	d, err = s.GetRun(ctx, *earlier)
+	return d, false, err
 }
 
 // GetRun returns a run with its actions, tasks and attempts.
 // Errors: ErrNotFound.
 func (s *Store) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error) {
-	var d RunDetail
-	if err := s.q(ctx).Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).
-		Take(&d.Run).Error; err != nil {
-		return d, mapErr(err)
-	}
-	actions, err := s.actionDetails(ctx, key, "")
+	run, actions, err := s.details(ctx, key, "")
 	if err != nil {
-		return d, err
+		return RunDetail{}, err
 	}
 	var spec domain.WorkflowSpec
-	if err := json.Unmarshal(d.Run.Spec, &spec); err != nil {
-		return d, fmt.Errorf("run %s: spec: %w", key, err)
+	if err := json.Unmarshal(run.Spec, &spec); err != nil {
+		return RunDetail{}, fmt.Errorf("run %s: spec: %w", key, err)
 	}
-	d.Actions = inSpecOrder(actions, spec)
-	return d, nil
+	return RunDetail{Run: run, Actions: inSpecOrder(actions, spec)}, nil
 }
 
 // inSpecOrder sorts actions as their steps appear in the spec, the root a0
@@ -114,7 +117,7 @@ func inSpecOrder(actions []ActionDetail, spec domain.WorkflowSpec) []ActionDetai
 // GetAction returns one action with its tasks and attempts.
 // Errors: ErrNotFound.
 func (s *Store) GetAction(ctx context.Context, key domain.ActionKey) (ActionDetail, error) {
-	ds, err := s.actionDetails(ctx, key.RunKey, key.Action)
+	_, ds, err := s.details(ctx, key.RunKey, key.Action)
 	if err != nil {
 		return ActionDetail{}, err
 	}
@@ -124,33 +127,44 @@ func (s *Store) GetAction(ctx context.Context, key domain.ActionKey) (ActionDeta
 	return ds[0], nil
 }
 
-// actionDetails loads the run's actions (or only the one named) with tasks
-// and attempts, root first, then in creation order.
-func (s *Store) actionDetails(ctx context.Context, key domain.RunKey, only string) ([]ActionDetail, error) {
+// detailsSQL reads a run's row with its actions (@only, or all when it is
+// ”), their tasks and the tasks' attempts, each as JSON Postgres builds
+// from the rows (the models' json tags are the column names): one round
+// trip, however many rows. Actions come root first, then in creation order.
+const detailsSQL = `SELECT row_to_json(r),
+	(SELECT coalesce(json_agg(a ORDER BY a.parent_action_name NULLS FIRST, a.created_at, a.name), '[]')
+	   FROM actions a
+	  WHERE a.project = r.project AND a.domain = r.domain AND a.run_name = r.name AND (@only = '' OR a.name = @only)),
+	(SELECT coalesce(json_agg(t ORDER BY t.action_name, t.idx), '[]')
+	   FROM tasks t
+	  WHERE t.project = r.project AND t.domain = r.domain AND t.run_name = r.name AND (@only = '' OR t.action_name = @only)),
+	(SELECT coalesce(json_agg(at ORDER BY at.task_id, at.number), '[]')
+	   FROM tasks t JOIN attempts at ON at.task_id = t.id
+	  WHERE t.project = r.project AND t.domain = r.domain AND t.run_name = r.name AND (@only = '' OR t.action_name = @only))
+FROM runs r WHERE r.project = @project AND r.domain = @domain AND r.name = @run`
+
+// details loads a run and its actions (or only the one named) with their
+// tasks and attempts. Errors: ErrNotFound (no such run).
+func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Run, []ActionDetail, error) {
+	var run Run
+	var rawRun, rawActions, rawTasks, rawAttempts []byte
+	err := s.q(ctx).Raw(detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
+		sql.Named("run", key.Run), sql.Named("only", only)).Row().Scan(&rawRun, &rawActions, &rawTasks, &rawAttempts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return run, nil, ErrNotFound
+	}
+	if err != nil {
+		return run, nil, mapErr(err)
+	}
 	var actions []Action
-	q := s.q(ctx).Where("project = ? AND domain = ? AND run_name = ?", key.Project, key.Domain, key.Run)
-	if only != "" {
-		q = q.Where("name = ?", only)
-	}
-	if err := q.Order("parent_action_name NULLS FIRST, created_at, name").Find(&actions).Error; err != nil {
-		return nil, mapErr(err)
-	}
 	var tasks []Task
-	tq := s.q(ctx).Where("project = ? AND domain = ? AND run_name = ?", key.Project, key.Domain, key.Run)
-	if only != "" {
-		tq = tq.Where("action_name = ?", only)
-	}
-	if err := tq.Order("action_name, idx").Find(&tasks).Error; err != nil {
-		return nil, mapErr(err)
-	}
-	ids := make([]int64, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ID
-	}
 	var attempts []Attempt
-	if len(ids) > 0 {
-		if err := s.q(ctx).Where("task_id IN ?", ids).Order("task_id, number").Find(&attempts).Error; err != nil {
-			return nil, mapErr(err)
+	for _, d := range []struct {
+		raw []byte
+		v   any
+	}{{rawRun, &run}, {rawActions, &actions}, {rawTasks, &tasks}, {rawAttempts, &attempts}} {
+		if err := json.Unmarshal(d.raw, d.v); err != nil {
+			return run, nil, fmt.Errorf("run %s: decode rows: %w", key, err)
 		}
 	}
 	byTask := map[int64][]Attempt{}
@@ -165,7 +179,7 @@ func (s *Store) actionDetails(ctx context.Context, key domain.RunKey, only strin
 	for i, a := range actions {
 		out[i] = ActionDetail{Action: a, Tasks: byAction[a.Name]}
 	}
-	return out, nil
+	return run, out, nil
 }
 
 // RunFilter selects runs for ListRuns.
@@ -233,13 +247,30 @@ func (s *Store) event(ctx context.Context, key domain.RunKey, action, typ string
 		ActionName: strPtr(action), Type: typ}, data)
 }
 
+// eventFull appends e with data as its JSON: in a transaction, to the rows
+// InTx inserts before it commits; else at once.
 func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("event data: %w", err)
 	}
 	e.Data = raw
+	if s.events != nil {
+		*s.events = append(*s.events, e)
+		return nil
+	}
 	return mapErr(s.q(ctx).Create(&e).Error)
+}
+
+// flushEvents inserts the transaction's buffered events in one statement,
+// in the order they were written.
+func (s *Store) flushEvents(ctx context.Context) error {
+	if s.events == nil || len(*s.events) == 0 {
+		return nil
+	}
+	err := s.q(ctx).Create(s.events).Error
+	*s.events = nil
+	return mapErr(err)
 }
 
 func strPtr(s string) *string {

@@ -106,6 +106,11 @@ func (s *Store) expand(ctx context.Context, key domain.RunKey, spec domain.Workf
 	if err := s.event(ctx, key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(rows)}); err != nil {
 		return nil, err
 	}
+	if len(steps) == 0 {
+		// The caller holds the run's row lock, so no other expansion raced
+		// this one: the rows inserted are the steps.
+		return rows, nil
+	}
 	steps = steps[:0]
 	return steps, mapErr(q.Find(&steps).Error)
 }

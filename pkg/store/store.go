@@ -29,6 +29,9 @@ var (
 // Store runs queries on a *gorm.DB, either the pool or one transaction.
 type Store struct {
 	db *gorm.DB
+	// events, in a transaction, holds the run_events rows its operations
+	// wrote; InTx inserts them in one statement before it commits.
+	events *[]RunEvent
 }
 
 // Config tunes the connection pool.
@@ -78,9 +81,14 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // InTx runs fn in one transaction; fn's Store issues every query in it.
+// The run_events rows fn writes are inserted together when fn returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&Store{db: tx})
+		ts := &Store{db: tx, events: new([]RunEvent)}
+		if err := fn(ts); err != nil {
+			return err
+		}
+		return ts.flushEvents(ctx)
 	})
 }
 

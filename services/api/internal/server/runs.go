@@ -39,7 +39,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 	if req.Params.IdempotencyKey != nil {
 		nr.IdempotencyKey = *req.Params.IdempotencyKey
 	}
-	run, created, err := h.store.CreateRun(ctx, nr)
+	detail, created, err := h.store.CreateRun(ctx, nr)
 	if errors.Is(err, store.ErrConflict) {
 		return api.CreateRun409ApplicationProblemPlusJSONResponse(apiProblem(http.StatusConflict, problem.CodeConflict,
 			"a run named "+name+" already exists in "+req.Project+"/"+req.Domain)), nil
@@ -47,14 +47,10 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 	if err != nil {
 		return nil, err
 	}
-	key.Run = run.Name
+	key.Run = detail.Run.Name
 	if err := h.queue.Enqueue(ctx, queue.NewRunStartTask(key)); err != nil {
 		// The run is recorded; the scheduler's resync starts it.
 		h.log.Warn("enqueue run start failed", "run", key.String(), "err", err)
-	}
-	detail, err := h.store.GetRun(ctx, key)
-	if err != nil {
-		return nil, err
 	}
 	if !created {
 		return api.CreateRun200JSONResponse(toRun(detail)), nil

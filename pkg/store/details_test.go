@@ -1,0 +1,107 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/stretchr/testify/require"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// TestDetailsMatchRows checks that GetRun, GetAction and GetAttemptRun, which
+// read rows as
+// the JSON Postgres builds from them, return what gorm scans from the same
+// rows, with every nullable column set somewhere: a run with a retried
+// failure, a pending reason, a kill request and an abort.
+func TestDetailsMatchRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := gorm.Open(postgres.Open(url), &gorm.Config{})
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlDB.Close() })
+
+	w := registerWorker(t, st)
+	key := newRun(t, st, "r", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
+		{Name: "a", Plugin: domain.PluginShell, Command: "true", MaxRetriesFailure: intp(1),
+			Constraints: []domain.Constraint{{Key: "zone", Op: domain.OpEQ, Value: "a"}}},
+		{Name: "b", Plugin: domain.PluginShell, Command: "sleep 9", Replicas: intp(2), Timeout: "1m"}}})
+	_, err = st.AdvanceRun(ctx, key)
+	require.NoError(t, err)
+	a := tasksOf(t, st, key, "a")[0].Task
+	ev := runAttempt(t, st, w, a.ID, domain.TaskFailed, 3)
+	require.Equal(t, domain.ShouldRetry, ev.Result)
+	b := tasksOf(t, st, key, "b")
+	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{a.ID: "no worker matches constraint zone=a"}))
+	att, ok, err := st.AssignTask(ctx, b[0].Task.ID, w.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	pid := 42
+	_, err = st.ReportAttempt(ctx, att.ID, store.Report{State: domain.TaskRunning, Pid: &pid})
+	require.NoError(t, err)
+	require.NoError(t, st.RequestAttemptKill(ctx, att.ID, store.CausePreempted))
+	_, err = st.AbortAction(ctx, key.Action(domain.RootActionName), "enough", "aborted")
+	require.NoError(t, err)
+
+	d, err := st.GetRun(ctx, key)
+	require.NoError(t, err)
+	var run store.Run
+	require.NoError(t, db.Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&run).Error)
+	requireSameJSON(t, run, d.Run)
+	require.Len(t, d.Actions, 3)
+	for i, name := range []string{domain.RootActionName, "a", "b"} {
+		got := d.Actions[i]
+		var act store.Action
+		require.NoError(t, db.Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+			key.Project, key.Domain, key.Run, name).Take(&act).Error)
+		requireSameJSON(t, act, got.Action)
+		var tasks []store.Task
+		require.NoError(t, db.Where("project = ? AND domain = ? AND run_name = ? AND action_name = ?",
+			key.Project, key.Domain, key.Run, name).Order("idx").Find(&tasks).Error)
+		require.Len(t, got.Tasks, len(tasks))
+		for j, td := range got.Tasks {
+			requireSameJSON(t, tasks[j], td.Task)
+			var attempts []store.Attempt
+			require.NoError(t, db.Where("task_id = ?", tasks[j].ID).Order("number").Find(&attempts).Error)
+			require.Len(t, td.Attempts, len(attempts))
+			for k := range attempts {
+				requireSameJSON(t, attempts[k], td.Attempts[k])
+			}
+		}
+		one, err := st.GetAction(ctx, key.Action(name))
+		require.NoError(t, err)
+		requireSameJSON(t, got, one)
+	}
+	ar, err := st.GetAttemptRun(ctx, att.ID)
+	require.NoError(t, err)
+	requireSameJSON(t, d.Actions[2].Action, ar.Action)
+	requireSameJSON(t, d.Actions[2].Tasks[0].Task, ar.Task)
+	requireSameJSON(t, d.Actions[2].Tasks[0].Attempts[0], ar.Attempt)
+	_, err = st.GetAttemptRun(ctx, att.ID+1000)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = st.GetAction(ctx, key.Action("zzz"))
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = st.GetRun(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "zzz"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// requireSameJSON compares two values by their JSON (times compare as
+// instants, whatever their location).
+func requireSameJSON(t *testing.T, want, got any) {
+	t.Helper()
+	w, err := json.Marshal(want)
+	require.NoError(t, err)
+	g, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.JSONEq(t, string(w), string(g))
+}
