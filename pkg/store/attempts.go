@@ -10,7 +10,6 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // AttemptRun is what an executor needs to run one attempt.
@@ -88,13 +87,11 @@ var ErrBadReport = errors.New("invalid attempt report")
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
 	err := s.InTx(ctx, func(tx *Store) error {
-		var a Attempt
-		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&a, id).Error; err != nil {
-			return mapErr(err)
+		a, t, err := tx.lockAttemptTask(ctx, id)
+		if err != nil {
+			return err
 		}
-		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&res.Task, a.TaskID).Error; err != nil {
-			return mapErr(err)
-		}
+		res.Task = t
 		cur := domain.TaskState(a.State)
 		if cur.IsTerminal() {
 			return nil // duplicate or late report
@@ -141,6 +138,30 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 			map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
 	})
 	return res, err
+}
+
+// lockAttemptTask locks an attempt's row, then its task's, in one statement
+// and returns them. Errors: ErrNotFound.
+func (s *Store) lockAttemptTask(ctx context.Context, id int64) (Attempt, Task, error) {
+	var a Attempt
+	var t Task
+	var rawAttempt, rawTask []byte
+	err := s.q(ctx).Raw(`SELECT row_to_json(at), row_to_json(t)
+		FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? FOR UPDATE OF at, t`, id).
+		Row().Scan(&rawAttempt, &rawTask)
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, t, ErrNotFound
+	}
+	if err != nil {
+		return a, t, mapErr(err)
+	}
+	if err := json.Unmarshal(rawAttempt, &a); err != nil {
+		return a, t, fmt.Errorf("attempt %d: decode row: %w", id, err)
+	}
+	if err := json.Unmarshal(rawTask, &t); err != nil {
+		return a, t, fmt.Errorf("attempt %d: decode task row: %w", id, err)
+	}
+	return a, t, nil
 }
 
 // GetAttemptLogs returns the logs of attempt number n of task idx of an

@@ -80,6 +80,12 @@ func TestDAGRunToSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, adv.Started, "only the root of the DAG starts")
 	require.Equal(t, domain.PhaseRunning, adv.Phase)
+	d, err := st.GetRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "RUNNING", d.Run.Phase)
+	require.Nil(t, d.Run.EndedAt)
+	require.Equal(t, "RUNNING", d.Actions[0].Action.Phase, "a0 mirrors the run")
+	require.Nil(t, d.Actions[0].Action.EndedAt)
 
 	runAttempt(t, st, w, tasksOf(t, st, key, "a")[0].Task.ID, domain.TaskSucceeded, 0)
 	adv, err = st.AdvanceRun(ctx, key)
@@ -98,10 +104,11 @@ func TestDAGRunToSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, domain.PhaseSucceeded, adv.Phase)
 
-	d, err := st.GetRun(ctx, key)
+	d, err = st.GetRun(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, "SUCCEEDED", d.Run.Phase)
 	require.NotNil(t, d.Run.EndedAt)
+	require.NotNil(t, d.Actions[0].Action.EndedAt)
 	var names []string
 	for _, a := range d.Actions {
 		names = append(names, a.Action.Name)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -144,14 +145,30 @@ func (p *placement) assign(ctx context.Context) error {
 	}
 	p.res.Placed += len(attempts)
 	p.s.metrics.placed.Add(float64(len(attempts)))
-	for _, a := range attempts {
-		if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
-			// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
-			p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
-		}
+	// One Redis round trip per attempt: in parallel, so the last attempt of a
+	// large pass does not wait for all the others' pushes.
+	next := make(chan store.Attempt)
+	var wg sync.WaitGroup
+	for range min(dispatchers, len(attempts)) {
+		wg.Go(func() {
+			for a := range next {
+				if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
+					// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
+					p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
+				}
+			}
+		})
 	}
+	for _, a := range attempts {
+		next <- a
+	}
+	close(next)
+	wg.Wait()
 	return nil
 }
+
+// dispatchers is how many attempt:run pushes a pass makes at once.
+const dispatchers = 8
 
 // preempt evicts lower-band attempts so that r fits on one worker (Iris's
 // preemption pass). It returns that worker's index when the room is free now
