@@ -226,11 +226,11 @@ type LiveAttempt struct {
 func (s *Store) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]LiveAttempt, error) {
 	var out []LiveAttempt
 	args := append([]any{}, subtreeArgs(key)...)
-	args = append(args, key.Project, key.Domain, key.Run, liveStates)
+	args = append(args, key.Project, key.Domain, key.Run)
 	err := s.q(ctx).Raw(`SELECT at.id, at.worker_id, w.address, w.state AS worker_state, w.last_heartbeat_at
 		FROM attempts at JOIN tasks t ON t.id = at.task_id LEFT JOIN workers w ON w.id = at.worker_id
 		WHERE t.action_name IN (`+subtreeSQL+`) AND t.project = ? AND t.domain = ? AND t.run_name = ?
-		AND at.state IN ? ORDER BY at.id`, args...).Scan(&out).Error
+		AND at.state IN `+sqlLive+` ORDER BY at.id`, args...).Scan(&out).Error
 	return out, mapErr(err)
 }
 

@@ -207,7 +207,7 @@ func (s *Store) killSurvivors(ctx context.Context, ev *Evaluation, key domain.Ac
 // highest priority band first, then oldest.
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 	var ts []Task
-	err := s.q(ctx).Where("state = ? AND (not_before IS NULL OR not_before <= now())", int16(domain.TaskPending)).
+	err := s.q(ctx).Where("state IN " + sqlPending + " AND (not_before IS NULL OR not_before <= now())").
 		Order("priority DESC, id").Limit(limit).Find(&ts).Error
 	return ts, mapErr(err)
 }
@@ -216,7 +216,7 @@ func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 // backoff, or nil.
 func (s *Store) NextPendingAt(ctx context.Context) (*time.Time, error) {
 	var at []time.Time
-	err := s.q(ctx).Model(&Task{}).Where("state = ? AND not_before > now()", int16(domain.TaskPending)).
+	err := s.q(ctx).Model(&Task{}).Where("state IN "+sqlPending+" AND not_before > now()").
 		Order("not_before").Limit(1).Pluck("not_before", &at).Error
 	if err != nil || len(at) == 0 {
 		return nil, mapErr(err)
@@ -261,7 +261,7 @@ func (s *Store) UnevaluatedAttempts(ctx context.Context, limit int) ([]int64, er
 // dispatch may have been lost with Redis), with their workers.
 func (s *Store) AssignedAttempts(ctx context.Context, cutoff time.Time, limit int) ([]Attempt, error) {
 	var as []Attempt
-	err := s.q(ctx).Where("state = ? AND created_at < ?", int16(domain.TaskAssigned), cutoff).Order("id").
+	err := s.q(ctx).Where("state IN "+sqlAssigned+" AND created_at < ?", cutoff).Order("id").
 		Limit(limit).Find(&as).Error
 	return as, mapErr(err)
 }

@@ -87,8 +87,8 @@ func (s *Store) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, e
 			return err
 		}
 		held := append([]int64{0}, b.Held...) // never empty: NOT IN () is not SQL
-		reply.Lost, err = tx.loseAttempts(ctx, "worker_id = ? AND state IN ? AND id NOT IN ? AND updated_at < ?",
-			[]any{id, []int16{int16(domain.TaskBuilding), int16(domain.TaskRunning)}, held, w.LastHeartbeatAt.Add(-lostMargin)},
+		reply.Lost, err = tx.loseAttempts(ctx, "worker_id = ? AND state IN "+sqlStarted+" AND id NOT IN ? AND updated_at < ?",
+			[]any{id, held, w.LastHeartbeatAt.Add(-lostMargin)},
 			"the worker no longer holds the attempt (its final report was lost)", at)
 		return err
 	})
@@ -101,8 +101,8 @@ func (s *Store) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, e
 func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reason string, now time.Time) ([]LostAttempt, error) {
 	var lost []LostAttempt
 	q := `UPDATE attempts SET state = ?, cause = ?, error = ?, finished_at = ?, updated_at = ?
-		WHERE state IN ? AND (` + where + `) RETURNING id, task_id, worker_id`
-	all := append([]any{int16(domain.TaskWorkerFailed), CauseWorkerLost, reason, now, now, liveStates}, args...)
+		WHERE state IN ` + sqlLive + ` AND (` + where + `) RETURNING id, task_id, worker_id`
+	all := append([]any{int16(domain.TaskWorkerFailed), CauseWorkerLost, reason, now, now}, args...)
 	if err := s.q(ctx).Raw(q, all...).Scan(&lost).Error; err != nil {
 		return nil, mapErr(err)
 	}
@@ -144,7 +144,7 @@ func (s *Store) ReapDeadWorkers(ctx context.Context, cutoff time.Time) (Reaped, 
 	err := s.InTx(ctx, func(tx *Store) error {
 		now := time.Now().UTC()
 		if err := tx.q(ctx).Raw(`UPDATE workers SET state = ?, updated_at = ?, version = version + 1
-			WHERE state = ? AND last_heartbeat_at < ? RETURNING id`, WorkerDead, now, WorkerAlive, cutoff.UTC()).
+			WHERE state = '`+WorkerAlive+`' AND last_heartbeat_at < ? RETURNING id`, WorkerDead, now, cutoff.UTC()).
 			Scan(&r.Dead).Error; err != nil {
 			return mapErr(err)
 		}
@@ -327,8 +327,8 @@ func (s *Store) DeregisterWorker(ctx context.Context, id string) ([]LostAttempt,
 // (they hold no live attempt: ReapDeadWorkers ended them) and returns how
 // many it deleted.
 func (s *Store) DeleteDeadWorkers(ctx context.Context, cutoff time.Time) (int64, error) {
-	res := s.q(ctx).Where("state = ? AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.worker_id = workers.id AND a.state IN ?)",
-		WorkerDead, cutoff.UTC(), liveStates).Delete(&Worker{})
+	res := s.q(ctx).Where("state = ? AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.worker_id = workers.id AND a.state IN "+sqlLive+")",
+		WorkerDead, cutoff.UTC()).Delete(&Worker{})
 	return res.RowsAffected, mapErr(res.Error)
 }
 

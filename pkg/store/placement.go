@@ -50,7 +50,7 @@ type Finalized struct {
 // ended.
 func (s *Store) ExpireSchedulingDeadlines(ctx context.Context) ([]Finalized, error) {
 	var tasks []Task
-	if err := s.q(ctx).Where("state = ? AND scheduling_deadline < now()", int16(domain.TaskPending)).
+	if err := s.q(ctx).Where("state IN " + sqlPending + " AND scheduling_deadline < now()").
 		Order("id").Limit(1000).Find(&tasks).Error; err != nil {
 		return nil, mapErr(err)
 	}
@@ -103,10 +103,9 @@ func (s *Store) TimedOutTasks(ctx context.Context) ([]TimedOut, error) {
 	err := s.q(ctx).Raw(`SELECT DISTINCT ON (t.project, t.domain, t.run_name, t.action_name)
 			t.project, t.domain, t.run_name, t.action_name, t.idx, t.timeout_ms
 		FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.number = t.attempt_count
-		WHERE t.timeout_ms > 0 AND t.state IN ? AND a.started_at IS NOT NULL
+		WHERE t.timeout_ms > 0 AND t.state IN ` + sqlStarted + ` AND a.started_at IS NOT NULL
 		AND a.started_at + t.timeout_ms * interval '1 millisecond' < now()
-		ORDER BY t.project, t.domain, t.run_name, t.action_name, t.idx LIMIT 1000`,
-		[]int16{int16(domain.TaskBuilding), int16(domain.TaskRunning)}).Scan(&rows).Error
+		ORDER BY t.project, t.domain, t.run_name, t.action_name, t.idx LIMIT 1000`).Scan(&rows).Error
 	out := make([]TimedOut, len(rows))
 	for i, r := range rows {
 		out[i] = TimedOut{Action: domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.RunName}.Action(r.ActionName),
@@ -134,7 +133,7 @@ func (s *Store) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOn
 	var out []LiveOnWorker
 	err := s.q(ctx).Raw(`SELECT a.id AS attempt_id, a.worker_id, a.state, t.priority, t.cpu_millis, t.memory_bytes
 		FROM attempts a JOIN tasks t ON t.id = a.task_id
-		WHERE a.worker_id IN ? AND a.state IN ? ORDER BY a.id`, workerIDs, liveStates).Scan(&out).Error
+		WHERE a.worker_id IN ? AND a.state IN `+sqlLive+` ORDER BY a.id`, workerIDs).Scan(&out).Error
 	return out, mapErr(err)
 }
 

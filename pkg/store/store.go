@@ -8,7 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/postgres"
@@ -128,4 +132,29 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// Literal state sets for the queries that should use a partial index. A
+// prepared statement (pgx prepares each one per connection) soon runs a
+// generic plan, and a generic plan cannot prove that `state = $1` implies an
+// index's `WHERE state = 1`: it scans instead. So those queries write the
+// states into their text.
+var (
+	// sqlPending is PENDING, the predicate of the tasks_pending* indexes.
+	sqlPending = sqlStates(domain.TaskPending)
+	// sqlLive is the live attempt states, attempts_live's predicate.
+	sqlLive = sqlStates(domain.TaskBuilding, domain.TaskRunning, domain.TaskAssigned)
+	// sqlStarted is BUILDING and RUNNING, tasks_running_timeout's predicate.
+	sqlStarted = sqlStates(domain.TaskBuilding, domain.TaskRunning)
+	// sqlAssigned is ASSIGNED, a subset of attempts_live's predicate.
+	sqlAssigned = sqlStates(domain.TaskAssigned)
+)
+
+// sqlStates renders states as a parenthesised SQL list: "(2, 3)".
+func sqlStates(states ...domain.TaskState) string {
+	parts := make([]string, len(states))
+	for i, st := range states {
+		parts[i] = strconv.Itoa(int(st))
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
 }

@@ -69,9 +69,8 @@ func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]W
 	err := s.q(ctx).Raw(`SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
 		COALESCE(l.mem, 0) AS used_memory_bytes FROM workers w
 		LEFT JOIN (SELECT a.worker_id, count(*) AS used, sum(t.cpu_millis) AS cpu, sum(t.memory_bytes) AS mem
-			FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.state IN ? GROUP BY a.worker_id) l
-		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`,
-		append([]any{liveStates}, args...)...).Scan(&out).Error
+			FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.state IN `+sqlLive+` GROUP BY a.worker_id) l
+		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error
 	return out, mapErr(err)
 }
 
