@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -40,7 +39,7 @@ func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error)
 		raw []byte
 		v   any
 	}{{rawAttempt, &r.Attempt}, {rawTask, &r.Task}, {rawAction, &r.Action}} {
-		if err := json.Unmarshal(d.raw, d.v); err != nil {
+		if err := decodeRows(d.raw, d.v); err != nil {
 			return r, fmt.Errorf("attempt %d: decode rows: %w", id, err)
 		}
 	}
@@ -155,10 +154,10 @@ func (s *Store) lockAttemptTask(ctx context.Context, id int64) (Attempt, Task, e
 	if err != nil {
 		return a, t, mapErr(err)
 	}
-	if err := json.Unmarshal(rawAttempt, &a); err != nil {
+	if err := decodeRows(rawAttempt, &a); err != nil {
 		return a, t, fmt.Errorf("attempt %d: decode row: %w", id, err)
 	}
-	if err := json.Unmarshal(rawTask, &t); err != nil {
+	if err := decodeRows(rawTask, &t); err != nil {
 		return a, t, fmt.Errorf("attempt %d: decode task row: %w", id, err)
 	}
 	return a, t, nil

@@ -163,7 +163,7 @@ func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Ru
 		raw []byte
 		v   any
 	}{{rawRun, &run}, {rawActions, &actions}, {rawTasks, &tasks}, {rawAttempts, &attempts}} {
-		if err := json.Unmarshal(d.raw, d.v); err != nil {
+		if err := decodeRows(d.raw, d.v); err != nil {
 			return run, nil, fmt.Errorf("run %s: decode rows: %w", key, err)
 		}
 	}
