@@ -27,7 +27,7 @@ type config struct {
 	// again (asynq's TaskCheckInterval). Default 100ms.
 	TaskCheckInterval time.Duration `env:"CAPSTAN_TASK_CHECK_INTERVAL"`
 	// WorkerGrace: a worker silent for longer, or not alive, is dead and its
-	// attempts count as already terminated. Default 10s.
+	// attempts count as already terminated. Default 5s.
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE"`
 	// Workers is how many aborts are processed at once. Default 5.
 	Workers int `env:"ABORT_WORKERS"`

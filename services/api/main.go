@@ -27,8 +27,8 @@ type config struct {
 	// ABORT_MAX_ATTEMPTS); the api sizes the task's asynq retries from it. Default 10.
 	AbortMaxAttempts int `env:"ABORT_MAX_ATTEMPTS" envDefault:"10"`
 	// WorkerGrace is how long a worker may miss heartbeats before it is shown
-	// as unresponsive. Default 10s.
-	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"10s"`
+	// as unresponsive. Default 5s.
+	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"5s"`
 	// MaxBodyBytes caps request bodies. Default 1 MiB.
 	MaxBodyBytes int64 `env:"CAPSTAN_API_MAX_BODY_BYTES" envDefault:"1048576"`
 }

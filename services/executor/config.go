@@ -44,8 +44,8 @@ type Config struct {
 	// default ./.data/executor.
 	DataDir string `env:"CAPSTAN_DATA_DIR" envDefault:"./.data/executor"`
 	// HeartbeatInterval is the time between heartbeats. Env
-	// CAPSTAN_HEARTBEAT_INTERVAL, default 2s.
-	HeartbeatInterval time.Duration `env:"CAPSTAN_HEARTBEAT_INTERVAL" envDefault:"2s"`
+	// CAPSTAN_HEARTBEAT_INTERVAL, default 1s.
+	HeartbeatInterval time.Duration `env:"CAPSTAN_HEARTBEAT_INTERVAL" envDefault:"1s"`
 	// PollInterval is how often an idle consumer polls its queue (asynq
 	// TaskCheckInterval: it sleeps half of it to one and a half between
 	// empty polls); it bounds dispatch latency. Each idle executor then makes

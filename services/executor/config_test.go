@@ -30,7 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, "127.0.0.1:0", cfg.Addr)
 	require.Equal(t, 4, cfg.Slots)
 	require.Equal(t, "./.data/executor", cfg.DataDir)
-	require.Equal(t, 2*time.Second, cfg.HeartbeatInterval)
+	require.Equal(t, time.Second, cfg.HeartbeatInterval)
 	require.Equal(t, 5*time.Millisecond, cfg.PollInterval)
 	require.Equal(t, 2*time.Second, cfg.KillGrace)
 	require.Equal(t, 64<<10, cfg.LogLimit)

@@ -29,8 +29,8 @@ type config struct {
 	// ResyncPeriod re-derives all work from Postgres. Default 5m.
 	ResyncPeriod time.Duration `env:"CAPSTAN_RESYNC_PERIOD" envDefault:"5m"`
 	// WorkerGrace: a worker silent this long is dead: its attempts become
-	// WORKER_FAILED and are requeued. Default 10s.
-	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"10s"`
+	// WORKER_FAILED and are requeued. Default 5s (five heartbeats).
+	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"5s"`
 	// WorkerBackoffTable is ARC's failure backoff: a worker with n failures
 	// takes no new work until entry n after the last one, and is deleted
 	// past the last entry (its executor registers again). Durations, comma

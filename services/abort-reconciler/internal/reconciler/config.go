@@ -41,7 +41,7 @@ type Config struct {
 	// the kill itself, paces a wide abort. Default 32.
 	CallConcurrency int
 	// WorkerGrace: a worker whose last heartbeat is older than this is dead,
-	// and its attempts count as already terminated. Default 10s.
+	// and its attempts count as already terminated. Default 5s.
 	WorkerGrace time.Duration
 	// DelayedTaskCheckInterval is how often asynq moves due retry tasks to
 	// pending; asynq's own default (5s) would make short backoffs lag.
@@ -62,7 +62,7 @@ const (
 	DefaultResyncPeriod             = 5 * time.Minute
 	DefaultCallTimeout              = 10 * time.Second
 	DefaultCallConcurrency          = 32
-	DefaultWorkerGrace              = 10 * time.Second
+	DefaultWorkerGrace              = 5 * time.Second
 	DefaultDelayedTaskCheckInterval = 100 * time.Millisecond
 	DefaultTaskCheckInterval        = 100 * time.Millisecond
 )

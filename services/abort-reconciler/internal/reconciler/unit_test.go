@@ -106,7 +106,7 @@ func TestConfig(t *testing.T) {
 	require.NoError(t, c.validate())
 	require.Equal(t, Config{Queue: queue.Abort, SchedulerQueue: queue.Scheduler, Workers: 5, MaxAttempts: 10, InitialDelay: time.Second,
 		MaxDelay: 5 * time.Minute, ResyncPeriod: 5 * time.Minute, CallTimeout: 10 * time.Second, CallConcurrency: 32,
-		WorkerGrace: 10 * time.Second, DelayedTaskCheckInterval: 100 * time.Millisecond,
+		WorkerGrace: 5 * time.Second, DelayedTaskCheckInterval: 100 * time.Millisecond,
 		TaskCheckInterval: 100 * time.Millisecond}, c)
 	require.Equal(t, 15, Config{}.TaskMaxRetry())
 	require.Equal(t, 8, Config{MaxAttempts: 3}.TaskMaxRetry())

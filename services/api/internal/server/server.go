@@ -35,7 +35,7 @@ type Deps struct {
 type Config struct {
 	// AbortMaxAttempts sizes an abort task's asynq retries. Default 10.
 	AbortMaxAttempts int
-	// WorkerGrace: a worker silent this long is shown unresponsive. Default 10s.
+	// WorkerGrace: a worker silent this long is shown unresponsive. Default 5s.
 	WorkerGrace time.Duration
 	// MaxBodyBytes caps request bodies. Default 1 MiB.
 	MaxBodyBytes int64
@@ -54,7 +54,7 @@ var _ api.StrictServerInterface = (*Handlers)(nil)
 // New builds the echo server with every route.
 func New(d Deps, cfg Config) *echo.Echo {
 	cfg.AbortMaxAttempts = cmp.Or(cfg.AbortMaxAttempts, 10)
-	cfg.WorkerGrace = cmp.Or(cfg.WorkerGrace, 10*time.Second)
+	cfg.WorkerGrace = cmp.Or(cfg.WorkerGrace, 5*time.Second)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
 
 	e := echo.New()

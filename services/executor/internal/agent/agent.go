@@ -34,7 +34,7 @@ type Config struct {
 	// Resources is the capacity the worker offers (cpu millicores, memory
 	// bytes); nil fields are undeclared.
 	Resources api.Resources
-	// HeartbeatInterval is the time between heartbeats. Default 2s.
+	// HeartbeatInterval is the time between heartbeats. Default 1s.
 	HeartbeatInterval time.Duration
 	// PollInterval is asynq's TaskCheckInterval: an idle consumer polls its
 	// queue about this often, which bounds dispatch latency. Default 5ms.
@@ -70,7 +70,7 @@ type Agent struct {
 // redis and runs attempts with sup. Errors: an invalid config.
 func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, cfg Config, log *slog.Logger) (*Agent, error) {
 	cfg.Slots = cmp.Or(cfg.Slots, 4)
-	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 2*time.Second)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 5*time.Millisecond)
 	cfg.RegisterBackoff = cmp.Or(cfg.RegisterBackoff, 200*time.Millisecond)
 	cfg.FullRetryDelay = cmp.Or(cfg.FullRetryDelay, 200*time.Millisecond)

@@ -28,7 +28,7 @@ type Config struct {
 	// ResyncPeriod is how often everything is re-derived from Postgres
 	// (KubeVela's state keep). Default 5m.
 	ResyncPeriod time.Duration
-	// WorkerGrace: a worker silent this long gets no new work. Default 10s.
+	// WorkerGrace: a worker silent this long gets no new work. Default 5s.
 	WorkerGrace time.Duration
 	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched by
 	// the resync (asynq dedupes by attempt id). Default 30s.
@@ -46,7 +46,7 @@ type Config struct {
 func (c *Config) defaults() {
 	c.Tick = cmp.Or(c.Tick, time.Second)
 	c.ResyncPeriod = cmp.Or(c.ResyncPeriod, 5*time.Minute)
-	c.WorkerGrace = cmp.Or(c.WorkerGrace, 10*time.Second)
+	c.WorkerGrace = cmp.Or(c.WorkerGrace, 5*time.Second)
 	c.DispatchGrace = cmp.Or(c.DispatchGrace, 30*time.Second)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
 	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, 15)
