@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -40,10 +41,12 @@ func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 	return d, nil
 }
 
-// environ is the process's environment: the executor's own, then the spec's
-// env (in key order), then the CAPSTAN_* variables, which win.
+// environ is the process's environment: the executor's own without its
+// CAPSTAN_* settings (the Redis address, the api's URL: user code has no
+// business with them), then the spec's env (in key order), then the
+// attempt's CAPSTAN_* variables, which win.
 func environ(spec api.AttemptSpec, d dirs) []string {
-	env := os.Environ()
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CAPSTAN_") })
 	keys := make([]string, 0, len(spec.Env))
 	for k := range spec.Env {
 		keys = append(keys, k)

@@ -135,6 +135,21 @@ func TestRunReportsEachStateWithEnv(t *testing.T) {
 	require.Eventually(t, func() bool { return !s.Holds(41) }, waitFor, tick)
 }
 
+// TestExecutorSettingsDoNotLeak checks that an attempt inherits the
+// executor's environment but not its CAPSTAN_* settings. It sets variables,
+// so it does not run in parallel.
+func TestExecutorSettingsDoNotLeak(t *testing.T) {
+	t.Setenv("CAPSTAN_REDIS_ADDR", "10.0.0.9:6379")
+	t.Setenv("CAPSTAN_TEST_INHERITED", "yes")
+	t.Setenv("KEEP_ME", "kept")
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{DataDir: t.TempDir()})
+	require.NoError(t, s.Start(spec(43, `echo "[${CAPSTAN_REDIS_ADDR-unset}] [${CAPSTAN_TEST_INHERITED-unset}] [$KEEP_ME] [$CAPSTAN_RUN]"`)))
+	final := rec.await(t, 43, api.TaskStateSUCCEEDED)
+	require.Equal(t, "[unset] [unset] [kept] [run-1]\n", *final.Stdout)
+	require.Eventually(t, func() bool { return !s.Holds(43) }, waitFor, tick)
+}
+
 func TestNonZeroExitIsUserFailure(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
