@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -234,4 +236,38 @@ func TestStopListAndPlaceableWorkers(t *testing.T) {
 	ws, err = st.PlaceableWorkers(ctx, time.Nanosecond)
 	require.NoError(t, err)
 	require.Empty(t, ws, "a worker silent past the grace gets no work")
+}
+
+// TestConcurrentCreatesWithOneIdempotencyKey checks that creates racing
+// with the same Idempotency-Key all answer with one run: the losers of the
+// unique index get the winner's run, not a conflict.
+func TestConcurrentCreatesWithOneIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
+	spec.Normalize()
+	for round := range 10 {
+		names := make([]string, 8)
+		created := make([]bool, 8)
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				d, c, err := st.CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d",
+					Run: fmt.Sprintf("r%d-%d", round, i)}, Spec: spec, IdempotencyKey: fmt.Sprintf("key-%d", round)})
+				names[i], created[i], errs[i] = d.Run.Name, c, err
+			})
+		}
+		wg.Wait()
+		n := 0
+		for i := range 8 {
+			require.NoError(t, errs[i], "round %d, create %d", round, i)
+			require.Equal(t, names[0], names[i], "round %d: one run for one key", round)
+			if created[i] {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "round %d: exactly one create inserted", round)
+	}
 }

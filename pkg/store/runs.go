@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // NewRun is what CreateRun inserts.
@@ -72,6 +73,10 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 			run.IdempotencyKey = &nr.IdempotencyKey
 		}
 		if err := tx.q(ctx).Create(&run).Error; err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
+				return errIdempotencyRace
+			}
 			return mapErr(err)
 		}
 		root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
@@ -82,12 +87,27 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 		d = RunDetail{Run: run, Actions: []ActionDetail{{Action: root}}}
 		return tx.event(ctx, nr.Key, domain.RootActionName, "run.created", map[string]any{"phase": run.Phase})
 	})
+	if errors.Is(err, errIdempotencyRace) {
+		// A concurrent create with the same key committed first: answer
+		// with its run, as a retry after it would have been.
+		var run Run
+		err = s.q(ctx).Select("name").Where("project = ? AND domain = ? AND idempotency_key = ?",
+			nr.Key.Project, nr.Key.Domain, nr.IdempotencyKey).Take(&run).Error
+		if err != nil {
+			return RunDetail{}, false, mapErr(err)
+		}
+		earlier = &domain.RunKey{Project: nr.Key.Project, Domain: nr.Key.Domain, Run: run.Name}
+	}
 	if err != nil || earlier == nil {
 		return d, err == nil, err
 	}
 	d, err = s.GetRun(ctx, *earlier)
 	return d, false, err
 }
+
+// errIdempotencyRace: the run's insert lost to a concurrent create with the
+// same Idempotency-Key.
+var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 
 // GetRun returns a run with its actions, tasks and attempts.
 // Errors: ErrNotFound.
