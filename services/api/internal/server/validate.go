@@ -46,14 +46,21 @@ func validator() echo.MiddlewareFunc {
 			if err != nil {
 				return next(c)
 			}
+			var raw []byte // the body as sent: validation may rewrite it
+			if route.Operation.RequestBody != nil {
+				if raw, err = readBody(req); err != nil {
+					return requestProblem(err)
+				}
+			}
 			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 			if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
 				return requestProblem(err)
 			}
-			if route.Operation.RequestBody != nil {
-				if err := rejectNUL(req); err != nil {
-					return err
-				}
+			if err := rejectTrailing(raw); err != nil {
+				return err
+			}
+			if err := rejectNUL(raw); err != nil {
+				return err
 			}
 			return next(c)
 		}
@@ -156,21 +163,45 @@ func jsonPath(prefix string, pointer []string) string {
 	return b.String()
 }
 
+// readBody reads the request's body and puts it back for the next reader.
+func readBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	raw, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(raw))
+	return raw, nil
+}
+
+// rejectTrailing refuses a body holding more than one JSON document, such
+// as {"reason":"x"}x (400): validation and the handler's decoder read the
+// first and drop the rest unseen. Whitespace may follow.
+func rejectTrailing(raw []byte) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var first json.RawMessage
+	if dec.Decode(&first) != nil {
+		return nil // not JSON: the handler's decoding answers it
+	}
+	if _, err := dec.Token(); err == io.EOF {
+		return nil
+	}
+	const msg = "unexpected data after the JSON document"
+	return problem.New(http.StatusBadRequest, problem.CodeInvalid, "body: "+msg,
+		problem.FieldError{Field: "body", Message: msg})
+}
+
 // rejectNUL refuses a JSON body with U+0000 in a string or a key (400 naming
 // the field): Postgres stores it in neither text nor jsonb, so it would
 // otherwise fail the insert with a 500, and no name, command or log line
 // needs it (the executor strips NUL from output). In valid JSON a NUL can
-// only be written as the escape \u0000. The body was read and validated
-// already.
-func rejectNUL(req *http.Request) error {
-	if req.Body == nil || req.Body == http.NoBody {
-		return nil
-	}
-	raw, err := io.ReadAll(req.Body)
-	if err != nil {
-		return requestProblem(err)
-	}
-	req.Body = io.NopCloser(bytes.NewReader(raw))
+// only be written as the escape \u0000.
+func rejectNUL(raw []byte) error {
 	if !bytes.Contains(raw, []byte(`\u0000`)) {
 		return nil
 	}
