@@ -2,25 +2,17 @@ package store_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
-	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.NewURL(t)
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	st, db := openWithDB(t)
 	w1, w2 := registerWorker(t, st), registerWorker(t, st)
 	a := newRun(t, st, "a", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(2)}}})
 	b := newRun(t, st, "b", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})

@@ -28,7 +28,6 @@ func BenchmarkSingleTaskRun(b *testing.B) {
 	}
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
 	spec.Normalize()
-	exit := 0
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		key := domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("r%d", i)}
@@ -44,14 +43,7 @@ func BenchmarkSingleTaskRun(b *testing.B) {
 			b.Fatalf("assign: %v %t", err, ok)
 		}
 		must(b, func() error { _, err := st.GetAttemptRun(ctx, a.ID); return err })
-		must(b, func() error {
-			_, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
-			return err
-		})
-		must(b, func() error {
-			_, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
-			return err
-		})
+		reportSucceeded(b, st, a.ID)
 		must(b, func() error { _, err := st.RecordWorkerFailure(ctx, a.ID, domain.Table{0}); return err })
 		ev, err := st.EvaluateAttempt(ctx, a.ID, noDelay)
 		if err != nil || ev.ActionPhase != domain.PhaseSucceeded {
@@ -96,15 +88,7 @@ func BenchmarkGetRun(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				exit := 0
-				must(b, func() error {
-					_, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
-					return err
-				})
-				must(b, func() error {
-					_, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
-					return err
-				})
+				reportSucceeded(b, st, a.ID)
 				must(b, func() error { _, err := st.EvaluateAttempt(ctx, a.ID, noDelay); return err })
 			}
 		}
@@ -116,6 +100,17 @@ func BenchmarkGetRun(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := st.GetRun(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// reportSucceeded reports attempt id RUNNING, then SUCCEEDED with exit code 0.
+func reportSucceeded(b *testing.B, st *store.Store, id int64) {
+	b.Helper()
+	exit := 0
+	for _, r := range []store.Report{{State: domain.TaskRunning}, {State: domain.TaskSucceeded, ExitCode: &exit}} {
+		if _, err := st.ReportAttempt(context.Background(), id, r); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
-	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -21,15 +20,9 @@ import (
 func TestDetailsMatchRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.NewURL(t)
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4})
+	st, sqlDB := openWithDB(t)
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{})
 	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	db, err := gorm.Open(postgres.Open(url), &gorm.Config{})
-	require.NoError(t, err)
-	sqlDB, err := db.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { sqlDB.Close() })
 
 	w := registerWorker(t, st)
 	key := newRun(t, st, "r", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{

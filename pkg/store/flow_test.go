@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"testing"
@@ -27,6 +28,20 @@ func newRun(t *testing.T, st *store.Store, name string, spec domain.WorkflowSpec
 	require.NoError(t, err)
 	require.True(t, created)
 	return key
+}
+
+// openWithDB opens a Store on a fresh database, and the same database with
+// database/sql, for tests that check rows directly.
+func openWithDB(t *testing.T) (*store.Store, *sql.DB) {
+	t.Helper()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return st, db
 }
 
 func registerWorker(t *testing.T, st *store.Store) store.Worker {
