@@ -28,7 +28,8 @@ func TestDetailsMatchRows(t *testing.T) {
 	key := newRun(t, st, "r", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
 		{Name: "a", Plugin: domain.PluginShell, Command: "true", MaxRetriesFailure: intp(1),
 			Constraints: []domain.Constraint{{Key: "zone", Op: domain.OpEQ, Value: "a"}}},
-		{Name: "b", Plugin: domain.PluginShell, Command: "sleep 9", Replicas: intp(2), Timeout: "1m"}}})
+		{Name: "b", Plugin: domain.PluginShell, Command: "sleep 9", Replicas: intp(2), Timeout: "1m"},
+		{Name: "c", Plugin: domain.PluginNoop, DependsOn: []string{"a", "b"}}}})
 	_, err = st.AdvanceRun(ctx, key)
 	require.NoError(t, err)
 	a := tasksOf(t, st, key, "a")[0].Task
@@ -51,8 +52,9 @@ func TestDetailsMatchRows(t *testing.T) {
 	var run store.Run
 	require.NoError(t, db.Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&run).Error)
 	requireSameJSON(t, run, d.Run)
-	require.Len(t, d.Actions, 3)
-	for i, name := range []string{domain.RootActionName, "a", "b"} {
+	require.Len(t, d.Actions, 4)
+	require.Equal(t, []string{"a", "b"}, []string(d.Actions[3].Action.DependsOn))
+	for i, name := range []string{domain.RootActionName, "a", "b", "c"} {
 		got := d.Actions[i]
 		var act store.Action
 		require.NoError(t, db.Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
