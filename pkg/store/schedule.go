@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -64,7 +62,10 @@ func (s *Store) AdvanceRun(ctx context.Context, key domain.RunKey) (Advance, err
 		}
 		adv.Started = p.Start
 		if domain.CanMovePhase(adv.Phase, p.Phase) {
-			if err := tx.setRootPhase(ctx, key, adv.Phase, p.Phase, now); err != nil {
+			if err := tx.setActionPhase(ctx, key.Action(domain.RootActionName), adv.Phase, p.Phase, now); err != nil {
+				return err
+			}
+			if err := tx.setRunPhase(ctx, key, p.Phase, now); err != nil {
 				return err
 			}
 			adv.Phase = p.Phase
@@ -171,37 +172,4 @@ func (s *Store) setActionPhase(ctx context.Context, key domain.ActionKey, from, 
 		return mapErr(res.Error)
 	}
 	return s.event(ctx, key.RunKey, key.Action, "action.phase", map[string]any{"from": from, "to": to})
-}
-
-// setRootPhase moves a run's root action a0 (unless terminal) and the run
-// row, which mirrors it, from phase from to phase to in one statement, and
-// writes a0's event. A terminal phase also sets ended_at. Errors:
-// ErrNotFound.
-func (s *Store) setRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
-	if !domain.CanMovePhase(from, to) {
-		return nil
-	}
-	var ended *time.Time
-	if to.IsTerminal() {
-		ended = &now
-	}
-	var moved bool
-	err := s.q(ctx).Raw(`WITH a AS (
-			UPDATE actions SET phase = @to, updated_at = @now, version = version + 1,
-			       ended_at = coalesce(CAST(@ended AS timestamptz), ended_at)
-			 WHERE project = @project AND domain = @domain AND run_name = @run AND name = @root AND phase NOT IN @terminal
-			RETURNING 1)
-		UPDATE runs SET phase = @to, updated_at = @now, version = version + 1, ended_at = coalesce(CAST(@ended AS timestamptz), ended_at)
-		 WHERE project = @project AND domain = @domain AND name = @run
-		RETURNING EXISTS (SELECT FROM a)`,
-		sql.Named("to", string(to)), sql.Named("now", now), sql.Named("ended", ended),
-		sql.Named("project", key.Project), sql.Named("domain", key.Domain), sql.Named("run", key.Run),
-		sql.Named("root", domain.RootActionName), sql.Named("terminal", terminalPhases())).Row().Scan(&moved)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ErrNotFound
-	}
-	if err != nil || !moved {
-		return mapErr(err)
-	}
-	return s.event(ctx, key, domain.RootActionName, "action.phase", map[string]any{"from": from, "to": to})
 }
