@@ -35,13 +35,8 @@ func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error)
 	if err != nil {
 		return r, mapErr(err)
 	}
-	for _, d := range []struct {
-		raw []byte
-		v   any
-	}{{rawAttempt, &r.Attempt}, {rawTask, &r.Task}, {rawAction, &r.Action}} {
-		if err := decodeRows(d.raw, d.v); err != nil {
-			return r, fmt.Errorf("attempt %d: decode rows: %w", id, err)
-		}
+	if err := decodeEach([][]byte{rawAttempt, rawTask, rawAction}, &r.Attempt, &r.Task, &r.Action); err != nil {
+		return r, fmt.Errorf("attempt %d: decode rows: %w", id, err)
 	}
 	r.Proceed = proceed(r.Attempt, r.Task)
 	return r, nil
@@ -154,11 +149,8 @@ func (s *Store) lockAttemptTask(ctx context.Context, id int64) (Attempt, Task, e
 	if err != nil {
 		return a, t, mapErr(err)
 	}
-	if err := decodeRows(rawAttempt, &a); err != nil {
-		return a, t, fmt.Errorf("attempt %d: decode row: %w", id, err)
-	}
-	if err := decodeRows(rawTask, &t); err != nil {
-		return a, t, fmt.Errorf("attempt %d: decode task row: %w", id, err)
+	if err := decodeEach([][]byte{rawAttempt, rawTask}, &a, &t); err != nil {
+		return a, t, fmt.Errorf("attempt %d: decode rows: %w", id, err)
 	}
 	return a, t, nil
 }

@@ -163,3 +163,13 @@ type RunEvent struct {
 // encoding/json that decodes these rows about 6 times faster (3.4 vs 20 µs
 // for two tasks): decoding was 29 % of the api's CPU on GETs of a run.
 func decodeRows(raw []byte, v any) error { return gojson.Unmarshal(raw, v) }
+
+// decodeEach decodes raw[i] into v[i] with decodeRows.
+func decodeEach(raw [][]byte, v ...any) error {
+	for i := range raw {
+		if err := decodeRows(raw[i], v[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

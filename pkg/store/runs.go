@@ -56,15 +56,9 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 	var earlier *domain.RunKey
 	err = s.InTx(ctx, func(tx *Store) error {
 		if nr.IdempotencyKey != "" {
-			var run Run
-			err := tx.q(ctx).Select("name").Where("project = ? AND domain = ? AND idempotency_key = ?",
-				nr.Key.Project, nr.Key.Domain, nr.IdempotencyKey).Take(&run).Error
-			if err == nil {
-				earlier = &domain.RunKey{Project: nr.Key.Project, Domain: nr.Key.Domain, Run: run.Name}
-				return nil
-			}
-			if !errors.Is(mapErr(err), ErrNotFound) {
-				return mapErr(err)
+			var err error
+			if earlier, err = tx.runByIdempotencyKey(ctx, nr); earlier != nil || !errors.Is(err, ErrNotFound) {
+				return err
 			}
 		}
 		run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: spec,
@@ -90,19 +84,26 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 	if errors.Is(err, errIdempotencyRace) {
 		// A concurrent create with the same key committed first: answer
 		// with its run, as a retry after it would have been.
-		var run Run
-		err = s.q(ctx).Select("name").Where("project = ? AND domain = ? AND idempotency_key = ?",
-			nr.Key.Project, nr.Key.Domain, nr.IdempotencyKey).Take(&run).Error
-		if err != nil {
-			return RunDetail{}, false, mapErr(err)
+		if earlier, err = s.runByIdempotencyKey(ctx, nr); err != nil {
+			return RunDetail{}, false, err
 		}
-		earlier = &domain.RunKey{Project: nr.Key.Project, Domain: nr.Key.Domain, Run: run.Name}
 	}
 	if err != nil || earlier == nil {
 		return d, err == nil, err
 	}
 	d, err = s.GetRun(ctx, *earlier)
 	return d, false, err
+}
+
+// runByIdempotencyKey returns the key of the run created with nr's
+// Idempotency-Key in its project and domain. Errors: ErrNotFound.
+func (s *Store) runByIdempotencyKey(ctx context.Context, nr NewRun) (*domain.RunKey, error) {
+	var run Run
+	if err := s.q(ctx).Select("name").Where("project = ? AND domain = ? AND idempotency_key = ?",
+		nr.Key.Project, nr.Key.Domain, nr.IdempotencyKey).Take(&run).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	return &domain.RunKey{Project: nr.Key.Project, Domain: nr.Key.Domain, Run: run.Name}, nil
 }
 
 // errIdempotencyRace: the run's insert lost to a concurrent create with the
@@ -147,10 +148,11 @@ func (s *Store) GetAction(ctx context.Context, key domain.ActionKey) (ActionDeta
 	return ds[0], nil
 }
 
-// detailsSQL reads a run's row with its actions (@only, or all when it is
-// ”), their tasks and the tasks' attempts, each as JSON Postgres builds
-// from the rows (the models' json tags are the column names): one round
-// trip, however many rows. Actions come root first, then in creation order.
+// detailsSQL reads a run's row with its actions (the one named @only, or
+// all when @only is empty), their tasks and the tasks' attempts, each as
+// the JSON Postgres builds from the rows (the models' json tags are the
+// column names): one round trip, however many rows. Actions come root
+// first, then in creation order.
 const detailsSQL = `SELECT row_to_json(r),
 	(SELECT coalesce(json_agg(a ORDER BY a.parent_action_name NULLS FIRST, a.created_at, a.name), '[]')
 	   FROM actions a
@@ -179,13 +181,8 @@ func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Ru
 	var actions []Action
 	var tasks []Task
 	var attempts []Attempt
-	for _, d := range []struct {
-		raw []byte
-		v   any
-	}{{rawRun, &run}, {rawActions, &actions}, {rawTasks, &tasks}, {rawAttempts, &attempts}} {
-		if err := decodeRows(d.raw, d.v); err != nil {
-			return run, nil, fmt.Errorf("run %s: decode rows: %w", key, err)
-		}
+	if err := decodeEach([][]byte{rawRun, rawActions, rawTasks, rawAttempts}, &run, &actions, &tasks, &attempts); err != nil {
+		return run, nil, fmt.Errorf("run %s: decode rows: %w", key, err)
 	}
 	byTask := map[int64][]Attempt{}
 	for _, a := range attempts {
