@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
-
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"

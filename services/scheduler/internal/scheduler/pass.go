@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // PassResult is what one scheduling pass did.
@@ -147,24 +147,18 @@ func (p *placement) assign(ctx context.Context) error {
 	p.s.metrics.placed.Add(float64(len(attempts)))
 	// One Redis round trip per attempt: in parallel, so the last attempt of a
 	// large pass does not wait for all the others' pushes.
-	next := make(chan store.Attempt)
-	var wg sync.WaitGroup
-	for range min(dispatchers, len(attempts)) {
-		wg.Go(func() {
-			for a := range next {
-				if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
-					// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
-					p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
-				}
+	var g errgroup.Group
+	g.SetLimit(dispatchers)
+	for _, a := range attempts {
+		g.Go(func() error {
+			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
+				// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
+				p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
 			}
+			return nil
 		})
 	}
-	for _, a := range attempts {
-		next <- a
-	}
-	close(next)
-	wg.Wait()
-	return nil
+	return g.Wait()
 }
 
 // dispatchers is how many attempt:run pushes a pass makes at once.
