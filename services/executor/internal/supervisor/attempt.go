@@ -137,6 +137,9 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	if err != nil {
 		return systemFailure(err)
 	}
+	// The work directory goes with the attempt, once its process is gone
+	// (its output is in the final report); the run's shared one stays.
+	defer s.removeWorkDir(dirs.work)
 	proc, stopped, err := a.startProcess(runner.Spec{Command: a.spec.Command, Dir: dirs.work,
 		Env: environ(a.spec, dirs), LogLimit: s.cfg.LogLimit})
 	switch {

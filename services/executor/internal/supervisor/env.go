@@ -41,6 +41,14 @@ func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 	return d, nil
 }
 
+// removeWorkDir deletes an ended attempt's work directory; a failure is only
+// logged.
+func (s *Supervisor) removeWorkDir(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		s.log.Warn("remove work directory failed", "dir", dir, "err", err)
+	}
+}
+
 // environ is the process's environment: the executor's own without its
 // CAPSTAN_* settings (the Redis address, the api's URL: user code has no
 // business with them), then the spec's env (in key order), then the

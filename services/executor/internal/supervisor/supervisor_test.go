@@ -132,6 +132,8 @@ func TestRunReportsEachStateWithEnv(t *testing.T) {
 	require.Equal(t, 0, *final.ExitCode)
 	require.False(t, *final.Truncated)
 	require.Nil(t, final.Cause)
+	require.NoDirExists(t, work, "the work directory goes with the attempt")
+	require.DirExists(t, run, "the run's directory stays for its other tasks")
 	require.Eventually(t, func() bool { return !s.Holds(41) }, waitFor, tick)
 }
 
