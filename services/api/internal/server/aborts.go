@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
-	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
@@ -26,9 +24,7 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 	}
 	recs, next, err := h.store.ListAborts(ctx, f)
 	if errors.Is(err, store.ErrBadCursor) {
-		return api.ListAborts400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "cursor: not a cursor from this API",
-				problem.FieldError{Field: "cursor", Message: "not a cursor from this API"}))}, nil
+		return api.ListAborts400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: badCursor()}, nil
 	}
 	if err != nil {
 		return nil, err

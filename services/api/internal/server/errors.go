@@ -24,3 +24,10 @@ func apiProblem(status int, code, detail string, errs ...problem.FieldError) api
 func notFound(what string) api.ProblemApplicationProblemPlusJSONResponse {
 	return api.ProblemApplicationProblemPlusJSONResponse(apiProblem(http.StatusNotFound, problem.CodeNotFound, what+" not found"))
 }
+
+// badCursor is the 400 of a list whose cursor the API did not hand out.
+func badCursor() api.ProblemApplicationProblemPlusJSONResponse {
+	const msg = "not a cursor from this API"
+	return api.ProblemApplicationProblemPlusJSONResponse(apiProblem(http.StatusBadRequest, problem.CodeInvalid,
+		"cursor: "+msg, problem.FieldError{Field: "cursor", Message: msg}))
+}

@@ -102,9 +102,7 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 	}
 	runs, next, err := h.store.ListRuns(ctx, f)
 	if errors.Is(err, store.ErrBadCursor) {
-		return api.ListRuns400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "cursor: not a cursor from this API",
-				problem.FieldError{Field: "cursor", Message: "not a cursor from this API"}))}, nil
+		return api.ListRuns400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: badCursor()}, nil
 	}
 	if err != nil {
 		return nil, err
