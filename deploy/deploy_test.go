@@ -1,10 +1,8 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,10 +11,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -25,14 +23,6 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -53,41 +43,36 @@ const (
 var components = []string{"api", "scheduler", "abort-reconciler", "executor"}
 
 // wantEnv lists, for each component (and the migrate step, which runs the api
-// binary), the environment variables it reads and the value each must have;
-// "" accepts any non-empty value, for addresses that differ between compose
-// and Kubernetes.
+// binary), the settings a deployment must give it, and the value each must
+// have; "" accepts any non-empty value, for addresses that differ between
+// compose and Kubernetes. Redis is checked apart (one address, or sentinels),
+// and every other variable a service reads is checked against its source
+// (envProblems).
 var wantEnv = map[string]map[string]string{
 	"migrate": {
 		"CAPSTAN_DATABASE_URL": "",
 	},
 	"api": {
 		"CAPSTAN_DATABASE_URL": "",
-		"CAPSTAN_REDIS_ADDR":   "",
 		"CAPSTAN_API_ADDR":     "0.0.0.0:8080",
 	},
 	"scheduler": {
 		"CAPSTAN_DATABASE_URL": "",
-		"CAPSTAN_REDIS_ADDR":   "",
 		"CAPSTAN_METRICS_ADDR": "0.0.0.0:9091",
 	},
 	"abort-reconciler": {
 		"CAPSTAN_DATABASE_URL": "",
-		"CAPSTAN_REDIS_ADDR":   "",
 		"CAPSTAN_METRICS_ADDR": "0.0.0.0:9092",
-		"ABORT_WORKERS":        "5",
-		"ABORT_MAX_ATTEMPTS":   "10",
-		"ABORT_INITIAL_DELAY":  "1s",
-		"ABORT_MAX_DELAY":      "5m",
-		"ABORT_RESYNC_PERIOD":  "5m",
 	},
 	"executor": {
-		"CAPSTAN_REDIS_ADDR":     "",
-		"CAPSTAN_API_URL":        "",
-		"CAPSTAN_EXECUTOR_ADDR":  "0.0.0.0:9090",
-		"CAPSTAN_EXECUTOR_SLOTS": "4",
-		"CAPSTAN_DATA_DIR":       dataDir,
+		"CAPSTAN_API_URL":       "",
+		"CAPSTAN_EXECUTOR_ADDR": "0.0.0.0:9090",
+		"CAPSTAN_DATA_DIR":      dataDir,
 	},
 }
+
+// release is the version every Capstan image is tagged with.
+const release = "0.1.0"
 
 // listenVars are the variables that hold a component's listen address; the
 // port in each must be one the container declares.
@@ -233,9 +218,11 @@ func TestCompose(t *testing.T) {
 				want = "api"
 			}
 			require.Equalf(t, want, *arg, "%s is built with SERVICE=%s", name, want)
+			require.Equalf(t, "ghcr.io/capstan-run/capstan-"+want+":"+release, svc.Image,
+				"%s tags its build with the image name the Kubernetes manifests run", name)
 		}
 		postgres, redis := p.Services["postgres"], p.Services["redis"]
-		require.Equal(t, "postgres:15", postgres.Image, "postgres runs postgres:15")
+		require.Equal(t, "postgres:16", postgres.Image, "postgres runs postgres:16")
 		require.Equal(t, "redis:7", redis.Image, "redis runs redis:7")
 	})
 
@@ -251,6 +238,10 @@ func TestCompose(t *testing.T) {
 		require.Len(t, pgVolumes, 1, "postgres keeps its data in a volume")
 		require.Equal(t, types.VolumeTypeVolume, pgVolumes[0].Type, "postgres keeps its data in a named volume")
 		require.Equal(t, "/var/lib/postgresql/data", pgVolumes[0].Target, "postgres keeps its data in a volume")
+		redisVolumes := p.Services["redis"].Volumes
+		require.Len(t, redisVolumes, 1, "redis keeps its snapshots in a volume")
+		require.Equal(t, types.VolumeTypeVolume, redisVolumes[0].Type, "redis keeps its snapshots in a named volume")
+		require.Equal(t, "/data", redisVolumes[0].Target, "redis:7 snapshots to /data")
 	})
 
 	t.Run("migrate", func(t *testing.T) {
@@ -280,9 +271,17 @@ func TestCompose(t *testing.T) {
 
 	t.Run("environment", func(t *testing.T) {
 		t.Parallel()
+		reads := serviceEnvVars(t, root)
+		given := map[string]map[string]string{}
 		for name, want := range wantEnv {
 			svc, ok := p.Services[name]
 			require.Truef(t, ok, "service %s exists", name)
+			given[name] = map[string]string{}
+			for key, value := range svc.Environment {
+				if value != nil {
+					given[name][key] = *value
+				}
+			}
 			for key, value := range want {
 				got, ok := composeEnv(svc, key)
 				require.Truef(t, ok, "%s reads %s, so it must be set", name, key)
@@ -291,6 +290,47 @@ func TestCompose(t *testing.T) {
 					require.Equalf(t, value, got, "%s: %s", name, key)
 				}
 			}
+		}
+		require.Empty(t, envProblems(reads, given), "every variable a service reads is set or has a documented default")
+
+		// What `make up` gives each service, compose gives it, with this
+		// network's addresses: the same variables, and the same ports.
+		up := upEnv(t, root, reads)
+		for _, name := range components {
+			want := map[string]bool{}
+			for key := range up[name] {
+				want[key] = !isNotUsed(name, key)
+			}
+			if name == "executor" {
+				// Replicas share one environment: each names itself and
+				// advertises its own hostname.
+				delete(want, "CAPSTAN_EXECUTOR_NAME")
+				want["CAPSTAN_EXECUTOR_ADVERTISE_HOST_FROM_HOSTNAME"] = true
+			}
+			var wantKeys []string
+			for key, ok := range want {
+				if ok {
+					wantKeys = append(wantKeys, key)
+				}
+			}
+			require.ElementsMatchf(t, wantKeys, sortedKeys(given[name]), "%s: compose sets the variables scripts/up.sh sets (and no tuning of its own)", name)
+			for _, key := range listenVars {
+				upAddr, ok := up[name][key]
+				if !ok || strings.HasSuffix(upAddr, ":0") {
+					continue
+				}
+				require.Equalf(t, addrPort(t, upAddr), addrPort(t, given[name][key]), "%s: %s listens on the port make up uses", name, key)
+			}
+		}
+	})
+
+	t.Run("replicas", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{"scheduler", "abort-reconciler", "executor"} {
+			svc := p.Services[name]
+			require.NotNilf(t, svc.Deploy, "%s sets deploy", name)
+			require.NotNilf(t, svc.Deploy.Replicas, "%s sets deploy.replicas", name)
+			require.Equalf(t, 2, *svc.Deploy.Replicas, "%s runs two replicas", name)
 		}
 	})
 
@@ -352,6 +392,21 @@ func TestCompose(t *testing.T) {
 		require.True(t, mounted, "executor mounts the shared volume at "+dataDir)
 		_, declared := p.Volumes["runs"]
 		require.True(t, declared, "the runs volume is declared at the top level, so every replica shares it")
+
+		reads := serviceEnvVars(t, root)
+		env := map[string]string{}
+		for k, v := range ex.Environment {
+			if v != nil {
+				env[k] = *v
+			}
+		}
+		drain, err := time.ParseDuration(effective(env, reads["executor"]["CAPSTAN_DRAIN_TIMEOUT"]))
+		require.NoError(t, err)
+		shutdown, err := time.ParseDuration(effective(env, reads["executor"]["CAPSTAN_SHUTDOWN_TIMEOUT"]))
+		require.NoError(t, err)
+		require.NotNil(t, ex.StopGracePeriod, "executor sets stop_grace_period")
+		require.Greaterf(t, time.Duration(*ex.StopGracePeriod), drain+shutdown,
+			"stop_grace_period outlasts CAPSTAN_DRAIN_TIMEOUT (%s) + CAPSTAN_SHUTDOWN_TIMEOUT (%s), so docker compose stop drains", drain, shutdown)
 	})
 
 	t.Run("interpolation", func(t *testing.T) {
@@ -435,686 +490,6 @@ services:
 			"waiting for migrate to start is not waiting for it to complete")
 		require.True(t, waitsFor(p, "executor", "migrate", types.ServiceConditionStarted),
 			"executor waits for migrate through api")
-	})
-}
-
-// ---------------------------------------------------------------------------
-// deploy/k8s
-
-// kustomization is the part of a kustomize Kustomization these manifests
-// use; decoding into it strictly rejects any other field.
-type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Namespace  string   `json:"namespace,omitempty"`
-	Resources  []string `json:"resources"`
-}
-
-// kinds maps "apiVersion/kind" to a new typed object of that kind.
-var kinds = map[string]func() any{
-	"v1/Namespace":             func() any { return &corev1.Namespace{} },
-	"v1/ConfigMap":             func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                func() any { return &corev1.Secret{} },
-	"v1/Service":               func() any { return &corev1.Service{} },
-	"v1/PersistentVolumeClaim": func() any { return &corev1.PersistentVolumeClaim{} },
-	"apps/v1/Deployment":       func() any { return &appsv1.Deployment{} },
-	"batch/v1/Job":             func() any { return &batchv1.Job{} },
-	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return &kustomization{} },
-}
-
-// decodeDocument decodes one YAML document strictly into the typed object its
-// apiVersion and kind name: an unknown or duplicate field is an error.
-func decodeDocument(doc []byte) (any, error) {
-	var tm metav1.TypeMeta
-	if err := yaml.Unmarshal(doc, &tm); err != nil {
-		return nil, err
-	}
-	if tm.APIVersion == "" || tm.Kind == "" {
-		return nil, errors.New("document has no apiVersion or kind")
-	}
-	key := tm.APIVersion + "/" + tm.Kind
-	newObj, ok := kinds[key]
-	if !ok {
-		return nil, fmt.Errorf("unsupported apiVersion/kind %s", key)
-	}
-	obj := newObj()
-	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	return obj, nil
-}
-
-// decodeManifests strictly decodes every non-empty document of a YAML stream.
-func decodeManifests(r io.Reader) ([]any, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
-	var objs []any
-	for i := 0; ; i++ {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		var probe map[string]any
-		if err := yaml.Unmarshal(doc, &probe); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if probe == nil {
-			continue // only comments or whitespace
-		}
-		obj, err := decodeDocument(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		objs = append(objs, obj)
-	}
-}
-
-// cluster is everything deploy/k8s defines, by kind and name.
-type cluster struct {
-	files          map[string][]any
-	namespaces     map[string]*corev1.Namespace
-	configMaps     map[string]*corev1.ConfigMap
-	secrets        map[string]*corev1.Secret
-	services       map[string]*corev1.Service
-	pvcs           map[string]*corev1.PersistentVolumeClaim
-	deployments    map[string]*appsv1.Deployment
-	jobs           map[string]*batchv1.Job
-	kustomizations []*kustomization
-}
-
-// workload is a pod template and what owns it.
-type workload struct {
-	kind, name string
-	replicas   int32
-	labels     map[string]string
-	spec       corev1.PodSpec
-}
-
-// component returns the workload's Capstan component label.
-func (w workload) component() string { return w.labels[componentLabel] }
-
-// workloads returns every Deployment and Job pod template, sorted by name.
-func (c *cluster) workloads() []workload {
-	var ws []workload
-	for _, d := range c.deployments {
-		replicas := int32(1)
-		if d.Spec.Replicas != nil {
-			replicas = *d.Spec.Replicas
-		}
-		ws = append(ws, workload{"Deployment", d.Name, replicas, d.Spec.Template.Labels, d.Spec.Template.Spec})
-	}
-	for _, j := range c.jobs {
-		ws = append(ws, workload{"Job", j.Name, 1, j.Spec.Template.Labels, j.Spec.Template.Spec})
-	}
-	sort.Slice(ws, func(i, j int) bool { return ws[i].name < ws[j].name })
-	return ws
-}
-
-// byComponent returns the workload of a component, failing when there is not
-// exactly one.
-func (c *cluster) byComponent(t testing.TB, component string) workload {
-	t.Helper()
-	var found []workload
-	for _, w := range c.workloads() {
-		if w.component() == component {
-			found = append(found, w)
-		}
-	}
-	require.Lenf(t, found, 1, "exactly one workload is labelled %s=%s", componentLabel, component)
-	return found[0]
-}
-
-// loadCluster decodes every deploy/k8s/*.yaml file.
-func loadCluster(t testing.TB, dir string) *cluster {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	require.NoError(t, err)
-	require.NotEmpty(t, paths, "deploy/k8s holds manifests")
-	c := &cluster{
-		files:       map[string][]any{},
-		namespaces:  map[string]*corev1.Namespace{},
-		configMaps:  map[string]*corev1.ConfigMap{},
-		secrets:     map[string]*corev1.Secret{},
-		services:    map[string]*corev1.Service{},
-		pvcs:        map[string]*corev1.PersistentVolumeClaim{},
-		deployments: map[string]*appsv1.Deployment{},
-		jobs:        map[string]*batchv1.Job{},
-	}
-	for _, path := range paths {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		objs, err := decodeManifests(f)
-		require.NoError(t, f.Close())
-		require.NoErrorf(t, err, "%s must decode strictly into typed Kubernetes objects", filepath.Base(path))
-		require.NotEmptyf(t, objs, "%s holds at least one object", filepath.Base(path))
-		c.files[filepath.Base(path)] = objs
-		for _, obj := range objs {
-			if meta := objectMeta(obj); meta != nil {
-				require.NotEmptyf(t, meta.Name, "%s: every object has a name", filepath.Base(path))
-			}
-			switch o := obj.(type) {
-			case *corev1.Namespace:
-				require.NotContainsf(t, c.namespaces, o.Name, "duplicate Namespace %s", o.Name)
-				c.namespaces[o.Name] = o
-			case *corev1.ConfigMap:
-				require.NotContainsf(t, c.configMaps, o.Name, "duplicate ConfigMap %s", o.Name)
-				c.configMaps[o.Name] = o
-			case *corev1.Secret:
-				require.NotContainsf(t, c.secrets, o.Name, "duplicate Secret %s", o.Name)
-				c.secrets[o.Name] = o
-			case *corev1.Service:
-				require.NotContainsf(t, c.services, o.Name, "duplicate Service %s", o.Name)
-				c.services[o.Name] = o
-			case *corev1.PersistentVolumeClaim:
-				require.NotContainsf(t, c.pvcs, o.Name, "duplicate PersistentVolumeClaim %s", o.Name)
-				c.pvcs[o.Name] = o
-			case *appsv1.Deployment:
-				require.NotContainsf(t, c.deployments, o.Name, "duplicate Deployment %s", o.Name)
-				c.deployments[o.Name] = o
-			case *batchv1.Job:
-				require.NotContainsf(t, c.jobs, o.Name, "duplicate Job %s", o.Name)
-				c.jobs[o.Name] = o
-			case *kustomization:
-				c.kustomizations = append(c.kustomizations, o)
-			}
-		}
-	}
-	return c
-}
-
-// objectMeta returns a decoded object's metadata, or nil for objects that
-// have none (a Kustomization).
-func objectMeta(obj any) *metav1.ObjectMeta {
-	if o, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		return o.GetObjectMeta().(*metav1.ObjectMeta)
-	}
-	return nil
-}
-
-// podProblems lists what is wrong with a pod template: every container must
-// have CPU and memory requests and limits (requests within limits), run as
-// the non-root uid, not escalate privileges, and use a pinned image.
-func podProblems(spec corev1.PodSpec) []string {
-	var problems []string
-	if len(spec.Containers) == 0 {
-		problems = append(problems, "pod has no containers")
-	}
-	podSC := spec.SecurityContext
-	if podSC == nil {
-		podSC = &corev1.PodSecurityContext{}
-	}
-	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
-		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[res]
-			limit, hasLimit := c.Resources.Limits[res]
-			if !hasReq {
-				problems = append(problems, fmt.Sprintf("container %q has no %s request", c.Name, res))
-			}
-			if !hasLimit {
-				problems = append(problems, fmt.Sprintf("container %q has no %s limit", c.Name, res))
-			}
-			if hasReq && hasLimit && req.Cmp(limit) > 0 {
-				problems = append(problems, fmt.Sprintf("container %q requests more %s than its limit", c.Name, res))
-			}
-		}
-		sc := c.SecurityContext
-		if sc == nil {
-			sc = &corev1.SecurityContext{}
-		}
-		nonRoot, uid := podSC.RunAsNonRoot, podSC.RunAsUser
-		if sc.RunAsNonRoot != nil {
-			nonRoot = sc.RunAsNonRoot
-		}
-		if sc.RunAsUser != nil {
-			uid = sc.RunAsUser
-		}
-		if nonRoot == nil || !*nonRoot {
-			problems = append(problems, fmt.Sprintf("container %q does not set runAsNonRoot: true", c.Name))
-		}
-		if uid == nil || *uid != nonRootUID {
-			problems = append(problems, fmt.Sprintf("container %q does not run as uid %d", c.Name, nonRootUID))
-		}
-		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-			problems = append(problems, fmt.Sprintf("container %q does not set allowPrivilegeEscalation: false", c.Name))
-		}
-		if p := imageProblem(c.Image); p != "" {
-			problems = append(problems, fmt.Sprintf("container %q: %s", c.Name, p))
-		}
-	}
-	return problems
-}
-
-// selectorProblem says why a Deployment's selector does not select its own
-// pod template, or "".
-func selectorProblem(d *appsv1.Deployment) string {
-	if d.Spec.Selector == nil || len(d.Spec.Selector.MatchLabels)+len(d.Spec.Selector.MatchExpressions) == 0 {
-		return fmt.Sprintf("Deployment %s has no selector", d.Name)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-	if err != nil {
-		return fmt.Sprintf("Deployment %s: %v", d.Name, err)
-	}
-	if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-		return fmt.Sprintf("Deployment %s: selector %s does not match template labels %v", d.Name, sel, d.Spec.Template.Labels)
-	}
-	return ""
-}
-
-// containerPort resolves a named or numbered port against a container's
-// declared ports, returning the port number or 0.
-func containerPort(c corev1.Container, port intstr.IntOrString) int32 {
-	for _, p := range c.Ports {
-		if (port.Type == intstr.String && p.Name == port.StrVal) ||
-			(port.Type == intstr.Int && p.ContainerPort == port.IntVal) {
-			return p.ContainerPort
-		}
-	}
-	return 0
-}
-
-// envVarRef matches a $(NAME) reference in an env value.
-var envVarRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
-
-// containerEnv resolves the environment a container starts with, the way the
-// kubelet builds it: envFrom sources in order, then env entries. Values from
-// the downward API read "fieldRef:<path>". It returns the values and what is
-// wrong: a missing ConfigMap, Secret or key, or a $(NAME) reference to a
-// variable not defined before it (Kubernetes would leave it unexpanded).
-func (c *cluster) containerEnv(ctr corev1.Container) (map[string]string, []string) {
-	env := map[string]string{}
-	var problems []string
-	secretData := func(s *corev1.Secret) map[string]string {
-		data := map[string]string{}
-		for k, v := range s.Data {
-			data[k] = string(v)
-		}
-		for k, v := range s.StringData {
-			data[k] = v
-		}
-		return data
-	}
-	for _, from := range ctr.EnvFrom {
-		switch {
-		case from.ConfigMapRef != nil:
-			cm, ok := c.configMaps[from.ConfigMapRef.Name]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("envFrom ConfigMap %q is not defined", from.ConfigMapRef.Name))
-				continue
-			}
-			for k, v := range cm.Data {
-				env[from.Prefix+k] = v
-			}
-		case from.SecretRef != nil:
-			s, ok := c.secrets[from.SecretRef.Name]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("envFrom Secret %q is not defined", from.SecretRef.Name))
-				continue
-			}
-			for k, v := range secretData(s) {
-				env[from.Prefix+k] = v
-			}
-		}
-	}
-	for _, e := range ctr.Env {
-		switch {
-		case e.ValueFrom == nil:
-			for _, m := range envVarRef.FindAllStringSubmatch(e.Value, -1) {
-				if _, ok := env[m[1]]; !ok {
-					problems = append(problems, fmt.Sprintf("%s refers to $(%s), which is not defined before it", e.Name, m[1]))
-				}
-			}
-			env[e.Name] = e.Value
-		case e.ValueFrom.FieldRef != nil:
-			env[e.Name] = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
-		case e.ValueFrom.SecretKeyRef != nil:
-			ref := e.ValueFrom.SecretKeyRef
-			s, ok := c.secrets[ref.Name]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: Secret %q is not defined", e.Name, ref.Name))
-				continue
-			}
-			v, ok := secretData(s)[ref.Key]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: Secret %q has no key %q", e.Name, ref.Name, ref.Key))
-			}
-			env[e.Name] = v
-		case e.ValueFrom.ConfigMapKeyRef != nil:
-			ref := e.ValueFrom.ConfigMapKeyRef
-			cm, ok := c.configMaps[ref.Name]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: ConfigMap %q is not defined", e.Name, ref.Name))
-				continue
-			}
-			v, ok := cm.Data[ref.Key]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: ConfigMap %q has no key %q", e.Name, ref.Name, ref.Key))
-			}
-			env[e.Name] = v
-		default:
-			env[e.Name] = "valueFrom"
-		}
-	}
-	return env, problems
-}
-
-func TestKubernetesManifests(t *testing.T) {
-	t.Parallel()
-	root := repoRoot(t)
-	dir := filepath.Join(root, "deploy", "k8s")
-	c := loadCluster(t, dir)
-
-	t.Run("kustomization lists every manifest", func(t *testing.T) {
-		t.Parallel()
-		require.Len(t, c.kustomizations, 1, "kustomization.yaml defines one Kustomization")
-		k := c.kustomizations[0]
-		require.Equal(t, namespace, k.Namespace)
-		var manifests []string
-		for name := range c.files {
-			if name != "kustomization.yaml" {
-				manifests = append(manifests, name)
-			}
-		}
-		require.ElementsMatch(t, manifests, k.Resources, "kubectl apply -k deploy/k8s applies every manifest in deploy/k8s")
-	})
-
-	t.Run("namespace", func(t *testing.T) {
-		t.Parallel()
-		require.Contains(t, c.namespaces, namespace, "namespace.yaml defines the capstan namespace")
-		for file, objs := range c.files {
-			for _, obj := range objs {
-				meta := objectMeta(obj)
-				if meta == nil {
-					continue
-				}
-				if _, isNS := obj.(*corev1.Namespace); isNS {
-					continue
-				}
-				require.Equalf(t, namespace, meta.Namespace, "%s: %s lives in namespace %s", file, meta.Name, namespace)
-			}
-		}
-	})
-
-	t.Run("pods", func(t *testing.T) {
-		t.Parallel()
-		ws := c.workloads()
-		require.NotEmpty(t, ws)
-		var tags []string
-		for _, w := range ws {
-			require.Emptyf(t, podProblems(w.spec), "%s %s: every container has resource requests and limits, runs as non-root uid %d, and uses a pinned image", w.kind, w.name, nonRootUID)
-			for _, ctr := range w.spec.Containers {
-				repo, tag := splitImage(ctr.Image)
-				want := w.component()
-				if want == "migrate" {
-					want = "api"
-				}
-				require.Equalf(t, "ghcr.io/capstan-run/capstan-"+want, repo, "%s %s runs the %s image", w.kind, w.name, want)
-				require.Regexpf(t, `^[0-9]+\.[0-9]+\.[0-9]+$`, tag, "%s %s: image tag is a release version", w.kind, w.name)
-				tags = append(tags, tag)
-			}
-			for _, v := range w.spec.Volumes {
-				if v.PersistentVolumeClaim != nil {
-					require.Containsf(t, c.pvcs, v.PersistentVolumeClaim.ClaimName, "%s %s: claim %s is defined", w.kind, w.name, v.PersistentVolumeClaim.ClaimName)
-				}
-			}
-		}
-		slices.Sort(tags)
-		require.Len(t, slices.Compact(tags), 1, "every image is of one release")
-		for _, name := range components {
-			require.Equalf(t, "Deployment", c.byComponent(t, name).kind, "%s runs as a Deployment", name)
-		}
-	})
-
-	t.Run("replicas", func(t *testing.T) {
-		t.Parallel()
-		for name, want := range map[string]int32{"api": 2, "scheduler": 2, "executor": 2, "abort-reconciler": 1} {
-			require.Equalf(t, want, c.byComponent(t, name).replicas, "%s runs %d replicas", name, want)
-		}
-	})
-
-	t.Run("selectors", func(t *testing.T) {
-		t.Parallel()
-		for _, d := range c.deployments {
-			require.Empty(t, selectorProblem(d), "every Deployment's selector matches its template labels")
-		}
-		require.NotEmpty(t, c.services)
-		for _, svc := range c.services {
-			require.NotEmptyf(t, svc.Spec.Selector, "Service %s selects pods", svc.Name)
-			sel := labels.SelectorFromSet(svc.Spec.Selector)
-			var matched []*appsv1.Deployment
-			for _, d := range c.deployments {
-				if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-					matched = append(matched, d)
-				}
-			}
-			require.NotEmptyf(t, matched, "Service %s's selector %s matches some Deployment's pod labels", svc.Name, sel)
-			for _, d := range matched {
-				for _, port := range svc.Spec.Ports {
-					target := port.TargetPort
-					if target.Type == intstr.Int && target.IntVal == 0 {
-						target = intstr.FromInt32(port.Port)
-					}
-					var found bool
-					for _, ctr := range d.Spec.Template.Spec.Containers {
-						found = found || containerPort(ctr, target) != 0
-					}
-					require.Truef(t, found, "Service %s port %d targets %s, a port Deployment %s declares", svc.Name, port.Port, target.String(), d.Name)
-				}
-			}
-		}
-	})
-
-	t.Run("probes", func(t *testing.T) {
-		t.Parallel()
-		for _, name := range []string{"api", "scheduler", "abort-reconciler"} {
-			w := c.byComponent(t, name)
-			ctr := w.spec.Containers[0]
-			env, _ := c.containerEnv(ctr)
-			listen := "CAPSTAN_METRICS_ADDR"
-			if name == "api" {
-				listen = "CAPSTAN_API_ADDR"
-			}
-			port := addrPort(t, env[listen])
-			for probe, path := range map[*corev1.Probe]string{ctr.ReadinessProbe: "/readyz", ctr.LivenessProbe: "/healthz"} {
-				require.NotNilf(t, probe, "%s has a readiness probe on /readyz and a liveness probe on /healthz", name)
-				require.NotNilf(t, probe.HTTPGet, "%s probes %s over HTTP", name, path)
-				require.Equalf(t, path, probe.HTTPGet.Path, "%s probes %s", name, path)
-				require.Equalf(t, port, strconv.Itoa(int(containerPort(ctr, probe.HTTPGet.Port))),
-					"%s probes %s on the port of %s", name, path, listen)
-			}
-		}
-		for _, w := range c.workloads() {
-			for _, ctr := range w.spec.Containers {
-				for _, probe := range []*corev1.Probe{ctr.ReadinessProbe, ctr.LivenessProbe, ctr.StartupProbe} {
-					switch {
-					case probe == nil:
-					case probe.HTTPGet != nil:
-						require.NotZerof(t, containerPort(ctr, probe.HTTPGet.Port), "%s: probe port %s is declared", w.name, probe.HTTPGet.Port.String())
-					case probe.TCPSocket != nil:
-						require.NotZerof(t, containerPort(ctr, probe.TCPSocket.Port), "%s: probe port %s is declared", w.name, probe.TCPSocket.Port.String())
-					}
-				}
-			}
-		}
-	})
-
-	t.Run("environment", func(t *testing.T) {
-		t.Parallel()
-		for name, want := range wantEnv {
-			w := c.byComponent(t, name)
-			require.Lenf(t, w.spec.Containers, 1, "%s runs one container", name)
-			ctr := w.spec.Containers[0]
-			env, problems := c.containerEnv(ctr)
-			require.Emptyf(t, problems, "%s: every env source exists and every $(VAR) is defined before use", name)
-			for key, value := range want {
-				got, ok := env[key]
-				require.Truef(t, ok, "%s reads %s, so it must be set directly or through envFrom", name, key)
-				require.NotEmptyf(t, got, "%s: %s must not be empty", name, key)
-				if value != "" {
-					require.Equalf(t, value, got, "%s: %s", name, key)
-				}
-			}
-			for _, key := range listenVars {
-				if addr, ok := env[key]; ok {
-					port, err := strconv.Atoi(addrPort(t, addr))
-					require.NoError(t, err)
-					require.NotZerof(t, containerPort(ctr, intstr.FromInt(port)), "%s declares the port of %s=%s", name, key, addr)
-				}
-			}
-			if raw, ok := env["CAPSTAN_DATABASE_URL"]; ok {
-				u, err := url.Parse(raw)
-				require.NoErrorf(t, err, "%s: CAPSTAN_DATABASE_URL parses", name)
-				require.Containsf(t, []string{"postgres", "postgresql"}, u.Scheme, "%s: CAPSTAN_DATABASE_URL is a postgres URL", name)
-				require.NotEmptyf(t, u.Hostname(), "%s: CAPSTAN_DATABASE_URL names a host", name)
-			}
-			if addr, ok := env["CAPSTAN_REDIS_ADDR"]; ok {
-				addrPort(t, addr)
-			}
-			if raw, ok := env["CAPSTAN_API_URL"]; ok {
-				u, err := url.Parse(raw)
-				require.NoErrorf(t, err, "%s: CAPSTAN_API_URL parses", name)
-				svc, ok := c.services[u.Hostname()]
-				require.Truef(t, ok, "%s: CAPSTAN_API_URL %s names a Service", name, raw)
-				var ports []string
-				for _, p := range svc.Spec.Ports {
-					ports = append(ports, strconv.Itoa(int(p.Port)))
-				}
-				require.Containsf(t, ports, u.Port(), "%s: CAPSTAN_API_URL %s uses a port of Service %s", name, raw, svc.Name)
-			}
-		}
-	})
-
-	t.Run("migrate job", func(t *testing.T) {
-		t.Parallel()
-		w := c.byComponent(t, "migrate")
-		require.Equal(t, "Job", w.kind, "the migration is a Job")
-		require.Contains(t, []corev1.RestartPolicy{corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure}, w.spec.RestartPolicy, "a Job's pods restart Never or OnFailure")
-		ctr := w.spec.Containers[0]
-		require.Empty(t, ctr.Command, "command would replace the image's ENTRYPOINT; the argument goes in args")
-		require.Equal(t, []string{"migrate"}, ctr.Args, `the Job runs the api binary with args ["migrate"]`)
-	})
-
-	t.Run("executor", func(t *testing.T) {
-		t.Parallel()
-		w := c.byComponent(t, "executor")
-		ctr := w.spec.Containers[0]
-		env, _ := c.containerEnv(ctr)
-		require.Equal(t, "fieldRef:status.podIP", env["POD_IP"], "POD_IP comes from the downward API (status.podIP)")
-		port := addrPort(t, env["CAPSTAN_EXECUTOR_ADDR"])
-		require.Equal(t, "http://$(POD_IP):"+port, env["CAPSTAN_EXECUTOR_ADVERTISE_URL"],
-			"each executor advertises http://$(POD_IP):<port of CAPSTAN_EXECUTOR_ADDR>")
-
-		var claim string
-		for _, m := range ctr.VolumeMounts {
-			if m.MountPath == env["CAPSTAN_DATA_DIR"] {
-				require.False(t, m.ReadOnly, "executors write run directories")
-				for _, v := range w.spec.Volumes {
-					if v.Name == m.Name && v.PersistentVolumeClaim != nil {
-						claim = v.PersistentVolumeClaim.ClaimName
-					}
-				}
-			}
-		}
-		require.Equal(t, "capstan-runs", claim, "the executor mounts the claim capstan-runs at CAPSTAN_DATA_DIR")
-		pvc := c.pvcs[claim]
-		require.NotNil(t, pvc, "pvc.yaml defines capstan-runs")
-		require.Contains(t, pvc.Spec.AccessModes, corev1.ReadWriteMany,
-			"executors of one run share its run directory, so the claim is ReadWriteMany")
-		_, sized := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-		require.True(t, sized, "the claim requests a storage size")
-		require.NotNil(t, w.spec.SecurityContext.FSGroup, "fsGroup makes the shared volume writable by the non-root user")
-		require.EqualValues(t, nonRootUID, *w.spec.SecurityContext.FSGroup)
-	})
-
-	t.Run("secret", func(t *testing.T) {
-		t.Parallel()
-		s, ok := c.secrets["capstan-db"]
-		require.True(t, ok, "secret.yaml defines capstan-db")
-		require.Contains(t, s.StringData, "CAPSTAN_DATABASE_URL", "the database URL is given as stringData")
-		require.Empty(t, s.Data, "no base64 data to keep in sync")
-	})
-}
-
-// TestKubernetesChecksFail shows that the strict decoder and the checks above
-// reject broken manifests.
-func TestKubernetesChecksFail(t *testing.T) {
-	t.Parallel()
-	const valid = `
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: capstan-api
-  namespace: capstan
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app.kubernetes.io/component: api}
-  template:
-    metadata:
-      labels: {app.kubernetes.io/component: api}
-    spec:
-      containers:
-        - name: api
-          image: ghcr.io/capstan-run/capstan-api:0.1.0
-`
-	t.Run("control", func(t *testing.T) {
-		t.Parallel()
-		objs, err := decodeManifests(strings.NewReader("# a comment\n---\n" + valid))
-		require.NoError(t, err, "the control manifest is valid")
-		require.Len(t, objs, 1)
-		require.IsType(t, &appsv1.Deployment{}, objs[0])
-	})
-
-	broken := map[string]string{
-		"unknown field":       strings.Replace(valid, "          image:", "          imagePullPolicyy: Always\n          image:", 1),
-		"misspelt spec field": strings.Replace(valid, "  replicas: 1", "  replica: 1", 1),
-		"duplicate field":     strings.Replace(valid, "  replicas: 1", "  replicas: 1\n  replicas: 2", 1),
-		"wrong type":          strings.Replace(valid, "  replicas: 1", "  replicas: two", 1),
-		"retired apiVersion":  strings.Replace(valid, "apiVersion: apps/v1", "apiVersion: extensions/v1beta1", 1),
-		"no kind":             strings.Replace(valid, "kind: Deployment", "", 1),
-		"broken second doc":   valid + "---\napiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {selectr: {}}\n",
-	}
-	for name, manifest := range broken {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			_, err := decodeManifests(strings.NewReader(manifest))
-			require.Error(t, err, "strict decoding must reject a manifest with a "+name)
-		})
-	}
-
-	t.Run("bad pod", func(t *testing.T) {
-		t.Parallel()
-		objs, err := decodeManifests(strings.NewReader(strings.Replace(valid, ":0.1.0", ":latest", 1)))
-		require.NoError(t, err)
-		problems := podProblems(objs[0].(*appsv1.Deployment).Spec.Template.Spec)
-		for _, want := range []string{
-			`container "api" has no cpu request`,
-			`container "api" has no memory limit`,
-			`container "api" does not set runAsNonRoot: true`,
-			`container "api" does not run as uid 10001`,
-			`container "api" does not set allowPrivilegeEscalation: false`,
-			`container "api": image "ghcr.io/capstan-run/capstan-api:latest" uses the latest tag`,
-		} {
-			require.Contains(t, problems, want)
-		}
-	})
-
-	t.Run("selector mismatch", func(t *testing.T) {
-		t.Parallel()
-		objs, err := decodeManifests(strings.NewReader(strings.Replace(valid, "labels: {app.kubernetes.io/component: api}", "labels: {app.kubernetes.io/component: scheduler}", 1)))
-		require.NoError(t, err)
-		require.Contains(t, selectorProblem(objs[0].(*appsv1.Deployment)), "does not match template labels")
-	})
-
-	t.Run("env referenced before defined", func(t *testing.T) {
-		t.Parallel()
-		c := &cluster{}
-		_, problems := c.containerEnv(corev1.Container{Env: []corev1.EnvVar{
-			{Name: "CAPSTAN_EXECUTOR_ADVERTISE_URL", Value: "http://$(POD_IP):9090"},
-			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-		}})
-		require.Equal(t, []string{"CAPSTAN_EXECUTOR_ADVERTISE_URL refers to $(POD_IP), which is not defined before it"}, problems)
 	})
 }
 
@@ -1433,4 +808,86 @@ func TestDockerfileChecksFail(t *testing.T) {
 		_, err := parseDockerfile(strings.NewReader("FROM debian:bookworm-slim\nCOPY onlyone\n"))
 		require.Error(t, err, "COPY needs a source and a destination")
 	})
+}
+
+// TestExecutorImageCarriesGo: the shipped examples run in the executor's
+// image, and the flagship one calls `go`, so the executor's image (and only
+// it) gets the build stage's Go toolchain, on PATH.
+func TestExecutorImageCarriesGo(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	examples, err := filepath.Glob(filepath.Join(root, "examples", "*.yaml"))
+	require.NoError(t, err)
+	var callsGo []string
+	for _, path := range examples {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		if regexp.MustCompile(`(^|[\s;&|(])go (env|build|run|list|test|version)\b`).Match(raw) {
+			callsGo = append(callsGo, filepath.Base(path))
+		}
+	}
+	require.Contains(t, callsGo, "stdlib-linecount.yaml", "the flagship example calls go")
+
+	content, err := os.ReadFile(filepath.Join(root, serviceDockerfile))
+	require.NoError(t, err)
+	df, err := parseDockerfile(bytes.NewReader(content))
+	require.NoError(t, err)
+	build, final := df.stages[0], df.stages[len(df.stages)-1]
+	var staged, copied, onPath bool
+	for _, cmd := range build.Commands {
+		if c, ok := cmd.(*instructions.RunCommand); ok {
+			line := strings.Join(c.CmdLine, " ")
+			staged = staged || (strings.Contains(line, `"${SERVICE}" = executor`) &&
+				strings.Contains(line, "cp -a /usr/local/go /out/toolchain/go"))
+		}
+	}
+	for _, cmd := range final.Commands {
+		switch c := cmd.(type) {
+		case *instructions.CopyCommand:
+			copied = copied || (c.From == build.Name && slices.Equal(c.SourcePaths, []string{"/out/toolchain/"}) && c.DestPath == "/usr/local/")
+		case *instructions.EnvCommand:
+			for _, kv := range c.Env {
+				onPath = onPath || (kv.Key == "PATH" && slices.Contains(strings.Split(kv.Value, ":"), "/usr/local/go/bin"))
+			}
+		}
+	}
+	require.True(t, staged, "the build stage copies /usr/local/go to /out/toolchain/go for SERVICE=executor only")
+	require.True(t, copied, "the final stage copies /out/toolchain/ to /usr/local/")
+	require.True(t, onPath, "the final stage puts /usr/local/go/bin on PATH")
+}
+
+// TestImageNames: the image the Dockerfile titles for each SERVICE is the
+// one compose tags its build with and the manifests run (TestCompose and
+// TestKubernetesManifests compare those two).
+func TestImageNames(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	content, err := os.ReadFile(filepath.Join(root, serviceDockerfile))
+	require.NoError(t, err)
+	df, err := parseDockerfile(bytes.NewReader(content))
+	require.NoError(t, err)
+	var title string
+	for _, cmd := range df.stages[len(df.stages)-1].Commands {
+		if l, ok := cmd.(*instructions.LabelCommand); ok {
+			for _, kv := range l.Labels {
+				if kv.Key == "org.opencontainers.image.title" {
+					title = kv.Value
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, title, "the final stage labels org.opencontainers.image.title")
+	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"))
+	require.NoError(t, err)
+	lex := shell.NewLex(df.escape)
+	for name, svc := range p.Services {
+		if svc.Build == nil {
+			continue
+		}
+		arg := *svc.Build.Args["SERVICE"]
+		want, _, err := lex.ProcessWord(title, shell.EnvsFromSlice([]string{"SERVICE=" + arg}))
+		require.NoError(t, err)
+		repo, _ := splitImage(svc.Image)
+		require.Equalf(t, "ghcr.io/capstan-run/"+want, repo, "%s: compose's image is the one the Dockerfile titles for SERVICE=%s", name, arg)
+	}
 }

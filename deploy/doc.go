@@ -1,9 +1,14 @@
 // Package deploy holds Capstan's deployment files and the tests that check
 // them without a container engine: deploy/docker (the images),
-// ../docker-compose.yml (one machine) and deploy/k8s (a cluster).
+// ../docker-compose.yml (one machine) and deploy/k8s (a kustomize base and
+// the overlays dev and prod).
 //
 // The tests load the compose file with compose-go, the loader docker compose
-// itself uses; decode every Kubernetes manifest strictly into its typed
-// object, so that an unknown or misspelt field fails; and parse the
-// Dockerfiles with BuildKit's own parser.
+// itself uses; build each overlay with kustomize's own library (what
+// `kubectl apply -k` runs) and decode every object strictly into its typed
+// Kubernetes object, so that an unknown or misspelt field fails; parse the
+// Dockerfiles with BuildKit's own parser; and read the services' Go source
+// for the environment variables they take (their `env:"…"` struct tags), so
+// that a setting added to a service must be given by every deployment or
+// have a documented default.
 package deploy

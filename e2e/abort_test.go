@@ -113,7 +113,7 @@ func allGone(pids []int) bool {
 	return true
 }
 
-// TestAbortFaults: the delivery rules of seeds/000, one executor behind a
+// TestAbortFaults: the delivery rules of Flyte's AbortReconciler, one executor behind a
 // fault-injecting proxy, with the default ABORT_MAX_ATTEMPTS (10) and
 // millisecond backoffs.
 func TestAbortFaults(t *testing.T) {
@@ -230,7 +230,7 @@ func TestAbortFaults(t *testing.T) {
 }
 
 // checkBackoff checks the gaps between consecutive failed calls against
-// seeds/000's full jitter: the gap after failed round n is its delay, drawn
+// Flyte's full-jitter backoff: the gap after failed round n is its delay, drawn
 // from [0, min(maxDelay, initial·2^(n-1))], plus the round's own work.
 func checkBackoff(t *testing.T, calls []ProxyCall, initial, maxDelay time.Duration) {
 	t.Helper()

@@ -87,7 +87,7 @@ func loadExample(t *testing.T, name string) api.WorkflowSpec {
 
 func logs(t *testing.T, s *Stack, run, act string, task, attempt int) string {
 	t.Helper()
-	resp, err := s.Client.GetAttemptLogsWithResponse(context.Background(), project, domain, run, act, task, attempt)
+	resp, err := s.Client.GetAttemptLogsWithResponse(context.Background(), project, domain, run, act, task, attempt, nil)
 	require.NoError(t, err)
 	require.NotNil(t, resp.JSON200, "logs: %d %s", resp.StatusCode(), resp.Body)
 	return resp.JSON200.Stdout

@@ -3,16 +3,13 @@
 package e2e
 
 import (
-	"bufio"
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,85 +17,12 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
-
-// RedisAddr is the dev-deps Redis, overridable by CAPSTAN_TEST_REDIS_ADDR.
-func RedisAddr() string {
-	if a := os.Getenv("CAPSTAN_TEST_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:56379"
-}
-
-// Binaries holds the paths of the built services.
-type Binaries struct{ Dir string }
-
-// Path returns the binary of service name (api, scheduler, ...).
-func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, "capstan-"+name) }
-
-// Build compiles the four services into dir from the workspace at root,
-// with the race detector unless release is true (benchmarks measure release
-// builds).
-func Build(root, dir string, release bool) (Binaries, error) {
-	for _, s := range []string{"api", "scheduler", "abort-reconciler", "executor"} {
-		args := []string{"build", "-race"}
-		if release {
-			args = args[:1]
-		}
-		cmd := exec.Command("go", append(args, "-o", filepath.Join(dir, "capstan-"+s), "./services/"+s)...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return Binaries{}, fmt.Errorf("build %s: %v\n%s", s, err, out)
-		}
-	}
-	return Binaries{Dir: dir}, nil
-}
-
-// RepoRoot finds the directory holding go.work above the working directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.work not found")
-		}
-		dir = parent
-	}
-}
-
-var (
-	redisDBMu   sync.Mutex
-	redisDBNext = 1
-)
-
-// nextRedisDB hands each stack of this process its own Redis database
-// (1..13; 0 is left to test packages that isolate by queue name, 14 to the
-// api server tests, 15 to the scheduler's), or the database of Options.Redis.
-func nextRedisDB(t testing.TB, o Options) int {
-	redisDBMu.Lock()
-	defer redisDBMu.Unlock()
-	db := o.Redis.DB
-	if o.Redis.Addr == "" {
-		db = redisDBNext
-		redisDBNext = redisDBNext%13 + 1
-	}
-	rc := redis.NewClient(&redis.Options{Addr: o.redisAddr(), DB: db})
-	defer rc.Close()
-	if err := rc.FlushDB(context.Background()).Err(); err != nil {
-		t.Fatalf("flush redis db %d: %v", db, err)
-	}
-	return db
-}
 
 // Proc is one running service process.
 type Proc struct {
@@ -128,6 +52,8 @@ type Stack struct {
 	APIURL  string
 	DataDir string
 	DBURL   string
+	// RedisDB is the stack's Redis database: one redistest leases to the
+	// test, or Options.Redis's.
 	RedisDB int
 	// RedisAddr is the stack's Redis server, host:port.
 	RedisAddr string
@@ -158,12 +84,10 @@ type Options struct {
 	// of the shortened ones tests use (see testEnv).
 	Defaults bool
 	// Redis, when its Addr is set, is the Redis server and database the
-	// stack uses (flushed first) instead of one of RedisAddr()'s 1..13: the
-	// benchmarks run their own server.
+	// stack uses (flushed first) instead of a database redistest leases on
+	// the test Redis: the benchmarks run their own server.
 	Redis asynq.RedisClientOpt
 }
-
-func (o Options) redisAddr() string { return cmp.Or(o.Redis.Addr, RedisAddr()) }
 
 // testEnv are the settings tests run the services with: debug logs, and
 // durations shrunk so that what a test waits for happens soon.
@@ -196,8 +120,15 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		o.Executors = 2
 	}
 	dir := t.TempDir()
+	rdb := o.Redis
+	if rdb.Addr == "" {
+		rdb = redistest.New(t)
+	}
 	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: storetest.NewURL(t),
-		RedisDB: nextRedisDB(t, o), RedisAddr: o.redisAddr(), procs: map[string]*Proc{}, opts: o}
+		RedisDB: rdb.DB, RedisAddr: rdb.Addr, procs: map[string]*Proc{}, opts: o}
+	if o.Redis.Addr != "" {
+		s.FlushRedis() // redistest flushes the databases it leases
+	}
 	port := freePort(t)
 	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	s.env = []string{
@@ -253,21 +184,57 @@ func (s *Stack) AliveWorkers() int {
 	return n
 }
 
-// StartService starts (or restarts) a service by name.
+// StartService starts (or restarts) a service by name: api, scheduler,
+// abort-reconciler, or one of them with a replica suffix ("scheduler-2"),
+// or executor-<i>.
 func (s *Stack) StartService(name string, extraEnv ...string) *Proc {
-	bin := name
+	bin := serviceOf(name)
 	env := append([]string{}, extraEnv...)
-	switch name {
+	switch bin {
 	case "scheduler", "abort-reconciler":
 		env = append(env, fmt.Sprintf("CAPSTAN_METRICS_ADDR=127.0.0.1:%d", freePort(s.t)))
-	}
-	if strings.HasPrefix(name, "executor-") {
-		bin = "executor"
 	}
 	if s.opts.ServiceEnv != nil {
 		env = append(env, s.opts.ServiceEnv(name)...)
 	}
 	return s.start(name, s.bins.Path(bin), env)
+}
+
+// serviceOf returns the service a process name runs: the name less a
+// "-<n>" replica suffix.
+func serviceOf(name string) string {
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			return name[:i]
+		}
+	}
+	return name
+}
+
+// StartAPI starts api replica i (from 2; the first is "api") on a port of
+// its own, beside the first on the same database and Redis, and returns its
+// base URL once it is ready.
+func (s *Stack) StartAPI(i int) string {
+	s.t.Helper()
+	port := freePort(s.t)
+	s.StartService(fmt.Sprintf("api-%d", i), fmt.Sprintf("CAPSTAN_API_ADDR=127.0.0.1:%d", port))
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.Eventually(15*time.Second, "api replica ready", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return url
+}
+
+// Proc returns the process last started under name, or nil.
+func (s *Stack) Proc(name string) *Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procs[name]
 }
 
 // StartExecutor starts executor number i, with Options.ExecutorEnv(i).
@@ -384,44 +351,4 @@ func (s *Stack) Eventually(timeout time.Duration, what string, cond func() bool)
 		}
 		<-time.After(50 * time.Millisecond) // the polling interval
 	}
-}
-
-// ProcessGone reports whether pid no longer runs (absent or a zombie).
-func ProcessGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(fields) > 0 && fields[0] == "Z"
-}
-
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }

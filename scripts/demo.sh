@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh: `make up`, then run the example workflows end to end: the Go
 # standard library line count (a DAG with parallel replicas) to SUCCEEDED
-# with its result, then a long run that is aborted, showing the abort landed.
+# with its result, then a long run that is aborted, showing the abort landed,
+# then the standard library's TODO/FIXME notes (outputs passed as inputs, a
+# condition over an output, an always clean-up) with its report.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -30,6 +32,18 @@ $capstan run wait "$run2" --expect ABORTED --timeout 1m
 $capstan run wait-abort "$run2" --timeout 1m
 echo
 $capstan run get "$run2"
+
+echo
+echo "== 3. examples/stdlib-notes.yaml: TODO/FIXME notes in the standard library"
+echo "   (scan's outputs are report's inputs, hotspots has a condition over one, cleanup runs always)"
+run3=$($capstan run create -f examples/stdlib-notes.yaml)
+echo "created run $run3; following it:"
+$capstan run wait "$run3" --timeout 5m
+echo
+$capstan run get "$run3"
+echo
+echo "result (stdout of step report):"
+$capstan logs "$run3" report
 
 echo
 echo "Demo done. Dashboard: $CAPSTAN_API_URL/ui/?project=demo&domain=dev  (make down to stop)"

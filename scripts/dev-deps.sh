@@ -3,10 +3,12 @@
 #
 # Starts a private Postgres cluster and a private Redis for Capstan on loopback
 # ports of our own, with all data under .data/ (ignored by git). Idempotent: a
-# second `start` is a no-op. On a fresh machine it installs redis-server from
-# Debian's packages. initdb refuses to run as root, so when run as root the
-# cluster belongs to an unprivileged user (postgres if it exists, else a system
-# user created for the purpose).
+# second `start` is a no-op. On a fresh machine it installs what is missing
+# from Debian's packages: postgresql (when no Postgres server binaries are on
+# PATH or under /usr/lib/postgresql), redis-server, and redis-sentinel (the
+# e2e Sentinel test runs one). initdb refuses to run as root, so when run as
+# root the cluster belongs to an unprivileged user (postgres if it exists,
+# else a system user created for the purpose).
 #
 # Environment (defaults):
 #   CAPSTAN_PG_PORT=55432     CAPSTAN_REDIS_PORT=56379
@@ -19,6 +21,9 @@ pg_port=${CAPSTAN_PG_PORT:-55432}
 redis_port=${CAPSTAN_REDIS_PORT:-56379}
 pg_dir=$data/postgres
 redis_dir=$data/redis
+# Each test leases a database of its own (pkg/redistest; database 0 holds the
+# leases), so the count bounds how many tests use Redis at once.
+redis_databases=64
 pg_db=capstan
 pg_role=capstan
 
@@ -45,23 +50,54 @@ as_pg() {
   if [ "$u" = "$(id -un)" ]; then "$@"; else runuser -u "$u" -- "$@"; fi
 }
 
-find_pg_bin() {
-  local b
-  for b in initdb pg_ctl postgres; do
-    command -v "$b" >/dev/null || { log "$b not found on PATH (Postgres 15 server binaries are required)"; exit 1; }
+# pg_bindir prints the directory of the Postgres server binaries: the one
+# holding initdb on PATH, else Debian's newest /usr/lib/postgresql/<major>/bin
+# (Debian keeps them off PATH); nothing when neither has them.
+pg_bindir() {
+  local b d
+  if b=$(command -v initdb) && [ -x "$(dirname "$b")/pg_ctl" ] && [ -x "$(dirname "$b")/postgres" ]; then
+    dirname "$b"; return
+  fi
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -n -r); do
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ] && { echo "$d"; return; }
   done
 }
 
-ensure_redis() {
-  command -v redis-server >/dev/null && return
-  log "installing redis-server from Debian's packages"
+# apt_install installs Debian packages, then stops the system-wide instance
+# a package may have started: we run private ones on our own ports.
+apt_install() { # service-to-stop package...
+  local svc=$1; shift
+  log "installing $* from Debian's packages"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  # The package starts a system-wide instance on 6379; we use our own.
-  as_root service redis-server stop >/dev/null 2>&1 || true
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  as_root service "$svc" stop >/dev/null 2>&1 || true
 }
 
-pg_running() { as_pg pg_ctl -D "$pg_dir" status >/dev/null 2>&1; }
+# find_pg_bin puts the Postgres server binaries on PATH, installing Debian's
+# postgresql package when there are none.
+find_pg_bin() {
+  local d; d=$(pg_bindir)
+  if [ -z "$d" ]; then
+    apt_install postgresql postgresql
+    d=$(pg_bindir)
+  fi
+  [ -n "$d" ] || { log "no Postgres server binaries (initdb, pg_ctl, postgres) after installing postgresql"; exit 1; }
+  PATH=$d:$PATH
+}
+
+# pg_ctl_as_pg runs the server's pg_ctl (Debian's is off PATH) as the cluster's owner.
+pg_ctl_as_pg() {
+  local d; d=$(pg_bindir)
+  [ -n "$d" ] || return 1
+  as_pg "$d/pg_ctl" "$@"
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null || apt_install redis-server redis-server
+  command -v redis-sentinel >/dev/null || apt_install redis-sentinel redis-sentinel
+}
+
+pg_running() { pg_ctl_as_pg -D "$pg_dir" status >/dev/null 2>&1; }
 redis_running() { redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null 2>&1; }
 
 pg_answers() { psql -h 127.0.0.1 -p "$pg_port" -U "$pg_role" -d postgres -tAc 'select 1' >/dev/null 2>&1; }
@@ -81,7 +117,7 @@ start_pg() {
     mkdir -p "$pg_dir"
     chown "$u" "$pg_dir" 2>/dev/null || true
     chmod 700 "$pg_dir"
-    as_pg initdb -D "$pg_dir" -U "$pg_role" --auth=trust -E UTF8 --locale=C >/dev/null
+    as_pg "$(pg_bindir)/initdb" -D "$pg_dir" -U "$pg_role" --auth=trust -E UTF8 --locale=C >/dev/null
     cat >>"$pg_dir/postgresql.conf" <<EOF
 listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
@@ -94,7 +130,7 @@ EOF
   fi
   if pg_running; then log "postgres already running on $pg_port"; else
     log "starting postgres on 127.0.0.1:$pg_port"
-    as_pg pg_ctl -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -w -t 60 start >/dev/null
+    pg_ctl_as_pg -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -w -t 60 start >/dev/null
   fi
   ensure_db
 }
@@ -109,18 +145,26 @@ ensure_db() {
 start_redis() {
   ensure_redis
   mkdir -p "$redis_dir"
-  if redis_running; then log "redis already running on $redis_port"; return; fi
+  if redis_running; then
+    log "redis already running on $redis_port"
+    local dbs
+    dbs=$(redis-cli -h 127.0.0.1 -p "$redis_port" config get databases 2>/dev/null | tail -n1) || dbs=
+    if [[ $dbs =~ ^[0-9]+$ ]] && [ "$dbs" -lt "$redis_databases" ]; then
+      log "redis has $dbs databases, so at most $((dbs - 1)) tests use it at once; $0 stop, then start, gives it $redis_databases"
+    fi
+    return
+  fi
   log "starting redis on 127.0.0.1:$redis_port"
   redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$redis_dir" \
     --daemonize yes --pidfile "$redis_dir/redis.pid" --logfile "$redis_dir/redis.log" \
-    --save '' --appendonly no --protected-mode no >/dev/null
+    --save '' --appendonly no --protected-mode no --databases "$redis_databases" >/dev/null
   for _ in $(seq 1 100); do redis_running && return; sleep 0.1; done
   log "redis did not answer on $redis_port"; exit 1
 }
 
 stop_all() {
   if [ -s "$pg_dir/PG_VERSION" ] && pg_running; then
-    log "stopping postgres"; as_pg pg_ctl -D "$pg_dir" -m fast -w stop >/dev/null
+    log "stopping postgres"; pg_ctl_as_pg -D "$pg_dir" -m fast -w stop >/dev/null
   fi
   if redis_running; then log "stopping redis"; redis-cli -h 127.0.0.1 -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true; fi
 }
@@ -138,6 +182,6 @@ case "${1:-start}" in
     redis_running && echo "redis: running on 127.0.0.1:$redis_port" || echo "redis: stopped" ;;
   env) print_env ;;
   restart-postgres)
-    as_pg pg_ctl -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -m fast -w -t 60 restart >/dev/null ;;
+    pg_ctl_as_pg -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -m fast -w -t 60 restart >/dev/null ;;
   *) echo "usage: $0 {start|stop|status|env|restart-postgres}" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ import (
 )
 
 func newLogs(g *globals) *cobra.Command {
-	var task, attempt int
+	var task, attempt, generation int
 	cmd := &cobra.Command{
 		Use:   "logs RUN ACTION",
 		Short: "Print an attempt's captured stdout (and stderr to stderr)",
@@ -21,21 +21,20 @@ func newLogs(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			params := &api.GetAttemptLogsParams{}
+			if generation >= 0 {
+				params.Generation = &generation
+			}
 			if attempt == 0 {
 				run, err := getRun(cmd.Context(), c, g, args[0])
 				if err != nil {
 					return err
 				}
-				for _, a := range run.Actions {
-					if a.Name == args[1] && task < len(a.Tasks) {
-						attempt = len(a.Tasks[task].Attempts)
-					}
-				}
-				if attempt == 0 {
+				if attempt = latestAttempt(run, args[1], task, generation); attempt == 0 {
 					return fmt.Errorf("action %s has no attempt for task %d yet", args[1], task)
 				}
 			}
-			resp, err := c.GetAttemptLogsWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], task, attempt)
+			resp, err := c.GetAttemptLogsWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], task, attempt, params)
 			if err != nil {
 				return err
 			}
@@ -49,7 +48,34 @@ func newLogs(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&task, "task", 0, "task (replica) index")
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "attempt number (default: the latest)")
+	cmd.Flags().IntVar(&generation, "generation", -1, "the step's generation (a retry or a restart starts the next; default: the current)")
 	return cmd
+}
+
+// latestAttempt is the number of the latest attempt of task idx of action
+// name in generation (-1: the action's current one), or 0 when it has none.
+func latestAttempt(run *api.Run, name string, idx, generation int) int {
+	for _, a := range run.Actions {
+		if a.Name != name {
+			continue
+		}
+		if generation < 0 {
+			generation = deref(a.Generation)
+		}
+		for _, t := range a.Tasks {
+			if t.Index == idx && deref(t.Generation) == generation {
+				return len(t.Attempts)
+			}
+		}
+	}
+	return 0
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func newWorkers(g *globals) *cobra.Command {

@@ -1,5 +1,6 @@
-// Command capstan is Capstan's command-line client: create, watch, inspect
-// and abort runs, read attempt logs, list workers. It talks to the public API
+// Command capstan is Capstan's command-line client: create, watch, inspect,
+// abort, suspend, resume and restart runs, approve or reject approval steps,
+// read attempt logs, list workers. It talks to the public API
 // through the generated client in pkg/api.
 package main
 

@@ -31,8 +31,9 @@ func newRoot() *cobra.Command {
 		"project (env CAPSTAN_PROJECT)")
 	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", cmp.Or(os.Getenv("CAPSTAN_DOMAIN"), "dev"),
 		"domain (env CAPSTAN_DOMAIN)")
-	run := &cobra.Command{Use: "run", Short: "Create, inspect, wait for and abort runs"}
-	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g))
-	root.AddCommand(run, newLogs(g), newWorkers(g))
+	run := &cobra.Command{Use: "run", Short: "Create, inspect, wait for, abort, suspend, resume and restart runs"}
+	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
+		newSuspend(g), newResume(g), newRestart(g))
+	root.AddCommand(run, newApprove(g), newReject(g), newLogs(g), newWorkers(g))
 	return root
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -240,13 +241,16 @@ func newGet(g *globals) *cobra.Command {
 }
 
 func printRun(run *api.Run) {
-	fmt.Printf("run %s/%s/%s  %s\n", run.Project, run.Domain, run.Name, run.Phase)
+	suspended := ""
+	if run.Suspended != nil && *run.Suspended {
+		suspended = "  (suspended)"
+	}
+	fmt.Printf("run %s/%s/%s  %s%s\n", run.Project, run.Domain, run.Name, run.Phase, suspended)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ACTION\tPHASE\tTASK\tSTATE\tATTEMPTS")
 	for _, a := range run.Actions {
-		if len(a.Tasks) == 0 {
-			fmt.Fprintf(w, "%s\t%s\t\t\t%s\n", a.Name, a.Phase, abortNote(a))
-			continue
+		if note := actionNote(a); len(a.Tasks) == 0 || note != "" {
+			fmt.Fprintf(w, "%s\t%s\t\t\t%s\n", a.Name, a.Phase, note)
 		}
 		for _, t := range a.Tasks {
 			var atts []string
@@ -257,7 +261,11 @@ func printRun(run *api.Run) {
 				}
 				atts = append(atts, s)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", a.Name, a.Phase, t.Index, t.State, strings.Join(atts, ", "))
+			task := strconv.Itoa(t.Index)
+			if g := deref(t.Generation); g > 0 {
+				task += fmt.Sprintf(" (gen %d)", g) // a retried or restarted step's later tasks
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.Phase, task, t.State, strings.Join(atts, ", "))
 		}
 	}
 	_ = w.Flush()

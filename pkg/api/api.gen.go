@@ -42,6 +42,24 @@ func (e AbortRecordKind) Valid() bool {
 	}
 }
 
+// Defines values for ApprovalDecision.
+const (
+	Approved ApprovalDecision = "approved"
+	Rejected ApprovalDecision = "rejected"
+)
+
+// Valid indicates whether the value is a known member of the ApprovalDecision enum.
+func (e ApprovalDecision) Valid() bool {
+	switch e {
+	case Approved:
+		return true
+	case Rejected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AttemptReportCause.
 const (
 	Aborted    AttemptReportCause = "aborted"
@@ -261,17 +279,59 @@ type AbortStatus struct {
 
 // Action defines model for Action.
 type Action struct {
-	Abort     *AbortStatus `json:"abort,omitempty"`
-	DependsOn *[]string    `json:"depends_on,omitempty"`
-	EndedAt   *time.Time   `json:"ended_at,omitempty"`
-	Kind      string       `json:"kind"`
-	Name      string       `json:"name"`
-	Parent    *string      `json:"parent,omitempty"`
+	Abort *AbortStatus `json:"abort,omitempty"`
+
+	// Approval An approval step's decision; absent until decided.
+	Approval  *Approval  `json:"approval,omitempty"`
+	DependsOn *[]string  `json:"depends_on,omitempty"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+
+	// Generation The step's current run: a retry of the step or a restart starts the next, its tasks anew.
+	Generation *int   `json:"generation,omitempty"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+
+	// NotBefore When a timed wait (duration, retry) ends.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+
+	// Outputs A SUCCEEDED step's outputs, name → value, as its tasks wrote them (trailing newlines kept); a step with replicas > 1 has, for each name, a JSON array of its tasks' values in task-index order. Absent when none.
+	Outputs *map[string]string `json:"outputs,omitempty"`
+	Parent  *string            `json:"parent,omitempty"`
+
+	// PausedAt When the step last became PAUSED.
+	PausedAt *time.Time `json:"paused_at,omitempty"`
 
 	// Phase The phase of a run or an action.
-	Phase     Phase      `json:"phase"`
+	Phase Phase `json:"phase"`
+
+	// Reason Why the step ended or waits, e.g. rejected.
+	Reason    *string    `json:"reason,omitempty"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
-	Tasks     []Task     `json:"tasks"`
+
+	// StepRetries How many times the whole step failed (on_failure suspend): the run pauses when it passes the configured retries.
+	StepRetries *int   `json:"step_retries,omitempty"`
+	Tasks       []Task `json:"tasks"`
+
+	// WaitingFor What a PAUSED (or retrying) step waits for: duration, resume, approval or retry.
+	WaitingFor *string `json:"waiting_for,omitempty"`
+}
+
+// Approval An approval step's decision; absent until decided.
+type Approval struct {
+	At       time.Time        `json:"at"`
+	By       *string          `json:"by,omitempty"`
+	Comment  *string          `json:"comment,omitempty"`
+	Decision ApprovalDecision `json:"decision"`
+}
+
+// ApprovalDecision defines model for Approval.Decision.
+type ApprovalDecision string
+
+// ApprovalRequest defines model for ApprovalRequest.
+type ApprovalRequest struct {
+	// By Who decides (until API tokens exist, the caller names itself).
+	By      *string `json:"by,omitempty"`
+	Comment *string `json:"comment,omitempty"`
 }
 
 // Attempt defines model for Attempt.
@@ -306,7 +366,10 @@ type AttemptReport struct {
 	Cause    *AttemptReportCause `json:"cause,omitempty"`
 	Error    *string             `json:"error,omitempty"`
 	ExitCode *int                `json:"exit_code,omitempty"`
-	Pid      *int                `json:"pid,omitempty"`
+
+	// Outputs With SUCCEEDED: the values the task wrote, output name → value. Names are environment-variable names; each value at most 64 KiB, all of them at most 1 MiB, no NUL. Ignored with other states.
+	Outputs *map[string]string `json:"outputs,omitempty"`
+	Pid     *int               `json:"pid,omitempty"`
 
 	// State Iris task states; the database stores their numeric values.
 	State TaskState `json:"state"`
@@ -335,8 +398,14 @@ type AttemptSpec struct {
 	Domain  string            `json:"domain"`
 	Env     map[string]string `json:"env"`
 	Id      int64             `json:"id"`
-	Number  int               `json:"number"`
-	Plugin  string            `json:"plugin"`
+
+	// Inputs The step's inputs resolved from its producers' outputs, NAME → value: each arrives as the environment variable NAME and the file $CAPSTAN_INPUTS_DIR/NAME. Absent when none.
+	Inputs *map[string]string `json:"inputs,omitempty"`
+	Number int                `json:"number"`
+
+	// Outputs The outputs the step declares: each task writes each to $CAPSTAN_OUTPUTS_DIR/<name>. Absent when none.
+	Outputs *[]string `json:"outputs,omitempty"`
+	Plugin  string    `json:"plugin"`
 
 	// Proceed False when the attempt must not (or no longer) run.
 	Proceed  bool   `json:"proceed"`
@@ -437,6 +506,12 @@ type Resources struct {
 	MemoryBytes *int64 `json:"memory_bytes,omitempty"`
 }
 
+// RestartRequest defines model for RestartRequest.
+type RestartRequest struct {
+	// FromStep The step to re-run with everything downstream of it; absent, every step that did not succeed.
+	FromStep *string `json:"from_step,omitempty"`
+}
+
 // Run defines model for Run.
 type Run struct {
 	Actions   []Action   `json:"actions"`
@@ -446,10 +521,13 @@ type Run struct {
 	Name      string     `json:"name"`
 
 	// Phase The phase of a run or an action.
-	Phase     Phase        `json:"phase"`
-	Project   string       `json:"project"`
-	Spec      WorkflowSpec `json:"spec"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	Phase   Phase        `json:"phase"`
+	Project string       `json:"project"`
+	Spec    WorkflowSpec `json:"spec"`
+
+	// Suspended A suspend is in force: no new step starts until a resume.
+	Suspended *bool     `json:"suspended,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // RunList defines model for RunList.
@@ -458,6 +536,9 @@ type RunList struct {
 	NextCursor *string      `json:"next_cursor,omitempty"`
 	Runs       []RunSummary `json:"runs"`
 }
+
+// RunSignalRequest A suspend or a resume takes no parameters; the body may be absent or `{}`.
+type RunSignalRequest = map[string]interface{}
 
 // RunSummary defines model for RunSummary.
 type RunSummary struct {
@@ -474,6 +555,9 @@ type RunSummary struct {
 
 // Step One step of a workflow; a task step runs `replicas` tasks with a plugin.
 type Step struct {
+	// AttemptTimeout Longest running time of each attempt, a duration such as "10m"; an attempt past it is KILLED and the step TIMED_OUT.
+	AttemptTimeout *string `json:"attempt_timeout,omitempty"`
+
 	// Command The shell script to run.
 	Command *string `json:"command,omitempty"`
 
@@ -484,10 +568,19 @@ type Step struct {
 	Coscheduled *bool `json:"coscheduled,omitempty"`
 
 	// DependsOn DAG mode only; names of steps that must succeed first.
-	DependsOn *[]string          `json:"depends_on,omitempty"`
-	Env       *map[string]string `json:"env,omitempty"`
+	DependsOn *[]string `json:"depends_on,omitempty"`
 
-	// Kind Only `task` for now.
+	// Duration A suspend step: how long it waits before the run goes on by itself, a duration such as "30s"; absent waits for a resume.
+	Duration *string            `json:"duration,omitempty"`
+	Env      *map[string]string `json:"env,omitempty"`
+
+	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
+	If *string `json:"if,omitempty"`
+
+	// Inputs Values of earlier steps' outputs this step receives as environment variables and files under $CAPSTAN_INPUTS_DIR.
+	Inputs *[]StepInput `json:"inputs,omitempty"`
+
+	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject.
 	Kind *string `json:"kind,omitempty"`
 
 	// MaxRetriesFailure How many times a task whose command exits non-zero is retried (0 to 100).
@@ -502,7 +595,13 @@ type Step struct {
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
-	// Plugin The task plugin: `shell` runs `command` with /bin/sh -c; `noop` starts no process and succeeds at once (it needs no command).
+	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	OnFailure *string `json:"on_failure,omitempty"`
+
+	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 64 KiB each, 1 MiB a task).
+	Outputs *[]string `json:"outputs,omitempty"`
+
+	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
 	Plugin *string `json:"plugin,omitempty"`
 
 	// Priority production (never preempted), interactive (the default) or batch (preemptible).
@@ -517,14 +616,26 @@ type Step struct {
 	// SchedulingTimeout How long a task may wait to be placed before the step is UNSCHEDULABLE, a duration such as "30s"; absent or "0s" waits forever.
 	SchedulingTimeout *string `json:"scheduling_timeout,omitempty"`
 
-	// Timeout Longest running time of each task, a duration such as "10m"; a task past it is KILLED and the step TIMED_OUT.
+	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+}
+
+// StepInput defines model for StepInput.
+type StepInput struct {
+	// As The environment variable and the file name under $CAPSTAN_INPUTS_DIR it arrives as.
+	As string `json:"as"`
+
+	// From The producing step and its output, "step.output".
+	From string `json:"from"`
 }
 
 // Task defines model for Task.
 type Task struct {
-	Attempts             []Attempt  `json:"attempts"`
-	FailureCount         int        `json:"failure_count"`
+	Attempts     []Attempt `json:"attempts"`
+	FailureCount int       `json:"failure_count"`
+
+	// Generation The generation of its step the task belongs to.
+	Generation           *int       `json:"generation,omitempty"`
 	Index                int        `json:"index"`
 	MaxRetriesFailure    int        `json:"max_retries_failure"`
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
@@ -584,6 +695,9 @@ type WorkflowMode string
 type WorkflowSpec struct {
 	Mode  *WorkflowMode `json:"mode,omitempty"`
 	Steps []Step        `json:"steps"`
+
+	// Timeout Longest time of the whole run from its creation, a duration such as "1h"; past it the run is TIMED_OUT and its processes killed.
+	Timeout *string `json:"timeout,omitempty"`
 }
 
 // ActionName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
@@ -631,6 +745,12 @@ type CreateRunParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// GetAttemptLogsParams defines parameters for GetAttemptLogs.
+type GetAttemptLogsParams struct {
+	// Generation The step's generation the task belongs to (a retry of the step or a restart starts the next); default the current one.
+	Generation *int `form:"generation,omitempty" json:"generation,omitempty"`
+}
+
 // ReportAttemptJSONRequestBody defines body for ReportAttempt for application/json ContentType.
 type ReportAttemptJSONRequestBody = AttemptReport
 
@@ -642,6 +762,21 @@ type AbortRunJSONRequestBody = AbortRequest
 
 // AbortActionJSONRequestBody defines body for AbortAction for application/json ContentType.
 type AbortActionJSONRequestBody = AbortRequest
+
+// ApproveActionJSONRequestBody defines body for ApproveAction for application/json ContentType.
+type ApproveActionJSONRequestBody = ApprovalRequest
+
+// RejectActionJSONRequestBody defines body for RejectAction for application/json ContentType.
+type RejectActionJSONRequestBody = ApprovalRequest
+
+// RestartRunJSONRequestBody defines body for RestartRun for application/json ContentType.
+type RestartRunJSONRequestBody = RestartRequest
+
+// ResumeRunJSONRequestBody defines body for ResumeRun for application/json ContentType.
+type ResumeRunJSONRequestBody = RunSignalRequest
+
+// SuspendRunJSONRequestBody defines body for SuspendRun for application/json ContentType.
+type SuspendRunJSONRequestBody = RunSignalRequest
 
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
@@ -808,10 +943,124 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/abort (the `AbortAction` operationId).
 	AbortAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body AbortActionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ApproveActionWithBody Approve an approval step that waits; the run goes on.
+	//
+	// The step succeeds and the run goes on. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+	ApproveActionWithBody(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApproveAction Approve an approval step that waits; the run goes on.
+	//
+	// The step succeeds and the run goes on. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+	ApproveAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body ApproveActionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectActionWithBody Reject an approval step that waits; the step fails with reason `rejected`.
+	//
+	// The step fails with reason `rejected`. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+	RejectActionWithBody(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectAction Reject an approval step that waits; the step fails with reason `rejected`.
+	//
+	// The step fails with reason `rejected`. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+	RejectAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
-	GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestartRunWithBody Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+	//
+	// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+	// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+	// while an abort of the run is still being delivered, 409
+	// `abort_pending`. The scheduler re-runs `from_step` and everything
+	// downstream of it (default: every step that did not succeed) and the
+	// run goes back to RUNNING. 422 when `from_step` names no step.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+	RestartRunWithBody(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+	//
+	// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+	// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+	// while an abort of the run is still being delivered, 409
+	// `abort_pending`. The scheduler re-runs `from_step` and everything
+	// downstream of it (default: every step that did not succeed) and the
+	// run goes back to RUNNING. 422 when `from_step` names no step.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+	RestartRun(ctx context.Context, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeRunWithBody Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+	//
+	// 409 `already_terminal` once the run has ended.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+	ResumeRunWithBody(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeRun Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+	//
+	// 409 `already_terminal` once the run has ended.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+	ResumeRun(ctx context.Context, project Project, domain Domain, run RunName, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SuspendRunWithBody Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+	//
+	// Records the intent and asks the scheduler to act on it; the answer
+	// shows `suspended: true` at once, the phase follows. Suspending a
+	// suspended run changes nothing. 409 `already_terminal` once the run
+	// has ended.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+	SuspendRunWithBody(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+	//
+	// Records the intent and asks the scheduler to act on it; the answer
+	// shows `suspended: true` at once, the phase follows. Suspending a
+	// suspended run changes nothing. 409 `already_terminal` once the run
+	// has ended.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+	SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkers All registered workers.
 	//
@@ -1067,11 +1316,225 @@ func (c *Client) AbortAction(ctx context.Context, project Project, domain Domain
 	return c.Client.Do(req)
 }
 
+// ApproveActionWithBody Approve an approval step that waits; the run goes on.
+//
+// The step succeeds and the run goes on. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+func (c *Client) ApproveActionWithBody(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApproveActionRequestWithBody(c.Server, project, domain, run, action, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApproveAction Approve an approval step that waits; the run goes on.
+//
+// The step succeeds and the run goes on. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+func (c *Client) ApproveAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body ApproveActionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApproveActionRequest(c.Server, project, domain, run, action, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectActionWithBody Reject an approval step that waits; the step fails with reason `rejected`.
+//
+// The step fails with reason `rejected`. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+func (c *Client) RejectActionWithBody(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectActionRequestWithBody(c.Server, project, domain, run, action, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectAction Reject an approval step that waits; the step fails with reason `rejected`.
+//
+// The step fails with reason `rejected`. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+func (c *Client) RejectAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectActionRequest(c.Server, project, domain, run, action, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
-func (c *Client) GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetAttemptLogsRequest(c.Server, project, domain, run, action, task, attempt)
+func (c *Client) GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAttemptLogsRequest(c.Server, project, domain, run, action, task, attempt, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestartRunWithBody Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+//
+// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+// while an abort of the run is still being delivered, 409
+// `abort_pending`. The scheduler re-runs `from_step` and everything
+// downstream of it (default: every step that did not succeed) and the
+// run goes back to RUNNING. 422 when `from_step` names no step.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+func (c *Client) RestartRunWithBody(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestartRunRequestWithBody(c.Server, project, domain, run, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+//
+// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+// while an abort of the run is still being delivered, 409
+// `abort_pending`. The scheduler re-runs `from_step` and everything
+// downstream of it (default: every step that did not succeed) and the
+// run goes back to RUNNING. 422 when `from_step` names no step.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+func (c *Client) RestartRun(ctx context.Context, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestartRunRequest(c.Server, project, domain, run, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeRunWithBody Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+//
+// 409 `already_terminal` once the run has ended.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+func (c *Client) ResumeRunWithBody(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRunRequestWithBody(c.Server, project, domain, run, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeRun Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+//
+// 409 `already_terminal` once the run has ended.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+func (c *Client) ResumeRun(ctx context.Context, project Project, domain Domain, run RunName, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRunRequest(c.Server, project, domain, run, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SuspendRunWithBody Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+//
+// Records the intent and asks the scheduler to act on it; the answer
+// shows `suspended: true` at once, the phase follows. Suspending a
+// suspended run changes nothing. 409 `already_terminal` once the run
+// has ended.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+func (c *Client) SuspendRunWithBody(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSuspendRunRequestWithBody(c.Server, project, domain, run, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+//
+// Records the intent and asks the scheduler to act on it; the answer
+// shows `suspended: true` at once, the phase follows. Suspending a
+// suspended run changes nothing. 409 `already_terminal` once the run
+// has ended.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+func (c *Client) SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSuspendRunRequest(c.Server, project, domain, run, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1732,8 +2195,144 @@ func NewAbortActionRequestWithBody(server string, project Project, domain Domain
 	return req, nil
 }
 
+// NewApproveActionRequest calls the generic ApproveAction builder with application/json body
+func NewApproveActionRequest(server string, project Project, domain Domain, run RunName, action ActionName, body ApproveActionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewApproveActionRequestWithBody(server, project, domain, run, action, "application/json", bodyReader)
+}
+
+// NewApproveActionRequestWithBody constructs an http.Request for the ApproveAction method, with any body, and a specified content type
+func NewApproveActionRequestWithBody(server string, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam3 string
+
+	pathParam3, err = runtime.StyleParamWithOptions("simple", false, "action", action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/actions/%s/approve", pathParam0, pathParam1, pathParam2, pathParam3)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRejectActionRequest calls the generic RejectAction builder with application/json body
+func NewRejectActionRequest(server string, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRejectActionRequestWithBody(server, project, domain, run, action, "application/json", bodyReader)
+}
+
+// NewRejectActionRequestWithBody constructs an http.Request for the RejectAction method, with any body, and a specified content type
+func NewRejectActionRequestWithBody(server string, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam3 string
+
+	pathParam3, err = runtime.StyleParamWithOptions("simple", false, "action", action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/actions/%s/reject", pathParam0, pathParam1, pathParam2, pathParam3)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetAttemptLogsRequest constructs an http.Request for the GetAttemptLogs method
-func NewGetAttemptLogsRequest(server string, project Project, domain Domain, run RunName, action ActionName, task int, attempt int) (*http.Request, error) {
+func NewGetAttemptLogsRequest(server string, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1793,10 +2392,220 @@ func NewGetAttemptLogsRequest(server string, project Project, domain Domain, run
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Generation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "generation", *params.Generation, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewRestartRunRequest calls the generic RestartRun builder with application/json body
+func NewRestartRunRequest(server string, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRestartRunRequestWithBody(server, project, domain, run, "application/json", bodyReader)
+}
+
+// NewRestartRunRequestWithBody constructs an http.Request for the RestartRun method, with any body, and a specified content type
+func NewRestartRunRequestWithBody(server string, project Project, domain Domain, run RunName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/restart", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewResumeRunRequest calls the generic ResumeRun builder with application/json body
+func NewResumeRunRequest(server string, project Project, domain Domain, run RunName, body ResumeRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResumeRunRequestWithBody(server, project, domain, run, "application/json", bodyReader)
+}
+
+// NewResumeRunRequestWithBody constructs an http.Request for the ResumeRun method, with any body, and a specified content type
+func NewResumeRunRequestWithBody(server string, project Project, domain Domain, run RunName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/resume", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewSuspendRunRequest calls the generic SuspendRun builder with application/json body
+func NewSuspendRunRequest(server string, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSuspendRunRequestWithBody(server, project, domain, run, "application/json", bodyReader)
+}
+
+// NewSuspendRunRequestWithBody constructs an http.Request for the SuspendRun method, with any body, and a specified content type
+func NewSuspendRunRequestWithBody(server string, project Project, domain Domain, run RunName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/suspend", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2088,12 +2897,126 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/abort (the `AbortAction` operationId).
 	AbortActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body AbortActionJSONRequestBody, reqEditors ...RequestEditorFn) (*AbortActionResponse, error)
 
+	// ApproveActionWithBodyWithResponse Approve an approval step that waits; the run goes on.
+	//
+	// The step succeeds and the run goes on. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+	ApproveActionWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApproveActionResponse, error)
+
+	// ApproveActionWithResponse Approve an approval step that waits; the run goes on.
+	//
+	// The step succeeds and the run goes on. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+	ApproveActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body ApproveActionJSONRequestBody, reqEditors ...RequestEditorFn) (*ApproveActionResponse, error)
+
+	// RejectActionWithBodyWithResponse Reject an approval step that waits; the step fails with reason `rejected`.
+	//
+	// The step fails with reason `rejected`. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+	RejectActionWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectActionResponse, error)
+
+	// RejectActionWithResponse Reject an approval step that waits; the step fails with reason `rejected`.
+	//
+	// The step fails with reason `rejected`. Who and when are recorded and shown
+	// as the action's `approval`. Anything but an approval step waiting
+	// for its decision answers 409 `not_waiting_for_approval`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+	RejectActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectActionResponse, error)
+
 	// GetAttemptLogsWithResponse The captured (bounded) stdout and stderr of one attempt.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
-	GetAttemptLogsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, reqEditors ...RequestEditorFn) (*GetAttemptLogsResponse, error)
+	GetAttemptLogsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*GetAttemptLogsResponse, error)
+
+	// RestartRunWithBodyWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+	//
+	// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+	// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+	// while an abort of the run is still being delivered, 409
+	// `abort_pending`. The scheduler re-runs `from_step` and everything
+	// downstream of it (default: every step that did not succeed) and the
+	// run goes back to RUNNING. 422 when `from_step` names no step.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+	RestartRunWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RestartRunResponse, error)
+
+	// RestartRunWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+	//
+	// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+	// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+	// while an abort of the run is still being delivered, 409
+	// `abort_pending`. The scheduler re-runs `from_step` and everything
+	// downstream of it (default: every step that did not succeed) and the
+	// run goes back to RUNNING. 422 when `from_step` names no step.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+	RestartRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RestartRunResponse, error)
+
+	// ResumeRunWithBodyWithResponse Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+	//
+	// 409 `already_terminal` once the run has ended.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+	ResumeRunWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error)
+
+	// ResumeRunWithResponse Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+	//
+	// 409 `already_terminal` once the run has ended.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+	ResumeRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error)
+
+	// SuspendRunWithBodyWithResponse Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+	//
+	// Records the intent and asks the scheduler to act on it; the answer
+	// shows `suspended: true` at once, the phase follows. Suspending a
+	// suspended run changes nothing. 409 `already_terminal` once the run
+	// has ended.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+	SuspendRunWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error)
+
+	// SuspendRunWithResponse Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+	//
+	// Records the intent and asks the scheduler to act on it; the answer
+	// shows `suspended: true` at once, the phase follows. Suspending a
+	// suspended run changes nothing. 409 `already_terminal` once the run
+	// has ended.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+	SuspendRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error)
 
 	// ListWorkersWithResponse All registered workers.
 	//
@@ -2619,6 +3542,116 @@ func (r AbortActionResponse) ContentType() string {
 	return ""
 }
 
+type ApproveActionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Action
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ApproveActionResponse) GetJSON202() *Action {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r ApproveActionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApproveActionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApproveActionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApproveActionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RejectActionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Action
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RejectActionResponse) GetJSON202() *Action {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r RejectActionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RejectActionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RejectActionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RejectActionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetAttemptLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2661,6 +3694,178 @@ func (r GetAttemptLogsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAttemptLogsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RestartRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Run
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RestartRunResponse) GetJSON202() *Run {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r RestartRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RestartRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RestartRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RestartRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResumeRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Run
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ResumeRunResponse) GetJSON202() *Run {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SuspendRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Run
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r SuspendRunResponse) GetJSON202() *Run {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r SuspendRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SuspendRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SuspendRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SuspendRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3025,17 +4230,191 @@ func (c *ClientWithResponses) AbortActionWithResponse(ctx context.Context, proje
 	return ParseAbortActionResponse(rsp)
 }
 
+// ApproveActionWithBodyWithResponse Approve an approval step that waits; the run goes on.
+//
+// The step succeeds and the run goes on. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+func (c *ClientWithResponses) ApproveActionWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApproveActionResponse, error) {
+	rsp, err := c.ApproveActionWithBody(ctx, project, domain, run, action, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApproveActionResponse(rsp)
+}
+
+// ApproveActionWithResponse Approve an approval step that waits; the run goes on.
+//
+// The step succeeds and the run goes on. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve (the `ApproveAction` operationId).
+func (c *ClientWithResponses) ApproveActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body ApproveActionJSONRequestBody, reqEditors ...RequestEditorFn) (*ApproveActionResponse, error) {
+	rsp, err := c.ApproveAction(ctx, project, domain, run, action, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApproveActionResponse(rsp)
+}
+
+// RejectActionWithBodyWithResponse Reject an approval step that waits; the step fails with reason `rejected`.
+//
+// The step fails with reason `rejected`. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+func (c *ClientWithResponses) RejectActionWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectActionResponse, error) {
+	rsp, err := c.RejectActionWithBody(ctx, project, domain, run, action, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectActionResponse(rsp)
+}
+
+// RejectActionWithResponse Reject an approval step that waits; the step fails with reason `rejected`.
+//
+// The step fails with reason `rejected`. Who and when are recorded and shown
+// as the action's `approval`. Anything but an approval step waiting
+// for its decision answers 409 `not_waiting_for_approval`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
+func (c *ClientWithResponses) RejectActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectActionResponse, error) {
+	rsp, err := c.RejectAction(ctx, project, domain, run, action, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectActionResponse(rsp)
+}
+
 // GetAttemptLogsWithResponse The captured (bounded) stdout and stderr of one attempt.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
-func (c *ClientWithResponses) GetAttemptLogsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, reqEditors ...RequestEditorFn) (*GetAttemptLogsResponse, error) {
-	rsp, err := c.GetAttemptLogs(ctx, project, domain, run, action, task, attempt, reqEditors...)
+func (c *ClientWithResponses) GetAttemptLogsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*GetAttemptLogsResponse, error) {
+	rsp, err := c.GetAttemptLogs(ctx, project, domain, run, action, task, attempt, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseGetAttemptLogsResponse(rsp)
+}
+
+// RestartRunWithBodyWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+//
+// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+// while an abort of the run is still being delivered, 409
+// `abort_pending`. The scheduler re-runs `from_step` and everything
+// downstream of it (default: every step that did not succeed) and the
+// run goes back to RUNNING. 422 when `from_step` names no step.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+func (c *ClientWithResponses) RestartRunWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RestartRunResponse, error) {
+	rsp, err := c.RestartRunWithBody(ctx, project, domain, run, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestartRunResponse(rsp)
+}
+
+// RestartRunWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+//
+// Only a run in a terminal failure phase (FAILED, ABORTED, TIMED_OUT,
+// UNSCHEDULABLE, WORKER_FAILED) restarts, else 409 `not_restartable`;
+// while an abort of the run is still being delivered, 409
+// `abort_pending`. The scheduler re-runs `from_step` and everything
+// downstream of it (default: every step that did not succeed) and the
+// run goes back to RUNNING. 422 when `from_step` names no step.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart (the `RestartRun` operationId).
+func (c *ClientWithResponses) RestartRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RestartRunResponse, error) {
+	rsp, err := c.RestartRun(ctx, project, domain, run, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestartRunResponse(rsp)
+}
+
+// ResumeRunWithBodyWithResponse Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+//
+// 409 `already_terminal` once the run has ended.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+func (c *ClientWithResponses) ResumeRunWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error) {
+	rsp, err := c.ResumeRunWithBody(ctx, project, domain, run, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeRunResponse(rsp)
+}
+
+// ResumeRunWithResponse Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+//
+// 409 `already_terminal` once the run has ended.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume (the `ResumeRun` operationId).
+func (c *ClientWithResponses) ResumeRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error) {
+	rsp, err := c.ResumeRun(ctx, project, domain, run, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeRunResponse(rsp)
+}
+
+// SuspendRunWithBodyWithResponse Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+//
+// Records the intent and asks the scheduler to act on it; the answer
+// shows `suspended: true` at once, the phase follows. Suspending a
+// suspended run changes nothing. 409 `already_terminal` once the run
+// has ended.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+func (c *ClientWithResponses) SuspendRunWithBodyWithResponse(ctx context.Context, project Project, domain Domain, run RunName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error) {
+	rsp, err := c.SuspendRunWithBody(ctx, project, domain, run, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSuspendRunResponse(rsp)
+}
+
+// SuspendRunWithResponse Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+//
+// Records the intent and asks the scheduler to act on it; the answer
+// shows `suspended: true` at once, the phase follows. Suspending a
+// suspended run changes nothing. 409 `already_terminal` once the run
+// has ended.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
+func (c *ClientWithResponses) SuspendRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error) {
+	rsp, err := c.SuspendRun(ctx, project, domain, run, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSuspendRunResponse(rsp)
 }
 
 // ListWorkersWithResponse All registered workers.
@@ -3462,6 +4841,86 @@ func ParseAbortActionResponse(rsp *http.Response) (*AbortActionResponse, error) 
 	return response, nil
 }
 
+// ParseApproveActionResponse parses an HTTP response from a ApproveActionWithResponse call
+func ParseApproveActionResponse(rsp *http.Response) (*ApproveActionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApproveActionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Action
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRejectActionResponse parses an HTTP response from a RejectActionWithResponse call
+func ParseRejectActionResponse(rsp *http.Response) (*RejectActionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RejectActionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Action
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetAttemptLogsResponse parses an HTTP response from a GetAttemptLogsWithResponse call
 func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -3489,6 +4948,133 @@ func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRestartRunResponse parses an HTTP response from a RestartRunWithResponse call
+func ParseRestartRunResponse(rsp *http.Response) (*RestartRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RestartRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeRunResponse parses an HTTP response from a ResumeRunWithResponse call
+func ParseResumeRunResponse(rsp *http.Response) (*ResumeRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSuspendRunResponse parses an HTTP response from a SuspendRunWithResponse call
+func ParseSuspendRunResponse(rsp *http.Response) (*SuspendRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SuspendRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	}
 
@@ -3652,9 +5238,24 @@ type ServerInterface interface {
 	// AbortAction Abort one action and its descendants.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/abort)
 	AbortAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error
+	// ApproveAction Approve an approval step that waits; the run goes on.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve)
+	ApproveAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error
+	// RejectAction Reject an approval step that waits; the step fails with reason `rejected`.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject)
+	RejectAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error
 	// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
-	GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int) error
+	GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params GetAttemptLogsParams) error
+	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart)
+	RestartRun(ctx echo.Context, project Project, domain Domain, run RunName) error
+	// ResumeRun Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume)
+	ResumeRun(ctx echo.Context, project Project, domain Domain, run RunName) error
+	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
+	SuspendRun(ctx echo.Context, project Project, domain Domain, run RunName) error
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx echo.Context) error
@@ -3973,6 +5574,86 @@ func (w *ServerInterfaceWrapper) AbortAction(ctx echo.Context) error {
 	return err
 }
 
+// ApproveAction converts echo context to params.
+func (w *ServerInterfaceWrapper) ApproveAction(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// ------------- Path parameter "action" -------------
+	var action ActionName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "action", ctx.Param("action"), &action, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter action: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ApproveAction(ctx, project, domain, run, action)
+	return err
+}
+
+// RejectAction converts echo context to params.
+func (w *ServerInterfaceWrapper) RejectAction(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// ------------- Path parameter "action" -------------
+	var action ActionName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "action", ctx.Param("action"), &action, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter action: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RejectAction(ctx, project, domain, run, action)
+	return err
+}
+
 // GetAttemptLogs converts echo context to params.
 func (w *ServerInterfaceWrapper) GetAttemptLogs(ctx echo.Context) error {
 	var err error
@@ -4024,8 +5705,113 @@ func (w *ServerInterfaceWrapper) GetAttemptLogs(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter attempt: %s", err))
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetAttemptLogsParams
+	// ------------- Optional query parameter "generation" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "generation", ctx.QueryParams(), &params.Generation, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter generation: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.GetAttemptLogs(ctx, project, domain, run, action, task, attempt)
+	err = w.Handler.GetAttemptLogs(ctx, project, domain, run, action, task, attempt, params)
+	return err
+}
+
+// RestartRun converts echo context to params.
+func (w *ServerInterfaceWrapper) RestartRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RestartRun(ctx, project, domain, run)
+	return err
+}
+
+// ResumeRun converts echo context to params.
+func (w *ServerInterfaceWrapper) ResumeRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResumeRun(ctx, project, domain, run)
+	return err
+}
+
+// SuspendRun converts echo context to params.
+func (w *ServerInterfaceWrapper) SuspendRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SuspendRun(ctx, project, domain, run)
 	return err
 }
 
@@ -4130,8 +5916,13 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs", wrapper.CreateRun, options.OperationMiddlewares["CreateRun"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.GetRun, options.OperationMiddlewares["GetRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/abort", wrapper.AbortRun, options.OperationMiddlewares["AbortRun"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/suspend", wrapper.SuspendRun, options.OperationMiddlewares["SuspendRun"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/resume", wrapper.ResumeRun, options.OperationMiddlewares["ResumeRun"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/restart", wrapper.RestartRun, options.OperationMiddlewares["RestartRun"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action", wrapper.GetAction, options.OperationMiddlewares["GetAction"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/abort", wrapper.AbortAction, options.OperationMiddlewares["AbortAction"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/approve", wrapper.ApproveAction, options.OperationMiddlewares["ApproveAction"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/reject", wrapper.RejectAction, options.OperationMiddlewares["RejectAction"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
 	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
@@ -4603,6 +6394,118 @@ func (response AbortAction409ApplicationProblemPlusJSONResponse) VisitAbortActio
 	return err
 }
 
+type ApproveActionRequestObject struct {
+	Project Project    `json:"project"`
+	Domain  Domain     `json:"domain"`
+	Run     RunName    `json:"run"`
+	Action  ActionName `json:"action"`
+	Body    *ApproveActionJSONRequestBody
+}
+
+type ApproveActionResponseObject interface {
+	VisitApproveActionResponse(w http.ResponseWriter) error
+}
+
+type ApproveAction202JSONResponse Action
+
+func (response ApproveAction202JSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction404ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction409ApplicationProblemPlusJSONResponse Problem
+
+func (response ApproveAction409ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectActionRequestObject struct {
+	Project Project    `json:"project"`
+	Domain  Domain     `json:"domain"`
+	Run     RunName    `json:"run"`
+	Action  ActionName `json:"action"`
+	Body    *RejectActionJSONRequestBody
+}
+
+type RejectActionResponseObject interface {
+	VisitRejectActionResponse(w http.ResponseWriter) error
+}
+
+type RejectAction202JSONResponse Action
+
+func (response RejectAction202JSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction404ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction409ApplicationProblemPlusJSONResponse Problem
+
+func (response RejectAction409ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAttemptLogsRequestObject struct {
 	Project Project    `json:"project"`
 	Domain  Domain     `json:"domain"`
@@ -4610,6 +6513,7 @@ type GetAttemptLogsRequestObject struct {
 	Action  ActionName `json:"action"`
 	Task    int        `json:"task"`
 	Attempt int        `json:"attempt"`
+	Params  GetAttemptLogsParams
 }
 
 type GetAttemptLogsResponseObject interface {
@@ -4642,6 +6546,185 @@ func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAtte
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRunRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+	Body    *RestartRunJSONRequestBody
+}
+
+type RestartRunResponseObject interface {
+	VisitRestartRunResponse(w http.ResponseWriter) error
+}
+
+type RestartRun202JSONResponse Run
+
+func (response RestartRun202JSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun404ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun409ApplicationProblemPlusJSONResponse Problem
+
+func (response RestartRun409ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun422ApplicationProblemPlusJSONResponse Problem
+
+func (response RestartRun422ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRunRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+	Body    *ResumeRunJSONRequestBody
+}
+
+type ResumeRunResponseObject interface {
+	VisitResumeRunResponse(w http.ResponseWriter) error
+}
+
+type ResumeRun202JSONResponse Run
+
+func (response ResumeRun202JSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun404ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun409ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeRun409ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRunRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+	Body    *SuspendRunJSONRequestBody
+}
+
+type SuspendRunResponseObject interface {
+	VisitSuspendRunResponse(w http.ResponseWriter) error
+}
+
+type SuspendRun202JSONResponse Run
+
+func (response SuspendRun202JSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun404ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun409ApplicationProblemPlusJSONResponse Problem
+
+func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4819,9 +6902,24 @@ type StrictServerInterface interface {
 	// AbortAction Abort one action and its descendants.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/abort)
 	AbortAction(ctx context.Context, request AbortActionRequestObject) (AbortActionResponseObject, error)
+	// ApproveAction Approve an approval step that waits; the run goes on.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/approve)
+	ApproveAction(ctx context.Context, request ApproveActionRequestObject) (ApproveActionResponseObject, error)
+	// RejectAction Reject an approval step that waits; the step fails with reason `rejected`.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject)
+	RejectAction(ctx context.Context, request RejectActionRequestObject) (RejectActionResponseObject, error)
 	// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx context.Context, request GetAttemptLogsRequestObject) (GetAttemptLogsResponseObject, error)
+	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart)
+	RestartRun(ctx context.Context, request RestartRunRequestObject) (RestartRunResponseObject, error)
+	// ResumeRun Resume a run; also resumes its suspend steps without a duration and retries a step paused by on_failure suspend.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/resume)
+	ResumeRun(ctx context.Context, request ResumeRunRequestObject) (ResumeRunResponseObject, error)
+	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
+	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
+	SuspendRun(ctx context.Context, request SuspendRunRequestObject) (SuspendRunResponseObject, error)
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -5185,8 +7283,116 @@ func (sh *strictHandler) AbortAction(ctx echo.Context, project Project, domain D
 	return nil
 }
 
+// ApproveAction operation middleware
+func (sh *strictHandler) ApproveAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error {
+	var request ApproveActionRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+	request.Action = action
+
+	var body ApproveActionJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ApproveAction(ctx.Request().Context(), request.(ApproveActionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ApproveAction")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ApproveActionResponseObject); ok {
+		return validResponse.VisitApproveActionResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RejectAction operation middleware
+func (sh *strictHandler) RejectAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error {
+	var request RejectActionRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+	request.Action = action
+
+	var body RejectActionJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RejectAction(ctx.Request().Context(), request.(RejectActionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RejectAction")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RejectActionResponseObject); ok {
+		return validResponse.VisitRejectActionResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // GetAttemptLogs operation middleware
-func (sh *strictHandler) GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int) error {
+func (sh *strictHandler) GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params GetAttemptLogsParams) error {
 	var request GetAttemptLogsRequestObject
 
 	request.Project = project
@@ -5195,6 +7401,7 @@ func (sh *strictHandler) GetAttemptLogs(ctx echo.Context, project Project, domai
 	request.Action = action
 	request.Task = task
 	request.Attempt = attempt
+	request.Params = params
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetAttemptLogs(ctx.Request().Context(), request.(GetAttemptLogsRequestObject))
@@ -5209,6 +7416,165 @@ func (sh *strictHandler) GetAttemptLogs(ctx echo.Context, project Project, domai
 		return err
 	} else if validResponse, ok := response.(GetAttemptLogsResponseObject); ok {
 		return validResponse.VisitGetAttemptLogsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RestartRun operation middleware
+func (sh *strictHandler) RestartRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
+	var request RestartRunRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+
+	var body RestartRunJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RestartRun(ctx.Request().Context(), request.(RestartRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RestartRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RestartRunResponseObject); ok {
+		return validResponse.VisitRestartRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ResumeRun operation middleware
+func (sh *strictHandler) ResumeRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
+	var request ResumeRunRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+
+	var body ResumeRunJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeRun(ctx.Request().Context(), request.(ResumeRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResumeRunResponseObject); ok {
+		return validResponse.VisitResumeRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SuspendRun operation middleware
+func (sh *strictHandler) SuspendRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
+	var request SuspendRunRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+
+	var body SuspendRunJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SuspendRun(ctx.Request().Context(), request.(SuspendRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SuspendRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SuspendRunResponseObject); ok {
+		return validResponse.VisitSuspendRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -5365,91 +7731,124 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Dzbbhs5lr9C1A7QNrZiyel0z7SNwcKJnbS3Hccj2cgASVamqo4ktktkNcmyown8uh+wn7hfsjiHrJtE",
-	"3XzpaQz2yWUVizw89xv5LUrUNFcSpDXRwbco55pPwYKm/44SK5Q851PA/4SMDqKc20kUR5J+izgNiOJI",
-	"w2+F0JBGB1YXEEcmmcCU41d/0jCKDqJ/69QLddxb06GZ7+/j6MhamOb29HjJOiJducZI6Sm3OE7aH19F",
-	"cTQVUkyLaXSwH0d2loN7BWPQtNyxmnJcJbhW6l4+ek8XWv0KiV2ySu7fPnqZXrGKQLp4gp18VPoG9KOJ",
-	"UxQ00tPDWC3kOLrHBTSYXEkDxHQXWg0zmOJjoqQFSSjkeZ6JhCO7dXI34t9/NYqIuNl2ynlpxRRMokVO",
-	"3HsQHUnWe/uG/fTqhz8zP/ke7dx/S7IwVNqeCUPQ5FrloK1wEHN8RU/CwtSsA4Rm6kGidBrdV/jgWvMZ",
-	"/i/hqx0khTZK40xzkA4NSMuUZHYCLOPGspyPYS+A1yZNPpUwfqnGqSHxHwpfA57FvTkJP/g2P38ccSe0",
-	"g0QVjkZtUI8hE7egZ0yrQqaG0TBImVFsxHUD4koy6ylFujhfHywbKc24ZH4YuxFZhhMtyP/izAkvDAS3",
-	"kVbKYOHVjZABQK4dTq4PiAaEWKZGBBe9YFymDHDrdiLkmBUyBc2EPWTXHnD/KYKPXyoJ5ZZwNyBRc32q",
-	"lat/1yBeDaIqbKKc+M9BmTr8Q3odM6XZtQRIzQBRom9B0g7Y3QQke8+/ev1r2B03TANPJpAGeCqu1FYI",
-	"Wxq4WcIqyIlgLKQDbsOUvZuIDJiwTBg2BERbBX+Lwim38MKKKYSgQ20XWr7I8bNy8U3mmpMeYoS4obRr",
-	"I0EKtiKVY7N52WhBsEIECUkkdWkqcEaeXTSkccQzA/GcgNZYnxe/ES8ya5hV7HN0ZUCzigqOaT9HiNkp",
-	"/3oGcmwn0cF+t9sNYSIMbt9yW5iAxphXCyuEsQ0yQQVpzJAmqrBshwTMCRWgDrk8fX9yPPhwdblLPB1Q",
-	"ByzXgP9AigPuyHINMmVskJ1/Z+l5AgmpVc7DBWXeNLQIFmTPyggEDN9G5s4zC1neHEk5cPNVBnMBIfNm",
-	"EWS6lQTX2nvhhfT+0qJ24xpkWLnlE+5YdqWLQYPQb7Bc2y3BtdzcbO5EXHJzs4imOcrSRuNKexF05UJB",
-	"OntDs0DoJQJbGNAxMzNjYRo3hS2uxbCWZhRWJ+FB4Ug08G1xBlo7L2nxzVeBHJ1CWAONhBRmsuVqzivZ",
-	"wNlARbSlWMhiOgQdBvYh3GQst7AJE/Vp4H0cefKJkMzM8RX58R7icqkWAVcw15kaB4yGsSnoMCWNTVUR",
-	"FkqrC5ngmouseakLcApaFTYvLBvCTMmU9Cd8haSwSn9n2BB9U9LbqVZ53mLNoVIZcLmwew9QXALdhGPF",
-	"xnuQe225hXWvBK90ClHkcGmSOXQ0nEQhEE7MooqSKIjktHhJDPqPlQQ1/IBXIT9grUjlLc5ps++WrFhz",
-	"Q5uor5FakLLhrEXHvbAAlGzz8Dla/LWWKxD4tfTv+VB3UQRyrRIIsfJbZAzHy02I2bQwlhmrcucU1AHE",
-	"GkjLhVbA2s8h2SoWTNR0ypeY2xUBFsjb5QKx3Cmo4d1YJa/Sr3lWjJcAuClRSheUaCKVZTtKM6lYpuQY",
-	"9C7ThQxRZl1ARTkPE4Z6WbCzvbihQzAQMoWv4ZUebBnWx0uNpRv7rUhSM5bjldrYrGLiN0oaq7mQ22rb",
-	"G5gFUaryRQY4+VvMzk9idvL30/5lP2bnHy4H5fO7y5i9O4nZ2WXMzk7YjiymoEWyiy7Q6XlQ1dzyrAg7",
-	"pfTGbOMszwevMItoD0FckdHuFfJh0WfpSrdx8yF3nx+SbBgMmTQbgwTNLRjKd5DkcMpmhdW310CrmPij",
-	"0jejTN2RtlrQx/hjaMdvBWTpSWn22tsZ4btA1o39Z//DOcu5nTAhraJt+YiNDVU6ixnsjfcYrrlnLOTm",
-	"0/6XPcfDwd1NwRg+hvXy5ACqPwht6Gfg2g6Bo4XJZiHfKsS/VdCKe0mUtFplLM840oZLa8iyeIeoYrwN",
-	"FO1KViRQ1u3Be0nBrIIJeHq1+nWbceqKTVSWmpjdCTvBn4VmpDtMa0PtRTa2Jtvq2JCWXO4wzIe+Keoy",
-	"5I7g3it/QBhmJoW1lBNQd/IAyZkAmiEJd4QWpiQTlu0YK5Kb2e4SZ2EBoPOglB+x4/P+i4wPIXuRiRtg",
-	"qAxits+sYj9+z5IJ1zyxoA1TI/aJv/hH98VPL77EjMIZBJLypDLFR6ISZxlYCxrVZCrGws7lp378nio7",
-	"VboKA3Ycj8D8l1/gy86nF/7pWzf+cf++/H33P/4UksSLMq5fRCzFy5TZRfPNfK6JLFczTfu3q5Ork+Mo",
-	"jj4enV6enr8bvP3QG/RO+h+uem9O+lEc9a7Oz0/P30Vx1L968+bk5JhGvz06PaOHo9cfepf0VGW3oji6",
-	"Ou+/+fnk+Ors6PXZCU7+offLSW9QfXVxdNWnh/4vpxcXJ8dB575RSpkLK7wXP09QY/kwAzblyURIeKGB",
-	"p/QDjvc6Tshbnol0gLouRldnMEKPOkYdMspEElbnKVgusrAPiKp488RHQ30HREVIY7lMYKlnVCzxpqyw",
-	"GaywrYu4uuqdMg0j0CAT4n3kY9Q/voLE8MP1hRl6W65fwRg7EoW0Qw/GwljQrir3MLPN01SDCSjT18jy",
-	"V70zZPtWsHF0ceoZYGJtftDp7L/88153r7u3f/BTt7s/J6k/BANIUhXmcQ5/6XA0FnsZXEyDUYVOYC1D",
-	"9aqByCKZKm0Mpc+jg1fzxcKf1R2bcjmrjY6wqCAM45Yp5IUdUoH73ZevdkNlrnCSriRJmOSNvawkcxvU",
-	"NzznibAzpkbIpxT0cm8fKa1dVwSGM3LL0B/fixayEHkxmIosEwGOeXNxxYRk9DpRGgzb2e92u+yvNB/+",
-	"shss0VUl+m7IwE5hqvRsMJxZCKz5nt7isjRg6/lDjNVz4RTPsg+j6ODTGp4pZL+YTrlGpRMOk7eoB7tg",
-	"KKDNnsYJjiuIFnnri9t5uK79RJVoCvo2R0cLt6vdSZr3S5iY5RyLtu8BeeaVKYxt6xLLyw9b1RhWZQ4e",
-	"XfAMRO5eT5VVhAYa15Y3+xbyLVXXBwkMIynnf915Jj9knFSUe0VK97rMGlzTG1O6knX0Ne/6VJmqRZfP",
-	"TCDLmPsVdXg7bdNMd5UZhoB2coaZkbVjjZGHjGeZyxBhbNKKQ1ZRvJHOCOiIROG4tMjKLJW3W0GsXlBA",
-	"gGCUWGNWjcFOnNMtUWXvcDbmcrxLuAY9FZJnbMRFVmgouxWoGCusQQRhZMKMGGZCjk04ydWu+c3VqY/e",
-	"salKgSmZzQ4phqCAgcJoZifcJ9VMkSQAKRsJ7Yq525QOH5llrPtAPHIpbxUt8mw2Y9f46ppK01LdhaN/",
-	"/nWgwWoBZuAR25q9u9TlQNk1pQzcTZRBC0v8zOAr0kMq+eIfoBUGg26JlO10nTvS3Q033TTB8cUCUVLK",
-	"Q7Tf3RCmTBnrJBCh8ZG40o2qPAH2WwFFE7KVsFGO0OPJbIgoFyd5jUBJKFQYVmU+BTWEkdLUb4Ij+xSK",
-	"IsSKRMF9xrVr0WkVhZop5WBUfCXFbwWgb1LmIkrFhVF0uKmmyj/XDEaaaIHDUEcRnt0nB+yaxl17Veh5",
-	"4dpRoDMUsmMm7EVyyK6lUvm1C72RSxjlT42hjXvRajiwwjJqeMCRftLdJf1AQmlhZ23gqU0CnY5bWNhC",
-	"rlVauJaOHQm30OCN3Zg1vnTdH35SSp0OuU0mbKfk0WEGu0vaLOq8ec3Cyxm4zSTwNeek3qRVlSu/lEEf",
-	"GGY4lS3keFCW7RYYCeHLlByXojXlM3bHBdmlIbjcTloycgW9MKyVOogZZ2mhqXESCT1h3LDP0fdd8zk6",
-	"9AlYxO3nCH+hBQwqL6RMuCa2DN4zJcdgbGUScCAqcuDJhHawBJT97pRA8YyNjqRrA/vl9AxlmPuqLW2v",
-	"SpGsD6xJPEPeCLVOrEwwbua2+2aJgMHxympVC9SKcssS87CN4g4oK2UHjlc2d1Rzl5wbrGhbqpddtdkH",
-	"VICpvj3YAJHbFKd8namsIbVnD2wmTIuliI9rJlrGd/0SE23ZOdXClI4t2idXOEm55UNukPUpsHZZbF9M",
-	"Yq4u1MxEXp33L07enL49dRnCk/Njl3Z8fXV65h/X5CKdyAXSjfPpyKN+//TduVund3Ly/uJySQrSOcMB",
-	"caszUE/SCfTAHPkh6hrfDGTYHXqbwrnnzjRafgOmmUEPO7hN72SZm7nhPsJFGvKrlCY/HJ1gdKkybnFO",
-	"Rj0ixkXionS6DqqStEjZ//73/1DBbY99RMdA+uzetFkuWdgpK6QVGQ0pvf8hT27UaPSdYSCtnjHJ+Mji",
-	"t2UGQEk4dCrckqcyrHp6U8iAOk+9o1VRRPt0pmF8zIX03dKcwBBNz6sWpJEGGDzM8NKnVZIvoJbDLQxP",
-	"kblEBFUKbRvWpg8nZYHsiVIN6D0geQZEwUWpOW8wQuVjoJJCq74zxxC7W7RoPy4tu8K2zPUSZ+IWYlZI",
-	"f7aEHEojMnR3KgYda54AFTHYDCxLIcm4hpSlwFPyOPFhvafhmh7aadwS5op3arNTqaqG3pjLpyySPGRQ",
-	"nG4N5+6cVG/uzXg9vS7jVk67DByMdd5XxaUyHuhbyF/PKAtUW6vWj8dH75aajyq7uV2NY+rB2CR5SiAT",
-	"M0G+Oc4I9vUlb5xyEV/35ASO1JLaYzHMRMJ6J/1LdnRxigr7Dc+N5TJupMNIm/6qhkzpZALGet/aV/M/",
-	"Syrn77EeFSc0MJOo3OX6fX6PJnAZvj1GRTUa+FkuO27FdsqDUrtlos3XDK8TlcL13mdZFbOo/oAg4w6i",
-	"OLoFbdwOu3v7e13XWAOS5yI6iL7f6+59H1FFd0KI79zud+qDVWMIRBzXJFF/DbXmZ8JYb8/rjnkNiZKJ",
-	"yECzMb8FVuRMyc/S2TAqww7eH/19cHR5iQ5NvzS2vr9egDkow2YoM1N8xowVWfZZ6sId/EFoGJcMWZFb",
-	"pZ3NVYVlDtzr2J0N8jBRBFyVYRz63KdCydMU4yph7JFDRNw6n/nJn8b7rQA9q4/jlWqmPhVXSpz35ykk",
-	"90cG8LMF9AUk8T4OcWmjQFAWDHMNt0IVpioGhED0NYUmjO320+D6oZkyMRW2NVGldX7okqPuikBUkFx5",
-	"KvTL3DHEl93uiiOI2x09rM8Ohg4fEqooz01U3kPBeOVWD01aQdk40RhHpix3uMM5znttHowxKPbEGzGb",
-	"ojepIQFpsxnzyXuXWfUNM56oOR8LycuOB8vHpnmWENclMfVeauebSO8b0trm43dgy5D5OVHdaGANIPuy",
-	"2SlLeH71UDx/RAXAZe3JuoyZqxrMn+mrUFcFiPcLwhwCoh7Sqc9IU9VuAfEdXbdOPXjiOMqVCRDPtWU1",
-	"6Uca67VKZ09NOt8Bdt82pFYXcP/8fDPXpB3gIHdQFtJDdu17UK8Z+R/MAkpZq2vCqkCD9tbivS2b4vif",
-	"Hqw+ZDM2y50uYSOOzsIQzVjjwF0ZKi/hcM+l3tcwnW/+6b7jXA7T+eYe7jtlhTioOVBzog+zmf0rC5Qb",
-	"ngp35dTf0769/Jezb2UHwUrrhiR+rG3DVWiiGKNTMHZzo+V6BbbWuuUtDkigNUP9rRLLlWjVa73IyPNI",
-	"K2t3LiqsmliZ4VNgNzDDAYWWTt2gvRHWj21WSHGuCfCUmvE9R52mMM2VBZnMXvxCneGbM+mX51H8Cz3o",
-	"v7PuR4qEWDfTwNNZhVeXmaIsyBwSia1fdvefGyKHqPSBJuSn7ca/fPlQKXVglm2zdDOCkJmQdTnUdcov",
-	"SueWFqPzTRdypcfZ8/ef/L6cc+mE8rEe5hEhsKqm+y6usiAmfJ36n6Pk1o8sL6apvNXtqNqpDpf/ofay",
-	"TLe7Gxyq23ae3DduXhBxv3hpzsvuy6dby/cjLomeyssHtHeEiR/vRJaxITTvIvid3VYCi1TOYQnFjPmj",
-	"OqVDaxBubmYymWgl0YtD2DVkgg8zeCp91PGC2vnmHlaHxPUNWs8V2awmpz/P8EhNVd19U2kr30NT6aoy",
-	"ZpgIY5We/eG11vqhjdvRHqzj5jjlj6n0tkTFShV51Lwx7v+15D9FS1Juqr6qCqUVdwAy5dKaZ1ODHVIJ",
-	"nW/4576Ru/JP953MXw2xJn1IN0g8fyqIlllCXoT0sToT50l4bgsNKdsZumsJdpm7t8D15dE1CIEbwv6F",
-	"FGcw74Ic8p0pe5QZ9e3EbKTVlHWrwLZ9CaFvyF1+DeHq8yArDpUyd5zdr7+/ZH3eSo2uASGYn/FC1ijc",
-	"Lk2GffRjnlEIGrXlJTLgAd2bVzHUXO56OiCtR9VcW9WQ75dnm5tH3J7JWITP0W2Ueth/YjSH88wlDh8W",
-	"7j88fC9XbhU3yoOVjJvqCFmYqG0+rmpCrgFokdbHoBep3cL2q9DldnoePY+IsjPgt0KO2Q51ZqASrrad",
-	"VguZw/rAH5V8Gdpwf6B6CImaAmt1zS1l+a10dXX36ryCcDWfqkdke5+xMfMyOaxO5T+TCM6f+g+6bN1n",
-	"WS6brSruPJ6nHJW+MywHLVQqEmIXCcb4qsoS4cFp6L4MR8NCZ9FBtHDk9i/dv3SJbn6Gb437fg0ZVf9/",
-	"OfOihfNlYjVq5ZVcpRh/9Lweo8AHWyi8E0tvp3sNS+iqw4srXhnXe1JF44fUeYW/yJQVxpuJtkE1yPj/",
-	"FwAA//8=",
+	"7H3rchs5suarILgTYSm2TFFuT5/TUnRsyJbarW1b9tFlPBEtLwlWJUmMikA1gJLMcejvPsA+4j7JRiaA",
+	"upDgTbK6Pb3zx6ZYFySAvOeH5JdOqqaFkiCt6Rx86RRc8ylY0PTXUWqFkmd8CviXkJ2DTsHtpJN0JH3X",
+	"4XRDJ+lo+K0UGrLOgdUlJB2TTmDK8am/aBh1Djr/ba8eaM9dNXv05vv7pHNkLUwLe3q8ZByRrRxjpPSU",
+	"W7xP2u9fdpLOVEgxLaedg/2kY2cFuEswBk3DHaspx1GiY2Xu4qPn9EGrf0Bql4xS+KuPHua8XLVBuvwK",
+	"M/mo9A3oR29OWdKdfj+M1UKOO/c4gAZTKGmAmO6DVsMcpvgxVdKCpCXkRZGLlCO77RXujv/+D6NoEzeb",
+	"TngvjZiBSbUoiHsPOkeSnf/0mv3w8q//wfzLuzRz/yzJwlBp+1YYoqbQqgBthaOY4yX6JCxMzTpC6E3n",
+	"kCqdde6r9eBa8xn+LeGz7aelNkrjm+YoHRqQlinJ7ARYzo1lBR9DN7KuzT35NdD4qbpPDYn/UPga9CzO",
+	"zUn4wZf59ycd7oS2n6rS7VGb1GPIxS3oGdOqlJlhdBtkzCg24rpBcSWZ9StFtvi+C7BspDTjkvnb2I3I",
+	"c3zRgvwvvjnlpYHoNLJKGSxcuhEyQsjArcnggPaAFpapEdFFFxiXGQOcup0IOWalzEAzYQ/ZwBPuH0Xy",
+	"8UklIUwJZwMSNdevtXL11xqbV5OoSpsqJ/5zVGZu/SEbJExpNpAAmenjkuhbkDQDdjcByd7xz17/GnbH",
+	"DdPA0wlkEZ5KKrUVWy0N3CxhFeREMBayPrfxnb2biByYsEwYNgRctor+1g5n3MJzK6YQow61XWz4ssDH",
+	"wuCbvGtOeogRkobSro0EKdhqqxybzctGi4IVIkiLRFKXZQLfyPMPDWkc8dxAMieg9arPi9+Il7k1zCp2",
+	"3bkyoFm1C45przu4slP++S3IsZ10DvZ7vV5sJeLkXlhuSxPRGPNqYYUwtkkmqiBLGO6JKi3bIQFzQgWo",
+	"Qy5P350c999fXe4ST0fUASs04B+Q4Q13ZLn6uTI2ys6/s/R8BQmpVc7DBWXeNLQ2LMqelRGIGL6NzJ1n",
+	"FlTxRaHVLc/XPhbuI2td4Pb3HQ2VkV1YxHlTCjLbSuqTzhgkaB5m296EywkwY6F4Zlhaao12WJfygHGm",
+	"weoZanLrb0GWwa+N5doy+tfQRTTuCRP4Fzc3hnEJd3FTGGzPAonSe3uLF5TtD2GkdISfPyKrchKsjN1x",
+	"YdlOVrqJJo78XZKwzXWtKm1ROq8nrq1iprbty7CLq9evT06OT47DuvqXJgwnyf7v//4/7JbnJSSMm8ai",
+	"3WllSRKmbMdqLnKUAgl3uZBg2A0UdveQcbcRd8JOmAZyHg27Lnu974Dtswk3CakPlFYaLWGc/c+L92eM",
+	"uAc3sxrwmaPCMCHpi+dCZvCZKZ2B7jLvkpEykEo2fbFaggquQcbNZoHKMC72tGsVT5G3N4QUl+bD0dXF",
+	"yfHmu1VMuNO4Kz1kuqmlp+bpmdXkkHCRkuUCtwy64y7TgDNeov5IDrYUSByqjwzqeapN0M/qjk25nBFj",
+	"Owm7m6jcUzjiIoeM7SjZx4+lBmZKg6pk1zlgupSMlt+47RPoTRvj35QqORLjUkPGPAFxSSUe2dj7v+Tm",
+	"JqarcBWFHPdHMbf/44Rbxv2usx2lncwKOd71bI57gAx9wJpybUpibK9KWXhufbhASiap/B5ijDDTqIVo",
+	"aPWF2Koa30t5BqkwQslDxp3slNKKnL7OHOvMexSb88twFhWyVE2nywQwkIMXK9+bSAYX2TqWjrjfc4tW",
+	"vQj9v5XL9DBXz81tnjOUXzjDdtw6Hn04ZVbdgDQMPgtjE8fNPM9Bk6ojXQr5aHfO/3sRcf9aS/cgX9EH",
+	"LwvOwxInsDSgE2ZmxsI0aTpwSe3a1R4i2lnnNUY1TqqBb6txQGsngotXPgv0kjKIe7UjIYWZbDmai3Q3",
+	"CGDRud3S1ZLldAg6TuzDdDG3sIl+u6AbUam57RMxT2ZOeCg35CkOQ7U28NNy5nqrxpFAxNgMdHwnjc1U",
+	"GdcGVpcyxTEjDqAuwRkK56ewIcyUzEi84DOkpVX6mWFDVcqMYoFMq6JoseZQqRy4XJi9JygJRDfpWDHx",
+	"cyi8B76FGqkELyg7FDkcmmQOlZeTKCTCiVmn2kkURNLPXhKjOYlKghr64mUvqlzWiNTjncyP6P9VfqYz",
+	"+96bw49o0Zw/mYRNbbueXXZGGpNrYCBvhVYSteHzW64FH+bgFOqh8yPpCcYtmypj2fcv2S/iVcK4y/KQ",
+	"vxqu7bN3eEkqdnb1tstOx1Khn0HeqrIT0IwkwMSdyZY8tYV6SwGtZaS9bK+QhyFjw1mLu5e4dUGYHv6O",
+	"ltStlRUkfq1UnPuk8qJiKLRKISbgP6G4OAlvUsympcEoThUu/K5TdWsoDQOtoPWigHSrrCuaY74kNFyR",
+	"ygR5u5UULdC7saES8pEi24iz3bvQkVX5LWRspNWU4rJCq6xMQZtndcx4dvTupBbcAyeSXGtxi/Lr5L0h",
+	"wqwSYXqQe0U+Ejmwv7w++nBxeXTWPz37cHV50T8+Pd/DuzaM9lYZ3oZKW5y2v1gHWRmkOddg/Gy8uhIW",
+	"jP9C1bS+v7qsiKVAN0Xd5ELeOOGbZ1KKvBwv4axNpSlk6UiYpLIUxkjFciXHoHcxGIuJ1Lqcs4vs42u9",
+	"LB+8vZ7Ehe9T2B8f6cGOzvqUcmPoxnyrLak1ghPy2ndapX1eK2ms5kJu6zzcQDzAUsUiA5z8V8LOThJ2",
+	"8vfTi8uLhJ29v+yHz28uE/bmJGFvLxP29oTtyHIKWqS76NGfnkVtBIl1dHBn0LfJDc7n92HWoTlE14p8",
+	"0PNSPixqC/m69tq8L9zjh07WQd+CZj77CIZKQiQ5LkKO211vOlYx8Uelb0a5uiMzs2BI8cvYjH8SkGcn",
+	"wYtrT2eE1yJhvkueFdxOmJBWufyKWzA2VNnMJ4hwzC6qNvPr/qeu4+Ho7KZgDB/DenlyBNUPxCb0M3Bt",
+	"h8DRNchnsVAhxr9VXt9ng6xWOStyjnvDpTXkEnj/vmK8DSzkSlYkUtbNwTv90cLLEtPCm5Nx6opNVJ6Z",
+	"xHmddgKi6XVWE2oPsrEbsK2OjWnJ5Z7evH3KUJchd0TnXjlywjAzKa2lsom6kwe4nSmgGZJwR8vCFOUB",
+	"d4wV6c1sd4mXt0DQWVTKj9jx2cXznA8hf56LG/CZ5n20299/x9IJ1zy1oA0GCL/y5//sPf/h+afEVQyQ",
+	"SColyww/0i5xloO1oFFNZmIs7FwK5/vvCPxSZWmSToEbr5GY/+UH+LTz63P/6Usv+X7/Pny/+z/+EpPE",
+	"DyF3vLiwlBik4jflUn05jixXs5L9X1cnVyfHnaTz8ej08vTsTf+n9+f985OL91fnr08uOknn/Ors7PTs",
+	"TSfpVKFaJ+n8dHT6lj4cvXp/fkmfqgJgJ+lcnV28/vnk+Ort0au3J/jy9+e/nJz3q6dcthTf+cvphw8n",
+	"x9FYtYE2mYuSfVA6v6HGks845elESHiugWf0Bd7vdZyQtzwXWR91HcZ4tj/CUCihjHIu0rg6z8Bykced",
+	"d1TFm6eYG+o7IipCGstlCks9o3KJN2WFzWGFbV1cq6vzU6ZhBBpkSryPfIz6x4NsGD64PhlNV8P4FY2J",
+	"26KYdjiHsTAWtAMuPcxs8yzTYCLK9BWy/NX521Dvq5TL0YdTzwATa4uDvb39F//R7XV73f2DH3q9/TlJ",
+	"/Ws0H0KqwjwuUgsOx9rMLoZVpU5hLUOdVzcii+Qq2BhCGHQOXibLyjKV0RFUKzWMW6aQF3ZIBe73Xrzc",
+	"jRVV4tWIsCXxLW/MZeU2t0l9zQueCjtjaoR8StkK7u1j4gomATQxnJFbhv74Yo0iLcr+VOS5iHDM6w9X",
+	"TEhGl1OlwbCd/V6vx36k9+E3u1EUU4Vi7MUM7BSmSs/6w5mNVcbe0VUclm7Y+v338TVGu/QwecLQvY+O",
+	"3/LCOrKEhudoScjYNTBUaKyN1cCnrjIbSkeJu8k/PuGWZSKj6NKUKUY/G5Q4olN1kSPP8/ejzsGva8Sj",
+	"lBfldMo16td4KmcLdKCL+yKKe3t/P+n4eidEPXZ/Eb0iIdlI6RQOgitEC+qBC66sxH09cZNsNo6eVFNf",
+	"lNdPbonjcMqvBICkQHrzdW9t4moXnd77Kc41F2IsN6/vLduRAB8pp6hvbsDgttTYbBc0YlTFpnzGhhAK",
+	"qUqzwZf7QTQp1ZjgorPzgDrZymTjtribpaCW7YALq1JFjwYBRlI13jCF+nhjGddC/i68KtyCP97LgC4a",
+	"eRuFon7IuMsL0iWysoOQJhoExIyLHepwOw7ZC+WeBal7q+QYA3ldSkk+nJiS2+9SrO7phPEKe4Dad8K4",
+	"Yded/d70unPYhOkVKLQO6fnL6du3J8dV7pVmULn48Ypunf6OGJEJ5Dlz35IxKeWSl4TsV8RyOqeRkSfG",
+	"GnceUiGHspcYN7di5FXM2Ui1RZR6qvC+rMyDivY+VZQBPlCwimRUiCarxkD1IkqmSmA7nI25HBMCyoKe",
+	"CslzFuAvHmxMWEphTbWfRgxzIccmnoBtw+/mYKZHb9hUZcCUzGeHHl6gRrSVxllkVz1x5piNhHZYzM1z",
+	"z4GpVpkwHO6ATdQdpZORuxwixuHhKrDPWFFuDV05B4FYwrTf9Qwxrc+ZB3BNzAZ+zRLLaB0EDKU7pPIP",
+	"XIKw4f8Iy/xW4RxrcN0OypdUzpNyoKjdLhvw/I7PzADfwy2+hk14UYCErMveI0/dCQOMs9cnbxl8LtD1",
+	"xlVSt1SdhMJ0F6oMpAiTZVd9dcNfuIGZh+MheSiqjrSQKKR3DEuRZ+617Mcf2bXPCVx3usyVF6ZkHasF",
+	"8qF+dH/qwlR7if/mysGkznQuwuyeNaoxwvj1hxRCOSlWSjI0l5HATw72H6kkbaw50EScItExqajPJniN",
+	"QYWCzrzKGOC3g03MwiEbeGkaeI4fBMkY1Gjr4JXgowTAkXDIBgHhNWjKSgB+QXBnkM/juV7+OWD8AlKv",
+	"NbVeshr35w3g3UQZjKfIQjD4jJRIJZ//E7RCa+OGyNhOzwWfvd04oK9Jjkc6VOrHU7Tf25CmXBnr1hmp",
+	"8XlXpRswdSLstxLKJmUraaOKkF8ns+FCObnx+27rgCv3BQevKIWlOy+Ij5FiB0bwYGXtzqy0EC0N2uKV",
+	"jispfiuBsLM+8xy8ljO+RJPWgM02h+OXixyO3w7cWQF/q8MyV1o/5LeDGWxyut/n6jI4W4ICzj2WlI8s",
+	"aPZLOYS/Qc6fGTbk6Y0ajWiNPHw0DOXunUOPumIfKphFHGkUUN2e4FmwqQ3sykI12Fdc2tXrVRVhttPG",
+	"qdArEwdM8cy7+9Aa8aJnRqS6G9BDqfxVQoPSnqEcDMiBG+wehE9eb3mRHrid3BsKuWcm7Hl6yAZSqWIQ",
+	"AlUMkrRKwTg97H2ORtZJWEYHOfBO/9LdLrvwTgQ+08KqGgq+5uv8zdK3UFrYWZtL6ZAIxr63sMCsDrdA",
+	"3saOJJtbKYLdhDWenONnpdmQ23TCdoJCGuawu+SQSV0Sr/XVcm3V1gjwueDkHUqrqizdUm30wAyi83iF",
+	"HC+POH4OrpxnFoxz6dyCVRjvUtkma7p3zgMyrFUV2Mi9U5pdd/Cb2njhzsRxSusipBAZVSRVkBXyfB2n",
+	"JpXaETLNywydnlXBU4iYmvOswqRKVXvWB7OopFehvJcFp87z2DJpvqT4GIXdtBA3hLpb6jLh5GskT3Rn",
+	"cJ2XFKlI5ijMIc0eLBvp24Rd0xkD75y6M3FrCs44UoJzjS0d4ftX1mY3SwN62HREz3ortuqA3bpjTPX1",
+	"cNDFJ1C9ph4Cyh5ale4SjNdSJMwSX24bLyviWbSONm145MXVTfsrDt3Vw65azAegKglJ299go7bBDXkI",
+	"UID3tN8emUx8L5YufFIz6TK+vggr0eaoUy1MMOnoTLr0ZMYtH2LcZizVPBzAwON8vB/TLBJfnV18OHl9",
+	"+tOpK96enB27ivCrq9O3/uOaMrHLJkUqwfOV4qOLi9M3Z26c85OTdx8ul1SHXS4oIs51cfCrnDl4IHzh",
+	"EPWiP3ZgKIzHLwjV4bRrSB0HcEM8v9MMJZZlLzacRxw/Q0EQRpDOwcbosMi5xXey1DnQlNAXIUI6qJKF",
+	"IiNI590EZJcRmFtWYOoGkmVhpr5o0fD6g9v+DEN3q2es6a1TIYFiWbK1ThEOqxPpGeRA56a97ah2RPtK",
+	"s2F8zIX0FowTGSKL5uFHGqD/MMeJHq3qrxG1HIcFf42iMi5QpdC2YW16cBKwS1+pKIDeH25Pn3YwEjI1",
+	"GKHyEVFJoXe2M8cQu1s0GHhcxXyFbZk7CZ+LW0hYKX1nFAoIjMjRf6oYdKx5CoQvYTOwASqcsQx4RhED",
+	"fljvzjg8arvCHmiueKc2O5WqauiNucrH4pbHDIrTrfESoJPqzb0lr6fXFe7Ca5eRM8rV3bsK9xPiOXSG",
+	"X82oXlNbq9aXx0dvlpqPqhq7nSc99WRsUuwlkv1Z2c3XjGiPuJdbhTguQ6JLWcc5xAp0/jQe0kzmIxp8",
+	"+isFNG4FFrf3nnzWkVoSIJTDXKTs/OTikg5PqhF7zQtjOc0hZKyIrH+oIVM6nYCxfmYeF3otCRjaZecE",
+	"c9HATKoKhxrxhUN6gSsddhnBs+jGa7mstxHbCV2JdkOq1qPPBqnKYNC9lhUsipAsSDLOoJN0bkG7M62d",
+	"Xne/23MQbZC8EJ2DznfdXve7DmEDJ8Qne7f7e3UXozFEdn9ACuDHWB+MXBjr3Y+6PYWGVMlU5KDZmN8C",
+	"Kwum5LV0JpcAff13R3/vH11eov91EXwD38xCgDlo7L+rI/EZM1bk+bWkVJvMKJnDuGQoOdwq7VwEVVrm",
+	"yB0EfIijiRIuFaDHLZ97VCh5miGPC2OP3EIkrWZov/rWV7+VoGd176ugFesWVEFB+PCDMkC+Pwc+trB8",
+	"0WPFMS5twCKC9BUaboUqTQWBiJHokRRNGtvn8qLjx96Ui6mwrRdVSvKvPYorHJyIoG0rW7B9muv59aLX",
+	"W9Hva7s+X3WjrlinL1oqKqDTLndRMF660WMvrahstA9LOibgKFwnHOdsN7vQGBR74o3E5Vg1pCBtPmMe",
+	"FeCyQR567Te14GMhecDOWj42zcZdOC6JqXeq976I7L4hrW0+fgM2ZBCecqkbZ9gii33ZPCxH6/zyoevs",
+	"GiDI2vF2aVxX459voFUtXRXP3i8Ic4yI+pa9uiEhYZUWFn5P1yD8B7846RTKRDbPAfyb+0ca65XKZl97",
+	"6/xZgvu2IbW6hPun55u5c5oRDnJd6SA7ZAN/mmnAyF1iFlDKWvhbqyJnNLcW723ZFO//4cHqQzZDycLp",
+	"Ejbi6CwM0Yw1YDMhsl/C4Z5Lva9h9r74T/d7zuUwe1/ch/u9gIuLag7UnOjDbGb/AvJpwxaMDqf1e9q3",
+	"F386+xZwkyutGwFFHmnbcBR6UYLBNHr+Gxsth5DcWuuGlqm4QWtu9S1clyvR6tTeIiPPL1rABbggti4X",
+	"Gz4FdgMzvKHUsq7yCuvvbeKZ8F0T4Bkd6/QcdZrBtFAWZDp7/gudMdycST89jeJfOM34O+t+3JEY6+Ya",
+	"eDar1tUl0ihpM7eIxNYvevtPTZFbqOyBJuSH7e5/8eKhUurIDAewqA2pkLmQNdTCnblclM4tLcbeF13K",
+	"lR7nuW82/PtyzqUTysd6mEc1VESgFXbY9VCkFB4D88coufV3hi7Qlbe63a7uVZ0cv6m5LNPtrl1q1dr6",
+	"q/vGzW6s94sdql/0Xny9sfxxjyXRU+j0qb0jTPx4J/KcDaHZ+PN3dluJLFI5h4GKWYAgBYfWIN3czGQ6",
+	"0UqiF0c4T8ip+v+19NGeF9S9L+7D6pC4blf/VJHN6u30J2MfqamqRtOVtgrNRIOuCjHDRBirfL+/b1lr",
+	"rb+18VMED9Zxc5zybSq9LZdipYo8av48w7+15B+iJSk3VfeFR2nFGYDMuLTmydTgnsde/2nYe8mR0Rrj",
+	"6dFkjWMeXfZxohwvUCsVDW0OMRN1J6+lbw3lFu6ZaaDZu+xI+gOoQ5+MacJDme/Zei1HSvuddR1AGZfm",
+	"DrRhL3s/sIFUtt9o79qv3x+pQLgWofC0ojvXhvQPld5qzRoC7Lvi+JNRmtHY1Lf0dxdif4RhYe+pJEWA",
+	"0cMFvnsyoXZnKP7sMj3iIjehczc3SrJBaMI7+JeU6XOi/t8i/W2ItNuN9RK9nhefTM7Jn9/7gv/dNwpP",
+	"/tP9Xu4b3q6p/VFf3Kev49AwS1gBKX1swHNJ7asLS4dpdoaureguc31HndRTG9PIb+n8iaKeZNm5mmcm",
+	"HAdmhBFOHBanV2Wl2z/X5Y8JLv/BrtVtQVb0FvMHnfz4+0vG56265hoS9jclwR8magDbI2B2trPtb3Xs",
+	"Hlbnk+hQl//dj9A/M1JEakDvN17UBwa0nuZvOG03378gn/lEtZCx4+nunO+Ow20nzLf9SmpoWHIt5873",
+	"tKDeu2EbTcIgN1Cbav89H+YwOLyW7rd00AKEX+9qANEIYzT/2zoJvutaDuiBvgf3DLrssmXUXPcawwZV",
+	"t5vB3K+BXcv5VjZsx3PYwbpeNrshyHEAKPI2hzy9Qc720Pgue/nihXONmjS4Y/lS0bvjHopr7fNkOdW5",
+	"3kFP7J6sKhV4Qf9WXJNHFX/8qhJmgOBzFRLT/fzNYWAdf6zVJD5BGI62V8wZdPgzE5KG7rgvRO3og/VV",
+	"OYV/GXVFyoO7umQ/6KqBO0ka1MWEGgH4Xy1ZEKlyCk8oUfPNhv5QmSqn8K16+0SbL1bw3ChPruuA0mwg",
+	"YqquBg3ksitauNOa/jel3C82uX5w878s9NWExb/vX0ZaHFTLeU6C2M2hIqvTxRUvWIVxueuz6vjERdbX",
+	"EoN3Ux3Oh+yAoWM4COe33Q/ZOCdhpPJc3Znq8DY1S72W1aMknemEyzEZPrK9XbaBSF/LWqYjhtIP9/+F",
+	"WDf6w317cl0d2neCvdi2Lqm7VRETunNySStRLEz4TS1igdAjx6Gnlgly43DKUgTdR3/PEwbfjfMzS/bP",
+	"E9qdT2lS/yh3bg2y+q56vtU5mfvlENVmh9Un8xljbVw3wivtf+VljoNTwxo+DCP0GLfPjdxCRIe+vr51",
+	"CZEd39Q2H1dAcnfIcXGvj0Ev7nZrtV/Gfn5Wzy/PI6A5OfBbFMwdOn2GkVA17awayBzW/WZdDIexm+/n",
+	"PYRUTaEdLi5l+a3sbfXr6FUY31zYveoc3PaWvPHmZXJYNYV/IhGcbzofNUa9Jxkun61ChD+ep9wuPTOs",
+	"AC1UJlJiFwnGeCj2EuHB19DPNbg9LHXeOegsdHz+z95/9mjf/Bu+NH6R35DH5f8Ob15Ma/mzJWrUAqO5",
+	"4yX4pef1JPy2zcK5K5+8oKvTbiMD546ULI545d3aCsJzSOkH/EZmrDTeTLQTeQYZ//8FAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

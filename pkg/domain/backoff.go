@@ -19,7 +19,8 @@ var (
 
 // FullJitter is exponential backoff with full jitter, as Flyte's abort
 // reconciler uses it: Delay(n) is uniform in [0, min(Max, Initial·2^(n-1))].
-// Source: seeds/000 "Exponential Backoff with Jitter".
+// Source: Flyte's AbortReconciler, whose ceiling is InitialDelay·2^(n-1)
+// capped at MaxDelay and whose delay is drawn uniformly up to the ceiling.
 type FullJitter struct {
 	// Initial is the first ceiling. Default 1s.
 	Initial time.Duration
@@ -66,13 +67,14 @@ func (f FullJitter) Delay(n int) time.Duration {
 
 // KubeVela is KubeVela's workflow backoff: int(0.05·2^(n-1)) seconds, at
 // least 1 s, at most Cap (60 s while waiting, 300 s after a failure).
-// Source: seeds/004 "Backoff Time".
+// Source: KubeVela's workflow backoff time for a waiting or failed step.
 type KubeVela struct {
 	// Cap is the largest delay. Default 300s (KubeVelaFailedCap).
 	Cap time.Duration
 }
 
-// KubeVela caps, seeds/004.
+// KubeVela's workflow limits: the backoff cap while a step waits, the cap
+// after it failed, and the failed retries before the workflow suspends.
 const (
 	KubeVelaWaitCap   = 60 * time.Second
 	KubeVelaFailedCap = 300 * time.Second
@@ -101,7 +103,8 @@ func (k KubeVela) Delay(n int) time.Duration {
 type Table []time.Duration
 
 // ARCTable is Actions Runner Controller's failedRunnerBackoff:
-// 0, 5, 10, 20, 40, 80 s. Source: seeds/001.
+// 0, 5, 10, 20, 40, 80 s, indexed by a runner's failure count. Source:
+// actions-runner-controller PR #4059, self-healing ephemeral runners.
 var ARCTable = Table{0, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second}
 
 // Delay returns t[n], or the last entry past the end; 0 for an empty table.

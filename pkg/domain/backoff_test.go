@@ -12,8 +12,9 @@ import (
 
 const sec = time.Second
 
-// seeds/004 "Backoff Time": int(0.05 * 2^(n-1)), minimal backoff 1 second,
-// "the first ten backoff time will be like" this table.
+// KubeVela's workflow backoff time: int(0.05 * 2^(n-1)), minimal backoff 1
+// second; its documentation says "the first ten backoff time will be like"
+// this table.
 var kubeVelaFirstTen = []struct {
 	n    int
 	want time.Duration
@@ -35,7 +36,7 @@ func TestKubeVelaFirstTen(t *testing.T) {
 	t.Parallel()
 	for _, cap := range []time.Duration{0, domain.KubeVelaWaitCap, domain.KubeVelaFailedCap} {
 		for _, tc := range kubeVelaFirstTen {
-			require.Equal(t, tc.want, domain.KubeVela{Cap: cap}.Delay(tc.n), "seed row %s (Cap %v)", tc.row, cap)
+			require.Equal(t, tc.want, domain.KubeVela{Cap: cap}.Delay(tc.n), "KubeVela row %s (Cap %v)", tc.row, cap)
 		}
 	}
 }
@@ -96,8 +97,8 @@ func TestKubeVelaBoundedAndNonDecreasingForAllN(t *testing.T) {
 	}
 }
 
-// seeds/000: ceiling := InitialDelay * (1 << (attemptCount - 1)), capped at
-// MaxDelay; InitialDelay 1s, MaxDelay 5m.
+// Flyte's AbortReconciler: ceiling := InitialDelay * (1 << (attemptCount - 1)),
+// capped at MaxDelay; InitialDelay 1s, MaxDelay 5m.
 func TestFullJitterCeiling(t *testing.T) {
 	t.Parallel()
 	def := domain.FullJitter{}
@@ -120,7 +121,7 @@ func TestFullJitterCeiling(t *testing.T) {
 	require.Equal(t, 5*time.Minute, domain.FullJitter{Initial: time.Minute}.Ceiling(4), "custom Initial: 1m·2^3 = 8m capped at the default 5m Max")
 }
 
-// seeds/000: delay := time.Duration(rand.Int63n(int64(ceiling) + 1)), i.e.
+// Flyte's AbortReconciler: delay := time.Duration(rand.Int63n(int64(ceiling) + 1)), i.e.
 // uniform in [0, ceiling], both ends included.
 func TestFullJitterDelayUsesCeilingPlusOne(t *testing.T) {
 	t.Parallel()
@@ -182,8 +183,9 @@ func TestFullJitterHugeMaxDoesNotOverflow(t *testing.T) {
 	}
 }
 
-// seeds/001: failedRunnerBackoff = 0, 5 s, 10 s, 20 s, 40 s, 80 s, indexed by
-// the number of failures; DESIGN §3: "[0, 5s, 10s, 20s, 40s, 80s][n]".
+// actions-runner-controller PR #4059: failedRunnerBackoff = 0, 5 s, 10 s,
+// 20 s, 40 s, 80 s, indexed by the number of failures; Capstan applies it as
+// [0, 5s, 10s, 20s, 40s, 80s][n] (CAPSTAN_WORKER_BACKOFF_TABLE).
 func TestARCTable(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, domain.Table{0, 5 * sec, 10 * sec, 20 * sec, 40 * sec, 80 * sec}, domain.ARCTable)

@@ -33,8 +33,9 @@ func (v JobView) Count(s TaskState) int {
 }
 
 // DeriveJobPhase derives an action's phase from its task counts by Iris's
-// ordered rules (seeds/002 "Job State Derivation", as DESIGN.md §3 maps them
-// onto phases); earlier rules win:
+// ordered job-state derivation (Iris's task-states reference), with Iris's
+// job states mapped onto Capstan's phases (KILLED is ABORTED or TIMED_OUT,
+// PENDING is QUEUED or WAITING_FOR_RESOURCES); earlier rules win:
 //  1. all SUCCEEDED -> SUCCEEDED
 //  2. FAILED count > max_task_failures -> FAILED
 //  3. any UNSCHEDULABLE -> UNSCHEDULABLE

@@ -50,7 +50,8 @@ func TestJobViewTotalAndCount(t *testing.T) {
 	require.Equal(t, 0, v.Count(11), "out of range state counts 0")
 }
 
-// seeds/002 "Job State Derivation" (ordered rules), as DESIGN.md §3 maps them.
+// The ordered job-state derivation of Iris's task-states reference, Iris's job
+// states mapped onto Capstan's phases as DeriveJobPhase documents.
 func TestDeriveJobPhase(t *testing.T) {
 	t.Parallel()
 	with := func(v domain.JobView, f func(*domain.JobView)) domain.JobView { f(&v); return v }
@@ -147,7 +148,8 @@ func TestDeriveJobPhaseCounts(t *testing.T) {
 	require.Equal(t, domain.PhaseFailed, domain.DeriveJobPhase(v), "5 FAILED exceeds max_task_failures=4")
 }
 
-// deriveOracle restates seeds/002 "Job State Derivation" + DESIGN §3 over a
+// deriveOracle restates Iris's job-state derivation, with Capstan's phase
+// mapping and its added all-finished rule, over a
 // list of task states, independently of JobView.
 func deriveOracle(states []domain.TaskState, maxTaskFailures int, timeout, pendingReason, started bool) domain.Phase {
 	n := func(pred func(domain.TaskState) bool) int {
@@ -194,7 +196,7 @@ func deriveOracle(states []domain.TaskState, maxTaskFailures int, timeout, pendi
 }
 
 // FuzzDeriveJobPhase: derivation depends only on how many tasks are in each
-// state, never on their order; it agrees with the seed's ordered rules;
+// state, never on their order; it agrees with Iris's ordered rules;
 // adding a KILLED or UNSCHEDULABLE task moves the job as rules 3-4 say.
 func FuzzDeriveJobPhase(f *testing.F) {
 	f.Add([]byte{byte(succ), byte(fail)}, uint8(0), uint8(0), uint64(1))
@@ -232,7 +234,7 @@ func FuzzDeriveJobPhase(f *testing.F) {
 		})
 		require.Equal(t, got, domain.DeriveJobPhase(view(shuffled)), "derivation depends on task order: %v vs %v", states, shuffled)
 
-		// Agreement with the seed's ordered rules.
+		// Agreement with Iris's ordered rules.
 		require.Equal(t, deriveOracle(states, int(maxTF%8), timeout, pendingReason, started), got, "states %v maxTF %d flags %b", states, maxTF%8, flags)
 
 		// The result is a job-level phase, never a workflow-level one.

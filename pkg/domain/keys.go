@@ -19,7 +19,8 @@ func (k RunKey) String() string { return k.Project + "/" + k.Domain + "/" + k.Ru
 func (k RunKey) Action(name string) ActionKey { return ActionKey{RunKey: k, Action: name} }
 
 // ActionKey identifies an action: project/domain/run/action. Its string form
-// is the abort queue's dedupe key (Flyte's dedupeQueue key, seeds/000).
+// is the action:abort task's asynq TaskID, the key Flyte's AbortReconciler
+// dedupes its queue by.
 type ActionKey struct {
 	RunKey
 	Action string

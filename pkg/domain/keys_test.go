@@ -8,9 +8,9 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 )
 
-// seeds/000: the dedupe queue's key is "formatted as
-// project/domain/run/actionName"; DESIGN §2: "Keys are written
-// project/domain/run/action".
+// Flyte's AbortReconciler: the dedupe queue's key is "formatted as
+// project/domain/run/actionName"; Capstan writes every action key as
+// project/domain/run/action.
 func TestActionKeyString(t *testing.T) {
 	t.Parallel()
 	run := domain.RunKey{Project: "proj", Domain: "dev", Run: "r-1"}

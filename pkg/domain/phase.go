@@ -60,3 +60,9 @@ func CanMovePhase(from, to Phase) bool {
 	// Same rank: QUEUED <-> WAITING_FOR_RESOURCES, RUNNING <-> PAUSED.
 	return to.rank() >= from.rank()
 }
+
+// TerminalPhases lists every terminal phase, for queries.
+func TerminalPhases() []string {
+	return []string{string(PhaseSucceeded), string(PhaseFailed), string(PhaseAborted), string(PhaseTimedOut),
+		string(PhaseUnschedulable), string(PhaseWorkerFailed), string(PhaseSkipped)}
+}

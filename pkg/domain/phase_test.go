@@ -16,7 +16,7 @@ var allPhases = []domain.Phase{
 
 func TestPhaseValues(t *testing.T) {
 	t.Parallel()
-	// Values match the API enum (DESIGN §3 names).
+	// Values match the API enum (openapi/capstan.yaml).
 	want := []string{"QUEUED", "WAITING_FOR_RESOURCES", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED",
 		"TIMED_OUT", "UNSCHEDULABLE", "WORKER_FAILED", "PAUSED", "SKIPPED"}
 	got := make([]string, len(allPhases))
@@ -57,8 +57,8 @@ func TestPhaseIsTerminalIsSuccess(t *testing.T) {
 	}
 }
 
-// DESIGN §3: "An action's phase only moves forward, except PAUSED -> RUNNING
-// on resume (Flyte's UpdateActionPhase guard)."
+// Capstan's design: an action's phase only moves forward, except PAUSED ->
+// RUNNING on resume (Flyte's UpdateActionPhase guard).
 func TestCanMovePhase(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

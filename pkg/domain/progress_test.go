@@ -44,7 +44,7 @@ type st = map[string]domain.StepStatus
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name   string // the rule, quoted from Evaluate's contract (KubeVela seeds/004 + fail-fast)
+		name   string // the rule, quoted from Evaluate's contract (KubeVela's modes + fail-fast)
 		spec   domain.WorkflowSpec
 		status st
 		start  []string
@@ -68,12 +68,14 @@ func TestEvaluate(t *testing.T) {
 		{"DAG: start order follows spec order, not dependency order",
 			dagSpec(shellStep("c", "a"), shellStep("b", "a"), shellStep("a")),
 			st{"a": stSucceeded}, []string{"c", "b"}, nil, domain.PhaseRunning},
-		{"DAG: a SKIPPED dependency (false `if`) lets dependents run", diamond,
-			st{"a": stSucceeded, "b": stSkippedIf, "c": stSucceeded}, []string{"d"}, nil, domain.PhaseRunning},
+		{"DAG: a step whose dependency was SKIPPED is SKIPPED too unless its own if says otherwise", diamond,
+			st{"a": stSucceeded, "b": stSkippedIf, "c": stSucceeded}, nil, []string{"d"}, domain.PhaseSucceeded},
 		{"DAG: a started step is never started again", diamond,
 			st{"a": stSucceeded, "b": stQueued}, []string{"c"}, nil, domain.PhaseRunning},
-		{"DAG: a PAUSED step (suspend/approval) keeps the run RUNNING and its dependents waiting", diamond,
-			st{"a": stSucceeded, "b": stPaused, "c": stSucceeded}, nil, nil, domain.PhaseRunning},
+		{"DAG: a PAUSED step (suspend/approval) holds the run PAUSED once nothing runs; its dependents wait", diamond,
+			st{"a": stSucceeded, "b": stPaused, "c": stSucceeded}, nil, nil, domain.PhasePaused},
+		{"DAG: a PAUSED step beside a running one leaves the run RUNNING", diamond,
+			st{"a": stSucceeded, "b": stPaused, "c": stRunning}, nil, nil, domain.PhaseRunning},
 
 		// Fail fast in DAG mode.
 		{"DAG fail-fast: once a step ends in a failure phase no new step starts; the unstarted are SKIPPED; running ones finish first",
@@ -104,8 +106,8 @@ func TestEvaluate(t *testing.T) {
 			st{"s1": stSucceeded}, []string{"s2"}, nil, domain.PhaseRunning},
 		{"StepByStep: only one step at a time", seqSpec("s1", "s2", "s3"),
 			st{"s1": stSucceeded, "s2": stSucceeded}, []string{"s3"}, nil, domain.PhaseRunning},
-		{"StepByStep: a SKIPPED predecessor (false `if`) lets the next run", seqSpec("s1", "s2", "s3"),
-			st{"s1": stSucceeded, "s2": stSkippedIf}, []string{"s3"}, nil, domain.PhaseRunning},
+		{"StepByStep: a SKIPPED predecessor (false `if`) skips the next unless its own if says otherwise", seqSpec("s1", "s2", "s3"),
+			st{"s1": stSucceeded, "s2": stSkippedIf}, nil, []string{"s3"}, domain.PhaseSucceeded},
 		{"StepByStep: depends_on is ignored (only DAG reads it)",
 			domain.WorkflowSpec{Mode: domain.ModeStepByStep, Steps: []domain.Step{shellStep("a"), shellStep("b", "zzz")}},
 			st{"a": stSucceeded}, []string{"b"}, nil, domain.PhaseRunning},
@@ -114,12 +116,12 @@ func TestEvaluate(t *testing.T) {
 			st{"s1": stSucceeded, "s2": stFailed}, nil, []string{"s3"}, domain.PhaseFailed},
 		{"StepByStep fail-fast: run ABORTED", seqSpec("s1", "s2", "s3"),
 			st{"s1": stAborted}, nil, []string{"s2", "s3"}, domain.PhaseAborted},
-		{"StepByStep: a PAUSED step keeps the run RUNNING", seqSpec("s1", "s2"), st{"s1": stPaused}, nil, nil, domain.PhaseRunning},
+		{"StepByStep: a PAUSED step holds the run PAUSED", seqSpec("s1", "s2"), st{"s1": stPaused}, nil, nil, domain.PhasePaused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := domain.Evaluate(tc.spec, tc.status)
+			p := domain.Evaluate(tc.spec, tc.status, false)
 			require.Equal(t, tc.start, p.Start, "Start")
 			require.Equal(t, tc.skip, p.Skip, "Skip")
 			require.Equal(t, tc.phase, p.Phase, "Phase")
@@ -128,9 +130,9 @@ func TestEvaluate(t *testing.T) {
 }
 
 // A step can reach a failure phase without its tasks ever being created
-// (Started=false): DESIGN §5 marks "the action and every non-terminal
-// descendant ABORTED" on abort, and DESIGN §3 says "A spec that can never run
-// ... fails at once ... and no retry". Evaluate's contract: "once a step ends
+// (Started=false): in Capstan's design an abort marks the action and every
+// non-terminal descendant ABORTED, started or not, and a spec that can never
+// run fails at once, with no retry. Evaluate's contract: "once a step ends
 // in a failure phase no new step starts, the unstarted ones are SKIPPED, and
 // when nothing is left running the run takes the first failure's phase".
 // In particular the run must never be SUCCEEDED when a step FAILED/ABORTED,
@@ -161,7 +163,7 @@ func TestEvaluateFailureBeforeStart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := domain.Evaluate(tc.spec, tc.status)
+			p := domain.Evaluate(tc.spec, tc.status, false)
 			require.Empty(t, p.Start, "Start")
 			require.Equal(t, tc.skip, p.Skip, "Skip")
 			require.Equal(t, tc.phase, p.Phase, "Phase")
@@ -175,7 +177,7 @@ func TestEvaluateDoesNotMutate(t *testing.T) {
 	status := st{"a": stSucceeded, "b": stFailed}
 	before := st{"a": stSucceeded, "b": stFailed}
 	spec := dagSpec(shellStep("a"), shellStep("b", "a"), shellStep("c", "a"))
-	_ = domain.Evaluate(spec, status)
+	_ = domain.Evaluate(spec, status, false)
 	require.Equal(t, before, status)
 	require.Equal(t, dagSpec(shellStep("a"), shellStep("b", "a"), shellStep("c", "a")), spec)
 }
@@ -253,7 +255,7 @@ func FuzzEvaluate(f *testing.F) {
 		var p domain.Progress
 		for iter := 0; ; iter++ {
 			require.Less(t, iter, 4*n+8, "the run did not end")
-			p = domain.Evaluate(spec, status)
+			p = domain.Evaluate(spec, status, false)
 
 			failed := false
 			for _, s := range spec.Steps {
@@ -306,7 +308,7 @@ func FuzzEvaluate(f *testing.F) {
 			if p.Phase.IsTerminal() {
 				break
 			}
-			require.Contains(t, []domain.Phase{domain.PhaseRunning, domain.PhaseQueued}, p.Phase)
+			require.Contains(t, []domain.Phase{domain.PhaseRunning, domain.PhaseQueued, domain.PhasePaused}, p.Phase)
 
 			// End running steps per the script; at least one ends each round.
 			progressed := false

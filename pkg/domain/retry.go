@@ -67,8 +67,9 @@ type AttemptOutcome struct {
 // counter <= limit retries, counter > limit is terminal. A system failure
 // (Flyte executor) charges system_failure_count against max_system_failures
 // instead of the user's budget. KILLED, UNSCHEDULABLE and SUCCEEDED are never
-// retried. Counters never decrease. Source: seeds/002 "Retry Semantics",
-// seeds/003 "System Failures".
+// retried. Counters never decrease. Source: the retry semantics of Iris's
+// task-states reference; system failures from Flyte's executor
+// (TaskActionReconciler).
 func HandleAttemptResult(b Budget, o AttemptOutcome) (Budget, RetryResult) {
 	switch o.State {
 	case TaskFailed:
@@ -101,7 +102,7 @@ func within(count, limit int) RetryResult {
 // IsFinished reports Iris's is_finished(): SUCCEEDED, KILLED and
 // UNSCHEDULABLE always; FAILED when failure_count > max_retries_failure;
 // WORKER_FAILED and PREEMPTED when preemption_count > max_retries_preemption.
-// Source: seeds/002 "Terminal State Summary".
+// Source: the terminal-state summary of Iris's task-states reference.
 func IsFinished(s TaskState, b Budget) bool {
 	switch s {
 	case TaskSucceeded, TaskKilled, TaskUnschedulable:
@@ -121,4 +122,18 @@ func CanBeScheduled(s TaskState, b Budget) bool {
 		return true
 	}
 	return s.IsTerminal() && !IsFinished(s, b)
+}
+
+// RetryNumber returns the counter an outcome charged (before → after), the
+// retry's number for its backoff, or 1 for a free retry.
+func RetryNumber(before, after Budget) int {
+	switch {
+	case after.FailureCount > before.FailureCount:
+		return after.FailureCount
+	case after.SystemFailureCount > before.SystemFailureCount:
+		return after.SystemFailureCount
+	case after.PreemptionCount > before.PreemptionCount:
+		return after.PreemptionCount
+	}
+	return 1
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 )
 
-// defaultBudget is a fresh task's budget with the seeds' defaults.
+// defaultBudget is a fresh task's budget with Iris's and Flyte's defaults.
 func defaultBudget() domain.Budget {
 	return domain.Budget{
 		MaxRetriesFailure:    domain.DefaultMaxRetriesFailure,
@@ -19,11 +19,11 @@ func defaultBudget() domain.Budget {
 
 func TestRetryDefaults(t *testing.T) {
 	t.Parallel()
-	// seeds/002 "Retry Semantics": Failure budget default "0 (no retries)".
+	// Iris's retry semantics: failure budget default "0 (no retries)".
 	require.Equal(t, 0, domain.DefaultMaxRetriesFailure, "max_retries_failure default 0 (no retries)")
-	// seeds/002: "max_retries_preemption (default: 100)".
+	// Iris: "max_retries_preemption (default: 100)".
 	require.Equal(t, 100, domain.DefaultMaxRetriesPreemption, "max_retries_preemption default 100")
-	// seeds/003: "MaxSystemFailures (default 3, configured via DefaultMaxSystemFailures)".
+	// Flyte's executor: "MaxSystemFailures (default 3, configured via DefaultMaxSystemFailures)".
 	require.Equal(t, 3, domain.DefaultMaxSystemFailures, "MaxSystemFailures default 3")
 }
 
@@ -37,7 +37,7 @@ func TestRetryResultString(t *testing.T) {
 func TestHandleAttemptResult(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name    string // the seed rule, quoted
+		name    string // the Iris or Flyte rule, quoted
 		in      domain.Budget
 		outcome domain.AttemptOutcome
 		want    domain.Budget
@@ -242,7 +242,8 @@ func TestInterleavedBudgetsAreIndependent(t *testing.T) {
 	require.True(t, domain.IsFinished(domain.TaskPreempted, b))
 }
 
-// seeds/002 "Terminal State Summary": a task is finished when ...
+// The terminal-state summary of Iris's task-states reference: a task is
+// finished when ...
 func TestIsFinished(t *testing.T) {
 	t.Parallel()
 	spent := domain.Budget{FailureCount: 3, MaxRetriesFailure: 2, PreemptionCount: 6, MaxRetriesPreemption: 5, SystemFailureCount: 4, MaxSystemFailures: 3}
@@ -285,7 +286,7 @@ func TestIsFinished(t *testing.T) {
 	}
 }
 
-// seeds/002: "a task in FAILED state with retry budget remaining is in a
+// Iris: "a task in FAILED state with retry budget remaining is in a
 // terminal state at the attempt level but is not finished at the task level.
 // can_be_scheduled() returns True for such tasks."
 func TestCanBeScheduled(t *testing.T) {

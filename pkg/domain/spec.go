@@ -16,10 +16,33 @@ const (
 	ModeDAG = "DAG"
 )
 
-// Step kinds.
+// Step kinds (KubeVela's step types Capstan has).
 const (
 	// KindTask runs `replicas` tasks with a plugin.
 	KindTask = "task"
+	// KindSuspend waits Duration, or for a resume when it has none.
+	KindSuspend = "suspend"
+	// KindApproval waits for an approve or a reject.
+	KindApproval = "approval"
+)
+
+// KnownKinds lists the step kinds a spec may use.
+var KnownKinds = []string{KindTask, KindSuspend, KindApproval}
+
+// Failure policies (Step.OnFailure).
+const (
+	// OnFailureFail ends the run with the step's failure (the default).
+	OnFailureFail = "fail"
+	// OnFailureSuspend retries the failed step as a whole after KubeVela's
+	// backoff, and pauses the run after the configured number of retries
+	// (KubeVela's retry-then-suspend).
+	OnFailureSuspend = "suspend"
+)
+
+// Conditions (Step.If) with a meaning of their own.
+const (
+	// IfAlways runs the step however its dependencies ended (a clean-up).
+	IfAlways = "always"
 )
 
 // Plugins the executor ships.
@@ -54,6 +77,23 @@ var KnownPlugins = []string{PluginShell, PluginNoop}
 type WorkflowSpec struct {
 	Mode  string `json:"mode,omitempty"`
 	Steps []Step `json:"steps"`
+	// Timeout bounds the whole run from its creation, a Go duration; "" =
+	// none. A run past it is TIMED_OUT through the abort path.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// Input is one value a step receives from an earlier step's output: From is
+// "step.output", As the environment variable and the file name under
+// $CAPSTAN_INPUTS_DIR (KubeVela's inputs).
+type Input struct {
+	From string `json:"from"`
+	As   string `json:"as"`
+}
+
+// Producer returns the step and the output From names.
+func (in Input) Producer() (step, output string) {
+	step, output, _ = strings.Cut(in.From, ".")
+	return step, output
 }
 
 // Step is one step of a workflow. A task step expands into Replicas tasks
@@ -75,9 +115,26 @@ type Step struct {
 	// SchedulingTimeout is how long a task may wait to be placed before it is
 	// UNSCHEDULABLE, a Go duration ("30s", "5m"); "" or "0s" waits forever.
 	SchedulingTimeout string `json:"scheduling_timeout,omitempty"`
-	// Timeout bounds each task's running time, a Go duration; "" = none. A
-	// task past it is KILLED and its job TIMED_OUT.
+	// Timeout bounds the step from its first start, retries included, a Go
+	// duration; "" = none (KubeVela's step timeout). A step past it is
+	// TIMED_OUT through the abort path.
 	Timeout string `json:"timeout,omitempty"`
+	// AttemptTimeout bounds each attempt's running time, a Go duration; "" =
+	// none. A task past it is KILLED and its job TIMED_OUT.
+	AttemptTimeout string `json:"attempt_timeout,omitempty"`
+	// Duration is how long a suspend step waits, a Go duration; "" waits for
+	// a resume.
+	Duration string `json:"duration,omitempty"`
+	// If is when the step runs: "" when every step it depends on SUCCEEDED
+	// and no step failed; IfAlways whatever happened; else a CEL expression
+	// over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed.
+	If string `json:"if,omitempty"`
+	// Outputs names the values each task writes to $CAPSTAN_OUTPUTS_DIR.
+	Outputs []string `json:"outputs,omitempty"`
+	// Inputs are earlier steps' outputs the step receives.
+	Inputs []Input `json:"inputs,omitempty"`
+	// OnFailure is OnFailureFail (default) or OnFailureSuspend.
+	OnFailure string `json:"on_failure,omitempty"`
 	// Priority is the band: production (never preempted), interactive (the
 	// default) or batch (preemptible).
 	Priority string `json:"priority,omitempty"`
@@ -109,8 +166,17 @@ func (s Step) TaskFailuresAllowed() int {
 // SchedulingTimeoutDuration parses SchedulingTimeout (0 when unset or invalid).
 func (s Step) SchedulingTimeoutDuration() time.Duration { return parseDuration(s.SchedulingTimeout) }
 
-// TimeoutDuration parses Timeout (0 when unset or invalid).
+// TimeoutDuration parses Timeout, the step's (0 when unset or invalid).
 func (s Step) TimeoutDuration() time.Duration { return parseDuration(s.Timeout) }
+
+// AttemptTimeoutDuration parses AttemptTimeout (0 when unset or invalid).
+func (s Step) AttemptTimeoutDuration() time.Duration { return parseDuration(s.AttemptTimeout) }
+
+// DurationValue parses a suspend step's Duration (0 when unset or invalid).
+func (s Step) DurationValue() time.Duration { return parseDuration(s.Duration) }
+
+// TimeoutDuration parses the run's Timeout (0 when unset or invalid).
+func (w WorkflowSpec) TimeoutDuration() time.Duration { return parseDuration(w.Timeout) }
 
 // Request returns what one task of the step asks of a worker.
 func (s Step) Request() TaskRequest {
@@ -154,7 +220,7 @@ func (w *WorkflowSpec) Normalize() {
 		if w.Steps[i].Kind == "" {
 			w.Steps[i].Kind = KindTask
 		}
-		if w.Steps[i].Plugin == "" {
+		if k := w.Steps[i].Kind; w.Steps[i].Plugin == "" && k != KindSuspend && k != KindApproval {
 			w.Steps[i].Plugin = PluginShell
 		}
 		if w.Steps[i].Priority == "" {
@@ -164,10 +230,11 @@ func (w *WorkflowSpec) Normalize() {
 }
 
 // FieldError names one offending field of a request by its JSON path, e.g.
-// "spec.steps[1].plugin".
+// "spec.steps[1].plugin". It is the element of a problem document's "errors"
+// (RFC 9457), hence the JSON names.
 type FieldError struct {
-	Field   string
-	Message string
+	Field   string `json:"field"`
+	Message string `json:"message"`
 }
 
 // Error renders "field: message".
@@ -181,108 +248,6 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // ValidName reports whether s is a valid name (1-63 of [a-z0-9-], starting
 // and ending with a letter or digit).
 func ValidName(s string) bool { return NamePattern.MatchString(s) }
-
-// Validate checks a normalized spec and returns the problems found, each
-// naming its field under prefix (e.g. "spec"): first every problem of the
-// steps themselves, then, once those are clean, of the DAG's depends_on
-// (unknown steps, self and duplicate dependencies, cycles). An empty result
-// means valid.
-func (w WorkflowSpec) Validate(prefix string) []FieldError {
-	var errs []FieldError
-	add := func(field, format string, a ...any) {
-		errs = append(errs, FieldError{Field: prefix + field, Message: fmt.Sprintf(format, a...)})
-	}
-	if w.Mode != ModeStepByStep && w.Mode != ModeDAG {
-		add(".mode", "must be %q or %q, got %q", ModeStepByStep, ModeDAG, w.Mode)
-	}
-	if len(w.Steps) == 0 || len(w.Steps) > MaxSteps {
-		add(".steps", "must hold 1 to %d steps, got %d", MaxSteps, len(w.Steps))
-	}
-	seen := make(map[string]int, len(w.Steps))
-	for i, s := range w.Steps {
-		at := fmt.Sprintf(".steps[%d]", i)
-		if !ValidName(s.Name) || s.Name == RootActionName {
-			add(at+".name", "must be 1-63 characters of [a-z0-9-] starting and ending with a letter or digit, and not %q; got %q", RootActionName, s.Name)
-		} else if j, dup := seen[s.Name]; dup {
-			add(at+".name", "duplicate step name %q (also steps[%d])", s.Name, j)
-		} else {
-			seen[s.Name] = i
-		}
-		for _, e := range s.validate(w.Mode) {
-			add(at+e.Field, "%s", e.Message)
-		}
-	}
-	if len(errs) == 0 && w.Mode == ModeDAG {
-		for _, e := range w.validateDeps(seen) {
-			add(e.Field, "%s", e.Message)
-		}
-	}
-	return errs
-}
-
-func (s Step) validate(mode string) []FieldError {
-	var errs []FieldError
-	add := func(field, format string, a ...any) {
-		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
-	}
-	if s.Kind != KindTask {
-		add(".kind", "unknown step kind %q; known: %s", s.Kind, KindTask)
-	}
-	if !slices.Contains(KnownPlugins, s.Plugin) {
-		add(".plugin", "unknown plugin %q; known: %s", s.Plugin, strings.Join(KnownPlugins, ", "))
-	}
-	if s.Plugin == PluginShell && strings.TrimSpace(s.Command) == "" {
-		add(".command", "is required for the shell plugin")
-	}
-	if len(s.Command) > MaxCommandBytes {
-		add(".command", "is %d bytes; at most %d", len(s.Command), MaxCommandBytes)
-	}
-	if n := s.ReplicaCount(); n < 1 || n > MaxReplicas {
-		add(".replicas", "must be between 1 and %d, got %d", MaxReplicas, n)
-	}
-	if n := s.RetriesFailure(); n < 0 || n > MaxRetriesLimit {
-		add(".max_retries_failure", "must be between 0 and %d, got %d", MaxRetriesLimit, n)
-	}
-	if n := s.RetriesPreemption(); n < 0 || n > 10000 {
-		add(".max_retries_preemption", "must be between 0 and 10000, got %d", n)
-	}
-	if n := s.TaskFailuresAllowed(); n < 0 || n > MaxReplicas {
-		add(".max_task_failures", "must be between 0 and %d, got %d", MaxReplicas, n)
-	}
-	for field, v := range map[string]string{".scheduling_timeout": s.SchedulingTimeout, ".timeout": s.Timeout} {
-		if d, err := time.ParseDuration(v); v != "" && (err != nil || d < 0 || d > MaxDuration) {
-			add(field, "must be a duration such as \"30s\" or \"5m\", from 0 to %s; got %q", MaxDuration, v)
-		}
-	}
-	if _, ok := priorityNames[s.Priority]; !ok {
-		add(".priority", "must be production, interactive or batch; got %q", s.Priority)
-	}
-	if s.Resources != nil && (s.Resources.CPUMillis < 0 || s.Resources.MemoryBytes < 0) {
-		add(".resources", "cpu_millis and memory_bytes must not be negative")
-	}
-	for i, c := range s.Constraints {
-		if msg := c.validate(); msg != "" {
-			add(fmt.Sprintf(".constraints[%d]", i), "%s", msg)
-		}
-	}
-	if len(s.Env) > MaxEnvVars {
-		add(".env", "has %d variables; at most %d", len(s.Env), MaxEnvVars)
-	}
-	for _, k := range sortedKeys(s.Env) {
-		switch {
-		case !envName.MatchString(k):
-			add(".env."+k, "is not a valid environment variable name")
-		case strings.HasPrefix(k, ReservedEnvPrefix):
-			add(".env."+k, "names starting with %s are reserved", ReservedEnvPrefix)
-		case len(s.Env[k]) > MaxEnvValueBytes:
-			add(".env."+k, "value is %d bytes; at most %d", len(s.Env[k]), MaxEnvValueBytes)
-		}
-	}
-	if mode == ModeStepByStep && len(s.DependsOn) > 0 {
-		add(".depends_on", "is only allowed in DAG mode (StepByStep runs steps in order)")
-	}
-	return errs
-}
 
 // validateDeps checks that depends_on names existing steps, once each, and
 // that the graph has no cycle.
@@ -328,7 +293,7 @@ func (w WorkflowSpec) findCycle(index map[string]int) []string {
 	visit = func(i int) []string {
 		color[i] = grey
 		stack = append(stack, w.Steps[i].Name)
-		for _, d := range w.Steps[i].DependsOn {
+		for _, d := range w.Dependencies(i) {
 			j := index[d]
 			if color[j] == grey {
 				start := slices.Index(stack, d)
@@ -352,13 +317,4 @@ func (w WorkflowSpec) findCycle(index map[string]int) []string {
 		}
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -118,7 +118,7 @@ func TestValidateRejects(t *testing.T) {
 		return domain.WorkflowSpec{Mode: mode, Steps: steps}
 	}
 	tests := []struct {
-		name    string // the rule, quoted from DESIGN §3 or the spec's doc comments
+		name    string // the rule, from Capstan's spec rules (the spec's doc comments)
 		w       domain.WorkflowSpec
 		fields  []string
 		message string // a substring of the (first) message

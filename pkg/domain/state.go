@@ -11,7 +11,8 @@ import "fmt"
 // the numbers and the API the names.
 type TaskState int32
 
-// Task states, Iris values (seeds/002, "State Table").
+// Task states, with the values of the state table in Iris's task-states
+// reference.
 const (
 	TaskUnspecified   TaskState = 0
 	TaskPending       TaskState = 1
@@ -73,4 +74,30 @@ func (s TaskState) IsTerminal() bool {
 // a worker: ASSIGNED, BUILDING or RUNNING.
 func (s TaskState) IsLive() bool {
 	return s == TaskAssigned || s == TaskBuilding || s == TaskRunning
+}
+
+// IsCurrentAttempt reports whether attempt number n, in state attempt, is
+// still the current try of its task (state task, attemptCount attempts
+// made): both live and the attempt the latest. Only such an attempt may run
+// on; an executor holding any other stops it.
+func IsCurrentAttempt(attempt, task TaskState, n, attemptCount int) bool {
+	return attempt.IsLive() && task.IsLive() && attemptCount == n
+}
+
+// CanReport reports whether an executor may report state next for an attempt
+// in state cur: attempts only move forward, ASSIGNED → BUILDING → RUNNING →
+// a terminal state (Iris's worker-reported transitions; a PENDING report is
+// never taken, so an ASSIGNED task does not regress).
+func CanReport(cur, next TaskState) bool {
+	switch {
+	case cur.IsTerminal():
+		return false
+	case next.IsTerminal():
+		return true
+	case next == TaskRunning:
+		return true
+	case next == TaskBuilding:
+		return cur != TaskRunning
+	}
+	return false
 }

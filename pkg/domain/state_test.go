@@ -8,10 +8,11 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 )
 
-// stateRow is one row of the Iris "State Table" (seeds/002). Retriable is
-// "--" in the seed for the non-terminal states; here it is false for them.
+// stateRow is one row of the state table in Iris's task-states reference.
+// Retriable is "--" there for the non-terminal states; here it is false for
+// them.
 type stateRow struct {
-	rule      string // the seed row, quoted
+	rule      string // the Iris row, quoted
 	state     domain.TaskState
 	name      string
 	value     int32
@@ -20,7 +21,7 @@ type stateRow struct {
 	live      bool // ASSIGNED, BUILDING, RUNNING hold or may hold a process
 }
 
-// irisStateTable is seeds/002 "State Table", row by row, in the seed's order.
+// irisStateTable is Iris's state table, row by row, in Iris's order.
 var irisStateTable = []stateRow{
 	{"UNSPECIFIED 0 -- -- Default zero value; never used in practice", domain.TaskUnspecified, "UNSPECIFIED", 0, false, false, false},
 	{"PENDING 1 No -- Job submission, retry requeue", domain.TaskPending, "PENDING", 1, false, false, false},
@@ -65,7 +66,7 @@ func TestStateTableRetriableColumn(t *testing.T) {
 	roomy := domain.Budget{MaxRetriesFailure: 5, MaxRetriesPreemption: 5, MaxSystemFailures: 5}
 	for _, tc := range irisStateTable {
 		if !tc.terminal {
-			continue // "--" in the seed
+			continue // "--" in Iris's table
 		}
 		t.Run(tc.rule, func(t *testing.T) {
 			t.Parallel()
@@ -103,8 +104,9 @@ func TestTaskStateOutOfRange(t *testing.T) {
 	require.Equal(t, "TaskState(11)", domain.TaskState(11).String())
 }
 
-// DESIGN §3: "Task states follow the Iris task-states reference exactly,
-// values included": every name is distinct and every value 0..10 is used.
+// Capstan's design: task states follow the Iris task-states reference
+// exactly, values included; every name is distinct and every value 0..10 is
+// used.
 func TestTaskStateNamesDistinct(t *testing.T) {
 	t.Parallel()
 	names := map[string]bool{}

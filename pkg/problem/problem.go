@@ -5,6 +5,8 @@ package problem
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/capstan-run/capstan/pkg/domain"
 )
 
 // ContentType is the media type of a problem.
@@ -24,27 +26,30 @@ const (
 	CodeNotAllowed   = "method_not_allowed"
 	CodeTooLarge     = "request_too_large"
 	CodeUnauthorized = "unauthorized"
+	// CodeNotWaiting: an approve or a reject of anything but an approval
+	// step waiting for its decision.
+	CodeNotWaiting = "not_waiting_for_approval"
+	// CodeNotRestartable: a restart of a run not in a terminal failure phase.
+	CodeNotRestartable = "not_restartable"
+	// CodeAbortPending: a restart while an abort of the run is still being
+	// delivered.
+	CodeAbortPending = "abort_pending"
 )
-
-// FieldError names an offending field by its JSON path.
-type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
 
 // Problem is an RFC 9457 problem document.
 type Problem struct {
-	Type     string       `json:"type"`
-	Title    string       `json:"title"`
-	Status   int          `json:"status"`
-	Detail   string       `json:"detail,omitempty"`
-	Instance string       `json:"instance,omitempty"`
-	Code     string       `json:"code"`
-	Errors   []FieldError `json:"errors,omitempty"`
+	Type     string              `json:"type"`
+	Title    string              `json:"title"`
+	Status   int                 `json:"status"`
+	Detail   string              `json:"detail,omitempty"`
+	Instance string              `json:"instance,omitempty"`
+	Code     string              `json:"code"`
+	Errors   []domain.FieldError `json:"errors,omitempty"`
 }
 
-// New builds a problem; its type is "about:blank" style "/problems/<code>".
-func New(status int, code, detail string, errs ...FieldError) Problem {
+// New builds a problem; its type is "about:blank" style "/problems/<code>";
+// errs name the offending fields, each as validation reported it.
+func New(status int, code, detail string, errs ...domain.FieldError) Problem {
 	return Problem{Type: "/problems/" + code, Title: http.StatusText(status), Status: status, Detail: detail,
 		Code: code, Errors: errs}
 }

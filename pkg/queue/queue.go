@@ -95,11 +95,24 @@ func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
 }
 
-// NewActionAbortTask builds action:abort. The reconciler counts attempts in
-// Postgres and does not charge asynq's retry counter for its backoffs, so
-// maxRetry (ABORT_MAX_ATTEMPTS+5 by convention) is only a safety net; it must
-// be at least 1, or asynq archives the task on its first error, and an
-// archived task keeps its TaskID and blocks every later push of that abort.
+// abortRetryMargin is how many more asynq retries an abort task gets than
+// the reconciler's delivery rounds: see AbortTaskRetries.
+const abortRetryMargin = 5
+
+// AbortTaskRetries is the asynq MaxRetry every action:abort and attempt:kill
+// task carries when the abort reconciler gives an abort maxAttempts delivery
+// rounds (ABORT_MAX_ATTEMPTS): maxAttempts+5. The reconciler's retries are
+// not failures: it counts rounds in Postgres (abort_attempt_count) and
+// returns its backoffs as expected retries that asynq does not charge to
+// the task, so asynq's counter moves only on unexpected errors (a panic, a
+// lost lease). The margin keeps asynq from archiving the task before
+// Postgres decides the abort's outcome: an archived task keeps its TaskID
+// and blocks every later push of that abort.
+func AbortTaskRetries(maxAttempts int) int { return maxAttempts + abortRetryMargin }
+
+// NewActionAbortTask builds action:abort. maxRetry is AbortTaskRetries of
+// the reconciler's ABORT_MAX_ATTEMPTS; it must be at least 1, or asynq
+// archives the task on its first error.
 func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
 	return asynq.NewTask(TypeActionAbort, mustJSON(AbortPayload{key.String()}), asynq.Queue(Abort),
 		asynq.TaskID(key.String()), asynq.MaxRetry(maxRetry))
@@ -108,7 +121,7 @@ func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
 // NewAttemptKillTask builds attempt:kill for the kill that
 // store.RequestAttemptKill recorded: TaskID "attempt:<id>:kill" (the dedupe
 // key), on the Abort queue, payload AttemptPayload. maxRetry is as for
-// NewActionAbortTask (ABORT_MAX_ATTEMPTS+5 by convention, at least 1).
+// NewActionAbortTask (AbortTaskRetries, at least 1).
 // Enqueue it after the transaction that requested the kill commits.
 func NewAttemptKillTask(attemptID int64, maxRetry int) *asynq.Task {
 	return asynq.NewTask(TypeAttemptKill, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Abort),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,11 +18,10 @@ func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 	a := newRun(t, st, "a", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(2)}}})
 	b := newRun(t, st, "b", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
 	for _, k := range []domain.RunKey{a, b} {
-		_, err := st.AdvanceRun(ctx, k)
-		require.NoError(t, err)
+		storetest.StartSteps(t, st, k)
 	}
 	ta, tb := tasksOf(t, st, a, "s"), tasksOf(t, st, b, "s")
-	_, ok, err := st.AssignTask(ctx, ta[1].Task.ID, w1.ID)
+	_, ok, err := storetest.AssignTask(ctx, st, ta[1].Task.ID, w1.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -33,7 +33,7 @@ func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 	require.Equal(t, w1.ID, *byTask[ta[0].Task.ID].WorkerID)
 	require.Equal(t, w2.ID, *byTask[tb[0].Task.ID].WorkerID)
 	for _, at := range got {
-		require.Equal(t, int16(domain.TaskAssigned), at.State)
+		require.Equal(t, domain.TaskAssigned, at.State)
 		require.Equal(t, 1, at.Number)
 		require.False(t, at.CreatedAt.IsZero())
 	}
@@ -43,7 +43,7 @@ func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(domain.PhaseRunning), d.Action.Phase)
 		for _, td := range d.Tasks {
-			require.Equal(t, int16(domain.TaskAssigned), td.Task.State)
+			require.Equal(t, domain.TaskAssigned, td.Task.State)
 			require.Equal(t, 1, td.Task.AttemptCount)
 			require.Len(t, td.Attempts, 1)
 		}

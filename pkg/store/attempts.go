@@ -2,13 +2,14 @@ package store
 
 import (
 	"context"
-	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // AttemptRun is what an executor needs to run one attempt.
@@ -24,28 +25,12 @@ type AttemptRun struct {
 // (the rows as JSON, as in detailsSQL). Errors: ErrNotFound.
 func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error) {
 	var r AttemptRun
-	var rawAttempt, rawTask, rawAction []byte
-	err := s.q(ctx).Raw(`SELECT row_to_json(at), row_to_json(t), row_to_json(a)
+	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(at), row_to_json(t), row_to_json(a)
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
-		WHERE at.id = ?`, id).Row().Scan(&rawAttempt, &rawTask, &rawAction)
-	if errors.Is(err, sql.ErrNoRows) {
-		return r, ErrNotFound
-	}
-	if err != nil {
-		return r, mapErr(err)
-	}
-	if err := decodeEach([][]byte{rawAttempt, rawTask, rawAction}, &r.Attempt, &r.Task, &r.Action); err != nil {
-		return r, fmt.Errorf("attempt %d: decode rows: %w", id, err)
-	}
-	r.Proceed = proceed(r.Attempt, r.Task)
-	return r, nil
-}
-
-// proceed reports whether the attempt is still the task's current one and
-// both are live.
-func proceed(a Attempt, t Task) bool {
-	return domain.TaskState(a.State).IsLive() && domain.TaskState(t.State).IsLive() && t.AttemptCount == a.Number
+		WHERE at.id = ?`, id), &r.Attempt, &r.Task, &r.Action)
+	r.Proceed = err == nil && domain.IsCurrentAttempt(r.Attempt.State, r.Task.State, r.Attempt.Number, r.Task.AttemptCount)
+	return r, err
 }
 
 // Report is a fact an executor reports about an attempt it holds.
@@ -60,6 +45,9 @@ type Report struct {
 	Stdout    string
 	Stderr    string
 	Truncated bool
+	// Outputs are a SUCCEEDED attempt's output values, name → value, stored
+	// on the attempt; ignored with any other state.
+	Outputs map[string]string
 }
 
 // ReportResult tells the caller what a report changed.
@@ -75,42 +63,32 @@ type ReportResult struct {
 var ErrBadReport = errors.New("invalid attempt report")
 
 // ReportAttempt records a report: the attempt's new state (only forward:
-// ASSIGNED -> BUILDING -> RUNNING -> terminal), its exit code, error, cause
-// and bounded logs; a live report also moves the task. A report on an attempt
-// that already ended is a no-op. Errors: ErrNotFound, ErrBadReport.
+// ASSIGNED -> BUILDING -> RUNNING -> terminal), its exit code, error, cause,
+// bounded logs and, when SUCCEEDED, its outputs; a live report also moves
+// the task. A report on an attempt that already ended is a no-op. Errors:
+// ErrNotFound, ErrBadReport.
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
 	err := s.InTx(ctx, func(tx *Store) error {
-		a, t, err := tx.lockAttemptTask(ctx, id)
+		t, a, err := tx.lockTaskAttempt(ctx, id)
 		if err != nil {
 			return err
 		}
 		res.Task = t
-		cur := domain.TaskState(a.State)
-		if cur.IsTerminal() {
+		if a.State.IsTerminal() {
 			return nil // duplicate or late report
 		}
-		if !rep.State.IsTerminal() && rep.State != domain.TaskBuilding && rep.State != domain.TaskRunning ||
-			rep.State == domain.TaskBuilding && cur == domain.TaskRunning {
+		if !domain.CanReport(a.State, rep.State) {
 			return ErrBadReport
 		}
-		live := proceed(a, res.Task)
+		live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
 		res.Proceed = live && !rep.State.IsTerminal()
+		// An attempt whose task moved on (aborted, superseded) needs no decision.
+		res.Evaluate = live && rep.State.IsTerminal()
 		now := time.Now().UTC()
-		up := map[string]any{"state": int16(rep.State), "updated_at": now}
-		if rep.Pid != nil {
-			up["pid"] = *rep.Pid
-		}
-		if rep.State == domain.TaskRunning && a.StartedAt == nil {
-			up["started_at"] = now
-		}
-		if rep.State.IsTerminal() {
-			up["finished_at"], up["exit_code"], up["error"], up["cause"] = now, rep.ExitCode, strPtr(rep.Error), strPtr(rep.Cause)
-			// An attempt whose task moved on (aborted, superseded) needs no decision.
-			res.Evaluate = live
-			if !live {
-				up["evaluated_at"] = now
-			}
+		up, err := reportUpdates(a, rep, live, now)
+		if err != nil {
+			return err
 		}
 		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", id).Updates(up).Error; err != nil {
 			return mapErr(err)
@@ -123,46 +101,65 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 		}
 		if live && !rep.State.IsTerminal() {
 			if err := tx.q(ctx).Model(&Task{}).Where("id = ?", res.Task.ID).Updates(map[string]any{
-				"state": int16(rep.State), "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+				"state": rep.State, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
 				return mapErr(err)
 			}
 		}
-		return tx.eventFull(ctx, RunEvent{Project: res.Task.Project, Domain: res.Task.Domain, RunName: res.Task.RunName,
-			ActionName: &res.Task.ActionName, TaskID: &res.Task.ID, AttemptID: &id, Type: "attempt." + rep.State.String()},
+		return tx.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
 			map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
 	})
 	return res, err
 }
 
-// lockAttemptTask locks an attempt's row, then its task's, in one statement
-// and returns them. Errors: ErrNotFound.
-func (s *Store) lockAttemptTask(ctx context.Context, id int64) (Attempt, Task, error) {
+// reportUpdates returns the attempt's columns a report sets: its state,
+// pid, start, and for a terminal state its end, exit code, error, cause,
+// outputs (SUCCEEDED only) and, when the attempt is not live, evaluated_at.
+func reportUpdates(a Attempt, rep Report, live bool, now time.Time) (map[string]any, error) {
+	up := map[string]any{"state": rep.State, "updated_at": now}
+	if rep.Pid != nil {
+		up["pid"] = *rep.Pid
+	}
+	if rep.State == domain.TaskRunning && a.StartedAt == nil {
+		up["started_at"] = now
+	}
+	if !rep.State.IsTerminal() {
+		return up, nil
+	}
+	up["finished_at"], up["exit_code"], up["error"], up["cause"] = now, rep.ExitCode, strPtr(rep.Error), strPtr(rep.Cause)
+	if !live {
+		up["evaluated_at"] = now
+	}
+	if rep.State == domain.TaskSucceeded && len(rep.Outputs) > 0 {
+		raw, err := json.Marshal(rep.Outputs)
+		if err != nil {
+			return nil, fmt.Errorf("encode outputs: %w", err)
+		}
+		up["outputs"] = gorm.Expr("CAST(? AS jsonb)", string(raw))
+	}
+	return up, nil
+}
+
+// lockTaskAttempt locks an attempt's task, then the attempt (the lock order:
+// task before attempt), in one statement, and returns them. Errors:
+// ErrNotFound.
+func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, error) {
 	var a Attempt
 	var t Task
-	var rawAttempt, rawTask []byte
-	err := s.q(ctx).Raw(`SELECT row_to_json(at), row_to_json(t)
-		FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? FOR UPDATE OF at, t`, id).
-		Row().Scan(&rawAttempt, &rawTask)
-	if errors.Is(err, sql.ErrNoRows) {
-		return a, t, ErrNotFound
-	}
-	if err != nil {
-		return a, t, mapErr(err)
-	}
-	if err := decodeEach([][]byte{rawAttempt, rawTask}, &a, &t); err != nil {
-		return a, t, fmt.Errorf("attempt %d: decode rows: %w", id, err)
-	}
-	return a, t, nil
+	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(t), row_to_json(at)
+		FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? FOR UPDATE OF t, at`, id), &t, &a)
+	return t, a, err
 }
 
 // GetAttemptLogs returns the logs of attempt number n of task idx of an
-// action. Errors: ErrNotFound (no such attempt); an attempt with no output
+// action's generation (nil: its current one). Errors: ErrNotFound (no such attempt); an attempt with no output
 // yet returns empty logs.
-func (s *Store) GetAttemptLogs(ctx context.Context, key domain.ActionKey, idx, n int) (AttemptLog, error) {
+func (s *Store) GetAttemptLogs(ctx context.Context, key domain.ActionKey, generation *int, idx, n int) (AttemptLog, error) {
 	var a Attempt
 	err := s.q(ctx).Raw(`SELECT at.* FROM attempts at JOIN tasks t ON t.id = at.task_id
-		WHERE t.project = ? AND t.domain = ? AND t.run_name = ? AND t.action_name = ? AND t.idx = ? AND at.number = ?`,
-		key.Project, key.Domain, key.Run, key.Action, idx, n).Scan(&a).Error
+		JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
+		WHERE t.project = ? AND t.domain = ? AND t.run_name = ? AND t.action_name = ? AND t.idx = ? AND at.number = ?
+		AND t.generation = COALESCE(CAST(? AS integer), x.generation)`,
+		key.Project, key.Domain, key.Run, key.Action, idx, n, generation).Scan(&a).Error
 	if err != nil {
 		return AttemptLog{}, mapErr(err)
 	}
@@ -175,4 +172,79 @@ func (s *Store) GetAttemptLogs(ctx context.Context, key domain.ActionKey, idx, n
 		return AttemptLog{AttemptID: a.ID}, nil
 	}
 	return l, mapErr(err)
+}
+
+// ClaimFinishedAttempt marks a finished, unevaluated attempt evaluated at now
+// and returns it; ok is false when it is not finished, already evaluated, or
+// missing.
+func (s *Store) ClaimFinishedAttempt(ctx context.Context, id int64, now time.Time) (a Attempt, ok bool, err error) {
+	var claimed []Attempt
+	res := s.q(ctx).Model(&claimed).Clauses(clause.Returning{}).
+		Where("id = ? AND finished_at IS NOT NULL AND evaluated_at IS NULL", id).
+		Updates(map[string]any{"evaluated_at": now, "updated_at": now})
+	if res.Error != nil || len(claimed) == 0 {
+		return Attempt{}, false, mapErr(res.Error)
+	}
+	return claimed[0], true, nil
+}
+
+// PreemptAssignedAttempt ends an attempt that is still ASSIGNED as PREEMPTED
+// (cause preempted), evaluated at now, writes an "attempt.PREEMPTED" event
+// and returns it; ok is false when the attempt is no longer ASSIGNED.
+func (s *Store) PreemptAssignedAttempt(ctx context.Context, t Task, id int64, now time.Time) (a Attempt, ok bool, err error) {
+	var claimed []Attempt
+	res := s.q(ctx).Model(&claimed).Clauses(clause.Returning{}).Where("id = ? AND state IN "+sqlAssigned, id).
+		Updates(map[string]any{"state": domain.TaskPreempted, "cause": CausePreempted, "finished_at": now,
+			"evaluated_at": now, "updated_at": now})
+	if res.Error != nil || len(claimed) == 0 {
+		return Attempt{}, false, mapErr(res.Error)
+	}
+	return claimed[0], true, s.taskEvent(ctx, t, id, "attempt."+domain.TaskPreempted.String(),
+		map[string]any{"cause": CausePreempted})
+}
+
+// UnevaluatedAttempts returns finished attempts whose outcome was not applied.
+func (s *Store) UnevaluatedAttempts(ctx context.Context, limit int) ([]int64, error) {
+	var ids []int64
+	err := s.q(ctx).Model(&Attempt{}).Where("finished_at IS NOT NULL AND evaluated_at IS NULL").Order("id").
+		Limit(limit).Pluck("id", &ids).Error
+	return ids, mapErr(err)
+}
+
+// AssignedAttempts returns ASSIGNED attempts created before cutoff (their
+// dispatch may have been lost with Redis), with their workers.
+func (s *Store) AssignedAttempts(ctx context.Context, cutoff time.Time, limit int) ([]Attempt, error) {
+	var as []Attempt
+	err := s.q(ctx).Where("state IN "+sqlAssigned+" AND created_at < ?", cutoff).Order("id").
+		Limit(limit).Find(&as).Error
+	return as, mapErr(err)
+}
+
+// LiveOnWorker is a live attempt of a worker, for preemption.
+type LiveOnWorker struct {
+	AttemptID   int64
+	WorkerID    string
+	State       domain.TaskState
+	Priority    int16
+	CPUMillis   int64 `gorm:"column:cpu_millis"`
+	MemoryBytes int64
+}
+
+// LiveOnWorkers returns the live attempts held by the given workers with
+// their tasks' bands and resources.
+func (s *Store) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOnWorker, error) {
+	if len(workerIDs) == 0 {
+		return nil, nil
+	}
+	var out []LiveOnWorker
+	err := s.q(ctx).Raw(`SELECT a.id AS attempt_id, a.worker_id, a.state, t.priority, t.cpu_millis, t.memory_bytes
+		FROM attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE a.worker_id IN ? AND a.state IN `+sqlLive+` ORDER BY a.id`, workerIDs).Scan(&out).Error
+	return out, mapErr(err)
+}
+
+// GetAttempt returns one attempt's row. Errors: ErrNotFound.
+func (s *Store) GetAttempt(ctx context.Context, id int64) (Attempt, error) {
+	var a Attempt
+	return a, mapErr(s.q(ctx).Take(&a, id).Error)
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -30,14 +32,12 @@ func TestDetailsMatchRows(t *testing.T) {
 			Constraints: []domain.Constraint{{Key: "zone", Op: domain.OpEQ, Value: "a"}}},
 		{Name: "b", Plugin: domain.PluginShell, Command: "sleep 9", Replicas: intp(2), Timeout: "1m"},
 		{Name: "c", Plugin: domain.PluginNoop, DependsOn: []string{"a", "b"}}}})
-	_, err = st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
+	storetest.StartSteps(t, st, key, "a", "b") // c waits for them
 	a := tasksOf(t, st, key, "a")[0].Task
-	ev := runAttempt(t, st, w, a.ID, domain.TaskFailed, 3)
-	require.Equal(t, domain.ShouldRetry, ev.Result)
+	retryFailure(t, st, w, a.ID, 3)
 	b := tasksOf(t, st, key, "b")
 	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{a.ID: "no worker matches constraint zone=a"}))
-	att, ok, err := st.AssignTask(ctx, b[0].Task.ID, w.ID)
+	att, ok, err := storetest.AssignTask(ctx, st, b[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	pid := 42
@@ -88,6 +88,32 @@ func TestDetailsMatchRows(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = st.GetRun(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "zzz"})
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// retryFailure runs an attempt of task id on w that FAILED with exit code
+// exit, and requeues the task (failure_count 1, placeable at once), as the
+// scheduler's evaluation of a failure within budget does.
+func retryFailure(t *testing.T, st *store.Store, w store.Worker, id int64, exit int) {
+	t.Helper()
+	ctx := context.Background()
+	a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	require.NoError(t, err)
+	res, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskFailed, ExitCode: &exit, Cause: "user"})
+	require.NoError(t, err)
+	require.True(t, res.Evaluate)
+	b := domain.Budget{FailureCount: 1, MaxRetriesFailure: res.Task.MaxRetriesFailure,
+		MaxRetriesPreemption: res.Task.MaxRetriesPreemption, MaxSystemFailures: res.Task.MaxSystemFailures}
+	applyOutcome(t, st, a.ID, store.TaskOutcome{Budget: b, Requeue: true, NotBefore: time.Now().UTC(),
+		Result: domain.ShouldRetry.String()})
+	r, err := st.GetAttemptRun(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.TaskPending, r.Task.State)
+	require.Equal(t, 1, r.Task.FailureCount)
+	require.NotNil(t, r.Task.NotBefore)
+	require.NotNil(t, r.Attempt.EvaluatedAt)
 }
 
 // requireSameJSON compares two values by their JSON (times compare as

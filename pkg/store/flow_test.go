@@ -16,9 +16,6 @@ import (
 
 func intp(v int) *int { return &v }
 
-// noDelay is a backoff that retries at once.
-var noDelay = domain.Table{0}
-
 func newRun(t *testing.T, st *store.Store, name string, spec domain.WorkflowSpec) domain.RunKey {
 	t.Helper()
 	spec.Normalize()
@@ -51,27 +48,28 @@ func registerWorker(t *testing.T, st *store.Store) store.Worker {
 	return w
 }
 
-// runAttempt assigns the task, reports RUNNING then the final state, and
-// evaluates the attempt.
-func runAttempt(t *testing.T, st *store.Store, w store.Worker, taskID int64, final domain.TaskState, exit int) store.Evaluation {
-	t.Helper()
+// applyOutcome writes outcome o on the task of finished attempt id with the
+// store's statements, as a test's set-up: the decision is the scheduler's
+// and is tested there.
+func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome) {
+	tb.Helper()
 	ctx := context.Background()
-	a, ok, err := st.AssignTask(ctx, taskID, w.ID)
-	require.NoError(t, err)
-	require.True(t, ok)
-	res, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
-	require.NoError(t, err)
-	require.True(t, res.Proceed)
-	res, err = st.ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"})
-	require.NoError(t, err)
-	require.True(t, res.Evaluate)
-	ev, err := st.EvaluateAttempt(ctx, a.ID, noDelay)
-	require.NoError(t, err)
-	require.True(t, ev.Done)
-	again, err := st.EvaluateAttempt(ctx, a.ID, noDelay)
-	require.NoError(t, err)
-	require.False(t, again.Done, "evaluation is idempotent")
-	return ev
+	err := st.InTx(ctx, func(tx *store.Store) error {
+		_, _, task, _, err := tx.LockAttemptOwners(ctx, id)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		a, ok, err := tx.ClaimFinishedAttempt(ctx, id, now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("attempt %d is not finished, or already evaluated", id)
+		}
+		return tx.UpdateTaskOutcome(ctx, task, a, o, now)
+	})
+	require.NoError(tb, err)
 }
 
 func tasksOf(t *testing.T, st *store.Store, key domain.RunKey, action string) []store.TaskDetail {
@@ -81,106 +79,15 @@ func tasksOf(t *testing.T, st *store.Store, key domain.RunKey, action string) []
 	return d.Tasks
 }
 
-func TestDAGRunToSucceeded(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := storetest.New(t)
-	w := registerWorker(t, st)
-	key := newRun(t, st, "dag", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
-		{Name: "a", Command: "true"},
-		{Name: "c", Command: "true", DependsOn: []string{"a"}},
-		{Name: "b", Command: "true", DependsOn: []string{"a"}, Replicas: intp(2)},
-		{Name: "d", Command: "true", DependsOn: []string{"b", "c"}},
-	}})
-
-	adv, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, []string{"a"}, adv.Started, "only the root of the DAG starts")
-	require.Equal(t, domain.PhaseRunning, adv.Phase)
-	d, err := st.GetRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, "RUNNING", d.Run.Phase)
-	require.Nil(t, d.Run.EndedAt)
-	require.Equal(t, "RUNNING", d.Actions[0].Action.Phase, "a0 mirrors the run")
-	require.Nil(t, d.Actions[0].Action.EndedAt)
-
-	runAttempt(t, st, w, tasksOf(t, st, key, "a")[0].Task.ID, domain.TaskSucceeded, 0)
-	adv, err = st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"b", "c"}, adv.Started, "fan-out after a")
-	require.Len(t, tasksOf(t, st, key, "b"), 2, "b expands into 2 tasks")
-
-	for _, td := range append(tasksOf(t, st, key, "b"), tasksOf(t, st, key, "c")...) {
-		runAttempt(t, st, w, td.Task.ID, domain.TaskSucceeded, 0)
-	}
-	adv, err = st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, []string{"d"}, adv.Started, "fan-in once b and c succeeded")
-	runAttempt(t, st, w, tasksOf(t, st, key, "d")[0].Task.ID, domain.TaskSucceeded, 0)
-	adv, err = st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, domain.PhaseSucceeded, adv.Phase)
-
-	d, err = st.GetRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, "SUCCEEDED", d.Run.Phase)
-	require.NotNil(t, d.Run.EndedAt)
-	require.NotNil(t, d.Actions[0].Action.EndedAt)
-	var names []string
-	for _, a := range d.Actions {
-		names = append(names, a.Action.Name)
-	}
-	require.Equal(t, []string{"a0", "a", "c", "b", "d"}, names, "actions in spec order")
-	for _, a := range d.Actions {
-		require.Equal(t, "SUCCEEDED", a.Action.Phase, a.Action.Name)
-	}
-}
-
-func TestRetryWithinBudgetThenTerminal(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := storetest.New(t)
-	w := registerWorker(t, st)
-	key := newRun(t, st, "retry", domain.WorkflowSpec{Steps: []domain.Step{
-		{Name: "flaky", Command: "false", MaxRetriesFailure: intp(1)},
-		{Name: "after", Command: "true"},
-	}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	id := tasksOf(t, st, key, "flaky")[0].Task.ID
-
-	ev := runAttempt(t, st, w, id, domain.TaskFailed, 1)
-	require.Equal(t, domain.ShouldRetry, ev.Result, "failure_count 1 <= max_retries_failure 1")
-	td := tasksOf(t, st, key, "flaky")[0]
-	require.Equal(t, int16(domain.TaskPending), td.Task.State)
-	require.Equal(t, 1, td.Task.FailureCount)
-	require.Nil(t, td.Task.WorkerID, "resources released")
-
-	ev = runAttempt(t, st, w, id, domain.TaskFailed, 1)
-	require.Equal(t, domain.ExceededRetryLimit, ev.Result, "failure_count 2 > 1")
-	require.Equal(t, domain.PhaseFailed, ev.ActionPhase)
-	td = tasksOf(t, st, key, "flaky")[0]
-	require.Equal(t, int16(domain.TaskFailed), td.Task.State)
-	require.Len(t, td.Attempts, 2)
-
-	adv, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, domain.PhaseFailed, adv.Phase, "fail fast")
-	d, err := st.GetAction(ctx, key.Action("after"))
-	require.NoError(t, err)
-	require.Equal(t, "SKIPPED", d.Action.Phase)
-}
-
 func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.New(t)
 	w := registerWorker(t, st)
 	key := newRun(t, st, "abort", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", Replicas: intp(2)}}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
+	storetest.StartSteps(t, st, key)
 	tasks := tasksOf(t, st, key, "s")
-	a, ok, err := st.AssignTask(ctx, tasks[0].Task.ID, w.ID)
+	a, ok, err := storetest.AssignTask(ctx, st, tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -192,9 +99,9 @@ func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	for _, td := range tasksOf(t, st, key, "s") {
-		require.Equal(t, int16(domain.TaskKilled), td.Task.State)
+		require.Equal(t, domain.TaskKilled, td.Task.State)
 	}
-	_, ok, err = st.AssignTask(ctx, tasks[1].Task.ID, w.ID)
+	_, ok, err = storetest.AssignTask(ctx, st, tasks[1].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.False(t, ok, "a killed task is never assigned")
 
@@ -235,9 +142,8 @@ func TestStopListAndPlaceableWorkers(t *testing.T) {
 	st := storetest.New(t)
 	w := registerWorker(t, st)
 	key := newRun(t, st, "stop", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 1"}}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	a, _, err := st.AssignTask(ctx, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
+	storetest.StartSteps(t, st, key)
+	a, _, err := storetest.AssignTask(ctx, st, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
 	require.NoError(t, err)
 
 	stop, err := st.StopList(ctx, w.ID, []int64{a.ID, 999999})

@@ -15,11 +15,10 @@ func runningAttempts(t *testing.T, st *store.Store, w store.Worker, name string,
 	t.Helper()
 	ctx := context.Background()
 	key := newRun(t, st, name, domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", Replicas: intp(replicas)}}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
+	storetest.StartSteps(t, st, key)
 	var out []store.Attempt
 	for _, td := range tasksOf(t, st, key, "s") {
-		a, ok, err := st.AssignTask(ctx, td.Task.ID, w.ID)
+		a, ok, err := storetest.AssignTask(ctx, st, td.Task.ID, w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
@@ -29,8 +28,9 @@ func runningAttempts(t *testing.T, st *store.Store, w store.Worker, name string,
 	return key, out
 }
 
-// A timeout uses the abort path but ends the subtree TIMED_OUT (DESIGN §3:
-// "any KILLED → ABORTED (or TIMED_OUT when the kill was a timeout)").
+// A timeout uses the abort path but ends the subtree TIMED_OUT (Iris's
+// derivation as Capstan maps it onto phases: any KILLED → ABORTED, or
+// TIMED_OUT when the kill was a timeout).
 func TestAbortActionCause(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -55,7 +55,7 @@ func TestAbortActionCause(t *testing.T) {
 		for _, ad := range run.Actions {
 			require.Equal(t, string(tc.want), ad.Action.Phase, ad.Action.Name)
 			for _, td := range ad.Tasks {
-				require.Equal(t, int16(domain.TaskKilled), td.Task.State)
+				require.Equal(t, domain.TaskKilled, td.Task.State)
 			}
 		}
 		root, err := st.GetAction(ctx, key.Action("a0"))
@@ -65,7 +65,7 @@ func TestAbortActionCause(t *testing.T) {
 	}
 	key, _ := runningAttempts(t, st, w, "cause-bad", 1)
 	_, err := st.AbortAction(ctx, key.Action("a0"), "why", store.CausePreempted)
-	require.ErrorIs(t, err, store.ErrBadCause, "an action is aborted or timed out, never preempted")
+	require.ErrorIs(t, err, domain.ErrBadCause, "an action is aborted or timed out, never preempted")
 	d, err := st.GetAction(ctx, key.Action("a0"))
 	require.NoError(t, err)
 	require.Nil(t, d.Action.AbortRequestedAt, "a refused abort writes nothing")
@@ -81,7 +81,7 @@ func TestAttemptKillLifecycle(t *testing.T) {
 
 	_, err := st.MarkKillAttempt(ctx, id)
 	require.ErrorIs(t, err, store.ErrNotFound, "no kill pending yet")
-	require.ErrorIs(t, st.RequestAttemptKill(ctx, id, "bored"), store.ErrBadCause)
+	require.ErrorIs(t, st.RequestAttemptKill(ctx, id, "bored"), domain.ErrBadCause)
 	require.ErrorIs(t, st.RequestAttemptKill(ctx, 1<<40, store.CausePreempted), store.ErrNotFound)
 
 	// Inside the caller's transaction, and rolled back with it.
@@ -158,7 +158,7 @@ func TestMarkKillGone(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, evaluate, "the task still runs this attempt: the scheduler decides")
 		at := tasksOf(t, st, key, "s")[0].Attempts[0]
-		require.Equal(t, int16(want), at.State, cause)
+		require.Equal(t, want, at.State, cause)
 		require.Equal(t, cause, *at.Cause)
 		require.NotNil(t, at.FinishedAt)
 		require.Nil(t, at.EvaluatedAt)

@@ -6,101 +6,141 @@ package store
 // decodeRows.
 
 import (
+	"database/sql/driver"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	gojson "github.com/goccy/go-json"
-
-	"github.com/lib/pq"
+	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/datatypes"
 )
 
 // Run is a row of runs.
 type Run struct {
-	Project        string         `gorm:"primaryKey" json:"project"`
-	Domain         string         `gorm:"primaryKey" json:"domain"`
-	Name           string         `gorm:"primaryKey" json:"name"`
-	Spec           datatypes.JSON `json:"spec"`
-	Phase          string         `json:"phase"`
-	IdempotencyKey *string        `json:"idempotency_key"`
-	Version        int64          `json:"version"`
-	CreatedAt      time.Time      `json:"created_at"`
-	UpdatedAt      time.Time      `json:"updated_at"`
-	EndedAt        *time.Time     `json:"ended_at"`
+	Project        string              `gorm:"primaryKey" json:"project"`
+	Domain         string              `gorm:"primaryKey" json:"domain"`
+	Name           string              `gorm:"primaryKey" json:"name"`
+	Spec           domain.WorkflowSpec `gorm:"serializer:json" json:"spec"`
+	Phase          string              `json:"phase"`
+	IdempotencyKey *string             `json:"idempotency_key"`
+	// TimeoutMs is the spec's timeout (0 = none), counted from CreatedAt.
+	TimeoutMs int64 `json:"timeout_ms"`
+	// SuspendRequestedAt is set while a suspend is in force: no new step
+	// starts. ResumeRequestedAt is the latest resume: it resumes the steps
+	// paused before it.
+	SuspendRequestedAt *time.Time `json:"suspend_requested_at"`
+	ResumeRequestedAt  *time.Time `json:"resume_requested_at"`
+	// RestartRequestedAt is set while a restart waits for the scheduler;
+	// RestartFrom is its from_step ("" or nil: every step that did not
+	// succeed).
+	RestartRequestedAt *time.Time `json:"restart_requested_at"`
+	RestartFrom        *string    `json:"restart_from"`
+	Version            int64      `json:"version"`
+	CreatedAt          time.Time  `json:"created_at"`
+	UpdatedAt          time.Time  `json:"updated_at"`
+	EndedAt            *time.Time `json:"ended_at"`
 }
 
 // Action is a row of actions: the run's root a0, or one step.
 type Action struct {
-	Project           string         `gorm:"primaryKey" json:"project"`
-	Domain            string         `gorm:"primaryKey" json:"domain"`
-	RunName           string         `gorm:"primaryKey" json:"run_name"`
-	Name              string         `gorm:"primaryKey" json:"name"`
-	ParentActionName  *string        `json:"parent_action_name"`
-	Kind              string         `json:"kind"`
-	Spec              datatypes.JSON `json:"spec"`
-	DependsOn         pq.StringArray `gorm:"type:text[]" json:"depends_on"`
-	Phase             string         `json:"phase"`
-	AbortRequestedAt  *time.Time     `json:"abort_requested_at"`
-	AbortAttemptCount int            `json:"abort_attempt_count"`
-	AbortReason       *string        `json:"abort_reason"`
-	AbortOutcome      *string        `json:"abort_outcome"`
-	AbortCause        *string        `json:"abort_cause"` // "aborted" (or NULL) or "timeout": see AbortAction
-	FailedTimes       int            `json:"failed_times"`
-	NotBefore         *time.Time     `json:"not_before"`
-	Version           int64          `json:"version"`
-	CreatedAt         time.Time      `json:"created_at"`
-	UpdatedAt         time.Time      `json:"updated_at"`
-	StartedAt         *time.Time     `json:"started_at"`
-	EndedAt           *time.Time     `json:"ended_at"`
+	Project          string  `gorm:"primaryKey" json:"project"`
+	Domain           string  `gorm:"primaryKey" json:"domain"`
+	RunName          string  `gorm:"primaryKey" json:"run_name"`
+	Name             string  `gorm:"primaryKey" json:"name"`
+	ParentActionName *string `json:"parent_action_name"`
+	Kind             string  `json:"kind"`
+	// Spec is the step's spec; the root a0's is empty (its run holds the
+	// workflow's).
+	Spec              domain.Step `gorm:"serializer:json" json:"spec"`
+	DependsOn         Strings     `gorm:"type:text[]" json:"depends_on"`
+	Phase             string      `json:"phase"`
+	AbortRequestedAt  *time.Time  `json:"abort_requested_at"`
+	AbortAttemptCount int         `json:"abort_attempt_count"`
+	AbortReason       *string     `json:"abort_reason"`
+	AbortOutcome      *string     `json:"abort_outcome"`
+	AbortCause        *string     `json:"abort_cause"` // "aborted" (or NULL) or "timeout": see AbortAction
+	// FailedTimes counts the step's failed retries under on_failure
+	// suspend (KubeVela's), shown as step_retries.
+	FailedTimes int `json:"failed_times"`
+	// NotBefore is when a timed wait (WaitingFor duration or retry) ends.
+	NotBefore *time.Time `json:"not_before"`
+	// Generation numbers the step's runs: a retry as a whole or a restart
+	// creates its tasks anew under the next generation, history kept.
+	Generation int `json:"generation"`
+	// TimeoutMs is the step's timeout (0 = none), counted from StartedAt.
+	TimeoutMs int64 `json:"timeout_ms"`
+	// WaitingFor is what a waiting step waits for: WaitDuration, WaitResume,
+	// WaitApproval or WaitRetry; nil when it does not wait.
+	WaitingFor *string `json:"waiting_for"`
+	// PausedAt is when the step last became PAUSED.
+	PausedAt *time.Time `json:"paused_at"`
+	// Reason says why the step ended or waits, e.g. "rejected".
+	Reason *string `json:"reason"`
+	// Decision is an approval's: DecisionApproved or DecisionRejected, with
+	// who made it, when, and their comment.
+	Decision        *string    `json:"decision"`
+	DecidedBy       *string    `json:"decided_by"`
+	DecidedAt       *time.Time `json:"decided_at"`
+	DecisionComment *string    `json:"decision_comment"`
+	Version         int64      `json:"version"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
+	StartedAt       *time.Time `json:"started_at"`
+	EndedAt         *time.Time `json:"ended_at"`
 }
 
 // Task is a row of tasks: one replica of a task action.
 type Task struct {
-	ID                   int64          `gorm:"primaryKey" json:"id"`
-	Project              string         `json:"project"`
-	Domain               string         `json:"domain"`
-	RunName              string         `json:"run_name"`
-	ActionName           string         `json:"action_name"`
-	Idx                  int            `json:"idx"`
-	State                int16          `json:"state"`
-	FailureCount         int            `json:"failure_count"`
-	MaxRetriesFailure    int            `json:"max_retries_failure"`
-	PreemptionCount      int            `json:"preemption_count"`
-	MaxRetriesPreemption int            `json:"max_retries_preemption"`
-	SystemFailureCount   int            `json:"system_failure_count"`
-	MaxSystemFailures    int            `json:"max_system_failures"`
-	AttemptCount         int            `json:"attempt_count"`
-	WorkerID             *string        `json:"worker_id"`
-	PendingReason        *string        `json:"pending_reason"`
-	NotBefore            *time.Time     `json:"not_before"`
-	SchedulingDeadline   *time.Time     `json:"scheduling_deadline"`
-	Priority             int16          `json:"priority"`
-	CPUMillis            int64          `gorm:"column:cpu_millis" json:"cpu_millis"`
-	MemoryBytes          int64          `json:"memory_bytes"`
-	Constraints          datatypes.JSON `json:"constraints"`
-	Coscheduled          bool           `json:"coscheduled"`
-	TimeoutMs            int64          `json:"timeout_ms"`
-	Version              int64          `json:"version"`
-	CreatedAt            time.Time      `json:"created_at"`
-	UpdatedAt            time.Time      `json:"updated_at"`
-	EndedAt              *time.Time     `json:"ended_at"`
+	ID         int64  `gorm:"primaryKey" json:"id"`
+	Project    string `json:"project"`
+	Domain     string `json:"domain"`
+	RunName    string `json:"run_name"`
+	ActionName string `json:"action_name"`
+	// Generation is the action's generation the task belongs to.
+	Generation           int                 `json:"generation"`
+	Idx                  int                 `json:"idx"`
+	State                domain.TaskState    `json:"state"`
+	FailureCount         int                 `json:"failure_count"`
+	MaxRetriesFailure    int                 `json:"max_retries_failure"`
+	PreemptionCount      int                 `json:"preemption_count"`
+	MaxRetriesPreemption int                 `json:"max_retries_preemption"`
+	SystemFailureCount   int                 `json:"system_failure_count"`
+	MaxSystemFailures    int                 `json:"max_system_failures"`
+	AttemptCount         int                 `json:"attempt_count"`
+	WorkerID             *string             `json:"worker_id"`
+	PendingReason        *string             `json:"pending_reason"`
+	NotBefore            *time.Time          `json:"not_before"`
+	SchedulingDeadline   *time.Time          `json:"scheduling_deadline"`
+	Priority             int16               `json:"priority"`
+	CPUMillis            int64               `gorm:"column:cpu_millis" json:"cpu_millis"`
+	MemoryBytes          int64               `json:"memory_bytes"`
+	Constraints          []domain.Constraint `gorm:"serializer:json" json:"constraints"`
+	Coscheduled          bool                `json:"coscheduled"`
+	TimeoutMs            int64               `json:"timeout_ms"`
+	Version              int64               `json:"version"`
+	CreatedAt            time.Time           `json:"created_at"`
+	UpdatedAt            time.Time           `json:"updated_at"`
+	EndedAt              *time.Time          `json:"ended_at"`
 }
 
 // Attempt is a row of attempts: one try of one task on one worker.
 type Attempt struct {
-	ID          int64      `gorm:"primaryKey" json:"id"`
-	TaskID      int64      `json:"task_id"`
-	Number      int        `json:"number"`
-	WorkerID    *string    `json:"worker_id"`
-	State       int16      `json:"state"`
-	ExitCode    *int       `json:"exit_code"`
-	Error       *string    `json:"error"`
-	Cause       *string    `json:"cause"`
-	Pid         *int       `json:"pid"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
-	StartedAt   *time.Time `json:"started_at"`
-	FinishedAt  *time.Time `json:"finished_at"`
-	EvaluatedAt *time.Time `json:"evaluated_at"`
+	ID          int64            `gorm:"primaryKey" json:"id"`
+	TaskID      int64            `json:"task_id"`
+	Number      int              `json:"number"`
+	WorkerID    *string          `json:"worker_id"`
+	State       domain.TaskState `json:"state"`
+	ExitCode    *int             `json:"exit_code"`
+	Error       *string          `json:"error"`
+	Cause       *string          `json:"cause"`
+	Pid         *int             `json:"pid"`
+	CreatedAt   time.Time        `json:"created_at"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	StartedAt   *time.Time       `json:"started_at"`
+	FinishedAt  *time.Time       `json:"finished_at"`
+	EvaluatedAt *time.Time       `json:"evaluated_at"`
+	// Outputs are the values a SUCCEEDED attempt wrote (name → value).
+	Outputs map[string]string `gorm:"serializer:json" json:"outputs"`
 	// KillRequestedAt is set while a kill of this attempt is pending (see
 	// RequestAttemptKill); KillAttemptCount counts its delivery rounds;
 	// KillCause is why; KillOutcome is set once it is cleared.
@@ -109,6 +149,25 @@ type Attempt struct {
 	KillCause        *string    `json:"kill_cause"`
 	KillOutcome      *string    `json:"kill_outcome"`
 }
+
+// What a waiting step waits for (Action.WaitingFor).
+const (
+	// WaitDuration: a suspend step's duration, until NotBefore.
+	WaitDuration = "duration"
+	// WaitResume: a resume of the run (a suspend step without duration, or
+	// a step paused after its retries).
+	WaitResume = "resume"
+	// WaitApproval: an approve or a reject.
+	WaitApproval = "approval"
+	// WaitRetry: the backoff before the step's next retry, until NotBefore.
+	WaitRetry = "retry"
+)
+
+// Approval decisions (Action.Decision).
+const (
+	DecisionApproved = "approved"
+	DecisionRejected = "rejected"
+)
 
 // AttemptLog is the bounded captured output of one attempt.
 type AttemptLog struct {
@@ -127,10 +186,10 @@ type Worker struct {
 	Slots       int
 	CPUMillis   int64 `gorm:"column:cpu_millis"`
 	MemoryBytes int64
-	Labels      datatypes.JSON
+	Labels      map[string]string `gorm:"serializer:json"`
 	// Failures maps attempt id → time of the attempts lost or failed for
-	// platform causes on this worker (ARC's failures map): see liveness.go.
-	Failures datatypes.JSON
+	// platform causes on this worker (ARC's failures map): see workers.go.
+	Failures map[string]time.Time `gorm:"serializer:json"`
 	// PlaceableAfter gates new work during the failure backoff; nil = none.
 	PlaceableAfter *time.Time
 	// LastFailureAt is the latest time in Failures.
@@ -172,4 +231,26 @@ func decodeEach(raw [][]byte, v ...any) error {
 		}
 	}
 	return nil
+}
+
+// Strings is a Postgres text[] column (an action's depends_on), read and
+// written through pgx's array codec.
+type Strings []string
+
+// textArrays encodes and decodes text[] values; a pgtype.Map is not safe for
+// concurrent use, so each call takes its own.
+func textArrays() *pgtype.Map { return pgtype.NewMap() }
+
+// Scan reads a text[] value.
+func (s *Strings) Scan(src any) error {
+	return textArrays().SQLScanner((*[]string)(s)).Scan(src)
+}
+
+// Value writes s as a text[] literal; nil is the empty array.
+func (s Strings) Value() (driver.Value, error) {
+	if s == nil {
+		return "{}", nil
+	}
+	buf, err := textArrays().Encode(pgtype.TextArrayOID, pgtype.TextFormatCode, []string(s), nil)
+	return string(buf), err
 }

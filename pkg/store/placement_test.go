@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -20,15 +22,16 @@ func TestPendingOrderAndReasons(t *testing.T) {
 		Resources:   &domain.Resources{CPUMillis: 500, MemoryBytes: 1 << 30},
 		Constraints: []domain.Constraint{{Key: "gpu", Op: domain.OpExists}}}}})
 	for _, k := range []domain.RunKey{low, high} {
-		_, err := st.AdvanceRun(ctx, k)
-		require.NoError(t, err)
+		storetest.StartSteps(t, st, k)
 	}
 	pending, err := st.PendingTasks(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, pending, 2)
 	require.Equal(t, "high", pending[0].RunName, "the production band is placed first")
 	require.Equal(t, int64(500), pending[0].CPUMillis, "resources copied from the step")
-	require.JSONEq(t, `[{"key":"gpu","op":"EXISTS"}]`, string(pending[0].Constraints))
+	constraints, err := json.Marshal(pending[0].Constraints)
+	require.NoError(t, err)
+	require.JSONEq(t, `[{"key":"gpu","op":"EXISTS"}]`, string(constraints))
 
 	reason := "no worker matches constraint gpu=EXISTS"
 	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{pending[0].ID: reason}))
@@ -38,7 +41,7 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	require.Equal(t, string(domain.PhaseWaitingForResources), d.Action.Phase, "a known pending_reason shows as WAITING_FOR_RESOURCES")
 
 	w := registerWorker(t, st)
-	_, ok, err := st.AssignTask(ctx, pending[0].ID, w.ID)
+	_, ok, err := storetest.AssignTask(ctx, st, pending[0].ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	d, err = st.GetAction(ctx, high.Action("s"))
@@ -47,155 +50,84 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	require.Equal(t, string(domain.PhaseRunning), d.Action.Phase)
 }
 
-func TestSchedulingDeadlineMakesTheJobUnschedulable(t *testing.T) {
+func TestExpiryDueAttemptTimeouts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.New(t)
 	w := registerWorker(t, st)
-	key := newRun(t, st, "deadline", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(2),
-		SchedulingTimeout: "1ms"}}})
-	_, err := st.AdvanceRun(ctx, key)
+	key := newRun(t, st, "slow", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", AttemptTimeout: "1ms"}}})
+	storetest.StartSteps(t, st, key)
+	a, _, err := storetest.AssignTask(ctx, st, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
 	require.NoError(t, err)
-	tasks := tasksOf(t, st, key, "s")
-	_, ok, err := st.AssignTask(ctx, tasks[1].Task.ID, w.ID) // one task got a worker, one waits
+	due, err := st.ExpiryDue(ctx, 100)
 	require.NoError(t, err)
-	require.True(t, ok)
-	require.Eventually(t, func() bool {
-		ended, err := st.ExpireSchedulingDeadlines(ctx)
-		require.NoError(t, err)
-		return len(ended) == 1
-	}, 5*time.Second, 5*time.Millisecond)
-
-	d, err := st.GetAction(ctx, key.Action("s"))
-	require.NoError(t, err)
-	require.Equal(t, string(domain.PhaseUnschedulable), d.Action.Phase, "any UNSCHEDULABLE task -> job UNSCHEDULABLE")
-	require.Equal(t, int16(domain.TaskUnschedulable), d.Tasks[0].Task.State)
-	require.Equal(t, int16(domain.TaskKilled), d.Tasks[1].Task.State, "the job's other tasks are killed")
-	require.NotNil(t, d.Action.AbortRequestedAt, "the killed task's live attempt must be stopped")
-	adv, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, domain.PhaseUnschedulable, adv.Phase)
-}
-
-func TestGangCascadeAndMaxTaskFailures(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := storetest.New(t)
-	w := registerWorker(t, st)
-	key := newRun(t, st, "gang", domain.WorkflowSpec{Steps: []domain.Step{{Name: "g", Command: "true", Replicas: intp(3), Coscheduled: true}}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	tasks := tasksOf(t, st, key, "g")
-	var sibling store.Attempt
-	for i, td := range tasks[1:] {
-		a, ok, err := st.AssignTask(ctx, td.Task.ID, w.ID)
-		require.NoError(t, err)
-		require.True(t, ok)
-		if i == 0 {
-			_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
-			require.NoError(t, err)
-			sibling = a
-		}
-	}
-	ev := runAttempt(t, st, w, tasks[0].Task.ID, domain.TaskFailed, 2)
-	require.Equal(t, domain.ExceededRetryLimit, ev.Result)
-	require.Equal(t, domain.PhaseFailed, ev.ActionPhase)
-	require.NotNil(t, ev.AbortSurvivors, "the siblings' live attempts must be killed")
-
-	got := tasksOf(t, st, key, "g")
-	for _, td := range got[1:] {
-		require.Equal(t, int16(domain.TaskWorkerFailed), td.Task.State, "running siblings are exhausted to WORKER_FAILED")
-		require.Greater(t, td.Task.PreemptionCount, td.Task.MaxRetriesPreemption)
-	}
-	live, err := st.LiveAttemptsUnder(ctx, key.Action("g"))
-	require.NoError(t, err)
-	require.Len(t, live, 2)
-	require.Equal(t, sibling.ID, live[0].ID)
-}
-
-func TestMaxTaskFailuresToleratesFailures(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := storetest.New(t)
-	w := registerWorker(t, st)
-	key := newRun(t, st, "tolerant", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(3),
-		MaxTaskFailures: intp(1)}}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	tasks := tasksOf(t, st, key, "s")
-	ev := runAttempt(t, st, w, tasks[0].Task.ID, domain.TaskFailed, 1)
-	require.Equal(t, domain.PhaseRunning, ev.ActionPhase, "1 FAILED <= max_task_failures 1: the job goes on")
-	runAttempt(t, st, w, tasks[1].Task.ID, domain.TaskSucceeded, 0)
-	ev = runAttempt(t, st, w, tasks[2].Task.ID, domain.TaskSucceeded, 0)
-	require.Equal(t, domain.PhaseSucceeded, ev.ActionPhase, "all finished, failures within tolerance")
-}
-
-func TestTimedOutTasks(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := storetest.New(t)
-	w := registerWorker(t, st)
-	key := newRun(t, st, "slow", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", Timeout: "1ms"}}})
-	_, err := st.AdvanceRun(ctx, key)
-	require.NoError(t, err)
-	a, _, err := st.AssignTask(ctx, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
-	require.NoError(t, err)
-	tos, err := st.TimedOutTasks(ctx)
-	require.NoError(t, err)
-	require.Empty(t, tos, "an attempt that has not started cannot time out")
+	require.Empty(t, due.AttemptTimeouts, "an attempt that has not started cannot time out")
 	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		tos, err = st.TimedOutTasks(ctx)
+		due, err = st.ExpiryDue(ctx, 100)
 		require.NoError(t, err)
-		return len(tos) == 1
+		return len(due.AttemptTimeouts) == 1
 	}, 5*time.Second, 5*time.Millisecond)
-	require.Equal(t, key.Action("s"), tos[0].Action)
-	require.Equal(t, time.Millisecond, tos[0].Timeout)
+	require.Equal(t, key.Action("s"), due.AttemptTimeouts[0].Action)
+	require.Equal(t, time.Millisecond, due.AttemptTimeouts[0].Timeout)
 }
 
-func TestPreemptAttempt(t *testing.T) {
+// TestWaitingForResourcesWritesAnEvent: a QUEUED action that SetPendingReasons
+// moves to WAITING_FOR_RESOURCES writes an "action.phase" row, as every state
+// change does: it bumps the row's version and writes a run_events row in the
+// same transaction (the audit trail a watcher reads). An action already
+// RUNNING or already waiting does not move, and writes none.
+func TestWaitingForResourcesWritesAnEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := storetest.New(t)
+	st, db := openWithDB(t)
 	w := registerWorker(t, st)
-	key := newRun(t, st, "victims", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", Replicas: intp(2), Priority: "batch"}}})
-	_, err := st.AdvanceRun(ctx, key)
+	queued := newRun(t, st, "queued", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	busy := newRun(t, st, "busy", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(2)}}})
+	storetest.StartSteps(t, st, queued)
+	storetest.StartSteps(t, st, busy)
+	waiting, bt := tasksOf(t, st, queued, "s")[0].Task, tasksOf(t, st, busy, "s")
+	_, ok, err := storetest.AssignTask(ctx, st, bt[0].Task.ID, w.ID)
 	require.NoError(t, err)
-	tasks := tasksOf(t, st, key, "s")
-	assigned, _, err := st.AssignTask(ctx, tasks[0].Task.ID, w.ID)
+	require.True(t, ok)
+	before, err := st.GetAction(ctx, queued.Action("s"))
 	require.NoError(t, err)
-	running, _, err := st.AssignTask(ctx, tasks[1].Task.ID, w.ID)
-	require.NoError(t, err)
-	_, err = st.ReportAttempt(ctx, running.ID, store.Report{State: domain.TaskRunning})
-	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseQueued), before.Action.Phase)
 
-	ev, kill, err := st.PreemptAttempt(ctx, assigned.ID, noDelay)
+	reason := "no worker has a free slot"
+	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{waiting.ID: reason, bt[1].Task.ID: reason}))
+	after, err := st.GetAction(ctx, queued.Action("s"))
 	require.NoError(t, err)
-	require.False(t, kill, "an ASSIGNED attempt has no process to kill")
-	require.Equal(t, domain.ShouldRetry, ev.Result, "preempting an ASSIGNED task is free")
-	td := tasksOf(t, st, key, "s")[0]
-	require.Equal(t, int16(domain.TaskPending), td.Task.State)
-	require.Equal(t, 0, td.Task.PreemptionCount)
-	require.Equal(t, int16(domain.TaskPreempted), td.Attempts[0].State)
+	require.Equal(t, string(domain.PhaseWaitingForResources), after.Action.Phase)
+	require.Equal(t, before.Action.Version+1, after.Action.Version, "the move bumps the action's version")
+	require.Equal(t, []phaseEvent{{From: "QUEUED", To: "WAITING_FOR_RESOURCES", Reason: reason}},
+		phaseEvents(t, db, queued.Action("s")), "the move writes its action.phase row")
+	require.Equal(t, []phaseEvent{{From: "QUEUED", To: "RUNNING"}}, phaseEvents(t, db, busy.Action("s")),
+		"a RUNNING action does not move: only its assignment's row")
 
-	_, kill, err = st.PreemptAttempt(ctx, running.ID, noDelay)
-	require.NoError(t, err)
-	require.True(t, kill, "a started attempt is killed through the abort path")
-	kills, err := st.ListPendingKills(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []int64{running.ID}, kills)
-	td = tasksOf(t, st, key, "s")[1]
-	require.Equal(t, int16(domain.TaskRunning), td.Task.State, "its resources stay held until the process stops")
+	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{waiting.ID: reason}))
+	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{waiting.ID: "no worker matches constraint gpu=EXISTS"}))
+	require.Len(t, phaseEvents(t, db, queued.Action("s")), 1, "an action already waiting does not move again")
+}
 
-	res, err := st.ReportAttempt(ctx, running.ID, store.Report{State: domain.TaskPreempted, Cause: "preempted"})
+// phaseEvent is the data of an "action.phase" row of run_events.
+type phaseEvent struct{ From, To, Reason string }
+
+// phaseEvents reads the "action.phase" rows of action key, oldest first.
+func phaseEvents(t *testing.T, db *sql.DB, key domain.ActionKey) []phaseEvent {
+	t.Helper()
+	rows, err := db.Query(`SELECT data->>'from', data->>'to', coalesce(data->>'reason', '') FROM run_events
+		WHERE project = $1 AND domain = $2 AND run_name = $3 AND action_name = $4 AND type = 'action.phase'
+		ORDER BY id`, key.Project, key.Domain, key.Run, key.Action)
 	require.NoError(t, err)
-	require.True(t, res.Evaluate)
-	ev, err = st.EvaluateAttempt(ctx, running.ID, noDelay)
-	require.NoError(t, err)
-	require.Equal(t, domain.ShouldRetry, ev.Result)
-	td = tasksOf(t, st, key, "s")[1]
-	require.Equal(t, 1, td.Task.PreemptionCount, "a started victim charges the preemption budget")
-	require.Equal(t, 0, td.Task.FailureCount)
-	require.Equal(t, int16(domain.TaskPending), td.Task.State)
+	defer rows.Close()
+	var out []phaseEvent
+	for rows.Next() {
+		var e phaseEvent
+		require.NoError(t, rows.Scan(&e.From, &e.To, &e.Reason))
+		out = append(out, e)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }

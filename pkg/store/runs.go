@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // NewRun is what CreateRun inserts.
@@ -49,10 +50,6 @@ type TaskDetail struct {
 // run, which is returned as GetRun reads it. Errors: ErrConflict when the
 // name is taken.
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bool, err error) {
-	spec, err := json.Marshal(nr.Spec)
-	if err != nil {
-		return RunDetail{}, false, err
-	}
 	var earlier *domain.RunKey
 	err = s.InTx(ctx, func(tx *Store) error {
 		if nr.IdempotencyKey != "" {
@@ -61,8 +58,9 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 				return err
 			}
 		}
-		run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: spec,
-			Phase: string(domain.PhaseQueued), Version: 1}
+		run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
+			TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(),
+			Phase:     string(domain.PhaseQueued), Version: 1}
 		if nr.IdempotencyKey != "" {
 			run.IdempotencyKey = &nr.IdempotencyKey
 		}
@@ -74,7 +72,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 			return mapErr(err)
 		}
 		root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
-			Kind: "workflow", Spec: spec, DependsOn: []string{}, Phase: string(domain.PhaseQueued), Version: 1}
+			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1}
 		if err := tx.q(ctx).Create(&root).Error; err != nil {
 			return mapErr(err)
 		}
@@ -117,11 +115,7 @@ func (s *Store) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error
 	if err != nil {
 		return RunDetail{}, err
 	}
-	var spec domain.WorkflowSpec
-	if err := json.Unmarshal(run.Spec, &spec); err != nil {
-		return RunDetail{}, fmt.Errorf("run %s: spec: %w", key, err)
-	}
-	return RunDetail{Run: run, Actions: inSpecOrder(actions, spec)}, nil
+	return RunDetail{Run: run, Actions: inSpecOrder(actions, run.Spec)}, nil
 }
 
 // inSpecOrder sorts actions as their steps appear in the spec, the root a0
@@ -216,7 +210,7 @@ var ErrBadCursor = errors.New("invalid cursor")
 // ListRuns returns a page of runs, newest first, and the cursor of the next
 // page ("" on the last). Errors: ErrBadCursor.
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
-	limit := min(max(cmpOr(f.Limit, 50), 1), 500)
+	limit := min(max(cmp.Or(f.Limit, 50), 1), 500)
 	q := s.q(ctx).Where("project = ? AND domain = ?", f.Project, f.Domain)
 	if f.Phase != "" {
 		q = q.Where("phase = ?", f.Phase)
@@ -258,41 +252,149 @@ func decodeCursor(c string) (time.Time, string, error) {
 	return at, name, nil
 }
 
-// event appends a run_events row for key's run.
-func (s *Store) event(ctx context.Context, key domain.RunKey, action, typ string, data any) error {
-	return s.eventFull(ctx, RunEvent{Project: key.Project, Domain: key.Domain, RunName: key.Run,
-		ActionName: strPtr(action), Type: typ}, data)
+// LockRun locks a run's row (FOR UPDATE) and returns it: the first lock of
+// every transaction that moves a run (docs/design-notes.md, "Lock order").
+// Errors: ErrNotFound.
+func (s *Store) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
+	var run Run
+	err := s.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
+		Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&run).Error
+	return run, mapErr(err)
 }
 
-// eventFull appends e with data as its JSON: in a transaction, to the rows
-// InTx inserts before it commits; else at once.
-func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return fmt.Errorf("event data: %w", err)
+// SetRunPhase sets the run row's phase (mirroring a0's); a terminal phase also
+// sets ended_at.
+func (s *Store) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Phase, now time.Time) error {
+	up := map[string]any{"phase": string(p), "updated_at": now, "version": gorm.Expr("version + 1")}
+	if p.IsTerminal() {
+		up["ended_at"] = now
 	}
-	e.Data = raw
-	if s.events != nil {
-		*s.events = append(*s.events, e)
-		return nil
-	}
-	return mapErr(s.q(ctx).Create(&e).Error)
+	return mapErr(s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).
+		Updates(up).Error)
 }
 
-// flushEvents inserts the transaction's buffered events in one statement,
-// in the order they were written.
-func (s *Store) flushEvents(ctx context.Context) error {
-	if s.events == nil || len(*s.events) == 0 {
-		return nil
+// UnfinishedRuns returns the keys of runs not yet terminal, oldest first.
+func (s *Store) UnfinishedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
+	var rows []Run
+	if err := s.q(ctx).Select("project, domain, name").Where("ended_at IS NULL").Order("created_at").Limit(limit).
+		Find(&rows).Error; err != nil {
+		return nil, mapErr(err)
 	}
-	err := s.q(ctx).Create(s.events).Error
-	*s.events = nil
-	return mapErr(err)
+	keys := make([]domain.RunKey, len(rows))
+	for i, r := range rows {
+		keys[i] = domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}
+	}
+	return keys, nil
 }
 
-func strPtr(s string) *string {
-	if s == "" {
-		return nil
+// ErrNotRestartable: a restart of a run not in a terminal failure phase.
+var ErrNotRestartable = errors.New("run not in a terminal failure phase")
+
+// ErrUnknownStep: a restart's from_step names no step of the run's spec.
+var ErrUnknownStep = errors.New("no such step")
+
+// RequestSuspend records a suspend of a run (KubeVela's suspend): it sets
+// suspend_requested_at (kept when a suspend is already in force) and writes
+// a "run.suspend_requested" event, in one transaction that locks the run.
+// The scheduler acts on it when it next advances the run: no new step
+// starts, and the run is PAUSED once nothing runs. Errors: ErrNotFound,
+// ErrTerminal (the run ended).
+func (s *Store) RequestSuspend(ctx context.Context, key domain.RunKey) (Run, error) {
+	return s.signalRun(ctx, key, "run.suspend_requested", func(run *Run, now time.Time) map[string]any {
+		if run.SuspendRequestedAt == nil {
+			run.SuspendRequestedAt = &now
+		}
+		return map[string]any{"suspend_requested_at": run.SuspendRequestedAt}
+	})
+}
+
+// RequestResume records a resume of a run: it clears suspend_requested_at,
+// sets resume_requested_at to now (it resumes the steps paused before it:
+// suspend steps without a duration, a step paused under on_failure suspend)
+// and writes a "run.resume_requested" event, in one transaction that locks
+// the run. Errors: ErrNotFound, ErrTerminal.
+func (s *Store) RequestResume(ctx context.Context, key domain.RunKey) (Run, error) {
+	return s.signalRun(ctx, key, "run.resume_requested", func(run *Run, now time.Time) map[string]any {
+		run.SuspendRequestedAt, run.ResumeRequestedAt = nil, &now
+		return map[string]any{"suspend_requested_at": nil, "resume_requested_at": now}
+	})
+}
+
+// signalRun locks a run that has not ended, applies the columns set returns
+// (set also updates the returned run), bumps its version and writes an event
+// of type typ. Errors: ErrNotFound, ErrTerminal.
+func (s *Store) signalRun(ctx context.Context, key domain.RunKey, typ string,
+	set func(run *Run, now time.Time) map[string]any) (Run, error) {
+	var run Run
+	err := s.InTx(ctx, func(tx *Store) error {
+		var err error
+		if run, err = tx.LockRun(ctx, key); err != nil {
+			return err
+		}
+		if domain.Phase(run.Phase).IsTerminal() {
+			return ErrTerminal
+		}
+		now := dbNow()
+		return tx.updateRun(ctx, &run, set(&run, now), now, typ, nil)
+	})
+	return run, err
+}
+
+// updateRun writes up to the run's row with updated_at and version + 1
+// (mirrored in run) and an event of type typ with data.
+func (s *Store) updateRun(ctx context.Context, run *Run, up map[string]any, now time.Time, typ string, data any) error {
+	up["updated_at"], up["version"] = now, gorm.Expr("version + 1")
+	if err := s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", run.Project, run.Domain, run.Name).
+		Updates(up).Error; err != nil {
+		return mapErr(err)
 	}
-	return &s
+	run.UpdatedAt, run.Version = now, run.Version+1
+	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
+	return s.event(ctx, key, domain.RootActionName, typ, data)
+}
+
+// RequestRestart records a restart of a run that ended in failure (FAILED,
+// ABORTED, TIMED_OUT, UNSCHEDULABLE or WORKER_FAILED): it sets
+// restart_requested_at to now and restart_from to fromStep (NULL for "":
+// every step that did not succeed) and writes a "run.restart_requested"
+// event, in one transaction that locks the run; a second request before the
+// scheduler acts replaces the first. Errors: ErrNotFound, ErrNotRestartable,
+// ErrUnknownStep (fromStep is no step of the spec), ErrAbortPending.
+func (s *Store) RequestRestart(ctx context.Context, key domain.RunKey, fromStep string) (Run, error) {
+	var run Run
+	err := s.InTx(ctx, func(tx *Store) error {
+		var err error
+		if run, err = tx.LockRun(ctx, key); err != nil {
+			return err
+		}
+		if p := domain.Phase(run.Phase); !p.IsTerminal() || p.IsSuccess() {
+			return ErrNotRestartable
+		}
+		if fromStep != "" && !slices.ContainsFunc(run.Spec.Steps, func(st domain.Step) bool { return st.Name == fromStep }) {
+			return ErrUnknownStep
+		}
+		if err := tx.checkNoAbortPending(ctx, key); err != nil {
+			return err
+		}
+		now := dbNow()
+		run.RestartRequestedAt, run.RestartFrom = &now, strPtr(fromStep)
+		return tx.updateRun(ctx, &run, map[string]any{"restart_requested_at": now, "restart_from": run.RestartFrom},
+			now, "run.restart_requested", map[string]any{"from_step": fromStep})
+	})
+	return run, err
+}
+
+// dbNow is the current time in UTC at Postgres's precision (microseconds),
+// so a time a statement returns equals the one a later read returns.
+func dbNow() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// RestartRequestedRuns returns the keys of up to limit runs whose restart
+// waits for the scheduler (restart_requested_at set), oldest request first:
+// they have ended, so UnfinishedRuns does not list them, and a resync that
+// advances them heals a lost run:advance push after RequestRestart.
+func (s *Store) RestartRequestedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
+	var keys []domain.RunKey
+	err := s.q(ctx).Raw(`SELECT project, domain, name AS run FROM runs WHERE restart_requested_at IS NOT NULL
+		ORDER BY restart_requested_at LIMIT ?`, limit).Scan(&keys).Error
+	return keys, mapErr(err)
 }

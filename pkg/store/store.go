@@ -5,7 +5,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -57,8 +59,8 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqlDB.SetMaxOpenConns(cmpOr(cfg.MaxOpenConns, 20))
-	sqlDB.SetMaxIdleConns(cmpOr(cfg.MaxOpenConns, 20))
+	sqlDB.SetMaxOpenConns(cmp.Or(cfg.MaxOpenConns, 20))
+	sqlDB.SetMaxIdleConns(cmp.Or(cfg.MaxOpenConns, 20))
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("ping postgres: %w", err)
 	}
@@ -95,19 +97,6 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	})
 }
 
-// inTxRetryDeadlock is InTx, run again (three tries in all) when Postgres
-// broke a deadlock by failing it (SQLSTATE 40P01). fn must reset what it
-// returns through its closure.
-func (s *Store) inTxRetryDeadlock(ctx context.Context, fn func(tx *Store) error) error {
-	for try := 1; ; try++ {
-		err := s.InTx(ctx, fn)
-		var pgErr *pgconn.PgError
-		if try == 3 || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
-			return err
-		}
-	}
-}
-
 func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
 
 // mapErr turns gorm and Postgres errors into the package's errors.
@@ -125,14 +114,6 @@ func mapErr(err error) error {
 	return err
 }
 
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
 // Literal state sets for the queries that should use a partial index. A
 // prepared statement (pgx prepares each one per connection) soon runs a
 // generic plan, and a generic plan cannot prove that `state = $1` implies an
@@ -143,6 +124,9 @@ var (
 	sqlPending = sqlStates(domain.TaskPending)
 	// sqlLive is the live attempt states, attempts_live's predicate.
 	sqlLive = sqlStates(domain.TaskBuilding, domain.TaskRunning, domain.TaskAssigned)
+	// sqlUnfinished is PENDING and the live states: a task that has not
+	// ended.
+	sqlUnfinished = sqlStates(domain.TaskPending, domain.TaskBuilding, domain.TaskRunning, domain.TaskAssigned)
 	// sqlStarted is BUILDING and RUNNING, tasks_running_timeout's predicate.
 	sqlStarted = sqlStates(domain.TaskBuilding, domain.TaskRunning)
 	// sqlAssigned is ASSIGNED, a subset of attempts_live's predicate.
@@ -156,4 +140,26 @@ func sqlStates(states ...domain.TaskState) string {
 		parts[i] = strconv.Itoa(int(st))
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// scanRows runs q, a statement that returns one row of JSON columns (each
+// row_to_json of a row), and decodes column i into dest[i]. Errors:
+// ErrNotFound when q returns no row.
+func scanRows(q *gorm.DB, dest ...any) error {
+	raw := make([][]byte, len(dest))
+	ptrs := make([]any, len(dest))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	err := q.Row().Scan(ptrs...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return mapErr(err)
+	}
+	if err := decodeEach(raw, dest...); err != nil {
+		return fmt.Errorf("decode rows: %w", err)
+	}
+	return nil
 }

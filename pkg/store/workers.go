@@ -2,12 +2,16 @@ package store
 
 import (
 	"context"
-	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/google/uuid"
 )
+
+// Workers: registration, load, heartbeats (Iris's liveness) and the failures
+// map of ARC's self-healing registrations. The rules that read them live in
+// the scheduler; these are the statements.
 
 // Worker states.
 const (
@@ -37,16 +41,13 @@ type WorkerLoad struct {
 
 // RegisterWorker inserts a worker under a new identity.
 func (s *Store) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error) {
-	labels, err := json.Marshal(nw.Labels)
-	if err != nil {
-		return Worker{}, err
-	}
-	if nw.Labels == nil {
-		labels = []byte("{}")
+	labels := nw.Labels
+	if labels == nil {
+		labels = map[string]string{}
 	}
 	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots,
 		CPUMillis: nw.Resources.CPUMillis, MemoryBytes: nw.Resources.MemoryBytes, Labels: labels,
-		Failures: []byte("{}"), State: WorkerAlive, Version: 1, LastHeartbeatAt: time.Now().UTC()}
+		Failures: map[string]time.Time{}, State: WorkerAlive, Version: 1, LastHeartbeatAt: time.Now().UTC()}
 	return w, mapErr(s.q(ctx).Create(&w).Error)
 }
 
@@ -57,7 +58,7 @@ func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
 
 // PlaceableWorkers returns alive workers that heartbeated within grace, with
 // their load, except those draining or still in their failure backoff
-// (placeable_after, see RecordWorkerFailure).
+// (placeable_after).
 func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
 	return s.workerLoads(ctx, `w.state = 'alive' AND w.last_heartbeat_at > now() - make_interval(secs => ?)
 		AND NOT w.draining AND (w.placeable_after IS NULL OR w.placeable_after <= now())`,
@@ -66,9 +67,12 @@ func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]Wo
 
 func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
 	var out []WorkerLoad
+	// The sums are numeric and may pass int64 (resources are bounded only
+	// by the type): they are capped at its maximum, "everything".
 	err := s.q(ctx).Raw(`SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
 		COALESCE(l.mem, 0) AS used_memory_bytes FROM workers w
-		LEFT JOIN (SELECT a.worker_id, count(*) AS used, sum(t.cpu_millis) AS cpu, sum(t.memory_bytes) AS mem
+		LEFT JOIN (SELECT a.worker_id, count(*) AS used, LEAST(sum(t.cpu_millis), 9223372036854775807)::bigint AS cpu,
+			LEAST(sum(t.memory_bytes), 9223372036854775807)::bigint AS mem
 			FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.state IN `+sqlLive+` GROUP BY a.worker_id) l
 		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error
 	return out, mapErr(err)
@@ -84,8 +88,8 @@ func (s *Store) StopList(ctx context.Context, workerID string, ids []int64) ([]i
 	}
 	var keep []int64
 	err := s.q(ctx).Raw(`SELECT at.id FROM attempts at JOIN tasks t ON t.id = at.task_id
-		WHERE at.id IN ? AND at.worker_id = ? AND at.state IN ? AND t.state IN ? AND t.attempt_count = at.number`,
-		ids, workerID, liveStates, liveStates).Scan(&keep).Error
+		WHERE at.id IN ? AND at.worker_id = ? AND at.state IN `+sqlLive+` AND t.state IN `+sqlLive+`
+		AND t.attempt_count = at.number`, ids, workerID).Scan(&keep).Error
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -100,4 +104,217 @@ func (s *Store) StopList(ctx context.Context, workerID string, ids []int64) ([]i
 		}
 	}
 	return stop, nil
+}
+
+// lostMargin is how much older than the previous heartbeat an attempt's last
+// report must be before a heartbeat that omits it declares it lost. It
+// absorbs clock skew between api replicas.
+const lostMargin = time.Second
+
+// LostAttempt is a live attempt ended WORKER_FAILED (cause worker_lost)
+// because its worker lost it. It still needs its evaluation.
+type LostAttempt struct {
+	ID       int64
+	TaskID   int64
+	WorkerID string
+}
+
+// Beat is one heartbeat of a worker.
+type Beat struct {
+	// Held lists the attempts the worker holds.
+	Held []int64
+	// Draining is true once the executor is shutting down; it is sticky.
+	Draining bool
+	// At is when the beat arrived. Default time.Now().
+	At time.Time
+}
+
+// BeatReply is what a heartbeat changed and what the worker must do.
+type BeatReply struct {
+	// Stop lists the held attempts the worker must kill (StopList).
+	Stop []int64
+	// Lost lists the attempts the control plane thought were BUILDING or
+	// RUNNING on the worker but the worker no longer holds (its final report
+	// was lost): they are now WORKER_FAILED and must be evaluated.
+	Lost []LostAttempt
+}
+
+// BeatWorker records a heartbeat in one transaction: the attempts to stop,
+// the attempts the worker no longer holds (WORKER_FAILED: the other half of
+// Iris's heartbeat reconciliation), then last_heartbeat_at and the sticky
+// draining flag — attempts before the worker, as the lock order asks. An
+// attempt counts as no longer held only if its last report is older than the
+// previous heartbeat (minus lostMargin): the executor lists an attempt from
+// before its first report until after its final one, and builds each beat
+// after the previous beat's reply, so such an attempt would have been
+// listed. BUILDING and RUNNING only: an ASSIGNED attempt may still wait in
+// the queue. Errors: ErrNotFound when the worker is unknown or dead (it must
+// re-register).
+func (s *Store) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, error) {
+	at := b.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	at = at.UTC()
+	var reply BeatReply
+	err := s.InTx(ctx, func(tx *Store) error {
+		var w Worker
+		if err := tx.q(ctx).Select("id, last_heartbeat_at").Where("id = ? AND state = ?", id, WorkerAlive).
+			Take(&w).Error; err != nil {
+			return mapErr(err)
+		}
+		var err error
+		if reply.Stop, err = tx.StopList(ctx, id, b.Held); err != nil {
+			return err
+		}
+		held := append([]int64{0}, b.Held...) // never empty: NOT IN () is not SQL
+		reply.Lost, err = tx.loseAttempts(ctx, "worker_id = ? AND state IN "+sqlStarted+" AND id NOT IN ? AND updated_at < ?",
+			[]any{id, held, w.LastHeartbeatAt.Add(-lostMargin)},
+			"the worker no longer holds the attempt (its final report was lost)", at)
+		if err != nil {
+			return err
+		}
+		res := tx.q(ctx).Exec(`UPDATE workers SET last_heartbeat_at = ?, draining = draining OR ? WHERE id = ? AND state = ?`,
+			at, b.Draining, id, WorkerAlive)
+		if res.Error == nil && res.RowsAffected == 0 {
+			return ErrNotFound // declared dead meanwhile
+		}
+		return mapErr(res.Error)
+	})
+	return reply, err
+}
+
+// loseAttempts ends the live attempts matching where (on table attempts),
+// locked in id order, as WORKER_FAILED with cause worker_lost and reason,
+// writes their events, and returns them.
+func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reason string, now time.Time) ([]LostAttempt, error) {
+	var lost []LostAttempt
+	q := `WITH l AS (SELECT id FROM attempts WHERE state IN ` + sqlLive + ` AND (` + where + `) ORDER BY id FOR UPDATE)
+		UPDATE attempts SET state = ?, cause = ?, error = ?, finished_at = ?, updated_at = ?
+		FROM l WHERE attempts.id = l.id RETURNING attempts.id, attempts.task_id, attempts.worker_id`
+	all := append(append([]any{}, args...), domain.TaskWorkerFailed, CauseWorkerLost, reason, now, now)
+	if err := s.q(ctx).Raw(q, all...).Scan(&lost).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	if len(lost) == 0 {
+		return []LostAttempt{}, nil
+	}
+	ids := make([]int64, len(lost))
+	for i, l := range lost {
+		ids[i] = l.ID
+	}
+	err := s.q(ctx).Exec(`INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+		SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, ?::text,
+			jsonb_build_object('cause', ?::text, 'error', ?::text, 'exit_code', NULL), ?::timestamptz
+		FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id IN ?`,
+		"attempt."+domain.TaskWorkerFailed.String(), CauseWorkerLost, reason, now, ids).Error
+	return lost, mapErr(err)
+}
+
+// MarkWorkersDead makes every alive worker whose last heartbeat is older than
+// cutoff dead (a later heartbeat answers ErrNotFound) and returns their ids.
+func (s *Store) MarkWorkersDead(ctx context.Context, cutoff time.Time) ([]string, error) {
+	var dead []string
+	err := s.q(ctx).Raw(`UPDATE workers SET state = ?, updated_at = now(), version = version + 1
+		WHERE state = '`+WorkerAlive+`' AND last_heartbeat_at < ? RETURNING id`, WorkerDead, cutoff.UTC()).
+		Scan(&dead).Error
+	return dead, mapErr(err)
+}
+
+// LoseAttemptsOfGoneWorkers ends WORKER_FAILED (cause worker_lost) every
+// live attempt whose worker is not alive — dead, deregistered, deleted, or
+// placed on a worker that died meanwhile — and returns them.
+func (s *Store) LoseAttemptsOfGoneWorkers(ctx context.Context, now time.Time) ([]LostAttempt, error) {
+	return s.loseAttempts(ctx, `worker_id IS NOT NULL AND NOT EXISTS
+		(SELECT 1 FROM workers w WHERE w.id = attempts.worker_id AND w.state = 'alive')`, nil,
+		"the worker is dead (no heartbeat within its grace) or gone", now)
+}
+
+// LoseWorkerAttempts ends WORKER_FAILED (cause worker_lost, reason) every
+// live attempt of worker id and returns them.
+func (s *Store) LoseWorkerAttempts(ctx context.Context, id, reason string, now time.Time) ([]LostAttempt, error) {
+	return s.loseAttempts(ctx, "worker_id = ?", []any{id}, reason, now)
+}
+
+// AddWorkerFailure adds attempt id → at to the failures of worker workerID
+// when the worker is in state (recording one attempt twice changes nothing),
+// keeps last_failure_at the latest, and returns the map; ok is false when
+// the worker is not in state or missing.
+func (s *Store) AddWorkerFailure(ctx context.Context, workerID, state string, attemptID int64, at time.Time) (
+	failures map[string]time.Time, ok bool, err error) {
+	var rows []Worker
+	err = s.q(ctx).Raw(`UPDATE workers SET
+			failures = CASE WHEN failures -> CAST(@key AS text) IS NOT NULL THEN failures
+				ELSE failures || jsonb_build_object(CAST(@key AS text), CAST(@at AS timestamptz)) END,
+			last_failure_at = GREATEST(last_failure_at, CAST(@at AS timestamptz)), updated_at = now(),
+			version = version + 1
+		WHERE id = @id AND state = @state RETURNING failures`,
+		map[string]any{"key": strconv.FormatInt(attemptID, 10), "at": at.UTC(), "id": workerID, "state": state}).Scan(&rows).Error
+	if err != nil || len(rows) == 0 {
+		return nil, false, mapErr(err)
+	}
+	return rows[0].Failures, true, nil
+}
+
+// SetPlaceableAfter gates new work on a worker until at.
+func (s *Store) SetPlaceableAfter(ctx context.Context, workerID string, at time.Time) error {
+	return mapErr(s.q(ctx).Model(&Worker{}).Where("id = ?", workerID).Update("placeable_after", at).Error)
+}
+
+// DeleteWorker deletes a worker's row. Its live attempts, if any, are the
+// caller's to end (LoseWorkerAttempts; the liveness pass ends them too).
+func (s *Store) DeleteWorker(ctx context.Context, id string) error {
+	return mapErr(s.q(ctx).Delete(&Worker{}, "id = ?", id).Error)
+}
+
+// DeregisterWorker removes a worker that is leaving (a drained executor): any
+// attempt still live on it becomes WORKER_FAILED (returned, to evaluate),
+// then its row is deleted. Errors: ErrNotFound.
+func (s *Store) DeregisterWorker(ctx context.Context, id string) ([]LostAttempt, error) {
+	var lost []LostAttempt
+	err := s.InTx(ctx, func(tx *Store) error {
+		var err error
+		lost, err = tx.LoseWorkerAttempts(ctx, id, "the worker deregistered while holding the attempt", time.Now().UTC())
+		if err != nil {
+			return err
+		}
+		res := tx.q(ctx).Delete(&Worker{}, "id = ?", id)
+		if res.Error == nil && res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		return mapErr(res.Error)
+	})
+	return lost, err
+}
+
+// DeleteDeadWorkers deletes the rows of workers dead since before cutoff
+// that hold no live attempt, and returns how many it deleted.
+func (s *Store) DeleteDeadWorkers(ctx context.Context, cutoff time.Time) (int64, error) {
+	res := s.q(ctx).Where("state = ? AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.worker_id = workers.id AND a.state IN "+sqlLive+")",
+		WorkerDead, cutoff.UTC()).Delete(&Worker{})
+	return res.RowsAffected, mapErr(res.Error)
+}
+
+// WorkerStates returns the state (WorkerAlive or WorkerDead) of each of ids
+// that is a known worker; unknown ids, and ids that are not UUIDs, are
+// absent.
+func (s *Store) WorkerStates(ctx context.Context, ids []string) (map[string]string, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, err := uuid.Parse(id); err == nil {
+			valid = append(valid, id)
+		}
+	}
+	states := map[string]string{}
+	if len(valid) == 0 {
+		return states, nil
+	}
+	var rows []Worker
+	if err := s.q(ctx).Select("id, state").Where("id IN ?", valid).Find(&rows).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	for _, w := range rows {
+		states[w.ID] = w.State
+	}
+	return states, nil
 }

@@ -1,27 +1,25 @@
-// Package svc holds the wiring every Capstan service shares: a JSON slog
-// logger, the asynq Redis options, a small HTTP server for /healthz, /readyz
-// and /metrics, and running until a signal.
+// Package svc holds the wiring every Capstan service shares: the settings
+// every service reads (Common), a JSON slog logger, the exit statuses of a
+// main, HTTP servers for the api and for /healthz, /readyz and /metrics,
+// and running until a signal. Package backing opens what the control-plane
+// services stand on (Postgres, Redis).
 package svc
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Common holds the settings every service reads from the environment.
 type Common struct {
-	// DatabaseURL is the Postgres URL. Required by services that use Postgres.
+	// DatabaseURL is the Postgres URL of the services that use Postgres.
+	// Default postgres://capstan@127.0.0.1:55432/capstan?sslmode=disable
+	// (scripts/dev-deps.sh's database).
 	DatabaseURL string `env:"CAPSTAN_DATABASE_URL" envDefault:"postgres://capstan@127.0.0.1:55432/capstan?sslmode=disable"`
 	// RedisAddr is host:port of Redis. Default 127.0.0.1:56379.
 	RedisAddr string `env:"CAPSTAN_REDIS_ADDR" envDefault:"127.0.0.1:56379"`
@@ -32,11 +30,9 @@ type Common struct {
 	// PprofAddr, when set, serves net/http/pprof there (see StartPprof), e.g.
 	// 127.0.0.1:6060. Env CAPSTAN_PPROF_ADDR, default unset (off).
 	PprofAddr string `env:"CAPSTAN_PPROF_ADDR"`
-}
-
-// Redis returns the asynq connection options for RedisAddr and RedisDB.
-func (c Common) Redis() asynq.RedisClientOpt {
-	return asynq.RedisClientOpt{Addr: c.RedisAddr, DB: c.RedisDB}
+	// RedisSentinel, when its Sentinels are set, reaches Redis through Redis
+	// Sentinel instead of RedisAddr (see Redis, in redis.go).
+	RedisSentinel
 }
 
 // NewLogger returns a JSON logger tagged with the service name.
@@ -53,55 +49,35 @@ func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-// Fatal logs msg with err and exits 1.
-func Fatal(log *slog.Logger, msg string, err error) {
-	log.Error(msg, "err", err)
-	os.Exit(1)
-}
+// ExitConfig is the exit status of a service whose configuration (its
+// environment or arguments) does not parse or is out of range; a failure
+// after that exits 1.
+const ExitConfig = 2
 
-// HealthServer serves /healthz (the process is up), /readyz (ready() returns
-// nil) and /metrics (the registry) on addr until ctx ends.
-type HealthServer struct {
-	srv *http.Server
-	ln  net.Listener
-}
-
-// NewHealthServer listens on addr at once, so a caller knows the port is held.
-func NewHealthServer(addr string, reg *prometheus.Registry, ready func(context.Context) error) (*HealthServer, error) {
-	ln, err := net.Listen("tcp", addr)
+// Setup begins a service's main once its configuration c is read, err
+// being the reading's error: it returns the JSON logger tagged with service
+// at c.LogLevel, and starts pprof when c.PprofAddr asks for it. When err is
+// not nil it logs "invalid configuration" with it and exits ExitConfig
+// instead.
+func Setup(service string, c Common, err error) *slog.Logger {
+	log := NewLogger(service, c.LogLevel)
 	if err != nil {
-		return nil, err
+		log.Error("invalid configuration", "err", err)
+		os.Exit(ExitConfig)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return &HealthServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}, nil
+	c.StartPprof(log)
+	return log
 }
 
-// Addr is the listening address.
-func (h *HealthServer) Addr() string { return h.ln.Addr().String() }
-
-// Run serves until ctx ends, then shuts down.
-func (h *HealthServer) Run(ctx context.Context) error {
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.srv.Shutdown(sctx)
-	}()
-	if err := h.srv.Serve(h.ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+// Exit ends a service's main with the result of its run: nil logs
+// "stopped" and returns (exit status 0); any other error logs "failed" with
+// it and exits 1.
+func Exit(log *slog.Logger, err error) {
+	if err != nil {
+		log.Error("failed", "err", err)
+		os.Exit(1)
 	}
-	return nil
+	log.Info("stopped")
 }
 
 // NewRegistry returns a Prometheus registry with the Go and process collectors.

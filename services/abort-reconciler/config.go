@@ -51,6 +51,9 @@ type config struct {
 // metricsAddr returns MetricsAddr or its default.
 func (c config) metricsAddr() string { return cmp.Or(c.MetricsAddr, defaultMetricsAddr) }
 
+// validate checks what the env tags cannot: the reconciler's ranges.
+func (c config) validate() error { return c.reconciler().Validate() }
+
 // reconciler returns the reconciler's part of the config.
 func (c config) reconciler() reconciler.Config {
 	return reconciler.Config{

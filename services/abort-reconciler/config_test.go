@@ -6,6 +6,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/services/abort-reconciler/internal/reconciler"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,8 +30,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.Equal(t, "postgres://x@db/capstan", cfg.DatabaseURL)
-	require.Equal(t, "redis:6379", cfg.Redis().Addr)
-	require.Equal(t, 3, cfg.Redis().DB)
+	require.Equal(t, asynq.RedisClientOpt{Addr: "redis:6379", DB: 3}, cfg.Redis())
 	require.Equal(t, "0.0.0.0:9092", cfg.metricsAddr())
 	require.Equal(t, reconciler.Config{Workers: 7, MaxAttempts: 3, InitialDelay: 2 * time.Second, MaxDelay: time.Minute,
 		ResyncPeriod: 30 * time.Second, CallTimeout: 4 * time.Second, CallConcurrency: 2, WorkerGrace: 30 * time.Second,
@@ -53,4 +53,16 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		_, err := env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{k: "soon"}})
 		require.ErrorContains(t, err, field)
 	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cfg, err := env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.NoError(t, cfg.validate(), "the defaults are valid")
+	cfg, err = env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{
+		"ABORT_INITIAL_DELAY": "1m", "ABORT_MAX_DELAY": "1s", "ABORT_WORKERS": "-1"}})
+	require.NoError(t, err, "the env tags accept any number")
+	require.ErrorContains(t, cfg.validate(), "MaxDelay")
+	require.ErrorContains(t, cfg.validate(), "Workers")
 }

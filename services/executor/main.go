@@ -19,17 +19,13 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 )
 
+// service names the executor in its logs.
+const service = "executor"
+
 func main() {
 	cfg, err := env.ParseAs[Config]()
-	if err != nil {
-		svc.Fatal(slog.Default(), "invalid config", err)
-	}
-	log := svc.NewLogger("executor", cfg.LogLevel)
-	cfg.StartPprof(log)
-	if err := run(cfg, log); err != nil {
-		svc.Fatal(log, "executor failed", err)
-	}
-	log.Info("stopped")
+	log := svc.Setup(service, cfg.Common, err)
+	svc.Exit(log, run(cfg, log))
 }
 
 // executor is the wired service.
@@ -70,6 +66,8 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	return &executor{sup: sup, agent: ag, server: server.New(sup, log), ln: ln, advertise: advertise}, nil
 }
 
+// run wires the executor and runs it until SIGINT or SIGTERM (or its
+// rejection by the control plane), then drains it and shuts down.
 func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := svc.SignalContext()
 	defer stop()

@@ -10,8 +10,8 @@ import (
 )
 
 // Config tunes the reconciler. A zero field takes its default; a negative
-// one is an error. The abort defaults are Flyte's AbortReconcilerConfig
-// (seeds/000 "Configuration").
+// one is an error. The abort defaults (Workers, MaxAttempts, InitialDelay,
+// MaxDelay) are Flyte's AbortReconcilerConfig.
 type Config struct {
 	// Queue is the asynq queue consumed and resynced into. Default
 	// queue.Abort ("abort"); tests use one queue each.
@@ -53,7 +53,8 @@ type Config struct {
 	TaskCheckInterval time.Duration
 }
 
-// Defaults, seeds/000 "Configuration" and DESIGN §5.
+// Defaults: the first four are Flyte's AbortReconcilerConfig, ResyncPeriod
+// is KubeVela's state-keep interval, the rest are Capstan's.
 const (
 	DefaultWorkers                  = 5
 	DefaultMaxAttempts              = 10
@@ -111,12 +112,16 @@ func (c Config) validate() error {
 	return nil
 }
 
+// Validate returns what New would reject in c once its defaults are
+// applied, or nil; a main calls it to report a bad environment before it
+// connects to anything.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 // TaskMaxRetry is the asynq MaxRetry every action:abort and attempt:kill
-// task must carry:
-// MaxAttempts+5, so that asynq never archives an abort before Postgres's
-// abort_attempt_count decides. (Expected retries do not even count toward
-// it: see isFailure.)
-func (c Config) TaskMaxRetry() int { return c.withDefaults().MaxAttempts + 5 }
+// task must carry: queue.AbortTaskRetries of MaxAttempts, so that asynq
+// never archives an abort before Postgres's abort_attempt_count decides.
+// (Expected retries do not even count toward it: see isFailure.)
+func (c Config) TaskMaxRetry() int { return queue.AbortTaskRetries(c.withDefaults().MaxAttempts) }
 
 // shutdownTimeout is how long Stop lets in-flight aborts finish: one
 // executor call plus slack for the Postgres writes around it.

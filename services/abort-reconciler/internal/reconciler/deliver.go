@@ -137,8 +137,8 @@ func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reas
 }
 
 // isAlreadyTerminated reports whether the executor's answer means the
-// attempt no longer runs there (Flyte's isAlreadyTerminated, seeds/000
-// "Already Terminated Resources"): a 404, or a 500 whose problem says "not
+// attempt no longer runs there (Flyte's isAlreadyTerminated, which treats
+// a NotFound as done): a 404, or a 500 whose problem says "not
 // found" (a not-found forwarded as an internal error).
 func isAlreadyTerminated(resp *executorapi.AbortAttemptResponse) bool {
 	switch resp.StatusCode() {
@@ -155,8 +155,8 @@ func isAlreadyTerminated(resp *executorapi.AbortAttemptResponse) bool {
 }
 
 // workerGone reports whether a's worker can no longer hold a process, so the
-// attempt counts as already terminated (DESIGN §5.3: "including a worker
-// that is dead or deregistered"): the worker row is gone (no address), its
+// attempt counts as already terminated (Capstan's rule: an attempt on a
+// worker that is dead or deregistered is already gone): the worker row is gone (no address), its
 // state is not alive, or its last heartbeat is older than grace.
 func workerGone(a store.LiveAttempt, now time.Time, grace time.Duration) bool {
 	switch {

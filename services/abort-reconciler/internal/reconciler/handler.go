@@ -37,7 +37,7 @@ type job interface {
 }
 
 // HandleActionAbort handles queue.TypeActionAbort: one delivery round of one
-// abort (Flyte's processTask, seeds/000 "Worker Execution"). It returns nil
+// abort (Flyte's AbortReconciler.processTask). It returns nil
 // when the abort is finished (delivered, no longer pending, or given up
 // after MaxAttempts), a *RetryError when the same task must run again after
 // its Delay, and an error wrapping asynq.SkipRetry for a payload that can
@@ -115,9 +115,9 @@ func (r *Reconciler) reconcile(ctx context.Context, j job) error {
 	return r.finish(ctx, j, count, rd, store.AbortDelivered)
 }
 
-// failed handles a round that left a live attempt behind (seeds/000
-// "Exponential Backoff with Jitter", "Max Attempts and Manual
-// Intervention"): below MaxAttempts it schedules the same task after
+// failed handles a round that left a live attempt behind (Flyte's
+// AbortReconciler: full-jitter backoff, then manual intervention after
+// MaxAttempts): below MaxAttempts it schedules the same task after
 // FullJitter.Delay(count), uniform in [0, min(MaxDelay, InitialDelay·2^(count-1))];
 // at MaxAttempts it logs, clears the request as needs_intervention and stops.
 func (r *Reconciler) failed(ctx context.Context, j job, count int, rd round, cause error) error {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/executorapi"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/google/uuid"
@@ -28,21 +28,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// redisOpt is the dev-deps Redis (scripts/dev-deps.sh), or
-// CAPSTAN_TEST_REDIS_ADDR.
-func redisOpt() asynq.RedisClientOpt {
-	addr := os.Getenv("CAPSTAN_TEST_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:56379"
-	}
-	return asynq.RedisClientOpt{Addr: addr}
-}
-
 // waitFor is how long a test waits for a condition.
 const waitFor = 15 * time.Second
 
-// testConfig is a Config with millisecond delays and a queue of the test's
-// own, so parallel tests share Redis without seeing each other's tasks.
+// testConfig is a Config with millisecond delays and randomly named queues.
 func testConfig() Config {
 	return Config{
 		Queue:                    "abort-test-" + uuid.NewString()[:13],
@@ -57,7 +46,8 @@ func testConfig() Config {
 	}
 }
 
-// harness is one reconciler on a fresh database and its own queue.
+// harness is one reconciler on a fresh database, its own Redis database and
+// its own queue.
 type harness struct {
 	t    *testing.T
 	st   *store.Store
@@ -74,16 +64,15 @@ func newHarness(t *testing.T, cfg Config, edit func(*Deps)) *harness {
 	t.Helper()
 	h := &harness{t: t, st: storetest.New(t), cfg: cfg, ctx: t.Context()}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client := asynq.NewClient(redisOpt())
-	h.insp = asynq.NewInspector(redisOpt())
+	rdb := redistest.New(t)
+	client := asynq.NewClient(rdb)
+	h.insp = asynq.NewInspector(rdb)
 	t.Cleanup(func() {
-		_ = h.insp.DeleteQueue(cfg.Queue, true)
-		_ = h.insp.DeleteQueue(cfg.SchedulerQueue, true)
 		h.insp.Close()
 		client.Close()
 	})
 	h.enq = queue.NewEnqueuer(client, log)
-	deps := Deps{Store: h.st, Redis: redisOpt(), Log: log, Registry: prometheus.NewRegistry()}
+	deps := Deps{Store: h.st, Redis: rdb, Log: log, Registry: prometheus.NewRegistry()}
 	if edit != nil {
 		edit(&deps)
 	}
@@ -168,8 +157,7 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 	spec.Normalize()
 	_, _, err := st.CreateRun(ctx, store.NewRun{Key: rk, Spec: spec})
 	require.NoError(t, err)
-	_, err = st.AdvanceRun(ctx, rk)
-	require.NoError(t, err)
+	storetest.StartSteps(t, st, rk)
 	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w1", Address: addr, Slots: replicas})
 	require.NoError(t, err)
 	step, err := st.GetAction(ctx, rk.Action("s1"))
@@ -177,7 +165,7 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 	require.Len(t, step.Tasks, replicas)
 	s := seeded{key: rk.Action(domain.RootActionName), workerID: w.ID}
 	for _, task := range step.Tasks {
-		at, ok, err := st.AssignTask(ctx, task.Task.ID, w.ID)
+		at, ok, err := storetest.AssignTask(ctx, st, task.Task.ID, w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = st.ReportAttempt(ctx, at.ID, store.Report{State: domain.TaskRunning})

@@ -30,7 +30,7 @@ func TestKillDeliversAfterFailures(t *testing.T) {
 	a := h.waitKillOutcome(s.key, id)
 	require.Equal(t, store.AbortDelivered, *a.KillOutcome)
 	require.Equal(t, failures+1, a.KillAttemptCount)
-	require.Equal(t, int16(domain.TaskRunning), a.State, "the executor reports the kill it made")
+	require.Equal(t, domain.TaskRunning, a.State, "the executor reports the kill it made")
 	calls := exe.Calls()
 	require.Len(t, calls, failures+1)
 	for _, c := range calls {
@@ -84,7 +84,7 @@ func TestKillAlreadyGoneAsksForEvaluation(t *testing.T) {
 	require.Equal(t, store.AbortDelivered, *a.KillOutcome)
 	require.Equal(t, 1, a.KillAttemptCount)
 	require.Len(t, exe.Calls(), 1)
-	require.Equal(t, int16(domain.TaskPreempted), a.State)
+	require.Equal(t, domain.TaskPreempted, a.State)
 	require.Equal(t, store.CausePreempted, *a.Cause)
 	require.Nil(t, a.EvaluatedAt, "left to the scheduler")
 	info, err := h.insp.GetTaskInfo(h.cfg.SchedulerQueue, "attempt:"+strconv.FormatInt(id, 10)+":evaluate")

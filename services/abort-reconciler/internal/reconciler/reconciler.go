@@ -1,5 +1,5 @@
-// Package reconciler drives every abort and kill to completion (DESIGN §5;
-// Flyte's AbortReconciler, seeds/000): an asynq consumer of action:abort (an
+// Package reconciler drives every abort and kill to completion (Flyte's
+// AbortReconciler, on asynq and Postgres): an asynq consumer of action:abort (an
 // action and everything under it) and attempt:kill (one attempt: preemption,
 // an attempt's timeout) counts each delivery round in Postgres, asks the
 // executors holding the live attempts to kill them, clears the request when
@@ -126,8 +126,8 @@ func New(deps Deps, cfg Config) (*Reconciler, error) {
 func (r *Reconciler) Config() Config { return r.cfg }
 
 // Start starts the asynq consumers first, then the resync loop, whose first
-// pass is the startup scan (seeds/000 "Startup Scan": workers start before
-// the scan). It returns at once. ctx bounds the resync loop; Stop ends
+// pass is the startup scan (as in Flyte's AbortReconciler, workers start
+// before the scan). It returns at once. ctx bounds the resync loop; Stop ends
 // everything. A reconciler starts at most once.
 func (r *Reconciler) Start(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {

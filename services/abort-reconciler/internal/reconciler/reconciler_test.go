@@ -17,8 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Failure, then retry with backoff, then success: seeds/000 "Exponential
-// Backoff with Jitter"; the count survives in Postgres ("MarkAbortAttempt").
+// Failure, then retry with backoff, then success: Flyte's AbortReconciler
+// backs off with full jitter; the count survives in Postgres
+// ("MarkAbortAttempt").
 func TestDeliversAfterFailures(t *testing.T) {
 	t.Parallel()
 	const failures = 3
@@ -39,13 +40,14 @@ func TestDeliversAfterFailures(t *testing.T) {
 		require.Equal(t, store.CauseAborted, c.Cause)
 	}
 	// A kill that succeeded is reported KILLED by the executor itself.
-	require.Equal(t, int16(domain.TaskRunning), h.attempt(s.key, s.attempts[0]).State)
+	require.Equal(t, domain.TaskRunning, h.attempt(s.key, s.attempts[0]).State)
 	require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.delivered.WithLabelValues(kindAction)), 0)
 	require.InDelta(t, failures, testutil.ToFloat64(h.rec.metrics.retried.WithLabelValues(kindAction)), 0)
 	h.waitQueueIdle()
 }
 
-// seeds/000 "Max Attempts and Manual Intervention".
+// Flyte's AbortReconciler: after MaxAttempts it stops and logs that manual
+// intervention may be required.
 func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
@@ -68,7 +70,7 @@ func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
 }
 
-// seeds/000 "Already Terminated Resources": NotFound, or an internal error
+// Flyte's isAlreadyTerminated: NotFound, or an internal error
 // saying "not found", means the attempt is already gone.
 func TestAlreadyTerminated(t *testing.T) {
 	t.Parallel()
@@ -93,7 +95,7 @@ func TestAlreadyTerminated(t *testing.T) {
 			require.Equal(t, 1, a.AbortAttemptCount)
 			require.Len(t, exe.Calls(), 1)
 			at := h.attempt(s.key, s.attempts[0])
-			require.Equal(t, int16(domain.TaskKilled), at.State)
+			require.Equal(t, domain.TaskKilled, at.State)
 			require.Equal(t, store.CauseAborted, *at.Cause)
 			require.InDelta(t, 1, testutil.ToFloat64(h.rec.metrics.alreadyTerminated.WithLabelValues(kindAction)), 0)
 		})
@@ -126,15 +128,15 @@ func TestTimeoutCauseIsDelivered(t *testing.T) {
 	for _, id := range s.attempts {
 		at := h.attempt(s.key, id)
 		if id%2 == 0 {
-			require.Equal(t, int16(domain.TaskKilled), at.State)
+			require.Equal(t, domain.TaskKilled, at.State)
 			require.Equal(t, store.CauseTimeout, *at.Cause)
 		} else {
-			require.Equal(t, int16(domain.TaskRunning), at.State, "the executor reports a kill it made")
+			require.Equal(t, domain.TaskRunning, at.State, "the executor reports a kill it made")
 		}
 	}
 }
 
-// DESIGN §5.3: a dead worker's attempts are already terminated; its executor
+// Capstan's rule: a dead worker's attempts are already terminated; its executor
 // is not called.
 func TestDeadWorkerIsNotCalled(t *testing.T) {
 	t.Parallel()
@@ -151,7 +153,7 @@ func TestDeadWorkerIsNotCalled(t *testing.T) {
 	require.Equal(t, store.AbortDelivered, *a.AbortOutcome)
 	require.Empty(t, exe.Calls())
 	at := h.attempt(s.key, s.attempts[0])
-	require.Equal(t, int16(domain.TaskKilled), at.State)
+	require.Equal(t, domain.TaskKilled, at.State)
 	require.Equal(t, store.CauseAborted, *at.Cause)
 }
 
@@ -182,10 +184,10 @@ func TestRetriesOnlyLiveAttempts(t *testing.T) {
 	require.Equal(t, 2, a.AbortAttemptCount)
 	require.Equal(t, 1, exe.callsTo(s.attempts[0]))
 	require.Equal(t, 2, exe.callsTo(s.attempts[1]))
-	require.Equal(t, int16(domain.TaskKilled), h.attempt(s.key, s.attempts[0]).State)
+	require.Equal(t, domain.TaskKilled, h.attempt(s.key, s.attempts[0]).State)
 }
 
-// seeds/000 "The Deduplication Queue": pushes while the abort is queued,
+// Flyte's dedupe queue, here asynq's TaskID: pushes while the abort is queued,
 // running or in backoff are no-ops; the executor never sees two deliveries
 // of one abort at once.
 func TestConcurrentPushesDeliverOnce(t *testing.T) {
@@ -221,7 +223,7 @@ func TestConcurrentPushesDeliverOnce(t *testing.T) {
 	require.Positive(t, h.enq.Duplicates.Load())
 }
 
-// seeds/000 "Exponential Backoff with Jitter": the delay after failed round
+// Flyte's full-jitter backoff: the delay after failed round
 // n is uniform in [0, min(MaxDelay, InitialDelay·2^(n-1))].
 func TestBackoffDelaysWithinCeiling(t *testing.T) {
 	t.Parallel()
@@ -270,7 +272,7 @@ func TestBackoffDelaysWithinCeiling(t *testing.T) {
 	require.Greater(t, len(gaps), 1, "every gap equal: no jitter")
 }
 
-// seeds/000 "Startup Scan": an abort in Postgres with nothing in Redis is
+// Flyte's startup scan: an abort in Postgres with nothing in Redis is
 // delivered once the service starts.
 func TestStartupScanDelivers(t *testing.T) {
 	t.Parallel()

@@ -27,9 +27,9 @@ type ResyncResult struct {
 	Failed int
 }
 
-// runOnce re-enqueues every pending abort and kill (seeds/000 "Startup
-// Scan"; DESIGN §1 "every service resyncs from Postgres on start and on a
-// period"). The TaskID is the dedupe key, so a push of one already queued,
+// runOnce re-enqueues every pending abort and kill (Flyte's startup scan;
+// in Capstan every service resyncs from Postgres on start and on a period).
+// The TaskID is the dedupe key, so a push of one already queued,
 // running or in backoff changes nothing. It returns the first error, if
 // any, after trying every push.
 func (r *Reconciler) runOnce(ctx context.Context) (ResyncResult, error) {

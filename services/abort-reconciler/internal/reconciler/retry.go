@@ -13,8 +13,8 @@ import (
 // RetryError is what HandleActionAbort returns when the same asynq task must
 // run again after Delay: the abort is still pending in Postgres. Keeping the
 // same task (same TaskID) keeps the dedupe through the backoff, so a push
-// meanwhile is a no-op (Flyte's dedupeQueue, seeds/000 "The Deduplication
-// Queue").
+// meanwhile is a no-op (what Flyte's AbortReconciler gets from its
+// in-memory dedupe queue).
 type RetryError struct {
 	// Delay is how long asynq waits before the retry. asynq v0.26 stores
 	// retry times in whole Unix seconds (rdb.Retry: processAt.Unix()), so the

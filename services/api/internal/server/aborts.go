@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"errors"
+	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -10,7 +10,8 @@ import (
 
 // ListAborts returns a page of action aborts and attempt kills, most
 // recently updated first; state=needs_intervention is the operator's list of
-// what the reconciler gave up on (DESIGN §5.3: "surface it in the API").
+// what the reconciler gave up on after ABORT_MAX_ATTEMPTS (where Flyte's
+// AbortReconciler only logs that manual intervention may be required).
 func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObject) (api.ListAbortsResponseObject, error) {
 	var f store.AbortFilter
 	if req.Params.State != nil {
@@ -23,8 +24,8 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 		f.Limit = *req.Params.Limit
 	}
 	recs, next, err := h.store.ListAborts(ctx, f)
-	if errors.Is(err, store.ErrBadCursor) {
-		return api.ListAborts400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: badCursor()}, nil
+	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
+		return embedded[api.ListAborts400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err

@@ -8,12 +8,13 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
 
-// AbortAction over REST (seeds/000 "Initiation and Persistence"): 202 with
+// AbortAction over REST (Flyte's AbortAction: persist, then push): 202 with
 // the default reason, the abort recorded and pushed under its TaskID; 409 on
 // a terminal action, 404 on an unknown one.
 func TestAbortActionRecordsAndPushes(t *testing.T) {
@@ -24,8 +25,7 @@ func TestAbortActionRecordsAndPushes(t *testing.T) {
 		`{"name":"`+run+`","spec":{"mode":"DAG","steps":[{"name":"a","command":"sleep 600"},{"name":"b","command":"sleep 600"}]}}`)
 	require.Equal(t, http.StatusCreated, status, body)
 	key := domain.RunKey{Project: "demo", Domain: "dev", Run: run}
-	_, err := f.store.AdvanceRun(context.Background(), key)
-	require.NoError(t, err)
+	storetest.StartSteps(t, f.store, key)
 
 	status, _, a := f.do(t, http.MethodPost, runsPath+"/"+run+"/actions/a/abort", "")
 	require.Equal(t, http.StatusAccepted, status, a)
@@ -36,7 +36,7 @@ func TestAbortActionRecordsAndPushes(t *testing.T) {
 	require.NotEmpty(t, abort["requested_at"])
 	require.EqualValues(t, 0, abort["attempt_count"])
 
-	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: "127.0.0.1:56379", DB: redisDB})
+	insp := asynq.NewInspector(f.redis)
 	t.Cleanup(func() { insp.Close() })
 	info, err := insp.GetTaskInfo(queue.Abort, key.Action("a").String())
 	require.NoError(t, err, "the abort is pushed under its TaskID")
@@ -118,13 +118,12 @@ func TestAttemptShowsKill(t *testing.T) {
 	status, _, body := f.do(t, http.MethodPost, runsPath, `{"name":"k","spec":{"steps":[{"name":"a","command":"x"}]}}`)
 	require.Equal(t, http.StatusCreated, status, body)
 	key := domain.RunKey{Project: "demo", Domain: "dev", Run: "k"}
-	_, err := f.store.AdvanceRun(ctx, key)
-	require.NoError(t, err)
+	storetest.StartSteps(t, f.store, key)
 	w, err := f.store.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
 	require.NoError(t, err)
 	step, err := f.store.GetAction(ctx, key.Action("a"))
 	require.NoError(t, err)
-	at, ok, err := f.store.AssignTask(ctx, step.Tasks[0].Task.ID, w.ID)
+	at, ok, err := storetest.AssignTask(ctx, f.store, step.Tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.NoError(t, f.store.RequestAttemptKill(ctx, at.ID, store.CausePreempted))

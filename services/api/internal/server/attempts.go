@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 
@@ -17,26 +15,35 @@ import (
 // GetAttempt gives an executor what it needs to run an attempt.
 func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObject) (api.GetAttemptResponseObject, error) {
 	r, err := h.store.GetAttemptRun(ctx, int64(req.Id))
-	if errors.Is(err, store.ErrNotFound) {
-		return api.GetAttempt404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("attempt")}, nil
+	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
+		return embedded[api.GetAttempt404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var step domain.Step
-	if err := json.Unmarshal(r.Action.Spec, &step); err != nil {
-		return nil, err
-	}
+	step := r.Action.Spec
 	env := step.Env
 	if env == nil {
 		env = map[string]string{}
 	}
-	return api.GetAttempt200JSONResponse{
+	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
+		step.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	out := api.GetAttempt200JSONResponse{
 		Id: r.Attempt.ID, Number: r.Attempt.Number, Project: r.Task.Project, Domain: r.Task.Domain,
 		Run: r.Task.RunName, Action: r.Task.ActionName, TaskIndex: r.Task.Idx, Replicas: step.ReplicaCount(),
-		Plugin: step.Plugin, Command: step.Command, Env: env, State: api.TaskState(domain.TaskState(r.Attempt.State).String()),
+		Plugin: step.Plugin, Command: step.Command, Env: env, State: api.TaskState(r.Attempt.State.String()),
 		WorkerId: r.Attempt.WorkerID, Proceed: r.Proceed,
-	}, nil
+	}
+	if len(step.Outputs) > 0 {
+		out.Outputs = &step.Outputs
+	}
+	if inputs != nil {
+		out.Inputs = &inputs
+	}
+	return out, nil
 }
 
 // ReportAttempt records a fact an executor reports; when the attempt ended it
@@ -48,7 +55,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	if !state.IsTerminal() && state != domain.TaskBuilding && state != domain.TaskRunning || state == domain.TaskUnschedulable {
 		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
 			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "state: an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED",
-				problem.FieldError{Field: "state", Message: "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"}))}, nil
+				domain.FieldError{Field: "state", Message: "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"}))}, nil
 	}
 	for _, f := range []struct {
 		name string
@@ -57,9 +64,33 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		if f.v != nil && (*f.v < math.MinInt32 || *f.v > math.MaxInt32) { // Postgres integer columns
 			const msg = "must be a 32-bit integer"
 			return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-				apiProblem(http.StatusBadRequest, problem.CodeInvalid, f.name+": "+msg, problem.FieldError{Field: f.name, Message: msg}))}, nil
+				apiProblem(http.StatusBadRequest, problem.CodeInvalid, f.name+": "+msg, domain.FieldError{Field: f.name, Message: msg}))}, nil
 		}
 	}
+	if errs := checkOutputs(b.Outputs); len(errs) > 0 {
+		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
+			apiProblem(http.StatusBadRequest, problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...))}, nil
+	}
+	res, err := h.store.ReportAttempt(ctx, int64(req.Id), toReport(state, b))
+	p, ok := problemFor(err, subject{kind: "attempt", state: state.String()})
+	switch {
+	case ok && p.Status == http.StatusNotFound:
+		return api.ReportAttempt404ApplicationProblemPlusJSONResponse(p), nil
+	case ok && p.Status == http.StatusConflict:
+		return api.ReportAttempt409ApplicationProblemPlusJSONResponse(p), nil
+	case err != nil:
+		return nil, err
+	}
+	if res.Evaluate {
+		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {
+			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt", req.Id, "err", err)
+		}
+	}
+	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
+}
+
+// toReport is the store's form of an executor's report of state.
+func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store.Report {
 	rep := store.Report{State: state, ExitCode: b.ExitCode, Pid: b.Pid}
 	if b.Error != nil {
 		rep.Error = *b.Error
@@ -76,20 +107,8 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	if b.Truncated != nil {
 		rep.Truncated = *b.Truncated
 	}
-	res, err := h.store.ReportAttempt(ctx, int64(req.Id), rep)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return api.ReportAttempt404ApplicationProblemPlusJSONResponse(apiProblem(http.StatusNotFound, problem.CodeNotFound, "attempt not found")), nil
-	case errors.Is(err, store.ErrBadReport):
-		return api.ReportAttempt409ApplicationProblemPlusJSONResponse(apiProblem(http.StatusConflict, problem.CodeConflict,
-			"state "+state.String()+" cannot follow the attempt's current state")), nil
-	case err != nil:
-		return nil, err
+	if b.Outputs != nil {
+		rep.Outputs = *b.Outputs
 	}
-	if res.Evaluate {
-		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {
-			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt", req.Id, "err", err)
-		}
-	}
-	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
+	return rep
 }

@@ -14,14 +14,18 @@ func toRunSummary(r store.Run) api.RunSummary {
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, EndedAt: r.EndedAt}
 }
 
-func toRun(d store.RunDetail) api.Run {
+// toRun is a run with its actions, each with its outputs from outs (step
+// name → output name → value).
+func toRun(d store.RunDetail, outs map[string]map[string]string) api.Run {
 	s := toRunSummary(d.Run)
 	var spec api.WorkflowSpec
-	_ = json.Unmarshal(d.Run.Spec, &spec)
+	_ = convertJSON(d.Run.Spec, &spec) // the API type mirrors the domain's
+	suspended := d.Run.SuspendRequestedAt != nil
 	out := api.Run{Project: s.Project, Domain: s.Domain, Name: s.Name, Phase: s.Phase, CreatedAt: s.CreatedAt,
-		UpdatedAt: s.UpdatedAt, EndedAt: s.EndedAt, Spec: spec, Actions: make([]api.Action, len(d.Actions))}
+		UpdatedAt: s.UpdatedAt, EndedAt: s.EndedAt, Spec: spec, Suspended: &suspended,
+		Actions: make([]api.Action, len(d.Actions))}
 	for i, a := range d.Actions {
-		out.Actions[i] = toAction(a)
+		out.Actions[i] = withOutputs(toAction(a), outs[a.Action.Name])
 	}
 	return out
 }
@@ -29,7 +33,9 @@ func toRun(d store.RunDetail) api.Run {
 func toAction(d store.ActionDetail) api.Action {
 	a := d.Action
 	out := api.Action{Name: a.Name, Kind: a.Kind, Parent: a.ParentActionName, Phase: api.Phase(a.Phase),
-		StartedAt: a.StartedAt, EndedAt: a.EndedAt, Tasks: make([]api.Task, len(d.Tasks))}
+		StartedAt: a.StartedAt, EndedAt: a.EndedAt, StepRetries: &a.FailedTimes, Generation: &a.Generation,
+		WaitingFor: a.WaitingFor, NotBefore: a.NotBefore, PausedAt: a.PausedAt, Reason: a.Reason,
+		Approval: approval(a), Tasks: make([]api.Task, len(d.Tasks))}
 	if len(a.DependsOn) > 0 {
 		deps := []string(a.DependsOn)
 		out.DependsOn = &deps
@@ -44,10 +50,23 @@ func toAction(d store.ActionDetail) api.Action {
 	return out
 }
 
+// approval is an approval step's decision, once made.
+func approval(a store.Action) *api.Approval {
+	if a.Decision == nil {
+		return nil
+	}
+	at := a.UpdatedAt
+	if a.DecidedAt != nil {
+		at = *a.DecidedAt
+	}
+	return &api.Approval{Decision: api.ApprovalDecision(*a.Decision), By: a.DecidedBy, At: at,
+		Comment: a.DecisionComment}
+}
+
 func toTask(d store.TaskDetail) api.Task {
 	t := d.Task
 	sys := t.SystemFailureCount
-	out := api.Task{Index: t.Idx, State: taskState(t.State), FailureCount: t.FailureCount,
+	out := api.Task{Index: t.Idx, Generation: &t.Generation, State: taskState(t.State), FailureCount: t.FailureCount,
 		PreemptionCount: t.PreemptionCount, SystemFailureCount: &sys, MaxRetriesFailure: t.MaxRetriesFailure,
 		MaxRetriesPreemption: t.MaxRetriesPreemption, WorkerId: t.WorkerID, PendingReason: t.PendingReason,
 		NotBefore: t.NotBefore, Attempts: make([]api.Attempt, len(d.Attempts))}
@@ -68,29 +87,36 @@ func killStatus(a store.Attempt) *api.AbortStatus {
 		Outcome: a.KillOutcome}
 }
 
-func taskState(s int16) api.TaskState { return api.TaskState(domain.TaskState(s).String()) }
+func taskState(s domain.TaskState) api.TaskState { return api.TaskState(s.String()) }
 
 func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker {
-	labels := map[string]string{}
-	_ = json.Unmarshal(w.Labels, &labels)
+	labels := w.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	state := w.State
 	if state == store.WorkerAlive && now.Sub(w.LastHeartbeatAt) > grace {
 		state = "unresponsive"
+	}
+	failures := w.Failures
+	if failures == nil {
+		failures = map[string]time.Time{}
 	}
 	free := max(w.Slots-w.Used, 0)
 	res := api.Resources{CpuMillis: &w.CPUMillis, MemoryBytes: &w.MemoryBytes}
 	freeCPU, freeMem := w.CPUMillis-w.UsedCPUMillis, w.MemoryBytes-w.UsedMemoryBytes
 	return api.Worker{Id: w.ID, Name: w.Name, Address: w.Address, Slots: w.Slots, FreeSlots: &free, Labels: labels,
 		Resources: &res, FreeResources: &api.Resources{CpuMillis: &freeCPU, MemoryBytes: &freeMem},
-		State: state, Draining: w.Draining, Failures: failures(w.Failures), LastFailureAt: w.LastFailureAt,
+		State: state, Draining: w.Draining, Failures: failures, LastFailureAt: w.LastFailureAt,
 		PlaceableAfter: w.PlaceableAfter, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
 }
 
-// failures decodes a worker's failures map; a malformed one shows empty.
-func failures(raw []byte) map[string]time.Time {
-	m, err := store.DecodeFailures(raw)
+// convertJSON converts in to out, two types with the same JSON shape (an
+// API type and its domain twin), through their JSON.
+func convertJSON(in, out any) error {
+	raw, err := json.Marshal(in)
 	if err != nil {
-		return map[string]time.Time{}
+		return err
 	}
-	return m
+	return json.Unmarshal(raw, out)
 }

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 
@@ -24,7 +22,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 	if req.Body.Name != nil {
 		name = *req.Body.Name
 		if !domain.ValidName(name) {
-			fieldErrs = append(fieldErrs, problem.FieldError{Field: "name",
+			fieldErrs = append(fieldErrs, domain.FieldError{Field: "name",
 				Message: "must be 1-63 characters of [a-z0-9-] starting and ending with a letter or digit"})
 		}
 	} else {
@@ -40,9 +38,9 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		nr.IdempotencyKey = *req.Params.IdempotencyKey
 	}
 	detail, created, err := h.store.CreateRun(ctx, nr)
-	if errors.Is(err, store.ErrConflict) {
-		return api.CreateRun409ApplicationProblemPlusJSONResponse(apiProblem(http.StatusConflict, problem.CodeConflict,
-			"a run named "+name+" already exists in "+req.Project+"/"+req.Domain)), nil
+	taken := subject{kind: "run", name: name, in: req.Project + "/" + req.Domain}
+	if p, ok := problemFor(err, taken); ok && p.Status == http.StatusConflict {
+		return api.CreateRun409ApplicationProblemPlusJSONResponse(p), nil
 	}
 	if err != nil {
 		return nil, err
@@ -52,28 +50,24 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		// The run is recorded; the scheduler's resync starts it.
 		h.log.Warn("enqueue run start failed", "run", key.String(), "err", err)
 	}
-	if !created {
-		return api.CreateRun200JSONResponse(toRun(detail)), nil
+	if !created { // the earlier run with this Idempotency-Key, as it is now
+		outs, err := h.runOutputs(ctx, detail)
+		if err != nil {
+			return nil, err
+		}
+		return api.CreateRun200JSONResponse(toRun(detail, outs)), nil
 	}
-	return api.CreateRun201JSONResponse(toRun(detail)), nil
+	return api.CreateRun201JSONResponse(toRun(detail, nil)), nil
 }
 
 // decodeSpec converts the API spec to the domain's, normalizes and validates it.
-func decodeSpec(in api.WorkflowSpec) (domain.WorkflowSpec, []problem.FieldError) {
+func decodeSpec(in api.WorkflowSpec) (domain.WorkflowSpec, []domain.FieldError) {
 	var spec domain.WorkflowSpec
-	raw, err := json.Marshal(in)
-	if err == nil {
-		err = json.Unmarshal(raw, &spec)
-	}
-	if err != nil {
-		return spec, []problem.FieldError{{Field: "spec", Message: err.Error()}}
+	if err := convertJSON(in, &spec); err != nil {
+		return spec, []domain.FieldError{{Field: "spec", Message: err.Error()}}
 	}
 	spec.Normalize()
-	var out []problem.FieldError
-	for _, e := range spec.Validate("spec") {
-		out = append(out, problem.FieldError{Field: e.Field, Message: e.Message})
-	}
-	return spec, out
+	return spec, spec.Validate("spec")
 }
 
 // newRunName returns "r" and 12 random characters of [a-z0-9].
@@ -101,8 +95,8 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 		f.Limit = *req.Params.Limit
 	}
 	runs, next, err := h.store.ListRuns(ctx, f)
-	if errors.Is(err, store.ErrBadCursor) {
-		return api.ListRuns400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: badCursor()}, nil
+	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
+		return embedded[api.ListRuns400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
@@ -120,38 +114,48 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 // GetRun returns a run with its actions, tasks and attempts.
 func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api.GetRunResponseObject, error) {
 	d, err := h.store.GetRun(ctx, domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run})
-	if errors.Is(err, store.ErrNotFound) {
-		return api.GetRun404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("run " + req.Run)}, nil
+	if p, ok := problemFor(err, subject{kind: "run", name: req.Run}); ok && p.Status == http.StatusNotFound {
+		return embedded[api.GetRun404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return api.GetRun200JSONResponse(toRun(d)), nil
+	outs, err := h.runOutputs(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetRun200JSONResponse(toRun(d, outs)), nil
 }
 
 // GetAction returns one action with its tasks and attempt history.
 func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject) (api.GetActionResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
 	d, err := h.store.GetAction(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
-		return api.GetAction404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("action " + key.String())}, nil
+	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok && p.Status == http.StatusNotFound {
+		return embedded[api.GetAction404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return api.GetAction200JSONResponse(toAction(d)), nil
+	outs, err := h.actionOutputs(ctx, key, d)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetAction200JSONResponse(withOutputs(toAction(d), outs)), nil
 }
 
 // GetAttemptLogs returns one attempt's captured output. Task indexes and
 // attempt numbers are Postgres integers: a larger one names no attempt (404).
 func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsRequestObject) (api.GetAttemptLogsResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
-	if req.Task > math.MaxInt32 || req.Attempt > math.MaxInt32 {
-		return api.GetAttemptLogs404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("attempt")}, nil
+	var l store.AttemptLog
+	err := store.ErrNotFound // a number past int4 names no attempt
+	if req.Task <= math.MaxInt32 && req.Attempt <= math.MaxInt32 && (req.Params.Generation == nil ||
+		*req.Params.Generation <= math.MaxInt32) {
+		l, err = h.store.GetAttemptLogs(ctx, key, req.Params.Generation, req.Task, req.Attempt)
 	}
-	l, err := h.store.GetAttemptLogs(ctx, key, req.Task, req.Attempt)
-	if errors.Is(err, store.ErrNotFound) {
-		return api.GetAttemptLogs404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("attempt")}, nil
+	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
+		return embedded[api.GetAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err

@@ -4,11 +4,10 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
-	"time"
+	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/problem"
@@ -31,16 +30,6 @@ type Deps struct {
 	Ready func(context.Context) error
 }
 
-// Config tunes the server.
-type Config struct {
-	// AbortMaxAttempts sizes an abort task's asynq retries. Default 10.
-	AbortMaxAttempts int
-	// WorkerGrace: a worker silent this long is shown unresponsive. Default 5s.
-	WorkerGrace time.Duration
-	// MaxBodyBytes caps request bodies. Default 1 MiB.
-	MaxBodyBytes int64
-}
-
 // Handlers implements api.StrictServerInterface.
 type Handlers struct {
 	store *store.Store
@@ -51,17 +40,21 @@ type Handlers struct {
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
 
-// New builds the echo server with every route.
+// New builds the echo server with every route, cfg's zero fields taking
+// their defaults. cfg must pass Config.Validate, which main checks with the
+// rest of the environment; New panics otherwise, as that is its caller's bug.
 func New(d Deps, cfg Config) *echo.Echo {
-	cfg.AbortMaxAttempts = cmp.Or(cfg.AbortMaxAttempts, 10)
-	cfg.WorkerGrace = cmp.Or(cfg.WorkerGrace, 5*time.Second)
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, 1<<20)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		panic(err)
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
-	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes), validator())
+	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
+		validator())
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -80,16 +73,28 @@ func New(d Deps, cfg Config) *echo.Echo {
 	return e
 }
 
-// bodyLimit answers 413 to a request body over limit bytes. It reads through
-// http.MaxBytesReader, not echo's BodyLimit, so that net/http learns the
-// limit was hit and closes the connection: with echo's reader the unread
-// rest of an oversized chunked body was parsed as the next request on the
-// same connection (answered with a text/plain 400; behind a proxy that
-// reuses connections, a request-smuggling hazard).
-func bodyLimit(limit int64) echo.MiddlewareFunc {
+// maxReportBodyBytes is the body limit of an attempt report (when
+// Config.MaxBodyBytes is lower): a final report carries a task's outputs, up
+// to domain.MaxTaskOutputBytes (1 MiB) of values, with its logs, and JSON
+// may write one byte as six (\u003c). 8 MiB holds the worst case; at 1 MiB
+// the final report of a task with large outputs would be refused, and lost.
+const maxReportBodyBytes = 8 << 20
+
+// bodyLimit answers 413 to a request body over limit bytes (reportLimit for
+// an attempt report). It reads through http.MaxBytesReader, not echo's
+// BodyLimit, so that net/http learns the limit was hit and closes the
+// connection: with echo's reader the unread rest of an oversized chunked
+// body was parsed as the next request on the same connection (answered with
+// a text/plain 400; behind a proxy that reuses connections, a
+// request-smuggling hazard).
+func bodyLimit(limit, reportLimit int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
+			limit := limit
+			if isReport(req) {
+				limit = reportLimit
+			}
 			if req.ContentLength > limit {
 				return echo.ErrStatusRequestEntityTooLarge
 			}
@@ -97,4 +102,12 @@ func bodyLimit(limit int64) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// isReport reports whether req is an attempt report,
+// POST /v1/attempts/{id}/report.
+func isReport(req *http.Request) bool {
+	parts := strings.Split(req.URL.Path, "/")
+	return req.Method == http.MethodPost && len(parts) == 5 && parts[1] == "v1" && parts[2] == "attempts" &&
+		parts[3] != "" && parts[4] == "report"
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/hibiken/asynq"
@@ -19,25 +20,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// redisDB is the Redis database these tests enqueue into (e2e uses 1-13).
-const redisDB = 14
-
 type fixture struct {
 	srv   *httptest.Server
 	store *store.Store
+	// redis is the test's own Redis database, which the server enqueues into.
+	redis asynq.RedisClientOpt
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	st := storetest.New(t)
-	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:56379", DB: redisDB})
+	rdb := redistest.New(t)
+	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
 		Ready: func(context.Context) error { return nil }}, Config{})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, store: st}
+	return &fixture{srv: srv, store: st, redis: rdb}
 }
 
 func (f *fixture) do(t *testing.T, method, path, body string) (int, http.Header, map[string]any) {

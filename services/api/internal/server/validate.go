@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -69,7 +70,7 @@ func validator() echo.MiddlewareFunc {
 
 // requestProblem turns kin-openapi's validation errors into one problem.
 func requestProblem(err error) error {
-	var fields []problem.FieldError
+	var fields []domain.FieldError
 	collect(err, &fields)
 	status := http.StatusBadRequest
 	var tooLarge *http.MaxBytesError
@@ -92,7 +93,7 @@ func requestProblem(err error) error {
 	return problem.New(status, code, detail, fields...)
 }
 
-func collect(err error, out *[]problem.FieldError) {
+func collect(err error, out *[]domain.FieldError) {
 	switch e := err.(type) {
 	case openapi3.MultiError:
 		for _, inner := range e {
@@ -101,19 +102,19 @@ func collect(err error, out *[]problem.FieldError) {
 	case *openapi3filter.RequestError:
 		collectRequest(e, out)
 	case *openapi3.SchemaError:
-		*out = append(*out, problem.FieldError{Field: jsonPath("body", e.JSONPointer()), Message: e.Reason})
+		*out = append(*out, domain.FieldError{Field: jsonPath("body", e.JSONPointer()), Message: e.Reason})
 	default:
-		*out = append(*out, problem.FieldError{Field: "request", Message: err.Error()})
+		*out = append(*out, domain.FieldError{Field: "request", Message: err.Error()})
 	}
 }
 
-func collectRequest(reqErr *openapi3filter.RequestError, out *[]problem.FieldError) {
+func collectRequest(reqErr *openapi3filter.RequestError, out *[]domain.FieldError) {
 	prefix := "body"
 	switch {
 	case reqErr.Parameter != nil:
 		prefix = reqErr.Parameter.Name
 	case reqErr.RequestBody != nil && strings.Contains(reqErr.Reason, "header Content-Type"):
-		*out = append(*out, problem.FieldError{Field: "Content-Type", Message: reqErr.Reason})
+		*out = append(*out, domain.FieldError{Field: "Content-Type", Message: reqErr.Reason})
 		return
 	}
 	if multi, ok := reqErr.Err.(openapi3.MultiError); ok {
@@ -125,10 +126,10 @@ func collectRequest(reqErr *openapi3filter.RequestError, out *[]problem.FieldErr
 	*out = append(*out, schemaField(prefix, reqErr.Err, reqErr))
 }
 
-func schemaField(prefix string, err error, reqErr *openapi3filter.RequestError) problem.FieldError {
+func schemaField(prefix string, err error, reqErr *openapi3filter.RequestError) domain.FieldError {
 	var se *openapi3.SchemaError
 	if errors.As(err, &se) {
-		return problem.FieldError{Field: jsonPath(prefix, se.JSONPointer()), Message: se.Reason}
+		return domain.FieldError{Field: jsonPath(prefix, se.JSONPointer()), Message: se.Reason}
 	}
 	msg := reqErr.Reason
 	if err != nil {
@@ -137,7 +138,7 @@ func schemaField(prefix string, err error, reqErr *openapi3filter.RequestError) 
 	if msg == "" {
 		msg = reqErr.Error()
 	}
-	return problem.FieldError{Field: prefix, Message: msg}
+	return domain.FieldError{Field: prefix, Message: msg}
 }
 
 // jsonPath renders a JSON pointer as "body.spec.steps[1].plugin" ("spec..."
@@ -193,7 +194,7 @@ func rejectTrailing(raw []byte) error {
 	}
 	const msg = "unexpected data after the JSON document"
 	return problem.New(http.StatusBadRequest, problem.CodeInvalid, "body: "+msg,
-		problem.FieldError{Field: "body", Message: msg})
+		domain.FieldError{Field: "body", Message: msg})
 }
 
 // rejectNUL refuses a JSON body with U+0000 in a string or a key (400 naming
@@ -215,7 +216,7 @@ func rejectNUL(raw []byte) error {
 	}
 	const msg = "must not contain the NUL character (U+0000)"
 	return problem.New(http.StatusBadRequest, problem.CodeInvalid, jsonPath("body", field)+": "+msg,
-		problem.FieldError{Field: jsonPath("body", field), Message: msg})
+		domain.FieldError{Field: jsonPath("body", field), Message: msg})
 }
 
 // findNUL returns the JSON pointer (as path segments) of the first string or

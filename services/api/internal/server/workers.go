@@ -2,12 +2,12 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -20,15 +20,15 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	if b.Slots != nil {
 		slots = *b.Slots
 	}
-	var errs []problem.FieldError
+	var errs []domain.FieldError
 	if slots < 1 || slots > 1024 {
-		errs = append(errs, problem.FieldError{Field: "slots", Message: "must be between 1 and 1024"})
+		errs = append(errs, domain.FieldError{Field: "slots", Message: "must be between 1 and 1024"})
 	}
 	if u, err := url.Parse(b.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, problem.FieldError{Field: "address", Message: "must be an http(s) URL with a host"})
+		errs = append(errs, domain.FieldError{Field: "address", Message: "must be an http(s) URL with a host"})
 	}
 	if b.Name == "" {
-		errs = append(errs, problem.FieldError{Field: "name", Message: "is required"})
+		errs = append(errs, domain.FieldError{Field: "name", Message: "is required"})
 	}
 	if len(errs) > 0 {
 		return api.RegisterWorker422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
@@ -71,8 +71,8 @@ func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject
 		beat.Draining = b.Draining != nil && *b.Draining
 	}
 	reply, err := h.store.BeatWorker(ctx, id, beat)
-	if errors.Is(err, store.ErrNotFound) {
-		return api.Heartbeat404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("worker " + id + " (re-register)")}, nil
+	if p, ok := problemFor(err, subject{kind: "worker", name: id + " (re-register)"}); ok && p.Status == http.StatusNotFound {
+		return embedded[api.Heartbeat404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
@@ -86,8 +86,8 @@ func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject
 func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorkerRequestObject) (api.DeregisterWorkerResponseObject, error) {
 	id := req.Id.String()
 	lost, err := h.store.DeregisterWorker(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return api.DeregisterWorker404ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: notFound("worker " + id)}, nil
+	if p, ok := problemFor(err, subject{kind: "worker", name: id}); ok && p.Status == http.StatusNotFound {
+		return embedded[api.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err

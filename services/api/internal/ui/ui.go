@@ -1,6 +1,7 @@
 // Package ui serves Capstan's dashboard: a static page that reads the public
 // API (runs, actions, tasks with Iris state colours, attempt history, logs,
-// workers) and can abort a run.
+// workers, paused steps and approvals) and can abort, suspend, resume and
+// restart a run and approve or reject an approval step.
 package ui
 
 import (

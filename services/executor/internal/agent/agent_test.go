@@ -15,29 +15,17 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	if err := proctest.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, "subreaper:", err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 const waitFor, tick = 15 * time.Second, 5 * time.Millisecond
-
-// redisOpt is the Redis that scripts/dev-deps.sh starts. Each test's worker
-// has a random id, so its queue worker:<id> is its own key namespace.
-func redisOpt() asynq.RedisClientOpt {
-	return asynq.RedisClientOpt{Addr: cmp.Or(os.Getenv("CAPSTAN_REDIS_ADDR"), "127.0.0.1:56379")}
-}
 
 type fixture struct {
 	api   *fakeAPI
@@ -48,9 +36,10 @@ type fixture struct {
 }
 
 // run starts an executor's agent and supervisor against the fake api and
-// the real Redis, and waits for its registration.
+// the test's own database of the real Redis, and waits for its registration.
 func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	t.Helper()
+	rdb := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond}, log)
 	require.NoError(t, err)
@@ -60,10 +49,10 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	cfg.Name, cfg.Address = "test-executor", "http://127.0.0.1:1"
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, 20*time.Millisecond)
 	cfg.PollInterval, cfg.RegisterBackoff = 10*time.Millisecond, 10*time.Millisecond
-	ag, err := agent.New(client, sup, redisOpt(), cfg, log)
+	ag, err := agent.New(client, sup, rdb, cfg, log)
 	require.NoError(t, err)
 
-	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(redisOpt()), insp: asynq.NewInspector(redisOpt())}
+	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()
@@ -71,9 +60,6 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 		cancel()
 		require.NoError(t, <-done)
 		require.NoError(t, sup.Close(context.Background()))
-		for _, id := range fake.registered() {
-			_ = f.insp.DeleteQueue(queue.WorkerQueue(id), true)
-		}
 		require.NoError(t, f.queue.Close())
 		require.NoError(t, f.insp.Close())
 		fake.Close()

@@ -1,5 +1,5 @@
-// Package proctest holds helpers for tests that check processes are gone.
-// Only tests import it.
+// Package proctest holds helpers for tests that start processes and check
+// they are gone, down to the TestMain they share (Main). Only tests import it.
 package proctest
 
 import (

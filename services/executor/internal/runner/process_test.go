@@ -15,7 +15,6 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 // helperEnv makes the test binary act as a tiny executor for the
@@ -28,11 +27,7 @@ func TestMain(m *testing.M) {
 		pdeathsigHelper()
 		return
 	}
-	if err := proctest.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, "subreaper:", err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m)
+	proctest.Main(m)
 }
 
 func pdeathsigHelper() {

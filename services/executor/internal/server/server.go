@@ -1,6 +1,6 @@
 // Package server serves the executor's own API (openapi/executor.yaml) on
-// echo: POST /v1/attempts/{id}/abort and GET /healthz. Errors are
-// application/problem+json.
+// echo: POST /v1/attempts/{id}/abort, GET /healthz (the process answers) and
+// GET /readyz (it takes new attempts). Errors are application/problem+json.
 package server
 
 import (
@@ -24,6 +24,13 @@ type Aborter interface {
 	Abort(ctx context.Context, id int64, cause api.AttemptReportCause, reason string) (killed bool, err error)
 }
 
+// Readier is what /readyz asks, when the Aborter given to New is one (the
+// supervisor is): nil while the executor takes new attempts. Without it
+// /readyz answers like /healthz.
+type Readier interface {
+	Ready() error
+}
+
 // Server is the executor's HTTP API.
 type Server struct {
 	echo *echo.Echo
@@ -38,6 +45,14 @@ func New(ab Aborter, log *slog.Logger) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(log)
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/readyz", func(c echo.Context) error {
+		if r, ok := ab.(Readier); ok {
+			if err := r.Ready(); err != nil {
+				return c.String(http.StatusServiceUnavailable, "not ready: "+err.Error()+"\n")
+			}
+		}
+		return c.String(http.StatusOK, "ok\n")
+	})
 	executorapi.RegisterHandlers(e, executorapi.NewStrictHandler(&handlers{ab: ab, log: log}, nil))
 	return &Server{echo: e, log: log}
 }

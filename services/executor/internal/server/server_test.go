@@ -3,12 +3,10 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,16 +19,9 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	if err := proctest.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, "subreaper:", err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // reports records what the supervisor reports and always says proceed.
 type reports struct {
@@ -175,4 +166,18 @@ func TestHealthz(t *testing.T) {
 	require.NoError(t, err)
 	defer res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
+}
+
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	status := func() int {
+		res, err := http.Get(f.url + "/readyz")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusOK, status(), "ready while it takes attempts")
+	require.NoError(t, f.sup.Drain(context.Background()))
+	require.Equal(t, http.StatusServiceUnavailable, status(), "not ready once draining")
 }

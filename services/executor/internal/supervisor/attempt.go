@@ -133,6 +133,9 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	if a.spec.Plugin != domain.PluginShell {
 		return systemFailure(fmt.Errorf("unknown plugin %q", a.spec.Plugin))
 	}
+	if err := checkIONames(a.spec); err != nil {
+		return userFailure(err)
+	}
 	dirs, err := s.prepare(a.spec)
 	if err != nil {
 		return systemFailure(err)
@@ -159,12 +162,12 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	if r := a.stopReason(); r != nil {
 		return killed(*r, &res)
 	}
-	return exitReport(res)
+	return withOutputs(exitReport(res), dirs.outputs, declaredOutputs(a.spec))
 }
 
 // noop runs an attempt of the noop plugin: no directory and no process. It
 // reports RUNNING and, unless the attempt was stopped first, returns
-// SUCCEEDED with exit code 0.
+// SUCCEEDED with exit code 0 and every declared output empty.
 func (s *Supervisor) noop(a *attempt) api.AttemptReport {
 	if r := a.stopReason(); r != nil {
 		return killed(*r, nil)
@@ -176,7 +179,10 @@ func (s *Supervisor) noop(a *attempt) api.AttemptReport {
 	if r := a.stopReason(); r != nil {
 		return killed(*r, nil)
 	}
-	return api.AttemptReport{State: api.TaskStateSUCCEEDED, ExitCode: ptr(0)}
+	if err := checkIONames(a.spec); err != nil {
+		return userFailure(err)
+	}
+	return api.AttemptReport{State: api.TaskStateSUCCEEDED, ExitCode: ptr(0), Outputs: noopOutputs(declaredOutputs(a.spec))}
 }
 
 // await waits for proc to exit, killing its group if the attempt is stopped

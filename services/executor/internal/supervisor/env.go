@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,10 +20,17 @@ type dirs struct {
 	// run is <data>/runs/<project>/<domain>/<run>, shared by every task of
 	// the run that runs on this host (or on a shared volume).
 	run string
+	// outputs is <work>/.capstan/outputs, $CAPSTAN_OUTPUTS_DIR: the process
+	// writes each declared output to a file there.
+	outputs string
+	// inputs is <work>/.capstan/inputs, $CAPSTAN_INPUTS_DIR: a file per
+	// input, written before the process starts.
+	inputs string
 }
 
-// prepare creates the attempt's work and run directories. Errors: a name
-// that is not a valid path element, or a directory that cannot be made.
+// prepare creates the attempt's work, run, outputs and inputs directories
+// and writes the inputs' files. Errors: a name that is not a valid path
+// element, or a directory or file that cannot be made.
 func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 	for _, name := range []string{spec.Project, spec.Domain, spec.Run} {
 		if !domain.ValidName(name) {
@@ -33,9 +41,15 @@ func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 		work: filepath.Join(s.cfg.DataDir, "attempts", strconv.FormatInt(spec.Id, 10)),
 		run:  filepath.Join(s.cfg.DataDir, "runs", spec.Project, spec.Domain, spec.Run),
 	}
-	for _, dir := range []string{d.work, d.run} {
+	d.outputs, d.inputs = filepath.Join(d.work, ".capstan", "outputs"), filepath.Join(d.work, ".capstan", "inputs")
+	for _, dir := range []string{d.work, d.run, d.outputs, d.inputs} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return dirs{}, fmt.Errorf("create directory: %w", err)
+		}
+	}
+	if spec.Inputs != nil {
+		if err := writeInputs(d.inputs, *spec.Inputs); err != nil {
+			return dirs{}, err
 		}
 	}
 	return d, nil
@@ -51,21 +65,21 @@ func (s *Supervisor) removeWorkDir(dir string) {
 
 // environ is the process's environment: the executor's own without its
 // CAPSTAN_* settings (the Redis address, the api's URL: user code has no
-// business with them), then the spec's env (in key order), then the
-// attempt's CAPSTAN_* variables, which win.
+// business with them), then the spec's env (in key order), then the inputs
+// (see inputEnv), then the attempt's CAPSTAN_* variables, which win.
 func environ(spec api.AttemptSpec, d dirs) []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CAPSTAN_") })
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
+	}
+	if spec.Inputs != nil {
+		env = append(env, inputEnv(*spec.Inputs)...)
 	}
 	return append(env,
 		"CAPSTAN_RUN_DIR="+d.run,
 		"CAPSTAN_WORK_DIR="+d.work,
+		"CAPSTAN_OUTPUTS_DIR="+d.outputs,
+		"CAPSTAN_INPUTS_DIR="+d.inputs,
 		"CAPSTAN_TASK_INDEX="+strconv.Itoa(spec.TaskIndex),
 		"CAPSTAN_REPLICAS="+strconv.Itoa(spec.Replicas),
 		"CAPSTAN_ATTEMPT="+strconv.Itoa(spec.Number),

@@ -19,6 +19,12 @@ func systemFailure(err error) api.AttemptReport {
 	return api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(api.System), Error: ptr(clip(err.Error()))}
 }
 
+// userFailure is the final report of an attempt its step's own spec cannot
+// run (an invalid output or input name): FAILED, cause user.
+func userFailure(err error) api.AttemptReport {
+	return api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(api.User), Error: ptr(clip(err.Error()))}
+}
+
 // killed is the final report of a stopped attempt, with the stop's cause
 // and reason, and the process's exit and output when it had started. Its
 // state follows the cause: worker_lost is WORKER_FAILED and preempted is

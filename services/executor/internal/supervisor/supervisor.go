@@ -119,6 +119,18 @@ func (s *Supervisor) Start(spec api.AttemptSpec) error {
 	return nil
 }
 
+// Ready answers an orchestrator's readiness probe: nil while the supervisor
+// takes new attempts, ErrClosed once Drain or Close began (the executor is
+// leaving; the attempts it still holds can be aborted all the same).
+func (s *Supervisor) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // Holds reports whether the attempt is held, from its start until its final
 // report was sent.
 func (s *Supervisor) Holds(id int64) bool {

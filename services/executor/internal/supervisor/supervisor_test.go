@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -15,16 +14,9 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	if err := proctest.BecomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, "subreaper:", err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 const waitFor, tick = 10 * time.Second, 5 * time.Millisecond
 

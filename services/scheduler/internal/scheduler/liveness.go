@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -98,22 +100,43 @@ func (s *Scheduler) livenessPass(ctx context.Context) bool {
 }
 
 // livenessOnce is one dead-worker pass (Iris's worker-death cascade): workers
-// silent for WorkerGrace become dead, the live attempts of workers that are
-// not alive become WORKER_FAILED and are evaluated at once (the preemption
-// budget requeues them), the queues of workers that are not alive are
-// deleted, and dead rows past DeadRetention are purged.
+// silent for WorkerGrace become dead; then, in a second transaction, the
+// live attempts of workers that are not alive become WORKER_FAILED (the
+// newly dead workers' join their failures) and are evaluated at once (the
+// preemption budget requeues them); the queues of workers that are not alive
+// are deleted, and dead rows past DeadRetention are purged. Each transaction
+// follows the lock order: workers alone, then attempts before workers.
 func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	var res LivenessResult
-	r, err := s.store.ReapDeadWorkers(ctx, time.Now().Add(-s.cfg.WorkerGrace))
+	dead, err := s.store.MarkWorkersDead(ctx, time.Now().Add(-s.cfg.WorkerGrace))
 	if err != nil {
 		return res, err
 	}
-	for _, id := range r.Dead {
+	for _, id := range dead {
 		s.log.Warn("worker declared dead", "worker", id, "grace", s.cfg.WorkerGrace.String())
 	}
-	res.Dead, res.Lost = len(r.Dead), len(r.Lost)
-	s.live.dead.Add(float64(len(r.Dead)))
-	s.evaluateLost(ctx, r.Lost)
+	var lost []store.LostAttempt
+	err = s.store.InTx(ctx, func(tx *store.Store) error {
+		now := time.Now().UTC()
+		var err error
+		if lost, err = tx.LoseAttemptsOfGoneWorkers(ctx, now); err != nil {
+			return err
+		}
+		for _, l := range lost {
+			if slices.Contains(dead, l.WorkerID) {
+				if _, _, err := tx.AddWorkerFailure(ctx, l.WorkerID, store.WorkerDead, l.ID, now); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Dead, res.Lost = len(dead), len(lost)
+	s.live.dead.Add(float64(len(dead)))
+	s.evaluateLost(ctx, lost)
 	res.QueuesDeleted = s.sweepQueues(ctx)
 	res.Purged, err = s.store.DeleteDeadWorkers(ctx, time.Now().Add(-s.cfg.Liveness.DeadRetention))
 	return res, err
@@ -124,45 +147,89 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 func (s *Scheduler) evaluateLost(ctx context.Context, lost []store.LostAttempt) {
 	s.live.lost.Add(float64(len(lost)))
 	for _, l := range lost {
-		if err := s.evaluate(ctx, l.ID); err != nil {
+		if _, err := s.evaluate(ctx, l.ID); err != nil {
 			s.log.Warn("evaluate lost attempt failed; queued instead", "attempt", l.ID, "err", err)
 			s.enqueueEvaluate(ctx, l.ID)
 		}
 	}
 }
 
-func (s *Scheduler) enqueueEvaluate(ctx context.Context, attemptID int64) {
-	if err := s.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(attemptID)); err != nil {
-		s.log.Warn("enqueue evaluation failed; the resync evaluates it", "attempt", attemptID, "err", err)
-	}
-}
-
-// recordWorkerFailure applies ARC's rule to the worker of a finished attempt
-// before the attempt is evaluated, so that the task it requeues is not placed
-// on that worker before its backoff. A worker deleted for too many failures
-// loses its queue, and its other live attempts are queued for evaluation.
+// recordWorkerFailure applies ARC's self-healing rule to the worker of a
+// finished attempt before the attempt is evaluated, so that the task it
+// requeues is not placed on that worker before its backoff: an attempt that
+// ended as a platform failure (domain.IsPlatformFailure) on an alive worker
+// joins the worker's failures (attempt id → finished_at; twice changes
+// nothing). With n failures the worker takes no new work until
+// Backoff.Delay(n) after the latest (placeable_after); past the table's last
+// entry its row is deleted instead — never left as a failed zombie holding
+// capacity — and then, in a second transaction (attempts before workers in
+// the lock order), its live attempts become WORKER_FAILED and are queued for
+// evaluation, and its queue is deleted. Its executor's next heartbeat gets
+// 404, so it kills what it runs and registers again with an empty map.
+// Source: ARC's failedRunnerBackoff and maxFailures (5).
 func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) error {
-	rec, err := s.store.RecordWorkerFailure(ctx, attemptID, s.cfg.Liveness.Backoff)
-	if errors.Is(err, store.ErrNotFound) || err == nil && rec.WorkerID == "" {
+	a, err := s.store.GetAttempt(ctx, attemptID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !platformFailure(a) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if !rec.Deleted {
-		s.log.Info("worker failure recorded", "worker", rec.WorkerID, "attempt", attemptID, "failures", rec.Failures,
-			"placeable_after", rec.PlaceableAfter)
-		return nil
+	failures, ok, err := s.store.AddWorkerFailure(ctx, *a.WorkerID, store.WorkerAlive, a.ID, *a.FinishedAt)
+	if err != nil || !ok {
+		return err // !ok: dead or deleted, nothing to gate
 	}
-	s.log.Warn("worker deleted after too many failures; its executor registers again", "worker", rec.WorkerID,
-		"failures", rec.Failures, "lost", len(rec.Lost))
+	table, n := s.cfg.Liveness.Backoff, len(failures)
+	if n <= len(table)-1 {
+		after := latest(failures).Add(table.Delay(n))
+		s.log.Info("worker failure recorded", "worker", *a.WorkerID, "attempt", attemptID, "failures", n,
+			"placeable_after", after)
+		return s.store.SetPlaceableAfter(ctx, *a.WorkerID, after)
+	}
+	return s.deleteFailedWorker(ctx, *a.WorkerID, n)
+}
+
+// deleteFailedWorker deletes a worker past ARC's failure limit, ends its
+// live attempts and queues their evaluation, and deletes its queue.
+func (s *Scheduler) deleteFailedWorker(ctx context.Context, id string, n int) error {
+	if err := s.store.DeleteWorker(ctx, id); err != nil {
+		return err
+	}
+	lost, err := s.store.LoseWorkerAttempts(ctx, id, fmt.Sprintf("the worker was deleted after %d failures", n),
+		time.Now().UTC())
+	if err != nil {
+		return err // the liveness pass ends them: the worker is gone
+	}
+	s.log.Warn("worker deleted after too many failures; its executor registers again", "worker", id,
+		"failures", n, "lost", len(lost))
 	s.live.deleted.Inc()
-	s.live.lost.Add(float64(len(rec.Lost)))
-	for _, l := range rec.Lost {
+	s.live.lost.Add(float64(len(lost)))
+	for _, l := range lost {
 		s.enqueueEvaluate(ctx, l.ID)
 	}
-	s.deleteQueue(queue.WorkerQueue(rec.WorkerID), true, time.Now())
+	s.deleteQueue(queue.WorkerQueue(id), true, time.Now())
 	return nil
+}
+
+// platformFailure reports whether a finished attempt counts against its
+// worker.
+func platformFailure(a store.Attempt) bool {
+	cause := ""
+	if a.Cause != nil {
+		cause = *a.Cause
+	}
+	return a.WorkerID != nil && a.FinishedAt != nil && domain.IsPlatformFailure(a.State, cause)
+}
+
+// latest returns the latest time in m.
+func latest(m map[string]time.Time) time.Time {
+	var last time.Time
+	for _, t := range m {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // sweepQueues deletes the asynq queues worker:<id> of workers that are not
@@ -218,7 +285,7 @@ func (s *Scheduler) deleteQueue(name string, force bool, now time.Time) bool {
 	s.live.mu.Lock()
 	failed, ok := s.live.stuck[name]
 	s.live.mu.Unlock()
-	if ok && now.Sub(failed) < s.cfg.ResyncPeriod {
+	if ok && now.Sub(failed) < s.cfg.Resync.Period {
 		return false
 	}
 	err := s.cfg.Liveness.Queues.DeleteQueue(name, force)

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/hibiken/asynq"
@@ -134,7 +134,7 @@ func newPassFixture(b *testing.B, pending, finished int) *passFixture {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	redis := asynq.RedisClientOpt{Addr: cmp.Or(os.Getenv("CAPSTAN_REDIS_ADDR"), "127.0.0.1:56379"), DB: liveRedisDB}
+	redis := redistest.New(b)
 	client, insp := asynq.NewClient(redis), asynq.NewInspector(redis)
 	b.Cleanup(func() { client.Close(); insp.Close() })
 	log := slog.New(slog.DiscardHandler)
@@ -147,7 +147,7 @@ func newPassFixture(b *testing.B, pending, finished int) *passFixture {
 	if _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := st.AdvanceRun(ctx, key); err != nil { // the step's action and its task 0
+	if _, err := f.s.advance(ctx, key); err != nil { // the step's action and its task 0
 		b.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO tasks (project, domain, run_name, action_name, idx)

@@ -1,45 +1,69 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/queue"
 )
+
+// ResyncConfig tunes the resync (KubeVela's state keep).
+type ResyncConfig struct {
+	// Period is how often everything is re-derived from Postgres. Default 5m.
+	Period time.Duration
+	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched
+	// (asynq dedupes by attempt id). Default 30s.
+	DispatchGrace time.Duration
+	// Limit caps the runs, attempts and dispatches one resync visits of
+	// each. Default 10000.
+	Limit int
+}
+
+func (c *ResyncConfig) defaults() {
+	c.Period = cmp.Or(c.Period, 5*time.Minute)
+	c.DispatchGrace = cmp.Or(c.DispatchGrace, 30*time.Second)
+	c.Limit = cmp.Or(c.Limit, 10000)
+}
 
 // ResyncResult counts what a resync repaired.
 type ResyncResult struct {
 	Runs, Evaluated, Redispatched int
 }
 
-// resync re-derives work from Postgres (KubeVela's state keep): it advances
-// every unfinished run, evaluates finished attempts nobody evaluated, and
-// re-dispatches ASSIGNED attempts whose message may have been lost. asynq's
-// TaskIDs make a re-dispatch of a still-queued attempt a no-op.
-func (s *Scheduler) resync(ctx context.Context) ResyncResult {
-	var res ResyncResult
-	runs, err := s.store.UnfinishedRuns(ctx, 10000)
+// resync runs resyncOnce and logs what it did.
+func (s *Scheduler) resync(ctx context.Context) {
+	res, err := s.resyncOnce(ctx)
 	if err != nil {
-		s.log.Warn("resync: list runs failed", "err", err)
+		s.log.Warn("resync incomplete", "err", err)
 	}
-	for _, k := range runs {
-		if err := s.advance(ctx, k); err == nil {
+	s.log.Info("resync done", "runs", res.Runs, "evaluated", res.Evaluated, "redispatched", res.Redispatched)
+}
+
+// resyncOnce re-derives work from Postgres (KubeVela's state keep): it
+// advances every unfinished run and every run waiting to restart, evaluates
+// finished attempts nobody evaluated, and re-dispatches ASSIGNED attempts
+// whose message may have been lost. asynq's TaskIDs make a re-dispatch of a still-queued attempt a no-op.
+// A failed item is left to the next resync; the error joins the failed
+// listings.
+func (s *Scheduler) resyncOnce(ctx context.Context) (ResyncResult, error) {
+	var res ResyncResult
+	cfg := s.cfg.Resync
+	runs, errRuns := s.store.UnfinishedRuns(ctx, cfg.Limit)
+	restarts, errRestarts := s.store.RestartRequestedRuns(ctx, cfg.Limit) // ended, so not unfinished
+	for _, k := range append(runs, restarts...) {
+		if _, err := s.advance(ctx, k); err == nil {
 			res.Runs++
 		}
 	}
-	ids, err := s.store.UnevaluatedAttempts(ctx, 10000)
-	if err != nil {
-		s.log.Warn("resync: list attempts failed", "err", err)
-	}
+	ids, errIDs := s.store.UnevaluatedAttempts(ctx, cfg.Limit)
 	for _, id := range ids {
-		if err := s.evaluate(ctx, id); err == nil {
+		if _, err := s.evaluate(ctx, id); err == nil {
 			res.Evaluated++
 		}
 	}
-	assigned, err := s.store.AssignedAttempts(ctx, time.Now().Add(-s.cfg.DispatchGrace), 10000)
-	if err != nil {
-		s.log.Warn("resync: list assigned failed", "err", err)
-	}
+	assigned, errAssigned := s.store.AssignedAttempts(ctx, time.Now().Add(-cfg.DispatchGrace), cfg.Limit)
 	for _, a := range assigned {
 		if a.WorkerID == nil {
 			continue
@@ -48,6 +72,5 @@ func (s *Scheduler) resync(ctx context.Context) ResyncResult {
 			res.Redispatched++
 		}
 	}
-	s.log.Info("resync done", "runs", res.Runs, "evaluated", res.Evaluated, "redispatched", res.Redispatched)
-	return res
+	return res, errors.Join(errRuns, errRestarts, errIDs, errAssigned)
 }

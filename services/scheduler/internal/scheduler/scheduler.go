@@ -8,6 +8,8 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,45 +17,72 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // LeaderLockID is the Postgres advisory lock the scheduling leader holds.
 const LeaderLockID int64 = 0x63617073746e // "capstn"
 
-// Config tunes the scheduler.
+// Config tunes the scheduler; each leader pass has its own part.
 type Config struct {
 	// Tick is the scheduling pass period when nothing kicks it. Default 1s.
 	Tick time.Duration
-	// ResyncPeriod is how often everything is re-derived from Postgres
-	// (KubeVela's state keep). Default 5m.
-	ResyncPeriod time.Duration
-	// WorkerGrace: a worker silent this long gets no new work. Default 5s.
+	// WorkerGrace: a worker silent this long gets no new work, and the
+	// liveness pass declares it dead. Default 5s.
 	WorkerGrace time.Duration
-	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched by
-	// the resync (asynq dedupes by attempt id). Default 30s.
-	DispatchGrace time.Duration
 	// Retry is the task retry backoff. Default full jitter 1s..5m.
 	Retry domain.Backoff
-	// BatchSize caps tasks placed per pass. Default 500.
-	BatchSize int
-	// AbortMaxRetry sizes abort tasks' asynq retries. Default 15.
+	// AbortMaxRetry sizes abort tasks' asynq retries. Default
+	// queue.AbortTaskRetries(10), for the reconciler's default MaxAttempts.
 	AbortMaxRetry int
+	// Placement tunes the placement pass.
+	Placement PlacementConfig
 	// Liveness tunes the dead-worker pass and the workers' failure backoff.
 	Liveness LivenessConfig
+	// Resync tunes the resync (KubeVela's state keep).
+	Resync ResyncConfig
+	// Workflow tunes KubeVela's step retries.
+	Workflow WorkflowConfig
+}
+
+// Validate reports the settings that cannot work: a negative duration,
+// count or worker backoff entry. Zero means the default.
+func (c Config) Validate() error {
+	var errs []error
+	for name, d := range map[string]time.Duration{"Tick": c.Tick, "WorkerGrace": c.WorkerGrace,
+		"Resync.Period": c.Resync.Period, "Resync.DispatchGrace": c.Resync.DispatchGrace,
+		"Liveness.DeadRetention": c.Liveness.DeadRetention, "Workflow.FailedBackoffCap": c.Workflow.FailedBackoffCap,
+		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s: %s is negative", name, d))
+		}
+	}
+	for name, n := range map[string]int{"Placement.BatchSize": c.Placement.BatchSize,
+		"Workflow.MaxStepRetries": c.Workflow.MaxStepRetries, "AbortMaxRetry": c.AbortMaxRetry} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
+		}
+	}
+	for i, d := range c.Liveness.Backoff {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("Liveness.Backoff[%d]: %s is negative", i, d))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) defaults() {
 	c.Tick = cmp.Or(c.Tick, time.Second)
-	c.ResyncPeriod = cmp.Or(c.ResyncPeriod, 5*time.Minute)
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, 5*time.Second)
-	c.DispatchGrace = cmp.Or(c.DispatchGrace, 30*time.Second)
-	c.BatchSize = cmp.Or(c.BatchSize, 500)
-	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, 15)
-	c.Liveness.defaults(c.WorkerGrace)
+	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, queue.AbortTaskRetries(10))
 	if c.Retry == nil {
 		c.Retry = domain.FullJitter{Initial: time.Second, Max: 5 * time.Minute}
 	}
+	c.Placement.defaults()
+	c.Liveness.defaults(c.WorkerGrace)
+	c.Resync.defaults()
+	c.Workflow.defaults()
 }
 
 // Scheduler is the scheduler's state.
@@ -75,6 +104,14 @@ func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Re
 	cfg.defaults()
 	return &Scheduler{store: st, queue: q, log: log, cfg: cfg, kick: make(chan struct{}, 1), metrics: newMetrics(reg),
 		live: newLiveness(reg)}
+}
+
+// Register adds the scheduler's queue handlers to mux: any replica applies
+// evaluations and progression.
+func (s *Scheduler) Register(mux *asynq.ServeMux) {
+	mux.HandleFunc(queue.TypeRunStart, s.handleRun)
+	mux.HandleFunc(queue.TypeRunAdvance, s.handleRun)
+	mux.HandleFunc(queue.TypeTaskEvaluate, s.handleEvaluate)
 }
 
 // Kick asks the leader for a scheduling pass soon.
@@ -122,9 +159,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 	}
 }
 
-// lead runs passes until ctx ends or the lock's session dies.
+// lead runs the leader's passes until ctx ends or the lock's session dies,
+// in a fixed order: the resync first; then on every wake (a kick, the tick,
+// the end of a backoff) expiry and placement (runOnce); on the liveness
+// tick the dead-worker pass, then placement if it requeued anything; on the
+// resync tick the resync.
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
-	resync := time.NewTicker(s.cfg.ResyncPeriod)
+	resync := time.NewTicker(s.cfg.Resync.Period)
 	defer resync.Stop()
 	live := time.NewTicker(s.cfg.Liveness.Tick)
 	defer live.Stop()
@@ -153,13 +194,6 @@ func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 				return
 			}
 		}
-		next := s.pass(ctx)
-		if !wake.Stop() {
-			select {
-			case <-wake.C:
-			default:
-			}
-		}
-		wake.Reset(next)
+		wake.Reset(s.pass(ctx))
 	}
 }

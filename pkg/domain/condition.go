@@ -1,0 +1,124 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
+)
+
+// Condition is a step's compiled `if` expression: CEL (as Kubernetes uses),
+// over `steps.<name>.phase`, `steps.<name>.outputs.<key>` and `run.failed`.
+// A step name with a dash is read with an index: `steps["my-step"].phase`.
+type Condition struct {
+	prog cel.Program
+	// Steps names the steps the expression reads, sorted, once each.
+	Steps []string
+}
+
+// CondVars is what a condition reads: each step's phase and outputs, and
+// whether any step of the run failed.
+type CondVars struct {
+	Steps  map[string]StepStatus
+	Failed bool
+}
+
+// conditionEnv declares the two variables a condition may read.
+var conditionEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("steps", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))),
+		cel.Variable("run", cel.MapType(cel.StringType, cel.DynType)))
+})
+
+// conditions caches compiled expressions (each run's advance evaluates its
+// steps' conditions again); at most maxCachedConditions are kept.
+var (
+	conditions       sync.Map // expression → *Condition
+	cachedConditions atomic.Int64
+)
+
+const maxCachedConditions = 10000
+
+// CompileCondition compiles a CEL condition. Errors: the expression does not
+// parse or type-check, or is not a boolean.
+func CompileCondition(expr string) (*Condition, error) {
+	if c, ok := conditions.Load(expr); ok {
+		return c.(*Condition), nil
+	}
+	env, err := conditionEnv()
+	if err != nil {
+		return nil, err
+	}
+	checked, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	if t := checked.OutputType(); t != cel.BoolType && t != cel.DynType {
+		return nil, fmt.Errorf("must be a boolean expression, is %s", checked.OutputType())
+	}
+	prog, err := env.Program(checked)
+	if err != nil {
+		return nil, err
+	}
+	c := &Condition{prog: prog, Steps: referencedSteps(checked.NativeRep().Expr())}
+	if cachedConditions.Load() < maxCachedConditions {
+		cachedConditions.Add(1)
+		conditions.Store(expr, c)
+	}
+	return c, nil
+}
+
+// referencedSteps returns the step names expr reads as steps.<name> or
+// steps["<name>"].
+func referencedSteps(expr ast.Expr) []string {
+	var names []string
+	isSteps := func(e ast.Expr) bool { return e.Kind() == ast.IdentKind && e.AsIdent() == "steps" }
+	ast.PostOrderVisit(expr, ast.NewExprVisitor(func(e ast.Expr) {
+		switch e.Kind() {
+		case ast.SelectKind:
+			if sel := e.AsSelect(); isSteps(sel.Operand()) {
+				names = append(names, sel.FieldName())
+			}
+		case ast.CallKind:
+			call := e.AsCall()
+			if call.FunctionName() != operators.Index || len(call.Args()) != 2 || !isSteps(call.Args()[0]) {
+				return
+			}
+			if lit := call.Args()[1]; lit.Kind() == ast.LiteralKind {
+				if s, ok := lit.AsLiteral().(types.String); ok {
+					names = append(names, string(s))
+				}
+			}
+		}
+	}))
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// Eval evaluates the condition. Errors: the expression failed at run time,
+// e.g. it read an output the step did not write.
+func (c *Condition) Eval(v CondVars) (bool, error) {
+	steps := make(map[string]any, len(v.Steps))
+	for name, st := range v.Steps {
+		outputs := make(map[string]any, len(st.Outputs))
+		for k, val := range st.Outputs {
+			outputs[k] = val
+		}
+		steps[name] = map[string]any{"phase": string(st.Phase), "outputs": outputs}
+	}
+	out, _, err := c.prog.Eval(map[string]any{"steps": steps, "run": map[string]any{"failed": v.Failed}})
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, errors.New("the condition is not a boolean")
+	}
+	return b, nil
+}

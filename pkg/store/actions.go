@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// StepActions returns a run's step actions (every action but the root a0).
+func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, error) {
+	var steps []Action
+	err := s.q(ctx).Where("project = ? AND domain = ? AND run_name = ? AND name <> ?", key.Project, key.Domain, key.Run,
+		domain.RootActionName).Find(&steps).Error
+	return steps, mapErr(err)
+}
+
+// ExpandSteps inserts the step actions of a run that are missing (QUEUED,
+// children of a0), writes a "run.expanded" event and returns every step
+// action of the run. The caller holds the run's lock.
+func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
+	root := domain.RootActionName
+	rows := make([]Action, 0, len(steps))
+	for _, st := range steps {
+		rows = append(rows, Action{Project: key.Project, Domain: key.Domain, RunName: key.Run, Name: st.Name,
+			ParentActionName: &root, Kind: st.Kind, Spec: st, DependsOn: Strings(append([]string{}, st.DependsOn...)),
+			Phase: string(domain.PhaseQueued), TimeoutMs: st.TimeoutDuration().Milliseconds(), Version: 1})
+	}
+	res := s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&rows)
+	if res.Error != nil {
+		return nil, mapErr(res.Error)
+	}
+	if err := s.event(ctx, key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(rows)}); err != nil {
+		return nil, err
+	}
+	if res.RowsAffected == int64(len(rows)) {
+		return rows, nil // every step was missing: the rows are the steps
+	}
+	return s.StepActions(ctx, key)
+}
+
+// MarkActionStarted sets an action's started_at (its tasks were created) and
+// writes an "action.started" event.
+func (s *Store) MarkActionStarted(ctx context.Context, key domain.ActionKey, tasks int, now time.Time) error {
+	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+		key.Project, key.Domain, key.Run, key.Action).
+		Updates(map[string]any{"started_at": now, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+		return mapErr(err)
+	}
+	return s.event(ctx, key.RunKey, key.Action, "action.started", map[string]any{"tasks": tasks})
+}
+
+// SetActionPhase moves an action from phase from to phase to (a terminal
+// phase also sets ended_at) and writes an "action.phase" event. It changes
+// nothing and returns false when the action is no longer in phase from.
+func (s *Store) SetActionPhase(ctx context.Context, key domain.ActionKey, from, to domain.Phase, now time.Time) (bool, error) {
+	up := map[string]any{"phase": string(to), "updated_at": now, "version": gorm.Expr("version + 1")}
+	if to.IsTerminal() {
+		up["ended_at"] = now
+	}
+	res := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ? AND phase = ?",
+		key.Project, key.Domain, key.Run, key.Action, string(from)).Updates(up)
+	if res.Error != nil || res.RowsAffected == 0 {
+		return false, mapErr(res.Error)
+	}
+	return true, s.event(ctx, key.RunKey, key.Action, "action.phase", map[string]any{"from": from, "to": to})
+}
+
+// LockRunAction locks a run's row, then one of its actions' (the lock
+// order's first two levels), in one statement, and returns both. Errors:
+// ErrNotFound.
+func (s *Store) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, Action, error) {
+	var run Run
+	var act Action
+	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(r), row_to_json(a) FROM runs r
+		JOIN actions a ON (a.project, a.domain, a.run_name) = (r.project, r.domain, r.name)
+		WHERE r.project = ? AND r.domain = ? AND r.name = ? AND a.name = ? FOR UPDATE OF r, a`,
+		key.Project, key.Domain, key.Run, key.Action), &run, &act)
+	return run, act, err
+}
+
+// LockTaskActions locks, in key order, the actions of the given tasks: what
+// a transaction that then locks tasks of several actions takes first (the
+// lock order).
+func (s *Store) LockTaskActions(ctx context.Context, taskIDs []int64) error {
+	var n []int
+	return mapErr(s.q(ctx).Raw(`SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
+		(SELECT project, domain, run_name, action_name FROM tasks WHERE id IN ?)
+		ORDER BY a.project, a.domain, a.run_name, a.name FOR NO KEY UPDATE OF a`, taskIDs).Scan(&n).Error)
+}
+
+// RequestActionAbort records that the live attempts under an action must be
+// stopped (abort_requested_at, abort_reason, abort_attempt_count 0), without
+// changing its phase, and writes an "action.survivors_killed" event with
+// data. The caller then pushes the abort task.
+func (s *Store) RequestActionAbort(ctx context.Context, key domain.ActionKey, reason string, data map[string]any) error {
+	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+		key.Project, key.Domain, key.Run, key.Action).
+		Updates(map[string]any{"abort_requested_at": time.Now().UTC(), "abort_reason": reason,
+			"abort_attempt_count": 0, "abort_outcome": nil}).Error; err != nil {
+		return mapErr(err)
+	}
+	return s.event(ctx, key.RunKey, key.Action, "action.survivors_killed", data)
+}
+
+// ErrNotWaiting: the action is not an approval step waiting for its
+// decision (kind approval, PAUSED, waiting_for approval, not yet decided).
+var ErrNotWaiting = errors.New("not an approval step waiting for a decision")
+
+// DecideApproval records an approval step's decision (DecisionApproved or
+// DecisionRejected) with who made it (by, "" for nobody named), when (now)
+// and comment ("" for none), and writes an "action.approved" or
+// "action.rejected" event, in one transaction that locks the run, then the
+// action. It changes no phase: the scheduler, advancing the run, ends the
+// step (a rejection FAILED with reason "rejected"). Errors: ErrNotFound,
+// ErrNotWaiting (also for a decision already made), and an error for a
+// decision that is neither.
+func (s *Store) DecideApproval(ctx context.Context, key domain.ActionKey, decision, by, comment string) (Action, error) {
+	if decision != DecisionApproved && decision != DecisionRejected {
+		return Action{}, fmt.Errorf("unknown approval decision %q", decision)
+	}
+	var act Action
+	err := s.InTx(ctx, func(tx *Store) error {
+		var err error
+		if _, act, err = tx.LockRunAction(ctx, key); err != nil {
+			return err
+		}
+		if act.Kind != domain.KindApproval || act.Phase != string(domain.PhasePaused) || act.WaitingFor == nil ||
+			*act.WaitingFor != WaitApproval || act.Decision != nil {
+			return ErrNotWaiting
+		}
+		now := dbNow()
+		act.Decision, act.DecidedBy, act.DecidedAt, act.DecisionComment = &decision, strPtr(by), &now, strPtr(comment)
+		act.UpdatedAt, act.Version = now, act.Version+1
+		if err := tx.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+			key.Project, key.Domain, key.Run, key.Action).
+			Updates(map[string]any{"decision": decision, "decided_by": act.DecidedBy, "decided_at": now,
+				"decision_comment": act.DecisionComment, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+			return mapErr(err)
+		}
+		return tx.event(ctx, key.RunKey, key.Action, "action."+decision,
+			map[string]any{"by": by, "comment": comment})
+	})
+	return act, err
+}
+
+// ErrAbortPending: an abort of one of the run's actions is still being
+// delivered (abort_requested_at set), so the run cannot restart yet.
+var ErrAbortPending = errors.New("an abort of the run is still being delivered")
+
+// checkNoAbortPending returns ErrAbortPending when an action of the run has
+// an abort being delivered. It locks no action: a new abort of the run
+// takes the run's lock first, which the caller holds.
+func (s *Store) checkNoAbortPending(ctx context.Context, key domain.RunKey) error {
+	var n int64
+	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND abort_requested_at IS NOT NULL",
+		key.Project, key.Domain, key.Run).Count(&n).Error; err != nil {
+		return mapErr(err)
+	}
+	if n > 0 {
+		return ErrAbortPending
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package storetest
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// StartSteps sets a test run up as if its steps had started: it creates the
+// run's step actions and the tasks of the named steps (every step when none
+// is named), and marks a0 and the run RUNNING; a terminal run is left
+// alone. It applies no progression
+// rule: the scheduler's tests drive the real one.
+func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	err := st.InTx(ctx, func(tx *store.Store) error {
+		run, err := tx.LockRun(ctx, key)
+		if err != nil || domain.Phase(run.Phase).IsTerminal() {
+			return err
+		}
+		if _, err := tx.ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		for _, step := range run.Spec.Steps {
+			if len(names) > 0 && !slices.Contains(names, step.Name) {
+				continue
+			}
+			ak := key.Action(step.Name)
+			if err := tx.CreateTasks(ctx, ak, store.NewTasks(ak, step, 0, now), now); err != nil {
+				return err
+			}
+		}
+		if !domain.CanMovePhase(domain.Phase(run.Phase), domain.PhaseRunning) {
+			return nil
+		}
+		if _, err := tx.SetActionPhase(ctx, key.Action(domain.RootActionName), domain.Phase(run.Phase),
+			domain.PhaseRunning, now); err != nil {
+			return err
+		}
+		return tx.SetRunPhase(ctx, key, domain.PhaseRunning, now)
+	})
+	if err != nil {
+		t.Fatalf("storetest: start steps of %s: %v", key, err)
+	}
+}
+
+// AssignTask binds a PENDING task to a worker with a new ASSIGNED attempt
+// (store.AssignTasks for one task); ok is false when the task is no longer
+// PENDING.
+func AssignTask(ctx context.Context, st *store.Store, taskID int64, workerID string) (a store.Attempt, ok bool, err error) {
+	as, err := st.AssignTasks(ctx, []store.Assignment{{TaskID: taskID, WorkerID: workerID}})
+	if err != nil || len(as) == 0 {
+		return store.Attempt{}, false, err
+	}
+	return as[0], true, nil
+}

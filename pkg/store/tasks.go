@@ -1,0 +1,298 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// CreateTasks inserts a started step's tasks (InsertTasks) and marks its
+// action started.
+func (s *Store) CreateTasks(ctx context.Context, key domain.ActionKey, tasks []Task, now time.Time) error {
+	if err := s.InsertTasks(ctx, tasks); err != nil {
+		return err
+	}
+	return s.MarkActionStarted(ctx, key, len(tasks), now)
+}
+
+// InsertTasks inserts tasks; a task of the same action, generation and index
+// that exists is left alone.
+func (s *Store) InsertTasks(ctx context.Context, tasks []Task) error {
+	return mapErr(s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&tasks, 500).Error)
+}
+
+// LockAttemptOwners locks the run, the action and the task an attempt
+// belongs to, in the lock order, in one statement, and returns them with the
+// attempt (read, not locked). Errors: ErrNotFound.
+func (s *Store) LockAttemptOwners(ctx context.Context, attemptID int64) (Run, Action, Task, Attempt, error) {
+	var run Run
+	var act Action
+	var t Task
+	var a Attempt
+	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(r), row_to_json(x), row_to_json(t), row_to_json(at)
+		FROM attempts at JOIN tasks t ON t.id = at.task_id
+		JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
+		JOIN runs r ON (r.project, r.domain, r.name) = (t.project, t.domain, t.run_name)
+		WHERE at.id = ? FOR UPDATE OF r, x, t`, attemptID), &run, &act, &t, &a)
+	return run, act, t, a, err
+}
+
+// CountTaskStates returns how many tasks of an action's generation are in
+// each state.
+func (s *Store) CountTaskStates(ctx context.Context, key domain.ActionKey, generation int) (map[domain.TaskState]int, error) {
+	var rows []struct {
+		State domain.TaskState
+		N     int
+	}
+	if err := s.q(ctx).Model(&Task{}).Select("state, count(*) AS n").
+		Where("project = ? AND domain = ? AND run_name = ? AND action_name = ? AND generation = ?",
+			key.Project, key.Domain, key.Run, key.Action, generation).
+		Group("state").Scan(&rows).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[domain.TaskState]int, len(rows))
+	for _, r := range rows {
+		out[r.State] = r.N
+	}
+	return out, nil
+}
+
+// TaskOutcome is what an evaluation decided for a task: its counters, and
+// either a requeue to PENDING or its end in State.
+type TaskOutcome struct {
+	Budget domain.Budget
+	// Requeue puts the task back to PENDING, placeable from NotBefore.
+	Requeue   bool
+	NotBefore time.Time
+	// State is the task's final state when it does not requeue.
+	State domain.TaskState
+	// Result names the decision for the event ("task.<Result>").
+	Result string
+}
+
+// UpdateTaskOutcome writes an evaluation's decision on task t, the one of
+// attempt attemptID, and a "task.<Result>" event.
+func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o TaskOutcome, now time.Time) error {
+	up := map[string]any{"failure_count": o.Budget.FailureCount, "preemption_count": o.Budget.PreemptionCount,
+		"system_failure_count": o.Budget.SystemFailureCount, "updated_at": now, "version": gorm.Expr("version + 1")}
+	data := map[string]any{"attempt_state": a.State.String(), "not_before": nil}
+	if o.Requeue {
+		up["state"], up["worker_id"], up["not_before"] = domain.TaskPending, nil, o.NotBefore
+		data["not_before"] = o.NotBefore
+	} else {
+		up["state"], up["ended_at"] = o.State, now
+	}
+	if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(up).Error; err != nil {
+		return mapErr(err)
+	}
+	return s.taskEvent(ctx, t, a.ID, "task."+o.Result, data)
+}
+
+// ExhaustGangSiblings makes the live tasks of t's action other than t
+// WORKER_FAILED with their preemption budget spent (preemption_count =
+// max_retries_preemption + 1), and writes an "action.gang_cascade" event.
+// It returns how many it changed.
+func (s *Store) ExhaustGangSiblings(ctx context.Context, t Task, now time.Time) (int64, error) {
+	res := s.q(ctx).Exec(`WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+			AND action_name = ? AND id <> ? AND state IN `+sqlLive+` ORDER BY id FOR UPDATE)
+		UPDATE tasks SET state = ?, preemption_count = max_retries_preemption + 1, ended_at = ?, updated_at = ?,
+			version = tasks.version + 1 FROM l WHERE tasks.id = l.id`,
+		t.Project, t.Domain, t.RunName, t.ActionName, t.ID, domain.TaskWorkerFailed, now, now)
+	if res.Error != nil || res.RowsAffected == 0 {
+		return 0, mapErr(res.Error)
+	}
+	return res.RowsAffected, s.taskEvent(ctx, t, 0, "action.gang_cascade", map[string]any{"siblings": res.RowsAffected})
+}
+
+// KillUnfinishedTasks makes an action's PENDING and live tasks KILLED, in id
+// order, and returns how many it changed.
+func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
+	res := s.q(ctx).Exec(`WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+			AND action_name = ? AND state IN `+sqlUnfinished+` ORDER BY id FOR UPDATE)
+		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
+		FROM l WHERE tasks.id = l.id`, key.Project, key.Domain, key.Run, key.Action, domain.TaskKilled, now, now)
+	return res.RowsAffected, mapErr(res.Error)
+}
+
+// PendingTasks returns up to limit PENDING tasks whose not_before has passed,
+// highest priority band first, then oldest.
+func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
+	var ts []Task
+	err := s.q(ctx).Where("state IN " + sqlPending + " AND (not_before IS NULL OR not_before <= now())").
+		Order("priority DESC, id").Limit(limit).Find(&ts).Error
+	return ts, mapErr(err)
+}
+
+// MarkTasksUnschedulable makes an action's PENDING tasks past their
+// scheduling deadline UNSCHEDULABLE, writes a "task.unschedulable" event and
+// returns how many it changed.
+func (s *Store) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
+	res := s.q(ctx).Exec(`WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+			AND action_name = ? AND state IN `+sqlPending+` AND scheduling_deadline < ? ORDER BY id FOR UPDATE)
+		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
+		FROM l WHERE tasks.id = l.id`, key.Project, key.Domain, key.Run, key.Action, now, domain.TaskUnschedulable, now, now)
+	if res.Error != nil || res.RowsAffected == 0 {
+		return 0, mapErr(res.Error)
+	}
+	return res.RowsAffected, s.event(ctx, key.RunKey, key.Action, "task.unschedulable",
+		map[string]any{"tasks": res.RowsAffected})
+}
+
+// SetPendingReasons records why PENDING tasks cannot be placed (task id →
+// reason), and moves their QUEUED actions to WAITING_FOR_RESOURCES with an
+// "action.phase" event each. Tasks no longer PENDING are left alone; an
+// unchanged reason is not rewritten. Actions are locked before tasks.
+func (s *Store) SetPendingReasons(ctx context.Context, reasons map[int64]string) error {
+	byReason := map[string][]int64{}
+	for id, r := range reasons {
+		byReason[r] = append(byReason[r], id)
+	}
+	for reason, ids := range byReason {
+		var changed []int64
+		if err := s.q(ctx).Model(&Task{}).Where("id IN ? AND state IN "+sqlPending+" AND pending_reason IS DISTINCT FROM ?",
+			ids, reason).Pluck("id", &changed).Error; err != nil {
+			return mapErr(err)
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		if err := s.InTx(ctx, func(tx *Store) error { return tx.setPendingReason(ctx, changed, reason) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) setPendingReason(ctx context.Context, ids []int64, reason string) error {
+	if err := s.LockTaskActions(ctx, ids); err != nil {
+		return err
+	}
+	var moved []Action
+	if err := s.q(ctx).Raw(`UPDATE actions a SET phase = ?, updated_at = now(), version = a.version + 1
+		FROM (SELECT DISTINCT project, domain, run_name, action_name FROM tasks WHERE id IN ?) k
+		WHERE (a.project, a.domain, a.run_name, a.name) = (k.project, k.domain, k.run_name, k.action_name) AND a.phase = ?
+		RETURNING a.project, a.domain, a.run_name, a.name`, string(domain.PhaseWaitingForResources), ids,
+		string(domain.PhaseQueued)).Scan(&moved).Error; err != nil {
+		return mapErr(err)
+	}
+	for _, a := range moved {
+		key := domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}
+		if err := s.event(ctx, key, a.Name, "action.phase", map[string]any{"from": domain.PhaseQueued,
+			"to": domain.PhaseWaitingForResources, "reason": reason}); err != nil {
+			return err
+		}
+	}
+	return mapErr(s.q(ctx).Model(&Task{}).Where("id IN ? AND state IN "+sqlPending, ids).
+		Updates(map[string]any{"pending_reason": reason, "updated_at": time.Now().UTC()}).Error)
+}
+
+// Assignment binds one PENDING task to a worker.
+type Assignment struct {
+	TaskID   int64
+	WorkerID string
+}
+
+// AssignTasks binds PENDING tasks to workers in one statement: it locks the
+// tasks' actions still QUEUED or WAITING_FOR_RESOURCES (key order), then each
+// task still PENDING (id order), which
+// becomes ASSIGNED to its worker with a new attempt (ASSIGNED); its action
+// moves from QUEUED or WAITING_FOR_RESOURCES to RUNNING, and task.assigned
+// and action.phase events are written. A task no longer PENDING (aborted, or
+// assigned by another pass) is left alone. It returns the attempts created,
+// by id. A scheduling pass binds all its tasks this way: its cost is one
+// statement, not a transaction per task.
+func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Attempt, error) {
+	if len(as) == 0 {
+		return nil, nil
+	}
+	idText, workers := make([]string, len(as)), make([]string, len(as))
+	for i, a := range as {
+		idText[i], workers[i] = strconv.FormatInt(a.TaskID, 10), a.WorkerID
+	}
+	var out []Attempt
+	err := s.q(ctx).Raw(assignTasksSQL, map[string]any{
+		"ids": "{" + strings.Join(idText, ",") + "}", "workers": "{" + strings.Join(workers, ",") + "}",
+		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
+		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),
+			string(domain.PhaseWaitingForResources)},
+	}).Scan(&out).Error
+	return out, mapErr(err)
+}
+
+// assignTasksSQL is AssignTasks' statement. Its data-modifying parts run to
+// completion whatever the final SELECT reads, in one snapshot. The lock
+// order holds within it: the only actions it updates, and so locks, are
+// those still QUEUED or WAITING_FOR_RESOURCES, and `acts` locks them first:
+// `locked` reads the count of `acts` in its filter, an uncorrelated subquery
+// Postgres runs once as a one-time filter before the first task row is read
+// (EXPLAIN shows it), and `locked`'s rows are sorted before they are locked.
+// A RUNNING action is not locked at all, so a pass never waits for an
+// evaluation in progress on a running step.
+const assignTasksSQL = `
+WITH v AS (
+	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
+), acts AS (
+	SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
+		(SELECT t.project, t.domain, t.run_name, t.action_name FROM tasks t JOIN v ON v.task_id = t.id)
+		AND a.phase IN @waiting
+	ORDER BY a.project, a.domain, a.run_name, a.name FOR NO KEY UPDATE OF a
+), locked AS (
+	SELECT t.id FROM tasks t JOIN v ON v.task_id = t.id
+	WHERE t.state = @pending AND (SELECT count(*) FROM acts) >= 0 ORDER BY t.id FOR UPDATE OF t
+), t AS (
+	UPDATE tasks t SET state = @assigned, worker_id = v.worker_id, pending_reason = NULL,
+		attempt_count = t.attempt_count + 1, updated_at = @now, version = t.version + 1
+	FROM v JOIN locked ON locked.id = v.task_id WHERE t.id = v.task_id
+	RETURNING t.id, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
+), a AS (
+	INSERT INTO attempts (task_id, number, worker_id, state, created_at, updated_at)
+	SELECT id, attempt_count, worker_id, @assigned, @now, @now FROM t
+	RETURNING *
+), act AS (
+	UPDATE actions x SET phase = @running, updated_at = @now, version = x.version + 1
+	FROM (SELECT DISTINCT project, domain, run_name, action_name FROM t) k
+	WHERE x.project = k.project AND x.domain = k.domain AND x.run_name = k.run_name AND x.name = k.action_name
+		AND x.phase IN @waiting
+	RETURNING x.project, x.domain, x.run_name, x.name,
+		(SELECT y.phase FROM actions y WHERE (y.project, y.domain, y.run_name, y.name) =
+			(x.project, x.domain, x.run_name, x.name)) AS from_phase
+), ev AS (
+	INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+	SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, 'task.assigned',
+		jsonb_build_object('worker_id', a.worker_id), CAST(@now AS timestamptz)
+	FROM a JOIN t ON t.id = a.task_id
+	UNION ALL
+	SELECT project, domain, run_name, name, NULL, NULL, 'action.phase',
+		jsonb_build_object('from', from_phase, 'to', CAST(@running AS text)), CAST(@now AS timestamptz)
+	FROM act
+)
+SELECT * FROM a ORDER BY id`
+
+// NewTasks returns the rows of a starting step's tasks, of the action's
+// generation: its replicas, PENDING, each carrying the step's retry limits
+// and scheduling fields (Iris's expand_job_to_tasks), so that placement
+// reads tasks only. The scheduling deadline counts from now.
+func NewTasks(key domain.ActionKey, step domain.Step, generation int, now time.Time) []Task {
+	req := step.Request()
+	var deadline *time.Time
+	if d := step.SchedulingTimeoutDuration(); d > 0 {
+		at := now.Add(d)
+		deadline = &at
+	}
+	tasks := make([]Task, step.ReplicaCount())
+	for i := range tasks {
+		tasks[i] = Task{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: key.Action, Idx: i,
+			Generation: generation,
+			State:      domain.TaskPending, MaxRetriesFailure: step.RetriesFailure(),
+			MaxRetriesPreemption: step.RetriesPreemption(), MaxSystemFailures: domain.DefaultMaxSystemFailures,
+			Priority: int16(req.Priority), CPUMillis: req.Resources.CPUMillis, MemoryBytes: req.Resources.MemoryBytes,
+			Constraints: append([]domain.Constraint{}, step.Constraints...), Coscheduled: step.Coscheduled,
+			TimeoutMs: step.AttemptTimeoutDuration().Milliseconds(), SchedulingDeadline: deadline, Version: 1}
+	}
+	return tasks
+}

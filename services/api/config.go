@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/api/internal/server"
+)
+
+// config is the api's environment, and the command its arguments name. An
+// unset (or zero) setting the server owns takes its default in
+// server.Config; durations are Go durations ("5s", "1m").
+type config struct {
+	svc.Common
+	// Addr is the listen address (host:port) of the API, the dashboard,
+	// /healthz, /readyz and /metrics. Default 127.0.0.1:8080.
+	Addr string `env:"CAPSTAN_API_ADDR" envDefault:"127.0.0.1:8080"`
+	// AbortMaxAttempts is the abort reconciler's ABORT_MAX_ATTEMPTS (a count
+	// of delivery rounds); the api sizes abort tasks' asynq retries from it.
+	// Default 10.
+	AbortMaxAttempts int `env:"ABORT_MAX_ATTEMPTS"`
+	// WorkerGrace is how long a worker may miss heartbeats before it is
+	// shown as unresponsive. Default 5s.
+	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE"`
+	// MaxBodyBytes caps request bodies, in bytes, but an attempt report's
+	// (at least 8 MiB: it carries a task's outputs). Default 1048576 (1 MiB).
+	MaxBodyBytes int64 `env:"CAPSTAN_API_MAX_BODY_BYTES"`
+	// migrate is set by the argument "migrate": apply the database
+	// migrations and exit instead of serving.
+	migrate bool
+}
+
+// parseConfig reads the environment (opts.Environment, or the process's
+// when nil) and the arguments: none to serve, or "migrate".
+func parseConfig(args []string, opts env.Options) (config, error) {
+	cfg, err := env.ParseAsWithOptions[config](opts)
+	if err != nil || len(args) == 0 {
+		return cfg, err
+	}
+	if args[0] != "migrate" {
+		return cfg, fmt.Errorf("unknown command %q (want: migrate, or no argument to serve)", args[0])
+	}
+	cfg.migrate = true
+	return cfg, nil
+}
+
+// validate checks what the env tags cannot: the server's ranges.
+func (c config) validate() error { return c.server().Validate() }
+
+// server returns the server's part of the config.
+func (c config) server() server.Config {
+	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes}
+}

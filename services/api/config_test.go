@@ -1,0 +1,52 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/services/api/internal/server"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"CAPSTAN_API_ADDR": "0.0.0.0:8080", "ABORT_MAX_ATTEMPTS": "3",
+		"CAPSTAN_WORKER_GRACE": "30s", "CAPSTAN_API_MAX_BODY_BYTES": "1024"}
+	cfg, err := parseConfig(nil, env.Options{Environment: vars})
+	require.NoError(t, err)
+	require.Equal(t, "0.0.0.0:8080", cfg.Addr)
+	require.False(t, cfg.migrate)
+	require.Equal(t, server.Config{AbortMaxAttempts: 3, WorkerGrace: 30 * time.Second, MaxBodyBytes: 1024}, cfg.server())
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(nil, env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8080", cfg.Addr)
+	require.Equal(t, "127.0.0.1:56379", cfg.RedisAddr)
+	require.Equal(t, server.Config{}, cfg.server(), "zero: the server applies its defaults")
+}
+
+func TestConfigCommand(t *testing.T) {
+	t.Parallel()
+	none := env.Options{Environment: map[string]string{}}
+	cfg, err := parseConfig([]string{"migrate"}, none)
+	require.NoError(t, err)
+	require.True(t, cfg.migrate)
+	_, err = parseConfig([]string{"serve"}, none)
+	require.ErrorContains(t, err, `unknown command "serve"`)
+	_, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_WORKER_GRACE": "soon"}})
+	require.ErrorContains(t, err, "WorkerGrace")
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(nil, env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.NoError(t, cfg.validate(), "the defaults are valid")
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_API_MAX_BODY_BYTES": "-1"}})
+	require.NoError(t, err, "the env tags accept any number")
+	require.ErrorContains(t, cfg.validate(), "MaxBodyBytes")
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// ApproveAction records the approval of an approval step that waits and
+// pushes the run's advance; the scheduler ends the step SUCCEEDED. 409
+// not_waiting_for_approval for anything else.
+func (h *Handlers) ApproveAction(ctx context.Context, req api.ApproveActionRequestObject) (api.ApproveActionResponseObject, error) {
+	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
+	a, p, err := h.decide(ctx, key, store.DecisionApproved, req.Body)
+	switch {
+	case p != nil && p.Status == http.StatusNotFound:
+		return embedded[api.ApproveAction404ApplicationProblemPlusJSONResponse](*p), nil
+	case p != nil && p.Status == http.StatusConflict:
+		return api.ApproveAction409ApplicationProblemPlusJSONResponse(*p), nil
+	case err != nil:
+		return nil, err
+	}
+	return api.ApproveAction202JSONResponse(a), nil
+}
+
+// RejectAction records the rejection of an approval step that waits and
+// pushes the run's advance; the scheduler fails the step with reason
+// rejected. 409 not_waiting_for_approval for anything else.
+func (h *Handlers) RejectAction(ctx context.Context, req api.RejectActionRequestObject) (api.RejectActionResponseObject, error) {
+	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
+	a, p, err := h.decide(ctx, key, store.DecisionRejected, req.Body)
+	switch {
+	case p != nil && p.Status == http.StatusNotFound:
+		return embedded[api.RejectAction404ApplicationProblemPlusJSONResponse](*p), nil
+	case p != nil && p.Status == http.StatusConflict:
+		return api.RejectAction409ApplicationProblemPlusJSONResponse(*p), nil
+	case err != nil:
+		return nil, err
+	}
+	return api.RejectAction202JSONResponse(a), nil
+}
+
+// decide records decision on the action with the body's by and comment,
+// pushes the run's advance and returns the action as it now reads; p is the
+// problem that answers a store sentinel (err is then set too).
+func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision string, body *api.ApprovalRequest) (
+	api.Action, *api.Problem, error) {
+	var by, comment string
+	if body != nil && body.By != nil {
+		by = *body.By
+	}
+	if body != nil && body.Comment != nil {
+		comment = *body.Comment
+	}
+	_, err := h.store.DecideApproval(ctx, key, decision, by, comment)
+	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok {
+		return api.Action{}, &p, err
+	}
+	if err != nil {
+		return api.Action{}, nil, err
+	}
+	h.advance(ctx, key.RunKey)
+	d, err := h.store.GetAction(ctx, key)
+	if err != nil {
+		return api.Action{}, nil, err
+	}
+	return toAction(d), nil, nil
+}

@@ -1,0 +1,55 @@
+package server
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+)
+
+// Config tunes the server. A zero field takes its default; a negative one
+// is out of range (see Validate).
+type Config struct {
+	// AbortMaxAttempts is the abort reconciler's delivery rounds per abort
+	// (its MaxAttempts), a count; an abort task's asynq retries are
+	// queue.AbortTaskRetries of it. Default 10.
+	AbortMaxAttempts int
+	// WorkerGrace: a worker silent this long is shown unresponsive. Default 5s.
+	WorkerGrace time.Duration
+	// MaxBodyBytes caps request bodies, in bytes, but an attempt report's
+	// (at least 8 MiB: it carries a task's outputs). Default 1 MiB (1048576).
+	MaxBodyBytes int64
+}
+
+// Defaults of Config.
+const (
+	DefaultAbortMaxAttempts = 10
+	DefaultWorkerGrace      = 5 * time.Second
+	DefaultMaxBodyBytes     = 1 << 20
+)
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	c.AbortMaxAttempts = cmp.Or(c.AbortMaxAttempts, DefaultAbortMaxAttempts)
+	c.WorkerGrace = cmp.Or(c.WorkerGrace, DefaultWorkerGrace)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	return c
+}
+
+// Validate returns what is out of range in c once its defaults are
+// applied, or nil. New requires it to pass; a main calls it to report a bad
+// environment before it connects to anything.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
+// validate checks a config that went through withDefaults; its error names
+// the first field out of range.
+func (c Config) validate() error {
+	switch {
+	case c.AbortMaxAttempts < 1:
+		return fmt.Errorf("server config: AbortMaxAttempts must be positive, got %d", c.AbortMaxAttempts)
+	case c.WorkerGrace <= 0:
+		return fmt.Errorf("server config: WorkerGrace must be positive, got %s", c.WorkerGrace)
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("server config: MaxBodyBytes must be positive, got %d", c.MaxBodyBytes)
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.withDefaults()
+	require.Equal(t, Config{AbortMaxAttempts: 10, WorkerGrace: 5 * time.Second, MaxBodyBytes: 1 << 20}, cfg)
+	require.NoError(t, cfg.validate())
+	set := Config{AbortMaxAttempts: 3, WorkerGrace: time.Second, MaxBodyBytes: 10}
+	require.Equal(t, set, set.withDefaults(), "set fields are kept")
+}
+
+func TestConfigRejectsNegatives(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{AbortMaxAttempts: -1}, "AbortMaxAttempts"},
+		{Config{WorkerGrace: -time.Second}, "WorkerGrace"},
+		{Config{MaxBodyBytes: -1}, "MaxBodyBytes"},
+	}
+	for _, tt := range tests {
+		require.ErrorContains(t, tt.cfg.withDefaults().validate(), tt.field)
+	}
+}
+
+func TestNewPanicsOnAConfigOutOfRange(t *testing.T) {
+	t.Parallel()
+	cfg := Config{MaxBodyBytes: -1}
+	require.Error(t, cfg.Validate())
+	require.PanicsWithError(t, cfg.Validate().Error(), func() { New(Deps{}, cfg) })
+}

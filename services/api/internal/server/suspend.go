@@ -1,0 +1,31 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
+)
+
+// SuspendRun records a suspend of a run (no new step starts; the scheduler
+// makes the run PAUSED once nothing runs) and pushes its advance. 409
+// already_terminal once the run has ended.
+func (h *Handlers) SuspendRun(ctx context.Context, req api.SuspendRunRequestObject) (api.SuspendRunResponseObject, error) {
+	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
+	_, err := h.store.RequestSuspend(ctx, key)
+	p, ok := problemFor(err, subject{kind: "run", name: key.String(), op: "suspend"})
+	switch {
+	case ok && p.Status == http.StatusNotFound:
+		return embedded[api.SuspendRun404ApplicationProblemPlusJSONResponse](p), nil
+	case ok && p.Status == http.StatusConflict:
+		return api.SuspendRun409ApplicationProblemPlusJSONResponse(p), nil
+	case err != nil:
+		return nil, err
+	}
+	run, err := h.advancedRun(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return api.SuspendRun202JSONResponse(run), nil
+}

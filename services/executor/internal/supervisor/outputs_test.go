@@ -1,0 +1,140 @@
+package supervisor_test
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/stretchr/testify/require"
+)
+
+// withIO is spec(id, command) with declared outputs and resolved inputs.
+func withIO(id int64, command string, outputs []string, inputs map[string]string) api.AttemptSpec {
+	s := spec(id, command)
+	if outputs != nil {
+		s.Outputs = &outputs
+	}
+	if inputs != nil {
+		s.Inputs = &inputs
+	}
+	return s
+}
+
+func TestOutputsAreReadAndReportedAsWritten(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	data := t.TempDir()
+	s := newSupervisor(t, rec, supervisor.Config{DataDir: data})
+	cmd := `printf 3 > "$CAPSTAN_OUTPUTS_DIR/count"
+		echo hello > "$CAPSTAN_OUTPUTS_DIR/msg"
+		: > "$CAPSTAN_OUTPUTS_DIR/empty"
+		head -c 65536 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/max"
+		echo "$CAPSTAN_OUTPUTS_DIR $CAPSTAN_INPUTS_DIR"`
+	require.NoError(t, s.Start(withIO(1, cmd, []string{"count", "msg", "empty", "max"}, nil)))
+
+	final := rec.await(t, 1, api.TaskStateSUCCEEDED)
+	require.NotNil(t, final.Outputs)
+	require.Equal(t, map[string]string{"count": "3", "msg": "hello\n", "empty": "", "max": strings.Repeat("x", 64<<10)},
+		*final.Outputs, "values are kept exactly as written, trailing newline included; 64 KiB is allowed")
+	work := filepath.Join(data, "attempts", "1")
+	require.Equal(t, filepath.Join(work, ".capstan", "outputs")+" "+filepath.Join(work, ".capstan", "inputs")+"\n",
+		*final.Stdout, "the directories are the attempt's own, inside its work directory")
+	require.Nil(t, final.Cause)
+}
+
+func TestMissingOutputFailsTheAttemptNamingIt(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(withIO(1, `echo 3 > "$CAPSTAN_OUTPUTS_DIR/count"; echo done`,
+		[]string{"count", "total"}, nil)))
+
+	final := rec.await(t, 1, api.TaskStateFAILED)
+	require.Equal(t, api.User, *final.Cause)
+	require.Equal(t, `output "total" was not written to $CAPSTAN_OUTPUTS_DIR/total`, *final.Error)
+	require.Equal(t, 0, *final.ExitCode, "the process itself succeeded")
+	require.Equal(t, "done\n", *final.Stdout)
+	require.Nil(t, final.Outputs, "a failed attempt reports no outputs")
+}
+
+func TestOutputsOutOfBoundsFailTheAttempt(t *testing.T) {
+	t.Parallel()
+	// 17 outputs of 64 KiB: each within its bound, together past 1 MiB.
+	many := make([]string, 17)
+	for i := range many {
+		many[i] = "o" + strconv.Itoa(i)
+	}
+	cases := []struct {
+		name, cmd string
+		outputs   []string
+		err       string
+	}{
+		{"over 64 KiB", `head -c 65537 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/big"`, []string{"big"},
+			`output "big" is over 65536 bytes (64 KiB)`},
+		{"over 1 MiB a task", `for n in $(seq 0 16); do head -c 65536 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/o$n"; done`,
+			many, `outputs pass 1048576 bytes (1 MiB) a task at output "o16"`},
+		{"NUL", `printf 'a\000b' > "$CAPSTAN_OUTPUTS_DIR/bin"`, []string{"bin"}, `output "bin" contains a NUL byte`},
+		{"not UTF-8", `printf '\377' > "$CAPSTAN_OUTPUTS_DIR/bin"`, []string{"bin"}, `output "bin" is not UTF-8 text`},
+		{"symlink", `ln -s /etc/hostname "$CAPSTAN_OUTPUTS_DIR/link"`, []string{"link"},
+			`output "link" is not a readable regular file in $CAPSTAN_OUTPUTS_DIR`},
+		{"FIFO", `mkfifo "$CAPSTAN_OUTPUTS_DIR/pipe"`, []string{"pipe"},
+			`output "pipe" is not a regular file in $CAPSTAN_OUTPUTS_DIR`},
+		{"bad name", `true`, []string{"../etc"}, `output name "../etc" is not an environment-variable name`},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			s := newSupervisor(t, rec, supervisor.Config{})
+			id := int64(i + 1)
+			require.NoError(t, s.Start(withIO(id, c.cmd, c.outputs, nil)))
+			final := rec.await(t, id, api.TaskStateFAILED)
+			require.Equal(t, api.User, *final.Cause)
+			require.Equal(t, c.err, *final.Error)
+			require.Nil(t, final.Outputs)
+		})
+	}
+}
+
+func TestInputsArriveAsEnvAndFiles(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	big := strings.Repeat("y", 200<<10) // past Linux's bound on one environment string
+	inputs := map[string]string{"COUNT": "3\n", "GREETING": "from input", "BIG": big}
+	cmd := `printf '[%s]' "$COUNT" "$GREETING" "${BIG-unset}"
+		cat "$CAPSTAN_INPUTS_DIR/COUNT"
+		wc -c < "$CAPSTAN_INPUTS_DIR/BIG" | tr -d ' '`
+	require.NoError(t, s.Start(withIO(1, cmd, nil, inputs)))
+
+	final := rec.await(t, 1, api.TaskStateSUCCEEDED)
+	size := strconv.Itoa(len(big))
+	require.Equal(t, "[3\n][from input][unset]3\n"+size+"\n", *final.Stdout,
+		"an input wins over the step's env of the same name; one too large for the environment is a file only")
+	require.Nil(t, final.Outputs)
+}
+
+func TestBadInputNameFailsBeforeStarting(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	require.NoError(t, s.Start(withIO(1, "touch started", nil, map[string]string{"a/b": "x"})))
+	final := rec.await(t, 1, api.TaskStateFAILED)
+	require.Equal(t, api.User, *final.Cause)
+	require.Equal(t, `input name "a/b" is not an environment-variable name`, *final.Error)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))
+}
+
+func TestNoopReportsDeclaredOutputsEmpty(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	noop := withIO(7, "", []string{"count"}, nil)
+	noop.Plugin = "noop"
+	require.NoError(t, s.Start(noop))
+	final := rec.await(t, 7, api.TaskStateSUCCEEDED)
+	require.Equal(t, map[string]string{"count": ""}, *final.Outputs)
+}

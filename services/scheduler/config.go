@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
+	"github.com/hibiken/asynq"
+)
+
+// handlerRetry is the backoff of a scheduler-queue task whose handler
+// failed (Postgres unreachable, a lost race): full jitter, 100ms to 10s.
+var handlerRetry = domain.FullJitter{Initial: 100 * time.Millisecond, Max: 10 * time.Second}
+
+// config is the scheduler's environment. Durations are Go durations ("1s",
+// "5m", "100ms"). Each default is its env tag's, the same as
+// scheduler.Config's own (cmp.Or), which applies when a field is zero.
+type config struct {
+	svc.Common
+	// MetricsAddr is host:port of /healthz, /readyz (Postgres and Redis
+	// ping) and /metrics. Default 127.0.0.1:9091.
+	MetricsAddr string `env:"CAPSTAN_METRICS_ADDR" envDefault:"127.0.0.1:9091"`
+	// Workers is the asynq concurrency on the scheduler queue: how many of
+	// its tasks run at once. Default 10.
+	Workers int `env:"CAPSTAN_SCHEDULER_WORKERS" envDefault:"10"`
+	// Tick is the idle scheduling pass period. Default 1s.
+	Tick time.Duration `env:"CAPSTAN_SCHEDULER_TICK" envDefault:"1s"`
+	// ResyncPeriod is how often all work is re-derived from Postgres.
+	// Default 5m.
+	ResyncPeriod time.Duration `env:"CAPSTAN_RESYNC_PERIOD" envDefault:"5m"`
+	// WorkerGrace: a worker silent this long is dead: its attempts become
+	// WORKER_FAILED and are requeued. Default 5s (five heartbeats).
+	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"5s"`
+	// WorkerBackoffTable is ARC's failure backoff: a worker with n failures
+	// takes no new work until entry n after the last one, and is deleted
+	// past the last entry (its executor registers again). Durations, comma
+	// separated. Default 0s,5s,10s,20s,40s,80s.
+	WorkerBackoffTable []time.Duration `env:"CAPSTAN_WORKER_BACKOFF_TABLE" envSeparator:"," envDefault:"0s,5s,10s,20s,40s,80s"`
+	// DeadWorkerRetention is how long a dead worker stays listed before its
+	// row is deleted. Default 1h.
+	DeadWorkerRetention time.Duration `env:"CAPSTAN_DEAD_WORKER_RETENTION" envDefault:"1h"`
+	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched by
+	// the resync (its message may have been lost with Redis). Default 30s.
+	DispatchGrace time.Duration `env:"CAPSTAN_DISPATCH_GRACE" envDefault:"30s"`
+	// MaxStepRetries is how many failed retries of an on_failure: suspend
+	// step are made before the run pauses (KubeVela's). Default 10.
+	MaxStepRetries int `env:"CAPSTAN_WORKFLOW_MAX_STEP_RETRIES" envDefault:"10"`
+	// MaxFailedBackoff caps the backoff before a failed step's retry
+	// (KubeVela's). Default 300s.
+	MaxFailedBackoff time.Duration `env:"CAPSTAN_WORKFLOW_MAX_FAILED_BACKOFF" envDefault:"300s"`
+	// MaxWaitBackoff caps the backoff of a step re-checking a condition
+	// (KubeVela's). Default 60s.
+	MaxWaitBackoff time.Duration `env:"CAPSTAN_WORKFLOW_MAX_WAIT_BACKOFF" envDefault:"60s"`
+	// RetryInitialDelay is the first ceiling of the full-jitter task retry
+	// backoff. Default 1s.
+	RetryInitialDelay time.Duration `env:"CAPSTAN_RETRY_INITIAL_DELAY" envDefault:"1s"`
+	// RetryMaxDelay caps the task retry backoff. Default 5m.
+	RetryMaxDelay time.Duration `env:"CAPSTAN_RETRY_MAX_DELAY" envDefault:"5m"`
+	// PollInterval is asynq's TaskCheckInterval: an idle consumer polls this
+	// often. Default 50ms.
+	PollInterval time.Duration `env:"CAPSTAN_POLL_INTERVAL" envDefault:"50ms"`
+	// DelayedTaskCheckInterval is how often asynq moves scheduled and retry
+	// tasks to pending. Default 100ms (asynq's 5s would delay short
+	// backoffs).
+	DelayedTaskCheckInterval time.Duration `env:"CAPSTAN_DELAYED_TASK_CHECK_INTERVAL" envDefault:"100ms"`
+	// AbortMaxAttempts is the abort reconciler's ABORT_MAX_ATTEMPTS (a count
+	// of delivery rounds); abort and kill tasks' asynq retries are sized from
+	// it (queue.AbortTaskRetries). Default 10.
+	AbortMaxAttempts int `env:"ABORT_MAX_ATTEMPTS" envDefault:"10"`
+}
+
+// scheduler returns the scheduler's part of the config; queues is the
+// asynq inspector the liveness pass reads worker queues with.
+// validate checks the settings before anything connects.
+func (c config) validate() error { return c.scheduler(nil).Validate() }
+
+func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
+	return scheduler.Config{
+		Tick: c.Tick, WorkerGrace: c.WorkerGrace,
+		Resync:        scheduler.ResyncConfig{Period: c.ResyncPeriod, DispatchGrace: c.DispatchGrace},
+		Retry:         domain.FullJitter{Initial: c.RetryInitialDelay, Max: c.RetryMaxDelay},
+		AbortMaxRetry: queue.AbortTaskRetries(c.AbortMaxAttempts),
+		Liveness: scheduler.LivenessConfig{Backoff: domain.Table(c.WorkerBackoffTable),
+			DeadRetention: c.DeadWorkerRetention, Queues: queues},
+		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,
+			WaitBackoffCap: c.MaxWaitBackoff},
+	}
+}
+
+// consumer returns the asynq server config of the scheduler queue's
+// consumer; failed tasks retry after handlerRetry.
+func (c config) consumer(ctx context.Context, log *slog.Logger) asynq.Config {
+	return asynq.Config{
+		Concurrency: c.Workers, Queues: map[string]int{queue.Scheduler: 1},
+		TaskCheckInterval: c.PollInterval, DelayedTaskCheckInterval: c.DelayedTaskCheckInterval,
+		ShutdownTimeout: 5 * time.Second, Logger: svc.AsynqLogger(log), LogLevel: svc.AsynqLevel(ctx, log),
+		RetryDelayFunc: func(n int, _ error, _ *asynq.Task) time.Duration {
+			return handlerRetry.Delay(n)
+		},
+	}
+}

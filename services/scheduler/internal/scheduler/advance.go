@@ -1,0 +1,186 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
+)
+
+// Advance is what one advance of a run did.
+type Advance struct {
+	// Started lists the steps whose tasks were created.
+	Started []string
+	// Phase is the run's phase afterwards.
+	Phase domain.Phase
+}
+
+// handleRun is the run:start and run:advance handler: it advances the run.
+func (s *Scheduler) handleRun(ctx context.Context, t *asynq.Task) error {
+	var p queue.RunPayload
+	if err := queue.Decode(t, &p); err != nil {
+		return err
+	}
+	_, err := s.advance(ctx, p.Key())
+	return err
+}
+
+// advance moves a run's workflow forward in one transaction: it locks the
+// run, creates its step actions on the first call (the run's expansion) and
+// applies progress. A terminal run is left alone. A run that does not exist
+// is a permanent failure (asynq.SkipRetry).
+func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, error) {
+	var adv Advance
+	err := s.store.InTx(ctx, func(tx *store.Store) error {
+		run, err := tx.LockRun(ctx, key)
+		if err != nil {
+			return err
+		}
+		adv, err = s.progress(ctx, tx, run, time.Now().UTC())
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return adv, fmt.Errorf("run %s: %w", key, asynq.SkipRetry)
+	}
+	if err == nil {
+		s.afterAdvance(adv)
+	}
+	return adv, err
+}
+
+// afterAdvance kicks a placement pass for started steps and counts ended
+// runs.
+func (s *Scheduler) afterAdvance(adv Advance) {
+	if len(adv.Started) > 0 {
+		s.Kick()
+	}
+	if adv.Phase.IsTerminal() {
+		s.metrics.runsEnded.WithLabelValues(string(adv.Phase)).Inc()
+	}
+}
+
+// progress moves a run (locked by the caller, in tx) forward: it applies a
+// pending restart, expands the run when its step actions are missing, ends
+// the waits that are over (resolveWaits), decides with domain.Evaluate which
+// steps start now and which are SKIPPED and the run's phase, and applies
+// that: the started steps, the SKIPPED ones, a0's and the run's phase
+// (forward only).
+func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run, now time.Time) (Advance, error) {
+	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
+	if run.RestartRequestedAt != nil {
+		if err := s.restart(ctx, tx, &run, now); err != nil {
+			return Advance{}, err
+		}
+	}
+	adv := Advance{Phase: domain.Phase(run.Phase)}
+	if adv.Phase.IsTerminal() {
+		return adv, nil
+	}
+	steps, err := tx.StepActions(ctx, key)
+	if err == nil && len(steps) != len(run.Spec.Steps) {
+		steps, err = tx.ExpandSteps(ctx, key, run.Spec.Steps)
+	}
+	if err != nil {
+		return adv, err
+	}
+	if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
+		return adv, err
+	}
+	status, err := stepStatus(ctx, tx, key, run.Spec, steps)
+	if err != nil {
+		return adv, err
+	}
+	p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
+	if err := s.apply(ctx, tx, key, steps, p, now); err != nil {
+		return adv, err
+	}
+	adv.Started = append(adv.Started, p.Start...)
+	if !domain.CanMovePhase(adv.Phase, p.Phase) {
+		return adv, nil
+	}
+	if _, err := tx.SetActionPhase(ctx, key.Action(domain.RootActionName), adv.Phase, p.Phase, now); err != nil {
+		return adv, err
+	}
+	adv.Phase = p.Phase
+	return adv, tx.SetRunPhase(ctx, key, p.Phase, now)
+}
+
+// apply starts and skips what p decided.
+func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKey, steps []store.Action,
+	p domain.Progress, now time.Time) error {
+	byName := make(map[string]store.Action, len(steps))
+	for _, a := range steps {
+		byName[a.Name] = a
+	}
+	for _, name := range p.Start {
+		if err := s.startStep(ctx, tx, key, byName[name], now); err != nil {
+			return err
+		}
+	}
+	for _, name := range p.Skip {
+		if err := tx.SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepStatus is what progression reads of each step, with the outputs of
+// the SUCCEEDED ones when a step's condition may read them.
+func stepStatus(ctx context.Context, tx *store.Store, key domain.RunKey, spec domain.WorkflowSpec,
+	steps []store.Action) (map[string]domain.StepStatus, error) {
+	status := make(map[string]domain.StepStatus, len(steps))
+	for _, a := range steps {
+		status[a.Name] = domain.StepStatus{Started: a.StartedAt != nil, Phase: domain.Phase(a.Phase)}
+	}
+	if !readsOutputs(spec, status) {
+		return status, nil
+	}
+	outputs, err := tx.StepOutputs(ctx, key, nil)
+	if err != nil {
+		return nil, err
+	}
+	for name, out := range outputs {
+		st := status[name]
+		st.Outputs = out
+		status[name] = st
+	}
+	return status, nil
+}
+
+// readsOutputs reports whether a step still to be decided has a condition
+// that reads outputs.
+func readsOutputs(spec domain.WorkflowSpec, status map[string]domain.StepStatus) bool {
+	for _, st := range spec.Steps {
+		x := status[st.Name]
+		if !x.Started && !x.Phase.IsTerminal() && strings.Contains(st.If, "outputs") {
+			return true
+		}
+	}
+	return false
+}
+
+// startStep starts a step: a task step's tasks of the action's generation
+// (store.NewTasks: its replicas, each carrying the step's scheduling
+// fields); a suspend step waits its duration, or for a resume; an approval
+// waits for an approve or a reject (KubeVela's suspend and approval).
+func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action, now time.Time) error {
+	ak := key.Action(a.Name)
+	switch a.Spec.Kind {
+	case domain.KindSuspend:
+		if d := a.Spec.DurationValue(); d > 0 {
+			at := now.Add(d)
+			return tx.StartWait(ctx, ak, store.WaitDuration, &at, now)
+		}
+		return tx.StartWait(ctx, ak, store.WaitResume, nil, now)
+	case domain.KindApproval:
+		return tx.StartWait(ctx, ak, store.WaitApproval, nil, now)
+	}
+	return tx.CreateTasks(ctx, ak, store.NewTasks(ak, a.Spec, a.Generation, now), now)
+}

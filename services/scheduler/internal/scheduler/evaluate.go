@@ -1,0 +1,225 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
+)
+
+// Evaluation is what applying a finished attempt decided.
+type Evaluation struct {
+	// Done is false when the attempt was already evaluated or not finished.
+	Done   bool
+	Run    domain.RunKey
+	Result domain.RetryResult
+	// NotBefore is when a retried task may be placed again.
+	NotBefore *time.Time
+	// ActionPhase is the task's action phase after the decision.
+	ActionPhase domain.Phase
+	// AbortSurvivors is set when the action failed and its surviving tasks
+	// were killed: their live attempts must be stopped through the abort path.
+	AbortSurvivors *domain.ActionKey
+	// Advance is what the run's advance did, when the action ended.
+	Advance *Advance
+}
+
+// handleEvaluate is the task:evaluate handler.
+func (s *Scheduler) handleEvaluate(ctx context.Context, t *asynq.Task) error {
+	var p queue.AttemptPayload
+	if err := queue.Decode(t, &p); err != nil {
+		return err
+	}
+	_, err := s.evaluate(ctx, p.AttemptID)
+	return err
+}
+
+// evaluate applies a finished attempt to its task, and what follows, in one
+// transaction: after ARC's rule has been applied to its worker
+// (recordWorkerFailure), it locks the attempt's run, action and task (the
+// lock order), claims the attempt, decides the task's fate with the retry
+// budgets (decideTask), derives the action's phase and, when the action
+// ended, advances the run. Idempotent: an evaluated attempt is skipped. A
+// missing attempt is a permanent failure (asynq.SkipRetry).
+func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, error) {
+	if err := s.recordWorkerFailure(ctx, attemptID); err != nil {
+		return Evaluation{}, err
+	}
+	var ev Evaluation
+	err := s.store.InTx(ctx, func(tx *store.Store) error {
+		ev = Evaluation{}
+		run, act, t, _, err := tx.LockAttemptOwners(ctx, attemptID)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		a, ok, err := tx.ClaimFinishedAttempt(ctx, attemptID, now)
+		if err != nil || !ok {
+			return err
+		}
+		return s.decide(ctx, tx, &ev, run, act, t, a, false, now)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return ev, fmt.Errorf("attempt %d: %w", attemptID, asynq.SkipRetry)
+	}
+	if err == nil && ev.Done {
+		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
+		s.afterEvaluation(ctx, ev)
+	}
+	return ev, err
+}
+
+// decide applies claimed attempt a to its task t (both locked with their
+// action act and run in tx): the task's fate, the action's phase, and the
+// run's advance when the action ended. wasAssigned is true when a was
+// preempted while still ASSIGNED (free, Iris's preempt_task).
+func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
+	t store.Task, a store.Attempt, wasAssigned bool, now time.Time) error {
+	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
+	if !t.State.IsLive() || t.AttemptCount != a.Number {
+		return nil // the task moved on: aborted, or superseded
+	}
+	if err := s.decideTask(ctx, tx, ev, t, a, wasAssigned, now); err != nil {
+		return err
+	}
+	if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
+		return err
+	}
+	if !ev.ActionPhase.IsTerminal() && ev.ActionPhase != domain.PhasePaused {
+		return nil // the step runs on: progression cannot change
+	}
+	adv, err := s.progress(ctx, tx, run, now)
+	ev.Advance = &adv
+	return err
+}
+
+// decideTask applies Iris's handle_attempt_result to the task: the retry
+// budgets decide between a requeue to PENDING (after the retry backoff of
+// the charged counter) and a terminal state; a coscheduled task that fails
+// for good exhausts its live siblings (domain.CascadesGang).
+func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, t store.Task, a store.Attempt,
+	wasAssigned bool, now time.Time) error {
+	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
+		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
+		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
+	out := domain.AttemptOutcome{State: a.State, System: a.Cause != nil && *a.Cause == domain.CauseSystem,
+		WasAssigned: wasAssigned}
+	nb, result := domain.HandleAttemptResult(b, out)
+	ev.Result = result
+	o := store.TaskOutcome{Budget: nb, Result: result.String(), State: a.State}
+	if result == domain.ShouldRetry {
+		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
+		ev.NotBefore = &o.NotBefore
+	}
+	if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
+		return err
+	}
+	if t.Coscheduled && domain.CascadesGang(a.State, result) {
+		_, err := tx.ExhaustGangSiblings(ctx, t, now)
+		return err
+	}
+	return nil
+}
+
+// deriveAction recomputes an action's phase from its current generation's
+// task counts (Iris's _compute_job_state, domain.DeriveJobPhase) and applies
+// it forward-only; an action that newly ended in failure kills its
+// survivors. A FAILED job first goes through its step's failure policy
+// (failStep): under on_failure: suspend it waits for a retry or pauses
+// instead of ending.
+func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, now time.Time) error {
+	key := keyOf(act)
+	counts, err := tx.CountTaskStates(ctx, key, act.Generation)
+	if err != nil {
+		return err
+	}
+	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed()}
+	for st, n := range counts {
+		if int(st) >= 0 && int(st) < len(v.Counts) {
+			v.Counts[st] = n
+		}
+	}
+	from := domain.Phase(act.Phase)
+	ev.ActionPhase = domain.DeriveJobPhase(v)
+	if !domain.CanMovePhase(from, ev.ActionPhase) {
+		ev.ActionPhase = from
+		return nil
+	}
+	reason := "job " + strings.ToLower(string(ev.ActionPhase))
+	if ev.ActionPhase == domain.PhaseFailed && act.WaitingFor == nil {
+		phase, err := s.failStep(ctx, tx, act, now)
+		if err != nil || phase != "" {
+			ev.ActionPhase = cmp.Or(phase, ev.ActionPhase)
+			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, reason, now))
+		}
+	}
+	if _, err := tx.SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
+		return err
+	}
+	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() {
+		return nil
+	}
+	return s.killSurvivors(ctx, tx, ev, key, reason, now)
+}
+
+// killSurvivors finalizes a job that ended in failure: its unfinished tasks
+// become KILLED and, when any attempt of it is still live, an abort is
+// requested so the reconciler stops those processes (Iris's
+// _mark_remaining_tasks_killed and _finalize_terminal_job).
+func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Evaluation, key domain.ActionKey,
+	reason string, now time.Time) error {
+	n, err := tx.KillUnfinishedTasks(ctx, key, now)
+	if err != nil {
+		return err
+	}
+	live, err := tx.LiveAttemptsUnder(ctx, key)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	ev.AbortSurvivors = &key
+	return tx.RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason})
+}
+
+// afterEvaluation acts on what an evaluation decided, once committed: it
+// pushes the abort of a failed job's survivors and kicks a pass (a slot
+// freed, or a retry waits).
+func (s *Scheduler) afterEvaluation(ctx context.Context, ev Evaluation) {
+	if ev.AbortSurvivors != nil {
+		s.enqueueAbort(ctx, *ev.AbortSurvivors)
+	}
+	if ev.Advance != nil {
+		s.afterAdvance(*ev.Advance)
+	}
+	s.Kick()
+}
+
+// enqueueEvaluate pushes an attempt's evaluation; a failed push is healed
+// by the resync.
+func (s *Scheduler) enqueueEvaluate(ctx context.Context, attemptID int64) {
+	if err := s.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(attemptID)); err != nil {
+		s.log.Warn("enqueue evaluation failed; the resync evaluates it", "attempt", attemptID, "err", err)
+	}
+}
+
+// enqueueAbort pushes an action's abort; a failed push is healed by the
+// reconciler's periodic scan of abort_requested_at.
+func (s *Scheduler) enqueueAbort(ctx context.Context, key domain.ActionKey) {
+	if err := s.queue.Enqueue(ctx, queue.NewActionAbortTask(key, s.cfg.AbortMaxRetry)); err != nil {
+		s.log.Warn("enqueue abort failed; the reconciler's scan delivers it", "action", key.String(), "err", err)
+	}
+}
+
+// killAttempt pushes the delivery of an attempt's recorded kill request; a
+// failed push is healed by the reconciler's periodic scan.
+func (s *Scheduler) killAttempt(ctx context.Context, attemptID int64) {
+	if err := s.queue.Enqueue(ctx, queue.NewAttemptKillTask(attemptID, s.cfg.AbortMaxRetry)); err != nil {
+		s.log.Warn("enqueue attempt kill failed; the reconciler's scan delivers it", "attempt", attemptID, "err", err)
+	}
+}

@@ -1,0 +1,278 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"golang.org/x/sync/errgroup"
+)
+
+// PlacementConfig tunes the placement pass.
+type PlacementConfig struct {
+	// BatchSize caps the PENDING tasks one pass reads and places. Default 500.
+	BatchSize int
+}
+
+func (c *PlacementConfig) defaults() { c.BatchSize = cmp.Or(c.BatchSize, 500) }
+
+// PassResult is what one scheduling pass did.
+type PassResult struct {
+	Placed    int
+	Pending   int
+	Workers   int
+	Preempted int
+	Waiting   int
+}
+
+// pass runs one scheduling pass and returns how long to wait before the
+// next: at once when it filled a whole batch, else until the next backoff
+// or timed wait ends, at most Tick.
+func (s *Scheduler) pass(ctx context.Context) time.Duration {
+	res, err := s.runOnce(ctx)
+	if err != nil {
+		s.log.Warn("scheduling pass failed", "err", err)
+		return s.cfg.Tick
+	}
+	if res.Placed > 0 || res.Preempted > 0 {
+		s.log.Debug("scheduling pass", "placed", res.Placed, "preempted", res.Preempted, "waiting", res.Waiting,
+			"pending", res.Pending, "workers", res.Workers)
+	}
+	if res.Placed == s.cfg.Placement.BatchSize {
+		return 0
+	}
+	next := s.cfg.Tick
+	if at, err := s.store.NextWakeAt(ctx); err == nil && at != nil {
+		next = min(next, max(time.Until(*at), time.Millisecond))
+	}
+	return next
+}
+
+// runOnce is one scheduling pass: it places the pending tasks, highest band
+// first, on workers whose labels satisfy their constraints and whose free
+// resources and slots fit them (a coscheduled job all together or not at
+// all), preempts lower bands for a task that cannot otherwise be placed,
+// binds the placed tasks in one statement and dispatches their attempts,
+// records a pending_reason on every task left waiting, and ends jobs whose
+// scheduling deadline passed.
+func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
+	start := time.Now()
+	defer func() { s.metrics.passSeconds.Observe(time.Since(start).Seconds()) }()
+	if _, err := (expiry{s}).runOnce(ctx); err != nil {
+		return PassResult{}, err
+	}
+	workers, err := s.store.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
+	if err != nil {
+		return PassResult{}, err
+	}
+	tasks, err := s.store.PendingTasks(ctx, s.cfg.Placement.BatchSize)
+	if err != nil {
+		return PassResult{}, err
+	}
+	p := &placement{s: s, workers: workers, views: views(workers), reasons: map[int64]string{}}
+	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
+	for _, unit := range units(tasks) {
+		if err := p.place(ctx, unit); err != nil {
+			return p.res, err
+		}
+	}
+	if err := p.assign(ctx); err != nil {
+		return p.res, err
+	}
+	p.res.Waiting = len(p.reasons)
+	return p.res, s.store.SetPendingReasons(ctx, p.reasons)
+}
+
+// placement is the state of one pass.
+type placement struct {
+	s       *Scheduler
+	workers []store.WorkerLoad
+	views   []domain.WorkerView
+	reasons map[int64]string
+	running []domain.Running // loaded on first preemption
+	loaded  bool
+	placed  []store.Assignment // bound at the end of the pass
+	res     PassResult
+}
+
+// place places one unit: a single task, or every pending task of a gang.
+func (p *placement) place(ctx context.Context, unit []store.Task) error {
+	reqs := make([]domain.TaskRequest, len(unit))
+	for i, t := range unit {
+		reqs[i] = request(t)
+	}
+	var idx []int
+	var reason string
+	if len(unit) > 1 || unit[0].Coscheduled {
+		idx, reason = domain.PlaceGang(reqs, p.views)
+	} else {
+		var i int
+		i, reason = domain.Place(reqs[0], p.views)
+		if i < 0 && reqs[0].Priority > domain.PriorityBatch {
+			j, why, err := p.preempt(ctx, reqs[0])
+			if err != nil {
+				return err
+			}
+			i = j
+			if why != "" {
+				reason = why
+			}
+		}
+		if i >= 0 {
+			domain.Take(p.views, i, reqs[0].Resources)
+			idx = []int{i}
+		}
+	}
+	if idx == nil {
+		for _, t := range unit {
+			p.reasons[t.ID] = reason
+		}
+		return nil
+	}
+	for i, t := range unit {
+		p.placed = append(p.placed, store.Assignment{TaskID: t.ID, WorkerID: p.workers[idx[i]].ID})
+	}
+	return nil
+}
+
+// assign binds the tasks the pass placed to their workers, all in one
+// statement (a gang's tasks together), and dispatches their attempts. A task
+// that stopped being PENDING meanwhile is skipped.
+func (p *placement) assign(ctx context.Context) error {
+	attempts, err := p.s.store.AssignTasks(ctx, p.placed)
+	if err != nil {
+		return err
+	}
+	p.res.Placed += len(attempts)
+	p.s.metrics.placed.Add(float64(len(attempts)))
+	// One Redis round trip per attempt: in parallel, so the last attempt of a
+	// large pass does not wait for all the others' pushes.
+	var g errgroup.Group
+	g.SetLimit(dispatchers)
+	for _, a := range attempts {
+		g.Go(func() error {
+			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
+				// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
+				p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// dispatchers is how many attempt:run pushes a pass makes at once.
+const dispatchers = 8
+
+// preempt evicts lower-band attempts so that r fits on one worker (Iris's
+// preemption pass). It returns that worker's index when the room is free now
+// (every victim was still ASSIGNED), or -1 with a reason: no eviction helps,
+// or started victims are being killed and the task is placed once they stop.
+func (p *placement) preempt(ctx context.Context, r domain.TaskRequest) (int, string, error) {
+	if !p.loaded {
+		if err := p.loadRunning(ctx); err != nil {
+			return -1, "", err
+		}
+	}
+	wi, victims := domain.PickVictims(r, p.views, p.running)
+	if wi < 0 {
+		return -1, "", nil
+	}
+	stopping := 0
+	for _, v := range victims {
+		_, killRequested, err := p.s.preemptAttempt(ctx, v.AttemptID)
+		if err != nil {
+			return -1, "", err
+		}
+		p.s.metrics.preempted.Inc()
+		if killRequested {
+			stopping++
+			p.s.killAttempt(ctx, v.AttemptID)
+			continue
+		}
+		p.res.Preempted++
+		p.views[wi].Used.CPUMillis -= v.Resources.CPUMillis
+		p.views[wi].Used.MemoryBytes -= v.Resources.MemoryBytes
+		p.views[wi].FreeSlots++
+	}
+	p.running = slicesDeleteVictims(p.running, victims)
+	if stopping > 0 {
+		return -1, fmt.Sprintf("preempting %d lower-priority attempt(s) to make room", stopping), nil
+	}
+	return wi, "", nil
+}
+
+func (p *placement) loadRunning(ctx context.Context) error {
+	ids := make([]string, len(p.workers))
+	index := map[string]int{}
+	for i, w := range p.workers {
+		ids[i] = w.ID
+		index[w.ID] = i
+	}
+	live, err := p.s.store.LiveOnWorkers(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, l := range live {
+		p.running = append(p.running, domain.Running{AttemptID: l.AttemptID, Worker: index[l.WorkerID],
+			Priority: domain.Priority(l.Priority), Resources: domain.Resources{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes},
+			Started: l.State != domain.TaskAssigned, Order: l.AttemptID})
+	}
+	p.loaded = true
+	return nil
+}
+
+func slicesDeleteVictims(running, victims []domain.Running) []domain.Running {
+	gone := map[int64]bool{}
+	for _, v := range victims {
+		gone[v.AttemptID] = true
+	}
+	out := running[:0]
+	for _, r := range running {
+		if !gone[r.AttemptID] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// units groups pending tasks into placement units: one task, or all pending
+// tasks of a coscheduled action (in the order of their first task).
+func units(tasks []store.Task) [][]store.Task {
+	var out [][]store.Task
+	gang := map[string]int{}
+	for _, t := range tasks {
+		if !t.Coscheduled {
+			out = append(out, []store.Task{t})
+			continue
+		}
+		key := t.Project + "/" + t.Domain + "/" + t.RunName + "/" + t.ActionName
+		if i, ok := gang[key]; ok {
+			out[i] = append(out[i], t)
+			continue
+		}
+		gang[key] = len(out)
+		out = append(out, []store.Task{t})
+	}
+	return out
+}
+
+func request(t store.Task) domain.TaskRequest {
+	return domain.TaskRequest{Priority: domain.Priority(t.Priority), Constraints: t.Constraints,
+		Resources: domain.Resources{CPUMillis: t.CPUMillis, MemoryBytes: t.MemoryBytes}}
+}
+
+func views(ws []store.WorkerLoad) []domain.WorkerView {
+	out := make([]domain.WorkerView, len(ws))
+	for i, w := range ws {
+		out[i] = domain.WorkerView{ID: w.ID, Labels: w.Labels,
+			Capacity:  domain.Resources{CPUMillis: w.CPUMillis, MemoryBytes: w.MemoryBytes},
+			Used:      domain.Resources{CPUMillis: w.UsedCPUMillis, MemoryBytes: w.UsedMemoryBytes},
+			FreeSlots: max(w.Slots-w.Used, 0)}
+	}
+	return out
+}

@@ -1,0 +1,103 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A placement pass places each PENDING task on a worker whose labels satisfy
+// its constraints and whose free slots fit (Iris's placement), binds it with
+// an ASSIGNED attempt, dispatches the attempt to the worker's queue, and
+// gives every task left waiting a pending_reason.
+func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	wa := f.registerWith(t, 1, map[string]string{"zone": "a"})
+	wb := f.registerWith(t, 2, map[string]string{"zone": "b"})
+	key := f.newRun(t, "placed", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: iptr(3),
+		Constraints: []domain.Constraint{{Key: "zone", Op: domain.OpEQ, Value: "b"}}}}})
+	_, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+
+	res, err := f.s.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Placed, "zone b has two slots")
+	require.Equal(t, 1, res.Waiting)
+	var waiting int
+	for _, td := range f.tasks(t, key, "s") {
+		switch td.Task.State {
+		case domain.TaskAssigned:
+			require.Equal(t, wb.ID, *td.Task.WorkerID)
+			require.Len(t, td.Attempts, 1)
+			require.Equal(t, domain.TaskAssigned, td.Attempts[0].State)
+		case domain.TaskPending:
+			waiting++
+			require.NotNil(t, td.Task.PendingReason, "a waiting task says why")
+		default:
+			t.Fatalf("task %d is %s", td.Task.Idx, td.Task.State)
+		}
+	}
+	require.Equal(t, 1, waiting)
+	n, err := f.insp.GetQueueInfo(queue.WorkerQueue(wb.ID))
+	require.NoError(t, err)
+	require.Equal(t, 2, n.Size, "both attempts dispatched to zone b's worker")
+	require.False(t, f.hasQueue(t, wa.ID), "nothing dispatched to zone a")
+	act, err := f.st.GetAction(ctx, key.Action("s"))
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseRunning), act.Action.Phase)
+}
+
+// A coscheduled step is placed all together or not at all (Iris's gang
+// scheduling): with two free slots its three tasks wait, each with a reason;
+// with a third slot they are all placed in one pass.
+func TestPlacementPlacesAGangTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	f.registerWith(t, 2, nil)
+	key := f.newRun(t, "gang", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: iptr(3),
+		Coscheduled: true}}})
+	_, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+
+	res, err := f.s.runOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Placed)
+	require.Equal(t, 3, res.Waiting)
+	for _, td := range f.tasks(t, key, "s") {
+		require.Equal(t, domain.TaskPending, td.Task.State)
+		require.NotNil(t, td.Task.PendingReason)
+	}
+	act, err := f.st.GetAction(ctx, key.Action("s"))
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseWaitingForResources), act.Action.Phase)
+
+	f.registerWith(t, 1, nil)
+	res, err = f.s.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Placed)
+	for _, td := range f.tasks(t, key, "s") {
+		require.Equal(t, domain.TaskAssigned, td.Task.State)
+		require.Nil(t, td.Task.PendingReason)
+	}
+}
+
+// registerWith registers an alive worker with slots and labels.
+func (f *runFixture) registerWith(t *testing.T, slots int, labels map[string]string) store.Worker {
+	t.Helper()
+	w, err := f.st.RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1",
+		Slots: slots, Labels: labels})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.insp.DeleteQueue(queue.WorkerQueue(w.ID), true) })
+	return w
+}

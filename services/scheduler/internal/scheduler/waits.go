@@ -1,0 +1,160 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// WorkflowConfig tunes KubeVela's workflow rules.
+type WorkflowConfig struct {
+	// MaxStepRetries is how many failed retries of an on_failure: suspend
+	// step are made before the run pauses. Default 10 (KubeVela's
+	// --max-workflow-step-error-retry-times).
+	MaxStepRetries int
+	// FailedBackoffCap caps the backoff before a failed step's retry.
+	// Default 300s (KubeVela's --max-workflow-failed-backoff-time).
+	FailedBackoffCap time.Duration
+	// WaitBackoffCap caps the backoff of a step re-checking a condition.
+	// Default 60s (KubeVela's --max-workflow-wait-backoff-time).
+	WaitBackoffCap time.Duration
+}
+
+func (c *WorkflowConfig) defaults() {
+	c.MaxStepRetries = cmp.Or(c.MaxStepRetries, domain.KubeVelaMaxRetries)
+	c.FailedBackoffCap = cmp.Or(c.FailedBackoffCap, domain.KubeVelaFailedCap)
+	c.WaitBackoffCap = cmp.Or(c.WaitBackoffCap, domain.KubeVelaWaitCap)
+}
+
+// resolveWaits ends the waits of a run's steps that are over, in place in
+// steps: a suspend's duration that passed and a resume after a step paused
+// (SUCCEEDED), an approval decided (SUCCEEDED, or FAILED with reason
+// rejected), a retry's backoff that passed and a resume of a step paused
+// after its retries (its next generation starts). It returns the steps whose
+// new tasks it created.
+func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
+	now time.Time) ([]string, error) {
+	var started []string
+	for i := range steps {
+		a := &steps[i]
+		if a.WaitingFor == nil || domain.Phase(a.Phase).IsTerminal() {
+			continue
+		}
+		to, reason, retry := waitOutcome(run, *a, now)
+		var err error
+		switch {
+		case retry:
+			failed := a.FailedTimes
+			if *a.WaitingFor == store.WaitResume {
+				failed = 0 // a resume retries with a fresh count
+			}
+			err = s.retryStep(ctx, tx, a, failed, now)
+			started = append(started, a.Name)
+		case to != "":
+			err = tx.EndWait(ctx, keyOf(*a), domain.Phase(a.Phase), to, reason, now)
+			a.Phase, a.WaitingFor = string(to), nil
+		}
+		if err != nil {
+			return started, err
+		}
+	}
+	return started, nil
+}
+
+// waitOutcome decides how a step's wait ends now: in phase to (with a
+// reason), by a retry of the step, or not yet ("", false).
+func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase, reason string, retry bool) {
+	due := a.NotBefore != nil && !now.Before(*a.NotBefore)
+	resumed := run.ResumeRequestedAt != nil && a.PausedAt != nil && !run.ResumeRequestedAt.Before(*a.PausedAt)
+	switch *a.WaitingFor {
+	case store.WaitDuration:
+		if due || resumed {
+			return domain.PhaseSucceeded, "", false
+		}
+	case store.WaitApproval:
+		if a.Decision != nil && *a.Decision == store.DecisionApproved {
+			return domain.PhaseSucceeded, "", false
+		}
+		if a.Decision != nil {
+			return domain.PhaseFailed, store.DecisionRejected, false
+		}
+	case store.WaitResume:
+		if resumed && a.Spec.Kind == domain.KindTask {
+			return "", "", true
+		}
+		if resumed {
+			return domain.PhaseSucceeded, "", false
+		}
+	case store.WaitRetry:
+		return "", "", due
+	}
+	return "", "", false
+}
+
+// retryStep starts a step's next generation of tasks (KubeVela retries a
+// failed step as a whole; the old tasks and attempts stay as history). The
+// step keeps its first start, so its timeout counts across retries.
+func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Action, failedTimes int, now time.Time) error {
+	key := keyOf(*a)
+	if err := tx.RetryStep(ctx, key, domain.Phase(a.Phase), a.Generation+1, failedTimes, now); err != nil {
+		return err
+	}
+	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
+	return tx.InsertTasks(ctx, store.NewTasks(key, a.Spec, a.Generation, now))
+}
+
+// failStep applies a task step's failure policy once its job FAILED: with
+// on_failure: suspend (KubeVela's retry-then-suspend) it waits for a retry
+// after KubeVela's backoff while failed retries remain (RUNNING), else it
+// pauses until a resume (PAUSED); it returns the phase the step is in, or
+// "" when the policy is fail and the FAILED phase applies.
+func (s *Scheduler) failStep(ctx context.Context, tx *store.Store, act store.Action, now time.Time) (domain.Phase, error) {
+	if act.Spec.OnFailure != domain.OnFailureSuspend {
+		return "", nil
+	}
+	key, n := keyOf(act), act.FailedTimes+1
+	cfg := s.cfg.Workflow
+	if n <= cfg.MaxStepRetries {
+		delay := domain.KubeVela{Cap: cfg.FailedBackoffCap}.Delay(n)
+		return domain.Phase(act.Phase), tx.WaitForRetry(ctx, key, n, now.Add(delay), now)
+	}
+	reason := fmt.Sprintf("failed %d times; a resume retries it", n)
+	return domain.PhasePaused, tx.PauseStep(ctx, key, domain.Phase(act.Phase), n, reason, now)
+}
+
+// restart applies a run's pending restart (`argo retry`-like): the steps
+// domain.RestartSteps names start over under their next generation, and the
+// run and a0 go back to RUNNING. run is updated in place.
+func (s *Scheduler) restart(ctx context.Context, tx *store.Store, run *store.Run, now time.Time) error {
+	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
+	steps, err := tx.StepActions(ctx, key)
+	if err != nil {
+		return err
+	}
+	status := make(map[string]domain.StepStatus, len(steps))
+	for _, a := range steps {
+		status[a.Name] = domain.StepStatus{Started: a.StartedAt != nil, Phase: domain.Phase(a.Phase)}
+	}
+	from := ""
+	if run.RestartFrom != nil {
+		from = *run.RestartFrom
+	}
+	names := domain.RestartSteps(run.Spec, status, from)
+	if err := tx.ResetSteps(ctx, key, names, now); err != nil {
+		return err
+	}
+	if err := tx.ReopenRun(ctx, key, domain.Phase(run.Phase), names, now); err != nil {
+		return err
+	}
+	run.Phase, run.RestartRequestedAt, run.RestartFrom, run.EndedAt = string(domain.PhaseRunning), nil, nil, nil
+	return nil
+}
+
+// keyOf is an action's key.
+func keyOf(a store.Action) domain.ActionKey {
+	return domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}.Action(a.Name)
+}
