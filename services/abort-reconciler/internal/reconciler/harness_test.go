@@ -110,6 +110,9 @@ func (h *harness) waitKillOutcome(key domain.ActionKey, id int64) store.Attempt 
 		return a.KillOutcome != nil
 	}, waitFor, 2*time.Millisecond, "kill of attempt %d never cleared", id)
 	require.Nil(h.t, a.KillRequestedAt)
+	// The handler counts its metrics after the clear: wait until it has
+	// returned, so a test reads settled counters.
+	h.waitQueueIdle()
 	return a
 }
 
@@ -192,6 +195,9 @@ func (h *harness) waitOutcome(key domain.ActionKey) store.Action {
 		return a.AbortOutcome != nil
 	}, waitFor, 2*time.Millisecond, "abort of %s never cleared", key)
 	require.Nil(h.t, a.AbortRequestedAt)
+	// The handler counts its metrics after the clear: wait until it has
+	// returned, so a test reads settled counters.
+	h.waitQueueIdle()
 	return a
 }
 
