@@ -42,6 +42,27 @@ func (e AbortRecordKind) Valid() bool {
 	}
 }
 
+// Defines values for ActionCacheStatus.
+const (
+	HIT       ActionCacheStatus = "HIT"
+	MISS      ActionCacheStatus = "MISS"
+	POPULATED ActionCacheStatus = "POPULATED"
+)
+
+// Valid indicates whether the value is a known member of the ActionCacheStatus enum.
+func (e ActionCacheStatus) Valid() bool {
+	switch e {
+	case HIT:
+		return true
+	case MISS:
+		return true
+	case POPULATED:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ApprovalDecision.
 const (
 	Approved ApprovalDecision = "approved"
@@ -63,6 +84,7 @@ func (e ApprovalDecision) Valid() bool {
 // Defines values for AttemptReportCause.
 const (
 	Aborted    AttemptReportCause = "aborted"
+	Permanent  AttemptReportCause = "permanent"
 	Preempted  AttemptReportCause = "preempted"
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
@@ -75,6 +97,8 @@ func (e AttemptReportCause) Valid() bool {
 	switch e {
 	case Aborted:
 		return true
+	case Permanent:
+		return true
 	case Preempted:
 		return true
 	case System:
@@ -84,6 +108,42 @@ func (e AttemptReportCause) Valid() bool {
 	case User:
 		return true
 	case WorkerLost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CleanupStepStep.
+const (
+	Abort    CleanupStepStep = "abort"
+	Finalize CleanupStepStep = "finalize"
+)
+
+// Valid indicates whether the value is a known member of the CleanupStepStep enum.
+func (e CleanupStepStep) Valid() bool {
+	switch e {
+	case Abort:
+		return true
+	case Finalize:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LogChunkStream.
+const (
+	Stderr LogChunkStream = "stderr"
+	Stdout LogChunkStream = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the LogChunkStream enum.
+func (e LogChunkStream) Valid() bool {
+	switch e {
+	case Stderr:
+		return true
+	case Stdout:
 		return true
 	default:
 		return false
@@ -101,6 +161,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
 )
@@ -125,6 +186,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITINGFORCACHE:
 		return true
 	case PhaseWAITINGFORRESOURCES:
 		return true
@@ -282,9 +345,15 @@ type Action struct {
 	Abort *AbortStatus `json:"abort,omitempty"`
 
 	// Approval An approval step's decision; absent until decided.
-	Approval  *Approval  `json:"approval,omitempty"`
-	DependsOn *[]string  `json:"depends_on,omitempty"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Approval *Approval `json:"approval,omitempty"`
+
+	// CacheKey A cached step's key
+	CacheKey *string `json:"cache_key,omitempty"`
+
+	// CacheStatus A cached step's lookup: HIT (it SUCCEEDED with an entry's outputs and ran no task), MISS (it runs) or POPULATED (it ran, succeeded and wrote the entry). Absent for a step without cache.
+	CacheStatus *ActionCacheStatus `json:"cache_status,omitempty"`
+	DependsOn   *[]string          `json:"depends_on,omitempty"`
+	EndedAt     *time.Time         `json:"ended_at,omitempty"`
 
 	// Generation The step's current run: a retry of the step or a restart starts the next, its tasks anew.
 	Generation *int   `json:"generation,omitempty"`
@@ -316,6 +385,9 @@ type Action struct {
 	WaitingFor *string `json:"waiting_for,omitempty"`
 }
 
+// ActionCacheStatus A cached step's lookup: HIT (it SUCCEEDED with an entry's outputs and ran no task), MISS (it runs) or POPULATED (it ran, succeeded and wrote the entry). Absent for a step without cache.
+type ActionCacheStatus string
+
 // Approval An approval step's decision; absent until decided.
 type Approval struct {
 	At       time.Time        `json:"at"`
@@ -336,8 +408,11 @@ type ApprovalRequest struct {
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, worker_lost, preempted, timeout or aborted.
-	Cause      *string      `json:"cause,omitempty"`
+	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	Cause *string `json:"cause,omitempty"`
+
+	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
+	Code       *string      `json:"code,omitempty"`
 	CreatedAt  time.Time    `json:"created_at"`
 	Error      *string      `json:"error,omitempty"`
 	ExitCode   *int         `json:"exit_code,omitempty"`
@@ -363,9 +438,15 @@ type AttemptLogs struct {
 
 // AttemptReport defines model for AttemptReport.
 type AttemptReport struct {
-	Cause    *AttemptReportCause `json:"cause,omitempty"`
-	Error    *string             `json:"error,omitempty"`
-	ExitCode *int                `json:"exit_code,omitempty"`
+	Cause *AttemptReportCause `json:"cause,omitempty"`
+
+	// Cleanup With a stopped attempt's final report: the plugin's Abort and Finalize as they ran, in order.
+	Cleanup *[]CleanupStep `json:"cleanup,omitempty"`
+
+	// Code A stable error code, e.g. InvalidPluginSpec.
+	Code     *string `json:"code,omitempty"`
+	Error    *string `json:"error,omitempty"`
+	ExitCode *int    `json:"exit_code,omitempty"`
 
 	// Outputs With SUCCEEDED: the values the task wrote, output name → value. Names are environment-variable names; each value at most 64 KiB, all of them at most 1 MiB, no NUL. Ignored with other states.
 	Outputs *map[string]string `json:"outputs,omitempty"`
@@ -393,15 +474,25 @@ type AttemptReportResponse struct {
 
 // AttemptSpec defines model for AttemptSpec.
 type AttemptSpec struct {
-	Action  string            `json:"action"`
-	Command string            `json:"command"`
-	Domain  string            `json:"domain"`
-	Env     map[string]string `json:"env"`
-	Id      int64             `json:"id"`
+	Action  string    `json:"action"`
+	Args    *[]string `json:"args,omitempty"`
+	Command string    `json:"command"`
+
+	// Container The container plugin's image, argv (the image's entrypoint when empty) and environment.
+	Container *ContainerSpec    `json:"container,omitempty"`
+	Domain    string            `json:"domain"`
+	Env       map[string]string `json:"env"`
+
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	Http *HTTPSpec `json:"http,omitempty"`
+	Id   int64     `json:"id"`
 
 	// Inputs The step's inputs resolved from its producers' outputs, NAME → value: each arrives as the environment variable NAME and the file $CAPSTAN_INPUTS_DIR/NAME. Absent when none.
 	Inputs *map[string]string `json:"inputs,omitempty"`
-	Number int                `json:"number"`
+
+	// KillGraceMs Milliseconds between SIGTERM and SIGKILL on abort.
+	KillGraceMs *int64 `json:"kill_grace_ms,omitempty"`
+	Number      int    `json:"number"`
 
 	// Outputs The outputs the step declares: each task writes each to $CAPSTAN_OUTPUTS_DIR/<name>. Absent when none.
 	Outputs *[]string `json:"outputs,omitempty"`
@@ -419,6 +510,62 @@ type AttemptSpec struct {
 	WorkerId  *string   `json:"worker_id,omitempty"`
 }
 
+// CacheEntry defines model for CacheEntry.
+type CacheEntry struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// ExpiresAt When it stops being a hit (max_age); absent = never.
+	ExpiresAt   *time.Time        `json:"expires_at,omitempty"`
+	Key         string            `json:"key"`
+	Outputs     map[string]string `json:"outputs"`
+	Reservation *CacheReservation `json:"reservation,omitempty"`
+
+	// Run The run that populated it.
+	Run *string `json:"run,omitempty"`
+
+	// Step The step that populated it.
+	Step    *string `json:"step,omitempty"`
+	Version string  `json:"version"`
+}
+
+// CacheEntryList defines model for CacheEntryList.
+type CacheEntryList struct {
+	Entries    []CacheEntry `json:"entries"`
+	NextCursor *string      `json:"next_cursor,omitempty"`
+}
+
+// CacheReservation defines model for CacheReservation.
+type CacheReservation struct {
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Owner The reserving action, run/action.
+	Owner string `json:"owner"`
+}
+
+// CacheSpec Makes a task step discoverable: its key hashes the plugin spec, the resolved inputs and the version, within the project and domain. A valid entry makes the step SUCCEED at once with the cached outputs.
+type CacheSpec struct {
+	// MaxAge How long an entry is a hit, a duration such as "24h"; absent = forever.
+	MaxAge *string `json:"max_age,omitempty"`
+
+	// Serializable Concurrent runs of the same key execute once: the others wait (WAITING_FOR_CACHE) for its outcome.
+	Serializable *bool `json:"serializable,omitempty"`
+
+	// Version Part of the key: change it to stop using older entries.
+	Version string `json:"version"`
+}
+
+// CleanupStep defines model for CleanupStep.
+type CleanupStep struct {
+	At time.Time `json:"at"`
+
+	// Error The last failure before it succeeded.
+	Error *string         `json:"error,omitempty"`
+	Step  CleanupStepStep `json:"step"`
+}
+
+// CleanupStepStep defines model for CleanupStep.Step.
+type CleanupStepStep string
+
 // Constraint defines model for Constraint.
 type Constraint struct {
 	Key string `json:"key"`
@@ -427,6 +574,13 @@ type Constraint struct {
 	Op     string    `json:"op"`
 	Value  *string   `json:"value,omitempty"`
 	Values *[]string `json:"values,omitempty"`
+}
+
+// ContainerSpec The container plugin's image, argv (the image's entrypoint when empty) and environment.
+type ContainerSpec struct {
+	Args  *[]string          `json:"args,omitempty"`
+	Env   *map[string]string `json:"env,omitempty"`
+	Image string             `json:"image"`
 }
 
 // CreateRunRequest defines model for CreateRunRequest.
@@ -441,6 +595,17 @@ type FieldError struct {
 	// Field A JSON path into the request body, e.g. spec.steps[1].plugin.
 	Field   string `json:"field"`
 	Message string `json:"message"`
+}
+
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+type HTTPSpec struct {
+	Body         *string            `json:"body,omitempty"`
+	Headers      *map[string]string `json:"headers,omitempty"`
+	Method       *string            `json:"method,omitempty"`
+	SuccessCodes *[]int             `json:"success_codes,omitempty"`
+
+	// Url An absolute http or https URL.
+	Url string `json:"url"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -461,6 +626,21 @@ type HeartbeatReport struct {
 
 	// Draining The executor is shutting down: place no new work on it (sticky).
 	Draining *bool `json:"draining,omitempty"`
+}
+
+// LogChunk defines model for LogChunk.
+type LogChunk struct {
+	// Data Output as written, valid UTF-8 without NUL.
+	Data   string         `json:"data"`
+	Stream LogChunkStream `json:"stream"`
+}
+
+// LogChunkStream defines model for LogChunk.Stream.
+type LogChunkStream string
+
+// LogChunks defines model for LogChunks.
+type LogChunks struct {
+	Chunks []LogChunk `json:"chunks"`
 }
 
 // Name A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
@@ -555,14 +735,23 @@ type RunSummary struct {
 
 // Step One step of a workflow; a task step runs `replicas` tasks with a plugin.
 type Step struct {
+	// Args The shell plugin's argv, executed directly without a shell (instead of command).
+	Args *[]string `json:"args,omitempty"`
+
 	// AttemptTimeout Longest running time of each attempt, a duration such as "10m"; an attempt past it is KILLED and the step TIMED_OUT.
 	AttemptTimeout *string `json:"attempt_timeout,omitempty"`
 
-	// Command The shell script to run.
+	// Cache Makes a task step discoverable: its key hashes the plugin spec, the resolved inputs and the version, within the project and domain. A valid entry makes the step SUCCEED at once with the cached outputs.
+	Cache *CacheSpec `json:"cache,omitempty"`
+
+	// Command The shell plugin's script, run with /bin/sh -c.
 	Command *string `json:"command,omitempty"`
 
 	// Constraints Worker label constraints; all must hold.
 	Constraints *[]Constraint `json:"constraints,omitempty"`
+
+	// Container The container plugin's image, argv (the image's entrypoint when empty) and environment.
+	Container *ContainerSpec `json:"container,omitempty"`
 
 	// Coscheduled Place all replicas together or none (a gang); a terminal failure of one ends its running siblings.
 	Coscheduled *bool `json:"coscheduled,omitempty"`
@@ -574,11 +763,17 @@ type Step struct {
 	Duration *string            `json:"duration,omitempty"`
 	Env      *map[string]string `json:"env,omitempty"`
 
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	Http *HTTPSpec `json:"http,omitempty"`
+
 	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
 	If *string `json:"if,omitempty"`
 
 	// Inputs Values of earlier steps' outputs this step receives as environment variables and files under $CAPSTAN_INPUTS_DIR.
 	Inputs *[]StepInput `json:"inputs,omitempty"`
+
+	// KillGrace How long an aborted process has between SIGTERM and SIGKILL, a duration such as "5s".
+	KillGrace *string `json:"kill_grace,omitempty"`
 
 	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject.
 	Kind *string `json:"kind,omitempty"`
@@ -588,6 +783,9 @@ type Step struct {
 
 	// MaxRetriesPreemption How many times a task lost with its worker or preempted is requeued (0 to 10000).
 	MaxRetriesPreemption *int `json:"max_retries_preemption,omitempty"`
+
+	// MaxSystemFailures How many platform failures (the program cannot start, the work dir cannot be made, the container runtime fails) a task is retried in place without charging max_retries_failure (0 to 100); past it the task FAILS with the code MaxSystemFailuresExceeded. Default the scheduler's (3).
+	MaxSystemFailures *int `json:"max_system_failures,omitempty"`
 
 	// MaxTaskFailures How many FAILED tasks the step tolerates before it FAILS and its other tasks are killed.
 	MaxTaskFailures *int `json:"max_task_failures,omitempty"`
@@ -601,7 +799,7 @@ type Step struct {
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 64 KiB each, 1 MiB a task).
 	Outputs *[]string `json:"outputs,omitempty"`
 
-	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
+	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
 	Plugin *string `json:"plugin,omitempty"`
 
 	// Priority production (never preempted), interactive (the default) or batch (preemptible).
@@ -639,14 +837,17 @@ type Task struct {
 	Index                int        `json:"index"`
 	MaxRetriesFailure    int        `json:"max_retries_failure"`
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
+	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
 	PendingReason        *string    `json:"pending_reason,omitempty"`
 	PreemptionCount      int        `json:"preemption_count"`
 
 	// State Iris task states; the database stores their numeric values.
-	State              TaskState `json:"state"`
-	SystemFailureCount *int      `json:"system_failure_count,omitempty"`
-	WorkerId           *string   `json:"worker_id,omitempty"`
+	State TaskState `json:"state"`
+
+	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
+	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
+	WorkerId           *string `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -730,6 +931,12 @@ type ListAbortsParams struct {
 // ListAbortsParamsState defines parameters for ListAborts.
 type ListAbortsParamsState string
 
+// ListCacheEntriesParams defines parameters for ListCacheEntries.
+type ListCacheEntriesParams struct {
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	Phase *Phase `form:"phase,omitempty" json:"phase,omitempty"`
@@ -749,7 +956,13 @@ type CreateRunParams struct {
 type GetAttemptLogsParams struct {
 	// Generation The step's generation the task belongs to (a retry of the step or a restart starts the next); default the current one.
 	Generation *int `form:"generation,omitempty" json:"generation,omitempty"`
+
+	// Follow Stream the output as server-sent events while the attempt runs: an event `stdout` or `stderr` per chunk (data: the text, one data line per line), then `end` once the attempt ended and everything was sent.
+	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
 }
+
+// AppendAttemptLogsJSONRequestBody defines body for AppendAttemptLogs for application/json ContentType.
+type AppendAttemptLogsJSONRequestBody = LogChunks
 
 // ReportAttemptJSONRequestBody defines body for ReportAttempt for application/json ContentType.
 type ReportAttemptJSONRequestBody = AttemptReport
@@ -872,6 +1085,24 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/attempts/{id} (the `GetAttempt` operationId).
 	GetAttempt(ctx context.Context, id AttemptID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AppendAttemptLogsWithBody An executor ships output of an attempt it holds while it runs.
+	//
+	// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+	AppendAttemptLogsWithBody(ctx context.Context, id AttemptID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AppendAttemptLogs An executor ships output of an attempt it holds while it runs.
+	//
+	// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+	AppendAttemptLogs(ctx context.Context, id AttemptID, body AppendAttemptLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ReportAttemptWithBody An executor reports a fact about an attempt it holds.
 	//
 	// Takes any type of body and a specified content type.
@@ -885,6 +1116,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttempt(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
+	ListCacheEntries(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
+	DeleteCacheEntry(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRuns List runs, newest first, with cursor pagination.
 	//
@@ -987,7 +1228,7 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
 	RejectAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
+	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 	GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1135,6 +1376,44 @@ func (c *Client) GetAttempt(ctx context.Context, id AttemptID, reqEditors ...Req
 	return c.Client.Do(req)
 }
 
+// AppendAttemptLogsWithBody An executor ships output of an attempt it holds while it runs.
+//
+// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+func (c *Client) AppendAttemptLogsWithBody(ctx context.Context, id AttemptID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendAttemptLogsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AppendAttemptLogs An executor ships output of an attempt it holds while it runs.
+//
+// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+func (c *Client) AppendAttemptLogs(ctx context.Context, id AttemptID, body AppendAttemptLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendAttemptLogsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ReportAttemptWithBody An executor reports a fact about an attempt it holds.
 //
 // Takes any type of body and a specified content type.
@@ -1159,6 +1438,36 @@ func (c *Client) ReportAttemptWithBody(ctx context.Context, id AttemptID, conten
 // Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 func (c *Client) ReportAttempt(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReportAttemptRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
+func (c *Client) ListCacheEntries(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListCacheEntriesRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteCacheEntry Evict one entry; the next run of its key executes again.
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
+func (c *Client) DeleteCacheEntry(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteCacheEntryRequest(c.Server, project, domain, key)
 	if err != nil {
 		return nil, err
 	}
@@ -1400,7 +1709,7 @@ func (c *Client) RejectAction(ctx context.Context, project Project, domain Domai
 	return c.Client.Do(req)
 }
 
-// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
+// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 func (c *Client) GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1755,6 +2064,53 @@ func NewGetAttemptRequest(server string, id AttemptID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewAppendAttemptLogsRequest calls the generic AppendAttemptLogs builder with application/json body
+func NewAppendAttemptLogsRequest(server string, id AttemptID, body AppendAttemptLogsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAppendAttemptLogsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAppendAttemptLogsRequestWithBody constructs an http.Request for the AppendAttemptLogs method, with any body, and a specified content type
+func NewAppendAttemptLogsRequestWithBody(server string, id AttemptID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/attempts/%s/logs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewReportAttemptRequest calls the generic ReportAttempt builder with application/json body
 func NewReportAttemptRequest(server string, id AttemptID, body ReportAttemptJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1798,6 +2154,134 @@ func NewReportAttemptRequestWithBody(server string, id AttemptID, contentType st
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListCacheEntriesRequest constructs an http.Request for the ListCacheEntries method
+func NewListCacheEntriesRequest(server string, project Project, domain Domain, params *ListCacheEntriesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/cache", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteCacheEntryRequest constructs an http.Request for the DeleteCacheEntry method
+func NewDeleteCacheEntryRequest(server string, project Project, domain Domain, key string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/cache/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2413,6 +2897,18 @@ func NewGetAttemptLogsRequest(server string, project Project, domain Domain, run
 
 		}
 
+		if params.Follow != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "follow", *params.Follow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -2820,6 +3316,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/attempts/{id} (the `GetAttempt` operationId).
 	GetAttemptWithResponse(ctx context.Context, id AttemptID, reqEditors ...RequestEditorFn) (*GetAttemptResponse, error)
 
+	// AppendAttemptLogsWithBodyWithResponse An executor ships output of an attempt it holds while it runs.
+	//
+	// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+	AppendAttemptLogsWithBodyWithResponse(ctx context.Context, id AttemptID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendAttemptLogsResponse, error)
+
+	// AppendAttemptLogsWithResponse An executor ships output of an attempt it holds while it runs.
+	//
+	// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+	AppendAttemptLogsWithResponse(ctx context.Context, id AttemptID, body AppendAttemptLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendAttemptLogsResponse, error)
+
 	// ReportAttemptWithBodyWithResponse An executor reports a fact about an attempt it holds.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -2833,6 +3347,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttemptWithResponse(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptResponse, error)
+
+	// ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
+	ListCacheEntriesWithResponse(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*ListCacheEntriesResponse, error)
+
+	// DeleteCacheEntryWithResponse Evict one entry; the next run of its key executes again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
+	DeleteCacheEntryWithResponse(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*DeleteCacheEntryResponse, error)
 
 	// ListRunsWithResponse List runs, newest first, with cursor pagination.
 	//
@@ -2941,7 +3469,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject (the `RejectAction` operationId).
 	RejectActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, body RejectActionJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectActionResponse, error)
 
-	// GetAttemptLogsWithResponse The captured (bounded) stdout and stderr of one attempt.
+	// GetAttemptLogsWithResponse The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3157,6 +3685,54 @@ func (r GetAttemptResponse) ContentType() string {
 	return ""
 }
 
+type AppendAttemptLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r AppendAttemptLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AppendAttemptLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AppendAttemptLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AppendAttemptLogsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ReportAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3213,6 +3789,95 @@ func (r ReportAttemptResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReportAttemptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListCacheEntriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CacheEntryList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListCacheEntriesResponse) GetJSON200() *CacheEntryList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListCacheEntriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListCacheEntriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListCacheEntriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListCacheEntriesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteCacheEntryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteCacheEntryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteCacheEntryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteCacheEntryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteCacheEntryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4087,6 +4752,36 @@ func (c *ClientWithResponses) GetAttemptWithResponse(ctx context.Context, id Att
 	return ParseGetAttemptResponse(rsp)
 }
 
+// AppendAttemptLogsWithBodyWithResponse An executor ships output of an attempt it holds while it runs.
+//
+// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+func (c *ClientWithResponses) AppendAttemptLogsWithBodyWithResponse(ctx context.Context, id AttemptID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendAttemptLogsResponse, error) {
+	rsp, err := c.AppendAttemptLogsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAppendAttemptLogsResponse(rsp)
+}
+
+// AppendAttemptLogsWithResponse An executor ships output of an attempt it holds while it runs.
+//
+// Chunks are stored in order, bounded per attempt (CAPSTAN_LOG_MAX_BYTES): past the bound the oldest are dropped and a marker says how many bytes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{id}/logs (the `AppendAttemptLogs` operationId).
+func (c *ClientWithResponses) AppendAttemptLogsWithResponse(ctx context.Context, id AttemptID, body AppendAttemptLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendAttemptLogsResponse, error) {
+	rsp, err := c.AppendAttemptLogs(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAppendAttemptLogsResponse(rsp)
+}
+
 // ReportAttemptWithBodyWithResponse An executor reports a fact about an attempt it holds.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -4111,6 +4806,32 @@ func (c *ClientWithResponses) ReportAttemptWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseReportAttemptResponse(rsp)
+}
+
+// ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
+func (c *ClientWithResponses) ListCacheEntriesWithResponse(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*ListCacheEntriesResponse, error) {
+	rsp, err := c.ListCacheEntries(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListCacheEntriesResponse(rsp)
+}
+
+// DeleteCacheEntryWithResponse Evict one entry; the next run of its key executes again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
+func (c *ClientWithResponses) DeleteCacheEntryWithResponse(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*DeleteCacheEntryResponse, error) {
+	rsp, err := c.DeleteCacheEntry(ctx, project, domain, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteCacheEntryResponse(rsp)
 }
 
 // ListRunsWithResponse List runs, newest first, with cursor pagination.
@@ -4298,7 +5019,7 @@ func (c *ClientWithResponses) RejectActionWithResponse(ctx context.Context, proj
 	return ParseRejectActionResponse(rsp)
 }
 
-// GetAttemptLogsWithResponse The captured (bounded) stdout and stderr of one attempt.
+// GetAttemptLogsWithResponse The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4561,6 +5282,42 @@ func ParseGetAttemptResponse(rsp *http.Response) (*GetAttemptResponse, error) {
 	return response, nil
 }
 
+// ParseAppendAttemptLogsResponse parses an HTTP response from a AppendAttemptLogsWithResponse call
+func ParseAppendAttemptLogsResponse(rsp *http.Response) (*AppendAttemptLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AppendAttemptLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseReportAttemptResponse parses an HTTP response from a ReportAttemptWithResponse call
 func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4602,6 +5359,68 @@ func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListCacheEntriesResponse parses an HTTP response from a ListCacheEntriesWithResponse call
+func ParseListCacheEntriesResponse(rsp *http.Response) (*ListCacheEntriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListCacheEntriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CacheEntryList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteCacheEntryResponse parses an HTTP response from a DeleteCacheEntryWithResponse call
+func ParseDeleteCacheEntryResponse(rsp *http.Response) (*DeleteCacheEntryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteCacheEntryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	}
 
@@ -4949,6 +5768,9 @@ func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, e
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
 	}
 
 	return response, nil
@@ -5217,9 +6039,18 @@ type ServerInterface interface {
 	// GetAttempt What an executor needs to run one attempt.
 	// (GET /v1/attempts/{id})
 	GetAttempt(ctx echo.Context, id AttemptID) error
+	// AppendAttemptLogs An executor ships output of an attempt it holds while it runs.
+	// (POST /v1/attempts/{id}/logs)
+	AppendAttemptLogs(ctx echo.Context, id AttemptID) error
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx echo.Context, id AttemptID) error
+	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+	// (GET /v1/projects/{project}/domains/{domain}/cache)
+	ListCacheEntries(ctx echo.Context, project Project, domain Domain, params ListCacheEntriesParams) error
+	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
+	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
+	DeleteCacheEntry(ctx echo.Context, project Project, domain Domain, key string) error
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx echo.Context, project Project, domain Domain, params ListRunsParams) error
@@ -5244,7 +6075,7 @@ type ServerInterface interface {
 	// RejectAction Reject an approval step that waits; the step fails with reason `rejected`.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject)
 	RejectAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error
-	// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
+	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params GetAttemptLogsParams) error
 	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
@@ -5323,6 +6154,22 @@ func (w *ServerInterfaceWrapper) GetAttempt(ctx echo.Context) error {
 	return err
 }
 
+// AppendAttemptLogs converts echo context to params.
+func (w *ServerInterfaceWrapper) AppendAttemptLogs(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id AttemptID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.AppendAttemptLogs(ctx, id)
+	return err
+}
+
 // ReportAttempt converts echo context to params.
 func (w *ServerInterfaceWrapper) ReportAttempt(ctx echo.Context) error {
 	var err error
@@ -5336,6 +6183,78 @@ func (w *ServerInterfaceWrapper) ReportAttempt(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ReportAttempt(ctx, id)
+	return err
+}
+
+// ListCacheEntries converts echo context to params.
+func (w *ServerInterfaceWrapper) ListCacheEntries(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListCacheEntriesParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListCacheEntries(ctx, project, domain, params)
+	return err
+}
+
+// DeleteCacheEntry converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteCacheEntry(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "key" -------------
+	var key string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key", ctx.Param("key"), &key, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter key: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteCacheEntry(ctx, project, domain, key)
 	return err
 }
 
@@ -5714,6 +6633,13 @@ func (w *ServerInterfaceWrapper) GetAttemptLogs(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter generation: %s", err))
 	}
 
+	// ------------- Optional query parameter "follow" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "follow", ctx.QueryParams(), &params.Follow, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter follow: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetAttemptLogs(ctx, project, domain, run, action, task, attempt, params)
 	return err
@@ -5931,6 +6857,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers/:id/heartbeat", wrapper.Heartbeat, options.OperationMiddlewares["Heartbeat"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
+	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.ListCacheEntries, options.OperationMiddlewares["ListCacheEntries"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache/:key", wrapper.DeleteCacheEntry, options.OperationMiddlewares["DeleteCacheEntry"]...)
 
 }
 
@@ -6012,6 +6941,53 @@ func (response GetAttempt404ApplicationProblemPlusJSONResponse) VisitGetAttemptR
 	return err
 }
 
+type AppendAttemptLogsRequestObject struct {
+	Id   AttemptID `json:"id"`
+	Body *AppendAttemptLogsJSONRequestBody
+}
+
+type AppendAttemptLogsResponseObject interface {
+	VisitAppendAttemptLogsResponse(w http.ResponseWriter) error
+}
+
+type AppendAttemptLogs204Response struct {
+}
+
+func (response AppendAttemptLogs204Response) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type AppendAttemptLogs400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs400ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs404ApplicationProblemPlusJSONResponse Problem
+
+func (response AppendAttemptLogs404ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReportAttemptRequestObject struct {
 	Id   AttemptID `json:"id"`
 	Body *ReportAttemptJSONRequestBody
@@ -6075,6 +7051,80 @@ func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntriesRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  ListCacheEntriesParams
+}
+
+type ListCacheEntriesResponseObject interface {
+	VisitListCacheEntriesResponse(w http.ResponseWriter) error
+}
+
+type ListCacheEntries200JSONResponse CacheEntryList
+
+func (response ListCacheEntries200JSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries400ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntryRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Key     string  `json:"key"`
+}
+
+type DeleteCacheEntryResponseObject interface {
+	VisitDeleteCacheEntryResponse(w http.ResponseWriter) error
+}
+
+type DeleteCacheEntry204Response struct {
+}
+
+func (response DeleteCacheEntry204Response) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteCacheEntry404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6534,6 +7584,49 @@ func (response GetAttemptLogs200JSONResponse) VisitGetAttemptLogsResponse(w http
 	return err
 }
 
+type GetAttemptLogs200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response GetAttemptLogs200TexteventStreamResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
 type GetAttemptLogs404ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
@@ -6881,9 +7974,18 @@ type StrictServerInterface interface {
 	// GetAttempt What an executor needs to run one attempt.
 	// (GET /v1/attempts/{id})
 	GetAttempt(ctx context.Context, request GetAttemptRequestObject) (GetAttemptResponseObject, error)
+	// AppendAttemptLogs An executor ships output of an attempt it holds while it runs.
+	// (POST /v1/attempts/{id}/logs)
+	AppendAttemptLogs(ctx context.Context, request AppendAttemptLogsRequestObject) (AppendAttemptLogsResponseObject, error)
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx context.Context, request ReportAttemptRequestObject) (ReportAttemptResponseObject, error)
+	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+	// (GET /v1/projects/{project}/domains/{domain}/cache)
+	ListCacheEntries(ctx context.Context, request ListCacheEntriesRequestObject) (ListCacheEntriesResponseObject, error)
+	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
+	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
+	DeleteCacheEntry(ctx context.Context, request DeleteCacheEntryRequestObject) (DeleteCacheEntryResponseObject, error)
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
@@ -6908,7 +8010,7 @@ type StrictServerInterface interface {
 	// RejectAction Reject an approval step that waits; the step fails with reason `rejected`.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/reject)
 	RejectAction(ctx context.Context, request RejectActionRequestObject) (RejectActionResponseObject, error)
-	// GetAttemptLogs The captured (bounded) stdout and stderr of one attempt.
+	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx context.Context, request GetAttemptLogsRequestObject) (GetAttemptLogsResponseObject, error)
 	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
@@ -6996,6 +8098,54 @@ func (sh *strictHandler) GetAttempt(ctx echo.Context, id AttemptID) error {
 	return nil
 }
 
+// AppendAttemptLogs operation middleware
+func (sh *strictHandler) AppendAttemptLogs(ctx echo.Context, id AttemptID) error {
+	var request AppendAttemptLogsRequestObject
+
+	request.Id = id
+
+	var body AppendAttemptLogsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.AppendAttemptLogs(ctx.Request().Context(), request.(AppendAttemptLogsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AppendAttemptLogs")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(AppendAttemptLogsResponseObject); ok {
+		return validResponse.VisitAppendAttemptLogsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ReportAttempt operation middleware
 func (sh *strictHandler) ReportAttempt(ctx echo.Context, id AttemptID) error {
 	var request ReportAttemptRequestObject
@@ -7038,6 +8188,60 @@ func (sh *strictHandler) ReportAttempt(ctx echo.Context, id AttemptID) error {
 		return err
 	} else if validResponse, ok := response.(ReportAttemptResponseObject); ok {
 		return validResponse.VisitReportAttemptResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListCacheEntries operation middleware
+func (sh *strictHandler) ListCacheEntries(ctx echo.Context, project Project, domain Domain, params ListCacheEntriesParams) error {
+	var request ListCacheEntriesRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListCacheEntries(ctx.Request().Context(), request.(ListCacheEntriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListCacheEntries")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListCacheEntriesResponseObject); ok {
+		return validResponse.VisitListCacheEntriesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteCacheEntry operation middleware
+func (sh *strictHandler) DeleteCacheEntry(ctx echo.Context, project Project, domain Domain, key string) error {
+	var request DeleteCacheEntryRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Key = key
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteCacheEntry(ctx.Request().Context(), request.(DeleteCacheEntryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteCacheEntry")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteCacheEntryResponseObject); ok {
+		return validResponse.VisitDeleteCacheEntryResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -7731,124 +8935,154 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs5suarILgTYSm2TFFuT5/TUnRsyJbarW1b9tFlPBEtLwlWJUmMikA1gJLMcejvPsA+4j7JRiaA",
-	"upDgTbK6Pb3zx6ZYFySAvOeH5JdOqqaFkiCt6Rx86RRc8ylY0PTXUWqFkmd8CviXkJ2DTsHtpJN0JH3X",
-	"4XRDJ+lo+K0UGrLOgdUlJB2TTmDK8am/aBh1Djr/ba8eaM9dNXv05vv7pHNkLUwLe3q8ZByRrRxjpPSU",
-	"W7xP2u9fdpLOVEgxLaedg/2kY2cFuEswBk3DHaspx1GiY2Xu4qPn9EGrf0Bql4xS+KuPHua8XLVBuvwK",
-	"M/mo9A3oR29OWdKdfj+M1UKOO/c4gAZTKGmAmO6DVsMcpvgxVdKCpCXkRZGLlCO77RXujv/+D6NoEzeb",
-	"TngvjZiBSbUoiHsPOkeSnf/0mv3w8q//wfzLuzRz/yzJwlBp+1YYoqbQqgBthaOY4yX6JCxMzTpC6E3n",
-	"kCqdde6r9eBa8xn+LeGz7aelNkrjm+YoHRqQlinJ7ARYzo1lBR9DN7KuzT35NdD4qbpPDYn/UPga9CzO",
-	"zUn4wZf59ycd7oS2n6rS7VGb1GPIxS3oGdOqlJlhdBtkzCg24rpBcSWZ9StFtvi+C7BspDTjkvnb2I3I",
-	"c3zRgvwvvjnlpYHoNLJKGSxcuhEyQsjArcnggPaAFpapEdFFFxiXGQOcup0IOWalzEAzYQ/ZwBPuH0Xy",
-	"8UklIUwJZwMSNdevtXL11xqbV5OoSpsqJ/5zVGZu/SEbJExpNpAAmenjkuhbkDQDdjcByd7xz17/GnbH",
-	"DdPA0wlkEZ5KKrUVWy0N3CxhFeREMBayPrfxnb2biByYsEwYNgRctor+1g5n3MJzK6YQow61XWz4ssDH",
-	"wuCbvGtOeogRkobSro0EKdhqqxybzctGi4IVIkiLRFKXZQLfyPMPDWkc8dxAMieg9arPi9+Il7k1zCp2",
-	"3bkyoFm1C45przu4slP++S3IsZ10DvZ7vV5sJeLkXlhuSxPRGPNqYYUwtkkmqiBLGO6JKi3bIQFzQgWo",
-	"Qy5P350c999fXe4ST0fUASs04B+Q4Q13ZLn6uTI2ys6/s/R8BQmpVc7DBWXeNLQ2LMqelRGIGL6NzJ1n",
-	"FlTxRaHVLc/XPhbuI2td4Pb3HQ2VkV1YxHlTCjLbSuqTzhgkaB5m296EywkwY6F4Zlhaao12WJfygHGm",
-	"weoZanLrb0GWwa+N5doy+tfQRTTuCRP4Fzc3hnEJd3FTGGzPAonSe3uLF5TtD2GkdISfPyKrchKsjN1x",
-	"YdlOVrqJJo78XZKwzXWtKm1ROq8nrq1iprbty7CLq9evT06OT47DuvqXJgwnyf7v//4/7JbnJSSMm8ai",
-	"3WllSRKmbMdqLnKUAgl3uZBg2A0UdveQcbcRd8JOmAZyHg27Lnu974Dtswk3CakPlFYaLWGc/c+L92eM",
-	"uAc3sxrwmaPCMCHpi+dCZvCZKZ2B7jLvkpEykEo2fbFaggquQcbNZoHKMC72tGsVT5G3N4QUl+bD0dXF",
-	"yfHmu1VMuNO4Kz1kuqmlp+bpmdXkkHCRkuUCtwy64y7TgDNeov5IDrYUSByqjwzqeapN0M/qjk25nBFj",
-	"Owm7m6jcUzjiIoeM7SjZx4+lBmZKg6pk1zlgupSMlt+47RPoTRvj35QqORLjUkPGPAFxSSUe2dj7v+Tm",
-	"JqarcBWFHPdHMbf/44Rbxv2usx2lncwKOd71bI57gAx9wJpybUpibK9KWXhufbhASiap/B5ijDDTqIVo",
-	"aPWF2Koa30t5BqkwQslDxp3slNKKnL7OHOvMexSb88twFhWyVE2nywQwkIMXK9+bSAYX2TqWjrjfc4tW",
-	"vQj9v5XL9DBXz81tnjOUXzjDdtw6Hn04ZVbdgDQMPgtjE8fNPM9Bk6ojXQr5aHfO/3sRcf9aS/cgX9EH",
-	"LwvOwxInsDSgE2ZmxsI0aTpwSe3a1R4i2lnnNUY1TqqBb6txQGsngotXPgv0kjKIe7UjIYWZbDmai3Q3",
-	"CGDRud3S1ZLldAg6TuzDdDG3sIl+u6AbUam57RMxT2ZOeCg35CkOQ7U28NNy5nqrxpFAxNgMdHwnjc1U",
-	"GdcGVpcyxTEjDqAuwRkK56ewIcyUzEi84DOkpVX6mWFDVcqMYoFMq6JoseZQqRy4XJi9JygJRDfpWDHx",
-	"cyi8B76FGqkELyg7FDkcmmQOlZeTKCTCiVmn2kkURNLPXhKjOYlKghr64mUvqlzWiNTjncyP6P9VfqYz",
-	"+96bw49o0Zw/mYRNbbueXXZGGpNrYCBvhVYSteHzW64FH+bgFOqh8yPpCcYtmypj2fcv2S/iVcK4y/KQ",
-	"vxqu7bN3eEkqdnb1tstOx1Khn0HeqrIT0IwkwMSdyZY8tYV6SwGtZaS9bK+QhyFjw1mLu5e4dUGYHv6O",
-	"ltStlRUkfq1UnPuk8qJiKLRKISbgP6G4OAlvUsympcEoThUu/K5TdWsoDQOtoPWigHSrrCuaY74kNFyR",
-	"ygR5u5UULdC7saES8pEi24iz3bvQkVX5LWRspNWU4rJCq6xMQZtndcx4dvTupBbcAyeSXGtxi/Lr5L0h",
-	"wqwSYXqQe0U+Ejmwv7w++nBxeXTWPz37cHV50T8+Pd/DuzaM9lYZ3oZKW5y2v1gHWRmkOddg/Gy8uhIW",
-	"jP9C1bS+v7qsiKVAN0Xd5ELeOOGbZ1KKvBwv4axNpSlk6UiYpLIUxkjFciXHoHcxGIuJ1Lqcs4vs42u9",
-	"LB+8vZ7Ehe9T2B8f6cGOzvqUcmPoxnyrLak1ghPy2ndapX1eK2ms5kJu6zzcQDzAUsUiA5z8V8LOThJ2",
-	"8vfTi8uLhJ29v+yHz28uE/bmJGFvLxP29oTtyHIKWqS76NGfnkVtBIl1dHBn0LfJDc7n92HWoTlE14p8",
-	"0PNSPixqC/m69tq8L9zjh07WQd+CZj77CIZKQiQ5LkKO211vOlYx8Uelb0a5uiMzs2BI8cvYjH8SkGcn",
-	"wYtrT2eE1yJhvkueFdxOmJBWufyKWzA2VNnMJ4hwzC6qNvPr/qeu4+Ho7KZgDB/DenlyBNUPxCb0M3Bt",
-	"h8DRNchnsVAhxr9VXt9ng6xWOStyjnvDpTXkEnj/vmK8DSzkSlYkUtbNwTv90cLLEtPCm5Nx6opNVJ6Z",
-	"xHmddgKi6XVWE2oPsrEbsK2OjWnJ5Z7evH3KUJchd0TnXjlywjAzKa2lsom6kwe4nSmgGZJwR8vCFOUB",
-	"d4wV6c1sd4mXt0DQWVTKj9jx2cXznA8hf56LG/CZ5n20299/x9IJ1zy1oA0GCL/y5//sPf/h+afEVQyQ",
-	"SColyww/0i5xloO1oFFNZmIs7FwK5/vvCPxSZWmSToEbr5GY/+UH+LTz63P/6Usv+X7/Pny/+z/+EpPE",
-	"DyF3vLiwlBik4jflUn05jixXs5L9X1cnVyfHnaTz8ej08vTsTf+n9+f985OL91fnr08uOknn/Ors7PTs",
-	"TSfpVKFaJ+n8dHT6lj4cvXp/fkmfqgJgJ+lcnV28/vnk+Ort0au3J/jy9+e/nJz3q6dcthTf+cvphw8n",
-	"x9FYtYE2mYuSfVA6v6HGks845elESHiugWf0Bd7vdZyQtzwXWR91HcZ4tj/CUCihjHIu0rg6z8Bykced",
-	"d1TFm6eYG+o7IipCGstlCks9o3KJN2WFzWGFbV1cq6vzU6ZhBBpkSryPfIz6x4NsGD64PhlNV8P4FY2J",
-	"26KYdjiHsTAWtAMuPcxs8yzTYCLK9BWy/NX521Dvq5TL0YdTzwATa4uDvb39F//R7XV73f2DH3q9/TlJ",
-	"/Ws0H0KqwjwuUgsOx9rMLoZVpU5hLUOdVzcii+Qq2BhCGHQOXibLyjKV0RFUKzWMW6aQF3ZIBe73Xrzc",
-	"jRVV4tWIsCXxLW/MZeU2t0l9zQueCjtjaoR8StkK7u1j4gomATQxnJFbhv74Yo0iLcr+VOS5iHDM6w9X",
-	"TEhGl1OlwbCd/V6vx36k9+E3u1EUU4Vi7MUM7BSmSs/6w5mNVcbe0VUclm7Y+v338TVGu/QwecLQvY+O",
-	"3/LCOrKEhudoScjYNTBUaKyN1cCnrjIbSkeJu8k/PuGWZSKj6NKUKUY/G5Q4olN1kSPP8/ejzsGva8Sj",
-	"lBfldMo16td4KmcLdKCL+yKKe3t/P+n4eidEPXZ/Eb0iIdlI6RQOgitEC+qBC66sxH09cZNsNo6eVFNf",
-	"lNdPbonjcMqvBICkQHrzdW9t4moXnd77Kc41F2IsN6/vLduRAB8pp6hvbsDgttTYbBc0YlTFpnzGhhAK",
-	"qUqzwZf7QTQp1ZjgorPzgDrZymTjtribpaCW7YALq1JFjwYBRlI13jCF+nhjGddC/i68KtyCP97LgC4a",
-	"eRuFon7IuMsL0iWysoOQJhoExIyLHepwOw7ZC+WeBal7q+QYA3ldSkk+nJiS2+9SrO7phPEKe4Dad8K4",
-	"Yded/d70unPYhOkVKLQO6fnL6du3J8dV7pVmULn48Ypunf6OGJEJ5Dlz35IxKeWSl4TsV8RyOqeRkSfG",
-	"GnceUiGHspcYN7di5FXM2Ui1RZR6qvC+rMyDivY+VZQBPlCwimRUiCarxkD1IkqmSmA7nI25HBMCyoKe",
-	"CslzFuAvHmxMWEphTbWfRgxzIccmnoBtw+/mYKZHb9hUZcCUzGeHHl6gRrSVxllkVz1x5piNhHZYzM1z",
-	"z4GpVpkwHO6ATdQdpZORuxwixuHhKrDPWFFuDV05B4FYwrTf9Qwxrc+ZB3BNzAZ+zRLLaB0EDKU7pPIP",
-	"XIKw4f8Iy/xW4RxrcN0OypdUzpNyoKjdLhvw/I7PzADfwy2+hk14UYCErMveI0/dCQOMs9cnbxl8LtD1",
-	"xlVSt1SdhMJ0F6oMpAiTZVd9dcNfuIGZh+MheSiqjrSQKKR3DEuRZ+617Mcf2bXPCVx3usyVF6ZkHasF",
-	"8qF+dH/qwlR7if/mysGkznQuwuyeNaoxwvj1hxRCOSlWSjI0l5HATw72H6kkbaw50EScItExqajPJniN",
-	"QYWCzrzKGOC3g03MwiEbeGkaeI4fBMkY1Gjr4JXgowTAkXDIBgHhNWjKSgB+QXBnkM/juV7+OWD8AlKv",
-	"NbVeshr35w3g3UQZjKfIQjD4jJRIJZ//E7RCa+OGyNhOzwWfvd04oK9Jjkc6VOrHU7Tf25CmXBnr1hmp",
-	"8XlXpRswdSLstxLKJmUraaOKkF8ns+FCObnx+27rgCv3BQevKIWlOy+Ij5FiB0bwYGXtzqy0EC0N2uKV",
-	"jispfiuBsLM+8xy8ljO+RJPWgM02h+OXixyO3w7cWQF/q8MyV1o/5LeDGWxyut/n6jI4W4ICzj2WlI8s",
-	"aPZLOYS/Qc6fGTbk6Y0ajWiNPHw0DOXunUOPumIfKphFHGkUUN2e4FmwqQ3sykI12Fdc2tXrVRVhttPG",
-	"qdArEwdM8cy7+9Aa8aJnRqS6G9BDqfxVQoPSnqEcDMiBG+wehE9eb3mRHrid3BsKuWcm7Hl6yAZSqWIQ",
-	"AlUMkrRKwTg97H2ORtZJWEYHOfBO/9LdLrvwTgQ+08KqGgq+5uv8zdK3UFrYWZtL6ZAIxr63sMCsDrdA",
-	"3saOJJtbKYLdhDWenONnpdmQ23TCdoJCGuawu+SQSV0Sr/XVcm3V1gjwueDkHUqrqizdUm30wAyi83iF",
-	"HC+POH4OrpxnFoxz6dyCVRjvUtkma7p3zgMyrFUV2Mi9U5pdd/Cb2njhzsRxSusipBAZVSRVkBXyfB2n",
-	"JpXaETLNywydnlXBU4iYmvOswqRKVXvWB7OopFehvJcFp87z2DJpvqT4GIXdtBA3hLpb6jLh5GskT3Rn",
-	"cJ2XFKlI5ijMIc0eLBvp24Rd0xkD75y6M3FrCs44UoJzjS0d4ftX1mY3SwN62HREz3ortuqA3bpjTPX1",
-	"cNDFJ1C9ph4Cyh5ale4SjNdSJMwSX24bLyviWbSONm145MXVTfsrDt3Vw65azAegKglJ299go7bBDXkI",
-	"UID3tN8emUx8L5YufFIz6TK+vggr0eaoUy1MMOnoTLr0ZMYtH2LcZizVPBzAwON8vB/TLBJfnV18OHl9",
-	"+tOpK96enB27ivCrq9O3/uOaMrHLJkUqwfOV4qOLi9M3Z26c85OTdx8ul1SHXS4oIs51cfCrnDl4IHzh",
-	"EPWiP3ZgKIzHLwjV4bRrSB0HcEM8v9MMJZZlLzacRxw/Q0EQRpDOwcbosMi5xXey1DnQlNAXIUI6qJKF",
-	"IiNI590EZJcRmFtWYOoGkmVhpr5o0fD6g9v+DEN3q2es6a1TIYFiWbK1ThEOqxPpGeRA56a97ah2RPtK",
-	"s2F8zIX0FowTGSKL5uFHGqD/MMeJHq3qrxG1HIcFf42iMi5QpdC2YW16cBKwS1+pKIDeH25Pn3YwEjI1",
-	"GKHyEVFJoXe2M8cQu1s0GHhcxXyFbZk7CZ+LW0hYKX1nFAoIjMjRf6oYdKx5CoQvYTOwASqcsQx4RhED",
-	"fljvzjg8arvCHmiueKc2O5WqauiNucrH4pbHDIrTrfESoJPqzb0lr6fXFe7Ca5eRM8rV3bsK9xPiOXSG",
-	"X82oXlNbq9aXx0dvlpqPqhq7nSc99WRsUuwlkv1Z2c3XjGiPuJdbhTguQ6JLWcc5xAp0/jQe0kzmIxp8",
-	"+isFNG4FFrf3nnzWkVoSIJTDXKTs/OTikg5PqhF7zQtjOc0hZKyIrH+oIVM6nYCxfmYeF3otCRjaZecE",
-	"c9HATKoKhxrxhUN6gSsddhnBs+jGa7mstxHbCV2JdkOq1qPPBqnKYNC9lhUsipAsSDLOoJN0bkG7M62d",
-	"Xne/23MQbZC8EJ2DznfdXve7DmEDJ8Qne7f7e3UXozFEdn9ACuDHWB+MXBjr3Y+6PYWGVMlU5KDZmN8C",
-	"Kwum5LV0JpcAff13R3/vH11eov91EXwD38xCgDlo7L+rI/EZM1bk+bWkVJvMKJnDuGQoOdwq7VwEVVrm",
-	"yB0EfIijiRIuFaDHLZ97VCh5miGPC2OP3EIkrWZov/rWV7+VoGd176ugFesWVEFB+PCDMkC+Pwc+trB8",
-	"0WPFMS5twCKC9BUaboUqTQWBiJHokRRNGtvn8qLjx96Ui6mwrRdVSvKvPYorHJyIoG0rW7B9muv59aLX",
-	"W9Hva7s+X3WjrlinL1oqKqDTLndRMF660WMvrahstA9LOibgKFwnHOdsN7vQGBR74o3E5Vg1pCBtPmMe",
-	"FeCyQR567Te14GMhecDOWj42zcZdOC6JqXeq976I7L4hrW0+fgM2ZBCecqkbZ9gii33ZPCxH6/zyoevs",
-	"GiDI2vF2aVxX459voFUtXRXP3i8Ic4yI+pa9uiEhYZUWFn5P1yD8B7846RTKRDbPAfyb+0ca65XKZl97",
-	"6/xZgvu2IbW6hPun55u5c5oRDnJd6SA7ZAN/mmnAyF1iFlDKWvhbqyJnNLcW723ZFO//4cHqQzZDycLp",
-	"Ejbi6CwM0Yw1YDMhsl/C4Z5Lva9h9r74T/d7zuUwe1/ch/u9gIuLag7UnOjDbGb/AvJpwxaMDqf1e9q3",
-	"F386+xZwkyutGwFFHmnbcBR6UYLBNHr+Gxsth5DcWuuGlqm4QWtu9S1clyvR6tTeIiPPL1rABbggti4X",
-	"Gz4FdgMzvKHUsq7yCuvvbeKZ8F0T4Bkd6/QcdZrBtFAWZDp7/gudMdycST89jeJfOM34O+t+3JEY6+Ya",
-	"eDar1tUl0ihpM7eIxNYvevtPTZFbqOyBJuSH7e5/8eKhUurIDAewqA2pkLmQNdTCnblclM4tLcbeF13K",
-	"lR7nuW82/PtyzqUTysd6mEc1VESgFXbY9VCkFB4D88coufV3hi7Qlbe63a7uVZ0cv6m5LNPtrl1q1dr6",
-	"q/vGzW6s94sdql/0Xny9sfxxjyXRU+j0qb0jTPx4J/KcDaHZ+PN3dluJLFI5h4GKWYAgBYfWIN3czGQ6",
-	"0UqiF0c4T8ip+v+19NGeF9S9L+7D6pC4blf/VJHN6u30J2MfqamqRtOVtgrNRIOuCjHDRBirfL+/b1lr",
-	"rb+18VMED9Zxc5zybSq9LZdipYo8av48w7+15B+iJSk3VfeFR2nFGYDMuLTmydTgnsde/2nYe8mR0Rrj",
-	"6dFkjWMeXfZxohwvUCsVDW0OMRN1J6+lbw3lFu6ZaaDZu+xI+gOoQ5+MacJDme/Zei1HSvuddR1AGZfm",
-	"DrRhL3s/sIFUtt9o79qv3x+pQLgWofC0ojvXhvQPld5qzRoC7Lvi+JNRmtHY1Lf0dxdif4RhYe+pJEWA",
-	"0cMFvnsyoXZnKP7sMj3iIjehczc3SrJBaMI7+JeU6XOi/t8i/W2ItNuN9RK9nhefTM7Jn9/7gv/dNwpP",
-	"/tP9Xu4b3q6p/VFf3Kev49AwS1gBKX1swHNJ7asLS4dpdoaureguc31HndRTG9PIb+n8iaKeZNm5mmcm",
-	"HAdmhBFOHBanV2Wl2z/X5Y8JLv/BrtVtQVb0FvMHnfz4+0vG56265hoS9jclwR8magDbI2B2trPtb3Xs",
-	"Hlbnk+hQl//dj9A/M1JEakDvN17UBwa0nuZvOG03378gn/lEtZCx4+nunO+Ow20nzLf9SmpoWHIt5873",
-	"tKDeu2EbTcIgN1Cbav89H+YwOLyW7rd00AKEX+9qANEIYzT/2zoJvutaDuiBvgf3DLrssmXUXPcawwZV",
-	"t5vB3K+BXcv5VjZsx3PYwbpeNrshyHEAKPI2hzy9Qc720Pgue/nihXONmjS4Y/lS0bvjHopr7fNkOdW5",
-	"3kFP7J6sKhV4Qf9WXJNHFX/8qhJmgOBzFRLT/fzNYWAdf6zVJD5BGI62V8wZdPgzE5KG7rgvRO3og/VV",
-	"OYV/GXVFyoO7umQ/6KqBO0ka1MWEGgH4Xy1ZEKlyCk8oUfPNhv5QmSqn8K16+0SbL1bw3ChPruuA0mwg",
-	"YqquBg3ksitauNOa/jel3C82uX5w878s9NWExb/vX0ZaHFTLeU6C2M2hIqvTxRUvWIVxueuz6vjERdbX",
-	"EoN3Ux3Oh+yAoWM4COe33Q/ZOCdhpPJc3Znq8DY1S72W1aMknemEyzEZPrK9XbaBSF/LWqYjhtIP9/+F",
-	"WDf6w317cl0d2neCvdi2Lqm7VRETunNySStRLEz4TS1igdAjx6Gnlgly43DKUgTdR3/PEwbfjfMzS/bP",
-	"E9qdT2lS/yh3bg2y+q56vtU5mfvlENVmh9Un8xljbVw3wivtf+VljoNTwxo+DCP0GLfPjdxCRIe+vr51",
-	"CZEd39Q2H1dAcnfIcXGvj0Ev7nZrtV/Gfn5Wzy/PI6A5OfBbFMwdOn2GkVA17awayBzW/WZdDIexm+/n",
-	"PYRUTaEdLi5l+a3sbfXr6FUY31zYveoc3PaWvPHmZXJYNYV/IhGcbzofNUa9Jxkun61ChD+ep9wuPTOs",
-	"AC1UJlJiFwnGeCj2EuHB19DPNbg9LHXeOegsdHz+z95/9mjf/Bu+NH6R35DH5f8Ob15Ma/mzJWrUAqO5",
-	"4yX4pef1JPy2zcK5K5+8oKvTbiMD546ULI545d3aCsJzSOkH/EZmrDTeTLQTeQYZ//8FAAD//w==",
+	"7H3rchs3uuCroLhTZbG2TVGOk0mkSm0ptuJoI8s6upyc3chLgt0giVET6AHQkjgu/d0H2EfcJ9nC9wHo",
+	"bhLNiy6JZ/b8SWR2Ny4fvvsNXzqpnBVSMGF0Z/9Lp6CKzphhCv51mBouxSmdMfsvLjr7nYKaaSfpCPit",
+	"Q+GFTtJR7O8lVyzr7BtVsqSj0ymbUfvVXxQbd/Y7/2W3mmgXn+pdGPnhIekcGsNmhTl+3zIPz1bOMZZq",
+	"Ro19T5jv3naSzowLPitnnf29pGPmBcNHbMIUTPdezqidJTpXhg+fvKczJf/GUtMyS+GePnma83LVAany",
+	"GXbym1Q3TD35cMoS3nTnoY3iYtJ5sBMopgspNAOkO1NylLOZ/TOVwjABIKRFkfOUWnTbLfCN//o3LeEQ",
+	"N9uOHxdmzJhOFS8Ae/c7h4Kc//yO/PD2278SN3gPdu6+BVoYSWVOuIbVFEoWTBmOK6b2EfzFDZvpdQuB",
+	"kc5ZKlXWeQjwoErRuf23YPdmkJZKS2VHWljpSDNhiBTETBnJqTakoBPWi8C1fia/+zV+Du/JEeCfJb7a",
+	"epb3hhS+/2Vx/KRDkWgHqSzxjJpLfc9yfsvUnChZikwTeI1lREsypqq24kCZ1ZA8Wx7vghkylopQQdxr",
+	"5IbnuR1oif6XR05pqVl0G1lgBkuPbriILGSIMBnuwxkAYIkcw7rgAaEiI8xu3Uy5mJBSZEwRbg7I0C3c",
+	"fWqXb7+Ugvkt2d0wYTnX7xVzdc9qh1ctUZYmlUj+C6vMEP4sGyZEKjIUjGV6YEGibpmAHZC7KRPkI713",
+	"/FeTO6qJYjSdsiyCU0lgWzFoKUZ1C6pYTGTasGxATfxk76Y8Z4QbwjUZMQu2sP7GCWfUsNeGz1hsdZbb",
+	"xaYvC/uZn3yTsRaoBxAhqTHtSkgAgw1HhWi2SBuNFawgQQASUF2WcTsizc9q1DimuWbJAoFWUF8kvzEt",
+	"c6OJkeS6c6WZIuEUEGmvOxayM3p/wsTETDv7e/1+PwaJ+HIvDDWljnCMRbawghibS4ZVsSwh9kxkacgO",
+	"EBgSFbM85PL449H7waeryy7gdIQdkEIx+w+W2RfuQHINcqlNFJ3/YOp5BgqpWM7jCWVRNDQOLIqeQQhE",
+	"BN9G4s4hi2XxRaHkLc3XfubfA3xJp2xww+YRgUjgYUa0YcUrTexLSUeK1DITTbgoSqMJVYwopmV+a6G0",
+	"L8o8jxwPTqMDXq+eKZfypiz2yS/Hl2SHG3Jx9e7d0dH7o/fkjpupxUsmjJq/0kSWBlchMqKoIEISQ/VN",
+	"NyEfjy8u4GNVCt21iHb26ezq5PDy6D3+TEVCdJmmjGWWbEVG7pQ0iAYwfLdHnE4AxACLgwVY+oEF10XK",
+	"L8eXnaRjZ+0knTBVVLBkrLAkN8BzD4rN0nuL6gsT2VacNulMmGCKegxrAv1yyjy801Ipu09Vin1CiWJG",
+	"za30NO4VAvtXTBuqDIH/anhoFaoEsMFC3R4Du4urH17eLy1ROA17+YE0gxEbSxXhIb9Z9kCBmWXkjnJD",
+	"drISN5rg8rvA1TaXbw6R2iVETL1ZQOIKTR1c3aAJsZsk//d//x9yS/OSJYTqGtAC2s3IjlGU55bzCHaX",
+	"c8Es1RWme1BHP6IYKOyaXJf9/jeM7JEp1QlgqeWQMFtCKPnvF59OCWCPPcww4StchaVg+OE1Fxm7J1Jl",
+	"TAWUBwYspKjrvxXXKqhiIq6qFFYAxVktnFrAKdCwRyy1oDk7vLo4er/5aRVTilJupVUCLzVkw+J65tVy",
+	"gLhAsFFuj4z1Jj2imN1xi8gBOtiSIO1UA4ugDqeaC/pF3pEZFXNAbKSwu6nM3QrHlOcsIztSDOyfpWJE",
+	"l9qyki4qvaoUBMCv8fi4tWC0diOlUoz5pFQsI24BcUoFHNnY4rqk+ibGqywUuZgMxjFT67cpNYS6Uyc7",
+	"UiHNcjHpOjS3Z2ARep/U6VqXgNhOfBH/3XoTDZhMEnRNQAy/06hUrknSJXs2zO+oPGMp11yKA0KRdkph",
+	"eA4/Z4g6i1rc5vgymkeJLJWzWRsB+uXYh8HegSUz9CYgSkck0wLQwkBW514Jpsep16N5DDOkA5wmOwjH",
+	"w7NjYuQNE5qwe65NgthM85wpYHXAS1k+7i7o3G8iKncDdI/Sz53BuKSwtSjepWYqIXquDZslpGBqRi0B",
+	"kR1KdMFSYiwppFZzsWatJeFuUtetk0rrrpR3K45RoY8yplRmLKZkaUNHOSNMKamIfclxuY/0/gIW+DOy",
+	"FX1077QiqcixuKU5z87ycsLFRcHS+JSK0W15IawjisLsnludOWNxG2fMBdfTLWdDv8cG7gxr6mypeIty",
+	"NmIqvtjHSQlq2Cac9wJetOwWMYbHdKwFsgZPoVuxn6pxgJ/b0f5ETiJmqTYZU/GT1CaTZZxPGVWK1M4Z",
+	"UU1VyVCEoQZFRmwuRYaq+T1LSyPVK01GsrRaO9UkU7IoGtQwkjJnVCzt3i0o8Yuur2PFxs9Z4eyxLRhc",
+	"YAmeDVtmYKcGYrNywbMDy2KRoO2CkMo74VQtHwAp4hhB1KhI7XbLIsJSwWQi2gCIvEX/SpMxFzS3yqRU",
+	"BhWIAoj8lSaA32AT/Wxf4v9gVmU1UzZHu4kLpy52ks3UhHe4ugvDCrvYGb0/xs++X1YdtmVfUQ5V2H0q",
+	"++H/+v3w9f+kr//x2f2///qHz1/6yXffPPxlJVeqSYe3/agoWcOmnm5SwNEFqwLPyOnu9k+rv6D1kHhC",
+	"aRoaPXIK8tHa6EzcciWFlX2vb6niAEsQnwdoNcAXhBoyk9qQ796SX/lPCaHoRwXrxD/bIx/tIyHJ6dVJ",
+	"jxxPhLRaJdgm0kyZIsBVdNx0aPCoJqPckulVfKcJtp8sX2AZGc0bHKNFifcM6vFjNDjZWv5jF7+W05y7",
+	"sM0ysy2UtMJ5ecU/WxaEXLO+YjIrtQHqRwdX5Qxfs1I/0Yq1WmLbLq6hJno7n4dV12iL6yCVwlAuUPKu",
+	"5D7+RVjw6sAEE7dbUewSbKbGFOsW9Mvl5Zlfy8aKCTrcnsBOah4f57zzjjsyVnIGHoJCyaxMmdKvKu/F",
+	"6eHHo4qp7CO7oErxW8tbtPOYBfZCAnuBD6kT3GOeM/KXd4dnF5eHp4Pj07Ory4vB++PzXfvWhn4Hq5sN",
+	"JoqmbDCL2M8feZ5zzVIpMk1GzNwxJsjF8YfLo/OPsI6L4w+/Hp+cEClQgd4wwrVKv6tx+WVoe/dk8DJk",
+	"LM2pYtoB0XFwbph2P8gKRJ+uLgOMwNOTWnaNPp84vDYnK5T0cQfOhgzGhwaAvwhpwI4XkuRSTJjqWlMm",
+	"xmXWBbrQtRWHdVsQanvRYQE/AL9XfKZH69Pr41i1qWv7DUdSsTzkRZWKvoohv6PplB0Jo+YRy/Qxttl9",
+	"wRXT7W48jjLFB0oomXJDdmb0fkAnrBtcIT+iXbu5Z89FIp7FP7sEJcU0U7fBH75SZFiAntfer9BvmcxV",
+	"KdCQL2RR5hbYhJtem/+v3RW/4SC3TOm4hF2MrULExr9eAXGtuVehUzwtg4ngwdxM/a/Qc31axuo9+alb",
+	"l33ePOSFhTfwesPQwJ1TMSIHD3MBAaTOSVmKXfx7vVcSB24QW+uuvKq10vxckIb0xspnFDIofbhO5S1T",
+	"Vjjvg7i/YXMypXrqLArkQeCZQjdbUBB8tM8Jc4dTCSj9HAWCY33wDjK/HjkkYJthQI3MYEVBGDrLxtoV",
+	"EFUEAwKdexANdOi67EF1bCbuQLfyJ4QICdfImxJCgyuZ6NIqMJpcd968nV53atxqLJXnV8u0yxS3trCF",
+	"Hk4NaQAt0H8nRS2spkM4zRpoFuqonzPYOVp2YDppF8767fD48vj0w+DnT+eDd4fvfjnqQnzHnpmLrMeF",
+	"a403NNdzRjGXBrJj2HyfpFMqJpAXYiTaB6W2mCzzjCniyGw9EvsJo5hbs/q3c508yo+4TJ8QY/LBEgwm",
+	"guTyYd8Fj3GLne+ZdvCmQ2we/JDgG1nvSocRWt3o76TQRlEutnUwtQrLiIw5+reEnB4l5Og/ji8uLxJy",
+	"+uly4P/+cJmQD0cJOblMyMkR2RHljCmeQtT8+DQug6wpEJ0cHRTbWHlRqSWLNljVTLntGOIlRsHw+8rZ",
+	"xWd0whJC1eQW02Lgh1caOUghuVezrbo772IOWmXuRAI8W1u5TzY6Yckb6KrwWhSuoBCcl+JxsRwfxW8C",
+	"/FOBnx8g62PqlinichKYhuQ8ACyy3zjTdce8Srv4TaqbcS7v0KJeJD37Y2zHP3OWZ0eedzS3M7bPYj5I",
+	"CKkX1EwJF0Y6EQkAIyOZzZ1H0s7ZszSvf9/73ENEi+5uxrTe6OBwQdUHsQ0Fp8L2VDE1pqgIwu3ISm/M",
+	"2CFcIM/UGvydmuw44UeomJM39/ddz1N1Uolxn3sMoCE7Tddi13sOnOdyaF8aVuZlw1yGFE9Kvr2/x1QU",
+	"o6jQhVTGeYNBykMsGPwOjuMfwOoqj2Sp4YkOSTwherwQmJRZnK9OGc1c/v7jSXXGzFRmDQWi8+HoMor8",
+	"dZjHOEo9bL/AUkrVEr0eaZlbxQPOXCr4vyZX5yfrZb0dM4p5jCozYtScsyKfxwJEMYkUcvtcdoJRMidF",
+	"Ti1XoMJoH7JoeDY28NasFC6wlHV7cKGeaPJli6eH1jeD3gMylXmdHnjdLx421JxkY2fgti6PmNOi3Re9",
+	"iEyZ1U4sRkT3HlzNXBM9LY2B1El5J/btcaaMCEkEuwOwEAm+gx1teHoz77b4oZcWdCIn76aluNlSLGXU",
+	"0IhYQo5DNbjeDBOJs1KuLn9+/X3gDqdXJ0tZvG+///av30VVRMXorK4kLgYaN9ARYYgEF/15BRD0tnHI",
+	"8NFGxnqAdSNQ9+bb79aQlpsmtvLTqHpwSN6fXrzO6Yjlr3N+w1zi2p41SL77xhooiqbG2kRyTH7H0N3r",
+	"zwkmIILRDZpYZv/ExFCSM2OYsmwt4xN0n9TO77tvoH4pHGczTOhigzu/v65FCfce/O/d/xaNF575VLRl",
+	"uoA8I6hfAA+Ry6gOzgGPKf92dXR19L6TdOo23/nRxaer83dHFwu/gy3YSTrnV6enx6cfOkknxAc7Sefn",
+	"w+MT+OPwp0/nl/BXyOvuJJ2r04t3vxy9vzo5/OnEDvLbp/Nfj84H4StMyLJj/np8dtaSvVorIlpAs9Vx",
+	"2xlNp1yw14rRDH6ohXA5hnAH6HgQ0gzGshRZAklrOU/jumHGDOV5PIpj1YLNUb6mC0a4HxfaUJGyVt9z",
+	"2SaTucnZCq1gGVZX58dEsTFTTKRADxa3nXPFQp3YD9cLanjq5w9rdKH1GIGeswnXhimsR3ucDUCzTDEd",
+	"kY8/WTK4Oj/x7ocgLw7Pjh0CWCVkf3d3781fe/1ev7e3/0O/v7dAvd9GjXNgH09Uybz1sjZ5TDEtS5Wy",
+	"tQh1Hl60KJJLrzY4he9t0pb5GfQIl7kenGM7wBb3+m/edmN5m/GER38k8SOv7WULe+EdLWjKzZzIscVT",
+	"CJFTp/IkmJPpa2FGc7DxDNU3y1p2WpSDGQTsljHm3dmVtTngcSqtAbCz1+/3yY8wnv2lGw3dheLUfkxn",
+	"mrGZVPPBaG5iybcf4amdFl7YevyHOIytrHocPY2VnA3WBQwkUey1lS4gAGulcVb/QpUCk7+9kzPBl2rx",
+	"hoxnEL9zFtwGWZTRrWJwhOb5p3Fn//c15FGKi3I2oxAPiOcPbFH0mfoAzSLj3t55YG0uSKlmUfPfPbSK",
+	"LhdkLFXK9r12CwB1tRGYuUpdyvImaWl29iRsfZlePyOI4+GYZ6prhQjX5nBvHOJq1RDG/RzHmgs+EZun",
+	"ELediK9QKWeW39wwbY+lKrlHDxT4IWZ0TkbMu/ylIsMvD8NotkFtg88SVF2ZdbJtaU9r3cx2tRGrgvFP",
+	"ru2MBMOdYPIp+DUwrq3k3CiMsGDpCV/ANHYyypL6QSMoBlJ26APxQ1+Ug/ZE5buLu3gjbHnK8rzypVE1",
+	"uU18sCcjGVcsNfk8GJnUfbBjlUxGM7tSlwDQ3S6lw9ca+vTRpdWdSDFhGtQKAWoln4F1guk8+HVLmGyv",
+	"P4MwWVUQWlg+gjXFvx6fnBy9D6FBAGqwOuLZ4jSdso1ixp4r19LA1oIcH0MoFo9xd8TFrp6S1y256yH8",
+	"EjlSVIgJaJmk9uYBZEZC7stU5tnmibBVrCea7fbYjLZU2kdZmbNsfWzyDLwydgOhlMzICQNHKSTxCEZ2",
+	"KJlQMYHSM8PUDJKFfSjNVdZD4TA3OqCU5qOci4mOxyabdY8LNdWHH8hMZoxIkc8PXF2HHAM2adRTMJER",
+	"lRQy5goLjzcnEI/XqwS7nW6fTH0YmRtXiuRih77KaiIhfGEVXKw9aaGbb/q6Fl4OVU0xzeDPzEAcr6vV",
+	"szzSp5ztu2BYpUVyQ9zRWphUVZA7liUIifooVq91e2RI8zs610M7DjVQ9TKlRcEEy3rkk8XBO64ZoeTd",
+	"0Qlh94U1YCxU5S248Vmhe0vZcCBOkranPo8AH9ywuaubhKLhUvRwaT52A2OMSp5nOCz58Udy7Twr150e",
+	"wTS4xVQGdJhEz7PK22yC+N8xkxs4sMq5392rWtYg1w7+LGU+2zKWaYmJGWNu/8KeGJFEy415lBW0x3bR",
+	"MSqqUjCbIYy9vu4kK9IxXH0DgSw2rcmUrkzRbCGobzW2VljRT8QvyMrxpRUN7a/DTWT+ARk6pjB0hDv0",
+	"6xlWHRK8yunFuRTsgAx9heCwTvK+cJB5XdWSazwqSO99jaiv9GxsrZ+srht12s3dVGrmlQnC7u1KhBSv",
+	"/8GUtHIbp8jITh89C/1uvCC0vhxXgxK4qFvRXn/DNeVSG4SzXY2Lk0hVay3BXfyxrK9s5dqwnMZDalVZ",
+	"bZFTY9VYL8c0xvsLJSeKzkhKBdjB1oZLQiDH6mz+0cgSfsaSELLCVAJl7b0Zxh111++1BmIuXCQktA+Y",
+	"UjWxbDFy1rUDOQh6Vqj3sIzoopYqZWVmawFfj7heJcipnIagXmmy880KiEKKahOea1EPGaSjJFP5J3IX",
+	"7K+yb3AHFichmwm0Dtc+QGHnnkYlVz0POxpGuBL87yUjLgutruSf0hYRW5VQN3mG/XGZZ9hfh4gq7lXs",
+	"LhDUgXAaIfBc8Q53uOGx63Jh2Rl11d10bJgiv5Yj9u8sp680GdH0Ro7HACNX0O2nwncX6rkx+9hKkuXK",
+	"7mgKbXODp17ZqtUXLaWnu2yHZhb/qhT1xYA/DJlg8ZAjke5jk9aXbQBYqktf3KmZd1CfjSTANRmCqTDs",
+	"7vu/nCRwTHK4aC9ggxpr7A2D6XZAhlbBGhJd4YBLAeHCPTuwQzruUM0RfoBZMpl65iezGRWJd9F497hT",
+	"e6fUigyQK0JKOy/6mIQMstTiic+/qBzG3BBorWPfDCYluXCarv2mUcmuwW+yWHtRrwvgUnEzb1IMtO2h",
+	"qeG3bIlwsJYEJPgOljcHNt9NSO3LBdqSioyoSadkx4ubUc66LW1/qnqBShq1y6Imd2L3BQUTRhgZHOyt",
+	"suaRzn9kulxM2i3zSk9CxJ3ROaaBGmlFDoiOrG6DoNqtSSOgt5ENIhW57thfKtWkNeF1rSfBexDCkkIZ",
+	"EZhnXpJ6FshFmpeZ1bRXORnqEs/vM7gTgthwqM/0ssBY1QOiza+E6u6W8a4WD1C0FKpRBQVVmq16ut18",
+	"VV0VPRkL55aYM9Ac2OIgZbyUBd6fkGtIRXUWUVSVXkw8szMldq8x0EH3j5WZMpt58F1ThQjPdxJ1Vcuz",
+	"dU2Oque+DY6LfTipMWKW9qyE67XU3bWWCbVo6tvo0BvrtBF1qNEhacPOOZgvMVjRL61a3yqoP6Jct7Gn",
+	"tt6WZ0s6uuZWnIXjggiGYjTPoRid7CimmcvQrTkosVmcJi5RAikBZCGuw4/fwuy3KQBztVy+Tqu5wQg8",
+	"43jTiiRJRVBtNHjhD6MJy2PFtVeFrBKOUZCMGjqi2nJXCK1iaprL+Xb6Xz0/5er04uzo3fHPx5gjcnT6",
+	"HhNPfro6PnF/rslGQQ9xJOFkMSHl8OLi+MMpznN+dPTxrK2FGrplI6ynykF4lh4lj0x8O7A83LUp0eDn",
+	"sj9APiBKAh+h8mlxcYdpnfzb3IEb7iOeeQnmuFTeMBlbZdTTX4qGByil3Nvq+4G+eAYlwZbsegQaFYjQ",
+	"KKCWA7m0UxcbrVlL3tzxGfekbuUAtYP2C3oBcoFR6GeasZwZ177PcvZwIsoltGhCJ5QLJ20pLINn0XDf",
+	"WDE2eJySB5+GNI+ICIkXsD9H7ooFUOCp26A2fDj1Wa/PFHu0mqo9ngGcYMTUrCFC0Gctk7Ka5M4CQnS3",
+	"aE/7tMScFeJtoY9qzm9ZQkrhctvBeNE8t7peQFDwjkIaG5kz45PYM5IxmoF1Y/9Yr3phYXEzkcevOeBO",
+	"JXYCq6rxjYUA6/KRxwQK8tZ4pgFS9eaanePT6/ID/LBtyxnn8u5jSC/0tqdV3H+aX2BtlZdWjR/fH35o",
+	"FR8h6WM7rX/mlrFJTgks2RWQbQ4z3yRnURXeyhxDz5IqRWWTASpA0Wbc/JouWl/262cyvhACy8f7APr1",
+	"WLYYM+Uo5yk5P7q4hDZwckze0UIbCnvwnj5Y1t/kiEhlNT7jduYqCq4FlBT0yDlk0ylGdCoLTE6LVaxC",
+	"Fii8eC3aOuOTHd/TvuuDBi7JdZjKjA171yJkX0LCnF2y3UGtGnu/0+/t9fpYrscELXhnv/NNr9/7BrsX",
+	"TQFPdm/3dqse+BMWOf0hMIAfY12Uc66NUz+q5saKpVKkPGeKTOgtI2VBpLgWKHIhb3jw8fA/BoeXl1b/",
+	"uvC6gWuFzJner50/BmbpnGjD8/xagItSZOB4stq4pRxqpEIVQZaG4HKHPg0N14S973zeIIIPP+VSHGcW",
+	"x7k2hwiIpHGVxu/u4oS/l0zNq5sTPFesLjDwDMJZQOCtct2d7WdL4Itm7MewtJZ95amvUOyWy1KHTKvY",
+	"El3CVn2NzVrU6PyxkXI+46YxUGCS3/bBrsCsRcigXXmBx+eFGyPe9PsrbovY7paI6pqH2D0RACrI04FT",
+	"7lnCeIuzxwYNq6xdPpF0tE/Xwj7qqGzXe5hrS/aAGwn6phVLmTD5nLjkI/RcuaIdd6gFnXBBQ00/nej6",
+	"tQ92XiBTp1TvfuHZQ41am3j8gRnv7XhJUNf6M0WAfVlvBAVwfvtYOGMrV1Ep3uhyNhJLHprXLwTQBXv2",
+	"YYmYY4uoXtmtrrOBlMglwO/mvkXho4dNOoXUEUaLtTcoQgx0PPNt8BJsRcgyUlgjw+HbjnftnXz6ACz1",
+	"p/9xeXTR3a8URWxgCEWQeWYluB3b9TJE1CUzCmaUpnMNaSngxg4Jyk3cOiwsb6u3agzN739yJY3Pgl1V",
+	"HdJDU84bVbKHJbR+G2m6D/B7BI0/CVcPa2iqp7zwblF/xYi3bL2lHi7OgPSXOP5GcVBVJYTPgIXNQ8by",
+	"xDoPef4Dbja93OiQ+y8zeeiDF+FieK8Oyw7I0LVGGhJQ2YlhltM3Sk18jwuzxPpeEv3s+z88B7oiRmlC",
+	"yZhahXUEuaPLOLsaS52+q3e/uL8edlHt1btf8I+H3ZCbGRVfVnyHZj6cbaiMRTSdp2s2kHPylag2C/2S",
+	"Vuo3obPK0xScS98nxw+IOc7LJk1CBLuzwqWu2VgpUuuGVUcbRIDtJbO/lM0e5ZpX3SVxQYJvjJe7X27Y",
+	"/AHRIGfooGki6Hv4vdZvahNxdHTLscv/0+QLDOMSY42aH4QrMlAXGoeOSy4d3Pkm/yTgJ9Eb57D5SvuV",
+	"c4t0u80R+uqSVs5iTfTNOIqvH9jwfjqsdvgjzbc3/3Lmm68+WsncUFN6Gmezs8BAUc610ibDOqM/hHW1",
+	"6Wehkc4yIi8CzWcHoo+2yiILPcIUM6USVfIXN+7dev67HQsbk1QYdZyxWSENE+n89a9A0Zsj6eeX0SmX",
+	"Ggz9wWqlPZEY6uaK0Wwe4IpxIohJLAAR0PpNf++lV4SAeqxx9MN2779581gqxWX61gZgQHGRc1FlYGIb",
+	"pGXq3FJi7H5RpVjpUDl3N7H+sZjjGn8+VWk4rDJIrXrgKkB9vhB3qbF/DpNb/6a/IndrPQBPdTdcc/dV",
+	"7aWNt+NdkuHe32c3u+tXVT4sX9/7pv/m+eZyRdMtzkF/DaJyNjbej8fznIxY/VbEP9gixmspLMUc+FXM",
+	"fWZylTbLNaF6LtKpksJqcVDnw3JIxHsufuSavOrdL/jHao9vdZf3SzlNVh+n6znzZPeZuzA0cCt/65/n",
+	"Vd4dMeXaSHcx19fMtda/Wrun/dE8bgFTvk6mtyUoVrLIw/rd9f/JJf8ULgmhl+rSbEutdgdMZFQY/WJs",
+	"cNcVuf3LoHdL45Wq3MJFcGplwT3y21QiLkBSKtyQW8MQPZV34lq4/pcIuFe6VjbYI4fCtXEZOT9vvVKD",
+	"uMsVr4VvCe2v6iNU6DumNHnb/4EMhTSD2j2Mg2r8SIAd7/JjL0u6C/cF/qnUG2BWI+CDZp0cgbmh/egf",
+	"TsSuVnTp7CHjAmo3Dpbw7sWIGotV/9VpumoOSzA9ngz9bZnDf0qaPofV/ydJfx0kjaexnqLX4+KL0Tno",
+	"87tf7P8eajFt91eVXLEmtSXkHrxsiBimgWZk7N7sslsmzOuqEWt7zCKKO3ZrT7WQkJNkGJvNCHZ+9c1S",
+	"QocdPeWQ4NFILyA7LoWk65oL5Lm8YxmxOuS/mBmVtNXvQutxwAkCNTUJ5q72g5u7GapyDR7aY1Wru/Wt",
+	"6OLsCqrd/Hst89NGDsaaJextugRXtFwrWosUqpGdbW/p7x6EOmgoHndXk/iLwyJRqVpZ3eOBeoEdCGt9",
+	"3ql2FwG8hnpUoFqfalO/Vswi+j5kltk3yBDpaggF2UhYQ8i2gq7DZCejhuI1KpYZJEBx9jcCLmn7ov2j",
+	"C50bBBlCab70dWV+TrwDHrplVI0U72DFwrTBCUk1Hr5zGeRLzf8e6UlwZ/sV+0sX26/lcxch4CLWRwob",
+	"7OxgPVhCXNfipEo5T67FQo1zo4Ss69FdJ4TlmlU6kvudjnI2PLgWiF++DY2nGpfgDrnL7iKzYLUndqxr",
+	"MYQPBi5peNgjlw1tAptvajIMzTqHC/hzLRY7cYbLE/bXteLseusSE6tBzR/R9MZyAFdy1yNv37xBnbS+",
+	"BuyfJSSMHVcNsTPpizmzF1qfvrBeuCpG4xji16ITPinq5qAKeWCQlh8qPCgc9UF1txE2dUicZ9b3lArI",
+	"WbsI2nlrsf0Ka6bqPkm/xOZI/zTsCpgHxYDwwPOqmpiwsJ5CBy53ddQSSZUz9oIUtdgr9U+lqXLGvlYz",
+	"C9bmokQ019ItF1sV1jv96VobzlARhdEiTKlDosIePK6ddejS5AZ6NmJx4/3TUAum36KGyQHdMGU9dFgJ",
+	"uGAkoZAYB22oQeECl8a10FN5p0OzJJbtE6tAD30PG+yzhUoCqlk6NLCB+x+uRfgUqBPvtNO+6WCPbEDS",
+	"16Ki6YigdNP9f0HWtfbWXx9dh8ZFSNjLXbeTqrMtICHW3ycNDz3XBC+5QBTwzSkXE/ybhFwrem1NXfzN",
+	"vfOCXo9aXW7L+bmF9hZ9ydDoFevhWVa9Ve031N8+tJcd1C+IeDGdMXYLxUaJYnvPDOZ4wYGH4eOSs56i",
+	"9uHMjUorfy2JayUHy44fahOPQ4Faew61Wj7tdTnU1UdPT6Q+JDmjcK3uDlS1W0sobDsLE+mD6roMtOGs",
+	"7eZumBqxVM5Y01xsRfmt5C0CpV6BVgfsbqiv316S10Zuo8NwTdkLkeDiNWhRYdR/keny+aoqn6fjFJ7S",
+	"K00KprjMeAroIpjWrrymhXjw6t9bf4ZwsV5n6cKa7/vf9+Hc3Aj+TkyUJVbjcv/2Iy87y1zNqhw3sgCx",
+	"bNX+6HA98TcnLtVzO+cFPJ31ap5KLFVdnvHKqbUhd+oA3A/2F5GRUjsx0XR4aov4/y8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

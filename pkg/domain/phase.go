@@ -9,6 +9,10 @@ type Phase string
 const (
 	PhaseQueued              Phase = "QUEUED"
 	PhaseWaitingForResources Phase = "WAITING_FOR_RESOURCES"
+	// PhaseWaitingForCache: a serializable cached step whose key another
+	// action has reserved waits for its outcome (Flyte's
+	// PhaseWaitingForCache).
+	PhaseWaitingForCache Phase = "WAITING_FOR_CACHE"
 	PhaseRunning             Phase = "RUNNING"
 	PhaseSucceeded           Phase = "SUCCEEDED"
 	PhaseFailed              Phase = "FAILED"
@@ -35,7 +39,7 @@ func (p Phase) IsSuccess() bool { return p == PhaseSucceeded || p == PhaseSkippe
 // rank orders phases for the forward-only rule.
 func (p Phase) rank() int {
 	switch p {
-	case PhaseQueued, PhaseWaitingForResources:
+	case PhaseQueued, PhaseWaitingForResources, PhaseWaitingForCache:
 		return 0
 	case PhaseRunning, PhasePaused:
 		return 1
@@ -57,7 +61,8 @@ func CanMovePhase(from, to Phase) bool {
 	if from.IsTerminal() || to.rank() < 0 || from.rank() < 0 {
 		return false
 	}
-	// Same rank: QUEUED <-> WAITING_FOR_RESOURCES, RUNNING <-> PAUSED.
+	// Same rank: QUEUED, WAITING_FOR_RESOURCES and WAITING_FOR_CACHE; RUNNING
+	// and PAUSED.
 	return to.rank() >= from.rank()
 }
 

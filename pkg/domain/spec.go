@@ -45,15 +45,6 @@ const (
 	IfAlways = "always"
 )
 
-// Plugins the executor ships.
-const (
-	// PluginShell runs Step.Command with /bin/sh -c in its own process group.
-	PluginShell = "shell"
-	// PluginNoop starts no process: the executor reports the attempt RUNNING
-	// and then SUCCEEDED at once. It needs no command (one given is
-	// ignored); it tests a workflow's shape and measures the control plane.
-	PluginNoop = "noop"
-)
 
 // Limits on a workflow spec.
 const (
@@ -68,9 +59,6 @@ const (
 	MaxDuration        = 30 * 24 * time.Hour
 	DefaultAbortReason = "User requested abort"
 )
-
-// KnownPlugins lists the plugin names a spec may use.
-var KnownPlugins = []string{PluginShell, PluginNoop}
 
 // WorkflowSpec is what a run executes: a mode and a list of steps. It is the
 // JSON stored in runs.spec and carried by the API.
@@ -103,7 +91,23 @@ type Step struct {
 	Kind              string            `json:"kind,omitempty"`
 	DependsOn         []string          `json:"depends_on,omitempty"`
 	Plugin            string            `json:"plugin,omitempty"`
-	Command           string            `json:"command,omitempty"`
+	// Command is the shell plugin's script, run with /bin/sh -c.
+	Command string `json:"command,omitempty"`
+	// Args is the shell plugin's argv, executed directly without a shell
+	// (instead of Command).
+	Args []string `json:"args,omitempty"`
+	// HTTP is the http plugin's request.
+	HTTP *HTTPSpec `json:"http,omitempty"`
+	// Container is the container plugin's image and command.
+	Container *ContainerSpec `json:"container,omitempty"`
+	// KillGrace is how long an aborted process has between SIGTERM and
+	// SIGKILL, a Go duration; "" = DefaultKillGrace.
+	KillGrace string `json:"kill_grace,omitempty"`
+	// MaxSystemFailures is the system-failure budget (Flyte's
+	// MaxSystemFailures); nil = the scheduler's default (3).
+	MaxSystemFailures *int `json:"max_system_failures,omitempty"`
+	// Cache makes the step discoverable (Flyte's catalog).
+	Cache *CacheSpec `json:"cache,omitempty"`
 	Env               map[string]string `json:"env,omitempty"`
 	Replicas          *int              `json:"replicas,omitempty"`
 	MaxRetriesFailure *int              `json:"max_retries_failure,omitempty"`

@@ -75,14 +75,21 @@ func (s Step) validate(mode string) []FieldError {
 	switch {
 	case known && s.Kind != KindTask:
 		errs = append(errs, s.validateWait()...)
-	case !slices.Contains(KnownPlugins, s.Plugin):
-		add(".plugin", "unknown plugin %q; known: %s", s.Plugin, strings.Join(KnownPlugins, ", "))
-	case s.Plugin == PluginShell && strings.TrimSpace(s.Command) == "":
-		add(".command", "is required for the shell plugin")
+	default:
+		errs = append(errs, s.PluginSpec().Validate()...)
+		if s.Cache != nil {
+			errs = append(errs, s.Cache.validate(s)...)
+		}
 	}
 	errs = append(errs, s.validateData()...)
 	if len(s.Command) > MaxCommandBytes {
 		add(".command", "is %d bytes; at most %d", len(s.Command), MaxCommandBytes)
+	}
+	if msg := durationProblem(s.KillGrace); msg != "" {
+		add(".kill_grace", "%s", msg)
+	}
+	if s.MaxSystemFailures != nil && (*s.MaxSystemFailures < 0 || *s.MaxSystemFailures > MaxRetriesLimit) {
+		add(".max_system_failures", "must be between 0 and %d, got %d", MaxRetriesLimit, *s.MaxSystemFailures)
 	}
 	if n := s.ReplicaCount(); n < 1 || n > MaxReplicas {
 		add(".replicas", "must be between 1 and %d, got %d", MaxReplicas, n)

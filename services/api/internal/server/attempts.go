@@ -40,6 +40,9 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 	if len(step.Outputs) > 0 {
 		out.Outputs = &step.Outputs
 	}
+	if err := withPlugin(&out, step); err != nil {
+		return nil, err
+	}
 	if inputs != nil {
 		out.Inputs = &inputs
 	}
@@ -111,4 +114,27 @@ func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store
 		rep.Outputs = *b.Outputs
 	}
 	return rep
+}
+
+// withPlugin copies the step's plugin fields into an attempt's spec: argv,
+// http request, container and kill grace.
+func withPlugin(out *api.GetAttempt200JSONResponse, step domain.Step) error {
+	if len(step.Args) > 0 {
+		out.Args = &step.Args
+	}
+	grace := step.KillGraceDuration().Milliseconds()
+	out.KillGraceMs = &grace
+	if step.HTTP != nil {
+		out.Http = new(api.HTTPSpec)
+		if err := convertJSON(step.HTTP, out.Http); err != nil {
+			return err
+		}
+	}
+	if step.Container != nil {
+		out.Container = new(api.ContainerSpec)
+		if err := convertJSON(step.Container, out.Container); err != nil {
+			return err
+		}
+	}
+	return nil
 }

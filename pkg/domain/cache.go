@@ -1,0 +1,80 @@
+package domain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// Cache statuses of an action (Flyte's catalog statuses).
+const (
+	// CacheHit: a valid entry existed; the step SUCCEEDED with its outputs
+	// and ran no task.
+	CacheHit = "HIT"
+	// CacheMiss: no entry; the step runs.
+	CacheMiss = "MISS"
+	// CachePopulated: the step ran, succeeded and wrote its entry.
+	CachePopulated = "POPULATED"
+)
+
+// CacheSpec makes a task step discoverable (Flyte's catalog): Version is
+// part of the key (bump it to invalidate), Serializable makes concurrent
+// runs of one key wait for a single execution (a reservation), and MaxAge
+// (a Go duration, "" = forever) bounds how long an entry is a hit.
+type CacheSpec struct {
+	Version      string `json:"version"`
+	Serializable bool   `json:"serializable,omitempty"`
+	MaxAge       string `json:"max_age,omitempty"`
+}
+
+// cacheVersion is the form of CacheSpec.Version.
+var cacheVersion = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+
+// MaxAgeDuration parses MaxAge; 0 means entries never expire.
+func (c CacheSpec) MaxAgeDuration() time.Duration { return parseDuration(c.MaxAge) }
+
+func (c *CacheSpec) validate(s Step) []FieldError {
+	var errs []FieldError
+	if !cacheVersion.MatchString(c.Version) {
+		errs = append(errs, FieldError{".cache.version", fmt.Sprintf("must be 1-63 characters of [A-Za-z0-9._-], e.g. \"v1\"; got %q", clipText(c.Version))})
+	}
+	if msg := durationProblem(c.MaxAge); msg != "" {
+		errs = append(errs, FieldError{".cache.max_age", msg})
+	}
+	if s.Plugin == PluginNoop {
+		errs = append(errs, FieldError{".cache", "a noop step has nothing to cache"})
+	}
+	return errs
+}
+
+// CacheKey is the catalog key of a discoverable step's execution, scoped to
+// project and dom: the hex SHA-256 of the project, the domain, the cache
+// version, the canonical plugin spec, the replicas, the declared outputs and
+// the resolved inputs (name → value; JSON sorts the names). Two runs whose
+// steps agree on all of them share an entry.
+func CacheKey(project, dom string, s Step, inputs map[string]string) string {
+	version := ""
+	if s.Cache != nil {
+		version = s.Cache.Version
+	}
+	outputs := slices.Clone(s.Outputs)
+	slices.Sort(outputs)
+	b, err := json.Marshal(struct {
+		Project  string            `json:"project"`
+		Domain   string            `json:"domain"`
+		Version  string            `json:"version"`
+		Plugin   PluginSpec        `json:"plugin"`
+		Replicas int               `json:"replicas"`
+		Outputs  []string          `json:"outputs"`
+		Inputs   map[string]string `json:"inputs"`
+	}{project, dom, version, s.PluginSpec(), s.ReplicaCount(), outputs, inputs})
+	if err != nil { // only strings, ints and maps of strings: cannot happen
+		panic(fmt.Sprintf("cache key: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,252 @@
+package domain
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Plugins the executor ships (Flyte's plugin registry: a task step names
+// one, the executor looks it up by name).
+const (
+	// PluginShell runs Step.Command with /bin/sh -c, or Step.Args directly,
+	// in its own process group.
+	PluginShell = "shell"
+	// PluginHTTP sends Step.HTTP's request.
+	PluginHTTP = "http"
+	// PluginContainer runs Step.Container with docker or podman. Only the
+	// executors that found a working runtime run it: they advertise the
+	// worker label PluginLabel(PluginContainer)=true.
+	PluginContainer = "container"
+	// PluginNoop starts no process: the executor reports the attempt RUNNING
+	// and then SUCCEEDED at once. It needs no command (one given is
+	// ignored); it tests a workflow's shape and measures the control plane.
+	PluginNoop = "noop"
+)
+
+// KnownPlugins lists the plugin names a spec may use.
+var KnownPlugins = []string{PluginShell, PluginHTTP, PluginContainer, PluginNoop}
+
+// OptionalPlugins are the plugins only some executors run: a task of one is
+// placed only on a worker labelled PluginLabel(plugin)=true. The others run
+// on every executor.
+var OptionalPlugins = []string{PluginContainer}
+
+// PluginLabel is the worker label an executor sets to "true" when it runs
+// plugin, e.g. "plugin.container".
+func PluginLabel(plugin string) string { return "plugin." + plugin }
+
+// DefaultKillGrace is how long an aborted process has between SIGTERM and
+// SIGKILL when its step sets no kill_grace.
+const DefaultKillGrace = 10 * time.Second
+
+// Limits of the plugin fields.
+const (
+	MaxArgs          = 1024
+	MaxHTTPBodyBytes = 1 << 20
+	MaxHeaders       = 64
+	MaxURLBytes      = 8 << 10
+)
+
+// HTTPSpec is the http plugin's request: Method (default GET) to URL with
+// Headers and Body. A status in SuccessCodes (default any 2xx) succeeds; a
+// 5xx or a transport error is a retryable user failure; any other status
+// fails without retry.
+type HTTPSpec struct {
+	URL          string            `json:"url"`
+	Method       string            `json:"method,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Body         string            `json:"body,omitempty"`
+	SuccessCodes []int             `json:"success_codes,omitempty"`
+}
+
+// Succeeded reports whether status counts as success.
+func (h HTTPSpec) Succeeded(status int) bool {
+	if len(h.SuccessCodes) == 0 {
+		return status >= 200 && status < 300
+	}
+	return slices.Contains(h.SuccessCodes, status)
+}
+
+// MethodOrDefault returns Method, default GET.
+func (h HTTPSpec) MethodOrDefault() string {
+	if h.Method == "" {
+		return http.MethodGet
+	}
+	return h.Method
+}
+
+// ContainerSpec is the container plugin's image, argv (the image's
+// entrypoint when empty) and environment.
+type ContainerSpec struct {
+	Image string            `json:"image"`
+	Args  []string          `json:"args,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+}
+
+// PluginSpec is what an attempt's plugin runs: the plugin and its fields,
+// as the API hands them to the executor. Its JSON is canonical (struct
+// fields in order, map keys sorted), so it is also a cache key's part.
+type PluginSpec struct {
+	Plugin    string            `json:"plugin"`
+	Command   string            `json:"command,omitempty"`
+	Args      []string          `json:"args,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	HTTP      *HTTPSpec         `json:"http,omitempty"`
+	Container *ContainerSpec    `json:"container,omitempty"`
+}
+
+// PluginSpec returns the step's plugin and its fields.
+func (s Step) PluginSpec() PluginSpec {
+	return PluginSpec{Plugin: s.Plugin, Command: s.Command, Args: s.Args, Env: s.Env, HTTP: s.HTTP,
+		Container: s.Container}
+}
+
+// KillGraceDuration parses KillGrace, default DefaultKillGrace.
+func (s Step) KillGraceDuration() time.Duration {
+	if d, err := time.ParseDuration(s.KillGrace); err == nil && d >= 0 {
+		return d
+	}
+	return DefaultKillGrace
+}
+
+// Validate checks the plugin's name and fields; each problem names its
+// field relative to the step (".command", ".http.url"). The api checks a
+// spec with it, and the executor checks each attempt with it again, in case
+// the two run different versions (Flyte's validation before execution).
+func (p PluginSpec) Validate() []FieldError {
+	var errs []FieldError
+	add := func(field, format string, a ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
+	}
+	if !slices.Contains(KnownPlugins, p.Plugin) {
+		add(".plugin", "unknown plugin %q; known: %s", p.Plugin, strings.Join(KnownPlugins, ", "))
+		return errs
+	}
+	fields := map[string]bool{".command": p.Command != "", ".args": len(p.Args) > 0, ".http": p.HTTP != nil,
+		".container": p.Container != nil}
+	allowed := map[string][]string{PluginShell: {".command", ".args"}, PluginHTTP: {".http"},
+		PluginContainer: {".container"}, PluginNoop: {".command"}}[p.Plugin]
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		if fields[f] && !slices.Contains(allowed, f) {
+			add(f, "the %s plugin does not take it", p.Plugin)
+		}
+	}
+	switch p.Plugin {
+	case PluginShell:
+		errs = append(errs, p.validateShell()...)
+	case PluginHTTP:
+		errs = append(errs, p.HTTP.validate()...)
+	case PluginContainer:
+		errs = append(errs, p.Container.validate()...)
+	}
+	return errs
+}
+
+func (p PluginSpec) validateShell() []FieldError {
+	switch {
+	case p.Command != "" && len(p.Args) > 0:
+		return []FieldError{{".args", "give command (run by /bin/sh -c) or args (an argv), not both"}}
+	case len(p.Args) > 0:
+		return validateArgv(".args", p.Args, true)
+	case strings.TrimSpace(p.Command) == "":
+		return []FieldError{{".command", "is required for the shell plugin (or args)"}}
+	}
+	return nil
+}
+
+// validateArgv checks an argv: at most MaxArgs entries, MaxCommandBytes in
+// all, no NUL, and (when first matters) a non-empty program.
+func validateArgv(field string, argv []string, first bool) []FieldError {
+	size := 0
+	for i, a := range argv {
+		size += len(a)
+		if strings.ContainsRune(a, 0) {
+			return []FieldError{{fmt.Sprintf("%s[%d]", field, i), "must not contain NUL"}}
+		}
+	}
+	switch {
+	case len(argv) > MaxArgs:
+		return []FieldError{{field, fmt.Sprintf("has %d entries; at most %d", len(argv), MaxArgs)}}
+	case size > MaxCommandBytes:
+		return []FieldError{{field, fmt.Sprintf("is %d bytes; at most %d", size, MaxCommandBytes)}}
+	case first && strings.TrimSpace(argv[0]) == "":
+		return []FieldError{{field + "[0]", "the program must not be empty"}}
+	}
+	return nil
+}
+
+func (h *HTTPSpec) validate() []FieldError {
+	if h == nil {
+		return []FieldError{{".http", "the http plugin needs http: {url, method, headers, body, success_codes}"}}
+	}
+	var errs []FieldError
+	add := func(field, format string, a ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
+	}
+	if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		len(h.URL) > MaxURLBytes {
+		add(".http.url", "must be an absolute http or https URL of at most %d bytes; got %q", MaxURLBytes, clipText(h.URL))
+	}
+	if h.Method != "" && !validMethod(h.Method) {
+		add(".http.method", "must be an HTTP method such as GET or POST; got %q", clipText(h.Method))
+	}
+	if len(h.Headers) > MaxHeaders {
+		add(".http.headers", "has %d headers; at most %d", len(h.Headers), MaxHeaders)
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Headers)) {
+		if !validMethod(k) || strings.ContainsAny(h.Headers[k], "\r\n\x00") {
+			add(".http.headers."+k, "is not a valid header name and value")
+		}
+	}
+	if len(h.Body) > MaxHTTPBodyBytes {
+		add(".http.body", "is %d bytes; at most %d", len(h.Body), MaxHTTPBodyBytes)
+	}
+	for i, c := range h.SuccessCodes {
+		if c < 100 || c > 599 {
+			add(fmt.Sprintf(".http.success_codes[%d]", i), "must be an HTTP status from 100 to 599; got %d", c)
+		}
+	}
+	return errs
+}
+
+// validMethod reports whether s is an HTTP token (RFC 9110), as a method or a
+// header name must be.
+func validMethod(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *ContainerSpec) validate() []FieldError {
+	if c == nil {
+		return []FieldError{{".container", "the container plugin needs container: {image, args, env}"}}
+	}
+	var errs []FieldError
+	if strings.TrimSpace(c.Image) == "" || strings.ContainsAny(c.Image, " \t\r\n\x00") || strings.HasPrefix(c.Image, "-") {
+		errs = append(errs, FieldError{".container.image", fmt.Sprintf("must be an image reference such as \"alpine:3\"; got %q", clipText(c.Image))})
+	}
+	errs = append(errs, validateArgv(".container.args", c.Args, false)...)
+	for _, e := range (Step{Env: c.Env}).validateEnv() {
+		errs = append(errs, FieldError{".container" + e.Field, e.Message})
+	}
+	return errs
+}
+
+// clipText bounds a value quoted in an error message.
+func clipText(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}

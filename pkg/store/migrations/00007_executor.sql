@@ -1,0 +1,54 @@
+-- +goose Up
+-- Flyte's executor semantics: error codes on attempts, the catalog (cache
+-- entries and serializable reservations) and output shipped while an
+-- attempt runs.
+ALTER TABLE attempts ADD COLUMN code text;
+
+ALTER TABLE actions
+    ADD COLUMN cache_key    text,
+    ADD COLUMN cache_status text;
+
+-- A discoverable step's outputs, by key within a project and domain.
+CREATE TABLE cache_entries (
+    project     text        NOT NULL,
+    domain      text        NOT NULL,
+    key         text        NOT NULL,
+    version     text        NOT NULL,
+    run_name    text        NOT NULL,
+    action_name text        NOT NULL,
+    outputs     jsonb       NOT NULL DEFAULT '{}',
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz,
+    PRIMARY KEY (project, domain, key)
+);
+CREATE INDEX cache_entries_created ON cache_entries (project, domain, created_at DESC, key);
+
+-- Who executes a serializable key now; expired ones may be taken over.
+CREATE TABLE cache_reservations (
+    project     text        NOT NULL,
+    domain      text        NOT NULL,
+    key         text        NOT NULL,
+    run_name    text        NOT NULL,
+    action_name text        NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (project, domain, key)
+);
+CREATE INDEX cache_reservations_owner ON cache_reservations (project, domain, run_name, action_name);
+
+-- Output chunks in the order they were shipped, bounded per attempt.
+CREATE TABLE attempt_log_chunks (
+    attempt_id bigint      NOT NULL REFERENCES attempts ON DELETE CASCADE,
+    seq        bigserial,
+    stream     text        NOT NULL,
+    data       text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (attempt_id, seq)
+);
+
+-- +goose Down
+DROP TABLE attempt_log_chunks;
+DROP TABLE cache_reservations;
+DROP TABLE cache_entries;
+ALTER TABLE actions DROP COLUMN cache_key, DROP COLUMN cache_status;
+ALTER TABLE attempts DROP COLUMN code;
