@@ -13,15 +13,15 @@ const (
 	// action has reserved waits for its outcome (Flyte's
 	// PhaseWaitingForCache).
 	PhaseWaitingForCache Phase = "WAITING_FOR_CACHE"
-	PhaseRunning             Phase = "RUNNING"
-	PhaseSucceeded           Phase = "SUCCEEDED"
-	PhaseFailed              Phase = "FAILED"
-	PhaseAborted             Phase = "ABORTED"
-	PhaseTimedOut            Phase = "TIMED_OUT"
-	PhaseUnschedulable       Phase = "UNSCHEDULABLE"
-	PhaseWorkerFailed        Phase = "WORKER_FAILED"
-	PhasePaused              Phase = "PAUSED"
-	PhaseSkipped             Phase = "SKIPPED"
+	PhaseRunning         Phase = "RUNNING"
+	PhaseSucceeded       Phase = "SUCCEEDED"
+	PhaseFailed          Phase = "FAILED"
+	PhaseAborted         Phase = "ABORTED"
+	PhaseTimedOut        Phase = "TIMED_OUT"
+	PhaseUnschedulable   Phase = "UNSCHEDULABLE"
+	PhaseWorkerFailed    Phase = "WORKER_FAILED"
+	PhasePaused          Phase = "PAUSED"
+	PhaseSkipped         Phase = "SKIPPED"
 )
 
 // IsTerminal reports whether an action in phase p will never change again.

@@ -45,7 +45,6 @@ const (
 	IfAlways = "always"
 )
 
-
 // Limits on a workflow spec.
 const (
 	MaxSteps          = 1000
@@ -87,10 +86,10 @@ func (in Input) Producer() (step, output string) {
 // Step is one step of a workflow. A task step expands into Replicas tasks
 // that each run Command with Plugin.
 type Step struct {
-	Name              string            `json:"name"`
-	Kind              string            `json:"kind,omitempty"`
-	DependsOn         []string          `json:"depends_on,omitempty"`
-	Plugin            string            `json:"plugin,omitempty"`
+	Name      string   `json:"name"`
+	Kind      string   `json:"kind,omitempty"`
+	DependsOn []string `json:"depends_on,omitempty"`
+	Plugin    string   `json:"plugin,omitempty"`
 	// Command is the shell plugin's script, run with /bin/sh -c.
 	Command string `json:"command,omitempty"`
 	// Args is the shell plugin's argv, executed directly without a shell
@@ -107,7 +106,7 @@ type Step struct {
 	// MaxSystemFailures); nil = the scheduler's default (3).
 	MaxSystemFailures *int `json:"max_system_failures,omitempty"`
 	// Cache makes the step discoverable (Flyte's catalog).
-	Cache *CacheSpec `json:"cache,omitempty"`
+	Cache             *CacheSpec        `json:"cache,omitempty"`
 	Env               map[string]string `json:"env,omitempty"`
 	Replicas          *int              `json:"replicas,omitempty"`
 	MaxRetriesFailure *int              `json:"max_retries_failure,omitempty"`
