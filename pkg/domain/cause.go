@@ -12,6 +12,9 @@ const (
 	CauseUser = "user"
 	// CauseSystem: the plugin or platform failed (Flyte's system failure).
 	CauseSystem = "system"
+	// CausePermanent: the spec can never run (an unknown plugin, invalid
+	// fields, an http 4xx): the task fails at once, without retry.
+	CausePermanent = "permanent"
 	// CauseAborted: a user aborted, or a job failed and killed its survivors.
 	CauseAborted = "aborted"
 	// CauseTimeout: a timeout expired; an action aborted so ends TIMED_OUT.

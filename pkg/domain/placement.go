@@ -150,6 +150,9 @@ type TaskRequest struct {
 	Resources   Resources
 	Constraints []Constraint
 	Priority    Priority
+	// Plugin is the task's plugin: one of OptionalPlugins is an implicit
+	// constraint PluginLabel(Plugin)="true".
+	Plugin string
 }
 
 // WorkerView is a worker as placement sees it: labels and what is free.
@@ -169,9 +172,21 @@ func (w WorkerView) Free() Resources {
 	return Resources{CPUMillis: w.Capacity.CPUMillis - w.Used.CPUMillis, MemoryBytes: w.Capacity.MemoryBytes - w.Used.MemoryBytes}
 }
 
-// matches reports whether the worker satisfies every constraint of r,
-// returning the first that fails.
+// RunsPlugin reports whether the worker runs plugin: every worker runs a
+// plugin not in OptionalPlugins; an optional one only a worker labelled
+// PluginLabel(plugin)="true" runs (its executor found what it needs, e.g. a
+// container runtime).
+func (w WorkerView) RunsPlugin(plugin string) bool {
+	return !slices.Contains(OptionalPlugins, plugin) || w.Labels[PluginLabel(plugin)] == "true"
+}
+
+// matches reports whether the worker runs r's plugin and satisfies every
+// constraint of r, returning the first that fails (the plugin's implicit
+// one first).
 func (w WorkerView) matches(r TaskRequest) (Constraint, bool) {
+	if !w.RunsPlugin(r.Plugin) {
+		return Constraint{Key: PluginLabel(r.Plugin), Op: OpEQ, Value: "true"}, false
+	}
 	for _, c := range r.Constraints {
 		if !c.Matches(w.Labels) {
 			return c, false
@@ -198,16 +213,20 @@ func (w *WorkerView) take(r Resources) {
 	w.FreeSlots--
 }
 
-// Place picks the worker for one task: among workers that satisfy every
-// constraint and have the resources and a slot free, the one with the most
-// free slots (spreading load), first by index on ties. It returns -1 and a
-// pending_reason when none fits, e.g. "no worker matches constraint
-// gpu=EXISTS" or "insufficient memory: need 8.0 GiB, largest free 2.0 GiB".
+// Place picks the worker for one task: among workers that run its plugin,
+// satisfy every constraint and have the resources and a slot free, the one
+// with the most free slots (spreading load), first by index on ties. It
+// returns -1 and a pending_reason when none fits, e.g. "no worker runs
+// plugin container", "no worker matches constraint gpu=EXISTS" or
+// "insufficient memory: need 8.0 GiB, largest free 2.0 GiB".
 func Place(r TaskRequest, ws []WorkerView) (int, string) {
-	best := -1
+	best, runs := -1, 0
 	var matching []WorkerView
 	var failed Constraint
 	for i, w := range ws {
+		if w.RunsPlugin(r.Plugin) {
+			runs++
+		}
 		c, ok := w.matches(r)
 		if !ok {
 			failed = c
@@ -223,6 +242,8 @@ func Place(r TaskRequest, ws []WorkerView) (int, string) {
 		return best, ""
 	case len(ws) == 0:
 		return -1, "no worker is registered and alive"
+	case runs == 0:
+		return -1, "no worker runs plugin " + r.Plugin
 	case len(matching) == 0:
 		return -1, "no worker matches constraint " + failed.String()
 	}

@@ -1140,3 +1140,58 @@ func FuzzPickVictims(f *testing.F) {
 		}
 	})
 }
+
+// A task of an optional plugin is placed only where a worker advertises it
+// (PluginLabel(plugin)="true"); without one it waits with the reason "no
+// worker runs plugin container". Other plugins run everywhere.
+func TestPlacementByPlugin(t *testing.T) {
+	t.Parallel()
+	bare := plWorker("bare", 4)
+	off := plWorker("off", 4, "plugin.container", "false")
+	docker := plWorker("docker", 1, "plugin.container", "true", "zone", "a")
+	tests := []struct {
+		name   string
+		r      domain.TaskRequest
+		ws     []domain.WorkerView
+		want   int
+		reason string
+	}{
+		{"container: no worker advertises it", domain.TaskRequest{Plugin: domain.PluginContainer},
+			[]domain.WorkerView{bare, off}, -1, "no worker runs plugin container"},
+		{"container: placed on the labelled worker despite fewer free slots", domain.TaskRequest{Plugin: domain.PluginContainer},
+			[]domain.WorkerView{bare, docker}, 1, ""},
+		{"container: the labelled worker fails an explicit constraint",
+			domain.TaskRequest{Plugin: domain.PluginContainer, Constraints: []domain.Constraint{{Key: "zone", Op: domain.OpEQ, Value: "b"}}},
+			[]domain.WorkerView{bare, docker}, -1, "no worker matches constraint zone EQ b"},
+		{"container: no worker at all", domain.TaskRequest{Plugin: domain.PluginContainer}, nil, -1,
+			"no worker is registered and alive"},
+		{"shell runs on every worker", domain.TaskRequest{Plugin: domain.PluginShell}, []domain.WorkerView{bare, off}, 0, ""},
+		{"an empty plugin is not optional", domain.TaskRequest{}, []domain.WorkerView{off}, 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			i, reason := domain.Place(tc.r, plCloneWorkers(tc.ws))
+			require.Equal(t, tc.want, i)
+			require.Equal(t, tc.reason, reason)
+		})
+	}
+	require.True(t, docker.RunsPlugin(domain.PluginContainer))
+	require.False(t, off.RunsPlugin(domain.PluginContainer), `only "true" advertises a plugin`)
+	require.True(t, bare.RunsPlugin(domain.PluginHTTP))
+
+	_, reason := domain.PlaceGang([]domain.TaskRequest{{Plugin: domain.PluginContainer}}, []domain.WorkerView{bare})
+	require.Equal(t, "coscheduled: 0 of 1 tasks fit; no worker runs plugin container", reason)
+	w, victims := domain.PickVictims(domain.TaskRequest{Plugin: domain.PluginContainer, Priority: plProduction},
+		[]domain.WorkerView{plWorker("full", 0)}, []domain.Running{{AttemptID: 1, Worker: 0, Priority: plBatch, Started: true}})
+	require.Equal(t, -1, w, "preemption never frees a worker that does not run the plugin")
+	require.Empty(t, victims)
+}
+
+func TestStepRequestCarriesPlugin(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, domain.PluginContainer, domain.Step{Plugin: domain.PluginContainer}.Request().Plugin)
+	require.Equal(t, 7, domain.Step{}.SystemFailuresAllowed(7), "the scheduler's default when the step sets none")
+	zero := 0
+	require.Equal(t, 0, domain.Step{MaxSystemFailures: &zero}.SystemFailuresAllowed(7))
+}

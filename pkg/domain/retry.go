@@ -58,6 +58,37 @@ type AttemptOutcome struct {
 	// WasAssigned is true when the attempt was still ASSIGNED (never started)
 	// when it was preempted: such a preemption is free.
 	WasAssigned bool
+	// Started is true when the attempt reached RUNNING (its executor
+	// reported it running: started_at is set).
+	Started bool
+	// Permanent is true for a FAILED attempt whose spec can never run (cause
+	// permanent: an unknown plugin, invalid fields, an http 4xx).
+	Permanent bool
+}
+
+// Progressed reports whether the attempt really progressed: it reached
+// RUNNING and did not end as a system failure. Only such an attempt resets
+// the task's system_failure_count. An attempt that merely started does
+// not: the reset would then follow every system failure that reports
+// RUNNING first, and the task would loop forever (Flyte's executor
+// (TaskActionReconciler): the known livelock of resetting SystemFailures).
+func (o AttemptOutcome) Progressed() bool {
+	return o.Started && !(o.State == TaskFailed && o.System)
+}
+
+// CodeMaxSystemFailuresExceeded is the error code of a task that failed for
+// good because its system failures exceeded max_system_failures (Flyte's
+// PermanentFailure code MaxSystemFailuresExceeded).
+const CodeMaxSystemFailuresExceeded = "MaxSystemFailuresExceeded"
+
+// FailureCode returns the error code the decision r on outcome o gives the
+// attempt: CodeMaxSystemFailuresExceeded when a system failure exceeded its
+// budget, else "" (the executor's own code, if any, stands).
+func FailureCode(o AttemptOutcome, r RetryResult) string {
+	if r == ExceededRetryLimit && o.State == TaskFailed && o.System && !o.Permanent {
+		return CodeMaxSystemFailuresExceeded
+	}
+	return ""
 }
 
 // HandleAttemptResult applies Iris's handle_attempt_result to a task's
@@ -66,13 +97,21 @@ type AttemptOutcome struct {
 // max_retries_preemption, except that preempting an ASSIGNED task is free;
 // counter <= limit retries, counter > limit is terminal. A system failure
 // (Flyte executor) charges system_failure_count against max_system_failures
-// instead of the user's budget. KILLED, UNSCHEDULABLE and SUCCEEDED are never
-// retried. Counters never decrease. Source: the retry semantics of Iris's
-// task-states reference; system failures from Flyte's executor
-// (TaskActionReconciler).
+// instead of the user's budget; an attempt that progressed (Progressed)
+// first resets system_failure_count to 0. A permanent failure (the spec can
+// never run) is terminal at once and charges nothing. KILLED, UNSCHEDULABLE
+// and SUCCEEDED are never retried. Other counters never decrease. Source:
+// the retry semantics of Iris's task-states reference; system failures from
+// Flyte's executor (TaskActionReconciler).
 func HandleAttemptResult(b Budget, o AttemptOutcome) (Budget, RetryResult) {
+	if o.Progressed() {
+		b.SystemFailureCount = 0
+	}
 	switch o.State {
 	case TaskFailed:
+		if o.Permanent {
+			return b, ExceededRetryLimit
+		}
 		if o.System {
 			b.SystemFailureCount++
 			return b, within(b.SystemFailureCount, b.MaxSystemFailures)
@@ -102,7 +141,9 @@ func within(count, limit int) RetryResult {
 // IsFinished reports Iris's is_finished(): SUCCEEDED, KILLED and
 // UNSCHEDULABLE always; FAILED when failure_count > max_retries_failure;
 // WORKER_FAILED and PREEMPTED when preemption_count > max_retries_preemption.
-// Source: the terminal-state summary of Iris's task-states reference.
+// It reads the counters alone: a permanent failure (AttemptOutcome.Permanent)
+// ends its task whatever they say. Source: the terminal-state summary of
+// Iris's task-states reference.
 func IsFinished(s TaskState, b Budget) bool {
 	switch s {
 	case TaskSucceeded, TaskKilled, TaskUnschedulable:

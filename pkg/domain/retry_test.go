@@ -190,6 +190,48 @@ func TestHandleAttemptResult(t *testing.T) {
 			want:    domain.Budget{FailureCount: 1, MaxRetriesFailure: 1, PreemptionCount: 4, MaxRetriesPreemption: 9, SystemFailureCount: 1, MaxSystemFailures: 3},
 			result:  domain.ShouldRetry,
 		},
+		{
+			name:    "system failure that reached RUNNING: still charged, never reset (the livelock guard)",
+			in:      domain.Budget{SystemFailureCount: 3, MaxSystemFailures: 3},
+			outcome: domain.AttemptOutcome{State: domain.TaskFailed, System: true, Started: true},
+			want:    domain.Budget{SystemFailureCount: 4, MaxSystemFailures: 3},
+			result:  domain.ExceededRetryLimit,
+		},
+		{
+			name:    "user failure after RUNNING: the attempt progressed, system_failure_count resets, failure_count charged",
+			in:      domain.Budget{SystemFailureCount: 2, MaxSystemFailures: 3, MaxRetriesFailure: 1},
+			outcome: domain.AttemptOutcome{State: domain.TaskFailed, Started: true},
+			want:    domain.Budget{FailureCount: 1, MaxRetriesFailure: 1, MaxSystemFailures: 3},
+			result:  domain.ShouldRetry,
+		},
+		{
+			name:    "user failure that never reached RUNNING: no reset",
+			in:      domain.Budget{SystemFailureCount: 2, MaxSystemFailures: 3, MaxRetriesFailure: 1},
+			outcome: domain.AttemptOutcome{State: domain.TaskFailed},
+			want:    domain.Budget{FailureCount: 1, SystemFailureCount: 2, MaxRetriesFailure: 1, MaxSystemFailures: 3},
+			result:  domain.ShouldRetry,
+		},
+		{
+			name:    "preempted after RUNNING: progressed, system_failure_count resets",
+			in:      domain.Budget{SystemFailureCount: 2, MaxSystemFailures: 3, MaxRetriesPreemption: 5},
+			outcome: domain.AttemptOutcome{State: domain.TaskPreempted, Started: true},
+			want:    domain.Budget{PreemptionCount: 1, MaxRetriesPreemption: 5, MaxSystemFailures: 3},
+			result:  domain.ShouldRetry,
+		},
+		{
+			name:    "permanent failure: fails at once, no retry, regardless of budgets",
+			in:      domain.Budget{MaxRetriesFailure: 5, MaxRetriesPreemption: 5, MaxSystemFailures: 5},
+			outcome: domain.AttemptOutcome{State: domain.TaskFailed, Permanent: true},
+			want:    domain.Budget{MaxRetriesFailure: 5, MaxRetriesPreemption: 5, MaxSystemFailures: 5},
+			result:  domain.ExceededRetryLimit,
+		},
+		{
+			name:    "permanent failure reported with cause system too: still permanent, nothing charged",
+			in:      domain.Budget{MaxSystemFailures: 3},
+			outcome: domain.AttemptOutcome{State: domain.TaskFailed, System: true, Permanent: true},
+			want:    domain.Budget{MaxSystemFailures: 3},
+			result:  domain.ExceededRetryLimit,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,6 +240,74 @@ func TestHandleAttemptResult(t *testing.T) {
 			require.Equal(t, tc.result, res)
 			require.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// Flyte's executor (TaskActionReconciler): "The reconciler allows up to
+// MaxSystemFailures (default 3) ... If the threshold is exceeded, the task is
+// moved to PermanentFailure with the code MaxSystemFailuresExceeded." With
+// the default a task runs 4 times: 3 system failures retried in place, the
+// 4th permanent; the user's failure_count stays 0.
+func TestSystemFailureBudgetSequence(t *testing.T) {
+	t.Parallel()
+	b := defaultBudget()
+	var results []domain.RetryResult
+	var codes []string
+	for range 4 {
+		o := domain.AttemptOutcome{State: domain.TaskFailed, System: true}
+		var r domain.RetryResult
+		b, r = domain.HandleAttemptResult(b, o)
+		results = append(results, r)
+		codes = append(codes, domain.FailureCode(o, r))
+	}
+	require.Equal(t, []domain.RetryResult{domain.ShouldRetry, domain.ShouldRetry, domain.ShouldRetry,
+		domain.ExceededRetryLimit}, results)
+	require.Equal(t, []string{"", "", "", "MaxSystemFailuresExceeded"}, codes)
+	require.Equal(t, 0, b.FailureCount, "system failures never charge the user's budget")
+	require.True(t, domain.IsFinished(domain.TaskFailed, b))
+}
+
+// The count resets only when an attempt really progresses, never on a loop
+// (Flyte's known livelock): system failures whose attempts each reached
+// RUNNING before failing still exhaust the budget, while a real run in
+// between (RUNNING, then a user failure) starts the count afresh.
+func TestSystemFailureResetOnlyOnProgress(t *testing.T) {
+	t.Parallel()
+	b := defaultBudget()
+	b.MaxRetriesFailure = 10
+	sys := domain.AttemptOutcome{State: domain.TaskFailed, System: true, Started: true}
+	for range 3 {
+		var r domain.RetryResult
+		b, r = domain.HandleAttemptResult(b, sys)
+		require.Equal(t, domain.ShouldRetry, r)
+	}
+	require.Equal(t, 3, b.SystemFailureCount, "started attempts that fail as system failures never reset")
+	b, r := domain.HandleAttemptResult(b, domain.AttemptOutcome{State: domain.TaskFailed, Started: true})
+	require.Equal(t, domain.ShouldRetry, r)
+	require.Equal(t, 0, b.SystemFailureCount, "a user failure after RUNNING progressed: reset")
+	require.Equal(t, 1, b.FailureCount)
+	for range 4 {
+		b, r = domain.HandleAttemptResult(b, sys)
+	}
+	require.Equal(t, domain.ExceededRetryLimit, r, "the loop ends: 4 system failures in a row exceed 3")
+	require.Equal(t, domain.CodeMaxSystemFailuresExceeded, domain.FailureCode(sys, r))
+}
+
+func TestOutcomeProgressed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		o    domain.AttemptOutcome
+		want bool
+	}{
+		{"never reached RUNNING", domain.AttemptOutcome{State: domain.TaskSucceeded}, false},
+		{"RUNNING then SUCCEEDED", domain.AttemptOutcome{State: domain.TaskSucceeded, Started: true}, true},
+		{"RUNNING then a user failure", domain.AttemptOutcome{State: domain.TaskFailed, Started: true}, true},
+		{"RUNNING then a system failure: no progress", domain.AttemptOutcome{State: domain.TaskFailed, System: true, Started: true}, false},
+		{"RUNNING then WORKER_FAILED", domain.AttemptOutcome{State: domain.TaskWorkerFailed, Started: true}, true},
+	}
+	for _, tc := range tests {
+		require.Equal(t, tc.want, tc.o.Progressed(), tc.name)
 	}
 }
 
@@ -330,21 +440,25 @@ func TestCanBeScheduled(t *testing.T) {
 // it is not finished and can be scheduled; NO_RETRY only for states that are
 // never retried, and then the task is finished (for terminal states).
 func FuzzHandleAttemptResult(f *testing.F) {
-	f.Add(int8(domain.TaskFailed), false, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(0), uint16(3))
-	f.Add(int8(domain.TaskFailed), false, false, uint16(2), uint16(2), uint16(0), uint16(100), uint16(0), uint16(3))
-	f.Add(int8(domain.TaskFailed), true, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(3), uint16(3))
-	f.Add(int8(domain.TaskFailed), true, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(1), uint16(3))
-	f.Add(int8(domain.TaskWorkerFailed), false, false, uint16(0), uint16(0), uint16(100), uint16(100), uint16(0), uint16(3))
-	f.Add(int8(domain.TaskWorkerFailed), false, true, uint16(0), uint16(0), uint16(5), uint16(100), uint16(0), uint16(3))
-	f.Add(int8(domain.TaskPreempted), false, true, uint16(0), uint16(0), uint16(100), uint16(100), uint16(0), uint16(3))
-	f.Add(int8(domain.TaskPreempted), false, false, uint16(0), uint16(0), uint16(100), uint16(100), uint16(0), uint16(3))
-	f.Add(int8(domain.TaskKilled), true, true, uint16(1), uint16(4), uint16(1), uint16(4), uint16(1), uint16(4))
-	f.Add(int8(domain.TaskUnschedulable), false, false, uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), uint16(0))
-	f.Add(int8(domain.TaskSucceeded), false, false, uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), uint16(0))
-	f.Add(int8(domain.TaskRunning), false, false, uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), uint16(0))
-	f.Add(int8(-3), true, false, uint16(9), uint16(9), uint16(9), uint16(9), uint16(9), uint16(9))
+	f.Add(int8(domain.TaskFailed), false, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(0), uint16(3), false, false)
+	f.Add(int8(domain.TaskFailed), false, false, uint16(2), uint16(2), uint16(0), uint16(100), uint16(0), uint16(3), false, false)
+	f.Add(int8(domain.TaskFailed), true, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(3), uint16(3), false, false)
+	f.Add(int8(domain.TaskFailed), true, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(1), uint16(3), false, false)
+	f.Add(int8(domain.TaskWorkerFailed), false, false, uint16(0), uint16(0), uint16(100), uint16(100), uint16(0), uint16(3), false, false)
+	f.Add(int8(domain.TaskWorkerFailed), false, true, uint16(0), uint16(0), uint16(5), uint16(100), uint16(0), uint16(3), false, false)
+	f.Add(int8(domain.TaskPreempted), false, true, uint16(0), uint16(0), uint16(100), uint16(100), uint16(0), uint16(3), false, false)
+	f.Add(int8(domain.TaskPreempted), false, false, uint16(0), uint16(0), uint16(100), uint16(100), uint16(0), uint16(3), false, false)
+	f.Add(int8(domain.TaskKilled), true, true, uint16(1), uint16(4), uint16(1), uint16(4), uint16(1), uint16(4), false, false)
+	f.Add(int8(domain.TaskUnschedulable), false, false, uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), false, false)
+	f.Add(int8(domain.TaskSucceeded), false, false, uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), false, false)
+	f.Add(int8(domain.TaskRunning), false, false, uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), uint16(0), false, false)
+	f.Add(int8(-3), true, false, uint16(9), uint16(9), uint16(9), uint16(9), uint16(9), uint16(9), false, false)
+	f.Add(int8(domain.TaskFailed), false, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(2), uint16(3), true, false)
+	f.Add(int8(domain.TaskFailed), true, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(2), uint16(3), true, false)
+	f.Add(int8(domain.TaskFailed), true, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(2), uint16(3), false, true)
+	f.Add(int8(domain.TaskSucceeded), false, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(2), uint16(3), true, false)
 
-	f.Fuzz(func(t *testing.T, state int8, system, wasAssigned bool, fc, mf, pc, mp, sc, ms uint16) {
+	f.Fuzz(func(t *testing.T, state int8, system, wasAssigned bool, fc, mf, pc, mp, sc, ms uint16, started, permanent bool) {
 		// Limits in [0, 1000]; counters within their limits (the task has
 		// not been finished by any budget yet).
 		lim := func(x uint16) int { return int(x) % 1001 }
@@ -354,9 +468,22 @@ func FuzzHandleAttemptResult(f *testing.F) {
 		in.PreemptionCount = cnt(pc, in.MaxRetriesPreemption)
 		in.SystemFailureCount = cnt(sc, in.MaxSystemFailures)
 		s := domain.TaskState(state)
-		o := domain.AttemptOutcome{State: s, System: system, WasAssigned: wasAssigned}
+		o := domain.AttemptOutcome{State: s, System: system, WasAssigned: wasAssigned, Started: started, Permanent: permanent}
 
 		out, res := domain.HandleAttemptResult(in, o)
+		// An attempt that progressed resets system_failure_count first;
+		// only that counter ever decreases, and only then.
+		base := in
+		if o.Progressed() {
+			base.SystemFailureCount = 0
+			require.Zero(t, out.SystemFailureCount, "an attempt that progressed resets system_failure_count")
+		}
+		if s == domain.TaskFailed && permanent {
+			require.Equal(t, domain.ExceededRetryLimit, res, "a permanent failure fails at once")
+			require.Equal(t, base, out, "a permanent failure charges nothing")
+			return
+		}
+		in = base
 
 		// Limits are configuration: never changed.
 		require.Equal(t, in.MaxRetriesFailure, out.MaxRetriesFailure)

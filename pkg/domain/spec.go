@@ -183,7 +183,7 @@ func (w WorkflowSpec) TimeoutDuration() time.Duration { return parseDuration(w.T
 
 // Request returns what one task of the step asks of a worker.
 func (s Step) Request() TaskRequest {
-	r := TaskRequest{Priority: ParsePriority(s.Priority), Constraints: s.Constraints}
+	r := TaskRequest{Priority: ParsePriority(s.Priority), Constraints: s.Constraints, Plugin: s.Plugin}
 	if s.Resources != nil {
 		r.Resources = *s.Resources
 	}
@@ -212,6 +212,16 @@ func (s Step) RetriesFailure() int {
 		return DefaultMaxRetriesFailure
 	}
 	return *s.MaxRetriesFailure
+}
+
+// SystemFailuresAllowed returns MaxSystemFailures, or def (the scheduler's
+// default, CAPSTAN_MAX_SYSTEM_FAILURES) when the step sets none: the system
+// failures retried in place (Flyte's MaxSystemFailures).
+func (s Step) SystemFailuresAllowed(def int) int {
+	if s.MaxSystemFailures == nil {
+		return def
+	}
+	return *s.MaxSystemFailures
 }
 
 // Normalize fills defaults in place: mode StepByStep, kind task, plugin shell.
