@@ -48,6 +48,12 @@ type Report struct {
 	// Outputs are a SUCCEEDED attempt's output values, name → value, stored
 	// on the attempt; ignored with any other state.
 	Outputs map[string]string
+	// Code is a stable error code (e.g. InvalidPluginSpec), stored with a
+	// terminal state.
+	Code string
+	// Cleanup is a stopped attempt's plugin Abort and Finalize as they ran,
+	// each recorded as a run event (cleanupEvents) with a terminal state.
+	Cleanup []CleanupStep
 }
 
 // ReportResult tells the caller what a report changed.
@@ -64,8 +70,10 @@ var ErrBadReport = errors.New("invalid attempt report")
 
 // ReportAttempt records a report: the attempt's new state (only forward:
 // ASSIGNED -> BUILDING -> RUNNING -> terminal), its exit code, error, cause,
-// bounded logs and, when SUCCEEDED, its outputs; a live report also moves
-// the task. A report on an attempt that already ended is a no-op. Errors:
+// code, bounded logs, cleanup steps (as "plugin_abort" and
+// "plugin_finalize" events, in order, before the "attempt.<STATE>" event)
+// and, when SUCCEEDED, its outputs; a live report also moves the task. A
+// report on an attempt that already ended is a no-op. Errors:
 // ErrNotFound, ErrBadReport.
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
@@ -83,21 +91,21 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 		}
 		live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
 		res.Proceed = live && !rep.State.IsTerminal()
-		// An attempt whose task moved on (aborted, superseded) needs no decision.
-		res.Evaluate = live && rep.State.IsTerminal()
+		// An attempt whose task moved on (superseded) needs no decision; the
+		// last attempt of a task killed by an abort is evaluated to finish
+		// the abort (its ABORTED event).
+		killed := t.State == domain.TaskKilled && a.Number == t.AttemptCount
+		res.Evaluate = (live || killed) && rep.State.IsTerminal()
 		now := time.Now().UTC()
-		up, err := reportUpdates(a, rep, live, now)
+		up, err := reportUpdates(a, rep, live || killed, now)
 		if err != nil {
 			return err
 		}
 		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", id).Updates(up).Error; err != nil {
 			return mapErr(err)
 		}
-		if rep.State.IsTerminal() && (rep.Stdout != "" || rep.Stderr != "") {
-			if err := tx.q(ctx).Create(&AttemptLog{AttemptID: id, Stdout: rep.Stdout, Stderr: rep.Stderr,
-				Truncated: rep.Truncated}).Error; err != nil {
-				return mapErr(err)
-			}
+		if err := tx.recordFinal(ctx, t, id, rep); err != nil {
+			return err
 		}
 		if live && !rep.State.IsTerminal() {
 			if err := tx.q(ctx).Model(&Task{}).Where("id = ?", res.Task.ID).Updates(map[string]any{
@@ -111,10 +119,26 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 	return res, err
 }
 
+// recordFinal stores what a terminal report carries besides the attempt's
+// columns: its bounded logs and its cleanup steps' events, in order.
+func (s *Store) recordFinal(ctx context.Context, t Task, id int64, rep Report) error {
+	if !rep.State.IsTerminal() {
+		return nil
+	}
+	if rep.Stdout != "" || rep.Stderr != "" {
+		if err := s.q(ctx).Create(&AttemptLog{AttemptID: id, Stdout: rep.Stdout, Stderr: rep.Stderr,
+			Truncated: rep.Truncated}).Error; err != nil {
+			return mapErr(err)
+		}
+	}
+	return s.cleanupEvents(ctx, t, id, rep.Cleanup)
+}
+
 // reportUpdates returns the attempt's columns a report sets: its state,
 // pid, start, and for a terminal state its end, exit code, error, cause,
-// outputs (SUCCEEDED only) and, when the attempt is not live, evaluated_at.
-func reportUpdates(a Attempt, rep Report, live bool, now time.Time) (map[string]any, error) {
+// code, outputs (SUCCEEDED only) and, when the attempt needs no evaluation,
+// evaluated_at.
+func reportUpdates(a Attempt, rep Report, evaluate bool, now time.Time) (map[string]any, error) {
 	up := map[string]any{"state": rep.State, "updated_at": now}
 	if rep.Pid != nil {
 		up["pid"] = *rep.Pid
@@ -126,7 +150,8 @@ func reportUpdates(a Attempt, rep Report, live bool, now time.Time) (map[string]
 		return up, nil
 	}
 	up["finished_at"], up["exit_code"], up["error"], up["cause"] = now, rep.ExitCode, strPtr(rep.Error), strPtr(rep.Cause)
-	if !live {
+	up["code"] = strPtr(rep.Code)
+	if !evaluate {
 		up["evaluated_at"] = now
 	}
 	if rep.State == domain.TaskSucceeded && len(rep.Outputs) > 0 {

@@ -121,6 +121,8 @@ type Task struct {
 	CreatedAt            time.Time           `json:"created_at"`
 	UpdatedAt            time.Time           `json:"updated_at"`
 	EndedAt              *time.Time          `json:"ended_at"`
+	// Plugin is the step's plugin (placement honours domain.OptionalPlugins).
+	Plugin string `json:"plugin"`
 }
 
 // Attempt is a row of attempts: one try of one task on one worker.
@@ -148,6 +150,9 @@ type Attempt struct {
 	KillAttemptCount int        `json:"kill_attempt_count"`
 	KillCause        *string    `json:"kill_cause"`
 	KillOutcome      *string    `json:"kill_outcome"`
+	// Code is a stable error code: the executor's (e.g. InvalidPluginSpec)
+	// or the scheduler's (domain.CodeMaxSystemFailuresExceeded).
+	Code *string `json:"code"`
 }
 
 // What a waiting step waits for (Action.WaitingFor).

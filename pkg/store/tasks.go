@@ -66,6 +66,9 @@ func (s *Store) CountTaskStates(ctx context.Context, key domain.ActionKey, gener
 // either a requeue to PENDING or its end in State.
 type TaskOutcome struct {
 	Budget domain.Budget
+	// Code, when set, is the error code the decision gives the attempt
+	// (e.g. domain.CodeMaxSystemFailuresExceeded).
+	Code string
 	// Requeue puts the task back to PENDING, placeable from NotBefore.
 	Requeue   bool
 	NotBefore time.Time
@@ -76,7 +79,9 @@ type TaskOutcome struct {
 }
 
 // UpdateTaskOutcome writes an evaluation's decision on task t, the one of
-// attempt attemptID, and a "task.<Result>" event.
+// attempt a (claimed, so locked), with o.Code on the attempt when set, and a
+// "task.<Result>" event (data: attempt_state, not_before, and code with the
+// attempt's former code when o.Code is set).
 func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o TaskOutcome, now time.Time) error {
 	up := map[string]any{"failure_count": o.Budget.FailureCount, "preemption_count": o.Budget.PreemptionCount,
 		"system_failure_count": o.Budget.SystemFailureCount, "updated_at": now, "version": gorm.Expr("version + 1")}
@@ -89,6 +94,12 @@ func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o Task
 	}
 	if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(up).Error; err != nil {
 		return mapErr(err)
+	}
+	if o.Code != "" {
+		data["code"], data["attempt_code"] = o.Code, a.Code
+		if err := s.setAttemptCode(ctx, a.ID, o.Code, now); err != nil {
+			return err
+		}
 	}
 	return s.taskEvent(ctx, t, a.ID, "task."+o.Result, data)
 }
@@ -276,7 +287,9 @@ SELECT * FROM a ORDER BY id`
 // NewTasks returns the rows of a starting step's tasks, of the action's
 // generation: its replicas, PENDING, each carrying the step's retry limits
 // and scheduling fields (Iris's expand_job_to_tasks), so that placement
-// reads tasks only. The scheduling deadline counts from now.
+// reads tasks only. The scheduling deadline counts from now. Their
+// max_system_failures is the step's, else domain.DefaultMaxSystemFailures:
+// the scheduler sets its configured default on the rows it inserts.
 func NewTasks(key domain.ActionKey, step domain.Step, generation int, now time.Time) []Task {
 	req := step.Request()
 	var deadline *time.Time
@@ -289,10 +302,10 @@ func NewTasks(key domain.ActionKey, step domain.Step, generation int, now time.T
 		tasks[i] = Task{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: key.Action, Idx: i,
 			Generation: generation,
 			State:      domain.TaskPending, MaxRetriesFailure: step.RetriesFailure(),
-			MaxRetriesPreemption: step.RetriesPreemption(), MaxSystemFailures: domain.DefaultMaxSystemFailures,
+			MaxRetriesPreemption: step.RetriesPreemption(), MaxSystemFailures: step.SystemFailuresAllowed(domain.DefaultMaxSystemFailures),
 			Priority: int16(req.Priority), CPUMillis: req.Resources.CPUMillis, MemoryBytes: req.Resources.MemoryBytes,
 			Constraints: append([]domain.Constraint{}, step.Constraints...), Coscheduled: step.Coscheduled,
-			TimeoutMs: step.AttemptTimeoutDuration().Milliseconds(), SchedulingDeadline: deadline, Version: 1}
+			Plugin: step.Plugin, TimeoutMs: step.AttemptTimeoutDuration().Milliseconds(), SchedulingDeadline: deadline, Version: 1}
 	}
 	return tasks
 }

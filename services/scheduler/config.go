@@ -71,6 +71,11 @@ type config struct {
 	// of delivery rounds); abort and kill tasks' asynq retries are sized from
 	// it (queue.AbortTaskRetries). Default 10.
 	AbortMaxAttempts int `env:"ABORT_MAX_ATTEMPTS" envDefault:"10"`
+	// MaxSystemFailures is how many system failures (the program cannot
+	// start, the work dir cannot be made) a task is retried in place without
+	// charging max_retries_failure, when its step sets no
+	// max_system_failures (Flyte's MaxSystemFailures), 0 to 100. Default 3.
+	MaxSystemFailures int `env:"CAPSTAN_MAX_SYSTEM_FAILURES" envDefault:"3"`
 }
 
 // scheduler returns the scheduler's part of the config; queues is the
@@ -83,7 +88,7 @@ func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 		Tick: c.Tick, WorkerGrace: c.WorkerGrace,
 		Resync:        scheduler.ResyncConfig{Period: c.ResyncPeriod, DispatchGrace: c.DispatchGrace},
 		Retry:         domain.FullJitter{Initial: c.RetryInitialDelay, Max: c.RetryMaxDelay},
-		AbortMaxRetry: queue.AbortTaskRetries(c.AbortMaxAttempts),
+		AbortMaxRetry: queue.AbortTaskRetries(c.AbortMaxAttempts), MaxSystemFailures: &c.MaxSystemFailures,
 		Liveness: scheduler.LivenessConfig{Backoff: domain.Table(c.WorkerBackoffTable),
 			DeadRetention: c.DeadWorkerRetention, Queues: queues},
 		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,

@@ -4,6 +4,10 @@
 -- attempt runs.
 ALTER TABLE attempts ADD COLUMN code text;
 
+-- A task's plugin: placement puts one of an optional plugin only on the
+-- workers that advertise it.
+ALTER TABLE tasks ADD COLUMN plugin text NOT NULL DEFAULT '';
+
 ALTER TABLE actions
     ADD COLUMN cache_key    text,
     ADD COLUMN cache_status text;
@@ -51,4 +55,5 @@ DROP TABLE attempt_log_chunks;
 DROP TABLE cache_reservations;
 DROP TABLE cache_entries;
 ALTER TABLE actions DROP COLUMN cache_key, DROP COLUMN cache_status;
+ALTER TABLE tasks DROP COLUMN plugin;
 ALTER TABLE attempts DROP COLUMN code;

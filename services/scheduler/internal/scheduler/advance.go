@@ -182,5 +182,5 @@ func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.R
 	case domain.KindApproval:
 		return tx.StartWait(ctx, ak, store.WaitApproval, nil, now)
 	}
-	return tx.CreateTasks(ctx, ak, store.NewTasks(ak, a.Spec, a.Generation, now), now)
+	return tx.CreateTasks(ctx, ak, s.newTasks(ak, a.Spec, a.Generation, now), now)
 }

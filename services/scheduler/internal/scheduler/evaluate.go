@@ -27,6 +27,9 @@ type Evaluation struct {
 	// AbortSurvivors is set when the action failed and its surviving tasks
 	// were killed: their live attempts must be stopped through the abort path.
 	AbortSurvivors *domain.ActionKey
+	// Code is the error code of a task that failed for good (e.g.
+	// MaxSystemFailuresExceeded): the action's reason if it fails.
+	Code string
 	// Advance is what the run's advance did, when the action ended.
 	Advance *Advance
 }
@@ -83,8 +86,11 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, 
 func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
 	t store.Task, a store.Attempt, wasAssigned bool, now time.Time) error {
 	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
+	if t.State == domain.TaskKilled && t.AttemptCount == a.Number {
+		return s.finishAbort(ctx, tx, act, a) // the abort's last attempt stopped
+	}
 	if !t.State.IsLive() || t.AttemptCount != a.Number {
-		return nil // the task moved on: aborted, or superseded
+		return nil // the task moved on: superseded
 	}
 	if err := s.decideTask(ctx, tx, ev, t, a, wasAssigned, now); err != nil {
 		return err
@@ -102,18 +108,20 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 
 // decideTask applies Iris's handle_attempt_result to the task: the retry
 // budgets decide between a requeue to PENDING (after the retry backoff of
-// the charged counter) and a terminal state; a coscheduled task that fails
+// the charged counter) and a terminal state; a system failure is retried in
+// place up to max_system_failures, past it the attempt gets the code
+// MaxSystemFailuresExceeded, and a permanent one ends the task at once
+// (Flyte's executor (TaskActionReconciler)); a coscheduled task that fails
 // for good exhausts its live siblings (domain.CascadesGang).
 func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, t store.Task, a store.Attempt,
 	wasAssigned bool, now time.Time) error {
 	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
 		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
 		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
-	out := domain.AttemptOutcome{State: a.State, System: a.Cause != nil && *a.Cause == domain.CauseSystem,
-		WasAssigned: wasAssigned}
+	out := outcome(a, wasAssigned)
 	nb, result := domain.HandleAttemptResult(b, out)
-	ev.Result = result
-	o := store.TaskOutcome{Budget: nb, Result: result.String(), State: a.State}
+	ev.Result, ev.Code = result, failureCode(a, out, result)
+	o := store.TaskOutcome{Budget: nb, Result: result.String(), State: a.State, Code: domain.FailureCode(out, result)}
 	if result == domain.ShouldRetry {
 		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
 		ev.NotBefore = &o.NotBefore
@@ -162,6 +170,11 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	}
 	if _, err := tx.SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
 		return err
+	}
+	if ev.ActionPhase == domain.PhaseFailed && ev.Code != "" {
+		if err := tx.SetActionReason(ctx, key, ev.Code, now); err != nil {
+			return err
+		}
 	}
 	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() {
 		return nil

@@ -262,7 +262,7 @@ func units(tasks []store.Task) [][]store.Task {
 }
 
 func request(t store.Task) domain.TaskRequest {
-	return domain.TaskRequest{Priority: domain.Priority(t.Priority), Constraints: t.Constraints,
+	return domain.TaskRequest{Priority: domain.Priority(t.Priority), Constraints: t.Constraints, Plugin: t.Plugin,
 		Resources: domain.Resources{CPUMillis: t.CPUMillis, MemoryBytes: t.MemoryBytes}}
 }
 

@@ -44,6 +44,10 @@ type Config struct {
 	Resync ResyncConfig
 	// Workflow tunes KubeVela's step retries.
 	Workflow WorkflowConfig
+	// MaxSystemFailures is how many system failures a task is retried in
+	// place when its step sets no max_system_failures (Flyte's
+	// MaxSystemFailures), 0 to 100. Default (nil) 3.
+	MaxSystemFailures *int
 }
 
 // Validate reports the settings that cannot work: a negative duration,
@@ -64,6 +68,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
 		}
 	}
+	if m := c.MaxSystemFailures; m != nil && (*m < 0 || *m > domain.MaxRetriesLimit) {
+		errs = append(errs, fmt.Errorf("MaxSystemFailures: %d is not between 0 and %d", *m, domain.MaxRetriesLimit))
+	}
 	for i, d := range c.Liveness.Backoff {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("Liveness.Backoff[%d]: %s is negative", i, d))
@@ -76,6 +83,10 @@ func (c *Config) defaults() {
 	c.Tick = cmp.Or(c.Tick, time.Second)
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, 5*time.Second)
 	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, queue.AbortTaskRetries(10))
+	if c.MaxSystemFailures == nil {
+		c.MaxSystemFailures = new(int)
+		*c.MaxSystemFailures = domain.DefaultMaxSystemFailures
+	}
 	if c.Retry == nil {
 		c.Retry = domain.FullJitter{Initial: time.Second, Max: 5 * time.Minute}
 	}

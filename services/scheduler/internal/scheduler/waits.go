@@ -104,7 +104,7 @@ func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Act
 		return err
 	}
 	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
-	return tx.InsertTasks(ctx, store.NewTasks(key, a.Spec, a.Generation, now))
+	return tx.InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, now))
 }
 
 // failStep applies a task step's failure policy once its job FAILED: with

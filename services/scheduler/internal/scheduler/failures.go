@@ -1,0 +1,69 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// newTasks returns the rows of a starting step's tasks (store.NewTasks)
+// with the system-failure budget decided here: the step's
+// max_system_failures, else Config.MaxSystemFailures (Flyte's
+// MaxSystemFailures).
+func (s *Scheduler) newTasks(key domain.ActionKey, step domain.Step, generation int, now time.Time) []store.Task {
+	tasks := store.NewTasks(key, step, generation, now)
+	limit := step.SystemFailuresAllowed(*s.cfg.MaxSystemFailures)
+	for i := range tasks {
+		tasks[i].MaxSystemFailures = limit
+	}
+	return tasks
+}
+
+// outcome is what ended attempt a, as the retry rules read it: its state,
+// its cause (system, permanent), whether it was still ASSIGNED when
+// preempted, and whether it reached RUNNING (started_at set).
+func outcome(a store.Attempt, wasAssigned bool) domain.AttemptOutcome {
+	cause := ""
+	if a.Cause != nil {
+		cause = *a.Cause
+	}
+	return domain.AttemptOutcome{State: a.State, System: cause == domain.CauseSystem, WasAssigned: wasAssigned,
+		Started: a.StartedAt != nil, Permanent: a.State == domain.TaskFailed && cause == domain.CausePermanent}
+}
+
+// failureCode is the code a terminal decision r on attempt a leaves for a
+// user to see: the one the decision gives (MaxSystemFailuresExceeded), else
+// the executor's (e.g. InvalidPluginSpec), else "".
+func failureCode(a store.Attempt, o domain.AttemptOutcome, r domain.RetryResult) string {
+	if r != domain.ExceededRetryLimit {
+		return ""
+	}
+	own := ""
+	if a.Code != nil {
+		own = *a.Code
+	}
+	return cmp.Or(domain.FailureCode(o, r), own)
+}
+
+// finishAbort completes the abort of the action act once the last attempt
+// of its killed tasks (a, claimed) has stopped: when act ended ABORTED or
+// TIMED_OUT and no other attempt of it is live or unevaluated, it writes
+// the action's "action.aborted" event — the last step of Flyte's
+// handleAbortAndFinalize, after the plugin's Abort and Finalize (recorded
+// with a's report). What the evaluation must release first (a cache
+// reservation) goes just before the event, in this transaction.
+func (s *Scheduler) finishAbort(ctx context.Context, tx *store.Store, act store.Action, a store.Attempt) error {
+	phase := domain.Phase(act.Phase)
+	if phase != domain.PhaseAborted && phase != domain.PhaseTimedOut {
+		return nil
+	}
+	key := keyOf(act)
+	settled, err := tx.AbortSettled(ctx, key, a.ID)
+	if err != nil || !settled {
+		return err
+	}
+	return tx.WriteActionAborted(ctx, key, phase, a.ID)
+}
