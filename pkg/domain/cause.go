@@ -25,6 +25,25 @@ const (
 	CauseWorkerLost = "worker_lost"
 )
 
+// MaxCodeBytes bounds an attempt's error code.
+const MaxCodeBytes = 64
+
+// ValidCode reports whether code is a stable error code: an ASCII letter,
+// then up to MaxCodeBytes-1 letters and digits, e.g.
+// "MaxSystemFailuresExceeded" or "InvalidPluginSpec".
+func ValidCode(code string) bool {
+	if code == "" || len(code) > MaxCodeBytes {
+		return false
+	}
+	for i, r := range code {
+		letter := r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z'
+		if !letter && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // ErrBadCause: the cause is not one the operation accepts.
 var ErrBadCause = errors.New("invalid abort cause")
 

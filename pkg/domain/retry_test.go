@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -534,4 +535,15 @@ func FuzzHandleAttemptResult(f *testing.F) {
 			require.Equal(t, domain.NoRetry, res)
 		}
 	})
+}
+
+func TestValidCode(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]bool{
+		"MaxSystemFailuresExceeded": true, "InvalidPluginSpec": true, "E1": true, "x": true,
+		"": false, "1E": false, "Bad-Code": false, "with space": false, "é": false,
+		strings.Repeat("a", domain.MaxCodeBytes): true, strings.Repeat("a", domain.MaxCodeBytes+1): false,
+	} {
+		require.Equal(t, want, domain.ValidCode(code), "%q", code)
+	}
 }

@@ -70,7 +70,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 				apiProblem(http.StatusBadRequest, problem.CodeInvalid, f.name+": "+msg, domain.FieldError{Field: f.name, Message: msg}))}, nil
 		}
 	}
-	if errs := checkOutputs(b.Outputs); len(errs) > 0 {
+	if errs := append(checkReport(b), checkOutputs(b.Outputs)...); len(errs) > 0 {
 		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
 			apiProblem(http.StatusBadRequest, problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...))}, nil
 	}
@@ -113,6 +113,7 @@ func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store
 	if b.Outputs != nil {
 		rep.Outputs = *b.Outputs
 	}
+	withFailure(&rep, b)
 	return rep
 }
 

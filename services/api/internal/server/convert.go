@@ -65,14 +65,14 @@ func approval(a store.Action) *api.Approval {
 
 func toTask(d store.TaskDetail) api.Task {
 	t := d.Task
-	sys := t.SystemFailureCount
+	sys, maxSys := t.SystemFailureCount, t.MaxSystemFailures
 	out := api.Task{Index: t.Idx, Generation: &t.Generation, State: taskState(t.State), FailureCount: t.FailureCount,
-		PreemptionCount: t.PreemptionCount, SystemFailureCount: &sys, MaxRetriesFailure: t.MaxRetriesFailure,
-		MaxRetriesPreemption: t.MaxRetriesPreemption, WorkerId: t.WorkerID, PendingReason: t.PendingReason,
-		NotBefore: t.NotBefore, Attempts: make([]api.Attempt, len(d.Attempts))}
+		PreemptionCount: t.PreemptionCount, SystemFailureCount: &sys, MaxSystemFailures: &maxSys,
+		MaxRetriesFailure: t.MaxRetriesFailure, MaxRetriesPreemption: t.MaxRetriesPreemption, WorkerId: t.WorkerID,
+		PendingReason: t.PendingReason, NotBefore: t.NotBefore, Attempts: make([]api.Attempt, len(d.Attempts))}
 	for i, a := range d.Attempts {
 		out.Attempts[i] = api.Attempt{Id: a.ID, Number: a.Number, State: taskState(a.State), WorkerId: a.WorkerID,
-			ExitCode: a.ExitCode, Error: a.Error, Cause: a.Cause, CreatedAt: a.CreatedAt, StartedAt: a.StartedAt,
+			ExitCode: a.ExitCode, Error: a.Error, Cause: a.Cause, Code: a.Code, CreatedAt: a.CreatedAt, StartedAt: a.StartedAt,
 			FinishedAt: a.FinishedAt, Kill: killStatus(a)}
 	}
 	return out
