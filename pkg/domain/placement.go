@@ -172,14 +172,6 @@ func (w WorkerView) Free() Resources {
 	return Resources{CPUMillis: w.Capacity.CPUMillis - w.Used.CPUMillis, MemoryBytes: w.Capacity.MemoryBytes - w.Used.MemoryBytes}
 }
 
-// RunsPlugin reports whether the worker runs plugin: every worker runs a
-// plugin not in OptionalPlugins; an optional one only a worker labelled
-// PluginLabel(plugin)="true" runs (its executor found what it needs, e.g. a
-// container runtime).
-func (w WorkerView) RunsPlugin(plugin string) bool {
-	return !slices.Contains(OptionalPlugins, plugin) || w.Labels[PluginLabel(plugin)] == "true"
-}
-
 // matches reports whether the worker runs r's plugin and satisfies every
 // constraint of r, returning the first that fails (the plugin's implicit
 // one first).

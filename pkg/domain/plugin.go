@@ -40,6 +40,14 @@ var OptionalPlugins = []string{PluginContainer}
 // plugin, e.g. "plugin.container".
 func PluginLabel(plugin string) string { return "plugin." + plugin }
 
+// RunsPlugin reports whether the worker runs plugin: every worker runs a
+// plugin not in OptionalPlugins; an optional one only a worker labelled
+// PluginLabel(plugin)="true" runs (its executor found what it needs, e.g. a
+// container runtime).
+func (w WorkerView) RunsPlugin(plugin string) bool {
+	return !slices.Contains(OptionalPlugins, plugin) || w.Labels[PluginLabel(plugin)] == "true"
+}
+
 // DefaultKillGrace is how long an aborted process has between SIGTERM and
 // SIGKILL when its step sets no kill_grace.
 const DefaultKillGrace = 10 * time.Second

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -206,15 +207,34 @@ func (s *Store) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]
 
 // MarkAttemptsGone records that live attempts no longer run anywhere (their
 // executor reported them unknown, or their worker is gone): they become
-// KILLED with cause, and need no evaluation since an abort killed their task.
-func (s *Store) MarkAttemptsGone(ctx context.Context, ids []int64, cause string) error {
+// KILLED with cause. It returns those that are the current attempt of a
+// task an abort KILLED: left unevaluated, the caller enqueues their
+// evaluation, which completes the abort (the action's ABORTED event); the
+// others need none.
+func (s *Store) MarkAttemptsGone(ctx context.Context, ids []int64, cause string) ([]int64, error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	now := time.Now().UTC()
-	return mapErr(s.q(ctx).Exec(`WITH l AS (SELECT id FROM attempts WHERE id IN ? AND state IN `+sqlLive+` ORDER BY id FOR UPDATE)
-		UPDATE attempts SET state = ?, cause = ?, finished_at = ?, evaluated_at = ?, updated_at = ?
-		FROM l WHERE attempts.id = l.id`, ids, domain.TaskKilled, cause, now, now, now).Error)
+	var rows []struct {
+		ID   int64
+		Last bool
+	}
+	err := s.q(ctx).Raw(`WITH l AS (SELECT at.id, t.state = ? AND t.attempt_count = at.number AS last
+			FROM attempts at JOIN tasks t ON t.id = at.task_id
+			WHERE at.id IN ? AND at.state IN `+sqlLive+` ORDER BY at.id FOR UPDATE OF at)
+		UPDATE attempts SET state = ?, cause = ?, finished_at = ?, updated_at = ?,
+			evaluated_at = CASE WHEN l.last THEN NULL ELSE CAST(? AS timestamptz) END
+		FROM l WHERE attempts.id = l.id RETURNING attempts.id, l.last`,
+		domain.TaskKilled, ids, domain.TaskKilled, cause, now, now, now).Scan(&rows).Error
+	var evaluate []int64
+	for _, r := range rows {
+		if r.Last {
+			evaluate = append(evaluate, r.ID)
+		}
+	}
+	slices.Sort(evaluate)
+	return evaluate, mapErr(err)
 }
 
 // Abort states, the filter of ListAborts.

@@ -69,12 +69,13 @@ func (s *Store) AbortSettled(ctx context.Context, key domain.ActionKey, id int64
 	return n == 0, mapErr(err)
 }
 
-// WriteActionAborted appends the "action.aborted" event of an aborted
-// action (phase ABORTED or TIMED_OUT) whose attempts have all stopped: the
+// WriteActionAborted appends the "action.aborted" event (data {phase},
+// naming attempt attemptID, the last to stop) of an aborted action (phase
+// ABORTED or TIMED_OUT) whose attempts have all stopped: the
 // last step of its finalization, after the plugin's Abort and Finalize
 // (reported with the attempts) and anything the evaluation released
 // before it.
 func (s *Store) WriteActionAborted(ctx context.Context, key domain.ActionKey, phase domain.Phase, attemptID int64) error {
-	return s.event(ctx, key.RunKey, key.Action, "action.aborted", map[string]any{"phase": phase,
-		"attempt_id": attemptID})
+	return s.eventFull(ctx, RunEvent{Project: key.Project, Domain: key.Domain, RunName: key.Run,
+		ActionName: &key.Action, AttemptID: &attemptID, Type: "action.aborted"}, map[string]any{"phase": phase})
 }

@@ -122,7 +122,9 @@ func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the count survives in Postgres")
 
-	require.NoError(t, st.MarkAttemptsGone(ctx, []int64{a.ID}, "aborted"))
+	evaluate, err := st.MarkAttemptsGone(ctx, []int64{a.ID}, "aborted")
+	require.NoError(t, err)
+	require.Equal(t, []int64{a.ID}, evaluate, "the abort's last attempt is evaluated to finish the abort")
 	require.NoError(t, st.ClearAbortRequest(ctx, key.Action("a0"), store.AbortDelivered))
 	_, err = st.MarkAbortAttempt(ctx, key.Action("a0"))
 	require.ErrorIs(t, err, store.ErrNotFound, "no abort pending once cleared")

@@ -72,11 +72,15 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 	}
 	// Gone attempts are recorded even when others failed: no live row may
 	// linger for a process that no longer exists.
-	if err := r.store.MarkAttemptsGone(ctx, gone, cause); err != nil {
+	evaluate, err := r.store.MarkAttemptsGone(ctx, gone, cause)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("mark attempts gone: %w", err))
 	} else {
 		rd.gone = len(gone)
 		r.metrics.alreadyTerminated.WithLabelValues(kindAction).Add(float64(len(gone)))
+	}
+	for _, id := range evaluate {
+		r.evaluate(ctx, id) // its evaluation completes the abort
 	}
 	return rd, errors.Join(errs...)
 }

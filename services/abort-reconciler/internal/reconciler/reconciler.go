@@ -30,7 +30,7 @@ type Store interface {
 	MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error)
 	GetAction(ctx context.Context, key domain.ActionKey) (store.ActionDetail, error)
 	LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]store.LiveAttempt, error)
-	MarkAttemptsGone(ctx context.Context, ids []int64, cause string) error
+	MarkAttemptsGone(ctx context.Context, ids []int64, cause string) ([]int64, error)
 	ClearAbortRequest(ctx context.Context, key domain.ActionKey, outcome string) error
 	ListPendingAborts(ctx context.Context) ([]domain.ActionKey, error)
 

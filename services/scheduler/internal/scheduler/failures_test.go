@@ -242,3 +242,28 @@ func TestAbortFinishedByTheLastAttempt(t *testing.T) {
 		require.Equal(t, i, f.events(t, "action.aborted", 0), "written once, when the last attempt stopped")
 	}
 }
+
+// An attempt the abort found already gone (its executor no longer knew it)
+// is evaluated too, so the abort still ends with its ABORTED event.
+func TestAbortOfAGoneAttemptIsFinished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	w := f.register(t)
+	key := f.newRun(t, "gone", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600"}}})
+	_, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+	a := f.attemptIn(t, w, f.tasks(t, key, "s")[0].Task.ID, reportRunning)
+	_, err = f.st.AbortAction(ctx, key.Action("s"), "stop", domain.CauseTimeout)
+	require.NoError(t, err)
+	evaluate, err := f.st.MarkAttemptsGone(ctx, []int64{a.ID}, domain.CauseTimeout)
+	require.NoError(t, err)
+	require.Equal(t, []int64{a.ID}, evaluate)
+	_, err = f.s.evaluate(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, f.events(t, "action.aborted", a.ID))
+	var phase string
+	require.NoError(t, f.db.QueryRow(`SELECT data->>'phase' FROM run_events WHERE type = 'action.aborted' AND attempt_id = $1`,
+		a.ID).Scan(&phase))
+	require.Equal(t, string(domain.PhaseTimedOut), phase)
+}
