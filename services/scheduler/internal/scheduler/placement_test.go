@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -100,4 +101,43 @@ func (f *runFixture) registerWith(t *testing.T, slots int, labels map[string]str
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.insp.DeleteQueue(queue.WorkerQueue(w.ID), true) })
 	return w
+}
+
+// A container task is placed only on a worker that advertises the plugin;
+// without one it waits WAITING_FOR_RESOURCES with the reason "no worker
+// runs plugin container", and ends UNSCHEDULABLE at its scheduling
+// deadline.
+func TestPlacementByPlugin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	f.registerWith(t, 4, nil)
+	container := domain.Step{Name: "c", Plugin: domain.PluginContainer, Container: &domain.ContainerSpec{Image: "alpine:3"}}
+	key := f.newRun(t, "c", domain.WorkflowSpec{Steps: []domain.Step{container}})
+	_, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+	res, err := f.s.runOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Placed)
+	d, err := f.st.GetAction(ctx, key.Action("c"))
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseWaitingForResources), d.Action.Phase)
+	require.Equal(t, "no worker runs plugin container", *d.Tasks[0].Task.PendingReason)
+
+	docker := f.registerWith(t, 1, map[string]string{domain.PluginLabel(domain.PluginContainer): "true"})
+	res, err = f.s.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Placed)
+	require.Equal(t, docker.ID, *f.tasks(t, key, "c")[0].Task.WorkerID)
+
+	container.Name, container.SchedulingTimeout = "late", "1ms"
+	late := f.newRun(t, "late", domain.WorkflowSpec{Steps: []domain.Step{container, {Name: "after", Command: "x"}}})
+	_, err = f.s.advance(ctx, late)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := f.s.runOnce(ctx)
+		require.NoError(t, err)
+		return f.tasks(t, late, "late")[0].Task.State == domain.TaskUnschedulable
+	}, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, string(domain.PhaseUnschedulable), f.action(t, late, "late").Phase)
 }
