@@ -69,7 +69,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
 
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg}
-	api.RegisterHandlers(e, api.NewStrictHandler(h, nil))
+	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
 }
 
