@@ -166,10 +166,39 @@ func TestFollowStreamsChunksUntilTheAttemptEnds(t *testing.T) {
 	end := next(t, events)
 	require.Equal(t, "end", end.event)
 	require.Equal(t, "FAILED", end.data)
-	_, open := <-events
-	require.False(t, open, "the stream closes after end")
+	closes(t, events, "the stream closes after end")
 
 	resumed := readEvents(t, f.follow(t, path, first.id))
 	require.Equal(t, "stderr", next(t, resumed).event, "Last-Event-ID resumes after that chunk")
 	require.Equal(t, "end", next(t, resumed).event, "an ended attempt ends the stream at once")
+}
+
+func TestFollowEndsWithoutEndAtItsBoundAndOnShutdown(t *testing.T) {
+	t.Parallel()
+	stopping := make(chan struct{})
+	f := newFixtureStopping(t, Config{LogFollowMax: 300 * time.Millisecond}, stopping)
+	id, path := logsRun(t, f, "logs-bounded")
+	f.report(t, id, `{"state":"RUNNING"}`)
+
+	closes(t, readEvents(t, f.follow(t, path, "")), "past LogFollowMax the stream closes without end")
+
+	f2 := newFixtureStopping(t, Config{}, stopping)
+	id2, path2 := logsRun(t, f2, "logs-stopping")
+	f2.report(t, id2, `{"state":"RUNNING"}`)
+	f2.appendLogs(t, id2, http.StatusNoContent, `{"stream":"stdout","data":"x"}`)
+	stream := readEvents(t, f2.follow(t, path2, ""))
+	require.Equal(t, "stdout", next(t, stream).event)
+	close(stopping)
+	closes(t, stream, "an api shutting down closes the stream without end")
+}
+
+// closes requires ch to close, with no event first, within 10s.
+func closes(t *testing.T, ch <-chan sseEvent, msg string) {
+	t.Helper()
+	select {
+	case ev, open := <-ch:
+		require.False(t, open, "%s: got %+v", msg, ev)
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, msg)
+	}
 }

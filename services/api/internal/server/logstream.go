@@ -36,7 +36,8 @@ const (
 // seq, `event:` stdout or stderr, a `data:` line per line of its text; a
 // carriage return is sent as a line break), then `event: end` with the
 // attempt's final state as data once the attempt ended and every chunk was
-// sent. It stops early when the client goes away or after LogFollowMax.
+// sent. It stops early when the client goes away, after LogFollowMax or
+// when the api shuts down; the client then resumes with Last-Event-ID.
 type logStream struct {
 	ctx     context.Context
 	store   *store.Store
@@ -44,13 +45,15 @@ type logStream struct {
 	attempt int64
 	after   int64
 	maxFor  time.Duration
+	// stopping ends the stream when the api shuts down.
+	stopping <-chan struct{}
 }
 
 var _ api.GetAttemptLogsResponseObject = (*logStream)(nil)
 
 func (h *Handlers) newLogStream(ctx context.Context, attempt int64) *logStream {
 	return &logStream{ctx: ctx, store: h.store, log: h.log, attempt: attempt, after: lastEventID(ctx),
-		maxFor: h.cfg.LogFollowMax}
+		maxFor: h.cfg.LogFollowMax, stopping: h.stopping}
 }
 
 // VisitGetAttemptLogsResponse writes the stream; it returns nil once the
@@ -116,6 +119,8 @@ func (s *logStream) follow(send func(string) error) error {
 		case <-s.ctx.Done():
 			return nil
 		case <-deadline.C:
+			return nil
+		case <-s.stopping:
 			return nil
 		case <-poll.C:
 		}
