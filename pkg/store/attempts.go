@@ -150,22 +150,6 @@ func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, e
 	return t, a, err
 }
 
-// GetAttemptLogs returns the logs of attempt number n of task idx of an
-// action's generation (nil: its current one). Errors: ErrNotFound (no such attempt); an attempt with no output
-// yet returns empty logs.
-func (s *Store) GetAttemptLogs(ctx context.Context, key domain.ActionKey, generation *int, idx, n int) (AttemptLog, error) {
-	a, err := s.FindAttempt(ctx, key, generation, idx, n)
-	if err != nil {
-		return AttemptLog{}, err
-	}
-	var l AttemptLog
-	err = s.q(ctx).Where("attempt_id = ?", a.ID).Take(&l).Error
-	if errors.Is(mapErr(err), ErrNotFound) {
-		return AttemptLog{AttemptID: a.ID}, nil
-	}
-	return l, mapErr(err)
-}
-
 // ClaimFinishedAttempt marks a finished, unevaluated attempt evaluated at now
 // and returns it; ok is false when it is not finished, already evaluated, or
 // missing.

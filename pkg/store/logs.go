@@ -42,7 +42,8 @@ type NewLogChunk struct {
 }
 
 // AppendLogChunks locks attempt id (no other row, FOR NO KEY UPDATE, so
-// appends of one attempt are serialized), appends chunks after its stored
+// appends of one attempt are serialized and its seqs commit in order: a
+// reader paging by seq misses none), appends chunks after its stored
 // output in order and returns the bytes of output the attempt shipped in
 // all, dropped ones included. Run it in InTx with DropLogChunksBefore to
 // bound what is kept. Errors: ErrNotFound (no such attempt).
@@ -137,6 +138,19 @@ func (s *Store) LogChunksAfter(ctx context.Context, id, after int64, limit int) 
 	}
 	var out []LogChunk
 	return out, mapErr(q.Find(&out).Error)
+}
+
+// FinalAttemptLog returns the bounded output attempt id's final report
+// carried; an attempt without one (or with no output) has empty logs.
+func (s *Store) FinalAttemptLog(ctx context.Context, id int64) (AttemptLog, error) {
+	var l []AttemptLog
+	if err := s.q(ctx).Where("attempt_id = ?", id).Limit(1).Find(&l).Error; err != nil {
+		return AttemptLog{}, mapErr(err)
+	}
+	if len(l) == 0 {
+		return AttemptLog{AttemptID: id}, nil
+	}
+	return l[0], nil
 }
 
 // FindAttempt returns attempt number n of task idx of an action's

@@ -78,7 +78,7 @@ func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsReq
 	if len(chunks) > 0 {
 		return joinChunks(chunks), nil
 	}
-	l, err := h.store.GetAttemptLogs(ctx, key, req.Params.Generation, req.Task, req.Attempt)
+	l, err := h.store.FinalAttemptLog(ctx, a.ID)
 	if err != nil {
 		return nil, err
 	}

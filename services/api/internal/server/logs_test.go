@@ -202,3 +202,16 @@ func closes(t *testing.T, ch <-chan sseEvent, msg string) {
 		require.FailNow(t, msg)
 	}
 }
+
+func TestFollowAnAttemptThatShippedNothingSendsItsFinalOutput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id, path := logsRun(t, f, "logs-final")
+	f.report(t, id, `{"state":"RUNNING"}`)
+	f.report(t, id, `{"state":"SUCCEEDED","exit_code":0,"stdout":"kept tail\n","stderr":"e"}`)
+	events := readEvents(t, f.follow(t, path, ""))
+	require.Equal(t, sseEvent{event: "stdout", data: "kept tail\n"}, next(t, events))
+	require.Equal(t, sseEvent{event: "stderr", data: "e"}, next(t, events))
+	require.Equal(t, sseEvent{event: "end", data: "SUCCEEDED"}, next(t, events))
+	closes(t, events, "the stream closes after end")
+}

@@ -106,7 +106,7 @@ func (s *logStream) follow(send func(string) error) error {
 		case n == logPage:
 			continue // more to read at once
 		case a.State.IsTerminal():
-			return send("event: end\ndata: " + a.State.String() + "\n\n")
+			return s.end(send, a.State.String())
 		case n > 0:
 			silent = time.Now()
 		case time.Since(silent) >= logHeartbeat:
@@ -125,6 +125,28 @@ func (s *logStream) follow(send func(string) error) error {
 		case <-poll.C:
 		}
 	}
+}
+
+// end sends `end` with the attempt's final state; an attempt that shipped
+// no chunk at all (its executor could not) first has its final report's
+// output sent, as events without id.
+func (s *logStream) end(send func(string) error, state string) error {
+	if s.after == 0 {
+		l, err := s.store.FinalAttemptLog(s.ctx, s.attempt)
+		if err != nil {
+			return fmt.Errorf("read final logs: %w", err)
+		}
+		var b strings.Builder
+		for _, c := range []store.LogChunk{{Stream: "stdout", Data: l.Stdout}, {Stream: "stderr", Data: l.Stderr}} {
+			if c.Data != "" {
+				writeEvent(&b, c)
+			}
+		}
+		if err := send(b.String()); err != nil {
+			return err
+		}
+	}
+	return send("event: end\ndata: " + state + "\n\n")
 }
 
 // sendChunks sends the chunks after s.after, one page, and moves s.after;
@@ -149,9 +171,13 @@ func (s *logStream) sendChunks(send func(string) error) (int, error) {
 // cannot hold a CR.
 var crlf = strings.NewReplacer("\r\n", "\n", "\r", "\n")
 
-// writeEvent writes chunk c as one server-sent event.
+// writeEvent writes chunk c as one server-sent event (without id when its
+// seq is 0).
 func writeEvent(b *strings.Builder, c store.LogChunk) {
-	fmt.Fprintf(b, "id: %d\nevent: %s\n", c.Seq, c.Stream)
+	if c.Seq > 0 {
+		fmt.Fprintf(b, "id: %d\n", c.Seq)
+	}
+	fmt.Fprintf(b, "event: %s\n", c.Stream)
 	for line := range strings.SplitSeq(crlf.Replace(chunkText(c)), "\n") {
 		b.WriteString("data: ")
 		b.WriteString(line)
