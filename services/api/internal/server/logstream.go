@@ -65,6 +65,8 @@ func (s *logStream) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
+	// The connection may serve further requests: leave it no deadline.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	send := func(text string) error {
 		if err := rc.SetWriteDeadline(time.Now().Add(logWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
