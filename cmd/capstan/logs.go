@@ -12,9 +12,10 @@ import (
 
 func newLogs(g *globals) *cobra.Command {
 	var task, attempt, generation int
+	var follow bool
 	cmd := &cobra.Command{
 		Use:   "logs RUN ACTION",
-		Short: "Print an attempt's captured stdout (and stderr to stderr)",
+		Short: "Print an attempt's stdout (and stderr to stderr); -f follows them until the attempt ends",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -34,6 +35,11 @@ func newLogs(g *globals) *cobra.Command {
 					return fmt.Errorf("action %s has no attempt for task %d yet", args[1], task)
 				}
 			}
+			if follow {
+				f := &logFollower{c: c, project: g.project, domain: g.domain, run: args[0], action: args[1], task: task,
+					attempt: attempt, params: *params, stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr()}
+				return f.follow(cmd.Context())
+			}
 			resp, err := c.GetAttemptLogsWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], task, attempt, params)
 			if err != nil {
 				return err
@@ -41,12 +47,13 @@ func newLogs(g *globals) *cobra.Command {
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
-			fmt.Print(resp.JSON200.Stdout)
-			fmt.Fprint(os.Stderr, resp.JSON200.Stderr)
+			fmt.Fprint(cmd.OutOrStdout(), resp.JSON200.Stdout)
+			fmt.Fprint(cmd.ErrOrStderr(), resp.JSON200.Stderr)
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&task, "task", 0, "task (replica) index")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output while the attempt runs, until it ends")
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "attempt number (default: the latest)")
 	cmd.Flags().IntVar(&generation, "generation", -1, "the step's generation (a retry or a restart starts the next; default: the current)")
 	return cmd

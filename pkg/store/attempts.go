@@ -175,30 +175,6 @@ func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, e
 	return t, a, err
 }
 
-// GetAttemptLogs returns the logs of attempt number n of task idx of an
-// action's generation (nil: its current one). Errors: ErrNotFound (no such attempt); an attempt with no output
-// yet returns empty logs.
-func (s *Store) GetAttemptLogs(ctx context.Context, key domain.ActionKey, generation *int, idx, n int) (AttemptLog, error) {
-	var a Attempt
-	err := s.q(ctx).Raw(`SELECT at.* FROM attempts at JOIN tasks t ON t.id = at.task_id
-		JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
-		WHERE t.project = ? AND t.domain = ? AND t.run_name = ? AND t.action_name = ? AND t.idx = ? AND at.number = ?
-		AND t.generation = COALESCE(CAST(? AS integer), x.generation)`,
-		key.Project, key.Domain, key.Run, key.Action, idx, n, generation).Scan(&a).Error
-	if err != nil {
-		return AttemptLog{}, mapErr(err)
-	}
-	if a.ID == 0 {
-		return AttemptLog{}, ErrNotFound
-	}
-	var l AttemptLog
-	err = s.q(ctx).Where("attempt_id = ?", a.ID).Take(&l).Error
-	if errors.Is(mapErr(err), ErrNotFound) {
-		return AttemptLog{AttemptID: a.ID}, nil
-	}
-	return l, mapErr(err)
-}
-
 // ClaimFinishedAttempt marks a finished, unevaluated attempt evaluated at now
 // and returns it; ok is false when it is not finished, already evaluated, or
 // missing.

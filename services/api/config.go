@@ -27,6 +27,12 @@ type config struct {
 	// MaxBodyBytes caps request bodies, in bytes, but an attempt report's
 	// (at least 8 MiB: it carries a task's outputs). Default 1048576 (1 MiB).
 	MaxBodyBytes int64 `env:"CAPSTAN_API_MAX_BODY_BYTES"`
+	// LogMaxBytes bounds the output stored per attempt while it runs, in
+	// bytes; past it the oldest is dropped. Default 10485760 (10 MiB).
+	LogMaxBytes int64 `env:"CAPSTAN_LOG_MAX_BYTES"`
+	// LogFollowMax bounds one logs?follow=true stream; the client then
+	// reconnects. Default 1h.
+	LogFollowMax time.Duration `env:"CAPSTAN_LOG_FOLLOW_MAX"`
 	// migrate is set by the argument "migrate": apply the database
 	// migrations and exit instead of serving.
 	migrate bool
@@ -51,5 +57,6 @@ func (c config) validate() error { return c.server().Validate() }
 
 // server returns the server's part of the config.
 func (c config) server() server.Config {
-	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes}
+	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax}
 }

@@ -12,12 +12,14 @@ import (
 func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"CAPSTAN_API_ADDR": "0.0.0.0:8080", "ABORT_MAX_ATTEMPTS": "3",
-		"CAPSTAN_WORKER_GRACE": "30s", "CAPSTAN_API_MAX_BODY_BYTES": "1024"}
+		"CAPSTAN_WORKER_GRACE": "30s", "CAPSTAN_API_MAX_BODY_BYTES": "1024",
+		"CAPSTAN_LOG_MAX_BYTES": "2048", "CAPSTAN_LOG_FOLLOW_MAX": "10m"}
 	cfg, err := parseConfig(nil, env.Options{Environment: vars})
 	require.NoError(t, err)
 	require.Equal(t, "0.0.0.0:8080", cfg.Addr)
 	require.False(t, cfg.migrate)
-	require.Equal(t, server.Config{AbortMaxAttempts: 3, WorkerGrace: 30 * time.Second, MaxBodyBytes: 1024}, cfg.server())
+	require.Equal(t, server.Config{AbortMaxAttempts: 3, WorkerGrace: 30 * time.Second, MaxBodyBytes: 1024,
+		LogMaxBytes: 2048, LogFollowMax: 10 * time.Minute}, cfg.server())
 }
 
 func TestConfigDefaults(t *testing.T) {

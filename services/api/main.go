@@ -35,7 +35,7 @@ func run(cfg config, log *slog.Logger) error {
 	}
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
 		e := server.New(server.Deps{Store: deps.Store, Enqueuer: queue.NewEnqueuer(deps.Client, log),
-			Log: log, Registry: deps.Registry, Ready: deps.Ready}, cfg.server())
+			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done()}, cfg.server())
 		srv, err := svc.Listen(cfg.Addr, e)
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)

@@ -40,15 +40,24 @@ CREATE TABLE cache_reservations (
 );
 CREATE INDEX cache_reservations_owner ON cache_reservations (project, domain, run_name, action_name);
 
--- Output chunks in the order they were shipped, bounded per attempt.
+-- Output chunks in the order they were shipped, bounded per attempt: past
+-- the bound the oldest are deleted, and a marker row per stream (dropped > 0,
+-- data empty) says how many bytes of that stream went; it keeps the seq of
+-- the newest row it replaced, so it stays in front of what is kept.
+-- byte_offset is where a chunk starts in the attempt's output, both streams
+-- in shipping order (a marker's: where the output it replaced ended), so the
+-- total shipped is the last row's byte_offset + octet_length(data).
 CREATE TABLE attempt_log_chunks (
-    attempt_id bigint      NOT NULL REFERENCES attempts ON DELETE CASCADE,
-    seq        bigserial,
-    stream     text        NOT NULL,
-    data       text        NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
+    attempt_id  bigint      NOT NULL REFERENCES attempts ON DELETE CASCADE,
+    seq         bigserial,
+    stream      text        NOT NULL CHECK (stream IN ('stdout', 'stderr')),
+    data        text        NOT NULL,
+    byte_offset bigint      NOT NULL,
+    dropped     bigint      NOT NULL DEFAULT 0,
+    created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (attempt_id, seq)
 );
+CREATE INDEX attempt_log_chunks_offset ON attempt_log_chunks (attempt_id, byte_offset) WHERE dropped = 0;
 
 -- +goose Down
 DROP TABLE attempt_log_chunks;

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
 )
 
 // Config tunes the server. A zero field takes its default; a negative one
@@ -18,6 +20,14 @@ type Config struct {
 	// MaxBodyBytes caps request bodies, in bytes, but an attempt report's
 	// (at least 8 MiB: it carries a task's outputs). Default 1 MiB (1048576).
 	MaxBodyBytes int64
+	// LogMaxBytes bounds the output stored per attempt while it runs, in
+	// bytes: past it the oldest chunks are dropped, a marker in their place.
+	// Default 10 MiB (10485760).
+	LogMaxBytes int64
+	// LogFollowMax bounds one logs?follow=true stream: past it the stream
+	// ends without an `end` event and the client reconnects with
+	// Last-Event-ID. Default 1h.
+	LogFollowMax time.Duration
 }
 
 // Defaults of Config.
@@ -25,6 +35,8 @@ const (
 	DefaultAbortMaxAttempts = 10
 	DefaultWorkerGrace      = 5 * time.Second
 	DefaultMaxBodyBytes     = 1 << 20
+	DefaultLogMaxBytes      = domain.DefaultLogMaxBytes
+	DefaultLogFollowMax     = time.Hour
 )
 
 // withDefaults returns c with every zero field set to its default.
@@ -32,6 +44,8 @@ func (c Config) withDefaults() Config {
 	c.AbortMaxAttempts = cmp.Or(c.AbortMaxAttempts, DefaultAbortMaxAttempts)
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, DefaultWorkerGrace)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.LogMaxBytes = cmp.Or(c.LogMaxBytes, DefaultLogMaxBytes)
+	c.LogFollowMax = cmp.Or(c.LogFollowMax, DefaultLogFollowMax)
 	return c
 }
 
@@ -50,6 +64,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("server config: WorkerGrace must be positive, got %s", c.WorkerGrace)
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("server config: MaxBodyBytes must be positive, got %d", c.MaxBodyBytes)
+	case c.LogMaxBytes <= 0:
+		return fmt.Errorf("server config: LogMaxBytes must be positive, got %d", c.LogMaxBytes)
+	case c.LogFollowMax <= 0:
+		return fmt.Errorf("server config: LogFollowMax must be positive, got %s", c.LogFollowMax)
 	}
 	return nil
 }

@@ -10,9 +10,11 @@ import (
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}.withDefaults()
-	require.Equal(t, Config{AbortMaxAttempts: 10, WorkerGrace: 5 * time.Second, MaxBodyBytes: 1 << 20}, cfg)
+	require.Equal(t, Config{AbortMaxAttempts: 10, WorkerGrace: 5 * time.Second, MaxBodyBytes: 1 << 20,
+		LogMaxBytes: 10 << 20, LogFollowMax: time.Hour}, cfg)
 	require.NoError(t, cfg.validate())
-	set := Config{AbortMaxAttempts: 3, WorkerGrace: time.Second, MaxBodyBytes: 10}
+	set := Config{AbortMaxAttempts: 3, WorkerGrace: time.Second, MaxBodyBytes: 10, LogMaxBytes: 5,
+		LogFollowMax: time.Minute}
 	require.Equal(t, set, set.withDefaults(), "set fields are kept")
 }
 
@@ -25,6 +27,8 @@ func TestConfigRejectsNegatives(t *testing.T) {
 		{Config{AbortMaxAttempts: -1}, "AbortMaxAttempts"},
 		{Config{WorkerGrace: -time.Second}, "WorkerGrace"},
 		{Config{MaxBodyBytes: -1}, "MaxBodyBytes"},
+		{Config{LogMaxBytes: -1}, "LogMaxBytes"},
+		{Config{LogFollowMax: -time.Second}, "LogFollowMax"},
 	}
 	for _, tt := range tests {
 		require.ErrorContains(t, tt.cfg.withDefaults().validate(), tt.field)

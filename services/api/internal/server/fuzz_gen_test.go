@@ -185,6 +185,9 @@ func (g *gen) queryValue(p *openapi3.Parameter) (string, bool) {
 	if p.Name == "cursor" {
 		return g.world.cursor(g.r)
 	}
+	if p.Name == "follow" { // a followed stream lasts as long as its attempt: logs_test.go covers it
+		return "false", true
+	}
 	return fmt.Sprint(g.genValue(p.Schema.Value, 0)), true
 }
 

@@ -10,11 +10,6 @@ import (
 // errPending answers the routes whose handlers are being written.
 var errPending = errors.New("not implemented yet")
 
-// AppendAttemptLogs is not implemented yet.
-func (h *Handlers) AppendAttemptLogs(context.Context, api.AppendAttemptLogsRequestObject) (api.AppendAttemptLogsResponseObject, error) {
-	return nil, errPending
-}
-
 // ListCacheEntries is not implemented yet.
 func (h *Handlers) ListCacheEntries(context.Context, api.ListCacheEntriesRequestObject) (api.ListCacheEntriesResponseObject, error) {
 	return nil, errPending

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"math"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -142,23 +141,4 @@ func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject
 		return nil, err
 	}
 	return api.GetAction200JSONResponse(withOutputs(toAction(d), outs)), nil
-}
-
-// GetAttemptLogs returns one attempt's captured output. Task indexes and
-// attempt numbers are Postgres integers: a larger one names no attempt (404).
-func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsRequestObject) (api.GetAttemptLogsResponseObject, error) {
-	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
-	var l store.AttemptLog
-	err := store.ErrNotFound // a number past int4 names no attempt
-	if req.Task <= math.MaxInt32 && req.Attempt <= math.MaxInt32 && (req.Params.Generation == nil ||
-		*req.Params.Generation <= math.MaxInt32) {
-		l, err = h.store.GetAttemptLogs(ctx, key, req.Params.Generation, req.Task, req.Attempt)
-	}
-	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return api.GetAttemptLogs200JSONResponse{Stdout: l.Stdout, Stderr: l.Stderr, Truncated: l.Truncated}, nil
 }

@@ -28,6 +28,10 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Ready reports whether Postgres and Redis answer (for /readyz).
 	Ready func(context.Context) error
+	// Stopping, closed when the api begins to shut down, ends the
+	// logs?follow=true streams (their clients reconnect elsewhere) so that
+	// they do not hold the graceful shutdown. Nil: never.
+	Stopping <-chan struct{}
 }
 
 // Handlers implements api.StrictServerInterface.
@@ -36,6 +40,8 @@ type Handlers struct {
 	queue *queue.Enqueuer
 	log   *slog.Logger
 	cfg   Config
+	// stopping ends follow streams (Deps.Stopping).
+	stopping <-chan struct{}
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -68,8 +74,8 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
 
-	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg}
-	api.RegisterHandlers(e, api.NewStrictHandler(h, nil))
+	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping}
+	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
 }
 

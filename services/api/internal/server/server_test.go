@@ -29,13 +29,25 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureConfig(t, Config{})
+}
+
+// newFixtureConfig is newFixture with the server's config.
+func newFixtureConfig(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	return newFixtureStopping(t, cfg, nil)
+}
+
+// newFixtureStopping is newFixtureConfig with Deps.Stopping.
+func newFixtureStopping(t *testing.T, cfg Config, stopping <-chan struct{}) *fixture {
+	t.Helper()
 	st := storetest.New(t)
 	rdb := redistest.New(t)
 	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }}, Config{})
+		Ready: func(context.Context) error { return nil }, Stopping: stopping}, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, store: st, redis: rdb}

@@ -31,16 +31,22 @@ type fakeAPI struct {
 	reports   map[int64][]api.AttemptReport
 	// failRegistrations and failReports answer 503 that many times first.
 	failRegistrations, failReports int
+	// logs holds the chunks appended per attempt, and appendedAfter how
+	// many reports of the attempt had arrived when each append did.
+	logs          map[int64][]api.LogChunk
+	appendedAfter map[int64][]int
 }
 
 func newFakeAPI() *fakeAPI {
-	f := &fakeAPI{forgotten: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{}}
+	f := &fakeAPI{forgotten: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
+		logs: map[int64][]api.LogChunk{}, appendedAfter: map[int64][]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workers", f.register)
 	mux.HandleFunc("POST /v1/workers/{id}/heartbeat", f.heartbeat)
 	mux.HandleFunc("DELETE /v1/workers/{id}", f.deregister)
 	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
+	mux.HandleFunc("POST /v1/attempts/{id}/logs", f.appendLogs)
 	f.Server = httptest.NewServer(mux)
 	return f
 }
@@ -217,4 +223,34 @@ func (f *fakeAPI) sawDrainingBeat() bool {
 		}
 	}
 	return false
+}
+
+func (f *fakeAPI) appendLogs(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	var body api.LogChunks
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.attempts[id]; !ok {
+		problem.Write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such attempt"))
+		return
+	}
+	f.logs[id] = append(f.logs[id], body.Chunks...)
+	f.appendedAfter[id] = append(f.appendedAfter[id], len(f.reports[id]))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// logsOf returns attempt id's appended output per stream and, for each
+// append, how many reports of it had arrived before.
+func (f *fakeAPI) logsOf(id int64) (map[string]string, []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for _, c := range f.logs[id] {
+		out[string(c.Stream)] += c.Data
+	}
+	return out, append([]int(nil), f.appendedAfter[id]...)
 }

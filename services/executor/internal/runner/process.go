@@ -46,6 +46,10 @@ type Spec struct {
 	// LogLimit is how many bytes of stdout and of stderr to keep: the last
 	// ones. 0 keeps nothing.
 	LogLimit int
+	// OnOutput, when set, is called with each piece of output as it is
+	// read (stream "stdout" or "stderr"), on the goroutine that copies that
+	// stream: it must not block, and p is valid only during the call.
+	OnOutput func(stream string, p []byte)
 }
 
 // Result is how a process ended and what it wrote.
@@ -103,6 +107,7 @@ func Start(spec Spec) (*Process, error) {
 
 	p := &Process{exited: make(chan struct{}), done: make(chan struct{})}
 	out := &output{stdout: newTail(spec.LogLimit), stderr: newTail(spec.LogLimit), files: []*os.File{outR, errR}}
+	out.stdout.on, out.stderr.on = hook(spec.OnOutput, "stdout"), hook(spec.OnOutput, "stderr")
 	out.copying.Add(2)
 	started := make(chan error, 1)
 	go p.supervise(cmd, started, out, statR)

@@ -8,6 +8,9 @@ type tail struct {
 	buf   []byte // ring of cap limit once full
 	start int    // index of the oldest byte once the ring is full
 	total int64  // bytes written in all
+
+	// on, when set, sees every write (see Spec.OnOutput).
+	on func(p []byte)
 }
 
 func newTail(limit int) *tail { return &tail{limit: max(limit, 0)} }
@@ -17,6 +20,9 @@ func newTail(limit int) *tail { return &tail{limit: max(limit, 0)} }
 func (t *tail) Write(p []byte) (int, error) {
 	n := len(p)
 	t.total += int64(n)
+	if t.on != nil {
+		t.on(p)
+	}
 	if t.limit == 0 {
 		return n, nil
 	}

@@ -29,6 +29,7 @@ type attempt struct {
 	stuck    chan struct{} // closed when the kill failed; killErr says why
 	killErr  error
 	exitOnce sync.Once
+	logs     *logShipper // ships the output while it runs; nil ships nothing
 
 	mu          sync.Mutex
 	state       api.TaskState
@@ -107,6 +108,7 @@ func (s *Supervisor) run(a *attempt) {
 	defer s.forget(a)
 	defer a.cancel()
 	final := s.execute(a)
+	a.logs.close() // the last output is stored before the final report
 	a.setState(final.State)
 	log := s.log.With("attempt_id", a.spec.Id, "state", final.State)
 	if _, err := s.rep.Report(s.ctx, a.spec.Id, final); err != nil {
@@ -144,7 +146,7 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	// (its output is in the final report); the run's shared one stays.
 	defer s.removeWorkDir(dirs.work)
 	proc, stopped, err := a.startProcess(runner.Spec{Command: a.spec.Command, Dir: dirs.work,
-		Env: environ(a.spec, dirs), LogLimit: s.cfg.LogLimit})
+		Env: environ(a.spec, dirs), LogLimit: s.cfg.LogLimit, OnOutput: a.logs.write})
 	switch {
 	case stopped != nil:
 		return killed(*stopped, nil)

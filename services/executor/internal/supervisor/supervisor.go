@@ -112,6 +112,7 @@ func (s *Supervisor) Start(spec api.AttemptSpec) error {
 		return ErrFull
 	}
 	a := newAttempt(s.ctx, spec)
+	a.logs = s.newLogShipper(spec.Id)
 	s.held[spec.Id] = a
 	s.busy++
 	s.wg.Add(1)

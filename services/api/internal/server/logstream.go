@@ -1,0 +1,189 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// A logs?follow=true stream polls Postgres rather than waiting on
+// LISTEN/NOTIFY: a poll is one index range scan (attempt, seq > last) per
+// follower, executors ship at most once a second so a 250 ms poll adds
+// little delay, and polling needs no connection held outside the pool nor a
+// fan-out of notifications, and misses nothing across reconnects.
+const (
+	// logPollInterval is how often a stream looks for new chunks.
+	logPollInterval = 250 * time.Millisecond
+	// logHeartbeat is how long a stream may stay silent: then it writes a
+	// comment line, so proxies keep it open and a gone client is noticed.
+	logHeartbeat = 15 * time.Second
+	// logWriteTimeout bounds one write to a client that stopped reading.
+	logWriteTimeout = 30 * time.Second
+	// logPage is how many chunks a poll reads at most.
+	logPage = 256
+)
+
+// logStream is GetAttemptLogs' answer with follow=true: server-sent
+// events, one per chunk after the request's Last-Event-ID (`id:` the chunk's
+// seq, `event:` stdout or stderr, a `data:` line per line of its text; a
+// carriage return is sent as a line break), then `event: end` with the
+// attempt's final state as data once the attempt ended and every chunk was
+// sent. It stops early when the client goes away, after LogFollowMax or
+// when the api shuts down; the client then resumes with Last-Event-ID.
+type logStream struct {
+	ctx     context.Context
+	store   *store.Store
+	log     *slog.Logger
+	attempt int64
+	after   int64
+	maxFor  time.Duration
+	// stopping ends the stream when the api shuts down.
+	stopping <-chan struct{}
+}
+
+var _ api.GetAttemptLogsResponseObject = (*logStream)(nil)
+
+func (h *Handlers) newLogStream(ctx context.Context, attempt int64) *logStream {
+	return &logStream{ctx: ctx, store: h.store, log: h.log, attempt: attempt, after: lastEventID(ctx),
+		maxFor: h.cfg.LogFollowMax, stopping: h.stopping}
+}
+
+// VisitGetAttemptLogsResponse writes the stream; it returns nil once the
+// stream ended, however it ended (the response is committed by then).
+func (s *logStream) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	// The connection may serve further requests: leave it no deadline.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	send := func(text string) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(logWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := io.WriteString(w, text); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if err := s.follow(send); err != nil && s.ctx.Err() == nil {
+		s.log.Warn("log stream ended", "attempt_id", s.attempt, "err", err)
+	}
+	return nil
+}
+
+// follow polls for chunks and sends them until the attempt ended and all
+// were sent (then `end`), the context ends or maxFor passed.
+func (s *logStream) follow(send func(string) error) error {
+	poll := time.NewTicker(logPollInterval)
+	defer poll.Stop()
+	deadline := time.NewTimer(s.maxFor)
+	defer deadline.Stop()
+	if err := send(": following attempt logs\n\n"); err != nil {
+		return err
+	}
+	silent := time.Now()
+	for {
+		// The state first: an executor ships its last chunks before its
+		// final report, so once the attempt ended every chunk is stored.
+		a, err := s.store.GetAttempt(s.ctx, s.attempt)
+		if err != nil {
+			return fmt.Errorf("read attempt: %w", err)
+		}
+		n, err := s.sendChunks(send)
+		if err != nil {
+			return err
+		}
+		switch {
+		case n == logPage:
+			continue // more to read at once
+		case a.State.IsTerminal():
+			return s.end(send, a.State.String())
+		case n > 0:
+			silent = time.Now()
+		case time.Since(silent) >= logHeartbeat:
+			if err := send(": heartbeat\n\n"); err != nil {
+				return err
+			}
+			silent = time.Now()
+		}
+		select {
+		case <-s.ctx.Done():
+			return nil
+		case <-deadline.C:
+			return nil
+		case <-s.stopping:
+			return nil
+		case <-poll.C:
+		}
+	}
+}
+
+// end sends `end` with the attempt's final state; an attempt that shipped
+// no chunk at all (its executor could not) first has its final report's
+// output sent, as events without id.
+func (s *logStream) end(send func(string) error, state string) error {
+	if s.after == 0 {
+		l, err := s.store.FinalAttemptLog(s.ctx, s.attempt)
+		if err != nil {
+			return fmt.Errorf("read final logs: %w", err)
+		}
+		var b strings.Builder
+		for _, c := range []store.LogChunk{{Stream: "stdout", Data: l.Stdout}, {Stream: "stderr", Data: l.Stderr}} {
+			if c.Data != "" {
+				writeEvent(&b, c)
+			}
+		}
+		if err := send(b.String()); err != nil {
+			return err
+		}
+	}
+	return send("event: end\ndata: " + state + "\n\n")
+}
+
+// sendChunks sends the chunks after s.after, one page, and moves s.after;
+// it returns how many it sent.
+func (s *logStream) sendChunks(send func(string) error) (int, error) {
+	chunks, err := s.store.LogChunksAfter(s.ctx, s.attempt, s.after, logPage)
+	if err != nil {
+		return 0, fmt.Errorf("read chunks: %w", err)
+	}
+	if len(chunks) == 0 {
+		return 0, nil
+	}
+	var b strings.Builder
+	for _, c := range chunks {
+		writeEvent(&b, c)
+		s.after = c.Seq
+	}
+	return len(chunks), send(b.String())
+}
+
+// crlf turns CR LF and a lone CR into LF: a server-sent event's data
+// cannot hold a CR.
+var crlf = strings.NewReplacer("\r\n", "\n", "\r", "\n")
+
+// writeEvent writes chunk c as one server-sent event (without id when its
+// seq is 0).
+func writeEvent(b *strings.Builder, c store.LogChunk) {
+	if c.Seq > 0 {
+		fmt.Fprintf(b, "id: %d\n", c.Seq)
+	}
+	fmt.Fprintf(b, "event: %s\n", c.Stream)
+	for line := range strings.SplitSeq(crlf.Replace(chunkText(c)), "\n") {
+		b.WriteString("data: ")
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+}
