@@ -4,9 +4,15 @@
 -- attempt runs.
 ALTER TABLE attempts ADD COLUMN code text;
 
+-- A discoverable step's key and status; a HIT step's outputs (it ran no
+-- task, so no attempt holds them); how many times a step has checked a
+-- reservation another action holds (the exponent of its wait backoff).
 ALTER TABLE actions
     ADD COLUMN cache_key    text,
-    ADD COLUMN cache_status text;
+    ADD COLUMN cache_status text,
+    ADD COLUMN outputs      jsonb,
+    ADD COLUMN cache_waits  int NOT NULL DEFAULT 0;
+CREATE INDEX actions_cache_waiting ON actions (project, domain, cache_key) WHERE phase = 'WAITING_FOR_CACHE';
 
 -- A discoverable step's outputs, by key within a project and domain.
 CREATE TABLE cache_entries (
@@ -50,5 +56,5 @@ CREATE TABLE attempt_log_chunks (
 DROP TABLE attempt_log_chunks;
 DROP TABLE cache_reservations;
 DROP TABLE cache_entries;
-ALTER TABLE actions DROP COLUMN cache_key, DROP COLUMN cache_status;
+ALTER TABLE actions DROP COLUMN cache_key, DROP COLUMN cache_status, DROP COLUMN outputs, DROP COLUMN cache_waits;
 ALTER TABLE attempts DROP COLUMN code;

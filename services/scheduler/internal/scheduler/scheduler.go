@@ -44,6 +44,8 @@ type Config struct {
 	Resync ResyncConfig
 	// Workflow tunes KubeVela's step retries.
 	Workflow WorkflowConfig
+	// Cache tunes the catalog's reservations.
+	Cache CacheConfig
 }
 
 // Validate reports the settings that cannot work: a negative duration,
@@ -53,7 +55,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{"Tick": c.Tick, "WorkerGrace": c.WorkerGrace,
 		"Resync.Period": c.Resync.Period, "Resync.DispatchGrace": c.Resync.DispatchGrace,
 		"Liveness.DeadRetention": c.Liveness.DeadRetention, "Workflow.FailedBackoffCap": c.Workflow.FailedBackoffCap,
-		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap} {
+		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap, "Cache.ReservationTTL": c.Cache.ReservationTTL} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is negative", name, d))
 		}
@@ -83,6 +85,7 @@ func (c *Config) defaults() {
 	c.Liveness.defaults(c.WorkerGrace)
 	c.Resync.defaults()
 	c.Workflow.defaults()
+	c.Cache.defaults()
 }
 
 // Scheduler is the scheduler's state.
