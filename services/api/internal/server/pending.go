@@ -14,13 +14,3 @@ var errPending = errors.New("not implemented yet")
 func (h *Handlers) AppendAttemptLogs(context.Context, api.AppendAttemptLogsRequestObject) (api.AppendAttemptLogsResponseObject, error) {
 	return nil, errPending
 }
-
-// ListCacheEntries is not implemented yet.
-func (h *Handlers) ListCacheEntries(context.Context, api.ListCacheEntriesRequestObject) (api.ListCacheEntriesResponseObject, error) {
-	return nil, errPending
-}
-
-// DeleteCacheEntry is not implemented yet.
-func (h *Handlers) DeleteCacheEntry(context.Context, api.DeleteCacheEntryRequestObject) (api.DeleteCacheEntryResponseObject, error) {
-	return nil, errPending
-}
