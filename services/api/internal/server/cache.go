@@ -44,7 +44,7 @@ func (h *Handlers) ListCacheEntries(ctx context.Context, req api.ListCacheEntrie
 func (h *Handlers) DeleteCacheEntry(ctx context.Context, req api.DeleteCacheEntryRequestObject) (api.DeleteCacheEntryResponseObject, error) {
 	err := h.store.DeleteCacheEntry(ctx, req.Project, req.Domain, req.Key)
 	if p, ok := problemFor(err, subject{kind: "cache entry", name: req.Key}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.DeleteCacheEntry404ApplicationProblemPlusJSONResponse](p), nil
+		return api.DeleteCacheEntry404ApplicationProblemPlusJSONResponse(p), nil
 	}
 	if err != nil {
 		return nil, err
