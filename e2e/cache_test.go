@@ -91,7 +91,7 @@ func testCacheHitThenEvict(t *testing.T, s *Stack) {
 	third := action(waitPhase(t, s, create(t, s, spec), 60*time.Second, api.PhaseSUCCEEDED), "s")
 	require.Equal(t, "POPULATED", cacheStatus(third), "evicted: it runs again")
 	require.Equal(t, 2, executions(t, dir))
-	del, err = s.Client.DeleteCacheEntryWithResponse(ctx, project, domain, "no-such-key")
+	del, err = s.Client.DeleteCacheEntryWithResponse(ctx, project, domain, strings.Repeat("0", 64))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, del.StatusCode())
 	require.Equal(t, "application/problem+json", del.HTTPResponse.Header.Get("Content-Type"))

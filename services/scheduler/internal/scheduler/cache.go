@@ -128,6 +128,18 @@ func (s *Scheduler) populate(ctx context.Context, tx *store.Store, act store.Act
 	return tx.SetCacheStatus(ctx, key, domain.CachePopulated, now)
 }
 
+// holdCacheWait moves the next check of a WAITING_FOR_CACHE step a of a
+// suspended run, once due, to WaitBackoffCap from now: no step starts while
+// a suspend is in force, and a check that stays due would wake the run on
+// every pass. A resume advances the run, which checks it again.
+func (s *Scheduler) holdCacheWait(ctx context.Context, tx *store.Store, run store.Run, a store.Action, now time.Time) error {
+	if run.SuspendRequestedAt == nil || a.NotBefore == nil || now.Before(*a.NotBefore) || a.CacheKey == nil {
+		return nil
+	}
+	return tx.WaitForCache(ctx, keyOf(a), domain.Phase(a.Phase), *a.CacheKey, a.CacheWaits,
+		now.Add(s.cfg.Workflow.WaitBackoffCap), now)
+}
+
 // wakeCacheWaiters pushes the advance of each run waiting on a released
 // key, so its step re-checks at once; a lost push is healed by the step's
 // wait backoff.

@@ -156,15 +156,36 @@ func TestSerializableCacheExpiredReservationTakenOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newRunFixture(t, domain.ARCTable)
-	f.s.cfg.Cache.ReservationTTL = 50 * time.Millisecond
 	owner := f.startRun(t, "owner", cachedSpec(true))
 	require.Len(t, f.tasks(t, owner, "s"), 1)
 	waiter := f.startRun(t, "waiter", cachedSpec(true))
 	require.Equal(t, string(domain.PhaseWaitingForCache), f.action(t, waiter, "s").Phase)
-	require.Eventually(t, func() bool {
-		_, err := f.s.advance(ctx, waiter)
-		require.NoError(t, err)
-		return f.action(t, waiter, "s").Phase == string(domain.PhaseQueued)
-	}, 5*time.Second, 20*time.Millisecond)
+	_, err := f.db.Exec(`UPDATE cache_reservations SET expires_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	_, err = f.s.advance(ctx, waiter)
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseQueued), f.action(t, waiter, "s").Phase)
 	require.Len(t, f.tasks(t, waiter, "s"), 1)
+}
+
+// A waiter of a suspended run does not wake its run on every pass: a due
+// check moves to the wait backoff's cap; the run's resume checks it again.
+func TestCacheWaitOfSuspendedRunHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	f.startRun(t, "owner", cachedSpec(true))
+	waiter := f.startRun(t, "waiter", cachedSpec(true))
+	_, err := f.st.RequestSuspend(ctx, waiter)
+	require.NoError(t, err)
+	_, err = f.db.Exec(`UPDATE actions SET not_before = now() - interval '1 second' WHERE run_name = 'waiter' AND name = 's'`)
+	require.NoError(t, err)
+	_, err = f.s.advance(ctx, waiter)
+	require.NoError(t, err)
+	wa := f.action(t, waiter, "s")
+	require.Equal(t, string(domain.PhaseWaitingForCache), wa.Phase)
+	require.True(t, wa.NotBefore.After(time.Now().Add(30*time.Second)), "next check at the cap: %s", wa.NotBefore)
+	due, err := f.st.ExpiryDue(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, due.Waits)
 }
