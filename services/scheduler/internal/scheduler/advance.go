@@ -121,8 +121,8 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 		}
 		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
 		hits, err := s.apply(ctx, tx, key, steps, p, now)
+		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
-			adv.Started = append(adv.Started, p.Start...)
 			return p, err
 		}
 		if steps, err = tx.StepActions(ctx, key); err != nil {
