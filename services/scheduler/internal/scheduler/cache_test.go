@@ -189,3 +189,26 @@ func TestCacheWaitOfSuspendedRunHolds(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, due.Waits)
 }
+
+// An owner that ends UNSCHEDULABLE at its scheduling deadline releases the
+// key in that transaction and names the waiter.
+func TestCacheOwnerUnschedulableReleases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	spec := cachedSpec(true)
+	spec.Steps[0].SchedulingTimeout = "1ms" // not part of the key
+	owner := f.startRun(t, "owner", spec)
+	waiter := f.startRun(t, "waiter", cachedSpec(true))
+	require.Equal(t, string(domain.PhaseWaitingForCache), f.action(t, waiter, "s").Phase)
+	require.Eventually(t, func() bool {
+		res, err := (expiry{f.s}).runOnce(ctx)
+		require.NoError(t, err)
+		return res.Unschedulable == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, string(domain.PhaseUnschedulable), f.action(t, owner, "s").Phase)
+	require.Equal(t, 1, f.events(t, "cache_released", 0))
+	_, err := f.s.advance(ctx, waiter)
+	require.NoError(t, err)
+	require.Len(t, f.tasks(t, waiter, "s"), 1, "the waiter runs it")
+}
