@@ -66,8 +66,8 @@ var ErrBadReport = errors.New("invalid attempt report")
 // ASSIGNED -> BUILDING -> RUNNING -> terminal), its exit code, error, cause,
 // bounded logs and, when SUCCEEDED, its outputs; a live report also moves
 // the task. The result's Evaluate asks for the scheduler's decision: on the
-// end of the task's current attempt, also when an abort KILLED the task (its
-// step's cache reservation is released then). A report on an attempt that
+// end of the task's current attempt, also its KILLED end when an abort
+// KILLED the task (its step's cache reservation is released then). A report on an attempt that
 // already ended is a no-op. Errors:
 // ErrNotFound, ErrBadReport.
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
@@ -86,10 +86,11 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 		}
 		live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
 		res.Proceed = live && !rep.State.IsTerminal()
-		// An attempt whose task moved on needs no decision, except the end of
-		// a KILLED (aborted) task's current attempt: its process is gone, so
-		// its step's cache reservation may now be released.
-		killed := t.State == domain.TaskKilled && a.Number == t.AttemptCount
+		// An attempt whose task moved on needs no decision, except a KILLED
+		// report of a KILLED (aborted) task's current attempt: its process is
+		// gone, so its step's cache reservation may now be released. (Other
+		// ends of it charge nothing: the abort decided the task.)
+		killed := t.State == domain.TaskKilled && a.Number == t.AttemptCount && rep.State == domain.TaskKilled
 		res.Evaluate = (live || killed) && rep.State.IsTerminal()
 		now := time.Now().UTC()
 		up, err := reportUpdates(a, rep, live || killed, now)

@@ -158,3 +158,36 @@ func TestCompleteFromCacheOutputs(t *testing.T) {
 	require.Nil(t, d.Action.CacheStatus)
 	require.Nil(t, d.Action.Outputs)
 }
+
+// The KILLED end of an aborted task's current attempt asks for an
+// evaluation (its step's reservation is released then); other ends of an
+// aborted task's attempt do not.
+func TestKilledEndOfAbortedTaskIsEvaluated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	w := registerWorker(t, st)
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "x", Replicas: intp(2)}}}
+	key := newRun(t, st, "r", spec)
+	storetest.StartSteps(t, st, key)
+	var ids []int64
+	for _, td := range tasksOf(t, st, key, "s") {
+		a, ok, err := storetest.AssignTask(ctx, st, td.Task.ID, w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+		require.NoError(t, err)
+		ids = append(ids, a.ID)
+	}
+	_, err := st.AbortAction(ctx, key.Action("s"), "test", "")
+	require.NoError(t, err)
+	res, err := st.ReportAttempt(ctx, ids[0], store.Report{State: domain.TaskKilled, Cause: domain.CauseAborted})
+	require.NoError(t, err)
+	require.True(t, res.Evaluate)
+	res, err = st.ReportAttempt(ctx, ids[1], store.Report{State: domain.TaskSucceeded, ExitCode: intp(0)})
+	require.NoError(t, err)
+	require.False(t, res.Evaluate)
+	a, err := st.GetAttempt(ctx, ids[1])
+	require.NoError(t, err)
+	require.NotNil(t, a.EvaluatedAt, "nothing left to decide")
+}
