@@ -78,3 +78,43 @@ func CacheKey(project, dom string, s Step, inputs map[string]string) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// CacheEntryValid reports whether an entry written at createdAt, expiring
+// at expiresAt (nil = never; the writer's created_at + max_age), is a hit
+// at now for a reader whose own max_age is maxAge (0 = any age): the entry
+// must be unexpired by both, so a step asking for fresher results than
+// another step of the same key wrote gets a miss (Flyte's catalog: an
+// artifact is valid while younger than the reader's max cache age).
+func CacheEntryValid(createdAt time.Time, expiresAt *time.Time, maxAge time.Duration, now time.Time) bool {
+	if expiresAt != nil && !now.Before(*expiresAt) {
+		return false
+	}
+	return maxAge <= 0 || now.Before(createdAt.Add(maxAge))
+}
+
+// InputProducers returns the steps inputs read, each once, in first-use
+// order.
+func InputProducers(inputs []Input) []string {
+	var producers []string
+	for _, in := range inputs {
+		if step, _ := in.Producer(); !slices.Contains(producers, step) {
+			producers = append(producers, step)
+		}
+	}
+	return producers
+}
+
+// ResolveInputs returns each input's value, NAME → the producing step's
+// output in outputs (step → output → value); a value the producer does not
+// have is "". Nil when there are no inputs.
+func ResolveInputs(inputs []Input, outputs map[string]map[string]string) map[string]string {
+	if len(inputs) == 0 {
+		return nil
+	}
+	values := make(map[string]string, len(inputs))
+	for _, in := range inputs {
+		step, output := in.Producer()
+		values[in.As] = outputs[step][output]
+	}
+	return values
+}

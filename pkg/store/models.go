@@ -82,11 +82,22 @@ type Action struct {
 	DecidedBy       *string    `json:"decided_by"`
 	DecidedAt       *time.Time `json:"decided_at"`
 	DecisionComment *string    `json:"decision_comment"`
-	Version         int64      `json:"version"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	StartedAt       *time.Time `json:"started_at"`
-	EndedAt         *time.Time `json:"ended_at"`
+	// CacheKey is a discoverable step's catalog key (domain.CacheKey),
+	// recorded when it would start; CacheStatus is domain.CacheHit,
+	// CacheMiss or CachePopulated; nil for other steps.
+	CacheKey    *string `json:"cache_key"`
+	CacheStatus *string `json:"cache_status"`
+	// Outputs are a HIT step's outputs, copied from its cache entry (it ran
+	// no task); nil for every other step.
+	Outputs map[string]string `gorm:"serializer:json" json:"outputs"`
+	// CacheWaits counts the checks of a serializable step that found its
+	// key reserved by another action: the exponent of its wait backoff.
+	CacheWaits int        `json:"cache_waits"`
+	Version    int64      `json:"version"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	StartedAt  *time.Time `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at"`
 }
 
 // Task is a row of tasks: one replica of a task action.
@@ -166,6 +177,10 @@ const (
 	WaitApproval = "approval"
 	// WaitRetry: the backoff before the step's next retry, until NotBefore.
 	WaitRetry = "retry"
+	// WaitCache: a serializable cached step whose key another action has
+	// reserved (phase WAITING_FOR_CACHE) re-checks at NotBefore, or when
+	// the reservation is released.
+	WaitCache = "cache"
 )
 
 // Approval decisions (Action.Decision).

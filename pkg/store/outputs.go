@@ -15,8 +15,10 @@ import (
 // its replica count and the outputs of its current generation's tasks whose
 // current attempt SUCCEEDED, as JSON [{idx, outputs}] in task-index order.
 // The tasks are found by the (action, generation, idx) key, their attempts
-// by (task_id, number).
+// by (task_id, number). A step completed from the cache has its outputs on
+// the action instead (actions.outputs), returned as the fourth column.
 var stepOutputsSQL = `SELECT x.name, x.spec->'outputs', coalesce((x.spec->>'replicas')::int, 1),
+	CASE WHEN jsonb_typeof(x.outputs) = 'object' THEN x.outputs END,
 	(SELECT coalesce(json_agg(json_build_object('idx', t.idx, 'outputs', at.outputs) ORDER BY t.idx), '[]')
 	   FROM tasks t JOIN attempts at ON at.task_id = t.id AND at.number = t.attempt_count
 	  WHERE (t.project, t.domain, t.run_name, t.action_name, t.generation) =
@@ -60,8 +62,8 @@ func (s *Store) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []s
 	for rows.Next() {
 		var name string
 		var replicas int
-		var rawDeclared, rawTasks []byte
-		if err := rows.Scan(&name, &rawDeclared, &replicas, &rawTasks); err != nil {
+		var rawDeclared, rawCached, rawTasks []byte
+		if err := rows.Scan(&name, &rawDeclared, &replicas, &rawCached, &rawTasks); err != nil {
 			return nil, mapErr(err)
 		}
 		var declared []string
@@ -69,9 +71,29 @@ func (s *Store) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []s
 		if err := decodeEach([][]byte{rawDeclared, rawTasks}, &declared, &tasks); err != nil {
 			return nil, fmt.Errorf("outputs of step %s: %w", name, err)
 		}
-		out[name] = aggregateOutputs(declared, replicas, tasks)
+		if out[name], err = stepValues(declared, replicas, rawCached, tasks); err != nil {
+			return nil, fmt.Errorf("outputs of step %s: %w", name, err)
+		}
 	}
 	return out, mapErr(rows.Err())
+}
+
+// stepValues is a step's value of each declared output: the cached ones
+// of a step completed from the cache (rawCached, JSON; "" for a name the
+// entry lacks), else aggregateOutputs of its tasks'.
+func stepValues(declared []string, replicas int, rawCached []byte, tasks []taskOutputs) (map[string]string, error) {
+	if rawCached == nil {
+		return aggregateOutputs(declared, replicas, tasks), nil
+	}
+	var cached map[string]string
+	if err := decodeRows(rawCached, &cached); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(declared))
+	for _, n := range declared {
+		out[n] = cached[n]
+	}
+	return out, nil
 }
 
 // aggregateOutputs is a step's value of each declared output: the task's

@@ -35,6 +35,10 @@ type config struct {
 	// WorkerGrace: a worker silent this long is dead: its attempts become
 	// WORKER_FAILED and are requeued. Default 5s (five heartbeats).
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"5s"`
+	// HeartbeatInterval is the executors' CAPSTAN_HEARTBEAT_INTERVAL: a
+	// cache reservation lives 3 heartbeats unless its owner still works.
+	// Default 1s.
+	HeartbeatInterval time.Duration `env:"CAPSTAN_HEARTBEAT_INTERVAL" envDefault:"1s"`
 	// WorkerBackoffTable is ARC's failure backoff: a worker with n failures
 	// takes no new work until entry n after the last one, and is deleted
 	// past the last entry (its executor registers again). Durations, comma
@@ -93,6 +97,7 @@ func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 			DeadRetention: c.DeadWorkerRetention, Queues: queues},
 		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,
 			WaitBackoffCap: c.MaxWaitBackoff},
+		Cache: scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval},
 	}
 }
 

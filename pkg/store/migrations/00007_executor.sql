@@ -8,9 +8,15 @@ ALTER TABLE attempts ADD COLUMN code text;
 -- workers that advertise it.
 ALTER TABLE tasks ADD COLUMN plugin text NOT NULL DEFAULT '';
 
+-- A discoverable step's key and status; a HIT step's outputs (it ran no
+-- task, so no attempt holds them); how many times a step has checked a
+-- reservation another action holds (the exponent of its wait backoff).
 ALTER TABLE actions
     ADD COLUMN cache_key    text,
-    ADD COLUMN cache_status text;
+    ADD COLUMN cache_status text,
+    ADD COLUMN outputs      jsonb,
+    ADD COLUMN cache_waits  int NOT NULL DEFAULT 0;
+CREATE INDEX actions_cache_waiting ON actions (project, domain, cache_key) WHERE phase = 'WAITING_FOR_CACHE';
 
 -- A discoverable step's outputs, by key within a project and domain.
 CREATE TABLE cache_entries (
@@ -63,6 +69,6 @@ CREATE INDEX attempt_log_chunks_offset ON attempt_log_chunks (attempt_id, byte_o
 DROP TABLE attempt_log_chunks;
 DROP TABLE cache_reservations;
 DROP TABLE cache_entries;
-ALTER TABLE actions DROP COLUMN cache_key, DROP COLUMN cache_status;
+ALTER TABLE actions DROP COLUMN cache_key, DROP COLUMN cache_status, DROP COLUMN outputs, DROP COLUMN cache_waits;
 ALTER TABLE tasks DROP COLUMN plugin;
 ALTER TABLE attempts DROP COLUMN code;

@@ -44,6 +44,11 @@ func toAction(d store.ActionDetail) api.Action {
 		out.Abort = &api.AbortStatus{RequestedAt: a.AbortRequestedAt, Reason: a.AbortReason, Cause: a.AbortCause,
 			AttemptCount: a.AbortAttemptCount, Outcome: a.AbortOutcome}
 	}
+	out.CacheKey = a.CacheKey
+	if a.CacheStatus != nil {
+		st := api.ActionCacheStatus(*a.CacheStatus)
+		out.CacheStatus = &st
+	}
 	for i, t := range d.Tasks {
 		out.Tasks[i] = toTask(t)
 	}

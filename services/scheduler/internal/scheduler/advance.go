@@ -92,15 +92,10 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
 		return adv, err
 	}
-	status, err := stepStatus(ctx, tx, key, run.Spec, steps)
+	p, err := s.evaluateSteps(ctx, tx, run, steps, &adv, now)
 	if err != nil {
 		return adv, err
 	}
-	p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
-	if err := s.apply(ctx, tx, key, steps, p, now); err != nil {
-		return adv, err
-	}
-	adv.Started = append(adv.Started, p.Start...)
 	if !domain.CanMovePhase(adv.Phase, p.Phase) {
 		return adv, nil
 	}
@@ -111,24 +106,54 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	return adv, tx.SetRunPhase(ctx, key, p.Phase, now)
 }
 
-// apply starts and skips what p decided.
+// evaluateSteps decides with domain.Evaluate what starts and what is
+// SKIPPED and applies it, adding the started steps to adv.Started; while a
+// started step SUCCEEDED at once (a cache hit), it decides again from the
+// steps as they are now, so its dependents start in the same advance. It
+// returns the last decision.
+func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
+	adv *Advance, now time.Time) (domain.Progress, error) {
+	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
+	for {
+		status, err := stepStatus(ctx, tx, key, run.Spec, steps)
+		if err != nil {
+			return domain.Progress{}, err
+		}
+		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
+		hits, err := s.apply(ctx, tx, key, steps, p, now)
+		adv.Started = append(adv.Started, p.Start...)
+		if err != nil || hits == 0 {
+			return p, err
+		}
+		if steps, err = tx.StepActions(ctx, key); err != nil {
+			return p, err
+		}
+	}
+}
+
+// apply starts and skips what p decided; it returns how many started steps
+// SUCCEEDED at once from the cache.
 func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKey, steps []store.Action,
-	p domain.Progress, now time.Time) error {
+	p domain.Progress, now time.Time) (hits int, err error) {
 	byName := make(map[string]store.Action, len(steps))
 	for _, a := range steps {
 		byName[a.Name] = a
 	}
 	for _, name := range p.Start {
-		if err := s.startStep(ctx, tx, key, byName[name], now); err != nil {
-			return err
+		hit, err := s.startStep(ctx, tx, key, byName[name], now)
+		if err != nil {
+			return hits, err
+		}
+		if hit {
+			hits++
 		}
 	}
 	for _, name := range p.Skip {
 		if err := tx.SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
-			return err
+			return hits, err
 		}
 	}
-	return nil
+	return hits, nil
 }
 
 // stepStatus is what progression reads of each step, with the outputs of
@@ -169,18 +194,24 @@ func readsOutputs(spec domain.WorkflowSpec, status map[string]domain.StepStatus)
 // startStep starts a step: a task step's tasks of the action's generation
 // (store.NewTasks: its replicas, each carrying the step's scheduling
 // fields); a suspend step waits its duration, or for a resume; an approval
-// waits for an approve or a reject (KubeVela's suspend and approval).
-func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action, now time.Time) error {
+// waits for an approve or a reject (KubeVela's suspend and approval); a
+// discoverable task step goes through the cache first (startCached), and
+// hit reports that it SUCCEEDED from it.
+func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action,
+	now time.Time) (hit bool, err error) {
 	ak := key.Action(a.Name)
 	switch a.Spec.Kind {
 	case domain.KindSuspend:
 		if d := a.Spec.DurationValue(); d > 0 {
 			at := now.Add(d)
-			return tx.StartWait(ctx, ak, store.WaitDuration, &at, now)
+			return false, tx.StartWait(ctx, ak, store.WaitDuration, &at, now)
 		}
-		return tx.StartWait(ctx, ak, store.WaitResume, nil, now)
+		return false, tx.StartWait(ctx, ak, store.WaitResume, nil, now)
 	case domain.KindApproval:
-		return tx.StartWait(ctx, ak, store.WaitApproval, nil, now)
+		return false, tx.StartWait(ctx, ak, store.WaitApproval, nil, now)
 	}
-	return tx.CreateTasks(ctx, ak, s.newTasks(ak, a.Spec, a.Generation, now), now)
+	if a.Spec.Cache != nil {
+		return s.startCached(ctx, tx, key, a, now)
+	}
+	return false, tx.CreateTasks(ctx, ak, s.newTasks(ak, a.Spec, a.Generation, now), now)
 }

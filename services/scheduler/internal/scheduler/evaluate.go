@@ -32,6 +32,9 @@ type Evaluation struct {
 	Code string
 	// Advance is what the run's advance did, when the action ended.
 	Advance *Advance
+	// Waiters are the runs with a step waiting on a cache key the action
+	// released: their advance is pushed once committed.
+	Waiters []domain.RunKey
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -87,15 +90,26 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 	t store.Task, a store.Attempt, wasAssigned bool, now time.Time) error {
 	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
 	if t.State == domain.TaskKilled && t.AttemptCount == a.Number {
-		return s.finishAbort(ctx, tx, act, a) // the abort's last attempt stopped
+		// The abort's last attempt stopped (Flyte's handleAbortAndFinalize:
+		// the plugin's Abort and Finalize came with its report): release
+		// the step's cache reservation, then write the ABORTED event.
+		if err := s.finalizeCache(ctx, tx, ev, act, domain.Phase(act.Phase), now); err != nil {
+			return err
+		}
+		return s.finishAbort(ctx, tx, act, a)
 	}
 	if !t.State.IsLive() || t.AttemptCount != a.Number {
-		return nil // the task moved on: superseded
+		// The task moved on (superseded): an ended step whose last live
+		// attempt this was releases its cache reservation.
+		return s.finalizeCache(ctx, tx, ev, act, domain.Phase(act.Phase), now)
 	}
 	if err := s.decideTask(ctx, tx, ev, t, a, wasAssigned, now); err != nil {
 		return err
 	}
 	if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
+		return err
+	}
+	if err := s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now); err != nil {
 		return err
 	}
 	if !ev.ActionPhase.IsTerminal() && ev.ActionPhase != domain.PhasePaused {
@@ -210,6 +224,7 @@ func (s *Scheduler) afterEvaluation(ctx context.Context, ev Evaluation) {
 	if ev.Advance != nil {
 		s.afterAdvance(*ev.Advance)
 	}
+	s.wakeCacheWaiters(ctx, ev.Waiters)
 	s.Kick()
 }
 

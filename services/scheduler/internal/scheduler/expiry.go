@@ -68,8 +68,8 @@ func (s *Scheduler) wakeWaits(ctx context.Context, keys []domain.RunKey) int {
 
 // expireDeadline makes the action's PENDING tasks past their scheduling
 // deadline UNSCHEDULABLE, derives its phase (UNSCHEDULABLE, the other tasks
-// KILLED) and advances its run, in one transaction under the run's and the
-// action's locks.
+// KILLED), releases its cache reservation and advances its run, in one
+// transaction under the run's and the action's locks.
 func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (bool, error) {
 	var ev Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
@@ -85,6 +85,9 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 		}
 		ev.Done, ev.Run = true, key.RunKey
 		if err := s.deriveAction(ctx, tx, &ev, act, now); err != nil || !ev.ActionPhase.IsTerminal() {
+			return err
+		}
+		if err := s.finalizeCache(ctx, tx, &ev, act, ev.ActionPhase, now); err != nil {
 			return err
 		}
 		adv, err := s.progress(ctx, tx, run, now)

@@ -89,6 +89,7 @@ type LivenessResult struct {
 // requeued anything (a scheduling pass is then due).
 func (s *Scheduler) livenessPass(ctx context.Context) bool {
 	res, err := s.livenessOnce(ctx)
+	s.extendReservations(ctx)
 	if err != nil {
 		s.log.Warn("liveness pass failed", "err", err)
 	}

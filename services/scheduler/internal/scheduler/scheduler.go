@@ -48,6 +48,8 @@ type Config struct {
 	// place when its step sets no max_system_failures (Flyte's
 	// MaxSystemFailures), 0 to 100. Default (nil) 3.
 	MaxSystemFailures *int
+	// Cache tunes the catalog's reservations.
+	Cache CacheConfig
 }
 
 // Validate reports the settings that cannot work: a negative duration,
@@ -57,7 +59,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{"Tick": c.Tick, "WorkerGrace": c.WorkerGrace,
 		"Resync.Period": c.Resync.Period, "Resync.DispatchGrace": c.Resync.DispatchGrace,
 		"Liveness.DeadRetention": c.Liveness.DeadRetention, "Workflow.FailedBackoffCap": c.Workflow.FailedBackoffCap,
-		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap} {
+		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap, "Cache.ReservationTTL": c.Cache.ReservationTTL} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is negative", name, d))
 		}
@@ -94,6 +96,7 @@ func (c *Config) defaults() {
 	c.Liveness.defaults(c.WorkerGrace)
 	c.Resync.defaults()
 	c.Workflow.defaults()
+	c.Cache.defaults()
 }
 
 // Scheduler is the scheduler's state.

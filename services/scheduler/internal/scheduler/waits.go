@@ -44,6 +44,12 @@ func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store
 		if a.WaitingFor == nil || domain.Phase(a.Phase).IsTerminal() {
 			continue
 		}
+		if *a.WaitingFor == store.WaitCache {
+			if err := s.holdCacheWait(ctx, tx, run, *a, now); err != nil {
+				return started, err
+			}
+			continue // progression re-checks it: it has not started
+		}
 		to, reason, retry := waitOutcome(run, *a, now)
 		var err error
 		switch {

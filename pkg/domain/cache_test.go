@@ -1,0 +1,41 @@
+package domain
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Flyte's catalog: an artifact is a hit while it is younger than its max
+// age; here both the writer's expiry and the reader's max_age bound it.
+func TestCacheEntryValid(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	later, earlier := now.Add(time.Hour), now.Add(-time.Second)
+	for _, tc := range []struct {
+		name    string
+		created time.Time
+		expires *time.Time
+		maxAge  time.Duration
+		want    bool
+	}{
+		{"no expiry, any age", now.Add(-24 * time.Hour), nil, 0, true},
+		{"unexpired", now.Add(-time.Minute), &later, 0, true},
+		{"expired by its writer", now.Add(-time.Minute), &earlier, 0, false},
+		{"expires exactly now", now.Add(-time.Minute), &now, 0, false},
+		{"younger than the reader's max_age", now.Add(-time.Minute), &later, time.Hour, true},
+		{"older than the reader's max_age", now.Add(-2 * time.Hour), nil, time.Hour, false},
+	} {
+		require.Equal(t, tc.want, CacheEntryValid(tc.created, tc.expires, tc.maxAge, now), tc.name)
+	}
+}
+
+func TestResolveInputs(t *testing.T) {
+	t.Parallel()
+	inputs := []Input{{From: "a.x", As: "X"}, {From: "b.y", As: "Y"}, {From: "a.z", As: "Z"}}
+	require.Equal(t, []string{"a", "b"}, InputProducers(inputs))
+	got := ResolveInputs(inputs, map[string]map[string]string{"a": {"x": "1"}})
+	require.Equal(t, map[string]string{"X": "1", "Y": "", "Z": ""}, got)
+	require.Nil(t, ResolveInputs(nil, nil))
+}

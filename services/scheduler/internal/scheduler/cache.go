@@ -1,0 +1,163 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// The catalog (Flyte's executor: evaluate the cache before execution,
+// finalize it after): a discoverable task step is looked up when it would
+// start, and a serializable one reserves its key so that concurrent runs
+// execute it once.
+
+// CacheConfig tunes the catalog's reservations.
+type CacheConfig struct {
+	// ReservationTTL is how long a reservation lives unless extended: the
+	// liveness pass extends those whose owner still works (a PENDING task,
+	// or a live attempt on a worker that heartbeat within the TTL), so an
+	// owner whose executor died loses it within the TTL and a waiter takes
+	// over. Default 3s: 3 × the executors' 1s heartbeat interval (Flyte's
+	// reservation heartbeat multiplier).
+	ReservationTTL time.Duration
+}
+
+func (c *CacheConfig) defaults() {
+	c.ReservationTTL = cmp.Or(c.ReservationTTL, 3*time.Second)
+}
+
+// startCached starts discoverable task step a (Flyte's
+// evaluateCacheBeforeExecution): its key is domain.CacheKey over its
+// resolved inputs. A valid entry (domain.CacheEntryValid with the step's
+// max_age) is a hit: the step SUCCEEDS at once with the entry's outputs and
+// runs no task (hit true). Else a serializable step reserves the key; when
+// another action holds it, the step waits WAITING_FOR_CACHE and re-checks
+// after KubeVela's wait backoff (capped at WorkflowConfig.WaitBackoffCap),
+// or at once when the holder releases it. Otherwise the step misses (MISS)
+// and its tasks are created.
+func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action,
+	now time.Time) (hit bool, err error) {
+	ak, from := key.Action(a.Name), domain.Phase(a.Phase)
+	outs, err := tx.StepOutputs(ctx, key, domain.InputProducers(a.Spec.Inputs))
+	if err != nil {
+		return false, err
+	}
+	ck := domain.CacheKey(key.Project, key.Domain, a.Spec, domain.ResolveInputs(a.Spec.Inputs, outs))
+	e, err := tx.GetCacheEntry(ctx, key.Project, key.Domain, ck)
+	switch {
+	case err == nil && domain.CacheEntryValid(e.CreatedAt, e.ExpiresAt, a.Spec.Cache.MaxAgeDuration(), now):
+		return true, tx.CompleteFromCache(ctx, ak, from, e, now)
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return false, err
+	}
+	if a.Spec.Cache.Serializable {
+		held, err := tx.ReserveCache(ctx, ak, ck, now.Add(s.cfg.Cache.ReservationTTL), now)
+		if err != nil {
+			return false, err
+		}
+		if !held {
+			n := a.CacheWaits + 1
+			wake := now.Add(domain.KubeVela{Cap: s.cfg.Workflow.WaitBackoffCap}.Delay(n))
+			return false, tx.WaitForCache(ctx, ak, from, ck, n, wake, now)
+		}
+	}
+	if err := tx.MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
+		return false, err
+	}
+	return false, tx.CreateTasks(ctx, ak, store.NewTasks(ak, a.Spec, a.Generation, now), now)
+}
+
+// finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
+// (MISS) and is now in phase: SUCCEEDED writes its entry with the step's
+// outputs (expiring after its max_age; cache_status POPULATED); any end
+// releases a serializable step's reservation ("cache_released", before any
+// later event of the transaction) once no attempt of it is live, and
+// collects the runs waiting on the key in ev.Waiters. An unfinished step is
+// left alone.
+func (s *Scheduler) finalizeCache(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action,
+	phase domain.Phase, now time.Time) error {
+	c := act.Spec.Cache
+	if c == nil || act.CacheKey == nil || act.CacheStatus == nil || *act.CacheStatus != domain.CacheMiss ||
+		!phase.IsTerminal() {
+		return nil
+	}
+	key := keyOf(act)
+	if phase == domain.PhaseSucceeded {
+		if err := s.populate(ctx, tx, act, now); err != nil {
+			return err
+		}
+	}
+	if !c.Serializable {
+		return nil
+	}
+	if live, err := tx.LiveAttemptsUnder(ctx, key); err != nil || len(live) > 0 {
+		return err // the evaluation of its last live attempt releases it
+	}
+	released, err := tx.ReleaseCache(ctx, key, *act.CacheKey, strings.ToLower(string(phase)))
+	if err != nil || !released {
+		return err
+	}
+	waiters, err := tx.CacheWaiters(ctx, key.Project, key.Domain, *act.CacheKey)
+	ev.Waiters = append(ev.Waiters, waiters...)
+	return err
+}
+
+// populate writes a SUCCEEDED step's cache entry (its outputs as
+// store.StepOutputs reads them) and marks it POPULATED.
+func (s *Scheduler) populate(ctx context.Context, tx *store.Store, act store.Action, now time.Time) error {
+	key := keyOf(act)
+	outs, err := tx.StepOutputs(ctx, key.RunKey, []string{act.Name})
+	if err != nil {
+		return err
+	}
+	e := store.CacheEntry{Project: act.Project, Domain: act.Domain, Key: *act.CacheKey, Version: act.Spec.Cache.Version,
+		RunName: act.RunName, ActionName: act.Name, Outputs: outs[act.Name]}
+	if d := act.Spec.Cache.MaxAgeDuration(); d > 0 {
+		at := now.Add(d)
+		e.ExpiresAt = &at
+	}
+	if err := tx.PutCacheEntry(ctx, e, now); err != nil {
+		return err
+	}
+	return tx.SetCacheStatus(ctx, key, domain.CachePopulated, now)
+}
+
+// holdCacheWait moves the next check of a WAITING_FOR_CACHE step a of a
+// suspended run, once due, to WaitBackoffCap from now: no step starts while
+// a suspend is in force, and a check that stays due would wake the run on
+// every pass. A resume advances the run, which checks it again.
+func (s *Scheduler) holdCacheWait(ctx context.Context, tx *store.Store, run store.Run, a store.Action, now time.Time) error {
+	if run.SuspendRequestedAt == nil || a.NotBefore == nil || now.Before(*a.NotBefore) || a.CacheKey == nil {
+		return nil
+	}
+	return tx.WaitForCache(ctx, keyOf(a), domain.Phase(a.Phase), *a.CacheKey, a.CacheWaits,
+		now.Add(s.cfg.Workflow.WaitBackoffCap), now)
+}
+
+// wakeCacheWaiters pushes the advance of each run waiting on a released
+// key, so its step re-checks at once; a lost push is healed by the step's
+// wait backoff.
+func (s *Scheduler) wakeCacheWaiters(ctx context.Context, runs []domain.RunKey) {
+	for _, k := range runs {
+		if err := s.queue.Enqueue(ctx, queue.NewRunAdvanceTask(k)); err != nil {
+			s.log.Warn("enqueue advance of a cache waiter failed; its backoff wakes it", "run", k.String(), "err", err)
+		}
+	}
+}
+
+// extendReservations is the liveness pass's part of the catalog: it
+// extends by ReservationTTL the reservations whose owner still works
+// (store.ExtendCacheReservations; a worker that missed ReservationTTL of
+// heartbeats no longer counts).
+func (s *Scheduler) extendReservations(ctx context.Context) {
+	now, ttl := time.Now().UTC(), s.cfg.Cache.ReservationTTL
+	if _, err := s.store.ExtendCacheReservations(ctx, now.Add(-ttl), now.Add(ttl)); err != nil {
+		s.log.Warn("extending cache reservations failed", "err", err)
+	}
+}
