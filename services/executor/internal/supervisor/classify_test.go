@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Flyte's rules the classification encodes, quoted from Flyte's executor
-// (TaskActionReconciler).
+// The rules the classification encodes, quoted from Flyte's executor
+// (TaskActionReconciler), except rulePermanent, Capstan's own.
 const (
 	ruleValidation = "If validation fails or no plugin is found for the TaskType, the reconciler marks the " +
 		"TaskAction as failed and does not add a finalizer"
@@ -22,7 +22,9 @@ const (
 		"the fault of the user's code"
 	ruleUser = "When a plugin reports a PhaseRetryableFailure of kind USER, the reconciler performs an " +
 		"\"in-place\" restart if the maximum number of attempts has not been reached"
-	rulePermanent = "the task is moved to PermanentFailure" // a spec that can never succeed
+	// Capstan's http rule on Flyte's PermanentFailure phase: a status that
+	// is neither success nor 5xx can never succeed as specified.
+	rulePermanent = "PermanentFailure: any other status (4xx) fails without retry"
 )
 
 // fakeDockerPath is the fake container runtime the plugin tests use.
