@@ -78,6 +78,18 @@ func (a *attempt) markStuck(err error) {
 	})
 }
 
+// finish records that the work ended by itself, unless the attempt was
+// stopped first: then it returns the stop's reason. After it, a stop finds
+// the work done (markStopped answers false).
+func (a *attempt) finish() *stopReason {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped == nil {
+		a.processDone = true
+	}
+	return a.stopped
+}
+
 func (a *attempt) markExited() {
 	a.mu.Lock()
 	a.processDone = true

@@ -77,6 +77,7 @@ func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) api.Atte
 // RUNNING once it runs, until it ends or the attempt is stopped. A stopped
 // attempt is aborted and finalized (see stopped); a system failure resets
 // the plugin (see systemFailed); work that ended is finalized and reported.
+// Once the work ended, a stop no longer changes the outcome.
 func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
 	tr, err := p.Handle(a.ctx, t)
 	running := false
@@ -88,7 +89,7 @@ func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.Atte
 		}
 		tr, err = p.Handle(a.ctx, t)
 	}
-	if r := a.stopReason(); r != nil {
+	if r := a.finish(); r != nil {
 		return s.stopped(a, p, t, *r)
 	}
 	if err != nil {
