@@ -41,8 +41,12 @@ var _ Plugin = (*Container)(nil)
 // ContainerName is the container of attempt id: capstan-<id>.
 func ContainerName(id int64) string { return "capstan-" + strconv.FormatInt(id, 10) }
 
-// RunArgs is the argv that runs t's container.
+// RunArgs is the argv that runs t's container; nil when t has no container
+// spec.
 func (c *Container) RunArgs(t *Task) []string {
+	if t.Spec.Container == nil {
+		return nil
+	}
 	argv := []string{c.Runtime, "run", "--rm", "--name", ContainerName(t.ID),
 		"--label", "capstan.attempt=" + strconv.FormatInt(t.ID, 10), "--label", "capstan.managed=true"}
 	for _, m := range t.Mounts {

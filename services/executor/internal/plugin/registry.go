@@ -92,13 +92,3 @@ func probe(ctx context.Context, name string, timeout time.Duration) error {
 	}
 	return nil
 }
-
-// Labels are the worker labels advertising r's plugins:
-// domain.PluginLabel(name) = "true" for each.
-func (r *Registry) Labels() map[string]string {
-	labels := make(map[string]string, len(r.plugins))
-	for name := range r.plugins {
-		labels[domain.PluginLabel(name)] = "true"
-	}
-	return labels
-}
