@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
 // Backoff between the tries of a cleanup step: doubled from the first up to
@@ -19,8 +21,9 @@ const (
 // Finalize) until it succeeds, with backoff; it gives up only when the
 // supervisor shuts down (Close's deadline passed). It returns the step as
 // the final report records it: when it ended, and the last error when a
-// try failed. A failing Abort also wakes the Abort calls waiting for the
-// attempt, with its error.
+// try failed. An Abort that leaves a process that would not die
+// (runner.ErrStuck) also wakes the Abort calls waiting for the attempt, with
+// its error.
 func (s *Supervisor) retry(a *attempt, step api.CleanupStepStep,
 	do func(context.Context, *plugin.Task) error, t *plugin.Task) api.CleanupStep {
 	delay := cleanupFirstDelay
@@ -33,7 +36,7 @@ func (s *Supervisor) retry(a *attempt, step api.CleanupStepStep,
 		last = err
 		s.log.Warn("cleanup step failed; retrying", "attempt_id", t.ID, "step", step, "try", try,
 			"retry_in", delay.String(), "err", err)
-		if step == api.Abort {
+		if step == api.Abort && errors.Is(err, runner.ErrStuck) {
 			a.markStuck(err)
 		}
 		timer := time.NewTimer(delay)

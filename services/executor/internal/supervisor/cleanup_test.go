@@ -2,10 +2,12 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,4 +120,47 @@ func TestAbortedContainerIsStoppedAndRemoved(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	require.True(t, strings.HasPrefix(lines[0], "run --rm --name capstan-7 "), lines[0])
 	require.Equal(t, []string{"stop -t 3 capstan-7", "rm -f capstan-7"}, lines[1:])
+}
+
+// flakyShell is the shell plugin whose Abort and Finalize fail their first
+// tries.
+type flakyShell struct {
+	plugin.Shell
+	aborts, finalizes atomic.Int32
+}
+
+func (f *flakyShell) Abort(ctx context.Context, t *plugin.Task) error {
+	if f.aborts.Add(1) <= 2 {
+		return errors.New("runtime busy")
+	}
+	return f.Shell.Abort(ctx, t)
+}
+
+func (f *flakyShell) Finalize(ctx context.Context, t *plugin.Task) error {
+	if f.finalizes.Add(1) <= 1 {
+		return errors.New("cannot clean up yet")
+	}
+	return f.Shell.Finalize(ctx, t)
+}
+
+// TestCleanupStepsAreRetriedUntilDone: handleAbortAndFinalize's steps are
+// retried until they succeed; the final report keeps each step's last
+// error.
+func TestCleanupStepsAreRetriedUntilDone(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	flaky := &flakyShell{}
+	s := newSupervisor(t, rec, supervisor.Config{Plugins: plugin.NewRegistry(map[string]plugin.Plugin{"shell": flaky})})
+	require.NoError(t, s.Start(spec(8, "sleep 600")))
+	pid := *rec.await(t, 8, api.TaskStateRUNNING).Pid
+	killed, err := s.Abort(context.Background(), 8, api.Aborted, "")
+	require.NoError(t, err)
+	require.True(t, killed)
+	require.True(t, proctest.Gone(pid))
+	final := rec.await(t, 8, api.TaskStateKILLED)
+	cleanup := *final.Cleanup
+	require.Equal(t, "runtime busy", *cleanup[0].Error)
+	require.Equal(t, "cannot clean up yet", *cleanup[1].Error)
+	require.EqualValues(t, 3, flaky.aborts.Load())
+	require.EqualValues(t, 2, flaky.finalizes.Load())
 }
