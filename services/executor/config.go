@@ -53,9 +53,17 @@ type Config struct {
 	// here and in Redis, see docs/benchmarks.md). Env CAPSTAN_POLL_INTERVAL,
 	// default 5ms.
 	PollInterval time.Duration `env:"CAPSTAN_POLL_INTERVAL" envDefault:"5ms"`
-	// KillGrace is the time between SIGTERM and SIGKILL when killing an
-	// attempt's process group. Env CAPSTAN_KILL_GRACE, default 2s.
-	KillGrace time.Duration `env:"CAPSTAN_KILL_GRACE" envDefault:"2s"`
+	// KillGrace is the time between SIGTERM and SIGKILL when aborting an
+	// attempt whose spec gives no kill_grace_ms (a step's kill_grace always
+	// wins; the api sends it). Env CAPSTAN_KILL_GRACE, default
+	// domain.DefaultKillGrace (10s).
+	KillGrace time.Duration `env:"CAPSTAN_KILL_GRACE"`
+	// ContainerRuntime picks the container plugin's runtime: auto (`docker
+	// version`, then `podman version`, on $PATH, whichever answers first),
+	// docker, podman, or none (no container plugin). Without a working
+	// runtime the executor does not advertise plugin.container. Env
+	// CAPSTAN_CONTAINER_RUNTIME, default auto.
+	ContainerRuntime string `env:"CAPSTAN_CONTAINER_RUNTIME" envDefault:"auto"`
 	// LogLimit is how many bytes of stdout and of stderr are kept per
 	// attempt (the last ones). Env CAPSTAN_LOG_LIMIT, in bytes, default 65536.
 	LogLimit int `env:"CAPSTAN_LOG_LIMIT" envDefault:"65536"`

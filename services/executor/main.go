@@ -10,10 +10,12 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
+	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -44,8 +46,12 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	plugins, err := newPlugins(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
-		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit}, log)
+		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -58,12 +64,34 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, errors.Join(err, ln.Close())
 	}
 	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
-		Slots: cfg.Slots, Labels: cfg.Labels, Resources: cfg.resources(), HeartbeatInterval: cfg.HeartbeatInterval,
+		Slots: cfg.Slots, Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(), HeartbeatInterval: cfg.HeartbeatInterval,
 		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile}, log)
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
 	}
 	return &executor{sup: sup, agent: ag, server: server.New(sup, log), ln: ln, advertise: advertise}, nil
+}
+
+// newPlugins returns the registry of the plugins the executor runs: the
+// container plugin only when ContainerRuntime finds a working runtime (a
+// named one that does not work is logged, not fatal: the executor runs the
+// other plugins). Errors: an unknown ContainerRuntime.
+func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
+	rt, err := plugin.DetectRuntime(context.Background(), cfg.ContainerRuntime, 0)
+	if err != nil && !isMode(cfg.ContainerRuntime) {
+		return nil, err
+	}
+	if err != nil {
+		log.Warn("container runtime does not work; no container plugin", "runtime", cfg.ContainerRuntime, "err", err)
+	}
+	reg := plugin.NewDefault(plugin.Config{Runtime: rt})
+	log.Info("plugins", "plugins", reg.Names(), "container_runtime", rt)
+	return reg, nil
+}
+
+// isMode reports whether mode is a valid ContainerRuntime.
+func isMode(mode string) bool {
+	return slices.Contains([]string{plugin.RuntimeAuto, plugin.RuntimeDocker, plugin.RuntimePodman, plugin.RuntimeNone}, mode)
 }
 
 // run wires the executor and runs it until SIGINT or SIGTERM (or its

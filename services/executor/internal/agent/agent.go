@@ -31,6 +31,11 @@ type Config struct {
 	Slots int
 	// Labels are the worker's labels, e.g. zone=a.
 	Labels map[string]string
+	// Plugins are the plugins this executor runs: each is advertised as the
+	// label domain.PluginLabel(name)=true, which wins over Labels (it says
+	// what the executor really runs), so the scheduler places a task of an
+	// optional plugin (container) only here when it is listed.
+	Plugins []string
 	// Resources is the capacity the worker offers (cpu millicores, memory
 	// bytes); nil fields are undeclared.
 	Resources api.Resources

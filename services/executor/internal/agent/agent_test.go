@@ -232,6 +232,20 @@ func TestRegistersItsResources(t *testing.T) {
 	require.Equal(t, &api.Resources{CpuMillis: &cpu, MemoryBytes: &mem}, regs[0].Resources)
 }
 
+// TestAdvertisesItsPlugins: the plugins the executor runs are worker labels
+// plugin.<name>=true, merged with the configured labels; a plugin label
+// says what the executor really runs, so it wins over a configured one.
+func TestAdvertisesItsPlugins(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	run(t, fake, agent.Config{Labels: map[string]string{"zone": "a", "plugin.shell": "false"},
+		Plugins: []string{"http", "noop", "shell"}})
+	regs := fake.registrations()
+	require.Len(t, regs, 1)
+	require.Equal(t, &map[string]string{"zone": "a", "plugin.shell": "true", "plugin.http": "true", "plugin.noop": "true"},
+		regs[0].Labels)
+}
+
 // TestDrainKeepsBeatingAndDeregisters: a draining worker says so at once,
 // keeps heartbeating (it must not be declared dead while its attempts
 // finish), lets them finish, then deregisters.

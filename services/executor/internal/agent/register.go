@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/google/uuid"
 )
 
@@ -21,8 +23,8 @@ const maxRegisterBackoff = 5 * time.Second
 // Errors: ErrRejected, ctx's error.
 func (a *Agent) register(ctx context.Context) (uuid.UUID, error) {
 	req := api.RegisterWorkerRequest{Name: a.cfg.Name, Address: a.cfg.Address, Slots: &a.cfg.Slots}
-	if len(a.cfg.Labels) > 0 {
-		req.Labels = &a.cfg.Labels
+	if labels := a.labels(); len(labels) > 0 {
+		req.Labels = &labels
 	}
 	if a.cfg.Resources.CpuMillis != nil || a.cfg.Resources.MemoryBytes != nil {
 		req.Resources = &a.cfg.Resources
@@ -49,6 +51,19 @@ func (a *Agent) register(ctx context.Context) (uuid.UUID, error) {
 		}
 		delay = min(2*delay, maxRegisterBackoff)
 	}
+}
+
+// labels are the worker's labels: Config.Labels, then
+// domain.PluginLabel(p)="true" for each of Config.Plugins.
+func (a *Agent) labels() map[string]string {
+	labels := maps.Clone(a.cfg.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for _, p := range a.cfg.Plugins {
+		labels[domain.PluginLabel(p)] = "true"
+	}
+	return labels
 }
 
 func (a *Agent) setID(id uuid.UUID) {

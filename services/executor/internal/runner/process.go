@@ -1,5 +1,5 @@
 // Package runner starts and kills the operating-system processes of attempts:
-// `/bin/sh -c <command>` in its own process group, with the last N bytes of
+// `/bin/sh -c <command>`, or an argv executed directly, in its own process group, with the last N bytes of
 // stdout and stderr kept, killed by process group (SIGTERM, a grace period,
 // then SIGKILL), and tied to the executor's life by a shim that kills the
 // whole group when the executor dies (see shimArg0).
@@ -34,10 +34,20 @@ const stuckTimeout = 5 * time.Second
 // ErrStuck is returned by Kill when the process did not exit after SIGKILL.
 var ErrStuck = errors.New("process did not exit after SIGKILL")
 
+// ExecError is Start's error when the program itself could not be executed:
+// it does not exist (ENOENT, or not on $PATH), may not be executed (EACCES)
+// or is no program (ENOEXEC). Msg is the exec error's text.
+type ExecError struct{ Msg string }
+
+func (e *ExecError) Error() string { return "exec: " + e.Msg }
+
 // Spec is what Start runs.
 type Spec struct {
-	// Command is the script given to /bin/sh -c.
+	// Command is the script given to /bin/sh -c, when Args is empty.
 	Command string
+	// Args, when not empty, is the argv executed directly, without a shell:
+	// Args[0] is a path, or a name looked up in Env's $PATH.
+	Args []string
 	// Dir is the working directory; it must exist.
 	Dir string
 	// Env is the complete environment, "KEY=value" each; later entries win.
@@ -76,14 +86,15 @@ type Process struct {
 	result Result
 }
 
-// Start runs spec.Command with /bin/sh -c under a shim (see shimArg0) that
+// Start runs spec.Args, or spec.Command with /bin/sh -c, under a shim (see shimArg0) that
 // leads a new process group and kills the whole group with SIGKILL if the
 // executor dies, however it dies: nothing an attempt started outlives the
 // executor. The fork happens on an OS thread locked to a goroutine that
 // lives until the process is reaped, because the parent-death signal fires
 // when the forking thread, not the process, dies. When the shell exits,
 // whatever is left of its process group is SIGKILLed: nothing an attempt
-// started outlives it either. Errors: the shim or the shell could not start.
+// started outlives it either. Errors: *ExecError when the program could not
+// be executed; others when the shim could not start.
 func Start(spec Spec) (*Process, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -100,7 +111,7 @@ func Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("status pipe: %w", err)
 	}
 	cmd := exec.Command(selfExe)
-	cmd.Args = shimArgs(spec.Command)
+	cmd.Args = shimArgs(spec.argv())
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = spec.Dir, spec.Env, outW, errW
 	cmd.ExtraFiles = []*os.File{statW} // the shim's fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -118,6 +129,14 @@ func Start(spec Spec) (*Process, error) {
 	go out.copy(out.stdout, outR)
 	go out.copy(out.stderr, errR)
 	return p, nil
+}
+
+// argv is what the shim executes.
+func (s Spec) argv() []string {
+	if len(s.Args) > 0 {
+		return s.Args
+	}
+	return []string{Shell, "-c", s.Command}
 }
 
 // selfExe is this very binary, which runs the shim.
@@ -142,7 +161,7 @@ func (p *Process) supervise(cmd *exec.Cmd, started chan<- error, out *output, st
 	if err := readStarted(status); err != nil {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		_ = cmd.Wait()
-		started <- fmt.Errorf("start %s: %w", Shell, err)
+		started <- fmt.Errorf("start: %w", err)
 		return
 	}
 	started <- nil

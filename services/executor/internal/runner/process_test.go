@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -253,4 +254,30 @@ func TestStartFailsWhenTheShellCannotStart(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	_, err := runner.Start(runner.Spec{Command: "true", Dir: file})
 	require.Error(t, err)
+}
+
+// TestStartArgsTellsAnExecFailureApart: an argv is executed without a
+// shell, and a program that cannot be executed (missing, not executable,
+// not a program) is an *ExecError, unlike the shim's own start failing.
+func TestStartArgsTellsAnExecFailureApart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p, err := runner.Start(runner.Spec{Args: []string{"printf", "%s", "a b", "$X"}, Dir: dir, LogLimit: 64})
+	require.NoError(t, err)
+	res := p.Wait()
+	require.Equal(t, "a b$X", string(res.Stdout))
+
+	notExec := filepath.Join(dir, "script")
+	require.NoError(t, os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644))
+	for _, argv0 := range []string{"/no/such/binary", notExec, dir} {
+		_, err := runner.Start(runner.Spec{Args: []string{argv0}, Dir: dir})
+		var ee *runner.ExecError
+		require.ErrorAs(t, err, &ee, argv0)
+	}
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = runner.Start(runner.Spec{Args: []string{"true"}, Dir: file})
+	var ee *runner.ExecError
+	require.Error(t, err)
+	require.False(t, errors.As(err, &ee), "a working directory that is a file is no exec failure: %v", err)
 }

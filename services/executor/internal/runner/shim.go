@@ -37,10 +37,23 @@ func init() {
 	}
 }
 
-// shimArgs are the shim's arguments: the executor's pid, then the command
-// line of the attempt's process.
-func shimArgs(command string) []string {
-	return []string{shimArg0, strconv.Itoa(os.Getpid()), Shell, "-c", command}
+// shimArgs are the shim's arguments: the executor's pid, then the argv of
+// the attempt's process.
+func shimArgs(argv []string) []string {
+	return append([]string{shimArg0, strconv.Itoa(os.Getpid())}, argv...)
+}
+
+// execFailed is the shim's status line prefix when the program itself could
+// not be executed (not found, not executable, not a program): the runner
+// turns it into an *ExecError.
+const execFailed = "execfail "
+
+// isExecFailure reports whether err, from starting a command, says the
+// program cannot be executed rather than that the system failed otherwise.
+func isExecFailure(err error) bool {
+	return errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrDot) || errors.Is(err, syscall.ENOENT) ||
+		errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EISDIR) ||
+		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EPERM)
 }
 
 // shimMain is the shim: args are the executor's pid and the command line to
@@ -66,7 +79,11 @@ func shimMain(args []string) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(status, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		prefix := "error "
+		if isExecFailure(err) {
+			prefix = execFailed
+		}
+		fmt.Fprintf(status, "%s%s\n", prefix, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 127
 	}
 	fmt.Fprintln(status, "started")
@@ -104,6 +121,8 @@ func readStarted(r *bufio.Reader) error {
 	switch {
 	case line == "started\n":
 		return nil
+	case strings.HasPrefix(line, execFailed):
+		return &ExecError{Msg: strings.TrimSpace(strings.TrimPrefix(line, execFailed))}
 	case strings.HasPrefix(line, "error "):
 		return errors.New(strings.TrimSpace(strings.TrimPrefix(line, "error ")))
 	case err != nil && !errors.Is(err, io.EOF):

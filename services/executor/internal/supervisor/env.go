@@ -63,12 +63,18 @@ func (s *Supervisor) removeWorkDir(dir string) {
 	}
 }
 
-// environ is the process's environment: the executor's own without its
-// CAPSTAN_* settings (the Redis address, the api's URL: user code has no
-// business with them), then the spec's env (in key order), then the inputs
-// (see inputEnv), then the attempt's CAPSTAN_* variables, which win.
-func environ(spec api.AttemptSpec, d dirs) []string {
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CAPSTAN_") })
+// hostEnv is the executor's own environment without its CAPSTAN_* settings
+// (the Redis address, the api's URL: user code has no business with them).
+// A host process gets it, then attemptEnv.
+func hostEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CAPSTAN_") })
+}
+
+// attemptEnv is the attempt's own environment: the spec's env (in key
+// order), then the inputs (see inputEnv), then the attempt's CAPSTAN_*
+// variables, which win.
+func attemptEnv(spec api.AttemptSpec, d dirs) []string {
+	env := make([]string, 0, len(spec.Env)+16)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}

@@ -15,6 +15,9 @@ func (s *logShipper) loop() {
 		select {
 		case <-s.tick:
 		case <-s.full:
+			if !s.batchFull() {
+				continue // a signal for a batch an earlier wake already shipped
+			}
 		case <-s.closing:
 			s.flush()
 			return
@@ -63,6 +66,13 @@ func (s *logShipper) flush() {
 		}
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// batchFull reports whether a whole batch is pending.
+func (s *logShipper) batchFull() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size >= shipBatchBytes
 }
 
 // pendingBytes is how much output waits to be shipped, a marker included.

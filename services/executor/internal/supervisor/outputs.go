@@ -96,7 +96,8 @@ func withOutputs(rep api.AttemptReport, dir string, names []string) api.AttemptR
 	}
 	outs, err := readOutputs(dir, names)
 	if err != nil {
-		rep.State, rep.Cause, rep.Error = api.TaskStateFAILED, ptr(api.User), ptr(clip(err.Error()))
+		rep.State, rep.Cause, rep.Code, rep.Error = api.TaskStateFAILED, ptr(api.User), ptr(codeInvalidOutputs),
+			ptr(clip(err.Error()))
 		return rep
 	}
 	rep.Outputs = &outs

@@ -2,39 +2,54 @@ package supervisor
 
 import (
 	"cmp"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/capstan-run/capstan/pkg/api"
-	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 )
 
 // maxErrorBytes is the API's bound on a report's error.
 const maxErrorBytes = 4000
 
+// codeInvalidOutputs: a declared output or input name is invalid, or an
+// output was not written as it must be.
+const codeInvalidOutputs = "InvalidOutputs"
+
 // systemFailure is the final report of an attempt the platform could not
-// run (no work dir, no shell): FAILED, cause system.
-func systemFailure(err error) api.AttemptReport {
-	return api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(api.System), Error: ptr(clip(err.Error()))}
+// run (no work dir, a program that cannot be executed, a container runtime
+// that failed): FAILED, cause system, with code.
+func systemFailure(code string, err error) api.AttemptReport {
+	return failure(api.System, code, err.Error())
+}
+
+// permanentFailure is the final report of an attempt whose spec can never
+// run (an unknown plugin, invalid fields): FAILED, cause permanent, with
+// code.
+func permanentFailure(code string, err error) api.AttemptReport {
+	return failure(api.Permanent, code, err.Error())
 }
 
 // userFailure is the final report of an attempt its step's own spec cannot
-// run (an invalid output or input name): FAILED, cause user.
-func userFailure(err error) api.AttemptReport {
-	return api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(api.User), Error: ptr(clip(err.Error()))}
+// run (an invalid output or input name): FAILED, cause user, with code.
+func userFailure(code string, err error) api.AttemptReport {
+	return failure(api.User, code, err.Error())
+}
+
+func failure(cause api.AttemptReportCause, code, msg string) api.AttemptReport {
+	return api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(cause), Code: ptr(code), Error: ptr(clip(msg))}
 }
 
 // killed is the final report of a stopped attempt, with the stop's cause
-// and reason, and the process's exit and output when it had started. Its
+// and reason, and the work's exit and output when it had started (last). Its
 // state follows the cause: worker_lost is WORKER_FAILED and preempted is
 // PREEMPTED, which the scheduler retries under the preemption budget; aborted
 // and timeout are KILLED, which it never retries.
-func killed(r stopReason, res *runner.Result) api.AttemptReport {
+func killed(r stopReason, last *plugin.Transition) api.AttemptReport {
 	rep := api.AttemptReport{State: stateOf(r.cause), Cause: ptr(r.cause),
 		Error: ptr(clip(cmp.Or(r.reason, "killed: "+string(r.cause))))}
-	if res != nil {
-		withOutput(&rep, *res)
+	if last != nil {
+		withOutput(&rep, *last)
 	}
 	return rep
 }
@@ -49,25 +64,36 @@ func stateOf(cause api.AttemptReportCause) api.TaskState {
 	return api.TaskStateKILLED
 }
 
-// exitReport is the final report of a process that ended by itself:
-// SUCCEEDED on exit 0, else FAILED with cause user.
-func exitReport(res runner.Result) api.AttemptReport {
-	rep := api.AttemptReport{State: api.TaskStateSUCCEEDED}
-	if res.ExitCode != 0 {
-		msg := fmt.Sprintf("exit status %d", res.ExitCode)
-		if res.Signal != 0 {
-			msg = fmt.Sprintf("killed by signal %d (%v)", int(res.Signal), res.Signal)
-		}
-		rep = api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(api.User), Error: ptr(msg)}
+// withTransition is the final report of work that ended by itself:
+// SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure) or permanent
+// (PhasePermanentFailure) and the transition's code. A SUCCEEDED report
+// gets the declared outputs: the transition's, or else those read from
+// t.OutputsDir (see withOutputs).
+func withTransition(tr plugin.Transition, t *plugin.Task) api.AttemptReport {
+	var rep api.AttemptReport
+	switch tr.Phase {
+	case plugin.PhaseSuccess:
+		rep.State = api.TaskStateSUCCEEDED
+	case plugin.PhasePermanentFailure:
+		rep = failure(api.Permanent, tr.Code, tr.Err)
+	default:
+		rep = failure(api.User, tr.Code, tr.Err)
 	}
-	withOutput(&rep, res)
-	return rep
+	withOutput(&rep, tr)
+	if tr.Outputs != nil {
+		if rep.State == api.TaskStateSUCCEEDED && len(tr.Outputs) > 0 {
+			rep.Outputs = &tr.Outputs
+		}
+		return rep
+	}
+	return withOutputs(rep, t.OutputsDir, t.Outputs)
 }
 
-func withOutput(rep *api.AttemptReport, res runner.Result) {
-	rep.ExitCode = ptr(res.ExitCode)
-	rep.Stdout, rep.Stderr = ptr(logText(res.Stdout, res.Truncated)), ptr(logText(res.Stderr, res.Truncated))
-	rep.Truncated = ptr(res.Truncated)
+// withOutput adds the work's exit code (when a process ran) and output.
+func withOutput(rep *api.AttemptReport, tr plugin.Transition) {
+	rep.ExitCode = tr.ExitCode
+	rep.Stdout, rep.Stderr = ptr(logText(tr.Stdout, tr.Truncated)), ptr(logText(tr.Stderr, tr.Truncated))
+	rep.Truncated = ptr(tr.Truncated)
 }
 
 // logText turns kept output into text Postgres accepts: a rune cut by the

@@ -1,6 +1,7 @@
 // Package supervisor holds the attempts an executor runs: it reserves their
-// slots, prepares their directories, starts their processes with the runner,
-// reports their states to the control plane and kills them on request.
+// slots, validates their plugin specs, prepares their directories, drives
+// their plugins (Handle, Abort, Finalize), reports their states to the
+// control plane and stops them on request.
 package supervisor
 
 import (
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 )
 
 // Sentinels callers branch on.
@@ -42,9 +45,13 @@ type Config struct {
 	// directories, runs/<project>/<domain>/<run>/. Default ./.data/executor;
 	// made absolute.
 	DataDir string
-	// KillGrace is how long a killed process group has between SIGTERM and
-	// SIGKILL. Default 2s.
+	// KillGrace is how long an aborted attempt's work has between SIGTERM
+	// and SIGKILL when its spec gives no kill_grace_ms (a control plane
+	// older than the field). Default domain.DefaultKillGrace (10s).
 	KillGrace time.Duration
+	// Plugins are the plugins the executor runs, by name. Default
+	// plugin.NewDefault without a container runtime (shell, http, noop).
+	Plugins *plugin.Registry
 	// LogLimit is how many bytes of stdout and of stderr are kept per attempt:
 	// the last ones. Default 64 KiB.
 	LogLimit int
@@ -78,7 +85,10 @@ type Supervisor struct {
 func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
 	cfg.Slots = cmp.Or(cfg.Slots, 4)
 	cfg.DataDir = cmp.Or(cfg.DataDir, "./.data/executor")
-	cfg.KillGrace = cmp.Or(cfg.KillGrace, 2*time.Second)
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, domain.DefaultKillGrace)
+	if cfg.Plugins == nil {
+		cfg.Plugins = plugin.NewDefault(plugin.Config{})
+	}
 	cfg.LogLimit = cmp.Or(cfg.LogLimit, 64<<10)
 	switch {
 	case cfg.Slots < 1 || cfg.Slots > 1024:
@@ -152,18 +162,21 @@ func (s *Supervisor) Held() []Held {
 	return out
 }
 
-// Stop asks for the attempt to be killed, with cause and reason, without
-// waiting; the final report (KILLED, PREEMPTED or WORKER_FAILED, by cause)
-// follows once its process is gone. It returns
-// false when the attempt is not held or its process had already exited.
+// Stop asks for the attempt to be stopped, with cause and reason, without
+// waiting; the final report (KILLED, PREEMPTED or WORKER_FAILED, by cause,
+// with its cleanup steps) follows once its plugin's Abort and Finalize are
+// done. It returns false when the attempt is not held or its work had
+// already ended.
 func (s *Supervisor) Stop(id int64, cause api.AttemptReportCause, reason string) bool {
 	a := s.get(id)
 	return a != nil && s.stop(a, stopReason{cause, reason})
 }
 
-// Abort kills the attempt's process group (SIGTERM, KillGrace, SIGKILL) and
-// returns once it has exited: killed is true, or false when it had already
-// exited. Errors: ErrNotHeld; runner.ErrStuck; ctx's error.
+// Abort stops the attempt (its plugin's Abort: for a process, SIGTERM, the
+// kill grace, SIGKILL to its group), then finalizes it, and returns once
+// both are done: killed is true, or false when its work had already ended.
+// Errors: ErrNotHeld; the plugin's Abort's first error (runner.ErrStuck:
+// the attempt goes on retrying it); ctx's error.
 func (s *Supervisor) Abort(ctx context.Context, id int64, cause api.AttemptReportCause, reason string) (killed bool, err error) {
 	a := s.get(id)
 	if a == nil {
@@ -260,8 +273,8 @@ func (s *Supervisor) stop(a *attempt, r stopReason) bool {
 	return a.markStopped(r)
 }
 
-// exited records that a's process is gone (or never started): it frees a's
-// slot and wakes the Abort calls waiting for it.
+// exited records that a's work is stopped and finalized (or never started):
+// it frees a's slot and wakes the Abort calls waiting for it.
 func (s *Supervisor) exited(a *attempt) {
 	a.exitOnce.Do(func() {
 		a.markExited()

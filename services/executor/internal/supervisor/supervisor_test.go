@@ -156,19 +156,6 @@ func TestNonZeroExitIsUserFailure(t *testing.T) {
 	require.Equal(t, "exit status 3", *final.Error)
 }
 
-func TestUncreatableWorkDirIsSystemFailure(t *testing.T) {
-	t.Parallel()
-	rec := &recorder{}
-	file := filepath.Join(t.TempDir(), "not-a-dir")
-	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	s := newSupervisor(t, rec, supervisor.Config{DataDir: file})
-	require.NoError(t, s.Start(spec(1, "true")))
-	final := rec.await(t, 1, api.TaskStateFAILED)
-	require.Equal(t, api.System, *final.Cause)
-	require.Contains(t, *final.Error, "create directory")
-	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))
-}
-
 func TestAbortKillsAndReportsKilled(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}

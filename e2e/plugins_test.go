@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeDockerDir holds the fake container runtime (docker, and podman as a
+// link) the executor's plugin tests use: it records each call's arguments
+// to $FAKE_DOCKER_LOG and runs the command given after the image.
+func fakeDockerDir(t *testing.T) string {
+	t.Helper()
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	return filepath.Join(root, "services", "executor", "internal", "plugin", "testdata", "fakedocker")
+}
+
+// TestPlugins runs the http and container plugins end to end on one stack
+// whose executors find the fake docker on their PATH (so they run the
+// container plugin).
+func TestPlugins(t *testing.T) {
+	t.Parallel()
+	dockerLog := filepath.Join(t.TempDir(), "docker.log")
+	path := fakeDockerDir(t) + ":" + os.Getenv("PATH")
+	s := Start(t, bins, Options{ExecutorEnv: func(int) []string {
+		return []string{"PATH=" + path, "FAKE_DOCKER_LOG=" + dockerLog, "CAPSTAN_CONTAINER_RUNTIME=docker"}
+	}})
+
+	t.Run("HTTP", func(t *testing.T) { t.Parallel(); testPluginHTTP(t, s) })
+	t.Run("Container", func(t *testing.T) { t.Parallel(); testPluginContainer(t, s, dockerLog) })
+	t.Run("ShellTreeAbort", func(t *testing.T) { t.Parallel(); testPluginShellTreeAbort(t, s) })
+}
+
+// testPluginShellTreeAbort: an aborted shell step whose command started a
+// tree of processes (a background child, a subshell and its child) leaves
+// none of them: the shell plugin's Abort kills the attempt's process group.
+func testPluginShellTreeAbort(t *testing.T, s *Stack) {
+	name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "tree", KillGrace: ptr("1s"), Command: ptr(
+		`sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/a"
+		(sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/b"; wait) & echo $! > "$CAPSTAN_RUN_DIR/c"
+		wait`)}}})
+	var pids []int
+	for _, f := range []string{"a", "b", "c"} {
+		pids = append(pids, pidIn(t, s, filepath.Join(runDir(s, name), f)))
+	}
+	abortRun(t, s, name, "enough")
+	waitPhase(t, s, name, 30*time.Second, api.PhaseABORTED)
+	for _, pid := range pids {
+		s.Eventually(10*time.Second, "pid "+strconv.Itoa(pid)+" gone", func() bool { return ProcessGone(pid) })
+	}
+	s.Eventually(10*time.Second, "the attempt KILLED", func() bool {
+		return action(getRun(t, s, name), "tree").Tasks[0].Attempts[0].State == api.TaskStateKILLED
+	})
+}
+
+// testPluginHTTP: a 200 succeeds with the response body as the output
+// body; a server answering 503 twice then 200 succeeds within
+// max_retries_failure 2; a 404 fails at once (one attempt, cause permanent)
+// although retries are allowed.
+func testPluginHTTP(t *testing.T, s *Stack) {
+	var flaky atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hello":
+			b, _ := io.ReadAll(r.Body)
+			_, _ = io.WriteString(w, "hello "+r.Method+" "+r.Header.Get("X-Who")+" "+string(b))
+		case "/flaky":
+			if flaky.Add(1) <= 2 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "third time")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	httpStep := func(name, path string, h api.HTTPSpec) api.Step {
+		h.Url = srv.URL + path
+		return api.Step{Name: name, Plugin: ptr("http"), Http: &h, Outputs: &[]string{"body"},
+			MaxRetriesFailure: ptr(2)}
+	}
+	name := create(t, s, api.WorkflowSpec{Mode: ptr(api.DAG), Steps: []api.Step{
+		httpStep("hello", "/hello", api.HTTPSpec{Method: ptr("POST"), Headers: &map[string]string{"X-Who": "e2e"},
+			Body: ptr("ping")}),
+		httpStep("flaky", "/flaky", api.HTTPSpec{}),
+	}})
+	run := waitPhase(t, s, name, 60*time.Second, api.PhaseSUCCEEDED)
+	require.Equal(t, "hello POST e2e ping", (*action(run, "hello").Outputs)["body"])
+	require.Equal(t, "third time", (*action(run, "flaky").Outputs)["body"])
+	require.Equal(t, map[int][]api.TaskState{0: {api.TaskStateFAILED, api.TaskStateFAILED, api.TaskStateSUCCEEDED}},
+		attemptStates(action(run, "flaky")), "503 is retried under max_retries_failure")
+	for _, at := range action(run, "flaky").Tasks[0].Attempts[:2] {
+		require.Equal(t, "user", *at.Cause)
+	}
+
+	missing := create(t, s, api.WorkflowSpec{Steps: []api.Step{httpStep("missing", "/nope", api.HTTPSpec{})}})
+	run = waitPhase(t, s, missing, 30*time.Second, api.PhaseFAILED)
+	a := action(run, "missing")
+	require.Equal(t, map[int][]api.TaskState{0: {api.TaskStateFAILED}}, attemptStates(a), "a 404 is not retried")
+	require.Equal(t, "permanent", *a.Tasks[0].Attempts[0].Cause)
+	require.Contains(t, *a.Tasks[0].Attempts[0].Error, "404")
+}
+
+// testPluginContainer: a container step runs through the runtime (its
+// command line checked in the recorded calls) with its outputs directory
+// mounted; an aborted one is stopped with the step's kill grace and removed.
+func testPluginContainer(t *testing.T, s *Stack, dockerLog string) {
+	name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "greet", Plugin: ptr("container"),
+		Container: &api.ContainerSpec{Image: "alpine:3", Env: &map[string]string{"WHO": "e2e"},
+			Args: &[]string{"sh", "-c", `echo "hi $WHO" > "$CAPSTAN_OUTPUTS_DIR/greeting"`}},
+		Outputs: &[]string{"greeting"}}}})
+	run := waitPhase(t, s, name, 30*time.Second, api.PhaseSUCCEEDED)
+	require.Equal(t, "hi e2e\n", (*action(run, "greet").Outputs)["greeting"])
+	id := strconv.FormatInt(action(run, "greet").Tasks[0].Attempts[0].Id, 10)
+	calls := dockerCalls(t, dockerLog, id)
+	require.NotEmpty(t, calls)
+	require.Regexp(t, `^run --rm --name capstan-`+id+` --label capstan.attempt=`+id+` .* -e WHO=e2e alpine:3 sh -c echo "hi \$WHO"`, calls[0])
+
+	name = create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "sleep", Plugin: ptr("container"),
+		KillGrace: ptr("2s"), Container: &api.ContainerSpec{Image: "alpine:3", Args: &[]string{"sleep", "600"}}}}})
+	run = waitStep(t, s, name, "sleep", 30*time.Second, api.PhaseRUNNING)
+	s.Eventually(30*time.Second, "the attempt runs", func() bool {
+		run = getRun(t, s, name)
+		at := action(run, "sleep").Tasks
+		return len(at) > 0 && len(at[0].Attempts) > 0 && at[0].Attempts[0].State == api.TaskStateRUNNING
+	})
+	id = strconv.FormatInt(action(run, "sleep").Tasks[0].Attempts[0].Id, 10)
+	abortRun(t, s, name, "enough")
+	waitPhase(t, s, name, 30*time.Second, api.PhaseABORTED)
+	s.Eventually(10*time.Second, "stop and rm of the container", func() bool {
+		calls = dockerCalls(t, dockerLog, id)
+		return slices.Contains(calls, "stop -t 2 capstan-"+id) && slices.Contains(calls, "rm -f capstan-"+id)
+	})
+	stop, rm := slices.Index(calls, "stop -t 2 capstan-"+id), slices.Index(calls, "rm -f capstan-"+id)
+	require.Less(t, stop, rm, "Abort (stop with the step's kill grace), then Finalize (rm -f): %q", calls)
+	require.NoFileExists(t, filepath.Join(filepath.Dir(dockerLog), "capstan-"+id+".pid"), "no container is left")
+}
+
+// dockerCalls are the fake runtime's recorded calls about attempt id.
+func dockerCalls(t *testing.T, log, id string) []string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "capstan-"+id+" ") || strings.HasSuffix(line, "capstan-"+id) {
+			out = append(out, line)
+		}
+	}
+	return out
+}

@@ -1,0 +1,179 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/services/executor/internal/plugin"
+)
+
+// collectTimeout bounds the last observation of a stopped attempt's work,
+// which collects its exit and output once Abort stopped it.
+const collectTimeout = 5 * time.Second
+
+// finalizeTimeout bounds the one Finalize of an attempt that was not
+// stopped.
+const finalizeTimeout = time.Minute
+
+// execute runs an attempt the way Flyte's executor (TaskActionReconciler)
+// reconciles a task: it validates the plugin spec and resolves the plugin
+// first (an attempt that can never run fails permanently, with nothing to
+// finalize), reports BUILDING, prepares the directories, then drives the
+// plugin's Handle until the work ends or the attempt is stopped. It returns
+// the final report. A WorkDirless plugin (noop) skips BUILDING and the
+// directories.
+func (s *Supervisor) execute(a *attempt) api.AttemptReport {
+	defer s.exited(a)
+	p, t, failed := s.resolve(a.spec)
+	if t != nil {
+		t.OnOutput = a.logs.write
+	}
+	if failed != nil {
+		return *failed
+	}
+	if r := a.stopReason(); r != nil {
+		return killed(*r, nil)
+	}
+	if _, ok := p.(plugin.WorkDirless); ok {
+		return s.light(a, p, t)
+	}
+	if !s.report(a, api.AttemptReport{State: api.TaskStateBUILDING}) {
+		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+	}
+	if r := a.stopReason(); r != nil {
+		return killed(*r, nil)
+	}
+	if err := checkIONames(a.spec); err != nil {
+		return userFailure(codeInvalidOutputs, err)
+	}
+	dirs, err := s.prepare(a.spec)
+	if err != nil {
+		return systemFailure(plugin.CodeWorkDirFailed, err)
+	}
+	// The work directory goes with the attempt, once its work is stopped
+	// and finalized (its output is in the final report); the run's shared
+	// one stays.
+	defer s.removeWorkDir(dirs.work)
+	withDirs(t, a.spec, dirs)
+	return s.drive(a, p, t)
+}
+
+// light runs an attempt of a WorkDirless plugin: it reports RUNNING and,
+// unless the attempt was stopped first, returns what the plugin's Handle
+// answers.
+func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
+	a.setState(api.TaskStateRUNNING)
+	if !s.report(a, api.AttemptReport{State: api.TaskStateRUNNING}) {
+		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+	}
+	if r := a.stopReason(); r != nil {
+		return killed(*r, nil)
+	}
+	if err := checkIONames(a.spec); err != nil {
+		return userFailure(codeInvalidOutputs, err)
+	}
+	return s.drive(a, p, t)
+}
+
+// drive calls Handle to start the work and then to observe it, reporting
+// RUNNING once it runs, until it ends or the attempt is stopped. A stopped
+// attempt is aborted and finalized (see stopped); a system failure resets
+// the plugin (see systemFailed); work that ended is finalized and reported.
+// Once the work ended, a stop no longer changes the outcome.
+func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
+	tr, err := p.Handle(a.ctx, t)
+	running := false
+	for err == nil && !tr.Ended() && a.stopReason() == nil {
+		if !running {
+			running = true
+			s.running(a, tr.Pid)
+			continue // the RUNNING report may have stopped it
+		}
+		tr, err = p.Handle(a.ctx, t)
+	}
+	if r := a.finish(); r != nil {
+		return s.stopped(a, p, t, *r)
+	}
+	if err != nil {
+		return s.systemFailed(p, t, err)
+	}
+	s.finalize(p, t)
+	return withTransition(tr, t)
+}
+
+// running reports RUNNING, with the work's process group when it has one.
+func (s *Supervisor) running(a *attempt, pid int) {
+	a.setState(api.TaskStateRUNNING)
+	rep := api.AttemptReport{State: api.TaskStateRUNNING}
+	if pid > 0 {
+		rep.Pid = &pid
+		s.log.Info("attempt started", "attempt_id", a.spec.Id, "pid", pid)
+	}
+	if !s.report(a, rep) {
+		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+	}
+}
+
+// stopped finishes a stopped attempt as Flyte's executor
+// (TaskActionReconciler) handles an aborted task (handleAbortAndFinalize):
+// the plugin's Abort stops the work, then its Finalize cleans up, each
+// retried until it succeeds; the final report carries both steps. What the
+// work wrote until then is collected into the report.
+func (s *Supervisor) stopped(a *attempt, p plugin.Plugin, t *plugin.Task, r stopReason) api.AttemptReport {
+	cleanup := []api.CleanupStep{
+		s.retry(a, api.Abort, p.Abort, t),
+		s.retry(a, api.Finalize, p.Finalize, t),
+	}
+	var last *plugin.Transition
+	if t.State != nil { // the work started: collect its exit and output
+		ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+		tr, err := p.Handle(ctx, t)
+		cancel()
+		if err == nil && tr.Ended() {
+			last = &tr
+		}
+	}
+	rep := killed(r, last)
+	rep.Cleanup = &cleanup
+	return rep
+}
+
+// systemFailed reports a system failure after resetting the plugin: its
+// Abort, as Flyte's executor (TaskActionReconciler) does on a system error
+// (resetPluginResource), then its Finalize, once each (their failures are
+// logged), and its state is cleared.
+func (s *Supervisor) systemFailed(p plugin.Plugin, t *plugin.Task, err error) api.AttemptReport {
+	log := s.log.With("attempt_id", t.ID)
+	log.Warn("system failure", "err", err)
+	if aerr := p.Abort(s.ctx, t); aerr != nil {
+		log.Error("abort after a system failure failed", "err", aerr)
+	}
+	s.finalize(p, t)
+	t.Reset()
+	return systemFailure(plugin.SystemCode(err), err)
+}
+
+// finalize runs the plugin's Finalize once, within finalizeTimeout; a
+// failure is logged.
+func (s *Supervisor) finalize(p plugin.Plugin, t *plugin.Task) {
+	ctx, cancel := context.WithTimeout(s.ctx, finalizeTimeout)
+	defer cancel()
+	if err := p.Finalize(ctx, t); err != nil {
+		s.log.Error("finalize failed", "attempt_id", t.ID, "err", err)
+	}
+}
+
+// report sends a progress report within a's context. It returns false only
+// when the control plane answered that the attempt must stop: a lost
+// progress report is no reason to kill a process.
+func (s *Supervisor) report(a *attempt, rep api.AttemptReport) bool {
+	proceed, err := s.rep.Report(a.ctx, a.spec.Id, rep)
+	if err != nil {
+		if a.ctx.Err() == nil {
+			s.log.Warn("report lost", "attempt_id", a.spec.Id, "state", rep.State, "err", err)
+		}
+		return true
+	}
+	return proceed
+}

@@ -1,0 +1,105 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/services/executor/internal/plugin"
+)
+
+// maxKillGrace bounds an attempt's kill grace: a larger kill_grace_ms is
+// taken as this.
+const maxKillGrace = time.Hour
+
+// codePluginUnavailable: the plugin is one Capstan knows but this executor
+// does not run (container without a runtime): the platform placed the
+// attempt wrongly, a system failure.
+const codePluginUnavailable = "PluginUnavailable"
+
+// resolve is Flyte's first step (validation and plugin resolution): it
+// builds the attempt's plugin spec, validates it and looks its plugin up.
+// "If validation fails or no plugin is found for the TaskType, the
+// reconciler marks the TaskAction as failed and does not add a finalizer"
+// (Flyte's executor (TaskActionReconciler)): then failed is the final
+// report, FAILED with cause permanent and code UnknownPlugin or
+// InvalidPluginSpec, and nothing ran. A plugin Capstan knows but this
+// executor does not run is a system failure (PluginUnavailable): another
+// executor can run it.
+func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task, *api.AttemptReport) {
+	ps := pluginSpecOf(spec)
+	if errs := ps.Validate(); len(errs) > 0 {
+		code := plugin.CodeInvalidPluginSpec
+		if errs[0].Field == ".plugin" {
+			code = plugin.CodeUnknownPlugin
+		}
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Field + ": " + e.Message
+		}
+		rep := permanentFailure(code, fmt.Errorf("invalid plugin spec: %s", strings.Join(msgs, "; ")))
+		return nil, nil, &rep
+	}
+	p, ok := s.cfg.Plugins.Lookup(ps.Plugin)
+	if !ok {
+		rep := systemFailure(codePluginUnavailable, fmt.Errorf("this executor does not run the %s plugin (it runs %s)",
+			ps.Plugin, strings.Join(s.cfg.Plugins.Names(), ", ")))
+		return nil, nil, &rep
+	}
+	t := &plugin.Task{ID: spec.Id, Spec: ps, Outputs: declaredOutputs(spec), KillGrace: s.killGrace(spec),
+		LogLimit: s.cfg.LogLimit}
+	return p, t, nil
+}
+
+// killGrace is the attempt's kill_grace_ms, at most maxKillGrace; absent or
+// negative: the executor's Config.KillGrace.
+func (s *Supervisor) killGrace(spec api.AttemptSpec) time.Duration {
+	if spec.KillGraceMs == nil || *spec.KillGraceMs < 0 {
+		return s.cfg.KillGrace
+	}
+	return min(time.Duration(*spec.KillGraceMs)*time.Millisecond, maxKillGrace)
+}
+
+// pluginSpecOf is the attempt's plugin and its fields in the domain's form.
+func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
+	ps := domain.PluginSpec{Plugin: spec.Plugin, Command: spec.Command, Env: spec.Env}
+	if spec.Args != nil {
+		ps.Args = *spec.Args
+	}
+	if h := spec.Http; h != nil {
+		ps.HTTP = &domain.HTTPSpec{URL: h.Url, Method: deref(h.Method), Body: deref(h.Body)}
+		if h.Headers != nil {
+			ps.HTTP.Headers = *h.Headers
+		}
+		if h.SuccessCodes != nil {
+			ps.HTTP.SuccessCodes = *h.SuccessCodes
+		}
+	}
+	if c := spec.Container; c != nil {
+		ps.Container = &domain.ContainerSpec{Image: c.Image}
+		if c.Args != nil {
+			ps.Container.Args = *c.Args
+		}
+		if c.Env != nil {
+			ps.Container.Env = *c.Env
+		}
+	}
+	return ps
+}
+
+// withDirs gives t its directories and environments.
+func withDirs(t *plugin.Task, spec api.AttemptSpec, d dirs) {
+	t.Dir, t.Mounts, t.OutputsDir = d.work, []string{d.work, d.run}, d.outputs
+	t.AttemptEnv = attemptEnv(spec, d)
+	t.HostEnv = append(hostEnv(), t.AttemptEnv...)
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
