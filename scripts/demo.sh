@@ -3,7 +3,8 @@
 # standard library line count (a DAG with parallel replicas) to SUCCEEDED
 # with its result, then a long run that is aborted, showing the abort landed,
 # then the standard library's TODO/FIXME notes (outputs passed as inputs, a
-# condition over an output, an always clean-up) with its report.
+# condition over an output, an always clean-up) with its report, and a
+# cached step run twice (the second time a cache hit).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,6 +45,16 @@ $capstan run get "$run3"
 echo
 echo "result (stdout of step report):"
 $capstan logs "$run3" report
+
+echo
+echo "== 4. examples/stdlib-packages-cached.yaml twice: a cached step runs once"
+for i in 1 2; do
+  run4=$($capstan run create -f examples/stdlib-packages-cached.yaml)
+  $capstan run wait "$run4" --timeout 5m >/dev/null
+  $capstan run get "$run4"
+done
+echo "the second run's count step is a cache HIT: it ran no task. The entries:"
+curl -fsS "$CAPSTAN_API_URL/v1/projects/demo/domains/dev/cache"; echo
 
 echo
 echo "Demo done. Dashboard: $CAPSTAN_API_URL/ui/?project=demo&domain=dev  (make down to stop)"

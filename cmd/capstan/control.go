@@ -112,6 +112,9 @@ func actionNote(a api.Action) string {
 	if a.StepRetries != nil && *a.StepRetries > 0 {
 		parts = append(parts, fmt.Sprintf("step retries %d", *a.StepRetries))
 	}
+	if a.CacheStatus != nil {
+		parts = append(parts, "cache "+string(*a.CacheStatus))
+	}
 	if n := abortNote(a); n != "" {
 		parts = append(parts, n)
 	}

@@ -259,6 +259,12 @@ func printRun(run *api.Run) {
 				if at.ExitCode != nil {
 					s += fmt.Sprintf(" exit=%d", *at.ExitCode)
 				}
+				if at.Cause != nil && at.State == api.TaskStateFAILED {
+					s += " " + *at.Cause
+				}
+				if at.Code != nil {
+					s += " " + *at.Code
+				}
 				atts = append(atts, s)
 			}
 			task := strconv.Itoa(t.Index)
