@@ -109,7 +109,7 @@ func TestExtendCacheReservations(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "a PENDING task keeps it")
 
-	_, ok, err = storetest.AssignTask(ctx, st, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
+	a, ok, err := storetest.AssignTask(ctx, st, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	n, err = st.ExtendCacheReservations(ctx, now.Add(-3*time.Second), now.Add(time.Hour))
@@ -123,7 +123,16 @@ func TestExtendCacheReservations(t *testing.T) {
 	require.NoError(t, err)
 	n, err = st.ExtendCacheReservations(ctx, now.Add(-3*time.Second), now.Add(time.Hour))
 	require.NoError(t, err)
-	require.Zero(t, n, "an ended owner does not")
+	require.EqualValues(t, 1, n, "an aborted owner whose process still runs keeps it")
+	ok, err = st.ReserveCache(ctx, domain.RunKey{Project: key.Project, Domain: key.Domain, Run: "other"}.Action("s"),
+		"k", now.Add(time.Hour), now)
+	require.NoError(t, err)
+	require.False(t, ok, "nor is it taken over")
+	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskKilled, Cause: domain.CauseAborted})
+	require.NoError(t, err)
+	n, err = st.ExtendCacheReservations(ctx, now.Add(-3*time.Second), now.Add(time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n, "an ended owner with no live attempt does not")
 }
 
 // A step completed from the cache is SUCCEEDED with the entry's outputs,

@@ -13,15 +13,20 @@ import (
 // reserveSQL takes a key's reservation for @run/@action until @expires:
 // it inserts it, or takes over one this action holds already, one expired at
 // @now (its owner's executor stopped heartbeating) or one whose owner action
-// has ended (an owner aborted before any attempt of it ran releases nothing
-// itself). It returns the holder afterwards only when that is the caller.
-const reserveSQL = `INSERT INTO cache_reservations AS r (project, domain, key, run_name, action_name, expires_at, created_at)
+// has ended with no attempt of it still live (an owner aborted before any
+// attempt of it ran releases nothing itself; one whose process still runs,
+// its abort not yet delivered, may still write the key's outputs). It
+// returns the holder afterwards only when that is the caller.
+var reserveSQL = `INSERT INTO cache_reservations AS r (project, domain, key, run_name, action_name, expires_at, created_at)
 	VALUES (@project, @domain, @key, @run, @action, @expires, @now)
 	ON CONFLICT (project, domain, key) DO UPDATE SET run_name = excluded.run_name, action_name = excluded.action_name,
 		expires_at = excluded.expires_at, created_at = excluded.created_at
 	WHERE (r.run_name, r.action_name) = (excluded.run_name, excluded.action_name) OR r.expires_at <= @now
 		OR NOT EXISTS (SELECT 1 FROM actions x WHERE (x.project, x.domain, x.run_name, x.name) =
 			(r.project, r.domain, r.run_name, r.action_name) AND x.ended_at IS NULL)
+		AND NOT EXISTS (SELECT 1 FROM tasks t JOIN attempts at ON at.task_id = t.id
+			WHERE (t.project, t.domain, t.run_name, t.action_name) = (r.project, r.domain, r.run_name, r.action_name)
+			AND at.state IN ` + sqlLive + `)
 	RETURNING run_name`
 
 // ReserveCache takes the reservation of key for owner until expires (Flyte's
@@ -68,18 +73,19 @@ func (s *Store) CacheWaiters(ctx context.Context, project, dom, key string) ([]d
 
 // extendSQL moves to @expires the reservations whose owner still works on
 // its key: an unfinished action with a PENDING task (the control plane
-// holds it) or a live attempt on a worker that heartbeat after @alive. Rows
-// are locked in key order.
+// holds it), or a live attempt (of an ended action too: an aborted one whose
+// process still runs) on a worker that heartbeat after @alive. Rows are
+// locked in key order.
 var extendSQL = `WITH l AS (
 	SELECT r.project, r.domain, r.key FROM cache_reservations r
 	JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (r.project, r.domain, r.run_name, r.action_name)
-	WHERE x.ended_at IS NULL AND EXISTS (
+	WHERE EXISTS (
 		SELECT 1 FROM tasks t
 		LEFT JOIN attempts at ON at.task_id = t.id AND at.number = t.attempt_count
 		LEFT JOIN workers w ON w.id = at.worker_id
 		WHERE (t.project, t.domain, t.run_name, t.action_name, t.generation) =
 			(x.project, x.domain, x.run_name, x.name, x.generation)
-		AND (t.state IN ` + sqlPending + ` OR t.state IN ` + sqlLive + ` AND w.last_heartbeat_at > @alive))
+		AND (x.ended_at IS NULL AND t.state IN ` + sqlPending + ` OR at.state IN ` + sqlLive + ` AND w.last_heartbeat_at > @alive))
 	ORDER BY r.project, r.domain, r.key FOR UPDATE OF r)
 UPDATE cache_reservations r SET expires_at = @expires FROM l
 WHERE (r.project, r.domain, r.key) = (l.project, l.domain, l.key)`
