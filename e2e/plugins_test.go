@@ -40,29 +40,6 @@ func TestPlugins(t *testing.T) {
 
 	t.Run("HTTP", func(t *testing.T) { t.Parallel(); testPluginHTTP(t, s) })
 	t.Run("Container", func(t *testing.T) { t.Parallel(); testPluginContainer(t, s, dockerLog) })
-	t.Run("ShellTreeAbort", func(t *testing.T) { t.Parallel(); testPluginShellTreeAbort(t, s) })
-}
-
-// testPluginShellTreeAbort: an aborted shell step whose command started a
-// tree of processes (a background child, a subshell and its child) leaves
-// none of them: the shell plugin's Abort kills the attempt's process group.
-func testPluginShellTreeAbort(t *testing.T, s *Stack) {
-	name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "tree", KillGrace: ptr("1s"), Command: ptr(
-		`sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/a"
-		(sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/b"; wait) & echo $! > "$CAPSTAN_RUN_DIR/c"
-		wait`)}}})
-	var pids []int
-	for _, f := range []string{"a", "b", "c"} {
-		pids = append(pids, pidIn(t, s, filepath.Join(runDir(s, name), f)))
-	}
-	abortRun(t, s, name, "enough")
-	waitPhase(t, s, name, 30*time.Second, api.PhaseABORTED)
-	for _, pid := range pids {
-		s.Eventually(10*time.Second, "pid "+strconv.Itoa(pid)+" gone", func() bool { return ProcessGone(pid) })
-	}
-	s.Eventually(10*time.Second, "the attempt KILLED", func() bool {
-		return action(getRun(t, s, name), "tree").Tasks[0].Attempts[0].State == api.TaskStateKILLED
-	})
 }
 
 // testPluginHTTP: a 200 succeeds with the response body as the output
