@@ -1,0 +1,170 @@
+// The dashboard's browser test: headless Chromium driven by playwright-core
+// against a real Capstan stack (started by e2e/browser_test.go). It opens the
+// runs list; watches a running DAG run's node change phase without a reload;
+// aborts a run through the confirmation; approves an approval step with a
+// comment; checks a retried task's two attempts in their Iris colours by
+// computed style; and follows a live log. Every wait is on a condition with
+// a timeout. Screenshots go to $CAPSTAN_SCREENSHOTS.
+//
+// Environment: CAPSTAN_API (base URL), CAPSTAN_TOKEN (optional bearer token),
+// CAPSTAN_DATA_DIR (the stack's data dir: run directories hold the files
+// steps wait for), CAPSTAN_PROJECT, CAPSTAN_DOMAIN, CAPSTAN_SCREENSHOTS,
+// CHROMIUM (default /usr/bin/chromium).
+
+import {chromium} from 'playwright-core';
+import assert from 'node:assert/strict';
+import {mkdirSync, writeFileSync} from 'node:fs';
+import {join} from 'node:path';
+
+const api = process.env.CAPSTAN_API;
+const token = process.env.CAPSTAN_TOKEN || '';
+const dataDir = process.env.CAPSTAN_DATA_DIR;
+const project = process.env.CAPSTAN_PROJECT || 'e2e';
+const domain = process.env.CAPSTAN_DOMAIN || 'test';
+const shots = process.env.CAPSTAN_SCREENSHOTS || '.data/browser';
+const T = 30_000; // the timeout of every wait, ms
+
+// Iris's dashboard colours, as computed styles.
+const IRIS = {FAILED: 'rgb(207, 34, 46)', SUCCEEDED: 'rgb(26, 127, 55)'};
+
+const runs = `${api}/v1/projects/${project}/domains/${domain}/runs`;
+const authz = token ? {Authorization: `Bearer ${token}`} : {};
+
+async function createRun(name, spec) {
+  const r = await fetch(runs, {method: 'POST', headers: {'Content-Type': 'application/json', ...authz}, body: JSON.stringify({name, spec})});
+  assert.equal(r.status, 201, `create ${name}: ${r.status} ${await r.text()}`);
+}
+
+// touch creates file in run's directory, which the steps of run wait for.
+function touch(run, file) {
+  const dir = join(dataDir, 'runs', project, domain, run);
+  mkdirSync(dir, {recursive: true});
+  writeFileSync(join(dir, file), '');
+}
+
+const waitFile = (f) => `while [ ! -e "$CAPSTAN_RUN_DIR/${f}" ]; do sleep 0.1; done`;
+
+async function shot(page, name) {
+  mkdirSync(shots, {recursive: true});
+  await page.screenshot({path: join(shots, name + '.png'), fullPage: true});
+}
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  await fn();
+  console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+}
+
+async function main() {
+  await createRun('live-dag', {mode: 'DAG', steps: [
+    {name: 'first', command: `${waitFile('go')}; echo first done`},
+    {name: 'second', depends_on: ['first'], command: 'echo second'},
+    {name: 'side', command: 'echo side'},
+  ]});
+  await createRun('to-abort', {steps: [{name: 'long', command: 'sleep 300'}]});
+  await createRun('needs-approval', {steps: [{name: 'gate', kind: 'approval'}, {name: 'after', command: 'echo approved'}]});
+  await createRun('retried', {steps: [{name: 'flaky', max_retries_failure: 1,
+    command: 'f="$CAPSTAN_RUN_DIR/once"; if [ ! -e "$f" ]; then touch "$f"; echo first try fails >&2; exit 1; fi; echo ok'}]});
+  await createRun('talker', {steps: [{name: 'talk',
+    command: `for i in 1 2 3; do echo "line $i"; done; ${waitFile('stop')}; echo "last line"`}]});
+
+  const browser = await chromium.launch({executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox']});
+  const page = await browser.newPage({viewport: {width: 1400, height: 900}});
+  page.setDefaultTimeout(T);
+  page.on('pageerror', (e) => console.error('page error:', e.message));
+  page.on('dialog', (d) => { throw new Error('unexpected native dialog: ' + d.message()); });
+  try {
+    await scenario(page);
+  } catch (e) {
+    await shot(page, 'failure').catch(() => {});
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
+async function scenario(page) {
+  await step('runs list', async () => {
+    await page.goto(`${api}/ui/?project=${project}&domain=${domain}#/runs`);
+    if (token) {
+      await page.locator('#token').waitFor({state: 'visible'});
+      await page.fill('#token-input', token);
+      await page.click('#token button');
+    }
+    for (const r of ['live-dag', 'to-abort', 'needs-approval', 'retried', 'talker']) {
+      await page.locator(`tr[data-run="${r}"] .badge`).waitFor();
+    }
+    await page.fill('#runs-search', 'abort');
+    await page.locator('tr[data-run="live-dag"]').waitFor({state: 'detached'});
+    assert.equal(await page.locator('tbody#runs tr').count(), 1);
+    await page.fill('#runs-search', '');
+    await shot(page, '1-runs');
+  });
+
+  await step('a DAG node changes phase without reload', async () => {
+    await page.click('tr[data-run="live-dag"] a');
+    await page.locator('g.node[data-step="first"][data-phase="RUNNING"]').waitFor();
+    await page.evaluate(() => { window.notReloaded = true; });
+    await shot(page, '2-dag-running');
+    touch('live-dag', 'go');
+    await page.locator('g.node[data-step="first"][data-phase="SUCCEEDED"]').waitFor();
+    await page.locator('g.node[data-step="second"][data-phase="SUCCEEDED"]').waitFor();
+    await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+    assert.equal(await page.evaluate(() => window.notReloaded), true, 'the page reloaded');
+    assert.equal(await page.locator('g.node rect.status-succeeded').count(), 3);
+    await shot(page, '3-dag-succeeded');
+  });
+
+  await step('abort a run through the confirmation', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/to-abort'; });
+    await page.locator('tr[data-step="long"] .step-phase [data-state="RUNNING"]').waitFor();
+    await page.click('#run-controls button[data-op="abort"]');
+    await page.locator('#confirm').waitFor({state: 'visible'});
+    await shot(page, '4-abort-confirm');
+    await page.click('#confirm-ok');
+    await page.locator('#run-phase [data-state="ABORTED"]').waitFor();
+    await page.locator('g.node[data-step="long"][data-phase="ABORTED"]').waitFor();
+    await shot(page, '5-aborted');
+  });
+
+  await step('approve an approval step with a comment', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/needs-approval'; });
+    await page.click('button[data-op="approve"][data-step="gate"]');
+    await page.locator('#confirm').waitFor({state: 'visible'});
+    await page.fill('#confirm-comment', 'ship it');
+    await page.click('#confirm-ok');
+    await page.locator('tr[data-step="gate"] .approval', {hasText: 'ship it'}).waitFor();
+    await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+    await shot(page, '6-approved');
+  });
+
+  await step('a retried task shows two attempts in Iris colours', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/retried/actions/flaky'; });
+    await page.locator('tr.attempt[data-attempt="2"][data-state="SUCCEEDED"]').waitFor();
+    const rows = page.locator('tr.attempt');
+    assert.equal(await rows.count(), 2);
+    for (const [n, state] of [[1, 'FAILED'], [2, 'SUCCEEDED']]) {
+      const b = page.locator(`tr.attempt[data-attempt="${n}"] .badge`);
+      assert.equal(await b.getAttribute('data-state'), state);
+      const bg = await b.evaluate((el) => getComputedStyle(el).backgroundColor);
+      assert.equal(bg, IRIS[state], `attempt ${n} ${state} colour`);
+    }
+    await shot(page, '7-attempts');
+  });
+
+  await step('follow a live log', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/talker/actions/talk'; });
+    await page.locator('#logs', {hasText: 'line 3'}).waitFor();
+    await page.locator('#logs-title', {hasText: 'following'}).waitFor();
+    await shot(page, '8-log-following');
+    touch('talker', 'stop');
+    await page.locator('#logs', {hasText: 'last line'}).waitFor();
+    await page.locator('#logs-title', {hasText: 'SUCCEEDED'}).waitFor();
+    await shot(page, '9-log-ended');
+  });
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
