@@ -94,11 +94,20 @@ async function scenario(page) {
     for (const r of ['live-dag', 'to-abort', 'needs-approval', 'retried', 'talker']) {
       await page.locator(`tr[data-run="${r}"] .badge`).waitFor();
     }
+    await shot(page, '1-runs');
     await page.fill('#runs-search', 'abort');
     await page.locator('tr[data-run="live-dag"]').waitFor({state: 'detached'});
     assert.equal(await page.locator('tbody#runs tr').count(), 1);
+    await page.selectOption('#runs-phase', 'SUCCEEDED');
+    await page.locator('tr[data-run="to-abort"]').waitFor({state: 'detached'});
+    await page.selectOption('#runs-phase', '');
+    await page.locator('tr[data-run="to-abort"]').waitFor();
+    // A refused request shows the problem's detail.
+    await page.fill('#runs-search', 'a_b');
+    await page.locator('#msg', {hasText: 'name_contains'}).waitFor();
+    console.log('     refusal shown: ' + await page.textContent('#msg'));
     await page.fill('#runs-search', '');
-    await shot(page, '1-runs');
+    await page.locator('#msg').waitFor({state: 'hidden'});
   });
 
   await step('a DAG node changes phase without reload', async () => {

@@ -1,5 +1,6 @@
 // runs.js: the runs list: newest first, filtered by phase and by a text
-// search on the name, cursor paging, kept live by the project's event stream.
+// search on the name (the API's name_contains), cursor paging, kept live by
+// the project's event stream.
 
 import {getJSON} from './api.js';
 import {base, badge, enc, esc, fmtTime, span, showError} from './dom.js';
@@ -13,7 +14,7 @@ export function mount(view) {
   view.innerHTML = `<div class="toolbar">
       <h2 style="margin:0">Runs</h2>
       <select id="runs-phase"><option value="">any phase</option>${PHASES.map((p) => `<option>${p}</option>`).join('')}</select>
-      <input id="runs-search" type="search" placeholder="search names on this page" size="24">
+      <input id="runs-search" type="search" placeholder="search run names" size="24">
       <button id="runs-first">Newest</button><button id="runs-next">Older →</button>
       <span id="runs-page" class="muted"></span>
     </div>
@@ -25,23 +26,26 @@ export function mount(view) {
     const phase = q('runs-phase').value;
     const params = new URLSearchParams({limit: PAGE});
     if (phase) params.set('phase', phase);
+    const needle = q('runs-search').value.trim().toLowerCase();
+    if (needle) params.set('name_contains', needle);
     if (st.cursors[st.page]) params.set('cursor', st.cursors[st.page]);
     try {
       st.list = await getJSON(`${base()}/runs?${params}`);
+      showError(null);
       draw();
     } catch (e) { showError(e); }
   };
   const draw = () => {
     if (!st.list) return;
-    const needle = q('runs-search').value.trim().toLowerCase();
-    const runs = st.list.runs.filter((r) => !needle || r.name.toLowerCase().includes(needle));
-    q('runs').innerHTML = runs.map(row).join('') || '<tr><td colspan="4" class="muted">No runs.</td></tr>';
+    q('runs').innerHTML = st.list.runs.map(row).join('') || '<tr><td colspan="4" class="muted">No runs.</td></tr>';
     q('runs-next').disabled = !st.list.next_cursor;
     q('runs-first').disabled = st.page === 0;
     q('runs-page').textContent = `page ${st.page + 1}`;
   };
-  q('runs-phase').onchange = () => { st.cursors = ['']; st.page = 0; load(); };
-  q('runs-search').oninput = draw;
+  const restart = () => { st.cursors = ['']; st.page = 0; load(); };
+  let typing = 0;
+  q('runs-phase').onchange = restart;
+  q('runs-search').oninput = () => { clearTimeout(typing); typing = setTimeout(restart, 250); };
   q('runs-first').onclick = () => { st.page = 0; load(); };
   q('runs-next').onclick = () => {
     if (!st.list?.next_cursor) return;
