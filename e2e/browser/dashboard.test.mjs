@@ -171,6 +171,49 @@ async function scenario(page) {
     await page.locator('#logs-title', {hasText: 'SUCCEEDED'}).waitFor();
     await shot(page, '9-log-ended');
   });
+
+  await step('workers and aborts pages', async () => {
+    await page.click('[data-nav="workers"]');
+    await page.locator('tbody#workers tr[data-worker]').nth(1).waitFor();
+    await page.locator('tbody#workers', {hasText: 'alive'}).waitFor();
+    await shot(page, '10-workers');
+    await page.click('[data-nav="aborts"]');
+    await page.locator('tbody#aborts tr').first().waitFor();
+    await shot(page, '11-aborts');
+  });
+
+  await step('the event stream client resumes with Last-Event-ID and stops at end', () => streamContract(page));
+}
+
+// streamContract serves a run's event stream from the test (two responses
+// that close: the first with event 7 and a keep-alive comment, the second
+// with the run's end) and checks that the page re-fetches the run on events,
+// reconnects with Last-Event-ID: 7 and the bearer token, and stops after end.
+async function streamContract(page) {
+  const calls = [];
+  let gets = 0;
+  const onRequest = (r) => { if (r.method() === 'GET' && new URL(r.url()).pathname.endsWith('/runs/live-dag')) gets++; };
+  page.on('request', onRequest);
+  await page.route('**/runs/live-dag/events', async (route) => {
+    const h = route.request().headers();
+    calls.push({last: h['last-event-id'] || '', auth: h.authorization || ''});
+    const body = calls.length === 1
+      ? 'id: 7\nevent: action_phase\ndata: {"id":7,"type":"action_phase","run":"live-dag"}\n\n: keep-alive\n\n'
+      : 'id: 8\nevent: end\ndata: {"phase":"SUCCEEDED"}\n\n';
+    await route.fulfill({status: 200, headers: {'Content-Type': 'text/event-stream'}, body});
+  });
+  try {
+    await page.evaluate(() => { location.hash = '#/runs/live-dag'; });
+    await page.waitForFunction(() => document.getElementById('live').className.trim() === 'live', null, {timeout: T});
+    assert.equal(calls.length, 2, 'one reconnect, none after end');
+    assert.equal(calls[0].last, '');
+    assert.equal(calls[1].last, '7', 'the reconnect resumes after the last event seen');
+    assert.equal(calls[1].auth, token ? `Bearer ${token}` : '');
+    assert.ok(gets >= 3, `the run is re-fetched on load and on each event (${gets} GETs)`);
+  } finally {
+    page.off('request', onRequest);
+    await page.unrouteAll();
+  }
 }
 
 main().catch((e) => {

@@ -26,6 +26,7 @@ function route() {
   if (unmount) unmount();
   unmount = null;
   showError(null);
+  $('live').className = 'live'; // the next page sets it when it follows a stream
   const hash = location.hash || '#/runs';
   for (const [re, page, params] of routes) {
     const m = hash.match(re);

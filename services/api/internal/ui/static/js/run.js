@@ -30,10 +30,13 @@ export function mount(view, {run: name}) {
     const node = ev.target.closest('g.node[data-step]');
     if (node) { location.hash = `#/runs/${enc(name)}/actions/${enc(node.dataset.step)}`; return; }
     const b = ev.target.closest('button[data-op]');
-    if (b && run) control(path, run, b.dataset.op, b.dataset.step).then((done) => done && load());
+    if (b && run) control(path, run, b.dataset.op, b.dataset.step).then((done) => done && rewatch());
   });
-  load();
-  const stopWatch = watch(`${path}/events`, load);
+  // A terminal run's stream ends; a restart makes it live again, so every
+  // accepted control re-opens the stream (which re-fetches the run).
+  let stopWatch = () => {};
+  const rewatch = () => { stopWatch(); load(); stopWatch = watch(`${path}/events`, load); };
+  rewatch();
   const stopTick = every(1000, async () => run && !run.ended_at && drawTimes(view, run));
   return () => { stopWatch(); stopTick(); };
 }
