@@ -65,6 +65,7 @@ async function main() {
   await createRun('needs-approval', {steps: [{name: 'gate', kind: 'approval'}, {name: 'after', command: 'echo approved'}]});
   await createRun('retried', {steps: [{name: 'flaky', max_retries_failure: 1,
     command: 'f="$CAPSTAN_RUN_DIR/once"; if [ ! -e "$f" ]; then touch "$f"; echo first try fails >&2; exit 1; fi; echo ok'}]});
+  await createRun('no-gpu', {steps: [{name: 'gpu', command: 'true', constraints: [{key: 'gpu', op: 'EXISTS'}]}]});
   await createRun('talker', {steps: [{name: 'talk',
     command: `for i in 1 2 3; do echo "line $i"; done; ${waitFile('stop')}; echo "last line"`}]});
 
@@ -91,7 +92,7 @@ async function scenario(page) {
       await page.fill('#token-input', token);
       await page.click('#token button');
     }
-    for (const r of ['live-dag', 'to-abort', 'needs-approval', 'retried', 'talker']) {
+    for (const r of ['live-dag', 'to-abort', 'needs-approval', 'retried', 'no-gpu', 'talker']) {
       await page.locator(`tr[data-run="${r}"] .badge`).waitFor();
     }
     await shot(page, '1-runs');
@@ -159,6 +160,16 @@ async function scenario(page) {
       assert.equal(bg, IRIS[state], `attempt ${n} ${state} colour`);
     }
     await shot(page, '7-attempts');
+  });
+
+  await step("a PENDING task shows its pending_reason under its badge", async () => {
+    await page.evaluate(() => { location.hash = '#/runs/no-gpu/actions/gpu'; });
+    const state = page.locator('.task[data-task="0"] .task-state');
+    await state.locator('[data-state="PENDING"]').waitFor();
+    await state.locator('.pending-reason', {hasText: 'no worker matches constraint gpu=EXISTS'}).waitFor();
+    const bg = await state.locator('.badge').evaluate((el) => getComputedStyle(el).backgroundColor);
+    assert.equal(bg, 'rgb(154, 103, 0)', 'pending is amber');
+    await shot(page, '7b-pending-reason');
   });
 
   await step('follow a live log', async () => {

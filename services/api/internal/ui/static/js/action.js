@@ -7,6 +7,8 @@ import {getJSON, postJSON, stream} from './api.js';
 import {act, badge, base, enc, esc, fmtTime, isTerminal, showError, span} from './dom.js';
 import {watch} from './live.js';
 
+const RECONNECT_MS = 1000; // wait before resuming a broken log stream
+
 const workerFailure = (at) => at.state === 'WORKER_FAILED' || at.cause === 'worker_lost';
 
 export function mount(view, {run: runName, action: name}) {
@@ -94,24 +96,35 @@ function logPanel(view, path) {
   };
 }
 
-// follow appends stdout and stderr events to pre until `end`, and resolves
-// with the attempt's final state (or '' when the stream broke off).
+// follow appends stdout and stderr events to pre until `end`, resuming
+// with Last-Event-ID when the stream breaks off (an api restart), and
+// resolves with the attempt's final state.
 async function follow(url, pre, signal) {
   let state = '';
-  try {
-    const status = await stream(url, (ev) => {
-      if (ev.event === 'end') { state = ev.data; return; }
-      if (ev.event !== 'stdout' && ev.event !== 'stderr') return;
-      const s = document.createElement('span');
-      s.className = ev.event;
-      s.textContent = ev.data;
-      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-      pre.appendChild(s);
-      if (atBottom) pre.scrollTop = pre.scrollHeight;
-    }, {signal});
-    if (status !== 200) pre.textContent = `(logs unavailable: HTTP ${status})`;
-  } catch (e) {
-    if (!signal.aborted) pre.appendChild(document.createTextNode(`\n(log stream interrupted: ${e.message})`));
+  let lastId = '';
+  const onEvent = (ev) => {
+    if (ev.id) lastId = ev.id;
+    if (ev.event === 'end') { state = ev.data; return; }
+    if (ev.event !== 'stdout' && ev.event !== 'stderr') return;
+    const s = document.createElement('span');
+    s.className = ev.event;
+    s.textContent = ev.data;
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.appendChild(s);
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  };
+  while (!state && !signal.aborted) {
+    let status = 0;
+    try {
+      status = await stream(url, onEvent, {signal, lastEventId: lastId});
+    } catch (e) {
+      if (signal.aborted) break;
+    }
+    if (status && status !== 200) {
+      pre.textContent = `(logs unavailable: HTTP ${status})`;
+      break;
+    }
+    if (!state) await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
   }
   return state;
 }
