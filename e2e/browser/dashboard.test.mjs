@@ -135,6 +135,12 @@ async function scenario(page) {
     await page.locator('#run-phase [data-state="ABORTED"]').waitFor();
     await page.locator('g.node[data-step="long"][data-phase="ABORTED"]').waitFor();
     await shot(page, '5-aborted');
+    // Restart it from its step: the ended run's page follows it again.
+    await page.click('#run-controls button[data-op="restart"]');
+    await page.selectOption('#confirm-step', 'long');
+    await page.click('#confirm-ok');
+    await page.locator('tr[data-step="long"] .step-phase [data-state="RUNNING"]').waitFor();
+    await page.locator('#run-phase [data-state="RUNNING"]').waitFor();
   });
 
   await step('approve an approval step with a comment', async () => {
@@ -161,6 +167,8 @@ async function scenario(page) {
     }
     await shot(page, '7-attempts');
   });
+
+  await step('every Iris task state in its colour; "(worker failure)" on worker failures', () => irisColours(page));
 
   await step("a PENDING task shows its pending_reason under its badge", async () => {
     await page.evaluate(() => { location.hash = '#/runs/no-gpu/actions/gpu'; });
@@ -194,6 +202,39 @@ async function scenario(page) {
   });
 
   await step('the event stream client resumes with Last-Event-ID and stops at end', () => streamContract(page));
+}
+
+// ALL_IRIS is Iris's dashboard table: state → colour.
+const ALL_IRIS = {PENDING: '#9a6700', ASSIGNED: '#bc4c00', BUILDING: '#8250df', RUNNING: '#0969da', SUCCEEDED: '#1a7f37',
+  FAILED: '#cf222e', KILLED: '#57606a', WORKER_FAILED: '#8250df', UNSCHEDULABLE: '#cf222e', PREEMPTED: '#bc4c00'};
+
+const rgb = (hex) => `rgb(${[1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(', ')})`;
+
+// irisColours serves an action whose one task holds an attempt in each Iris
+// state (no real run reaches them all) and checks each badge's computed
+// colour, and "(worker failure)" on the WORKER_FAILED one only.
+async function irisColours(page) {
+  const states = Object.keys(ALL_IRIS);
+  const attempts = states.map((state, i) => ({id: 1000 + i, number: i + 1, state, created_at: new Date().toISOString(),
+    ...(state === 'WORKER_FAILED' ? {cause: 'worker_lost', code: 'WorkerLost'} : {})}));
+  const action = {name: 'every', kind: 'task', phase: 'RUNNING', tasks: [{index: 0, state: 'RUNNING', failure_count: 0,
+    preemption_count: 1, max_retries_failure: 0, max_retries_preemption: 100, attempts}]};
+  await page.route('**/runs/colours/actions/every', (route) =>
+    route.fulfill({status: 200, contentType: 'application/json', body: JSON.stringify(action)}));
+  try {
+    await page.evaluate(() => { location.hash = '#/runs/colours/actions/every'; });
+    await page.locator(`tr.attempt[data-attempt="${states.length}"]`).waitFor();
+    for (const [i, state] of states.entries()) {
+      const row = page.locator(`tr.attempt[data-attempt="${i + 1}"]`);
+      const bg = await row.locator('.badge').evaluate((el) => getComputedStyle(el).backgroundColor);
+      assert.equal(bg, rgb(ALL_IRIS[state]), `${state} colour`);
+      assert.equal(await row.locator('.badge').textContent(), state.toLowerCase());
+      assert.equal(await row.locator('.worker-failure').count(), state === 'WORKER_FAILED' ? 1 : 0, state);
+    }
+    await shot(page, '7a-iris-colours');
+  } finally {
+    await page.unrouteAll();
+  }
 }
 
 // streamContract serves a run's event stream from the test (two responses
