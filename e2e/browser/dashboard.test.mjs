@@ -202,6 +202,35 @@ async function scenario(page) {
   });
 
   await step('the event stream client resumes with Last-Event-ID and stops at end', () => streamContract(page));
+  if (!token) await step('a 401 asks for a token once and sends it after', () => tokenPrompt(page));
+}
+
+// tokenPrompt (for an api without tokens) answers 401 to the workers list
+// until it carries a bearer token: the page asks once, keeps the token for
+// the tab, and retries with it.
+async function tokenPrompt(page) {
+  const seen = [];
+  await page.route('**/v1/workers', (route) => {
+    const auth = route.request().headers().authorization || '';
+    seen.push(auth);
+    if (auth === 'Bearer t0ken') return route.continue();
+    return route.fulfill({status: 401, contentType: 'application/problem+json',
+      body: JSON.stringify({type: 'about:blank', title: 'Unauthorized', status: 401, code: 'unauthenticated', detail: 'a bearer token is required'})});
+  });
+  try {
+    await page.click('[data-nav="workers"]');
+    await page.locator('#token').waitFor({state: 'visible'});
+    await page.fill('#token-input', 't0ken');
+    await page.click('#token button');
+    await page.locator('tbody#workers tr[data-worker]').first().waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('capstan.token')), 't0ken');
+    assert.equal(seen[0], '');
+    assert.equal(seen.at(-1), 'Bearer t0ken');
+    assert.equal(await page.locator('#token').isVisible(), false);
+  } finally {
+    await page.unrouteAll();
+    await page.evaluate(() => sessionStorage.removeItem('capstan.token'));
+  }
 }
 
 // ALL_IRIS is Iris's dashboard table: state → colour.
