@@ -198,6 +198,9 @@ type RunFilter struct {
 	Project, Domain string
 	// Phase, when set, keeps runs in that phase.
 	Phase string
+	// NameContains, when set, keeps runs whose name contains it (a plain
+	// substring, no pattern).
+	NameContains string
 	// Cursor is the NextCursor of the previous page.
 	Cursor string
 	// Limit is the page size, 1 to 500. Default 50.
@@ -214,6 +217,9 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error
 	q := s.q(ctx).Where("project = ? AND domain = ?", f.Project, f.Domain)
 	if f.Phase != "" {
 		q = q.Where("phase = ?", f.Phase)
+	}
+	if f.NameContains != "" {
+		q = q.Where("strpos(name, ?) > 0", f.NameContains)
 	}
 	if f.Cursor != "" {
 		at, name, err := decodeCursor(f.Cursor)

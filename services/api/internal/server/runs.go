@@ -87,6 +87,9 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 	if req.Params.Phase != nil {
 		f.Phase = string(*req.Params.Phase)
 	}
+	if req.Params.NameContains != nil {
+		f.NameContains = *req.Params.NameContains
+	}
 	if req.Params.Cursor != nil {
 		f.Cursor = *req.Params.Cursor
 	}

@@ -1,7 +1,11 @@
-// Package ui serves Capstan's dashboard: a static page that reads the public
-// API (runs, actions, tasks with Iris state colours, attempt history, logs,
-// workers, paused steps and approvals) and can abort, suspend, resume and
-// restart a run and approve or reject an approval step.
+// Package ui serves Capstan's dashboard under /ui/: plain ES modules and CSS
+// embedded in the api binary and served as they are (no front-end build
+// step), plus dagre (MIT, vendored under static/vendor) for the workflow
+// graph. The pages read the public API — runs, the workflow graph and
+// timeline, actions with tasks and attempt history in Iris's state colours,
+// live logs, workers, aborts needing intervention — and stay current from
+// the runs' event streams; controls (abort, suspend, resume, restart,
+// approve, reject) sit behind a confirmation.
 package ui
 
 import (

@@ -1,0 +1,303 @@
+// The dashboard's browser test: headless Chromium driven by playwright-core
+// against a real Capstan stack (started by e2e/browser_test.go). It opens the
+// runs list; watches a running DAG run's node change phase without a reload;
+// aborts a run through the confirmation; approves an approval step with a
+// comment; checks a retried task's two attempts in their Iris colours by
+// computed style; and follows a live log. Every wait is on a condition with
+// a timeout. Screenshots go to $CAPSTAN_SCREENSHOTS.
+//
+// Environment: CAPSTAN_API (base URL), CAPSTAN_TOKEN (optional bearer token),
+// CAPSTAN_DATA_DIR (the stack's data dir: run directories hold the files
+// steps wait for), CAPSTAN_PROJECT, CAPSTAN_DOMAIN, CAPSTAN_SCREENSHOTS,
+// CHROMIUM (default /usr/bin/chromium).
+
+import {chromium} from 'playwright-core';
+import assert from 'node:assert/strict';
+import {mkdirSync, writeFileSync} from 'node:fs';
+import {join} from 'node:path';
+
+const api = process.env.CAPSTAN_API;
+const token = process.env.CAPSTAN_TOKEN || '';
+const dataDir = process.env.CAPSTAN_DATA_DIR;
+const project = process.env.CAPSTAN_PROJECT || 'e2e';
+const domain = process.env.CAPSTAN_DOMAIN || 'test';
+const shots = process.env.CAPSTAN_SCREENSHOTS || '.data/browser';
+const T = 30_000; // the timeout of every wait, ms
+
+// Iris's dashboard colours, as computed styles.
+const IRIS = {FAILED: 'rgb(207, 34, 46)', SUCCEEDED: 'rgb(26, 127, 55)'};
+
+const runs = `${api}/v1/projects/${project}/domains/${domain}/runs`;
+const authz = token ? {Authorization: `Bearer ${token}`} : {};
+
+async function createRun(name, spec) {
+  const r = await fetch(runs, {method: 'POST', headers: {'Content-Type': 'application/json', ...authz}, body: JSON.stringify({name, spec})});
+  assert.equal(r.status, 201, `create ${name}: ${r.status} ${await r.text()}`);
+}
+
+// touch creates file in run's directory, which the steps of run wait for.
+function touch(run, file) {
+  const dir = join(dataDir, 'runs', project, domain, run);
+  mkdirSync(dir, {recursive: true});
+  writeFileSync(join(dir, file), '');
+}
+
+const waitFile = (f) => `while [ ! -e "$CAPSTAN_RUN_DIR/${f}" ]; do sleep 0.1; done`;
+
+async function shot(page, name) {
+  mkdirSync(shots, {recursive: true});
+  await page.screenshot({path: join(shots, name + '.png'), fullPage: true});
+}
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  await fn();
+  console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+}
+
+async function main() {
+  await createRun('live-dag', {mode: 'DAG', steps: [
+    {name: 'first', command: `${waitFile('go')}; echo first done`},
+    {name: 'second', depends_on: ['first'], command: 'echo second'},
+    {name: 'side', command: 'echo side'},
+  ]});
+  await createRun('to-abort', {steps: [{name: 'long', command: 'sleep 300'}]});
+  await createRun('needs-approval', {steps: [{name: 'gate', kind: 'approval'}, {name: 'after', command: 'echo approved'}]});
+  await createRun('retried', {steps: [{name: 'flaky', max_retries_failure: 1,
+    command: 'f="$CAPSTAN_RUN_DIR/once"; if [ ! -e "$f" ]; then touch "$f"; echo first try fails >&2; exit 1; fi; echo ok'}]});
+  await createRun('no-gpu', {steps: [{name: 'gpu', command: 'true', constraints: [{key: 'gpu', op: 'EXISTS'}]}]});
+  await createRun('talker', {steps: [{name: 'talk',
+    command: `for i in 1 2 3; do echo "line $i"; done; ${waitFile('stop')}; echo "last line"`}]});
+
+  const browser = await chromium.launch({executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox']});
+  const page = await browser.newPage({viewport: {width: 1400, height: 900}});
+  page.setDefaultTimeout(T);
+  page.on('pageerror', (e) => console.error('page error:', e.message));
+  page.on('dialog', (d) => { throw new Error('unexpected native dialog: ' + d.message()); });
+  try {
+    await scenario(page);
+  } catch (e) {
+    await shot(page, 'failure').catch(() => {});
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
+async function scenario(page) {
+  await step('runs list', async () => {
+    await page.goto(`${api}/ui/?project=${project}&domain=${domain}#/runs`);
+    if (token) {
+      await page.locator('#token').waitFor({state: 'visible'});
+      await page.fill('#token-input', token);
+      await page.click('#token button');
+    }
+    for (const r of ['live-dag', 'to-abort', 'needs-approval', 'retried', 'no-gpu', 'talker']) {
+      await page.locator(`tr[data-run="${r}"] .badge`).waitFor();
+    }
+    await shot(page, '1-runs');
+    await page.fill('#runs-search', 'abort');
+    await page.locator('tr[data-run="live-dag"]').waitFor({state: 'detached'});
+    assert.equal(await page.locator('tbody#runs tr').count(), 1);
+    await page.selectOption('#runs-phase', 'SUCCEEDED');
+    await page.locator('tr[data-run="to-abort"]').waitFor({state: 'detached'});
+    await page.selectOption('#runs-phase', '');
+    await page.locator('tr[data-run="to-abort"]').waitFor();
+    // A refused request shows the problem's detail.
+    await page.fill('#runs-search', 'a_b');
+    await page.locator('#msg', {hasText: 'name_contains'}).waitFor();
+    console.log('     refusal shown: ' + await page.textContent('#msg'));
+    await page.fill('#runs-search', '');
+    await page.locator('#msg').waitFor({state: 'hidden'});
+  });
+
+  await step('a DAG node changes phase without reload', async () => {
+    await page.click('tr[data-run="live-dag"] a');
+    await page.locator('g.node[data-step="first"][data-phase="RUNNING"]').waitFor();
+    await page.evaluate(() => { window.notReloaded = true; });
+    await shot(page, '2-dag-running');
+    touch('live-dag', 'go');
+    await page.locator('g.node[data-step="first"][data-phase="SUCCEEDED"]').waitFor();
+    await page.locator('g.node[data-step="second"][data-phase="SUCCEEDED"]').waitFor();
+    await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+    assert.equal(await page.evaluate(() => window.notReloaded), true, 'the page reloaded');
+    assert.equal(await page.locator('g.node rect.status-succeeded').count(), 3);
+    await shot(page, '3-dag-succeeded');
+  });
+
+  await step('abort a run through the confirmation', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/to-abort'; });
+    await page.locator('tr[data-step="long"] .step-phase [data-state="RUNNING"]').waitFor();
+    await page.click('#run-controls button[data-op="abort"]');
+    await page.locator('#confirm').waitFor({state: 'visible'});
+    await shot(page, '4-abort-confirm');
+    await page.click('#confirm-ok');
+    await page.locator('#run-phase [data-state="ABORTED"]').waitFor();
+    await page.locator('g.node[data-step="long"][data-phase="ABORTED"]').waitFor();
+    await shot(page, '5-aborted');
+    // Restart it from its step: the ended run's page follows it again.
+    await page.click('#run-controls button[data-op="restart"]');
+    await page.selectOption('#confirm-step', 'long');
+    await page.click('#confirm-ok');
+    await page.locator('tr[data-step="long"] .step-phase [data-state="RUNNING"]').waitFor();
+    await page.locator('#run-phase [data-state="RUNNING"]').waitFor();
+  });
+
+  await step('approve an approval step with a comment', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/needs-approval'; });
+    await page.click('button[data-op="approve"][data-step="gate"]');
+    await page.locator('#confirm').waitFor({state: 'visible'});
+    await page.fill('#confirm-comment', 'ship it');
+    await page.click('#confirm-ok');
+    await page.locator('tr[data-step="gate"] .approval', {hasText: 'ship it'}).waitFor();
+    await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+    await shot(page, '6-approved');
+  });
+
+  await step('a retried task shows two attempts in Iris colours', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/retried/actions/flaky'; });
+    await page.locator('tr.attempt[data-attempt="2"][data-state="SUCCEEDED"]').waitFor();
+    const rows = page.locator('tr.attempt');
+    assert.equal(await rows.count(), 2);
+    for (const [n, state] of [[1, 'FAILED'], [2, 'SUCCEEDED']]) {
+      const b = page.locator(`tr.attempt[data-attempt="${n}"] .badge`);
+      assert.equal(await b.getAttribute('data-state'), state);
+      const bg = await b.evaluate((el) => getComputedStyle(el).backgroundColor);
+      assert.equal(bg, IRIS[state], `attempt ${n} ${state} colour`);
+    }
+    await shot(page, '7-attempts');
+  });
+
+  await step('every Iris task state in its colour; "(worker failure)" on worker failures', () => irisColours(page));
+
+  await step("a PENDING task shows its pending_reason under its badge", async () => {
+    await page.evaluate(() => { location.hash = '#/runs/no-gpu/actions/gpu'; });
+    const state = page.locator('.task[data-task="0"] .task-state');
+    await state.locator('[data-state="PENDING"]').waitFor();
+    await state.locator('.pending-reason', {hasText: 'no worker matches constraint gpu=EXISTS'}).waitFor();
+    const bg = await state.locator('.badge').evaluate((el) => getComputedStyle(el).backgroundColor);
+    assert.equal(bg, 'rgb(154, 103, 0)', 'pending is amber');
+    await shot(page, '7b-pending-reason');
+  });
+
+  await step('follow a live log', async () => {
+    await page.evaluate(() => { location.hash = '#/runs/talker/actions/talk'; });
+    await page.locator('#logs', {hasText: 'line 3'}).waitFor();
+    await page.locator('#logs-title', {hasText: 'following'}).waitFor();
+    await shot(page, '8-log-following');
+    touch('talker', 'stop');
+    await page.locator('#logs', {hasText: 'last line'}).waitFor();
+    await page.locator('#logs-title', {hasText: 'SUCCEEDED'}).waitFor();
+    await shot(page, '9-log-ended');
+  });
+
+  await step('workers and aborts pages', async () => {
+    await page.click('[data-nav="workers"]');
+    await page.locator('tbody#workers tr[data-worker]').nth(1).waitFor();
+    await page.locator('tbody#workers', {hasText: 'alive'}).waitFor();
+    await shot(page, '10-workers');
+    await page.click('[data-nav="aborts"]');
+    await page.locator('tbody#aborts tr').first().waitFor();
+    await shot(page, '11-aborts');
+  });
+
+  await step('the event stream client resumes with Last-Event-ID and stops at end', () => streamContract(page));
+  if (!token) await step('a 401 asks for a token once and sends it after', () => tokenPrompt(page));
+}
+
+// tokenPrompt (for an api without tokens) answers 401 to the workers list
+// until it carries a bearer token: the page asks once, keeps the token for
+// the tab, and retries with it.
+async function tokenPrompt(page) {
+  const seen = [];
+  await page.route('**/v1/workers', (route) => {
+    const auth = route.request().headers().authorization || '';
+    seen.push(auth);
+    if (auth === 'Bearer t0ken') return route.continue();
+    return route.fulfill({status: 401, contentType: 'application/problem+json',
+      body: JSON.stringify({type: 'about:blank', title: 'Unauthorized', status: 401, code: 'unauthenticated', detail: 'a bearer token is required'})});
+  });
+  try {
+    await page.click('[data-nav="workers"]');
+    await page.locator('#token').waitFor({state: 'visible'});
+    await page.fill('#token-input', 't0ken');
+    await page.click('#token button');
+    await page.locator('tbody#workers tr[data-worker]').first().waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('capstan.token')), 't0ken');
+    assert.equal(seen[0], '');
+    assert.equal(seen.at(-1), 'Bearer t0ken');
+    assert.equal(await page.locator('#token').isVisible(), false);
+  } finally {
+    await page.unrouteAll();
+    await page.evaluate(() => sessionStorage.removeItem('capstan.token'));
+  }
+}
+
+// ALL_IRIS is Iris's dashboard table: state → colour.
+const ALL_IRIS = {PENDING: '#9a6700', ASSIGNED: '#bc4c00', BUILDING: '#8250df', RUNNING: '#0969da', SUCCEEDED: '#1a7f37',
+  FAILED: '#cf222e', KILLED: '#57606a', WORKER_FAILED: '#8250df', UNSCHEDULABLE: '#cf222e', PREEMPTED: '#bc4c00'};
+
+const rgb = (hex) => `rgb(${[1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(', ')})`;
+
+// irisColours serves an action whose one task holds an attempt in each Iris
+// state (no real run reaches them all) and checks each badge's computed
+// colour, and "(worker failure)" on the WORKER_FAILED one only.
+async function irisColours(page) {
+  const states = Object.keys(ALL_IRIS);
+  const attempts = states.map((state, i) => ({id: 1000 + i, number: i + 1, state, created_at: new Date().toISOString(),
+    ...(state === 'WORKER_FAILED' ? {cause: 'worker_lost', code: 'WorkerLost'} : {})}));
+  const action = {name: 'every', kind: 'task', phase: 'RUNNING', tasks: [{index: 0, state: 'RUNNING', failure_count: 0,
+    preemption_count: 1, max_retries_failure: 0, max_retries_preemption: 100, attempts}]};
+  await page.route('**/runs/colours/actions/every', (route) =>
+    route.fulfill({status: 200, contentType: 'application/json', body: JSON.stringify(action)}));
+  try {
+    await page.evaluate(() => { location.hash = '#/runs/colours/actions/every'; });
+    await page.locator(`tr.attempt[data-attempt="${states.length}"]`).waitFor();
+    for (const [i, state] of states.entries()) {
+      const row = page.locator(`tr.attempt[data-attempt="${i + 1}"]`);
+      const bg = await row.locator('.badge').evaluate((el) => getComputedStyle(el).backgroundColor);
+      assert.equal(bg, rgb(ALL_IRIS[state]), `${state} colour`);
+      assert.equal(await row.locator('.badge').textContent(), state.toLowerCase());
+      assert.equal(await row.locator('.worker-failure').count(), state === 'WORKER_FAILED' ? 1 : 0, state);
+    }
+    await shot(page, '7a-iris-colours');
+  } finally {
+    await page.unrouteAll();
+  }
+}
+
+// streamContract serves a run's event stream from the test (two responses
+// that close: the first with event 7 and a keep-alive comment, the second
+// with the run's end) and checks that the page re-fetches the run on events,
+// reconnects with Last-Event-ID: 7 and the bearer token, and stops after end.
+async function streamContract(page) {
+  const calls = [];
+  let gets = 0;
+  const onRequest = (r) => { if (r.method() === 'GET' && new URL(r.url()).pathname.endsWith('/runs/live-dag')) gets++; };
+  page.on('request', onRequest);
+  await page.route('**/runs/live-dag/events', async (route) => {
+    const h = route.request().headers();
+    calls.push({last: h['last-event-id'] || '', auth: h.authorization || ''});
+    const body = calls.length === 1
+      ? 'id: 7\nevent: action_phase\ndata: {"id":7,"type":"action_phase","run":"live-dag"}\n\n: keep-alive\n\n'
+      : 'id: 8\nevent: end\ndata: {"phase":"SUCCEEDED"}\n\n';
+    await route.fulfill({status: 200, headers: {'Content-Type': 'text/event-stream'}, body});
+  });
+  try {
+    await page.evaluate(() => { location.hash = '#/runs/live-dag'; });
+    await page.waitForFunction(() => document.getElementById('live').className.trim() === 'live', null, {timeout: T});
+    assert.equal(calls.length, 2, 'one reconnect, none after end');
+    assert.equal(calls[0].last, '');
+    assert.equal(calls[1].last, '7', 'the reconnect resumes after the last event seen');
+    assert.equal(calls[1].auth, token ? `Bearer ${token}` : '');
+    assert.ok(gets >= 3, `the run is re-fetched on load and on each event (${gets} GETs)`);
+  } finally {
+    page.off('request', onRequest);
+    await page.unrouteAll();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

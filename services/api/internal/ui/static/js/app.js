@@ -1,0 +1,59 @@
+// app.js: the dashboard's router. Pages live under the URL fragment:
+//   #/runs                     runs list
+//   #/runs/{run}               run page (graph, timeline, controls)
+//   #/runs/{run}/actions/{a}   action page (tasks, attempts, logs)
+//   #/workers  #/aborts
+// Each page module exports mount(view, params) → unmount function.
+
+import {$, showError} from './dom.js';
+import * as runs from './runs.js';
+import * as run from './run.js';
+import * as action from './action.js';
+import * as workers from './workers.js';
+import * as aborts from './aborts.js';
+
+const routes = [
+  [/^#\/runs\/([^/]+)\/actions\/([^/]+)$/, action, (m) => ({run: decodeURIComponent(m[1]), action: decodeURIComponent(m[2])})],
+  [/^#\/runs\/([^/]+)$/, run, (m) => ({run: decodeURIComponent(m[1])})],
+  [/^#\/workers$/, workers, () => ({})],
+  [/^#\/aborts$/, aborts, () => ({})],
+  [/^#\/runs(\?.*)?$/, runs, () => ({})],
+];
+
+let unmount = null;
+
+function route() {
+  if (unmount) unmount();
+  unmount = null;
+  showError(null);
+  $('live').className = 'live'; // the next page sets it when it follows a stream
+  const hash = location.hash || '#/runs';
+  for (const [re, page, params] of routes) {
+    const m = hash.match(re);
+    if (!m) continue;
+    document.querySelectorAll('[data-nav]').forEach((a) => a.classList.toggle('active', hash.startsWith('#/' + a.dataset.nav)));
+    const view = $('view');
+    view.innerHTML = '';
+    unmount = page.mount(view, params(m));
+    return;
+  }
+  location.hash = '#/runs';
+}
+
+// initScope fills project, domain and name from the URL query, then from
+// localStorage, then demo/dev, and re-routes when they change.
+function initScope() {
+  const q = new URLSearchParams(location.search);
+  for (const [id, dflt] of [['project', 'demo'], ['domain', 'dev'], ['who', '']]) {
+    const el = $(id);
+    el.value = q.get(id) || localStorage.getItem('capstan.' + id) || dflt;
+    el.addEventListener('change', () => {
+      localStorage.setItem('capstan.' + id, el.value);
+      if (id !== 'who') route();
+    });
+  }
+}
+
+initScope();
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,64 @@
+package ui
+
+import (
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// importRe finds the relative imports of an ES module.
+var importRe = regexp.MustCompile(`(?m)^import\s[^;]*?from\s+'(\.{1,2}/[^']+)'`)
+
+// TestModulesResolve: the browser loads the modules as they are, with no
+// build step, so every relative import must name an embedded file.
+func TestModulesResolve(t *testing.T) {
+	t.Parallel()
+	sub, err := fs.Sub(static, "static")
+	require.NoError(t, err)
+	n := 0
+	require.NoError(t, fs.WalkDir(sub, "js", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		src, err := fs.ReadFile(sub, p)
+		require.NoError(t, err)
+		for _, m := range importRe.FindAllStringSubmatch(string(src), -1) {
+			target := path.Join(path.Dir(p), m[1])
+			_, err := fs.Stat(sub, target)
+			require.NoError(t, err, "%s imports %s", p, m[1])
+			n++
+		}
+		return nil
+	}))
+	require.Positive(t, n, "no import found: the pattern no longer matches the modules")
+}
+
+// TestServesModules: the page and its modules are served with the types a
+// browser requires of a module script and a stylesheet.
+func TestServesModules(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.StripPrefix("/ui/", Handler()))
+	defer srv.Close()
+	for file, ctype := range map[string]string{
+		"":                          "text/html",
+		"js/app.js":                 "text/javascript",
+		"vendor/dagre/dagre.esm.js": "text/javascript",
+		"style.css":                 "text/css",
+		"vendor/dagre/LICENSE":      "text/plain",
+	} {
+		resp, err := http.Get(srv.URL + "/ui/" + file)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, file)
+		require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), ctype), "%s: %s", file, resp.Header.Get("Content-Type"))
+		require.NotEmpty(t, body, file)
+	}
+}
