@@ -1,0 +1,124 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// A reader that repeatedly reads "id > last" while many transactions write
+// events of one project/domain concurrently ends with every row, in id
+// order: the feed lock makes ids commit in order, so no read skips one.
+func TestEventsAfterSkipsNoRowUnderConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openWithDB(t)
+	key := newRun(t, st, "r", twoSteps())
+	f := store.EventFilter{Project: key.Project, Domain: key.Domain}
+
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				if (w+i)%2 == 0 {
+					_, _ = st.RequestSuspend(ctx, key)
+				} else {
+					_, _ = st.RequestResume(ctx, key)
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+
+	var seen []int64
+	read := func() {
+		last := int64(0)
+		if len(seen) > 0 {
+			last = seen[len(seen)-1]
+		}
+		rows, err := st.EventsAfter(ctx, f, last, 7)
+		require.NoError(t, err)
+		for _, r := range rows {
+			seen = append(seen, r.ID)
+		}
+	}
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		read()
+	}
+	for before := -1; before != len(seen); {
+		before = len(seen)
+		read()
+	}
+	all, err := st.EventsAfter(ctx, f, 0, 1000)
+	require.NoError(t, err)
+	var want []int64
+	for _, r := range all {
+		want = append(want, r.ID)
+	}
+	require.Equal(t, want, seen)
+}
+
+// EventsAfter with a run reads that run's rows only; RunPhase reads its
+// phase and refuses an unknown run.
+func TestEventsAfterOfOneRunAndRunPhase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openWithDB(t)
+	a := newRun(t, st, "a", twoSteps())
+	newRun(t, st, "b", twoSteps())
+	rows, err := st.EventsAfter(ctx, store.EventFilter{Project: a.Project, Domain: a.Domain, Run: a.Run}, 0, 100)
+	require.NoError(t, err)
+	require.NotEmpty(t, rows)
+	for _, r := range rows {
+		require.Equal(t, "a", r.RunName)
+	}
+	all, err := st.EventsAfter(ctx, store.EventFilter{Project: a.Project, Domain: a.Domain}, 0, 100)
+	require.NoError(t, err)
+	require.Greater(t, len(all), len(rows))
+
+	phase, err := st.RunPhase(ctx, a)
+	require.NoError(t, err)
+	require.False(t, phase.IsTerminal())
+	_, err = st.RunPhase(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// ListenEvents reports its LISTEN, then a notice per run whose events a
+// transaction committed.
+func TestListenEventsNotifiesCommittedRuns(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	connected := make(chan struct{}, 1)
+	notices := make(chan store.EventNotice, 16)
+	stopped := make(chan error)
+	go func() {
+		stopped <- store.ListenEvents(ctx, url, time.Second, func() { connected <- struct{}{} },
+			func(n store.EventNotice) { notices <- n })
+	}()
+	<-connected
+	key := newRun(t, st, "r", twoSteps())
+	select {
+	case n := <-notices:
+		require.Equal(t, store.EventNotice{Project: key.Project, Domain: key.Domain, Run: key.Run}, n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice")
+	}
+	cancel()
+	require.ErrorIs(t, <-stopped, context.Canceled)
+}
