@@ -710,6 +710,22 @@ type Run struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// RunEvent One run_events row, the data of one server-sent event of an event stream.
+type RunEvent struct {
+	Action    *string                `json:"action,omitempty"`
+	AttemptId *int64                 `json:"attempt_id,omitempty"`
+	CreatedAt time.Time              `json:"created_at"`
+	Data      map[string]interface{} `json:"data"`
+	Domain    string                 `json:"domain"`
+	Id        int64                  `json:"id"`
+	Project   string                 `json:"project"`
+	Run       string                 `json:"run"`
+	TaskId    *int64                 `json:"task_id,omitempty"`
+
+	// Type e.g. action.phase, attempt.RUNNING
+	Type string `json:"type"`
+}
+
 // RunList defines model for RunList.
 type RunList struct {
 	// NextCursor Absent on the last page.
@@ -910,6 +926,12 @@ type AttemptID = int64
 // Domain A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Domain = Name
 
+// LastEventIDHeader defines model for LastEventIDHeader.
+type LastEventIDHeader = string
+
+// LastEventIDQuery defines model for LastEventIDQuery.
+type LastEventIDQuery = int64
+
 // Project A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Project = Name
 
@@ -937,6 +959,15 @@ type ListCacheEntriesParams struct {
 	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// WatchEventsParams defines parameters for WatchEvents.
+type WatchEventsParams struct {
+	// LastEventId Last-Event-ID for clients that cannot set headers; the header wins when both are set.
+	LastEventId *LastEventIDQuery `form:"last_event_id,omitempty" json:"last_event_id,omitempty"`
+
+	// LastEventID The id of the last event the client received; the stream resumes after it.
+	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
+}
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	Phase *Phase `form:"phase,omitempty" json:"phase,omitempty"`
@@ -959,6 +990,15 @@ type GetAttemptLogsParams struct {
 
 	// Follow Stream the output as server-sent events while the attempt runs: an event `stdout` or `stderr` per chunk (data: the text, one data line per line), then `end` once the attempt ended and everything was sent.
 	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
+}
+
+// WatchRunEventsParams defines parameters for WatchRunEvents.
+type WatchRunEventsParams struct {
+	// LastEventId Last-Event-ID for clients that cannot set headers; the header wins when both are set.
+	LastEventId *LastEventIDQuery `form:"last_event_id,omitempty" json:"last_event_id,omitempty"`
+
+	// LastEventID The id of the last event the client received; the stream resumes after it.
+	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
 }
 
 // AppendAttemptLogsJSONRequestBody defines body for AppendAttemptLogs for application/json ContentType.
@@ -1127,6 +1167,14 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 	DeleteCacheEntry(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+	//
+	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+	WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRuns List runs, newest first, with cursor pagination.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs (the `ListRuns` operationId).
@@ -1232,6 +1280,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 	GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	//
+	// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+	// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+	// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+	// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+	// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+	WatchRunEvents(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RestartRunWithBody Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	//
@@ -1478,6 +1537,24 @@ func (c *Client) DeleteCacheEntry(ctx context.Context, project Project, domain D
 	return c.Client.Do(req)
 }
 
+// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+//
+// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+func (c *Client) WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchEventsRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRuns List runs, newest first, with cursor pagination.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs (the `ListRuns` operationId).
@@ -1714,6 +1791,27 @@ func (c *Client) RejectAction(ctx context.Context, project Project, domain Domai
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 func (c *Client) GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAttemptLogsRequest(c.Server, project, domain, run, action, task, attempt, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+//
+// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+func (c *Client) WatchRunEvents(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchRunEventsRequest(c.Server, project, domain, run, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2281,6 +2379,89 @@ func NewDeleteCacheEntryRequest(server string, project Project, domain Domain, k
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWatchEventsRequest constructs an http.Request for the WatchEvents method
+func NewWatchEventsRequest(server string, project Project, domain Domain, params *WatchEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/events", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LastEventId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "last_event_id", *params.LastEventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2923,6 +3104,96 @@ func NewGetAttemptLogsRequest(server string, project Project, domain Domain, run
 	return req, nil
 }
 
+// NewWatchRunEventsRequest constructs an http.Request for the WatchRunEvents method
+func NewWatchRunEventsRequest(server string, project Project, domain Domain, run RunName, params *WatchRunEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/events", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LastEventId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "last_event_id", *params.LastEventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewRestartRunRequest calls the generic RestartRun builder with application/json body
 func NewRestartRunRequest(server string, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3362,6 +3633,16 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 	DeleteCacheEntryWithResponse(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*DeleteCacheEntryResponse, error)
 
+	// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
+	//
+	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+	WatchEventsWithResponse(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*WatchEventsResponse, error)
+
 	// ListRunsWithResponse List runs, newest first, with cursor pagination.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3475,6 +3756,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 	GetAttemptLogsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*GetAttemptLogsResponse, error)
+
+	// WatchRunEventsWithResponse The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	//
+	// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+	// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+	// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+	// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+	// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+	WatchRunEventsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*WatchRunEventsResponse, error)
 
 	// RestartRunWithBodyWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	//
@@ -3885,6 +4179,40 @@ func (r DeleteCacheEntryResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteCacheEntryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WatchEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4372,6 +4700,47 @@ func (r GetAttemptLogsResponse) ContentType() string {
 	return ""
 }
 
+type WatchRunEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchRunEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchRunEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchRunEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchRunEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type RestartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4841,6 +5210,22 @@ func (c *ClientWithResponses) DeleteCacheEntryWithResponse(ctx context.Context, 
 	return ParseDeleteCacheEntryResponse(rsp)
 }
 
+// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
+//
+// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+func (c *ClientWithResponses) WatchEventsWithResponse(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*WatchEventsResponse, error) {
+	rsp, err := c.WatchEvents(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchEventsResponse(rsp)
+}
+
 // ListRunsWithResponse List runs, newest first, with cursor pagination.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5037,6 +5422,25 @@ func (c *ClientWithResponses) GetAttemptLogsWithResponse(ctx context.Context, pr
 		return nil, err
 	}
 	return ParseGetAttemptLogsResponse(rsp)
+}
+
+// WatchRunEventsWithResponse The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+//
+// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+func (c *ClientWithResponses) WatchRunEventsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*WatchRunEventsResponse, error) {
+	rsp, err := c.WatchRunEvents(ctx, project, domain, run, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchRunEventsResponse(rsp)
 }
 
 // RestartRunWithBodyWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
@@ -5441,6 +5845,22 @@ func ParseDeleteCacheEntryResponse(rsp *http.Response) (*DeleteCacheEntryRespons
 	return response, nil
 }
 
+// ParseWatchEventsResponse parses an HTTP response from a WatchEventsWithResponse call
+func ParseWatchEventsResponse(rsp *http.Response) (*WatchEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
 // ParseListRunsResponse parses an HTTP response from a ListRunsWithResponse call
 func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5790,6 +6210,32 @@ func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, e
 	return response, nil
 }
 
+// ParseWatchRunEventsResponse parses an HTTP response from a WatchRunEventsWithResponse call
+func ParseWatchRunEventsResponse(rsp *http.Response) (*WatchRunEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchRunEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseRestartRunResponse parses an HTTP response from a RestartRunWithResponse call
 func ParseRestartRunResponse(rsp *http.Response) (*RestartRunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6065,6 +6511,9 @@ type ServerInterface interface {
 	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
 	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
 	DeleteCacheEntry(ctx echo.Context, project Project, domain Domain, key string) error
+	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+	// (GET /v1/projects/{project}/domains/{domain}/events)
+	WatchEvents(ctx echo.Context, project Project, domain Domain, params WatchEventsParams) error
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx echo.Context, project Project, domain Domain, params ListRunsParams) error
@@ -6092,6 +6541,9 @@ type ServerInterface interface {
 	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params GetAttemptLogsParams) error
+	// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/events)
+	WatchRunEvents(ctx echo.Context, project Project, domain Domain, run RunName, params WatchRunEventsParams) error
 	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart)
 	RestartRun(ctx echo.Context, project Project, domain Domain, run RunName) error
@@ -6269,6 +6721,56 @@ func (w *ServerInterfaceWrapper) DeleteCacheEntry(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.DeleteCacheEntry(ctx, project, domain, key)
+	return err
+}
+
+// WatchEvents converts echo context to params.
+func (w *ServerInterfaceWrapper) WatchEvents(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WatchEventsParams
+	// ------------- Optional query parameter "last_event_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "last_event_id", ctx.QueryParams(), &params.LastEventId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter last_event_id: %s", err))
+	}
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID LastEventIDHeader
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Last-Event-ID, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Last-Event-ID: %s", err))
+		}
+
+		params.LastEventID = &LastEventID
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.WatchEvents(ctx, project, domain, params)
 	return err
 }
 
@@ -6659,6 +7161,64 @@ func (w *ServerInterfaceWrapper) GetAttemptLogs(ctx echo.Context) error {
 	return err
 }
 
+// WatchRunEvents converts echo context to params.
+func (w *ServerInterfaceWrapper) WatchRunEvents(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WatchRunEventsParams
+	// ------------- Optional query parameter "last_event_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "last_event_id", ctx.QueryParams(), &params.LastEventId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter last_event_id: %s", err))
+	}
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID LastEventIDHeader
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Last-Event-ID, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Last-Event-ID: %s", err))
+		}
+
+		params.LastEventID = &LastEventID
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.WatchRunEvents(ctx, project, domain, run, params)
+	return err
+}
+
 // RestartRun converts echo context to params.
 func (w *ServerInterfaceWrapper) RestartRun(ctx echo.Context) error {
 	var err error
@@ -6864,6 +7424,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/approve", wrapper.ApproveAction, options.OperationMiddlewares["ApproveAction"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/reject", wrapper.RejectAction, options.OperationMiddlewares["RejectAction"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/events", wrapper.WatchRunEvents, options.OperationMiddlewares["WatchRunEvents"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/events", wrapper.WatchEvents, options.OperationMiddlewares["WatchEvents"]...)
 	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
@@ -7155,6 +7717,59 @@ func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDelet
 	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
+}
+
+type WatchEventsRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  WatchEventsParams
+}
+
+type WatchEventsResponseObject interface {
+	VisitWatchEventsResponse(w http.ResponseWriter) error
+}
+
+type WatchEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response WatchEvents200TexteventStreamResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 type ListRunsRequestObject struct {
@@ -7671,6 +8286,76 @@ func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAtte
 	return err
 }
 
+type WatchRunEventsRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+	Params  WatchRunEventsParams
+}
+
+type WatchRunEventsResponseObject interface {
+	VisitWatchRunEventsResponse(w http.ResponseWriter) error
+}
+
+type WatchRunEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response WatchRunEvents200TexteventStreamResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type WatchRunEvents404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents404ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RestartRunRequestObject struct {
 	Project Project `json:"project"`
 	Domain  Domain  `json:"domain"`
@@ -8014,6 +8699,9 @@ type StrictServerInterface interface {
 	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
 	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
 	DeleteCacheEntry(ctx context.Context, request DeleteCacheEntryRequestObject) (DeleteCacheEntryResponseObject, error)
+	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+	// (GET /v1/projects/{project}/domains/{domain}/events)
+	WatchEvents(ctx context.Context, request WatchEventsRequestObject) (WatchEventsResponseObject, error)
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
@@ -8041,6 +8729,9 @@ type StrictServerInterface interface {
 	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx context.Context, request GetAttemptLogsRequestObject) (GetAttemptLogsResponseObject, error)
+	// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/events)
+	WatchRunEvents(ctx context.Context, request WatchRunEventsRequestObject) (WatchRunEventsResponseObject, error)
 	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart)
 	RestartRun(ctx context.Context, request RestartRunRequestObject) (RestartRunResponseObject, error)
@@ -8270,6 +8961,33 @@ func (sh *strictHandler) DeleteCacheEntry(ctx echo.Context, project Project, dom
 		return err
 	} else if validResponse, ok := response.(DeleteCacheEntryResponseObject); ok {
 		return validResponse.VisitDeleteCacheEntryResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// WatchEvents operation middleware
+func (sh *strictHandler) WatchEvents(ctx echo.Context, project Project, domain Domain, params WatchEventsParams) error {
+	var request WatchEventsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.WatchEvents(ctx.Request().Context(), request.(WatchEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WatchEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(WatchEventsResponseObject); ok {
+		return validResponse.VisitWatchEventsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -8654,6 +9372,34 @@ func (sh *strictHandler) GetAttemptLogs(ctx echo.Context, project Project, domai
 	return nil
 }
 
+// WatchRunEvents operation middleware
+func (sh *strictHandler) WatchRunEvents(ctx echo.Context, project Project, domain Domain, run RunName, params WatchRunEventsParams) error {
+	var request WatchRunEventsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.WatchRunEvents(ctx.Request().Context(), request.(WatchRunEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WatchRunEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(WatchRunEventsResponseObject); ok {
+		return validResponse.VisitWatchRunEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // RestartRun operation middleware
 func (sh *strictHandler) RestartRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
 	var request RestartRunRequestObject
@@ -8963,155 +9709,166 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs31uCroLhTZbG2RVGOk0mkSm0ptuJoI8v6dPny7UZeEuwGSYyaQA+AlsRx6e8+wD7iPskWzgHQ",
-	"3SSaF8lKPLPfn0RmX3D64Nxv+NxJ5ayQggmjOwefOwVVdMYMU/Cvo9RwKc7ojNl/cdE56BTUTDtJR8Bv",
-	"HQo3dJKOYn8vuWJZ58CokiUdnU7ZjNqn/qLYuHPQ+S971UJ7eFXvwZsfH5POkTFsVpiTdy3r8GzlGmOp",
-	"ZtTY+4T57k0n6cy44LNy1jnYTzpmXjC8xCZMwXLv5IzaVaJrZXjx2d90ruTfWGpaVinc1Wcvc1Gu2iBV",
-	"foEv+U2qW6aevTllCXe6/dBGcTHpPNoFFNOFFJoB0Z0rOcrZzP6ZSmGYABTSosh5Si257RV4x3/9m5aw",
-	"iZt9jn8vrJgxnSpeAPUedI4Eufj5Lfnhzbd/Je7lPfhy9yzwwkgqc8o1QFMoWTBlOEJM7SX4ixs20+sA",
-	"gTddsFSqrPMY8EGVonP7b8EezCAtlZbKvmkB0pFmwhApiJkyklNtSEEnrBfBa31Pfvcwfgr3yRHQn2W+",
-	"GjzL34YcfvB58f1JhyLTDlJZ4h41QX3Hcn7H1JwoWYpME7iNZURLMqaqBnHgzOqVPFt+3yUzZCwVoYK4",
-	"28gtz3P7oiX+X35zSkvNop+RBWGwdOmWiwggQ8TJ8AD2ABBL5BjggguEioww++lmysWElCJjinBzSIYO",
-	"cPeoBd8+KQXzn2S/hgkruX6vhKu7Vtu8CkRZmlQi+y9AmSH+WTZMiFRkKBjL9MCiRN0xAV9A7qdMkA/0",
-	"wclfTe6pJorRdMqyCE0lQWzFsKUY1S2kYimRacOyATXxnb2f8pwRbgjXZMQs2gL8jR3OqGG7hs9YDDor",
-	"7WLLl4V9zC++ybsWuAcIIakJ7UpJgIANW4VktsgbDQhWsCAgCbguy7h9I83Pa9w4prlmyQKDVlhfZL8x",
-	"LXOjiZHkpnOtmSJhF5BobzoWszP6cMrExEw7B/v9fj+GiTi4l4aaUkckxqJYWMGMTZABKpYlxO6JLA3Z",
-	"AQZDpmJWhlydfDh+N/h4fdUFmo6IA1IoZv/BMnvDPWiuQS61iZLzH8w9X4BDKpHzdEZZVA2NDYuSZ1AC",
-	"EcW3kbpzxGJFfFEoeUfztY/5+4Be0ikb3LJ5RCESuJgRbVjxShN7U9KRIrXCRBMuitJoQhUjimmZ31ks",
-	"HYgyzyPbg8voQNerV8qlvC2LA/LLyRXZ4YZcXr99e3z87vgduedmaumSCaPmrzSRpUEoREYUFURIYqi+",
-	"7Sbkw8nlJTysSqG7ltDOP55fnx5dHb/Dn6lIiC7TlLHMsq3IyL2SBskAXt/tEWcTADMAcACA5R8AuK5S",
-	"fjm56iQdu2on6YSlooolY4VluQHuezBslu5bNF+YyLaStElnwgRT1FNYE+lXU+bxnZZK2e9UpTgglChm",
-	"1NxqT+NuIfD9imlDlSHwXw0XrUGVADVYrNttYPdx88Pr+yUQhbOwly9IMxixsVQRGfKbFQ8UhFlG7ik3",
-	"ZCcr8UMTBL8LUm1z/eYIqV1DxMybBSKuyNTh1b00IfYjyf/93/+H3NG8ZAmhuoa0QHYzsmMU5bmVPILd",
-	"51wwy3WF6R7WyY8oBga7Jjdlv/8NI/tkSnUCVGolJKyWEEr+++XHMwLUYzczLPgKobAcDD/scpGxByJV",
-	"xlQgeRDAQoq6/VtJrYIqJuKmSmEVUFzUwq4FmgILe8RSi5rzo+vL43eb71YxpajlVnolcFNDNyzCM6/A",
-	"AeYCxUa53TLWm/SIYvaLW1QO8MGWDGmXGlgCdTTVBOgXeU9mVMyBsJHD7qcydxCOKc9ZRnakGNg/S8WI",
-	"LrUVJV00elUpCKBf4/Zx68Fo7d6USjHmk1KxjDgA4pwKNLKxx3VF9W1MVlkscjEZjGOu1m9Tagh1u052",
-	"pEKe5WLSdWRu98AS9AGp87UugbCd+iL+ufUuGgiZJNiaQBj+S6NauaZJl/zZsL7j8oylXHMpDglF3imF",
-	"4Tn8nCHpLFpxm9PLaB5lslTOZm0M6MGxF4O/AyAzjCYgSUc00wLSwouszb0STU8zr0fzGGVIhzhNdhCP",
-	"R+cnxMhbJjRhD1ybBKmZ5jlTIOpAlrJ83F2wuV9HTO4G6p5knzuHcclgazG8S81UQvRcGzZLSMHUjFoG",
-	"IjuU6IKlxFhWSK3lYt1ay8LdpG5bJ5XVXRnvVh2jQR8VTKnMWMzI0oaOckaYUlIRe5OTch/owyUA+DOK",
-	"FX384KwiqciJuKM5z87zcsLFZcHS+JKK0W1lIcARJWH2wK3NnLG4jzPmguvplqth3GODcIZ1dbY0vEU5",
-	"GzEVB/ZpWoIatonkvYQbrbhFiuExG2uBrSFS6CD2SzU28FM72Z/KScQt1SZjKr6T2mSyjMspo0qR2jUj",
-	"pqkqGaowtKDIiM2lyNA0f2BpaaR6pclIltZqp5pkShZFgxtGUuaMiqWvdwAlHug6HCs+/IIVzh/bQsAF",
-	"keDFsBUGdmlgNqsXvDiwIhYZ2gKEXN4Ju2rlAGgRJwiiTkVqP7csIiIVXCaiDaDIe/SvNBlzQXNrTEpl",
-	"0IAogMlfaQL0DT7Rz/Ym/g9mTVYzZXP0m7hw5mIn2cxMeIvQXRpWWGBn9OEEH/t+2XTYVnxFJVRhv1PZ",
-	"B//X70e7/5Pu/uOT+39/94dPn/vJd988/mWlVKpphzf9qCpZI6ae71LA1gWvAvfI2e72T2u/oPeQeEZp",
-	"Oho9cgb60froTNxxJYXVfbt3VHHAJajPQ/Qa4AlCDZlJbch3b8iv/KeEUIyjgnfir+2TD/aSkOTs+rRH",
-	"TiZCWqsSfBNppkwRkCo67jo0ZFRTUG4p9Cq500TbT1YusIyM5g2J0WLEewH19Hc0JNla+WOBXytpLlza",
-	"ZlnYFkpa5bwM8c9WBKHUrENMZqU2wP0Y4KqC4Wsg9QutgNUy23Z5DTXR28U8rLlGW0IHqRSGcoGad6X0",
-	"8TcCwKsTE0zcbcWxS7iZGlOsA+iXq6tzD8vGhgkG3J4hTmoRHxe884E7MlZyBhGCQsmsTJnSr6roxdnR",
-	"h+NKqByguKBK8TsrW7SLmAXxQoJ4gQepU9xjnjPyl7dH55dXR2eDk7Pz66vLwbuTiz1714ZxB2ubDSaK",
-	"pmwwi/jPH3iec81SKTJNRszcMybI5cn7q+OLDwDH5cn7X09OT4kUaEBvmOFaZd/VpPwytn14MkQZMpbm",
-	"VDHtkOgkODdMux9khaKP11cBRxDpSa24xphPHF+bsxVq+ngAZ0MB41MDIF+ENODHC0lyKSZMda0rE5My",
-	"6xJdGNqK47otCbW96rCIH0DcK77Sk+3p9Xms2tK17w1bUok8lEWVib5KIL+l6ZQdC6PmEc/0Kb7ZQ8EV",
-	"0+1hPI46xSdKKJlyQ3Zm9GFAJ6wbQiE/ol+7eWTPZSK+SHx2CUuKaabuQjx8pcqwCL2o3V+R3zKbq1Kg",
-	"I1/Ioswtsgk3vbb4X3sofsOX3DGl4xp2MbcKGRt/e4XEte5eRU7xsgwmQgRzM/O/Is/1ZRmrv8kv3Qr2",
-	"RXOTFwBv0PWGqYF7Z2JENh7WAgZIXZCyFHv49/qoJL64wWytX+VNrZXu54I2pLdWP6OSQe3DdSrvmLLK",
-	"+QDU/S2bkynVU+dRoAyCyBSG2YKB4LN9Tpk7mkrA6OeoEJzog3tQ+PXIEQHfDBNqZAYQBWXoPBvrV0BW",
-	"ERwIDO5BNtCR63IE1YmZeADd6p+QIiRco2xKCA2hZKJLa8BoctN5/WZ606lJq7FUXl4t8y5T3PrCFnu4",
-	"NJQBtGD/rRS1tJoO6TTroFmso33O4MvRswPXSbt01m9HJ1cnZ+8HP3+8GLw9evvLcRfyO3bPXGY9rlxr",
-	"sqEJzznFWhqojmHzA5JOqZhAXYiR6B+U2lKyzDOmiGOz9UTsF4xSbs3r3y508qQ44jJ/Qo7JJ0swmQia",
-	"y6d9FyLGLX6+F9ohmg65eYhDQmxkfSgd3tAaRn8rhTaKcrFtgKlVWUZ0zPG/JeTsOCHH/3FyeXWZkLOP",
-	"VwP/9/urhLw/TsjpVUJOj8mOKGdM8RSy5idncR1kXYHo4hig2MbLi2otWbThqubKbScQrzALhs9XwS4+",
-	"oxOWEKomd1gWAz+80ihBCsm9mW3N3XkXa9AqdyeS4Nnay3220wkgb2Crwm1RvIJBcFGKp+VyfBa/ifCP",
-	"BT5+iKKPqTumiKtJYBqK8wCxKH7jQtdt8yrr4jepbse5vEePepH17I+xL/6Zszw79rKj+Tljey0Wg4SU",
-	"ekHNlHBhpFORgDAyktncRSTtmj3L8/r3/U89JLTo182Y1httHAJUPRD7oBBU2J4rpsYUFUO4L7LaGyt2",
-	"CBcoM7WGeKcmO075ESrm5PXDQ9fLVJ1UatzXHgNqyE4ztNj1kQMXuRzam4aVe9lwl6HEk5JvHx6wFMUo",
-	"KnQhlXHRYNDykAuGuIOT+IcAXRWRLDVc0aGIJ2SPFxKTMovL1SmjmavffzqrzpiZyqxhQHTeH19Fib+O",
-	"85hEqaftF0RKqVqy1yMtc2t4wJ5LBf/X5PridL2ut++MUh6jyowYNResyOexBFFMI4XaPledYJTMSZFT",
-	"KxWoMNqnLBqRjQ2iNSuVC4Cy7htcqidafNkS6aH1j8HoAZnKvM4PvB4XDx/UXGTjYOC2IY9Y0KI9Fr1I",
-	"TJm1TixFRL89hJq5JnpaGgOlk/JeHNjtTBkRkgh2D2ghEmIHO9rw9HbebYlDLwF0Kidvp6W43VItZdTQ",
-	"iFpCiUM1hN4ME4nzUq6vft79PkiHs+vTpSreN99/+9fvoiaiYnRWNxIXE40b2IjwigSB/rQCCXrbPGR4",
-	"aCNnPeC6kah7/e13a1jLLROD/CxqHhyRd2eXuzkdsXw357fMFa7tW4fku2+sg6JoaqxPJMfkd0zd7X5K",
-	"sAARnG6wxDL7JxaGkpwZw5QVaxmfYPiktn/ffQP9S2E7m2lClxvc+X23liXcf/S/d/9bNF947kvRlvkC",
-	"6oygfwEiRK6iOgQHPKX82/Xx9fG7TtKp+3wXx5cfry/eHl8u/A6+YCfpXFyfnZ2cve8knZAf7CSdn49O",
-	"TuGPo58+XlzBX6Guu5N0rs8u3/5y/O769OinU/uS3z5e/Hp8MQhPYUGWfeevJ+fnLdWrtSaiBTJbnbed",
-	"0XTKBdtVjGbwQy2FyzGFO8DAg5BmMJalyBIoWst5GrcNM2Yoz+NZHGsWbE7yNVswIv240IaKlLXGnss2",
-	"ncxNzlZYBcu4ur44IYqNmWIiBX6wtO2CKxbrxD64XlHDVb9+gNGl1mMMesEmXBumsB/taT4AzTLFdEQ/",
-	"/mTZ4Pri1Icfgr44Oj9xBGCNkIO9vf3Xf+31e/3e/sEP/f7+Avd+G3XOQXw80yTz3sva4jHFtCxVytYS",
-	"1EW40ZJILr3Z4Ay+N0lb5WewI1zlegiO7YBY3O+/ftON1W3GCx79lsS3vPYtW/gLb2lBU27mRI4tnUKK",
-	"nDqTJ8GaTN8LM5qDj2eovl22stOiHMwgYbdMMW/Pr63PAZdTaR2Anf1+v09+hPfZX7rR1F1oTu3HbKYZ",
-	"m0k1H4zmJlZ8+wGu2mXhhq3f/xjHsdVVT+OnsZKzwbqEgSSK7VrtAgqw1hpn7S80KbD42wc5E7yplm/I",
-	"eAb5O+fBbVBFGf1UTI7QPP847hz8voY9SnFZzmYU8gHx+oEtmj5Tn6BZFNzbBw+szwUl1Szq/ruL1tDl",
-	"goylStmBt24Boa43AitXqStZ3qQsza6ehE9f5tdPiOJ4OuYL9bVChmtzvDc2cbVpCO/9FKeaSz4Rm5cQ",
-	"t+2I71ApZ1be3DJtt6VquccIFMQhZnRORsyH/KUiw8+Pw2i1Qe0Dv0hSdWXVybatPa19M9v1RqxKxj+7",
-	"tzOSDHeKyZfg19C4tpNzozTCgqcnfAPT2Okoy+qHjaQYaNmhT8QPfVMO+hNV7C4e4o2I5SnL8yqWRtXk",
-	"LvHJnoxkXLHU5PPgZFL3wI41MhnNLKSuAKC7XUmH7zX05aNL0J1KMWEazAoBZiWfgXeC5Tz4dEuabL8/",
-	"gzRZ1RBaWDmCPcW/npyeHr8LqUFAavA64tXiNJ2yjXLGXirXysDWohwvQyoWt3FvxMWenpLdltr1kH6J",
-	"bCkaxASsTFK78xAqI6H2ZSrzbPNC2CrXE612e2pFWyrtpazMWbY+N3kOURn7AaGVzMgJg0ApFPEIRnYo",
-	"mVAxgdYzw9QMioV9Ks111kPjMDc6kJTmo5yLiY7nJpt9jws91UfvyUxmjEiRzw9dX4ccAzVptFOwkBGN",
-	"FDLmChuPN2cQT9erFLtd7oBMfRqZG9eK5HKHvstqIiF9YQ1c7D1p4Ztv+rqWXg5dTTHL4M+sQByv69Wz",
-	"MtKXnB24ZFhlRXJD3NZanFRdkDtWJAiJ9ih2r3V7ZEjzezrXQ/seaqDrZUqLggmW9chHS4P3XDNCydvj",
-	"U8IeCuvAWKzKOwjjs0L3lqrhQJ0kbVd9HQFeuGVz1zcJTcOl6CFoPncD7xiVPM/wteTHH8mNi6zcdHoE",
-	"y+AWSxkwYBLdz6pus4nif8dKbpDAKuf+617Vqga5dvhnKfPVlrFKSyzMGHP7F87EiBRabiyjrKI9sUDH",
-	"uKgqwYzxUVCrNSaiwncrEShh05pM6cr6zBZu+lY3ajX2+zqK72q0iE+vWKg6i0JwaH8dbqL+D8nQyYeh",
-	"4+Ghh25YDUvw1qfX7FKwQzL0zYLDOvf7HkLmzVbLufEEIX3w7aK+6bPxaf1kdQupM3Tup1Izb1cQ9mAh",
-	"EVLs/oMpaVU4LpGRnT4GGfrdeG9oHRzXjhIEqoNov78hTLnUBvFsoXEpE6lqUya4S0WWdchWwoadNR5T",
-	"qzpsi5waa9F6laYx9V8oOVF0RlIqwCW27lwScjrWfPOXRlYGZCwJ2SusKlDW9ZthClJ3/bfWUMyFS4qE",
-	"SQJTqiZWQkb2urYhh8HkCq0fViZd1qqmrPps7eXrETe2BIWWMxbUK012vlmBUahWbeJzLemhrHScZKpQ",
-	"Re7y/lUhDn6BpUkobAIDxE0SUDjEp9HUVS/JjmYUrgX/e8mIK0ir2/tntEXbVt3UTZlhf1yWGfbXIZKK",
-	"uxUHDQTLIOxGyEFXssNtbrjsBl5Y4UZdozcdG6bIr+WI/TvL6StNRjS9leMx4Mj1dvul8N6F1m4sRLZK",
-	"ZbnJO1pN2/zAM2931VqNlirVXeFDs6B/VbX6Yu4fXplgH5Fjke5T69eX3QEA1VUy7tQ8PWjVRhbgmgzB",
-	"axh2D/xfThM4ITlcdB1wVo31+4bBizskQ2trDYmuaMBVg3Dhrh3aVzrpUK0RfoBVMpl64SezGRWJj9b4",
-	"SLmzgKfUqgzQK0JKuy6Gm4QMmtXSiS/FqGLH3BCYsmPvDN4luXRGr32m0dSuIYSy2IZRbxHgUnEzb3IM",
-	"TPChqeF3bIlxsK0E9PkOdjoHMd9NSO3JBd6SioyoSadkx6ubUc66LROAqtaBShu166KmdGIPBQVvRhgZ",
-	"Yu2tuuaJeQAUulxM2p30qoIVCXdG51gRaqRVOaA6sro7gha4Jo3c3kbuiFTkpmN/qUyT1trXtUEFH0wI",
-	"IIWOIvDUvCb1IpCLNC8za3SvijfUNZ7/zhBZCGrDkT7Tywpj1TiIthATWr5bpr5agkHRrqhGQxQ0bLaa",
-	"7Pbjq0ar6M5YPLekn4HnwC0HLeO1LMj+hNxAVapzjnBg2ZoaNLtSYr81hjoYBLKyaGazYL6brxCR+U6j",
-	"rpp+tm7eUXXdT8RxaRCnNUbM8p7VcL2WFrzWjqEWS30bG3pjmzZiDjWGJW04RAdLJwYrRqdV8K3C+hM6",
-	"dxvf1Dbm8nzJRtfcqrOwXZDMUIzmOfSlkx3FNHPFurVYJc6N08TVTCAngC5EOPz7W4T9Nr1grq3Lt2w1",
-	"PzCCzzjdtBJJUjFUGw9e+s1o4vJEce1NIWuEY0Iko4aOqLbSFbKsWKXmyr+d/VcvVbk+uzw/fnvy8wmW",
-	"ixyfvcMalJ+uT07dn2sKUzBYHKk9WaxNObq8PHl/hutcHB9/OG+bpoYR2ojoqcoRvsi4kifWwB1aGe4m",
-	"lmgIedkfoDQQNYFPVvkKuXjstM7+bZHBDb8jXoQJ7rhU3jEZW2PU81+KjgcYpdz76geBv3gG3cGW7XoE",
-	"ZhaIMDOgVg659KUuTVrzlry744vvSd3LAW4H6xfsApQCozDaNGM5M26Sn5XsYUeUq23RhE4oF07bUgCD",
-	"Z9HM31gxNniakQePhoqPiAqJ97J/iTIWi6AgU7chbXhw6gtgv1Aa0lqqdnsGsIMRV7NGCMGetULKWpI7",
-	"CwTR3WJS7fNqdFaot4WRqjm/YwkphStzB+dF89zaeoFAIVAKFW1kzoyvZ89IxmgG3o39Y73phT3GzZoe",
-	"D3OgnUrtBFFVkxsLudblLY8pFJSt8aID5OrNLTsnp9eVCvjXtoEzzuX9h1Bp6H1Pa7j/NL/ENiuvrRo/",
-	"vjt636o+Qv3Hdlb/zIGxSXkJgOx6yTbHmZ+Xs2gKb+WOYWRJlaLyyYAUoH8z7n5NF70v+/QXcr4QA8vb",
-	"+wj29Vi2ODPlKOcpuTi+vIKJcHJM3tJCGwrf4CN9ANbf5IhIZS0+477MNRfcCOgu6JELKKxTjOhUFlin",
-	"FmtehYJQuPFGtA3JJzt+vH3XJw1cveswlRkb9m5EKMSE2jkLsv2CWmP2Qaff2+/1sXOPCVrwzkHnm16/",
-	"9w0OMpoCnezd7e9V4/AnLLL7QxAAP8YGKudcG2d+VHOOFUulSHnOFJnQO0bKgkhxI1DlQgnx4MPRfwyO",
-	"rq6s/XXpbQM3FZkzfVDbf8zR0jnRhuf5jYAQpcgg8GStccs51EiFJoIsDUFwh74iDWHCMXi+hBDRh49y",
-	"KU4yS+NcmyNERNI4VeN3d4bC30um5tUhCl4qVmcZeAHhPCCIVrlBz/axJfRFi/djVForxPLcVyh2x2Wp",
-	"Q9FVDERXu1WHsdmWGl0/9qacz7hpvCgIyW/74FdgASMU0648y+PTwuERr/v9FQdHbHdgRHXiQ+zICEAV",
-	"lOzALvcsY7zB1WMvDVDWzqFIOtpXbuFIdTS26+PMtWV7oI0EY9OKpUyYfE5cHRJGrlz/jtvUgk64oKG9",
-	"n050/QQIuy6wqTOq9z7z7LHGrU06fs+Mj3a8JKpro5oiyL6qz4QCPL95Kp5xqquoDG8MORuJ3Q/NkxgC",
-	"6oI/+7jEzDEgqlv2qpNtoDpyCfF7uZ9W+OTXJp1C6oigxTYcVCEGhp/5iXgJTiVkGSmsk+HobceH9k4/",
-	"vgeR+tP/uDq+7B5UhiLOMoR+yDyzGty+2401RNIlMwpulKZzDcl1CGOHWuUmbR0VVrbVpzaGOfg/ue7G",
-	"L0JdVUvSY1PPG1WyxyWyfhOZvw/4ewKPP4tWj2pkqqe88GFRf9qI92y9px7O0IBKmDj9RmlQVd2EX4AK",
-	"m5uMnYp1GfLlN7g5/3KjTe6/zOJhJF5EiuEROyw7JEM3JWlIwGQnhllJ3+g68eMuzJLoe0nys/f/8CXI",
-	"FSlKE0rG1BqsIygjXabZ1VTq7F2999n99biHZq/e+4x/PO6FMs2o+rLqO8z14WxDYyxi6TzfsoGak6/E",
-	"tFkYnbTSvglDVp5n4Fz5kTn+hVjuvOzSJESwe6tc6paN1SK1wVh1skEC2F4z+/PZ7FauudWdFxc0+MZ0",
-	"uff5ls0fkQxyhgGaJoG+g99ro6c2UUfHdxwH/v+x+giWdTW1Rs0Pw+kaaDuNw7AmV0nuYpl/0mYlLQe4",
-	"WAixIGrKHsjlL0e7r7/9rnZ6l57Ke6hhDKfOBIeoee4djoBpP/iu3rbb3/2B7o4/ff7uTWyg71aE5dtf",
-	"WuXdhb1hIznnGxw2PEAP2zH+SKfy9b+cU+nbo1aKXLTfnidv7Srwoqg8XekpYiPUHyJQ26zGMOlnmZAX",
-	"keZrFjFyXNW2hSFmiplSiaokjRt3b71A374LJ6dUFHWSsVkhDRPpfPdXYPbNifTTy1i6SxOQ/mBj1+5I",
-	"jHRzxWg2D3jF7BVkShaQCGT9ur//0hAhop6qIn/Y7v7Xr5/KpQimn70Abh0XORdVXSjOaVrmzi01xt5n",
-	"VYqVYZ4Ld1TsH0s5bjLpc8M6R1VdqzVCXIuqr2LirmD3zxFy6+/0Z/hubQfgru6Fc/i+qm9pk+142GU4",
-	"mPiLBwPqZ2k+Lp8v/Lr/+sut5bq6W0KW/pxG5Tx/PMCP5zkZsfqxjX+wn47nZliOOfRQzH29dFXMy60R",
-	"PBfpVElhrThoRGI5lAd+KXnkptDqvc/4x+o4dHXY+EuFclZvpxuK8+ygnnM0grTyxxJ6WeWDJFOujXQn",
-	"h33NUmv9rbWD5J8s4xYo5esUeluiYqWIPKofrv+fUvJPkZKQEKpO9bbcar+AiYwKo19MDO651rt/GfJu",
-	"mQxTNYG4vFKtb7lHfptKpAUolYUjfGsUoqfyXtwIN6ATEfdK15oZe+RIuDkzIxd9rvePEHf6443wM6v9",
-	"WYKECn3PlCZv+j+QoZBmUDsoclC9P5L2x8MG2cuy7sKBhn8q9wac1Rj4sNm9R2BtmI/6hzOx62Bd2nuo",
-	"A4GOksMlunsxpsYW2n91nq6m1xIs2idDf5zn8J+Spy8A+v9k6a+DpXE31nP0elp8MT4He37vs/3fYy3T",
-	"7v6qSj7WFNyEioiXTVzDMjAtjT2YPXbHhNmtJsW2Z0CjtGM/7bkeEkqSDDPGGcHRtH6aSxgBpKccyk4a",
-	"RQ9kxxW2dN3IgzyX9ywj1ob8F3OjkrauYpiNDjRBoNMnwYrafksWy42daE9jrR4nuGLMtGvzduvvt6xP",
-	"G5Uha0DY3xQE10pda6WLtM+RHTePvdET6sdkGKqM7132ic7uYejOhpZ2d3aKP9kskpWqNfs9HamXOCKx",
-	"NoieandSwS50yQLX+gKg+rlnltAPoN7N3kGGyFdDaBNHxhpCDRiMRSY7GTUUz3mxwiABjrO/EQhJ2xvt",
-	"H11InwoyhIEB0ne7+TXxkHqY4VFNerwHiIVpwxOyajx95+ral6YTPjGS4Pb2K46XLs6Hy+cuQ8BFbNAV",
-	"TgDawS61hLixyklVCJ/ciIXO60ZjW9eTu04IyzWrbCT3Ox3lbHh4I5C+/KgczzWu7B4qqt1Ja8FrT+y7",
-	"bsQQHhi4UuZhj1w1rAmcDqrJMEwTHS7Qz41YHBUaTnc4WDcrtOu9Syz3BjN/RNNbKwFcI2CPvHn9Gm3S",
-	"Ogw44EtIeHfcNMTRqS8WzF6YzfrCduGqHI0TiF+LTfisrJvDKlSnQbNA6DuhsNWH1eFLOGoicZFZP/Qq",
-	"EGftpGoXrcWhMKxZQPws+xJHNv3TiCsQHhQTwgMvq2pqwuJ6CiPC3NlWSyxVztgLctTiMNc/lafKGfta",
-	"3SyAzWWJaK6lAxdnKdZHEeranNDQp4XZIiz0Q6bCyUBu3naYHeVe9MWYxb3vn4ZbsCgYLUwO5IaF9GHu",
-	"S6AFIwmF8juYkw0GF4Q0bgRWrA3DUOgDYg3ooZ+sg8VuaCSgmaXDWB04oOJGhEeBO/HQPe2nIvbIBix9",
-	"IyqejihKt9z/F2xdm7/99fF1GKeEjL08FjypRu8CEeJUgKQRoeea4CkcSAJ+euZi20GTkWutuK2li7+5",
-	"e14w6lHrFm7ZPwdobzGWDJNosUufZdVd1feGruDH9maI+gkWL2Yzxo7J2KhQbP8LozneBuFx+LTirOeY",
-	"fbhyo//Ln5viBtwB2PFNbdJxaJtrr+xWy7u9rrK7euhJGc+FmqicUTj3dwd67a0nFD47Cwvpw+o8D/Th",
-	"rO/mjsAasVTOWNNdbCX5rfQtIqXeF1dH7F7o+t9ek9fe3MaH4Ry1F2LBxXPaosqo/yLL5fNVvUfPpync",
-	"pVeaFExxmfEUyEUwrV3TTwvz4NnEd34P4eS/ztKJOt/3v+/Dvrk3+EM7UZdYi8v92785UuaPnbRy3KgC",
-	"xGZa+6Oj9cQf7bjUZe6CF3B11qtFKrGBdnnFa2fWhtqpQwg/2F9ERkrt1EQz4Kkt4f+/AAAA//8=",
+	"7H3rchs31uCroLhTZbG2JVGOk0moSm0ptuJoI8saXb58u5GXBLtBEqMm0AOgJXFc+rsPsI+4T7KFcwB0",
+	"N4nmRbIdT3b+2FTfAByc+w0fO6mcFVIwYXSn/7FTUEVnzDAFfx2lhktxRmfM/sVFp98pqJl2ko6Aax0K",
+	"D3SSjmL/KLliWadvVMmSjk6nbEbtW39RbNzpd/7LfjXQPt7V+/Dlx8ekc2QMmxXm5E3LODxbOcZYqhk1",
+	"9jlhvnvVSTozLvisnHX6B0nHzAuGt9iEKRjujZxRO0p0rAxvPntNp1Sb4zsmzMmbXxjNmLJvZkynihcA",
+	"tX7nasoIz4gcEzNlJKfaEGbfgD/TnNufiqWM37HsEC5qoxidEcV0OWOa0LFhinCz10lwKVMcKSzGTmIX",
+	"ZrF78qZTX8OMPpwyMTHTTv9lL0BJG8XFZHH+fyuZmi9Pv/FxMpbKzVkTM6WGpFQIaYhmhuC0NK4B/yD3",
+	"XGhyP2WCjKSZEqqYfTSs5B8wZliIBc4AgDMAZNhk83vRzT9X8u8sNS27X7i7z97+i3IV4ajyE2DYb1Ld",
+	"MvVsoilLeHIRAx7ty7qQQjNgBudKjnI2sz9TKQwTAEJaFDlPqcWI/QKf+K9/1xKIa7Pl+O/CiE0EOxLk",
+	"4ufX5IdX3/6VuI/vwcrdu8CjRlKZU65hNoWSBVOG44ypvQW/uGEzvW4i8KULlkqVdR4DPKhSdG7/FuzB",
+	"DNJSaRmh5KORtsQqRUXJBZ2wvU6Msqo9+d3P8UN4To4A/yxTrM1neW3IefsfF7+fdCgy00EqS9yj5lTf",
+	"sJzfMTUnSpYi0wQeYxnRkoypqs04EE31SZ4tf++SGaB9Koh7jNzyPLcfWiLN5S+ntNQsuowsMOmlW7dc",
+	"RCYyRJgM+7AHAFjLWu284AahIrP8Vc3NlIsJKUUGzPOQDN3E3at2+vZNKZhfkl0NE5ap/F4JPXevtnnV",
+	"FGVpUonkvzDLDOHPsmFCpCJDwVimBxYkyrI3uwJki+/og5OLmtxTTRSj6ZRlEZxKAtuKQUsxqltQxWIi",
+	"04ZlA2riO3s/5Tkj3BCuyYhZsIX5N3Y4o4btGj5jsdlZbhcbvizsa37wTb61QD2ACEmNaVfCGxhs2CpE",
+	"s0XaaMxgBQkCkIDqsozbL9L8vEaNY5prliwQaAX1RfIb0zK3MlKSm861ZoqEXUCkvelYyNbk80GvF5XQ",
+	"8eleGmpKHeEYi2xhBTE2pwyzYllC7J7I0pAdIDAkKmZ5yNXJu+M3g/fXV13A6Qg7IIVi9g+W2QfuQXIN",
+	"cqlNFJ2/MPV8AgqpWM7TCWVRNDQ2LIqeQQhEBN9G4s4hi2XxRaHkHc3XvuafA3xJp2xwyyK64RGBmxnR",
+	"hhUvNLEPJR0pUstMNOGiKI0GpU8xLfM7C6W+KPM8sj04jA54vXqkXMrbsuiTX06uyA435PL69evj4zfH",
+	"b8g9t3qmRVmj5i80kaXBWYiMKCqIkMRQfdtNyLuTy0t4WZVCdy2inb8/vz49ujp+g5epSIgu05SxzJKt",
+	"yMi9kgbRAD7f3SNOJwBigMnBBCz9wITrIuWXk6tO0rGjdpJOGCoqWDJWWJIb4L4HxWbpuUX1hYlsK06b",
+	"dCZMMEU9hi1bLg7eaakUGCql6BNKFDNq7k0aWDWsXzFtqDIE/tVw0ypUCWCDhbrdBnYfVz+8vF+aonAa",
+	"9vINaQYjNpYqwkN+s+yBAjPLyD3lhuxkJS40wel3gattLt8cIrVLiJh6s4DEFZo6uLqPJsQukvzf//1/",
+	"yB3NS5YQqmtAC2g3IztGUZ5bziPYfc4Fs1RXmO5hHf2IYqCwa3JT9nrfMHJAplQngKWWQ8JoCaHkv1++",
+	"PyOAPXYzw4AvcBaWguHCLhcZeyBSZUwFlAcGLKSo678V1yqoYiKuqhRWAMVZLexawCnQsEcstaA5P7q+",
+	"PH6z+W4VU4pSbqVVAg81ZMPifObVdIC4QLBRbreM7U32iGJ2xS0iB+hgS4K0Qw0sgjqcak7oF3lPZlTM",
+	"AbGRwu6nMnczHFOes4zsSDGwP0trbZfaspIuKr2qFATA74xybi0Yrd2XUinGfFIqlhE3gTilAo5sbHFd",
+	"UX0b41UWilxMBuOYqfXblBpC3a6THamQZrmYdB2a2z2wCN0ndbrWJSC2E1/Ev7feRAMmkwRdExDDrzQq",
+	"lWuSdMmeDeM7Ks9YyjWX4pBQpJ1SGJ7D5QxRZ1GL2xxfRvMokaVyNmsjQD8dezPYOzBlht4EROmIZFoA",
+	"WviQ1blXgulp6vVoHsMM6QCnyQ7C8ej8hBh5y4Qm7IFrkyA20zxnClgd8FKWj7sLOvfLiMrdAN2T9HNn",
+	"MC4pbC2Kd6mZSoiea8NmCSmYmlFLQGSHEl2wNLjZiLBmrSXhblLXrZNK666UdyuOUaGPMqZUZiymZGlD",
+	"RzkjTCmpiH3Icbl39OESJvgzshV9/OC0IqnIibijOc/O83LCxWXB0viQitFteSHMI4rC7IFbnTljcRtn",
+	"zAXX0y1HQ7/HBu4Ma+psqXiLcjZiKj7Zp0kJatgmnPcSHrTsFjGGx3SsBbIGT6GbsR+qsYEf2tH+VE4i",
+	"Zqk2GVPxndQmk2WcTxlVitSOGVFNVclQhKEGRUZsLkWGqvkDS0sj1QtNRrK0WjvVJFOyKBrUMJIyZ1Qs",
+	"rd5NKPGTrs9jxcIvWOHssS0YXGAJng1bZmCHBmKzcsGzA8tikaDthJDKO2FXLR8AKeIYQdSoSO1yyyLC",
+	"UsFkItoAiLxF/0KTMRc0t8qkVAYViAKI/IUmgN9gE/1sH+L/ZFZlNVM2R7uJC6cudpLN1ITXOLtLwwo7",
+	"2Rl9OMHXvl9WHbZlX1EOVdh1Kvvi//r9aPd/0t1/fnD/93Z/+PCxl3z3zeNfVnKlmnR41YuKkjVs6vkm",
+	"BWxdsCpwj5zubn9a/QWth8QTStPQ2CNnIB+tjc7EHVdSWNm3e0cVB1iC+DxEqwHeINSQmdSGfPeK/Mp/",
+	"SghFPypYJ/7eAXlnbwlJzq5P98jJREirVYJtIs2UKQJcRcdNhwaPajLKLZlexXeaYPvJ8gWWkdG8wTFa",
+	"lHjPoJ7+jQYnW8t/7OTXcpoLF7ZZZraFklY4L8/4Z8uCkGvWZ0xmpTZA/ejgqpzha2bqB1oxV0ts28U1",
+	"1ERv5/Ow6hptcR2kUhjKBUreldzHPwgTXh2YYOJuK4pdgs3UmGLdhH65ujr3c9lYMUGH2zPYSc3j45x3",
+	"3nFHxkrOwENQKJmVKVP6ReW9ODt6d1wxlT6yC6oUv7O8RTuPWWAvJLAXeJE6wT3mOSN/eX10fnl1dDY4",
+	"OTu/vrocvDm52LdPbeh3sLrZYKJoygaziP38juc51yyVItNkxMw9Y4Jcnry9Or54B/O4PHn768npKZEC",
+	"FegNI1yr9Lsal1+GtndPBi9DxtKcKqYdEB0H54Zpd0FWIHp/fRVgBJ6e1LJr9PnE4bU5WaGkjztwNmQw",
+	"PjQA/EVIA3a8kCSXYsJU15oyMS6zLtCFrq04rNuCUNuLDgv4Afi94iM9WZ9eH8eqDV1bb9iSiuUhL6pU",
+	"9FUM+TVNp+xYGMzxWFBDn2KbPRRcMd3uxuMoU3yghJIpN2RnRh8GdMK6wRXyI9q1m3v2XCTik/hnl6Ck",
+	"mGbqLvjDV4oMC9CL2vMV+i2TuSoFGvKFLMrcAtsl9ET9f+2u+A0/cseUjkvYxdgqRGz84xUQ15p7FTrF",
+	"0zKYCB7MzdT/Cj3Xp2WsXpMfunXaF81NXph4A683DA3ci7bML0QoIIDUOSlLsY+/13sl8cMNYmtdlVe1",
+	"VpqfC9KQ3lr5jEIGpQ/XqbxjygrnPoj7WzYnU6qnzqJAHgSeKXSzBQXBR/ucMHc4lYDSz1EgONYHzyDz",
+	"2yNHBGwzDKiRGcwoCENn2Vi7AqKKYECgcw+igQ5dlz2ojs3EHehW/oQQIeEaeVNCaHAlE11aBUaTm87L",
+	"V9ObTo1bjaXy/GqZdpni1ha20MOhIQ2gBfqvpaiF1XQIp1kDzUId9XMGK0fLDkwn7cJZvx2dXJ2cvR38",
+	"/P5i8Pro9S/HXYjv2D1zkfW4cK3xhuZ8zinm0kB2DJv3STqlYgJ5IUaifVBqi8kyz5gijszWI7EfMIq5",
+	"Nat/O9fJk/yIy/QJMSYfLMFgIkguH/Zd8Bi32PmeaQdvOsTmwQ8JvpH1rnT4Qqsb/bUU2ijKxbYOplZh",
+	"GZExx39LyNlxQo7/8+Ty6jIhZ++vBv7326uEvD1OyOlVQk6PyY4oZ0zxFKLmJ2dxGWRNgejg6KDYxsqL",
+	"Si1ZtMGqZsptxxCvMAqG71fOLj6jE5YQqiZ3mBYDF15o5CCF5F7NturuvIs5aJW5EwnwbG3lPtvohClv",
+	"oKvCY1G4gkJwUYqnxXJ8FL8J8PcFvu4Sn5m6Y4q4nASmITkPAIvsN8503Tav0i5+k+p2nMt7tKgXSc9e",
+	"jK34Z87y7NjzjuZyxvZezAcJIfWCminhwkgnIgFgZCSzufNI2jH3LM3r3w8+7CGiRVc3Y1pvtHE4oeqF",
+	"2IKCU2F7qpgaU1QE4VZkpTdm7BAukGdqDf5OTXac8CNUzMnLh4eu56k6qcS4zz0G0JCdpmux6z0HznM5",
+	"tA8NK/OyYS5Diicl3z48YCqKUVToQirjvMEg5SEWDH4Hx/EPYXaVR7LUcEeHJJ4QPV4ITMoszlddDvzz",
+	"SHXGzFRmDQWi8/b4Kor8dZjHOEo9bL/AUkrVEr0eaZlbxQP2XCr4X5Pri9P1st5+M4p5jCozYtRcsCKf",
+	"xwJEMYkUcvtcdoJRMidFTi1XoMJoH7JoeDY28NasFC4wlXVrcKGeaPJli6eH1heD3gMylXmdHnjdLx4W",
+	"1BxkY2fgti6PmNOi3Re9iEyZ1U4sRkTXHlzNXBM9LY2B1El5L/p2O1NGhCSC3QNYiATfwY42PL2dd1v8",
+	"0EsTOpWT19NS3G4pljJqaEQsIcehGlxvhonEWSnXVz/vfh+4w9n16VIW76vvv/3rd1EVUTE6qyuJi4HG",
+	"DXRE+ESCk/6wAgh62zhkeGkjYz3AuhGoe/ntd2tIyw0Tm/lZVD04Im/OLndzOmL5bs5vmUtcO7AGyXff",
+	"WANF0dRYm0iOye8Yutv9kGACIhjdoIll9icmhpKcGcOUZWsZn6D7pLZ/330DpUVhO5thQhcb3Pl9txYl",
+	"PHj017v/LRovPPepaMt0AXlGUL8AHiKXUR2cAx5T/nZ9fH38ppN06jbfxfHl++uL18eXC9fBFuwknYvr",
+	"s7OTs7edpBPig52k8/PRySn8OPrp/cUV/Ap53Z2kc312+fqX4zfXp0c/ndqP/Pb+4tfji0F4CxOy7Dd/",
+	"PTk/b8lerRURLaDZ6rjtjKZTLtiuYjSDC7UQLscQ7gAdD0KawViWIksgaS3naVw3zJihPI9HcaxasDnK",
+	"13TBCPfjQhsqUtbqey7bZDI3OVuhFSzD6vrihCg2ZoqJFOjB4rZzrlioE/viekENd/34YY4utB4j0As2",
+	"4dowhfVoT7MBaJYppiPy8SdLBtcXp979EOTF0fmJQwCrhPT39w9e/nWvt9fbO+j/0OsdLFDvt1HjHNjH",
+	"M1Uyb72sTR5TTMtSpWwtQl2EBy2K5NKrDU7he5W0ZX4GPcJlrgfn2A6wxYPey1fdWN5mPOHRb0l8y2tr",
+	"2cJeeE0LmnIzJ3Js8RRC5NSpPAnmZPpamNEcbDxD9e2ylp0W5WAGAbtljHl9fm1tDridSmsA7Bz0ej3y",
+	"I3zPXulGQ3er6kat5j2Taj4YzU0s+fYd3LXDwgNbf/8xDmMrq55GT2MlZ4N1AQNJFNu10gUEYK00zupf",
+	"rtQYkr+9kzPBh2rxhoxnEL9zFtwGWZTRpWJwhOb5+3Gn//sa8ijFZTmbUYgHxPMHtij6TH2AZpFxb+88",
+	"sDYXpFSzqPnvblpFlwsyliplfa/dAkBdbQRmrlKXsrxJWpodPQlLX6bXDwhiKNWOaLQCglBYXa2Jkvfo",
+	"vreqpC+DRPfLLji6sUQdKyvxN6JKxJe1vkh1Y5vlKYFIr8HH6QYLopdwcUV6x8aTXRmlbolDY2g328pO",
+	"XdxKEIdOSQQFMgk5O5XOt0FEujUQ7XQDAOzaQOBFKeIRwE9USg2T2pzUG3xjtTUC321Z0iWfiM2z1tuY",
+	"gC+KKmdWxN0ybTlB1X0DnZ7g+prRORkxH2WSigw/Pg6jCS61BX6SOP7KRKdtq8laS7W2K8dZRVnPLieO",
+	"oL3ThXzVRw2Ma4uHN4pcLbNirJkbO7XISpfDRhwWFLuhz/0Y+jowNGErd3E8qhDRBKYszyv3LVWTu8TH",
+	"FzOSccVSk8+DX4O6F3asXcMoNC9xOSfd7bKIvATwGcvL7UWkmDANmqwAS4bPwCDGDDJ8uyUye9CbQWS2",
+	"qkEuLB/BMvZfT05Pj9+EaDQANRi68QIFmk7ZRmkKXhGoZR6uBTnehug/buP+iIt9PSW7LeUSIeIX2VK0",
+	"wQgYNqT25CEk40K61VTm2ea511V4MZpg+dQkylTaW1mZs2x9OPwcHIF2AaF60cgJA9885I0JRnYomVAx",
+	"gWpHw9QM8tN99NZpMVCrzq2O41BK81HOxUTHw+HNUtuFMv6jt2QmM0akyOeHrpRIjgGbXP8bzJ1FvZiM",
+	"ucJa980JxOP1Kl3SDtcnU5+5wI2rfnPhal/YN5EQMbM2FZY7tdDNNz1dy2gIhXQxZfSPTHodrysPtTzS",
+	"Zzn2Xfy1Mly4IW5rLUyqwtsdyxKERBMICya7e2RI83s610P7HWqg0GpKi4IJlu2R9xYH77lmhJLXx6eE",
+	"PRTWZrZQlXcQOWKF3ltKwHS6Wctdn7qCN27Z3JXqQp16KfZwaj5cCN8YlTzP8LPkxx/JjXPm3XT2CGZe",
+	"LmbPoI8uup9VqnATxP+BxQPAgVXO/epe1BJVuXbwx6ZVkOAbS+7FXKAxt7+wDUskt3djHmUF7YmddIyK",
+	"qqzfGB0FsVojIip8gRyBrEmtyZSuTAluoaZvdSM96KCno/Cuutn4iJ6dVWeRCQ7t1eEm4v+QDB1/GDoa",
+	"HvrZDav+HF779JJdCnZIhr4+dVinfl+2yrzaaik3HpOmD75C2dcZN5bWS1ZXLTtF534qNfN6BWEPdiZC",
+	"it1/MiWtCMchMrLTQ79WrxsvR65Px1VABYbqZnTQ23BOudQG4Wxn46J0UtUam3AX/S7rM1s5Nyzm8pBa",
+	"VdRd5NRYjdaLNI3ZJoWSE0VnodeaocrVuEK8LOPK3xpZHpCxJARMMZFFlQL0Kohtd/1aayDmwsXhQvOK",
+	"KVUTyyEje13bkMOgcoVqI8uTLmuJelZ8tpaP7hHXKQeZllMW1AtNdr5ZAVGwopvwXIt6yCsdJZnKO5a7",
+	"VJMq9wtXYHESculAAXHNKxT2jWrUEdarAKJBrGvB/1Ey4nIg6/r+GW2RtlUBf5Nn2IvLPMNeHSKquEex",
+	"t0XQDMJuhLSHine4zQ23XY8Vy9yo6y2ADQh/LUfsP1hOX2gyoumtHI8BRq6dgB8Kn13oJoC571aoLPcV",
+	"iCZwNxd45vWuWnXbUnGEy7Vp1pCsKpBYTDeBTyZYuuZIpPvUkollcwCm6pJnd2qWHnQHQBLgmgzBahh2",
+	"+/6XkwSOSQ4XTQdsj2TtvmGw4g7J0OpaQ6IrHHAJSFy4e4f2k447VGOECzBKJlPP/GQ2oyLx3hofnHEa",
+	"8JRakQFyRUhpx0UPp5BBslo88dk/VbiCGwKNneyTwbokl07pte80+ihocKEsVv7Uq1K4VNzMmxQDTaNo",
+	"avgdWyIcrGQCeb6DxfWBzXcTUntzgbakIiNq0inZ8eJmlLNuS9OpqlqlkkbtsqjJndhDQcGaEUaG8E6r",
+	"rHli6AmZLheTdiO9SppGxJ3ROSYhG2lFDoiOrG6OoAauSSOcvJE5IhW56dgrlWrSmm691qngnQlhSqGI",
+	"DSw1L0k9C+QizcvMKt2r/A11iefXGTwLQWw41Gd6WWCs6kDS5mJCzXfLaGuLMyhaiNeowYMa4VaV3S6+",
+	"qu2L7oyFc0vGA9AcmOUgZbyUBd6fkBtIhHbGEfbIW5P2aEdK7FpjoIPeMyvztDaLH7mWHhGe7yTqqoZ7",
+	"61psVfd9EyYXeXNSY8Qs7VkJt9dS9dlapNaiqW+jQ2+s00bUoUZ/rg37NmG2zmBFt75qfqug/oRi8caa",
+	"2jqrni/p6JpbcRa2C4IZitE8h1YIZEcxzVx+eM1Xia0KNXEhG6QEkIU4D//9Fma/TfmhqyT0VYLNBUbg",
+	"GcebViRJKoJqo8FLvxlNWJ4orr0qZJXwwxCSHFFtuSsE9jEx0lUcOP2vnh11fXZ5fvz65OcTzFA6PnuD",
+	"IbCfrk9O3c81uVDoLI6kOy2mQx1dXp68PcNxLo6P3523NfBDD22E9VQZMJ+kQ84T0y4PLQ93TXI0uLzs",
+	"BchGRUngg1U+KTPuO62Tf5tncMN1xPN+wRyXyhsmY6uMevpL0fAApZR7W70f6ItnUJBuyW6PQJsMEdpU",
+	"1DJwl1bqIvM1a8mbO77eg9StHKB20H5BL0AuMArddDOWM+OaR1rOHnZEuXQqTeiEcuGkLYVp8Cwa+Rsr",
+	"xgZPU/Lg1ZBkFBEh8fYJnyJzCnq6e5azDWrDi1Ofc/2JwpBWU7XbM4AdjJiaNUQI+qxlUlaT3FlAiO4W",
+	"zZGflxa2QrwtdPHN+R1LSClcZQUYL5rnVtcLCAqOUkiiJHNmfAlFRjJGM7Bu7I+9zZIIFtLI/JwD7lRi",
+	"J7CqGt9YiLUub3lMoCBvjScdIFVvrtk5Pr0uVcB/tm0641zevwvJrd72tIr7T/NLrOzz0qpx8c3R21bx",
+	"EVKOttP6Z24am2Q0wZRd+eLmMPMtmhZV4a3MMfQsqVJUNhmgApQMx82v6aL1Zd/+RMYXQmB5ex9Bvx7L",
+	"FmOmHOU8JRfHl1fQhFCOyWtaaENhDd7TB9P6uxwRqazGZ9zKXD3LjYCClj1yAbmcihGdygJTI2P10pCD",
+	"DA/eiLZzGciOP1Gh64MGLsV6mMqMDfduRMj9hXRNO2W7glovgH6nt3ew18NiUSZowTv9zjd7vb1vsHfW",
+	"FPBk/+5gvzqBYcIiuz8EBvBjrId3zrVx6kfVWluxVIqU50yRCb1jpCyIFDcCRS5krQ/eHf3n4Ojqyupf",
+	"l143cI24OdP92v5jjJbOiTY8z28EuChFBo4nq41byqFGKlQRZGkITnfokyBxTth50WetIvjwVS7FSWZx",
+	"nGtzhIBIGgfs/P4xetSJ54rV8RmeQTgLCLxVrre4fW0JfNF6kRiW1hKxPPUVit1xWeqQdBWbosvdajlP",
+	"5lU06zO+2JzPuGl8KDDJb3tgV2DOLORvrzzW58PCeSUve70VZ5Vsd0ZJdchI7JQSABWk7MAu71nCeIWj",
+	"xz4aZlk7+iTpaJ+5hV38Udmud9DXluwBNxL0TSuWMmHyOXF5SOi5ciVjblMLOuGCho4SdKLrh47YcYFM",
+	"nVK9/5FnjzVqbeLxW2a8t+NzgrrWHSwC7Kt6GzKA86unwhkbCYtK8UaXs5FYcNM8/COALtizj0vEHJtE",
+	"9ch+dcgVJOQuAX4/9w0yn/zZpFNIHWG0WPmFIsRAvz3fhDHBRpgsI4U1Mhy+7XjX3un7t8BSf/ofV8eX",
+	"3X6lKGL7TCjBzTMrwe23XSdNRF0yo2BGaTrXEFwHN3ZIj2/i1lFheVu9UWg4euEnV1D7SbCrqoJ7bMp5",
+	"o0r2uITWryJHPgD8nkDjz8LVoxqa6ikvvFvUH3DjLVtvqYdjWyATJo6/URxUVQHrJ8DC5iZjcWydh3z6",
+	"DW62XN1ok3ufZ/DQhTHCxfBUJ5YdkqFrzDUkoLITwyynbxQ6+Q4rZon1fU70s8//8CnQFTFKE0rG1Cqs",
+	"I0gjXcbZ1Vjq9F29/9H9etxHtVfvf8Qfj/shTTMqvqz4Dq2kONtQGYtoOs/XbCDn5CtRbRa6da3Ub0Jf",
+	"n+cpOFe+S5P/IKY7L5s0CRHs3gqXumZjpUitF1sdbRABtpfM/khAu5VrHnVHRwYJvjFe7n+8ZfNHRIOc",
+	"oYOmiaBv4Hqt29km4uj4juMZE19WHsGwLqfWqPlhONAFdadx6A/mMsmdL/MP2qyk5cwgO8PEnUn5QC5/",
+	"Odp9+e13tQPj9FTeQw5jOOgoGETNoxax61D7WYv1SvHe7g90d/zh43evYj2kt0IsrNhqNa+vfMswV9kF",
+	"eTuqhJxzqNhKgPDyvN6BzY3yApKkNXTr5pnXFTFlMEMn941oHgC64w72lIoMG8d1DruedMmwT24ZK3bB",
+	"GTkk7jwFZ1AffEt0zID+jZp0eoxrXcsJDXswCJjdqq/CZqwwlMi12B31YjfX9xouvdBYKweNZPxH9iJM",
+	"z+2D5aR4AmMpKrO7Dn27VUsldxpCM5iNAvk7IZu7TlZYuvSFqGrNk8tH4G73Ep47uxVJ+IqwVhXgwj6w",
+	"kej3NT8bHmOKFUpf0s/y8k/nZ/EVgyu1EDRpnqeC2FEcg4uoGCudJ1+OwFoNqdBvbRmRF4Hm03gxmFKl",
+	"e4ZWkoqZUokqS5Mb92y9ZiV2tPRJxmaFNEyk891fQf5tjqQfPo/xt9SH7gvbf3ZHYqibK0azeYArBnQh",
+	"eLgAREDrl72Dzz0jBNRTtcYftnv+5cunUilO03fAAU8HFzkXVao0dstbps4tJcb+R1WKlZ7PC3dg95fF",
+	"HNcf+rmezqMq1dvq5a5RgE/s4y6H/WvVIvxJ6lvrAbir++E01K9qLW28HY8cDsfDf3L/WP1E48flU95f",
+	"9l5+urFcb40WL74/LVc5Zxgeo8rznIxY/fDcL+y6wtOLLMUc+lnMfQlBld9udX09F+lUSWG1OKjNYzlk",
+	"zH4qfuR6gev9j/hjdWjGHxHw+bybq7fTtSZ7tp/b2d6BW/nDYT2v8n7DKddGuvMbv2autf5RBOzzeNwC",
+	"pnydTG9LUKxkkTV8/zeX/IO4JMRIkVx9fo1dARMZFUZ/Nja476pR/zTo3dKfq6qLcqHWWin/HvltKhEX",
+	"IHscDlKvYYieyntxI1ybZATcC12r790jR8J1+xq5gEy9pIq4M3hvhD85wJ/oSqjQ90xp8qr3AxkKaQa1",
+	"43oH1fcjjjw88pV9XtJdOFb2D6XeALMaAR82C1oJjA1dqr84Ebui7qW9h9QoKLI6XMK7z0bUWFX+Z6fp",
+	"qoc4wToWMvSHKg//JWn6Amb/b5L+Okgad2M9Ra/Hxc9G56DP73+0/z3Wkk/cryoLak0OWkgS+ry5HDAM",
+	"9KxcHVda9HBGcccu7bkWEnKSDJMoMoINwn2Do9AVS085ZGI18oDIjsv16rouIHku71lGrA75JzOjkrZC",
+	"ezihAnCCQPFbgknmvZbAruvE0h7ZXd3UdUWzf9f5wI1/0DI+bSRLrZnCwaZTcN0FatWlkYpSsuNOxWiU",
+	"SfvOMYYq48v5fey/exgaFkCXB3eClT9fMhKVqtW/Ph2ol9iotnYcSDR66mihfvqkRfR+1cZ0iHQ1hAg2",
+	"EtYQ0iKhOT3ZyaiheNqWZQYJUBwEfsElbR+0P7qQUSDIEHpoSF8A6seEzonYfL7qt3sPMxamDU5IqvHw",
+	"nSv1WOoR+0RPwpqcgvfCx8EL7B7TaBtbSxbokyHP+kPUH+X9C014lpAhPN0fomdnXrCEDAGs8OCN8NFz",
+	"u4UWvABZOYajc/bIFX5LuyK7hfQDzOOgmeskvZCDQMZS3Yg05zBbkIe+aQ4zhJsuSeWM+TAg7KBg93YS",
+	"OhxfnsrZDA+Tiecx3IhaIgN577feFaOErnRh8+1iSAmNmAEe/gEEsEeKhFCoJbwRDnqEhX4fgH7DjzcY",
+	"rL7p9MlNB7uZ2EHxIrQ0uek8DpNaz0MgmTSXmrWnXPjN+NfKuni2dMUMmSpnZpmVJD6LGrCjjjIWHeBq",
+	"UisWtVsBZP8nELJ/UEqHY05O8HzFwZxFbpnPXfiSi1hjSuzYt4NV5QlxJ28kVeFaciMWOqU0CtG7Xhbr",
+	"hLBcs8qAc9fpKGfDwxuBws+3tvMi3XEmqIByh/EGl2Jiv3UjhvDCwJUeDZEJV6YONpDXZBgazg8XhNuN",
+	"WOwmHw4A669rJ9/1HAvLs8AHMaLpreWYrnB/j7x6+RIN5vocsCGnkPDtuN2K3fU/W6RtoX3/ZzZaVwWQ",
+	"nbb2tRisz0oJcFCFbHIo7gt1ohS2+rA6nxNbQyUubOSbVFbC12lkL7QPJWETN9Ys+HmW8Yv5kv8y7AqY",
+	"B8VslYHnVTUd1sJ6Ci09nTBbIqlyxj4jRS02X/9Daaqcsa/VBwRzcyFsmmvppou9j+utg3Wtr3eoq8ZQ",
+	"NibmI1FhJz93JEvo9eg+9MmIxX3vX4ZasIgHzV8O6IaFb6FPW8AFIwmFdHk4SgWsQfC33gjMMB+Gc0P6",
+	"xFr3Q98JD5PTUUlAG1CHNnhwhtmNCK8CdeK5zNp3Md4jG5D0jahoOiIo3XD/X5B17YiWr4+uQ/tDJOzl",
+	"k2OSqlU+ICF28Uka4UOuCR7Uhijgu10vlgk2CbnWOqM1r/o398xndMnWunu07J+b6GLu/RF0jseuOiyr",
+	"nqrWG7p4PLYXL9YPOftsOmPsJLWNslgPPjGY42WLHoZPyxx9jtqHIzfqtf3Req4hLUw7vqlNPA5l7u2V",
+	"WGp5t9dVYlUvPSkdYyFhM2f0zhLmDvTGsZZQWHYWBtKH1ZFvaMM5/4M1skYMHFoNc7EV5beStwiUeh17",
+	"HbD7oUvP9pK89uU2OgxH7X4mElw8yjcqjHqfZbh8vqpW+Pk4hbv0QpOCKS4zngK6CKa1K9JtIR77GfCB",
+	"4R7C4dCdpUMXv+9934N9c1/w57qjLLEal/vbfzlSloedL+S4kaKMzS/sRYfriT/9e6krjHNewF04j8yH",
+	"UbDhxfKI106tDYmdh+B+sFdERkrtxEQzGqMt4v+/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
