@@ -56,6 +56,33 @@ func (s *Store) EventsAfter(ctx context.Context, f EventFilter, after int64, lim
 	return rows, mapErr(err)
 }
 
+// RunEventsAfter returns the phase of key's run and its rows with id >
+// after, in id order, at most limit (1..1000), read in one statement: when
+// the phase is terminal, the rows hold the event its change wrote (if it was
+// after `after`). Errors: ErrNotFound.
+func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int64, limit int) (domain.Phase, []RunEvent, error) {
+	var row struct {
+		Phase  *string
+		Events []byte
+	}
+	err := s.q(ctx).Raw(`SELECT (SELECT phase FROM runs WHERE project = @p AND domain = @d AND name = @r) AS phase,
+		(SELECT coalesce(json_agg(e ORDER BY e.id), '[]') FROM (SELECT * FROM run_events
+		  WHERE project = @p AND domain = @d AND run_name = @r AND id > @after ORDER BY id LIMIT @limit) e) AS events`,
+		map[string]any{"p": key.Project, "d": key.Domain, "r": key.Run, "after": after,
+			"limit": min(max(limit, 1), 1000)}).Scan(&row).Error
+	if err != nil {
+		return "", nil, mapErr(err)
+	}
+	if row.Phase == nil {
+		return "", nil, ErrNotFound
+	}
+	var events []RunEvent
+	if err := decodeRows(row.Events, &events); err != nil {
+		return "", nil, fmt.Errorf("decode run_events: %w", err)
+	}
+	return domain.Phase(*row.Phase), events, nil
+}
+
 // RunPhase returns the phase of key's run. Errors: ErrNotFound.
 func (s *Store) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, error) {
 	var phase string

@@ -122,3 +122,32 @@ func TestListenEventsNotifiesCommittedRuns(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-stopped, context.Canceled)
 }
+
+// RunEventsAfter reads the run's phase and its rows after an id in one
+// statement, the same rows as EventsAfter; an unknown run is ErrNotFound.
+func TestRunEventsAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openWithDB(t)
+	key := newRun(t, st, "r", twoSteps())
+	_, err := st.RequestSuspend(ctx, key)
+	require.NoError(t, err)
+	want, err := st.EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(want), 2)
+	phase, got, err := st.RunEventsAfter(ctx, key, want[0].ID, 100)
+	require.NoError(t, err)
+	require.False(t, phase.IsTerminal())
+	require.Len(t, got, len(want)-1)
+	for i, e := range got {
+		w := want[i+1]
+		require.Equal(t, w.ID, e.ID)
+		require.Equal(t, w.Type, e.Type)
+		require.Equal(t, w.RunName, e.RunName)
+		require.Equal(t, w.ActionName, e.ActionName)
+		require.JSONEq(t, string(w.Data), string(e.Data))
+		require.True(t, w.CreatedAt.Equal(e.CreatedAt))
+	}
+	_, _, err = st.RunEventsAfter(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"}, 0, 10)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}

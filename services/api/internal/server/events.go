@@ -136,18 +136,18 @@ func (s *eventStream) follow(send func(string) error) error {
 }
 
 // sendNew sends every row after s.after; for a run's stream whose run is
-// terminal (read first: its terminal event committed with the phase) it
-// then sends `end` and reports true.
+// terminal (read in the same statement as the rows: they hold its terminal
+// event) it then sends `end` and reports true.
 func (s *eventStream) sendNew(send func(string) error) (ended bool, err error) {
-	var phase domain.Phase
-	if s.filter.Run != "" {
-		if phase, err = s.store.RunPhase(s.ctx, domain.RunKey{Project: s.filter.Project,
-			Domain: s.filter.Domain, Run: s.filter.Run}); err != nil {
-			return false, fmt.Errorf("read run phase: %w", err)
-		}
-	}
 	for {
-		rows, err := s.store.EventsAfter(s.ctx, s.filter, s.after, eventPage)
+		var phase domain.Phase
+		var rows []store.RunEvent
+		if s.filter.Run == "" {
+			rows, err = s.store.EventsAfter(s.ctx, s.filter, s.after, eventPage)
+		} else {
+			phase, rows, err = s.store.RunEventsAfter(s.ctx, domain.RunKey{Project: s.filter.Project,
+				Domain: s.filter.Domain, Run: s.filter.Run}, s.after, eventPage)
+		}
 		if err != nil {
 			return false, fmt.Errorf("read events: %w", err)
 		}
@@ -156,15 +156,15 @@ func (s *eventStream) sendNew(send func(string) error) (ended bool, err error) {
 				return false, err
 			}
 		}
-		if len(rows) < eventPage {
-			break
+		if len(rows) == eventPage {
+			continue
 		}
+		if !phase.IsTerminal() {
+			return false, nil
+		}
+		end, _ := json.Marshal(map[string]string{"phase": string(phase)})
+		return true, send("event: end\ndata: " + string(end) + "\n\n")
 	}
-	if !phase.IsTerminal() {
-		return false, nil
-	}
-	end, _ := json.Marshal(map[string]string{"phase": string(phase)})
-	return true, send("event: end\ndata: " + string(end) + "\n\n")
 }
 
 // sendRows sends rows as one write and moves s.after past them.
