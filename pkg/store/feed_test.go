@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -150,4 +151,34 @@ func TestRunEventsAfter(t *testing.T) {
 	}
 	_, _, err = st.RunEventsAfter(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"}, 0, 10)
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// InTx inside a transaction is a savepoint whose events join the outer
+// transaction's, inserted at its commit; a savepoint that fails drops its
+// own.
+func TestNestedInTxKeepsOrDropsItsEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openWithDB(t)
+	key := newRun(t, st, "r", twoSteps())
+	before := events(t, db, key)
+	err := st.InTx(ctx, func(tx *store.Store) error {
+		if _, err := tx.RequestSuspend(ctx, key); err != nil {
+			return err
+		}
+		require.Error(t, tx.InTx(ctx, func(inner *store.Store) error {
+			if _, err := inner.RequestResume(ctx, key); err != nil {
+				return err
+			}
+			return errors.New("changed my mind")
+		}))
+		return nil
+	})
+	require.NoError(t, err)
+	after := events(t, db, key)
+	require.Len(t, after, len(before)+1, "the suspend's event only: %v", after)
+	run, err := st.GetRun(ctx, key)
+	require.NoError(t, err)
+	require.NotNil(t, run.Run.SuspendRequestedAt)
+	require.Nil(t, run.Run.ResumeRequestedAt, "the failed savepoint rolled back")
 }
