@@ -25,6 +25,10 @@ import (
 // takes (docs/design-notes.md, "Lock order") and is held only through
 // the insert and the commit.
 
+// beforeCommit, set by tests only, runs in InTx between the insert of the
+// events and the commit.
+var beforeCommit func(ctx context.Context)
+
 // EventsChannel is the Postgres NOTIFY channel of new run_events rows. Each
 // transaction that inserts rows sends, at its commit, one notification per
 // run it wrote about, its payload the JSON EventNotice of the run.

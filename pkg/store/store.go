@@ -104,7 +104,13 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 		if err := fn(ts); err != nil {
 			return err
 		}
-		return ts.flushEvents(ctx)
+		if err := ts.flushEvents(ctx); err != nil {
+			return err
+		}
+		if beforeCommit != nil {
+			beforeCommit(ctx)
+		}
+		return nil
 	})
 }
 
