@@ -126,17 +126,18 @@ func (s *Store) announceEvents(ctx context.Context, events []RunEvent) error {
 // ListenEvents holds one connection to dsn LISTENing on EventsChannel until
 // ctx ends: it calls notice for each notification, and connected each time
 // the LISTEN is in place (first and after every reconnection; notifications
-// sent while it was away are lost, so the caller re-reads then). A lost
-// connection is dialled again after retry (default 1 s). It returns ctx's
-// error.
-func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connected func(), notice func(EventNotice)) error {
+// sent while it was away are lost, so the caller re-reads then). When the
+// connection fails it calls lost with the error and dials again after
+// retry (at least 10 ms). It returns ctx's error.
+func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connected func(), lost func(error),
+	notice func(EventNotice)) error {
 	retry = max(retry, 10*time.Millisecond)
 	for {
 		err := listenOnce(ctx, dsn, connected, notice)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_ = err // the caller's watchers re-read on the next connected call
+		lost(err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

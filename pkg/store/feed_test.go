@@ -110,7 +110,7 @@ func TestListenEventsNotifiesCommittedRuns(t *testing.T) {
 	stopped := make(chan error)
 	go func() {
 		stopped <- store.ListenEvents(ctx, url, time.Second, func() { connected <- struct{}{} },
-			func(n store.EventNotice) { notices <- n })
+			func(error) {}, func(n store.EventNotice) { notices <- n })
 	}()
 	<-connected
 	key := newRun(t, st, "r", twoSteps())

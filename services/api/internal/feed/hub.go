@@ -100,6 +100,8 @@ func (h *Hub) Run(ctx context.Context) error {
 		}
 		first = false
 		h.wakeAll()
+	}, func(err error) {
+		h.log.Warn("event listener lost its connection", "err", err, "retry_in", h.retry)
 	}, func(n store.EventNotice) {
 		h.wake(scope{n.Project, n.Domain, ""}, scope{n.Project, n.Domain, n.Run})
 	})
