@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -67,8 +68,8 @@ func jq(t *testing.T, filter, input string) string {
 }
 
 // TestCLI runs the real capstan binary against the real services: run
-// create --wait's exit codes, -o json through jq, run watch, abort,
-// approve, logs -f, and a problem shown as one line.
+// create --wait's exit codes, -o json through jq, run watch, run list -w,
+// abort, approve, logs -f, and a problem shown as one line.
 func TestCLI(t *testing.T) {
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq is not installed (apt-get install jq)")
@@ -107,6 +108,28 @@ func TestCLI(t *testing.T) {
 		events := runCLI(t, s, bin, "-o", "json", "run", "watch", name)
 		require.Equal(t, 0, events.code, events.stderr)
 		require.Equal(t, "run.created", jq(t, "-s", events.stdout), "each event a JSON line")
+	})
+
+	t.Run("list -w", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "-p", project, "-d", domain, "-o", "json", "run", "list", "-w",
+			"--phase", "SUCCEEDED", "--limit", "1")
+		cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL)
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		defer func() { cancel(); _ = cmd.Wait() }()
+		lines := bufio.NewScanner(out)
+		require.True(t, lines.Scan(), "the page first (indented JSON), then a compact line per change")
+		name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "quick", Command: ptr("true")}}})
+		for lines.Scan() {
+			if strings.HasPrefix(lines.Text(), "{") && strings.Contains(lines.Text(), `"name":"`+name+`"`) {
+				require.Equal(t, "SUCCEEDED", jq(t, ".phase", lines.Text()), "a line per run reaching the phase")
+				return
+			}
+		}
+		t.Fatalf("no line for %s: %v", name, lines.Err())
 	})
 
 	t.Run("abort", func(t *testing.T) {
