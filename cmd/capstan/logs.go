@@ -2,8 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"text/tabwriter"
+	"io"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -47,6 +46,9 @@ func newLogs(g *globals) *cobra.Command {
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
+			if g.output != outTable {
+				return g.printOut(cmd.OutOrStdout(), resp.JSON200, nil)
+			}
 			fmt.Fprint(cmd.OutOrStdout(), resp.JSON200.Stdout)
 			fmt.Fprint(cmd.ErrOrStderr(), resp.JSON200.Stderr)
 			return nil
@@ -78,9 +80,11 @@ func latestAttempt(run *api.Run, name string, idx, generation int) int {
 	return 0
 }
 
-func deref(p *int) int {
+// deref is *p, or T's zero value when p is nil.
+func deref[T any](p *T) T {
 	if p == nil {
-		return 0
+		var zero T
+		return zero
 	}
 	return *p
 }
@@ -102,19 +106,23 @@ func newWorkers(g *globals) *cobra.Command {
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tNAME\tSTATE\tSLOTS\tFREE\tFAILURES\tADDRESS")
-			for _, x := range resp.JSON200.Workers {
-				free := 0
-				if x.FreeSlots != nil {
-					free = *x.FreeSlots
+			return g.printOut(cmd.OutOrStdout(), resp.JSON200, func(w io.Writer) {
+				fmt.Fprintln(w, "ID\tNAME\tSTATE\tSLOTS\tFREE\tFAILURES\tHEARTBEAT\tADDRESS")
+				for _, x := range resp.JSON200.Workers {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Id, x.Name, workerState(x), x.Slots,
+						deref(x.FreeSlots), len(x.Failures), heartbeatAge(x), x.Address)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Id, x.Name, workerState(x), x.Slots, free,
-					len(x.Failures), x.Address)
-			}
-			return w.Flush()
+			})
 		},
 	}
+}
+
+// heartbeatAge is how long ago the worker last heartbeat, e.g. "2s ago".
+func heartbeatAge(w api.Worker) string {
+	if w.LastHeartbeatAt.IsZero() {
+		return "-"
+	}
+	return time.Since(w.LastHeartbeatAt).Round(time.Second).String() + " ago"
 }
 
 // workerState is the worker's state, noting a drain or a failure backoff.

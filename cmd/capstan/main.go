@@ -1,7 +1,8 @@
 // Command capstan is Capstan's command-line client: create, watch, inspect,
 // abort, suspend, resume and restart runs, approve or reject approval steps,
-// read attempt logs, list workers. It talks to the public API
-// through the generated client in pkg/api.
+// read attempt logs, list workers, aborts and cache entries. It talks to
+// the public API through the generated client in pkg/api. Its exit codes
+// are exitHelp's.
 package main
 
 import (
@@ -11,7 +12,7 @@ import (
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "capstan:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, "capstan:", oneLine(err.Error()))
+		os.Exit(exitCode(err))
 	}
 }

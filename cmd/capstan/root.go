@@ -11,6 +11,8 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	apiURL, project, domain string
+	// output is -o: table, json or yaml.
+	output string
 }
 
 func (g *globals) client() (*api.ClientWithResponses, error) {
@@ -22,18 +24,43 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "capstan",
 		Short:         "Capstan workflow orchestration client",
+		Long:          "Capstan workflow orchestration client.\n\n" + exitHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return checkOutput(g.output)
+		},
 	}
-	root.PersistentFlags().StringVar(&g.apiURL, "api", cmp.Or(os.Getenv("CAPSTAN_API_URL"), "http://127.0.0.1:8080"),
-		"Capstan API base URL (env CAPSTAN_API_URL)")
+	root.PersistentFlags().StringVar(&g.apiURL, "api",
+		cmp.Or(os.Getenv("CAPSTAN_API"), os.Getenv("CAPSTAN_API_URL"), "http://127.0.0.1:8080"),
+		"Capstan API base URL (env CAPSTAN_API, or CAPSTAN_API_URL)")
 	root.PersistentFlags().StringVarP(&g.project, "project", "p", cmp.Or(os.Getenv("CAPSTAN_PROJECT"), "demo"),
 		"project (env CAPSTAN_PROJECT)")
 	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", cmp.Or(os.Getenv("CAPSTAN_DOMAIN"), "dev"),
 		"domain (env CAPSTAN_DOMAIN)")
-	run := &cobra.Command{Use: "run", Short: "Create, inspect, wait for, abort, suspend, resume and restart runs"}
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", outTable, "output format: table, json or yaml")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	run := &cobra.Command{Use: "run", Short: "Create, inspect, watch, wait for, abort, suspend, resume and restart runs"}
 	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
-		newSuspend(g), newResume(g), newRestart(g))
-	root.AddCommand(run, newApprove(g), newReject(g), newLogs(g), newWorkers(g))
+		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
+	root.AddCommand(run, newAction(g), newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g),
+		newCache(g))
+	wrapArgs(root)
 	return root
+}
+
+// wrapArgs makes the argument checks of cmd and its subcommands return
+// usage errors (exit 2).
+func wrapArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		wrapArgs(sub)
+	}
 }

@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -18,15 +18,30 @@ import (
 
 func newCreate(g *globals) *cobra.Command {
 	var file, name string
-	var wait bool
+	var wait, watch bool
+	var params []string
 	var o waitOpts
 	cmd := &cobra.Command{
-		Use:   "create -f WORKFLOW.yaml",
+		Use:   "create -f WORKFLOW.yaml [--wait|--watch] [--name NAME] [--param KEY=VALUE]...",
 		Short: "Create a run from a workflow spec file (YAML or JSON)",
-		Args:  cobra.NoArgs,
+		Long: `Create a run from a workflow spec file (YAML or JSON) and print its name.
+
+--wait waits for the run to end, printing each phase change, and exits 0 when
+it SUCCEEDED, 1 when it ended in another phase; --watch shows the live table
+of run watch, with the same exit codes. --param KEY=VALUE sets KEY in the
+environment of every step (over the spec's env).
+
+` + exitHelp,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wait && watch {
+				return usagef("--wait and --watch exclude each other")
+			}
 			spec, err := readSpec(file)
 			if err != nil {
+				return usageError{err}
+			}
+			if err := setParams(&spec, params); err != nil {
 				return err
 			}
 			c, err := g.client()
@@ -48,17 +63,24 @@ func newCreate(g *globals) *cobra.Command {
 			if run == nil {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
-			fmt.Println(run.Name)
-			if !wait {
-				return nil
+			if err := g.printLine(cmd.OutOrStdout(), run, run.Name); err != nil {
+				return err
 			}
-			return waitRun(cmd.Context(), c, g, run.Name, o)
+			switch {
+			case watch:
+				return watchRun(cmd.Context(), c, g, cmd.OutOrStdout(), run.Name, o.timeout)
+			case wait:
+				return waitRun(cmd.Context(), c, g, run.Name, o)
+			}
+			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&watch, "watch", false, "show the run's steps live until it ends")
+	cmd.Flags().StringArrayVar(&params, "param", nil, "KEY=VALUE in every step's environment (repeatable)")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "workflow spec file (required)")
 	cmd.Flags().StringVar(&name, "name", "", "run name (default: generated)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the run ends, printing each phase change")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "with --wait: give up after this long")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "with --wait or --watch: give up after this long")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
@@ -80,6 +102,24 @@ func readSpec(path string) (api.WorkflowSpec, error) {
 		return spec, fmt.Errorf("%s: %w", path, err)
 	}
 	return spec, nil
+}
+
+// setParams sets each KEY=VALUE of params in the env of every step of spec.
+func setParams(spec *api.WorkflowSpec, params []string) error {
+	for _, p := range params {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return usagef("--param %q: want KEY=VALUE", p)
+		}
+		for i := range spec.Steps {
+			st := &spec.Steps[i]
+			if st.Env == nil {
+				st.Env = &map[string]string{}
+			}
+			(*st.Env)[k] = v
+		}
+	}
+	return nil
 }
 
 func getRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name string) (*api.Run, error) {
@@ -132,7 +172,7 @@ func waitRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name s
 		}
 		if run.EndedAt != nil {
 			if o.untilStep != "" || run.Phase != o.expect {
-				return fmt.Errorf("run %s ended %s", run.Name, run.Phase)
+				return &runFailed{run: run.Name, phase: run.Phase}
 			}
 			return nil
 		}
@@ -213,8 +253,7 @@ func newWaitAbort(g *globals) *cobra.Command {
 }
 
 func newGet(g *globals) *cobra.Command {
-	var output string
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:   "get RUN",
 		Short: "Show a run with its actions, tasks and attempts",
 		Args:  cobra.ExactArgs(1),
@@ -227,26 +266,19 @@ func newGet(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(run)
-			}
-			printRun(run)
-			return nil
+			return g.printOut(cmd.OutOrStdout(), run, func(w io.Writer) { printRun(w, run) })
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
-	return cmd
 }
 
-func printRun(run *api.Run) {
+// printRun writes run as a table: a heading line, then a line per task (and
+// per action without tasks or with a note).
+func printRun(w io.Writer, run *api.Run) {
 	suspended := ""
 	if run.Suspended != nil && *run.Suspended {
 		suspended = "  (suspended)"
 	}
-	fmt.Printf("run %s/%s/%s  %s%s\n", run.Project, run.Domain, run.Name, run.Phase, suspended)
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "run %s/%s/%s  %s%s\n", run.Project, run.Domain, run.Name, run.Phase, suspended)
 	fmt.Fprintln(w, "ACTION\tPHASE\tTASK\tSTATE\tATTEMPTS")
 	for _, a := range run.Actions {
 		if note := actionNote(a); len(a.Tasks) == 0 || note != "" {
@@ -274,7 +306,6 @@ func printRun(run *api.Run) {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.Phase, task, t.State, strings.Join(atts, ", "))
 		}
 	}
-	_ = w.Flush()
 }
 
 func abortNote(a api.Action) string {
@@ -288,43 +319,6 @@ func abortNote(a api.Action) string {
 		return fmt.Sprintf("abort: %s after %d attempt(s)", *a.Abort.Outcome, a.Abort.AttemptCount)
 	}
 	return fmt.Sprintf("abort: delivering (%d attempt(s) so far)", a.Abort.AttemptCount)
-}
-
-func newList(g *globals) *cobra.Command {
-	var phase string
-	var limit int
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List runs, newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			params := &api.ListRunsParams{Limit: &limit}
-			if phase != "" {
-				p := api.Phase(phase)
-				params.Phase = &p
-			}
-			resp, err := c.ListRunsWithResponse(cmd.Context(), g.project, g.domain, params)
-			if err != nil {
-				return err
-			}
-			if resp.JSON200 == nil {
-				return apiError(resp.StatusCode(), resp.Body)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "RUN\tPHASE\tCREATED")
-			for _, r := range resp.JSON200.Runs {
-				fmt.Fprintf(w, "%s\t%s\t%s\n", r.Name, r.Phase, r.CreatedAt.Local().Format(time.DateTime))
-			}
-			return w.Flush()
-		},
-	}
-	cmd.Flags().StringVar(&phase, "phase", "", "only runs in this phase")
-	cmd.Flags().IntVar(&limit, "limit", 50, "page size")
-	return cmd
 }
 
 func newAbort(g *globals) *cobra.Command {
@@ -349,8 +343,8 @@ func newAbort(g *globals) *cobra.Command {
 			if resp.JSON202 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
-			fmt.Printf("abort of %s accepted (phase %s)\n", args[0], resp.JSON202.Phase)
-			return nil
+			return g.printLine(cmd.OutOrStdout(), resp.JSON202,
+				fmt.Sprintf("abort of %s accepted (phase %s)", args[0], resp.JSON202.Phase))
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", `why (default "User requested abort")`)

@@ -710,6 +710,22 @@ type Run struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// RunEvent One run_events row, the data of one server-sent event of an event stream.
+type RunEvent struct {
+	Action    *string                `json:"action,omitempty"`
+	AttemptId *int64                 `json:"attempt_id,omitempty"`
+	CreatedAt time.Time              `json:"created_at"`
+	Data      map[string]interface{} `json:"data"`
+	Domain    string                 `json:"domain"`
+	Id        int64                  `json:"id"`
+	Project   string                 `json:"project"`
+	Run       string                 `json:"run"`
+	TaskId    *int64                 `json:"task_id,omitempty"`
+
+	// Type e.g. action.phase, attempt.RUNNING
+	Type string `json:"type"`
+}
+
 // RunList defines model for RunList.
 type RunList struct {
 	// NextCursor Absent on the last page.
@@ -910,6 +926,12 @@ type AttemptID = int64
 // Domain A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Domain = Name
 
+// LastEventIDHeader defines model for LastEventIDHeader.
+type LastEventIDHeader = string
+
+// LastEventIDQuery defines model for LastEventIDQuery.
+type LastEventIDQuery = int64
+
 // Project A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Project = Name
 
@@ -937,6 +959,15 @@ type ListCacheEntriesParams struct {
 	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// WatchEventsParams defines parameters for WatchEvents.
+type WatchEventsParams struct {
+	// LastEventId Last-Event-ID for clients that cannot set headers; the header wins when both are set.
+	LastEventId *LastEventIDQuery `form:"last_event_id,omitempty" json:"last_event_id,omitempty"`
+
+	// LastEventID The id of the last event the client received; the stream resumes after it.
+	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
+}
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	Phase *Phase `form:"phase,omitempty" json:"phase,omitempty"`
@@ -962,6 +993,15 @@ type GetAttemptLogsParams struct {
 
 	// Follow Stream the output as server-sent events while the attempt runs: an event `stdout` or `stderr` per chunk (data: the text, one data line per line), then `end` once the attempt ended and everything was sent.
 	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
+}
+
+// WatchRunEventsParams defines parameters for WatchRunEvents.
+type WatchRunEventsParams struct {
+	// LastEventId Last-Event-ID for clients that cannot set headers; the header wins when both are set.
+	LastEventId *LastEventIDQuery `form:"last_event_id,omitempty" json:"last_event_id,omitempty"`
+
+	// LastEventID The id of the last event the client received; the stream resumes after it.
+	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
 }
 
 // AppendAttemptLogsJSONRequestBody defines body for AppendAttemptLogs for application/json ContentType.
@@ -1130,6 +1170,14 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 	DeleteCacheEntry(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+	//
+	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+	WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRuns List runs, newest first, with cursor pagination.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs (the `ListRuns` operationId).
@@ -1235,6 +1283,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 	GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	//
+	// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+	// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+	// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+	// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+	// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+	WatchRunEvents(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RestartRunWithBody Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	//
@@ -1481,6 +1540,24 @@ func (c *Client) DeleteCacheEntry(ctx context.Context, project Project, domain D
 	return c.Client.Do(req)
 }
 
+// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+//
+// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+func (c *Client) WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchEventsRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRuns List runs, newest first, with cursor pagination.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs (the `ListRuns` operationId).
@@ -1717,6 +1794,27 @@ func (c *Client) RejectAction(ctx context.Context, project Project, domain Domai
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 func (c *Client) GetAttemptLogs(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAttemptLogsRequest(c.Server, project, domain, run, action, task, attempt, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+//
+// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+func (c *Client) WatchRunEvents(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchRunEventsRequest(c.Server, project, domain, run, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2284,6 +2382,89 @@ func NewDeleteCacheEntryRequest(server string, project Project, domain Domain, k
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWatchEventsRequest constructs an http.Request for the WatchEvents method
+func NewWatchEventsRequest(server string, project Project, domain Domain, params *WatchEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/events", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LastEventId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "last_event_id", *params.LastEventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2938,6 +3119,96 @@ func NewGetAttemptLogsRequest(server string, project Project, domain Domain, run
 	return req, nil
 }
 
+// NewWatchRunEventsRequest constructs an http.Request for the WatchRunEvents method
+func NewWatchRunEventsRequest(server string, project Project, domain Domain, run RunName, params *WatchRunEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s/events", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LastEventId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "last_event_id", *params.LastEventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewRestartRunRequest calls the generic RestartRun builder with application/json body
 func NewRestartRunRequest(server string, project Project, domain Domain, run RunName, body RestartRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3377,6 +3648,16 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 	DeleteCacheEntryWithResponse(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*DeleteCacheEntryResponse, error)
 
+	// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
+	//
+	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+	WatchEventsWithResponse(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*WatchEventsResponse, error)
+
 	// ListRunsWithResponse List runs, newest first, with cursor pagination.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3490,6 +3771,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs (the `GetAttemptLogs` operationId).
 	GetAttemptLogsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params *GetAttemptLogsParams, reqEditors ...RequestEditorFn) (*GetAttemptLogsResponse, error)
+
+	// WatchRunEventsWithResponse The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	//
+	// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+	// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+	// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+	// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+	// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+	WatchRunEventsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*WatchRunEventsResponse, error)
 
 	// RestartRunWithBodyWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	//
@@ -3900,6 +4194,40 @@ func (r DeleteCacheEntryResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteCacheEntryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WatchEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4387,6 +4715,47 @@ func (r GetAttemptLogsResponse) ContentType() string {
 	return ""
 }
 
+type WatchRunEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchRunEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchRunEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchRunEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchRunEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type RestartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4856,6 +5225,22 @@ func (c *ClientWithResponses) DeleteCacheEntryWithResponse(ctx context.Context, 
 	return ParseDeleteCacheEntryResponse(rsp)
 }
 
+// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
+//
+// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
+// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
+func (c *ClientWithResponses) WatchEventsWithResponse(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*WatchEventsResponse, error) {
+	rsp, err := c.WatchEvents(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchEventsResponse(rsp)
+}
+
 // ListRunsWithResponse List runs, newest first, with cursor pagination.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5052,6 +5437,25 @@ func (c *ClientWithResponses) GetAttemptLogsWithResponse(ctx context.Context, pr
 		return nil, err
 	}
 	return ParseGetAttemptLogsResponse(rsp)
+}
+
+// WatchRunEventsWithResponse The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+//
+// One event per run_events row, in id order: `id:` the row's id, `event:` its type, `data:` the
+// RunEvent as one line of JSON. The rows after Last-Event-ID (the header, or `last_event_id` for
+// clients that cannot set it) come first, then new ones as they commit; a `: keep-alive` comment
+// every 15 s. Once the run is terminal and every row up to its terminal event was sent, a last
+// `event: end` with data `{"phase": "<run phase>"}`, and the stream closes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/events (the `WatchRunEvents` operationId).
+func (c *ClientWithResponses) WatchRunEventsWithResponse(ctx context.Context, project Project, domain Domain, run RunName, params *WatchRunEventsParams, reqEditors ...RequestEditorFn) (*WatchRunEventsResponse, error) {
+	rsp, err := c.WatchRunEvents(ctx, project, domain, run, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchRunEventsResponse(rsp)
 }
 
 // RestartRunWithBodyWithResponse Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
@@ -5456,6 +5860,22 @@ func ParseDeleteCacheEntryResponse(rsp *http.Response) (*DeleteCacheEntryRespons
 	return response, nil
 }
 
+// ParseWatchEventsResponse parses an HTTP response from a WatchEventsWithResponse call
+func ParseWatchEventsResponse(rsp *http.Response) (*WatchEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
 // ParseListRunsResponse parses an HTTP response from a ListRunsWithResponse call
 func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5805,6 +6225,32 @@ func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, e
 	return response, nil
 }
 
+// ParseWatchRunEventsResponse parses an HTTP response from a WatchRunEventsWithResponse call
+func ParseWatchRunEventsResponse(rsp *http.Response) (*WatchRunEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchRunEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseRestartRunResponse parses an HTTP response from a RestartRunWithResponse call
 func ParseRestartRunResponse(rsp *http.Response) (*RestartRunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6080,6 +6526,9 @@ type ServerInterface interface {
 	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
 	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
 	DeleteCacheEntry(ctx echo.Context, project Project, domain Domain, key string) error
+	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+	// (GET /v1/projects/{project}/domains/{domain}/events)
+	WatchEvents(ctx echo.Context, project Project, domain Domain, params WatchEventsParams) error
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx echo.Context, project Project, domain Domain, params ListRunsParams) error
@@ -6107,6 +6556,9 @@ type ServerInterface interface {
 	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, task int, attempt int, params GetAttemptLogsParams) error
+	// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/events)
+	WatchRunEvents(ctx echo.Context, project Project, domain Domain, run RunName, params WatchRunEventsParams) error
 	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart)
 	RestartRun(ctx echo.Context, project Project, domain Domain, run RunName) error
@@ -6284,6 +6736,56 @@ func (w *ServerInterfaceWrapper) DeleteCacheEntry(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.DeleteCacheEntry(ctx, project, domain, key)
+	return err
+}
+
+// WatchEvents converts echo context to params.
+func (w *ServerInterfaceWrapper) WatchEvents(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WatchEventsParams
+	// ------------- Optional query parameter "last_event_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "last_event_id", ctx.QueryParams(), &params.LastEventId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter last_event_id: %s", err))
+	}
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID LastEventIDHeader
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Last-Event-ID, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Last-Event-ID: %s", err))
+		}
+
+		params.LastEventID = &LastEventID
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.WatchEvents(ctx, project, domain, params)
 	return err
 }
 
@@ -6681,6 +7183,64 @@ func (w *ServerInterfaceWrapper) GetAttemptLogs(ctx echo.Context) error {
 	return err
 }
 
+// WatchRunEvents converts echo context to params.
+func (w *ServerInterfaceWrapper) WatchRunEvents(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WatchRunEventsParams
+	// ------------- Optional query parameter "last_event_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "last_event_id", ctx.QueryParams(), &params.LastEventId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter last_event_id: %s", err))
+	}
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID LastEventIDHeader
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Last-Event-ID, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Last-Event-ID: %s", err))
+		}
+
+		params.LastEventID = &LastEventID
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.WatchRunEvents(ctx, project, domain, run, params)
+	return err
+}
+
 // RestartRun converts echo context to params.
 func (w *ServerInterfaceWrapper) RestartRun(ctx echo.Context) error {
 	var err error
@@ -6886,6 +7446,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/approve", wrapper.ApproveAction, options.OperationMiddlewares["ApproveAction"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/reject", wrapper.RejectAction, options.OperationMiddlewares["RejectAction"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/events", wrapper.WatchRunEvents, options.OperationMiddlewares["WatchRunEvents"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/events", wrapper.WatchEvents, options.OperationMiddlewares["WatchEvents"]...)
 	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
@@ -7177,6 +7739,59 @@ func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDelet
 	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
+}
+
+type WatchEventsRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  WatchEventsParams
+}
+
+type WatchEventsResponseObject interface {
+	VisitWatchEventsResponse(w http.ResponseWriter) error
+}
+
+type WatchEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response WatchEvents200TexteventStreamResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 type ListRunsRequestObject struct {
@@ -7693,6 +8308,76 @@ func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAtte
 	return err
 }
 
+type WatchRunEventsRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+	Params  WatchRunEventsParams
+}
+
+type WatchRunEventsResponseObject interface {
+	VisitWatchRunEventsResponse(w http.ResponseWriter) error
+}
+
+type WatchRunEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response WatchRunEvents200TexteventStreamResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type WatchRunEvents404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents404ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RestartRunRequestObject struct {
 	Project Project `json:"project"`
 	Domain  Domain  `json:"domain"`
@@ -8036,6 +8721,9 @@ type StrictServerInterface interface {
 	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
 	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
 	DeleteCacheEntry(ctx context.Context, request DeleteCacheEntryRequestObject) (DeleteCacheEntryResponseObject, error)
+	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
+	// (GET /v1/projects/{project}/domains/{domain}/events)
+	WatchEvents(ctx context.Context, request WatchEventsRequestObject) (WatchEventsResponseObject, error)
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
@@ -8063,6 +8751,9 @@ type StrictServerInterface interface {
 	// GetAttemptLogs The stdout and stderr of one attempt, shipped while it runs (bounded), or followed live.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/tasks/{task}/attempts/{attempt}/logs)
 	GetAttemptLogs(ctx context.Context, request GetAttemptLogsRequestObject) (GetAttemptLogsResponseObject, error)
+	// WatchRunEvents The run's events as server-sent events, stored ones first, then live ones, until the run ended.
+	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/events)
+	WatchRunEvents(ctx context.Context, request WatchRunEventsRequestObject) (WatchRunEventsResponseObject, error)
 	// RestartRun Restart a failed run from a step; succeeded steps, their outputs and every attempt's history are kept.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/restart)
 	RestartRun(ctx context.Context, request RestartRunRequestObject) (RestartRunResponseObject, error)
@@ -8292,6 +8983,33 @@ func (sh *strictHandler) DeleteCacheEntry(ctx echo.Context, project Project, dom
 		return err
 	} else if validResponse, ok := response.(DeleteCacheEntryResponseObject); ok {
 		return validResponse.VisitDeleteCacheEntryResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// WatchEvents operation middleware
+func (sh *strictHandler) WatchEvents(ctx echo.Context, project Project, domain Domain, params WatchEventsParams) error {
+	var request WatchEventsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.WatchEvents(ctx.Request().Context(), request.(WatchEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WatchEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(WatchEventsResponseObject); ok {
+		return validResponse.VisitWatchEventsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -8676,6 +9394,34 @@ func (sh *strictHandler) GetAttemptLogs(ctx echo.Context, project Project, domai
 	return nil
 }
 
+// WatchRunEvents operation middleware
+func (sh *strictHandler) WatchRunEvents(ctx echo.Context, project Project, domain Domain, run RunName, params WatchRunEventsParams) error {
+	var request WatchRunEventsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.WatchRunEvents(ctx.Request().Context(), request.(WatchRunEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WatchRunEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(WatchRunEventsResponseObject); ok {
+		return validResponse.VisitWatchRunEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // RestartRun operation middleware
 func (sh *strictHandler) RestartRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
 	var request RestartRunRequestObject
@@ -8985,156 +9731,167 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs3uuCroLhTZbG2RVGOk0mkSm0ptuJoI8s6upyc3chLgt0giVET6AHQkjgu/d0H2EfcJ9nC9wHo",
-	"bhLNi2Qlntnzx6b6BuDDd7/hcyeVs0IKJozuHHzuFFTRGTNMwV9HqeFSnNEZs39x0TnoFNRMO0lHwLUO",
-	"hQc6SUexv5dcsaxzYFTJko5Op2xG7Vt/UWzcOej8l71qoD28q/fgy4+PSefIGDYrzMm7lnF4tnKMsVQz",
-	"auxzwnz3ppN0ZlzwWTnrHOwnHTMvGN5iE6ZguHdyRu0o0bEyvPnsNZ0r+TeWmpZRCnf32cNclKs2SJVf",
-	"YCW/SXXL1LM3pyzhSbcf2iguJp1HO4BiupBCM0C6cyVHOZvZn6kUhgkAIS2KnKfUottegU/8179pCZu4",
-	"2XL8d2HEjOlU8QKw96BzJMjFz2/JD2++/StxH+/Byt27QAsjqcwp1zCbQsmCKcNxxtTegl/csJleNxH4",
-	"0gVLpco6jwEeVCk6t38L9mAGaam0VPZLCzMdaSYMkYKYKSM51YYUdMJ6EbjW9+R3P8dP4Tk5AvyzxFeb",
-	"z/LakMIPPi9+P+lQJNpBKkvco+ZU37Gc3zE1J0qWItMEHmMZ0ZKMqarNOFBm9UmeLX/vkhkylopQQdxj",
-	"5Jbnuf3QEv0vfzmlpWbRZWSBGSzduuUiMpEhwmR4AHsAgCVyDPOCG4SKjDC7dDPlYkJKkTFFuDkkQzdx",
-	"96qdvn1TCuaXZFfDhOVcv1fM1d2rbV41RVmaVCL5L8wyQ/izbJgQqchQMJbpgQWJumMCVkDup0yQD/TB",
-	"8V9N7qkmitF0yrIITiWBbcWgpRjVLahiMZFpw7IBNfGdvZ/ynBFuCNdkxCzYwvwbO5xRw3YNn7HY7Cy3",
-	"iw1fFvY1P/gm31qgHkCEpMa0KyEBDDZsFaLZIm00ZrCCBAFIQHVZxu0XaX5eo8YxzTVLFgi0gvoi+Y1p",
-	"mRtNjCQ3nWvNFAm7gEh707GQndGHUyYmZto52O/3+zFIxKd7aagpdYRjLLKFFcTYnDLMimUJsXsiS0N2",
-	"gMCQqJjlIVcnH47fDT5eX3UBpyPsgBSK2T9YZh+4B8k1yKU2UXT+g6nnC1BIxXKeTiiLoqGxYVH0DEIg",
-	"Ivg2EncOWSyLLwol72i+9jX/HOBLOmWDWzaPCEQCNzOiDSteaWIfSjpSpJaZaMJFURpNqGJEMS3zOwul",
-	"A1HmeWR7cBgd8Hr1SLmUt2VxQH45uSI73JDL67dvj4/fHb8j99xMLV4yYdT8lSayNDgLkRFFBRGSGKpv",
-	"uwn5cHJ5CS+rUuiuRbTzj+fXp0dXx+/wMhUJ0WWaMpZZshUZuVfSIBrA57s94nQCIAaYHEzA0g9MuC5S",
-	"fjm56iQdO2on6YShooIlY4UluQHue1Bslp5bVF+YyLbitElnwgRT1GNYE+hXU+bhnZZK2XWqUhwQShQz",
-	"am6lp3GPEFi/YtpQZQj8q+GmVagSwAYLdbsN7D6ufnh5vzRF4TTs5RvSDEZsLFWEh/xm2QMFZpaRe8oN",
-	"2clKXGiC0+8CV9tcvjlEapcQMfVmAYkrNHVwdR9NiF0k+b//+/+QO5qXLCFU14AW0G5GdoyiPLecR7D7",
-	"nAtmqa4w3cM6+hHFQGHX5Kbs979hZJ9MqU4ASy2HhNESQsl/v/x4RgB77GaGAV/hLCwFw4VdLjL2QKTK",
-	"mAooDwxYSFHXfyuuVVDFRFxVKawAirNa2LWAU6Bhj1hqQXN+dH15/G7z3SqmFKXcSqsEHmrIhsX5zKvp",
-	"AHGBYKPcbhnrTXpEMbviFpEDdLAlQdqhBhZBHU41J/SLvCczKuaA2Ehh91OZuxmOKc9ZRnakGNifpWJE",
-	"l9qyki4qvaoUBMCvcfu4tWC0dl9KpRjzSalYRtwE4pQKOLKxxXVF9W2MV1kocjEZjGOm1m9Tagh1u052",
-	"pEKa5WLSdWhu98Ai9AGp07UuAbGd+CL+vfUmGjCZJOiagBh+pVGpXJOkS/ZsGN9RecZSrrkUh4Qi7ZTC",
-	"8BwuZ4g6i1rc5vgymkeJLJWzWRsB+unYm8HegSkz9CYgSkck0wLQwoeszr0STE9Tr0fzGGZIBzhNdhCO",
-	"R+cnxMhbJjRhD1ybBLGZ5jlTwOqAl7J83F3QuV9HVO4G6J6knzuDcUlha1G8S81UQvRcGzZLSMHUjFoC",
-	"IjuU6IKlxFhSSK3mYs1aS8LdpK5bJ5XWXSnvVhyjQh9lTKnMWEzJ0oaOckaYUlIR+5Djch/owyVM8Gdk",
-	"K/r4wWlFUpETcUdznp3n5YSLy4Kl8SEVo9vyQphHFIXZA7c6c8biNs6YC66nW46Gfo8N3BnW1NlS8Rbl",
-	"bMRUfLJPkxLUsE047yU8aNktYgyP6VgLZA2eQjdjP1RjAz+1o/2pnETMUm0ypuI7qU0myzifMqoUqR0z",
-	"opqqkqEIQw2KjNhcigxV8weWlkaqV5qMZGm1dqpJpmRRNKhhJGXOqFhavZtQ4iddn8eKhV+wwtljWzC4",
-	"wBI8G7bMwA4NxGblgmcHlsUiQdsJIZV3wq5aPgBSxDGCqFGR2uWWRYSlgslEtAEQeYv+lSZjLmhulUmp",
-	"DCoQBRD5K00Av8Em+tk+xP/BrMpqpmyOdhMXTl3sJJupCW9xdpeGFXayM/pwgq99v6w6bMu+ohyqsOtU",
-	"9sX/9fvR7v+ku//45P7v7/7w6XM/+e6bx7+s5Eo16fCmHxUla9jU800K2LpgVeAeOd3d/rT6C1oPiSeU",
-	"pqHRI2cgH62NzsQdV1JY2bd7RxUHWIL4PESrAd4g1JCZ1IZ894b8yn9KCEU/Klgn/t4++WBvCUnOrk97",
-	"5GQipNUqwTaRZsoUAa6i46ZDg0c1GeWWTK/iO02w/WT5AsvIaN7gGC1KvGdQT/9Gg5Ot5T928ms5zYUL",
-	"2ywz20JJK5yXZ/yzZUHINeszJrNSG6B+dHBVzvA1M/UDrZirJbbt4hpqorfzeVh1jba4DlIpDOUCJe9K",
-	"7uMfhAmvDkwwcbcVxS7BZmpMsW5Cv1xdnfu5bKyYoMPtGeyk5vFxzjvvuCNjJWfgISiUzMqUKf2q8l6c",
-	"HX04rpjKAbILqhS/s7xFO49ZYC8ksBd4kTrBPeY5I395e3R+eXV0Njg5O7++uhy8O7nYs09t6Hewutlg",
-	"omjKBrOI/fyB5znXLJUi02TEzD1jglyevL86vvgA87g8ef/ryekpkQIV6A0jXKv0uxqXX4a2d08GL0PG",
-	"0pwqph0QHQfnhml3QVYg+nh9FWAEnp7Usmv0+cThtTlZoaSPO3A2ZDA+NAD8RUgDdryQJJdiwlTXmjIx",
-	"LrMu0IWurTis24JQ24sOC/gB+L3iIz1Zn14fx6oNXVtv2JKK5SEvqlT0VQz5LU2n7FgYNY9Ypk+xzR4K",
-	"rphud+NxlCk+UELJlBuyM6MPAzph3eAK+RHt2s09ey4S8UX8s0tQUkwzdRf84StFhgXoRe35Cv2WyVyV",
-	"Ag35QhZlboFNuOm1+f/aXfEbfuSOKR2XsIuxVYjY+McrIK419yp0iqdlMBE8mJup/xV6rk/LWL0mP3Tr",
-	"tC+am7ww8QZebxgauHcqRmTjYSwggNQ5KUuxh7/XeyXxww1ia12VV7VWmp8L0pDeWvmMQgalD9epvGPK",
-	"CucDEPe3bE6mVE+dRYE8CDxT6GYLCoKP9jlh7nAqAaWfo0BwrA+eQebXI0cEbDMMqJEZzCgIQ2fZWLsC",
-	"oopgQKBzD6KBDl2XPaiOzcQd6Fb+hBAh4Rp5U0JocCUTXVoFRpObzus305tOjVuNpfL8apl2meLWFrbQ",
-	"w6EhDaAF+m+lqIXVdAinWQPNQh31cwYrR8sOTCftwlm/HZ1cnZy9H/z88WLw9ujtL8ddiO/YPXOR9bhw",
-	"rfGG5nzOKebSQHYMmx+QdErFBPJCjET7oNQWk2WeMUUcma1HYj9gFHNrVv92rpMn+RGX6RNiTD5YgsFE",
-	"kFw+7LvgMW6x8z3TDt50iM2DHxJ8I+td6fCFVjf6Wym0UZSLbR1MrcIyImOO/y0hZ8cJOf6Pk8ury4Sc",
-	"fbwa+N/vrxLy/jghp1cJOT0mO6KcMcVTiJqfnMVlkDUFooOjg2IbKy8qtWTRBquaKbcdQ7zCKBi+Xzm7",
-	"+IxOWEKomtxhWgxceKWRgxSSezXbqrvzLuagVeZOJMCztZX7bKMTpryBrgqPReEKCsFFKZ4Wy/FR/CbA",
-	"Pxb4+iGyPqbumCIuJ4FpSM4DwCL7jTNdt82rtIvfpLod5/IeLepF0rMXYyv+mbM8O/a8o7mcsb0X80FC",
-	"SL2gZkq4MNKJSAAYGcls7jySdsyepXn9+/6nHiJadHUzpvVGG4cTql6ILSg4FbaniqkxRUUQbkVWemPG",
-	"DuECeabW4O/UZMcJP0LFnLx+eOh6nqqTSoz73GMADdlpuha73nPgPJdD+9CwMi8b5jKkeFLy7cMDpqIY",
-	"RYUupDLOGwxSHmLB4HdwHP8QZld5JEsNd3RI4gnR44XApMzifHXKaOby959OqjNmpjJrKBCd98dXUeSv",
-	"wzzGUeph+wWWUqqW6PVIy9wqHrDnUsH/mlxfnK6X9fabUcxjVJkRo+aCFfk8FiCKSaSQ2+eyE4ySOSly",
-	"arkCFUb7kEXDs7GBt2alcIGprFuDC/VEky9bPD20vhj0HpCpzOv0wOt+8bCg5iAbOwO3dXnEnBbtvuhF",
-	"ZMqsdmIxIrr24GrmmuhpaQykTsp7cWC3M2VESCLYPYCFSPAd7GjD09t5t8UPvTShUzl5Oy3F7ZZiKaOG",
-	"RsQSchyqwfVmmEiclXJ99fPu94E7nF2fLmXxvvn+279+F1URFaOzupK4GGjcQEeETyQ46U8rgKC3jUOG",
-	"lzYy1gOsG4G6199+t4a03DCxmZ9F1YMj8u7scjenI5bv5vyWucS1fWuQfPeNNVAUTY21ieSY/I6hu91P",
-	"CSYggtENmlhmf2JiKMmZMUxZtpbxCbpPavv33TdQvxS2sxkmdLHBnd93a1HC/Ud/vfvfovHCc5+KtkwX",
-	"kGcE9QvgIXIZ1cE54DHl366Pr4/fdZJO3ea7OL78eH3x9vhy4TrYgp2kc3F9dnZy9r6TdEJ8sJN0fj46",
-	"OYUfRz99vLiCXyGvu5N0rs8u3/5y/O769OinU/uR3z5e/Hp8MQhvYUKW/eavJ+fnLdmrtSKiBTRbHbed",
-	"0XTKBdtVjGZwoRbC5RjCHaDjQUgzGMtSZAkkreU8jeuGGTOU5/EojlULNkf5mi4Y4X5caENFylp9z2Wb",
-	"TOYmZyu0gmVYXV+cEMXGTDGRAj1Y3HbOFQt1Yl9cL6jhrh8/zNGF1mMEesEmXBumsB7taTYAzTLFdEQ+",
-	"/mTJ4Pri1Lsfgrw4Oj9xCGCVkIO9vf3Xf+31e/3e/sEP/f7+AvV+GzXOgX08UyXz1sva5DHFtCxVytYi",
-	"1EV40KJILr3a4BS+N0lb5mfQI1zmenCO7QBb3O+/ftON5W3GEx79lsS3vLaWLeyFt7SgKTdzIscWTyFE",
-	"Tp3Kk2BOpq+FGc3BxjNU3y5r2WlRDmYQsFvGmLfn19bmgNuptAbAzn6/3yc/wvfslW40dBeKU/sxnWnG",
-	"ZlLNB6O5iSXffoC7dlh4YOvvP8ZhbGXV0+hprORssC5gIIliu1a6gACslcZZ/QtVCkz+9k7OBB+qxRsy",
-	"nkH8zllwG2RRRpeKwRGa5x/HnYPf15BHKS7L2YxCPCCeP7BF0WfqAzSLjHt754G1uSClmkXNf3fTKrpc",
-	"kLFUKTvw2i0A1NVGYOYqdSnLm6Sl2dGTsPRlev2EII6HY75QXStEuDaHe2MTV6uG8N1Pcay55BOxeQpx",
-	"2474CpVyZvnNLdN2W6qSe/RAgR9iRudkxLzLXyoy/Pw4jGYb1Bb4RYKqK7NOti3taa2b2a42YlUw/tm1",
-	"nZFguBNMPgW/Bsa1lZwbhREWLD3hC5jGTkZZUj9sBMVAyg59IH7oi3LQnqh8d3EXb4QtT1meV740qiZ3",
-	"iQ/2ZCTjiqUmnwcjk7oXdqySyWhmZ+oSALrbpXT4WkOfPro0u1MpJkyDWiFAreQzsE4wnQffbgmT7fdn",
-	"ECarCkILy0ewpvjXk9PT43chNAhADVZHPFucplO2UczYc+VaGthakONtCMXiNu6NuNjTU7Lbkrsewi+R",
-	"LUWFmICWSWpPHkJmJOS+TGWebZ4IW8V6otluT81oS6W9lZU5y9bHJs/BK2MXEErJjJwwcJRCEo9gZIeS",
-	"CRUTKD0zTM0gWdiH0lxlPRQOc6MDSmk+yrmY6Hhssln3uFBTffSezGTGiBT5/NDVdcgxYJNGPQUTGVFJ",
-	"IWOusPB4cwLxeL1KsNvhDsjUh5G5caVILnboq6wmEsIXVsHF2pMWuvmmr2vh5VDVFNMM/swMxPG6Wj3L",
-	"I33K2YELhlVaJDfEba2FSVUFuWNZgpCoj2L1WrdHhjS/p3M9tN+hBqpeprQomGBZj3y0OHjPNSOUvD0+",
-	"JeyhsAaMhaq8Azc+K3RvKRsOxEnSdtfnEeCNWzZ3dZNQNFyKHk7Nx27gG6OS5xl+lvz4I7lxnpWbTo9g",
-	"GtxiKgM6TKL7WeVtNkH875jJDRxY5dyv7lUta5BrB3+WMp9tGcu0xMSMMbe/sCdGJNFyYx5lBe2JnXSM",
-	"iqoUzBgdBbFaIyIqfLUSgRQ2rcmUrszPbKGmb3UjV2O/r6PwrlqL+PCKnVVnkQkO7dXhJuL/kAwdfxg6",
-	"Gh762Q2rZgle+/SSXQp2SIa+WHBYp35fQ8i82mopNx4gpA++XNQXfTaW1k9Wl5A6Red+KjXzegVhD3Ym",
-	"QordfzAlrQjHITKy00cnQ78brw2tT8eVowSG6ma0399wTrnUBuFsZ+NCJlLVukxwF4os6zNbOTesrPGQ",
-	"WlVhW+TUWI3WizSNof9CyYmiM5JSASaxNeeSENOx6pu/NbI8IGNJiF5hVoGypt8MQ5C669daAzEXLigS",
-	"OglMqZpYDhnZ69qGHAaVK5R+WJ50WcuasuKztZavR1zbEmRaTllQrzTZ+WYFRCFbtQnPtaiHvNJRkqlc",
-	"FbmL+1eJOLgCi5OQ2AQKiOskoLCJT6Ooq56SHY0oXAv+95IRl5BW1/fPaIu0raqpmzzDXlzmGfbqEFHF",
-	"PYqNBoJmEHYjxKAr3uE2N9x2DS8sc6Ou0JuODVPk13LE/p3l9JUmI5reyvEYYORqu/1Q+OxCaTcmIluh",
-	"slzkHc2mbS7wzOtdtVKjpUx1l/jQTOhfla2+GPuHTyZYR+RIpPvU/PVlcwCm6jIZd2qWHpRqIwlwTYZg",
-	"NQy7B/6XkwSOSQ4XTQfsVWPtvmGw4g7J0OpaQ6IrHHDZIFy4e4f2k447VGOECzBKJlPP/GQ2oyLx3hrv",
-	"KXca8JRakQFyRUhpx0V3k5BBslo88akYle+YGwJdduyTwbokl07pte80ito1uFAWyzDqJQJcKm7mTYqB",
-	"Dj40NfyOLREOlpWAPN/BSufA5rsJqb25QFtSkRE16ZTseHEzylm3pQNQVTpQSaN2WdTkTuyhoGDNCCOD",
-	"r71V1jwxDoBMl4tJu5FeZbAi4s7oHDNCjbQiB0RHVjdHUAPXpBHb28gckYrcdOyVSjVpzX1d61TwzoQw",
-	"pVBRBJaal6SeBXKR5mVmle5V/oa6xPPrDJ6FIDYc6jO9LDBWtYNoczGh5rtl6KvFGRStimoUREHBZqvK",
-	"bhdfFVpFd8bCuSX8DDQHZjlIGS9lgfcn5AayUp1xhA3L1uSg2ZESu9YY6KARyMqkmc2c+a6/QoTnO4m6",
-	"qvvZun5H1X3fEceFQZzUGDFLe1bC9VpK8Forhlo09W106I112og61GiWtGETHUydGKxonVbNbxXUn1C5",
-	"21hTW5vL8yUdXXMrzsJ2QTBDMZrnUJdOdhTTzCXr1nyV2DdOE5czgZQAshDn4b/fwuy3qQVzZV2+ZKu5",
-	"wAg843jTiiRJRVBtNHjpN6MJyxPFtVeFrBKOAZGMGjqi2nJXiLJilppL/3b6Xz1V5frs8vz47cnPJ5gu",
-	"cnz2DnNQfro+OXU/1ySmoLM4knuymJtydHl58v4Mx7k4Pv5w3tZNDT20EdZTpSN8kXYlT8yBO7Q83HUs",
-	"0eDyshcgNRAlgQ9W+Qy5uO+0Tv5tnsEN1xFPwgRzXCpvmIytMurpL0XDA5RS7m31g0BfPIPqYEt2PQI9",
-	"C0ToGVBLh1xaqQuT1qwlb+745HtSt3KA2kH7Bb0AucAotDbNWM6M6+RnOXvYEeVyWzShE8qFk7YUpsGz",
-	"aORvrBgbPE3Jg1dDxkdEhMRr2b9EGosFUOCp26A2vDj1CbBfKAxpNVW7PQPYwYipWUOEoM9aJmU1yZ0F",
-	"hOhu0an2eTk6K8TbQkvVnN+xhJTCpbmD8aJ5bnW9gKDgKIWMNjJnxuezZyRjNAPrxv5Yr3phjXEzp8fP",
-	"OeBOJXYCq6rxjYVY6/KWxwQK8tZ40gFS9eaanePT61IF/GfbpjPO5f2HkGnobU+ruP80v8QyKy+tGhff",
-	"Hb1vFR8h/2M7rX/mprFJeglM2dWSbQ4z3y9nURXeyhxDz5IqRWWTASpA/Wbc/JouWl/27S9kfCEElrf3",
-	"EfTrsWwxZspRzlNycXx5BR3h5Ji8pYU2FNbgPX0wrb/JEZHKanzGrcwVF9wIqC7okQtIrFOM6FQWmKcW",
-	"K16FhFB48Ea0NcknO769fdcHDVy+6zCVGRv2bkRIxITcOTtlu4JaYfZBp9/b7/Wxco8JWvDOQeebXr/3",
-	"DTYymgKe7N3t71Xt8CcssvtDYAA/xhoq51wbp35UfY4VS6VIec4UmdA7RsqCSHEjUORCCvHgw9F/DI6u",
-	"rqz+del1A9cVmTN9UNt/jNHSOdGG5/mNABelyMDxZLVxSznUSIUqgiwNwekOfUYazgnb4PkUQgQfvsql",
-	"OMksjnNtjhAQSeNUjd/dGQp/L5maV4coeK5YnWXgGYSzgMBb5Ro929eWwBdN3o9haS0Ry1Nfodgdl6UO",
-	"SVexKbrcrfocm2Wp0fFjX8r5jJvGhwKT/LYPdgUmMEIy7cqzPD4tHB7xut9fcXDEdgdGVCc+xI6MAFBB",
-	"yg7scs8SxhscPfbRMMvaORRJR/vMLWypjsp2vZ25tmQPuJGgb1qxlAmTz4nLQ0LPlavfcZta0AkXNJT3",
-	"04munwBhxwUydUr13meePdaotYnH75nx3o6XBHWtVVME2Ff1nlAA5zdPhTN2dRWV4o0uZyOx+qF5EkMA",
-	"XbBnH5eIOTaJ6pG96mQbyI5cAvxe7rsVPvmzSaeQOsJosQwHRYiB5me+I16CXQlZRgprZDh82/GuvdOP",
-	"74Gl/vQ/ro4vuweVooi9DKEeMs+sBLffdm0NEXXJjIIZpelcQ3Ad3NghV7mJW0eF5W31ro2hD/5Prrrx",
-	"i2BXVZL02JTzRpXscQmt30T67wP8nkDjz8LVoxqa6ikvvFvUnzbiLVtvqYczNCATJo6/URxUVTXhF8DC",
-	"5iZjpWKdh3z5DW72v9xok/svM3hoiRfhYnjEDssOydB1SRoSUNmJYZbTN6pOfLsLs8T6XhL97PM/fAl0",
-	"RYzShJIxtQrrCNJIl3F2NZY6fVfvfXa/HvdQ7dV7n/HH415I04yKLyu+Q18fzjZUxiKazvM1G8g5+UpU",
-	"m4XWSSv1m9Bk5XkKzpVvmeM/iOnOyyZNQgS7t8KlrtlYKVJrjFVHG0SA7SWzP5/NbuWaR915cUGCb4yX",
-	"e59v2fwR0SBn6KBpIug7uF5rPbWJODq+49jw/4+VRzCsy6k1an4YTtdA3WkcmjW5THLny/yTNitpOcDF",
-	"zhAToqbsgVz+crT7+tvvaqd36am8hxzGcOpMMIia595hC5j2g+/qZbv93R/o7vjT5+/exBr6boVYvvyl",
-	"ld9d2Ac24nO+wGHDA/SwHGMZsB9FPsekEUzhg3CxSx9xCaKGPZgDkst7pnZTqpmrgdYJlkCj4ZNBjy84",
-	"eMQilPBtgdsMUvvfwI/TaQN9KJTeb2mn/Edaya//5axkX++1UoagQvo8AWJHgQ9FBcRK0xcru/4QCdGm",
-	"BofWRcuUuQg0n4SJrvAqWS90ZVPMlEpUOXbcuGfrFQf2W9gKpsKok4zNCmmYSOe7vwL32hxJP72M6r7U",
-	"0ukP1t7tjsRQN1eMZvMAVwzHAStbACKg9ev+/kvPCAH1VJn/w3bPv379VCrFafpmEmCncpFzUSW6YuOp",
-	"ZercUgTufValWOm3unBn3/6xmONarT7XT3VUJeqCeMSaW5+WxV0G8p/D5NY/6Q8l3lqxwV3dCwcLflVr",
-	"aePteHpnOGn5i3s36oeDPi4fmPy6//rLjeXK1Ft8sP7gSeVcGXgiIc9zMmL1cyj/YMcDHgRiKebQz2Lu",
-	"E8Cr7GRutfq5SKdKCqvFQWUVyyHf8UvxI9dWV+99xh+rHevV6ekv5ZtavZ2uy8+zvZTOcgrcyp+z6HmV",
-	"9/pMuTbSHYX2NXOt9Y/WTsZ/Mo9bwJSvk+ltCYqVLLKG7//JJf8kLgkRruqYckutdgVMZFQY/WJscM/V",
-	"Ev7LoHdLq5uqqsUFymqF2D3y21QiLkDuL5xJXMMQPZX34ka4jqMIuFe6Vp3ZI0fCNc4ZOXd6vSCGuOMs",
-	"b4Rvwu0PRyRU6HumNHnT/4EMhTSD2smXg+r7kTwGPD2RvSzpLpzQ+KdSb4BZjYAPm+WIBMaGhq9/OBG7",
-	"ktylvYfEFiiROVzCuxcjaqwJ/len6aodL8EqBDL055MO/ylp+gJm/58k/XWQNO7Geopej4svRuegz+99",
-	"tv891lIH3K8qh2VNBlFI8XjZSDwMA+3f2IPZY3dMmN2q9W17SDeKO3Zpz7WQkJNkGALPCPba9e1pQk8j",
-	"PeWQR9PI4iA7LlOn63o45Lm8ZxmxOuS/mBmVtJVJQ7N3wAkCpUsJpgj3W8Jyro9Ge1xudX/EFX2zXd26",
-	"G3+/ZXzaSHVZM4X9TafgasNrtYGRekCy4xrMN4pcfd8PQ5Xxxdg+cts9DOXmUKPvDoPxR7VFolK16sWn",
-	"A/USez7WOutT7Y5e2IWyX6Ban9FUP8jNIvoBJPDZJ8gQ6WoIde9IWENIaoM+z2Qno4biwTWWGSRAcfYa",
-	"AZe0fdD+6EI8WJAhdECQvnzPj4mn7kNTkqp15T3MWJg2OCGpxsN3LlF/qd3iEz0Jbm+/Yn9pJF6MEQIu",
-	"Yp27sKXRDpbdJcT1iU6qzP7kRiyUkjcq9boe3XVCWK5ZpSO563SUs+HhjUD88r1/PNW4OgJIEXdHxwWr",
-	"PbHfuhFDeGHgcrOHPXLV0Caw3akmw9AedbiAPzdisfdpOK7iYF3z0663LjF/HdT8EU1vLQdwlY098ub1",
-	"a9RJ63PAkLqQ8O24aoi9YF/Mmb3QbPaF9cJVMRrHEL8WnfBZUTcHVUi3g+qHUEhDYasPq9OksHdG4jyz",
-	"votXQM7a0dvOW4tdblgzI/pZ+iX2oPqnYVfAPCgGhAeeV9XEhIX1FHqeucO6lkiqnLEXpKjF7rR/Kk2V",
-	"M/a1mlkwNxclormWbrrYHLLeW1HXGp+GwjOMFmHmIhIVtjpyDcRDMyz3oS9GLO57/zTUglnOqGFyQDes",
-	"DAiNbAIuGEko5BNC429QuMClcSMwBW8YulwfEKtAD32rIMzeQyUB1Swd+gTBiRs3IrwK1ImnCGrf5rFH",
-	"NiDpG1HRdERQuuH+vyDrWkPxr4+uQ38oJOzlPudJ1UsYkBDbHCQNDz3XBI8VQRTw7UAX6yiahFyrLW7N",
-	"xfzNPfOCXo9a+XPL/rmJ9hZ9ydBaF9sOsKx6qlpvKHN+bK/uqB/J8WI6Y+zcj40Sxfa/MJjjdR0ehk9L",
-	"znqO2ocjNwra/EEwrmMfTDu+qU08DnWA7anqanm316WqVy89KeK5kBOVMwoHGe9A8wBrCYVlZ2EgfVgd",
-	"UII2nLXd3JleI5bKGWuai60ov5W8RaDUC/3qgN0LbQy2l+S1L7fRYTgY7oVIcPHguagw6r/IcPl8VTHV",
-	"83EKd+mVJgVTXGY8BXQRTGtXxdRCPHjY8p3fQzjKsLN0RND3/e/7sG/uC/4UUpQlVuNyf/svR+oWsDRY",
-	"jhtZgFgdbC86XE/8WZVLZfPOeQF3Z72apxIrgpdHvHZqbcidOgT3g70iMlJqJyaaDk9tEf//BQAA//8=",
+	"7H3rchs31uCroLhTZbG2JVGOk0moSm0ptuJoI8saXb58u5GXBLtBEqMm0AOgJXFc+rsPsI+4T7KFcwB0",
+	"N4nmRbIdT3b+2FTfAByc+w0fO6mcFVIwYXSn/7FTUEVnzDAFfx2lhktxRmfM/sVFp98pqJl2ko6Aax0K",
+	"D3SSjmL/KLliWadvVMmSjk6nbEbtW39RbNzpd/7LfjXQPt7V+/Dlx8ekc2QMmxXm5E3LODxbOcZYqhk1",
+	"9jlhvnvVSTozLvisnHX6B0nHzAuGt9iEKRjujZxRO0p0rAxvPntNp1Sb4zsmzMmbXxjNmLJvZkynihcA",
+	"tX7nasoIz4gcEzNlJKfaEGbfgD/TnNufiqWM37HsEC5qoxidEcV0OWOa0LFhinCz10lwKVMcKSzGTmIX",
+	"ZrF78qZTX8OMPpwyMTHTTv9lL0BJG8XFZHH+fyuZmi9Pv/FxMpbKzVkTM6WGpFQIaYhmhuC0NK4B/yD3",
+	"XGhyP2WCjKSZEqqYfTSs5B8wZliIBc4AgDMAZNhk83vRzT9X8u8sNS27X7i7z97+i3IV4ajyE2DYb1Ld",
+	"MvVsoilLeHIRAx7ty7qQQjNgBudKjnI2sz9TKQwTAEJaFDlPqcWI/QKf+K9/1xKIa7Pl+O/CiE0EOxLk",
+	"4ufX5IdX3/6VuI/vwcrdu8CjRlKZU65hNoWSBVOG44ypvQW/uGEzvW4i8KULlkqVdR4DPKhSdG7/FuzB",
+	"DNJSaRmh5KORtsQqRUXJBZ2wvU6Msqo9+d3P8UN4To4A/yxTrM1neW3IefsfF7+fdCgy00EqS9yj5lTf",
+	"sJzfMTUnSpYi0wQeYxnRkoypqs04EE31SZ4tf++SGaB9Koh7jNzyPLcfWiLN5S+ntNQsuowsMOmlW7dc",
+	"RCYyRJgM+7AHAFjLWu284AahIrP8Vc3NlIsJKUUGzPOQDN3E3at2+vZNKZhfkl0NE5ap/F4JPXevtnnV",
+	"FGVpUonkvzDLDOHPsmFCpCJDwVimBxYkyrI3uwJki+/og5OLmtxTTRSj6ZRlEZxKAtuKQUsxqltQxWIi",
+	"04ZlA2riO3s/5Tkj3BCuyYhZsIX5N3Y4o4btGj5jsdlZbhcbvizsa37wTb61QD2ACEmNaVfCGxhs2CpE",
+	"s0XaaMxgBQkCkIDqsozbL9L8vEaNY5prliwQaAX1RfIb0zK3MlKSm861ZoqEXUCkvelYyNbk80GvF5XQ",
+	"8eleGmpKHeEYi2xhBTE2pwyzYllC7J7I0pAdIDAkKmZ5yNXJu+M3g/fXV13A6Qg7IIVi9g+W2QfuQXIN",
+	"cqlNFJ2/MPV8AgqpWM7TCWVRNDQ2LIqeQQhEBN9G4s4hi2XxRaHkHc3XvuafA3xJp2xwyyK64RGBmxnR",
+	"hhUvNLEPJR0pUstMNOGiKI0GpU8xLfM7C6W+KPM8sj04jA54vXqkXMrbsuiTX06uyA435PL69evj4zfH",
+	"b8g9t3qmRVmj5i80kaXBWYiMKCqIkMRQfdtNyLuTy0t4WZVCdy2inb8/vz49ujp+g5epSIgu05SxzJKt",
+	"yMi9kgbRAD7f3SNOJwBigMnBBCz9wITrIuWXk6tO0rGjdpJOGCoqWDJWWJIb4L4HxWbpuUX1hYlsK06b",
+	"dCZMMEU9hi1bLg7eaakUGCql6BNKFDNq7k0aWDWsXzFtqDIE/tVw0ypUCWCDhbrdBnYfVz+8vF+aonAa",
+	"9vINaQYjNpYqwkN+s+yBAjPLyD3lhuxkJS40wel3gattLt8cIrVLiJh6s4DEFZo6uLqPJsQukvzf//1/",
+	"yB3NS5YQqmtAC2g3IztGUZ5bziPYfc4Fs1RXmO5hHf2IYqCwa3JT9nrfMHJAplQngKWWQ8JoCaHkv1++",
+	"PyOAPXYzw4AvcBaWguHCLhcZeyBSZUwFlAcGLKSo678V1yqoYiKuqhRWAMVZLexawCnQsEcstaA5P7q+",
+	"PH6z+W4VU4pSbqVVAg81ZMPifObVdIC4QLBRbreM7U32iGJ2xS0iB+hgS4K0Qw0sgjqcak7oF3lPZlTM",
+	"AbGRwu6nMnczHFOes4zsSDGwP0trbZfaspIuKr2qFATA74xybi0Yrd2XUinGfFIqlhE3gTilAo5sbHFd",
+	"UX0b41UWilxMBuOYqfXblBpC3a6THamQZrmYdB2a2z2wCN0ndbrWJSC2E1/Ev7feRAMmkwRdExDDrzQq",
+	"lWuSdMmeDeM7Ks9YyjWX4pBQpJ1SGJ7D5QxRZ1GL2xxfRvMokaVyNmsjQD8dezPYOzBlht4EROmIZFoA",
+	"WviQ1blXgulp6vVoHsMM6QCnyQ7C8ej8hBh5y4Qm7IFrkyA20zxnClgd8FKWj7sLOvfLiMrdAN2T9HNn",
+	"MC4pbC2Kd6mZSoiea8NmCSmYmlFLQGSHEl2wNLjZiLBmrSXhblLXrZNK666UdyuOUaGPMqZUZiymZGlD",
+	"RzkjTCmpiH3Icbl39OESJvgzshV9/OC0IqnIibijOc/O83LCxWXB0viQitFteSHMI4rC7IFbnTljcRtn",
+	"zAXX0y1HQ7/HBu4Ma+psqXiLcjZiKj7Zp0kJatgmnPcSHrTsFjGGx3SsBbIGT6GbsR+qsYEf2tH+VE4i",
+	"Zqk2GVPxndQmk2WcTxlVitSOGVFNVclQhKEGRUZsLkWGqvkDS0sj1QtNRrK0WjvVJFOyKBrUMJIyZ1Qs",
+	"rd5NKPGTrs9jxcIvWOHssS0YXGAJng1bZmCHBmKzcsGzA8tikaDthJDKO2FXLR8AKeIYQdSoSO1yyyLC",
+	"UsFkItoAiLxF/0KTMRc0t8qkVAYViAKI/IUmgN9gE/1sH+L/ZFZlNVM2R7uJC6cudpLN1ITXOLtLwwo7",
+	"2Rl9OMHXvl9WHbZlX1EOVdh1Kvvi//r9aPd/0t1/fnD/93Z/+PCxl3z3zeNfVnKlmnR41YuKkjVs6vkm",
+	"BWxdsCpwj5zubn9a/QWth8QTStPQ2CNnIB+tjc7EHVdSWNm3e0cVB1iC+DxEqwHeINSQmdSGfPeK/Mp/",
+	"SghFPypYJ/7eAXlnbwlJzq5P98jJREirVYJtIs2UKQJcRcdNhwaPajLKLZlexXeaYPvJ8gWWkdG8wTFa",
+	"lHjPoJ7+jQYnW8t/7OTXcpoLF7ZZZraFklY4L8/4Z8uCkGvWZ0xmpTZA/ejgqpzha2bqB1oxV0ts28U1",
+	"1ERv5/Ow6hptcR2kUhjKBUreldzHPwgTXh2YYOJuK4pdgs3UmGLdhH65ujr3c9lYMUGH2zPYSc3j45x3",
+	"3nFHxkrOwENQKJmVKVP6ReW9ODt6d1wxlT6yC6oUv7O8RTuPWWAvJLAXeJE6wT3mOSN/eX10fnl1dDY4",
+	"OTu/vrocvDm52LdPbeh3sLrZYKJoygaziP38juc51yyVItNkxMw9Y4Jcnry9Or54B/O4PHn768npKZEC",
+	"FegNI1yr9Lsal1+GtndPBi9DxtKcKqYdEB0H54Zpd0FWIHp/fRVgBJ6e1LJr9PnE4bU5WaGkjztwNmQw",
+	"PjQA/EVIA3a8kCSXYsJU15oyMS6zLtCFrq04rNuCUNuLDgv4Afi94iM9WZ9eH8eqDV1bb9iSiuUhL6pU",
+	"9FUM+TVNp+xYGMzxWFBDn2KbPRRcMd3uxuMoU3yghJIpN2RnRh8GdMK6wRXyI9q1m3v2XCTik/hnl6Ck",
+	"mGbqLvjDV4oMC9CL2vMV+i2TuSoFGvKFLMrcAtsl9ET9f+2u+A0/cseUjkvYxdgqRGz84xUQ15p7FTrF",
+	"0zKYCB7MzdT/Cj3Xp2WsXpMfunXaF81NXph4A683DA3ci7bML0QoIIDUOSlLsY+/13sl8cMNYmtdlVe1",
+	"VpqfC9KQ3lr5jEIGpQ/XqbxjygrnPoj7WzYnU6qnzqJAHgSeKXSzBQXBR/ucMHc4lYDSz1EgONYHzyDz",
+	"2yNHBGwzDKiRGcwoCENn2Vi7AqKKYECgcw+igQ5dlz2ojs3EHehW/oQQIeEaeVNCaHAlE11aBUaTm87L",
+	"V9ObTo1bjaXy/GqZdpni1ha20MOhIQ2gBfqvpaiF1XQIp1kDzUId9XMGK0fLDkwn7cJZvx2dXJ2cvR38",
+	"/P5i8Pro9S/HXYjv2D1zkfW4cK3xhuZ8zinm0kB2DJv3STqlYgJ5IUaifVBqi8kyz5gijszWI7EfMIq5",
+	"Nat/O9fJk/yIy/QJMSYfLMFgIkguH/Zd8Bi32PmeaQdvOsTmwQ8JvpH1rnT4Qqsb/bUU2ijKxbYOplZh",
+	"GZExx39LyNlxQo7/8+Ty6jIhZ++vBv7326uEvD1OyOlVQk6PyY4oZ0zxFKLmJ2dxGWRNgejg6KDYxsqL",
+	"Si1ZtMGqZsptxxCvMAqG71fOLj6jE5YQqiZ3mBYDF15o5CCF5F7NturuvIs5aJW5EwnwbG3lPtvohClv",
+	"oKvCY1G4gkJwUYqnxXJ8FL8J8PcFvu4Sn5m6Y4q4nASmITkPAIvsN8503Tav0i5+k+p2nMt7tKgXSc9e",
+	"jK34Z87y7NjzjuZyxvZezAcJIfWCminhwkgnIgFgZCSzufNI2jH3LM3r3w8+7CGiRVc3Y1pvtHE4oeqF",
+	"2IKCU2F7qpgaU1QE4VZkpTdm7BAukGdqDf5OTXac8CNUzMnLh4eu56k6qcS4zz0G0JCdpmux6z0HznM5",
+	"tA8NK/OyYS5Diicl3z48YCqKUVToQirjvMEg5SEWDH4Hx/EPYXaVR7LUcEeHJJ4QPV4ITMoszlddDvzz",
+	"SHXGzFRmDQWi8/b4Kor8dZjHOEo9bL/AUkrVEr0eaZlbxQP2XCr4X5Pri9P1st5+M4p5jCozYtRcsCKf",
+	"xwJEMYkUcvtcdoJRMidFTi1XoMJoH7JoeDY28NasFC4wlXVrcKGeaPJli6eH1heD3gMylXmdHnjdLx4W",
+	"1BxkY2fgti6PmNOi3Re9iEyZ1U4sRkTXHlzNXBM9LY2B1El5L/p2O1NGhCSC3QNYiATfwY42PL2dd1v8",
+	"0EsTOpWT19NS3G4pljJqaEQsIcehGlxvhonEWSnXVz/vfh+4w9n16VIW76vvv/3rd1EVUTE6qyuJi4HG",
+	"DXRE+ESCk/6wAgh62zhkeGkjYz3AuhGoe/ntd2tIyw0Tm/lZVD04Im/OLndzOmL5bs5vmUtcO7AGyXff",
+	"WANF0dRYm0iOye8Yutv9kGACIhjdoIll9icmhpKcGcOUZWsZn6D7pLZ/330DpUVhO5thQhcb3Pl9txYl",
+	"PHj017v/LRovPPepaMt0AXlGUL8AHiKXUR2cAx5T/nZ9fH38ppN06jbfxfHl++uL18eXC9fBFuwknYvr",
+	"s7OTs7edpBPig52k8/PRySn8OPrp/cUV/Ap53Z2kc312+fqX4zfXp0c/ndqP/Pb+4tfji0F4CxOy7Dd/",
+	"PTk/b8lerRURLaDZ6rjtjKZTLtiuYjSDC7UQLscQ7gAdD0KawViWIksgaS3naVw3zJihPI9HcaxasDnK",
+	"13TBCPfjQhsqUtbqey7bZDI3OVuhFSzD6vrihCg2ZoqJFOjB4rZzrlioE/viekENd/34YY4utB4j0As2",
+	"4dowhfVoT7MBaJYppiPy8SdLBtcXp979EOTF0fmJQwCrhPT39w9e/nWvt9fbO+j/0OsdLFDvt1HjHNjH",
+	"M1Uyb72sTR5TTMtSpWwtQl2EBy2K5NKrDU7he5W0ZX4GPcJlrgfn2A6wxYPey1fdWN5mPOHRb0l8y2tr",
+	"2cJeeE0LmnIzJ3Js8RRC5NSpPAnmZPpamNEcbDxD9e2ylp0W5WAGAbtljHl9fm1tDridSmsA7Bz0ej3y",
+	"I3zPXulGQ3er6kat5j2Taj4YzU0s+fYd3LXDwgNbf/8xDmMrq55GT2MlZ4N1AQNJFNu10gUEYK00zupf",
+	"rtQYkr+9kzPBh2rxhoxnEL9zFtwGWZTRpWJwhOb5+3Gn//sa8ijFZTmbUYgHxPMHtij6TH2AZpFxb+88",
+	"sDYXpFSzqPnvblpFlwsyliplfa/dAkBdbQRmrlKXsrxJWpodPQlLX6bXDwhiKNWOaLQCglBYXa2Jkvfo",
+	"vreqpC+DRPfLLji6sUQdKyvxN6JKxJe1vkh1Y5vlKYFIr8HH6QYLopdwcUV6x8aTXRmlbolDY2g328pO",
+	"XdxKEIdOSQQFMgk5O5XOt0FEujUQ7XQDAOzaQOBFKeIRwE9USg2T2pzUG3xjtTUC321Z0iWfiM2z1tuY",
+	"gC+KKmdWxN0ybTlB1X0DnZ7g+prRORkxH2WSigw/Pg6jCS61BX6SOP7KRKdtq8laS7W2K8dZRVnPLieO",
+	"oL3ThXzVRw2Ma4uHN4pcLbNirJkbO7XISpfDRhwWFLuhz/0Y+jowNGErd3E8qhDRBKYszyv3LVWTu8TH",
+	"FzOSccVSk8+DX4O6F3asXcMoNC9xOSfd7bKIvATwGcvL7UWkmDANmqwAS4bPwCDGDDJ8uyUye9CbQWS2",
+	"qkEuLB/BMvZfT05Pj9+EaDQANRi68QIFmk7ZRmkKXhGoZR6uBTnehug/buP+iIt9PSW7LeUSIeIX2VK0",
+	"wQgYNqT25CEk40K61VTm2ea511V4MZpg+dQkylTaW1mZs2x9OPwcHIF2AaF60cgJA9885I0JRnYomVAx",
+	"gWpHw9QM8tN99NZpMVCrzq2O41BK81HOxUTHw+HNUtuFMv6jt2QmM0akyOeHrpRIjgGbXP8bzJ1FvZiM",
+	"ucJa980JxOP1Kl3SDtcnU5+5wI2rfnPhal/YN5EQMbM2FZY7tdDNNz1dy2gIhXQxZfSPTHodrysPtTzS",
+	"Zzn2Xfy1Mly4IW5rLUyqwtsdyxKERBMICya7e2RI83s610P7HWqg0GpKi4IJlu2R9xYH77lmhJLXx6eE",
+	"PRTWZrZQlXcQOWKF3ltKwHS6Wctdn7qCN27Z3JXqQp16KfZwaj5cCN8YlTzP8LPkxx/JjXPm3XT2CGZe",
+	"LmbPoI8uup9VqnATxP+BxQPAgVXO/epe1BJVuXbwx6ZVkOAbS+7FXKAxt7+wDUskt3djHmUF7YmddIyK",
+	"qqzfGB0FsVojIip8gRyBrEmtyZSuTAluoaZvdSM96KCno/Cuutn4iJ6dVWeRCQ7t1eEm4v+QDB1/GDoa",
+	"HvrZDav+HF779JJdCnZIhr4+dVinfl+2yrzaaik3HpOmD75C2dcZN5bWS1ZXLTtF534qNfN6BWEPdiZC",
+	"it1/MiWtCMchMrLTQ79WrxsvR65Px1VABYbqZnTQ23BOudQG4Wxn46J0UtUam3AX/S7rM1s5Nyzm8pBa",
+	"VdRd5NRYjdaLNI3ZJoWSE0VnodeaocrVuEK8LOPK3xpZHpCxJARMMZFFlQL0Kohtd/1aayDmwsXhQvOK",
+	"KVUTyyEje13bkMOgcoVqI8uTLmuJelZ8tpaP7hHXKQeZllMW1AtNdr5ZAVGwopvwXIt6yCsdJZnKO5a7",
+	"VJMq9wtXYHESculAAXHNKxT2jWrUEdarAKJBrGvB/1Ey4nIg6/r+GW2RtlUBf5Nn2IvLPMNeHSKquEex",
+	"t0XQDMJuhLSHine4zQ23XY8Vy9yo6y2ADQh/LUfsP1hOX2gyoumtHI8BRq6dgB8Kn13oJoC571aoLPcV",
+	"iCZwNxd45vWuWnXbUnGEy7Vp1pCsKpBYTDeBTyZYuuZIpPvUkollcwCm6pJnd2qWHnQHQBLgmgzBahh2",
+	"+/6XkwSOSQ4XTQdsj2TtvmGw4g7J0OpaQ6IrHHAJSFy4e4f2k447VGOECzBKJlPP/GQ2oyLx3hofnHEa",
+	"8JRakQFyRUhpx0UPp5BBslo88dk/VbiCGwKNneyTwbokl07pte80+ihocKEsVv7Uq1K4VNzMmxQDTaNo",
+	"avgdWyIcrGQCeb6DxfWBzXcTUntzgbakIiNq0inZ8eJmlLNuS9OpqlqlkkbtsqjJndhDQcGaEUaG8E6r",
+	"rHli6AmZLheTdiO9SppGxJ3ROSYhG2lFDoiOrG6OoAauSSOcvJE5IhW56dgrlWrSmm691qngnQlhSqGI",
+	"DSw1L0k9C+QizcvMKt2r/A11iefXGTwLQWw41Gd6WWCs6kDS5mJCzXfLaGuLMyhaiNeowYMa4VaV3S6+",
+	"qu2L7oyFc0vGA9AcmOUgZbyUBd6fkBtIhHbGEfbIW5P2aEdK7FpjoIPeMyvztDaLH7mWHhGe7yTqqoZ7",
+	"61psVfd9EyYXeXNSY8Qs7VkJt9dS9dlapNaiqW+jQ2+s00bUoUZ/rg37NmG2zmBFt75qfqug/oRi8caa",
+	"2jqrni/p6JpbcRa2C4IZitE8h1YIZEcxzVx+eM1Xia0KNXEhG6QEkIU4D//9Fma/TfmhqyT0VYLNBUbg",
+	"GcebViRJKoJqo8FLvxlNWJ4orr0qZJXwwxCSHFFtuSsE9jEx0lUcOP2vnh11fXZ5fvz65OcTzFA6PnuD",
+	"IbCfrk9O3c81uVDoLI6kOy2mQx1dXp68PcNxLo6P3523NfBDD22E9VQZMJ+kQ84T0y4PLQ93TXI0uLzs",
+	"BchGRUngg1U+KTPuO62Tf5tncMN1xPN+wRyXyhsmY6uMevpL0fAApZR7W70f6ItnUJBuyW6PQJsMEdpU",
+	"1DJwl1bqIvM1a8mbO77eg9StHKB20H5BL0AuMArddDOWM+OaR1rOHnZEuXQqTeiEcuGkLYVp8Cwa+Rsr",
+	"xgZPU/Lg1ZBkFBEh8fYJnyJzCnq6e5azDWrDi1Ofc/2JwpBWU7XbM4AdjJiaNUQI+qxlUlaT3FlAiO4W",
+	"zZGflxa2QrwtdPHN+R1LSClcZQUYL5rnVtcLCAqOUkiiJHNmfAlFRjJGM7Bu7I+9zZIIFtLI/JwD7lRi",
+	"J7CqGt9YiLUub3lMoCBvjScdIFVvrtk5Pr0uVcB/tm0641zevwvJrd72tIr7T/NLrOzz0qpx8c3R21bx",
+	"EVKOttP6Z24am2Q0wZRd+eLmMPMtmhZV4a3MMfQsqVJUNhmgApQMx82v6aL1Zd/+RMYXQmB5ex9Bvx7L",
+	"FmOmHOU8JRfHl1fQhFCOyWtaaENhDd7TB9P6uxwRqazGZ9zKXD3LjYCClj1yAbmcihGdygJTI2P10pCD",
+	"DA/eiLZzGciOP1Gh64MGLsV6mMqMDfduRMj9hXRNO2W7glovgH6nt3ew18NiUSZowTv9zjd7vb1vsHfW",
+	"FPBk/+5gvzqBYcIiuz8EBvBjrId3zrVx6kfVWluxVIqU50yRCb1jpCyIFDcCRS5krQ/eHf3n4Ojqyupf",
+	"l143cI24OdP92v5jjJbOiTY8z28EuChFBo4nq41byqFGKlQRZGkITnfokyBxTth50WetIvjwVS7FSWZx",
+	"nGtzhIBIGgfs/P4xetSJ54rV8RmeQTgLCLxVrre4fW0JfNF6kRiW1hKxPPUVit1xWeqQdBWbosvdajlP",
+	"5lU06zO+2JzPuGl8KDDJb3tgV2DOLORvrzzW58PCeSUve70VZ5Vsd0ZJdchI7JQSABWk7MAu71nCeIWj",
+	"xz4aZlk7+iTpaJ+5hV38Udmud9DXluwBNxL0TSuWMmHyOXF5SOi5ciVjblMLOuGCho4SdKLrh47YcYFM",
+	"nVK9/5FnjzVqbeLxW2a8t+NzgrrWHSwC7Kt6GzKA86unwhkbCYtK8UaXs5FYcNM8/COALtizj0vEHJtE",
+	"9ch+dcgVJOQuAX4/9w0yn/zZpFNIHWG0WPmFIsRAvz3fhDHBRpgsI4U1Mhy+7XjX3un7t8BSf/ofV8eX",
+	"3X6lKGL7TCjBzTMrwe23XSdNRF0yo2BGaTrXEFwHN3ZIj2/i1lFheVu9UWg4euEnV1D7SbCrqoJ7bMp5",
+	"o0r2uITWryJHPgD8nkDjz8LVoxqa6ikvvFvUH3DjLVtvqYdjWyATJo6/URxUVQHrJ8DC5iZjcWydh3z6",
+	"DW62XN1ok3ufZ/DQhTHCxfBUJ5YdkqFrzDUkoLITwyynbxQ6+Q4rZon1fU70s8//8CnQFTFKE0rG1Cqs",
+	"I0gjXcbZ1Vjq9F29/9H9etxHtVfvf8Qfj/shTTMqvqz4Dq2kONtQGYtoOs/XbCDn5CtRbRa6da3Ub0Jf",
+	"n+cpOFe+S5P/IKY7L5s0CRHs3gqXumZjpUitF1sdbRABtpfM/khAu5VrHnVHRwYJvjFe7n+8ZfNHRIOc",
+	"oYOmiaBv4Hqt29km4uj4juMZE19WHsGwLqfWqPlhONAFdadx6A/mMsmdL/MP2qyk5cwgO8PEnUn5QC5/",
+	"Odp9+e13tQPj9FTeQw5jOOgoGETNoxax61D7WYv1SvHe7g90d/zh43evYj2kt0IsrNhqNa+vfMswV9kF",
+	"eTuqhJxzqNhKgPDyvN6BzY3yApKkNXTr5pnXFTFlMEMn941oHgC64w72lIoMG8d1DruedMmwT24ZK3bB",
+	"GTkk7jwFZ1AffEt0zID+jZp0eoxrXcsJDXswCJjdqq/CZqwwlMi12B31YjfX9xouvdBYKweNZPxH9iJM",
+	"z+2D5aR4AmMpKrO7Dn27VUsldxpCM5iNAvk7IZu7TlZYuvSFqGrNk8tH4G73Ep47uxVJ+IqwVhXgwj6w",
+	"kej3NT8bHmOKFUrLvOa9yOeYR4VZrZBB4TKqXM60xdk+yeU9U7sp1cx1otAJNqJAX0AGnRbh+CeLN8I3",
+	"Z2/z0dj/Bn6cThs3Cu0qDlqa2n9Jx9HLP53jyJdArlSr0EZ7nk5lR3EcO6IzrfQGfTmO0WoZhgZyy5S5",
+	"CDSfl4zRoSp/NfTGVMyUSlRpp9y4Z+tFOLGzsk8yNiukYSKd7/4KAn1zJP3weazZpcZ6X9igtTsSQ91c",
+	"MZrNA1wxQg2sbAGIgNYvewefe0YIqKeqwT9s9/zLl0+lUpymb+kDrhsuci6q3G9s/7dMnVuKwP2PqhQr",
+	"XbkX7gTyL4s5ruH1c123R1XuOohH7HzgMxW5S8r/WtUifzT81ooN7up+ON71q1pLG2/HM5TDefef3OFX",
+	"P6L5cfnY+pe9l59uLNcspCUs4Y//Vc67h+fC8jwnI1Y/DfgL++LwOCZLMYd+FnNfE1El7FvjRc9FOlVS",
+	"WC0Oig1ZDinAn4ofuebmev8j/lgda/JnHnw+d+3q7XS91p7tuHfOhMCt/Gm3nld5R+iUayPdgZRfM9da",
+	"/ygC9nk8bgFTvk6mtyUoVrLIGr7/m0v+QVwSgr5Irj5hyK6AiYwKoz8bG9x35bV/GvRuaThWFXq52HGt",
+	"N8Ee+W0qERcgHR5Ohq9hiJ7Ke3EjXN9nBNwLXStY3iNHwrUvG7kIU71GjLhDhW+EPwrBH1FLqND3TGny",
+	"qvcDGQppBrXzhwfV9yOeSTzDln1e0l04J/cPpd4AsxoBHzYrdAmMDW23vzgRuyr1pb2HXC+oGjtcwrvP",
+	"RtRYJv9np+mqKTrBwhwy9KdED/8lafoCZv9vkv46SBp3Yz1Fr8fFz0bnoM/vf7T/PdayadyvKq1rTVJd",
+	"yHr6vMkpMAw04VwdKFv0cEZxxy7tuRYScpIMs0Iygh3Pfcem0OZLTzmkljUSm8iOS17rurYmeS7vWUas",
+	"DvknM6OSts4BcOQG4ASBar4Es+Z7LZFq11qmPVS9ukvtitMLXCsHN/5By/i0kf21ZgoHm07BtUuolctG",
+	"SmTJjjvmo1H37VvhGKqM70/gkxm6h6EDA7StcEdy+QMzI1GpWkHv04F6iZ13a+ebRMPBjhbqx2laRO9X",
+	"fVmHSFdDCMkjYQ0hzxO67ZOdjBqKx4dZZpAAxUEkG1zS9kH7owspEoIMoSmI9BWtfkxoBYnd9KsGwvcw",
+	"Y2Ha4ISkGg/fudqVpaa3T/QkrEmSeC98YL/AdjiNPri17Ic+GfKsP0T9Ud6/0IRnCRnC0/0henbmBUvI",
+	"EMAKD94Inw5gt9CCFyArx3AW0B65wm9pVzW4kE+BiSk0c62xF5IqyFiqG5HmHGYL8tB3AWKGcNMlqZwx",
+	"HwaEHRTs3k5Ch/PYUzmb4ek48cSMG1HLzCDv/da76prQZi9svl0MKaGzNMDDP4AA9kiREArFkTfCQY+w",
+	"0MAE0G/48Qaj7zedPrnpYHsWOyhehB4tN53HYVJr4ggkk+ZSs/YcEr8Z/1ppJM+WrpjyUyUBLbOSxKeF",
+	"A3bUUcaiA1xNatWvdiuA7P8EQvYPylFxzMkJnq84mBNJZsHwJRexTpvYgnAHy+QT4o4SSapKvORGLLR+",
+	"aVTWd70s1glhuWaVAeeu01HOhoc3AoWf79XnRbrjTFDS5U4XDi7FxH7rRgzhhYGrpRoiE65MHeyIr8kw",
+	"dNAfLgi3G7HYHj+caNZf1x+/6zkW1puBD2JE01vLMV0ngj3y6uVLNJjrc8B8HyHh23G7FY8L+GyRtoXz",
+	"CD6z0boqgOy0ta/FYH1WSoCDKqTHQ7ViKHylsNWH1YGj2OsqcWEj33WzEr5OI3uhfSgJu9KxZgXTs4xf",
+	"TAD9l2FXwDwoZqsMPK+q6bAW1lPoUeqE2RJJlTP2GSlqsZv8H0pT5Yx9rT4gmJsLYdNcSzddbOZc74Ws",
+	"a43KQ6E4hrKx0gCJClsTujNmQvNK96FPRizue/8y1IJVSWj+ckA3rOQLjecCLhhJKOT/w9kwYA2Cv/VG",
+	"YMr8MByE0ifWuh/61n6YbY9KAtqAOvT1g0PZbkR4FagTD5rWvi3zHtmApG9ERdMRQemG+/+CrGtnznx9",
+	"dB36OSJhLx+Fk1S9/wEJsS1R0ggfck3w5DlEAd++e7HusUnItV4grYniv7lnPqNLttaupGX/3EQXiwmO",
+	"oBU+tgliWfVUtd7QluSxvRqzfmrbZ9MZY0fDbZTFevCJwRyvw/QwfFrm6HPUPhy5UYDuzwp0HXZh2vFN",
+	"beJxqNtvLy1Ty7u9rrSseulJ6RgLCZs5o3eWMHeg2Y+1hMKyszCQPqzOsEMbzvkfrJE1YuDQapiLrSi/",
+	"lbxFoNQL8+uA3Q9th7aX5LUvt9FhODv4M5Hg4tnEUWHU+yzD5fNVxc/PxyncpReaFExxmfEU0EUwrV3V",
+	"cQvx2M+ADwz3EE677iydIvl97/se7Jv7gj+oHmWJ1bjc3/7LkTpDbOUhx40UZezmYS86XE/8ceZLbW6c",
+	"8wLuwgFrPoyCHTyWR7x2am1I7DwE94O9IjJSaicmmtEYbRH//wUAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

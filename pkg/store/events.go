@@ -35,18 +35,22 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 		return fmt.Errorf("event data: %w", err)
 	}
 	e.Data = raw
-	if s.events != nil {
-		*s.events = append(*s.events, e)
-		return nil
+	if s.events == nil {
+		// Outside a transaction: one of its own, which announces it.
+		return s.InTx(ctx, func(tx *Store) error { return tx.eventFull(ctx, e, data) })
 	}
-	return mapErr(s.q(ctx).Create(&e).Error)
+	*s.events = append(*s.events, e)
+	return nil
 }
 
 // flushEvents inserts the transaction's buffered events in one statement,
-// in the order they were written.
+// in the order they were written, after announceEvents.
 func (s *Store) flushEvents(ctx context.Context) error {
 	if s.events == nil || len(*s.events) == 0 {
 		return nil
+	}
+	if err := s.announceEvents(ctx, *s.events); err != nil {
+		return err
 	}
 	err := s.q(ctx).Create(s.events).Error
 	*s.events = nil

@@ -225,16 +225,16 @@ type Worker struct {
 
 // RunEvent is a row of run_events, the append-only audit trail.
 type RunEvent struct {
-	ID         int64 `gorm:"primaryKey"`
-	Project    string
-	Domain     string
-	RunName    string
-	ActionName *string
-	TaskID     *int64
-	AttemptID  *int64
-	Type       string
-	Data       datatypes.JSON
-	CreatedAt  time.Time
+	ID         int64          `gorm:"primaryKey" json:"id"`
+	Project    string         `json:"project"`
+	Domain     string         `json:"domain"`
+	RunName    string         `json:"run_name"`
+	ActionName *string        `json:"action_name"`
+	TaskID     *int64         `json:"task_id"`
+	AttemptID  *int64         `json:"attempt_id"`
+	Type       string         `json:"type"`
+	Data       datatypes.JSON `json:"data"`
+	CreatedAt  time.Time      `json:"created_at"`
 }
 
 // decodeRows decodes JSON Postgres built from rows (row_to_json, json_agg)

@@ -87,13 +87,30 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // InTx runs fn in one transaction; fn's Store issues every query in it.
 // The run_events rows fn writes are inserted together when fn returns nil.
+// Called on a transaction's Store, it runs fn in a savepoint whose rows join
+// the transaction's (dropped when fn fails): they are inserted, under the
+// feed lock, only at the outer commit, so the lock stays the last one taken.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+	if s.events != nil {
+		n := len(*s.events)
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{db: tx, events: s.events}) })
+		if err != nil {
+			*s.events = (*s.events)[:n]
+		}
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		ts := &Store{db: tx, events: new([]RunEvent)}
 		if err := fn(ts); err != nil {
 			return err
 		}
-		return ts.flushEvents(ctx)
+		if err := ts.flushEvents(ctx); err != nil {
+			return err
+		}
+		if beforeCommit != nil {
+			beforeCommit(ctx)
+		}
+		return nil
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
+	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/server"
 )
 
@@ -34,8 +35,11 @@ func run(cfg config, log *slog.Logger) error {
 		return migrate(cfg, log)
 	}
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
+		// One LISTEN connection for every event stream of this process.
+		hub := feed.New(cfg.DatabaseURL, 0, log)
+		go func() { _ = hub.Run(ctx) }()
 		e := server.New(server.Deps{Store: deps.Store, Enqueuer: queue.NewEnqueuer(deps.Client, log),
-			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done()}, cfg.server())
+			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Feed: hub}, cfg.server())
 		srv, err := svc.Listen(cfg.Addr, e)
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)

@@ -24,9 +24,9 @@ type Config struct {
 	// bytes: past it the oldest chunks are dropped, a marker in their place.
 	// Default 10 MiB (10485760).
 	LogMaxBytes int64
-	// LogFollowMax bounds one logs?follow=true stream: past it the stream
-	// ends without an `end` event and the client reconnects with
-	// Last-Event-ID. Default 1h.
+	// LogFollowMax bounds one logs?follow=true stream, and one event
+	// stream: past it the stream ends without an `end` event and the client
+	// reconnects with Last-Event-ID. Default 1h.
 	LogFollowMax time.Duration
 }
 

@@ -120,7 +120,10 @@ func newFuzzFixture(t *testing.T) *fuzzFixture {
 	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: log, Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }}, Config{})
+		Ready: func(context.Context) error { return nil }},
+		// An event stream lasts until its run ends or LogFollowMax:
+		// events_test.go covers them; here they end soon.
+		Config{LogFollowMax: 300 * time.Millisecond})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &fuzzFixture{srv: srv, store: st, db: db}

@@ -59,15 +59,25 @@ func (h *Handlers) newLogStream(ctx context.Context, attempt int64) *logStream {
 // VisitGetAttemptLogsResponse writes the stream; it returns nil once the
 // stream ended, however it ended (the response is committed by then).
 func (s *logStream) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+	send, done := startEventStream(w)
+	defer done()
+	if err := s.follow(send); err != nil && s.ctx.Err() == nil {
+		s.log.Warn("log stream ended", "attempt_id", s.attempt, "err", err)
+	}
+	return nil
+}
+
+// startEventStream commits w as a text/event-stream response and returns
+// send, which writes text and flushes it (failing when the client does not
+// take it within logWriteTimeout), and done, to call when the stream ends.
+func startEventStream(w http.ResponseWriter) (send func(text string) error, done func()) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	// The connection may serve further requests: leave it no deadline.
-	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
-	send := func(text string) error {
+	send = func(text string) error {
 		if err := rc.SetWriteDeadline(time.Now().Add(logWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
 		}
@@ -76,10 +86,8 @@ func (s *logStream) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
 		}
 		return rc.Flush()
 	}
-	if err := s.follow(send); err != nil && s.ctx.Err() == nil {
-		s.log.Warn("log stream ended", "attempt_id", s.attempt, "err", err)
-	}
-	return nil
+	// The connection may serve further requests: leave it no deadline.
+	return send, func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
 
 // follow polls for chunks and sends them until the attempt ended and all

@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -32,6 +33,9 @@ type Deps struct {
 	// logs?follow=true streams (their clients reconnect elsewhere) so that
 	// they do not hold the graceful shutdown. Nil: never.
 	Stopping <-chan struct{}
+	// Feed wakes the event streams when run_events grow; its Run must be
+	// running. Nil: a hub that never listens (streams re-read every 15 s).
+	Feed *feed.Hub
 }
 
 // Handlers implements api.StrictServerInterface.
@@ -42,6 +46,8 @@ type Handlers struct {
 	cfg   Config
 	// stopping ends follow streams (Deps.Stopping).
 	stopping <-chan struct{}
+	// feed wakes event streams (Deps.Feed).
+	feed *feed.Hub
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -74,7 +80,10 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
 
-	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping}
+	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed}
+	if h.feed == nil {
+		h.feed = feed.New("", 0, d.Log)
+	}
 	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
 }

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/capstan-run/capstan/pkg/api"
+)
+
+// followEvents reads an event stream — run's when run is not "", else the
+// project/domain's — and calls fn with each event (`end` included) until
+// fn returns true or the run's stream ends (nil). A stream that closes
+// early is resumed with Last-Event-ID. Errors: the API's answer when it is
+// not a stream (a problemError), a transport error on connecting, ctx's.
+func followEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run string,
+	fn func(sseEvent) (stop bool)) error {
+	last := ""
+	for {
+		resp, err := openEvents(ctx, c, g, run, last)
+		if err != nil {
+			return err
+		}
+		done := false
+		_ = readEvents(resp.Body, func(ev sseEvent) bool {
+			last = nonEmpty(ev.id, last)
+			done = fn(ev) || ev.name == "end"
+			return done
+		})
+		resp.Body.Close()
+		if done {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// openEvents opens the stream after the event id last ("": from the
+// start).
+func openEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run, last string) (*http.Response, error) {
+	editor := func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Accept", "text/event-stream")
+		return nil
+	}
+	var lastID *string
+	if last != "" {
+		lastID = &last
+	}
+	var resp *http.Response
+	var err error
+	if run != "" {
+		resp, err = c.WatchRunEvents(ctx, g.project, g.domain, run, &api.WatchRunEventsParams{LastEventID: lastID}, editor)
+	} else {
+		resp, err = c.WatchEvents(ctx, g.project, g.domain, &api.WatchEventsParams{LastEventID: lastID}, editor)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, apiError(resp.StatusCode, body)
+	}
+	return resp, nil
+}
+
+// decodeEvent decodes the RunEvent of ev.
+func decodeEvent(ev sseEvent, e *api.RunEvent) error { return json.Unmarshal([]byte(ev.data), e) }

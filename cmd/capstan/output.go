@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats of -o.
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outYAML  = "yaml"
+)
+
+// checkOutput refuses an unknown -o value.
+func checkOutput(o string) error {
+	switch o {
+	case outTable, outJSON, outYAML:
+		return nil
+	}
+	return usagef("-o %q: want table, json or yaml", o)
+}
+
+// printOut writes v to w as g's -o asks: indented JSON, YAML, or the table
+// that table writes (through a tabwriter that it need not flush).
+func (g *globals) printOut(w io.Writer, v any, table func(w io.Writer)) error {
+	switch g.output {
+	case outJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case outYAML:
+		raw, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(raw)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// printLine writes v as one line of JSON (-o json, for a stream of
+// values), as a YAML document (-o yaml), or line as it is (table).
+func (g *globals) printLine(w io.Writer, v any, line string) error {
+	switch g.output {
+	case outJSON:
+		return json.NewEncoder(w).Encode(v)
+	case outYAML:
+		raw, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "---\n%s", raw)
+		return err
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
+}

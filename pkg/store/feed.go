@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/jackc/pgx/v5"
+)
+
+// The run_events feed: watchers read rows by id after the last they saw and
+// wait for a NOTIFY on EventsChannel between reads.
+//
+// Ids come from a sequence, drawn when a row is inserted, and concurrent
+// transactions could commit them out of order: a watcher that read id 11
+// before id 10 committed would never see 10. So a transaction takes a
+// transaction-scoped advisory lock per project/domain before it inserts
+// run_events rows, and holds it to its commit: within a project/domain the
+// ids commit in order, and a read of "id > last" never skips a row. The
+// insert is a transaction's last statement, so the lock is the last one it
+// takes (docs/design-notes.md, "Lock order") and is held only through
+// the insert and the commit.
+
+// beforeCommit, set by tests only, runs in InTx between the insert of the
+// events and the commit.
+var beforeCommit func(ctx context.Context)
+
+// EventsChannel is the Postgres NOTIFY channel of new run_events rows. Each
+// transaction that inserts rows sends, at its commit, one notification per
+// run it wrote about, its payload the JSON EventNotice of the run.
+const EventsChannel = "capstan_run_events"
+
+// EventNotice is the payload of a notification on EventsChannel: the run
+// whose run_events grew.
+type EventNotice struct {
+	Project string `json:"p"`
+	Domain  string `json:"d"`
+	Run     string `json:"r"`
+}
+
+// EventFilter selects the run_events rows of one project/domain and, when
+// Run is not "", of one run of it.
+type EventFilter struct {
+	Project, Domain, Run string
+}
+
+// EventsAfter returns f's rows with id > after, in id order, at most limit
+// (1..1000).
+func (s *Store) EventsAfter(ctx context.Context, f EventFilter, after int64, limit int) ([]RunEvent, error) {
+	q := s.q(ctx).Where("project = ? AND domain = ? AND id > ?", f.Project, f.Domain, after)
+	if f.Run != "" {
+		q = q.Where("run_name = ?", f.Run)
+	}
+	var rows []RunEvent
+	err := q.Order("id").Limit(min(max(limit, 1), 1000)).Find(&rows).Error
+	return rows, mapErr(err)
+}
+
+// RunEventsAfter returns the phase of key's run and its rows with id >
+// after, in id order, at most limit (1..1000), read in one statement: when
+// the phase is terminal, the rows hold the event its change wrote (if it was
+// after `after`). Errors: ErrNotFound.
+func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int64, limit int) (domain.Phase, []RunEvent, error) {
+	var row struct {
+		Phase  *string
+		Events []byte
+	}
+	err := s.q(ctx).Raw(`SELECT (SELECT phase FROM runs WHERE project = @p AND domain = @d AND name = @r) AS phase,
+		(SELECT coalesce(json_agg(e ORDER BY e.id), '[]') FROM (SELECT * FROM run_events
+		  WHERE project = @p AND domain = @d AND run_name = @r AND id > @after ORDER BY id LIMIT @limit) e) AS events`,
+		map[string]any{"p": key.Project, "d": key.Domain, "r": key.Run, "after": after,
+			"limit": min(max(limit, 1), 1000)}).Scan(&row).Error
+	if err != nil {
+		return "", nil, mapErr(err)
+	}
+	if row.Phase == nil {
+		return "", nil, ErrNotFound
+	}
+	var events []RunEvent
+	if err := decodeRows(row.Events, &events); err != nil {
+		return "", nil, fmt.Errorf("decode run_events: %w", err)
+	}
+	return domain.Phase(*row.Phase), events, nil
+}
+
+// RunPhase returns the phase of key's run. Errors: ErrNotFound.
+func (s *Store) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, error) {
+	var phase string
+	err := s.q(ctx).Model(&Run{}).Select("phase").
+		Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&phase).Error
+	return domain.Phase(phase), mapErr(err)
+}
+
+// announceEvents, in the transaction that inserts events, takes the
+// per-project/domain feed locks (in key order) and queues one notification
+// per run for its commit.
+func (s *Store) announceEvents(ctx context.Context, events []RunEvent) error {
+	var scopes, runs []string
+	for _, e := range events {
+		scopes = append(scopes, e.Project+"/"+e.Domain)
+		n, err := json.Marshal(EventNotice{Project: e.Project, Domain: e.Domain, Run: e.RunName})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, string(n))
+	}
+	slices.Sort(scopes)
+	slices.Sort(runs)
+	for _, scope := range slices.Compact(scopes) {
+		if err := s.q(ctx).Exec("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", "run_events:"+scope).Error; err != nil {
+			return mapErr(err)
+		}
+	}
+	for _, n := range slices.Compact(runs) {
+		if err := s.q(ctx).Exec("SELECT pg_notify(?, ?)", EventsChannel, n).Error; err != nil {
+			return mapErr(err)
+		}
+	}
+	return nil
+}
+
+// ListenEvents holds one connection to dsn LISTENing on EventsChannel until
+// ctx ends: it calls notice for each notification, and connected each time
+// the LISTEN is in place (first and after every reconnection; notifications
+// sent while it was away are lost, so the caller re-reads then). When the
+// connection fails it calls lost with the error and dials again after
+// retry (at least 10 ms). It returns ctx's error.
+func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connected func(), lost func(error),
+	notice func(EventNotice)) error {
+	retry = max(retry, 10*time.Millisecond)
+	for {
+		err := listenOnce(ctx, dsn, connected, notice)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		lost(err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retry):
+		}
+	}
+}
+
+// listenOnce LISTENs on one connection until it fails or ctx ends.
+func listenOnce(ctx context.Context, dsn string, connected func(), notice func(EventNotice)) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{EventsChannel}.Sanitize()); err != nil {
+		return err
+	}
+	connected()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var en EventNotice
+		if err := json.Unmarshal([]byte(n.Payload), &en); err != nil {
+			return errors.Join(fmt.Errorf("event notice %q", n.Payload), err)
+		}
+		notice(en)
+	}
+}

@@ -1,0 +1,81 @@
+package feed
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+)
+
+// signalled requires w to be signalled within 10 s.
+func signalled(t *testing.T, w *Watcher, msg string) {
+	t.Helper()
+	select {
+	case <-w.C:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no signal: "+msg)
+	}
+}
+
+// quiet requires w to hold no signal.
+func quiet(t *testing.T, w *Watcher, msg string) {
+	t.Helper()
+	select {
+	case <-w.C:
+		require.FailNow(t, "a signal: "+msg)
+	default:
+	}
+}
+
+// A commit signals the watchers of its run and of its project/domain, not
+// the others'; a listener whose connection is lost reconnects and signals
+// every watcher; Stop unsubscribes.
+func TestHubSignalsWatchersAndReconnects(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+
+	h := New(url, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+	run := h.Watch(store.EventFilter{Project: "p", Domain: "d", Run: "r"})
+	scope := h.Watch(store.EventFilter{Project: "p", Domain: "d"})
+	other := h.Watch(store.EventFilter{Project: "p", Domain: "d", Run: "other"})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- h.Run(ctx) }()
+	// The first LISTEN signals everyone: drain it.
+	for _, w := range []*Watcher{run, scope, other} {
+		signalled(t, w, "the first connection")
+	}
+
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Command: "true"}}}
+	spec.Normalize()
+	_, _, err = st.CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: "r"}, Spec: spec})
+	require.NoError(t, err)
+	signalled(t, run, "the run's watcher")
+	signalled(t, scope, "the project's watcher")
+	quiet(t, other, "another run's watcher")
+
+	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
+	require.NoError(t, err)
+	signalled(t, other, "a reconnection wakes every watcher")
+
+	h.Stop(run)
+	h.Stop(scope)
+	h.Stop(other)
+	require.Zero(t, h.Watchers())
+	cancel()
+	require.NoError(t, <-stopped)
+}
