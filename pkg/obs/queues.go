@@ -1,0 +1,93 @@
+package obs
+
+import (
+	"cmp"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// QueueInspector reads asynq's queues; *asynq.Inspector is one.
+type QueueInspector interface {
+	Queues() ([]string, error)
+	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
+}
+
+var _ QueueInspector = (*asynq.Inspector)(nil)
+
+// QueueCollector exports capstan_queue_tasks{queue,state} (pending, active,
+// scheduled, retry, archived, completed) and capstan_queue_latency_seconds
+// {queue} (the age of the oldest pending task) of every asynq queue, read
+// from the asynq inspector at most once per refresh interval, like
+// StateCollector. A queue whose read fails is left out of that refresh.
+type QueueCollector struct {
+	in      QueueInspector
+	refresh time.Duration
+	log     *slog.Logger
+
+	tasks, latency *prometheus.Desc
+
+	mu   sync.Mutex
+	at   time.Time
+	last []*asynq.QueueInfo
+}
+
+var _ prometheus.Collector = (*QueueCollector)(nil)
+
+// NewQueueCollector returns a collector over in that refreshes at most
+// every refresh (0: DefaultRefresh).
+func NewQueueCollector(in QueueInspector, refresh time.Duration, log *slog.Logger) *QueueCollector {
+	return &QueueCollector{in: in, refresh: cmp.Or(refresh, DefaultRefresh), log: log,
+		tasks: prometheus.NewDesc("capstan_queue_tasks", "Tasks in each asynq queue by state.",
+			[]string{"queue", "state"}, nil),
+		latency: prometheus.NewDesc("capstan_queue_latency_seconds",
+			"Age in seconds of the oldest pending task of each asynq queue (0 when none is pending).",
+			[]string{"queue"}, nil),
+	}
+}
+
+// Describe sends the two descriptors.
+func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.tasks
+	ch <- c.latency
+}
+
+// Collect sends every queue's counts and latency.
+func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.infos() {
+		for state, n := range map[string]int{"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled,
+			"retry": q.Retry, "archived": q.Archived, "completed": q.Completed} {
+			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(n), q.Queue, state)
+		}
+		ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, q.Latency.Seconds(), q.Queue)
+	}
+}
+
+// infos returns the cached queue infos, refreshed when they are stale.
+func (c *QueueCollector) infos() []*asynq.QueueInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < c.refresh {
+		return c.last
+	}
+	c.at = time.Now()
+	names, err := c.in.Queues()
+	if err != nil {
+		c.log.Warn("queue metrics not refreshed", "err", err)
+		return c.last
+	}
+	infos := make([]*asynq.QueueInfo, 0, len(names))
+	for _, name := range names {
+		info, err := c.in.GetQueueInfo(name)
+		if err != nil {
+			c.log.Debug("queue not read", "queue", name, "err", err)
+			continue
+		}
+		infos = append(infos, info)
+	}
+	c.last = infos
+	return infos
+}
