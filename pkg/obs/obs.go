@@ -1,7 +1,7 @@
-// Package obs holds what Capstan's services are watched with: Prometheus
-// collectors that read Postgres and asynq at most once per refresh interval
-// (never once per scrape), the payload size histogram, and OpenTelemetry
-// tracing (set up from the environment, carried through asynq task headers).
+// Package obs holds what Capstan's services are watched with, apart from
+// the store: the payload size histogram, and OpenTelemetry tracing (set up
+// from the environment, carried through asynq task headers). Package
+// gauges holds the collectors over Postgres and asynq.
 package obs
 
 import "github.com/prometheus/client_golang/prometheus"

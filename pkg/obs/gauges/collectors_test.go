@@ -1,4 +1,4 @@
-package obs_test
+package gauges_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
+	"github.com/capstan-run/capstan/pkg/obs/gauges"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -29,7 +30,7 @@ func TestStateCollectorCountsOncePerRefresh(t *testing.T) {
 	require.NoError(t, err)
 	storetest.StartSteps(t, st, key, "s")
 
-	c := obs.NewStateCollector(st, time.Hour, slog.New(slog.DiscardHandler))
+	c := gauges.NewStateCollector(st, time.Hour, slog.New(slog.DiscardHandler))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	for range 5 { // five scrapes, one count
@@ -58,7 +59,7 @@ capstan_tasks_active{state="WORKER_FAILED"} 0
 
 func TestStateCollectorRefreshesWhenStale(t *testing.T) {
 	t.Parallel()
-	c := obs.NewStateCollector(storetest.New(t), time.Nanosecond, slog.New(slog.DiscardHandler))
+	c := gauges.NewStateCollector(storetest.New(t), time.Nanosecond, slog.New(slog.DiscardHandler))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	for range 3 {
@@ -79,7 +80,7 @@ func TestQueueCollectorReadsEachQueue(t *testing.T) {
 	t.Cleanup(func() { _ = in.Close() })
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(obs.NewQueueCollector(in, time.Hour, slog.New(slog.DiscardHandler)))
+	reg.MustRegister(gauges.NewQueueCollector(in, time.Hour, slog.New(slog.DiscardHandler)))
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	got := map[string]float64{}

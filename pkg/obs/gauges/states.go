@@ -1,4 +1,7 @@
-package obs
+// Package gauges holds Prometheus collectors that read Postgres and asynq
+// at most once per refresh interval, never once per scrape: the state
+// counts (actions, tasks, workers) and the asynq queues.
+package gauges
 
 import (
 	"cmp"
