@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
 	"github.com/capstan-run/capstan/services/api/internal/server"
+	"github.com/hibiken/asynqmon"
 )
 
 // service names the api in its logs.
@@ -34,8 +35,15 @@ func run(cfg config, log *slog.Logger) error {
 		return migrate(cfg, log)
 	}
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
+		stopTracing, err := svc.StartTracing(ctx, service, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		queues := asynqmon.New(asynqmon.Options{RootPath: server.QueuesPath, RedisConnOpt: cfg.Redis()})
+		defer queues.Close()
 		e := server.New(server.Deps{Store: deps.Store, Enqueuer: queue.NewEnqueuer(deps.Client, log),
-			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done()}, cfg.server())
+			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Queues: queues}, cfg.server())
 		srv, err := svc.Listen(cfg.Addr, e)
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"math"
+	"time"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -74,6 +76,9 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
 			apiProblem(http.StatusBadRequest, problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...))}, nil
 	}
+	if b.Outputs != nil {
+		h.metrics.payloads.Observe(obs.KindOutputs, outputsSize(*b.Outputs))
+	}
 	res, err := h.store.ReportAttempt(ctx, int64(req.Id), toReport(state, b))
 	p, ok := problemFor(err, subject{kind: "attempt", state: state.String()})
 	switch {
@@ -83,6 +88,9 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		return api.ReportAttempt409ApplicationProblemPlusJSONResponse(p), nil
 	case err != nil:
 		return nil, err
+	}
+	if state == domain.TaskRunning && res.Proceed {
+		h.metrics.observeDispatch(res.Task, res.Attempt, time.Now())
 	}
 	if res.Evaluate {
 		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {

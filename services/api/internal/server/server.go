@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -32,7 +33,13 @@ type Deps struct {
 	// logs?follow=true streams (their clients reconnect elsewhere) so that
 	// they do not hold the graceful shutdown. Nil: never.
 	Stopping <-chan struct{}
+	// Queues, when set, is the asynq queue UI (asynqmon, rooted at
+	// QueuesPath), served under QueuesPath. Nil: not served.
+	Queues http.Handler
 }
+
+// QueuesPath is where the asynq queue UI is served.
+const QueuesPath = "/queues"
 
 // Handlers implements api.StrictServerInterface.
 type Handlers struct {
@@ -42,6 +49,8 @@ type Handlers struct {
 	cfg   Config
 	// stopping ends follow streams (Deps.Stopping).
 	stopping <-chan struct{}
+	// metrics observes payload sizes and dispatch latency.
+	metrics *metrics
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -59,7 +68,10 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
-	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
+	if d.Enqueuer != nil && d.Enqueuer.Payloads == nil {
+		d.Enqueuer.Payloads = m.payloads // the api's queue payloads on its one histogram
+	}
+	e.Use(middleware.Recover(), otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
 		validator())
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
@@ -73,8 +85,12 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
+	if d.Queues != nil {
+		e.Any(QueuesPath, echo.WrapHandler(d.Queues))
+		e.Any(QueuesPath+"/*", echo.WrapHandler(d.Queues))
+	}
 
-	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping}
+	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, metrics: m}
 	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
 }
