@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 	"math"
-	"time"
 	"net/http"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
