@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"cmp"
 	"context"
 	"errors"
@@ -71,7 +72,8 @@ func NewClient(baseURL string, cfg ClientConfig, log *slog.Logger) (*Client, err
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 10*time.Second)
 	cfg.ReportTimeout = cmp.Or(cfg.ReportTimeout, time.Minute)
 	cfg.ReportBackoff = cmp.Or(cfg.ReportBackoff, 100*time.Millisecond)
-	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout}))
+	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout,
+		Transport: otelhttp.NewTransport(http.DefaultTransport)})) // requests carry the trace context
 	if err != nil {
 		return nil, fmt.Errorf("api client: %w", err)
 	}
