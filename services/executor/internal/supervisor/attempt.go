@@ -1,8 +1,8 @@
 package supervisor
 
 import (
-	"go.opentelemetry.io/otel/trace"
 	"context"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 
 	"github.com/capstan-run/capstan/pkg/api"

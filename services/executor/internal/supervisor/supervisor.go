@@ -5,11 +5,11 @@
 package supervisor
 
 import (
-	"go.opentelemetry.io/otel/trace"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"path/filepath"
 	"slices"
