@@ -94,7 +94,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	}
 	if res.Evaluate {
 		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {
-			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt", req.Id, "err", err)
+			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt_id", req.Id, "err", err)
 		}
 	}
 	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
