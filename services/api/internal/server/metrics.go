@@ -67,11 +67,11 @@ func (m *metrics) observeDispatch(t store.Task, prev store.Attempt, now time.Tim
 }
 
 // untraced reports whether a request gets no span: the probes, /metrics,
-// and the dashboard's and queue UI's assets.
+// the profiler, and the dashboard's and queue UI's assets.
 func untraced(c echo.Context) bool {
 	p := c.Request().URL.Path
 	return p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/" ||
-		strings.HasPrefix(p, "/ui") || strings.HasPrefix(p, QueuesPath)
+		strings.HasPrefix(p, "/ui") || strings.HasPrefix(p, QueuesPath) || strings.HasPrefix(p, PprofPath)
 }
 
 func (m *metrics) middleware() echo.MiddlewareFunc {

@@ -52,6 +52,7 @@ func TestMetricsPayloadsDispatchAndQueueUI(t *testing.T) {
 		require.Contains(t, metrics, want)
 	}
 	require.Equal(t, "queues /queues/", get(t, srv.URL+"/queues/"))
+	require.Contains(t, get(t, srv.URL+"/debug/pprof/"), "goroutine")
 }
 
 func get(t *testing.T, url string) string {

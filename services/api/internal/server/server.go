@@ -1,6 +1,7 @@
 // Package server is the api's HTTP layer: the echo strict server generated
 // from openapi/capstan.yaml, request validation against that spec, problem+json
-// errors, health, metrics and the dashboard.
+// errors, health, metrics, traces, the dashboard, and for operators the asynq
+// queue UI (/queues/) and Go's profiler (/debug/pprof/).
 package server
 
 import (
@@ -13,6 +14,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -38,8 +40,11 @@ type Deps struct {
 	Queues http.Handler
 }
 
-// QueuesPath is where the asynq queue UI is served.
-const QueuesPath = "/queues"
+// Operator paths: the asynq queue UI and Go's profiler.
+const (
+	QueuesPath = "/queues"
+	PprofPath  = "/debug/pprof"
+)
 
 // Handlers implements api.StrictServerInterface.
 type Handlers struct {
@@ -85,6 +90,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
+	e.GET(PprofPath+"/*", echo.WrapHandler(svc.PprofHandler()))
 	if d.Queues != nil {
 		e.Any(QueuesPath, echo.WrapHandler(d.Queues))
 		e.Any(QueuesPath+"/*", echo.WrapHandler(d.Queues))
