@@ -58,6 +58,11 @@ func TestMetricsOfEveryService(t *testing.T) {
 		}
 	}
 
+	for _, page := range []string{"/queues/", "/debug/pprof/"} { // the operator pages on the api
+		status, body := scrape(t, s.APIURL+page)
+		require.Equal(t, http.StatusOK, status, "%s: %s", page, body)
+	}
+
 	// The scheduler's gauges come from a grouped count at most 200ms old.
 	s.Eventually(10*time.Second, "scheduler counts the run's actions", func() bool {
 		return value(t, services["scheduler"], `capstan_actions_active{phase="SUCCEEDED"}`) >= observedSteps

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func (r *otlpReceiver) traceOf(service, name string) string {
 // TestOneTraceFromAPIToExecutor: the real services export to an OTLP
 // receiver; the run's create request, the scheduler's handling of it and
 // the placement of its attempts, and the executor's run of them are spans
-// of one trace.
+// of one trace; so are an abort request and its delivery.
 func TestOneTraceFromAPIToExecutor(t *testing.T) {
 	rcv := &otlpReceiver{}
 	srv := httptest.NewServer(rcv)
@@ -118,4 +119,20 @@ func TestOneTraceFromAPIToExecutor(t *testing.T) {
 	require.Contains(t, got["capstan-scheduler"], "dispatch attempt")
 	require.Contains(t, got["capstan-executor"], "asynq attempt:run")
 	require.Contains(t, got["capstan-api"], "POST /v1/attempts/:id/report", "the executor's reports continue it")
+
+	// An abort's trace: the api's request and the reconciler's delivery
+	// (whose call to the executor joins it too, unless the executor's
+	// heartbeat learnt of the abort first and the call finds it gone).
+	require.NoError(t, yaml.UnmarshalStrict([]byte(`steps: [{name: sleep, command: "sleep 600"}]`), &spec))
+	long := create(t, s, spec)
+	waitStep(t, s, long, "sleep", 30*time.Second, api.PhaseRUNNING)
+	abortRun(t, s, long, "trace it")
+	waitOutcome(t, s, long, 30*time.Second, "delivered")
+	s.Eventually(10*time.Second, "the abort request's span", func() bool {
+		id = rcv.traceOf("capstan-api", "POST /v1/projects/:project/domains/:domain/runs/:run/abort")
+		return id != ""
+	})
+	s.Eventually(10*time.Second, "the reconciler's span in the abort's trace", func() bool {
+		return slices.Contains(rcv.services(id)["capstan-abort-reconciler"], "asynq action:abort")
+	})
 }
