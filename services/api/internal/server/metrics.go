@@ -67,10 +67,11 @@ func (m *metrics) observeDispatch(t store.Task, prev store.Attempt, now time.Tim
 }
 
 // untraced reports whether a request gets no span: the probes, /metrics,
-// the profiler, and the dashboard's and queue UI's assets.
+// the profiler, the dashboard's and queue UI's assets, and the executors'
+// heartbeats (a new trace every second from every executor, about no run).
 func untraced(c echo.Context) bool {
 	p := c.Request().URL.Path
-	return p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/" ||
+	return c.Path() == "/v1/workers/:id/heartbeat" || p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/" ||
 		strings.HasPrefix(p, "/ui") || strings.HasPrefix(p, QueuesPath) || strings.HasPrefix(p, PprofPath)
 }
 
