@@ -76,6 +76,10 @@ func TestQueueCollectorReadsEachQueue(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	_, err := client.Enqueue(queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r"}))
 	require.NoError(t, err)
+	for _, w := range []string{"w1", "w2"} {
+		_, err = client.Enqueue(queue.NewAttemptRunTask(w, 1))
+		require.NoError(t, err)
+	}
 	in := asynq.NewInspector(opt)
 	t.Cleanup(func() { _ = in.Close() })
 
@@ -95,6 +99,8 @@ func TestQueueCollectorReadsEachQueue(t *testing.T) {
 	}
 	require.Equal(t, 1.0, got["capstan_queue_tasks,scheduler,pending"], "%v", got)
 	require.Contains(t, got, "capstan_queue_latency_seconds,scheduler")
+	require.Equal(t, 2.0, got["capstan_queue_tasks,worker,pending"], "the worker queues summed: %v", got)
+	require.NotContains(t, got, "capstan_queue_tasks,worker:w1,pending")
 }
 
 func TestPayloadSizes(t *testing.T) {

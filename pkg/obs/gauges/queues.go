@@ -3,6 +3,7 @@ package gauges
 import (
 	"cmp"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,10 @@ var _ QueueInspector = (*asynq.Inspector)(nil)
 // scheduled, retry, archived, completed) and capstan_queue_latency_seconds
 // {queue} (the age of the oldest pending task) of every asynq queue, read
 // from the asynq inspector at most once per refresh interval, like
-// StateCollector. A queue whose read fails is left out of that refresh.
+// StateCollector. The executors' queues (worker:<id>, a new one each time
+// an executor registers) are summed under queue="worker", their latency
+// the largest, so the series stay bounded. A queue whose read fails is left
+// out of that refresh.
 type QueueCollector struct {
 	in      QueueInspector
 	refresh time.Duration
@@ -57,13 +61,38 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends every queue's counts and latency.
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, q := range c.infos() {
+	for name, q := range group(c.infos()) {
 		for state, n := range map[string]int{"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled,
 			"retry": q.Retry, "archived": q.Archived, "completed": q.Completed} {
-			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(n), q.Queue, state)
+			ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(n), name, state)
 		}
-		ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, q.Latency.Seconds(), q.Queue)
+		ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, q.Latency.Seconds(), name)
 	}
+}
+
+// workerQueues is the label of the executors' queues, summed.
+const workerQueues = "worker"
+
+// group returns the queues by label: each by its name, the worker:<id>
+// queues together under "worker" (counts summed, latency the largest).
+func group(infos []*asynq.QueueInfo) map[string]asynq.QueueInfo {
+	out := make(map[string]asynq.QueueInfo, len(infos))
+	for _, q := range infos {
+		name := q.Queue
+		if strings.HasPrefix(name, workerQueues+":") {
+			name = workerQueues
+		}
+		g := out[name]
+		g.Pending += q.Pending
+		g.Active += q.Active
+		g.Scheduled += q.Scheduled
+		g.Retry += q.Retry
+		g.Archived += q.Archived
+		g.Completed += q.Completed
+		g.Latency = max(g.Latency, q.Latency)
+		out[name] = g
+	}
+	return out
 }
 
 // infos returns the cached queue infos, refreshed when they are stale.
