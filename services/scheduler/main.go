@@ -42,9 +42,10 @@ func run(cfg config, log *slog.Logger) error {
 		if enq.Payloads, err = obs.NewPayloadSizes(deps.Registry); err != nil {
 			return err
 		}
-		deps.Registry.MustRegister(gauges.NewStateCollector(deps.Store, cfg.MetricsRefresh, log),
-			gauges.NewQueueCollector(deps.Inspector, cfg.MetricsRefresh, log))
 		sched := scheduler.New(deps.Store, enq, log, deps.Registry, cfg.scheduler(deps.Inspector))
+		// The leader counts; a sum over the replicas stays right.
+		deps.Registry.MustRegister(gauges.NewStateCollector(deps.Store, cfg.MetricsRefresh, log).When(sched.IsLeader),
+			gauges.NewQueueCollector(deps.Inspector, cfg.MetricsRefresh, log).When(sched.IsLeader))
 		consumer := asynq.NewServer(cfg.Redis(), cfg.consumer(ctx, log))
 		mux := asynq.NewServeMux()
 		sched.Register(mux)

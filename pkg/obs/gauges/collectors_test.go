@@ -114,3 +114,20 @@ func TestPayloadSizes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 }
+
+func TestCollectorsExportOnlyWhenActive(t *testing.T) {
+	t.Parallel()
+	active := false
+	c := gauges.NewStateCollector(storetest.New(t), time.Hour, slog.New(slog.DiscardHandler)).
+		When(func() bool { return active })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, c.Refreshes(), "an inactive collector counts nothing")
+	active = true
+	n, err = testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Positive(t, n)
+}

@@ -34,6 +34,10 @@ type QueueCollector struct {
 
 	tasks, latency *prometheus.Desc
 
+	// when, if set, gates the collector: it exports nothing while when
+	// returns false (see When).
+	when func() bool
+
 	mu   sync.Mutex
 	at   time.Time
 	last []*asynq.QueueInfo
@@ -61,6 +65,9 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends every queue's counts and latency.
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.when != nil && !c.when() {
+		return
+	}
 	for name, q := range group(c.infos()) {
 		for state, n := range map[string]int{"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled,
 			"retry": q.Retry, "archived": q.Archived, "completed": q.Completed} {
@@ -119,4 +126,12 @@ func (c *QueueCollector) infos() []*asynq.QueueInfo {
 	}
 	c.last = infos
 	return infos
+}
+
+// When makes the collector export (and so count) only while active
+// returns true, e.g. only on the scheduling leader, so that replicas do not
+// repeat the count and a sum over them stays right. It returns c.
+func (c *QueueCollector) When(active func() bool) *QueueCollector {
+	c.when = active
+	return c
 }

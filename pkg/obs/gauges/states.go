@@ -45,6 +45,10 @@ type StateCollector struct {
 
 	actions, tasks, workers *prometheus.Desc
 
+	// when, if set, gates the collector: it exports nothing while when
+	// returns false (see When).
+	when func() bool
+
 	mu   sync.Mutex
 	at   time.Time
 	last store.StateCounts
@@ -77,6 +81,9 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends the counts, refreshing them first when they are older than
 // the refresh interval.
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.when != nil && !c.when() {
+		return
+	}
 	counts := c.counts()
 	for _, p := range allPhases {
 		ch <- prometheus.MustNewConstMetric(c.actions, prometheus.GaugeValue, float64(counts.Actions[string(p)]), string(p))
@@ -119,4 +126,12 @@ func (c *StateCollector) Refreshes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.refreshes
+}
+
+// When makes the collector export (and so count) only while active
+// returns true, e.g. only on the scheduling leader, so that replicas do not
+// repeat the count and a sum over them stays right. It returns c.
+func (c *StateCollector) When(active func() bool) *StateCollector {
+	c.when = active
+	return c
 }
