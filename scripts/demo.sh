@@ -57,4 +57,9 @@ echo "the second run's count step is a cache HIT: it ran no task. The entries:"
 curl -fsS "$CAPSTAN_API_URL/v1/projects/demo/domains/dev/cache"; echo
 
 echo
+echo "== 5. what the scheduler's /metrics show (counted at most every 10s: CAPSTAN_METRICS_REFRESH)"
+curl -fsS http://127.0.0.1:9091/metrics |
+  grep -E '^capstan_(actions_active|tasks_active|workers|queue_latency_seconds)\{' | grep -v ' 0$' || true
+
+echo
 echo "Demo done. Dashboard: $CAPSTAN_API_URL/ui/?project=demo&domain=dev  (make down to stop)"

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/hibiken/asynq"
 )
 
@@ -73,25 +74,25 @@ type AbortPayload struct {
 
 // NewRunStartTask builds run:start for key.
 func NewRunStartTask(key domain.RunKey) *asynq.Task {
-	return asynq.NewTask(TypeRunStart, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
+	return newTask(TypeRunStart, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
 		asynq.Queue(Scheduler), asynq.TaskID("run:"+key.String()), asynq.MaxRetry(25))
 }
 
 // NewRunAdvanceTask builds run:advance for key.
 func NewRunAdvanceTask(key domain.RunKey) *asynq.Task {
-	return asynq.NewTask(TypeRunAdvance, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
+	return newTask(TypeRunAdvance, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
 		asynq.Queue(Scheduler), asynq.MaxRetry(25))
 }
 
 // NewTaskEvaluateTask builds task:evaluate for a finished attempt.
 func NewTaskEvaluateTask(attemptID int64) *asynq.Task {
-	return asynq.NewTask(TypeTaskEvaluate, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Scheduler),
+	return newTask(TypeTaskEvaluate, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Scheduler),
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)+":evaluate"), asynq.MaxRetry(25))
 }
 
 // NewAttemptRunTask builds attempt:run on the worker's queue.
 func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
-	return asynq.NewTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID}), asynq.Queue(WorkerQueue(workerID)),
+	return newTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID}), asynq.Queue(WorkerQueue(workerID)),
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
 }
 
@@ -114,7 +115,7 @@ func AbortTaskRetries(maxAttempts int) int { return maxAttempts + abortRetryMarg
 // the reconciler's ABORT_MAX_ATTEMPTS; it must be at least 1, or asynq
 // archives the task on its first error.
 func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
-	return asynq.NewTask(TypeActionAbort, mustJSON(AbortPayload{key.String()}), asynq.Queue(Abort),
+	return newTask(TypeActionAbort, mustJSON(AbortPayload{key.String()}), asynq.Queue(Abort),
 		asynq.TaskID(key.String()), asynq.MaxRetry(maxRetry))
 }
 
@@ -124,7 +125,7 @@ func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
 // NewActionAbortTask (AbortTaskRetries, at least 1).
 // Enqueue it after the transaction that requested the kill commits.
 func NewAttemptKillTask(attemptID int64, maxRetry int) *asynq.Task {
-	return asynq.NewTask(TypeAttemptKill, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Abort),
+	return newTask(TypeAttemptKill, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Abort),
 		asynq.TaskID(AttemptKillTaskID(attemptID)), asynq.MaxRetry(maxRetry))
 }
 
@@ -142,6 +143,13 @@ func Decode(t *asynq.Task, v any) error {
 	return nil
 }
 
+// newTask builds a task with an empty header map, which Enqueue fills with
+// the trace context (asynq.NewTask leaves the headers nil, and they cannot
+// be added later).
+func newTask(typ string, payload []byte, opts ...asynq.Option) *asynq.Task {
+	return asynq.NewTaskWithHeaders(typ, payload, map[string]string{}, opts...)
+}
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -156,6 +164,9 @@ type Enqueuer struct {
 	log    *slog.Logger
 	// Duplicates counts enqueues dropped because the TaskID existed.
 	Duplicates atomic.Int64
+	// Payloads, when set, observes each task's payload size (kind
+	// queue_payload). Default nil: not observed.
+	Payloads *obs.PayloadSizes
 }
 
 // NewEnqueuer wraps an asynq client.
@@ -163,9 +174,12 @@ func NewEnqueuer(c *asynq.Client, log *slog.Logger) *Enqueuer {
 	return &Enqueuer{client: c, log: log}
 }
 
-// Enqueue enqueues t; a TaskID conflict (the same work is already queued,
+// Enqueue enqueues t with ctx's trace context in its headers (see
+// obs.InjectTask); a TaskID conflict (the same work is already queued,
 // running or in backoff) is counted, logged at debug and not an error.
 func (e *Enqueuer) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) error {
+	obs.InjectTask(ctx, t)
+	e.Payloads.Observe(obs.KindQueuePayload, len(t.Payload()))
 	_, err := e.client.EnqueueContext(ctx, t, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
 		e.Duplicates.Add(1)

@@ -63,6 +63,8 @@ type ReportResult struct {
 	// Evaluate is true when the scheduler must now decide the task's fate.
 	Evaluate bool
 	Task     Task
+	// Attempt is the attempt as it was before the report.
+	Attempt Attempt
 }
 
 // ErrBadReport: the reported state cannot follow the attempt's state.
@@ -82,7 +84,7 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 		if err != nil {
 			return err
 		}
-		res.Task = t
+		res.Task, res.Attempt = t, a
 		if a.State.IsTerminal() {
 			return nil // duplicate or late report
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -43,3 +44,29 @@ func mustSub(f fs.FS, dir string) fs.FS {
 
 // Migrations returns the embedded migration files (for tests and tools).
 func Migrations() fs.FS { return mustSub(migrations, "migrations") }
+
+// ErrMigrationsPending: the database's schema is behind the migrations this
+// build embeds (run `capstan-api migrate`).
+var ErrMigrationsPending = errors.New("migrations pending")
+
+// MigrationsAtHead checks that every embedded migration is applied to the
+// store's database (goose's version table). Errors: ErrMigrationsPending
+// with the current and head versions, or the database's error.
+func (s *Store) MigrationsAtHead(ctx context.Context) error {
+	db, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
+	if err != nil {
+		return fmt.Errorf("load migrations: %w", err)
+	}
+	current, head, err := provider.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if current < head {
+		return fmt.Errorf("%w: at %d, head %d", ErrMigrationsPending, current, head)
+	}
+	return nil
+}

@@ -134,6 +134,9 @@ type Task struct {
 	EndedAt              *time.Time          `json:"ended_at"`
 	// Plugin is the step's plugin (placement honours domain.OptionalPlugins).
 	Plugin string `json:"plugin"`
+	// TraceParent is the W3C traceparent of the trace the task was created
+	// in ('' for none): its attempts are dispatched in that trace.
+	TraceParent string `json:"trace_parent"`
 }
 
 // Attempt is a row of attempts: one try of one task on one worker.

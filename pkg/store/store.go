@@ -16,6 +16,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -43,6 +44,9 @@ type Store struct {
 type Config struct {
 	// MaxOpenConns caps connections. Default 20.
 	MaxOpenConns int
+	// OperationSeconds, when set (NewOperationSeconds), times every
+	// statement by operation. Default nil: statements are not timed.
+	OperationSeconds *prometheus.HistogramVec
 }
 
 // Open connects to dsn (a postgres:// URL) and pings it.
@@ -54,6 +58,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	if cfg.OperationSeconds != nil {
+		if err := instrument(db, cfg.OperationSeconds); err != nil {
+			return nil, fmt.Errorf("instrument statements: %w", err)
+		}
 	}
 	sqlDB, err := db.DB()
 	if err != nil {

@@ -1,12 +1,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"go.opentelemetry.io/otel/propagation"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -21,8 +23,14 @@ func (s *Store) CreateTasks(ctx context.Context, key domain.ActionKey, tasks []T
 }
 
 // InsertTasks inserts tasks; a task of the same action, generation and index
-// that exists is left alone.
+// that exists is left alone. A task without a TraceParent takes ctx's trace
+// context.
 func (s *Store) InsertTasks(ctx context.Context, tasks []Task) error {
+	tp := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, tp)
+	for i := range tasks {
+		tasks[i].TraceParent = cmp.Or(tasks[i].TraceParent, tp["traceparent"])
+	}
 	return mapErr(s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&tasks, 500).Error)
 }
 

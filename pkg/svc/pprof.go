@@ -15,12 +15,7 @@ func (c Common) StartPprof(log *slog.Logger) {
 	if c.PprofAddr == "" {
 		return
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux := PprofHandler()
 	ln, err := net.Listen("tcp", c.PprofAddr)
 	if err != nil {
 		log.Warn("pprof not served", "addr", c.PprofAddr, "err", err)
@@ -29,4 +24,17 @@ func (c Common) StartPprof(log *slog.Logger) {
 	log.Info("serving pprof", "addr", ln.Addr().String())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
+}
+
+// PprofHandler serves Go's profiler (net/http/pprof) under /debug/pprof/:
+// the index, cmdline, profile, symbol, trace and the named profiles. Mount
+// it only behind an operator's authentication.
+func PprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

@@ -34,6 +34,11 @@ func main() {
 // its health server fails, then shuts down gracefully.
 func run(cfg config, log *slog.Logger) error {
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
+		stopTracing, err := svc.StartTracing(ctx, service, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
 		rec, err := reconciler.New(reconciler.Deps{Store: deps.Store, Redis: cfg.Redis(), Log: log,
 			Registry: deps.Registry}, cfg.reconciler())
 		if err != nil {

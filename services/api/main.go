@@ -17,6 +17,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/svc/backing"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/server"
+	"github.com/hibiken/asynqmon"
 )
 
 // service names the api in its logs.
@@ -35,11 +36,19 @@ func run(cfg config, log *slog.Logger) error {
 		return migrate(cfg, log)
 	}
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
+		stopTracing, err := svc.StartTracing(ctx, service, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		queues := asynqmon.New(asynqmon.Options{RootPath: server.QueuesPath, RedisConnOpt: cfg.Redis()})
+		defer queues.Close()
 		// One LISTEN connection for every event stream of this process.
 		hub := feed.New(cfg.DatabaseURL, 0, log)
 		go func() { _ = hub.Run(ctx) }()
 		e := server.New(server.Deps{Store: deps.Store, Enqueuer: queue.NewEnqueuer(deps.Client, log),
-			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Feed: hub}, cfg.server())
+			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Queues: queues, Feed: hub},
+			cfg.server())
 		srv, err := svc.Listen(cfg.Addr, e)
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)

@@ -1,8 +1,8 @@
 // Command capstan-executor runs attempts for Capstan: it registers as a
 // worker, heartbeats, consumes its queue worker:<id>, runs each attempt's
 // process, reports its states to the api and serves POST
-// /v1/attempts/{id}/abort. Configuration is read from the environment: see
-// Config.
+// /v1/attempts/{id}/abort, /healthz, /readyz and /metrics. Configuration is
+// read from the environment: see Config.
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/hibiken/asynq"
 )
 
 // service names the executor in its logs.
@@ -37,6 +38,8 @@ type executor struct {
 	server    *server.Server
 	ln        net.Listener
 	advertise string
+	// redis answers the readiness check's PING.
+	redis *asynq.Client
 }
 
 // build wires the executor; it listens at once, so the advertised address
@@ -69,7 +72,11 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
 	}
-	return &executor{sup: sup, agent: ag, server: server.New(sup, log), ln: ln, advertise: advertise}, nil
+	srv := server.New(sup, log)
+	srv.ServeMetrics(newRegistry(sup, cfg.Slots))
+	redis := asynq.NewClient(cfg.Redis())
+	srv.SetDependencies(dependencies(redis, cfg.APIURL))
+	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis}, nil
 }
 
 // newPlugins returns the registry of the plugins the executor runs: the
@@ -99,10 +106,16 @@ func isMode(mode string) bool {
 func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := svc.SignalContext()
 	defer stop()
+	stopTracing, err := svc.StartTracing(ctx, service, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	e, err := build(cfg, log)
 	if err != nil {
 		return err
 	}
+	defer e.redis.Close()
 	reapCtx, stopReaping := context.WithCancel(context.Background())
 	defer stopReaping() // reap until the very end: shutdown kills orphan grandchildren
 	go func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -24,6 +25,10 @@ type config struct {
 	// MetricsAddr is host:port of /healthz, /readyz (Postgres and Redis
 	// ping) and /metrics. Default 127.0.0.1:9091.
 	MetricsAddr string `env:"CAPSTAN_METRICS_ADDR" envDefault:"127.0.0.1:9091"`
+	// MetricsRefresh is how old the state and queue gauges a scrape sees
+	// may be: they are counted at most once per this interval, whatever the
+	// scrape rate. Default 10s.
+	MetricsRefresh time.Duration `env:"CAPSTAN_METRICS_REFRESH" envDefault:"10s"`
 	// Workers is the asynq concurrency on the scheduler queue: how many of
 	// its tasks run at once. Default 10.
 	Workers int `env:"CAPSTAN_SCHEDULER_WORKERS" envDefault:"10"`
@@ -85,7 +90,12 @@ type config struct {
 // scheduler returns the scheduler's part of the config; queues is the
 // asynq inspector the liveness pass reads worker queues with.
 // validate checks the settings before anything connects.
-func (c config) validate() error { return c.scheduler(nil).Validate() }
+func (c config) validate() error {
+	if c.MetricsRefresh < 0 {
+		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
+	}
+	return c.scheduler(nil).Validate()
+}
 
 func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 	return scheduler.Config{

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/obs"
+	"github.com/capstan-run/capstan/pkg/obs/gauges"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
@@ -31,8 +33,19 @@ func main() {
 // SIGTERM, then shuts down gracefully.
 func run(cfg config, log *slog.Logger) error {
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
-		sched := scheduler.New(deps.Store, queue.NewEnqueuer(deps.Client, log), log, deps.Registry,
-			cfg.scheduler(deps.Inspector))
+		stopTracing, err := svc.StartTracing(ctx, service, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		enq := queue.NewEnqueuer(deps.Client, log)
+		if enq.Payloads, err = obs.NewPayloadSizes(deps.Registry); err != nil {
+			return err
+		}
+		sched := scheduler.New(deps.Store, enq, log, deps.Registry, cfg.scheduler(deps.Inspector))
+		// The leader counts; a sum over the replicas stays right.
+		deps.Registry.MustRegister(gauges.NewStateCollector(deps.Store, cfg.MetricsRefresh, log).When(sched.IsLeader),
+			gauges.NewQueueCollector(deps.Inspector, cfg.MetricsRefresh, log).When(sched.IsLeader))
 		consumer := asynq.NewServer(cfg.Redis(), cfg.consumer(ctx, log))
 		mux := asynq.NewServeMux()
 		sched.Register(mux)

@@ -35,9 +35,13 @@ type Deps struct {
 
 // Open opens the store (pinging Postgres: an unreachable database is an
 // error here), the asynq client and inspector (they connect to Redis on
-// first use) and a new registry.
+// first use) and a new registry, which holds
+// capstan_db_operation_duration_seconds of the store's statements.
 func Open(ctx context.Context, c svc.Common) (*Deps, error) {
-	st, err := store.Open(ctx, c.DatabaseURL, store.Config{})
+	reg := svc.NewRegistry()
+	ops := store.NewOperationSeconds()
+	reg.MustRegister(ops)
+	st, err := store.Open(ctx, c.DatabaseURL, store.Config{OperationSeconds: ops})
 	if err != nil {
 		return nil, err
 	}
@@ -45,16 +49,19 @@ func Open(ctx context.Context, c svc.Common) (*Deps, error) {
 		Store:     st,
 		Client:    asynq.NewClient(c.Redis()),
 		Inspector: asynq.NewInspector(c.Redis()),
-		Registry:  svc.NewRegistry(),
+		Registry:  reg,
 	}, nil
 }
 
 // Ready is the readiness check behind /readyz: Postgres answers a ping and
-// Redis a PING. Its error names what failed ("postgres: …", "redis: …",
-// joined when both did).
+// its schema is at the migrations' head, and Redis answers a PING. Its
+// error names what failed ("postgres: …", "redis: …", joined when both
+// did).
 func (d *Deps) Ready(ctx context.Context) error {
 	var errs []error
 	if err := d.Store.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("postgres: %w", err))
+	} else if err := d.Store.MigrationsAtHead(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("postgres: %w", err))
 	}
 	if err := d.Client.Ping(); err != nil {

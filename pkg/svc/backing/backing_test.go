@@ -1,6 +1,10 @@
 package backing
 
 import (
+	"database/sql"
+
+	"github.com/capstan-run/capstan/pkg/store"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/store/storetest"
@@ -36,4 +40,18 @@ func TestOpenFailsWithoutPostgres(t *testing.T) {
 	_, err := Open(t.Context(), svc.Common{DatabaseURL: "postgres://capstan@127.0.0.1:1/capstan?sslmode=disable",
 		RedisAddr: redisAddr})
 	require.Error(t, err)
+}
+
+func TestReadyWantsMigrationsAtHead(t *testing.T) {
+	t.Parallel()
+	u := storetest.NewURL(t)
+	d, err := Open(t.Context(), svc.Common{DatabaseURL: u, RedisAddr: redisAddr})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	db, err := sql.Open("pgx", u)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	_, err = db.ExecContext(t.Context(), `DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)`)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Ready(t.Context()), store.ErrMigrationsPending)
 }

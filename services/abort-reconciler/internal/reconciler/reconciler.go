@@ -11,6 +11,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
@@ -102,7 +104,8 @@ func New(deps Deps, cfg Config) (*Reconciler, error) {
 		r.log = slog.Default()
 	}
 	if r.http == nil {
-		r.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		// Abort calls carry the trace context to the executor.
+		r.http = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport.(*http.Transport).Clone())}
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -145,6 +148,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 		LogLevel:                 svc.AsynqLevel(ctx, r.log),
 	})
 	mux := asynq.NewServeMux()
+	mux.Use(obs.TaskMiddleware)
 	mux.HandleFunc(queue.TypeActionAbort, r.HandleActionAbort)
 	mux.HandleFunc(queue.TypeAttemptKill, r.HandleAttemptKill)
 	if err := r.server.Start(mux); err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -74,6 +76,9 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
 			apiProblem(http.StatusBadRequest, problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...))}, nil
 	}
+	if b.Outputs != nil {
+		h.metrics.payloads.Observe(obs.KindOutputs, outputsSize(*b.Outputs))
+	}
 	res, err := h.store.ReportAttempt(ctx, int64(req.Id), toReport(state, b))
 	p, ok := problemFor(err, subject{kind: "attempt", state: state.String()})
 	switch {
@@ -84,9 +89,12 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	case err != nil:
 		return nil, err
 	}
+	if state == domain.TaskRunning && res.Proceed {
+		h.metrics.observeDispatch(res.Task, res.Attempt, time.Now())
+	}
 	if res.Evaluate {
 		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {
-			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt", req.Id, "err", err)
+			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt_id", req.Id, "err", err)
 		}
 	}
 	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil

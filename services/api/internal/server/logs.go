@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/labstack/echo/v4"
@@ -28,6 +29,7 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 					domain.FieldError{Field: field, Message: "must not contain NUL"}))}, nil
 		}
 		chunks[i] = store.NewLogChunk{Stream: string(c.Stream), Data: c.Data}
+		h.metrics.payloads.Observe(obs.KindLogChunk, len(c.Data))
 	}
 	id := int64(req.Id)
 	err := h.store.InTx(ctx, func(tx *store.Store) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -16,6 +17,7 @@ import (
 // the scheduler to start it. A spec that can never run is refused with 422
 // naming each offending field; nothing is written for it.
 func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject) (api.CreateRunResponseObject, error) {
+	h.metrics.payloads.Observe(obs.KindSpec, specSize(req.Body.Spec))
 	spec, fieldErrs := decodeSpec(req.Body.Spec)
 	name := ""
 	if req.Body.Name != nil {

@@ -1,6 +1,7 @@
 // Package server is the api's HTTP layer: the echo strict server generated
 // from openapi/capstan.yaml, request validation against that spec, problem+json
-// errors, health, metrics and the dashboard.
+// errors, health, metrics, traces, the dashboard, and for operators the asynq
+// queue UI (/queues/) and Go's profiler (/debug/pprof/).
 package server
 
 import (
@@ -13,12 +14,14 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 )
 
 // Deps are the server's collaborators.
@@ -36,7 +39,16 @@ type Deps struct {
 	// Feed wakes the event streams when run_events grow; its Run must be
 	// running. Nil: a hub that never listens (streams re-read every 15 s).
 	Feed *feed.Hub
+	// Queues, when set, is the asynq queue UI (asynqmon, rooted at
+	// QueuesPath), served under QueuesPath. Nil: not served.
+	Queues http.Handler
 }
+
+// Operator paths: the asynq queue UI and Go's profiler.
+const (
+	QueuesPath = "/queues"
+	PprofPath  = "/debug/pprof"
+)
 
 // Handlers implements api.StrictServerInterface.
 type Handlers struct {
@@ -48,6 +60,8 @@ type Handlers struct {
 	stopping <-chan struct{}
 	// feed wakes event streams (Deps.Feed).
 	feed *feed.Hub
+	// metrics observes payload sizes and dispatch latency.
+	metrics *metrics
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -65,7 +79,10 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
-	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
+	if d.Enqueuer != nil && d.Enqueuer.Payloads == nil {
+		d.Enqueuer.Payloads = m.payloads // the api's queue payloads on its one histogram
+	}
+	e.Use(middleware.Recover(), otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
 		validator())
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
@@ -79,8 +96,14 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
+	e.GET(PprofPath+"/*", echo.WrapHandler(svc.PprofHandler()))
+	if d.Queues != nil {
+		e.Any(QueuesPath, echo.WrapHandler(d.Queues))
+		e.Any(QueuesPath+"/*", echo.WrapHandler(d.Queues))
+	}
 
-	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed}
+	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed,
+		metrics: m}
 	if h.feed == nil {
 		h.feed = feed.New("", 0, d.Log)
 	}

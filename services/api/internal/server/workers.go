@@ -51,7 +51,7 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	if err != nil {
 		return nil, err
 	}
-	h.log.Info("worker registered", "worker", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
+	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
 	return api.RegisterWorker201JSONResponse(toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())), nil
 }
 
@@ -92,7 +92,7 @@ func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorke
 	if err != nil {
 		return nil, err
 	}
-	h.log.Info("worker deregistered", "worker", id, "lost", len(lost))
+	h.log.Info("worker deregistered", "worker_id", id, "lost", len(lost))
 	h.evaluateLost(ctx, lost)
 	return api.DeregisterWorker204Response{}, nil
 }
@@ -101,9 +101,9 @@ func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorke
 // lost push is healed by the scheduler's resync.
 func (h *Handlers) evaluateLost(ctx context.Context, lost []store.LostAttempt) {
 	for _, l := range lost {
-		h.log.Warn("attempt lost with its worker", "attempt", l.ID, "worker", l.WorkerID)
+		h.log.Warn("attempt lost with its worker", "attempt_id", l.ID, "worker_id", l.WorkerID)
 		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(l.ID)); err != nil {
-			h.log.Warn("enqueue evaluation failed; the scheduler's resync evaluates it", "attempt", l.ID, "err", err)
+			h.log.Warn("enqueue evaluation failed; the scheduler's resync evaluates it", "attempt_id", l.ID, "err", err)
 		}
 	}
 }

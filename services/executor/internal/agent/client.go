@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"time"
@@ -71,12 +73,18 @@ func NewClient(baseURL string, cfg ClientConfig, log *slog.Logger) (*Client, err
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 10*time.Second)
 	cfg.ReportTimeout = cmp.Or(cfg.ReportTimeout, time.Minute)
 	cfg.ReportBackoff = cmp.Or(cfg.ReportBackoff, 100*time.Millisecond)
-	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout}))
+	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout,
+		Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithFilter(inTrace))}))
 	if err != nil {
 		return nil, fmt.Errorf("api client: %w", err)
 	}
 	return &Client{api: c, cfg: cfg, log: log}, nil
 }
+
+// inTrace reports whether a request to the api is made in a trace (an
+// attempt's reports): only those get a span and carry the trace context; a
+// heartbeat or a registration starts no trace of its own.
+func inTrace(r *http.Request) bool { return trace.SpanContextFromContext(r.Context()).IsValid() }
 
 // Register registers the executor as a new worker and returns its id.
 // Errors: ErrRejected (the request is invalid), a transport error or a 5xx.

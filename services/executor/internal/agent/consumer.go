@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -38,6 +39,7 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 		LogLevel:                 svc.AsynqLevel(ctx, a.log),
 	})
 	mux := asynq.NewServeMux()
+	mux.Use(obs.TaskMiddleware)
 	mux.HandleFunc(queue.TypeAttemptRun, func(ctx context.Context, t *asynq.Task) error {
 		return a.handleAttemptRun(ctx, id, t)
 	})
@@ -80,7 +82,7 @@ func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq
 		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
 		return nil
 	}
-	return a.sup.Start(spec)
+	return a.sup.StartInTrace(ctx, spec)
 }
 
 // retryDelay is asynq's RetryDelayFunc: FullRetryDelay when every slot was

@@ -1,6 +1,8 @@
 // Package server serves the executor's own API (openapi/executor.yaml) on
 // echo: POST /v1/attempts/{id}/abort, GET /healthz (the process answers) and
-// GET /readyz (it takes new attempts). Errors are application/problem+json.
+// GET /readyz (it takes new attempts, and its dependencies answer: see
+// SetDependencies), and GET /metrics (ServeMetrics). Errors are
+// application/problem+json.
 package server
 
 import (
@@ -15,6 +17,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/executorapi"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 )
 
 // Aborter kills attempts; the supervisor is one.
@@ -35,6 +38,9 @@ type Readier interface {
 type Server struct {
 	echo *echo.Echo
 	log  *slog.Logger
+	ab   Aborter
+	// deps, when set, is /readyz's dependency check (SetDependencies).
+	deps func(context.Context) error
 }
 
 var _ executorapi.StrictServerInterface = (*handlers)(nil)
@@ -44,17 +50,14 @@ func New(ab Aborter, log *slog.Logger) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(log)
+	e.Use(otelecho.Middleware("capstan-executor", otelecho.WithSkipper(func(c echo.Context) bool {
+		return c.Request().Method == http.MethodGet // the probes and /metrics
+	})))
+	s := &Server{echo: e, log: log, ab: ab}
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
-	e.GET("/readyz", func(c echo.Context) error {
-		if r, ok := ab.(Readier); ok {
-			if err := r.Ready(); err != nil {
-				return c.String(http.StatusServiceUnavailable, "not ready: "+err.Error()+"\n")
-			}
-		}
-		return c.String(http.StatusOK, "ok\n")
-	})
+	e.GET("/readyz", s.ready)
 	executorapi.RegisterHandlers(e, executorapi.NewStrictHandler(&handlers{ab: ab, log: log}, nil))
-	return &Server{echo: e, log: log}
+	return s
 }
 
 // Handler returns the API as an http.Handler.

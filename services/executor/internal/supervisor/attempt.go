@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -113,7 +114,9 @@ func (s *Supervisor) run(a *attempt) {
 	a.logs.close() // the last output is stored before the final report
 	a.setState(final.State)
 	log := s.log.With("attempt_id", a.spec.Id, "state", final.State)
-	if _, err := s.rep.Report(s.ctx, a.spec.Id, final); err != nil {
+	// The final report outlives the attempt's context, but not its trace.
+	ctx := trace.ContextWithSpanContext(s.ctx, trace.SpanContextFromContext(a.ctx))
+	if _, err := s.rep.Report(ctx, a.spec.Id, final); err != nil {
 		log.Error("final report lost", "err", err)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -111,6 +112,13 @@ func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
 // returns at once. Starting an attempt it already holds does nothing.
 // Errors: ErrFull when every slot is taken, ErrClosed after Close.
 func (s *Supervisor) Start(spec api.AttemptSpec) error {
+	return s.StartInTrace(context.Background(), spec)
+}
+
+// StartInTrace is Start for an attempt whose reports continue the trace of
+// parent's span (the attempt:run task's): the attempt takes parent's span
+// context, not its deadline or cancellation.
+func (s *Supervisor) StartInTrace(parent context.Context, spec api.AttemptSpec) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -121,7 +129,7 @@ func (s *Supervisor) Start(spec api.AttemptSpec) error {
 	case s.busy >= s.cfg.Slots:
 		return ErrFull
 	}
-	a := newAttempt(s.ctx, spec)
+	a := newAttempt(trace.ContextWithSpanContext(s.ctx, trace.SpanContextFromContext(parent)), spec)
 	a.logs = s.newLogShipper(spec.Id)
 	s.held[spec.Id] = a
 	s.busy++

@@ -232,7 +232,7 @@ func (s *Scheduler) afterEvaluation(ctx context.Context, ev Evaluation) {
 // by the resync.
 func (s *Scheduler) enqueueEvaluate(ctx context.Context, attemptID int64) {
 	if err := s.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(attemptID)); err != nil {
-		s.log.Warn("enqueue evaluation failed; the resync evaluates it", "attempt", attemptID, "err", err)
+		s.log.Warn("enqueue evaluation failed; the resync evaluates it", "attempt_id", attemptID, "err", err)
 	}
 }
 
@@ -248,6 +248,6 @@ func (s *Scheduler) enqueueAbort(ctx context.Context, key domain.ActionKey) {
 // failed push is healed by the reconciler's periodic scan.
 func (s *Scheduler) killAttempt(ctx context.Context, attemptID int64) {
 	if err := s.queue.Enqueue(ctx, queue.NewAttemptKillTask(attemptID, s.cfg.AbortMaxRetry)); err != nil {
-		s.log.Warn("enqueue attempt kill failed; the reconciler's scan delivers it", "attempt", attemptID, "err", err)
+		s.log.Warn("enqueue attempt kill failed; the reconciler's scan delivers it", "attempt_id", attemptID, "err", err)
 	}
 }

@@ -114,7 +114,7 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 		return res, err
 	}
 	for _, id := range dead {
-		s.log.Warn("worker declared dead", "worker", id, "grace", s.cfg.WorkerGrace.String())
+		s.log.Warn("worker declared dead", "worker_id", id, "grace", s.cfg.WorkerGrace.String())
 	}
 	var lost []store.LostAttempt
 	err = s.store.InTx(ctx, func(tx *store.Store) error {
@@ -149,7 +149,7 @@ func (s *Scheduler) evaluateLost(ctx context.Context, lost []store.LostAttempt) 
 	s.live.lost.Add(float64(len(lost)))
 	for _, l := range lost {
 		if _, err := s.evaluate(ctx, l.ID); err != nil {
-			s.log.Warn("evaluate lost attempt failed; queued instead", "attempt", l.ID, "err", err)
+			s.log.Warn("evaluate lost attempt failed; queued instead", "attempt_id", l.ID, "err", err)
 			s.enqueueEvaluate(ctx, l.ID)
 		}
 	}
@@ -183,7 +183,7 @@ func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) er
 	table, n := s.cfg.Liveness.Backoff, len(failures)
 	if n <= len(table)-1 {
 		after := latest(failures).Add(table.Delay(n))
-		s.log.Info("worker failure recorded", "worker", *a.WorkerID, "attempt", attemptID, "failures", n,
+		s.log.Info("worker failure recorded", "worker_id", *a.WorkerID, "attempt_id", attemptID, "failures", n,
 			"placeable_after", after)
 		return s.store.SetPlaceableAfter(ctx, *a.WorkerID, after)
 	}
@@ -201,7 +201,7 @@ func (s *Scheduler) deleteFailedWorker(ctx context.Context, id string, n int) er
 	if err != nil {
 		return err // the liveness pass ends them: the worker is gone
 	}
-	s.log.Warn("worker deleted after too many failures; its executor registers again", "worker", id,
+	s.log.Warn("worker deleted after too many failures; its executor registers again", "worker_id", id,
 		"failures", n, "lost", len(lost))
 	s.live.deleted.Inc()
 	s.live.lost.Add(float64(len(lost)))

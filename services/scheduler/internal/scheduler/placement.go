@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -96,7 +99,10 @@ type placement struct {
 	running []domain.Running // loaded on first preemption
 	loaded  bool
 	placed  []store.Assignment // bound at the end of the pass
-	res     PassResult
+	// traces are the placed tasks' TraceParent, by task id: their attempts
+	// are dispatched in the trace their run was created in.
+	traces map[int64]string
+	res    PassResult
 }
 
 // place places one unit: a single task, or every pending task of a gang.
@@ -135,6 +141,12 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 	}
 	for i, t := range unit {
 		p.placed = append(p.placed, store.Assignment{TaskID: t.ID, WorkerID: p.workers[idx[i]].ID})
+		if t.TraceParent != "" {
+			if p.traces == nil {
+				p.traces = map[int64]string{}
+			}
+			p.traces[t.ID] = t.TraceParent
+		}
 	}
 	return nil
 }
@@ -155,9 +167,12 @@ func (p *placement) assign(ctx context.Context) error {
 	g.SetLimit(dispatchers)
 	for _, a := range attempts {
 		g.Go(func() error {
+			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, p.traces[a.TaskID]), "dispatch attempt",
+				trace.WithAttributes(attribute.Int64("capstan.attempt_id", a.ID), attribute.String("capstan.worker_id", *a.WorkerID)))
+			defer span.End()
 			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
 				// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
-				p.s.log.Warn("dispatch failed", "attempt", a.ID, "worker", *a.WorkerID, "err", err)
+				p.s.log.Warn("dispatch failed", "attempt_id", a.ID, "task_id", a.TaskID, "worker_id", *a.WorkerID, "err", err)
 			}
 			return nil
 		})

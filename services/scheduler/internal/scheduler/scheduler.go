@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/hibiken/asynq"
@@ -123,6 +124,7 @@ func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Re
 // Register adds the scheduler's queue handlers to mux: any replica applies
 // evaluations and progression.
 func (s *Scheduler) Register(mux *asynq.ServeMux) {
+	mux.Use(obs.TaskMiddleware)
 	mux.HandleFunc(queue.TypeRunStart, s.handleRun)
 	mux.HandleFunc(queue.TypeRunAdvance, s.handleRun)
 	mux.HandleFunc(queue.TypeTaskEvaluate, s.handleEvaluate)
