@@ -198,6 +198,30 @@ func (e Phase) Valid() bool {
 	}
 }
 
+// Defines values for Role.
+const (
+	RoleAdmin  Role = "admin"
+	RoleReader Role = "reader"
+	RoleWorker Role = "worker"
+	RoleWriter Role = "writer"
+)
+
+// Valid indicates whether the value is a known member of the Role enum.
+func (e Role) Valid() bool {
+	switch e {
+	case RoleAdmin:
+		return true
+	case RoleReader:
+		return true
+	case RoleWorker:
+		return true
+	case RoleWriter:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskState.
 const (
 	TaskStateASSIGNED      TaskState = "ASSIGNED"
@@ -590,6 +614,16 @@ type CreateRunRequest struct {
 	Spec WorkflowSpec `json:"spec"`
 }
 
+// CreateTokenRequest defines model for CreateTokenRequest.
+type CreateTokenRequest struct {
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Name      string     `json:"name"`
+
+	// Projects The projects the token may reach; absent or empty, every project.
+	Projects *[]Name `json:"projects,omitempty"`
+	Role     Role    `json:"role"`
+}
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Field A JSON path into the request body, e.g. spec.steps[1].plugin.
@@ -691,6 +725,9 @@ type RestartRequest struct {
 	// FromStep The step to re-run with everything downstream of it; absent, every step that did not succeed.
 	FromStep *string `json:"from_step,omitempty"`
 }
+
+// Role defines model for Role.
+type Role string
 
 // Run defines model for Run.
 type Run struct {
@@ -853,6 +890,25 @@ type Task struct {
 // TaskState Iris task states; the database stores their numeric values.
 type TaskState string
 
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Id        string     `json:"id"`
+	Name      string     `json:"name"`
+	Projects  []string   `json:"projects"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Role      Role       `json:"role"`
+
+	// Token The secret; in the creation answer only.
+	Token *string `json:"token,omitempty"`
+}
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
 // Worker defines model for Worker.
 type Worker struct {
 	Address   string    `json:"address"`
@@ -882,6 +938,9 @@ type Worker struct {
 
 	// State alive, unresponsive (silent past the grace, not yet declared dead) or dead.
 	State string `json:"state"`
+
+	// Token In the registration answer only: a worker token bound to this worker, which its heartbeats, reports and log appends must carry.
+	Token *string `json:"token,omitempty"`
 }
 
 // WorkerList defines model for WorkerList.
@@ -990,6 +1049,9 @@ type ResumeRunJSONRequestBody = RunSignalRequest
 
 // SuspendRunJSONRequestBody defines body for SuspendRun for application/json ContentType.
 type SuspendRunJSONRequestBody = RunSignalRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = CreateTokenRequest
 
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
@@ -1302,6 +1364,30 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 	SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTokens Every token made through the API, newest first, without secrets.
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTokenWithBody Create an API token; its secret is in the answer only.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateToken Create an API token; its secret is in the answer only.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeToken Revoke a token; it answers 401 from now on.
+	//
+	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+	RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkers All registered workers.
 	//
@@ -1844,6 +1930,70 @@ func (c *Client) SuspendRunWithBody(ctx context.Context, project Project, domain
 // Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 func (c *Client) SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSuspendRunRequest(c.Server, project, domain, run, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTokens Every token made through the API, newest first, without secrets.
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTokenWithBody Create an API token; its secret is in the answer only.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateToken Create an API token; its secret is in the answer only.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeToken Revoke a token; it answers 401 from now on.
+//
+// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+func (c *Client) RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3106,6 +3256,107 @@ func NewSuspendRunRequestWithBody(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTokenRequest calls the generic CreateToken builder with application/json body
+func NewCreateTokenRequest(server string, body CreateTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTokenRequestWithBody constructs an http.Request for the CreateToken method, with any body, and a specified content type
+func NewCreateTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeTokenRequest constructs an http.Request for the RevokeToken method
+func NewRevokeTokenRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListWorkersRequest constructs an http.Request for the ListWorkers method
 func NewListWorkersRequest(server string) (*http.Request, error) {
 	var err error
@@ -3545,6 +3796,34 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 	SuspendRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error)
+
+	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
+
+	// CreateTokenWithBodyWithResponse Create an API token; its secret is in the answer only.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// CreateTokenWithResponse Create an API token; its secret is in the answer only.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// RevokeTokenWithResponse Revoke a token; it answers 401 from now on.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+	RevokeTokenWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
 
 	// ListWorkersWithResponse All registered workers.
 	//
@@ -4544,6 +4823,143 @@ func (r SuspendRunResponse) ContentType() string {
 	return ""
 }
 
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TokenList
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *TokenList {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Token
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTokenResponse) GetJSON201() *Token {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListWorkersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5143,6 +5559,58 @@ func (c *ClientWithResponses) SuspendRunWithResponse(ctx context.Context, projec
 		return nil, err
 	}
 	return ParseSuspendRunResponse(rsp)
+}
+
+// ListTokensWithResponse Every token made through the API, newest first, without secrets.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
+}
+
+// CreateTokenWithBodyWithResponse Create an API token; its secret is in the answer only.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// CreateTokenWithResponse Create an API token; its secret is in the answer only.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// RevokeTokenWithResponse Revoke a token; it answers 401 from now on.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error) {
+	rsp, err := c.RevokeToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeTokenResponse(rsp)
 }
 
 // ListWorkersWithResponse All registered workers.
@@ -5917,6 +6385,101 @@ func ParseSuspendRunResponse(rsp *http.Response) (*SuspendRunResponse, error) {
 	return response, nil
 }
 
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTokenResponse parses an HTTP response from a CreateTokenWithResponse call
+func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Token
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeTokenResponse parses an HTTP response from a RevokeTokenWithResponse call
+func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListWorkersResponse parses an HTTP response from a ListWorkersWithResponse call
 func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6101,6 +6664,15 @@ type ServerInterface interface {
 	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
 	SuspendRun(ctx echo.Context, project Project, domain Domain, run RunName) error
+	// ListTokens Every token made through the API, newest first, without secrets.
+	// (GET /v1/tokens)
+	ListTokens(ctx echo.Context) error
+	// CreateToken Create an API token; its secret is in the answer only.
+	// (POST /v1/tokens)
+	CreateToken(ctx echo.Context) error
+	// RevokeToken Revoke a token; it answers 401 from now on.
+	// (DELETE /v1/tokens/{id})
+	RevokeToken(ctx echo.Context, id openapi_types.UUID) error
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx echo.Context) error
@@ -6755,6 +7327,40 @@ func (w *ServerInterfaceWrapper) SuspendRun(ctx echo.Context) error {
 	return err
 }
 
+// ListTokens converts echo context to params.
+func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListTokens(ctx)
+	return err
+}
+
+// CreateToken converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateToken(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateToken(ctx)
+	return err
+}
+
+// RevokeToken converts echo context to params.
+func (w *ServerInterfaceWrapper) RevokeToken(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RevokeToken(ctx, id)
+	return err
+}
+
 // ListWorkers converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkers(ctx echo.Context) error {
 	var err error
@@ -6865,6 +7471,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/reject", wrapper.RejectAction, options.OperationMiddlewares["RejectAction"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
 	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
+	router.GET(options.BaseURL+"/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["ListTokens"]...)
+	router.POST(options.BaseURL+"/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["CreateToken"]...)
+	router.DELETE(options.BaseURL+"/v1/tokens/:id", wrapper.RevokeToken, options.OperationMiddlewares["RevokeToken"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
 	router.DELETE(options.BaseURL+"/v1/workers/:id", wrapper.DeregisterWorker, options.OperationMiddlewares["DeregisterWorker"]...)
@@ -7850,6 +8459,111 @@ func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	return err
 }
 
+type ListTokensRequestObject struct {
+}
+
+type ListTokensResponseObject interface {
+	VisitListTokensResponse(w http.ResponseWriter) error
+}
+
+type ListTokens200JSONResponse TokenList
+
+func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokenRequestObject struct {
+	Body *CreateTokenJSONRequestBody
+}
+
+type CreateTokenResponseObject interface {
+	VisitCreateTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateToken201JSONResponse Token
+
+func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokenRequestObject struct {
+	Id openapi_types.UUID `json:"id"`
+}
+
+type RevokeTokenResponseObject interface {
+	VisitRevokeTokenResponse(w http.ResponseWriter) error
+}
+
+type RevokeToken204Response struct {
+}
+
+func (response RevokeToken204Response) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type RevokeToken404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 }
 
@@ -8050,6 +8764,15 @@ type StrictServerInterface interface {
 	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
 	SuspendRun(ctx context.Context, request SuspendRunRequestObject) (SuspendRunResponseObject, error)
+	// ListTokens Every token made through the API, newest first, without secrets.
+	// (GET /v1/tokens)
+	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
+	// CreateToken Create an API token; its secret is in the answer only.
+	// (POST /v1/tokens)
+	CreateToken(ctx context.Context, request CreateTokenRequestObject) (CreateTokenResponseObject, error)
+	// RevokeToken Revoke a token; it answers 401 from now on.
+	// (DELETE /v1/tokens/{id})
+	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -8813,6 +9536,100 @@ func (sh *strictHandler) SuspendRun(ctx echo.Context, project Project, domain Do
 	return nil
 }
 
+// ListTokens operation middleware
+func (sh *strictHandler) ListTokens(ctx echo.Context) error {
+	var request ListTokensRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTokens(ctx.Request().Context(), request.(ListTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTokens")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListTokensResponseObject); ok {
+		return validResponse.VisitListTokensResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateToken operation middleware
+func (sh *strictHandler) CreateToken(ctx echo.Context) error {
+	var request CreateTokenRequestObject
+
+	var body CreateTokenJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateToken(ctx.Request().Context(), request.(CreateTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateToken")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateTokenResponseObject); ok {
+		return validResponse.VisitCreateTokenResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RevokeToken operation middleware
+func (sh *strictHandler) RevokeToken(ctx echo.Context, id openapi_types.UUID) error {
+	var request RevokeTokenRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeToken(ctx.Request().Context(), request.(RevokeTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeToken")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
+		return validResponse.VisitRevokeTokenResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(ctx echo.Context) error {
 	var request ListWorkersRequestObject
@@ -8963,155 +9780,168 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs31uCroLhTZbG2RVGOk0mkSm0ptuJoI8v6dPny7UZeEuwGSYyaQA+AlsRx6e8+wD7iPskWzgHQ",
-	"3SSaF8lKPLPfn0RmX3D64Nxv+NxJ5ayQggmjOwefOwVVdMYMU/Cvo9RwKc7ojNl/cdE56BTUTDtJR8Bv",
-	"HQo3dJKOYn8vuWJZ58CokiUdnU7ZjNqn/qLYuHPQ+S971UJ7eFXvwZsfH5POkTFsVpiTdy3r8GzlGmOp",
-	"ZtTY+4T57k0n6cy44LNy1jnYTzpmXjC8xCZMwXLv5IzaVaJrZXjx2d90ruTfWGpaVinc1Wcvc1Gu2iBV",
-	"foEv+U2qW6aevTllCXe6/dBGcTHpPNoFFNOFFJoB0Z0rOcrZzP6ZSmGYABTSosh5Si257RV4x3/9m5aw",
-	"iZt9jn8vrJgxnSpeAPUedI4Eufj5Lfnhzbd/Je7lPfhy9yzwwkgqc8o1QFMoWTBlOEJM7SX4ixs20+sA",
-	"gTddsFSqrPMY8EGVonP7b8EezCAtlZbKvmkB0pFmwhApiJkyklNtSEEnrBfBa31Pfvcwfgr3yRHQn2W+",
-	"GjzL34YcfvB58f1JhyLTDlJZ4h41QX3Hcn7H1JwoWYpME7iNZURLMqaqBnHgzOqVPFt+3yUzZCwVoYK4",
-	"28gtz3P7oiX+X35zSkvNop+RBWGwdOmWiwggQ8TJ8AD2ABBL5BjggguEioww++lmysWElCJjinBzSIYO",
-	"cPeoBd8+KQXzn2S/hgkruX6vhKu7Vtu8CkRZmlQi+y9AmSH+WTZMiFRkKBjL9MCiRN0xAV9A7qdMkA/0",
-	"wclfTe6pJorRdMqyCE0lQWzFsKUY1S2kYimRacOyATXxnb2f8pwRbgjXZMQs2gL8jR3OqGG7hs9YDDor",
-	"7WLLl4V9zC++ybsWuAcIIakJ7UpJgIANW4VktsgbDQhWsCAgCbguy7h9I83Pa9w4prlmyQKDVlhfZL8x",
-	"LXOjiZHkpnOtmSJhF5BobzoWszP6cMrExEw7B/v9fj+GiTi4l4aaUkckxqJYWMGMTZABKpYlxO6JLA3Z",
-	"AQZDpmJWhlydfDh+N/h4fdUFmo6IA1IoZv/BMnvDPWiuQS61iZLzH8w9X4BDKpHzdEZZVA2NDYuSZ1AC",
-	"EcW3kbpzxGJFfFEoeUfztY/5+4Be0ikb3LJ5RCESuJgRbVjxShN7U9KRIrXCRBMuitJoQhUjimmZ31ks",
-	"HYgyzyPbg8voQNerV8qlvC2LA/LLyRXZ4YZcXr99e3z87vgduedmaumSCaPmrzSRpUEoREYUFURIYqi+",
-	"7Sbkw8nlJTysSqG7ltDOP55fnx5dHb/Dn6lIiC7TlLHMsq3IyL2SBskAXt/tEWcTADMAcACA5R8AuK5S",
-	"fjm56iQdu2on6YSlooolY4VluQHuezBslu5bNF+YyLaStElnwgRT1FNYE+lXU+bxnZZK2e9UpTgglChm",
-	"1NxqT+NuIfD9imlDlSHwXw0XrUGVADVYrNttYPdx88Pr+yUQhbOwly9IMxixsVQRGfKbFQ8UhFlG7ik3",
-	"ZCcr8UMTBL8LUm1z/eYIqV1DxMybBSKuyNTh1b00IfYjyf/93/+H3NG8ZAmhuoa0QHYzsmMU5bmVPILd",
-	"51wwy3WF6R7WyY8oBga7Jjdlv/8NI/tkSnUCVGolJKyWEEr+++XHMwLUYzczLPgKobAcDD/scpGxByJV",
-	"xlQgeRDAQoq6/VtJrYIqJuKmSmEVUFzUwq4FmgILe8RSi5rzo+vL43eb71YxpajlVnolcFNDNyzCM6/A",
-	"AeYCxUa53TLWm/SIYvaLW1QO8MGWDGmXGlgCdTTVBOgXeU9mVMyBsJHD7qcydxCOKc9ZRnakGNg/S8WI",
-	"LrUVJV00elUpCKBf4/Zx68Fo7d6USjHmk1KxjDgA4pwKNLKxx3VF9W1MVlkscjEZjGOu1m9Tagh1u052",
-	"pEKe5WLSdWRu98AS9AGp87UugbCd+iL+ufUuGgiZJNiaQBj+S6NauaZJl/zZsL7j8oylXHMpDglF3imF",
-	"4Tn8nCHpLFpxm9PLaB5lslTOZm0M6MGxF4O/AyAzjCYgSUc00wLSwouszb0STU8zr0fzGGVIhzhNdhCP",
-	"R+cnxMhbJjRhD1ybBKmZ5jlTIOpAlrJ83F2wuV9HTO4G6p5knzuHcclgazG8S81UQvRcGzZLSMHUjFoG",
-	"IjuU6IKlxFhWSK3lYt1ay8LdpG5bJ5XVXRnvVh2jQR8VTKnMWMzI0oaOckaYUlIRe5OTch/owyUA+DOK",
-	"FX384KwiqciJuKM5z87zcsLFZcHS+JKK0W1lIcARJWH2wK3NnLG4jzPmguvplqth3GODcIZ1dbY0vEU5",
-	"GzEVB/ZpWoIatonkvYQbrbhFiuExG2uBrSFS6CD2SzU28FM72Z/KScQt1SZjKr6T2mSyjMspo0qR2jUj",
-	"pqkqGaowtKDIiM2lyNA0f2BpaaR6pclIltZqp5pkShZFgxtGUuaMiqWvdwAlHug6HCs+/IIVzh/bQsAF",
-	"keDFsBUGdmlgNqsXvDiwIhYZ2gKEXN4Ju2rlAGgRJwiiTkVqP7csIiIVXCaiDaDIe/SvNBlzQXNrTEpl",
-	"0IAogMlfaQL0DT7Rz/Ym/g9mTVYzZXP0m7hw5mIn2cxMeIvQXRpWWGBn9OEEH/t+2XTYVnxFJVRhv1PZ",
-	"B//X70e7/5Pu/uOT+39/94dPn/vJd988/mWlVKpphzf9qCpZI6ae71LA1gWvAvfI2e72T2u/oPeQeEZp",
-	"Oho9cgb60froTNxxJYXVfbt3VHHAJajPQ/Qa4AlCDZlJbch3b8iv/KeEUIyjgnfir+2TD/aSkOTs+rRH",
-	"TiZCWqsSfBNppkwRkCo67jo0ZFRTUG4p9Cq500TbT1YusIyM5g2J0WLEewH19Hc0JNla+WOBXytpLlza",
-	"ZlnYFkpa5bwM8c9WBKHUrENMZqU2wP0Y4KqC4Wsg9QutgNUy23Z5DTXR28U8rLlGW0IHqRSGcoGad6X0",
-	"8TcCwKsTE0zcbcWxS7iZGlOsA+iXq6tzD8vGhgkG3J4hTmoRHxe884E7MlZyBhGCQsmsTJnSr6roxdnR",
-	"h+NKqByguKBK8TsrW7SLmAXxQoJ4gQepU9xjnjPyl7dH55dXR2eDk7Pz66vLwbuTiz1714ZxB2ubDSaK",
-	"pmwwi/jPH3iec81SKTJNRszcMybI5cn7q+OLDwDH5cn7X09OT4kUaEBvmOFaZd/VpPwytn14MkQZMpbm",
-	"VDHtkOgkODdMux9khaKP11cBRxDpSa24xphPHF+bsxVq+ngAZ0MB41MDIF+ENODHC0lyKSZMda0rE5My",
-	"6xJdGNqK47otCbW96rCIH0DcK77Sk+3p9Xms2tK17w1bUok8lEWVib5KIL+l6ZQdC6PmEc/0Kb7ZQ8EV",
-	"0+1hPI46xSdKKJlyQ3Zm9GFAJ6wbQiE/ol+7eWTPZSK+SHx2CUuKaabuQjx8pcqwCL2o3V+R3zKbq1Kg",
-	"I1/Ioswtsgk3vbb4X3sofsOX3DGl4xp2MbcKGRt/e4XEte5eRU7xsgwmQgRzM/O/Is/1ZRmrv8kv3Qr2",
-	"RXOTFwBv0PWGqYF7Z2JENh7WAgZIXZCyFHv49/qoJL64wWytX+VNrZXu54I2pLdWP6OSQe3DdSrvmLLK",
-	"+QDU/S2bkynVU+dRoAyCyBSG2YKB4LN9Tpk7mkrA6OeoEJzog3tQ+PXIEQHfDBNqZAYQBWXoPBvrV0BW",
-	"ERwIDO5BNtCR63IE1YmZeADd6p+QIiRco2xKCA2hZKJLa8BoctN5/WZ606lJq7FUXl4t8y5T3PrCFnu4",
-	"NJQBtGD/rRS1tJoO6TTroFmso33O4MvRswPXSbt01m9HJ1cnZ+8HP3+8GLw9evvLcRfyO3bPXGY9rlxr",
-	"sqEJzznFWhqojmHzA5JOqZhAXYiR6B+U2lKyzDOmiGOz9UTsF4xSbs3r3y508qQ44jJ/Qo7JJ0swmQia",
-	"y6d9FyLGLX6+F9ohmg65eYhDQmxkfSgd3tAaRn8rhTaKcrFtgKlVWUZ0zPG/JeTsOCHH/3FyeXWZkLOP",
-	"VwP/9/urhLw/TsjpVUJOj8mOKGdM8RSy5idncR1kXYHo4hig2MbLi2otWbThqubKbScQrzALhs9XwS4+",
-	"oxOWEKomd1gWAz+80ihBCsm9mW3N3XkXa9AqdyeS4Nnay3220wkgb2Crwm1RvIJBcFGKp+VyfBa/ifCP",
-	"BT5+iKKPqTumiKtJYBqK8wCxKH7jQtdt8yrr4jepbse5vEePepH17I+xL/6Zszw79rKj+Tljey0Wg4SU",
-	"ekHNlHBhpFORgDAyktncRSTtmj3L8/r3/U89JLTo182Y1httHAJUPRD7oBBU2J4rpsYUFUO4L7LaGyt2",
-	"CBcoM7WGeKcmO075ESrm5PXDQ9fLVJ1UatzXHgNqyE4ztNj1kQMXuRzam4aVe9lwl6HEk5JvHx6wFMUo",
-	"KnQhlXHRYNDykAuGuIOT+IcAXRWRLDVc0aGIJ2SPFxKTMovL1SmjmavffzqrzpiZyqxhQHTeH19Fib+O",
-	"85hEqaftF0RKqVqy1yMtc2t4wJ5LBf/X5PridL2ut++MUh6jyowYNResyOexBFFMI4XaPledYJTMSZFT",
-	"KxWoMNqnLBqRjQ2iNSuVC4Cy7htcqidafNkS6aH1j8HoAZnKvM4PvB4XDx/UXGTjYOC2IY9Y0KI9Fr1I",
-	"TJm1TixFRL89hJq5JnpaGgOlk/JeHNjtTBkRkgh2D2ghEmIHO9rw9HbebYlDLwF0Kidvp6W43VItZdTQ",
-	"iFpCiUM1hN4ME4nzUq6vft79PkiHs+vTpSreN99/+9fvoiaiYnRWNxIXE40b2IjwigSB/rQCCXrbPGR4",
-	"aCNnPeC6kah7/e13a1jLLROD/CxqHhyRd2eXuzkdsXw357fMFa7tW4fku2+sg6JoaqxPJMfkd0zd7X5K",
-	"sAARnG6wxDL7JxaGkpwZw5QVaxmfYPiktn/ffQP9S2E7m2lClxvc+X23liXcf/S/d/9bNF947kvRlvkC",
-	"6oygfwEiRK6iOgQHPKX82/Xx9fG7TtKp+3wXx5cfry/eHl8u/A6+YCfpXFyfnZ2cve8knZAf7CSdn49O",
-	"TuGPo58+XlzBX6Guu5N0rs8u3/5y/O769OinU/uS3z5e/Hp8MQhPYUGWfeevJ+fnLdWrtSaiBTJbnbed",
-	"0XTKBdtVjGbwQy2FyzGFO8DAg5BmMJalyBIoWst5GrcNM2Yoz+NZHGsWbE7yNVswIv240IaKlLXGnss2",
-	"ncxNzlZYBcu4ur44IYqNmWIiBX6wtO2CKxbrxD64XlHDVb9+gNGl1mMMesEmXBumsB/taT4AzTLFdEQ/",
-	"/mTZ4Pri1Icfgr44Oj9xBGCNkIO9vf3Xf+31e/3e/sEP/f7+Avd+G3XOQXw80yTz3sva4jHFtCxVytYS",
-	"1EW40ZJILr3Z4Ay+N0lb5WewI1zlegiO7YBY3O+/ftON1W3GCx79lsS3vPYtW/gLb2lBU27mRI4tnUKK",
-	"nDqTJ8GaTN8LM5qDj2eovl22stOiHMwgYbdMMW/Pr63PAZdTaR2Anf1+v09+hPfZX7rR1F1oTu3HbKYZ",
-	"m0k1H4zmJlZ8+wGu2mXhhq3f/xjHsdVVT+OnsZKzwbqEgSSK7VrtAgqw1hpn7S80KbD42wc5E7yplm/I",
-	"eAb5O+fBbVBFGf1UTI7QPP847hz8voY9SnFZzmYU8gHx+oEtmj5Tn6BZFNzbBw+szwUl1Szq/ruL1tDl",
-	"goylStmBt24Boa43AitXqStZ3qQsza6ehE9f5tdPiOJ4OuYL9bVChmtzvDc2cbVpCO/9FKeaSz4Rm5cQ",
-	"t+2I71ApZ1be3DJtt6VquccIFMQhZnRORsyH/KUiw8+Pw2i1Qe0Dv0hSdWXVybatPa19M9v1RqxKxj+7",
-	"tzOSDHeKyZfg19C4tpNzozTCgqcnfAPT2Okoy+qHjaQYaNmhT8QPfVMO+hNV7C4e4o2I5SnL8yqWRtXk",
-	"LvHJnoxkXLHU5PPgZFL3wI41MhnNLKSuAKC7XUmH7zX05aNL0J1KMWEazAoBZiWfgXeC5Tz4dEuabL8/",
-	"gzRZ1RBaWDmCPcW/npyeHr8LqUFAavA64tXiNJ2yjXLGXirXysDWohwvQyoWt3FvxMWenpLdltr1kH6J",
-	"bCkaxASsTFK78xAqI6H2ZSrzbPNC2CrXE612e2pFWyrtpazMWbY+N3kOURn7AaGVzMgJg0ApFPEIRnYo",
-	"mVAxgdYzw9QMioV9Ks111kPjMDc6kJTmo5yLiY7nJpt9jws91UfvyUxmjEiRzw9dX4ccAzVptFOwkBGN",
-	"FDLmChuPN2cQT9erFLtd7oBMfRqZG9eK5HKHvstqIiF9YQ1c7D1p4Ztv+rqWXg5dTTHL4M+sQByv69Wz",
-	"MtKXnB24ZFhlRXJD3NZanFRdkDtWJAiJ9ih2r3V7ZEjzezrXQ/seaqDrZUqLggmW9chHS4P3XDNCydvj",
-	"U8IeCuvAWKzKOwjjs0L3lqrhQJ0kbVd9HQFeuGVz1zcJTcOl6CFoPncD7xiVPM/wteTHH8mNi6zcdHoE",
-	"y+AWSxkwYBLdz6pus4nif8dKbpDAKuf+617Vqga5dvhnKfPVlrFKSyzMGHP7F87EiBRabiyjrKI9sUDH",
-	"uKgqwYzxUVCrNSaiwncrEShh05pM6cr6zBZu+lY3ajX2+zqK72q0iE+vWKg6i0JwaH8dbqL+D8nQyYeh",
-	"4+Ghh25YDUvw1qfX7FKwQzL0zYLDOvf7HkLmzVbLufEEIX3w7aK+6bPxaf1kdQupM3Tup1Izb1cQ9mAh",
-	"EVLs/oMpaVU4LpGRnT4GGfrdeG9oHRzXjhIEqoNov78hTLnUBvFsoXEpE6lqUya4S0WWdchWwoadNR5T",
-	"qzpsi5waa9F6laYx9V8oOVF0RlIqwCW27lwScjrWfPOXRlYGZCwJ2SusKlDW9ZthClJ3/bfWUMyFS4qE",
-	"SQJTqiZWQkb2urYhh8HkCq0fViZd1qqmrPps7eXrETe2BIWWMxbUK012vlmBUahWbeJzLemhrHScZKpQ",
-	"Re7y/lUhDn6BpUkobAIDxE0SUDjEp9HUVS/JjmYUrgX/e8mIK0ir2/tntEXbVt3UTZlhf1yWGfbXIZKK",
-	"uxUHDQTLIOxGyEFXssNtbrjsBl5Y4UZdozcdG6bIr+WI/TvL6StNRjS9leMx4Mj1dvul8N6F1m4sRLZK",
-	"ZbnJO1pN2/zAM2931VqNlirVXeFDs6B/VbX6Yu4fXplgH5Fjke5T69eX3QEA1VUy7tQ8PWjVRhbgmgzB",
-	"axh2D/xfThM4ITlcdB1wVo31+4bBizskQ2trDYmuaMBVg3Dhrh3aVzrpUK0RfoBVMpl64SezGRWJj9b4",
-	"SLmzgKfUqgzQK0JKuy6Gm4QMmtXSiS/FqGLH3BCYsmPvDN4luXRGr32m0dSuIYSy2IZRbxHgUnEzb3IM",
-	"TPChqeF3bIlxsK0E9PkOdjoHMd9NSO3JBd6SioyoSadkx6ubUc66LROAqtaBShu166KmdGIPBQVvRhgZ",
-	"Yu2tuuaJeQAUulxM2p30qoIVCXdG51gRaqRVOaA6sro7gha4Jo3c3kbuiFTkpmN/qUyT1trXtUEFH0wI",
-	"IIWOIvDUvCb1IpCLNC8za3SvijfUNZ7/zhBZCGrDkT7Tywpj1TiIthATWr5bpr5agkHRrqhGQxQ0bLaa",
-	"7Pbjq0ar6M5YPLekn4HnwC0HLeO1LMj+hNxAVapzjnBg2ZoaNLtSYr81hjoYBLKyaGazYL6brxCR+U6j",
-	"rpp+tm7eUXXdT8RxaRCnNUbM8p7VcL2WFrzWjqEWS30bG3pjmzZiDjWGJW04RAdLJwYrRqdV8K3C+hM6",
-	"dxvf1Dbm8nzJRtfcqrOwXZDMUIzmOfSlkx3FNHPFurVYJc6N08TVTCAngC5EOPz7W4T9Nr1grq3Lt2w1",
-	"PzCCzzjdtBJJUjFUGw9e+s1o4vJEce1NIWuEY0Iko4aOqLbSFbKsWKXmyr+d/VcvVbk+uzw/fnvy8wmW",
-	"ixyfvcMalJ+uT07dn2sKUzBYHKk9WaxNObq8PHl/hutcHB9/OG+bpoYR2ojoqcoRvsi4kifWwB1aGe4m",
-	"lmgIedkfoDQQNYFPVvkKuXjstM7+bZHBDb8jXoQJ7rhU3jEZW2PU81+KjgcYpdz76geBv3gG3cGW7XoE",
-	"ZhaIMDOgVg659KUuTVrzlry744vvSd3LAW4H6xfsApQCozDaNGM5M26Sn5XsYUeUq23RhE4oF07bUgCD",
-	"Z9HM31gxNniakQePhoqPiAqJ97J/iTIWi6AgU7chbXhw6gtgv1Aa0lqqdnsGsIMRV7NGCMGetULKWpI7",
-	"CwTR3WJS7fNqdFaot4WRqjm/YwkphStzB+dF89zaeoFAIVAKFW1kzoyvZ89IxmgG3o39Y73phT3GzZoe",
-	"D3OgnUrtBFFVkxsLudblLY8pFJSt8aID5OrNLTsnp9eVCvjXtoEzzuX9h1Bp6H1Pa7j/NL/ENiuvrRo/",
-	"vjt636o+Qv3Hdlb/zIGxSXkJgOx6yTbHmZ+Xs2gKb+WOYWRJlaLyyYAUoH8z7n5NF70v+/QXcr4QA8vb",
-	"+wj29Vi2ODPlKOcpuTi+vIKJcHJM3tJCGwrf4CN9ANbf5IhIZS0+477MNRfcCOgu6JELKKxTjOhUFlin",
-	"FmtehYJQuPFGtA3JJzt+vH3XJw1cveswlRkb9m5EKMSE2jkLsv2CWmP2Qaff2+/1sXOPCVrwzkHnm16/",
-	"9w0OMpoCnezd7e9V4/AnLLL7QxAAP8YGKudcG2d+VHOOFUulSHnOFJnQO0bKgkhxI1DlQgnx4MPRfwyO",
-	"rq6s/XXpbQM3FZkzfVDbf8zR0jnRhuf5jYAQpcgg8GStccs51EiFJoIsDUFwh74iDWHCMXi+hBDRh49y",
-	"KU4yS+NcmyNERNI4VeN3d4bC30um5tUhCl4qVmcZeAHhPCCIVrlBz/axJfRFi/djVForxPLcVyh2x2Wp",
-	"Q9FVDERXu1WHsdmWGl0/9qacz7hpvCgIyW/74FdgASMU0648y+PTwuERr/v9FQdHbHdgRHXiQ+zICEAV",
-	"lOzALvcsY7zB1WMvDVDWzqFIOtpXbuFIdTS26+PMtWV7oI0EY9OKpUyYfE5cHRJGrlz/jtvUgk64oKG9",
-	"n050/QQIuy6wqTOq9z7z7LHGrU06fs+Mj3a8JKpro5oiyL6qz4QCPL95Kp5xqquoDG8MORuJ3Q/NkxgC",
-	"6oI/+7jEzDEgqlv2qpNtoDpyCfF7uZ9W+OTXJp1C6oigxTYcVCEGhp/5iXgJTiVkGSmsk+HobceH9k4/",
-	"vgeR+tP/uDq+7B5UhiLOMoR+yDyzGty+2401RNIlMwpulKZzDcl1CGOHWuUmbR0VVrbVpzaGOfg/ue7G",
-	"L0JdVUvSY1PPG1WyxyWyfhOZvw/4ewKPP4tWj2pkqqe88GFRf9qI92y9px7O0IBKmDj9RmlQVd2EX4AK",
-	"m5uMnYp1GfLlN7g5/3KjTe6/zOJhJF5EiuEROyw7JEM3JWlIwGQnhllJ3+g68eMuzJLoe0nys/f/8CXI",
-	"FSlKE0rG1BqsIygjXabZ1VTq7F2999n99biHZq/e+4x/PO6FMs2o+rLqO8z14WxDYyxi6TzfsoGak6/E",
-	"tFkYnbTSvglDVp5n4Fz5kTn+hVjuvOzSJESwe6tc6paN1SK1wVh1skEC2F4z+/PZ7FauudWdFxc0+MZ0",
-	"uff5ls0fkQxyhgGaJoG+g99ro6c2UUfHdxwH/v+x+giWdTW1Rs0Pw+kaaDuNw7AmV0nuYpl/0mYlLQe4",
-	"WAixIGrKHsjlL0e7r7/9rnZ6l57Ke6hhDKfOBIeoee4djoBpP/iu3rbb3/2B7o4/ff7uTWyg71aE5dtf",
-	"WuXdhb1hIznnGxw2PEAP2zH+SKfy9b+cU+nbo1aKXLTfnidv7Srwoqg8XekpYiPUHyJQ26zGMOlnmZAX",
-	"keZrFjFyXNW2hSFmiplSiaokjRt3b71A374LJ6dUFHWSsVkhDRPpfPdXYPbNifTTy1i6SxOQ/mBj1+5I",
-	"jHRzxWg2D3jF7BVkShaQCGT9ur//0hAhop6qIn/Y7v7Xr5/KpQimn70Abh0XORdVXSjOaVrmzi01xt5n",
-	"VYqVYZ4Ld1TsH0s5bjLpc8M6R1VdqzVCXIuqr2LirmD3zxFy6+/0Z/hubQfgru6Fc/i+qm9pk+142GU4",
-	"mPiLBwPqZ2k+Lp8v/Lr/+sut5bq6W0KW/pxG5Tx/PMCP5zkZsfqxjX+wn47nZliOOfRQzH29dFXMy60R",
-	"PBfpVElhrThoRGI5lAd+KXnkptDqvc/4x+o4dHXY+EuFclZvpxuK8+ygnnM0grTyxxJ6WeWDJFOujXQn",
-	"h33NUmv9rbWD5J8s4xYo5esUeluiYqWIPKofrv+fUvJPkZKQEKpO9bbcar+AiYwKo19MDO651rt/GfJu",
-	"mQxTNYG4vFKtb7lHfptKpAUolYUjfGsUoqfyXtwIN6ATEfdK15oZe+RIuDkzIxd9rvePEHf6443wM6v9",
-	"WYKECn3PlCZv+j+QoZBmUDsoclC9P5L2x8MG2cuy7sKBhn8q9wac1Rj4sNm9R2BtmI/6hzOx62Bd2nuo",
-	"A4GOksMlunsxpsYW2n91nq6m1xIs2idDf5zn8J+Spy8A+v9k6a+DpXE31nP0elp8MT4He37vs/3fYy3T",
-	"7v6qSj7WFNyEioiXTVzDMjAtjT2YPXbHhNmtJsW2Z0CjtGM/7bkeEkqSDDPGGcHRtH6aSxgBpKccyk4a",
-	"RQ9kxxW2dN3IgzyX9ywj1ob8F3OjkrauYpiNDjRBoNMnwYrafksWy42daE9jrR4nuGLMtGvzduvvt6xP",
-	"G5Uha0DY3xQE10pda6WLtM+RHTePvdET6sdkGKqM7132ic7uYejOhpZ2d3aKP9kskpWqNfs9HamXOCKx",
-	"NoieandSwS50yQLX+gKg+rlnltAPoN7N3kGGyFdDaBNHxhpCDRiMRSY7GTUUz3mxwiABjrO/EQhJ2xvt",
-	"H11InwoyhIEB0ne7+TXxkHqY4VFNerwHiIVpwxOyajx95+ral6YTPjGS4Pb2K46XLs6Hy+cuQ8BFbNAV",
-	"TgDawS61hLixyklVCJ/ciIXO60ZjW9eTu04IyzWrbCT3Ox3lbHh4I5C+/KgczzWu7B4qqt1Ja8FrT+y7",
-	"bsQQHhi4UuZhj1w1rAmcDqrJMEwTHS7Qz41YHBUaTnc4WDcrtOu9Syz3BjN/RNNbKwFcI2CPvHn9Gm3S",
-	"Ogw44EtIeHfcNMTRqS8WzF6YzfrCduGqHI0TiF+LTfisrJvDKlSnQbNA6DuhsNWH1eFLOGoicZFZP/Qq",
-	"EGftpGoXrcWhMKxZQPws+xJHNv3TiCsQHhQTwgMvq2pqwuJ6CiPC3NlWSyxVztgLctTiMNc/lafKGfta",
-	"3SyAzWWJaK6lAxdnKdZHEeranNDQp4XZIiz0Q6bCyUBu3naYHeVe9MWYxb3vn4ZbsCgYLUwO5IaF9GHu",
-	"S6AFIwmF8juYkw0GF4Q0bgRWrA3DUOgDYg3ooZ+sg8VuaCSgmaXDWB04oOJGhEeBO/HQPe2nIvbIBix9",
-	"IyqejihKt9z/F2xdm7/99fF1GKeEjL08FjypRu8CEeJUgKQRoeea4CkcSAJ+euZi20GTkWutuK2li7+5",
-	"e14w6lHrFm7ZPwdobzGWDJNosUufZdVd1feGruDH9maI+gkWL2Yzxo7J2KhQbP8LozneBuFx+LTirOeY",
-	"fbhyo//Ln5viBtwB2PFNbdJxaJtrr+xWy7u9rrK7euhJGc+FmqicUTj3dwd67a0nFD47Cwvpw+o8D/Th",
-	"rO/mjsAasVTOWNNdbCX5rfQtIqXeF1dH7F7o+t9ek9fe3MaH4Ry1F2LBxXPaosqo/yLL5fNVvUfPpync",
-	"pVeaFExxmfEUyEUwrV3TTwvz4NnEd34P4eS/ztKJOt/3v+/Dvrk3+EM7UZdYi8v92785UuaPnbRy3KgC",
-	"xGZa+6Oj9cQf7bjUZe6CF3B11qtFKrGBdnnFa2fWhtqpQwg/2F9ERkrt1EQz4Kkt4f+/AAAA//8=",
+	"7L3rchu3tiD8Kih+u8pifS2KcpzshKrUlGwrjiayrCNKJ2cm8pBgN0hiqwlwA2hJ3C7/nQeYR5wnmcJa",
+	"ALqbRPMiWY73PudPIrMvWL2w7jd8aqVyNpeCCaNbvU+tOVV0xgxT8K/j1HApzumM2X9x0eq15tRMW0lL",
+	"wG8tCje0kpZify+4YlmrZ1TBkpZOp2xG7VN/UWzc6rX+v4NyoQO8qg/gzZ8/J61jY9hsbk7fNqzDs7Vr",
+	"jKWaUWPvE+aHV62kNeOCz4pZq3eYtMxizvASmzAFy72VM2pXia6V4cUnf9OFkn9jqWlYZe6uPnmZy2Ld",
+	"BqniC3zJ71LdMvXkzSkKuNPthzaKi0nrs11AMT2XQjMgugslRzmb2T9TKQwTgEI6n+c8pZbcDuZ4x///",
+	"Ny1hE7f7HP9eWDFjOlV8DtTbax0LcvnLG/LTq+//StzLO/Dl7lnghZFU5oxrgGau5JwpwxFiai/BX9yw",
+	"md4ECLzpkqVSZa3PAR9UKbqw/xbswQzSQmmp7JuWIB1pJgyRgpgpIznVhszphHUieK3uyR8exo/hPjkC",
+	"+rPMV4Fn9duQw3uflt+ftCgy7SCVBe5RHdS3LOd3TC2IkoXINIHbWEa0JGOqKhAHzixfybPV9/WZIWOp",
+	"CBXE3UZueZ7bF63w/+qbU1poFv2MLAiDlUu3XEQAGSJOhj3YA0AskWOACy4QKjLC7KebKRcTUoiMKcLN",
+	"ERk6wN2jFnz7pBTMf5L9Gias5PqjFK7uWmXzShBlYVKJ7L8EZYb4Z9kwIVKRoWAs0wOLEnXHBHwBuZ8y",
+	"Qd7TByd/NbmnmihG0ynLIjSVBLEVw5ZiVDeQiqVEpg3LBtTEd/Z+ynNGuCFckxGzaAvw13Y4o4btGz5j",
+	"MeistIstX8ztY37xbd61xD1ACElFaJdKAgRs2Coks2XeqEGwhgUBScB1WcbtG2l+UeHGMc01S5YYtMT6",
+	"MvuNaZEbTYwkN61rzRQJu4BEe9OymJ3RhzMmJmba6h12u90YJuLg9g01hY5IjGWxsIYZ6yADVCxLiN0T",
+	"WRiyBwyGTMWsDLk6fX/ydvDh+qoNNB0RB2SumP0Hy+wN96C5BrnUJkrOX5l7vgCHlCLn8YyyrBpqGxYl",
+	"z6AEIopvK3XniMWK+PlcyTuab3zM3wf0kk7Z4JYtIgqRwMWMaMPmLzSxNyUtKVIrTDThYl4YTahiRDEt",
+	"8zuLpZ4o8jyyPbiMDnS9fqVcytti3iO/nl6RPW5I//rNm5OTtydvyT03U0uXTBi1eKGJLAxCITKiqCBC",
+	"EkP1bTsh70/7fXhYFUK3LaFdfLi4Pju+OnmLP1OREF2kKWOZZVuRkXslDZIBvL7dIc4mAGYA4AAAyz8A",
+	"cFWl/Hp61UpadtVW0gpLRRVLxuaW5Qa478GwWblv2XxhIttJ0iatCRNMUU9hdaRfTZnHd1ooZb9TFaJH",
+	"KFHMqIXVnsbdQuD7FdOGKkPgvxouWoMqAWqwWLfbwO7j5ofX9ysgCmdhr16QZjBiY6kiMuR3Kx4oCLOM",
+	"3FNuyF5W4IcmCH4bpNr2+s0RUrOGiJk3S0RckqnDq3tpQuxHkv/7v/8PuaN5wRJCdQVpgexmZM8oynMr",
+	"eQS7z7lgluvmpn1UJT+iGBjsmtwU3e53jBySKdUJUKmVkLBaQij57/0P5wSox25mWPAFQmE5GH7Y5yJj",
+	"D0SqjKlA8iCAhRRV+7eUWnOqmIibKnOrgOKiFnYt0BRY2COWWtRcHF/3T95uv1vzKUUtt9YrgZtqumEZ",
+	"nkUJDjAXKDbK7ZaxzqRDFLNf3KBygA92ZEi71MASqKOpOkC/ynsyo2IBhI0cdj+VuYNwTHnOMrInxcD+",
+	"WShGdKGtKGmj0asKQQD9GrePWw9Ga/emVIoxnxSKZcQBEOdUoJGtPa4rqm9jsspikYvJYBxztX6fUkOo",
+	"23WyJxXyLBeTtiNzuweWoHukyte6AMJ26ov45za7aCBkkmBrAmH4L41q5YomXfFnw/qOyzOWcs2lOCIU",
+	"eacQhufwc4aks2zFbU8vo0WUyVI5mzUxoAfHXgz+DoDMMJqAJB3RTEtICy+yNvdaND3OvB4tYpQhHeI0",
+	"2UM8Hl+cEiNvmdCEPXBtEqRmmudMgagDWcrycXvJ5n4ZMblrqHuUfe4cxhWDrcHwLjRTCdELbdgsIXOm",
+	"ZtQyENmjRM9ZSoxlhdRaLtattSzcTqq2dVJa3aXxbtUxGvRRwZTKjMWMLG3oKGeEKSUVsTc5KfeePvQB",
+	"wF9QrOiTB2cVSUVOxR3NeXaRFxMu+nOWxpdUjO4qCwGOKAmzB25t5ozFfZwxF1xPd1wN4x5bhDOsq7Oj",
+	"4S2K2YipOLCP0xLUsG0kbx9utOIWKYbHbKwltoZIoYPYL1XbwI/NZH8mJxG3VJuMqfhOapPJIi6njCpE",
+	"ateMmKaqYKjC0IIiI7aQIkPT/IGlhZHqhSYjWVirnWqSKTmf17hhJGXOqFj5egdQ4oGuwrHmwy/Z3Plj",
+	"Owi4IBK8GLbCwC4NzGb1ghcHVsQiQ1uAkMtbYVetHAAt4gRB1KlI7ecW84hIBZeJaAMo8h79C03GXNDc",
+	"GpNSGTQg5sDkLzQB+gaf6Bd7E/8HsyarmbIF+k1cOHOxlWxnJrxB6PqGzS2wM/pwio/9uGo67Cq+ohJq",
+	"br9T2Qf/1x/H+/+T7v/jo/t/d/+nj5+6yQ/fff7LWqlU0Q6vulFVskFMPd2lgK0LXgXukbPd7Z/WfkHv",
+	"IfGMUnc0OuQc9KP10Zm440oKq/v276jigEtQn0foNcAThBoyk9qQH16R3/jrhFCMo4J34q8dkvf2kpDk",
+	"/PqsQ04nQlqrEnwTaaZMEZAqOu461GRUXVDuKPRKuVNH22srF1hGRouaxGgw4r2Aevw7apJso/yxwG+U",
+	"NJcubbMqbOdKWuW8CvEvVgSh1KxCTGaFNsD9GOAqg+EbIPULrYHVMttueQ010bvFPKy5RhtCB6kUhnKB",
+	"mnet9PE3AsDrExNM3O3EsSu4mRoz3wTQr1dXFx6WrQ0TDLg9QZxUIj4ueOcDd2Ss5AwiBHMlsyJlSr8o",
+	"oxfnx+9PSqHSQ3FBleJ3VrZoFzEL4oUE8QIPUqe4xzxn5C9vji/6V8fng9Pzi+ur/uDt6eWBvWvLuIO1",
+	"zQYTRVM2mEX85/c8z7lmqRSZJiNm7hkTpH/67urk8j3A0T9999vp2RmRAg3oLTNc6+y7ipRfxbYPT4Yo",
+	"Q8bSnCqmHRKdBOeGafeDLFH04foq4AgiPakV1xjzieNre7ZCTR8P4GwpYHxqAOSLkAb8eCFJLsWEqbZ1",
+	"ZWJSZlOiC0NbcVw3JaF2Vx0W8QOIe8VXerQ9vTmPVVm68r1hS0qRh7KoNNHXCeQ3NJ2yE2HUIuKZPsY3",
+	"e5hzxXRzGI+jTvGJEkqm3JC9GX0Y0Alrh1DIz+jXbh/Zc5mILxKfXcGSYpqpuxAPX6syLEIvK/eX5LfK",
+	"5qoQ6MjP5bzILbIJN52m+F9zKH7Ll9wxpeMadjm3Chkbf3uJxI3uXklO8bIMJkIEczvzvyTPzWUZ67/J",
+	"L90I9mV9k5cAr9H1lqmBe2diRDYe1gIGSF2QshAH+PfmqCS+uMZsjV/lTa217ueSNqS3Vj+jkkHtw3Uq",
+	"75iyyrkH6v6WLciU6qnzKFAGQWQKw2zBQPDZPqfMHU0lYPRzVAhO9ME9KPw65JiAb4YJNTIDiIIydJ6N",
+	"9SsgqwgOBAb3IBvoyHU1gurETDyAbvVPSBESrlE2JYSGUDLRhTVgNLlpvXw1vWlVpNVYKi+vVnmXKW59",
+	"YYs9XBrKABqw/0aKSlpNh3SaddAs1tE+Z/Dl6NmB66RdOuv349Or0/N3g18+XA7eHL/59aQN+R27Zy6z",
+	"HleuFdlQh+eCYi0NVMewRY+kUyomUBdiJPoHhbaULPOMKeLYbDMR+wWjlFvx+ncLnTwqjrjKn5Bj8skS",
+	"TCaC5vJp36WIcYOf74V2iKZDbh7ikBAb2RxKhzc0htHfSKGNolzsGmBqVJYRHXPybwk5P0nIyX+c9q/6",
+	"CTn/cDXwf7+7Ssi7k4ScXSXk7ITsiWLGFE8ha356HtdB1hWILo4Bil28vKjWkvMmXFVcud0E4hVmwfD5",
+	"MtjFZ3TCEkLV5A7LYuCHFxolyFxyb2Zbc3fRxhq00t2JJHh29nKf7HQCyFvYqnBbFK9gEFwW4nG5HJ/F",
+	"ryP8wxwfP0LRx9QdU8TVJDANxXmAWBS/caHrtnmddfG7VLfjXN6jR73MevbH5i++krfskd/8GFvC42k5",
+	"TTXjIqSimmsDG7xMfxWDgvaDyIwusFwq6DapkH4TrJ/0D20dwcWS5Wro9rAiLAMlK5lv9MQu7T0NKVp4",
+	"PrZdv3CWZyde1Nd3YmyvxULGUAExp2ZKuDDSWTSw12Qks4ULIFsS6VgRrf84/NhBuRAlxhnTeis+Q4DK",
+	"B2IfFGJAuwuxqTHzUn65L7LGFhZYES5QxWkN4WlN9pytQqhYkJcPD22vAnVSWl2+VBxQQ/bqkeC2D/S4",
+	"QPPQ3jQsowG16AZU5FLy/cMDVg4ZRYWeS2Vc8B6MMkjdQ5jIKegjgK4MIBcaruhQcxWS/Ut5ZJnF1eCU",
+	"0cy1Wzxess6YmcqsZu+13p1cRWVVFecxBVCtsljim0I1FBuMtMytnQh7LhX8X5Pry7PNppl9Z5TyGFVm",
+	"xKi5ZPN8EcvnxQyIUIrpikmMkjmZ59QKcSqM9hmmmkTZIri21hYAUDZ9g8vMRWtlG0QmrX4MBnvIVOZV",
+	"fuDVNEb4oPoiW8dud41QxWJMzamDZWLKrDFpKSL67SEzwDXR08IYqHSV96JntzNlREgi2D2ghUgI9exp",
+	"w9PbRbshbbAC0JmcvJkW4nZHjZpRQyNWBEocqiFSaphInFN5ffXL/o9BOpxfn60UXb/68fu//hC16BWj",
+	"s6pNv5wX3sKkh1ckCPTHNUjQu6aNw0NbKeaA65pyfvn9DxtYyy0Tg/w8as0dk7fn/f2cjli+n/Nb5uoM",
+	"D63/+MN31p9UNDXWhZVj8gdmWvc/JlgvCjESMJwz+yfW8ZKcGcOUFWsZn2C0q7J/P3y3bBhVs7oulbv3",
+	"x34lqXv42f/e/m/R9O6FrxyMmFH2ErSbQEDPFcCHWI6nlH+7Prk+edtKWlUX/fKk/+H68s1Jf+l3cN1b",
+	"Sevy+vz89PxdK2mFdG4raf1yfHoGfxy//nB5BX+FMvxW0ro+77/59eTt9dnx6zP7kt8/XP52cjkIT2H9",
+	"nH3nb6cXFw3FxpWeryUyW59mn9F0ygXbV4xm8EMl484x4z7AOJGQZjCWhcgSqDHMeRo35TNmKM/jSTdr",
+	"FmxP8hVbMCL9uNCGipQ1pgqKJp3MTc7WWAWruLq+PCWKjZliIgV+sLTtYmEW68Q+uFlRw1W/foDRVULE",
+	"GPSSTbg2TGH74OPcF5pliumIfnxt2eD68sxHi4K+OL44dQRgjZDewcHhy792up1u57D3U7d7uMS930dj",
+	"KSA+nmiSNTlRkWySloVK2UaCugw3WhLJpTcbnMH3Kmkq1A12hGs0CLHMPRCLh92Xr9qxMtu48+O3JL7l",
+	"lW/ZwV94Q+c05WZB5NjSKVQ0UGfyJFhC61uXRgtwyQ3Vt6tWdjovBjPIr65SzJuLa+tzwOVUWgdg77Db",
+	"7ZKf4X32l3Y00xp6ibsxm2nGZlItBqOFidVKv4erdlm4Yef3f47j2Oqqx/HTWMnZYFN+RxLF9q12AQVY",
+	"6WS09heaFFir7/12766X6aGMZ5BudR7cFkWv0U91fnqIaWYzSD5CMlpBZtI6T6EILapbLjEhRvP8w7jV",
+	"+2MDjxWiX8xmFHJA8ZqRHRp9U5+UW5b+uweMrOMGZfQsGkNwF621zAUZS5WynjeRYVdcPwxWK1NXpr5N",
+	"KaJdPQmfvsr0HxHF8RTcF+plhqzm9nivbeJ6+xLeG5Vkhejzidi+bLxpR3xXUjGzQuuWabst5ZgFjDpC",
+	"MGNGF2TEKqGw4afPw2iFSeUDv0gifW2l0a7tXI29Urv1w6wrwHhyP2+kAMJpN992UUHjxu7drVJHS+6i",
+	"8E1rY6foLKsf1RKhoKqHvvhi6Bux0CkpA4DxsH5Etk9ZnpcBOaomd4lP8GUk44qlJl8ET5W6B/aspcpo",
+	"ZiF1RR/t3cp4fH+pLxlege5MignTYJsIsE35DFwcLOHCpxtSo4fdGaRGyybguZUj2Ef+2+nZ2cnbkA4G",
+	"pAbXJd4hQNMp26pOwEvlSunfRpTjZUi/4zYejLg40FOy39CvEFJukS1Fq5qAqUoqdx5BNSzUO01lnm1f",
+	"/Fzm96IVjo+tYkylvZQVOcs256MvILRjPyC0Dxo5YRBthcItwcgeJRMqJtBuaJiaQYG4T5+6aQrQLM6N",
+	"DiSl+SjnYqLj+eh6r+tSH/3xOzKTGSNS5Isj18sjx0BNGo0dLF5FS4eMudJmNwbxdL1OsdvlemTqSwe4",
+	"ce1nLl/sO+smElJW1krGfqMGvvmuqyslBaGTLWYZ/JlVp+NN/ZlWRvoyw55LgJamKDfEba3FSdn5umdF",
+	"gpBo1GLHYrtDhjS/pws9tO+hBjqdpnQ+Z4JlHfLB0uA914xQ8ubkjLCHufWCLFblHeQC2Fx3ViogQZ0k",
+	"TVd97QheuGUL1ysLjeKF6CBoPgEE7xgVPM/wteTnn8mNC8/ctDoESx+Xy1cw6hLdz7JWt47if8fqfZDA",
+	"Kuf+615UKkW5dvhnKfMVtrHqWizGGXP7F85BiRTXbi2jrKI9tUDHuKgsu43xUVCrFSaiwneoEShb1JpM",
+	"6dqa3AZu+l7X6nMOuzqK73KcjM/RWKhay0JwaH8dbqP+j8jQyYeh4+Ghh25YDsjw1qfX7FKwIzL0DaLD",
+	"Kvf7vlHmzVaffV3NMtIH3yLsG31rn9ZN1rcNO0Pnfio183YFYQ8WEiHF/j+YklaF4xIZ2etipKLbjvcD",
+	"V8FxLUhBoDqIIBO8DUy51AbxbKFxeRepKpNFuMtnFlXI1sKG3VQeU+u6quc5Ndai9SpNY7nHXMmJojOS",
+	"UgF+tXXnkpAYsuabvzSyMiBjSUiBYSWJsq7fDPOYuu2/tYJiLlxmJUyPmFI1sRIysteVDTkKJldo97Ey",
+	"qV+plLPqs7F/s0PcqBoUWs5YUC802ftuDUahQrmOz42kh7LScZIp4x25q/Uoi6/wCyxNQjEbGCBueoTC",
+	"wU21Rr5qGX40LXEt+N8LRlwRYtXeP6cN2rbsoK/LDPvjqsywvw6RVNytOFwiWAZhN0Iiu5QdbnPDZTfk",
+	"xAo36pr76dgwRX4rRuzfWU5faDKi6a0cjwFHrp/fL4X3LrXzY/G5VSqrjf3RCur6B557u6vSXrbSneCq",
+	"J+pNHOs6FJYLCOCVCfaOORZpP7ZnYdUdAFBd9epexdOD9nxkAa7JELyGYbvn/3KawAnJ4bLrgPOJrN83",
+	"DF7cERlaW2tIdEkDrqSEC3ftyL7SSYdyjfADrJLJ1As/mc2oSHy0xofbnQU8pVZlgF4RUtp1MdwkZNCs",
+	"lk58PUcZgOaGwGQle2fwLknfGb32mdogAw0hlOXWm2oJEpeKm0WdY2BqE00Nv2MrjIOtRKDP97C7PYj5",
+	"dkIqTy7xllRkRE06JXte3Yxy1m6Y+lS2i5TaqFkX1aUTe5hT8GaEkSFg36hrHplMQKHLxaTZSS+rlpFw",
+	"Z3SBVcBGWpUDqiOruiNogWtSSxBu5Y5IRW5a9pfSNGmsd94YVPDBhABS6CIDT81rUi8CuUjzIrNG97p4",
+	"Q1Xj+e8MkYWgNhzpM72qMNaNAGkKMaHlu2P+rCEYFO2EqzXBQZNuo8luP75srovujMVzYylgVqTgloOW",
+	"8VoWZH9CbqAS2TlHOKRuQyGbXSmx3xpDHQx/WVt5s10w383UiMh8p1HXTbzbNOOqvO6nILlcitMaI2Z5",
+	"z2q4TkPbZWOXWIOlvosNvbVNGzGHagOythychPUXgzXj8kr41mH9Ed3atW9qGm16sWKja27VWdguSGYo",
+	"RvMcZhGQPcU0cwXalVglzgrUxBVeICeALkQ4/PsbhP0u/X+ulc+36dU/MILPON00EklSMlQTD/b9ZtRx",
+	"eaq49qaQNcIxIZJRQ0dUW+kKqVosdXMl/87+q9a7XJ/3L07enP5yijUnJ+dvsZDl9fXpmftzQ3ULBosj",
+	"BSzLBS7H/f7pu3Nc5/Lk5P1F0wQ9qNp+jk7HXWbJ7JCeqZRvb2/vKnYnb3f8mu3Lr5OW8UiMRNdZqpg5",
+	"8k4V4BXH7+p7a7SKfIuhW9gYWynrriBiYwci7HA884nDoLafUAafuSlb6V4aAwXTARE9VxbQfJF5SI+s",
+	"2jyyBoMbiaQhvmp/gGJWNDt8ZtTXdMYD9VVd0xSG3vI74mXDEPuRynvBY+v5eGGfopcLHhD3gaFeEOY8",
+	"g/EDVsZ3CAxFEWEoSaWAd+VLXU6+4pp739p395CqSw2qBVwtMEJR5YzC7OSM5cy4UaHWjAg7olw1liZ0",
+	"Qrlwph0FMHgWTTOPFWODx3kU8GioUYrYK3Hh9CUKryyCggLfhbThwakv2f5COW/rFtntGcAORuIaFUII",
+	"zpPViNZt2VsiiPYOo7CfVlW2xpZamtmc8zuWkEK4xgzwlDXPrWMRCBSi8lCDSRbM+A6MjGSMZuBK2z/i",
+	"7l1c/J8KF9OwNK1WxH4vFI+5TiMcwgXhocC5Cbmf8hSDvGHXdeJmTaFYyuWEQAoo05jlS6lSO2oVL4E9",
+	"dgOVl9ZYEKoVCbdUgrBKnM1aIK6R8Ku3V0lOo2zSSf61TeCMc3n/PlTx+pCM9WdfL/rYceqNuNqPb4/f",
+	"Ra2qWlnUbs7wzIGxTdUVgOzaarfHmR8dtmwl7RSlwICrKkQZqvC2TVNUYroclLBPf6GYBGJgdXuh2Twt",
+	"FDeLvv181+fEqIrJuWNRzsgkeymda0OF+ycSOggCH2k4fvv+9Hxw9eG3E+jsBfyCLYCvD8BARhlO9OBi",
+	"LBvCDcUo5ym5POlfAQxyTN7g+kml9gYw9Dc5IlJZn8xLFddDdCOgiahDLqF+VjGiUznHctTYSAGo+4Yb",
+	"b0TT0SVkzx860vZpPVfWPkxlxoadG3EjTiCbbakY4UHzYXhcmKlU/B/wY4+8BrTgqOUUkIrx7WGHDB/2",
+	"Hbb3rX07vBFYwgBUApF9UXk9BGN7ZIiFlUPruNJMtxMyxJpL/4v92BuB3flQZaF7bhsTzKkmvnJheSQu",
+	"S/yMbvtWqOgc3oi9sso0QYMQTF1YGATMkOyB1VgGnlOa571g1iQ3IkhHL8MTK791u0POpWuUKMStkPcw",
+	"phfcFmg4Bd/KrUi4vhGvuodQXAI/+GxYwNer7nflVUcFRrocUehynTADb3rlEquughbKvTzBQBGHBrU4",
+	"4XfWbKxs1hRGHAzJjKpbfSMqFqSSBTYm54vlzjBf2V8mLcMAJLoAjHVuRCjih7pr4MPji9PKDJZeq9s5",
+	"7HSxSZ8JOuetXuu7TrfzHc4snAKnH9wdHpQn30xYRLoNQcH9HDs7IefaOEegPNJAsVSKlOdMkQm9Y6SY",
+	"EyluBBq/0H4yeH/8H4Pjqyvrdve9le4OQOBM9yryDUtz6IJow/P8RkBmSmRA4iXRS4XGut1iBHfoq5kR",
+	"Jpx468vPEX2BX04zK8O5NseIiKR2gNYf7rikvxdMLcrzkrzWL48t8grQBb4gSeHOdLCPraAv2vgVE32V",
+	"+luvXeaK3XFZ6FBrGwPRlexWYaxPoIiuH3tTzmfc1F4UjIDvuxBOwuL3712DefOxXR+Xzol62e2uOSNq",
+	"t7OhysOdYqdDAaqAdWGXO5YxXuHqsZcGKCtHTiUt7Qt28fQUtC+rJ5doq0uANhJMSSqWMmHyBXHlp5iw",
+	"cL2fblPndMIFDZN86ETXD3uqC/9Wz1fMW4iAgZ3je/CJZ58rfFyn8HfM+PD3c25CZV5jZBuuqoMhYQde",
+	"PXYHcLS7KJ1jzEEaiT119eOYAlIrAc5lMW1tvYCgFZzfB0t6STrEYC9vOShPxYMq+5X9Osj9pONHvzZp",
+	"zaWOSG7sCUVDx8DgVD9NN0FnimVkzkr1sucNt7MP70BGv/4fVyf9dq/0AZ0LNmUwu0cbeLcbiYy8AKqO",
+	"KaLpQkORFqRDQ+NMnSSPwSurTnwOZ+i8dq32X4Qoy/7Yz3XD2KiCfV7hhleRs3sAf48QGk8i8eMKdesp",
+	"n/v0mj+pzAetfBAunL8FFZVflOyjpKvKjvgvQLx12sBu+6rE+vJ0UR+5vRVtdJ9n8TCFNyIz8VQ/lh2R",
+	"oRvMOCTgGhPDrMapdU76CVtmRdA+J9Xa+3/6ElQe4jZkTK03NoIuhlVSfxbi9nb/wSf31+cDdAX1wSf8",
+	"4/NBaC6I6lhrfYQJhJxtaUtGDLWnG2ZQKfmNWGZLQx7XmmdhHNzT7LMrP9zPv7DutZVufkIEu7eqrGqY",
+	"WZ1VGeFZpTYkgHVW2a4Wgj9j1m7yhlvdmbfBktiaYg8+3bLFZySQnGEMuE66b+H3yvjMbdTiyR3HQ4u+",
+	"rl6EZV2PiFGLo3BCGJp+4zBw0nVGuXTJdtvo+lK/xjYmDcfTWdix9HfKHkj/1+P9l9//UDmbVE/lPVTr",
+	"hzP1gg9YP9UXB9w1H+tbnXLR3f+J7o8/fvrhVey4gp1Izjd6NsrIS3vDVrLRt/JteTwwNh5+TT/65b+c",
+	"H+0bgdeKabQwnyaj7SrwoqgMXusc+5bfP1UIN5muYcLhKokvo9PX7WPYtazvDsNbFTOFEmVZNjfu3mqT",
+	"mn3X1HfRO1o7zdhsLg0T6WL/NxAD25Pvx+cxt1cmP35li9vuSIyoc0s0i4BXTKpDknEJiUDwL7uHzw0R",
+	"IuqxavWn3e5/+fKx/Itg+iFG4JJykXNR9kbgwMNt+NZr3R21zMEnVYi1Ma9Ld3j+16UpN6v9qTGu47Lr",
+	"w5o0boCDr/Hlrp3lWxOMm++8LARO+fz4qP0+CGcWf1Pf0qQP8GBwR4fPEMWonjv+2cnUGrm//HJruWko",
+	"DZFdf6a1ciELPOyY5zkZseoR1185wIBnjFleOvJQLHyfUZmL5NakXoh0qqSwNiE08LIcyuqfX4a5Wf76",
+	"4BP+sT6Q74/4eL7o1PqNdrPqnhzedA5NkHD+cGcv33zcZ8q1ka5o559T0m2+FVH+NLm4REPfpqDcERVr",
+	"xWqFE/5Lsv5JkhVybamr38MKJfsFTGRUGP0niM4DV6XyL0P4DUPeylZMl5WrTA/pkN+nEqkEGlYUq9OO",
+	"nsp7cSPcrG1E3AtdGSnQIce+4GXkgvDVLk7izt2+Ef60EH+Ksyvi1ORV9ycyFNIMKkd0D8r3R6ow8Jhn",
+	"9rxMvXSU9J/K1wFnFdY+qvfQE1gbRp1/dfZ2cyRW9h7KcqCv82iF7v4EdscRF//q3F6OqCfYVEeG/oj1",
+	"4T8lt18C9P/F7N8Gs+NubOb1zbT4J0gA8BsOPtn/fa4UKbi/yiKbDZVRoQbleXP+sAwMS2UP5oDdMWH2",
+	"y0HxzVngKFXZT3uqJ4YyJsNke0ZwMr2fwxaG9+kph0KfWpkJ2XOlRG03rCjP5T3LiLVI/9O4a0nTpBA4",
+	"NAWohUD3boLtAN2GfJ0bJdWcsFs/Z3jN+RNudItb/7BhfVort9kAwuG2ILjxKJX2+EhLPNlzB7XU5jz4",
+	"0VeGKuPnkfhkb/soTFyB1lF3Bp4/oTaSf6s08D8eqX2cnVw5oYZqd+LUPky+AH72xVjV82uxwp4KvIMM",
+	"keOGMPoFWW4I9XhwXgLZy6iheF6fFRMJ8KL9jUCI3d5o/2hDoliQIQwBkr6D3a8Jo1/xPIRyBPQ9QCxM",
+	"E56QieOJSteUszJx+JERC7e333Asd3nma75wGQ8uYsMrcarfHnaeJ8Sdt5CUXTzJjViaplJrVm97ctcJ",
+	"YblmpV3lfqejnA2PbgTSlx9/57nG9QxBubw7MTdEBxL7rhsxhAcGrk592CFXNQsEx4ZrMgxjxodL9HMj",
+	"lmeIh2OfepuGiLe9r4q1/OA0jGh6ayWAa+7vkFcvX6IdW4UBO16EhHfHzUmcqf5sgfaloe3PbEuuyyw5",
+	"gfit2JFPyiI6rELJH3SChKY5Clt9VB6iieOjEhcb9oMsA3F6ofdC+3gxDnpj9RrwZ7JJsUPqn0aQgVih",
+	"mPoeeClWUSB2F6YwENSdXrrCbMWMPSOvLY9u/1O5rZixb9VpA9hcbovmWjpwcXJydfCwrkwFD+2nmOPC",
+	"AklkN5wD6I7oCJMi3Yu+Ahu5lf5p+Airs9Eq5UCI2AgR5r8FKjGSUChbhEM3wEiD0MmNwHq+YTgcokes",
+	"0T30E/awFBANCzTNdBivB6dd3YjwKPCtb+l005E7ZAtmvxElt0eUq1vuPwXDV87h+PY4PoxVRJZfPR4k",
+	"KUfwAxHiwJakliPgmuCRXkgCfor2ctvItixezslprPi8wlueMbZSzvFp2FaEsrNSS4zFAHiWbWb5Qcli",
+	"gmV4cA7Vam2iFaI4uKiGrnKyzwrC8NCbz+srBnF+0HPW3tXOIN6q+u7wy+7Pmmq3IzIEBA4tdZowGirB",
+	"2DXW41lqfVxV3NOr3CqzD45QuQJ87rSeUpyXM6u2JosaG4UuzqZK/Utoey+JZVORPt6fPTVGiK/xTfMw",
+	"C6oM/R+ixS7k/VIKaCueiJSB1+NSMIqlOSQVpukUBdzZVLtemZ7SKKh+d/c8o6SqDHhpEFUO0GVZdQxn",
+	"auCsBJaVd5XorgxyWRdobei4qx7192w+dOw8wa8sivxUnFivncfu1xYzfuVaS7M/YNIN8Qawt93upeY2",
+	"d+tG6fKWqVU62CRiyoeeLmeOSc7onTVH9mCkEsvaJUKysJA+Ko9ExGhXzmF+tRVMI5bKGasH1jbiLXQM",
+	"3vsP/2JN4IjKag94dTsOwtCT3b2eypub+DocYP1MLL18QHbUcO8+y3L5Yl3D7NMpEXfphSZzprjMeApE",
+	"JpjWrlP1SxJVdRgTbL0fw/THR7u5mGJAooAz3FsrZ6P+2P2xC4TgQPrk9ScY8tbddf/2oEY60HCuhRzX",
+	"is1xtIX90bFc4g/pX5n54qLNcHXWqaSWcJzF6orXLtoQCnGPIF5sfxEZKbTTcPUMlbac9P8CAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

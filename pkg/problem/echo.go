@@ -61,6 +61,8 @@ func CodeForStatus(status int) string {
 		return CodeUnavailable
 	case http.StatusUnauthorized:
 		return CodeUnauthorized
+	case http.StatusForbidden:
+		return CodeForbidden
 	}
 	if status >= 500 {
 		return CodeInternal

@@ -33,6 +33,12 @@ type config struct {
 	// LogFollowMax bounds one logs?follow=true stream; the client then
 	// reconnects. Default 1h.
 	LogFollowMax time.Duration `env:"CAPSTAN_LOG_FOLLOW_MAX"`
+	// AdminToken is the bootstrap admin bearer secret; "" disables it. It
+	// is compared in constant time and never logged.
+	AdminToken string `env:"CAPSTAN_ADMIN_TOKEN"`
+	// WorkerToken is the bootstrap worker bearer secret executors register
+	// with (CAPSTAN_WORKER_TOKEN on the executors too); "" disables it.
+	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
 	// migrate is set by the argument "migrate": apply the database
 	// migrations and exit instead of serving.
 	migrate bool
@@ -58,5 +64,5 @@ func (c config) validate() error { return c.server().Validate() }
 // server returns the server's part of the config.
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
-		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax}
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken}
 }

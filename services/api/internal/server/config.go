@@ -28,6 +28,14 @@ type Config struct {
 	// ends without an `end` event and the client reconnects with
 	// Last-Event-ID. Default 1h.
 	LogFollowMax time.Duration
+	// AdminToken is the bootstrap admin secret (CAPSTAN_ADMIN_TOKEN),
+	// compared in constant time; "" disables it (then only api_tokens rows
+	// authenticate). No default.
+	AdminToken string
+	// WorkerToken is the bootstrap worker secret (CAPSTAN_WORKER_TOKEN):
+	// it may register workers, each answered with a token bound to it. ""
+	// disables it. No default.
+	WorkerToken string
 }
 
 // Defaults of Config.

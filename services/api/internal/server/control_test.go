@@ -43,7 +43,7 @@ func newControlFixture(t *testing.T) *controlFixture {
 	t.Cleanup(func() { client.Close() })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }}, Config{})
+		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &controlFixture{fixture: &fixture{srv: srv, store: st, redis: rdb}, db: db}

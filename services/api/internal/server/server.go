@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,7 +62,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
 	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
-		validator())
+		validator(openAPISpec(), newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -77,6 +79,16 @@ func New(d Deps, cfg Config) *echo.Echo {
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping}
 	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
+}
+
+// openAPISpec is the embedded openapi/capstan.yaml, matching any host.
+func openAPISpec() *openapi3.T {
+	spec, err := api.GetSwagger()
+	if err != nil {
+		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
+	}
+	spec.Servers = nil // match any host
+	return spec
 }
 
 // maxReportBodyBytes is the body limit of an attempt report (when

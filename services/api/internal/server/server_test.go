@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -19,6 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
+
+// testAdminToken is the bootstrap admin secret of every fixture's server.
+const testAdminToken = "test-admin-token-0123456789abcdef0123456789abcdef"
 
 type fixture struct {
 	srv   *httptest.Server
@@ -43,6 +47,7 @@ func newFixtureStopping(t *testing.T, cfg Config, stopping <-chan struct{}) *fix
 	t.Helper()
 	st := storetest.New(t)
 	rdb := redistest.New(t)
+	cfg.AdminToken = cmp.Or(cfg.AdminToken, testAdminToken)
 	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
@@ -60,6 +65,7 @@ func (f *fixture) do(t *testing.T, method, path, body string) (int, http.Header,
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -170,6 +176,7 @@ func TestIdempotencyKeyReturnsTheFirstRun(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+runsPath, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "k-1")
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
