@@ -60,12 +60,20 @@ func newFixtureStopping(t *testing.T, cfg Config, stopping <-chan struct{}) *fix
 
 func (f *fixture) do(t *testing.T, method, path, body string) (int, http.Header, map[string]any) {
 	t.Helper()
+	return f.doAs(t, testAdminToken, method, path, body)
+}
+
+// doAs is do with the bearer secret token ("" sends none).
+func (f *fixture) doAs(t *testing.T, token, method, path, body string) (int, http.Header, map[string]any) {
+	t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
