@@ -21,7 +21,7 @@ import (
 // routeCase is one operation of the embedded spec with a concrete path.
 type routeCase struct {
 	id, method, path, role string
-	project, holder       bool
+	project, holder        bool
 }
 
 // specRoutes walks every operation of the embedded openapi/capstan.yaml, so
