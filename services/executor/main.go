@@ -42,7 +42,7 @@ type executor struct {
 // build wires the executor; it listens at once, so the advertised address
 // is real before registration.
 func build(cfg Config, log *slog.Logger) (*executor, error) {
-	client, err := agent.NewClient(cfg.APIURL, agent.ClientConfig{}, log)
+	client, err := agent.NewClient(cfg.APIURL, agent.ClientConfig{Token: cfg.WorkerToken}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,12 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
 	}
-	return &executor{sup: sup, agent: ag, server: server.New(sup, log), ln: ln, advertise: advertise}, nil
+	srv := server.New(sup, log)
+	if cfg.InternalToken == "" {
+		log.Warn("CAPSTAN_INTERNAL_TOKEN is unset: the executor refuses every abort")
+	}
+	srv.RequireToken(cfg.InternalToken)
+	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise}, nil
 }
 
 // newPlugins returns the registry of the plugins the executor runs: the

@@ -41,7 +41,7 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	t.Helper()
 	rdb := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond}, log)
+	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond, Token: fakeWorkerToken}, log)
 	require.NoError(t, err)
 	sup, err := supervisor.New(client, supervisor.Config{DataDir: t.TempDir(), KillGrace: 500 * time.Millisecond,
 		Slots: cfg.Slots}, log)

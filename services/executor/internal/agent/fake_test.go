@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,8 +48,28 @@ func newFakeAPI() *fakeAPI {
 	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
 	mux.HandleFunc("POST /v1/attempts/{id}/logs", f.appendLogs)
-	f.Server = httptest.NewServer(mux)
+	f.Server = httptest.NewServer(f.authorize(mux))
 	return f
+}
+
+// fakeWorkerToken is the bootstrap worker token the fake accepts for
+// registrations; every other call must carry the token a registration
+// answered ("bound-<id>"), as the api requires.
+const fakeWorkerToken = "boot"
+
+func (f *fakeAPI) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		ok := strings.HasPrefix(auth, "Bearer bound-")
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/workers" {
+			ok = auth == "Bearer "+fakeWorkerToken
+		}
+		if !ok {
+			problem.Write(w, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "bad token "+auth))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
@@ -67,8 +88,9 @@ func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
 	id := uuid.NewString()
 	f.workers = append(f.workers, id)
 	f.regs = append(f.regs, req)
+	token := "bound-" + id
 	writeJSON(w, http.StatusCreated, api.Worker{Id: id, Name: req.Name, Address: req.Address, Slots: *req.Slots,
-		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now()})
+		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now(), Token: &token})
 }
 
 func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {

@@ -29,7 +29,7 @@ func TestAppendLogsToAGoneAttemptIsRejected(t *testing.T) {
 	t.Parallel()
 	fake := newFakeAPI()
 	t.Cleanup(fake.Close)
-	c, err := agent.NewClient(fake.URL, agent.ClientConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	err = c.AppendLogs(context.Background(), 404, []api.LogChunk{{Stream: api.Stdout, Data: "x"}})
 	require.ErrorIs(t, err, supervisor.ErrLogsRejected)
