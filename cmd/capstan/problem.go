@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -21,6 +22,9 @@ func apiError(status int, body []byte) error {
 			for _, e := range *p.Errors {
 				fmt.Fprintf(&b, "\n  %s: %s", e.Field, e.Message)
 			}
+		}
+		if p.Status == http.StatusUnauthorized {
+			b.WriteString("\n  (set CAPSTAN_TOKEN or --token to an API token)")
 		}
 		return fmt.Errorf("%s", b.String())
 	}

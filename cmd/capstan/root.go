@@ -2,6 +2,8 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"net/http"
 	"os"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -11,10 +13,17 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	apiURL, project, domain string
+	// token is the bearer secret every request carries ("" none).
+	token string
 }
 
 func (g *globals) client() (*api.ClientWithResponses, error) {
-	return api.NewClientWithResponses(g.apiURL)
+	return api.NewClientWithResponses(g.apiURL, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		if g.token != "" {
+			req.Header.Set("Authorization", "Bearer "+g.token)
+		}
+		return nil
+	}))
 }
 
 func newRoot() *cobra.Command {
@@ -31,9 +40,11 @@ func newRoot() *cobra.Command {
 		"project (env CAPSTAN_PROJECT)")
 	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", cmp.Or(os.Getenv("CAPSTAN_DOMAIN"), "dev"),
 		"domain (env CAPSTAN_DOMAIN)")
+	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("CAPSTAN_TOKEN"),
+		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN; prefer the env: flags show in ps)")
 	run := &cobra.Command{Use: "run", Short: "Create, inspect, wait for, abort, suspend, resume and restart runs"}
 	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
 		newSuspend(g), newResume(g), newRestart(g))
-	root.AddCommand(run, newApprove(g), newReject(g), newLogs(g), newWorkers(g))
+	root.AddCommand(run, newApprove(g), newReject(g), newLogs(g), newWorkers(g), newToken(g))
 	return root
 }
