@@ -27,6 +27,18 @@ export CAPSTAN_API_ADDR=127.0.0.1:$api_port
 export CAPSTAN_API_URL=http://127.0.0.1:$api_port
 export CAPSTAN_DATA_DIR=$root/.data/executor
 
+# The bootstrap admin token, the token executors register with and the one
+# the executors' abort API shares with the abort reconciler: generated once
+# into .data/tokens (mode 600), reused by every later `make up`.
+tokens=$root/.data/tokens
+if [ ! -f "$tokens" ]; then
+  (umask 077; for v in CAPSTAN_ADMIN_TOKEN CAPSTAN_WORKER_TOKEN CAPSTAN_INTERNAL_TOKEN; do
+    echo "$v=cap_$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  done >"$tokens")
+fi
+set -a; . "$tokens"; set +a
+export CAPSTAN_TOKEN=$CAPSTAN_ADMIN_TOKEN # for bin/capstan below
+
 alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
 
 start() { # name binary [env...]
@@ -61,6 +73,7 @@ echo
 echo "Capstan is up."
 echo "  API        $CAPSTAN_API_URL   (OpenAPI: openapi/capstan.yaml)"
 echo "  Dashboard  $CAPSTAN_API_URL/ui/"
-echo "  Metrics    $CAPSTAN_API_URL/metrics, http://127.0.0.1:9091/metrics, http://127.0.0.1:9092/metrics"
+echo "  Metrics    $CAPSTAN_API_URL/metrics (admin token), http://127.0.0.1:9091/metrics, http://127.0.0.1:9092/metrics"
 echo "  CLI        bin/capstan --help"
+echo "  Token      export CAPSTAN_TOKEN=$CAPSTAN_ADMIN_TOKEN   (admin; also in .data/tokens)"
 echo "  Stop       make down"
