@@ -33,11 +33,13 @@ type config struct {
 	// LogFollowMax bounds one logs?follow=true stream; the client then
 	// reconnects. Default 1h.
 	LogFollowMax time.Duration `env:"CAPSTAN_LOG_FOLLOW_MAX"`
-	// AdminToken is the bootstrap admin bearer secret; "" disables it. It
-	// is compared in constant time and never logged.
+	// AdminToken is the bootstrap admin bearer secret. Default unset: only
+	// tokens made through /v1/tokens authenticate. It is compared in
+	// constant time and never logged.
 	AdminToken string `env:"CAPSTAN_ADMIN_TOKEN"`
 	// WorkerToken is the bootstrap worker bearer secret executors register
-	// with (CAPSTAN_WORKER_TOKEN on the executors too); "" disables it.
+	// with (CAPSTAN_WORKER_TOKEN on the executors too). Default unset: only
+	// worker tokens made through /v1/tokens register.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
 	// migrate is set by the argument "migrate": apply the database
 	// migrations and exit instead of serving.
