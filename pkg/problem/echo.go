@@ -63,6 +63,8 @@ func CodeForStatus(status int) string {
 		return CodeUnauthorized
 	case http.StatusForbidden:
 		return CodeForbidden
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
 	}
 	if status >= 500 {
 		return CodeInternal

@@ -131,7 +131,7 @@ func newFuzzFixture(t *testing.T) *fuzzFixture {
 	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: log, Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken})
+		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken, RateLimit: 1e6})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	_, reader, err := st.CreateToken(context.Background(), store.NewToken{Name: "r", Role: RoleReader, Projects: []string{"elsewhere"}})

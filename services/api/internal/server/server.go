@@ -61,7 +61,9 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.EchoErrorHandler(d.Log)
 	m := newMetrics(d.Registry)
-	e.Use(middleware.Recover(), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
+	e.Use(middleware.Recover(), middleware.RequestID(), accessLog(d.Log), m.middleware(),
+		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
+		bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
 		validator(openAPISpec(), newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
