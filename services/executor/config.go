@@ -11,6 +11,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
 // Config is the executor's configuration, read from the environment.
@@ -23,6 +24,12 @@ type Config struct {
 	// registration answers a token bound to the worker for the other calls.
 	// Env CAPSTAN_WORKER_TOKEN, no default.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// RunAs, "uid:gid", is the unprivileged user and group attempts' shell
+	// processes run as, so that a task cannot read the executor's
+	// credentials or signal other attempts; the executor then needs root
+	// (or CAP_SETUID, CAP_SETGID and CAP_KILL). Env CAPSTAN_EXECUTOR_RUN_AS,
+	// default unset: the executor's own user.
+	RunAs *runner.Credential `env:"CAPSTAN_EXECUTOR_RUN_AS"`
 	// InternalToken is the bearer secret the executor's own API (abort)
 	// requires, shared with the abort reconciler; unset, every abort is
 	// refused with 401. Env CAPSTAN_INTERNAL_TOKEN, no default.

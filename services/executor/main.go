@@ -51,7 +51,7 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, err
 	}
 	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
-		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins}, log)
+		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs}, log)
 	if err != nil {
 		return nil, err
 	}

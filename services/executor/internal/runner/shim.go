@@ -37,10 +37,16 @@ func init() {
 	}
 }
 
-// shimArgs are the shim's arguments: the executor's pid, then the argv of
-// the attempt's process.
-func shimArgs(argv []string) []string {
-	return append([]string{shimArg0, strconv.Itoa(os.Getpid())}, argv...)
+// shimArgs are the shim's arguments: the executor's pid, the user the
+// attempt's process runs as ("uid:gid", or "" for the executor's own), then
+// the argv of the attempt's process. The shim itself keeps the executor's
+// user, so that it can always kill its group.
+func shimArgs(runAs *Credential, argv []string) []string {
+	user := ""
+	if runAs != nil {
+		user = runAs.String()
+	}
+	return append([]string{shimArg0, strconv.Itoa(os.Getpid()), user}, argv...)
 }
 
 // execFailed is the shim's status line prefix when the program itself could
@@ -66,18 +72,32 @@ func shimMain(args []string) int {
 	syscall.CloseOnExec(shimStatusFD) // the shell must not hold the pipe open
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	parent, err := strconv.Atoi(args[0])
-	if err != nil || len(args) < 2 {
+	if len(args) < 3 {
 		fmt.Fprintf(status, "error bad shim arguments %q\n", args)
 		return 2
 	}
+	parent, err := strconv.Atoi(args[0])
+	if err != nil {
+		fmt.Fprintf(status, "error bad shim arguments %q\n", args)
+		return 2
+	}
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if args[1] != "" {
+		runAs, err := ParseCredential(args[1])
+		if err != nil {
+			fmt.Fprintf(status, "error %s\n", err)
+			return 2
+		}
+		attr.Credential = runAs.sys()
+	}
+	args = args[1:]
 	orphaned := func() bool { return os.Getppid() != parent }
 	if orphaned() { // the executor died before this shim could hear of it
 		killGroup()
 	}
 	cmd := exec.Command(args[1], args[2:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		prefix := "error "
 		if isExecFailure(err) {
