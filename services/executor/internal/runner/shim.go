@@ -62,8 +62,8 @@ func isExecFailure(err error) bool {
 		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EPERM)
 }
 
-// shimMain is the shim: args are the executor's pid and the command line to
-// run. Its exit code only matters when it fails; the runner takes the
+// shimMain is the shim: args are shimArgs' (the executor's pid, the user to
+// run as, the command line). Its exit code only matters when it fails; the runner takes the
 // shell's status from the status pipe.
 func shimMain(args []string) int {
 	// The shell's parent-death signal fires when this thread exits: keep it.
@@ -72,30 +72,16 @@ func shimMain(args []string) int {
 	syscall.CloseOnExec(shimStatusFD) // the shell must not hold the pipe open
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	if len(args) < 3 {
-		fmt.Fprintf(status, "error bad shim arguments %q\n", args)
-		return 2
-	}
-	parent, err := strconv.Atoi(args[0])
+	parent, attr, argv, err := parseShimArgs(args)
 	if err != nil {
-		fmt.Fprintf(status, "error bad shim arguments %q\n", args)
+		fmt.Fprintf(status, "error %s\n", err)
 		return 2
 	}
-	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if args[1] != "" {
-		runAs, err := ParseCredential(args[1])
-		if err != nil {
-			fmt.Fprintf(status, "error %s\n", err)
-			return 2
-		}
-		attr.Credential = runAs.sys()
-	}
-	args = args[1:]
 	orphaned := func() bool { return os.Getppid() != parent }
 	if orphaned() { // the executor died before this shim could hear of it
 		killGroup()
 	}
-	cmd := exec.Command(args[1], args[2:]...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
@@ -126,6 +112,26 @@ func shimMain(args []string) int {
 			}
 		}
 	}
+}
+
+// parseShimArgs reads shimArgs: the executor's pid, the user to run as
+// ("" or "uid:gid": the child's credential) and the argv.
+func parseShimArgs(args []string) (parent int, attr *syscall.SysProcAttr, argv []string, err error) {
+	if len(args) < 3 {
+		return 0, nil, nil, fmt.Errorf("bad shim arguments %q", args)
+	}
+	if parent, err = strconv.Atoi(args[0]); err != nil {
+		return 0, nil, nil, fmt.Errorf("bad shim arguments %q", args)
+	}
+	attr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if args[1] != "" {
+		runAs, err := ParseCredential(args[1])
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		attr.Credential = runAs.sys()
+	}
+	return parent, attr, args[2:], nil
 }
 
 // killGroup SIGKILLs the caller's process group, the caller included.
