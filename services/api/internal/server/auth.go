@@ -28,7 +28,10 @@ type principal struct {
 	// tokenID is the api_tokens id ("admin" or "worker" for the bootstrap
 	// tokens of the environment); it keys the rate limit.
 	tokenID string
-	role    string
+	// name is the token's name ("admin" or "worker" for the bootstrap
+	// tokens): who an approval without `by` is recorded as.
+	name string
+	role string
 	// projects scopes the token; empty: every project.
 	projects []string
 	// workerID is the worker a registration-minted token speaks for.
@@ -98,10 +101,10 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 	}
 	hash := sha256.Sum256([]byte(strings.TrimSpace(secret)))
 	if a.admin != nil && subtle.ConstantTimeCompare(hash[:], a.admin) == 1 {
-		return principal{tokenID: "admin", role: RoleAdmin}, nil
+		return principal{tokenID: "admin", name: "admin", role: RoleAdmin}, nil
 	}
 	if a.worker != nil && subtle.ConstantTimeCompare(hash[:], a.worker) == 1 {
-		return principal{tokenID: "worker", role: RoleWorker}, nil
+		return principal{tokenID: "worker", name: "worker", role: RoleWorker}, nil
 	}
 	t, err := a.store.TokenByHash(req.Context(), hash[:])
 	if errors.Is(err, store.ErrNotFound) {
@@ -113,7 +116,7 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 	if t.RevokedAt != nil || (t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt)) {
 		return principal{}, errBadToken
 	}
-	p := principal{tokenID: t.ID, role: t.Role, projects: t.Projects}
+	p := principal{tokenID: t.ID, name: t.Name, role: t.Role, projects: t.Projects}
 	if t.WorkerID != nil {
 		p.workerID = *t.WorkerID
 	}

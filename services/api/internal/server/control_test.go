@@ -193,7 +193,7 @@ func TestApproveAndRejectAction(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, a)
 	ap = a["approval"].(map[string]any)
 	require.Equal(t, "rejected", ap["decision"])
-	require.Nil(t, ap["by"], "nobody named")
+	require.Equal(t, "token:admin", ap["by"], "nobody named: the token that decided")
 	require.Contains(t, f.events(t, other), "action.rejected")
 
 	status, _, got := f.do(t, http.MethodGet, runPath(key), "")
