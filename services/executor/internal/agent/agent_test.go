@@ -271,6 +271,18 @@ func TestDrainKeepsBeatingAndDeregisters(t *testing.T) {
 	require.Equal(t, []string{worker}, fake.deregistered())
 }
 
+// TestHeartbeat401ReRegisters: a worker whose token is refused (its record
+// and token were deleted) registers again with the bootstrap token.
+func TestHeartbeat401ReRegisters(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{})
+	first := f.agent.WorkerID()
+	fake.revoke(first)
+	require.Eventually(t, func() bool { return len(fake.registered()) == 2 }, waitFor, tick)
+	require.Eventually(t, func() bool { return f.agent.WorkerID() == fake.registered()[1] }, waitFor, tick)
+}
+
 // TestDrainingWorkerDoesNotRegisterAgain: forgotten while draining, the
 // worker kills what it holds but takes no new identity.
 func TestDrainingWorkerDoesNotRegisterAgain(t *testing.T) {

@@ -25,6 +25,7 @@ type fakeAPI struct {
 	regs      []api.RegisterWorkerRequest
 	deleted   []string        // deregistered ids, in order
 	forgotten map[string]bool // ids whose heartbeat answers 404
+	revoked   map[string]bool // ids whose bound token answers 401
 	beats     []api.HeartbeatReport
 	stop      []int64 // returned by the next heartbeat
 	attempts  map[int64]api.AttemptSpec
@@ -39,7 +40,7 @@ type fakeAPI struct {
 }
 
 func newFakeAPI() *fakeAPI {
-	f := &fakeAPI{forgotten: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
+	f := &fakeAPI{forgotten: map[string]bool{}, revoked: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
 		logs: map[int64][]api.LogChunk{}, appendedAfter: map[int64][]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workers", f.register)
@@ -60,7 +61,9 @@ const fakeWorkerToken = "boot"
 func (f *fakeAPI) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
-		ok := strings.HasPrefix(auth, "Bearer bound-")
+		f.mu.Lock()
+		ok := strings.HasPrefix(auth, "Bearer bound-") && !f.revoked[strings.TrimPrefix(auth, "Bearer bound-")]
+		f.mu.Unlock()
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/workers" {
 			ok = auth == "Bearer "+fakeWorkerToken
 		}
@@ -160,6 +163,14 @@ func (f *fakeAPI) addAttempt(spec api.AttemptSpec) {
 }
 
 // forget makes worker id's heartbeats answer 404.
+// revoke makes worker id's bound token answer 401, as the api does once the
+// worker's record (and so its token) is deleted.
+func (f *fakeAPI) revoke(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revoked[id] = true
+}
+
 func (f *fakeAPI) forget(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
