@@ -306,6 +306,9 @@ func TestCompose(t *testing.T) {
 				// advertises its own hostname.
 				delete(want, "CAPSTAN_EXECUTOR_NAME")
 				want["CAPSTAN_EXECUTOR_ADVERTISE_HOST_FROM_HOSTNAME"] = true
+				// The image has the capstan-task user to run attempts as;
+				// make up runs them as whoever runs it.
+				want["CAPSTAN_EXECUTOR_RUN_AS"] = true
 			}
 			var wantKeys []string
 			for key, ok := range want {

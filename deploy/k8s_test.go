@@ -305,10 +305,13 @@ func podProblems(spec corev1.PodSpec) []string {
 		if sc.RunAsUser != nil {
 			uid = sc.RunAsUser
 		}
-		if nonRoot == nil || !*nonRoot {
+		// An executor that runs attempts as CAPSTAN_EXECUTOR_RUN_AS starts as
+		// root, with only switchCaps.
+		rootOK := switchesUser(c, sc)
+		if !rootOK && (nonRoot == nil || !*nonRoot) {
 			problems = append(problems, fmt.Sprintf("container %q does not set runAsNonRoot: true", c.Name))
 		}
-		if uid == nil || *uid != nonRootUID {
+		if !rootOK && (uid == nil || *uid != nonRootUID) {
 			problems = append(problems, fmt.Sprintf("container %q does not run as uid %d", c.Name, nonRootUID))
 		}
 		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
@@ -319,6 +322,34 @@ func podProblems(spec corev1.PodSpec) []string {
 		}
 	}
 	return problems
+}
+
+// switchCaps are the only capabilities an executor that switches to
+// CAPSTAN_EXECUTOR_RUN_AS may keep: switch user and group, signal and
+// chown its attempts' processes and files, and remove what they wrote.
+var switchCaps = map[corev1.Capability]bool{"SETUID": true, "SETGID": true, "KILL": true, "CHOWN": true,
+	"DAC_OVERRIDE": true, "FOWNER": true}
+
+// switchesUser reports whether c is an executor allowed to run as uid 0:
+// it sets CAPSTAN_EXECUTOR_RUN_AS to a non-root uid, drops every
+// capability and adds back only switchCaps.
+func switchesUser(c corev1.Container, sc *corev1.SecurityContext) bool {
+	runAs := ""
+	for _, e := range c.Env {
+		if e.Name == "CAPSTAN_EXECUTOR_RUN_AS" {
+			runAs = e.Value
+		}
+	}
+	uid, _, ok := strings.Cut(runAs, ":")
+	if !ok || uid == "" || uid == "0" || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		return false
+	}
+	for _, c := range sc.Capabilities.Add {
+		if !switchCaps[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // selectorProblem says why a workload's selector does not select its own
@@ -996,4 +1027,21 @@ spec:
 		}})
 		require.Equal(t, []string{"CAPSTAN_EXECUTOR_ADVERTISE_URL refers to $(POD_IP), which is not defined before it"}, problems)
 	})
+}
+
+// TestSwitchesUser: only an executor that runs attempts as a non-root
+// CAPSTAN_EXECUTOR_RUN_AS, drops ALL and adds back only switchCaps may run as
+// root.
+func TestSwitchesUser(t *testing.T) {
+	t.Parallel()
+	runAs := func(v string) []corev1.EnvVar { return []corev1.EnvVar{{Name: "CAPSTAN_EXECUTOR_RUN_AS", Value: v}} }
+	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
+		return &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: add}}
+	}
+	require.True(t, switchesUser(corev1.Container{Env: runAs("10002:10002")}, caps("SETUID", "SETGID", "KILL")))
+	require.False(t, switchesUser(corev1.Container{Env: runAs("0:0")}, caps("SETUID")), "root tasks")
+	require.False(t, switchesUser(corev1.Container{}, caps("SETUID")), "no RUN_AS")
+	require.False(t, switchesUser(corev1.Container{Env: runAs("10002:10002")}, caps("SETUID", "SYS_ADMIN")), "a cap too many")
+	require.False(t, switchesUser(corev1.Container{Env: runAs("10002:10002")},
+		&corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SETUID"}}}), "ALL kept")
 }

@@ -47,7 +47,7 @@ func TestBrowserDashboard(t *testing.T) {
 
 // stackToken is the bearer token the stack's api requires, "" when it
 // requires none.
-func stackToken(*Stack) string { return "" }
+func stackToken(s *Stack) string { return s.Token }
 
 // ensureChromium returns the path of Debian's chromium, installing it with
 // apt-get when it is missing (as root, or through sudo without a password).

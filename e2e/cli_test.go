@@ -29,7 +29,7 @@ func runCLI(t *testing.T, s *Stack, bin string, args ...string) cliResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-p", project, "-d", domain}, args...)...)
-	cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL, "CAPSTAN_API_URL=")
+	cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL, "CAPSTAN_API_URL=", "CAPSTAN_TOKEN="+s.Token)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -115,7 +115,7 @@ func TestCLI(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, "-p", project, "-d", domain, "-o", "json", "run", "list", "-w",
 			"--phase", "SUCCEEDED", "--limit", "1")
-		cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL)
+		cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL, "CAPSTAN_TOKEN="+s.Token)
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())

@@ -122,7 +122,7 @@ func followCLI(t *testing.T, s *Stack, bin, run, step string) func() (string, st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, bin, "--api", s.APIURL, "-p", project, "-d", domain, "logs", "-f", run, step)
+	cmd := exec.CommandContext(ctx, bin, "--api", s.APIURL, "--token", s.Token, "-p", project, "-d", domain, "logs", "-f", run, step)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())

@@ -53,13 +53,13 @@ func TestMetricsOfEveryService(t *testing.T) {
 		"abort-reconciler": "http://" + abortAddr, "executor": executorURL(t, s)}
 	for svc, base := range services {
 		for _, probe := range []string{"/healthz", "/readyz"} {
-			status, body := scrape(t, base+probe)
+			status, body := scrape(t, base+probe, "")
 			require.Equal(t, http.StatusOK, status, "%s %s: %s", svc, probe, body)
 		}
 	}
 
 	for _, page := range []string{"/queues/", "/debug/pprof/"} { // the operator pages on the api
-		status, body := scrape(t, s.APIURL+page)
+		status, body := scrape(t, s.APIURL+page, s.Token)
 		require.Equal(t, http.StatusOK, status, "%s: %s", page, body)
 	}
 
@@ -67,7 +67,7 @@ func TestMetricsOfEveryService(t *testing.T) {
 	s.Eventually(10*time.Second, "scheduler counts the run's actions", func() bool {
 		return value(t, services["scheduler"], `capstan_actions_active{phase="SUCCEEDED"}`) >= observedSteps
 	})
-	sched := metricsOf(t, services["scheduler"])
+	sched := metricsOf(t, services["scheduler"], "")
 	require.GreaterOrEqual(t, sample(t, sched, `capstan_tasks_active{state="SUCCEEDED"}`), 4.0, "a, b's two replicas, c")
 	require.Equal(t, 1.0, sample(t, sched, `capstan_workers{state="alive"}`))
 	require.GreaterOrEqual(t, sample(t, sched, `capstan_queue_tasks{queue="scheduler",state="pending"}`), 0.0)
@@ -75,17 +75,17 @@ func TestMetricsOfEveryService(t *testing.T) {
 	require.Positive(t, sample(t, sched, `capstan_db_operation_duration_seconds_count{operation="AssignTasks"}`))
 	require.Positive(t, sample(t, sched, `capstan_payload_size_bytes_count{kind="queue_payload"}`), "attempt:run pushes")
 
-	apiM := metricsOf(t, services["api"])
+	apiM := metricsOf(t, services["api"], s.Token)
 	require.Equal(t, 1.0, sample(t, apiM, `capstan_payload_size_bytes_count{kind="spec"}`))
 	require.Positive(t, sample(t, apiM, `capstan_payload_size_bytes_count{kind="queue_payload"}`))
 	require.GreaterOrEqual(t, sample(t, apiM, `capstan_dispatch_latency_seconds_count`), 4.0, "one per attempt")
 	require.Positive(t, sample(t, apiM, `capstan_db_operation_duration_seconds_count{operation="CreateRun"}`))
 
-	abortM := metricsOf(t, services["abort-reconciler"])
+	abortM := metricsOf(t, services["abort-reconciler"], "")
 	require.Equal(t, 0.0, sample(t, abortM, `capstan_aborts_requested_total{kind="action"}`), "nothing was aborted")
 	require.True(t, anyPositive(abortM, "capstan_db_operation_duration_seconds_count{"), "the resync's statements are timed")
 
-	exM := metricsOf(t, services["executor"])
+	exM := metricsOf(t, services["executor"], s.InternalToken)
 	require.Equal(t, 0.0, sample(t, exM, `capstan_executor_attempts_held`))
 	require.Positive(t, sample(t, exM, `capstan_executor_slots`))
 }
@@ -100,9 +100,16 @@ func executorURL(t *testing.T, s *Stack) string {
 	return strings.TrimSuffix(resp.JSON200.Workers[0].Address, "/")
 }
 
-func scrape(t *testing.T, url string) (int, string) {
+// scrape GETs url with the bearer token ("" none): the api's operator pages
+// want the admin's, the executor's /metrics the internal one.
+func scrape(t *testing.T, url, token string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -110,11 +117,11 @@ func scrape(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// metricsOf scrapes base's /metrics into series → value (the text
+// metricsOf scrapes base's /metrics (with token, "" none) into series → value (the text
 // format's "name{labels} value" lines).
-func metricsOf(t *testing.T, base string) map[string]float64 {
+func metricsOf(t *testing.T, base, token string) map[string]float64 {
 	t.Helper()
-	status, body := scrape(t, base+"/metrics")
+	status, body := scrape(t, base+"/metrics", token)
 	require.Equal(t, http.StatusOK, status, body)
 	out := map[string]float64{}
 	for line := range strings.SplitSeq(body, "\n") {
@@ -140,7 +147,7 @@ func sample(t *testing.T, m map[string]float64, series string) float64 {
 // value scrapes base and returns series' value, -1 when it is missing.
 func value(t *testing.T, base, series string) float64 {
 	t.Helper()
-	if v, ok := metricsOf(t, base)[series]; ok {
+	if v, ok := metricsOf(t, base, "")[series]; ok {
 		return v
 	}
 	return -1

@@ -53,8 +53,7 @@ func TestReplication(t *testing.T) {
 	s.StartService("scheduler-2")
 	s.StartService("abort-reconciler-2")
 	s.Eventually(15*time.Second, "three executors registered", func() bool { return s.AliveWorkers() >= 3 })
-	c2, err := api.NewClientWithResponses(api2)
-	require.NoError(t, err)
+	c2 := s.NewClient(api2)
 	r := &replicated{t: t, s: s, clients: []*api.ClientWithResponses{s.Client, c2}, db: openDB(t, s)}
 
 	aborts := r.abortWhileReconcilerDies()

@@ -57,7 +57,13 @@ type Stack struct {
 	RedisDB int
 	// RedisAddr is the stack's Redis server, host:port.
 	RedisAddr string
-	Client    *api.ClientWithResponses
+	// Client is an api client that carries Token.
+	Client *api.ClientWithResponses
+	// Token is the stack's admin bearer secret (CAPSTAN_ADMIN_TOKEN);
+	// WorkerToken the executors register with (CAPSTAN_WORKER_TOKEN);
+	// InternalToken the executors' abort API requires, shared with the
+	// abort reconciler (CAPSTAN_INTERNAL_TOKEN). Each is new per stack.
+	Token, WorkerToken, InternalToken string
 
 	opts Options
 
@@ -131,7 +137,11 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	}
 	port := freePort(t)
 	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.Token, s.WorkerToken, s.InternalToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
 	s.env = []string{
+		"CAPSTAN_ADMIN_TOKEN=" + s.Token,
+		"CAPSTAN_WORKER_TOKEN=" + s.WorkerToken,
+		"CAPSTAN_INTERNAL_TOKEN=" + s.InternalToken,
 		"CAPSTAN_DATABASE_URL=" + s.DBURL,
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
@@ -150,11 +160,7 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	for i := 1; i <= o.Executors; i++ {
 		s.StartExecutor(i)
 	}
-	c, err := api.NewClientWithResponses(s.APIURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Client = c
+	s.Client = s.NewClient(s.APIURL)
 	s.Eventually(15*time.Second, "api ready", func() bool {
 		resp, err := http.Get(s.APIURL + "/readyz")
 		if err != nil {
@@ -167,6 +173,25 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		return s.AliveWorkers() >= o.Executors
 	})
 	return s
+}
+
+// NewClient returns a client of the api at url that carries Token, with
+// opts (e.g. api.WithHTTPClient).
+func (s *Stack) NewClient(url string, opts ...api.ClientOption) *api.ClientWithResponses {
+	opts = append(opts, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		s.Authorize(req)
+		return nil
+	}))
+	c, err := api.NewClientWithResponses(url, opts...)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// Authorize sets the admin token on a raw request to the api.
+func (s *Stack) Authorize(req *http.Request) {
+	req.Header.Set("Authorization", "Bearer "+s.Token)
 }
 
 // AliveWorkers counts workers the api reports alive.

@@ -264,7 +264,7 @@ func TestLostAttemptsBackOffThenReplaceTheWorker(t *testing.T) {
 			return attempt.State == api.TaskStateRUNNING
 		})
 		require.Equal(t, first, *attempt.WorkerId)
-		loseAttempt(t, address, attempt.Id)
+		loseAttempt(t, s, address, attempt.Id)
 		if n == len(table) {
 			break
 		}
@@ -302,10 +302,14 @@ func TestLostAttemptsBackOffThenReplaceTheWorker(t *testing.T) {
 
 // loseAttempt makes the executor at address drop attempt id as if its
 // worker lost it: it is killed and reported WORKER_FAILED.
-func loseAttempt(t *testing.T, address string, id int64) {
+func loseAttempt(t *testing.T, s *Stack, address string, id int64) {
 	t.Helper()
 	body := bytes.NewBufferString(`{"cause": "worker_lost", "reason": "test: the worker lost it"}`)
-	resp, err := http.Post(fmt.Sprintf("%s/v1/attempts/%d/abort", address, id), "application/json", body)
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/v1/attempts/%d/abort", address, id), body)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.InternalToken)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

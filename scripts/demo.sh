@@ -10,6 +10,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/up.sh
 export CAPSTAN_API_URL=http://127.0.0.1:${CAPSTAN_API_PORT:-8080}
+# The admin token up.sh generated: the CLI reads CAPSTAN_TOKEN.
+CAPSTAN_TOKEN=$(sed -n 's/^CAPSTAN_ADMIN_TOKEN=//p' .data/tokens)
+export CAPSTAN_TOKEN
 capstan=bin/capstan
 
 echo
@@ -54,7 +57,7 @@ for i in 1 2; do
   $capstan run get "$run4"
 done
 echo "the second run's count step is a cache HIT: it ran no task. The entries:"
-curl -fsS "$CAPSTAN_API_URL/v1/projects/demo/domains/dev/cache"; echo
+curl -fsS -H "Authorization: Bearer $CAPSTAN_TOKEN" "$CAPSTAN_API_URL/v1/projects/demo/domains/dev/cache"; echo
 
 echo
 echo "== 5. what the scheduler's /metrics show (counted at most every 10s: CAPSTAN_METRICS_REFRESH)"
@@ -63,3 +66,4 @@ curl -fsS http://127.0.0.1:9091/metrics |
 
 echo
 echo "Demo done. Dashboard: $CAPSTAN_API_URL/ui/?project=demo&domain=dev  (make down to stop)"
+echo "To use the CLI or curl:  export CAPSTAN_TOKEN=$CAPSTAN_TOKEN"

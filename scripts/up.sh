@@ -27,6 +27,17 @@ export CAPSTAN_API_ADDR=127.0.0.1:$api_port
 export CAPSTAN_API_URL=http://127.0.0.1:$api_port
 export CAPSTAN_DATA_DIR=$root/.data/executor
 
+# The bootstrap admin token, the token executors register with and the one
+# the executors' abort API shares with the abort reconciler: generated once
+# into .data/tokens (mode 600), reused by every later `make up`.
+tokens=$root/.data/tokens
+if [ ! -f "$tokens" ]; then
+  (umask 077; for v in CAPSTAN_ADMIN_TOKEN CAPSTAN_WORKER_TOKEN CAPSTAN_INTERNAL_TOKEN; do
+    echo "$v=cap_$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  done >"$tokens")
+fi
+. "$tokens" # each service gets only the tokens it needs, below
+
 alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
 
 start() { # name binary [env...]
@@ -38,11 +49,11 @@ start() { # name binary [env...]
 }
 
 echo "starting Capstan:"
-start api capstan-api
+start api capstan-api CAPSTAN_ADMIN_TOKEN="$CAPSTAN_ADMIN_TOKEN" CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN"
 start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091
-start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092
+start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092 CAPSTAN_INTERNAL_TOKEN="$CAPSTAN_INTERNAL_TOKEN"
 for i in $(seq 1 "${CAPSTAN_EXECUTORS:-2}"); do
-  start "executor-$i" capstan-executor CAPSTAN_EXECUTOR_NAME="executor-$i" CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0
+  start "executor-$i" capstan-executor CAPSTAN_EXECUTOR_NAME="executor-$i" CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0 CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN" CAPSTAN_INTERNAL_TOKEN="$CAPSTAN_INTERNAL_TOKEN"
 done
 
 wait_for() { # description command...
@@ -54,14 +65,15 @@ wait_for() { # description command...
 wait_for "api /readyz" curl -fsS "$CAPSTAN_API_URL/readyz"
 wait_for "scheduler /readyz" curl -fsS http://127.0.0.1:9091/readyz
 wait_for "abort-reconciler /readyz" curl -fsS http://127.0.0.1:9092/readyz
-workers_alive() { [ "$(bin/capstan workers | grep -c ' alive ')" -ge "${CAPSTAN_EXECUTORS:-2}" ]; }
+workers_alive() { [ "$(CAPSTAN_TOKEN=$CAPSTAN_ADMIN_TOKEN bin/capstan workers | grep -c ' alive ')" -ge "${CAPSTAN_EXECUTORS:-2}" ]; }
 wait_for "executors to register" workers_alive
 
 echo
 echo "Capstan is up."
 echo "  API        $CAPSTAN_API_URL   (OpenAPI: openapi/capstan.yaml)"
 echo "  Dashboard  $CAPSTAN_API_URL/ui/"
-echo "  Metrics    $CAPSTAN_API_URL/metrics, http://127.0.0.1:9091/metrics, http://127.0.0.1:9092/metrics"
-echo "  Queues     $CAPSTAN_API_URL/queues/ (asynqmon)"
+echo "  Metrics    $CAPSTAN_API_URL/metrics (admin token), http://127.0.0.1:9091/metrics, http://127.0.0.1:9092/metrics"
+echo "  Queues     $CAPSTAN_API_URL/queues/ (asynqmon, admin token)"
 echo "  CLI        bin/capstan --help"
+echo "  Token      export CAPSTAN_TOKEN=$CAPSTAN_ADMIN_TOKEN   (admin; also in .data/tokens)"
 echo "  Stop       make down"

@@ -20,6 +20,8 @@ import (
 type request struct {
 	method, path string
 	body         map[string]any
+	// auth is the Authorization header.
+	auth string
 }
 
 // standIn answers every request with status and body, and records it.
@@ -39,7 +41,7 @@ func newStandIn(t *testing.T, status int, ctype, body string) (*standIn, string)
 		var b map[string]any
 		_ = json.Unmarshal(raw, &b)
 		s.mu.Lock()
-		s.requests = append(s.requests, request{method: r.Method, path: r.URL.Path, body: b})
+		s.requests = append(s.requests, request{method: r.Method, path: r.URL.Path, body: b, auth: r.Header.Get("Authorization")})
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", s.ctype)
 		w.WriteHeader(s.status)

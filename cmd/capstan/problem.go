@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -28,6 +29,9 @@ func apiError(status int, body []byte) error {
 				fields = append(fields, oneLine(e.Field+": "+e.Message))
 			}
 			fmt.Fprintf(&b, " (%s)", strings.Join(fields, "; "))
+		}
+		if p.Status == http.StatusUnauthorized {
+			b.WriteString(" (set CAPSTAN_TOKEN or --token to an API token)")
 		}
 		return &problemError{status: status, msg: b.String()}
 	}

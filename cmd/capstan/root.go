@@ -2,6 +2,8 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"net/http"
 	"os"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -13,10 +15,17 @@ type globals struct {
 	apiURL, project, domain string
 	// output is -o: table, json or yaml.
 	output string
+	// token is the bearer secret every request carries ("" none).
+	token string
 }
 
 func (g *globals) client() (*api.ClientWithResponses, error) {
-	return api.NewClientWithResponses(g.apiURL)
+	return api.NewClientWithResponses(g.apiURL, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		if g.token != "" {
+			req.Header.Set("Authorization", "Bearer "+g.token)
+		}
+		return nil
+	}))
 }
 
 func newRoot() *cobra.Command {
@@ -39,12 +48,14 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", cmp.Or(os.Getenv("CAPSTAN_DOMAIN"), "dev"),
 		"domain (env CAPSTAN_DOMAIN)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", outTable, "output format: table, json or yaml")
+	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("CAPSTAN_TOKEN"),
+		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN; prefer the env: flags show in ps)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	run := &cobra.Command{Use: "run", Short: "Create, inspect, watch, wait for, abort, suspend, resume and restart runs"}
 	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newAction(g), newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g),
-		newCache(g))
+		newCache(g), newToken(g))
 	wrapArgs(root)
 	return root
 }

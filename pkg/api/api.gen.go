@@ -198,6 +198,30 @@ func (e Phase) Valid() bool {
 	}
 }
 
+// Defines values for Role.
+const (
+	RoleAdmin  Role = "admin"
+	RoleReader Role = "reader"
+	RoleWorker Role = "worker"
+	RoleWriter Role = "writer"
+)
+
+// Valid indicates whether the value is a known member of the Role enum.
+func (e Role) Valid() bool {
+	switch e {
+	case RoleAdmin:
+		return true
+	case RoleReader:
+		return true
+	case RoleWorker:
+		return true
+	case RoleWriter:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskState.
 const (
 	TaskStateASSIGNED      TaskState = "ASSIGNED"
@@ -590,6 +614,16 @@ type CreateRunRequest struct {
 	Spec WorkflowSpec `json:"spec"`
 }
 
+// CreateTokenRequest defines model for CreateTokenRequest.
+type CreateTokenRequest struct {
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Name      string     `json:"name"`
+
+	// Projects The projects the token may reach; absent or empty, every project.
+	Projects *[]Name `json:"projects,omitempty"`
+	Role     Role    `json:"role"`
+}
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Field A JSON path into the request body, e.g. spec.steps[1].plugin.
@@ -691,6 +725,9 @@ type RestartRequest struct {
 	// FromStep The step to re-run with everything downstream of it; absent, every step that did not succeed.
 	FromStep *string `json:"from_step,omitempty"`
 }
+
+// Role defines model for Role.
+type Role string
 
 // Run defines model for Run.
 type Run struct {
@@ -830,6 +867,9 @@ type Step struct {
 	// SchedulingTimeout How long a task may wait to be placed before the step is UNSCHEDULABLE, a duration such as "30s"; absent or "0s" waits forever.
 	SchedulingTimeout *string `json:"scheduling_timeout,omitempty"`
 
+	// SecretEnv Environment variables like env whose values the API never returns (a run shows "***") and attempt logs never contain (each value is replaced by "***"); only the executor running the step gets them.
+	SecretEnv *map[string]string `json:"secret_env,omitempty"`
+
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
 }
@@ -869,6 +909,25 @@ type Task struct {
 // TaskState Iris task states; the database stores their numeric values.
 type TaskState string
 
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Id        string     `json:"id"`
+	Name      string     `json:"name"`
+	Projects  []string   `json:"projects"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Role      Role       `json:"role"`
+
+	// Token The secret; in the creation answer only.
+	Token *string `json:"token,omitempty"`
+}
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
 // Worker defines model for Worker.
 type Worker struct {
 	Address   string    `json:"address"`
@@ -898,6 +957,9 @@ type Worker struct {
 
 	// State alive, unresponsive (silent past the grace, not yet declared dead) or dead.
 	State string `json:"state"`
+
+	// Token In the registration answer only: a worker token bound to this worker, which its heartbeats, reports and log appends must carry.
+	Token *string `json:"token,omitempty"`
 }
 
 // WorkerList defines model for WorkerList.
@@ -1033,6 +1095,9 @@ type ResumeRunJSONRequestBody = RunSignalRequest
 
 // SuspendRunJSONRequestBody defines body for SuspendRun for application/json ContentType.
 type SuspendRunJSONRequestBody = RunSignalRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = CreateTokenRequest
 
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
@@ -1364,6 +1429,30 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 	SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTokens Every token made through the API, newest first, without secrets.
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTokenWithBody Create an API token; its secret is in the answer only.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateToken Create an API token; its secret is in the answer only.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeToken Revoke a token; it answers 401 from now on.
+	//
+	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+	RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkers All registered workers.
 	//
@@ -1945,6 +2034,70 @@ func (c *Client) SuspendRunWithBody(ctx context.Context, project Project, domain
 // Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 func (c *Client) SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSuspendRunRequest(c.Server, project, domain, run, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTokens Every token made through the API, newest first, without secrets.
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTokenWithBody Create an API token; its secret is in the answer only.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateToken Create an API token; its secret is in the answer only.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeToken Revoke a token; it answers 401 from now on.
+//
+// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+func (c *Client) RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3392,6 +3545,107 @@ func NewSuspendRunRequestWithBody(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTokenRequest calls the generic CreateToken builder with application/json body
+func NewCreateTokenRequest(server string, body CreateTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTokenRequestWithBody constructs an http.Request for the CreateToken method, with any body, and a specified content type
+func NewCreateTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeTokenRequest constructs an http.Request for the RevokeToken method
+func NewRevokeTokenRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListWorkersRequest constructs an http.Request for the ListWorkers method
 func NewListWorkersRequest(server string) (*http.Request, error) {
 	var err error
@@ -3854,6 +4108,34 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 	SuspendRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error)
+
+	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
+
+	// CreateTokenWithBodyWithResponse Create an API token; its secret is in the answer only.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// CreateTokenWithResponse Create an API token; its secret is in the answer only.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// RevokeTokenWithResponse Revoke a token; it answers 401 from now on.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+	RevokeTokenWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
 
 	// ListWorkersWithResponse All registered workers.
 	//
@@ -4928,6 +5210,143 @@ func (r SuspendRunResponse) ContentType() string {
 	return ""
 }
 
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TokenList
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *TokenList {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Token
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTokenResponse) GetJSON201() *Token {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListWorkersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5562,6 +5981,58 @@ func (c *ClientWithResponses) SuspendRunWithResponse(ctx context.Context, projec
 		return nil, err
 	}
 	return ParseSuspendRunResponse(rsp)
+}
+
+// ListTokensWithResponse Every token made through the API, newest first, without secrets.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
+}
+
+// CreateTokenWithBodyWithResponse Create an API token; its secret is in the answer only.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// CreateTokenWithResponse Create an API token; its secret is in the answer only.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// RevokeTokenWithResponse Revoke a token; it answers 401 from now on.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
+func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error) {
+	rsp, err := c.RevokeToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeTokenResponse(rsp)
 }
 
 // ListWorkersWithResponse All registered workers.
@@ -6378,6 +6849,101 @@ func ParseSuspendRunResponse(rsp *http.Response) (*SuspendRunResponse, error) {
 	return response, nil
 }
 
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTokenResponse parses an HTTP response from a CreateTokenWithResponse call
+func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Token
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeTokenResponse parses an HTTP response from a RevokeTokenWithResponse call
+func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListWorkersResponse parses an HTTP response from a ListWorkersWithResponse call
 func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6568,6 +7134,15 @@ type ServerInterface interface {
 	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
 	SuspendRun(ctx echo.Context, project Project, domain Domain, run RunName) error
+	// ListTokens Every token made through the API, newest first, without secrets.
+	// (GET /v1/tokens)
+	ListTokens(ctx echo.Context) error
+	// CreateToken Create an API token; its secret is in the answer only.
+	// (POST /v1/tokens)
+	CreateToken(ctx echo.Context) error
+	// RevokeToken Revoke a token; it answers 401 from now on.
+	// (DELETE /v1/tokens/{id})
+	RevokeToken(ctx echo.Context, id openapi_types.UUID) error
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx echo.Context) error
@@ -7337,6 +7912,40 @@ func (w *ServerInterfaceWrapper) SuspendRun(ctx echo.Context) error {
 	return err
 }
 
+// ListTokens converts echo context to params.
+func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListTokens(ctx)
+	return err
+}
+
+// CreateToken converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateToken(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateToken(ctx)
+	return err
+}
+
+// RevokeToken converts echo context to params.
+func (w *ServerInterfaceWrapper) RevokeToken(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RevokeToken(ctx, id)
+	return err
+}
+
 // ListWorkers converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkers(ctx echo.Context) error {
 	var err error
@@ -7449,6 +8058,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/events", wrapper.WatchRunEvents, options.OperationMiddlewares["WatchRunEvents"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/events", wrapper.WatchEvents, options.OperationMiddlewares["WatchEvents"]...)
 	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
+	router.GET(options.BaseURL+"/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["ListTokens"]...)
+	router.POST(options.BaseURL+"/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["CreateToken"]...)
+	router.DELETE(options.BaseURL+"/v1/tokens/:id", wrapper.RevokeToken, options.OperationMiddlewares["RevokeToken"]...)
 	router.GET(options.BaseURL+"/v1/workers", wrapper.ListWorkers, options.OperationMiddlewares["ListWorkers"]...)
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
 	router.DELETE(options.BaseURL+"/v1/workers/:id", wrapper.DeregisterWorker, options.OperationMiddlewares["DeregisterWorker"]...)
@@ -8557,6 +9169,111 @@ func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	return err
 }
 
+type ListTokensRequestObject struct {
+}
+
+type ListTokensResponseObject interface {
+	VisitListTokensResponse(w http.ResponseWriter) error
+}
+
+type ListTokens200JSONResponse TokenList
+
+func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokenRequestObject struct {
+	Body *CreateTokenJSONRequestBody
+}
+
+type CreateTokenResponseObject interface {
+	VisitCreateTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateToken201JSONResponse Token
+
+func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokenRequestObject struct {
+	Id openapi_types.UUID `json:"id"`
+}
+
+type RevokeTokenResponseObject interface {
+	VisitRevokeTokenResponse(w http.ResponseWriter) error
+}
+
+type RevokeToken204Response struct {
+}
+
+func (response RevokeToken204Response) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type RevokeToken404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 }
 
@@ -8763,6 +9480,15 @@ type StrictServerInterface interface {
 	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
 	SuspendRun(ctx context.Context, request SuspendRunRequestObject) (SuspendRunResponseObject, error)
+	// ListTokens Every token made through the API, newest first, without secrets.
+	// (GET /v1/tokens)
+	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
+	// CreateToken Create an API token; its secret is in the answer only.
+	// (POST /v1/tokens)
+	CreateToken(ctx context.Context, request CreateTokenRequestObject) (CreateTokenResponseObject, error)
+	// RevokeToken Revoke a token; it answers 401 from now on.
+	// (DELETE /v1/tokens/{id})
+	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -9581,6 +10307,100 @@ func (sh *strictHandler) SuspendRun(ctx echo.Context, project Project, domain Do
 	return nil
 }
 
+// ListTokens operation middleware
+func (sh *strictHandler) ListTokens(ctx echo.Context) error {
+	var request ListTokensRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTokens(ctx.Request().Context(), request.(ListTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTokens")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListTokensResponseObject); ok {
+		return validResponse.VisitListTokensResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateToken operation middleware
+func (sh *strictHandler) CreateToken(ctx echo.Context) error {
+	var request CreateTokenRequestObject
+
+	var body CreateTokenJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateToken(ctx.Request().Context(), request.(CreateTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateToken")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateTokenResponseObject); ok {
+		return validResponse.VisitCreateTokenResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RevokeToken operation middleware
+func (sh *strictHandler) RevokeToken(ctx echo.Context, id openapi_types.UUID) error {
+	var request RevokeTokenRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeToken(ctx.Request().Context(), request.(RevokeTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeToken")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
+		return validResponse.VisitRevokeTokenResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(ctx echo.Context) error {
 	var request ListWorkersRequestObject
@@ -9731,167 +10551,182 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs31uCroLhTZbG2JVGOk0moSm0ptuJoI8saXb58u5GXBLtBEqMm0AOgJXFc+rsPsI+4T7KFcwB0",
-	"N4nmRbIdT3b+2FTfAByc+w0fO6mcFVIwYXSn/7FTUEVnzDAFfx2lhktxRmfM/sVFp98pqJl2ko6Aax0K",
-	"D3SSjmL/KLliWadvVMmSjk6nbEbtW39RbNzpd/7LfjXQPt7V+/Dlx8ekc2QMmxXm5E3LODxbOcZYqhk1",
-	"9jlhvnvVSTozLvisnHX6B0nHzAuGt9iEKRjujZxRO0p0rAxvPntNp1Sb4zsmzMmbXxjNmLJvZkynihcA",
-	"tX7nasoIz4gcEzNlJKfaEGbfgD/TnNufiqWM37HsEC5qoxidEcV0OWOa0LFhinCz10lwKVMcKSzGTmIX",
-	"ZrF78qZTX8OMPpwyMTHTTv9lL0BJG8XFZHH+fyuZmi9Pv/FxMpbKzVkTM6WGpFQIaYhmhuC0NK4B/yD3",
-	"XGhyP2WCjKSZEqqYfTSs5B8wZliIBc4AgDMAZNhk83vRzT9X8u8sNS27X7i7z97+i3IV4ajyE2DYb1Ld",
-	"MvVsoilLeHIRAx7ty7qQQjNgBudKjnI2sz9TKQwTAEJaFDlPqcWI/QKf+K9/1xKIa7Pl+O/CiE0EOxLk",
-	"4ufX5IdX3/6VuI/vwcrdu8CjRlKZU65hNoWSBVOG44ypvQW/uGEzvW4i8KULlkqVdR4DPKhSdG7/FuzB",
-	"DNJSaRmh5KORtsQqRUXJBZ2wvU6Msqo9+d3P8UN4To4A/yxTrM1neW3IefsfF7+fdCgy00EqS9yj5lTf",
-	"sJzfMTUnSpYi0wQeYxnRkoypqs04EE31SZ4tf++SGaB9Koh7jNzyPLcfWiLN5S+ntNQsuowsMOmlW7dc",
-	"RCYyRJgM+7AHAFjLWu284AahIrP8Vc3NlIsJKUUGzPOQDN3E3at2+vZNKZhfkl0NE5ap/F4JPXevtnnV",
-	"FGVpUonkvzDLDOHPsmFCpCJDwVimBxYkyrI3uwJki+/og5OLmtxTTRSj6ZRlEZxKAtuKQUsxqltQxWIi",
-	"04ZlA2riO3s/5Tkj3BCuyYhZsIX5N3Y4o4btGj5jsdlZbhcbvizsa37wTb61QD2ACEmNaVfCGxhs2CpE",
-	"s0XaaMxgBQkCkIDqsozbL9L8vEaNY5prliwQaAX1RfIb0zK3MlKSm861ZoqEXUCkvelYyNbk80GvF5XQ",
-	"8eleGmpKHeEYi2xhBTE2pwyzYllC7J7I0pAdIDAkKmZ5yNXJu+M3g/fXV13A6Qg7IIVi9g+W2QfuQXIN",
-	"cqlNFJ2/MPV8AgqpWM7TCWVRNDQ2LIqeQQhEBN9G4s4hi2XxRaHkHc3XvuafA3xJp2xwyyK64RGBmxnR",
-	"hhUvNLEPJR0pUstMNOGiKI0GpU8xLfM7C6W+KPM8sj04jA54vXqkXMrbsuiTX06uyA435PL69evj4zfH",
-	"b8g9t3qmRVmj5i80kaXBWYiMKCqIkMRQfdtNyLuTy0t4WZVCdy2inb8/vz49ujp+g5epSIgu05SxzJKt",
-	"yMi9kgbRAD7f3SNOJwBigMnBBCz9wITrIuWXk6tO0rGjdpJOGCoqWDJWWJIb4L4HxWbpuUX1hYlsK06b",
-	"dCZMMEU9hi1bLg7eaakUGCql6BNKFDNq7k0aWDWsXzFtqDIE/tVw0ypUCWCDhbrdBnYfVz+8vF+aonAa",
-	"9vINaQYjNpYqwkN+s+yBAjPLyD3lhuxkJS40wel3gattLt8cIrVLiJh6s4DEFZo6uLqPJsQukvzf//1/",
-	"yB3NS5YQqmtAC2g3IztGUZ5bziPYfc4Fs1RXmO5hHf2IYqCwa3JT9nrfMHJAplQngKWWQ8JoCaHkv1++",
-	"PyOAPXYzw4AvcBaWguHCLhcZeyBSZUwFlAcGLKSo678V1yqoYiKuqhRWAMVZLexawCnQsEcstaA5P7q+",
-	"PH6z+W4VU4pSbqVVAg81ZMPifObVdIC4QLBRbreM7U32iGJ2xS0iB+hgS4K0Qw0sgjqcak7oF3lPZlTM",
-	"AbGRwu6nMnczHFOes4zsSDGwP0trbZfaspIuKr2qFATA74xybi0Yrd2XUinGfFIqlhE3gTilAo5sbHFd",
-	"UX0b41UWilxMBuOYqfXblBpC3a6THamQZrmYdB2a2z2wCN0ndbrWJSC2E1/Ev7feRAMmkwRdExDDrzQq",
-	"lWuSdMmeDeM7Ks9YyjWX4pBQpJ1SGJ7D5QxRZ1GL2xxfRvMokaVyNmsjQD8dezPYOzBlht4EROmIZFoA",
-	"WviQ1blXgulp6vVoHsMM6QCnyQ7C8ej8hBh5y4Qm7IFrkyA20zxnClgd8FKWj7sLOvfLiMrdAN2T9HNn",
-	"MC4pbC2Kd6mZSoiea8NmCSmYmlFLQGSHEl2wNLjZiLBmrSXhblLXrZNK666UdyuOUaGPMqZUZiymZGlD",
-	"RzkjTCmpiH3Icbl39OESJvgzshV9/OC0IqnIibijOc/O83LCxWXB0viQitFteSHMI4rC7IFbnTljcRtn",
-	"zAXX0y1HQ7/HBu4Ma+psqXiLcjZiKj7Zp0kJatgmnPcSHrTsFjGGx3SsBbIGT6GbsR+qsYEf2tH+VE4i",
-	"Zqk2GVPxndQmk2WcTxlVitSOGVFNVclQhKEGRUZsLkWGqvkDS0sj1QtNRrK0WjvVJFOyKBrUMJIyZ1Qs",
-	"rd5NKPGTrs9jxcIvWOHssS0YXGAJng1bZmCHBmKzcsGzA8tikaDthJDKO2FXLR8AKeIYQdSoSO1yyyLC",
-	"UsFkItoAiLxF/0KTMRc0t8qkVAYViAKI/IUmgN9gE/1sH+L/ZFZlNVM2R7uJC6cudpLN1ITXOLtLwwo7",
-	"2Rl9OMHXvl9WHbZlX1EOVdh1Kvvi//r9aPd/0t1/fnD/93Z/+PCxl3z3zeNfVnKlmnR41YuKkjVs6vkm",
-	"BWxdsCpwj5zubn9a/QWth8QTStPQ2CNnIB+tjc7EHVdSWNm3e0cVB1iC+DxEqwHeINSQmdSGfPeK/Mp/",
-	"SghFPypYJ/7eAXlnbwlJzq5P98jJREirVYJtIs2UKQJcRcdNhwaPajLKLZlexXeaYPvJ8gWWkdG8wTFa",
-	"lHjPoJ7+jQYnW8t/7OTXcpoLF7ZZZraFklY4L8/4Z8uCkGvWZ0xmpTZA/ejgqpzha2bqB1oxV0ts28U1",
-	"1ERv5/Ow6hptcR2kUhjKBUreldzHPwgTXh2YYOJuK4pdgs3UmGLdhH65ujr3c9lYMUGH2zPYSc3j45x3",
-	"3nFHxkrOwENQKJmVKVP6ReW9ODt6d1wxlT6yC6oUv7O8RTuPWWAvJLAXeJE6wT3mOSN/eX10fnl1dDY4",
-	"OTu/vrocvDm52LdPbeh3sLrZYKJoygaziP38juc51yyVItNkxMw9Y4Jcnry9Or54B/O4PHn768npKZEC",
-	"FegNI1yr9Lsal1+GtndPBi9DxtKcKqYdEB0H54Zpd0FWIHp/fRVgBJ6e1LJr9PnE4bU5WaGkjztwNmQw",
-	"PjQA/EVIA3a8kCSXYsJU15oyMS6zLtCFrq04rNuCUNuLDgv4Afi94iM9WZ9eH8eqDV1bb9iSiuUhL6pU",
-	"9FUM+TVNp+xYGMzxWFBDn2KbPRRcMd3uxuMoU3yghJIpN2RnRh8GdMK6wRXyI9q1m3v2XCTik/hnl6Ck",
-	"mGbqLvjDV4oMC9CL2vMV+i2TuSoFGvKFLMrcAtsl9ET9f+2u+A0/cseUjkvYxdgqRGz84xUQ15p7FTrF",
-	"0zKYCB7MzdT/Cj3Xp2WsXpMfunXaF81NXph4A683DA3ci7bML0QoIIDUOSlLsY+/13sl8cMNYmtdlVe1",
-	"VpqfC9KQ3lr5jEIGpQ/XqbxjygrnPoj7WzYnU6qnzqJAHgSeKXSzBQXBR/ucMHc4lYDSz1EgONYHzyDz",
-	"2yNHBGwzDKiRGcwoCENn2Vi7AqKKYECgcw+igQ5dlz2ojs3EHehW/oQQIeEaeVNCaHAlE11aBUaTm87L",
-	"V9ObTo1bjaXy/GqZdpni1ha20MOhIQ2gBfqvpaiF1XQIp1kDzUId9XMGK0fLDkwn7cJZvx2dXJ2cvR38",
-	"/P5i8Pro9S/HXYjv2D1zkfW4cK3xhuZ8zinm0kB2DJv3STqlYgJ5IUaifVBqi8kyz5gijszWI7EfMIq5",
-	"Nat/O9fJk/yIy/QJMSYfLMFgIkguH/Zd8Bi32PmeaQdvOsTmwQ8JvpH1rnT4Qqsb/bUU2ijKxbYOplZh",
-	"GZExx39LyNlxQo7/8+Ty6jIhZ++vBv7326uEvD1OyOlVQk6PyY4oZ0zxFKLmJ2dxGWRNgejg6KDYxsqL",
-	"Si1ZtMGqZsptxxCvMAqG71fOLj6jE5YQqiZ3mBYDF15o5CCF5F7NturuvIs5aJW5EwnwbG3lPtvohClv",
-	"oKvCY1G4gkJwUYqnxXJ8FL8J8PcFvu4Sn5m6Y4q4nASmITkPAIvsN8503Tav0i5+k+p2nMt7tKgXSc9e",
-	"jK34Z87y7NjzjuZyxvZezAcJIfWCminhwkgnIgFgZCSzufNI2jH3LM3r3w8+7CGiRVc3Y1pvtHE4oeqF",
-	"2IKCU2F7qpgaU1QE4VZkpTdm7BAukGdqDf5OTXac8CNUzMnLh4eu56k6qcS4zz0G0JCdpmux6z0HznM5",
-	"tA8NK/OyYS5Diicl3z48YCqKUVToQirjvMEg5SEWDH4Hx/EPYXaVR7LUcEeHJJ4QPV4ITMoszlddDvzz",
-	"SHXGzFRmDQWi8/b4Kor8dZjHOEo9bL/AUkrVEr0eaZlbxQP2XCr4X5Pri9P1st5+M4p5jCozYtRcsCKf",
-	"xwJEMYkUcvtcdoJRMidFTi1XoMJoH7JoeDY28NasFC4wlXVrcKGeaPJli6eH1heD3gMylXmdHnjdLx4W",
-	"1BxkY2fgti6PmNOi3Re9iEyZ1U4sRkTXHlzNXBM9LY2B1El5L/p2O1NGhCSC3QNYiATfwY42PL2dd1v8",
-	"0EsTOpWT19NS3G4pljJqaEQsIcehGlxvhonEWSnXVz/vfh+4w9n16VIW76vvv/3rd1EVUTE6qyuJi4HG",
-	"DXRE+ESCk/6wAgh62zhkeGkjYz3AuhGoe/ntd2tIyw0Tm/lZVD04Im/OLndzOmL5bs5vmUtcO7AGyXff",
-	"WANF0dRYm0iOye8Yutv9kGACIhjdoIll9icmhpKcGcOUZWsZn6D7pLZ/330DpUVhO5thQhcb3Pl9txYl",
-	"PHj017v/LRovPPepaMt0AXlGUL8AHiKXUR2cAx5T/nZ9fH38ppN06jbfxfHl++uL18eXC9fBFuwknYvr",
-	"s7OTs7edpBPig52k8/PRySn8OPrp/cUV/Ap53Z2kc312+fqX4zfXp0c/ndqP/Pb+4tfji0F4CxOy7Dd/",
-	"PTk/b8lerRURLaDZ6rjtjKZTLtiuYjSDC7UQLscQ7gAdD0KawViWIksgaS3naVw3zJihPI9HcaxasDnK",
-	"13TBCPfjQhsqUtbqey7bZDI3OVuhFSzD6vrihCg2ZoqJFOjB4rZzrlioE/viekENd/34YY4utB4j0As2",
-	"4dowhfVoT7MBaJYppiPy8SdLBtcXp979EOTF0fmJQwCrhPT39w9e/nWvt9fbO+j/0OsdLFDvt1HjHNjH",
-	"M1Uyb72sTR5TTMtSpWwtQl2EBy2K5NKrDU7he5W0ZX4GPcJlrgfn2A6wxYPey1fdWN5mPOHRb0l8y2tr",
-	"2cJeeE0LmnIzJ3Js8RRC5NSpPAnmZPpamNEcbDxD9e2ylp0W5WAGAbtljHl9fm1tDridSmsA7Bz0ej3y",
-	"I3zPXulGQ3er6kat5j2Taj4YzU0s+fYd3LXDwgNbf/8xDmMrq55GT2MlZ4N1AQNJFNu10gUEYK00zupf",
-	"rtQYkr+9kzPBh2rxhoxnEL9zFtwGWZTRpWJwhOb5+3Gn//sa8ijFZTmbUYgHxPMHtij6TH2AZpFxb+88",
-	"sDYXpFSzqPnvblpFlwsyliplfa/dAkBdbQRmrlKXsrxJWpodPQlLX6bXDwhiKNWOaLQCglBYXa2Jkvfo",
-	"vreqpC+DRPfLLji6sUQdKyvxN6JKxJe1vkh1Y5vlKYFIr8HH6QYLopdwcUV6x8aTXRmlbolDY2g328pO",
-	"XdxKEIdOSQQFMgk5O5XOt0FEujUQ7XQDAOzaQOBFKeIRwE9USg2T2pzUG3xjtTUC321Z0iWfiM2z1tuY",
-	"gC+KKmdWxN0ybTlB1X0DnZ7g+prRORkxH2WSigw/Pg6jCS61BX6SOP7KRKdtq8laS7W2K8dZRVnPLieO",
-	"oL3ThXzVRw2Ma4uHN4pcLbNirJkbO7XISpfDRhwWFLuhz/0Y+jowNGErd3E8qhDRBKYszyv3LVWTu8TH",
-	"FzOSccVSk8+DX4O6F3asXcMoNC9xOSfd7bKIvATwGcvL7UWkmDANmqwAS4bPwCDGDDJ8uyUye9CbQWS2",
-	"qkEuLB/BMvZfT05Pj9+EaDQANRi68QIFmk7ZRmkKXhGoZR6uBTnehug/buP+iIt9PSW7LeUSIeIX2VK0",
-	"wQgYNqT25CEk40K61VTm2ea511V4MZpg+dQkylTaW1mZs2x9OPwcHIF2AaF60cgJA9885I0JRnYomVAx",
-	"gWpHw9QM8tN99NZpMVCrzq2O41BK81HOxUTHw+HNUtuFMv6jt2QmM0akyOeHrpRIjgGbXP8bzJ1FvZiM",
-	"ucJa980JxOP1Kl3SDtcnU5+5wI2rfnPhal/YN5EQMbM2FZY7tdDNNz1dy2gIhXQxZfSPTHodrysPtTzS",
-	"Zzn2Xfy1Mly4IW5rLUyqwtsdyxKERBMICya7e2RI83s610P7HWqg0GpKi4IJlu2R9xYH77lmhJLXx6eE",
-	"PRTWZrZQlXcQOWKF3ltKwHS6Wctdn7qCN27Z3JXqQp16KfZwaj5cCN8YlTzP8LPkxx/JjXPm3XT2CGZe",
-	"LmbPoI8uup9VqnATxP+BxQPAgVXO/epe1BJVuXbwx6ZVkOAbS+7FXKAxt7+wDUskt3djHmUF7YmddIyK",
-	"qqzfGB0FsVojIip8gRyBrEmtyZSuTAluoaZvdSM96KCno/Cuutn4iJ6dVWeRCQ7t1eEm4v+QDB1/GDoa",
-	"HvrZDav+HF779JJdCnZIhr4+dVinfl+2yrzaaik3HpOmD75C2dcZN5bWS1ZXLTtF534qNfN6BWEPdiZC",
-	"it1/MiWtCMchMrLTQ79WrxsvR65Px1VABYbqZnTQ23BOudQG4Wxn46J0UtUam3AX/S7rM1s5Nyzm8pBa",
-	"VdRd5NRYjdaLNI3ZJoWSE0VnodeaocrVuEK8LOPK3xpZHpCxJARMMZFFlQL0Kohtd/1aayDmwsXhQvOK",
-	"KVUTyyEje13bkMOgcoVqI8uTLmuJelZ8tpaP7hHXKQeZllMW1AtNdr5ZAVGwopvwXIt6yCsdJZnKO5a7",
-	"VJMq9wtXYHESculAAXHNKxT2jWrUEdarAKJBrGvB/1Ey4nIg6/r+GW2RtlUBf5Nn2IvLPMNeHSKquEex",
-	"t0XQDMJuhLSHine4zQ23XY8Vy9yo6y2ADQh/LUfsP1hOX2gyoumtHI8BRq6dgB8Kn13oJoC571aoLPcV",
-	"iCZwNxd45vWuWnXbUnGEy7Vp1pCsKpBYTDeBTyZYuuZIpPvUkollcwCm6pJnd2qWHnQHQBLgmgzBahh2",
-	"+/6XkwSOSQ4XTQdsj2TtvmGw4g7J0OpaQ6IrHHAJSFy4e4f2k447VGOECzBKJlPP/GQ2oyLx3hofnHEa",
-	"8JRakQFyRUhpx0UPp5BBslo88dk/VbiCGwKNneyTwbokl07pte80+ihocKEsVv7Uq1K4VNzMmxQDTaNo",
-	"avgdWyIcrGQCeb6DxfWBzXcTUntzgbakIiNq0inZ8eJmlLNuS9OpqlqlkkbtsqjJndhDQcGaEUaG8E6r",
-	"rHli6AmZLheTdiO9SppGxJ3ROSYhG2lFDoiOrG6OoAauSSOcvJE5IhW56dgrlWrSmm691qngnQlhSqGI",
-	"DSw1L0k9C+QizcvMKt2r/A11iefXGTwLQWw41Gd6WWCs6kDS5mJCzXfLaGuLMyhaiNeowYMa4VaV3S6+",
-	"qu2L7oyFc0vGA9AcmOUgZbyUBd6fkBtIhHbGEfbIW5P2aEdK7FpjoIPeMyvztDaLH7mWHhGe7yTqqoZ7",
-	"61psVfd9EyYXeXNSY8Qs7VkJt9dS9dlapNaiqW+jQ2+s00bUoUZ/rg37NmG2zmBFt75qfqug/oRi8caa",
-	"2jqrni/p6JpbcRa2C4IZitE8h1YIZEcxzVx+eM1Xia0KNXEhG6QEkIU4D//9Fma/TfmhqyT0VYLNBUbg",
-	"GcebViRJKoJqo8FLvxlNWJ4orr0qZJXwwxCSHFFtuSsE9jEx0lUcOP2vnh11fXZ5fvz65OcTzFA6PnuD",
-	"IbCfrk9O3c81uVDoLI6kOy2mQx1dXp68PcNxLo6P3523NfBDD22E9VQZMJ+kQ84T0y4PLQ93TXI0uLzs",
-	"BchGRUngg1U+KTPuO62Tf5tncMN1xPN+wRyXyhsmY6uMevpL0fAApZR7W70f6ItnUJBuyW6PQJsMEdpU",
-	"1DJwl1bqIvM1a8mbO77eg9StHKB20H5BL0AuMArddDOWM+OaR1rOHnZEuXQqTeiEcuGkLYVp8Cwa+Rsr",
-	"xgZPU/Lg1ZBkFBEh8fYJnyJzCnq6e5azDWrDi1Ofc/2JwpBWU7XbM4AdjJiaNUQI+qxlUlaT3FlAiO4W",
-	"zZGflxa2QrwtdPHN+R1LSClcZQUYL5rnVtcLCAqOUkiiJHNmfAlFRjJGM7Bu7I+9zZIIFtLI/JwD7lRi",
-	"J7CqGt9YiLUub3lMoCBvjScdIFVvrtk5Pr0uVcB/tm0641zevwvJrd72tIr7T/NLrOzz0qpx8c3R21bx",
-	"EVKOttP6Z24am2Q0wZRd+eLmMPMtmhZV4a3MMfQsqVJUNhmgApQMx82v6aL1Zd/+RMYXQmB5ex9Bvx7L",
-	"FmOmHOU8JRfHl1fQhFCOyWtaaENhDd7TB9P6uxwRqazGZ9zKXD3LjYCClj1yAbmcihGdygJTI2P10pCD",
-	"DA/eiLZzGciOP1Gh64MGLsV6mMqMDfduRMj9hXRNO2W7glovgH6nt3ew18NiUSZowTv9zjd7vb1vsHfW",
-	"FPBk/+5gvzqBYcIiuz8EBvBjrId3zrVx6kfVWluxVIqU50yRCb1jpCyIFDcCRS5krQ/eHf3n4Ojqyupf",
-	"l143cI24OdP92v5jjJbOiTY8z28EuChFBo4nq41byqFGKlQRZGkITnfokyBxTth50WetIvjwVS7FSWZx",
-	"nGtzhIBIGgfs/P4xetSJ54rV8RmeQTgLCLxVrre4fW0JfNF6kRiW1hKxPPUVit1xWeqQdBWbosvdajlP",
-	"5lU06zO+2JzPuGl8KDDJb3tgV2DOLORvrzzW58PCeSUve70VZ5Vsd0ZJdchI7JQSABWk7MAu71nCeIWj",
-	"xz4aZlk7+iTpaJ+5hV38Udmud9DXluwBNxL0TSuWMmHyOXF5SOi5ciVjblMLOuGCho4SdKLrh47YcYFM",
-	"nVK9/5FnjzVqbeLxW2a8t+NzgrrWHSwC7Kt6GzKA86unwhkbCYtK8UaXs5FYcNM8/COALtizj0vEHJtE",
-	"9ch+dcgVJOQuAX4/9w0yn/zZpFNIHWG0WPmFIsRAvz3fhDHBRpgsI4U1Mhy+7XjX3un7t8BSf/ofV8eX",
-	"3X6lKGL7TCjBzTMrwe23XSdNRF0yo2BGaTrXEFwHN3ZIj2/i1lFheVu9UWg4euEnV1D7SbCrqoJ7bMp5",
-	"o0r2uITWryJHPgD8nkDjz8LVoxqa6ikvvFvUH3DjLVtvqYdjWyATJo6/URxUVQHrJ8DC5iZjcWydh3z6",
-	"DW62XN1ok3ufZ/DQhTHCxfBUJ5YdkqFrzDUkoLITwyynbxQ6+Q4rZon1fU70s8//8CnQFTFKE0rG1Cqs",
-	"I0gjXcbZ1Vjq9F29/9H9etxHtVfvf8Qfj/shTTMqvqz4Dq2kONtQGYtoOs/XbCDn5CtRbRa6da3Ub0Jf",
-	"n+cpOFe+S5P/IKY7L5s0CRHs3gqXumZjpUitF1sdbRABtpfM/khAu5VrHnVHRwYJvjFe7n+8ZfNHRIOc",
-	"oYOmiaBv4Hqt29km4uj4juMZE19WHsGwLqfWqPlhONAFdadx6A/mMsmdL/MP2qyk5cwgO8PEnUn5QC5/",
-	"Odp9+e13tQPj9FTeQw5jOOgoGETNoxax61D7WYv1SvHe7g90d/zh43evYj2kt0IsrNhqNa+vfMswV9kF",
-	"eTuqhJxzqNhKgPDyvN6BzY3yApKkNXTr5pnXFTFlMEMn941oHgC64w72lIoMG8d1DruedMmwT24ZK3bB",
-	"GTkk7jwFZ1AffEt0zID+jZp0eoxrXcsJDXswCJjdqq/CZqwwlMi12B31YjfX9xouvdBYKweNZPxH9iJM",
-	"z+2D5aR4AmMpKrO7Dn27VUsldxpCM5iNAvk7IZu7TlZYuvSFqGrNk8tH4G73Ep47uxVJ+IqwVhXgwj6w",
-	"kej3NT8bHmOKFUrLvOa9yOeYR4VZrZBB4TKqXM60xdk+yeU9U7sp1cx1otAJNqJAX0AGnRbh+CeLN8I3",
-	"Z2/z0dj/Bn6cThs3Cu0qDlqa2n9Jx9HLP53jyJdArlSr0EZ7nk5lR3EcO6IzrfQGfTmO0WoZhgZyy5S5",
-	"CDSfl4zRoSp/NfTGVMyUSlRpp9y4Z+tFOLGzsk8yNiukYSKd7/4KAn1zJP3weazZpcZ6X9igtTsSQ91c",
-	"MZrNA1wxQg2sbAGIgNYvewefe0YIqKeqwT9s9/zLl0+lUpymb+kDrhsuci6q3G9s/7dMnVuKwP2PqhQr",
-	"XbkX7gTyL4s5ruH1c123R1XuOohH7HzgMxW5S8r/WtUifzT81ooN7up+ON71q1pLG2/HM5TDefef3OFX",
-	"P6L5cfnY+pe9l59uLNcspCUs4Y//Vc67h+fC8jwnI1Y/DfgL++LwOCZLMYd+FnNfE1El7FvjRc9FOlVS",
-	"WC0Oig1ZDinAn4ofuebmev8j/lgda/JnHnw+d+3q7XS91p7tuHfOhMCt/Gm3nld5R+iUayPdgZRfM9da",
-	"/ygC9nk8bgFTvk6mtyUoVrLIGr7/m0v+QVwSgr5Irj5hyK6AiYwKoz8bG9x35bV/GvRuaThWFXq52HGt",
-	"N8Ee+W0qERcgHR5Ohq9hiJ7Ke3EjXN9nBNwLXStY3iNHwrUvG7kIU71GjLhDhW+EPwrBH1FLqND3TGny",
-	"qvcDGQppBrXzhwfV9yOeSTzDln1e0l04J/cPpd4AsxoBHzYrdAmMDW23vzgRuyr1pb2HXC+oGjtcwrvP",
-	"RtRYJv9np+mqKTrBwhwy9KdED/8lafoCZv9vkv46SBp3Yz1Fr8fFz0bnoM/vf7T/PdayadyvKq1rTVJd",
-	"yHr6vMkpMAw04VwdKFv0cEZxxy7tuRYScpIMs0Iygh3Pfcem0OZLTzmkljUSm8iOS17rurYmeS7vWUas",
-	"DvknM6OSts4BcOQG4ASBar4Es+Z7LZFq11qmPVS9ukvtitMLXCsHN/5By/i0kf21ZgoHm07BtUuolctG",
-	"SmTJjjvmo1H37VvhGKqM70/gkxm6h6EDA7StcEdy+QMzI1GpWkHv04F6iZ13a+ebRMPBjhbqx2laRO9X",
-	"fVmHSFdDCMkjYQ0hzxO67ZOdjBqKx4dZZpAAxUEkG1zS9kH7owspEoIMoSmI9BWtfkxoBYnd9KsGwvcw",
-	"Y2Ha4ISkGg/fudqVpaa3T/QkrEmSeC98YL/AdjiNPri17Ic+GfKsP0T9Ud6/0IRnCRnC0/0henbmBUvI",
-	"EMAKD94Inw5gt9CCFyArx3AW0B65wm9pVzW4kE+BiSk0c62xF5IqyFiqG5HmHGYL8tB3AWKGcNMlqZwx",
-	"HwaEHRTs3k5Ch/PYUzmb4ek48cSMG1HLzCDv/da76prQZi9svl0MKaGzNMDDP4AA9kiREArFkTfCQY+w",
-	"0MAE0G/48Qaj7zedPrnpYHsWOyhehB4tN53HYVJr4ggkk+ZSs/YcEr8Z/1ppJM+WrpjyUyUBLbOSxKeF",
-	"A3bUUcaiA1xNatWvdiuA7P8EQvYPylFxzMkJnq84mBNJZsHwJRexTpvYgnAHy+QT4o4SSapKvORGLLR+",
-	"aVTWd70s1glhuWaVAeeu01HOhoc3AoWf79XnRbrjTFDS5U4XDi7FxH7rRgzhhYGrpRoiE65MHeyIr8kw",
-	"dNAfLgi3G7HYHj+caNZf1x+/6zkW1puBD2JE01vLMV0ngj3y6uVLNJjrc8B8HyHh23G7FY8L+GyRtoXz",
-	"CD6z0boqgOy0ta/FYH1WSoCDKqTHQ7ViKHylsNWH1YGj2OsqcWEj33WzEr5OI3uhfSgJu9KxZgXTs4xf",
-	"TAD9l2FXwDwoZqsMPK+q6bAW1lPoUeqE2RJJlTP2GSlqsZv8H0pT5Yx9rT4gmJsLYdNcSzddbOZc74Ws",
-	"a43KQ6E4hrKx0gCJClsTujNmQvNK96FPRizue/8y1IJVSWj+ckA3rOQLjecCLhhJKOT/w9kwYA2Cv/VG",
-	"YMr8MByE0ifWuh/61n6YbY9KAtqAOvT1g0PZbkR4FagTD5rWvi3zHtmApG9ERdMRQemG+/+CrGtnznx9",
-	"dB36OSJhLx+Fk1S9/wEJsS1R0ggfck3w5DlEAd++e7HusUnItV4grYniv7lnPqNLttaupGX/3EQXiwmO",
-	"oBU+tgliWfVUtd7QluSxvRqzfmrbZ9MZY0fDbZTFevCJwRyvw/QwfFrm6HPUPhy5UYDuzwp0HXZh2vFN",
-	"beJxqNtvLy1Ty7u9rrSseulJ6RgLCZs5o3eWMHeg2Y+1hMKyszCQPqzOsEMbzvkfrJE1YuDQapiLrSi/",
-	"lbxFoNQL8+uA3Q9th7aX5LUvt9FhODv4M5Hg4tnEUWHU+yzD5fNVxc/PxyncpReaFExxmfEU0EUwrV3V",
-	"cQvx2M+ADwz3EE677iydIvl97/se7Jv7gj+oHmWJ1bjc3/7LkTpDbOUhx40UZezmYS86XE/8ceZLbW6c",
-	"8wLuwgFrPoyCHTyWR7x2am1I7DwE94O9IjJSaicmmtEYbRH//wUAAP//",
+	"7H3rchs3uuCroLhTZXG2RVGOk5lQNbWlWIqjjSxrdDk5u6GXBLtBEqMmwAHQkjgu/90H2EfcJzmF7wPQ",
+	"3SSaF8lyMnPOH5vqG4AP3/2GT61UzuZSMGF0q/epNaeKzphhCv46Tg2X4oLOmP2Li1avNadm2kpaAq61",
+	"KDzQSlqK/b3gimWtnlEFS1o6nbIZtW/9QbFxq9f6bwflQAd4Vx/Alz9/TlrHxrDZ3JydNIzDs7VjjKWa",
+	"UWOfE+a7N62kNeOCz4pZq3eYtMxizvAWmzAFw53IGbWjRMfK8Oaz13ROtTm9Z8KcnfzEaMaUfTNjOlV8",
+	"DlDrtW6mjPCMyDExU0Zyqg1h9g34M825/alYyvg9y47gojaK0RlRTBczpgkdG6YIN51WgkuZ4khhMXYS",
+	"+zCL/bOTVnUNM/p4zsTETFu9190AJW0UF5Pl+f+1YGqxOv3ax8lYKjdnTcyUGpJSIaQhmhmC09K4BvyD",
+	"PHChycOUCTKSZkqoYvbRsJK/w5hhIRY4AwDOAJBhm83vRjf/Usm/sdQ07P7c3X329l8V6whHFV8Aw36R",
+	"6o6pZxNNUcCTyxjw2b6s51JoBszgUslRzmb2ZyqFYQJASOfznKfUYsTBHJ/473/TEohru+X478KIdQQ7",
+	"FuTqx7fk+zff/om4j3dg5e5d4FEjqcw51zCbuZJzpgzHGVN7C35xw2Z600TgS1cslSprfQ7woErRhf1b",
+	"sEczSAulZYSSj0faEqsUJSXP6YR1WjHKKvfkVz/Hj+E5OQL8s0yxMp/VtSHn7X1a/n7SoshMB6kscI/q",
+	"Uz1hOb9nakGULESmCTzGMqIlGVNVmXEgmvKTPFv93jUzQPtUEPcYueN5bj+0QpqrX05poVl0GVlg0iu3",
+	"7riITGSIMBn2YA8AsJa12nnBDUJFZvmrWpgpFxNSiAyY5xEZuom7V+307ZtSML8kuxomLFP5tRR67l5l",
+	"88opysKkEsl/aZYZwp9lw4RIRYaCsUwPLEiUZW92BcgW39NHJxc1eaCaKEbTKcsiOJUEthWDlmJUN6CK",
+	"xUSmDcsG1MR39mHKc0a4IVyTEbNgC/Ov7XBGDds3fMZis7PcLjZ8Mbev+cG3+dYS9QAiJBWmXQpvYLBh",
+	"qxDNlmmjNoM1JAhAAqrLMm6/SPPLCjWOaa5ZskSgJdSXyW9Mi9zKSEn6rVvNFAm7gEjbb1nIVuTzYbcb",
+	"ldDx6V4bagod4RjLbGENMdanDLNiWULsnsjCkD0gMCQqZnnIzdn705PBh9ubNuB0hB2QuWL2D5bZBx5A",
+	"cg1yqU0Unb8y9XwBCilZztMJZVk01DYsip5BCEQE31biziGLZfHzuZL3NN/4mn8O8CWdssEdi+iGxwRu",
+	"ZkQbNn+liX0oaUmRWmaiCRfzwmhQ+hTTMr+3UOqJIs8j24PD6IDX60fKpbwr5j3y09kN2eOGXN++fXt6",
+	"enJ6Qh641TMtyhq1eKWJLAzOQmREUUGEJIbqu3ZC3p9dX8PLqhC6bRHt8sPl7fnxzekJXqYiIbpIU8Yy",
+	"S7YiIw9KGkQD+Hy7Q5xOAMQAk4MJWPqBCVdFyk9nN62kZUdtJa0wVFSwZGxuSW6A+x4Um5XnltUXJrKd",
+	"OG3SmjDBFPUYtmq5OHinhVJgqBSiRyhRzKiFN2lg1bB+xbShyhD4V8NNq1AlgA0W6nYb2ENc/fDyfmWK",
+	"wmnYqzekGYzYWKoID/nFsgcKzCwjD5QbspcVuNAEp98Grra9fHOI1CwhYurNEhKXaOrg6j6aELtI8v//",
+	"7/8j9zQvWEKorgAtoN2M7BlFeW45j2APORfMUt3ctI+q6EcUA4Vdk37R7X7DyCGZUp0AlloOCaMlhJL/",
+	"ef3hggD22M0MA77CWVgKhgv7XGTskUiVMRVQHhiwkKKq/5Zca04VE3FVZW4FUJzVwq4FnAINe8RSC5rL",
+	"49vr05Ptd2s+pSjl1lol8FBNNizPZ1FOB4gLBBvldstYZ9IhitkVN4gcoIMdCdIONbAI6nCqPqGf5AOZ",
+	"UbEAxEYKe5jK3M1wTHnOMrInxcD+LKy1XWjLStqo9KpCEAC/M8q5tWC0dl9KpRjzSaFYRtwE4pQKOLK1",
+	"xXVD9V2MV1kocjEZjGOm1i9Tagh1u072pEKa5WLSdmhu98AidI9U6VoXgNhOfBH/3mYTDZhMEnRNQAy/",
+	"0qhUrkjSFXs2jO+oPGMp11yKI0KRdgpheA6XM0SdZS1ue3wZLaJElsrZrIkA/XTszWDvwJQZehMQpSOS",
+	"aQlo4UNW514Lpqep16NFDDOkA5wmewjH48szYuQdE5qwR65NgthM85wpYHXAS1k+bi/p3K8jKncNdE/S",
+	"z53BuKKwNSjehWYqIXqhDZslZM7UjFoCInuU6DlLg5uNCGvWWhJuJ1XdOim17lJ5t+IYFfooY0plxmJK",
+	"ljZ0lDPClJKK2Iccl3tPH69hgj8iW9Gnj04rkoqciXua8+wyLyZcXM9ZGh9SMborL4R5RFGYPXKrM2cs",
+	"buOMueB6uuNo6PfYwp1hTZ0dFW9RzEZMxSf7NClBDduG817Dg5bdIsbwmI61RNbgKXQz9kPVNvBjM9qf",
+	"y0nELNUmYyq+k9pksojzKaMKkdoxI6qpKhiKMNSgyIgtpMhQNX9kaWGkeqXJSBZWa6eaZErO5zVqGEmZ",
+	"MypWVu8mlPhJV+exZuFXbO7ssR0YXGAJng1bZmCHBmKzcsGzA8tikaDthJDKW2FXLR8AKeIYQdSoSO1y",
+	"i3mEpYLJRLQBEHmL/pUmYy5obpVJqQwqEHMg8leaAH6DTfSjfYj/g1mV1UzZAu0mLpy62Eq2UxPe4uyu",
+	"DZvbyc7o4xm+9udV1WFX9hXlUHO7TmVf/D+/Hu//b7r/j4/u/+7+9x8/dZPvvvn8h7VcqSId3nSjomQD",
+	"m3q+SQFbF6wK3COnu9ufVn9B6yHxhFI3NDrkAuSjtdGZuOdKCiv79u+p4gBLEJ9HaDXAG4QaMpPakO/e",
+	"kJ/5Dwmh6EcF68TfOyTv7S0hycXteYecTYS0WiXYJtJMmSLAVXTcdKjxqDqj3JHplXynDrYfLF9gGRkt",
+	"ahyjQYn3DOrp36hxso38x05+I6e5cmGbVWY7V9IK59UZ/2hZEHLN6ozJrNAGqB8dXKUzfMNM/UBr5mqJ",
+	"bbe4hpro3XweVl2jDa6DVApDuUDJu5b7+AdhwusDE0zc70SxK7CZGjPfNKGfbm4u/Vy2VkzQ4fYMdlLx",
+	"+DjnnXfckbGSM/AQzJXMipQp/ar0Xlwcvz8tmUoP2QVVit9b3qKdxyywFxLYC7xIneAe85yRP7w9vry+",
+	"Ob4YnF1c3t5cD07Org7sU1v6HaxuNpgomrLBLGI/v+d5zjVLpcg0GTHzwJgg12fvbk6v3sM8rs/e/Xx2",
+	"fk6kQAV6ywjXOv2uwuVXoe3dk8HLkLE0p4ppB0THwblh2l2QJYg+3N4EGIGnJ7XsGn0+cXhtT1Yo6eMO",
+	"nC0ZjA8NAH8R0oAdLyTJpZgw1bamTIzLbAp0oWsrDuumINTuosMCfgB+r/hIT9anN8exKkNX1hu2pGR5",
+	"yItKFX0dQ35L0yk7FQZzPJbU0KfYZo9zrphuduNxlCk+UELJlBuyN6OPAzph7eAK+Qvatdt79lwk4ov4",
+	"Z1egpJhm6j74w9eKDAvQq8rzJfqtkrkqBBryczkvcgtsl9AT9f81u+K3/Mg9UzouYZdjqxCx8Y+XQNxo",
+	"7pXoFE/LYCJ4MLdT/0v03JyWsX5NfujGaV/VN3lp4jW83jI08CCaMr8QoYAAUuekLMQB/t7slcQP14it",
+	"cVVe1Vprfi5JQ3pn5TMKGZQ+XKfynikrnHsg7u/YgkypnjqLAnkQeKbQzRYUBB/tc8Lc4VQCSj9HgeBY",
+	"HzyDzK9DjgnYZhhQIzOYURCGzrKxdgVEFcGAQOceRAMduq56UB2biTvQrfwJIULCNfKmhNDgSia6sAqM",
+	"Jv3W6zfTfqvCrcZSeX61SrtMcWsLW+jh0JAG0AD9t1JUwmo6hNOsgWahjvo5g5WjZQemk3bhrF+Oz27O",
+	"Lt4NfvxwNXh7/Pan0zbEd+yeuch6XLhWeEN9PpcUc2kgO4YteiSdUjGBvBAj0T4otMVkmWdMEUdmm5HY",
+	"DxjF3IrVv5vr5El+xFX6hBiTD5ZgMBEklw/7LnmMG+x8z7SDNx1i8+CHBN/IZlc6fKHRjf5WCm0U5WJX",
+	"B1OjsIzImNO/JuTiNCGn/352fXOdkIsPNwP/+91NQt6dJuT8JiHnp2RPFDOmeApR87OLuAyypkB0cHRQ",
+	"7GLlRaWWnDfBqmLK7cYQbzAKhu+Xzi4+oxOWEKom95gWAxdeaeQgc8m9mm3V3UUbc9BKcycS4NnZyn22",
+	"0QlT3kJXhceicAWF4KoQT4vl+Ch+HeAf5vi6S3xm6p4p4nISmIbkPAAsst8403XbvE67+EWqu3EuH9Ci",
+	"XiY9e7F5xTfyjj1xzU/RJTyclsNUMy5CKKo5N7DByvR30SloF0RmdIHpUkG2SYX4m2D+pH9paw8upixX",
+	"XbeHFWYZMFnJfKMldmWfaQjRwvux7fqRszw79ay+vhNjey/mMoYMiDk1U8KFkU6jgb0mI5ktnAPZokjH",
+	"smj96+HHDvKFKDLOmNZb0RlOqHwhtqDgA9qdiU2NmZf8y63IKluYYEW4QBGnNbinNdlzugqhYkFePz62",
+	"vQjUSal1+VRxAA3Zq3uC297R4xzNQ/vQsPQG1LwbkJFLybePj5g5ZBQVei6Vcc57UMogdA9uIiegj2B2",
+	"pQO50HBHh5yrEOxfiiPLLC4GXcnC8zjrjJmpzGr6Xuvd6U2UV1VhHhMA1SyLJbopVEOywUjL3OqJsOdS",
+	"wf+a3F6db1bN7DejmMeoMiNGzRWb54tYPC+mQIRUTJdMYpTMyTynlolTYbSPMNU4yhbOtbW6AExl0xpc",
+	"ZC6aK9vAMml1MejsIVOZV+mBV8MYYUH1Qbb23e7qoYr5mJpDB8vIlFll0mJEdO0hMsA10dPCGMh0lQ+i",
+	"Z7czZURIItgDgIVIcPXsacPTu0W7IWywMqFzOXk7LcTdjhI1o4ZGtAjkOFSDp9QwkTij8vbmx/0/B+5w",
+	"cXu+knT95s/f/um7qEavGJ1VdfrluPAWKj18IsFJf1wDBL1r2Di8tJVgDrCuCefX3363gbTcMLGZX0S1",
+	"uWNycnG9n9MRy/dzfsdcnuGhtR+/+8bak4qmxpqwckx+xUjr/scE80XBRwKKc2Z/Yh4vyZkxTFm2lvEJ",
+	"ersq+/fdN8uKUTWq60K5e7/uV4K6h5/99fb/iIZ3L33mYESNsreg3AQcei4BPvhyPKb89fb09vSklbSq",
+	"JvrV6fWH26u3p9dL18F0byWtq9uLi7OLd62kFcK5raT14/HZOfw4/uHD1Q38Cmn4raR1e3H99qfTk9vz",
+	"4x/O7Ud++XD18+nVILyF+XP2mz+fXV42JBtXar6W0Gx9mH1G0ykXbF8xmsGFSsSdY8R9gH4iIc1gLAuR",
+	"JZBjmPM0rspnzFCex4NuVi3YHuUrumCE+3GhDRUpawwVFE0ymZucrdEKVmF1e3VGFBszxUQK9GBx2/nC",
+	"LNSJfXGzoIa7fvwwR5cJESPQKzbh2jCF5YNPM19olimmI/LxB0sGt1fn3lsU5MXx5ZlDAKuE9A4ODl//",
+	"qdPtdDuHve+73cMl6v026ksB9vFMlazJiIpEk7QsVMo2ItRVeNCiSC692uAUvjdJU6Ju0CNcoUHwZe4B",
+	"Wzzsvn7TjqXZxo0fvyXxLa+sZQd74S2d05SbBZFji6eQ0UCdypNgCq0vXRotwCQ3VN+tatnpvBjMIL66",
+	"ijFvL2+tzQG3U2kNgL3DbrdL/gLfs1fa0UjrujJfq3nPpFoMRgsTy5V+D3ftsPDAzt//HIexlVVPo6ex",
+	"krPBpviOJIrtW+kCArBSyWj1L1cZDrn63m735noZHsp4BuFWZ8FtkfQaXaqz04NPM5tB8BGC0Qoik64M",
+	"HVElKluuMCBG8/zDuNX7dQONFeK6mM0oxIDiOSM7FPqmPii3zP13dxhZww3S6FnUh+BuWm2ZCzKWKmU9",
+	"ryLDrrh6GMxWpi5NfZtURDt6Epa+SvQfEcRQnh9RiwUEHrGiXhMlHzBkY/VRX/qKLrd9cABhWwKspsXf",
+	"iG8R/+XmwuStDZ+nBJ+9GRAnPiyCX0HoNSk9W092bWZCQ+4BhvOznYzd5a0Emeo0TdBCk5CnVSqOW2Qh",
+	"NCYfOAUDALsx+HtViHjU9wuVz8Oktif1Gt9Yb9LAdxuWdM0nYvtKhSYm4AvhipmVk3dMW05QdlxBRzf4",
+	"z2Z0QUas4n0dfvo8jCY1VRb4RXI31ia37VpB2Fiet1sJ1jrKenYJeQTtnULlK30qYNxYML5VtHKVFWOd",
+	"5NjpVla6HNVi76AdDn2+z9DX/qEdXPqc45GkiDoxZXle+oCpmtwnPqackYwrlpp8EZwj1L2wZ40jRqFh",
+	"jcszau+WOeYlgM9SX20pI8WEaVCHBZhDfAZWNWYN4tsN0fjD7gyi8WXd+dzyEWxd8PPZ+fnpSchAAKAG",
+	"azlelELTKdsqNcUrApVs040gx9uQ8YHbeDDi4kBPyX5DiUyI8ka2FA05AtYRqTx5BAnYkGI3lXm2fb59",
+	"GVKOJtU+NXE2lfZWVuQs25wCcQneRLuAULFq5ISBgx9yBQUje5RMqJhAhathagY1CT5i77QY6E/ArY7j",
+	"UErzUc7FRMdTIOrl1UutG47fkZnMGJEiXxy58jE5BmxyPY8wXxqVazLmSpvdCMTj9Tpd0g7XI1OfrcKN",
+	"q3h0KQq+mHMiIUpqDTMscWugm2+6upLFEoonY8rob5noPN5UEmx5pM9s7bmYe2n9cEPc1lqYlMXWe5Yl",
+	"CIl2FBbJtjtkSPMHutBD+x1qoLhuSudzJljWIR8sDj5wzQglb0/PCXucW8PbQlXeQ/iJzXVnJenW6WYN",
+	"d326Et64YwtXng29CQrRwan5mCN8Y1TwPMPPkr/8hfSdR7Df6hDMtl3OmEJHX3Q/y/TwOoj/DQtGgAOr",
+	"nPvVvaokJ3Pt4I+NyiCpO5bQjflfY25/YeudSD731jzKCtozO+kYFZWZ3jE6CmK1QkRU+KJIApmyWpMp",
+	"XZsG3kBN3+paSthhV0fhXXYw8mFBO6vWMhMc2qvDbcT/ERk6/jB0NDz0sxuWPVm89ukluxTsiAx9TfKw",
+	"Sv2+VJl5tdUH/FcD2/TRV6X72vLa0rrJ+kp1p+g8TKVmXq8g7NHOREix/w+mpBXhOERG9rroHOu24yXo",
+	"1em4qrfAUN2MIPlgmznlUhuEs52NC/VJVWlmw10IvajObO3csIDPQ2pdIf88p8ZqtF6kacwwmis5UXQW",
+	"+usZqlxdMwTdMq78rZHlARlLQtQVk5dUIUCvggB526+1AmIuXDAvNCyZUjWxHDKy15UNOQoqV6gwszzp",
+	"upKcacVnY8lwh7juSMi0nLKgXmmy980aiIIVXYfnRtRDXukoyZQuttylF5X5frgCi5OQPwkKiGtYorBX",
+	"WK12tFr5EY2E3Qr+94IRl/da1fcvaIO0LZs21HmGvbjKM+zVIaKKexT7mQTNIOxGyJ0oeYfb3HDb9dWx",
+	"zI26fhLYdPLnYsT+jeX0lSYjmt7J8Rhg5FpI+KHw2aUOEljvYIXKai+JaNJ+fYEXXu+qVDSuFMS4hJ16",
+	"3dC6opjlnBX4ZILlio5E2k8tk1k1B2CqLmF6r2LpQUcIJAGuyRCshmG75385SeCY5HDZdMCWWNbuGwYr",
+	"7ogMra41JLrEAZfFxIW7d2Q/6bhDOUa4AKNkMvXMT2YzKhLvrfERHqcBT6kVGSBXhJR2XPRwChkkq8UT",
+	"n0JUxjy4IdDMyz4ZrEty7ZRe+06td4YGF8pytVc1641Lxc2iTjHQKIymht+zFcLB6jWQ53vYUCGw+XZC",
+	"Km8u0ZZUZERNOiV7XtyMctZuaDRWViiV0qhZFtW5E3ucU7BmhJEhRtQoa54Yv0Kmy8Wk2UgvE+URcWd0",
+	"gYnnRlqRA6Ijq5ojqIFrUotJb2WOSEX6LXulVE3WpNinipnBrqbJUqZzVHOFjAUm7p2SUimjPr488903",
+	"mCmU0JacLefTU/lg1/PHP/6x38K8X++XyOVEu5cclZG9ShU1CGIPxEX4xBGYnfWganCTeCBPGKYlzaLO",
+	"wo1uF+9uCd8LpZ1gy3pdwwsJLtK8yKxZss4jU9UJPCYE30sQrI45ML0qUtf15WlywqFtsGNQu8FdFi1P",
+	"rVWmQuV8o1FjF19WvEZx18K5MT83K1JwXIAc9noISMeE9KE8wJmP2DlyQ3apHSmxa42BDjoyrU2H2y7C",
+	"5hrdRKSi0znWtaHc1HiuvO9bk7kAp5OrI2a5k9UBOg210I2lmw22zC5WxtZaf0RhrHWt27KbGSZFDdb0",
+	"sCzntw7qT2ihUFtTU7/hyxUrRnMr8MN2QbhHMZrn0CCE7CmmmauaqHhzsYGnJi6ohZQA2gLOw3+/QRzu",
+	"UpTr6mt97Wx9gRF4xvGmEUmSkqCaaPDab0YdlmeKa68sWjPlKARtR1Rb7gr5E5h/6upwnLCqJqHdXlxf",
+	"nr49+/EME8FOL04wSPjD7dm5+7kh5Qzd6ZGssuWss+Pr67N3FzjO1enp+8umtpZQSvES5ce7NHjaIYBV",
+	"qanY3iJQ7F7e7bia7WsikpbxQIzEH0A5OvJmJ8AVe2LrB6vWi3yLTnhYrV6ptagAYmNkGHY4HhvGDm3b",
+	"tw2EZW6K57qPxqaCAZOInCuz2r5Ik7InplIfWYXB9SnT4IG2FyDDHNUOHzv2idbxUEZV1jRpw1uuI57L",
+	"D94xqbyfYGxtQ8/sU/QDgI3IveusF5g5z6AniOXxHQKdikToFFTJql9ZqUuUqTgvvPfBl9yRqtMBRAsY",
+	"o6CEosgZhYbmGcuZcf17rRpR6tUuRVITOrHqOap2FKbBs6huPVaMDZ5mc8GrIXEwoq/EmdOXyIaEYzW8",
+	"fNsFteHFqa+j+EJZAdbmsdszgB2MeH4qiBDMSysRrdmyt4QQ7R360z8v1XONLrXUSD3n9ywhhXDVUuBL",
+	"0Dy3hkVAUIhbQGI0WTDjy6IykjGagbPB/oi3koqz/zPhvD4Wp9UK2++FjE5X/oed8cCBFig3IQ9TnqIb",
+	"POy6TlwDOGRLuZwQCJJlGuOgKVVqR6niObCHbsDyUhsLTLXC4ZaSNFaRs1kKxCUSrnp7keQkyiaZ5D/b",
+	"NJ1xLh/eh9R677Sy9uwPi2ssA/dKXO3iyfG7qFZVy1XczRieuWlskwoJU3a17tvDzPfzW9aSdvJSoEta",
+	"FaJ0VXjdpskrMV12Sti3v5BPAiGwur3onioUN4tru3xXfMioivG5Y1E2riV7KZ1rQ4X7ExEdGIH3NByf",
+	"vD+7GNx8+PkUyu0BvqAL4OfDZCDmDsfscDGWDe6GYpTzlFydXt/AHOSYvMXxk0p2EkDob3JEpLI2mecq",
+	"rrCvL6Cyr0OuIKldMaJTOUdvVqzPBxRjwIN90XSeENnzJwG1feDT1ZoMU5mxYacv+uIU4v0Wi3E+qD4M",
+	"jwszlYr/Ay72yA8AFux/ngJQMQIw7JDh476D9r7Vb4d9gUkegCUQ+xCVz4O7ukeGmO08tIYrzXQ7IUNM",
+	"hPZX7GL7AltmQB6K7rltTDDqnPjcjuU+1SzxjfPtVyHNetgXe2Xqd4IKIai6MDAwmCHZA62xdM2nNM97",
+	"Qa1J+iJwR8/DE3BLtjvkQrrqpULcCfkAvbPBbIEqcLCt3IiE67540z2E9Bu44OOFAV5vut+Udx0WGOmi",
+	"aKH0fMIMfOmNCz27tHZIiPMIA2kuGsTihN9btbGyWVPoOzIkM6rudF9UNEglC+wW4FynlXJN7zgtw7qh",
+	"KxldAMQ6fREqa6AYAujw+PKs0hip1+p2Djtd7JzBBJ3zVq/1Tafb+QYbiU6B0g/uDw/K46gmLMLdhiDg",
+	"/hI70CTn2jhDoDxnRLFUipTnTJEJvWekmBMp+gKVX6gJG7w//vfB8c2NNbuvvZbuTiXhTPcq/A2Tl+iC",
+	"aMPzvC8gdicyQPES6aVCZd1uMU536EsMcE7OEe5qQhB8gV7OMsvDuTbHCIikdtrgr5+i5755qV+eJeYF",
+	"oHN8QRjHHbRiX1sBX7QaM8b6KhnKXrrMFbvnstAhGzk2RZfU3HC43ptoTUV8sTmfcVP7UFACvu2COwkr",
+	"Ur51XR+azzj8uHR42+tud83Bbbsd2FaeuBY7sg1ABaQLu9yxhPEGR499NMyycg5c0tI+pRmPNNK18ImV",
+	"xdrKEsCNBIO2iqVMmHxBXIIuBixcQbbb1DmdcEFDey060fUT2OrMv9XzZSx2RkDAzvA9+MSzzxU6rmP4",
+	"O2a8+/slN6HSRDWyDTfVbq2wA2+eugN43oIojWOM0hqJha71M9ICUCsOzmU2bXW9AKAVmD8ETXqJO8Tm",
+	"Xj5yUB4hCqUvK/t1kPv240/+bNKaSx3h3FiojYqOgW7GvsV1gsYUy8icleJlzytu5x/eAY/+4X/dnF63",
+	"e6UN6EywKYOGWtrAt12fcqQFEHVMEU0XGtLYIGAcqtnqKHkMVlm1DXs42OoH1//iiyBlWbT+ua4YG1Ww",
+	"zyvU8CZyoBbA7wlM41koflzBbj3lcx9e88cHeqeVd8KFQ/Eg5/SLon0UdVXZpuILIG8dN7AFRpVjfXm8",
+	"qPfB3wo3ui8zeGiNHeGZeNQmy47I0HVLHRIwjYlhVuLUIu++7Z1ZYbQvibX2+e+/BJYHvw0ZU2uNjaDO",
+	"YxXVXwS5vd5/8Mn9+nyApqA++IQ/Ph+E8ouojLXaR2gLytmWumREUXu+Yga5pL8TzWyp8+pa9Sz0aHye",
+	"fnbjO276D9atttLMT4hgD1aUVRUzK7MqfXWr2IYIsE4r21VD8Ac/203e8Kg7IDxoEltj7MGnO7b4jAiS",
+	"M/QB11H3BK5XetpuIxZP7zmeJPZ15SIM66pojFochWP7UPUbhy6wrnbMhUu220ZXLP41tjFpODPSzj1x",
+	"Z5I/kuufjvdff/td5cBgzOGimoSDLoMNWD9qG7tONp+1XW09093/nu6PP3767k3sDJGdUA6rtxs9Cje+",
+	"Zayr8oYcXlVA/RlUbydArHle7cDrRnmFjio4rYVnXptF71SGEba+qB8Av+cOdpeKDGvHtQ/bntzJsEfu",
+	"GJvvQyRkSNx5Ws6HcPgt0TGfwS/UpNNTXOtG7mnYo0HA7JeNmrZjn6FcvsGgqha+u3NP4NIrjXXz0JnO",
+	"f6QTYZRuHyz3xRO4C1F6GqrQt1u1Un6vIS6MeYMQZAmVXVWCwzLmr0RVG560+AHAODv5yTPtXV76K0jh",
+	"nUjCV4c3qg1X9oGt1AVf/7vlMfZYrbzKaz6IfIE51Zg8CrmCLu/T1U9ZnO2RXD4wtZ9SzVxrK51gZyt0",
+	"f2TQaRuO/7R4I/zhPE1uKfvfwI/TauJGof/VYcOhRl/TV/b6X85X5tshrFXF0Ip8nh5mR3EcO6JnrXWA",
+	"+cYHv6mi1WSehtbCqzS7DE5fvYShlbLKJXRN9xnaIeZn3LPVUl37ralvX+Nw7Sxjs7k0TKSL/Z9B1G+P",
+	"vh9fxqReabn8la1quyMxpM4t0iwCXDFxBpjcEhAB4V93D196Rgiop6rO3+/2/OvXT6VfnKbvHghuJy5y",
+	"LsoKMew0vA3des16R7F58EkVYq1fG8nwa+OUOyTluX7s47L2DUQqdk7yefzcFfX93hjj5ievCoHttT8+",
+	"ab8xLLm7b/GF19IkDyAe5PHwBTyV8PmSpa6y0NdfbizXhqwhegMBVagFQrckYOoDz3MyYiSEPDtf24mI",
+	"h3taWjrys1j4assy38CaQnoh0qmSwuqE0MaA5VA68/I8zB2iow8+4Y/1wTp/ttbLeaDXb7RrEvvsEIZz",
+	"WgQO54qUA3/zvt0p10a6xLx/Tk63+VEE+fP44hIO/T4Z5Y6gWMtWK5TwX5z1N+KsEE9PXY4uZiHaFTCR",
+	"UWH0b8A6D1wm2r8M4jd0Vy0L0l3kvdJDqUN+mUrEEihKU6yOO3oqH0RfuEMuEHCvdKWxSocc+6S2kQu0",
+	"VWvZobiZi0lf+GO6MpZyXSZqa/Km+z0ZCmkG7tHBWKpB+f2I1/QY9+1lidpN4HdB1wFmFdI+qncSITA2",
+	"nDHy1cnbddNZ2XtIvYPq9qMVvPsNyB0b/fyrU3t5NgzBwlkyxIWzbPhPSe1XMPv/IvbfB7Hjbmym9c24",
+	"+BtwALAbDj7Z/z5XEpHcrzKRbkP2Y8gze9m8HhgGupSvD/wt+2WjWGWX9lxLDHlMhgk1GcEjYXw3ytDC",
+	"VE85JPPVUsnInksXbLuWbXkuH1hGrEb6n8ZcS5r6Jb3SvhUogQr9BEt+ug0xeddQrzkov77B/5qDn1wD",
+	"Kzf+YcP4tJZSt2EKh9tOwTWJqrTAiLS9gB40zKhFrZeLbwBoqDK+K5NP6Ggfhb5TUB7uDp/1R8NH4m+V",
+	"Jh1PB+o1HlpQORouGvh2VFI9OB6raEI3+iFS3BCSD5DkhpBzCwcVkb2MGooH5Vo2kQAtQsweXOz2Qfuj",
+	"DckgggyhFZr0XSr8mNAAGw8iKs9eeIAZC9MEJyTieKDSFd6ttPp/osdiQzrIB+FTGObYBLDW/b+S59Ej",
+	"Q571hq6K5+GVJjxLyBCe7g3Rt7SYs4QMAazwYF/4xAe7hRa8AFk5hmMUO+QGv6VdcfZS5gim4NDMnSqy",
+	"lD5CxlL1RZpzmC3IUN/7kBnCTZukcsZ8wBN2ULAHOwntDh5cQKYJHiwYT0Hpi0oOCvngt96VBobmwmHz",
+	"7WJIAYdyADz8AwhgjxQJoVCD3hcOeoSFtm2AfsNPfcwz6Ld6pN/CmjQ7KF6EurR+6/MwqbSuBpJJc6lZ",
+	"c7aM34x/roSZZ8tdTG4q051WWUniU/QBO6ooY9EBriaVJgN2K4Dsf68pNjsI2d8oG8cxJyd4fseBpkja",
+	"DoZjuYj1F8fGy3vY+iYh7hS2pCwjTvpiqeFdrVtO28tinRCWa1Yafe46HeVseNQXKPx8h2Iv0h1ngno9",
+	"MmLQO8S7LhP7rb4YwgsDVyg3RCZcmkd4mJAmw3D40HBJuPXF8slC4TDY3qajhdqeY2ExIXg0RjS9sxzT",
+	"dRfqkDevX6ORXZ0DZjYJCd+O27p40tKLRQGXjnJ6YUN3XdjbaWu/FyP3WSkODqpQcwClqKFqn8JWH5VH",
+	"62OHz8QFrnyv8VL4Oo3slfbBLOzFy+pFaC9kMGMS7D8NIwO2QjEvZ+C5WEW7tbswhZ7tTsytEFsxYy9I",
+	"a8un6/ym1FbM2O/VowRzc4F3mmvppouHW1TPhtCVg1tC/wsMwGOFBpIbtmp2B/eFZt7uQ1+BjNxI/zR0",
+	"hOVhaDJzQESsxAwtegOWGEko1E3AUXxgQYJfty+woGAYjozrEaMKNvRNkLEWARULtBt16IAMZ+D2RXgV",
+	"6Nb3lHAHWHTIFsTeFyW1R4SrG+4/BcFXTuf7/VF86HyNJL96aGBStv8FJMSOcUktgMk1wYN+EQX8QSfL",
+	"davbknjZqK8xv/4GH3lBx2/ZSLBhW3GWnZViJsxUumMCTkUgZqpkMZn6Ns6xxGnLRLFzYg1cZWvBFYDh",
+	"UZif16czYwPDl0wMhhF2Sg0+/LL7syYV94gMAYBD8KyE3pQJBtYwWdhi69NSdp+fgltpvnSEwhXm587w",
+	"LNl52TRza7SokVFoI9FUKngFfXdKZNlUJYjPZ891pOBnfNceKDoq45KHqLEL+bAUn96KJiJFN3WnOfSC",
+	"a/aXh3Z+RQFPNhXPVdq3NTKqX9wzL8ipKh3mGliVm+gyrzqGY8+wWRPLyqdKcFc6ya2LAjWU/FcPAH8x",
+	"Gzp2yvhXZkW+LV+s2N9D92uzGT9yraeKP3benbMC0952u5eq692jG7nLCVOreLCJxZQvPZ/PHJOc0Xur",
+	"juxBT0eWtUuAZGEgfVQelI7eLueptYxpxMD1X3OsbYRbaFnw4Bf+xbrQICirTWiq23EQuq7tbvVUvtxE",
+	"1z+Fr78MSYfvl408XrLEqDpcvljXseP5mIi79EqTOVNcZjwFJBNMa9cq40siVbUbJGy97wP560e7uRi0",
+	"QKQoVO4aN/YODg5f/6nT7XQ7h70/d//cBURwU/rk5Sco8tbcdX/7qUZK4LGxlhzXKmGwt5a96EguIT7P",
+	"abnpnPM2l8eN+Lg39tNaHfHWeRtClcAR+IvtFZGRQjsJVw+fa0tJ/xEAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

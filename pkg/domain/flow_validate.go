@@ -24,7 +24,8 @@ func (s Step) validateWait() []FieldError {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
 	}
 	taskOnly := map[string]bool{".plugin": s.Plugin != "", ".command": s.Command != "", ".env": len(s.Env) > 0,
-		".replicas": s.Replicas != nil && *s.Replicas != 1, ".outputs": len(s.Outputs) > 0,
+		".secret_env": len(s.SecretEnv) > 0,
+		".replicas":   s.Replicas != nil && *s.Replicas != 1, ".outputs": len(s.Outputs) > 0,
 		".inputs": len(s.Inputs) > 0, ".on_failure": s.OnFailure != "" && s.OnFailure != OnFailureFail,
 		".attempt_timeout": s.AttemptTimeout != "", ".coscheduled": s.Coscheduled, ".args": len(s.Args) > 0,
 		".http": s.HTTP != nil, ".container": s.Container != nil, ".cache": s.Cache != nil,

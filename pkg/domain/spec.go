@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -106,8 +107,13 @@ type Step struct {
 	// MaxSystemFailures); nil = the scheduler's default (3).
 	MaxSystemFailures *int `json:"max_system_failures,omitempty"`
 	// Cache makes the step discoverable (Flyte's catalog).
-	Cache             *CacheSpec        `json:"cache,omitempty"`
-	Env               map[string]string `json:"env,omitempty"`
+	Cache *CacheSpec        `json:"cache,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	// SecretEnv are environment variables like Env whose values the API
+	// never returns (it shows SecretMask) and the logs never contain: an
+	// executor gets them with its attempt. A name is in Env or here, not
+	// both.
+	SecretEnv         map[string]string `json:"secret_env,omitempty"`
 	Replicas          *int              `json:"replicas,omitempty"`
 	MaxRetriesFailure *int              `json:"max_retries_failure,omitempty"`
 	// MaxRetriesPreemption is the preemption budget (WORKER_FAILED,
@@ -330,4 +336,52 @@ func (w WorkflowSpec) findCycle(index map[string]int) []string {
 		}
 	}
 	return nil
+}
+
+// SecretMask is what the API shows instead of a secret_env value.
+const SecretMask = "***"
+
+// Masked returns spec with every step's secret_env values replaced by
+// SecretMask (the names stay), for answers that show a spec; spec itself
+// is not changed.
+func (spec WorkflowSpec) Masked() WorkflowSpec {
+	steps := make([]Step, len(spec.Steps))
+	for i, s := range spec.Steps {
+		if len(s.SecretEnv) > 0 {
+			masked := make(map[string]string, len(s.SecretEnv))
+			for k := range s.SecretEnv {
+				masked[k] = SecretMask
+			}
+			s.SecretEnv = masked
+		}
+		steps[i] = s
+	}
+	spec.Steps = steps
+	return spec
+}
+
+// AttemptEnv is the environment an attempt of the step gets: Env, then
+// SecretEnv.
+func (s Step) AttemptEnv() map[string]string {
+	env := make(map[string]string, len(s.Env)+len(s.SecretEnv))
+	maps.Copy(env, s.Env)
+	maps.Copy(env, s.SecretEnv)
+	return env
+}
+
+// MaskSecrets replaces every occurrence of each non-empty value of secrets
+// in s with SecretMask, longest values first (so that a value containing
+// another is masked whole). Output a process split across two chunks is
+// masked only where a chunk holds the whole value.
+func MaskSecrets(s string, secrets []string) string {
+	vals := slices.DeleteFunc(slices.Clone(secrets), func(v string) bool { return v == "" })
+	if len(vals) == 0 {
+		return s
+	}
+	slices.SortFunc(vals, func(a, b string) int { return len(b) - len(a) })
+	pairs := make([]string, 0, 2*len(vals))
+	for _, v := range vals {
+		pairs = append(pairs, v, SecretMask)
+	}
+	return strings.NewReplacer(pairs...).Replace(s)
 }

@@ -142,18 +142,28 @@ func (s Step) validateEnv() []FieldError {
 	add := func(field, format string, a ...any) {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
 	}
-	if len(s.Env) > MaxEnvVars {
-		add(".env", "has %d variables; at most %d", len(s.Env), MaxEnvVars)
+	if n := len(s.Env) + len(s.SecretEnv); n > MaxEnvVars {
+		add(".env", "has %d variables with secret_env; at most %d", n, MaxEnvVars)
 	}
-	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
-		switch {
-		case !envName.MatchString(k):
-			add(".env."+k, "is not a valid environment variable name")
-		case strings.HasPrefix(k, ReservedEnvPrefix):
-			add(".env."+k, "names starting with %s are reserved", ReservedEnvPrefix)
-		case len(s.Env[k]) > MaxEnvValueBytes:
-			add(".env."+k, "value is %d bytes; at most %d", len(s.Env[k]), MaxEnvValueBytes)
+	for field, env := range map[string]map[string]string{".env": s.Env, ".secret_env": s.SecretEnv} {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			switch {
+			case !envName.MatchString(k):
+				add(field+"."+k, "is not a valid environment variable name")
+			case strings.HasPrefix(k, ReservedEnvPrefix):
+				add(field+"."+k, "names starting with %s are reserved", ReservedEnvPrefix)
+			case len(env[k]) > MaxEnvValueBytes:
+				add(field+"."+k, "value is %d bytes; at most %d", len(env[k]), MaxEnvValueBytes)
+			case field == ".secret_env" && hasKey(s.Env, k):
+				add(field+"."+k, "is also in env")
+			}
 		}
 	}
+	slices.SortFunc(errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
 	return errs
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
 }

@@ -61,6 +61,10 @@ func CodeForStatus(status int) string {
 		return CodeUnavailable
 	case http.StatusUnauthorized:
 		return CodeUnauthorized
+	case http.StatusForbidden:
+		return CodeForbidden
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
 	}
 	if status >= 500 {
 		return CodeInternal

@@ -26,6 +26,11 @@ const (
 	CodeNotAllowed   = "method_not_allowed"
 	CodeTooLarge     = "request_too_large"
 	CodeUnauthorized = "unauthorized"
+	// CodeForbidden: the token's role may not call the operation.
+	CodeForbidden = "forbidden"
+	// CodeRateLimited: the token (or address) sent more requests than its
+	// rate limit; retry after a second.
+	CodeRateLimited = "rate_limited"
 	// CodeNotWaiting: an approve or a reject of anything but an approval
 	// step waiting for its decision.
 	CodeNotWaiting = "not_waiting_for_approval"

@@ -282,6 +282,9 @@ type AbortFilter struct {
 	Cursor string
 	// Limit is the page size, 1 to 500. Default 50.
 	Limit int
+	// Projects, when not empty, keeps only the aborts of these projects
+	// (a project-scoped token's view).
+	Projects []string
 }
 
 // abortsSQL lists action aborts and attempt kills with common columns; the
@@ -319,13 +322,17 @@ func (s *Store) ListAborts(ctx context.Context, f AbortFilter) ([]AbortRecord, s
 	default:
 		return nil, "", fmt.Errorf("unknown abort state %q", f.State)
 	}
-	q := fmt.Sprintf(abortsSQL, actionCond, attemptCond)
+	q := fmt.Sprintf(abortsSQL, actionCond, attemptCond) + " WHERE TRUE"
+	if len(f.Projects) > 0 {
+		q += " AND project = ANY(?)"
+		args = append(args, Strings(f.Projects))
+	}
 	if f.Cursor != "" {
 		at, key, err := decodeCursor(f.Cursor)
 		if err != nil {
 			return nil, "", err
 		}
-		q += " WHERE (updated_at, sort_key) < (?, ?)"
+		q += " AND (updated_at, sort_key) < (?, ?)"
 		args = append(args, at, key)
 	}
 	var out []AbortRecord

@@ -2,6 +2,7 @@ package svc
 
 import (
 	"cmp"
+	"fmt"
 	"strings"
 
 	"github.com/hibiken/asynq"
@@ -41,10 +42,38 @@ type RedisSentinel struct {
 	Password string `env:"CAPSTAN_REDIS_PASSWORD"`
 }
 
-// Redis returns the asynq connection options: through the sentinels when
+// RedisURL is CAPSTAN_REDIS_URL parsed by asynq.ParseRedisURI:
+// redis://[:password@]host:port[/db], rediss://… for TLS (the server name
+// checked against the host), redis-socket://[:password@]path[?db=n] or
+// redis-sentinel://[:password@]host:port,…[?master=name]. A malformed URL
+// fails the environment's parsing, so a service reports it at start.
+type RedisURL struct {
+	opt asynq.RedisConnOpt
+}
+
+// UnmarshalText parses a Redis URL (see RedisURL). Errors: asynq's, naming
+// what is wrong (scheme, db, host).
+func (u *RedisURL) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		u.opt = nil
+		return nil
+	}
+	opt, err := asynq.ParseRedisURI(string(text))
+	if err != nil {
+		return fmt.Errorf("CAPSTAN_REDIS_URL: %w", err)
+	}
+	u.opt = opt
+	return nil
+}
+
+// Redis returns the asynq connection options: CAPSTAN_REDIS_URL's when it
+// is set (password, TLS, db from the URL); else through the sentinels when
 // Sentinels is set (asynq.RedisFailoverClientOpt, which follows a
 // failover), else the one server at RedisAddr; both use RedisDB.
 func (c Common) Redis() asynq.RedisConnOpt {
+	if c.RedisURL.opt != nil {
+		return c.RedisURL.opt
+	}
 	var sentinels []string
 	for _, s := range c.Sentinels {
 		if s = strings.TrimSpace(s); s != "" {

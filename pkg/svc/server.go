@@ -15,6 +15,15 @@ import (
 // shutdown of a Server once its context ends.
 const serverTimeout = 10 * time.Second
 
+// Timeouts of every Server: reading a whole request (headers and body), and
+// an idle keep-alive connection. Writes have no listener-wide bound, so that
+// streams (logs follow, events) last; a handler bounds its own (the api
+// does, per request, but for streams).
+const (
+	readTimeout = time.Minute
+	idleTimeout = 2 * time.Minute
+)
+
 // Server is an HTTP server that holds its port from Listen on and serves
 // until the context given to Run ends.
 type Server struct {
@@ -30,7 +39,8 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: serverTimeout}, ln: ln}, nil
+	return &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: serverTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idleTimeout}, ln: ln}, nil
 }
 
 // NewHealthServer listens on addr, as Listen, and serves /healthz (the

@@ -23,6 +23,10 @@ type Common struct {
 	DatabaseURL string `env:"CAPSTAN_DATABASE_URL" envDefault:"postgres://capstan@127.0.0.1:55432/capstan?sslmode=disable"`
 	// RedisAddr is host:port of Redis. Default 127.0.0.1:56379.
 	RedisAddr string `env:"CAPSTAN_REDIS_ADDR" envDefault:"127.0.0.1:56379"`
+	// RedisURL, when set, is where Redis is, with its password and TLS
+	// (rediss://), and replaces RedisAddr, RedisDB, the password and the
+	// sentinels. Env CAPSTAN_REDIS_URL, default unset.
+	RedisURL RedisURL `env:"CAPSTAN_REDIS_URL"`
 	// RedisDB is the Redis database number. Default 0.
 	RedisDB int `env:"CAPSTAN_REDIS_DB" envDefault:"0"`
 	// LogLevel is debug, info, warn or error. Default info.

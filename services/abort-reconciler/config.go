@@ -46,6 +46,9 @@ type config struct {
 	// CallConcurrency bounds the concurrent executor calls of one abort.
 	// Default 32.
 	CallConcurrency int `env:"ABORT_CALL_CONCURRENCY"`
+	// InternalToken is the bearer secret of the executors' API, shared
+	// with them. Env CAPSTAN_INTERNAL_TOKEN, no default.
+	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
 }
 
 // metricsAddr returns MetricsAddr or its default.
@@ -67,5 +70,6 @@ func (c config) reconciler() reconciler.Config {
 		WorkerGrace:              c.WorkerGrace,
 		DelayedTaskCheckInterval: c.DelayedTaskCheckInterval,
 		TaskCheckInterval:        c.TaskCheckInterval,
+		InternalToken:            c.InternalToken,
 	}
 }

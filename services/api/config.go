@@ -33,6 +33,22 @@ type config struct {
 	// LogFollowMax bounds one logs?follow=true stream; the client then
 	// reconnects. Default 1h.
 	LogFollowMax time.Duration `env:"CAPSTAN_LOG_FOLLOW_MAX"`
+	// RateLimit is the requests a second one token (or one address without
+	// a token) may send before 429s. Default 1000.
+	RateLimit float64 `env:"CAPSTAN_API_RATE_LIMIT"`
+	// RateBurst is the requests over RateLimit a token may send at once.
+	// Default 2×RateLimit.
+	RateBurst int `env:"CAPSTAN_API_RATE_BURST"`
+	// WriteTimeout bounds writing an answer but a stream's. Default 1m.
+	WriteTimeout time.Duration `env:"CAPSTAN_API_WRITE_TIMEOUT"`
+	// AdminToken is the bootstrap admin bearer secret. Default unset: only
+	// tokens made through /v1/tokens authenticate. It is compared in
+	// constant time and never logged.
+	AdminToken string `env:"CAPSTAN_ADMIN_TOKEN"`
+	// WorkerToken is the bootstrap worker bearer secret executors register
+	// with (CAPSTAN_WORKER_TOKEN on the executors too). Default unset: only
+	// worker tokens made through /v1/tokens register.
+	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
 	// migrate is set by the argument "migrate": apply the database
 	// migrations and exit instead of serving.
 	migrate bool
@@ -58,5 +74,6 @@ func (c config) validate() error { return c.server().Validate() }
 // server returns the server's part of the config.
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
-		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax}
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken,
+		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout}
 }

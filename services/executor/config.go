@@ -11,6 +11,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
 // Config is the executor's configuration, read from the environment.
@@ -19,6 +20,20 @@ type Config struct {
 	// APIURL is the Capstan api's base URL. Env CAPSTAN_API_URL, default
 	// http://127.0.0.1:8080.
 	APIURL string `env:"CAPSTAN_API_URL" envDefault:"http://127.0.0.1:8080"`
+	// WorkerToken is the worker bearer secret it registers with; each
+	// registration answers a token bound to the worker for the other calls.
+	// Env CAPSTAN_WORKER_TOKEN, no default.
+	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// RunAs, "uid:gid", is the unprivileged user and group attempts' shell
+	// processes run as, so that a task cannot read the executor's
+	// credentials or signal other attempts; the executor then needs root
+	// (or CAP_SETUID, CAP_SETGID and CAP_KILL). Env CAPSTAN_EXECUTOR_RUN_AS,
+	// default unset: the executor's own user.
+	RunAs *runner.Credential `env:"CAPSTAN_EXECUTOR_RUN_AS"`
+	// InternalToken is the bearer secret the executor's own API (abort)
+	// requires, shared with the abort reconciler; unset, every abort is
+	// refused with 401. Env CAPSTAN_INTERNAL_TOKEN, no default.
+	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
 	// Addr is the listen address of the executor's API; port 0 picks a free
 	// port. Env CAPSTAN_EXECUTOR_ADDR, default 127.0.0.1:0.
 	Addr string `env:"CAPSTAN_EXECUTOR_ADDR" envDefault:"127.0.0.1:0"`

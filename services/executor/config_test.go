@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,4 +124,17 @@ func TestHostMemory(t *testing.T) {
 			require.Equal(t, tt.want, hostMemory(tt.meminfo, tt.max))
 		})
 	}
+}
+
+// CAPSTAN_EXECUTOR_RUN_AS is uid:gid; anything else fails the environment.
+func TestRunAs(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, map[string]string{"CAPSTAN_EXECUTOR_RUN_AS": "10002:10003",
+		"CAPSTAN_WORKER_TOKEN": "w", "CAPSTAN_INTERNAL_TOKEN": "i"})
+	require.Equal(t, &runner.Credential{UID: 10002, GID: 10003}, cfg.RunAs)
+	require.Equal(t, "w", cfg.WorkerToken)
+	require.Equal(t, "i", cfg.InternalToken)
+	require.Nil(t, parse(t, nil).RunAs, "unset: the executor's own user")
+	_, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"CAPSTAN_EXECUTOR_RUN_AS": "nobody"}})
+	require.ErrorContains(t, err, "uid:gid")
 }

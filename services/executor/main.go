@@ -45,7 +45,7 @@ type executor struct {
 // build wires the executor; it listens at once, so the advertised address
 // is real before registration.
 func build(cfg Config, log *slog.Logger) (*executor, error) {
-	client, err := agent.NewClient(cfg.APIURL, agent.ClientConfig{}, log)
+	client, err := agent.NewClient(cfg.APIURL, agent.ClientConfig{Token: cfg.WorkerToken}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, err
 	}
 	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
-		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins}, log)
+		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +76,10 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	srv.ServeMetrics(newRegistry(sup, cfg.Slots))
 	redis := asynq.NewClient(cfg.Redis())
 	srv.SetDependencies(dependencies(redis, cfg.APIURL))
+	if cfg.InternalToken == "" {
+		log.Warn("CAPSTAN_INTERNAL_TOKEN is unset: the executor refuses every abort")
+	}
+	srv.RequireToken(cfg.InternalToken)
 	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis}, nil
 }
 

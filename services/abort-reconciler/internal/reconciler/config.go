@@ -51,6 +51,10 @@ type Config struct {
 	// polling its queue again (it sleeps TaskCheckInterval/2 plus up to
 	// TaskCheckInterval). Default 100ms: about 10 cheap polls a second.
 	TaskCheckInterval time.Duration
+	// InternalToken is the bearer secret the executors' API requires
+	// (CAPSTAN_INTERNAL_TOKEN), sent with every abort call; "" sends none.
+	// No default.
+	InternalToken string
 }
 
 // Defaults: the first four are Flyte's AbortReconcilerConfig, ResyncPeriod

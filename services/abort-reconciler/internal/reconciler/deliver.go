@@ -119,7 +119,8 @@ func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reas
 // anything else (5xx, refused, timeout) is a failure.
 func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reason, cause string) (outcome, error) {
 	addr := *a.Address
-	c, err := executorapi.NewClientWithResponses(addr, executorapi.WithHTTPClient(r.http))
+	c, err := executorapi.NewClientWithResponses(addr, executorapi.WithHTTPClient(r.http),
+		executorapi.WithRequestEditorFn(r.authorize))
 	if err != nil {
 		return outcomeFailed, fmt.Errorf("attempt %d: executor client for %q: %w", a.ID, addr, err)
 	}
@@ -202,4 +203,12 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// authorize sets the bearer internal token on a call to an executor.
+func (r *Reconciler) authorize(_ context.Context, req *http.Request) error {
+	if r.cfg.InternalToken != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.InternalToken)
+	}
+	return nil
 }

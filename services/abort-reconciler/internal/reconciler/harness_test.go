@@ -43,8 +43,12 @@ func testConfig() Config {
 		CallTimeout:              2 * time.Second,
 		DelayedTaskCheckInterval: 5 * time.Millisecond,
 		TaskCheckInterval:        5 * time.Millisecond,
+		InternalToken:            testInternalToken,
 	}
 }
+
+// testInternalToken is testConfig's InternalToken.
+const testInternalToken = "internal-test-token"
 
 // harness is one reconciler on a fresh database, its own Redis database and
 // its own queue.
@@ -234,6 +238,8 @@ type fakeCall struct {
 	AttemptID int64
 	Reason    string
 	Cause     string
+	// Auth is the call's Authorization header.
+	Auth string
 }
 
 // fakeExecutor stands in for the executor API (outside this service): it
@@ -289,7 +295,8 @@ func (f *fakeExecutor) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.perAttempt[id]++
 	status := f.respond(id, f.perAttempt[id])
-	f.calls = append(f.calls, fakeCall{At: at, AttemptID: id, Reason: deref(body.Reason), Cause: deref(body.Cause)})
+	f.calls = append(f.calls, fakeCall{At: at, AttemptID: id, Reason: deref(body.Reason), Cause: deref(body.Cause),
+		Auth: r.Header.Get("Authorization")})
 	f.mu.Unlock()
 	switch status {
 	case http.StatusOK:

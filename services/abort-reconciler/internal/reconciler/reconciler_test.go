@@ -124,6 +124,7 @@ func TestTimeoutCauseIsDelivered(t *testing.T) {
 	require.Len(t, calls, 2)
 	for _, c := range calls {
 		require.Equal(t, store.CauseTimeout, c.Cause)
+		require.Equal(t, "Bearer "+testInternalToken, c.Auth, "every call carries the internal token")
 	}
 	for _, id := range s.attempts {
 		at := h.attempt(s.key, id)

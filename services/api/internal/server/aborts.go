@@ -23,6 +23,9 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 	if req.Params.Limit != nil {
 		f.Limit = *req.Params.Limit
 	}
+	if who, ok := principalFrom(ctx); ok {
+		f.Projects = who.projects // a scoped token sees its projects' aborts only
+	}
 	recs, next, err := h.store.ListAborts(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
 		return embedded[api.ListAborts400ApplicationProblemPlusJSONResponse](p), nil

@@ -51,6 +51,8 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 	var by, comment string
 	if body != nil && body.By != nil {
 		by = *body.By
+	} else if who, ok := principalFrom(ctx); ok {
+		by = "token:" + who.name // who decided, when the body does not say
 	}
 	if body != nil && body.Comment != nil {
 		comment = *body.Comment

@@ -24,10 +24,7 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 		return nil, err
 	}
 	step := r.Action.Spec
-	env := step.Env
-	if env == nil {
-		env = map[string]string{}
-	}
+	env := step.AttemptEnv() // with secret_env: only workers (and admins) read attempts
 	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
 		step.Inputs)
 	if err != nil {
@@ -79,7 +76,16 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	if b.Outputs != nil {
 		h.metrics.payloads.Observe(obs.KindOutputs, outputsSize(*b.Outputs))
 	}
-	res, err := h.store.ReportAttempt(ctx, int64(req.Id), toReport(state, b))
+	rep := toReport(state, b)
+	if rep.Stdout != "" || rep.Stderr != "" || rep.Error != "" {
+		secrets, err := h.store.AttemptSecretValues(ctx, int64(req.Id))
+		if err != nil {
+			return nil, err
+		}
+		rep.Stdout, rep.Stderr = domain.MaskSecrets(rep.Stdout, secrets), domain.MaskSecrets(rep.Stderr, secrets)
+		rep.Error = domain.MaskSecrets(rep.Error, secrets)
+	}
+	res, err := h.store.ReportAttempt(ctx, int64(req.Id), rep)
 	p, ok := problemFor(err, subject{kind: "attempt", state: state.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:

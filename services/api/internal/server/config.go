@@ -28,6 +28,23 @@ type Config struct {
 	// stream: past it the stream ends without an `end` event and the client
 	// reconnects with Last-Event-ID. Default 1h.
 	LogFollowMax time.Duration
+	// RateLimit is how many requests a second one token (or one address
+	// without a token) may send; past it and RateBurst, 429. Default 1000.
+	RateLimit float64
+	// RateBurst is how many requests over RateLimit one token may send at
+	// once. Default 2×RateLimit.
+	RateBurst int
+	// WriteTimeout bounds writing an answer, but for streams (logs
+	// follow, events). Default 1m.
+	WriteTimeout time.Duration
+	// AdminToken is the bootstrap admin secret (CAPSTAN_ADMIN_TOKEN),
+	// compared in constant time; "" disables it (then only api_tokens rows
+	// authenticate). No default.
+	AdminToken string
+	// WorkerToken is the bootstrap worker secret (CAPSTAN_WORKER_TOKEN):
+	// it may register workers, each answered with a token bound to it. ""
+	// disables it. No default.
+	WorkerToken string
 }
 
 // Defaults of Config.
@@ -37,6 +54,8 @@ const (
 	DefaultMaxBodyBytes     = 1 << 20
 	DefaultLogMaxBytes      = domain.DefaultLogMaxBytes
 	DefaultLogFollowMax     = time.Hour
+	DefaultRateLimit        = 1000
+	DefaultWriteTimeout     = time.Minute
 )
 
 // withDefaults returns c with every zero field set to its default.
@@ -46,6 +65,9 @@ func (c Config) withDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.LogMaxBytes = cmp.Or(c.LogMaxBytes, DefaultLogMaxBytes)
 	c.LogFollowMax = cmp.Or(c.LogFollowMax, DefaultLogFollowMax)
+	c.RateLimit = cmp.Or(c.RateLimit, DefaultRateLimit)
+	c.RateBurst = cmp.Or(c.RateBurst, int(2*c.RateLimit))
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	return c
 }
 
@@ -68,6 +90,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("server config: LogMaxBytes must be positive, got %d", c.LogMaxBytes)
 	case c.LogFollowMax <= 0:
 		return fmt.Errorf("server config: LogFollowMax must be positive, got %s", c.LogFollowMax)
+	case c.RateLimit <= 0 || c.RateBurst < 1:
+		return fmt.Errorf("server config: RateLimit and RateBurst must be positive, got %g and %d", c.RateLimit, c.RateBurst)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("server config: WriteTimeout must be positive, got %s", c.WriteTimeout)
 	}
 	return nil
 }

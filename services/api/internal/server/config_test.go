@@ -11,10 +11,10 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}.withDefaults()
 	require.Equal(t, Config{AbortMaxAttempts: 10, WorkerGrace: 5 * time.Second, MaxBodyBytes: 1 << 20,
-		LogMaxBytes: 10 << 20, LogFollowMax: time.Hour}, cfg)
+		LogMaxBytes: 10 << 20, LogFollowMax: time.Hour, RateLimit: 1000, RateBurst: 2000, WriteTimeout: time.Minute}, cfg)
 	require.NoError(t, cfg.validate())
 	set := Config{AbortMaxAttempts: 3, WorkerGrace: time.Second, MaxBodyBytes: 10, LogMaxBytes: 5,
-		LogFollowMax: time.Minute}
+		LogFollowMax: time.Minute, RateLimit: 5, RateBurst: 1, WriteTimeout: time.Second}
 	require.Equal(t, set, set.withDefaults(), "set fields are kept")
 }
 

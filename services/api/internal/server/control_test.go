@@ -43,7 +43,7 @@ func newControlFixture(t *testing.T) *controlFixture {
 	t.Cleanup(func() { client.Close() })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }}, Config{})
+		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &controlFixture{fixture: &fixture{srv: srv, store: st, redis: rdb}, db: db}
@@ -193,7 +193,7 @@ func TestApproveAndRejectAction(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, a)
 	ap = a["approval"].(map[string]any)
 	require.Equal(t, "rejected", ap["decision"])
-	require.Nil(t, ap["by"], "nobody named")
+	require.Equal(t, "token:admin", ap["by"], "nobody named: the token that decided")
 	require.Contains(t, f.events(t, other), "action.rejected")
 
 	status, _, got := f.do(t, http.MethodGet, runPath(key), "")

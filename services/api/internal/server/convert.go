@@ -19,7 +19,7 @@ func toRunSummary(r store.Run) api.RunSummary {
 func toRun(d store.RunDetail, outs map[string]map[string]string) api.Run {
 	s := toRunSummary(d.Run)
 	var spec api.WorkflowSpec
-	_ = convertJSON(d.Run.Spec, &spec) // the API type mirrors the domain's
+	_ = convertJSON(d.Run.Spec.Masked(), &spec) // the API type mirrors the domain's; never a secret
 	suspended := d.Run.SuspendRequestedAt != nil
 	out := api.Run{Project: s.Project, Domain: s.Domain, Name: s.Name, Phase: s.Phase, CreatedAt: s.CreatedAt,
 		UpdatedAt: s.UpdatedAt, EndedAt: s.EndedAt, Spec: spec, Suspended: &suspended,

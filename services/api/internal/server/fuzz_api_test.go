@@ -103,6 +103,17 @@ type fuzzFixture struct {
 	srv   *httptest.Server
 	store *store.Store
 	db    *sql.DB
+	// tokens are the bearer secrets requests take turns with (fuzzToken):
+	// "" (none), an unknown one, a reader's scoped to another project, a
+	// worker's bound to no worker, and the admin's.
+	tokens []string
+}
+
+// fuzzToken is the bearer secret request i carries: one in ten each none,
+// unknown, scoped reader and unbound worker; the rest the admin's, so most
+// requests reach the handlers.
+func (f *fuzzFixture) fuzzToken(i int) string {
+	return f.tokens[min(i%10, len(f.tokens)-1)]
 }
 
 func newFuzzFixture(t *testing.T) *fuzzFixture {
@@ -123,10 +134,14 @@ func newFuzzFixture(t *testing.T) *fuzzFixture {
 		Ready: func(context.Context) error { return nil }},
 		// An event stream lasts until its run ends or LogFollowMax:
 		// events_test.go covers them; here they end soon.
-		Config{LogFollowMax: 300 * time.Millisecond})
+		Config{AdminToken: testAdminToken, RateLimit: 1e6, LogFollowMax: 300 * time.Millisecond})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &fuzzFixture{srv: srv, store: st, db: db}
+	_, reader, err := st.CreateToken(context.Background(), store.NewToken{Name: "r", Role: RoleReader, Projects: []string{"elsewhere"}})
+	require.NoError(t, err)
+	_, worker, err := st.CreateToken(context.Background(), store.NewToken{Name: "w", Role: RoleWorker})
+	require.NoError(t, err)
+	return &fuzzFixture{srv: srv, store: st, db: db, tokens: []string{"", "cap_unknown", reader, worker, testAdminToken}}
 }
 
 type testLogWriter struct{ t *testing.T }
@@ -256,6 +271,9 @@ func (fz *fuzzer) newRequest(q fuzzReq) (*http.Request, error) {
 	}
 	if q.idemKey != "" {
 		req.Header.Set("Idempotency-Key", q.idemKey)
+	}
+	if tok := fz.f.fuzzToken(q.i); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	return req, nil
 }
@@ -397,7 +415,7 @@ func TestOversizedChunkedBodyClosesTheConnection(t *testing.T) {
 	defer conn.Close()
 	go func() { // the server stops reading midway: ignore write errors
 		chunk := strings.Repeat(" ", 256<<10)
-		_, _ = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		_, _ = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer "+testAdminToken+"\r\n"+
 			"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n", runsPath)
 		for range 8 { // 2 MiB
 			if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {

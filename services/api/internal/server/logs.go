@@ -20,6 +20,10 @@ import (
 // it the oldest chunks are dropped and a marker per stream stands for them.
 // 400 for a chunk with NUL; 404 for an unknown attempt.
 func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptLogsRequestObject) (api.AppendAttemptLogsResponseObject, error) {
+	secrets, err := h.store.AttemptSecretValues(ctx, int64(req.Id))
+	if err != nil {
+		return nil, err
+	}
 	chunks := make([]store.NewLogChunk, len(req.Body.Chunks))
 	for i, c := range req.Body.Chunks {
 		if strings.IndexByte(c.Data, 0) >= 0 { // the validator refuses \u0000 first; this guards a direct call
@@ -28,11 +32,11 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 				apiProblem(http.StatusBadRequest, problem.CodeInvalid, field+": must not contain NUL",
 					domain.FieldError{Field: field, Message: "must not contain NUL"}))}, nil
 		}
-		chunks[i] = store.NewLogChunk{Stream: string(c.Stream), Data: c.Data}
+		chunks[i] = store.NewLogChunk{Stream: string(c.Stream), Data: domain.MaskSecrets(c.Data, secrets)}
 		h.metrics.payloads.Observe(obs.KindLogChunk, len(c.Data))
 	}
 	id := int64(req.Id)
-	err := h.store.InTx(ctx, func(tx *store.Store) error {
+	err = h.store.InTx(ctx, func(tx *store.Store) error {
 		total, err := tx.AppendLogChunks(ctx, id, chunks)
 		if err != nil {
 			return err

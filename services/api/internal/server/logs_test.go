@@ -138,6 +138,7 @@ func (f *fixture) follow(t *testing.T, path, lastID string) *http.Response {
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+path+"?follow=true", nil)
 	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,8 +84,11 @@ func New(d Deps, cfg Config) *echo.Echo {
 	if d.Enqueuer != nil && d.Enqueuer.Payloads == nil {
 		d.Enqueuer.Payloads = m.payloads // the api's queue payloads on its one histogram
 	}
-	e.Use(middleware.Recover(), otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), m.middleware(), bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
-		validator())
+	e.Use(middleware.Recover(), middleware.RequestID(), accessLog(d.Log),
+		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), m.middleware(),
+		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
+		bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
+		validator(openAPISpec(), newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -109,6 +114,16 @@ func New(d Deps, cfg Config) *echo.Echo {
 	}
 	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
+}
+
+// openAPISpec is the embedded openapi/capstan.yaml, matching any host.
+func openAPISpec() *openapi3.T {
+	spec, err := api.GetSwagger()
+	if err != nil {
+		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
+	}
+	spec.Servers = nil // match any host
+	return spec
 }
 
 // maxReportBodyBytes is the body limit of an attempt report (when

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -19,6 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
+
+// testAdminToken is the bootstrap admin secret of every fixture's server.
+const testAdminToken = "test-admin-token-0123456789abcdef0123456789abcdef"
 
 type fixture struct {
 	srv   *httptest.Server
@@ -43,6 +47,7 @@ func newFixtureStopping(t *testing.T, cfg Config, stopping <-chan struct{}) *fix
 	t.Helper()
 	st := storetest.New(t)
 	rdb := redistest.New(t)
+	cfg.AdminToken = cmp.Or(cfg.AdminToken, testAdminToken)
 	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
@@ -55,10 +60,19 @@ func newFixtureStopping(t *testing.T, cfg Config, stopping <-chan struct{}) *fix
 
 func (f *fixture) do(t *testing.T, method, path, body string) (int, http.Header, map[string]any) {
 	t.Helper()
+	return f.doAs(t, testAdminToken, method, path, body)
+}
+
+// doAs is do with the bearer secret token ("" sends none).
+func (f *fixture) doAs(t *testing.T, token, method, path, body string) (int, http.Header, map[string]any) {
+	t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -170,6 +184,7 @@ func TestIdempotencyKeyReturnsTheFirstRun(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+runsPath, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "k-1")
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/getkin/kin-openapi/openapi3"
@@ -23,20 +23,17 @@ import (
 )
 
 // validator checks every request that matches an operation of
-// openapi/capstan.yaml against the spec (parameters, content type and body
-// schema) and answers 400 problem+json naming each offending field. Requests
-// that match no operation pass through (health, dashboard, 404s).
-func validator() echo.MiddlewareFunc {
-	spec, err := api.GetSwagger()
-	if err != nil {
-		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
-	}
-	spec.Servers = nil // match any host
+// openapi/capstan.yaml against the spec: first its security (the bearer
+// scheme, through kin-openapi's AuthenticationFunc: auth.authorize), then
+// its parameters, content type and body schema, answering 400 problem+json
+// naming each offending field. The principal goes into the request's
+// context for the handlers. Requests that match no operation pass through
+// (health, dashboard, 404s) but for adminPrefixes, which need an admin.
+func validator(spec *openapi3.T, auth *authenticator) echo.MiddlewareFunc {
 	router, err := gorillamux.NewRouter(spec)
 	if err != nil {
 		panic(fmt.Sprintf("OpenAPI router: %v", err))
 	}
-	opts := &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
@@ -45,27 +42,85 @@ func validator() echo.MiddlewareFunc {
 				return echo.NewHTTPError(http.StatusMethodNotAllowed)
 			}
 			if err != nil {
-				return next(c)
+				return adminGate(c, auth, next)
 			}
-			var raw []byte // the body as sent: validation may rewrite it
-			if route.Operation.RequestBody != nil {
-				if raw, err = readBody(req); err != nil {
-					return requestProblem(err)
-				}
+			who, err := authorizeRoute(req, route, params, auth)
+			if err != nil {
+				return authProblem(c, err)
 			}
-			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
-			if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
-				return requestProblem(err)
-			}
-			if err := rejectTrailing(raw); err != nil {
-				return err
-			}
-			if err := rejectNUL(raw); err != nil {
-				return err
-			}
-			return next(c)
+			req = req.WithContext(context.WithValue(req.Context(), principalKey{}, who))
+			c.SetRequest(req)
+			return validateRoute(c, route, params, next)
 		}
 	}
+}
+
+// authorizeRoute runs the operation's security requirements (the spec's
+// global bearer, or the operation's own) with auth.authorize as the
+// AuthenticationFunc and returns the principal it accepted.
+func authorizeRoute(req *http.Request, route *routers.Route, params map[string]string, auth *authenticator) (principal, error) {
+	security := route.Spec.Security
+	if route.Operation.Security != nil {
+		security = *route.Operation.Security
+	}
+	var who principal
+	opts := &openapi3filter.Options{AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+		return auth.authorize(in, func(p principal) { who = p })
+	}}
+	// Hide the body: kin-openapi would read it all for the hook, and an
+	// unauthenticated client must not make the api read a body.
+	body := req.Body
+	req.Body = http.NoBody
+	defer func() { req.Body = body }()
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+	if err := openapi3filter.ValidateSecurityRequirements(req.Context(), in, security); err != nil {
+		var se *openapi3filter.SecurityRequirementsError
+		if errors.As(err, &se) && len(se.Errors) == 1 {
+			return principal{}, se.Errors[0]
+		}
+		return principal{}, err
+	}
+	return who, nil
+}
+
+// validateRoute checks the request's parameters and body against route.
+func validateRoute(c echo.Context, route *routers.Route, params map[string]string, next echo.HandlerFunc) error {
+	req := c.Request()
+	var raw []byte // the body as sent: validation may rewrite it
+	var err error
+	if route.Operation.RequestBody != nil {
+		if raw, err = readBody(req); err != nil {
+			return requestProblem(err)
+		}
+	}
+	opts := &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
+		return requestProblem(err)
+	}
+	if err := rejectTrailing(raw); err != nil {
+		return err
+	}
+	if err := rejectNUL(raw); err != nil {
+		return err
+	}
+	return next(c)
+}
+
+// adminGate lets a request outside the spec through, but under
+// adminPrefixes (/metrics, /debug/pprof, /queues/) only with an admin token.
+func adminGate(c echo.Context, auth *authenticator, next echo.HandlerFunc) error {
+	if !adminOnly(c.Request().URL.Path) {
+		return next(c)
+	}
+	p, err := auth.authenticate(c.Request())
+	if err == nil && p.role != RoleAdmin {
+		err = errForbidden
+	}
+	if err != nil {
+		return authProblem(c, err)
+	}
+	return next(c)
 }
 
 // requestProblem turns kin-openapi's validation errors into one problem.

@@ -51,8 +51,12 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	if err != nil {
 		return nil, err
 	}
+	out := toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())
+	if out.Token, err = h.workerToken(ctx, w); err != nil {
+		return nil, err
+	}
 	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
-	return api.RegisterWorker201JSONResponse(toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())), nil
+	return api.RegisterWorker201JSONResponse(out), nil
 }
 
 // Heartbeat records a worker's liveness and its draining flag, answers which
@@ -120,4 +124,14 @@ func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObje
 		out.Workers[i] = toWorker(w, h.cfg.WorkerGrace, now)
 	}
 	return api.ListWorkers200JSONResponse(out), nil
+}
+
+// workerToken mints the token a registered worker's heartbeats, reports and
+// log appends carry: role worker, bound to w (deleted with it).
+func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, error) {
+	_, secret, err := h.store.CreateToken(ctx, store.NewToken{Name: "worker " + w.Name, Role: RoleWorker, WorkerID: &w.ID})
+	if err != nil {
+		return nil, err
+	}
+	return &secret, nil
 }

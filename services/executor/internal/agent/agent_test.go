@@ -41,7 +41,7 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	t.Helper()
 	rdb := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond}, log)
+	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond, Token: fakeWorkerToken}, log)
 	require.NoError(t, err)
 	sup, err := supervisor.New(client, supervisor.Config{DataDir: t.TempDir(), KillGrace: 500 * time.Millisecond,
 		Slots: cfg.Slots}, log)
@@ -269,6 +269,18 @@ func TestDrainKeepsBeatingAndDeregisters(t *testing.T) {
 
 	require.NoError(t, f.agent.Deregister(ctx))
 	require.Equal(t, []string{worker}, fake.deregistered())
+}
+
+// TestHeartbeat401ReRegisters: a worker whose token is refused (its record
+// and token were deleted) registers again with the bootstrap token.
+func TestHeartbeat401ReRegisters(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{})
+	first := f.agent.WorkerID()
+	fake.revoke(first)
+	require.Eventually(t, func() bool { return len(fake.registered()) == 2 }, waitFor, tick)
+	require.Eventually(t, func() bool { return f.agent.WorkerID() == fake.registered()[1] }, waitFor, tick)
 }
 
 // TestDrainingWorkerDoesNotRegisterAgain: forgotten while draining, the

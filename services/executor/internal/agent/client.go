@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -55,6 +57,10 @@ type ClientConfig struct {
 	// ReportBackoff is the first delay between report retries, doubled up to
 	// 2s. Default 100ms.
 	ReportBackoff time.Duration
+	// Token is the worker bearer secret it registers with
+	// (CAPSTAN_WORKER_TOKEN). Every other call carries the token the
+	// registration answered, bound to the worker. "" sends none.
+	Token string
 }
 
 // Client calls the Capstan api for the executor: it registers, heartbeats,
@@ -63,6 +69,8 @@ type Client struct {
 	api *api.ClientWithResponses
 	cfg ClientConfig
 	log *slog.Logger
+	// bound is the token of the current registration (nil before one).
+	bound atomic.Pointer[string]
 }
 
 var _ supervisor.Reporter = (*Client)(nil)
@@ -73,12 +81,28 @@ func NewClient(baseURL string, cfg ClientConfig, log *slog.Logger) (*Client, err
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 10*time.Second)
 	cfg.ReportTimeout = cmp.Or(cfg.ReportTimeout, time.Minute)
 	cfg.ReportBackoff = cmp.Or(cfg.ReportBackoff, 100*time.Millisecond)
+	cl := &Client{cfg: cfg, log: log}
 	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout,
-		Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithFilter(inTrace))}))
+		Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithFilter(inTrace))}),
+		api.WithRequestEditorFn(cl.authorize))
 	if err != nil {
 		return nil, fmt.Errorf("api client: %w", err)
 	}
-	return &Client{api: c, cfg: cfg, log: log}, nil
+	cl.api = c
+	return cl, nil
+}
+
+// authorize sets a request's bearer token: the registration's for every
+// call once registered, ClientConfig.Token for a registration.
+func (c *Client) authorize(_ context.Context, req *http.Request) error {
+	token := c.cfg.Token
+	if b := c.bound.Load(); b != nil && !(req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/v1/workers")) {
+		token = *b
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return nil
 }
 
 // inTrace reports whether a request to the api is made in a trace (an
@@ -100,12 +124,16 @@ func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (u
 	if err != nil {
 		return uuid.UUID{}, fmt.Errorf("register: worker id %q: %w", res.JSON201.Id, err)
 	}
+	if t := res.JSON201.Token; t != nil {
+		c.bound.Store(t)
+	}
 	return id, nil
 }
 
 // Heartbeat reports the held attempts and whether the worker is draining,
 // and returns the attempts the control plane wants stopped. Errors:
-// ErrUnknownWorker on 404.
+// ErrUnknownWorker on 404, and on 401: the worker's token went with its
+// record.
 func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.Held, draining bool) ([]int64, error) {
 	type item = struct {
 		Id    int64         `json:"id"`
@@ -119,7 +147,7 @@ func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("heartbeat: %w", err)
-	case res.StatusCode() == http.StatusNotFound:
+	case res.StatusCode() == http.StatusNotFound || res.StatusCode() == http.StatusUnauthorized:
 		return nil, ErrUnknownWorker
 	case res.JSON200 == nil:
 		return nil, &StatusError{"heartbeat", res.StatusCode(), string(res.Body)}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ type fakeAPI struct {
 	regs      []api.RegisterWorkerRequest
 	deleted   []string        // deregistered ids, in order
 	forgotten map[string]bool // ids whose heartbeat answers 404
+	revoked   map[string]bool // ids whose bound token answers 401
 	beats     []api.HeartbeatReport
 	stop      []int64 // returned by the next heartbeat
 	attempts  map[int64]api.AttemptSpec
@@ -38,7 +40,7 @@ type fakeAPI struct {
 }
 
 func newFakeAPI() *fakeAPI {
-	f := &fakeAPI{forgotten: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
+	f := &fakeAPI{forgotten: map[string]bool{}, revoked: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
 		logs: map[int64][]api.LogChunk{}, appendedAfter: map[int64][]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workers", f.register)
@@ -47,8 +49,30 @@ func newFakeAPI() *fakeAPI {
 	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
 	mux.HandleFunc("POST /v1/attempts/{id}/logs", f.appendLogs)
-	f.Server = httptest.NewServer(mux)
+	f.Server = httptest.NewServer(f.authorize(mux))
 	return f
+}
+
+// fakeWorkerToken is the bootstrap worker token the fake accepts for
+// registrations; every other call must carry the token a registration
+// answered ("bound-<id>"), as the api requires.
+const fakeWorkerToken = "boot"
+
+func (f *fakeAPI) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		f.mu.Lock()
+		ok := strings.HasPrefix(auth, "Bearer bound-") && !f.revoked[strings.TrimPrefix(auth, "Bearer bound-")]
+		f.mu.Unlock()
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/workers" {
+			ok = auth == "Bearer "+fakeWorkerToken
+		}
+		if !ok {
+			problem.Write(w, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "bad token "+auth))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
@@ -67,8 +91,9 @@ func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
 	id := uuid.NewString()
 	f.workers = append(f.workers, id)
 	f.regs = append(f.regs, req)
+	token := "bound-" + id
 	writeJSON(w, http.StatusCreated, api.Worker{Id: id, Name: req.Name, Address: req.Address, Slots: *req.Slots,
-		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now()})
+		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now(), Token: &token})
 }
 
 func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {
@@ -138,6 +163,14 @@ func (f *fakeAPI) addAttempt(spec api.AttemptSpec) {
 }
 
 // forget makes worker id's heartbeats answer 404.
+// revoke makes worker id's bound token answer 401, as the api does once the
+// worker's record (and so its token) is deleted.
+func (f *fakeAPI) revoke(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revoked[id] = true
+}
+
 func (f *fakeAPI) forget(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -25,11 +25,27 @@ func TestOutputIsShippedBeforeTheFinalReport(t *testing.T) {
 	require.Less(t, after[len(after)-1], len(fake.reportsOf(9)), "the last append arrived before the final report")
 }
 
+// TestUnregisteredClientIsRefused: before a registration the client has no
+// bound token, and the api refuses its calls (401: rejected, not retried).
+func TestUnregisteredClientIsRefused(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	t.Cleanup(fake.Close)
+	c, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	_, err = c.Attempt(context.Background(), 1)
+	require.ErrorIs(t, err, agent.ErrRejected)
+	require.ErrorContains(t, err, "401")
+}
+
 func TestAppendLogsToAGoneAttemptIsRejected(t *testing.T) {
 	t.Parallel()
 	fake := newFakeAPI()
 	t.Cleanup(fake.Close)
-	c, err := agent.NewClient(fake.URL, agent.ClientConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	slots := 1
+	_, err = c.Register(context.Background(), api.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1", Slots: &slots})
 	require.NoError(t, err)
 	err = c.AppendLogs(context.Background(), 404, []api.LogChunk{{Stream: api.Stdout, Data: "x"}})
 	require.ErrorIs(t, err, supervisor.ErrLogsRejected)

@@ -64,6 +64,9 @@ type Task struct {
 	Outputs []string
 	// KillGrace is how long aborted work has between SIGTERM and SIGKILL.
 	KillGrace time.Duration
+	// RunAs, when set, is the user a host process (shell) runs as; the
+	// container plugin's docker client keeps the executor's.
+	RunAs *runner.Credential
 	// LogLimit is how many bytes of stdout and of stderr are kept.
 	LogLimit int
 	// OnOutput, when set, sees the process's output as it is read (see

@@ -25,7 +25,7 @@ func (Shell) Handle(ctx context.Context, t *Task) (Transition, error) {
 		return observe(ctx, st.proc, exitTransition)
 	}
 	p, err := runner.Start(runner.Spec{Command: t.Spec.Command, Args: t.Spec.Args, Dir: t.Dir, Env: t.HostEnv,
-		LogLimit: t.LogLimit, OnOutput: t.OnOutput})
+		LogLimit: t.LogLimit, OnOutput: t.OnOutput, RunAs: t.RunAs})
 	if err != nil {
 		return Transition{}, err
 	}

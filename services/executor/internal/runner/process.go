@@ -60,6 +60,11 @@ type Spec struct {
 	// read (stream "stdout" or "stderr"), on the goroutine that copies that
 	// stream: it must not block, and p is valid only during the call.
 	OnOutput func(stream string, p []byte)
+	// RunAs, when set, is the user and group the process (not the shim)
+	// runs as, with no supplementary groups; the executor needs the
+	// privilege to switch to it (root, or CAP_SETUID and CAP_SETGID). Nil:
+	// the executor's own.
+	RunAs *Credential
 }
 
 // Result is how a process ended and what it wrote.
@@ -111,7 +116,7 @@ func Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("status pipe: %w", err)
 	}
 	cmd := exec.Command(selfExe)
-	cmd.Args = shimArgs(spec.argv())
+	cmd.Args = shimArgs(spec.RunAs, spec.argv())
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = spec.Dir, spec.Env, outW, errW
 	cmd.ExtraFiles = []*os.File{statW} // the shim's fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

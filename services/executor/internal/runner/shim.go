@@ -37,10 +37,16 @@ func init() {
 	}
 }
 
-// shimArgs are the shim's arguments: the executor's pid, then the argv of
-// the attempt's process.
-func shimArgs(argv []string) []string {
-	return append([]string{shimArg0, strconv.Itoa(os.Getpid())}, argv...)
+// shimArgs are the shim's arguments: the executor's pid, the user the
+// attempt's process runs as ("uid:gid", or "" for the executor's own), then
+// the argv of the attempt's process. The shim itself keeps the executor's
+// user, so that it can always kill its group.
+func shimArgs(runAs *Credential, argv []string) []string {
+	user := ""
+	if runAs != nil {
+		user = runAs.String()
+	}
+	return append([]string{shimArg0, strconv.Itoa(os.Getpid()), user}, argv...)
 }
 
 // execFailed is the shim's status line prefix when the program itself could
@@ -56,8 +62,8 @@ func isExecFailure(err error) bool {
 		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EPERM)
 }
 
-// shimMain is the shim: args are the executor's pid and the command line to
-// run. Its exit code only matters when it fails; the runner takes the
+// shimMain is the shim: args are shimArgs' (the executor's pid, the user to
+// run as, the command line). Its exit code only matters when it fails; the runner takes the
 // shell's status from the status pipe.
 func shimMain(args []string) int {
 	// The shell's parent-death signal fires when this thread exits: keep it.
@@ -66,18 +72,18 @@ func shimMain(args []string) int {
 	syscall.CloseOnExec(shimStatusFD) // the shell must not hold the pipe open
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	parent, err := strconv.Atoi(args[0])
-	if err != nil || len(args) < 2 {
-		fmt.Fprintf(status, "error bad shim arguments %q\n", args)
+	parent, attr, argv, err := parseShimArgs(args)
+	if err != nil {
+		fmt.Fprintf(status, "error %s\n", err)
 		return 2
 	}
 	orphaned := func() bool { return os.Getppid() != parent }
 	if orphaned() { // the executor died before this shim could hear of it
 		killGroup()
 	}
-	cmd := exec.Command(args[1], args[2:]...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		prefix := "error "
 		if isExecFailure(err) {
@@ -106,6 +112,26 @@ func shimMain(args []string) int {
 			}
 		}
 	}
+}
+
+// parseShimArgs reads shimArgs: the executor's pid, the user to run as
+// ("" or "uid:gid": the child's credential) and the argv.
+func parseShimArgs(args []string) (parent int, attr *syscall.SysProcAttr, argv []string, err error) {
+	if len(args) < 3 {
+		return 0, nil, nil, fmt.Errorf("bad shim arguments %q", args)
+	}
+	if parent, err = strconv.Atoi(args[0]); err != nil {
+		return 0, nil, nil, fmt.Errorf("bad shim arguments %q", args)
+	}
+	attr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if args[1] != "" {
+		runAs, err := ParseCredential(args[1])
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		attr.Credential = runAs.sys()
+	}
+	return parent, attr, args[2:], nil
 }
 
 // killGroup SIGKILLs the caller's process group, the caller included.

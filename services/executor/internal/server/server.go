@@ -7,10 +7,13 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -60,13 +63,45 @@ func New(ab Aborter, log *slog.Logger) *Server {
 	return s
 }
 
+// RequireToken makes every route under /v1/ and /debug/, and /metrics, answer 401
+// problem+json unless the request carries Authorization: Bearer token
+// (CAPSTAN_INTERNAL_TOKEN, shared with the abort reconciler), compared in
+// constant time. /healthz and /readyz stay open. An empty token refuses
+// every such request.
+func (s *Server) RequireToken(token string) {
+	want := sha256.Sum256([]byte(token))
+	s.echo.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			path := c.Request().URL.Path
+			if !strings.HasPrefix(path, "/v1/") && !strings.HasPrefix(path, "/debug/") && path != "/metrics" {
+				return next(c)
+			}
+			scheme, got, _ := strings.Cut(c.Request().Header.Get("Authorization"), " ")
+			sum := sha256.Sum256([]byte(got))
+			if token == "" || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="capstan-executor"`)
+				return problem.New(http.StatusUnauthorized, problem.CodeUnauthorized,
+					"the executor's API needs the internal token (Authorization: Bearer $CAPSTAN_INTERNAL_TOKEN)")
+			}
+			return next(c)
+		}
+	})
+}
+
+// maxBodyBytes caps a request body of the executor's API: an abort carries
+// a reason of at most 1000 characters.
+const maxBodyBytes = 64 << 10
+
 // Handler returns the API as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
 // Serve serves on ln until ctx ends, then shuts down, letting requests in
 // flight finish for up to 5s.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 5 * time.Second}
+	// An abort answers once the process is gone, after up to its kill
+	// grace: the write timeout leaves room for long graces.
+	srv := &http.Server{Handler: http.MaxBytesHandler(s.echo, maxBodyBytes), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

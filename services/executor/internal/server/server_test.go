@@ -63,8 +63,14 @@ func setup(t *testing.T) fixture {
 	rec := &reports{}
 	sup, err := supervisor.New(rec, supervisor.Config{DataDir: t.TempDir(), KillGrace: time.Second}, log)
 	require.NoError(t, err)
-	srv := httptest.NewServer(server.New(sup, log).Handler())
-	client, err := executorapi.NewClientWithResponses(srv.URL)
+	es := server.New(sup, log)
+	es.RequireToken(testInternalToken)
+	srv := httptest.NewServer(es.Handler())
+	client, err := executorapi.NewClientWithResponses(srv.URL, executorapi.WithRequestEditorFn(
+		func(_ context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", "Bearer "+testInternalToken)
+			return nil
+		}))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		srv.Close()
@@ -81,6 +87,45 @@ func requireProblem(t *testing.T, status int, code string, res *http.Response, b
 	require.NoError(t, json.Unmarshal(body, &p))
 	require.Equal(t, code, p.Code)
 	require.Equal(t, status, p.Status)
+}
+
+// testInternalToken is the fixture's CAPSTAN_INTERNAL_TOKEN.
+const testInternalToken = "internal-0123456789abcdef0123456789abcdef"
+
+// TestAbortNeedsTheInternalToken: without the token, or with another, an
+// abort (or /metrics) is 401 and the attempt keeps running; health stays
+// open.
+func TestAbortNeedsTheInternalToken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.sup.Start(api.AttemptSpec{Id: 8, Number: 1, Project: "p", Domain: "d", Run: "r",
+		Action: "a", Replicas: 1, Plugin: "shell", Command: "sleep 600", Proceed: true}))
+	require.Eventually(t, func() bool { return f.rec.find(8, api.TaskStateRUNNING) != nil }, 10*time.Second, 5*time.Millisecond)
+	for _, auth := range []string{"", "Bearer wrong", "Basic " + testInternalToken, testInternalToken} {
+		req, err := http.NewRequest(http.MethodPost, f.url+"/v1/attempts/8/abort", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		requireProblem(t, http.StatusUnauthorized, problem.CodeUnauthorized, res, body)
+	}
+	require.Nil(t, f.rec.find(8, api.TaskStateKILLED), "the attempt still runs")
+	res, err := http.Get(f.url + "/healthz")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	res, err = http.Get(f.url + "/metrics")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "metrics are the operator's")
+	abort, err := f.client.AbortAttemptWithResponse(context.Background(), 8, executorapi.AbortAttemptJSONRequestBody{})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, abort.StatusCode(), "%s", abort.Body)
 }
 
 func TestAbortUnknownAttemptIs404(t *testing.T) {
@@ -149,6 +194,7 @@ func TestErrorsAreProblems(t *testing.T) {
 			req, err := http.NewRequest(tt.method, f.url+tt.path, strings.NewReader(tt.body))
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+testInternalToken)
 			res, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			defer res.Body.Close()

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -52,7 +53,34 @@ func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 			return dirs{}, err
 		}
 	}
+	if err := s.chownToRunAs(d); err != nil {
+		return dirs{}, err
+	}
 	return d, nil
+}
+
+// chownToRunAs gives Config.RunAs's user the attempt's fresh work
+// directory, all of it (the input files too), and the run's shared
+// directory itself (what tasks write in it is theirs already): a task
+// writes its outputs and files there. No RunAs: nothing to do.
+func (s *Supervisor) chownToRunAs(d dirs) error {
+	if s.cfg.RunAs == nil {
+		return nil
+	}
+	uid, gid := int(s.cfg.RunAs.UID), int(s.cfg.RunAs.GID)
+	err := filepath.WalkDir(d.work, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+	if err == nil {
+		err = os.Lchown(d.run, uid, gid)
+	}
+	if err != nil {
+		return fmt.Errorf("give the attempt's directories to %s: %w", s.cfg.RunAs, err)
+	}
+	return nil
 }
 
 // removeWorkDir deletes an ended attempt's work directory; a failure is only

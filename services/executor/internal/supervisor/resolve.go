@@ -49,7 +49,7 @@ func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task,
 		return nil, nil, &rep
 	}
 	t := &plugin.Task{ID: spec.Id, Spec: ps, Outputs: declaredOutputs(spec), KillGrace: s.killGrace(spec),
-		LogLimit: s.cfg.LogLimit}
+		LogLimit: s.cfg.LogLimit, RunAs: s.cfg.RunAs}
 	return p, t, nil
 }
 

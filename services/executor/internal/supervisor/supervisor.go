@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
 // Sentinels callers branch on.
@@ -56,6 +57,10 @@ type Config struct {
 	// LogLimit is how many bytes of stdout and of stderr are kept per attempt:
 	// the last ones. Default 64 KiB.
 	LogLimit int
+	// RunAs, when set, is the user and group attempts' processes run as
+	// (CAPSTAN_EXECUTOR_RUN_AS); their work and run directories are made
+	// theirs. Default nil: the executor's own user.
+	RunAs *runner.Credential
 }
 
 // Held is an attempt this executor holds and its state, as a heartbeat

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/labstack/echo/v4"
+)
+
+// More errors of authorization, answered by authProblem.
+var (
+	// errOtherProject: the token is scoped to other projects; answered 404
+	// like a missing object, so that names do not leak.
+	errOtherProject = errors.New("not found")
+	// errNotHolder: a worker token asks about a worker or an attempt of
+	// another worker.
+	errNotHolder = errors.New("only the worker holding it may call this route")
+)
+
+// checkHolder enforces an operation's x-capstan-holder: "worker" routes
+// (/v1/workers/{id}/…) only for the token minted for worker id, "attempt"
+// routes (/v1/attempts/{id}/…) only for the token of the worker the attempt
+// is assigned to. Admin passes; an unknown attempt is left to the handler's
+// 404.
+func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, p principal) error {
+	holder, _ := rvi.Route.Operation.Extensions["x-capstan-holder"].(string)
+	if holder == "" || p.role == RoleAdmin {
+		return nil
+	}
+	if p.workerID == "" {
+		return errNotHolder
+	}
+	id := rvi.PathParams["id"]
+	switch holder {
+	case "worker":
+		if !strings.EqualFold(id, p.workerID) {
+			return errNotHolder
+		}
+	case "attempt":
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil {
+			return nil // the validator answers 400
+		}
+		at, err := a.store.GetAttempt(rvi.Request.Context(), n)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if at.WorkerID == nil || !strings.EqualFold(*at.WorkerID, p.workerID) {
+			return errNotHolder
+		}
+	}
+	return nil
+}
+
+// authProblem turns an authentication or authorization error into its
+// answer: 401 (with WWW-Authenticate), 403 or 404; other errors (the
+// database) pass as they are.
+func authProblem(c echo.Context, err error) error {
+	switch {
+	case errors.Is(err, errNoToken), errors.Is(err, errBadToken):
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="capstan"`)
+		return problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, err.Error())
+	case errors.Is(err, errForbidden), errors.Is(err, errNotHolder):
+		return problem.New(http.StatusForbidden, problem.CodeForbidden, err.Error())
+	case errors.Is(err, errOtherProject):
+		return problem.New(http.StatusNotFound, problem.CodeNotFound, "not found")
+	}
+	return err
+}
+
+// adminPrefixes are the paths outside the spec only an admin may reach.
+var adminPrefixes = []string{"/metrics", "/debug/pprof", "/queues"}
+
+// adminOnly reports whether path is under one of adminPrefixes.
+func adminOnly(path string) bool {
+	for _, p := range adminPrefixes {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}

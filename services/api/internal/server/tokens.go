@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/store"
+)
+
+// The token routes (admin only, by the spec's x-capstan-role): create, list
+// and revoke API tokens.
+
+// CreateToken makes a token and answers its secret, this once. An expiry in
+// the past is a 422.
+func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestObject) (api.CreateTokenResponseObject, error) {
+	b := req.Body
+	if b.ExpiresAt != nil && !b.ExpiresAt.After(time.Now()) {
+		return api.CreateToken422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+			problem.CodeInvalid, "expires_at: must be in the future")), nil
+	}
+	nt := store.NewToken{Name: b.Name, Role: string(b.Role), ExpiresAt: b.ExpiresAt}
+	if b.Projects != nil {
+		nt.Projects = *b.Projects
+	}
+	t, secret, err := h.store.CreateToken(ctx, nt)
+	if err != nil {
+		return nil, err
+	}
+	h.log.Info("token created", "token", t.ID, "name", t.Name, "role", t.Role, "projects", []string(t.Projects))
+	out := toToken(t)
+	out.Token = &secret
+	return api.CreateToken201JSONResponse(out), nil
+}
+
+// ListTokens lists the tokens made through the API, without secrets.
+func (h *Handlers) ListTokens(ctx context.Context, _ api.ListTokensRequestObject) (api.ListTokensResponseObject, error) {
+	ts, err := h.store.ListTokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := api.TokenList{Tokens: make([]api.Token, len(ts))}
+	for i, t := range ts {
+		out.Tokens[i] = toToken(t)
+	}
+	return api.ListTokens200JSONResponse(out), nil
+}
+
+// RevokeToken revokes a token: from now on it answers 401.
+func (h *Handlers) RevokeToken(ctx context.Context, req api.RevokeTokenRequestObject) (api.RevokeTokenResponseObject, error) {
+	t, err := h.store.RevokeToken(ctx, req.Id.String())
+	if errors.Is(err, store.ErrNotFound) {
+		return embedded[api.RevokeToken404ApplicationProblemPlusJSONResponse](apiProblem(http.StatusNotFound,
+			problem.CodeNotFound, "token "+req.Id.String()+" not found")), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.log.Info("token revoked", "token", t.ID, "name", t.Name)
+	return api.RevokeToken204Response{}, nil
+}
+
+func toToken(t store.Token) api.Token {
+	projects := []string(t.Projects)
+	if projects == nil {
+		projects = []string{}
+	}
+	return api.Token{Id: t.ID, Name: t.Name, Role: api.Role(t.Role), Projects: projects, ExpiresAt: t.ExpiresAt,
+		RevokedAt: t.RevokedAt, CreatedAt: t.CreatedAt}
+}
