@@ -35,7 +35,7 @@ func newFeedFixture(t *testing.T) *fixture {
 	go func() { defer close(stopped); _ = hub.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, log), Log: log, Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }, Feed: hub}, Config{})
+		Ready: func(context.Context) error { return nil }, Feed: hub}, Config{AdminToken: testAdminToken})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, store: st, redis: rdb}
@@ -51,6 +51,7 @@ func (f *fixture) stream(t *testing.T, path, lastID string) <-chan sseEvent {
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })

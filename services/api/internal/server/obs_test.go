@@ -29,7 +29,7 @@ func TestMetricsPayloadsDispatchAndQueueUI(t *testing.T) {
 	queues := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "queues "+r.URL.Path) })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }, Queues: queues}, Config{})
+		Ready: func(context.Context) error { return nil }, Queues: queues}, Config{AdminToken: testAdminToken})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	f := &controlFixture{fixture: &fixture{srv: srv, store: st}}
@@ -57,7 +57,10 @@ func TestMetricsPayloadsDispatchAndQueueUI(t *testing.T) {
 
 func get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken) // operator pages are the admin's
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

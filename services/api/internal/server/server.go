@@ -84,8 +84,11 @@ func New(d Deps, cfg Config) *echo.Echo {
 	if d.Enqueuer != nil && d.Enqueuer.Payloads == nil {
 		d.Enqueuer.Payloads = m.payloads // the api's queue payloads on its one histogram
 	}
-	e.Use(middleware.Recover(), middleware.RequestID(), accessLog(d.Log),
-		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), m.middleware(),
+	// otelecho restores the request it was given once the handler returns:
+	// the access log, which reads the caller's token from the request the
+	// validator left, runs inside it.
+	e.Use(middleware.Recover(), middleware.RequestID(),
+		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), accessLog(d.Log), m.middleware(),
 		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
 		bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
 		validator(openAPISpec(), newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)))
