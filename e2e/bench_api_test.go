@@ -45,7 +45,12 @@ func BenchmarkAPIGetRun(b *testing.B) {
 	start := time.Now()
 	n, late := offer(b, rate, dur, func(ctx context.Context, i int, due time.Time) error {
 		url := fmt.Sprintf("%s/v1/projects/%s/domains/%s/runs/get-%d", r.APIURL, project, domain, i%runs)
-		resp, err := client.Get(url)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		r.Authorize(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return err
 		}
