@@ -35,6 +35,19 @@ async function createRun(name, spec) {
   assert.equal(r.status, 201, `create ${name}: ${r.status} ${await r.text()}`);
 }
 
+// abortDelivered waits until no action of run has an abort still being
+// delivered: the API refuses a restart (409) until then.
+async function abortDelivered(name) {
+  const deadline = Date.now() + T;
+  for (;;) {
+    const r = await fetch(`${runs}/${name}`, {headers: authz});
+    const run = await r.json();
+    if (r.ok && run.actions.every((a) => !a.abort || !a.abort.requested_at)) return;
+    assert.ok(Date.now() < deadline, `the abort of ${name} was never delivered`);
+    await new Promise((done) => setTimeout(done, 100));
+  }
+}
+
 // touch creates file in run's directory, which the steps of run wait for.
 function touch(run, file) {
   const dir = join(dataDir, 'runs', project, domain, run);
@@ -135,7 +148,9 @@ async function scenario(page) {
     await page.locator('#run-phase [data-state="ABORTED"]').waitFor();
     await page.locator('g.node[data-step="long"][data-phase="ABORTED"]').waitFor();
     await shot(page, '5-aborted');
-    // Restart it from its step: the ended run's page follows it again.
+    // Restart it from its step, once its abort is delivered: the ended
+    // run's page follows it again.
+    await abortDelivered('to-abort');
     await page.click('#run-controls button[data-op="restart"]');
     await page.selectOption('#confirm-step', 'long');
     await page.click('#confirm-ok');

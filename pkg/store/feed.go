@@ -60,31 +60,34 @@ func (s *Store) EventsAfter(ctx context.Context, f EventFilter, after int64, lim
 	return rows, mapErr(err)
 }
 
-// RunEventsAfter returns the phase of key's run and its rows with id >
-// after, in id order, at most limit (1..1000), read in one statement: when
-// the phase is terminal, the rows hold the event its change wrote (if it was
+// RunEventsAfter returns the phase of key's run, whether a restart of it is
+// pending (the run ended but will run again), and its rows with id > after,
+// in id order, at most limit (1..1000), read in one statement: when the
+// phase is terminal, the rows hold the event its change wrote (if it was
 // after `after`). Errors: ErrNotFound.
-func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int64, limit int) (domain.Phase, []RunEvent, error) {
+func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int64, limit int) (domain.Phase, bool, []RunEvent, error) {
 	var row struct {
-		Phase  *string
-		Events []byte
+		Phase      *string
+		Restarting bool
+		Events     []byte
 	}
 	err := s.q(ctx).Raw(`SELECT (SELECT phase FROM runs WHERE project = @p AND domain = @d AND name = @r) AS phase,
+		coalesce((SELECT restart_requested_at IS NOT NULL FROM runs WHERE project = @p AND domain = @d AND name = @r), false) AS restarting,
 		(SELECT coalesce(json_agg(e ORDER BY e.id), '[]') FROM (SELECT * FROM run_events
 		  WHERE project = @p AND domain = @d AND run_name = @r AND id > @after ORDER BY id LIMIT @limit) e) AS events`,
 		map[string]any{"p": key.Project, "d": key.Domain, "r": key.Run, "after": after,
 			"limit": min(max(limit, 1), 1000)}).Scan(&row).Error
 	if err != nil {
-		return "", nil, mapErr(err)
+		return "", false, nil, mapErr(err)
 	}
 	if row.Phase == nil {
-		return "", nil, ErrNotFound
+		return "", false, nil, ErrNotFound
 	}
 	var events []RunEvent
 	if err := decodeRows(row.Events, &events); err != nil {
-		return "", nil, fmt.Errorf("decode run_events: %w", err)
+		return "", false, nil, fmt.Errorf("decode run_events: %w", err)
 	}
-	return domain.Phase(*row.Phase), events, nil
+	return domain.Phase(*row.Phase), row.Restarting, events, nil
 }
 
 // RunPhase returns the phase of key's run. Errors: ErrNotFound.

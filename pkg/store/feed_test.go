@@ -129,14 +129,14 @@ func TestListenEventsNotifiesCommittedRuns(t *testing.T) {
 func TestRunEventsAfter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openWithDB(t)
+	st, db := openWithDB(t)
 	key := newRun(t, st, "r", twoSteps())
 	_, err := st.RequestSuspend(ctx, key)
 	require.NoError(t, err)
 	want, err := st.EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(want), 2)
-	phase, got, err := st.RunEventsAfter(ctx, key, want[0].ID, 100)
+	phase, _, got, err := st.RunEventsAfter(ctx, key, want[0].ID, 100)
 	require.NoError(t, err)
 	require.False(t, phase.IsTerminal())
 	require.Len(t, got, len(want)-1)
@@ -149,8 +149,21 @@ func TestRunEventsAfter(t *testing.T) {
 		require.JSONEq(t, string(w.Data), string(e.Data))
 		require.True(t, w.CreatedAt.Equal(e.CreatedAt))
 	}
-	_, _, err = st.RunEventsAfter(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"}, 0, 10)
+	_, _, _, err = st.RunEventsAfter(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"}, 0, 10)
 	require.ErrorIs(t, err, store.ErrNotFound)
+
+	// An ended run whose restart is pending says so: it will run again.
+	_, err = db.ExecContext(ctx, `UPDATE runs SET phase = 'FAILED', ended_at = now() WHERE name = $1`, key.Run)
+	require.NoError(t, err)
+	phase, restarting, _, err := st.RunEventsAfter(ctx, key, 0, 100)
+	require.NoError(t, err)
+	require.True(t, phase.IsTerminal())
+	require.False(t, restarting)
+	_, err = st.RequestRestart(ctx, key, "")
+	require.NoError(t, err)
+	_, restarting, _, err = st.RunEventsAfter(ctx, key, 0, 100)
+	require.NoError(t, err)
+	require.True(t, restarting)
 }
 
 // InTx inside a transaction is a savepoint whose events join the outer

@@ -137,15 +137,16 @@ func (s *eventStream) follow(send func(string) error) error {
 
 // sendNew sends every row after s.after; for a run's stream whose run is
 // terminal (read in the same statement as the rows: they hold its terminal
-// event) it then sends `end` and reports true.
+// event) and has no restart pending it then sends `end` and reports true.
 func (s *eventStream) sendNew(send func(string) error) (ended bool, err error) {
 	for {
 		var phase domain.Phase
+		var restarting bool
 		var rows []store.RunEvent
 		if s.filter.Run == "" {
 			rows, err = s.store.EventsAfter(s.ctx, s.filter, s.after, eventPage)
 		} else {
-			phase, rows, err = s.store.RunEventsAfter(s.ctx, domain.RunKey{Project: s.filter.Project,
+			phase, restarting, rows, err = s.store.RunEventsAfter(s.ctx, domain.RunKey{Project: s.filter.Project,
 				Domain: s.filter.Domain, Run: s.filter.Run}, s.after, eventPage)
 		}
 		if err != nil {
@@ -159,7 +160,7 @@ func (s *eventStream) sendNew(send func(string) error) (ended bool, err error) {
 		if len(rows) == eventPage {
 			continue
 		}
-		if !phase.IsTerminal() {
+		if !phase.IsTerminal() || restarting { // a pending restart makes it run again
 			return false, nil
 		}
 		end, _ := json.Marshal(map[string]string{"phase": string(phase)})
