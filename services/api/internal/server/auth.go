@@ -12,6 +12,8 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/getkin/kin-openapi/openapi3filter"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/expirable"
 )
 
 // Roles of API tokens. Admin may do everything; a writer what a reader may
@@ -72,10 +74,28 @@ type authenticator struct {
 	// admin and worker are the SHA-256 of the bootstrap secrets (nil: none).
 	admin, worker []byte
 	now           func() time.Time
+	// tokens remembers TokenByHash's answers for tokenCacheTTL, so that an
+	// executor's every report does not cost a statement. A revocation
+	// through this api forgets them at once (forgetTokens); on another api
+	// replica it takes effect within tokenCacheTTL. Expiry is checked on
+	// every request.
+	tokens *expirable.LRU[[sha256.Size]byte, store.Token]
+	// holders remembers the worker of an attempt, which never changes once
+	// the attempt is placed.
+	holders *lru.Cache[int64, string]
 }
 
+// Bounds of the authenticator's caches.
+const (
+	tokenCacheTTL  = 5 * time.Second
+	tokenCacheSize = 10_000
+	holderCacheLen = 100_000
+)
+
 func newAuthenticator(st *store.Store, adminSecret, workerSecret string) *authenticator {
-	a := &authenticator{store: st, now: time.Now}
+	holders, _ := lru.New[int64, string](holderCacheLen) // only a non-positive size fails
+	a := &authenticator{store: st, now: time.Now, holders: holders,
+		tokens: expirable.NewLRU[[sha256.Size]byte, store.Token](tokenCacheSize, nil, tokenCacheTTL)}
 	if adminSecret != "" {
 		a.admin = store.HashToken(adminSecret)
 	}
@@ -92,6 +112,9 @@ var (
 	errForbidden = errors.New("the token's role does not allow this operation")
 )
 
+// forgetTokens drops every remembered token (after a revocation).
+func (a *authenticator) forgetTokens() { a.tokens.Purge() }
+
 // authenticate reads the Authorization header of req.
 func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 	h := req.Header.Get("Authorization")
@@ -106,12 +129,17 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 	if a.worker != nil && subtle.ConstantTimeCompare(hash[:], a.worker) == 1 {
 		return principal{tokenID: "worker", name: "worker", role: RoleWorker}, nil
 	}
-	t, err := a.store.TokenByHash(req.Context(), hash[:])
-	if errors.Is(err, store.ErrNotFound) {
-		return principal{}, errBadToken
-	}
-	if err != nil {
-		return principal{}, err
+	t, ok := a.tokens.Get(hash)
+	if !ok {
+		var err error
+		t, err = a.store.TokenByHash(req.Context(), hash[:])
+		if errors.Is(err, store.ErrNotFound) {
+			return principal{}, errBadToken
+		}
+		if err != nil {
+			return principal{}, err
+		}
+		a.tokens.Add(hash, t)
 	}
 	if t.RevokedAt != nil || (t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt)) {
 		return principal{}, errBadToken

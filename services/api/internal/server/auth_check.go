@@ -46,14 +46,22 @@ func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, 
 		if err != nil {
 			return nil // the validator answers 400
 		}
-		at, err := a.store.GetAttempt(rvi.Request.Context(), n)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
+		worker, ok := a.holders.Get(n)
+		if !ok {
+			at, err := a.store.GetAttempt(rvi.Request.Context(), n)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if at.WorkerID == nil {
+				return errNotHolder
+			}
+			worker = *at.WorkerID
+			a.holders.Add(n, worker)
 		}
-		if err != nil {
-			return err
-		}
-		if at.WorkerID == nil || !strings.EqualFold(*at.WorkerID, p.workerID) {
+		if !strings.EqualFold(worker, p.workerID) {
 			return errNotHolder
 		}
 	}

@@ -237,7 +237,15 @@ func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	status, _, _ = f.doAs(t, tokA, http.MethodGet, "/v1/workers", "")
 	require.Equal(t, http.StatusForbidden, status, "a worker token reads no user route")
 
+	// Deleted elsewhere (the scheduler's ARC rule), its token goes with it:
+	// 404 while this api still remembers the token (tokenCacheTTL), 401
+	// after; an executor registers again on either.
 	require.NoError(t, f.store.DeleteWorker(context.Background(), idA))
 	status, _, _ = f.doAs(t, tokA, http.MethodPost, "/v1/workers/"+idA+"/heartbeat", `{}`)
-	require.Equal(t, http.StatusUnauthorized, status, "a deleted worker's token goes with it")
+	require.Contains(t, []int{http.StatusUnauthorized, http.StatusNotFound}, status, "a deleted worker is refused")
+	// Deregistered through this api, it is forgotten at once.
+	status, _, p = f.doAs(t, tokB, http.MethodDelete, "/v1/workers/"+idB, "")
+	require.Equal(t, http.StatusNoContent, status, p)
+	status, _, _ = f.doAs(t, tokB, http.MethodPost, "/v1/workers/"+idB+"/heartbeat", `{}`)
+	require.Equal(t, http.StatusUnauthorized, status, "a deregistered worker's token goes with it")
 }

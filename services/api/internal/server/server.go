@@ -64,6 +64,8 @@ type Handlers struct {
 	feed *feed.Hub
 	// metrics observes payload sizes and dispatch latency.
 	metrics *metrics
+	// auth is told of revocations, to forget the tokens it remembers.
+	auth *authenticator
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -87,11 +89,12 @@ func New(d Deps, cfg Config) *echo.Echo {
 	// otelecho restores the request it was given once the handler returns:
 	// the access log, which reads the caller's token from the request the
 	// validator left, runs inside it.
+	auth := newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)
 	e.Use(middleware.Recover(), middleware.RequestID(),
 		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), accessLog(d.Log), m.middleware(),
 		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
 		bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
-		validator(openAPISpec(), newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)))
+		validator(openAPISpec(), auth))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -111,7 +114,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	}
 
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed,
-		metrics: m}
+		metrics: m, auth: auth}
 	if h.feed == nil {
 		h.feed = feed.New("", 0, d.Log)
 	}

@@ -59,6 +59,7 @@ func (h *Handlers) RevokeToken(ctx context.Context, req api.RevokeTokenRequestOb
 	if err != nil {
 		return nil, err
 	}
+	h.auth.forgetTokens()
 	h.log.Info("token revoked", "token", t.ID, "name", t.Name)
 	return api.RevokeToken204Response{}, nil
 }

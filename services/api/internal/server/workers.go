@@ -96,6 +96,7 @@ func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorke
 	if err != nil {
 		return nil, err
 	}
+	h.auth.forgetTokens() // its token went with it
 	h.log.Info("worker deregistered", "worker_id", id, "lost", len(lost))
 	h.evaluateLost(ctx, lost)
 	return api.DeregisterWorker204Response{}, nil
