@@ -35,6 +35,19 @@ async function createRun(name, spec) {
   assert.equal(r.status, 201, `create ${name}: ${r.status} ${await r.text()}`);
 }
 
+// background is the computed background colour of the element loc names.
+// The pages re-render on every event, so an element read just as it is
+// replaced is detached and has no style: read again until it has one.
+async function background(loc) {
+  const deadline = Date.now() + T;
+  for (;;) {
+    const bg = await loc.evaluate((el) => el.isConnected ? getComputedStyle(el).backgroundColor : '');
+    if (bg !== '') return bg;
+    assert.ok(Date.now() < deadline, 'the element never stayed attached');
+    await new Promise((done) => setTimeout(done, 50));
+  }
+}
+
 // abortDelivered waits until no action of run has an abort still being
 // delivered: the API refuses a restart (409) until then.
 async function abortDelivered(name) {
@@ -177,7 +190,7 @@ async function scenario(page) {
     for (const [n, state] of [[1, 'FAILED'], [2, 'SUCCEEDED']]) {
       const b = page.locator(`tr.attempt[data-attempt="${n}"] .badge`);
       assert.equal(await b.getAttribute('data-state'), state);
-      const bg = await b.evaluate((el) => getComputedStyle(el).backgroundColor);
+      const bg = await background(b);
       assert.equal(bg, IRIS[state], `attempt ${n} ${state} colour`);
     }
     await shot(page, '7-attempts');
@@ -190,7 +203,7 @@ async function scenario(page) {
     const state = page.locator('.task[data-task="0"] .task-state');
     await state.locator('[data-state="PENDING"]').waitFor();
     await state.locator('.pending-reason', {hasText: 'no worker matches constraint gpu=EXISTS'}).waitFor();
-    const bg = await state.locator('.badge').evaluate((el) => getComputedStyle(el).backgroundColor);
+    const bg = await background(state.locator('.badge'));
     assert.equal(bg, 'rgb(154, 103, 0)', 'pending is amber');
     await shot(page, '7b-pending-reason');
   });
@@ -270,7 +283,7 @@ async function irisColours(page) {
     await page.locator(`tr.attempt[data-attempt="${states.length}"]`).waitFor();
     for (const [i, state] of states.entries()) {
       const row = page.locator(`tr.attempt[data-attempt="${i + 1}"]`);
-      const bg = await row.locator('.badge').evaluate((el) => getComputedStyle(el).backgroundColor);
+      const bg = await background(row.locator('.badge'));
       assert.equal(bg, rgb(ALL_IRIS[state]), `${state} colour`);
       assert.equal(await row.locator('.badge').textContent(), state.toLowerCase());
       assert.equal(await row.locator('.worker-failure').count(), state === 'WORKER_FAILED' ? 1 : 0, state);
