@@ -196,21 +196,15 @@ func TestNestedInTxKeepsOrDropsItsEvents(t *testing.T) {
 	require.Nil(t, run.Run.ResumeRequestedAt, "the failed savepoint rolled back")
 }
 
-// A transaction that inserted events of a project/domain holds the feed
-// lock to its commit: another one writing events of another run of the same
-// project/domain waits for it (so their ids commit in order), one of another
-// project/domain does not.
+// A transaction that inserted events of a run holds that run's feed lock
+// to its commit, so that a run's ids commit in order: a second writer of the
+// same run waits for it; a writer of another run does not.
 func TestFeedLockOrdersCommits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openWithDB(t)
 	key := newRun(t, st, "r", twoSteps())
 	sibling := newRun(t, st, "r2", twoSteps())
-	other := domain.RunKey{Project: "q", Domain: "d", Run: "r"}
-	spec := twoSteps()
-	spec.Normalize()
-	_, _, err := st.CreateRun(ctx, store.NewRun{Key: other, Spec: spec})
-	require.NoError(t, err)
 
 	held, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error)
@@ -219,23 +213,25 @@ func TestFeedLockOrdersCommits(t *testing.T) {
 		first <- err
 	}()
 	<-held
-	_, err = st.RequestSuspend(ctx, other)
-	require.NoError(t, err, "another project/domain does not wait")
+	_, err := st.RequestSuspend(ctx, sibling)
+	require.NoError(t, err, "another run of the project does not wait")
+	// The same run's next writer: an event written outside a run lock.
 	second := make(chan error)
-	go func() { _, err := st.RequestSuspend(ctx, sibling); second <- err }()
+	go func() {
+		second <- st.InTx(ctx, func(tx *store.Store) error { return tx.WriteActionAborted(ctx, key.Action("a"), "ABORTED", 0) })
+	}()
 	waiting := func() bool {
 		var n int
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
 		return n == 1
 	}
-	require.Eventually(t, waiting, 10*time.Second, 5*time.Millisecond, "the second writer waits for the feed lock")
+	require.Eventually(t, waiting, 10*time.Second, 5*time.Millisecond, "the run's second writer waits for its feed lock")
 	close(release)
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
-	rows, err := st.EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain}, 0, 100)
+	rows, err := st.EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
 	require.NoError(t, err)
 	n := len(rows)
-	require.Equal(t, []string{"r run.suspend_requested", "r2 run.suspend_requested"},
-		[]string{rows[n-2].RunName + " " + rows[n-2].Type, rows[n-1].RunName + " " + rows[n-1].Type})
+	require.Equal(t, []string{"run.suspend_requested", "action.aborted"}, []string{rows[n-2].Type, rows[n-1].Type})
 }
