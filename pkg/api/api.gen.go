@@ -1238,7 +1238,9 @@ type ClientInterface interface {
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	//
 	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
+	// stream it may miss a row of one run that commits after a later id of another: it tells a client what
+	// to re-read.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 	WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1632,7 +1634,9 @@ func (c *Client) DeleteCacheEntry(ctx context.Context, project Project, domain D
 // WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 //
 // The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
+// stream it may miss a row of one run that commits after a later id of another: it tells a client what
+// to re-read.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 func (c *Client) WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3905,7 +3909,9 @@ type ClientWithResponsesInterface interface {
 	// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
 	//
 	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
+	// stream it may miss a row of one run that commits after a later id of another: it tells a client what
+	// to re-read.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5647,7 +5653,9 @@ func (c *ClientWithResponses) DeleteCacheEntryWithResponse(ctx context.Context, 
 // WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
 //
 // The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s.
+// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
+// stream it may miss a row of one run that commits after a later id of another: it tells a client what
+// to re-read.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10689,44 +10697,45 @@ var swaggerSpec = []string{
 	"M/QB11H3BK5XetpuIxZP7zmeJPZ15SIM66pojFochWP7UPUbhy6wrnbMhUu220ZXLP41tjFpODPSzj1x",
 	"Z5I/kuufjvdff/td5cBgzOGimoSDLoMNWD9qG7tONp+1XW09093/nu6PP3767k3sDJGdUA6rtxs9Cje+",
 	"Zayr8oYcXlVA/RlUbydArHle7cDrRnmFjio4rYVnXptF71SGEba+qB8Av+cOdpeKDGvHtQ/bntzJsEfu",
-	"GJvvQyRkSNx5Ws6HcPgt0TGfwS/UpNNTXOtG7mnYo0HA7JeNmrZjn6FcvsGgqha+u3NP4NIrjXXz0JnO",
-	"f6QTYZRuHyz3xRO4C1F6GqrQt1u1Un6vIS6MeYMQZAmVXVWCwzLmr0RVG560+AHAODv5yTPtXV76K0jh",
-	"nUjCV4c3qg1X9oGt1AVf/7vlMfZYrbzKaz6IfIE51Zg8CrmCLu/T1U9ZnO2RXD4wtZ9SzVxrK51gZyt0",
-	"f2TQaRuO/7R4I/zhPE1uKfvfwI/TauJGof/VYcOhRl/TV/b6X85X5tshrFXF0Ip8nh5mR3EcO6JnrXWA",
-	"+cYHv6mi1WSehtbCqzS7DE5fvYShlbLKJXRN9xnaIeZn3LPVUl37ralvX+Nw7Sxjs7k0TKSL/Z9B1G+P",
-	"vh9fxqReabn8la1quyMxpM4t0iwCXDFxBpjcEhAB4V93D196Rgiop6rO3+/2/OvXT6VfnKbvHghuJy5y",
-	"LsoKMew0vA3des16R7F58EkVYq1fG8nwa+OUOyTluX7s47L2DUQqdk7yefzcFfX93hjj5ievCoHttT8+",
-	"ab8xLLm7b/GF19IkDyAe5PHwBTyV8PmSpa6y0NdfbizXhqwhegMBVagFQrckYOoDz3MyYiSEPDtf24mI",
-	"h3taWjrys1j4assy38CaQnoh0qmSwuqE0MaA5VA68/I8zB2iow8+4Y/1wTp/ttbLeaDXb7RrEvvsEIZz",
-	"WgQO54qUA3/zvt0p10a6xLx/Tk63+VEE+fP44hIO/T4Z5Y6gWMtWK5TwX5z1N+KsEE9PXY4uZiHaFTCR",
-	"UWH0b8A6D1wm2r8M4jd0Vy0L0l3kvdJDqUN+mUrEEihKU6yOO3oqH0RfuEMuEHCvdKWxSocc+6S2kQu0",
-	"VWvZobiZi0lf+GO6MpZyXSZqa/Km+z0ZCmkG7tHBWKpB+f2I1/QY9+1lidpN4HdB1wFmFdI+qncSITA2",
-	"nDHy1cnbddNZ2XtIvYPq9qMVvPsNyB0b/fyrU3t5NgzBwlkyxIWzbPhPSe1XMPv/IvbfB7Hjbmym9c24",
-	"+BtwALAbDj7Z/z5XEpHcrzKRbkP2Y8gze9m8HhgGupSvD/wt+2WjWGWX9lxLDHlMhgk1GcEjYXw3ytDC",
-	"VE85JPPVUsnInksXbLuWbXkuH1hGrEb6n8ZcS5r6Jb3SvhUogQr9BEt+ug0xeddQrzkov77B/5qDn1wD",
-	"Kzf+YcP4tJZSt2EKh9tOwTWJqrTAiLS9gB40zKhFrZeLbwBoqDK+K5NP6Ggfhb5TUB7uDp/1R8NH4m+V",
-	"Jh1PB+o1HlpQORouGvh2VFI9OB6raEI3+iFS3BCSD5DkhpBzCwcVkb2MGooH5Vo2kQAtQsweXOz2Qfuj",
-	"DckgggyhFZr0XSr8mNAAGw8iKs9eeIAZC9MEJyTieKDSFd6ttPp/osdiQzrIB+FTGObYBLDW/b+S59Ej",
-	"Q571hq6K5+GVJjxLyBCe7g3Rt7SYs4QMAazwYF/4xAe7hRa8AFk5hmMUO+QGv6VdcfZS5gim4NDMnSqy",
-	"lD5CxlL1RZpzmC3IUN/7kBnCTZukcsZ8wBN2ULAHOwntDh5cQKYJHiwYT0Hpi0oOCvngt96VBobmwmHz",
-	"7WJIAYdyADz8AwhgjxQJoVCD3hcOeoSFtm2AfsNPfcwz6Ld6pN/CmjQ7KF6EurR+6/MwqbSuBpJJc6lZ",
-	"c7aM34x/roSZZ8tdTG4q051WWUniU/QBO6ooY9EBriaVJgN2K4Dsf68pNjsI2d8oG8cxJyd4fseBpkja",
-	"DoZjuYj1F8fGy3vY+iYh7hS2pCwjTvpiqeFdrVtO28tinRCWa1Yafe46HeVseNQXKPx8h2Iv0h1ngno9",
-	"MmLQO8S7LhP7rb4YwgsDVyg3RCZcmkd4mJAmw3D40HBJuPXF8slC4TDY3qajhdqeY2ExIXg0RjS9sxzT",
-	"dRfqkDevX6ORXZ0DZjYJCd+O27p40tKLRQGXjnJ6YUN3XdjbaWu/FyP3WSkODqpQcwClqKFqn8JWH5VH",
-	"62OHz8QFrnyv8VL4Oo3slfbBLOzFy+pFaC9kMGMS7D8NIwO2QjEvZ+C5WEW7tbswhZ7tTsytEFsxYy9I",
-	"a8un6/ym1FbM2O/VowRzc4F3mmvppouHW1TPhtCVg1tC/wsMwGOFBpIbtmp2B/eFZt7uQ1+BjNxI/zR0",
-	"hOVhaDJzQESsxAwtegOWGEko1E3AUXxgQYJfty+woGAYjozrEaMKNvRNkLEWARULtBt16IAMZ+D2RXgV",
-	"6Nb3lHAHWHTIFsTeFyW1R4SrG+4/BcFXTuf7/VF86HyNJL96aGBStv8FJMSOcUktgMk1wYN+EQX8QSfL",
-	"davbknjZqK8xv/4GH3lBx2/ZSLBhW3GWnZViJsxUumMCTkUgZqpkMZn6Ns6xxGnLRLFzYg1cZWvBFYDh",
-	"UZif16czYwPDl0wMhhF2Sg0+/LL7syYV94gMAYBD8KyE3pQJBtYwWdhi69NSdp+fgltpvnSEwhXm587w",
-	"LNl52TRza7SokVFoI9FUKngFfXdKZNlUJYjPZ891pOBnfNceKDoq45KHqLEL+bAUn96KJiJFN3WnOfSC",
-	"a/aXh3Z+RQFPNhXPVdq3NTKqX9wzL8ipKh3mGliVm+gyrzqGY8+wWRPLyqdKcFc6ya2LAjWU/FcPAH8x",
-	"Gzp2yvhXZkW+LV+s2N9D92uzGT9yraeKP3benbMC0952u5eq692jG7nLCVOreLCJxZQvPZ/PHJOc0Xur",
-	"juxBT0eWtUuAZGEgfVQelI7eLueptYxpxMD1X3OsbYRbaFnw4Bf+xbrQICirTWiq23EQuq7tbvVUvtxE",
-	"1z+Fr78MSYfvl408XrLEqDpcvljXseP5mIi79EqTOVNcZjwFJBNMa9cq40siVbUbJGy97wP560e7uRi0",
-	"QKQoVO4aN/YODg5f/6nT7XQ7h70/d//cBURwU/rk5Sco8tbcdX/7qUZK4LGxlhzXKmGwt5a96EguIT7P",
-	"abnpnPM2l8eN+Lg39tNaHfHWeRtClcAR+IvtFZGRQjsJVw+fa0tJ/xEAAP//",
+	"GJvvQyRkSNx5Ws6HcPgt0R1yKyDbzs207xsbcPRPzLiGVcgHX+AV+mfbj1mERA8IJTmFw/Ez1OLA5dQD",
+	"ly9Ic+oP2H+YUtMXrrkCo1GvxS/UpNNThPZG/m3Yo8Gt2S9bRW3HwEPBfoNJVy29dyevwKVXGiv3oTee",
+	"/0gnwqodJlj+j2eAF6L0dVT33yLLSgMADZFpzFyEME+oLauSPBZSfyW63vCkxVAAxtnJT15s7PLSX0EP",
+	"2IkofX16o+JyZR/YSmHxFchbHqSP9dKr3O6DyBeY1Y3pq5Ct6DJPXQWXxdkeyeUDU/sp1cw119IJ9tZC",
+	"B0wGvb7hAFKLN8IfD9TkGLP/Dfw4rSZ+GDpwHTYcq/Q1vXWv/+W8db4hw1plEO3Y52mCdhQnMyKa3loX",
+	"nG+98Juqek0GcmhuvEqzy+D09VMY3CnrbELfdp8jHqKOxj1bLRa235r6BjoO184yNptLw0S62P8ZlI3t",
+	"0ffjyxj1K02fv7Jdb3ckhtS5RZpFgCum7gCTWwIiIPzr7uFLzwgB9VTl/fvdnn/9+qn0i9P0/QvB8cVF",
+	"zkVZo4a9jrehW6/b7yg2Dz6pQqz1rCMZfm2ccse0PNeTflxW34FIxd5NvpKAu7LC3xtj3PzkVSGwwffH",
+	"J+03BkZ3926+8Fqa5AFEpDwevoCvFD5fstRVFvr6y43lGqE1xI8gpAvVSOgYBUx94HlORoyEoGvna7sx",
+	"8XhRS0tHfhYLX+9ZZjxYU0gvRDpVUlidEBopsByKd16eh7ljfPTBJ/yxPlzoT/d6OR/4+o12bWqfHURx",
+	"bpPA4VyZdOBv3rs85dpIlxr4z8npNj+KIH8eX1zCod8no9wRFGvZaoUS/ouz/kacFSL6qcsSxjxIuwIm",
+	"MiqM/g1Y54HLhfuXQfyG/q5lSbyL/Ve6OHXIL1OJWAJlcYrVcUdP5YPoC3fMBgLula60dumQY59WN3Kh",
+	"vmo1PZRXczHpC39QWMZSrstUcU3edL8nQyHNwD06GEs1KL8f8Zoe4769LFG7Cfwu6DrArELaR/VeJgTG",
+	"hlNOvjp5u34+K3sP3nOorz9awbvfgNyx1dC/OrWXp9MQLN0lQ1w4y4b/lNR+BbP/L2L/fRA77sZmWt+M",
+	"i78BBwC74eCT/e9zJRXK/SpT+TbkX4ZMt5fNLIJhoE/6+sDfsl82ilV2ac+1xJDHZJjSkxE8lMaHS0MT",
+	"VT3lkE5YS2Yjey5hse2axuW5fGAZsRrpfxpzLWnq2PRK+2akBHoEJFh01G3ICnAt/ZrTAtYfMbDm6CnX",
+	"QsuNf9gwPq0l9W2YwuG2U3BtqipNOCKNN6ALDjNqUesm41sQGqqM7wvlU0raR6HzFRSou+Nv/eH0kfhb",
+	"pU3I04F6jdkFlcPpooFvRyXVo+uxjif0wx8ixQ0h/QFJbghZv3BUEtnLqKF4VK9lEwnQIsTswcVuH7Q/",
+	"2pCOIsgQmrFJ3yfDjwktuPEopPL0hweYsTBNcEIijgcqXenfymEDT/RYbEhI+SB8CsMc2xDWzh+oZJr0",
+	"yJBnvaGrI3p4pQnPEjKEp3tD9C0t5iwhQwArPNgXPvHBbqEFL0BWjuEgxw65wW/5/JCl3BVMAqKZO9dk",
+	"KYGFjKXqC0wYccUyvvsiM4SbNknljPmAJ+ygYA92Etodfbhw6SlHjUkwfVHNgvngt94VJ4b2xmHzIQem",
+	"gGNBAB7+AQSwR4oEEmG06QsHPcJC4zhAv+GnPuYZ9Fs90m9hVZwdFC9CZVy/9XmYVJpnA8mkudRMN2bL",
+	"+M3450qYebbcxfSqMuFqlZUkvkgAsKOKMhYd4GpSaXNgtwLI/veaYrODkP2NsnEcc3KC53ccaIqk7WA4",
+	"lotYh3Ns/byHzXcS4s6BS8pC5qQvllru1fr1tL0s1glhuWal0eeu01HOhkd9gcLP90j2It1xJqgYJCMG",
+	"3Uu86zKx3+qLIbwwcKV6Q2TCpXmExxlpMgzHHw2XhFtfLJ9tFI6j7W063KjtORaWM4JHY0TTO8sxXX+j",
+	"Dnnz+jUa2dU5YGaTkPDtuK2LZz29WBRw6TCpFzZ014W9nbb2ezFyn5Xi4KAKVQ9QDBv6BlDY6qPycH/s",
+	"MZq4wJXvdl4KX6eRvdI+mIXdgFm9DO6FDGZMw/2nYWTAVijm5Qw8F6tot3YXptA13om5FWIrZuwFaW35",
+	"fJ/flNqKGfu9epRgbi7wTnMt3XTxeI3q6RS6cnRM6MCBAXisEUFyw2bR7ujA0E7cfegrkJEb6Z+GjrBA",
+	"DU1mDoiItaChSXDAEiMJhcoNOAwQLEjw6/YFljQMw6F1PWJUwYa+DTNWQ6BigXajDj2Y4RTevgivAt36",
+	"rhbuCI0O2YLY+6Kk9ohwdcP9pyD4yvmAvz+KD723keRXjy1MygbEgITYsy6pBTC5JnjUMKKAP2pluXJ2",
+	"WxIvWwU25tff4CMv6PgtWxk2bCvOsrNSToWZSndMwLkMxEyVLCZT30g6ljhtmSj2bqyBq2xuuAIwPIzz",
+	"8/p0Zmyh+JKJwTDCTqnBh192f9ak4h6RIQBwCJ6V0B0zwcAaJgtbbH1ayu7zU3Ar7Z+OULjC/NwpoiU7",
+	"L9t2bo0WNTIKjSyaihWvoPNPiSyb6hTx+ey5jhT8jO8bBEVHZVzyEDV2IR+W4tNb0USk6KbuNIdudM3+",
+	"8tBQsCjgyabyvUoDuUZG9Yt75gU5VaXHXQOrchNd5lXHcPAatotiWflUCe5KL7t1UaCGpgPVI8hfzIaO",
+	"nXP+lVmRbwwYazfgofu12YwfudbVxR987056gWlvu91L9f3u0Y3c5YSpVTzYxGLKl57PZ45Jzui9VUf2",
+	"oKsky9olQLIwkD4qj2pHb5fz1FrGNGLg+q851jbCLTRNePAL/2J9cBCU1TY41e04CH3fdrd6Kl9uouuf",
+	"wtdfhqTD98tWIi9ZYlQdLl+s6xnyfEzEXXqlyZwpLjOeApIJprVr1vElkarajxK23nei/PWj3VwMWiBS",
+	"FCp3rSN7BweHr//U6Xa6ncPen7t/7gIiuCl98vITFHlr7rq//VQjRfjY2kuOa5Uw2N3LXnQklxCf57Tc",
+	"9s55m8sDT3zcGzt6rY5467wNoUrgCPzF9orISKGdhKuHz7WlpP8IAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
