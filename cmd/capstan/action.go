@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"io"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -41,31 +41,13 @@ func newActionGet(g *globals) *cobra.Command {
 }
 
 func newActionAbort(g *globals) *cobra.Command {
-	var reason string
-	cmd := &cobra.Command{
-		Use:   "abort RUN ACTION",
-		Short: "Abort one action and everything under it (delivery is asynchronous and reliable)",
-		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+	return abortCommand(g, "abort RUN ACTION",
+		"Abort one action and everything under it (delivery is asynchronous and reliable)", 2,
+		func(ctx context.Context, c *api.ClientWithResponses, args []string, body api.AbortRequest) (*api.Action, int, []byte, error) {
+			resp, err := c.AbortActionWithResponse(ctx, g.project, g.domain, args[0], args[1], body)
 			if err != nil {
-				return err
+				return nil, 0, nil, err
 			}
-			body := api.AbortRequest{}
-			if reason != "" {
-				body.Reason = &reason
-			}
-			resp, err := c.AbortActionWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], body)
-			if err != nil {
-				return err
-			}
-			if resp.JSON202 == nil {
-				return apiError(resp.StatusCode(), resp.Body)
-			}
-			return g.printLine(cmd.OutOrStdout(), resp.JSON202,
-				fmt.Sprintf("abort of %s/%s accepted (phase %s)", args[0], args[1], resp.JSON202.Phase))
-		},
-	}
-	cmd.Flags().StringVar(&reason, "reason", "", `why (default "User requested abort")`)
-	return cmd
+			return resp.JSON202, resp.StatusCode(), resp.Body, nil
+		})
 }

@@ -322,11 +322,24 @@ func abortNote(a api.Action) string {
 }
 
 func newAbort(g *globals) *cobra.Command {
+	return abortCommand(g, "abort RUN", "Abort a run (delivery to executors is asynchronous and reliable)", 1,
+		func(ctx context.Context, c *api.ClientWithResponses, args []string, body api.AbortRequest) (*api.Action, int, []byte, error) {
+			resp, err := c.AbortRunWithResponse(ctx, g.project, g.domain, args[0], body)
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			return resp.JSON202, resp.StatusCode(), resp.Body, nil
+		})
+}
+
+// abortCommand is the `abort` of a run or of an action (nargs of RUN
+// ACTION): send posts the request, with --reason when given, and returns
+// the accepted action, or the status and body of a refusal.
+func abortCommand(g *globals, use, short string, nargs int,
+	send func(context.Context, *api.ClientWithResponses, []string, api.AbortRequest) (*api.Action, int, []byte, error)) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "abort RUN",
-		Short: "Abort a run (delivery to executors is asynchronous and reliable)",
-		Args:  cobra.ExactArgs(1),
+		Use: use, Short: short, Args: cobra.ExactArgs(nargs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -336,15 +349,15 @@ func newAbort(g *globals) *cobra.Command {
 			if reason != "" {
 				body.Reason = &reason
 			}
-			resp, err := c.AbortRunWithResponse(cmd.Context(), g.project, g.domain, args[0], body)
+			accepted, status, raw, err := send(cmd.Context(), c, args, body)
 			if err != nil {
 				return err
 			}
-			if resp.JSON202 == nil {
-				return apiError(resp.StatusCode(), resp.Body)
+			if accepted == nil {
+				return apiError(status, raw)
 			}
-			return g.printLine(cmd.OutOrStdout(), resp.JSON202,
-				fmt.Sprintf("abort of %s accepted (phase %s)", args[0], resp.JSON202.Phase))
+			return g.printLine(cmd.OutOrStdout(), accepted,
+				fmt.Sprintf("abort of %s accepted (phase %s)", strings.Join(args, "/"), accepted.Phase))
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", `why (default "User requested abort")`)
