@@ -200,14 +200,14 @@ func (h *HTTPSpec) validate() []FieldError {
 		len(h.URL) > MaxURLBytes {
 		add(".http.url", "must be an absolute http or https URL of at most %d bytes; got %q", MaxURLBytes, clipText(h.URL))
 	}
-	if h.Method != "" && !validMethod(h.Method) {
+	if h.Method != "" && !httpToken(h.Method) {
 		add(".http.method", "must be an HTTP method such as GET or POST; got %q", clipText(h.Method))
 	}
 	if len(h.Headers) > MaxHeaders {
 		add(".http.headers", "has %d headers; at most %d", len(h.Headers), MaxHeaders)
 	}
 	for _, k := range slices.Sorted(maps.Keys(h.Headers)) {
-		if !validMethod(k) || strings.ContainsAny(h.Headers[k], "\r\n\x00") {
+		if !httpToken(k) || strings.ContainsAny(h.Headers[k], "\r\n\x00") {
 			add(".http.headers."+k, "is not a valid header name and value")
 		}
 	}
@@ -222,9 +222,9 @@ func (h *HTTPSpec) validate() []FieldError {
 	return errs
 }
 
-// validMethod reports whether s is an HTTP token (RFC 9110), as a method or a
+// httpToken reports whether s is an HTTP token (RFC 9110), as a method or a
 // header name must be.
-func validMethod(s string) bool {
+func httpToken(s string) bool {
 	if s == "" || len(s) > 256 {
 		return false
 	}
