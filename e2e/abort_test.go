@@ -48,7 +48,7 @@ type sleepers struct {
 }
 
 // startSleepers creates a run of one step "s" of replicas `sleep 600` tasks
-// and waits until every one runs.
+// and waits until every one runs and its RUNNING report has landed.
 func startSleepers(t *testing.T, s *Stack, replicas int) sleepers {
 	t.Helper()
 	run := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "s", Replicas: ptr(replicas),
@@ -60,11 +60,14 @@ func startSleepers(t *testing.T, s *Stack, replicas int) sleepers {
 			out.pids = append(out.pids, pidIn(t, s, filepath.Join(runDir(s, run), fmt.Sprintf("%s-%d.pid", f, i))))
 		}
 	}
-	s.Eventually(10*time.Second, "every task has its attempt", func() bool {
+	// RUNNING as the control plane sees it, not only started: a RUNNING
+	// report that lands after an abort is answered "stop", and the executor
+	// then kills the attempt itself, which would race the abort's delivery.
+	s.Eventually(10*time.Second, "every task's attempt reported RUNNING", func() bool {
 		tasks := action(getRun(t, s, run), "s").Tasks
 		out.attempts = out.attempts[:0]
 		for _, task := range tasks {
-			if n := len(task.Attempts); n > 0 {
+			if n := len(task.Attempts); n > 0 && task.Attempts[n-1].State == api.TaskStateRUNNING {
 				out.attempts = append(out.attempts, task.Attempts[n-1])
 			}
 		}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -32,18 +31,9 @@ const observedSteps = 4
 // /healthz, /readyz and /metrics: the seed's series are there with
 // plausible values.
 func TestMetricsOfEveryService(t *testing.T) {
-	schedAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	abortAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	s := Start(t, bins, Options{Executors: 1, Env: []string{"CAPSTAN_METRICS_REFRESH=200ms"},
-		ServiceEnv: func(name string) []string {
-			switch name {
-			case "scheduler":
-				return []string{"CAPSTAN_METRICS_ADDR=" + schedAddr}
-			case "abort-reconciler":
-				return []string{"CAPSTAN_METRICS_ADDR=" + abortAddr}
-			}
-			return nil
-		}})
+	s := Start(t, bins, Options{Executors: 1, Env: []string{"CAPSTAN_METRICS_REFRESH=200ms"}})
+	schedAddr := s.LoggedAddr("scheduler", "scheduler started", "metrics")
+	abortAddr := s.LoggedAddr("abort-reconciler", "serving health and metrics", "addr")
 	var spec api.WorkflowSpec
 	require.NoError(t, yaml.UnmarshalStrict([]byte(observedSpec), &spec))
 	name := create(t, s, spec)

@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -135,8 +137,6 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	if o.Redis.Addr != "" {
 		s.FlushRedis() // redistest flushes the databases it leases
 	}
-	port := freePort(t)
-	s.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	s.Token, s.WorkerToken, s.InternalToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
 	s.env = []string{
 		"CAPSTAN_ADMIN_TOKEN=" + s.Token,
@@ -145,8 +145,6 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		"CAPSTAN_DATABASE_URL=" + s.DBURL,
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
-		fmt.Sprintf("CAPSTAN_API_ADDR=127.0.0.1:%d", port),
-		"CAPSTAN_API_URL=" + s.APIURL,
 		"CAPSTAN_DATA_DIR=" + s.DataDir,
 	}
 	if !o.Defaults {
@@ -154,7 +152,11 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	}
 	s.env = append(s.env, o.Env...)
 	t.Cleanup(s.stopAll)
-	s.StartService("api")
+	// The api binds a port of the kernel's choosing, so no other process can
+	// take it between a pick and the bind; restarts reuse it.
+	addr := s.startAPIOnAnyPort("api")
+	s.APIURL = "http://" + addr
+	s.env = append(s.env, "CAPSTAN_API_ADDR="+addr, "CAPSTAN_API_URL="+s.APIURL)
 	s.StartService("scheduler")
 	s.StartService("abort-reconciler")
 	for i := 1; i <= o.Executors; i++ {
@@ -217,7 +219,7 @@ func (s *Stack) StartService(name string, extraEnv ...string) *Proc {
 	env := append([]string{}, extraEnv...)
 	switch bin {
 	case "scheduler", "abort-reconciler":
-		env = append(env, fmt.Sprintf("CAPSTAN_METRICS_ADDR=127.0.0.1:%d", freePort(s.t)))
+		env = append(env, "CAPSTAN_METRICS_ADDR=127.0.0.1:0") // read it with LoggedAddr
 	}
 	if s.opts.ServiceEnv != nil {
 		env = append(env, s.opts.ServiceEnv(name)...)
@@ -241,9 +243,7 @@ func serviceOf(name string) string {
 // base URL once it is ready.
 func (s *Stack) StartAPI(i int) string {
 	s.t.Helper()
-	port := freePort(s.t)
-	s.StartService(fmt.Sprintf("api-%d", i), fmt.Sprintf("CAPSTAN_API_ADDR=127.0.0.1:%d", port))
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	url := "http://" + s.startAPIOnAnyPort(fmt.Sprintf("api-%d", i))
 	s.Eventually(15*time.Second, "api replica ready", func() bool {
 		resp, err := http.Get(url + "/readyz")
 		if err != nil {
@@ -253,6 +253,38 @@ func (s *Stack) StartAPI(i int) string {
 		return resp.StatusCode == http.StatusOK
 	})
 	return url
+}
+
+// startAPIOnAnyPort starts api process name on a loopback port the kernel
+// picks and returns the address it listens on.
+func (s *Stack) startAPIOnAnyPort(name string) string {
+	s.t.Helper()
+	s.StartService(name, "CAPSTAN_API_ADDR=127.0.0.1:0")
+	return s.LoggedAddr(name, "api listening", "addr")
+}
+
+// LoggedAddr waits until process name logs a JSON line whose msg is msg and
+// returns that line's field key: the address a service bound when told to
+// listen on port 0 ("api listening"/"addr", "scheduler started"/"metrics",
+// "serving health and metrics"/"addr").
+func (s *Stack) LoggedAddr(name, msg, key string) string {
+	s.t.Helper()
+	var addr string
+	s.Eventually(15*time.Second, name+" logs "+msg, func() bool {
+		b, err := os.ReadFile(s.Proc(name).Log)
+		if err != nil {
+			return false
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			var rec map[string]any
+			if json.Unmarshal(line, &rec) == nil && rec["msg"] == msg {
+				addr, _ = rec[key].(string)
+				return addr != ""
+			}
+		}
+		return false
+	})
+	return addr
 }
 
 // Proc returns the process last started under name, or nil.
