@@ -20,8 +20,9 @@ import (
 // Both are this host's clock. It splits the time at the attempt's created_at
 // (the scheduler's clock when the pass binds the task). Tasks created in the
 // first CAPSTAN_BENCH_WARMUP (2s) are not counted. Beforehand it records what
-// the idle stack's processes and Redis use in 5 s (the queue polling the
-// executors' CAPSTAN_POLL_INTERVAL sets). Target p99 ≤ 25 ms.
+// the idle stack's processes and Redis use in 5 s (the services' queue
+// polls and the executors' blocking pops on their wake lists). Target p99
+// ≤ 25 ms.
 // CAPSTAN_BENCH_DISPATCH_REPLICAS (1) offers the same tasks as runs of that
 // many replicas, at rate/replicas runs per second.
 func BenchmarkDispatchLatency(b *testing.B) {

@@ -115,9 +115,10 @@ var testEnv = []string{
 	"ABORT_INITIAL_DELAY=50ms",
 	"ABORT_MAX_DELAY=500ms",
 	"ABORT_RESYNC_PERIOD=2s",
-	// Executors poll their queues every 5ms by default; race builds of many
-	// parallel stacks cannot afford it, and no test measures dispatch.
-	"CAPSTAN_POLL_INTERVAL=50ms",
+	// Executors learn of attempts from their wake lists; their queue's poll
+	// (1s by default) is a fallback, but asynq's shutdown waits out the
+	// poll's sleep, which teardowns and restarts should not.
+	"CAPSTAN_POLL_INTERVAL=200ms",
 }
 
 // Start brings a stack up and waits until the api is ready and every

@@ -17,6 +17,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // Queues.
@@ -167,6 +168,9 @@ type Enqueuer struct {
 	// Payloads, when set, observes each task's payload size (kind
 	// queue_payload). Default nil: not observed.
 	Payloads *obs.PayloadSizes
+	// Wake, when set, is the Redis that Dispatch pushes executors' wake-ups
+	// to. Default nil: executors learn of attempts from their queue alone.
+	Wake redis.UniversalClient
 }
 
 // NewEnqueuer wraps an asynq client.

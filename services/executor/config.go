@@ -63,11 +63,11 @@ type Config struct {
 	HeartbeatInterval time.Duration `env:"CAPSTAN_HEARTBEAT_INTERVAL" envDefault:"1s"`
 	// PollInterval is how often an idle consumer polls its queue (asynq
 	// TaskCheckInterval: it sleeps half of it to one and a half between
-	// empty polls); it bounds dispatch latency. Each idle executor then makes
-	// about 1/PollInterval polls a second (200 at 5ms: a few percent of a core
-	// here and in Redis, see docs/benchmarks.md). Env CAPSTAN_POLL_INTERVAL,
-	// default 5ms.
-	PollInterval time.Duration `env:"CAPSTAN_POLL_INTERVAL" envDefault:"5ms"`
+	// empty polls). New attempts arrive at once through the worker's wake
+	// list (a blocking Redis pop), so the poll only bounds how late an
+	// attempt whose wake-up was lost starts. Env CAPSTAN_POLL_INTERVAL,
+	// default 1s.
+	PollInterval time.Duration `env:"CAPSTAN_POLL_INTERVAL" envDefault:"1s"`
 	// KillGrace is the time between SIGTERM and SIGKILL when aborting an
 	// attempt whose spec gives no kill_grace_ms (a step's kill_grace always
 	// wins; the api sends it). Env CAPSTAN_KILL_GRACE, default

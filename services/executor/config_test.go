@@ -32,7 +32,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 4, cfg.Slots)
 	require.Equal(t, "./.data/executor", cfg.DataDir)
 	require.Equal(t, time.Second, cfg.HeartbeatInterval)
-	require.Equal(t, 5*time.Millisecond, cfg.PollInterval)
+	require.Equal(t, time.Second, cfg.PollInterval)
 	require.Zero(t, cfg.KillGrace, "unset: the supervisor's default, domain.DefaultKillGrace; a spec's kill_grace_ms wins")
 	require.Equal(t, "auto", cfg.ContainerRuntime)
 	require.Equal(t, 64<<10, cfg.LogLimit)

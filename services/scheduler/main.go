@@ -39,6 +39,7 @@ func run(cfg config, log *slog.Logger) error {
 		}
 		defer stopTracing()
 		enq := queue.NewEnqueuer(deps.Client, log)
+		enq.Wake = deps.Redis
 		if enq.Payloads, err = obs.NewPayloadSizes(deps.Registry); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // Deps are what the control-plane services (api, scheduler, abort
@@ -28,6 +29,9 @@ type Deps struct {
 	Client *asynq.Client
 	// Inspector reads the asynq queues in the same Redis.
 	Inspector *asynq.Inspector
+	// Redis is a plain client of the same Redis, for what is not a queue
+	// (executors' wake lists).
+	Redis redis.UniversalClient
 	// Registry is the service's Prometheus registry, with the Go and
 	// process collectors; its /metrics serves it.
 	Registry *prometheus.Registry
@@ -49,6 +53,7 @@ func Open(ctx context.Context, c svc.Common) (*Deps, error) {
 		Store:     st,
 		Client:    asynq.NewClient(c.Redis()),
 		Inspector: asynq.NewInspector(c.Redis()),
+		Redis:     c.Redis().MakeRedisClient().(redis.UniversalClient),
 		Registry:  reg,
 	}, nil
 }
@@ -70,10 +75,10 @@ func (d *Deps) Ready(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close closes the inspector, the client and the store, and returns their
+// Close closes the inspector, the clients and the store, and returns their
 // errors joined.
 func (d *Deps) Close() error {
-	return errors.Join(d.Inspector.Close(), d.Client.Close(), d.Store.Close())
+	return errors.Join(d.Inspector.Close(), d.Client.Close(), d.Redis.Close(), d.Store.Close())
 }
 
 // Run is the life of a control-plane service: it opens Deps with a context

@@ -42,7 +42,8 @@ type Config struct {
 	// HeartbeatInterval is the time between heartbeats. Default 1s.
 	HeartbeatInterval time.Duration
 	// PollInterval is asynq's TaskCheckInterval: an idle consumer polls its
-	// queue about this often, which bounds dispatch latency. Default 5ms.
+	// queue about this often. The wake list brings new attempts at once, so
+	// this bounds only the latency of what the wake list missed. Default 1s.
 	PollInterval time.Duration
 	// IDFile, when set, is rewritten with the worker id after each
 	// registration.
@@ -64,6 +65,7 @@ type Agent struct {
 	log    *slog.Logger
 
 	beatNow chan struct{} // asks for a heartbeat at once
+	taken   *taken        // attempts started or dropped for good (see take)
 
 	mu          sync.Mutex
 	id          uuid.UUID // the current worker id; zero before the first registration
@@ -76,7 +78,7 @@ type Agent struct {
 func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, cfg Config, log *slog.Logger) (*Agent, error) {
 	cfg.Slots = cmp.Or(cfg.Slots, 4)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
-	cfg.PollInterval = cmp.Or(cfg.PollInterval, 5*time.Millisecond)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.RegisterBackoff = cmp.Or(cfg.RegisterBackoff, 200*time.Millisecond)
 	cfg.FullRetryDelay = cmp.Or(cfg.FullRetryDelay, 200*time.Millisecond)
 	switch {
@@ -87,7 +89,8 @@ func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, c
 	case cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 || cfg.RegisterBackoff < 0 || cfg.FullRetryDelay < 0:
 		return nil, errors.New("agent: intervals must not be negative")
 	}
-	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log, beatNow: make(chan struct{}, 1)}, nil
+	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log, beatNow: make(chan struct{}, 1),
+		taken: newTaken()}, nil
 }
 
 // WorkerID returns the current worker id, or "" before the first

@@ -33,6 +33,7 @@ type fixture struct {
 	sup   *supervisor.Supervisor
 	queue *asynq.Client
 	insp  *asynq.Inspector
+	rdb   asynq.RedisClientOpt
 }
 
 // run starts an executor's agent and supervisor against the fake api and
@@ -52,7 +53,8 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	ag, err := agent.New(client, sup, rdb, cfg, log)
 	require.NoError(t, err)
 
-	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb)}
+	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
+		rdb: rdb}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()

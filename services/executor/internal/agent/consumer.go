@@ -15,16 +15,18 @@ import (
 
 // Consumer settings that are not worth a knob.
 const (
-	// delayedCheck is asynq's DelayedTaskCheckInterval: retries become
-	// pending this often, so a retry after "all slots busy" is not late.
-	delayedCheck = 100 * time.Millisecond
+	// delayedCheck is asynq's DelayedTaskCheckInterval: retries (after
+	// "all slots busy", rare: the scheduler places on free slots) become
+	// pending this often. Each check is two Redis commands.
+	delayedCheck = time.Second
 	// shutdownTimeout bounds asynq's shutdown; handlers return at once.
 	shutdownTimeout = 2 * time.Second
 	// maxTaskRetryDelay caps the retry delay of a failed attempt:run task.
 	maxTaskRetryDelay = 30 * time.Second
 )
 
-// consume runs an asynq server on queue worker:<id> until ctx ends.
+// consume runs an asynq server on queue worker:<id>, and reads the worker's
+// wake list, until ctx ends.
 func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	q := queue.WorkerQueue(id.String())
 	srv := asynq.NewServer(a.redis, asynq.Config{
@@ -48,41 +50,49 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 		return
 	}
 	a.log.Info("consuming", "queue", q)
-	<-ctx.Done()
+	a.wake(ctx, id)
 	srv.Shutdown()
 }
 
-// handleAttemptRun takes attempt:run. It drops an attempt the control plane
-// does not know, does not want run, or gave to another worker; does nothing
-// for an attempt already held (a re-delivery); and otherwise starts it and
-// returns at once: the process outlives the task. Errors:
-// supervisor.ErrFull (retried after FullRetryDelay), a failure to read the
-// attempt (retried with backoff).
+// handleAttemptRun takes attempt:run (see take).
 func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	log := a.log.With("attempt_id", p.AttemptID)
-	if a.sup.Holds(p.AttemptID) {
-		log.Debug("attempt already held")
+	return a.take(ctx, worker, p.AttemptID)
+}
+
+// take is one delivery of an attempt, from the queue or the wake list. It
+// does nothing for an attempt already taken (held, or started or dropped
+// by the other delivery); it drops an attempt the control plane does not
+// know, does not want run, or gave to another worker; and otherwise starts
+// it and returns at once: the process outlives the delivery. Errors:
+// supervisor.ErrFull (the queued task is retried after FullRetryDelay), a
+// failure to read the attempt (retried with backoff).
+func (a *Agent) take(ctx context.Context, worker uuid.UUID, id int64) error {
+	log := a.log.With("attempt_id", id)
+	if a.sup.Holds(id) || a.taken.Contains(id) {
+		log.Debug("attempt already taken")
 		return nil
 	}
-	spec, err := a.client.Attempt(ctx, p.AttemptID)
+	spec, err := a.client.Attempt(ctx, id)
 	switch {
 	case errors.Is(err, ErrAttemptNotFound):
 		log.Info("attempt unknown to the control plane; dropped")
-		return nil
 	case err != nil:
 		return err
 	case !spec.Proceed:
 		log.Info("attempt must not run; dropped", "state", spec.State)
-		return nil
 	case spec.WorkerId != nil && *spec.WorkerId != worker.String():
 		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
-		return nil
+	default:
+		if err := a.sup.StartInTrace(ctx, spec); err != nil {
+			return err
+		}
 	}
-	return a.sup.StartInTrace(ctx, spec)
+	a.taken.Add(id, struct{}{})
+	return nil
 }
 
 // retryDelay is asynq's RetryDelayFunc: FullRetryDelay when every slot was

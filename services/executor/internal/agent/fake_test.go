@@ -190,6 +190,19 @@ func (f *fakeAPI) registered() []string {
 	return append([]string{}, f.workers...)
 }
 
+// reads counts the reads of attempt id.
+func (f *fakeAPI) reads(id int64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, g := range f.gets {
+		if g == id {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *fakeAPI) fetched(id int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
