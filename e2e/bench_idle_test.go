@@ -62,7 +62,7 @@ func BenchmarkIdleExecutor(b *testing.B) {
 			"\"lua\" is what scripts ran, counted in the total, sent by no client"
 	}
 	b.ReportMetric(execCores, "exec-cores")
-	report(b, "idle_executor", benchResult{Title: "Idle executor (10 s after registering)",
+	report(b, "idle_executor", benchResult{Title: fmt.Sprintf("Idle executor (%s after registering)", window),
 		Result: fmt.Sprintf("executor %.3f core, %.0f Redis commands/s (stack total %.0f/s)", execCores, execCmds, total),
 		Target: "executor ≤ 0.01 core and ≤ 10 Redis commands/s", Met: execCores <= 0.01 && execCmds <= 10,
 		Figures: figures})
