@@ -48,7 +48,7 @@ func BenchmarkAbortLatency(b *testing.B) {
 		Result: fmt.Sprintf("p50 %.0f ms, p99 %.0f ms over %d aborts", ms(p50), ms(p99), len(d)),
 		Target: "p99 ≤ 500 ms", Met: p99 <= 500*time.Millisecond,
 		Figures: map[string]any{"aborts": len(d), "p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(d[len(d)-1]),
-			"min_ms": ms(d[0]), "cpu": usage}})
+			"min_ms": ms(d[0]), "cpu": usage, "peak_rss_mib": r.PeakRSS()}})
 }
 
 // abortOne aborts run name and returns how long until process group pgid is

@@ -75,5 +75,5 @@ func BenchmarkAPIGetRun(b *testing.B) {
 		Figures: map[string]any{"rate_per_s": rate, "duration_s": dur.Seconds(), "requests": n,
 			"achieved_per_s": round(float64(n)/elapsed.Seconds(), 1), "sent_late": late, "p50_ms": ms(p50),
 			"p99_ms": ms(p99), "p999_ms": ms(lat[min(len(lat)-1, len(lat)*999/1000)]), "max_ms": ms(lat[len(lat)-1]),
-			"cpu": usage}})
+			"cpu": usage, "peak_rss_mib": r.PeakRSS()}})
 }

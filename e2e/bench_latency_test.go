@@ -86,7 +86,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 			"p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(total[len(total)-1]),
 			"pending_to_assigned_p50_ms": ms(percentile(toAssigned, 50)), "pending_to_assigned_p99_ms": ms(percentile(toAssigned, 99)),
 			"assigned_to_running_p50_ms": ms(percentile(toRunning, 50)), "assigned_to_running_p99_ms": ms(percentile(toRunning, 99)),
-			"cpu": usage, "idle_cpu": idleUsage, "edges": "tasks.created_at (scheduler clock at the task's insert) → attempts.started_at (api clock at the RUNNING report)"}})
+			"cpu": usage, "idle_cpu": idleUsage, "peak_rss_mib": r.PeakRSS(), "edges": "tasks.created_at (scheduler clock at the task's insert) → attempts.started_at (api clock at the RUNNING report)"}})
 }
 
 // secs converts seconds to a Duration.

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 )
 
@@ -36,6 +39,7 @@ func BenchmarkThroughput(b *testing.B) {
 	figures := map[string]any{}
 	met := true
 	var lines []string
+	var rss []map[string]float64
 	for _, sh := range shapes {
 		runs := max(total/sh.replicas, 1)
 		var f throughputFigures
@@ -48,7 +52,9 @@ func BenchmarkThroughput(b *testing.B) {
 		fig := map[string]any{"runs": runs, "replicas": sh.replicas, "tasks": runs * sh.replicas,
 			"elapsed_s": round(f.Elapsed.Seconds(), 3), "submit_s": round(f.Submit.Seconds(), 3),
 			"runs_done_s": round(f.RunsDone.Seconds(), 3), "tasks_per_s": round(f.TasksPerSec, 1),
-			"pg_xacts_per_task": round(f.XactsPerTask, 1), "cpu": f.CPU, "pgbench_seconds": max(secs, 5)}
+			"pg_xacts_per_task": round(f.XactsPerTask, 1), "cpu": f.CPU, "pgbench_seconds": max(secs, 5),
+			"peak_rss_mib": f.PeakRSS}
+		rss = append(rss, f.PeakRSS)
 		line := fmt.Sprintf("%s: %.0f tasks/s", sh.name, f.TasksPerSec)
 		if ok {
 			ratio := f.TasksPerSec / (pg.TPS / 3)
@@ -67,6 +73,7 @@ func BenchmarkThroughput(b *testing.B) {
 	figures["pgbench_clients"] = envInt("CAPSTAN_BENCH_PGBENCH_CLIENTS", 1)
 	figures["slots_per_executor"] = envInt("CAPSTAN_BENCH_SLOTS", 100)
 	figures["executors"] = 2
+	figures["peak_rss_mib"] = maxRSS(rss...) // the larger of the two stacks', per process
 	if len(lines) == 0 {
 		return
 	}
@@ -84,6 +91,8 @@ type throughputFigures struct {
 	RunsDone    time.Duration
 	TasksPerSec float64
 	CPU         map[string]any
+	// PeakRSS is each service's peak RSS in MiB, read before teardown.
+	PeakRSS map[string]float64
 	// XactsPerTask is the Postgres transactions (each statement outside one
 	// counts as one) the stack's database committed per task.
 	XactsPerTask float64
@@ -100,13 +109,37 @@ func measureThroughput(b *testing.B, runs, replicas int) throughputFigures {
 	xacts := pgXacts(b, db)
 	profiled := r.Profile(b, fmt.Sprintf("throughput-%d", replicas), envDuration("CAPSTAN_BENCH_PROFILE_TIME", 10*time.Second))
 	start := time.Now()
+	submit := submitAll(b, c, runs, "tp", spec)
+	waitTasks(b, db, runs*replicas, 15*time.Minute)
+	var last time.Time
+	if err := db.QueryRow(`SELECT max(ended_at) FROM tasks`).Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	waitRuns(b, db, runs, 5*time.Minute)
+	f := throughputFigures{Elapsed: last.Sub(start), Submit: submit, RunsDone: time.Since(start), CPU: cpu.Stop(),
+		XactsPerTask: float64(pgXacts(b, db)-xacts) / float64(runs*replicas)}
+	profiled()
+	f.PeakRSS = r.PeakRSS()
+	f.TasksPerSec = float64(runs*replicas) / f.Elapsed.Seconds()
+	fmt.Printf("throughput %d×%d: %d tasks in %s (%.0f/s); submitted in %s; runs done at %s; %.1f pg xacts/task; cpu %v\n",
+		runs, replicas, runs*replicas, f.Elapsed.Round(time.Millisecond), f.TasksPerSec, submit.Round(time.Millisecond),
+		f.RunsDone.Round(time.Millisecond), f.XactsPerTask, f.CPU)
+	return f
+}
+
+// submitAll creates runs runs of spec, named <prefix>-<i>, as fast as the
+// api takes them from CAPSTAN_BENCH_SUBMITTERS (16) concurrent clients, and
+// returns how long that took. Any refusal fails tb.
+func submitAll(tb testing.TB, c *api.ClientWithResponses, runs int, prefix string, spec api.WorkflowSpec) time.Duration {
+	tb.Helper()
+	start := time.Now()
 	names := make(chan int)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
 	for range envInt("CAPSTAN_BENCH_SUBMITTERS", 16) {
 		wg.Go(func() {
 			for i := range names {
-				if err := createRun(context.Background(), c, fmt.Sprintf("tp-%d", i), spec); err != nil {
+				if err := createRun(context.Background(), c, fmt.Sprintf("%s-%d", prefix, i), spec); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -120,26 +153,12 @@ func measureThroughput(b *testing.B, runs, replicas int) throughputFigures {
 	}
 	close(names)
 	wg.Wait()
-	submit := time.Since(start)
 	select {
 	case err := <-errs:
-		b.Fatalf("submit: %v", err)
+		tb.Fatalf("submit: %v", err)
 	default:
 	}
-	waitTasks(b, db, runs*replicas, 15*time.Minute)
-	var last time.Time
-	if err := db.QueryRow(`SELECT max(ended_at) FROM tasks`).Scan(&last); err != nil {
-		b.Fatal(err)
-	}
-	waitRuns(b, db, runs, 5*time.Minute)
-	f := throughputFigures{Elapsed: last.Sub(start), Submit: submit, RunsDone: time.Since(start), CPU: cpu.Stop(),
-		XactsPerTask: float64(pgXacts(b, db)-xacts) / float64(runs*replicas)}
-	profiled()
-	f.TasksPerSec = float64(runs*replicas) / f.Elapsed.Seconds()
-	fmt.Printf("throughput %d×%d: %d tasks in %s (%.0f/s); submitted in %s; runs done at %s; %.1f pg xacts/task; cpu %v\n",
-		runs, replicas, runs*replicas, f.Elapsed.Round(time.Millisecond), f.TasksPerSec, submit.Round(time.Millisecond),
-		f.RunsDone.Round(time.Millisecond), f.XactsPerTask, f.CPU)
-	return f
+	return time.Since(start)
 }
 
 // waitRuns waits until n runs SUCCEEDED, at most timeout.
@@ -260,4 +279,84 @@ func runPgbench(tb testing.TB, bin, dsn string, secs, clients int) float64 {
 	}
 	fmt.Printf("pgbench -N -T %d -c %d: %.0f tps\n", secs, clients, tps)
 	return tps
+}
+
+// BenchmarkDiamond measures how many runs of a four-step diamond DAG (a;
+// b and c after a; d after b and c; noop steps of one task each) a stack of
+// two executors of CAPSTAN_BENCH_SLOTS slots completes per second when
+// CAPSTAN_BENCH_DIAMONDS (1,000) are submitted as fast as the api takes
+// them, like BenchmarkThroughput's single-task shape. The clock runs from
+// the first submission to the last run's ended_at. Target: ≥ 0.4 × the
+// single-task runs/s that BenchmarkThroughput wrote to CAPSTAN_BENCH_OUT in
+// the same `make bench` (it is declared after BenchmarkThroughput so that
+// it runs after it); without that figure met is false, and the figures say
+// why.
+func BenchmarkDiamond(b *testing.B) {
+	runs := envInt("CAPSTAN_BENCH_DIAMONDS", 1000)
+	r := benchStack(b, 2, envInt("CAPSTAN_BENCH_SLOTS", 100))
+	c := loadClient(b, r.Stack, 64)
+	spec := api.WorkflowSpec{Mode: ptr(api.DAG), Steps: []api.Step{
+		{Name: "a", Plugin: ptr("noop")},
+		{Name: "b", Plugin: ptr("noop"), DependsOn: &[]string{"a"}},
+		{Name: "c", Plugin: ptr("noop"), DependsOn: &[]string{"a"}},
+		{Name: "d", Plugin: ptr("noop"), DependsOn: &[]string{"b", "c"}}}}
+	cpu := newCPUMeter(r)
+	xacts := pgXacts(b, r.db)
+	profiled := r.Profile(b, "diamond", envDuration("CAPSTAN_BENCH_PROFILE_TIME", 10*time.Second))
+	start := time.Now()
+	submit := submitAll(b, c, runs, "dia", spec)
+	waitTasks(b, r.db, runs*len(spec.Steps), 15*time.Minute)
+	waitRuns(b, r.db, runs, 5*time.Minute)
+	var last time.Time
+	if err := r.db.QueryRow(`SELECT max(ended_at) FROM runs`).Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	usage := cpu.Stop()
+	perRun := float64(pgXacts(b, r.db)-xacts) / float64(runs)
+	profiled()
+	elapsed := last.Sub(start)
+	rate := float64(runs) / elapsed.Seconds()
+	b.ReportMetric(rate, "runs/s")
+	figures := map[string]any{"runs": runs, "steps": len(spec.Steps), "tasks": runs * len(spec.Steps),
+		"elapsed_s": round(elapsed.Seconds(), 3), "submit_s": round(submit.Seconds(), 3),
+		"runs_per_s": round(rate, 1), "tasks_per_s": round(rate*float64(len(spec.Steps)), 1),
+		"pg_xacts_per_run": round(perRun, 1), "cpu": usage, "peak_rss_mib": r.PeakRSS(),
+		"slots_per_executor": envInt("CAPSTAN_BENCH_SLOTS", 100), "executors": 2}
+	result := fmt.Sprintf("%.0f runs/s (%.0f tasks/s)", rate, rate*float64(len(spec.Steps)))
+	met := false
+	if single, reason := singleRunsPerSec(); reason != "" {
+		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
+		result += ", ratio unmeasured"
+	} else {
+		ratio := rate / single
+		figures["throughput_single_runs_per_s"], figures["ratio"] = round(single, 1), round(ratio, 3)
+		met = ratio >= 0.4
+		result += fmt.Sprintf(", %.2f × single-task runs/s (%.0f)", ratio, single)
+	}
+	report(b, "diamond", benchResult{Title: "Diamond DAG runs (4 noop steps)", Result: result,
+		Target: "runs/s ≥ 0.4 × single-task runs/s of throughput", Met: met, Figures: figures})
+}
+
+// singleRunsPerSec reads the single-task runs/s (= tasks/s) of the
+// throughput summary in CAPSTAN_BENCH_OUT; reason says why it could not.
+func singleRunsPerSec() (rate float64, reason string) {
+	dir := os.Getenv("CAPSTAN_BENCH_OUT")
+	if dir == "" {
+		return 0, "CAPSTAN_BENCH_OUT unset: no throughput summary to compare with"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "throughput.json"))
+	if err != nil {
+		return 0, "throughput did not run in this make bench (scripts/bench Throughput selects it)"
+	}
+	var s struct {
+		Figures struct {
+			Single struct {
+				TasksPerS float64 `json:"tasks_per_s"`
+			} `json:"single"`
+		} `json:"figures"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil || s.Figures.Single.TasksPerS <= 0 {
+		return 0, "the throughput summary has no single-task figure"
+	}
+	return s.Figures.Single.TasksPerS, ""
 }

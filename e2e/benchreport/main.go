@@ -9,14 +9,17 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
-// scenarios are the keys in the order; others follow by name.
-var scenarios = []string{"throughput", "dispatch_latency", "abort_latency", "dead_worker_recovery", "scale", "api_get_run"}
+// scenarios are the keys in the table's order; others follow by name.
+var scenarios = []string{"throughput", "diamond", "dispatch_latency", "e2e_latency", "abort_latency",
+	"dead_worker_recovery", "scale", "api_get_run", "accept_bulk", "idle_executor", peakRSSKey}
 
 // summary is one scenario's summary as the benchmarks write it.
 type summary struct {
@@ -35,6 +38,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
+	}
+	if s, ok := peakRSS(all); ok {
+		all[peakRSSKey] = s
 	}
 	b, err := json.MarshalIndent(all, "", "  ")
 	if err == nil {
@@ -95,4 +101,52 @@ func table(all map[string]summary) string {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", s.Title, s.Result, s.Target, met)
 	}
 	return sb.String()
+}
+
+// peakRSSKey is the summary's entry that gathers every scenario's
+// peak_rss_mib.
+const peakRSSKey = "peak_rss"
+
+// apiRSSTarget is the api's peak RSS target, in MiB.
+const apiRSSTarget = 150.0
+
+// peakRSS builds the peak_rss entry: for each service (executor-1 and
+// executor-2 count as executor), the largest peak RSS in MiB any scenario
+// reported in its figures' peak_rss_mib, and the scenario that reported
+// it. ok is false when no scenario reported one. Met: the api's ≤ 150 MiB.
+func peakRSS(all map[string]summary) (summary, bool) {
+	peak, from := map[string]float64{}, map[string]string{}
+	for _, key := range slices.Sorted(maps.Keys(all)) {
+		m, _ := all[key].Figures["peak_rss_mib"].(map[string]any)
+		for proc, v := range m {
+			mib, _ := v.(float64)
+			svc := service(proc)
+			if mib > peak[svc] {
+				peak[svc], from[svc] = mib, key
+			}
+		}
+	}
+	if len(peak) == 0 {
+		return summary{}, false
+	}
+	api, measured := peak["api"]
+	var parts []string
+	for _, svc := range slices.Sorted(maps.Keys(peak)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f MiB", svc, peak[svc]))
+	}
+	return summary{Title: "Peak RSS (max over scenarios)", Result: strings.Join(parts, ", "),
+		Target: fmt.Sprintf("api ≤ %.0f MiB", apiRSSTarget), Met: measured && api <= apiRSSTarget,
+		Figures: map[string]any{"peak_rss_mib": peak, "scenario": from,
+			"source": "VmHWM of /proc/<pid>/status of each service, read at the end of each scenario before teardown"}}, true
+}
+
+// service returns the service a process name runs: the name less a "-<n>"
+// replica suffix (executor-2 → executor).
+func service(proc string) string {
+	if i := strings.LastIndexByte(proc, '-'); i > 0 {
+		if _, err := strconv.Atoi(proc[i+1:]); err == nil {
+			return proc[:i]
+		}
+	}
+	return proc
 }

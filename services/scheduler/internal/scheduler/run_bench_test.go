@@ -2,9 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -17,54 +20,181 @@ import (
 
 // BenchmarkSingleTaskRun times every store call and scheduler decision of
 // one single-task noop run, one goroutine, against the dev Postgres and
-// Redis, in the order the services make them: create and read back (api),
-// expand and start (the scheduler's advance), bind (the leader's pass, one
-// task), the executor's read, RUNNING and SUCCEEDED reports (api), then the
-// evaluation (the scheduler: ARC's worker rule, the task's fate, the job's
-// phase and the run's final advance, in one transaction). It compares one
-// change of a query or a decision with the next (`go test -bench
+// Redis, in the order the services make them: create (api), a read of the
+// run, expand and start (the scheduler's advance), bind (the leader's pass,
+// one task), the executor's read, RUNNING and SUCCEEDED reports (api), then
+// the evaluation (the scheduler: ARC's worker rule, the task's fate, the
+// job's phase and the run's final advance, in one transaction). It compares
+// one change of a query or a decision with the next (`go test -bench
 // SingleTaskRun ./internal/scheduler/`); the whole stack's figures are
 // `make bench`'s.
+//
+// It also reports what a run costs Postgres, without the benchmark's own
+// two reads (GetRun, GetAction: one statement and one transaction each):
+// statements/run, counted by the store's per-statement callback
+// (store.Config.OperationSeconds), and xacts/run, the transactions
+// pg_stat_database counted for the benchmark's own database (read from
+// another database, so that reading costs it nothing), see runXacts.
 func BenchmarkSingleTaskRun(b *testing.B) {
-	st := storetest.New(b)
 	ctx := context.Background()
-	redis := redistest.New(b)
-	client := asynq.NewClient(redis)
-	b.Cleanup(func() { client.Close() })
-	log := slog.New(slog.DiscardHandler)
-	s := New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
-	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	url := storetest.NewURL(b)
+	admin, err := sql.Open("pgx", storetest.AdminURL())
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { admin.Close() })
+	x := &xactMeter{db: admin, url: url}
+	client := asynq.NewClient(redistest.New(b))
+	b.Cleanup(func() { client.Close() })
+	log := slog.New(slog.DiscardHandler)
+	newScheduler := func(st *store.Store) *Scheduler {
+		return New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
+	}
+	var w store.Worker
+	x.phase(b, nil, func(st *store.Store) {
+		if w, err = st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8}); err != nil {
+			b.Fatal(err)
+		}
+	})
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
 	spec.Normalize()
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		key := domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("r%d", i)}
-		benchMust(b, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
-		benchMust(b, func() error { _, err := st.GetRun(ctx, key); return err })
-		benchMust(b, func() error { _, err := s.advance(ctx, key); return err })
-		d, err := st.GetAction(ctx, key.Action("s"))
-		if err != nil || len(d.Tasks) != 1 {
-			b.Fatalf("tasks of %s: %v (%d)", key, err, len(d.Tasks))
+	one := x.phase(b, nil, func(st *store.Store) { singleTaskRun(b, st, newScheduler(st), w, spec, "one") })
+	statements := store.NewOperationSeconds()
+	n := x.phase(b, statements, func(st *store.Store) {
+		s := newScheduler(st)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			singleTaskRun(b, st, s, w, spec, fmt.Sprintf("r%d", i))
 		}
-		a, ok, err := storetest.AssignTask(ctx, st, d.Tasks[0].Task.ID, w.ID)
-		if err != nil || !ok {
-			b.Fatalf("assign: %v %t", err, ok)
+	})
+	if b.N < 2 {
+		return // runXacts needs two runs at least
+	}
+	counts := statementCounts(b, statements)
+	own := counts["GetRun"] + counts["GetAction"]
+	b.ReportMetric(float64(counts[""]-own)/float64(b.N), "statements/run")
+	b.ReportMetric(runXacts(one, n, b.N)-float64(own)/float64(b.N), "xacts/run")
+}
+
+// runXacts returns the transactions one run costs from the counts of a
+// phase of one run (one) and of a phase of n runs (many), each on a fresh
+// pool: their difference leaves out what a phase pays once, the pool's
+// ping and each connection's first use of a statement (pgx prepares it in
+// a round trip of its own, which Postgres counts as a transaction).
+func runXacts(one, many int64, n int) float64 {
+	return float64(many-one) / float64(n-1)
+}
+
+// xactMeter counts the transactions of the benchmark's database.
+type xactMeter struct {
+	db  *sql.DB // on another database of the same server
+	url string
+}
+
+// phase opens a store on the benchmark's database (its statements counted
+// into statements when set), runs f, closes the store, waits until its
+// connections' backends exited (a backend's counts reach pg_stat_database
+// when it exits, and within 1-10 s of going idle before that) and returns
+// the transactions pg_stat_database counted meanwhile.
+func (x *xactMeter) phase(b *testing.B, statements *prometheus.HistogramVec, f func(st *store.Store)) int64 {
+	b.Helper()
+	before := x.count(b)
+	st, err := store.Open(context.Background(), x.url, store.Config{MaxOpenConns: 10, OperationSeconds: statements})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f(st)
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for x.backends(b) > 0 {
+		if time.Now().After(deadline) {
+			b.Fatal("the store's backends did not exit in 30s")
 		}
-		benchMust(b, func() error { _, err := st.GetAttemptRun(ctx, a.ID); return err })
-		exit := 0
-		for _, r := range []store.Report{{State: domain.TaskRunning}, {State: domain.TaskSucceeded, ExitCode: &exit}} {
-			benchMust(b, func() error { _, err := st.ReportAttempt(ctx, a.ID, r); return err })
+		<-time.After(10 * time.Millisecond) // the polling interval
+	}
+	return x.count(b) - before
+}
+
+// count returns xact_commit + xact_rollback of the benchmark's database.
+func (x *xactMeter) count(b *testing.B) int64 {
+	b.Helper()
+	var n int64
+	if err := x.db.QueryRow(`SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`,
+		x.dbName()).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// backends counts the connections open to the benchmark's database.
+func (x *xactMeter) backends(b *testing.B) int {
+	b.Helper()
+	var n int
+	if err := x.db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, x.dbName()).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+func (x *xactMeter) dbName() string {
+	u := x.url[strings.LastIndexByte(x.url, '/')+1:]
+	name, _, _ := strings.Cut(u, "?")
+	return name
+}
+
+// statementCounts returns the statements h counted by operation, and their
+// sum under "".
+func statementCounts(b *testing.B, h *prometheus.HistogramVec) map[string]int64 {
+	b.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			n := int64(m.GetHistogram().GetSampleCount())
+			out[""] += n
+			for _, l := range m.GetLabel() {
+				out[l.GetValue()] += n
+			}
 		}
-		ev, err := s.evaluate(ctx, a.ID)
-		if err != nil || ev.ActionPhase != domain.PhaseSucceeded {
-			b.Fatalf("evaluate: %v %s", err, ev.ActionPhase)
-		}
-		if ev.Advance == nil || ev.Advance.Phase != domain.PhaseSucceeded {
-			b.Fatalf("advance: %+v", ev.Advance)
-		}
+	}
+	return out
+}
+
+// singleTaskRun makes every store call (st) and scheduler decision (s) of
+// single-task run name, with its task bound to worker w.
+func singleTaskRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spec domain.WorkflowSpec, name string) {
+	b.Helper()
+	ctx := context.Background()
+	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
+	benchMust(b, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
+	benchMust(b, func() error { _, err := st.GetRun(ctx, key); return err })
+	benchMust(b, func() error { _, err := s.advance(ctx, key); return err })
+	d, err := st.GetAction(ctx, key.Action("s"))
+	if err != nil || len(d.Tasks) != 1 {
+		b.Fatalf("tasks of %s: %v (%d)", key, err, len(d.Tasks))
+	}
+	a, ok, err := storetest.AssignTask(ctx, st, d.Tasks[0].Task.ID, w.ID)
+	if err != nil || !ok {
+		b.Fatalf("assign: %v %t", err, ok)
+	}
+	benchMust(b, func() error { _, err := st.GetAttemptRun(ctx, a.ID); return err })
+	exit := 0
+	for _, r := range []store.Report{{State: domain.TaskRunning}, {State: domain.TaskSucceeded, ExitCode: &exit}} {
+		benchMust(b, func() error { _, err := st.ReportAttempt(ctx, a.ID, r); return err })
+	}
+	ev, err := s.evaluate(ctx, a.ID)
+	if err != nil || ev.ActionPhase != domain.PhaseSucceeded {
+		b.Fatalf("evaluate: %v %s", err, ev.ActionPhase)
+	}
+	if ev.Advance == nil || ev.Advance.Phase != domain.PhaseSucceeded {
+		b.Fatalf("advance: %+v", ev.Advance)
 	}
 }
 
