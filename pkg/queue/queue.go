@@ -179,12 +179,14 @@ func NewEnqueuer(c *asynq.Client, log *slog.Logger) *Enqueuer {
 }
 
 // Enqueue enqueues t with ctx's trace context in its headers (see
-// obs.InjectTask); a TaskID conflict (the same work is already queued,
+// obs.InjectTask) and, when Wake is set and t is due now on the Scheduler
+// queue, announces it on that queue's wake list (see WakeConsumer); a
+// TaskID conflict (the same work is already queued,
 // running or in backoff) is counted, logged at debug and not an error.
 func (e *Enqueuer) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) error {
 	obs.InjectTask(ctx, t)
 	e.Payloads.Observe(obs.KindQueuePayload, len(t.Payload()))
-	_, err := e.client.EnqueueContext(ctx, t, opts...)
+	info, err := e.client.EnqueueContext(ctx, t, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
 		e.Duplicates.Add(1)
 		e.log.Debug("enqueue deduplicated", "type", t.Type())
@@ -192,6 +194,10 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Opt
 	}
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", t.Type(), err)
+	}
+	if e.Wake != nil && info.Queue == Scheduler && info.State == asynq.TaskStatePending {
+		e.push(ctx, WakeKey(Scheduler), string(mustJSON(Wakeup{ID: info.ID, Type: info.Type, Payload: info.Payload,
+			Headers: info.Headers})))
 	}
 	return nil
 }

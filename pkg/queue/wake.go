@@ -8,9 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WakeKey is the Redis list an executor blocks on for new attempts:
-// "capstan:wake:<worker id>". Its items are attempt ids in decimal.
-func WakeKey(workerID string) string { return "capstan:wake:" + workerID }
+// WakeKey is the Redis list a queue's consumers block on to hear of new
+// tasks at once: "capstan:wake:<queue>". The items of a worker queue's list
+// are attempt ids in decimal (see Dispatch); those of the Scheduler queue's
+// are Wakeups in JSON (see Enqueue and WakeConsumer).
+func WakeKey(queue string) string { return "capstan:wake:" + queue }
 
 // WakeTTL is how long a wake list outlives its last push: the lists of
 // executors that went away expire by themselves.
@@ -32,14 +34,20 @@ func (e *Enqueuer) Dispatch(ctx context.Context, workerID string, attemptID int6
 	if e.Wake == nil {
 		return nil
 	}
-	key := WakeKey(workerID)
+	e.push(ctx, WakeKey(WorkerQueue(workerID)), strconv.FormatInt(attemptID, 10))
+	return nil
+}
+
+// push puts item on the wake list key and renews the list's expiry, in one
+// round trip. A failure is logged at debug: the queued task is the durable
+// path.
+func (e *Enqueuer) push(ctx context.Context, key, item string) {
 	_, err := e.Wake.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.LPush(ctx, key, strconv.FormatInt(attemptID, 10))
+		p.LPush(ctx, key, item)
 		p.PExpire(ctx, key, WakeTTL)
 		return nil
 	})
 	if err != nil {
-		e.log.Debug("wake push failed; the queued task delivers the attempt", "attempt_id", attemptID, "err", err)
+		e.log.Debug("wake push failed; the queued task delivers it", "key", key, "err", err)
 	}
-	return nil
 }

@@ -30,7 +30,7 @@ func TestDispatchQueuesAndWakes(t *testing.T) {
 	require.NoError(t, enq.Dispatch(ctx, "w1", 41))
 	_, err := insp.GetTaskInfo(queue.WorkerQueue("w1"), "attempt:41")
 	require.NoError(t, err, "queued")
-	n, err := rc.Exists(ctx, queue.WakeKey("w1")).Result()
+	n, err := rc.Exists(ctx, queue.WakeKey(queue.WorkerQueue("w1"))).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "no wake list without a Wake client")
 
@@ -38,10 +38,10 @@ func TestDispatchQueuesAndWakes(t *testing.T) {
 	require.NoError(t, enq.Dispatch(ctx, "w1", 42))
 	_, err = insp.GetTaskInfo(queue.WorkerQueue("w1"), "attempt:42")
 	require.NoError(t, err, "queued")
-	items, err := rc.LRange(ctx, queue.WakeKey("w1"), 0, -1).Result()
+	items, err := rc.LRange(ctx, queue.WakeKey(queue.WorkerQueue("w1")), 0, -1).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{"42"}, items)
-	ttl, err := rc.PTTL(ctx, queue.WakeKey("w1")).Result()
+	ttl, err := rc.PTTL(ctx, queue.WakeKey(queue.WorkerQueue("w1"))).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0))
 	require.LessOrEqual(t, ttl, queue.WakeTTL)
@@ -50,7 +50,7 @@ func TestDispatchQueuesAndWakes(t *testing.T) {
 	// every Dispatch wakes: the executor dedupes what it already took.
 	require.NoError(t, enq.Dispatch(ctx, "w1", 42))
 	require.Equal(t, int64(1), enq.Duplicates.Load())
-	items, err = rc.LRange(ctx, queue.WakeKey("w1"), 0, -1).Result()
+	items, err = rc.LRange(ctx, queue.WakeKey(queue.WorkerQueue("w1")), 0, -1).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{"42", "42"}, items)
 }

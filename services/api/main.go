@@ -46,7 +46,9 @@ func run(cfg config, log *slog.Logger) error {
 		// One LISTEN connection for every event stream of this process.
 		hub := feed.New(cfg.DatabaseURL, 0, log)
 		go func() { _ = hub.Run(ctx) }()
-		e := server.New(server.Deps{Store: deps.Store, Enqueuer: queue.NewEnqueuer(deps.Client, log),
+		enq := queue.NewEnqueuer(deps.Client, log)
+		enq.Wake = deps.Redis // the scheduler hears of new work at once
+		e := server.New(server.Deps{Store: deps.Store, Enqueuer: enq,
 			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Queues: queues, Feed: hub},
 			cfg.server())
 		srv, err := svc.Listen(cfg.Addr, e)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/pkg/obs"
@@ -54,6 +55,13 @@ func run(cfg config, log *slog.Logger) error {
 			return fmt.Errorf("start consumer: %w", err)
 		}
 		defer consumer.Shutdown()
+		// New tasks announced on the wake list are taken at once, not at
+		// the queue's next poll.
+		wake := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: cfg.Redis(), Inspector: deps.Inspector,
+			Enqueuer: enq, Handler: mux, Concurrency: cfg.Workers, Log: log}
+		var wg sync.WaitGroup
+		wg.Go(func() { wake.Run(ctx) })
+		defer wg.Wait()
 		health, err := svc.NewHealthServer(cfg.MetricsAddr, deps.Registry, deps.Ready)
 		if err != nil {
 			return fmt.Errorf("listen metrics: %w", err)

@@ -57,7 +57,7 @@ func (a *Agent) wake(ctx context.Context, id uuid.UUID) {
 			_ = rc.Close()
 		}
 	}()
-	key := queue.WakeKey(id.String())
+	key := queue.WakeKey(queue.WorkerQueue(id.String()))
 	for ctx.Err() == nil {
 		res, err := rc.BLPop(ctx, wakeBlock, key).Result()
 		switch {

@@ -26,7 +26,7 @@ func TestWakeListStartsAnAttempt(t *testing.T) {
 	f := run(t, fake, agent.Config{})
 	worker := f.agent.WorkerID()
 	fake.addAttempt(shell(21, worker, "true"))
-	require.NoError(t, f.redis(t).LPush(context.Background(), queue.WakeKey(worker), strconv.Itoa(21)).Err())
+	require.NoError(t, f.redis(t).LPush(context.Background(), queue.WakeKey(queue.WorkerQueue(worker)), strconv.Itoa(21)).Err())
 	f.awaitState(t, 21, api.TaskStateSUCCEEDED)
 }
 
@@ -38,7 +38,7 @@ func TestSecondDeliveryFindsTheAttemptTaken(t *testing.T) {
 	f := run(t, fake, agent.Config{})
 	worker := f.agent.WorkerID()
 	fake.addAttempt(shell(22, worker, "true"))
-	require.NoError(t, f.redis(t).LPush(context.Background(), queue.WakeKey(worker), "22").Err())
+	require.NoError(t, f.redis(t).LPush(context.Background(), queue.WakeKey(queue.WorkerQueue(worker)), "22").Err())
 	f.awaitState(t, 22, api.TaskStateSUCCEEDED)
 	f.enqueue(t, 22)
 	f.awaitHandled(t, worker, 22)

@@ -1,0 +1,90 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is a handler that records the tasks it gets and fails those
+// whose type is in fail.
+type recorder struct {
+	mu   sync.Mutex
+	got  []string
+	fail string
+}
+
+func (r *recorder) ProcessTask(_ context.Context, t *asynq.Task) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, t.Type()+" "+string(t.Payload()))
+	if t.Type() == r.fail {
+		return errors.New("boom")
+	}
+	return nil
+}
+
+func (r *recorder) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.got...)
+}
+
+// A task announced on the Scheduler queue's wake list is handled at once,
+// once, and no longer waits in the queue; one that fails goes back on the
+// queue under its id, due later; a wake-up whose task the queue's poll
+// already took is skipped.
+func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
+	opt := redistest.New(t)
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	insp := asynq.NewInspector(opt)
+	defer insp.Close()
+	rc := redis.NewClient(&redis.Options{Addr: opt.Addr, DB: opt.DB})
+	defer rc.Close()
+	log := slog.New(slog.DiscardHandler)
+	enq := queue.NewEnqueuer(client, log)
+	enq.Wake = rc
+	rec := &recorder{fail: queue.TypeTaskEvaluate}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	wc := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: opt, Inspector: insp, Enqueuer: enq, Handler: rec,
+		Retry: time.Hour, Log: log}
+	go func() { wc.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "r1"}
+	require.NoError(t, enq.Enqueue(ctx, queue.NewRunStartTask(key)))
+	require.Eventually(t, func() bool { return len(rec.seen()) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{`run:start {"project":"p","domain":"d","run":"r1"}`}, rec.seen())
+	_, err := insp.GetTaskInfo(queue.Scheduler, "run:p/d/r1")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "claimed off the queue")
+
+	require.NoError(t, enq.Enqueue(ctx, queue.NewTaskEvaluateTask(7)))
+	require.Eventually(t, func() bool {
+		info, err := insp.GetTaskInfo(queue.Scheduler, "attempt:7:evaluate")
+		return err == nil && info.State == asynq.TaskStateScheduled
+	}, 10*time.Second, 5*time.Millisecond, "a failed task is back on the queue, due later")
+	require.Len(t, rec.seen(), 2)
+
+	// The queue's poll took it first: here, the task is gone from the queue
+	// before the wake-up is read.
+	wc2 := queue.NewEnqueuer(client, log) // no Wake: announce by hand, after the delete
+	require.NoError(t, wc2.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r2"})))
+	require.NoError(t, insp.DeleteTask(queue.Scheduler, "run:p/d/r2"))
+	require.NoError(t, rc.LPush(ctx, queue.WakeKey(queue.Scheduler),
+		`{"id":"run:p/d/r2","type":"run:start","payload":"e30="}`).Err())
+	require.NoError(t, enq.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r3"})))
+	require.Eventually(t, func() bool { return len(rec.seen()) == 3 }, 10*time.Second, 5*time.Millisecond)
+	require.NotContains(t, rec.seen()[2], "r2", "the wake-up of a task already taken is skipped")
+}
