@@ -28,7 +28,9 @@ func writeFile(t *testing.T, content string) string {
 }
 
 // step is a YAML document of one step named name.
-func step(name string) string { return "steps:\n  - name: " + name + "\n    command: echo " + name + "\n" }
+func step(name string) string {
+	return "steps:\n  - name: " + name + "\n    command: echo " + name + "\n"
+}
 
 // A file of several YAML documents is one batch request of their specs;
 // each created run's name goes to stdout, each refused document's problem

@@ -92,12 +92,16 @@ func (s *Store) CreateRuns(ctx context.Context, runs []NewRun) ([]RunResult, err
 	return out, nil
 }
 
-// insertRunsSQL inserts one runs row per element of the arrays; a row
-// whose name or idempotency key is taken is skipped, not an error.
+// insertRunsSQL inserts one runs row per element of the arrays, in key
+// order (the lock order: two batches naming the same runs wait for each
+// other, never in a cycle); a row whose name or idempotency key is taken,
+// by a committed row or by a concurrent create once it commits, is skipped,
+// not an error.
 const insertRunsSQL = `INSERT INTO runs (project, domain, name, spec, phase, idempotency_key, timeout_ms, version)
 SELECT p, d, n, s::jsonb, @phase, NULLIF(k, ''), t, 1
   FROM unnest(CAST(@p AS text[]), CAST(@d AS text[]), CAST(@n AS text[]), CAST(@s AS text[]),
               CAST(@k AS text[]), CAST(@t AS bigint[])) AS v(p, d, n, s, k, t)
+ ORDER BY p, d, n
 ON CONFLICT DO NOTHING
 RETURNING project, domain, name, created_at, updated_at`
 
