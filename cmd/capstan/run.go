@@ -1,30 +1,36 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 )
 
+// createOpts are run create's flags.
+type createOpts struct {
+	file, name  string
+	wait, watch bool
+	params      []string
+	o           waitOpts
+}
+
 func newCreate(g *globals) *cobra.Command {
-	var file, name string
-	var wait, watch bool
-	var params []string
-	var o waitOpts
+	var co createOpts
 	cmd := &cobra.Command{
 		Use:   "create -f WORKFLOW.yaml [--wait|--watch] [--name NAME] [--param KEY=VALUE]...",
-		Short: "Create a run from a workflow spec file (YAML or JSON)",
+		Short: "Create a run of each workflow spec of a file (YAML or JSON)",
 		Long: `Create a run from a workflow spec file (YAML or JSON) and print its name.
+
+A YAML file of several documents (separated by "---" lines) creates a run of
+each, 1,000 to a request, and prints each run's name in order, or, on
+stderr, "document N: " and why the API refused it; then it exits 3 if any
+was refused. --name, --wait and --watch need a file of one document.
 
 --wait waits for the run to end, printing each phase change, and exits 0 when
 it SUCCEEDED, 1 when it ended in another phase; --watch shows the live table
@@ -33,75 +39,68 @@ environment of every step (over the spec's env).
 
 ` + exitHelp,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if wait && watch {
-				return usagef("--wait and --watch exclude each other")
-			}
-			spec, err := readSpec(file)
-			if err != nil {
-				return usageError{err}
-			}
-			if err := setParams(&spec, params); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			body := api.CreateRunRequest{Spec: spec}
-			if name != "" {
-				body.Name = &name
-			}
-			resp, err := c.CreateRunWithResponse(cmd.Context(), g.project, g.domain, nil, body)
-			if err != nil {
-				return err
-			}
-			run := resp.JSON201
-			if run == nil {
-				run = resp.JSON200
-			}
-			if run == nil {
-				return apiError(resp.StatusCode(), resp.Body)
-			}
-			if err := g.printLine(cmd.OutOrStdout(), run, run.Name); err != nil {
-				return err
-			}
-			switch {
-			case watch:
-				return watchRun(cmd.Context(), c, g, cmd.OutOrStdout(), run.Name, o.timeout)
-			case wait:
-				return waitRun(cmd.Context(), c, g, run.Name, o)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return co.run(cmd, g) },
 	}
-	cmd.Flags().BoolVar(&watch, "watch", false, "show the run's steps live until it ends")
-	cmd.Flags().StringArrayVar(&params, "param", nil, "KEY=VALUE in every step's environment (repeatable)")
-	cmd.Flags().StringVarP(&file, "file", "f", "", "workflow spec file (required)")
-	cmd.Flags().StringVar(&name, "name", "", "run name (default: generated)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the run ends, printing each phase change")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "with --wait or --watch: give up after this long")
+	cmd.Flags().BoolVar(&co.watch, "watch", false, "show the run's steps live until it ends")
+	cmd.Flags().StringArrayVar(&co.params, "param", nil, "KEY=VALUE in every step's environment (repeatable)")
+	cmd.Flags().StringVarP(&co.file, "file", "f", "", "workflow spec file (required)")
+	cmd.Flags().StringVar(&co.name, "name", "", "run name (default: generated)")
+	cmd.Flags().BoolVar(&co.wait, "wait", false, "wait until the run ends, printing each phase change")
+	cmd.Flags().DurationVar(&co.o.timeout, "timeout", 10*time.Minute, "with --wait or --watch: give up after this long")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
 
-// readSpec reads a workflow spec from YAML or JSON, refusing unknown fields.
-func readSpec(path string) (api.WorkflowSpec, error) {
-	var spec api.WorkflowSpec
-	raw, err := os.ReadFile(path)
+// run reads the file's specs and creates their runs: one through CreateRun
+// (then --wait or --watch), several through the batch route (createRuns).
+func (co createOpts) run(cmd *cobra.Command, g *globals) error {
+	if co.wait && co.watch {
+		return usagef("--wait and --watch exclude each other")
+	}
+	specs, err := readSpecs(co.file)
 	if err != nil {
-		return spec, err
+		return usageError{err}
 	}
-	js, err := yaml.YAMLToJSON(raw)
+	for i := range specs {
+		if err := setParams(&specs[i], co.params); err != nil {
+			return err
+		}
+	}
+	if len(specs) > 1 && (co.name != "" || co.wait || co.watch) {
+		return usagef("--name, --wait and --watch take a file of one workflow; %s holds %d", co.file, len(specs))
+	}
+	c, err := g.client()
 	if err != nil {
-		return spec, fmt.Errorf("%s: not valid YAML or JSON: %w", path, err)
+		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return spec, fmt.Errorf("%s: %w", path, err)
+	if len(specs) > 1 {
+		return createRuns(cmd.Context(), c, g, cmd.OutOrStdout(), cmd.ErrOrStderr(), specs)
 	}
-	return spec, nil
+	body := api.CreateRunRequest{Spec: specs[0]}
+	if co.name != "" {
+		body.Name = &co.name
+	}
+	resp, err := c.CreateRunWithResponse(cmd.Context(), g.project, g.domain, nil, body)
+	if err != nil {
+		return err
+	}
+	run := resp.JSON201
+	if run == nil {
+		run = resp.JSON200
+	}
+	if run == nil {
+		return apiError(resp.StatusCode(), resp.Body)
+	}
+	if err := g.printLine(cmd.OutOrStdout(), run, run.Name); err != nil {
+		return err
+	}
+	switch {
+	case co.watch:
+		return watchRun(cmd.Context(), c, g, cmd.OutOrStdout(), run.Name, co.o.timeout)
+	case co.wait:
+		return waitRun(cmd.Context(), c, g, run.Name, co.o)
+	}
+	return nil
 }
 
 // setParams sets each KEY=VALUE of params in the env of every step of spec.

@@ -614,6 +614,24 @@ type CreateRunRequest struct {
 	Spec WorkflowSpec `json:"spec"`
 }
 
+// CreateRunsItem One run of a CreateRuns batch.
+type CreateRunsItem struct {
+	// IdempotencyKey CreateRun's Idempotency-Key, for this item: when a run of the project/domain was created
+	// with it (by any create), the item answers with that run, `created` false. A later item
+	// repeating an earlier item's key answers as that item did.
+	IdempotencyKey *string `json:"idempotency_key,omitempty"`
+
+	// Name Optional; the server generates one when absent.
+	Name *string      `json:"name,omitempty"`
+	Spec WorkflowSpec `json:"spec"`
+}
+
+// CreateRunsRequest defines model for CreateRunsRequest.
+type CreateRunsRequest struct {
+	// Runs CreateRunsItem objects, validated one by one (an invalid one fails alone).
+	Runs []map[string]interface{} `json:"runs"`
+}
+
 // CreateTokenRequest defines model for CreateTokenRequest.
 type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -745,6 +763,20 @@ type Run struct {
 	// Suspended A suspend is in force: no new step starts until a resume.
 	Suspended *bool     `json:"suspended,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// RunBatchResult The outcome of one item of a batch, either `run` (with `created`) or `error`.
+type RunBatchResult struct {
+	// Created True when this request created the run; false when it answers an earlier create with the item's idempotency_key.
+	Created *bool    `json:"created,omitempty"`
+	Error   *Problem `json:"error,omitempty"`
+	Run     *Run     `json:"run,omitempty"`
+}
+
+// RunBatchResults defines model for RunBatchResults.
+type RunBatchResults struct {
+	// Results One per item of the request, in its order.
+	Results []RunBatchResult `json:"results"`
 }
 
 // RunEvent One run_events row, the data of one server-sent event of an event stream.
@@ -1075,6 +1107,9 @@ type ReportAttemptJSONRequestBody = AttemptReport
 // CreateRunJSONRequestBody defines body for CreateRun for application/json ContentType.
 type CreateRunJSONRequestBody = CreateRunRequest
 
+// CreateRunsJSONRequestBody defines body for CreateRuns for application/json ContentType.
+type CreateRunsJSONRequestBody = CreateRunsRequest
+
 // AbortRunJSONRequestBody defines body for AbortRun for application/json ContentType.
 type AbortRunJSONRequestBody = AbortRequest
 
@@ -1263,6 +1298,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs (the `CreateRun` operationId).
 	CreateRun(ctx context.Context, project Project, domain Domain, params *CreateRunParams, body CreateRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRunsWithBody Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+	//
+	// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+	// checks its body: an item that fails answers, at its index in `results`,
+	// with the problem CreateRun would have answered (400 for a field that does
+	// not match the schema, 422 for a spec that can never run, 409 for a name
+	// taken, also by an earlier item of the batch) and nothing is written for
+	// it. Every other item is created, all in one transaction: a database
+	// failure creates none and answers 500. A body that is not a batch (not
+	// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+	// a 400 problem. `batch` is still a valid run name: only POST on this path
+	// is the batch.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+	CreateRunsWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+	//
+	// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+	// checks its body: an item that fails answers, at its index in `results`,
+	// with the problem CreateRun would have answered (400 for a field that does
+	// not match the schema, 422 for a spec that can never run, 409 for a name
+	// taken, also by an earlier item of the batch) and nothing is written for
+	// it. Every other item is created, all in one transaction: a database
+	// failure creates none and answers 500. A body that is not a batch (not
+	// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+	// a 400 problem. `batch` is still a valid run name: only POST on this path
+	// is the batch.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+	CreateRuns(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetRun A run with its actions and their tasks.
 	//
@@ -1690,6 +1761,62 @@ func (c *Client) CreateRunWithBody(ctx context.Context, project Project, domain 
 // Corresponds with POST /v1/projects/{project}/domains/{domain}/runs (the `CreateRun` operationId).
 func (c *Client) CreateRun(ctx context.Context, project Project, domain Domain, params *CreateRunParams, body CreateRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateRunRequest(c.Server, project, domain, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRunsWithBody Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+//
+// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+// checks its body: an item that fails answers, at its index in `results`,
+// with the problem CreateRun would have answered (400 for a field that does
+// not match the schema, 422 for a spec that can never run, 409 for a name
+// taken, also by an earlier item of the batch) and nothing is written for
+// it. Every other item is created, all in one transaction: a database
+// failure creates none and answers 500. A body that is not a batch (not
+// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+// a 400 problem. `batch` is still a valid run name: only POST on this path
+// is the batch.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+func (c *Client) CreateRunsWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRunsRequestWithBody(c.Server, project, domain, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+//
+// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+// checks its body: an item that fails answers, at its index in `results`,
+// with the problem CreateRun would have answered (400 for a field that does
+// not match the schema, 422 for a spec that can never run, 409 for a name
+// taken, also by an earlier item of the batch) and nothing is written for
+// it. Every other item is created, all in one transaction: a database
+// failure creates none and answers 500. A body that is not a batch (not
+// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+// a 400 problem. `batch` is still a valid run name: only POST on this path
+// is the batch.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+func (c *Client) CreateRuns(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRunsRequest(c.Server, project, domain, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2796,6 +2923,60 @@ func NewCreateRunRequestWithBody(server string, project Project, domain Domain, 
 		}
 
 	}
+
+	return req, nil
+}
+
+// NewCreateRunsRequest calls the generic CreateRuns builder with application/json body
+func NewCreateRunsRequest(server string, project Project, domain Domain, body CreateRunsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRunsRequestWithBody(server, project, domain, "application/json", bodyReader)
+}
+
+// NewCreateRunsRequestWithBody constructs an http.Request for the CreateRuns method, with any body, and a specified content type
+func NewCreateRunsRequestWithBody(server string, project Project, domain Domain, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/batch", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3939,6 +4120,42 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs (the `CreateRun` operationId).
 	CreateRunWithResponse(ctx context.Context, project Project, domain Domain, params *CreateRunParams, body CreateRunJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRunResponse, error)
 
+	// CreateRunsWithBodyWithResponse Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+	//
+	// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+	// checks its body: an item that fails answers, at its index in `results`,
+	// with the problem CreateRun would have answered (400 for a field that does
+	// not match the schema, 422 for a spec that can never run, 409 for a name
+	// taken, also by an earlier item of the batch) and nothing is written for
+	// it. Every other item is created, all in one transaction: a database
+	// failure creates none and answers 500. A body that is not a batch (not
+	// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+	// a 400 problem. `batch` is still a valid run name: only POST on this path
+	// is the batch.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+	CreateRunsWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRunsResponse, error)
+
+	// CreateRunsWithResponse Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+	//
+	// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+	// checks its body: an item that fails answers, at its index in `results`,
+	// with the problem CreateRun would have answered (400 for a field that does
+	// not match the schema, 422 for a spec that can never run, 409 for a name
+	// taken, also by an earlier item of the batch) and nothing is written for
+	// it. Every other item is created, all in one transaction: a database
+	// failure creates none and answers 500. A body that is not a batch (not
+	// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+	// a 400 problem. `batch` is still a valid run name: only POST on this path
+	// is the batch.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+	CreateRunsWithResponse(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRunsResponse, error)
+
 	// GetRunWithResponse A run with its actions and their tasks.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4633,6 +4850,54 @@ func (r CreateRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunBatchResults
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateRunsResponse) GetJSON200() *RunBatchResults {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateRunsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5707,6 +5972,54 @@ func (c *ClientWithResponses) CreateRunWithResponse(ctx context.Context, project
 	return ParseCreateRunResponse(rsp)
 }
 
+// CreateRunsWithBodyWithResponse Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+//
+// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+// checks its body: an item that fails answers, at its index in `results`,
+// with the problem CreateRun would have answered (400 for a field that does
+// not match the schema, 422 for a spec that can never run, 409 for a name
+// taken, also by an earlier item of the batch) and nothing is written for
+// it. Every other item is created, all in one transaction: a database
+// failure creates none and answers 500. A body that is not a batch (not
+// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+// a 400 problem. `batch` is still a valid run name: only POST on this path
+// is the batch.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+func (c *ClientWithResponses) CreateRunsWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRunsResponse, error) {
+	rsp, err := c.CreateRunsWithBody(ctx, project, domain, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRunsResponse(rsp)
+}
+
+// CreateRunsWithResponse Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+//
+// Each item of `runs` is a CreateRunsItem, checked on its own as CreateRun
+// checks its body: an item that fails answers, at its index in `results`,
+// with the problem CreateRun would have answered (400 for a field that does
+// not match the schema, 422 for a spec that can never run, 409 for a name
+// taken, also by an earlier item of the batch) and nothing is written for
+// it. Every other item is created, all in one transaction: a database
+// failure creates none and answers 500. A body that is not a batch (not
+// JSON, no `runs`, 0 or more than 1,000 items, a NUL character anywhere) is
+// a 400 problem. `batch` is still a valid run name: only POST on this path
+// is the batch.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
+func (c *ClientWithResponses) CreateRunsWithResponse(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRunsResponse, error) {
+	rsp, err := c.CreateRuns(ctx, project, domain, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRunsResponse(rsp)
+}
+
 // GetRunWithResponse A run with its actions and their tasks.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6442,6 +6755,39 @@ func ParseCreateRunResponse(rsp *http.Response) (*CreateRunResponse, error) {
 	return response, nil
 }
 
+// ParseCreateRunsResponse parses an HTTP response from a CreateRunsWithResponse call
+func ParseCreateRunsResponse(rsp *http.Response) (*CreateRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunBatchResults
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetRunResponse parses an HTTP response from a GetRunWithResponse call
 func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7109,6 +7455,9 @@ type ServerInterface interface {
 	// CreateRun Create a run of an inline workflow spec.
 	// (POST /v1/projects/{project}/domains/{domain}/runs)
 	CreateRun(ctx echo.Context, project Project, domain Domain, params CreateRunParams) error
+	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+	// (POST /v1/projects/{project}/domains/{domain}/runs/batch)
+	CreateRuns(ctx echo.Context, project Project, domain Domain) error
 	// GetRun A run with its actions and their tasks.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run})
 	GetRun(ctx echo.Context, project Project, domain Domain, run RunName) error
@@ -7467,6 +7816,30 @@ func (w *ServerInterfaceWrapper) CreateRun(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.CreateRun(ctx, project, domain, params)
+	return err
+}
+
+// CreateRuns converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateRuns(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateRuns(ctx, project, domain)
 	return err
 }
 
@@ -8053,6 +8426,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs", wrapper.ListRuns, options.OperationMiddlewares["ListRuns"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs", wrapper.CreateRun, options.OperationMiddlewares["CreateRun"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/batch", wrapper.CreateRuns, options.OperationMiddlewares["CreateRuns"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.GetRun, options.OperationMiddlewares["GetRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/abort", wrapper.AbortRun, options.OperationMiddlewares["AbortRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/suspend", wrapper.SuspendRun, options.OperationMiddlewares["SuspendRun"]...)
@@ -8533,6 +8907,46 @@ func (response CreateRun422ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRunsRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Body    *CreateRunsJSONRequestBody
+}
+
+type CreateRunsResponseObject interface {
+	VisitCreateRunsResponse(w http.ResponseWriter) error
+}
+
+type CreateRuns200JSONResponse RunBatchResults
+
+func (response CreateRuns200JSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns400ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9455,6 +9869,9 @@ type StrictServerInterface interface {
 	// CreateRun Create a run of an inline workflow spec.
 	// (POST /v1/projects/{project}/domains/{domain}/runs)
 	CreateRun(ctx context.Context, request CreateRunRequestObject) (CreateRunResponseObject, error)
+	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
+	// (POST /v1/projects/{project}/domains/{domain}/runs/batch)
+	CreateRuns(ctx context.Context, request CreateRunsRequestObject) (CreateRunsResponseObject, error)
 	// GetRun A run with its actions and their tasks.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
@@ -9821,6 +10238,55 @@ func (sh *strictHandler) CreateRun(ctx echo.Context, project Project, domain Dom
 		return err
 	} else if validResponse, ok := response.(CreateRunResponseObject); ok {
 		return validResponse.VisitCreateRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateRuns operation middleware
+func (sh *strictHandler) CreateRuns(ctx echo.Context, project Project, domain Domain) error {
+	var request CreateRunsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+
+	var body CreateRunsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateRuns(ctx.Request().Context(), request.(CreateRunsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateRuns")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateRunsResponseObject); ok {
+		return validResponse.VisitCreateRunsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -10559,183 +11025,195 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs3uuCroLhTZXG2RVGOk5lQNbWlWIqjjSxrdDk5u6GXBLtBEqMmwAHQkjgu/90H2EfcJzmF7wPQ",
-	"3SSaF8lyMnPOH5vqG4AP3/2GT61UzuZSMGF0q/epNaeKzphhCv46Tg2X4oLOmP2Li1avNadm2kpaAq61",
-	"KDzQSlqK/b3gimWtnlEFS1o6nbIZtW/9QbFxq9f6bwflQAd4Vx/Alz9/TlrHxrDZ3JydNIzDs7VjjKWa",
-	"UWOfE+a7N62kNeOCz4pZq3eYtMxizvAWmzAFw53IGbWjRMfK8Oaz13ROtTm9Z8KcnfzEaMaUfTNjOlV8",
-	"DlDrtW6mjPCMyDExU0Zyqg1h9g34M825/alYyvg9y47gojaK0RlRTBczpgkdG6YIN51WgkuZ4khhMXYS",
-	"+zCL/bOTVnUNM/p4zsTETFu9190AJW0UF5Pl+f+1YGqxOv3ax8lYKjdnTcyUGpJSIaQhmhmC09K4BvyD",
-	"PHChycOUCTKSZkqoYvbRsJK/w5hhIRY4AwDOAJBhm83vRjf/Usm/sdQ07P7c3X329l8V6whHFV8Aw36R",
-	"6o6pZxNNUcCTyxjw2b6s51JoBszgUslRzmb2ZyqFYQJASOfznKfUYsTBHJ/473/TEohru+X478KIdQQ7",
-	"FuTqx7fk+zff/om4j3dg5e5d4FEjqcw51zCbuZJzpgzHGVN7C35xw2Z600TgS1cslSprfQ7woErRhf1b",
-	"sEczSAulZYSSj0faEqsUJSXP6YR1WjHKKvfkVz/Hj+E5OQL8s0yxMp/VtSHn7X1a/n7SoshMB6kscI/q",
-	"Uz1hOb9nakGULESmCTzGMqIlGVNVmXEgmvKTPFv93jUzQPtUEPcYueN5bj+0QpqrX05poVl0GVlg0iu3",
-	"7riITGSIMBn2YA8AsJa12nnBDUJFZvmrWpgpFxNSiAyY5xEZuom7V+307ZtSML8kuxomLFP5tRR67l5l",
-	"88opysKkEsl/aZYZwp9lw4RIRYaCsUwPLEiUZW92BcgW39NHJxc1eaCaKEbTKcsiOJUEthWDlmJUN6CK",
-	"xUSmDcsG1MR39mHKc0a4IVyTEbNgC/Ov7XBGDds3fMZis7PcLjZ8Mbev+cG3+dYS9QAiJBWmXQpvYLBh",
-	"qxDNlmmjNoM1JAhAAqrLMm6/SPPLCjWOaa5ZskSgJdSXyW9Mi9zKSEn6rVvNFAm7gEjbb1nIVuTzYbcb",
-	"ldDx6V4bagod4RjLbGENMdanDLNiWULsnsjCkD0gMCQqZnnIzdn705PBh9ubNuB0hB2QuWL2D5bZBx5A",
-	"cg1yqU0Unb8y9XwBCilZztMJZVk01DYsip5BCEQE31biziGLZfHzuZL3NN/4mn8O8CWdssEdi+iGxwRu",
-	"ZkQbNn+liX0oaUmRWmaiCRfzwmhQ+hTTMr+3UOqJIs8j24PD6IDX60fKpbwr5j3y09kN2eOGXN++fXt6",
-	"enJ6Qh641TMtyhq1eKWJLAzOQmREUUGEJIbqu3ZC3p9dX8PLqhC6bRHt8sPl7fnxzekJXqYiIbpIU8Yy",
-	"S7YiIw9KGkQD+Hy7Q5xOAMQAk4MJWPqBCVdFyk9nN62kZUdtJa0wVFSwZGxuSW6A+x4Um5XnltUXJrKd",
-	"OG3SmjDBFPUYtmq5OHinhVJgqBSiRyhRzKiFN2lg1bB+xbShyhD4V8NNq1AlgA0W6nYb2ENc/fDyfmWK",
-	"wmnYqzekGYzYWKoID/nFsgcKzCwjD5QbspcVuNAEp98Grra9fHOI1CwhYurNEhKXaOrg6j6aELtI8v//",
-	"7/8j9zQvWEKorgAtoN2M7BlFeW45j2APORfMUt3ctI+q6EcUA4Vdk37R7X7DyCGZUp0AlloOCaMlhJL/",
-	"ef3hggD22M0MA77CWVgKhgv7XGTskUiVMRVQHhiwkKKq/5Zca04VE3FVZW4FUJzVwq4FnAINe8RSC5rL",
-	"49vr05Ptd2s+pSjl1lol8FBNNizPZ1FOB4gLBBvldstYZ9IhitkVN4gcoIMdCdIONbAI6nCqPqGf5AOZ",
-	"UbEAxEYKe5jK3M1wTHnOMrInxcD+LKy1XWjLStqo9KpCEAC/M8q5tWC0dl9KpRjzSaFYRtwE4pQKOLK1",
-	"xXVD9V2MV1kocjEZjGOm1i9Tagh1u072pEKa5WLSdmhu98AidI9U6VoXgNhOfBH/3mYTDZhMEnRNQAy/",
-	"0qhUrkjSFXs2jO+oPGMp11yKI0KRdgpheA6XM0SdZS1ue3wZLaJElsrZrIkA/XTszWDvwJQZehMQpSOS",
-	"aQlo4UNW514Lpqep16NFDDOkA5wmewjH48szYuQdE5qwR65NgthM85wpYHXAS1k+bi/p3K8jKncNdE/S",
-	"z53BuKKwNSjehWYqIXqhDZslZM7UjFoCInuU6DlLg5uNCGvWWhJuJ1XdOim17lJ5t+IYFfooY0plxmJK",
-	"ljZ0lDPClJKK2Iccl3tPH69hgj8iW9Gnj04rkoqciXua8+wyLyZcXM9ZGh9SMborL4R5RFGYPXKrM2cs",
-	"buOMueB6uuNo6PfYwp1hTZ0dFW9RzEZMxSf7NClBDduG817Dg5bdIsbwmI61RNbgKXQz9kPVNvBjM9qf",
-	"y0nELNUmYyq+k9pksojzKaMKkdoxI6qpKhiKMNSgyIgtpMhQNX9kaWGkeqXJSBZWa6eaZErO5zVqGEmZ",
-	"MypWVu8mlPhJV+exZuFXbO7ssR0YXGAJng1bZmCHBmKzcsGzA8tikaDthJDKW2FXLR8AKeIYQdSoSO1y",
-	"i3mEpYLJRLQBEHmL/pUmYy5obpVJqQwqEHMg8leaAH6DTfSjfYj/g1mV1UzZAu0mLpy62Eq2UxPe4uyu",
-	"DZvbyc7o4xm+9udV1WFX9hXlUHO7TmVf/D+/Hu//b7r/j4/u/+7+9x8/dZPvvvn8h7VcqSId3nSjomQD",
-	"m3q+SQFbF6wK3COnu9ufVn9B6yHxhFI3NDrkAuSjtdGZuOdKCiv79u+p4gBLEJ9HaDXAG4QaMpPakO/e",
-	"kJ/5Dwmh6EcF68TfOyTv7S0hycXteYecTYS0WiXYJtJMmSLAVXTcdKjxqDqj3JHplXynDrYfLF9gGRkt",
-	"ahyjQYn3DOrp36hxso38x05+I6e5cmGbVWY7V9IK59UZ/2hZEHLN6ozJrNAGqB8dXKUzfMNM/UBr5mqJ",
-	"bbe4hpro3XweVl2jDa6DVApDuUDJu5b7+AdhwusDE0zc70SxK7CZGjPfNKGfbm4u/Vy2VkzQ4fYMdlLx",
-	"+DjnnXfckbGSM/AQzJXMipQp/ar0Xlwcvz8tmUoP2QVVit9b3qKdxyywFxLYC7xIneAe85yRP7w9vry+",
-	"Ob4YnF1c3t5cD07Org7sU1v6HaxuNpgomrLBLGI/v+d5zjVLpcg0GTHzwJgg12fvbk6v3sM8rs/e/Xx2",
-	"fk6kQAV6ywjXOv2uwuVXoe3dk8HLkLE0p4ppB0THwblh2l2QJYg+3N4EGIGnJ7XsGn0+cXhtT1Yo6eMO",
-	"nC0ZjA8NAH8R0oAdLyTJpZgw1bamTIzLbAp0oWsrDuumINTuosMCfgB+r/hIT9anN8exKkNX1hu2pGR5",
-	"yItKFX0dQ35L0yk7FQZzPJbU0KfYZo9zrphuduNxlCk+UELJlBuyN6OPAzph7eAK+Qvatdt79lwk4ov4",
-	"Z1egpJhm6j74w9eKDAvQq8rzJfqtkrkqBBryczkvcgtsl9AT9f81u+K3/Mg9UzouYZdjqxCx8Y+XQNxo",
-	"7pXoFE/LYCJ4MLdT/0v03JyWsX5NfujGaV/VN3lp4jW83jI08CCaMr8QoYAAUuekLMQB/t7slcQP14it",
-	"cVVe1Vprfi5JQ3pn5TMKGZQ+XKfynikrnHsg7u/YgkypnjqLAnkQeKbQzRYUBB/tc8Lc4VQCSj9HgeBY",
-	"HzyDzK9DjgnYZhhQIzOYURCGzrKxdgVEFcGAQOceRAMduq56UB2biTvQrfwJIULCNfKmhNDgSia6sAqM",
-	"Jv3W6zfTfqvCrcZSeX61SrtMcWsLW+jh0JAG0AD9t1JUwmo6hNOsgWahjvo5g5WjZQemk3bhrF+Oz27O",
-	"Lt4NfvxwNXh7/Pan0zbEd+yeuch6XLhWeEN9PpcUc2kgO4YteiSdUjGBvBAj0T4otMVkmWdMEUdmm5HY",
-	"DxjF3IrVv5vr5El+xFX6hBiTD5ZgMBEklw/7LnmMG+x8z7SDNx1i8+CHBN/IZlc6fKHRjf5WCm0U5WJX",
-	"B1OjsIzImNO/JuTiNCGn/352fXOdkIsPNwP/+91NQt6dJuT8JiHnp2RPFDOmeApR87OLuAyypkB0cHRQ",
-	"7GLlRaWWnDfBqmLK7cYQbzAKhu+Xzi4+oxOWEKom95gWAxdeaeQgc8m9mm3V3UUbc9BKcycS4NnZyn22",
-	"0QlT3kJXhceicAWF4KoQT4vl+Ch+HeAf5vi6S3xm6p4p4nISmIbkPAAsst8403XbvE67+EWqu3EuH9Ci",
-	"XiY9e7F5xTfyjj1xzU/RJTyclsNUMy5CKKo5N7DByvR30SloF0RmdIHpUkG2SYX4m2D+pH9paw8upixX",
-	"XbeHFWYZMFnJfKMldmWfaQjRwvux7fqRszw79ay+vhNjey/mMoYMiDk1U8KFkU6jgb0mI5ktnAPZokjH",
-	"smj96+HHDvKFKDLOmNZb0RlOqHwhtqDgA9qdiU2NmZf8y63IKluYYEW4QBGnNbinNdlzugqhYkFePz62",
-	"vQjUSal1+VRxAA3Zq3uC297R4xzNQ/vQsPQG1LwbkJFLybePj5g5ZBQVei6Vcc57UMogdA9uIiegj2B2",
-	"pQO50HBHh5yrEOxfiiPLLC4GXcnC8zjrjJmpzGr6Xuvd6U2UV1VhHhMA1SyLJbopVEOywUjL3OqJsOdS",
-	"wf+a3F6db1bN7DejmMeoMiNGzRWb54tYPC+mQIRUTJdMYpTMyTynlolTYbSPMNU4yhbOtbW6AExl0xpc",
-	"ZC6aK9vAMml1MejsIVOZV+mBV8MYYUH1Qbb23e7qoYr5mJpDB8vIlFll0mJEdO0hMsA10dPCGMh0lQ+i",
-	"Z7czZURIItgDgIVIcPXsacPTu0W7IWywMqFzOXk7LcTdjhI1o4ZGtAjkOFSDp9QwkTij8vbmx/0/B+5w",
-	"cXu+knT95s/f/um7qEavGJ1VdfrluPAWKj18IsFJf1wDBL1r2Di8tJVgDrCuCefX3363gbTcMLGZX0S1",
-	"uWNycnG9n9MRy/dzfsdcnuGhtR+/+8bak4qmxpqwckx+xUjr/scE80XBRwKKc2Z/Yh4vyZkxTFm2lvEJ",
-	"ersq+/fdN8uKUTWq60K5e7/uV4K6h5/99fb/iIZ3L33mYESNsreg3AQcei4BPvhyPKb89fb09vSklbSq",
-	"JvrV6fWH26u3p9dL18F0byWtq9uLi7OLd62kFcK5raT14/HZOfw4/uHD1Q38Cmn4raR1e3H99qfTk9vz",
-	"4x/O7Ud++XD18+nVILyF+XP2mz+fXV42JBtXar6W0Gx9mH1G0ykXbF8xmsGFSsSdY8R9gH4iIc1gLAuR",
-	"JZBjmPM0rspnzFCex4NuVi3YHuUrumCE+3GhDRUpawwVFE0ymZucrdEKVmF1e3VGFBszxUQK9GBx2/nC",
-	"LNSJfXGzoIa7fvwwR5cJESPQKzbh2jCF5YNPM19olimmI/LxB0sGt1fn3lsU5MXx5ZlDAKuE9A4ODl//",
-	"qdPtdDuHve+73cMl6v026ksB9vFMlazJiIpEk7QsVMo2ItRVeNCiSC692uAUvjdJU6Ju0CNcoUHwZe4B",
-	"Wzzsvn7TjqXZxo0fvyXxLa+sZQd74S2d05SbBZFji6eQ0UCdypNgCq0vXRotwCQ3VN+tatnpvBjMIL66",
-	"ijFvL2+tzQG3U2kNgL3DbrdL/gLfs1fa0UjrujJfq3nPpFoMRgsTy5V+D3ftsPDAzt//HIexlVVPo6ex",
-	"krPBpviOJIrtW+kCArBSyWj1L1cZDrn63m735noZHsp4BuFWZ8FtkfQaXaqz04NPM5tB8BGC0Qoik64M",
-	"HVElKluuMCBG8/zDuNX7dQONFeK6mM0oxIDiOSM7FPqmPii3zP13dxhZww3S6FnUh+BuWm2ZCzKWKmU9",
-	"ryLDrrh6GMxWpi5NfZtURDt6Epa+SvQfEcRQnh9RiwUEHrGiXhMlHzBkY/VRX/qKLrd9cABhWwKspsXf",
-	"iG8R/+XmwuStDZ+nBJ+9GRAnPiyCX0HoNSk9W092bWZCQ+4BhvOznYzd5a0Emeo0TdBCk5CnVSqOW2Qh",
-	"NCYfOAUDALsx+HtViHjU9wuVz8Oktif1Gt9Yb9LAdxuWdM0nYvtKhSYm4AvhipmVk3dMW05QdlxBRzf4",
-	"z2Z0QUas4n0dfvo8jCY1VRb4RXI31ia37VpB2Fiet1sJ1jrKenYJeQTtnULlK30qYNxYML5VtHKVFWOd",
-	"5NjpVla6HNVi76AdDn2+z9DX/qEdXPqc45GkiDoxZXle+oCpmtwnPqackYwrlpp8EZwj1L2wZ40jRqFh",
-	"jcszau+WOeYlgM9SX20pI8WEaVCHBZhDfAZWNWYN4tsN0fjD7gyi8WXd+dzyEWxd8PPZ+fnpSchAAKAG",
-	"azlelELTKdsqNcUrApVs040gx9uQ8YHbeDDi4kBPyX5DiUyI8ka2FA05AtYRqTx5BAnYkGI3lXm2fb59",
-	"GVKOJtU+NXE2lfZWVuQs25wCcQneRLuAULFq5ISBgx9yBQUje5RMqJhAhathagY1CT5i77QY6E/ArY7j",
-	"UErzUc7FRMdTIOrl1UutG47fkZnMGJEiXxy58jE5BmxyPY8wXxqVazLmSpvdCMTj9Tpd0g7XI1OfrcKN",
-	"q3h0KQq+mHMiIUpqDTMscWugm2+6upLFEoonY8rob5noPN5UEmx5pM9s7bmYe2n9cEPc1lqYlMXWe5Yl",
-	"CIl2FBbJtjtkSPMHutBD+x1qoLhuSudzJljWIR8sDj5wzQglb0/PCXucW8PbQlXeQ/iJzXVnJenW6WYN",
-	"d326Et64YwtXng29CQrRwan5mCN8Y1TwPMPPkr/8hfSdR7Df6hDMtl3OmEJHX3Q/y/TwOoj/DQtGgAOr",
-	"nPvVvaokJ3Pt4I+NyiCpO5bQjflfY25/YeudSD731jzKCtozO+kYFZWZ3jE6CmK1QkRU+KJIApmyWpMp",
-	"XZsG3kBN3+paSthhV0fhXXYw8mFBO6vWMhMc2qvDbcT/ERk6/jB0NDz0sxuWPVm89ukluxTsiAx9TfKw",
-	"Sv2+VJl5tdUH/FcD2/TRV6X72vLa0rrJ+kp1p+g8TKVmXq8g7NHOREix/w+mpBXhOERG9rroHOu24yXo",
-	"1em4qrfAUN2MIPlgmznlUhuEs52NC/VJVWlmw10IvajObO3csIDPQ2pdIf88p8ZqtF6kacwwmis5UXQW",
-	"+usZqlxdMwTdMq78rZHlARlLQtQVk5dUIUCvggB526+1AmIuXDAvNCyZUjWxHDKy15UNOQoqV6gwszzp",
-	"upKcacVnY8lwh7juSMi0nLKgXmmy980aiIIVXYfnRtRDXukoyZQuttylF5X5frgCi5OQPwkKiGtYorBX",
-	"WK12tFr5EY2E3Qr+94IRl/da1fcvaIO0LZs21HmGvbjKM+zVIaKKexT7mQTNIOxGyJ0oeYfb3HDb9dWx",
-	"zI26fhLYdPLnYsT+jeX0lSYjmt7J8Rhg5FpI+KHw2aUOEljvYIXKai+JaNJ+fYEXXu+qVDSuFMS4hJ16",
-	"3dC6opjlnBX4ZILlio5E2k8tk1k1B2CqLmF6r2LpQUcIJAGuyRCshmG75385SeCY5HDZdMCWWNbuGwYr",
-	"7ogMra41JLrEAZfFxIW7d2Q/6bhDOUa4AKNkMvXMT2YzKhLvrfERHqcBT6kVGSBXhJR2XPRwChkkq8UT",
-	"n0JUxjy4IdDMyz4ZrEty7ZRe+06td4YGF8pytVc1641Lxc2iTjHQKIymht+zFcLB6jWQ53vYUCGw+XZC",
-	"Km8u0ZZUZERNOiV7XtyMctZuaDRWViiV0qhZFtW5E3ucU7BmhJEhRtQoa54Yv0Kmy8Wk2UgvE+URcWd0",
-	"gYnnRlqRA6Ijq5ojqIFrUotJb2WOSEX6LXulVE3WpNinipnBrqbJUqZzVHOFjAUm7p2SUimjPr488903",
-	"mCmU0JacLefTU/lg1/PHP/6x38K8X++XyOVEu5cclZG9ShU1CGIPxEX4xBGYnfWganCTeCBPGKYlzaLO",
-	"wo1uF+9uCd8LpZ1gy3pdwwsJLtK8yKxZss4jU9UJPCYE30sQrI45ML0qUtf15WlywqFtsGNQu8FdFi1P",
-	"rVWmQuV8o1FjF19WvEZx18K5MT83K1JwXIAc9noISMeE9KE8wJmP2DlyQ3apHSmxa42BDjoyrU2H2y7C",
-	"5hrdRKSi0znWtaHc1HiuvO9bk7kAp5OrI2a5k9UBOg210I2lmw22zC5WxtZaf0RhrHWt27KbGSZFDdb0",
-	"sCzntw7qT2ihUFtTU7/hyxUrRnMr8MN2QbhHMZrn0CCE7CmmmauaqHhzsYGnJi6ohZQA2gLOw3+/QRzu",
-	"UpTr6mt97Wx9gRF4xvGmEUmSkqCaaPDab0YdlmeKa68sWjPlKARtR1Rb7gr5E5h/6upwnLCqJqHdXlxf",
-	"nr49+/EME8FOL04wSPjD7dm5+7kh5Qzd6ZGssuWss+Pr67N3FzjO1enp+8umtpZQSvES5ce7NHjaIYBV",
-	"qanY3iJQ7F7e7bia7WsikpbxQIzEH0A5OvJmJ8AVe2LrB6vWi3yLTnhYrV6ptagAYmNkGHY4HhvGDm3b",
-	"tw2EZW6K57qPxqaCAZOInCuz2r5Ik7InplIfWYXB9SnT4IG2FyDDHNUOHzv2idbxUEZV1jRpw1uuI57L",
-	"D94xqbyfYGxtQ8/sU/QDgI3IveusF5g5z6AniOXxHQKdikToFFTJql9ZqUuUqTgvvPfBl9yRqtMBRAsY",
-	"o6CEosgZhYbmGcuZcf17rRpR6tUuRVITOrHqOap2FKbBs6huPVaMDZ5mc8GrIXEwoq/EmdOXyIaEYzW8",
-	"fNsFteHFqa+j+EJZAdbmsdszgB2MeH4qiBDMSysRrdmyt4QQ7R360z8v1XONLrXUSD3n9ywhhXDVUuBL",
-	"0Dy3hkVAUIhbQGI0WTDjy6IykjGagbPB/oi3koqz/zPhvD4Wp9UK2++FjE5X/oed8cCBFig3IQ9TnqIb",
-	"POy6TlwDOGRLuZwQCJJlGuOgKVVqR6niObCHbsDyUhsLTLXC4ZaSNFaRs1kKxCUSrnp7keQkyiaZ5D/b",
-	"NJ1xLh/eh9R677Sy9uwPi2ssA/dKXO3iyfG7qFZVy1XczRieuWlskwoJU3a17tvDzPfzW9aSdvJSoEta",
-	"FaJ0VXjdpskrMV12Sti3v5BPAiGwur3onioUN4tru3xXfMioivG5Y1E2riV7KZ1rQ4X7ExEdGIH3NByf",
-	"vD+7GNx8+PkUyu0BvqAL4OfDZCDmDsfscDGWDe6GYpTzlFydXt/AHOSYvMXxk0p2EkDob3JEpLI2mecq",
-	"rrCvL6Cyr0OuIKldMaJTOUdvVqzPBxRjwIN90XSeENnzJwG1feDT1ZoMU5mxYacv+uIU4v0Wi3E+qD4M",
-	"jwszlYr/Ay72yA8AFux/ngJQMQIw7JDh476D9r7Vb4d9gUkegCUQ+xCVz4O7ukeGmO08tIYrzXQ7IUNM",
-	"hPZX7GL7AltmQB6K7rltTDDqnPjcjuU+1SzxjfPtVyHNetgXe2Xqd4IKIai6MDAwmCHZA62xdM2nNM97",
-	"Qa1J+iJwR8/DE3BLtjvkQrrqpULcCfkAvbPBbIEqcLCt3IiE67540z2E9Bu44OOFAV5vut+Udx0WGOmi",
-	"aKH0fMIMfOmNCz27tHZIiPMIA2kuGsTihN9btbGyWVPoOzIkM6rudF9UNEglC+wW4FynlXJN7zgtw7qh",
-	"KxldAMQ6fREqa6AYAujw+PKs0hip1+p2Djtd7JzBBJ3zVq/1Tafb+QYbiU6B0g/uDw/K46gmLMLdhiDg",
-	"/hI70CTn2jhDoDxnRLFUipTnTJEJvWekmBMp+gKVX6gJG7w//vfB8c2NNbuvvZbuTiXhTPcq/A2Tl+iC",
-	"aMPzvC8gdicyQPES6aVCZd1uMU536EsMcE7OEe5qQhB8gV7OMsvDuTbHCIikdtrgr5+i5755qV+eJeYF",
-	"oHN8QRjHHbRiX1sBX7QaM8b6KhnKXrrMFbvnstAhGzk2RZfU3HC43ptoTUV8sTmfcVP7UFACvu2COwkr",
-	"Ur51XR+azzj8uHR42+tud83Bbbsd2FaeuBY7sg1ABaQLu9yxhPEGR499NMyycg5c0tI+pRmPNNK18ImV",
-	"xdrKEsCNBIO2iqVMmHxBXIIuBixcQbbb1DmdcEFDey060fUT2OrMv9XzZSx2RkDAzvA9+MSzzxU6rmP4",
-	"O2a8+/slN6HSRDWyDTfVbq2wA2+eugN43oIojWOM0hqJha71M9ICUCsOzmU2bXW9AKAVmD8ETXqJO8Tm",
-	"Xj5yUB4hCqUvK/t1kPv240/+bNKaSx3h3FiojYqOgW7GvsV1gsYUy8icleJlzytu5x/eAY/+4X/dnF63",
-	"e6UN6EywKYOGWtrAt12fcqQFEHVMEU0XGtLYIGAcqtnqKHkMVlm1DXs42OoH1//iiyBlWbT+ua4YG1Ww",
-	"zyvU8CZyoBbA7wlM41koflzBbj3lcx9e88cHeqeVd8KFQ/Eg5/SLon0UdVXZpuILIG8dN7AFRpVjfXm8",
-	"qPfB3wo3ui8zeGiNHeGZeNQmy47I0HVLHRIwjYlhVuLUIu++7Z1ZYbQvibX2+e+/BJYHvw0ZU2uNjaDO",
-	"YxXVXwS5vd5/8Mn9+nyApqA++IQ/Ph+E8ouojLXaR2gLytmWumREUXu+Yga5pL8TzWyp8+pa9Sz0aHye",
-	"fnbjO276D9atttLMT4hgD1aUVRUzK7MqfXWr2IYIsE4r21VD8Ac/203e8Kg7IDxoEltj7MGnO7b4jAiS",
-	"M/QB11H3BK5XetpuIxZP7zmeJPZ15SIM66pojFochWP7UPUbhy6wrnbMhUu220ZXLP41tjFpODPSzj1x",
-	"Z5I/kuufjvdff/td5cBgzOGimoSDLoMNWD9qG7tONp+1XW09093/nu6PP3767k3sDJGdUA6rtxs9Cje+",
-	"Zayr8oYcXlVA/RlUbydArHle7cDrRnmFjio4rYVnXptF71SGEba+qB8Av+cOdpeKDGvHtQ/bntzJsEfu",
-	"GJvvQyRkSNx5Ws6HcPgt0R1yKyDbzs207xsbcPRPzLiGVcgHX+AV+mfbj1mERA8IJTmFw/Ez1OLA5dQD",
-	"ly9Ic+oP2H+YUtMXrrkCo1GvxS/UpNNThPZG/m3Yo8Gt2S9bRW3HwEPBfoNJVy29dyevwKVXGiv3oTee",
-	"/0gnwqodJlj+j2eAF6L0dVT33yLLSgMADZFpzFyEME+oLauSPBZSfyW63vCkxVAAxtnJT15s7PLSX0EP",
-	"2IkofX16o+JyZR/YSmHxFchbHqSP9dKr3O6DyBeY1Y3pq5Ct6DJPXQWXxdkeyeUDU/sp1cw119IJ9tZC",
-	"B0wGvb7hAFKLN8IfD9TkGLP/Dfw4rSZ+GDpwHTYcq/Q1vXWv/+W8db4hw1plEO3Y52mCdhQnMyKa3loX",
-	"nG+98Juqek0GcmhuvEqzy+D09VMY3CnrbELfdp8jHqKOxj1bLRa235r6BjoO184yNptLw0S62P8ZlI3t",
-	"0ffjyxj1K02fv7Jdb3ckhtS5RZpFgCum7gCTWwIiIPzr7uFLzwgB9VTl/fvdnn/9+qn0i9P0/QvB8cVF",
-	"zkVZo4a9jrehW6/b7yg2Dz6pQqz1rCMZfm2ccse0PNeTflxW34FIxd5NvpKAu7LC3xtj3PzkVSGwwffH",
-	"J+03BkZ3926+8Fqa5AFEpDwevoCvFD5fstRVFvr6y43lGqE1xI8gpAvVSOgYBUx94HlORoyEoGvna7sx",
-	"8XhRS0tHfhYLX+9ZZjxYU0gvRDpVUlidEBopsByKd16eh7ljfPTBJ/yxPlzoT/d6OR/4+o12bWqfHURx",
-	"bpPA4VyZdOBv3rs85dpIlxr4z8npNj+KIH8eX1zCod8no9wRFGvZaoUS/ouz/kacFSL6qcsSxjxIuwIm",
-	"MiqM/g1Y54HLhfuXQfyG/q5lSbyL/Ve6OHXIL1OJWAJlcYrVcUdP5YPoC3fMBgLula60dumQY59WN3Kh",
-	"vmo1PZRXczHpC39QWMZSrstUcU3edL8nQyHNwD06GEs1KL8f8Zoe4769LFG7Cfwu6DrArELaR/VeJgTG",
-	"hlNOvjp5u34+K3sP3nOorz9awbvfgNyx1dC/OrWXp9MQLN0lQ1w4y4b/lNR+BbP/L2L/fRA77sZmWt+M",
-	"i78BBwC74eCT/e9zJRXK/SpT+TbkX4ZMt5fNLIJhoE/6+sDfsl82ilV2ac+1xJDHZJjSkxE8lMaHS0MT",
-	"VT3lkE5YS2Yjey5hse2axuW5fGAZsRrpfxpzLWnq2PRK+2akBHoEJFh01G3ICnAt/ZrTAtYfMbDm6CnX",
-	"QsuNf9gwPq0l9W2YwuG2U3BtqipNOCKNN6ALDjNqUesm41sQGqqM7wvlU0raR6HzFRSou+Nv/eH0kfhb",
-	"pU3I04F6jdkFlcPpooFvRyXVo+uxjif0wx8ixQ0h/QFJbghZv3BUEtnLqKF4VK9lEwnQIsTswcVuH7Q/",
-	"2pCOIsgQmrFJ3yfDjwktuPEopPL0hweYsTBNcEIijgcqXenfymEDT/RYbEhI+SB8CsMc2xDWzh+oZJr0",
-	"yJBnvaGrI3p4pQnPEjKEp3tD9C0t5iwhQwArPNgXPvHBbqEFL0BWjuEgxw65wW/5/JCl3BVMAqKZO9dk",
-	"KYGFjKXqC0wYccUyvvsiM4SbNknljPmAJ+ygYA92Etodfbhw6SlHjUkwfVHNgvngt94VJ4b2xmHzIQem",
-	"gGNBAB7+AQSwR4oEEmG06QsHPcJC4zhAv+GnPuYZ9Fs90m9hVZwdFC9CZVy/9XmYVJpnA8mkudRMN2bL",
-	"+M3450qYebbcxfSqMuFqlZUkvkgAsKOKMhYd4GpSaXNgtwLI/veaYrODkP2NsnEcc3KC53ccaIqk7WA4",
-	"lotYh3Ns/byHzXcS4s6BS8pC5qQvllru1fr1tL0s1glhuWal0eeu01HOhkd9gcLP90j2It1xJqgYJCMG",
-	"3Uu86zKx3+qLIbwwcKV6Q2TCpXmExxlpMgzHHw2XhFtfLJ9tFI6j7W063KjtORaWM4JHY0TTO8sxXX+j",
-	"Dnnz+jUa2dU5YGaTkPDtuK2LZz29WBRw6TCpFzZ014W9nbb2ezFyn5Xi4KAKVQ9QDBv6BlDY6qPycH/s",
-	"MZq4wJXvdl4KX6eRvdI+mIXdgFm9DO6FDGZMw/2nYWTAVijm5Qw8F6tot3YXptA13om5FWIrZuwFaW35",
-	"fJ/flNqKGfu9epRgbi7wTnMt3XTxeI3q6RS6cnRM6MCBAXisEUFyw2bR7ujA0E7cfegrkJEb6Z+GjrBA",
-	"DU1mDoiItaChSXDAEiMJhcoNOAwQLEjw6/YFljQMw6F1PWJUwYa+DTNWQ6BigXajDj2Y4RTevgivAt36",
-	"rhbuCI0O2YLY+6Kk9ohwdcP9pyD4yvmAvz+KD723keRXjy1MygbEgITYsy6pBTC5JnjUMKKAP2pluXJ2",
-	"WxIvWwU25tff4CMv6PgtWxk2bCvOsrNSToWZSndMwLkMxEyVLCZT30g6ljhtmSj2bqyBq2xuuAIwPIzz",
-	"8/p0Zmyh+JKJwTDCTqnBh192f9ak4h6RIQBwCJ6V0B0zwcAaJgtbbH1ayu7zU3Ar7Z+OULjC/NwpoiU7",
-	"L9t2bo0WNTIKjSyaihWvoPNPiSyb6hTx+ey5jhT8jO8bBEVHZVzyEDV2IR+W4tNb0USk6KbuNIdudM3+",
-	"8tBQsCjgyabyvUoDuUZG9Yt75gU5VaXHXQOrchNd5lXHcPAatotiWflUCe5KL7t1UaCGpgPVI8hfzIaO",
-	"nXP+lVmRbwwYazfgofu12YwfudbVxR987056gWlvu91L9f3u0Y3c5YSpVTzYxGLKl57PZ45Jzui9VUf2",
-	"oKsky9olQLIwkD4qj2pHb5fz1FrGNGLg+q851jbCLTRNePAL/2J9cBCU1TY41e04CH3fdrd6Kl9uouuf",
-	"wtdfhqTD98tWIi9ZYlQdLl+s6xnyfEzEXXqlyZwpLjOeApIJprVr1vElkarajxK23nei/PWj3VwMWiBS",
-	"FCp3rSN7BweHr//U6Xa6ncPen7t/7gIiuCl98vITFHlr7rq//VQjRfjY2kuOa5Uw2N3LXnQklxCf57Tc",
-	"9s55m8sDT3zcGzt6rY5467wNoUrgCPzF9orISKGdhKuHz7WlpP8IAAD//w==",
+	"7H37cts4uueroLRTFWuWluV00jMtV9eWE7sTn3Ycjy+nz24ra0EkJGFMARoAtK1J5d99gH3EfZItfB8A",
+	"khKoix2nu+ecfxJZIgkQ+O6XHz63UjmdScGE0a3e59aMKjplhin46zA1XIozOmX2Ly5avdaMmkkraQn4",
+	"rkXhglbSUuwfBVcsa/WMKljS0umETam960+KjVq91n/bKwfaw1/1Hjz5y5ekdWgMm87MyVHDODxbOcZI",
+	"qik19jphvn/VSlpTLvi0mLZ6+0nLzGcMf2JjpmC4IzmldpToWBn++OR3OqXaHN8xYU6O3jOaMWXvzJhO",
+	"FZ/BqvVaVxNGeEbkiJgJIznVhjB7B/yZ5tx+VCxl/I5lB/ClNorRKVFMF1OmCR0Zpgg3nVaCrzLBkcLL",
+	"2Enswix2T45a1XeY0odTJsZm0uq97IZV0kZxMV6c/98KpubL0689nIykcnPWxEyoISkVQhqimSE4LY3v",
+	"gH+Qey40uZ8wQYbSTAhVzF4a3uQfMGZ4Ebs4N7A4N0AMm2x+N7r550r+naWmYfdn7tcnb/9FsYpxVPEV",
+	"KOwXqW6ZejLTFAVcuUgBX+zNeiaFZiAMzpUc5mxqP6ZSGCZgCelslvOUWorYm+EV//3vWgJzbfY6/rkw",
+	"Yp3ADgW5+Okt+eHV678Q9/AOvLm7F2TUUCpzyjXMZqbkjCnDccbU/gSfuGFTvW4i8KQLlkqVtb6E9aBK",
+	"0bn9W7AHc5MWSssIJx8OtWVWKUpOntEx67RinFXuya9+jp/CdXII9GeFYmU+y++Gkrf3efH5SYuiML1J",
+	"ZYF7VJ/qEcv5HVNzomQhMk3gMpYRLcmIqsqMA9OUj+TZ8vMumQHep4K4y8gtz3P7oCXWXH5ySgvNoq+R",
+	"BSG99NMtF5GJDHBNBj3YA1hYK1rtvOAHQkVm5auamwkXY1KIDITnARm4ibtb7fTtnVIw/0r2bZiwQuXX",
+	"Uum53yqbV05RFiaVyP4Ls8xw/Vk2SIhUZCAYy/SNXRJlxZt9AxSLH+iD04ua3FNNFKPphGURmkqC2Iqt",
+	"lmJUN5CKpUSmDctuqInv7P2E54xwQ7gmQ2aXLcy/tsMZNWzX8CmLzc5Ku9jwxcze5gff5FkL3AOEkFSE",
+	"dqm8QcCGrUIyW+SN2gxWsCAsEnBdlnH7RJqfV7hxRHPNkgUGLVd9kf1GtMitjpSk37rWTJGwC0i0/ZZd",
+	"2Yp+3u92oxo6Pt1LQ02hIxJjUSysYMb6lGFWLEuI3RNZGLIDDIZMxawMuTr5cHx08/H6qg00HREHZKaY",
+	"/YNl9oJ70Fw3udQmSs7fmHu+AoeUIufxjLKoGmobFiXPoAQiim8jdeeIxYr42UzJO5qvvc1fB/SSTtjN",
+	"LYvYhocEfsyINmz2QhN7UdKSIrXCRBMuZoXRYPQppmV+Z1epJ4o8j2wPDqMDXa8eKZfytpj1yPuTK7LD",
+	"Dbm8fvv2+Pjo+Ijcc2tnWpI1av5CE1kYnIXIiKKCCEkM1bfthHw4ubyEm1UhdNsS2vnH8+vTw6vjI/ya",
+	"ioToIk0ZyyzbiozcK2mQDODx7Q5xNgEwA0wOJmD5ByZcVSnvT65aScuO2kpaYaioYsnYzLLcDe57MGyW",
+	"rls0X5jItpK0SWvMBFPUU9iy5+LWOy2UAkelED1CiWJGzb1LA28N76+YNlQZAv9q+NEaVAlQg111uw3s",
+	"Pm5+eH2/NEXhLOzlH6S5GbKRVBEZ8osVDxSEWUbuKTdkJyvwRROcfhuk2ub6zRFSs4aImTcLRFySqVtX",
+	"99CE2Jck/+///F9yR/OCJYTqyqIFspuSHaMoz63kEew+54JZrpuZ9kGV/IhiYLBr0i+63e8Y2ScTqhOg",
+	"UishYbSEUPJvlx/PCFCP3cww4AucheVg+GKXi4w9EKkypgLJgwAWUlTt31JqzahiIm6qzKwCiota2LVA",
+	"U2BhD1lql+b88Pry+Gjz3ZpNKGq5lV4JXFTTDYvzmZfTAeYCxUa53TLWGXeIYvaNG1QO8MGWDGmHurEE",
+	"6miqPqH38p5MqZgDYSOH3U9k7mY4ojxnGdmR4sZ+LKy3XWgrStpo9KpCEFh+55Rz68Fo7Z6USjHi40Kx",
+	"jLgJxDkVaGRjj+uK6tuYrLKryMX4ZhRztX6ZUEOo23WyIxXyLBfjtiNzuweWoHukyte6AMJ26ov4+9a7",
+	"aCBkkmBrAmH4N41q5YomXfJnw/iOyzOWcs2lOCAUeacQhufwdYaks2jFbU4vw3mUyVI5nTYxoJ+O/TH4",
+	"OzBlhtEEJOmIZlpYtPAga3OvXKbHmdfDeYwypFs4TXZwHQ/PT4iRt0xowh64NglSM81zpkDUgSxl+ai9",
+	"YHO/jJjctaV7lH3uHMYlg63B8C40UwnRc23YNCEzpqbUMhDZoUTPWBrCbERYt9aycDup2tZJaXWXxrtV",
+	"x2jQRwVTKjMWM7K0ocOcEaaUVMRe5KTcB/pwCRP8CcWKPn5wVpFU5ETc0Zxn53kx5uJyxtL4kIrRbWUh",
+	"zCNKwuyBW5s5Y3EfZ8QF15MtR8O4xwbhDOvqbGl4i2I6ZCo+2cdpCWrYJpL3Ei604hYphsdsrAW2hkih",
+	"m7EfqraBn5rJ/lSOI26pNhlT8Z3UJpNFXE4ZVYjUjhkxTVXBUIWhBUWGbC5Fhqb5A0sLI9ULTYaysFY7",
+	"1SRTcjarccNQypxRsfT2bkKJn3R1Hite/ILNnD+2hYALIsGLYSsM7NDAbFYveHFgRSwytJ0Qcnkr7KqV",
+	"A6BFnCCIOhWpfd1iFhGp4DIRbWCJvEf/QpMRFzS3xqRUBg2IGTD5C02AvsEn+slexP/JrMlqJmyOfhMX",
+	"zlxsJZuZCW9xdpeGzexkp/ThBG/767LpsK34ikqomX1PZW/8378e7v4vuvvPT+7/7u4Pnz53k++/+/Kn",
+	"lVKpoh1edaOqZI2YerpLAVsXvArcI2e724/WfkHvIfGMUnc0OuQM9KP10Zm440oKq/t276jisJagPg/Q",
+	"a4A7CDVkKrUh378iP/M3CaEYRwXvxP+2Tz7Yn4QkZ9enHXIyFtJaleCbSDNhioBU0XHXoSaj6oJyS6FX",
+	"yp36sr2xcoFlZDivSYwGI94LqMc/oybJ1sofO/m1kubCpW2Whe1MSaucl2f8kxVBKDWrMybTQhvgfgxw",
+	"lcHwNTP1A62Yq2W27fIaaqy3i3lYc402hA5SKQzlAjXvSunjL4QJr05MMHG3Fccurc3EmNm6Cb2/ujr3",
+	"c9nYMMGA2xPESSXi44J3PnBHRkpOIUIwUzIrUqb0izJ6cXb44bgUKj0UF1Qpfmdli3YRsyBeSBAvcCN1",
+	"invEc0b+9Pbw/PLq8Ozm5Oz8+ury5ujkYs9etWHcwdpmN2NFU3YzjfjPH3iec81SKTJNhszcMybI5cm7",
+	"q+OLDzCPy5N3P5+cnhIp0IDeMMO1yr6rSPnl1fbhyRBlyFiaU8W0W0Qnwblh2n0hyyX6eH0V1ggiPakV",
+	"1xjzia/X5myFmj4ewNlQwPjUAMgXIQ348UKSXIoxU23rysSkzLpEF4a24mvdlITaXnXYhb+BuFd8pEfb",
+	"0+vzWJWhK+8btqQUeSiLShN9lUB+S9MJOxYGazwWzNDH+GYPM66Ybg7jcdQpPlFCyYQbsjOlDzd0zNoh",
+	"FPIj+rWbR/ZcJuKrxGeXVkkxzdRdiIevVBl2QS8q15fkt8zmqhDoyM/krMjtYruCnmj8rzkUv+FD7pjS",
+	"cQ27mFuFjI2/vFzEte5eSU7xsgwmQgRzM/O/JM/1ZRmr38kP3Tjti/omL0y8RtcbpgbuRVPlFxIUMEDq",
+	"gpSF2MPP66OS+OAaszW+lTe1VrqfC9qQ3lr9jEoGtQ/XqbxjyirnHqj7WzYnE6onzqNAGQSRKQyzBQPB",
+	"Z/ucMnc0lYDRz1EhONEH16Dw65BDAr4ZJtTIFGYUlKHzbKxfAVlFcCAwuAfZQEeuyxFUJ2biAXSrf0KK",
+	"kHCNsikhNISSiS6sAaNJv/Xy1aTfqkirkVReXi3zLlPc+sJ29XBoKANoWP23UlTSajqk06yDZlcd7XMG",
+	"b46eHbhO2qWzfjk8uTo5e3fz08eLm7eHb98ftyG/Y/fMZdbjyrUiG+rzOadYSwPVMWzeI+mEijHUhRiJ",
+	"/kGhLSXLPGOKODZbT8R+wCjlVrz+7UInj4ojLvMn5Jh8sgSTiaC5fNp3IWLc4Od7oR2i6ZCbhzgkxEbW",
+	"h9LhCY1h9LdSaKMoF9sGmBqVZUTHHP8tIWfHCTn+j5PLq8uEnH28uvGf310l5N1xQk6vEnJ6THZEMWWK",
+	"p5A1PzmL6yDrCkQHxwDFNl5eVGvJWdNaVVy57QTiFWbB8P4y2MWndMwSQtX4Dsti4IsXGiXITHJvZltz",
+	"d97GGrTS3YkkeLb2cp/sdMKUN7BV4bLouoJBcFGIx+VyfBa/vuAfZ3i7K3xm6o4p4moSmIbiPFhYFL9x",
+	"oeu2eZV18YtUt6Nc3qNHvch69suVb6xPDNbEbkFKHwVafXJEKCmfRIbUpJNliuAZm86kYSKdx2ttwiNe",
+	"aHJSXrz7M5tjYt9MuCaWoHpuyfzwFc27h1oXIuLOwOsLUKpWowznhIq5+6GN6t0+kFCh70HxoPqloLAS",
+	"MnCPGBBYAavLrVWq4Ka+UGzGqOFO11KVc/cTVgqFp1JXSg5DZTzr9MUmabo/NEE9stywEHoFZQCZEhxO",
+	"J2hXgZdg33o4h/92qCAcw+Hwt1V9mtBcCtaOBQjKyZcReUyFTrnwf68R1zDt5vW4krfskULlMca6p5tF",
+	"AptyEXK9zcW3DWEc/ytG3e0LkSmdYz1iMB6lQgWRYIGyv2njFAn2BCzsxLKqUDJfG+q4sNc01EDA/bHt",
+	"+omzPDv2tlR9J0b2t1hOBkqMZtSKGGGkcxlgr8lQZnOXobEs07E2kP51/1MHFW+UOadM640UGU6ovCH2",
+	"QiHIur2VMDFmVhoI7o2sBMQKRsIF2pBaQ/5Hkx3nDICIffnw0PY2pk5Kt8b3YsDSkJ16qqXtI6kukzOw",
+	"Fw3KcFstfAgl75S8fnjA0jyjqNAzqYzLjoHXA7UxEId1FvABzK7M0BTaCQhf1BiqaRYKNWQWtzNdT9DT",
+	"TJcpMxOZ1Ryq1rvjq6jsrq55zMKqljEt8E2hGqp5hlrm1hGDPZcK/tfk+uJ0ve9jnxmlPEaVGTJqLtgs",
+	"n8cS5jELPdQ6u2oto2ROZjm1So0Ko30KtyZRNoher5TeMJV17+BS39Fi9AaRSasvg9FUMpF5lR94NU8Y",
+	"XmjRcNrwJbcNAceCuM25uUViyqy3Ziki+u4h9cY10ZPCgJWUyXvRs9uZMiIkEeweloVIiKXuaMPT23m7",
+	"IS+3NKFTOX47KcTtlho1o4ZGrCqUOFRDKsIw4awLcn310+5fg3Q4uz5d6mp49dfXf/k+6jIrRqdVp3mx",
+	"8GIDnxkekeCkP61YBL1tXUa4aSPFHNa6ppxfvv5+DWu5YWIzP4tat4fk6OxyN6dDlu/m/Ja5Qt59YiT5",
+	"/juSTqiiqbFGtRyRX7GUYfdTggXZaIlbzzSzH7FQnuTMWJNdKpLxMYaTK/v3/XeLhlG1bMLVSuz8ulup",
+	"mtj/4r9v/49o/cS5L82NmFH2J3SZwHlRZWNXtZL+b9fH18dHraRVjYFdHF9+vL54e3y58D3ExlpJ6+L6",
+	"7Ozk7F0raYV6iVbS+unw5BQ+HL75eHEFn0KfSytpXZ9dvn1/fHR9evjm1D7kl48XPx9f3IS7sEDVPvPn",
+	"k/Pzhmr+SlPlApmtrmOZ0nTCBdtVjGbwRaWkxdnwNxiIFdLcjGQhsgSKeHOexl2bjBnK83hW25oFm5N8",
+	"xRaMSD8utKEiZY25uKJJJ3OTsxVWwfJaXV+cEMVGTDGRAj9Y2nYur111Ym9cr6jhVz9+mKMrNYox6AUb",
+	"c22Ywv7cx7kvNMsU0xH9+MaywfXFqXffg744PD9xBGCNkN7e3v7Lv3S6nW5nv/dDt7u/wL2vo44ziI8n",
+	"mmRNTlQkXatloVK2lqAuwoWWRHLpzQZn8L1Kmirhgx3hOnlCsmAHxOJ+9+WrdqyOPe78+C2Jb3nlXbbw",
+	"F97SGU25mRM5snQKJUPUmTwJ1qj73kDnpRuqb5et7HRW3EyhgCESBDi/tj4H/JxK6wDsWDed/AjPs9+0",
+	"o6UMq/roreU9lWp+M5ybWDPCB/jVDgsXbP38L/E1trrqcfw0UnJ6sy6BKoliu1a7gAKstApb+8tBL0Az",
+	"jPfbvbte5l8znkE9g/PgNqgqj76q89ND0iCbQnYfqj0UpP4dzgOSSlS3XGDGmeb5x1Gr9+saHivEZTGd",
+	"UkiyxouytuikT33We1H6bx9As44b9KmwaAzB/WitZS7ISKqU9byJDLviGs6wHYC6PpBNan3t6El49WWm",
+	"/4RL/IaadHLBNIiihjKeVE6ZbyiHUCaYMRDuTQjj4FMPVCEGZAcoL0RPIYkyAP07iDA9XrWqBBoivz6o",
+	"4q737T4HGJsN7T4h6FqGZPGOMgjhQrQLEel4MjFk1jYCfwgFEmuItIFfavsQcQVV+cNyLH7mgs9epbr1",
+	"gkplyJluVa28QBPrfGg/s0/x1wJ4lfi0VSEQEUUTJe8xJm/dHU9pGOHehfgiwsogGgJ+RnEWyT+tB5bY",
+	"2K9+TPGQ9zLjsh1BTJYWakVJ5saTXVlZ1lA7huVY2VaxlMWtBJPNOTLg5CShzrb0SzaoImssHnP2Kyzs",
+	"2uKdi0LEq3a+EvxJEjIVmzJTqZYemUqwz+BjsXmnWZOO8Y3MxdSaYbdMW0VTImZhXgnCs1M6J0NWCe4P",
+	"Pn8ZRItSKy/4VWrvVhYnb9sB3thevV0L7SrOejIESITsnb3uOzUry7gW8GOjapNlUYx97iNnulvj5aBW",
+	"OwXOx8DXaw587zaGWcqURrwSIGKtTlielykGqsZ3ia8JykjGFUtNPg+xN+pu2LG+N6MAOObqRNvbVf56",
+	"DeC7jJYhwaQYW1NDFUKAt83R8sGqb7y7oZpqvzuFaqoSN2Rm5QhCz/x8cnp6fBQqyGBRQzAm3lRI0wnb",
+	"qLTQ25mVboG1S44/Q8UebuPekIs9PSG7DS2OoUonsqUYJyDgfJPKlQfQQAMl0hOZZ5v3S5UlQdGmiMc2",
+	"PqTS/pQVOcvWl7CdQ7DavkBAHDByzMDWhVpvyDiTMRVjQCgwTE2hp8xXXDkrBvBlrBXmSUrzYc7FWMet",
+	"zjo8xgL0zuE7MpUZI1Lk8wPX/itHQE2u0AD7XdB3IyOutNmOQTxdr3JV7HA9MvHVhty4jnVXYuab8ccS",
+	"ihKs348tyg18811XV6oQQ/N7zNf5LRtVRusgHayM9J0Jrk6l4lxzQ9zW2jUpwTJ2rEgQEt10BDlod8iA",
+	"5vd0rgf2OdRAc/SEzmZMsKxDPloavOeaEUreHp8S9jBTTGu7qvIOsptspjtLTRPONmv41Zeb4g+3bO7g",
+	"NQBbphAdnJpPacMzhgXPM3ws+fFH0ncB536rQ7BbYrHiFePI0f0s23vqS/zv2PAHEhhdOhj7RaW5hGu3",
+	"/gg0CUU3sYYcrN8dcfsJodMi/TgbyyiraE/spGNcVHbqxPgoqNUKE1Hhm9oJdDpoTSZ0ZRtPAze91rWS",
+	"3v2ujq53iUDns852Vq1FITiw3w42Uf8HZODkw8Dx8MDPblBiannr02t2KdgBGXhMiUGV+z3UBPNmq68n",
+	"Wa6boA8eVcRjg9RerZusRhpxhs79RGrm7QrCHuxMhBS7/2RKEohC2CEystPF2Gu3HYcQqU7HdS0Hgepm",
+	"BLUtm8wpl9oQV8SmfSZZqgoYmQ+PFNWZrZwbNmD7lVoFxDLLqbEWrVdpGitEZ0qOFZ0GfFRDlcOlgJxu",
+	"xpX/aWhlQMaSkNTH4lNVCLCroP6i7d+1ssRcuFxxAJyaUDW2EjKy15UNOQgmV+gQtjLpslJcb9VnI+RD",
+	"hzh0OxRazlhQLzTZ+W7FioIXXV/PtaSHstJxkikjuLmr5ivrtfENLE1CLAcMEAc4pRDrsdb7X+3ciyZa",
+	"rwX/R8GI61uo2vtntEHblqA7dZlhv1yWGfbbAZKKuxTxqIJlEHYjlOaUssNtbvjZ4aJZ4UYdHhCCBv9c",
+	"DNm/s5y+0GRI01s5GsEaOQggPxReu4AAhP1qVqksYwFFm67qL3jm7a5KR/pSQ6OrB6v3fa5qalwsiYJH",
+	"Jthu7lik/dg2x2V3AKbqGl52Kp4eIPogC3BNBuA1DNo9/8lpAickB4uuA0IaWr9vELy4AzKwttaA6JIG",
+	"XDyXC/fbgX2kkw7lGOELGCWTqRd+MptSkfhojU8gOgt4Qq3KAL0ipLTjYgBdyKBZLZ34CrUypcYNATBG",
+	"e2XwLsmlM3rtPTXsIw0hlMVu3WpRJZeKm3mdYwDokaaG37ElxsHuY9DnOwiIE8R8OyGVOxd4SyoMxZMd",
+	"r26GOWs3AEWWHaalNmrWRXXpxB5mFLwZYWRIQTbqmkemR1HocjFudtLLRick3CmdY+OQkVblgOrIqu4I",
+	"WuCa1EoeNnJHpCL9lv2mNE1WtEilipmbbV2ThU6VqOUKBTFM3DkjpQKDcXh+4tGTmCmU0JadreTTE3lv",
+	"3+fPf/5zv4V9Gz4ukcuxdjc5LiM7FRQMUMR+EefhEQfgdtZz9iFM4hd5zLDqbRoNFq4Nu/hwS3heaM0H",
+	"X9bbGl5JcJHmRWbdklURmapN4CkhxF6CYnXCgelllboKV60pCIe+wZY1Ew3hsii8QA1ZAJBPGp0aSI4F",
+	"xIIo7dp1biz/zooUAhegh70dAtoxIX1o73LuIyL/riletiMl9l1jSweIeiurLTdL4DqgsohWdDbHKhjh",
+	"dcCh5e8eWtLlz51eHTIrnawN0GnAsmhsvW/wZbbxMja2+iMGYw11dEM0Sqy5u1mBQVzOb9WqPwICp/ZO",
+	"TXjx50tejOZW4YftgnSPYjTPAeCJ7Cimmet6q0RzEYBZE5fUQk4AawHn4Z/foA63AVVw+Age+6D+gpH1",
+	"jNNNI5EkJUM18eCl34z6Wp4orr2xaN2Ug5C0HVJtpSuU52B5s+ujdMqqWuN4fXZ5fvz25KcTrDM8PjvC",
+	"JOGb65NT93FNRSOG0yNFi4tFjYeXlyfvznCci+PjD+dNsMTQqfMc8BHbAPRtkcCqtOxs7hEodidvt3yb",
+	"zVtukpbxixjJP4BxdODdTlhXPNNA31uzXuQbIJki2killaeyEGszw7DD8dwwImxuDvsKr7kun+seGpsK",
+	"Jkwieq4smvwqIJOPrNQ/sAaDw5nUEIG2X0ADA5odPnfs6/jjqYyqrmmyhjd8j3irCETHpPJxgpH1Db2w",
+	"TzEOIF0JEUrfXhDmPANMJyvjOwSQ5kRAeqs0bSy9qavDqgQvfPTBt0yTatABVAs4o2CEosoZhgMpMpYz",
+	"4/DXrRlR2tWuAlcTOrbmOZp2FKbBs6htPVKM3TzO54JbQ11qxF6JC6evUWwLxyJ5/bYNacONE9+m85Wq",
+	"AqzPY7fnBnYwEvmpEEJwL61GtG7LzgJBtLc4X+RplcQrbKmFgzByfscSUgjXjAexBM1z61gEAoW8BdTd",
+	"kzkzvusuIxmjGQQb7Ic4FGBc/J8IF/WxNK2WxH4vFAy77lJENoUAWuDchNxPeIph8LDrOnEAniiWcjkm",
+	"kCTLNOZBU6rUllrFS2C/uoHKS2ssCNWKhFso0lgmzmYtENdI+NabqySnUdbpJP/YpumMcnn/IXRu+KCV",
+	"9WffzC8RxsMbcbUvjw7fRa2qWinsds7w1E1jk0pbmLLDKtl8zTwe66KVtFWUAkPSqhBlqMLbNk1Ricli",
+	"UMLe/ZViErgCy9uL4alCcTO/tK/velsZVTE5dyhK4HGyk9KZNlS4Px2EghUEPtJwePTh5Ozm6uPPxwCX",
+	"AusLtgA+PkwGcu5wTBoXI9kQbiiGOU/JxfHlFcxBjshbHD+pVCfBCv1dDolU1ifzUsX1jfYFNI52CKBS",
+	"wMF8qZxhNCuG0wS9PnBhXzSdB0d2/ElubZ/4dK1Mg1RmbNDpi744hny/pWKcD5oPg8PCTKTi/4Qve+QN",
+	"LAueX5HComIGYNAhg4ddt9q71r4d9AUWeQCVQO5DVB4P4eoeGWAx/cA6rjTT7YQMsM7ef2Nfti8Q8gjq",
+	"UHTPbWOCWefE13YsnjPAEn/wiX0qVPEP+mKn7CxI0CAEUxcGBgEzIDtgNZah+ZTmeS+YNUlfBOnoZXgC",
+	"Ycl2h5xJ1xxXiFsh7+HsA3BbAGQAfCs3IuG6L15196H8Br7w+cKwXq+635W/Oiow0mXRArLBmBl40iuX",
+	"enZdE1AQ5wkGylw0qMUxv7NmY2WzJoAbNSBTqm51X1QsSCULBOdwodNKN7APnJZp3YAqSeewYggX4hrH",
+	"Wo4PLFtUgO16rW5nv9NF5CMm6Iy3eq3vOt3OdwgEPQFO37vb3yuPExyziHQbgIL7MXYgVc61cY5AeU6U",
+	"YqkUKc+ZImN6x0gxI1L0BRq/0HJ48+HwP24Or66s233prXR3qhRnuleRb1i8ROdEG57nfQG5O5EBiZdE",
+	"LxUa63aLcboD38GCc3KBcNdyhMsX+OUkszKca3OIC5HUTov99XP03E6v9cuzIL0CdIEvSOO4g7LsbUvL",
+	"F232jYm+SoVyiW3D7rgsdKhGjk3RFTU3HI76KtqyE3/ZnE+5qT0oGAGvuxBOwoan1w5UpPmM2k8Lh2++",
+	"7HZXHLy53YGb5YmZsSM3YamAdWGXO5YxXuHosYeGWVbO8Uxa2pc045F0upY+sbpYW10CtJFg0laxlAmT",
+	"z4kr0MWEhev3d5s6o2MuaIBHpGNdP0GzLvxbPd8lZWcEDOwc373PPPtS4eM6hb9jxoe/n3MTKiDYkW24",
+	"qqJtww68euwO4Hk5onSOMUtrJPZR18+4DItaCXAuimlr64UFWlrz+2BJL0iH2NzLS/bKI6Chs2ppv/Zy",
+	"f3zEox+btGZSRyQ34gCgoWMAjd4fUZCgM8Uy6BHyBLzjDbfTj+9ARr/5n1fHl+1e6QM6F2zCABBRG3i2",
+	"O2cCeQFUHVNE07mGMjZIGIdmyTpJHoJXVj1GIxxM+MbBq3wVoiwxEb7UDWOjCvZliRteRQ5EhPV7hNB4",
+	"EokfVqhbT/jMp9f88a8+aOWDcOFQU6g5/apkHyVdVaKgfAXirdMGIqxUJdbXp4v6OSYb0Ub3eQYPRxtE",
+	"ZCYelcyyAzJwaNcOfY4YZjVOLfPuYUvNkqB9Tqq11//wNag8xG3IiFpvbAh9Hsuk/izE7e3+vc/u0xcH",
+	"Hqj3PuOHL3uh/SKqY631EWCdOdvQlowYak83zKCW9HdimS0gZ680zwLG7tPssyuPmOwfWPfaSjc/IYLd",
+	"W1VWNcyszqrgolepDQlglVW2rYXgD+63m7zm0iNsBQuWxMYUu/f5ls2/IIHkDGPAddI9gu8rmOSbqMXj",
+	"O44nQX5bvQjDui4ao+YH4dhVj//pUbxd75hLl2y2jQ6L4FtsY9Jw5q+dOxZHT9gDuXx/uPvy9feVA9+x",
+	"hotqEg4qDj6g9exL+YCowXWdVpUWVWSj7u4PdHf06fP3r2JnQG1Fcti93RhRuPKQ367LG2p4FcC8Yvd2",
+	"Asya5xEc1xcYqMIe9sxbsxidyjDD1henVJtd6DDfPTkiO4jIBzWoEIGHYW94Nmh7dieDHrllbLYLmZAB",
+	"cechuhjC/muiO+RaQLWdm2nf42ZwjE9MuYa3kPe+wSucf2AfZgkSIyDUA8ZmaMVByKkHIV/Q5pSkOcdD",
+	"TKjpC4fdwWg0avELNenkGFd7rfw27MHg1uyWSGSbCfDQsN/g0lVb793JWfDVC42d+wC96B/SiYhqRwlW",
+	"/sOSN+P4Ur0MAKAhM42Vi5DmCb1lVZbHRupvxNdrrrQUCotxcvTeq41tbvob2AFbMaXvT280XC7sBRsZ",
+	"LL4DeTPicf3Sy9Luo8jnWNWN5atQregqT10Hl6XZHsnlPVO7KdXMYbfpBKHbMACTwVkNcIC0pRvhj3dr",
+	"CozZ/278OK0meRgA3vYbjsX7ltG6l/9y0ToPyLDSGEQ/9mmWoB3F6YyIpbcyBOehF35TU6/JQQ4Y2Ms8",
+	"u7icvn9qEfYmnLvha8RD1rEE1Smbhe2zJh6fydHaAiz7VuT76Xmc+iXQ/m/s1yOYzzJR55Zo5mFdsXQH",
+	"hNzCIgLBv+zuP/eMcKEea7z/sN31L18+ln9xmiW2P6C551yUPWoIpb0J33rbfku1uQd9NNvHuZ7G7guu",
+	"FoUyF0RzGthZDdCsqmPhJySdsBSyog7k6R5spnBVX8AFiD0wlNm8BytqoMCNGo+Oj5hZCYEaP02g9Bga",
+	"sxyu0yBxpyhUcSfDIOReFnmGPVf4KJaRnVfdrmv3BaRyBywnme5DV+gUmpV8h+WUJuTVy5fuhoZjwRPy",
+	"qvuDuwRa5oSht0wkhOZaAuZg/RgGr5FhP7H5xffY8wD0a5/XF9x0iMvbQ1IYbufhDAk8BJZjogGQxtE3",
+	"6xEa6p77wpd+4U0a0SEgTu4wyV53ux1yiOA6eCIEppKpb90S0vTFv11+PIOjZXHfE9K1zswU68yoIPtJ",
+	"t9uFGdodI2fXpyUuLqFifj9hirUhLU6J3QW3YR0ygGGAkiDDSqhDOfaGVA9T1OcfL69C0aT1MfuC63Ip",
+	"Y75JSZetZxb0+reT9DV0toiMBTwz+DmgsSW+1tmtyYsAxPY0O8fJyQLwHpEiwLZ2NOqbK3fe2ykzO+yw",
+	"yG+JUXw8Zqr9rPLzsyrEyswkmjHfWie7Ywqfmok8LLuXwSVBaEXficVdW/bvzbBcf+VFIfD8jU+P2m8s",
+	"LPkmWnObd2mypyGj7+nwGXJN8PhSUC0LppdfbyyHU9qQf4eSGOjmxMQSUOq9lf5DRkLRSudbp4HweH1E",
+	"8HSzmPt++bJizNo8ei7SiZLC+tQARMNyaH58fhnmjrHUe5/xw+pyC3+67fPlEFdvtEORf3IS2oWdg4Rz",
+	"MBNBvvns3IRrI11p9R9T0q2/FJf8aXJxgYZ+n4Jyy6VYKVYrnPBfkvU3kqzgeqSuywLryO0bMJFRYfRv",
+	"IDr3XC3xvwzhN8Cvl5AiIltEweuQXyYSqQTaihWr046eyHvRF+4ULFy4F7oCjdUhh74seehKJapoJABP",
+	"wcW4L/xBuRlLuS5bbTR40AMhzY279GYk1U35/Ihnd4j79rxM7Sbwu+DrsGYV1j6oY0ERGBsOIfvm7O3w",
+	"0Jb2HgIKgE9ysER3vwG7I1Tbvzq3l4fHEYQ+IAN8cZYN/pDcfgGz/y9m/30wO+7Gel5fT4u/gQQAv2Hv",
+	"s/3vS6WU1H0qS6HX1K+HSuHnrcyEYeBYhtWFE4t5rShV2Vd7qieGMibDksiM4JlxvtwkgFDrCYdy7Fox",
+	"MNlxBd9tB7qZ5/KeZcRapP9p3LWkCfHuhfZgzpjoSLBps9tQVeUgUZvLqlafALTiZEgHQejG328Yn9aK",
+	"otdMYX/TKTiYvwqIUQS4CFDEmFHzGhqXh3A1VBmPq+dL8toHATkQAD4KpfBIhcZKiArM0uMX9RKrsypn",
+	"x0YLhxyXVKqlXR9kOE9kgBw3gPIxZLkBxPLhJEOyk1FDe7hU7MEkwItQ8wQpSnuh/YBHiwsyADBL6XGG",
+	"/JhwhAGeVFgeznQPMxamaZ2QieOFHq51euksoEdGLNYU9H0UvgRshnm52vktlUq9HhnwrDdwfZj3cORO",
+	"QgZwdW+AsaX5jCVkAMsKF/aFLxyzW2iXF1ZWjuCc5Q65wmf5+rqF2j8soqSZO3ZsoQAQU31YcKdDfhHQ",
+	"a5kh3LQJHHHkCkZgBwW7t5NwZ7izuSvvO2gsIuyLahXhR7/1rrk7wMOHzYcaQsziwHr4C3CBPVEkUEio",
+	"TV+41SMsAG8C+Q0+97FOq9/qkX4Lu4rtoPgldBb3W18GSeXwAWCZNJea6cZqQ78Zf6yCwyfrXSxPLQtW",
+	"l0VJ4pusgDqqJGPJAb5NKjAxdiuA7X+vJYpbKNnfqJrRCSeneH7HiaZI2SOWs3AROyECofN3ELwsIe6Y",
+	"1qQEgkj6YgGytIZ31va6WCeE5ZqVTp/7ng5zNjjoC1R+HmM+HBOGkgnrAYYM0J986BIKLvpiADfcuFbn",
+	"AQrh0j3C0wY1GYTTCQcLyq0vFo8eDKfF99adPdj2EgvbwSGiMaTprZWYDh+uA6Uj4GRX54CVoULCs+O+",
+	"Lh7F+GxZwIWzHp/Z0V2V9nbW2u/FyX1SiZhbVegaAzCBgLtCYasPPOk41HCduMSVPy2iVL7OInuhfTIL",
+	"0dRZvY34mRxmbGP4wwgyECsU6xpvvBSrWLd2FyZw6oZTc0vMVkzZM/La4vlovym3FVP2e40owdxc4h0K",
+	"53C6WCJYPd1HV47eCghGmIDHHjtkNwTbdyf7huMY3IO+ARu5kf4wfIQNvugycyBErBEMIOuBSowkFDrf",
+	"4Kxe8CAhrtsX2BI2CGfK9ohRBRt4GHvsJkPDAv1GHTDs4ZD8vgi3At96VCBXHtkhGzB7X5TcHlGubrj/",
+	"FAxfOb7398fx4ewCZPnlU4WTEsAdiBAxP5NaApNrcn54fXl8hCTgy2gXkQc2ZfESarWxP+kKL3nGwG8J",
+	"BduwrTjLzlI7KlYq3TIB59oQM1GyGE88EH+s8cQKUcS+rS1XCQ67tGB4VvaX1e0gCEH7nPW2MMJWBbf7",
+	"X3d/VrQyHJABLCDUM5uALpxgYg2Lly21Pq7l4ektDBX4vANUrjA/d8h3Kc5L2OONyaLGRgEIqKnZ+wKQ",
+	"00piWdfnjddnTw2k4GM87tpB9XDuV919tNiFvF/IT2/EE5GmxXrQHNA8m+PlAZC1KODKpvbnCgBno6D6",
+	"xV3zjJKqghHaIKrcRBdl1SEcXIlweywrryqXu4IFuioL1ADagk92sKPP5UNXB/mNRJEHVo3BtfjV/dZi",
+	"xo9cQ8Xiwm5gytxJWTDtTbd7AR/FXbpWuhwxtUwH60RMedPT5cwhyRm9s+bIDqDysqxdLkgWBtIH3t33",
+	"0S4XqbWCacgg9F8LrK1dtwA6c+9f/KvhiOFSVmHEqtuxF3Azt/d6Kk9u4uv34enPw9Lh+SUU03M27lSH",
+	"y+erMJeeTom4Sy80mTHFZcZTIDLBtHZgR1+TqKp4vrD1Hsn31092czFpgURRqNxB7/b29vZf/qXT7XQ7",
+	"+72/dv/aBUJwU/rs9ScY8tbddX/7qUZATBAaUY5qnTCIjmi/dCyXEF/ntAgb6qLN5YFRPu+NiIjLI167",
+	"aEPoEjiAeLH9RmSk0E7D1dPn2nLS/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -7,11 +7,14 @@ package queue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -36,6 +39,10 @@ const (
 	// TypeRunStart expands a new run and starts its first steps.
 	// TaskID "run:<project/domain/run>".
 	TypeRunStart = "run:start"
+	// TypeRunsStart starts the runs of one batch create, each as
+	// TypeRunStart would. TaskID "runs:<project/domain>:<digest of the
+	// names>".
+	TypeRunsStart = "runs:start"
 	// TypeRunAdvance re-evaluates a run's progression after an outside change
 	// (a step aborted). No TaskID: the handler is idempotent.
 	TypeRunAdvance = "run:advance"
@@ -63,6 +70,22 @@ func (p RunPayload) Key() domain.RunKey {
 	return domain.RunKey{Project: p.Project, Domain: p.Domain, Run: p.Run}
 }
 
+// RunsPayload names runs of one project and domain.
+type RunsPayload struct {
+	Project string   `json:"project"`
+	Domain  string   `json:"domain"`
+	Runs    []string `json:"runs"`
+}
+
+// Keys returns the runs' keys, in the payload's order.
+func (p RunsPayload) Keys() []domain.RunKey {
+	keys := make([]domain.RunKey, len(p.Runs))
+	for i, r := range p.Runs {
+		keys[i] = domain.RunKey{Project: p.Project, Domain: p.Domain, Run: r}
+	}
+	return keys
+}
+
 // AttemptPayload names an attempt.
 type AttemptPayload struct {
 	AttemptID int64 `json:"attempt_id"`
@@ -77,6 +100,17 @@ type AbortPayload struct {
 func NewRunStartTask(key domain.RunKey) *asynq.Task {
 	return newTask(TypeRunStart, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
 		asynq.Queue(Scheduler), asynq.TaskID("run:"+key.String()), asynq.MaxRetry(25))
+}
+
+// NewRunsStartTask builds runs:start for the named runs of project/domain
+// (one message for up to a batch's 1,000 runs, about 20 bytes a name). Its
+// TaskID digests the names, so a retried batch that answers with the same
+// runs while the first message is still queued adds nothing.
+func NewRunsStartTask(project, domainName string, runs []string) *asynq.Task {
+	sum := sha256.Sum256([]byte(strings.Join(runs, "\n")))
+	id := "runs:" + project + "/" + domainName + ":" + hex.EncodeToString(sum[:16])
+	return newTask(TypeRunsStart, mustJSON(RunsPayload{project, domainName, runs}),
+		asynq.Queue(Scheduler), asynq.TaskID(id), asynq.MaxRetry(25))
 }
 
 // NewRunAdvanceTask builds run:advance for key.

@@ -17,24 +17,11 @@ import (
 // the scheduler to start it. A spec that can never run is refused with 422
 // naming each offending field; nothing is written for it.
 func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject) (api.CreateRunResponseObject, error) {
-	h.metrics.payloads.Observe(obs.KindSpec, specSize(req.Body.Spec))
-	spec, fieldErrs := decodeSpec(req.Body.Spec)
-	name := ""
-	if req.Body.Name != nil {
-		name = *req.Body.Name
-		if !domain.ValidName(name) {
-			fieldErrs = append(fieldErrs, domain.FieldError{Field: "name",
-				Message: "must be 1-63 characters of [a-z0-9-] starting and ending with a letter or digit"})
-		}
-	} else {
-		name = newRunName()
-	}
+	nr, fieldErrs := h.newRun(req.Project, req.Domain, req.Body.Name, req.Body.Spec)
 	if len(fieldErrs) > 0 {
-		return api.CreateRun422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
-			problem.CodeInvalidSpec, fieldErrs[0].Field+": "+fieldErrs[0].Message, fieldErrs...)), nil
+		return api.CreateRun422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
 	}
-	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: name}
-	nr := store.NewRun{Key: key, Spec: spec}
+	key, name := nr.Key, nr.Key.Run
 	if req.Params.IdempotencyKey != nil {
 		nr.IdempotencyKey = *req.Params.IdempotencyKey
 	}
@@ -59,6 +46,29 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		return api.CreateRun200JSONResponse(toRun(detail, outs)), nil
 	}
 	return api.CreateRun201JSONResponse(toRun(detail, nil)), nil
+}
+
+// newRun validates a run to create in project/domain: its name (nil: a new
+// one, newRunName) and its spec, decoded and normalized. The field errors
+// name what CreateRun answers 422 for; nothing may be created with any.
+func (h *Handlers) newRun(project, dom string, name *string, in api.WorkflowSpec) (store.NewRun, []domain.FieldError) {
+	h.metrics.payloads.Observe(obs.KindSpec, specSize(in))
+	spec, fieldErrs := decodeSpec(in)
+	if name == nil {
+		return store.NewRun{Key: domain.RunKey{Project: project, Domain: dom, Run: newRunName()}, Spec: spec}, fieldErrs
+	}
+	if !domain.ValidName(*name) {
+		fieldErrs = append(fieldErrs, domain.FieldError{Field: "name",
+			Message: "must be 1-63 characters of [a-z0-9-] starting and ending with a letter or digit"})
+	}
+	n := *name
+	return store.NewRun{Key: domain.RunKey{Project: project, Domain: dom, Run: n}, Spec: spec}, fieldErrs
+}
+
+// specProblem is the 422 invalid_spec problem naming fieldErrs (at least one).
+func specProblem(fieldErrs []domain.FieldError) api.Problem {
+	return apiProblem(http.StatusUnprocessableEntity, problem.CodeInvalidSpec,
+		fieldErrs[0].Field+": "+fieldErrs[0].Message, fieldErrs...)
 }
 
 // decodeSpec converts the API spec to the domain's, normalizes and validates it.

@@ -31,19 +31,19 @@ type fixture struct {
 	redis asynq.RedisClientOpt
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	return newFixtureConfig(t, Config{})
 }
 
 // newFixtureConfig is newFixture with the server's config.
-func newFixtureConfig(t *testing.T, cfg Config) *fixture {
+func newFixtureConfig(t testing.TB, cfg Config) *fixture {
 	t.Helper()
 	return newFixtureStopping(t, cfg, nil)
 }
 
 // newFixtureStopping is newFixtureConfig with Deps.Stopping.
-func newFixtureStopping(t *testing.T, cfg Config, stopping <-chan struct{}) *fixture {
+func newFixtureStopping(t testing.TB, cfg Config, stopping <-chan struct{}) *fixture {
 	t.Helper()
 	st := storetest.New(t)
 	rdb := redistest.New(t)

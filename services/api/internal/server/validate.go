@@ -18,7 +18,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/labstack/echo/v4"
 )
 
@@ -30,7 +29,7 @@ import (
 // context for the handlers. Requests that match no operation pass through
 // (health, dashboard, 404s) but for adminPrefixes, which need an admin.
 func validator(spec *openapi3.T, auth *authenticator) echo.MiddlewareFunc {
-	router, err := gorillamux.NewRouter(spec)
+	router, err := newSpecRouter(spec)
 	if err != nil {
 		panic(fmt.Sprintf("OpenAPI router: %v", err))
 	}

@@ -51,6 +51,9 @@ type Config struct {
 	MaxSystemFailures *int
 	// Cache tunes the catalog's reservations.
 	Cache CacheConfig
+	// BatchWorkers is how many runs of one runs:start message (a batch
+	// create) advance at once, each in its own transaction. Default 4.
+	BatchWorkers int
 }
 
 // Validate reports the settings that cannot work: a negative duration,
@@ -66,7 +69,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for name, n := range map[string]int{"Placement.BatchSize": c.Placement.BatchSize,
-		"Workflow.MaxStepRetries": c.Workflow.MaxStepRetries, "AbortMaxRetry": c.AbortMaxRetry} {
+		"Workflow.MaxStepRetries": c.Workflow.MaxStepRetries, "AbortMaxRetry": c.AbortMaxRetry,
+		"BatchWorkers": c.BatchWorkers} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
 		}
@@ -86,6 +90,7 @@ func (c *Config) defaults() {
 	c.Tick = cmp.Or(c.Tick, time.Second)
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, 5*time.Second)
 	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, queue.AbortTaskRetries(10))
+	c.BatchWorkers = cmp.Or(c.BatchWorkers, 4)
 	if c.MaxSystemFailures == nil {
 		c.MaxSystemFailures = new(int)
 		*c.MaxSystemFailures = domain.DefaultMaxSystemFailures
@@ -126,6 +131,7 @@ func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Re
 func (s *Scheduler) Register(mux *asynq.ServeMux) {
 	mux.Use(obs.TaskMiddleware)
 	mux.HandleFunc(queue.TypeRunStart, s.handleRun)
+	mux.HandleFunc(queue.TypeRunsStart, s.handleRuns)
 	mux.HandleFunc(queue.TypeRunAdvance, s.handleRun)
 	mux.HandleFunc(queue.TypeTaskEvaluate, s.handleEvaluate)
 }

@@ -1,0 +1,220 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+)
+
+// RunResult is CreateRuns' outcome for one NewRun: the run (Created false
+// when it answers an earlier create with the same IdempotencyKey), or Err.
+type RunResult struct {
+	Detail  RunDetail
+	Created bool
+	// Err is ErrConflict (wrapped) when the name is taken, by a run already
+	// stored or by an earlier item of the same call; nil otherwise.
+	Err error
+}
+
+// batchPlan is what CreateRuns does with each item before it writes:
+// insert it, answer as an earlier item, or refuse it.
+type batchPlan struct {
+	insert []int       // indexes of the items to insert, in order
+	sameAs map[int]int // item → the earlier item whose IdempotencyKey it repeats
+}
+
+// planBatch sorts runs' items as CreateRun called on each in turn would
+// meet them: an item repeating an earlier item's IdempotencyKey answers as
+// that item; one repeating an earlier item's name (without such a key) is
+// a conflict, written into out.
+func planBatch(runs []NewRun, out []RunResult) batchPlan {
+	p := batchPlan{sameAs: map[int]int{}}
+	keys := map[string]int{}
+	names := map[domain.RunKey]bool{}
+	for i, nr := range runs {
+		if nr.IdempotencyKey != "" {
+			scoped := nr.Key.Project + "/" + nr.Key.Domain + "/" + nr.IdempotencyKey
+			if first, ok := keys[scoped]; ok {
+				p.sameAs[i] = first
+				continue
+			}
+			keys[scoped] = i
+		}
+		if names[nr.Key] {
+			out[i].Err = fmt.Errorf("%w: runs_pkey", ErrConflict)
+			continue
+		}
+		names[nr.Key] = true
+		p.insert = append(p.insert, i)
+	}
+	return p
+}
+
+// CreateRuns creates runs as CreateRun creates one — the run, its root
+// action a0 (QUEUED) and its run.created event — all in one transaction of
+// a few multi-row statements, however many runs. Every NewRun's Spec must be
+// normalized and valid. It returns one RunResult per item, in order: an
+// item whose IdempotencyKey matches a stored run (or an earlier item's)
+// answers with that run as GetRun reads it after the commit; an item whose
+// name is taken gets ErrConflict and writes nothing. The error is the
+// transaction's (a database failure): then nothing is written.
+func (s *Store) CreateRuns(ctx context.Context, runs []NewRun) ([]RunResult, error) {
+	out := make([]RunResult, len(runs))
+	plan := planBatch(runs, out)
+	earlier := map[int]domain.RunKey{}
+	err := s.InTx(ctx, func(tx *Store) error {
+		inserted, err := tx.insertRuns(ctx, runs, plan.insert, out)
+		if err != nil {
+			return err
+		}
+		if err := tx.resolveSkipped(ctx, runs, plan.insert, inserted, earlier, out); err != nil {
+			return err
+		}
+		return tx.insertRoots(ctx, runs, inserted, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, key := range earlier {
+		if out[i].Detail, out[i].Err = s.GetRun(ctx, key); out[i].Err != nil {
+			return nil, fmt.Errorf("run %s: %w", key, out[i].Err)
+		}
+	}
+	for i, first := range plan.sameAs {
+		out[i] = out[first]
+		out[i].Created = false
+	}
+	return out, nil
+}
+
+// insertRunsSQL inserts one runs row per element of the arrays, in key
+// order (the lock order: two batches naming the same runs wait for each
+// other, never in a cycle); a row whose name or idempotency key is taken,
+// by a committed row or by a concurrent create once it commits, is skipped,
+// not an error.
+const insertRunsSQL = `INSERT INTO runs (project, domain, name, spec, phase, idempotency_key, timeout_ms, version)
+SELECT p, d, n, s::jsonb, @phase, NULLIF(k, ''), t, 1
+  FROM unnest(CAST(@p AS text[]), CAST(@d AS text[]), CAST(@n AS text[]), CAST(@s AS text[]),
+              CAST(@k AS text[]), CAST(@t AS bigint[])) AS v(p, d, n, s, k, t)
+ ORDER BY p, d, n
+ON CONFLICT DO NOTHING
+RETURNING project, domain, name, created_at, updated_at`
+
+// insertRuns inserts the runs at indexes idx, fills out[i].Detail.Run of
+// each one inserted and returns their indexes.
+func (s *Store) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []RunResult) ([]int, error) {
+	var p, d, n, specs, keys, timeouts []string
+	for _, i := range idx {
+		nr := runs[i]
+		spec, err := json.Marshal(nr.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: spec: %w", nr.Key, err)
+		}
+		p, d, n = append(p, nr.Key.Project), append(d, nr.Key.Domain), append(n, nr.Key.Run)
+		specs, keys = append(specs, string(spec)), append(keys, nr.IdempotencyKey)
+		timeouts = append(timeouts, strconv.FormatInt(nr.Spec.TimeoutDuration().Milliseconds(), 10))
+	}
+	var rows []struct {
+		Project, Domain, Name string
+		CreatedAt, UpdatedAt  time.Time
+	}
+	err := s.q(ctx).Raw(insertRunsSQL, map[string]any{"phase": string(domain.PhaseQueued),
+		"p": Strings(p), "d": Strings(d), "n": Strings(n), "s": Strings(specs), "k": Strings(keys),
+		"t": "{" + strings.Join(timeouts, ",") + "}"}).Scan(&rows).Error
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	at := make(map[domain.RunKey]int, len(idx))
+	for _, i := range idx {
+		at[runs[i].Key] = i
+	}
+	inserted := make([]int, 0, len(rows))
+	for _, r := range rows {
+		i := at[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}]
+		nr := runs[i]
+		run := Run{Project: r.Project, Domain: r.Domain, Name: r.Name, Spec: nr.Spec, Phase: string(domain.PhaseQueued),
+			TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Version: 1, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		if nr.IdempotencyKey != "" {
+			run.IdempotencyKey = &nr.IdempotencyKey
+		}
+		out[i] = RunResult{Detail: RunDetail{Run: run}, Created: true}
+		inserted = append(inserted, i)
+	}
+	return inserted, nil
+}
+
+// resolveSkipped answers each item of idx the insert skipped: with the run
+// holding its idempotency key (into earlier, read after the commit), or
+// else ErrConflict (its name is taken).
+func (s *Store) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted []int, earlier map[int]domain.RunKey,
+	out []RunResult) error {
+	done := make(map[int]bool, len(inserted))
+	for _, i := range inserted {
+		done[i] = true
+	}
+	var skipped []int
+	var p, d, k []string
+	for _, i := range idx {
+		if done[i] {
+			continue
+		}
+		skipped = append(skipped, i)
+		out[i].Err = fmt.Errorf("%w: runs_pkey", ErrConflict)
+		if runs[i].IdempotencyKey != "" {
+			p, d, k = append(p, runs[i].Key.Project), append(d, runs[i].Key.Domain), append(k, runs[i].IdempotencyKey)
+		}
+	}
+	if len(k) == 0 {
+		return nil
+	}
+	var rows []struct{ Project, Domain, IdempotencyKey, Name string }
+	err := s.q(ctx).Raw(`SELECT r.project, r.domain, r.idempotency_key, r.name FROM runs r
+		JOIN unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS v(p, d, k)
+		  ON r.project = v.p AND r.domain = v.d AND r.idempotency_key = v.k`,
+		Strings(p), Strings(d), Strings(k)).Scan(&rows).Error
+	if err != nil {
+		return mapErr(err)
+	}
+	holder := make(map[string]string, len(rows))
+	for _, r := range rows {
+		holder[r.Project+"/"+r.Domain+"/"+r.IdempotencyKey] = r.Name
+	}
+	for _, i := range skipped {
+		key := runs[i].Key
+		if name, ok := holder[key.Project+"/"+key.Domain+"/"+runs[i].IdempotencyKey]; ok && runs[i].IdempotencyKey != "" {
+			key.Run = name
+			earlier[i], out[i].Err = key, nil
+		}
+	}
+	return nil
+}
+
+// insertRoots inserts the root action a0 (QUEUED) of each inserted run and
+// writes its run.created event, as CreateRun does.
+func (s *Store) insertRoots(ctx context.Context, runs []NewRun, inserted []int, out []RunResult) error {
+	if len(inserted) == 0 {
+		return nil
+	}
+	roots := make([]Action, len(inserted))
+	for j, i := range inserted {
+		run := out[i].Detail.Run
+		roots[j] = Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
+			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1}
+	}
+	if err := s.q(ctx).CreateInBatches(&roots, 500).Error; err != nil { // under Postgres' 65535 parameters
+		return mapErr(err)
+	}
+	for j, i := range inserted {
+		out[i].Detail.Actions = []ActionDetail{{Action: roots[j]}}
+		if err := s.event(ctx, runs[i].Key, domain.RootActionName, "run.created",
+			map[string]any{"phase": string(domain.PhaseQueued)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
