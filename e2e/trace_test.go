@@ -118,7 +118,7 @@ func TestOneTraceFromAPIToExecutor(t *testing.T) {
 	require.Contains(t, got["capstan-scheduler"], "asynq run:start")
 	require.Contains(t, got["capstan-scheduler"], "dispatch attempt")
 	require.Contains(t, got["capstan-executor"], "asynq attempt:run")
-	require.Contains(t, got["capstan-api"], "POST /v1/attempts/:id/report", "the executor's reports continue it")
+	require.Contains(t, got["capstan-api"], "POST /v1/workers/:id/reports", "the executor's reports continue it")
 
 	// An abort's trace: the api's request and the reconciler's delivery
 	// (whose call to the executor joins it too, unless the executor's

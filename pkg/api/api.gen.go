@@ -534,6 +534,21 @@ type AttemptSpec struct {
 	WorkerId  *string   `json:"worker_id,omitempty"`
 }
 
+// BatchedReport defines model for BatchedReport.
+type BatchedReport struct {
+	AttemptId int64         `json:"attempt_id"`
+	Report    AttemptReport `json:"report"`
+}
+
+// BatchedReportResult defines model for BatchedReportResult.
+type BatchedReportResult struct {
+	AttemptId int64    `json:"attempt_id"`
+	Error     *Problem `json:"error,omitempty"`
+
+	// Proceed False when the executor must stop the attempt.
+	Proceed bool `json:"proceed"`
+}
+
 // CacheEntry defines model for CacheEntry.
 type CacheEntry struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -727,6 +742,16 @@ type RegisterWorkerRequest struct {
 
 	// Slots How many attempts it runs at once (1 to 1024).
 	Slots *int `json:"slots,omitempty"`
+}
+
+// ReportBatch defines model for ReportBatch.
+type ReportBatch struct {
+	Reports []BatchedReport `json:"reports"`
+}
+
+// ReportBatchResult defines model for ReportBatchResult.
+type ReportBatchResult struct {
+	Results []BatchedReportResult `json:"results"`
 }
 
 // Resources Capacity offered by a worker, or requested by one task.
@@ -1139,6 +1164,9 @@ type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
 
 // HeartbeatJSONRequestBody defines body for Heartbeat for application/json ContentType.
 type HeartbeatJSONRequestBody = HeartbeatReport
+
+// ReportAttemptsJSONRequestBody defines body for ReportAttempts for application/json ContentType.
+type ReportAttemptsJSONRequestBody = ReportBatch
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1564,6 +1592,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/heartbeat (the `Heartbeat` operationId).
 	Heartbeat(ctx context.Context, id WorkerID, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportAttemptsWithBody A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+	//
+	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+	ReportAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+	//
+	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+	ReportAttempts(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
@@ -2327,6 +2373,44 @@ func (c *Client) HeartbeatWithBody(ctx context.Context, id WorkerID, contentType
 // Corresponds with POST /v1/workers/{id}/heartbeat (the `Heartbeat` operationId).
 func (c *Client) Heartbeat(ctx context.Context, id WorkerID, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHeartbeatRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReportAttemptsWithBody A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+//
+// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+func (c *Client) ReportAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportAttemptsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+//
+// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+func (c *Client) ReportAttempts(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportAttemptsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3979,6 +4063,53 @@ func NewHeartbeatRequestWithBody(server string, id WorkerID, contentType string,
 	return req, nil
 }
 
+// NewReportAttemptsRequest calls the generic ReportAttempts builder with application/json body
+func NewReportAttemptsRequest(server string, id WorkerID, body ReportAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReportAttemptsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewReportAttemptsRequestWithBody constructs an http.Request for the ReportAttempts method, with any body, and a specified content type
+func NewReportAttemptsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/reports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4401,6 +4532,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/heartbeat (the `Heartbeat` operationId).
 	HeartbeatWithResponse(ctx context.Context, id WorkerID, body HeartbeatJSONRequestBody, reqEditors ...RequestEditorFn) (*HeartbeatResponse, error)
+
+	// ReportAttemptsWithBodyWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+	//
+	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+	ReportAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportAttemptsResponse, error)
+
+	// ReportAttemptsWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+	//
+	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+	ReportAttemptsWithResponse(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptsResponse, error)
 }
 
 type ListAbortsResponse struct {
@@ -5803,6 +5952,61 @@ func (r HeartbeatResponse) ContentType() string {
 	return ""
 }
 
+type ReportAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReportBatchResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReportAttemptsResponse) GetJSON200() *ReportBatchResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ReportAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReportAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReportAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReportAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListAbortsWithResponse Aborts and attempt kills by state, most recently updated first, with cursor pagination.
 //
 // `state=needs_intervention` lists what the abort reconciler gave up on
@@ -6432,6 +6636,36 @@ func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, id Work
 		return nil, err
 	}
 	return ParseHeartbeatResponse(rsp)
+}
+
+// ReportAttemptsWithBodyWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+//
+// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+func (c *ClientWithResponses) ReportAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportAttemptsResponse, error) {
+	rsp, err := c.ReportAttemptsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportAttemptsResponse(rsp)
+}
+
+// ReportAttemptsWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+//
+// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
+func (c *ClientWithResponses) ReportAttemptsWithResponse(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptsResponse, error) {
+	rsp, err := c.ReportAttempts(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportAttemptsResponse(rsp)
 }
 
 // ParseListAbortsResponse parses an HTTP response from a ListAbortsWithResponse call
@@ -7426,6 +7660,46 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 	return response, nil
 }
 
+// ParseReportAttemptsResponse parses an HTTP response from a ReportAttemptsWithResponse call
+func ParseReportAttemptsResponse(rsp *http.Response) (*ReportAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReportAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReportBatchResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
@@ -7512,6 +7786,9 @@ type ServerInterface interface {
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx echo.Context, id WorkerID) error
+	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+	// (POST /v1/workers/{id}/reports)
+	ReportAttempts(ctx echo.Context, id WorkerID) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -8377,6 +8654,22 @@ func (w *ServerInterfaceWrapper) Heartbeat(ctx echo.Context) error {
 	return err
 }
 
+// ReportAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) ReportAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ReportAttempts(ctx, id)
+	return err
+}
+
 // This is a simple interface which specifies echo.Route addition functions which
 // are present on both echo.Echo and echo.Group, since we want to allow using
 // either of them for path registration
@@ -8447,6 +8740,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
 	router.DELETE(options.BaseURL+"/v1/workers/:id", wrapper.DeregisterWorker, options.OperationMiddlewares["DeregisterWorker"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/heartbeat", wrapper.Heartbeat, options.OperationMiddlewares["Heartbeat"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
@@ -9840,6 +10134,59 @@ func (response Heartbeat404ApplicationProblemPlusJSONResponse) VisitHeartbeatRes
 	return err
 }
 
+type ReportAttemptsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *ReportAttemptsJSONRequestBody
+}
+
+type ReportAttemptsResponseObject interface {
+	VisitReportAttemptsResponse(w http.ResponseWriter) error
+}
+
+type ReportAttempts200JSONResponse ReportBatchResult
+
+func (response ReportAttempts200JSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts400ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts404ApplicationProblemPlusJSONResponse Problem
+
+func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
@@ -9926,6 +10273,9 @@ type StrictServerInterface interface {
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
+	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
+	// (POST /v1/workers/{id}/reports)
+	ReportAttempts(ctx context.Context, request ReportAttemptsRequestObject) (ReportAttemptsResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx echo.Context, request any) (any, error)
@@ -11020,200 +11370,254 @@ func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 	return nil
 }
 
+// ReportAttempts operation middleware
+func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
+	var request ReportAttemptsRequestObject
+
+	request.Id = id
+
+	var body ReportAttemptsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ReportAttempts(ctx.Request().Context(), request.(ReportAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReportAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ReportAttemptsResponseObject); ok {
+		return validResponse.VisitReportAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
 // Stored as a slice of fixed-width chunks rather than one concatenated
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37cts4uueroLRTFWuWluV00jMtV9eWE7sTn3Ycjy+nz24ra0EkJGFMARoAtK1J5d99gH3EfZItfB8A",
-	"khKoix2nu+ecfxJZIgkQ+O6XHz63UjmdScGE0a3e59aMKjplhin46zA1XIozOmX2Ly5avdaMmkkraQn4",
-	"rkXhglbSUuwfBVcsa/WMKljS0umETam960+KjVq91n/bKwfaw1/1Hjz5y5ekdWgMm87MyVHDODxbOcZI",
-	"qik19jphvn/VSlpTLvi0mLZ6+0nLzGcMf2JjpmC4IzmldpToWBn++OR3OqXaHN8xYU6O3jOaMWXvzJhO",
-	"FZ/BqvVaVxNGeEbkiJgJIznVhjB7B/yZ5tx+VCxl/I5lB/ClNorRKVFMF1OmCR0Zpgg3nVaCrzLBkcLL",
-	"2Enswix2T45a1XeY0odTJsZm0uq97IZV0kZxMV6c/98KpubL0689nIykcnPWxEyoISkVQhqimSE4LY3v",
-	"gH+Qey40uZ8wQYbSTAhVzF4a3uQfMGZ4Ebs4N7A4N0AMm2x+N7r550r+naWmYfdn7tcnb/9FsYpxVPEV",
-	"KOwXqW6ZejLTFAVcuUgBX+zNeiaFZiAMzpUc5mxqP6ZSGCZgCelslvOUWorYm+EV//3vWgJzbfY6/rkw",
-	"Yp3ADgW5+Okt+eHV678Q9/AOvLm7F2TUUCpzyjXMZqbkjCnDccbU/gSfuGFTvW4i8KQLlkqVtb6E9aBK",
-	"0bn9W7AHc5MWSssIJx8OtWVWKUpOntEx67RinFXuya9+jp/CdXII9GeFYmU+y++Gkrf3efH5SYuiML1J",
-	"ZYF7VJ/qEcv5HVNzomQhMk3gMpYRLcmIqsqMA9OUj+TZ8vMumQHep4K4y8gtz3P7oCXWXH5ySgvNoq+R",
-	"BSG99NMtF5GJDHBNBj3YA1hYK1rtvOAHQkVm5auamwkXY1KIDITnARm4ibtb7fTtnVIw/0r2bZiwQuXX",
-	"Uum53yqbV05RFiaVyP4Ls8xw/Vk2SIhUZCAYy/SNXRJlxZt9AxSLH+iD04ua3FNNFKPphGURmkqC2Iqt",
-	"lmJUN5CKpUSmDctuqInv7P2E54xwQ7gmQ2aXLcy/tsMZNWzX8CmLzc5Ku9jwxcze5gff5FkL3AOEkFSE",
-	"dqm8QcCGrUIyW+SN2gxWsCAsEnBdlnH7RJqfV7hxRHPNkgUGLVd9kf1GtMitjpSk37rWTJGwC0i0/ZZd",
-	"2Yp+3u92oxo6Pt1LQ02hIxJjUSysYMb6lGFWLEuI3RNZGLIDDIZMxawMuTr5cHx08/H6qg00HREHZKaY",
-	"/YNl9oJ70Fw3udQmSs7fmHu+AoeUIufxjLKoGmobFiXPoAQiim8jdeeIxYr42UzJO5qvvc1fB/SSTtjN",
-	"LYvYhocEfsyINmz2QhN7UdKSIrXCRBMuZoXRYPQppmV+Z1epJ4o8j2wPDqMDXa8eKZfytpj1yPuTK7LD",
-	"Dbm8fvv2+Pjo+Ijcc2tnWpI1av5CE1kYnIXIiKKCCEkM1bfthHw4ubyEm1UhdNsS2vnH8+vTw6vjI/ya",
-	"ioToIk0ZyyzbiozcK2mQDODx7Q5xNgEwA0wOJmD5ByZcVSnvT65aScuO2kpaYaioYsnYzLLcDe57MGyW",
-	"rls0X5jItpK0SWvMBFPUU9iy5+LWOy2UAkelED1CiWJGzb1LA28N76+YNlQZAv9q+NEaVAlQg111uw3s",
-	"Pm5+eH2/NEXhLOzlH6S5GbKRVBEZ8osVDxSEWUbuKTdkJyvwRROcfhuk2ub6zRFSs4aImTcLRFySqVtX",
-	"99CE2Jck/+///F9yR/OCJYTqyqIFspuSHaMoz63kEew+54JZrpuZ9kGV/IhiYLBr0i+63e8Y2ScTqhOg",
-	"UishYbSEUPJvlx/PCFCP3cww4AucheVg+GKXi4w9EKkypgLJgwAWUlTt31JqzahiIm6qzKwCiota2LVA",
-	"U2BhD1lql+b88Pry+Gjz3ZpNKGq5lV4JXFTTDYvzmZfTAeYCxUa53TLWGXeIYvaNG1QO8MGWDGmHurEE",
-	"6miqPqH38p5MqZgDYSOH3U9k7mY4ojxnGdmR4sZ+LKy3XWgrStpo9KpCEFh+55Rz68Fo7Z6USjHi40Kx",
-	"jLgJxDkVaGRjj+uK6tuYrLKryMX4ZhRztX6ZUEOo23WyIxXyLBfjtiNzuweWoHukyte6AMJ26ov4+9a7",
-	"aCBkkmBrAmH4N41q5YomXfJnw/iOyzOWcs2lOCAUeacQhufwdYaks2jFbU4vw3mUyVI5nTYxoJ+O/TH4",
-	"OzBlhtEEJOmIZlpYtPAga3OvXKbHmdfDeYwypFs4TXZwHQ/PT4iRt0xowh64NglSM81zpkDUgSxl+ai9",
-	"YHO/jJjctaV7lH3uHMYlg63B8C40UwnRc23YNCEzpqbUMhDZoUTPWBrCbERYt9aycDup2tZJaXWXxrtV",
-	"x2jQRwVTKjMWM7K0ocOcEaaUVMRe5KTcB/pwCRP8CcWKPn5wVpFU5ETc0Zxn53kx5uJyxtL4kIrRbWUh",
-	"zCNKwuyBW5s5Y3EfZ8QF15MtR8O4xwbhDOvqbGl4i2I6ZCo+2cdpCWrYJpL3Ei604hYphsdsrAW2hkih",
-	"m7EfqraBn5rJ/lSOI26pNhlT8Z3UJpNFXE4ZVYjUjhkxTVXBUIWhBUWGbC5Fhqb5A0sLI9ULTYaysFY7",
-	"1SRTcjarccNQypxRsfT2bkKJn3R1Hite/ILNnD+2hYALIsGLYSsM7NDAbFYveHFgRSwytJ0Qcnkr7KqV",
-	"A6BFnCCIOhWpfd1iFhGp4DIRbWCJvEf/QpMRFzS3xqRUBg2IGTD5C02AvsEn+slexP/JrMlqJmyOfhMX",
-	"zlxsJZuZCW9xdpeGzexkp/ThBG/767LpsK34ikqomX1PZW/8378e7v4vuvvPT+7/7u4Pnz53k++/+/Kn",
-	"lVKpoh1edaOqZI2YerpLAVsXvArcI2e724/WfkHvIfGMUnc0OuQM9KP10Zm440oKq/t276jisJagPg/Q",
-	"a4A7CDVkKrUh378iP/M3CaEYRwXvxP+2Tz7Yn4QkZ9enHXIyFtJaleCbSDNhioBU0XHXoSaj6oJyS6FX",
-	"yp36sr2xcoFlZDivSYwGI94LqMc/oybJ1sofO/m1kubCpW2Whe1MSaucl2f8kxVBKDWrMybTQhvgfgxw",
-	"lcHwNTP1A62Yq2W27fIaaqy3i3lYc402hA5SKQzlAjXvSunjL4QJr05MMHG3Fccurc3EmNm6Cb2/ujr3",
-	"c9nYMMGA2xPESSXi44J3PnBHRkpOIUIwUzIrUqb0izJ6cXb44bgUKj0UF1Qpfmdli3YRsyBeSBAvcCN1",
-	"invEc0b+9Pbw/PLq8Ozm5Oz8+ury5ujkYs9etWHcwdpmN2NFU3YzjfjPH3iec81SKTJNhszcMybI5cm7",
-	"q+OLDzCPy5N3P5+cnhIp0IDeMMO1yr6rSPnl1fbhyRBlyFiaU8W0W0Qnwblh2n0hyyX6eH0V1ggiPakV",
-	"1xjzia/X5myFmj4ewNlQwPjUAMgXIQ348UKSXIoxU23rysSkzLpEF4a24mvdlITaXnXYhb+BuFd8pEfb",
-	"0+vzWJWhK+8btqQUeSiLShN9lUB+S9MJOxYGazwWzNDH+GYPM66Ybg7jcdQpPlFCyYQbsjOlDzd0zNoh",
-	"FPIj+rWbR/ZcJuKrxGeXVkkxzdRdiIevVBl2QS8q15fkt8zmqhDoyM/krMjtYruCnmj8rzkUv+FD7pjS",
-	"cQ27mFuFjI2/vFzEte5eSU7xsgwmQgRzM/O/JM/1ZRmr38kP3Tjti/omL0y8RtcbpgbuRVPlFxIUMEDq",
-	"gpSF2MPP66OS+OAaszW+lTe1VrqfC9qQ3lr9jEoGtQ/XqbxjyirnHqj7WzYnE6onzqNAGQSRKQyzBQPB",
-	"Z/ucMnc0lYDRz1EhONEH16Dw65BDAr4ZJtTIFGYUlKHzbKxfAVlFcCAwuAfZQEeuyxFUJ2biAXSrf0KK",
-	"kHCNsikhNISSiS6sAaNJv/Xy1aTfqkirkVReXi3zLlPc+sJ29XBoKANoWP23UlTSajqk06yDZlcd7XMG",
-	"b46eHbhO2qWzfjk8uTo5e3fz08eLm7eHb98ftyG/Y/fMZdbjyrUiG+rzOadYSwPVMWzeI+mEijHUhRiJ",
-	"/kGhLSXLPGOKODZbT8R+wCjlVrz+7UInj4ojLvMn5Jh8sgSTiaC5fNp3IWLc4Od7oR2i6ZCbhzgkxEbW",
-	"h9LhCY1h9LdSaKMoF9sGmBqVZUTHHP8tIWfHCTn+j5PLq8uEnH28uvGf310l5N1xQk6vEnJ6THZEMWWK",
-	"p5A1PzmL6yDrCkQHxwDFNl5eVGvJWdNaVVy57QTiFWbB8P4y2MWndMwSQtX4Dsti4IsXGiXITHJvZltz",
-	"d97GGrTS3YkkeLb2cp/sdMKUN7BV4bLouoJBcFGIx+VyfBa/vuAfZ3i7K3xm6o4p4moSmIbiPFhYFL9x",
-	"oeu2eZV18YtUt6Nc3qNHvch69suVb6xPDNbEbkFKHwVafXJEKCmfRIbUpJNliuAZm86kYSKdx2ttwiNe",
-	"aHJSXrz7M5tjYt9MuCaWoHpuyfzwFc27h1oXIuLOwOsLUKpWowznhIq5+6GN6t0+kFCh70HxoPqloLAS",
-	"MnCPGBBYAavLrVWq4Ka+UGzGqOFO11KVc/cTVgqFp1JXSg5DZTzr9MUmabo/NEE9stywEHoFZQCZEhxO",
-	"J2hXgZdg33o4h/92qCAcw+Hwt1V9mtBcCtaOBQjKyZcReUyFTrnwf68R1zDt5vW4krfskULlMca6p5tF",
-	"AptyEXK9zcW3DWEc/ytG3e0LkSmdYz1iMB6lQgWRYIGyv2njFAn2BCzsxLKqUDJfG+q4sNc01EDA/bHt",
-	"+omzPDv2tlR9J0b2t1hOBkqMZtSKGGGkcxlgr8lQZnOXobEs07E2kP51/1MHFW+UOadM640UGU6ovCH2",
-	"QiHIur2VMDFmVhoI7o2sBMQKRsIF2pBaQ/5Hkx3nDICIffnw0PY2pk5Kt8b3YsDSkJ16qqXtI6kukzOw",
-	"Fw3KcFstfAgl75S8fnjA0jyjqNAzqYzLjoHXA7UxEId1FvABzK7M0BTaCQhf1BiqaRYKNWQWtzNdT9DT",
-	"TJcpMxOZ1Ryq1rvjq6jsrq55zMKqljEt8E2hGqp5hlrm1hGDPZcK/tfk+uJ0ve9jnxmlPEaVGTJqLtgs",
-	"n8cS5jELPdQ6u2oto2ROZjm1So0Ko30KtyZRNoher5TeMJV17+BS39Fi9AaRSasvg9FUMpF5lR94NU8Y",
-	"XmjRcNrwJbcNAceCuM25uUViyqy3Ziki+u4h9cY10ZPCgJWUyXvRs9uZMiIkEeweloVIiKXuaMPT23m7",
-	"IS+3NKFTOX47KcTtlho1o4ZGrCqUOFRDKsIw4awLcn310+5fg3Q4uz5d6mp49dfXf/k+6jIrRqdVp3mx",
-	"8GIDnxkekeCkP61YBL1tXUa4aSPFHNa6ppxfvv5+DWu5YWIzP4tat4fk6OxyN6dDlu/m/Ja5Qt59YiT5",
-	"/juSTqiiqbFGtRyRX7GUYfdTggXZaIlbzzSzH7FQnuTMWJNdKpLxMYaTK/v3/XeLhlG1bMLVSuz8ulup",
-	"mtj/4r9v/49o/cS5L82NmFH2J3SZwHlRZWNXtZL+b9fH18dHraRVjYFdHF9+vL54e3y58D3ExlpJ6+L6",
-	"7Ozk7F0raYV6iVbS+unw5BQ+HL75eHEFn0KfSytpXZ9dvn1/fHR9evjm1D7kl48XPx9f3IS7sEDVPvPn",
-	"k/Pzhmr+SlPlApmtrmOZ0nTCBdtVjGbwRaWkxdnwNxiIFdLcjGQhsgSKeHOexl2bjBnK83hW25oFm5N8",
-	"xRaMSD8utKEiZY25uKJJJ3OTsxVWwfJaXV+cEMVGTDGRAj9Y2nYur111Ym9cr6jhVz9+mKMrNYox6AUb",
-	"c22Ywv7cx7kvNMsU0xH9+MaywfXFqXffg744PD9xBGCNkN7e3v7Lv3S6nW5nv/dDt7u/wL2vo44ziI8n",
-	"mmRNTlQkXatloVK2lqAuwoWWRHLpzQZn8L1Kmirhgx3hOnlCsmAHxOJ+9+WrdqyOPe78+C2Jb3nlXbbw",
-	"F97SGU25mRM5snQKJUPUmTwJ1qj73kDnpRuqb5et7HRW3EyhgCESBDi/tj4H/JxK6wDsWDed/AjPs9+0",
-	"o6UMq/roreU9lWp+M5ybWDPCB/jVDgsXbP38L/E1trrqcfw0UnJ6sy6BKoliu1a7gAKstApb+8tBL0Az",
-	"jPfbvbte5l8znkE9g/PgNqgqj76q89ND0iCbQnYfqj0UpP4dzgOSSlS3XGDGmeb5x1Gr9+saHivEZTGd",
-	"UkiyxouytuikT33We1H6bx9As44b9KmwaAzB/WitZS7ISKqU9byJDLviGs6wHYC6PpBNan3t6El49WWm",
-	"/4RL/IaadHLBNIiihjKeVE6ZbyiHUCaYMRDuTQjj4FMPVCEGZAcoL0RPIYkyAP07iDA9XrWqBBoivz6o",
-	"4q737T4HGJsN7T4h6FqGZPGOMgjhQrQLEel4MjFk1jYCfwgFEmuItIFfavsQcQVV+cNyLH7mgs9epbr1",
-	"gkplyJluVa28QBPrfGg/s0/x1wJ4lfi0VSEQEUUTJe8xJm/dHU9pGOHehfgiwsogGgJ+RnEWyT+tB5bY",
-	"2K9+TPGQ9zLjsh1BTJYWakVJ5saTXVlZ1lA7huVY2VaxlMWtBJPNOTLg5CShzrb0SzaoImssHnP2Kyzs",
-	"2uKdi0LEq3a+EvxJEjIVmzJTqZYemUqwz+BjsXmnWZOO8Y3MxdSaYbdMW0VTImZhXgnCs1M6J0NWCe4P",
-	"Pn8ZRItSKy/4VWrvVhYnb9sB3thevV0L7SrOejIESITsnb3uOzUry7gW8GOjapNlUYx97iNnulvj5aBW",
-	"OwXOx8DXaw587zaGWcqURrwSIGKtTlielykGqsZ3ia8JykjGFUtNPg+xN+pu2LG+N6MAOObqRNvbVf56",
-	"DeC7jJYhwaQYW1NDFUKAt83R8sGqb7y7oZpqvzuFaqoSN2Rm5QhCz/x8cnp6fBQqyGBRQzAm3lRI0wnb",
-	"qLTQ25mVboG1S44/Q8UebuPekIs9PSG7DS2OoUonsqUYJyDgfJPKlQfQQAMl0hOZZ5v3S5UlQdGmiMc2",
-	"PqTS/pQVOcvWl7CdQ7DavkBAHDByzMDWhVpvyDiTMRVjQCgwTE2hp8xXXDkrBvBlrBXmSUrzYc7FWMet",
-	"zjo8xgL0zuE7MpUZI1Lk8wPX/itHQE2u0AD7XdB3IyOutNmOQTxdr3JV7HA9MvHVhty4jnVXYuab8ccS",
-	"ihKs348tyg18811XV6oQQ/N7zNf5LRtVRusgHayM9J0Jrk6l4lxzQ9zW2jUpwTJ2rEgQEt10BDlod8iA",
-	"5vd0rgf2OdRAc/SEzmZMsKxDPloavOeaEUreHp8S9jBTTGu7qvIOsptspjtLTRPONmv41Zeb4g+3bO7g",
-	"NQBbphAdnJpPacMzhgXPM3ws+fFH0ncB536rQ7BbYrHiFePI0f0s23vqS/zv2PAHEhhdOhj7RaW5hGu3",
-	"/gg0CUU3sYYcrN8dcfsJodMi/TgbyyiraE/spGNcVHbqxPgoqNUKE1Hhm9oJdDpoTSZ0ZRtPAze91rWS",
-	"3v2ujq53iUDns852Vq1FITiw3w42Uf8HZODkw8Dx8MDPblBiannr02t2KdgBGXhMiUGV+z3UBPNmq68n",
-	"Wa6boA8eVcRjg9RerZusRhpxhs79RGrm7QrCHuxMhBS7/2RKEohC2CEystPF2Gu3HYcQqU7HdS0Hgepm",
-	"BLUtm8wpl9oQV8SmfSZZqgoYmQ+PFNWZrZwbNmD7lVoFxDLLqbEWrVdpGitEZ0qOFZ0GfFRDlcOlgJxu",
-	"xpX/aWhlQMaSkNTH4lNVCLCroP6i7d+1ssRcuFxxAJyaUDW2EjKy15UNOQgmV+gQtjLpslJcb9VnI+RD",
-	"hzh0OxRazlhQLzTZ+W7FioIXXV/PtaSHstJxkikjuLmr5ivrtfENLE1CLAcMEAc4pRDrsdb7X+3ciyZa",
-	"rwX/R8GI61uo2vtntEHblqA7dZlhv1yWGfbbAZKKuxTxqIJlEHYjlOaUssNtbvjZ4aJZ4UYdHhCCBv9c",
-	"DNm/s5y+0GRI01s5GsEaOQggPxReu4AAhP1qVqksYwFFm67qL3jm7a5KR/pSQ6OrB6v3fa5qalwsiYJH",
-	"Jthu7lik/dg2x2V3AKbqGl52Kp4eIPogC3BNBuA1DNo9/8lpAickB4uuA0IaWr9vELy4AzKwttaA6JIG",
-	"XDyXC/fbgX2kkw7lGOELGCWTqRd+MptSkfhojU8gOgt4Qq3KAL0ipLTjYgBdyKBZLZ34CrUypcYNATBG",
-	"e2XwLsmlM3rtPTXsIw0hlMVu3WpRJZeKm3mdYwDokaaG37ElxsHuY9DnOwiIE8R8OyGVOxd4SyoMxZMd",
-	"r26GOWs3AEWWHaalNmrWRXXpxB5mFLwZYWRIQTbqmkemR1HocjFudtLLRick3CmdY+OQkVblgOrIqu4I",
-	"WuCa1EoeNnJHpCL9lv2mNE1WtEilipmbbV2ThU6VqOUKBTFM3DkjpQKDcXh+4tGTmCmU0JadreTTE3lv",
-	"3+fPf/5zv4V9Gz4ukcuxdjc5LiM7FRQMUMR+EefhEQfgdtZz9iFM4hd5zLDqbRoNFq4Nu/hwS3heaM0H",
-	"X9bbGl5JcJHmRWbdklURmapN4CkhxF6CYnXCgelllboKV60pCIe+wZY1Ew3hsii8QA1ZAJBPGp0aSI4F",
-	"xIIo7dp1biz/zooUAhegh70dAtoxIX1o73LuIyL/riletiMl9l1jSweIeiurLTdL4DqgsohWdDbHKhjh",
-	"dcCh5e8eWtLlz51eHTIrnawN0GnAsmhsvW/wZbbxMja2+iMGYw11dEM0Sqy5u1mBQVzOb9WqPwICp/ZO",
-	"TXjx50tejOZW4YftgnSPYjTPAeCJ7Cimmet6q0RzEYBZE5fUQk4AawHn4Z/foA63AVVw+Age+6D+gpH1",
-	"jNNNI5EkJUM18eCl34z6Wp4orr2xaN2Ug5C0HVJtpSuU52B5s+ujdMqqWuN4fXZ5fvz25KcTrDM8PjvC",
-	"JOGb65NT93FNRSOG0yNFi4tFjYeXlyfvznCci+PjD+dNsMTQqfMc8BHbAPRtkcCqtOxs7hEodidvt3yb",
-	"zVtukpbxixjJP4BxdODdTlhXPNNA31uzXuQbIJki2killaeyEGszw7DD8dwwImxuDvsKr7kun+seGpsK",
-	"Jkwieq4smvwqIJOPrNQ/sAaDw5nUEIG2X0ADA5odPnfs6/jjqYyqrmmyhjd8j3irCETHpPJxgpH1Db2w",
-	"TzEOIF0JEUrfXhDmPANMJyvjOwSQ5kRAeqs0bSy9qavDqgQvfPTBt0yTatABVAs4o2CEosoZhgMpMpYz",
-	"4/DXrRlR2tWuAlcTOrbmOZp2FKbBs6htPVKM3TzO54JbQ11qxF6JC6evUWwLxyJ5/bYNacONE9+m85Wq",
-	"AqzPY7fnBnYwEvmpEEJwL61GtG7LzgJBtLc4X+RplcQrbKmFgzByfscSUgjXjAexBM1z61gEAoW8BdTd",
-	"kzkzvusuIxmjGQQb7Ic4FGBc/J8IF/WxNK2WxH4vFAy77lJENoUAWuDchNxPeIph8LDrOnEAniiWcjkm",
-	"kCTLNOZBU6rUllrFS2C/uoHKS2ssCNWKhFso0lgmzmYtENdI+NabqySnUdbpJP/YpumMcnn/IXRu+KCV",
-	"9WffzC8RxsMbcbUvjw7fRa2qWinsds7w1E1jk0pbmLLDKtl8zTwe66KVtFWUAkPSqhBlqMLbNk1Ricli",
-	"UMLe/ZViErgCy9uL4alCcTO/tK/velsZVTE5dyhK4HGyk9KZNlS4Px2EghUEPtJwePTh5Ozm6uPPxwCX",
-	"AusLtgA+PkwGcu5wTBoXI9kQbiiGOU/JxfHlFcxBjshbHD+pVCfBCv1dDolU1ifzUsX1jfYFNI52CKBS",
-	"wMF8qZxhNCuG0wS9PnBhXzSdB0d2/ElubZ/4dK1Mg1RmbNDpi744hny/pWKcD5oPg8PCTKTi/4Qve+QN",
-	"LAueX5HComIGYNAhg4ddt9q71r4d9AUWeQCVQO5DVB4P4eoeGWAx/cA6rjTT7YQMsM7ef2Nfti8Q8gjq",
-	"UHTPbWOCWefE13YsnjPAEn/wiX0qVPEP+mKn7CxI0CAEUxcGBgEzIDtgNZah+ZTmeS+YNUlfBOnoZXgC",
-	"Ycl2h5xJ1xxXiFsh7+HsA3BbAGQAfCs3IuG6L15196H8Br7w+cKwXq+635W/Oiow0mXRArLBmBl40iuX",
-	"enZdE1AQ5wkGylw0qMUxv7NmY2WzJoAbNSBTqm51X1QsSCULBOdwodNKN7APnJZp3YAqSeewYggX4hrH",
-	"Wo4PLFtUgO16rW5nv9NF5CMm6Iy3eq3vOt3OdwgEPQFO37vb3yuPExyziHQbgIL7MXYgVc61cY5AeU6U",
-	"YqkUKc+ZImN6x0gxI1L0BRq/0HJ48+HwP24Or66s233prXR3qhRnuleRb1i8ROdEG57nfQG5O5EBiZdE",
-	"LxUa63aLcboD38GCc3KBcNdyhMsX+OUkszKca3OIC5HUTov99XP03E6v9cuzIL0CdIEvSOO4g7LsbUvL",
-	"F232jYm+SoVyiW3D7rgsdKhGjk3RFTU3HI76KtqyE3/ZnE+5qT0oGAGvuxBOwoan1w5UpPmM2k8Lh2++",
-	"7HZXHLy53YGb5YmZsSM3YamAdWGXO5YxXuHosYeGWVbO8Uxa2pc045F0upY+sbpYW10CtJFg0laxlAmT",
-	"z4kr0MWEhev3d5s6o2MuaIBHpGNdP0GzLvxbPd8lZWcEDOwc373PPPtS4eM6hb9jxoe/n3MTKiDYkW24",
-	"qqJtww68euwO4Hk5onSOMUtrJPZR18+4DItaCXAuimlr64UFWlrz+2BJL0iH2NzLS/bKI6Chs2ppv/Zy",
-	"f3zEox+btGZSRyQ34gCgoWMAjd4fUZCgM8Uy6BHyBLzjDbfTj+9ARr/5n1fHl+1e6QM6F2zCABBRG3i2",
-	"O2cCeQFUHVNE07mGMjZIGIdmyTpJHoJXVj1GIxxM+MbBq3wVoiwxEb7UDWOjCvZliRteRQ5EhPV7hNB4",
-	"EokfVqhbT/jMp9f88a8+aOWDcOFQU6g5/apkHyVdVaKgfAXirdMGIqxUJdbXp4v6OSYb0Ub3eQYPRxtE",
-	"ZCYelcyyAzJwaNcOfY4YZjVOLfPuYUvNkqB9Tqq11//wNag8xG3IiFpvbAh9Hsuk/izE7e3+vc/u0xcH",
-	"Hqj3PuOHL3uh/SKqY631EWCdOdvQlowYak83zKCW9HdimS0gZ680zwLG7tPssyuPmOwfWPfaSjc/IYLd",
-	"W1VWNcyszqrgolepDQlglVW2rYXgD+63m7zm0iNsBQuWxMYUu/f5ls2/IIHkDGPAddI9gu8rmOSbqMXj",
-	"O44nQX5bvQjDui4ao+YH4dhVj//pUbxd75hLl2y2jQ6L4FtsY9Jw5q+dOxZHT9gDuXx/uPvy9feVA9+x",
-	"hotqEg4qDj6g9exL+YCowXWdVpUWVWSj7u4PdHf06fP3r2JnQG1Fcti93RhRuPKQ367LG2p4FcC8Yvd2",
-	"Asya5xEc1xcYqMIe9sxbsxidyjDD1henVJtd6DDfPTkiO4jIBzWoEIGHYW94Nmh7dieDHrllbLYLmZAB",
-	"cechuhjC/muiO+RaQLWdm2nf42ZwjE9MuYa3kPe+wSucf2AfZgkSIyDUA8ZmaMVByKkHIV/Q5pSkOcdD",
-	"TKjpC4fdwWg0avELNenkGFd7rfw27MHg1uyWSGSbCfDQsN/g0lVb793JWfDVC42d+wC96B/SiYhqRwlW",
-	"/sOSN+P4Ur0MAKAhM42Vi5DmCb1lVZbHRupvxNdrrrQUCotxcvTeq41tbvob2AFbMaXvT280XC7sBRsZ",
-	"LL4DeTPicf3Sy9Luo8jnWNWN5atQregqT10Hl6XZHsnlPVO7KdXMYbfpBKHbMACTwVkNcIC0pRvhj3dr",
-	"CozZ/278OK0meRgA3vYbjsX7ltG6l/9y0ToPyLDSGEQ/9mmWoB3F6YyIpbcyBOehF35TU6/JQQ4Y2Ms8",
-	"u7icvn9qEfYmnLvha8RD1rEE1Smbhe2zJh6fydHaAiz7VuT76Xmc+iXQ/m/s1yOYzzJR55Zo5mFdsXQH",
-	"hNzCIgLBv+zuP/eMcKEea7z/sN31L18+ln9xmiW2P6C551yUPWoIpb0J33rbfku1uQd9NNvHuZ7G7guu",
-	"FoUyF0RzGthZDdCsqmPhJySdsBSyog7k6R5spnBVX8AFiD0wlNm8BytqoMCNGo+Oj5hZCYEaP02g9Bga",
-	"sxyu0yBxpyhUcSfDIOReFnmGPVf4KJaRnVfdrmv3BaRyBywnme5DV+gUmpV8h+WUJuTVy5fuhoZjwRPy",
-	"qvuDuwRa5oSht0wkhOZaAuZg/RgGr5FhP7H5xffY8wD0a5/XF9x0iMvbQ1IYbufhDAk8BJZjogGQxtE3",
-	"6xEa6p77wpd+4U0a0SEgTu4wyV53ux1yiOA6eCIEppKpb90S0vTFv11+PIOjZXHfE9K1zswU68yoIPtJ",
-	"t9uFGdodI2fXpyUuLqFifj9hirUhLU6J3QW3YR0ygGGAkiDDSqhDOfaGVA9T1OcfL69C0aT1MfuC63Ip",
-	"Y75JSZetZxb0+reT9DV0toiMBTwz+DmgsSW+1tmtyYsAxPY0O8fJyQLwHpEiwLZ2NOqbK3fe2ykzO+yw",
-	"yG+JUXw8Zqr9rPLzsyrEyswkmjHfWie7Ywqfmok8LLuXwSVBaEXficVdW/bvzbBcf+VFIfD8jU+P2m8s",
-	"LPkmWnObd2mypyGj7+nwGXJN8PhSUC0LppdfbyyHU9qQf4eSGOjmxMQSUOq9lf5DRkLRSudbp4HweH1E",
-	"8HSzmPt++bJizNo8ei7SiZLC+tQARMNyaH58fhnmjrHUe5/xw+pyC3+67fPlEFdvtEORf3IS2oWdg4Rz",
-	"MBNBvvns3IRrI11p9R9T0q2/FJf8aXJxgYZ+n4Jyy6VYKVYrnPBfkvU3kqzgeqSuywLryO0bMJFRYfRv",
-	"IDr3XC3xvwzhN8Cvl5AiIltEweuQXyYSqQTaihWr046eyHvRF+4ULFy4F7oCjdUhh74seehKJapoJABP",
-	"wcW4L/xBuRlLuS5bbTR40AMhzY279GYk1U35/Ihnd4j79rxM7Sbwu+DrsGYV1j6oY0ERGBsOIfvm7O3w",
-	"0Jb2HgIKgE9ysER3vwG7I1Tbvzq3l4fHEYQ+IAN8cZYN/pDcfgGz/y9m/30wO+7Gel5fT4u/gQQAv2Hv",
-	"s/3vS6WU1H0qS6HX1K+HSuHnrcyEYeBYhtWFE4t5rShV2Vd7qieGMibDksiM4JlxvtwkgFDrCYdy7Fox",
-	"MNlxBd9tB7qZ5/KeZcRapP9p3LWkCfHuhfZgzpjoSLBps9tQVeUgUZvLqlafALTiZEgHQejG328Yn9aK",
-	"otdMYX/TKTiYvwqIUQS4CFDEmFHzGhqXh3A1VBmPq+dL8toHATkQAD4KpfBIhcZKiArM0uMX9RKrsypn",
-	"x0YLhxyXVKqlXR9kOE9kgBw3gPIxZLkBxPLhJEOyk1FDe7hU7MEkwItQ8wQpSnuh/YBHiwsyADBL6XGG",
-	"/JhwhAGeVFgeznQPMxamaZ2QieOFHq51euksoEdGLNYU9H0UvgRshnm52vktlUq9HhnwrDdwfZj3cORO",
-	"QgZwdW+AsaX5jCVkAMsKF/aFLxyzW2iXF1ZWjuCc5Q65wmf5+rqF2j8soqSZO3ZsoQAQU31YcKdDfhHQ",
-	"a5kh3LQJHHHkCkZgBwW7t5NwZ7izuSvvO2gsIuyLahXhR7/1rrk7wMOHzYcaQsziwHr4C3CBPVEkUEio",
-	"TV+41SMsAG8C+Q0+97FOq9/qkX4Lu4rtoPgldBb3W18GSeXwAWCZNJea6cZqQ78Zf6yCwyfrXSxPLQtW",
-	"l0VJ4pusgDqqJGPJAb5NKjAxdiuA7X+vJYpbKNnfqJrRCSeneH7HiaZI2SOWs3AROyECofN3ELwsIe6Y",
-	"1qQEgkj6YgGytIZ31va6WCeE5ZqVTp/7ng5zNjjoC1R+HmM+HBOGkgnrAYYM0J986BIKLvpiADfcuFbn",
-	"AQrh0j3C0wY1GYTTCQcLyq0vFo8eDKfF99adPdj2EgvbwSGiMaTprZWYDh+uA6Uj4GRX54CVoULCs+O+",
-	"Lh7F+GxZwIWzHp/Z0V2V9nbW2u/FyX1SiZhbVegaAzCBgLtCYasPPOk41HCduMSVPy2iVL7OInuhfTIL",
-	"0dRZvY34mRxmbGP4wwgyECsU6xpvvBSrWLd2FyZw6oZTc0vMVkzZM/La4vlovym3FVP2e40owdxc4h0K",
-	"53C6WCJYPd1HV47eCghGmIDHHjtkNwTbdyf7huMY3IO+ARu5kf4wfIQNvugycyBErBEMIOuBSowkFDrf",
-	"4Kxe8CAhrtsX2BI2CGfK9ohRBRt4GHvsJkPDAv1GHTDs4ZD8vgi3At96VCBXHtkhGzB7X5TcHlGubrj/",
-	"FAxfOb7398fx4ewCZPnlU4WTEsAdiBAxP5NaApNrcn54fXl8hCTgy2gXkQc2ZfESarWxP+kKL3nGwG8J",
-	"BduwrTjLzlI7KlYq3TIB59oQM1GyGE88EH+s8cQKUcS+rS1XCQ67tGB4VvaX1e0gCEH7nPW2MMJWBbf7",
-	"X3d/VrQyHJABLCDUM5uALpxgYg2Lly21Pq7l4ektDBX4vANUrjA/d8h3Kc5L2OONyaLGRgEIqKnZ+wKQ",
-	"00piWdfnjddnTw2k4GM87tpB9XDuV919tNiFvF/IT2/EE5GmxXrQHNA8m+PlAZC1KODKpvbnCgBno6D6",
-	"xV3zjJKqghHaIKrcRBdl1SEcXIlweywrryqXu4IFuioL1ADagk92sKPP5UNXB/mNRJEHVo3BtfjV/dZi",
-	"xo9cQ8Xiwm5gytxJWTDtTbd7AR/FXbpWuhwxtUwH60RMedPT5cwhyRm9s+bIDqDysqxdLkgWBtIH3t33",
-	"0S4XqbWCacgg9F8LrK1dtwA6c+9f/KvhiOFSVmHEqtuxF3Azt/d6Kk9u4uv34enPw9Lh+SUU03M27lSH",
-	"y+erMJeeTom4Sy80mTHFZcZTIDLBtHZgR1+TqKp4vrD1Hsn31092czFpgURRqNxB7/b29vZf/qXT7XQ7",
-	"+72/dv/aBUJwU/rs9ScY8tbddX/7qUZATBAaUY5qnTCIjmi/dCyXEF/ntAgb6qLN5YFRPu+NiIjLI167",
-	"aEPoEjiAeLH9RmSk0E7D1dPn2nLS/w8AAP//",
+	"7H37cts4uueroLSnKtZZWpbT7p5puaa2nNid+LTjeHw5fXZbWQsiIQljCtAAoG1NKv/uA+wj7pNs4fsA",
+	"kJRAXew43T3n/JPIEkmAwHe//PC5lcrpTAomjG71PrdmVNEpM0zBX0ep4VKc0ymzf3HR6rVm1ExaSUvA",
+	"dy0KF7SSlmJ/L7hiWatnVMGSlk4nbErtXf+i2KjVa/23vXKgPfxV78GTv3xJWkfGsOnMnB43jMOzlWOM",
+	"pJpSY68T5oeDVtKacsGnxbTV209aZj5j+BMbMwXDHcsptaNEx8rwx2e/0xnV5uSeCXN6/J7RjCl7Z8Z0",
+	"qvgMVq3Xup4wwjMiR8RMGMmpNoTZO+DPNOf2o2Ip4/csO4QvtVGMToliupgyTejIMEW46bQSfJUJjhRe",
+	"xk5iF2axe3rcqr7DlD6eMTE2k1bvdTeskjaKi/Hi/P9aMDVfnn7t4WQklZuzJmZCDUmpENIQzQzBaWl8",
+	"B/yDPHChycOECTKUZkKoYvbS8CZ/hzHDi9jFuYXFuQVi2GTzu9HNv1Dybyw1Dbs/c78+e/svi1WMo4qv",
+	"QGG/SHXH1LOZpijgykUK+GJv1jMpNANhcKHkMGdT+zGVwjABS0hns5yn1FLE3gyv+O9/0xKYa7PX8c+F",
+	"EesEdiTI5U9vyY8H3/+JuId34M3dvSCjhlKZM65hNjMlZ0wZjjOm9if4xA2b6nUTgSddslSqrPUlrAdV",
+	"is7t34I9mtu0UFpGOPloqC2zSlFy8oyOWacV46xyT371c/wUrpNDoD8rFCvzWX43lLy9z4vPT1oUhelt",
+	"Kgvco/pUj1nO75maEyULkWkCl7GMaElGVFVmHJimfCTPlp93xQzwPhXEXUbueJ7bBy2x5vKTU1poFn2N",
+	"LAjppZ/uuIhMZIBrMujBHsDCWtFq5wU/ECoyK1/V3Ey4GJNCZCA8D8nATdzdaqdv75SC+Veyb8OEFSq/",
+	"lkrP/VbZvHKKsjCpRPZfmGWG68+yQUKkIgPBWKZv7ZIoK97sG6BY/EAfnV7U5IFqohhNJyyL0FQSxFZs",
+	"tRSjuoFULCUybVh2S018Zx8mPGeEG8I1GTK7bGH+tR3OqGG7hk9ZbHZW2sWGL2b2Nj/4Js9a4B4ghKQi",
+	"tEvlDQI2bBWS2SJv1GawggVhkYDrsozbJ9L8osKNI5prliwwaLnqi+w3okVudaQk/daNZoqEXUCi7bfs",
+	"ylb08363G9XQ8eleGWoKHZEYi2JhBTPWpwyzYllC7J7IwpAdYDBkKmZlyPXph5Pj2483122g6Yg4IDPF",
+	"7B8ssxc8gOa6zaU2UXL+xtzzFTikFDlPZ5RF1VDbsCh5BiUQUXwbqTtHLFbEz2ZK3tN87W3+OqCXdMJu",
+	"71jENjwi8GNGtGGzV5rYi5KWFKkVJppwMSuMBqNPMS3ze7tKPVHkeWR7cBgd6Hr1SLmUd8WsR96fXpMd",
+	"bsjVzdu3JyfHJ8fkgVs705KsUfNXmsjC4CxERhQVREhiqL5rJ+TD6dUV3KwKoduW0C4+XtycHV2fHOPX",
+	"VCREF2nKWGbZVmTkQUmDZACPb3eIswmAGWByMAHLPzDhqkp5f3rdSlp21FbSCkNFFUvGZpblbnHfg2Gz",
+	"dN2i+cJEtpWkTVpjJpiinsKWPRe33mmhFDgqhegRShQzau5dGnhreH/FtKHKEPhXw4/WoEqAGuyq221g",
+	"D3Hzw+v7pSkKZ2Ev/yDN7ZCNpIrIkF+seKAgzDLyQLkhO1mBL5rg9Nsg1TbXb46QmjVEzLxZIOKSTN26",
+	"uocmxL4k+X//5/+Se5oXLCFUVxYtkN2U7BhFeW4lj2APORfMct3MtA+r5EcUA4Ndk37R7X7HyD6ZUJ0A",
+	"lVoJCaMlhJJ/u/p4ToB67GaGAV/hLCwHwxe7XGTskUiVMRVIHgSwkKJq/5ZSa0YVE3FTZWYVUFzUwq4F",
+	"mgILe8hSuzQXRzdXJ8eb79ZsQlHLrfRK4KKablicz7ycDjAXKDbK7ZaxzrhDFLNv3KBygA+2ZEg71K0l",
+	"UEdT9Qm9lw9kSsUcCBs57GEiczfDEeU5y8iOFLf2Y2G97UJbUdJGo1cVgsDyO6ecWw9Ga/ekVIoRHxeK",
+	"ZcRNIM6pQCMbe1zXVN/FZJVdRS7Gt6OYq/XLhBpC3a6THamQZ7kYtx2Z2z2wBN0jVb7WBRC2U1/E37fe",
+	"RQMhkwRbEwjDv2lUK1c06ZI/G8Z3XJ6xlGsuxSGhyDuFMDyHrzMknUUrbnN6Gc6jTJbK6bSJAf107I/B",
+	"34EpM4wmIElHNNPCooUHWZt75TI9zbwezmOUId3CabKD63h0cUqMvGNCE/bItUmQmmmeMwWiDmQpy0ft",
+	"BZv7dcTkri3dk+xz5zAuGWwNhnehmUqInmvDpgmZMTWlloHIDiV6xtIQZiPCurWWhdtJ1bZOSqu7NN6t",
+	"OkaDPiqYUpmxmJGlDR3mjDClpCL2IiflPtDHK5jgTyhW9Mmjs4qkIqfinuY8u8iLMRdXM5bGh1SMbisL",
+	"YR5REmaP3NrMGYv7OCMuuJ5sORrGPTYIZ1hXZ0vDWxTTIVPxyT5NS1DDNpG8V3ChFbdIMTxmYy2wNUQK",
+	"3Yz9ULUN/NRM9mdyHHFLtcmYiu+kNpks4nLKqEKkdsyIaaoKhioMLSgyZHMpMjTNH1laGKleaTKUhbXa",
+	"qSaZkrNZjRuGUuaMiqW3dxNK/KSr81jx4pds5vyxLQRcEAleDFthYIcGZrN6wYsDK2KRoe2EkMtbYVet",
+	"HAAt4gRB1KlI7esWs4hIBZeJaANL5D36V5qMuKC5NSalMmhAzIDJX2kC9A0+0U/2Iv4PZk1WM2Fz9Ju4",
+	"cOZiK9nMTHiLs7sybGYnO6WPp3jbn5dNh23FV1RCzex7Knvj//71aPd/0d1/fHL/d3d//PS5m/zw3Zd/",
+	"WSmVKtrhoBtVJWvE1PNdCti64FXgHjnb3X609gt6D4lnlLqj0SHnoB+tj87EPVdSWN23e08Vh7UE9XmI",
+	"XgPcQaghU6kN+eGA/MzfJIRiHBW8E//bPvlgfxKSnN+cdcjpWEhrVYJvIs2EKQJSRcddh5qMqgvKLYVe",
+	"KXfqy/bGygWWkeG8JjEajHgvoJ7+jJokWyt/7OTXSppLl7ZZFrYzJa1yXp7xT1YEodSszphMC22A+zHA",
+	"VQbD18zUD7RirpbZtstrqLHeLuZhzTXaEDpIpTCUC9S8K6WPvxAmvDoxwcT9Vhy7tDYTY2brJvT++vrC",
+	"z2VjwwQDbs8QJ5WIjwve+cAdGSk5hQjBTMmsSJnSr8roxfnRh5NSqPRQXFCl+L2VLdpFzIJ4IUG8wI3U",
+	"Ke4Rzxn5l7dHF1fXR+e3p+cXN9dXt8enl3v2qg3jDtY2ux0rmrLbacR//sDznGuWSpFpMmTmgTFBrk7f",
+	"XZ9cfoB5XJ2++/n07IxIgQb0hhmuVfZdRcovr7YPT4YoQ8bSnCqm3SI6Cc4N0+4LWS7Rx5vrsEYQ6Umt",
+	"uMaYT3y9Nmcr1PTxAM6GAsanBkC+CGnAjxeS5FKMmWpbVyYmZdYlujC0FV/rpiTU9qrDLvwtxL3iIz3Z",
+	"nl6fx6oMXXnfsCWlyENZVJroqwTyG2rSCcueZKbWM8NbFeLAC2ySqKhZ0U1ZElftANesfclLpovcNOfI",
+	"NharweDbqMIh+XYKuLYsqzb/LU0n7EQYLPBZ8EGe4pg/zrhiujmGy/F9fJaMkgk3ZGdKH2/pmLVDHOwv",
+	"GNTYPKzr0lBfJTi/tEqKaabuQzJkpb1gF/Sycn0pe5ZlvCoERnFmclbkdrFdNVc0+Nuch9nwIfdM6bh5",
+	"tZhYh3Sdv7xcxLW+fklO8ZocJkL4ejPfryTP9TU5q9/JD9047cv6Ji9MvEbXG+aFHkRT2R8SFDBA6iLU",
+	"hdjDz+tD0vjgGrM1vpW3s1cK9QVTiN5Z4wwtDDQ9uE7lPVPWMuuBrXfH5mRC9cS5k6iAICyJMdZgHfpU",
+	"r7PkHE0l4PFxlHZO78E1qPk65IiAY47ZVDKFGQVLyLm11qmElDJ4jxjZhVSwI9fl8LkTM/HsiTU+Qn6Y",
+	"cI2yKSE05BGILqz1qkm/9fpg0m9VpNVIKi+vlnmXKU5z/g+7ejg01IA0rP5bKSo5VR1yqdY7t6uOuoHB",
+	"m6NbD36zdrnMX45Or0/P393+9PHy9u3R2/cnbUju2T1zZRVxy6oiG+rzuaBYSAWlUWzeI+mEijEUBRmJ",
+	"uqnQlpJlnjFFHJutJ2I/YJRyKyGfbQ2SJwSRl/kTEow+U4aZZNBcPue/kC5oCPJ4oR1SKVCYAUFoCIyt",
+	"z6PAExpzKG+l0EZRLrY12xqVZUTHnPw1IecnCTn5j9Or66uEnH+8vvWf310n5N1JQs6uE3J2QnZEMWWK",
+	"p1AycXoe10HWD4wOjtGpbVz8qNaSs6a1qvjx2wnEa0yB4v1lpJNP6ZglhKrxPdZEwRevNEqQmeTex7Km",
+	"2LyNBYilrxvJ7m0d4nh2xAGmvIGjApdF1xUMgstCPC2R50s46gv+cYa3u6p3pu6ZIq4ghWmozISFRfEb",
+	"F7pum1dZF79IdTfK5QOGUxZZz3658o31qcGC6C1I6aNAq0+OCCXlk8jQ+ifLFMEzNp1Jw0Q6jxdahUe8",
+	"0uS0vHj3ZzbHqg4z4ZpYguq5JfPDVzTvHmpdSIc4A68vQKlajTKcEyrm7oc2qnf7QEKFfgDFg+qXgsJK",
+	"yMA9YkBgBawut1apgpv6QrEZo4Y7XUtVzt1PWCYWnkpdHwEMlfGs0xeb5Gj/0AT1xFrTQugVlAFkSnA4",
+	"naBdBV6CfevhHP7boYJwzIXA31b1aUJzKVg7Fh0qJ1+mYzAPPuXC/71GXMO0m9fjWt6xJwqVpxjrnm4W",
+	"CWzKRUj0N1deN8Tw/K+YcrEvRKZ0jsWowXiUChVEgtXp/qaN82PYELKwE8uqQsl8bZzr0l7TUAAD98e2",
+	"6yfO8uzE21L1nRjZ32IJOagvm1ErYoSRzmWAvSZDmc1des6yTMfaQPrX/U8dVLxR5pwyrTdSZDih8obY",
+	"C4UI+/ZWwsSYWWkguDeyEhDLVwkXaENqDck/TXacMwAi9vXjY9vbmDop3RrfiANLQ3bqeba2D6O7NN7A",
+	"XjQoY0m12DH0O1Dy/eMj1mUaRYWeSWVcahS8HiiMgiC8s4APYXZleq7QTkD4itZQSrVQpSOzuJ3pGsKe",
+	"Z7pMmZnIrOZQtd6dXEdld3XNYxZWtYZtgW8K1VDKNdQyt44Y7LlU8L8mN5dn630f+8wo5TGqzJBRc8lm",
+	"+TxWLRGz0EOhuyvVM0rmZJZTq9SoMNrn72sSZYPo5krpDVNZ9w4uvBuNsjaITFp9GQylk4nMq/zAq0ni",
+	"8EKLhtOGL7lt/D8WwW9OzC4SU2a9NUsR0XcPYV+uiZ4UBqykTD6Int3OlBEhiWAPsCxEQix1Rxue3s3b",
+	"DTHhpQmdyfHbSSHuttSoGTU0YlWhxKEa8lCGCWddkJvrn3b/HKTD+c3ZUkvLwZ+//9MPUZdZMTqtOs2L",
+	"VTcb+MzwiAQn/WnFIuhti3LCTRsp5rDWNeX8+vsf1rCWGyY28/OodXtEjs+vdnM6ZPluzu+Yq+LeJ0aS",
+	"H74j6YQqmhprVMsR+RXrWHY/JViNj5a49Uwz+xG7JEjOjDXZpSIZH2M4ubJ/P3y3aBhVa2ZcoczOr7uV",
+	"kpn9L/779v+IFs9c+LrsiBllf0KXCZwXVXb1Vdso/npzcnNy3Epa1RjY5cnVx5vLtydXC99DbKyVtC5v",
+	"zs9Pz9+1klYolmklrZ+OTs/gw9Gbj5fX8Ck0ObWS1s351dv3J8c3Z0dvzuxDfvl4+fPJ5W24C6uT7TN/",
+	"Pr24aGjlqHTULpDZ6iKmKU0nXLBdxWgGX1TqmZwNf4uBWCHN7UgWIkuggjvnady1yZihPI+XNFizYHOS",
+	"r9iCEenHhTZUpKwxEVs06WRucrbCKlheq5vLU6LYiCkmUuAHS9vO5bWrTuyN6xU1/OrHD3N0dWYxBr1k",
+	"Y64NU9ic/TT3hWaZYjqiH99YNri5PPPue9AXRxenjgCsEdLb29t//adOt9Pt7Pd+7Hb3F7j3+6jjDOLj",
+	"mSZZkxMVydVrWaiUrSWoy3ChJZFcerPBGXwHSVMbRLAjXBtXSBbsgFjc774+aMeaGOLOj9+S+JZbOwcS",
+	"zFs3ic62alGvZ+qf53y7ode8UFOmXMH3T5y5e+iXtVPEMeJTrNDPFj7aWzqjKTdzIkdWNkCNHnVmZoJN",
+	"Ib4Z10VGDNV3y55NOitup1AxFAm8XNxYPw9+TqV1unbs7pC/wPPsN+1o7dAq4Arr7Uylmt8O5ybW/fMB",
+	"frXDwgVbP/9LfI2tffA0GTZScnq7LmktiWK7VqOD0VHpzbc2r8M6ge4zHyvxIZIy553xDAqInNe8QRtH",
+	"9FVdbCQkarIplNNAeZWCyhIHrIKkEtXnl5jlp3n+cdTq/bpGrhXiqphOKSS241WQW0BXpL7SYFHjbh+0",
+	"tM4yNIaxaNzG/Wg9FC7ISKqU9bxbArviOjyx/4a6xqtNiuvt6El49WWm/4RLvCCWonVzqZwyj+AA4WMw",
+	"HSHEnhDGIY4xUIUYkB2gvBCxhsTVAGyeQYTp8apVPQcQbfeBLHe97687xHh46K8Lge4yDI53lIEfFxZf",
+	"yALEE7jb1iK5opQ1RNrAL7V90Cv1w3L+Y+YC/t6McesFrQGQp96qPWCBJp6lVQoBeEbxaatCIASRJko+",
+	"YB7Eupie0jCrsAsxXcRxQvgR/IziLJLzW4/ksnEs4ykFW96zj8t2RA1aWqgVNdAbT3ZlKWdDsSbWP2Zb",
+	"xa8WtxLMZOc8gmOZhLq60hfcoGyzsVrT+QywsGsLpi4LEa+U+kp4Q0nIDm3KTKVaemL6xj6Dj8XmrZ1N",
+	"OsYjBxRTa4bdMW0VTQlRh7k8CIlP6ZwMWSWhMvj8ZRCtAq+84Fepd1zZDbAt5EIjnsF2PeurOOvZmDsR",
+	"snc+km+NrizjWoSdjSp8lkUxAkuMnOlujZfDWr0aOHwDXyA98GAJGNoq00jx6ouItTpheV6mdaga3ye+",
+	"DisjGVcsNfk8xDupu2GHC20YBYQ/V5jd3q7U3msA39a3jMEnxdiaGqoQAiIcHC0fbLPAuxsq2Pa7U6hg",
+	"K4F6ZlaOINbTz6dnZyfHoWoPFjUEwOJdvDSdsI3KOb2dWWnPWbvk+DNUSeI27g252NMTstvQUxwqoyJb",
+	"irEZAgEPUrnyEDrWoOR6IvNs8wbFsgwr2oX01E6jVNqfsiJn2fqywQtIENgXCBAfRo4Z2LrQXAFZfjKm",
+	"YgyQIIapKTRx+io3Z8UAoJO1wjxJaT7MuRjruNVZx6NZwLo6ekemMmNEinx+6Prt5QioyRV3YH07+m5k",
+	"xJU22zGIp+tVroodrkcmvsKTGwcR4cr6PPrFWEIhiPX7EROggW++6+pK5WdAm4j5Or9lZ9hoHYaKlZG+",
+	"FcjVBlWca26I21q7JiU6zY4VCUKim46oIu0OGdD8gc71wD6HGkAjmNDZjAmWdchHS4MPXDNCyduTM8Ie",
+	"Z4ppbVdV3kNGmc10Z6lLydlmDb/6El/84Y7NHZ4NgDkVooNT82UE8IxhwfMMH0v+8hfSd0H+fqtDsP1i",
+	"scoYY/fR/Sz76epL/O/YYQsSGF06GPtVpZuLa7f+iOwKhU6xDjismR5x+wmxCiMNcBvLKKtoT+2kY1xU",
+	"tsbF+Cio1QoTUeFRJAh0l2hNJnRl31wDN32va2XU+10dXe8S8tFn+u2sWotCcGC/HWyi/g/JwMmHgePh",
+	"gZ/doASx89an1+xSsEMy8CAugyr3e2wX5s1WX8OzXKtCHz2Mjwfjqb1aN1kN7eMMnYeJ1MzbFYQ92pkI",
+	"KXb/wZQkEIWwQ2Rkp4vx7m47jtlTnY6DCQgC1c0I6ok2mVMutSGucFD77L1UFfQ/Hx4pqjNbOTdEPPAr",
+	"tQr5aJZTYy1ar9I0VuXOlBwrOg2AxIYqBwQDefSMK//T0MqAjCWhkAILflUhwK6Cmpe2f9fKEnPh8vMB",
+	"4W1C1dhKyMheVzbkMJhcoSXfyqSrSkODVZ+NGCsd4uAkUWg5Y0G90mTnuxUrCl50fT3Xkh7KSsdJpozg",
+	"5q6CsqyRxzewNAmxHDBAHMKbQnDVGthGtVU2mty+EfzvBSOuV6Rq75/TBm1bolzVZYb9cllm2G8HSCru",
+	"UgSAC5ZB2I1QDlXKDre54WcHRGiFG3UAXIjS/XMxZP/OcvpKkyFN7+RoBGvkMLf8UHjtAuQWNohapbIM",
+	"vhVtdKu/4Lm3uyoQEEsdxK4Gr95ovaqLeLEMDR6ZIL6DY5H2U/uKl90BmKprMtqpeHoAoYUswDUZgNcw",
+	"aPf8J6cJnJAcLLoOiCFq/b5B8OIOycDaWgOiSxpw8Vwu3G+H9pFOOpRjhC9glEymXvjJbEpF4qM1Pmnr",
+	"LOAJtSoD9IqQ0o6LAXQhg2a1dOKrAss0JjcE0E/tlcG7JFfO6LX31MDGNIRQFtvjq4WsXCpu5nWOAWRV",
+	"mhp+z5YYB9v9QZ/vIAJVEPPthFTuXOAtqTAUT3a8uhnmrN2AzFq2dJfaqFkX1aUTe5xR8GaEkSHt26hr",
+	"npiSRqHLxbjZSS+by5Bwp3SOzVpGWpUDqiOruiNogWtSKzPZyB2RivRb9pvSNFnRlpYqZm63dU0WuoOi",
+	"lisUITFx74yUCu7M0cWphytjplBCW3a2kk9P5IN9n3/913/tt7BXxsclcjnW7ibHZWSnAjsDitgv4jw8",
+	"4hDcznqdRAiT+EUeM6w0nEaDhWvDLj7cEp4XsDDAl/W2hlcSXKR5kVm3ZFVEpmoTeEoIsZegWJ1wYHpZ",
+	"pa4CMmwKwqFvsGWdSkO4LIrnUYPyAKihRqcGkmMBIiRKu3adG0vusyKFwAXoYW+HgHZMSB9a6pz7iFDb",
+	"awrG7UiJfdfY0gGE5coK180SuA4ZMKIVnc2xCrd7HVJv+bvHcnX5c6dXh8xKJ2sDdBrAYxqxLhp8mW28",
+	"jI2t/ojBWIP53RD+Fescb1eAfpfzW7XqT8Ccqr1T0wENF0tejOZW4YftgnSPYjTPAVGN7Cimmes0rERz",
+	"EfFcE5fUQk4AawHn4Z/foA63QTFxgCQebKT+gpH1jNNNI5EkJUM18eCV34z6Wp4qrr2xaN2Uw5C0HVJt",
+	"pSuU52BJuetddcqqWld6c351cfL29KdTrO08OT/GJOGbm9Mz93FNFSmG0yOFoouFpEdXV6fvznGcy5OT",
+	"DxdNOODQHfUSkB3bIGJukcCqtElt7hEodi/vtnybzduckpbxixjJP4BxdOjdTlhXPEREP1izXuQbQAcj",
+	"vE+lfaqyEGszw7DD8dwwQtpujrMMr7kun+seGpsKJkwieq4sVP0qqK5P7I44tAaDA3bVEIG2X0DTCJod",
+	"PnfseyfiqYyqrmmyhjd8j3h7DkTHpPJxgpH1Db2wTzEOIF0JEUrfXhDmPAMQNSvjOwSgHUWAVqw0yiy9",
+	"qavDqgQvfPTBt6mTatABVAs4o2CEosoZhhNgMpYz4w48sGZEaVe7qmdN6Nia52jaUZgGz6K29Ugxdvs0",
+	"nwtuDbXAEXslLpy+RoEznEPm9ds2pA03Tnxr1FeqCrA+j92eW9jBSOSnQgjBvbQa0botOwsE0d7iQJ/n",
+	"VW+vsKUWTp7J+T1LSCFcAyTEEjTPrWMRCBTyFtDrQObM+E7HjGSMZhBssB/i2Jtx8X8qXNTH0rRaEvu9",
+	"UDDsOnoRShgCaIFzE/Iw4SmGwcOu68Qh5qJYyuWYQJIs05gHTalSW2oVL4H96gYqL62xIFQrEm6hSGOZ",
+	"OJu1QFwj4VtvrpKcRlmnk/xjm6YzyuXDh9At44NW1p99M79C6BRvxNW+PD56F7WqaqWw2znDUzeNTSpt",
+	"YcoOH2bzNfMAyItW0lZRCgxJq0KUoQpv2zRFJSaLQQl791eKSeAKLG8vhqcKxc38yr6+6ydmVMXk3JEo",
+	"kf7JTkpn2lDh/nSwFVYQ+EjD0fGH0/Pb648/nwBEDawv2AL4+DAZyLnDuYRcjGRDuKEY5jwllydX1zAH",
+	"OSJvcfykUp0EK/Q3OSRSWZ/MSxXXq9sX0KzbIYAEAidhpnKG0awYNhb0V8GFfdF0ACPZ8Ucntn3i07WP",
+	"DVKZsUGnL/riBPL9lopxPmg+DI4KM5GK/wO+7JE3sCx4YEwKi4oZgEGHDB533WrvWvt20BdY5AFUArkP",
+	"UXk8hKt7ZIDF9APruNJMtxMywDp7/4192b5AmCmoQ9E9t40JZp0TX9uxeLAHS/xJQ/apUMU/6IudsrMg",
+	"QYMQTF0YGATMgOyA1ViG5lOa571g1iR9EaSjl+EJhCXbHXIuXUNiIe6EfIDDRsBtAWAH8K3ciITrvjjo",
+	"7kP5DXzh84VhvQ6635W/Oiow0mXRAprEmBl40oFLPbuuCSiI8wQDZS4a1OKY31uzsbJZE8DqGpApVXe6",
+	"LyoWpJIFAqK40GmlA9sHTsu0boBxpXNYMYRocc16LccHli0qYIK9Vrez3+ki2hQTdMZbvdZ3nW7nO0Re",
+	"nwCn793v75Xnd45ZRLoNQMH9JXYCXM61cY5AeTCbYqkUKc+ZImN6z0gxI1L0BRq/0OZ5++HoP26Prq+t",
+	"233lrXR3jBtnuleRb1i8ROdEG57nfQG5O5EBiZdELxUa63aLcboD38GCc3KBcNdyhMsX+OU0szKca3OE",
+	"C5HUjmf+9XP0oFyv9cvDV70CdIEvSOO4k+nsbUvLF22wjom+SoVyiSfE7rksdKhGjk3RFTU3nEZ8EG3Z",
+	"ib9szqfc1B4UjIDvuxBOwoan711vXPOh0J8WTrt93e2uOOl2uxNuyyNqY2fcwlIB68IudyxjHODosYeG",
+	"WVYOzk1a2pc04xmQupY+sbpYW10CtJFg0laxlAmTz4kr0MWEhcNYcJs6o2MuaICkpGNdP7K2LvxbPd8l",
+	"ZWcEDOwc373PPPtS4eM6hb9jxoe/X3ITKqjzkW24rqLrwg4cPHUH8IAqUTrHmKU1EnvX64fKhkWtBDgX",
+	"xbS19cICLa35Q7CkF6RDbO7lJXvlmevQWbW0X3u5P6/lyY9NWjOpI5IbsRfQ0DFw/IM/EyRBZ4pl0CPk",
+	"CXjHG25nH9+BjH7zP69Prtq90gd0LtiEAQilNvBsd7AL8gKoOqaIpnMNZWyQMA7NknWSPAKvrHpuTTgJ",
+	"9I2DtPkqRFniUHypG8ZGFezLEjccRE4ghfV7gtB4FokfVahbT/jMp9f8ecs+aOWDcOEUYag5/apkHyXd",
+	"Elj8axBvnTawhbkqsb4+XSxCnm9AG92XGTycJRKRmXg2OcsOycAhjDvEP2KY1Ti1zLuHijVLgvYlqdZe",
+	"/+PXoPIQtyEjar2xIfR5LJP6ixC3t/v3PrtPXxxgo977jB++7IX2i6iOtdZHgNLmbENbMmKoPd8wg1rS",
+	"34lltoBWvtI8C7jGz7PPrj1KtX9g3Wsr3fyECPZgVVnVMLM6q4JFX6U2JIBVVtm2FsKF6/Sym7zm0mNs",
+	"BQuWxMYUu/f5js2/IIHkDGPAddI9hu8rOPCbqMWTe45Hr35bvQjDui4ao+aH4Zxjj7nqkdNd75hLl2y2",
+	"jQ6L4FtsY9JwyLadOxZHT9gjuXp/tPv6+x9KLCZXw0U1CSeDBx/QevalfECk5rpOq0qLKppUd/dHujv6",
+	"9PmHg9iha1uRHHZvN0YUrj3MuuvyhhpeBdC62L2dALPmeQQ79xUGqrCHPfPWLEanMsyw9cUZ1WYXOsx3",
+	"T4/JDqIgQg0qROBh2FueDdqe3cmgR+4Ym+1CJmRA3AGkLoaw/z3RHXIjoNrOzbTvcTM4xiemXMNbyAff",
+	"4BXOnLAPswSJERDqQXoztOIg5NSDkC9oc0rSnOOpQdT0hcPuYDQatfiFmnRygqu9Vn4b9mhwa3ZL9LfN",
+	"BHho2G9w6aqt9+6oOvjqlcbOfYC79A/pRES1owQr/2HJm7GTqV4GANCQmcbKRUjzhN6yKstjI/U34us1",
+	"V1oKhcU4PX7v1cY2N/0V7ICtmNL3pzcaLpf2go0MFt+BvBnxuH7pZWn3UeRzrOrG8lWoVnSVp66Dy9Js",
+	"j+TygandlGrm8PJ0gnB5GIDJ4HwMOLHd0o3w5yk2Bcbsf7d+nFaTPAygevsN51B+y2jd63+6aJ0HZFhp",
+	"DKIf+zxL0I7idEbE0lsZgvPQC7+pqdfkIAfc8WWeXVxO3z+1CHsTzjrxNeIh61iC6pTNwvZZE4/P5Ght",
+	"AQp/K/L99DJO/dJBCd/Yr0cwn2Wizi3RzMO6YukOCLmFRQSCf93df+kZ4UI91Xj/cbvrX79+Kv/iNMvz",
+	"FABBP+ei7FFD+PJN+Nbb9luqzb2hBx38luy+4GpRKHNBNKeBndUAzar6+QMJSScshayoA3l6AJspXNUX",
+	"cAFiDwxlNu/BihoocKPGn0iAmFkJgRo/TaD0GBqzHK7TIHEnV1SxPsMg5EEWeYY9V/golpGdg27XtfsC",
+	"OrwDlpNM96ErdArNSr7DckoTcvD6tbuh4Rz+hBx0f3SXQMucMPSOiYTQXEvAHKwffeE1MuwnNr/4Hnse",
+	"wJXt8/qCmw5xeXtICsPtPJzbgacuc0w0ALo7+mY9QkPdc1/40i+8SSM6BMTJHSbZ991uhxwhuA6ewoGp",
+	"ZOpbt4Q0ffFvVx/P4Sxn3PeEdK0zM8U6MyrIftLtdmGGdsfI+c1ZiUVMqJg/TJhibUiLU2J3wW1Yhwxg",
+	"GKAkyLAS6pClvSHVwxT1xcer61A0aX3MvuC6XMqYb1LSZeuFBb3+7SR9DZ0tImMBzwx+Dmhsia91dmvy",
+	"KgCxPc/OcXKyALxHpAiwrR2N+ubKnfcAEWqHHRb5HTGKj8dMtV9Ufn5WhViZmUQz5lvrZHc05HMzkUdl",
+	"9zK4JAit6DuxuGvL/r0ZluuvvCwEnnny6Un7jYUl30RrbvMuTfY0ZPQ9Hb5ArgkeXwqqZcH0+uuN5XBK",
+	"G/LvUBID3ZyYWAJKfbDSf8hIKFrpfOs0EEyLIoKnm8Xc98uXFWPW5tFzkU6UFNanBiAalkPz48vLMHd0",
+	"qN77jB9Wl1v446RfLoe4eqMdcv+zk9Au7BwknIOZCPLNZ+cmXBvpSqv/mJJu/aW45M+Tiws09PsUlFsu",
+	"xUqxWuGE/5Ksv5FkBdcjdV0WWEdu34CJjAqjfwPRuedqif9pCL8Bfr2EFBHZIgpeh/wykUgl0FasWJ12",
+	"9EQ+iL5wJ4/hwr3SFWisDjnyZclDVypRRSMBeAouxn3hDyfOWMp12WqjwYMeCGlu3aW3I6luy+dHPLsj",
+	"3LeXZWo3gd8FX4c1q7D2YR0LisDYcPDbN2dvh4e2tPcQUAB8ksMluvsN2B2h2v7Zub08sI8g9AEZ4Iuz",
+	"bPCH5PZLmP1/Mfvvg9lxN9bz+npa/A0kAPgNe5/tf18qpaTuU1kKvaZ+PVQKv2xlJgwDxzKsLpxYzGtF",
+	"qcq+2nM9MZQxGZZEZgTP6fPlJgGEWk84lGPXioHJjiv4bjvQzTyXDywj1iL9T+OuJU2Id6+0B3PGREeC",
+	"TZvdhqoqB4naXFa1+gSgFadxOghCN/5+w/i0VhS9Zgr7m07BwfxVQIwiwEWAIsaMmtfQuDyEq6HKeFw9",
+	"X5LXPgzIgQDwUSiFRyo0VkJUYJaevqhXWJ1VOa83WjjkuKRSLe36IMN5IgPkuAGUjyHLDSCWD6dHkp2M",
+	"GtrDpWKPJgFehJonSFHaC+0HPM5dkAGAWUqPM+THhCMM8HTI8nCmB5ixME3rhEwcL/RwrdNLZwE9MWKx",
+	"pqDvo/AlYDPMy9XOb6lU6vXIgGe9gevDfIAjdxIygKt7A4wtzWcsIQNYVriwL3zhmN1Cu7ywsnIEZ1t3",
+	"yDU+y9fXLdT+YRElzdyxYwsFgJjqw4I7HfKLgF7LDOGmTeCII1cwAjso2IOdhDs3n81ded9hYxFhX1Sr",
+	"CD/6rXfN3QEePmw+1BBiFgfWw1+AC+yJIoFCQm36wq0eYQF4E8hv8LmPdVr9Vo/0W9hVbAfFL6GzuN/6",
+	"Mkgqhw8Ay6S51Ew3Vhv6zfhjFRw+W+9ieWpZsLosShLfZAXUUSUZSw7wbVKBibFbAWz/ey1R3ELJ/kbV",
+	"jE44OcXzO040RcoesZyFi9gJEQidv4PgZQlxR+MmJRBE0hcLkKU1vLO218U6ISzXrHT63Pd0mLPBYV+g",
+	"8vMY8+GYMJRMWA8wZID+5EOXUHDRFwO44da1Og9QCJfuEZ42qMkgnE44WFBufbF49GA4ob+37uzBtpdY",
+	"2A4OEY0hTe+sxHT4cB0oHQEnuzoHrAwVEp4d93XxKMYXywIunPX4wo7uqrS3s9Z+L07us0rE3KpC1xiA",
+	"CQTcFQpbfehJx6GG68QlrvxpEaXydRbZK+2TWYimzuptxC/kMGMbwx9GkIFYoVjXeOulWMW6tbswgVM3",
+	"nJpbYrZiyl6Q1xbPR/tNua2Yst9rRAnm5hLvUDiH08USwerpPrpy9FZAMMIEPPbYIbsh2L472Tccx+Ae",
+	"9A3YyI30h+EjbPBFl5kDIWKNYABZD1RiJKHQ+QZn9YIHCXHdvsCWsEE4U7ZHjCrYwMPYYzcZGhboN+qA",
+	"YW8VPO2LcCvwrUcFcuWRHbIBs/dFye0R5eqG+0/B8JXje39/HB/OLkCWXz5VOCkB3IEIEfMzqSUwuSYX",
+	"RzdXJ8dIAr6MdhF5YFMWL6FWG/uTrvGSFwz8llCwDduKs+wstaNipdIdE3CuDTETJYvxxAPxxxpPrBBF",
+	"7NvacpXgsEsLhmdlf1ndDoIQtC9ZbwsjbFVwu/9192dFK8MhGcACQj2zCejCCSbWsHjZUuvTWh6e38JQ",
+	"gc87ROUK83OHfJfivIQ93pgsamwUgICamr0vATmtJJZ1fd54ffbcQAo+xuOuHVYP5z7o7qPFLuTDQn56",
+	"I56INC3Wg+aA5tkcLw+ArEUBVza1P1cAOBsF1S/umheUVBWM0AZR5Sa6KKuO4OBKhNtjWXlVudwVLNBV",
+	"WaAG0BZ8soMdfSkfujrIbySKPLBqDK7Fr+63FjN+5BoqFhd2A1PmTsqCaW+63Qv4KO7StdLlmKllOlgn",
+	"Ysqbni9njkjO6L01R3YAlZdl7XJBsjCQPvTuvo92uUitFUxDBqH/WmBt7boF0JkH/+JfDUcMl7IKI1bd",
+	"jr2Am7m911N5chNfvw9PfxmWDs8voZhesnGnOlw+X4W59HxKxF16pcmMKS4zngKRCaa1Azv6mkQVowwH",
+	"qfSV6KKpKZE7HFBoFGtCCkPg22QZ1smdKlVH5UeHCbraFoocICaH/lPmLSfoQwu9VBCQxhY6jknDC6nN",
+	"GE4hKZv1wKGxP06Z1nTMfLdB6aSNpKomal2OEF1cclTtmyyPtvQT26m8oMOsRQRbbCj0hNEjB92DQ8QN",
+	"NlCw4R41lfd2Rvb3H9t4gpYDf4ZmS479na67DAGN0GGHKCimvu1I1tN3bn5o+salwUMEuCYTqqY507oH",
+	"efxZJRmAk6oicGniogCEC8ipLu1muUbJYhzBRVppXrh+SPeth+dZgQGnX8ycsINAI983byAsh8YewtXw",
+	"b7KhmfCp7YPPlGxIQ9iR7bXrK11CuA094nJgHo/elpRlj8sdtF9VHlbwzUHkeWTzXz9ZoYZJXBSGhcod",
+	"FHlvb2//9Z863U63s9/7c/fPXRCAbkqfvT8BgY0vSfjbTzUC6oRQsXahKp2BiBZrv3SrkxBf97kIo+yy",
+	"b+UBer4OCBFil0e8cdHX0DV1CGLBfiMyUmhn8dfLibS1LP5/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

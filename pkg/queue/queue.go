@@ -46,6 +46,10 @@ const (
 	// TypeRunAdvance re-evaluates a run's progression after an outside change
 	// (a step aborted). No TaskID: the handler is idempotent.
 	TypeRunAdvance = "run:advance"
+	// TypeTasksEvaluate applies the outcomes of the attempts one report
+	// batch ended, each as TypeTaskEvaluate would. TaskID
+	// "attempts:<digest of the ids>:evaluate".
+	TypeTasksEvaluate = "tasks:evaluate"
 	// TypeTaskEvaluate applies a finished attempt's outcome to its task.
 	// TaskID "attempt:<id>:evaluate".
 	TypeTaskEvaluate = "task:evaluate"
@@ -117,6 +121,25 @@ func NewRunsStartTask(project, domainName string, runs []string) *asynq.Task {
 func NewRunAdvanceTask(key domain.RunKey) *asynq.Task {
 	return newTask(TypeRunAdvance, mustJSON(RunPayload{key.Project, key.Domain, key.Run}),
 		asynq.Queue(Scheduler), asynq.MaxRetry(25))
+}
+
+// AttemptsPayload names attempts.
+type AttemptsPayload struct {
+	AttemptIDs []int64 `json:"attempt_ids"`
+}
+
+// NewTasksEvaluateTask builds the one message for the attempts a report
+// batch ended: task:evaluate for one, tasks:evaluate for several (about 8
+// bytes an id). The TaskID digests the ids, so a resent batch whose message
+// is still queued adds nothing.
+func NewTasksEvaluateTask(ids []int64) *asynq.Task {
+	if len(ids) == 1 {
+		return NewTaskEvaluateTask(ids[0])
+	}
+	b := mustJSON(AttemptsPayload{ids})
+	sum := sha256.Sum256(b)
+	return newTask(TypeTasksEvaluate, b, asynq.Queue(Scheduler),
+		asynq.TaskID("attempts:"+hex.EncodeToString(sum[:16])+":evaluate"), asynq.MaxRetry(25))
 }
 
 // NewTaskEvaluateTask builds task:evaluate for a finished attempt.
@@ -202,8 +225,9 @@ type Enqueuer struct {
 	// Payloads, when set, observes each task's payload size (kind
 	// queue_payload). Default nil: not observed.
 	Payloads *obs.PayloadSizes
-	// Wake, when set, is the Redis that Dispatch pushes executors' wake-ups
-	// to. Default nil: executors learn of attempts from their queue alone.
+	// Wake, when set, is the Redis where Enqueue announces new tasks on
+	// their queue's wake list. Default nil: consumers learn of tasks from
+	// their queue's poll alone.
 	Wake redis.UniversalClient
 }
 
@@ -213,9 +237,9 @@ func NewEnqueuer(c *asynq.Client, log *slog.Logger) *Enqueuer {
 }
 
 // Enqueue enqueues t with ctx's trace context in its headers (see
-// obs.InjectTask) and, when Wake is set and t is due now on the Scheduler
-// queue, announces it on that queue's wake list (see WakeConsumer); a
-// TaskID conflict (the same work is already queued,
+// obs.InjectTask) and, when Wake is set and t is due now on the scheduler's
+// or an executor's queue, announces it on that queue's wake list (see
+// WakeConsumer); a TaskID conflict (the same work is already queued,
 // running or in backoff) is counted, logged at debug and not an error.
 func (e *Enqueuer) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) error {
 	obs.InjectTask(ctx, t)
@@ -229,9 +253,6 @@ func (e *Enqueuer) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Opt
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", t.Type(), err)
 	}
-	if e.Wake != nil && info.Queue == Scheduler && info.State == asynq.TaskStatePending {
-		e.push(ctx, WakeKey(Scheduler), string(mustJSON(Wakeup{ID: info.ID, Type: info.Type, Payload: info.Payload,
-			Headers: info.Headers})))
-	}
+	e.announce(ctx, info)
 	return nil
 }

@@ -2,46 +2,38 @@ package queue
 
 import (
 	"context"
-	"strconv"
+	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
 
 // WakeKey is the Redis list a queue's consumers block on to hear of new
-// tasks at once: "capstan:wake:<queue>". The items of a worker queue's list
-// are attempt ids in decimal (see Dispatch); those of the Scheduler queue's
-// are Wakeups in JSON (see Enqueue and WakeConsumer).
+// tasks at once: "capstan:wake:<queue>". Its items are Wakeups in JSON.
 func WakeKey(queue string) string { return "capstan:wake:" + queue }
 
 // WakeTTL is how long a wake list outlives its last push: the lists of
 // executors that went away expire by themselves.
 const WakeTTL = time.Minute
 
-// Dispatch tells workerID's executor to run attemptID. It enqueues
-// attempt:run on the worker's queue, the durable path that survives any
-// process's death, then, when the Enqueuer has a Wake client, pushes the id
-// onto the worker's wake list (LPUSH and PEXPIRE in one round trip), which
-// an idle executor reads with a blocking pop: it starts the attempt at once
-// instead of at its queue's next poll. The executor runs an attempt once
-// whichever path brings it first. A failed push is logged at debug and is
-// not an error: the queued task still delivers the attempt. Errors: those
-// of Enqueue.
-func (e *Enqueuer) Dispatch(ctx context.Context, workerID string, attemptID int64) error {
-	if err := e.Enqueue(ctx, NewAttemptRunTask(workerID, attemptID)); err != nil {
-		return err
-	}
-	if e.Wake == nil {
-		return nil
-	}
-	e.push(ctx, WakeKey(WorkerQueue(workerID)), strconv.FormatInt(attemptID, 10))
-	return nil
+// announced reports whether tasks of queue are announced on its wake list:
+// those of the scheduler and of the executors, whose consumers read theirs
+// (WakeConsumer).
+func announced(queue string) bool {
+	return queue == Scheduler || strings.HasPrefix(queue, WorkerQueue(""))
 }
 
-// push puts item on the wake list key and renews the list's expiry, in one
-// round trip. A failure is logged at debug: the queued task is the durable
-// path.
-func (e *Enqueuer) push(ctx context.Context, key, item string) {
+// announce puts a Wakeup of the task just enqueued (info) on its queue's
+// wake list when the Enqueuer has a Wake client, the queue is announced and
+// the task is due now. It renews the list's expiry in the same round trip.
+// A failure is logged at debug: the queued task is the durable path.
+func (e *Enqueuer) announce(ctx context.Context, info *asynq.TaskInfo) {
+	if e.Wake == nil || info == nil || info.State != asynq.TaskStatePending || !announced(info.Queue) {
+		return
+	}
+	key := WakeKey(info.Queue)
+	item := mustJSON(Wakeup{ID: info.ID, Type: info.Type, Payload: info.Payload, Headers: info.Headers})
 	_, err := e.Wake.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.LPush(ctx, key, item)
 		p.PExpire(ctx, key, WakeTTL)

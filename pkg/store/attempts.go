@@ -80,45 +80,77 @@ var ErrBadReport = errors.New("invalid attempt report")
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
 	err := s.InTx(ctx, func(tx *Store) error {
-		t, a, err := tx.lockTaskAttempt(ctx, id)
-		if err != nil {
-			return err
-		}
-		res.Task, res.Attempt = t, a
-		if a.State.IsTerminal() {
-			return nil // duplicate or late report
-		}
-		if !domain.CanReport(a.State, rep.State) {
-			return ErrBadReport
-		}
-		live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
-		res.Proceed = live && !rep.State.IsTerminal()
-		// An attempt whose task moved on (superseded) needs no decision; the
-		// last attempt of a task killed by an abort is evaluated to finish
-		// the abort (its ABORTED event).
-		killed := t.State == domain.TaskKilled && a.Number == t.AttemptCount
-		res.Evaluate = (live || killed) && rep.State.IsTerminal()
-		now := time.Now().UTC()
-		up, err := reportUpdates(a, rep, live || killed, now)
-		if err != nil {
-			return err
-		}
-		if err := tx.q(ctx).Model(&Attempt{}).Where("id = ?", id).Updates(up).Error; err != nil {
-			return mapErr(err)
-		}
-		if err := tx.recordFinal(ctx, t, id, rep); err != nil {
-			return err
-		}
-		if live && !rep.State.IsTerminal() {
-			if err := tx.q(ctx).Model(&Task{}).Where("id = ?", res.Task.ID).Updates(map[string]any{
-				"state": rep.State, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
-				return mapErr(err)
-			}
-		}
-		return tx.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
-			map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
+		var err error
+		res, err = tx.report(ctx, id, "", rep)
+		return err
 	})
 	return res, err
+}
+
+// report is ReportAttempt inside the caller's transaction. With a worker id
+// (a batch) it refuses (ErrNotFound) an attempt placed on another worker,
+// and a report of the state the attempt is in already, or of BUILDING when
+// it runs (a resent batch), writes nothing. Its errors come before any
+// write.
+func (s *Store) report(ctx context.Context, id int64, worker string, rep Report) (ReportResult, error) {
+	var res ReportResult
+	t, a, err := s.lockTaskAttempt(ctx, id)
+	if err == nil && worker != "" && (a.WorkerID == nil || *a.WorkerID != worker) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Task, res.Attempt = t, a
+	if a.State.IsTerminal() {
+		return res, nil // duplicate or late report
+	}
+	live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
+	res.Proceed = live && !rep.State.IsTerminal()
+	if worker != "" && (a.State == rep.State || a.State == domain.TaskRunning && rep.State == domain.TaskBuilding) {
+		return res, nil // resent: the attempt is there already
+	}
+	if !domain.CanReport(a.State, rep.State) {
+		return res, ErrBadReport
+	}
+	if err := s.applyReport(ctx, t, a, id, rep, live); err != nil {
+		return res, err
+	}
+	res.Evaluate = (live || killedLast(t, a)) && rep.State.IsTerminal()
+	return res, nil
+}
+
+// applyReport writes a report the attempt can take: the attempt's columns,
+// what a terminal report carries, the task's state while live, and the
+// "attempt.<STATE>" event.
+func (s *Store) applyReport(ctx context.Context, t Task, a Attempt, id int64, rep Report, live bool) error {
+	now := time.Now().UTC()
+	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
+	if err != nil {
+		return err
+	}
+	if err := s.q(ctx).Model(&Attempt{}).Where("id = ?", id).Updates(up).Error; err != nil {
+		return mapErr(err)
+	}
+	if err := s.recordFinal(ctx, t, id, rep); err != nil {
+		return err
+	}
+	if live && !rep.State.IsTerminal() {
+		if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(map[string]any{
+			"state": rep.State, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+			return mapErr(err)
+		}
+	}
+	return s.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
+		map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
+}
+
+// killedLast reports whether a is the last attempt of a task an abort
+// killed: it is evaluated when it ends, to finish the abort (its ABORTED
+// event). An attempt whose task moved on otherwise (superseded) needs no
+// decision.
+func killedLast(t Task, a Attempt) bool {
+	return t.State == domain.TaskKilled && a.Number == t.AttemptCount
 }
 
 // recordFinal stores what a terminal report carries besides the attempt's

@@ -52,41 +52,16 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 // asks the scheduler to decide the task's fate. If that push fails the
 // scheduler's resync finds the unevaluated attempt.
 func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptRequestObject) (api.ReportAttemptResponseObject, error) {
-	b := req.Body
-	state, _ := domain.ParseTaskState(string(b.State))
-	if !state.IsTerminal() && state != domain.TaskBuilding && state != domain.TaskRunning || state == domain.TaskUnschedulable {
-		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-			apiProblem(http.StatusBadRequest, problem.CodeInvalid, "state: an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED",
-				domain.FieldError{Field: "state", Message: "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"}))}, nil
-	}
-	for _, f := range []struct {
-		name string
-		v    *int
-	}{{"exit_code", b.ExitCode}, {"pid", b.Pid}} {
-		if f.v != nil && (*f.v < math.MinInt32 || *f.v > math.MaxInt32) { // Postgres integer columns
-			const msg = "must be a 32-bit integer"
-			return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-				apiProblem(http.StatusBadRequest, problem.CodeInvalid, f.name+": "+msg, domain.FieldError{Field: f.name, Message: msg}))}, nil
-		}
-	}
-	if errs := append(checkReport(b), checkOutputs(b.Outputs)...); len(errs) > 0 {
-		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-			apiProblem(http.StatusBadRequest, problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...))}, nil
-	}
-	if b.Outputs != nil {
-		h.metrics.payloads.Observe(obs.KindOutputs, outputsSize(*b.Outputs))
-	}
-	rep := toReport(state, b)
-	if rep.Stdout != "" || rep.Stderr != "" || rep.Error != "" {
-		secrets, err := h.store.AttemptSecretValues(ctx, int64(req.Id))
-		if err != nil {
-			return nil, err
-		}
-		rep.Stdout, rep.Stderr = domain.MaskSecrets(rep.Stdout, secrets), domain.MaskSecrets(rep.Stderr, secrets)
-		rep.Error = domain.MaskSecrets(rep.Error, secrets)
+	rep, bad, err := h.checkReport(ctx, int64(req.Id), req.Body)
+	switch {
+	case err != nil:
+		return nil, err
+	case bad != nil:
+		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{
+			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
 	}
 	res, err := h.store.ReportAttempt(ctx, int64(req.Id), rep)
-	p, ok := problemFor(err, subject{kind: "attempt", state: state.String()})
+	p, ok := problemFor(err, subject{kind: "attempt", state: rep.State.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
 		return api.ReportAttempt404ApplicationProblemPlusJSONResponse(p), nil
@@ -95,15 +70,71 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	case err != nil:
 		return nil, err
 	}
-	if state == domain.TaskRunning && res.Proceed {
-		h.metrics.observeDispatch(res.Task, res.Attempt, time.Now())
-	}
+	h.reported(rep, res)
 	if res.Evaluate {
-		if err := h.queue.Enqueue(ctx, queue.NewTaskEvaluateTask(int64(req.Id))); err != nil {
-			h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt_id", req.Id, "err", err)
-		}
+		h.evaluate(ctx, []int64{int64(req.Id)})
 	}
 	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
+}
+
+// checkReport checks an executor's report about attempt id and returns it
+// in the store's form, with its logs and error masked of the attempt's
+// secrets; bad is the 400 problem of a report that is not one. Errors:
+// reading the secrets.
+func (h *Handlers) checkReport(ctx context.Context, id int64, b *api.AttemptReport) (rep store.Report, bad *api.Problem, err error) {
+	state, _ := domain.ParseTaskState(string(b.State))
+	if !state.IsTerminal() && state != domain.TaskBuilding && state != domain.TaskRunning || state == domain.TaskUnschedulable {
+		const msg = "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"
+		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, "state: "+msg, domain.FieldError{Field: "state", Message: msg})
+		return rep, &p, nil
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"exit_code", b.ExitCode}, {"pid", b.Pid}} {
+		if f.v != nil && (*f.v < math.MinInt32 || *f.v > math.MaxInt32) { // Postgres integer columns
+			const msg = "must be a 32-bit integer"
+			p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, f.name+": "+msg, domain.FieldError{Field: f.name, Message: msg})
+			return rep, &p, nil
+		}
+	}
+	if errs := append(checkReport(b), checkOutputs(b.Outputs)...); len(errs) > 0 {
+		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...)
+		return rep, &p, nil
+	}
+	if b.Outputs != nil {
+		h.metrics.payloads.Observe(obs.KindOutputs, outputsSize(*b.Outputs))
+	}
+	rep = toReport(state, b)
+	if rep.Stdout != "" || rep.Stderr != "" || rep.Error != "" {
+		secrets, err := h.store.AttemptSecretValues(ctx, id)
+		if err != nil {
+			return rep, nil, err
+		}
+		rep.Stdout, rep.Stderr = domain.MaskSecrets(rep.Stdout, secrets), domain.MaskSecrets(rep.Stderr, secrets)
+		rep.Error = domain.MaskSecrets(rep.Error, secrets)
+	}
+	return rep, nil, nil
+}
+
+// reported observes what a recorded report tells: the dispatch latency of
+// an attempt that starts running.
+func (h *Handlers) reported(rep store.Report, res store.ReportResult) {
+	if rep.State == domain.TaskRunning && res.Proceed && res.Attempt.State != domain.TaskRunning {
+		h.metrics.observeDispatch(res.Task, res.Attempt, time.Now())
+	}
+}
+
+// evaluate asks the scheduler, in one message, to decide the fate of the
+// tasks of attempts that ended. If that push fails the scheduler's resync
+// finds the unevaluated attempts.
+func (h *Handlers) evaluate(ctx context.Context, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := h.queue.Enqueue(ctx, queue.NewTasksEvaluateTask(ids)); err != nil {
+		h.log.Warn("enqueue task evaluate failed; resync will evaluate", "attempt_ids", ids, "err", err)
+	}
 }
 
 // toReport is the store's form of an executor's report of state.

@@ -65,7 +65,6 @@ type Agent struct {
 	log    *slog.Logger
 
 	beatNow chan struct{} // asks for a heartbeat at once
-	taken   *taken        // attempts started or dropped for good (see take)
 
 	mu          sync.Mutex
 	id          uuid.UUID // the current worker id; zero before the first registration
@@ -89,8 +88,7 @@ func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, c
 	case cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 || cfg.RegisterBackoff < 0 || cfg.FullRetryDelay < 0:
 		return nil, errors.New("agent: intervals must not be negative")
 	}
-	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log, beatNow: make(chan struct{}, 1),
-		taken: newTaken()}, nil
+	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log, beatNow: make(chan struct{}, 1)}, nil
 }
 
 // WorkerID returns the current worker id, or "" before the first

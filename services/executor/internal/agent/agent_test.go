@@ -75,10 +75,13 @@ func shell(id int64, worker, command string) api.AttemptSpec {
 		Replicas: 1, Plugin: "shell", Command: command, State: api.TaskStateASSIGNED, WorkerId: &worker, Proceed: true}
 }
 
+// enqueue dispatches attempt:run as the scheduler does: queued, and
+// announced on the worker's wake list.
 func (f *fixture) enqueue(t *testing.T, attemptID int64) {
 	t.Helper()
-	_, err := f.queue.Enqueue(queue.NewAttemptRunTask(f.agent.WorkerID(), attemptID))
-	require.NoError(t, err)
+	enq := queue.NewEnqueuer(f.queue, slog.New(slog.DiscardHandler))
+	enq.Wake = f.redis(t)
+	require.NoError(t, enq.Enqueue(context.Background(), queue.NewAttemptRunTask(f.agent.WorkerID(), attemptID)))
 }
 
 // awaitState waits for a report of st about attempt id and returns it.

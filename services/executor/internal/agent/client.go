@@ -71,6 +71,10 @@ type Client struct {
 	log *slog.Logger
 	// bound is the token of the current registration (nil before one).
 	bound atomic.Pointer[string]
+	// worker is the id of the current registration (nil before one).
+	worker atomic.Pointer[uuid.UUID]
+	// batch gathers reports into batches (see Report).
+	batch reportBatcher
 }
 
 var _ supervisor.Reporter = (*Client)(nil)
@@ -127,6 +131,7 @@ func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (u
 	if t := res.JSON201.Token; t != nil {
 		c.bound.Store(t)
 	}
+	c.worker.Store(&id)
 	return id, nil
 }
 

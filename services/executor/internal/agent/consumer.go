@@ -23,10 +23,13 @@ const (
 	shutdownTimeout = 2 * time.Second
 	// maxTaskRetryDelay caps the retry delay of a failed attempt:run task.
 	maxTaskRetryDelay = 30 * time.Second
+	// attemptRunRetries is the MaxRetry of an attempt:run task the wake
+	// list's consumer puts back (queue.NewAttemptRunTask's).
+	attemptRunRetries = 10
 )
 
-// consume runs an asynq server on queue worker:<id>, and reads the worker's
-// wake list, until ctx ends.
+// consume runs an asynq server on queue worker:<id>, and a WakeConsumer of
+// the queue's wake list, until ctx ends.
 func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	q := queue.WorkerQueue(id.String())
 	srv := asynq.NewServer(a.redis, asynq.Config{
@@ -50,8 +53,15 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 		return
 	}
 	a.log.Info("consuming", "queue", q)
-	a.wake(ctx, id)
+	// New attempts announced on the wake list start at once, not at the
+	// queue's next poll (Enqueue announces them after placement commits).
+	insp, client := asynq.NewInspector(a.redis), asynq.NewClient(a.redis)
+	wake := &queue.WakeConsumer{Queue: q, Redis: a.redis, Inspector: insp, Enqueuer: queue.NewEnqueuer(client, a.log),
+		Handler: mux, Concurrency: a.cfg.Slots, Retry: a.cfg.FullRetryDelay, MaxRetry: attemptRunRetries, Log: a.log}
+	wake.Run(ctx)
 	srv.Shutdown()
+	_ = insp.Close()
+	_ = client.Close()
 }
 
 // handleAttemptRun takes attempt:run (see take).
@@ -63,17 +73,17 @@ func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq
 	return a.take(ctx, worker, p.AttemptID)
 }
 
-// take is one delivery of an attempt, from the queue or the wake list. It
-// does nothing for an attempt already taken (held, or started or dropped
-// by the other delivery); it drops an attempt the control plane does not
+// take is one delivery of an attempt (from the queue, or claimed off it by
+// the wake list's consumer). It does nothing for an attempt already held
+// (a re-delivery); it drops an attempt the control plane does not
 // know, does not want run, or gave to another worker; and otherwise starts
 // it and returns at once: the process outlives the delivery. Errors:
 // supervisor.ErrFull (the queued task is retried after FullRetryDelay), a
 // failure to read the attempt (retried with backoff).
 func (a *Agent) take(ctx context.Context, worker uuid.UUID, id int64) error {
 	log := a.log.With("attempt_id", id)
-	if a.sup.Holds(id) || a.taken.Contains(id) {
-		log.Debug("attempt already taken")
+	if a.sup.Holds(id) {
+		log.Debug("attempt already held")
 		return nil
 	}
 	spec, err := a.client.Attempt(ctx, id)
@@ -87,11 +97,8 @@ func (a *Agent) take(ctx context.Context, worker uuid.UUID, id int64) error {
 	case spec.WorkerId != nil && *spec.WorkerId != worker.String():
 		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
 	default:
-		if err := a.sup.StartInTrace(ctx, spec); err != nil {
-			return err
-		}
+		return a.sup.StartInTrace(ctx, spec)
 	}
-	a.taken.Add(id, struct{}{})
 	return nil
 }
 

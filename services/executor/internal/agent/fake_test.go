@@ -31,6 +31,9 @@ type fakeAPI struct {
 	attempts  map[int64]api.AttemptSpec
 	gets      []int64
 	reports   map[int64][]api.AttemptReport
+	batches   []int // the size of each report batch, in order
+	// batchLatency is how long a report batch takes to answer.
+	batchLatency time.Duration
 	// failRegistrations and failReports answer 503 that many times first.
 	failRegistrations, failReports int
 	// logs holds the chunks appended per attempt, and appendedAfter how
@@ -48,6 +51,7 @@ func newFakeAPI() *fakeAPI {
 	mux.HandleFunc("DELETE /v1/workers/{id}", f.deregister)
 	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
+	mux.HandleFunc("POST /v1/workers/{id}/reports", f.reportBatch)
 	mux.HandleFunc("POST /v1/attempts/{id}/logs", f.appendLogs)
 	f.Server = httptest.NewServer(f.authorize(mux))
 	return f
@@ -147,6 +151,41 @@ func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {
 	}
 	f.reports[id] = append(f.reports[id], rep)
 	writeJSON(w, http.StatusOK, api.AttemptReportResponse{Proceed: true})
+}
+
+// reportBatch records a batch's reports in order, as the api does; a
+// failing report fails the whole batch (503), as a database error would.
+func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
+	var b api.ReportBatch
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
+		return
+	}
+	f.mu.Lock()
+	latency := f.batchLatency
+	f.mu.Unlock()
+	<-time.After(latency) // a slow api: reports made meanwhile queue up
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failReports > 0 {
+		f.failReports--
+		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "database restarting"))
+		return
+	}
+	f.batches = append(f.batches, len(b.Reports))
+	out := api.ReportBatchResult{Results: make([]api.BatchedReportResult, len(b.Reports))}
+	for i, it := range b.Reports {
+		f.reports[it.AttemptId] = append(f.reports[it.AttemptId], it.Report)
+		out.Results[i] = api.BatchedReportResult{AttemptId: it.AttemptId, Proceed: true}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// batchSizes returns the size of each report batch so far.
+func (f *fakeAPI) batchSizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.batches...)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

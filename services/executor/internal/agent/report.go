@@ -13,13 +13,14 @@ import (
 // maxReportBackoff caps the delay between report retries.
 const maxReportBackoff = 2 * time.Second
 
-// Report sends rep about attempt id and returns whether the attempt may
-// proceed. Transport errors and 5xx answers are retried, the delay starting
-// at ReportBackoff and doubling up to 2s, for at most ReportTimeout, so a
+// reportAlone sends rep about attempt id on its own (POST
+// /v1/attempts/{id}/report) and returns whether the attempt may proceed.
+// Transport errors and 5xx answers are retried, the delay starting at
+// ReportBackoff and doubling up to 2s, for at most ReportTimeout, so a
 // brief api outage loses no result. A 409 means the control plane's view
 // conflicts with the executor's (the attempt moved on): proceed is false.
 // Any other 4xx is not retried: the error wraps ErrRejected.
-func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+func (c *Client) reportAlone(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReportTimeout)
 	defer cancel()
 	delay := c.cfg.ReportBackoff

@@ -47,6 +47,24 @@ func (s *Scheduler) handleEvaluate(ctx context.Context, t *asynq.Task) error {
 	return err
 }
 
+// handleEvaluations is the tasks:evaluate handler: the attempts one report
+// batch ended, evaluated in order, each in its own transaction (as
+// task:evaluate). A missing attempt is skipped; any other failure fails the
+// task, which asynq retries whole (an evaluated attempt is skipped then).
+func (s *Scheduler) handleEvaluations(ctx context.Context, t *asynq.Task) error {
+	var p queue.AttemptsPayload
+	if err := queue.Decode(t, &p); err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range p.AttemptIDs {
+		if _, err := s.evaluate(ctx, id); err != nil && !errors.Is(err, asynq.SkipRetry) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // evaluate applies a finished attempt to its task, and what follows, in one
 // transaction: after ARC's rule has been applied to its worker
 // (recordWorkerFailure), it locks the attempt's run, action and task (the

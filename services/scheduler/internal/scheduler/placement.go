@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
+	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -169,7 +170,7 @@ func (p *placement) assign(ctx context.Context) error {
 			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, p.traces[a.TaskID]), "dispatch attempt",
 				trace.WithAttributes(attribute.Int64("capstan.attempt_id", a.ID), attribute.String("capstan.worker_id", *a.WorkerID)))
 			defer span.End()
-			if err := p.s.queue.Dispatch(ctx, *a.WorkerID, a.ID); err != nil {
+			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
 				// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
 				p.s.log.Warn("dispatch failed", "attempt_id", a.ID, "task_id", a.TaskID, "worker_id", *a.WorkerID, "err", err)
 			}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/capstan-run/capstan/pkg/queue"
 )
 
 // ResyncConfig tunes the resync (KubeVela's state keep).
@@ -66,7 +68,7 @@ func (s *Scheduler) resyncOnce(ctx context.Context) (ResyncResult, error) {
 		if a.WorkerID == nil {
 			continue
 		}
-		if err := s.queue.Dispatch(ctx, *a.WorkerID, a.ID); err == nil {
+		if err := s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err == nil {
 			res.Redispatched++
 		}
 	}

@@ -132,6 +132,7 @@ func (s *Scheduler) Register(mux *asynq.ServeMux) {
 	mux.Use(obs.TaskMiddleware)
 	mux.HandleFunc(queue.TypeRunStart, s.handleRun)
 	mux.HandleFunc(queue.TypeRunsStart, s.handleRuns)
+	mux.HandleFunc(queue.TypeTasksEvaluate, s.handleEvaluations)
 	mux.HandleFunc(queue.TypeRunAdvance, s.handleRun)
 	mux.HandleFunc(queue.TypeTaskEvaluate, s.handleEvaluate)
 }

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+)
+
+// A batch of reports is recorded in order, each item on its own: another
+// worker's attempt is 404, a state an executor does not report is 400, and
+// neither stops the others. The attempt that ended is handed to the
+// scheduler once. The same batch sent again changes nothing.
+func TestReportBatchRecordsInOrderAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	key := f.startedRun(t)
+	id := f.assignA(t, key)
+	other := f.assignA(t, f.startedRun(t)) // on a second worker
+	var worker string
+	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+
+	body := fmt.Sprintf(`{"reports":[
+		{"attempt_id":%[1]d,"report":{"state":"BUILDING"}},
+		{"attempt_id":%[1]d,"report":{"state":"RUNNING","pid":42}},
+		{"attempt_id":%[2]d,"report":{"state":"RUNNING"}},
+		{"attempt_id":%[1]d,"report":{"state":"PENDING"}},
+		{"attempt_id":%[1]d,"report":{"state":"SUCCEEDED","exit_code":0}}]}`, id, other)
+	type result struct {
+		proceed bool
+		status  float64
+	}
+	post := func() []result {
+		status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
+		require.Equal(t, http.StatusOK, status, out)
+		var got []result
+		for _, r := range out["results"].([]any) {
+			m := r.(map[string]any)
+			res := result{proceed: m["proceed"].(bool)}
+			if p, ok := m["error"].(map[string]any); ok {
+				res.status = p["status"].(float64)
+			}
+			got = append(got, res)
+		}
+		return got
+	}
+	require.Equal(t, []result{{true, 0}, {true, 0}, {false, 404}, {false, 400}, {false, 0}}, post())
+	want := []string{"attempt.BUILDING", "attempt.RUNNING", "attempt.SUCCEEDED"}
+	evs := f.events(t, key)
+	require.Equal(t, want, evs[len(evs)-3:])
+	require.Equal(t, 1, f.pendingEvaluations(t))
+
+	require.Equal(t, []result{{false, 0}, {false, 0}, {false, 404}, {false, 400}, {false, 0}}, post(),
+		"resent: the attempt ended; nothing moves")
+	require.Equal(t, evs, f.events(t, key), "no event twice")
+	require.Equal(t, 1, f.pendingEvaluations(t), "no second evaluation")
+	var other0 int
+	require.NoError(t, f.db.QueryRow(`SELECT state FROM attempts WHERE id = $1`, other).Scan(&other0))
+	require.Equal(t, int(domain.TaskAssigned), other0, "another worker's attempt is left alone")
+}
+
+// A batch resent while its attempt still runs records nothing twice.
+func TestReportBatchResentWhileRunning(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	key := f.startedRun(t)
+	id := f.assignA(t, key)
+	var worker string
+	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+	body := fmt.Sprintf(`{"reports":[{"attempt_id":%[1]d,"report":{"state":"BUILDING"}},
+		{"attempt_id":%[1]d,"report":{"state":"RUNNING"}}]}`, id)
+	for range 2 {
+		status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
+		require.Equal(t, http.StatusOK, status, out)
+		for _, r := range out["results"].([]any) {
+			require.Equal(t, true, r.(map[string]any)["proceed"], "resent, the attempt goes on: %v", out)
+			require.Nil(t, r.(map[string]any)["error"])
+		}
+	}
+	var n int
+	require.NoError(t, f.db.QueryRow(`SELECT count(*) FROM run_events WHERE run_name = $1 AND type LIKE 'attempt.%'`,
+		key.Run).Scan(&n))
+	require.Equal(t, 2, n, "BUILDING and RUNNING once each")
+}
+
+// pendingEvaluations counts the evaluation messages waiting for the
+// scheduler, by attempt.
+func (f *controlFixture) pendingEvaluations(t *testing.T) int {
+	t.Helper()
+	insp := asynq.NewInspector(f.redis)
+	defer insp.Close()
+	pending, err := insp.ListPendingTasks(queue.Scheduler)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pending {
+		switch p.Type {
+		case queue.TypeTaskEvaluate:
+			n++
+		case queue.TypeTasksEvaluate:
+			var ids queue.AttemptsPayload
+			require.NoError(t, queue.Decode(asynq.NewTask(p.Type, p.Payload), &ids))
+			n += len(ids.AttemptIDs)
+		}
+	}
+	return n
+}

@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/api"
+)
+
+// maxBatch is the most reports one batch carries (the api takes 1,000).
+const maxBatch = 500
+
+// reportBatcher gathers the reports of the attempts an executor holds into
+// batches, as a database's group commit does: a report made while no batch
+// is in flight goes at once, alone; those made while one is in flight go
+// together in the next. An idle executor's reports wait for nothing; a
+// busy one's share requests and transactions.
+type reportBatcher struct {
+	mu      sync.Mutex
+	queue   []*pendingReport
+	sending bool
+}
+
+// pendingReport is a report waiting for its batch's answer.
+type pendingReport struct {
+	ctx  context.Context // the reporter's: its trace, when it leads a batch
+	item api.BatchedReport
+	done chan reportOutcome
+}
+
+type reportOutcome struct {
+	proceed bool
+	err     error
+}
+
+// Report sends rep about attempt id and returns whether the attempt may
+// proceed. Once the executor is registered, reports travel in batches (POST
+// /v1/workers/{id}/reports), one transaction each at the api; a report of
+// one attempt is made only after the previous one returned, so order per
+// attempt holds. Transport errors and 5xx answers are retried, the delay
+// starting at ReportBackoff and doubling up to 2s, for at most
+// ReportTimeout, so a brief api outage loses no result; a resent batch
+// changes nothing that the first one recorded. A 409 means the control
+// plane's view conflicts with the executor's (the attempt moved on):
+// proceed is false. Any other 4xx is not retried: the error wraps
+// ErrRejected. Before registration a report goes alone.
+func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	if c.worker.Load() == nil {
+		return c.reportAlone(ctx, id, rep)
+	}
+	p := &pendingReport{ctx: ctx, item: api.BatchedReport{AttemptId: id, Report: rep}, done: make(chan reportOutcome, 1)}
+	b := &c.batch
+	b.mu.Lock()
+	b.queue = append(b.queue, p)
+	lead := !b.sending
+	b.sending = true
+	b.mu.Unlock()
+	if lead {
+		go c.flush()
+	}
+	select {
+	case o := <-p.done:
+		return o.proceed, o.err
+	case <-ctx.Done():
+		return true, fmt.Errorf("report %s: %w", rep.State, ctx.Err())
+	}
+}
+
+// flush sends the queued reports, a batch at a time, until none is left.
+func (c *Client) flush() {
+	b := &c.batch
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), maxBatch)
+		if n == 0 {
+			b.sending = false
+			b.mu.Unlock()
+			return
+		}
+		batch := b.queue[:n:n]
+		b.queue = b.queue[n:]
+		b.mu.Unlock()
+		c.sendBatch(batch)
+	}
+}
+
+// sendBatch sends one batch, retrying as Report says, and hands each report
+// its outcome.
+func (c *Client) sendBatch(batch []*pendingReport) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), c.cfg.ReportTimeout)
+	defer cancel()
+	items := make([]api.BatchedReport, len(batch))
+	for i, p := range batch {
+		items[i] = p.item
+	}
+	delay := c.cfg.ReportBackoff
+	for try := 1; ; try++ {
+		outcomes, err := c.sendBatchOnce(ctx, items)
+		if err == nil || errors.Is(err, ErrRejected) {
+			for i, p := range batch {
+				if err != nil {
+					p.done <- reportOutcome{true, err}
+				} else {
+					p.done <- outcomes[i]
+				}
+			}
+			return
+		}
+		c.log.Debug("report batch failed; retrying", "reports", len(items), "try", try, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			for _, p := range batch {
+				p.done <- reportOutcome{true, fmt.Errorf("report batch after %d tries: %w", try, errors.Join(ctx.Err(), err))}
+			}
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, maxReportBackoff)
+	}
+}
+
+// sendBatchOnce makes one request and returns each report's outcome.
+func (c *Client) sendBatchOnce(ctx context.Context, items []api.BatchedReport) ([]reportOutcome, error) {
+	worker := *c.worker.Load()
+	res, err := c.api.ReportAttemptsWithResponse(ctx, worker, api.ReportBatch{Reports: items})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("report batch: %w", err)
+	case res.JSON200 == nil:
+		return nil, &StatusError{"report batch", res.StatusCode(), string(res.Body)}
+	case len(res.JSON200.Results) != len(items):
+		return nil, fmt.Errorf("report batch: %d results for %d reports", len(res.JSON200.Results), len(items))
+	}
+	out := make([]reportOutcome, len(items))
+	for i, r := range res.JSON200.Results {
+		out[i] = c.outcome(items[i], r)
+	}
+	return out, nil
+}
+
+// outcome is one report's outcome from its result in a batch's answer.
+func (c *Client) outcome(item api.BatchedReport, r api.BatchedReportResult) reportOutcome {
+	switch {
+	case r.Error == nil:
+		return reportOutcome{r.Proceed, nil}
+	case r.Error.Status == http.StatusConflict:
+		c.log.Info("report conflicts with the control plane; stopping the attempt", "attempt_id", item.AttemptId,
+			"state", item.Report.State, "detail", r.Error.Detail)
+		return reportOutcome{false, nil}
+	}
+	detail := r.Error.Title
+	if r.Error.Detail != nil {
+		detail = *r.Error.Detail
+	}
+	return reportOutcome{true, &StatusError{"report " + string(item.Report.State), r.Error.Status, detail}}
+}
