@@ -7,6 +7,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,6 +33,35 @@ func TestHandleRunsStartsEachRun(t *testing.T) {
 			require.Equal(t, string(domain.PhaseRunning), d.Run.Phase, name)
 			require.Len(t, f.tasks(t, key, "a"), 1, name)
 			require.Empty(t, f.tasks(t, key, "b"), name)
+		}
+	}
+}
+
+// One tasks:evaluate message (the attempts a report batch ended) evaluates
+// each as task:evaluate would: every task SUCCEEDED; a missing attempt is
+// skipped; applied again, it changes nothing.
+func TestHandleEvaluationsEvaluatesEachAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.Table{0})
+	w := f.register(t)
+	exit := 0
+	var ids []int64
+	for _, taskID := range f.startedTasks(t, "batch", 3) {
+		ids = append(ids, f.attemptIn(t, w, taskID, store.Report{State: domain.TaskRunning},
+			store.Report{State: domain.TaskSucceeded, ExitCode: &exit}).ID)
+	}
+	task := queue.NewTasksEvaluateTask(append(ids, 999999))
+	require.Equal(t, queue.TypeTasksEvaluate, task.Type())
+	for range 2 {
+		require.NoError(t, f.s.handleEvaluations(ctx, task))
+		for _, id := range ids {
+			require.NotNil(t, f.attempt(t, id).EvaluatedAt, "attempt %d evaluated", id)
+		}
+		tasks := f.tasks(t, domain.RunKey{Project: "p", Domain: "d", Run: "batch"}, "s")
+		require.Len(t, tasks, 3)
+		for _, td := range tasks {
+			require.Equal(t, domain.TaskSucceeded, td.Task.State)
 		}
 	}
 }
