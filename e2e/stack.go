@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -254,38 +252,6 @@ func (s *Stack) StartAPI(i int) string {
 		return resp.StatusCode == http.StatusOK
 	})
 	return url
-}
-
-// startAPIOnAnyPort starts api process name on a loopback port the kernel
-// picks and returns the address it listens on.
-func (s *Stack) startAPIOnAnyPort(name string) string {
-	s.t.Helper()
-	s.StartService(name, "CAPSTAN_API_ADDR=127.0.0.1:0")
-	return s.LoggedAddr(name, "api listening", "addr")
-}
-
-// LoggedAddr waits until process name logs a JSON line whose msg is msg and
-// returns that line's field key: the address a service bound when told to
-// listen on port 0 ("api listening"/"addr", "scheduler started"/"metrics",
-// "serving health and metrics"/"addr").
-func (s *Stack) LoggedAddr(name, msg, key string) string {
-	s.t.Helper()
-	var addr string
-	s.Eventually(15*time.Second, name+" logs "+msg, func() bool {
-		b, err := os.ReadFile(s.Proc(name).Log)
-		if err != nil {
-			return false
-		}
-		for _, line := range bytes.Split(b, []byte("\n")) {
-			var rec map[string]any
-			if json.Unmarshal(line, &rec) == nil && rec["msg"] == msg {
-				addr, _ = rec[key].(string)
-				return addr != ""
-			}
-		}
-		return false
-	})
-	return addr
 }
 
 // Proc returns the process last started under name, or nil.
