@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -85,6 +86,25 @@ func TestReportBatchResentWhileRunning(t *testing.T) {
 	require.NoError(t, f.db.QueryRow(`SELECT count(*) FROM run_events WHERE run_name = $1 AND type LIKE 'attempt.%'`,
 		key.Run).Scan(&n))
 	require.Equal(t, 2, n, "BUILDING and RUNNING once each")
+}
+
+// A batch may be larger than the api's usual body limit (1 MiB): its
+// reports carry outputs and logs. Over its own limit it is refused whole.
+func TestReportBatchBodyLimit(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	key := f.startedRun(t)
+	id := f.assignA(t, key)
+	var worker string
+	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+	batch := func(n int) string {
+		return fmt.Sprintf(`{"reports":[{"attempt_id":%d,"report":{"state":"RUNNING","stdout":"%s"}}]}`, id,
+			strings.Repeat("x", n))
+	}
+	status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", batch(3<<20))
+	require.Equal(t, http.StatusOK, status, out)
+	status, _, out = f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", batch(17<<20))
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, out)
 }
 
 // pendingEvaluations counts the evaluation messages waiting for the

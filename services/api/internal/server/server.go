@@ -139,8 +139,15 @@ func openAPISpec() *openapi3.T {
 // the final report of a task with large outputs would be refused, and lost.
 const maxReportBodyBytes = 8 << 20
 
+// maxReportBatchBodyBytes is the body limit of a report batch (POST
+// /v1/workers/{id}/reports): executors cut their batches at half of it by
+// a worst-case estimate, and a report alone of up to maxReportBodyBytes
+// still fits.
+const maxReportBatchBodyBytes = 2 * maxReportBodyBytes
+
 // bodyLimit answers 413 to a request body over limit bytes (reportLimit for
-// an attempt report). It reads through http.MaxBytesReader, not echo's
+// an attempt report, at least maxReportBatchBodyBytes for a batch of
+// them). It reads through http.MaxBytesReader, not echo's
 // BodyLimit, so that net/http learns the limit was hit and closes the
 // connection: with echo's reader the unread rest of an oversized chunked
 // body was parsed as the next request on the same connection (answered with
@@ -151,8 +158,11 @@ func bodyLimit(limit, reportLimit int64) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
 			limit := limit
-			if isReport(req) {
+			switch {
+			case isReport(req):
 				limit = reportLimit
+			case isReportBatch(req):
+				limit = max(reportLimit, maxReportBatchBodyBytes)
 			}
 			if req.ContentLength > limit {
 				return echo.ErrStatusRequestEntityTooLarge
@@ -161,6 +171,14 @@ func bodyLimit(limit, reportLimit int64) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// isReportBatch reports whether req is a batch of reports,
+// POST /v1/workers/{id}/reports.
+func isReportBatch(req *http.Request) bool {
+	parts := strings.Split(req.URL.Path, "/")
+	return req.Method == http.MethodPost && len(parts) == 5 && parts[1] == "v1" && parts[2] == "workers" &&
+		parts[3] != "" && parts[4] == "reports"
 }
 
 // isReport reports whether req is an attempt report,

@@ -11,8 +11,38 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 )
 
-// maxBatch is the most reports one batch carries (the api takes 1,000).
-const maxBatch = 500
+// Batch bounds: the most reports one batch carries (the api takes 1,000),
+// and the most bytes by reportSize's worst case (the api takes 16 MiB a
+// batch, 8 MiB a report alone: a report bigger than maxBatchBytes goes
+// alone).
+const (
+	maxBatch      = 500
+	maxBatchBytes = 8 << 20
+)
+
+// reportSize bounds the JSON size of a batched report from above: every
+// string byte written as six (\u00XX), plus the fixed fields.
+func reportSize(r api.AttemptReport) int {
+	n := 0
+	for _, p := range []*string{r.Stdout, r.Stderr, r.Error} {
+		if p != nil {
+			n += len(*p)
+		}
+	}
+	if r.Outputs != nil {
+		for k, v := range *r.Outputs {
+			n += len(k) + len(v)
+		}
+	}
+	if r.Cleanup != nil {
+		for _, c := range *r.Cleanup {
+			if c.Error != nil {
+				n += len(*c.Error)
+			}
+		}
+	}
+	return 6*n + 512
+}
 
 // reportBatcher gathers the reports of the attempts an executor holds into
 // batches, as a database's group commit does: a report made while no batch
@@ -29,6 +59,7 @@ type reportBatcher struct {
 type pendingReport struct {
 	ctx  context.Context // the reporter's: its trace, when it leads a batch
 	item api.BatchedReport
+	size int // reportSize
 	done chan reportOutcome
 }
 
@@ -52,7 +83,8 @@ func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (b
 	if c.worker.Load() == nil {
 		return c.reportAlone(ctx, id, rep)
 	}
-	p := &pendingReport{ctx: ctx, item: api.BatchedReport{AttemptId: id, Report: rep}, done: make(chan reportOutcome, 1)}
+	p := &pendingReport{ctx: ctx, item: api.BatchedReport{AttemptId: id, Report: rep}, size: reportSize(rep),
+		done: make(chan reportOutcome, 1)}
 	b := &c.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
@@ -75,17 +107,29 @@ func (c *Client) flush() {
 	b := &c.batch
 	for {
 		b.mu.Lock()
-		n := min(len(b.queue), maxBatch)
-		if n == 0 {
+		if len(b.queue) == 0 {
 			b.sending = false
 			b.mu.Unlock()
 			return
 		}
+		n := batchLen(b.queue)
 		batch := b.queue[:n:n]
 		b.queue = b.queue[n:]
 		b.mu.Unlock()
 		c.sendBatch(batch)
 	}
+}
+
+// batchLen is how many of the queued reports (at least one) the next batch
+// takes: at most maxBatch, and no more than maxBatchBytes by their sizes
+// unless the first alone is bigger.
+func batchLen(queue []*pendingReport) int {
+	n, bytes := 1, queue[0].size
+	for n < min(len(queue), maxBatch) && bytes+queue[n].size <= maxBatchBytes {
+		bytes += queue[n].size
+		n++
+	}
+	return n
 }
 
 // sendBatch sends one batch, retrying as Report says, and hands each report
