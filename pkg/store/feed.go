@@ -102,9 +102,9 @@ func (s *Store) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, 
 	return domain.Phase(phase), mapErr(err)
 }
 
-// announceEvents, in the transaction that inserts events, takes the
-// per-project/domain feed locks (in key order) and queues one notification
-// per run for its commit.
+// announceEvents, in the transaction that inserts events and before the
+// insert, takes the per-run feed locks (in key order) and queues one
+// notification per run for its commit, in one statement.
 func (s *Store) announceEvents(ctx context.Context, events []RunEvent) error {
 	var scopes, runs []string
 	for _, e := range events {
@@ -117,15 +117,12 @@ func (s *Store) announceEvents(ctx context.Context, events []RunEvent) error {
 	}
 	slices.Sort(scopes)
 	slices.Sort(runs)
-	// One statement takes the runs' locks in the (sorted) array's order.
-	if err := s.q(ctx).Exec("SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(?::text[]) AS k",
-		Strings(slices.Compact(scopes))).Error; err != nil {
-		return mapErr(err)
-	}
-	// One statement queues every notification: a batch of created runs
-	// writes about a thousand runs at once.
-	err := s.q(ctx).Exec("SELECT count(pg_notify(?, n)) FROM unnest(?::text[]) AS n", EventsChannel,
-		Strings(slices.Compact(runs))).Error
+	// The locks are taken in the (sorted) array's order; the notifications
+	// (a batch of created runs writes about a thousand runs at once) wait
+	// for the commit whatever the order they are queued in.
+	err := s.q(ctx).Exec(`SELECT (SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(?::text[]) AS k),
+		(SELECT count(pg_notify(?, n)) FROM unnest(?::text[]) AS n)`,
+		Strings(slices.Compact(scopes)), EventsChannel, Strings(slices.Compact(runs))).Error
 	return mapErr(err)
 }
 
