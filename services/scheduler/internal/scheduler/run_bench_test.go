@@ -71,6 +71,9 @@ func BenchmarkSingleTaskRun(b *testing.B) {
 		return // runXacts needs two runs at least
 	}
 	counts := statementCounts(b, statements)
+	if testing.Verbose() {
+		b.Logf("statements by operation over %d runs: %v", b.N, counts)
+	}
 	own := counts["GetRun"] + counts["GetAction"]
 	b.ReportMetric(float64(counts[""]-own)/float64(b.N), "statements/run")
 	b.ReportMetric(runXacts(one, n, b.N)-float64(own)/float64(b.N), "xacts/run")
