@@ -64,42 +64,38 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	_ = client.Close()
 }
 
-// handleAttemptRun takes attempt:run (see take).
+// handleAttemptRun takes attempt:run, from the queue or claimed off it by
+// the wake list's consumer. It drops an attempt the control plane does not
+// know, does not want run, or gave to another worker; does nothing for an
+// attempt already held (a re-delivery); and otherwise starts it and returns
+// at once: the process outlives the task. Errors: supervisor.ErrFull
+// (retried after FullRetryDelay), a failure to read the attempt (retried
+// with backoff).
 func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	return a.take(ctx, worker, p.AttemptID)
-}
-
-// take is one delivery of an attempt (from the queue, or claimed off it by
-// the wake list's consumer). It does nothing for an attempt already held
-// (a re-delivery); it drops an attempt the control plane does not
-// know, does not want run, or gave to another worker; and otherwise starts
-// it and returns at once: the process outlives the delivery. Errors:
-// supervisor.ErrFull (the queued task is retried after FullRetryDelay), a
-// failure to read the attempt (retried with backoff).
-func (a *Agent) take(ctx context.Context, worker uuid.UUID, id int64) error {
-	log := a.log.With("attempt_id", id)
-	if a.sup.Holds(id) {
+	log := a.log.With("attempt_id", p.AttemptID)
+	if a.sup.Holds(p.AttemptID) {
 		log.Debug("attempt already held")
 		return nil
 	}
-	spec, err := a.client.Attempt(ctx, id)
+	spec, err := a.client.Attempt(ctx, p.AttemptID)
 	switch {
 	case errors.Is(err, ErrAttemptNotFound):
 		log.Info("attempt unknown to the control plane; dropped")
+		return nil
 	case err != nil:
 		return err
 	case !spec.Proceed:
 		log.Info("attempt must not run; dropped", "state", spec.State)
+		return nil
 	case spec.WorkerId != nil && *spec.WorkerId != worker.String():
 		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
-	default:
-		return a.sup.StartInTrace(ctx, spec)
+		return nil
 	}
-	return nil
+	return a.sup.StartInTrace(ctx, spec)
 }
 
 // retryDelay is asynq's RetryDelayFunc: FullRetryDelay when every slot was
