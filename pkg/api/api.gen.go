@@ -534,10 +534,11 @@ type AttemptSpec struct {
 	WorkerId  *string   `json:"worker_id,omitempty"`
 }
 
-// BatchedReport defines model for BatchedReport.
+// BatchedReport One item of a batch, about attempt_id: either a report (what POST /v1/attempts/{id}/report takes) or logs (the chunks POST /v1/attempts/{id}/logs takes), not both.
 type BatchedReport struct {
-	AttemptId int64         `json:"attempt_id"`
-	Report    AttemptReport `json:"report"`
+	AttemptId int64          `json:"attempt_id"`
+	Logs      *[]LogChunk    `json:"logs,omitempty"`
+	Report    *AttemptReport `json:"report,omitempty"`
 }
 
 // BatchedReportResult defines model for BatchedReportResult.
@@ -545,7 +546,7 @@ type BatchedReportResult struct {
 	AttemptId int64    `json:"attempt_id"`
 	Error     *Problem `json:"error,omitempty"`
 
-	// Proceed False when the executor must stop the attempt.
+	// Proceed False when the executor must stop the attempt; true for stored logs.
 	Proceed bool `json:"proceed"`
 }
 
@@ -1595,7 +1596,7 @@ type ClientInterface interface {
 
 	// ReportAttemptsWithBody A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	//
-	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1604,7 +1605,7 @@ type ClientInterface interface {
 
 	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	//
-	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2385,7 +2386,7 @@ func (c *Client) Heartbeat(ctx context.Context, id WorkerID, body HeartbeatJSONR
 
 // ReportAttemptsWithBody A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 //
-// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2404,7 +2405,7 @@ func (c *Client) ReportAttemptsWithBody(ctx context.Context, id WorkerID, conten
 
 // ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 //
-// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4535,7 +4536,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReportAttemptsWithBodyWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	//
-	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4544,7 +4545,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReportAttemptsWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	//
-	// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+	// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6640,7 +6641,7 @@ func (c *ClientWithResponses) HeartbeatWithResponse(ctx context.Context, id Work
 
 // ReportAttemptsWithBodyWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 //
-// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6655,7 +6656,7 @@ func (c *ClientWithResponses) ReportAttemptsWithBodyWithResponse(ctx context.Con
 
 // ReportAttemptsWithResponse A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 //
-// Each item is what POST /v1/attempts/{id}/report takes, about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
+// Each item is a report (what POST /v1/attempts/{id}/report takes) or logs (what POST /v1/attempts/{id}/logs takes) about an attempt placed on this worker; the items of one attempt are applied in the batch's order. The batch is one Postgres transaction and one message to the scheduler for the attempts that ended. An item that cannot be applied (an attempt unknown or another worker's: 404; a state it cannot move to: 409) gets its problem in its result and does not fail the others. Sending the same batch again is harmless: a report of the state an attempt is already in, or about an attempt that ended, changes nothing and evaluates nothing again.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11423,201 +11424,203 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37cts4uueroLSnKtZZWpbT7p5puaa2nNid+LTjeHw5fXZbWQsiIQljCtAAoG1NKv/uA+wj7pNs4fsA",
-	"kJRAXew43T3n/JPIEkmAwHe//PC5lcrpTAomjG71PrdmVNEpM0zBX0ep4VKc0ymzf3HR6rVm1ExaSUvA",
-	"dy0KF7SSlmJ/L7hiWatnVMGSlk4nbErtXf+i2KjVa/23vXKgPfxV78GTv3xJWkfGsOnMnB43jMOzlWOM",
-	"pJpSY68T5oeDVtKacsGnxbTV209aZj5j+BMbMwXDHcsptaNEx8rwx2e/0xnV5uSeCXN6/J7RjCl7Z8Z0",
-	"qvgMVq3Xup4wwjMiR8RMGMmpNoTZO+DPNOf2o2Ip4/csO4QvtVGMToliupgyTejIMEW46bQSfJUJjhRe",
-	"xk5iF2axe3rcqr7DlD6eMTE2k1bvdTeskjaKi/Hi/P9aMDVfnn7t4WQklZuzJmZCDUmpENIQzQzBaWl8",
-	"B/yDPHChycOECTKUZkKoYvbS8CZ/hzHDi9jFuYXFuQVi2GTzu9HNv1Dybyw1Dbs/c78+e/svi1WMo4qv",
-	"QGG/SHXH1LOZpijgykUK+GJv1jMpNANhcKHkMGdT+zGVwjABS0hns5yn1FLE3gyv+O9/0xKYa7PX8c+F",
-	"EesEdiTI5U9vyY8H3/+JuId34M3dvSCjhlKZM65hNjMlZ0wZjjOm9if4xA2b6nUTgSddslSqrPUlrAdV",
-	"is7t34I9mtu0UFpGOPloqC2zSlFy8oyOWacV46xyT371c/wUrpNDoD8rFCvzWX43lLy9z4vPT1oUhelt",
-	"Kgvco/pUj1nO75maEyULkWkCl7GMaElGVFVmHJimfCTPlp93xQzwPhXEXUbueJ7bBy2x5vKTU1poFn2N",
-	"LAjppZ/uuIhMZIBrMujBHsDCWtFq5wU/ECoyK1/V3Ey4GJNCZCA8D8nATdzdaqdv75SC+Veyb8OEFSq/",
-	"lkrP/VbZvHKKsjCpRPZfmGWG68+yQUKkIgPBWKZv7ZIoK97sG6BY/EAfnV7U5IFqohhNJyyL0FQSxFZs",
-	"tRSjuoFULCUybVh2S018Zx8mPGeEG8I1GTK7bGH+tR3OqGG7hk9ZbHZW2sWGL2b2Nj/4Js9a4B4ghKQi",
-	"tEvlDQI2bBWS2SJv1GawggVhkYDrsozbJ9L8osKNI5prliwwaLnqi+w3okVudaQk/daNZoqEXUCi7bfs",
-	"ylb08363G9XQ8eleGWoKHZEYi2JhBTPWpwyzYllC7J7IwpAdYDBkKmZlyPXph5Pj2483122g6Yg4IDPF",
-	"7B8ssxc8gOa6zaU2UXL+xtzzFTikFDlPZ5RF1VDbsCh5BiUQUXwbqTtHLFbEz2ZK3tN87W3+OqCXdMJu",
-	"71jENjwi8GNGtGGzV5rYi5KWFKkVJppwMSuMBqNPMS3ze7tKPVHkeWR7cBgd6Hr1SLmUd8WsR96fXpMd",
-	"bsjVzdu3JyfHJ8fkgVs705KsUfNXmsjC4CxERhQVREhiqL5rJ+TD6dUV3KwKoduW0C4+XtycHV2fHOPX",
-	"VCREF2nKWGbZVmTkQUmDZACPb3eIswmAGWByMAHLPzDhqkp5f3rdSlp21FbSCkNFFUvGZpblbnHfg2Gz",
-	"dN2i+cJEtpWkTVpjJpiinsKWPRe33mmhFDgqhegRShQzau5dGnhreH/FtKHKEPhXw4/WoEqAGuyq221g",
-	"D3Hzw+v7pSkKZ2Ev/yDN7ZCNpIrIkF+seKAgzDLyQLkhO1mBL5rg9Nsg1TbXb46QmjVEzLxZIOKSTN26",
-	"uocmxL4k+X//5/+Se5oXLCFUVxYtkN2U7BhFeW4lj2APORfMct3MtA+r5EcUA4Ndk37R7X7HyD6ZUJ0A",
-	"lVoJCaMlhJJ/u/p4ToB67GaGAV/hLCwHwxe7XGTskUiVMRVIHgSwkKJq/5ZSa0YVE3FTZWYVUFzUwq4F",
-	"mgILe8hSuzQXRzdXJ8eb79ZsQlHLrfRK4KKablicz7ycDjAXKDbK7ZaxzrhDFLNv3KBygA+2ZEg71K0l",
-	"UEdT9Qm9lw9kSsUcCBs57GEiczfDEeU5y8iOFLf2Y2G97UJbUdJGo1cVgsDyO6ecWw9Ga/ekVIoRHxeK",
-	"ZcRNIM6pQCMbe1zXVN/FZJVdRS7Gt6OYq/XLhBpC3a6THamQZ7kYtx2Z2z2wBN0jVb7WBRC2U1/E37fe",
-	"RQMhkwRbEwjDv2lUK1c06ZI/G8Z3XJ6xlGsuxSGhyDuFMDyHrzMknUUrbnN6Gc6jTJbK6bSJAf107I/B",
-	"34EpM4wmIElHNNPCooUHWZt75TI9zbwezmOUId3CabKD63h0cUqMvGNCE/bItUmQmmmeMwWiDmQpy0ft",
-	"BZv7dcTkri3dk+xz5zAuGWwNhnehmUqInmvDpgmZMTWlloHIDiV6xtIQZiPCurWWhdtJ1bZOSqu7NN6t",
-	"OkaDPiqYUpmxmJGlDR3mjDClpCL2IiflPtDHK5jgTyhW9Mmjs4qkIqfinuY8u8iLMRdXM5bGh1SMbisL",
-	"YR5REmaP3NrMGYv7OCMuuJ5sORrGPTYIZ1hXZ0vDWxTTIVPxyT5NS1DDNpG8V3ChFbdIMTxmYy2wNUQK",
-	"3Yz9ULUN/NRM9mdyHHFLtcmYiu+kNpks4nLKqEKkdsyIaaoKhioMLSgyZHMpMjTNH1laGKleaTKUhbXa",
-	"qSaZkrNZjRuGUuaMiqW3dxNK/KSr81jx4pds5vyxLQRcEAleDFthYIcGZrN6wYsDK2KRoe2EkMtbYVet",
-	"HAAt4gRB1KlI7esWs4hIBZeJaANL5D36V5qMuKC5NSalMmhAzIDJX2kC9A0+0U/2Iv4PZk1WM2Fz9Ju4",
-	"cOZiK9nMTHiLs7sybGYnO6WPp3jbn5dNh23FV1RCzex7Knvj//71aPd/0d1/fHL/d3d//PS5m/zw3Zd/",
-	"WSmVKtrhoBtVJWvE1PNdCti64FXgHjnb3X609gt6D4lnlLqj0SHnoB+tj87EPVdSWN23e08Vh7UE9XmI",
-	"XgPcQaghU6kN+eGA/MzfJIRiHBW8E//bPvlgfxKSnN+cdcjpWEhrVYJvIs2EKQJSRcddh5qMqgvKLYVe",
-	"KXfqy/bGygWWkeG8JjEajHgvoJ7+jJokWyt/7OTXSppLl7ZZFrYzJa1yXp7xT1YEodSszphMC22A+zHA",
-	"VQbD18zUD7RirpbZtstrqLHeLuZhzTXaEDpIpTCUC9S8K6WPvxAmvDoxwcT9Vhy7tDYTY2brJvT++vrC",
-	"z2VjwwQDbs8QJ5WIjwve+cAdGSk5hQjBTMmsSJnSr8roxfnRh5NSqPRQXFCl+L2VLdpFzIJ4IUG8wI3U",
-	"Ke4Rzxn5l7dHF1fXR+e3p+cXN9dXt8enl3v2qg3jDtY2ux0rmrLbacR//sDznGuWSpFpMmTmgTFBrk7f",
-	"XZ9cfoB5XJ2++/n07IxIgQb0hhmuVfZdRcovr7YPT4YoQ8bSnCqm3SI6Cc4N0+4LWS7Rx5vrsEYQ6Umt",
-	"uMaYT3y9Nmcr1PTxAM6GAsanBkC+CGnAjxeS5FKMmWpbVyYmZdYlujC0FV/rpiTU9qrDLvwtxL3iIz3Z",
-	"nl6fx6oMXXnfsCWlyENZVJroqwTyG2rSCcueZKbWM8NbFeLAC2ySqKhZ0U1ZElftANesfclLpovcNOfI",
-	"NharweDbqMIh+XYKuLYsqzb/LU0n7EQYLPBZ8EGe4pg/zrhiujmGy/F9fJaMkgk3ZGdKH2/pmLVDHOwv",
-	"GNTYPKzr0lBfJTi/tEqKaabuQzJkpb1gF/Sycn0pe5ZlvCoERnFmclbkdrFdNVc0+Nuch9nwIfdM6bh5",
-	"tZhYh3Sdv7xcxLW+fklO8ZocJkL4ejPfryTP9TU5q9/JD9047cv6Ji9MvEbXG+aFHkRT2R8SFDBA6iLU",
-	"hdjDz+tD0vjgGrM1vpW3s1cK9QVTiN5Z4wwtDDQ9uE7lPVPWMuuBrXfH5mRC9cS5k6iAICyJMdZgHfpU",
-	"r7PkHE0l4PFxlHZO78E1qPk65IiAY47ZVDKFGQVLyLm11qmElDJ4jxjZhVSwI9fl8LkTM/HsiTU+Qn6Y",
-	"cI2yKSE05BGILqz1qkm/9fpg0m9VpNVIKi+vlnmXKU5z/g+7ejg01IA0rP5bKSo5VR1yqdY7t6uOuoHB",
-	"m6NbD36zdrnMX45Or0/P393+9PHy9u3R2/cnbUju2T1zZRVxy6oiG+rzuaBYSAWlUWzeI+mEijEUBRmJ",
-	"uqnQlpJlnjFFHJutJ2I/YJRyKyGfbQ2SJwSRl/kTEow+U4aZZNBcPue/kC5oCPJ4oR1SKVCYAUFoCIyt",
-	"z6PAExpzKG+l0EZRLrY12xqVZUTHnPw1IecnCTn5j9Or66uEnH+8vvWf310n5N1JQs6uE3J2QnZEMWWK",
-	"p1AycXoe10HWD4wOjtGpbVz8qNaSs6a1qvjx2wnEa0yB4v1lpJNP6ZglhKrxPdZEwRevNEqQmeTex7Km",
-	"2LyNBYilrxvJ7m0d4nh2xAGmvIGjApdF1xUMgstCPC2R50s46gv+cYa3u6p3pu6ZIq4ghWmozISFRfEb",
-	"F7pum1dZF79IdTfK5QOGUxZZz3658o31qcGC6C1I6aNAq0+OCCXlk8jQ+ifLFMEzNp1Jw0Q6jxdahUe8",
-	"0uS0vHj3ZzbHqg4z4ZpYguq5JfPDVzTvHmpdSIc4A68vQKlajTKcEyrm7oc2qnf7QEKFfgDFg+qXgsJK",
-	"yMA9YkBgBawut1apgpv6QrEZo4Y7XUtVzt1PWCYWnkpdHwEMlfGs0xeb5Gj/0AT1xFrTQugVlAFkSnA4",
-	"naBdBV6CfevhHP7boYJwzIXA31b1aUJzKVg7Fh0qJ1+mYzAPPuXC/71GXMO0m9fjWt6xJwqVpxjrnm4W",
-	"CWzKRUj0N1deN8Tw/K+YcrEvRKZ0jsWowXiUChVEgtXp/qaN82PYELKwE8uqQsl8bZzr0l7TUAAD98e2",
-	"6yfO8uzE21L1nRjZ32IJOagvm1ErYoSRzmWAvSZDmc1des6yTMfaQPrX/U8dVLxR5pwyrTdSZDih8obY",
-	"C4UI+/ZWwsSYWWkguDeyEhDLVwkXaENqDck/TXacMwAi9vXjY9vbmDop3RrfiANLQ3bqeba2D6O7NN7A",
-	"XjQoY0m12DH0O1Dy/eMj1mUaRYWeSWVcahS8HiiMgiC8s4APYXZleq7QTkD4itZQSrVQpSOzuJ3pGsKe",
-	"Z7pMmZnIrOZQtd6dXEdld3XNYxZWtYZtgW8K1VDKNdQyt44Y7LlU8L8mN5dn630f+8wo5TGqzJBRc8lm",
-	"+TxWLRGz0EOhuyvVM0rmZJZTq9SoMNrn72sSZYPo5krpDVNZ9w4uvBuNsjaITFp9GQylk4nMq/zAq0ni",
-	"8EKLhtOGL7lt/D8WwW9OzC4SU2a9NUsR0XcPYV+uiZ4UBqykTD6Int3OlBEhiWAPsCxEQix1Rxue3s3b",
-	"DTHhpQmdyfHbSSHuttSoGTU0YlWhxKEa8lCGCWddkJvrn3b/HKTD+c3ZUkvLwZ+//9MPUZdZMTqtOs2L",
-	"VTcb+MzwiAQn/WnFIuhti3LCTRsp5rDWNeX8+vsf1rCWGyY28/OodXtEjs+vdnM6ZPluzu+Yq+LeJ0aS",
-	"H74j6YQqmhprVMsR+RXrWHY/JViNj5a49Uwz+xG7JEjOjDXZpSIZH2M4ubJ/P3y3aBhVa2ZcoczOr7uV",
-	"kpn9L/779v+IFs9c+LrsiBllf0KXCZwXVXb1Vdso/npzcnNy3Epa1RjY5cnVx5vLtydXC99DbKyVtC5v",
-	"zs9Pz9+1klYolmklrZ+OTs/gw9Gbj5fX8Ck0ObWS1s351dv3J8c3Z0dvzuxDfvl4+fPJ5W24C6uT7TN/",
-	"Pr24aGjlqHTULpDZ6iKmKU0nXLBdxWgGX1TqmZwNf4uBWCHN7UgWIkuggjvnady1yZihPI+XNFizYHOS",
-	"r9iCEenHhTZUpKwxEVs06WRucrbCKlheq5vLU6LYiCkmUuAHS9vO5bWrTuyN6xU1/OrHD3N0dWYxBr1k",
-	"Y64NU9ic/TT3hWaZYjqiH99YNri5PPPue9AXRxenjgCsEdLb29t//adOt9Pt7Pd+7Hb3F7j3+6jjDOLj",
-	"mSZZkxMVydVrWaiUrSWoy3ChJZFcerPBGXwHSVMbRLAjXBtXSBbsgFjc774+aMeaGOLOj9+S+JZbOwcS",
-	"zFs3ic62alGvZ+qf53y7ode8UFOmXMH3T5y5e+iXtVPEMeJTrNDPFj7aWzqjKTdzIkdWNkCNHnVmZoJN",
-	"Ib4Z10VGDNV3y55NOitup1AxFAm8XNxYPw9+TqV1unbs7pC/wPPsN+1o7dAq4Arr7Uylmt8O5ybW/fMB",
-	"frXDwgVbP/9LfI2tffA0GTZScnq7LmktiWK7VqOD0VHpzbc2r8M6ge4zHyvxIZIy553xDAqInNe8QRtH",
-	"9FVdbCQkarIplNNAeZWCyhIHrIKkEtXnl5jlp3n+cdTq/bpGrhXiqphOKSS241WQW0BXpL7SYFHjbh+0",
-	"tM4yNIaxaNzG/Wg9FC7ISKqU9bxbArviOjyx/4a6xqtNiuvt6El49WWm/4RLvCCWonVzqZwyj+AA4WMw",
-	"HSHEnhDGIY4xUIUYkB2gvBCxhsTVAGyeQYTp8apVPQcQbfeBLHe97687xHh46K8Lge4yDI53lIEfFxZf",
-	"yALEE7jb1iK5opQ1RNrAL7V90Cv1w3L+Y+YC/t6McesFrQGQp96qPWCBJp6lVQoBeEbxaatCIASRJko+",
-	"YB7Eupie0jCrsAsxXcRxQvgR/IziLJLzW4/ksnEs4ykFW96zj8t2RA1aWqgVNdAbT3ZlKWdDsSbWP2Zb",
-	"xa8WtxLMZOc8gmOZhLq60hfcoGyzsVrT+QywsGsLpi4LEa+U+kp4Q0nIDm3KTKVaemL6xj6Dj8XmrZ1N",
-	"OsYjBxRTa4bdMW0VTQlRh7k8CIlP6ZwMWSWhMvj8ZRCtAq+84Fepd1zZDbAt5EIjnsF2PeurOOvZmDsR",
-	"snc+km+NrizjWoSdjSp8lkUxAkuMnOlujZfDWr0aOHwDXyA98GAJGNoq00jx6ouItTpheV6mdaga3ye+",
-	"DisjGVcsNfk8xDupu2GHC20YBYQ/V5jd3q7U3msA39a3jMEnxdiaGqoQAiIcHC0fbLPAuxsq2Pa7U6hg",
-	"K4F6ZlaOINbTz6dnZyfHoWoPFjUEwOJdvDSdsI3KOb2dWWnPWbvk+DNUSeI27g252NMTstvQUxwqoyJb",
-	"irEZAgEPUrnyEDrWoOR6IvNs8wbFsgwr2oX01E6jVNqfsiJn2fqywQtIENgXCBAfRo4Z2LrQXAFZfjKm",
-	"YgyQIIapKTRx+io3Z8UAoJO1wjxJaT7MuRjruNVZx6NZwLo6ekemMmNEinx+6Prt5QioyRV3YH07+m5k",
-	"xJU22zGIp+tVroodrkcmvsKTGwcR4cr6PPrFWEIhiPX7EROggW++6+pK5WdAm4j5Or9lZ9hoHYaKlZG+",
-	"FcjVBlWca26I21q7JiU6zY4VCUKim46oIu0OGdD8gc71wD6HGkAjmNDZjAmWdchHS4MPXDNCyduTM8Ie",
-	"Z4ppbVdV3kNGmc10Z6lLydlmDb/6El/84Y7NHZ4NgDkVooNT82UE8IxhwfMMH0v+8hfSd0H+fqtDsP1i",
-	"scoYY/fR/Sz76epL/O/YYQsSGF06GPtVpZuLa7f+iOwKhU6xDjismR5x+wmxCiMNcBvLKKtoT+2kY1xU",
-	"tsbF+Cio1QoTUeFRJAh0l2hNJnRl31wDN32va2XU+10dXe8S8tFn+u2sWotCcGC/HWyi/g/JwMmHgePh",
-	"gZ/doASx89an1+xSsEMy8CAugyr3e2wX5s1WX8OzXKtCHz2Mjwfjqb1aN1kN7eMMnYeJ1MzbFYQ92pkI",
-	"KXb/wZQkEIWwQ2Rkp4vx7m47jtlTnY6DCQgC1c0I6ok2mVMutSGucFD77L1UFfQ/Hx4pqjNbOTdEPPAr",
-	"tQr5aJZTYy1ar9I0VuXOlBwrOg2AxIYqBwQDefSMK//T0MqAjCWhkAILflUhwK6Cmpe2f9fKEnPh8vMB",
-	"4W1C1dhKyMheVzbkMJhcoSXfyqSrSkODVZ+NGCsd4uAkUWg5Y0G90mTnuxUrCl50fT3Xkh7KSsdJpozg",
-	"5q6CsqyRxzewNAmxHDBAHMKbQnDVGthGtVU2mty+EfzvBSOuV6Rq75/TBm1bolzVZYb9cllm2G8HSCru",
-	"UgSAC5ZB2I1QDlXKDre54WcHRGiFG3UAXIjS/XMxZP/OcvpKkyFN7+RoBGvkMLf8UHjtAuQWNohapbIM",
-	"vhVtdKu/4Lm3uyoQEEsdxK4Gr95ovaqLeLEMDR6ZIL6DY5H2U/uKl90BmKprMtqpeHoAoYUswDUZgNcw",
-	"aPf8J6cJnJAcLLoOiCFq/b5B8OIOycDaWgOiSxpw8Vwu3G+H9pFOOpRjhC9glEymXvjJbEpF4qM1Pmnr",
-	"LOAJtSoD9IqQ0o6LAXQhg2a1dOKrAss0JjcE0E/tlcG7JFfO6LX31MDGNIRQFtvjq4WsXCpu5nWOAWRV",
-	"mhp+z5YYB9v9QZ/vIAJVEPPthFTuXOAtqTAUT3a8uhnmrN2AzFq2dJfaqFkX1aUTe5xR8GaEkSHt26hr",
-	"npiSRqHLxbjZSS+by5Bwp3SOzVpGWpUDqiOruiNogWtSKzPZyB2RivRb9pvSNFnRlpYqZm63dU0WuoOi",
-	"lisUITFx74yUCu7M0cWphytjplBCW3a2kk9P5IN9n3/913/tt7BXxsclcjnW7ibHZWSnAjsDitgv4jw8",
-	"4hDcznqdRAiT+EUeM6w0nEaDhWvDLj7cEp4XsDDAl/W2hlcSXKR5kVm3ZFVEpmoTeEoIsZegWJ1wYHpZ",
-	"pa4CMmwKwqFvsGWdSkO4LIrnUYPyAKihRqcGkmMBIiRKu3adG0vusyKFwAXoYW+HgHZMSB9a6pz7iFDb",
-	"awrG7UiJfdfY0gGE5coK180SuA4ZMKIVnc2xCrd7HVJv+bvHcnX5c6dXh8xKJ2sDdBrAYxqxLhp8mW28",
-	"jI2t/ojBWIP53RD+Fescb1eAfpfzW7XqT8Ccqr1T0wENF0tejOZW4YftgnSPYjTPAVGN7Cimmes0rERz",
-	"EfFcE5fUQk4AawHn4Z/foA63QTFxgCQebKT+gpH1jNNNI5EkJUM18eCV34z6Wp4qrr2xaN2Uw5C0HVJt",
-	"pSuU52BJuetddcqqWld6c351cfL29KdTrO08OT/GJOGbm9Mz93FNFSmG0yOFoouFpEdXV6fvznGcy5OT",
-	"DxdNOODQHfUSkB3bIGJukcCqtElt7hEodi/vtnybzduckpbxixjJP4BxdOjdTlhXPEREP1izXuQbQAcj",
-	"vE+lfaqyEGszw7DD8dwwQtpujrMMr7kun+seGpsKJkwieq4sVP0qqK5P7I44tAaDA3bVEIG2X0DTCJod",
-	"PnfseyfiqYyqrmmyhjd8j3h7DkTHpPJxgpH1Db2wTzEOIF0JEUrfXhDmPAMQNSvjOwSgHUWAVqw0yiy9",
-	"qavDqgQvfPTBt6mTatABVAs4o2CEosoZhhNgMpYz4w48sGZEaVe7qmdN6Nia52jaUZgGz6K29Ugxdvs0",
-	"nwtuDbXAEXslLpy+RoEznEPm9ds2pA03Tnxr1FeqCrA+j92eW9jBSOSnQgjBvbQa0botOwsE0d7iQJ/n",
-	"VW+vsKUWTp7J+T1LSCFcAyTEEjTPrWMRCBTyFtDrQObM+E7HjGSMZhBssB/i2Jtx8X8qXNTH0rRaEvu9",
-	"UDDsOnoRShgCaIFzE/Iw4SmGwcOu68Qh5qJYyuWYQJIs05gHTalSW2oVL4H96gYqL62xIFQrEm6hSGOZ",
-	"OJu1QFwj4VtvrpKcRlmnk/xjm6YzyuXDh9At44NW1p99M79C6BRvxNW+PD56F7WqaqWw2znDUzeNTSpt",
-	"YcoOH2bzNfMAyItW0lZRCgxJq0KUoQpv2zRFJSaLQQl791eKSeAKLG8vhqcKxc38yr6+6ydmVMXk3JEo",
-	"kf7JTkpn2lDh/nSwFVYQ+EjD0fGH0/Pb648/nwBEDawv2AL4+DAZyLnDuYRcjGRDuKEY5jwllydX1zAH",
-	"OSJvcfykUp0EK/Q3OSRSWZ/MSxXXq9sX0KzbIYAEAidhpnKG0awYNhb0V8GFfdF0ACPZ8Ucntn3i07WP",
-	"DVKZsUGnL/riBPL9lopxPmg+DI4KM5GK/wO+7JE3sCx4YEwKi4oZgEGHDB533WrvWvt20BdY5AFUArkP",
-	"UXk8hKt7ZIDF9APruNJMtxMywDp7/4192b5AmCmoQ9E9t40JZp0TX9uxeLAHS/xJQ/apUMU/6IudsrMg",
-	"QYMQTF0YGATMgOyA1ViG5lOa571g1iR9EaSjl+EJhCXbHXIuXUNiIe6EfIDDRsBtAWAH8K3ciITrvjjo",
-	"7kP5DXzh84VhvQ6635W/Oiow0mXRAprEmBl40oFLPbuuCSiI8wQDZS4a1OKY31uzsbJZE8DqGpApVXe6",
-	"LyoWpJIFAqK40GmlA9sHTsu0boBxpXNYMYRocc16LccHli0qYIK9Vrez3+ki2hQTdMZbvdZ3nW7nO0Re",
-	"nwCn793v75Xnd45ZRLoNQMH9JXYCXM61cY5AeTCbYqkUKc+ZImN6z0gxI1L0BRq/0OZ5++HoP26Prq+t",
-	"233lrXR3jBtnuleRb1i8ROdEG57nfQG5O5EBiZdELxUa63aLcboD38GCc3KBcNdyhMsX+OU0szKca3OE",
-	"C5HUjmf+9XP0oFyv9cvDV70CdIEvSOO4k+nsbUvLF22wjom+SoVyiSfE7rksdKhGjk3RFTU3nEZ8EG3Z",
-	"ib9szqfc1B4UjIDvuxBOwoan711vXPOh0J8WTrt93e2uOOl2uxNuyyNqY2fcwlIB68IudyxjHODosYeG",
-	"WVYOzk1a2pc04xmQupY+sbpYW10CtJFg0laxlAmTz4kr0MWEhcNYcJs6o2MuaICkpGNdP7K2LvxbPd8l",
-	"ZWcEDOwc373PPPtS4eM6hb9jxoe/X3ITKqjzkW24rqLrwg4cPHUH8IAqUTrHmKU1EnvX64fKhkWtBDgX",
-	"xbS19cICLa35Q7CkF6RDbO7lJXvlmevQWbW0X3u5P6/lyY9NWjOpI5IbsRfQ0DFw/IM/EyRBZ4pl0CPk",
-	"CXjHG25nH9+BjH7zP69Prtq90gd0LtiEAQilNvBsd7AL8gKoOqaIpnMNZWyQMA7NknWSPAKvrHpuTTgJ",
-	"9I2DtPkqRFniUHypG8ZGFezLEjccRE4ghfV7gtB4FokfVahbT/jMp9f8ecs+aOWDcOEUYag5/apkHyXd",
-	"Elj8axBvnTawhbkqsb4+XSxCnm9AG92XGTycJRKRmXg2OcsOycAhjDvEP2KY1Ti1zLuHijVLgvYlqdZe",
-	"/+PXoPIQtyEjar2xIfR5LJP6ixC3t/v3PrtPXxxgo977jB++7IX2i6iOtdZHgNLmbENbMmKoPd8wg1rS",
-	"34lltoBWvtI8C7jGz7PPrj1KtX9g3Wsr3fyECPZgVVnVMLM6q4JFX6U2JIBVVtm2FsKF6/Sym7zm0mNs",
-	"BQuWxMYUu/f5js2/IIHkDGPAddI9hu8rOPCbqMWTe45Hr35bvQjDui4ao+aH4Zxjj7nqkdNd75hLl2y2",
-	"jQ6L4FtsY9JwyLadOxZHT9gjuXp/tPv6+x9KLCZXw0U1CSeDBx/QevalfECk5rpOq0qLKppUd/dHujv6",
-	"9PmHg9iha1uRHHZvN0YUrj3MuuvyhhpeBdC62L2dALPmeQQ79xUGqrCHPfPWLEanMsyw9cUZ1WYXOsx3",
-	"T4/JDqIgQg0qROBh2FueDdqe3cmgR+4Ym+1CJmRA3AGkLoaw/z3RHXIjoNrOzbTvcTM4xiemXMNbyAff",
-	"4BXOnLAPswSJERDqQXoztOIg5NSDkC9oc0rSnOOpQdT0hcPuYDQatfiFmnRygqu9Vn4b9mhwa3ZL9LfN",
-	"BHho2G9w6aqt9+6oOvjqlcbOfYC79A/pRES1owQr/2HJm7GTqV4GANCQmcbKRUjzhN6yKstjI/U34us1",
-	"V1oKhcU4PX7v1cY2N/0V7ICtmNL3pzcaLpf2go0MFt+BvBnxuH7pZWn3UeRzrOrG8lWoVnSVp66Dy9Js",
-	"j+TygandlGrm8PJ0gnB5GIDJ4HwMOLHd0o3w5yk2Bcbsf7d+nFaTPAygevsN51B+y2jd63+6aJ0HZFhp",
-	"DKIf+zxL0I7idEbE0lsZgvPQC7+pqdfkIAfc8WWeXVxO3z+1CHsTzjrxNeIh61iC6pTNwvZZE4/P5Ght",
-	"AQp/K/L99DJO/dJBCd/Yr0cwn2Wizi3RzMO6YukOCLmFRQSCf93df+kZ4UI91Xj/cbvrX79+Kv/iNMvz",
-	"FABBP+ei7FFD+PJN+Nbb9luqzb2hBx38luy+4GpRKHNBNKeBndUAzar6+QMJSScshayoA3l6AJspXNUX",
-	"cAFiDwxlNu/BihoocKPGn0iAmFkJgRo/TaD0GBqzHK7TIHEnV1SxPsMg5EEWeYY9V/golpGdg27XtfsC",
-	"OrwDlpNM96ErdArNSr7DckoTcvD6tbuh4Rz+hBx0f3SXQMucMPSOiYTQXEvAHKwffeE1MuwnNr/4Hnse",
-	"wJXt8/qCmw5xeXtICsPtPJzbgacuc0w0ALo7+mY9QkPdc1/40i+8SSM6BMTJHSbZ991uhxwhuA6ewoGp",
-	"ZOpbt4Q0ffFvVx/P4Sxn3PeEdK0zM8U6MyrIftLtdmGGdsfI+c1ZiUVMqJg/TJhibUiLU2J3wW1Yhwxg",
-	"GKAkyLAS6pClvSHVwxT1xcer61A0aX3MvuC6XMqYb1LSZeuFBb3+7SR9DZ0tImMBzwx+Dmhsia91dmvy",
-	"KgCxPc/OcXKyALxHpAiwrR2N+ubKnfcAEWqHHRb5HTGKj8dMtV9Ufn5WhViZmUQz5lvrZHc05HMzkUdl",
-	"9zK4JAit6DuxuGvL/r0ZluuvvCwEnnny6Un7jYUl30RrbvMuTfY0ZPQ9Hb5ArgkeXwqqZcH0+uuN5XBK",
-	"G/LvUBID3ZyYWAJKfbDSf8hIKFrpfOs0EEyLIoKnm8Xc98uXFWPW5tFzkU6UFNanBiAalkPz48vLMHd0",
-	"qN77jB9Wl1v446RfLoe4eqMdcv+zk9Au7BwknIOZCPLNZ+cmXBvpSqv/mJJu/aW45M+Tiws09PsUlFsu",
-	"xUqxWuGE/5Ksv5FkBdcjdV0WWEdu34CJjAqjfwPRuedqif9pCL8Bfr2EFBHZIgpeh/wykUgl0FasWJ12",
-	"9EQ+iL5wJ4/hwr3SFWisDjnyZclDVypRRSMBeAouxn3hDyfOWMp12WqjwYMeCGlu3aW3I6luy+dHPLsj",
-	"3LeXZWo3gd8FX4c1q7D2YR0LisDYcPDbN2dvh4e2tPcQUAB8ksMluvsN2B2h2v7Zub08sI8g9AEZ4Iuz",
-	"bPCH5PZLmP1/Mfvvg9lxN9bz+npa/A0kAPgNe5/tf18qpaTuU1kKvaZ+PVQKv2xlJgwDxzKsLpxYzGtF",
-	"qcq+2nM9MZQxGZZEZgTP6fPlJgGEWk84lGPXioHJjiv4bjvQzTyXDywj1iL9T+OuJU2Id6+0B3PGREeC",
-	"TZvdhqoqB4naXFa1+gSgFadxOghCN/5+w/i0VhS9Zgr7m07BwfxVQIwiwEWAIsaMmtfQuDyEq6HKeFw9",
-	"X5LXPgzIgQDwUSiFRyo0VkJUYJaevqhXWJ1VOa83WjjkuKRSLe36IMN5IgPkuAGUjyHLDSCWD6dHkp2M",
-	"GtrDpWKPJgFehJonSFHaC+0HPM5dkAGAWUqPM+THhCMM8HTI8nCmB5ixME3rhEwcL/RwrdNLZwE9MWKx",
-	"pqDvo/AlYDPMy9XOb6lU6vXIgGe9gevDfIAjdxIygKt7A4wtzWcsIQNYVriwL3zhmN1Cu7ywsnIEZ1t3",
-	"yDU+y9fXLdT+YRElzdyxYwsFgJjqw4I7HfKLgF7LDOGmTeCII1cwAjso2IOdhDs3n81ded9hYxFhX1Sr",
-	"CD/6rXfN3QEePmw+1BBiFgfWw1+AC+yJIoFCQm36wq0eYQF4E8hv8LmPdVr9Vo/0W9hVbAfFL6GzuN/6",
-	"Mkgqhw8Ay6S51Ew3Vhv6zfhjFRw+W+9ieWpZsLosShLfZAXUUSUZSw7wbVKBibFbAWz/ey1R3ELJ/kbV",
-	"jE44OcXzO040RcoesZyFi9gJEQidv4PgZQlxR+MmJRBE0hcLkKU1vLO218U6ISzXrHT63Pd0mLPBYV+g",
-	"8vMY8+GYMJRMWA8wZID+5EOXUHDRFwO44da1Og9QCJfuEZ42qMkgnE44WFBufbF49GA4ob+37uzBtpdY",
-	"2A4OEY0hTe+sxHT4cB0oHQEnuzoHrAwVEp4d93XxKMYXywIunPX4wo7uqrS3s9Z+L07us0rE3KpC1xiA",
-	"CQTcFQpbfehJx6GG68QlrvxpEaXydRbZK+2TWYimzuptxC/kMGMbwx9GkIFYoVjXeOulWMW6tbswgVM3",
-	"nJpbYrZiyl6Q1xbPR/tNua2Yst9rRAnm5hLvUDiH08USwerpPrpy9FZAMMIEPPbYIbsh2L472Tccx+Ae",
-	"9A3YyI30h+EjbPBFl5kDIWKNYABZD1RiJKHQ+QZn9YIHCXHdvsCWsEE4U7ZHjCrYwMPYYzcZGhboN+qA",
-	"YW8VPO2LcCvwrUcFcuWRHbIBs/dFye0R5eqG+0/B8JXje39/HB/OLkCWXz5VOCkB3IEIEfMzqSUwuSYX",
-	"RzdXJ8dIAr6MdhF5YFMWL6FWG/uTrvGSFwz8llCwDduKs+wstaNipdIdE3CuDTETJYvxxAPxxxpPrBBF",
-	"7NvacpXgsEsLhmdlf1ndDoIQtC9ZbwsjbFVwu/9192dFK8MhGcACQj2zCejCCSbWsHjZUuvTWh6e38JQ",
-	"gc87ROUK83OHfJfivIQ93pgsamwUgICamr0vATmtJJZ1fd54ffbcQAo+xuOuHVYP5z7o7qPFLuTDQn56",
-	"I56INC3Wg+aA5tkcLw+ArEUBVza1P1cAOBsF1S/umheUVBWM0AZR5Sa6KKuO4OBKhNtjWXlVudwVLNBV",
-	"WaAG0BZ8soMdfSkfujrIbySKPLBqDK7Fr+63FjN+5BoqFhd2A1PmTsqCaW+63Qv4KO7StdLlmKllOlgn",
-	"Ysqbni9njkjO6L01R3YAlZdl7XJBsjCQPvTuvo92uUitFUxDBqH/WmBt7boF0JkH/+JfDUcMl7IKI1bd",
-	"jr2Am7m911N5chNfvw9PfxmWDs8voZhesnGnOlw+X4W59HxKxF16pcmMKS4zngKRCaa1Azv6mkQVowwH",
-	"qfSV6KKpKZE7HFBoFGtCCkPg22QZ1smdKlVH5UeHCbraFoocICaH/lPmLSfoQwu9VBCQxhY6jknDC6nN",
-	"GE4hKZv1wKGxP06Z1nTMfLdB6aSNpKomal2OEF1cclTtmyyPtvQT26m8oMOsRQRbbCj0hNEjB92DQ8QN",
-	"NlCw4R41lfd2Rvb3H9t4gpYDf4ZmS479na67DAGN0GGHKCimvu1I1tN3bn5o+salwUMEuCYTqqY507oH",
-	"efxZJRmAk6oicGniogCEC8ipLu1muUbJYhzBRVppXrh+SPeth+dZgQGnX8ycsINAI983byAsh8YewtXw",
-	"b7KhmfCp7YPPlGxIQ9iR7bXrK11CuA094nJgHo/elpRlj8sdtF9VHlbwzUHkeWTzXz9ZoYZJXBSGhcod",
-	"FHlvb2//9Z863U63s9/7c/fPXRCAbkqfvT8BgY0vSfjbTzUC6oRQsXahKp2BiBZrv3SrkxBf97kIo+yy",
-	"b+UBer4OCBFil0e8cdHX0DV1CGLBfiMyUmhn8dfLibS1LP5/AAAA//8=",
+	"7H37cts4uueroLRTFWuWluW00zMt19SWE7sTn3Ycjy+nz24ra0EkJGFMARoAtKxO5d99gH3EfZItfB8A",
+	"UhKoiy/p7jnnn0SWSAIEvvvlhy+NVI4nUjBhdKPzpTGhio6ZYQr+OkoNl+Kcjpn9i4tGpzGhZtRIGgK+",
+	"a1C4oJE0FPtnwRXLGh2jCpY0dDpiY2rv+pNig0an8d/2yoH28Fe9B0/++jVpHBnDxhNzelwzDs9WjjGQ",
+	"akyNvU6Y7w8aSWPMBR8X40ZnP2mY2YThT2zIFAx3LMfUjhIdK8Mfn/xOZ1Sbk3smzOnxB0YzpuydGdOp",
+	"4hNYtU7jesQIz4gcEDNiJKfaEGbvgD/TnNuPiqWM37PsEL7URjE6JorpYsw0oQPDFOGm1UjwVUY4UngZ",
+	"O4ldmMXu6XGj+g5j+nDGxNCMGp3X7bBK2iguhovz/3vB1Gx5+nMPJwOp3Jw1MSNqSEqFkIZoZghOS+M7",
+	"4B9kyoUm0xETpC/NiFDF7KXhTf4JY4YXsYtzC4tzC8Swyea3o5t/oeQ/WGpqdn/ifn3y9l8WqxhHFc9A",
+	"YT9LdcfUk5mmKODKRQr4am/WEyk0A2FwoWQ/Z2P7MZXCMAFLSCeTnKfUUsTeBK/47//QEphrs9fxz4UR",
+	"5wnsSJDLH9+RHw7e/IW4h7fgzd29IKP6UpkzrmE2EyUnTBmOM6b2J/jEDRvrdROBJ12yVKqs8TWsB1WK",
+	"zuzfgj2Y27RQWkY4+aivLbNKUXLyhA5ZqxHjrHJPfvFz/Byuk32gPysUK/NZfjeUvJ0vi89PGhSF6W0q",
+	"C9yj+akes5zfMzUjShYi0wQuYxnRkgyoqsw4ME35SJ4tP++KGeB9Koi7jNzxPLcPWmLN5SentNAs+hpZ",
+	"ENJLP91xEZlID9ek14E9gIW1otXOC34gVGRWvqqZGXExJIXIQHgekp6buLvVTt/eKQXzr2TfhgkrVH4p",
+	"lZ77rbJ55RRlYVKJ7L8wywzXn2W9hEhFeoKxTN/aJVFWvNk3QLH4kT44vajJlGqiGE1HLIvQVBLEVmy1",
+	"FKO6hlQsJTJtWHZLTXxnpyOeM8IN4Zr0mV22MP+5Hc6oYbuGj1lsdlbaxYYvJvY2P/gmz1rgHiCEpCK0",
+	"S+UNAjZsFZLZIm/MzWAFC8IiAddlGbdPpPlFhRsHNNcsWWDQctUX2W9Ai9zqSEm6jRvNFAm7gETbbdiV",
+	"rejn/XY7qqHj070y1BQ6IjEWxcIKZpyfMsyKZQmxeyILQ3aAwZCpmJUh16cfT45vP91cN4GmI+KATBSz",
+	"f7DMXjAFzXWbS22i5PyNuecZOKQUOY9nlEXVMLdhUfIMSiCi+DZSd45YrIifTJS8p/na2/x1QC/piN3e",
+	"sYhteETgx4xowyavNLEXJQ0pUitMNOFiUhgNRp9iWub3dpU6osjzyPbgMDrQ9eqRcinvikmHfDi9Jjvc",
+	"kKubd+9OTo5PjsmUWzvTkqxRs1eayMLgLERGFBVESGKovmsm5OPp1RXcrAqhm5bQLj5d3JwdXZ8c49dU",
+	"JEQXacpYZtlWZGSqpEEygMc3W8TZBMAMMDmYgOUfmHBVpXw4vW4kDTtqI2mEoaKKJWMTy3K3uO/BsFm6",
+	"btF8YSLbStImjSETTFFPYcuei1vvtFAKHJVCdAglihk18y4NvDW8v2LaUGUI/KvhR2tQJUANdtXtNrBp",
+	"3Pzw+n5pisJZ2Ms/SHPbZwOpIjLkZyseKAizjEwpN2QnK/BFE5x+E6Ta5vrNEVK9hoiZNwtEXJKpW1f3",
+	"0ITYlyT/7//8X3JP84IlhOrKogWyG5MdoyjPreQRbJpzwSzXTUzzsEp+RDEw2DXpFu32d4zskxHVCVCp",
+	"lZAwWkIo+berT+cEqMduZhjwFc7CcjB8sctFxh6IVBlTgeRBAAspqvZvKbUmVDERN1UmVgHFRS3sWqAp",
+	"sLD7LLVLc3F0c3VyvPluTUYUtdxKrwQumtMNi/OZldMB5gLFRrndMtYatohi9o1rVA7wwZYMaYe6tQTq",
+	"aGp+Qh/klIypmAFhI4dNRzJ3MxxQnrOM7Ehxaz8W1tsutBUlTTR6VSEILL9zyrn1YLR2T0qlGPBhoVhG",
+	"3ATinAo0srHHdU31XUxW2VXkYng7iLlaP4+oIdTtOtmRCnmWi2HTkbndA0vQHVLla10AYTv1Rfx96100",
+	"EDJJsDWBMPybRrVyRZMu+bNhfMflGUu55lIcEoq8UwjDc/g6Q9JZtOI2p5f+LMpkqRyP6xjQT8f+GPwd",
+	"mDLDaAKSdEQzLSxaeJC1uVcu0+PM6/4sRhnSLZwmO7iORxenxMg7JjRhD1ybBKmZ5jlTIOpAlrJ80Fyw",
+	"uV9HTO65pXuUfe4cxiWDrcbwLjRTCdEzbdg4IROmxtQyENmhRE9YGsJsRFi31rJwM6na1klpdZfGu1XH",
+	"aNBHBVMqMxYzsrSh/ZwRppRUxF7kpNxH+nAFE/wRxYo+eXBWkVTkVNzTnGcXeTHk4mrC0viQitFtZSHM",
+	"I0rC7IFbmzljcR9nwAXXoy1Hw7jHBuEM6+psaXiLYtxnKj7Zx2kJatgmkvcKLrTiFimGx2ysBbaGSKGb",
+	"sR9qbgM/15P9mRxG3FJtMqbiO6lNJou4nDKqEKkdM2KaqoKhCkMLivTZTIoMTfMHlhZGqlea9GVhrXaq",
+	"SabkZDLHDX0pc0bF0tu7CSV+0tV5rHjxSzZx/tgWAi6IBC+GrTCwQwOzWb3gxYEVscjQdkLI5Y2wq1YO",
+	"gBZxgiDqVKT2dYtJRKSCy0S0gSXyHv0rTQZc0Nwak1IZNCAmwOSvNAH6Bp/oR3sR/5VZk9WM2Az9Ji6c",
+	"udhINjMT3uHsrgyb2MmO6cMp3vbXZdNhW/EVlVAT+57K3vi/fzna/V9099fP7v/27g+fv7ST77/7+qeV",
+	"UqmiHQ7aUVWyRkw93aWArQteBe6Rs93tR2u/oPeQeEaZdzRa5Bz0o/XRmbjnSgqr+3bvqeKwlqA+D9Fr",
+	"gDsINWQstSHfH5Cf+NuEUIyjgnfif9snH+1PQpLzm7MWOR0Kaa1K8E2kGTFFQKrouOswJ6PmBeWWQq+U",
+	"O/PL9tbKBZaR/mxOYtQY8V5APf4Zc5Jsrfyxk18raS5d2mZZ2E6UtMp5ecY/WhGEUrM6YzIutAHuxwBX",
+	"GQxfM1M/0Iq5WmbbLq+hhnq7mIc112hN6CCVwlAuUPOulD7+Qpjw6sQEE/dbcezS2oyMmayb0Ifr6ws/",
+	"l40NEwy4PUGcVCI+LnjnA3dkoOQYIgQTJbMiZUq/KqMX50cfT0qh0kFxQZXi91a2aBcxC+KFBPECN1Kn",
+	"uAc8Z+RP744urq6Pzm9Pzy9urq9uj08v9+xVG8YdrG12O1Q0ZbfjiP/8kec51yyVItOkz8yUMUGuTt9f",
+	"n1x+hHlcnb7/6fTsjEiBBvSGGa5V9l1Fyi+vtg9PhihDxtKcKqbdIjoJzg3T7gtZLtGnm+uwRhDpSa24",
+	"xphPfL02ZyvU9PEAzoYCxqcGQL4IacCPF5LkUgyZalpXJiZl1iW6MLQVX+u6JNT2qsMu/C3EveIjPdqe",
+	"Xp/Hqgxded+wJaXIQ1lUmuirBPJbatIRyzY0U+f39ZNgxFIOZFpJ3z4psexRGFImjTuEcVDt1FmMZGdq",
+	"XdeLT1fXZO9+f89dqve+8OzrnrvG0DuGwfdcDjUmndJRIe503Y1wHd6WAFX1pRnFYijVbPZWxUNJI5fD",
+	"zQNcZ3L4zs543mx9/eb7ZaZSYfVX+o5zHkVdxohvsM+XTBe5qU8TbqxZgs27UZFH8kw2yCEx1s8bSGsv",
+	"ggVpN2YDy6Tyfqu54h1NR+xEGKx8WnDOHhOxeJhwxXR9cJvjW/r0ISUjbsjOmD7c0iFrhgDh3zDas3m8",
+	"2+XnniVrsbRKimmm7kOWaKUhZRf0snJ9KZSXlZ8qBIa3JnJS5HaxXZlbNCpen6Da8CH3TOm43blYcQB5",
+	"TH95uYhrgyAlOcWLlZgIcf3NnOKSPNcXK61+Jz907bQv5zd5YeJzdL1hwmwq6uohkaCAAVIXui/EHn5e",
+	"H6vHB88xW+1beQdkC2330eoWQtH0QpuM61TeM2VN1g4YwXdsRkZUj5yfjZoZ4rUYfA5ms8+BOxPX0VQC",
+	"rjBHGegMArgGTYIWOSIQscA0MxnDjIKJ6Px9621Drh3cagx5Q47ckeuyTnRiJp5WslZZSJwTrlE2JYSG",
+	"BAvRhTXrNek2Xh+Muo2KtBpI5eXVMu8yxWnOf7Wrh0NDcUzN6r+TopJs1iHJTMcMVh01BoM3x3gHBBS0",
+	"S/L+fHR6fXr+/vbHT5e3747efThpgvqwe+bqTeImZ0U2zM/ngmKFGdSMsVmHpCMqhlAtZSRqrEJbSpZ5",
+	"xhRxbLaeiP2AUcqtxMK2Cyg+Krq+zJ+QefUpREyxg+byxRALeZSa6JcX2iHHBBUrEJ2HiOH6BBM8oTa5",
+	"9E4KbRTlYtuwa62yjOiYk78n5PwkISf/cXp1fZWQ80/Xt/7z++uEvD9JyNl1Qs5OyI4oxkzxFMzZ0/O4",
+	"DrIOcnRwDNttE/uIai05qVurSoBjO4F4jblhvL8MAfMxHbKEUDW8R7sdvnilUYJMJPfOpzXFZk2szCyD",
+	"ABGTfevYz5NDMTDlDTw4uCy6rmAQXBbicRlOX9uy4G9N8HbXDsDUPVPEVeowDSWrsLAofuNC123zKuvi",
+	"Z6nuBrmcYpxpkfXslyvfWFtP5xGepLX6wJEsn4Q+5TJF8IyNJ9Iwkc7iFWjhEa80OS0v3v2JzbDcxYy4",
+	"Bt+145bMD1/RvHuodSFP5Ay8rgClajVKf0aomLkfmqjewRmmQk9B8aD6paCwEtJzj+gRWAGry61VquCm",
+	"rlBswqjhTtdSlXP3E9bPhadS12ABQ2U8a3XFJsnrPzRBPbIItxB6BWUAmRIcTidoV4GXYN+6P4P/dqgg",
+	"HJNE8LdVfZrQXArWjIXNysmXDj8WCIy58H+vEdcw7fr1uJZ37JFC5THGuqebRQIbcxEqIOpL0muCm/5X",
+	"zEXZFyJjOsMq3WA8SoUKIsGyfX/TxolD7JRZ2IlI6EXmawOAl/aamsoguD+2XT9ylmcn3paa34mB/S2W",
+	"qYTCuwm1IkYY6VwG2GvSl9nM5S0ty7SsDaR/2f/cQsUbZc4x03ojRYYTKm+IvVBIPWxvJYyMmZQGgnsj",
+	"KwGxrpdwgTak1pAV1WTHOQMgYl8/PDS9jamT0q3xHUqwNGRnPgHZ9PkFl9/s2Yt6ZYRpLqgOjSCUvHl4",
+	"wIJVo6jQEIfEnDF4PVAxBtkJZwEfwuzKvGWhnYDwpb6hxmyhfElmcTvTdco9zXQZMzOS2ZxD1Xh/ch2V",
+	"3dU1j1lY1eK+Bb4pVE2NW1/L3DpisOdSwf+a3Fyerfd97DOjlMeoMn1GzSWb5LNYGUnMQg8dAK6G0SiZ",
+	"k0lOrVKjwmhf2DAnUTaIea6U3jCVde/gYr3R2GuNyKTVl8EcAxnJvMoPvJo9Dy+0aDht+JLbJkZiqY36",
+	"jPUiMWXWW7MUEX33EAzmmuhRYcBKyuRUdOx2powISQSbwrIQCbHUHW14ejdr1sSElyYUYvXbadSMGhqx",
+	"qlDiUA0JOsOEsy7IzfWPu38N0uH85myp1+fgr2/+8n3UZVaMjqtO82I50gY+MzwiwUl/XrEIettqpXDT",
+	"8+ZFFl7ADROb+XnUuj0ix+dXuznts3w353fMlbfvEyPJ99+RdEQVTY01quWA/IIFPrufE2xTQEvceqaZ",
+	"/YjtIyRnxprsUpGMDzGcXNm/779bNIyqxUSugmjnl91KLdH+V/99839Eq4oufMF6xIyyP6HLBM6LKtsd",
+	"q/0lf785uTk5biSNagzs8uTq083lu5Orhe8hNtZIGpc35+en5+8bSSNUETWSxo9Hp2fw4ejtp8tr+BS6",
+	"vxpJ4+b86t2Hk+Obs6O3Z/YhP3+6/Onk8jbchWXb9pk/nV5c1PS4VFqNF8hsdXXXmKYjLtiuYjSDLyqF",
+	"Xs6Gv8VArJDmdiALkSVQ2p7zNO7aZMxQnsdrPaxZsDnJV2zBiPTjQhsqUlaboS7qdDI3OVthFSyv1c3l",
+	"KVFswBQTKfCDpW3n8tpVJ/bG9YoafvXjhzm6ArwYg16yIdeGKexaf5z7QrNMMR3Rj28tG9xcnnn3PeiL",
+	"o4tTRwDWCOns7e2//kur3Wq39js/tNv7C9z7Juo4g/h4oklW50RFihi0LFTK1hLUZbjQkkguvdngDL6D",
+	"pK4/JNgRrr8tJAt2QCzut18fNGPdHXHnx29JfMutnQNp5627Zydb9e7PlzA8zfl2Q695obr8uYLvHzlz",
+	"99Cva6eIY8SnWKGfLXy0d3RCU25mRA6sbIDiRerMzAS7ZXyXsouMGKrvlj2bdFLcjqGUKhJ4ubixfh78",
+	"nErrdO3Y3SF/g+fZb5rRoqpViB7W2xlLNbvtz0ysLeoj/GqHhQu2fv7X+Bpb++BxMmyg5Ph2XdJaEsV2",
+	"rUYHo6MCWmBtXgcCA215PlbiQyRlzjvjGdTAOK95g/6W6Ku62EhI1GRjqDOCujMFRUgOcQZJJarPLzHL",
+	"T/P806DR+WWNXCvEVTEeU0hsx8tDt8D0SH2lwaLG3T5oaZ1l6Jhj0biN+9F6KFyQgVQp63i3BHbFtb5i",
+	"YxJ1HWmbdB3Y0ZPw6stM/xmXeEEsRQsKUzlmHtpiqWzLFWn1VCF6ZAcoL0SsIXHVA5unF2F6vGpVMwZE",
+	"230gy13vGw8PMR4eGg9DoLsMg+MdZeDHhcUXsgDxBO62FUquKGUNkdbwy9w+6JX6YTn/MXEBf2/GuPWC",
+	"ngnIU2/VN7FAE0/SKoUAoKf4tFUhEJtJEyWnmAexLqanNMwq7EJMFwGuEJcFP6M4i+T81kPcbBzLeEzB",
+	"lvfs47Id4ZSWFmpFcfjGk11Z41pTxYqFodlW8avFrQQz2TmP4FgmoeK/9AU3qGetLWN1PgMs7NqCqctC",
+	"xCulngmIKQnZoU2ZqVRLj0zf2Gfwodi857VOx3hIhWLMsN7VKpoSuw9zeRASH9MZ6bNKQqX35WsvWh5f",
+	"ecFnqXdc2SaxLRZFLdDDds38qzjryWBEEbJ3PpLvGa8s41rooY0qfJZFMSJuDJzpbo2Xw7l6NXD4er5y",
+	"vOdRJDC0VaaR4tUXEWt1xPK8TOtQNbxPfB1WRjKuWGryWYh3UnfDDhfaMArQh65ivbldD4LXAL7fcRmc",
+	"UIqhNTVUIQREODhaPth/gnfXVLDtt8dQwVYiGE2sHEEQrJ9Oz85OjkPVHixqCIDF25tpOmIblXN6O7PS",
+	"t7R2yfFnqJLEbdzrc7GnR2S3ptk6VEZFthRjMwQCHqRy5SG08kEh9kjm2eadm2UZVrQ967EtWKm0P2VF",
+	"zrL1ZYMXkCCwLxCwT4wcMrB1oesEsvxkSMUQsFIMU2PobvVVbs6KAaQra4V5ktK8n3MRrzpfBOpZAAE7",
+	"ek/GMmNEinx26IAI5ACoyRV3YNU7+m5kwJU22zGIp+tVroodrkNGvsKTG4ed4cr6PCzIUEIhiPX7ESyh",
+	"hm++a+tK5WeA4Yj5Or9ly9xgHbiMlZG+R8rVBlWca26I21q7JiVsz44VCUKim45wK80W6dF8Sme6Z59D",
+	"DcA0jOhkwgTLWuSTpcEp14xQ8u7kjLCHiWJa21WV95BRZhPdWmrfcrZZza++xBd/uGMzB/QDKFeFaOHU",
+	"fBkBPKNf8DzDx5K//Y10XZC/22gRbMpYrDLG2H10P8tGw/kl/ndsPQYJjC4djP2q0ubGtVt/hLyFQqdY",
+	"ayDWTA+4/YQgjpHOwI1llFW0p3bSMS4qewZjfBTUaoWJqPDwGgS6S7QmI7qyobCGm97ouTLq/baOrneJ",
+	"hekz/XZWjUUh2LPf9jZR/4ek5+RDz/Fwz8+uV6L7eevTa3Yp2CHpeXSbXpX7PegN82arr+FZrlWhDx7f",
+	"yKMUzb1aO1mNeeQMnelIaubtCsIe7EyEFLu/MiUJRCHsEBnZaWO8u92MgxlVp+PwE4JAdTOCeqJN5pRL",
+	"bYgrHNQ+ey9VBRbRh0eK6sxWzg2hIPxKrYKEmuTUWIvWqzTXTTdRcqjoOCA1G6ocQg7k0TOu/E99KwMy",
+	"loRCCiz4VYUAuwpqXpr+XStLzIXLzwfouxFVQyshI3td2ZDDYHIFrAIrk64qDQ1WfdaCz7SIw9lEoeWM",
+	"BfVKk53vVqwoeNHz67mW9FBWOk4yZQQ3dxWUZY08voGlSYjlgAHioO8Uos7OoZBUe4ijye0bwf9ZMOJ6",
+	"Rar2/jmt0bYl/Ne8zLBfLssM+20PScVdish4wTIIuxHKoUrZ4TY3/OwQGq1wow6ZDOHLfyr67N9ZTl9p",
+	"0qfpnRwMYI0cGJkfCq9dwCLDzlmrVJZRyaKNbvMveO7trgo2xlJrtavBm+9AX9VevViGBo9MEPjCsUjz",
+	"sQ3Xy+4ATNU1Ge1UPD3AFkMW4Jr0wGvoNTv+k9METkj2Fl0HBFe1fl8veHGHpGdtrR7RJQ24eC4X7rdD",
+	"+0gnHcoxwhcwSiZTL/xkNqYi8dEan7R1FvCIWpUBekVIacfFALqQQbNaOvFVgWUakxsCsLD2yuBdkitn",
+	"9Np75lDYsGV4ETegWsjKpeJmNs8xADlLU8Pv2RLjIA4C6PMdhOYKYr6ZkMqdC7wlFYbiyY5XN/2cNWsg",
+	"a8te91Ib1euieenEHiYUvBlhZEj71uqaR6akUehyMax30svmMiTcMZ1hs5aRVuWA6siq7gha4JrMlZls",
+	"5I5IRboN+01pmqxoS0sVM7fbuiYL3UFRyxWKkJi4d0ZKBZDn6OLU47gxUyihLTtbyadHcmrf589//nO3",
+	"gb0yPi4BDe94k+MyslPB4wFF7BdxFh5xCG7nfJ1ECJP4RR4yrDQcR4OFa8MuPtwSnhdAQsCX9baGVxJc",
+	"pHmRWbdkVUSmahN4Sgixl6BYnXBgelmlrkJ4rAvCoW+wZZ1KTbgsCnQyh3ECGEy1Tg0kxwJ2SpR27TrX",
+	"ltxnRQqBC9DD3g4B7ZiQLrTUOfcRMcjXFIzbkRL7rrGlA2zPlRWumyVwHWRiRCs6m2MVoPk6COPydw9y",
+	"6/LnTq/2mZVO1gZo1aDq1IKA1Pgy23gZG1v9EYNxDv94Q1xcrHO8XYGGXs5v1ao/Aoxr7p3qTq64WPJi",
+	"NLcKP2wXpHsUo3kOUHNkRzHNXKdhJZqLUPCauKQWcgJYCzgP//wadbgNvItDavEoLPMvGFnPON3UEklS",
+	"MlQdD175zZhfy1PFtTcWrZtyGJK2faoZYmpoV1LueledsqrWld6cX12cvDv98RRrO0/OjzFJ+Pbm9Mx9",
+	"XFNFiuH0SKHoYiHp0dXV6ftzHOfy5OTjRR1AOnRHvQRkxzZQoVsksCptUpt7BIrdy7st32bzNqekYfwi",
+	"RvIPYBwdercT1hVPV9FTa9aLfANMZcQ9qrRPVRZibWYYdjieG0as380BqOE11+Vz3UNjU8GESUTPlYWq",
+	"zwJ3+8juiENrMDjEWw0RaPsFNI2g2eFzx753Ip7KqOqaOmt4w/eIt+dAdEwqHycYWN/QC/sU4wDSlRCh",
+	"9O0EYc4zQJezMr5FAPNSBMzJSqPM0pu6OqxK8MJHH3ybOqkGHUC1gDMKRiiqnH44GidjOTPuJAhrRpR2",
+	"tat61oQOrXmOph2FafAsalsPFGO3j/O54NZQCxyxV+LC6TkKnOGANq/ftiFtuHHkW6OeqSrA+jx2e25h",
+	"ByORnwohBPfSakTrtuwsEERzi5OOnla9vcKWWjiSJ+f3LCGFcA2QEEvQPLeORSBQyFsgENqMGd/pmJGM",
+	"0QyCDfZDHJQ0Lv5PhYv6WJpWS2K/EwqGXUcvYixDAC1wbkKmI55iGDzsuk4cMByKpVwOCSTJMo150JQq",
+	"taVW8RLYr26g8tIaC0K1IuEWijSWibNeC8Q1Er715irJaZR1Osk/tm46g1xOP4ZuGR+0sv7s29kVQqd4",
+	"I27uy+Oj91Graq4UdjtneOymsUmlLUzZ4cNsvmYeGXrRStoqSoEhaVWIMlThbZu6qMRoMShh736mmASu",
+	"wPL2YniqUNzMruzru35iRlVMzh2J8ggEspPSiTZUuD8dbIUVBD7ScHT88fT89vrTTycAUQPrC7YAPj5M",
+	"BnLucGAjFwNZE24o+jlPyeXJ1TXMQQ7IOxw/qVQnwQr9Q/aJVNYn81LF9ep2BTTrtggggcARoamcYDQr",
+	"ho0F/VVwYVfUnUxJdvyZkk2f+HTtY71UZqzX6oquOIF8v6VinA+aD72jwoyk4r/Clx3yFpYFT9JJYVEx",
+	"A9Brkd7DrlvtXWvf9roCizyASiD3ISqPh3B1h/SwmL5nHVea6WZCelhn77+xL9sVCDMFdSi647Yxwaxz",
+	"4ms7Fk88YYk/gsk+Far4e12xU3YWJGgQgqkLA4OA6TmkzjI0n9I87wSzJumKIB29DE8gLNlskXPpGhIL",
+	"cSfkFE5hAbcFgB3At3IjEq674qC9D+U38IXPF4b1Omh/V/7qqMBIl0ULaBJDZuBJBy717LomoCDOEwyU",
+	"uWhQi0N+b83GymaNAKurR8ZU3emuqFiQShYIiOJCp5UObB84LdO6Ad+WzmDFEKLFNes1HB9YtqiACXYa",
+	"7dZ+q41oU0zQCW90Gt+12q3vEJJ+BJwOqKfhYNMhi0i3Hii4v8WOxsu5Ns4RKE+sUyyVIuU5U2RI7xkp",
+	"JkSKrkDjF9o8bz8e/cft0fW1dbuvvJXuzrfjTHcq8g2Ll+iMaMPzvCsgdycyIPGS6KVCY91uMU635ztY",
+	"cE4uEO5ajnD5Ar+cZlaGc22OcCGSuXOrf/kSPUHYa/3yVFqvAF3gC9I47sg+e9vS8kUbrGOir1KhXOIJ",
+	"sXsuCx2qkWNTdEXNNcc0H0RbduIvm/MxN3MPCkbAmzaEk7Dh6Y3rjas/LfvzwjHAr9vtFUcAb3f0b3l2",
+	"b+zwX1gqYF3Y5ZZljAMcPfbQMMvKicJJQ/uSZjwcU8+lT6wu1laXAG0kmLRVLGXC5DPiCnQxYeEwFtym",
+	"TuiQCxogKelQz5/lOy/8Gx3fJWVntARbXOHjeQp/z4wPf7/kJlTg+CPbcF3F/YcdOHjsDuDJXaJ0jjFL",
+	"ayT2rs+fthsWtRLgXBTT1tYLC7S05tNgSS9Ih9jcy0v2ysPoobMqDjO9eFj+do9NGhOpI5IbsRfQ0EFU",
+	"Y39YSoLOFMugR8gT8I433M4+vQcZ/fZ/Xp9cNTulD+hcsBEDEEpt4NnuxBvkBVB1TBFNZxrK2CBhHJol",
+	"50nyCLyy6oE+4YjUtw7S5lmIssSh+DpvGBtVsK9L3HAQOZoV1u8RQuNJJH5UoW494hOfXvMHUfuglQ/C",
+	"heOVoeb0Wck+SrolyvhzEO88bWALc1ViPT9dLOKfb0Ab7ZcZPByyEpGZeGg7yw5JzyGMO8Q/YpjVOHOZ",
+	"dw8Va5YE7UtSrb3+h+eg8hC3IQNqvTGE/l8m9Rchbm/3731xn746wEa99wU/fN0L7RdRHWutjwClzdmG",
+	"tmTEUHu6YQa1pL8Ty2wBrXyleRZwjZ9mn117lGr/wHmvrXTzEyLY1KqyqmFmdVYFi75KbUgAq6yybS2E",
+	"C9fpZTd5zaXH2AoWLImNKXbvyx2bfUUCyRnGgOdJ9xi+r+DAb6IWT+45nkn7bfUiDOu6aIyaHYYDoD3m",
+	"qkdOd71jLl2y2TY6LIJvsY1Jzenjdu5YHD1iD+Tqw9Hu6zffl1hMroaLahKOTA8+oPXsS/mASM3zOq0q",
+	"LapoUu3dH+ju4POX7w9ip9FtRXLYvV0bUbj2MOuuyxtqeBVA62L3dgLMmucR7NxXGKjCHvbMW7MYncow",
+	"w9YVZ1SbXegw3z09JjuIggg1qBCBh2FvedZrenYnvQ65Y2yyC5mQHnEns7oYwv4bolvkRkC1nZtp1+Nm",
+	"cIxPjLmGt5BT3+AVzpywD7MEiREQ6kF6M7TiIOTUgZAvaHNK0pzjcUrUdIXD7mA0GrX4mZp0dIKrvVZ+",
+	"G/ZgcGt2S/S3zQR4aNivcemqrffuDD/46pXGzn2Au/QPaUVEtaMEK/9hyeuxk6leBgDQkJnGykVI84Te",
+	"sirLYyP1N+LrNVdaCoXFOD3+4NXGNjf9HeyArZjS96fXGi6X9oKNDBbfgbwZ8bh+6WVp90nkM6zqxvJV",
+	"qFZ0laeug8vSbIfkcsrUbko1c3h5OkG4PAzAZHA+Bhxlb+lG+IMm6wJj9r9bP06jTh4GUL39mgM6v2W0",
+	"7vW/XLTOAzKsNAbRj32aJWhHcTojYumtDMF56IXf1NSrc5AD7vgyzy4up++fWoS9CWed+BrxkHUsQXXK",
+	"ZmH7rJHHZ3K0tgCFvxX5fn4Zp37poIRv7NcjmM8yUeeWaGZhXbF0B4TcwiICwb9u77/0jHChHmu8/7Dd",
+	"9a9fP5Z/cZrleQqAoJ9zUfaoIXz5Jnzrbfst1eZe34MOfkt2X3C1KJS5IJpTz86qh2bV/PkDCUlHLIWs",
+	"qAN5moLNFK7qCrgAsQf6Mpt1YEUNFLhR408kQMyshECNnyZQegyNWQ7XqZe4kyuqWJ9hEDKVRZ5hzxU+",
+	"imVk56Dddu2+gA7vgOUk013oCh1Ds5LvsBzThBy8fu1usDvsrGkqfGNLIRJy0P7BXQItc8LQOyYSQnMt",
+	"AXNw/ugLr5FhP7H5xffY8wCubJ/XFdy0iMvbQ1IYbufh3A48jppjogHQ3dE36xAa6p67wpd+4U0a0SEg",
+	"Tu4wyd602y1yhOA6eAoHppKpb90S0nTFv119OodDrnHfE9K2zswY68yoIPtJu92GGdodI+c3ZyUWMaFi",
+	"Nh0xxZqQFqfE7oLbsBbpwTBASZBhJdQhS3tDqoMpajgi0xdNWh+zK7gulzLmm5R02XhhQa9/O0k/h84W",
+	"kbGAZwY/BzS2xNc6uzV5FYDYnmbnODlZAN4jUgTY1o5GfXPlzgeACLXD9ov8jhjFh0Ommi8qP7+oQqzM",
+	"TKIZ8611sjsa8qmZyKOyexlcEoRW9J1Y3LVl/94My/VXXhYCzzz5/Kj9xsKSb6I1t3mXOnsaMvqeDl8g",
+	"1wSPLwXVsmB6/XxjOZzSmvw7lMRANycmloBSp1b69xkJRSutb50GgmlRRPB0s5j5fvmyYszaPHom0pGS",
+	"wvrUAETDcmh+fHkZ5o4O1Xtf8MPqcgt/zvbL5RBXb7RD7n9yEtqFnYOEczATQb757NyIayNdafUfU9Kt",
+	"vxSX/GlycYGGfp+CcsulWClWK5zwX5L1N5Ks4HqkrssC68jtGzCRUWH0byA691wt8b8M4dfAr5eQIiJb",
+	"RMFrkZ9HEqkE2ooVm6cdPZJT0RXu5DFcuFe6Ao3VIke+LLnvSiWqaCQAT8HFsCv84cQZS7kuW200eNA9",
+	"Ic2tu/R2INVt+fyIZ3eE+/ayTO0m8Lvg67BmFdY+nMeCIjA2HPz2zdnb4aEt7T0EFACf5HCJ7n4Ddkeo",
+	"tn91bi8P7CMIfUB6+OIs6/0huf0SZv9fzP77YHbcjfW8vp4WfwMJAH7D3hf739dKKan7VJZCr6lfD5XC",
+	"L1uZCcPAsQyrCycW81pRqrKv9lRPDGVMhiWRGcFz+ny5SQCh1iMO5dhzxcBkxxV8Nx3oZp7LKcuItUj/",
+	"07hrSR3i3SvtwZwx0ZFg02a7pqrKQaLWl1WtPgFoxWmcDoLQjb9fMz6dK4peM4X9TafgYP4qIEYR4CJA",
+	"EWNGzebQuDyEq6HKeFw9X5LXPAzIgQDwUSiFRyrUVkJUYJYev6hXWJ1VOa83WjjkuKRSLe36IMN5Ij3k",
+	"uB6UjyHL9SCWD6dHkp2MGtrBpWIPJgFehJonSFHaC+0HPM5dkB6AWUqPM+THhCMM8HTI8nCmKcxYmLp1",
+	"QiaOF3q41umls4AeGbFYU9D3SfgSsAnm5ebOb6lU6nVIj2ednuvDnMKROwnpwdWdHsaWZhOWkB4sK1zY",
+	"Fb5wzG6hXV5YWTmAs61b5Bqf5evrFmr/sIiSZu7YsYUCQEz1YcGdDvlFQK9lhnDTJHDEkSsYgR0UbGon",
+	"4c7NZzNX3ndYW0TYFdUqwk9+611zd4CHD5sPNYSYxYH18BfgAnuiSKCQUJuucKtHWADeBPLrfelinVa3",
+	"0SHdBnYV20HxS+gs7ja+9pLK4QPAMmkuNdO11YZ+M/5YBYdP1rtYnloWrC6LksQ3WQF1VEnGkgN8m1Rg",
+	"YuxWANv/XksUt1Cyv1E1oxNOTvH8jhNNkbJHLGfhInZCBELn7yB4WULc0bhJCQSRdMUCZOkc3lnT62Kd",
+	"EJZrVjp97nvaz1nvsCtQ+XmM+XBMGEomrAfoM0B/8qFLKLjoih7ccOtanXsohEv3CE8b1KQXTifsLSi3",
+	"rlg8ejCc0N9Zd/Zg00ssbAeHiEafpndWYjp8uBaUjoCTXZ0DVoYKCc+O+7p4FOOLZQEXznp8YUd3Vdrb",
+	"WWu/Fyf3SSViblWhawzABALuCoWtPvSk41DDdeISV/60iFL5OovslfbJLERTZ/NtxC/kMGMbwx9GkIFY",
+	"oVjXeOulWMW6tbswglM3nJpbYrZizF6Q1xbPR/tNua0Ys99rRAnm5hLvUDiH08USwerpPrpy9FZAMMIE",
+	"PPbYIbsh2L472Tccx+Ae9A3YyI30h+EjbPBFl5kDIWKNYABZD1RiJKHQ+QZn9YIHCXHdrsCWsF44U7ZD",
+	"jCpYz8PYYzcZGhboN+qAYW8VPO2KcCvwrUcFcuWRLbIBs3dFye0R5eqG+0/B8JXje39/HB/OLkCWXz5V",
+	"OCkB3IEIEfMzmUtgck0ujm6uTo6RBHwZ7SLywKYsXkKt1vYnXeMlLxj4LaFga7YVZ9laakfFSqU7JuBc",
+	"G2JGShbDkQfijzWeWCGK2Ldzy1WCwy4tGJ6V/XV1OwhC0L5kvS2MsFXB7f7z7s+KVoZD0oMFhHpmE9CF",
+	"E0ysYfGypdbHtTw8vYWhAp93iMoV5ucO+S7FeQl7vDFZzLFRAAKqa/a+BOS0kljW9Xnj9dlTAyn4GI+7",
+	"dlg9nPugvY8Wu5DThfz0RjwRaVqcD5oDmmd9vDwAshYFXFnX/lwB4KwVVD+7a15QUlUwQmtElZvooqw6",
+	"goMrEW6PZeVV5XJXsEBXZYFqQFvwyQ529KV86Oogv5Eo8sCqMbgWv7rfWsz4kedQsbiwG5gyd1IWTHvT",
+	"7V7AR3GXrpUux0wt08E6EVPe9HQ5c0RyRu+tObIDqLwsa5YLkoWB9KF39320y0VqrWDqMwj9zwXW1q5b",
+	"AJ2Z+hd/NhwxXMoqjFh1O/YCbub2Xk/lyXV8/SE8/WVYOjy/hGJ6ycad6nD5bBXm0tMpEXfplSYTprjM",
+	"eApEJpjWDuzoOYkqRhkOUumZ6KKuKRESLjiUA3mFlrE6zDCEwAW0YDh1auUtcIW7YQkRyh1INQ/oj74W",
+	"NMQt1EdAOA9dr8wbXdDCFtqwIJaN3Xcc840XUpshHGBS9vmBL2R/HDOt6ZD5RoXSvxtIVc3xuvQiesfk",
+	"qNpyWZ6K6Se2U3lBB3eL4LfYi+hpqkMO2geHCDlsoNbDPWos7+2M7O8/NPHwLYcbDX2aHFtDXWMaYiGh",
+	"rw8BVMya25F0i1y5CEHoF8elwfMHuCYjqsY507pT7n8oDXBGbwDv0sQFEAgXkI5d2s1yjZLFEIQL0tK8",
+	"cK2U7luP7LMCPk6/mCViB4EewG/ee1gOje2Hq5HjZE0f4mM7D58oFJGGsJnbK+ZXukR/63uw5sA8Hvgt",
+	"KSsml5tvn1WUVqDRQVp6UPRfPlt5iPlflKOFyh2KeWdvb//1X1rtVru13/lr+69tkJ1uSl+8KwIxka9J",
+	"+NtPNYIHhSizdqEqTYUINGu/dKuTEF8yuojA7BJ35dl7voQIwWWXR7xxgdvQcHUIYsF+IzJSaOcszFci",
+	"aWuU/P8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

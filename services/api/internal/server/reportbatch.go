@@ -2,18 +2,24 @@ package server
 
 import (
 	"context"
+	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/obs"
+	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
-// ReportAttempts records a batch of an executor's reports about attempts
-// placed on its worker, in one transaction and in order, and asks the
-// scheduler in one message to decide the fate of the tasks whose attempts
-// ended. Each item is checked as ReportAttempt checks a report; an item
-// that is not one, or about an attempt unknown here or another worker's,
-// gets its problem (400, 404, 409) in its result and does not stop the
-// others.
+// ReportAttempts records a batch of an executor's reports and logs about
+// attempts placed on its worker, in one transaction and in order, and asks
+// the scheduler in one message to decide the fate of the tasks whose
+// attempts ended. Each report is checked as ReportAttempt checks one, each
+// logs item as AppendAttemptLogs checks its chunks; an item that is not
+// one, or about an attempt unknown here or another worker's, gets its
+// problem (400, 404, 409) in its result and does not stop the others.
 func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsRequestObject) (api.ReportAttemptsResponseObject, error) {
 	items := req.Body.Reports
 	out := make([]api.BatchedReportResult, len(items))
@@ -21,7 +27,7 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 	at := make([]int, 0, len(items)) // out index of each batch entry
 	for i, it := range items {
 		out[i].AttemptId = it.AttemptId
-		rep, bad, err := h.checkReport(ctx, it.AttemptId, &it.Report)
+		b, bad, err := h.checkBatchItem(ctx, it)
 		if err != nil {
 			return nil, err
 		}
@@ -29,10 +35,10 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 			out[i].Error = bad
 			continue
 		}
-		batch = append(batch, store.BatchedReport{AttemptID: it.AttemptId, Report: rep})
+		batch = append(batch, b)
 		at = append(at, i)
 	}
-	results, err := h.store.ReportAttempts(ctx, req.Id.String(), batch)
+	results, err := h.store.ReportAttempts(ctx, req.Id.String(), batch, h.cfg.LogMaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -44,6 +50,9 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 			continue
 		}
 		out[i].Proceed = res.Proceed
+		if batch[j].Logs != nil {
+			continue
+		}
 		h.reported(batch[j].Report, res.ReportResult)
 		if res.Evaluate {
 			ended = append(ended, batch[j].AttemptID)
@@ -51,4 +60,38 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 	}
 	h.evaluate(ctx, ended)
 	return api.ReportAttempts200JSONResponse{Results: out}, nil
+}
+
+// checkBatchItem checks one item of a batch and returns it in the store's
+// form: a report (checkReport), or logs with NUL refused and the attempt's
+// secrets masked; bad is the 400 problem of an item that is neither or
+// both, or not valid. Errors: reading the secrets.
+func (h *Handlers) checkBatchItem(ctx context.Context, it api.BatchedReport) (store.BatchedReport, *api.Problem, error) {
+	b := store.BatchedReport{AttemptID: it.AttemptId}
+	switch {
+	case (it.Report == nil) == (it.Logs == nil):
+		const msg = "an item is a report or logs, not both or neither"
+		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, msg, domain.FieldError{Field: "report", Message: msg})
+		return b, &p, nil
+	case it.Report != nil:
+		rep, bad, err := h.checkReport(ctx, it.AttemptId, it.Report)
+		b.Report = rep
+		return b, bad, err
+	}
+	secrets, err := h.store.AttemptSecretValues(ctx, it.AttemptId)
+	if err != nil {
+		return b, nil, err
+	}
+	b.Logs = make([]store.NewLogChunk, len(*it.Logs))
+	for i, c := range *it.Logs {
+		if strings.IndexByte(c.Data, 0) >= 0 { // the validator refuses \u0000 first; this guards a direct call
+			const msg = "must not contain NUL"
+			field := "logs[" + strconv.Itoa(i) + "].data"
+			p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, field+": "+msg, domain.FieldError{Field: field, Message: msg})
+			return b, &p, nil
+		}
+		b.Logs[i] = store.NewLogChunk{Stream: string(c.Stream), Data: domain.MaskSecrets(c.Data, secrets)}
+		h.metrics.payloads.Observe(obs.KindLogChunk, len(c.Data))
+	}
+	return b, nil, nil
 }

@@ -107,6 +107,44 @@ func TestReportBatchBodyLimit(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, status, out)
 }
 
+// Logs travel in a batch too, in order with the reports; another worker's
+// attempt is 404, an item that is both a report and logs (or neither) is
+// 400.
+func TestReportBatchCarriesLogs(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	key := f.startedRun(t)
+	id := f.assignA(t, key)
+	other := f.assignA(t, f.startedRun(t))
+	var worker string
+	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+	body := fmt.Sprintf(`{"reports":[
+		{"attempt_id":%[1]d,"report":{"state":"RUNNING"}},
+		{"attempt_id":%[1]d,"logs":[{"stream":"stdout","data":"hello "},{"stream":"stdout","data":"world\n"}]},
+		{"attempt_id":%[2]d,"logs":[{"stream":"stdout","data":"not mine"}]},
+		{"attempt_id":%[1]d},
+		{"attempt_id":%[1]d,"report":{"state":"RUNNING"},"logs":[]},
+		{"attempt_id":%[1]d,"report":{"state":"SUCCEEDED","exit_code":0}}]}`, id, other)
+	status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
+	require.Equal(t, http.StatusOK, status, out)
+	var statuses []float64
+	for _, r := range out["results"].([]any) {
+		var st float64
+		if p, ok := r.(map[string]any)["error"].(map[string]any); ok {
+			st = p["status"].(float64)
+		}
+		statuses = append(statuses, st)
+	}
+	require.Equal(t, []float64{0, 0, 404, 400, 400, 0}, statuses)
+	var data string
+	require.NoError(t, f.db.QueryRow(`SELECT string_agg(data, '' ORDER BY seq) FROM attempt_log_chunks
+		WHERE attempt_id = $1`, id).Scan(&data))
+	require.Equal(t, "hello world\n", data)
+	var n int
+	require.NoError(t, f.db.QueryRow(`SELECT count(*) FROM attempt_log_chunks WHERE attempt_id = $1`, other).Scan(&n))
+	require.Zero(t, n)
+}
+
 // pendingEvaluations counts the evaluation messages waiting for the
 // scheduler, by attempt.
 func (f *controlFixture) pendingEvaluations(t *testing.T) int {

@@ -20,8 +20,22 @@ const (
 	maxBatchBytes = 8 << 20
 )
 
-// reportSize bounds the JSON size of a batched report from above: every
-// string byte written as six (\u00XX), plus the fixed fields.
+// itemSize bounds the JSON size of a batch item from above: every string
+// byte written as six (\u00XX), plus the fixed fields.
+func itemSize(item api.BatchedReport) int {
+	if item.Report != nil {
+		return reportSize(*item.Report)
+	}
+	n := 0
+	if item.Logs != nil {
+		for _, c := range *item.Logs {
+			n += len(c.Data) + 64
+		}
+	}
+	return 6*n + 512
+}
+
+// reportSize bounds the JSON size of a report from above.
 func reportSize(r api.AttemptReport) int {
 	n := 0
 	for _, p := range []*string{r.Stdout, r.Stderr, r.Error} {
@@ -83,8 +97,12 @@ func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (b
 	if c.worker.Load() == nil {
 		return c.reportAlone(ctx, id, rep)
 	}
-	p := &pendingReport{ctx: ctx, item: api.BatchedReport{AttemptId: id, Report: rep}, size: reportSize(rep),
-		done: make(chan reportOutcome, 1)}
+	return c.enqueue(ctx, api.BatchedReport{AttemptId: id, Report: &rep})
+}
+
+// enqueue puts item in the next batch and waits for its outcome.
+func (c *Client) enqueue(ctx context.Context, item api.BatchedReport) (bool, error) {
+	p := &pendingReport{ctx: ctx, item: item, size: itemSize(item), done: make(chan reportOutcome, 1)}
 	b := &c.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
@@ -98,8 +116,16 @@ func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (b
 	case o := <-p.done:
 		return o.proceed, o.err
 	case <-ctx.Done():
-		return true, fmt.Errorf("report %s: %w", rep.State, ctx.Err())
+		return true, fmt.Errorf("%s: %w", itemName(item), ctx.Err())
 	}
+}
+
+// itemName names a batch item in errors: "report RUNNING", "logs".
+func itemName(item api.BatchedReport) string {
+	if item.Report != nil {
+		return "report " + string(item.Report.State)
+	}
+	return "logs"
 }
 
 // flush sends the queued reports, a batch at a time, until none is left.
@@ -193,7 +219,7 @@ func (c *Client) outcome(item api.BatchedReport, r api.BatchedReportResult) repo
 	switch {
 	case r.Error == nil:
 		return reportOutcome{r.Proceed, nil}
-	case r.Error.Status == http.StatusConflict:
+	case r.Error.Status == http.StatusConflict && item.Report != nil:
 		c.log.Info("report conflicts with the control plane; stopping the attempt", "attempt_id", item.AttemptId,
 			"state", item.Report.State, "detail", r.Error.Detail)
 		return reportOutcome{false, nil}
@@ -202,5 +228,5 @@ func (c *Client) outcome(item api.BatchedReport, r api.BatchedReportResult) repo
 	if r.Error.Detail != nil {
 		detail = *r.Error.Detail
 	}
-	return reportOutcome{true, &StatusError{"report " + string(item.Report.State), r.Error.Status, detail}}
+	return reportOutcome{true, &StatusError{itemName(item), r.Error.Status, detail}}
 }

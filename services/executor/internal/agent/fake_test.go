@@ -153,7 +153,7 @@ func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.AttemptReportResponse{Proceed: true})
 }
 
-// reportBatch records a batch's reports in order, as the api does; a
+// reportBatch records a batch's reports and logs in order, as the api does; a
 // failing report fails the whole batch (503), as a database error would.
 func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 	var b api.ReportBatch
@@ -175,8 +175,18 @@ func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 	f.batches = append(f.batches, len(b.Reports))
 	out := api.ReportBatchResult{Results: make([]api.BatchedReportResult, len(b.Reports))}
 	for i, it := range b.Reports {
-		f.reports[it.AttemptId] = append(f.reports[it.AttemptId], it.Report)
 		out.Results[i] = api.BatchedReportResult{AttemptId: it.AttemptId, Proceed: true}
+		if it.Logs != nil {
+			if _, ok := f.attempts[it.AttemptId]; !ok {
+				p := api.Problem{Status: http.StatusNotFound, Title: "Not Found", Code: "not_found"}
+				out.Results[i] = api.BatchedReportResult{AttemptId: it.AttemptId, Error: &p}
+				continue
+			}
+			f.logs[it.AttemptId] = append(f.logs[it.AttemptId], *it.Logs...)
+			f.appendedAfter[it.AttemptId] = append(f.appendedAfter[it.AttemptId], len(f.reports[it.AttemptId]))
+			continue
+		}
+		f.reports[it.AttemptId] = append(f.reports[it.AttemptId], *it.Report)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
