@@ -42,6 +42,7 @@ func TestLockOrderUnderRace(t *testing.T) {
 	r.start(t, "evaluate", r.evaluateSome)
 	r.start(t, "evaluate", r.evaluateSome)
 	r.start(t, "evaluate", r.evaluateSome)
+	r.start(t, "batch", r.batchSome)
 	r.start(t, "advance", r.advanceSome)
 	r.start(t, "place", r.placeSome)
 	r.start(t, "reap", r.reapSome)
@@ -171,6 +172,46 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 	}
 	_, err = r.s.evaluate(ctx, a.ID)
 	return err
+}
+
+// batchSome reports on up to four live attempts of one worker in one
+// batch, in a random order (RUNNING, output, then the end of each), as an
+// executor's batch does, and evaluates those that ended.
+func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
+	live, err := r.liveAttempts(ctx)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	worker := live[rng.IntN(len(live))].WorkerID
+	var mine []store.Attempt
+	for _, a := range live {
+		if a.WorkerID != nil && worker != nil && *a.WorkerID == *worker && len(mine) < 4 {
+			mine = append(mine, a)
+		}
+	}
+	rng.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+	exit := 0
+	var batch []store.BatchedReport
+	for _, a := range mine {
+		batch = append(batch, store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
+			store.BatchedReport{AttemptID: a.ID, Logs: []store.NewLogChunk{{Stream: "stdout", Data: "out\n"}}},
+			store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}})
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	res, err := r.st.ReportAttempts(ctx, *worker, batch, 1<<20)
+	if err != nil {
+		return err
+	}
+	for i, b := range res {
+		if b.Evaluate {
+			if _, err := r.s.evaluate(ctx, batch[i].AttemptID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (r *racer) advanceSome(ctx context.Context, rng *rand.Rand) error {
