@@ -100,13 +100,15 @@ func (f *fixture) awaitState(t *testing.T, id int64, st api.TaskState) api.Attem
 	return rep
 }
 
-// awaitHandled waits until the attempt:run task of id was handled and
-// acknowledged: asynq deletes a completed task that has no retention.
+// awaitHandled waits until the attempt:run task of id left the queue and
+// its handler read the attempt: asynq deletes a completed task that has no
+// retention, and the wake list's consumer deletes the task it claims before
+// its handler runs.
 func (f *fixture) awaitHandled(t *testing.T, worker string, id int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		_, err := f.insp.GetTaskInfo(queue.WorkerQueue(worker), fmt.Sprintf("attempt:%d", id))
-		return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
+		return (errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)) && f.api.fetched(id)
 	}, waitFor, tick)
 }
 
