@@ -87,6 +87,21 @@ type droppedRow struct {
 	N         int64
 }
 
+// AppendLogsBounded appends chunks to attempt id's output (AppendLogChunks)
+// and drops the oldest past maxBytes kept (domain.LogCut,
+// DropLogChunksBefore), in the caller's transaction. Errors: ErrNotFound
+// (no such attempt).
+func (s *Store) AppendLogsBounded(ctx context.Context, id int64, chunks []NewLogChunk, maxBytes int64) error {
+	total, err := s.AppendLogChunks(ctx, id, chunks)
+	if err != nil {
+		return err
+	}
+	if cut := domain.LogCut(total, maxBytes); cut > 0 {
+		_, err = s.DropLogChunksBefore(ctx, id, cut)
+	}
+	return err
+}
+
 // DropLogChunksBefore deletes attempt id's output chunks that start before
 // offset (bytes, see LogChunk.ByteOffset) and keeps one marker per stream
 // in front of the rest, counting every byte of the stream dropped so far.

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-
-	"github.com/capstan-run/capstan/pkg/domain"
 )
 
 // BatchedReport is one item of a batch, about attempt AttemptID: a report,
@@ -26,8 +24,8 @@ type BatchedResult struct {
 
 // ReportAttempts records a batch of worker's executor in one transaction,
 // in order (the items of one attempt apply in the batch's order): each
-// report as ReportAttempt, each logs item as AppendLogChunks bounded to
-// logMax bytes kept (domain.LogCut). An item about an attempt
+// report as ReportAttempt, each logs item as AppendLogsBounded to logMax
+// bytes kept. An item about an attempt
 // placed on another worker is refused. Resending a batch writes no report
 // twice: a report of the live state an attempt is in already, or about an
 // attempt that ended, is a no-op (and asks for no evaluation); logs resent
@@ -96,12 +94,5 @@ func (s *Store) appendBatchLogs(ctx context.Context, worker string, id int64, ch
 	if len(owners) == 0 {
 		return ErrNotFound
 	}
-	total, err := s.AppendLogChunks(ctx, id, chunks)
-	if err != nil {
-		return err
-	}
-	if cut := domain.LogCut(total, logMax); cut > 0 {
-		_, err = s.DropLogChunksBefore(ctx, id, cut)
-	}
-	return err
+	return s.AppendLogsBounded(ctx, id, chunks, logMax)
 }

@@ -20,31 +20,17 @@ import (
 // it the oldest chunks are dropped and a marker per stream stands for them.
 // 400 for a chunk with NUL; 404 for an unknown attempt.
 func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptLogsRequestObject) (api.AppendAttemptLogsResponseObject, error) {
-	secrets, err := h.store.AttemptSecretValues(ctx, int64(req.Id))
-	if err != nil {
-		return nil, err
-	}
-	chunks := make([]store.NewLogChunk, len(req.Body.Chunks))
-	for i, c := range req.Body.Chunks {
-		if strings.IndexByte(c.Data, 0) >= 0 { // the validator refuses \u0000 first; this guards a direct call
-			field := "chunks[" + strconv.Itoa(i) + "].data"
-			return api.AppendAttemptLogs400ApplicationProblemPlusJSONResponse{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(
-				apiProblem(http.StatusBadRequest, problem.CodeInvalid, field+": must not contain NUL",
-					domain.FieldError{Field: field, Message: "must not contain NUL"}))}, nil
-		}
-		chunks[i] = store.NewLogChunk{Stream: string(c.Stream), Data: domain.MaskSecrets(c.Data, secrets)}
-		h.metrics.payloads.Observe(obs.KindLogChunk, len(c.Data))
-	}
 	id := int64(req.Id)
+	chunks, bad, err := h.checkChunks(ctx, id, req.Body.Chunks, "chunks")
+	switch {
+	case err != nil:
+		return nil, err
+	case bad != nil:
+		return api.AppendAttemptLogs400ApplicationProblemPlusJSONResponse{
+			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
+	}
 	err = h.store.InTx(ctx, func(tx *store.Store) error {
-		total, err := tx.AppendLogChunks(ctx, id, chunks)
-		if err != nil {
-			return err
-		}
-		if cut := domain.LogCut(total, h.cfg.LogMaxBytes); cut > 0 {
-			_, err = tx.DropLogChunksBefore(ctx, id, cut)
-		}
-		return err
+		return tx.AppendLogsBounded(ctx, id, chunks, h.cfg.LogMaxBytes)
 	})
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
 		return api.AppendAttemptLogs404ApplicationProblemPlusJSONResponse(p), nil
@@ -53,6 +39,29 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 		return nil, err
 	}
 	return api.AppendAttemptLogs204Response{}, nil
+}
+
+// checkChunks checks chunks an executor ships of attempt id's output and
+// returns them in the store's form, masked of the attempt's secrets; bad is
+// the 400 problem of a chunk with NUL, naming it as field[i].data. Errors:
+// reading the secrets.
+func (h *Handlers) checkChunks(ctx context.Context, id int64, in []api.LogChunk, field string) ([]store.NewLogChunk, *api.Problem, error) {
+	secrets, err := h.store.AttemptSecretValues(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	chunks := make([]store.NewLogChunk, len(in))
+	for i, c := range in {
+		if strings.IndexByte(c.Data, 0) >= 0 { // the validator refuses \u0000 first; this guards a direct call
+			const msg = "must not contain NUL"
+			f := field + "[" + strconv.Itoa(i) + "].data"
+			p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, f+": "+msg, domain.FieldError{Field: f, Message: msg})
+			return nil, &p, nil
+		}
+		chunks[i] = store.NewLogChunk{Stream: string(c.Stream), Data: domain.MaskSecrets(c.Data, secrets)}
+		h.metrics.payloads.Observe(obs.KindLogChunk, len(c.Data))
+	}
+	return chunks, nil, nil
 }
 
 // GetAttemptLogs returns one attempt's output: the chunks shipped while it

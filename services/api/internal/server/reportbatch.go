@@ -3,12 +3,9 @@ package server
 import (
 	"context"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
-	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
 )
@@ -78,20 +75,7 @@ func (h *Handlers) checkBatchItem(ctx context.Context, it api.BatchedReport) (st
 		b.Report = rep
 		return b, bad, err
 	}
-	secrets, err := h.store.AttemptSecretValues(ctx, it.AttemptId)
-	if err != nil {
-		return b, nil, err
-	}
-	b.Logs = make([]store.NewLogChunk, len(*it.Logs))
-	for i, c := range *it.Logs {
-		if strings.IndexByte(c.Data, 0) >= 0 { // the validator refuses \u0000 first; this guards a direct call
-			const msg = "must not contain NUL"
-			field := "logs[" + strconv.Itoa(i) + "].data"
-			p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, field+": "+msg, domain.FieldError{Field: field, Message: msg})
-			return b, &p, nil
-		}
-		b.Logs[i] = store.NewLogChunk{Stream: string(c.Stream), Data: domain.MaskSecrets(c.Data, secrets)}
-		h.metrics.payloads.Observe(obs.KindLogChunk, len(c.Data))
-	}
-	return b, nil, nil
+	logs, bad, err := h.checkChunks(ctx, it.AttemptId, *it.Logs, "logs")
+	b.Logs = logs
+	return b, bad, err
 }

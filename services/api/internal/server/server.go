@@ -175,16 +175,15 @@ func bodyLimit(limit, reportLimit int64) echo.MiddlewareFunc {
 
 // isReportBatch reports whether req is a batch of reports,
 // POST /v1/workers/{id}/reports.
-func isReportBatch(req *http.Request) bool {
-	parts := strings.Split(req.URL.Path, "/")
-	return req.Method == http.MethodPost && len(parts) == 5 && parts[1] == "v1" && parts[2] == "workers" &&
-		parts[3] != "" && parts[4] == "reports"
-}
+func isReportBatch(req *http.Request) bool { return isPost(req, "workers", "reports") }
 
 // isReport reports whether req is an attempt report,
 // POST /v1/attempts/{id}/report.
-func isReport(req *http.Request) bool {
+func isReport(req *http.Request) bool { return isPost(req, "attempts", "report") }
+
+// isPost reports whether req is POST /v1/<kind>/{id}/<verb>.
+func isPost(req *http.Request, kind, verb string) bool {
 	parts := strings.Split(req.URL.Path, "/")
-	return req.Method == http.MethodPost && len(parts) == 5 && parts[1] == "v1" && parts[2] == "attempts" &&
-		parts[3] != "" && parts[4] == "report"
+	return req.Method == http.MethodPost && len(parts) == 5 && parts[1] == "v1" && parts[2] == kind &&
+		parts[3] != "" && parts[4] == verb
 }

@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
 )
@@ -167,31 +165,18 @@ func (c *Client) sendBatch(batch []*pendingReport) {
 	for i, p := range batch {
 		items[i] = p.item
 	}
-	delay := c.cfg.ReportBackoff
-	for try := 1; ; try++ {
-		outcomes, err := c.sendBatchOnce(ctx, items)
-		if err == nil || errors.Is(err, ErrRejected) {
-			for i, p := range batch {
-				if err != nil {
-					p.done <- reportOutcome{true, err}
-				} else {
-					p.done <- outcomes[i]
-				}
-			}
-			return
+	var outcomes []reportOutcome
+	err := c.retry(ctx, "report batch", func() error {
+		var err error
+		outcomes, err = c.sendBatchOnce(ctx, items)
+		return err
+	})
+	for i, p := range batch {
+		if err != nil {
+			p.done <- reportOutcome{true, err}
+		} else {
+			p.done <- outcomes[i]
 		}
-		c.log.Debug("report batch failed; retrying", "reports", len(items), "try", try, "err", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			for _, p := range batch {
-				p.done <- reportOutcome{true, fmt.Errorf("report batch after %d tries: %w", try, errors.Join(ctx.Err(), err))}
-			}
-			return
-		case <-t.C:
-		}
-		delay = min(2*delay, maxReportBackoff)
 	}
 }
 

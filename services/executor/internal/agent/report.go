@@ -23,18 +23,31 @@ const maxReportBackoff = 2 * time.Second
 func (c *Client) reportAlone(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReportTimeout)
 	defer cancel()
+	proceed := true
+	err := c.retry(ctx, "report "+string(rep.State), func() error {
+		var err error
+		proceed, err = c.reportOnce(ctx, id, rep)
+		return err
+	})
+	return proceed, err // reportOnce answers true with every error
+}
+
+// retry calls once until it returns nil or an error wrapping ErrRejected,
+// or ctx ends, waiting ReportBackoff, doubling up to 2s, between tries. It
+// returns once's last error, joined with ctx's when ctx ended.
+func (c *Client) retry(ctx context.Context, what string, once func() error) error {
 	delay := c.cfg.ReportBackoff
 	for try := 1; ; try++ {
-		proceed, err := c.reportOnce(ctx, id, rep)
+		err := once()
 		if err == nil || errors.Is(err, ErrRejected) {
-			return proceed, err
+			return err
 		}
-		c.log.Debug("report failed; retrying", "attempt_id", id, "state", rep.State, "try", try, "err", err)
+		c.log.Debug(what+" failed; retrying", "try", try, "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return true, fmt.Errorf("report %s after %d tries: %w", rep.State, try, errors.Join(ctx.Err(), err))
+			return fmt.Errorf("%s after %d tries: %w", what, try, errors.Join(ctx.Err(), err))
 		case <-t.C:
 		}
 		delay = min(2*delay, maxReportBackoff)
