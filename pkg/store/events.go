@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 )
@@ -43,19 +44,43 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 	return nil
 }
 
-// flushEvents inserts the transaction's buffered events in one statement,
-// in the order they were written, after announceEvents.
+// flushEvents inserts the transaction's buffered events in the order they
+// were written, with their runs' feed locks and notifications
+// (eventNotices), in one statement: the locks are an InitPlan of the
+// insert's WHERE, so Postgres takes them before the first row draws its id
+// from the sequence.
 func (s *Store) flushEvents(ctx context.Context) error {
 	if s.events == nil || len(*s.events) == 0 {
 		return nil
 	}
-	if err := s.announceEvents(ctx, *s.events); err != nil {
+	events := *s.events
+	*s.events = nil
+	now := time.Now().UTC()
+	for i := range events {
+		if events[i].CreatedAt.IsZero() {
+			events[i].CreatedAt = now
+		}
+	}
+	rows, err := json.Marshal(events)
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	scopes, notices, err := eventNotices(events)
+	if err != nil {
 		return err
 	}
-	err := s.q(ctx).Create(s.events).Error
-	*s.events = nil
+	err = s.q(ctx).Exec(insertEventsSQL, map[string]any{"rows": string(rows), "scopes": Strings(scopes),
+		"channel": EventsChannel, "notices": Strings(notices)}).Error
 	return mapErr(err)
 }
+
+const insertEventsSQL = `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, e.type,
+       coalesce(e.data, 'null'), e.created_at
+  FROM jsonb_to_recordset(CAST(@rows AS jsonb)) AS e(project text, domain text, run_name text, action_name text,
+       task_id bigint, attempt_id bigint, type text, data jsonb, created_at timestamptz)
+ WHERE (SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(CAST(@scopes AS text[])) AS k) >= 0
+   AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(@notices AS text[])) AS n) >= 0`
 
 func strPtr(s string) *string {
 	if s == "" {

@@ -102,28 +102,21 @@ func (s *Store) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, 
 	return domain.Phase(phase), mapErr(err)
 }
 
-// announceEvents, in the transaction that inserts events and before the
-// insert, takes the per-run feed locks (in key order) and queues one
-// notification per run for its commit, in one statement.
-func (s *Store) announceEvents(ctx context.Context, events []RunEvent) error {
-	var scopes, runs []string
+// eventNotices returns the per-run feed lock keys of events, sorted and
+// without repeats (the order flushEvents locks them in), and the
+// notifications to queue for the commit, one EventNotice per run.
+func eventNotices(events []RunEvent) (scopes, notices []string, err error) {
 	for _, e := range events {
 		scopes = append(scopes, "run_events:"+e.Project+"/"+e.Domain+"/"+e.RunName)
 		n, err := json.Marshal(EventNotice{Project: e.Project, Domain: e.Domain, Run: e.RunName})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		runs = append(runs, string(n))
+		notices = append(notices, string(n))
 	}
 	slices.Sort(scopes)
-	slices.Sort(runs)
-	// The locks are taken in the (sorted) array's order; the notifications
-	// (a batch of created runs writes about a thousand runs at once) wait
-	// for the commit whatever the order they are queued in.
-	err := s.q(ctx).Exec(`SELECT (SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(?::text[]) AS k),
-		(SELECT count(pg_notify(?, n)) FROM unnest(?::text[]) AS n)`,
-		Strings(slices.Compact(scopes)), EventsChannel, Strings(slices.Compact(runs))).Error
-	return mapErr(err)
+	slices.Sort(notices)
+	return slices.Compact(scopes), slices.Compact(notices), nil
 }
 
 // ListenEvents holds one connection to dsn LISTENing on EventsChannel until
