@@ -43,17 +43,6 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 	return s.StepActions(ctx, key)
 }
 
-// MarkActionStarted sets an action's started_at (its tasks were created) and
-// writes an "action.started" event.
-func (s *Store) MarkActionStarted(ctx context.Context, key domain.ActionKey, tasks int, now time.Time) error {
-	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
-		key.Project, key.Domain, key.Run, key.Action).
-		Updates(map[string]any{"started_at": now, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
-		return mapErr(err)
-	}
-	return s.event(ctx, key.RunKey, key.Action, "action.started", map[string]any{"tasks": tasks})
-}
-
 // SetActionPhase moves an action from phase from to phase to (a terminal
 // phase also sets ended_at) and writes an "action.phase" event. It changes
 // nothing and returns false when the action is no longer in phase from.

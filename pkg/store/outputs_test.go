@@ -119,7 +119,15 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"count": ""}, outs["one"], "the older generation's value is history")
 
-	finishTask(t, st, tasks[0].ID, w, domain.TaskSucceeded, map[string]string{"count": "new"})
+	d, err := st.GetAction(ctx, ak)
+	require.NoError(t, err)
+	var id int64
+	for _, x := range d.Tasks {
+		if x.Task.Generation == 1 {
+			id = x.Task.ID
+		}
+	}
+	finishTask(t, st, id, w, domain.TaskSucceeded, map[string]string{"count": "new"})
 	outs, err = st.StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"count": "new"}, outs["one"])

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -10,28 +11,61 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"go.opentelemetry.io/otel/propagation"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
-// CreateTasks inserts a started step's tasks (InsertTasks) and marks its
-// action started.
+// CreateTasks inserts a started step's tasks (as InsertTasks does) and marks
+// its action started (started_at, an "action.started" event), in one
+// statement. It does not fill the tasks' ids.
 func (s *Store) CreateTasks(ctx context.Context, key domain.ActionKey, tasks []Task, now time.Time) error {
-	if err := s.InsertTasks(ctx, tasks); err != nil {
+	rows, err := taskRows(ctx, tasks, now)
+	if err != nil {
 		return err
 	}
-	return s.MarkActionStarted(ctx, key, len(tasks), now)
+	err = s.q(ctx).Exec(`WITH t AS (`+insertTasksSQL+` RETURNING 1)
+		UPDATE actions SET started_at = @now, updated_at = @now, version = version + 1
+		WHERE project = @p AND domain = @d AND run_name = @r AND name = @a`,
+		map[string]any{"rows": rows, "now": now, "p": key.Project, "d": key.Domain, "r": key.Run, "a": key.Action}).Error
+	if err != nil {
+		return mapErr(err)
+	}
+	return s.event(ctx, key.RunKey, key.Action, "action.started", map[string]any{"tasks": len(tasks)})
 }
 
-// InsertTasks inserts tasks; a task of the same action, generation and index
-// that exists is left alone. A task without a TraceParent takes ctx's trace
-// context.
+// InsertTasks inserts tasks, in one statement; a task of the same action,
+// generation and index that exists is left alone. A task without a
+// TraceParent takes ctx's trace context; one without CreatedAt, now. It
+// does not fill the tasks' ids.
 func (s *Store) InsertTasks(ctx context.Context, tasks []Task) error {
+	rows, err := taskRows(ctx, tasks, time.Now().UTC())
+	if err != nil {
+		return err
+	}
+	return mapErr(s.q(ctx).Exec(insertTasksSQL, map[string]any{"rows": rows}).Error)
+}
+
+// insertTasksSQL inserts the tasks of the JSON array @rows (taskRows).
+var insertTasksSQL = `INSERT INTO tasks (` + taskColumns + `) SELECT ` + taskColumns + `
+	FROM jsonb_populate_recordset(NULL::tasks, CAST(@rows AS jsonb)) ON CONFLICT DO NOTHING`
+
+// taskColumns lists the columns of tasks but id.
+var taskColumns = columnsOf[Task]()
+
+// taskRows returns tasks as the JSON array insertTasksSQL reads, with
+// TraceParent from ctx and CreatedAt/UpdatedAt now where they are unset.
+func taskRows(ctx context.Context, tasks []Task, now time.Time) (string, error) {
 	tp := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, tp)
 	for i := range tasks {
 		tasks[i].TraceParent = cmp.Or(tasks[i].TraceParent, tp["traceparent"])
+		if tasks[i].CreatedAt.IsZero() {
+			tasks[i].CreatedAt = now
+		}
+		if tasks[i].UpdatedAt.IsZero() {
+			tasks[i].UpdatedAt = now
+		}
 	}
-	return mapErr(s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&tasks, 500).Error)
+	raw, err := json.Marshal(tasks)
+	return string(raw), err
 }
 
 // LockAttemptOwners locks the run, the action and the task an attempt
