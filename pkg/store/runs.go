@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,23 +56,9 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 				return err
 			}
 		}
-		run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
-			TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(),
-			Phase:     string(domain.PhaseQueued), Version: 1}
-		if nr.IdempotencyKey != "" {
-			run.IdempotencyKey = &nr.IdempotencyKey
-		}
-		if err := tx.q(ctx).Create(&run).Error; err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
-				return errIdempotencyRace
-			}
-			return mapErr(err)
-		}
-		root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
-			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1}
-		if err := tx.q(ctx).Create(&root).Error; err != nil {
-			return mapErr(err)
+		run, root, err := tx.insertRun(ctx, nr)
+		if err != nil {
+			return err
 		}
 		d = RunDetail{Run: run, Actions: []ActionDetail{{Action: root}}}
 		return tx.event(ctx, nr.Key, domain.RootActionName, "run.created", map[string]any{"phase": run.Phase})
@@ -89,6 +76,40 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 	d, err = s.GetRun(ctx, *earlier)
 	return d, false, err
 }
+
+// insertRun inserts nr's run row and its root action a0 (QUEUED) in one
+// statement and returns both. Errors: errIdempotencyRace, ErrConflict (the
+// name is taken).
+func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
+	now := time.Now().UTC()
+	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
+		TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Phase: string(domain.PhaseQueued), Version: 1,
+		CreatedAt: now, UpdatedAt: now}
+	if nr.IdempotencyKey != "" {
+		run.IdempotencyKey = &nr.IdempotencyKey
+	}
+	root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
+		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
+		CreatedAt: now, UpdatedAt: now}
+	rows, err := json.Marshal([]any{run, root})
+	if err != nil {
+		return Run{}, Action{}, fmt.Errorf("run %s: %w", nr.Key, err)
+	}
+	err = s.q(ctx).Exec(insertRunSQL, map[string]any{"rows": string(rows)}).Error
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
+		return Run{}, Action{}, errIdempotencyRace
+	}
+	return run, root, mapErr(err)
+}
+
+// insertRunSQL inserts the run of @rows[0] and the root action of @rows[1]
+// (the action's foreign key is checked at the statement's end, after the
+// run's insert).
+var insertRunSQL = `WITH r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
+	FROM jsonb_populate_record(NULL::runs, CAST(@rows AS jsonb)->0) RETURNING 1)
+INSERT INTO actions (` + columnsOf[Action]() + `) SELECT ` + columnsOf[Action]() + `
+	FROM jsonb_populate_record(NULL::actions, CAST(@rows AS jsonb)->1) WHERE EXISTS (SELECT 1 FROM r)`
 
 // runByIdempotencyKey returns the key of the run created with nr's
 // Idempotency-Key in its project and domain. Errors: ErrNotFound.
@@ -209,6 +230,27 @@ func (s *Store) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Pha
 	}
 	return mapErr(s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).
 		Updates(up).Error)
+}
+
+// SetRootPhase moves a run's root action a0 from phase from to phase to and
+// sets the run row's phase to to (a terminal phase also sets both ended_at),
+// in one statement, and writes an "action.phase" event when a0 moved. The
+// run row's phase mirrors a0's: it is set even when a0 was no longer in
+// phase from. The caller holds the run's lock.
+func (s *Store) SetRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
+	var moved int
+	err := s.q(ctx).Raw(`WITH a AS (UPDATE actions SET phase = @to, updated_at = @now, version = version + 1,
+		  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
+		  WHERE project = @p AND domain = @d AND run_name = @r AND name = @root AND phase = @from RETURNING 1)
+		UPDATE runs SET phase = @to, updated_at = @now, version = version + 1,
+		  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
+		WHERE project = @p AND domain = @d AND name = @r RETURNING (SELECT count(*) FROM a)`,
+		map[string]any{"p": key.Project, "d": key.Domain, "r": key.Run, "root": domain.RootActionName,
+			"from": string(from), "to": string(to), "now": now, "terminal": to.IsTerminal()}).Scan(&moved).Error
+	if err != nil || moved == 0 {
+		return mapErr(err)
+	}
+	return s.event(ctx, key, domain.RootActionName, "action.phase", map[string]any{"from": from, "to": to})
 }
 
 // UnfinishedRuns returns the keys of runs not yet terminal, oldest first.

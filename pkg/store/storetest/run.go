@@ -39,11 +39,7 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 		if !domain.CanMovePhase(domain.Phase(run.Phase), domain.PhaseRunning) {
 			return nil
 		}
-		if _, err := tx.SetActionPhase(ctx, key.Action(domain.RootActionName), domain.Phase(run.Phase),
-			domain.PhaseRunning, now); err != nil {
-			return err
-		}
-		return tx.SetRunPhase(ctx, key, domain.PhaseRunning, now)
+		return tx.SetRootPhase(ctx, key, domain.Phase(run.Phase), domain.PhaseRunning, now)
 	})
 	if err != nil {
 		t.Fatalf("storetest: start steps of %s: %v", key, err)

@@ -99,11 +99,9 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	if !domain.CanMovePhase(adv.Phase, p.Phase) {
 		return adv, nil
 	}
-	if _, err := tx.SetActionPhase(ctx, key.Action(domain.RootActionName), adv.Phase, p.Phase, now); err != nil {
-		return adv, err
-	}
+	from := adv.Phase
 	adv.Phase = p.Phase
-	return adv, tx.SetRunPhase(ctx, key, p.Phase, now)
+	return adv, tx.SetRootPhase(ctx, key, from, p.Phase, now)
 }
 
 // evaluateSteps decides with domain.Evaluate what starts and what is
