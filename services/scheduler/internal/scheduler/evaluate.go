@@ -35,6 +35,11 @@ type Evaluation struct {
 	// Waiters are the runs with a step waiting on a cache key the action
 	// released: their advance is pushed once committed.
 	Waiters []domain.RunKey
+	// taskState is the state decideTask gave the task.
+	taskState domain.TaskState
+	// only is set when that task is its action's only one (a one-replica
+	// action, its current generation): the action's counts need no query.
+	only bool
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -66,22 +71,49 @@ func (s *Scheduler) handleEvaluations(ctx context.Context, t *asynq.Task) error 
 }
 
 // evaluate applies a finished attempt to its task, and what follows, in one
-// transaction: after ARC's rule has been applied to its worker
-// (recordWorkerFailure), it locks the attempt's run, action and task (the
-// lock order), claims the attempt, decides the task's fate with the retry
+// transaction: it locks the attempt's run, action and task (the lock
+// order), claims the attempt, decides the task's fate with the retry
 // budgets (decideTask), derives the action's phase and, when the action
-// ended, advances the run. Idempotent: an evaluated attempt is skipped. A
-// missing attempt is a permanent failure (asynq.SkipRetry).
+// ended, advances the run. A platform failure first goes through ARC's
+// rule for its worker (recordWorkerFailure), before the task may be placed
+// again: the transaction that finds one rolls back, the rule is applied,
+// and the evaluation runs again. Idempotent: an evaluated attempt is
+// skipped. A missing attempt is a permanent failure (asynq.SkipRetry).
 func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, error) {
-	if err := s.recordWorkerFailure(ctx, attemptID); err != nil {
-		return Evaluation{}, err
+	ev, err := s.evaluateOnce(ctx, attemptID, false)
+	if errors.Is(err, errWorkerFailureFirst) {
+		if err := s.recordWorkerFailure(ctx, attemptID); err != nil {
+			return Evaluation{}, err
+		}
+		ev, err = s.evaluateOnce(ctx, attemptID, true)
 	}
+	if errors.Is(err, store.ErrNotFound) {
+		return ev, fmt.Errorf("attempt %d: %w", attemptID, asynq.SkipRetry)
+	}
+	if err == nil && ev.Done {
+		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
+		s.afterEvaluation(ctx, ev)
+	}
+	return ev, err
+}
+
+// errWorkerFailureFirst: the attempt is a platform failure whose worker
+// has not been through ARC's rule in this evaluation yet.
+var errWorkerFailureFirst = errors.New("the worker's failure is recorded first")
+
+// evaluateOnce is evaluate's transaction; recorded is true once ARC's rule
+// was applied for the attempt (else a platform failure returns
+// errWorkerFailureFirst).
+func (s *Scheduler) evaluateOnce(ctx context.Context, attemptID int64, recorded bool) (Evaluation, error) {
 	var ev Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		ev = Evaluation{}
-		run, act, t, _, err := tx.LockAttemptOwners(ctx, attemptID)
+		run, act, t, at, err := tx.LockAttemptOwners(ctx, attemptID)
 		if err != nil {
 			return err
+		}
+		if !recorded && platformFailure(at) {
+			return errWorkerFailureFirst
 		}
 		now := time.Now().UTC()
 		a, ok, err := tx.ClaimFinishedAttempt(ctx, attemptID, now)
@@ -90,13 +122,6 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, 
 		}
 		return s.decide(ctx, tx, &ev, run, act, t, a, false, now)
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return ev, fmt.Errorf("attempt %d: %w", attemptID, asynq.SkipRetry)
-	}
-	if err == nil && ev.Done {
-		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
-		s.afterEvaluation(ctx, ev)
-	}
 	return ev, err
 }
 
@@ -124,6 +149,7 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 	if err := s.decideTask(ctx, tx, ev, t, a, wasAssigned, now); err != nil {
 		return err
 	}
+	ev.only = act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
 	if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
 		return err
 	}
@@ -161,6 +187,10 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
 		return err
 	}
+	ev.taskState = o.State
+	if o.Requeue {
+		ev.taskState = domain.TaskPending
+	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
 		_, err := tx.ExhaustGangSiblings(ctx, t, now)
 		return err
@@ -176,9 +206,12 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 // instead of ending.
 func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, now time.Time) error {
 	key := keyOf(act)
-	counts, err := tx.CountTaskStates(ctx, key, act.Generation)
-	if err != nil {
-		return err
+	counts := map[domain.TaskState]int{ev.taskState: 1}
+	if !ev.only {
+		var err error
+		if counts, err = tx.CountTaskStates(ctx, key, act.Generation); err != nil {
+			return err
+		}
 	}
 	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed()}
 	for st, n := range counts {
