@@ -43,43 +43,37 @@ type TaskDetail struct {
 	Attempts []Attempt
 }
 
-// CreateRun inserts a run and its root action a0 (QUEUED) in one transaction
-// and returns them. created is false when IdempotencyKey matched an earlier
-// run, which is returned as GetRun reads it. Errors: ErrConflict when the
-// name is taken.
+// CreateRun inserts a run, its root action a0 (QUEUED) and its
+// "run.created" event, in one statement (insertRun), and returns them.
+// created is false when IdempotencyKey matched an earlier run, which is
+// returned as GetRun reads it. Errors: ErrConflict when the name is taken.
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bool, err error) {
 	var earlier *domain.RunKey
-	err = s.InTx(ctx, func(tx *Store) error {
-		if nr.IdempotencyKey != "" {
-			var err error
-			if earlier, err = tx.runByIdempotencyKey(ctx, nr); earlier != nil || !errors.Is(err, ErrNotFound) {
-				return err
-			}
+	if nr.IdempotencyKey != "" {
+		if earlier, err = s.runByIdempotencyKey(ctx, nr); err != nil && !errors.Is(err, ErrNotFound) {
+			return RunDetail{}, false, err
 		}
-		run, root, err := tx.insertRun(ctx, nr)
-		if err != nil {
-			return err
+	}
+	if earlier == nil {
+		run, root, err := s.insertRun(ctx, nr)
+		if !errors.Is(err, errIdempotencyRace) {
+			return RunDetail{Run: run, Actions: []ActionDetail{{Action: root}}}, err == nil, err
 		}
-		d = RunDetail{Run: run, Actions: []ActionDetail{{Action: root}}}
-		return tx.event(ctx, nr.Key, domain.RootActionName, "run.created", map[string]any{"phase": run.Phase})
-	})
-	if errors.Is(err, errIdempotencyRace) {
 		// A concurrent create with the same key committed first: answer
 		// with its run, as a retry after it would have been.
 		if earlier, err = s.runByIdempotencyKey(ctx, nr); err != nil {
 			return RunDetail{}, false, err
 		}
 	}
-	if err != nil || earlier == nil {
-		return d, err == nil, err
-	}
 	d, err = s.GetRun(ctx, *earlier)
 	return d, false, err
 }
 
-// insertRun inserts nr's run row and its root action a0 (QUEUED) in one
-// statement and returns both. Errors: errIdempotencyRace, ErrConflict (the
-// name is taken).
+// insertRun inserts nr's run row, its root action a0 (QUEUED) and its
+// "run.created" event, and notifies the feed, in one statement (atomic
+// without a transaction), and returns the run and a0. The run's feed lock
+// is not needed: no other transaction writes events of a run that has not
+// committed. Errors: errIdempotencyRace, ErrConflict (the name is taken).
 func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	now := time.Now().UTC()
 	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
@@ -91,11 +85,18 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
 		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
 		CreatedAt: now, UpdatedAt: now}
-	rows, err := json.Marshal([]any{run, root})
+	created := RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root.Name,
+		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
+	rows, err := json.Marshal([]any{run, root, created})
 	if err != nil {
 		return Run{}, Action{}, fmt.Errorf("run %s: %w", nr.Key, err)
 	}
-	err = s.q(ctx).Exec(insertRunSQL, map[string]any{"rows": string(rows)}).Error
+	_, notices, err := eventNotices([]RunEvent{created})
+	if err != nil {
+		return Run{}, Action{}, err
+	}
+	err = s.q(ctx).Exec(insertRunSQL, map[string]any{"rows": string(rows), "channel": EventsChannel,
+		"notice": notices[0]}).Error
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
 		return Run{}, Action{}, errIdempotencyRace
@@ -103,13 +104,16 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	return run, root, mapErr(err)
 }
 
-// insertRunSQL inserts the run of @rows[0] and the root action of @rows[1]
-// (the action's foreign key is checked at the statement's end, after the
-// run's insert).
+// insertRunSQL inserts the run of @rows[0], the root action of @rows[1]
+// (its foreign key is checked at the statement's end, after the run's
+// insert) and the event of @rows[2], and queues @notice for the commit.
 var insertRunSQL = `WITH r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
-	FROM jsonb_populate_record(NULL::runs, CAST(@rows AS jsonb)->0) RETURNING 1)
-INSERT INTO actions (` + columnsOf[Action]() + `) SELECT ` + columnsOf[Action]() + `
-	FROM jsonb_populate_record(NULL::actions, CAST(@rows AS jsonb)->1) WHERE EXISTS (SELECT 1 FROM r)`
+	FROM jsonb_populate_record(NULL::runs, CAST(@rows AS jsonb)->0) RETURNING 1),
+a AS (INSERT INTO actions (` + columnsOf[Action]() + `) SELECT ` + columnsOf[Action]() + `
+	FROM jsonb_populate_record(NULL::actions, CAST(@rows AS jsonb)->1) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
+e AS (INSERT INTO run_events (` + columnsOf[RunEvent]() + `) SELECT ` + columnsOf[RunEvent]() + `
+	FROM jsonb_populate_record(NULL::run_events, CAST(@rows AS jsonb)->2) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1)
+SELECT pg_notify(@channel, @notice) FROM e`
 
 // runByIdempotencyKey returns the key of the run created with nr's
 // Idempotency-Key in its project and domain. Errors: ErrNotFound.
