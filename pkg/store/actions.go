@@ -20,8 +20,8 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 }
 
 // ExpandSteps inserts the step actions of a run that are missing (QUEUED,
-// children of a0), writes a "run.expanded" event and returns every step
-// action of the run. The caller holds the run's lock.
+// children of a0), writes a "run.expanded" event when it inserted any, and
+// returns every step action of the run. The caller holds the run's lock.
 func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
 	root := domain.RootActionName
 	rows := make([]Action, 0, len(steps))
@@ -33,6 +33,9 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 	res := s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&rows)
 	if res.Error != nil {
 		return nil, mapErr(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return s.StepActions(ctx, key) // expanded before
 	}
 	if err := s.event(ctx, key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(rows)}); err != nil {
 		return nil, err

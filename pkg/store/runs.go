@@ -13,7 +13,6 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // NewRun is what CreateRun inserts.
@@ -220,9 +219,9 @@ func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Ru
 // Errors: ErrNotFound.
 func (s *Store) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
 	var run Run
-	err := s.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
-		Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&run).Error
-	return run, mapErr(err)
+	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(r) FROM runs r WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
+		key.Project, key.Domain, key.Run), &run)
+	return run, err
 }
 
 // SetRunPhase sets the run row's phase (mirroring a0's); a terminal phase also

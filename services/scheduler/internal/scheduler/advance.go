@@ -82,10 +82,7 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	if adv.Phase.IsTerminal() {
 		return adv, nil
 	}
-	steps, err := tx.StepActions(ctx, key)
-	if err == nil && len(steps) != len(run.Spec.Steps) {
-		steps, err = tx.ExpandSteps(ctx, key, run.Spec.Steps)
-	}
+	steps, err := s.stepActions(ctx, tx, run, key)
 	if err != nil {
 		return adv, err
 	}
@@ -102,6 +99,20 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	from := adv.Phase
 	adv.Phase = p.Phase
 	return adv, tx.SetRootPhase(ctx, key, from, p.Phase, now)
+}
+
+// stepActions returns the run's step actions, expanding the run first when
+// any is missing. A QUEUED run is expanded at once: it usually was never
+// advanced, and when it was, the expansion inserts nothing and reads them.
+func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.Run, key domain.RunKey) ([]store.Action, error) {
+	if domain.Phase(run.Phase) == domain.PhaseQueued && len(run.Spec.Steps) > 0 {
+		return tx.ExpandSteps(ctx, key, run.Spec.Steps)
+	}
+	steps, err := tx.StepActions(ctx, key)
+	if err == nil && len(steps) != len(run.Spec.Steps) {
+		steps, err = tx.ExpandSteps(ctx, key, run.Spec.Steps)
+	}
+	return steps, err
 }
 
 // evaluateSteps decides with domain.Evaluate what starts and what is
