@@ -60,6 +60,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{
 			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
 	}
+	ctx = context.WithoutCancel(ctx) // recorded even if the executor dies meanwhile (ReportAttempts)
 	res, err := h.store.ReportAttempt(ctx, int64(req.Id), rep)
 	p, ok := problemFor(err, subject{kind: "attempt", state: rep.State.String()})
 	switch {

@@ -35,6 +35,10 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 		batch = append(batch, b)
 		at = append(at, i)
 	}
+	// A batch received whole is recorded whole, even when its executor
+	// dies meanwhile: those are facts, and a batch lost with its sender
+	// would run its ended attempts again.
+	ctx = context.WithoutCancel(ctx)
 	results, err := h.store.ReportAttempts(ctx, req.Id.String(), batch, h.cfg.LogMaxBytes)
 	if err != nil {
 		return nil, err
