@@ -82,8 +82,9 @@ type reportOutcome struct {
 
 // Report sends rep about attempt id and returns whether the attempt may
 // proceed. Once the executor is registered, reports travel in batches (POST
-// /v1/workers/{id}/reports), one transaction each at the api; a report of
-// one attempt is made only after the previous one returned, so order per
+// /v1/workers/{id}/reports), one transaction each at the api, in the order
+// they were made: a report of an attempt made after another (even before
+// the other returned) is in the same batch or a later one, so order per
 // attempt holds. Transport errors and 5xx answers are retried, the delay
 // starting at ReportBackoff and doubling up to 2s, for at most
 // ReportTimeout, so a brief api outage loses no result; a resent batch
@@ -92,14 +93,28 @@ type reportOutcome struct {
 // proceed is false. Any other 4xx is not retried: the error wraps
 // ErrRejected. Before registration a report goes alone.
 func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	return c.Submit(ctx, id, rep)()
+}
+
+// Submit queues rep about attempt id for the next batch, as Report sends
+// it, and returns at once; wait returns Report's answer. Before
+// registration the report is sent alone, before Submit returns.
+func (c *Client) Submit(ctx context.Context, id int64, rep api.AttemptReport) (wait func() (bool, error)) {
 	if c.worker.Load() == nil {
-		return c.reportAlone(ctx, id, rep)
+		proceed, err := c.reportAlone(ctx, id, rep)
+		return func() (bool, error) { return proceed, err }
 	}
-	return c.enqueue(ctx, api.BatchedReport{AttemptId: id, Report: &rep})
+	return c.submit(ctx, api.BatchedReport{AttemptId: id, Report: &rep})
 }
 
 // enqueue puts item in the next batch and waits for its outcome.
 func (c *Client) enqueue(ctx context.Context, item api.BatchedReport) (bool, error) {
+	return c.submit(ctx, item)()
+}
+
+// submit puts item in the next batch and returns a function that waits
+// for its outcome (or ctx's end).
+func (c *Client) submit(ctx context.Context, item api.BatchedReport) func() (bool, error) {
 	p := &pendingReport{ctx: ctx, item: item, size: itemSize(item), done: make(chan reportOutcome, 1)}
 	b := &c.batch
 	b.mu.Lock()
@@ -110,11 +125,13 @@ func (c *Client) enqueue(ctx context.Context, item api.BatchedReport) (bool, err
 	if lead {
 		go c.flush()
 	}
-	select {
-	case o := <-p.done:
-		return o.proceed, o.err
-	case <-ctx.Done():
-		return true, fmt.Errorf("%s: %w", itemName(item), ctx.Err())
+	return func() (bool, error) {
+		select {
+		case o := <-p.done:
+			return o.proceed, o.err
+		case <-ctx.Done():
+			return true, fmt.Errorf("%s: %w", itemName(item), ctx.Err())
+		}
 	}
 }
 

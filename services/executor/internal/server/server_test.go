@@ -39,6 +39,11 @@ func (r *reports) Report(_ context.Context, id int64, rep api.AttemptReport) (bo
 	return true, nil
 }
 
+func (r *reports) Submit(ctx context.Context, id int64, rep api.AttemptReport) func() (bool, error) {
+	proceed, err := r.Report(ctx, id, rep)
+	return func() (bool, error) { return proceed, err }
+}
+
 func (r *reports) find(id int64, st api.TaskState) *api.AttemptReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()

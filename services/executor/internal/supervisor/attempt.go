@@ -27,7 +27,8 @@ type attempt struct {
 	stuck    chan struct{} // closed when the plugin's Abort failed; killErr says why
 	killErr  error
 	exitOnce sync.Once
-	logs     *logShipper // ships the output while it runs; nil ships nothing
+	logs     *logShipper    // ships the output while it runs; nil ships nothing
+	answers  sync.WaitGroup // waits for the answer to its RUNNING report (running)
 
 	stuckOnce   sync.Once
 	mu          sync.Mutex
@@ -109,6 +110,7 @@ func (a *attempt) stopReason() *stopReason {
 func (s *Supervisor) run(a *attempt) {
 	defer s.wg.Done()
 	defer s.forget(a)
+	defer a.answers.Wait() // after cancel: an answer still awaited ends with a.ctx
 	defer a.cancel()
 	final := s.execute(a)
 	a.logs.close() // the last output is stored before the final report

@@ -59,14 +59,11 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	return s.drive(a, p, t)
 }
 
-// light runs an attempt of a WorkDirless plugin: it reports RUNNING and,
-// unless the attempt was stopped first, returns what the plugin's Handle
-// answers.
+// light runs an attempt of a WorkDirless plugin: it reports RUNNING (not
+// waiting for the answer: the work has nothing to stop) and, unless the
+// attempt was stopped first, returns what the plugin's Handle answers.
 func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
-	a.setState(api.TaskStateRUNNING)
-	if !s.report(a, api.AttemptReport{State: api.TaskStateRUNNING}) {
-		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
-	}
+	s.running(a, 0)
 	if r := a.stopReason(); r != nil {
 		return killed(*r, nil)
 	}
@@ -102,7 +99,10 @@ func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.Atte
 	return withTransition(tr, t)
 }
 
-// running reports RUNNING, with the work's process group when it has one.
+// running reports RUNNING, with the work's process group when it has one,
+// without waiting for the answer: the work goes on meanwhile (its final
+// report follows RUNNING to the control plane, in the same batch when it
+// ends first), and an answer that the attempt must stop stops it then.
 func (s *Supervisor) running(a *attempt, pid int) {
 	a.setState(api.TaskStateRUNNING)
 	rep := api.AttemptReport{State: api.TaskStateRUNNING}
@@ -110,9 +110,12 @@ func (s *Supervisor) running(a *attempt, pid int) {
 		rep.Pid = &pid
 		s.log.Info("attempt started", "attempt_id", a.spec.Id, "pid", pid)
 	}
-	if !s.report(a, rep) {
-		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
-	}
+	wait := s.rep.Submit(a.ctx, a.spec.Id, rep)
+	a.answers.Go(func() {
+		if !s.proceed(a, rep, wait) {
+			a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+		}
+	})
 }
 
 // stopped finishes a stopped attempt as Flyte's executor
@@ -168,7 +171,12 @@ func (s *Supervisor) finalize(p plugin.Plugin, t *plugin.Task) {
 // when the control plane answered that the attempt must stop: a lost
 // progress report is no reason to kill a process.
 func (s *Supervisor) report(a *attempt, rep api.AttemptReport) bool {
-	proceed, err := s.rep.Report(a.ctx, a.spec.Id, rep)
+	return s.proceed(a, rep, s.rep.Submit(a.ctx, a.spec.Id, rep))
+}
+
+// proceed waits for the answer to a's progress report rep, as report.
+func (s *Supervisor) proceed(a *attempt, rep api.AttemptReport, wait func() (bool, error)) bool {
+	proceed, err := wait()
 	if err != nil {
 		if a.ctx.Err() == nil {
 			s.log.Warn("report lost", "attempt_id", a.spec.Id, "state", rep.State, "err", err)

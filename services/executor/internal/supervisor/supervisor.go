@@ -32,11 +32,14 @@ var (
 	ErrNotHeld = errors.New("attempt not held by this executor")
 )
 
-// Reporter tells the control plane a fact about an attempt. It returns
+// Reporter tells the control plane a fact about an attempt. Report returns
 // proceed=false when the attempt must stop. It may retry; an error means the
-// report was lost.
+// report was lost. Submit queues a report and returns at once, wait giving
+// Report's answer: a report of an attempt submitted or made after it reaches
+// the control plane after it.
 type Reporter interface {
 	Report(ctx context.Context, id int64, rep api.AttemptReport) (proceed bool, err error)
+	Submit(ctx context.Context, id int64, rep api.AttemptReport) (wait func() (proceed bool, err error))
 }
 
 // Config configures a Supervisor.
