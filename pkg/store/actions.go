@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // StepActions returns a run's step actions (every action but the root a0).
@@ -24,13 +24,19 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 // returns every step action of the run. The caller holds the run's lock.
 func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
 	root := domain.RootActionName
+	now := time.Now().UTC()
 	rows := make([]Action, 0, len(steps))
 	for _, st := range steps {
 		rows = append(rows, Action{Project: key.Project, Domain: key.Domain, RunName: key.Run, Name: st.Name,
 			ParentActionName: &root, Kind: st.Kind, Spec: st, DependsOn: Strings(append([]string{}, st.DependsOn...)),
-			Phase: string(domain.PhaseQueued), TimeoutMs: st.TimeoutDuration().Milliseconds(), Version: 1})
+			Phase: string(domain.PhaseQueued), TimeoutMs: st.TimeoutDuration().Milliseconds(), Version: 1,
+			CreatedAt: now, UpdatedAt: now})
 	}
-	res := s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&rows)
+	raw, err := json.Marshal(rows)
+	if err != nil {
+		return nil, fmt.Errorf("steps of %s: %w", key, err)
+	}
+	res := s.q(ctx).Exec(insertActionsSQL+` ON CONFLICT DO NOTHING`, string(raw))
 	if res.Error != nil {
 		return nil, mapErr(res.Error)
 	}

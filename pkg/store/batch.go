@@ -194,19 +194,29 @@ func (s *Store) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted
 	return nil
 }
 
+// insertActionsSQL inserts the actions of a JSON array of Action.
+var insertActionsSQL = `INSERT INTO actions (` + columnsOf[Action]() + `) SELECT ` + columnsOf[Action]() + `
+	FROM jsonb_populate_recordset(NULL::actions, CAST(? AS jsonb))`
+
 // insertRoots inserts the root action a0 (QUEUED) of each inserted run and
 // writes its run.created event, as CreateRun does.
 func (s *Store) insertRoots(ctx context.Context, runs []NewRun, inserted []int, out []RunResult) error {
 	if len(inserted) == 0 {
 		return nil
 	}
+	now := time.Now().UTC()
 	roots := make([]Action, len(inserted))
 	for j, i := range inserted {
 		run := out[i].Detail.Run
 		roots[j] = Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
-			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1}
+			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
+			CreatedAt: now, UpdatedAt: now}
 	}
-	if err := s.q(ctx).CreateInBatches(&roots, 500).Error; err != nil { // under Postgres' 65535 parameters
+	rows, err := json.Marshal(roots)
+	if err != nil {
+		return fmt.Errorf("root actions: %w", err)
+	}
+	if err := s.q(ctx).Exec(insertActionsSQL, string(rows)).Error; err != nil {
 		return mapErr(err)
 	}
 	for j, i := range inserted {
