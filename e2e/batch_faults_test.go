@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -37,14 +36,7 @@ func TestReportBatchFaults(t *testing.T) {
 			s.Kill("api")
 			s.StartService("api")
 		})
-		s.Eventually(30*time.Second, "the api ready again", func() bool {
-			resp, err := http.Get(s.APIURL + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		s.AwaitReady(s.APIURL, 30*time.Second)
 		requireOnceEach(t, s, db, name, 4)
 	})
 	t.Run("ExecutorKilledWithBatchInFlight", func(t *testing.T) {

@@ -162,14 +162,7 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		s.StartExecutor(i)
 	}
 	s.Client = s.NewClient(s.APIURL)
-	s.Eventually(15*time.Second, "api ready", func() bool {
-		resp, err := http.Get(s.APIURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	s.AwaitReady(s.APIURL, 15*time.Second)
 	s.Eventually(15*time.Second, "executors registered", func() bool {
 		return s.AliveWorkers() >= o.Executors
 	})
@@ -243,7 +236,15 @@ func serviceOf(name string) string {
 func (s *Stack) StartAPI(i int) string {
 	s.t.Helper()
 	url := "http://" + s.startAPIOnAnyPort(fmt.Sprintf("api-%d", i))
-	s.Eventually(15*time.Second, "api replica ready", func() bool {
+	s.AwaitReady(url, 15*time.Second)
+	return url
+}
+
+// AwaitReady waits up to timeout until the api at url answers /readyz with
+// 200.
+func (s *Stack) AwaitReady(url string, timeout time.Duration) {
+	s.t.Helper()
+	s.Eventually(timeout, "api at "+url+" ready", func() bool {
 		resp, err := http.Get(url + "/readyz")
 		if err != nil {
 			return false
@@ -251,7 +252,6 @@ func (s *Stack) StartAPI(i int) string {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return url
 }
 
 // Proc returns the process last started under name, or nil.
