@@ -19,6 +19,13 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 	return steps, mapErr(err)
 }
 
+// actionColumns lists the columns of actions (columnsOf).
+var actionColumns = columnsOf[Action]()
+
+// insertActionsSQL inserts the actions of a JSON array of Action.
+var insertActionsSQL = `INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
+	FROM jsonb_populate_recordset(NULL::actions, CAST(? AS jsonb))`
+
 // ExpandSteps inserts the step actions of a run that are missing (QUEUED,
 // children of a0), writes a "run.expanded" event when it inserted any, and
 // returns every step action of the run. The caller holds the run's lock.

@@ -194,10 +194,6 @@ func (s *Store) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted
 	return nil
 }
 
-// insertActionsSQL inserts the actions of a JSON array of Action.
-var insertActionsSQL = `INSERT INTO actions (` + columnsOf[Action]() + `) SELECT ` + columnsOf[Action]() + `
-	FROM jsonb_populate_recordset(NULL::actions, CAST(? AS jsonb))`
-
 // insertRoots inserts the root action a0 (QUEUED) of each inserted run and
 // writes its run.created event, as CreateRun does.
 func (s *Store) insertRoots(ctx context.Context, runs []NewRun, inserted []int, out []RunResult) error {

@@ -108,7 +108,7 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 // insert) and the event of @rows[2], and queues @notice for the commit.
 var insertRunSQL = `WITH r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
 	FROM jsonb_populate_record(NULL::runs, CAST(@rows AS jsonb)->0) RETURNING 1),
-a AS (INSERT INTO actions (` + columnsOf[Action]() + `) SELECT ` + columnsOf[Action]() + `
+a AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
 	FROM jsonb_populate_record(NULL::actions, CAST(@rows AS jsonb)->1) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
 e AS (INSERT INTO run_events (` + columnsOf[RunEvent]() + `) SELECT ` + columnsOf[RunEvent]() + `
 	FROM jsonb_populate_record(NULL::run_events, CAST(@rows AS jsonb)->2) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1)
