@@ -102,7 +102,7 @@ type CacheFilter struct {
 // cursor of the next page ("" on the last). Errors: ErrBadCursor.
 func (s *Store) ListCacheEntries(ctx context.Context, f CacheFilter) ([]CacheEntryDetail, string, error) {
 	limit := min(max(cmp.Or(f.Limit, 50), 1), 500)
-	q := s.q(ctx).Where("project = ? AND domain = ?", f.Project, f.Domain)
+	q := s.q(ctx).Where("project = ? AND domain = ? AND "+sqlListedByCreation, f.Project, f.Domain)
 	if f.Cursor != "" {
 		at, key, err := decodeCursor(f.Cursor)
 		if err != nil {

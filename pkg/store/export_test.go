@@ -18,3 +18,9 @@ func init() {
 		}
 	}
 }
+
+// The listing-only predicates, for the plan tests.
+const (
+	SQLListedByCreation = sqlListedByCreation
+	SQLListedByID       = sqlListedByID
+)

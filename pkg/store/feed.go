@@ -58,6 +58,8 @@ func (s *Store) EventsAfter(ctx context.Context, f EventFilter, after int64, lim
 	q := s.q(ctx).Where("project = ? AND domain = ? AND id > ?", f.Project, f.Domain, after)
 	if f.Run != "" {
 		q = q.Where("run_name = ?", f.Run)
+	} else {
+		q = q.Where(sqlListedByID)
 	}
 	var rows []RunEvent
 	err := q.Order("id").Limit(min(max(limit, 1), 1000)).Find(&rows).Error

@@ -31,7 +31,7 @@ var ErrBadCursor = errors.New("invalid cursor")
 // page ("" on the last). Errors: ErrBadCursor.
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
 	limit := min(max(cmp.Or(f.Limit, 50), 1), 500)
-	q := s.q(ctx).Where("project = ? AND domain = ?", f.Project, f.Domain)
+	q := s.q(ctx).Where("project = ? AND domain = ? AND "+sqlListedByCreation, f.Project, f.Domain)
 	if f.Phase != "" {
 		q = q.Where("phase = ?", f.Phase)
 	}

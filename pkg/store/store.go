@@ -159,6 +159,16 @@ var (
 	sqlAssigned = sqlStates(domain.TaskAssigned)
 )
 
+// Listing-only predicates, true of every row. The listing indexes
+// (runs_list, cache_entries_created, run_events_scope) are partial on them,
+// so that a lookup by key, which does not state them, never takes a listing
+// index while the tables have no statistics yet (migration 00011); the
+// listings state them.
+const (
+	sqlListedByCreation = "created_at > '-infinity'"
+	sqlListedByID       = "id > 0"
+)
+
 // sqlStates renders states as a parenthesised SQL list: "(2, 3)".
 func sqlStates(states ...domain.TaskState) string {
 	parts := make([]string, len(states))
