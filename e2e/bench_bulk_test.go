@@ -36,9 +36,11 @@ func BenchmarkAcceptBulk(b *testing.B) {
 	url := fmt.Sprintf("%s/v1/projects/%s/domains/%s/runs/batch", r.APIURL, project, domain)
 	figures := map[string]any{"runs": total, "batch": batch, "clients": clients, "executors": 2}
 	cpu := newCPUMeter(r)
+	profiled := r.Profile(b, "accept_bulk", envDuration("CAPSTAN_BENCH_PROFILE_TIME", 5*time.Second))
 	start := time.Now()
 	status, body := postBatches(b, hc, r.Stack, url, total, batch, clients)
 	elapsed := time.Since(start)
+	profiled()
 	figures["cpu"], figures["peak_rss_mib"] = cpu.Stop(), r.PeakRSS()
 	res := benchResult{Title: "Accept runs in bulk (POST .../runs/batch)", Target: "20,000 runs accepted in ≤ 5 s",
 		Figures: figures}
