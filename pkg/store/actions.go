@@ -11,12 +11,21 @@ import (
 	"gorm.io/gorm"
 )
 
-// StepActions returns a run's step actions (every action but the root a0).
+// StepActions returns a run's step actions (every action but the root a0),
+// by name, read as the JSON Postgres builds from the rows.
 func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, error) {
+	var raw []byte
+	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(a ORDER BY a.name), '[]') FROM actions a
+		WHERE project = ? AND domain = ? AND run_name = ? AND name <> ?`, key.Project, key.Domain, key.Run,
+		domain.RootActionName).Row().Scan(&raw)
+	if err != nil {
+		return nil, mapErr(err)
+	}
 	var steps []Action
-	err := s.q(ctx).Where("project = ? AND domain = ? AND run_name = ? AND name <> ?", key.Project, key.Domain, key.Run,
-		domain.RootActionName).Find(&steps).Error
-	return steps, mapErr(err)
+	if err := decodeRows(raw, &steps); err != nil {
+		return nil, fmt.Errorf("decode step actions: %w", err)
+	}
+	return steps, nil
 }
 
 // actionColumns lists the columns of actions (columnsOf).

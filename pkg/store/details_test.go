@@ -77,6 +77,12 @@ func TestDetailsMatchRows(t *testing.T) {
 		require.NoError(t, err)
 		requireSameJSON(t, got, one)
 	}
+	steps, err := st.StepActions(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, steps, 3)
+	for i := range steps {
+		requireSameJSON(t, d.Actions[i+1].Action, steps[i])
+	}
 	ar, err := st.GetAttemptRun(ctx, att.ID)
 	require.NoError(t, err)
 	requireSameJSON(t, d.Actions[2].Action, ar.Action)
