@@ -81,7 +81,7 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 	var res ReportResult
 	err := s.InTx(ctx, func(tx *Store) error {
 		var err error
-		res, err = tx.report(ctx, id, "", rep)
+		res, err = tx.report(ctx, lockedRows{}, id, "", rep)
 		return err
 	})
 	return res, err
@@ -92,9 +92,9 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 // and a report of the state the attempt is in already, or of BUILDING when
 // it runs (a resent batch), writes nothing. Its errors come before any
 // write.
-func (s *Store) report(ctx context.Context, id int64, worker string, rep Report) (ReportResult, error) {
+func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult, error) {
 	var res ReportResult
-	t, a, err := s.lockTaskAttempt(ctx, id)
+	t, a, err := locked.get(ctx, s, id)
 	if err == nil && worker != "" && (a.WorkerID == nil || *a.WorkerID != worker) {
 		err = ErrNotFound
 	}
@@ -113,7 +113,7 @@ func (s *Store) report(ctx context.Context, id int64, worker string, rep Report)
 	if !domain.CanReport(a.State, rep.State) {
 		return res, ErrBadReport
 	}
-	if err := s.applyReport(ctx, t, a, id, rep, live); err != nil {
+	if err := s.applyReport(ctx, locked, t, a, id, rep, live); err != nil {
 		return res, err
 	}
 	res.Evaluate = (live || killedLast(t, a)) && rep.State.IsTerminal()
@@ -122,27 +122,63 @@ func (s *Store) report(ctx context.Context, id int64, worker string, rep Report)
 
 // applyReport writes a report the attempt can take: the attempt's columns,
 // what a terminal report carries, the task's state while live, and the
-// "attempt.<STATE>" event.
-func (s *Store) applyReport(ctx context.Context, t Task, a Attempt, id int64, rep Report, live bool) error {
+// "attempt.<STATE>" event. The rows it writes replace t and a in locked.
+func (s *Store) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
+	live bool) error {
 	now := time.Now().UTC()
 	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
 	if err != nil {
 		return err
 	}
-	if err := s.q(ctx).Model(&Attempt{}).Where("id = ?", id).Updates(up).Error; err != nil {
+	var attempts []Attempt
+	if err := s.q(ctx).Model(&attempts).Clauses(clause.Returning{}).Where("id = ?", id).Updates(up).Error; err != nil {
 		return mapErr(err)
 	}
 	if err := s.recordFinal(ctx, t, id, rep); err != nil {
 		return err
 	}
+	after := taskAttempt{task: t}
 	if live && !rep.State.IsTerminal() {
-		if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(map[string]any{
+		var tasks []Task
+		if err := s.q(ctx).Model(&tasks).Clauses(clause.Returning{}).Where("id = ?", t.ID).Updates(map[string]any{
 			"state": rep.State, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
 			return mapErr(err)
 		}
+		if len(tasks) == 1 {
+			after.task = tasks[0]
+		}
+	}
+	if len(attempts) == 1 {
+		after.attempt = attempts[0]
+		locked[id] = after
 	}
 	return s.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
 		map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
+}
+
+// taskAttempt is an attempt and its task as locked (or last written) in
+// a transaction.
+type taskAttempt struct {
+	task    Task
+	attempt Attempt
+}
+
+// lockedRows holds, by attempt id, the attempts a transaction has locked
+// with their tasks, as they are now: a batch's reports read them instead of
+// locking each attempt again.
+type lockedRows map[int64]taskAttempt
+
+// get returns attempt id and its task: from l, else locked by
+// lockTaskAttempt (and kept in l). Errors: ErrNotFound.
+func (l lockedRows) get(ctx context.Context, s *Store, id int64) (Task, Attempt, error) {
+	if ta, ok := l[id]; ok {
+		return ta.task, ta.attempt, nil
+	}
+	t, a, err := s.lockTaskAttempt(ctx, id)
+	if err == nil && l != nil {
+		l[id] = taskAttempt{t, a}
+	}
+	return t, a, err
 }
 
 // killedLast reports whether a is the last attempt of a task an abort

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // BatchedReport is one item of a batch, about attempt AttemptID: a report,
@@ -36,7 +37,8 @@ type BatchedResult struct {
 func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []BatchedReport, logMax int64) ([]BatchedResult, error) {
 	out := make([]BatchedResult, len(batch))
 	err := s.InTx(ctx, func(tx *Store) error {
-		if err := tx.lockBatch(ctx, batch); err != nil {
+		locked, err := tx.lockBatch(ctx, batch)
+		if err != nil {
 			return err
 		}
 		for i, b := range batch {
@@ -46,7 +48,7 @@ func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []Batch
 				err = tx.appendBatchLogs(ctx, worker, b.AttemptID, b.Logs, logMax)
 				res.Proceed = err == nil
 			} else {
-				res, err = tx.report(ctx, b.AttemptID, worker, b.Report)
+				res, err = tx.report(ctx, locked, b.AttemptID, worker, b.Report)
 			}
 			if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadReport) {
 				return err
@@ -61,26 +63,59 @@ func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []Batch
 	return out, nil
 }
 
-// lockBatch locks the tasks, then the attempts, of a batch about several
-// attempts, each in id order, in two statements.
-func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) error {
+// lockBatch locks the tasks, then the attempts, of a batch, each in id
+// order (one statement for one attempt, two for several), and returns the
+// locked rows by attempt id: report takes them from there instead of
+// locking each attempt again. An attempt that does not exist is missing.
+func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRows, error) {
 	ids := make([]int64, 0, len(batch))
 	seen := map[int64]bool{}
 	for _, b := range batch {
-		if !seen[b.AttemptID] {
+		if !seen[b.AttemptID] && b.Logs == nil {
 			seen[b.AttemptID] = true
 			ids = append(ids, b.AttemptID)
 		}
 	}
-	if len(ids) < 2 {
-		return nil
+	locked := lockedRows{}
+	switch len(ids) {
+	case 0:
+		return locked, nil
+	case 1:
+		t, a, err := s.lockTaskAttempt(ctx, ids[0])
+		if errors.Is(err, ErrNotFound) {
+			return locked, nil
+		}
+		locked[ids[0]] = taskAttempt{t, a}
+		return locked, err
 	}
-	var locked []int64
+	var tasks []int64
 	if err := s.q(ctx).Raw(`SELECT id FROM tasks WHERE id IN (SELECT task_id FROM attempts WHERE id IN ?)
-		ORDER BY id FOR UPDATE`, ids).Scan(&locked).Error; err != nil {
-		return mapErr(err)
+		ORDER BY id FOR UPDATE`, ids).Scan(&tasks).Error; err != nil {
+		return nil, mapErr(err)
 	}
-	return mapErr(s.q(ctx).Raw(`SELECT id FROM attempts WHERE id IN ? ORDER BY id FOR UPDATE`, ids).Scan(&locked).Error)
+	// The tasks are ours now, so this statement's snapshot has their last
+	// versions; the attempts' come from their locks.
+	rows, err := s.q(ctx).Raw(`SELECT row_to_json(t), row_to_json(at) FROM attempts at JOIN tasks t ON t.id = at.task_id
+		WHERE at.id IN ? ORDER BY at.id FOR UPDATE OF at`, ids).Rows()
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rawT, rawA []byte
+		var ta taskAttempt
+		if err := rows.Scan(&rawT, &rawA); err != nil {
+			return nil, mapErr(err)
+		}
+		if err := decodeEach([][]byte{rawT, rawA}, &ta.task, &ta.attempt); err != nil {
+			return nil, fmt.Errorf("decode locked rows: %w", err)
+		}
+		locked[ta.attempt.ID] = ta
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return locked, nil
 }
 
 // appendBatchLogs appends a logs item of worker's batch: ErrNotFound for an
