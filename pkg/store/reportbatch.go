@@ -63,29 +63,32 @@ func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []Batch
 	return out, nil
 }
 
-// lockBatch locks the tasks, then the attempts, of a batch, each in id
-// order (one statement for one attempt, two for several), and returns the
-// locked rows by attempt id: report takes them from there instead of
-// locking each attempt again. An attempt that does not exist is missing.
+// lockBatch locks the tasks, then the attempts, of a batch about several
+// attempts, each in id order, in two statements; a batch about one attempt
+// with a report locks it in one (a logs-only one locks nothing here). It
+// returns the locked rows by attempt id: report takes them from there
+// instead of locking each attempt again. An attempt that does not exist is
+// missing.
 func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRows, error) {
 	ids := make([]int64, 0, len(batch))
 	seen := map[int64]bool{}
+	reports := false
 	for _, b := range batch {
-		if !seen[b.AttemptID] && b.Logs == nil {
+		reports = reports || b.Logs == nil
+		if !seen[b.AttemptID] {
 			seen[b.AttemptID] = true
 			ids = append(ids, b.AttemptID)
 		}
 	}
 	locked := lockedRows{}
-	switch len(ids) {
-	case 0:
+	if len(ids) == 0 || len(ids) == 1 && !reports {
 		return locked, nil
-	case 1:
-		t, a, err := s.lockTaskAttempt(ctx, ids[0])
+	}
+	if len(ids) == 1 {
+		_, _, err := locked.get(ctx, s, ids[0])
 		if errors.Is(err, ErrNotFound) {
-			return locked, nil
+			err = nil
 		}
-		locked[ids[0]] = taskAttempt{t, a}
 		return locked, err
 	}
 	var tasks []int64
