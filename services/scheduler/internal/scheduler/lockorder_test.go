@@ -43,6 +43,7 @@ func TestLockOrderUnderRace(t *testing.T) {
 	r.start(t, "evaluate", r.evaluateSome)
 	r.start(t, "evaluate", r.evaluateSome)
 	r.start(t, "batch", r.batchSome)
+	r.start(t, "batch", r.batchSome)
 	r.start(t, "advance", r.advanceSome)
 	r.start(t, "place", r.placeSome)
 	r.start(t, "reap", r.reapSome)
@@ -176,7 +177,8 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 
 // batchSome reports on up to four live attempts of one worker in one
 // batch, in a random order (RUNNING, output, then the end of each), as an
-// executor's batch does, and evaluates those that ended.
+// executor's batch does, and evaluates those that ended; one batch in
+// three carries only their output.
 func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 	live, err := r.liveAttempts(ctx)
 	if err != nil || len(live) == 0 {
@@ -192,7 +194,12 @@ func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 	rng.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
 	exit := 0
 	var batch []store.BatchedReport
+	logsOnly := rng.IntN(3) == 0 // output of running attempts, in no id order
 	for _, a := range mine {
+		if logsOnly {
+			batch = append(batch, store.BatchedReport{AttemptID: a.ID, Logs: []store.NewLogChunk{{Stream: "stdout", Data: "out\n"}}})
+			continue
+		}
 		batch = append(batch, store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
 			store.BatchedReport{AttemptID: a.ID, Logs: []store.NewLogChunk{{Stream: "stdout", Data: "out\n"}}},
 			store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}})
