@@ -81,7 +81,7 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 	var res ReportResult
 	err := s.InTx(ctx, func(tx *Store) error {
 		var err error
-		res, err = tx.report(ctx, lockedRows{}, id, "", rep)
+		res, err = tx.report(ctx, lockedRows{}, id, "", rep, false)
 		return err
 	})
 	return res, err
@@ -92,7 +92,8 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 // and a report of the state the attempt is in already, or of BUILDING when
 // it runs (a resent batch), writes nothing. Its errors come before any
 // write.
-func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult, error) {
+func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report,
+	deferred bool) (ReportResult, error) {
 	var res ReportResult
 	t, a, err := locked.get(ctx, s, id)
 	if err == nil && worker != "" && (a.WorkerID == nil || *a.WorkerID != worker) {
@@ -113,7 +114,7 @@ func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker 
 	if !domain.CanReport(a.State, rep.State) {
 		return res, ErrBadReport
 	}
-	if err := s.applyReport(ctx, locked, t, a, id, rep, live); err != nil {
+	if err := s.applyReport(ctx, locked, t, a, id, rep, live, deferred); err != nil {
 		return res, err
 	}
 	res.Evaluate = (live || killedLast(t, a)) && rep.State.IsTerminal()
@@ -122,45 +123,52 @@ func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker 
 
 // applyReport writes a report the attempt can take: the attempt's columns,
 // what a terminal report carries, the task's state while live, and the
-// "attempt.<STATE>" event. The rows it writes replace t and a in locked.
+// "attempt.<STATE>" event. The attempt's and the task's columns are one
+// statement (writeReport). When the batch's next item is a report of the
+// same attempt (deferred), a non-terminal report's columns are kept in
+// locked instead, and written with the next one's: an executor's RUNNING
+// and SUCCEEDED of a short attempt, sent together, cost one UPDATE.
+// ReportAttempts writes what a deferred report left at the batch's end. The
+// rows written, or as they will be, replace t and a in locked.
 func (s *Store) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
-	live bool) error {
+	live, deferred bool) error {
 	now := time.Now().UTC()
 	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
 	if err != nil {
 		return err
 	}
-	var attempts []Attempt
-	if err := s.q(ctx).Model(&attempts).Clauses(clause.Returning{}).Where("id = ?", id).Updates(up).Error; err != nil {
-		return mapErr(err)
-	}
 	if err := s.recordFinal(ctx, t, id, rep); err != nil {
 		return err
 	}
-	after := taskAttempt{task: t}
-	if live && !rep.State.IsTerminal() {
-		var tasks []Task
-		if err := s.q(ctx).Model(&tasks).Clauses(clause.Returning{}).Where("id = ?", t.ID).Updates(map[string]any{
-			"state": rep.State, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
-			return mapErr(err)
+	w := locked[id].pending
+	w.add(up, live && !rep.State.IsTerminal(), rep.State)
+	after := taskAttempt{task: t, attempt: a}
+	if deferred && !rep.State.IsTerminal() {
+		after.pending = w
+		after.attempt.State, after.attempt.UpdatedAt = rep.State, now
+		if rep.Pid != nil {
+			after.attempt.Pid = rep.Pid
 		}
-		if len(tasks) == 1 {
-			after.task = tasks[0]
+		if _, ok := up["started_at"]; ok {
+			after.attempt.StartedAt = &now
 		}
+		if w.task != nil {
+			after.task.State = *w.task
+		}
+	} else if after, err = s.writeReport(ctx, t, id, w); err != nil {
+		return err
 	}
-	if len(attempts) == 1 {
-		after.attempt = attempts[0]
-		locked[id] = after
-	}
+	locked[id] = after
 	return s.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
 		map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
 }
 
 // taskAttempt is an attempt and its task as locked (or last written) in
-// a transaction.
+// a transaction, and the columns of reports deferred and not written yet.
 type taskAttempt struct {
 	task    Task
 	attempt Attempt
+	pending pendingWrite
 }
 
 // lockedRows holds, by attempt id, the attempts a transaction has locked
@@ -176,7 +184,7 @@ func (l lockedRows) get(ctx context.Context, s *Store, id int64) (Task, Attempt,
 	}
 	t, a, err := s.lockTaskAttempt(ctx, id)
 	if err == nil && l != nil {
-		l[id] = taskAttempt{t, a}
+		l[id] = taskAttempt{task: t, attempt: a}
 	}
 	return t, a, err
 }

@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"gorm.io/gorm/clause"
 )
 
 // BatchedReport is one item of a batch, about attempt AttemptID: a report,
@@ -48,14 +54,16 @@ func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []Batch
 				err = tx.appendBatchLogs(ctx, worker, b.AttemptID, b.Logs, logMax)
 				res.Proceed = err == nil
 			} else {
-				res, err = tx.report(ctx, locked, b.AttemptID, worker, b.Report)
+				next := i + 1
+				deferred := next < len(batch) && batch[next].Logs == nil && batch[next].AttemptID == b.AttemptID
+				res, err = tx.report(ctx, locked, b.AttemptID, worker, b.Report, deferred)
 			}
 			if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadReport) {
 				return err
 			}
 			out[i] = BatchedResult{ReportResult: res, Err: err}
 		}
-		return nil
+		return tx.writeDeferred(ctx, locked)
 	})
 	if err != nil {
 		return nil, err
@@ -133,4 +141,74 @@ func (s *Store) appendBatchLogs(ctx context.Context, worker string, id int64, ch
 		return ErrNotFound
 	}
 	return s.AppendLogsBounded(ctx, id, chunks, logMax)
+}
+
+// pendingWrite is what reports of one attempt will write: the attempt's
+// columns, later reports' values over earlier ones', and the task's state
+// (nil: the task is not written).
+type pendingWrite struct {
+	up   map[string]any
+	task *domain.TaskState
+}
+
+// add lays a report's attempt columns over w's and, when moveTask, sets the
+// task's state to state.
+func (w *pendingWrite) add(up map[string]any, moveTask bool, state domain.TaskState) {
+	if w.up == nil {
+		w.up = map[string]any{}
+	}
+	maps.Copy(w.up, up)
+	if moveTask {
+		w.task = &state
+	}
+}
+
+// writeReport writes w, the columns of attempt id and the state of its
+// task t, in one statement, and returns the rows as written.
+func (s *Store) writeReport(ctx context.Context, t Task, id int64, w pendingWrite) (taskAttempt, error) {
+	after := taskAttempt{task: t}
+	if w.task == nil {
+		var attempts []Attempt
+		if err := s.q(ctx).Model(&attempts).Clauses(clause.Returning{}).Where("id = ?", id).Updates(w.up).Error; err != nil {
+			return after, mapErr(err)
+		}
+		if len(attempts) != 1 {
+			return after, ErrNotFound
+		}
+		after.attempt = attempts[0]
+		return after, nil
+	}
+	cols := slices.Sorted(maps.Keys(w.up))
+	sets, vars := make([]string, len(cols)), []any{*w.task, w.up["updated_at"], t.ID}
+	for i, c := range cols {
+		if e, ok := w.up[c].(clause.Expr); ok {
+			sets[i] = c + " = " + e.SQL
+			vars = append(vars, e.Vars...)
+			continue
+		}
+		sets[i] = c + " = ?"
+		vars = append(vars, w.up[c])
+	}
+	err := scanRows(s.q(ctx).Raw(`WITH t AS (UPDATE tasks SET state = ?, updated_at = ?, version = version + 1
+		WHERE id = ? RETURNING row_to_json(tasks) AS j)
+		UPDATE attempts SET `+strings.Join(sets, ", ")+` WHERE id = ? RETURNING (SELECT j FROM t), row_to_json(attempts)`,
+		append(vars, id)...), &after.task, &after.attempt)
+	return after, err
+}
+
+// writeDeferred writes, in attempt id order, the reports a batch deferred
+// that no later report of their attempt wrote (it was resent or refused).
+func (s *Store) writeDeferred(ctx context.Context, locked lockedRows) error {
+	for _, id := range slices.Sorted(maps.Keys(locked)) {
+		ta := locked[id]
+		if ta.pending.up == nil {
+			continue
+		}
+		after, err := s.writeReport(ctx, ta.task, id, ta.pending)
+		if err != nil {
+			return err
+		}
+		locked[id] = after
+	}
+	return nil
 }
