@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -253,18 +254,46 @@ func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, e
 	return t, a, err
 }
 
-// ClaimFinishedAttempt marks a finished, unevaluated attempt evaluated at now
-// and returns it; ok is false when it is not finished, already evaluated, or
-// missing.
-func (s *Store) ClaimFinishedAttempt(ctx context.Context, id int64, now time.Time) (a Attempt, ok bool, err error) {
-	var claimed []Attempt
-	res := s.q(ctx).Model(&claimed).Clauses(clause.Returning{}).
-		Where("id = ? AND finished_at IS NOT NULL AND evaluated_at IS NULL", id).
-		Updates(map[string]any{"evaluated_at": now, "updated_at": now})
-	if res.Error != nil || len(claimed) == 0 {
-		return Attempt{}, false, mapErr(res.Error)
+// LockAndClaimAttempt is LockAttemptOwners then ClaimFinishedAttempt, in
+// one statement: it locks the attempt's run, action and task (the lock
+// order), then marks the attempt evaluated at now if it is finished and not
+// yet evaluated. It returns the owners, the attempt as read before the
+// claim, and the attempt claimed (ok false: not finished, or evaluated
+// already). Errors: ErrNotFound.
+func (s *Store) LockAndClaimAttempt(ctx context.Context, attemptID int64, now time.Time) (o AttemptOwners,
+	claimed Attempt, ok bool, err error) {
+	var raw [5][]byte
+	err = s.q(ctx).Raw(`WITH o AS (SELECT row_to_json(r) AS r, row_to_json(x) AS x, row_to_json(t) AS t, row_to_json(at) AS a
+			FROM attempts at JOIN tasks t ON t.id = at.task_id
+			JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
+			JOIN runs r ON (r.project, r.domain, r.name) = (t.project, t.domain, t.run_name)
+			WHERE at.id = @id FOR UPDATE OF r, x, t),
+		c AS (UPDATE attempts SET evaluated_at = @now, updated_at = @now
+			WHERE id = @id AND finished_at IS NOT NULL AND evaluated_at IS NULL AND (SELECT count(*) FROM o) > 0
+			RETURNING row_to_json(attempts) AS j)
+		SELECT o.r, o.x, o.t, o.a, (SELECT j FROM c) FROM o`, map[string]any{"id": attemptID, "now": now}).
+		Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3], &raw[4])
+	if errors.Is(err, sql.ErrNoRows) {
+		return o, claimed, false, ErrNotFound
 	}
-	return claimed[0], true, nil
+	if err != nil {
+		return o, claimed, false, mapErr(err)
+	}
+	if err := decodeEach(raw[:4], &o.Run, &o.Action, &o.Task, &o.Attempt); err != nil {
+		return o, claimed, false, fmt.Errorf("decode attempt owners: %w", err)
+	}
+	if raw[4] == nil {
+		return o, claimed, false, nil
+	}
+	return o, claimed, true, decodeRows(raw[4], &claimed)
+}
+
+// AttemptOwners is an attempt with the task, action and run it belongs to.
+type AttemptOwners struct {
+	Run     Run
+	Action  Action
+	Task    Task
+	Attempt Attempt
 }
 
 // PreemptAssignedAttempt ends an attempt that is still ASSIGNED as PREEMPTED

@@ -55,19 +55,15 @@ func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome)
 	tb.Helper()
 	ctx := context.Background()
 	err := st.InTx(ctx, func(tx *store.Store) error {
-		_, _, task, _, err := tx.LockAttemptOwners(ctx, id)
-		if err != nil {
-			return err
-		}
 		now := time.Now().UTC()
-		a, ok, err := tx.ClaimFinishedAttempt(ctx, id, now)
+		owners, a, ok, err := tx.LockAndClaimAttempt(ctx, id, now)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("attempt %d is not finished, or already evaluated", id)
 		}
-		return tx.UpdateTaskOutcome(ctx, task, a, o, now)
+		return tx.UpdateTaskOutcome(ctx, owners.Task, a, o, now)
 	})
 	require.NoError(tb, err)
 }

@@ -108,19 +108,18 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, attemptID int64, recorded 
 	var ev Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		ev = Evaluation{}
-		run, act, t, at, err := tx.LockAttemptOwners(ctx, attemptID)
+		now := time.Now().UTC()
+		o, a, ok, err := tx.LockAndClaimAttempt(ctx, attemptID, now)
 		if err != nil {
 			return err
 		}
-		if !recorded && platformFailure(at) {
-			return errWorkerFailureFirst
+		if !recorded && platformFailure(o.Attempt) {
+			return errWorkerFailureFirst // rolls the claim back
 		}
-		now := time.Now().UTC()
-		a, ok, err := tx.ClaimFinishedAttempt(ctx, attemptID, now)
-		if err != nil || !ok {
-			return err
+		if !ok {
+			return nil
 		}
-		return s.decide(ctx, tx, &ev, run, act, t, a, false, now)
+		return s.decide(ctx, tx, &ev, o.Run, o.Action, o.Task, a, false, now)
 	})
 	return ev, err
 }
