@@ -254,12 +254,12 @@ func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, e
 	return t, a, err
 }
 
-// LockAndClaimAttempt is LockAttemptOwners then ClaimFinishedAttempt, in
-// one statement: it locks the attempt's run, action and task (the lock
-// order), then marks the attempt evaluated at now if it is finished and not
-// yet evaluated. It returns the owners, the attempt as read before the
-// claim, and the attempt claimed (ok false: not finished, or evaluated
-// already). Errors: ErrNotFound.
+// LockAndClaimAttempt opens an evaluation in one statement: it locks the
+// attempt's run, action and task (the lock order), then marks the attempt
+// evaluated at now if it is finished and not yet evaluated. It returns the
+// owners with the attempt as read before the claim, and the attempt as
+// claimed (ok false: not finished, or evaluated already). Errors:
+// ErrNotFound.
 func (s *Store) LockAndClaimAttempt(ctx context.Context, attemptID int64, now time.Time) (o AttemptOwners,
 	claimed Attempt, ok bool, err error) {
 	var raw [5][]byte
