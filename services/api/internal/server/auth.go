@@ -38,6 +38,10 @@ type principal struct {
 	projects []string
 	// workerID is the worker a registration-minted token speaks for.
 	workerID string
+	// attempt is the attempt (with its task and action) the holder check
+	// of an "attempt" route read from Postgres, for the handler to reuse;
+	// nil when the check read nothing (an admin, or a holder it knew).
+	attempt *store.AttemptRun
 }
 
 // mayReach reports whether p may see objects of project.
@@ -179,7 +183,7 @@ func (a *authenticator) authorize(in *openapi3filter.AuthenticationInput, done f
 	if project, ok := rvi.PathParams["project"]; ok && !p.mayReach(project) {
 		return errOtherProject
 	}
-	if err := a.checkHolder(rvi, p); err != nil {
+	if err := a.checkHolder(rvi, &p); err != nil {
 		return err
 	}
 	done(p)

@@ -26,8 +26,10 @@ var (
 // (/v1/workers/{id}/…) only for the token minted for worker id, "attempt"
 // routes (/v1/attempts/{id}/…) only for the token of the worker the attempt
 // is assigned to. Admin passes; an unknown attempt is left to the handler's
-// 404.
-func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, p principal) error {
+// 404. An attempt it reads (with its task and action, in one statement) is
+// kept in p.attempt: the executor's first request about an attempt reads it
+// (GET /v1/attempts/{id}), and its handler reuses the rows.
+func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, p *principal) error {
 	holder, _ := rvi.Route.Operation.Extensions["x-capstan-holder"].(string)
 	if holder == "" || p.role == RoleAdmin {
 		return nil
@@ -48,17 +50,17 @@ func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, 
 		}
 		worker, ok := a.holders.Get(n)
 		if !ok {
-			at, err := a.store.GetAttempt(rvi.Request.Context(), n)
+			r, err := a.store.GetAttemptRun(rvi.Request.Context(), n)
 			if errors.Is(err, store.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			if at.WorkerID == nil {
+			if r.Attempt.WorkerID == nil {
 				return errNotHolder
 			}
-			worker = *at.WorkerID
+			worker, p.attempt = *r.Attempt.WorkerID, &r
 			a.holders.Add(n, worker)
 		}
 		if !strings.EqualFold(worker, p.workerID) {

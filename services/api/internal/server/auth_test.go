@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -12,9 +14,14 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -248,4 +255,55 @@ func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status, p)
 	status, _, _ = f.doAs(t, tokB, http.MethodPost, "/v1/workers/"+idB+"/heartbeat", `{}`)
 	require.Equal(t, http.StatusUnauthorized, status, "a deregistered worker's token goes with it")
+}
+
+// An executor's first read of an attempt costs one statement: the holder
+// check reads the attempt with its task and action, and the handler answers
+// from those rows.
+func TestWorkerAttemptReadIsOneStatement(t *testing.T) {
+	t.Parallel()
+	const bootstrap = "test-worker-token-0123456789abcdef0123456789abcdef"
+	ops := store.NewOperationSeconds()
+	st, err := store.Open(context.Background(), storetest.NewURL(t), store.Config{MaxOpenConns: 4, OperationSeconds: ops})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	rdb := redistest.New(t)
+	client := asynq.NewClient(rdb)
+	t.Cleanup(func() { client.Close() })
+	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
+		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
+		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken, WorkerToken: bootstrap})
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	f := &fixture{srv: srv, store: st, redis: rdb}
+
+	status, _, w := f.doAs(t, bootstrap, http.MethodPost, "/v1/workers", `{"name":"a","address":"http://127.0.0.1:1","slots":2}`)
+	require.Equal(t, http.StatusCreated, status, w)
+	key := domain.RunKey{Project: "demo", Domain: "dev", Run: "r1"}
+	status, _, p := f.do(t, http.MethodPost, runsPath, `{"name":"r1","spec":{"steps":[{"name":"a","command":"true"}]}}`)
+	require.Equal(t, http.StatusCreated, status, p)
+	storetest.StartSteps(t, st, key, "a")
+	d, err := st.GetAction(context.Background(), key.Action("a"))
+	require.NoError(t, err)
+	a, ok, err := storetest.AssignTask(context.Background(), st, d.Tasks[0].Task.ID, w["id"].(string))
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	reads := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, op := range []string{"GetAttempt", "GetAttemptRun"} {
+			m := &dto.Metric{}
+			require.NoError(t, ops.WithLabelValues(op).(prometheus.Histogram).Write(m))
+			out[op] = m.GetHistogram().GetSampleCount()
+		}
+		return out
+	}
+	before := reads()
+	status, _, got := f.doAs(t, w["token"].(string), http.MethodGet, fmt.Sprintf("/v1/attempts/%d", a.ID), "")
+	require.Equal(t, http.StatusOK, status, got)
+	require.Equal(t, float64(a.ID), got["id"])
+	require.Equal(t, "true", got["command"])
+	after := reads()
+	require.Equal(t, before["GetAttempt"], after["GetAttempt"])
+	require.Equal(t, before["GetAttemptRun"]+1, after["GetAttemptRun"])
 }
