@@ -13,7 +13,8 @@ import (
 // ReportAttempts records a batch of an executor's reports and logs about
 // attempts placed on its worker, in one transaction and in order, and asks
 // the scheduler in one message to decide the fate of the tasks whose
-// attempts ended. Each report is checked as ReportAttempt checks one, each
+// attempts ended; then a heartbeat riding along is recorded as Heartbeat
+// records one, and answered in the reply's stop. Each report is checked as ReportAttempt checks one, each
 // logs item as AppendAttemptLogs checks its chunks; an item that is not
 // one, or about an attempt unknown here or another worker's, gets its
 // problem (400, 404, 409) in its result and does not stop the others.
@@ -60,7 +61,21 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 		}
 	}
 	h.evaluate(ctx, ended)
-	return api.ReportAttempts200JSONResponse{Results: out}, nil
+	reply := api.ReportAttempts200JSONResponse{Results: out}
+	if req.Body.Heartbeat != nil {
+		stop, unknown, err := h.beat(ctx, req.Id.String(), req.Body.Heartbeat)
+		switch {
+		case unknown != nil:
+			return api.ReportAttempts404ApplicationProblemPlusJSONResponse(*unknown), nil
+		case err != nil:
+			return nil, err
+		}
+		if stop == nil {
+			stop = []int64{}
+		}
+		reply.Stop = &stop
+	}
+	return reply, nil
 }
 
 // checkBatchItem checks one item of a batch and returns it in the store's

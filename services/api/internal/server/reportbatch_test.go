@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -167,4 +168,37 @@ func (f *controlFixture) pendingEvaluations(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// A heartbeat rides along with a batch: recorded after the items, so an
+// attempt that ended in the batch is in its stop list (ended), as is one
+// the control plane does not know; the worker's last heartbeat moves. A
+// batch without one answers no stop list.
+func TestReportBatchCarriesAHeartbeat(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	key := f.startedRun(t)
+	id := f.assignA(t, key)
+	var worker string
+	var before time.Time
+	require.NoError(t, f.db.QueryRow(`SELECT a.worker_id, w.last_heartbeat_at FROM attempts a JOIN workers w ON w.id = a.worker_id
+		WHERE a.id = $1`, id).Scan(&worker, &before))
+	body := fmt.Sprintf(`{"reports":[{"attempt_id":%[1]d,"report":{"state":"SUCCEEDED","exit_code":0}}],
+		"heartbeat":{"attempts":[{"id":%[1]d,"state":"RUNNING"},{"id":987654321,"state":"RUNNING"}]}}`, id)
+	status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
+	require.Equal(t, http.StatusOK, status, out)
+	require.ElementsMatch(t, []any{float64(id), float64(987654321)}, out["stop"])
+	var after time.Time
+	require.NoError(t, f.db.QueryRow(`SELECT last_heartbeat_at FROM workers WHERE id = $1`, worker).Scan(&after))
+	require.True(t, after.After(before), "last heartbeat %v, then %v", before, after)
+
+	status, _, out = f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports",
+		fmt.Sprintf(`{"reports":[{"attempt_id":%d,"report":{"state":"SUCCEEDED","exit_code":0}}]}`, id))
+	require.Equal(t, http.StatusOK, status, out)
+	require.NotContains(t, out, "stop")
+
+	_, err := f.db.Exec(`UPDATE workers SET state = 'dead' WHERE id = $1`, worker)
+	require.NoError(t, err)
+	status, _, out = f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
+	require.Equal(t, http.StatusNotFound, status, "a dead worker re-registers: %v", out)
 }

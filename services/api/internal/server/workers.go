@@ -64,9 +64,24 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 // no longer holds (their final report was lost), queueing their evaluation.
 // 404 tells an unknown, deleted or dead worker to re-register.
 func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
-	id := req.Id.String()
+	stop, unknown, err := h.beat(ctx, req.Id.String(), req.Body)
+	switch {
+	case unknown != nil:
+		return embedded[api.Heartbeat404ApplicationProblemPlusJSONResponse](*unknown), nil
+	case err != nil:
+		return nil, err
+	}
+	return api.Heartbeat200JSONResponse{Stop: stop}, nil
+}
+
+// beat records worker id's heartbeat b (nil: an empty one) and queues the
+// evaluation of the attempts it lost. It returns the attempts to stop, or
+// unknown, the 404 problem of a worker unknown or dead (it must
+// re-register).
+func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) (stop []int64, unknown *api.Problem,
+	err error) {
 	var beat store.Beat
-	if b := req.Body; b != nil {
+	if b != nil {
 		if b.Attempts != nil {
 			for _, a := range *b.Attempts {
 				beat.Held = append(beat.Held, a.Id)
@@ -76,13 +91,13 @@ func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject
 	}
 	reply, err := h.store.BeatWorker(ctx, id, beat)
 	if p, ok := problemFor(err, subject{kind: "worker", name: id + " (re-register)"}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.Heartbeat404ApplicationProblemPlusJSONResponse](p), nil
+		return nil, &p, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h.evaluateLost(ctx, reply.Lost)
-	return api.Heartbeat200JSONResponse{Stop: reply.Stop}, nil
+	return reply.Stop, nil, nil
 }
 
 // DeregisterWorker removes a leaving worker; attempts still live on it become

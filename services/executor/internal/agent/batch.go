@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/google/uuid"
 )
 
 // Batch bounds: the most reports one batch carries (the api takes 1,000),
@@ -65,6 +67,19 @@ type reportBatcher struct {
 	mu      sync.Mutex
 	queue   []*pendingReport
 	sending bool
+	// beat is a heartbeat riding along with the next batch (rideAlong).
+	beat *pendingBeat
+}
+
+// pendingBeat is a heartbeat waiting for its batch's answer.
+type pendingBeat struct {
+	report api.HeartbeatReport
+	done   chan beatOutcome
+}
+
+type beatOutcome struct {
+	stop []int64
+	err  error
 }
 
 // pendingReport is a report waiting for its batch's answer.
@@ -156,8 +171,10 @@ func (c *Client) flush() {
 		n := batchLen(b.queue)
 		batch := b.queue[:n:n]
 		b.queue = b.queue[n:]
+		beat := b.beat
+		b.beat = nil
 		b.mu.Unlock()
-		c.sendBatch(batch)
+		c.sendBatch(batch, beat)
 	}
 }
 
@@ -173,47 +190,90 @@ func batchLen(queue []*pendingReport) int {
 	return n
 }
 
-// sendBatch sends one batch, retrying as Report says, and hands each report
-// its outcome.
-func (c *Client) sendBatch(batch []*pendingReport) {
+// rideAlong puts heartbeat r of worker id in the next batch when reports
+// are queued for one, and then waits for its answer: rode is false when
+// none is queued (or another heartbeat rides already), and the caller sends
+// r alone. Errors: as Heartbeat's.
+func (c *Client) rideAlong(ctx context.Context, id uuid.UUID, r api.HeartbeatReport) (stop []int64, rode bool, err error) {
+	b := &c.batch
+	p := &pendingBeat{report: r, done: make(chan beatOutcome, 1)}
+	b.mu.Lock()
+	w := c.worker.Load()
+	rode = w != nil && *w == id && b.sending && len(b.queue) > 0 && b.beat == nil
+	if rode {
+		b.beat = p
+	}
+	b.mu.Unlock()
+	if !rode {
+		return nil, false, nil
+	}
+	select {
+	case o := <-p.done:
+		return o.stop, true, o.err
+	case <-ctx.Done():
+		return nil, true, fmt.Errorf("heartbeat: %w", ctx.Err())
+	}
+}
+
+// sendBatch sends one batch, with beat riding along when not nil, retrying
+// as Report says, and hands each report, and beat, its outcome.
+func (c *Client) sendBatch(batch []*pendingReport, beat *pendingBeat) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), c.cfg.ReportTimeout)
 	defer cancel()
-	items := make([]api.BatchedReport, len(batch))
+	req := api.ReportBatch{Reports: make([]api.BatchedReport, len(batch))}
 	for i, p := range batch {
-		items[i] = p.item
+		req.Reports[i] = p.item
+	}
+	if beat != nil {
+		req.Heartbeat = &beat.report
 	}
 	var outcomes []reportOutcome
+	var stop []int64
 	err := c.retry(ctx, "report batch", func() error {
 		var err error
-		outcomes, err = c.sendBatchOnce(ctx, items)
+		outcomes, stop, err = c.sendBatchOnce(ctx, req)
 		return err
 	})
+	if beat != nil {
+		beat.done <- beatOutcome{stop, err}
+	}
 	for i, p := range batch {
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrUnknownWorker):
+			p.done <- reportOutcome{true, nil} // recorded before the heartbeat
+		case err != nil:
 			p.done <- reportOutcome{true, err}
-		} else {
+		default:
 			p.done <- outcomes[i]
 		}
 	}
 }
 
-// sendBatchOnce makes one request and returns each report's outcome.
-func (c *Client) sendBatchOnce(ctx context.Context, items []api.BatchedReport) ([]reportOutcome, error) {
+// sendBatchOnce makes one request and returns each report's outcome, and
+// the heartbeat's stop list when one rode along. Errors: with a heartbeat,
+// ErrUnknownWorker on 404 (the items were recorded) or 401.
+func (c *Client) sendBatchOnce(ctx context.Context, req api.ReportBatch) ([]reportOutcome, []int64, error) {
 	worker := *c.worker.Load()
-	res, err := c.api.ReportAttemptsWithResponse(ctx, worker, api.ReportBatch{Reports: items})
+	res, err := c.api.ReportAttemptsWithResponse(ctx, worker, req)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("report batch: %w", err)
+		return nil, nil, fmt.Errorf("report batch: %w", err)
+	case req.Heartbeat != nil && (res.StatusCode() == http.StatusNotFound || res.StatusCode() == http.StatusUnauthorized):
+		return nil, nil, fmt.Errorf("report batch: %w (%w)", ErrUnknownWorker, ErrRejected)
 	case res.JSON200 == nil:
-		return nil, &StatusError{"report batch", res.StatusCode(), string(res.Body)}
-	case len(res.JSON200.Results) != len(items):
-		return nil, fmt.Errorf("report batch: %d results for %d reports", len(res.JSON200.Results), len(items))
+		return nil, nil, &StatusError{"report batch", res.StatusCode(), string(res.Body)}
+	case len(res.JSON200.Results) != len(req.Reports):
+		return nil, nil, fmt.Errorf("report batch: %d results for %d reports", len(res.JSON200.Results), len(req.Reports))
 	}
-	out := make([]reportOutcome, len(items))
+	out := make([]reportOutcome, len(req.Reports))
 	for i, r := range res.JSON200.Results {
-		out[i] = c.outcome(items[i], r)
+		out[i] = c.outcome(req.Reports[i], r)
 	}
-	return out, nil
+	var stop []int64
+	if res.JSON200.Stop != nil {
+		stop = *res.JSON200.Stop
+	}
+	return out, stop, nil
 }
 
 // outcome is one report's outcome from its result in a batch's answer.

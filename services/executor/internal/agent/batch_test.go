@@ -33,3 +33,27 @@ func TestReportsTravelInBatches(t *testing.T) {
 	require.Equal(t, 30, total, "every report once: %v", sizes)
 	require.Less(t, len(sizes), 30, "fewer requests than reports: %v", sizes)
 }
+
+// A heartbeat due while output waits for a batch rides along with it
+// instead of making a request of its own; what it lists and the stops it is
+// answered work as a heartbeat's alone.
+func TestHeartbeatRidesAlongWithABatch(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	fake.batchLatency = 50 * time.Millisecond
+	f := run(t, fake, agent.Config{Slots: 4})
+	for id := int64(51); id <= 54; id++ {
+		fake.addAttempt(shell(id, f.agent.WorkerID(), "while :; do echo tick; sleep 0.005; done"))
+		f.enqueue(t, id)
+	}
+	for id := int64(51); id <= 54; id++ {
+		f.awaitState(t, id, api.TaskStateRUNNING)
+	}
+	require.Eventually(t, func() bool { return fake.ridingBeats() >= 3 }, waitFor, tick,
+		"heartbeats every 20ms; four attempts' output waits while a batch is in flight for 50ms")
+	require.True(t, fake.sawBeatWith(51, api.TaskStateRUNNING))
+
+	fake.stopOnNextBeat(51)
+	killed := f.awaitState(t, 51, api.TaskStateKILLED)
+	require.Equal(t, api.Aborted, *killed.Cause)
+}

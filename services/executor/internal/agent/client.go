@@ -136,7 +136,9 @@ func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (u
 }
 
 // Heartbeat reports the held attempts and whether the worker is draining,
-// and returns the attempts the control plane wants stopped. Errors:
+// and returns the attempts the control plane wants stopped. While reports
+// wait for a batch, it rides along with the batch instead of making a
+// request of its own (rideAlong). Errors:
 // ErrUnknownWorker on 404, and on 401: the worker's token went with its
 // record.
 func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.Held, draining bool) ([]int64, error) {
@@ -148,7 +150,11 @@ func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.
 	for i, h := range held {
 		items[i] = item{Id: h.ID, State: h.State}
 	}
-	res, err := c.api.HeartbeatWithResponse(ctx, id, api.HeartbeatReport{Attempts: &items, Draining: &draining})
+	beat := api.HeartbeatReport{Attempts: &items, Draining: &draining}
+	if stop, rode, err := c.rideAlong(ctx, id, beat); rode {
+		return stop, err
+	}
+	res, err := c.api.HeartbeatWithResponse(ctx, id, beat)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("heartbeat: %w", err)

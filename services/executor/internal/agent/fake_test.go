@@ -27,6 +27,7 @@ type fakeAPI struct {
 	forgotten map[string]bool // ids whose heartbeat answers 404
 	revoked   map[string]bool // ids whose bound token answers 401
 	beats     []api.HeartbeatReport
+	riders    int     // heartbeats that came with a batch
 	stop      []int64 // returned by the next heartbeat
 	attempts  map[int64]api.AttemptSpec
 	gets      []int64
@@ -105,14 +106,24 @@ func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewDecoder(r.Body).Decode(&rep)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.forgotten[r.PathValue("id")] {
+	stop, ok := f.beatLocked(r.PathValue("id"), rep)
+	if !ok {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such worker"))
 		return
 	}
+	writeJSON(w, http.StatusOK, api.HeartbeatReply{Stop: stop})
+}
+
+// beatLocked records heartbeat rep of worker id (f.mu held) and returns the
+// attempts to stop; ok is false for a forgotten worker.
+func (f *fakeAPI) beatLocked(id string, rep api.HeartbeatReport) (stop []int64, ok bool) {
+	if f.forgotten[id] {
+		return nil, false
+	}
 	f.beats = append(f.beats, rep)
-	stop := f.stop
+	stop = append([]int64{}, f.stop...)
 	f.stop = nil
-	writeJSON(w, http.StatusOK, api.HeartbeatReply{Stop: append([]int64{}, stop...)})
+	return stop, true
 }
 
 func (f *fakeAPI) deregister(w http.ResponseWriter, r *http.Request) {
@@ -188,7 +199,23 @@ func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		f.reports[it.AttemptId] = append(f.reports[it.AttemptId], *it.Report)
 	}
+	if b.Heartbeat != nil {
+		stop, ok := f.beatLocked(r.PathValue("id"), *b.Heartbeat)
+		if !ok {
+			problem.Write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such worker"))
+			return
+		}
+		f.riders++
+		out.Stop = &stop
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// ridingBeats returns how many heartbeats rode along with a batch.
+func (f *fakeAPI) ridingBeats() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.riders
 }
 
 // batchSizes returns the size of each report batch so far.
