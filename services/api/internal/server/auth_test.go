@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -14,12 +12,9 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
-	"github.com/capstan-run/capstan/pkg/queue"
-	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -267,15 +262,7 @@ func TestWorkerAttemptReadIsOneStatement(t *testing.T) {
 	st, err := store.Open(context.Background(), storetest.NewURL(t), store.Config{MaxOpenConns: 4, OperationSeconds: ops})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	rdb := redistest.New(t)
-	client := asynq.NewClient(rdb)
-	t.Cleanup(func() { client.Close() })
-	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
-		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken, WorkerToken: bootstrap})
-	srv := httptest.NewServer(e)
-	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, store: st, redis: rdb}
+	f := newFixtureOn(t, st, Config{WorkerToken: bootstrap}, nil)
 
 	status, _, w := f.doAs(t, bootstrap, http.MethodPost, "/v1/workers", `{"name":"a","address":"http://127.0.0.1:1","slots":2}`)
 	require.Equal(t, http.StatusCreated, status, w)

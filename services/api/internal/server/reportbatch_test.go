@@ -20,11 +20,8 @@ import (
 func TestReportBatchRecordsInOrderAndIsIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newControlFixture(t)
-	key := f.startedRun(t)
-	id := f.assignA(t, key)
+	key, id, worker := f.placedAttempt(t)
 	other := f.assignA(t, f.startedRun(t)) // on a second worker
-	var worker string
-	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
 
 	body := fmt.Sprintf(`{"reports":[
 		{"attempt_id":%[1]d,"report":{"state":"BUILDING"}},
@@ -69,10 +66,7 @@ func TestReportBatchRecordsInOrderAndIsIdempotent(t *testing.T) {
 func TestReportBatchResentWhileRunning(t *testing.T) {
 	t.Parallel()
 	f := newControlFixture(t)
-	key := f.startedRun(t)
-	id := f.assignA(t, key)
-	var worker string
-	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+	key, id, worker := f.placedAttempt(t)
 	body := fmt.Sprintf(`{"reports":[{"attempt_id":%[1]d,"report":{"state":"BUILDING"}},
 		{"attempt_id":%[1]d,"report":{"state":"RUNNING"}}]}`, id)
 	for range 2 {
@@ -94,10 +88,7 @@ func TestReportBatchResentWhileRunning(t *testing.T) {
 func TestReportBatchBodyLimit(t *testing.T) {
 	t.Parallel()
 	f := newControlFixture(t)
-	key := f.startedRun(t)
-	id := f.assignA(t, key)
-	var worker string
-	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+	_, id, worker := f.placedAttempt(t)
 	batch := func(n int) string {
 		return fmt.Sprintf(`{"reports":[{"attempt_id":%d,"report":{"state":"RUNNING","stdout":"%s"}}]}`, id,
 			strings.Repeat("x", n))
@@ -114,11 +105,8 @@ func TestReportBatchBodyLimit(t *testing.T) {
 func TestReportBatchCarriesLogs(t *testing.T) {
 	t.Parallel()
 	f := newControlFixture(t)
-	key := f.startedRun(t)
-	id := f.assignA(t, key)
+	_, id, worker := f.placedAttempt(t)
 	other := f.assignA(t, f.startedRun(t))
-	var worker string
-	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
 	body := fmt.Sprintf(`{"reports":[
 		{"attempt_id":%[1]d,"report":{"state":"RUNNING"}},
 		{"attempt_id":%[1]d,"logs":[{"stream":"stdout","data":"hello "},{"stream":"stdout","data":"world\n"}]},
@@ -177,12 +165,9 @@ func (f *controlFixture) pendingEvaluations(t *testing.T) int {
 func TestReportBatchCarriesAHeartbeat(t *testing.T) {
 	t.Parallel()
 	f := newControlFixture(t)
-	key := f.startedRun(t)
-	id := f.assignA(t, key)
-	var worker string
+	_, id, worker := f.placedAttempt(t)
 	var before time.Time
-	require.NoError(t, f.db.QueryRow(`SELECT a.worker_id, w.last_heartbeat_at FROM attempts a JOIN workers w ON w.id = a.worker_id
-		WHERE a.id = $1`, id).Scan(&worker, &before))
+	require.NoError(t, f.db.QueryRow(`SELECT last_heartbeat_at FROM workers WHERE id = $1`, worker).Scan(&before))
 	body := fmt.Sprintf(`{"reports":[{"attempt_id":%[1]d,"report":{"state":"SUCCEEDED","exit_code":0}}],
 		"heartbeat":{"attempts":[{"id":%[1]d,"state":"RUNNING"},{"id":987654321,"state":"RUNNING"}]}}`, id)
 	status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
@@ -201,4 +186,14 @@ func TestReportBatchCarriesAHeartbeat(t *testing.T) {
 	require.NoError(t, err)
 	status, _, out = f.do(t, http.MethodPost, "/v1/workers/"+worker+"/reports", body)
 	require.Equal(t, http.StatusNotFound, status, "a dead worker re-registers: %v", out)
+}
+
+// placedAttempt starts a run (startedRun) and places its step a's task
+// (assignA): it returns the run, the attempt and its worker.
+func (f *controlFixture) placedAttempt(t *testing.T) (key domain.RunKey, id int64, worker string) {
+	t.Helper()
+	key = f.startedRun(t)
+	id = f.assignA(t, key)
+	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
+	return key, id, worker
 }

@@ -45,7 +45,12 @@ func newFixtureConfig(t testing.TB, cfg Config) *fixture {
 // newFixtureStopping is newFixtureConfig with Deps.Stopping.
 func newFixtureStopping(t testing.TB, cfg Config, stopping <-chan struct{}) *fixture {
 	t.Helper()
-	st := storetest.New(t)
+	return newFixtureOn(t, storetest.New(t), cfg, stopping)
+}
+
+// newFixtureOn is newFixtureStopping on store st.
+func newFixtureOn(t testing.TB, st *store.Store, cfg Config, stopping <-chan struct{}) *fixture {
+	t.Helper()
 	rdb := redistest.New(t)
 	cfg.AdminToken = cmp.Or(cfg.AdminToken, testAdminToken)
 	client := asynq.NewClient(rdb)
