@@ -14,7 +14,8 @@ import (
 // attempts placed on its worker, in one transaction and in order, and asks
 // the scheduler in one message to decide the fate of the tasks whose
 // attempts ended; then a heartbeat riding along is recorded as Heartbeat
-// records one, and answered in the reply's stop. Each report is checked as ReportAttempt checks one, each
+// records one, and answered in the reply's stop (404: the worker must
+// re-register). Each report is checked as ReportAttempt checks one, each
 // logs item as AppendAttemptLogs checks its chunks; an item that is not
 // one, or about an attempt unknown here or another worker's, gets its
 // problem (400, 404, 409) in its result and does not stop the others.
