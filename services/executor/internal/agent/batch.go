@@ -239,8 +239,8 @@ func (c *Client) sendBatch(batch []*pendingReport, beat *pendingBeat) {
 	}
 	for i, p := range batch {
 		switch {
-		case errors.Is(err, ErrUnknownWorker):
-			p.done <- reportOutcome{true, nil} // recorded before the heartbeat
+		case errors.Is(err, errItemsRecorded):
+			p.done <- reportOutcome{true, nil}
 		case err != nil:
 			p.done <- reportOutcome{true, err}
 		default:
@@ -249,17 +249,24 @@ func (c *Client) sendBatch(batch []*pendingReport, beat *pendingBeat) {
 	}
 }
 
+// errItemsRecorded: the api recorded a batch's items, then found its
+// heartbeat's worker unknown or dead (404).
+var errItemsRecorded = errors.New("the batch's items were recorded")
+
 // sendBatchOnce makes one request and returns each report's outcome, and
 // the heartbeat's stop list when one rode along. Errors: with a heartbeat,
-// ErrUnknownWorker on 404 (the items were recorded) or 401.
+// ErrUnknownWorker on 404 (with errItemsRecorded) or 401 (the token went
+// with the worker's record: nothing was recorded).
 func (c *Client) sendBatchOnce(ctx context.Context, req api.ReportBatch) ([]reportOutcome, []int64, error) {
 	worker := *c.worker.Load()
 	res, err := c.api.ReportAttemptsWithResponse(ctx, worker, req)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("report batch: %w", err)
-	case req.Heartbeat != nil && (res.StatusCode() == http.StatusNotFound || res.StatusCode() == http.StatusUnauthorized):
-		return nil, nil, fmt.Errorf("report batch: %w (%w)", ErrUnknownWorker, ErrRejected)
+	case req.Heartbeat != nil && res.StatusCode() == http.StatusNotFound:
+		return nil, nil, fmt.Errorf("report batch: %w (%w, %w)", ErrUnknownWorker, errItemsRecorded, ErrRejected)
+	case req.Heartbeat != nil && res.StatusCode() == http.StatusUnauthorized:
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnknownWorker, &StatusError{"report batch", res.StatusCode(), string(res.Body)})
 	case res.JSON200 == nil:
 		return nil, nil, &StatusError{"report batch", res.StatusCode(), string(res.Body)}
 	case len(res.JSON200.Results) != len(req.Reports):
