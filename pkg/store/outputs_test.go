@@ -114,7 +114,7 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	tasks := store.NewTasks(ak, step, 1, now)
-	require.NoError(t, st.CreateTasks(ctx, ak, tasks, now))
+	require.NoError(t, st.CreateTasks(ctx, key, now, store.StartedStep{Action: ak.Action, Tasks: tasks}))
 	outs, err = st.StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"count": ""}, outs["one"], "the older generation's value is history")

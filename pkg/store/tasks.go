@@ -13,22 +13,44 @@ import (
 	"gorm.io/gorm"
 )
 
-// CreateTasks inserts a started step's tasks (as InsertTasks does) and marks
-// its action started (started_at, an "action.started" event), in one
-// statement. It does not fill the tasks' ids.
-func (s *Store) CreateTasks(ctx context.Context, key domain.ActionKey, tasks []Task, now time.Time) error {
+// StartedStep is a starting step of a run, by its action's name, and its
+// tasks (NewTasks).
+type StartedStep struct {
+	Action string
+	Tasks  []Task
+}
+
+// CreateTasks inserts the tasks of a run's starting steps (as InsertTasks
+// does) and marks their actions started (started_at, then an
+// "action.started" event each, in the steps' order), in one statement
+// whatever the number of steps: a fan-out's branches start together. No
+// steps: nothing. It does not fill the tasks' ids.
+func (s *Store) CreateTasks(ctx context.Context, run domain.RunKey, now time.Time, steps ...StartedStep) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	var tasks []Task
+	names := make([]string, len(steps))
+	for i, st := range steps {
+		tasks, names[i] = append(tasks, st.Tasks...), st.Action
+	}
 	rows, err := taskRows(ctx, tasks, now)
 	if err != nil {
 		return err
 	}
 	err = s.q(ctx).Exec(`WITH t AS (`+insertTasksSQL+` RETURNING 1)
 		UPDATE actions SET started_at = @now, updated_at = @now, version = version + 1
-		WHERE project = @p AND domain = @d AND run_name = @r AND name = @a`,
-		map[string]any{"rows": rows, "now": now, "p": key.Project, "d": key.Domain, "r": key.Run, "a": key.Action}).Error
+		WHERE project = @p AND domain = @d AND run_name = @r AND name IN @names`,
+		map[string]any{"rows": rows, "now": now, "p": run.Project, "d": run.Domain, "r": run.Run, "names": names}).Error
 	if err != nil {
 		return mapErr(err)
 	}
-	return s.event(ctx, key.RunKey, key.Action, "action.started", map[string]any{"tasks": len(tasks)})
+	for _, st := range steps {
+		if err := s.event(ctx, run, st.Action, "action.started", map[string]any{"tasks": len(st.Tasks)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // InsertTasks inserts tasks, in one statement; a task of the same action,

@@ -27,14 +27,14 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 			return err
 		}
 		now := time.Now().UTC()
+		var steps []store.StartedStep
 		for _, step := range run.Spec.Steps {
-			if len(names) > 0 && !slices.Contains(names, step.Name) {
-				continue
+			if len(names) == 0 || slices.Contains(names, step.Name) {
+				steps = append(steps, store.StartedStep{Action: step.Name, Tasks: store.NewTasks(key.Action(step.Name), step, 0, now)})
 			}
-			ak := key.Action(step.Name)
-			if err := tx.CreateTasks(ctx, ak, store.NewTasks(ak, step, 0, now), now); err != nil {
-				return err
-			}
+		}
+		if err := tx.CreateTasks(ctx, key, now, steps...); err != nil {
+			return err
 		}
 		if !domain.CanMovePhase(domain.Phase(run.Phase), domain.PhaseRunning) {
 			return nil

@@ -148,14 +148,29 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 	for _, a := range steps {
 		byName[a.Name] = a
 	}
+	var tasks []store.StartedStep // task steps, created in one statement
 	for _, name := range p.Start {
-		hit, err := s.startStep(ctx, tx, key, byName[name], now)
+		a := byName[name]
+		if a.Spec.Kind != domain.KindSuspend && a.Spec.Kind != domain.KindApproval && a.Spec.Cache == nil {
+			tasks = append(tasks, store.StartedStep{Action: a.Name,
+				Tasks: s.newTasks(key.Action(a.Name), a.Spec, a.Generation, now)})
+			continue
+		}
+		// The steps before this one start first: events keep p.Start's order.
+		if err := tx.CreateTasks(ctx, key, now, tasks...); err != nil {
+			return hits, err
+		}
+		tasks = nil
+		hit, err := s.startStep(ctx, tx, key, a, now)
 		if err != nil {
 			return hits, err
 		}
 		if hit {
 			hits++
 		}
+	}
+	if err := tx.CreateTasks(ctx, key, now, tasks...); err != nil {
+		return hits, err
 	}
 	for _, name := range p.Skip {
 		if err := tx.SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
@@ -200,12 +215,12 @@ func readsOutputs(spec domain.WorkflowSpec, status map[string]domain.StepStatus)
 	return false
 }
 
-// startStep starts a step: a task step's tasks of the action's generation
-// (store.NewTasks: its replicas, each carrying the step's scheduling
-// fields); a suspend step waits its duration, or for a resume; an approval
-// waits for an approve or a reject (KubeVela's suspend and approval); a
-// discoverable task step goes through the cache first (startCached), and
-// hit reports that it SUCCEEDED from it.
+// startStep starts a step that is not a plain task step (apply creates
+// those, store.NewTasks' replicas carrying the step's scheduling fields, all
+// in one statement): a suspend step waits its duration, or for a resume; an
+// approval waits for an approve or a reject (KubeVela's suspend and
+// approval); a discoverable task step goes through the cache first
+// (startCached), and hit reports that it SUCCEEDED from it.
 func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action,
 	now time.Time) (hit bool, err error) {
 	ak := key.Action(a.Name)
@@ -219,8 +234,5 @@ func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.R
 	case domain.KindApproval:
 		return false, tx.StartWait(ctx, ak, store.WaitApproval, nil, now)
 	}
-	if a.Spec.Cache != nil {
-		return s.startCached(ctx, tx, key, a, now)
-	}
-	return false, tx.CreateTasks(ctx, ak, s.newTasks(ak, a.Spec, a.Generation, now), now)
+	return s.startCached(ctx, tx, key, a, now)
 }

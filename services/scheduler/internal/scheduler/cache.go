@@ -70,7 +70,8 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 	if err := tx.MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
 		return false, err
 	}
-	return false, tx.CreateTasks(ctx, ak, s.newTasks(ak, a.Spec, a.Generation, now), now)
+	return false, tx.CreateTasks(ctx, key, now, store.StartedStep{Action: a.Name,
+		Tasks: s.newTasks(ak, a.Spec, a.Generation, now)})
 }
 
 // finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
