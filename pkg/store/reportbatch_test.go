@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -62,14 +63,10 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 		pid: sql.NullInt64{Int64: 43, Valid: true}, started: true}, read(attempts[1]))
 
 	var types []string
-	rows, err := db.Query(`SELECT type FROM run_events WHERE type LIKE 'attempt.%' ORDER BY id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		types = append(types, s)
+	for _, e := range events(t, db, domain.RunKey{Project: "p", Domain: "d", Run: "deferred"}) {
+		if strings.HasPrefix(e, "attempt.") {
+			types = append(types, e)
+		}
 	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"attempt.RUNNING", "attempt.SUCCEEDED", "attempt.RUNNING"}, types, "the resent RUNNING writes none")
 }
