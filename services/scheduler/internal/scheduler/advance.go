@@ -151,9 +151,8 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 	var tasks []store.StartedStep // task steps, created in one statement
 	for _, name := range p.Start {
 		a := byName[name]
-		if a.Spec.Kind != domain.KindSuspend && a.Spec.Kind != domain.KindApproval && a.Spec.Cache == nil {
-			tasks = append(tasks, store.StartedStep{Action: a.Name,
-				Tasks: s.newTasks(key.Action(a.Name), a.Spec, a.Generation, now)})
+		if plainTaskStep(a.Spec) {
+			tasks = append(tasks, s.startedStep(key, a, now))
 			continue
 		}
 		// The steps before this one start first: events keep p.Start's order.
@@ -213,6 +212,18 @@ func readsOutputs(spec domain.WorkflowSpec, status map[string]domain.StepStatus)
 		}
 	}
 	return false
+}
+
+// plainTaskStep reports whether a step starts by creating its tasks alone:
+// not a suspend or approval (a wait) and not discoverable (the cache first).
+func plainTaskStep(step domain.Step) bool {
+	return step.Kind != domain.KindSuspend && step.Kind != domain.KindApproval && step.Cache == nil
+}
+
+// startedStep returns action a's tasks of its generation as they start
+// (newTasks), for store.CreateTasks.
+func (s *Scheduler) startedStep(key domain.RunKey, a store.Action, now time.Time) store.StartedStep {
+	return store.StartedStep{Action: a.Name, Tasks: s.newTasks(key.Action(a.Name), a.Spec, a.Generation, now)}
 }
 
 // startStep starts a step that is not a plain task step (apply creates

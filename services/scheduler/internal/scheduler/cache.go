@@ -70,8 +70,7 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 	if err := tx.MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
 		return false, err
 	}
-	return false, tx.CreateTasks(ctx, key, now, store.StartedStep{Action: a.Name,
-		Tasks: s.newTasks(ak, a.Spec, a.Generation, now)})
+	return false, tx.CreateTasks(ctx, key, now, s.startedStep(key, a, now))
 }
 
 // finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
