@@ -10,7 +10,6 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"go.opentelemetry.io/otel/propagation"
-	"gorm.io/gorm"
 )
 
 // StartedStep is a starting step of a run, by its action's name, and its
@@ -124,48 +123,6 @@ func (s *Store) CountTaskStates(ctx context.Context, key domain.ActionKey, gener
 		out[r.State] = r.N
 	}
 	return out, nil
-}
-
-// TaskOutcome is what an evaluation decided for a task: its counters, and
-// either a requeue to PENDING or its end in State.
-type TaskOutcome struct {
-	Budget domain.Budget
-	// Code, when set, is the error code the decision gives the attempt
-	// (e.g. domain.CodeMaxSystemFailuresExceeded).
-	Code string
-	// Requeue puts the task back to PENDING, placeable from NotBefore.
-	Requeue   bool
-	NotBefore time.Time
-	// State is the task's final state when it does not requeue.
-	State domain.TaskState
-	// Result names the decision for the event ("task.<Result>").
-	Result string
-}
-
-// UpdateTaskOutcome writes an evaluation's decision on task t, the one of
-// attempt a (claimed, so locked), with o.Code on the attempt when set, and a
-// "task.<Result>" event (data: attempt_state, not_before, and code with the
-// attempt's former code when o.Code is set).
-func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o TaskOutcome, now time.Time) error {
-	up := map[string]any{"failure_count": o.Budget.FailureCount, "preemption_count": o.Budget.PreemptionCount,
-		"system_failure_count": o.Budget.SystemFailureCount, "updated_at": now, "version": gorm.Expr("version + 1")}
-	data := map[string]any{"attempt_state": a.State.String(), "not_before": nil}
-	if o.Requeue {
-		up["state"], up["worker_id"], up["not_before"] = domain.TaskPending, nil, o.NotBefore
-		data["not_before"] = o.NotBefore
-	} else {
-		up["state"], up["ended_at"] = o.State, now
-	}
-	if err := s.q(ctx).Model(&Task{}).Where("id = ?", t.ID).Updates(up).Error; err != nil {
-		return mapErr(err)
-	}
-	if o.Code != "" {
-		data["code"], data["attempt_code"] = o.Code, a.Code
-		if err := s.setAttemptCode(ctx, a.ID, o.Code, now); err != nil {
-			return err
-		}
-	}
-	return s.taskEvent(ctx, t, a.ID, "task."+o.Result, data)
 }
 
 // ExhaustGangSiblings makes the live tasks of t's action other than t

@@ -40,6 +40,9 @@ type Evaluation struct {
 	// only is set when that task is its action's only one (a one-replica
 	// action, its current generation): the action's counts need no query.
 	only bool
+	// phaseWritten is set when the task's outcome carried its action's
+	// move (store.TaskOutcome.Phase): deriveAction need not write it.
+	phaseWritten bool
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -145,10 +148,10 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 		// attempt this was releases its cache reservation.
 		return s.finalizeCache(ctx, tx, ev, act, domain.Phase(act.Phase), now)
 	}
-	if err := s.decideTask(ctx, tx, ev, t, a, wasAssigned, now); err != nil {
+	ev.only = act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
+	if err := s.decideTask(ctx, tx, ev, act, t, a, wasAssigned, now); err != nil {
 		return err
 	}
-	ev.only = act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
 	if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
 		return err
 	}
@@ -169,9 +172,11 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 // place up to max_system_failures, past it the attempt gets the code
 // MaxSystemFailuresExceeded, and a permanent one ends the task at once
 // (Flyte's executor (TaskActionReconciler)); a coscheduled task that fails
-// for good exhausts its live siblings (domain.CascadesGang).
-func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, t store.Task, a store.Attempt,
-	wasAssigned bool, now time.Time) error {
+// for good exhausts its live siblings (domain.CascadesGang). The only task
+// of its action (ev.only) moves the action in the same statement
+// (onlyTaskMove).
+func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, t store.Task,
+	a store.Attempt, wasAssigned bool, now time.Time) error {
 	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
 		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
 		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
@@ -183,12 +188,16 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
 		ev.NotBefore = &o.NotBefore
 	}
-	if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
-		return err
-	}
 	ev.taskState = o.State
 	if o.Requeue {
 		ev.taskState = domain.TaskPending
+	}
+	if ev.only && !t.Coscheduled {
+		o.Phase = onlyTaskMove(act, ev.taskState)
+		ev.phaseWritten = o.Phase != nil
+	}
+	if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
+		return err
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
 		_, err := tx.ExhaustGangSiblings(ctx, t, now)
@@ -212,14 +221,8 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 			return err
 		}
 	}
-	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed()}
-	for st, n := range counts {
-		if int(st) >= 0 && int(st) < len(v.Counts) {
-			v.Counts[st] = n
-		}
-	}
 	from := domain.Phase(act.Phase)
-	ev.ActionPhase = domain.DeriveJobPhase(v)
+	ev.ActionPhase = jobPhase(act, counts)
 	if !domain.CanMovePhase(from, ev.ActionPhase) {
 		ev.ActionPhase = from
 		return nil
@@ -232,8 +235,10 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, reason, now))
 		}
 	}
-	if _, err := tx.SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
-		return err
+	if !ev.phaseWritten { // else the task's outcome carried this move (onlyTaskMove)
+		if _, err := tx.SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
+			return err
+		}
 	}
 	if ev.ActionPhase == domain.PhaseFailed && ev.Code != "" {
 		if err := tx.SetActionReason(ctx, key, ev.Code, now); err != nil {
@@ -244,6 +249,30 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 		return nil
 	}
 	return s.killSurvivors(ctx, tx, ev, key, reason, now)
+}
+
+// jobPhase derives an action's phase from its current generation's task
+// counts (Iris's _compute_job_state, domain.DeriveJobPhase).
+func jobPhase(act store.Action, counts map[domain.TaskState]int) domain.Phase {
+	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed()}
+	for st, n := range counts {
+		if int(st) >= 0 && int(st) < len(v.Counts) {
+			v.Counts[st] = n
+		}
+	}
+	return domain.DeriveJobPhase(v)
+}
+
+// onlyTaskMove is the move of action act that its only task's new state
+// decides, for the task's outcome to carry (store.TaskOutcome.Phase); nil
+// when the action stays, or fails: a failed job first goes through its
+// step's failure policy (deriveAction).
+func onlyTaskMove(act store.Action, state domain.TaskState) *store.PhaseMove {
+	from, to := domain.Phase(act.Phase), jobPhase(act, map[domain.TaskState]int{state: 1})
+	if !domain.CanMovePhase(from, to) || to == domain.PhaseFailed {
+		return nil
+	}
+	return &store.PhaseMove{From: from, To: to}
 }
 
 // killSurvivors finalizes a job that ended in failure: its unfinished tasks

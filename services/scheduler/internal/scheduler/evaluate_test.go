@@ -185,3 +185,37 @@ func TestMaxTaskFailuresToleratesFailures(t *testing.T) {
 	ev = f.runAttempt(t, w, tasks[2].Task.ID, domain.TaskSucceeded, 0)
 	require.Equal(t, domain.PhaseSucceeded, ev.ActionPhase, "all finished, failures within tolerance")
 }
+
+// The only task of a one-replica step decides its action's phase: its
+// outcome carries the action's move, in one statement, with the events in
+// the same order as two would write them. A failure is not carried: the
+// step's failure policy decides first.
+func TestOnlyTaskCarriesItsActionsMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	w := f.register(t)
+	key := f.newRun(t, "only", domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Command: "true"}, {Name: "b", Command: "false"}}})
+	_, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+	before := statementCounts(t, f.statements)
+	ev := f.runAttempt(t, w, f.tasks(t, key, "a")[0].Task.ID, domain.TaskSucceeded, 0)
+	after := statementCounts(t, f.statements)
+	require.Equal(t, domain.PhaseSucceeded, ev.ActionPhase)
+	require.Equal(t, int64(1), after["UpdateTaskOutcome"]-before["UpdateTaskOutcome"])
+	require.Zero(t, after["SetActionPhase"]-before["SetActionPhase"], "the move rode with the task's outcome")
+	d, err := f.st.GetAction(ctx, key.Action("a"))
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseSucceeded), d.Action.Phase)
+	require.NotNil(t, d.Action.EndedAt)
+	var last2 string
+	require.NoError(t, f.db.QueryRow(`SELECT string_agg(type || coalesce(' ' || (data->>'to'), ''), ', ' ORDER BY id)
+		FROM (SELECT * FROM run_events WHERE run_name = 'only' AND action_name = 'a' ORDER BY id DESC LIMIT 2) e`).Scan(&last2))
+	require.Equal(t, "task.NO_RETRY, action.phase SUCCEEDED", last2)
+
+	before = statementCounts(t, f.statements)
+	ev = f.runAttempt(t, w, f.tasks(t, key, "b")[0].Task.ID, domain.TaskFailed, 1)
+	after = statementCounts(t, f.statements)
+	require.Equal(t, domain.PhaseFailed, ev.ActionPhase)
+	require.Equal(t, int64(1), after["SetActionPhase"]-before["SetActionPhase"], "a failure is written on its own")
+}

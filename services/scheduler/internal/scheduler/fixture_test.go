@@ -21,17 +21,20 @@ import (
 // runFixture is a scheduler on a fresh database, with that database also
 // open through database/sql for the tests that read rows (run_events). Its
 // retries have no backoff delay; its workers back off after failures by
-// the table it is given; it deletes no queue.
+// the table it is given; it deletes no queue. Its store counts its
+// statements by operation (statements, see statementCounts).
 type runFixture struct {
 	*liveFixture
-	db *sql.DB
+	db         *sql.DB
+	statements *prometheus.HistogramVec
 }
 
 func newRunFixture(t *testing.T, table domain.Table) *runFixture {
 	t.Helper()
 	ctx := context.Background()
 	url := storetest.NewURL(t)
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 10})
+	statements := store.NewOperationSeconds()
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 10, OperationSeconds: statements})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	db, err := sql.Open("pgx", url)
@@ -43,7 +46,7 @@ func newRunFixture(t *testing.T, table domain.Table) *runFixture {
 	log := slog.New(slog.DiscardHandler)
 	lf.s = New(st, queue.NewEnqueuer(lf.queue, log), log, prometheus.NewRegistry(), Config{
 		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: LivenessConfig{Backoff: table}})
-	return &runFixture{liveFixture: lf, db: db}
+	return &runFixture{liveFixture: lf, db: db, statements: statements}
 }
 
 // Reports an executor makes.

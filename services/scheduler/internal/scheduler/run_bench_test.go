@@ -149,13 +149,13 @@ func (x *xactMeter) dbName() string {
 
 // statementCounts returns the statements h counted by operation, and their
 // sum under "".
-func statementCounts(b *testing.B, h *prometheus.HistogramVec) map[string]int64 {
-	b.Helper()
+func statementCounts(tb testing.TB, h *prometheus.HistogramVec) map[string]int64 {
+	tb.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h)
 	mfs, err := reg.Gather()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	out := map[string]int64{}
 	for _, mf := range mfs {
