@@ -151,11 +151,14 @@ func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, n
 	return res.RowsAffected, mapErr(res.Error)
 }
 
-// PendingTasks returns up to limit PENDING tasks whose not_before has passed,
-// highest priority band first, then oldest.
+// PendingTasks returns up to limit PENDING tasks whose not_before has passed
+// and whose scheduling deadline has not, highest priority band first, then
+// oldest. A task past its deadline is left for the expiry pass, which ends
+// its job (Iris's _mark_task_unschedulable).
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 	var ts []Task
-	err := s.q(ctx).Where("state IN " + sqlPending + " AND (not_before IS NULL OR not_before <= now())").
+	err := s.q(ctx).Where("state IN " + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
+		AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())`).
 		Order("priority DESC, id").Limit(limit).Find(&ts).Error
 	return ts, mapErr(err)
 }

@@ -49,3 +49,30 @@ func TestSchedulingDeadlineMakesTheJobUnschedulable(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, again.Unschedulable, "an ended job is not ended twice")
 }
+
+// A pass a kick starts within Placement.ExpiryEvery of the last expiry pass
+// places without one: a task past its scheduling deadline is neither placed
+// nor ended then; the next pass the timer starts ends its job.
+func TestKickedPassLeavesExpiryToTheTimer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	f.s.cfg.Placement.ExpiryEvery = time.Hour
+	f.register(t)
+	late := f.newRun(t, "late", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", SchedulingTimeout: "1h"}}})
+	plain := f.newRun(t, "plain", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	for _, key := range []domain.RunKey{late, plain} {
+		_, err := f.s.advance(ctx, key)
+		require.NoError(t, err)
+	}
+	_, err := f.db.ExecContext(ctx, `UPDATE tasks SET scheduling_deadline = now() - interval '1 second' WHERE run_name = 'late'`)
+	require.NoError(t, err)
+
+	f.s.expiredAt = time.Now()
+	f.s.pass(ctx, false)
+	require.Equal(t, domain.TaskAssigned, f.tasks(t, plain, "s")[0].Task.State, "a kicked pass places")
+	require.Equal(t, domain.TaskPending, f.tasks(t, late, "s")[0].Task.State, "past its deadline: not placed, not yet ended")
+
+	f.s.pass(ctx, true)
+	require.Equal(t, domain.TaskUnschedulable, f.tasks(t, late, "s")[0].Task.State, "the timer's pass ends it")
+}

@@ -19,9 +19,18 @@ import (
 type PlacementConfig struct {
 	// BatchSize caps the PENDING tasks one pass reads and places. Default 500.
 	BatchSize int
+	// ExpiryEvery is how long a pass that a kick started may follow the
+	// last expiry pass without running one (a pass the timer or the tick
+	// starts always runs it): under load a pass follows every evaluation,
+	// and deadlines, timeouts and timed waits need not be read that often.
+	// Default 250ms.
+	ExpiryEvery time.Duration
 }
 
-func (c *PlacementConfig) defaults() { c.BatchSize = cmp.Or(c.BatchSize, 500) }
+func (c *PlacementConfig) defaults() {
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.ExpiryEvery = cmp.Or(c.ExpiryEvery, 250*time.Millisecond)
+}
 
 // PassResult is what one scheduling pass did.
 type PassResult struct {
@@ -34,9 +43,19 @@ type PassResult struct {
 
 // pass runs one scheduling pass and returns how long to wait before the
 // next: at once when it filled a whole batch, else until the next backoff
-// or timed wait ends, at most Tick.
-func (s *Scheduler) pass(ctx context.Context) time.Duration {
-	res, err := s.runOnce(ctx)
+// or timed wait ends, at most Tick (not read while a kick waits: its pass
+// comes at once). The pass runs the expiry pass first when timed (the
+// timer or the tick started it) or ExpiryEvery has passed since the last
+// one; else it places alone.
+func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
+	var res PassResult
+	var err error
+	if now := time.Now(); timed || now.Sub(s.expiredAt) >= s.cfg.Placement.ExpiryEvery {
+		s.expiredAt = now
+		res, err = s.runOnce(ctx)
+	} else {
+		res, err = s.placeOnce(ctx)
+	}
 	if err != nil {
 		s.log.Warn("scheduling pass failed", "err", err)
 		return s.cfg.Tick
@@ -49,6 +68,9 @@ func (s *Scheduler) pass(ctx context.Context) time.Duration {
 		return 0
 	}
 	next := s.cfg.Tick
+	if len(s.kick) > 0 {
+		return next
+	}
 	if at, err := s.store.NextWakeAt(ctx); err == nil && at != nil {
 		next = min(next, max(time.Until(*at), time.Millisecond))
 	}
@@ -61,13 +83,27 @@ func (s *Scheduler) pass(ctx context.Context) time.Duration {
 // all), preempts lower bands for a task that cannot otherwise be placed,
 // binds the placed tasks in one statement and dispatches their attempts,
 // records a pending_reason on every task left waiting, and ends jobs whose
-// scheduling deadline passed.
+// scheduling deadline passed (the expiry pass, first).
 func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 	start := time.Now()
 	defer func() { s.metrics.passSeconds.Observe(time.Since(start).Seconds()) }()
 	if _, err := (expiry{s}).runOnce(ctx); err != nil {
 		return PassResult{}, err
 	}
+	return s.place(ctx)
+}
+
+// placeOnce is a scheduling pass without the expiry pass: a task past its
+// scheduling deadline stays PENDING, unplaced (store.PendingTasks), until
+// the next expiry pass ends its job.
+func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
+	start := time.Now()
+	defer func() { s.metrics.passSeconds.Observe(time.Since(start).Seconds()) }()
+	return s.place(ctx)
+}
+
+// place is runOnce after its expiry pass.
+func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	workers, err := s.store.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
 	if err != nil {
 		return PassResult{}, err

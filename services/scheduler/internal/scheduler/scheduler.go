@@ -117,6 +117,9 @@ type Scheduler struct {
 
 	mu     sync.Mutex
 	leader bool
+	// expiredAt is when the leader's last expiry pass began (lead's
+	// goroutine alone uses it).
+	expiredAt time.Time
 }
 
 // New builds a scheduler.
@@ -184,9 +187,10 @@ func (s *Scheduler) Run(ctx context.Context) {
 
 // lead runs the leader's passes until ctx ends or the lock's session dies,
 // in a fixed order: the resync first; then on every wake (a kick, the tick,
-// the end of a backoff) expiry and placement (runOnce); on the liveness
-// tick the dead-worker pass, then placement if it requeued anything; on the
-// resync tick the resync.
+// the end of a backoff) placement, after the expiry pass unless a kick
+// started it within Placement.ExpiryEvery of the last one (pass); on the
+// liveness tick the dead-worker pass, then placement if it requeued
+// anything; on the resync tick the resync.
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 	resync := time.NewTicker(s.cfg.Resync.Period)
 	defer resync.Stop()
@@ -196,6 +200,7 @@ func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 	wake := time.NewTimer(0)
 	defer wake.Stop()
 	for {
+		timed := true
 		select {
 		case <-ctx.Done():
 			return
@@ -212,11 +217,12 @@ func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 				continue // nothing requeued: no pass needed
 			}
 		case <-s.kick:
+			timed = false
 		case <-wake.C:
 			if !l.Held(ctx) {
 				return
 			}
 		}
-		wake.Reset(s.pass(ctx))
+		wake.Reset(s.pass(ctx, timed))
 	}
 }
