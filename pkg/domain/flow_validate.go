@@ -127,7 +127,10 @@ func (w WorkflowSpec) validateFlow(index map[string]int) []FieldError {
 				errs = append(errs, FieldError{field, fmt.Sprintf("step %q declares no output %q", step, output)})
 			}
 		}
-		if c, err := CompileCondition(s.If); s.If != "" && s.If != IfAlways && err == nil {
+		if s.If == "" || s.If == IfAlways {
+			continue
+		}
+		if c, err := CompileCondition(s.If); err == nil {
 			for _, step := range c.Steps {
 				refer(at+".if", i, step, "reads")
 			}
