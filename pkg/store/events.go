@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -36,11 +37,14 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 		return fmt.Errorf("event data: %w", err)
 	}
 	e.Data = raw
-	if s.events == nil {
+	if s.tx == nil {
 		// Outside a transaction: one of its own, which announces it.
 		return s.InTx(ctx, func(tx *Store) error { return tx.eventFull(ctx, e, data) })
 	}
-	*s.events = append(*s.events, e)
+	if err := s.makeRootMove(ctx); err != nil { // its event stays the last
+		return err
+	}
+	s.tx.events = append(s.tx.events, e)
 	return nil
 }
 
@@ -48,13 +52,14 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 // were written, with their runs' feed locks and notifications
 // (eventNotices), in one statement: the locks are an InitPlan of the
 // insert's WHERE, so Postgres takes them before the first row draws its id
-// from the sequence.
+// from the sequence. A root move left by SetRootPhase is made by the same
+// statement (rootMoveSQL).
 func (s *Store) flushEvents(ctx context.Context) error {
-	if s.events == nil || len(*s.events) == 0 {
+	if s.tx == nil || len(s.tx.events) == 0 {
 		return nil
 	}
-	events := *s.events
-	*s.events = nil
+	events, m := s.tx.events, s.tx.root
+	s.tx.events, s.tx.root = nil, nil
 	now := time.Now().UTC()
 	for i := range events {
 		if events[i].CreatedAt.IsZero() {
@@ -69,9 +74,14 @@ func (s *Store) flushEvents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.q(ctx).Exec(insertEventsSQL, map[string]any{"rows": string(rows), "scopes": Strings(scopes),
-		"channel": EventsChannel, "notices": Strings(notices)}).Error
-	return mapErr(err)
+	args := map[string]any{"rows": string(rows), "scopes": Strings(scopes), "channel": EventsChannel,
+		"notices": Strings(notices)}
+	if m == nil {
+		return mapErr(s.q(ctx).Exec(insertEventsSQL, args).Error)
+	}
+	maps.Copy(args, m.args())
+	args["last"] = len(events)
+	return mapErr(s.q(ctx).Exec(rootMoveSQL, args).Error)
 }
 
 const insertEventsSQL = `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)

@@ -235,27 +235,6 @@ func (s *Store) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Pha
 		Updates(up).Error)
 }
 
-// SetRootPhase moves a run's root action a0 from phase from to phase to and
-// sets the run row's phase to to (a terminal phase also sets both ended_at),
-// in one statement, and writes an "action.phase" event when a0 moved. The
-// run row's phase mirrors a0's: it is set even when a0 was no longer in
-// phase from. The caller holds the run's lock.
-func (s *Store) SetRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
-	var moved int
-	err := s.q(ctx).Raw(`WITH a AS (UPDATE actions SET phase = @to, updated_at = @now, version = version + 1,
-		  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
-		  WHERE project = @p AND domain = @d AND run_name = @r AND name = @root AND phase = @from RETURNING 1)
-		UPDATE runs SET phase = @to, updated_at = @now, version = version + 1,
-		  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
-		WHERE project = @p AND domain = @d AND name = @r RETURNING (SELECT count(*) FROM a)`,
-		map[string]any{"p": key.Project, "d": key.Domain, "r": key.Run, "root": domain.RootActionName,
-			"from": string(from), "to": string(to), "now": now, "terminal": to.IsTerminal()}).Scan(&moved).Error
-	if err != nil || moved == 0 {
-		return mapErr(err)
-	}
-	return s.event(ctx, key, domain.RootActionName, "action.phase", map[string]any{"from": from, "to": to})
-}
-
 // UnfinishedRuns returns the keys of runs not yet terminal, oldest first.
 func (s *Store) UnfinishedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
 	var rows []Run

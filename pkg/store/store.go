@@ -35,9 +35,20 @@ var (
 // Store runs queries on a *gorm.DB, either the pool or one transaction.
 type Store struct {
 	db *gorm.DB
-	// events, in a transaction, holds the run_events rows its operations
-	// wrote; InTx inserts them in one statement before it commits.
-	events *[]RunEvent
+	// tx is what a transaction's statements leave for its end; nil
+	// outside one.
+	tx *txState
+}
+
+// txState is what a transaction's operations leave for InTx to write
+// before it commits.
+type txState struct {
+	// events holds the run_events rows its operations wrote; InTx
+	// inserts them in one statement.
+	events []RunEvent
+	// root is a0's move SetRootPhase left for that statement to make
+	// (rootMove); the transaction's next statement makes it first.
+	root *rootMove
 }
 
 // Config tunes the connection pool.
@@ -110,16 +121,21 @@ func (s *Store) Ping(ctx context.Context) error {
 // the transaction's (dropped when fn fails): they are inserted, under the
 // feed lock, only at the outer commit, so the lock stays the last one taken.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
-	if s.events != nil {
-		n := len(*s.events)
-		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{db: tx, events: s.events}) })
+	if s.tx != nil {
+		// A root move left before the savepoint is made outside it, so
+		// that rolling the savepoint back keeps it.
+		if err := s.makeRootMove(ctx); err != nil {
+			return err
+		}
+		n := len(s.tx.events)
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{db: tx, tx: s.tx}) })
 		if err != nil {
-			*s.events = (*s.events)[:n]
+			s.tx.events, s.tx.root = s.tx.events[:n], nil
 		}
 		return err
 	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		ts := &Store{db: tx, events: new([]RunEvent)}
+		ts := &Store{db: tx, tx: &txState{}}
 		if err := fn(ts); err != nil {
 			return err
 		}
@@ -133,7 +149,18 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	})
 }
 
-func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
+// q starts a statement. In a transaction with a root move left
+// (SetRootPhase), it makes the move first, so the statement sees it; when
+// that fails, the statement fails with its error.
+func (s *Store) q(ctx context.Context) *gorm.DB {
+	db := s.db.WithContext(ctx)
+	if s.tx != nil && s.tx.root != nil {
+		if err := s.makeRootMove(ctx); err != nil {
+			_ = db.AddError(err)
+		}
+	}
+	return db
+}
 
 // mapErr turns gorm and Postgres errors into the package's errors.
 func mapErr(err error) error {

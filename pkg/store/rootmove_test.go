@@ -1,0 +1,147 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// A root move in a transaction costs no statement of its own when nothing
+// follows it: the insert of the transaction's events makes it. A statement
+// after it sees it, an event after it comes after its event, a move from a
+// phase a0 is not in only mirrors the run row (no event), and a savepoint
+// rolled back takes back only the move made in it.
+func TestRootMoveRidesTheEventsInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := store.NewOperationSeconds()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4, OperationSeconds: h})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
+	now := time.Now().UTC()
+	inTx := func(key domain.RunKey, fn func(tx *store.Store) error) map[string]int64 {
+		t.Helper()
+		before := countByOperation(t, h)
+		err := st.InTx(ctx, func(tx *store.Store) error {
+			if _, err := tx.LockRun(ctx, key); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+		require.NoError(t, err)
+		after := countByOperation(t, h)
+		for op, n := range before {
+			if after[op] -= n; after[op] == 0 {
+				delete(after, op)
+			}
+		}
+		return after
+	}
+
+	key := newRun(t, st, "at-commit", spec)
+	ops := inTx(key, func(tx *store.Store) error {
+		return tx.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now)
+	})
+	require.Equal(t, map[string]int64{"LockRun": 1, "flushEvents": 1}, ops, "the move rides the events' insert")
+	requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseRunning)
+	require.Equal(t, "action.phase", last(events(t, db, key)))
+
+	ops = inTx(key, func(tx *store.Store) error {
+		if err := tx.SetRootPhase(ctx, key, domain.PhaseRunning, domain.PhaseSucceeded, now); err != nil {
+			return err
+		}
+		run, err := tx.LockRun(ctx, key)
+		if err != nil {
+			return err
+		}
+		require.Equal(t, string(domain.PhaseSucceeded), run.Phase, "the next statement sees the move")
+		require.NotNil(t, run.EndedAt)
+		return tx.RequestActionAbort(ctx, key.Action(domain.RootActionName), "test", nil)
+	})
+	require.Equal(t, map[string]int64{"LockRun": 3, "RequestActionAbort": 1, "flushEvents": 1}, ops,
+		"the move is a statement of its own, made by the next one (LockRun's)")
+	requirePhases(t, st, key, domain.PhaseSucceeded, domain.PhaseSucceeded)
+	evs := events(t, db, key)
+	require.Equal(t, []string{"action.phase", "action.phase", "action.survivors_killed"}, evs[len(evs)-3:])
+
+	for _, next := range []bool{false, true} {
+		key := newRun(t, st, map[bool]string{false: "mirror-at-commit", true: "mirror-next"}[next], spec)
+		inTx(key, func(tx *store.Store) error {
+			if err := tx.SetRootPhase(ctx, key, domain.PhasePaused, domain.PhaseRunning, now); err != nil || !next {
+				return err
+			}
+			_, err := tx.LockRun(ctx, key)
+			return err
+		})
+		requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseQueued)
+		require.Equal(t, []string{"run.created"}, events(t, db, key), "no event when a0 did not move")
+	}
+
+	boom := errors.New("boom")
+	key = newRun(t, st, "savepoint", spec)
+	inTx(key, func(tx *store.Store) error {
+		err := tx.InTx(ctx, func(sp *store.Store) error {
+			return errors.Join(sp.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now), boom)
+		})
+		require.ErrorIs(t, err, boom)
+		return nil
+	})
+	requirePhases(t, st, key, domain.PhaseQueued, domain.PhaseQueued)
+	require.Equal(t, []string{"run.created"}, events(t, db, key), "the savepoint's move is taken back")
+	inTx(key, func(tx *store.Store) error {
+		if err := tx.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now); err != nil {
+			return err
+		}
+		require.ErrorIs(t, tx.InTx(ctx, func(*store.Store) error { return boom }), boom)
+		return nil
+	})
+	requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseRunning)
+	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, key), "a move before the savepoint stays")
+
+	key = newRun(t, st, "outside", spec)
+	require.NoError(t, st.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now))
+	requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseRunning)
+	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, key))
+}
+
+// requirePhases checks the phases of key's run row and of its a0.
+func requirePhases(t *testing.T, st *store.Store, key domain.RunKey, run, root domain.Phase) {
+	t.Helper()
+	d, err := st.GetRun(context.Background(), key)
+	require.NoError(t, err)
+	require.Equal(t, string(run), d.Run.Phase, "the run row")
+	a0, err := st.GetAction(context.Background(), key.Action(domain.RootActionName))
+	require.NoError(t, err)
+	require.Equal(t, string(root), a0.Action.Phase, "a0")
+}
+
+// countByOperation returns the statements h counted, by operation.
+func countByOperation(t *testing.T, h *prometheus.HistogramVec) map[string]int64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = int64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return out
+}
+
+func last(s []string) string { return s[len(s)-1] }
