@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -34,39 +33,6 @@ var actionColumns = columnsOf[Action]()
 // insertActionsSQL inserts the actions of a JSON array of Action.
 var insertActionsSQL = `INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
 	FROM jsonb_populate_recordset(NULL::actions, CAST(? AS jsonb))`
-
-// ExpandSteps inserts the step actions of a run that are missing (QUEUED,
-// children of a0), writes a "run.expanded" event when it inserted any, and
-// returns every step action of the run. The caller holds the run's lock.
-func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
-	root := domain.RootActionName
-	now := time.Now().UTC()
-	rows := make([]Action, 0, len(steps))
-	for _, st := range steps {
-		rows = append(rows, Action{Project: key.Project, Domain: key.Domain, RunName: key.Run, Name: st.Name,
-			ParentActionName: &root, Kind: st.Kind, Spec: st, DependsOn: Strings(append([]string{}, st.DependsOn...)),
-			Phase: string(domain.PhaseQueued), TimeoutMs: st.TimeoutDuration().Milliseconds(), Version: 1,
-			CreatedAt: now, UpdatedAt: now})
-	}
-	raw, err := json.Marshal(rows)
-	if err != nil {
-		return nil, fmt.Errorf("steps of %s: %w", key, err)
-	}
-	res := s.q(ctx).Exec(insertActionsSQL+` ON CONFLICT DO NOTHING`, string(raw))
-	if res.Error != nil {
-		return nil, mapErr(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return s.StepActions(ctx, key) // expanded before
-	}
-	if err := s.event(ctx, key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(rows)}); err != nil {
-		return nil, err
-	}
-	if res.RowsAffected == int64(len(rows)) {
-		return rows, nil // every step was missing: the rows are the steps
-	}
-	return s.StepActions(ctx, key)
-}
 
 // SetActionPhase moves an action from phase from to phase to (a terminal
 // phase also sets ended_at) and writes an "action.phase" event. It changes

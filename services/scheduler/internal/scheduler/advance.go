@@ -72,8 +72,16 @@ func (s *Scheduler) afterAdvance(adv Advance) {
 // that: the started steps, the SKIPPED ones, a0's and the run's phase
 // (forward only).
 func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run, now time.Time) (Advance, error) {
+	return s.progressFrom(ctx, tx, run, nil, now)
+}
+
+// progressFrom is progress from the run's step actions as the caller knows
+// them (steps), or as read when steps is nil or the run restarts.
+func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
+	now time.Time) (Advance, error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	if run.RestartRequestedAt != nil {
+		steps = nil // the restart changes them
 		if err := s.restart(ctx, tx, &run, now); err != nil {
 			return Advance{}, err
 		}
@@ -82,16 +90,22 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	if adv.Phase.IsTerminal() {
 		return adv, nil
 	}
-	steps, err := s.stepActions(ctx, tx, run, key)
+	p, fresh, err := s.expandAndStart(ctx, tx, run, &adv, now)
 	if err != nil {
 		return adv, err
 	}
-	if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
-		return adv, err
-	}
-	p, err := s.evaluateSteps(ctx, tx, run, steps, &adv, now)
-	if err != nil {
-		return adv, err
+	if !fresh {
+		if steps == nil {
+			if steps, err = s.stepActions(ctx, tx, run, key); err != nil {
+				return adv, err
+			}
+		}
+		if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
+			return adv, err
+		}
+		if p, err = s.evaluateSteps(ctx, tx, run, steps, &adv, now); err != nil {
+			return adv, err
+		}
 	}
 	if !domain.CanMovePhase(adv.Phase, p.Phase) {
 		return adv, nil
@@ -99,6 +113,42 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 	from := adv.Phase
 	adv.Phase = p.Phase
 	return adv, tx.SetRootPhase(ctx, key, from, p.Phase, now)
+}
+
+// expandAndStart is the first advance of a QUEUED run that was never
+// expanded, when what it decides is only plain task steps to start (no
+// SKIPPED step, no wait, no cache): the same decision as evaluateSteps
+// makes from the freshly expanded steps (every one QUEUED, not started),
+// applied with store.ExpandAndStart, one statement for the expansion and
+// the started steps' tasks. fresh is false when it does not apply, or the
+// run was expanded before: the caller decides as for any other advance.
+func (s *Scheduler) expandAndStart(ctx context.Context, tx *store.Store, run store.Run, adv *Advance,
+	now time.Time) (p domain.Progress, fresh bool, err error) {
+	if domain.Phase(run.Phase) != domain.PhaseQueued || len(run.Spec.Steps) == 0 {
+		return p, false, nil
+	}
+	status := make(map[string]domain.StepStatus, len(run.Spec.Steps))
+	byName := make(map[string]domain.Step, len(run.Spec.Steps))
+	for _, st := range run.Spec.Steps {
+		status[st.Name], byName[st.Name] = domain.StepStatus{Phase: domain.PhaseQueued}, st
+	}
+	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
+	if len(p.Skip) > 0 {
+		return p, false, nil
+	}
+	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
+	started := make([]store.StartedStep, 0, len(p.Start))
+	for _, name := range p.Start {
+		st := byName[name]
+		if !plainTaskStep(st) {
+			return p, false, nil
+		}
+		started = append(started, store.StartedStep{Action: name, Tasks: s.newTasks(key.Action(name), st, 0, now)})
+	}
+	if fresh, err = tx.ExpandAndStart(ctx, key, run.Spec.Steps, now, started...); fresh {
+		adv.Started = p.Start
+	}
+	return p, fresh, err
 }
 
 // stepActions returns the run's step actions, expanding the run first when

@@ -161,9 +161,20 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 	if !ev.ActionPhase.IsTerminal() && ev.ActionPhase != domain.PhasePaused {
 		return nil // the step runs on: progression cannot change
 	}
-	adv, err := s.progress(ctx, tx, run, now)
+	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), now)
 	ev.Advance = &adv
 	return err
+}
+
+// knownSteps returns the step actions of a run of one step, whose action
+// act just ended in phase (terminal): progression needs no read of them.
+// Else nil, for progress to read them.
+func knownSteps(run store.Run, act store.Action, phase domain.Phase) []store.Action {
+	if len(run.Spec.Steps) != 1 || act.Name != run.Spec.Steps[0].Name || !phase.IsTerminal() {
+		return nil
+	}
+	act.Phase = string(phase)
+	return []store.Action{act}
 }
 
 // decideTask applies Iris's handle_attempt_result to the task: the retry

@@ -1,0 +1,63 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/stretchr/testify/require"
+)
+
+// ExpandAndStart expands a fresh run and starts the steps given, tasks and
+// started_at together; on a run expanded before it changes nothing at all:
+// no action, no task, no event.
+func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openWithDB(t)
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Command: "true"}, {Name: "b", Command: "true"}}}
+	now := time.Now().UTC()
+	start := func(key domain.RunKey) (bool, error) {
+		var fresh bool
+		err := st.InTx(ctx, func(tx *store.Store) error {
+			if _, err := tx.LockRun(ctx, key); err != nil {
+				return err
+			}
+			var err error
+			fresh, err = tx.ExpandAndStart(ctx, key, spec.Steps, now, store.StartedStep{Action: "a",
+				Tasks: store.NewTasks(key.Action("a"), spec.Steps[0], 0, now)})
+			return err
+		})
+		return fresh, err
+	}
+
+	key := newRun(t, st, "fresh", spec)
+	fresh, err := start(key)
+	require.NoError(t, err)
+	require.True(t, fresh)
+	for name, started := range map[string]bool{"a": true, "b": false} {
+		d, err := st.GetAction(ctx, key.Action(name))
+		require.NoError(t, err)
+		require.Equal(t, started, d.Action.StartedAt != nil, name)
+		require.Len(t, d.Tasks, map[bool]int{true: 1}[started], name)
+	}
+	require.Equal(t, []string{"run.created", "run.expanded", "action.started"}, events(t, db, key))
+
+	key = newRun(t, st, "expanded", spec)
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		_, err := tx.ExpandSteps(ctx, key, spec.Steps[1:])
+		return err
+	}))
+	fresh, err = start(key)
+	require.NoError(t, err)
+	require.False(t, fresh)
+	_, err = st.GetAction(ctx, key.Action("a"))
+	require.ErrorIs(t, err, store.ErrNotFound, "no step action inserted")
+	steps, err := st.StepActions(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, steps, 1)
+	require.Nil(t, steps[0].StartedAt)
+	require.Equal(t, []string{"run.created", "run.expanded"}, events(t, db, key))
+}
