@@ -63,7 +63,8 @@ func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome)
 		if !ok {
 			return fmt.Errorf("attempt %d is not finished, or already evaluated", id)
 		}
-		return tx.UpdateTaskOutcome(ctx, owners.Task, a, o, now)
+		_, err = tx.UpdateTaskOutcome(ctx, owners.Task, a, o, now)
+		return err
 	})
 	require.NoError(tb, err)
 }
