@@ -63,8 +63,7 @@ func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome)
 		if !ok {
 			return fmt.Errorf("attempt %d is not finished, or already evaluated", id)
 		}
-		_, err = tx.UpdateTaskOutcome(ctx, owners.Task, a, o, now)
-		return err
+		return tx.UpdateTaskOutcome(ctx, owners.Task, a, o, now)
 	})
 	require.NoError(tb, err)
 }

@@ -43,14 +43,6 @@ type Evaluation struct {
 	// phaseWritten is set when the task's outcome carried its action's
 	// move (store.TaskOutcome.Phase): deriveAction need not write it.
 	phaseWritten bool
-	// readSteps is set when the outcome's statement should read the run's
-	// steps if it carries a move that ends the step: the run has several
-	// and the step no cache (whose finalization writes its action).
-	readSteps bool
-	// counts and steps are what the outcome's statement read
-	// (store.OutcomeReads), for deriveAction and progress; nil when not.
-	counts map[domain.TaskState]int
-	steps  []store.Action
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -157,7 +149,6 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 		return s.finalizeCache(ctx, tx, ev, act, domain.Phase(act.Phase), now)
 	}
 	ev.only = act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
-	ev.readSteps = len(run.Spec.Steps) > 1 && act.Spec.Cache == nil
 	if err := s.decideTask(ctx, tx, ev, act, t, a, wasAssigned, now); err != nil {
 		return err
 	}
@@ -170,11 +161,7 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 	if !ev.ActionPhase.IsTerminal() && ev.ActionPhase != domain.PhasePaused {
 		return nil // the step runs on: progression cannot change
 	}
-	steps := knownSteps(run, act, ev.ActionPhase)
-	if steps == nil {
-		steps = ev.steps // read with the task's outcome, or nil: read by progress
-	}
-	adv, err := s.progressFrom(ctx, tx, run, steps, now)
+	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), now)
 	ev.Advance = &adv
 	return err
 }
@@ -219,16 +206,10 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	if ev.only && !t.Coscheduled {
 		o.Phase = onlyTaskMove(act, ev.taskState)
 		ev.phaseWritten = o.Phase != nil
-		o.ReadSteps = ev.readSteps && o.Phase != nil && o.Phase.To.IsTerminal()
 	}
-	if !ev.only && !t.Coscheduled { // a gang's cascade writes its siblings after: counted after it
-		o.CountGeneration = &act.Generation
-	}
-	reads, err := tx.UpdateTaskOutcome(ctx, t, a, o, now)
-	if err != nil {
+	if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
 		return err
 	}
-	ev.counts, ev.steps = reads.Counts, reads.Steps
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
 		_, err := tx.ExhaustGangSiblings(ctx, t, now)
 		return err
@@ -246,9 +227,6 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	key := keyOf(act)
 	counts := map[domain.TaskState]int{ev.taskState: 1}
 	if !ev.only {
-		counts = ev.counts // read with the task's outcome, else:
-	}
-	if counts == nil {
 		var err error
 		if counts, err = tx.CountTaskStates(ctx, key, act.Generation); err != nil {
 			return err
