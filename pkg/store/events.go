@@ -84,13 +84,26 @@ func (s *Store) flushEvents(ctx context.Context) error {
 	return mapErr(s.q(ctx).Exec(rootMoveSQL, args).Error)
 }
 
-const insertEventsSQL = `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+// insertEventsSQL inserts the events of @rows with their feed locks
+// (@scopes) and notifications (@notices).
+const insertEventsSQL = eventsInsert + `
+  FROM jsonb_to_recordset(CAST(@rows AS jsonb)) AS e(` + eventsRecord + `)
+ WHERE ` + eventsLocksAndNotices
+
+// eventsInsert, eventsRecord and eventsLocksAndNotices are the parts of an
+// insert of the transaction's events (@rows) that insertEventsSQL and
+// rootMoveSQL share: the insert and what it selects from e, the columns of
+// a record of @rows, and the feed locks and notifications (an InitPlan of
+// the WHERE, taken before the first row draws its id).
+const (
+	eventsInsert = `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
 SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, e.type,
-       coalesce(e.data, 'null'), e.created_at
-  FROM jsonb_to_recordset(CAST(@rows AS jsonb)) AS e(project text, domain text, run_name text, action_name text,
-       task_id bigint, attempt_id bigint, type text, data jsonb, created_at timestamptz)
- WHERE (SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(CAST(@scopes AS text[])) AS k) >= 0
+       coalesce(e.data, 'null'), e.created_at`
+	eventsRecord = `project text, domain text, run_name text, action_name text,
+       task_id bigint, attempt_id bigint, type text, data jsonb, created_at timestamptz`
+	eventsLocksAndNotices = `(SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(CAST(@scopes AS text[])) AS k) >= 0
    AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(@notices AS text[])) AS n) >= 0`
+)
 
 func strPtr(s string) *string {
 	if s == "" {

@@ -80,12 +80,8 @@ const rootMoveCTE = `WITH a AS (UPDATE actions SET phase = @to, updated_at = @no
 // insertEventsSQL does, in one statement; the last event (@last, the
 // move's) only when a0 moved.
 const rootMoveSQL = rootMoveCTE + `
-INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
-SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, e.type,
-       coalesce(e.data, 'null'), e.created_at
-  FROM ROWS FROM (jsonb_to_recordset(CAST(@rows AS jsonb)) AS (project text, domain text, run_name text,
-       action_name text, task_id bigint, attempt_id bigint, type text, data jsonb, created_at timestamptz))
+` + eventsInsert + `
+  FROM ROWS FROM (jsonb_to_recordset(CAST(@rows AS jsonb)) AS (` + eventsRecord + `))
        WITH ORDINALITY AS e(project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at, ord)
  WHERE (e.ord < @last OR (SELECT moved FROM r) > 0)
-   AND (SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(CAST(@scopes AS text[])) AS k) >= 0
-   AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(@notices AS text[])) AS n) >= 0`
+   AND ` + eventsLocksAndNotices
