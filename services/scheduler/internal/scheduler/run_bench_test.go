@@ -211,3 +211,86 @@ func benchMust(b *testing.B, f func() error) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkDiamondRun is BenchmarkSingleTaskRun for a diamond of noop
+// steps (a → b, c → d): per wave, one pass binds the wave's tasks, the
+// executor reads each, one report batch carries them all and each is
+// evaluated (the evaluation that ends a wave's last step advances the run).
+func BenchmarkDiamondRun(b *testing.B) {
+	ctx := context.Background()
+	url := storetest.NewURL(b)
+	client := asynq.NewClient(redistest.New(b))
+	b.Cleanup(func() { client.Close() })
+	log := slog.New(slog.DiscardHandler)
+	statements := store.NewOperationSeconds()
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 10, OperationSeconds: statements})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	s := New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
+	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{{Name: "a", Plugin: domain.PluginNoop},
+		{Name: "b", Plugin: domain.PluginNoop, DependsOn: []string{"a"}},
+		{Name: "c", Plugin: domain.PluginNoop, DependsOn: []string{"a"}},
+		{Name: "d", Plugin: domain.PluginNoop, DependsOn: []string{"b", "c"}}}}
+	spec.Normalize()
+	before := statementCounts(b, statements)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		diamondRun(b, st, s, w, spec, fmt.Sprintf("d%d", i))
+	}
+	counts := statementCounts(b, statements)
+	for k, v := range before {
+		counts[k] -= v
+	}
+	if testing.Verbose() {
+		b.Logf("statements by operation over %d runs: %v", b.N, counts)
+	}
+	own := counts["GetRun"] + counts["GetAction"]
+	b.ReportMetric(float64(counts[""]-own)/float64(b.N), "statements/run")
+}
+
+// diamondRun makes every store call and scheduler decision of diamond run
+// name, wave by wave, its tasks bound to worker w.
+func diamondRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spec domain.WorkflowSpec, name string) {
+	b.Helper()
+	ctx := context.Background()
+	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
+	benchMust(b, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
+	benchMust(b, func() error { _, err := s.advance(ctx, key); return err })
+	for _, wave := range [][]string{{"a"}, {"b", "c"}, {"d"}} {
+		var as []store.Assignment
+		for _, step := range wave {
+			d, err := st.GetAction(ctx, key.Action(step))
+			if err != nil || len(d.Tasks) != 1 {
+				b.Fatalf("tasks of %s/%s: %v (%d)", key, step, err, len(d.Tasks))
+			}
+			as = append(as, store.Assignment{TaskID: d.Tasks[0].Task.ID, WorkerID: w.ID})
+		}
+		attempts, err := st.AssignTasks(ctx, as)
+		if err != nil || len(attempts) != len(wave) {
+			b.Fatalf("assign %v: %v (%d)", wave, err, len(attempts))
+		}
+		exit := 0
+		var reports []store.BatchedReport
+		for _, a := range attempts {
+			benchMust(b, func() error { _, err := st.GetAttemptRun(ctx, a.ID); return err })
+			reports = append(reports, store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
+				store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}})
+		}
+		benchMust(b, func() error { _, err := st.ReportAttempts(ctx, w.ID, reports, 1<<20); return err })
+		for _, a := range attempts {
+			if _, err := s.evaluate(ctx, a.ID); err != nil {
+				b.Fatalf("evaluate: %v", err)
+			}
+		}
+	}
+	r, err := st.GetRun(ctx, key)
+	if err != nil || r.Run.Phase != string(domain.PhaseSucceeded) {
+		b.Fatalf("run %s: %v %s", key, err, r.Run.Phase)
+	}
+}
