@@ -41,9 +41,6 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 		// Outside a transaction: one of its own, which announces it.
 		return s.InTx(ctx, func(tx *Store) error { return tx.eventFull(ctx, e, data) })
 	}
-	if err := s.makeRootMove(ctx); err != nil { // its event stays the last
-		return err
-	}
 	s.tx.events = append(s.tx.events, e)
 	return nil
 }
@@ -52,14 +49,14 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 // were written, with their runs' feed locks and notifications
 // (eventNotices), in one statement: the locks are an InitPlan of the
 // insert's WHERE, so Postgres takes them before the first row draws its id
-// from the sequence. A root move left by SetRootPhase is made by the same
-// statement (rootMoveSQL).
+// from the sequence. The root moves left by SetRootPhase are made by the
+// same statement (rootMoveSQL).
 func (s *Store) flushEvents(ctx context.Context) error {
 	if s.tx == nil || len(s.tx.events) == 0 {
 		return nil
 	}
-	events, m := s.tx.events, s.tx.root
-	s.tx.events, s.tx.root = nil, nil
+	events, moves := s.tx.events, s.tx.roots
+	s.tx.events, s.tx.roots = nil, nil
 	now := time.Now().UTC()
 	for i := range events {
 		if events[i].CreatedAt.IsZero() {
@@ -76,12 +73,11 @@ func (s *Store) flushEvents(ctx context.Context) error {
 	}
 	args := map[string]any{"rows": string(rows), "scopes": Strings(scopes), "channel": EventsChannel,
 		"notices": Strings(notices)}
-	if m == nil {
+	if len(moves) == 0 {
 		return mapErr(s.q(ctx).Exec(insertEventsSQL, args).Error)
 	}
-	maps.Copy(args, m.args())
-	args["last"] = len(events)
-	return mapErr(s.q(ctx).Exec(rootMoveSQL, args).Error)
+	maps.Copy(args, rootMovesArgs(moves))
+	return mapErr(s.q(ctx).Exec(rootMoveSQL(moves), args).Error)
 }
 
 // insertEventsSQL inserts the events of @rows with their feed locks
@@ -101,8 +97,9 @@ SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, 
        coalesce(e.data, 'null'), e.created_at`
 	eventsRecord = `project text, domain text, run_name text, action_name text,
        task_id bigint, attempt_id bigint, type text, data jsonb, created_at timestamptz`
-	eventsLocksAndNotices = `(SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(CAST(@scopes AS text[])) AS k) >= 0
-   AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(@notices AS text[])) AS n) >= 0`
+	eventsLocksAndNotices = `(SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
+        FROM unnest(CAST(CAST(@scopes AS text) AS text[])) AS k) >= 0
+   AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(CAST(@notices AS text) AS text[])) AS n) >= 0`
 )
 
 func strPtr(s string) *string {

@@ -44,42 +44,103 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 // advance. The caller holds the run's lock.
 func (s *Store) ExpandAndStart(ctx context.Context, key domain.RunKey, steps []domain.Step, now time.Time,
 	started ...StartedStep) (bool, error) {
-	names := make(map[string]bool, len(started))
+	fresh, err := s.ExpandAndStartRuns(ctx, now, FreshRun{Key: key, Steps: steps, Started: started})
+	return err == nil && fresh[0], err
+}
+
+// FreshRun is a run's first advance for ExpandAndStartRuns: its steps, and
+// the steps it starts with their tasks.
+type FreshRun struct {
+	Key     domain.RunKey
+	Steps   []domain.Step
+	Started []StartedStep
+}
+
+// ExpandAndStartRuns is ExpandAndStart for several runs (distinct keys) in
+// one statement: it expands and starts each run none of whose step actions
+// exists yet, writes its events (the runs in the given order), and reports
+// for each run whether it did; a run with a step action is left unchanged.
+// The caller holds the runs' locks.
+func (s *Store) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...FreshRun) ([]bool, error) {
+	var actions []Action
 	var tasks []Task
-	for _, st := range started {
-		names[st.Action] = true
-		tasks = append(tasks, st.Tasks...)
+	p, d, r := make([]string, len(runs)), make([]string, len(runs)), make([]string, len(runs))
+	for i, run := range runs {
+		names := make(map[string]bool, len(run.Started))
+		for _, st := range run.Started {
+			names[st.Action] = true
+			tasks = append(tasks, st.Tasks...)
+		}
+		actions = append(actions, stepRows(run.Key, run.Steps, names, now)...)
+		p[i], d[i], r[i] = run.Key.Project, run.Key.Domain, run.Key.Run
 	}
-	actions, err := json.Marshal(stepRows(key, steps, names, now))
+	actionJSON, err := json.Marshal(actions)
 	if err != nil {
-		return false, fmt.Errorf("steps of %s: %w", key, err)
+		return nil, fmt.Errorf("steps: %w", err)
 	}
 	taskJSON, err := taskRows(ctx, tasks, now)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	var inserted int
-	err = s.q(ctx).Raw(`WITH x AS (INSERT INTO actions (`+actionColumns+`) SELECT `+actionColumns+`
-			FROM jsonb_populate_recordset(NULL::actions, CAST(@actions AS jsonb)) WHERE NOT EXISTS (SELECT 1 FROM actions
-			WHERE project = @p AND domain = @d AND run_name = @r AND name <> @root) RETURNING 1),
-		t AS (INSERT INTO tasks (`+taskColumns+`) SELECT `+taskColumns+`
-			FROM jsonb_populate_recordset(NULL::tasks, CAST(@rows AS jsonb)) WHERE EXISTS (SELECT 1 FROM x))
-		SELECT count(*) FROM x`,
-		map[string]any{"actions": string(actions), "rows": taskJSON, "p": key.Project, "d": key.Domain, "r": key.Run,
-			"root": domain.RootActionName}).Scan(&inserted).Error
-	if err != nil || inserted == 0 {
-		return false, mapErr(err)
+	args := map[string]any{"actions": string(actionJSON), "rows": taskJSON, "root": domain.RootActionName}
+	var expanded []int64 // the runs' ordinals
+	if len(runs) == 1 {
+		args["p"], args["d"], args["r"] = p[0], d[0], r[0]
+		err = s.q(ctx).Raw(expandAndStartOneSQL, args).Scan(&expanded).Error
+	} else {
+		args["p"], args["d"], args["r"] = Strings(p), Strings(d), Strings(r)
+		err = s.q(ctx).Raw(expandAndStartSQL, args).Scan(&expanded).Error
 	}
-	if err := s.event(ctx, key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(steps)}); err != nil {
-		return false, err
+	if err != nil {
+		return nil, mapErr(err)
 	}
-	for _, st := range started {
-		if err := s.event(ctx, key, st.Action, "action.started", map[string]any{"tasks": len(st.Tasks)}); err != nil {
-			return false, err
+	fresh := make([]bool, len(runs))
+	for _, n := range expanded {
+		fresh[n-1] = true
+	}
+	for i, run := range runs {
+		if !fresh[i] {
+			continue
+		}
+		if err := s.event(ctx, run.Key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(run.Steps)}); err != nil {
+			return nil, err
+		}
+		for _, st := range run.Started {
+			if err := s.event(ctx, run.Key, st.Action, "action.started", map[string]any{"tasks": len(st.Tasks)}); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return true, nil
+	return fresh, nil
 }
+
+// expandAndStartOneSQL is expandAndStartSQL for one run, its key in
+// scalars: Postgres plans it once (a generic plan), where the arrays'
+// statement is planned afresh at each call (its plan for the arrays' true
+// length looks cheaper than the generic one), about 0.3 ms each time.
+var expandAndStartOneSQL = `WITH x AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
+		FROM jsonb_populate_recordset(NULL::actions, CAST(@actions AS jsonb)) WHERE NOT EXISTS (SELECT 1 FROM actions
+		WHERE project = @p AND domain = @d AND run_name = @r AND name <> @root) RETURNING 1),
+	t AS (INSERT INTO tasks (` + taskColumns + `) SELECT ` + taskColumns + `
+		FROM jsonb_populate_recordset(NULL::tasks, CAST(@rows AS jsonb)) WHERE EXISTS (SELECT 1 FROM x))
+	SELECT 1 WHERE EXISTS (SELECT 1 FROM x)`
+
+// expandAndStartSQL inserts the step actions (@actions) and the tasks
+// (@rows) of the runs of @p, @d, @r that have no step action (f), and
+// returns those runs' ordinals. The keys come as arrays (unnest's estimate
+// of 10 rows keeps the check on the primary key of actions).
+var expandAndStartSQL = `WITH k AS (SELECT * FROM unnest(CAST(CAST(@p AS text) AS text[]),
+		CAST(CAST(@d AS text) AS text[]), CAST(CAST(@r AS text) AS text[]))
+		WITH ORDINALITY AS k(project, domain, run_name, n)),
+	f AS (SELECT * FROM k WHERE NOT EXISTS (SELECT 1 FROM actions a
+		WHERE a.project = k.project AND a.domain = k.domain AND a.run_name = k.run_name AND a.name <> @root)),
+	x AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
+		FROM jsonb_populate_recordset(NULL::actions, CAST(@actions AS jsonb)) j
+		WHERE (j.project, j.domain, j.run_name) IN (SELECT project, domain, run_name FROM f)),
+	t AS (INSERT INTO tasks (` + taskColumns + `) SELECT ` + taskColumns + `
+		FROM jsonb_populate_recordset(NULL::tasks, CAST(@rows AS jsonb)) j
+		WHERE (j.project, j.domain, j.run_name) IN (SELECT project, domain, run_name FROM f))
+	SELECT n FROM f`
 
 // stepRows returns the step actions of a run's steps (QUEUED, children of
 // a0); those named in started are started at now.
@@ -97,4 +158,46 @@ func stepRows(key domain.RunKey, steps []domain.Step, started map[string]bool, n
 		rows = append(rows, a)
 	}
 	return rows
+}
+
+// TryLockRuns locks the rows of the named runs that no other transaction
+// holds (FOR UPDATE SKIP LOCKED), in key order (the lock order's first
+// level), in one statement, and returns them by key. A run missing from the
+// result does not exist or was held: the caller leaves it to a transaction
+// of its own (LockRun waits, and tells the two apart). keys may repeat.
+func (s *Store) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
+	projects, domains, names := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		projects[i], domains[i], names[i] = k.Project, k.Domain, k.Run
+	}
+	var raw []byte
+	err := s.q(ctx).Raw(`WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
+			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
+				CAST(CAST(? AS text) AS text[])))
+			ORDER BY project, domain, name FOR UPDATE SKIP LOCKED)
+		SELECT coalesce(json_agg(l), '[]') FROM l`, Strings(projects), Strings(domains), Strings(names)).
+		Row().Scan(&raw)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var runs []Run
+	if err := decodeRows(raw, &runs); err != nil {
+		return nil, fmt.Errorf("decode runs: %w", err)
+	}
+	out := make(map[domain.RunKey]Run, len(runs))
+	for _, r := range runs {
+		out[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}] = r
+	}
+	return out, nil
+}
+
+// PlanGenerically has the rest of the transaction use Postgres's generic
+// plans for its prepared statements (SET LOCAL plan_cache_mode). A statement
+// that takes its keys in arrays (TryLockRuns, ExpandAndStartRuns, the root
+// moves of several runs) is otherwise planned afresh at every call, its
+// plan for the arrays' true length looking cheaper than the generic one;
+// the generic plans, made for unnest's 10 rows, stay on the primary keys.
+// It costs one round trip; call it in a transaction only.
+func (s *Store) PlanGenerically(ctx context.Context) error {
+	return mapErr(s.q(ctx).Exec(`SET LOCAL plan_cache_mode = force_generic_plan`).Error)
 }

@@ -61,3 +61,61 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 	require.Nil(t, steps[0].StartedAt)
 	require.Equal(t, []string{"run.created", "run.expanded"}, events(t, db, key))
 }
+
+// TryLockRuns locks the named runs no other transaction holds and returns
+// them by key; a missing run and a held one are left out, and a repeated
+// key comes back once.
+func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openWithDB(t)
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
+	a, b, held := newRun(t, st, "a", spec), newRun(t, st, "b", spec), newRun(t, st, "held", spec)
+	missing := domain.RunKey{Project: "p", Domain: "d", Run: "missing"}
+	locked := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.InTx(ctx, func(tx *store.Store) error {
+			if _, err := tx.LockRun(ctx, held); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
+	var got map[domain.RunKey]store.Run
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		var err error
+		got, err = tx.TryLockRuns(ctx, []domain.RunKey{b, held, missing, a, b})
+		return err
+	}))
+	close(release)
+	require.NoError(t, <-done)
+	require.Len(t, got, 2)
+	for _, key := range []domain.RunKey{a, b} {
+		require.Equal(t, key.Run, got[key].Name)
+		require.Equal(t, string(domain.PhaseQueued), got[key].Phase)
+		require.Len(t, got[key].Spec.Steps, 1)
+	}
+}
+
+// A Strings value reaches Postgres as the array it holds, whatever its
+// elements, cast to text[] from text or straight.
+func TestStringsRoundTrip(t *testing.T) {
+	t.Parallel()
+	_, db := openWithDB(t)
+	for _, v := range []store.Strings{nil, {}, {""}, {"a", "b"}, {`q"uote`, `back\slash`, "com,ma", "{brace}", "NULL",
+		" spaced ", "ünï", `\"`}} {
+		for _, cast := range []string{"CAST(CAST($1 AS text) AS text[])", "CAST($1 AS text[])"} {
+			var got store.Strings
+			require.NoError(t, db.QueryRow("SELECT "+cast, v).Scan(&got), cast)
+			require.Equal(t, len(v), len(got), "%q via %s", v, cast)
+			for i := range v {
+				require.Equal(t, v[i], got[i], "%q via %s", v, cast)
+			}
+		}
+	}
+}

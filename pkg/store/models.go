@@ -9,6 +9,7 @@ import (
 	"database/sql/driver"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -274,24 +275,42 @@ func decodeEach(raw [][]byte, v ...any) error {
 	return nil
 }
 
-// Strings is a Postgres text[] column (an action's depends_on), read and
-// written through pgx's array codec.
+// Strings is a Postgres text[] column (an action's depends_on) or parameter,
+// read through pgx's array codec and written as a literal (Value).
 type Strings []string
 
-// textArrays encodes and decodes text[] values; a pgtype.Map is not safe for
-// concurrent use, so each call takes its own.
-func textArrays() *pgtype.Map { return pgtype.NewMap() }
+// textArrays holds the pgtype.Maps that decode text[] values: a Map is not
+// safe for concurrent use, and a new one costs about a hundred allocations,
+// so each call borrows one.
+var textArrays = sync.Pool{New: func() any { return pgtype.NewMap() }}
 
 // Scan reads a text[] value.
 func (s *Strings) Scan(src any) error {
-	return textArrays().SQLScanner((*[]string)(s)).Scan(src)
+	m := textArrays.Get().(*pgtype.Map)
+	defer textArrays.Put(m)
+	return m.SQLScanner((*[]string)(s)).Scan(src)
 }
 
-// Value writes s as a text[] literal; nil is the empty array.
+// Value writes s as a text[] literal, every element quoted; nil is the
+// empty array. A statement that casts its parameter to text first
+// (CAST(CAST(@x AS text) AS text[])) has Postgres parse the literal; cast
+// straight to text[], pgx parses it back and encodes it again.
 func (s Strings) Value() (driver.Value, error) {
-	if s == nil {
-		return "{}", nil
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range s {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := range len(v) {
+			if v[j] == '"' || v[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(v[j])
+		}
+		b.WriteByte('"')
 	}
-	buf, err := textArrays().Encode(pgtype.TextArrayOID, pgtype.TextFormatCode, []string(s), nil)
-	return string(buf), err
+	b.WriteByte('}')
+	return b.String(), nil
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -16,72 +18,138 @@ import (
 // In a transaction the move is left for the transaction's next statement,
 // which makes it first (q), or, when there is none, for the insert of the
 // transaction's events at commit (flushEvents): the move that usually ends
-// a transaction costs no statement of its own. Either way every statement
-// after the call sees the move, and its event keeps its place among the
-// transaction's events (the move is made before any later event is
-// written). Outside a transaction it makes its own.
+// a transaction costs no statement of its own, and the moves of several
+// runs left one after the other (a batch of starts) are made together.
+// Either way every statement after the call sees the move, and its event
+// keeps its place among the transaction's events (dropped there when a0
+// did not move). Outside a transaction it makes its own.
 func (s *Store) SetRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
 	if s.tx == nil {
 		return s.InTx(ctx, func(tx *Store) error { return tx.SetRootPhase(ctx, key, from, to, now) })
 	}
-	if err := s.makeRootMove(ctx); err != nil {
-		return err
+	for _, m := range s.tx.roots {
+		if m.key == key { // a second move of the same run follows the first
+			if err := s.makeRootMoves(ctx); err != nil {
+				return err
+			}
+			break
+		}
 	}
 	if err := s.event(ctx, key, domain.RootActionName, "action.phase", map[string]any{"from": from, "to": to}); err != nil {
 		return err
 	}
-	s.tx.root = &rootMove{key: key, from: from, to: to, now: now}
+	s.tx.roots = append(s.tx.roots, rootMove{key: key, from: from, to: to, now: now, ord: len(s.tx.events)})
 	return nil
 }
 
 // rootMove is a root move SetRootPhase left; its "action.phase" event is
-// the last of the transaction's events while it waits.
+// the transaction's event of ordinal ord (1-based).
 type rootMove struct {
 	key      domain.RunKey
 	from, to domain.Phase
 	now      time.Time
+	ord      int
 }
 
-// args are the named arguments of rootMoveCTE.
-func (m *rootMove) args() map[string]any {
-	return map[string]any{"p": m.key.Project, "d": m.key.Domain, "r": m.key.Run, "root": domain.RootActionName,
-		"from": string(m.from), "to": string(m.to), "now": m.now, "terminal": m.to.IsTerminal()}
+// rootMovesArgs are the named arguments of rootMovesSQL(moves): scalars
+// for one move; else one array per field (unnest's estimate of 10 rows
+// keeps Postgres's generic plan on the primary keys, where
+// jsonb_to_recordset's 100 made it scan both tables).
+func rootMovesArgs(moves []rootMove) map[string]any {
+	if len(moves) == 1 {
+		m := moves[0]
+		return map[string]any{"mp": m.key.Project, "md": m.key.Domain, "mr": m.key.Run, "mf": string(m.from),
+			"mt": string(m.to), "mnow": m.now, "mterminal": m.to.IsTerminal(), "mord": m.ord, "root": domain.RootActionName}
+	}
+	n := len(moves)
+	p, d, r, from, to := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	now, terminal, ord := make([]string, n), make([]string, n), make([]string, n)
+	for i, m := range moves {
+		p[i], d[i], r[i], from[i], to[i] = m.key.Project, m.key.Domain, m.key.Run, string(m.from), string(m.to)
+		now[i], terminal[i] = m.now.Truncate(time.Microsecond).Format(time.RFC3339Nano), strconv.FormatBool(m.to.IsTerminal())
+		ord[i] = strconv.Itoa(m.ord)
+	}
+	// Text arrays all (Strings): gorm would spread a plain slice into a
+	// list. The times are cut to microseconds, as pgx writes a time.
+	return map[string]any{"mp": Strings(p), "md": Strings(d), "mr": Strings(r), "mf": Strings(from), "mt": Strings(to),
+		"mnow": Strings(now), "mterminal": Strings(terminal), "mord": Strings(ord), "root": domain.RootActionName}
 }
 
-// makeRootMove makes the root move left in the transaction, if any, in a
-// statement of its own, and drops its event when a0 was not in the move's
-// phase.
-func (s *Store) makeRootMove(ctx context.Context) error {
-	if s.tx == nil || s.tx.root == nil {
+// rootMovesSQL is the CTE that makes moves (rootMoveCTE for one, in
+// scalars; rootMovesCTE for several, in arrays) followed by tail. One move,
+// the usual case, stays in scalars: Postgres plans that statement once (a
+// generic plan), where the arrays' statement is planned afresh at each call
+// (its plan for the arrays' true length looks cheaper than the generic
+// one), about 0.3 ms each time.
+func rootMovesSQL(moves []rootMove, tail string) string {
+	if len(moves) == 1 {
+		return rootMoveCTE + tail
+	}
+	return rootMovesCTE + tail
+}
+
+// makeRootMoves makes the root moves left in the transaction, if any, in
+// one statement, and drops the events of those whose a0 was not in the
+// move's phase.
+func (s *Store) makeRootMoves(ctx context.Context) error {
+	if s.tx == nil || len(s.tx.roots) == 0 {
 		return nil
 	}
-	m := s.tx.root
-	s.tx.root = nil
-	var moved int
-	if err := s.q(ctx).Raw(rootMoveCTE+` SELECT moved FROM r`, m.args()).Scan(&moved).Error; err != nil {
+	moves := s.tx.roots
+	s.tx.roots = nil
+	var moved []int
+	if err := s.q(ctx).Raw(rootMovesSQL(moves, ` SELECT ord FROM a`), rootMovesArgs(moves)).Scan(&moved).Error; err != nil {
 		return mapErr(err)
 	}
-	if moved == 0 {
-		s.tx.events = s.tx.events[:len(s.tx.events)-1]
+	drop := map[int]bool{}
+	for _, m := range moves {
+		drop[m.ord] = !slices.Contains(moved, m.ord)
 	}
+	kept := s.tx.events[:0]
+	for i, e := range s.tx.events {
+		if !drop[i+1] {
+			kept = append(kept, e)
+		}
+	}
+	s.tx.events = kept
 	return nil
 }
 
-// rootMoveCTE moves a0 (a) and the run row (r, whose moved counts a0's
-// rows moved, 0 or 1).
-const rootMoveCTE = `WITH a AS (UPDATE actions SET phase = @to, updated_at = @now, version = version + 1,
-	  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
-	  WHERE project = @p AND domain = @d AND run_name = @r AND name = @root AND phase = @from RETURNING 1),
-	r AS (UPDATE runs SET phase = @to, updated_at = @now, version = version + 1,
-	  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
-	  WHERE project = @p AND domain = @d AND name = @r RETURNING (SELECT count(*) FROM a) AS moved)`
+// rootMoveCTE moves the a0 (a, returning the move's ordinal when a0
+// moved) and the run row (r) of one move in scalars (@mp to @mord).
+const rootMoveCTE = `WITH m AS (SELECT CAST(@mord AS bigint) AS ord),
+	a AS (UPDATE actions SET phase = @mt, updated_at = @mnow, version = version + 1,
+	  ended_at = CASE WHEN @mterminal THEN @mnow ELSE ended_at END
+	  WHERE project = @mp AND domain = @md AND run_name = @mr AND name = @root AND phase = @mf
+	  RETURNING CAST(@mord AS bigint) AS ord),
+	r AS (UPDATE runs SET phase = @mt, updated_at = @mnow, version = version + 1,
+	  ended_at = CASE WHEN @mterminal THEN @mnow ELSE ended_at END
+	  WHERE project = @mp AND domain = @md AND name = @mr RETURNING 1)`
 
-// rootMoveSQL makes a root move and inserts the transaction's events, as
-// insertEventsSQL does, in one statement; the last event (@last, the
-// move's) only when a0 moved.
-const rootMoveSQL = rootMoveCTE + `
-` + eventsInsert + `
-  FROM ROWS FROM (jsonb_to_recordset(CAST(@rows AS jsonb)) AS (` + eventsRecord + `))
+// rootMovesCTE moves the a0s (a, returning the ordinals of the moves whose
+// a0 moved) and the run rows (r) of the moves (m, from the arrays @mp to
+// @mord), each run at most once.
+const rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS text[]),
+	  CAST(CAST(@md AS text) AS text[]), CAST(CAST(@mr AS text) AS text[]), CAST(CAST(@mf AS text) AS text[]),
+	  CAST(CAST(@mt AS text) AS text[]), CAST(CAST(@mnow AS text) AS timestamptz[]),
+	  CAST(CAST(@mterminal AS text) AS boolean[]), CAST(CAST(@mord AS text) AS bigint[]))
+	  AS m(p, d, r, f, t, now, terminal, ord)),
+	a AS (UPDATE actions x SET phase = m.t, updated_at = m.now, version = x.version + 1,
+	  ended_at = CASE WHEN m.terminal THEN m.now ELSE x.ended_at END
+	  FROM m WHERE x.project = m.p AND x.domain = m.d AND x.run_name = m.r AND x.name = @root AND x.phase = m.f
+	  RETURNING m.ord),
+	r AS (UPDATE runs x SET phase = m.t, updated_at = m.now, version = x.version + 1,
+	  ended_at = CASE WHEN m.terminal THEN m.now ELSE x.ended_at END
+	  FROM m WHERE x.project = m.p AND x.domain = m.d AND x.name = m.r RETURNING 1)`
+
+// rootMoveSQL makes the root moves (rootMovesSQL) and inserts the
+// transaction's events, as insertEventsSQL does, in one statement; a move's
+// event (the event of its ordinal) only when its a0 moved.
+func rootMoveSQL(moves []rootMove) string {
+	return rootMovesSQL(moves, `
+`+eventsInsert+`
+  FROM ROWS FROM (jsonb_to_recordset(CAST(@rows AS jsonb)) AS (`+eventsRecord+`))
        WITH ORDINALITY AS e(project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at, ord)
- WHERE (e.ord < @last OR (SELECT moved FROM r) > 0)
-   AND ` + eventsLocksAndNotices
+ WHERE (e.ord NOT IN (SELECT ord FROM m) OR e.ord IN (SELECT ord FROM a))
+   AND `+eventsLocksAndNotices)
+}

@@ -117,6 +117,57 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, key))
 }
 
+// The root moves of several runs left one after the other are made
+// together by the insert of the transaction's events, each event kept in
+// its place only when its a0 moved; a second move of a run makes the
+// first one before it.
+func TestRootMovesOfSeveralRunsRideTheEventsInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := store.NewOperationSeconds()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4, OperationSeconds: h})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
+	now := time.Now().UTC()
+	a, b, c := newRun(t, st, "a", spec), newRun(t, st, "b", spec), newRun(t, st, "c", spec)
+	before := countByOperation(t, h)
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		return errors.Join(tx.SetRootPhase(ctx, a, domain.PhaseQueued, domain.PhaseRunning, now),
+			tx.SetRootPhase(ctx, b, domain.PhasePaused, domain.PhaseRunning, now), // a0 is QUEUED: no event
+			tx.SetRootPhase(ctx, c, domain.PhaseQueued, domain.PhaseRunning, now),
+			tx.SetRootPhase(ctx, a, domain.PhaseRunning, domain.PhaseSucceeded, now)) // makes the three first
+	}))
+	after := countByOperation(t, h)
+	require.Equal(t, int64(1), after["SetRootPhase"]-before["SetRootPhase"], "the three moves in one statement")
+	require.Equal(t, int64(1), after["flushEvents"]-before["flushEvents"], "a's second move rides the insert")
+	var total int64
+	for op, n := range after {
+		total += n - before[op]
+	}
+	require.Equal(t, int64(2), total, "no other statement")
+	requirePhases(t, st, a, domain.PhaseSucceeded, domain.PhaseSucceeded)
+	requirePhases(t, st, b, domain.PhaseRunning, domain.PhaseQueued)
+	requirePhases(t, st, c, domain.PhaseRunning, domain.PhaseRunning)
+	require.Equal(t, []string{"run.created", "action.phase", "action.phase"}, events(t, db, a))
+	require.Equal(t, []string{"run.created"}, events(t, db, b))
+	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, c))
+
+	d, e := newRun(t, st, "d", spec), newRun(t, st, "e", spec)
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		return errors.Join(tx.SetRootPhase(ctx, d, domain.PhasePaused, domain.PhaseRunning, now),
+			tx.SetRootPhase(ctx, e, domain.PhaseQueued, domain.PhaseRunning, now))
+	}))
+	requirePhases(t, st, d, domain.PhaseRunning, domain.PhaseQueued)
+	requirePhases(t, st, e, domain.PhaseRunning, domain.PhaseRunning)
+	require.Equal(t, []string{"run.created"}, events(t, db, d), "the insert drops the event of a0 that did not move")
+	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, e))
+}
+
 // requirePhases checks the phases of key's run row and of its a0.
 func requirePhases(t *testing.T, st *store.Store, key domain.RunKey, run, root domain.Phase) {
 	t.Helper()

@@ -46,9 +46,9 @@ type txState struct {
 	// events holds the run_events rows its operations wrote; InTx
 	// inserts them in one statement.
 	events []RunEvent
-	// root is a0's move SetRootPhase left for that statement to make
-	// (rootMove); the transaction's next statement makes it first.
-	root *rootMove
+	// roots are the a0 moves SetRootPhase left for that statement to make
+	// (rootMove); the transaction's next statement makes them first.
+	roots []rootMove
 }
 
 // Config tunes the connection pool.
@@ -122,15 +122,15 @@ func (s *Store) Ping(ctx context.Context) error {
 // feed lock, only at the outer commit, so the lock stays the last one taken.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	if s.tx != nil {
-		// A root move left before the savepoint is made outside it, so
-		// that rolling the savepoint back keeps it.
-		if err := s.makeRootMove(ctx); err != nil {
+		// The root moves left before the savepoint are made outside it,
+		// so that rolling the savepoint back keeps them.
+		if err := s.makeRootMoves(ctx); err != nil {
 			return err
 		}
 		n := len(s.tx.events)
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{db: tx, tx: s.tx}) })
 		if err != nil {
-			s.tx.events, s.tx.root = s.tx.events[:n], nil
+			s.tx.events, s.tx.roots = s.tx.events[:n], nil
 		}
 		return err
 	}
@@ -149,13 +149,13 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	})
 }
 
-// q starts a statement. In a transaction with a root move left
-// (SetRootPhase), it makes the move first, so the statement sees it; when
+// q starts a statement. In a transaction with root moves left
+// (SetRootPhase), it makes them first, so the statement sees them; when
 // that fails, the statement fails with its error.
 func (s *Store) q(ctx context.Context) *gorm.DB {
 	db := s.db.WithContext(ctx)
-	if s.tx != nil && s.tx.root != nil {
-		if err := s.makeRootMove(ctx); err != nil {
+	if s.tx != nil && len(s.tx.roots) > 0 {
+		if err := s.makeRootMoves(ctx); err != nil {
 			_ = db.AddError(err)
 		}
 	}
