@@ -107,25 +107,47 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 			return adv, err
 		}
 	}
-	if !domain.CanMovePhase(adv.Phase, p.Phase) {
-		return adv, nil
+	return adv, moveRoot(ctx, tx, key, &adv, p.Phase, now)
+}
+
+// moveRoot moves the run's root action and row from adv.Phase to phase
+// (forward only; tx.SetRootPhase) and records it in adv.
+func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Advance, phase domain.Phase,
+	now time.Time) error {
+	if !domain.CanMovePhase(adv.Phase, phase) {
+		return nil
 	}
 	from := adv.Phase
-	adv.Phase = p.Phase
-	return adv, tx.SetRootPhase(ctx, key, from, p.Phase, now)
+	adv.Phase = phase
+	return tx.SetRootPhase(ctx, key, from, phase, now)
 }
 
 // expandAndStart is the first advance of a QUEUED run that was never
-// expanded, when what it decides is only plain task steps to start (no
-// SKIPPED step, no wait, no cache): the same decision as evaluateSteps
-// makes from the freshly expanded steps (every one QUEUED, not started),
-// applied with store.ExpandAndStart, one statement for the expansion and
-// the started steps' tasks. fresh is false when it does not apply, or the
-// run was expanded before: the caller decides as for any other advance.
+// expanded, when what it decides is only plain task steps to start
+// (freshStart), applied with store.ExpandAndStart, one statement for the
+// expansion and the started steps' tasks. fresh is false when it does not
+// apply, or the run was expanded before: the caller decides as for any
+// other advance.
 func (s *Scheduler) expandAndStart(ctx context.Context, tx *store.Store, run store.Run, adv *Advance,
 	now time.Time) (p domain.Progress, fresh bool, err error) {
-	if domain.Phase(run.Phase) != domain.PhaseQueued || len(run.Spec.Steps) == 0 {
+	p, fr, ok := s.freshStart(run, now)
+	if !ok {
 		return p, false, nil
+	}
+	if fresh, err = tx.ExpandAndStart(ctx, fr.Key, fr.Steps, now, fr.Started...); fresh {
+		adv.Started = p.Start
+	}
+	return p, fresh, err
+}
+
+// freshStart decides the first advance of a QUEUED run from the status a
+// fresh expansion has (every step QUEUED, not started): the same decision
+// as evaluateSteps makes from the expanded steps. ok is false unless that
+// decision is only plain task steps to start (no SKIPPED step, no wait, no
+// cache); else fr holds the run's steps and the started ones' new tasks.
+func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress, fr store.FreshRun, ok bool) {
+	if domain.Phase(run.Phase) != domain.PhaseQueued || len(run.Spec.Steps) == 0 {
+		return p, fr, false
 	}
 	status := make(map[string]domain.StepStatus, len(run.Spec.Steps))
 	byName := make(map[string]domain.Step, len(run.Spec.Steps))
@@ -134,21 +156,18 @@ func (s *Scheduler) expandAndStart(ctx context.Context, tx *store.Store, run sto
 	}
 	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
 	if len(p.Skip) > 0 {
-		return p, false, nil
+		return p, fr, false
 	}
-	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
-	started := make([]store.StartedStep, 0, len(p.Start))
+	fr = store.FreshRun{Key: domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}, Steps: run.Spec.Steps,
+		Started: make([]store.StartedStep, 0, len(p.Start))}
 	for _, name := range p.Start {
 		st := byName[name]
 		if !plainTaskStep(st) {
-			return p, false, nil
+			return p, fr, false
 		}
-		started = append(started, store.StartedStep{Action: name, Tasks: s.newTasks(key.Action(name), st, 0, now)})
+		fr.Started = append(fr.Started, store.StartedStep{Action: name, Tasks: s.newTasks(fr.Key.Action(name), st, 0, now)})
 	}
-	if fresh, err = tx.ExpandAndStart(ctx, key, run.Spec.Steps, now, started...); fresh {
-		adv.Started = p.Start
-	}
-	return p, fresh, err
+	return p, fr, true
 }
 
 // stepActions returns the run's step actions, expanding the run first when

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -10,8 +11,9 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// handleRuns applies runs:start, a batch create's one message: it advances
-// each named run as run:start would, BatchWorkers at a time. A run that does
+// handleRuns applies runs:start, a batch create's one message: it starts
+// the named runs as run:start would, in transactions of up to
+// maxStartBatch runs (startRuns), BatchWorkers at a time. A run that does
 // not exist is skipped; any other failure fails the task, which asynq
 // retries whole (advancing a started run again changes nothing).
 func (s *Scheduler) handleRuns(ctx context.Context, t *asynq.Task) error {
@@ -19,30 +21,32 @@ func (s *Scheduler) handleRuns(ctx context.Context, t *asynq.Task) error {
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	keys := make(chan domain.RunKey)
+	chunks := make(chan []domain.RunKey)
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
-	for range min(s.cfg.BatchWorkers, len(p.Runs)) {
+	keys := p.Keys()
+	for range min(s.cfg.BatchWorkers, (len(keys)+maxStartBatch-1)/maxStartBatch) {
 		wg.Go(func() {
-			for key := range keys {
-				_, err := s.advance(ctx, key)
-				if errors.Is(err, asynq.SkipRetry) {
-					s.log.Warn("batch run not found", "run", key.String())
-					continue
-				}
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+			for chunk := range chunks {
+				for i, err := range s.startRuns(ctx, chunk) {
+					if errors.Is(err, asynq.SkipRetry) {
+						s.log.Warn("batch run not found", "run", chunk[i].String())
+						continue
+					}
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
 				}
 			}
 		})
 	}
-	for _, key := range p.Keys() {
-		keys <- key
+	for chunk := range slices.Chunk(keys, maxStartBatch) {
+		chunks <- chunk
 	}
-	close(keys)
+	close(chunks)
 	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -51,8 +51,8 @@ type Config struct {
 	MaxSystemFailures *int
 	// Cache tunes the catalog's reservations.
 	Cache CacheConfig
-	// BatchWorkers is how many runs of one runs:start message (a batch
-	// create) advance at once, each in its own transaction. Default 4.
+	// BatchWorkers is how many start transactions (each of up to 64 new
+	// runs, see startRuns) a replica makes at once. Default 4.
 	BatchWorkers int
 }
 
@@ -114,6 +114,7 @@ type Scheduler struct {
 	kick    chan struct{}
 	metrics *metrics
 	live    *liveness
+	starts  startGate
 
 	mu     sync.Mutex
 	leader bool
@@ -126,14 +127,14 @@ type Scheduler struct {
 func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Registerer, cfg Config) *Scheduler {
 	cfg.defaults()
 	return &Scheduler{store: st, queue: q, log: log, cfg: cfg, kick: make(chan struct{}, 1), metrics: newMetrics(reg),
-		live: newLiveness(reg)}
+		live: newLiveness(reg), starts: startGate{tokens: make(chan struct{}, cfg.BatchWorkers)}}
 }
 
 // Register adds the scheduler's queue handlers to mux: any replica applies
 // evaluations and progression.
 func (s *Scheduler) Register(mux *asynq.ServeMux) {
 	mux.Use(obs.TaskMiddleware)
-	mux.HandleFunc(queue.TypeRunStart, s.handleRun)
+	mux.HandleFunc(queue.TypeRunStart, s.handleRunStart)
 	mux.HandleFunc(queue.TypeRunsStart, s.handleRuns)
 	mux.HandleFunc(queue.TypeTasksEvaluate, s.handleEvaluations)
 	mux.HandleFunc(queue.TypeRunAdvance, s.handleRun)

@@ -1,0 +1,184 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
+)
+
+// maxStartBatch bounds the runs one start transaction takes.
+const maxStartBatch = 64
+
+// startGate gathers the runs whose run:start messages are handled at the
+// same time, so that their first advances share a transaction (group
+// commit): a handler queues its run and waits; whichever handler holds a
+// token takes every queued run (up to maxStartBatch) and starts them in one
+// transaction. An idle scheduler starts a lone run at once, as before.
+type startGate struct {
+	mu      sync.Mutex
+	pending []*startReq
+	tokens  chan struct{} // one per start transaction in flight
+}
+
+// startReq is one run waiting in the gate, and where its result goes.
+type startReq struct {
+	key  domain.RunKey
+	done chan error // buffered: a result is never waited for in vain
+}
+
+// take removes and returns up to maxStartBatch waiting runs.
+func (g *startGate) take() []*startReq {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := min(len(g.pending), maxStartBatch)
+	batch := slices.Clone(g.pending[:n])
+	g.pending = slices.Delete(g.pending, 0, n)
+	return batch
+}
+
+// handleRunStart is the run:start handler: it starts the run through the
+// gate (start).
+func (s *Scheduler) handleRunStart(ctx context.Context, t *asynq.Task) error {
+	var p queue.RunPayload
+	if err := queue.Decode(t, &p); err != nil {
+		return err
+	}
+	return s.start(ctx, p.Key())
+}
+
+// start advances a new run as advance does, in a transaction shared with
+// the other runs started at the same time (startGate, startRuns); the
+// handler holding the token makes that transaction with its own ctx.
+// Errors: those of advance (asynq.SkipRetry for a run that does not exist),
+// ctx's when it ends first (the run may be started later by another
+// handler's transaction; the retried message then finds it started).
+func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
+	g := &s.starts
+	req := &startReq{key: key, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.pending = append(g.pending, req)
+	g.mu.Unlock()
+	for {
+		select {
+		case err := <-req.done:
+			return err
+		case g.tokens <- struct{}{}:
+			batch := g.take()
+			if len(batch) == 0 { // another handler took req: wait for it
+				<-g.tokens
+				select {
+				case err := <-req.done:
+					return err
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			keys := make([]domain.RunKey, len(batch))
+			for i, r := range batch {
+				keys[i] = r.key
+			}
+			for i, err := range s.startRuns(ctx, keys) {
+				batch[i].done <- err
+			}
+			<-g.tokens
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// startRuns advances the named runs and returns one error per key, in
+// order. The runs whose advance is a fresh run's first (freshStart: plain
+// task steps to start) and that no other transaction holds are advanced in
+// one transaction of four statements whatever their number: generic plans
+// (store.PlanGenerically), their locks (store.TryLockRuns), their
+// expansions (store.ExpandAndStartRuns), and at commit their root moves
+// with all their events. Every other run, all of them when that
+// transaction fails, and a lone run are advanced on their own (advance).
+func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error {
+	if len(keys) == 1 { // one run: advance's statements, in scalars
+		_, err := s.advance(ctx, keys[0])
+		return []error{err}
+	}
+	advs := make([]*Advance, len(keys))
+	err := s.store.InTx(ctx, func(tx *store.Store) error {
+		clear(advs)
+		return s.startFresh(ctx, tx, keys, advs)
+	})
+	if err != nil {
+		s.log.Warn("batched start failed; each run starts on its own", "runs", len(keys), "err", err)
+		clear(advs)
+	}
+	errs := make([]error, len(keys))
+	for i, adv := range advs {
+		if adv != nil {
+			s.afterAdvance(*adv)
+			continue
+		}
+		_, errs[i] = s.advance(ctx, keys[i])
+	}
+	return errs
+}
+
+// startFresh is startRuns's transaction: it sets advs[i] for each run of
+// keys it started, in key order (the lock order of their a0s).
+func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance) error {
+	if err := tx.PlanGenerically(ctx); err != nil {
+		return err
+	}
+	runs, err := tx.TryLockRuns(ctx, keys)
+	if err != nil {
+		return err
+	}
+	order := make([]int, 0, len(runs))
+	for i, key := range keys {
+		if _, ok := runs[key]; ok {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmpKeys(keys[a], keys[b]) })
+	now := time.Now().UTC()
+	var fresh []store.FreshRun
+	var picked []int
+	phases := map[int]domain.Phase{}
+	for _, i := range order {
+		run, ok := runs[keys[i]]
+		if !ok || run.RestartRequestedAt != nil {
+			continue
+		}
+		delete(runs, keys[i]) // a repeated key is advanced on its own
+		if p, fr, ok := s.freshStart(run, now); ok {
+			fresh, picked, phases[i] = append(fresh, fr), append(picked, i), p.Phase
+			advs[i] = &Advance{Phase: domain.Phase(run.Phase), Started: p.Start}
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	expanded, err := tx.ExpandAndStartRuns(ctx, now, fresh...)
+	if err != nil {
+		return err
+	}
+	for j, i := range picked {
+		if !expanded[j] {
+			advs[i] = nil // expanded before: advanced on its own
+			continue
+		}
+		if err := moveRoot(ctx, tx, keys[i], advs[i], phases[i], now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cmpKeys orders run keys as the lock order does: project, domain, name.
+func cmpKeys(a, b domain.RunKey) int {
+	return cmp.Or(cmp.Compare(a.Project, b.Project), cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Run, b.Run))
+}
