@@ -22,14 +22,7 @@ import (
 func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	h := store.NewOperationSeconds()
-	url := storetest.NewURL(t)
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4, OperationSeconds: h})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	st, db, h := openCounted(t)
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
 	now := time.Now().UTC()
 	inTx := func(key domain.RunKey, fn func(tx *store.Store) error) map[string]int64 {
@@ -124,14 +117,7 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 func TestRootMovesOfSeveralRunsRideTheEventsInsert(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	h := store.NewOperationSeconds()
-	url := storetest.NewURL(t)
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4, OperationSeconds: h})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	st, db, h := openCounted(t)
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
 	now := time.Now().UTC()
 	a, b, c := newRun(t, st, "a", spec), newRun(t, st, "b", spec), newRun(t, st, "c", spec)
@@ -166,6 +152,21 @@ func TestRootMovesOfSeveralRunsRideTheEventsInsert(t *testing.T) {
 	requirePhases(t, st, e, domain.PhaseRunning, domain.PhaseRunning)
 	require.Equal(t, []string{"run.created"}, events(t, db, d), "the insert drops the event of a0 that did not move")
 	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, e))
+}
+
+// openCounted opens a store on a fresh database, its statements counted by
+// operation into h, and the same database through database/sql.
+func openCounted(t *testing.T) (*store.Store, *sql.DB, *prometheus.HistogramVec) {
+	t.Helper()
+	h := store.NewOperationSeconds()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4, OperationSeconds: h})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return st, db, h
 }
 
 // requirePhases checks the phases of key's run row and of its a0.
