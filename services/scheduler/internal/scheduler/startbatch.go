@@ -137,17 +137,15 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	if err != nil {
 		return err
 	}
-	order := make([]int, 0, len(runs))
-	for i, key := range keys {
-		if _, ok := runs[key]; ok {
-			order = append(order, i)
-		}
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmpKeys(keys[a], keys[b]) })
 	now := time.Now().UTC()
 	var fresh []store.FreshRun
-	var picked []int
-	phases := map[int]domain.Phase{}
+	var picked []int          // the index in keys of each of fresh
+	var phases []domain.Phase // the run phase each of fresh decided
 	for _, i := range order {
 		run, ok := runs[keys[i]]
 		if !ok || run.RestartRequestedAt != nil {
@@ -155,7 +153,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 		}
 		delete(runs, keys[i]) // a repeated key is advanced on its own
 		if p, fr, ok := s.freshStart(run, now); ok {
-			fresh, picked, phases[i] = append(fresh, fr), append(picked, i), p.Phase
+			fresh, picked, phases = append(fresh, fr), append(picked, i), append(phases, p.Phase)
 			advs[i] = &Advance{Phase: domain.Phase(run.Phase), Started: p.Start}
 		}
 	}
@@ -171,7 +169,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 			advs[i] = nil // expanded before: advanced on its own
 			continue
 		}
-		if err := moveRoot(ctx, tx, keys[i], advs[i], phases[i], now); err != nil {
+		if err := moveRoot(ctx, tx, keys[i], advs[i], phases[j], now); err != nil {
 			return err
 		}
 	}
