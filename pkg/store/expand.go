@@ -127,8 +127,8 @@ var expandAndStartOneSQL = `WITH x AS (INSERT INTO actions (` + actionColumns + 
 
 // expandAndStartSQL inserts the step actions (@actions) and the tasks
 // (@rows) of the runs of @p, @d, @r that have no step action (f), and
-// returns those runs' ordinals. The keys come as arrays (unnest's estimate
-// of 10 rows keeps the check on the primary key of actions).
+// returns those runs' ordinals. The keys come as arrays: call it on
+// EachCall's pool.
 var expandAndStartSQL = `WITH k AS (SELECT * FROM unnest(CAST(CAST(@p AS text) AS text[]),
 		CAST(CAST(@d AS text) AS text[]), CAST(CAST(@r AS text) AS text[]))
 		WITH ORDINALITY AS k(project, domain, run_name, n)),
@@ -189,15 +189,4 @@ func (s *Store) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[doma
 		out[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}] = r
 	}
 	return out, nil
-}
-
-// PlanGenerically has the rest of the transaction use Postgres's generic
-// plans for its prepared statements (SET LOCAL plan_cache_mode). A statement
-// that takes its keys in arrays (TryLockRuns, ExpandAndStartRuns, the root
-// moves of several runs) is otherwise planned afresh at every call, its
-// plan for the arrays' true length looking cheaper than the generic one;
-// the generic plans, made for unnest's 10 rows, stay on the primary keys.
-// It costs one round trip; call it in a transaction only.
-func (s *Store) PlanGenerically(ctx context.Context) error {
-	return mapErr(s.q(ctx).Exec(`SET LOCAL plan_cache_mode = force_generic_plan`).Error)
 }

@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -100,6 +102,59 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 		require.Equal(t, string(domain.PhaseQueued), got[key].Phase)
 		require.Len(t, got[key].Spec.Steps, 1)
 	}
+}
+
+// Statements that take their keys in arrays (a start batch's, a scheduling
+// pass's) run on EachCall's pool. A generic plan of such a statement, made
+// while the tables are nearly empty, scans them whole, and a connection
+// would keep it as they grow; on EachCall's pool Postgres plans them at each
+// call: once runs has grown, the lock of a batch's runs takes its primary
+// key. The main pool keeps generic plans.
+func TestEachCallPlansAtEachCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	// One connection a pool: the statements prepared on it are the test's.
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 1, EachCallConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
+	keys := []domain.RunKey{newRun(t, st, "a", spec), newRun(t, st, "b", spec)}
+	lock := func(on *store.Store, then func(tx *store.Store)) {
+		t.Helper()
+		require.NoError(t, on.InTx(ctx, func(tx *store.Store) error {
+			_, err := tx.TryLockRuns(ctx, keys)
+			then(tx)
+			return err
+		}))
+	}
+	// Past the five calls after which Postgres may keep a generic plan.
+	for range 6 {
+		lock(st.EachCall(), func(*store.Store) {})
+		lock(st, func(*store.Store) {})
+	}
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.ExecContext(ctx, `INSERT INTO runs (project, domain, name, spec)
+		SELECT project, domain, name || '-' || i, spec FROM runs, generate_series(1, 5000) i WHERE name = 'a'`)
+	require.NoError(t, err)
+	const stmt = "FOR UPDATE SKIP LOCKED"
+	lock(st.EachCall(), func(tx *store.Store) {
+		name, generic, custom, err := tx.PreparedPlans(ctx, stmt)
+		require.NoError(t, err)
+		require.Zero(t, generic, "generic plans")
+		require.Equal(t, int64(7), custom, "custom plans")
+		plan, err := tx.Explain(ctx, "EXECUTE "+name+"('{p,p}', '{d,d}', '{a,b}')")
+		require.NoError(t, err)
+		require.Contains(t, plan, "runs_pkey")
+		require.NotContains(t, plan, "Seq Scan")
+	})
+	lock(st, func(tx *store.Store) {
+		_, generic, _, err := tx.PreparedPlans(ctx, stmt)
+		require.NoError(t, err)
+		require.NotZero(t, generic, "the main pool's generic plans")
+	})
 }
 
 // A Strings value reaches Postgres as the array it holds, whatever its

@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // holdKey carries WithHold's function in a context.
 type holdKey struct{}
@@ -24,3 +27,32 @@ const (
 	SQLListedByCreation = sqlListedByCreation
 	SQLListedByID       = sqlListedByID
 )
+
+// PreparedPlans returns the name of the statement prepared on s's
+// connection whose text contains substr, and how many generic and custom
+// plans Postgres made for it (pg_prepared_statements). Open s with one
+// connection for the answer to be about the statements it ran.
+func (s *Store) PreparedPlans(ctx context.Context, substr string) (name string, generic, custom int64, err error) {
+	err = s.q(ctx).Raw(`SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE strpos(statement, ?) > 0`, substr).Row().Scan(&name, &generic, &custom)
+	return name, generic, custom, err
+}
+
+// Explain returns the lines of EXPLAIN statement on s's connection, in s's
+// transaction if it is one.
+func (s *Store) Explain(ctx context.Context, statement string) (string, error) {
+	rows, err := s.q(ctx).Raw("EXPLAIN " + statement).Rows()
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "", err
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n"), rows.Err()
+}

@@ -53,8 +53,8 @@ type rootMove struct {
 
 // rootMovesArgs are the named arguments of rootMovesSQL(moves): scalars
 // for one move; else one array per field (unnest's estimate of 10 rows
-// keeps Postgres's generic plan on the primary keys, where
-// jsonb_to_recordset's 100 made it scan both tables).
+// keeps Postgres's plans on the primary keys, where jsonb_to_recordset's
+// 100 made it scan both tables; see EachCall for the generic plans).
 func rootMovesArgs(moves []rootMove) map[string]any {
 	if len(moves) == 1 {
 		m := moves[0]

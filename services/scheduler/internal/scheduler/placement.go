@@ -71,7 +71,7 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 	if len(s.kick) > 0 {
 		return next
 	}
-	if at, err := s.store.NextWakeAt(ctx); err == nil && at != nil {
+	if at, err := s.store.EachCall().NextWakeAt(ctx); err == nil && at != nil {
 		next = min(next, max(time.Until(*at), time.Millisecond))
 	}
 	return next
@@ -102,13 +102,16 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 	return s.place(ctx)
 }
 
-// place is runOnce after its expiry pass.
+// place is runOnce after its expiry pass. Its statements, which take many
+// tasks and workers at once, run on the pool that plans them at each call
+// (store.EachCall).
 func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
-	workers, err := s.store.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
+	st := s.store.EachCall()
+	workers, err := st.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
 	if err != nil {
 		return PassResult{}, err
 	}
-	tasks, err := s.store.PendingTasks(ctx, s.cfg.Placement.BatchSize)
+	tasks, err := st.PendingTasks(ctx, s.cfg.Placement.BatchSize)
 	if err != nil {
 		return PassResult{}, err
 	}
@@ -123,7 +126,7 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 		return p.res, err
 	}
 	p.res.Waiting = len(p.reasons)
-	return p.res, s.store.SetPendingReasons(ctx, p.reasons)
+	return p.res, st.SetPendingReasons(ctx, p.reasons)
 }
 
 // placement is the state of one pass.
@@ -191,7 +194,7 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 // statement (a gang's tasks together), and dispatches their attempts. A task
 // that stopped being PENDING meanwhile is skipped.
 func (p *placement) assign(ctx context.Context) error {
-	attempts, err := p.s.store.AssignTasks(ctx, p.placed)
+	attempts, err := p.s.store.EachCall().AssignTasks(ctx, p.placed)
 	if err != nil {
 		return err
 	}
@@ -264,7 +267,7 @@ func (p *placement) loadRunning(ctx context.Context) error {
 		ids[i] = w.ID
 		index[w.ID] = i
 	}
-	live, err := p.s.store.LiveOnWorkers(ctx, ids)
+	live, err := p.s.store.EachCall().LiveOnWorkers(ctx, ids)
 	if err != nil {
 		return err
 	}

@@ -97,10 +97,10 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 // startRuns advances the named runs and returns one error per key, in
 // order. The runs whose advance is a fresh run's first (freshStart: plain
 // task steps to start) and that no other transaction holds are advanced in
-// one transaction of four statements whatever their number: generic plans
-// (store.PlanGenerically), their locks (store.TryLockRuns), their
-// expansions (store.ExpandAndStartRuns), and at commit their root moves
-// with all their events. Every other run, all of them when that
+// one transaction of three statements whatever their number, on the pool
+// whose statements are planned at each call (store.EachCall): their locks
+// (store.TryLockRuns), their expansions (store.ExpandAndStartRuns), and at
+// commit their root moves with all their events. Every other run, all of them when that
 // transaction fails, and a lone run are advanced on their own (advance).
 func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error {
 	if len(keys) == 1 { // one run: advance's statements, in scalars
@@ -108,7 +108,7 @@ func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error
 		return []error{err}
 	}
 	advs := make([]*Advance, len(keys))
-	err := s.store.InTx(ctx, func(tx *store.Store) error {
+	err := s.store.EachCall().InTx(ctx, func(tx *store.Store) error {
 		clear(advs)
 		return s.startFresh(ctx, tx, keys, advs)
 	})
@@ -130,9 +130,6 @@ func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error
 // startFresh is startRuns's transaction: it sets advs[i] for each run of
 // keys it started, in key order (the lock order of their a0s).
 func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance) error {
-	if err := tx.PlanGenerically(ctx); err != nil {
-		return err
-	}
 	runs, err := tx.TryLockRuns(ctx, keys)
 	if err != nil {
 		return err
