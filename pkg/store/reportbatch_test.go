@@ -70,3 +70,46 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 	}
 	require.Equal(t, []string{"attempt.RUNNING", "attempt.SUCCEEDED", "attempt.RUNNING"}, types, "the resent RUNNING writes none")
 }
+
+// A batch about several attempts locks them by lists of ids: it runs on
+// EachCall's pool, where those statements are planned at each call (a
+// generic plan made on the first minute's nearly empty tables would scan
+// attempts and tasks whole); a batch about one attempt keeps the main pool.
+func TestReportBatchOfSeveralAttemptsPlansAtEachCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewURL(t), store.Config{MaxOpenConns: 1, EachCallConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	w := registerWorker(t, st)
+	ids := startedTasks(t, st, "plans", 15)
+	attempts := make([]int64, len(ids))
+	for i, id := range ids {
+		a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		attempts[i] = a.ID
+	}
+	running := func(ids ...int64) {
+		t.Helper()
+		b := make([]store.BatchedReport, len(ids))
+		for i, id := range ids {
+			b[i] = store.BatchedReport{AttemptID: id, Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}
+		}
+		res, err := st.ReportAttempts(ctx, w.ID, b, 1<<20)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.NoError(t, r.Err)
+		}
+	}
+	for i := range 7 {
+		running(attempts[2*i], attempts[2*i+1])
+	}
+	running(attempts[14])
+	_, generic, custom, err := st.EachCall().PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
+	require.NoError(t, err, "the attempts' lock is prepared on EachCall's connection")
+	require.Zero(t, generic)
+	require.Equal(t, int64(7), custom)
+	_, _, _, err = st.PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
+	require.ErrorIs(t, err, sql.ErrNoRows, "not on the main pool's")
+}

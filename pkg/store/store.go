@@ -125,7 +125,8 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 // generic plan per connection. It is for the statements that take their
 // keys in arrays or lists and run a few times a second: a scheduling pass's
 // (AssignTasks, PlaceableWorkers, PendingTasks), a start batch's
-// (TryLockRuns, ExpandAndStartRuns, the root moves of several runs). A
+// (TryLockRuns, ExpandAndStartRuns, the root moves of several runs), a
+// report batch's about several attempts (ReportAttempts chooses). A
 // generic plan is made once per connection, for the tables as they are
 // then, and kept until the table is next analyzed (autovacuum, about a
 // minute on a new database): made on nearly empty tables, theirs join by a
