@@ -21,14 +21,7 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 	ctx := context.Background()
 	st, db := openWithDB(t)
 	w := registerWorker(t, st)
-	ids := startedTasks(t, st, "deferred", 2)
-	attempts := make([]int64, len(ids))
-	for i, id := range ids {
-		a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
-		require.NoError(t, err)
-		require.True(t, ok)
-		attempts[i] = a.ID
-	}
+	attempts := assignedAttempts(t, st, w, "deferred", 2)
 	exit := 0
 	res, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskRunning, Pid: intp(42)}},
@@ -82,14 +75,7 @@ func TestReportBatchOfSeveralAttemptsPlansAtEachCall(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	w := registerWorker(t, st)
-	ids := startedTasks(t, st, "plans", 15)
-	attempts := make([]int64, len(ids))
-	for i, id := range ids {
-		a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
-		require.NoError(t, err)
-		require.True(t, ok)
-		attempts[i] = a.ID
-	}
+	attempts := assignedAttempts(t, st, w, "plans", 15)
 	running := func(ids ...int64) {
 		t.Helper()
 		b := make([]store.BatchedReport, len(ids))
@@ -112,4 +98,19 @@ func TestReportBatchOfSeveralAttemptsPlansAtEachCall(t *testing.T) {
 	require.Equal(t, int64(7), custom)
 	_, _, _, err = st.PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
 	require.ErrorIs(t, err, sql.ErrNoRows, "not on the main pool's")
+}
+
+// assignedAttempts starts a run named name of one step of n replicas and
+// returns the ids of its tasks' attempts, placed on w.
+func assignedAttempts(t *testing.T, st *store.Store, w store.Worker, name string, n int) []int64 {
+	t.Helper()
+	ids := startedTasks(t, st, name, n)
+	attempts := make([]int64, len(ids))
+	for i, id := range ids {
+		a, ok, err := storetest.AssignTask(context.Background(), st, id, w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		attempts[i] = a.ID
+	}
+	return attempts
 }
