@@ -75,19 +75,17 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := &Store{db: db}
 	each, err := openPool(dsn, map[string]string{"plan_cache_mode": "force_custom_plan"}, cmp.Or(cfg.EachCallConns, 8),
 		cfg.OperationSeconds)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, s.Close())
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, err
+	s.eachCall = &Store{db: each}
+	if err := s.Ping(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("ping postgres: %w", err), s.Close())
 	}
-	if err := sqlDB.PingContext(ctx); err != nil {
-		return nil, fmt.Errorf("ping postgres: %w", err)
-	}
-	return &Store{db: db, eachCall: &Store{db: each}}, nil
+	return s, nil
 }
 
 // openPool opens a pool of at most conns connections (default 20) to dsn,
@@ -133,9 +131,9 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 // sequential scan and go on scanning the tables whole as they grow
 // (AssignTasks of 17 tasks at 6,000 tasks: 24 ms, against 4.8 ms planned
 // at each call; a start batch's root moves under load at 8,000 runs:
-// 13.8 ms, against 1.6 ms and 1 ms of planning). The other
-// statements keep the main pool, where a generic plan saves their planning.
-// On EachCall's Store, and on a transaction's, it returns the Store itself.
+// 13.8 ms, against 1.6 ms and 1 ms of planning). The other statements keep
+// the main pool, where a generic plan saves their planning. On EachCall's
+// Store, and on a transaction's, it returns the Store itself.
 func (s *Store) EachCall() *Store {
 	if s.eachCall == nil {
 		return s

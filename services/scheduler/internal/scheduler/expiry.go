@@ -26,9 +26,9 @@ type ExpiryResult struct {
 type expiry struct{ s *Scheduler }
 
 // runOnce reads what is due in one statement (store.ExpiryDue, planned at
-// each call: store.EachCall), then ends
-// the jobs with a task past its scheduling deadline, aborts what is past a
-// timeout, and wakes the runs whose timed waits ended.
+// each call: store.EachCall), then ends the jobs with a task past its
+// scheduling deadline, aborts what is past a timeout, and wakes the runs
+// whose timed waits ended.
 func (e expiry) runOnce(ctx context.Context) (ExpiryResult, error) {
 	var res ExpiryResult
 	due, err := e.s.store.EachCall().ExpiryDue(ctx, 1000)
