@@ -100,8 +100,9 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 // one transaction of three statements whatever their number, on the pool
 // whose statements are planned at each call (store.EachCall): their locks
 // (store.TryLockRuns), their expansions (store.ExpandAndStartRuns), and at
-// commit their root moves with all their events. Every other run, all of them when that
-// transaction fails, and a lone run are advanced on their own (advance).
+// commit their root moves with all their events. Every other run, all of
+// them when that transaction fails, and a lone run are advanced on their
+// own (advance).
 func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error {
 	if len(keys) == 1 { // one run: advance's statements, in scalars
 		_, err := s.advance(ctx, keys[0])
