@@ -115,7 +115,7 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	if err != nil {
 		return PassResult{}, err
 	}
-	p := &placement{s: s, workers: workers, views: views(workers), reasons: map[int64]string{}}
+	p := &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
 	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
 	for _, unit := range units(tasks) {
 		if err := p.place(ctx, unit); err != nil {
@@ -131,7 +131,9 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 
 // placement is the state of one pass.
 type placement struct {
-	s       *Scheduler
+	s *Scheduler
+	// st is the store the pass's statements run on (store.EachCall).
+	st      *store.Store
 	workers []store.WorkerLoad
 	views   []domain.WorkerView
 	reasons map[int64]string
@@ -194,7 +196,7 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 // statement (a gang's tasks together), and dispatches their attempts. A task
 // that stopped being PENDING meanwhile is skipped.
 func (p *placement) assign(ctx context.Context) error {
-	attempts, err := p.s.store.EachCall().AssignTasks(ctx, p.placed)
+	attempts, err := p.st.AssignTasks(ctx, p.placed)
 	if err != nil {
 		return err
 	}
@@ -267,7 +269,7 @@ func (p *placement) loadRunning(ctx context.Context) error {
 		ids[i] = w.ID
 		index[w.ID] = i
 	}
-	live, err := p.s.store.EachCall().LiveOnWorkers(ctx, ids)
+	live, err := p.st.LiveOnWorkers(ctx, ids)
 	if err != nil {
 		return err
 	}
