@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -90,15 +91,21 @@ func (s *Store) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 }
 
 // NextWakeAt returns the earliest time a PENDING task's backoff or a step's
-// timed wait ends, or nil when none is due later.
+// timed wait ends, or nil when none is due later. It reads the two partial
+// indexes alone, whatever statistics the tables have: the time is a
+// parameter, not now(), since Postgres plans a statement without parameters
+// once per connection whatever plan_cache_mode says (on the EachCall pool a
+// parameter gets a plan at each call), and the waits are not filtered on
+// ended_at, which the index does not hold: a wait left on an ended action
+// can only cost a pass that finds nothing to do.
 func (s *Store) NextWakeAt(ctx context.Context) (*time.Time, error) {
-	var at []*time.Time
+	var at sql.NullTime
 	err := s.q(ctx).Raw(`SELECT least(
-		(SELECT min(not_before) FROM tasks WHERE state IN `+sqlPending+` AND not_before > now()),
-		(SELECT min(not_before) FROM actions WHERE waiting_for IS NOT NULL AND not_before > now() AND ended_at IS NULL))`).
-		Pluck("least", &at).Error
-	if err != nil || len(at) == 0 {
+		(SELECT min(not_before) FROM tasks WHERE state IN `+sqlPending+` AND not_before > @now),
+		(SELECT min(not_before) FROM actions WHERE waiting_for IS NOT NULL AND not_before > @now))`,
+		map[string]any{"now": time.Now().UTC()}).Row().Scan(&at)
+	if err != nil || !at.Valid {
 		return nil, mapErr(err)
 	}
-	return at[0], nil
+	return &at.Time, nil
 }

@@ -1,0 +1,58 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// NextWakeAt is planned at each call on the EachCall pool: its first calls,
+// on nearly empty tables, leave no plan that reads every action once they
+// grew. A statement without parameters would keep the plan of its first
+// calls whatever plan_cache_mode says.
+func TestNextWakeAtPlansAtEachCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	// One connection a pool: the statements prepared on it are the test's.
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 1, EachCallConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	// Past the five calls after which Postgres may keep a generic plan.
+	for range 6 {
+		at, err := st.EachCall().NextWakeAt(ctx)
+		require.NoError(t, err)
+		require.Nil(t, at)
+	}
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	wakeAt := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	// 5,000 actions that wait for nothing, and one timed wait.
+	_, err = db.ExecContext(ctx, `INSERT INTO actions (project, domain, run_name, name, kind)
+		SELECT $1, $2, $3, 'x' || i, 'step' FROM generate_series(1, 5000) i`, key.Project, key.Domain, key.Run)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO actions (project, domain, run_name, name, kind, waiting_for, not_before)
+		VALUES ($1, $2, $3, 'w', 'step', $4, $5)`, key.Project, key.Domain, key.Run, store.WaitRetry, wakeAt)
+	require.NoError(t, err)
+	at, err := st.EachCall().NextWakeAt(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, at)
+	require.True(t, wakeAt.Equal(*at), "wake at %s, want %s", at, wakeAt)
+	name, generic, custom, err := st.EachCall().PreparedPlans(ctx, "min(not_before)")
+	require.NoError(t, err)
+	require.Zero(t, generic, "generic plans")
+	require.Equal(t, int64(7), custom, "custom plans")
+	now := "'" + time.Now().UTC().Format(time.RFC3339Nano) + "'"
+	plan, err := st.EachCall().Explain(ctx, "EXECUTE "+name+"("+now+", "+now+")") // @now, twice
+	require.NoError(t, err)
+	require.Contains(t, plan, "actions_waiting")
+	require.NotContains(t, plan, "Seq Scan")
+}
