@@ -104,14 +104,15 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 
 // place is runOnce after its expiry pass. Its statements, which take many
 // tasks and workers at once, run on the pool that plans them at each call
-// (store.EachCall).
+// (store.EachCall). A pass that finds no task to place reads no worker:
+// when the load is light, every run's end kicks a pass that finds none.
 func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	st := s.store.EachCall()
-	workers, err := st.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
-	if err != nil {
+	tasks, err := st.PendingTasks(ctx, s.cfg.Placement.BatchSize)
+	if err != nil || len(tasks) == 0 {
 		return PassResult{}, err
 	}
-	tasks, err := st.PendingTasks(ctx, s.cfg.Placement.BatchSize)
+	workers, err := st.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
 	if err != nil {
 		return PassResult{}, err
 	}

@@ -141,3 +141,26 @@ func TestPlacementByPlugin(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, string(domain.PhaseUnschedulable), f.action(t, late, "late").Phase)
 }
+
+// A pass that finds no PENDING task reads no worker; one that finds a task
+// reads them and places it.
+func TestPassWithoutPendingTasksReadsNoWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.Table{0})
+	_, err := f.st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
+	require.NoError(t, err)
+	res, err := f.s.placeOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Placed)
+	counts := statementCounts(t, f.statements)
+	require.EqualValues(t, 1, counts["PendingTasks"])
+	require.Zero(t, counts["PlaceableWorkers"])
+	key := f.newRun(t, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}})
+	_, err = f.s.advance(ctx, key)
+	require.NoError(t, err)
+	res, err = f.s.placeOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Placed)
+	require.EqualValues(t, 1, statementCounts(t, f.statements)["PlaceableWorkers"])
+}
