@@ -95,8 +95,10 @@ type reportOutcome struct {
 	err     error
 }
 
-// Report sends rep about attempt id and returns whether the attempt may
-// proceed. Once the executor is registered, reports travel in batches (POST
+// Report sends reps about attempt id, in order, and returns whether the
+// attempt may proceed (false when any answer says it must stop). Reports
+// made together go in the same batch (but for maxBatch and maxBatchBytes).
+// Once the executor is registered, reports travel in batches (POST
 // /v1/workers/{id}/reports), one transaction each at the api, in the order
 // they were made: a report of an attempt made after another (even before
 // the other returned) is in the same batch or a later one, so order per
@@ -107,8 +109,23 @@ type reportOutcome struct {
 // plane's view conflicts with the executor's (the attempt moved on):
 // proceed is false. Any other 4xx is not retried: the error wraps
 // ErrRejected. Before registration a report goes alone.
-func (c *Client) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
-	return c.Submit(ctx, id, rep)()
+func (c *Client) Report(ctx context.Context, id int64, reps ...api.AttemptReport) (bool, error) {
+	if c.worker.Load() == nil {
+		proceed := true
+		for _, rep := range reps {
+			ok, err := c.reportAlone(ctx, id, rep)
+			if err != nil {
+				return ok, err
+			}
+			proceed = proceed && ok
+		}
+		return proceed, nil
+	}
+	items := make([]api.BatchedReport, len(reps))
+	for i := range reps {
+		items[i] = api.BatchedReport{AttemptId: id, Report: &reps[i]}
+	}
+	return c.submit(ctx, items...)()
 }
 
 // Submit queues rep about attempt id for the next batch, as Report sends
@@ -127,13 +144,17 @@ func (c *Client) enqueue(ctx context.Context, item api.BatchedReport) (bool, err
 	return c.submit(ctx, item)()
 }
 
-// submit puts item in the next batch and returns a function that waits
-// for its outcome (or ctx's end).
-func (c *Client) submit(ctx context.Context, item api.BatchedReport) func() (bool, error) {
-	p := &pendingReport{ctx: ctx, item: item, size: itemSize(item), done: make(chan reportOutcome, 1)}
+// submit puts items, in order, in the next batch and returns a function
+// that waits for their outcome (or ctx's end): proceed unless one says
+// stop, the first error.
+func (c *Client) submit(ctx context.Context, items ...api.BatchedReport) func() (bool, error) {
+	ps := make([]*pendingReport, len(items))
+	for i, item := range items {
+		ps[i] = &pendingReport{ctx: ctx, item: item, size: itemSize(item), done: make(chan reportOutcome, 1)}
+	}
 	b := &c.batch
 	b.mu.Lock()
-	b.queue = append(b.queue, p)
+	b.queue = append(b.queue, ps...)
 	lead := !b.sending
 	b.sending = true
 	b.mu.Unlock()
@@ -141,12 +162,19 @@ func (c *Client) submit(ctx context.Context, item api.BatchedReport) func() (boo
 		go c.flush()
 	}
 	return func() (bool, error) {
-		select {
-		case o := <-p.done:
-			return o.proceed, o.err
-		case <-ctx.Done():
-			return true, fmt.Errorf("%s: %w", itemName(item), ctx.Err())
+		proceed := true
+		for _, p := range ps {
+			select {
+			case o := <-p.done:
+				if o.err != nil {
+					return o.proceed, o.err
+				}
+				proceed = proceed && o.proceed
+			case <-ctx.Done():
+				return true, fmt.Errorf("%s: %w", itemName(p.item), ctx.Err())
+			}
 		}
+		return proceed, nil
 	}
 }
 

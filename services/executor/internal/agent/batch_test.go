@@ -57,3 +57,18 @@ func TestHeartbeatRidesAlongWithABatch(t *testing.T) {
 	killed := f.awaitState(t, 51, api.TaskStateKILLED)
 	require.Equal(t, api.Aborted, *killed.Cause)
 }
+
+// A noop attempt's RUNNING and final reports reach the api in one batch,
+// in order, even on an idle executor, whose other reports go at once.
+func TestNoopReportsInOneBatch(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{Slots: 2})
+	noop := shell(61, f.agent.WorkerID(), "")
+	noop.Plugin = "noop"
+	fake.addAttempt(noop)
+	f.enqueue(t, 61)
+	f.awaitState(t, 61, api.TaskStateSUCCEEDED)
+	require.Equal(t, []api.TaskState{api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, fake.states(61))
+	require.Equal(t, []int{2}, fake.batchSizes())
+}

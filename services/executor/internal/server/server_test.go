@@ -29,13 +29,13 @@ type reports struct {
 	byID map[int64][]api.AttemptReport
 }
 
-func (r *reports) Report(_ context.Context, id int64, rep api.AttemptReport) (bool, error) {
+func (r *reports) Report(_ context.Context, id int64, reps ...api.AttemptReport) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byID == nil {
 		r.byID = map[int64][]api.AttemptReport{}
 	}
-	r.byID[id] = append(r.byID[id], rep)
+	r.byID[id] = append(r.byID[id], reps...)
 	return true, nil
 }
 

@@ -29,6 +29,9 @@ type attempt struct {
 	exitOnce sync.Once
 	logs     *logShipper    // ships the output while it runs; nil ships nothing
 	answers  sync.WaitGroup // waits for the answer to its RUNNING report (running)
+	// runningWithFinal: its RUNNING report is still to be sent, ahead of
+	// the final one and in the same batch (light). Its goroutine's alone.
+	runningWithFinal bool
 
 	stuckOnce   sync.Once
 	mu          sync.Mutex
@@ -116,9 +119,13 @@ func (s *Supervisor) run(a *attempt) {
 	a.logs.close() // the last output is stored before the final report
 	a.setState(final.State)
 	log := s.log.With("attempt_id", a.spec.Id, "state", final.State)
+	reps := []api.AttemptReport{final}
+	if a.runningWithFinal {
+		reps = []api.AttemptReport{{State: api.TaskStateRUNNING}, final}
+	}
 	// The final report outlives the attempt's context, but not its trace.
 	ctx := trace.ContextWithSpanContext(s.ctx, trace.SpanContextFromContext(a.ctx))
-	if _, err := s.rep.Report(ctx, a.spec.Id, final); err != nil {
+	if _, err := s.rep.Report(ctx, a.spec.Id, reps...); err != nil {
 		log.Error("final report lost", "err", err)
 		return
 	}

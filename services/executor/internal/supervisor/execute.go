@@ -59,11 +59,14 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	return s.drive(a, p, t)
 }
 
-// light runs an attempt of a WorkDirless plugin: it reports RUNNING (not
-// waiting for the answer: the work has nothing to stop) and, unless the
-// attempt was stopped first, returns what the plugin's Handle answers.
+// light runs an attempt of a WorkDirless plugin: it is RUNNING at once and,
+// unless the attempt was stopped first, returns what the plugin's Handle
+// answers. Its RUNNING report goes with the final one, in the same batch
+// (one request and one transaction at the control plane, not two), unless
+// the work goes on after Handle's first answer: then drive reports it.
 func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
-	s.running(a, 0)
+	a.setState(api.TaskStateRUNNING)
+	a.runningWithFinal = true
 	if r := a.stopReason(); r != nil {
 		return killed(*r, nil)
 	}
@@ -105,6 +108,7 @@ func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.Atte
 // ends first), and an answer that the attempt must stop stops it then.
 func (s *Supervisor) running(a *attempt, pid int) {
 	a.setState(api.TaskStateRUNNING)
+	a.runningWithFinal = false
 	rep := api.AttemptReport{State: api.TaskStateRUNNING}
 	if pid > 0 {
 		rep.Pid = &pid

@@ -32,13 +32,14 @@ var (
 	ErrNotHeld = errors.New("attempt not held by this executor")
 )
 
-// Reporter tells the control plane a fact about an attempt. Report returns
-// proceed=false when the attempt must stop. It may retry; an error means the
-// report was lost. Submit queues a report and returns at once, wait giving
-// Report's answer: a report of an attempt submitted or made after it reaches
-// the control plane after it.
+// Reporter tells the control plane facts about an attempt. Report sends
+// reps in order, together when it batches, and returns proceed=false when
+// the attempt must stop. It may retry; an error means a report was lost.
+// Submit queues a report and returns at once, wait giving Report's answer:
+// a report of an attempt submitted or made after it reaches the control
+// plane after it.
 type Reporter interface {
-	Report(ctx context.Context, id int64, rep api.AttemptReport) (proceed bool, err error)
+	Report(ctx context.Context, id int64, reps ...api.AttemptReport) (proceed bool, err error)
 	Submit(ctx context.Context, id int64, rep api.AttemptReport) (wait func() (proceed bool, err error))
 }
 

@@ -29,8 +29,21 @@ type recorder struct {
 	answer func(ctx context.Context, id int64, rep api.AttemptReport) (bool, error)
 }
 
-func (r *recorder) Report(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
-	return r.Submit(ctx, id, rep)()
+// Report records reps at once, then waits for their answers.
+func (r *recorder) Report(ctx context.Context, id int64, reps ...api.AttemptReport) (bool, error) {
+	waits := make([]func() (bool, error), len(reps))
+	for i, rep := range reps {
+		waits[i] = r.Submit(ctx, id, rep)
+	}
+	proceed := true
+	for _, wait := range waits {
+		ok, err := wait()
+		if err != nil {
+			return ok, err
+		}
+		proceed = proceed && ok
+	}
+	return proceed, nil
 }
 
 // Submit records rep at once; the answer is decided when waited for.
