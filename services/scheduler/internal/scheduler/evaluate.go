@@ -305,8 +305,10 @@ func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Eval
 }
 
 // afterEvaluation acts on what an evaluation decided, once committed: it
-// pushes the abort of a failed job's survivors and kicks a pass (a slot
-// freed, or a retry waits).
+// pushes the abort of a failed job's survivors and kicks a pass: for the
+// slot it freed when the leader's last pass left tasks to place, and
+// whenever the evaluation may have left something for a pass to do or to
+// time (see needsPass).
 func (s *Scheduler) afterEvaluation(ctx context.Context, ev Evaluation) {
 	if ev.AbortSurvivors != nil {
 		s.enqueueAbort(ctx, *ev.AbortSurvivors)
@@ -315,7 +317,21 @@ func (s *Scheduler) afterEvaluation(ctx context.Context, ev Evaluation) {
 		s.afterAdvance(*ev.Advance)
 	}
 	s.wakeCacheWaiters(ctx, ev.Waiters)
-	s.Kick()
+	if ev.needsPass() || !s.placedAll.Load() {
+		s.Kick()
+	}
+}
+
+// needsPass reports whether an evaluation may have left a pass something
+// other than a freed slot: a task PENDING again (at once or after its
+// backoff, whose end the pass's timer must know), survivors to stop, cache
+// waiters, a run that went on (steps started, or waits whose ends the timer
+// must know), or an attempt it did not evaluate. An evaluation that ended
+// the attempt's task for good and, with it, nothing or its whole run, left
+// none.
+func (ev Evaluation) needsPass() bool {
+	return !ev.Done || ev.taskState == domain.TaskPending || ev.NotBefore != nil || ev.AbortSurvivors != nil ||
+		len(ev.Waiters) > 0 || ev.Advance != nil && (len(ev.Advance.Started) > 0 || !ev.Advance.Phase.IsTerminal())
 }
 
 // enqueueEvaluate pushes an attempt's evaluation; a failed push is healed

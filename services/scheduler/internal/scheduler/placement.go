@@ -48,6 +48,7 @@ type PassResult struct {
 // timer or the tick started it) or ExpiryEvery has passed since the last
 // one; else it places alone.
 func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
+	s.placedAll.Store(false)
 	var res PassResult
 	var err error
 	if now := time.Now(); timed || now.Sub(s.expiredAt) >= s.cfg.Placement.ExpiryEvery {
@@ -67,6 +68,7 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 	if res.Placed == s.cfg.Placement.BatchSize {
 		return 0
 	}
+	s.placedAll.Store(res.Waiting == 0 && res.Pending < s.cfg.Placement.BatchSize)
 	next := s.cfg.Tick
 	if len(s.kick) > 0 {
 		return next

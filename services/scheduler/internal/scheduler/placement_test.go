@@ -164,3 +164,55 @@ func TestPassWithoutPendingTasksReadsNoWorker(t *testing.T) {
 	require.Equal(t, 1, res.Placed)
 	require.EqualValues(t, 1, statementCounts(t, f.statements)["PlaceableWorkers"])
 }
+
+// An evaluation that ends its run kicks no pass when the leader's last pass
+// left nothing to place, and kicks one when a task waits for the slot it
+// freed; one that puts a task back PENDING always kicks.
+func TestEvaluationKicksAPassWhenOneHasWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.Table{0})
+	f.registerWith(t, 1, nil)
+	noop := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
+	drain := func() bool {
+		select {
+		case <-f.s.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	assigned := func(key domain.RunKey) store.Attempt {
+		t.Helper()
+		td := f.tasks(t, key, "s")
+		require.Len(t, td, 1)
+		require.NotEmpty(t, td[0].Attempts, "%s placed", key)
+		return td[0].Attempts[len(td[0].Attempts)-1]
+	}
+	end := func(a store.Attempt, rep store.Report) {
+		t.Helper()
+		for _, r := range []store.Report{reportRunning, rep} {
+			_, err := f.st.ReportAttempt(ctx, a.ID, r)
+			require.NoError(t, err)
+		}
+		ev, err := f.s.evaluate(ctx, a.ID)
+		require.NoError(t, err)
+		require.True(t, ev.Done)
+	}
+
+	one := f.startRun(t, "one", noop)
+	require.True(t, drain(), "a started step kicks")
+	f.s.pass(ctx, false)
+	end(assigned(one), reportSucceeded)
+	require.False(t, drain(), "nothing left to place: no kick")
+
+	two, three := f.startRun(t, "two", noop), f.startRun(t, "three", noop)
+	drain()
+	f.s.pass(ctx, false) // one slot: three waits
+	end(assigned(two), reportSucceeded)
+	require.True(t, drain(), "three waits for the freed slot")
+
+	f.s.pass(ctx, false)
+	end(assigned(three), reportWorkerLost) // retried: PENDING again
+	require.True(t, drain(), "a task PENDING again kicks")
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -115,6 +116,11 @@ type Scheduler struct {
 	metrics *metrics
 	live    *liveness
 	starts  startGate
+
+	// placedAll is set when the leader's last pass ended with no task
+	// left to place (none waiting, the batch not full), cleared when a pass
+	// starts: an evaluation that only freed a slot kicks no pass then.
+	placedAll atomic.Bool
 
 	mu     sync.Mutex
 	leader bool
