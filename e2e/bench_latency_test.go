@@ -38,6 +38,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 	<-time.After(5 * time.Second)
 	idleUsage := idle.Stop()
 	cpu := newCPUMeter(r)
+	xacts := pgXacts(b, db)
 	profiled := r.Profile(b, "dispatch", dur)
 	start := time.Now()
 	runs, late := offer(b, max(rate/replicas, 1), dur, func(ctx context.Context, i int, _ time.Time) error {
@@ -48,6 +49,8 @@ func BenchmarkDispatchLatency(b *testing.B) {
 	usage := cpu.Stop()
 	profiled()
 	waitTasks(b, db, n, 2*time.Minute)
+	waitRuns(b, db, runs, time.Minute)
+	xactsPerTask := float64(pgXacts(b, db)-xacts) / float64(n)
 
 	rows, err := db.Query(`SELECT extract(epoch FROM a.created_at - t.created_at),
 			extract(epoch FROM a.started_at - a.created_at), extract(epoch FROM a.started_at - t.created_at)
@@ -86,6 +89,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 			"p50_ms": ms(p50), "p99_ms": ms(p99), "max_ms": ms(total[len(total)-1]),
 			"pending_to_assigned_p50_ms": ms(percentile(toAssigned, 50)), "pending_to_assigned_p99_ms": ms(percentile(toAssigned, 99)),
 			"assigned_to_running_p50_ms": ms(percentile(toRunning, 50)), "assigned_to_running_p99_ms": ms(percentile(toRunning, 99)),
+			"pg_xacts_per_task": round(xactsPerTask, 1), "cpu_ms_per_task": round(cpuMsPerTask(usage, offered, n), 2),
 			"cpu": usage, "idle_cpu": idleUsage, "peak_rss_mib": r.PeakRSS(), "edges": "tasks.created_at (scheduler clock at the task's insert) → attempts.started_at (api clock at the RUNNING report)"}})
 }
 

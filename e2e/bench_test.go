@@ -416,6 +416,19 @@ func (m *cpuMeter) Stop() map[string]any {
 	return out
 }
 
+// cpuMsPerTask is the CPU the stack (its services, Redis and Postgres
+// backends: not the harness, not other_cores) took per task, in ms, from
+// Stop's shares over wall.
+func cpuMsPerTask(usage map[string]any, wall time.Duration, tasks int) float64 {
+	var cores float64
+	for name, v := range usage {
+		if f, ok := v.(float64); ok && name != "harness" && name != "machine_busy" && name != "other_cores" {
+			cores += f
+		}
+	}
+	return cores * wall.Seconds() * 1000 / float64(max(tasks, 1))
+}
+
 // round rounds v to digits decimals.
 func round(v float64, digits int) float64 {
 	p := 1.0
