@@ -8,7 +8,6 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
-	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -113,11 +112,7 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 func TestEachCallPlansAtEachCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.NewURL(t)
-	// One connection a pool: the statements prepared on it are the test's.
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 1, EachCallConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
+	st, url := openOneConnectionPools(t)
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
 	keys := []domain.RunKey{newRun(t, st, "a", spec), newRun(t, st, "b", spec)}
 	lock := func(on *store.Store, then func(tx *store.Store)) {

@@ -27,6 +27,18 @@ func newRun(t *testing.T, st *store.Store, name string, spec domain.WorkflowSpec
 	return key
 }
 
+// openOneConnectionPools opens a Store of one connection a pool on a fresh
+// database, whose URL it returns: the statements prepared on a pool's
+// connection are the test's.
+func openOneConnectionPools(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 1, EachCallConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st, url
+}
+
 // openWithDB opens a Store on a fresh database, and the same database with
 // database/sql, for tests that check rows directly.
 func openWithDB(t *testing.T) (*store.Store, *sql.DB) {

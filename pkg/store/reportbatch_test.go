@@ -71,9 +71,7 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 func TestReportBatchOfSeveralAttemptsPlansAtEachCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewURL(t), store.Config{MaxOpenConns: 1, EachCallConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
+	st, _ := openOneConnectionPools(t)
 	w := registerWorker(t, st)
 	attempts := assignedAttempts(t, st, w, "plans", 15)
 	running := func(ids ...int64) {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
-	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,11 +18,7 @@ import (
 func TestNextWakeAtPlansAtEachCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.NewURL(t)
-	// One connection a pool: the statements prepared on it are the test's.
-	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 1, EachCallConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
+	st, url := openOneConnectionPools(t)
 	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
 	// Past the five calls after which Postgres may keep a generic plan.
 	for range 6 {
