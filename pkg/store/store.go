@@ -122,7 +122,8 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 // its arguments (plan_cache_mode = force_custom_plan), instead of keeping a
 // generic plan per connection. It is for the statements that take their
 // keys in arrays or lists and run a few times a second: a scheduling pass's
-// (AssignTasks, PlaceableWorkers, PendingTasks), a start batch's
+// (AssignTasks, PlaceableWorkers, PendingTasks, SetPendingReasons, and its
+// timer, NextWakeAt), the expiry read (ExpiryDue), a start batch's
 // (TryLockRuns, ExpandAndStartRuns, the root moves of several runs), a
 // report batch's about several attempts (ReportAttempts chooses). A
 // generic plan is made once per connection, for the tables as they are
