@@ -51,3 +51,40 @@ func TestNextWakeAtPlansAtEachCall(t *testing.T) {
 	require.Contains(t, plan, "actions_waiting")
 	require.NotContains(t, plan, "Seq Scan")
 }
+
+// KeepPlans has a transaction's statements on EachCall's pool keep their
+// plans up to its commit, whose root moves and events insert (their keys
+// in arrays when several runs move) are planned at each call again.
+func TestKeepPlansUpToTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openOneConnectionPools(t)
+	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	each := st.EachCall()
+	for range 7 {
+		require.NoError(t, each.InTx(ctx, func(tx *store.Store) error {
+			if err := tx.KeepPlans(ctx); err != nil {
+				return err
+			}
+			if _, err := tx.RunPhase(ctx, key); err != nil {
+				return err
+			}
+			return tx.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, time.Now().UTC())
+		}))
+	}
+	_, generic, _, err := each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
+	require.NoError(t, err)
+	require.Positive(t, generic, "RunPhase's generic plans after KeepPlans")
+	_, generic, custom, err := each.PreparedPlans(ctx, "WITH m AS (SELECT CAST(")
+	require.NoError(t, err)
+	require.Zero(t, generic, "the commit's generic plans")
+	require.Equal(t, int64(7), custom, "the commit's custom plans")
+	_, _, before, err := each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
+	require.NoError(t, err)
+	_, err = each.RunPhase(ctx, key)
+	require.NoError(t, err)
+	_, _, after, err := each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
+	require.NoError(t, err)
+	require.Equal(t, before+1, after, "RunPhase planned at the call outside KeepPlans")
+	require.Error(t, each.KeepPlans(ctx), "KeepPlans outside a transaction")
+}
