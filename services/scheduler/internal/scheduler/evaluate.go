@@ -56,16 +56,22 @@ func (s *Scheduler) handleEvaluate(ctx context.Context, t *asynq.Task) error {
 }
 
 // handleEvaluations is the tasks:evaluate handler: the attempts one report
-// batch ended, evaluated in order, each in its own transaction (as
-// task:evaluate). A missing attempt is skipped; any other failure fails the
-// task, which asynq retries whole (an evaluated attempt is skipped then).
+// batch ended. The SUCCEEDED ones, one a run, are evaluated together in one
+// transaction (evaluateSucceeded); every other one after, in order, each in
+// its own transaction (as task:evaluate). A missing attempt is skipped; any
+// other failure fails the task, which asynq retries whole (an evaluated
+// attempt is skipped then).
 func (s *Scheduler) handleEvaluations(ctx context.Context, t *asynq.Task) error {
 	var p queue.AttemptsPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
+	rest := p.AttemptIDs
+	if len(rest) > 1 {
+		rest = s.evaluateSucceeded(ctx, rest)
+	}
 	var errs []error
-	for _, id := range p.AttemptIDs {
+	for _, id := range rest {
 		if _, err := s.evaluate(ctx, id); err != nil && !errors.Is(err, asynq.SkipRetry) {
 			errs = append(errs, err)
 		}
@@ -133,6 +139,16 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, attemptID int64, recorded 
 // preempted while still ASSIGNED (free, Iris's preempt_task).
 func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
 	t store.Task, a store.Attempt, wasAssigned bool, now time.Time) error {
+	if err := s.settle(ctx, tx, ev, act, t, a, wasAssigned, now); err != nil || !ev.advances() {
+		return err
+	}
+	return s.advanceRun(ctx, tx, ev, run, act, now)
+}
+
+// settle is decide without the run's advance: the task's fate, the
+// action's phase and the step's cache.
+func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, t store.Task,
+	a store.Attempt, wasAssigned bool, now time.Time) error {
 	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
 	if t.State == domain.TaskKilled && t.AttemptCount == a.Number {
 		// The abort's last attempt stopped (Flyte's handleAbortAndFinalize:
@@ -155,12 +171,20 @@ func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation,
 	if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
 		return err
 	}
-	if err := s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now); err != nil {
-		return err
-	}
-	if !ev.ActionPhase.IsTerminal() && ev.ActionPhase != domain.PhasePaused {
-		return nil // the step runs on: progression cannot change
-	}
+	return s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now)
+}
+
+// advances reports whether the run of an evaluated attempt advances: the
+// action ended or paused (else the step runs on, and progression cannot
+// change).
+func (ev Evaluation) advances() bool {
+	return ev.Done && (ev.ActionPhase.IsTerminal() || ev.ActionPhase == domain.PhasePaused)
+}
+
+// advanceRun advances run after the evaluation ev ended or paused its
+// action act, and records the advance in ev.
+func (s *Scheduler) advanceRun(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
+	now time.Time) error {
 	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), now)
 	ev.Advance = &adv
 	return err

@@ -44,6 +44,8 @@ func TestLockOrderUnderRace(t *testing.T) {
 	r.start(t, "evaluate", r.evaluateSome)
 	r.start(t, "batch", r.batchSome)
 	r.start(t, "batch", r.batchSome)
+	r.start(t, "together", r.evaluateTogether)
+	r.start(t, "together", r.evaluateTogether)
 	r.start(t, "advance", r.advanceSome)
 	r.start(t, "place", r.placeSome)
 	r.start(t, "reap", r.reapSome)
@@ -74,12 +76,14 @@ func newRacer(t *testing.T) *racer {
 	redis := redistest.New(t)
 	client := asynq.NewClient(redis)
 	t.Cleanup(func() { client.Close() })
-	log := slog.New(slog.DiscardHandler)
 	r := &racer{st: storetest.New(t)}
+	// A batched evaluation that fails is retried one by one and only
+	// logged: its deadlocks are caught here.
+	log := slog.New(deadlockLog{r})
 	r.s = New(r.st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{
 		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: LivenessConfig{Backoff: domain.Table{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}})
 	ctx := context.Background()
-	for i := range 2 {
+	for i := range 3 {
 		key := domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("race-%d", i)}
 		_, _, err := r.st.CreateRun(ctx, store.NewRun{Key: key, Spec: raceSpec()})
 		require.NoError(t, err)
@@ -89,6 +93,27 @@ func newRacer(t *testing.T) *racer {
 		r.register(t)
 	}
 	return r
+}
+
+// deadlockLog is a slog.Handler that records, as the racer's errors, the
+// deadlocks (SQLSTATE 40P01) logged as an "err" attribute.
+type deadlockLog struct{ r *racer }
+
+func (deadlockLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h deadlockLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h deadlockLog) WithGroup(string) slog.Handler          { return h }
+
+func (h deadlockLog) Handle(_ context.Context, rec slog.Record) error {
+	rec.Attrs(func(a slog.Attr) bool {
+		var pgErr *pgconn.PgError
+		if err, ok := a.Value.Any().(error); ok && errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+			h.r.mu.Lock()
+			h.r.errs = append(h.r.errs, fmt.Errorf("%s: %w", rec.Message, err))
+			h.r.mu.Unlock()
+		}
+		return true
+	})
+	return nil
 }
 
 // raceSpec is a DAG of replicated steps, with retries, a tolerated failure
@@ -177,8 +202,9 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 
 // batchSome reports on up to four live attempts of one worker in one
 // batch, in a random order (RUNNING, output, then the end of each), as an
-// executor's batch does, and evaluates those that ended; one batch in
-// three carries only their output.
+// executor's batch does, and evaluates those that ended as the api's one
+// tasks:evaluate message does (the SUCCEEDED ones of different runs in one
+// transaction); one batch in three carries only their output.
 func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 	live, err := r.liveAttempts(ctx)
 	if err != nil || len(live) == 0 {
@@ -211,14 +237,46 @@ func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 	if err != nil {
 		return err
 	}
+	var ended []int64
 	for i, b := range res {
 		if b.Evaluate {
-			if _, err := r.s.evaluate(ctx, batch[i].AttemptID); err != nil {
-				return err
-			}
+			ended = append(ended, batch[i].AttemptID)
 		}
 	}
-	return nil
+	if len(ended) == 0 {
+		return nil
+	}
+	return r.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask(ended))
+}
+
+// evaluateTogether ends up to four live attempts, of any runs and
+// workers, SUCCEEDED but one in four, and evaluates them as one
+// tasks:evaluate message: the SUCCEEDED ones of different runs in one
+// transaction (evaluateSucceeded), the others alone.
+func (r *racer) evaluateTogether(ctx context.Context, rng *rand.Rand) error {
+	live, err := r.liveAttempts(ctx)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+	var ended []int64
+	for _, a := range live[:min(len(live), 4)] {
+		final, exit := domain.TaskSucceeded, 0
+		if rng.IntN(4) == 0 {
+			final, exit = domain.TaskFailed, 1
+		}
+		if _, err := r.st.ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
+			if errors.Is(err, store.ErrBadReport) {
+				continue // ended meanwhile
+			}
+			return err
+		}
+		ended = append(ended, a.ID)
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	return r.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask(ended))
 }
 
 func (r *racer) advanceSome(ctx context.Context, rng *rand.Rand) error {

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+)
+
+// LockAndClaimAttempts opens the evaluations of several SUCCEEDED attempts
+// in one statement, one attempt a run: of the attempts of ids that are
+// SUCCEEDED, finished and not yet evaluated, it takes the lowest id of each
+// run, locks their runs (key order), then their actions (key order), then
+// their tasks (id order), then the attempts (id order), level by level as
+// the lock order wants, and marks the attempts evaluated at now. It returns
+// them with their owners as locked, in the runs' key order (each level comes
+// back as one JSON array, matched up here: joining them in SQL went row by
+// row over the others). Every other
+// attempt of ids (not SUCCEEDED, not finished, evaluated already, a second
+// one of a run, or missing) is not touched: the caller evaluates it alone
+// (LockAndClaimAttempt). Each level waits for the locks it takes, one
+// after the other (the next level's one-time filter reads the count of the
+// level before), as AssignTasks's do.
+func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.Time) ([]AttemptOwners, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	text := make([]string, len(ids))
+	for i, id := range ids {
+		text[i] = strconv.FormatInt(id, 10)
+	}
+	var raw [4][]byte
+	err := s.q(ctx).Raw(claimAttemptsSQL, map[string]any{"ids": "{" + strings.Join(text, ",") + "}",
+		"succeeded": domain.TaskSucceeded, "now": now}).Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3])
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var runs []Run
+	var acts []Action
+	var tasks []Task
+	var claimed []Attempt
+	if err := decodeEach(raw[:], &runs, &acts, &tasks, &claimed); err != nil {
+		return nil, fmt.Errorf("decode claimed attempts: %w", err)
+	}
+	runOf := make(map[domain.RunKey]Run, len(runs))
+	for _, r := range runs {
+		runOf[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}] = r
+	}
+	actOf := make(map[domain.ActionKey]Action, len(acts))
+	for _, a := range acts {
+		actOf[domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}.Action(a.Name)] = a
+	}
+	taskOf := make(map[int64]Task, len(tasks))
+	for _, t := range tasks {
+		taskOf[t.ID] = t
+	}
+	out := make([]AttemptOwners, 0, len(claimed))
+	for _, a := range claimed {
+		t := taskOf[a.TaskID]
+		key := domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
+		out = append(out, AttemptOwners{Run: runOf[key], Action: actOf[key.Action(t.ActionName)], Task: t, Attempt: a})
+	}
+	slices.SortFunc(out, func(a, b AttemptOwners) int {
+		return cmp.Or(cmp.Compare(a.Run.Project, b.Run.Project), cmp.Compare(a.Run.Domain, b.Run.Domain),
+			cmp.Compare(a.Run.Name, b.Run.Name))
+	})
+	return out, nil
+}
+
+// claimAttemptsSQL is LockAndClaimAttempts's statement. `pick` reads
+// without locks; every later level re-checks its rows as locked (Postgres
+// returns a locked row's latest version), and the claim re-checks the
+// attempt, so an attempt claimed meanwhile by another evaluation is left
+// out.
+const claimAttemptsSQL = `
+WITH pick AS (
+	SELECT DISTINCT ON (t.project, t.domain, t.run_name) at.id, at.task_id,
+		t.project, t.domain, t.run_name, t.action_name
+	FROM attempts at JOIN tasks t ON t.id = at.task_id
+	WHERE at.id = ANY(CAST(@ids AS bigint[])) AND at.state = @succeeded
+		AND at.finished_at IS NOT NULL AND at.evaluated_at IS NULL
+	ORDER BY t.project, t.domain, t.run_name, at.id
+), lr AS (
+	SELECT row_to_json(r) AS j FROM runs r
+	WHERE (r.project, r.domain, r.name) IN (SELECT project, domain, run_name FROM pick)
+	ORDER BY r.project, r.domain, r.name FOR UPDATE OF r
+), lx AS (
+	SELECT row_to_json(x) AS j FROM actions x
+	WHERE (x.project, x.domain, x.run_name, x.name) IN (SELECT project, domain, run_name, action_name FROM pick)
+		AND (SELECT count(*) FROM lr) >= 0
+	ORDER BY x.project, x.domain, x.run_name, x.name FOR UPDATE OF x
+), lt AS (
+	SELECT row_to_json(t) AS j FROM tasks t
+	WHERE t.id IN (SELECT task_id FROM pick) AND (SELECT count(*) FROM lx) >= 0
+	ORDER BY t.id FOR UPDATE OF t
+), la AS (
+	SELECT at.id FROM attempts at
+	WHERE at.id IN (SELECT id FROM pick) AND (SELECT count(*) FROM lt) >= 0
+	ORDER BY at.id FOR UPDATE OF at
+), c AS (
+	UPDATE attempts at SET evaluated_at = @now, updated_at = @now FROM la
+	WHERE at.id = la.id AND at.state = @succeeded AND at.finished_at IS NOT NULL AND at.evaluated_at IS NULL
+	RETURNING row_to_json(at) AS j
+)
+SELECT (SELECT coalesce(json_agg(j), '[]') FROM lr), (SELECT coalesce(json_agg(j), '[]') FROM lx),
+	(SELECT coalesce(json_agg(j), '[]') FROM lt), (SELECT coalesce(json_agg(j), '[]') FROM c)`
