@@ -13,16 +13,16 @@ import (
 )
 
 // LockAndClaimAttempts opens the evaluations of several SUCCEEDED attempts
-// in one statement, one attempt a run: of the attempts of ids that are
-// SUCCEEDED, finished and not yet evaluated, it takes the lowest id of each
-// run, locks their runs (key order), then their actions (key order), then
-// their tasks (id order), then the attempts (id order), level by level as
-// the lock order wants, and marks the attempts evaluated at now. It returns
-// them with their owners as locked, in the runs' key order (each level comes
-// back as one JSON array, matched up here: joining them in SQL went row by
-// row over the others). Every other
-// attempt of ids (not SUCCEEDED, not finished, evaluated already, a second
-// one of a run, or missing) is not touched: the caller evaluates it alone
+// in one statement: of the attempts of ids that are SUCCEEDED, finished and
+// not yet evaluated, it locks the runs (key order), then the actions (key
+// order), then the tasks (id order), then the attempts (id order), level
+// by level as the lock order wants, and marks the attempts evaluated at
+// now. It returns them with their owners as locked, by run key then
+// attempt id (each level comes back as one JSON array, matched up here:
+// joining them in SQL went row by row over the others); the attempts of
+// one run share its Run, and those of one action its Action, as locked.
+// Every other attempt of ids (not SUCCEEDED, not finished, evaluated
+// already, or missing) is not touched: the caller evaluates it alone
 // (LockAndClaimAttempt). Each level waits for the locks it takes, one
 // after the other (the next level's one-time filter reads the count of the
 // level before), as AssignTasks's do.
@@ -67,7 +67,7 @@ func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.
 	}
 	slices.SortFunc(out, func(a, b AttemptOwners) int {
 		return cmp.Or(cmp.Compare(a.Run.Project, b.Run.Project), cmp.Compare(a.Run.Domain, b.Run.Domain),
-			cmp.Compare(a.Run.Name, b.Run.Name))
+			cmp.Compare(a.Run.Name, b.Run.Name), cmp.Compare(a.Attempt.ID, b.Attempt.ID))
 	})
 	return out, nil
 }
@@ -79,12 +79,10 @@ func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.
 // out.
 const claimAttemptsSQL = `
 WITH pick AS (
-	SELECT DISTINCT ON (t.project, t.domain, t.run_name) at.id, at.task_id,
-		t.project, t.domain, t.run_name, t.action_name
+	SELECT at.id, at.task_id, t.project, t.domain, t.run_name, t.action_name
 	FROM attempts at JOIN tasks t ON t.id = at.task_id
 	WHERE at.id = ANY(CAST(@ids AS bigint[])) AND at.state = @succeeded
 		AND at.finished_at IS NOT NULL AND at.evaluated_at IS NULL
-	ORDER BY t.project, t.domain, t.run_name, at.id
 ), lr AS (
 	SELECT row_to_json(r) AS j FROM runs r
 	WHERE (r.project, r.domain, r.name) IN (SELECT project, domain, run_name FROM pick)

@@ -66,10 +66,11 @@ func TestHandleEvaluationsEvaluatesEachAttempt(t *testing.T) {
 	}
 }
 
-// A tasks:evaluate message evaluates its SUCCEEDED attempts, one a run,
-// together in one transaction (they share one evaluated_at), and every
-// other attempt on its own after: a failure (its run fails), a second
-// attempt of a run. Each run of one step ends SUCCEEDED with its task.
+// A tasks:evaluate message evaluates its SUCCEEDED attempts together in
+// one transaction (they share one evaluated_at), and every other one on
+// its own after (a failure: its run fails). Runs of one step end
+// SUCCEEDED, also the one whose two replicas end in the batch; a run whose
+// two root steps end in the batch starts their dependent step once.
 func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -78,42 +79,51 @@ func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 	exit, failed := 0, 1
 	ok := store.Report{State: domain.TaskSucceeded, ExitCode: &exit}
 	var together []int64
-	var keys []domain.RunKey
+	var ended []domain.RunKey
 	for i := range 4 {
 		taskID := f.startedTasks(t, fmt.Sprintf("ok%d", i), 1)[0]
-		keys = append(keys, domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("ok%d", i)})
+		ended = append(ended, domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("ok%d", i)})
 		together = append(together, f.attemptIn(t, w, taskID, store.Report{State: domain.TaskRunning}, ok).ID)
 	}
-	pair := f.startedTasks(t, "pair", 2)
-	first := f.attemptIn(t, w, pair[0], ok).ID
-	second := f.attemptIn(t, w, pair[1], ok).ID
+	for _, taskID := range f.startedTasks(t, "pair", 2) {
+		together = append(together, f.attemptIn(t, w, taskID, ok).ID)
+	}
+	ended = append(ended, domain.RunKey{Project: "p", Domain: "d", Run: "pair"})
+	dag := f.newRun(t, "dag", domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
+		{Name: "a", Command: "true"}, {Name: "b", Command: "true"}, {Name: "c", Command: "true", DependsOn: []string{"a", "b"}}}})
+	_, err := f.s.advance(ctx, dag)
+	require.NoError(t, err)
+	for _, step := range []string{"a", "b"} {
+		together = append(together, f.attemptIn(t, w, f.tasks(t, dag, step)[0].Task.ID, ok).ID)
+	}
 	fail := f.attemptIn(t, w, f.startedTasks(t, "fail", 1)[0],
 		store.Report{State: domain.TaskFailed, ExitCode: &failed}).ID
-	ids := append([]int64{fail, second}, together...)
-	ids = append(ids, first, 999999)
-	require.NoError(t, f.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask(ids)))
+	ids := append([]int64{fail}, together...)
+	require.NoError(t, f.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask(append(ids, 999999))))
 
 	at := f.attempt(t, together[0]).EvaluatedAt
 	require.NotNil(t, at)
-	for _, id := range append(together[1:], first) {
+	for _, id := range together[1:] {
 		got := f.attempt(t, id).EvaluatedAt
 		require.NotNil(t, got, "attempt %d evaluated", id)
 		require.True(t, at.Equal(*got), "attempt %d evaluated with the others: %s, %s", id, got, at)
 	}
-	for _, id := range []int64{second, fail} {
-		got := f.attempt(t, id).EvaluatedAt
-		require.NotNil(t, got, "attempt %d evaluated", id)
-		require.False(t, at.Equal(*got), "attempt %d evaluated on its own", id)
-	}
-	for _, key := range append(keys, domain.RunKey{Project: "p", Domain: "d", Run: "pair"}) {
+	got := f.attempt(t, fail).EvaluatedAt
+	require.NotNil(t, got, "the failure evaluated")
+	require.False(t, at.Equal(*got), "the failure evaluated on its own")
+	for _, key := range ended {
 		d, err := f.st.GetRun(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, string(domain.PhaseSucceeded), d.Run.Phase, key.Run)
 		require.NotNil(t, d.Run.EndedAt, key.Run)
 	}
+	require.Len(t, f.tasks(t, dag, "c"), 1, "c started once")
+	d, err := f.st.GetRun(ctx, dag)
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseRunning), d.Run.Phase)
 	failedKey := domain.RunKey{Project: "p", Domain: "d", Run: "fail"}
 	require.Equal(t, domain.TaskFailed, f.tasks(t, failedKey, "s")[0].Task.State)
-	d, err := f.st.GetRun(ctx, failedKey)
+	d, err = f.st.GetRun(ctx, failedKey)
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseFailed), d.Run.Phase)
 }

@@ -2,54 +2,55 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
 // evaluateSucceeded evaluates, in one transaction, the SUCCEEDED attempts
-// of ids, one a run (store.LockAndClaimAttempts), and returns the ids it
-// left for the caller to evaluate one by one (evaluate): the attempts that
-// did not succeed (a platform failure goes through ARC's rule first), a
-// second one of a run, and all of them when the transaction fails.
+// of ids (store.LockAndClaimAttempts), and returns the ids it left for the
+// caller to evaluate one by one (evaluate): the attempts that did not
+// succeed (a platform failure goes through ARC's rule first), and all of
+// them when the transaction fails or cannot settle them together
+// (errSettleAlone).
 //
 // The transaction locks every run first, then the actions, tasks and
 // attempts, level by level, in one statement. It then settles each attempt
-// (task, action, cache) and only then advances the runs whose action
-// ended, so that the runs' root moves wait for the commit and are made in
-// one statement with all the events (store.SetRootPhase). An advance locks
-// only rows of its own run, whose lock the transaction holds, or the
-// catalog's, which no holder of a run's row waits on. It runs on
-// EachCall's pool (the claim takes a list of ids; the root moves of
-// several runs are one statement of arrays), and its statements of one row
-// each keep their plans (store.KeepPlans).
+// (task, action, cache), a run's in attempt order, and only then advances
+// each run whose actions ended, once, so that the runs' root moves wait for
+// the commit and are made in one statement with all the events
+// (store.SetRootPhase). An advance locks only rows of its own run, whose
+// lock the transaction holds, or the catalog's, which no holder of a run's
+// row waits on. It runs on EachCall's pool (the claim takes a list of ids;
+// the root moves of several runs are one statement of arrays), and its
+// statements of one row each keep their plans (store.KeepPlans).
 func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 {
 	var evs []Evaluation
-	var claimedIDs []int64
+	var claimed []store.AttemptOwners
 	err := s.store.EachCall().InTx(ctx, func(tx *store.Store) error {
-		evs, claimedIDs = nil, nil
 		now := time.Now().UTC()
-		claimed, err := tx.LockAndClaimAttempts(ctx, ids, now)
-		if err != nil || len(claimed) == 0 {
+		var err error
+		if claimed, err = tx.LockAndClaimAttempts(ctx, ids, now); err != nil || len(claimed) == 0 {
 			return err
 		}
 		if err := tx.KeepPlans(ctx); err != nil {
 			return err
 		}
 		evs = make([]Evaluation, len(claimed))
-		for i, o := range claimed {
-			claimedIDs = append(claimedIDs, o.Attempt.ID)
-			if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
-				return err
-			}
+		if err := s.settleAll(ctx, tx, claimed, evs, now); err != nil {
+			return err
 		}
-		for i, o := range claimed {
-			if !evs[i].advances() {
-				continue
+		for i := range claimed {
+			if i+1 < len(claimed) && sameRun(claimed[i+1], claimed[i]) {
+				continue // not the run's last attempt
 			}
-			if err := s.advanceRun(ctx, tx, &evs[i], o.Run, o.Action, now); err != nil {
-				return err
+			if j := lastAdvancing(claimed, evs, i); j >= 0 {
+				if err := s.advanceRun(ctx, tx, &evs[j], claimed[j].Run, claimed[j].Action, now); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -60,9 +61,50 @@ func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 
 	}
 	done := map[int64]bool{}
 	for i, ev := range evs {
-		done[claimedIDs[i]] = true
+		done[claimed[i].Attempt.ID] = true
 		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
 		s.afterEvaluation(ctx, ev)
 	}
 	return slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return done[id] })
+}
+
+// errSettleAlone: an attempt of the batch moved its action while another
+// attempt of that action waits to be settled on the action as locked; the
+// batch rolls back and each attempt is evaluated on its own.
+var errSettleAlone = errors.New("an action moved before its other attempts of the batch were settled")
+
+// settleAll settles claimed[i] into evs[i], in order. The task rows are
+// each attempt's own; an action's row is shared by its attempts, and stays
+// true while no settle moves it: a settle that moves an action another
+// attempt of the batch still waits on returns errSettleAlone (the last
+// replica's settle is the one that ends its action).
+func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
+	now time.Time) error {
+	for i, o := range claimed {
+		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
+			return err
+		}
+		moved := evs[i].ActionPhase != "" && evs[i].ActionPhase != domain.Phase(o.Action.Phase)
+		if moved && slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) }) {
+			return errSettleAlone
+		}
+	}
+	return nil
+}
+
+// lastAdvancing returns the index of the last evaluation of the run of
+// claimed[end] (whose attempts end at end) that advances its run, or -1:
+// that run advances once, after all its attempts were settled.
+func lastAdvancing(claimed []store.AttemptOwners, evs []Evaluation, end int) int {
+	for j := end; j >= 0 && sameRun(claimed[j], claimed[end]); j-- {
+		if evs[j].advances() {
+			return j
+		}
+	}
+	return -1
+}
+
+// sameRun reports whether two claimed attempts are of one run.
+func sameRun(a, b store.AttemptOwners) bool {
+	return a.Run.Project == b.Run.Project && a.Run.Domain == b.Run.Domain && a.Run.Name == b.Run.Name
 }
