@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -87,4 +88,43 @@ func TestKeepPlansUpToTheCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before+1, after, "RunPhase planned at the call outside KeepPlans")
 	require.Error(t, each.KeepPlans(ctx), "KeepPlans outside a transaction")
+}
+
+// PlaceableWorkers reads the tasks of the live attempts by their key, not
+// by a scan of every task, on the statistics of a new database (its tables
+// never analyzed): a pass costs what the live attempts do.
+func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, url := openOneConnectionPools(t)
+	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(20)}}})
+	storetest.StartSteps(t, st, key)
+	w := registerWorker(t, st)
+	d, err := st.GetAction(ctx, key.Action("s"))
+	require.NoError(t, err)
+	for _, td := range d.Tasks {
+		_, ok, err := storetest.AssignTask(ctx, st, td.Task.ID, w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	// 2,000 tasks that ended, each with its attempt.
+	_, err = db.ExecContext(ctx, `INSERT INTO tasks (project, domain, run_name, action_name, idx, state)
+		SELECT $1, $2, $3, 's', 100 + i, $4 FROM generate_series(1, 2000) i`, key.Project, key.Domain, key.Run, domain.TaskSucceeded)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO attempts (task_id, number, worker_id, state)
+		SELECT id, 1, $1, state FROM tasks WHERE state = $2`, w.ID, domain.TaskSucceeded)
+	require.NoError(t, err)
+	workers, err := st.EachCall().PlaceableWorkers(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	require.Equal(t, 20, workers[0].Used)
+	name, _, _, err := st.EachCall().PreparedPlans(ctx, "CROSS JOIN LATERAL")
+	require.NoError(t, err)
+	plan, err := st.EachCall().Explain(ctx, "EXECUTE "+name+"(60)")
+	require.NoError(t, err)
+	require.Contains(t, plan, "tasks_pkey")
+	require.NotContains(t, plan, "Seq Scan on tasks")
 }
