@@ -214,8 +214,9 @@ func benchMust(b *testing.B, f func() error) {
 
 // BenchmarkDiamondRun is BenchmarkSingleTaskRun for a diamond of noop
 // steps (a → b, c → d): per wave, one pass binds the wave's tasks, the
-// executor reads each, one report batch carries them all and each is
-// evaluated (the evaluation that ends a wave's last step advances the run).
+// executor reads each, one report batch carries them all, and the api's
+// one message has them evaluated (b and c together, and their run
+// advanced once).
 func BenchmarkDiamondRun(b *testing.B) {
 	ctx := context.Background()
 	url := storetest.NewURL(b)
@@ -283,11 +284,18 @@ func diamondRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spe
 				store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}})
 		}
 		benchMust(b, func() error { _, err := st.ReportAttempts(ctx, w.ID, reports, 1<<20); return err })
-		for _, a := range attempts {
-			if _, err := s.evaluate(ctx, a.ID); err != nil {
-				b.Fatalf("evaluate: %v", err)
-			}
+		// The api's one message for the attempts the batch ended:
+		// task:evaluate for one, tasks:evaluate for several.
+		ids := make([]int64, len(attempts))
+		for i, a := range attempts {
+			ids[i] = a.ID
 		}
+		task := queue.NewTasksEvaluateTask(ids)
+		handle := s.handleEvaluations
+		if task.Type() == queue.TypeTaskEvaluate {
+			handle = s.handleEvaluate
+		}
+		benchMust(b, func() error { return handle(ctx, task) })
 	}
 	r, err := st.GetRun(ctx, key)
 	if err != nil || r.Run.Phase != string(domain.PhaseSucceeded) {
