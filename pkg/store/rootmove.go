@@ -90,16 +90,28 @@ func rootMovesSQL(moves []rootMove, tail string) string {
 
 // makeRootMoves makes the root moves left in the transaction, if any, in
 // one statement, and drops the events of those whose a0 was not in the
-// move's phase.
+// move's phase. The moves of several runs (arrays) are planned as the
+// pool plans them also after KeepPlans, which is put back after them.
 func (s *Store) makeRootMoves(ctx context.Context) error {
 	if s.tx == nil || len(s.tx.roots) == 0 {
 		return nil
 	}
 	moves := s.tx.roots
 	s.tx.roots = nil
+	replan := s.tx.keptPlans && len(moves) > 1
+	if replan {
+		if err := s.db.WithContext(ctx).Exec("SET LOCAL plan_cache_mode TO DEFAULT").Error; err != nil {
+			return mapErr(err)
+		}
+	}
 	var moved []int
 	if err := s.q(ctx).Raw(rootMovesSQL(moves, ` SELECT ord FROM a`), rootMovesArgs(moves)).Scan(&moved).Error; err != nil {
 		return mapErr(err)
+	}
+	if replan {
+		if err := s.db.WithContext(ctx).Exec(keepPlansSQL).Error; err != nil {
+			return mapErr(err)
+		}
 	}
 	drop := map[int]bool{}
 	for _, m := range moves {

@@ -128,3 +128,35 @@ func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
 	require.Contains(t, plan, "tasks_pkey")
 	require.NotContains(t, plan, "Seq Scan on tasks")
 }
+
+// After KeepPlans, the root moves of several runs that a statement makes
+// before it (their keys in arrays) are still planned at each call.
+func TestKeepPlansLeavesTheMovesOfSeveralRunsPlannedAtEachCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openOneConnectionPools(t)
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
+	a, b := newRun(t, st, "a", spec), newRun(t, st, "b", spec)
+	each := st.EachCall()
+	for range 7 {
+		require.NoError(t, each.InTx(ctx, func(tx *store.Store) error {
+			if err := tx.KeepPlans(ctx); err != nil {
+				return err
+			}
+			for _, k := range []domain.RunKey{a, b} {
+				if err := tx.SetRootPhase(ctx, k, domain.PhaseQueued, domain.PhaseRunning, time.Now().UTC()); err != nil {
+					return err
+				}
+			}
+			_, err := tx.RunPhase(ctx, a) // makes both moves first
+			return err
+		}))
+	}
+	_, generic, custom, err := each.PreparedPlans(ctx, "x.name = m.r RETURNING 1) SELECT ord FROM a")
+	require.NoError(t, err)
+	require.Zero(t, generic, "the moves' generic plans")
+	require.Equal(t, int64(7), custom, "the moves' custom plans")
+	_, generic, _, err = each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
+	require.NoError(t, err)
+	require.Positive(t, generic, "RunPhase keeps its plan after the moves")
+}
