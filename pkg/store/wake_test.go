@@ -42,13 +42,12 @@ func TestNextWakeAtPlansAtEachCall(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, at)
 	require.True(t, wakeAt.Equal(*at), "wake at %s, want %s", at, wakeAt)
-	name, generic, custom, err := st.EachCall().PreparedPlans(ctx, "min(not_before)")
+	_, generic, custom, err := st.EachCall().PreparedPlans(ctx, "min(not_before)")
 	require.NoError(t, err)
 	require.Zero(t, generic, "generic plans")
 	require.Equal(t, int64(7), custom, "custom plans")
 	now := "'" + time.Now().UTC().Format(time.RFC3339Nano) + "'"
-	plan, err := st.EachCall().Explain(ctx, "EXECUTE "+name+"("+now+", "+now+")") // @now, twice
-	require.NoError(t, err)
+	plan := explainPrepared(t, st.EachCall(), "min(not_before)", now+", "+now) // @now, twice
 	require.Contains(t, plan, "actions_waiting")
 	require.NotContains(t, plan, "Seq Scan")
 }
@@ -121,10 +120,7 @@ func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, workers, 1)
 	require.Equal(t, 20, workers[0].Used)
-	name, _, _, err := st.EachCall().PreparedPlans(ctx, "CROSS JOIN LATERAL")
-	require.NoError(t, err)
-	plan, err := st.EachCall().Explain(ctx, "EXECUTE "+name+"(60)")
-	require.NoError(t, err)
+	plan := explainPrepared(t, st.EachCall(), "CROSS JOIN LATERAL", "60")
 	require.Contains(t, plan, "tasks_pkey")
 	require.NotContains(t, plan, "Seq Scan on tasks")
 }
@@ -159,4 +155,16 @@ func TestKeepPlansLeavesTheMovesOfSeveralRunsPlannedAtEachCall(t *testing.T) {
 	_, generic, _, err = each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
 	require.NoError(t, err)
 	require.Positive(t, generic, "RunPhase keeps its plan after the moves")
+}
+
+// explainPrepared returns the plan of the statement prepared on st's
+// connection whose text contains substr, executed with args (SQL
+// literals, comma-separated).
+func explainPrepared(t *testing.T, st *store.Store, substr, args string) string {
+	t.Helper()
+	name, _, _, err := st.PreparedPlans(context.Background(), substr)
+	require.NoError(t, err)
+	plan, err := st.Explain(context.Background(), "EXECUTE "+name+"("+args+")")
+	require.NoError(t, err)
+	return plan
 }
