@@ -100,7 +100,7 @@ func (s *Store) makeRootMoves(ctx context.Context) error {
 	s.tx.roots = nil
 	replan := s.tx.keptPlans && len(moves) > 1
 	if replan {
-		if err := s.db.WithContext(ctx).Exec("SET LOCAL plan_cache_mode TO DEFAULT").Error; err != nil {
+		if err := s.db.WithContext(ctx).Exec(poolPlansSQL).Error; err != nil {
 			return mapErr(err)
 		}
 	}

@@ -167,8 +167,12 @@ func (s *Store) KeepPlans(ctx context.Context) error {
 	return nil
 }
 
-// keepPlansSQL is KeepPlans's statement.
-const keepPlansSQL = "SET LOCAL plan_cache_mode = auto"
+// keepPlansSQL is KeepPlans's statement, and poolPlansSQL the one that
+// puts the pool's plan_cache_mode back (its connections' setting).
+const (
+	keepPlansSQL = "SET LOCAL plan_cache_mode = auto"
+	poolPlansSQL = "SET LOCAL plan_cache_mode TO DEFAULT"
+)
 
 // quietDialector is gorm's Postgres dialector without the rendering of a
 // statement with its values for a log line (Explain): gorm's Scan renders
@@ -227,7 +231,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 			return err
 		}
 		if ts.tx.keptPlans && len(ts.tx.events) > 0 {
-			if err := tx.WithContext(ctx).Exec("SET LOCAL plan_cache_mode TO DEFAULT").Error; err != nil {
+			if err := tx.WithContext(ctx).Exec(poolPlansSQL).Error; err != nil {
 				return mapErr(err)
 			}
 		}

@@ -56,7 +56,7 @@ func (s *Scheduler) handleEvaluate(ctx context.Context, t *asynq.Task) error {
 }
 
 // handleEvaluations is the tasks:evaluate handler: the attempts one report
-// batch ended. The SUCCEEDED ones, one a run, are evaluated together in one
+// batch ended. The SUCCEEDED ones are evaluated together in one
 // transaction (evaluateSucceeded); every other one after, in order, each in
 // its own transaction (as task:evaluate). A missing attempt is skipped; any
 // other failure fails the task, which asynq retries whole (an evaluated
