@@ -66,6 +66,45 @@ func TestHandleEvaluationsEvaluatesEachAttempt(t *testing.T) {
 	}
 }
 
+// TestBatchCountsAnActionsTasksOnce: a batch of an action's replicas
+// derives the action's phase once, from the counts all of them left, and
+// the action moves when its last replica's batch ends it, with one move.
+func TestBatchCountsAnActionsTasksOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.Table{0})
+	w := f.register(t)
+	ok := store.Report{State: domain.TaskSucceeded, ExitCode: iptr(0)}
+	var ids []int64
+	for _, taskID := range f.startedTasks(t, "five", 5) {
+		ids = append(ids, f.attemptIn(t, w, taskID, ok).ID)
+	}
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "five"}
+	for _, batch := range []struct {
+		ids   []int64
+		phase domain.Phase
+	}{{ids[:3], domain.PhaseRunning}, {ids[3:], domain.PhaseSucceeded}} {
+		before := statementCounts(t, f.statements)
+		require.NoError(t, f.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask(batch.ids)))
+		after := statementCounts(t, f.statements)
+		require.Equal(t, int64(len(batch.ids)), after["UpdateTaskOutcome"]-before["UpdateTaskOutcome"])
+		require.Equal(t, int64(1), after["CountTaskStates"]-before["CountTaskStates"], "one count a batch")
+		d, err := f.st.GetAction(ctx, key.Action("s"))
+		require.NoError(t, err)
+		require.Equal(t, string(batch.phase), d.Action.Phase)
+	}
+	for _, id := range ids {
+		require.NotNil(t, f.attempt(t, id).EvaluatedAt, "attempt %d evaluated", id)
+	}
+	d, err := f.st.GetRun(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, string(domain.PhaseSucceeded), d.Run.Phase)
+	var moves string
+	require.NoError(t, f.db.QueryRow(`SELECT string_agg(data->>'to', ', ' ORDER BY id) FROM run_events
+		WHERE run_name = 'five' AND action_name = 's' AND type = 'action.phase'`).Scan(&moves))
+	require.Equal(t, "RUNNING, SUCCEEDED", moves)
+}
+
 // A tasks:evaluate message evaluates its SUCCEEDED attempts together in
 // one transaction (they share one evaluated_at), and every other one on
 // its own after (a failure: its run fails). Runs of one step end

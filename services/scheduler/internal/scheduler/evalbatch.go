@@ -75,17 +75,24 @@ var errSettleAlone = errors.New("an action moved before its other attempts of th
 
 // settleAll settles claimed[i] into evs[i], in order. The task rows are
 // each attempt's own; an action's row is shared by its attempts, and stays
-// true while no settle moves it: a settle that moves an action another
-// attempt of the batch still waits on returns errSettleAlone (the last
-// replica's settle is the one that ends its action).
+// true while no settle moves it. Only the last attempt of an action in the
+// batch derives the action's phase (Evaluation.deriveLater), from the
+// counts all of its attempts left: one count of the action's tasks, not
+// one a replica. The batch's attempts all SUCCEEDED, and a success moves a
+// job's phase only when it is the last live task's (Iris's
+// _compute_job_state), so the phases the earlier attempts would derive are
+// the action's own. A settle that moves an action another attempt of the
+// batch still waits on returns errSettleAlone all the same.
 func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
 	now time.Time) error {
 	for i, o := range claimed {
+		later := slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) })
+		evs[i].deriveLater = later
 		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
 			return err
 		}
 		moved := evs[i].ActionPhase != "" && evs[i].ActionPhase != domain.Phase(o.Action.Phase)
-		if moved && slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) }) {
+		if moved && later {
 			return errSettleAlone
 		}
 	}

@@ -43,6 +43,10 @@ type Evaluation struct {
 	// phaseWritten is set when the task's outcome carried its action's
 	// move (store.TaskOutcome.Phase): deriveAction need not write it.
 	phaseWritten bool
+	// deriveLater is set by a batch (settleAll) whose later attempt of the
+	// same action derives the action's phase from the counts all of them
+	// left: this settle leaves the phase as it is.
+	deriveLater bool
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -168,7 +172,9 @@ func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation,
 	if err := s.decideTask(ctx, tx, ev, act, t, a, wasAssigned, now); err != nil {
 		return err
 	}
-	if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
+	if ev.deriveLater && !ev.only {
+		ev.ActionPhase = domain.Phase(act.Phase)
+	} else if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
 		return err
 	}
 	return s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now)
