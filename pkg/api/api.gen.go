@@ -534,6 +534,11 @@ type AttemptSpec struct {
 	WorkerId  *string   `json:"worker_id,omitempty"`
 }
 
+// AttemptSpecList defines model for AttemptSpecList.
+type AttemptSpecList struct {
+	Attempts []AttemptSpec `json:"attempts"`
+}
+
 // BatchedReport One item of a batch, about attempt_id: either a report (what POST /v1/attempts/{id}/report takes) or logs (the chunks POST /v1/attempts/{id}/logs takes), not both.
 type BatchedReport struct {
 	AttemptId int64          `json:"attempt_id"`
@@ -1129,6 +1134,12 @@ type WatchRunEventsParams struct {
 	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
 }
 
+// GetWorkerAttemptsParams defines parameters for GetWorkerAttempts.
+type GetWorkerAttemptsParams struct {
+	// Ids The attempts' ids.
+	Ids []int64 `form:"ids" json:"ids"`
+}
+
 // AppendAttemptLogsJSONRequestBody defines body for AppendAttemptLogs for application/json ContentType.
 type AppendAttemptLogsJSONRequestBody = LogChunks
 
@@ -1584,6 +1595,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
 	DeregisterWorker(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
+	//
+	// GET /v1/attempts/{id} for many attempts at once: an executor asks for the attempts it was just given together. The answer holds one AttemptSpec per id of an attempt placed on this worker, in the order of ids (a repeated id once); an id unknown, or of an attempt placed on another worker, has none.
+	//
+	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
+	GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// HeartbeatWithBody A worker's periodic liveness report.
 	//
@@ -2345,6 +2363,23 @@ func (c *Client) RegisterWorker(ctx context.Context, body RegisterWorkerJSONRequ
 // Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
 func (c *Client) DeregisterWorker(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeregisterWorkerRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
+//
+// GET /v1/attempts/{id} for many attempts at once: an executor asks for the attempts it was just given together. The answer holds one AttemptSpec per id of an attempt placed on this worker, in the order of ids (a repeated id once); an id unknown, or of an attempt placed on another worker, has none.
+//
+// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
+func (c *Client) GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkerAttemptsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4022,6 +4057,67 @@ func NewDeregisterWorkerRequest(server string, id WorkerID) (*http.Request, erro
 	return req, nil
 }
 
+// NewGetWorkerAttemptsRequest constructs an http.Request for the GetWorkerAttempts method
+func NewGetWorkerAttemptsRequest(server string, id WorkerID, params *GetWorkerAttemptsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/attempts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Ids != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "ids", params.Ids, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewHeartbeatRequest calls the generic Heartbeat builder with application/json body
 func NewHeartbeatRequest(server string, id WorkerID, body HeartbeatJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4524,6 +4620,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/workers/{id} (the `DeregisterWorker` operationId).
 	DeregisterWorkerWithResponse(ctx context.Context, id WorkerID, reqEditors ...RequestEditorFn) (*DeregisterWorkerResponse, error)
+
+	// GetWorkerAttemptsWithResponse What an executor needs to run the attempts ids placed on it, in one read.
+	//
+	// GET /v1/attempts/{id} for many attempts at once: an executor asks for the attempts it was just given together. The answer holds one AttemptSpec per id of an attempt placed on this worker, in the order of ids (a repeated id once); an id unknown, or of an attempt placed on another worker, has none.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
+	GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error)
 
 	// HeartbeatWithBodyWithResponse A worker's periodic liveness report.
 	//
@@ -5910,6 +6015,61 @@ func (r DeregisterWorkerResponse) ContentType() string {
 	return ""
 }
 
+type GetWorkerAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AttemptSpecList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWorkerAttemptsResponse) GetJSON200() *AttemptSpecList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWorkerAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWorkerAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWorkerAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWorkerAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6616,6 +6776,21 @@ func (c *ClientWithResponses) DeregisterWorkerWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseDeregisterWorkerResponse(rsp)
+}
+
+// GetWorkerAttemptsWithResponse What an executor needs to run the attempts ids placed on it, in one read.
+//
+// GET /v1/attempts/{id} for many attempts at once: an executor asks for the attempts it was just given together. The answer holds one AttemptSpec per id of an attempt placed on this worker, in the order of ids (a repeated id once); an id unknown, or of an attempt placed on another worker, has none.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
+func (c *ClientWithResponses) GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error) {
+	rsp, err := c.GetWorkerAttempts(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWorkerAttemptsResponse(rsp)
 }
 
 // HeartbeatWithBodyWithResponse A worker's periodic liveness report.
@@ -7633,6 +7808,46 @@ func ParseDeregisterWorkerResponse(rsp *http.Response) (*DeregisterWorkerRespons
 	return response, nil
 }
 
+// ParseGetWorkerAttemptsResponse parses an HTTP response from a GetWorkerAttemptsWithResponse call
+func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWorkerAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AttemptSpecList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseHeartbeatResponse parses an HTTP response from a HeartbeatWithResponse call
 func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7789,6 +8004,9 @@ type ServerInterface interface {
 	// DeregisterWorker A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
 	// (DELETE /v1/workers/{id})
 	DeregisterWorker(ctx echo.Context, id WorkerID) error
+	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
+	// (GET /v1/workers/{id}/attempts)
+	GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx echo.Context, id WorkerID) error
@@ -8644,6 +8862,31 @@ func (w *ServerInterfaceWrapper) DeregisterWorker(ctx echo.Context) error {
 	return err
 }
 
+// GetWorkerAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkerAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWorkerAttemptsParams
+	// ------------- Required query parameter "ids" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "ids", ctx.QueryParams(), &params.Ids, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter ids: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkerAttempts(ctx, id, params)
+	return err
+}
+
 // Heartbeat converts echo context to params.
 func (w *ServerInterfaceWrapper) Heartbeat(ctx echo.Context) error {
 	var err error
@@ -8746,6 +8989,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers", wrapper.RegisterWorker, options.OperationMiddlewares["RegisterWorker"]...)
 	router.DELETE(options.BaseURL+"/v1/workers/:id", wrapper.DeregisterWorker, options.OperationMiddlewares["DeregisterWorker"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/heartbeat", wrapper.Heartbeat, options.OperationMiddlewares["Heartbeat"]...)
+	router.GET(options.BaseURL+"/v1/workers/:id/attempts", wrapper.GetWorkerAttempts, options.OperationMiddlewares["GetWorkerAttempts"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
@@ -10101,6 +10345,59 @@ func (response DeregisterWorker404ApplicationProblemPlusJSONResponse) VisitDereg
 	return err
 }
 
+type GetWorkerAttemptsRequestObject struct {
+	Id     WorkerID `json:"id"`
+	Params GetWorkerAttemptsParams
+}
+
+type GetWorkerAttemptsResponseObject interface {
+	VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error
+}
+
+type GetWorkerAttempts200JSONResponse AttemptSpecList
+
+func (response GetWorkerAttempts200JSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts400ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type HeartbeatRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *HeartbeatJSONRequestBody
@@ -10276,6 +10573,9 @@ type StrictServerInterface interface {
 	// DeregisterWorker A leaving (drained) executor deregisters; attempts still live on it become WORKER_FAILED.
 	// (DELETE /v1/workers/{id})
 	DeregisterWorker(ctx context.Context, request DeregisterWorkerRequestObject) (DeregisterWorkerResponseObject, error)
+	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
+	// (GET /v1/workers/{id}/attempts)
+	GetWorkerAttempts(ctx context.Context, request GetWorkerAttemptsRequestObject) (GetWorkerAttemptsResponseObject, error)
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
@@ -11325,6 +11625,32 @@ func (sh *strictHandler) DeregisterWorker(ctx echo.Context, id WorkerID) error {
 	return nil
 }
 
+// GetWorkerAttempts operation middleware
+func (sh *strictHandler) GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error {
+	var request GetWorkerAttemptsRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkerAttempts(ctx.Request().Context(), request.(GetWorkerAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkerAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkerAttemptsResponseObject); ok {
+		return validResponse.VisitGetWorkerAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Heartbeat operation middleware
 func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 	var request HeartbeatRequestObject
@@ -11429,206 +11755,209 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rciM3luarILgTIXI2RVFl2d2momNDLslljVUqtS7j2TVrRTATJNFKAmwAKYpdUX/3AfYR90k2cA6A",
-	"TJJIXqRS2e6ZP7aKeQESOPfLh0+NVE6mUjBhdKP7qTGlik6YYQr+dZIaLsUlnTD7Ly4a3caUmnEjaQj4",
-	"rUHhhkbSUOzvBVcsa3SNKljS0OmYTah96l8UGza6jf92UA50gFf1Abz58+ekcWIMm0zN+WnNODxbO8ZQ",
-	"qgk19j5hvjtqJI0JF3xSTBrdw6Rh5lOGl9iIKRjuVE6oHSU6VoYXX/xNF1Sbs0cmzPnpT4xmTNknM6ZT",
-	"xaewat3G7ZgRnhE5JGbMSE61Icw+Af9Mc27/VCxl/JFlx/CjNorRCVFMFxOmCR0apgg37UaCnzLGkcLH",
-	"2Enswyz2z08b1W+Y0KcLJkZm3Oi+6YRV0kZxMVqe/18Lpuar0194ORlK5easiRlTQ1IqhDREM0NwWhq/",
-	"Af9BZlxoMhszQQbSjAlVzN4avuTvMGb4ELs497A490AM22x+J7r5V0r+jaWmZven7uqLt/+6WMc4qvgC",
-	"FPaLVA9MvZhpigLuXKaAz/ZhPZVCMxAGV0oOcjaxf6ZSGCZgCel0mvOUWoo4mOId//1vWgJzbfc5/r0w",
-	"4iKBnQhy/eNb8v3Rt38i7uVt+HL3LMiogVTmgmuYzVTJKVOG44ypvQR/ccMmetNE4E3XLJUqa3wO60GV",
-	"onP7b8GezH1aKC0jnHwy0JZZpSg5eUpHrN2IcVa5J7/6OX4M98kB0J8VipX5rH4bSt7up+X3Jw2KwvQ+",
-	"lQXu0eJUT1nOH5maEyULkWkCt7GMaEmGVFVmHJimfCXPVt93wwzwPhXE3UYeeJ7bF62w5uqbU1poFv2M",
-	"LAjplUsPXEQm0sc16XdhD2BhrWi184ILhIrMylc1N2MuRqQQGQjPY9J3E3eP2unbJ6Vg/pPs1zBhhcqv",
-	"pdJz1yqbV05RFiaVyP5Ls8xw/VnWT4hUpC8Yy/S9XRJlxZv9AhSL7+mT04uazKgmitF0zLIITSVBbMVW",
-	"SzGqa0jFUiLThmX31MR3djbmOSPcEK7JgNllC/Nf2OGMGrZv+ITFZmelXWz4Ymof84Nv864l7gFCSCpC",
-	"u1TeIGDDViGZLfPGwgzWsCAsEnBdlnH7RppfVbhxSHPNkiUGLVd9mf2GtMitjpSk17jTTJGwC0i0vYZd",
-	"2Yp+Pux0oho6Pt0bQ02hIxJjWSysYcbFKcOsWJYQuyeyMKQJDIZMxawMuT1/f3Z6/+HutgU0HREHZKqY",
-	"/QfL7A0z0Fz3udQmSs5fmXu+AIeUIuf5jLKsGhY2LEqeQQlEFN9W6s4RixXx06mSjzTf+Ji/D+glHbP7",
-	"BxaxDU8IXMyINmy6p4m9KWlIkVphogkX08JoMPoU0zJ/tKvUFUWeR7YHh9GBrtePlEv5UEy75KfzW9Lk",
-	"htzcvX17dnZ6dkpm3NqZlmSNmu9pIguDsxAZUVQQIYmh+qGVkPfnNzfwsCqEbllCu/pwdXdxcnt2ij9T",
-	"kRBdpCljmWVbkZGZkgbJAF7fahNnEwAzwORgApZ/YMJVlfLT+W0jadhRG0kjDBVVLBmbWpa7x30Phs3K",
-	"fcvmCxPZTpI2aYyYYIp6Clv1XNx6p4VS4KgUoksoUcyouXdp4Kvh+xXThipD4L8aLlqDKgFqsKtut4HN",
-	"4uaH1/crUxTOwl69IM39gA2lisiQX6x4oCDMMjKj3JBmVuCHJjj9Fki17fWbI6R6DREzb5aIuCRTt67u",
-	"pQmxH0n+3//5v+SR5gVLCNWVRQtkNyFNoyjPreQRbJZzwSzXTU3ruEp+RDEw2DXpFZ3ON4wckjHVCVCp",
-	"lZAwWkIo+bebD5cEqMduZhhwD2dhORh+2OciY09EqoypQPIggIUUVfu3lFpTqpiImypTq4DiohZ2LdAU",
-	"WNgDltqluTq5uzk73X63pmOKWm6tVwI3LeiG5fnMy+kAc4Fio9xuGWuP2kQx+8U1Kgf4YEeGtEPdWwJ1",
-	"NLU4oZ/kjEyomANhI4fNxjJ3MxxSnrOMNKW4t38W1tsutBUlLTR6VSEILL9zyrn1YLR2b0qlGPJRoVhG",
-	"3ATinAo0srXHdUv1Q0xW2VXkYnQ/jLlav4ypIdTtOmlKhTzLxajlyNzugSXoLqnytS6AsJ36Iv65zS4a",
-	"CJkk2JpAGP5Lo1q5oklX/NkwvuPyjKVccymOCUXeKYThOfycIeksW3Hb08tgHmWyVE4mdQzop2MvBn8H",
-	"pswwmoAkHdFMS4sWXmRt7rXL9DzzejCPUYZ0C6dJE9fx5OqcGPnAhCbsiWuTIDXTPGcKRB3IUpYPW0s2",
-	"95uIyb2wdM+yz53DuGKw1RjehWYqIXquDZskZMrUhFoGIk1K9JSlIcxGhHVrLQu3kqptnZRWd2m8W3WM",
-	"Bn1UMKUyYzEjSxs6yBlhSklF7E1Oyr2nTzcwwR9RrOizJ2cVSUXOxSPNeXaVFyMubqYsjQ+pGN1VFsI8",
-	"oiTMnri1mTMW93GGXHA93nE0jHtsEc6wrs6OhrcoJgOm4pN9npaghm0jeW/gRitukWJ4zMZaYmuIFLoZ",
-	"+6EWNvBjPdlfyFHELdUmYyq+k9pksojLKaMKkdoxI6apKhiqMLSgyIDNpcjQNH9iaWGk2tNkIAtrtVNN",
-	"MiWn0wVuGEiZMypWvt5NKPGTrs5jzYdfs6nzx3YQcEEkeDFshYEdGpjN6gUvDqyIRYa2E0Iub4RdtXIA",
-	"tIgTBFGnIrWfW0wjIhVcJqINLJH36Pc0GXJBc2tMSmXQgJgCk+9pAvQNPtGP9ib+D2ZNVjNmc/SbuHDm",
-	"YiPZzkx4i7O7MWxqJzuhT+f42J9XTYddxVdUQk3tdyr74P/+9WT/f9H9f3x0/+/sf//xUyf57pvP/7JW",
-	"KlW0w1Enqko2iKmXuxSwdcGrwD1ytrv909ov6D0knlEWHY02uQT9aH10Jh65ksLqvv1HqjisJajPY/Qa",
-	"4AlCDZlIbch3R+Rn/kNCKMZRwTvx1w7Je3tJSHJ5d9Em5yMhrVUJvok0Y6YISBUddx0WZNSioNxR6JVy",
-	"Z3HZfrBygWVkMF+QGDVGvBdQz3/HgiTbKH/s5DdKmmuXtlkVtlMlrXJenfGPVgSh1KzOmEwKbYD7McBV",
-	"BsM3zNQPtGaultl2y2uokd4t5mHNNVoTOkilMJQL1LxrpY+/ESa8PjHBxONOHLuyNmNjppsm9NPt7ZWf",
-	"y9aGCQbcXiBOKhEfF7zzgTsyVHICEYKpklmRMqX3yujF5cn7s1KodFFcUKX4o5Ut2kXMgnghQbzAg9Qp",
-	"7iHPGfmXtydXN7cnl/fnl1d3tzf3p+fXB/auLeMO1ja7HymasvtJxH9+z/Oca5ZKkWkyYGbGmCA35+9u",
-	"z67fwzxuzt/9fH5xQaRAA3rLDNc6+64i5VdX24cnQ5QhY2lOFdNuEZ0E54Zp94Msl+jD3W1YI4j0pFZc",
-	"Y8wnvl7bsxVq+ngAZ0sB41MDIF+ENODHC0lyKUZMtawrE5MymxJdGNqKr3VdEmp31WEX/h7iXvGRnm1P",
-	"b85jVYaufG/YklLkoSwqTfR1AvkHatIxy7Y0Uxf39YNgxFIOZFrJwL4psexRGFImjbuEcVDt1FmMpDmz",
-	"ruvVh5tbcvB4eOBu1QefePb5wN1j6APD4HsuRxqTTum4EA+67kG4Dx9LgKoG0oxjMZRqNnun4qGkkcvR",
-	"9gGuCzl6a2e8aLa++fa7VaZSYfXX+o4LHkVdxohvsc/XTBe5qU8Tbq1Zgs27VZFH8oVskGNirJ83lNZe",
-	"BAvSbswWlknl+9ZzxVuajtmZMFj5tOScPSdi8TTliun64DbHr/TpQ0rG3JDmhD7d0xFrhQDhXzDas328",
-	"2+XnvkjWYmWVFNNMPYYs0VpDyi7odeX+UiivKj9VCAxvTeW0yO1iuzK3aFS8PkG15UsemdJxu3O54gDy",
-	"mP72chE3BkFKcooXKzER4vrbOcUleW4uVlr/TX7o2mlfL27y0sQX6HrLhNlM1NVDIkEBA6QudF+IA/x7",
-	"c6weX7zAbLVf5R2QHbTde6tbCEXTC20yrlP5yJQ1WbtgBD+wORlTPXZ+NmpmiNdi8DmYzT4H7kxcR1MJ",
-	"uMIcZaAzCOAeNAna5IRAxALTzGQCMwomovP3rbcNuXZwqzHkDTlyR66rOtGJmXhayVplIXFOuEbZlBAa",
-	"EixEF9as16TXeHM07jUq0moolZdXq7zLFKc5/4ddPRwaimNqVv+tFJVksw5JZjphsOqoMRh8OcY7IKCg",
-	"XZL3l5Pz2/PLd/c/fri+f3vy9qezFqgPu2eu3iRuclZkw+J8rihWmEHNGJt3STqmYgTVUkaixiq0pWSZ",
-	"Z0wRx2abidgPGKXcSixst4Dis6Lrq/wJmVefQsQUO2guXwyxlEepiX55oR1yTFCxAtF5iBhuTjDBG2qT",
-	"S2+l0EZRLnYNu9Yqy4iOOftrQi7PEnL2H+c3tzcJufxwe+//fnebkHdnCbm4TcjFGWmKYsIUT8GcPb+M",
-	"6yDrIEcHx7DdLrGPqNaS07q1qgQ4dhOIt5gbxufLEDCf0BFLCFWjR7Tb4Yc9jRJkKrl3Pq0pNm9hZWYZ",
-	"BIiY7DvHfl4cioEpb+HBwW3RdQWD4LoQz8tw+tqWJX9rio+7dgCmHpkirlKHaShZhYVF8RsXum6b11kX",
-	"v0j1MMzlDONMy6xnf1z7xdp6Os/wJK3VB45k+Sb0KVcpgmdsMpWGiXQer0ALr9jT5Ly8ef9nNsdyFzPm",
-	"GnzXrlsyP3xF8x6g1oU8kTPwegKUqtUogzmhYu4utFC9gzNMhZ6B4kH1S0FhJaTvXtEnsAJWl1urVMFD",
-	"PaHYlFHDna6lKufuEtbPhbdS12ABQ2U8a/fENsnrPzRBPbMItxB6DWUAmRIcTidoV4GXYL96MIf/Nakg",
-	"HJNE8G+r+jShuRSsFQublZMvHX4sEJhw4f+9QVzDtOvX41Y+sGcKlecY655ulglswkWogKgvSa8Jbvqr",
-	"mIuyH0QmdI5VusF4lAoVRIJl+/6hrROH2CmztBOR0IvMNwYAr+09NZVB8Hxsu37kLM/OvC21uBNDey2W",
-	"qYTCuym1IkYY6VwG2GsykNnc5S0ty7StDaR/PfzYRsUbZc4J03orRYYTKh+IfVBIPexuJYyNmZYGgvsi",
-	"KwGxrpdwgTak1pAV1aTpnAEQsW+enlrextRJ6db4DiVYGtJcTEC2fH7B5Tf79qZ+GWFaCKpDIwgl3z49",
-	"YcGqUVRoiENizhi8HqgYg+yEs4CPYXZl3rLQTkD4Ut9QY7ZUviSzuJ3pOuVeZrpMmBnLbMGharw7u43K",
-	"7uqaxyysanHfEt8UqqbGbaBlbh0x2HOp4P+a3F1fbPZ97DujlMeoMgNGzTWb5vNYGUnMQg8dAK6G0SiZ",
-	"k2lOrVKjwmhf2LAgUbaIea6V3jCVTd/gYr3R2GuNyKTVj8EcAxnLvMoPvJo9Dx+0bDht+ZG7JkZiqY36",
-	"jPUyMWXWW7MUEf32EAzmmuhxYcBKyuRMdO12powISQSbwbIQCbHUpjY8fZi3amLCKxMKsfrdNGpGDY1Y",
-	"VShxqIYEnWHCWRfk7vbH/T8H6XB5d7HS63P052//9F3UZVaMTqpO83I50hY+M7wiwUl/XLMIetdqpfDQ",
-	"l82LLH2AGyY288uodXtCTi9v9nM6YPl+zh+YK28/JEaS774h6ZgqmhprVMsh+RULfPY/JtimgJa49Uwz",
-	"+ye2j5CcGWuyS0UyPsJwcmX/vvtm2TCqFhO5CqLmr/uVWqLDz/731v+IVhVd+YL1iBllL6HLBM6LKtsd",
-	"q/0lf707uzs7bSSNagzs+uzmw93127Obpd8hNtZIGtd3l5fnl+8aSSNUETWSxo8n5xfwx8kPH65v4a/Q",
-	"/dVIGneXN29/Oju9uzj54cK+5JcP1z+fXd+Hp7Bs277z5/Orq5oel0qr8RKZra/umtB0zAXbV4xm8EOl",
-	"0MvZ8PcYiBXS3A9lIbIESttznsZdm4wZyvN4rYc1C7Yn+YotGJF+XGhDRcpqM9RFnU7mJmdrrILVtbq7",
-	"PieKDZliIgV+sLTtXF676sQ+uFlRw1U/fpijK8CLMeg1G3FtmMKu9ee5LzTLFNMR/fiDZYO76wvvvgd9",
-	"cXJ17gjAGiHdg4PDN39qd9qd9mH3+07ncIl7v406ziA+XmiS1TlRkSIGLQuVso0EdR1utCSSS282OIPv",
-	"KKnrDwl2hOtvC8mCJojFw86bo1asuyPu/PgtiW+5tXMg7bzjRo+9qQTP5fmHYaP764ayqCXr6vPHmBuC",
-	"dtOeJmGExBULC2aNiwyKh3nOfDWD/REMCk1mdL5cuICvc+UH4ZWuBqFLFHTvs8wBdVjKhJfuYeBJJ6Bf",
-	"MK4DGSHv1BS52UPrtF0WB2wvbBYrOl4Wi3BDb9jfunIC/JZnzty9NCIv4+a+q1Yu90GKfI4thsq6Dd1q",
-	"BcHXdQr8OsSXscLyO7jVb+mUptzMiRwOgX4Gc0IdhSfY4OQby10wy1D9sOqMptPifgLVb5FY2dWdJUu4",
-	"nErrJzctBZG/wPvsL61oHdw6EBbroE6kmt8P5ibWyfYertph4Yad3/85vsbWpHue2hkqObnfVGcgiWL7",
-	"1ggDO7GCM2HdFIfbA52UPrzlo1plmULGMyhbcoGOLVqSop/qwlkht5ZNoDQMSgUV1I05kCAklagJdo2F",
-	"GduJ3utC3BSTCYVahHhF7w4wLKkvDllh+p3jzEnDNTmyaKjNXbQingsylCplXe9Jwq64bmXsJaOuiXCb",
-	"RhE7ehI+fZXpP+ISL4nOaA1oKifMo5GsVNq5urq+KkSfNIHyQpIBco19MFP7EabHu9b1z0CCxMce3f2+",
-	"V/QYUxihVzTkJsrMBT5RxupcJmMpcRPPue9aVObqiDYQaQ2/LOyDXqvDVlNWU5ej8ZanWy9oc4HSgp1a",
-	"XZZo4kVapRCAzRWftioEwmlpouQMU1cZNdRTGiaC9iEMj5hkCKWDf6M4i6RpN6MSbR1+ek6NnQ/GxGU7",
-	"ImCtLNSaev6tJ7u2LLmm8BhrebOdrIvlrQTPxvn7EAtIQpNG6b5vUYJcW3ns3DxY2I01bteFiBe3fSHs",
-	"rCQk9LZlplItPTPjZt/BR2L7NuU6HeNRMIoJQ/fAKpoSbhHTr5DFmNA5GbBKDqz/6XM/2tFQ+cAvUqK6",
-	"trNlV/iQWmyO3fAX1nHWi/GjImTv3Frf5l9Zxo1oUVsVZa2KYgRJGTrT3RovxwslhuCj932xf98Df6Cv",
-	"U2b+4gUzEWt1zPK8zMRRNXpMfOlcRjKuWGryeQhRU/dAkwttGAW0Stdk0NqtbcRrAN+iuoonKcXImhqq",
-	"EAKCUhwtH2wZwqdrig4POxMoOixBp6ZWjiBu2c/nFxdnp6HQEhY1xCzjHek0HbOtKnC9nVlpNdu45HgZ",
-	"CltxGw8GXBzoMdmv6Y8PxWyRLcVwGoEYFanceQzdl1A7P5Z5tn2zbVk5F+2oe27XXCrtpazIWba50vMK",
-	"cjr2AwJcjZEjBrYuNApBYQYZUTECeBvD1AQakn1horNiAJwM3H9HUpoPci7ijQLL2EpLuG0n78hEZgxi",
-	"CscOO0IOgZpcPQ42KqDvRoZcabMbg3i6Xueq2OG6ZOyLcrlxcCeuEtMjuYwk1O5Yvx/xLWr45puOrhTr",
-	"BuSUmK/zW3Y5DjfhAVkZ6dvaXDlXxbnmhrittWtSIi01rUgQEt10RMhptUmf5jM61337HmoAWWNMp1Mm",
-	"WNYmHywNzrhmhJK3ZxeEPU0V09quqnyEIgA21e2Vjjtnm9Vc9VXZeOGBzR02EwCTFaKNU/OVH/COQcHz",
-	"DF9L/vIX0nN5mV6jTbCPZrkwHNMt0f0se0MXl/jfsVscJDC6dDD2XqUzkWu3/ohSDLVpsW5OLHMfcvsX",
-	"4m5Gmjm3llFW0Z7bSce4qGzzjPFRUKsVJqLCI6IQaAjSmozp2h7QGm76Vi9Uvh92dHS9S/hSX5xhZ9VY",
-	"FoJ9+2t/G/V/TPpOPvQdD/f97PolIKO3Pr1ml4Idk74HJOpXud/jFDFvtvqyq9XyIvrkIak8sNTCp3WS",
-	"9TBVztCZjaVm3q4g7MnOREix/w+mJIEohB0iI80Opig6rTj+VHU6DvIiCFQ3IygB22ZOudSGuFpP7Qsu",
-	"pKogWfrwSFGd2dq5IXqHX6l1KF7TnBpr0XqV5hogp0qOFJ0EcG1DlQM1gtKHjCt/aWBlQMaSEObGGm1V",
-	"CLCroEyp5b+1ssRcuJKKgFY4pmpkJWRkrysbchxMrgAvYWXSTaUHxarPWrygNnHQqCi0nLGg9jRpfrNm",
-	"RcGLXlzPjaSHstJxkikjuLkrei3bGvALLE1CLAcMEIdWqBAoeAE4ptr2Ha1HuBP87wXziZ6qvX9Ja7Rt",
-	"idi2KDPsj6syw/7aR1JxtyKYYbAMwm6ECrZSdrjNDZcdqKYVbtSByWEi6+diwP6d5XRPkwFNH+RwCGvk",
-	"8OP8UGXSqwIfh83OVqmsAslFexMXP/DS210VOJOVbnhXNrkIGrCuI365chBemSBWiWOR1nN75FfdAZiq",
-	"6wtrVjw9gINDFuCa9MFr6Le6/i+nCZyQ7C+7DoiHa/2+fvDijknf2lp9oksacPFcLty1Y/tKJx3KMcIP",
-	"MEomUy/8ZDahIvHRGp9ndxbwmFqVAXpFSGnHxQC6kEGzWjrxhZxl5pkbAki+9s7gXZIbZ/RCkrQKnIdd",
-	"3stQD9XaYy4VN/NFjgGUYJoa/shWGAehK0CfNxFNLYj5VkIqTy7xllQuTdz06maQs1YNynAJT1Bqo3pd",
-	"tCid2NOUgjcjjAyZ+lpd88wqAhS6XIzqnfSyHxAJd0Ln2F9npFU5oDqyqjuCFrgmC5VBW7kjUpFew/5S",
-	"miZrOglTxcz9rq7JUkNX1HKFujEmHp2RUsFQOrk699B7zBRKaMvOVvLpsZzZ7/nXf/3XXgPbm3xcAjAK",
-	"8CHHZaRZgVDimKrGRZyHVxyD27lY2hLCJH6RRwyT2pNosHBj2MWHW8L7Aq4L+LLe1vBKgos0LzLrlqyL",
-	"yFRtAk8JIfYSFKsTDkyvqtR1oJx1QTj0DXYsLaoJl0WxaRZgaQA2q9apgeRYgLuJ0q5d59ouiaxIIXAB",
-	"etjbIaAdE9KDLkjnPiJs/IYafztSYr81tnQAx7q2KHm7BK5DuYxoRWdzrMOg34Q6XV73uMQuf+706oBZ",
-	"6WRtgHYNEFItbkuNL7OLl7G11R8xGBcgq7eEMsbS1Ps1APbl/Nat+jPw0xa+qe6wkasVL0Zzq/DDdkG6",
-	"RzGa54AOSJqKaeaaQyvRXETv18QltZATwFrAefj316jDXRB5HLiOB85Z/MDIesbpppZIkpKh6njwxm/G",
-	"4lqeK669sWjdlOOQtB1QzRAGRbsuANdu7JRVtRT47vLm6uzt+Y/nWI57dnmKScIf7s4v3J8bCn8xnB6p",
-	"7V2u/T25uTl/d4njXJ+dvb+qw7SHhrbXQFnZBd11hwRWpbNte49AsUf5sOPXbN+ZljSMX8RI/gGMo2Pv",
-	"dsK64oE4embNepFvAYONUFWVjrfKQmzMDMMOx3PDCM+8PWY4fOamfK57aWwqmDCJ6LmytviLIBQ/s6Hl",
-	"2BoMDqRYQwTa/gB9Pmh2+Nyxb3eJpzKquqbOGt7yO+IdVRAdk8rHCYbWN/TCPsU4gHQlRCh9u0GY8wwA",
-	"Aa2MbxOo2RQBJrTS27Typa4OqxK88NEHjyxAqkEHUC3gjIIRiipnEE4zyljOjDu8w5oRpV3tCtU1oSNr",
-	"nqNpR2EaPIva1kPF2P3zfC54NJRvR+yVuHD6EjXpcKae12+7kDY8GKpsv1BVgPV57Pbcww5GIj8VQgju",
-	"pdWI1m1pLhFEa4fDqV5WcL/Gllo6RSnnjywhhXA9qxBL0Dy3jkUgUMhbIHbdnBnfnJqRjNEMgg32jziO",
-	"bFz8n/uSckvTakXsd0PBsGvCRlhsCKAFzk3IbMxTDIOHXdeJw/JDsZTLEYEkWaYxD5pSpXbUKl4C+9UN",
-	"VF5aY0GoViTcUpHGKnHWa4G4RnJF/VurJKdRNukk/9q66QxzOXsfGpx80Mr6sz/MbxDtxhtxCz+enryL",
-	"WlULpbC7OcMTN41tKm1hyg7SZ/s182Dey1bSTlEKDEmrQpShCm/b1EUlxstBCfv0F4pJ4Aqsbi+GpwrF",
-	"zfzGfr5rAWdUxeTciShPrSDNlE61ocL90yGNWEHgIw0np+/PL+9vP/x8BqhCsL5gC+Drw2Qg5w5nbHIx",
-	"lDXhhmKQ85Rcn93cwhzkkLzF8ZNKdRKs0N/kgEhlfTIvVVwnRU9AK0WbAHgLnOqayilGs2JwZtASBzf2",
-	"RN1hoqTpjwFt+cSn6/jrpzJj/XZP9MQZ5PstFeN80HzonxRmLBX/B/zYJT/AsuDhRyksKmYA+m3Sf9p3",
-	"q71v7dt+T2CRB1AJ5D5E5fUQru6SPhbT963jSjPdSkgf6+z9L/ZjewKRwaAORXfdNiaYdU58bcfyITUs",
-	"8adm2bdCFX+/J5plZwF2D6GpCwODgOm7HqUyNJ/SPO8GsybpiUrvE8rwBMKSrTa5lK6HtBAPQs7g4Bxw",
-	"WwCLA3wrNyLhuieOOodQfgM/+HxhWK+jzjflVUcFRrosWgAAGTEDbzpyqWfXNQEFcZ5goMxFg1oc8Udr",
-	"NlY2awzwan0yoepB90TFglSyQAwbFzqtNM37wGmZ1g2QxHQOK4aoOq6/suH4wLJFBf+x2+i0D9sdBAhj",
-	"gk55o9v4pt1pf4OnCIyB0wGoNpxFO2IR6dYHBfeX2GmGOdfGOQLlIYOKpVKkPGeKjOgjI8WUSNETaPxC",
-	"Z+79+5P/uD+5vbVu94230t2RhJzpbkW+YfESnRNteJ73BOTuRAYkXhK9VGis2y3G6fZ9BwvOyQXCXcsR",
-	"Ll/gl/PMynCuzQkuRLJw1Pivn6KHPnutXx4k7BWgC3xBGsedsmgfW1m+aE98TPRVKpRLCCj2yGWhQzVy",
-	"bIquqLnmZO2jaMtO/GNzPuFm4UXBCPi2A+EkbHj61vXv1R9w/nHp5OY3nc6aU5t3O625PG45dl4zLBWw",
-	"Luwy9C4e4eixl4ZZVg6BThralzTjeaZ6IX1idbG2ugRoI8GkrWIpEyafE1egiwkLB4vhNnVKR1zQgCJK",
-	"R3rx+OVF4d/o+i4pO6MVpOkKHy9S+DtmfPj7NTehcoJCZBtuq0c1wA4cPXcH8LA1UTrHmKU1EuEGFg9I",
-	"DotaCXAui2lr64UFWlnzWbCkl6RDbO7lLX5Bzk+xsyqODA6G/rNfmzSmUkckN8JloKGDQNT+fJsEnSmW",
-	"QY+QJ+CmN9wuPrwDGf3D/7w9u2l1Sx/QuWBjBrih2sC73SFFyAug6pgims41lLFBwjg0Sy6S5Al4ZdUz",
-	"mMKptj84FKIvQpQldMjnRcPYqIJ9XuGGo8hpurB+zxAaLyLxkwp16zGf+vSaPzvcB618EC6ciA01p1+U",
-	"7KOkWwLDfwniXaQNbLOuSqwvTxfLkPVb0EbndQYP5+JEZOa169Q/Jn0HCu9AGolhVuMsZN49uq9ZEbSv",
-	"SbX2/u+/BJWHuA0ZUuuN4WkNq6T+KsTt7f6DT+6vzw5jUx98wj8+H4T2i6iOtdZHQD/nbEtbMmKovdww",
-	"g1rS34lltgQwv9Y8C1DUL7PPbj2wuH/hotdWuvkJEWxmVVnVMLM6q3J8QJXakADWWWW7WghXrtPLbvKG",
-	"W0+xFSxYEltT7MGnBzb/jASSM4wBL5LuKfxege7fRi2ePXI8Rvjr6kUY1nXRGDU/Dmd2e5hcD3bvesdc",
-	"umS7bXRYBF9jG5OaA+Pt3LE4esyeyM1PJ/tvvv2uhM9yNVxUk3DKffABrWdfygcE117UaVVpUQUA6+x/",
-	"T/eHHz99dxQ7QHAnksPu7dqIwq1Hxndd3lDDqwANGbu3E2DWPI/AHe9hoAp72DNvzWJ0ymHZ9MQF1WYf",
-	"Osz3z09JE4EroQYVIvAw7D3P+i3P7qTfJQ+MTfchE9In7jBdF0M4/JboNrkTUG3nZtrzuBkc4xMTruEr",
-	"5Mw3eIVjQuzLLEFiBIR6XOUMrTgIOXUh5AvanJI053gCFjU94bA7GI1GLX6hJh2f4WpvlN+GPRncmv0S",
-	"sG87AR4a9mtcumrrvTt2EX7a09i5Dwil/iXtiKh2lGDlPyx5Pdw11asAABoy01i5CGme0FtWZXlspP5K",
-	"fL3hTkuhsBjnpz95tbHLQ38FO2AnpvT96bWGy7W9YSuDxXcgb0c8rl96Vdp9EPkcq7qxfBWqFV3lqevg",
-	"sjTbJbmcMbWfUs0cxKFOEOEQAzAZHGmSWNKwdCP82aB1gTH7v3s/TqNOHgYcxMOaM1W/ZrTuzT9dtM4D",
-	"Mqw1BtGPfZklaEdxOiNi6a0NwXnohd/U1KtzkANU/CrPLi+n759ahr0Jx9P4GvGQdSxBdcpmYfuuscdn",
-	"crS2dHrBTuT78XWc+pWzLb6yX49gPqtEnVuimYd1xdIdEHJLiwgE/6Zz+NozwoV6rvH+/W73v3nzXP7F",
-	"aZZHYMChBzkXZY8aIs5vw7fett9RbR4MPE7k12T3JVeLQpkLojn17az6aFYtHhmRkHTMUsiKOpCnGdhM",
-	"4a6egBsQe2Ags3kXVtRAgRs1/hAJxMxKCNT4aQKlx9CY5XCd+ok7bKQKzxoGITNZ5Bn2XAUIyeZRp+Pa",
-	"fQHQ3wHLSaZ70BU6gWYl32E5oQk5evPGPWB32FnTVPjGlkIk5KjzvbsFWuaEoQ9MJITmWgLm4OJpJV4j",
-	"w35i84vvsecBD9u+rye4aROXt4ekMDzOw1EreII4x0QDAPKjb9YlNNQ994Qv/cKHNKJDlLiamnzb6bTJ",
-	"CYLr4MEpmEr2CJ9NIU1P/NvNh0s4lxz3PSEd68xMsM6MCnKYdDqdANtJLu8uSvhoQsV8NmaKtSAtTond",
-	"BbdhbdKHYYCSIMNKqAMD94ZUF1PUgCrqiyatj9kTXJdLGfNNSrpsvLKg17+dpF9AZ4vIWMAzg8sBjS0p",
-	"sVRh1nsBiO1ldo6TkwXgPSJFgG3taNQ3VzZ/AhhTO+ygyB+IUXw0Yqr1qvLzkyrE2swkmjFfWye70zxf",
-	"mok8KbuXwSVBaEXficVdW/bvzbDcfOd1IfCYmo/P2m8sLPkqWnOXb6mzpyGj7+nwFXJN8PpSUK0Kpjdf",
-	"biyHU1qTf4eSGOjm9BDQIiMzK/0HjISilfbXTgPBtCgieLpZzH2/fFkxZm0ePRfpWElhfWoAomE5ND++",
-	"vgxzp73qg0/4x/pyC380+uvlENdvtDts4cVJaBd2DhLOwUwE+eazc2OujXSl1X9MSbf5Vlzyl8nFJRr6",
-	"fQrKHZdirVitcMJ/SdbfSLKC65G6LgusI7dfwERGhdG/geg8cLXE/zSEXwO/XkKKiGwZBa9NfhlLpBJo",
-	"K1ZskXb0WM5ET7jD4nDh9nQFGqtNTnxZ8sCVSlTRSACegotRT/jzpDOWcl222mjwoPtCmnt36/1Qqvvy",
-	"/RHP7gT37XWZ2k3gd8HXYc0qrH28iAVFYGw4q++rs7fDQ1vZewgoAD7J8Qrd/QbsjlBt/+zcXp6xSBD6",
-	"gPTxw1nW/0Ny+zXM/r+Y/ffB7Lgbm3l9My3+BhIA/IaDT/Z/nyulpO6vshR6Q/16qBR+3cpMGAaOZVhf",
-	"OLGc14pSlf20l3piKGMyLInMCB6t6MtNAgi1HnMox14oBiZNV/DdcqCbeS5nLCPWIv1P464ldYh3e9qD",
-	"OWOiI8GmzU5NVZWDRK0vq1p/AtCaA1QdBKEb/7BmfLpQFL1hCofbTsHB/FVAjCLARYAixoyaL6BxeQhX",
-	"Q5XxuHq+JK91HJADAeCjUAqPVKithKjALD1/UW+wOqtyxHK0cMhxSaVa2vVBhvNE+shxfSgfQ5brQywf",
-	"DvwkzYwaiod3WTGRAC9CzROkKO2N9g88gV+QPoBZSo8z5MeEIwzwQM/ycKYZzFiYunVCJo4XerjW6ZWz",
-	"gJ4ZsdhQ0PdB+BKwKeblFs5vqVTqdUmfZ92+68OcwZE7CenD3d0+xpbmU5aQPiwr3NgTvnDMbqFdXlhZ",
-	"OYTjyNvkFt/l6+uWav+wiJJm7tixpQJATPVhwZ0O+UVAr2WGcNMicMSRKxiBHRRsZieh3QHec1fed1xb",
-	"RNgT1SrCD37rXXN3gIcPmw81hJjFgfXwN+ACe6JIoJBQm55wq0dYAN4E8ut/6mGdVq/RJb0GdhXbQfFH",
-	"6CzuNT73k8rhA8AyaS4107XVhn4z/lgFhy/Wu1ieWhasroqSxDdZAXVUScaSA/yaVGBi7FYA2/9eSxR3",
-	"ULK/UTWjE05O8fyOE02RskcsZ+EidkIEQuc3EbwsIe4046QEgkh6YgmydAHvrOV1sU4IyzUrnT73Ox3k",
-	"rH/cE+40UYcxH44JQ8mE9QADBuhPPnQJBRc90YcH7l2rcx+FcOke4WmDmvTD6YT9JeXWE8tHD5KmU17d",
-	"TWcPtrzEwnZwiGgMaPpgJabDh2tD6Qg42dU5YGWokPDuuK+LRzG+WhZw6azHV3Z016W9nbX2e3FyX1Qi",
-	"5lYVusYATCDgrlDY6mNPOg41XCcuceVPiyiVr7PI9rRPZiGaOltsI34lhxnbGP4wggzECsW6xnsvxSrW",
-	"rd2FMZy64dTcCrMVE/aKvLZ8Ptpvym3FhP1eI0owN5d4h8I5nC6WCFZP99GVo7cCghEm4LHHDtkNwfbd",
-	"yb7hOAb3oq/ARm6kPwwfYYMvuswcCBFrBAPIeqASIwmFzjc4qxc8SIjr9gS2hPXDmbJdYlTB+h7GHrvJ",
-	"0LBAv1EHDHur4GlPhEeBbz0qkCuPbJMtmL0nSm6PKFc33H8Khq8c3/v74/hwdgGy/OqpwkkJ4A5EiJif",
-	"yUICk2tydXJ3c3aKJODLaJeRB7Zl8RJqtbY/6RZvecXAbwkFW7OtOMv2SjsqVio9MAHn2hAzVrIYjT0Q",
-	"f6zxxApRxL5dWK4SHHZlwfCs7M/r20EQgvY1621hhJ0Kbg+/7P6saWU4Jn1YQKhnNgFdOMHEGhYvW2p9",
-	"XsvDy1sYKvB5x6hcYX7ukO9SnJewx1uTxQIbBSCgumbva0BOK4llU5833p+9NJCCr/G4a8fVw7mPOodo",
-	"sQs5W8pPb8UTkabFxaA5oHnWx8sDIGtRwJ117c8VAM5aQfWLu+cVJVUFI7RGVLmJLsuqEzi4EuH2WFbe",
-	"VS53BQt0XRaoBrQF3+xgR1/Lh64O8huJIg+sGoNr8av7tcWMH3kBFYsLu4EpcydlwbS33e4lfBR360bp",
-	"csrUKh1sEjHlQy+XMyckZ/TRmiNNQOVlWatckCwMpI+9u++jXS5SawXTgEHofyGwtnHdAujMzH/4F8MR",
-	"w6WswohVt+Mg4Gbu7vVU3lzH1z+Ft78OS4f3l1BMr9m4Ux0un6/DXHo5JeIu7WkyZYrLjKdAZIJp7cCO",
-	"viRRxSjDQSp9Ibqoa0qEhAsO5UBeoWWsDjMMIXABLRhOnVr7CNzhHlhBhHIHUi0C+qOvBQ1xS/UREM5D",
-	"1yvzRhe0sIU2LIhlY/cdx3zjldRmBAeYlH1+4AvZixOmNR0x36hQ+ndDqao5XpdeRO+YnFRbLstTMf3E",
-	"mpUPdHC3CH6LvYieprrkqHN0jJDDBmo93Ksm8tHOyF7/voWHbzncaOjT5Nga6hrTEAsJfX0IoGLW3I6k",
-	"2+TGRQhCvzguDZ4/wDUZUzXJmdbdcv9DaYAzegN4lyYugEC4gHTsym6Wa5QshyBckJbmhWuldL8Csg85",
-	"KeHfAY9F8YwRCqfBNcOVVlKptwuHMQCZ2FU86hxhwm7CqGuGdxi8XFe3IWMUk/WAJg/wLE7xNkuym7FK",
-	"dV8rFv2s4NvpVzOV7CDQpPjVmyPLobE/cj20naxplHxua+QLpTYSOXabe8thT5fwdAOPJh242yPTVUhs",
-	"tTv4i8r6CnY7iHOP2v7rRyuwMUGNgr5QuYNZ7x4cHL75U7vT7rQPu3/u/LkDwt1N6ZP3lSBo8zkJ//ZT",
-	"jQBWIQyuXahK1yMi4dof3eokxNe0LkNEu8xieTigr3FC9NvVEe9cZDl0hB2D3LK/iIwU2nkzi6VS2lpN",
-	"/z8AAP//",
+	"7H3rchs5luarILgTIXE2RVEuubqLio4NlaVyaUqW1bpMzW7RK4KZIIlWEmADSFFsh//uA+wj7pNs4BwA",
+	"mSSRvOjicvXMH5siMxNI4ODcz3c+N1I5nkjBhNGNzufGhCo6ZoYp+Os4NVyKCzpm9i8uGp3GhJpRI2kI",
+	"+K5B4YJG0lDs7wVXLGt0jCpY0tDpiI2pvetfFBs0Oo3/tl8OtI+/6n148pcvSePYGDaemLOTmnF4tnKM",
+	"gVRjaux1wnx/2EgaYy74uBg3OgdJw8wmDH9iQ6ZguBM5pnaU6FgZ/vjsdzqn2pw+MGHOTn5mNGPK3pkx",
+	"nSo+gVXrNG5GjPCMyAExI0Zyqg1h9g74M825/ahYyvgDy47gS20Uo2OimC7GTBM6MEwRblqNBF9lhCOF",
+	"l7GT2INZ7J2dNKrvMKaP50wMzajRedMOq6SN4mK4OP+/FkzNlqc/93AykMrNWRMzooakVAhpiGaG4LQ0",
+	"vgP+QaZcaDIdMUH60owIVcxeGt7k7zBmeBG7OHewOHdADJtsfju6+ZdK/o2lpmb3J+7XZ2//VbHq4Kji",
+	"BSjsV6numXr2oSkKuHKRAr7Ym/VECs2AGVwq2c/Z2H5MpTBMwBLSySTnKbUUsT/BK/7737SEw7XZ6/jn",
+	"wojzBHYsyNVP78gPh2//RNzDW/Dm7l7gUX2pzDnXMJuJkhOmDMcZU/sTfOKGjfW6icCTrlgqVdb4EtaD",
+	"KkVn9m/BHs1dWigtIyf5uK/tYZWiPMkTOmStRuxklXvym5/jp3Cd7AP9WaZYmc/yuyHn7XxefH7SoMhM",
+	"71JZ4B7NT/WE5fyBqRlRshCZJnAZy4iWZEBVZcbh0JSP5Nny866ZgbNPBXGXkXue5/ZBS0dz+ckpLTSL",
+	"vkYWmPTST/dcRCbSwzXpdWAPYGEta7Xzgh8IFZnlr2pmRlwMSSEyYJ5HpOcm7m6107d3SsH8K9m3YcIy",
+	"ld9Koed+q2xeOUVZmFTi8V+YZYbrz7JeQqQiPcFYpu/skijL3uwbIFv8QB+dXNRkSjVRjKYjlkVoKgls",
+	"K7ZailFdQyqWEpk2LLujJr6z0xHPGeGGcE36zC5bmP/cDmfUsD3Dxyw2O8vtYsMXE3ubH3yTZy2cHiCE",
+	"pMK0S+ENDDZsFZLZ4tmYm8GKIwiLBKcuy7h9Is0vK6dxQHPNkoUDWq764vEb0CK3MlKSbuNWM0XCLiDR",
+	"dht2ZSvy+aDdjkro+HSvDTWFjnCMRbaw4jDOTxlmxbKE2D2RhSG7cMDwUDHLQ27OPpye3H28vWkCTUfY",
+	"AZkoZv9gmb1gCpLrLpfaRMn5K5+eFzghJct5+kFZFA1zGxYlzyAEIoJvI3HniMWy+MlEyQear73NXwf0",
+	"ko7Y3T2L6IbHBH7MiDZssqOJvShpSJFaZqIJF5PCaFD6FNMyf7Cr1BFFnke2B4fRga5Xj5RLeV9MOuTn",
+	"sxuyyw25vn337vT05PSETLnVMy3JGjXb0UQWBmchMqKoIEISQ/V9MyEfzq6v4WZVCN20hHb58fL2/Pjm",
+	"9AS/piIhukhTxjJ7bEVGpkoaJAN4fLNFnE4AhwEmBxOw5wcmXBUpP5/dNJKGHbWRNMJQUcGSsYk9cne4",
+	"70GxWbpuUX1hItuK0yaNIRNMUU9hy5aLW++0UAoMlUJ0CCWKGTXzJg28Nby/YtpQZQj8q+FHq1AlQA12",
+	"1e02sGlc/fDyfmmKwmnYyz9Ic9dnA6kiPORXyx4oMLOMTCk3ZDcr8EUTnH4TuNrm8s0RUr2EiKk3C0Rc",
+	"kqlbV/fQhNiXJP/v//xf8kDzgiWE6sqiBbIbk12jKM8t5xFsmnPB7KmbmOZRlfyIYqCwa9It2u3vGDkg",
+	"I6oToFLLIWG0hFDyb9cfLwhQj93MMOAOzsKeYPhij4uMPRKpMqYCyQMDFlJU9d+Sa02oYiKuqkysAIqz",
+	"Wti1QFOgYfdZapfm8vj2+vRk892ajChKuZVWCVw0JxsW5zMrpwOHCwQb5XbLWGvYIorZN64ROXAOtjyQ",
+	"dqg7S6COpuYn9LOckjEVMyBsPGHTkczdDAeU5ywju1Lc2Y+FtbYLbVlJE5VeVQgCy++Mcm4tGK3dk1Ip",
+	"BnxYKJYRN4H4SQUa2djiuqH6Psar7CpyMbwbxEytX0fUEOp2nexKhWeWi2HTkbndA0vQHVI917oAwnbi",
+	"i/j71ptowGSSoGsCYfg3jUrliiRdsmfD+O6UZyzlmktxRCienUIYnsPXGZLOoha3Ob30Z9FDlsrxuO4A",
+	"+unYH4O9A1Nm6E1Ako5IpoVFCw+yOvfKZXqaet2fxShDuoXTZBfX8fjyjBh5z4Qm7JFrkyA10zxnClgd",
+	"8FKWD5oLOvebiMo9t3RP0s+dwbiksNUo3oVmKiF6pg0bJ2TC1JjaA0R2KdETlgY3GxHWrLVHuJlUdeuk",
+	"1LpL5d2KY1Too4wplRmLKVna0H7OCFNKKmIvclzuA328hgn+hGxFnz46rUgqciYeaM6zy7wYcnE9YWl8",
+	"SMXotrwQ5hElYfbIrc6csbiNM+CC69GWo6HfYwN3hjV1tlS8RTHuMxWf7NOkBDVsE857DRdadosUw2M6",
+	"1sKxBk+hm7Efam4DP9WT/bkcRsxSbTKm4jupTSaLOJ8yqhCpHTOimqqCoQhDDYr02UyKDFXzR5YWRqod",
+	"TfqysFo71SRTcjKZOw19KXNGxdLbuwklftLVeax48Ss2cfbYFgwusATPhi0zsEPDYbNywbMDy2LxQNsJ",
+	"4SlvhF21fACkiGMEUaMita9bTCIsFUwmog0skbfodzQZcEFzq0xKZVCBmMAh39EE6Btsop/sRfwfzKqs",
+	"ZsRmaDdx4dTFRrKZmvAOZ3dt2MROdkwfz/C2Py+rDtuyryiHmtj3VPbG//3b8d7/onv/+OT+b+/98Olz",
+	"O/n+uy//spIrVaTDYTsqStawqeebFLB1warAPXK6u/1o9Re0HhJ/UOYNjRa5APlobXQmHriSwsq+vQeq",
+	"OKwliM8jtBrgDkINGUttyPeH5Bf+Y0Io+lHBOvG/HZAP9ichycXteYucDYW0WiXYJtKMmCLAVXTcdJjj",
+	"UfOMckumV/Kd+WX70fIFlpH+bI5j1CjxnkE9/RlznGwt/7GTX8tprlzYZpnZTpS0wnl5xj9ZFoRcszpj",
+	"Mi60gdOPDq7SGb5mpn6gFXO1h227uIYa6u18HlZdozWug1QKQ7lAybuS+/gLYcKrAxNMPGx1YpfWZmTM",
+	"ZN2Efr65ufRz2VgxQYfbM9hJxePjnHfecUcGSo7BQzBRMitSpvRO6b24OP5wWjKVDrILqhR/sLxFO49Z",
+	"YC8ksBe4kTrBPeA5I//y7vjy+ub44u7s4vL25vru5Oxq3161od/B6mZ3Q0VTdjeO2M8feJ5zzVIpMk36",
+	"zEwZE+T67P3N6dUHmMf12ftfzs7PiRSoQG8Y4Vql31W4/PJqe/dk8DJkLM2pYtotouPg3DDtvpDlEn28",
+	"vQlrBJ6e1LJr9PnE12vzY4WSPu7A2ZDB+NAA8BchDdjxQpJciiFTTWvKxLjMukAXurbia10XhNpedNiF",
+	"vwO/V3ykJ+vT6+NYlaEr7xu2pGR5yItKFX1DhlwTSHeBlM1D6RUWv0RA8TBH3JfyIzXpiGUbatDzJPdR",
+	"MGJnC0Fg0rdPSuzJLQwp49kdwjhoHdQps2R3aq3qy4/XN2T/4WDfT2//M8++7LtrDL1nGBfI5VBjPCwd",
+	"FeJe190I1+FtCRB8X5pRzL1TDbRvldeUNHI53HyLzuXwnZ3xvEb95u33y+ddhdXfYM/dVtUFs3i2fp+v",
+	"mC7yejK821joBXV8o/yT5IXUoyNirAk6kFaVBeXWbswGSlPl/VYf2Hc0HbFTYTApa8FufIoz5XHCFdP1",
+	"fneOb+kjm5SMuCG7Y/p4R4esGXyXf0FH1OaueBc6fJGAytIqKaaZeggBrJU6nl3Qq8r1pbxYlsuqEOh5",
+	"m8hJkdvFdhl4UYd9fexsw4c8MKXjKvFiMgSEWP3l5SKu9c+U5BRn/0yEkMNm9npJnuvzqFa/kx+6dtpX",
+	"85u8MPE5ut4wljcVdamaSFBwAFIXVSjEPn5eH0bAB88dttq38rbRFtLug5UthKJWiOoi16l8YMpq0x3Q",
+	"z+/ZjIyoHjkXACoN4EpGv3jQ6H143mnfjqYSsNI58kCnq8A1qK20yDEBZwpGwMkYZhS0V+eKINQQSAMA",
+	"ix+98RC+d+S6LBMdm4lHvKzCGGL6hGvkTQmhIfZDdGEtDk26jTeHo26jwq0GUnl+tXx2meI05/+wq4dD",
+	"Q95Ozeq/k6ISB9ch/k3HDFYdJQaDN0dXDPg6tIs//3p8dnN28f7up49Xd++O3/182gTxYffMpcLEteEK",
+	"b5ifzyXF5DdIZ2OzDklHVAwhkctIlFiFtpQs84wp4o7ZeiL2A0Ypt+Km287X+STH//L5hKCwj25i9B8k",
+	"l8/TWAjx1DjmPNMO4S9IpoHAATgz18e+4Am1ca93UmijKBfbeoRrhWVExpz+NSEXpwk5/Y+z65vrhFx8",
+	"vLnzn9/fJOT9aULObxJyfkp2RTFmiqegzp5dxGWQtd2jg6NHcRu3TFRqyUndWlV8L9sxxBsMW+P9pXea",
+	"j+mQJYSq4QPq7fDFjkYOMpHc28VWFZs1MWm09E9EVPat3VLP9hLBlDcwLuGy6LqCQnBViKcFX33azYK9",
+	"NcHbXaUCUw9MEZdExDRk08LCIvuNM123zau0i1+luh/kcorG5eLRs1+ufGNtLZ0nWJJW6wNDsnwS2pTL",
+	"FMEzNp5Iw0Q6iyfHhUfsaHJWXrz3C5thJo4ZcQ22a8ctmR++Inn3UepCCMspeF0BQtVKlP6MUDFzPzRR",
+	"vIMxTIWeguBB8UtBYCWk5x7RI7ACVpZbrVTBTV2h2IRRw52spSrn7idM7QtPpa72A4bKeNbqik3i6n9o",
+	"gnpifnAh9ArKADIlOJxOUK8CK8G+dX8G/+1SQTjGr+BvK/o0obkUrBnz6JWTLw1+zF0Yc+H/XsOuYdr1",
+	"63Ej79kTmcpTlHVPN4sENuYiJGfUZ8vX+F39rxgmsy9ExnSGCcRBeZQKBUSCFQX+po1jmljEs7ATEdeL",
+	"zNf6Jq/sNTVJS3B/bLt+4izPTr0uNb8TA/tbLIgKOYETalmMMNKZDLDXpC+zmQup2iPTsjqQ/u3gUwsF",
+	"b/RwjpnWGwkynFB5Q+yFQlRkey1hZMykVBDcG1kOiCnHhAvUIbWGgK0mu84YABb75vGx6XVMnZRmjS+e",
+	"gqUhu/Ox0aYPfbjQa89e1Cs9THP+fqhRoeTt4yPm0hpFhQY/JIazweqBZDYInDgN+AhmV4ZUC+0YhM9C",
+	"DulvC5lVMovrma6I73mqy5iZkczmDKrG+9ObKO+urnlMw6rmHS6cm0LVpN/1tcytIQZ7LhX8r8nt1fl6",
+	"28c+M0p5jCrTZ9RcsUk+i2W4xDT0UJzg0iuNkjmZ5NQKNSqM9jkXcxxlA5/nSu4NU1n3Ds7XWx8CWD5B",
+	"tPoyGP4gI5lXzwOvBvbDCy0qThu+5LYxm1jUpT6YvkhMmbXWLEVE3z04g7kmelQY0JIyORUdu50pI0IS",
+	"waawLESCL3VXG57ez5o1PuGlCQVf/XYSNaOGRrQq5DhUQ+zQMOG0C3J789PenwN3uLg9XypDOvzz2z99",
+	"HzWZFaPjqtG8mCm1gc0Mj0hw0p9WLILeNpEq3PSycZGFF3DDxGZ+EdVuj8nJxfVeTvss38v5PXOZ9wfE",
+	"SPL9dyQdUUVTY5VqOSC/Ye7R3qcEKyhQE7eWaWY/YmULyZmxKrtUJONDdCdX9u/77xYVo2qek0tu2v1t",
+	"r5LmdPDFf9/8H9GEp0ufSx9Ro+xPaDKB8aLKSsxq6ctfb09vT08aSaPqA7s6vf54e/Xu9Hrhe/CNNZLG",
+	"1e3FxdnF+0bSCAlOjaTx0/HZOXw4/vHj1Q18CoVpjaRxe3H97ufTk9vz4x/P7UN+/Xj1y+nVXbgLM8rt",
+	"M385u7ysKb+pVEEvkNnqxLMxTUdcsD3FaAZfVHLQnA5/h45YIc3dQBYiSyDrPudp3LTJmKE8j6ehWLVg",
+	"c5Kv6IIR7seFNlSkrDZ4XtTJZG5ytkIrWF6r26szotiAKSZSOA+Wtp3Ja1ed2BvXC2r41Y8f5uhyA2MH",
+	"9IoNuTZMYUH908wXmmWK6Yh8/NEeg9urc2++B3lxfHnmCMAqIZ39/YM3f2q1W+3WQeeHdvtg4fS+jRrO",
+	"wD6eqZLVGVGR/AotC5WytQR1FS60JJJLrzY4he8wqStdCXqEK70LwYJdYIsH7TeHzVjhSdz48VsS33Kr",
+	"50DYecuNHnlVCe7L84+DRue3NRlbC9rVl08xMwT1ph1NwgiJy2MWzCoXGeQ185z5bAb7JSgUmkzpbDFx",
+	"AR/n0g/CI10OQocoABZgmcMQsZQJD91Bx5NOQL6gXwciQt6oKXKzg9ppq0wO2JzZzGd0PM8X4YZes791",
+	"6QT4Lk+cuXtohF/G1X2XSF3ugxT5DKsflTUbOtUMgq9rFPh1iC9j5chvYVa/oxOacjMjcjAA+unPCHUU",
+	"nmDtla95d84sQ/X9sjGaToq7MSTmRXxll7eWLOHnVFo7eddSEPkLPM9+04ym6K3Ch7EG6liq2V1/ZmJF",
+	"dh/gVzssXLD187/E19iqdE8TOwMlx3fr8gwkUWzPKmGgJ1YgMKyZ4iCFoMjTu7e8V6tMU8h4BmlLztGx",
+	"QbVU9FWdOyvE1rIxZK1BFqOClDaHX4SkElXBrjAxYzPWe1WI62I8ppCLEE823iKtLfXJIUuHfms/c9Jw",
+	"9Zcs6mpzP1oWzwUZSJWyjrckYVdcITWWuVFX37hJDYsdPQmvvnzoP+ESL7DOaHpqKsfMA6UsZdq5vLqe",
+	"KkSP7ALlhSADxBp7oKb2Iocer1pV2gMBEu97dNf7MtYjDGGEMtYQmygjF3hH6atzkYyFwE085r5tUpnL",
+	"I1pDpDXnZW4f9EoZthyymrgYjdc83XpBBQ6kFmxVhbNAE8+SKoUA2LD4tFUhEOlLEyWnGLrKqKGe0jAQ",
+	"tAdueIRLQ5Qf/IzsLBKmXQ+YtLH76Sk5dt4ZE+ftCM61tFArSg02nuzKjOmanGhMM8620i4WtxIsG2fv",
+	"gy8gCfUjpfm+QXZ0bVK0M/NgYdfmuF0VIp7c9kKwXkkI6G16mEqx9MSIm30GH4rNK6jrZIwH6CjGDM0D",
+	"K2hKJEgMv0IUY0xnpM8qMbDe5y+9aLFF5QVfJEV1ZdHNtsgmtbAh20FDrDpZz4a2ipC9M2s9AkFlGdcC",
+	"WW2UlLXMihG/ZeBUd6u8HM2lGIKN3vN1CD2PSYK2Thn5iyfMRLTVEcvzMhJH1fAh8alzGcm4YqnJZ8FF",
+	"Td0Nu1xowygAabr6h+Z2FS1eAvjq2WWoSymGVtVQhRDglOKo+WA1E95dk3R40B5D0mGJhzWxfAQh1X45",
+	"Oz8/PQmJlrCowWcZL5an6YhtlIHr9cxKFdzaJcefIbEVt3G/z8W+HpG9mtL9kMwW2VJ0pxHwUZHKlUdQ",
+	"GAq58yOZZ5vXAZeZc9Fiv6cW9KXS/pQVOcvWZ3peQkzHvkBA0jFyyEDXhRomSMwgQyqGgLxjmBpDrbRP",
+	"THRaDOCmgfnvSErzfs5FvFBgEfZpAVLu+D0Zy4yBT+HIwVrIAVCTy8fBQgW03ciAK222OyCerleZKna4",
+	"Dhn5pFxuHBKLy8T0IDNDCbk71u5H6I2ac/NdW1eSdQOoS8zW+T0LMAfroIosj/QVdy6dq2Jcc0Pc1to1",
+	"KUGgdi1LEBLNdATvabZIj+ZTOtM9+xxqAPRjRCcTJljWIh8tDU65ZoSSd6fnhD1OFNParqp8gCQANtGt",
+	"pWJAp5vV/OqzsvGHezZzsFGAmVaIFk7NZ37AM/oFzzN8LPnLX0jXxWW6jRbBOprFxHAMt0T3syxbnV/i",
+	"f8dCduDAaNLB2DuVokmu3fojgDLkpsUKTTHNfcDtJ4QEjdSZbsyjrKA9s5OOnaKyAjV2joJYrRwiKjxY",
+	"C4GCIK3JiK4sT605TW/1XOb7QVtH17tEVvXJGXZWjUUm2LPf9jYR/0ek5/hDz53hnp9dr8SK9Nqnl+xS",
+	"sCPS81hJverp9xBKzKutPu1qOb2IPnq0LI95Nfdq7WQ1gpZTdKYjqZnXKwh7tDMRUuz9gylJwAthh8jI",
+	"bhtDFO1mHBqrOh2HxhEYqpsRpIBtMqdcakNcrqf2CRdSVUA2vXukqM5s5dwQWMSv1CqAsUlOjdVovUhz",
+	"BZATJYeKjgPut6HK4S1B6kPGlf+pb3lAxpLg5sYcbVUI0KsgTanp37WyxFy4lIoApDiiamg5ZGSvKxty",
+	"FFSugHxhedJ1pQbFis9aKKMWcaityLScsqB2NNn9bsWKghU9v55rSQ95pTtJpvTg5i7ptSxrwDewNAm+",
+	"HFBAHJCiQgzjOUybakV6NB/hVvC/F8wHeqr6/gWtkbYlmNw8z7BfLvMM+20PScVdijiLQTMIuxEy2Ere",
+	"4TY3/OzwPi1zow7nDgNZvxR99u8spzua9Gl6LwcDWCMHbeeHKoNeFWQ7rMO2QmUZ4y5amzj/ghde76og",
+	"rSwV6ru0yXk8g1XF+ouZg/DIBGFU3BFpPrV8f9kcgKm6urDdiqUHSHV4BLgmPbAaes2O/+QkgWOSvUXT",
+	"AaF6rd3XC1bcEelZXatHdEkDzp/LhfvtyD7ScYdyjPAFjJLJ1DM/mY2pSLy3xsfZnQY8olZkgFwRUtpx",
+	"0YEuZJCslk58ImcZeeaGAMiwvTJYl+TaKb0QJK1i+mGV9yIKRTX3mEvFzWz+xACAMU0Nf2BLBwdRNUCe",
+	"7yLQW2DzzYRU7lw4W1K5MPGuFzf9nDVrAJBL5IRSGtXLonnuxB4nFKwZYWSI1NfKmidmESDT5WJYb6SX",
+	"9YBIuGM6w/o6I63IAdGRVc0R1MA1mcsM2sgckYp0G/abUjVZUUmYKmbutjVNFgq6opor5I0x8eCUlAq8",
+	"0/HlmUcFZKZQQtvjbDmfHsmpfZ9//dd/7TawvMn7JQCjAG9yp4zsVtCdOIaqcRFn4RFHYHbOp7YEN4lf",
+	"5CHDoPY46ixc63bx7pbwvAA5A7as1zW8kOAizYvMmiWrPDJVncBTQvC9BMHqmAPTyyJ1FV5onRMObYMt",
+	"U4tq3GVR2Jw5xBxA9Ko1aiA4FpB4orRr17m2SiIrUnBcgBz2eghIx4R0oQrSmY+IaL8mx9+OlNh3jS0d",
+	"IMW+GC5JTCo6nWMVPP46QOzydw+Z7OLnTq72meVOVgdo1WA01ULK1Ngy21gZG2v9EYVxDk17Q5RlTE29",
+	"W4GtX85v1ao/Adpt7p3q+qBcLlkxmluBH7YLwj2K0TwH4EKyq5hmrji04s3FxgKauKAWngTQFnAe/vk1",
+	"4nAbsCCH++MxfeZfMLKecbqpJZJkNRZPucZLa3mmuPbKojVTjkLQtk81QxgU7aoAXLmxE1bVVODbi+vL",
+	"03dnP51hOu7pxQkGCX+8PTt3H9ck/qI7PZLbu5j7e3x9ffb+Ase5Oj39cFkHtw8Fba+BsrIN8OwWAaxK",
+	"ZdvmFoFiD/J+y7fZvDItaRi/iJH4AyhHR97shHXFXj16atV6kW+A0I0oWpWKt8pCrI0Mww7HY8OIHL05",
+	"nDm85rp4rntobCoYMInIuTK3+EXAk59Y0HJkFQaHn6zBA22/gDofVDt87NiXu8RDGVVZU6cNb/ge8Yoq",
+	"8I5J5f0EA2sbemafoh9AuhQi5L6dwMx5BliFlse3CORsioBgWqltWnpTl4dVcV5474NHFiBVpwOIFjBG",
+	"QQlFkdMPjZYyljPj+opYNaLUq12iuiZ0aNVzVO0oTINnUd16oBi7e5rNBbeG9O2IvhJnTi+Rkw7t/rx8",
+	"24a04caQZftCWQHW5rHbcwc7GPH8VAghmJdWIlqzZXeBIJpb9M16XsL9Cl1qocFTzh9YQgrhalbBl6B5",
+	"bg2LQKAQt0Dsuhkzvjg1IxmjGTgb7Ic4xG2c/Z/5lHJL02qJ7XdCwrArwkbEbnCghZObkOmIp+gGD7uu",
+	"E4flh2wpl0MCQbJMYxw0pUptKVU8B/arG6i81MYCU61wuIUkjWXirJcCcYnkkvo3FklOoqyTSf6xddMZ",
+	"5HL6IRQ4eaeVtWd/nF0j2o1X4ua+PDl+H9Wq5lJhtzOGx24am2TawpQdpM/ma+Zxxhe1pK28FOiSVoUo",
+	"XRVet6nzSowWnRL27hfySeAKLG8vuqcKxc3s2r6+KwFnVMX43LEoG2qQ3ZROtKHC/emQRiwj8J6G45MP",
+	"Zxd3Nx9/OQVUIVhf0AXw8WEyEHOH9p9cDGSNu6Ho5zwlV6fXNzAHOSDvcPykkp0EK/Q32SdSWZvMcxVX",
+	"SdEVUErRIgDeAg1nUzlBb1YMzgxK4uDCrqjrc0p2fYfSpg98uoq/Xioz1mt1RVecQrzfUjHOB9WH3nFh",
+	"RlLxf8CXHfIjLAv2ZUphUTEC0GuR3uOeW+09q9/2ugKTPIBKIPYhKo8Hd3WH9DCZvmcNV5rpZkJ6mGfv",
+	"v7Ev2xWIDAZ5KLrjtjHBqHPiczsW++ewxDf0sk+FLP5eV+yWlQVYPYSqLgwMDKbnapRK13xK87wT1Jqk",
+	"Kyq1T8jDE3BLNlvkQroa0kLcCzmFnj5gtgAWB9hWbkTCdVcctg8g/Qa+8PHCsF6H7e/KXx0VGOmiaAEA",
+	"ZMgMPOnQhZ5d1QQkxHmCgTQXDWJxyB+s2ljZrBHAq/XImKp73RUVDVLJAjFsnOu0UjTvHadlWDegJdMZ",
+	"rBii6rj6yoY7B/ZYVPAfO41266DVRoAwJuiENzqN71rt1nfY4GAEJx2AakOb3CGLcLceCLi/xBot5lwb",
+	"ZwiU/Q8VS6VIec4UGdIHRooJkaIrUPmFyty7D8f/cXd8c2PN7muvpbtuiZzpToW/YfISnRFteJ53BcTu",
+	"RAYkXhK9VKis2y3G6fZ8BQvOyTnCXckRLl84L2eZ5eFcm2NciGSuC/pvn6P9qL3UL3scewHoHF8QxnEN",
+	"IO1tS8sXrYmPsb5KhnIJAcUeuCx0yEaOTdElNdc0/T6MluzEXzbnY27mHhSUgLdtcCdhwdNbV79X33v9",
+	"00JT6Tft9oqG0ts1ki47QcdaScNSwdGFXYbaxUMcPfbQMMtKf+qkoX1KM7Za1XPhEyuLtZUlQBsJBm0V",
+	"S5kw+Yy4BF0MWDhYDLepEzrkggYUUTrU852h55l/o+OrpOyMlpCmK+d4nsLfM+Pd36+5CVXk7y/RLgKh",
+	"iwTswOFTdwD7wInSOMYorZEINzDfuzksasXBucimra4XFmhpzadBk17gDrG5l5f4BTk7wcqqODI4KPpP",
+	"fmzSmEgd4dwIl4GKDgJR+9Y7CRpTLIMaIU/Au15xO//4Hnj0j//z5vS62SltQGeCjRjghmoDz3b9k/As",
+	"gKhjimg605DGBgHjUCw5T5LHYJVV20OFhrs/OhSiFyHKEjrky7xibFTBviydhsNIo19YvycwjWeR+HGF",
+	"uvWIT3x4zbc1904r74QLzboh5/RFyT5KuiUw/EsQ7zxtYJl1lWO9PF0sQtZvQBvt1xk8tOyJ8MwrV6l/",
+	"RHoOFN6BNBLDrMSZi7x7dF+zxGhfk2rt9T+8BJUHvw0ZUGuNYbeGZVJ/FeL2ev/+Z/fpi8PY1Puf8cOX",
+	"/VB+EZWxVvsI6OecbahLRhS15ytmkEv6jWhmCwDzK9WzAEX9PP3sxgOL+wfOW22lmZ8QwaZWlFUVMyuz",
+	"Ku0DqtSGBLBKK9tWQ7h0lV52k9dceoKlYEGT2Jhi9z/fs9kXJJCcoQ94nnRP4PsKdP8mYvH0gWOH468r",
+	"F2FYV0Vj1OwotBP3MLke7N7VjrlwyWbb6LAIvsY2JjW97O3cMTl6xB7J9c/He2/efl/CZ7kcLqpJaMAf",
+	"bEBr2Zf8AcG152ValVtUAcDaez/QvcGnz98fxnobbkVyWL1d61G48cj4rsobcngVoCFj9XYChzXPI3DH",
+	"O+iowhr2zGuz6J1yWDZdcU612YMK872zE7KLwJWQgwoeeBj2jme9pj/upNch94xN9iAS0iOuz6/zIRy8",
+	"JbpFbgVk27mZdj1uBkf/xJhreAs59QVeoU2IfZglSPSAUI+rnKEWBy6nDrh8QZpTkuYcm3NR0xUOu4PR",
+	"qNfiV2rS0Smu9lr+bdijwa3ZKwH7NmPgoWC/xqSrlt67jpDw1Y7Gyn1AKPUPaUVYtaMEy/9hyevhrqle",
+	"BgDQEJnGzEUI84TasuqRx0Lqr3Su11xpKRQW4+zkZy82trnpr6AHbHUofX16reJyZS/YSGHxFcibEY+r",
+	"l17mdh9FPsOsbkxfhWxFl3nqKrgszXZILqdM7aVUMwdxqBNEOEQHTAYtTRJLGpZuhG9bWucYs//d+XEa",
+	"dfww4CAe1LR7/Zreujf/dN46D8iwUhlEO/Z5mqAdxcmMiKa30gXnoRd+V1WvzkAOUPHLZ3ZxOX391CLs",
+	"TWhP43PEQ9SxBNUpi4Xts0Yen8nR2kL3gq3I99PrGPVLvS2+sl2PYD7LRJ1bopmFdcXUHWByC4sIBP+m",
+	"ffDaM8KFeqry/sN2179589Tzi9MsW2BA04Oci7JGDRHnNzm3XrffUmzu9z1O5Nc87gumFoU0F0Rz6tlZ",
+	"9VCtmm8ZkZB0xFKIijqQpynoTOGqroALEHugL7NZB1bUQIIbNb6JBGJmJQRy/DSB1GMozHK4Tr3ENRup",
+	"wrOGQchUFnmGNVcBQnL3sN125b4A6O+A5STTXagKHUOxkq+wHNOEHL55426wO+y0aSp8YUshEnLY/sFd",
+	"AiVzwtB7JhJCcy0Bc3C+W4mXyLCfWPzia+x5wMO2z+sKblrExe0hKAy389BqBZubcww0ACA/2mYdQkPe",
+	"c1f41C+8SSM6RImrqcnbdrtFjhFcBxunYCjZI3zuCmm64t+uP15Ay3Tc94S0rTEzxjwzKshB0m63A2wn",
+	"ubg9L+GjCRWz6Ygp1oSwOCV2F9yGtUgPhgFKgggroQ4M3CtSHQxRA6qoT5q0NmZXcF0uZcw2Kemy8cqM",
+	"Xv9+nH4OnS3CYwHPDH4OaGxJiaUKs94JQGzP03McnywA7xEpAnRrR6O+uHL3Z4AxtcP2i/yeGMWHQ6aa",
+	"r8o/P6tCrIxMohrztWWy6+b53EjkcVm9DCYJQiv6SizuyrK/NcVy/ZVXhcA2NZ+etN+YWPJVpOY271Kn",
+	"T0NE39PhK8Sa4PElo1pmTG9ebiyHU1oTf4eUGKjm9BDQIiNTy/37jISkldbXDgPBtCgieLpZzHy9fJkx",
+	"ZnUePRPpSElhbWoAomE5FD++Pg9z3V71/mf8sDrdwndtf70Y4uqNds0Wnh2Edm7nwOEczETgbz46N+La",
+	"SJda/cfkdOsvxSV/Hl9coKFvk1FuuRQr2WrlJPwXZ/2dOCuYHqmrssA8cvsGTGRUGP07sM59l0v8T0P4",
+	"NfDrJaSIyBZR8Frk15FEKoGyYsXmaUeP5FR0hWsWhwu3oyvQWC1y7NOS+y5VoopGAvAUXAy7wveTzljK",
+	"dVlqo8GC7glp7tyldwOp7srnRyy7Y9y31z3UbgLfxLkOa1Y52kfzWFAExoZefV/9eDs8tKW9B4cC4JMc",
+	"LdHd73DcEartn/20lz0WCUIfkB6+OMt6f8jTfgWz/6/D/m0cdtyN9Wd9PS3+DhwA7Ib9z/a/L5VUUvep",
+	"TIVek78eMoVfNzMThoG2DKsTJxbjWlGqsq/2XEsMeUyGKZEZwdaKPt0kgFDrEYd07LlkYLLrEr6bDnQz",
+	"z+WUZcRqpP9pzLWkDvFuR3swZwx0JFi02a7JqnKQqPVpVas7AK1ooOogCN34BzXj07mk6DVTONh0Cg7m",
+	"rwJiFAEuAhQxZtRsDo3LQ7gaqozH1fMpec2jgBwIAB+FUthSoTYTogKz9PRFvcbsrEqL5WjikDsllWxp",
+	"VwcZ+on08MT1IH0Mj1wPfPnQ8JPsZtRQbN5l2UQCZxFyniBEaS+0H7ADvyA9ALOUHmfIjwktDLChZ9mc",
+	"aQozFqZunfAQxxM9XOn0Ui+gJ3os1iT0fRQ+BWyCcbm5/i2VTL0O6fGs03N1mFNouZOQHlzd6aFvaTZh",
+	"CenBssKFXeETx+wW2uWFlZUDaEfeIjf4LJ9ft5D7h0mUNHNtxxYSADHUhwl3OsQXAb2WGcJNk0CLI5cw",
+	"Ajso2NROQrsG3jOX3ndUm0TYFdUswo9+611xd4CHD5sPOYQYxYH18BfgAnuiSCCRUJuucKtHWADeBPLr",
+	"fe5inla30SHdBlYV20HxS6gs7ja+9JJK8wE4MmkuNdO12YZ+M/5YCYfPlruYnlomrC6zksQXWQF1VEnG",
+	"kgN8m1RgYuxWwLH/VlMUtxCyv1M2o2NOTvB8w4GmSNojprNwEesQgdD5uwhelhDXzTgpgSCSrliALJ3D",
+	"O2t6WawTwnLNSqPPfU/7OesddYXrJuow5kObMORMmA/QZ4D+5F2XkHDRFT244c6VOveQCZfmEXYb1KQX",
+	"uhP2FoRbVyy2HiS7Tnh11vUebHqOheXg4NHo0/TeckyHD9eC1BEwsqtzwMxQIeHZcVsXWzG+WhRwodfj",
+	"Kxu6q8LeTlv7VozcZ6WIuVWFqjEAEwi4KxS2+siTjkMN14kLXPluEaXwdRrZjvbBLERTZ/NlxK9kMGMZ",
+	"wx+GkQFboZjXeOe5WEW7tbswgq4bTswtHbZizF7xrC32R/tdT1sxZt+qRwnm5gLvkDiH08UUwWp3H11p",
+	"vRUQjDAAjzV2eNwQbN919g3tGNyDvsIxciP9Yc4RFviiycyBEDFHMICsByoxklCofINevWBBgl+3K7Ak",
+	"rBd6ynaIUQXreRh7rCZDxQLtRh0w7K2Ap10RboVz61GBXHpki2xw2LuiPO0R4eqG+09x4Cvte7+9Ex96",
+	"F+CRX+4qnJQA7kCEiPmZzAUwuSaXx7fXpydIAj6NdhF5YNMjXkKt1tYn3eAlr+j4LaFga7YVZ9laKkfF",
+	"TKV7JqCvDTEjJYvhyAPxxwpPLBNF7Nu55SrBYZcWDHtlf1ldDoIQtK+ZbwsjbJVwe/Cy+7OilOGI9GAB",
+	"IZ/ZBHThBANrmLxsqfVpJQ/PL2GowOcdoXCF+bkm3yU7L2GPNyaLuWMUgIDqir2vADmtJJZ1dd54ffZc",
+	"Rwo+xuOuHVWbcx+2D1BjF3K6EJ/e6ExEihbnneaA5lnvLw+ArEUBV9aVP1cAOGsZ1a/umlfkVBWM0BpW",
+	"5Sa6yKuOoXElwu2xrLyqXO4KFuiqKFANaAs+2cGOvpYNXR3kd2JFHlg1BtfiV/drsxk/8hwqFhd2A1Pm",
+	"OmXBtDfd7gV8FHfpWu5ywtQyHaxjMeVNz+czxyRn9MGqI7uAysuyZrkgWRhIH3lz33u7nKfWMqY+A9f/",
+	"nGNt7boF0Jmpf/EXwxHDpazCiFW3Y7/aCiUao3l/ekOWEJygdAoQusJCOIOhM0dEqAVKVQ1aaQ99+bdC",
+	"O+zL0AkXHYJOmCE2lRSMVMDhsBwmW0Cyct2F5tHZQ8EMhJDAW5hhOyM2wVpK+xyRsiZ0WeZZiRCKNdjR",
+	"ARzyQhhjRHVo2rWUeICL7wHm1xXcVgK6esdOti6CxzO9UigFuOKlJvyrwrtQ4n2Gt755+z1c7P48WMKB",
+	"/vR1sABXSapATwNZiK+OJbMaRnCe3jNdISBukrK2imbfMG8ImLrbe0QqT66T+T+Hp7+OuA/PL2HaXrOo",
+	"rzpcPluFx/Z8KYW7tKMtM+Qy4ykIIMG0dkBoL0lUMcpwcGsvRBd1BcsQjMWhHAA0lJPW4QkiPDYgiUNH",
+	"upW3wBXuhiW0uKg4QT8MsNaF3Clw9aNbJvMyB8pbQ4kmiDWszOUo0i6lNkNoblTWAIOfxP44ZlrTIfNF",
+	"TKXvZ0mUQpwLPWfkuFqOXXbM9RPbrbygE3QIjF2VZzu6Qw7bh0cIR24gD8w9aiwf7Izs7z80sTGfw5SH",
+	"Gm6OZeOuaBVx0tAPCMEVFMR2JN0i1857GLAkcGmwNwnXZETVOGdad8r9D2lDziAOwH6aOOci4Si4l3az",
+	"XKNk0T3pAjg0L1yZtfsWUL/IcdkaArCaFM8YodApcjf80kwqubihUQuQiV3Fw/YhBvPHjDqgDIfPzXV1",
+	"GzJGMZEHOk0AdJNTyndLspuySuZvMxYZqWBf6lczo+wgUMD81Quny6Gxdno17KWsKaJ+atn0M7k2Ejnq",
+	"lV5r2NEldGXfI81XFWVQgisktowc8KK8vtLXAdi57+jw2yfLsDF5BRl9oXLXgqGzv3/w5k+tdqvdOuj8",
+	"uf3nNjB3N6XPXmcFh+6XJPztpxoBs0OIbLtQlYpoRMm2X7rVSYjPd1+Ej3dZB2XjUJ//iMjYyyPeuqhT",
+	"qBY9Ar5lvxEZKbTzdMynUWqrNf3/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

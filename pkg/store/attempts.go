@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -32,6 +34,54 @@ func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error)
 		WHERE at.id = ?`, id), &r.Attempt, &r.Task, &r.Action)
 	r.Proceed = err == nil && domain.IsCurrentAttempt(r.Attempt.State, r.Task.State, r.Attempt.Number, r.Task.AttemptCount)
 	return r, err
+}
+
+// GetAttemptRuns loads the attempts ids with their tasks and actions, in
+// one statement, by id (a repeated id once); an id of no attempt has no
+// row. Several ids are read on EachCall's pool, whose plans are made for
+// the list given.
+func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	on := s
+	if len(ids) > 1 {
+		on = s.EachCall()
+	}
+	var raw [3][]byte
+	err := on.q(ctx).Raw(`SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
+			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
+		FROM attempts at JOIN tasks t ON t.id = at.task_id
+		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
+		WHERE at.id = ANY(CAST(? AS bigint[]))`, bigintArray(ids)).Row().Scan(&raw[0], &raw[1], &raw[2])
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var attempts []Attempt
+	var tasks []Task
+	var acts []Action
+	if err := decodeEach(raw[:], &attempts, &tasks, &acts); err != nil {
+		return nil, fmt.Errorf("decode rows: %w", err)
+	}
+	if len(tasks) != len(attempts) || len(acts) != len(attempts) {
+		return nil, fmt.Errorf("decode rows: %d attempts, %d tasks, %d actions", len(attempts), len(tasks), len(acts))
+	}
+	out := make([]AttemptRun, len(attempts))
+	for i := range attempts {
+		out[i] = AttemptRun{Attempt: attempts[i], Task: tasks[i], Action: acts[i]}
+		out[i].Proceed = domain.IsCurrentAttempt(out[i].Attempt.State, out[i].Task.State, out[i].Attempt.Number,
+			out[i].Task.AttemptCount)
+	}
+	return out, nil
+}
+
+// bigintArray writes ids as a Postgres bigint[] literal.
+func bigintArray(ids []int64) string {
+	text := make([]string, len(ids))
+	for i, id := range ids {
+		text[i] = strconv.FormatInt(id, 10)
+	}
+	return "{" + strings.Join(text, ",") + "}"
 }
 
 // Report is a fact an executor reports about an attempt it holds.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -30,12 +28,8 @@ func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	text := make([]string, len(ids))
-	for i, id := range ids {
-		text[i] = strconv.FormatInt(id, 10)
-	}
 	var raw [4][]byte
-	err := s.q(ctx).Raw(claimAttemptsSQL, map[string]any{"ids": "{" + strings.Join(text, ",") + "}",
+	err := s.q(ctx).Raw(claimAttemptsSQL, map[string]any{"ids": bigintArray(ids),
 		"succeeded": domain.TaskSucceeded, "now": now}).Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3])
 	if err != nil {
 		return nil, mapErr(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -23,24 +24,53 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 	if err != nil {
 		return nil, err
 	}
-	step := r.Action.Spec
-	env := step.AttemptEnv() // with secret_env: only workers (and admins) read attempts
-	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
-		step.Inputs)
+	spec, err := h.attemptSpec(ctx, r)
+	return api.GetAttempt200JSONResponse(spec), err
+}
+
+// GetWorkerAttempts gives an executor what it needs to run the attempts it
+// was given together, in one read: the attempts of ids placed on its
+// worker, by id; the others (unknown, or another worker's) are left out.
+func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttemptsRequestObject) (api.GetWorkerAttemptsResponseObject, error) {
+	runs, err := h.store.GetAttemptRuns(ctx, req.Params.Ids)
 	if err != nil {
 		return nil, err
 	}
-	out := api.GetAttempt200JSONResponse{
+	out := api.GetWorkerAttempts200JSONResponse{Attempts: make([]api.AttemptSpec, 0, len(runs))}
+	for _, r := range runs {
+		if r.Attempt.WorkerID == nil || !strings.EqualFold(*r.Attempt.WorkerID, req.Id.String()) {
+			continue
+		}
+		spec, err := h.attemptSpec(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out.Attempts = append(out.Attempts, spec)
+	}
+	return out, nil
+}
+
+// attemptSpec is what an executor needs to run attempt r: its step's
+// plugin fields and environment (with secret_env: only workers and admins
+// read attempts) and its inputs resolved from their producers' outputs.
+func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (api.AttemptSpec, error) {
+	step := r.Action.Spec
+	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
+		step.Inputs)
+	if err != nil {
+		return api.AttemptSpec{}, err
+	}
+	out := api.AttemptSpec{
 		Id: r.Attempt.ID, Number: r.Attempt.Number, Project: r.Task.Project, Domain: r.Task.Domain,
 		Run: r.Task.RunName, Action: r.Task.ActionName, TaskIndex: r.Task.Idx, Replicas: step.ReplicaCount(),
-		Plugin: step.Plugin, Command: step.Command, Env: env, State: api.TaskState(r.Attempt.State.String()),
+		Plugin: step.Plugin, Command: step.Command, Env: step.AttemptEnv(), State: api.TaskState(r.Attempt.State.String()),
 		WorkerId: r.Attempt.WorkerID, Proceed: r.Proceed,
 	}
 	if len(step.Outputs) > 0 {
 		out.Outputs = &step.Outputs
 	}
 	if err := withPlugin(&out, step); err != nil {
-		return nil, err
+		return api.AttemptSpec{}, err
 	}
 	if inputs != nil {
 		out.Inputs = &inputs
@@ -165,7 +195,7 @@ func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store
 
 // withPlugin copies the step's plugin fields into an attempt's spec: argv,
 // http request, container and kill grace.
-func withPlugin(out *api.GetAttempt200JSONResponse, step domain.Step) error {
+func withPlugin(out *api.AttemptSpec, step domain.Step) error {
 	if len(step.Args) > 0 {
 		out.Args = &step.Args
 	}

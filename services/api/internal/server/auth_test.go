@@ -294,3 +294,67 @@ func TestWorkerAttemptReadIsOneStatement(t *testing.T) {
 	require.Equal(t, before["GetAttempt"], after["GetAttempt"])
 	require.Equal(t, before["GetAttemptRun"]+1, after["GetAttemptRun"])
 }
+
+// TestWorkerReadsItsAttemptsTogether: GET /v1/workers/{id}/attempts answers,
+// in one statement, the attempts of the ids placed on that worker (a
+// repeated id once), and none of another worker's or of an unknown id; a
+// worker's token reads no other worker's list, and bad ids are a 400.
+func TestWorkerReadsItsAttemptsTogether(t *testing.T) {
+	t.Parallel()
+	const bootstrap = "test-worker-token-0123456789abcdef0123456789abcdef"
+	ops := store.NewOperationSeconds()
+	st, err := store.Open(context.Background(), storetest.NewURL(t), store.Config{MaxOpenConns: 4, OperationSeconds: ops})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	f := newFixtureOn(t, st, Config{WorkerToken: bootstrap}, nil)
+	register := func(name string) (id, token string) {
+		status, _, w := f.doAs(t, bootstrap, http.MethodPost, "/v1/workers",
+			`{"name":"`+name+`","address":"http://127.0.0.1:1","slots":4}`)
+		require.Equal(t, http.StatusCreated, status, w)
+		return w["id"].(string), w["token"].(string)
+	}
+	idA, tokA := register("a")
+	idB, tokB := register("b")
+	key := domain.RunKey{Project: "demo", Domain: "dev", Run: "r1"}
+	status, _, p := f.do(t, http.MethodPost, runsPath,
+		`{"name":"r1","spec":{"steps":[{"name":"a","command":"true","replicas":3,"env":{"K":"v"}}]}}`)
+	require.Equal(t, http.StatusCreated, status, p)
+	storetest.StartSteps(t, st, key, "a")
+	d, err := st.GetAction(context.Background(), key.Action("a"))
+	require.NoError(t, err)
+	var ids []int64
+	for i, worker := range []string{idA, idA, idB} {
+		a, ok, err := storetest.AssignTask(context.Background(), st, d.Tasks[i].Task.ID, worker)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ids = append(ids, a.ID)
+	}
+
+	reads := func() uint64 {
+		m := &dto.Metric{}
+		require.NoError(t, ops.WithLabelValues("GetAttemptRuns").(prometheus.Histogram).Write(m))
+		return m.GetHistogram().GetSampleCount()
+	}
+	before := reads()
+	path := fmt.Sprintf("/v1/workers/%s/attempts?ids=%d&ids=%d&ids=%d&ids=%d&ids=999999", idA, ids[1], ids[0], ids[2], ids[0])
+	status, _, got := f.doAs(t, tokA, http.MethodGet, path, "")
+	require.Equal(t, http.StatusOK, status, got)
+	require.Equal(t, before+1, reads(), "one statement")
+	list := got["attempts"].([]any)
+	require.Len(t, list, 2, "A's two attempts, once each: %v", got)
+	for i, want := range ids[:2] {
+		spec := list[i].(map[string]any)
+		require.Equal(t, float64(want), spec["id"])
+		require.Equal(t, idA, spec["worker_id"])
+		require.Equal(t, "true", spec["command"])
+		require.Equal(t, "v", spec["env"].(map[string]any)["K"])
+		require.Equal(t, true, spec["proceed"])
+	}
+
+	status, _, _ = f.doAs(t, tokB, http.MethodGet, path, "")
+	require.Equal(t, http.StatusForbidden, status, "another worker's list")
+	for _, bad := range []string{"", "?ids=x", "?ids=0"} {
+		status, _, p = f.doAs(t, tokA, http.MethodGet, "/v1/workers/"+idA+"/attempts"+bad, "")
+		require.Equal(t, http.StatusBadRequest, status, "%q: %v", bad, p)
+	}
+}
