@@ -72,3 +72,28 @@ func TestNoopReportsInOneBatch(t *testing.T) {
 	require.Equal(t, []api.TaskState{api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, fake.states(61))
 	require.Equal(t, []int{2}, fake.batchSizes())
 }
+
+// Reads of the attempts an executor was given while a read is in flight
+// travel together in the next one: each attempt is read once, in fewer
+// requests than attempts.
+func TestAttemptReadsTravelTogether(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	fake.readLatency = 100 * time.Millisecond
+	f := run(t, fake, agent.Config{Slots: 10})
+	worker := f.agent.WorkerID()
+	for id := int64(61); id <= 70; id++ {
+		fake.addAttempt(shell(id, worker, "true"))
+		f.enqueue(t, id)
+	}
+	for id := int64(61); id <= 70; id++ {
+		f.awaitState(t, id, api.TaskStateSUCCEEDED)
+		require.Equal(t, 1, fake.reads(id), "attempt %d read once", id)
+	}
+	sizes, total := fake.readBatches(), 0
+	for _, n := range sizes {
+		total += n
+	}
+	require.Equal(t, 10, total, "every attempt read once: %v", sizes)
+	require.Less(t, len(sizes), 10, "fewer requests than attempts: %v", sizes)
+}

@@ -75,6 +75,8 @@ type Client struct {
 	worker atomic.Pointer[uuid.UUID]
 	// batch gathers reports into batches (see Report).
 	batch reportBatcher
+	// reads gathers reads of attempts (see Attempt).
+	reads attemptReads
 }
 
 var _ supervisor.Reporter = (*Client)(nil)
@@ -177,19 +179,4 @@ func (c *Client) Deregister(ctx context.Context, id uuid.UUID) error {
 		return nil
 	}
 	return &StatusError{"deregister", res.StatusCode(), string(res.Body)}
-}
-
-// Attempt returns what the executor needs to run attempt id. Errors:
-// ErrAttemptNotFound on 404.
-func (c *Client) Attempt(ctx context.Context, id int64) (api.AttemptSpec, error) {
-	res, err := c.api.GetAttemptWithResponse(ctx, id)
-	switch {
-	case err != nil:
-		return api.AttemptSpec{}, fmt.Errorf("get attempt: %w", err)
-	case res.StatusCode() == http.StatusNotFound:
-		return api.AttemptSpec{}, ErrAttemptNotFound
-	case res.JSON200 == nil:
-		return api.AttemptSpec{}, &StatusError{"get attempt", res.StatusCode(), string(res.Body)}
-	}
-	return *res.JSON200, nil
 }

@@ -81,7 +81,7 @@ func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq
 		log.Debug("attempt already held")
 		return nil
 	}
-	spec, err := a.client.Attempt(ctx, p.AttemptID)
+	spec, err := a.client.Attempt(ctx, worker, p.AttemptID)
 	switch {
 	case errors.Is(err, ErrAttemptNotFound):
 		log.Info("attempt unknown to the control plane; dropped")

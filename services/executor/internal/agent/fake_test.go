@@ -31,8 +31,12 @@ type fakeAPI struct {
 	stop      []int64 // returned by the next heartbeat
 	attempts  map[int64]api.AttemptSpec
 	gets      []int64
-	reports   map[int64][]api.AttemptReport
-	batches   []int // the size of each report batch, in order
+	// readSizes is the number of ids of each GET /v1/workers/{id}/attempts,
+	// in order; readLatency how long each takes to answer.
+	readSizes   []int
+	readLatency time.Duration
+	reports     map[int64][]api.AttemptReport
+	batches     []int // the size of each report batch, in order
 	// batchLatency is how long a report batch takes to answer.
 	batchLatency time.Duration
 	// failRegistrations and failReports answer 503 that many times first.
@@ -51,6 +55,7 @@ func newFakeAPI() *fakeAPI {
 	mux.HandleFunc("POST /v1/workers/{id}/heartbeat", f.heartbeat)
 	mux.HandleFunc("DELETE /v1/workers/{id}", f.deregister)
 	mux.HandleFunc("GET /v1/attempts/{id}", f.getAttempt)
+	mux.HandleFunc("GET /v1/workers/{id}/attempts", f.getAttempts)
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
 	mux.HandleFunc("POST /v1/workers/{id}/reports", f.reportBatch)
 	mux.HandleFunc("POST /v1/attempts/{id}/logs", f.appendLogs)
@@ -144,6 +149,36 @@ func (f *fakeAPI) getAttempt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, spec)
+}
+
+// getAttempts answers the attempts of the ids given that are placed on the
+// worker (or on none), as the api does, after readLatency.
+func (f *fakeAPI) getAttempts(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	latency := f.readLatency
+	f.mu.Unlock()
+	<-time.After(latency) // a slow api: reads made meanwhile queue up
+	out := api.AttemptSpecList{Attempts: []api.AttemptSpec{}}
+	ids := r.URL.Query()["ids"]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readSizes = append(f.readSizes, len(ids))
+	for _, text := range ids {
+		id, _ := strconv.ParseInt(text, 10, 64)
+		f.gets = append(f.gets, id)
+		spec, ok := f.attempts[id]
+		if ok && (spec.WorkerId == nil || *spec.WorkerId == r.PathValue("id")) {
+			out.Attempts = append(out.Attempts, spec)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// reads returns the number of ids of each batched read, in order.
+func (f *fakeAPI) readBatches() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.readSizes...)
 }
 
 func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,7 +34,7 @@ func TestUnregisteredClientIsRefused(t *testing.T) {
 	t.Cleanup(fake.Close)
 	c, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	_, err = c.Attempt(context.Background(), 1)
+	_, err = c.Attempt(context.Background(), uuid.New(), 1)
 	require.ErrorIs(t, err, agent.ErrRejected)
 	require.ErrorContains(t, err, "401")
 }
