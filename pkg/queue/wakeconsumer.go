@@ -23,7 +23,11 @@ type Wakeup struct {
 // instead of at the queue's next poll. It claims each task by deleting it
 // from the queue (asynq's DeleteTask of a pending task is atomic against
 // the consumer's dequeue): a task the poll already took, or that is gone,
-// is skipped, so each task is handled by one of the two paths. A task whose
+// is skipped, so each task is handled by one of the two paths. The claim is
+// made by the goroutine that then handles the task, so the pops go on while
+// it waits on Redis: the tasks a placement announces together are claimed
+// and handled together (an executor's reads of them then share requests),
+// not one round trip after the other. A task whose
 // handler fails is put back on the queue under its id, due after Retry, so
 // that the queue's retries take over (unless the error wraps
 // asynq.SkipRetry). Replicas may share a wake list: each item goes to one.
@@ -83,12 +87,12 @@ func (c *WakeConsumer) Run(ctx context.Context) {
 			c.Log.Warn("malformed wake-up; skipped", "queue", c.Queue, "item", res[1])
 			continue
 		}
-		if err := c.Inspector.DeleteTask(c.Queue, w.ID); err != nil {
-			continue // the queue's poll took it first, or it is gone
-		}
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
+			if err := c.Inspector.DeleteTask(c.Queue, w.ID); err != nil {
+				return // the queue's poll took it first, or it is gone
+			}
 			c.handle(context.WithoutCancel(ctx), w)
 		}()
 	}
