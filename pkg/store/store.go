@@ -44,6 +44,8 @@ type Store struct {
 	// eachCall is the pool of EachCall; nil on EachCall's Store and on a
 	// transaction's.
 	eachCall *Store
+	// pass is the connection of Pass; nil but on Open's Store.
+	pass *passConn
 }
 
 // txState is what a transaction's operations leave for InTx to write
@@ -85,6 +87,9 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 		return nil, errors.Join(err, s.Close())
 	}
 	s.eachCall = &Store{db: each}
+	if s.pass, err = openPass(dsn, cfg.OperationSeconds); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	if err := s.Ping(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("ping postgres: %w", err), s.Close())
 	}
@@ -124,9 +129,8 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 // whose connections have Postgres plan every statement at each call, for
 // its arguments (plan_cache_mode = force_custom_plan), instead of keeping a
 // generic plan per connection. It is for the statements that take their
-// keys in arrays or lists and run a few times a second: a scheduling pass's
-// (AssignTasks, PlaceableWorkers, PendingTasks, SetPendingReasons, and its
-// timer, NextWakeAt), the expiry read (ExpiryDue), a start batch's
+// keys in arrays or lists and run a few times a second: the expiry read
+// (ExpiryDue), a start batch's
 // (TryLockRuns, ExpandAndStartRuns, the root moves of several runs), a
 // report batch's about several attempts (ReportAttempts chooses). A
 // generic plan is made once per connection, for the tables as they are
@@ -135,8 +139,9 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 // sequential scan and go on scanning the tables whole as they grow
 // (AssignTasks of 17 tasks at 6,000 tasks: 24 ms, against 4.8 ms planned
 // at each call; a start batch's root moves under load at 8,000 runs:
-// 13.8 ms, against 1.6 ms and 1 ms of planning). The other statements keep
-// the main pool, where a generic plan saves their planning. On EachCall's
+// 13.8 ms, against 1.6 ms and 1 ms of planning). A scheduling pass's
+// statements have a connection of their own (Pass). The other statements
+// keep the main pool, where a generic plan saves their planning. On EachCall's
 // Store, and on a transaction's, it returns the Store itself.
 func (s *Store) EachCall() *Store {
 	if s.eachCall == nil {
@@ -193,6 +198,9 @@ func (s *Store) Close() error {
 	err = sqlDB.Close()
 	if s.eachCall != nil {
 		err = errors.Join(err, s.eachCall.Close())
+	}
+	if s.pass != nil {
+		err = errors.Join(err, s.pass.st.Close())
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -73,7 +74,7 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 	if len(s.kick) > 0 {
 		return next
 	}
-	if at, err := s.store.EachCall().NextWakeAt(ctx); err == nil && at != nil {
+	if at, err := s.store.Pass().NextWakeAt(ctx); err == nil && at != nil {
 		next = min(next, max(time.Until(*at), time.Millisecond))
 	}
 	return next
@@ -105,13 +106,19 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 }
 
 // place is runOnce after its expiry pass. Its statements, which take many
-// tasks and workers at once, run on the pool that plans them at each call
-// (store.EachCall). A pass that finds no task to place reads no worker:
-// when the load is light, every run's end kicks a pass that finds none.
+// tasks and workers at once, run on the connection that keeps one plan of
+// each (store.Pass), which the pass tells how far the task ids have grown
+// (store.Replan) so that the plans follow the tables. A pass that finds no
+// task to place reads no worker: when the load is light, every run's end
+// kicks a pass that finds none.
 func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
-	st := s.store.EachCall()
+	st := s.store.Pass()
 	tasks, err := st.PendingTasks(ctx, s.cfg.Placement.BatchSize)
 	if err != nil || len(tasks) == 0 {
+		return PassResult{}, err
+	}
+	newest := slices.MaxFunc(tasks, func(a, b store.Task) int { return cmp.Compare(a.ID, b.ID) })
+	if _, err := s.store.Replan(ctx, newest.ID); err != nil {
 		return PassResult{}, err
 	}
 	workers, err := st.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
@@ -135,7 +142,7 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 // placement is the state of one pass.
 type placement struct {
 	s *Scheduler
-	// st is the store the pass's statements run on (store.EachCall).
+	// st is the store the pass's statements run on (store.Pass).
 	st      *store.Store
 	workers []store.WorkerLoad
 	views   []domain.WorkerView
