@@ -112,3 +112,34 @@ func assignedAttempts(t *testing.T, st *store.Store, w store.Worker, name string
 	}
 	return attempts
 }
+
+// GetAttemptRuns reads several attempts in one statement on EachCall's pool,
+// in id order, a repeated id once and an unknown one not at all; one id is
+// GetAttemptRun's statement on the main pool, which keeps its plan.
+func TestGetAttemptRunsReadsEachAttemptOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openOneConnectionPools(t)
+	ids := assignedAttempts(t, st, registerWorker(t, st), "r", 3)
+	got, err := st.GetAttemptRuns(ctx, []int64{ids[2], ids[0], ids[2], -1})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for i, want := range []int64{ids[0], ids[2]} {
+		require.Equal(t, want, got[i].Attempt.ID)
+		require.Equal(t, got[i].Attempt.TaskID, got[i].Task.ID)
+		require.Equal(t, got[i].Task.ActionName, got[i].Action.Name)
+		require.True(t, got[i].Proceed)
+	}
+	none, err := st.GetAttemptRuns(ctx, []int64{-1})
+	require.NoError(t, err)
+	require.Empty(t, none)
+	for range 6 {
+		one, err := st.GetAttemptRuns(ctx, ids[1:2])
+		require.NoError(t, err)
+		require.Len(t, one, 1)
+		require.Equal(t, ids[1], one[0].Attempt.ID)
+	}
+	_, generic, _, err := st.PreparedPlans(ctx, "WHERE at.id = $1")
+	require.NoError(t, err)
+	require.NotZero(t, generic, "the main pool's kept plan of one attempt")
+}
