@@ -56,3 +56,12 @@ func (s *Store) Explain(ctx context.Context, statement string) (string, error) {
 	}
 	return strings.Join(lines, "\n"), rows.Err()
 }
+
+// PreparedParams returns the parameter types (as Postgres names them) of
+// the statement prepared on s's connection whose text contains substr.
+func (s *Store) PreparedParams(ctx context.Context, substr string) ([]string, error) {
+	var types []string
+	err := s.q(ctx).Raw(`SELECT unnest(parameter_types)::text FROM pg_prepared_statements
+		WHERE strpos(statement, ?) > 0`, substr).Scan(&types).Error
+	return types, err
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,4 +131,57 @@ func phaseEvents(t *testing.T, db *sql.DB, key domain.ActionKey) []phaseEvent {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// SetPendingReasons on the pass's connection (one generic plan a
+// statement) reads the tasks by key, not through a partial index of the
+// PENDING tasks, which a table filled since its last ANALYZE makes look
+// nearly empty: through it, each call matched every PENDING task against
+// its list of ids.
+func TestSetPendingReasonsReadsTasksByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, url := openOneConnectionPools(t)
+	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(300)}}})
+	storetest.StartSteps(t, st, key)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	// 3,000 other PENDING tasks, never analyzed.
+	_, err = db.ExecContext(ctx, `INSERT INTO tasks (project, domain, run_name, action_name, idx, state)
+		SELECT $1, $2, $3, 's', 1000 + i, $4 FROM generate_series(1, 3000) i`, key.Project, key.Domain, key.Run, domain.TaskPending)
+	require.NoError(t, err)
+	reasons := map[int64]string{}
+	for _, td := range tasksOf(t, st, key, "s") {
+		if td.Task.Idx < 1000 { // the step's own
+			reasons[td.Task.ID] = "no worker has a free slot"
+		}
+	}
+	for range 2 { // the second call finds every reason written already
+		require.NoError(t, st.Pass().SetPendingReasons(ctx, reasons))
+	}
+	var written int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE pending_reason IS NOT NULL`).Scan(&written))
+	require.Equal(t, 300, written)
+
+	explained := 0
+	for _, substr := range []string{"pending_reason IS DISTINCT FROM", `SET "pending_reason"=`, "SET pending_reason = "} {
+		types, err := st.Pass().PreparedParams(ctx, substr)
+		require.NoError(t, err)
+		if len(types) == 0 {
+			continue // not this form of the write
+		}
+		explained++
+		args := make([]string, len(types))
+		for i, typ := range types {
+			args[i] = map[string]string{"bigint[]": "'{1,2}'", "text": "'x'", "timestamp with time zone": "now()"}[typ]
+			if args[i] == "" {
+				args[i] = "1"
+			}
+		}
+		plan := explainPrepared(t, st.Pass(), substr, strings.Join(args, ", "))
+		byKey := strings.Contains(plan, "tasks_pkey") && !strings.Contains(plan, "tasks_pending")
+		require.True(t, byKey, "%s: %.200s", substr, plan)
+	}
+	require.Equal(t, 2, explained, "the read and the write")
 }
