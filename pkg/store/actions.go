@@ -27,6 +27,36 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 	return steps, nil
 }
 
+// StepActionsOfRuns returns the step actions of several runs, as
+// StepActions does for one, in one statement: by run key, each run's by
+// name. A run without step actions is missing from the map. keys may
+// repeat.
+func (s *Store) StepActionsOfRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey][]Action, error) {
+	projects, domains, names := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		projects[i], domains[i], names[i] = k.Project, k.Domain, k.Run
+	}
+	var raw []byte
+	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
+		FROM actions a WHERE (a.project, a.domain, a.run_name) IN
+			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
+				CAST(CAST(? AS text) AS text[])))
+		AND a.name <> ?`, Strings(projects), Strings(domains), Strings(names), domain.RootActionName).Row().Scan(&raw)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var steps []Action
+	if err := decodeRows(raw, &steps); err != nil {
+		return nil, fmt.Errorf("decode step actions: %w", err)
+	}
+	out := map[domain.RunKey][]Action{}
+	for _, a := range steps {
+		k := domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}
+		out[k] = append(out[k], a)
+	}
+	return out, nil
+}
+
 // actionColumns lists the columns of actions (columnsOf).
 var actionColumns = columnsOf[Action]()
 

@@ -166,3 +166,42 @@ func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseFailed), d.Run.Phase)
 }
+
+// A batch that advances several runs reads their step actions in one
+// statement (not one StepActions a run), after its settles: the runs
+// of two steps (a, then b) start b, then end SUCCEEDED.
+func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.Table{0})
+	w := f.register(t)
+	ok := store.Report{State: domain.TaskSucceeded, ExitCode: iptr(0)}
+	var keys []domain.RunKey
+	for i := range 3 {
+		key := f.newRun(t, fmt.Sprintf("two%d", i), domain.WorkflowSpec{Mode: domain.ModeDAG, Steps: []domain.Step{
+			{Name: "a", Command: "true"}, {Name: "b", Command: "true", DependsOn: []string{"a"}}}})
+		_, err := f.s.advance(ctx, key)
+		require.NoError(t, err)
+		keys = append(keys, key)
+	}
+	for _, step := range []struct {
+		name  string
+		phase domain.Phase
+	}{{"a", domain.PhaseRunning}, {"b", domain.PhaseSucceeded}} {
+		var ids []int64
+		for _, key := range keys {
+			ids = append(ids, f.attemptIn(t, w, f.tasks(t, key, step.name)[0].Task.ID, ok).ID)
+		}
+		before := statementCounts(t, f.statements)
+		require.NoError(t, f.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask(ids)))
+		after := statementCounts(t, f.statements)
+		require.Equal(t, int64(1), after["StepActionsOfRuns"]-before["StepActionsOfRuns"], "after %s", step.name)
+		require.Zero(t, after["StepActions"]-before["StepActions"], "after %s", step.name)
+		for _, key := range keys {
+			d, err := f.st.GetRun(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, string(step.phase), d.Run.Phase, "%s after %s", key.Run, step.name)
+			require.Len(t, f.tasks(t, key, "b"), 1, "%s starts b once", key.Run)
+		}
+	}
+}

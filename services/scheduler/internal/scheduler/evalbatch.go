@@ -43,17 +43,7 @@ func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 
 		if err := s.settleAll(ctx, tx, claimed, evs, now); err != nil {
 			return err
 		}
-		for i := range claimed {
-			if i+1 < len(claimed) && sameRun(claimed[i+1], claimed[i]) {
-				continue // not the run's last attempt
-			}
-			if j := lastAdvancing(claimed, evs, i); j >= 0 {
-				if err := s.advanceRun(ctx, tx, &evs[j], claimed[j].Run, claimed[j].Action, now); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return s.advanceAll(ctx, tx, claimed, evs, now)
 	})
 	if err != nil {
 		s.log.Warn("batched evaluation failed; each attempt is evaluated on its own", "attempts", len(ids), "err", err)
@@ -97,6 +87,65 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 		}
 	}
 	return nil
+}
+
+// advanceAll advances, once each and in claimed's order, the runs of
+// claimed whose attempts ended or paused an action, as of the last such
+// attempt of the run. When several of them read their step actions, those
+// are read together first (store.StepActionsOfRuns), after every settle of
+// the batch wrote its actions: an advance writes only its own run's rows,
+// so the others' stay as read.
+func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
+	now time.Time) error {
+	var at []int
+	var keys []domain.RunKey
+	for i := range claimed {
+		if i+1 < len(claimed) && sameRun(claimed[i+1], claimed[i]) {
+			continue // not the run's last attempt
+		}
+		if j := lastAdvancing(claimed, evs, i); j >= 0 {
+			at = append(at, j)
+			if readsSteps(claimed[j].Run, claimed[j].Action, evs[j].ActionPhase) {
+				keys = append(keys, runKeyOf(claimed[j].Run))
+			}
+		}
+	}
+	var steps map[domain.RunKey][]store.Action
+	if len(keys) > 1 {
+		var err error
+		if steps, err = tx.StepActionsOfRuns(ctx, keys); err != nil {
+			return err
+		}
+	}
+	for _, j := range at {
+		run := claimed[j].Run
+		known := knownSteps(run, claimed[j].Action, evs[j].ActionPhase)
+		if read := steps[runKeyOf(run)]; known == nil && len(read) == len(run.Spec.Steps) {
+			known = read
+		}
+		adv, err := s.progressFrom(ctx, tx, run, known, now)
+		evs[j].Advance = &adv
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readsSteps reports whether the advance of run after act moved to phase
+// reads the run's step actions (progressFrom's stepActions): the run is
+// neither QUEUED (its first advance expands it) nor ended, no restart
+// changes its steps first, and they are not known without a read
+// (knownSteps).
+func readsSteps(run store.Run, act store.Action, phase domain.Phase) bool {
+	p := domain.Phase(run.Phase)
+	return run.RestartRequestedAt == nil && p != domain.PhaseQueued && !p.IsTerminal() &&
+		knownSteps(run, act, phase) == nil
+}
+
+// runKeyOf returns run's key.
+func runKeyOf(run store.Run) domain.RunKey {
+	return domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 }
 
 // lastAdvancing returns the index of the last evaluation of the run of
