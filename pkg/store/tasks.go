@@ -25,28 +25,50 @@ type StartedStep struct {
 // whatever the number of steps: a fan-out's branches start together. No
 // steps: nothing. It does not fill the tasks' ids.
 func (s *Store) CreateTasks(ctx context.Context, run domain.RunKey, now time.Time, steps ...StartedStep) error {
-	if len(steps) == 0 {
-		return nil
-	}
+	return s.CreateTasksOfRuns(ctx, now, RunStart{Run: run, Steps: steps})
+}
+
+// RunStart is a run's starting steps (CreateTasksOfRuns).
+type RunStart struct {
+	Run   domain.RunKey
+	Steps []StartedStep
+}
+
+// CreateTasksOfRuns is CreateTasks for the starting steps of several runs,
+// in one statement; the events follow in starts' order, each run's in its
+// steps' order. The caller holds the runs' locks, and so that of every
+// action it marks (the lock order). No steps: nothing.
+func (s *Store) CreateTasksOfRuns(ctx context.Context, now time.Time, starts ...RunStart) error {
 	var tasks []Task
-	names := make([]string, len(steps))
-	for i, st := range steps {
-		tasks, names[i] = append(tasks, st.Tasks...), st.Action
+	var projects, domains, runs, names Strings
+	for _, rs := range starts {
+		for _, st := range rs.Steps {
+			tasks = append(tasks, st.Tasks...)
+			projects, domains = append(projects, rs.Run.Project), append(domains, rs.Run.Domain)
+			runs, names = append(runs, rs.Run.Run), append(names, st.Action)
+		}
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	rows, err := taskRows(ctx, tasks, now)
 	if err != nil {
 		return err
 	}
 	err = s.q(ctx).Exec(`WITH t AS (`+insertTasksSQL+` RETURNING 1)
-		UPDATE actions SET started_at = @now, updated_at = @now, version = version + 1
-		WHERE project = @p AND domain = @d AND run_name = @r AND name IN @names`,
-		map[string]any{"rows": rows, "now": now, "p": run.Project, "d": run.Domain, "r": run.Run, "names": names}).Error
+		UPDATE actions a SET started_at = @now, updated_at = @now, version = a.version + 1
+		FROM unnest(CAST(CAST(@p AS text) AS text[]), CAST(CAST(@d AS text) AS text[]),
+			CAST(CAST(@r AS text) AS text[]), CAST(CAST(@n AS text) AS text[])) AS k(p, d, r, n)
+		WHERE (a.project, a.domain, a.run_name, a.name) = (k.p, k.d, k.r, k.n)`,
+		map[string]any{"rows": rows, "now": now, "p": projects, "d": domains, "r": runs, "n": names}).Error
 	if err != nil {
 		return mapErr(err)
 	}
-	for _, st := range steps {
-		if err := s.event(ctx, run, st.Action, "action.started", map[string]any{"tasks": len(st.Tasks)}); err != nil {
-			return err
+	for _, rs := range starts {
+		for _, st := range rs.Steps {
+			if err := s.event(ctx, rs.Run, st.Action, "action.started", map[string]any{"tasks": len(st.Tasks)}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

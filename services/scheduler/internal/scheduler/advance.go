@@ -72,13 +72,13 @@ func (s *Scheduler) afterAdvance(adv Advance) {
 // that: the started steps, the SKIPPED ones, a0's and the run's phase
 // (forward only).
 func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run, now time.Time) (Advance, error) {
-	return s.progressFrom(ctx, tx, run, nil, now)
+	return s.progressFrom(ctx, tx, run, nil, nil, now)
 }
 
 // progressFrom is progress from the run's step actions as the caller knows
 // them (steps), or as read when steps is nil or the run restarts.
 func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	now time.Time) (Advance, error) {
+	later *taskStarts, now time.Time) (Advance, error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	if run.RestartRequestedAt != nil {
 		steps = nil // the restart changes them
@@ -103,7 +103,7 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 		if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
 			return adv, err
 		}
-		if p, err = s.evaluateSteps(ctx, tx, run, steps, &adv, now); err != nil {
+		if p, err = s.evaluateSteps(ctx, tx, run, steps, &adv, later, now); err != nil {
 			return adv, err
 		}
 	}
@@ -190,7 +190,7 @@ func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.
 // steps as they are now, so its dependents start in the same advance. It
 // returns the last decision.
 func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	adv *Advance, now time.Time) (domain.Progress, error) {
+	adv *Advance, later *taskStarts, now time.Time) (domain.Progress, error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	for {
 		status, err := stepStatus(ctx, tx, key, run.Spec, steps)
@@ -198,7 +198,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 			return domain.Progress{}, err
 		}
 		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
-		hits, err := s.apply(ctx, tx, key, steps, p, now)
+		hits, err := s.apply(ctx, tx, key, steps, p, later, now)
 		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
 			return p, err
@@ -210,9 +210,12 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 }
 
 // apply starts and skips what p decided; it returns how many started steps
-// SUCCEEDED at once from the cache.
+// SUCCEEDED at once from the cache. With later, the plain task steps it
+// starts last join later instead of being created now, when nothing else
+// follows them in this advance (no SKIPPED step, no cache hit, after which
+// evaluateSteps reads the steps again).
 func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKey, steps []store.Action,
-	p domain.Progress, now time.Time) (hits int, err error) {
+	p domain.Progress, later *taskStarts, now time.Time) (hits int, err error) {
 	byName := make(map[string]store.Action, len(steps))
 	for _, a := range steps {
 		byName[a.Name] = a
@@ -236,6 +239,10 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 		if hit {
 			hits++
 		}
+	}
+	if later != nil && hits == 0 && len(p.Skip) == 0 {
+		later.add(key, tasks)
+		return 0, nil
 	}
 	if err := tx.CreateTasks(ctx, key, now, tasks...); err != nil {
 		return hits, err

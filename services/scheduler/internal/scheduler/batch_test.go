@@ -168,8 +168,9 @@ func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 }
 
 // A batch that advances several runs reads their step actions in one
-// statement (not one StepActions a run), after its settles: the runs
-// of two steps (a, then b) start b, then end SUCCEEDED.
+// statement (not one StepActions a run), after its settles, and creates
+// the tasks of the steps they start in one statement: the runs of two
+// steps (a, then b) start b, then end SUCCEEDED.
 func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -185,9 +186,10 @@ func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 		keys = append(keys, key)
 	}
 	for _, step := range []struct {
-		name  string
-		phase domain.Phase
-	}{{"a", domain.PhaseRunning}, {"b", domain.PhaseSucceeded}} {
+		name    string
+		phase   domain.Phase
+		creates int64
+	}{{"a", domain.PhaseRunning, 1}, {"b", domain.PhaseSucceeded, 0}} {
 		var ids []int64
 		for _, key := range keys {
 			ids = append(ids, f.attemptIn(t, w, f.tasks(t, key, step.name)[0].Task.ID, ok).ID)
@@ -197,6 +199,7 @@ func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 		after := statementCounts(t, f.statements)
 		require.Equal(t, int64(1), after["StepActionsOfRuns"]-before["StepActionsOfRuns"], "after %s", step.name)
 		require.Zero(t, after["StepActions"]-before["StepActions"], "after %s", step.name)
+		require.Equal(t, step.creates, after["CreateTasksOfRuns"]-before["CreateTasksOfRuns"], "after %s", step.name)
 		for _, key := range keys {
 			d, err := f.st.GetRun(ctx, key)
 			require.NoError(t, err)

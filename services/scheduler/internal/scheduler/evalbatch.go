@@ -94,7 +94,8 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 // attempt of the run. When several of them read their step actions, those
 // are read together first (store.StepActionsOfRuns), after every settle of
 // the batch wrote its actions: an advance writes only its own run's rows,
-// so the others' stay as read.
+// so the others' stay as read. The plain task steps they start are
+// created together at the end (taskStarts).
 func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
 	now time.Time) error {
 	var at []int
@@ -117,19 +118,32 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 			return err
 		}
 	}
+	var later taskStarts
 	for _, j := range at {
 		run := claimed[j].Run
 		known := knownSteps(run, claimed[j].Action, evs[j].ActionPhase)
 		if read := steps[runKeyOf(run)]; known == nil && len(read) == len(run.Spec.Steps) {
 			known = read
 		}
-		adv, err := s.progressFrom(ctx, tx, run, known, now)
+		adv, err := s.progressFrom(ctx, tx, run, known, &later, now)
 		evs[j].Advance = &adv
 		if err != nil {
 			return err
 		}
 	}
-	return nil
+	return tx.CreateTasksOfRuns(ctx, now, later...)
+}
+
+// taskStarts gathers the plain task steps that a batch's advances start,
+// created together at the batch's end (store.CreateTasksOfRuns): one
+// statement for the runs of the batch, not one a run.
+type taskStarts []store.RunStart
+
+// add adds the steps of run that start (none: nothing).
+func (l *taskStarts) add(run domain.RunKey, steps []store.StartedStep) {
+	if len(steps) > 0 {
+		*l = append(*l, store.RunStart{Run: run, Steps: steps})
+	}
 }
 
 // readsSteps reports whether the advance of run after act moved to phase
