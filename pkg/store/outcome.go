@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -77,3 +79,105 @@ func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o Task
 	key := domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
 	return s.event(ctx, key, t.ActionName, "action.phase", map[string]any{"from": o.Phase.From, "to": o.Phase.To})
 }
+
+// OutcomeWrite is one task's outcome for UpdateTaskOutcomes: task T, the
+// one of attempt A, and what the evaluation decided (O).
+type OutcomeWrite struct {
+	T Task
+	A Attempt
+	O TaskOutcome
+}
+
+// UpdateTaskOutcomes writes the outcomes of several tasks as
+// UpdateTaskOutcome writes one, in one statement: the tasks, and the
+// actions of those with a Phase move; then the events, in ws's order,
+// each task's "task.<Result>" then its action's "action.phase" when it
+// moved. It takes only outcomes that end their task without a Code (an
+// evaluation's successes): the caller holds the locks of every task and
+// action written. Errors: ErrBadOutcome for an outcome with Requeue or a
+// Code (UpdateTaskOutcome writes those); Postgres's. No outcomes: nothing.
+func (s *Store) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...OutcomeWrite) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	args := map[string]any{"now": now}
+	ids, failures, preemptions, systemFailures, states := make([]int64, len(ws)), make([]int64, len(ws)),
+		make([]int64, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
+	from, to, terminal, p, d, r, n := make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)),
+		make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws))
+	for i, w := range ws {
+		if w.O.Requeue || w.O.Code != "" {
+			return fmt.Errorf("%w: task %d requeues or has a code", ErrBadOutcome, w.T.ID)
+		}
+		ids[i], failures[i], preemptions[i] = w.T.ID, int64(w.O.Budget.FailureCount), int64(w.O.Budget.PreemptionCount)
+		systemFailures[i], states[i] = int64(w.O.Budget.SystemFailureCount), int64(w.O.State)
+		p[i], d[i], r[i], n[i], terminal[i] = w.T.Project, w.T.Domain, w.T.RunName, w.T.ActionName, "f"
+		if w.O.Phase != nil {
+			from[i], to[i] = string(w.O.Phase.From), string(w.O.Phase.To)
+			if w.O.Phase.To.IsTerminal() {
+				terminal[i] = "t"
+			}
+		}
+	}
+	for k, v := range map[string]any{"ids": ids, "failures": failures, "preemptions": preemptions,
+		"system_failures": systemFailures, "states": states} {
+		args[k] = bigintArray(v.([]int64))
+	}
+	for k, v := range map[string]Strings{"from": from, "to": to, "terminal": terminal, "p": p, "d": d, "r": r, "n": n} {
+		args[k] = v
+	}
+	rows, err := s.q(ctx).Raw(updateTaskOutcomesSQL, args).Rows()
+	if err != nil {
+		return mapErr(err)
+	}
+	moved := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		var m bool
+		if err := rows.Scan(&id, &m); err != nil {
+			rows.Close()
+			return mapErr(err)
+		}
+		moved[id] = m
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return mapErr(err)
+	}
+	for _, w := range ws {
+		data := map[string]any{"attempt_state": w.A.State.String(), "not_before": nil}
+		if err := s.taskEvent(ctx, w.T, w.A.ID, "task."+w.O.Result, data); err != nil {
+			return err
+		}
+		if moved[w.T.ID] {
+			key := domain.RunKey{Project: w.T.Project, Domain: w.T.Domain, Run: w.T.RunName}
+			if err := s.event(ctx, key, w.T.ActionName, "action.phase",
+				map[string]any{"from": w.O.Phase.From, "to": w.O.Phase.To}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ErrBadOutcome: UpdateTaskOutcomes was given an outcome it does not write.
+var ErrBadOutcome = errors.New("outcome not for UpdateTaskOutcomes")
+
+// updateTaskOutcomesSQL is UpdateTaskOutcomes's statement: the rows come
+// as arrays (unnest), which Postgres estimates by their length when it
+// plans them and reads the tasks and actions by key; a move is a row
+// whose @to is not empty, made from @from only.
+const updateTaskOutcomesSQL = `WITH v AS (SELECT * FROM unnest(CAST(CAST(@ids AS text) AS bigint[]),
+		CAST(CAST(@failures AS text) AS int[]), CAST(CAST(@preemptions AS text) AS int[]),
+		CAST(CAST(@system_failures AS text) AS int[]), CAST(CAST(@states AS text) AS smallint[]),
+		CAST(CAST(@from AS text) AS text[]), CAST(CAST(@to AS text) AS text[]), CAST(CAST(@terminal AS text) AS bool[]),
+		CAST(CAST(@p AS text) AS text[]), CAST(CAST(@d AS text) AS text[]), CAST(CAST(@r AS text) AS text[]),
+		CAST(CAST(@n AS text) AS text[]))
+	AS v(id, failures, preemptions, system_failures, state, mfrom, mto, terminal, p, d, r, n)),
+a AS (UPDATE actions x SET phase = v.mto, updated_at = @now, version = x.version + 1,
+		ended_at = CASE WHEN v.terminal THEN @now ELSE x.ended_at END
+	FROM v WHERE v.mto <> '' AND x.project = v.p AND x.domain = v.d AND x.run_name = v.r AND x.name = v.n
+		AND x.phase = v.mfrom
+	RETURNING v.id)
+UPDATE tasks t SET failure_count = v.failures, preemption_count = v.preemptions,
+	system_failure_count = v.system_failures, updated_at = @now, version = t.version + 1, state = v.state, ended_at = @now
+FROM v WHERE t.id = v.id RETURNING t.id, t.id IN (SELECT id FROM a)`

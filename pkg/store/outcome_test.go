@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,4 +69,63 @@ func TestUpdateTaskOutcomeCarriesTheActionsMove(t *testing.T) {
 	require.Equal(t, 1, task.FailureCount)
 	require.NotNil(t, task.NotBefore)
 	require.True(t, notBefore.Equal(*task.NotBefore))
+}
+
+// UpdateTaskOutcomes writes several outcomes as UpdateTaskOutcome writes
+// each, in one statement: both tasks end; the action whose move starts
+// from its phase moves (ended), the other stays; the events come in the
+// outcomes' order. An outcome that requeues is refused, and nothing of the
+// batch is written.
+func TestUpdateTaskOutcomesWritesEachAsOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openWithDB(t)
+	w := registerWorker(t, st)
+	exit := 0
+	var ws []store.OutcomeWrite
+	var keys []domain.RunKey
+	for i, name := range []string{"moves", "stays"} {
+		key := newRun(t, st, name, domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+		storetest.StartSteps(t, st, key)
+		a := attemptIn(t, st, w, tasksOf(t, st, key, "s")[0].Task.ID, running,
+			store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
+		d, err := st.GetAction(ctx, key.Action("s"))
+		require.NoError(t, err)
+		from := domain.Phase(d.Action.Phase)
+		if i == 1 {
+			from = domain.PhasePaused
+		}
+		ws = append(ws, store.OutcomeWrite{T: d.Tasks[0].Task, A: a, O: store.TaskOutcome{State: domain.TaskSucceeded,
+			Budget: domain.Budget{FailureCount: 2}, Result: "succeeded",
+			Phase: &store.PhaseMove{From: from, To: domain.PhaseSucceeded}}})
+		keys = append(keys, key)
+	}
+	requeue := store.OutcomeWrite{T: ws[0].T, A: ws[0].A, O: store.TaskOutcome{Requeue: true, Result: "retried"}}
+	err := st.InTx(ctx, func(tx *store.Store) error {
+		return tx.UpdateTaskOutcomes(ctx, time.Now().UTC(), append(slices.Clone(ws), requeue)...)
+	})
+	require.ErrorIs(t, err, store.ErrBadOutcome)
+	require.Equal(t, domain.TaskRunning, tasksOf(t, st, keys[0], "s")[0].Task.State, "nothing written")
+
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		return tx.UpdateTaskOutcomes(ctx, time.Now().UTC(), ws...)
+	}))
+	for i, key := range keys {
+		d, err := st.GetAction(ctx, key.Action("s"))
+		require.NoError(t, err)
+		task := d.Tasks[0].Task
+		require.Equal(t, domain.TaskSucceeded, task.State, key.Run)
+		require.NotNil(t, task.EndedAt, key.Run)
+		require.Equal(t, 2, task.FailureCount, key.Run)
+		evs := events(t, db, key)
+		if i == 0 {
+			require.Equal(t, string(domain.PhaseSucceeded), d.Action.Phase)
+			require.NotNil(t, d.Action.EndedAt)
+			require.Equal(t, []string{"task.succeeded", "action.phase"}, evs[len(evs)-2:])
+			continue
+		}
+		require.NotEqual(t, string(domain.PhaseSucceeded), d.Action.Phase, "not in the move's from phase")
+		require.Nil(t, d.Action.EndedAt)
+		require.Equal(t, "task.succeeded", evs[len(evs)-1], "no action.phase after the outcome")
+	}
 }

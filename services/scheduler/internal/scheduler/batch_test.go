@@ -167,10 +167,11 @@ func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 	require.Equal(t, string(domain.PhaseFailed), d.Run.Phase)
 }
 
-// A batch that advances several runs reads their step actions in one
-// statement (not one StepActions a run), after its settles, and creates
-// the tasks of the steps they start in one statement: the runs of two
-// steps (a, then b) start b, then end SUCCEEDED.
+// A batch that advances several runs writes its tasks' outcomes in one
+// statement, reads their step actions in one statement (not one
+// StepActions a run) after that, and creates the tasks of the steps they
+// start in one statement: the runs of two steps (a, then b) start b, then
+// end SUCCEEDED, with each task's and action's events.
 func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -200,11 +201,26 @@ func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 		require.Equal(t, int64(1), after["StepActionsOfRuns"]-before["StepActionsOfRuns"], "after %s", step.name)
 		require.Zero(t, after["StepActions"]-before["StepActions"], "after %s", step.name)
 		require.Equal(t, step.creates, after["CreateTasksOfRuns"]-before["CreateTasksOfRuns"], "after %s", step.name)
+		require.Equal(t, int64(1), after["UpdateTaskOutcomes"]-before["UpdateTaskOutcomes"], "after %s", step.name)
+		require.Zero(t, after["UpdateTaskOutcome"]-before["UpdateTaskOutcome"], "after %s", step.name)
 		for _, key := range keys {
 			d, err := f.st.GetRun(ctx, key)
 			require.NoError(t, err)
 			require.Equal(t, string(step.phase), d.Run.Phase, "%s after %s", key.Run, step.name)
 			require.Len(t, f.tasks(t, key, "b"), 1, "%s starts b once", key.Run)
 		}
+	}
+	for _, key := range keys {
+		var events string
+		require.NoError(t, f.db.QueryRow(`SELECT string_agg(type || coalesce(':' || (data->>'to'), ''), ', ' ORDER BY id)
+			FROM run_events WHERE run_name = $1 AND action_name IN ('a', 'b') AND type IN ('task.NO_RETRY', 'action.phase')`,
+			key.Run).Scan(&events))
+		require.Equal(t, "action.phase:RUNNING, task.NO_RETRY, action.phase:SUCCEEDED, "+
+			"action.phase:RUNNING, task.NO_RETRY, action.phase:SUCCEEDED", events, key.Run)
+		d, err := f.st.GetAction(ctx, key.Action("b"))
+		require.NoError(t, err)
+		require.Equal(t, domain.TaskSucceeded, d.Tasks[0].Task.State)
+		require.NotNil(t, d.Tasks[0].Task.EndedAt)
+		require.NotNil(t, d.Action.EndedAt)
 	}
 }

@@ -73,11 +73,20 @@ var errSettleAlone = errors.New("an action moved before its other attempts of th
 // _compute_job_state), so the phases the earlier attempts would derive are
 // the action's own. A settle that moves an action another attempt of the
 // batch still waits on returns errSettleAlone all the same.
+//
+// When every attempt's settle writes only its task's outcome (alone
+// settles), those writes go together after the loop, in one statement
+// (store.UpdateTaskOutcomes), their events in the same order as written
+// one by one.
 func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
 	now time.Time) error {
+	var outcomes *[]store.OutcomeWrite
+	if !slices.ContainsFunc(claimed, func(o store.AttemptOwners) bool { return !aloneSettles(o) }) {
+		outcomes = &[]store.OutcomeWrite{}
+	}
 	for i, o := range claimed {
 		later := slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) })
-		evs[i].deriveLater = later
+		evs[i].deriveLater, evs[i].outcomes = later, outcomes
 		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
 			return err
 		}
@@ -86,7 +95,22 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 			return errSettleAlone
 		}
 	}
-	return nil
+	if outcomes == nil {
+		return nil
+	}
+	return tx.UpdateTaskOutcomes(ctx, now, *outcomes...)
+}
+
+// aloneSettles reports whether the settle of a claimed SUCCEEDED attempt
+// writes nothing but its task's outcome, which then carries its action's
+// move: the attempt is its live task's latest, the task its action's only
+// one (Evaluation.only) and not coscheduled, and the step caches nothing
+// (finalizeCache). The action's phase then comes from that task's state
+// alone, with no count of its tasks to read the write back.
+func aloneSettles(o store.AttemptOwners) bool {
+	t, a, act := o.Task, o.Attempt, o.Action
+	return t.State.IsLive() && t.State != domain.TaskKilled && t.AttemptCount == a.Number && !t.Coscheduled &&
+		act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation && act.Spec.Cache == nil
 }
 
 // advanceAll advances, once each and in claimed's order, the runs of

@@ -47,6 +47,10 @@ type Evaluation struct {
 	// same action derives the action's phase from the counts all of them
 	// left: this settle leaves the phase as it is.
 	deriveLater bool
+	// outcomes, set by a batch (settleAll) whose task writes go together,
+	// takes the task's outcome for store.UpdateTaskOutcomes instead of
+	// decideTask writing it.
+	outcomes *[]store.OutcomeWrite
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -237,7 +241,9 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 		o.Phase = onlyTaskMove(act, ev.taskState)
 		ev.phaseWritten = o.Phase != nil
 	}
-	if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
+	if ev.outcomes != nil && !o.Requeue && o.Code == "" {
+		*ev.outcomes = append(*ev.outcomes, store.OutcomeWrite{T: t, A: a, O: o})
+	} else if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
 		return err
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
