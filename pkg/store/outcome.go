@@ -100,32 +100,11 @@ func (s *Store) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...Out
 	if len(ws) == 0 {
 		return nil
 	}
-	args := map[string]any{"now": now}
-	ids, failures, preemptions, systemFailures, states := make([]int64, len(ws)), make([]int64, len(ws)),
-		make([]int64, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
-	from, to, terminal, p, d, r, n := make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)),
-		make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws))
-	for i, w := range ws {
-		if w.O.Requeue || w.O.Code != "" {
-			return fmt.Errorf("%w: task %d requeues or has a code", ErrBadOutcome, w.T.ID)
-		}
-		ids[i], failures[i], preemptions[i] = w.T.ID, int64(w.O.Budget.FailureCount), int64(w.O.Budget.PreemptionCount)
-		systemFailures[i], states[i] = int64(w.O.Budget.SystemFailureCount), int64(w.O.State)
-		p[i], d[i], r[i], n[i], terminal[i] = w.T.Project, w.T.Domain, w.T.RunName, w.T.ActionName, "f"
-		if w.O.Phase != nil {
-			from[i], to[i] = string(w.O.Phase.From), string(w.O.Phase.To)
-			if w.O.Phase.To.IsTerminal() {
-				terminal[i] = "t"
-			}
-		}
+	args, err := outcomeArrays(ws)
+	if err != nil {
+		return err
 	}
-	for k, v := range map[string]any{"ids": ids, "failures": failures, "preemptions": preemptions,
-		"system_failures": systemFailures, "states": states} {
-		args[k] = bigintArray(v.([]int64))
-	}
-	for k, v := range map[string]Strings{"from": from, "to": to, "terminal": terminal, "p": p, "d": d, "r": r, "n": n} {
-		args[k] = v
-	}
+	args["now"] = now
 	rows, err := s.q(ctx).Raw(updateTaskOutcomesSQL, args).Rows()
 	if err != nil {
 		return mapErr(err)
@@ -157,6 +136,32 @@ func (s *Store) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...Out
 		}
 	}
 	return nil
+}
+
+// outcomeArrays returns updateTaskOutcomesSQL's arrays for ws, one element
+// a write: ErrBadOutcome for an outcome that requeues or has a code.
+func outcomeArrays(ws []OutcomeWrite) (map[string]any, error) {
+	ids, failures, preemptions, systemFailures, states := make([]int64, len(ws)), make([]int64, len(ws)),
+		make([]int64, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
+	from, to, terminal, p, d, r, n := make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)),
+		make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws))
+	for i, w := range ws {
+		if w.O.Requeue || w.O.Code != "" {
+			return nil, fmt.Errorf("%w: task %d requeues or has a code", ErrBadOutcome, w.T.ID)
+		}
+		ids[i], failures[i], preemptions[i] = w.T.ID, int64(w.O.Budget.FailureCount), int64(w.O.Budget.PreemptionCount)
+		systemFailures[i], states[i] = int64(w.O.Budget.SystemFailureCount), int64(w.O.State)
+		p[i], d[i], r[i], n[i], terminal[i] = w.T.Project, w.T.Domain, w.T.RunName, w.T.ActionName, "f"
+		if w.O.Phase != nil {
+			from[i], to[i] = string(w.O.Phase.From), string(w.O.Phase.To)
+			if w.O.Phase.To.IsTerminal() {
+				terminal[i] = "t"
+			}
+		}
+	}
+	return map[string]any{"ids": bigintArray(ids), "failures": bigintArray(failures),
+		"preemptions": bigintArray(preemptions), "system_failures": bigintArray(systemFailures),
+		"states": bigintArray(states), "from": from, "to": to, "terminal": terminal, "p": p, "d": d, "r": r, "n": n}, nil
 }
 
 // ErrBadOutcome: UpdateTaskOutcomes was given an outcome it does not write.
