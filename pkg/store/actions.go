@@ -32,16 +32,13 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 // name. A run without step actions is missing from the map. keys may
 // repeat.
 func (s *Store) StepActionsOfRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey][]Action, error) {
-	projects, domains, names := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		projects[i], domains[i], names[i] = k.Project, k.Domain, k.Run
-	}
+	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
 	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
 		FROM actions a WHERE (a.project, a.domain, a.run_name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
-		AND a.name <> ?`, Strings(projects), Strings(domains), Strings(names), domain.RootActionName).Row().Scan(&raw)
+		AND a.name <> ?`, projects, domains, names, domain.RootActionName).Row().Scan(&raw)
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -160,22 +160,29 @@ func stepRows(key domain.RunKey, steps []domain.Step, started map[string]bool, n
 	return rows
 }
 
+// runKeyArrays returns keys as three parallel text arrays (projects,
+// domains, run names), for a statement that unnests them.
+func runKeyArrays(keys []domain.RunKey) (projects, domains, names Strings) {
+	projects, domains, names = make(Strings, len(keys)), make(Strings, len(keys)), make(Strings, len(keys))
+	for i, k := range keys {
+		projects[i], domains[i], names[i] = k.Project, k.Domain, k.Run
+	}
+	return projects, domains, names
+}
+
 // TryLockRuns locks the rows of the named runs that no other transaction
 // holds (FOR UPDATE SKIP LOCKED), in key order (the lock order's first
 // level), in one statement, and returns them by key. A run missing from the
 // result does not exist or was held: the caller leaves it to a transaction
 // of its own (LockRun waits, and tells the two apart). keys may repeat.
 func (s *Store) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
-	projects, domains, names := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		projects[i], domains[i], names[i] = k.Project, k.Domain, k.Run
-	}
+	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
 	err := s.q(ctx).Raw(`WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
 			ORDER BY project, domain, name FOR UPDATE SKIP LOCKED)
-		SELECT coalesce(json_agg(l), '[]') FROM l`, Strings(projects), Strings(domains), Strings(names)).
+		SELECT coalesce(json_agg(l), '[]') FROM l`, projects, domains, names).
 		Row().Scan(&raw)
 	if err != nil {
 		return nil, mapErr(err)
