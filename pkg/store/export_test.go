@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"strings"
+
+	"gorm.io/gorm"
 )
 
 // holdKey carries WithHold's function in a context.
@@ -64,4 +66,15 @@ func (s *Store) PreparedParams(ctx context.Context, substr string) ([]string, er
 	err := s.q(ctx).Raw(`SELECT unnest(parameter_types)::text FROM pg_prepared_statements
 		WHERE strpos(statement, ?) > 0`, substr).Scan(&types).Error
 	return types, err
+}
+
+// OnStatement has f called with the arguments of every statement s's main
+// pool sends (gorm's raw and row callbacks), as they go to Postgres.
+func (s *Store) OnStatement(f func(vars []any)) error {
+	cb := s.db.Callback()
+	see := func(tx *gorm.DB) { f(tx.Statement.Vars) }
+	if err := cb.Raw().After("gorm:raw").Register("test:see_raw", see); err != nil {
+		return err
+	}
+	return cb.Row().After("gorm:row").Register("test:see_row", see)
 }

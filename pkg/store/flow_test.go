@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,4 +202,34 @@ func TestConcurrentCreatesWithOneIdempotencyKey(t *testing.T) {
 		}
 		require.Equal(t, 1, n, "round %d: exactly one create inserted", round)
 	}
+}
+
+// TestCreateRunSendsEachRowOnce checks that a run's create sends each of
+// its rows (run, a0, event) once: Postgres parses a JSON argument as many
+// times as it is sent.
+func TestCreateRunSendsEachRowOnce(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	var sent []string
+	require.NoError(t, st.OnStatement(func(vars []any) {
+		for _, v := range vars {
+			if s, ok := v.(string); ok && len(s) > 64 {
+				sent = append(sent, s)
+			}
+		}
+	}))
+	newRun(t, st, "once", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	require.NotEmpty(t, sent, "the create sends its rows as JSON")
+	seen := map[string]bool{}
+	for _, s := range sent {
+		require.False(t, seen[s], "sent twice: %s", s)
+		seen[s] = true
+	}
+	var runs int
+	for _, s := range sent {
+		if strings.Contains(s, `"steps"`) {
+			runs++
+		}
+	}
+	require.Equal(t, 1, runs, "the run row (with its spec) is sent once")
 }

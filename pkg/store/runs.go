@@ -86,16 +86,20 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 		CreatedAt: now, UpdatedAt: now}
 	created := RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root.Name,
 		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
-	rows, err := json.Marshal([]any{run, root, created})
-	if err != nil {
-		return Run{}, Action{}, fmt.Errorf("run %s: %w", nr.Key, err)
+	args := map[string]any{"channel": EventsChannel}
+	for name, row := range map[string]any{"run": run, "root": root, "created": created} {
+		j, err := json.Marshal(row)
+		if err != nil {
+			return Run{}, Action{}, fmt.Errorf("run %s: %w", nr.Key, err)
+		}
+		args[name] = string(j)
 	}
 	_, notices, err := eventNotices([]RunEvent{created})
 	if err != nil {
 		return Run{}, Action{}, err
 	}
-	err = s.q(ctx).Exec(insertRunSQL, map[string]any{"rows": string(rows), "channel": EventsChannel,
-		"notice": notices[0]}).Error
+	args["notice"] = notices[0]
+	err = s.q(ctx).Exec(insertRunSQL, args).Error
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
 		return Run{}, Action{}, errIdempotencyRace
@@ -103,15 +107,18 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	return run, root, mapErr(err)
 }
 
-// insertRunSQL inserts the run of @rows[0], the root action of @rows[1]
-// (its foreign key is checked at the statement's end, after the run's
-// insert) and the event of @rows[2], and queues @notice for the commit.
+// insertRunSQL inserts the run of @run, the root action of @root (its
+// foreign key is checked at the statement's end, after the run's insert)
+// and the event of @created, and queues @notice for the commit. Each row
+// is a parameter of its own, used once: a named parameter used n times is
+// sent, and parsed as JSON, n times (one array of the three rows, read at
+// three places, cost three parses of every row).
 var insertRunSQL = `WITH r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
-	FROM jsonb_populate_record(NULL::runs, CAST(@rows AS jsonb)->0) RETURNING 1),
+	FROM jsonb_populate_record(NULL::runs, CAST(@run AS jsonb)) RETURNING 1),
 a AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
-	FROM jsonb_populate_record(NULL::actions, CAST(@rows AS jsonb)->1) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
+	FROM jsonb_populate_record(NULL::actions, CAST(@root AS jsonb)) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
 e AS (INSERT INTO run_events (` + columnsOf[RunEvent]() + `) SELECT ` + columnsOf[RunEvent]() + `
-	FROM jsonb_populate_record(NULL::run_events, CAST(@rows AS jsonb)->2) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1)
+	FROM jsonb_populate_record(NULL::run_events, CAST(@created AS jsonb)) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1)
 SELECT pg_notify(@channel, @notice) FROM e`
 
 // runByIdempotencyKey returns the key of the run created with nr's
