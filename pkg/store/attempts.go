@@ -38,8 +38,8 @@ func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error)
 
 // GetAttemptRuns loads the attempts ids with their tasks and actions, in
 // one statement, by id (a repeated id once); an id of no attempt has no
-// row. Several ids are read on EachCall's pool, whose plans are made for
-// the list given; one id is GetAttemptRun's statement, whose plan the main
+// row. Several ids are read on ByKey's pool, which keeps a plan per list
+// length; one id is GetAttemptRun's statement, whose plan the main
 // pool keeps (the list's form was planned at each call there: 0.41 ms a
 // call at 60 runs/s).
 func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, error) {
@@ -57,7 +57,7 @@ func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, 
 		return []AttemptRun{r}, nil
 	}
 	var raw [3][]byte
-	err := s.EachCall().q(ctx).Raw(`SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
+	err := s.ByKey().q(ctx).Raw(`SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
 			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)

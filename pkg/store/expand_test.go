@@ -103,53 +103,55 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 	}
 }
 
-// Statements that take their keys in arrays (a start batch's, a scheduling
-// pass's) run on EachCall's pool. A generic plan of such a statement, made
-// while the tables are nearly empty, scans them whole, and a connection
-// would keep it as they grow; on EachCall's pool Postgres plans them at each
-// call: once runs has grown, the lock of a batch's runs takes its primary
-// key. The main pool keeps generic plans.
-func TestEachCallPlansAtEachCall(t *testing.T) {
+// ByKey's pool keeps one plan of each statement, and makes it again as
+// the tables grow. The root moves of several runs, planned while actions
+// holds a few rows, walk the whole primary key of actions for the name a0;
+// once actions has grown and the pool has aged, the connection's next use
+// drops its plans, and the next moves are planned from the moves' keys.
+func TestByKeyKeepsPlansAndMakesThemAgainAsTablesGrow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, url := openOneConnectionPools(t)
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
-	keys := []domain.RunKey{newRun(t, st, "a", spec), newRun(t, st, "b", spec)}
-	lock := func(on *store.Store, then func(tx *store.Store)) {
+	a, b := newRun(t, st, "a", spec), newRun(t, st, "b", spec)
+	by := st.ByKey()
+	move := func(from, to domain.Phase) {
 		t.Helper()
-		require.NoError(t, on.InTx(ctx, func(tx *store.Store) error {
-			_, err := tx.TryLockRuns(ctx, keys)
-			then(tx)
+		require.NoError(t, by.InTx(ctx, func(tx *store.Store) error {
+			for _, k := range []domain.RunKey{a, b} {
+				if err := tx.SetRootPhase(ctx, k, from, to, time.Now().UTC()); err != nil {
+					return err
+				}
+			}
+			_, err := tx.RunPhase(ctx, a) // makes both moves first
 			return err
 		}))
 	}
-	// Past the five calls after which Postgres may keep a generic plan.
-	for range 6 {
-		lock(st.EachCall(), func(*store.Store) {})
-		lock(st, func(*store.Store) {})
+	const moves = "x.name = m.r RETURNING 1) SELECT ord FROM a"
+	const args = "'{p,p}', '{d,d}', '{a,b}', '{QUEUED,QUEUED}', '{RUNNING,RUNNING}', " +
+		"'{2026-01-01,2026-01-01}', '{f,f}', '{1,2}', 'a0'"
+	for range 3 {
+		move(domain.PhaseQueued, domain.PhaseRunning)
+		move(domain.PhaseRunning, domain.PhaseQueued)
 	}
+	_, generic, custom, err := by.PreparedPlans(ctx, moves)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), generic, "the moves' kept plan")
+	require.Zero(t, custom)
 	db, err := sql.Open("pgx", url)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	_, err = db.ExecContext(ctx, `INSERT INTO runs (project, domain, name, spec)
 		SELECT project, domain, name || '-' || i, spec FROM runs, generate_series(1, 5000) i WHERE name = 'a'`)
 	require.NoError(t, err)
-	const stmt = "FOR UPDATE SKIP LOCKED"
-	lock(st.EachCall(), func(tx *store.Store) {
-		name, generic, custom, err := tx.PreparedPlans(ctx, stmt)
-		require.NoError(t, err)
-		require.Zero(t, generic, "generic plans")
-		require.Equal(t, int64(7), custom, "custom plans")
-		plan, err := tx.Explain(ctx, "EXECUTE "+name+"('{p,p}', '{d,d}', '{a,b}')")
-		require.NoError(t, err)
-		require.Contains(t, plan, "runs_pkey")
-		require.NotContains(t, plan, "Seq Scan")
-	})
-	lock(st, func(tx *store.Store) {
-		_, generic, _, err := tx.PreparedPlans(ctx, stmt)
-		require.NoError(t, err)
-		require.NotZero(t, generic, "the main pool's generic plans")
-	})
+	_, err = db.ExecContext(ctx, `INSERT INTO actions (project, domain, run_name, name, kind, phase)
+		SELECT project, domain, name, 'a0', 'workflow', 'QUEUED' FROM runs WHERE name LIKE 'a-%'`)
+	require.NoError(t, err)
+	st.ShiftByKeyClock(time.Hour)
+	move(domain.PhaseQueued, domain.PhaseRunning)
+	plan := explainPrepared(t, by, moves, args)
+	require.Contains(t, plan, "actions_pkey")
+	require.NotContains(t, plan, "Index Cond: (name = ", "a walk of actions' whole key:\n%s", plan)
 }
 
 // A Strings value reaches Postgres as the array it holds, whatever its

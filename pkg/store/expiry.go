@@ -94,8 +94,8 @@ func (s *Store) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 // timed wait ends, or nil when none is due later. It reads the two partial
 // indexes alone, whatever statistics the tables have: the time is a
 // parameter, not now(), since Postgres plans a statement without parameters
-// once per connection whatever plan_cache_mode says (on the EachCall pool a
-// parameter gets a plan at each call), and the waits are not filtered on
+// once per connection whatever plan_cache_mode says (with a parameter, the
+// plan follows replanning as the tables grow: Pass, ByKey), and the waits are not filtered on
 // ended_at, which the index does not hold: a wait left on an ended action
 // can only cost a pass that finds nothing to do.
 func (s *Store) NextWakeAt(ctx context.Context) (*time.Time, error) {

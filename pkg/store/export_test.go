@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -78,3 +79,13 @@ func (s *Store) OnStatement(f func(vars []any)) error {
 	}
 	return cb.Row().After("gorm:row").Register("test:see_row", see)
 }
+
+// ShiftByKeyClock has ByKey's replanning read the time d later than it is.
+func (s *Store) ShiftByKeyClock(d time.Duration) {
+	s.replan.mu.Lock()
+	defer s.replan.mu.Unlock()
+	s.replan.now = func() time.Time { return time.Now().Add(d) }
+}
+
+// ReplanDue is replanDue.
+var ReplanDue = replanDue

@@ -34,7 +34,7 @@ func newRun(t *testing.T, st *store.Store, name string, spec domain.WorkflowSpec
 func openOneConnectionPools(t *testing.T) (*store.Store, string) {
 	t.Helper()
 	url := storetest.NewURL(t)
-	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 1, EachCallConns: 1})
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 1, ByKeyConns: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st, url

@@ -39,26 +39,20 @@ type BatchedResult struct {
 // are appended again. A batch of several attempts first locks their tasks,
 // then the attempts, each in id order (the lock order). It returns one
 // result per item, in order. Errors: those of Postgres, which roll the
-// whole batch back. A batch about several attempts runs on EachCall's
-// pool: its locks take lists of ids (a batch of 4 reports at 12,000
-// attempts: 18 ms with the generic plans a connection kept from the first
-// minute, 4 ms planned at each call); the writes that follow, of one
-// attempt each, keep their plans (KeepPlans).
+// whole batch back. A batch about several attempts runs on ByKey's pool:
+// its locks take lists of ids (a batch of 4 reports at 12,000 attempts:
+// 18 ms with the plans a main pool's connection kept from the first
+// minute, 4 ms planned at each call).
 func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []BatchedReport, logMax int64) ([]BatchedResult, error) {
 	out := make([]BatchedResult, len(batch))
 	on, several := s, slices.ContainsFunc(batch, func(b BatchedReport) bool { return b.AttemptID != batch[0].AttemptID })
 	if several {
-		on = s.EachCall()
+		on = s.ByKey()
 	}
 	err := on.InTx(ctx, func(tx *Store) error {
 		locked, err := tx.lockBatch(ctx, batch)
 		if err != nil {
 			return err
-		}
-		if several && len(locked) > 1 {
-			if err := tx.KeepPlans(ctx); err != nil { // the writes are of one attempt each
-				return err
-			}
 		}
 		for i, b := range batch {
 			var res ReportResult

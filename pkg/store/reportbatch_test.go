@@ -65,10 +65,9 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 }
 
 // A batch about several attempts locks them by lists of ids: it runs on
-// EachCall's pool, where those statements are planned at each call (a
-// generic plan made on the first minute's nearly empty tables would scan
-// attempts and tasks whole); a batch about one attempt keeps the main pool.
-func TestReportBatchOfSeveralAttemptsPlansAtEachCall(t *testing.T) {
+// ByKey's pool, which keeps a plan of each statement (made from index
+// paths alone); a batch about one attempt keeps the main pool.
+func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := openOneConnectionPools(t)
@@ -90,10 +89,10 @@ func TestReportBatchOfSeveralAttemptsPlansAtEachCall(t *testing.T) {
 		running(attempts[2*i], attempts[2*i+1])
 	}
 	running(attempts[14])
-	_, generic, custom, err := st.EachCall().PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
-	require.NoError(t, err, "the attempts' lock is prepared on EachCall's connection")
-	require.Zero(t, generic)
-	require.Equal(t, int64(7), custom)
+	_, generic, custom, err := st.ByKey().PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
+	require.NoError(t, err, "the attempts' lock is prepared on ByKey's connection")
+	require.Equal(t, int64(7), generic)
+	require.Zero(t, custom)
 	_, _, _, err = st.PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
 	require.ErrorIs(t, err, sql.ErrNoRows, "not on the main pool's")
 }
@@ -113,7 +112,7 @@ func assignedAttempts(t *testing.T, st *store.Store, w store.Worker, name string
 	return attempts
 }
 
-// GetAttemptRuns reads several attempts in one statement on EachCall's pool,
+// GetAttemptRuns reads several attempts in one statement on ByKey's pool,
 // in id order, a repeated id once and an unknown one not at all; one id is
 // GetAttemptRun's statement on the main pool, which keeps its plan.
 func TestGetAttemptRunsReadsEachAttemptOnce(t *testing.T) {

@@ -54,7 +54,7 @@ type rootMove struct {
 // rootMovesArgs are the named arguments of rootMovesSQL(moves): scalars
 // for one move; else one array per field (unnest's estimate of 10 rows
 // keeps Postgres's plans on the primary keys, where jsonb_to_recordset's
-// 100 made it scan both tables; see EachCall for the generic plans).
+// 100 made it scan both tables; see ByKey for the generic plans).
 func rootMovesArgs(moves []rootMove) map[string]any {
 	if len(moves) == 1 {
 		m := moves[0]
@@ -78,7 +78,7 @@ func rootMovesArgs(moves []rootMove) map[string]any {
 // rootMovesSQL is the CTE that makes moves (rootMoveCTE for one, in
 // scalars; rootMovesCTE for several, in arrays) followed by tail. One move,
 // the usual case, stays in scalars: Postgres plans that statement once (a
-// generic plan), where the arrays' statement is planned afresh at each call
+// generic plan), where on the main pool the arrays' statement is planned afresh at each call
 // (its plan for the arrays' true length looks cheaper than the generic
 // one), about 0.3 ms each time.
 func rootMovesSQL(moves []rootMove, tail string) string {
@@ -90,28 +90,16 @@ func rootMovesSQL(moves []rootMove, tail string) string {
 
 // makeRootMoves makes the root moves left in the transaction, if any, in
 // one statement, and drops the events of those whose a0 was not in the
-// move's phase. The moves of several runs (arrays) are planned as the
-// pool plans them also after KeepPlans, which is put back after them.
+// move's phase.
 func (s *Store) makeRootMoves(ctx context.Context) error {
 	if s.tx == nil || len(s.tx.roots) == 0 {
 		return nil
 	}
 	moves := s.tx.roots
 	s.tx.roots = nil
-	replan := s.tx.keptPlans && len(moves) > 1
-	if replan {
-		if err := s.db.WithContext(ctx).Exec(poolPlansSQL).Error; err != nil {
-			return mapErr(err)
-		}
-	}
 	var moved []int
 	if err := s.q(ctx).Raw(rootMovesSQL(moves, ` SELECT ord FROM a`), rootMovesArgs(moves)).Scan(&moved).Error; err != nil {
 		return mapErr(err)
-	}
-	if replan {
-		if err := s.db.WithContext(ctx).Exec(keepPlansSQL).Error; err != nil {
-			return mapErr(err)
-		}
 	}
 	drop := map[int]bool{}
 	for _, m := range moves {

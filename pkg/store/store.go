@@ -41,9 +41,12 @@ type Store struct {
 	// tx is what a transaction's statements leave for its end; nil
 	// outside one.
 	tx *txState
-	// eachCall is the pool of EachCall; nil on EachCall's Store and on a
+	// byKey is the pool of ByKey; nil on ByKey's Store and on a
 	// transaction's.
-	eachCall *Store
+	byKey *Store
+	// replan drops the plans of byKey's connections as it ages; nil but
+	// on Open's Store.
+	replan *replanner
 	// pass is the connection of Pass; nil but on Open's Store.
 	pass *passConn
 }
@@ -57,36 +60,34 @@ type txState struct {
 	// roots are the a0 moves SetRootPhase left for that statement to make
 	// (rootMove); the transaction's next statement makes them first.
 	roots []rootMove
-	// keptPlans is set by KeepPlans: the events insert at commit restores
-	// the pool's plan_cache_mode first.
-	keptPlans bool
 }
 
 // Config tunes the connection pool.
 type Config struct {
 	// MaxOpenConns caps connections. Default 20.
 	MaxOpenConns int
-	// EachCallConns caps the connections of EachCall's pool. Default 8.
-	EachCallConns int
+	// ByKeyConns caps the connections of ByKey's pool. Default 8.
+	ByKeyConns int
 	// OperationSeconds, when set (NewOperationSeconds), times every
 	// statement by operation. Default nil: statements are not timed.
 	OperationSeconds *prometheus.HistogramVec
 }
 
 // Open connects to dsn (a postgres:// URL or key=value pairs) and pings
-// it. EachCall's pool connects on first use.
+// it. ByKey's pool connects on first use.
 func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	db, err := openPool(dsn, nil, cfg.MaxOpenConns, cfg.OperationSeconds)
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{db: db}
-	each, err := openPool(dsn, map[string]string{"plan_cache_mode": "force_custom_plan"}, cmp.Or(cfg.EachCallConns, 8),
-		cfg.OperationSeconds)
+	s.replan = newReplanner(time.Now)
+	byKey, err := openPool(dsn, byKeySettings, cmp.Or(cfg.ByKeyConns, 8), cfg.OperationSeconds,
+		stdlib.OptionResetSession(s.replan.resetSession))
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
-	s.eachCall = &Store{db: each}
+	s.byKey = &Store{db: byKey}
 	if s.pass, err = openPass(dsn, cfg.OperationSeconds); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -97,15 +98,16 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 }
 
 // openPool opens a pool of at most conns connections (default 20) to dsn,
-// each with the settings params, its statements timed by ops when not nil.
-// It connects on first use.
-func openPool(dsn string, params map[string]string, conns int, ops *prometheus.HistogramVec) (*gorm.DB, error) {
+// each with the settings params, its statements timed by ops when not nil,
+// with the driver's options opts. It connects on first use.
+func openPool(dsn string, params map[string]string, conns int, ops *prometheus.HistogramVec,
+	opts ...stdlib.OptionOpenDB) (*gorm.DB, error) {
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	maps.Copy(pc.RuntimeParams, params)
-	sqlDB := stdlib.OpenDB(*pc)
+	sqlDB := stdlib.OpenDB(*pc, opts...)
 	conns = cmp.Or(conns, 20)
 	sqlDB.SetMaxOpenConns(conns)
 	sqlDB.SetMaxIdleConns(conns)
@@ -125,59 +127,27 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 	return db, nil
 }
 
-// EachCall returns a Store on a pool of its own (Config.EachCallConns)
-// whose connections have Postgres plan every statement at each call, for
-// its arguments (plan_cache_mode = force_custom_plan), instead of keeping a
-// generic plan per connection. It is for the statements that take their
-// keys in arrays or lists and run a few times a second: the expiry read
-// (ExpiryDue), a start batch's
-// (TryLockRuns, ExpandAndStartRuns, the root moves of several runs), a
-// report batch's about several attempts (ReportAttempts chooses). A
-// generic plan is made once per connection, for the tables as they are
-// then, and kept until the table is next analyzed (autovacuum, about a
-// minute on a new database): made on nearly empty tables, theirs join by a
-// sequential scan and go on scanning the tables whole as they grow
-// (AssignTasks of 17 tasks at 6,000 tasks: 24 ms, against 4.8 ms planned
-// at each call; a start batch's root moves under load at 8,000 runs:
-// 13.8 ms, against 1.6 ms and 1 ms of planning). A scheduling pass's
-// statements have a connection of their own (Pass). The other statements
-// keep the main pool, where a generic plan saves their planning. On EachCall's
-// Store, and on a transaction's, it returns the Store itself.
-func (s *Store) EachCall() *Store {
-	if s.eachCall == nil {
+// ByKey returns a Store on a pool of its own (Config.ByKeyConns) for the
+// statements that reach their rows by key, several keys at a time (in
+// arrays or lists), several times a second: a start batch's (TryLockRuns,
+// ExpandAndStartRuns, the root moves of several runs), an evaluation
+// batch's, a report batch's about several attempts (ReportAttempts
+// chooses), the expiry read (ExpiryDue, on its partial indexes). Its
+// connections keep one plan per statement, made from index paths alone and
+// made again as the tables grow (byKeySettings, replanner); on the main
+// pool Postgres plans such a statement at each call (a plan for the
+// arrays' true length looks cheaper than the generic one), and a plan kept
+// from the first minute of a new database would scan the tables it was
+// made for as they grow (AssignTasks of 17 tasks at 6,000 tasks: 24 ms,
+// against 4.8 ms planned at each call). A scheduling pass's statements
+// have a connection of their own (Pass). On ByKey's Store, and on a
+// transaction's, it returns the Store itself.
+func (s *Store) ByKey() *Store {
+	if s.byKey == nil {
 		return s
 	}
-	return s.eachCall
+	return s.byKey
 }
-
-// KeepPlans has the statements that follow in the transaction keep the
-// plans Postgres makes for them (plan_cache_mode = auto, the main pool's)
-// instead of planning each at every call, up to the commit, whose root
-// moves and events insert (their keys in arrays) are planned as the pool
-// plans them, as are the root moves of several runs that a statement
-// makes before it (makeRootMoves). On EachCall's pool it is for a transaction that, after its
-// statements of lists, runs statements of one row each: they then cost
-// no plan at each call (an evaluation's task outcome: 0.28 ms of planning
-// a call on EachCall, 0.003 ms with its kept plan). It costs a statement
-// (SET LOCAL), and one more at commit. Errors: outside a transaction;
-// Postgres's.
-func (s *Store) KeepPlans(ctx context.Context) error {
-	if s.tx == nil {
-		return errors.New("KeepPlans outside a transaction")
-	}
-	if err := s.q(ctx).Exec(keepPlansSQL).Error; err != nil {
-		return mapErr(err)
-	}
-	s.tx.keptPlans = true
-	return nil
-}
-
-// keepPlansSQL is KeepPlans's statement, and poolPlansSQL the one that
-// puts the pool's plan_cache_mode back (its connections' setting).
-const (
-	keepPlansSQL = "SET LOCAL plan_cache_mode = auto"
-	poolPlansSQL = "SET LOCAL plan_cache_mode TO DEFAULT"
-)
 
 // quietDialector is gorm's Postgres dialector without the rendering of a
 // statement with its values for a log line (Explain): gorm's Scan renders
@@ -196,8 +166,8 @@ func (s *Store) Close() error {
 		return err
 	}
 	err = sqlDB.Close()
-	if s.eachCall != nil {
-		err = errors.Join(err, s.eachCall.Close())
+	if s.byKey != nil {
+		err = errors.Join(err, s.byKey.Close())
 	}
 	if s.pass != nil {
 		err = errors.Join(err, s.pass.st.Close())
@@ -237,11 +207,6 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 		ts := &Store{db: tx, tx: &txState{}}
 		if err := fn(ts); err != nil {
 			return err
-		}
-		if ts.tx.keptPlans && len(ts.tx.events) > 0 {
-			if err := tx.WithContext(ctx).Exec(poolPlansSQL).Error; err != nil {
-				return mapErr(err)
-			}
 		}
 		if err := ts.flushEvents(ctx); err != nil {
 			return err

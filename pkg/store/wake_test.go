@@ -52,43 +52,6 @@ func TestNextWakeAtKeepsAPlanOfTheWaitingIndexes(t *testing.T) {
 	require.NotContains(t, plan, "Seq Scan")
 }
 
-// KeepPlans has a transaction's statements on EachCall's pool keep their
-// plans up to its commit, whose root moves and events insert (their keys
-// in arrays when several runs move) are planned at each call again.
-func TestKeepPlansUpToTheCommit(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st, _ := openOneConnectionPools(t)
-	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
-	each := st.EachCall()
-	for range 7 {
-		require.NoError(t, each.InTx(ctx, func(tx *store.Store) error {
-			if err := tx.KeepPlans(ctx); err != nil {
-				return err
-			}
-			if _, err := tx.RunPhase(ctx, key); err != nil {
-				return err
-			}
-			return tx.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, time.Now().UTC())
-		}))
-	}
-	_, generic, _, err := each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
-	require.NoError(t, err)
-	require.Positive(t, generic, "RunPhase's generic plans after KeepPlans")
-	_, generic, custom, err := each.PreparedPlans(ctx, "WITH m AS (SELECT CAST(")
-	require.NoError(t, err)
-	require.Zero(t, generic, "the commit's generic plans")
-	require.Equal(t, int64(7), custom, "the commit's custom plans")
-	_, _, before, err := each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
-	require.NoError(t, err)
-	_, err = each.RunPhase(ctx, key)
-	require.NoError(t, err)
-	_, _, after, err := each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
-	require.NoError(t, err)
-	require.Equal(t, before+1, after, "RunPhase planned at the call outside KeepPlans")
-	require.Error(t, each.KeepPlans(ctx), "KeepPlans outside a transaction")
-}
-
 // PlaceableWorkers reads the tasks of the live attempts by their key, not
 // by a scan of every task, on the statistics of a new database (its tables
 // never analyzed): a pass costs what the live attempts do.
@@ -116,45 +79,13 @@ func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO attempts (task_id, number, worker_id, state)
 		SELECT id, 1, $1, state FROM tasks WHERE state = $2`, w.ID, domain.TaskSucceeded)
 	require.NoError(t, err)
-	workers, err := st.EachCall().PlaceableWorkers(ctx, time.Minute)
+	workers, err := st.ByKey().PlaceableWorkers(ctx, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, workers, 1)
 	require.Equal(t, 20, workers[0].Used)
-	plan := explainPrepared(t, st.EachCall(), "CROSS JOIN LATERAL", "60")
+	plan := explainPrepared(t, st.ByKey(), "CROSS JOIN LATERAL", "60")
 	require.Contains(t, plan, "tasks_pkey")
 	require.NotContains(t, plan, "Seq Scan on tasks")
-}
-
-// After KeepPlans, the root moves of several runs that a statement makes
-// before it (their keys in arrays) are still planned at each call.
-func TestKeepPlansLeavesTheMovesOfSeveralRunsPlannedAtEachCall(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st, _ := openOneConnectionPools(t)
-	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
-	a, b := newRun(t, st, "a", spec), newRun(t, st, "b", spec)
-	each := st.EachCall()
-	for range 7 {
-		require.NoError(t, each.InTx(ctx, func(tx *store.Store) error {
-			if err := tx.KeepPlans(ctx); err != nil {
-				return err
-			}
-			for _, k := range []domain.RunKey{a, b} {
-				if err := tx.SetRootPhase(ctx, k, domain.PhaseQueued, domain.PhaseRunning, time.Now().UTC()); err != nil {
-					return err
-				}
-			}
-			_, err := tx.RunPhase(ctx, a) // makes both moves first
-			return err
-		}))
-	}
-	_, generic, custom, err := each.PreparedPlans(ctx, "x.name = m.r RETURNING 1) SELECT ord FROM a")
-	require.NoError(t, err)
-	require.Zero(t, generic, "the moves' generic plans")
-	require.Equal(t, int64(7), custom, "the moves' custom plans")
-	_, generic, _, err = each.PreparedPlans(ctx, `SELECT "phase" FROM "runs"`)
-	require.NoError(t, err)
-	require.Positive(t, generic, "RunPhase keeps its plan after the moves")
 }
 
 // explainPrepared returns the plan of the statement prepared on st's

@@ -98,7 +98,7 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 // order. The runs whose advance is a fresh run's first (freshStart: plain
 // task steps to start) and that no other transaction holds are advanced in
 // one transaction of three statements whatever their number, on the pool
-// whose statements are planned at each call (store.EachCall): their locks
+// for statements by key (store.ByKey): their locks
 // (store.TryLockRuns), their expansions (store.ExpandAndStartRuns), and at
 // commit their root moves with all their events. Every other run, all of
 // them when that transaction fails, and a lone run are advanced on their
@@ -109,7 +109,7 @@ func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error
 		return []error{err}
 	}
 	advs := make([]*Advance, len(keys))
-	err := s.store.EachCall().InTx(ctx, func(tx *store.Store) error {
+	err := s.store.ByKey().InTx(ctx, func(tx *store.Store) error {
 		clear(advs)
 		return s.startFresh(ctx, tx, keys, advs)
 	})
