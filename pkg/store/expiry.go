@@ -38,16 +38,23 @@ type TimedOutAction struct {
 
 // dueSQL is ExpiryDue's statement: one round trip for what every pass
 // checks, each part on its own partial index, at most @limit rows each.
+// The parts that want distinct rows read them in a subquery of their own
+// (OFFSET 0): planned with the DISTINCT and LIMIT above it, the read of
+// the waits walked the whole primary key of actions in the DISTINCT's
+// order, on a plan that counted on the LIMIT to stop it early (7-60 ms a
+// pass at 10,000 actions, against 0.02 ms from its partial index).
 var dueSQL = `
 (SELECT DISTINCT 'deadline' AS kind, project, domain, run_name, action_name AS name, 0 AS idx, 0::bigint AS timeout_ms
-	FROM tasks WHERE state IN ` + sqlPending + ` AND scheduling_deadline < now() LIMIT @limit)
+	FROM (SELECT project, domain, run_name, action_name FROM tasks
+		WHERE state IN ` + sqlPending + ` AND scheduling_deadline < now() OFFSET 0) d LIMIT @limit)
 UNION ALL
-(SELECT DISTINCT ON (t.project, t.domain, t.run_name, t.action_name) 'attempt', t.project, t.domain, t.run_name,
-		t.action_name, t.idx, t.timeout_ms
-	FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.number = t.attempt_count
-	WHERE t.timeout_ms > 0 AND t.state IN ` + sqlStarted + ` AND a.started_at IS NOT NULL
-		AND a.started_at + t.timeout_ms * interval '1 millisecond' < now()
-	ORDER BY t.project, t.domain, t.run_name, t.action_name, t.idx LIMIT @limit)
+(SELECT DISTINCT ON (project, domain, run_name, action_name) 'attempt', project, domain, run_name, action_name,
+		idx, timeout_ms
+	FROM (SELECT t.project, t.domain, t.run_name, t.action_name, t.idx, t.timeout_ms
+		FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.number = t.attempt_count
+		WHERE t.timeout_ms > 0 AND t.state IN ` + sqlStarted + ` AND a.started_at IS NOT NULL
+			AND a.started_at + t.timeout_ms * interval '1 millisecond' < now() OFFSET 0) x
+	ORDER BY project, domain, run_name, action_name, idx LIMIT @limit)
 UNION ALL
 (SELECT 'step', project, domain, run_name, name, 0, timeout_ms FROM actions
 	WHERE timeout_ms > 0 AND ended_at IS NULL AND started_at IS NOT NULL
@@ -56,8 +63,9 @@ UNION ALL
 (SELECT 'run', project, domain, name, 'a0', 0, timeout_ms FROM runs
 	WHERE timeout_ms > 0 AND ended_at IS NULL AND created_at + timeout_ms * interval '1 millisecond' < now() LIMIT @limit)
 UNION ALL
-(SELECT DISTINCT 'wait', project, domain, run_name, '', 0, 0::bigint FROM actions
-	WHERE waiting_for IS NOT NULL AND not_before <= now() AND ended_at IS NULL LIMIT @limit)`
+(SELECT DISTINCT 'wait', project, domain, run_name, '', 0, 0::bigint
+	FROM (SELECT project, domain, run_name FROM actions
+		WHERE waiting_for IS NOT NULL AND not_before <= now() AND ended_at IS NULL OFFSET 0) w LIMIT @limit)`
 
 // ExpiryDue reads, in one statement, what the leader's expiry pass acts on:
 // expired scheduling deadlines, attempts past their attempt timeout, steps
