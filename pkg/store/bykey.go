@@ -25,28 +25,38 @@ var byKeySettings = map[string]string{
 }
 
 // replanner drops the plans of a pool's connections (DISCARD PLANS: their
-// statements stay prepared) as the pool ages, so that each plan is made
-// for tables of at least half the size they have when it runs, as long as
-// they grow at most steadily from the pool's start: a connection's plans
-// made at age a (since the pool opened) are dropped at its next use after
-// age 2a, and at the latest replanEvery after they were made (tables that
-// grow from empty after a quiet start). A connection so plans again at
-// the pool's ages 0.25 s, 0.5 s, 1 s, 2 s and so on, then every 10 s, each
-// time at its next use: about 15 statements of 1-2 ms each.
+// statements stay prepared) as they are used, so that each plan is made for
+// tables of at least half the size they have when it runs, as long as they
+// grow with the work done: a connection's plans made at its nth use are
+// dropped at its use 2n + firstReplanUses, and at the latest replanEvery
+// after they were made (tables that others grow). A connection so plans
+// again at its uses 16, 48, 112, 240 and so on, each time about 15
+// statements of 1-2 ms: under a start of load, within its first seconds.
+// (A schedule on the pool's age, doubling from the service's start, made
+// the plans of a connection first used 5 s after the start, on nearly
+// empty tables, again only 5 s later: the whole of a short benchmark.)
+// Once the tables are analyzed (autovacuum) Postgres makes the plans of
+// their statements again itself.
 type replanner struct {
-	opened time.Time
-	now    func() time.Time
-	mu     sync.Mutex
-	// made is when each connection's plans were made (first used, or
-	// last dropped).
-	made map[*pgx.Conn]time.Time
+	now   func() time.Time
+	mu    sync.Mutex
+	conns map[*pgx.Conn]*connPlans
 }
 
-// firstReplan is the age the first plans of a new pool are dropped at.
-const firstReplan = 250 * time.Millisecond
+// connPlans is what replanner knows of a connection's plans.
+type connPlans struct {
+	// uses counts the connection's uses (reuses from the pool); made is
+	// the count its plans were made at (first seen, or last dropped), at
+	// when.
+	uses, made int64
+	at         time.Time
+}
+
+// firstReplanUses is the use a connection's first plans are dropped at.
+const firstReplanUses = 16
 
 func newReplanner(now func() time.Time) *replanner {
-	return &replanner{opened: now(), now: now, made: map[*pgx.Conn]time.Time{}}
+	return &replanner{now: now, conns: map[*pgx.Conn]*connPlans{}}
 }
 
 // resetSession is the pool's hook before a connection is reused: it drops
@@ -55,14 +65,16 @@ func newReplanner(now func() time.Time) *replanner {
 func (r *replanner) resetSession(ctx context.Context, c *pgx.Conn) error {
 	r.mu.Lock()
 	now := r.now()
-	made, ok := r.made[c]
+	p, ok := r.conns[c]
 	if !ok {
 		r.forgetClosed()
-		r.made[c] = now
+		p = &connPlans{at: now}
+		r.conns[c] = p
 	}
-	due := ok && replanDue(r.opened, made, now)
+	p.uses++
+	due := replanDue(*p, now)
 	if due {
-		r.made[c] = now
+		p.made, p.at = p.uses, now
 	}
 	r.mu.Unlock()
 	if !due {
@@ -72,18 +84,18 @@ func (r *replanner) resetSession(ctx context.Context, c *pgx.Conn) error {
 	return err
 }
 
-// replanDue reports whether plans made at made, on a pool opened at opened,
-// are to be made again at now (replanner).
-func replanDue(opened, made, now time.Time) bool {
-	return now.Sub(made) >= min(max(made.Sub(opened), firstReplan), replanEvery)
+// replanDue reports whether the plans of p are to be made again at now
+// (replanner).
+func replanDue(p connPlans, now time.Time) bool {
+	return p.uses >= 2*p.made+firstReplanUses || now.Sub(p.at) >= replanEvery
 }
 
-// forgetClosed drops the closed connections from made. The caller holds
+// forgetClosed drops the closed connections from conns. The caller holds
 // mu.
 func (r *replanner) forgetClosed() {
-	for c := range r.made {
+	for c := range r.conns {
 		if c.IsClosed() {
-			delete(r.made, c)
+			delete(r.conns, c)
 		}
 	}
 }

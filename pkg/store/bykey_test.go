@@ -11,26 +11,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ByKey's plans are made again when the pool's age doubles after they
-// were made (at 0.25 s first), and at least every 10 s.
-func TestReplanDueAsThePoolAges(t *testing.T) {
+// ByKey's plans are made again at a connection's use 16, then whenever its
+// uses have doubled since, plus 16, and at least every 10 s.
+func TestReplanDueAsAConnectionWorks(t *testing.T) {
 	t.Parallel()
-	opened := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) time.Time { return opened.Add(d) }
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
-		made, now time.Duration
-		due       bool
+		uses, made int64
+		after      time.Duration
+		due        bool
 	}{
-		{0, 249 * time.Millisecond, false},
-		{0, 250 * time.Millisecond, true},
-		{250 * time.Millisecond, 499 * time.Millisecond, false},
-		{250 * time.Millisecond, 500 * time.Millisecond, true},
-		{4 * time.Second, 7999 * time.Millisecond, false},
-		{4 * time.Second, 8 * time.Second, true},
-		{time.Hour, time.Hour + 9*time.Second, false},
-		{time.Hour, time.Hour + 10*time.Second, true},
+		{15, 0, 0, false},
+		{16, 0, 0, true},
+		{47, 16, time.Second, false},
+		{48, 16, time.Second, true},
+		{239, 112, 9 * time.Second, false},
+		{240, 112, 0, true},
+		{241, 240, 9999 * time.Millisecond, false},
+		{241, 240, 10 * time.Second, true},
 	} {
-		require.Equal(t, c.due, store.ReplanDue(opened, at(c.made), at(c.now)), "made at %s, now %s", c.made, c.now)
+		require.Equal(t, c.due, store.ReplanDue(c.uses, c.made, at, at.Add(c.after)),
+			"use %d, made at %d, %s after", c.uses, c.made, c.after)
 	}
 }
 

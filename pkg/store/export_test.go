@@ -87,5 +87,8 @@ func (s *Store) ShiftByKeyClock(d time.Duration) {
 	s.replan.now = func() time.Time { return time.Now().Add(d) }
 }
 
-// ReplanDue is replanDue.
-var ReplanDue = replanDue
+// ReplanDue is replanDue for a connection used uses times, whose plans
+// were made at its use made, at when.
+func ReplanDue(uses, made int64, at, now time.Time) bool {
+	return replanDue(connPlans{uses: uses, made: made, at: at}, now)
+}
