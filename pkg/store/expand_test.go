@@ -104,11 +104,48 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 }
 
 // ByKey's pool keeps one plan of each statement, and makes it again as
-// the tables grow. The root moves of several runs, planned while actions
-// holds a few rows, walk the whole primary key of actions for the name a0;
-// once actions has grown and the pool has aged, the connection's next use
-// drops its plans, and the next moves are planned from the moves' keys.
+// the tables grow. A join of actions with keys in arrays, on the name a0
+// as a parameter, planned while actions holds a few rows, walks the whole
+// primary key of actions for that name; once actions has grown and the
+// connection's plans are due, its next use drops them, and the join is
+// planned from the keys.
 func TestByKeyKeepsPlansAndMakesThemAgainAsTablesGrow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, url := openOneConnectionPools(t)
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
+	newRun(t, st, "a", spec)
+	newRun(t, st, "b", spec)
+	by := st.ByKey()
+	const join = `SELECT count(*) FROM actions x,
+		unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS m(p, d, r)
+		WHERE x.project = m.p AND x.domain = m.d AND x.run_name = m.r AND x.name = ?`
+	count := func() {
+		t.Helper()
+		n, err := by.Count(ctx, join, store.Strings{"p", "p"}, store.Strings{"d", "d"}, store.Strings{"a", "b"}, "a0")
+		require.NoError(t, err)
+		require.Equal(t, int64(2), n)
+	}
+	for range 6 {
+		count()
+	}
+	_, generic, custom, err := by.PreparedPlans(ctx, "AS m(p, d, r)")
+	require.NoError(t, err)
+	require.Equal(t, int64(6), generic, "the join's kept plan")
+	require.Zero(t, custom)
+	growActions(t, url)
+	st.ShiftByKeyClock(time.Hour)
+	count()
+	plan := explainPrepared(t, by, "AS m(p, d, r)", "'{p,p}', '{d,d}', '{a,b}', 'a0'")
+	require.Contains(t, plan, "actions_pkey")
+	require.NotContains(t, plan, "Index Cond: (name = ", "a walk of actions' whole key:\n%s", plan)
+}
+
+// The root moves of several runs reach actions by the moves' keys, a0's
+// name included, even on a plan made while actions held a few rows: with
+// the name a parameter of its own, that plan walked the whole primary key
+// of actions for it.
+func TestRootMovesOfSeveralRunsReachActionsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, url := openOneConnectionPools(t)
@@ -127,31 +164,30 @@ func TestByKeyKeepsPlansAndMakesThemAgainAsTablesGrow(t *testing.T) {
 			return err
 		}))
 	}
-	const moves = "x.name = m.r RETURNING 1) SELECT ord FROM a"
-	const args = "'{p,p}', '{d,d}', '{a,b}', '{QUEUED,QUEUED}', '{RUNNING,RUNNING}', " +
-		"'{2026-01-01,2026-01-01}', '{f,f}', '{1,2}', 'a0'"
 	for range 3 {
 		move(domain.PhaseQueued, domain.PhaseRunning)
 		move(domain.PhaseRunning, domain.PhaseQueued)
 	}
-	_, generic, custom, err := by.PreparedPlans(ctx, moves)
-	require.NoError(t, err)
-	require.Equal(t, int64(6), generic, "the moves' kept plan")
-	require.Zero(t, custom)
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.ExecContext(ctx, `INSERT INTO runs (project, domain, name, spec)
-		SELECT project, domain, name || '-' || i, spec FROM runs, generate_series(1, 5000) i WHERE name = 'a'`)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO actions (project, domain, run_name, name, kind, phase)
-		SELECT project, domain, name, 'a0', 'workflow', 'QUEUED' FROM runs WHERE name LIKE 'a-%'`)
-	require.NoError(t, err)
-	st.ShiftByKeyClock(time.Hour)
-	move(domain.PhaseQueued, domain.PhaseRunning)
-	plan := explainPrepared(t, by, moves, args)
+	growActions(t, url) // no new plan: too few uses, and no time
+	plan := explainPrepared(t, by, "RETURNING 1) SELECT ord FROM a",
+		"'{p,p}', '{d,d}', '{a,b}', '{QUEUED,QUEUED}', '{RUNNING,RUNNING}', "+
+			"'{2026-01-01,2026-01-01}', '{f,f}', '{1,2}', 'a0'")
 	require.Contains(t, plan, "actions_pkey")
 	require.NotContains(t, plan, "Index Cond: (name = ", "a walk of actions' whole key:\n%s", plan)
+}
+
+// growActions adds 5,000 runs, each with its a0, to the database of url.
+func growActions(t *testing.T, url string) {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec(`INSERT INTO runs (project, domain, name, spec)
+		SELECT project, domain, name || '-' || i, spec FROM runs, generate_series(1, 5000) i WHERE name = 'a'`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO actions (project, domain, run_name, name, kind, phase)
+		SELECT project, domain, name, 'a0', 'workflow', 'QUEUED' FROM runs WHERE name LIKE 'a-%'`)
+	require.NoError(t, err)
 }
 
 // A Strings value reaches Postgres as the array it holds, whatever its

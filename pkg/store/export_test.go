@@ -92,3 +92,10 @@ func (s *Store) ShiftByKeyClock(d time.Duration) {
 func ReplanDue(uses, made int64, at, now time.Time) bool {
 	return replanDue(connPlans{uses: uses, made: made, at: at}, now)
 }
+
+// Count runs stmt, a count, with args on s's pool or transaction.
+func (s *Store) Count(ctx context.Context, stmt string, args ...any) (int64, error) {
+	var n int64
+	err := s.q(ctx).Raw(stmt, args...).Row().Scan(&n)
+	return n, err
+}

@@ -128,7 +128,11 @@ const rootMoveCTE = `WITH m AS (SELECT CAST(@mord AS bigint) AS ord),
 
 // rootMovesCTE moves the a0s (a, returning the ordinals of the moves whose
 // a0 moved) and the run rows (r) of the moves (m, from the arrays @mp to
-// @mord), each run at most once.
+// @mord), each run at most once. The a0s are reached from m, the root's
+// name a column of it behind a fence (OFFSET 0): with the name a parameter
+// of the join, a plan made while actions held a few rows walked the whole
+// primary key of actions for it, and ByKey's pool kept that plan until its
+// next replanning.
 const rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS text[]),
 	  CAST(CAST(@md AS text) AS text[]), CAST(CAST(@mr AS text) AS text[]), CAST(CAST(@mf AS text) AS text[]),
 	  CAST(CAST(@mt AS text) AS text[]), CAST(CAST(@mnow AS text) AS timestamptz[]),
@@ -136,7 +140,8 @@ const rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS 
 	  AS m(p, d, r, f, t, now, terminal, ord)),
 	a AS (UPDATE actions x SET phase = m.t, updated_at = m.now, version = x.version + 1,
 	  ended_at = CASE WHEN m.terminal THEN m.now ELSE x.ended_at END
-	  FROM m WHERE x.project = m.p AND x.domain = m.d AND x.run_name = m.r AND x.name = @root AND x.phase = m.f
+	  FROM (SELECT m.*, CAST(@root AS text) AS n FROM m OFFSET 0) m
+	  WHERE x.project = m.p AND x.domain = m.d AND x.run_name = m.r AND x.name = m.n AND x.phase = m.f
 	  RETURNING m.ord),
 	r AS (UPDATE runs x SET phase = m.t, updated_at = m.now, version = x.version + 1,
 	  ended_at = CASE WHEN m.terminal THEN m.now ELSE x.ended_at END
