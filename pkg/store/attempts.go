@@ -38,8 +38,8 @@ func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error)
 
 // GetAttemptRuns loads the attempts ids with their tasks and actions, in
 // one statement, by id (a repeated id once); an id of no attempt has no
-// row. Several ids are read on ByKey's pool, which keeps a plan per list
-// length; one id is GetAttemptRun's statement, whose plan the main
+// row. Several ids are read on ByKey's pool, in an array; one id is
+// GetAttemptRun's statement, whose plan the main
 // pool keeps (the list's form was planned at each call there: 0.41 ms a
 // call at 60 runs/s).
 func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, error) {

@@ -39,7 +39,8 @@ func openPass(dsn string, ops *prometheus.HistogramVec) (*passConn, error) {
 // force_generic_plan), for a scheduling pass's statements (PendingTasks,
 // PlaceableWorkers, AssignTasks, SetPendingReasons, LiveOnWorkers,
 // NextWakeAt): the leader makes them one after the other, several times a
-// second, and planning them at each call cost more than running them (AssignTasks of two tasks: 1.4 ms of planning against 1.5 ms of
+// second, and planning them at each call cost more than running them
+// (AssignTasks of two tasks: 1.4 ms of planning against 1.5 ms of
 // execution). A plan is made for the tables as they are; Replan has the
 // next calls plan again once they have grown. On any other Store than
 // Open's it returns ByKey's.

@@ -78,9 +78,9 @@ func rootMovesArgs(moves []rootMove) map[string]any {
 // rootMovesSQL is the CTE that makes moves (rootMoveCTE for one, in
 // scalars; rootMovesCTE for several, in arrays) followed by tail. One move,
 // the usual case, stays in scalars: Postgres plans that statement once (a
-// generic plan), where on the main pool the arrays' statement is planned afresh at each call
-// (its plan for the arrays' true length looks cheaper than the generic
-// one), about 0.3 ms each time.
+// generic plan), where on the main pool the arrays' statement is planned
+// afresh at each call (its plan for the arrays' true length looks cheaper
+// than the generic one), about 0.3 ms each time.
 func rootMovesSQL(moves []rootMove, tail string) string {
 	if len(moves) == 1 {
 		return rootMoveCTE + tail

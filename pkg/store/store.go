@@ -44,8 +44,8 @@ type Store struct {
 	// byKey is the pool of ByKey; nil on ByKey's Store and on a
 	// transaction's.
 	byKey *Store
-	// replan drops the plans of byKey's connections as it ages; nil but
-	// on Open's Store.
+	// replan drops the plans of byKey's connections as they are used;
+	// nil but on Open's Store.
 	replan *replanner
 	// pass is the connection of Pass; nil but on Open's Store.
 	pass *passConn
