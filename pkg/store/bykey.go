@@ -52,8 +52,14 @@ type connPlans struct {
 	at         time.Time
 }
 
-// firstReplanUses is the use a connection's first plans are dropped at.
-const firstReplanUses = 16
+// firstReplanUses is the use a connection's first plans are dropped at;
+// maxTrackedConns bounds the connections replanner knows of. It cannot
+// ask another connection whether it is closed (a pgx connection is for
+// one goroutine at a time).
+const (
+	firstReplanUses = 16
+	maxTrackedConns = 64
+)
 
 func newReplanner(now func() time.Time) *replanner {
 	return &replanner{now: now, conns: map[*pgx.Conn]*connPlans{}}
@@ -67,7 +73,11 @@ func (r *replanner) resetSession(ctx context.Context, c *pgx.Conn) error {
 	now := r.now()
 	p, ok := r.conns[c]
 	if !ok {
-		r.forgetClosed()
+		if len(r.conns) >= maxTrackedConns {
+			// Closed connections are never told of; forgetting them
+			// all restarts the schedule of those still open.
+			clear(r.conns)
+		}
 		p = &connPlans{at: now}
 		r.conns[c] = p
 	}
@@ -88,14 +98,4 @@ func (r *replanner) resetSession(ctx context.Context, c *pgx.Conn) error {
 // (replanner).
 func replanDue(p connPlans, now time.Time) bool {
 	return p.uses >= 2*p.made+firstReplanUses || now.Sub(p.at) >= replanEvery
-}
-
-// forgetClosed drops the closed connections from conns. The caller holds
-// mu.
-func (r *replanner) forgetClosed() {
-	for c := range r.conns {
-		if c.IsClosed() {
-			delete(r.conns, c)
-		}
-	}
 }
