@@ -69,8 +69,12 @@ func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.
 // claimAttemptsSQL is LockAndClaimAttempts's statement. `pick` reads
 // without locks; every later level re-checks its rows as locked (Postgres
 // returns a locked row's latest version), and the claim re-checks the
-// attempt, so an attempt claimed meanwhile by another evaluation is left
-// out.
+// attempt as la locked it, so an attempt claimed meanwhile by another
+// evaluation is left out. The claim's conditions are on la's columns, not
+// on the attempts it updates: conditions there let the plan walk the
+// partial index of the attempts not yet evaluated and match every entry
+// against every locked attempt (35 ms for 34 attempts among 218 waiting,
+// on statistics taken while none waited).
 const claimAttemptsSQL = `
 WITH pick AS (
 	SELECT at.id, at.task_id, t.project, t.domain, t.run_name, t.action_name
@@ -91,12 +95,12 @@ WITH pick AS (
 	WHERE t.id IN (SELECT task_id FROM pick) AND (SELECT count(*) FROM lx) >= 0
 	ORDER BY t.id FOR UPDATE OF t
 ), la AS (
-	SELECT at.id FROM attempts at
+	SELECT at.id, at.state, at.finished_at, at.evaluated_at FROM attempts at
 	WHERE at.id IN (SELECT id FROM pick) AND (SELECT count(*) FROM lt) >= 0
 	ORDER BY at.id FOR UPDATE OF at
 ), c AS (
 	UPDATE attempts at SET evaluated_at = @now, updated_at = @now FROM la
-	WHERE at.id = la.id AND at.state = @succeeded AND at.finished_at IS NOT NULL AND at.evaluated_at IS NULL
+	WHERE at.id = la.id AND la.state = @succeeded AND la.finished_at IS NOT NULL AND la.evaluated_at IS NULL
 	RETURNING row_to_json(at) AS j
 )
 SELECT (SELECT coalesce(json_agg(j), '[]') FROM lr), (SELECT coalesce(json_agg(j), '[]') FROM lx),
