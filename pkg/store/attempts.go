@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
-	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -139,9 +138,12 @@ var ErrBadReport = errors.New("invalid attempt report")
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
 	err := s.InTx(ctx, func(tx *Store) error {
+		locked := lockedRows{}
 		var err error
-		res, err = tx.report(ctx, lockedRows{}, id, "", rep, false)
-		return err
+		if res, err = tx.report(ctx, locked, id, "", rep); err != nil {
+			return err
+		}
+		return tx.writeReports(ctx, locked)
 	})
 	return res, err
 }
@@ -151,8 +153,8 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 // and a report of the state the attempt is in already, or of BUILDING when
 // it runs (a resent batch), writes nothing. Its errors come before any
 // write.
-func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report,
-	deferred bool) (ReportResult, error) {
+func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult,
+	error) {
 	var res ReportResult
 	t, a, err := locked.get(ctx, s, id)
 	if err == nil && worker != "" && (a.WorkerID == nil || *a.WorkerID != worker) {
@@ -173,25 +175,24 @@ func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker 
 	if !domain.CanReport(a.State, rep.State) {
 		return res, ErrBadReport
 	}
-	if err := s.applyReport(ctx, locked, t, a, id, rep, live, deferred); err != nil {
+	if err := s.applyReport(ctx, locked, t, a, id, rep, live); err != nil {
 		return res, err
 	}
 	res.Evaluate = (live || killedLast(t, a)) && rep.State.IsTerminal()
 	return res, nil
 }
 
-// applyReport writes a report the attempt can take: the attempt's columns,
-// what a terminal report carries, the task's state while live, and the
-// "attempt.<STATE>" event. The attempt's and the task's columns are one
-// statement (writeReport). When the batch's next item is a report of the
-// same attempt (deferred), a non-terminal report's columns are kept in
-// locked instead, and written with the next one's: an executor's RUNNING
-// and SUCCEEDED of a short attempt, sent together, cost one UPDATE.
-// ReportAttempts writes what a deferred report left at the batch's end. The
-// rows written, or as they will be, replace t and a in locked.
+// applyReport takes a report the attempt can take: it records what a
+// terminal report carries and the "attempt.<STATE>" event, and lays the
+// attempt's columns, and the task's state while live, over those its
+// earlier reports in the transaction left in locked, for writeReports to
+// write at the transaction's end: an executor's RUNNING and SUCCEEDED of a
+// short attempt, sent together, cost one UPDATE, and a batch's attempts
+// one statement. The rows as they will be written replace t and a in
+// locked. Times are kept to the microsecond, as Postgres keeps them.
 func (s *Store) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
-	live, deferred bool) error {
-	now := time.Now().UTC()
+	live bool) error {
+	now := time.Now().UTC().Truncate(time.Microsecond)
 	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
 	if err != nil {
 		return err
@@ -201,21 +202,19 @@ func (s *Store) applyReport(ctx context.Context, locked lockedRows, t Task, a At
 	}
 	w := locked[id].pending
 	w.add(up, live && !rep.State.IsTerminal(), rep.State)
-	after := taskAttempt{task: t, attempt: a}
-	if deferred && !rep.State.IsTerminal() {
-		after.pending = w
-		after.attempt.State, after.attempt.UpdatedAt = rep.State, now
-		if rep.Pid != nil {
-			after.attempt.Pid = rep.Pid
-		}
-		if _, ok := up["started_at"]; ok {
-			after.attempt.StartedAt = &now
-		}
-		if w.task != nil {
-			after.task.State = *w.task
-		}
-	} else if after, err = s.writeReport(ctx, t, id, w); err != nil {
-		return err
+	after := taskAttempt{task: t, attempt: a, pending: w}
+	after.attempt.State, after.attempt.UpdatedAt = rep.State, now
+	if rep.Pid != nil {
+		after.attempt.Pid = rep.Pid
+	}
+	if _, ok := up["started_at"]; ok {
+		after.attempt.StartedAt = &now
+	}
+	if rep.State.IsTerminal() {
+		after.attempt.FinishedAt = &now
+	}
+	if w.task != nil {
+		after.task.State = *w.task
 	}
 	locked[id] = after
 	return s.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
@@ -296,7 +295,7 @@ func reportUpdates(a Attempt, rep Report, evaluate bool, now time.Time) (map[str
 		if err != nil {
 			return nil, fmt.Errorf("encode outputs: %w", err)
 		}
-		up["outputs"] = gorm.Expr("CAST(? AS jsonb)", string(raw))
+		up["outputs"] = json.RawMessage(raw)
 	}
 	return up, nil
 }

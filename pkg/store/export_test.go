@@ -69,11 +69,11 @@ func (s *Store) PreparedParams(ctx context.Context, substr string) ([]string, er
 	return types, err
 }
 
-// OnStatement has f called with the arguments of every statement s's main
-// pool sends (gorm's raw and row callbacks), as they go to Postgres.
-func (s *Store) OnStatement(f func(vars []any)) error {
+// OnStatement has f called with the text and arguments of every statement
+// s's pool sends (gorm's raw and row callbacks), as they go to Postgres.
+func (s *Store) OnStatement(f func(sql string, vars []any)) error {
 	cb := s.db.Callback()
-	see := func(tx *gorm.DB) { f(tx.Statement.Vars) }
+	see := func(tx *gorm.DB) { f(tx.Statement.SQL.String(), tx.Statement.Vars) }
 	if err := cb.Raw().After("gorm:raw").Register("test:see_raw", see); err != nil {
 		return err
 	}

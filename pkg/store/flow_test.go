@@ -211,7 +211,7 @@ func TestCreateRunSendsEachRowOnce(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
 	var sent []string
-	require.NoError(t, st.OnStatement(func(vars []any) {
+	require.NoError(t, st.OnStatement(func(_ string, vars []any) {
 		for _, v := range vars {
 			if s, ok := v.(string); ok && len(s) > 64 {
 				sent = append(sent, s)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/domain"
-	"gorm.io/gorm/clause"
 )
 
 // BatchedReport is one item of a batch, about attempt AttemptID: a report,
@@ -61,16 +61,14 @@ func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []Batch
 				err = tx.appendBatchLogs(ctx, worker, b.AttemptID, b.Logs, logMax)
 				res.Proceed = err == nil
 			} else {
-				next := i + 1
-				deferred := next < len(batch) && batch[next].Logs == nil && batch[next].AttemptID == b.AttemptID
-				res, err = tx.report(ctx, locked, b.AttemptID, worker, b.Report, deferred)
+				res, err = tx.report(ctx, locked, b.AttemptID, worker, b.Report)
 			}
 			if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadReport) {
 				return err
 			}
 			out[i] = BatchedResult{ReportResult: res, Err: err}
 		}
-		return tx.writeDeferred(ctx, locked)
+		return tx.writeReports(ctx, locked)
 	})
 	if err != nil {
 		return nil, err
@@ -170,52 +168,65 @@ func (w *pendingWrite) add(up map[string]any, moveTask bool, state domain.TaskSt
 	}
 }
 
-// writeReport writes w, the columns of attempt id and the state of its
-// task t, in one statement, and returns the rows as written.
-func (s *Store) writeReport(ctx context.Context, t Task, id int64, w pendingWrite) (taskAttempt, error) {
-	after := taskAttempt{task: t}
-	if w.task == nil {
-		var attempts []Attempt
-		if err := s.q(ctx).Model(&attempts).Clauses(clause.Returning{}).Where("id = ?", id).Updates(w.up).Error; err != nil {
-			return after, mapErr(err)
-		}
-		if len(attempts) != 1 {
-			return after, ErrNotFound
-		}
-		after.attempt = attempts[0]
-		return after, nil
-	}
-	cols := slices.Sorted(maps.Keys(w.up))
-	sets, vars := make([]string, len(cols)), []any{*w.task, w.up["updated_at"], t.ID}
-	for i, c := range cols {
-		if e, ok := w.up[c].(clause.Expr); ok {
-			sets[i] = c + " = " + e.SQL
-			vars = append(vars, e.Vars...)
-			continue
-		}
-		sets[i] = c + " = ?"
-		vars = append(vars, w.up[c])
-	}
-	err := scanRows(s.q(ctx).Raw(`WITH t AS (UPDATE tasks SET state = ?, updated_at = ?, version = version + 1
-		WHERE id = ? RETURNING row_to_json(tasks) AS j)
-		UPDATE attempts SET `+strings.Join(sets, ", ")+` WHERE id = ? RETURNING (SELECT j FROM t), row_to_json(attempts)`,
-		append(vars, id)...), &after.task, &after.attempt)
-	return after, err
+// reportColumns are the attempt columns a report may set (reportUpdates),
+// all of which writeReportsSQL writes.
+var reportColumns = []string{"state", "updated_at", "pid", "started_at", "finished_at", "exit_code", "error",
+	"cause", "code", "evaluated_at", "outputs"}
+
+// writeReportsSQL writes the reports of a transaction's attempts (@rows,
+// a JSON array of writeReports's rows) in one statement: each attempt's
+// columns as its patch has them over the row as it is (jsonb_populate_record
+// keeps a column the patch does not name), and the state of the tasks a
+// live report moved. Both are reached by their keys; the transaction
+// holds their locks already.
+var writeReportsSQL = `WITH w AS (SELECT * FROM jsonb_to_recordset(CAST(@rows AS jsonb))
+	  AS w(id bigint, patch jsonb, task_id bigint, task_state smallint, at timestamptz)),
+	t AS (UPDATE tasks t SET state = w.task_state, updated_at = w.at, version = t.version + 1
+	  FROM w WHERE t.id = w.task_id AND w.task_state IS NOT NULL)
+UPDATE attempts a SET (` + strings.Join(reportColumns, ", ") + `) =
+	(SELECT p.` + strings.Join(reportColumns, ", p.") + ` FROM jsonb_populate_record(a, w.patch) p)
+FROM w WHERE a.id = w.id`
+
+// reportWrite is one row of writeReportsSQL.
+type reportWrite struct {
+	ID        int64             `json:"id"`
+	Patch     map[string]any    `json:"patch"`
+	TaskID    int64             `json:"task_id"`
+	TaskState *domain.TaskState `json:"task_state"`
+	At        any               `json:"at"`
 }
 
-// writeDeferred writes, in attempt id order, the reports a batch deferred
-// that no later report of their attempt wrote (it was resent or refused).
-func (s *Store) writeDeferred(ctx context.Context, locked lockedRows) error {
+// writeReports writes what the transaction's reports left in locked, every
+// attempt in one statement (writeReportsSQL). Errors: ErrNotFound when an
+// attempt is gone, and Postgres's.
+func (s *Store) writeReports(ctx context.Context, locked lockedRows) error {
+	var rows []reportWrite
 	for _, id := range slices.Sorted(maps.Keys(locked)) {
 		ta := locked[id]
 		if ta.pending.up == nil {
 			continue
 		}
-		after, err := s.writeReport(ctx, ta.task, id, ta.pending)
-		if err != nil {
-			return err
+		for c := range ta.pending.up {
+			if !slices.Contains(reportColumns, c) {
+				return fmt.Errorf("report sets %s, which is not among reportColumns", c)
+			}
 		}
-		locked[id] = after
+		rows = append(rows, reportWrite{ID: id, Patch: ta.pending.up, TaskID: ta.task.ID, TaskState: ta.pending.task,
+			At: ta.pending.up["updated_at"]})
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("encode reports: %w", err)
+	}
+	res := s.q(ctx).Exec(writeReportsSQL, map[string]any{"rows": string(raw)})
+	if res.Error != nil {
+		return mapErr(res.Error)
+	}
+	if res.RowsAffected != int64(len(rows)) {
+		return ErrNotFound
 	}
 	return nil
 }

@@ -64,6 +64,62 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 	require.Equal(t, []string{"attempt.RUNNING", "attempt.SUCCEEDED", "attempt.RUNNING"}, types, "the resent RUNNING writes none")
 }
 
+// A batch writes its attempts' reports in one statement, each attempt's
+// columns as its own reports left them: a failure's error, cause and code,
+// a success's outputs, a start's pid, and the tasks of the live reports
+// moved.
+func TestReportBatchWritesItsAttemptsInOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openWithDB(t)
+	w := registerWorker(t, st)
+	attempts := assignedAttempts(t, st, w, "onestatement", 3)
+	var updates int
+	require.NoError(t, st.ByKey().OnStatement(func(sql string, _ []any) {
+		if strings.Contains(sql, "UPDATE attempts") {
+			updates++
+		}
+	}))
+	one, two := 1, 0
+	res, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{
+		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskRunning, Pid: intp(40)}},
+		{AttemptID: attempts[1], Report: store.Report{State: domain.TaskRunning, Pid: intp(41)}},
+		{AttemptID: attempts[2], Report: store.Report{State: domain.TaskRunning, Pid: intp(42)}},
+		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskFailed, ExitCode: &one, Error: "boom",
+			Cause: "user", Code: "Exit"}},
+		{AttemptID: attempts[1], Report: store.Report{State: domain.TaskSucceeded, ExitCode: &two,
+			Outputs: map[string]string{"n": "7"}}},
+	}, 1<<20)
+	require.NoError(t, err)
+	for i, r := range res {
+		require.NoError(t, r.Err, i)
+	}
+	require.Equal(t, 1, updates, "one UPDATE of attempts for the batch")
+
+	type row struct {
+		attempt, task               int
+		pid, exit                   sql.NullInt64
+		errText, cause, code, outs  sql.NullString
+		started, ended, evaluatedAt bool
+	}
+	read := func(id int64) row {
+		var r row
+		require.NoError(t, db.QueryRow(`SELECT at.state, t.state, at.pid, at.exit_code, at.error, at.cause, at.code,
+			at.outputs::text, at.started_at IS NOT NULL, at.finished_at IS NOT NULL, at.evaluated_at IS NOT NULL
+			FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = $1`, id).Scan(&r.attempt, &r.task,
+			&r.pid, &r.exit, &r.errText, &r.cause, &r.code, &r.outs, &r.started, &r.ended, &r.evaluatedAt))
+		return r
+	}
+	str := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+	num := func(n int64) sql.NullInt64 { return sql.NullInt64{Int64: n, Valid: true} }
+	running := int(domain.TaskRunning)
+	require.Equal(t, row{attempt: int(domain.TaskFailed), task: running, pid: num(40), exit: num(1),
+		errText: str("boom"), cause: str("user"), code: str("Exit"), started: true, ended: true}, read(attempts[0]))
+	require.Equal(t, row{attempt: int(domain.TaskSucceeded), task: running, pid: num(41), exit: num(0),
+		outs: str(`{"n": "7"}`), started: true, ended: true}, read(attempts[1]))
+	require.Equal(t, row{attempt: running, task: running, pid: num(42), started: true}, read(attempts[2]))
+}
+
 // A batch about several attempts locks them by lists of ids: it runs on
 // ByKey's pool, which keeps a plan of each statement (made from index
 // paths alone); a batch about one attempt keeps the main pool.
