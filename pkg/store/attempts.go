@@ -133,11 +133,12 @@ var ErrBadReport = errors.New("invalid attempt report")
 // code, bounded logs, cleanup steps (as "plugin_abort" and
 // "plugin_finalize" events, in order, before the "attempt.<STATE>" event)
 // and, when SUCCEEDED, its outputs; a live report also moves the task. A
-// report on an attempt that already ended is a no-op. Errors:
-// ErrNotFound, ErrBadReport.
+// report on an attempt that already ended is a no-op. It runs on ByKey's
+// pool, as a report batch does (ReportAttempts). Errors: ErrNotFound,
+// ErrBadReport.
 func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.ByKey().InTx(ctx, func(tx *Store) error {
 		locked := lockedRows{}
 		var err error
 		if res, err = tx.report(ctx, locked, id, "", rep); err != nil {

@@ -39,14 +39,16 @@ type BatchedResult struct {
 // are appended again. A batch of several attempts first locks their tasks,
 // then the attempts, each in id order (the lock order). It returns one
 // result per item, in order. Errors: those of Postgres, which roll the
-// whole batch back. A batch about several attempts runs on ByKey's pool:
-// its locks take lists of ids (a batch of 4 reports at 12,000 attempts:
-// 18 ms with the plans a main pool's connection kept from the first
-// minute, 4 ms planned at each call).
+// whole batch back. A batch with a report runs on ByKey's pool: its locks
+// take lists of ids (a batch of 4 reports at 12,000 attempts: 18 ms with
+// the plans a main pool's connection kept from the first minute), and its
+// write reads its attempts from a JSON array, which a main pool's plan
+// expects to hold 100 and joined to a sequential scan of the attempts. A
+// batch of logs alone stays on the main pool.
 func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []BatchedReport, logMax int64) ([]BatchedResult, error) {
 	out := make([]BatchedResult, len(batch))
-	on, several := s, slices.ContainsFunc(batch, func(b BatchedReport) bool { return b.AttemptID != batch[0].AttemptID })
-	if several {
+	on := s
+	if slices.ContainsFunc(batch, func(b BatchedReport) bool { return b.Logs == nil }) {
 		on = s.ByKey()
 	}
 	err := on.InTx(ctx, func(tx *Store) error {

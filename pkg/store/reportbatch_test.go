@@ -122,7 +122,9 @@ func TestReportBatchWritesItsAttemptsInOneStatement(t *testing.T) {
 
 // A batch about several attempts locks them by lists of ids: it runs on
 // ByKey's pool, which keeps a plan of each statement (made from index
-// paths alone); a batch about one attempt keeps the main pool.
+// paths alone). A batch about one attempt runs there too: its write reads
+// the attempts from a JSON array, which a main pool's plan expects to
+// hold 100 rows and joins to a sequential scan of the attempts.
 func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,6 +153,11 @@ func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 	require.Zero(t, custom)
 	_, _, _, err = st.PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
 	require.ErrorIs(t, err, sql.ErrNoRows, "not on the main pool's")
+	_, generic, _, err = st.ByKey().PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")
+	require.NoError(t, err, "the write is prepared on ByKey's connection")
+	require.Equal(t, int64(8), generic, "seven batches of two attempts, one of one")
+	_, _, _, err = st.PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")
+	require.ErrorIs(t, err, sql.ErrNoRows, "a batch of one attempt writes on ByKey's pool too")
 }
 
 // assignedAttempts starts a run named name of one step of n replicas and
