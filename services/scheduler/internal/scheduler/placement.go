@@ -40,10 +40,14 @@ type PassResult struct {
 	Workers   int
 	Preempted int
 	Waiting   int
+	// Deferred counts the tasks of a gang the pass's read cut (cutGang),
+	// left for the next pass.
+	Deferred int
 }
 
 // pass runs one scheduling pass and returns how long to wait before the
-// next: at once when it filled a whole batch, else until the next backoff
+// next: at once when it filled a whole batch, or placed tasks and left a
+// gang its read cut (cutGang) for the next, else until the next backoff
 // or timed wait ends, at most Tick (not read while a kick waits: its pass
 // comes at once). The pass runs the expiry pass first when timed (the
 // timer or the tick started it) or ExpiryEvery has passed since the last
@@ -66,7 +70,7 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 		s.log.Debug("scheduling pass", "placed", res.Placed, "preempted", res.Preempted, "waiting", res.Waiting,
 			"pending", res.Pending, "workers", res.Workers)
 	}
-	if res.Placed == s.cfg.Placement.BatchSize {
+	if res.Placed == s.cfg.Placement.BatchSize || res.Deferred > 0 && res.Placed > 0 {
 		return 0
 	}
 	s.placedAll.Store(res.Waiting == 0 && res.Pending < s.cfg.Placement.BatchSize)
@@ -127,7 +131,11 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	}
 	p := &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
 	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
-	for _, unit := range units(tasks) {
+	us := units(tasks)
+	if len(tasks) == s.cfg.Placement.BatchSize {
+		us, p.res.Deferred = cutGang(us, tasks[len(tasks)-1])
+	}
+	for _, unit := range us {
 		if err := p.place(ctx, unit); err != nil {
 			return p.res, err
 		}
@@ -325,6 +333,24 @@ func units(tasks []store.Task) [][]store.Task {
 		out = append(out, []store.Task{t})
 	}
 	return out
+}
+
+// cutGang drops from us the gang of last, the last task of a full read,
+// unless it is the only unit: the read may have ended inside it, and a gang
+// placed in part would break Iris's all-or-nothing. It waits for a read that
+// holds it whole (the pass after one that placed something comes at once);
+// a gang bigger than a whole read is still placed from what one read holds.
+// It returns the units left and how many tasks it dropped.
+func cutGang(us [][]store.Task, last store.Task) ([][]store.Task, int) {
+	if !last.Coscheduled || len(us) < 2 {
+		return us, 0
+	}
+	for i, u := range us {
+		if slices.ContainsFunc(u, func(t store.Task) bool { return t.ID == last.ID }) {
+			return slices.Delete(us, i, i+1), len(u)
+		}
+	}
+	return us, 0
 }
 
 func request(t store.Task) domain.TaskRequest {

@@ -93,6 +93,38 @@ func TestPlacementPlacesAGangTogether(t *testing.T) {
 	}
 }
 
+// A gang that the pass's read of PENDING tasks cut (the read was full and
+// ended inside it) is not placed in part: it waits for a pass that reads
+// it whole, which comes at once when the pass placed something.
+func TestPlacementDoesNotPlaceAGangTheReadCut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	f.s.cfg.Placement.BatchSize = 4
+	f.registerWith(t, 10, nil)
+	single := f.newRun(t, "single", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true",
+		Replicas: iptr(2)}}})
+	_, err := f.s.advance(ctx, single)
+	require.NoError(t, err)
+	gang := f.newRun(t, "gang", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: iptr(3),
+		Coscheduled: true}}})
+	_, err = f.s.advance(ctx, gang)
+	require.NoError(t, err)
+
+	wait := f.s.pass(ctx, false)
+	for _, td := range f.tasks(t, single, "s") {
+		require.Equal(t, domain.TaskAssigned, td.Task.State)
+	}
+	for _, td := range f.tasks(t, gang, "s") {
+		require.Equal(t, domain.TaskPending, td.Task.State, "no task of the gang placed without the others")
+	}
+	require.Zero(t, wait, "the next pass comes at once")
+	f.s.pass(ctx, false)
+	for _, td := range f.tasks(t, gang, "s") {
+		require.Equal(t, domain.TaskAssigned, td.Task.State)
+	}
+}
+
 // registerWith registers an alive worker with slots and labels.
 func (f *runFixture) registerWith(t *testing.T, slots int, labels map[string]string) store.Worker {
 	t.Helper()
