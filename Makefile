@@ -61,7 +61,7 @@ bench: deps ## benchmarks: a table of figures vs targets, and .data/bench/latest
 	@scripts/bench
 
 chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wiped, Postgres restarts (run it alone)
-	@CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos$$' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
+	@set -o pipefail; CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos$$' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
 
 lint: ## gofmt and go vet over every module
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }

@@ -182,6 +182,11 @@ case "${1:-start}" in
     redis_running && echo "redis: running on 127.0.0.1:$redis_port" || echo "redis: stopped" ;;
   env) print_env ;;
   restart-postgres)
-    pg_ctl_as_pg -D "$pg_dir" -o "-p $pg_port" -l "$pg_dir/server.log" -m fast -w -t 60 restart >/dev/null ;;
+    dir=$pg_dir
+    if ! pg_running && pg_answers; then
+      # Another checkout's cluster serves the port (see start_pg): restart that one.
+      dir=$(psql -h 127.0.0.1 -p "$pg_port" -U "$pg_role" -d postgres -tAc 'SHOW data_directory') || exit 1
+    fi
+    pg_ctl_as_pg -D "$dir" -o "-p $pg_port" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null ;;
   *) echo "usage: $0 {start|stop|status|env|restart-postgres}" >&2; exit 2 ;;
 esac
