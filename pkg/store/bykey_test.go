@@ -43,12 +43,7 @@ func TestReplanDueAsAConnectionWorks(t *testing.T) {
 func TestExpiryDueReadsItsPartialIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, url := openOneConnectionPools(t)
-	newRun(t, st, "a", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{
+	st, _ := openWithRows(t,
 		`INSERT INTO runs (project, domain, name, spec)
 			SELECT project, domain, name || '-' || i, spec FROM runs, generate_series(1, 5000) i WHERE name = 'a'`,
 		`INSERT INTO actions (project, domain, run_name, name, kind, phase)
@@ -56,16 +51,29 @@ func TestExpiryDueReadsItsPartialIndexes(t *testing.T) {
 			WHERE name LIKE 'a-%'`,
 		`INSERT INTO tasks (project, domain, run_name, action_name, idx, state)
 			SELECT project, domain, run_name, name, 0, 4 FROM actions WHERE run_name LIKE 'a-%'`,
-		`UPDATE actions SET ended_at = now() WHERE run_name LIKE 'a-%'`,
-	} {
-		_, err = db.ExecContext(ctx, q)
-		require.NoError(t, err)
-	}
+		`UPDATE actions SET ended_at = now() WHERE run_name LIKE 'a-%'`)
 	by := st.ByKey()
-	_, err = by.ExpiryDue(ctx, 1000)
+	_, err := by.ExpiryDue(ctx, 1000)
 	require.NoError(t, err)
 	plan := explainPrepared(t, by, "'wait'", "1000, 1000, 1000, 1000, 1000")
 	for _, walk := range []string{"actions_pkey", "runs_pkey", "tasks_pkey", "tasks_action_generation_idx"} {
 		require.NotContains(t, plan, walk, "a walk of %s:\n%s", walk, plan)
 	}
+}
+
+// openWithRows opens pools of one connection each (openOneConnectionPools)
+// on a database holding a run "a" of one step, runs qs there in order, and
+// returns the Store and the database.
+func openWithRows(t *testing.T, qs ...string) (*store.Store, *sql.DB) {
+	t.Helper()
+	st, url := openOneConnectionPools(t)
+	newRun(t, st, "a", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	for _, q := range qs {
+		_, err = db.ExecContext(context.Background(), q)
+		require.NoError(t, err, q)
+	}
+	return st, db
 }

@@ -2,12 +2,10 @@ package store_test
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,12 +18,7 @@ import (
 func TestClaimReachesItsAttemptsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, url := openOneConnectionPools(t)
-	newRun(t, st, "a", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{
+	st, db := openWithRows(t,
 		`INSERT INTO runs (project, domain, name, spec)
 			SELECT project, domain, name || '-' || i, spec FROM runs, generate_series(1, 3000) i WHERE name = 'a'`,
 		`INSERT INTO actions (project, domain, run_name, name, kind, phase)
@@ -35,11 +28,7 @@ func TestClaimReachesItsAttemptsByKey(t *testing.T) {
 		`INSERT INTO attempts (task_id, number, state, finished_at, evaluated_at)
 			SELECT id, 1, 4, now(), now() FROM tasks WHERE run_name LIKE 'a-%'`,
 		`ANALYZE`,
-		`UPDATE attempts SET evaluated_at = NULL WHERE id % 10 = 0`,
-	} {
-		_, err = db.ExecContext(ctx, q)
-		require.NoError(t, err, q)
-	}
+		`UPDATE attempts SET evaluated_at = NULL WHERE id % 10 = 0`)
 	rows, err := db.QueryContext(ctx, `SELECT id FROM attempts WHERE evaluated_at IS NULL ORDER BY id LIMIT 3`)
 	require.NoError(t, err)
 	var ids []int64
