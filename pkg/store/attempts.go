@@ -222,8 +222,9 @@ func (s *Store) applyReport(ctx context.Context, locked lockedRows, t Task, a At
 		map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
 }
 
-// taskAttempt is an attempt and its task as locked (or last written) in
-// a transaction, and the columns of reports deferred and not written yet.
+// taskAttempt is an attempt and its task as locked in a transaction, with
+// what its reports there have laid over them, and those reports' columns,
+// which writeReports writes at the transaction's end.
 type taskAttempt struct {
 	task    Task
 	attempt Attempt
