@@ -43,8 +43,9 @@ func run(cfg config, log *slog.Logger) error {
 		defer stopTracing()
 		queues := asynqmon.New(asynqmon.Options{RootPath: server.QueuesPath, RedisConnOpt: cfg.Redis()})
 		defer queues.Close()
-		// One LISTEN connection for every event stream of this process.
-		hub := feed.New(cfg.DatabaseURL, 0, log)
+		// One LISTEN connection for every event stream of this process, while
+		// it has any.
+		hub := feed.New(cfg.DatabaseURL, 0, 0, log)
 		go func() { _ = hub.Run(ctx) }()
 		enq := queue.NewEnqueuer(deps.Client, log)
 		enq.Wake = deps.Redis // the scheduler hears of new work at once

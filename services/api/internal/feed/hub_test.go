@@ -47,7 +47,7 @@ func TestHubSignalsWatchersAndReconnects(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 
-	h := New(url, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+	h := New(url, 20*time.Millisecond, 0, slog.New(slog.DiscardHandler))
 	run := h.Watch(store.EventFilter{Project: "p", Domain: "d", Run: "r"})
 	scope := h.Watch(store.EventFilter{Project: "p", Domain: "d"})
 	other := h.Watch(store.EventFilter{Project: "p", Domain: "d", Run: "other"})
@@ -76,6 +76,54 @@ func TestHubSignalsWatchersAndReconnects(t *testing.T) {
 	h.Stop(scope)
 	h.Stop(other)
 	require.Zero(t, h.Watchers())
+	cancel()
+	require.NoError(t, <-stopped)
+}
+
+// listeners counts the LISTEN connections on db's database.
+func listeners(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n))
+	return n
+}
+
+// A hub without watchers holds no LISTEN connection: its first watcher has
+// it connect (and is signalled once it listens, then by commits), and the
+// connection closes once the last watcher stopped for the linger.
+func TestHubListensOnlyWhileWatched(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+
+	h := New(url, 20*time.Millisecond, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- h.Run(ctx) }()
+	// A listener would connect within the test's first query or two.
+	for range 20 {
+		require.Zero(t, listeners(t, db), "a listener without a watcher")
+	}
+
+	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Command: "true"}}}
+	spec.Normalize()
+	for i, run := range []string{"r1", "r2"} {
+		w := h.Watch(store.EventFilter{Project: "p", Domain: "d", Run: run})
+		signalled(t, w, "the listener's connection")
+		require.Equal(t, 1, listeners(t, db))
+		_, _, err = st.CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: run}, Spec: spec})
+		require.NoError(t, err)
+		signalled(t, w, "a commit of the watched run")
+		h.Stop(w)
+		require.Eventually(t, func() bool { return listeners(t, db) == 0 }, 10*time.Second, 5*time.Millisecond,
+			"the listener outlived its watchers (round %d)", i)
+	}
 	cancel()
 	require.NoError(t, <-stopped)
 }

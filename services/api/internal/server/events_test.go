@@ -29,7 +29,7 @@ func newFeedFixture(t *testing.T) *fixture {
 	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
 	log := slog.New(slog.DiscardHandler)
-	hub := feed.New(url, 0, log)
+	hub := feed.New(url, 0, 0, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = hub.Run(ctx) }()

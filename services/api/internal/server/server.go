@@ -116,7 +116,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed,
 		metrics: m, auth: auth}
 	if h.feed == nil {
-		h.feed = feed.New("", 0, d.Log)
+		h.feed = feed.New("", 0, 0, d.Log)
 	}
 	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
 	return e
