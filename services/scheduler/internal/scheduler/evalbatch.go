@@ -70,19 +70,28 @@ var errSettleAlone = errors.New("an action moved before its other attempts of th
 // the action's own. A settle that moves an action another attempt of the
 // batch still waits on returns errSettleAlone all the same.
 //
-// When every attempt's settle writes only its task's outcome (alone
-// settles), those writes go together after the loop, in one statement
-// (store.UpdateTaskOutcomes), their events in the same order as written
-// one by one.
+// An attempt whose settle writes nothing but its task's outcome (an alone
+// settle, or a replica's whose action a later attempt derives: defers)
+// leaves that write for one statement with the others' (store.
+// UpdateTaskOutcomes), made before the next settle that writes or reads
+// anything else, and at the end: every statement a settle makes then sees
+// the outcomes of the batch's attempts before it, as when each was written
+// in turn, and the events keep their order. A batch of 100 replicas' successes
+// so writes its tasks in one statement, not 100.
 func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
 	now time.Time) error {
-	var outcomes *[]store.OutcomeWrite
-	if !slices.ContainsFunc(claimed, func(o store.AttemptOwners) bool { return !aloneSettles(o) }) {
-		outcomes = &[]store.OutcomeWrite{}
-	}
+	var deferred []store.OutcomeWrite
 	for i, o := range claimed {
 		later := slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) })
-		evs[i].deriveLater, evs[i].outcomes = later, outcomes
+		evs[i].deriveLater = later
+		if defers(o, later) {
+			evs[i].outcomes = &deferred
+		} else {
+			if err := tx.UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
+				return err
+			}
+			deferred = deferred[:0]
+		}
 		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
 			return err
 		}
@@ -91,10 +100,19 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 			return errSettleAlone
 		}
 	}
-	if outcomes == nil {
-		return nil
-	}
-	return tx.UpdateTaskOutcomes(ctx, now, *outcomes...)
+	return tx.UpdateTaskOutcomes(ctx, now, deferred...)
+}
+
+// defers reports whether the settle of a claimed SUCCEEDED attempt writes
+// nothing but its task's outcome: it settles alone (aloneSettles), or its
+// task is one of several of the action (not Evaluation.only), the latest
+// attempt of a live task, the step caches nothing, and a later attempt of
+// the batch derives the action's phase (later).
+func defers(o store.AttemptOwners, later bool) bool {
+	t, a, act := o.Task, o.Attempt, o.Action
+	only := act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
+	return aloneSettles(o) || later && !only && t.State.IsLive() && t.State != domain.TaskKilled &&
+		t.AttemptCount == a.Number && act.Spec.Cache == nil
 }
 
 // aloneSettles reports whether the settle of a claimed SUCCEEDED attempt
