@@ -116,7 +116,7 @@ func TestOneTraceFromAPIToExecutor(t *testing.T) {
 	})
 	got := rcv.services(id)
 	require.Contains(t, got["capstan-scheduler"], "asynq run:start")
-	require.Contains(t, got["capstan-scheduler"], "dispatch attempt")
+	require.Contains(t, got["capstan-scheduler"], "dispatch attempts")
 	require.Contains(t, got["capstan-executor"], "asynq attempt:run")
 	require.Contains(t, got["capstan-api"], "POST /v1/workers/:id/reports", "the executor's reports continue it")
 

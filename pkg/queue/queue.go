@@ -55,6 +55,10 @@ const (
 	TypeTaskEvaluate = "task:evaluate"
 	// TypeAttemptRun tells an executor to run an attempt. TaskID "attempt:<id>".
 	TypeAttemptRun = "attempt:run"
+	// TypeAttemptsRun tells an executor to run the attempts one pass placed
+	// on it for one trace (a step's replicas), each as TypeAttemptRun
+	// would. TaskID "attempts:<digest of the ids>:run".
+	TypeAttemptsRun = "attempts:run"
 	// TypeActionAbort delivers an abort. TaskID "project/domain/run/action".
 	TypeActionAbort = "action:abort"
 	// TypeAttemptKill delivers the kill of one attempt (preemption, an
@@ -152,6 +156,19 @@ func NewTaskEvaluateTask(attemptID int64) *asynq.Task {
 func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
 	return newTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID}), asynq.Queue(WorkerQueue(workerID)),
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
+}
+
+// NewAttemptsRunTask builds the one message for the attempts a pass placed
+// on the worker together: attempt:run for one, attempts:run for several
+// (about 8 bytes an id). The TaskID digests the ids.
+func NewAttemptsRunTask(workerID string, ids []int64) *asynq.Task {
+	if len(ids) == 1 {
+		return NewAttemptRunTask(workerID, ids[0])
+	}
+	b := mustJSON(AttemptsPayload{ids})
+	sum := sha256.Sum256(b)
+	return newTask(TypeAttemptsRun, b, asynq.Queue(WorkerQueue(workerID)),
+		asynq.TaskID("attempts:"+hex.EncodeToString(sum[:16])+":run"), asynq.MaxRetry(10))
 }
 
 // abortRetryMargin is how many more asynq retries an abort task gets than

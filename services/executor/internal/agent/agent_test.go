@@ -159,6 +159,60 @@ func TestDropsAttemptsThatMustNotRun(t *testing.T) {
 	}
 }
 
+// One attempts:run message starts each of its attempts and drops the one
+// that must not run; with one slot, the attempt left out is retried with
+// the message until the slot frees, and the one that held it is not
+// started again.
+func TestRunsTheAttemptsOfOneMessage(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{Slots: 1, FullRetryDelay: 20 * time.Millisecond})
+	worker := f.agent.WorkerID()
+	enq := queue.NewEnqueuer(f.queue, slog.New(slog.DiscardHandler))
+	enq.Wake = f.redis(t)
+	ctx := context.Background()
+
+	notProceed := shell(22, worker, "touch ran")
+	notProceed.Proceed, notProceed.State = false, api.TaskStateKILLED
+	fake.addAttempt(shell(20, worker, "echo twenty"))
+	fake.addAttempt(notProceed)
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{22, 20})))
+	f.awaitState(t, 20, api.TaskStateSUCCEEDED)
+	require.True(t, fake.fetched(22))
+	require.Empty(t, fake.reportsOf(22))
+	require.Eventually(t, func() bool { return !f.sup.Holds(20) }, waitFor, tick)
+
+	fake.addAttempt(shell(23, worker, "sleep 600"))
+	fake.addAttempt(shell(24, worker, "sleep 600"))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{23, 24})))
+	var held, waiting int64
+	require.Eventually(t, func() bool {
+		held, waiting = 23, 24
+		if f.sup.Holds(24) {
+			held, waiting = 24, 23
+		}
+		return f.sup.Holds(held) && fake.fetched(waiting)
+	}, waitFor, tick)
+	f.awaitState(t, held, api.TaskStateRUNNING)
+	killed, err := f.sup.Abort(ctx, held, api.Preempted, "")
+	require.NoError(t, err)
+	require.True(t, killed)
+	f.awaitState(t, waiting, api.TaskStateRUNNING)
+	require.Eventually(t, func() bool { // the message's last retry returned
+		q, err := f.insp.GetQueueInfo(queue.WorkerQueue(worker))
+		return err == nil && q.Size == 0 && q.Active == 0
+	}, waitFor, tick)
+	_, err = f.sup.Abort(ctx, waiting, api.Preempted, "")
+	require.NoError(t, err)
+	running := 0
+	for _, st := range fake.states(held) {
+		if st == api.TaskStateRUNNING {
+			running++
+		}
+	}
+	require.Equal(t, 1, running, "attempt %d started once: %v", held, fake.states(held))
+}
+
 func TestHeartbeatListsAttemptsAndStopsWhatItIsTold(t *testing.T) {
 	t.Parallel()
 	fake := newFakeAPI()

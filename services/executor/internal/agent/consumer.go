@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/obs"
@@ -48,6 +49,9 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	mux.HandleFunc(queue.TypeAttemptRun, func(ctx context.Context, t *asynq.Task) error {
 		return a.handleAttemptRun(ctx, id, t)
 	})
+	mux.HandleFunc(queue.TypeAttemptsRun, func(ctx context.Context, t *asynq.Task) error {
+		return a.handleAttemptsRun(ctx, id, t)
+	})
 	if err := srv.Start(mux); err != nil {
 		a.log.Error("consumer did not start", "queue", q, "err", err)
 		return
@@ -65,23 +69,46 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 }
 
 // handleAttemptRun takes attempt:run, from the queue or claimed off it by
-// the wake list's consumer. It drops an attempt the control plane does not
-// know, does not want run, or gave to another worker; does nothing for an
-// attempt already held (a re-delivery); and otherwise starts it and returns
-// at once: the process outlives the task. Errors: supervisor.ErrFull
-// (retried after FullRetryDelay), a failure to read the attempt (retried
-// with backoff).
+// the wake list's consumer, and starts its attempt (startAttempt).
 func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	log := a.log.With("attempt_id", p.AttemptID)
-	if a.sup.Holds(p.AttemptID) {
+	return a.startAttempt(ctx, worker, p.AttemptID)
+}
+
+// handleAttemptsRun takes attempts:run and starts each of its attempts
+// (startAttempt) at once, so that their reads share requests. Errors:
+// those of the attempts, joined: the message is retried whole, which
+// starts nothing twice (an attempt held, or ended, is dropped then).
+func (a *Agent) handleAttemptsRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
+	var p queue.AttemptsPayload
+	if err := queue.Decode(t, &p); err != nil {
+		return err
+	}
+	errs := make([]error, len(p.AttemptIDs))
+	var wg sync.WaitGroup
+	for i, id := range p.AttemptIDs {
+		wg.Go(func() { errs[i] = a.startAttempt(ctx, worker, id) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// startAttempt starts attempt id. It drops an attempt the control plane
+// does not know, does not want run, or gave to another worker; does nothing
+// for an attempt already held (a re-delivery); and otherwise starts it and
+// returns at once: the process outlives the task. Errors: supervisor.
+// ErrFull (retried after FullRetryDelay), a failure to read the attempt
+// (retried with backoff).
+func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64) error {
+	log := a.log.With("attempt_id", id)
+	if a.sup.Holds(id) {
 		log.Debug("attempt already held")
 		return nil
 	}
-	spec, err := a.client.Attempt(ctx, worker, p.AttemptID)
+	spec, err := a.client.Attempt(ctx, worker, id)
 	switch {
 	case errors.Is(err, ErrAttemptNotFound):
 		log.Info("attempt unknown to the control plane; dropped")

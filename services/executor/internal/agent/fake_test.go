@@ -195,8 +195,19 @@ func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "database restarting"))
 		return
 	}
-	f.reports[id] = append(f.reports[id], rep)
+	f.recordLocked(id, rep)
 	writeJSON(w, http.StatusOK, api.AttemptReportResponse{Proceed: true})
+}
+
+// recordLocked records report rep of attempt id (f.mu held); once the
+// attempt ended, a read of it answers its state and proceed false, as the
+// api's does.
+func (f *fakeAPI) recordLocked(id int64, rep api.AttemptReport) {
+	f.reports[id] = append(f.reports[id], rep)
+	if spec, ok := f.attempts[id]; ok && rep.State != api.TaskStateBUILDING && rep.State != api.TaskStateRUNNING {
+		spec.State, spec.Proceed = rep.State, false
+		f.attempts[id] = spec
+	}
 }
 
 // reportBatch records a batch's reports and logs in order, as the api does; a
@@ -232,7 +243,7 @@ func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 			f.appendedAfter[it.AttemptId] = append(f.appendedAfter[it.AttemptId], len(f.reports[it.AttemptId]))
 			continue
 		}
-		f.reports[it.AttemptId] = append(f.reports[it.AttemptId], *it.Report)
+		f.recordLocked(it.AttemptId, *it.Report)
 	}
 	if b.Heartbeat != nil {
 		stop, ok := f.beatLocked(r.PathValue("id"), *b.Heartbeat)

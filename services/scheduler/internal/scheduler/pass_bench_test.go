@@ -28,7 +28,7 @@ const passSlots = 100
 // BenchmarkPassCost measures a scheduling pass's cost per placed task
 // (runOnce: deadlines, timeouts, the placeable workers, a batch of pending
 // tasks, placing passSlots of them on the one worker's free slots, each
-// assignment's transaction and its attempt:run push to Redis, the waiting
+// assignment's transaction and its dispatch push to Redis, the waiting
 // tasks' reasons) with 1,000 and with 100,000 PENDING tasks waiting. Between
 // passes, untimed, the placed tasks go back to PENDING, so every pass sees
 // the same queue. A third case adds 200,000 finished tasks (a database's

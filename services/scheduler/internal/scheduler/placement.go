@@ -211,8 +211,10 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 }
 
 // assign binds the tasks the pass placed to their workers, all in one
-// statement (a gang's tasks together), and dispatches their attempts. A task
-// that stopped being PENDING meanwhile is skipped.
+// statement (a gang's tasks together), and dispatches their attempts: one
+// message for the attempts of one worker and one trace (a step's replicas
+// placed together), not one an attempt. A task that stopped being PENDING
+// meanwhile is skipped.
 func (p *placement) assign(ctx context.Context) error {
 	attempts, err := p.st.AssignTasks(ctx, p.placed)
 	if err != nil {
@@ -220,18 +222,19 @@ func (p *placement) assign(ctx context.Context) error {
 	}
 	p.res.Placed += len(attempts)
 	p.s.metrics.placed.Add(float64(len(attempts)))
-	// One Redis round trip per attempt: in parallel, so the last attempt of a
-	// large pass does not wait for all the others' pushes.
+	// One Redis round trip per message: in parallel, so the last message of
+	// a large pass does not wait for all the others' pushes.
 	var g errgroup.Group
 	g.SetLimit(dispatchers)
-	for _, a := range attempts {
+	for _, d := range p.dispatches(attempts) {
 		g.Go(func() error {
-			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, p.traces[a.TaskID]), "dispatch attempt",
-				trace.WithAttributes(attribute.Int64("capstan.attempt_id", a.ID), attribute.String("capstan.worker_id", *a.WorkerID)))
+			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, d.trace), "dispatch attempts",
+				trace.WithAttributes(attribute.Int64Slice("capstan.attempt_ids", d.ids),
+					attribute.String("capstan.worker_id", d.worker)))
 			defer span.End()
-			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err != nil {
-				// The attempt is ASSIGNED in Postgres; the resync re-dispatches it.
-				p.s.log.Warn("dispatch failed", "attempt_id", a.ID, "task_id", a.TaskID, "worker_id", *a.WorkerID, "err", err)
+			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids)); err != nil {
+				// The attempts are ASSIGNED in Postgres; the resync re-dispatches them.
+				p.s.log.Warn("dispatch failed", "attempt_ids", d.ids, "worker_id", d.worker, "err", err)
 			}
 			return nil
 		})
@@ -239,8 +242,33 @@ func (p *placement) assign(ctx context.Context) error {
 	return g.Wait()
 }
 
-// dispatchers is how many attempt:run pushes a pass makes at once.
+// dispatchers is how many dispatch messages a pass pushes at once.
 const dispatchers = 8
+
+// dispatch is one message of a pass: attempts for one worker, of tasks
+// that share one trace.
+type dispatch struct {
+	worker, trace string
+	ids           []int64
+}
+
+// dispatches groups attempts by worker and trace, in the order of each
+// group's first attempt.
+func (p *placement) dispatches(attempts []store.Attempt) []dispatch {
+	var out []dispatch
+	at := map[[2]string]int{}
+	for _, a := range attempts {
+		k := [2]string{*a.WorkerID, p.traces[a.TaskID]}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, dispatch{worker: k[0], trace: k[1]})
+		}
+		out[i].ids = append(out[i].ids, a.ID)
+	}
+	return out
+}
 
 // preempt evicts lower-band attempts so that r fits on one worker (Iris's
 // preemption pass). It returns that worker's index when the room is free now

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -17,8 +18,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A placement pass places each PENDING task on a worker whose labels satisfy
 // its constraints and whose free slots fit (Iris's placement), binds it with
-// an ASSIGNED attempt, dispatches the attempt to the worker's queue, and
-// gives every task left waiting a pending_reason.
+// an ASSIGNED attempt, dispatches the attempts to the worker's queue in one
+// message, and gives every task left waiting a pending_reason.
 func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -49,9 +50,19 @@ func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, waiting)
-	n, err := f.insp.GetQueueInfo(queue.WorkerQueue(wb.ID))
+	pending, err := f.insp.ListPendingTasks(queue.WorkerQueue(wb.ID))
 	require.NoError(t, err)
-	require.Equal(t, 2, n.Size, "both attempts dispatched to zone b's worker")
+	require.Len(t, pending, 1, "one message for both attempts of zone b's worker")
+	require.Equal(t, queue.TypeAttemptsRun, pending[0].Type)
+	var p queue.AttemptsPayload
+	require.NoError(t, json.Unmarshal(pending[0].Payload, &p))
+	var assigned []int64
+	for _, td := range f.tasks(t, key, "s") {
+		if td.Task.State == domain.TaskAssigned {
+			assigned = append(assigned, td.Attempts[0].ID)
+		}
+	}
+	require.ElementsMatch(t, assigned, p.AttemptIDs)
 	require.False(t, f.hasQueue(t, wa.ID), "nothing dispatched to zone a")
 	act, err := f.st.GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
