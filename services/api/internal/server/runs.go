@@ -9,7 +9,6 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
-	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
@@ -34,7 +33,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		return nil, err
 	}
 	key.Run = detail.Run.Name
-	if err := h.queue.Enqueue(ctx, queue.NewRunStartTask(key)); err != nil {
+	if err := h.starts.send(ctx, key); err != nil {
 		// The run is recorded; the scheduler's resync starts it.
 		h.log.Warn("enqueue run start failed", "run", key.String(), "err", err)
 	}

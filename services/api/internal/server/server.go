@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/hibiken/asynq"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,8 @@ type Handlers struct {
 	metrics *metrics
 	// auth is told of revocations, to forget the tokens it remembers.
 	auth *authenticator
+	// starts sends the scheduler the starts of runs created one by one.
+	starts *runStarts
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -115,6 +118,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed,
 		metrics: m, auth: auth}
+	h.starts = &runStarts{enqueue: func(ctx context.Context, t *asynq.Task) error { return h.queue.Enqueue(ctx, t) }}
 	if h.feed == nil {
 		h.feed = feed.New("", 0, 0, d.Log)
 	}
