@@ -72,12 +72,12 @@ var errSettleAlone = errors.New("an action moved before its other attempts of th
 //
 // An attempt whose settle writes nothing but its task's outcome (an alone
 // settle, or a replica's whose action a later attempt derives: defers)
-// leaves that write for one statement with the others' (store.
-// UpdateTaskOutcomes), made before the next settle that writes or reads
-// anything else, and at the end: every statement a settle makes then sees
-// the outcomes of the batch's attempts before it, as when each was written
-// in turn, and the events keep their order. A batch of 100 replicas' successes
-// so writes its tasks in one statement, not 100.
+// leaves that write for one statement with the others'
+// (store.UpdateTaskOutcomes), made before the next settle that writes or
+// reads anything else, and at the end: every statement a settle makes
+// then sees the outcomes of the batch's attempts before it, as when each
+// was written in turn, and the events keep their order. A batch of 100
+// replicas' successes so writes 99 of its tasks in one statement.
 func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
 	now time.Time) error {
 	var deferred []store.OutcomeWrite
