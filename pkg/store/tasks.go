@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -176,13 +177,24 @@ func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, n
 // PendingTasks returns up to limit PENDING tasks whose not_before has passed
 // and whose scheduling deadline has not, highest priority band first, then
 // oldest. A task past its deadline is left for the expiry pass, which ends
-// its job (Iris's _mark_task_unschedulable).
+// its job (Iris's _mark_task_unschedulable). The rows come back as one JSON
+// array (decodeRows): scanning them column by column through gorm was 12 %
+// of the scheduler's CPU in the diamond benchmark, where every pass reads
+// the hundreds of tasks waiting for a slot.
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
+	var raw []byte
+	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') FROM (
+		SELECT * FROM tasks WHERE state IN `+sqlPending+` AND (not_before IS NULL OR not_before <= now())
+			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
+		ORDER BY priority DESC, id LIMIT `+strconv.Itoa(limit)+`) t`).Row().Scan(&raw)
+	if err != nil {
+		return nil, mapErr(err)
+	}
 	var ts []Task
-	err := s.q(ctx).Where("state IN " + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
-		AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())`).
-		Order("priority DESC, id").Limit(limit).Find(&ts).Error
-	return ts, mapErr(err)
+	if err := decodeRows(raw, &ts); err != nil {
+		return nil, fmt.Errorf("decode pending tasks: %w", err)
+	}
+	return ts, nil
 }
 
 // MarkTasksUnschedulable makes an action's PENDING tasks past their
