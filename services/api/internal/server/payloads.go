@@ -1,7 +1,7 @@
 package server
 
 import (
-	"encoding/json"
+	gojson "github.com/goccy/go-json"
 
 	"github.com/capstan-run/capstan/pkg/api"
 )
@@ -19,7 +19,7 @@ func outputsSize(outputs map[string]string) int {
 // specSize is the size in bytes of a workflow spec as JSON (0 when it does
 // not encode, which a decoded request body always does).
 func specSize(spec api.WorkflowSpec) int {
-	b, err := json.Marshal(spec)
+	b, err := gojson.Marshal(spec)
 	if err != nil {
 		return 0
 	}
