@@ -184,9 +184,9 @@ func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, n
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 	var raw []byte
 	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') FROM (
-		SELECT * FROM tasks WHERE state IN `+sqlPending+` AND (not_before IS NULL OR not_before <= now())
+		SELECT * FROM tasks WHERE state IN ` + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
 			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
-		ORDER BY priority DESC, id LIMIT `+strconv.Itoa(limit)+`) t`).Row().Scan(&raw)
+		ORDER BY priority DESC, id LIMIT ` + strconv.Itoa(limit) + `) t`).Row().Scan(&raw)
 	if err != nil {
 		return nil, mapErr(err)
 	}
