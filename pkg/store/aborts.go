@@ -94,7 +94,7 @@ func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, c
 // Errors: ErrNotFound (no such run).
 func (s *Store) lockForAbort(ctx context.Context, key domain.ActionKey) error {
 	var runs []string
-	if err := s.q(ctx).Raw(`SELECT name FROM runs WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
+	if err := s.raw(ctx, `SELECT name FROM runs WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
 		key.Project, key.Domain, key.Run).Scan(&runs).Error; err != nil {
 		return mapErr(err)
 	}
@@ -102,13 +102,13 @@ func (s *Store) lockForAbort(ctx context.Context, key domain.ActionKey) error {
 		return ErrNotFound
 	}
 	var names []string
-	if err := s.q(ctx).Raw(`SELECT name FROM actions WHERE project = ? AND domain = ? AND run_name = ?
+	if err := s.raw(ctx, `SELECT name FROM actions WHERE project = ? AND domain = ? AND run_name = ?
 		AND name IN (`+subtreeSQL+`) ORDER BY name FOR UPDATE`,
 		append([]any{key.Project, key.Domain, key.Run}, subtreeArgs(key)...)...).Scan(&names).Error; err != nil {
 		return mapErr(err)
 	}
 	var ids []int64
-	return mapErr(s.q(ctx).Raw(`SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+	return mapErr(s.raw(ctx, `SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 		AND action_name IN (`+subtreeSQL+`) AND state IN `+sqlUnfinished+` ORDER BY id FOR UPDATE`,
 		append([]any{key.Project, key.Domain, key.Run}, subtreeArgs(key)...)...).Scan(&ids).Error)
 }
@@ -116,7 +116,7 @@ func (s *Store) lockForAbort(ctx context.Context, key domain.ActionKey) error {
 // endSubtree moves the action under key and every non-terminal descendant to
 // phase, and their unfinished tasks to KILLED.
 func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase domain.Phase, now time.Time) error {
-	sub := s.q(ctx).Raw(subtreeSQL, subtreeArgs(key)...)
+	sub := s.raw(ctx, subtreeSQL, subtreeArgs(key)...)
 	if err := s.q(ctx).Model(&Action{}).
 		Where("project = ? AND domain = ? AND run_name = ? AND name IN (?) AND phase NOT IN ?",
 			key.Project, key.Domain, key.Run, sub, domain.TerminalPhases()).
@@ -136,7 +136,7 @@ func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase doma
 // the count). Errors: ErrNotFound when no abort is pending for key.
 func (s *Store) MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error) {
 	var count []int
-	err := s.q(ctx).Raw(`UPDATE actions SET abort_attempt_count = abort_attempt_count + 1, updated_at = now()
+	err := s.raw(ctx, `UPDATE actions SET abort_attempt_count = abort_attempt_count + 1, updated_at = now()
 		WHERE project = ? AND domain = ? AND run_name = ? AND name = ? AND abort_requested_at IS NOT NULL
 		RETURNING abort_attempt_count`, key.Project, key.Domain, key.Run, key.Action).Scan(&count).Error
 	if err != nil {
@@ -198,7 +198,7 @@ func (s *Store) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]
 	var out []LiveAttempt
 	args := append([]any{}, subtreeArgs(key)...)
 	args = append(args, key.Project, key.Domain, key.Run)
-	err := s.q(ctx).Raw(`SELECT at.id, at.worker_id, w.address, w.state AS worker_state, w.last_heartbeat_at
+	err := s.raw(ctx, `SELECT at.id, at.worker_id, w.address, w.state AS worker_state, w.last_heartbeat_at
 		FROM attempts at JOIN tasks t ON t.id = at.task_id LEFT JOIN workers w ON w.id = at.worker_id
 		WHERE t.action_name IN (`+subtreeSQL+`) AND t.project = ? AND t.domain = ? AND t.run_name = ?
 		AND at.state IN `+sqlLive+` AND t.state NOT IN `+sqlUnfinished+` ORDER BY at.id`, args...).Scan(&out).Error
@@ -220,7 +220,7 @@ func (s *Store) MarkAttemptsGone(ctx context.Context, ids []int64, cause string)
 		ID   int64
 		Last bool
 	}
-	err := s.q(ctx).Raw(`WITH l AS (SELECT at.id, t.state = ? AND t.attempt_count = at.number AS last
+	err := s.raw(ctx, `WITH l AS (SELECT at.id, t.state = ? AND t.attempt_count = at.number AS last
 			FROM attempts at JOIN tasks t ON t.id = at.task_id
 			WHERE at.id IN ? AND at.state IN `+sqlLive+` ORDER BY at.id FOR UPDATE OF at)
 		UPDATE attempts SET state = ?, cause = ?, finished_at = ?, updated_at = ?,
@@ -336,7 +336,7 @@ func (s *Store) ListAborts(ctx context.Context, f AbortFilter) ([]AbortRecord, s
 		args = append(args, at, key)
 	}
 	var out []AbortRecord
-	if err := s.q(ctx).Raw(q+" ORDER BY updated_at DESC, sort_key DESC LIMIT ?", append(args, limit+1)...).
+	if err := s.raw(ctx, q+" ORDER BY updated_at DESC, sort_key DESC LIMIT ?", append(args, limit+1)...).
 		Scan(&out).Error; err != nil {
 		return nil, "", mapErr(err)
 	}

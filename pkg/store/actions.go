@@ -14,7 +14,7 @@ import (
 // by name, read as the JSON Postgres builds from the rows.
 func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, error) {
 	var raw []byte
-	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(a ORDER BY a.name), '[]') FROM actions a
+	err := s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.name), '[]') FROM actions a
 		WHERE project = ? AND domain = ? AND run_name = ? AND name <> ?`, key.Project, key.Domain, key.Run,
 		domain.RootActionName).Row().Scan(&raw)
 	if err != nil {
@@ -34,7 +34,7 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 func (s *Store) StepActionsOfRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey][]Action, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
-	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
+	err := s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
 		FROM actions a WHERE (a.project, a.domain, a.run_name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
@@ -83,7 +83,7 @@ func (s *Store) SetActionPhase(ctx context.Context, key domain.ActionKey, from, 
 func (s *Store) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, Action, error) {
 	var run Run
 	var act Action
-	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(r), row_to_json(a) FROM runs r
+	err := scanRows(s.raw(ctx, `SELECT row_to_json(r), row_to_json(a) FROM runs r
 		JOIN actions a ON (a.project, a.domain, a.run_name) = (r.project, r.domain, r.name)
 		WHERE r.project = ? AND r.domain = ? AND r.name = ? AND a.name = ? FOR UPDATE OF r, a`,
 		key.Project, key.Domain, key.Run, key.Action), &run, &act)
@@ -95,7 +95,7 @@ func (s *Store) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, A
 // lock order).
 func (s *Store) LockTaskActions(ctx context.Context, taskIDs []int64) error {
 	var n []int
-	return mapErr(s.q(ctx).Raw(`SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
+	return mapErr(s.raw(ctx, `SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
 		(SELECT project, domain, run_name, action_name FROM tasks WHERE id IN ?)
 		ORDER BY a.project, a.domain, a.run_name, a.name FOR NO KEY UPDATE OF a`, taskIDs).Scan(&n).Error)
 }

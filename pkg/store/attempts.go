@@ -27,7 +27,7 @@ type AttemptRun struct {
 // (the rows as JSON, as in detailsSQL). Errors: ErrNotFound.
 func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error) {
 	var r AttemptRun
-	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(at), row_to_json(t), row_to_json(a)
+	err := scanRows(s.raw(ctx, `SELECT row_to_json(at), row_to_json(t), row_to_json(a)
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
 		WHERE at.id = ?`, id), &r.Attempt, &r.Task, &r.Action)
@@ -56,7 +56,7 @@ func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, 
 		return []AttemptRun{r}, nil
 	}
 	var raw [3][]byte
-	err := s.ByKey().q(ctx).Raw(`SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
+	err := s.ByKey().raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
 			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
@@ -308,7 +308,7 @@ func reportUpdates(a Attempt, rep Report, evaluate bool, now time.Time) (map[str
 func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, error) {
 	var a Attempt
 	var t Task
-	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(t), row_to_json(at)
+	err := scanRows(s.raw(ctx, `SELECT row_to_json(t), row_to_json(at)
 		FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? FOR UPDATE OF t, at`, id), &t, &a)
 	return t, a, err
 }
@@ -322,7 +322,7 @@ func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, e
 func (s *Store) LockAndClaimAttempt(ctx context.Context, attemptID int64, now time.Time) (o AttemptOwners,
 	claimed Attempt, ok bool, err error) {
 	var raw [5][]byte
-	err = s.q(ctx).Raw(`WITH o AS (SELECT row_to_json(r) AS r, row_to_json(x) AS x, row_to_json(t) AS t, row_to_json(at) AS a
+	err = s.raw(ctx, `WITH o AS (SELECT row_to_json(r) AS r, row_to_json(x) AS x, row_to_json(t) AS t, row_to_json(at) AS a
 			FROM attempts at JOIN tasks t ON t.id = at.task_id
 			JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
 			JOIN runs r ON (r.project, r.domain, r.name) = (t.project, t.domain, t.run_name)
@@ -404,7 +404,7 @@ func (s *Store) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOn
 		return nil, nil
 	}
 	var out []LiveOnWorker
-	err := s.q(ctx).Raw(`SELECT a.id AS attempt_id, a.worker_id, a.state, t.priority, t.cpu_millis, t.memory_bytes
+	err := s.raw(ctx, `SELECT a.id AS attempt_id, a.worker_id, a.state, t.priority, t.cpu_millis, t.memory_bytes
 		FROM attempts a JOIN tasks t ON t.id = a.task_id
 		WHERE a.worker_id IN ? AND a.state IN `+sqlLive+` ORDER BY a.id`, workerIDs).Scan(&out).Error
 	return out, mapErr(err)

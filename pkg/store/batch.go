@@ -123,7 +123,7 @@ func (s *Store) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []
 		Project, Domain, Name string
 		CreatedAt, UpdatedAt  time.Time
 	}
-	err := s.q(ctx).Raw(insertRunsSQL, map[string]any{"phase": string(domain.PhaseQueued),
+	err := s.raw(ctx, insertRunsSQL, map[string]any{"phase": string(domain.PhaseQueued),
 		"p": Strings(p), "d": Strings(d), "n": Strings(n), "s": Strings(specs), "k": Strings(keys),
 		"t": "{" + strings.Join(timeouts, ",") + "}"}).Scan(&rows).Error
 	if err != nil {
@@ -173,7 +173,7 @@ func (s *Store) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted
 		return nil
 	}
 	var rows []struct{ Project, Domain, IdempotencyKey, Name string }
-	err := s.q(ctx).Raw(`SELECT r.project, r.domain, r.idempotency_key, r.name FROM runs r
+	err := s.raw(ctx, `SELECT r.project, r.domain, r.idempotency_key, r.name FROM runs r
 		JOIN unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS v(p, d, k)
 		  ON r.project = v.p AND r.domain = v.d AND r.idempotency_key = v.k`,
 		Strings(p), Strings(d), Strings(k)).Scan(&rows).Error
@@ -212,7 +212,7 @@ func (s *Store) insertRoots(ctx context.Context, runs []NewRun, inserted []int, 
 	if err != nil {
 		return fmt.Errorf("root actions: %w", err)
 	}
-	if err := s.q(ctx).Exec(insertActionsSQL, string(rows)).Error; err != nil {
+	if err := s.exec(ctx, insertActionsSQL, string(rows)).Error; err != nil {
 		return mapErr(err)
 	}
 	for j, i := range inserted {

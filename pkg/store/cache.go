@@ -59,7 +59,7 @@ func (s *Store) GetCacheEntry(ctx context.Context, project, dom, key string) (Ca
 // now, and writes a "cache.populated" event for the action that wrote it.
 func (s *Store) PutCacheEntry(ctx context.Context, e CacheEntry, now time.Time) error {
 	e.CreatedAt = now
-	err := s.q(ctx).Exec(`INSERT INTO cache_entries AS c
+	err := s.exec(ctx, `INSERT INTO cache_entries AS c
 		(project, domain, key, version, run_name, action_name, outputs, created_at, expires_at)
 		VALUES (@project, @domain, @key, @version, @run, @action, @outputs, @now, @expires)
 		ON CONFLICT (project, domain, key) DO UPDATE SET version = excluded.version, run_name = excluded.run_name,

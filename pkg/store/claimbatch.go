@@ -29,7 +29,7 @@ func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.
 		return nil, nil
 	}
 	var raw [4][]byte
-	err := s.q(ctx).Raw(claimAttemptsSQL, map[string]any{"ids": bigintArray(ids),
+	err := s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": bigintArray(ids),
 		"succeeded": domain.TaskSucceeded, "now": now}).Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3])
 	if err != nil {
 		return nil, mapErr(err)

@@ -26,7 +26,7 @@ func (s *Store) CountStates(ctx context.Context) (StateCounts, error) {
 		State string
 		N     int64
 	}
-	err := s.q(ctx).Raw(`SELECT 'action' AS kind, phase AS state, count(*) AS n FROM actions GROUP BY phase
+	err := s.raw(ctx, `SELECT 'action' AS kind, phase AS state, count(*) AS n FROM actions GROUP BY phase
 		UNION ALL SELECT 'task', state::text, count(*) FROM tasks GROUP BY state
 		UNION ALL SELECT 'worker', state, count(*) FROM workers GROUP BY state`).Scan(&rows).Error
 	if err != nil {

@@ -74,10 +74,10 @@ func (s *Store) flushEvents(ctx context.Context) error {
 	args := map[string]any{"rows": string(rows), "scopes": Strings(scopes), "channel": EventsChannel,
 		"notices": Strings(notices)}
 	if len(moves) == 0 {
-		return mapErr(s.q(ctx).Exec(insertEventsSQL, args).Error)
+		return mapErr(s.exec(ctx, insertEventsSQL, args).Error)
 	}
 	maps.Copy(args, rootMovesArgs(moves))
-	return mapErr(s.q(ctx).Exec(rootMoveSQL(moves), args).Error)
+	return mapErr(s.exec(ctx, rootMoveSQL(moves), args).Error)
 }
 
 // insertEventsSQL inserts the events of @rows with their feed locks

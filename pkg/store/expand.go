@@ -18,7 +18,7 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 	if err != nil {
 		return nil, fmt.Errorf("steps of %s: %w", key, err)
 	}
-	res := s.q(ctx).Exec(insertActionsSQL+` ON CONFLICT DO NOTHING`, string(raw))
+	res := s.exec(ctx, insertActionsSQL+` ON CONFLICT DO NOTHING`, string(raw))
 	if res.Error != nil {
 		return nil, mapErr(res.Error)
 	}
@@ -86,10 +86,10 @@ func (s *Store) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...F
 	var expanded []int64 // the runs' ordinals
 	if len(runs) == 1 {
 		args["p"], args["d"], args["r"] = p[0], d[0], r[0]
-		err = s.q(ctx).Raw(expandAndStartOneSQL, args).Scan(&expanded).Error
+		err = s.raw(ctx, expandAndStartOneSQL, args).Scan(&expanded).Error
 	} else {
 		args["p"], args["d"], args["r"] = Strings(p), Strings(d), Strings(r)
-		err = s.q(ctx).Raw(expandAndStartSQL, args).Scan(&expanded).Error
+		err = s.raw(ctx, expandAndStartSQL, args).Scan(&expanded).Error
 	}
 	if err != nil {
 		return nil, mapErr(err)
@@ -178,7 +178,7 @@ func runKeyArrays(keys []domain.RunKey) (projects, domains, names Strings) {
 func (s *Store) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
-	err := s.q(ctx).Raw(`WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
+	err := s.raw(ctx, `WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
 			ORDER BY project, domain, name FOR UPDATE SKIP LOCKED)

@@ -77,7 +77,7 @@ func (s *Store) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 		Idx                                  int
 		TimeoutMs                            int64
 	}
-	if err := s.q(ctx).Raw(dueSQL, map[string]any{"limit": limit}).Scan(&rows).Error; err != nil {
+	if err := s.raw(ctx, dueSQL, map[string]any{"limit": limit}).Scan(&rows).Error; err != nil {
 		return Due{}, mapErr(err)
 	}
 	var d Due
@@ -108,7 +108,7 @@ func (s *Store) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 // an ended action can only cost a pass that finds nothing to do.
 func (s *Store) NextWakeAt(ctx context.Context) (*time.Time, error) {
 	var at sql.NullTime
-	err := s.q(ctx).Raw(`SELECT least(
+	err := s.raw(ctx, `SELECT least(
 		(SELECT min(not_before) FROM tasks WHERE state IN `+sqlPending+` AND not_before > @now),
 		(SELECT min(not_before) FROM actions WHERE waiting_for IS NOT NULL AND not_before > @now))`,
 		map[string]any{"now": time.Now().UTC()}).Row().Scan(&at)

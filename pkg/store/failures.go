@@ -62,7 +62,7 @@ func (s *Store) SetActionReason(ctx context.Context, key domain.ActionKey, reaso
 // evaluated): then its abort is complete.
 func (s *Store) AbortSettled(ctx context.Context, key domain.ActionKey, id int64) (bool, error) {
 	var n int64
-	err := s.q(ctx).Raw(`SELECT count(*) FROM attempts at JOIN tasks t ON t.id = at.task_id
+	err := s.raw(ctx, `SELECT count(*) FROM attempts at JOIN tasks t ON t.id = at.task_id
 		WHERE t.project = ? AND t.domain = ? AND t.run_name = ? AND t.action_name = ? AND at.id <> ?
 		AND (at.state IN `+sqlLive+` OR (at.finished_at IS NOT NULL AND at.evaluated_at IS NULL))`,
 		key.Project, key.Domain, key.Run, key.Action, id).Scan(&n).Error

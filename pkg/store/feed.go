@@ -77,7 +77,7 @@ func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int
 		Restarting bool
 		Events     []byte
 	}
-	err := s.q(ctx).Raw(`SELECT (SELECT phase FROM runs WHERE project = @p AND domain = @d AND name = @r) AS phase,
+	err := s.raw(ctx, `SELECT (SELECT phase FROM runs WHERE project = @p AND domain = @d AND name = @r) AS phase,
 		coalesce((SELECT restart_requested_at IS NOT NULL FROM runs WHERE project = @p AND domain = @d AND name = @r), false) AS restarting,
 		(SELECT coalesce(json_agg(e ORDER BY e.id), '[]') FROM (SELECT * FROM run_events
 		  WHERE project = @p AND domain = @d AND run_name = @r AND id > @after ORDER BY id LIMIT @limit) e) AS events`,

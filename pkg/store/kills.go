@@ -57,7 +57,7 @@ func (s *Store) RequestAttemptKill(ctx context.Context, attemptID int64, cause s
 // ErrNotFound when no kill of attemptID is pending.
 func (s *Store) MarkKillAttempt(ctx context.Context, attemptID int64) (int, error) {
 	var count []int
-	err := s.q(ctx).Raw(`UPDATE attempts SET kill_attempt_count = kill_attempt_count + 1, updated_at = now()
+	err := s.raw(ctx, `UPDATE attempts SET kill_attempt_count = kill_attempt_count + 1, updated_at = now()
 		WHERE id = ? AND kill_requested_at IS NOT NULL RETURNING kill_attempt_count`, attemptID).Scan(&count).Error
 	if err != nil {
 		return 0, mapErr(err)
@@ -88,7 +88,7 @@ func (s *Store) GetKillTarget(ctx context.Context, attemptID int64) (KillTarget,
 		KillCause       *string
 		KillRequestedAt *time.Time
 	}
-	err := s.q(ctx).Raw(`SELECT at.id, at.worker_id, at.state, at.kill_cause, at.kill_requested_at, w.address,
+	err := s.raw(ctx, `SELECT at.id, at.worker_id, at.state, at.kill_cause, at.kill_requested_at, w.address,
 		w.state AS worker_state, w.last_heartbeat_at
 		FROM attempts at LEFT JOIN workers w ON w.id = at.worker_id WHERE at.id = ?`, attemptID).Scan(&rows).Error
 	if err != nil {
@@ -116,7 +116,7 @@ func (s *Store) GetKillTarget(ctx context.Context, attemptID int64) (KillTarget,
 func (s *Store) MarkKillGone(ctx context.Context, attemptID int64, cause string) (evaluate bool, err error) {
 	err = s.InTx(ctx, func(tx *Store) error {
 		var rows []struct{ Current bool }
-		if err := tx.q(ctx).Raw(`SELECT t.state IN `+sqlLive+` AND t.attempt_count = at.number AS current
+		if err := tx.raw(ctx, `SELECT t.state IN `+sqlLive+` AND t.attempt_count = at.number AS current
 			FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? AND at.state IN `+sqlLive+` FOR UPDATE OF at`,
 			attemptID).Scan(&rows).Error; err != nil {
 			return mapErr(err)

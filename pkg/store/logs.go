@@ -49,7 +49,7 @@ type NewLogChunk struct {
 // bound what is kept. Errors: ErrNotFound (no such attempt).
 func (s *Store) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogChunk) (int64, error) {
 	var locked []int64
-	if err := s.q(ctx).Raw(`SELECT id FROM attempts WHERE id = ? FOR NO KEY UPDATE`, id).
+	if err := s.raw(ctx, `SELECT id FROM attempts WHERE id = ? FOR NO KEY UPDATE`, id).
 		Scan(&locked).Error; err != nil {
 		return 0, mapErr(err)
 	}
@@ -57,7 +57,7 @@ func (s *Store) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogCh
 		return 0, ErrNotFound
 	}
 	var ends []int64
-	if err := s.q(ctx).Raw(`SELECT byte_offset + octet_length(data) FROM attempt_log_chunks
+	if err := s.raw(ctx, `SELECT byte_offset + octet_length(data) FROM attempt_log_chunks
 		WHERE attempt_id = ? ORDER BY seq DESC LIMIT 1`, id).Scan(&ends).Error; err != nil {
 		return 0, mapErr(err)
 	}
@@ -109,7 +109,7 @@ func (s *Store) AppendLogsBounded(ctx context.Context, id int64, chunks []NewLog
 // AppendLogChunks, which holds the attempt's lock.
 func (s *Store) DropLogChunksBefore(ctx context.Context, id, offset int64) (int64, error) {
 	var gone []droppedRow
-	if err := s.q(ctx).Raw(`DELETE FROM attempt_log_chunks
+	if err := s.raw(ctx, `DELETE FROM attempt_log_chunks
 		WHERE attempt_id = ? AND dropped = 0 AND byte_offset < ?
 		RETURNING seq, stream, byte_offset + octet_length(data) AS end_offset, octet_length(data) AS n`,
 		id, offset).Scan(&gone).Error; err != nil {
@@ -129,14 +129,14 @@ func (s *Store) DropLogChunksBefore(ctx context.Context, id, offset int64) (int6
 	}
 	for stream, m := range markers {
 		var before []int64
-		if err := s.q(ctx).Raw(`DELETE FROM attempt_log_chunks WHERE attempt_id = ? AND stream = ? AND dropped > 0
+		if err := s.raw(ctx, `DELETE FROM attempt_log_chunks WHERE attempt_id = ? AND stream = ? AND dropped > 0
 			RETURNING dropped`, id, stream).Scan(&before).Error; err != nil {
 			return 0, mapErr(err)
 		}
 		for _, b := range before {
 			m.Dropped += b
 		}
-		if err := s.q(ctx).Exec(`INSERT INTO attempt_log_chunks (attempt_id, seq, stream, data, byte_offset, dropped)
+		if err := s.exec(ctx, `INSERT INTO attempt_log_chunks (attempt_id, seq, stream, data, byte_offset, dropped)
 			VALUES (?, ?, ?, '', ?, ?)`, id, m.Seq, m.Stream, m.ByteOffset, m.Dropped).Error; err != nil {
 			return 0, mapErr(err)
 		}
@@ -172,7 +172,7 @@ func (s *Store) FinalAttemptLog(ctx context.Context, id int64) (AttemptLog, erro
 // generation (nil: its current one). Errors: ErrNotFound.
 func (s *Store) FindAttempt(ctx context.Context, key domain.ActionKey, generation *int, idx, n int) (Attempt, error) {
 	var a Attempt
-	err := s.q(ctx).Raw(`SELECT at.* FROM attempts at JOIN tasks t ON t.id = at.task_id
+	err := s.raw(ctx, `SELECT at.* FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
 		WHERE t.project = ? AND t.domain = ? AND t.run_name = ? AND t.action_name = ? AND t.idx = ? AND at.number = ?
 		AND t.generation = COALESCE(CAST(? AS integer), x.generation)`,

@@ -112,7 +112,8 @@ func anyStoreMethod(pcs []uintptr) bool {
 
 // storeMethod is the Store method a return address is in: its name (a
 // closure's is its method's: ReportAttempt.func1 → ReportAttempt), and
-// whether it is exported. Zero for a frame of another function and for InTx.
+// whether it is exported. Zero for a frame of another function, for InTx
+// and for exec (the helper every Exec goes through).
 type storeMethod struct {
 	name     string
 	exported bool
@@ -134,7 +135,7 @@ func methodAt(pc uintptr) storeMethod {
 		f, more = frames.Next()
 		if name, ok := strings.CutPrefix(f.Function, storePrefix); ok {
 			name, _, _ = strings.Cut(name, ".")
-			if name != "" && name != "InTx" {
+			if name != "" && name != "InTx" && name != "exec" {
 				m = storeMethod{name: name, exported: name[0] >= 'A' && name[0] <= 'Z'}
 			}
 		}

@@ -64,7 +64,7 @@ func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o Task
 		args["from"], args["to"], args["terminal"] = string(o.Phase.From), string(o.Phase.To), o.Phase.To.IsTerminal()
 	}
 	var moved []int
-	if err := s.q(ctx).Raw(updateTaskOutcomeSQL, args).Scan(&moved).Error; err != nil {
+	if err := s.raw(ctx, updateTaskOutcomeSQL, args).Scan(&moved).Error; err != nil {
 		return mapErr(err)
 	}
 	if o.Code != "" {
@@ -105,7 +105,7 @@ func (s *Store) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...Out
 		return err
 	}
 	args["now"] = now
-	rows, err := s.q(ctx).Raw(updateTaskOutcomesSQL, args).Rows()
+	rows, err := s.raw(ctx, updateTaskOutcomesSQL, args).Rows()
 	if err != nil {
 		return mapErr(err)
 	}

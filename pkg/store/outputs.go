@@ -51,7 +51,7 @@ type taskOutputs struct {
 // failed within max_task_failures) is "", in the array that task's element.
 // A run without such steps, or no such run, gives an empty map.
 func (s *Store) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []string) (map[string]map[string]string, error) {
-	rows, err := s.q(ctx).Raw(stepOutputsSQL, sql.Named("project", runKey.Project), sql.Named("domain", runKey.Domain),
+	rows, err := s.raw(ctx, stepOutputsSQL, sql.Named("project", runKey.Project), sql.Named("domain", runKey.Domain),
 		sql.Named("run", runKey.Run), sql.Named("succeeded", string(domain.PhaseSucceeded)),
 		sql.Named("all", len(steps) == 0), sql.Named("steps", append([]string{""}, steps...))).Rows()
 	if err != nil {

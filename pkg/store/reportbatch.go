@@ -107,13 +107,13 @@ func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRow
 		return locked, err
 	}
 	var tasks []int64
-	if err := s.q(ctx).Raw(`SELECT id FROM tasks WHERE id IN (SELECT task_id FROM attempts WHERE id IN ?)
+	if err := s.raw(ctx, `SELECT id FROM tasks WHERE id IN (SELECT task_id FROM attempts WHERE id IN ?)
 		ORDER BY id FOR UPDATE`, ids).Scan(&tasks).Error; err != nil {
 		return nil, mapErr(err)
 	}
 	// The tasks are ours now, so this statement's snapshot has their last
 	// versions; the attempts' come from their locks.
-	rows, err := s.q(ctx).Raw(`SELECT row_to_json(t), row_to_json(at) FROM attempts at JOIN tasks t ON t.id = at.task_id
+	rows, err := s.raw(ctx, `SELECT row_to_json(t), row_to_json(at) FROM attempts at JOIN tasks t ON t.id = at.task_id
 		WHERE at.id IN ? ORDER BY at.id FOR UPDATE OF at`, ids).Rows()
 	if err != nil {
 		return nil, mapErr(err)
@@ -140,7 +140,7 @@ func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRow
 // attempt unknown or placed on another worker.
 func (s *Store) appendBatchLogs(ctx context.Context, worker string, id int64, chunks []NewLogChunk, logMax int64) error {
 	var owners []string
-	if err := s.q(ctx).Raw(`SELECT worker_id FROM attempts WHERE id = ? AND worker_id = ?`, id, worker).
+	if err := s.raw(ctx, `SELECT worker_id FROM attempts WHERE id = ? AND worker_id = ?`, id, worker).
 		Scan(&owners).Error; err != nil {
 		return mapErr(err)
 	}
@@ -223,7 +223,7 @@ func (s *Store) writeReports(ctx context.Context, locked lockedRows) error {
 	if err != nil {
 		return fmt.Errorf("encode reports: %w", err)
 	}
-	res := s.q(ctx).Exec(writeReportsSQL, map[string]any{"rows": string(raw)})
+	res := s.exec(ctx, writeReportsSQL, map[string]any{"rows": string(raw)})
 	if res.Error != nil {
 		return mapErr(res.Error)
 	}

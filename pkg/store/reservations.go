@@ -35,7 +35,7 @@ var reserveSQL = `INSERT INTO cache_reservations AS r (project, domain, key, run
 // when another action holds a live reservation of key.
 func (s *Store) ReserveCache(ctx context.Context, owner domain.ActionKey, key string, expires, now time.Time) (bool, error) {
 	var got []string
-	err := s.q(ctx).Raw(reserveSQL, sql.Named("project", owner.Project), sql.Named("domain", owner.Domain),
+	err := s.raw(ctx, reserveSQL, sql.Named("project", owner.Project), sql.Named("domain", owner.Domain),
 		sql.Named("key", key), sql.Named("run", owner.Run), sql.Named("action", owner.Action),
 		sql.Named("expires", expires), sql.Named("now", now)).Scan(&got).Error
 	if err != nil || len(got) == 0 {
@@ -94,7 +94,7 @@ WHERE (r.project, r.domain, r.key) = (l.project, l.domain, l.key)`
 // still at work (extendSQL): those of workers silent since alive, or of
 // ended owners, lapse. It returns how many it extended.
 func (s *Store) ExtendCacheReservations(ctx context.Context, alive, expires time.Time) (int64, error) {
-	res := s.q(ctx).Exec(extendSQL, sql.Named("alive", alive), sql.Named("expires", expires))
+	res := s.exec(ctx, extendSQL, sql.Named("alive", alive), sql.Named("expires", expires))
 	return res.RowsAffected, mapErr(res.Error)
 }
 

@@ -98,7 +98,7 @@ func (s *Store) makeRootMoves(ctx context.Context) error {
 	moves := s.tx.roots
 	s.tx.roots = nil
 	var moved []int
-	if err := s.q(ctx).Raw(rootMovesSQL(moves, ` SELECT ord FROM a`), rootMovesArgs(moves)).Scan(&moved).Error; err != nil {
+	if err := s.raw(ctx, rootMovesSQL(moves, ` SELECT ord FROM a`), rootMovesArgs(moves)).Scan(&moved).Error; err != nil {
 		return mapErr(err)
 	}
 	drop := map[int]bool{}

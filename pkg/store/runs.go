@@ -99,7 +99,7 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 		return Run{}, Action{}, err
 	}
 	args["notice"] = notices[0]
-	err = s.q(ctx).Exec(insertRunSQL, args).Error
+	err = s.exec(ctx, insertRunSQL, args).Error
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
 		return Run{}, Action{}, errIdempotencyRace
@@ -192,7 +192,7 @@ FROM runs r WHERE r.project = @project AND r.domain = @domain AND r.name = @run`
 func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Run, []ActionDetail, error) {
 	var run Run
 	var rawRun, rawActions, rawTasks, rawAttempts []byte
-	err := s.q(ctx).Raw(detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
+	err := s.raw(ctx, detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
 		sql.Named("run", key.Run), sql.Named("only", only)).Row().Scan(&rawRun, &rawActions, &rawTasks, &rawAttempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return run, nil, ErrNotFound
@@ -226,7 +226,7 @@ func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Ru
 // Errors: ErrNotFound.
 func (s *Store) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
 	var run Run
-	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(r) FROM runs r WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
+	err := scanRows(s.raw(ctx, `SELECT row_to_json(r) FROM runs r WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
 		key.Project, key.Domain, key.Run), &run)
 	return run, err
 }
@@ -363,7 +363,7 @@ func dbNow() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 // advances them heals a lost run:advance push after RequestRestart.
 func (s *Store) RestartRequestedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
 	var keys []domain.RunKey
-	err := s.q(ctx).Raw(`SELECT project, domain, name AS run FROM runs WHERE restart_requested_at IS NOT NULL
+	err := s.raw(ctx, `SELECT project, domain, name AS run FROM runs WHERE restart_requested_at IS NOT NULL
 		ORDER BY restart_requested_at LIMIT ?`, limit).Scan(&keys).Error
 	return keys, mapErr(err)
 }

@@ -56,7 +56,7 @@ func (s *Store) CreateTasksOfRuns(ctx context.Context, now time.Time, starts ...
 	if err != nil {
 		return err
 	}
-	err = s.q(ctx).Exec(`WITH t AS (`+insertTasksSQL+` RETURNING 1)
+	err = s.exec(ctx, `WITH t AS (`+insertTasksSQL+` RETURNING 1)
 		UPDATE actions a SET started_at = @now, updated_at = @now, version = a.version + 1
 		FROM unnest(CAST(CAST(@p AS text) AS text[]), CAST(CAST(@d AS text) AS text[]),
 			CAST(CAST(@r AS text) AS text[]), CAST(CAST(@n AS text) AS text[])) AS k(p, d, r, n)
@@ -84,7 +84,7 @@ func (s *Store) InsertTasks(ctx context.Context, tasks []Task) error {
 	if err != nil {
 		return err
 	}
-	return mapErr(s.q(ctx).Exec(insertTasksSQL, map[string]any{"rows": rows}).Error)
+	return mapErr(s.exec(ctx, insertTasksSQL, map[string]any{"rows": rows}).Error)
 }
 
 // insertTasksSQL inserts the tasks of the JSON array @rows (taskRows).
@@ -120,7 +120,7 @@ func (s *Store) LockAttemptOwners(ctx context.Context, attemptID int64) (Run, Ac
 	var act Action
 	var t Task
 	var a Attempt
-	err := scanRows(s.q(ctx).Raw(`SELECT row_to_json(r), row_to_json(x), row_to_json(t), row_to_json(at)
+	err := scanRows(s.raw(ctx, `SELECT row_to_json(r), row_to_json(x), row_to_json(t), row_to_json(at)
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
 		JOIN runs r ON (r.project, r.domain, r.name) = (t.project, t.domain, t.run_name)
@@ -153,7 +153,7 @@ func (s *Store) CountTaskStates(ctx context.Context, key domain.ActionKey, gener
 // max_retries_preemption + 1), and writes an "action.gang_cascade" event.
 // It returns how many it changed.
 func (s *Store) ExhaustGangSiblings(ctx context.Context, t Task, now time.Time) (int64, error) {
-	res := s.q(ctx).Exec(`WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 			AND action_name = ? AND id <> ? AND state IN `+sqlLive+` ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, preemption_count = max_retries_preemption + 1, ended_at = ?, updated_at = ?,
 			version = tasks.version + 1 FROM l WHERE tasks.id = l.id`,
@@ -167,7 +167,7 @@ func (s *Store) ExhaustGangSiblings(ctx context.Context, t Task, now time.Time) 
 // KillUnfinishedTasks makes an action's PENDING and live tasks KILLED, in id
 // order, and returns how many it changed.
 func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
-	res := s.q(ctx).Exec(`WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 			AND action_name = ? AND state IN `+sqlUnfinished+` ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
 		FROM l WHERE tasks.id = l.id`, key.Project, key.Domain, key.Run, key.Action, domain.TaskKilled, now, now)
@@ -183,10 +183,10 @@ func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, n
 // the hundreds of tasks waiting for a slot.
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 	var raw []byte
-	err := s.q(ctx).Raw(`SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') FROM (
-		SELECT * FROM tasks WHERE state IN ` + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
+	err := s.raw(ctx, `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') FROM (
+		SELECT * FROM tasks WHERE state IN `+sqlPending+` AND (not_before IS NULL OR not_before <= now())
 			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
-		ORDER BY priority DESC, id LIMIT ` + strconv.Itoa(limit) + `) t`).Row().Scan(&raw)
+		ORDER BY priority DESC, id LIMIT `+strconv.Itoa(limit)+`) t`).Row().Scan(&raw)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -201,7 +201,7 @@ func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 // scheduling deadline UNSCHEDULABLE, writes a "task.unschedulable" event and
 // returns how many it changed.
 func (s *Store) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
-	res := s.q(ctx).Exec(`WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
+	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 			AND action_name = ? AND state IN `+sqlPending+` AND scheduling_deadline < ? ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
 		FROM l WHERE tasks.id = l.id`, key.Project, key.Domain, key.Run, key.Action, now, domain.TaskUnschedulable, now, now)
@@ -230,7 +230,7 @@ func (s *Store) SetPendingReasons(ctx context.Context, reasons map[int64]string)
 	}
 	for reason, ids := range byReason {
 		var changed []int64
-		if err := s.q(ctx).Raw(pendingReasonChangedSQL, map[string]any{"ids": bigintArray(ids),
+		if err := s.raw(ctx, pendingReasonChangedSQL, map[string]any{"ids": bigintArray(ids),
 			"pending": domain.TaskPending, "reason": reason}).Scan(&changed).Error; err != nil {
 			return mapErr(err)
 		}
@@ -249,7 +249,7 @@ func (s *Store) setPendingReason(ctx context.Context, ids []int64, reason string
 		return err
 	}
 	var moved []Action
-	if err := s.q(ctx).Raw(`UPDATE actions a SET phase = ?, updated_at = now(), version = a.version + 1
+	if err := s.raw(ctx, `UPDATE actions a SET phase = ?, updated_at = now(), version = a.version + 1
 		FROM (SELECT DISTINCT project, domain, run_name, action_name FROM tasks WHERE id IN ?) k
 		WHERE (a.project, a.domain, a.run_name, a.name) = (k.project, k.domain, k.run_name, k.action_name) AND a.phase = ?
 		RETURNING a.project, a.domain, a.run_name, a.name`, string(domain.PhaseWaitingForResources), ids,
@@ -263,7 +263,7 @@ func (s *Store) setPendingReason(ctx context.Context, ids []int64, reason string
 			return err
 		}
 	}
-	return mapErr(s.q(ctx).Exec(setPendingReasonSQL, map[string]any{"ids": bigintArray(ids),
+	return mapErr(s.exec(ctx, setPendingReasonSQL, map[string]any{"ids": bigintArray(ids),
 		"pending": domain.TaskPending, "reason": reason, "now": time.Now().UTC()}).Error)
 }
 
@@ -307,7 +307,7 @@ func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Attempt, er
 		idText[i], workers[i] = strconv.FormatInt(a.TaskID, 10), a.WorkerID
 	}
 	var out []Attempt
-	err := s.q(ctx).Raw(assignTasksSQL, map[string]any{
+	err := s.raw(ctx, assignTasksSQL, map[string]any{
 		"ids": "{" + strings.Join(idText, ",") + "}", "workers": "{" + strings.Join(workers, ",") + "}",
 		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
 		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),

@@ -75,7 +75,7 @@ func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]W
 	var out []WorkerLoad
 	// The sums are numeric and may pass int64 (resources are bounded only
 	// by the type): they are capped at its maximum, "everything".
-	err := s.q(ctx).Raw(`SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
+	err := s.raw(ctx, `SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
 		COALESCE(l.mem, 0) AS used_memory_bytes FROM workers w
 		LEFT JOIN (SELECT a.worker_id, count(*) AS used, LEAST(sum(t.cpu_millis), 9223372036854775807)::bigint AS cpu,
 			LEAST(sum(t.memory_bytes), 9223372036854775807)::bigint AS mem
@@ -95,7 +95,7 @@ func (s *Store) StopList(ctx context.Context, workerID string, ids []int64) ([]i
 		return []int64{}, nil
 	}
 	var keep []int64
-	err := s.q(ctx).Raw(`SELECT at.id FROM attempts at JOIN tasks t ON t.id = at.task_id
+	err := s.raw(ctx, `SELECT at.id FROM attempts at JOIN tasks t ON t.id = at.task_id
 		WHERE at.id IN ? AND at.worker_id = ? AND at.state IN `+sqlLive+` AND t.state IN `+sqlLive+`
 		AND t.attempt_count = at.number`, ids, workerID).Scan(&keep).Error
 	if err != nil {
@@ -182,7 +182,7 @@ func (s *Store) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, e
 		if err != nil {
 			return err
 		}
-		res := tx.q(ctx).Exec(`UPDATE workers SET last_heartbeat_at = ?, draining = draining OR ? WHERE id = ? AND state = ?`,
+		res := tx.exec(ctx, `UPDATE workers SET last_heartbeat_at = ?, draining = draining OR ? WHERE id = ? AND state = ?`,
 			at, b.Draining, id, WorkerAlive)
 		if res.Error == nil && res.RowsAffected == 0 {
 			return ErrNotFound // declared dead meanwhile
@@ -201,7 +201,7 @@ func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reas
 		UPDATE attempts SET state = ?, cause = ?, error = ?, finished_at = ?, updated_at = ?
 		FROM l WHERE attempts.id = l.id RETURNING attempts.id, attempts.task_id, attempts.worker_id`
 	all := append(append([]any{}, args...), domain.TaskWorkerFailed, CauseWorkerLost, reason, now, now)
-	if err := s.q(ctx).Raw(q, all...).Scan(&lost).Error; err != nil {
+	if err := s.raw(ctx, q, all...).Scan(&lost).Error; err != nil {
 		return nil, mapErr(err)
 	}
 	if len(lost) == 0 {
@@ -211,7 +211,7 @@ func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reas
 	for i, l := range lost {
 		ids[i] = l.ID
 	}
-	err := s.q(ctx).Exec(`INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+	err := s.exec(ctx, `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
 		SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, ?::text,
 			jsonb_build_object('cause', ?::text, 'error', ?::text, 'exit_code', NULL), ?::timestamptz
 		FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id IN ?`,
@@ -223,7 +223,7 @@ func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reas
 // cutoff dead (a later heartbeat answers ErrNotFound) and returns their ids.
 func (s *Store) MarkWorkersDead(ctx context.Context, cutoff time.Time) ([]string, error) {
 	var dead []string
-	err := s.q(ctx).Raw(`UPDATE workers SET state = ?, updated_at = now(), version = version + 1
+	err := s.raw(ctx, `UPDATE workers SET state = ?, updated_at = now(), version = version + 1
 		WHERE state = '`+WorkerAlive+`' AND last_heartbeat_at < ? RETURNING id`, WorkerDead, cutoff.UTC()).
 		Scan(&dead).Error
 	return dead, mapErr(err)
@@ -251,7 +251,7 @@ func (s *Store) LoseWorkerAttempts(ctx context.Context, id, reason string, now t
 func (s *Store) AddWorkerFailure(ctx context.Context, workerID, state string, attemptID int64, at time.Time) (
 	failures map[string]time.Time, ok bool, err error) {
 	var rows []Worker
-	err = s.q(ctx).Raw(`UPDATE workers SET
+	err = s.raw(ctx, `UPDATE workers SET
 			failures = CASE WHEN failures -> CAST(@key AS text) IS NOT NULL THEN failures
 				ELSE failures || jsonb_build_object(CAST(@key AS text), CAST(@at AS timestamptz)) END,
 			last_failure_at = GREATEST(last_failure_at, CAST(@at AS timestamptz)), updated_at = now(),
