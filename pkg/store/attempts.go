@@ -293,7 +293,7 @@ func reportUpdates(a Attempt, rep Report, evaluate bool, now time.Time) (map[str
 		up["evaluated_at"] = now
 	}
 	if rep.State == domain.TaskSucceeded && len(rep.Outputs) > 0 {
-		raw, err := json.Marshal(rep.Outputs)
+		raw, err := encodeRows(rep.Outputs)
 		if err != nil {
 			return nil, fmt.Errorf("encode outputs: %w", err)
 		}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -111,7 +110,7 @@ func (s *Store) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []
 	var p, d, n, specs, keys, timeouts []string
 	for _, i := range idx {
 		nr := runs[i]
-		spec, err := json.Marshal(nr.Spec)
+		spec, err := encodeRows(nr.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("run %s: spec: %w", nr.Key, err)
 		}
@@ -208,7 +207,7 @@ func (s *Store) insertRoots(ctx context.Context, runs []NewRun, inserted []int, 
 			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
 			CreatedAt: now, UpdatedAt: now}
 	}
-	rows, err := json.Marshal(roots)
+	rows, err := encodeRows(roots)
 	if err != nil {
 		return fmt.Errorf("root actions: %w", err)
 	}

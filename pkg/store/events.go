@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"time"
@@ -32,7 +31,7 @@ func (s *Store) taskEvent(ctx context.Context, t Task, attemptID int64, typ stri
 // eventFull appends e with data as its JSON: in a transaction, to the rows
 // InTx inserts before it commits; else at once.
 func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
-	raw, err := json.Marshal(data)
+	raw, err := encodeRows(data)
 	if err != nil {
 		return fmt.Errorf("event data: %w", err)
 	}
@@ -63,7 +62,7 @@ func (s *Store) flushEvents(ctx context.Context) error {
 			events[i].CreatedAt = now
 		}
 	}
-	rows, err := json.Marshal(events)
+	rows, err := encodeRows(events)
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // returns every step action of the run. The caller holds the run's lock.
 func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
 	rows := stepRows(key, steps, nil, time.Now().UTC())
-	raw, err := json.Marshal(rows)
+	raw, err := encodeRows(rows)
 	if err != nil {
 		return nil, fmt.Errorf("steps of %s: %w", key, err)
 	}
@@ -74,7 +73,7 @@ func (s *Store) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...F
 		actions = append(actions, stepRows(run.Key, run.Steps, names, now)...)
 		p[i], d[i], r[i] = run.Key.Project, run.Key.Domain, run.Key.Run
 	}
-	actionJSON, err := json.Marshal(actions)
+	actionJSON, err := encodeRows(actions)
 	if err != nil {
 		return nil, fmt.Errorf("steps: %w", err)
 	}

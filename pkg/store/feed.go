@@ -110,7 +110,7 @@ func (s *Store) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, 
 func eventNotices(events []RunEvent) (scopes, notices []string, err error) {
 	for _, e := range events {
 		scopes = append(scopes, "run_events:"+e.Project+"/"+e.Domain+"/"+e.RunName)
-		n, err := json.Marshal(EventNotice{Project: e.Project, Domain: e.Domain, Run: e.RunName})
+		n, err := encodeRows(EventNotice{Project: e.Project, Domain: e.Domain, Run: e.RunName})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -219,7 +218,7 @@ func (s *Store) writeReports(ctx context.Context, locked lockedRows) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	raw, err := json.Marshal(rows)
+	raw, err := encodeRows(rows)
 	if err != nil {
 		return fmt.Errorf("encode reports: %w", err)
 	}

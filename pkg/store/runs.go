@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -88,7 +87,7 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
 	args := map[string]any{"channel": EventsChannel}
 	for name, row := range map[string]any{"run": run, "root": root, "created": created} {
-		j, err := json.Marshal(row)
+		j, err := encodeRows(row)
 		if err != nil {
 			return Run{}, Action{}, fmt.Errorf("run %s: %w", nr.Key, err)
 		}

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,7 +107,7 @@ func taskRows(ctx context.Context, tasks []Task, now time.Time) (string, error) 
 			tasks[i].UpdatedAt = now
 		}
 	}
-	raw, err := json.Marshal(tasks)
+	raw, err := encodeRows(tasks)
 	return string(raw), err
 }
 
