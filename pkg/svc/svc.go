@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,8 +70,41 @@ func Setup(service string, c Common, err error) *slog.Logger {
 		log.Error("invalid configuration", "err", err)
 		os.Exit(ExitConfig)
 	}
+	if percent, limit := gcDefaults(os.LookupEnv); percent > 0 {
+		debug.SetGCPercent(percent)
+		if limit > 0 {
+			debug.SetMemoryLimit(limit)
+		}
+	}
 	c.StartPprof(log)
 	return log
+}
+
+// GC defaults of a service whose environment sets neither GOGC nor
+// GOMEMLIMIT, Go's own settings of its collector: collect when the heap has
+// grown by 400 % of what the last collection left (Go's default is 100),
+// and more often as it nears a soft limit of 100 MiB. The collector was
+// 7-11 % of the api's and the scheduler's CPU under load; at 400 the
+// diamond benchmark ran at 304-310 runs/s against 266-303, and the api's
+// peak RSS, accepting runs in bulk, was 127 MiB with the limit (220 MiB
+// without it, 119 MiB at Go's defaults).
+const (
+	defaultGCPercent   = 400
+	defaultMemoryLimit = 100 << 20 // bytes
+)
+
+// gcDefaults returns the GC percent and soft memory limit (bytes) a service
+// sets, from its environment (lookup): none (0, 0) when GOGC is set, which
+// Go applies itself with any GOMEMLIMIT; the percent alone when only
+// GOMEMLIMIT is; both otherwise.
+func gcDefaults(lookup func(string) (string, bool)) (percent int, limit int64) {
+	if _, ok := lookup("GOGC"); ok {
+		return 0, 0
+	}
+	if _, ok := lookup("GOMEMLIMIT"); ok {
+		return defaultGCPercent, 0
+	}
+	return defaultGCPercent, defaultMemoryLimit
 }
 
 // Exit ends a service's main with the result of its run: nil logs
