@@ -37,6 +37,10 @@ type WorkerLoad struct {
 	Used            int
 	UsedCPUMillis   int64 `gorm:"column:used_cpu_millis"`
 	UsedMemoryBytes int64
+	// LowestPriority is the lowest priority band of the worker's live
+	// attempts' tasks, nil when it has none: only a worker with a band
+	// below a task's may be preempted for it.
+	LowestPriority *int16
 }
 
 // RegisterWorker inserts a worker under a new identity.
@@ -66,7 +70,7 @@ func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]Wo
 }
 
 // workerLoads returns the workers that match where, with their load: the
-// live attempts on each and their tasks' resources. A live attempt's task
+// live attempts on each, their tasks' resources and lowest priority band. A live attempt's task
 // is read by its key (the subquery's OFFSET 0 keeps Postgres from joining
 // the tables whole): with the statistics of a new database, whose tables
 // were never analyzed, the join read every task by a sequential scan at
@@ -76,10 +80,10 @@ func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]W
 	// The sums are numeric and may pass int64 (resources are bounded only
 	// by the type): they are capped at its maximum, "everything".
 	err := s.raw(ctx, `SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
-		COALESCE(l.mem, 0) AS used_memory_bytes FROM workers w
+		COALESCE(l.mem, 0) AS used_memory_bytes, l.lowest AS lowest_priority FROM workers w
 		LEFT JOIN (SELECT a.worker_id, count(*) AS used, LEAST(sum(t.cpu_millis), 9223372036854775807)::bigint AS cpu,
-			LEAST(sum(t.memory_bytes), 9223372036854775807)::bigint AS mem
-			FROM attempts a CROSS JOIN LATERAL (SELECT cpu_millis, memory_bytes FROM tasks
+			LEAST(sum(t.memory_bytes), 9223372036854775807)::bigint AS mem, min(t.priority) AS lowest
+			FROM attempts a CROSS JOIN LATERAL (SELECT cpu_millis, memory_bytes, priority FROM tasks
 				WHERE tasks.id = a.task_id OFFSET 0) t
 			WHERE a.state IN `+sqlLive+` GROUP BY a.worker_id) l
 		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error

@@ -107,3 +107,34 @@ func TestPreemptionIsFreeOnlyWhileAssigned(t *testing.T) {
 		})
 	}
 }
+
+// A pass reads the running attempts (LiveOnWorkers) to preempt for a task
+// left waiting only when a worker runs one of a lower band: not while the
+// only slot runs a task of the waiting one's band; when it runs a batch
+// task, the pass reads them and preempts that one.
+func TestPassReadsRunningAttemptsOnlyWhenALowerBandRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tt := range []struct {
+		band    string
+		reads   int64
+		preempt bool
+	}{{"interactive", 0, false}, {"batch", 1, true}} {
+		f := newRunFixture(t, domain.ARCTable)
+		w := f.registerWith(t, 1, nil)
+		start := func(name, band string) int64 {
+			key := f.newRun(t, name, domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600", Priority: band}}})
+			_, err := f.s.advance(ctx, key)
+			require.NoError(t, err)
+			return f.tasks(t, key, "s")[0].Task.ID
+		}
+		running := f.attemptIn(t, w, start("running", tt.band), reportRunning)
+		start("waiting", "interactive")
+		before := statementCounts(t, f.statements)["LiveOnWorkers"]
+		res, err := f.s.placeOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, tt.reads, statementCounts(t, f.statements)["LiveOnWorkers"]-before, tt.band)
+		require.Equal(t, 1, res.Waiting, tt.band)
+		require.Equal(t, tt.preempt, f.attempt(t, running.ID).KillRequestedAt != nil, tt.band)
+	}
+}
