@@ -13,7 +13,7 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// raw is s.raw(ctx, text, vars...) for a statement whose placeholders
+// raw is s.q(ctx).Raw(text, vars...) for a statement whose placeholders
 // gorm has already resolved once (bound): gorm rewrites a raw statement
 // byte by byte at every call, looking for its ? and @name placeholders,
 // which on our statements of a few kilobytes was 6 % of the scheduler's
@@ -33,7 +33,7 @@ func (s *Store) raw(ctx context.Context, text string, vars ...any) *gorm.DB {
 	return tx
 }
 
-// exec is s.exec(ctx, text, vars...) as raw binds it.
+// exec is s.q(ctx).Exec(text, vars...) as raw binds it.
 func (s *Store) exec(ctx context.Context, text string, vars ...any) *gorm.DB {
 	tx := s.raw(ctx, text, vars...)
 	return tx.Callback().Raw().Execute(tx)
