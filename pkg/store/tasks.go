@@ -179,13 +179,15 @@ func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, n
 // its job (Iris's _mark_task_unschedulable). The rows come back as one JSON
 // array (decodeRows): scanning them column by column through gorm was 12 %
 // of the scheduler's CPU in the diamond benchmark, where every pass reads
-// the hundreds of tasks waiting for a slot.
+// the hundreds of tasks waiting for a slot. The limit is a parameter, as
+// in gorm's query before, so the statement keeps the plans it had on the
+// pass's connection.
 func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
 	var raw []byte
 	err := s.raw(ctx, `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') FROM (
 		SELECT * FROM tasks WHERE state IN `+sqlPending+` AND (not_before IS NULL OR not_before <= now())
 			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
-		ORDER BY priority DESC, id LIMIT `+strconv.Itoa(limit)+`) t`).Row().Scan(&raw)
+		ORDER BY priority DESC, id LIMIT ?) t`, limit).Row().Scan(&raw)
 	if err != nil {
 		return nil, mapErr(err)
 	}
