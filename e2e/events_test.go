@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -138,7 +139,7 @@ func TestEventStreamResume(t *testing.T) {
 	// The listener loses its connection; it reconnects and the watchers
 	// re-read.
 	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
+		WHERE datname = current_database() AND application_name = $1`, store.ListenerApplicationName)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 

@@ -89,7 +89,8 @@ const insertEventsSQL = eventsInsert + `
 // insert of the transaction's events (@rows) that insertEventsSQL and
 // rootMoveSQL share: the insert and what it selects from e, the columns of
 // a record of @rows, and the feed locks and notifications (an InitPlan of
-// the WHERE, taken before the first row draws its id).
+// the WHERE, taken before the first row draws its id), the notifications
+// only while a listener is registered (listenersLive).
 const (
 	eventsInsert = `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
 SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, e.type,
@@ -98,8 +99,16 @@ SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, 
        task_id bigint, attempt_id bigint, type text, data jsonb, created_at timestamptz`
 	eventsLocksAndNotices = `(SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
         FROM unnest(CAST(CAST(@scopes AS text) AS text[])) AS k) >= 0
-   AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(CAST(@notices AS text) AS text[])) AS n) >= 0`
+   AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(CAST(@notices AS text) AS text[])) AS n
+         WHERE ` + listenersLive + `) >= 0`
 )
+
+// listenersLive is true while some connection is registered in
+// event_listeners (ListenEvents): NOTIFY takes one database-wide lock at
+// commit, so that every notifying transaction commits one at a time, and
+// nobody may be listening. Reading the table takes its ACCESS SHARE lock
+// to the commit, which a registration waits for (registerListener).
+const listenersLive = `EXISTS (SELECT 1 FROM event_listeners WHERE expires_at > now())`
 
 func strPtr(s string) *string {
 	if s == "" {

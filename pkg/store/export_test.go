@@ -99,3 +99,12 @@ func (s *Store) Count(ctx context.Context, stmt string, args ...any) (int64, err
 	err := s.q(ctx).Raw(stmt, args...).Row().Scan(&n)
 	return n, err
 }
+
+// SetListenerTTL has ListenEvents register for ttl (renewing every ttl/4)
+// until restore is called; only a test that does not run in parallel may
+// call it, and it must stop its listeners before restore.
+func SetListenerTTL(ttl time.Duration) (restore func()) {
+	old := listenerTTL
+	listenerTTL = ttl
+	return func() { listenerTTL = old }
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -121,12 +122,25 @@ func eventNotices(events []RunEvent) (scopes, notices []string, err error) {
 	return slices.Compact(scopes), slices.Compact(notices), nil
 }
 
+// ListenerApplicationName is the application_name of ListenEvents'
+// connections (pg_stat_activity).
+const ListenerApplicationName = "capstan-event-listener"
+
+// listenerTTL is how long a listener's registration in event_listeners
+// lasts; the listener renews it every listenerTTL/4. A listener that dies
+// without removing it leaves writers notifying until it expires. Tests
+// shrink it.
+var listenerTTL = time.Minute
+
 // ListenEvents holds one connection to dsn LISTENing on EventsChannel until
-// ctx ends: it calls notice for each notification, and connected each time
-// the LISTEN is in place (first and after every reconnection; notifications
-// sent while it was away are lost, so the caller re-reads then). When the
-// connection fails it calls lost with the error and dials again after
-// retry (at least 10 ms). It returns ctx's error.
+// ctx ends: it registers the connection in event_listeners (writers notify
+// only while a registration is live, see listenersLive) and renews it,
+// calls notice for each notification, and connected each time the LISTEN
+// and the registration are in place (first and after every reconnection;
+// notifications sent while it was away are lost, so the caller re-reads
+// then). When the connection fails, or its registration lapsed, it calls
+// lost with the error and dials again after retry (at least 10 ms). It
+// returns ctx's error.
 func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connected func(), lost func(error),
 	notice func(EventNotice)) error {
 	retry = max(retry, 10*time.Millisecond)
@@ -144,9 +158,15 @@ func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connecte
 	}
 }
 
-// listenOnce LISTENs on one connection until it fails or ctx ends.
+// listenOnce LISTENs on one connection, registered, until it fails or ctx
+// ends, and removes its registration then when it can.
 func listenOnce(ctx context.Context, dsn string, connected func(), notice func(EventNotice)) error {
-	conn, err := pgx.Connect(ctx, dsn)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = ListenerApplicationName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -154,11 +174,32 @@ func listenOnce(ctx context.Context, dsn string, connected func(), notice func(E
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{EventsChannel}.Sanitize()); err != nil {
 		return err
 	}
+	id := uuid.New()
+	if err := registerListener(ctx, conn, id); err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = conn.Exec(dctx, `DELETE FROM event_listeners WHERE id = $1`, id)
+	}()
 	connected()
+	renewAt := time.Now().Add(listenerTTL / 4)
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithDeadline(ctx, renewAt)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && time.Now().Before(renewAt):
 			return err
+		case err != nil:
+			if err := renewListener(ctx, conn, id); err != nil {
+				return err
+			}
+			renewAt = time.Now().Add(listenerTTL / 4)
+			continue
 		}
 		var en EventNotice
 		if err := json.Unmarshal([]byte(n.Payload), &en); err != nil {
@@ -166,4 +207,39 @@ func listenOnce(ctx context.Context, dsn string, connected func(), notice func(E
 		}
 		notice(en)
 	}
+}
+
+// registerListener inserts id's registration (and deletes the expired
+// ones) under the table's ACCESS EXCLUSIVE lock. Every writer's check
+// (listenersLive) holds the table's ACCESS SHARE lock to its commit, so the
+// lock waits until each writer that checked without the registration has
+// committed, and a writer checking meanwhile waits for the registration's
+// commit, then reads with a snapshot that holds it: once the registration
+// committed, a re-read finds every write that did not notify. A writer
+// stuck that long fails the registration after 5 s (lock_timeout) rather
+// than holding every writer behind it.
+func registerListener(ctx context.Context, conn *pgx.Conn, id uuid.UUID) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, q := range []string{`SET LOCAL lock_timeout = '5s'`, `LOCK TABLE event_listeners IN ACCESS EXCLUSIVE MODE`,
+			`DELETE FROM event_listeners WHERE expires_at <= now()`} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("register the event listener: %w", err)
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO event_listeners (id, expires_at) VALUES ($1, now() + $2 * interval '1 millisecond')`,
+			id, listenerTTL.Milliseconds())
+		return err
+	})
+}
+
+// renewListener extends id's registration by listenerTTL. A registration
+// that is gone (it lapsed and another listener deleted it) is an error:
+// writes may have gone without a notification meanwhile.
+func renewListener(ctx context.Context, conn *pgx.Conn, id uuid.UUID) error {
+	tag, err := conn.Exec(ctx, `UPDATE event_listeners SET expires_at = now() + $2 * interval '1 millisecond'
+		WHERE id = $1 AND expires_at > now()`, id, listenerTTL.Milliseconds())
+	if err == nil && tag.RowsAffected() == 0 {
+		err = errors.New("the event listener's registration lapsed")
+	}
+	return err
 }

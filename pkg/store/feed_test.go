@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -234,4 +237,228 @@ func TestFeedLockOrdersCommits(t *testing.T) {
 	require.NoError(t, err)
 	n := len(rows)
 	require.Equal(t, []string{"run.suspend_requested", "action.aborted"}, []string{rows[n-2].Type, rows[n-1].Type})
+}
+
+// listenRaw opens a connection to url that LISTENs on the feed's channel
+// without registering (as ListenEvents does), to see what writers send.
+func listenRaw(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	_, err = conn.Exec(context.Background(), "LISTEN "+pgx.Identifier{store.EventsChannel}.Sanitize())
+	require.NoError(t, err)
+	return conn
+}
+
+// nextNotice waits at most 10 s for conn's next notification.
+func nextNotice(t *testing.T, conn *pgx.Conn) store.EventNotice {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(ctx)
+	require.NoError(t, err, "no notification")
+	var en store.EventNotice
+	require.NoError(t, json.Unmarshal([]byte(n.Payload), &en))
+	return en
+}
+
+// Writers notify only while a listener is registered: a run created
+// before ListenEvents registered sends nothing (a connection that LISTENs
+// unregistered gets the next run's notice first), and the registration is
+// removed when ListenEvents returns.
+func TestWritersNotifyOnlyWhileAListenerIsRegistered(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewURL(t)
+	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	raw := listenRaw(t, url)
+	newRun(t, st, "unheard", twoSteps())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	connected := make(chan struct{}, 1)
+	stopped := make(chan error)
+	go func() {
+		stopped <- store.ListenEvents(ctx, url, time.Second, func() { connected <- struct{}{} },
+			func(error) {}, func(store.EventNotice) {})
+	}()
+	<-connected
+	heard := newRun(t, st, "heard", twoSteps())
+	require.Equal(t, store.EventNotice{Project: heard.Project, Domain: heard.Domain, Run: heard.Run}, nextNotice(t, raw))
+	cancel()
+	require.ErrorIs(t, <-stopped, context.Canceled)
+
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM event_listeners`).Scan(&n))
+	require.Zero(t, n, "the registration outlived its listener")
+}
+
+// A registration waits until every writer that checked for listeners
+// without it has committed, so that the re-read its connected callback
+// starts finds their rows: ListenEvents reports connected only after a
+// writer held between its events' insert and its commit was let go.
+func TestListenerRegistersAfterInFlightWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	key := newRun(t, st, "r", twoSteps())
+
+	held, release := make(chan struct{}), make(chan struct{})
+	writer := make(chan error)
+	go func() {
+		_, err := st.RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
+		writer <- err
+	}()
+	<-held
+	lctx, cancel := context.WithCancel(ctx)
+	connected := make(chan struct{}, 1)
+	stopped := make(chan error)
+	go func() {
+		stopped <- store.ListenEvents(lctx, url, time.Second, func() { connected <- struct{}{} },
+			func(error) {}, func(store.EventNotice) {})
+	}()
+	waiting := func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`,
+			store.ListenerApplicationName).Scan(&n))
+		return n == 1
+	}
+	require.Eventually(t, waiting, 10*time.Second, 5*time.Millisecond, "the registration waits for the writer")
+	select {
+	case <-connected:
+		t.Fatal("connected while a writer that did not notify was still uncommitted")
+	default:
+	}
+	close(release)
+	require.NoError(t, <-writer)
+	select {
+	case <-connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not connected after the writer committed")
+	}
+	cancel()
+	require.ErrorIs(t, <-stopped, context.Canceled)
+}
+
+// A writer that checks for listeners while a registration holds the
+// table's lock waits for the registration's commit and then notifies:
+// Postgres takes a read-committed statement's snapshot after its locks,
+// for a statement the connection has prepared before as well.
+func TestWriterWaitingOnARegistrationNotifies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	newRun(t, st, "first", twoSteps()) // the create's statement, prepared on the store's one connection
+	raw := listenRaw(t, url)
+
+	reg, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close(ctx) })
+	tx, err := reg.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE event_listeners IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO event_listeners (id, expires_at) VALUES (gen_random_uuid(), now() + interval '1 minute')`)
+	require.NoError(t, err)
+	spec := twoSteps()
+	spec.Normalize()
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "second"}
+	created := make(chan error)
+	go func() {
+		_, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec})
+		created <- err
+	}()
+	var pid int
+	require.NoError(t, reg.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	waiting := func() bool {
+		var n int
+		require.NoError(t, raw.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n))
+		return n == 1
+	}
+	require.Eventually(t, waiting, 10*time.Second, 5*time.Millisecond, "the create waits for the registration")
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-created)
+	require.Equal(t, store.EventNotice{Project: key.Project, Domain: key.Domain, Run: key.Run}, nextNotice(t, raw))
+}
+
+// A listener renews its registration; one that lapsed (deleted here as an
+// expired one is by the next registration) is lost and dials again, so
+// that its caller re-reads what went without a notification.
+func TestLapsedListenerRegistrationReconnects(t *testing.T) {
+	restore := store.SetListenerTTL(400 * time.Millisecond)
+	defer restore()
+	url := storetest.NewURL(t)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	connected := make(chan struct{}, 4)
+	lost := make(chan error, 4)
+	stopped := make(chan error)
+	go func() {
+		stopped <- store.ListenEvents(ctx, url, 10*time.Millisecond, func() { connected <- struct{}{} },
+			func(err error) { lost <- err }, func(store.EventNotice) {})
+	}()
+	defer func() {
+		cancel()
+		require.ErrorIs(t, <-stopped, context.Canceled)
+	}()
+	<-connected
+	var first time.Time
+	require.NoError(t, db.QueryRow(`SELECT expires_at FROM event_listeners`).Scan(&first))
+	require.Eventually(t, func() bool {
+		var at time.Time
+		require.NoError(t, db.QueryRow(`SELECT expires_at FROM event_listeners`).Scan(&at))
+		return at.After(first)
+	}, 10*time.Second, 5*time.Millisecond, "the registration is renewed")
+
+	_, err = db.Exec(`DELETE FROM event_listeners`)
+	require.NoError(t, err)
+	select {
+	case err := <-lost:
+		require.ErrorContains(t, err, "lapsed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lapsed registration went unnoticed")
+	}
+	select {
+	case <-connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnection")
+	}
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM event_listeners`).Scan(&n))
+	require.Equal(t, 1, n, "registered again")
+}
+
+// The events' insert on ByKey's connection (no sequential scans) reads
+// event_listeners by index: a scan costed as disabled had Postgres
+// JIT-compile the statement at every call.
+func TestEventsInsertReadsListenersByIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openOneConnectionPools(t)
+	w := registerWorker(t, st)
+	attempts := assignedAttempts(t, st, w, "r", 1)
+	_, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
+		Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}}, 1<<20)
+	require.NoError(t, err)
+	plan := explainPrepared(t, st.ByKey(), "FROM event_listeners", `'[]', '{}', 'c', '{}'`)
+	require.Contains(t, plan, "event_listeners_expiry")
+	require.NotContains(t, plan, "Seq Scan")
+	require.NotContains(t, plan, "JIT")
 }

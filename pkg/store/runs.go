@@ -68,10 +68,11 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 }
 
 // insertRun inserts nr's run row, its root action a0 (QUEUED) and its
-// "run.created" event, and notifies the feed, in one statement (atomic
-// without a transaction), and returns the run and a0. The run's feed lock
-// is not needed: no other transaction writes events of a run that has not
-// committed. Errors: errIdempotencyRace, ErrConflict (the name is taken).
+// "run.created" event, and notifies the feed while a listener is
+// registered, in one statement (atomic without a transaction), and returns
+// the run and a0. The run's feed lock is not needed: no other transaction
+// writes events of a run that has not committed. Errors:
+// errIdempotencyRace, ErrConflict (the name is taken).
 func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	now := time.Now().UTC()
 	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
@@ -108,17 +109,18 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 
 // insertRunSQL inserts the run of @run, the root action of @root (its
 // foreign key is checked at the statement's end, after the run's insert)
-// and the event of @created, and queues @notice for the commit. Each row
-// is a parameter of its own, used once: a named parameter used n times is
-// sent, and parsed as JSON, n times (one array of the three rows, read at
-// three places, cost three parses of every row).
+// and the event of @created, and queues @notice for the commit while a
+// listener is registered (listenersLive). Each row is a parameter of its
+// own, used once: a named parameter used n times is sent, and parsed as
+// JSON, n times (one array of the three rows, read at three places, cost
+// three parses of every row).
 var insertRunSQL = `WITH r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
 	FROM jsonb_populate_record(NULL::runs, CAST(@run AS jsonb)) RETURNING 1),
 a AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
 	FROM jsonb_populate_record(NULL::actions, CAST(@root AS jsonb)) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
 e AS (INSERT INTO run_events (` + columnsOf[RunEvent]() + `) SELECT ` + columnsOf[RunEvent]() + `
 	FROM jsonb_populate_record(NULL::run_events, CAST(@created AS jsonb)) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1)
-SELECT pg_notify(@channel, @notice) FROM e`
+SELECT pg_notify(@channel, @notice) FROM e WHERE ` + listenersLive
 
 // runByIdempotencyKey returns the key of the run created with nr's
 // Idempotency-Key in its project and domain. Errors: ErrNotFound.

@@ -3,9 +3,11 @@
 // (store.ListenEvents), however many watchers, each woken by a signal and
 // then reading its new rows by id from the store's pool. The connection is
 // open only while the process has watchers, and for a linger after the
-// last one stops: every event-writing transaction notifies, and a listener
-// nobody reads from costs its Postgres backend and the api a wake-up per
-// notification (0.04 of a core at 200 single-task runs a second).
+// last one stops: writers notify only while some listener is registered
+// (store.ListenEvents), each notifying commit takes Postgres's one
+// database-wide NOTIFY lock, and a listener nobody reads from costs its
+// backend and the api a wake-up per notification (0.04 of a core at 200
+// single-task runs a second).
 package feed
 
 import (

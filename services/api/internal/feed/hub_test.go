@@ -68,7 +68,7 @@ func TestHubSignalsWatchersAndReconnects(t *testing.T) {
 	quiet(t, other, "another run's watcher")
 
 	_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
+		WHERE datname = current_database() AND application_name = $1`, store.ListenerApplicationName)
 	require.NoError(t, err)
 	signalled(t, other, "a reconnection wakes every watcher")
 
@@ -80,12 +80,13 @@ func TestHubSignalsWatchersAndReconnects(t *testing.T) {
 	require.NoError(t, <-stopped)
 }
 
-// listeners counts the LISTEN connections on db's database.
+// listeners counts the listening connections (store.ListenEvents) on db's
+// database.
 func listeners(t *testing.T, db *sql.DB) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n))
+		WHERE datname = current_database() AND application_name = $1`, store.ListenerApplicationName).Scan(&n))
 	return n
 }
 
