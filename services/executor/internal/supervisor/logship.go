@@ -153,8 +153,7 @@ func (s *logShipper) take() []api.LogChunk {
 	defer s.mu.Unlock()
 	var batch []api.LogChunk
 	if s.lost > 0 {
-		batch = append(batch, api.LogChunk{Stream: api.Stderr,
-			Data: "[capstan: " + strconv.FormatInt(s.lost, 10) + " bytes of output lost: the control plane did not take them]\n"})
+		batch = append(batch, api.LogChunk{Stream: api.Stderr, Data: lossMarker(s.lost)})
 		s.lost = 0
 	}
 	n, size := 0, 0
@@ -165,6 +164,12 @@ func (s *logShipper) take() []api.LogChunk {
 	batch = append(batch, s.pending[:n]...)
 	s.pending, s.size = s.pending[n:], s.size-size
 	return batch
+}
+
+// lossMarker is the line that stands in the stream for lost bytes of
+// output.
+func lossMarker(lost int64) string {
+	return "[capstan: " + strconv.FormatInt(lost, 10) + " bytes of output lost: the control plane did not take them]\n"
 }
 
 // putBack returns a batch that failed to the front of what is pending.

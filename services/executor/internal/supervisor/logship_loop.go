@@ -79,7 +79,10 @@ func (s *logShipper) batchFull() bool {
 func (s *logShipper) pendingBytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int64(s.size) + s.lost
+	if s.lost > 0 {
+		return int64(s.size + len(lossMarker(s.lost)))
+	}
+	return int64(s.size)
 }
 
 // close ships what is pending, a rune cut at the end included (as U+FFFD),
