@@ -18,10 +18,14 @@ import (
 // cannot be one that reads them whole. The join order, though, still
 // follows the sizes at planning (a start batch's root moves, planned on a
 // few hundred actions, walked the whole primary key of actions for the
-// name a0), hence replanner.
+// name a0), hence replanner. JIT is off: a statement whose only path is a
+// scan these settings disable is costed above jit_above_cost, and Postgres
+// compiled it at every call (the events' insert reading event_listeners
+// before its index: 4.3 → 118 ms a single-task run).
 var byKeySettings = map[string]string{
 	"plan_cache_mode": "force_generic_plan",
 	"enable_seqscan":  "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
+	"jit": "off",
 }
 
 // replanner drops the plans of a pool's connections (DISCARD PLANS: their
