@@ -462,14 +462,3 @@ func TestEventsInsertReadsListenersByIndex(t *testing.T) {
 	require.NotContains(t, plan, "Seq Scan")
 	require.NotContains(t, plan, "JIT")
 }
-
-// ByKey's connections run without JIT: one of their statements whose only
-// path is a disabled scan is costed above jit_above_cost, and Postgres
-// would compile it at every call.
-func TestByKeyConnectionsDoNotJIT(t *testing.T) {
-	t.Parallel()
-	st, _ := openOneConnectionPools(t)
-	n, err := st.ByKey().Count(context.Background(), `SELECT count(*) WHERE current_setting('jit') = 'off'`)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "jit is on on ByKey's connection")
-}
