@@ -178,9 +178,14 @@ func TestWalkingSkeleton(t *testing.T) {
 			a := action(getRun(t, s, name), "a0")
 			return a.Abort != nil && a.Abort.Outcome != nil && *a.Abort.Outcome == "delivered"
 		})
-		task := action(getRun(t, s, name), "sleeper").Tasks[0]
-		require.Equal(t, api.TaskStateKILLED, task.State)
-		require.Equal(t, api.TaskStateKILLED, task.Attempts[0].State)
+		// The abort made the task KILLED; its attempt ends when the
+		// executor's report of the kill arrives, which may follow the
+		// delivery's outcome.
+		require.Equal(t, api.TaskStateKILLED, action(getRun(t, s, name), "sleeper").Tasks[0].State)
+		s.Eventually(5*time.Second, "attempt reported KILLED", func() bool {
+			return action(getRun(t, s, name), "sleeper").Tasks[0].Attempts[0].State == api.TaskStateKILLED
+		})
+		require.Equal(t, api.TaskStateKILLED, action(getRun(t, s, name), "sleeper").Tasks[0].State)
 
 		again, err := s.Client.AbortRunWithResponse(context.Background(), project, domain, name, api.AbortRequest{})
 		require.NoError(t, err)
