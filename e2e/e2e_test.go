@@ -180,7 +180,7 @@ func TestWalkingSkeleton(t *testing.T) {
 		})
 		// The abort made the task KILLED; its attempt ends when the
 		// executor's report of the kill arrives, which may follow the
-		// delivery's outcome.
+		// delivery's outcome, and the task stays KILLED once it has.
 		require.Equal(t, api.TaskStateKILLED, action(getRun(t, s, name), "sleeper").Tasks[0].State)
 		s.Eventually(5*time.Second, "attempt reported KILLED", func() bool {
 			return action(getRun(t, s, name), "sleeper").Tasks[0].Attempts[0].State == api.TaskStateKILLED
