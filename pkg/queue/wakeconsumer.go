@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -69,7 +70,23 @@ func (c *WakeConsumer) Run(ctx context.Context) {
 	if n <= 0 {
 		n = 10
 	}
-	sem := make(chan struct{}, n)
+	// n long-lived handlers, not a goroutine per task: a handler's stack
+	// has grown to what claiming and handling a task takes (queries,
+	// JSON), and a new goroutine would grow it again, copy by copy.
+	claims := make(chan Wakeup)
+	var handlers sync.WaitGroup
+	for range n {
+		handlers.Go(func() {
+			for w := range claims {
+				if err := c.Inspector.DeleteTask(c.Queue, w.ID); err != nil {
+					continue // the queue's poll took it first, or it is gone
+				}
+				c.handle(context.WithoutCancel(ctx), w)
+			}
+		})
+	}
+	defer handlers.Wait()
+	defer close(claims)
 	for ctx.Err() == nil {
 		res, err := rc.BLPop(ctx, wakeBlock, WakeKey(c.Queue)).Result()
 		switch {
@@ -87,17 +104,7 @@ func (c *WakeConsumer) Run(ctx context.Context) {
 			c.Log.Warn("malformed wake-up; skipped", "queue", c.Queue, "item", res[1])
 			continue
 		}
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
-			if err := c.Inspector.DeleteTask(c.Queue, w.ID); err != nil {
-				return // the queue's poll took it first, or it is gone
-			}
-			c.handle(context.WithoutCancel(ctx), w)
-		}()
-	}
-	for range cap(sem) {
-		sem <- struct{}{}
+		claims <- w // waits while all n handlers are busy
 	}
 }
 
