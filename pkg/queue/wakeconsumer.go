@@ -22,9 +22,9 @@ type Wakeup struct {
 
 // WakeConsumer takes the tasks a queue's wake list announces at once,
 // instead of at the queue's next poll. It claims each task by deleting it
-// from the queue (asynq's DeleteTask of a pending task is atomic against
-// the consumer's dequeue): a task the poll already took, or that is gone,
-// is skipped, so each task is handled by one of the two paths. The claim is
+// from the queue in one script (claimScript), atomic against the
+// consumer's dequeue: a task the poll already took, or that is gone, is
+// skipped, so each task is handled by one of the two paths. The claim is
 // made by the goroutine that then handles the task, so the pops go on while
 // it waits on Redis: the tasks a placement announces together are claimed
 // and handled together (an executor's reads of them then share requests),
@@ -35,12 +35,12 @@ type Wakeup struct {
 type WakeConsumer struct {
 	// Queue is the queue whose wake list is read (WakeKey(Queue)).
 	Queue string
-	// Redis holds the wake list (the consumer opens a connection of its
-	// own); Inspector and Enqueuer act on the queue in the same Redis. A
-	// task put back is due later, so the Enqueuer does not announce it.
-	Redis     asynq.RedisConnOpt
-	Inspector *asynq.Inspector
-	Enqueuer  *Enqueuer
+	// Redis holds the wake list and the queue (the consumer opens a client
+	// of its own); Enqueuer puts failed tasks back on the queue in the same
+	// Redis. A task put back is due later, so the Enqueuer does not
+	// announce it.
+	Redis    asynq.RedisConnOpt
+	Enqueuer *Enqueuer
 	// Handler handles the tasks (the consumer's ServeMux).
 	Handler asynq.Handler
 	// Concurrency bounds the tasks handled at once. Default 10.
@@ -66,6 +66,10 @@ func (c *WakeConsumer) Run(ctx context.Context) {
 	defer rc.Close()
 	stop := context.AfterFunc(ctx, func() { _ = rc.Close() }) // ends a blocking pop at once
 	defer stop()
+	// The claims go on another client, which outlives the pops: a task
+	// popped as ctx ends is still claimed and handled.
+	cc := c.Redis.MakeRedisClient().(redis.UniversalClient)
+	defer cc.Close()
 	n := c.Concurrency
 	if n <= 0 {
 		n = 10
@@ -78,7 +82,7 @@ func (c *WakeConsumer) Run(ctx context.Context) {
 	for range n {
 		handlers.Go(func() {
 			for w := range claims {
-				if err := c.Inspector.DeleteTask(c.Queue, w.ID); err != nil {
+				if !c.claim(ctx, cc, w.ID) {
 					continue // the queue's poll took it first, or it is gone
 				}
 				c.handle(context.WithoutCancel(ctx), w)
@@ -106,6 +110,50 @@ func (c *WakeConsumer) Run(ctx context.Context) {
 		}
 		claims <- w // waits while all n handlers are busy
 	}
+}
+
+// claimScript deletes the task ARGV[1] from its queue unless the queue's
+// consumer has it (active) and returns 1, else 0: what asynq's
+// Inspector.DeleteTask does, in one round trip instead of two (DeleteTask
+// first checks that the queue exists). KEYS[1] is the task's hash; a
+// pending task is in the list ARGV[2].."pending", a scheduled, retried,
+// archived or completed one in the sorted set named so after its state, in
+// asynq's key layout (taskKey, queuePrefix). TestWakeConsumerClaimsAnnouncedTasks
+// holds it to asynq's own client, server and inspector.
+var claimScript = redis.NewScript(`
+local state = redis.call("HGET", KEYS[1], "state")
+if not state or state == "active" or state == "aggregating" then
+	return 0
+end
+local removed
+if state == "pending" then
+	removed = redis.call("LREM", ARGV[2] .. state, 0, ARGV[1])
+else
+	removed = redis.call("ZREM", ARGV[2] .. state, ARGV[1])
+end
+if removed == 0 then
+	return 0
+end
+local unique_key = redis.call("HGET", KEYS[1], "unique_key")
+if unique_key and unique_key ~= "" and redis.call("GET", unique_key) == ARGV[1] then
+	redis.call("DEL", unique_key)
+end
+return redis.call("DEL", KEYS[1])
+`)
+
+// taskKey and queuePrefix are asynq's key of task id's hash and prefix of
+// queue's keys.
+func taskKey(queue, id string) string { return queuePrefix(queue) + "t:" + id }
+func queuePrefix(queue string) string { return "asynq:{" + queue + "}:" }
+
+// claim takes task id off the queue (claimScript) and reports whether it
+// did. A failed script leaves the task to the queue's poll.
+func (c *WakeConsumer) claim(ctx context.Context, rc redis.Scripter, id string) bool {
+	n, err := claimScript.Run(context.WithoutCancel(ctx), rc, []string{taskKey(c.Queue, id)}, id, queuePrefix(c.Queue)).Int()
+	if err != nil {
+		c.Log.Debug("wake claim failed; the queue's poll takes the task", "queue", c.Queue, "task_id", id, "err", err)
+	}
+	return err == nil && n == 1
 }
 
 // handle runs the claimed task w and puts it back on the queue if it

@@ -58,7 +58,7 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 	rec := &recorder{fail: queue.TypeTaskEvaluate}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	wc := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: opt, Inspector: insp, Enqueuer: enq, Handler: rec,
+	wc := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: opt, Enqueuer: enq, Handler: rec, Concurrency: 1,
 		Retry: time.Hour, Log: log}
 	go func() { wc.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
@@ -87,4 +87,35 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 	require.NoError(t, enq.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r3"})))
 	require.Eventually(t, func() bool { return len(rec.seen()) == 3 }, 10*time.Second, 5*time.Millisecond)
 	require.NotContains(t, rec.seen()[2], "r2", "the wake-up of a task already taken is skipped")
+
+	// The queue's consumer is handling it (active): the wake-up is skipped.
+	srv := asynq.NewServer(opt, asynq.Config{Queues: map[string]int{queue.Scheduler: 1}, Concurrency: 1,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: asynqQuiet{}})
+	release, taken := make(chan struct{}), make(chan struct{})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		close(taken)
+		<-release
+		return nil
+	})))
+	defer srv.Shutdown()
+	defer close(release)
+	require.NoError(t, wc2.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r4"})))
+	<-taken
+	info, err := insp.GetTaskInfo(queue.Scheduler, "run:p/d/r4")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateActive, info.State)
+	require.NoError(t, rc.LPush(ctx, queue.WakeKey(queue.Scheduler),
+		`{"id":"run:p/d/r4","type":"run:start","payload":"e30="}`).Err())
+	require.NoError(t, enq.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r5"})))
+	require.Eventually(t, func() bool { return len(rec.seen()) == 4 }, 10*time.Second, 5*time.Millisecond)
+	require.Contains(t, rec.seen()[3], "r5", "the wake-up of a task its queue's consumer has is skipped")
 }
+
+// asynqQuiet drops asynq's log lines.
+type asynqQuiet struct{}
+
+func (asynqQuiet) Debug(...any) {}
+func (asynqQuiet) Info(...any)  {}
+func (asynqQuiet) Warn(...any)  {}
+func (asynqQuiet) Error(...any) {}
+func (asynqQuiet) Fatal(...any) {}

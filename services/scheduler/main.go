@@ -57,8 +57,8 @@ func run(cfg config, log *slog.Logger) error {
 		defer consumer.Shutdown()
 		// New tasks announced on the wake list are taken at once, not at
 		// the queue's next poll.
-		wake := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: cfg.Redis(), Inspector: deps.Inspector,
-			Enqueuer: enq, Handler: mux, Concurrency: cfg.Workers, Log: log}
+		wake := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: cfg.Redis(), Enqueuer: enq, Handler: mux,
+			Concurrency: cfg.Workers, Log: log}
 		var wg sync.WaitGroup
 		wg.Go(func() { wake.Run(ctx) })
 		defer wg.Wait()

@@ -59,12 +59,11 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	a.log.Info("consuming", "queue", q)
 	// New attempts announced on the wake list start at once, not at the
 	// queue's next poll (Enqueue announces them after placement commits).
-	insp, client := asynq.NewInspector(a.redis), asynq.NewClient(a.redis)
-	wake := &queue.WakeConsumer{Queue: q, Redis: a.redis, Inspector: insp, Enqueuer: queue.NewEnqueuer(client, a.log),
+	client := asynq.NewClient(a.redis)
+	wake := &queue.WakeConsumer{Queue: q, Redis: a.redis, Enqueuer: queue.NewEnqueuer(client, a.log),
 		Handler: mux, Concurrency: a.cfg.Slots, Retry: a.cfg.FullRetryDelay, MaxRetry: attemptRunRetries, Log: a.log}
 	wake.Run(ctx)
 	srv.Shutdown()
-	_ = insp.Close()
 	_ = client.Close()
 }
 
