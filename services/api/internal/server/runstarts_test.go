@@ -46,8 +46,19 @@ func TestRunStartsGatherTheStartsSentMeanwhile(t *testing.T) {
 		return out
 	}
 
+	// A round answers its starts before it finds the queue empty and
+	// ends: idle waits for that.
+	idle := func(msg string) {
+		require.Eventually(t, func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return !r.sending
+		}, 10*time.Second, time.Millisecond, msg)
+	}
+
 	require.NoError(t, r.send(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "alone"}))
 	require.Equal(t, map[string][]string{queue.TypeRunStart: {"p/d/alone"}}, pending())
+	idle("the lone start's round ended")
 
 	r.mu.Lock()
 	r.sending = true // a round in flight
@@ -69,7 +80,5 @@ func TestRunStartsGatherTheStartsSentMeanwhile(t *testing.T) {
 	require.ElementsMatch(t, []string{"a", "b", "e"}, got[queue.TypeRunsStart+" p/d"])
 	require.ElementsMatch(t, []string{"p/d/alone", "q/d/c"}, got[queue.TypeRunStart], "alone in its project: run:start")
 	require.Len(t, got, 2, fmt.Sprint(got))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	require.False(t, r.sending, "the last round ended")
+	idle("the last round ended")
 }
