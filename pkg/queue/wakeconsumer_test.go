@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
+	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -90,7 +91,7 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 
 	// The queue's consumer is handling it (active): the wake-up is skipped.
 	srv := asynq.NewServer(opt, asynq.Config{Queues: map[string]int{queue.Scheduler: 1}, Concurrency: 1,
-		TaskCheckInterval: 10 * time.Millisecond, Logger: asynqQuiet{}})
+		TaskCheckInterval: 10 * time.Millisecond, Logger: svc.AsynqLogger(log)})
 	release, taken := make(chan struct{}), make(chan struct{})
 	require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		close(taken)
@@ -110,12 +111,3 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rec.seen()) == 4 }, 10*time.Second, 5*time.Millisecond)
 	require.Contains(t, rec.seen()[3], "r5", "the wake-up of a task its queue's consumer has is skipped")
 }
-
-// asynqQuiet drops asynq's log lines.
-type asynqQuiet struct{}
-
-func (asynqQuiet) Debug(...any) {}
-func (asynqQuiet) Info(...any)  {}
-func (asynqQuiet) Warn(...any)  {}
-func (asynqQuiet) Error(...any) {}
-func (asynqQuiet) Fatal(...any) {}
