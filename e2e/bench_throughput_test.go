@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,8 @@ import (
 // each shape, with its stack gone, `pgbench -N` runs for as long on the same
 // Postgres; the target is tasks/s ÷ (pgbench tps / 3) ≥ 1.5 for the runs of
 // replicas and ≥ 1.0 for single-task runs. A 10 s pgbench
-// with 8 clients follows, for context (see pgbenchFigures).
+// with 8 clients follows, for context (see pgbenchFigures), and after the
+// single-task shape the row floor of its runs (rowFloor).
 func BenchmarkThroughput(b *testing.B) {
 	total := envInt("CAPSTAN_BENCH_TASKS", 20000)
 	shapes := []struct {
@@ -63,8 +65,17 @@ func BenchmarkThroughput(b *testing.B) {
 			fig["pgbench_tps"], fig["ratio"] = round(pg.TPS, 1), round(ratio, 3)
 			fig["pgbench_machine_busy"], fig["pgbench_tps_8_clients_10s"] = round(pg.Busy, 3), round(pg.TPS8, 1)
 			fig["target_ratio"] = sh.target
+			if fl := map[string]any(nil); sh.replicas == 1 {
+				if fl = rowFloor(b); fl != nil {
+					fl["ratio"] = round(fl["runs_per_s"].(float64)/(pg.TPS/3), 3)
+					fig["row_floor"] = fl
+				}
+			}
 			met = met && ratio >= sh.target
 			line += fmt.Sprintf(", pgbench %.0f tps, ratio %.2f", pg.TPS, ratio)
+			if fl, ok := fig["row_floor"].(map[string]any); ok {
+				line += fmt.Sprintf(" (row floor %.0f runs/s, ratio %.2f)", fl["runs_per_s"], fl["ratio"])
+			}
 		} else {
 			fig["pgbench_tps"], fig["ratio"] = nil, nil
 			met = false
@@ -261,6 +272,79 @@ func pgbenchTPS(tb testing.TB, secs int) (f pgbenchFigures, ok bool) {
 	f.TPS8 = runPgbench(tb, bin, dsn, 10, 8)
 	return f, true
 }
+
+// rowFloor measures the row floor of a single-task run
+// (storetest.RowFloorScript: what Postgres must write for a run, with no
+// read or decision around it) on a fresh migrated database of the same
+// server: pgbench runs it for rowFloorSeconds from rowFloorClients clients,
+// rowFloorBatch runs a transaction. runs_per_s is what Postgres alone
+// records with the whole machine, the ceiling no stack on this machine can
+// pass with Capstan's rows, whatever its services cost; ms_per_run is the
+// machine's time a run (busy share × cores ÷ runs/s). Without pgbench it
+// returns nothing; a failing script fails tb.
+func rowFloor(tb testing.TB) map[string]any {
+	tb.Helper()
+	bin, found := pgbenchPath()
+	if !found {
+		return nil
+	}
+	script := filepath.Join(tb.TempDir(), "rowfloor.sql")
+	if err := os.WriteFile(script, []byte(storetest.RowFloorScript), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	dsn := storetest.NewURL(tb)
+	pgbench := func(limit ...string) ([]byte, error) {
+		args := append([]string{"-n", "-M", "prepared", "-f", script, "-D", fmt.Sprintf("k=%d", rowFloorBatch),
+			"-c", strconv.Itoa(rowFloorClients), "-j", "2"}, limit...)
+		return exec.Command(bin, append(args, dsn)...).CombinedOutput()
+	}
+	// A first round fills the tables, and ANALYZE gives the measured
+	// round's plans (each client prepares its statements anew) the
+	// statistics of tables that hold rows: plans made on empty tables scan
+	// them, and slow down as they grow.
+	if out, err := pgbench("-t", "20"); err != nil {
+		tb.Fatalf("pgbench of the row floor: %v\n%s", err, out)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, err = db.Exec(`ANALYZE`)
+	db.Close()
+	if err != nil {
+		tb.Fatalf("analyze the row floor's database: %v", err)
+	}
+	busy0, total0 := machineBusy()
+	out, err := pgbench("-T", strconv.Itoa(rowFloorSeconds))
+	busy1, total1 := machineBusy()
+	if err != nil {
+		tb.Fatalf("pgbench of the row floor: %v\n%s", err, out)
+	}
+	m := pgbenchTPSLine.FindSubmatch(out)
+	if m == nil {
+		tb.Fatalf("pgbench of the row floor: no tps in its output:\n%s", out)
+	}
+	tps, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	busy := (busy1 - busy0) / max(total1-total0, 1)
+	runs := tps * rowFloorBatch
+	fmt.Printf("row floor: %.0f runs/s (%d a transaction, %d clients), machine %.0f%% busy\n", runs, rowFloorBatch,
+		rowFloorClients, 100*busy)
+	return map[string]any{"runs_per_s": round(runs, 1), "runs_per_transaction": rowFloorBatch,
+		"clients": rowFloorClients, "seconds": rowFloorSeconds, "machine_busy": round(busy, 3),
+		"ms_per_run": round(busy*float64(runtime.NumCPU())*1000/runs, 3)}
+}
+
+// The row floor's pgbench settings: batches of 10 runs (the single-task
+// shape's run starts come 3-5 to a transaction, its placements up to 100),
+// 4 clients on the 2 cores so that Postgres is never idle waiting for one.
+const (
+	rowFloorBatch   = 10
+	rowFloorClients = 4
+	rowFloorSeconds = 10
+)
 
 var pgbenchTPSLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 

@@ -99,44 +99,52 @@ type xactMeter struct {
 // connections' backends exited (a backend's counts reach pg_stat_database
 // when it exits, and within 1-10 s of going idle before that) and returns
 // the transactions pg_stat_database counted meanwhile.
-func (x *xactMeter) phase(b *testing.B, statements *prometheus.HistogramVec, f func(st *store.Store)) int64 {
-	b.Helper()
-	before := x.count(b)
+func (x *xactMeter) phase(tb testing.TB, statements *prometheus.HistogramVec, f func(st *store.Store)) int64 {
+	tb.Helper()
+	before := x.count(tb)
 	st, err := store.Open(context.Background(), x.url, store.Config{MaxOpenConns: 10, OperationSeconds: statements})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	f(st)
 	if err := st.Close(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
+	x.quiet(tb)
+	return x.count(tb) - before
+}
+
+// quiet waits until no backend is connected to the benchmark's database,
+// so that every count of what they did has reached pg_stat_database and
+// pg_stat_user_tables.
+func (x *xactMeter) quiet(tb testing.TB) {
+	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for x.backends(b) > 0 {
+	for x.backends(tb) > 0 {
 		if time.Now().After(deadline) {
-			b.Fatal("the store's backends did not exit in 30s")
+			tb.Fatal("the database's backends did not exit in 30s")
 		}
 		<-time.After(10 * time.Millisecond) // the polling interval
 	}
-	return x.count(b) - before
 }
 
 // count returns xact_commit + xact_rollback of the benchmark's database.
-func (x *xactMeter) count(b *testing.B) int64 {
-	b.Helper()
+func (x *xactMeter) count(tb testing.TB) int64 {
+	tb.Helper()
 	var n int64
 	if err := x.db.QueryRow(`SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`,
 		x.dbName()).Scan(&n); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return n
 }
 
 // backends counts the connections open to the benchmark's database.
-func (x *xactMeter) backends(b *testing.B) int {
-	b.Helper()
+func (x *xactMeter) backends(tb testing.TB) int {
+	tb.Helper()
 	var n int
 	if err := x.db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, x.dbName()).Scan(&n); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return n
 }
@@ -172,25 +180,25 @@ func statementCounts(tb testing.TB, h *prometheus.HistogramVec) map[string]int64
 
 // singleTaskRun makes every store call (st) and scheduler decision (s) of
 // single-task run name, with its task bound to worker w.
-func singleTaskRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spec domain.WorkflowSpec, name string) {
-	b.Helper()
+func singleTaskRun(tb testing.TB, st *store.Store, s *Scheduler, w store.Worker, spec domain.WorkflowSpec, name string) {
+	tb.Helper()
 	ctx := context.Background()
 	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
-	benchMust(b, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
-	benchMust(b, func() error { _, err := st.GetRun(ctx, key); return err })
-	benchMust(b, func() error { _, err := s.advance(ctx, key); return err })
+	benchMust(tb, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
+	benchMust(tb, func() error { _, err := st.GetRun(ctx, key); return err })
+	benchMust(tb, func() error { _, err := s.advance(ctx, key); return err })
 	d, err := st.GetAction(ctx, key.Action("s"))
 	if err != nil || len(d.Tasks) != 1 {
-		b.Fatalf("tasks of %s: %v (%d)", key, err, len(d.Tasks))
+		tb.Fatalf("tasks of %s: %v (%d)", key, err, len(d.Tasks))
 	}
 	a, ok, err := storetest.AssignTask(ctx, st, d.Tasks[0].Task.ID, w.ID)
 	if err != nil || !ok {
-		b.Fatalf("assign: %v %t", err, ok)
+		tb.Fatalf("assign: %v %t", err, ok)
 	}
-	benchMust(b, func() error { _, err := st.GetAttemptRun(ctx, a.ID); return err })
+	benchMust(tb, func() error { _, err := st.GetAttemptRun(ctx, a.ID); return err })
 	exit := 0
 	// A noop's RUNNING and SUCCEEDED reach the api in one batch.
-	benchMust(b, func() error {
+	benchMust(tb, func() error {
 		_, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{
 			{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
 			{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}}}, 1<<20)
@@ -198,17 +206,17 @@ func singleTaskRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, 
 	})
 	ev, err := s.evaluate(ctx, a.ID)
 	if err != nil || ev.ActionPhase != domain.PhaseSucceeded {
-		b.Fatalf("evaluate: %v %s", err, ev.ActionPhase)
+		tb.Fatalf("evaluate: %v %s", err, ev.ActionPhase)
 	}
 	if ev.Advance == nil || ev.Advance.Phase != domain.PhaseSucceeded {
-		b.Fatalf("advance: %+v", ev.Advance)
+		tb.Fatalf("advance: %+v", ev.Advance)
 	}
 }
 
-func benchMust(b *testing.B, f func() error) {
-	b.Helper()
+func benchMust(tb testing.TB, f func() error) {
+	tb.Helper()
 	if err := f(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
