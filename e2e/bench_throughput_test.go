@@ -278,10 +278,11 @@ func pgbenchTPS(tb testing.TB, secs int) (f pgbenchFigures, ok bool) {
 // read or decision around it) on a fresh migrated database of the same
 // server: pgbench runs it for rowFloorSeconds from rowFloorClients clients,
 // rowFloorBatch runs a transaction. runs_per_s is what Postgres alone
-// records with the whole machine, the ceiling no stack on this machine can
-// pass with Capstan's rows, whatever its services cost; ms_per_run is the
-// machine's time a run (busy share × cores ÷ runs/s). Without pgbench it
-// returns nothing; a failing script fails tb.
+// records with the whole machine: a stack that writes Capstan's rows in
+// transactions of that size, and computes them besides, stays under it;
+// ms_per_run is the machine's time a run (busy share × cores ÷ runs/s),
+// pgbench's own included. Without pgbench it returns nothing; a failing
+// script fails tb.
 func rowFloor(tb testing.TB) map[string]any {
 	tb.Helper()
 	bin, found := pgbenchPath()
