@@ -318,17 +318,7 @@ func rowFloor(tb testing.TB) map[string]any {
 	busy0, total0 := machineBusy()
 	out, err := pgbench("-T", strconv.Itoa(rowFloorSeconds))
 	busy1, total1 := machineBusy()
-	if err != nil {
-		tb.Fatalf("pgbench of the row floor: %v\n%s", err, out)
-	}
-	m := pgbenchTPSLine.FindSubmatch(out)
-	if m == nil {
-		tb.Fatalf("pgbench of the row floor: no tps in its output:\n%s", out)
-	}
-	tps, err := strconv.ParseFloat(string(m[1]), 64)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	tps := pgbenchTPSOf(tb, "pgbench of the row floor", out, err)
 	busy := (busy1 - busy0) / max(total1-total0, 1)
 	runs := tps * rowFloorBatch
 	fmt.Printf("row floor: %.0f runs/s (%d a transaction, %d clients), machine %.0f%% busy\n", runs, rowFloorBatch,
@@ -354,18 +344,26 @@ func runPgbench(tb testing.TB, bin, dsn string, secs, clients int) float64 {
 	tb.Helper()
 	out, err := exec.Command(bin, "-N", "-T", strconv.Itoa(secs), "-c", strconv.Itoa(clients),
 		"-j", strconv.Itoa(min(clients, 2)), dsn).CombinedOutput()
+	tps := pgbenchTPSOf(tb, "pgbench -N", out, err)
+	fmt.Printf("pgbench -N -T %d -c %d: %.0f tps\n", secs, clients, tps)
+	return tps
+}
+
+// pgbenchTPSOf returns the tps a pgbench run printed in out; a run that
+// failed (err) or printed none fails tb, naming it what.
+func pgbenchTPSOf(tb testing.TB, what string, out []byte, err error) float64 {
+	tb.Helper()
 	if err != nil {
-		tb.Fatalf("pgbench -N: %v\n%s", err, out)
+		tb.Fatalf("%s: %v\n%s", what, err, out)
 	}
 	m := pgbenchTPSLine.FindSubmatch(out)
 	if m == nil {
-		tb.Fatalf("pgbench -N: no tps in its output:\n%s", out)
+		tb.Fatalf("%s: no tps in its output:\n%s", what, out)
 	}
 	tps, err := strconv.ParseFloat(string(m[1]), 64)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fmt.Printf("pgbench -N -T %d -c %d: %.0f tps\n", secs, clients, tps)
 	return tps
 }
 
