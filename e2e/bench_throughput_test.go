@@ -65,8 +65,8 @@ func BenchmarkThroughput(b *testing.B) {
 			fig["pgbench_tps"], fig["ratio"] = round(pg.TPS, 1), round(ratio, 3)
 			fig["pgbench_machine_busy"], fig["pgbench_tps_8_clients_10s"] = round(pg.Busy, 3), round(pg.TPS8, 1)
 			fig["target_ratio"] = sh.target
-			if fl := map[string]any(nil); sh.replicas == 1 {
-				if fl = rowFloor(b); fl != nil {
+			if sh.replicas == 1 {
+				if fl := rowFloor(b); fl != nil {
 					fl["ratio"] = round(fl["runs_per_s"].(float64)/(pg.TPS/3), 3)
 					fig["row_floor"] = fl
 				}
