@@ -3,12 +3,14 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
@@ -196,4 +198,20 @@ func (f *controlFixture) placedAttempt(t *testing.T) (key domain.RunKey, id int6
 	id = f.assignA(t, key)
 	require.NoError(t, f.db.QueryRow(`SELECT worker_id FROM attempts WHERE id = $1`, id).Scan(&worker))
 	return key, id, worker
+}
+
+// A value nested 9,000 deep in a field whose schema is an allOf (the
+// batch's heartbeat) answers 400 without kin-openapi writing the value
+// into its error: that allocated 1.9 GB for this 18 KB body. Not parallel, so that the
+// bytes allocated meanwhile are the request's.
+func TestDeeplyNestedAllOfFieldIsCheap(t *testing.T) {
+	f := newFixture(t)
+	body := `{"reports":[],"heartbeat":` + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + `}`
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	status, _, out := f.do(t, http.MethodPost, "/v1/workers/"+uuid.NewString()+"/reports", body)
+	runtime.ReadMemStats(&after)
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	require.Contains(t, fields(out), "heartbeat")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(20<<20), "bytes allocated by the request")
 }
