@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"gorm.io/gorm"
 )
 
 // Every state change writes a run_events row in its transaction: the audit
@@ -44,15 +45,16 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 	return nil
 }
 
-// flushEvents inserts the transaction's buffered events in the order they
-// were written, with their runs' feed locks and notifications
-// (eventNotices), in one statement: the locks are an InitPlan of the
-// insert's WHERE, so Postgres takes them before the first row draws its id
-// from the sequence. The root moves left by SetRootPhase are made by the
-// same statement (rootMoveSQL).
-func (s *Store) flushEvents(ctx context.Context) error {
+// eventsStatement returns the statement, not yet run, that inserts the
+// transaction's buffered events in the order they were written, with
+// their runs' feed locks and notifications (eventNotices): the locks are
+// an InitPlan of the insert's WHERE, so Postgres takes them before the
+// first row draws its id from the sequence. The root moves left by
+// SetRootPhase are made by the same statement (rootMoveSQL). Nil when the
+// transaction wrote no event. InTx's flushEvents runs it with the COMMIT.
+func (s *Store) eventsStatement(ctx context.Context) (*gorm.DB, error) {
 	if s.tx == nil || len(s.tx.events) == 0 {
-		return nil
+		return nil, nil
 	}
 	events, moves := s.tx.events, s.tx.roots
 	s.tx.events, s.tx.roots = nil, nil
@@ -64,19 +66,21 @@ func (s *Store) flushEvents(ctx context.Context) error {
 	}
 	rows, err := encodeRows(events)
 	if err != nil {
-		return fmt.Errorf("events: %w", err)
+		return nil, fmt.Errorf("events: %w", err)
 	}
 	scopes, notices, err := eventNotices(events)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	args := map[string]any{"rows": string(rows), "scopes": Strings(scopes), "channel": EventsChannel,
 		"notices": Strings(notices)}
-	if len(moves) == 0 {
-		return mapErr(s.exec(ctx, insertEventsSQL, args).Error)
+	text := insertEventsSQL
+	if len(moves) > 0 {
+		maps.Copy(args, rootMovesArgs(moves))
+		text = rootMoveSQL(moves)
 	}
-	maps.Copy(args, rootMovesArgs(moves))
-	return mapErr(s.exec(ctx, rootMoveSQL(moves), args).Error)
+	ins := s.raw(ctx, text, args)
+	return ins, ins.Error
 }
 
 // insertEventsSQL inserts the events of @rows with their feed locks

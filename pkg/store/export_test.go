@@ -18,10 +18,9 @@ func WithHold(ctx context.Context, hold func()) context.Context {
 }
 
 func init() {
-	beforeCommit = func(ctx context.Context) {
-		if hold, ok := ctx.Value(holdKey{}).(func()); ok {
-			hold()
-		}
+	beforeCommit = func(ctx context.Context) func() {
+		hold, _ := ctx.Value(holdKey{}).(func())
+		return hold
 	}
 }
 

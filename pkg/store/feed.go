@@ -30,9 +30,10 @@ import (
 // a project's stream may therefore miss a row that commits after a later
 // id of another run, and is a signal to re-read state, not a ledger.
 
-// beforeCommit, set by tests only, runs in InTx between the insert of the
-// events and the commit.
-var beforeCommit func(ctx context.Context)
+// beforeCommit returns what a test runs in InTx between the insert of the
+// events and the commit, which are then sent one after the other rather
+// than together; nil outside tests.
+var beforeCommit = func(context.Context) func() { return nil }
 
 // EventsChannel is the Postgres NOTIFY channel of new run_events rows. Each
 // transaction that inserts rows sends, at its commit, one notification per

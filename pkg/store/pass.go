@@ -31,7 +31,7 @@ func openPass(dsn string, ops *prometheus.HistogramVec) (*passConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &passConn{st: &Store{db: db}, at: time.Now()}, nil
+	return &passConn{st: &Store{db: db, ops: ops}, at: time.Now()}, nil
 }
 
 // Pass returns a Store on one connection of its own that keeps one plan of
