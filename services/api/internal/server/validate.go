@@ -29,7 +29,6 @@ import (
 // context for the handlers. Requests that match no operation pass through
 // (health, dashboard, 404s) but for adminPrefixes, which need an admin.
 func validator(spec *openapi3.T, auth *authenticator) echo.MiddlewareFunc {
-	quietSchemaErrors()
 	router, err := newSpecRouter(spec)
 	if err != nil {
 		panic(fmt.Sprintf("OpenAPI router: %v", err))
@@ -83,16 +82,16 @@ func authorizeRoute(req *http.Request, route *routers.Route, params map[string]s
 	return who, nil
 }
 
-// quietSchemaErrors has kin-openapi's schema errors leave out the schema
-// and the value they are about (openapi3.SchemaErrorDetailsDisabled, a
-// process-wide setting). An allOf's error writes its causes' messages
-// when it is made, and each writes the value it is about as indented
-// JSON: for a value nested n deep, n lines of up to 2n spaces. A 20 KB
-// body of 9,000 nested arrays in a field that is an allOf (a report
-// batch's heartbeat) had the api allocate 1.9 GB and spend 2 s of CPU
-// before its 400. The problems name fields from the errors' Reason and
-// path (collect), never from those details.
-func quietSchemaErrors() { openapi3.SchemaErrorDetailsDisabled = true }
+// init has kin-openapi's schema errors leave out the schema and the value
+// they are about (openapi3.SchemaErrorDetailsDisabled, a process-wide
+// setting, set before any server reads it). An allOf's error writes its
+// causes' messages when it is made, and each writes the value it is about
+// as indented JSON: for a value nested n deep, n lines of up to 2n spaces.
+// A 20 KB body of 9,000 nested arrays in a field that is an allOf (a
+// report batch's heartbeat) had the api allocate 1.9 GB and spend 2 s of
+// CPU before its 400. The problems name fields from the errors' Reason
+// and path (collect), never from those details.
+func init() { openapi3.SchemaErrorDetailsDisabled = true }
 
 // validateRoute checks the request's parameters and body against route.
 func validateRoute(c echo.Context, route *routers.Route, params map[string]string, next echo.HandlerFunc) error {
