@@ -108,8 +108,9 @@ func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 }
 
 // insertRunSQL inserts the run of @run, the root action of @root (only
-// once the run's insert returned a row) and the event of @created, and queues @notice for the commit while a
-// listener is registered (listenersLive). Each row is a parameter of its
+// once the run's insert returned a row) and the event of @created, and
+// queues @notice for the commit while a listener is registered
+// (listenersLive). Each row is a parameter of its
 // own, used once: a named parameter used n times is sent, and parsed as
 // JSON, n times (one array of the three rows, read at three places, cost
 // three parses of every row).

@@ -192,9 +192,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // in the same round trip as the COMMIT (flushEvents). Called on a
 // transaction's Store, it runs fn in a savepoint whose rows join the
 // transaction's (dropped when fn fails): they are inserted, under the feed
-// lock, only at the outer commit, so the lock stays the last one taken. Errors: fn's,
-// else the connection's, the insert's or the commit's; the transaction is
-// rolled back on any of them, and when fn panics.
+// lock, only at the outer commit, so the lock stays the last one taken.
+// Errors: fn's, else the connection's, the insert's or the commit's; the
+// transaction is rolled back on any of them, and when fn panics.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	if s.tx != nil {
 		// The root moves left before the savepoint are made outside it,
@@ -266,8 +266,7 @@ func (ts *Store) flushEvents(ctx context.Context, conn *sql.Conn) error {
 			}
 		}
 		hold()
-		_, err := conn.ExecContext(ctx, "COMMIT")
-		return err
+		ins = nil
 	}
 	if ins == nil {
 		_, err := conn.ExecContext(ctx, "COMMIT")
