@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/hibiken/asynq"
@@ -94,9 +95,11 @@ func (p RunsPayload) Keys() []domain.RunKey {
 	return keys
 }
 
-// AttemptPayload names an attempt.
+// AttemptPayload names an attempt. Spec, on the attempt:run a placement
+// pass sends, is what the executor needs to run it (see NewAttemptsRunTask).
 type AttemptPayload struct {
-	AttemptID int64 `json:"attempt_id"`
+	AttemptID int64            `json:"attempt_id"`
+	Spec      *api.AttemptSpec `json:"spec,omitempty"`
 }
 
 // AbortPayload names the action to abort.
@@ -127,9 +130,28 @@ func NewRunAdvanceTask(key domain.RunKey) *asynq.Task {
 		asynq.Queue(Scheduler), asynq.MaxRetry(25))
 }
 
-// AttemptsPayload names attempts.
+// AttemptsPayload names attempts. Specs, on the attempts:run a placement
+// pass sends, are what the executor needs to run some of them, by their Id
+// (see NewAttemptsRunTask).
 type AttemptsPayload struct {
-	AttemptIDs []int64 `json:"attempt_ids"`
+	AttemptIDs []int64           `json:"attempt_ids"`
+	Specs      []api.AttemptSpec `json:"specs,omitempty"`
+}
+
+// HeaderPutBack marks a task a WakeConsumer put back on its queue after its
+// handler failed: a later delivery of it is not its first.
+const HeaderPutBack = "capstan-put-back"
+
+// FirstDelivery reports whether t, handled with ctx, is delivered for the
+// first time: asynq has not retried it, and no WakeConsumer put it back.
+// Only on its first delivery may an attempt:run's spec be trusted without
+// reading the attempt: a later one may come after the attempt ran (a retry
+// of a message whose other attempts failed to start). Errors: none; a ctx
+// without asynq's metadata (a WakeConsumer's, which only handles tasks
+// announced at their enqueue) counts as not retried.
+func FirstDelivery(ctx context.Context, t *asynq.Task) bool {
+	n, _ := asynq.GetRetryCount(ctx)
+	return n == 0 && t.Headers()[HeaderPutBack] == ""
 }
 
 // NewTasksEvaluateTask builds the one message for the attempts a report
@@ -140,7 +162,7 @@ func NewTasksEvaluateTask(ids []int64) *asynq.Task {
 	if len(ids) == 1 {
 		return NewTaskEvaluateTask(ids[0])
 	}
-	b := mustJSON(AttemptsPayload{ids})
+	b := mustJSON(AttemptsPayload{AttemptIDs: ids})
 	sum := sha256.Sum256(b)
 	return newTask(TypeTasksEvaluate, b, asynq.Queue(Scheduler),
 		asynq.TaskID("attempts:"+hex.EncodeToString(sum[:16])+":evaluate"), asynq.MaxRetry(25))
@@ -148,26 +170,35 @@ func NewTasksEvaluateTask(ids []int64) *asynq.Task {
 
 // NewTaskEvaluateTask builds task:evaluate for a finished attempt.
 func NewTaskEvaluateTask(attemptID int64) *asynq.Task {
-	return newTask(TypeTaskEvaluate, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Scheduler),
+	return newTask(TypeTaskEvaluate, mustJSON(AttemptPayload{AttemptID: attemptID}), asynq.Queue(Scheduler),
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)+":evaluate"), asynq.MaxRetry(25))
 }
 
-// NewAttemptRunTask builds attempt:run on the worker's queue.
-func NewAttemptRunTask(workerID string, attemptID int64) *asynq.Task {
-	return newTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID}), asynq.Queue(WorkerQueue(workerID)),
+// NewAttemptRunTask builds attempt:run on the worker's queue, with the
+// attempt's spec when not nil (see NewAttemptsRunTask).
+func NewAttemptRunTask(workerID string, attemptID int64, spec *api.AttemptSpec) *asynq.Task {
+	return newTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID, spec}), asynq.Queue(WorkerQueue(workerID)),
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
 }
 
 // NewAttemptsRunTask builds the one message for the attempts a pass placed
 // on the worker together: attempt:run for one, attempts:run for several
-// (about 8 bytes an id). The TaskID digests the ids.
-func NewAttemptsRunTask(workerID string, ids []int64) *asynq.Task {
+// (about 8 bytes an id). The TaskID digests the ids. specs, by Id, are
+// what the executor needs to run those attempts it names, as the pass
+// bound them: on the message's first delivery (FirstDelivery) the executor
+// starts them without reading them from the api; it reads the others, and
+// all of them on a later delivery. Only the pass, which sends each attempt
+// once, may give specs: a re-dispatch (the resync) names ids alone.
+func NewAttemptsRunTask(workerID string, ids []int64, specs []api.AttemptSpec) *asynq.Task {
 	if len(ids) == 1 {
-		return NewAttemptRunTask(workerID, ids[0])
+		var spec *api.AttemptSpec
+		if len(specs) == 1 && specs[0].Id == ids[0] {
+			spec = &specs[0]
+		}
+		return NewAttemptRunTask(workerID, ids[0], spec)
 	}
-	b := mustJSON(AttemptsPayload{ids})
-	sum := sha256.Sum256(b)
-	return newTask(TypeAttemptsRun, b, asynq.Queue(WorkerQueue(workerID)),
+	sum := sha256.Sum256(mustJSON(AttemptsPayload{AttemptIDs: ids}))
+	return newTask(TypeAttemptsRun, mustJSON(AttemptsPayload{ids, specs}), asynq.Queue(WorkerQueue(workerID)),
 		asynq.TaskID("attempts:"+hex.EncodeToString(sum[:16])+":run"), asynq.MaxRetry(10))
 }
 
@@ -200,7 +231,7 @@ func NewActionAbortTask(key domain.ActionKey, maxRetry int) *asynq.Task {
 // NewActionAbortTask (AbortTaskRetries, at least 1).
 // Enqueue it after the transaction that requested the kill commits.
 func NewAttemptKillTask(attemptID int64, maxRetry int) *asynq.Task {
-	return newTask(TypeAttemptKill, mustJSON(AttemptPayload{attemptID}), asynq.Queue(Abort),
+	return newTask(TypeAttemptKill, mustJSON(AttemptPayload{AttemptID: attemptID}), asynq.Queue(Abort),
 		asynq.TaskID(AttemptKillTaskID(attemptID)), asynq.MaxRetry(maxRetry))
 }
 

@@ -32,11 +32,11 @@ func TestEnqueueAnnouncesOnTheWakeList(t *testing.T) {
 	}
 
 	enq := queue.NewEnqueuer(client, slog.New(slog.DiscardHandler))
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 41)))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 41, nil)))
 	require.Empty(t, items(key), "no wake list without a Wake client")
 
 	enq.Wake = rc
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 42)))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 42, nil)))
 	got := items(key)
 	require.Len(t, got, 1)
 	var w queue.Wakeup
@@ -49,9 +49,9 @@ func TestEnqueueAnnouncesOnTheWakeList(t *testing.T) {
 	require.Greater(t, ttl, time.Duration(0))
 	require.LessOrEqual(t, ttl, queue.WakeTTL)
 
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 42)))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 42, nil)))
 	require.Equal(t, int64(1), enq.Duplicates.Load())
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 43), asynq.ProcessIn(time.Hour)))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptRunTask("w1", 43, nil), asynq.ProcessIn(time.Hour)))
 	require.Len(t, items(key), 1, "neither a duplicate nor a task due later is announced")
 
 	require.NoError(t, enq.Enqueue(ctx, queue.NewTaskEvaluateTask(44)))

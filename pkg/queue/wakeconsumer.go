@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -31,7 +32,8 @@ type Wakeup struct {
 // not one round trip after the other. A task whose
 // handler fails is put back on the queue under its id, due after Retry, so
 // that the queue's retries take over (unless the error wraps
-// asynq.SkipRetry). Replicas may share a wake list: each item goes to one.
+// asynq.SkipRetry), marked HeaderPutBack. Replicas may share a wake list:
+// each item goes to one.
 type WakeConsumer struct {
 	// Queue is the queue whose wake list is read (WakeKey(Queue)).
 	Queue string
@@ -174,7 +176,12 @@ func (c *WakeConsumer) handle(ctx context.Context, w Wakeup) {
 	if maxRetry == 0 {
 		maxRetry = 25
 	}
-	t := asynq.NewTaskWithHeaders(w.Type, w.Payload, w.Headers)
+	headers := maps.Clone(w.Headers)
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	headers[HeaderPutBack] = "1" // its next delivery is not its first (FirstDelivery)
+	t := asynq.NewTaskWithHeaders(w.Type, w.Payload, headers)
 	if err := c.Enqueuer.Enqueue(ctx, t, asynq.Queue(c.Queue), asynq.TaskID(w.ID), asynq.MaxRetry(maxRetry),
 		asynq.ProcessIn(retry)); err != nil {
 		c.Log.Warn("failed task not put back; the resync recovers it", "queue", c.Queue, "task_id", w.ID, "err", err)

@@ -77,6 +77,11 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 		return err == nil && info.State == asynq.TaskStateScheduled
 	}, 10*time.Second, 5*time.Millisecond, "a failed task is back on the queue, due later")
 	require.Len(t, rec.seen(), 2)
+	info, err := insp.GetTaskInfo(queue.Scheduler, "attempt:7:evaluate")
+	require.NoError(t, err)
+	require.Equal(t, "1", info.Headers[queue.HeaderPutBack], "marked: its next delivery is not its first")
+	require.False(t, queue.FirstDelivery(ctx, asynq.NewTaskWithHeaders(info.Type, info.Payload, info.Headers)))
+	require.True(t, queue.FirstDelivery(ctx, queue.NewTaskEvaluateTask(7)))
 
 	// The queue's poll took it first: here, the task is gone from the queue
 	// before the wake-up is read.
@@ -102,7 +107,7 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 	defer close(release)
 	require.NoError(t, wc2.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r4"})))
 	<-taken
-	info, err := insp.GetTaskInfo(queue.Scheduler, "run:p/d/r4")
+	info, err = insp.GetTaskInfo(queue.Scheduler, "run:p/d/r4")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateActive, info.State)
 	require.NoError(t, rc.LPush(ctx, queue.WakeKey(queue.Scheduler),

@@ -290,6 +290,24 @@ type Assignment struct {
 	WorkerID string
 }
 
+// Assigned is an attempt AssignTasks created, with what an executor needs to
+// run it beyond the attempt's row: its task's action and index, and its
+// step's spec (as the action held it when the statement began).
+type Assigned struct {
+	Attempt
+	Project    string
+	Domain     string
+	RunName    string
+	ActionName string
+	TaskIdx    int         `gorm:"column:task_idx"`
+	Step       domain.Step `gorm:"column:step;serializer:json"`
+}
+
+// Action is the key of a's action.
+func (a Assigned) Action() domain.ActionKey {
+	return domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}.Action(a.ActionName)
+}
+
 // AssignTasks binds PENDING tasks to workers in one statement: it locks the
 // tasks' actions still QUEUED or WAITING_FOR_RESOURCES (key order), then each
 // task still PENDING (id order), which
@@ -297,9 +315,9 @@ type Assignment struct {
 // moves from QUEUED or WAITING_FOR_RESOURCES to RUNNING, and task.assigned
 // and action.phase events are written. A task no longer PENDING (aborted, or
 // assigned by another pass) is left alone. It returns the attempts created,
-// by id. A scheduling pass binds all its tasks this way: its cost is one
+// by id, each with its task's index and its step. A scheduling pass binds all its tasks this way: its cost is one
 // statement, not a transaction per task.
-func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Attempt, error) {
+func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
 	if len(as) == 0 {
 		return nil, nil
 	}
@@ -307,7 +325,7 @@ func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Attempt, er
 	for i, a := range as {
 		idText[i], workers[i] = strconv.FormatInt(a.TaskID, 10), a.WorkerID
 	}
-	var out []Attempt
+	var out []Assigned
 	err := s.raw(ctx, assignTasksSQL, map[string]any{
 		"ids": "{" + strings.Join(idText, ",") + "}", "workers": "{" + strings.Join(workers, ",") + "}",
 		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
@@ -341,7 +359,7 @@ WITH v AS (
 	UPDATE tasks t SET state = @assigned, worker_id = v.worker_id, pending_reason = NULL,
 		attempt_count = t.attempt_count + 1, updated_at = @now, version = t.version + 1
 	FROM v JOIN locked ON locked.id = v.task_id WHERE t.id = v.task_id
-	RETURNING t.id, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
+	RETURNING t.id, t.idx, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
 ), a AS (
 	INSERT INTO attempts (task_id, number, worker_id, state, created_at, updated_at)
 	SELECT id, attempt_count, worker_id, @assigned, @now, @now FROM t
@@ -364,7 +382,10 @@ WITH v AS (
 		jsonb_build_object('from', from_phase, 'to', CAST(@running AS text)), CAST(@now AS timestamptz)
 	FROM act
 )
-SELECT * FROM a ORDER BY id`
+SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, x.spec AS step
+FROM a JOIN t ON t.id = a.task_id
+	JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
+ORDER BY a.id`
 
 // NewTasks returns the rows of a starting step's tasks, of the action's
 // generation: its replicas, PENDING, each carrying the step's retry limits

@@ -77,7 +77,7 @@ func TestQueueCollectorReadsEachQueue(t *testing.T) {
 	_, err := client.Enqueue(queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r"}))
 	require.NoError(t, err)
 	for _, w := range []string{"w1", "w2"} {
-		_, err = client.Enqueue(queue.NewAttemptRunTask(w, 1))
+		_, err = client.Enqueue(queue.NewAttemptRunTask(w, 1, nil))
 		require.NoError(t, err)
 	}
 	in := asynq.NewInspector(opt)

@@ -54,5 +54,5 @@ func AssignTask(ctx context.Context, st *store.Store, taskID int64, workerID str
 	if err != nil || len(as) == 0 {
 		return store.Attempt{}, false, err
 	}
-	return as[0], true, nil
+	return as[0].Attempt, true, nil
 }

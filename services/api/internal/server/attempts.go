@@ -60,18 +60,12 @@ func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (api.Att
 	if err != nil {
 		return api.AttemptSpec{}, err
 	}
-	out := api.AttemptSpec{
-		Id: r.Attempt.ID, Number: r.Attempt.Number, Project: r.Task.Project, Domain: r.Task.Domain,
-		Run: r.Task.RunName, Action: r.Task.ActionName, TaskIndex: r.Task.Idx, Replicas: step.ReplicaCount(),
-		Plugin: step.Plugin, Command: step.Command, Env: step.AttemptEnv(), State: api.TaskState(r.Attempt.State.String()),
-		WorkerId: r.Attempt.WorkerID, Proceed: r.Proceed,
-	}
-	if len(step.Outputs) > 0 {
-		out.Outputs = &step.Outputs
-	}
-	if err := withPlugin(&out, step); err != nil {
+	out, err := api.NewAttemptSpec(r.Attempt.ID, r.Attempt.Number, domain.RunKey{Project: r.Task.Project,
+		Domain: r.Task.Domain, Run: r.Task.RunName}.Action(r.Task.ActionName), r.Task.Idx, r.Attempt.WorkerID, step)
+	if err != nil {
 		return api.AttemptSpec{}, err
 	}
+	out.State, out.Proceed = api.TaskState(r.Attempt.State.String()), r.Proceed
 	if inputs != nil {
 		out.Inputs = &inputs
 	}
@@ -191,29 +185,6 @@ func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store
 	}
 	withFailure(&rep, b)
 	return rep
-}
-
-// withPlugin copies the step's plugin fields into an attempt's spec: argv,
-// http request, container and kill grace.
-func withPlugin(out *api.AttemptSpec, step domain.Step) error {
-	if len(step.Args) > 0 {
-		out.Args = &step.Args
-	}
-	grace := step.KillGraceDuration().Milliseconds()
-	out.KillGraceMs = &grace
-	if step.HTTP != nil {
-		out.Http = new(api.HTTPSpec)
-		if err := convertJSON(step.HTTP, out.Http); err != nil {
-			return err
-		}
-	}
-	if step.Container != nil {
-		out.Container = new(api.ContainerSpec)
-		if err := convertJSON(step.Container, out.Container); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // attemptRun returns attempt id with its task and action: as the request's

@@ -81,7 +81,7 @@ func (f *fixture) enqueue(t *testing.T, attemptID int64) {
 	t.Helper()
 	enq := queue.NewEnqueuer(f.queue, slog.New(slog.DiscardHandler))
 	enq.Wake = f.redis(t)
-	require.NoError(t, enq.Enqueue(context.Background(), queue.NewAttemptRunTask(f.agent.WorkerID(), attemptID)))
+	require.NoError(t, enq.Enqueue(context.Background(), queue.NewAttemptRunTask(f.agent.WorkerID(), attemptID, nil)))
 }
 
 // awaitState waits for a report of st about attempt id and returns it.
@@ -176,7 +176,7 @@ func TestRunsTheAttemptsOfOneMessage(t *testing.T) {
 	notProceed.Proceed, notProceed.State = false, api.TaskStateKILLED
 	fake.addAttempt(shell(20, worker, "echo twenty"))
 	fake.addAttempt(notProceed)
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{22, 20})))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{22, 20}, nil)))
 	f.awaitState(t, 20, api.TaskStateSUCCEEDED)
 	require.True(t, fake.fetched(22))
 	require.Empty(t, fake.reportsOf(22))
@@ -184,7 +184,7 @@ func TestRunsTheAttemptsOfOneMessage(t *testing.T) {
 
 	fake.addAttempt(shell(23, worker, "sleep 600"))
 	fake.addAttempt(shell(24, worker, "sleep 600"))
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{23, 24})))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{23, 24}, nil)))
 	var held, waiting int64
 	require.Eventually(t, func() bool {
 		held, waiting = 23, 24

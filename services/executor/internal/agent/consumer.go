@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
@@ -67,53 +69,93 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	_ = client.Close()
 }
 
+// errSpecsUsed marks the error of a message whose specs started attempts
+// (startAttempt): isFailure counts it, so that asynq's retry of the
+// message is not its first delivery (queue.FirstDelivery) and reads every
+// attempt, one that ran meanwhile included.
+var errSpecsUsed = errors.New("started from the message's specs")
+
 // handleAttemptRun takes attempt:run, from the queue or claimed off it by
-// the wake list's consumer, and starts its attempt (startAttempt).
+// the wake list's consumer, and starts its attempt (startAttempt): from the
+// message's spec on its first delivery, else as the api reads it.
 func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	return a.startAttempt(ctx, worker, p.AttemptID)
+	if p.Spec == nil || p.Spec.Id != p.AttemptID || !queue.FirstDelivery(ctx, t) {
+		return a.startAttempt(ctx, worker, p.AttemptID, nil)
+	}
+	return specsUsed(a.startAttempt(ctx, worker, p.AttemptID, p.Spec))
 }
 
 // handleAttemptsRun takes attempts:run and starts each of its attempts
-// (startAttempt) at once, so that their reads share requests. Errors:
-// those of the attempts, joined: the message is retried whole, which
-// starts nothing twice (an attempt held, or ended, is dropped then).
+// (startAttempt) at once, so that their reads share requests: those the
+// message carries a spec of from it on its first delivery. Errors: those
+// of the attempts, joined: the message is retried whole, which starts
+// nothing twice (an attempt held, or ended, is dropped then: a retry reads
+// every attempt).
 func (a *Agent) handleAttemptsRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptsPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
+	specs := map[int64]*api.AttemptSpec{}
+	if queue.FirstDelivery(ctx, t) {
+		for i := range p.Specs {
+			specs[p.Specs[i].Id] = &p.Specs[i]
+		}
+	}
 	errs := make([]error, len(p.AttemptIDs))
 	var wg sync.WaitGroup
 	for i, id := range p.AttemptIDs {
-		wg.Go(func() { errs[i] = a.startAttempt(ctx, worker, id) })
+		wg.Go(func() { errs[i] = a.startAttempt(ctx, worker, id, specs[id]) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if len(specs) > 0 {
+		return specsUsed(err)
+	}
+	return err
 }
 
-// startAttempt starts attempt id. It drops an attempt the control plane
-// does not know, does not want run, or gave to another worker; does nothing
-// for an attempt already held (a re-delivery); and otherwise starts it and
-// returns at once: the process outlives the task. Errors: supervisor.
-// ErrFull (retried after FullRetryDelay), a failure to read the attempt
-// (retried with backoff).
-func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64) error {
+// specsUsed marks err, when not nil, with errSpecsUsed.
+func specsUsed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w (%w)", err, errSpecsUsed)
+}
+
+// startAttempt starts attempt id, as spec says when not nil (what the
+// placement pass bound, carried by its first message: the attempt starts
+// unread, and its BUILDING report's answer confirms it may run, see
+// supervisor.StartDispatched), else as the api reads it. It drops an
+// attempt the control plane does not know, does not want run, or gave to
+// another worker; does nothing for an attempt already held (a
+// re-delivery); and otherwise starts it and returns at once: the process
+// outlives the task. Errors: supervisor.ErrFull (retried after
+// FullRetryDelay), a failure to read the attempt (retried with backoff).
+func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64, spec *api.AttemptSpec) error {
 	log := a.log.With("attempt_id", id)
 	if a.sup.Holds(id) {
 		log.Debug("attempt already held")
 		return nil
 	}
-	spec, err := a.client.Attempt(ctx, worker, id)
+	start := a.sup.StartDispatched
+	if spec == nil {
+		start = a.sup.StartInTrace
+		read, err := a.client.Attempt(ctx, worker, id)
+		if errors.Is(err, ErrAttemptNotFound) {
+			log.Info("attempt unknown to the control plane; dropped")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		spec = &read
+	}
 	switch {
-	case errors.Is(err, ErrAttemptNotFound):
-		log.Info("attempt unknown to the control plane; dropped")
-		return nil
-	case err != nil:
-		return err
 	case !spec.Proceed:
 		log.Info("attempt must not run; dropped", "state", spec.State)
 		return nil
@@ -121,7 +163,7 @@ func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64) er
 		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
 		return nil
 	}
-	return a.sup.StartInTrace(ctx, spec)
+	return start(ctx, *spec)
 }
 
 // retryDelay is asynq's RetryDelayFunc: FullRetryDelay when every slot was
@@ -134,7 +176,8 @@ func (a *Agent) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 }
 
 // isFailure is asynq's IsFailure: waiting for a slot or for a shutdown does
-// not use up the task's retries.
+// not use up the task's retries, but for a message whose specs started
+// attempts (errSpecsUsed).
 func isFailure(err error) bool {
-	return !errors.Is(err, supervisor.ErrFull) && !errors.Is(err, supervisor.ErrClosed)
+	return errors.Is(err, errSpecsUsed) || !errors.Is(err, supervisor.ErrFull) && !errors.Is(err, supervisor.ErrClosed)
 }

@@ -32,6 +32,11 @@ type attempt struct {
 	// runningWithFinal: its RUNNING report is still to be sent, ahead of
 	// the final one and in the same batch (light). Its goroutine's alone.
 	runningWithFinal bool
+	// unconfirmed: its spec came with its dispatch, not from a read of the
+	// attempt, so only its BUILDING report's answer confirms that it may
+	// run (StartDispatched); dropped: that answer was lost, so it never
+	// started and sends no final report. Its goroutine's alone.
+	unconfirmed, dropped bool
 
 	stuckOnce   sync.Once
 	mu          sync.Mutex
@@ -117,6 +122,11 @@ func (s *Supervisor) run(a *attempt) {
 	defer a.cancel()
 	final := s.execute(a)
 	a.logs.close() // the last output is stored before the final report
+	if a.dropped {
+		s.log.Warn("attempt not started: the control plane did not confirm it; its resync dispatches it again",
+			"attempt_id", a.spec.Id)
+		return
+	}
 	a.setState(final.State)
 	log := s.log.With("attempt_id", a.spec.Id, "state", final.State)
 	reps := []api.AttemptReport{final}

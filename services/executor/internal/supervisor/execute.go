@@ -38,8 +38,11 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	if _, ok := p.(plugin.WorkDirless); ok {
 		return s.light(a, p, t)
 	}
-	if !s.report(a, api.AttemptReport{State: api.TaskStateBUILDING}) {
+	if !s.building(a) {
 		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+	}
+	if a.dropped {
+		return api.AttemptReport{}
 	}
 	if r := a.stopReason(); r != nil {
 		return killed(*r, nil)
@@ -169,6 +172,26 @@ func (s *Supervisor) finalize(p plugin.Plugin, t *plugin.Task) {
 	if err := p.Finalize(ctx, t); err != nil {
 		s.log.Error("finalize failed", "attempt_id", t.ID, "err", err)
 	}
+}
+
+// building reports BUILDING and waits for the answer, before the work
+// starts: false when the control plane answered that the attempt must not
+// run (it ended meanwhile: preempted or aborted while ASSIGNED, its worker
+// lost, ...). A lost answer is no reason to stop an attempt whose read
+// said it may run; for one started from its dispatch unread
+// (unconfirmed), it marks the attempt dropped: it never starts, and the
+// control plane's resync dispatches it again while it stays ASSIGNED.
+func (s *Supervisor) building(a *attempt) bool {
+	rep := api.AttemptReport{State: api.TaskStateBUILDING}
+	if !a.unconfirmed {
+		return s.report(a, rep)
+	}
+	proceed, err := s.rep.Submit(a.ctx, a.spec.Id, rep)()
+	if err != nil {
+		a.dropped = true
+		return false
+	}
+	return proceed
 }
 
 // report sends a progress report within a's context. It returns false only

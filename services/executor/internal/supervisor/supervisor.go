@@ -128,6 +128,20 @@ func (s *Supervisor) Start(spec api.AttemptSpec) error {
 // parent's span (the attempt:run task's): the attempt takes parent's span
 // context, not its deadline or cancellation.
 func (s *Supervisor) StartInTrace(parent context.Context, spec api.AttemptSpec) error {
+	return s.start(parent, spec, false)
+}
+
+// StartDispatched is StartInTrace for an attempt whose spec came with its
+// dispatch (the placement pass's message) instead of a read of the
+// attempt, which also said the attempt may run: its BUILDING report's
+// answer says so instead, before its work starts, and an attempt whose
+// answer is lost does not start (building). A WorkDirless plugin's
+// attempt, which has no BUILDING and no work, runs as it would.
+func (s *Supervisor) StartDispatched(parent context.Context, spec api.AttemptSpec) error {
+	return s.start(parent, spec, true)
+}
+
+func (s *Supervisor) start(parent context.Context, spec api.AttemptSpec, unconfirmed bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -139,6 +153,7 @@ func (s *Supervisor) StartInTrace(parent context.Context, spec api.AttemptSpec) 
 		return ErrFull
 	}
 	a := newAttempt(trace.ContextWithSpanContext(s.ctx, trace.SpanContextFromContext(parent)), spec)
+	a.unconfirmed = unconfirmed
 	a.logs = s.newLogShipper(spec.Id)
 	s.held[spec.Id] = a
 	s.busy++

@@ -2,10 +2,12 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -346,4 +348,38 @@ func TestNoopDoesNotWaitForTheRunningAnswer(t *testing.T) {
 	rec.await(t, 7, api.TaskStateSUCCEEDED)
 	close(release)
 	require.Equal(t, []api.TaskState{api.TaskStateRUNNING, api.TaskStateSUCCEEDED}, rec.states(7))
+}
+
+// An attempt started from its dispatch, unread (StartDispatched), runs only
+// once its BUILDING report's answer says it may: when that answer is lost
+// its command never starts and it sends no final report (it is still
+// ASSIGNED at the control plane, whose resync dispatches it again), where
+// an attempt whose read said it may run goes on; when the answer says it
+// must not run, it never starts either.
+func TestDispatchedAttemptStartsOnlyOnceConfirmed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rec := &recorder{answer: func(_ context.Context, id int64, rep api.AttemptReport) (bool, error) {
+		switch {
+		case rep.State != api.TaskStateBUILDING:
+			return true, nil
+		case id == 8:
+			return false, nil // it ended at the control plane meanwhile
+		}
+		return false, errors.New("report lost") // after ReportTimeout of retries
+	}}
+	s := newSupervisor(t, rec, supervisor.Config{})
+	touch := func(id int64) api.AttemptSpec {
+		return spec(id, "touch "+filepath.Join(dir, strconv.FormatInt(id, 10)))
+	}
+	require.NoError(t, s.StartDispatched(context.Background(), touch(6)))
+	require.NoError(t, s.StartDispatched(context.Background(), touch(8)))
+	require.NoError(t, s.Start(touch(7)))
+	rec.await(t, 7, api.TaskStateSUCCEEDED)
+	require.FileExists(t, filepath.Join(dir, "7"), "read, it goes on when the answer is lost")
+	rec.await(t, 8, api.TaskStateKILLED)
+	require.Eventually(t, func() bool { return !s.Holds(6) && !s.Holds(8) }, waitFor, tick)
+	require.Equal(t, []api.TaskState{api.TaskStateBUILDING}, rec.states(6), "no final report")
+	require.NoFileExists(t, filepath.Join(dir, "6"))
+	require.NoFileExists(t, filepath.Join(dir, "8"))
 }

@@ -57,7 +57,7 @@ func (f *liveFixture) running(t *testing.T, w store.Worker, name string) store.A
 	require.True(t, ok)
 	_, err = f.st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
-	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(w.ID, a.ID))
+	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(w.ID, a.ID, nil))
 	require.NoError(t, err)
 	return a
 }
@@ -97,7 +97,7 @@ func TestLivenessPassDeclaresSilentWorkersDead(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, f.hasQueue(t, silent.ID))
 	stranger := uuid.NewString() // a worker of another Capstan on this Redis
-	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(stranger, 1))
+	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(stranger, 1, nil))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.insp.DeleteQueue(queue.WorkerQueue(stranger), true) })
 

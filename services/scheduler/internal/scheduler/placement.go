@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -214,7 +215,9 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 // statement (a gang's tasks together), and dispatches their attempts: one
 // message for the attempts of one worker and one trace (a step's replicas
 // placed together), not one an attempt. A task that stopped being PENDING
-// meanwhile is skipped.
+// meanwhile is skipped. The message carries what the executor needs to run
+// each attempt (dispatchSpec), so that it starts at once instead of
+// reading the attempt from the api first.
 func (p *placement) assign(ctx context.Context) error {
 	attempts, err := p.st.AssignTasks(ctx, p.placed)
 	if err != nil {
@@ -232,7 +235,7 @@ func (p *placement) assign(ctx context.Context) error {
 				trace.WithAttributes(attribute.Int64Slice("capstan.attempt_ids", d.ids),
 					attribute.String("capstan.worker_id", d.worker)))
 			defer span.End()
-			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids)); err != nil {
+			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids, d.specs)); err != nil {
 				// The attempts are ASSIGNED in Postgres; the resync re-dispatches them.
 				p.s.log.Warn("dispatch failed", "attempt_ids", d.ids, "worker_id", d.worker, "err", err)
 			}
@@ -246,15 +249,28 @@ func (p *placement) assign(ctx context.Context) error {
 const dispatchers = 8
 
 // dispatch is one message of a pass: attempts for one worker, of tasks
-// that share one trace.
+// that share one trace, and the specs of those it may carry.
 type dispatch struct {
 	worker, trace string
 	ids           []int64
+	specs         []api.AttemptSpec
+}
+
+// dispatchSpec is the spec an attempt's dispatch carries, ok false for an
+// attempt the executor must read from the api: its step has secret_env
+// (secrets stay out of Redis) or inputs (resolved from other steps'
+// outputs at the read, and up to 1 MiB).
+func dispatchSpec(a store.Assigned) (api.AttemptSpec, bool) {
+	if len(a.Step.SecretEnv) > 0 || len(a.Step.Inputs) > 0 {
+		return api.AttemptSpec{}, false
+	}
+	spec, err := api.NewAttemptSpec(a.ID, a.Number, a.Action(), a.TaskIdx, a.WorkerID, a.Step)
+	return spec, err == nil
 }
 
 // dispatches groups attempts by worker and trace, in the order of each
 // group's first attempt.
-func (p *placement) dispatches(attempts []store.Attempt) []dispatch {
+func (p *placement) dispatches(attempts []store.Assigned) []dispatch {
 	var out []dispatch
 	at := map[[2]string]int{}
 	for _, a := range attempts {
@@ -266,6 +282,9 @@ func (p *placement) dispatches(attempts []store.Attempt) []dispatch {
 			out = append(out, dispatch{worker: k[0], trace: k[1]})
 		}
 		out[i].ids = append(out[i].ids, a.ID)
+		if spec, ok := dispatchSpec(a); ok {
+			out[i].specs = append(out[i].specs, spec)
+		}
 	}
 	return out
 }

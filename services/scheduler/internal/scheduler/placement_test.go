@@ -63,10 +63,59 @@ func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, assigned, p.AttemptIDs)
+	// The message carries what the executor needs to run each attempt, as
+	// the api's read of it would answer.
+	require.Len(t, p.Specs, 2)
+	for _, spec := range p.Specs {
+		run, err := f.st.GetAttemptRun(ctx, spec.Id)
+		require.NoError(t, err)
+		require.Equal(t, key.Action("s"), domain.RunKey{Project: spec.Project, Domain: spec.Domain, Run: spec.Run}.Action(spec.Action))
+		require.Equal(t, run.Task.Idx, spec.TaskIndex)
+		require.Equal(t, wb.ID, *spec.WorkerId)
+		require.Equal(t, "true", spec.Command)
+		require.Equal(t, 3, spec.Replicas)
+		require.Equal(t, run.Attempt.Number, spec.Number)
+		require.True(t, spec.Proceed)
+	}
 	require.False(t, f.hasQueue(t, wa.ID), "nothing dispatched to zone a")
 	act, err := f.st.GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseRunning), act.Action.Phase)
+}
+
+// A step with secret_env is dispatched by attempt id alone: its secrets
+// stay out of Redis, and the executor reads them from the api. So is a step
+// with inputs, which the api resolves from their producers' outputs at the
+// read.
+func TestPlacementDispatchesNoSpecWithSecretsOrInputs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	w := f.registerWith(t, 4, nil)
+	key := f.newRun(t, "secret", domain.WorkflowSpec{Steps: []domain.Step{
+		{Name: "s", Command: "true", SecretEnv: map[string]string{"TOKEN": "hunter2"}}}})
+	_, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+	res, err := f.s.runOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Placed)
+	pending, err := f.insp.ListPendingTasks(queue.WorkerQueue(w.ID))
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.NotContains(t, string(pending[0].Payload), "hunter2")
+	var p queue.AttemptPayload
+	require.NoError(t, json.Unmarshal(pending[0].Payload, &p))
+	require.NotZero(t, p.AttemptID)
+	require.Nil(t, p.Spec)
+
+	worker := w.ID
+	plain := store.Assigned{Attempt: store.Attempt{ID: 1, Number: 1, WorkerID: &worker}, Step: domain.Step{Name: "s", Command: "true"}}
+	_, ok := dispatchSpec(plain)
+	require.True(t, ok)
+	withInputs := plain
+	withInputs.Step.Inputs = []domain.Input{{From: "a.Y", As: "X"}}
+	_, ok = dispatchSpec(withInputs)
+	require.False(t, ok)
 }
 
 // A coscheduled step is placed all together or not at all (Iris's gang

@@ -68,7 +68,7 @@ func (s *Scheduler) resyncOnce(ctx context.Context) (ResyncResult, error) {
 		if a.WorkerID == nil {
 			continue
 		}
-		if err := s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID)); err == nil {
+		if err := s.queue.Enqueue(ctx, queue.NewAttemptRunTask(*a.WorkerID, a.ID, nil)); err == nil {
 			res.Redispatched++
 		}
 	}
