@@ -206,27 +206,27 @@ type AttemptLog struct {
 
 // Worker is a row of workers: one registered executor instance.
 type Worker struct {
-	ID          string `gorm:"primaryKey"`
-	Name        string
-	Address     string
-	Slots       int
-	CPUMillis   int64 `gorm:"column:cpu_millis"`
-	MemoryBytes int64
-	Labels      map[string]string `gorm:"serializer:json"`
+	ID          string            `gorm:"primaryKey" json:"id"`
+	Name        string            `json:"name"`
+	Address     string            `json:"address"`
+	Slots       int               `json:"slots"`
+	CPUMillis   int64             `gorm:"column:cpu_millis" json:"cpu_millis"`
+	MemoryBytes int64             `json:"memory_bytes"`
+	Labels      map[string]string `gorm:"serializer:json" json:"labels"`
 	// Failures maps attempt id → time of the attempts lost or failed for
 	// platform causes on this worker (ARC's failures map): see workers.go.
-	Failures map[string]time.Time `gorm:"serializer:json"`
+	Failures map[string]time.Time `gorm:"serializer:json" json:"failures"`
 	// PlaceableAfter gates new work during the failure backoff; nil = none.
-	PlaceableAfter *time.Time
+	PlaceableAfter *time.Time `json:"placeable_after"`
 	// LastFailureAt is the latest time in Failures.
-	LastFailureAt *time.Time
+	LastFailureAt *time.Time `json:"last_failure_at"`
 	// Draining: the executor is shutting down and takes no new work.
-	Draining        bool
-	State           string
-	Version         int64
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	LastHeartbeatAt time.Time
+	Draining        bool      `json:"draining"`
+	State           string    `json:"state"`
+	Version         int64     `json:"version"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
 }
 
 // RunEvent is a row of run_events, the append-only audit trail.

@@ -36,8 +36,8 @@ func openPass(dsn string, ops *prometheus.HistogramVec) (*passConn, error) {
 
 // Pass returns a Store on one connection of its own that keeps one plan of
 // each statement, made at its first call (plan_cache_mode =
-// force_generic_plan), for a scheduling pass's statements (PendingTasks,
-// PlaceableWorkers, AssignTasks, SetPendingReasons, LiveOnWorkers,
+// force_generic_plan), for a scheduling pass's statements (PendingWork,
+// AssignTasks, SetPendingReasons, LiveOnWorkers,
 // NextWakeAt): the leader makes them one after the other, several times a
 // second, and planning them at each call cost more than running them
 // (AssignTasks of two tasks: 1.4 ms of planning against 1.5 ms of

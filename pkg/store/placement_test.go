@@ -22,12 +22,21 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	high := newRun(t, st, "high", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Priority: "production",
 		Resources:   &domain.Resources{CPUMillis: 500, MemoryBytes: 1 << 30},
 		Constraints: []domain.Constraint{{Key: "gpu", Op: domain.OpExists}}}}})
+	none, workers, err := st.PendingWork(ctx, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.Empty(t, workers)
+	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8,
+		Labels: map[string]string{"gpu": "a100"}})
+	require.NoError(t, err)
 	for _, k := range []domain.RunKey{low, high} {
 		storetest.StartSteps(t, st, k)
 	}
-	pending, err := st.PendingTasks(ctx, 10)
+	pending, workers, err := st.PendingWork(ctx, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, pending, 2)
+	samePlaceable(t, st, workers)
+	require.Equal(t, map[string]string{"gpu": "a100"}, workers[0].Labels)
 	require.Equal(t, "high", pending[0].RunName, "the production band is placed first")
 	require.Equal(t, int64(500), pending[0].CPUMillis, "resources copied from the step")
 	constraints, err := json.Marshal(pending[0].Constraints)
@@ -41,14 +50,37 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	require.Equal(t, reason, *d.Tasks[0].Task.PendingReason)
 	require.Equal(t, string(domain.PhaseWaitingForResources), d.Action.Phase, "a known pending_reason shows as WAITING_FOR_RESOURCES")
 
-	w := registerWorker(t, st)
 	_, ok, err := storetest.AssignTask(ctx, st, pending[0].ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
+	_, workers, err = st.PendingWork(ctx, 10, time.Minute)
+	require.NoError(t, err)
+	samePlaceable(t, st, workers)
+	require.Equal(t, 1, workers[0].Used)
+	require.Equal(t, int64(500), workers[0].UsedCPUMillis)
+	require.Equal(t, int64(1<<30), workers[0].UsedMemoryBytes)
+	require.NotNil(t, workers[0].LowestPriority)
 	d, err = st.GetAction(ctx, high.Action("s"))
 	require.NoError(t, err)
 	require.Nil(t, d.Tasks[0].Task.PendingReason, "placing a task clears its reason")
 	require.Equal(t, string(domain.PhaseRunning), d.Action.Phase)
+}
+
+// samePlaceable checks that workers, as PendingWork read them in its one
+// statement, are what PlaceableWorkers reads: one worker here.
+func samePlaceable(t *testing.T, st *store.Store, workers []store.WorkerLoad) {
+	t.Helper()
+	want, err := st.PlaceableWorkers(context.Background(), time.Minute)
+	require.NoError(t, err)
+	require.Len(t, want, 1)
+	require.Len(t, workers, 1)
+	got := workers[0]
+	for _, ts := range [][2]time.Time{{want[0].LastHeartbeatAt, got.LastHeartbeatAt}, {want[0].CreatedAt, got.CreatedAt},
+		{want[0].UpdatedAt, got.UpdatedAt}} {
+		require.True(t, ts[0].Equal(ts[1]), "%s against %s", ts[1], ts[0])
+	}
+	got.LastHeartbeatAt, got.CreatedAt, got.UpdatedAt = want[0].LastHeartbeatAt, want[0].CreatedAt, want[0].UpdatedAt
+	require.Equal(t, want[0], got)
 }
 
 func TestExpiryDueAttemptTimeouts(t *testing.T) {

@@ -173,29 +173,47 @@ func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, n
 	return res.RowsAffected, mapErr(res.Error)
 }
 
-// PendingTasks returns up to limit PENDING tasks whose not_before has passed
-// and whose scheduling deadline has not, highest priority band first, then
-// oldest. A task past its deadline is left for the expiry pass, which ends
-// its job (Iris's _mark_task_unschedulable). The rows come back as one JSON
-// array (decodeRows): scanning them column by column through gorm was 12 %
-// of the scheduler's CPU in the diamond benchmark, where every pass reads
-// the hundreds of tasks waiting for a slot. The limit is a parameter, as
-// in gorm's query before, so the statement keeps the plans it had on the
-// pass's connection.
-func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
-	var raw []byte
-	err := s.raw(ctx, `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') FROM (
-		SELECT * FROM tasks WHERE state IN `+sqlPending+` AND (not_before IS NULL OR not_before <= now())
+// pendingTasksSQL selects up to limit (its one parameter) PENDING tasks
+// whose not_before has passed and whose scheduling deadline has not,
+// highest priority band first, then oldest, as one JSON array (decodeRows):
+// scanning them column by column through gorm was 12 % of the scheduler's
+// CPU in the diamond benchmark, where every pass reads the hundreds of
+// tasks waiting for a slot. A task past its deadline is left for the
+// expiry pass, which ends its job (Iris's _mark_task_unschedulable). The
+// limit is a parameter, so the statement keeps its plan on the pass's
+// connection.
+var pendingTasksSQL = `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') AS tasks FROM (
+		SELECT * FROM tasks WHERE state IN ` + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
 			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
-		ORDER BY priority DESC, id LIMIT ?) t`, limit).Row().Scan(&raw)
+		ORDER BY priority DESC, id LIMIT ?) t`
+
+// PendingWork returns up to limit PENDING tasks (pendingTasksSQL) and,
+// when it finds one, the workers PlaceableWorkers (grace) returns, in one
+// statement: what a scheduling pass reads before it decides, one round
+// trip instead of two. The workers come back as one JSON array too
+// (decodeRows), and are not read when no task is pending: a pass kicked by
+// a run's end often finds none. Errors: Postgres's.
+func (s *Store) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
+	var tasks, workers []byte
+	err := s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
+		SELECT p.tasks, CASE WHEN json_array_length(p.tasks) > 0 THEN (
+			SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
+		END FROM p`, limit, grace.Seconds()).Row().Scan(&tasks, &workers)
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, nil, mapErr(err)
 	}
 	var ts []Task
-	if err := decodeRows(raw, &ts); err != nil {
-		return nil, fmt.Errorf("decode pending tasks: %w", err)
+	if err := decodeRows(tasks, &ts); err != nil {
+		return nil, nil, fmt.Errorf("decode pending tasks: %w", err)
 	}
-	return ts, nil
+	if len(ts) == 0 {
+		return nil, nil, nil
+	}
+	var ws []WorkerLoad
+	if err := decodeRows(workers, &ws); err != nil {
+		return nil, nil, fmt.Errorf("decode workers: %w", err)
+	}
+	return ts, ws, nil
 }
 
 // MarkTasksUnschedulable makes an action's PENDING tasks past their

@@ -34,13 +34,13 @@ type NewWorker struct {
 // their resources.
 type WorkerLoad struct {
 	Worker
-	Used            int
-	UsedCPUMillis   int64 `gorm:"column:used_cpu_millis"`
-	UsedMemoryBytes int64
+	Used            int   `json:"used"`
+	UsedCPUMillis   int64 `gorm:"column:used_cpu_millis" json:"used_cpu_millis"`
+	UsedMemoryBytes int64 `json:"used_memory_bytes"`
 	// LowestPriority is the lowest priority band of the worker's live
 	// attempts' tasks, nil when it has none: only a worker with a band
 	// below a task's may be preempted for it.
-	LowestPriority *int16
+	LowestPriority *int16 `json:"lowest_priority"`
 }
 
 // RegisterWorker inserts a worker under a new identity.
@@ -64,10 +64,13 @@ func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
 // their load, except those draining or still in their failure backoff
 // (placeable_after).
 func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
-	return s.workerLoads(ctx, `w.state = 'alive' AND w.last_heartbeat_at > now() - make_interval(secs => ?)
-		AND NOT w.draining AND (w.placeable_after IS NULL OR w.placeable_after <= now())`,
-		grace.Seconds())
+	return s.workerLoads(ctx, placeableWhere, grace.Seconds())
 }
+
+// placeableWhere is PlaceableWorkers' condition; its one parameter is the
+// grace in seconds.
+const placeableWhere = `w.state = 'alive' AND w.last_heartbeat_at > now() - make_interval(secs => ?)
+		AND NOT w.draining AND (w.placeable_after IS NULL OR w.placeable_after <= now())`
 
 // workerLoads returns the workers that match where, with their load: the
 // live attempts on each, their tasks' resources and lowest priority band. A live attempt's task
@@ -77,17 +80,23 @@ func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]Wo
 // each pass (1.3 ms a pass at 6,000 tasks, growing with them).
 func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
 	var out []WorkerLoad
-	// The sums are numeric and may pass int64 (resources are bounded only
-	// by the type): they are capped at its maximum, "everything".
-	err := s.raw(ctx, `SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
+	err := s.raw(ctx, workerLoadsSQL(where)+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error
+	return out, mapErr(err)
+}
+
+// workerLoadsSQL selects the workers that match where, each with its load
+// (WorkerLoad's columns). The sums are numeric and may pass int64
+// (resources are bounded only by the type): they are capped at its
+// maximum, "everything".
+func workerLoadsSQL(where string) string {
+	return `SELECT w.*, COALESCE(l.used, 0) AS used, COALESCE(l.cpu, 0) AS used_cpu_millis,
 		COALESCE(l.mem, 0) AS used_memory_bytes, l.lowest AS lowest_priority FROM workers w
 		LEFT JOIN (SELECT a.worker_id, count(*) AS used, LEAST(sum(t.cpu_millis), 9223372036854775807)::bigint AS cpu,
 			LEAST(sum(t.memory_bytes), 9223372036854775807)::bigint AS mem, min(t.priority) AS lowest
 			FROM attempts a CROSS JOIN LATERAL (SELECT cpu_millis, memory_bytes, priority FROM tasks
 				WHERE tasks.id = a.task_id OFFSET 0) t
-			WHERE a.state IN `+sqlLive+` GROUP BY a.worker_id) l
-		ON l.worker_id = w.id WHERE `+where+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error
-	return out, mapErr(err)
+			WHERE a.state IN ` + sqlLive + ` GROUP BY a.worker_id) l
+		ON l.worker_id = w.id WHERE ` + where
 }
 
 // StopList returns, of the attempts a worker says it holds, those the control

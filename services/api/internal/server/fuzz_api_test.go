@@ -321,7 +321,7 @@ func (fz *fuzzer) schedule(r *rand.Rand) {
 	if k, _, ok := fz.world.run(r); ok {
 		storetest.StartSteps(fz.t, st, k)
 	}
-	tasks, err := st.PendingTasks(ctx, 4)
+	tasks, _, err := st.PendingWork(ctx, 4, time.Minute)
 	fz.schedErr("pending tasks", err)
 	for _, task := range tasks {
 		w, ok := fz.world.worker(r)

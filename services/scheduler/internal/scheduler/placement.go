@@ -102,7 +102,7 @@ func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 }
 
 // placeOnce is a scheduling pass without the expiry pass: a task past its
-// scheduling deadline stays PENDING, unplaced (store.PendingTasks), until
+// scheduling deadline stays PENDING, unplaced (store.PendingWork), until
 // the next expiry pass ends its job.
 func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 	start := time.Now()
@@ -113,21 +113,18 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 // place is runOnce after its expiry pass. Its statements, which take many
 // tasks and workers at once, run on the connection that keeps one plan of
 // each (store.Pass), which the pass tells how far the task ids have grown
-// (store.Replan) so that the plans follow the tables. A pass that finds no
-// task to place reads no worker: when the load is light, every run's end
-// kicks a pass that finds none.
+// (store.Replan) so that the plans follow the tables (from its bind on:
+// its read of the tasks and workers, one statement, came first). A pass
+// that finds no task to place reads no worker: when the load is light,
+// every run's end kicks a pass that finds none.
 func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	st := s.store.Pass()
-	tasks, err := st.PendingTasks(ctx, s.cfg.Placement.BatchSize)
+	tasks, workers, err := st.PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
 	if err != nil || len(tasks) == 0 {
 		return PassResult{}, err
 	}
 	newest := slices.MaxFunc(tasks, func(a, b store.Task) int { return cmp.Compare(a.ID, b.ID) })
 	if _, err := s.store.Replan(ctx, newest.ID); err != nil {
-		return PassResult{}, err
-	}
-	workers, err := st.PlaceableWorkers(ctx, s.cfg.WorkerGrace)
-	if err != nil {
 		return PassResult{}, err
 	}
 	p := &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}

@@ -234,27 +234,33 @@ func TestPlacementByPlugin(t *testing.T) {
 	require.Equal(t, string(domain.PhaseUnschedulable), f.action(t, late, "late").Phase)
 }
 
-// A pass that finds no PENDING task reads no worker; one that finds a task
-// reads them and places it.
-func TestPassWithoutPendingTasksReadsNoWorker(t *testing.T) {
+// A pass reads the PENDING tasks and the workers in one statement, and
+// binds the tasks it placed in one more: one that finds no task makes the
+// read alone.
+func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newRunFixture(t, domain.Table{0})
 	_, err := f.st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
 	require.NoError(t, err)
+	before := statementCounts(t, f.statements)
 	res, err := f.s.placeOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Placed)
 	counts := statementCounts(t, f.statements)
-	require.EqualValues(t, 1, counts["PendingTasks"])
-	require.Zero(t, counts["PlaceableWorkers"])
+	require.EqualValues(t, 1, counts["PendingWork"])
+	require.EqualValues(t, 1, counts[""]-before[""], "the read alone")
 	key := f.newRun(t, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}})
 	_, err = f.s.advance(ctx, key)
 	require.NoError(t, err)
+	before = statementCounts(t, f.statements)
 	res, err = f.s.placeOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Placed)
-	require.EqualValues(t, 1, statementCounts(t, f.statements)["PlaceableWorkers"])
+	counts = statementCounts(t, f.statements)
+	require.EqualValues(t, 1, counts["PendingWork"]-before["PendingWork"])
+	require.EqualValues(t, 1, counts["AssignTasks"]-before["AssignTasks"])
+	require.EqualValues(t, 2, counts[""]-before[""], "the read and the bind")
 }
 
 // An evaluation that ends its run kicks no pass when the leader's last pass
