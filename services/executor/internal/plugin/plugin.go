@@ -33,7 +33,12 @@ type Plugin interface {
 }
 
 // WorkDirless is implemented by a plugin whose attempts need no work
-// directory and no BUILDING report (noop): the supervisor makes none.
+// directory and no BUILDING report (noop): the supervisor makes none. Its
+// Handle must have no effect outside the attempt: without the BUILDING
+// report's answer, an attempt started from its dispatch
+// (supervisor.StartDispatched) is not confirmed before Handle runs, and
+// one that ended meanwhile (preempted, aborted) learns it only from its
+// RUNNING report's answer.
 type WorkDirless interface {
 	WorkDirless()
 }
