@@ -333,8 +333,9 @@ func (a Assigned) Action() domain.ActionKey {
 // moves from QUEUED or WAITING_FOR_RESOURCES to RUNNING, and task.assigned
 // and action.phase events are written. A task no longer PENDING (aborted, or
 // assigned by another pass) is left alone. It returns the attempts created,
-// by id, each with its task's index and its step. A scheduling pass binds all its tasks this way: its cost is one
-// statement, not a transaction per task.
+// by id, each with its task's action and index and its step. A scheduling
+// pass binds all its tasks this way: its cost is one statement, not a
+// transaction per task.
 func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
 	if len(as) == 0 {
 		return nil, nil

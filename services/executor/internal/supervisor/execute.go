@@ -180,7 +180,9 @@ func (s *Supervisor) finalize(p plugin.Plugin, t *plugin.Task) {
 // lost, ...). A lost answer is no reason to stop an attempt whose read
 // said it may run; for one started from its dispatch unread
 // (unconfirmed), it marks the attempt dropped: it never starts, and the
-// control plane's resync dispatches it again while it stays ASSIGNED.
+// control plane's resync dispatches it again while it stays ASSIGNED. An
+// attempt stopped while it waited (an abort, which ends the wait) is not
+// dropped: it ends as stopped, and says so in its final report.
 func (s *Supervisor) building(a *attempt) bool {
 	rep := api.AttemptReport{State: api.TaskStateBUILDING}
 	if !a.unconfirmed {
@@ -188,7 +190,7 @@ func (s *Supervisor) building(a *attempt) bool {
 	}
 	proceed, err := s.rep.Submit(a.ctx, a.spec.Id, rep)()
 	if err != nil {
-		a.dropped = true
+		a.dropped = a.stopReason() == nil
 		return false
 	}
 	return proceed

@@ -200,6 +200,18 @@ func TestAbortKillsAndReportsKilled(t *testing.T) {
 
 func TestAbortWhileBuildingNeverStarts(t *testing.T) {
 	t.Parallel()
+	for _, dispatched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "read", true: "dispatched"}[dispatched], func(t *testing.T) {
+			t.Parallel()
+			abortWhileBuilding(t, dispatched)
+		})
+	}
+}
+
+// abortWhileBuilding aborts an attempt whose BUILDING answer does not come
+// (started from its dispatch when dispatched): it never starts, and its
+// final report says KILLED.
+func abortWhileBuilding(t *testing.T, dispatched bool) {
 	building := make(chan struct{})
 	rec := &recorder{answer: func(ctx context.Context, _ int64, rep api.AttemptReport) (bool, error) {
 		if rep.State == api.TaskStateBUILDING { // the control plane is unreachable
@@ -210,7 +222,11 @@ func TestAbortWhileBuildingNeverStarts(t *testing.T) {
 		return true, nil
 	}}
 	s := newSupervisor(t, rec, supervisor.Config{})
-	require.NoError(t, s.Start(spec(5, "touch started")))
+	if dispatched {
+		require.NoError(t, s.StartDispatched(context.Background(), spec(5, "touch started")))
+	} else {
+		require.NoError(t, s.Start(spec(5, "touch started")))
+	}
 	<-building
 	killed, err := s.Abort(context.Background(), 5, api.Aborted, "")
 	require.NoError(t, err)
