@@ -1,9 +1,8 @@
 package api
 
 import (
-	"encoding/json"
-
 	"github.com/capstan-run/capstan/pkg/domain"
+	gojson "github.com/goccy/go-json"
 )
 
 // NewAttemptSpec is what an executor needs to run attempt id (its number,
@@ -42,11 +41,12 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	return out, nil
 }
 
-// convertJSON copies in into out through their JSON forms.
+// convertJSON copies in into out through their JSON forms, with go-json
+// as the api's conversions do.
 func convertJSON(in, out any) error {
-	raw, err := json.Marshal(in)
+	raw, err := gojson.Marshal(in)
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(raw, out)
+	return gojson.Unmarshal(raw, out)
 }

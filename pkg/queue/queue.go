@@ -146,9 +146,9 @@ const HeaderPutBack = "capstan-put-back"
 // first time: asynq has not retried it, and no WakeConsumer put it back.
 // Only on its first delivery may an attempt:run's spec be trusted without
 // reading the attempt: a later one may come after the attempt ran (a retry
-// of a message whose other attempts failed to start). Errors: none; a ctx
-// without asynq's metadata (a WakeConsumer's, which only handles tasks
-// announced at their enqueue) counts as not retried.
+// of a message whose other attempts failed to start). A ctx without
+// asynq's metadata (a WakeConsumer's, which only handles tasks announced at
+// their enqueue) counts as not retried.
 func FirstDelivery(ctx context.Context, t *asynq.Task) bool {
 	n, _ := asynq.GetRetryCount(ctx)
 	return n == 0 && t.Headers()[HeaderPutBack] == ""
