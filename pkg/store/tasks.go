@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -216,6 +217,46 @@ func (s *Store) PendingWork(ctx context.Context, limit int, grace time.Duration)
 	return ts, ws, nil
 }
 
+// FreshWork returns what placing the PENDING tasks of the named runs needs
+// in the transaction that started them (their first advance inserted
+// them), in one statement: those tasks, highest priority band first, then
+// oldest, and the workers PlaceableWorkers (grace) returns. The workers
+// come back (non-nil) only when no other task waits PENDING for a pass
+// (placeable now, as pendingTasksSQL reads them) in a band at or above
+// the lowest of those tasks': placed first, they would pass over it.
+// Errors: Postgres's.
+func (s *Store) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.Duration) ([]Task, []WorkerLoad, error) {
+	projects, domains, names := runKeyArrays(keys)
+	var tasks, workers []byte
+	err := s.raw(ctx, `WITH k AS (SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
+			CAST(CAST(? AS text) AS text[])) AS k(project, domain, run_name)),
+		m AS (SELECT t.* FROM tasks t JOIN k ON (t.project, t.domain, t.run_name) = (k.project, k.domain, k.run_name)
+			WHERE t.state IN `+sqlPending+`)
+		SELECT (SELECT coalesce(json_agg(m ORDER BY m.priority DESC, m.id), '[]') FROM m),
+			CASE WHEN EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.state IN `+sqlPending+`
+				AND o.priority >= (SELECT min(priority) FROM m)
+				AND (o.not_before IS NULL OR o.not_before <= now())
+				AND (o.scheduling_deadline IS NULL OR o.scheduling_deadline >= now())
+				AND (o.project, o.domain, o.run_name) NOT IN (SELECT project, domain, run_name FROM k))
+			THEN (SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
+			END`, projects, domains, names, grace.Seconds()).Row().Scan(&tasks, &workers)
+	if err != nil {
+		return nil, nil, mapErr(err)
+	}
+	var ts []Task
+	if err := decodeRows(tasks, &ts); err != nil {
+		return nil, nil, fmt.Errorf("decode fresh tasks: %w", err)
+	}
+	if workers == nil {
+		return ts, nil, nil
+	}
+	ws := []WorkerLoad{}
+	if err := decodeRows(workers, &ws); err != nil {
+		return nil, nil, fmt.Errorf("decode workers: %w", err)
+	}
+	return ts, ws, nil
+}
+
 // MarkTasksUnschedulable makes an action's PENDING tasks past their
 // scheduling deadline UNSCHEDULABLE, writes a "task.unschedulable" event and
 // returns how many it changed.
@@ -319,6 +360,9 @@ type Assigned struct {
 	ActionName string
 	TaskIdx    int         `gorm:"column:task_idx"`
 	Step       domain.Step `gorm:"column:step;serializer:json"`
+	// FromPhase is the action's phase before the bind: it moved to
+	// RUNNING when that was QUEUED or WAITING_FOR_RESOURCES.
+	FromPhase domain.Phase `gorm:"column:from_phase"`
 }
 
 // Action is the key of a's action.
@@ -337,6 +381,11 @@ func (a Assigned) Action() domain.ActionKey {
 // pass binds all its tasks this way: its cost is one statement, not a
 // transaction per task.
 func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+	return s.assignTasks(ctx, assignTasksSQL, as)
+}
+
+// assignTasks runs text, assignTasksSQL or assignTasksQuietSQL, for as.
+func (s *Store) assignTasks(ctx context.Context, text string, as []Assignment) ([]Assigned, error) {
 	if len(as) == 0 {
 		return nil, nil
 	}
@@ -345,13 +394,49 @@ func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, e
 		idText[i], workers[i] = strconv.FormatInt(a.TaskID, 10), a.WorkerID
 	}
 	var out []Assigned
-	err := s.raw(ctx, assignTasksSQL, map[string]any{
+	err := s.raw(ctx, text, map[string]any{
 		"ids": "{" + strings.Join(idText, ",") + "}", "workers": "{" + strings.Join(workers, ",") + "}",
 		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
 		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),
 			string(domain.PhaseWaitingForResources)},
 	}).Scan(&out).Error
 	return out, mapErr(err)
+}
+
+// AssignFreshTasks is AssignTasks in a transaction (s) that wrote events
+// before it: its events (task.assigned for each attempt, by id, then
+// action.phase for each action it moved) are appended to the
+// transaction's, after those (eventFull), where AssignTasks' statement
+// inserts them at once, with ids before theirs. Errors: Postgres's, and
+// one outside a transaction.
+func (s *Store) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+	if s.tx == nil {
+		return nil, errors.New("store: AssignFreshTasks outside a transaction")
+	}
+	out, err := s.assignTasks(ctx, assignTasksQuietSQL, as)
+	if err != nil {
+		return nil, err
+	}
+	from := map[domain.ActionKey]domain.Phase{}
+	var moved []domain.ActionKey
+	for _, a := range out {
+		t := Task{ID: a.TaskID, Project: a.Project, Domain: a.Domain, RunName: a.RunName, ActionName: a.ActionName}
+		if err := s.taskEvent(ctx, t, a.ID, "task.assigned", map[string]any{"worker_id": a.WorkerID}); err != nil {
+			return nil, err
+		}
+		k := a.Action()
+		if _, ok := from[k]; !ok && (a.FromPhase == domain.PhaseQueued || a.FromPhase == domain.PhaseWaitingForResources) {
+			from[k] = a.FromPhase
+			moved = append(moved, k)
+		}
+	}
+	for _, k := range moved {
+		if err := s.event(ctx, k.RunKey, k.Action, "action.phase",
+			map[string]any{"from": from[k], "to": domain.PhaseRunning}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // assignTasksSQL is AssignTasks' statement. Its data-modifying parts run to
@@ -363,7 +448,23 @@ func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, e
 // (EXPLAIN shows it), and `locked`'s rows are sorted before they are locked.
 // A RUNNING action is not locked at all, so a pass never waits for an
 // evaluation in progress on a running step.
-const assignTasksSQL = `
+const assignTasksSQL = assignTasksBindSQL + `), ev AS (
+	INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+	SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, 'task.assigned',
+		jsonb_build_object('worker_id', a.worker_id), CAST(@now AS timestamptz)
+	FROM a JOIN t ON t.id = a.task_id
+	UNION ALL
+	SELECT project, domain, run_name, name, NULL, NULL, 'action.phase',
+		jsonb_build_object('from', from_phase, 'to', CAST(@running AS text)), CAST(@now AS timestamptz)
+	FROM act
+)` + assignTasksSelectSQL
+
+// assignTasksQuietSQL is assignTasksSQL without its events, which the
+// caller writes (AssignFreshTasks).
+const assignTasksQuietSQL = assignTasksBindSQL + `)` + assignTasksSelectSQL
+
+// assignTasksBindSQL is assignTasksSQL up to its events, its last CTE open.
+const assignTasksBindSQL = `
 WITH v AS (
 	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
 ), acts AS (
@@ -391,17 +492,13 @@ WITH v AS (
 	RETURNING x.project, x.domain, x.run_name, x.name,
 		(SELECT y.phase FROM actions y WHERE (y.project, y.domain, y.run_name, y.name) =
 			(x.project, x.domain, x.run_name, x.name)) AS from_phase
-), ev AS (
-	INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
-	SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, 'task.assigned',
-		jsonb_build_object('worker_id', a.worker_id), CAST(@now AS timestamptz)
-	FROM a JOIN t ON t.id = a.task_id
-	UNION ALL
-	SELECT project, domain, run_name, name, NULL, NULL, 'action.phase',
-		jsonb_build_object('from', from_phase, 'to', CAST(@running AS text)), CAST(@now AS timestamptz)
-	FROM act
-)
-SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, x.spec AS step
+`
+
+// assignTasksSelectSQL is assignTasksSQL's final SELECT: the attempts, and
+// each one's action and step as the statement began (from_phase: the
+// phase it moved from, when QUEUED or WAITING_FOR_RESOURCES).
+const assignTasksSelectSQL = `
+SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, x.spec AS step, x.phase AS from_phase
 FROM a JOIN t ON t.id = a.task_id
 	JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
 ORDER BY a.id`
