@@ -19,6 +19,9 @@ type Advance struct {
 	Started []string
 	// Phase is the run's phase afterwards.
 	Phase domain.Phase
+	// placed is set when the advance bound every task it created
+	// (freshPlacement): no pass need place them.
+	placed bool
 }
 
 // handleRun is the run:start and run:advance handler: it advances the run.
@@ -35,16 +38,22 @@ func (s *Scheduler) handleRun(ctx context.Context, t *asynq.Task) error {
 // run, creates its step actions on the first call (the run's expansion) and
 // applies progress. A terminal run is left alone. A run that does not exist
 // is a permanent failure (asynq.SkipRetry).
+//
+// On the leader, the tasks of a fresh run's first steps are placed in the
+// same transaction when the pass would place them next (freshPlacement).
 func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, error) {
 	var adv Advance
+	fp := s.freshPlacement()
+	defer fp.finish(ctx, false) // on a panic
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		run, err := tx.LockRun(ctx, key)
 		if err != nil {
 			return err
 		}
-		adv, err = s.progress(ctx, tx, run, time.Now().UTC())
+		adv, err = s.progressFrom(ctx, tx, run, nil, nil, fp, time.Now().UTC())
 		return err
 	})
+	fp.finish(ctx, err == nil)
 	if errors.Is(err, store.ErrNotFound) {
 		return adv, fmt.Errorf("run %s: %w", key, asynq.SkipRetry)
 	}
@@ -54,10 +63,10 @@ func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, er
 	return adv, err
 }
 
-// afterAdvance kicks a placement pass for started steps and counts ended
-// runs.
+// afterAdvance kicks a placement pass for started steps whose tasks are
+// not all bound yet, and counts ended runs.
 func (s *Scheduler) afterAdvance(adv Advance) {
-	if len(adv.Started) > 0 {
+	if len(adv.Started) > 0 && !adv.placed {
 		s.Kick()
 	}
 	if adv.Phase.IsTerminal() {
@@ -72,13 +81,16 @@ func (s *Scheduler) afterAdvance(adv Advance) {
 // that: the started steps, the SKIPPED ones, a0's and the run's phase
 // (forward only).
 func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run, now time.Time) (Advance, error) {
-	return s.progressFrom(ctx, tx, run, nil, nil, now)
+	return s.progressFrom(ctx, tx, run, nil, nil, nil, now)
 }
 
 // progressFrom is progress from the run's step actions as the caller knows
-// them (steps), or as read when steps is nil or the run restarts.
+// them (steps), or as read when steps is nil or the run restarts. When the
+// advance is the run's expansion with its first steps' tasks, fp (when not
+// nil) places them (freshPlacement), before the root moves: the bind is a
+// statement, which would make them first (store.SetRootPhase).
 func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	later *taskStarts, now time.Time) (Advance, error) {
+	later *taskStarts, fp *freshPlacement, now time.Time) (Advance, error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	if run.RestartRequestedAt != nil {
 		steps = nil // the restart changes them
@@ -94,7 +106,13 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 	if err != nil {
 		return adv, err
 	}
-	if !fresh {
+	if fresh {
+		placed, err := fp.place(ctx, tx, []domain.RunKey{key})
+		if err != nil {
+			return adv, err
+		}
+		adv.placed = placed[key]
+	} else {
 		if steps == nil {
 			if steps, err = s.stepActions(ctx, tx, run, key); err != nil {
 				return adv, err

@@ -195,7 +195,7 @@ func (ev Evaluation) advances() bool {
 // action act, and records the advance in ev.
 func (s *Scheduler) advanceRun(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
 	now time.Time) error {
-	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), nil, now)
+	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), nil, nil, now)
 	ev.Advance = &adv
 	return err
 }

@@ -28,8 +28,9 @@ var raceRounds = 40
 
 // TestLockOrderUnderRace races every transaction that locks more than one
 // row — aborts of steps and of the run, evaluation with its run advance,
-// advances, placement, preemption-free passes, dead-worker reaping,
-// heartbeats and deregistration — on the same runs from many goroutines
+// advances, batched starts, placement (a fresh run's in its start, and the
+// passes'), preemption-free passes, dead-worker reaping, heartbeats and
+// deregistration — on the same runs from many goroutines
 // against the real Postgres. Every one takes its locks in the documented
 // order (run → action → task → attempt → worker, each level in key order),
 // so Postgres never has to break a deadlock (SQLSTATE 40P01); and the end
@@ -47,6 +48,7 @@ func TestLockOrderUnderRace(t *testing.T) {
 	r.start(t, "together", r.evaluateTogether)
 	r.start(t, "together", r.evaluateTogether)
 	r.start(t, "advance", r.advanceSome)
+	r.start(t, "start", r.startSome)
 	r.start(t, "place", r.placeSome)
 	r.start(t, "reap", r.reapSome)
 	r.start(t, "beat", r.beatSome)
@@ -83,7 +85,10 @@ func newRacer(t *testing.T) *racer {
 	r.s = New(r.st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{
 		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: LivenessConfig{Backoff: domain.Table{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}})
 	ctx := context.Background()
-	for i := range 3 {
+	// The leader's: a run's first advance binds its first tasks
+	// (freshPlacement), racing the passes, the batched starts and the rest.
+	r.s.setLeader(true)
+	for i := range 6 {
 		key := domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("race-%d", i)}
 		_, _, err := r.st.CreateRun(ctx, store.NewRun{Key: key, Spec: raceSpec()})
 		require.NoError(t, err)
@@ -282,6 +287,14 @@ func (r *racer) evaluateTogether(ctx context.Context, rng *rand.Rand) error {
 func (r *racer) advanceSome(ctx context.Context, rng *rand.Rand) error {
 	_, err := r.s.advance(ctx, r.runs[rng.IntN(len(r.runs))])
 	return err
+}
+
+// startSome starts two runs together, as the start gate does (startRuns):
+// on their first advance, their expansions and placements share a
+// transaction.
+func (r *racer) startSome(ctx context.Context, rng *rand.Rand) error {
+	keys := []domain.RunKey{r.runs[rng.IntN(len(r.runs))], r.runs[rng.IntN(len(r.runs))]}
+	return errors.Join(r.s.startRuns(ctx, keys)...)
 }
 
 func (r *racer) placeSome(ctx context.Context, _ *rand.Rand) error {

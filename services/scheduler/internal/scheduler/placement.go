@@ -117,17 +117,36 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 // its read of the tasks and workers, one statement, came first). A pass
 // that finds no task to place reads no worker: when the load is light,
 // every run's end kicks a pass that finds none.
+//
+// From its read to its bind the pass holds s.placing, which a fresh run's
+// placement in its start transaction holds to its commit (freshPlacement):
+// the loads a pass reads then hold every attempt bound before.
 func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
+	p, attempts, err := s.decidePlacement(ctx)
+	if p == nil || err != nil {
+		return PassResult{}, err
+	}
+	s.dispatch(ctx, attempts, p.traces)
+	p.res.Waiting = len(p.reasons)
+	return p.res, p.st.SetPendingReasons(ctx, p.reasons)
+}
+
+// decidePlacement is place's part under s.placing: it reads the pending
+// tasks and the workers, places the tasks and binds them (assign). p is
+// nil when no task is pending.
+func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts []store.Assigned, err error) {
+	s.placing.Lock()
+	defer s.placing.Unlock()
 	st := s.store.Pass()
 	tasks, workers, err := st.PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
 	if err != nil || len(tasks) == 0 {
-		return PassResult{}, err
+		return nil, nil, err
 	}
 	newest := slices.MaxFunc(tasks, func(a, b store.Task) int { return cmp.Compare(a.ID, b.ID) })
 	if _, err := s.store.Replan(ctx, newest.ID); err != nil {
-		return PassResult{}, err
+		return nil, nil, err
 	}
-	p := &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
+	p = &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
 	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
 	us := units(tasks)
 	if len(tasks) == s.cfg.Placement.BatchSize {
@@ -135,14 +154,11 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	}
 	for _, unit := range us {
 		if err := p.place(ctx, unit); err != nil {
-			return p.res, err
+			return nil, nil, err
 		}
 	}
-	if err := p.assign(ctx); err != nil {
-		return p.res, err
-	}
-	p.res.Waiting = len(p.reasons)
-	return p.res, st.SetPendingReasons(ctx, p.reasons)
+	attempts, err = p.assign(ctx)
+	return p, attempts, err
 }
 
 // placement is the state of one pass.
@@ -160,6 +176,10 @@ type placement struct {
 	// are dispatched in the trace their run was created in.
 	traces map[int64]string
 	res    PassResult
+	// fresh is set for a fresh run's placement in its start transaction
+	// (freshPlacement), which preempts nothing: a task that does not fit
+	// is left to the pass.
+	fresh bool
 }
 
 // place places one unit: a single task, or every pending task of a gang.
@@ -175,7 +195,7 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 	} else {
 		var i int
 		i, reason = domain.Place(reqs[0], p.views)
-		if i < 0 && reqs[0].Priority > domain.PriorityBatch {
+		if i < 0 && reqs[0].Priority > domain.PriorityBatch && !p.fresh {
 			j, why, err := p.preempt(ctx, reqs[0])
 			if err != nil {
 				return err
@@ -208,38 +228,44 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 	return nil
 }
 
-// assign binds the tasks the pass placed to their workers, all in one
-// statement (a gang's tasks together), and dispatches their attempts: one
-// message for the attempts of one worker and one trace (a step's replicas
-// placed together), not one an attempt. A task that stopped being PENDING
-// meanwhile is skipped. The message carries what the executor needs to run
-// each attempt (dispatchSpec), so that it starts at once instead of
-// reading the attempt from the api first.
-func (p *placement) assign(ctx context.Context) error {
+// assign binds the tasks placed to their workers, all in one statement (a
+// gang's tasks together), and returns their attempts. A task that stopped
+// being PENDING meanwhile is skipped.
+func (p *placement) assign(ctx context.Context) ([]store.Assigned, error) {
 	attempts, err := p.st.AssignTasks(ctx, p.placed)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.res.Placed += len(attempts)
-	p.s.metrics.placed.Add(float64(len(attempts)))
+	return attempts, nil
+}
+
+// dispatch pushes bound attempts to their workers, once their bind
+// committed: one message for the attempts of one worker and one trace
+// (traces: by task id; a step's replicas placed together), not one an
+// attempt. The message carries what the executor needs to run each
+// attempt (dispatchSpec), so that it starts at once instead of reading the
+// attempt from the api first. A push that fails is logged: the attempts
+// are ASSIGNED in Postgres, and the resync dispatches them again.
+func (s *Scheduler) dispatch(ctx context.Context, attempts []store.Assigned, traces map[int64]string) {
+	s.metrics.placed.Add(float64(len(attempts)))
 	// One Redis round trip per message: in parallel, so the last message of
 	// a large pass does not wait for all the others' pushes.
 	var g errgroup.Group
 	g.SetLimit(dispatchers)
-	for _, d := range p.dispatches(attempts) {
+	for _, d := range dispatches(attempts, traces) {
 		g.Go(func() error {
 			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, d.trace), "dispatch attempts",
 				trace.WithAttributes(attribute.Int64Slice("capstan.attempt_ids", d.ids),
 					attribute.String("capstan.worker_id", d.worker)))
 			defer span.End()
-			if err := p.s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids, d.specs)); err != nil {
-				// The attempts are ASSIGNED in Postgres; the resync re-dispatches them.
-				p.s.log.Warn("dispatch failed", "attempt_ids", d.ids, "worker_id", d.worker, "err", err)
+			if err := s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids, d.specs)); err != nil {
+				s.log.Warn("dispatch failed", "attempt_ids", d.ids, "worker_id", d.worker, "err", err)
 			}
 			return nil
 		})
 	}
-	return g.Wait()
+	_ = g.Wait()
 }
 
 // dispatchers is how many dispatch messages a pass pushes at once.
@@ -265,13 +291,13 @@ func dispatchSpec(a store.Assigned) (api.AttemptSpec, bool) {
 	return spec, err == nil
 }
 
-// dispatches groups attempts by worker and trace, in the order of each
-// group's first attempt.
-func (p *placement) dispatches(attempts []store.Assigned) []dispatch {
+// dispatches groups attempts by worker and trace (by task id), in the
+// order of each group's first attempt.
+func dispatches(attempts []store.Assigned, traces map[int64]string) []dispatch {
 	var out []dispatch
 	at := map[[2]string]int{}
 	for _, a := range attempts {
-		k := [2]string{*a.WorkerID, p.traces[a.TaskID]}
+		k := [2]string{*a.WorkerID, traces[a.TaskID]}
 		i, ok := at[k]
 		if !ok {
 			i = len(out)

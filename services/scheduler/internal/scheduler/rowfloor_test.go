@@ -40,6 +40,7 @@ func TestRowFloorWritesWhatARunWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
+		s.setLeader(true) // a lone replica: its starts bind their tasks
 		singleTaskRun(t, st, s, w, spec, "one")
 	})
 

@@ -21,9 +21,9 @@ import (
 // BenchmarkSingleTaskRun times every store call and scheduler decision of
 // one single-task noop run, one goroutine, against the dev Postgres and
 // Redis, in the order the services make them: create (api), a read of the
-// run, expand and start (the scheduler's advance), bind (the leader's pass,
-// one task: its message carries the attempt's spec, which the executor does
-// not read), RUNNING and SUCCEEDED reports (api), then
+// run, expand, start and bind (the leader's advance, freshPlacement: the
+// dispatch message carries the attempt's spec, which the executor does not
+// read), RUNNING and SUCCEEDED reports (api), then
 // the evaluation (the scheduler: ARC's worker rule, the task's fate, the
 // job's phase and the run's final advance, in one transaction). It compares
 // one change of a query or a decision with the next (`go test -bench
@@ -48,8 +48,11 @@ func BenchmarkSingleTaskRun(b *testing.B) {
 	client := asynq.NewClient(redistest.New(b))
 	b.Cleanup(func() { client.Close() })
 	log := slog.New(slog.DiscardHandler)
-	newScheduler := func(st *store.Store) *Scheduler {
-		return New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
+	newScheduler := func(st *store.Store) *Scheduler { // the leader, as a lone replica is
+		s := New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(),
+			Config{Retry: domain.Table{0}, WorkerGrace: time.Hour})
+		s.setLeader(true)
+		return s
 	}
 	var w store.Worker
 	x.phase(b, nil, func(st *store.Store) {
@@ -189,13 +192,10 @@ func singleTaskRun(tb testing.TB, st *store.Store, s *Scheduler, w store.Worker,
 	benchMust(tb, func() error { _, err := st.GetRun(ctx, key); return err })
 	benchMust(tb, func() error { _, err := s.advance(ctx, key); return err })
 	d, err := st.GetAction(ctx, key.Action("s"))
-	if err != nil || len(d.Tasks) != 1 {
-		tb.Fatalf("tasks of %s: %v (%d)", key, err, len(d.Tasks))
+	if err != nil || len(d.Tasks) != 1 || len(d.Tasks[0].Attempts) != 1 || *d.Tasks[0].Attempts[0].WorkerID != w.ID {
+		tb.Fatalf("the start did not bind %s's task to %s: %v %+v", key, w.ID, err, d.Tasks)
 	}
-	a, ok, err := storetest.AssignTask(ctx, st, d.Tasks[0].Task.ID, w.ID)
-	if err != nil || !ok {
-		tb.Fatalf("assign: %v %t", err, ok)
-	}
+	a := d.Tasks[0].Attempts[0]
 	exit := 0
 	// A noop's RUNNING and SUCCEEDED reach the api in one batch.
 	benchMust(tb, func() error {

@@ -100,19 +100,23 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 // one transaction of three statements whatever their number, on the pool
 // for statements by key (store.ByKey): their locks
 // (store.TryLockRuns), their expansions (store.ExpandAndStartRuns), and at
-// commit their root moves with all their events. Every other run, all of
-// them when that transaction fails, and a lone run are advanced on their
-// own (advance).
+// commit their root moves with all their events; on the leader, two more
+// bind their tasks when the pass would place them next (freshPlacement).
+// Every other run, all of them when that transaction fails, and a lone run
+// are advanced on their own (advance).
 func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error {
 	if len(keys) == 1 { // one run: advance's statements, in scalars
 		_, err := s.advance(ctx, keys[0])
 		return []error{err}
 	}
 	advs := make([]*Advance, len(keys))
+	fp := s.freshPlacement()
+	defer fp.finish(ctx, false) // on a panic
 	err := s.store.ByKey().InTx(ctx, func(tx *store.Store) error {
 		clear(advs)
-		return s.startFresh(ctx, tx, keys, advs)
+		return s.startFresh(ctx, tx, keys, advs, fp)
 	})
+	fp.finish(ctx, err == nil)
 	if err != nil {
 		s.log.Warn("batched start failed; each run starts on its own", "runs", len(keys), "err", err)
 		clear(advs)
@@ -129,8 +133,10 @@ func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error
 }
 
 // startFresh is startRuns's transaction: it sets advs[i] for each run of
-// keys it started, in key order (the lock order of their a0s).
-func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance) error {
+// keys it started, in key order (the lock order of their a0s), and has fp
+// place their tasks before their root moves (see progressFrom).
+func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
+	fp *freshPlacement) error {
 	runs, err := tx.TryLockRuns(ctx, keys)
 	if err != nil {
 		return err
@@ -162,11 +168,23 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	if err != nil {
 		return err
 	}
+	var started []domain.RunKey
 	for j, i := range picked {
 		if !expanded[j] {
 			advs[i] = nil // expanded before: advanced on its own
 			continue
 		}
+		started = append(started, keys[i])
+	}
+	placed, err := fp.place(ctx, tx, started)
+	if err != nil {
+		return err
+	}
+	for j, i := range picked {
+		if !expanded[j] {
+			continue
+		}
+		advs[i].placed = placed[keys[i]]
 		if err := moveRoot(ctx, tx, keys[i], advs[i], phases[j], now); err != nil {
 			return err
 		}
