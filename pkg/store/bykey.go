@@ -28,6 +28,13 @@ var byKeySettings = map[string]string{
 	"jit": "off",
 }
 
+// byKeyLocally is a select list that sets byKeySettings' planner settings
+// for the rest of the caller's transaction (set_config, is_local): for a
+// transaction on the main pool whose next statements reach their rows by
+// key.
+const byKeyLocally = `set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+
 // replanner drops the plans of a pool's connections (DISCARD PLANS: their
 // statements stay prepared) as they are used, so that each plan is made for
 // tables of at least half the size they have when it runs, as long as they

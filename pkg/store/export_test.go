@@ -24,10 +24,13 @@ func init() {
 	}
 }
 
-// The listing-only predicates, for the plan tests.
+// The listing-only predicates and the binds' statements, for the plan
+// tests.
 const (
 	SQLListedByCreation = sqlListedByCreation
 	SQLListedByID       = sqlListedByID
+	AssignTasksSQL      = assignTasksSQL
+	AssignFreshTasksSQL = assignFreshTasksSQL
 )
 
 // PreparedPlans returns the name of the statement prepared on s's
@@ -93,6 +96,11 @@ func ReplanDue(uses, made int64, at, now time.Time) bool {
 }
 
 // Count runs stmt, a count, with args on s's pool or transaction.
+// Exec runs stmt on s's connection, in s's transaction if it is one.
+func (s *Store) Exec(ctx context.Context, stmt string) error {
+	return s.q(ctx).Exec(stmt).Error
+}
+
 func (s *Store) Count(ctx context.Context, stmt string, args ...any) (int64, error) {
 	var n int64
 	err := s.q(ctx).Raw(stmt, args...).Row().Scan(&n)

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
@@ -71,4 +73,50 @@ func TestLookupsNeverTakeAListingIndex(t *testing.T) {
 	} {
 		require.Contains(t, plan(t, conn, query, "'p'", "'d'"), index, query)
 	}
+}
+
+// TestFreshBindReadsTasksByKey checks the generic plan AssignFreshTasks'
+// statement gets in a start's transaction on the main pool, made on a
+// young database (200 tasks, never analyzed) and kept as the tables grow:
+// after FreshWork, it reaches the tasks and actions it binds by key; made
+// without FreshWork's settings, the same plan scans a table whole.
+func TestFreshBindReadsTasksByKey(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.New(t)
+	for _, q := range []string{
+		`INSERT INTO runs (project, domain, name, spec) SELECT 'p', 'd', 'r' || g, '{}' FROM generate_series(1, 200) g`,
+		`INSERT INTO actions (project, domain, run_name, name, kind, spec)
+			SELECT 'p', 'd', 'r' || g, 's', 'task', '{}' FROM generate_series(1, 200) g`,
+		`INSERT INTO tasks (project, domain, run_name, action_name, idx, plugin, state)
+			SELECT 'p', 'd', 'r' || g, 's', 0, 'noop', 4 FROM generate_series(1, 200) g`,
+	} {
+		require.NoError(t, st.Exec(ctx, q))
+	}
+	params := strings.NewReplacer("@ids", "$1", "@workers", "$2", "@assigned", "$3::int", "@pending", "$4::int",
+		"@now", "$5::timestamptz", "@running", "$6::text", "@waiting", "($7::text, $8::text)")
+	bindPlan := func(fresh bool) (out string) {
+		t.Helper()
+		require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+			if fresh {
+				if _, _, err := tx.FreshWork(ctx, []domain.RunKey{{Project: "p", Domain: "d", Run: "r1"}}, time.Minute); err != nil {
+					return err
+				}
+			}
+			if err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+				return err
+			}
+			if err := tx.Exec(ctx, "PREPARE fresh_bind AS "+params.Replace(store.AssignFreshTasksSQL)); err != nil {
+				return err
+			}
+			defer func() { _ = tx.Exec(ctx, "DEALLOCATE fresh_bind") }()
+			var err error
+			out, err = tx.Explain(ctx, `EXECUTE fresh_bind('{1}', '{00000000-0000-4000-8000-000000000001}', 9, 1, now(),
+				'RUNNING', 'QUEUED', 'WAITING_FOR_RESOURCES')`)
+			return err
+		}))
+		return out
+	}
+	require.Contains(t, bindPlan(false), "Seq Scan", "planned on the main pool's settings")
+	p := bindPlan(true)
+	require.NotContains(t, p, "Seq Scan", p)
 }
