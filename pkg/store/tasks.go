@@ -499,10 +499,11 @@ WITH v AS (
 // CTEs: the tasks and actions it binds were inserted by its own
 // transaction, which no other transaction sees, so taking their locks
 // first (in the lock order, and waiting for none) would only cost a read.
-// It reads the tasks by key (id = ANY), where assignTasksSQL's joins on
-// the unnested pairs, planned at each call on the main pool with the
-// statistics of a young database, read every task (a sequential scan,
-// 1.0 ms a bind at 4,300 tasks in the dispatch benchmark).
+// It reads the tasks by id (= ANY) as well as through the unnested pairs;
+// the plan it gets on the main pool still depends on the planner settings
+// FreshWork leaves (byKeyLocally): without them, a generic plan made on a
+// young database's statistics read every task (a sequential scan, 1.0 ms a
+// bind at 4,300 tasks in the dispatch benchmark).
 const assignFreshTasksSQL = `
 WITH v AS (
 	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
