@@ -75,7 +75,7 @@ func (h *Handlers) batchItem(project, dom string, raw map[string]any) (store.New
 		return store.NewRun{}, &p
 	}
 	var item api.CreateRunsItem
-	if err := convertJSON(raw, &item); err != nil {
+	if err := api.ConvertJSON(raw, &item); err != nil {
 		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, "run: "+err.Error(),
 			domain.FieldError{Field: "run", Message: err.Error()})
 		return store.NewRun{}, &p

@@ -73,7 +73,7 @@ func specProblem(fieldErrs []domain.FieldError) api.Problem {
 // decodeSpec converts the API spec to the domain's, normalizes and validates it.
 func decodeSpec(in api.WorkflowSpec) (domain.WorkflowSpec, []domain.FieldError) {
 	var spec domain.WorkflowSpec
-	if err := convertJSON(in, &spec); err != nil {
+	if err := api.ConvertJSON(in, &spec); err != nil {
 		return spec, []domain.FieldError{{Field: "spec", Message: err.Error()}}
 	}
 	spec.Normalize()
