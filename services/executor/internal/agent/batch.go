@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/google/uuid"
@@ -218,10 +219,21 @@ func batchLen(queue []*pendingReport) int {
 	return n
 }
 
+// rideWait is how long a heartbeat waits for the batch it rides along
+// with to leave. A batch that leaves later waits behind one in flight that
+// is slow (an api waiting on a lock, or retrying through an api restart);
+// the beat is then sent alone, so that a slow batch never holds a live
+// worker's heartbeats past its grace.
+const rideWait = 100 * time.Millisecond
+
 // rideAlong puts heartbeat r of worker id in the next batch when reports
 // are queued for one, and then waits for its answer: rode is false when
-// none is queued (or another heartbeat rides already), and the caller sends
-// r alone. Errors: as Heartbeat's.
+// none is queued (or another heartbeat rides already), or when the batch
+// did not leave within rideWait (the beat is taken back), and the caller
+// sends r alone. A beat that left is waited for, however long: a later beat
+// must not overtake it, or the api would read the older beat's list last
+// (BeatWorker's lost-attempt rule counts on beats arriving in order).
+// Errors: as Heartbeat's.
 func (c *Client) rideAlong(ctx context.Context, id uuid.UUID, r api.HeartbeatReport) (stop []int64, rode bool, err error) {
 	b := &c.batch
 	p := &pendingBeat{report: r, done: make(chan beatOutcome, 1)}
@@ -235,12 +247,32 @@ func (c *Client) rideAlong(ctx context.Context, id uuid.UUID, r api.HeartbeatRep
 	if !rode {
 		return nil, false, nil
 	}
-	select {
-	case o := <-p.done:
-		return o.stop, true, o.err
-	case <-ctx.Done():
-		return nil, true, fmt.Errorf("heartbeat: %w", ctx.Err())
+	wait := time.NewTimer(rideWait)
+	defer wait.Stop()
+	for {
+		select {
+		case o := <-p.done:
+			return o.stop, true, o.err
+		case <-ctx.Done():
+			return nil, true, fmt.Errorf("heartbeat: %w", ctx.Err())
+		case <-wait.C: // fires once: then only the answer or ctx ends the wait
+			if b.takeBack(p) {
+				return nil, false, nil
+			}
+		}
 	}
+}
+
+// takeBack removes beat p from the next batch and reports true, or reports
+// false when p already left with a batch.
+func (b *reportBatcher) takeBack(p *pendingBeat) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.beat != p {
+		return false
+	}
+	b.beat = nil
+	return true
 }
 
 // sendBatch sends one batch, with beat riding along when not nil, retrying

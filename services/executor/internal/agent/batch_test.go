@@ -58,6 +58,33 @@ func TestHeartbeatRidesAlongWithABatch(t *testing.T) {
 	require.Equal(t, api.Aborted, *killed.Cause)
 }
 
+// A heartbeat due while a batch is held in the api does not wait behind
+// it: it waits a moment for the next batch to leave, then goes alone, so a
+// slow batch never holds a live worker's heartbeats past its grace.
+func TestHeartbeatDoesNotWaitBehindAHeldBatch(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	f := run(t, fake, agent.Config{Slots: 2})
+	for id := int64(71); id <= 72; id++ {
+		fake.addAttempt(shell(id, f.agent.WorkerID(), "while :; do echo tick; sleep 0.005; done"))
+		f.enqueue(t, id)
+	}
+	for id := int64(71); id <= 72; id++ {
+		f.awaitState(t, id, api.TaskStateRUNNING)
+	}
+	release := fake.holdBatches()
+	defer release()
+	require.Eventually(t, func() bool { return fake.heldBatches() > 0 }, waitFor, tick, "the output's batch is held")
+	alone := fake.aloneBeats()
+	require.Eventually(t, func() bool { return fake.aloneBeats() >= alone+5 }, waitFor, tick,
+		"heartbeats every 20ms go alone while the output waits behind the held batch")
+	release()
+	fake.stopOnNextBeat(71, 72)
+	for id := int64(71); id <= 72; id++ {
+		f.awaitState(t, id, api.TaskStateKILLED)
+	}
+}
+
 // A noop attempt's RUNNING and final reports reach the api in one batch,
 // in order, even on an idle executor, whose other reports go at once.
 func TestNoopReportsInOneBatch(t *testing.T) {

@@ -39,6 +39,10 @@ type fakeAPI struct {
 	batches     []int // the size of each report batch, in order
 	// batchLatency is how long a report batch takes to answer.
 	batchLatency time.Duration
+	// hold, while not nil, keeps report batches from answering until it
+	// is closed; holding counts those it keeps.
+	hold    chan struct{}
+	holding int
 	// failRegistrations and failReports answer 503 that many times first.
 	failRegistrations, failReports int
 	// logs holds the chunks appended per attempt, and appendedAfter how
@@ -219,8 +223,14 @@ func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	latency := f.batchLatency
+	latency, hold := f.batchLatency, f.hold
+	if hold != nil {
+		f.holding++
+	}
 	f.mu.Unlock()
+	if hold != nil {
+		<-hold // an api waiting on a lock
+	}
 	<-time.After(latency) // a slow api: reports made meanwhile queue up
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -255,6 +265,34 @@ func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 		out.Stop = &stop
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// holdBatches keeps report batches from answering until release is called.
+func (f *fakeAPI) holdBatches() (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hold := make(chan struct{})
+	f.hold = hold
+	return sync.OnceFunc(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.hold = nil
+		close(hold)
+	})
+}
+
+// heldBatches returns how many report batches holdBatches held.
+func (f *fakeAPI) heldBatches() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holding
+}
+
+// aloneBeats returns how many heartbeats came alone, not with a batch.
+func (f *fakeAPI) aloneBeats() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.beats) - f.riders
 }
 
 // ridingBeats returns how many heartbeats rode along with a batch.
