@@ -24,14 +24,16 @@ import (
 //     executor die with it and run again on another one).
 //
 // Either way every task has one SUCCEEDED attempt, evaluated once.
+//
+// The api's restart stops the executor's heartbeats (and one that rode
+// along with the held batch waits with it), so that subtest runs with
+// a worker grace longer than a restart under the suite's load: a worker
+// declared dead would have its tasks run again.
 func TestReportBatchFaults(t *testing.T) {
 	t.Parallel()
-	s := Start(t, bins, Options{Executors: 1})
-	db, err := sql.Open("pgx", s.DBURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-
 	t.Run("APIKilledBeforeCommit", func(t *testing.T) {
+		t.Parallel()
+		s, db := batchFaultsStack(t, "CAPSTAN_WORKER_GRACE=30s")
 		name := heldBatch(t, s, db, func() {
 			s.Kill("api")
 			s.StartService("api")
@@ -40,10 +42,23 @@ func TestReportBatchFaults(t *testing.T) {
 		requireOnceEach(t, s, db, name, 4)
 	})
 	t.Run("ExecutorKilledWithBatchInFlight", func(t *testing.T) {
+		t.Parallel()
+		s, db := batchFaultsStack(t)
 		name := heldBatch(t, s, db, func() { s.Kill("executor-1") })
 		s.StartExecutor(2) // where a task runs again if its report died with executor-1
 		requireOnceEach(t, s, db, name, 1)
 	})
+}
+
+// batchFaultsStack starts a stack of one executor, with env added to every
+// service, and opens its database.
+func batchFaultsStack(t *testing.T, env ...string) (*Stack, *sql.DB) {
+	t.Helper()
+	s := Start(t, bins, Options{Executors: 1, Env: env})
+	db, err := sql.Open("pgx", s.DBURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return s, db
 }
 
 // heldBatch starts a run of four `sleep 1` tasks, waits until they run,
