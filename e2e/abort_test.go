@@ -101,7 +101,7 @@ func waitOutcome(t *testing.T, s *Stack, run string, timeout time.Duration, want
 // dbAbort reads run's a0 row in Postgres, where the reconciler keeps its count.
 func dbAbort(t *testing.T, s *Stack, run string) store.Action {
 	t.Helper()
-	d, err := s.Store().GetAction(context.Background(),
+	d, err := s.Store().Actions().GetAction(context.Background(),
 		dom.RunKey{Project: project, Domain: domain, Run: run}.Action(dom.RootActionName))
 	require.NoError(t, err)
 	return d.Action

@@ -48,13 +48,13 @@ const (
 // "action.abort_requested" event. cause "" means CauseAborted. The caller
 // then pushes queue.NewActionAbortTask; the reconciler's scan heals a lost
 // push. Errors: ErrNotFound, ErrTerminal, domain.ErrBadCause.
-func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, cause string) (Action, error) {
+func (s Aborts) AbortAction(ctx context.Context, key domain.ActionKey, reason, cause string) (Action, error) {
 	phase, cause, err := domain.AbortPhase(cause)
 	if err != nil {
 		return Action{}, err
 	}
 	var a Action
-	err = s.InTx(ctx, func(tx *Store) error {
+	err = s.inTx(ctx, func(tx *Store) error {
 		if err := tx.lockForAbort(ctx, key); err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, c
 			return mapErr(err)
 		}
 		if key.Action == domain.RootActionName {
-			if err := tx.SetRunPhase(ctx, key.RunKey, phase, now); err != nil {
+			if err := tx.runs().SetRunPhase(ctx, key.RunKey, phase, now); err != nil {
 				return err
 			}
 		}
@@ -92,7 +92,7 @@ func (s *Store) AbortAction(ctx context.Context, key domain.ActionKey, reason, c
 // lockForAbort takes AbortAction's row locks in the lock order: the run,
 // then the subtree's actions by name, then their unfinished tasks by id.
 // Errors: ErrNotFound (no such run).
-func (s *Store) lockForAbort(ctx context.Context, key domain.ActionKey) error {
+func (s *core) lockForAbort(ctx context.Context, key domain.ActionKey) error {
 	var runs []string
 	if err := s.raw(ctx, `SELECT name FROM runs WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
 		key.Project, key.Domain, key.Run).Scan(&runs).Error; err != nil {
@@ -115,7 +115,7 @@ func (s *Store) lockForAbort(ctx context.Context, key domain.ActionKey) error {
 
 // endSubtree moves the action under key and every non-terminal descendant to
 // phase, and their unfinished tasks to KILLED.
-func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase domain.Phase, now time.Time) error {
+func (s *core) endSubtree(ctx context.Context, key domain.ActionKey, phase domain.Phase, now time.Time) error {
 	sub := s.raw(ctx, subtreeSQL, subtreeArgs(key)...)
 	if err := s.q(ctx).Model(&Action{}).
 		Where("project = ? AND domain = ? AND run_name = ? AND name IN (?) AND phase NOT IN ?",
@@ -134,7 +134,7 @@ func (s *Store) endSubtree(ctx context.Context, key domain.ActionKey, phase doma
 // MarkAbortAttempt increments the action's abort_attempt_count before a
 // delivery and returns the new count (Flyte's MarkAbortAttempt: a crash keeps
 // the count). Errors: ErrNotFound when no abort is pending for key.
-func (s *Store) MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error) {
+func (s Aborts) MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error) {
 	var count []int
 	err := s.raw(ctx, `UPDATE actions SET abort_attempt_count = abort_attempt_count + 1, updated_at = now()
 		WHERE project = ? AND domain = ? AND run_name = ? AND name = ? AND abort_requested_at IS NOT NULL
@@ -150,8 +150,8 @@ func (s *Store) MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int
 
 // ClearAbortRequest ends a pending abort with outcome (AbortDelivered or
 // AbortNeedsIntervention) and writes an event.
-func (s *Store) ClearAbortRequest(ctx context.Context, key domain.ActionKey, outcome string) error {
-	return s.InTx(ctx, func(tx *Store) error {
+func (s Aborts) ClearAbortRequest(ctx context.Context, key domain.ActionKey, outcome string) error {
+	return s.inTx(ctx, func(tx *Store) error {
 		res := tx.q(ctx).Model(&Action{}).
 			Where("project = ? AND domain = ? AND run_name = ? AND name = ? AND abort_requested_at IS NOT NULL",
 				key.Project, key.Domain, key.Run, key.Action).
@@ -166,7 +166,7 @@ func (s *Store) ClearAbortRequest(ctx context.Context, key domain.ActionKey, out
 
 // ListPendingAborts returns every action with abort_requested_at set (Flyte's
 // startup scan), oldest first.
-func (s *Store) ListPendingAborts(ctx context.Context) ([]domain.ActionKey, error) {
+func (s Aborts) ListPendingAborts(ctx context.Context) ([]domain.ActionKey, error) {
 	var rows []Action
 	if err := s.q(ctx).Select("project, domain, run_name, name").Where("abort_requested_at IS NOT NULL").
 		Order("abort_requested_at").Find(&rows).Error; err != nil {
@@ -194,7 +194,7 @@ type LiveAttempt struct {
 // ends their tasks, must still stop. A task still unfinished — a step's next
 // generation, started while an abort of the last one is delivered — is not
 // the abort's.
-func (s *Store) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]LiveAttempt, error) {
+func (s Aborts) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]LiveAttempt, error) {
 	var out []LiveAttempt
 	args := append([]any{}, subtreeArgs(key)...)
 	args = append(args, key.Project, key.Domain, key.Run)
@@ -211,7 +211,7 @@ func (s *Store) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]
 // task an abort KILLED: left unevaluated, the caller enqueues their
 // evaluation, which completes the abort (the action's ABORTED event); the
 // others need none.
-func (s *Store) MarkAttemptsGone(ctx context.Context, ids []int64, cause string) ([]int64, error) {
+func (s Aborts) MarkAttemptsGone(ctx context.Context, ids []int64, cause string) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -305,7 +305,7 @@ const abortsSQL = `SELECT * FROM (
 // most recently updated first, and the cursor of the next page ("" on the
 // last): what an operator looks at, e.g. the aborts that need manual
 // intervention. Errors: ErrBadCursor.
-func (s *Store) ListAborts(ctx context.Context, f AbortFilter) ([]AbortRecord, string, error) {
+func (s Aborts) ListAborts(ctx context.Context, f AbortFilter) ([]AbortRecord, string, error) {
 	limit := min(max(cmp.Or(f.Limit, 50), 1), 500)
 	var actionCond, attemptCond string
 	args := []any{}

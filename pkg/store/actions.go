@@ -12,7 +12,7 @@ import (
 
 // StepActions returns a run's step actions (every action but the root a0),
 // by name, read as the JSON Postgres builds from the rows.
-func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, error) {
+func (s Actions) StepActions(ctx context.Context, key domain.RunKey) ([]Action, error) {
 	var raw []byte
 	err := s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.name), '[]') FROM actions a
 		WHERE project = ? AND domain = ? AND run_name = ? AND name <> ?`, key.Project, key.Domain, key.Run,
@@ -31,7 +31,7 @@ func (s *Store) StepActions(ctx context.Context, key domain.RunKey) ([]Action, e
 // StepActions does for one, in one statement: by run key, each run's by
 // name. A run without step actions is missing from the map. keys may
 // repeat.
-func (s *Store) StepActionsOfRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey][]Action, error) {
+func (s Actions) StepActionsOfRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey][]Action, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
 	err := s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
@@ -64,7 +64,7 @@ var insertActionsSQL = `INSERT INTO actions (` + actionColumns + `) SELECT ` + a
 // SetActionPhase moves an action from phase from to phase to (a terminal
 // phase also sets ended_at) and writes an "action.phase" event. It changes
 // nothing and returns false when the action is no longer in phase from.
-func (s *Store) SetActionPhase(ctx context.Context, key domain.ActionKey, from, to domain.Phase, now time.Time) (bool, error) {
+func (s Actions) SetActionPhase(ctx context.Context, key domain.ActionKey, from, to domain.Phase, now time.Time) (bool, error) {
 	up := map[string]any{"phase": string(to), "updated_at": now, "version": gorm.Expr("version + 1")}
 	if to.IsTerminal() {
 		up["ended_at"] = now
@@ -80,7 +80,7 @@ func (s *Store) SetActionPhase(ctx context.Context, key domain.ActionKey, from, 
 // LockRunAction locks a run's row, then one of its actions' (the lock
 // order's first two levels), in one statement, and returns both. Errors:
 // ErrNotFound.
-func (s *Store) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, Action, error) {
+func (s Actions) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, Action, error) {
 	var run Run
 	var act Action
 	err := scanRows(s.raw(ctx, `SELECT row_to_json(r), row_to_json(a) FROM runs r
@@ -93,7 +93,7 @@ func (s *Store) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, A
 // LockTaskActions locks, in key order, the actions of the given tasks: what
 // a transaction that then locks tasks of several actions takes first (the
 // lock order).
-func (s *Store) LockTaskActions(ctx context.Context, taskIDs []int64) error {
+func (s Actions) LockTaskActions(ctx context.Context, taskIDs []int64) error {
 	var n []int
 	return mapErr(s.raw(ctx, `SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
 		(SELECT project, domain, run_name, action_name FROM tasks WHERE id IN ?)
@@ -104,7 +104,7 @@ func (s *Store) LockTaskActions(ctx context.Context, taskIDs []int64) error {
 // stopped (abort_requested_at, abort_reason, abort_attempt_count 0), without
 // changing its phase, and writes an "action.survivors_killed" event with
 // data. The caller then pushes the abort task.
-func (s *Store) RequestActionAbort(ctx context.Context, key domain.ActionKey, reason string, data map[string]any) error {
+func (s Actions) RequestActionAbort(ctx context.Context, key domain.ActionKey, reason string, data map[string]any) error {
 	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
 		key.Project, key.Domain, key.Run, key.Action).
 		Updates(map[string]any{"abort_requested_at": time.Now().UTC(), "abort_reason": reason,
@@ -126,14 +126,14 @@ var ErrNotWaiting = errors.New("not an approval step waiting for a decision")
 // step (a rejection FAILED with reason "rejected"). Errors: ErrNotFound,
 // ErrNotWaiting (also for a decision already made), and an error for a
 // decision that is neither.
-func (s *Store) DecideApproval(ctx context.Context, key domain.ActionKey, decision, by, comment string) (Action, error) {
+func (s Actions) DecideApproval(ctx context.Context, key domain.ActionKey, decision, by, comment string) (Action, error) {
 	if decision != DecisionApproved && decision != DecisionRejected {
 		return Action{}, fmt.Errorf("unknown approval decision %q", decision)
 	}
 	var act Action
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.inTx(ctx, func(tx *Store) error {
 		var err error
-		if _, act, err = tx.LockRunAction(ctx, key); err != nil {
+		if _, act, err = tx.actions().LockRunAction(ctx, key); err != nil {
 			return err
 		}
 		if act.Kind != domain.KindApproval || act.Phase != string(domain.PhasePaused) || act.WaitingFor == nil ||
@@ -162,7 +162,7 @@ var ErrAbortPending = errors.New("an abort of the run is still being delivered")
 // checkNoAbortPending returns ErrAbortPending when an action of the run has
 // an abort being delivered. It locks no action: a new abort of the run
 // takes the run's lock first, which the caller holds.
-func (s *Store) checkNoAbortPending(ctx context.Context, key domain.RunKey) error {
+func (s *core) checkNoAbortPending(ctx context.Context, key domain.RunKey) error {
 	var n int64
 	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND abort_requested_at IS NOT NULL",
 		key.Project, key.Domain, key.Run).Count(&n).Error; err != nil {

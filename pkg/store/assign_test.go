@@ -25,7 +25,7 @@ func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	got, err := st.AssignTasks(ctx, []store.Assignment{{TaskID: tb[0].Task.ID, WorkerID: w2.ID},
+	got, err := st.Placement().AssignTasks(ctx, []store.Assignment{{TaskID: tb[0].Task.ID, WorkerID: w2.ID},
 		{TaskID: ta[0].Task.ID, WorkerID: w2.ID}, {TaskID: ta[1].Task.ID, WorkerID: w1.ID}})
 	require.NoError(t, err)
 	require.Len(t, got, 2, "a task no longer PENDING is left alone")
@@ -48,7 +48,7 @@ func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 	require.Equal(t, a.Action("s"), byTask[ta[1].Task.ID].Action())
 
 	for _, k := range []domain.RunKey{a, b} {
-		d, err := st.GetAction(ctx, k.Action("s"))
+		d, err := st.Actions().GetAction(ctx, k.Action("s"))
 		require.NoError(t, err)
 		require.Equal(t, string(domain.PhaseRunning), d.Action.Phase)
 		for _, td := range d.Tasks {
@@ -63,7 +63,7 @@ func TestAssignTasksBindsABatchInOneStatement(t *testing.T) {
 		AND data->>'worker_id' IS NOT NULL AND attempt_id IS NOT NULL`).Scan(&events))
 	require.Equal(t, 3, events, "one task.assigned event per attempt")
 
-	none, err := st.AssignTasks(ctx, nil)
+	none, err := st.Placement().AssignTasks(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, none)
 }

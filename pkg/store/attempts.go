@@ -25,7 +25,7 @@ type AttemptRun struct {
 
 // GetAttemptRun loads an attempt with its task and action, in one round trip
 // (the rows as JSON, as in detailsSQL). Errors: ErrNotFound.
-func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error) {
+func (s Attempts) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error) {
 	var r AttemptRun
 	err := scanRows(s.raw(ctx, `SELECT row_to_json(at), row_to_json(t), row_to_json(a)
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
@@ -41,7 +41,7 @@ func (s *Store) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, error)
 // GetAttemptRun's statement, whose plan the main
 // pool keeps (the list's form was planned at each call there: 0.41 ms a
 // call at 60 runs/s).
-func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, error) {
+func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, error) {
 	switch len(ids) {
 	case 0:
 		return nil, nil
@@ -56,7 +56,7 @@ func (s *Store) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, 
 		return []AttemptRun{r}, nil
 	}
 	var raw [3][]byte
-	err := s.ByKey().raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
+	err := s.onByKey().raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
 			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
@@ -136,9 +136,9 @@ var ErrBadReport = errors.New("invalid attempt report")
 // report on an attempt that already ended is a no-op. It runs on ByKey's
 // pool, as a report batch does (ReportAttempts). Errors: ErrNotFound,
 // ErrBadReport.
-func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
+func (s Attempts) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
-	err := s.ByKey().InTx(ctx, func(tx *Store) error {
+	err := s.onByKey().inTx(ctx, func(tx *Store) error {
 		locked := lockedRows{}
 		var err error
 		if res, err = tx.report(ctx, locked, id, "", rep); err != nil {
@@ -154,7 +154,7 @@ func (s *Store) ReportAttempt(ctx context.Context, id int64, rep Report) (Report
 // and a report of the state the attempt is in already, or of BUILDING when
 // it runs (a resent batch), writes nothing. Its errors come before any
 // write.
-func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult,
+func (s *core) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult,
 	error) {
 	var res ReportResult
 	t, a, err := locked.get(ctx, s, id)
@@ -191,7 +191,7 @@ func (s *Store) report(ctx context.Context, locked lockedRows, id int64, worker 
 // short attempt, sent together, cost one UPDATE, and a batch's attempts
 // one statement. The rows as they will be written replace t and a in
 // locked. Times are kept to the microsecond, as Postgres keeps them.
-func (s *Store) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
+func (s *core) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
 	live bool) error {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
@@ -238,7 +238,7 @@ type lockedRows map[int64]taskAttempt
 
 // get returns attempt id and its task: from l, else locked by
 // lockTaskAttempt (and kept in l). Errors: ErrNotFound.
-func (l lockedRows) get(ctx context.Context, s *Store, id int64) (Task, Attempt, error) {
+func (l lockedRows) get(ctx context.Context, s *core, id int64) (Task, Attempt, error) {
 	if ta, ok := l[id]; ok {
 		return ta.task, ta.attempt, nil
 	}
@@ -259,7 +259,7 @@ func killedLast(t Task, a Attempt) bool {
 
 // recordFinal stores what a terminal report carries besides the attempt's
 // columns: its bounded logs and its cleanup steps' events, in order.
-func (s *Store) recordFinal(ctx context.Context, t Task, id int64, rep Report) error {
+func (s *core) recordFinal(ctx context.Context, t Task, id int64, rep Report) error {
 	if !rep.State.IsTerminal() {
 		return nil
 	}
@@ -305,7 +305,7 @@ func reportUpdates(a Attempt, rep Report, evaluate bool, now time.Time) (map[str
 // lockTaskAttempt locks an attempt's task, then the attempt (the lock order:
 // task before attempt), in one statement, and returns them. Errors:
 // ErrNotFound.
-func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, error) {
+func (s *core) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, error) {
 	var a Attempt
 	var t Task
 	err := scanRows(s.raw(ctx, `SELECT row_to_json(t), row_to_json(at)
@@ -319,7 +319,7 @@ func (s *Store) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, e
 // owners with the attempt as read before the claim, and the attempt as
 // claimed (ok false: not finished, or evaluated already). Errors:
 // ErrNotFound.
-func (s *Store) LockAndClaimAttempt(ctx context.Context, attemptID int64, now time.Time) (o AttemptOwners,
+func (s Attempts) LockAndClaimAttempt(ctx context.Context, attemptID int64, now time.Time) (o AttemptOwners,
 	claimed Attempt, ok bool, err error) {
 	var raw [5][]byte
 	err = s.raw(ctx, `WITH o AS (SELECT row_to_json(r) AS r, row_to_json(x) AS x, row_to_json(t) AS t, row_to_json(at) AS a
@@ -358,7 +358,7 @@ type AttemptOwners struct {
 // PreemptAssignedAttempt ends an attempt that is still ASSIGNED as PREEMPTED
 // (cause preempted), evaluated at now, writes an "attempt.PREEMPTED" event
 // and returns it; ok is false when the attempt is no longer ASSIGNED.
-func (s *Store) PreemptAssignedAttempt(ctx context.Context, t Task, id int64, now time.Time) (a Attempt, ok bool, err error) {
+func (s Attempts) PreemptAssignedAttempt(ctx context.Context, t Task, id int64, now time.Time) (a Attempt, ok bool, err error) {
 	var claimed []Attempt
 	res := s.q(ctx).Model(&claimed).Clauses(clause.Returning{}).Where("id = ? AND state IN "+sqlAssigned, id).
 		Updates(map[string]any{"state": domain.TaskPreempted, "cause": CausePreempted, "finished_at": now,
@@ -371,7 +371,7 @@ func (s *Store) PreemptAssignedAttempt(ctx context.Context, t Task, id int64, no
 }
 
 // UnevaluatedAttempts returns finished attempts whose outcome was not applied.
-func (s *Store) UnevaluatedAttempts(ctx context.Context, limit int) ([]int64, error) {
+func (s Attempts) UnevaluatedAttempts(ctx context.Context, limit int) ([]int64, error) {
 	var ids []int64
 	err := s.q(ctx).Model(&Attempt{}).Where("finished_at IS NOT NULL AND evaluated_at IS NULL").Order("id").
 		Limit(limit).Pluck("id", &ids).Error
@@ -380,7 +380,7 @@ func (s *Store) UnevaluatedAttempts(ctx context.Context, limit int) ([]int64, er
 
 // AssignedAttempts returns ASSIGNED attempts created before cutoff (their
 // dispatch may have been lost with Redis), with their workers.
-func (s *Store) AssignedAttempts(ctx context.Context, cutoff time.Time, limit int) ([]Attempt, error) {
+func (s Attempts) AssignedAttempts(ctx context.Context, cutoff time.Time, limit int) ([]Attempt, error) {
 	var as []Attempt
 	err := s.q(ctx).Where("state IN "+sqlAssigned+" AND created_at < ?", cutoff).Order("id").
 		Limit(limit).Find(&as).Error
@@ -399,7 +399,7 @@ type LiveOnWorker struct {
 
 // LiveOnWorkers returns the live attempts held by the given workers with
 // their tasks' bands and resources.
-func (s *Store) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOnWorker, error) {
+func (s Placement) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOnWorker, error) {
 	if len(workerIDs) == 0 {
 		return nil, nil
 	}
@@ -411,7 +411,7 @@ func (s *Store) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOn
 }
 
 // GetAttempt returns one attempt's row. Errors: ErrNotFound.
-func (s *Store) GetAttempt(ctx context.Context, id int64) (Attempt, error) {
+func (s Attempts) GetAttempt(ctx context.Context, id int64) (Attempt, error) {
 	var a Attempt
 	return a, mapErr(s.q(ctx).Take(&a, id).Error)
 }

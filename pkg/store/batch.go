@@ -62,11 +62,11 @@ func planBatch(runs []NewRun, out []RunResult) batchPlan {
 // answers with that run as GetRun reads it after the commit; an item whose
 // name is taken gets ErrConflict and writes nothing. The error is the
 // transaction's (a database failure): then nothing is written.
-func (s *Store) CreateRuns(ctx context.Context, runs []NewRun) ([]RunResult, error) {
+func (s Runs) CreateRuns(ctx context.Context, runs []NewRun) ([]RunResult, error) {
 	out := make([]RunResult, len(runs))
 	plan := planBatch(runs, out)
 	earlier := map[int]domain.RunKey{}
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.inTx(ctx, func(tx *Store) error {
 		inserted, err := tx.insertRuns(ctx, runs, plan.insert, out)
 		if err != nil {
 			return err
@@ -106,7 +106,7 @@ RETURNING project, domain, name, created_at, updated_at`
 
 // insertRuns inserts the runs at indexes idx, fills out[i].Detail.Run of
 // each one inserted and returns their indexes.
-func (s *Store) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []RunResult) ([]int, error) {
+func (s *core) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []RunResult) ([]int, error) {
 	var p, d, n, specs, keys, timeouts []string
 	for _, i := range idx {
 		nr := runs[i]
@@ -150,7 +150,7 @@ func (s *Store) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []
 // resolveSkipped answers each item of idx the insert skipped: with the run
 // holding its idempotency key (into earlier, read after the commit), or
 // else ErrConflict (its name is taken).
-func (s *Store) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted []int, earlier map[int]domain.RunKey,
+func (s *core) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted []int, earlier map[int]domain.RunKey,
 	out []RunResult) error {
 	done := make(map[int]bool, len(inserted))
 	for _, i := range inserted {
@@ -195,7 +195,7 @@ func (s *Store) resolveSkipped(ctx context.Context, runs []NewRun, idx, inserted
 
 // insertRoots inserts the root action a0 (QUEUED) of each inserted run and
 // writes its run.created event, as CreateRun does.
-func (s *Store) insertRoots(ctx context.Context, runs []NewRun, inserted []int, out []RunResult) error {
+func (s *core) insertRoots(ctx context.Context, runs []NewRun, inserted []int, out []RunResult) error {
 	if len(inserted) == 0 {
 		return nil
 	}

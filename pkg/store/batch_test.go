@@ -35,10 +35,10 @@ func TestCreateRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openWithDB(t)
-	_, _, err := st.CreateRun(ctx, batchRun("old", "k-old"))
+	_, _, err := st.Runs().CreateRun(ctx, batchRun("old", "k-old"))
 	require.NoError(t, err)
 
-	res, err := st.CreateRuns(ctx, []store.NewRun{
+	res, err := st.Runs().CreateRuns(ctx, []store.NewRun{
 		batchRun("r1", ""), batchRun("old", ""), batchRun("r2", "k2"), batchRun("r1", ""),
 		batchRun("other", "k-old"), batchRun("r3", "k2"), batchRun("r4", ""),
 	})
@@ -54,7 +54,7 @@ func TestCreateRuns(t *testing.T) {
 		require.Equal(t, domain.RootActionName, res[i].Detail.Actions[0].Action.Name)
 		key := domain.RunKey{Project: "p", Domain: "d", Run: run.Name}
 		require.Equal(t, []string{"run.created"}, events(t, db, key))
-		got, err := st.GetRun(ctx, key)
+		got, err := st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, run.Spec, got.Run.Spec)
 		require.Equal(t, string(domain.PhaseQueued), got.Actions[0].Action.Phase)
@@ -88,20 +88,20 @@ func TestCreateRunsAllOrNothing(t *testing.T) {
 	for i := range 49 {
 		batch = append(batch, batchRun(fmt.Sprintf("r%d", i), fmt.Sprintf("k%d", i)))
 	}
-	_, err = st.CreateRuns(ctx, append(batch, batchRun("boom", "")))
+	_, err = st.Runs().CreateRuns(ctx, append(batch, batchRun("boom", "")))
 	require.ErrorContains(t, err, "refused")
 	for _, table := range []string{"runs", "actions", "run_events"} {
 		require.Zero(t, count(t, db, table), table)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
-	_, err = st.CreateRuns(store.WithHold(cctx, cancel), batch) // cancelled between the last insert and the commit
+	_, err = st.Runs().CreateRuns(store.WithHold(cctx, cancel), batch) // cancelled between the last insert and the commit
 	require.Error(t, err)
 	for _, table := range []string{"runs", "actions", "run_events"} {
 		require.Zero(t, count(t, db, table), table)
 	}
 
-	res, err := st.CreateRuns(ctx, batch)
+	res, err := st.Runs().CreateRuns(ctx, batch)
 	require.NoError(t, err)
 	for i, r := range res {
 		require.NoError(t, r.Err, i)

@@ -20,7 +20,7 @@ import (
 func BenchmarkGetRun(b *testing.B) {
 	st := storetest.New(b)
 	ctx := context.Background()
-	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -28,16 +28,16 @@ func BenchmarkGetRun(b *testing.B) {
 		{Name: "a", Plugin: domain.PluginNoop, Replicas: intp(2)}, {Name: "b", Plugin: domain.PluginNoop}}}
 	spec.Normalize()
 	key := domain.RunKey{Project: "p", Domain: "d", Run: "r"}
-	must(b, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
+	must(b, func() error { _, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
 	storetest.StartSteps(b, st, key)
 	succeed(b, st, key, w)
-	d, err := st.GetRun(ctx, key)
+	d, err := st.Runs().GetRun(ctx, key)
 	if err != nil || domain.Phase(d.Run.Phase) != domain.PhaseSucceeded || len(d.Actions) != 3 {
 		b.Fatalf("run %s: %v, phase %s, %d actions", key, err, d.Run.Phase, len(d.Actions))
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := st.GetRun(ctx, key); err != nil {
+		if _, err := st.Runs().GetRun(ctx, key); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -50,7 +50,7 @@ func BenchmarkGetRun(b *testing.B) {
 func succeed(b *testing.B, st *store.Store, key domain.RunKey, w store.Worker) {
 	b.Helper()
 	ctx := context.Background()
-	d, err := st.GetRun(ctx, key)
+	d, err := st.Runs().GetRun(ctx, key)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,12 +68,12 @@ func succeed(b *testing.B, st *store.Store, key domain.RunKey, w store.Worker) {
 		return st.InTx(ctx, func(tx *store.Store) error {
 			now := time.Now().UTC()
 			for _, ad := range d.Actions {
-				if _, err := tx.SetActionPhase(ctx, key.Action(ad.Action.Name), domain.PhaseRunning, domain.PhaseSucceeded,
+				if _, err := tx.Actions().SetActionPhase(ctx, key.Action(ad.Action.Name), domain.PhaseRunning, domain.PhaseSucceeded,
 					now); err != nil {
 					return err
 				}
 			}
-			return tx.SetRunPhase(ctx, key, domain.PhaseSucceeded, now)
+			return tx.Runs().SetRunPhase(ctx, key, domain.PhaseSucceeded, now)
 		})
 	})
 }
@@ -83,7 +83,7 @@ func reportSucceeded(b *testing.B, st *store.Store, id int64) {
 	b.Helper()
 	exit := 0
 	for _, r := range []store.Report{{State: domain.TaskRunning}, {State: domain.TaskSucceeded, ExitCode: &exit}} {
-		if _, err := st.ReportAttempt(context.Background(), id, r); err != nil {
+		if _, err := st.Attempts().ReportAttempt(context.Background(), id, r); err != nil {
 			b.Fatal(err)
 		}
 	}

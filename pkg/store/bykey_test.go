@@ -53,7 +53,7 @@ func TestExpiryDueReadsItsPartialIndexes(t *testing.T) {
 			SELECT project, domain, run_name, name, 0, 4 FROM actions WHERE run_name LIKE 'a-%'`,
 		`UPDATE actions SET ended_at = now() WHERE run_name LIKE 'a-%'`)
 	by := st.ByKey()
-	_, err := by.ExpiryDue(ctx, 1000)
+	_, err := by.Tasks().ExpiryDue(ctx, 1000)
 	require.NoError(t, err)
 	plan := explainPrepared(t, by, "'wait'", "1000, 1000, 1000, 1000, 1000")
 	for _, walk := range []string{"actions_pkey", "runs_pkey", "tasks_pkey", "tasks_action_generation_idx"} {

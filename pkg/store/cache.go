@@ -49,7 +49,7 @@ type CacheEntryDetail struct {
 
 // GetCacheEntry returns the entry of key in project and dom, expired or
 // not. Errors: ErrNotFound.
-func (s *Store) GetCacheEntry(ctx context.Context, project, dom, key string) (CacheEntry, error) {
+func (s Cache) GetCacheEntry(ctx context.Context, project, dom, key string) (CacheEntry, error) {
 	var e CacheEntry
 	err := s.q(ctx).Where("project = ? AND domain = ? AND key = ?", project, dom, key).Take(&e).Error
 	return e, mapErr(err)
@@ -57,7 +57,7 @@ func (s *Store) GetCacheEntry(ctx context.Context, project, dom, key string) (Ca
 
 // PutCacheEntry writes e, replacing the entry of its key, with created_at
 // now, and writes a "cache.populated" event for the action that wrote it.
-func (s *Store) PutCacheEntry(ctx context.Context, e CacheEntry, now time.Time) error {
+func (s Cache) PutCacheEntry(ctx context.Context, e CacheEntry, now time.Time) error {
 	e.CreatedAt = now
 	err := s.exec(ctx, `INSERT INTO cache_entries AS c
 		(project, domain, key, version, run_name, action_name, outputs, created_at, expires_at)
@@ -77,7 +77,7 @@ func (s *Store) PutCacheEntry(ctx context.Context, e CacheEntry, now time.Time) 
 
 // DeleteCacheEntry evicts the entry of key in project and dom (its
 // reservation, if any, stays: the owner still runs). Errors: ErrNotFound.
-func (s *Store) DeleteCacheEntry(ctx context.Context, project, dom, key string) error {
+func (s Cache) DeleteCacheEntry(ctx context.Context, project, dom, key string) error {
 	res := s.q(ctx).Where("project = ? AND domain = ? AND key = ?", project, dom, key).Delete(&CacheEntry{})
 	if res.Error != nil {
 		return mapErr(res.Error)
@@ -100,7 +100,7 @@ type CacheFilter struct {
 // ListCacheEntries returns a page of a project's and domain's entries,
 // newest first (then by key), each with its key's reservation, and the
 // cursor of the next page ("" on the last). Errors: ErrBadCursor.
-func (s *Store) ListCacheEntries(ctx context.Context, f CacheFilter) ([]CacheEntryDetail, string, error) {
+func (s Cache) ListCacheEntries(ctx context.Context, f CacheFilter) ([]CacheEntryDetail, string, error) {
 	limit := min(max(cmp.Or(f.Limit, 50), 1), 500)
 	q := s.q(ctx).Where("project = ? AND domain = ? AND "+sqlListedByCreation, f.Project, f.Domain)
 	if f.Cursor != "" {
@@ -125,7 +125,7 @@ func (s *Store) ListCacheEntries(ctx context.Context, f CacheFilter) ([]CacheEnt
 
 // withReservations pairs entries with their keys' reservations, read in one
 // statement.
-func (s *Store) withReservations(ctx context.Context, project, dom string, rows []CacheEntry) ([]CacheEntryDetail, error) {
+func (s *core) withReservations(ctx context.Context, project, dom string, rows []CacheEntry) ([]CacheEntryDetail, error) {
 	out := make([]CacheEntryDetail, len(rows))
 	keys := make([]string, len(rows))
 	for i, e := range rows {

@@ -24,7 +24,7 @@ import (
 // (LockAndClaimAttempt). Each level waits for the locks it takes, one
 // after the other (the next level's one-time filter reads the count of the
 // level before), as AssignTasks's do.
-func (s *Store) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.Time) ([]AttemptOwners, error) {
+func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.Time) ([]AttemptOwners, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}

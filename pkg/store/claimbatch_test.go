@@ -39,7 +39,7 @@ func TestClaimReachesItsAttemptsByKey(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	by := st.ByKey()
-	claimed, err := by.LockAndClaimAttempts(ctx, ids, time.Now())
+	claimed, err := by.Attempts().LockAndClaimAttempts(ctx, ids, time.Now())
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	plan := explainPrepared(t, by, "WITH pick AS", "'{1,2,3}', 4, now(), now(), 4")

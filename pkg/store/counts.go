@@ -20,7 +20,7 @@ type StateCounts struct {
 // in one statement (one grouped count of each table, one round trip): the
 // Flyte executor's phase counter, which counts what it holds in one pass
 // and never per series.
-func (s *Store) CountStates(ctx context.Context) (StateCounts, error) {
+func (s Tasks) CountStates(ctx context.Context) (StateCounts, error) {
 	var rows []struct {
 		Kind  string
 		State string

@@ -21,7 +21,7 @@ func TestCreateTasksStartsSeveralSteps(t *testing.T) {
 		{Name: "b", Command: "true"}, {Name: "c", Command: "true"}}}
 	key := newRun(t, st, "fan", spec)
 	run := mustRun(t, st, key)
-	_, err := st.ExpandSteps(ctx, key, run.Spec.Steps)
+	_, err := st.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
 	require.NoError(t, err)
 	now := time.Now().UTC()
 	started := func(name string) store.StartedStep {
@@ -33,12 +33,12 @@ func TestCreateTasksStartsSeveralSteps(t *testing.T) {
 		t.Fatalf("no step %s", name)
 		return store.StartedStep{}
 	}
-	require.NoError(t, st.CreateTasks(ctx, key, now, started("c"), started("a")))
-	require.NoError(t, st.CreateTasks(ctx, key, now), "no steps: nothing")
+	require.NoError(t, st.Tasks().CreateTasks(ctx, key, now, started("c"), started("a")))
+	require.NoError(t, st.Tasks().CreateTasks(ctx, key, now), "no steps: nothing")
 
 	for name, n := range map[string]int{"a": 2, "b": 0, "c": 1} {
 		require.Len(t, tasksOf(t, st, key, name), n, name)
-		d, err := st.GetAction(ctx, key.Action(name))
+		d, err := st.Actions().GetAction(ctx, key.Action(name))
 		require.NoError(t, err)
 		require.Equal(t, n > 0, d.Action.StartedAt != nil, name)
 	}

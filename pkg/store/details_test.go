@@ -36,18 +36,18 @@ func TestDetailsMatchRows(t *testing.T) {
 	a := tasksOf(t, st, key, "a")[0].Task
 	retryFailure(t, st, w, a.ID, 3)
 	b := tasksOf(t, st, key, "b")
-	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{a.ID: "no worker matches constraint zone=a"}))
+	require.NoError(t, st.Placement().SetPendingReasons(ctx, map[int64]string{a.ID: "no worker matches constraint zone=a"}))
 	att, ok, err := storetest.AssignTask(ctx, st, b[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	pid := 42
-	_, err = st.ReportAttempt(ctx, att.ID, store.Report{State: domain.TaskRunning, Pid: &pid})
+	_, err = st.Attempts().ReportAttempt(ctx, att.ID, store.Report{State: domain.TaskRunning, Pid: &pid})
 	require.NoError(t, err)
-	require.NoError(t, st.RequestAttemptKill(ctx, att.ID, store.CausePreempted))
-	_, err = st.AbortAction(ctx, key.Action(domain.RootActionName), "enough", "aborted")
+	require.NoError(t, st.Aborts().RequestAttemptKill(ctx, att.ID, store.CausePreempted))
+	_, err = st.Aborts().AbortAction(ctx, key.Action(domain.RootActionName), "enough", "aborted")
 	require.NoError(t, err)
 
-	d, err := st.GetRun(ctx, key)
+	d, err := st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	var run store.Run
 	require.NoError(t, db.Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&run).Error)
@@ -73,26 +73,26 @@ func TestDetailsMatchRows(t *testing.T) {
 				requireSameJSON(t, attempts[k], td.Attempts[k])
 			}
 		}
-		one, err := st.GetAction(ctx, key.Action(name))
+		one, err := st.Actions().GetAction(ctx, key.Action(name))
 		require.NoError(t, err)
 		requireSameJSON(t, got, one)
 	}
-	steps, err := st.StepActions(ctx, key)
+	steps, err := st.Actions().StepActions(ctx, key)
 	require.NoError(t, err)
 	require.Len(t, steps, 3)
 	for i := range steps {
 		requireSameJSON(t, d.Actions[i+1].Action, steps[i])
 	}
-	ar, err := st.GetAttemptRun(ctx, att.ID)
+	ar, err := st.Attempts().GetAttemptRun(ctx, att.ID)
 	require.NoError(t, err)
 	requireSameJSON(t, d.Actions[2].Action, ar.Action)
 	requireSameJSON(t, d.Actions[2].Tasks[0].Task, ar.Task)
 	requireSameJSON(t, d.Actions[2].Tasks[0].Attempts[0], ar.Attempt)
-	_, err = st.GetAttemptRun(ctx, att.ID+1000)
+	_, err = st.Attempts().GetAttemptRun(ctx, att.ID+1000)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = st.GetAction(ctx, key.Action("zzz"))
+	_, err = st.Actions().GetAction(ctx, key.Action("zzz"))
 	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = st.GetRun(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "zzz"})
+	_, err = st.Runs().GetRun(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "zzz"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -105,16 +105,16 @@ func retryFailure(t *testing.T, st *store.Store, w store.Worker, id int64, exit 
 	a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
-	res, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskFailed, ExitCode: &exit, Cause: "user"})
+	res, err := st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskFailed, ExitCode: &exit, Cause: "user"})
 	require.NoError(t, err)
 	require.True(t, res.Evaluate)
 	b := domain.Budget{FailureCount: 1, MaxRetriesFailure: res.Task.MaxRetriesFailure,
 		MaxRetriesPreemption: res.Task.MaxRetriesPreemption, MaxSystemFailures: res.Task.MaxSystemFailures}
 	applyOutcome(t, st, a.ID, store.TaskOutcome{Budget: b, Requeue: true, NotBefore: time.Now().UTC(),
 		Result: domain.ShouldRetry.String()})
-	r, err := st.GetAttemptRun(ctx, a.ID)
+	r, err := st.Attempts().GetAttemptRun(ctx, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskPending, r.Task.State)
 	require.Equal(t, 1, r.Task.FailureCount)

@@ -14,13 +14,13 @@ import (
 // trail, and what a watcher of the run reads.
 
 // event appends a run_events row for key's run.
-func (s *Store) event(ctx context.Context, key domain.RunKey, action, typ string, data any) error {
+func (s *core) event(ctx context.Context, key domain.RunKey, action, typ string, data any) error {
 	return s.eventFull(ctx, RunEvent{Project: key.Project, Domain: key.Domain, RunName: key.Run,
 		ActionName: strPtr(action), Type: typ}, data)
 }
 
 // taskEvent appends a run_events row about task t (and attempt, when not 0).
-func (s *Store) taskEvent(ctx context.Context, t Task, attemptID int64, typ string, data any) error {
+func (s *core) taskEvent(ctx context.Context, t Task, attemptID int64, typ string, data any) error {
 	e := RunEvent{Project: t.Project, Domain: t.Domain, RunName: t.RunName, ActionName: &t.ActionName,
 		TaskID: &t.ID, Type: typ}
 	if attemptID != 0 {
@@ -31,7 +31,7 @@ func (s *Store) taskEvent(ctx context.Context, t Task, attemptID int64, typ stri
 
 // eventFull appends e with data as its JSON: in a transaction, to the rows
 // InTx inserts before it commits; else at once.
-func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
+func (s *core) eventFull(ctx context.Context, e RunEvent, data any) error {
 	raw, err := encodeRows(data)
 	if err != nil {
 		return fmt.Errorf("event data: %w", err)
@@ -39,7 +39,7 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 	e.Data = raw
 	if s.tx == nil {
 		// Outside a transaction: one of its own, which announces it.
-		return s.InTx(ctx, func(tx *Store) error { return tx.eventFull(ctx, e, data) })
+		return s.inTx(ctx, func(tx *Store) error { return tx.eventFull(ctx, e, data) })
 	}
 	s.tx.events = append(s.tx.events, e)
 	return nil
@@ -52,7 +52,7 @@ func (s *Store) eventFull(ctx context.Context, e RunEvent, data any) error {
 // first row draws its id from the sequence. The root moves left by
 // SetRootPhase are made by the same statement (rootMoveSQL). Nil when the
 // transaction wrote no event. InTx's flushEvents runs it with the COMMIT.
-func (s *Store) eventsStatement(ctx context.Context) (*gorm.DB, error) {
+func (s *core) eventsStatement(ctx context.Context) (*gorm.DB, error) {
 	if s.tx == nil || len(s.tx.events) == 0 {
 		return nil, nil
 	}

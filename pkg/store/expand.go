@@ -11,7 +11,7 @@ import (
 // ExpandSteps inserts the step actions of a run that are missing (QUEUED,
 // children of a0), writes a "run.expanded" event when it inserted any, and
 // returns every step action of the run. The caller holds the run's lock.
-func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
+func (s Runs) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain.Step) ([]Action, error) {
 	rows := stepRows(key, steps, nil, time.Now().UTC())
 	raw, err := encodeRows(rows)
 	if err != nil {
@@ -22,7 +22,7 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 		return nil, mapErr(res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return s.StepActions(ctx, key) // expanded before
+		return s.actions().StepActions(ctx, key) // expanded before
 	}
 	if err := s.event(ctx, key, domain.RootActionName, "run.expanded", map[string]any{"steps": len(rows)}); err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 	if res.RowsAffected == int64(len(rows)) {
 		return rows, nil // every step was missing: the rows are the steps
 	}
-	return s.StepActions(ctx, key)
+	return s.actions().StepActions(ctx, key)
 }
 
 // ExpandAndStart expands a run none of whose step actions exists yet and
@@ -41,7 +41,7 @@ func (s *Store) ExpandSteps(ctx context.Context, key domain.RunKey, steps []doma
 // statement instead of two. When any step action exists it changes nothing
 // and returns false: the caller expands and decides as for any other
 // advance. The caller holds the run's lock.
-func (s *Store) ExpandAndStart(ctx context.Context, key domain.RunKey, steps []domain.Step, now time.Time,
+func (s Runs) ExpandAndStart(ctx context.Context, key domain.RunKey, steps []domain.Step, now time.Time,
 	started ...StartedStep) (bool, error) {
 	fresh, err := s.ExpandAndStartRuns(ctx, now, FreshRun{Key: key, Steps: steps, Started: started})
 	return err == nil && fresh[0], err
@@ -60,7 +60,7 @@ type FreshRun struct {
 // exists yet, writes its events (the runs in the given order), and reports
 // for each run whether it did; a run with a step action is left unchanged.
 // The caller holds the runs' locks.
-func (s *Store) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...FreshRun) ([]bool, error) {
+func (s Runs) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...FreshRun) ([]bool, error) {
 	var actions []Action
 	var tasks []Task
 	p, d, r := make([]string, len(runs)), make([]string, len(runs)), make([]string, len(runs))
@@ -174,7 +174,7 @@ func runKeyArrays(keys []domain.RunKey) (projects, domains, names Strings) {
 // level), in one statement, and returns them by key. A run missing from the
 // result does not exist or was held: the caller leaves it to a transaction
 // of its own (LockRun waits, and tells the two apart). keys may repeat.
-func (s *Store) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
+func (s Runs) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
 	err := s.raw(ctx, `WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN

@@ -23,11 +23,11 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 	start := func(key domain.RunKey) (bool, error) {
 		var fresh bool
 		err := st.InTx(ctx, func(tx *store.Store) error {
-			if _, err := tx.LockRun(ctx, key); err != nil {
+			if _, err := tx.Runs().LockRun(ctx, key); err != nil {
 				return err
 			}
 			var err error
-			fresh, err = tx.ExpandAndStart(ctx, key, spec.Steps, now, store.StartedStep{Action: "a",
+			fresh, err = tx.Runs().ExpandAndStart(ctx, key, spec.Steps, now, store.StartedStep{Action: "a",
 				Tasks: store.NewTasks(key.Action("a"), spec.Steps[0], 0, now)})
 			return err
 		})
@@ -39,7 +39,7 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, fresh)
 	for name, started := range map[string]bool{"a": true, "b": false} {
-		d, err := st.GetAction(ctx, key.Action(name))
+		d, err := st.Actions().GetAction(ctx, key.Action(name))
 		require.NoError(t, err)
 		require.Equal(t, started, d.Action.StartedAt != nil, name)
 		require.Len(t, d.Tasks, map[bool]int{true: 1}[started], name)
@@ -48,15 +48,15 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 
 	key = newRun(t, st, "expanded", spec)
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
-		_, err := tx.ExpandSteps(ctx, key, spec.Steps[1:])
+		_, err := tx.Runs().ExpandSteps(ctx, key, spec.Steps[1:])
 		return err
 	}))
 	fresh, err = start(key)
 	require.NoError(t, err)
 	require.False(t, fresh)
-	_, err = st.GetAction(ctx, key.Action("a"))
+	_, err = st.Actions().GetAction(ctx, key.Action("a"))
 	require.ErrorIs(t, err, store.ErrNotFound, "no step action inserted")
-	steps, err := st.StepActions(ctx, key)
+	steps, err := st.Actions().StepActions(ctx, key)
 	require.NoError(t, err)
 	require.Len(t, steps, 1)
 	require.Nil(t, steps[0].StartedAt)
@@ -78,7 +78,7 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- st.InTx(ctx, func(tx *store.Store) error {
-			if _, err := tx.LockRun(ctx, held); err != nil {
+			if _, err := tx.Runs().LockRun(ctx, held); err != nil {
 				return err
 			}
 			close(locked)
@@ -90,7 +90,7 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 	var got map[domain.RunKey]store.Run
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
 		var err error
-		got, err = tx.TryLockRuns(ctx, []domain.RunKey{b, held, missing, a, b})
+		got, err = tx.Runs().TryLockRuns(ctx, []domain.RunKey{b, held, missing, a, b})
 		return err
 	}))
 	close(release)
@@ -156,11 +156,11 @@ func TestRootMovesOfSeveralRunsReachActionsByKey(t *testing.T) {
 		t.Helper()
 		require.NoError(t, by.InTx(ctx, func(tx *store.Store) error {
 			for _, k := range []domain.RunKey{a, b} {
-				if err := tx.SetRootPhase(ctx, k, from, to, time.Now().UTC()); err != nil {
+				if err := tx.Actions().SetRootPhase(ctx, k, from, to, time.Now().UTC()); err != nil {
 					return err
 				}
 			}
-			_, err := tx.RunPhase(ctx, a) // makes both moves first
+			_, err := tx.Runs().RunPhase(ctx, a) // makes both moves first
 			return err
 		}))
 	}

@@ -71,7 +71,7 @@ UNION ALL
 // expired scheduling deadlines, attempts past their attempt timeout, steps
 // and runs past their timeout, and timed waits that ended; at most limit of
 // each.
-func (s *Store) ExpiryDue(ctx context.Context, limit int) (Due, error) {
+func (s Tasks) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 	var rows []struct {
 		Kind, Project, Domain, RunName, Name string
 		Idx                                  int
@@ -106,7 +106,7 @@ func (s *Store) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 // plan is made again as the tables grow: Pass, ByKey), and the waits are
 // not filtered on ended_at, which the index does not hold: a wait left on
 // an ended action can only cost a pass that finds nothing to do.
-func (s *Store) NextWakeAt(ctx context.Context) (*time.Time, error) {
+func (s Placement) NextWakeAt(ctx context.Context) (*time.Time, error) {
 	var at sql.NullTime
 	err := s.raw(ctx, `SELECT least(
 		(SELECT min(not_before) FROM tasks WHERE state IN `+sqlPending+` AND not_before > @now),

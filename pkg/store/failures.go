@@ -28,7 +28,7 @@ type CleanupStep struct {
 // cleanupEvents appends one run_events row per cleanup step of attempt id
 // of task t, in order: "plugin_abort" or "plugin_finalize", data {at,
 // error}.
-func (s *Store) cleanupEvents(ctx context.Context, t Task, id int64, steps []CleanupStep) error {
+func (s *core) cleanupEvents(ctx context.Context, t Task, id int64, steps []CleanupStep) error {
 	for _, c := range steps {
 		data := map[string]any{"at": c.At.UTC(), "step": c.Step}
 		if c.Error != "" {
@@ -42,7 +42,7 @@ func (s *Store) cleanupEvents(ctx context.Context, t Task, id int64, steps []Cle
 }
 
 // setAttemptCode sets an attempt's code. The caller holds its lock.
-func (s *Store) setAttemptCode(ctx context.Context, id int64, code string, now time.Time) error {
+func (s *core) setAttemptCode(ctx context.Context, id int64, code string, now time.Time) error {
 	return mapErr(s.q(ctx).Model(&Attempt{}).Where("id = ?", id).
 		Updates(map[string]any{"code": code, "updated_at": now}).Error)
 }
@@ -51,7 +51,7 @@ func (s *Store) setAttemptCode(ctx context.Context, id int64, code string, now t
 // domain.CodeMaxSystemFailuresExceeded) and bumps its version; the caller
 // holds the action's lock and writes the phase change's event in the same
 // transaction.
-func (s *Store) SetActionReason(ctx context.Context, key domain.ActionKey, reason string, now time.Time) error {
+func (s Actions) SetActionReason(ctx context.Context, key domain.ActionKey, reason string, now time.Time) error {
 	return mapErr(s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
 		key.Project, key.Domain, key.Run, key.Action).
 		Updates(map[string]any{"reason": reason, "updated_at": now, "version": gorm.Expr("version + 1")}).Error)
@@ -60,7 +60,7 @@ func (s *Store) SetActionReason(ctx context.Context, key domain.ActionKey, reaso
 // AbortSettled reports whether every attempt of an aborted action's tasks
 // has ended and been evaluated, except attempt id (the one being
 // evaluated): then its abort is complete.
-func (s *Store) AbortSettled(ctx context.Context, key domain.ActionKey, id int64) (bool, error) {
+func (s Actions) AbortSettled(ctx context.Context, key domain.ActionKey, id int64) (bool, error) {
 	var n int64
 	err := s.raw(ctx, `SELECT count(*) FROM attempts at JOIN tasks t ON t.id = at.task_id
 		WHERE t.project = ? AND t.domain = ? AND t.run_name = ? AND t.action_name = ? AND at.id <> ?
@@ -75,7 +75,7 @@ func (s *Store) AbortSettled(ctx context.Context, key domain.ActionKey, id int64
 // last step of its finalization, after the plugin's Abort and Finalize
 // (reported with the attempts) and anything the evaluation released
 // before it.
-func (s *Store) WriteActionAborted(ctx context.Context, key domain.ActionKey, phase domain.Phase, attemptID int64) error {
+func (s Actions) WriteActionAborted(ctx context.Context, key domain.ActionKey, phase domain.Phase, attemptID int64) error {
 	return s.eventFull(ctx, RunEvent{Project: key.Project, Domain: key.Domain, RunName: key.Run,
 		ActionName: &key.Action, AttemptID: &attemptID, Type: "action.aborted"}, map[string]any{"phase": phase})
 }

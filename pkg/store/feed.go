@@ -56,7 +56,7 @@ type EventFilter struct {
 
 // EventsAfter returns f's rows with id > after, in id order, at most limit
 // (1..1000).
-func (s *Store) EventsAfter(ctx context.Context, f EventFilter, after int64, limit int) ([]RunEvent, error) {
+func (s Events) EventsAfter(ctx context.Context, f EventFilter, after int64, limit int) ([]RunEvent, error) {
 	q := s.q(ctx).Where("project = ? AND domain = ? AND id > ?", f.Project, f.Domain, after)
 	if f.Run != "" {
 		q = q.Where("run_name = ?", f.Run)
@@ -73,7 +73,7 @@ func (s *Store) EventsAfter(ctx context.Context, f EventFilter, after int64, lim
 // in id order, at most limit (1..1000), read in one statement: when the
 // phase is terminal, the rows hold the event its change wrote (if it was
 // after `after`). Errors: ErrNotFound.
-func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int64, limit int) (domain.Phase, bool, []RunEvent, error) {
+func (s Events) RunEventsAfter(ctx context.Context, key domain.RunKey, after int64, limit int) (domain.Phase, bool, []RunEvent, error) {
 	var row struct {
 		Phase      *string
 		Restarting bool
@@ -99,7 +99,7 @@ func (s *Store) RunEventsAfter(ctx context.Context, key domain.RunKey, after int
 }
 
 // RunPhase returns the phase of key's run. Errors: ErrNotFound.
-func (s *Store) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, error) {
+func (s Runs) RunPhase(ctx context.Context, key domain.RunKey) (domain.Phase, error) {
 	var phase string
 	err := s.q(ctx).Model(&Run{}).Select("phase").
 		Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).Take(&phase).Error

@@ -32,9 +32,9 @@ func TestEventsAfterSkipsNoRowUnderConcurrentWriters(t *testing.T) {
 		wg.Go(func() {
 			for i := range 25 {
 				if (w+i)%2 == 0 {
-					_, _ = st.RequestSuspend(ctx, key)
+					_, _ = st.Runs().RequestSuspend(ctx, key)
 				} else {
-					_, _ = st.RequestResume(ctx, key)
+					_, _ = st.Runs().RequestResume(ctx, key)
 				}
 			}
 		})
@@ -47,7 +47,7 @@ func TestEventsAfterSkipsNoRowUnderConcurrentWriters(t *testing.T) {
 		if len(seen) > 0 {
 			last = seen[len(seen)-1]
 		}
-		rows, err := st.EventsAfter(ctx, f, last, 7)
+		rows, err := st.Events().EventsAfter(ctx, f, last, 7)
 		require.NoError(t, err)
 		for _, r := range rows {
 			seen = append(seen, r.ID)
@@ -65,7 +65,7 @@ func TestEventsAfterSkipsNoRowUnderConcurrentWriters(t *testing.T) {
 		before = len(seen)
 		read()
 	}
-	all, err := st.EventsAfter(ctx, f, 0, 1000)
+	all, err := st.Events().EventsAfter(ctx, f, 0, 1000)
 	require.NoError(t, err)
 	var want []int64
 	for _, r := range all {
@@ -82,20 +82,20 @@ func TestEventsAfterOfOneRunAndRunPhase(t *testing.T) {
 	st, _ := openWithDB(t)
 	a := newRun(t, st, "a", twoSteps())
 	newRun(t, st, "b", twoSteps())
-	rows, err := st.EventsAfter(ctx, store.EventFilter{Project: a.Project, Domain: a.Domain, Run: a.Run}, 0, 100)
+	rows, err := st.Events().EventsAfter(ctx, store.EventFilter{Project: a.Project, Domain: a.Domain, Run: a.Run}, 0, 100)
 	require.NoError(t, err)
 	require.NotEmpty(t, rows)
 	for _, r := range rows {
 		require.Equal(t, "a", r.RunName)
 	}
-	all, err := st.EventsAfter(ctx, store.EventFilter{Project: a.Project, Domain: a.Domain}, 0, 100)
+	all, err := st.Events().EventsAfter(ctx, store.EventFilter{Project: a.Project, Domain: a.Domain}, 0, 100)
 	require.NoError(t, err)
 	require.Greater(t, len(all), len(rows))
 
-	phase, err := st.RunPhase(ctx, a)
+	phase, err := st.Runs().RunPhase(ctx, a)
 	require.NoError(t, err)
 	require.False(t, phase.IsTerminal())
-	_, err = st.RunPhase(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"})
+	_, err = st.Runs().RunPhase(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -134,12 +134,12 @@ func TestRunEventsAfter(t *testing.T) {
 	ctx := context.Background()
 	st, db := openWithDB(t)
 	key := newRun(t, st, "r", twoSteps())
-	_, err := st.RequestSuspend(ctx, key)
+	_, err := st.Runs().RequestSuspend(ctx, key)
 	require.NoError(t, err)
-	want, err := st.EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
+	want, err := st.Events().EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(want), 2)
-	phase, _, got, err := st.RunEventsAfter(ctx, key, want[0].ID, 100)
+	phase, _, got, err := st.Events().RunEventsAfter(ctx, key, want[0].ID, 100)
 	require.NoError(t, err)
 	require.False(t, phase.IsTerminal())
 	require.Len(t, got, len(want)-1)
@@ -152,19 +152,19 @@ func TestRunEventsAfter(t *testing.T) {
 		require.JSONEq(t, string(w.Data), string(e.Data))
 		require.True(t, w.CreatedAt.Equal(e.CreatedAt))
 	}
-	_, _, _, err = st.RunEventsAfter(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"}, 0, 10)
+	_, _, _, err = st.Events().RunEventsAfter(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "nope"}, 0, 10)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// An ended run whose restart is pending says so: it will run again.
 	_, err = db.ExecContext(ctx, `UPDATE runs SET phase = 'FAILED', ended_at = now() WHERE name = $1`, key.Run)
 	require.NoError(t, err)
-	phase, restarting, _, err := st.RunEventsAfter(ctx, key, 0, 100)
+	phase, restarting, _, err := st.Events().RunEventsAfter(ctx, key, 0, 100)
 	require.NoError(t, err)
 	require.True(t, phase.IsTerminal())
 	require.False(t, restarting)
-	_, err = st.RequestRestart(ctx, key, "")
+	_, err = st.Runs().RequestRestart(ctx, key, "")
 	require.NoError(t, err)
-	_, restarting, _, err = st.RunEventsAfter(ctx, key, 0, 100)
+	_, restarting, _, err = st.Events().RunEventsAfter(ctx, key, 0, 100)
 	require.NoError(t, err)
 	require.True(t, restarting)
 }
@@ -179,11 +179,11 @@ func TestNestedInTxKeepsOrDropsItsEvents(t *testing.T) {
 	key := newRun(t, st, "r", twoSteps())
 	before := events(t, db, key)
 	err := st.InTx(ctx, func(tx *store.Store) error {
-		if _, err := tx.RequestSuspend(ctx, key); err != nil {
+		if _, err := tx.Runs().RequestSuspend(ctx, key); err != nil {
 			return err
 		}
 		require.Error(t, tx.InTx(ctx, func(inner *store.Store) error {
-			if _, err := inner.RequestResume(ctx, key); err != nil {
+			if _, err := inner.Runs().RequestResume(ctx, key); err != nil {
 				return err
 			}
 			return errors.New("changed my mind")
@@ -193,7 +193,7 @@ func TestNestedInTxKeepsOrDropsItsEvents(t *testing.T) {
 	require.NoError(t, err)
 	after := events(t, db, key)
 	require.Len(t, after, len(before)+1, "the suspend's event only: %v", after)
-	run, err := st.GetRun(ctx, key)
+	run, err := st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	require.NotNil(t, run.Run.SuspendRequestedAt)
 	require.Nil(t, run.Run.ResumeRequestedAt, "the failed savepoint rolled back")
@@ -212,16 +212,18 @@ func TestFeedLockOrdersCommits(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error)
 	go func() {
-		_, err := st.RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
+		_, err := st.Runs().RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
 		first <- err
 	}()
 	<-held
-	_, err := st.RequestSuspend(ctx, sibling)
+	_, err := st.Runs().RequestSuspend(ctx, sibling)
 	require.NoError(t, err, "another run of the project does not wait")
 	// The same run's next writer: an event written outside a run lock.
 	second := make(chan error)
 	go func() {
-		second <- st.InTx(ctx, func(tx *store.Store) error { return tx.WriteActionAborted(ctx, key.Action("a"), "ABORTED", 0) })
+		second <- st.InTx(ctx, func(tx *store.Store) error {
+			return tx.Actions().WriteActionAborted(ctx, key.Action("a"), "ABORTED", 0)
+		})
 	}()
 	waiting := func() bool {
 		var n int
@@ -233,7 +235,7 @@ func TestFeedLockOrdersCommits(t *testing.T) {
 	close(release)
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
-	rows, err := st.EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
+	rows, err := st.Events().EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
 	require.NoError(t, err)
 	n := len(rows)
 	require.Equal(t, []string{"run.suspend_requested", "action.aborted"}, []string{rows[n-2].Type, rows[n-1].Type})
@@ -316,7 +318,7 @@ func TestListenerRegistersAfterInFlightWriters(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	writer := make(chan error)
 	go func() {
-		_, err := st.RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
+		_, err := st.Runs().RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
 		writer <- err
 	}()
 	<-held
@@ -379,7 +381,7 @@ func TestWriterWaitingOnARegistrationNotifies(t *testing.T) {
 	key := domain.RunKey{Project: "p", Domain: "d", Run: "second"}
 	created := make(chan error)
 	go func() {
-		_, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec})
+		_, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec})
 		created <- err
 	}()
 	var pid int
@@ -454,7 +456,7 @@ func TestEventsInsertReadsListenersByIndex(t *testing.T) {
 	st, _ := openOneConnectionPools(t)
 	w := registerWorker(t, st)
 	attempts := assignedAttempts(t, st, w, "r", 1)
-	_, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
+	_, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
 		Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}}, 1<<20)
 	require.NoError(t, err)
 	plan := explainPrepared(t, st.ByKey(), "FROM event_listeners", `'[]', '{}', 'c', '{}'`)

@@ -22,7 +22,7 @@ func newRun(t *testing.T, st *store.Store, name string, spec domain.WorkflowSpec
 	spec.Normalize()
 	require.Empty(t, spec.Validate("spec"))
 	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
-	_, created, err := st.CreateRun(context.Background(), store.NewRun{Key: key, Spec: spec})
+	_, created, err := st.Runs().CreateRun(context.Background(), store.NewRun{Key: key, Spec: spec})
 	require.NoError(t, err)
 	require.True(t, created)
 	return key
@@ -56,7 +56,7 @@ func openWithDB(t *testing.T) (*store.Store, *sql.DB) {
 
 func registerWorker(t *testing.T, st *store.Store) store.Worker {
 	t.Helper()
-	w, err := st.RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	w, err := st.Workers().RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	require.NoError(t, err)
 	return w
 }
@@ -69,21 +69,21 @@ func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome)
 	ctx := context.Background()
 	err := st.InTx(ctx, func(tx *store.Store) error {
 		now := time.Now().UTC()
-		owners, a, ok, err := tx.LockAndClaimAttempt(ctx, id, now)
+		owners, a, ok, err := tx.Attempts().LockAndClaimAttempt(ctx, id, now)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("attempt %d is not finished, or already evaluated", id)
 		}
-		return tx.UpdateTaskOutcome(ctx, owners.Task, a, o, now)
+		return tx.Tasks().UpdateTaskOutcome(ctx, owners.Task, a, o, now)
 	})
 	require.NoError(tb, err)
 }
 
 func tasksOf(t *testing.T, st *store.Store, key domain.RunKey, action string) []store.TaskDetail {
 	t.Helper()
-	d, err := st.GetAction(context.Background(), key.Action(action))
+	d, err := st.Actions().GetAction(context.Background(), key.Action(action))
 	require.NoError(t, err)
 	return d.Tasks
 }
@@ -100,11 +100,11 @@ func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	_, err = st.AbortAction(ctx, key.Action("a0"), "stop", "")
+	_, err = st.Aborts().AbortAction(ctx, key.Action("a0"), "stop", "")
 	require.NoError(t, err)
-	_, err = st.AbortAction(ctx, key.Action("a0"), "again", "")
+	_, err = st.Aborts().AbortAction(ctx, key.Action("a0"), "again", "")
 	require.ErrorIs(t, err, store.ErrTerminal)
-	_, err = st.AbortAction(ctx, key.Action("nope"), "x", "")
+	_, err = st.Aborts().AbortAction(ctx, key.Action("nope"), "x", "")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	for _, td := range tasksOf(t, st, key, "s") {
@@ -114,34 +114,34 @@ func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "a killed task is never assigned")
 
-	live, err := st.LiveAttemptsUnder(ctx, key.Action("a0"))
+	live, err := st.Aborts().LiveAttemptsUnder(ctx, key.Action("a0"))
 	require.NoError(t, err)
 	require.Len(t, live, 1)
 	require.Equal(t, a.ID, live[0].ID)
 	require.Equal(t, w.Address, *live[0].Address)
 
-	res, err := st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	res, err := st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.False(t, res.Proceed, "an aborted attempt must stop")
 
-	n, err := st.MarkAbortAttempt(ctx, key.Action("a0"))
+	n, err := st.Aborts().MarkAbortAttempt(ctx, key.Action("a0"))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	n, err = st.MarkAbortAttempt(ctx, key.Action("a0"))
+	n, err = st.Aborts().MarkAbortAttempt(ctx, key.Action("a0"))
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the count survives in Postgres")
 
-	evaluate, err := st.MarkAttemptsGone(ctx, []int64{a.ID}, "aborted")
+	evaluate, err := st.Aborts().MarkAttemptsGone(ctx, []int64{a.ID}, "aborted")
 	require.NoError(t, err)
 	require.Equal(t, []int64{a.ID}, evaluate, "the abort's last attempt is evaluated to finish the abort")
-	require.NoError(t, st.ClearAbortRequest(ctx, key.Action("a0"), store.AbortDelivered))
-	_, err = st.MarkAbortAttempt(ctx, key.Action("a0"))
+	require.NoError(t, st.Aborts().ClearAbortRequest(ctx, key.Action("a0"), store.AbortDelivered))
+	_, err = st.Aborts().MarkAbortAttempt(ctx, key.Action("a0"))
 	require.ErrorIs(t, err, store.ErrNotFound, "no abort pending once cleared")
-	pending, err := st.ListPendingAborts(ctx)
+	pending, err := st.Aborts().ListPendingAborts(ctx)
 	require.NoError(t, err)
 	require.Empty(t, pending)
 
-	d, err := st.GetRun(ctx, key)
+	d, err := st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, "ABORTED", d.Run.Phase)
 	require.Equal(t, store.AbortDelivered, *d.Actions[0].Action.AbortOutcome)
@@ -157,15 +157,15 @@ func TestStopListAndPlaceableWorkers(t *testing.T) {
 	a, _, err := storetest.AssignTask(ctx, st, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
 	require.NoError(t, err)
 
-	stop, err := st.StopList(ctx, w.ID, []int64{a.ID, 999999})
+	stop, err := st.Workers().StopList(ctx, w.ID, []int64{a.ID, 999999})
 	require.NoError(t, err)
 	require.Equal(t, []int64{999999}, stop, "unknown attempts are stopped, current ones kept")
 
-	ws, err := st.PlaceableWorkers(ctx, time.Minute)
+	ws, err := st.Placement().PlaceableWorkers(ctx, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ws, 1)
 	require.Equal(t, 1, ws[0].Used)
-	ws, err = st.PlaceableWorkers(ctx, time.Nanosecond)
+	ws, err = st.Placement().PlaceableWorkers(ctx, time.Nanosecond)
 	require.NoError(t, err)
 	require.Empty(t, ws, "a worker silent past the grace gets no work")
 }
@@ -186,7 +186,7 @@ func TestConcurrentCreatesWithOneIdempotencyKey(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 8 {
 			wg.Go(func() {
-				d, c, err := st.CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d",
+				d, c, err := st.Runs().CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d",
 					Run: fmt.Sprintf("r%d-%d", round, i)}, Spec: spec, IdempotencyKey: fmt.Sprintf("key-%d", round)})
 				names[i], created[i], errs[i] = d.Run.Name, c, err
 			})

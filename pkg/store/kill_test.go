@@ -21,7 +21,7 @@ func runningAttempts(t *testing.T, st *store.Store, w store.Worker, name string,
 		a, ok, err := storetest.AssignTask(ctx, st, td.Task.ID, w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+		_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 		require.NoError(t, err)
 		out = append(out, a)
 	}
@@ -45,11 +45,11 @@ func TestAbortActionCause(t *testing.T) {
 		{store.CauseTimeout, store.CauseTimeout, domain.PhaseTimedOut},
 	} {
 		key, _ := runningAttempts(t, st, w, "cause-"+tc.wantCause+"-"+tc.cause, 1)
-		a, err := st.AbortAction(ctx, key.Action("a0"), "why", tc.cause)
+		a, err := st.Aborts().AbortAction(ctx, key.Action("a0"), "why", tc.cause)
 		require.NoError(t, err)
 		require.Equal(t, string(tc.want), a.Phase)
 		require.Equal(t, tc.wantCause, *a.AbortCause)
-		run, err := st.GetRun(ctx, key)
+		run, err := st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, string(tc.want), run.Run.Phase, "the run mirrors a0")
 		for _, ad := range run.Actions {
@@ -58,15 +58,15 @@ func TestAbortActionCause(t *testing.T) {
 				require.Equal(t, domain.TaskKilled, td.Task.State)
 			}
 		}
-		root, err := st.GetAction(ctx, key.Action("a0"))
+		root, err := st.Actions().GetAction(ctx, key.Action("a0"))
 		require.NoError(t, err)
 		require.Equal(t, tc.wantCause, *root.Action.AbortCause)
 		require.NotNil(t, root.Action.AbortRequestedAt)
 	}
 	key, _ := runningAttempts(t, st, w, "cause-bad", 1)
-	_, err := st.AbortAction(ctx, key.Action("a0"), "why", store.CausePreempted)
+	_, err := st.Aborts().AbortAction(ctx, key.Action("a0"), "why", store.CausePreempted)
 	require.ErrorIs(t, err, domain.ErrBadCause, "an action is aborted or timed out, never preempted")
-	d, err := st.GetAction(ctx, key.Action("a0"))
+	d, err := st.Actions().GetAction(ctx, key.Action("a0"))
 	require.NoError(t, err)
 	require.Nil(t, d.Action.AbortRequestedAt, "a refused abort writes nothing")
 }
@@ -79,41 +79,41 @@ func TestAttemptKillLifecycle(t *testing.T) {
 	_, ats := runningAttempts(t, st, w, "kill", 2)
 	id := ats[0].ID
 
-	_, err := st.MarkKillAttempt(ctx, id)
+	_, err := st.Aborts().MarkKillAttempt(ctx, id)
 	require.ErrorIs(t, err, store.ErrNotFound, "no kill pending yet")
-	require.ErrorIs(t, st.RequestAttemptKill(ctx, id, "bored"), domain.ErrBadCause)
-	require.ErrorIs(t, st.RequestAttemptKill(ctx, 1<<40, store.CausePreempted), store.ErrNotFound)
+	require.ErrorIs(t, st.Aborts().RequestAttemptKill(ctx, id, "bored"), domain.ErrBadCause)
+	require.ErrorIs(t, st.Aborts().RequestAttemptKill(ctx, 1<<40, store.CausePreempted), store.ErrNotFound)
 
 	// Inside the caller's transaction, and rolled back with it.
 	require.Error(t, st.InTx(ctx, func(tx *store.Store) error {
-		require.NoError(t, tx.RequestAttemptKill(ctx, id, store.CausePreempted))
+		require.NoError(t, tx.Aborts().RequestAttemptKill(ctx, id, store.CausePreempted))
 		return context.Canceled
 	}))
-	pending, err := st.ListPendingKills(ctx)
+	pending, err := st.Aborts().ListPendingKills(ctx)
 	require.NoError(t, err)
 	require.Empty(t, pending)
 
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
-		return tx.RequestAttemptKill(ctx, id, store.CausePreempted)
+		return tx.Aborts().RequestAttemptKill(ctx, id, store.CausePreempted)
 	}))
-	require.NoError(t, st.RequestAttemptKill(ctx, id, store.CauseTimeout), "a pending kill is left as it is")
-	pending, err = st.ListPendingKills(ctx)
+	require.NoError(t, st.Aborts().RequestAttemptKill(ctx, id, store.CauseTimeout), "a pending kill is left as it is")
+	pending, err = st.Aborts().ListPendingKills(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []int64{id}, pending)
 
 	for want := 1; want <= 3; want++ {
-		n, err := st.MarkKillAttempt(ctx, id)
+		n, err := st.Aborts().MarkKillAttempt(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, want, n)
 	}
-	kt, err := st.GetKillTarget(ctx, id)
+	kt, err := st.Aborts().GetKillTarget(ctx, id)
 	require.NoError(t, err)
 	require.True(t, kt.Live)
 	require.Equal(t, store.CausePreempted, kt.Cause, "the first request's cause stands")
 	require.NotNil(t, kt.RequestedAt)
 	require.Equal(t, w.Address, *kt.Address)
 
-	recs, _, err := st.ListAborts(ctx, store.AbortFilter{State: store.AbortStatePending})
+	recs, _, err := st.Aborts().ListAborts(ctx, store.AbortFilter{State: store.AbortStatePending})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, "attempt", recs[0].Kind)
@@ -121,12 +121,12 @@ func TestAttemptKillLifecycle(t *testing.T) {
 	require.Equal(t, 3, recs[0].AttemptCount)
 	require.Equal(t, store.CausePreempted, recs[0].Cause)
 
-	require.NoError(t, st.ClearKillRequest(ctx, id, store.AbortNeedsIntervention))
-	require.NoError(t, st.ClearKillRequest(ctx, id, store.AbortDelivered), "a cleared kill stays cleared")
-	pending, err = st.ListPendingKills(ctx)
+	require.NoError(t, st.Aborts().ClearKillRequest(ctx, id, store.AbortNeedsIntervention))
+	require.NoError(t, st.Aborts().ClearKillRequest(ctx, id, store.AbortDelivered), "a cleared kill stays cleared")
+	pending, err = st.Aborts().ListPendingKills(ctx)
 	require.NoError(t, err)
 	require.Empty(t, pending)
-	recs, _, err = st.ListAborts(ctx, store.AbortFilter{State: store.AbortStateNeedsIntervention})
+	recs, _, err = st.Aborts().ListAborts(ctx, store.AbortFilter{State: store.AbortStateNeedsIntervention})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, store.AbortNeedsIntervention, *recs[0].Outcome)
@@ -135,9 +135,9 @@ func TestAttemptKillLifecycle(t *testing.T) {
 
 	// An attempt that already ended has nothing to kill.
 	exit := 0
-	_, err = st.ReportAttempt(ctx, ats[1].ID, store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
+	_, err = st.Attempts().ReportAttempt(ctx, ats[1].ID, store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
 	require.NoError(t, err)
-	require.ErrorIs(t, st.RequestAttemptKill(ctx, ats[1].ID, store.CausePreempted), store.ErrTerminal)
+	require.ErrorIs(t, st.Aborts().RequestAttemptKill(ctx, ats[1].ID, store.CausePreempted), store.ErrTerminal)
 }
 
 // An attempt whose kill finds it gone ends in its cause's state; the
@@ -153,8 +153,8 @@ func TestMarkKillGone(t *testing.T) {
 		store.CauseTimeout:    domain.TaskKilled,
 	} {
 		key, ats := runningAttempts(t, st, w, "gone-"+cause, 1)
-		require.NoError(t, st.RequestAttemptKill(ctx, ats[0].ID, cause))
-		evaluate, err := st.MarkKillGone(ctx, ats[0].ID, cause)
+		require.NoError(t, st.Aborts().RequestAttemptKill(ctx, ats[0].ID, cause))
+		evaluate, err := st.Aborts().MarkKillGone(ctx, ats[0].ID, cause)
 		require.NoError(t, err)
 		require.True(t, evaluate, "the task still runs this attempt: the scheduler decides")
 		at := tasksOf(t, st, key, "s")[0].Attempts[0]
@@ -162,17 +162,17 @@ func TestMarkKillGone(t *testing.T) {
 		require.Equal(t, cause, *at.Cause)
 		require.NotNil(t, at.FinishedAt)
 		require.Nil(t, at.EvaluatedAt)
-		evaluate, err = st.MarkKillGone(ctx, ats[0].ID, cause)
+		evaluate, err = st.Aborts().MarkKillGone(ctx, ats[0].ID, cause)
 		require.NoError(t, err)
 		require.False(t, evaluate, "an ended attempt is left alone")
 	}
 
 	// The task moved on (aborted): nothing to evaluate.
 	key, ats := runningAttempts(t, st, w, "gone-aborted", 1)
-	require.NoError(t, st.RequestAttemptKill(ctx, ats[0].ID, store.CausePreempted))
-	_, err := st.AbortAction(ctx, key.Action("a0"), "stop", "")
+	require.NoError(t, st.Aborts().RequestAttemptKill(ctx, ats[0].ID, store.CausePreempted))
+	_, err := st.Aborts().AbortAction(ctx, key.Action("a0"), "stop", "")
 	require.NoError(t, err)
-	evaluate, err := st.MarkKillGone(ctx, ats[0].ID, store.CausePreempted)
+	evaluate, err := st.Aborts().MarkKillGone(ctx, ats[0].ID, store.CausePreempted)
 	require.NoError(t, err)
 	require.False(t, evaluate)
 	require.NotNil(t, tasksOf(t, st, key, "s")[0].Attempts[0].EvaluatedAt)
@@ -187,19 +187,19 @@ func TestListAborts(t *testing.T) {
 	var keys []domain.ActionKey
 	for _, name := range []string{"l1", "l2", "l3"} {
 		key, _ := runningAttempts(t, st, w, name, 1)
-		_, err := st.AbortAction(ctx, key.Action("a0"), "reason "+name, "")
+		_, err := st.Aborts().AbortAction(ctx, key.Action("a0"), "reason "+name, "")
 		require.NoError(t, err)
 		keys = append(keys, key.Action("a0"))
 	}
-	require.NoError(t, st.ClearAbortRequest(ctx, keys[0], store.AbortNeedsIntervention))
-	require.NoError(t, st.ClearAbortRequest(ctx, keys[1], store.AbortDelivered))
+	require.NoError(t, st.Aborts().ClearAbortRequest(ctx, keys[0], store.AbortNeedsIntervention))
+	require.NoError(t, st.Aborts().ClearAbortRequest(ctx, keys[1], store.AbortDelivered))
 
 	byState := func(state string) []string {
 		t.Helper()
 		var out []string
 		cursor := ""
 		for {
-			recs, next, err := st.ListAborts(ctx, store.AbortFilter{State: state, Limit: 1, Cursor: cursor})
+			recs, next, err := st.Aborts().ListAborts(ctx, store.AbortFilter{State: state, Limit: 1, Cursor: cursor})
 			require.NoError(t, err)
 			for _, r := range recs {
 				out = append(out, r.RunName)
@@ -214,8 +214,8 @@ func TestListAborts(t *testing.T) {
 	require.Equal(t, []string{"l2"}, byState(store.AbortStateDelivered))
 	require.Equal(t, []string{"l3"}, byState(store.AbortStatePending))
 	require.ElementsMatch(t, []string{"l1", "l2", "l3"}, byState(""))
-	_, _, err := st.ListAborts(ctx, store.AbortFilter{Cursor: "%%%"})
+	_, _, err := st.Aborts().ListAborts(ctx, store.AbortFilter{Cursor: "%%%"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
-	_, _, err = st.ListAborts(ctx, store.AbortFilter{State: "lost"})
+	_, _, err = st.Aborts().ListAborts(ctx, store.AbortFilter{State: "lost"})
 	require.Error(t, err)
 }

@@ -26,12 +26,12 @@ import (
 // enqueue queue.NewAttemptKillTask (the reconciler's scan heals a lost push).
 // Errors: ErrBadCause, ErrNotFound, ErrTerminal (the attempt already ended:
 // nothing to kill).
-func (s *Store) RequestAttemptKill(ctx context.Context, attemptID int64, cause string) error {
+func (s Aborts) RequestAttemptKill(ctx context.Context, attemptID int64, cause string) error {
 	if !slices.Contains(domain.KillCauses, cause) {
 		return fmt.Errorf("%w: %q (want one of %v)", domain.ErrBadCause, cause, domain.KillCauses)
 	}
 	// Inside the caller's transaction, InTx is a savepoint.
-	return s.InTx(ctx, func(tx *Store) error {
+	return s.inTx(ctx, func(tx *Store) error {
 		var a Attempt
 		if err := tx.q(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Take(&a, attemptID).Error; err != nil {
 			return mapErr(err)
@@ -55,7 +55,7 @@ func (s *Store) RequestAttemptKill(ctx context.Context, attemptID int64, cause s
 // MarkKillAttempt increments the attempt's kill_attempt_count before a
 // delivery round and returns the new count (a crash keeps it). Errors:
 // ErrNotFound when no kill of attemptID is pending.
-func (s *Store) MarkKillAttempt(ctx context.Context, attemptID int64) (int, error) {
+func (s Aborts) MarkKillAttempt(ctx context.Context, attemptID int64) (int, error) {
 	var count []int
 	err := s.raw(ctx, `UPDATE attempts SET kill_attempt_count = kill_attempt_count + 1, updated_at = now()
 		WHERE id = ? AND kill_requested_at IS NOT NULL RETURNING kill_attempt_count`, attemptID).Scan(&count).Error
@@ -81,7 +81,7 @@ type KillTarget struct {
 
 // GetKillTarget reads attempt attemptID's kill request, whether it is still
 // live, and its worker. Errors: ErrNotFound.
-func (s *Store) GetKillTarget(ctx context.Context, attemptID int64) (KillTarget, error) {
+func (s Aborts) GetKillTarget(ctx context.Context, attemptID int64) (KillTarget, error) {
 	var rows []struct {
 		LiveAttempt
 		State           domain.TaskState
@@ -113,8 +113,8 @@ func (s *Store) GetKillTarget(ctx context.Context, attemptID int64) (KillTarget,
 // When the attempt is still its task's current live attempt, the scheduler
 // must decide the task's fate: evaluate is true, and the caller enqueues
 // queue.NewTaskEvaluateTask. An attempt that already ended is left alone.
-func (s *Store) MarkKillGone(ctx context.Context, attemptID int64, cause string) (evaluate bool, err error) {
-	err = s.InTx(ctx, func(tx *Store) error {
+func (s Aborts) MarkKillGone(ctx context.Context, attemptID int64, cause string) (evaluate bool, err error) {
+	err = s.inTx(ctx, func(tx *Store) error {
 		var rows []struct{ Current bool }
 		if err := tx.raw(ctx, `SELECT t.state IN `+sqlLive+` AND t.attempt_count = at.number AS current
 			FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? AND at.state IN `+sqlLive+` FOR UPDATE OF at`,
@@ -146,8 +146,8 @@ func (s *Store) MarkKillGone(ctx context.Context, attemptID int64, cause string)
 // ClearKillRequest ends attemptID's pending kill with outcome (AbortDelivered
 // or AbortNeedsIntervention) and writes an "attempt.kill_<outcome>" event. A
 // kill no longer pending is left alone.
-func (s *Store) ClearKillRequest(ctx context.Context, attemptID int64, outcome string) error {
-	return s.InTx(ctx, func(tx *Store) error {
+func (s Aborts) ClearKillRequest(ctx context.Context, attemptID int64, outcome string) error {
+	return s.inTx(ctx, func(tx *Store) error {
 		res := tx.q(ctx).Model(&Attempt{}).Where("id = ? AND kill_requested_at IS NOT NULL", attemptID).
 			Updates(map[string]any{"kill_requested_at": nil, "kill_outcome": outcome, "updated_at": time.Now().UTC()})
 		if res.Error != nil || res.RowsAffected == 0 {
@@ -163,7 +163,7 @@ func (s *Store) ClearKillRequest(ctx context.Context, attemptID int64, outcome s
 
 // ListPendingKills returns the id of every attempt with kill_requested_at
 // set, oldest request first (the reconciler's startup and periodic scan).
-func (s *Store) ListPendingKills(ctx context.Context) ([]int64, error) {
+func (s Aborts) ListPendingKills(ctx context.Context) ([]int64, error) {
 	var ids []int64
 	err := s.q(ctx).Model(&Attempt{}).Where("kill_requested_at IS NOT NULL").Order("kill_requested_at, id").
 		Pluck("id", &ids).Error
@@ -171,7 +171,7 @@ func (s *Store) ListPendingKills(ctx context.Context) ([]int64, error) {
 }
 
 // attemptEvent writes a run event about attempt a.
-func (s *Store) attemptEvent(ctx context.Context, a Attempt, typ string, data any) error {
+func (s *core) attemptEvent(ctx context.Context, a Attempt, typ string, data any) error {
 	var t Task
 	if err := s.q(ctx).Take(&t, a.TaskID).Error; err != nil {
 		return mapErr(err)

@@ -33,7 +33,7 @@ func attemptIn(t *testing.T, st *store.Store, w store.Worker, taskID int64, stat
 	require.NoError(t, err)
 	require.True(t, ok)
 	for _, rep := range states {
-		_, err := st.ReportAttempt(ctx, a.ID, rep)
+		_, err := st.Attempts().ReportAttempt(ctx, a.ID, rep)
 		require.NoError(t, err)
 	}
 	return a
@@ -43,7 +43,7 @@ var running = store.Report{State: domain.TaskRunning}
 
 func getWorker(t *testing.T, st *store.Store, id string) (store.WorkerLoad, bool) {
 	t.Helper()
-	ws, err := st.ListWorkers(context.Background())
+	ws, err := st.Workers().ListWorkers(context.Background())
 	require.NoError(t, err)
 	for _, w := range ws {
 		if w.ID == id {
@@ -55,7 +55,7 @@ func getWorker(t *testing.T, st *store.Store, id string) (store.WorkerLoad, bool
 
 func placeable(t *testing.T, st *store.Store, id string) bool {
 	t.Helper()
-	ws, err := st.PlaceableWorkers(context.Background(), time.Hour)
+	ws, err := st.Placement().PlaceableWorkers(context.Background(), time.Hour)
 	require.NoError(t, err)
 	for _, w := range ws {
 		if w.ID == id {
@@ -78,33 +78,33 @@ func TestBeatWorker(t *testing.T) {
 	queued := attemptIn(t, st, w, tasks[2]) // ASSIGNED: may wait in the queue
 	t0 := time.Now()
 
-	reply, err := st.BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID, 999999}, At: t0.Add(2 * time.Second)})
+	reply, err := st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID, 999999}, At: t0.Add(2 * time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, []int64{999999}, reply.Stop, "attempts unknown to the control plane are stopped")
 	require.Empty(t, reply.Lost, "the attempt may have started after the worker built this beat")
 
-	reply, err = st.BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}, At: t0.Add(5 * time.Second)})
+	reply, err = st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}, At: t0.Add(5 * time.Second)})
 	require.NoError(t, err)
 	require.Empty(t, reply.Stop)
 	require.Equal(t, []store.LostAttempt{{ID: forgotten.ID, TaskID: tasks[1], WorkerID: w.ID}}, reply.Lost,
 		"running before the previous beat, and not held: its final report was lost")
-	r, err := st.GetAttemptRun(ctx, forgotten.ID)
+	r, err := st.Attempts().GetAttemptRun(ctx, forgotten.ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskWorkerFailed, r.Attempt.State)
-	r, err = st.GetAttemptRun(ctx, queued.ID)
+	r, err = st.Attempts().GetAttemptRun(ctx, queued.ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskAssigned, r.Attempt.State)
 
 	require.True(t, placeable(t, st, w.ID))
-	_, err = st.BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}, Draining: true})
+	_, err = st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}, Draining: true})
 	require.NoError(t, err)
-	_, err = st.BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}})
+	_, err = st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}})
 	require.NoError(t, err)
 	got, _ := getWorker(t, st, w.ID)
 	require.True(t, got.Draining, "draining is sticky")
 	require.False(t, placeable(t, st, w.ID), "a draining worker takes no new work")
 
-	_, err = st.BeatWorker(ctx, "8d3c6a59-1f0e-4c38-9f0a-8a2b8e6f0c11", store.Beat{})
+	_, err = st.Workers().BeatWorker(ctx, "8d3c6a59-1f0e-4c38-9f0a-8a2b8e6f0c11", store.Beat{})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -115,16 +115,16 @@ func TestDeregisterWorker(t *testing.T) {
 	w, other := registerWorker(t, st), registerWorker(t, st)
 	a := attemptIn(t, st, w, startedTasks(t, st, "dereg", 1)[0], running)
 
-	lost, err := st.DeregisterWorker(ctx, w.ID)
+	lost, err := st.Workers().DeregisterWorker(ctx, w.ID)
 	require.NoError(t, err)
 	require.Len(t, lost, 1)
 	require.Equal(t, a.ID, lost[0].ID)
 	_, ok := getWorker(t, st, w.ID)
 	require.False(t, ok)
-	_, err = st.DeregisterWorker(ctx, w.ID)
+	_, err = st.Workers().DeregisterWorker(ctx, w.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	states, err := st.WorkerStates(ctx, []string{w.ID, other.ID, "not-a-uuid"})
+	states, err := st.Workers().WorkerStates(ctx, []string{w.ID, other.ID, "not-a-uuid"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{other.ID: store.WorkerAlive}, states, "a deregistered worker is unknown")
 }

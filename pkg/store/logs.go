@@ -47,7 +47,7 @@ type NewLogChunk struct {
 // output in order and returns the bytes of output the attempt shipped in
 // all, dropped ones included. Run it in InTx with DropLogChunksBefore to
 // bound what is kept. Errors: ErrNotFound (no such attempt).
-func (s *Store) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogChunk) (int64, error) {
+func (s Logs) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogChunk) (int64, error) {
 	var locked []int64
 	if err := s.raw(ctx, `SELECT id FROM attempts WHERE id = ? FOR NO KEY UPDATE`, id).
 		Scan(&locked).Error; err != nil {
@@ -91,7 +91,7 @@ type droppedRow struct {
 // and drops the oldest past maxBytes kept (domain.LogCut,
 // DropLogChunksBefore), in the caller's transaction. Errors: ErrNotFound
 // (no such attempt).
-func (s *Store) AppendLogsBounded(ctx context.Context, id int64, chunks []NewLogChunk, maxBytes int64) error {
+func (s Logs) AppendLogsBounded(ctx context.Context, id int64, chunks []NewLogChunk, maxBytes int64) error {
 	total, err := s.AppendLogChunks(ctx, id, chunks)
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func (s *Store) AppendLogsBounded(ctx context.Context, id int64, chunks []NewLog
 // in front of the rest, counting every byte of the stream dropped so far.
 // It returns the bytes dropped by this call. Call it in the transaction of
 // AppendLogChunks, which holds the attempt's lock.
-func (s *Store) DropLogChunksBefore(ctx context.Context, id, offset int64) (int64, error) {
+func (s Logs) DropLogChunksBefore(ctx context.Context, id, offset int64) (int64, error) {
 	var gone []droppedRow
 	if err := s.raw(ctx, `DELETE FROM attempt_log_chunks
 		WHERE attempt_id = ? AND dropped = 0 AND byte_offset < ?
@@ -146,7 +146,7 @@ func (s *Store) DropLogChunksBefore(ctx context.Context, id, offset int64) (int6
 
 // LogChunksAfter returns up to limit (0: all) of attempt id's chunks whose
 // seq is greater than after, in seq order; none for an unknown attempt.
-func (s *Store) LogChunksAfter(ctx context.Context, id, after int64, limit int) ([]LogChunk, error) {
+func (s Logs) LogChunksAfter(ctx context.Context, id, after int64, limit int) ([]LogChunk, error) {
 	q := s.q(ctx).Where("attempt_id = ? AND seq > ?", id, after).Order("seq")
 	if limit > 0 {
 		q = q.Limit(limit)
@@ -157,7 +157,7 @@ func (s *Store) LogChunksAfter(ctx context.Context, id, after int64, limit int) 
 
 // FinalAttemptLog returns the bounded output attempt id's final report
 // carried; an attempt without one (or with no output) has empty logs.
-func (s *Store) FinalAttemptLog(ctx context.Context, id int64) (AttemptLog, error) {
+func (s Logs) FinalAttemptLog(ctx context.Context, id int64) (AttemptLog, error) {
 	var l []AttemptLog
 	if err := s.q(ctx).Where("attempt_id = ?", id).Limit(1).Find(&l).Error; err != nil {
 		return AttemptLog{}, mapErr(err)
@@ -170,7 +170,7 @@ func (s *Store) FinalAttemptLog(ctx context.Context, id int64) (AttemptLog, erro
 
 // FindAttempt returns attempt number n of task idx of an action's
 // generation (nil: its current one). Errors: ErrNotFound.
-func (s *Store) FindAttempt(ctx context.Context, key domain.ActionKey, generation *int, idx, n int) (Attempt, error) {
+func (s Attempts) FindAttempt(ctx context.Context, key domain.ActionKey, generation *int, idx, n int) (Attempt, error) {
 	var a Attempt
 	err := s.raw(ctx, `SELECT at.* FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)

@@ -31,11 +31,11 @@ func appendBounded(t *testing.T, st *store.Store, id, maxBytes int64, chunks ...
 	t.Helper()
 	var dropped int64
 	require.NoError(t, st.InTx(context.Background(), func(tx *store.Store) error {
-		total, err := tx.AppendLogChunks(context.Background(), id, chunks)
+		total, err := tx.Logs().AppendLogChunks(context.Background(), id, chunks)
 		if err != nil {
 			return err
 		}
-		dropped, err = tx.DropLogChunksBefore(context.Background(), id, domain.LogCut(total, maxBytes))
+		dropped, err = tx.Logs().DropLogChunksBefore(context.Background(), id, domain.LogCut(total, maxBytes))
 		return err
 	}))
 	return dropped
@@ -64,16 +64,16 @@ func TestLogChunksAreStoredInOrderAfterASeq(t *testing.T) {
 	a := runningAttempt(t, st, "logs-order")
 
 	require.Zero(t, appendBounded(t, st, a.ID, 100, out("one\n"), errs("warn\n"), out(""), out("two\n")))
-	all, err := st.LogChunksAfter(ctx, a.ID, 0, 0)
+	all, err := st.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"stdout:one\n", "stderr:warn\n", "stdout:two\n"}, texts(all), "empty chunks are skipped")
 	require.Equal(t, []int64{0, 4, 9}, []int64{all[0].ByteOffset, all[1].ByteOffset, all[2].ByteOffset})
 
-	rest, err := st.LogChunksAfter(ctx, a.ID, all[0].Seq, 1)
+	rest, err := st.Logs().LogChunksAfter(ctx, a.ID, all[0].Seq, 1)
 	require.NoError(t, err)
 	require.Equal(t, []string{"stderr:warn\n"}, texts(rest), "after a seq, limited")
 
-	_, err = st.AppendLogChunks(ctx, a.ID+1000, []store.NewLogChunk{out("x")})
+	_, err = st.Logs().AppendLogChunks(ctx, a.ID+1000, []store.NewLogChunk{out("x")})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -87,7 +87,7 @@ func TestLogChunksPastTheBoundLeaveAMarkerPerStream(t *testing.T) {
 	require.Zero(t, appendBounded(t, st, a.ID, 30, out(ten), errs(ten), out(ten)))
 	// 40 bytes shipped, 30 kept at most: the first chunk (0-10) goes.
 	require.Equal(t, int64(10), appendBounded(t, st, a.ID, 30, out(ten)))
-	all, err := st.LogChunksAfter(ctx, a.ID, 0, 0)
+	all, err := st.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"stdout:-10", "stderr:" + ten, "stdout:" + ten, "stdout:" + ten}, texts(all),
 		"the marker is in front of what is kept")
@@ -95,17 +95,17 @@ func TestLogChunksPastTheBoundLeaveAMarkerPerStream(t *testing.T) {
 	// 55 shipped: everything that starts before 25 goes (10-20 and 20-30);
 	// stdout's marker now counts 20 bytes, stderr gets its own.
 	require.Equal(t, int64(20), appendBounded(t, st, a.ID, 30, errs(strings.Repeat("b", 15))))
-	all, err = st.LogChunksAfter(ctx, a.ID, 0, 0)
+	all, err = st.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"stderr:-10", "stdout:-20", "stdout:" + ten, "stderr:" + strings.Repeat("b", 15)},
 		texts(all))
 
 	// A chunk larger than the bound is dropped whole; the total still counts it.
 	require.Equal(t, int64(25+40), appendBounded(t, st, a.ID, 30, out(strings.Repeat("c", 40))))
-	all, err = st.LogChunksAfter(ctx, a.ID, 0, 0)
+	all, err = st.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"stderr:-25", "stdout:-70"}, texts(all))
-	total, err := st.AppendLogChunks(ctx, a.ID, nil)
+	total, err := st.Logs().AppendLogChunks(ctx, a.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(95), total)
 }

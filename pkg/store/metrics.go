@@ -14,9 +14,10 @@ import (
 // per-statement settings.
 const startKey = "capstan:start"
 
-// storePrefix is the qualified name of the Store's methods, as the runtime
-// reports them.
-const storePrefix = "github.com/capstan-run/capstan/pkg/store.(*Store)."
+// storePrefix is the qualified name of the package's functions, as the
+// runtime names them; a method's follows with its receiver type, e.g.
+// "Runs.LockRun" or "(*core).flushEvents".
+const storePrefix = "github.com/capstan-run/capstan/pkg/store."
 
 // NewOperationSeconds returns capstan_db_operation_duration_seconds, the
 // histogram of the store's statements by operation, for Config.Metrics. It
@@ -120,6 +121,13 @@ func anyStoreMethod(pcs []uintptr) bool {
 	return false
 }
 
+// storeReceivers are the receiver types whose methods name operations: the
+// Store, its core and the repositories.
+var storeReceivers = map[string]bool{
+	"(*Store)": true, "(*core)": true, "Runs": true, "Actions": true, "Tasks": true, "Attempts": true,
+	"Placement": true, "Workers": true, "Aborts": true, "Events": true, "Logs": true, "Cache": true, "Tokens": true,
+}
+
 // storeMethod is the Store method a return address is in: its name (a
 // closure's is its method's: ReportAttempt.func1 → ReportAttempt), and
 // whether it is exported. Zero for a frame of another function, for InTx
@@ -144,8 +152,9 @@ func methodAt(pc uintptr) storeMethod {
 		var f runtime.Frame
 		f, more = frames.Next()
 		if name, ok := strings.CutPrefix(f.Function, storePrefix); ok {
+			recv, name, isMethod := strings.Cut(name, ".")
 			name, _, _ = strings.Cut(name, ".")
-			if name != "" && name != "InTx" && name != "exec" {
+			if isMethod && storeReceivers[recv] && name != "InTx" && name != "inTx" && name != "exec" {
 				m = storeMethod{name: name, exported: name[0] >= 'A' && name[0] <= 'Z'}
 			}
 		}

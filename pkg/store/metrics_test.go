@@ -19,12 +19,12 @@ func TestStatementsAreTimedByTheirNamedStatement(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	key := domain.RunKey{Project: "p", Domain: "d", Run: "r1"}
-	_, _, err = st.CreateRun(ctx, store.NewRun{Key: key,
+	_, _, err = st.Runs().CreateRun(ctx, store.NewRun{Key: key,
 		Spec: domain.WorkflowSpec{Mode: domain.ModeStepByStep, Steps: []domain.Step{{Name: "s", Command: "true"}}}})
 	require.NoError(t, err)
-	_, err = st.GetRun(ctx, key)
+	_, err = st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
-	_, err = st.CountStates(ctx)
+	_, err = st.Tasks().CountStates(ctx)
 	require.NoError(t, err)
 
 	reg := prometheus.NewPedanticRegistry()
@@ -48,14 +48,14 @@ func TestCountStatesGroupsActionsTasksAndWorkers(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.New(t)
 	key := domain.RunKey{Project: "p", Domain: "d", Run: "r1"}
-	_, _, err := st.CreateRun(ctx, store.NewRun{Key: key,
+	_, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key,
 		Spec: domain.WorkflowSpec{Mode: domain.ModeStepByStep, Steps: []domain.Step{{Name: "s", Command: "true"}}}})
 	require.NoError(t, err)
 	storetest.StartSteps(t, st, key, "s")
-	_, err = st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
+	_, err = st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
 	require.NoError(t, err)
 
-	c, err := st.CountStates(ctx)
+	c, err := st.Tasks().CountStates(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), c.Tasks["PENDING"], "%+v", c)
 	require.Equal(t, int64(1), c.Workers[store.WorkerAlive])

@@ -51,7 +51,7 @@ const updateTaskOutcomeSQL = `WITH a AS (UPDATE actions SET phase = @to, updated
 // writes a "task.<Result>" event (data: attempt_state, not_before, and code
 // with the attempt's former code when o.Code is set), then the action's
 // "action.phase" event when it moved.
-func (s *Store) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o TaskOutcome, now time.Time) error {
+func (s Tasks) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o TaskOutcome, now time.Time) error {
 	args := map[string]any{"id": t.ID, "failures": o.Budget.FailureCount, "preemptions": o.Budget.PreemptionCount,
 		"system_failures": o.Budget.SystemFailureCount, "now": now, "state": o.State, "requeue": o.Requeue,
 		"not_before": nil, "move": o.Phase != nil, "from": "", "to": "", "terminal": false,
@@ -96,7 +96,7 @@ type OutcomeWrite struct {
 // evaluation's successes): the caller holds the locks of every task and
 // action written. Errors: ErrBadOutcome for an outcome with Requeue or a
 // Code (UpdateTaskOutcome writes those); Postgres's. No outcomes: nothing.
-func (s *Store) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...OutcomeWrite) error {
+func (s Tasks) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...OutcomeWrite) error {
 	if len(ws) == 0 {
 		return nil
 	}

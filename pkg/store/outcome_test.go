@@ -28,7 +28,7 @@ func TestUpdateTaskOutcomeCarriesTheActionsMove(t *testing.T) {
 		storetest.StartSteps(t, st, key)
 		a := attemptIn(t, st, w, tasksOf(t, st, key, "s")[0].Task.ID, running,
 			store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
-		d, err := st.GetAction(ctx, key.Action("s"))
+		d, err := st.Actions().GetAction(ctx, key.Action("s"))
 		require.NoError(t, err)
 		return key, a, domain.Phase(d.Action.Phase)
 	}
@@ -36,7 +36,7 @@ func TestUpdateTaskOutcomeCarriesTheActionsMove(t *testing.T) {
 	key, a, from := finished("moves")
 	applyOutcome(t, st, a.ID, store.TaskOutcome{State: domain.TaskSucceeded, Result: "succeeded",
 		Phase: &store.PhaseMove{From: from, To: domain.PhaseSucceeded}})
-	d, err := st.GetAction(ctx, key.Action("s"))
+	d, err := st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskSucceeded, d.Tasks[0].Task.State)
 	require.NotNil(t, d.Tasks[0].Task.EndedAt)
@@ -48,7 +48,7 @@ func TestUpdateTaskOutcomeCarriesTheActionsMove(t *testing.T) {
 	key, a, _ = finished("stays")
 	applyOutcome(t, st, a.ID, store.TaskOutcome{State: domain.TaskSucceeded, Result: "succeeded",
 		Phase: &store.PhaseMove{From: domain.PhasePaused, To: domain.PhaseSucceeded}})
-	d, err = st.GetAction(ctx, key.Action("s"))
+	d, err = st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskSucceeded, d.Tasks[0].Task.State)
 	require.NotEqual(t, string(domain.PhaseSucceeded), d.Action.Phase, "not in the move's from phase")
@@ -60,7 +60,7 @@ func TestUpdateTaskOutcomeCarriesTheActionsMove(t *testing.T) {
 	notBefore := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 	applyOutcome(t, st, a.ID, store.TaskOutcome{Budget: domain.Budget{FailureCount: 1}, Requeue: true,
 		NotBefore: notBefore, Result: "retried"})
-	d, err = st.GetAction(ctx, key.Action("s"))
+	d, err = st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	task := d.Tasks[0].Task
 	require.Equal(t, domain.TaskPending, task.State)
@@ -89,7 +89,7 @@ func TestUpdateTaskOutcomesWritesEachAsOne(t *testing.T) {
 		storetest.StartSteps(t, st, key)
 		a := attemptIn(t, st, w, tasksOf(t, st, key, "s")[0].Task.ID, running,
 			store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
-		d, err := st.GetAction(ctx, key.Action("s"))
+		d, err := st.Actions().GetAction(ctx, key.Action("s"))
 		require.NoError(t, err)
 		from := domain.Phase(d.Action.Phase)
 		if i == 1 {
@@ -102,16 +102,16 @@ func TestUpdateTaskOutcomesWritesEachAsOne(t *testing.T) {
 	}
 	requeue := store.OutcomeWrite{T: ws[0].T, A: ws[0].A, O: store.TaskOutcome{Requeue: true, Result: "retried"}}
 	err := st.InTx(ctx, func(tx *store.Store) error {
-		return tx.UpdateTaskOutcomes(ctx, time.Now().UTC(), append(slices.Clone(ws), requeue)...)
+		return tx.Tasks().UpdateTaskOutcomes(ctx, time.Now().UTC(), append(slices.Clone(ws), requeue)...)
 	})
 	require.ErrorIs(t, err, store.ErrBadOutcome)
 	require.Equal(t, domain.TaskRunning, tasksOf(t, st, keys[0], "s")[0].Task.State, "nothing written")
 
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
-		return tx.UpdateTaskOutcomes(ctx, time.Now().UTC(), ws...)
+		return tx.Tasks().UpdateTaskOutcomes(ctx, time.Now().UTC(), ws...)
 	}))
 	for i, key := range keys {
-		d, err := st.GetAction(ctx, key.Action("s"))
+		d, err := st.Actions().GetAction(ctx, key.Action("s"))
 		require.NoError(t, err)
 		task := d.Tasks[0].Task
 		require.Equal(t, domain.TaskSucceeded, task.State, key.Run)

@@ -50,7 +50,7 @@ type taskOutputs struct {
 // not escaped: ["3\n","<b>"]). A declared output no task reported (a task
 // failed within max_task_failures) is "", in the array that task's element.
 // A run without such steps, or no such run, gives an empty map.
-func (s *Store) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []string) (map[string]map[string]string, error) {
+func (s Actions) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []string) (map[string]map[string]string, error) {
 	rows, err := s.raw(ctx, stepOutputsSQL, sql.Named("project", runKey.Project), sql.Named("domain", runKey.Domain),
 		sql.Named("run", runKey.Run), sql.Named("succeeded", string(domain.PhaseSucceeded)),
 		sql.Named("all", len(steps) == 0), sql.Named("steps", append([]string{""}, steps...))).Rows()

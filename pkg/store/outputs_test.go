@@ -19,9 +19,9 @@ func finishTask(t *testing.T, st *store.Store, id int64, w store.Worker, state d
 	a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
-	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: state, ExitCode: intp(0), Outputs: outputs})
+	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: state, ExitCode: intp(0), Outputs: outputs})
 	require.NoError(t, err)
 	return a.ID
 }
@@ -30,9 +30,9 @@ func finishTask(t *testing.T, st *store.Store, id int64, w store.Worker, state d
 // once its tasks ended (set-up: the derivation is the scheduler's).
 func succeedStep(t *testing.T, st *store.Store, key domain.ActionKey) {
 	t.Helper()
-	d, err := st.GetAction(context.Background(), key)
+	d, err := st.Actions().GetAction(context.Background(), key)
 	require.NoError(t, err)
-	ok, err := st.SetActionPhase(context.Background(), key, domain.Phase(d.Action.Phase), domain.PhaseSucceeded, time.Now().UTC())
+	ok, err := st.Actions().SetActionPhase(context.Background(), key, domain.Phase(d.Action.Phase), domain.PhaseSucceeded, time.Now().UTC())
 	require.NoError(t, err)
 	require.True(t, ok)
 }
@@ -52,13 +52,13 @@ func TestStepOutputsAggregateReplicasOfSucceededSteps(t *testing.T) {
 	storetest.StartSteps(t, st, key)
 
 	one := finishTask(t, st, tasksOf(t, st, key, "one")[0].Task.ID, w, domain.TaskSucceeded, map[string]string{"count": "3\n"})
-	got, err := st.GetAttempt(ctx, one)
+	got, err := st.Attempts().GetAttempt(ctx, one)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"count": "3\n"}, got.Outputs, "a SUCCEEDED report stores its outputs")
 	ts := tasksOf(t, st, key, "three")
 	finishTask(t, st, ts[0].Task.ID, w, domain.TaskSucceeded, map[string]string{"n": "a\n", "m": "x"})
 	failed := finishTask(t, st, ts[1].Task.ID, w, domain.TaskFailed, map[string]string{"n": "ignored"})
-	got, err = st.GetAttempt(ctx, failed)
+	got, err = st.Attempts().GetAttempt(ctx, failed)
 	require.NoError(t, err)
 	require.Nil(t, got.Outputs, "only a SUCCEEDED report's outputs are stored")
 	finishTask(t, st, ts[2].Task.ID, w, domain.TaskSucceeded, map[string]string{"n": `c "q" <b>`})
@@ -68,7 +68,7 @@ func TestStepOutputsAggregateReplicasOfSucceededSteps(t *testing.T) {
 		succeedStep(t, st, key.Action(step))
 	}
 
-	all, err := st.StepOutputs(ctx, key, nil)
+	all, err := st.Actions().StepOutputs(ctx, key, nil)
 	require.NoError(t, err)
 	require.Equal(t, map[string]map[string]string{
 		"one":   {"count": "3\n"},
@@ -76,10 +76,10 @@ func TestStepOutputsAggregateReplicasOfSucceededSteps(t *testing.T) {
 	}, all, "one replica: the value as written; three: a JSON array in task-index order, \"\" for a task "+
 		"that reported none; a step not SUCCEEDED or declaring none has no entry")
 
-	some, err := st.StepOutputs(ctx, key, []string{"three", "running", "nope"})
+	some, err := st.Actions().StepOutputs(ctx, key, []string{"three", "running", "nope"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]map[string]string{"three": all["three"]}, some)
-	none, err := st.StepOutputs(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "ghost"}, nil)
+	none, err := st.Actions().StepOutputs(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "ghost"}, nil)
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
@@ -97,7 +97,7 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 	ak := key.Action("one")
 	finishTask(t, st, tasksOf(t, st, key, "one")[0].Task.ID, w, domain.TaskSucceeded, map[string]string{"count": "old"})
 	succeedStep(t, st, ak)
-	outs, err := st.StepOutputs(ctx, key, []string{"one"})
+	outs, err := st.Actions().StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)
 	require.Equal(t, "old", outs["one"]["count"])
 
@@ -114,12 +114,12 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	tasks := store.NewTasks(ak, step, 1, now)
-	require.NoError(t, st.CreateTasks(ctx, key, now, store.StartedStep{Action: ak.Action, Tasks: tasks}))
-	outs, err = st.StepOutputs(ctx, key, []string{"one"})
+	require.NoError(t, st.Tasks().CreateTasks(ctx, key, now, store.StartedStep{Action: ak.Action, Tasks: tasks}))
+	outs, err = st.Actions().StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"count": ""}, outs["one"], "the older generation's value is history")
 
-	d, err := st.GetAction(ctx, ak)
+	d, err := st.Actions().GetAction(ctx, ak)
 	require.NoError(t, err)
 	var id int64
 	for _, x := range d.Tasks {
@@ -128,14 +128,14 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 		}
 	}
 	finishTask(t, st, id, w, domain.TaskSucceeded, map[string]string{"count": "new"})
-	outs, err = st.StepOutputs(ctx, key, []string{"one"})
+	outs, err = st.Actions().StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"count": "new"}, outs["one"])
 }
 
 func mustRun(t *testing.T, st *store.Store, key domain.RunKey) store.Run {
 	t.Helper()
-	d, err := st.GetRun(context.Background(), key)
+	d, err := st.Runs().GetRun(context.Background(), key)
 	require.NoError(t, err)
 	return d.Run
 }

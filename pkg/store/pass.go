@@ -31,7 +31,7 @@ func openPass(dsn string, ops *prometheus.HistogramVec) (*passConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &passConn{st: &Store{db: db, ops: ops}, at: time.Now()}, nil
+	return &passConn{st: &Store{&core{db: db, ops: ops}}, at: time.Now()}, nil
 }
 
 // Pass returns a Store on one connection of its own that keeps one plan of
@@ -44,9 +44,12 @@ func openPass(dsn string, ops *prometheus.HistogramVec) (*passConn, error) {
 // execution). A plan is made for the tables as they are; Replan has the
 // next calls plan again once they have grown. On any other Store than
 // Open's it returns ByKey's.
-func (s *Store) Pass() *Store {
+func (s *Store) Pass() *Store { return s.onPass() }
+
+// onPass is Pass.
+func (s *core) onPass() *Store {
 	if s.pass == nil {
-		return s.ByKey()
+		return s.onByKey()
 	}
 	return s.pass.st
 }

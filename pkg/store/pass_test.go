@@ -22,7 +22,7 @@ func TestPassKeepsPlansUntilReplan(t *testing.T) {
 	ctx := context.Background()
 	st, url := openOneConnectionPools(t)
 	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
-	_, err := st.Pass().NextWakeAt(ctx)
+	_, err := st.Pass().Placement().NextWakeAt(ctx)
 	require.NoError(t, err)
 	db, err := sql.Open("pgx", url)
 	require.NoError(t, err)

@@ -22,17 +22,17 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	high := newRun(t, st, "high", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Priority: "production",
 		Resources:   &domain.Resources{CPUMillis: 500, MemoryBytes: 1 << 30},
 		Constraints: []domain.Constraint{{Key: "gpu", Op: domain.OpExists}}}}})
-	none, workers, err := st.PendingWork(ctx, 10, time.Minute)
+	none, workers, err := st.Placement().PendingWork(ctx, 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.Empty(t, workers)
-	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8,
+	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8,
 		Labels: map[string]string{"gpu": "a100"}})
 	require.NoError(t, err)
 	for _, k := range []domain.RunKey{low, high} {
 		storetest.StartSteps(t, st, k)
 	}
-	pending, workers, err := st.PendingWork(ctx, 10, time.Minute)
+	pending, workers, err := st.Placement().PendingWork(ctx, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, pending, 2)
 	samePlaceable(t, st, workers)
@@ -44,8 +44,8 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	require.JSONEq(t, `[{"key":"gpu","op":"EXISTS"}]`, string(constraints))
 
 	reason := "no worker matches constraint gpu=EXISTS"
-	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{pending[0].ID: reason}))
-	d, err := st.GetAction(ctx, high.Action("s"))
+	require.NoError(t, st.Placement().SetPendingReasons(ctx, map[int64]string{pending[0].ID: reason}))
+	d, err := st.Actions().GetAction(ctx, high.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, reason, *d.Tasks[0].Task.PendingReason)
 	require.Equal(t, string(domain.PhaseWaitingForResources), d.Action.Phase, "a known pending_reason shows as WAITING_FOR_RESOURCES")
@@ -53,14 +53,14 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	_, ok, err := storetest.AssignTask(ctx, st, pending[0].ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, workers, err = st.PendingWork(ctx, 10, time.Minute)
+	_, workers, err = st.Placement().PendingWork(ctx, 10, time.Minute)
 	require.NoError(t, err)
 	samePlaceable(t, st, workers)
 	require.Equal(t, 1, workers[0].Used)
 	require.Equal(t, int64(500), workers[0].UsedCPUMillis)
 	require.Equal(t, int64(1<<30), workers[0].UsedMemoryBytes)
 	require.NotNil(t, workers[0].LowestPriority)
-	d, err = st.GetAction(ctx, high.Action("s"))
+	d, err = st.Actions().GetAction(ctx, high.Action("s"))
 	require.NoError(t, err)
 	require.Nil(t, d.Tasks[0].Task.PendingReason, "placing a task clears its reason")
 	require.Equal(t, string(domain.PhaseRunning), d.Action.Phase)
@@ -70,7 +70,7 @@ func TestPendingOrderAndReasons(t *testing.T) {
 // statement, are what PlaceableWorkers reads: one worker here.
 func samePlaceable(t *testing.T, st *store.Store, workers []store.WorkerLoad) {
 	t.Helper()
-	want, err := st.PlaceableWorkers(context.Background(), time.Minute)
+	want, err := st.Placement().PlaceableWorkers(context.Background(), time.Minute)
 	require.NoError(t, err)
 	require.Len(t, want, 1)
 	require.Len(t, workers, 1)
@@ -92,13 +92,13 @@ func TestExpiryDueAttemptTimeouts(t *testing.T) {
 	storetest.StartSteps(t, st, key)
 	a, _, err := storetest.AssignTask(ctx, st, tasksOf(t, st, key, "s")[0].Task.ID, w.ID)
 	require.NoError(t, err)
-	due, err := st.ExpiryDue(ctx, 100)
+	due, err := st.Tasks().ExpiryDue(ctx, 100)
 	require.NoError(t, err)
 	require.Empty(t, due.AttemptTimeouts, "an attempt that has not started cannot time out")
-	_, err = st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		due, err = st.ExpiryDue(ctx, 100)
+		due, err = st.Tasks().ExpiryDue(ctx, 100)
 		require.NoError(t, err)
 		return len(due.AttemptTimeouts) == 1
 	}, 5*time.Second, 5*time.Millisecond)
@@ -124,13 +124,13 @@ func TestWaitingForResourcesWritesAnEvent(t *testing.T) {
 	_, ok, err := storetest.AssignTask(ctx, st, bt[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	before, err := st.GetAction(ctx, queued.Action("s"))
+	before, err := st.Actions().GetAction(ctx, queued.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseQueued), before.Action.Phase)
 
 	reason := "no worker has a free slot"
-	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{waiting.ID: reason, bt[1].Task.ID: reason}))
-	after, err := st.GetAction(ctx, queued.Action("s"))
+	require.NoError(t, st.Placement().SetPendingReasons(ctx, map[int64]string{waiting.ID: reason, bt[1].Task.ID: reason}))
+	after, err := st.Actions().GetAction(ctx, queued.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseWaitingForResources), after.Action.Phase)
 	require.Equal(t, before.Action.Version+1, after.Action.Version, "the move bumps the action's version")
@@ -139,8 +139,8 @@ func TestWaitingForResourcesWritesAnEvent(t *testing.T) {
 	require.Equal(t, []phaseEvent{{From: "QUEUED", To: "RUNNING"}}, phaseEvents(t, db, busy.Action("s")),
 		"a RUNNING action does not move: only its assignment's row")
 
-	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{waiting.ID: reason}))
-	require.NoError(t, st.SetPendingReasons(ctx, map[int64]string{waiting.ID: "no worker matches constraint gpu=EXISTS"}))
+	require.NoError(t, st.Placement().SetPendingReasons(ctx, map[int64]string{waiting.ID: reason}))
+	require.NoError(t, st.Placement().SetPendingReasons(ctx, map[int64]string{waiting.ID: "no worker matches constraint gpu=EXISTS"}))
 	require.Len(t, phaseEvents(t, db, queued.Action("s")), 1, "an action already waiting does not move again")
 }
 
@@ -190,7 +190,7 @@ func TestSetPendingReasonsReadsTasksByKey(t *testing.T) {
 		}
 	}
 	for range 2 { // the second call finds every reason written already
-		require.NoError(t, st.Pass().SetPendingReasons(ctx, reasons))
+		require.NoError(t, st.Pass().Placement().SetPendingReasons(ctx, reasons))
 	}
 	var written int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE pending_reason IS NOT NULL`).Scan(&written))

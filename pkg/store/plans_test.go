@@ -98,7 +98,7 @@ func TestFreshBindReadsTasksByKey(t *testing.T) {
 		t.Helper()
 		require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
 			if fresh {
-				if _, _, err := tx.FreshWork(ctx, []domain.RunKey{{Project: "p", Domain: "d", Run: "r1"}}, time.Minute); err != nil {
+				if _, _, err := tx.Placement().FreshWork(ctx, []domain.RunKey{{Project: "p", Domain: "d", Run: "r1"}}, time.Minute); err != nil {
 					return err
 				}
 			}

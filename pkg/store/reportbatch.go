@@ -44,13 +44,13 @@ type BatchedResult struct {
 // write reads its attempts from a JSON array, which a main pool's plan
 // expects to hold 100 and joined to a sequential scan of the attempts. A
 // batch of logs alone stays on the main pool.
-func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []BatchedReport, logMax int64) ([]BatchedResult, error) {
+func (s Attempts) ReportAttempts(ctx context.Context, worker string, batch []BatchedReport, logMax int64) ([]BatchedResult, error) {
 	out := make([]BatchedResult, len(batch))
-	on := s
+	on := s.core
 	if slices.ContainsFunc(batch, func(b BatchedReport) bool { return b.Logs == nil }) {
-		on = s.ByKey()
+		on = s.onByKey().core
 	}
-	err := on.InTx(ctx, func(tx *Store) error {
+	err := on.inTx(ctx, func(tx *Store) error {
 		locked, err := tx.lockBatch(ctx, batch)
 		if err != nil {
 			return err
@@ -83,7 +83,7 @@ func (s *Store) ReportAttempts(ctx context.Context, worker string, batch []Batch
 // returns the locked rows by attempt id: report takes them from there
 // instead of locking each attempt again. An attempt that does not exist is
 // missing.
-func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRows, error) {
+func (s *core) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRows, error) {
 	ids := make([]int64, 0, len(batch))
 	seen := map[int64]bool{}
 	reports := false
@@ -137,7 +137,7 @@ func (s *Store) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRow
 
 // appendBatchLogs appends a logs item of worker's batch: ErrNotFound for an
 // attempt unknown or placed on another worker.
-func (s *Store) appendBatchLogs(ctx context.Context, worker string, id int64, chunks []NewLogChunk, logMax int64) error {
+func (s *core) appendBatchLogs(ctx context.Context, worker string, id int64, chunks []NewLogChunk, logMax int64) error {
 	var owners []string
 	if err := s.raw(ctx, `SELECT worker_id FROM attempts WHERE id = ? AND worker_id = ?`, id, worker).
 		Scan(&owners).Error; err != nil {
@@ -146,7 +146,7 @@ func (s *Store) appendBatchLogs(ctx context.Context, worker string, id int64, ch
 	if len(owners) == 0 {
 		return ErrNotFound
 	}
-	return s.AppendLogsBounded(ctx, id, chunks, logMax)
+	return s.logs().AppendLogsBounded(ctx, id, chunks, logMax)
 }
 
 // pendingWrite is what reports of one attempt will write: the attempt's
@@ -200,7 +200,7 @@ type reportWrite struct {
 // writeReports writes what the transaction's reports left in locked, every
 // attempt in one statement (writeReportsSQL). Errors: ErrNotFound when an
 // attempt is gone, and Postgres's.
-func (s *Store) writeReports(ctx context.Context, locked lockedRows) error {
+func (s *core) writeReports(ctx context.Context, locked lockedRows) error {
 	var rows []reportWrite
 	for _, id := range slices.Sorted(maps.Keys(locked)) {
 		ta := locked[id]

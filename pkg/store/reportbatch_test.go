@@ -23,7 +23,7 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 	w := registerWorker(t, st)
 	attempts := assignedAttempts(t, st, w, "deferred", 2)
 	exit := 0
-	res, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{
+	res, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskRunning, Pid: intp(42)}},
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}},
 		{AttemptID: attempts[1], Report: store.Report{State: domain.TaskRunning, Pid: intp(43)}},
@@ -81,7 +81,7 @@ func TestReportBatchWritesItsAttemptsInOneStatement(t *testing.T) {
 		}
 	}))
 	one, two := 1, 0
-	res, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{
+	res, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskRunning, Pid: intp(40)}},
 		{AttemptID: attempts[1], Report: store.Report{State: domain.TaskRunning, Pid: intp(41)}},
 		{AttemptID: attempts[2], Report: store.Report{State: domain.TaskRunning, Pid: intp(42)}},
@@ -137,7 +137,7 @@ func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 		for i, id := range ids {
 			b[i] = store.BatchedReport{AttemptID: id, Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}
 		}
-		res, err := st.ReportAttempts(ctx, w.ID, b, 1<<20)
+		res, err := st.Attempts().ReportAttempts(ctx, w.ID, b, 1<<20)
 		require.NoError(t, err)
 		for _, r := range res {
 			require.NoError(t, r.Err)
@@ -183,7 +183,7 @@ func TestGetAttemptRunsReadsEachAttemptOnce(t *testing.T) {
 	ctx := context.Background()
 	st, _ := openOneConnectionPools(t)
 	ids := assignedAttempts(t, st, registerWorker(t, st), "r", 3)
-	got, err := st.GetAttemptRuns(ctx, []int64{ids[2], ids[0], ids[2], -1})
+	got, err := st.Attempts().GetAttemptRuns(ctx, []int64{ids[2], ids[0], ids[2], -1})
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	for i, want := range []int64{ids[0], ids[2]} {
@@ -192,11 +192,11 @@ func TestGetAttemptRunsReadsEachAttemptOnce(t *testing.T) {
 		require.Equal(t, got[i].Task.ActionName, got[i].Action.Name)
 		require.True(t, got[i].Proceed)
 	}
-	none, err := st.GetAttemptRuns(ctx, []int64{-1})
+	none, err := st.Attempts().GetAttemptRuns(ctx, []int64{-1})
 	require.NoError(t, err)
 	require.Empty(t, none)
 	for range 6 {
-		one, err := st.GetAttemptRuns(ctx, ids[1:2])
+		one, err := st.Attempts().GetAttemptRuns(ctx, ids[1:2])
 		require.NoError(t, err)
 		require.Len(t, one, 1)
 		require.Equal(t, ids[1], one[0].Attempt.ID)

@@ -33,7 +33,7 @@ var reserveSQL = `INSERT INTO cache_reservations AS r (project, domain, key, run
 // catalog reservation; see reserveSQL for when it may take over another's)
 // and writes a "cache.reserved" event. It returns false, changing nothing,
 // when another action holds a live reservation of key.
-func (s *Store) ReserveCache(ctx context.Context, owner domain.ActionKey, key string, expires, now time.Time) (bool, error) {
+func (s Cache) ReserveCache(ctx context.Context, owner domain.ActionKey, key string, expires, now time.Time) (bool, error) {
 	var got []string
 	err := s.raw(ctx, reserveSQL, sql.Named("project", owner.Project), sql.Named("domain", owner.Domain),
 		sql.Named("key", key), sql.Named("run", owner.Run), sql.Named("action", owner.Action),
@@ -48,7 +48,7 @@ func (s *Store) ReserveCache(ctx context.Context, owner domain.ActionKey, key st
 // ReleaseCache deletes owner's reservation of key, if it holds it, and then
 // writes a "cache_released" event with why (e.g. "succeeded", "aborted").
 // It returns whether there was one to release.
-func (s *Store) ReleaseCache(ctx context.Context, owner domain.ActionKey, key, why string) (bool, error) {
+func (s Cache) ReleaseCache(ctx context.Context, owner domain.ActionKey, key, why string) (bool, error) {
 	res := s.q(ctx).Where("project = ? AND domain = ? AND key = ? AND run_name = ? AND action_name = ?",
 		owner.Project, owner.Domain, key, owner.Run, owner.Action).Delete(&CacheReservation{})
 	if res.Error != nil || res.RowsAffected == 0 {
@@ -59,7 +59,7 @@ func (s *Store) ReleaseCache(ctx context.Context, owner domain.ActionKey, key, w
 
 // CacheWaiters returns the runs with a step WAITING_FOR_CACHE on key in
 // project and dom, read without a lock.
-func (s *Store) CacheWaiters(ctx context.Context, project, dom, key string) ([]domain.RunKey, error) {
+func (s Cache) CacheWaiters(ctx context.Context, project, dom, key string) ([]domain.RunKey, error) {
 	var names []string
 	err := s.q(ctx).Model(&Action{}).Distinct("run_name").
 		Where("project = ? AND domain = ? AND cache_key = ? AND phase = ?", project, dom, key,
@@ -93,7 +93,7 @@ WHERE (r.project, r.domain, r.key) = (l.project, l.domain, l.key)`
 // ExtendCacheReservations extends to expires the reservations of owners
 // still at work (extendSQL): those of workers silent since alive, or of
 // ended owners, lapse. It returns how many it extended.
-func (s *Store) ExtendCacheReservations(ctx context.Context, alive, expires time.Time) (int64, error) {
+func (s Cache) ExtendCacheReservations(ctx context.Context, alive, expires time.Time) (int64, error) {
 	res := s.exec(ctx, extendSQL, sql.Named("alive", alive), sql.Named("expires", expires))
 	return res.RowsAffected, mapErr(res.Error)
 }
@@ -101,7 +101,7 @@ func (s *Store) ExtendCacheReservations(ctx context.Context, alive, expires time
 // CompleteFromCache ends a step with a cache hit: SUCCEEDED (from from),
 // started and ended now, with its key, status HIT and the entry's outputs,
 // its wait cleared; it writes "action.cache_hit" and "action.phase" events.
-func (s *Store) CompleteFromCache(ctx context.Context, key domain.ActionKey, from domain.Phase, e CacheEntry,
+func (s Cache) CompleteFromCache(ctx context.Context, key domain.ActionKey, from domain.Phase, e CacheEntry,
 	now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"phase": string(domain.PhaseSucceeded), "started_at": now, "ended_at": now, "cache_key": e.Key,
@@ -119,7 +119,7 @@ func (s *Store) CompleteFromCache(ctx context.Context, key domain.ActionKey, fro
 // MarkCacheMiss records that a step about to start missed the cache: its
 // key and status MISS, its cache wait cleared, phase QUEUED (from from).
 // The caller then creates its tasks.
-func (s *Store) MarkCacheMiss(ctx context.Context, key domain.ActionKey, from domain.Phase, cacheKey string,
+func (s Cache) MarkCacheMiss(ctx context.Context, key domain.ActionKey, from domain.Phase, cacheKey string,
 	now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"phase": string(domain.PhaseQueued), "cache_key": cacheKey, "cache_status": domain.CacheMiss,
@@ -134,7 +134,7 @@ func (s *Store) MarkCacheMiss(ctx context.Context, key domain.ActionKey, from do
 // another action's reservation of cacheKey: waiting for WaitCache until
 // notBefore, its cache_waits set to waits. It writes an
 // "action.waiting_for_cache" event.
-func (s *Store) WaitForCache(ctx context.Context, key domain.ActionKey, from domain.Phase, cacheKey string, waits int,
+func (s Cache) WaitForCache(ctx context.Context, key domain.ActionKey, from domain.Phase, cacheKey string, waits int,
 	notBefore, now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"phase": string(domain.PhaseWaitingForCache), "cache_key": cacheKey, "waiting_for": WaitCache,
@@ -148,7 +148,7 @@ func (s *Store) WaitForCache(ctx context.Context, key domain.ActionKey, from dom
 
 // SetCacheStatus sets a step's cache status (domain.CachePopulated once its
 // entry is written).
-func (s *Store) SetCacheStatus(ctx context.Context, key domain.ActionKey, status string, now time.Time) error {
+func (s Cache) SetCacheStatus(ctx context.Context, key domain.ActionKey, status string, now time.Time) error {
 	return mapErr(s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"cache_status": status, "updated_at": now, "version": gorm.Expr("version + 1")}).Error)
 }

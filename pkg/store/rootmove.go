@@ -23,9 +23,9 @@ import (
 // Either way every statement after the call sees the move, and its event
 // keeps its place among the transaction's events (dropped there when a0
 // did not move). Outside a transaction it makes its own.
-func (s *Store) SetRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
+func (s Actions) SetRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
 	if s.tx == nil {
-		return s.InTx(ctx, func(tx *Store) error { return tx.SetRootPhase(ctx, key, from, to, now) })
+		return s.inTx(ctx, func(tx *Store) error { return tx.actions().SetRootPhase(ctx, key, from, to, now) })
 	}
 	for _, m := range s.tx.roots {
 		if m.key == key { // a second move of the same run follows the first
@@ -91,7 +91,7 @@ func rootMovesSQL(moves []rootMove, tail string) string {
 // makeRootMoves makes the root moves left in the transaction, if any, in
 // one statement, and drops the events of those whose a0 was not in the
 // move's phase.
-func (s *Store) makeRootMoves(ctx context.Context) error {
+func (s *core) makeRootMoves(ctx context.Context) error {
 	if s.tx == nil || len(s.tx.roots) == 0 {
 		return nil
 	}

@@ -29,7 +29,7 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 		t.Helper()
 		before := countByOperation(t, h)
 		err := st.InTx(ctx, func(tx *store.Store) error {
-			if _, err := tx.LockRun(ctx, key); err != nil {
+			if _, err := tx.Runs().LockRun(ctx, key); err != nil {
 				return err
 			}
 			return fn(tx)
@@ -46,23 +46,23 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 
 	key := newRun(t, st, "at-commit", spec)
 	ops := inTx(key, func(tx *store.Store) error {
-		return tx.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now)
+		return tx.Actions().SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now)
 	})
 	require.Equal(t, map[string]int64{"LockRun": 1, "flushEvents": 1}, ops, "the move rides the events' insert")
 	requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseRunning)
 	require.Equal(t, "action.phase", last(events(t, db, key)))
 
 	ops = inTx(key, func(tx *store.Store) error {
-		if err := tx.SetRootPhase(ctx, key, domain.PhaseRunning, domain.PhaseSucceeded, now); err != nil {
+		if err := tx.Actions().SetRootPhase(ctx, key, domain.PhaseRunning, domain.PhaseSucceeded, now); err != nil {
 			return err
 		}
-		run, err := tx.LockRun(ctx, key)
+		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil {
 			return err
 		}
 		require.Equal(t, string(domain.PhaseSucceeded), run.Phase, "the next statement sees the move")
 		require.NotNil(t, run.EndedAt)
-		return tx.RequestActionAbort(ctx, key.Action(domain.RootActionName), "test", nil)
+		return tx.Actions().RequestActionAbort(ctx, key.Action(domain.RootActionName), "test", nil)
 	})
 	require.Equal(t, map[string]int64{"LockRun": 3, "RequestActionAbort": 1, "flushEvents": 1}, ops,
 		"the move is a statement of its own, made by the next one (LockRun's)")
@@ -73,10 +73,10 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 	for _, next := range []bool{false, true} {
 		key := newRun(t, st, map[bool]string{false: "mirror-at-commit", true: "mirror-next"}[next], spec)
 		inTx(key, func(tx *store.Store) error {
-			if err := tx.SetRootPhase(ctx, key, domain.PhasePaused, domain.PhaseRunning, now); err != nil || !next {
+			if err := tx.Actions().SetRootPhase(ctx, key, domain.PhasePaused, domain.PhaseRunning, now); err != nil || !next {
 				return err
 			}
-			_, err := tx.LockRun(ctx, key)
+			_, err := tx.Runs().LockRun(ctx, key)
 			return err
 		})
 		requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseQueued)
@@ -87,7 +87,7 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 	key = newRun(t, st, "savepoint", spec)
 	inTx(key, func(tx *store.Store) error {
 		err := tx.InTx(ctx, func(sp *store.Store) error {
-			return errors.Join(sp.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now), boom)
+			return errors.Join(sp.Actions().SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now), boom)
 		})
 		require.ErrorIs(t, err, boom)
 		return nil
@@ -95,7 +95,7 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 	requirePhases(t, st, key, domain.PhaseQueued, domain.PhaseQueued)
 	require.Equal(t, []string{"run.created"}, events(t, db, key), "the savepoint's move is taken back")
 	inTx(key, func(tx *store.Store) error {
-		if err := tx.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now); err != nil {
+		if err := tx.Actions().SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now); err != nil {
 			return err
 		}
 		require.ErrorIs(t, tx.InTx(ctx, func(*store.Store) error { return boom }), boom)
@@ -105,7 +105,7 @@ func TestRootMoveRidesTheEventsInsert(t *testing.T) {
 	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, key), "a move before the savepoint stays")
 
 	key = newRun(t, st, "outside", spec)
-	require.NoError(t, st.SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now))
+	require.NoError(t, st.Actions().SetRootPhase(ctx, key, domain.PhaseQueued, domain.PhaseRunning, now))
 	requirePhases(t, st, key, domain.PhaseRunning, domain.PhaseRunning)
 	require.Equal(t, []string{"run.created", "action.phase"}, events(t, db, key))
 }
@@ -123,10 +123,10 @@ func TestRootMovesOfSeveralRunsRideTheEventsInsert(t *testing.T) {
 	a, b, c := newRun(t, st, "a", spec), newRun(t, st, "b", spec), newRun(t, st, "c", spec)
 	before := countByOperation(t, h)
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
-		return errors.Join(tx.SetRootPhase(ctx, a, domain.PhaseQueued, domain.PhaseRunning, now),
-			tx.SetRootPhase(ctx, b, domain.PhasePaused, domain.PhaseRunning, now), // a0 is QUEUED: no event
-			tx.SetRootPhase(ctx, c, domain.PhaseQueued, domain.PhaseRunning, now),
-			tx.SetRootPhase(ctx, a, domain.PhaseRunning, domain.PhaseSucceeded, now)) // makes the three first
+		return errors.Join(tx.Actions().SetRootPhase(ctx, a, domain.PhaseQueued, domain.PhaseRunning, now),
+			tx.Actions().SetRootPhase(ctx, b, domain.PhasePaused, domain.PhaseRunning, now), // a0 is QUEUED: no event
+			tx.Actions().SetRootPhase(ctx, c, domain.PhaseQueued, domain.PhaseRunning, now),
+			tx.Actions().SetRootPhase(ctx, a, domain.PhaseRunning, domain.PhaseSucceeded, now)) // makes the three first
 	}))
 	after := countByOperation(t, h)
 	require.Equal(t, int64(1), after["SetRootPhase"]-before["SetRootPhase"], "the three moves in one statement")
@@ -145,8 +145,8 @@ func TestRootMovesOfSeveralRunsRideTheEventsInsert(t *testing.T) {
 
 	d, e := newRun(t, st, "d", spec), newRun(t, st, "e", spec)
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
-		return errors.Join(tx.SetRootPhase(ctx, d, domain.PhasePaused, domain.PhaseRunning, now),
-			tx.SetRootPhase(ctx, e, domain.PhaseQueued, domain.PhaseRunning, now))
+		return errors.Join(tx.Actions().SetRootPhase(ctx, d, domain.PhasePaused, domain.PhaseRunning, now),
+			tx.Actions().SetRootPhase(ctx, e, domain.PhaseQueued, domain.PhaseRunning, now))
 	}))
 	requirePhases(t, st, d, domain.PhaseRunning, domain.PhaseQueued)
 	requirePhases(t, st, e, domain.PhaseRunning, domain.PhaseRunning)
@@ -172,10 +172,10 @@ func openCounted(t *testing.T) (*store.Store, *sql.DB, *prometheus.HistogramVec)
 // requirePhases checks the phases of key's run row and of its a0.
 func requirePhases(t *testing.T, st *store.Store, key domain.RunKey, run, root domain.Phase) {
 	t.Helper()
-	d, err := st.GetRun(context.Background(), key)
+	d, err := st.Runs().GetRun(context.Background(), key)
 	require.NoError(t, err)
 	require.Equal(t, string(run), d.Run.Phase, "the run row")
-	a0, err := st.GetAction(context.Background(), key.Action(domain.RootActionName))
+	a0, err := st.Actions().GetAction(context.Background(), key.Action(domain.RootActionName))
 	require.NoError(t, err)
 	require.Equal(t, string(root), a0.Action.Phase, "a0")
 }

@@ -29,7 +29,7 @@ var ErrBadCursor = errors.New("invalid cursor")
 
 // ListRuns returns a page of runs, newest first, and the cursor of the next
 // page ("" on the last). Errors: ErrBadCursor.
-func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
+func (s Runs) ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error) {
 	limit := min(max(cmp.Or(f.Limit, 50), 1), 500)
 	q := s.q(ctx).Where("project = ? AND domain = ? AND "+sqlListedByCreation, f.Project, f.Domain)
 	if f.Phase != "" {

@@ -45,7 +45,7 @@ type TaskDetail struct {
 // "run.created" event, in one statement (insertRun), and returns them.
 // created is false when IdempotencyKey matched an earlier run, which is
 // returned as GetRun reads it. Errors: ErrConflict when the name is taken.
-func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bool, err error) {
+func (s Runs) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bool, err error) {
 	var earlier *domain.RunKey
 	if nr.IdempotencyKey != "" {
 		if earlier, err = s.runByIdempotencyKey(ctx, nr); err != nil && !errors.Is(err, ErrNotFound) {
@@ -73,7 +73,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created 
 // the run and a0. The run's feed lock is not needed: no other transaction
 // writes events of a run that has not committed. Errors:
 // errIdempotencyRace, ErrConflict (the name is taken).
-func (s *Store) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
+func (s *core) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	now := time.Now().UTC()
 	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
 		TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Phase: string(domain.PhaseQueued), Version: 1,
@@ -124,7 +124,7 @@ SELECT pg_notify(@channel, @notice) FROM e WHERE ` + listenersLive
 
 // runByIdempotencyKey returns the key of the run created with nr's
 // Idempotency-Key in its project and domain. Errors: ErrNotFound.
-func (s *Store) runByIdempotencyKey(ctx context.Context, nr NewRun) (*domain.RunKey, error) {
+func (s *core) runByIdempotencyKey(ctx context.Context, nr NewRun) (*domain.RunKey, error) {
 	var run Run
 	if err := s.q(ctx).Select("name").Where("project = ? AND domain = ? AND idempotency_key = ?",
 		nr.Key.Project, nr.Key.Domain, nr.IdempotencyKey).Take(&run).Error; err != nil {
@@ -139,7 +139,7 @@ var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 
 // GetRun returns a run with its actions, tasks and attempts.
 // Errors: ErrNotFound.
-func (s *Store) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error) {
+func (s Runs) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error) {
 	run, actions, err := s.details(ctx, key, "")
 	if err != nil {
 		return RunDetail{}, err
@@ -160,7 +160,7 @@ func inSpecOrder(actions []ActionDetail, spec domain.WorkflowSpec) []ActionDetai
 
 // GetAction returns one action with its tasks and attempts.
 // Errors: ErrNotFound.
-func (s *Store) GetAction(ctx context.Context, key domain.ActionKey) (ActionDetail, error) {
+func (s Actions) GetAction(ctx context.Context, key domain.ActionKey) (ActionDetail, error) {
 	_, ds, err := s.details(ctx, key.RunKey, key.Action)
 	if err != nil {
 		return ActionDetail{}, err
@@ -190,7 +190,7 @@ FROM runs r WHERE r.project = @project AND r.domain = @domain AND r.name = @run`
 
 // details loads a run and its actions (or only the one named) with their
 // tasks and attempts. Errors: ErrNotFound (no such run).
-func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Run, []ActionDetail, error) {
+func (s *core) details(ctx context.Context, key domain.RunKey, only string) (Run, []ActionDetail, error) {
 	var run Run
 	var rawRun, rawActions, rawTasks, rawAttempts []byte
 	err := s.raw(ctx, detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
@@ -225,7 +225,7 @@ func (s *Store) details(ctx context.Context, key domain.RunKey, only string) (Ru
 // LockRun locks a run's row (FOR UPDATE) and returns it: the first lock of
 // every transaction that moves a run (docs/design-notes.md, "Lock order").
 // Errors: ErrNotFound.
-func (s *Store) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
+func (s Runs) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
 	var run Run
 	err := scanRows(s.raw(ctx, `SELECT row_to_json(r) FROM runs r WHERE project = ? AND domain = ? AND name = ? FOR UPDATE`,
 		key.Project, key.Domain, key.Run), &run)
@@ -234,7 +234,7 @@ func (s *Store) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
 
 // SetRunPhase sets the run row's phase (mirroring a0's); a terminal phase also
 // sets ended_at.
-func (s *Store) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Phase, now time.Time) error {
+func (s Runs) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Phase, now time.Time) error {
 	up := map[string]any{"phase": string(p), "updated_at": now, "version": gorm.Expr("version + 1")}
 	if p.IsTerminal() {
 		up["ended_at"] = now
@@ -244,7 +244,7 @@ func (s *Store) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Pha
 }
 
 // UnfinishedRuns returns the keys of runs not yet terminal, oldest first.
-func (s *Store) UnfinishedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
+func (s Runs) UnfinishedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
 	var rows []Run
 	if err := s.q(ctx).Select("project, domain, name").Where("ended_at IS NULL").Order("created_at").Limit(limit).
 		Find(&rows).Error; err != nil {
@@ -269,7 +269,7 @@ var ErrUnknownStep = errors.New("no such step")
 // The scheduler acts on it when it next advances the run: no new step
 // starts, and the run is PAUSED once nothing runs. Errors: ErrNotFound,
 // ErrTerminal (the run ended).
-func (s *Store) RequestSuspend(ctx context.Context, key domain.RunKey) (Run, error) {
+func (s Runs) RequestSuspend(ctx context.Context, key domain.RunKey) (Run, error) {
 	return s.signalRun(ctx, key, "run.suspend_requested", func(run *Run, now time.Time) map[string]any {
 		if run.SuspendRequestedAt == nil {
 			run.SuspendRequestedAt = &now
@@ -283,7 +283,7 @@ func (s *Store) RequestSuspend(ctx context.Context, key domain.RunKey) (Run, err
 // suspend steps without a duration, a step paused under on_failure suspend)
 // and writes a "run.resume_requested" event, in one transaction that locks
 // the run. Errors: ErrNotFound, ErrTerminal.
-func (s *Store) RequestResume(ctx context.Context, key domain.RunKey) (Run, error) {
+func (s Runs) RequestResume(ctx context.Context, key domain.RunKey) (Run, error) {
 	return s.signalRun(ctx, key, "run.resume_requested", func(run *Run, now time.Time) map[string]any {
 		run.SuspendRequestedAt, run.ResumeRequestedAt = nil, &now
 		return map[string]any{"suspend_requested_at": nil, "resume_requested_at": now}
@@ -293,12 +293,12 @@ func (s *Store) RequestResume(ctx context.Context, key domain.RunKey) (Run, erro
 // signalRun locks a run that has not ended, applies the columns set returns
 // (set also updates the returned run), bumps its version and writes an event
 // of type typ. Errors: ErrNotFound, ErrTerminal.
-func (s *Store) signalRun(ctx context.Context, key domain.RunKey, typ string,
+func (s *core) signalRun(ctx context.Context, key domain.RunKey, typ string,
 	set func(run *Run, now time.Time) map[string]any) (Run, error) {
 	var run Run
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.inTx(ctx, func(tx *Store) error {
 		var err error
-		if run, err = tx.LockRun(ctx, key); err != nil {
+		if run, err = tx.runs().LockRun(ctx, key); err != nil {
 			return err
 		}
 		if domain.Phase(run.Phase).IsTerminal() {
@@ -312,7 +312,7 @@ func (s *Store) signalRun(ctx context.Context, key domain.RunKey, typ string,
 
 // updateRun writes up to the run's row with updated_at and version + 1
 // (mirrored in run) and an event of type typ with data.
-func (s *Store) updateRun(ctx context.Context, run *Run, up map[string]any, now time.Time, typ string, data any) error {
+func (s *core) updateRun(ctx context.Context, run *Run, up map[string]any, now time.Time, typ string, data any) error {
 	up["updated_at"], up["version"] = now, gorm.Expr("version + 1")
 	if err := s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", run.Project, run.Domain, run.Name).
 		Updates(up).Error; err != nil {
@@ -330,11 +330,11 @@ func (s *Store) updateRun(ctx context.Context, run *Run, up map[string]any, now 
 // event, in one transaction that locks the run; a second request before the
 // scheduler acts replaces the first. Errors: ErrNotFound, ErrNotRestartable,
 // ErrUnknownStep (fromStep is no step of the spec), ErrAbortPending.
-func (s *Store) RequestRestart(ctx context.Context, key domain.RunKey, fromStep string) (Run, error) {
+func (s Runs) RequestRestart(ctx context.Context, key domain.RunKey, fromStep string) (Run, error) {
 	var run Run
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.inTx(ctx, func(tx *Store) error {
 		var err error
-		if run, err = tx.LockRun(ctx, key); err != nil {
+		if run, err = tx.runs().LockRun(ctx, key); err != nil {
 			return err
 		}
 		if p := domain.Phase(run.Phase); !p.IsTerminal() || p.IsSuccess() {
@@ -362,7 +362,7 @@ func dbNow() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 // waits for the scheduler (restart_requested_at set), oldest request first:
 // they have ended, so UnfinishedRuns does not list them, and a resync that
 // advances them heals a lost run:advance push after RequestRestart.
-func (s *Store) RestartRequestedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
+func (s Runs) RestartRequestedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
 	var keys []domain.RunKey
 	err := s.raw(ctx, `SELECT project, domain, name AS run FROM runs WHERE restart_requested_at IS NOT NULL
 		ORDER BY restart_requested_at LIMIT ?`, limit).Scan(&keys).Error

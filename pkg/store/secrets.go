@@ -13,7 +13,7 @@ import (
 // AttemptSecretValues returns the secret_env values of the step attempt id
 // runs, for masking its output; nil when it has none or there is no such
 // attempt.
-func (s *Store) AttemptSecretValues(ctx context.Context, id int64) ([]string, error) {
+func (s Attempts) AttemptSecretValues(ctx context.Context, id int64) ([]string, error) {
 	var raw []byte
 	err := s.raw(ctx, `SELECT ac.spec->'secret_env' FROM attempts at
 		JOIN tasks t ON t.id = at.task_id

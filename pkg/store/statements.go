@@ -21,7 +21,7 @@ import (
 // they are (a slice it expands into a list, an expression or a sub-query
 // it writes into the text) takes gorm's own way, as does a statement
 // called with other names than the first time.
-func (s *Store) raw(ctx context.Context, text string, vars ...any) *gorm.DB {
+func (s *core) raw(ctx context.Context, text string, vars ...any) *gorm.DB {
 	tx := s.q(ctx)
 	b, args, ok := bind(tx, text, vars)
 	if !ok {
@@ -34,7 +34,7 @@ func (s *Store) raw(ctx context.Context, text string, vars ...any) *gorm.DB {
 }
 
 // exec is s.q(ctx).Exec(text, vars...) as raw binds it.
-func (s *Store) exec(ctx context.Context, text string, vars ...any) *gorm.DB {
+func (s *core) exec(ctx context.Context, text string, vars ...any) *gorm.DB {
 	tx := s.raw(ctx, text, vars...)
 	return tx.Callback().Raw().Execute(tx)
 }

@@ -35,8 +35,17 @@ var (
 	ErrTerminal = errors.New("already terminal")
 )
 
-// Store runs queries on a *gorm.DB, either the pool or one transaction.
-type Store struct {
+// Store is Capstan's handle on Postgres: the pools, or one transaction
+// (InTx). Its data is reached through repositories by aggregate (Runs,
+// Actions, Tasks, Attempts, Placement, Workers, Aborts, Events, Logs,
+// Cache, Tokens), each of which runs its statements on the Store it came
+// from.
+type Store struct{ *core }
+
+// core is what a Store and its repositories share: the gorm handle they
+// issue statements on, and what a transaction's statements leave for its
+// end.
+type core struct {
 	db *gorm.DB
 	// tx is what a transaction's statements leave for its end; nil
 	// outside one.
@@ -83,14 +92,14 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, ops: cfg.OperationSeconds}
+	s := &Store{&core{db: db, ops: cfg.OperationSeconds}}
 	s.replan = newReplanner(time.Now)
 	byKey, err := openPool(dsn, byKeySettings, cmp.Or(cfg.ByKeyConns, 8), cfg.OperationSeconds,
 		stdlib.OptionResetSession(s.replan.resetSession))
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
-	s.byKey = &Store{db: byKey, ops: cfg.OperationSeconds}
+	s.byKey = &Store{&core{db: byKey, ops: cfg.OperationSeconds}}
 	if s.pass, err = openPass(dsn, cfg.OperationSeconds); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -145,9 +154,12 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 // against 4.8 ms planned at each call). A scheduling pass's statements
 // have a connection of their own (Pass). On ByKey's Store, and on a
 // transaction's, it returns the Store itself.
-func (s *Store) ByKey() *Store {
+func (s *Store) ByKey() *Store { return s.onByKey() }
+
+// onByKey is ByKey.
+func (s *core) onByKey() *Store {
 	if s.byKey == nil {
-		return s
+		return &Store{s}
 	}
 	return s.byKey
 }
@@ -195,7 +207,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // lock, only at the outer commit, so the lock stays the last one taken.
 // Errors: fn's, else the connection's, the insert's or the commit's; the
 // transaction is rolled back on any of them, and when fn panics.
-func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error { return s.inTx(ctx, fn) }
+
+// inTx is InTx.
+func (s *core) inTx(ctx context.Context, fn func(tx *Store) error) error {
 	if s.tx != nil {
 		// The root moves left before the savepoint are made outside it,
 		// so that rolling the savepoint back keeps them.
@@ -203,7 +218,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 			return err
 		}
 		n := len(s.tx.events)
-		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{db: tx, tx: s.tx, ops: s.ops}) })
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{&core{db: tx, tx: s.tx, ops: s.ops}}) })
 		if err != nil {
 			s.tx.events, s.tx.roots = s.tx.events[:n], nil
 		}
@@ -223,7 +238,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	}
 	db := s.db.WithContext(ctx)
 	db.Statement.ConnPool = txConn{conn}
-	ts := &Store{db: db, tx: &txState{}, ops: s.ops}
+	ts := &Store{&core{db: db, tx: &txState{}, ops: s.ops}}
 	if err := fn(ts); err != nil {
 		return err
 	}
@@ -253,7 +268,7 @@ func (txConn) Rollback() error { return errTxConn }
 // with its COMMIT. When the insert fails, Postgres skips the COMMIT, and
 // endTx rolls back. Errors: the insert's, mapped (mapErr), or the
 // COMMIT's.
-func (ts *Store) flushEvents(ctx context.Context, conn *sql.Conn) error {
+func (ts *core) flushEvents(ctx context.Context, conn *sql.Conn) error {
 	ins, err := ts.eventsStatement(ctx)
 	if err != nil {
 		return err
@@ -310,7 +325,7 @@ const rollbackTimeout = 5 * time.Second
 // q starts a statement. In a transaction with root moves left
 // (SetRootPhase), it makes them first, so the statement sees them; when
 // that fails, the statement fails with its error.
-func (s *Store) q(ctx context.Context) *gorm.DB {
+func (s *core) q(ctx context.Context) *gorm.DB {
 	db := s.db.WithContext(ctx)
 	if s.tx != nil && len(s.tx.roots) > 0 {
 		if err := s.makeRootMoves(ctx); err != nil {

@@ -25,7 +25,7 @@ type StartedStep struct {
 // "action.started" event each, in the steps' order), in one statement
 // whatever the number of steps: a fan-out's branches start together. No
 // steps: nothing. It does not fill the tasks' ids.
-func (s *Store) CreateTasks(ctx context.Context, run domain.RunKey, now time.Time, steps ...StartedStep) error {
+func (s Tasks) CreateTasks(ctx context.Context, run domain.RunKey, now time.Time, steps ...StartedStep) error {
 	return s.CreateTasksOfRuns(ctx, now, RunStart{Run: run, Steps: steps})
 }
 
@@ -39,7 +39,7 @@ type RunStart struct {
 // in one statement; the events follow in starts' order, each run's in its
 // steps' order. The caller holds the runs' locks, and so that of every
 // action it marks (the lock order). No steps: nothing.
-func (s *Store) CreateTasksOfRuns(ctx context.Context, now time.Time, starts ...RunStart) error {
+func (s Tasks) CreateTasksOfRuns(ctx context.Context, now time.Time, starts ...RunStart) error {
 	var tasks []Task
 	var projects, domains, runs, names Strings
 	for _, rs := range starts {
@@ -79,7 +79,7 @@ func (s *Store) CreateTasksOfRuns(ctx context.Context, now time.Time, starts ...
 // generation and index that exists is left alone. A task without a
 // TraceParent takes ctx's trace context; one without CreatedAt, now. It
 // does not fill the tasks' ids.
-func (s *Store) InsertTasks(ctx context.Context, tasks []Task) error {
+func (s Tasks) InsertTasks(ctx context.Context, tasks []Task) error {
 	rows, err := taskRows(ctx, tasks, time.Now().UTC())
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func taskRows(ctx context.Context, tasks []Task, now time.Time) (string, error) 
 // LockAttemptOwners locks the run, the action and the task an attempt
 // belongs to, in the lock order, in one statement, and returns them with the
 // attempt (read, not locked). Errors: ErrNotFound.
-func (s *Store) LockAttemptOwners(ctx context.Context, attemptID int64) (Run, Action, Task, Attempt, error) {
+func (s Tasks) LockAttemptOwners(ctx context.Context, attemptID int64) (Run, Action, Task, Attempt, error) {
 	var run Run
 	var act Action
 	var t Task
@@ -130,7 +130,7 @@ func (s *Store) LockAttemptOwners(ctx context.Context, attemptID int64) (Run, Ac
 
 // CountTaskStates returns how many tasks of an action's generation are in
 // each state.
-func (s *Store) CountTaskStates(ctx context.Context, key domain.ActionKey, generation int) (map[domain.TaskState]int, error) {
+func (s Tasks) CountTaskStates(ctx context.Context, key domain.ActionKey, generation int) (map[domain.TaskState]int, error) {
 	var rows []struct {
 		State domain.TaskState
 		N     int
@@ -152,7 +152,7 @@ func (s *Store) CountTaskStates(ctx context.Context, key domain.ActionKey, gener
 // WORKER_FAILED with their preemption budget spent (preemption_count =
 // max_retries_preemption + 1), and writes an "action.gang_cascade" event.
 // It returns how many it changed.
-func (s *Store) ExhaustGangSiblings(ctx context.Context, t Task, now time.Time) (int64, error) {
+func (s Tasks) ExhaustGangSiblings(ctx context.Context, t Task, now time.Time) (int64, error) {
 	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 			AND action_name = ? AND id <> ? AND state IN `+sqlLive+` ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, preemption_count = max_retries_preemption + 1, ended_at = ?, updated_at = ?,
@@ -166,7 +166,7 @@ func (s *Store) ExhaustGangSiblings(ctx context.Context, t Task, now time.Time) 
 
 // KillUnfinishedTasks makes an action's PENDING and live tasks KILLED, in id
 // order, and returns how many it changed.
-func (s *Store) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
+func (s Tasks) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
 	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 			AND action_name = ? AND state IN `+sqlUnfinished+` ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
@@ -194,7 +194,7 @@ var pendingTasksSQL = `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id
 // trip instead of two. The workers come back as one JSON array too
 // (decodeRows), and are not read when no task is pending: a pass kicked by
 // a run's end often finds none. Errors: Postgres's.
-func (s *Store) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
+func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
 	var tasks, workers []byte
 	err := s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
 		SELECT p.tasks, CASE WHEN json_array_length(p.tasks) > 0 THEN (
@@ -230,7 +230,7 @@ func (s *Store) PendingWork(ctx context.Context, limit int, grace time.Duration)
 // made in the first seconds of a new database, when a sequential scan of
 // the tasks looked cheapest (1.0 ms a bind at 4,300 tasks in the dispatch
 // benchmark). Errors: Postgres's.
-func (s *Store) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.Duration) ([]Task, []WorkerLoad, error) {
+func (s Placement) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.Duration) ([]Task, []WorkerLoad, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var tasks, workers []byte
 	err := s.raw(ctx, `WITH k AS (SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
@@ -266,7 +266,7 @@ func (s *Store) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.
 // MarkTasksUnschedulable makes an action's PENDING tasks past their
 // scheduling deadline UNSCHEDULABLE, writes a "task.unschedulable" event and
 // returns how many it changed.
-func (s *Store) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
+func (s Tasks) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
 	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
 			AND action_name = ? AND state IN `+sqlPending+` AND scheduling_deadline < ? ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
@@ -289,7 +289,7 @@ func (s *Store) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey
 // when the table had not been analyzed since it filled, and then matched
 // every PENDING task against the list (38 ms for 378 ids among 3,531
 // PENDING tasks).
-func (s *Store) SetPendingReasons(ctx context.Context, reasons map[int64]string) error {
+func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]string) error {
 	byReason := map[string][]int64{}
 	for id, r := range reasons {
 		byReason[r] = append(byReason[r], id)
@@ -303,15 +303,15 @@ func (s *Store) SetPendingReasons(ctx context.Context, reasons map[int64]string)
 		if len(changed) == 0 {
 			continue
 		}
-		if err := s.InTx(ctx, func(tx *Store) error { return tx.setPendingReason(ctx, changed, reason) }); err != nil {
+		if err := s.inTx(ctx, func(tx *Store) error { return tx.setPendingReason(ctx, changed, reason) }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Store) setPendingReason(ctx context.Context, ids []int64, reason string) error {
-	if err := s.LockTaskActions(ctx, ids); err != nil {
+func (s *core) setPendingReason(ctx context.Context, ids []int64, reason string) error {
+	if err := s.actions().LockTaskActions(ctx, ids); err != nil {
 		return err
 	}
 	var moved []Action
@@ -386,12 +386,12 @@ func (a Assigned) Action() domain.ActionKey {
 // by id, each with its task's action and index and its step. A scheduling
 // pass binds all its tasks this way: its cost is one statement, not a
 // transaction per task.
-func (s *Store) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+func (s Placement) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
 	return s.assignTasks(ctx, assignTasksSQL, as)
 }
 
 // assignTasks runs text, assignTasksSQL or assignFreshTasksSQL, for as.
-func (s *Store) assignTasks(ctx context.Context, text string, as []Assignment) ([]Assigned, error) {
+func (s *core) assignTasks(ctx context.Context, text string, as []Assignment) ([]Assigned, error) {
 	if len(as) == 0 {
 		return nil, nil
 	}
@@ -416,7 +416,7 @@ func (s *Store) assignTasks(ctx context.Context, text string, as []Assignment) (
 // action it moved) are appended to the transaction's, after those
 // (eventFull), where AssignTasks' statement inserts them at once, with
 // ids before theirs. Errors: Postgres's, and one outside a transaction.
-func (s *Store) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+func (s Placement) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
 	if s.tx == nil {
 		return nil, errors.New("store: AssignFreshTasks outside a transaction")
 	}

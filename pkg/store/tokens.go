@@ -65,7 +65,7 @@ func HashToken(secret string) []byte {
 
 // CreateToken inserts a token with a new secret and returns the row and the
 // secret, which is never stored and cannot be read again.
-func (s *Store) CreateToken(ctx context.Context, nt NewToken) (Token, string, error) {
+func (s Tokens) CreateToken(ctx context.Context, nt NewToken) (Token, string, error) {
 	secret := NewTokenSecret()
 	projects := nt.Projects
 	if projects == nil {
@@ -81,7 +81,7 @@ func (s *Store) CreateToken(ctx context.Context, nt NewToken) (Token, string, er
 
 // TokenByHash returns the token whose secret hashes to hash, revoked and
 // expired ones included (the caller decides), or ErrNotFound.
-func (s *Store) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
+func (s Tokens) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
 	var t Token
 	err := s.q(ctx).Where("hash = ?", hash).Take(&t).Error
 	return t, mapErr(err)
@@ -89,7 +89,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
 
 // ListTokens returns the tokens made through the API (not the ones minted
 // for workers), newest first.
-func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
+func (s Tokens) ListTokens(ctx context.Context) ([]Token, error) {
 	var ts []Token
 	err := s.q(ctx).Where("worker_id IS NULL").Order("created_at DESC, id").Find(&ts).Error
 	return ts, mapErr(err)
@@ -97,7 +97,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 
 // RevokeToken sets a token's revoked_at (once; revoking again keeps the
 // first time). ErrNotFound when no such token.
-func (s *Store) RevokeToken(ctx context.Context, id string) (Token, error) {
+func (s Tokens) RevokeToken(ctx context.Context, id string) (Token, error) {
 	if err := uuid.Validate(id); err != nil {
 		return Token{}, ErrNotFound
 	}

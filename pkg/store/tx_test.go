@@ -21,7 +21,7 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	key := newRun(t, st, "r", twoSteps())
-	resumed, err := st.RequestResume(ctx, key) // every pool has its connection
+	resumed, err := st.Runs().RequestResume(ctx, key) // every pool has its connection
 	require.NoError(t, err)
 	backends := func() string {
 		t.Helper()
@@ -33,7 +33,7 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 	before := backends()
 	suspended := func() bool {
 		t.Helper()
-		run, err := st.GetRun(ctx, key)
+		run, err := st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
 		return run.Run.SuspendRequestedAt != nil
 	}
@@ -43,26 +43,26 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 		CREATE TRIGGER refuse_suspend BEFORE INSERT ON run_events FOR EACH ROW
 		WHEN (NEW.type = 'run.suspend_requested') EXECUTE FUNCTION refuse_suspend()`)
 	require.NoError(t, err)
-	_, err = st.RequestSuspend(ctx, key)
+	_, err = st.Runs().RequestSuspend(ctx, key)
 	require.ErrorContains(t, err, "refused")
 	require.False(t, suspended(), "the run's update was rolled back with the insert")
 	require.Equal(t, []string{"run.created", "run.resume_requested"}, events(t, db, key))
 
 	require.Panics(t, func() {
 		_ = st.InTx(ctx, func(tx *store.Store) error {
-			_, err := tx.RequestResume(ctx, key)
+			_, err := tx.Runs().RequestResume(ctx, key)
 			require.NoError(t, err)
 			panic("fn panics")
 		})
 	})
-	run, err := st.GetRun(ctx, key)
+	run, err := st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, resumed.Version, run.Run.Version, "the panicked transaction was rolled back")
 	require.Equal(t, []string{"run.created", "run.resume_requested"}, events(t, db, key))
 
 	_, err = db.Exec(`DROP TRIGGER refuse_suspend ON run_events`)
 	require.NoError(t, err)
-	_, err = st.RequestSuspend(ctx, key)
+	_, err = st.Runs().RequestSuspend(ctx, key)
 	require.NoError(t, err)
 	require.True(t, suspended())
 	require.Equal(t, []string{"run.created", "run.resume_requested", "run.suspend_requested"}, events(t, db, key))

@@ -22,7 +22,7 @@ func actionArgs(key domain.ActionKey) []any {
 // StartWait starts a waiting step (a suspend or an approval): it becomes
 // PAUSED, started at now, waiting for waitingFor, until notBefore when that
 // is set.
-func (s *Store) StartWait(ctx context.Context, key domain.ActionKey, waitingFor string, notBefore *time.Time,
+func (s Actions) StartWait(ctx context.Context, key domain.ActionKey, waitingFor string, notBefore *time.Time,
 	now time.Time) error {
 	err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"phase": string(domain.PhasePaused), "started_at": now, "paused_at": now, "waiting_for": waitingFor,
@@ -36,7 +36,7 @@ func (s *Store) StartWait(ctx context.Context, key domain.ActionKey, waitingFor 
 
 // EndWait ends a waiting step in phase to (SUCCEEDED, or FAILED with a
 // reason), clearing its wait.
-func (s *Store) EndWait(ctx context.Context, key domain.ActionKey, from, to domain.Phase, reason string, now time.Time) error {
+func (s Actions) EndWait(ctx context.Context, key domain.ActionKey, from, to domain.Phase, reason string, now time.Time) error {
 	up := map[string]any{"phase": string(to), "waiting_for": nil, "not_before": nil, "reason": strPtr(reason),
 		"updated_at": now, "version": gorm.Expr("version + 1")}
 	if to.IsTerminal() {
@@ -50,7 +50,7 @@ func (s *Store) EndWait(ctx context.Context, key domain.ActionKey, from, to doma
 
 // WaitForRetry records a failed step's retry (on_failure suspend): its
 // failed_times becomes failedTimes and it waits, RUNNING, until notBefore.
-func (s *Store) WaitForRetry(ctx context.Context, key domain.ActionKey, failedTimes int, notBefore, now time.Time) error {
+func (s Actions) WaitForRetry(ctx context.Context, key domain.ActionKey, failedTimes int, notBefore, now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"failed_times": failedTimes, "waiting_for": WaitRetry, "not_before": notBefore, "updated_at": now,
 		"version": gorm.Expr("version + 1")}).Error; err != nil {
@@ -62,7 +62,7 @@ func (s *Store) WaitForRetry(ctx context.Context, key domain.ActionKey, failedTi
 
 // PauseStep pauses a step until a resume: phase PAUSED (from from), waiting
 // for WaitResume, with failed_times and reason.
-func (s *Store) PauseStep(ctx context.Context, key domain.ActionKey, from domain.Phase, failedTimes int, reason string,
+func (s Actions) PauseStep(ctx context.Context, key domain.ActionKey, from domain.Phase, failedTimes int, reason string,
 	now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"phase": string(domain.PhasePaused), "failed_times": failedTimes, "waiting_for": WaitResume, "not_before": nil,
@@ -76,7 +76,7 @@ func (s *Store) PauseStep(ctx context.Context, key domain.ActionKey, from domain
 // RetryStep starts a step's next generation: phase RUNNING, generation and
 // failed_times as given, its wait cleared. The caller creates the
 // generation's tasks.
-func (s *Store) RetryStep(ctx context.Context, key domain.ActionKey, from domain.Phase, generation, failedTimes int,
+func (s Actions) RetryStep(ctx context.Context, key domain.ActionKey, from domain.Phase, generation, failedTimes int,
 	now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
 		"phase": string(domain.PhaseRunning), "generation": generation, "failed_times": failedTimes,
@@ -91,7 +91,7 @@ func (s *Store) RetryStep(ctx context.Context, key domain.ActionKey, from domain
 // ResetSteps puts the named steps of a run back as they were before they
 // started, under their next generation (their tasks and attempts stay, as
 // history), for a restart.
-func (s *Store) ResetSteps(ctx context.Context, key domain.RunKey, names []string, now time.Time) error {
+func (s Actions) ResetSteps(ctx context.Context, key domain.RunKey, names []string, now time.Time) error {
 	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name IN ?",
 		key.Project, key.Domain, key.Run, names).Updates(map[string]any{
 		"phase": string(domain.PhaseQueued), "generation": gorm.Expr("generation + 1"), "started_at": nil,
@@ -107,7 +107,7 @@ func (s *Store) ResetSteps(ctx context.Context, key domain.RunKey, names []strin
 // ReopenRun puts a restarted run and its a0 back to RUNNING (the one
 // exception to forward-only phases, as `argo retry` does), clears the
 // restart request and writes a "run.restarted" event naming the steps.
-func (s *Store) ReopenRun(ctx context.Context, key domain.RunKey, from domain.Phase, steps []string, now time.Time) error {
+func (s Runs) ReopenRun(ctx context.Context, key domain.RunKey, from domain.Phase, steps []string, now time.Time) error {
 	if err := s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).
 		Updates(map[string]any{"phase": string(domain.PhaseRunning), "ended_at": nil, "restart_requested_at": nil,
 			"restart_from": nil, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
@@ -123,6 +123,6 @@ func (s *Store) ReopenRun(ctx context.Context, key domain.RunKey, from domain.Ph
 }
 
 // SkipStep marks a step that will never run SKIPPED (from from), with why.
-func (s *Store) SkipStep(ctx context.Context, key domain.ActionKey, from domain.Phase, reason string, now time.Time) error {
+func (s Actions) SkipStep(ctx context.Context, key domain.ActionKey, from domain.Phase, reason string, now time.Time) error {
 	return s.EndWait(ctx, key, from, domain.PhaseSkipped, reason, now)
 }

@@ -23,7 +23,7 @@ func TestNextWakeAtKeepsAPlanOfTheWaitingIndexes(t *testing.T) {
 	st, url := openOneConnectionPools(t)
 	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
 	for range 6 {
-		at, err := st.Pass().NextWakeAt(ctx)
+		at, err := st.Pass().Placement().NextWakeAt(ctx)
 		require.NoError(t, err)
 		require.Nil(t, at)
 	}
@@ -38,7 +38,7 @@ func TestNextWakeAtKeepsAPlanOfTheWaitingIndexes(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO actions (project, domain, run_name, name, kind, waiting_for, not_before)
 		VALUES ($1, $2, $3, 'w', 'step', $4, $5)`, key.Project, key.Domain, key.Run, store.WaitRetry, wakeAt)
 	require.NoError(t, err)
-	at, err := st.Pass().NextWakeAt(ctx)
+	at, err := st.Pass().Placement().NextWakeAt(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, at)
 	require.True(t, wakeAt.Equal(*at), "wake at %s, want %s", at, wakeAt)
@@ -62,7 +62,7 @@ func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
 	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Replicas: intp(20)}}})
 	storetest.StartSteps(t, st, key)
 	w := registerWorker(t, st)
-	d, err := st.GetAction(ctx, key.Action("s"))
+	d, err := st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	for _, td := range d.Tasks {
 		_, ok, err := storetest.AssignTask(ctx, st, td.Task.ID, w.ID)
@@ -79,7 +79,7 @@ func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO attempts (task_id, number, worker_id, state)
 		SELECT id, 1, $1, state FROM tasks WHERE state = $2`, w.ID, domain.TaskSucceeded)
 	require.NoError(t, err)
-	workers, err := st.ByKey().PlaceableWorkers(ctx, time.Minute)
+	workers, err := st.ByKey().Placement().PlaceableWorkers(ctx, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, workers, 1)
 	require.Equal(t, 20, workers[0].Used)

@@ -44,7 +44,7 @@ type WorkerLoad struct {
 }
 
 // RegisterWorker inserts a worker under a new identity.
-func (s *Store) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error) {
+func (s Workers) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error) {
 	labels := nw.Labels
 	if labels == nil {
 		labels = map[string]string{}
@@ -56,14 +56,14 @@ func (s *Store) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error
 }
 
 // ListWorkers returns every worker with its load, oldest first.
-func (s *Store) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
+func (s Workers) ListWorkers(ctx context.Context) ([]WorkerLoad, error) {
 	return s.workerLoads(ctx, "TRUE")
 }
 
 // PlaceableWorkers returns alive workers that heartbeated within grace, with
 // their load, except those draining or still in their failure backoff
 // (placeable_after).
-func (s *Store) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
+func (s Placement) PlaceableWorkers(ctx context.Context, grace time.Duration) ([]WorkerLoad, error) {
 	return s.workerLoads(ctx, placeableWhere, grace.Seconds())
 }
 
@@ -78,7 +78,7 @@ const placeableWhere = `w.state = 'alive' AND w.last_heartbeat_at > now() - make
 // the tables whole): with the statistics of a new database, whose tables
 // were never analyzed, the join read every task by a sequential scan at
 // each pass (1.3 ms a pass at 6,000 tasks, growing with them).
-func (s *Store) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
+func (s *core) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
 	var out []WorkerLoad
 	err := s.raw(ctx, workerLoadsSQL(where)+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error
 	return out, mapErr(err)
@@ -103,7 +103,7 @@ func workerLoadsSQL(where string) string {
 // plane wants stopped: unknown, placed on another worker, ended, or no longer
 // their task's current live attempt (aborted, superseded). A lost abort
 // message heals on the next heartbeat this way.
-func (s *Store) StopList(ctx context.Context, workerID string, ids []int64) ([]int64, error) {
+func (s Workers) StopList(ctx context.Context, workerID string, ids []int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return []int64{}, nil
 	}
@@ -171,21 +171,21 @@ type BeatReply struct {
 // listed. BUILDING and RUNNING only: an ASSIGNED attempt may still wait in
 // the queue. Errors: ErrNotFound when the worker is unknown or dead (it must
 // re-register).
-func (s *Store) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, error) {
+func (s Workers) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, error) {
 	at := b.At
 	if at.IsZero() {
 		at = time.Now()
 	}
 	at = at.UTC()
 	var reply BeatReply
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.inTx(ctx, func(tx *Store) error {
 		var w Worker
 		if err := tx.q(ctx).Select("id, last_heartbeat_at").Where("id = ? AND state = ?", id, WorkerAlive).
 			Take(&w).Error; err != nil {
 			return mapErr(err)
 		}
 		var err error
-		if reply.Stop, err = tx.StopList(ctx, id, b.Held); err != nil {
+		if reply.Stop, err = tx.workers().StopList(ctx, id, b.Held); err != nil {
 			return err
 		}
 		held := append([]int64{0}, b.Held...) // never empty: NOT IN () is not SQL
@@ -208,7 +208,7 @@ func (s *Store) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, e
 // loseAttempts ends the live attempts matching where (on table attempts),
 // locked in id order, as WORKER_FAILED with cause worker_lost and reason,
 // writes their events, and returns them.
-func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reason string, now time.Time) ([]LostAttempt, error) {
+func (s *core) loseAttempts(ctx context.Context, where string, args []any, reason string, now time.Time) ([]LostAttempt, error) {
 	var lost []LostAttempt
 	q := `WITH l AS (SELECT id FROM attempts WHERE state IN ` + sqlLive + ` AND (` + where + `) ORDER BY id FOR UPDATE)
 		UPDATE attempts SET state = ?, cause = ?, error = ?, finished_at = ?, updated_at = ?
@@ -234,7 +234,7 @@ func (s *Store) loseAttempts(ctx context.Context, where string, args []any, reas
 
 // MarkWorkersDead makes every alive worker whose last heartbeat is older than
 // cutoff dead (a later heartbeat answers ErrNotFound) and returns their ids.
-func (s *Store) MarkWorkersDead(ctx context.Context, cutoff time.Time) ([]string, error) {
+func (s Workers) MarkWorkersDead(ctx context.Context, cutoff time.Time) ([]string, error) {
 	var dead []string
 	err := s.raw(ctx, `UPDATE workers SET state = ?, updated_at = now(), version = version + 1
 		WHERE state = '`+WorkerAlive+`' AND last_heartbeat_at < ? RETURNING id`, WorkerDead, cutoff.UTC()).
@@ -245,7 +245,7 @@ func (s *Store) MarkWorkersDead(ctx context.Context, cutoff time.Time) ([]string
 // LoseAttemptsOfGoneWorkers ends WORKER_FAILED (cause worker_lost) every
 // live attempt whose worker is not alive — dead, deregistered, deleted, or
 // placed on a worker that died meanwhile — and returns them.
-func (s *Store) LoseAttemptsOfGoneWorkers(ctx context.Context, now time.Time) ([]LostAttempt, error) {
+func (s Workers) LoseAttemptsOfGoneWorkers(ctx context.Context, now time.Time) ([]LostAttempt, error) {
 	return s.loseAttempts(ctx, `worker_id IS NOT NULL AND NOT EXISTS
 		(SELECT 1 FROM workers w WHERE w.id = attempts.worker_id AND w.state = 'alive')`, nil,
 		"the worker is dead (no heartbeat within its grace) or gone", now)
@@ -253,7 +253,7 @@ func (s *Store) LoseAttemptsOfGoneWorkers(ctx context.Context, now time.Time) ([
 
 // LoseWorkerAttempts ends WORKER_FAILED (cause worker_lost, reason) every
 // live attempt of worker id and returns them.
-func (s *Store) LoseWorkerAttempts(ctx context.Context, id, reason string, now time.Time) ([]LostAttempt, error) {
+func (s Workers) LoseWorkerAttempts(ctx context.Context, id, reason string, now time.Time) ([]LostAttempt, error) {
 	return s.loseAttempts(ctx, "worker_id = ?", []any{id}, reason, now)
 }
 
@@ -261,7 +261,7 @@ func (s *Store) LoseWorkerAttempts(ctx context.Context, id, reason string, now t
 // when the worker is in state (recording one attempt twice changes nothing),
 // keeps last_failure_at the latest, and returns the map; ok is false when
 // the worker is not in state or missing.
-func (s *Store) AddWorkerFailure(ctx context.Context, workerID, state string, attemptID int64, at time.Time) (
+func (s Workers) AddWorkerFailure(ctx context.Context, workerID, state string, attemptID int64, at time.Time) (
 	failures map[string]time.Time, ok bool, err error) {
 	var rows []Worker
 	err = s.raw(ctx, `UPDATE workers SET
@@ -278,24 +278,24 @@ func (s *Store) AddWorkerFailure(ctx context.Context, workerID, state string, at
 }
 
 // SetPlaceableAfter gates new work on a worker until at.
-func (s *Store) SetPlaceableAfter(ctx context.Context, workerID string, at time.Time) error {
+func (s Workers) SetPlaceableAfter(ctx context.Context, workerID string, at time.Time) error {
 	return mapErr(s.q(ctx).Model(&Worker{}).Where("id = ?", workerID).Update("placeable_after", at).Error)
 }
 
 // DeleteWorker deletes a worker's row. Its live attempts, if any, are the
 // caller's to end (LoseWorkerAttempts; the liveness pass ends them too).
-func (s *Store) DeleteWorker(ctx context.Context, id string) error {
+func (s Workers) DeleteWorker(ctx context.Context, id string) error {
 	return mapErr(s.q(ctx).Delete(&Worker{}, "id = ?", id).Error)
 }
 
 // DeregisterWorker removes a worker that is leaving (a drained executor): any
 // attempt still live on it becomes WORKER_FAILED (returned, to evaluate),
 // then its row is deleted. Errors: ErrNotFound.
-func (s *Store) DeregisterWorker(ctx context.Context, id string) ([]LostAttempt, error) {
+func (s Workers) DeregisterWorker(ctx context.Context, id string) ([]LostAttempt, error) {
 	var lost []LostAttempt
-	err := s.InTx(ctx, func(tx *Store) error {
+	err := s.inTx(ctx, func(tx *Store) error {
 		var err error
-		lost, err = tx.LoseWorkerAttempts(ctx, id, "the worker deregistered while holding the attempt", time.Now().UTC())
+		lost, err = tx.workers().LoseWorkerAttempts(ctx, id, "the worker deregistered while holding the attempt", time.Now().UTC())
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func (s *Store) DeregisterWorker(ctx context.Context, id string) ([]LostAttempt,
 
 // DeleteDeadWorkers deletes the rows of workers dead since before cutoff
 // that hold no live attempt, and returns how many it deleted.
-func (s *Store) DeleteDeadWorkers(ctx context.Context, cutoff time.Time) (int64, error) {
+func (s Workers) DeleteDeadWorkers(ctx context.Context, cutoff time.Time) (int64, error) {
 	res := s.q(ctx).Where("state = ? AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.worker_id = workers.id AND a.state IN "+sqlLive+")",
 		WorkerDead, cutoff.UTC()).Delete(&Worker{})
 	return res.RowsAffected, mapErr(res.Error)
@@ -319,7 +319,7 @@ func (s *Store) DeleteDeadWorkers(ctx context.Context, cutoff time.Time) (int64,
 // WorkerStates returns the state (WorkerAlive or WorkerDead) of each of ids
 // that is a known worker; unknown ids, and ids that are not UUIDs, are
 // absent.
-func (s *Store) WorkerStates(ctx context.Context, ids []string) (map[string]string, error) {
+func (s Workers) WorkerStates(ctx context.Context, ids []string) (map[string]string, error) {
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if _, err := uuid.Parse(id); err == nil {

@@ -39,7 +39,7 @@ func run(cfg config, log *slog.Logger) error {
 			return err
 		}
 		defer stopTracing()
-		rec, err := reconciler.New(reconciler.Deps{Store: deps.Store, Redis: cfg.Redis(), Log: log,
+		rec, err := reconciler.New(reconciler.Deps{Store: reconciler.StoreOf(deps.Store), Redis: cfg.Redis(), Log: log,
 			Registry: deps.Registry}, cfg.reconciler())
 		if err != nil {
 			return err

@@ -46,7 +46,7 @@ func run(cfg config, log *slog.Logger) error {
 		}
 		sched := scheduler.New(deps.Store, enq, log, deps.Registry, cfg.scheduler(deps.Inspector))
 		// The leader counts; a sum over the replicas stays right.
-		deps.Registry.MustRegister(gauges.NewStateCollector(deps.Store, cfg.MetricsRefresh, log).When(sched.IsLeader),
+		deps.Registry.MustRegister(gauges.NewStateCollector(deps.Store.Tasks(), cfg.MetricsRefresh, log).When(sched.IsLeader),
 			gauges.NewQueueCollector(deps.Inspector, cfg.MetricsRefresh, log).When(sched.IsLeader))
 		consumer := asynq.NewServer(cfg.Redis(), cfg.consumer(ctx, log))
 		mux := asynq.NewServeMux()

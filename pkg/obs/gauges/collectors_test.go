@@ -25,12 +25,12 @@ func TestStateCollectorCountsOncePerRefresh(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.New(t)
 	key := domain.RunKey{Project: "p", Domain: "d", Run: "r1"}
-	_, _, err := st.CreateRun(ctx, store.NewRun{Key: key,
+	_, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key,
 		Spec: domain.WorkflowSpec{Mode: domain.ModeStepByStep, Steps: []domain.Step{{Name: "s", Command: "true"}}}})
 	require.NoError(t, err)
 	storetest.StartSteps(t, st, key, "s")
 
-	c := gauges.NewStateCollector(st, time.Hour, slog.New(slog.DiscardHandler))
+	c := gauges.NewStateCollector(st.Tasks(), time.Hour, slog.New(slog.DiscardHandler))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	for range 5 { // five scrapes, one count
@@ -59,7 +59,7 @@ capstan_tasks_active{state="WORKER_FAILED"} 0
 
 func TestStateCollectorRefreshesWhenStale(t *testing.T) {
 	t.Parallel()
-	c := gauges.NewStateCollector(storetest.New(t), time.Nanosecond, slog.New(slog.DiscardHandler))
+	c := gauges.NewStateCollector(storetest.New(t).Tasks(), time.Nanosecond, slog.New(slog.DiscardHandler))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	for range 3 {
@@ -118,7 +118,7 @@ func TestPayloadSizes(t *testing.T) {
 func TestCollectorsExportOnlyWhenActive(t *testing.T) {
 	t.Parallel()
 	active := false
-	c := gauges.NewStateCollector(storetest.New(t), time.Hour, slog.New(slog.DiscardHandler)).
+	c := gauges.NewStateCollector(storetest.New(t).Tasks(), time.Hour, slog.New(slog.DiscardHandler)).
 		When(func() bool { return active })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)

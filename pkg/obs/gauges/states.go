@@ -22,12 +22,12 @@ const DefaultRefresh = 10 * time.Second
 // refreshTimeout bounds one refresh's query.
 const refreshTimeout = 5 * time.Second
 
-// StateCounter counts rows by state in one statement; *store.Store is one.
+// StateCounter counts rows by state in one statement; store.Tasks is one.
 type StateCounter interface {
 	CountStates(ctx context.Context) (store.StateCounts, error)
 }
 
-var _ StateCounter = (*store.Store)(nil)
+var _ StateCounter = store.Tasks{}
 
 // StateCollector exports capstan_actions_active{phase},
 // capstan_tasks_active{state} and capstan_workers{state} from one grouped

@@ -19,11 +19,11 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 	t.Helper()
 	ctx := context.Background()
 	err := st.InTx(ctx, func(tx *store.Store) error {
-		run, err := tx.LockRun(ctx, key)
+		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil || domain.Phase(run.Phase).IsTerminal() {
 			return err
 		}
-		if _, err := tx.ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
+		if _, err := tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
 			return err
 		}
 		now := time.Now().UTC()
@@ -33,13 +33,13 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 				steps = append(steps, store.StartedStep{Action: step.Name, Tasks: store.NewTasks(key.Action(step.Name), step, 0, now)})
 			}
 		}
-		if err := tx.CreateTasks(ctx, key, now, steps...); err != nil {
+		if err := tx.Tasks().CreateTasks(ctx, key, now, steps...); err != nil {
 			return err
 		}
 		if !domain.CanMovePhase(domain.Phase(run.Phase), domain.PhaseRunning) {
 			return nil
 		}
-		return tx.SetRootPhase(ctx, key, domain.Phase(run.Phase), domain.PhaseRunning, now)
+		return tx.Actions().SetRootPhase(ctx, key, domain.Phase(run.Phase), domain.PhaseRunning, now)
 	})
 	if err != nil {
 		t.Fatalf("storetest: start steps of %s: %v", key, err)
@@ -50,7 +50,7 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 // (store.AssignTasks for one task); ok is false when the task is no longer
 // PENDING.
 func AssignTask(ctx context.Context, st *store.Store, taskID int64, workerID string) (a store.Attempt, ok bool, err error) {
-	as, err := st.AssignTasks(ctx, []store.Assignment{{TaskID: taskID, WorkerID: workerID}})
+	as, err := st.Placement().AssignTasks(ctx, []store.Assignment{{TaskID: taskID, WorkerID: workerID}})
 	if err != nil || len(as) == 0 {
 		return store.Attempt{}, false, err
 	}

@@ -76,7 +76,7 @@ func newHarness(t *testing.T, cfg Config, edit func(*Deps)) *harness {
 		client.Close()
 	})
 	h.enq = queue.NewEnqueuer(client, log)
-	deps := Deps{Store: h.st, Redis: rdb, Log: log, Registry: prometheus.NewRegistry()}
+	deps := Deps{Store: StoreOf(h.st), Redis: rdb, Log: log, Registry: prometheus.NewRegistry()}
 	if edit != nil {
 		edit(&deps)
 	}
@@ -140,7 +140,7 @@ func (h *harness) seedAbort(addr string, replicas int) seeded {
 func (h *harness) seedAbortCause(addr string, replicas int, cause string) seeded {
 	h.t.Helper()
 	s := h.seedRunning(addr, replicas)
-	_, err := h.st.AbortAction(h.ctx, s.key, "user asked", cause)
+	_, err := h.st.Aborts().AbortAction(h.ctx, s.key, "user asked", cause)
 	require.NoError(h.t, err)
 	return s
 }
@@ -150,7 +150,7 @@ func (h *harness) seedAbortCause(addr string, replicas int, cause string) seeded
 func (h *harness) seedKill(addr, cause string) seeded {
 	h.t.Helper()
 	s := h.seedRunning(addr, 1)
-	require.NoError(h.t, h.st.RequestAttemptKill(h.ctx, s.attempts[0], cause))
+	require.NoError(h.t, h.st.Aborts().RequestAttemptKill(h.ctx, s.attempts[0], cause))
 	return s
 }
 
@@ -162,12 +162,12 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 	rk := domain.RunKey{Project: "proj", Domain: "dev", Run: "r-" + uuid.NewString()[:8]}
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s1", Command: "sleep 600", Replicas: &replicas}}}
 	spec.Normalize()
-	_, _, err := st.CreateRun(ctx, store.NewRun{Key: rk, Spec: spec})
+	_, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: rk, Spec: spec})
 	require.NoError(t, err)
 	storetest.StartSteps(t, st, rk)
-	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w1", Address: addr, Slots: replicas})
+	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w1", Address: addr, Slots: replicas})
 	require.NoError(t, err)
-	step, err := st.GetAction(ctx, rk.Action("s1"))
+	step, err := st.Actions().GetAction(ctx, rk.Action("s1"))
 	require.NoError(t, err)
 	require.Len(t, step.Tasks, replicas)
 	s := seeded{key: rk.Action(domain.RootActionName), workerID: w.ID}
@@ -175,7 +175,7 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 		at, ok, err := storetest.AssignTask(ctx, st, task.Task.ID, w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = st.ReportAttempt(ctx, at.ID, store.Report{State: domain.TaskRunning})
+		_, err = st.Attempts().ReportAttempt(ctx, at.ID, store.Report{State: domain.TaskRunning})
 		require.NoError(t, err)
 		s.attempts = append(s.attempts, at.ID)
 	}
@@ -185,7 +185,7 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 // action reads the aborted action's row.
 func (h *harness) action(key domain.ActionKey) store.Action {
 	h.t.Helper()
-	d, err := h.st.GetAction(h.ctx, key)
+	d, err := h.st.Actions().GetAction(h.ctx, key)
 	require.NoError(h.t, err)
 	return d.Action
 }
@@ -208,7 +208,7 @@ func (h *harness) waitOutcome(key domain.ActionKey) store.Action {
 // attempt reads one attempt of the run.
 func (h *harness) attempt(key domain.ActionKey, id int64) store.Attempt {
 	h.t.Helper()
-	run, err := h.st.GetRun(h.ctx, key.RunKey)
+	run, err := h.st.Runs().GetRun(h.ctx, key.RunKey)
 	require.NoError(h.t, err)
 	for _, a := range run.Actions {
 		for _, task := range a.Tasks {

@@ -59,7 +59,7 @@ func TestKillGivesUpAfterMaxAttempts(t *testing.T) {
 	require.Equal(t, store.AbortNeedsIntervention, *a.KillOutcome)
 	require.Equal(t, cfg.MaxAttempts, a.KillAttemptCount)
 	require.Len(t, exe.Calls(), cfg.MaxAttempts)
-	recs, _, err := h.st.ListAborts(h.ctx, store.AbortFilter{State: store.AbortStateNeedsIntervention})
+	recs, _, err := h.st.Aborts().ListAborts(h.ctx, store.AbortFilter{State: store.AbortStateNeedsIntervention})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, s.attempts[0], *recs[0].AttemptID)
@@ -99,7 +99,7 @@ func TestKillWithoutCall(t *testing.T) {
 	for name, edit := range map[string]func(*harness, seeded){
 		"attempt already ended": func(h *harness, s seeded) {
 			exit := 0
-			_, err := h.st.ReportAttempt(h.ctx, s.attempts[0], store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
+			_, err := h.st.Attempts().ReportAttempt(h.ctx, s.attempts[0], store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
 			require.NoError(h.t, err)
 		},
 		"worker dead": func(*harness, seeded) {},

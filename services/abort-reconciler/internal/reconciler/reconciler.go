@@ -27,7 +27,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Store is the part of *store.Store the reconciler uses.
+// Store is the data the reconciler uses: the aborts repository's, and the
+// abort request an action carries (GetAction). StoreOf builds it from a
+// *store.Store.
 type Store interface {
 	MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error)
 	GetAction(ctx context.Context, key domain.ActionKey) (store.ActionDetail, error)
@@ -43,7 +45,16 @@ type Store interface {
 	ListPendingKills(ctx context.Context) ([]int64, error)
 }
 
-var _ Store = (*store.Store)(nil)
+// storeOf is the Store of a *store.Store.
+type storeOf struct {
+	store.Aborts
+	store.Actions
+}
+
+var _ Store = storeOf{}
+
+// StoreOf returns the Store the reconciler uses of st.
+func StoreOf(st *store.Store) Store { return storeOf{st.Aborts(), st.Actions()} }
 
 // Deps are the reconciler's collaborators.
 type Deps struct {

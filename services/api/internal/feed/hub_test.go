@@ -61,7 +61,7 @@ func TestHubSignalsWatchersAndReconnects(t *testing.T) {
 
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Command: "true"}}}
 	spec.Normalize()
-	_, _, err = st.CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: "r"}, Spec: spec})
+	_, _, err = st.Runs().CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: "r"}, Spec: spec})
 	require.NoError(t, err)
 	signalled(t, run, "the run's watcher")
 	signalled(t, scope, "the project's watcher")
@@ -118,7 +118,7 @@ func TestHubListensOnlyWhileWatched(t *testing.T) {
 		w := h.Watch(store.EventFilter{Project: "p", Domain: "d", Run: run})
 		signalled(t, w, "the listener's connection")
 		require.Equal(t, 1, listeners(t, db))
-		_, _, err = st.CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: run}, Spec: spec})
+		_, _, err = st.Runs().CreateRun(ctx, store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: run}, Spec: spec})
 		require.NoError(t, err)
 		signalled(t, w, "a commit of the watched run")
 		h.Stop(w)

@@ -23,7 +23,7 @@ func (h *Handlers) AbortRun(ctx context.Context, req api.AbortRunRequestObject) 
 	case err != nil:
 		return nil, err
 	}
-	d, err := h.store.GetAction(ctx, key)
+	d, err := h.store.Actions().GetAction(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func (h *Handlers) AbortAction(ctx context.Context, req api.AbortActionRequestOb
 	case err != nil:
 		return nil, err
 	}
-	d, err := h.store.GetAction(ctx, key)
+	d, err := h.store.Actions().GetAction(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (h *Handlers) abort(ctx context.Context, key domain.ActionKey, body *api.Ab
 	if body != nil && body.Reason != nil && *body.Reason != "" {
 		reason = *body.Reason
 	}
-	if _, err := h.store.AbortAction(ctx, key, reason, store.CauseAborted); err != nil {
+	if _, err := h.store.Aborts().AbortAction(ctx, key, reason, store.CauseAborted); err != nil {
 		return err
 	}
 	if err := h.queue.Enqueue(ctx, queue.NewActionAbortTask(key, queue.AbortTaskRetries(h.cfg.AbortMaxAttempts))); err != nil {

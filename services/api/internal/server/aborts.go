@@ -26,7 +26,7 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 	if who, ok := principalFrom(ctx); ok {
 		f.Projects = who.projects // a scoped token sees its projects' aborts only
 	}
-	recs, next, err := h.store.ListAborts(ctx, f)
+	recs, next, err := h.store.Aborts().ListAborts(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
 		return embedded[api.ListAborts400ApplicationProblemPlusJSONResponse](p), nil
 	}

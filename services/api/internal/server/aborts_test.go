@@ -67,9 +67,9 @@ func TestListAborts(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, status, body)
 		keys = append(keys, domain.RunKey{Project: "demo", Domain: "dev", Run: name}.Action(domain.RootActionName))
 	}
-	_, err := f.store.MarkAbortAttempt(ctx, keys[0])
+	_, err := f.store.Aborts().MarkAbortAttempt(ctx, keys[0])
 	require.NoError(t, err)
-	require.NoError(t, f.store.ClearAbortRequest(ctx, keys[0], store.AbortNeedsIntervention))
+	require.NoError(t, f.store.Aborts().ClearAbortRequest(ctx, keys[0], store.AbortNeedsIntervention))
 
 	status, _, list := f.do(t, http.MethodGet, "/v1/aborts?state=needs_intervention", "")
 	require.Equal(t, http.StatusOK, status, list)
@@ -119,14 +119,14 @@ func TestAttemptShowsKill(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, body)
 	key := domain.RunKey{Project: "demo", Domain: "dev", Run: "k"}
 	storetest.StartSteps(t, f.store, key)
-	w, err := f.store.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
+	w, err := f.store.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
 	require.NoError(t, err)
-	step, err := f.store.GetAction(ctx, key.Action("a"))
+	step, err := f.store.Actions().GetAction(ctx, key.Action("a"))
 	require.NoError(t, err)
 	at, ok, err := storetest.AssignTask(ctx, f.store, step.Tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, f.store.RequestAttemptKill(ctx, at.ID, store.CausePreempted))
+	require.NoError(t, f.store.Aborts().RequestAttemptKill(ctx, at.ID, store.CausePreempted))
 
 	status, _, got := f.do(t, http.MethodGet, runsPath+"/k/actions/a", "")
 	require.Equal(t, http.StatusOK, status, got)

@@ -23,7 +23,7 @@ func (h *Handlers) advance(ctx context.Context, key domain.RunKey) {
 // the answer of a run's control routes.
 func (h *Handlers) advancedRun(ctx context.Context, key domain.RunKey) (api.Run, error) {
 	h.advance(ctx, key)
-	d, err := h.store.GetRun(ctx, key)
+	d, err := h.store.Runs().GetRun(ctx, key)
 	if err != nil {
 		return api.Run{}, err
 	}

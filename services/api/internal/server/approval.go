@@ -57,7 +57,7 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 	if body != nil && body.Comment != nil {
 		comment = *body.Comment
 	}
-	_, err := h.store.DecideApproval(ctx, key, decision, by, comment)
+	_, err := h.store.Actions().DecideApproval(ctx, key, decision, by, comment)
 	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok {
 		return api.Action{}, &p, err
 	}
@@ -65,7 +65,7 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 		return api.Action{}, nil, err
 	}
 	h.advance(ctx, key.RunKey)
-	d, err := h.store.GetAction(ctx, key)
+	d, err := h.store.Actions().GetAction(ctx, key)
 	if err != nil {
 		return api.Action{}, nil, err
 	}

@@ -32,7 +32,7 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 // was given together, in one read: the attempts of ids placed on its
 // worker, by id; the others (unknown, or another worker's) are left out.
 func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttemptsRequestObject) (api.GetWorkerAttemptsResponseObject, error) {
-	runs, err := h.store.GetAttemptRuns(ctx, req.Params.Ids)
+	runs, err := h.store.Attempts().GetAttemptRuns(ctx, req.Params.Ids)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
 	}
 	ctx = context.WithoutCancel(ctx) // recorded even if the executor dies meanwhile (ReportAttempts)
-	res, err := h.store.ReportAttempt(ctx, int64(req.Id), rep)
+	res, err := h.store.Attempts().ReportAttempt(ctx, int64(req.Id), rep)
 	p, ok := problemFor(err, subject{kind: "attempt", state: rep.State.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
@@ -132,7 +132,7 @@ func (h *Handlers) checkReport(ctx context.Context, id int64, b *api.AttemptRepo
 	}
 	rep = toReport(state, b)
 	if rep.Stdout != "" || rep.Stderr != "" || rep.Error != "" {
-		secrets, err := h.store.AttemptSecretValues(ctx, id)
+		secrets, err := h.store.Attempts().AttemptSecretValues(ctx, id)
 		if err != nil {
 			return rep, nil, err
 		}
@@ -193,5 +193,5 @@ func attemptRun(ctx context.Context, st *store.Store, id int64) (store.AttemptRu
 	if p, ok := principalFrom(ctx); ok && p.attempt != nil && p.attempt.Attempt.ID == id {
 		return *p.attempt, nil
 	}
-	return st.GetAttemptRun(ctx, id)
+	return st.Attempts().GetAttemptRun(ctx, id)
 }

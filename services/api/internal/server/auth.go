@@ -136,7 +136,7 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 	t, ok := a.tokens.Get(hash)
 	if !ok {
 		var err error
-		t, err = a.store.TokenByHash(req.Context(), hash[:])
+		t, err = a.store.Tokens().TokenByHash(req.Context(), hash[:])
 		if errors.Is(err, store.ErrNotFound) {
 			return principal{}, errBadToken
 		}

@@ -50,7 +50,7 @@ func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, 
 		}
 		worker, ok := a.holders.Get(n)
 		if !ok {
-			r, err := a.store.GetAttemptRun(rvi.Request.Context(), n)
+			r, err := a.store.Attempts().GetAttemptRun(rvi.Request.Context(), n)
 			if errors.Is(err, store.ErrNotFound) {
 				return nil
 			}

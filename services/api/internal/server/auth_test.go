@@ -75,7 +75,7 @@ type authTokens struct{ reader, writer, otherProject, worker, scopedWriter strin
 
 func newAuthTokens(t *testing.T, st *store.Store) authTokens {
 	mk := func(role string, projects ...string) string {
-		_, secret, err := st.CreateToken(context.Background(), store.NewToken{Name: role, Role: role, Projects: projects})
+		_, secret, err := st.Tokens().CreateToken(context.Background(), store.NewToken{Name: role, Role: role, Projects: projects})
 		require.NoError(t, err)
 		return secret
 	}
@@ -186,7 +186,7 @@ func TestRevokedAndExpiredTokensAre401(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status, p)
 
 	past := time.Now().Add(-time.Minute)
-	_, expired, err := f.store.CreateToken(context.Background(), store.NewToken{Name: "old", Role: RoleAdmin, ExpiresAt: &past})
+	_, expired, err := f.store.Tokens().CreateToken(context.Background(), store.NewToken{Name: "old", Role: RoleAdmin, ExpiresAt: &past})
 	require.NoError(t, err)
 	status, _, p = f.doAs(t, expired, http.MethodGet, "/v1/workers", "")
 	require.Equal(t, http.StatusUnauthorized, status, p)
@@ -213,7 +213,7 @@ func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	status, _, p := f.do(t, http.MethodPost, runsPath, `{"name":"r1","spec":{"steps":[{"name":"a","command":"true"}]}}`)
 	require.Equal(t, http.StatusCreated, status, p)
 	storetest.StartSteps(t, f.store, key, "a")
-	d, err := f.store.GetAction(context.Background(), key.Action("a"))
+	d, err := f.store.Actions().GetAction(context.Background(), key.Action("a"))
 	require.NoError(t, err)
 	a, ok, err := storetest.AssignTask(context.Background(), f.store, d.Tasks[0].Task.ID, idA)
 	require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	// Deleted elsewhere (the scheduler's ARC rule), its token goes with it:
 	// 404 while this api still remembers the token (tokenCacheTTL), 401
 	// after; an executor registers again on either.
-	require.NoError(t, f.store.DeleteWorker(context.Background(), idA))
+	require.NoError(t, f.store.Workers().DeleteWorker(context.Background(), idA))
 	status, _, _ = f.doAs(t, tokA, http.MethodPost, "/v1/workers/"+idA+"/heartbeat", `{}`)
 	require.Contains(t, []int{http.StatusUnauthorized, http.StatusNotFound}, status, "a deleted worker is refused")
 	// Deregistered through this api, it is forgotten at once.
@@ -270,7 +270,7 @@ func TestWorkerAttemptReadIsOneStatement(t *testing.T) {
 	status, _, p := f.do(t, http.MethodPost, runsPath, `{"name":"r1","spec":{"steps":[{"name":"a","command":"true"}]}}`)
 	require.Equal(t, http.StatusCreated, status, p)
 	storetest.StartSteps(t, st, key, "a")
-	d, err := st.GetAction(context.Background(), key.Action("a"))
+	d, err := st.Actions().GetAction(context.Background(), key.Action("a"))
 	require.NoError(t, err)
 	a, ok, err := storetest.AssignTask(context.Background(), st, d.Tasks[0].Task.ID, w["id"].(string))
 	require.NoError(t, err)
@@ -320,7 +320,7 @@ func TestWorkerReadsItsAttemptsTogether(t *testing.T) {
 		`{"name":"r1","spec":{"steps":[{"name":"a","command":"true","replicas":3,"env":{"K":"v"}}]}}`)
 	require.Equal(t, http.StatusCreated, status, p)
 	storetest.StartSteps(t, st, key, "a")
-	d, err := st.GetAction(context.Background(), key.Action("a"))
+	d, err := st.Actions().GetAction(context.Background(), key.Action("a"))
 	require.NoError(t, err)
 	var ids []int64
 	for i, worker := range []string{idA, idA, idB} {

@@ -35,7 +35,7 @@ func (h *Handlers) CreateRuns(ctx context.Context, req api.CreateRunsRequestObje
 	if len(valid) == 0 {
 		return api.CreateRuns200JSONResponse{Results: results}, nil
 	}
-	created, err := h.store.CreateRuns(ctx, valid)
+	created, err := h.store.Runs().CreateRuns(ctx, valid)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func results(t *testing.T, body map[string]any) []map[string]any {
 // runCount is how many runs demo/dev holds.
 func runCount(t *testing.T, st *store.Store) int {
 	t.Helper()
-	runs, _, err := st.ListRuns(context.Background(), store.RunFilter{Project: "demo", Domain: "dev", Limit: 500})
+	runs, _, err := st.Runs().ListRuns(context.Background(), store.RunFilter{Project: "demo", Domain: "dev", Limit: 500})
 	require.NoError(t, err)
 	return len(runs)
 }

@@ -22,7 +22,7 @@ func (h *Handlers) ListCacheEntries(ctx context.Context, req api.ListCacheEntrie
 	if req.Params.Limit != nil {
 		f.Limit = *req.Params.Limit
 	}
-	entries, next, err := h.store.ListCacheEntries(ctx, f)
+	entries, next, err := h.store.Cache().ListCacheEntries(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
 		return embedded[api.ListCacheEntries400ApplicationProblemPlusJSONResponse](p), nil
 	}
@@ -42,7 +42,7 @@ func (h *Handlers) ListCacheEntries(ctx context.Context, req api.ListCacheEntrie
 // DeleteCacheEntry evicts one cache entry: the next run of its key misses.
 // An unknown key is a 404.
 func (h *Handlers) DeleteCacheEntry(ctx context.Context, req api.DeleteCacheEntryRequestObject) (api.DeleteCacheEntryResponseObject, error) {
-	err := h.store.DeleteCacheEntry(ctx, req.Project, req.Domain, req.Key)
+	err := h.store.Cache().DeleteCacheEntry(ctx, req.Project, req.Domain, req.Key)
 	if p, ok := problemFor(err, subject{kind: "cache entry", name: req.Key}); ok && p.Status == http.StatusNotFound {
 		return api.DeleteCacheEntry404ApplicationProblemPlusJSONResponse(p), nil
 	}

@@ -33,24 +33,24 @@ func TestCacheListEvictAndActionStatus(t *testing.T) {
 	key := domain.RunKey{Project: "demo", Domain: "dev", Run: "r"}
 	now := time.Now().UTC()
 	require.NoError(t, f.store.InTx(ctx, func(tx *store.Store) error {
-		run, err := tx.LockRun(ctx, key)
+		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
+		if _, err := tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
 			return err
 		}
 		for i, k := range []string{oldKey, newKey} {
 			e := store.CacheEntry{Project: "demo", Domain: "dev", Key: k, Version: "v1", RunName: "r", ActionName: "s",
 				Outputs: map[string]string{"n": k[:1]}}
-			if err := tx.PutCacheEntry(ctx, e, now.Add(time.Duration(i)*time.Second)); err != nil {
+			if err := tx.Cache().PutCacheEntry(ctx, e, now.Add(time.Duration(i)*time.Second)); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.ReserveCache(ctx, key.Action("s"), newKey, now.Add(time.Minute), now); err != nil {
+		if _, err := tx.Cache().ReserveCache(ctx, key.Action("s"), newKey, now.Add(time.Minute), now); err != nil {
 			return err
 		}
-		return tx.CompleteFromCache(ctx, key.Action("s"), domain.PhaseQueued,
+		return tx.Cache().CompleteFromCache(ctx, key.Action("s"), domain.PhaseQueued,
 			store.CacheEntry{Key: oldKey, Outputs: map[string]string{"n": "a"}}, now)
 	}))
 

@@ -23,7 +23,7 @@ const eventPage = 500
 // the run ended (eventStream); 404 for an unknown run.
 func (h *Handlers) WatchRunEvents(ctx context.Context, req api.WatchRunEventsRequestObject) (api.WatchRunEventsResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
-	_, err := h.store.RunPhase(ctx, key)
+	_, err := h.store.Runs().RunPhase(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "run", name: req.Run}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.WatchRunEvents404ApplicationProblemPlusJSONResponse](p), nil
 	}
@@ -144,9 +144,9 @@ func (s *eventStream) sendNew(send func(string) error) (ended bool, err error) {
 		var restarting bool
 		var rows []store.RunEvent
 		if s.filter.Run == "" {
-			rows, err = s.store.EventsAfter(s.ctx, s.filter, s.after, eventPage)
+			rows, err = s.store.Events().EventsAfter(s.ctx, s.filter, s.after, eventPage)
 		} else {
-			phase, restarting, rows, err = s.store.RunEventsAfter(s.ctx, domain.RunKey{Project: s.filter.Project,
+			phase, restarting, rows, err = s.store.Events().RunEventsAfter(s.ctx, domain.RunKey{Project: s.filter.Project,
 				Domain: s.filter.Domain, Run: s.filter.Run}, s.after, eventPage)
 		}
 		if err != nil {

@@ -137,9 +137,9 @@ func newFuzzFixture(t *testing.T) *fuzzFixture {
 		Config{AdminToken: testAdminToken, RateLimit: 1e6, LogFollowMax: 300 * time.Millisecond})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	_, reader, err := st.CreateToken(context.Background(), store.NewToken{Name: "r", Role: RoleReader, Projects: []string{"elsewhere"}})
+	_, reader, err := st.Tokens().CreateToken(context.Background(), store.NewToken{Name: "r", Role: RoleReader, Projects: []string{"elsewhere"}})
 	require.NoError(t, err)
-	_, worker, err := st.CreateToken(context.Background(), store.NewToken{Name: "w", Role: RoleWorker})
+	_, worker, err := st.Tokens().CreateToken(context.Background(), store.NewToken{Name: "w", Role: RoleWorker})
 	require.NoError(t, err)
 	return &fuzzFixture{srv: srv, store: st, db: db, tokens: []string{"", "cap_unknown", reader, worker, testAdminToken}}
 }
@@ -321,7 +321,7 @@ func (fz *fuzzer) schedule(r *rand.Rand) {
 	if k, _, ok := fz.world.run(r); ok {
 		storetest.StartSteps(fz.t, st, k)
 	}
-	tasks, _, err := st.PendingWork(ctx, 4, time.Minute)
+	tasks, _, err := st.Placement().PendingWork(ctx, 4, time.Minute)
 	fz.schedErr("pending tasks", err)
 	for _, task := range tasks {
 		w, ok := fz.world.worker(r)

@@ -30,7 +30,7 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
 	}
 	err = h.store.InTx(ctx, func(tx *store.Store) error {
-		return tx.AppendLogsBounded(ctx, id, chunks, h.cfg.LogMaxBytes)
+		return tx.Logs().AppendLogsBounded(ctx, id, chunks, h.cfg.LogMaxBytes)
 	})
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
 		return api.AppendAttemptLogs404ApplicationProblemPlusJSONResponse(p), nil
@@ -46,7 +46,7 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 // the 400 problem of a chunk with NUL, naming it as field[i].data. Errors:
 // reading the secrets.
 func (h *Handlers) checkChunks(ctx context.Context, id int64, in []api.LogChunk, field string) ([]store.NewLogChunk, *api.Problem, error) {
-	secrets, err := h.store.AttemptSecretValues(ctx, id)
+	secrets, err := h.store.Attempts().AttemptSecretValues(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -75,7 +75,7 @@ func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsReq
 	err := store.ErrNotFound // a number past int4 names no attempt
 	if req.Task <= math.MaxInt32 && req.Attempt <= math.MaxInt32 && (req.Params.Generation == nil ||
 		*req.Params.Generation <= math.MaxInt32) {
-		a, err = h.store.FindAttempt(ctx, key, req.Params.Generation, req.Task, req.Attempt)
+		a, err = h.store.Attempts().FindAttempt(ctx, key, req.Params.Generation, req.Task, req.Attempt)
 	}
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.GetAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
@@ -86,14 +86,14 @@ func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsReq
 	if req.Params.Follow != nil && *req.Params.Follow {
 		return h.newLogStream(ctx, a.ID), nil
 	}
-	chunks, err := h.store.LogChunksAfter(ctx, a.ID, 0, 0)
+	chunks, err := h.store.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(chunks) > 0 {
 		return joinChunks(chunks), nil
 	}
-	l, err := h.store.FinalAttemptLog(ctx, a.ID)
+	l, err := h.store.Logs().FinalAttemptLog(ctx, a.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func (s *logStream) follow(send func(string) error) error {
 	for {
 		// The state first: an executor ships its last chunks before its
 		// final report, so once the attempt ended every chunk is stored.
-		a, err := s.store.GetAttempt(s.ctx, s.attempt)
+		a, err := s.store.Attempts().GetAttempt(s.ctx, s.attempt)
 		if err != nil {
 			return fmt.Errorf("read attempt: %w", err)
 		}
@@ -142,7 +142,7 @@ func (s *logStream) follow(send func(string) error) error {
 // output sent, as events without id.
 func (s *logStream) end(send func(string) error, state string) error {
 	if s.after == 0 {
-		l, err := s.store.FinalAttemptLog(s.ctx, s.attempt)
+		l, err := s.store.Logs().FinalAttemptLog(s.ctx, s.attempt)
 		if err != nil {
 			return fmt.Errorf("read final logs: %w", err)
 		}
@@ -162,7 +162,7 @@ func (s *logStream) end(send func(string) error, state string) error {
 // sendChunks sends the chunks after s.after, one page, and moves s.after;
 // it returns how many it sent.
 func (s *logStream) sendChunks(send func(string) error) (int, error) {
-	chunks, err := s.store.LogChunksAfter(s.ctx, s.attempt, s.after, logPage)
+	chunks, err := s.store.Logs().LogChunksAfter(s.ctx, s.attempt, s.after, logPage)
 	if err != nil {
 		return 0, fmt.Errorf("read chunks: %w", err)
 	}

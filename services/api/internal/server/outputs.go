@@ -60,7 +60,7 @@ func (h *Handlers) runOutputs(ctx context.Context, d store.RunDetail) (map[strin
 	if !slices.ContainsFunc(d.Actions, func(a store.ActionDetail) bool { return hasOutputs(a.Action) }) {
 		return nil, nil
 	}
-	return h.store.StepOutputs(ctx, domain.RunKey{Project: d.Run.Project, Domain: d.Run.Domain, Run: d.Run.Name}, nil)
+	return h.store.Actions().StepOutputs(ctx, domain.RunKey{Project: d.Run.Project, Domain: d.Run.Domain, Run: d.Run.Name}, nil)
 }
 
 // actionOutputs returns one action's outputs, or nil without a read when it
@@ -69,7 +69,7 @@ func (h *Handlers) actionOutputs(ctx context.Context, key domain.ActionKey, d st
 	if !hasOutputs(d.Action) {
 		return nil, nil
 	}
-	outs, err := h.store.StepOutputs(ctx, key.RunKey, []string{key.Action})
+	outs, err := h.store.Actions().StepOutputs(ctx, key.RunKey, []string{key.Action})
 	return outs[key.Action], err
 }
 
@@ -95,7 +95,7 @@ func (h *Handlers) resolveInputs(ctx context.Context, key domain.RunKey, inputs 
 			producers = append(producers, step)
 		}
 	}
-	outs, err := h.store.StepOutputs(ctx, key, producers)
+	outs, err := h.store.Actions().StepOutputs(ctx, key, producers)
 	if err != nil {
 		return nil, err
 	}

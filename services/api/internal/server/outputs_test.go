@@ -22,11 +22,11 @@ func startTasks(t *testing.T, f *fixture, key domain.RunKey, steps ...string) ma
 	t.Helper()
 	ctx := context.Background()
 	storetest.StartSteps(t, f.store, key, steps...)
-	w, err := f.store.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	w, err := f.store.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	require.NoError(t, err)
 	ids := map[string][]int64{}
 	for _, step := range steps {
-		d, err := f.store.GetAction(ctx, key.Action(step))
+		d, err := f.store.Actions().GetAction(ctx, key.Action(step))
 		require.NoError(t, err)
 		for _, task := range d.Tasks {
 			a, ok, err := storetest.AssignTask(ctx, f.store, task.Task.ID, w.ID)
@@ -61,9 +61,9 @@ func TestReportedOutputsShowOnTheRunAndReachInputs(t *testing.T) {
 	f.report(t, ids["two"][0], `{"state":"SUCCEEDED","exit_code":0,"outputs":{"n":"a"}}`)
 	f.report(t, ids["two"][1], `{"state":"SUCCEEDED","exit_code":0,"outputs":{"n":"<b>"}}`)
 	for _, step := range []string{"one", "two"} { // as the scheduler would, once the tasks ended
-		d, err := f.store.GetAction(ctx, key.Action(step))
+		d, err := f.store.Actions().GetAction(ctx, key.Action(step))
 		require.NoError(t, err)
-		_, err = f.store.SetActionPhase(ctx, key.Action(step), domain.Phase(d.Action.Phase), domain.PhaseSucceeded, time.Now().UTC())
+		_, err = f.store.Actions().SetActionPhase(ctx, key.Action(step), domain.Phase(d.Action.Phase), domain.PhaseSucceeded, time.Now().UTC())
 		require.NoError(t, err)
 	}
 

@@ -23,9 +23,9 @@ import (
 func (f *controlFixture) assignA(t *testing.T, key domain.RunKey) int64 {
 	t.Helper()
 	ctx := context.Background()
-	w, err := f.store.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
+	w, err := f.store.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
 	require.NoError(t, err)
-	d, err := f.store.GetAction(ctx, key.Action("a"))
+	d, err := f.store.Actions().GetAction(ctx, key.Action("a"))
 	require.NoError(t, err)
 	a, ok, err := storetest.AssignTask(ctx, f.store, d.Tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestReportRecordsCleanupStepsInOrder(t *testing.T) {
 	key := f.startedRun(t)
 	id := f.assignA(t, key)
 	f.report(t, id, `{"state":"RUNNING"}`)
-	_, err := f.store.AbortAction(ctx, key.Action("a"), "stop", "")
+	_, err := f.store.Aborts().AbortAction(ctx, key.Action("a"), "stop", "")
 	require.NoError(t, err)
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f.report(t, id, fmt.Sprintf(`{"state":"KILLED","cause":"aborted","cleanup":[
@@ -120,7 +120,7 @@ func TestReportRejectsBadCodeAndCleanup(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status, "%s: %v", body, p)
 		require.Equal(t, "invalid_request", p["code"], body)
 	}
-	d, err := f.store.GetAction(context.Background(), key.Action("a"))
+	d, err := f.store.Actions().GetAction(context.Background(), key.Action("a"))
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskAssigned, d.Tasks[0].Attempts[0].State, "a rejected report changes nothing")
 }

@@ -41,7 +41,7 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 	// dies meanwhile: those are facts, and a batch lost with its sender
 	// would run its ended attempts again.
 	ctx = context.WithoutCancel(ctx)
-	results, err := h.store.ReportAttempts(ctx, req.Id.String(), batch, h.cfg.LogMaxBytes)
+	results, err := h.store.Attempts().ReportAttempts(ctx, req.Id.String(), batch, h.cfg.LogMaxBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ func (h *Handlers) RestartRun(ctx context.Context, req api.RestartRunRequestObje
 	if req.Body != nil && req.Body.FromStep != nil {
 		from = *req.Body.FromStep
 	}
-	_, err := h.store.RequestRestart(ctx, key, from)
+	_, err := h.store.Runs().RequestRestart(ctx, key, from)
 	p, ok := problemFor(err, subject{kind: "run", name: key.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:

@@ -13,7 +13,7 @@ import (
 // and pushes its advance. 409 already_terminal once the run has ended.
 func (h *Handlers) ResumeRun(ctx context.Context, req api.ResumeRunRequestObject) (api.ResumeRunResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
-	_, err := h.store.RequestResume(ctx, key)
+	_, err := h.store.Runs().RequestResume(ctx, key)
 	p, ok := problemFor(err, subject{kind: "run", name: key.String(), op: "resume"})
 	switch {
 	case ok && p.Status == http.StatusNotFound:

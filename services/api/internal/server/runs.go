@@ -24,7 +24,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 	if req.Params.IdempotencyKey != nil {
 		nr.IdempotencyKey = *req.Params.IdempotencyKey
 	}
-	detail, created, err := h.store.CreateRun(ctx, nr)
+	detail, created, err := h.store.Runs().CreateRun(ctx, nr)
 	taken := subject{kind: "run", name: name, in: req.Project + "/" + req.Domain}
 	if p, ok := problemFor(err, taken); ok && p.Status == http.StatusConflict {
 		return api.CreateRun409ApplicationProblemPlusJSONResponse(p), nil
@@ -107,7 +107,7 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 	if req.Params.Limit != nil {
 		f.Limit = *req.Params.Limit
 	}
-	runs, next, err := h.store.ListRuns(ctx, f)
+	runs, next, err := h.store.Runs().ListRuns(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
 		return embedded[api.ListRuns400ApplicationProblemPlusJSONResponse](p), nil
 	}
@@ -126,7 +126,7 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 
 // GetRun returns a run with its actions, tasks and attempts.
 func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api.GetRunResponseObject, error) {
-	d, err := h.store.GetRun(ctx, domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run})
+	d, err := h.store.Runs().GetRun(ctx, domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run})
 	if p, ok := problemFor(err, subject{kind: "run", name: req.Run}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.GetRun404ApplicationProblemPlusJSONResponse](p), nil
 	}
@@ -143,7 +143,7 @@ func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api
 // GetAction returns one action with its tasks and attempt history.
 func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject) (api.GetActionResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
-	d, err := h.store.GetAction(ctx, key)
+	d, err := h.store.Actions().GetAction(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.GetAction404ApplicationProblemPlusJSONResponse](p), nil
 	}

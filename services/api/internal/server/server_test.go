@@ -133,7 +133,7 @@ func TestCreateRunRejectsBadSpecsAndWritesNothing(t *testing.T) {
 			require.Contains(t, fields(p), c.field, "%s: %v", c.name, p)
 		}
 	}
-	runs, _, err := f.store.ListRuns(context.Background(), store.RunFilter{Project: "demo", Domain: "dev"})
+	runs, _, err := f.store.Runs().ListRuns(context.Background(), store.RunFilter{Project: "demo", Domain: "dev"})
 	require.NoError(t, err)
 	require.Empty(t, runs, "nothing is written for a refused spec")
 }
@@ -176,7 +176,7 @@ func TestCreateGetListAbort(t *testing.T) {
 	status, _, p = f.do(t, http.MethodPost, runsPath+"/ghost/abort", "")
 	require.Equal(t, http.StatusNotFound, status, p)
 
-	pending, err := f.store.ListPendingAborts(context.Background())
+	pending, err := f.store.Aborts().ListPendingAborts(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, []domain.ActionKey{{RunKey: domain.RunKey{Project: "demo", Domain: "dev", Run: "r1"}, Action: "a0"}}, pending)
 }

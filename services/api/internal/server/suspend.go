@@ -13,7 +13,7 @@ import (
 // already_terminal once the run has ended.
 func (h *Handlers) SuspendRun(ctx context.Context, req api.SuspendRunRequestObject) (api.SuspendRunResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
-	_, err := h.store.RequestSuspend(ctx, key)
+	_, err := h.store.Runs().RequestSuspend(ctx, key)
 	p, ok := problemFor(err, subject{kind: "run", name: key.String(), op: "suspend"})
 	switch {
 	case ok && p.Status == http.StatusNotFound:

@@ -26,7 +26,7 @@ func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestOb
 	if b.Projects != nil {
 		nt.Projects = *b.Projects
 	}
-	t, secret, err := h.store.CreateToken(ctx, nt)
+	t, secret, err := h.store.Tokens().CreateToken(ctx, nt)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestOb
 
 // ListTokens lists the tokens made through the API, without secrets.
 func (h *Handlers) ListTokens(ctx context.Context, _ api.ListTokensRequestObject) (api.ListTokensResponseObject, error) {
-	ts, err := h.store.ListTokens(ctx)
+	ts, err := h.store.Tokens().ListTokens(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (h *Handlers) ListTokens(ctx context.Context, _ api.ListTokensRequestObject
 
 // RevokeToken revokes a token: from now on it answers 401.
 func (h *Handlers) RevokeToken(ctx context.Context, req api.RevokeTokenRequestObject) (api.RevokeTokenResponseObject, error) {
-	t, err := h.store.RevokeToken(ctx, req.Id.String())
+	t, err := h.store.Tokens().RevokeToken(ctx, req.Id.String())
 	if errors.Is(err, store.ErrNotFound) {
 		return embedded[api.RevokeToken404ApplicationProblemPlusJSONResponse](apiProblem(http.StatusNotFound,
 			problem.CodeNotFound, "token "+req.Id.String()+" not found")), nil

@@ -47,7 +47,7 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 			nw.Resources.MemoryBytes = *b.Resources.MemoryBytes
 		}
 	}
-	w, err := h.store.RegisterWorker(ctx, nw)
+	w, err := h.store.Workers().RegisterWorker(ctx, nw)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) 
 		}
 		beat.Draining = b.Draining != nil && *b.Draining
 	}
-	reply, err := h.store.BeatWorker(ctx, id, beat)
+	reply, err := h.store.Workers().BeatWorker(ctx, id, beat)
 	if p, ok := problemFor(err, subject{kind: "worker", name: id + " (re-register)"}); ok && p.Status == http.StatusNotFound {
 		return nil, &p, nil
 	}
@@ -104,7 +104,7 @@ func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) 
 // WORKER_FAILED and are queued for evaluation.
 func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorkerRequestObject) (api.DeregisterWorkerResponseObject, error) {
 	id := req.Id.String()
-	lost, err := h.store.DeregisterWorker(ctx, id)
+	lost, err := h.store.Workers().DeregisterWorker(ctx, id)
 	if p, ok := problemFor(err, subject{kind: "worker", name: id}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
 	}
@@ -130,7 +130,7 @@ func (h *Handlers) evaluateLost(ctx context.Context, lost []store.LostAttempt) {
 
 // ListWorkers returns every registered worker with its load.
 func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObject) (api.ListWorkersResponseObject, error) {
-	ws, err := h.store.ListWorkers(ctx)
+	ws, err := h.store.Workers().ListWorkers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObje
 // workerToken mints the token a registered worker's heartbeats, reports and
 // log appends carry: role worker, bound to w (deleted with it).
 func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, error) {
-	_, secret, err := h.store.CreateToken(ctx, store.NewToken{Name: "worker " + w.Name, Role: RoleWorker, WorkerID: &w.ID})
+	_, secret, err := h.store.Tokens().CreateToken(ctx, store.NewToken{Name: "worker " + w.Name, Role: RoleWorker, WorkerID: &w.ID})
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, er
 	fp := s.freshPlacement()
 	defer fp.finish(ctx, false) // on a panic
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
-		run, err := tx.LockRun(ctx, key)
+		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Adva
 	}
 	from := adv.Phase
 	adv.Phase = phase
-	return tx.SetRootPhase(ctx, key, from, phase, now)
+	return tx.Actions().SetRootPhase(ctx, key, from, phase, now)
 }
 
 // expandAndStart is the first advance of a QUEUED run that was never
@@ -152,7 +152,7 @@ func (s *Scheduler) expandAndStart(ctx context.Context, tx *store.Store, run sto
 	if !ok {
 		return p, false, nil
 	}
-	if fresh, err = tx.ExpandAndStart(ctx, fr.Key, fr.Steps, now, fr.Started...); fresh {
+	if fresh, err = tx.Runs().ExpandAndStart(ctx, fr.Key, fr.Steps, now, fr.Started...); fresh {
 		adv.Started = p.Start
 	}
 	return p, fresh, err
@@ -193,11 +193,11 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 // advanced, and when it was, the expansion inserts nothing and reads them.
 func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.Run, key domain.RunKey) ([]store.Action, error) {
 	if domain.Phase(run.Phase) == domain.PhaseQueued && len(run.Spec.Steps) > 0 {
-		return tx.ExpandSteps(ctx, key, run.Spec.Steps)
+		return tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
 	}
-	steps, err := tx.StepActions(ctx, key)
+	steps, err := tx.Actions().StepActions(ctx, key)
 	if err == nil && len(steps) != len(run.Spec.Steps) {
-		steps, err = tx.ExpandSteps(ctx, key, run.Spec.Steps)
+		steps, err = tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
 	}
 	return steps, err
 }
@@ -221,7 +221,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 		if err != nil || hits == 0 {
 			return p, err
 		}
-		if steps, err = tx.StepActions(ctx, key); err != nil {
+		if steps, err = tx.Actions().StepActions(ctx, key); err != nil {
 			return p, err
 		}
 	}
@@ -246,7 +246,7 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 			continue
 		}
 		// The steps before this one start first: events keep p.Start's order.
-		if err := tx.CreateTasks(ctx, key, now, tasks...); err != nil {
+		if err := tx.Tasks().CreateTasks(ctx, key, now, tasks...); err != nil {
 			return hits, err
 		}
 		tasks = nil
@@ -262,11 +262,11 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 		later.add(key, tasks)
 		return 0, nil
 	}
-	if err := tx.CreateTasks(ctx, key, now, tasks...); err != nil {
+	if err := tx.Tasks().CreateTasks(ctx, key, now, tasks...); err != nil {
 		return hits, err
 	}
 	for _, name := range p.Skip {
-		if err := tx.SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
+		if err := tx.Actions().SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
 			return hits, err
 		}
 	}
@@ -284,7 +284,7 @@ func stepStatus(ctx context.Context, tx *store.Store, key domain.RunKey, spec do
 	if !readsOutputs(spec, status) {
 		return status, nil
 	}
-	outputs, err := tx.StepOutputs(ctx, key, nil)
+	outputs, err := tx.Actions().StepOutputs(ctx, key, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -333,11 +333,11 @@ func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.R
 	case domain.KindSuspend:
 		if d := a.Spec.DurationValue(); d > 0 {
 			at := now.Add(d)
-			return false, tx.StartWait(ctx, ak, store.WaitDuration, &at, now)
+			return false, tx.Actions().StartWait(ctx, ak, store.WaitDuration, &at, now)
 		}
-		return false, tx.StartWait(ctx, ak, store.WaitResume, nil, now)
+		return false, tx.Actions().StartWait(ctx, ak, store.WaitResume, nil, now)
 	case domain.KindApproval:
-		return false, tx.StartWait(ctx, ak, store.WaitApproval, nil, now)
+		return false, tx.Actions().StartWait(ctx, ak, store.WaitApproval, nil, now)
 	}
 	return s.startCached(ctx, tx, key, a, now)
 }

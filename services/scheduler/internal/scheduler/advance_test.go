@@ -29,7 +29,7 @@ func TestDAGRunToSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, adv.Started, "only the root of the DAG starts")
 	require.Equal(t, domain.PhaseRunning, adv.Phase)
-	d, err := f.st.GetRun(ctx, key)
+	d, err := f.st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, "RUNNING", d.Run.Phase)
 	require.Nil(t, d.Run.EndedAt)
@@ -56,7 +56,7 @@ func TestDAGRunToSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, domain.PhaseSucceeded, adv.Phase)
 
-	d, err = f.st.GetRun(ctx, key)
+	d, err = f.st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, "SUCCEEDED", d.Run.Phase)
 	require.NotNil(t, d.Run.EndedAt)
@@ -117,7 +117,7 @@ func TestFirstAdvanceAndOneStepEndSaveStatements(t *testing.T) {
 	require.Equal(t, "run.created a0, run.expanded a0, action.started a, action.started b, action.phase a0", runEvents("fresh"))
 	for name, n := range map[string]int{"a": 1, "b": 1, "c": 0} {
 		require.Len(t, f.tasks(t, key, name), n, name)
-		d, err := f.st.GetAction(ctx, key.Action(name))
+		d, err := f.st.Actions().GetAction(ctx, key.Action(name))
 		require.NoError(t, err)
 		require.Equal(t, n == 1, d.Action.StartedAt != nil, name)
 		require.Equal(t, string(domain.PhaseQueued), d.Action.Phase, name)
@@ -146,7 +146,7 @@ func TestFirstAdvanceAndOneStepEndSaveStatements(t *testing.T) {
 		if len(steps) == 1 {
 			require.Zero(t, got["StepActions"], "%v", got)
 			require.Equal(t, domain.PhaseSucceeded, ev.Advance.Phase)
-			d, err := f.st.GetRun(ctx, key)
+			d, err := f.st.Runs().GetRun(ctx, key)
 			require.NoError(t, err)
 			require.Equal(t, string(domain.PhaseSucceeded), d.Run.Phase)
 			require.True(t, strings.HasSuffix(runEvents(key.Run), "action.phase s, action.phase a0"), runEvents(key.Run))

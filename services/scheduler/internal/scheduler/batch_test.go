@@ -28,7 +28,7 @@ func TestHandleRunsStartsEachRun(t *testing.T) {
 		require.NoError(t, f.s.handleRuns(ctx, task))
 		for _, name := range names {
 			key := domain.RunKey{Project: "p", Domain: "d", Run: name}
-			d, err := f.st.GetRun(ctx, key)
+			d, err := f.st.Runs().GetRun(ctx, key)
 			require.NoError(t, err)
 			require.Equal(t, string(domain.PhaseRunning), d.Run.Phase, name)
 			require.Len(t, f.tasks(t, key, "a"), 1, name)
@@ -92,14 +92,14 @@ func TestBatchCountsAnActionsTasksOnce(t *testing.T) {
 		require.Equal(t, int64(1), after["UpdateTaskOutcome"]-before["UpdateTaskOutcome"], "the last replica's")
 		require.Equal(t, int64(1), after["UpdateTaskOutcomes"]-before["UpdateTaskOutcomes"], "the others'")
 		require.Equal(t, int64(1), after["CountTaskStates"]-before["CountTaskStates"], "one count a batch")
-		d, err := f.st.GetAction(ctx, key.Action("s"))
+		d, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 		require.NoError(t, err)
 		require.Equal(t, string(batch.phase), d.Action.Phase)
 	}
 	for _, id := range ids {
 		require.NotNil(t, f.attempt(t, id).EvaluatedAt, "attempt %d evaluated", id)
 	}
-	d, err := f.st.GetRun(ctx, key)
+	d, err := f.st.Runs().GetRun(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseSucceeded), d.Run.Phase)
 	var moves string
@@ -154,18 +154,18 @@ func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 	require.NotNil(t, got, "the failure evaluated")
 	require.False(t, at.Equal(*got), "the failure evaluated on its own")
 	for _, key := range ended {
-		d, err := f.st.GetRun(ctx, key)
+		d, err := f.st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, string(domain.PhaseSucceeded), d.Run.Phase, key.Run)
 		require.NotNil(t, d.Run.EndedAt, key.Run)
 	}
 	require.Len(t, f.tasks(t, dag, "c"), 1, "c started once")
-	d, err := f.st.GetRun(ctx, dag)
+	d, err := f.st.Runs().GetRun(ctx, dag)
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseRunning), d.Run.Phase)
 	failedKey := domain.RunKey{Project: "p", Domain: "d", Run: "fail"}
 	require.Equal(t, domain.TaskFailed, f.tasks(t, failedKey, "s")[0].Task.State)
-	d, err = f.st.GetRun(ctx, failedKey)
+	d, err = f.st.Runs().GetRun(ctx, failedKey)
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseFailed), d.Run.Phase)
 }
@@ -207,7 +207,7 @@ func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 		require.Equal(t, int64(1), after["UpdateTaskOutcomes"]-before["UpdateTaskOutcomes"], "after %s", step.name)
 		require.Zero(t, after["UpdateTaskOutcome"]-before["UpdateTaskOutcome"], "after %s", step.name)
 		for _, key := range keys {
-			d, err := f.st.GetRun(ctx, key)
+			d, err := f.st.Runs().GetRun(ctx, key)
 			require.NoError(t, err)
 			require.Equal(t, string(step.phase), d.Run.Phase, "%s after %s", key.Run, step.name)
 			require.Len(t, f.tasks(t, key, "b"), 1, "%s starts b once", key.Run)
@@ -220,7 +220,7 @@ func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 			key.Run).Scan(&events))
 		require.Equal(t, "action.phase:RUNNING, task.NO_RETRY, action.phase:SUCCEEDED, "+
 			"action.phase:RUNNING, task.NO_RETRY, action.phase:SUCCEEDED", events, key.Run)
-		d, err := f.st.GetAction(ctx, key.Action("b"))
+		d, err := f.st.Actions().GetAction(ctx, key.Action("b"))
 		require.NoError(t, err)
 		require.Equal(t, domain.TaskSucceeded, d.Tasks[0].Task.State)
 		require.NotNil(t, d.Tasks[0].Task.EndedAt)

@@ -44,33 +44,33 @@ func (c *CacheConfig) defaults() {
 func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action,
 	now time.Time) (hit bool, err error) {
 	ak, from := key.Action(a.Name), domain.Phase(a.Phase)
-	outs, err := tx.StepOutputs(ctx, key, domain.InputProducers(a.Spec.Inputs))
+	outs, err := tx.Actions().StepOutputs(ctx, key, domain.InputProducers(a.Spec.Inputs))
 	if err != nil {
 		return false, err
 	}
 	ck := domain.CacheKey(key.Project, key.Domain, a.Spec, domain.ResolveInputs(a.Spec.Inputs, outs))
-	e, err := tx.GetCacheEntry(ctx, key.Project, key.Domain, ck)
+	e, err := tx.Cache().GetCacheEntry(ctx, key.Project, key.Domain, ck)
 	switch {
 	case err == nil && domain.CacheEntryValid(e.CreatedAt, e.ExpiresAt, a.Spec.Cache.MaxAgeDuration(), now):
-		return true, tx.CompleteFromCache(ctx, ak, from, e, now)
+		return true, tx.Cache().CompleteFromCache(ctx, ak, from, e, now)
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return false, err
 	}
 	if a.Spec.Cache.Serializable {
-		held, err := tx.ReserveCache(ctx, ak, ck, now.Add(s.cfg.Cache.ReservationTTL), now)
+		held, err := tx.Cache().ReserveCache(ctx, ak, ck, now.Add(s.cfg.Cache.ReservationTTL), now)
 		if err != nil {
 			return false, err
 		}
 		if !held {
 			n := a.CacheWaits + 1
 			wake := now.Add(domain.KubeVela{Cap: s.cfg.Workflow.WaitBackoffCap}.Delay(n))
-			return false, tx.WaitForCache(ctx, ak, from, ck, n, wake, now)
+			return false, tx.Cache().WaitForCache(ctx, ak, from, ck, n, wake, now)
 		}
 	}
-	if err := tx.MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
+	if err := tx.Cache().MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
 		return false, err
 	}
-	return false, tx.CreateTasks(ctx, key, now, s.startedStep(key, a, now))
+	return false, tx.Tasks().CreateTasks(ctx, key, now, s.startedStep(key, a, now))
 }
 
 // finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
@@ -96,14 +96,14 @@ func (s *Scheduler) finalizeCache(ctx context.Context, tx *store.Store, ev *Eval
 	if !c.Serializable {
 		return nil
 	}
-	if live, err := tx.LiveAttemptsUnder(ctx, key); err != nil || len(live) > 0 {
+	if live, err := tx.Aborts().LiveAttemptsUnder(ctx, key); err != nil || len(live) > 0 {
 		return err // the evaluation of its last live attempt releases it
 	}
-	released, err := tx.ReleaseCache(ctx, key, *act.CacheKey, strings.ToLower(string(phase)))
+	released, err := tx.Cache().ReleaseCache(ctx, key, *act.CacheKey, strings.ToLower(string(phase)))
 	if err != nil || !released {
 		return err
 	}
-	waiters, err := tx.CacheWaiters(ctx, key.Project, key.Domain, *act.CacheKey)
+	waiters, err := tx.Cache().CacheWaiters(ctx, key.Project, key.Domain, *act.CacheKey)
 	ev.Waiters = append(ev.Waiters, waiters...)
 	return err
 }
@@ -112,7 +112,7 @@ func (s *Scheduler) finalizeCache(ctx context.Context, tx *store.Store, ev *Eval
 // store.StepOutputs reads them) and marks it POPULATED.
 func (s *Scheduler) populate(ctx context.Context, tx *store.Store, act store.Action, now time.Time) error {
 	key := keyOf(act)
-	outs, err := tx.StepOutputs(ctx, key.RunKey, []string{act.Name})
+	outs, err := tx.Actions().StepOutputs(ctx, key.RunKey, []string{act.Name})
 	if err != nil {
 		return err
 	}
@@ -122,10 +122,10 @@ func (s *Scheduler) populate(ctx context.Context, tx *store.Store, act store.Act
 		at := now.Add(d)
 		e.ExpiresAt = &at
 	}
-	if err := tx.PutCacheEntry(ctx, e, now); err != nil {
+	if err := tx.Cache().PutCacheEntry(ctx, e, now); err != nil {
 		return err
 	}
-	return tx.SetCacheStatus(ctx, key, domain.CachePopulated, now)
+	return tx.Cache().SetCacheStatus(ctx, key, domain.CachePopulated, now)
 }
 
 // holdCacheWait moves the next check of a WAITING_FOR_CACHE step a of a
@@ -136,7 +136,7 @@ func (s *Scheduler) holdCacheWait(ctx context.Context, tx *store.Store, run stor
 	if run.SuspendRequestedAt == nil || a.NotBefore == nil || now.Before(*a.NotBefore) || a.CacheKey == nil {
 		return nil
 	}
-	return tx.WaitForCache(ctx, keyOf(a), domain.Phase(a.Phase), *a.CacheKey, a.CacheWaits,
+	return tx.Cache().WaitForCache(ctx, keyOf(a), domain.Phase(a.Phase), *a.CacheKey, a.CacheWaits,
 		now.Add(s.cfg.Workflow.WaitBackoffCap), now)
 }
 
@@ -157,7 +157,7 @@ func (s *Scheduler) wakeCacheWaiters(ctx context.Context, runs []domain.RunKey) 
 // heartbeats no longer counts).
 func (s *Scheduler) extendReservations(ctx context.Context) {
 	now, ttl := time.Now().UTC(), s.cfg.Cache.ReservationTTL
-	if _, err := s.store.ExtendCacheReservations(ctx, now.Add(-ttl), now.Add(ttl)); err != nil {
+	if _, err := s.store.Cache().ExtendCacheReservations(ctx, now.Add(-ttl), now.Add(ttl)); err != nil {
 		s.log.Warn("extending cache reservations failed", "err", err)
 	}
 }

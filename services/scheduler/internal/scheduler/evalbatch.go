@@ -32,7 +32,7 @@ func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 
 	err := s.store.ByKey().InTx(ctx, func(tx *store.Store) error {
 		now := time.Now().UTC()
 		var err error
-		if claimed, err = tx.LockAndClaimAttempts(ctx, ids, now); err != nil || len(claimed) == 0 {
+		if claimed, err = tx.Attempts().LockAndClaimAttempts(ctx, ids, now); err != nil || len(claimed) == 0 {
 			return err
 		}
 		evs = make([]Evaluation, len(claimed))
@@ -87,7 +87,7 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 		if defers(o, later) {
 			evs[i].outcomes = &deferred
 		} else {
-			if err := tx.UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
+			if err := tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
 				return err
 			}
 			deferred = deferred[:0]
@@ -100,7 +100,7 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 			return errSettleAlone
 		}
 	}
-	return tx.UpdateTaskOutcomes(ctx, now, deferred...)
+	return tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...)
 }
 
 // defers reports whether the settle of a claimed SUCCEEDED attempt writes
@@ -152,7 +152,7 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 	var steps map[domain.RunKey][]store.Action
 	if len(keys) > 1 {
 		var err error
-		if steps, err = tx.StepActionsOfRuns(ctx, keys); err != nil {
+		if steps, err = tx.Actions().StepActionsOfRuns(ctx, keys); err != nil {
 			return err
 		}
 	}
@@ -169,7 +169,7 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 			return err
 		}
 	}
-	return tx.CreateTasksOfRuns(ctx, now, later...)
+	return tx.Tasks().CreateTasksOfRuns(ctx, now, later...)
 }
 
 // taskStarts gathers the plain task steps that a batch's advances start,

@@ -126,7 +126,7 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, attemptID int64, recorded 
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		ev = Evaluation{}
 		now := time.Now().UTC()
-		o, a, ok, err := tx.LockAndClaimAttempt(ctx, attemptID, now)
+		o, a, ok, err := tx.Attempts().LockAndClaimAttempt(ctx, attemptID, now)
 		if err != nil {
 			return err
 		}
@@ -243,11 +243,11 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	}
 	if ev.outcomes != nil && !o.Requeue && o.Code == "" {
 		*ev.outcomes = append(*ev.outcomes, store.OutcomeWrite{T: t, A: a, O: o})
-	} else if err := tx.UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
+	} else if err := tx.Tasks().UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
 		return err
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
-		_, err := tx.ExhaustGangSiblings(ctx, t, now)
+		_, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now)
 		return err
 	}
 	return nil
@@ -264,7 +264,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	counts := map[domain.TaskState]int{ev.taskState: 1}
 	if !ev.only {
 		var err error
-		if counts, err = tx.CountTaskStates(ctx, key, act.Generation); err != nil {
+		if counts, err = tx.Tasks().CountTaskStates(ctx, key, act.Generation); err != nil {
 			return err
 		}
 	}
@@ -283,12 +283,12 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 		}
 	}
 	if !ev.phaseWritten { // else the task's outcome carried this move (onlyTaskMove)
-		if _, err := tx.SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
+		if _, err := tx.Actions().SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
 			return err
 		}
 	}
 	if ev.ActionPhase == domain.PhaseFailed && ev.Code != "" {
-		if err := tx.SetActionReason(ctx, key, ev.Code, now); err != nil {
+		if err := tx.Actions().SetActionReason(ctx, key, ev.Code, now); err != nil {
 			return err
 		}
 	}
@@ -328,16 +328,16 @@ func onlyTaskMove(act store.Action, state domain.TaskState) *store.PhaseMove {
 // _mark_remaining_tasks_killed and _finalize_terminal_job).
 func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Evaluation, key domain.ActionKey,
 	reason string, now time.Time) error {
-	n, err := tx.KillUnfinishedTasks(ctx, key, now)
+	n, err := tx.Tasks().KillUnfinishedTasks(ctx, key, now)
 	if err != nil {
 		return err
 	}
-	live, err := tx.LiveAttemptsUnder(ctx, key)
+	live, err := tx.Aborts().LiveAttemptsUnder(ctx, key)
 	if err != nil || len(live) == 0 {
 		return err
 	}
 	ev.AbortSurvivors = &key
-	return tx.RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason})
+	return tx.Actions().RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason})
 }
 
 // afterEvaluation acts on what an evaluation decided, once committed: it

@@ -42,7 +42,7 @@ func TestRetryWithinBudgetThenTerminal(t *testing.T) {
 	adv, err := f.s.advance(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, domain.PhaseFailed, adv.Phase, "fail fast")
-	d, err := f.st.GetAction(ctx, key.Action("after"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("after"))
 	require.NoError(t, err)
 	require.Equal(t, "SKIPPED", d.Action.Phase)
 }
@@ -62,7 +62,7 @@ func TestGangCascadeAndMaxTaskFailures(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		if i == 0 {
-			_, err = f.st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+			_, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 			require.NoError(t, err)
 			sibling = a
 		}
@@ -77,7 +77,7 @@ func TestGangCascadeAndMaxTaskFailures(t *testing.T) {
 		require.Equal(t, domain.TaskWorkerFailed, td.Task.State, "running siblings are exhausted to WORKER_FAILED")
 		require.Greater(t, td.Task.PreemptionCount, td.Task.MaxRetriesPreemption)
 	}
-	live, err := f.st.LiveAttemptsUnder(ctx, key.Action("g"))
+	live, err := f.st.Aborts().LiveAttemptsUnder(ctx, key.Action("g"))
 	require.NoError(t, err)
 	require.Len(t, live, 2)
 	require.Equal(t, sibling.ID, live[0].ID)
@@ -123,7 +123,7 @@ func TestGangCascadeSparesPreemptedTasks(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, kill, "a started victim is killed, then reports PREEMPTED")
 			}
-			res, err := f.st.ReportAttempt(ctx, victim.ID, tt.final)
+			res, err := f.st.Attempts().ReportAttempt(ctx, victim.ID, tt.final)
 			require.NoError(t, err)
 			require.True(t, res.Evaluate)
 
@@ -156,10 +156,10 @@ func TestGangCascadeSparesPreemptedTasks(t *testing.T) {
 			for _, td := range got[1:] {
 				a := td.Attempts[0]
 				if a.State == domain.TaskAssigned {
-					_, err := f.st.ReportAttempt(ctx, a.ID, reportRunning)
+					_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, reportRunning)
 					require.NoError(t, err)
 				}
-				_, err := f.st.ReportAttempt(ctx, a.ID, reportSucceeded)
+				_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, reportSucceeded)
 				require.NoError(t, err)
 				ev, err = f.s.evaluate(ctx, a.ID)
 				require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestOnlyTaskCarriesItsActionsMove(t *testing.T) {
 	require.Equal(t, domain.PhaseSucceeded, ev.ActionPhase)
 	require.Equal(t, int64(1), after["UpdateTaskOutcome"]-before["UpdateTaskOutcome"])
 	require.Zero(t, after["SetActionPhase"]-before["SetActionPhase"], "the move rode with the task's outcome")
-	d, err := f.st.GetAction(ctx, key.Action("a"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("a"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseSucceeded), d.Action.Phase)
 	require.NotNil(t, d.Action.EndedAt)

@@ -31,7 +31,7 @@ type expiry struct{ s *Scheduler }
 // whose timed waits ended.
 func (e expiry) runOnce(ctx context.Context) (ExpiryResult, error) {
 	var res ExpiryResult
-	due, err := e.s.store.ByKey().ExpiryDue(ctx, 1000)
+	due, err := e.s.store.ByKey().Tasks().ExpiryDue(ctx, 1000)
 	if err != nil {
 		return res, err
 	}
@@ -75,12 +75,12 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 	var ev Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		ev = Evaluation{}
-		run, act, err := tx.LockRunAction(ctx, key)
+		run, act, err := tx.Actions().LockRunAction(ctx, key)
 		if err != nil {
 			return err
 		}
 		now := time.Now().UTC()
-		n, err := tx.MarkTasksUnschedulable(ctx, key, now)
+		n, err := tx.Tasks().MarkTasksUnschedulable(ctx, key, now)
 		if err != nil || n == 0 {
 			return err
 		}
@@ -137,7 +137,7 @@ func (s *Scheduler) expireTimeouts(ctx context.Context, due store.Due) (int, err
 // timeOut aborts an action with cause timeout and advances its run; it
 // returns 1 when it aborted it, 0 when it had ended already.
 func (s *Scheduler) timeOut(ctx context.Context, key domain.ActionKey, reason string) (int, error) {
-	_, err := s.store.AbortAction(ctx, key, reason, domain.CauseTimeout)
+	_, err := s.store.Aborts().AbortAction(ctx, key, reason, domain.CauseTimeout)
 	if errors.Is(err, store.ErrTerminal) || errors.Is(err, store.ErrNotFound) {
 		return 0, nil
 	}

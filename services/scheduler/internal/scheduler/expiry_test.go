@@ -35,7 +35,7 @@ func TestSchedulingDeadlineMakesTheJobUnschedulable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ExpiryResult{Unschedulable: 1}, res)
 
-	d, err := f.st.GetAction(ctx, key.Action("s"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseUnschedulable), d.Action.Phase, "any UNSCHEDULABLE task -> job UNSCHEDULABLE")
 	require.Equal(t, domain.TaskUnschedulable, d.Tasks[0].Task.State)

@@ -61,9 +61,9 @@ func (s *Scheduler) finishAbort(ctx context.Context, tx *store.Store, act store.
 		return nil
 	}
 	key := keyOf(act)
-	settled, err := tx.AbortSettled(ctx, key, a.ID)
+	settled, err := tx.Actions().AbortSettled(ctx, key, a.ID)
 	if err != nil || !settled {
 		return err
 	}
-	return tx.WriteActionAborted(ctx, key, phase, a.ID)
+	return tx.Actions().WriteActionAborted(ctx, key, phase, a.ID)
 }

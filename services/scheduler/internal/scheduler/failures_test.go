@@ -50,7 +50,7 @@ func TestSystemFailuresRetriedInPlaceThenMaxSystemFailuresExceeded(t *testing.T)
 	require.Equal(t, domain.ExceededRetryLimit, ev.Result)
 	require.Equal(t, domain.PhaseFailed, ev.ActionPhase)
 
-	d, err := f.st.GetAction(ctx, key.Action("s"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	td := d.Tasks[0]
 	require.Equal(t, domain.TaskFailed, td.Task.State)
@@ -109,7 +109,7 @@ func TestPermanentFailureFailsAtOnce(t *testing.T) {
 		Code: "InvalidPluginSpec", Error: "unknown plugin \"wasm\""})
 	require.Equal(t, domain.ExceededRetryLimit, ev.Result)
 	require.Equal(t, domain.PhaseFailed, ev.ActionPhase)
-	d, err := f.st.GetAction(ctx, key.Action("s"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, domain.TaskFailed, d.Tasks[0].Task.State)
 	require.Zero(t, d.Tasks[0].Task.FailureCount)
@@ -146,10 +146,10 @@ func TestAbortFinalizationEventsInOrder(t *testing.T) {
 	_, err := f.s.advance(ctx, key)
 	require.NoError(t, err)
 	a := f.attemptIn(t, w, f.tasks(t, key, "s")[0].Task.ID, reportRunning)
-	_, err = f.st.AbortAction(ctx, key.Action("s"), "stop", "")
+	_, err = f.st.Aborts().AbortAction(ctx, key.Action("s"), "stop", "")
 	require.NoError(t, err)
 	at := time.Now().UTC()
-	res, err := f.st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskKilled, Cause: domain.CauseAborted,
+	res, err := f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskKilled, Cause: domain.CauseAborted,
 		Cleanup: []store.CleanupStep{{Step: store.CleanupAbort, At: at, Error: "SIGTERM ignored"},
 			{Step: store.CleanupFinalize, At: at.Add(time.Millisecond)}}})
 	require.NoError(t, err)
@@ -193,10 +193,10 @@ func TestAbortFinishedByTheLastAttempt(t *testing.T) {
 		require.True(t, ok)
 		ids = append(ids, a.ID)
 	}
-	_, err = f.st.AbortAction(ctx, key.Action("s"), "stop", "")
+	_, err = f.st.Aborts().AbortAction(ctx, key.Action("s"), "stop", "")
 	require.NoError(t, err)
 	for i, id := range ids {
-		_, err := f.st.ReportAttempt(ctx, id, reportKilledAbort)
+		_, err := f.st.Attempts().ReportAttempt(ctx, id, reportKilledAbort)
 		require.NoError(t, err)
 		_, err = f.s.evaluate(ctx, id)
 		require.NoError(t, err)
@@ -215,9 +215,9 @@ func TestAbortOfAGoneAttemptIsFinished(t *testing.T) {
 	_, err := f.s.advance(ctx, key)
 	require.NoError(t, err)
 	a := f.attemptIn(t, w, f.tasks(t, key, "s")[0].Task.ID, reportRunning)
-	_, err = f.st.AbortAction(ctx, key.Action("s"), "stop", domain.CauseTimeout)
+	_, err = f.st.Aborts().AbortAction(ctx, key.Action("s"), "stop", domain.CauseTimeout)
 	require.NoError(t, err)
-	evaluate, err := f.st.MarkAttemptsGone(ctx, []int64{a.ID}, domain.CauseTimeout)
+	evaluate, err := f.st.Aborts().MarkAttemptsGone(ctx, []int64{a.ID}, domain.CauseTimeout)
 	require.NoError(t, err)
 	require.Equal(t, []int64{a.ID}, evaluate)
 	_, err = f.s.evaluate(ctx, a.ID)

@@ -69,7 +69,7 @@ func (f *runFixture) newRun(t *testing.T, name string, spec domain.WorkflowSpec)
 	spec.Normalize()
 	require.Empty(t, spec.Validate("spec"))
 	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
-	_, created, err := f.st.CreateRun(context.Background(), store.NewRun{Key: key, Spec: spec})
+	_, created, err := f.st.Runs().CreateRun(context.Background(), store.NewRun{Key: key, Spec: spec})
 	require.NoError(t, err)
 	require.True(t, created)
 	return key
@@ -78,7 +78,7 @@ func (f *runFixture) newRun(t *testing.T, name string, spec domain.WorkflowSpec)
 // tasks returns an action's tasks with their attempts.
 func (f *runFixture) tasks(t *testing.T, key domain.RunKey, action string) []store.TaskDetail {
 	t.Helper()
-	d, err := f.st.GetAction(context.Background(), key.Action(action))
+	d, err := f.st.Actions().GetAction(context.Background(), key.Action(action))
 	require.NoError(t, err)
 	return d.Tasks
 }
@@ -106,7 +106,7 @@ func (f *runFixture) attemptIn(t *testing.T, w store.Worker, taskID int64, reps 
 	require.NoError(t, err)
 	require.True(t, ok)
 	for _, rep := range reps {
-		_, err := f.st.ReportAttempt(ctx, a.ID, rep)
+		_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, rep)
 		require.NoError(t, err)
 	}
 	return a
@@ -120,10 +120,10 @@ func (f *runFixture) runAttempt(t *testing.T, w store.Worker, taskID int64, fina
 	a, ok, err := storetest.AssignTask(ctx, f.st, taskID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	res, err := f.st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	res, err := f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.True(t, res.Proceed)
-	res, err = f.st.ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"})
+	res, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"})
 	require.NoError(t, err)
 	require.True(t, res.Evaluate)
 	ev, err := f.s.evaluate(ctx, a.ID)
@@ -138,7 +138,7 @@ func (f *runFixture) runAttempt(t *testing.T, w store.Worker, taskID int64, fina
 // attempt returns an attempt's row.
 func (f *runFixture) attempt(t *testing.T, id int64) store.Attempt {
 	t.Helper()
-	a, err := f.st.GetAttempt(context.Background(), id)
+	a, err := f.st.Attempts().GetAttempt(context.Background(), id)
 	require.NoError(t, err)
 	return a
 }
@@ -154,7 +154,7 @@ func (f *runFixture) finishedAt(t *testing.T, attemptID int64) time.Time {
 // worker returns a worker with its load; ok is false when its row is gone.
 func (f *runFixture) worker(t *testing.T, id string) (w store.WorkerLoad, ok bool) {
 	t.Helper()
-	ws, err := f.st.ListWorkers(context.Background())
+	ws, err := f.st.Workers().ListWorkers(context.Background())
 	require.NoError(t, err)
 	for _, w := range ws {
 		if w.ID == id {
@@ -167,7 +167,7 @@ func (f *runFixture) worker(t *testing.T, id string) (w store.WorkerLoad, ok boo
 // placeable reports whether a placement pass would consider worker id.
 func (f *runFixture) placeable(t *testing.T, id string) bool {
 	t.Helper()
-	ws, err := f.st.PlaceableWorkers(context.Background(), time.Hour)
+	ws, err := f.st.Placement().PlaceableWorkers(context.Background(), time.Hour)
 	require.NoError(t, err)
 	for _, w := range ws {
 		if w.ID == id {

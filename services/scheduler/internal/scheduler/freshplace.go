@@ -54,7 +54,7 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 		return nil, nil
 	}
 	f.held = true
-	tasks, workers, err := tx.FreshWork(ctx, keys, f.s.cfg.WorkerGrace)
+	tasks, workers, err := tx.Placement().FreshWork(ctx, keys, f.s.cfg.WorkerGrace)
 	if err != nil || len(workers) == 0 {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 			return nil, err
 		}
 	}
-	attempts, err := tx.AssignFreshTasks(ctx, p.placed)
+	attempts, err := tx.Placement().AssignFreshTasks(ctx, p.placed)
 	if err != nil {
 		return nil, err
 	}

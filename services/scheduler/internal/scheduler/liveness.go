@@ -109,7 +109,7 @@ func (s *Scheduler) livenessPass(ctx context.Context) bool {
 // follows the lock order: workers alone, then attempts before workers.
 func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	var res LivenessResult
-	dead, err := s.store.MarkWorkersDead(ctx, time.Now().Add(-s.cfg.WorkerGrace))
+	dead, err := s.store.Workers().MarkWorkersDead(ctx, time.Now().Add(-s.cfg.WorkerGrace))
 	if err != nil {
 		return res, err
 	}
@@ -120,12 +120,12 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	err = s.store.InTx(ctx, func(tx *store.Store) error {
 		now := time.Now().UTC()
 		var err error
-		if lost, err = tx.LoseAttemptsOfGoneWorkers(ctx, now); err != nil {
+		if lost, err = tx.Workers().LoseAttemptsOfGoneWorkers(ctx, now); err != nil {
 			return err
 		}
 		for _, l := range lost {
 			if slices.Contains(dead, l.WorkerID) {
-				if _, _, err := tx.AddWorkerFailure(ctx, l.WorkerID, store.WorkerDead, l.ID, now); err != nil {
+				if _, _, err := tx.Workers().AddWorkerFailure(ctx, l.WorkerID, store.WorkerDead, l.ID, now); err != nil {
 					return err
 				}
 			}
@@ -139,7 +139,7 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	s.live.dead.Add(float64(len(dead)))
 	s.evaluateLost(ctx, lost)
 	res.QueuesDeleted = s.sweepQueues(ctx)
-	res.Purged, err = s.store.DeleteDeadWorkers(ctx, time.Now().Add(-s.cfg.Liveness.DeadRetention))
+	res.Purged, err = s.store.Workers().DeleteDeadWorkers(ctx, time.Now().Add(-s.cfg.Liveness.DeadRetention))
 	return res, err
 }
 
@@ -169,14 +169,14 @@ func (s *Scheduler) evaluateLost(ctx context.Context, lost []store.LostAttempt) 
 // 404, so it kills what it runs and registers again with an empty map.
 // Source: ARC's failedRunnerBackoff and maxFailures (5).
 func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) error {
-	a, err := s.store.GetAttempt(ctx, attemptID)
+	a, err := s.store.Attempts().GetAttempt(ctx, attemptID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && !platformFailure(a) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	failures, ok, err := s.store.AddWorkerFailure(ctx, *a.WorkerID, store.WorkerAlive, a.ID, *a.FinishedAt)
+	failures, ok, err := s.store.Workers().AddWorkerFailure(ctx, *a.WorkerID, store.WorkerAlive, a.ID, *a.FinishedAt)
 	if err != nil || !ok {
 		return err // !ok: dead or deleted, nothing to gate
 	}
@@ -185,7 +185,7 @@ func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) er
 		after := latest(failures).Add(table.Delay(n))
 		s.log.Info("worker failure recorded", "worker_id", *a.WorkerID, "attempt_id", attemptID, "failures", n,
 			"placeable_after", after)
-		return s.store.SetPlaceableAfter(ctx, *a.WorkerID, after)
+		return s.store.Workers().SetPlaceableAfter(ctx, *a.WorkerID, after)
 	}
 	return s.deleteFailedWorker(ctx, *a.WorkerID, n)
 }
@@ -193,10 +193,10 @@ func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) er
 // deleteFailedWorker deletes a worker past ARC's failure limit, ends its
 // live attempts and queues their evaluation, and deletes its queue.
 func (s *Scheduler) deleteFailedWorker(ctx context.Context, id string, n int) error {
-	if err := s.store.DeleteWorker(ctx, id); err != nil {
+	if err := s.store.Workers().DeleteWorker(ctx, id); err != nil {
 		return err
 	}
-	lost, err := s.store.LoseWorkerAttempts(ctx, id, fmt.Sprintf("the worker was deleted after %d failures", n),
+	lost, err := s.store.Workers().LoseWorkerAttempts(ctx, id, fmt.Sprintf("the worker was deleted after %d failures", n),
 		time.Now().UTC())
 	if err != nil {
 		return err // the liveness pass ends them: the worker is gone
@@ -261,7 +261,7 @@ func (s *Scheduler) sweepQueues(ctx context.Context) int {
 	for id := range ids {
 		list = append(list, id)
 	}
-	states, err := s.store.WorkerStates(ctx, list)
+	states, err := s.store.Workers().WorkerStates(ctx, list)
 	if err != nil {
 		s.log.Warn("read worker states failed", "err", err)
 		return 0

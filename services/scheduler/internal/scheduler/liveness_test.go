@@ -46,16 +46,16 @@ func (f *liveFixture) running(t *testing.T, w store.Worker, name string) store.A
 	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "sleep 600"}}}
 	spec.Normalize()
-	_, _, err := f.st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec})
+	_, _, err := f.st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec})
 	require.NoError(t, err)
 	_, err = f.s.advance(ctx, key)
 	require.NoError(t, err)
-	d, err := f.st.GetAction(ctx, key.Action("s"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	a, ok, err := storetest.AssignTask(ctx, f.st, d.Tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = f.st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(w.ID, a.ID, nil))
 	require.NoError(t, err)
@@ -64,7 +64,7 @@ func (f *liveFixture) running(t *testing.T, w store.Worker, name string) store.A
 
 func (f *liveFixture) register(t *testing.T) store.Worker {
 	t.Helper()
-	w, err := f.st.RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 4})
+	w, err := f.st.Workers().RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.insp.DeleteQueue(queue.WorkerQueue(w.ID), true) })
 	return w
@@ -79,7 +79,7 @@ func (f *liveFixture) hasQueue(t *testing.T, workerID string) bool {
 
 func (f *liveFixture) task(t *testing.T, attemptID int64) store.Task {
 	t.Helper()
-	r, err := f.st.GetAttemptRun(context.Background(), attemptID)
+	r, err := f.st.Attempts().GetAttemptRun(context.Background(), attemptID)
 	require.NoError(t, err)
 	return r.Task
 }
@@ -93,7 +93,7 @@ func TestLivenessPassDeclaresSilentWorkersDead(t *testing.T) {
 	f := newLiveFixture(t, domain.ARCTable)
 	silent, alive := f.register(t), f.register(t)
 	lost, kept := f.running(t, silent, "lost"), f.running(t, alive, "kept")
-	_, err := f.st.BeatWorker(ctx, silent.ID, store.Beat{Held: []int64{lost.ID}, At: time.Now().Add(-2 * time.Minute)})
+	_, err := f.st.Workers().BeatWorker(ctx, silent.ID, store.Beat{Held: []int64{lost.ID}, At: time.Now().Add(-2 * time.Minute)})
 	require.NoError(t, err)
 	require.True(t, f.hasQueue(t, silent.ID))
 	stranger := uuid.NewString() // a worker of another Capstan on this Redis
@@ -138,16 +138,16 @@ func TestEvaluationRecordsWorkerFailures(t *testing.T) {
 			f := newLiveFixture(t, tt.table)
 			w := f.register(t)
 			lost, other := f.running(t, w, "lost"), f.running(t, w, "other")
-			_, err := f.st.ReportAttempt(ctx, lost.ID, store.Report{State: domain.TaskWorkerFailed, Cause: "worker_lost"})
+			_, err := f.st.Attempts().ReportAttempt(ctx, lost.ID, store.Report{State: domain.TaskWorkerFailed, Cause: "worker_lost"})
 			require.NoError(t, err)
 
 			_, err = f.s.evaluate(ctx, lost.ID)
 			require.NoError(t, err)
 			require.Equal(t, domain.TaskPending, f.task(t, lost.ID).State)
-			ws, err := f.st.PlaceableWorkers(ctx, time.Minute)
+			ws, err := f.st.Placement().PlaceableWorkers(ctx, time.Minute)
 			require.NoError(t, err)
 			require.Empty(t, ws, "no new work on the worker that lost it")
-			ws, err = f.st.ListWorkers(ctx)
+			ws, err = f.st.Workers().ListWorkers(ctx)
 			require.NoError(t, err)
 			if !tt.deleted {
 				require.Len(t, ws, 1)
@@ -157,7 +157,7 @@ func TestEvaluationRecordsWorkerFailures(t *testing.T) {
 			}
 			require.Empty(t, ws)
 			require.False(t, f.hasQueue(t, w.ID))
-			r, err := f.st.GetAttemptRun(ctx, other.ID)
+			r, err := f.st.Attempts().GetAttemptRun(ctx, other.ID)
 			require.NoError(t, err)
 			require.Equal(t, domain.TaskWorkerFailed, r.Attempt.State, "the deleted worker's other attempt is lost too")
 		})
@@ -252,7 +252,7 @@ func TestFailureBackoffFollowsARCTable(t *testing.T) {
 	require.Equal(t, "worker_lost", *lost.Cause)
 	require.Equal(t, "the worker was deleted after 6 failures", *lost.Error)
 	require.Nil(t, lost.EvaluatedAt, "queued for its evaluation")
-	_, err := f.st.BeatWorker(ctx, w.ID, store.Beat{})
+	_, err := f.st.Workers().BeatWorker(ctx, w.ID, store.Beat{})
 	require.ErrorIs(t, err, store.ErrNotFound, "its executor re-registers under a new identity")
 }
 
@@ -301,10 +301,10 @@ func TestReapDeadWorkers(t *testing.T) {
 	assignedOnDead := f.attemptIn(t, dead, tasks[1])
 	onAlive := f.attemptIn(t, alive, tasks[2], reportRunning)
 
-	_, err := f.st.BeatWorker(ctx, dead.ID, store.Beat{Held: []int64{runningOnDead.ID},
+	_, err := f.st.Workers().BeatWorker(ctx, dead.ID, store.Beat{Held: []int64{runningOnDead.ID},
 		At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
 	require.NoError(t, err)
-	_, err = f.st.BeatWorker(ctx, alive.ID, store.Beat{Held: []int64{onAlive.ID}})
+	_, err = f.st.Workers().BeatWorker(ctx, alive.ID, store.Beat{Held: []int64{onAlive.ID}})
 	require.NoError(t, err)
 	r, err := f.s.livenessOnce(ctx)
 	require.NoError(t, err)
@@ -329,7 +329,7 @@ func TestReapDeadWorkers(t *testing.T) {
 	require.Equal(t, store.WorkerDead, w.State)
 	require.Len(t, w.Failures, 2, "the lost attempts are recorded on the dead worker")
 	require.False(t, f.placeable(t, dead.ID))
-	_, err = f.st.BeatWorker(ctx, dead.ID, store.Beat{})
+	_, err = f.st.Workers().BeatWorker(ctx, dead.ID, store.Beat{})
 	require.ErrorIs(t, err, store.ErrNotFound, "a worker back from the dead must re-register")
 	w, _ = f.worker(t, alive.ID)
 	require.Equal(t, store.WorkerAlive, w.State)
@@ -339,10 +339,10 @@ func TestReapDeadWorkers(t *testing.T) {
 	require.Zero(t, again.Dead)
 	require.Zero(t, again.Lost)
 
-	n, err := f.st.DeleteDeadWorkers(ctx, time.Now().Add(-time.Hour))
+	n, err := f.st.Workers().DeleteDeadWorkers(ctx, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n, "kept for the retention")
-	n, err = f.st.DeleteDeadWorkers(ctx, time.Now().Add(time.Minute))
+	n, err = f.st.Workers().DeleteDeadWorkers(ctx, time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
@@ -355,7 +355,7 @@ func TestReapEndsAttemptsOfMissingWorkers(t *testing.T) {
 	f := newRunFixture(t, domain.ARCTable)
 	w := f.register(t)
 	tasks := f.startedTasks(t, "missing", 1)
-	_, err := f.st.DeregisterWorker(ctx, w.ID)
+	_, err := f.st.Workers().DeregisterWorker(ctx, w.ID)
 	require.NoError(t, err)
 	a, ok, err := storetest.AssignTask(ctx, f.st, tasks[0], w.ID) // raced with the deregistration
 	require.NoError(t, err)

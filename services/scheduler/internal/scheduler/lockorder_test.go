@@ -90,7 +90,7 @@ func newRacer(t *testing.T) *racer {
 	r.s.setLeader(true)
 	for i := range 6 {
 		key := domain.RunKey{Project: "p", Domain: "d", Run: fmt.Sprintf("race-%d", i)}
-		_, _, err := r.st.CreateRun(ctx, store.NewRun{Key: key, Spec: raceSpec()})
+		_, _, err := r.st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: raceSpec()})
 		require.NoError(t, err)
 		r.runs = append(r.runs, key)
 	}
@@ -137,7 +137,7 @@ func raceSpec() domain.WorkflowSpec {
 }
 
 func (r *racer) register(t *testing.T) {
-	w, err := r.st.RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	w, err := r.st.Workers().RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	require.NoError(t, err)
 	r.mu.Lock()
 	r.workers = append(r.workers, w.ID)
@@ -165,7 +165,7 @@ func (r *racer) start(t *testing.T, name string, fn func(ctx context.Context, rn
 func (r *racer) liveAttempts(ctx context.Context) ([]store.Attempt, error) {
 	var out []store.Attempt
 	for _, k := range r.runs {
-		d, err := r.st.GetRun(ctx, k)
+		d, err := r.st.Runs().GetRun(ctx, k)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +190,7 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 		return err
 	}
 	a := live[rng.IntN(len(live))]
-	if _, err := r.st.ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning}); err != nil &&
+	if _, err := r.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning}); err != nil &&
 		!errors.Is(err, store.ErrBadReport) {
 		return err
 	}
@@ -198,7 +198,7 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 	if rng.IntN(4) == 0 {
 		final, exit = domain.TaskFailed, 1
 	}
-	if _, err := r.st.ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
+	if _, err := r.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
 		return err
 	}
 	_, err = r.s.evaluate(ctx, a.ID)
@@ -238,7 +238,7 @@ func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	res, err := r.st.ReportAttempts(ctx, *worker, batch, 1<<20)
+	res, err := r.st.Attempts().ReportAttempts(ctx, *worker, batch, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -270,7 +270,7 @@ func (r *racer) evaluateTogether(ctx context.Context, rng *rand.Rand) error {
 		if rng.IntN(4) == 0 {
 			final, exit = domain.TaskFailed, 1
 		}
-		if _, err := r.st.ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
+		if _, err := r.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
 			if errors.Is(err, store.ErrBadReport) {
 				continue // ended meanwhile
 			}
@@ -309,11 +309,11 @@ func (r *racer) reapSome(ctx context.Context, rng *rand.Rand) error {
 		r.mu.Lock()
 		id := r.workers[rng.IntN(len(r.workers))]
 		r.mu.Unlock()
-		if _, err := r.st.BeatWorker(ctx, id, store.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
+		if _, err := r.st.Workers().BeatWorker(ctx, id, store.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
 			!errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		w, err := r.st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+		w, err := r.st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 		if err != nil {
 			return err
 		}
@@ -342,9 +342,9 @@ func (r *racer) beatSome(ctx context.Context, rng *rand.Rand) error {
 		}
 	}
 	if rng.IntN(10) == 0 {
-		_, err = r.st.DeregisterWorker(ctx, id)
+		_, err = r.st.Workers().DeregisterWorker(ctx, id)
 	} else {
-		_, err = r.st.BeatWorker(ctx, id, store.Beat{Held: held})
+		_, err = r.st.Workers().BeatWorker(ctx, id, store.Beat{Held: held})
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -359,7 +359,7 @@ func (r *racer) abortSome(ctx context.Context, rng *rand.Rand) error {
 	}
 	steps := raceSpec().Steps
 	key := r.runs[rng.IntN(len(r.runs))].Action(steps[rng.IntN(len(steps))].Name)
-	_, err := r.st.AbortAction(ctx, key, "race", "")
+	_, err := r.st.Aborts().AbortAction(ctx, key, "race", "")
 	if errors.Is(err, store.ErrTerminal) || errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -371,7 +371,7 @@ func (r *racer) abortSome(ctx context.Context, rng *rand.Rand) error {
 func (r *racer) finish(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range r.runs {
-		_, err := r.st.AbortAction(ctx, k.Action(domain.RootActionName), "race over", "")
+		_, err := r.st.Aborts().AbortAction(ctx, k.Action(domain.RootActionName), "race over", "")
 		if !errors.Is(err, store.ErrTerminal) {
 			require.NoError(t, err)
 		}
@@ -389,7 +389,7 @@ func (r *racer) finish(t *testing.T) {
 func (r *racer) requireConsistent(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range r.runs {
-		d, err := r.st.GetRun(ctx, k)
+		d, err := r.st.Runs().GetRun(ctx, k)
 		require.NoError(t, err)
 		require.True(t, domain.Phase(d.Run.Phase).IsTerminal(), "run %s ends terminal: %s", k, d.Run.Phase)
 		require.Equal(t, d.Run.Phase, d.Actions[0].Action.Phase, "run %s: its phase is a0's", k)

@@ -144,7 +144,7 @@ func newPassFixture(b *testing.B, pending, finished int) *passFixture {
 	key := domain.RunKey{Project: "bench", Domain: "scale", Run: "queue"}
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
 	spec.Normalize()
-	if _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); err != nil {
+	if _, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := f.s.advance(ctx, key); err != nil { // the step's action and its task 0
@@ -166,7 +166,7 @@ func newPassFixture(b *testing.B, pending, finished int) *passFixture {
 	if _, err := db.Exec(`ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
-	f.worker, err = st.RegisterWorker(ctx, store.NewWorker{Name: "bench", Address: "http://127.0.0.1:1", Slots: passSlots})
+	f.worker, err = st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "bench", Address: "http://127.0.0.1:1", Slots: passSlots})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func (f *passFixture) reset(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := f.st.BeatWorker(context.Background(), f.worker.ID, store.Beat{}); err != nil {
+	if _, err := f.st.Workers().BeatWorker(context.Background(), f.worker.ID, store.Beat{}); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -79,7 +79,7 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 	if len(s.kick) > 0 {
 		return next
 	}
-	if at, err := s.store.Pass().NextWakeAt(ctx); err == nil && at != nil {
+	if at, err := s.store.Pass().Placement().NextWakeAt(ctx); err == nil && at != nil {
 		next = min(next, max(time.Until(*at), time.Millisecond))
 	}
 	return next
@@ -128,7 +128,7 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	}
 	s.dispatch(ctx, attempts, p.traces)
 	p.res.Waiting = len(p.reasons)
-	return p.res, p.st.SetPendingReasons(ctx, p.reasons)
+	return p.res, p.st.Placement().SetPendingReasons(ctx, p.reasons)
 }
 
 // decidePlacement is place's part under s.placing: it reads the pending
@@ -138,7 +138,7 @@ func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts
 	s.placing.Lock()
 	defer s.placing.Unlock()
 	st := s.store.Pass()
-	tasks, workers, err := st.PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
+	tasks, workers, err := st.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
 	if err != nil || len(tasks) == 0 {
 		return nil, nil, err
 	}
@@ -232,7 +232,7 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 // gang's tasks together), and returns their attempts. A task that stopped
 // being PENDING meanwhile is skipped.
 func (p *placement) assign(ctx context.Context) ([]store.Assigned, error) {
-	attempts, err := p.st.AssignTasks(ctx, p.placed)
+	attempts, err := p.st.Placement().AssignTasks(ctx, p.placed)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +374,7 @@ func (p *placement) loadRunning(ctx context.Context) error {
 		ids[i] = w.ID
 		index[w.ID] = i
 	}
-	live, err := p.st.LiveOnWorkers(ctx, ids)
+	live, err := p.st.Placement().LiveOnWorkers(ctx, ids)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
 	// the api's read of it would answer.
 	require.Len(t, p.Specs, 2)
 	for _, spec := range p.Specs {
-		run, err := f.st.GetAttemptRun(ctx, spec.Id)
+		run, err := f.st.Attempts().GetAttemptRun(ctx, spec.Id)
 		require.NoError(t, err)
 		require.Equal(t, key.Action("s"), domain.RunKey{Project: spec.Project, Domain: spec.Domain, Run: spec.Run}.Action(spec.Action))
 		require.Equal(t, run.Task.Idx, spec.TaskIndex)
@@ -78,7 +78,7 @@ func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
 		require.True(t, spec.Proceed)
 	}
 	require.False(t, f.hasQueue(t, wa.ID), "nothing dispatched to zone a")
-	act, err := f.st.GetAction(ctx, key.Action("s"))
+	act, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseRunning), act.Action.Phase)
 }
@@ -139,7 +139,7 @@ func TestPlacementPlacesAGangTogether(t *testing.T) {
 		require.Equal(t, domain.TaskPending, td.Task.State)
 		require.NotNil(t, td.Task.PendingReason)
 	}
-	act, err := f.st.GetAction(ctx, key.Action("s"))
+	act, err := f.st.Actions().GetAction(ctx, key.Action("s"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseWaitingForResources), act.Action.Phase)
 
@@ -188,7 +188,7 @@ func TestPlacementDoesNotPlaceAGangTheReadCut(t *testing.T) {
 // registerWith registers an alive worker with slots and labels.
 func (f *runFixture) registerWith(t *testing.T, slots int, labels map[string]string) store.Worker {
 	t.Helper()
-	w, err := f.st.RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1",
+	w, err := f.st.Workers().RegisterWorker(context.Background(), store.NewWorker{Name: "w", Address: "http://127.0.0.1:1",
 		Slots: slots, Labels: labels})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.insp.DeleteQueue(queue.WorkerQueue(w.ID), true) })
@@ -211,7 +211,7 @@ func TestPlacementByPlugin(t *testing.T) {
 	res, err := f.s.runOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Placed)
-	d, err := f.st.GetAction(ctx, key.Action("c"))
+	d, err := f.st.Actions().GetAction(ctx, key.Action("c"))
 	require.NoError(t, err)
 	require.Equal(t, string(domain.PhaseWaitingForResources), d.Action.Phase)
 	require.Equal(t, "no worker runs plugin container", *d.Tasks[0].Task.PendingReason)
@@ -241,7 +241,7 @@ func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newRunFixture(t, domain.Table{0})
-	_, err := f.st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
+	_, err := f.st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
 	require.NoError(t, err)
 	before := statementCounts(t, f.statements)
 	res, err := f.s.placeOnce(ctx)
@@ -290,7 +290,7 @@ func TestEvaluationKicksAPassWhenOneHasWork(t *testing.T) {
 	end := func(a store.Attempt, rep store.Report) {
 		t.Helper()
 		for _, r := range []store.Report{reportRunning, rep} {
-			_, err := f.st.ReportAttempt(ctx, a.ID, r)
+			_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, r)
 			require.NoError(t, err)
 		}
 		ev, err := f.s.evaluate(ctx, a.ID)

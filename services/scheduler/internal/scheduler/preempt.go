@@ -21,12 +21,12 @@ import (
 func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Evaluation, killRequested bool, err error) {
 	err = s.store.InTx(ctx, func(tx *store.Store) error {
 		ev, killRequested = Evaluation{}, false
-		run, act, t, a, err := tx.LockAttemptOwners(ctx, attemptID)
+		run, act, t, a, err := tx.Tasks().LockAttemptOwners(ctx, attemptID)
 		if err != nil {
 			return err
 		}
 		now := time.Now().UTC()
-		claimed, ok, err := tx.PreemptAssignedAttempt(ctx, t, attemptID, now)
+		claimed, ok, err := tx.Attempts().PreemptAssignedAttempt(ctx, t, attemptID, now)
 		if err != nil {
 			return err
 		}
@@ -36,7 +36,7 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 		if !a.State.IsLive() {
 			return nil
 		}
-		err = tx.RequestAttemptKill(ctx, attemptID, domain.CausePreempted)
+		err = tx.Aborts().RequestAttemptKill(ctx, attemptID, domain.CausePreempted)
 		if errors.Is(err, store.ErrTerminal) {
 			return nil // it ended meanwhile: nothing to evict
 		}

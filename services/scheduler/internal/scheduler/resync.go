@@ -50,20 +50,20 @@ func (s *Scheduler) resync(ctx context.Context) {
 func (s *Scheduler) resyncOnce(ctx context.Context) (ResyncResult, error) {
 	var res ResyncResult
 	cfg := s.cfg.Resync
-	runs, errRuns := s.store.UnfinishedRuns(ctx, cfg.Limit)
-	restarts, errRestarts := s.store.RestartRequestedRuns(ctx, cfg.Limit) // ended, so not unfinished
+	runs, errRuns := s.store.Runs().UnfinishedRuns(ctx, cfg.Limit)
+	restarts, errRestarts := s.store.Runs().RestartRequestedRuns(ctx, cfg.Limit) // ended, so not unfinished
 	for _, k := range append(runs, restarts...) {
 		if _, err := s.advance(ctx, k); err == nil {
 			res.Runs++
 		}
 	}
-	ids, errIDs := s.store.UnevaluatedAttempts(ctx, cfg.Limit)
+	ids, errIDs := s.store.Attempts().UnevaluatedAttempts(ctx, cfg.Limit)
 	for _, id := range ids {
 		if _, err := s.evaluate(ctx, id); err == nil {
 			res.Evaluated++
 		}
 	}
-	assigned, errAssigned := s.store.AssignedAttempts(ctx, time.Now().Add(-cfg.DispatchGrace), cfg.Limit)
+	assigned, errAssigned := s.store.Attempts().AssignedAttempts(ctx, time.Now().Add(-cfg.DispatchGrace), cfg.Limit)
 	for _, a := range assigned {
 		if a.WorkerID == nil {
 			continue

@@ -35,7 +35,7 @@ func TestRowFloorWritesWhatARunWrites(t *testing.T) {
 
 	run := &xactMeter{db: admin, url: storetest.NewURL(t)}
 	run.phase(t, nil, func(st *store.Store) {
-		w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+		w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,7 +56,7 @@ func BenchmarkSingleTaskRun(b *testing.B) {
 	}
 	var w store.Worker
 	x.phase(b, nil, func(st *store.Store) {
-		if w, err = st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8}); err != nil {
+		if w, err = st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8}); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -188,10 +188,10 @@ func singleTaskRun(tb testing.TB, st *store.Store, s *Scheduler, w store.Worker,
 	tb.Helper()
 	ctx := context.Background()
 	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
-	benchMust(tb, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
-	benchMust(tb, func() error { _, err := st.GetRun(ctx, key); return err })
+	benchMust(tb, func() error { _, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
+	benchMust(tb, func() error { _, err := st.Runs().GetRun(ctx, key); return err })
 	benchMust(tb, func() error { _, err := s.advance(ctx, key); return err })
-	d, err := st.GetAction(ctx, key.Action("s"))
+	d, err := st.Actions().GetAction(ctx, key.Action("s"))
 	if err != nil || len(d.Tasks) != 1 || len(d.Tasks[0].Attempts) != 1 || *d.Tasks[0].Attempts[0].WorkerID != w.ID {
 		tb.Fatalf("the start did not bind %s's task to %s: %v %+v", key, w.ID, err, d.Tasks)
 	}
@@ -199,7 +199,7 @@ func singleTaskRun(tb testing.TB, st *store.Store, s *Scheduler, w store.Worker,
 	exit := 0
 	// A noop's RUNNING and SUCCEEDED reach the api in one batch.
 	benchMust(tb, func() error {
-		_, err := st.ReportAttempts(ctx, w.ID, []store.BatchedReport{
+		_, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{
 			{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
 			{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}}}, 1<<20)
 		return err
@@ -238,7 +238,7 @@ func BenchmarkDiamondRun(b *testing.B) {
 	}
 	b.Cleanup(func() { st.Close() })
 	s := New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
-	w, err := st.RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -269,18 +269,18 @@ func diamondRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spe
 	b.Helper()
 	ctx := context.Background()
 	key := domain.RunKey{Project: "p", Domain: "d", Run: name}
-	benchMust(b, func() error { _, _, err := st.CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
+	benchMust(b, func() error { _, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec}); return err })
 	benchMust(b, func() error { _, err := s.advance(ctx, key); return err })
 	for _, wave := range [][]string{{"a"}, {"b", "c"}, {"d"}} {
 		var as []store.Assignment
 		for _, step := range wave {
-			d, err := st.GetAction(ctx, key.Action(step))
+			d, err := st.Actions().GetAction(ctx, key.Action(step))
 			if err != nil || len(d.Tasks) != 1 {
 				b.Fatalf("tasks of %s/%s: %v (%d)", key, step, err, len(d.Tasks))
 			}
 			as = append(as, store.Assignment{TaskID: d.Tasks[0].Task.ID, WorkerID: w.ID})
 		}
-		attempts, err := st.AssignTasks(ctx, as)
+		attempts, err := st.Placement().AssignTasks(ctx, as)
 		if err != nil || len(attempts) != len(wave) {
 			b.Fatalf("assign %v: %v (%d)", wave, err, len(attempts))
 		}
@@ -290,7 +290,7 @@ func diamondRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spe
 			reports = append(reports, store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
 				store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}})
 		}
-		benchMust(b, func() error { _, err := st.ReportAttempts(ctx, w.ID, reports, 1<<20); return err })
+		benchMust(b, func() error { _, err := st.Attempts().ReportAttempts(ctx, w.ID, reports, 1<<20); return err })
 		// The api's one message for the attempts the batch ended:
 		// task:evaluate for one, tasks:evaluate for several.
 		ids := make([]int64, len(attempts))
@@ -304,7 +304,7 @@ func diamondRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spe
 		}
 		benchMust(b, func() error { return handle(ctx, task) })
 	}
-	r, err := st.GetRun(ctx, key)
+	r, err := st.Runs().GetRun(ctx, key)
 	if err != nil || r.Run.Phase != string(domain.PhaseSucceeded) {
 		b.Fatalf("run %s: %v %s", key, err, r.Run.Phase)
 	}

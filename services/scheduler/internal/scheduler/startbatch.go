@@ -137,7 +137,7 @@ func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error
 // place their tasks before their root moves (see progressFrom).
 func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
 	fp *freshPlacement) error {
-	runs, err := tx.TryLockRuns(ctx, keys)
+	runs, err := tx.Runs().TryLockRuns(ctx, keys)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	if len(fresh) == 0 {
 		return nil
 	}
-	expanded, err := tx.ExpandAndStartRuns(ctx, now, fresh...)
+	expanded, err := tx.Runs().ExpandAndStartRuns(ctx, now, fresh...)
 	if err != nil {
 		return err
 	}

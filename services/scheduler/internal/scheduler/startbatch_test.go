@@ -42,7 +42,7 @@ func TestStartRunsSharesOneTransaction(t *testing.T) {
 		require.NoError(t, err, keys[i].String())
 	}
 	for _, key := range append(fresh, started) {
-		d, err := f.st.GetRun(ctx, key)
+		d, err := f.st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, string(domain.PhaseRunning), d.Run.Phase, key.Run)
 		require.Len(t, f.tasks(t, key, "a"), 1, key.Run)
@@ -79,7 +79,7 @@ func TestStartGateStartsEveryRun(t *testing.T) {
 	wg.Wait()
 	for i, key := range keys {
 		require.NoError(t, errs[i], key.Run)
-		d, err := f.st.GetRun(ctx, key)
+		d, err := f.st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, string(domain.PhaseRunning), d.Run.Phase, key.Run)
 		require.Len(t, f.tasks(t, key, "a"), 1, key.Run)

@@ -61,7 +61,7 @@ func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store
 			err = s.retryStep(ctx, tx, a, failed, now)
 			started = append(started, a.Name)
 		case to != "":
-			err = tx.EndWait(ctx, keyOf(*a), domain.Phase(a.Phase), to, reason, now)
+			err = tx.Actions().EndWait(ctx, keyOf(*a), domain.Phase(a.Phase), to, reason, now)
 			a.Phase, a.WaitingFor = string(to), nil
 		}
 		if err != nil {
@@ -106,11 +106,11 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 // step keeps its first start, so its timeout counts across retries.
 func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Action, failedTimes int, now time.Time) error {
 	key := keyOf(*a)
-	if err := tx.RetryStep(ctx, key, domain.Phase(a.Phase), a.Generation+1, failedTimes, now); err != nil {
+	if err := tx.Actions().RetryStep(ctx, key, domain.Phase(a.Phase), a.Generation+1, failedTimes, now); err != nil {
 		return err
 	}
 	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
-	return tx.InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, now))
+	return tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, now))
 }
 
 // failStep applies a task step's failure policy once its job FAILED: with
@@ -126,10 +126,10 @@ func (s *Scheduler) failStep(ctx context.Context, tx *store.Store, act store.Act
 	cfg := s.cfg.Workflow
 	if n <= cfg.MaxStepRetries {
 		delay := domain.KubeVela{Cap: cfg.FailedBackoffCap}.Delay(n)
-		return domain.Phase(act.Phase), tx.WaitForRetry(ctx, key, n, now.Add(delay), now)
+		return domain.Phase(act.Phase), tx.Actions().WaitForRetry(ctx, key, n, now.Add(delay), now)
 	}
 	reason := fmt.Sprintf("failed %d times; a resume retries it", n)
-	return domain.PhasePaused, tx.PauseStep(ctx, key, domain.Phase(act.Phase), n, reason, now)
+	return domain.PhasePaused, tx.Actions().PauseStep(ctx, key, domain.Phase(act.Phase), n, reason, now)
 }
 
 // restart applies a run's pending restart (`argo retry`-like): the steps
@@ -137,7 +137,7 @@ func (s *Scheduler) failStep(ctx context.Context, tx *store.Store, act store.Act
 // run and a0 go back to RUNNING. run is updated in place.
 func (s *Scheduler) restart(ctx context.Context, tx *store.Store, run *store.Run, now time.Time) error {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
-	steps, err := tx.StepActions(ctx, key)
+	steps, err := tx.Actions().StepActions(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -150,10 +150,10 @@ func (s *Scheduler) restart(ctx context.Context, tx *store.Store, run *store.Run
 		from = *run.RestartFrom
 	}
 	names := domain.RestartSteps(run.Spec, status, from)
-	if err := tx.ResetSteps(ctx, key, names, now); err != nil {
+	if err := tx.Actions().ResetSteps(ctx, key, names, now); err != nil {
 		return err
 	}
-	if err := tx.ReopenRun(ctx, key, domain.Phase(run.Phase), names, now); err != nil {
+	if err := tx.Runs().ReopenRun(ctx, key, domain.Phase(run.Phase), names, now); err != nil {
 		return err
 	}
 	run.Phase, run.RestartRequestedAt, run.RestartFrom, run.EndedAt = string(domain.PhaseRunning), nil, nil, nil

@@ -13,14 +13,14 @@ import (
 // phaseOf returns an action's phase and row.
 func (f *runFixture) action(t *testing.T, key domain.RunKey, name string) store.Action {
 	t.Helper()
-	d, err := f.st.GetAction(context.Background(), key.Action(name))
+	d, err := f.st.Actions().GetAction(context.Background(), key.Action(name))
 	require.NoError(t, err)
 	return d.Action
 }
 
 func (f *runFixture) runPhase(t *testing.T, key domain.RunKey) domain.Phase {
 	t.Helper()
-	d, err := f.st.GetRun(context.Background(), key)
+	d, err := f.st.Runs().GetRun(context.Background(), key)
 	require.NoError(t, err)
 	return domain.Phase(d.Run.Phase)
 }
