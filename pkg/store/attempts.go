@@ -56,7 +56,7 @@ func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun
 		return []AttemptRun{r}, nil
 	}
 	var raw [3][]byte
-	err := s.onByKey().raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
+	err := s.prefer(poolByKey).raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
 			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
@@ -138,7 +138,7 @@ var ErrBadReport = errors.New("invalid attempt report")
 // ErrBadReport.
 func (s Attempts) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
 	var res ReportResult
-	err := s.onByKey().inTx(ctx, func(tx *Store) error {
+	err := s.prefer(poolByKey).inTx(ctx, func(tx *Store) error {
 		locked := lockedRows{}
 		var err error
 		if res, err = tx.report(ctx, locked, id, "", rep); err != nil {
@@ -400,6 +400,7 @@ type LiveOnWorker struct {
 // LiveOnWorkers returns the live attempts held by the given workers with
 // their tasks' bands and resources.
 func (s Placement) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOnWorker, error) {
+	s = Placement{s.prefer(poolPass)}
 	if len(workerIDs) == 0 {
 		return nil, nil
 	}

@@ -52,7 +52,7 @@ func TestExpiryDueReadsItsPartialIndexes(t *testing.T) {
 		`INSERT INTO tasks (project, domain, run_name, action_name, idx, state)
 			SELECT project, domain, run_name, name, 0, 4 FROM actions WHERE run_name LIKE 'a-%'`,
 		`UPDATE actions SET ended_at = now() WHERE run_name LIKE 'a-%'`)
-	by := st.ByKey()
+	by := store.ByKeyPool(st)
 	_, err := by.Tasks().ExpiryDue(ctx, 1000)
 	require.NoError(t, err)
 	plan := explainPrepared(t, by, "'wait'", "1000, 1000, 1000, 1000, 1000")
@@ -84,7 +84,7 @@ func openWithRows(t *testing.T, qs ...string) (*store.Store, *sql.DB) {
 func TestByKeyConnectionsDoNotJIT(t *testing.T) {
 	t.Parallel()
 	st, _ := openOneConnectionPools(t)
-	n, err := st.ByKey().Count(context.Background(), `SELECT count(*) WHERE current_setting('jit') = 'off'`)
+	n, err := store.ByKeyPool(st).Count(context.Background(), `SELECT count(*) WHERE current_setting('jit') = 'off'`)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "jit is on on ByKey's connection")
 }

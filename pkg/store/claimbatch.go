@@ -23,8 +23,10 @@ import (
 // already, or missing) is not touched: the caller evaluates it alone
 // (LockAndClaimAttempt). Each level waits for the locks it takes, one
 // after the other (the next level's one-time filter reads the count of the
-// level before), as AssignTasks's do.
+// level before), as AssignTasks's do. As a transaction's first statement it
+// begins the transaction on the by-key pool (poolByKey).
 func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.Time) ([]AttemptOwners, error) {
+	s = Attempts{s.prefer(poolByKey)}
 	if len(ids) == 0 {
 		return nil, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,7 +39,7 @@ func TestClaimReachesItsAttemptsByKey(t *testing.T) {
 		ids = append(ids, id)
 	}
 	require.NoError(t, rows.Err())
-	by := st.ByKey()
+	by := store.ByKeyPool(st)
 	claimed, err := by.Attempts().LockAndClaimAttempts(ctx, ids, time.Now())
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)

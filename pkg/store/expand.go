@@ -173,8 +173,11 @@ func runKeyArrays(keys []domain.RunKey) (projects, domains, names Strings) {
 // holds (FOR UPDATE SKIP LOCKED), in key order (the lock order's first
 // level), in one statement, and returns them by key. A run missing from the
 // result does not exist or was held: the caller leaves it to a transaction
-// of its own (LockRun waits, and tells the two apart). keys may repeat.
+// of its own (LockRun waits, and tells the two apart). keys may repeat. As
+// a transaction's first statement it begins the transaction on the by-key
+// pool (poolByKey).
 func (s Runs) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
+	s = Runs{s.prefer(poolByKey)}
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
 	err := s.raw(ctx, `WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN

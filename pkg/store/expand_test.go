@@ -116,7 +116,7 @@ func TestByKeyKeepsPlansAndMakesThemAgainAsTablesGrow(t *testing.T) {
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
 	newRun(t, st, "a", spec)
 	newRun(t, st, "b", spec)
-	by := st.ByKey()
+	by := store.ByKeyPool(st)
 	const join = `SELECT count(*) FROM actions x,
 		unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS m(p, d, r)
 		WHERE x.project = m.p AND x.domain = m.d AND x.run_name = m.r AND x.name = ?`
@@ -151,7 +151,7 @@ func TestRootMovesOfSeveralRunsReachActionsByKey(t *testing.T) {
 	st, url := openOneConnectionPools(t)
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}}
 	a, b := newRun(t, st, "a", spec), newRun(t, st, "b", spec)
-	by := st.ByKey()
+	by := store.ByKeyPool(st)
 	move := func(from, to domain.Phase) {
 		t.Helper()
 		require.NoError(t, by.InTx(ctx, func(tx *store.Store) error {

@@ -70,8 +70,10 @@ UNION ALL
 // ExpiryDue reads, in one statement, what the leader's expiry pass acts on:
 // expired scheduling deadlines, attempts past their attempt timeout, steps
 // and runs past their timeout, and timed waits that ended; at most limit of
-// each.
+// each. It runs on the by-key pool (poolByKey), whose plans keep to the
+// partial indexes.
 func (s Tasks) ExpiryDue(ctx context.Context, limit int) (Due, error) {
+	s = Tasks{s.prefer(poolByKey)}
 	var rows []struct {
 		Kind, Project, Domain, RunName, Name string
 		Idx                                  int
@@ -107,6 +109,7 @@ func (s Tasks) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 // not filtered on ended_at, which the index does not hold: a wait left on
 // an ended action can only cost a pass that finds nothing to do.
 func (s Placement) NextWakeAt(ctx context.Context) (*time.Time, error) {
+	s = Placement{s.prefer(poolPass)}
 	var at sql.NullTime
 	err := s.raw(ctx, `SELECT least(
 		(SELECT min(not_before) FROM tasks WHERE state IN `+sqlPending+` AND not_before > @now),

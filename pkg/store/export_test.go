@@ -115,3 +115,12 @@ func SetListenerTTL(ttl time.Duration) (restore func()) {
 	listenerTTL = ttl
 	return func() { listenerTTL = old }
 }
+
+// ByKeyPool returns the Store of s's by-key pool (poolByKey).
+func ByKeyPool(s *Store) *Store { return &Store{s.root.poolCore(poolByKey)} }
+
+// PassConn returns the Store of s's pass connection (poolPass).
+func PassConn(s *Store) *Store { return &Store{s.root.poolCore(poolPass)} }
+
+// Replan is the pass connection's replanPass, for the newest id id.
+func Replan(ctx context.Context, s *Store, id int64) (bool, error) { return s.replanPass(ctx, id) }

@@ -459,7 +459,7 @@ func TestEventsInsertReadsListenersByIndex(t *testing.T) {
 	_, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
 		Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}}, 1<<20)
 	require.NoError(t, err)
-	plan := explainPrepared(t, st.ByKey(), "FROM event_listeners", `'[]', '{}', 'c', '{}'`)
+	plan := explainPrepared(t, store.ByKeyPool(st), "FROM event_listeners", `'[]', '{}', 'c', '{}'`)
 	require.Contains(t, plan, "event_listeners_expiry")
 	require.NotContains(t, plan, "Seq Scan")
 	require.NotContains(t, plan, "JIT")

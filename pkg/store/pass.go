@@ -26,47 +26,30 @@ type passConn struct {
 // holds, and at the default 4 the one of AssignTasks hashed a sequential
 // scan of the tasks from about 1,800 tasks on, where an index scan is what
 // a pass's few tasks need.
-func openPass(dsn string, ops *prometheus.HistogramVec) (*passConn, error) {
+func openPass(dsn string, root *core, ops *prometheus.HistogramVec) (*passConn, error) {
 	db, err := openPool(dsn, map[string]string{"plan_cache_mode": "force_generic_plan", "random_page_cost": "1.1"}, 1, ops)
 	if err != nil {
 		return nil, err
 	}
-	return &passConn{st: &Store{&core{db: db, ops: ops}}, at: time.Now()}, nil
+	return &passConn{st: &Store{&core{db: db, root: root, ops: ops}}, at: time.Now()}, nil
 }
 
-// Pass returns a Store on one connection of its own that keeps one plan of
-// each statement, made at its first call (plan_cache_mode =
-// force_generic_plan), for a scheduling pass's statements (PendingWork,
-// AssignTasks, SetPendingReasons, LiveOnWorkers,
-// NextWakeAt): the leader makes them one after the other, several times a
-// second, and planning them at each call cost more than running them
-// (AssignTasks of two tasks: 1.4 ms of planning against 1.5 ms of
-// execution). A plan is made for the tables as they are; Replan has the
-// next calls plan again once they have grown. On any other Store than
-// Open's it returns ByKey's.
-func (s *Store) Pass() *Store { return s.onPass() }
-
-// onPass is Pass.
-func (s *core) onPass() *Store {
-	if s.pass == nil {
-		return s.onByKey()
-	}
-	return s.pass.st
-}
-
-// Replan tells Pass's connection that the tables hold rows up to id (a task
-// or attempt id: ids grow with every table a pass reads). It drops its
+// replanPass tells the pass's connection (poolPass) that the tables hold rows
+// up to id (a task id: ids grow with every table a pass reads); PendingWork
+// calls it with the newest task it read. The connection keeps one generic
+// plan of each statement, made at its first call: the leader makes a
+// pass's statements one after the other, several times a second, and
+// planning them at each call cost more than running them. replanPass drops its
 // plans (DISCARD PLANS: its statements stay prepared), so that the next
 // call of each plans it for the tables as they are, once id is at least
 // twice the one they were last dropped at plus replanRows, or replanEvery
 // after they were: a plan made on a new database's nearly empty tables
-// scans them whole, which costs nothing there and grows with them
-// (AssignTasks at 6,000 tasks: 24 ms, against 4.8 ms planned for its
-// tables). A plan is so made for at least half the rows it reads, or is at
-// most replanEvery old. It reports whether it dropped them. Errors:
+// scans them whole, which costs nothing there and grows with them. A
+// plan is so made for at least half the rows it reads, or is at most
+// replanEvery old. It reports whether it dropped them. Errors:
 // Postgres's.
-func (s *Store) Replan(ctx context.Context, id int64) (bool, error) {
-	pc := s.pass
+func (s *core) replanPass(ctx context.Context, id int64) (bool, error) {
+	pc := s.root.pass
 	if pc == nil {
 		return false, nil
 	}
@@ -82,7 +65,7 @@ func (s *Store) Replan(ctx context.Context, id int64) (bool, error) {
 	return true, nil
 }
 
-// Replan's bounds: the first plans, made on empty tables, last until the
+// replanPass's bounds: the first plans, made on empty tables, last until the
 // tables hold about replanRows rows; no plan is kept longer than
 // replanEvery (a backlog of tasks that no pass places grows the tables
 // without growing the ids a pass sees).

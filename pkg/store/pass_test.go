@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/stretchr/testify/require"
 )
 
 // Pass's connection keeps the plan of each statement made at its first
-// call until Replan drops them, once the ids have grown to twice their
+// call until replanPass drops them, once the ids have grown to twice their
 // mark plus 256: the next call then plans for the tables as they are. The
 // plan of NextWakeAt made on nearly empty tables expects a few dozen
 // waiting actions; made again at 5,000 actions, it expects more.
@@ -22,7 +23,7 @@ func TestPassKeepsPlansUntilReplan(t *testing.T) {
 	ctx := context.Background()
 	st, url := openOneConnectionPools(t)
 	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
-	_, err := st.Pass().Placement().NextWakeAt(ctx)
+	_, err := store.PassConn(st).Placement().NextWakeAt(ctx)
 	require.NoError(t, err)
 	db, err := sql.Open("pgx", url)
 	require.NoError(t, err)
@@ -33,7 +34,7 @@ func TestPassKeepsPlansUntilReplan(t *testing.T) {
 	now := "'" + time.Now().UTC().Format(time.RFC3339Nano) + "'"
 	waiting := func() int {
 		t.Helper()
-		plan := explainPrepared(t, st.Pass(), "min(not_before)", now+", "+now)
+		plan := explainPrepared(t, store.PassConn(st), "min(not_before)", now+", "+now)
 		m := regexp.MustCompile(`actions_waiting on actions +\(cost=[0-9.]+ rows=([0-9]+)`).FindStringSubmatch(plan)
 		require.NotNil(t, m, plan)
 		n, err := strconv.Atoi(m[1])
@@ -47,7 +48,7 @@ func TestPassKeepsPlansUntilReplan(t *testing.T) {
 		id     int64
 		replan bool
 	}{{255, false}, {256, true}, {767, false}, {768, true}, {1000, false}} {
-		replanned, err := st.Replan(ctx, step.id)
+		replanned, err := store.Replan(ctx, st, step.id)
 		require.NoError(t, err)
 		require.Equal(t, step.replan, replanned, "Replan(%d)", step.id)
 	}

@@ -190,7 +190,7 @@ func TestSetPendingReasonsReadsTasksByKey(t *testing.T) {
 		}
 	}
 	for range 2 { // the second call finds every reason written already
-		require.NoError(t, st.Pass().Placement().SetPendingReasons(ctx, reasons))
+		require.NoError(t, store.PassConn(st).Placement().SetPendingReasons(ctx, reasons))
 	}
 	var written int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE pending_reason IS NOT NULL`).Scan(&written))
@@ -198,7 +198,7 @@ func TestSetPendingReasonsReadsTasksByKey(t *testing.T) {
 
 	explained := 0
 	for _, substr := range []string{"pending_reason IS DISTINCT FROM", `SET "pending_reason"=`, "SET pending_reason = "} {
-		types, err := st.Pass().PreparedParams(ctx, substr)
+		types, err := store.PassConn(st).PreparedParams(ctx, substr)
 		require.NoError(t, err)
 		if len(types) == 0 {
 			continue // not this form of the write
@@ -211,7 +211,7 @@ func TestSetPendingReasonsReadsTasksByKey(t *testing.T) {
 				args[i] = "1"
 			}
 		}
-		plan := explainPrepared(t, st.Pass(), substr, strings.Join(args, ", "))
+		plan := explainPrepared(t, store.PassConn(st), substr, strings.Join(args, ", "))
 		byKey := strings.Contains(plan, "tasks_pkey") && !strings.Contains(plan, "tasks_pending")
 		require.True(t, byKey, "%s: %.200s", substr, plan)
 	}

@@ -48,7 +48,7 @@ func (s Attempts) ReportAttempts(ctx context.Context, worker string, batch []Bat
 	out := make([]BatchedResult, len(batch))
 	on := s.core
 	if slices.ContainsFunc(batch, func(b BatchedReport) bool { return b.Logs == nil }) {
-		on = s.onByKey().core
+		on = s.prefer(poolByKey)
 	}
 	err := on.inTx(ctx, func(tx *Store) error {
 		locked, err := tx.lockBatch(ctx, batch)

@@ -75,7 +75,7 @@ func TestReportBatchWritesItsAttemptsInOneStatement(t *testing.T) {
 	w := registerWorker(t, st)
 	attempts := assignedAttempts(t, st, w, "onestatement", 3)
 	var updates int
-	require.NoError(t, st.ByKey().OnStatement(func(sql string, _ []any) {
+	require.NoError(t, store.ByKeyPool(st).OnStatement(func(sql string, _ []any) {
 		if strings.Contains(sql, "UPDATE attempts") {
 			updates++
 		}
@@ -147,13 +147,13 @@ func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 		running(attempts[2*i], attempts[2*i+1])
 	}
 	running(attempts[14])
-	_, generic, custom, err := st.ByKey().PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
+	_, generic, custom, err := store.ByKeyPool(st).PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
 	require.NoError(t, err, "the attempts' lock is prepared on ByKey's connection")
 	require.Equal(t, int64(7), generic)
 	require.Zero(t, custom)
 	_, _, _, err = st.PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
 	require.ErrorIs(t, err, sql.ErrNoRows, "not on the main pool's")
-	_, generic, _, err = st.ByKey().PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")
+	_, generic, _, err = store.ByKeyPool(st).PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")
 	require.NoError(t, err, "the write is prepared on ByKey's connection")
 	require.Equal(t, int64(8), generic, "seven batches of two attempts, one of one")
 	_, _, _, err = st.PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")

@@ -50,6 +50,8 @@ type core struct {
 	// tx is what a transaction's statements leave for its end; nil
 	// outside one.
 	tx *txState
+	// root is Open's core, whose pools prefer chooses from.
+	root *core
 	// byKey is the pool of ByKey; nil on ByKey's Store and on a
 	// transaction's.
 	byKey *Store
@@ -72,6 +74,12 @@ type txState struct {
 	// roots are the a0 moves SetRootPhase left for that statement to make
 	// (rootMove); the transaction's next statement makes them first.
 	roots []rootMove
+	// pool is the pool the transaction begins on; db is the transaction,
+	// nil until its first statement begins it (begin); done is set once
+	// it committed.
+	pool *core
+	db   *gorm.DB
+	done bool
 }
 
 // Config tunes the connection pool.
@@ -93,14 +101,15 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{&core{db: db, ops: cfg.OperationSeconds}}
+	s.root = s.core
 	s.replan = newReplanner(time.Now)
 	byKey, err := openPool(dsn, byKeySettings, cmp.Or(cfg.ByKeyConns, 8), cfg.OperationSeconds,
 		stdlib.OptionResetSession(s.replan.resetSession))
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
-	s.byKey = &Store{&core{db: byKey, ops: cfg.OperationSeconds}}
-	if s.pass, err = openPass(dsn, cfg.OperationSeconds); err != nil {
+	s.byKey = &Store{&core{db: byKey, root: s.core, ops: cfg.OperationSeconds}}
+	if s.pass, err = openPass(dsn, s.core, cfg.OperationSeconds); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	if err := s.Ping(ctx); err != nil {
@@ -139,31 +148,6 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 	return db, nil
 }
 
-// ByKey returns a Store on a pool of its own (Config.ByKeyConns) for the
-// statements that reach their rows by key, several keys at a time (in
-// arrays or lists), several times a second: a start batch's (TryLockRuns,
-// ExpandAndStartRuns, the root moves of several runs), an evaluation
-// batch's, a report batch's about several attempts (ReportAttempts
-// chooses), the expiry read (ExpiryDue, on its partial indexes). Its
-// connections keep one plan per statement, made from index paths alone and
-// made again as the tables grow (byKeySettings, replanner); on the main
-// pool Postgres plans such a statement at each call (a plan for the
-// arrays' true length looks cheaper than the generic one), and a plan kept
-// from the first minute of a new database would scan the tables it was
-// made for as they grow (AssignTasks of 17 tasks at 6,000 tasks: 24 ms,
-// against 4.8 ms planned at each call). A scheduling pass's statements
-// have a connection of their own (Pass). On ByKey's Store, and on a
-// transaction's, it returns the Store itself.
-func (s *Store) ByKey() *Store { return s.onByKey() }
-
-// onByKey is ByKey.
-func (s *core) onByKey() *Store {
-	if s.byKey == nil {
-		return &Store{s}
-	}
-	return s.byKey
-}
-
 // quietDialector is gorm's Postgres dialector without the rendering of a
 // statement with its values for a log line (Explain): gorm's Scan renders
 // every statement so, for a logger, even a discarding one; with the
@@ -200,13 +184,15 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // InTx runs fn in one transaction; fn's Store issues every query in it.
-// The run_events rows fn writes are inserted together when fn returns nil,
-// in the same round trip as the COMMIT (flushEvents). Called on a
-// transaction's Store, it runs fn in a savepoint whose rows join the
-// transaction's (dropped when fn fails): they are inserted, under the feed
-// lock, only at the outer commit, so the lock stays the last one taken.
-// Errors: fn's, else the connection's, the insert's or the commit's; the
-// transaction is rolled back on any of them, and when fn panics.
+// The transaction begins at fn's first statement, on the pool that
+// statement's repository asks for (prefer; else the pool InTx was called
+// on), and commits when fn returns nil, after the run_events rows fn wrote
+// are inserted in one statement (commit). Called on a transaction's Store,
+// it runs fn in a savepoint whose rows join the transaction's (dropped when
+// fn fails): they are inserted, under the feed lock, only at the outer
+// commit, so the lock stays the last one taken. Errors: fn's, else the
+// connection's, the insert's or the commit's; the transaction is rolled
+// back on any of them, and when fn panics.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error { return s.inTx(ctx, fn) }
 
 // inTx is InTx.
@@ -217,117 +203,139 @@ func (s *core) inTx(ctx context.Context, fn func(tx *Store) error) error {
 		if err := s.makeRootMoves(ctx); err != nil {
 			return err
 		}
+		db, err := s.begin(ctx)
+		if err != nil {
+			return err
+		}
 		n := len(s.tx.events)
-		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return fn(&Store{&core{db: tx, tx: s.tx, ops: s.ops}}) })
+		err = db.WithContext(ctx).Transaction(func(*gorm.DB) error { return fn(&Store{s}) })
 		if err != nil {
 			s.tx.events, s.tx.roots = s.tx.events[:n], nil
 		}
 		return err
 	}
-	pool, err := s.db.DB()
-	if err != nil {
+	ts := &core{tx: &txState{pool: s}, root: s.root, ops: s.ops}
+	defer ts.rollback()
+	if err := fn(&Store{ts}); err != nil {
 		return err
 	}
-	conn, err := pool.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer endTx(conn)
-	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-		return err
-	}
-	db := s.db.WithContext(ctx)
-	db.Statement.ConnPool = txConn{conn}
-	ts := &Store{&core{db: db, tx: &txState{}, ops: s.ops}}
-	if err := fn(ts); err != nil {
-		return err
-	}
-	return ts.flushEvents(ctx, conn)
+	return ts.commit(ctx)
 }
 
-// txConn is the gorm connection of InTx's transaction: the connection it
-// sent BEGIN on. Being a gorm.TxCommitter, it has gorm make a nested
-// Transaction a savepoint. InTx ends the transaction itself
-// (flushEvents, endTx), so Commit and Rollback refuse.
-type txConn struct{ *sql.Conn }
+// begin returns the transaction of s, beginning it on s.tx.pool when no
+// statement has yet. Errors: the pool's.
+func (s *core) begin(ctx context.Context) (*gorm.DB, error) {
+	if s.tx.db == nil {
+		db := s.tx.pool.db.WithContext(ctx).Begin()
+		if db.Error != nil {
+			return nil, mapErr(db.Error)
+		}
+		s.tx.db = db
+	}
+	return s.tx.db, nil
+}
 
-var errTxConn = errors.New("store: InTx ends its transaction itself")
-
-// Commit refuses: see txConn.
-func (txConn) Commit() error { return errTxConn }
-
-// Rollback refuses: see txConn.
-func (txConn) Rollback() error { return errTxConn }
-
-// flushEvents ends ts's transaction on conn: it inserts the events (and
-// makes the root moves) ts left, then commits. The insert and the COMMIT go
-// together, as one pipeline of the driver (pgx's batch) in one round
-// trip, where database/sql sends the COMMIT alone and waits for it (with
-// pgbench, a lock, an update and an insert took 0.29-0.33 ms a
-// transaction so, 0.35-0.39 ms with the COMMIT alone). The insert is timed
-// with its COMMIT. When the insert fails, Postgres skips the COMMIT, and
-// endTx rolls back. Errors: the insert's, mapped (mapErr), or the
-// COMMIT's.
-func (ts *core) flushEvents(ctx context.Context, conn *sql.Conn) error {
-	ins, err := ts.eventsStatement(ctx)
-	if err != nil {
+// commit ends ts's transaction: it writes what ts owes (flushEvents), then
+// commits. A transaction that issued no statement and left nothing commits
+// nothing. Errors: flushEvents's, or the commit's.
+func (ts *core) commit(ctx context.Context) error {
+	if err := ts.flushEvents(ctx); err != nil {
 		return err
 	}
 	if hold := beforeCommit(ctx); hold != nil {
-		// A test holds the transaction between the insert and the commit.
-		if ins != nil {
-			if err := mapErr(ins.Callback().Raw().Execute(ins).Error); err != nil {
-				return err
-			}
-		}
-		hold()
-		ins = nil
+		hold() // a test holds the transaction between the insert and the commit
 	}
-	if ins == nil {
-		_, err := conn.ExecContext(ctx, "COMMIT")
+	if ts.tx.db == nil {
+		return nil
+	}
+	ts.tx.done = true
+	return mapErr(ts.tx.db.Commit().Error)
+}
+
+// flushEvents inserts the run_events rows ts left, and makes the root moves
+// it left, in one statement (eventsStatement). Errors: the insert's,
+// mapped (mapErr).
+func (ts *core) flushEvents(ctx context.Context) error {
+	ins, err := ts.eventsStatement(ctx)
+	if err != nil || ins == nil {
 		return err
 	}
-	start := time.Now()
-	err = conn.Raw(func(dc any) error {
-		var b pgx.Batch
-		b.Queue(ins.Statement.SQL.String(), ins.Statement.Vars...)
-		b.Queue("COMMIT")
-		return dc.(*stdlib.Conn).Conn().SendBatch(ctx, &b).Close()
-	})
-	if ts.ops != nil {
-		ts.ops.WithLabelValues(operationAt(1, "run_events")).Observe(time.Since(start).Seconds())
+	return mapErr(ins.Callback().Raw().Execute(ins).Error)
+}
+
+// rollback rolls back ts's transaction when it began and did not commit
+// (fn failed or panicked, or the commit did not finish).
+func (ts *core) rollback() {
+	if ts.tx.db != nil && !ts.tx.done {
+		_ = ts.tx.db.Rollback()
 	}
-	return mapErr(err)
 }
 
-// endTx gives conn back to its pool once InTx is done with it, rolling
-// back a transaction still open (fn failed or panicked, or the commit did
-// not finish). The driver closes a connection still in a transaction when
-// it is next taken from the pool (pgx's ResetSession), and Postgres rolls
-// the transaction back; the ROLLBACK saves the new connection.
-func endTx(conn *sql.Conn) {
-	_ = conn.Raw(func(dc any) error {
-		c := dc.(*stdlib.Conn).Conn()
-		if c.PgConn().TxStatus() != 'I' {
-			ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
-			defer cancel()
-			_, _ = c.Exec(ctx, "ROLLBACK")
-		}
-		return nil
-	})
-	_ = conn.Close()
+// prefer returns the core that a statement written for pool p's planner
+// settings (poolByKey, poolPass) runs on: that pool's, outside a
+// transaction; the transaction itself inside one, which begins on p when
+// this is its first statement.
+func (s *core) prefer(p poolKind) *core {
+	if s.tx == nil {
+		return s.root.poolCore(p)
+	}
+	if s.tx.db == nil {
+		s.tx.pool = s.root.poolCore(p)
+	}
+	return s
 }
 
-// rollbackTimeout bounds endTx's ROLLBACK; past it the connection is
-// closed, which rolls the transaction back too.
-const rollbackTimeout = 5 * time.Second
+// poolKind names the pools of Open's Store.
+type poolKind int
 
-// q starts a statement. In a transaction with root moves left
-// (SetRootPhase), it makes them first, so the statement sees them; when
-// that fails, the statement fails with its error.
+const (
+	poolMain poolKind = iota
+	// poolByKey (Config.ByKeyConns connections) is for the statements
+	// that reach their rows by key, several keys at a time (in arrays or
+	// lists), several times a second: a start batch's (TryLockRuns and
+	// what follows it), an evaluation batch's (LockAndClaimAttempts and
+	// what follows it), a report batch's about several attempts, the expiry
+	// read. Its connections keep one generic plan per statement, made from
+	// index paths alone and made again as the tables grow (byKeySettings,
+	// replanner): on the main pool Postgres would plan such a statement at
+	// each call, and a plan kept from a new database's first minute would
+	// scan the tables it was made for as they grow.
+	poolByKey
+	// poolPass is the one connection of a scheduling pass's statements
+	// (the Placement repository's, outside a transaction; openPass).
+	poolPass
+)
+
+// poolCore returns the core of Open's pool p (r is Open's core); a Store
+// without that pool gives its own.
+func (r *core) poolCore(p poolKind) *core {
+	switch {
+	case p == poolByKey && r.byKey != nil:
+		return r.byKey.core
+	case p == poolPass && r.pass != nil:
+		return r.pass.st.core
+	case p == poolPass:
+		return r.poolCore(poolByKey)
+	}
+	return r
+}
+
+// q starts a statement: on s's pool, or in its transaction, which it
+// begins first when no statement has yet. In a transaction with root moves
+// left (SetRootPhase), it makes them first, so the statement sees them;
+// when beginning or that fails, the statement fails with its error.
 func (s *core) q(ctx context.Context) *gorm.DB {
-	db := s.db.WithContext(ctx)
-	if s.tx != nil && len(s.tx.roots) > 0 {
+	if s.tx == nil {
+		return s.db.WithContext(ctx)
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		db := s.tx.pool.db.WithContext(ctx)
+		_ = db.AddError(err)
+		return db
+	}
+	db := tx.WithContext(ctx)
+	if len(s.tx.roots) > 0 {
 		if err := s.makeRootMoves(ctx); err != nil {
 			_ = db.AddError(err)
 		}

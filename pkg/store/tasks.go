@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,8 +194,11 @@ var pendingTasksSQL = `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id
 // statement: what a scheduling pass reads before it decides, one round
 // trip instead of two. The workers come back as one JSON array too
 // (decodeRows), and are not read when no task is pending: a pass kicked by
-// a run's end often finds none. Errors: Postgres's.
+// a run's end often finds none. Outside a transaction it runs on the
+// pass's connection, whose plans it has made again as the task ids grow
+// (replanPass). Errors: Postgres's.
 func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
+	s = Placement{s.prefer(poolPass)}
 	var tasks, workers []byte
 	err := s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
 		SELECT p.tasks, CASE WHEN json_array_length(p.tasks) > 0 THEN (
@@ -213,6 +217,10 @@ func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Durati
 	var ws []WorkerLoad
 	if err := decodeRows(workers, &ws); err != nil {
 		return nil, nil, fmt.Errorf("decode workers: %w", err)
+	}
+	newest := slices.MaxFunc(ts, func(a, b Task) int { return cmp.Compare(a.ID, b.ID) })
+	if _, err := s.replanPass(ctx, newest.ID); err != nil {
+		return nil, nil, fmt.Errorf("replan: %w", err)
 	}
 	return ts, ws, nil
 }
@@ -290,6 +298,7 @@ func (s Tasks) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey,
 // every PENDING task against the list (38 ms for 378 ids among 3,531
 // PENDING tasks).
 func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]string) error {
+	s = Placement{s.prefer(poolPass)}
 	byReason := map[string][]int64{}
 	for id, r := range reasons {
 		byReason[r] = append(byReason[r], id)
@@ -387,6 +396,7 @@ func (a Assigned) Action() domain.ActionKey {
 // pass binds all its tasks this way: its cost is one statement, not a
 // transaction per task.
 func (s Placement) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+	s = Placement{s.prefer(poolPass)}
 	return s.assignTasks(ctx, assignTasksSQL, as)
 }
 

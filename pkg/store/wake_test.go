@@ -23,7 +23,7 @@ func TestNextWakeAtKeepsAPlanOfTheWaitingIndexes(t *testing.T) {
 	st, url := openOneConnectionPools(t)
 	key := newRun(t, st, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true"}}})
 	for range 6 {
-		at, err := st.Pass().Placement().NextWakeAt(ctx)
+		at, err := store.PassConn(st).Placement().NextWakeAt(ctx)
 		require.NoError(t, err)
 		require.Nil(t, at)
 	}
@@ -38,16 +38,16 @@ func TestNextWakeAtKeepsAPlanOfTheWaitingIndexes(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO actions (project, domain, run_name, name, kind, waiting_for, not_before)
 		VALUES ($1, $2, $3, 'w', 'step', $4, $5)`, key.Project, key.Domain, key.Run, store.WaitRetry, wakeAt)
 	require.NoError(t, err)
-	at, err := st.Pass().Placement().NextWakeAt(ctx)
+	at, err := store.PassConn(st).Placement().NextWakeAt(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, at)
 	require.True(t, wakeAt.Equal(*at), "wake at %s, want %s", at, wakeAt)
-	_, generic, custom, err := st.Pass().PreparedPlans(ctx, "min(not_before)")
+	_, generic, custom, err := store.PassConn(st).PreparedPlans(ctx, "min(not_before)")
 	require.NoError(t, err)
 	require.Equal(t, int64(7), generic, "generic plans")
 	require.Zero(t, custom, "custom plans")
 	now := "'" + time.Now().UTC().Format(time.RFC3339Nano) + "'"
-	plan := explainPrepared(t, st.Pass(), "min(not_before)", now+", "+now) // @now, twice
+	plan := explainPrepared(t, store.PassConn(st), "min(not_before)", now+", "+now) // @now, twice
 	require.Contains(t, plan, "actions_waiting")
 	require.NotContains(t, plan, "Seq Scan")
 }
@@ -79,11 +79,11 @@ func TestPlaceableWorkersReadsLiveTasksByKey(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO attempts (task_id, number, worker_id, state)
 		SELECT id, 1, $1, state FROM tasks WHERE state = $2`, w.ID, domain.TaskSucceeded)
 	require.NoError(t, err)
-	workers, err := st.ByKey().Placement().PlaceableWorkers(ctx, time.Minute)
+	workers, err := store.ByKeyPool(st).Placement().PlaceableWorkers(ctx, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, workers, 1)
 	require.Equal(t, 20, workers[0].Used)
-	plan := explainPrepared(t, st.ByKey(), "CROSS JOIN LATERAL", "60")
+	plan := explainPrepared(t, store.ByKeyPool(st), "CROSS JOIN LATERAL", "60")
 	require.Contains(t, plan, "tasks_pkey")
 	require.NotContains(t, plan, "Seq Scan on tasks")
 }

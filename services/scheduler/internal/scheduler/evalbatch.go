@@ -24,12 +24,11 @@ import (
 // the commit and are made in one statement with all the events
 // (store.SetRootPhase). An advance locks only rows of its own run, whose
 // lock the transaction holds, or the catalog's, which no holder of a run's
-// row waits on. It runs on ByKey's pool (the claim takes a list of ids;
-// the root moves of several runs are one statement of arrays).
+// row waits on.
 func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 {
 	var evs []Evaluation
 	var claimed []store.AttemptOwners
-	err := s.store.ByKey().InTx(ctx, func(tx *store.Store) error {
+	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		now := time.Now().UTC()
 		var err error
 		if claimed, err = tx.Attempts().LockAndClaimAttempts(ctx, ids, now); err != nil || len(claimed) == 0 {

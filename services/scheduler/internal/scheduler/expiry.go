@@ -25,13 +25,12 @@ type ExpiryResult struct {
 // timeout and backoff), run before each placement pass.
 type expiry struct{ s *Scheduler }
 
-// runOnce reads what is due in one statement (store.ExpiryDue, on
-// store.ByKey's pool), then ends the jobs with a task past its
+// runOnce reads what is due in one statement (store.ExpiryDue), then ends the jobs with a task past its
 // scheduling deadline, aborts what is past a timeout, and wakes the runs
 // whose timed waits ended.
 func (e expiry) runOnce(ctx context.Context) (ExpiryResult, error) {
 	var res ExpiryResult
-	due, err := e.s.store.ByKey().Tasks().ExpiryDue(ctx, 1000)
+	due, err := e.s.store.Tasks().ExpiryDue(ctx, 1000)
 	if err != nil {
 		return res, err
 	}

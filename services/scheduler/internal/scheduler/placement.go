@@ -79,7 +79,7 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 	if len(s.kick) > 0 {
 		return next
 	}
-	if at, err := s.store.Pass().Placement().NextWakeAt(ctx); err == nil && at != nil {
+	if at, err := s.store.Placement().NextWakeAt(ctx); err == nil && at != nil {
 		next = min(next, max(time.Until(*at), time.Millisecond))
 	}
 	return next
@@ -110,11 +110,7 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 	return s.place(ctx)
 }
 
-// place is runOnce after its expiry pass. Its statements, which take many
-// tasks and workers at once, run on the connection that keeps one plan of
-// each (store.Pass), which the pass tells how far the task ids have grown
-// (store.Replan) so that the plans follow the tables (from its bind on:
-// its read of the tasks and workers, one statement, came first). A pass
+// place is runOnce after its expiry pass. A pass
 // that finds no task to place reads no worker: when the load is light,
 // every run's end kicks a pass that finds none.
 //
@@ -137,13 +133,9 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts []store.Assigned, err error) {
 	s.placing.Lock()
 	defer s.placing.Unlock()
-	st := s.store.Pass()
+	st := s.store
 	tasks, workers, err := st.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
 	if err != nil || len(tasks) == 0 {
-		return nil, nil, err
-	}
-	newest := slices.MaxFunc(tasks, func(a, b store.Task) int { return cmp.Compare(a.ID, b.ID) })
-	if _, err := s.store.Replan(ctx, newest.ID); err != nil {
 		return nil, nil, err
 	}
 	p = &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
@@ -164,7 +156,8 @@ func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts
 // placement is the state of one pass.
 type placement struct {
 	s *Scheduler
-	// st is the store the pass's statements run on (store.Pass).
+	// st is the store the pass's statements run on: the pools, or a
+	// fresh run's start transaction.
 	st      *store.Store
 	workers []store.WorkerLoad
 	views   []domain.WorkerView

@@ -97,8 +97,7 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 // startRuns advances the named runs and returns one error per key, in
 // order. The runs whose advance is a fresh run's first (freshStart: plain
 // task steps to start) and that no other transaction holds are advanced in
-// one transaction of three statements whatever their number, on the pool
-// for statements by key (store.ByKey): their locks
+// one transaction of three statements whatever their number: their locks
 // (store.TryLockRuns), their expansions (store.ExpandAndStartRuns), and at
 // commit their root moves with all their events; on the leader, two more
 // bind their tasks when the pass would place them next (freshPlacement).
@@ -112,7 +111,7 @@ func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error
 	advs := make([]*Advance, len(keys))
 	fp := s.freshPlacement()
 	defer fp.finish(ctx, false) // on a panic
-	err := s.store.ByKey().InTx(ctx, func(tx *store.Store) error {
+	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		clear(advs)
 		return s.startFresh(ctx, tx, keys, advs, fp)
 	})
