@@ -196,7 +196,7 @@ func (s *Stack) AliveWorkers() int {
 	}
 	n := 0
 	for _, w := range resp.JSON200.Workers {
-		if w.State == "alive" {
+		if w.State == api.WorkerStateAlive {
 			n++
 		}
 	}

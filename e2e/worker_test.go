@@ -235,7 +235,7 @@ func TestKilledExecutorsTasksMoveToTheIdleOne(t *testing.T) {
 
 	w := workerByID(t, s, victimID)
 	require.NotNil(t, w)
-	require.Equal(t, "dead", w.State)
+	require.Equal(t, api.WorkerStateDead, w.State)
 	require.Len(t, w.Failures, 10, "the lost attempts are recorded on the dead worker")
 }
 
@@ -410,7 +410,7 @@ func TestExecutorBackFromTheDeadKillsWhatItRuns(t *testing.T) {
 	s.Eventually(20*time.Second, "the tasks running on the other executor", func() bool {
 		return allRunningOn(stepTasks(t, s, name, "s"), 2, other)
 	})
-	require.Equal(t, "dead", workerByID(t, s, frozen).State)
+	require.Equal(t, api.WorkerStateDead, workerByID(t, s, frozen).State)
 
 	require.NoError(t, proc.Cmd.Process.Signal(syscall.SIGCONT))
 	s.Eventually(10*time.Second, "the woken executor's attempts killed", func() bool {
@@ -422,7 +422,7 @@ func TestExecutorBackFromTheDeadKillsWhatItRuns(t *testing.T) {
 		return true
 	})
 	s.Eventually(10*time.Second, "the woken executor registered again", func() bool { return workerID(t, s, 1) != frozen })
-	require.Equal(t, "alive", workerByID(t, s, workerID(t, s, 1)).State)
+	require.Equal(t, api.WorkerStateAlive, workerByID(t, s, workerID(t, s, 1)).State)
 	for _, task := range stepTasks(t, s, name, "s") {
 		require.Equal(t, api.TaskStateRUNNING, task.State)
 		require.Equal(t, other, *task.WorkerId)

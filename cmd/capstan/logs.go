@@ -127,7 +127,7 @@ func heartbeatAge(w api.Worker) string {
 
 // workerState is the worker's state, noting a drain or a failure backoff.
 func workerState(w api.Worker) string {
-	st := w.State
+	st := string(w.State)
 	if w.Draining {
 		st += ",draining"
 	}

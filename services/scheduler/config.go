@@ -49,8 +49,9 @@ type config struct {
 	// past the last entry (its executor registers again). Durations, comma
 	// separated. Default 0s,5s,10s,20s,40s,80s.
 	WorkerBackoffTable []time.Duration `env:"CAPSTAN_WORKER_BACKOFF_TABLE" envSeparator:"," envDefault:"0s,5s,10s,20s,40s,80s"`
-	// DeadWorkerRetention is how long a dead worker stays listed before its
-	// row is deleted. Default 1h.
+	// DeadWorkerRetention is how long after it was declared dead a worker
+	// stays listed (state dead) before the liveness pass deletes its row.
+	// A Go duration. Default 1h.
 	DeadWorkerRetention time.Duration `env:"CAPSTAN_DEAD_WORKER_RETENTION" envDefault:"1h"`
 	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched by
 	// the resync (its message may have been lost with Redis). Default 30s.

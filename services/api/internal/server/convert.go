@@ -93,14 +93,24 @@ func killStatus(a store.Attempt) *api.AbortStatus {
 
 func taskState(s domain.TaskState) api.TaskState { return api.TaskState(s.String()) }
 
+// workerState is what GET /v1/workers shows of a worker's state: dead once
+// the scheduler's liveness pass declared it dead (until the row is purged),
+// unresponsive while it is silent past grace but not declared dead yet,
+// else alive.
+func workerState(w store.Worker, grace time.Duration, now time.Time) api.WorkerState {
+	switch {
+	case w.State == store.WorkerDead:
+		return api.WorkerStateDead
+	case now.Sub(w.LastHeartbeatAt) > grace:
+		return api.WorkerStateUnresponsive
+	}
+	return api.WorkerStateAlive
+}
+
 func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker {
 	labels := w.Labels
 	if labels == nil {
 		labels = map[string]string{}
-	}
-	state := w.State
-	if state == store.WorkerAlive && now.Sub(w.LastHeartbeatAt) > grace {
-		state = "unresponsive"
 	}
 	failures := w.Failures
 	if failures == nil {
@@ -111,6 +121,6 @@ func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker
 	freeCPU, freeMem := w.CPUMillis-w.UsedCPUMillis, w.MemoryBytes-w.UsedMemoryBytes
 	return api.Worker{Id: w.ID, Name: w.Name, Address: w.Address, Slots: w.Slots, FreeSlots: &free, Labels: labels,
 		Resources: &res, FreeResources: &api.Resources{CpuMillis: &freeCPU, MemoryBytes: &freeMem},
-		State: state, Draining: w.Draining, Failures: failures, LastFailureAt: w.LastFailureAt,
+		State: workerState(w.Worker, grace, now), Draining: w.Draining, Failures: failures, LastFailureAt: w.LastFailureAt,
 		PlaceableAfter: w.PlaceableAfter, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
 }

@@ -3,7 +3,10 @@ package server
 import (
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,4 +42,33 @@ func TestWorkerLifecycleOverTheAPI(t *testing.T) {
 	require.Equal(t, "not_found", p["code"])
 	status, _, _ = f.do(t, http.MethodDelete, "/v1/workers/"+id, "")
 	require.Equal(t, http.StatusNotFound, status)
+}
+
+// TestWorkerStateShown: GET /v1/workers shows a worker alive while it
+// heartbeats within the grace, unresponsive once silent past it until the
+// scheduler's liveness pass declares it dead, then dead until its row is
+// purged.
+func TestWorkerStateShown(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	const grace = 5 * time.Second
+	tests := []struct {
+		name      string
+		state     string
+		heartbeat time.Time
+		want      api.WorkerState
+	}{
+		{"heartbeating within the grace", store.WorkerAlive, now.Add(-grace), api.WorkerStateAlive},
+		{"silent past the grace, not yet declared dead", store.WorkerAlive, now.Add(-grace - time.Millisecond),
+			api.WorkerStateUnresponsive},
+		{"declared dead", store.WorkerDead, now.Add(-time.Hour), api.WorkerStateDead},
+		{"declared dead, its last beat within the grace", store.WorkerDead, now, api.WorkerStateDead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := store.WorkerLoad{Worker: store.Worker{State: tt.state, LastHeartbeatAt: tt.heartbeat}}
+			require.Equal(t, tt.want, toWorker(w, grace, now).State)
+		})
+	}
 }

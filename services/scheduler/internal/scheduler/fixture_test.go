@@ -152,7 +152,7 @@ func (f *runFixture) finishedAt(t *testing.T, attemptID int64) time.Time {
 }
 
 // worker returns a worker with its load; ok is false when its row is gone.
-func (f *runFixture) worker(t *testing.T, id string) (w store.WorkerLoad, ok bool) {
+func (f *liveFixture) worker(t *testing.T, id string) (w store.WorkerLoad, ok bool) {
 	t.Helper()
 	ws, err := f.st.Workers().ListWorkers(context.Background())
 	require.NoError(t, err)

@@ -35,8 +35,8 @@ type LivenessConfig struct {
 	// len(Backoff)-1 failures. Default domain.ARCTable (0, 5s, 10s, 20s,
 	// 40s, 80s: deleted on the 6th).
 	Backoff domain.Table
-	// DeadRetention is how long a dead worker's row stays listed before it
-	// is deleted. Default 1h.
+	// DeadRetention is how long after it was declared dead a worker's row
+	// stays listed (state dead) before the pass deletes it. Default 1h.
 	DeadRetention time.Duration
 	// Queues deletes the asynq queues of workers that are not alive. Nil
 	// leaves them in Redis.

@@ -28,13 +28,20 @@ type liveFixture struct {
 
 func newLiveFixture(t *testing.T, table domain.Table) *liveFixture {
 	t.Helper()
+	return newLiveFixtureWith(t, LivenessConfig{Backoff: table})
+}
+
+// newLiveFixtureWith is newLiveFixture with the liveness settings live; its
+// Queues is the fixture's inspector.
+func newLiveFixtureWith(t *testing.T, live LivenessConfig) *liveFixture {
+	t.Helper()
 	redis := redistest.New(t)
 	f := &liveFixture{st: storetest.New(t), queue: asynq.NewClient(redis), insp: asynq.NewInspector(redis)}
 	t.Cleanup(func() { f.queue.Close(); f.insp.Close() })
 	log := slog.New(slog.DiscardHandler)
+	live.Queues = f.insp
 	f.s = New(f.st, queue.NewEnqueuer(f.queue, log), log, prometheus.NewRegistry(), Config{
-		WorkerGrace: time.Minute, Retry: domain.Table{0},
-		Liveness: LivenessConfig{Backoff: table, Queues: f.insp}})
+		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: live})
 	return f
 }
 
@@ -345,6 +352,53 @@ func TestReapDeadWorkers(t *testing.T) {
 	n, err = f.st.Workers().DeleteDeadWorkers(ctx, time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
+}
+
+// TestDeadWorkerListedUntilRetention: a worker declared dead stays listed,
+// dead, until Liveness.DeadRetention has passed since it died; the pass
+// after that deletes its row. A purge that ignored the retention would
+// delete it in the pass that declared it dead; one that kept a period of its
+// own would not delete it before the deadline. The retention is shrunk to
+// 1s and the passes are polled.
+func TestDeadWorkerListedUntilRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const retention = time.Second
+	f := newLiveFixtureWith(t, LivenessConfig{Backoff: domain.ARCTable, DeadRetention: retention})
+	silent, alive := f.register(t), f.register(t)
+	_, err := f.st.BeatWorker(ctx, silent.ID, store.Beat{At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
+	require.NoError(t, err)
+
+	beforeDeath := time.Now()
+	res, err := f.s.livenessOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Dead)
+	require.Zero(t, res.Purged)
+	w, ok := f.worker(t, silent.ID)
+	require.True(t, ok, "a dead worker is listed for the retention")
+	require.Equal(t, store.WorkerDead, w.State)
+
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		res, err := f.s.livenessOnce(ctx)
+		require.NoError(t, err)
+		ended := time.Since(beforeDeath) // after the pass's cutoff was taken
+		w, listed := f.worker(t, silent.ID)
+		if !listed {
+			require.EqualValues(t, 1, res.Purged)
+			require.GreaterOrEqual(t, ended, retention, "purged before the retention passed")
+			break
+		}
+		require.Equal(t, store.WorkerDead, w.State, "listed as dead until purged")
+		require.Zero(t, res.Purged)
+		require.True(t, time.Now().Before(deadline), "still listed %s after it died", ended)
+		<-tick.C
+	}
+	w, ok = f.worker(t, alive.ID)
+	require.True(t, ok, "an alive worker is never purged")
+	require.Equal(t, store.WorkerAlive, w.State)
 }
 
 // TestReapEndsAttemptsOfMissingWorkers: an attempt placed on a worker that
