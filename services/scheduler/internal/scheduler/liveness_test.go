@@ -366,7 +366,7 @@ func TestDeadWorkerListedUntilRetention(t *testing.T) {
 	const retention = time.Second
 	f := newLiveFixtureWith(t, LivenessConfig{Backoff: domain.ARCTable, DeadRetention: retention})
 	silent, alive := f.register(t), f.register(t)
-	_, err := f.st.BeatWorker(ctx, silent.ID, store.Beat{At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
+	_, err := f.st.Workers().BeatWorker(ctx, silent.ID, store.Beat{At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
 	require.NoError(t, err)
 
 	beforeDeath := time.Now()
