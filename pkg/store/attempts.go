@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -60,7 +58,7 @@ func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun
 			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
-		WHERE at.id = ANY(CAST(? AS bigint[]))`, bigintArray(ids)).Row().Scan(&raw[0], &raw[1], &raw[2])
+		WHERE at.id = ANY(CAST(? AS bigint[]))`, array(ids)).Row().Scan(&raw[0], &raw[1], &raw[2])
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -80,15 +78,6 @@ func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun
 			out[i].Task.AttemptCount)
 	}
 	return out, nil
-}
-
-// bigintArray writes ids as a Postgres bigint[] literal.
-func bigintArray(ids []int64) string {
-	text := make([]string, len(ids))
-	for i, id := range ids {
-		text[i] = strconv.FormatInt(id, 10)
-	}
-	return "{" + strings.Join(text, ",") + "}"
 }
 
 // Report is a fact an executor reports about an attempt it holds.

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -107,7 +105,8 @@ RETURNING project, domain, name, created_at, updated_at`
 // insertRuns inserts the runs at indexes idx, fills out[i].Detail.Run of
 // each one inserted and returns their indexes.
 func (s *core) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []RunResult) ([]int, error) {
-	var p, d, n, specs, keys, timeouts []string
+	var p, d, n, specs, keys []string
+	var timeouts []int64
 	for _, i := range idx {
 		nr := runs[i]
 		spec, err := encodeRows(nr.Spec)
@@ -116,7 +115,7 @@ func (s *core) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []R
 		}
 		p, d, n = append(p, nr.Key.Project), append(d, nr.Key.Domain), append(n, nr.Key.Run)
 		specs, keys = append(specs, string(spec)), append(keys, nr.IdempotencyKey)
-		timeouts = append(timeouts, strconv.FormatInt(nr.Spec.TimeoutDuration().Milliseconds(), 10))
+		timeouts = append(timeouts, nr.Spec.TimeoutDuration().Milliseconds())
 	}
 	var rows []struct {
 		Project, Domain, Name string
@@ -124,7 +123,7 @@ func (s *core) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []R
 	}
 	err := s.raw(ctx, insertRunsSQL, map[string]any{"phase": string(domain.PhaseQueued),
 		"p": Strings(p), "d": Strings(d), "n": Strings(n), "s": Strings(specs), "k": Strings(keys),
-		"t": "{" + strings.Join(timeouts, ",") + "}"}).Scan(&rows).Error
+		"t": array(timeouts)}).Scan(&rows).Error
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -285,6 +285,17 @@ func decodeEach(raw [][]byte, v ...any) error {
 // read through pgx's array codec and written as a literal (Value).
 type Strings []string
 
+// array returns v as one Postgres array parameter, which pgx encodes with
+// its array codec: gorm binds a struct as it is, where it would expand a
+// slice into a list of parameters.
+func array[T any](v []T) pgtype.Array[T] {
+	a := pgtype.Array[T]{Elements: v, Valid: true}
+	if len(v) > 0 {
+		a.Dims = []pgtype.ArrayDimension{{Length: int32(len(v)), LowerBound: 1}}
+	}
+	return a
+}
+
 // textArrays holds the pgtype.Maps that decode text[] values: a Map is not
 // safe for concurrent use, and a new one costs about a hundred allocations,
 // so each call borrows one.

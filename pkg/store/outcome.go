@@ -159,9 +159,9 @@ func outcomeArrays(ws []OutcomeWrite) (map[string]any, error) {
 			}
 		}
 	}
-	return map[string]any{"ids": bigintArray(ids), "failures": bigintArray(failures),
-		"preemptions": bigintArray(preemptions), "system_failures": bigintArray(systemFailures),
-		"states": bigintArray(states), "from": from, "to": to, "terminal": terminal, "p": p, "d": d, "r": r, "n": n}, nil
+	return map[string]any{"ids": array(ids), "failures": array(failures),
+		"preemptions": array(preemptions), "system_failures": array(systemFailures),
+		"states": array(states), "from": from, "to": to, "terminal": terminal, "p": p, "d": d, "r": r, "n": n}, nil
 }
 
 // ErrBadOutcome: UpdateTaskOutcomes was given an outcome it does not write.
@@ -171,9 +171,9 @@ var ErrBadOutcome = errors.New("outcome not for UpdateTaskOutcomes")
 // as arrays (unnest), which Postgres estimates by their length when it
 // plans them and reads the tasks and actions by key; a move is a row
 // whose @to is not empty, made from @from only.
-const updateTaskOutcomesSQL = `WITH v AS (SELECT * FROM unnest(CAST(CAST(@ids AS text) AS bigint[]),
-		CAST(CAST(@failures AS text) AS int[]), CAST(CAST(@preemptions AS text) AS int[]),
-		CAST(CAST(@system_failures AS text) AS int[]), CAST(CAST(@states AS text) AS smallint[]),
+const updateTaskOutcomesSQL = `WITH v AS (SELECT * FROM unnest(CAST(@ids AS bigint[]),
+		CAST(@failures AS int[]), CAST(@preemptions AS int[]),
+		CAST(@system_failures AS int[]), CAST(@states AS smallint[]),
 		CAST(CAST(@from AS text) AS text[]), CAST(CAST(@to AS text) AS text[]), CAST(CAST(@terminal AS text) AS bool[]),
 		CAST(CAST(@p AS text) AS text[]), CAST(CAST(@d AS text) AS text[]), CAST(CAST(@r AS text) AS text[]),
 		CAST(CAST(@n AS text) AS text[]))

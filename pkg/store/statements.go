@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -196,7 +197,8 @@ func namedValues(vars []any) (map[string]any, bool) {
 // expands, unless v is a driver.Valuer or []byte.
 func plain(v any) bool {
 	switch v.(type) {
-	case nil, string, bool, int, int16, int32, int64, float64, time.Time, *time.Time, *string, []byte:
+	case nil, string, bool, int, int16, int32, int64, float64, time.Time, *time.Time, *string, []byte,
+		pgtype.Array[int64], pgtype.Array[string]:
 		return true
 	case sql.NamedArg, clause.Column, clause.Table, gorm.Valuer, clause.Interface, clause.Expression, *gorm.DB:
 		return false

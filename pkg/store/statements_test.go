@@ -31,7 +31,7 @@ func TestBindWritesWhatGormWrites(t *testing.T) {
 		fast bool
 	}{
 		{"named, repeated, beside an operator with @", `SELECT @a, CAST(@ids AS bigint[]) FROM t WHERE x = @a AND j @> '{}'`,
-			[]any{map[string]any{"a": 1, "ids": bigintArray([]int64{1, 2})}}, true},
+			[]any{map[string]any{"a": 1, "ids": array([]int64{1, 2})}}, true},
 		{"sql.Named", "SELECT @b,\n@a", []any{sql.Named("a", "x"), sql.Named("b", at)}, true},
 		{"positional", `SELECT ?, (?), ? FROM t`, []any{int64(7), "x", nil}, true},
 		{"positional in a text with @", `SELECT ? WHERE j @> ?`, []any{[]byte(`{}`), &at}, true},

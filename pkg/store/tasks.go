@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -305,7 +303,7 @@ func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]stri
 	}
 	for reason, ids := range byReason {
 		var changed []int64
-		if err := s.raw(ctx, pendingReasonChangedSQL, map[string]any{"ids": bigintArray(ids),
+		if err := s.raw(ctx, pendingReasonChangedSQL, map[string]any{"ids": array(ids),
 			"pending": domain.TaskPending, "reason": reason}).Scan(&changed).Error; err != nil {
 			return mapErr(err)
 		}
@@ -338,7 +336,7 @@ func (s *core) setPendingReason(ctx context.Context, ids []int64, reason string)
 			return err
 		}
 	}
-	return mapErr(s.exec(ctx, setPendingReasonSQL, map[string]any{"ids": bigintArray(ids),
+	return mapErr(s.exec(ctx, setPendingReasonSQL, map[string]any{"ids": array(ids),
 		"pending": domain.TaskPending, "reason": reason, "now": time.Now().UTC()}).Error)
 }
 
@@ -405,13 +403,13 @@ func (s *core) assignTasks(ctx context.Context, text string, as []Assignment) ([
 	if len(as) == 0 {
 		return nil, nil
 	}
-	idText, workers := make([]string, len(as)), make([]string, len(as))
+	ids, workers := make([]int64, len(as)), make([]string, len(as))
 	for i, a := range as {
-		idText[i], workers[i] = strconv.FormatInt(a.TaskID, 10), a.WorkerID
+		ids[i], workers[i] = a.TaskID, a.WorkerID
 	}
 	var out []Assigned
 	err := s.raw(ctx, text, map[string]any{
-		"ids": "{" + strings.Join(idText, ",") + "}", "workers": "{" + strings.Join(workers, ",") + "}",
+		"ids": array(ids), "workers": array(workers),
 		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
 		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),
 			string(domain.PhaseWaitingForResources)},
