@@ -3,18 +3,11 @@ package scheduler
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
-	"github.com/capstan-run/capstan/pkg/obs"
-	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 )
 
 // PlacementConfig tunes the placement pass.
@@ -231,167 +224,6 @@ func (p *placement) assign(ctx context.Context) ([]store.Assigned, error) {
 	}
 	p.res.Placed += len(attempts)
 	return attempts, nil
-}
-
-// dispatch pushes bound attempts to their workers, once their bind
-// committed: one message for the attempts of one worker and one trace
-// (traces: by task id; a step's replicas placed together), not one an
-// attempt. The message carries what the executor needs to run each
-// attempt (dispatchSpec), so that it starts at once instead of reading the
-// attempt from the api first. A push that fails is logged: the attempts
-// are ASSIGNED in Postgres, and the resync dispatches them again.
-func (s *Scheduler) dispatch(ctx context.Context, attempts []store.Assigned, traces map[int64]string) {
-	s.metrics.placed.Add(float64(len(attempts)))
-	// One Redis round trip per message: in parallel, so the last message of
-	// a large pass does not wait for all the others' pushes.
-	var g errgroup.Group
-	g.SetLimit(dispatchers)
-	for _, d := range dispatches(attempts, traces) {
-		g.Go(func() error {
-			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, d.trace), "dispatch attempts",
-				trace.WithAttributes(attribute.Int64Slice("capstan.attempt_ids", d.ids),
-					attribute.String("capstan.worker_id", d.worker)))
-			defer span.End()
-			if err := s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids, d.specs)); err != nil {
-				s.log.Warn("dispatch failed", "attempt_ids", d.ids, "worker_id", d.worker, "err", err)
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-}
-
-// dispatchers is how many dispatch messages a pass pushes at once.
-const dispatchers = 8
-
-// dispatch is one message of a pass: attempts for one worker, of tasks
-// that share one trace, and the specs of those it may carry.
-type dispatch struct {
-	worker, trace string
-	ids           []int64
-	specs         []api.AttemptSpec
-}
-
-// dispatchSpec is the spec an attempt's dispatch carries, ok false for an
-// attempt the executor must read from the api: its step has secret_env
-// (secrets stay out of Redis) or inputs (resolved from other steps'
-// outputs at the read, and up to 1 MiB).
-func dispatchSpec(a store.Assigned) (api.AttemptSpec, bool) {
-	if len(a.Step.SecretEnv) > 0 || len(a.Step.Inputs) > 0 {
-		return api.AttemptSpec{}, false
-	}
-	spec, err := api.NewAttemptSpec(a.ID, a.Number, a.Action(), a.TaskIdx, a.WorkerID, a.Step)
-	return spec, err == nil
-}
-
-// dispatches groups attempts by worker and trace (by task id), in the
-// order of each group's first attempt.
-func dispatches(attempts []store.Assigned, traces map[int64]string) []dispatch {
-	var out []dispatch
-	at := map[[2]string]int{}
-	for _, a := range attempts {
-		k := [2]string{*a.WorkerID, traces[a.TaskID]}
-		i, ok := at[k]
-		if !ok {
-			i = len(out)
-			at[k] = i
-			out = append(out, dispatch{worker: k[0], trace: k[1]})
-		}
-		out[i].ids = append(out[i].ids, a.ID)
-		if spec, ok := dispatchSpec(a); ok {
-			out[i].specs = append(out[i].specs, spec)
-		}
-	}
-	return out
-}
-
-// preempt evicts lower-band attempts so that r fits on one worker (Iris's
-// preemption pass). It returns that worker's index when the room is free now
-// (every victim was still ASSIGNED), or -1 with a reason: no eviction helps,
-// or started victims are being killed and the task is placed once they stop.
-func (p *placement) preempt(ctx context.Context, r domain.TaskRequest) (int, string, error) {
-	if !p.mayPreempt(r.Priority) {
-		return -1, "", nil
-	}
-	if !p.loaded {
-		if err := p.loadRunning(ctx); err != nil {
-			return -1, "", err
-		}
-	}
-	wi, victims := domain.PickVictims(r, p.views, p.running)
-	if wi < 0 {
-		return -1, "", nil
-	}
-	stopping := 0
-	for _, v := range victims {
-		_, killRequested, err := p.s.preemptAttempt(ctx, v.AttemptID)
-		if err != nil {
-			return -1, "", err
-		}
-		p.s.metrics.preempted.Inc()
-		if killRequested {
-			stopping++
-			p.s.killAttempt(ctx, v.AttemptID)
-			continue
-		}
-		p.res.Preempted++
-		p.views[wi].Used.CPUMillis -= v.Resources.CPUMillis
-		p.views[wi].Used.MemoryBytes -= v.Resources.MemoryBytes
-		p.views[wi].FreeSlots++
-	}
-	p.running = slicesDeleteVictims(p.running, victims)
-	if stopping > 0 {
-		return -1, fmt.Sprintf("preempting %d lower-priority attempt(s) to make room", stopping), nil
-	}
-	return wi, "", nil
-}
-
-// mayPreempt reports whether a worker had, when the pass read it, a live
-// attempt that a task of band pr may preempt: when none had, the pass reads
-// no running attempts (loadRunning) for it. Under a full load of one band,
-// every task left waiting asked, and the read and the search were 5 % of
-// the scheduler's CPU in the diamond benchmark.
-func (p *placement) mayPreempt(pr domain.Priority) bool {
-	for _, w := range p.workers {
-		if w.LowestPriority != nil && pr.CanPreempt(domain.Priority(*w.LowestPriority)) {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *placement) loadRunning(ctx context.Context) error {
-	ids := make([]string, len(p.workers))
-	index := map[string]int{}
-	for i, w := range p.workers {
-		ids[i] = w.ID
-		index[w.ID] = i
-	}
-	live, err := p.st.Placement().LiveOnWorkers(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for _, l := range live {
-		p.running = append(p.running, domain.Running{AttemptID: l.AttemptID, Worker: index[l.WorkerID],
-			Priority: domain.Priority(l.Priority), Resources: domain.Resources{CPUMillis: l.CPUMillis, MemoryBytes: l.MemoryBytes},
-			Started: l.State != domain.TaskAssigned, Order: l.AttemptID})
-	}
-	p.loaded = true
-	return nil
-}
-
-func slicesDeleteVictims(running, victims []domain.Running) []domain.Running {
-	gone := map[int64]bool{}
-	for _, v := range victims {
-		gone[v.AttemptID] = true
-	}
-	out := running[:0]
-	for _, r := range running {
-		if !gone[r.AttemptID] {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // units groups pending tasks into placement units: one task, or all pending

@@ -1,0 +1,388 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+)
+
+// pendingTasksSQL selects up to limit (its one parameter) PENDING tasks
+// whose not_before has passed and whose scheduling deadline has not,
+// highest priority band first, then oldest, as one JSON array (decodeRows):
+// scanning them column by column through gorm was 12 % of the scheduler's
+// CPU in the diamond benchmark, where every pass reads the hundreds of
+// tasks waiting for a slot. A task past its deadline is left for the
+// expiry pass, which ends its job (Iris's _mark_task_unschedulable). The
+// limit is a parameter, so the statement keeps its plan on the pass's
+// connection.
+var pendingTasksSQL = `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') AS tasks FROM (
+		SELECT * FROM tasks WHERE state IN ` + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
+			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
+		ORDER BY priority DESC, id LIMIT ?) t`
+
+// PendingWork returns up to limit PENDING tasks (pendingTasksSQL) and,
+// when it finds one, the workers PlaceableWorkers (grace) returns, in one
+// statement: what a scheduling pass reads before it decides, one round
+// trip instead of two. The workers come back as one JSON array too
+// (decodeRows), and are not read when no task is pending: a pass kicked by
+// a run's end often finds none. Outside a transaction it runs on the
+// pass's connection, whose plans it has made again as the task ids grow
+// (replanPass). Errors: Postgres's.
+func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
+	s = Placement{s.prefer(poolPass)}
+	var tasks, workers []byte
+	err := s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
+		SELECT p.tasks, CASE WHEN json_array_length(p.tasks) > 0 THEN (
+			SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
+		END FROM p`, limit, grace.Seconds()).Row().Scan(&tasks, &workers)
+	if err != nil {
+		return nil, nil, mapErr(err)
+	}
+	var ts []Task
+	if err := decodeRows(tasks, &ts); err != nil {
+		return nil, nil, fmt.Errorf("decode pending tasks: %w", err)
+	}
+	if len(ts) == 0 {
+		return nil, nil, nil
+	}
+	var ws []WorkerLoad
+	if err := decodeRows(workers, &ws); err != nil {
+		return nil, nil, fmt.Errorf("decode workers: %w", err)
+	}
+	newest := slices.MaxFunc(ts, func(a, b Task) int { return cmp.Compare(a.ID, b.ID) })
+	if _, err := s.replanPass(ctx, newest.ID); err != nil {
+		return nil, nil, fmt.Errorf("replan: %w", err)
+	}
+	return ts, ws, nil
+}
+
+// FreshWork returns what placing the PENDING tasks of the named runs needs
+// in the transaction that started them (their first advance inserted
+// them), in one statement: those tasks, highest priority band first, then
+// oldest, and the workers PlaceableWorkers (grace) returns. The workers
+// come back (non-nil) only when no other task waits PENDING for a pass
+// (placeable now, as pendingTasksSQL reads them) in a band at or above
+// the lowest of those tasks': placed first, they would pass over it.
+// It also gives the rest of the transaction ByKey's planner settings
+// (byKeyLocally), for AssignFreshTasks, which follows it: the start of a
+// lone run runs on the main pool, whose connections keep a generic plan
+// made in the first seconds of a new database, when a sequential scan of
+// the tasks looked cheapest (1.0 ms a bind at 4,300 tasks in the dispatch
+// benchmark). Errors: Postgres's.
+func (s Placement) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.Duration) ([]Task, []WorkerLoad, error) {
+	projects, domains, names := runKeyArrays(keys)
+	var tasks, workers []byte
+	err := s.raw(ctx, `WITH k AS (SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
+			CAST(CAST(? AS text) AS text[])) AS k(project, domain, run_name)),
+		m AS (SELECT t.* FROM tasks t JOIN k ON (t.project, t.domain, t.run_name) = (k.project, k.domain, k.run_name)
+			WHERE t.state IN `+sqlPending+`)
+		SELECT (SELECT coalesce(json_agg(m ORDER BY m.priority DESC, m.id), '[]') FROM m),
+			CASE WHEN EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.state IN `+sqlPending+`
+				AND o.priority >= (SELECT min(priority) FROM m)
+				AND (o.not_before IS NULL OR o.not_before <= now())
+				AND (o.scheduling_deadline IS NULL OR o.scheduling_deadline >= now())
+				AND (o.project, o.domain, o.run_name) NOT IN (SELECT project, domain, run_name FROM k))
+			THEN (SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
+			END
+		FROM (SELECT `+byKeyLocally+`) s`, projects, domains, names, grace.Seconds()).Row().Scan(&tasks, &workers)
+	if err != nil {
+		return nil, nil, mapErr(err)
+	}
+	var ts []Task
+	if err := decodeRows(tasks, &ts); err != nil {
+		return nil, nil, fmt.Errorf("decode fresh tasks: %w", err)
+	}
+	if workers == nil {
+		return ts, nil, nil
+	}
+	ws := []WorkerLoad{}
+	if err := decodeRows(workers, &ws); err != nil {
+		return nil, nil, fmt.Errorf("decode workers: %w", err)
+	}
+	return ts, ws, nil
+}
+
+// SetPendingReasons records why PENDING tasks cannot be placed (task id →
+// reason), and moves their QUEUED actions to WAITING_FOR_RESOURCES with an
+// "action.phase" event each. Tasks no longer PENDING are left alone; an
+// unchanged reason is not rewritten. Actions are locked before tasks.
+//
+// Its reads of tasks go by key (pendingReasonChangedSQL): a pass on
+// store.Pass keeps one plan of each statement, and one that could also
+// read the PENDING tasks' partial indexes took them, estimated a few rows
+// when the table had not been analyzed since it filled, and then matched
+// every PENDING task against the list (38 ms for 378 ids among 3,531
+// PENDING tasks).
+func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]string) error {
+	s = Placement{s.prefer(poolPass)}
+	byReason := map[string][]int64{}
+	for id, r := range reasons {
+		byReason[r] = append(byReason[r], id)
+	}
+	for reason, ids := range byReason {
+		var changed []int64
+		if err := s.raw(ctx, pendingReasonChangedSQL, map[string]any{"ids": array(ids),
+			"pending": domain.TaskPending, "reason": reason}).Scan(&changed).Error; err != nil {
+			return mapErr(err)
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		if err := s.inTx(ctx, func(tx *Store) error { return tx.setPendingReason(ctx, changed, reason) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *core) setPendingReason(ctx context.Context, ids []int64, reason string) error {
+	if err := s.actions().LockTaskActions(ctx, ids); err != nil {
+		return err
+	}
+	var moved []Action
+	if err := s.raw(ctx, `UPDATE actions a SET phase = ?, updated_at = now(), version = a.version + 1
+		FROM (SELECT DISTINCT project, domain, run_name, action_name FROM tasks WHERE id IN ?) k
+		WHERE (a.project, a.domain, a.run_name, a.name) = (k.project, k.domain, k.run_name, k.action_name) AND a.phase = ?
+		RETURNING a.project, a.domain, a.run_name, a.name`, string(domain.PhaseWaitingForResources), ids,
+		string(domain.PhaseQueued)).Scan(&moved).Error; err != nil {
+		return mapErr(err)
+	}
+	for _, a := range moved {
+		key := domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}
+		if err := s.event(ctx, key, a.Name, "action.phase", map[string]any{"from": domain.PhaseQueued,
+			"to": domain.PhaseWaitingForResources, "reason": reason}); err != nil {
+			return err
+		}
+	}
+	return mapErr(s.exec(ctx, setPendingReasonSQL, map[string]any{"ids": array(ids),
+		"pending": domain.TaskPending, "reason": reason, "now": time.Now().UTC()}).Error)
+}
+
+// pendingReasonChangedSQL returns the ids of @ids that are PENDING with
+// another reason than @reason. The tasks are read by key first (the CTE
+// has no condition on state, so no partial index of PENDING tasks can
+// serve it), then filtered.
+const pendingReasonChangedSQL = `WITH c AS MATERIALIZED (
+	SELECT id, state, pending_reason FROM tasks WHERE id = ANY(CAST(@ids AS bigint[])))
+SELECT id FROM c WHERE state = @pending AND pending_reason IS DISTINCT FROM @reason ORDER BY id`
+
+// setPendingReasonSQL writes @reason on the tasks of @ids still PENDING:
+// it locks them by key in id order (the lock order), and filters on the
+// state as locked (their latest versions), so, as in
+// pendingReasonChangedSQL, no partial index of PENDING tasks can serve it.
+const setPendingReasonSQL = `WITH c AS MATERIALIZED (
+	SELECT id, state FROM tasks WHERE id = ANY(CAST(@ids AS bigint[])) ORDER BY id FOR NO KEY UPDATE)
+UPDATE tasks t SET pending_reason = @reason, updated_at = @now FROM c WHERE t.id = c.id AND c.state = @pending`
+
+// Assignment binds one PENDING task to a worker.
+type Assignment struct {
+	TaskID   int64
+	WorkerID string
+}
+
+// Assigned is an attempt AssignTasks created, with what an executor needs to
+// run it beyond the attempt's row: its task's action and index, and its
+// step's spec (as the action held it when the statement began).
+type Assigned struct {
+	Attempt
+	Project    string
+	Domain     string
+	RunName    string
+	ActionName string
+	TaskIdx    int         `gorm:"column:task_idx"`
+	Step       domain.Step `gorm:"column:step;serializer:json"`
+	// FromPhase is the action's phase before the bind: it moved to
+	// RUNNING when that was QUEUED or WAITING_FOR_RESOURCES.
+	FromPhase domain.Phase `gorm:"column:from_phase"`
+}
+
+// Action is the key of a's action.
+func (a Assigned) Action() domain.ActionKey {
+	return domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}.Action(a.ActionName)
+}
+
+// AssignTasks binds PENDING tasks to workers in one statement: it locks the
+// tasks' actions still QUEUED or WAITING_FOR_RESOURCES (key order), then each
+// task still PENDING (id order), which
+// becomes ASSIGNED to its worker with a new attempt (ASSIGNED); its action
+// moves from QUEUED or WAITING_FOR_RESOURCES to RUNNING, and task.assigned
+// and action.phase events are written. A task no longer PENDING (aborted, or
+// assigned by another pass) is left alone. It returns the attempts created,
+// by id, each with its task's action and index and its step. A scheduling
+// pass binds all its tasks this way: its cost is one statement, not a
+// transaction per task.
+func (s Placement) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+	s = Placement{s.prefer(poolPass)}
+	return s.assignTasks(ctx, assignTasksSQL, as)
+}
+
+// assignTasks runs text, assignTasksSQL or assignFreshTasksSQL, for as.
+func (s *core) assignTasks(ctx context.Context, text string, as []Assignment) ([]Assigned, error) {
+	if len(as) == 0 {
+		return nil, nil
+	}
+	ids, workers := make([]int64, len(as)), make([]string, len(as))
+	for i, a := range as {
+		ids[i], workers[i] = a.TaskID, a.WorkerID
+	}
+	var out []Assigned
+	err := s.raw(ctx, text, map[string]any{
+		"ids": array(ids), "workers": array(workers),
+		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
+		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),
+			string(domain.PhaseWaitingForResources)},
+	}).Scan(&out).Error
+	return out, mapErr(err)
+}
+
+// AssignFreshTasks is AssignTasks for tasks the transaction (s) inserted,
+// with their actions, after events it wrote; for no other task: it locks
+// them without the lock order (assignFreshTasksSQL). Its events
+// (task.assigned for each attempt, by id, then action.phase for each
+// action it moved) are appended to the transaction's, after those
+// (eventFull), where AssignTasks' statement inserts them at once, with
+// ids before theirs. Errors: Postgres's, and one outside a transaction.
+func (s Placement) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
+	if s.tx == nil {
+		return nil, errors.New("store: AssignFreshTasks outside a transaction")
+	}
+	out, err := s.assignTasks(ctx, assignFreshTasksSQL, as)
+	if err != nil {
+		return nil, err
+	}
+	from := map[domain.ActionKey]domain.Phase{}
+	var moved []domain.ActionKey
+	for _, a := range out {
+		t := Task{ID: a.TaskID, Project: a.Project, Domain: a.Domain, RunName: a.RunName, ActionName: a.ActionName}
+		if err := s.taskEvent(ctx, t, a.ID, "task.assigned", map[string]any{"worker_id": a.WorkerID}); err != nil {
+			return nil, err
+		}
+		k := a.Action()
+		if _, ok := from[k]; !ok && (a.FromPhase == domain.PhaseQueued || a.FromPhase == domain.PhaseWaitingForResources) {
+			from[k] = a.FromPhase
+			moved = append(moved, k)
+		}
+	}
+	for _, k := range moved {
+		if err := s.event(ctx, k.RunKey, k.Action, "action.phase",
+			map[string]any{"from": from[k], "to": domain.PhaseRunning}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// assignTasksSQL is AssignTasks' statement. Its data-modifying parts run to
+// completion whatever the final SELECT reads, in one snapshot. The lock
+// order holds within it: the only actions it updates, and so locks, are
+// those still QUEUED or WAITING_FOR_RESOURCES, and `acts` locks them first:
+// `locked` reads the count of `acts` in its filter, an uncorrelated subquery
+// Postgres runs once as a one-time filter before the first task row is read
+// (EXPLAIN shows it), and `locked`'s rows are sorted before they are locked.
+// A RUNNING action is not locked at all, so a pass never waits for an
+// evaluation in progress on a running step.
+const assignTasksSQL = `
+WITH v AS (
+	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
+), acts AS (
+	SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
+		(SELECT t.project, t.domain, t.run_name, t.action_name FROM tasks t JOIN v ON v.task_id = t.id)
+		AND a.phase IN @waiting
+	ORDER BY a.project, a.domain, a.run_name, a.name FOR NO KEY UPDATE OF a
+), locked AS (
+	SELECT t.id FROM tasks t JOIN v ON v.task_id = t.id
+	WHERE t.state = @pending AND (SELECT count(*) FROM acts) >= 0 ORDER BY t.id FOR UPDATE OF t
+), t AS (
+	UPDATE tasks t SET state = @assigned, worker_id = v.worker_id, pending_reason = NULL,
+		attempt_count = t.attempt_count + 1, updated_at = @now, version = t.version + 1
+	FROM v JOIN locked ON locked.id = v.task_id WHERE t.id = v.task_id
+	RETURNING t.id, t.idx, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
+), a AS (
+	INSERT INTO attempts (task_id, number, worker_id, state, created_at, updated_at)
+	SELECT id, attempt_count, worker_id, @assigned, @now, @now FROM t
+	RETURNING *
+), act AS (
+	UPDATE actions x SET phase = @running, updated_at = @now, version = x.version + 1
+	FROM (SELECT DISTINCT project, domain, run_name, action_name FROM t) k
+	WHERE x.project = k.project AND x.domain = k.domain AND x.run_name = k.run_name AND x.name = k.action_name
+		AND x.phase IN @waiting
+	RETURNING x.project, x.domain, x.run_name, x.name,
+		(SELECT y.phase FROM actions y WHERE (y.project, y.domain, y.run_name, y.name) =
+			(x.project, x.domain, x.run_name, x.name)) AS from_phase
+), ev AS (
+	INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
+	SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, 'task.assigned',
+		jsonb_build_object('worker_id', a.worker_id), CAST(@now AS timestamptz)
+	FROM a JOIN t ON t.id = a.task_id
+	UNION ALL
+	SELECT project, domain, run_name, name, NULL, NULL, 'action.phase',
+		jsonb_build_object('from', from_phase, 'to', CAST(@running AS text)), CAST(@now AS timestamptz)
+	FROM act
+)` + assignTasksSelectSQL
+
+// assignFreshTasksSQL is AssignFreshTasks' statement: assignTasksSQL
+// without its events, which the caller writes, and without its locking
+// CTEs: the tasks and actions it binds were inserted by its own
+// transaction, which no other transaction sees, so taking their locks
+// first (in the lock order, and waiting for none) would only cost a read.
+// It reads the tasks by id (= ANY) as well as through the unnested pairs;
+// the plan it gets on the main pool still depends on the planner settings
+// FreshWork leaves (byKeyLocally): without them, a generic plan made on a
+// young database's statistics read every task (a sequential scan, 1.0 ms a
+// bind at 4,300 tasks in the dispatch benchmark).
+const assignFreshTasksSQL = `
+WITH v AS (
+	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
+), t AS (
+	UPDATE tasks t SET state = @assigned, worker_id = v.worker_id, pending_reason = NULL,
+		attempt_count = t.attempt_count + 1, updated_at = @now, version = t.version + 1
+	FROM v WHERE t.id = ANY(CAST(@ids AS bigint[])) AND t.id = v.task_id AND t.state = @pending
+	RETURNING t.id, t.idx, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
+), a AS (
+	INSERT INTO attempts (task_id, number, worker_id, state, created_at, updated_at)
+	SELECT id, attempt_count, worker_id, @assigned, @now, @now FROM t
+	RETURNING *
+), act AS (
+	UPDATE actions x SET phase = @running, updated_at = @now, version = x.version + 1
+	FROM (SELECT DISTINCT project, domain, run_name, action_name FROM t) k
+	WHERE x.project = k.project AND x.domain = k.domain AND x.run_name = k.run_name AND x.name = k.action_name
+		AND x.phase IN @waiting
+)` + assignTasksSelectSQL
+
+// assignTasksSelectSQL is assignTasksSQL's final SELECT: the attempts, and
+// each one's action and step as the statement began (from_phase: the
+// phase it moved from, when QUEUED or WAITING_FOR_RESOURCES).
+const assignTasksSelectSQL = `
+SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, x.spec AS step, x.phase AS from_phase
+FROM a JOIN t ON t.id = a.task_id
+	JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
+ORDER BY a.id`
+
+// LiveOnWorker is a live attempt of a worker, for preemption.
+type LiveOnWorker struct {
+	AttemptID   int64
+	WorkerID    string
+	State       domain.TaskState
+	Priority    int16
+	CPUMillis   int64 `gorm:"column:cpu_millis"`
+	MemoryBytes int64
+}
+
+// LiveOnWorkers returns the live attempts held by the given workers with
+// their tasks' bands and resources.
+func (s Placement) LiveOnWorkers(ctx context.Context, workerIDs []string) ([]LiveOnWorker, error) {
+	s = Placement{s.prefer(poolPass)}
+	if len(workerIDs) == 0 {
+		return nil, nil
+	}
+	var out []LiveOnWorker
+	err := s.raw(ctx, `SELECT a.id AS attempt_id, a.worker_id, a.state, t.priority, t.cpu_millis, t.memory_bytes
+		FROM attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE a.worker_id IN ? AND a.state IN `+sqlLive+` ORDER BY a.id`, workerIDs).Scan(&out).Error
+	return out, mapErr(err)
+}

@@ -1,0 +1,233 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+)
+
+// Report is a fact an executor reports about an attempt it holds.
+type Report struct {
+	// State is BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED.
+	State    domain.TaskState
+	ExitCode *int
+	Error    string
+	// Cause: user, system, aborted, timeout, worker_lost or preempted.
+	Cause     string
+	Pid       *int
+	Stdout    string
+	Stderr    string
+	Truncated bool
+	// Outputs are a SUCCEEDED attempt's output values, name → value, stored
+	// on the attempt; ignored with any other state.
+	Outputs map[string]string
+	// Code is a stable error code (e.g. InvalidPluginSpec), stored with a
+	// terminal state.
+	Code string
+	// Cleanup is a stopped attempt's plugin Abort and Finalize as they ran,
+	// each recorded as a run event (cleanupEvents) with a terminal state.
+	Cleanup []CleanupStep
+}
+
+// ReportResult tells the caller what a report changed.
+type ReportResult struct {
+	// Proceed is false when the executor must stop the attempt.
+	Proceed bool
+	// Evaluate is true when the scheduler must now decide the task's fate.
+	Evaluate bool
+	Task     Task
+	// Attempt is the attempt as it was before the report.
+	Attempt Attempt
+}
+
+// ErrBadReport: the reported state cannot follow the attempt's state.
+var ErrBadReport = errors.New("invalid attempt report")
+
+// ReportAttempt records a report: the attempt's new state (only forward:
+// ASSIGNED -> BUILDING -> RUNNING -> terminal), its exit code, error, cause,
+// code, bounded logs, cleanup steps (as "plugin_abort" and
+// "plugin_finalize" events, in order, before the "attempt.<STATE>" event)
+// and, when SUCCEEDED, its outputs; a live report also moves the task. A
+// report on an attempt that already ended is a no-op. It runs on ByKey's
+// pool, as a report batch does (ReportAttempts). Errors: ErrNotFound,
+// ErrBadReport.
+func (s Attempts) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
+	var res ReportResult
+	err := s.prefer(poolByKey).inTx(ctx, func(tx *Store) error {
+		locked := lockedRows{}
+		var err error
+		if res, err = tx.report(ctx, locked, id, "", rep); err != nil {
+			return err
+		}
+		return tx.writeReports(ctx, locked)
+	})
+	return res, err
+}
+
+// report is ReportAttempt inside the caller's transaction. With a worker id
+// (a batch) it refuses (ErrNotFound) an attempt placed on another worker,
+// and a report of the state the attempt is in already, or of BUILDING when
+// it runs (a resent batch), writes nothing. Its errors come before any
+// write.
+func (s *core) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult,
+	error) {
+	var res ReportResult
+	t, a, err := locked.get(ctx, s, id)
+	if err == nil && worker != "" && (a.WorkerID == nil || *a.WorkerID != worker) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Task, res.Attempt = t, a
+	if a.State.IsTerminal() {
+		return res, nil // duplicate or late report
+	}
+	live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
+	res.Proceed = live && !rep.State.IsTerminal()
+	if worker != "" && (a.State == rep.State || a.State == domain.TaskRunning && rep.State == domain.TaskBuilding) {
+		return res, nil // resent: the attempt is there already
+	}
+	if !domain.CanReport(a.State, rep.State) {
+		return res, ErrBadReport
+	}
+	if err := s.applyReport(ctx, locked, t, a, id, rep, live); err != nil {
+		return res, err
+	}
+	res.Evaluate = (live || killedLast(t, a)) && rep.State.IsTerminal()
+	return res, nil
+}
+
+// applyReport takes a report the attempt can take: it records what a
+// terminal report carries and the "attempt.<STATE>" event, and lays the
+// attempt's columns, and the task's state while live, over those its
+// earlier reports in the transaction left in locked, for writeReports to
+// write at the transaction's end: an executor's RUNNING and SUCCEEDED of a
+// short attempt, sent together, cost one UPDATE, and a batch's attempts
+// one statement. The rows as they will be written replace t and a in
+// locked. Times are kept to the microsecond, as Postgres keeps them.
+func (s *core) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
+	live bool) error {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
+	if err != nil {
+		return err
+	}
+	if err := s.recordFinal(ctx, t, id, rep); err != nil {
+		return err
+	}
+	w := locked[id].pending
+	w.add(up, live && !rep.State.IsTerminal(), rep.State)
+	after := taskAttempt{task: t, attempt: a, pending: w}
+	after.attempt.State, after.attempt.UpdatedAt = rep.State, now
+	if rep.Pid != nil {
+		after.attempt.Pid = rep.Pid
+	}
+	if _, ok := up["started_at"]; ok {
+		after.attempt.StartedAt = &now
+	}
+	if rep.State.IsTerminal() {
+		after.attempt.FinishedAt = &now
+	}
+	if w.task != nil {
+		after.task.State = *w.task
+	}
+	locked[id] = after
+	return s.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
+		map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
+}
+
+// taskAttempt is an attempt and its task as locked in a transaction, with
+// what its reports there have laid over them, and those reports' columns,
+// which writeReports writes at the transaction's end.
+type taskAttempt struct {
+	task    Task
+	attempt Attempt
+	pending pendingWrite
+}
+
+// lockedRows holds, by attempt id, the attempts a transaction has locked
+// with their tasks, as they are now: a batch's reports read them instead of
+// locking each attempt again.
+type lockedRows map[int64]taskAttempt
+
+// get returns attempt id and its task: from l, else locked by
+// lockTaskAttempt (and kept in l). Errors: ErrNotFound.
+func (l lockedRows) get(ctx context.Context, s *core, id int64) (Task, Attempt, error) {
+	if ta, ok := l[id]; ok {
+		return ta.task, ta.attempt, nil
+	}
+	t, a, err := s.lockTaskAttempt(ctx, id)
+	if err == nil && l != nil {
+		l[id] = taskAttempt{task: t, attempt: a}
+	}
+	return t, a, err
+}
+
+// killedLast reports whether a is the last attempt of a task an abort
+// killed: it is evaluated when it ends, to finish the abort (its ABORTED
+// event). An attempt whose task moved on otherwise (superseded) needs no
+// decision.
+func killedLast(t Task, a Attempt) bool {
+	return t.State == domain.TaskKilled && a.Number == t.AttemptCount
+}
+
+// recordFinal stores what a terminal report carries besides the attempt's
+// columns: its bounded logs and its cleanup steps' events, in order.
+func (s *core) recordFinal(ctx context.Context, t Task, id int64, rep Report) error {
+	if !rep.State.IsTerminal() {
+		return nil
+	}
+	if rep.Stdout != "" || rep.Stderr != "" {
+		if err := s.q(ctx).Create(&AttemptLog{AttemptID: id, Stdout: rep.Stdout, Stderr: rep.Stderr,
+			Truncated: rep.Truncated}).Error; err != nil {
+			return mapErr(err)
+		}
+	}
+	return s.cleanupEvents(ctx, t, id, rep.Cleanup)
+}
+
+// reportUpdates returns the attempt's columns a report sets: its state,
+// pid, start, and for a terminal state its end, exit code, error, cause,
+// code, outputs (SUCCEEDED only) and, when the attempt needs no evaluation,
+// evaluated_at.
+func reportUpdates(a Attempt, rep Report, evaluate bool, now time.Time) (map[string]any, error) {
+	up := map[string]any{"state": rep.State, "updated_at": now}
+	if rep.Pid != nil {
+		up["pid"] = *rep.Pid
+	}
+	if rep.State == domain.TaskRunning && a.StartedAt == nil {
+		up["started_at"] = now
+	}
+	if !rep.State.IsTerminal() {
+		return up, nil
+	}
+	up["finished_at"], up["exit_code"], up["error"], up["cause"] = now, rep.ExitCode, strPtr(rep.Error), strPtr(rep.Cause)
+	up["code"] = strPtr(rep.Code)
+	if !evaluate {
+		up["evaluated_at"] = now
+	}
+	if rep.State == domain.TaskSucceeded && len(rep.Outputs) > 0 {
+		raw, err := encodeRows(rep.Outputs)
+		if err != nil {
+			return nil, fmt.Errorf("encode outputs: %w", err)
+		}
+		up["outputs"] = json.RawMessage(raw)
+	}
+	return up, nil
+}
+
+// lockTaskAttempt locks an attempt's task, then the attempt (the lock order:
+// task before attempt), in one statement, and returns them. Errors:
+// ErrNotFound.
+func (s *core) lockTaskAttempt(ctx context.Context, id int64) (Task, Attempt, error) {
+	var a Attempt
+	var t Task
+	err := scanRows(s.raw(ctx, `SELECT row_to_json(t), row_to_json(at)
+		FROM attempts at JOIN tasks t ON t.id = at.task_id WHERE at.id = ? FOR UPDATE OF t, at`, id), &t, &a)
+	return t, a, err
+}

@@ -1,0 +1,85 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/obs"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+)
+
+// dispatch pushes bound attempts to their workers, once their bind
+// committed: one message for the attempts of one worker and one trace
+// (traces: by task id; a step's replicas placed together), not one an
+// attempt. The message carries what the executor needs to run each
+// attempt (dispatchSpec), so that it starts at once instead of reading the
+// attempt from the api first. A push that fails is logged: the attempts
+// are ASSIGNED in Postgres, and the resync dispatches them again.
+func (s *Scheduler) dispatch(ctx context.Context, attempts []store.Assigned, traces map[int64]string) {
+	s.metrics.placed.Add(float64(len(attempts)))
+	// One Redis round trip per message: in parallel, so the last message of
+	// a large pass does not wait for all the others' pushes.
+	var g errgroup.Group
+	g.SetLimit(dispatchers)
+	for _, d := range dispatches(attempts, traces) {
+		g.Go(func() error {
+			ctx, span := obs.Tracer().Start(obs.WithTraceParent(ctx, d.trace), "dispatch attempts",
+				trace.WithAttributes(attribute.Int64Slice("capstan.attempt_ids", d.ids),
+					attribute.String("capstan.worker_id", d.worker)))
+			defer span.End()
+			if err := s.queue.Enqueue(ctx, queue.NewAttemptsRunTask(d.worker, d.ids, d.specs)); err != nil {
+				s.log.Warn("dispatch failed", "attempt_ids", d.ids, "worker_id", d.worker, "err", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// dispatchers is how many dispatch messages a pass pushes at once.
+const dispatchers = 8
+
+// dispatch is one message of a pass: attempts for one worker, of tasks
+// that share one trace, and the specs of those it may carry.
+type dispatch struct {
+	worker, trace string
+	ids           []int64
+	specs         []api.AttemptSpec
+}
+
+// dispatchSpec is the spec an attempt's dispatch carries, ok false for an
+// attempt the executor must read from the api: its step has secret_env
+// (secrets stay out of Redis) or inputs (resolved from other steps'
+// outputs at the read, and up to 1 MiB).
+func dispatchSpec(a store.Assigned) (api.AttemptSpec, bool) {
+	if len(a.Step.SecretEnv) > 0 || len(a.Step.Inputs) > 0 {
+		return api.AttemptSpec{}, false
+	}
+	spec, err := api.NewAttemptSpec(a.ID, a.Number, a.Action(), a.TaskIdx, a.WorkerID, a.Step)
+	return spec, err == nil
+}
+
+// dispatches groups attempts by worker and trace (by task id), in the
+// order of each group's first attempt.
+func dispatches(attempts []store.Assigned, traces map[int64]string) []dispatch {
+	var out []dispatch
+	at := map[[2]string]int{}
+	for _, a := range attempts {
+		k := [2]string{*a.WorkerID, traces[a.TaskID]}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, dispatch{worker: k[0], trace: k[1]})
+		}
+		out[i].ids = append(out[i].ids, a.ID)
+		if spec, ok := dispatchSpec(a); ok {
+			out[i].specs = append(out[i].specs, spec)
+		}
+	}
+	return out
+}
