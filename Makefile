@@ -1,6 +1,7 @@
 # Capstan — the two commands a user needs: `make demo` and `make test`.
 SHELL := /bin/bash
 MODULES := e2e pkg services/api services/scheduler services/abort-reconciler services/executor cmd/capstan deploy
+PACKAGES := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 SERVICES := api scheduler abort-reconciler executor
 BIN := $(CURDIR)/bin
 FUZZTIME ?= 3s
@@ -39,7 +40,7 @@ demo: ## start everything and run the example workflows
 	@scripts/demo.sh
 
 test: deps ## the whole suite, with the race detector, against real Postgres and Redis
-	@go test -race -count=1 $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	@go test -race -count=1 $(PACKAGES)
 	@$(MAKE) --no-print-directory fuzz
 
 # A run that fails without writing a failing input (go test says "Failing
@@ -63,6 +64,12 @@ bench: deps ## benchmarks: a table of figures vs targets, and .data/bench/latest
 chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wiped, Postgres restarts (run it alone)
 	@set -o pipefail; CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos$$' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
 
-lint: ## gofmt and go vet over every module
+# staticcheck is pinned, with its checksums, by the tool directive of
+# tools/go.mod, a module go.work leaves out so that its dependencies never join
+# the services' build list. `go tool -n` builds it into the build cache and
+# prints its path; it then runs here, in workspace mode, over every module's
+# packages and their tests, with the default checks.
+lint: ## gofmt, go vet and staticcheck over every module
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
-	@go vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	@go vet $(PACKAGES)
+	@staticcheck=$$(GOWORK=off go -C tools tool -n staticcheck) && $$staticcheck $(PACKAGES)

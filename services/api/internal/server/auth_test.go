@@ -30,7 +30,7 @@ type routeCase struct {
 // that a new route cannot skip the tables below; path parameters get
 // placeholder values of their schema (project "pa").
 func specRoutes(t *testing.T) []routeCase {
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	var out []routeCase
 	paths := spec.Paths.Map()

@@ -27,7 +27,7 @@ type fuzzOp struct {
 
 // fuzzOps walks the embedded spec's paths and operations, in a fixed order.
 func fuzzOps(t *testing.T) []fuzzOp {
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	var ops []fuzzOp
 	paths := spec.Paths.Map()

@@ -128,7 +128,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 
 // openAPISpec is the embedded openapi/capstan.yaml, matching any host.
 func openAPISpec() *openapi3.T {
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	if err != nil {
 		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
 	}

@@ -160,20 +160,6 @@ func readOutput(dir, name string) (string, error) {
 	return string(b), nil
 }
 
-// noopOutputs is a noop attempt's outputs: every declared one, empty (no
-// process wrote them), so that a workflow's shape can be tried with noop
-// steps whose consumers get their inputs.
-func noopOutputs(names []string) *map[string]string {
-	if len(names) == 0 {
-		return nil
-	}
-	outs := make(map[string]string, len(names))
-	for _, name := range names {
-		outs[name] = ""
-	}
-	return &outs
-}
-
 // declaredOutputs returns the names of the outputs spec's step declares.
 func declaredOutputs(spec api.AttemptSpec) []string {
 	if spec.Outputs == nil {
