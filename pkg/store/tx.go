@@ -108,11 +108,10 @@ func (s *core) prefer(p poolKind) *core {
 	return s
 }
 
-// poolKind names the pools of Open's Store.
+// poolKind names the pools of Open's Store other than the main one.
 type poolKind int
 
 const (
-	poolMain poolKind = iota
 	// poolByKey (Config.ByKeyConns connections) is for the statements
 	// that reach their rows by key, several keys at a time (in arrays or
 	// lists), several times a second: a start batch's (TryLockRuns and
@@ -123,7 +122,7 @@ const (
 	// replanner): on the main pool Postgres would plan such a statement at
 	// each call, and a plan kept from a new database's first minute would
 	// scan the tables it was made for as they grow.
-	poolByKey
+	poolByKey poolKind = iota + 1
 	// poolPass is the one connection of a scheduling pass's statements
 	// (the Placement repository's, outside a transaction; openPass).
 	poolPass
