@@ -30,7 +30,6 @@ const (
 	SQLListedByCreation = sqlListedByCreation
 	SQLListedByID       = sqlListedByID
 	AssignTasksSQL      = assignTasksSQL
-	AssignFreshTasksSQL = assignFreshTasksSQL
 )
 
 // PreparedPlans returns the name of the statement prepared on s's

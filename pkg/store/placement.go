@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -68,12 +67,11 @@ func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Durati
 // come back (non-nil) only when no other task waits PENDING for a pass
 // (placeable now, as pendingTasksSQL reads them) in a band at or above
 // the lowest of those tasks': placed first, they would pass over it.
-// It also gives the rest of the transaction ByKey's planner settings
-// (byKeyLocally), for AssignFreshTasks, which follows it: the start of a
-// lone run runs on the main pool, whose connections keep a generic plan
-// made in the first seconds of a new database, when a sequential scan of
-// the tasks looked cheapest (1.0 ms a bind at 4,300 tasks in the dispatch
-// benchmark). Errors: Postgres's.
+// It also gives the rest of the transaction the by-key pool's planner
+// settings (byKeyLocally), for the bind that follows it (AssignTasks): the
+// start of a lone run runs on the main pool, whose connections keep a
+// generic plan made in a new database's first seconds, when a sequential
+// scan of the tasks looked cheapest. Errors: Postgres's.
 func (s Placement) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.Duration) ([]Task, []WorkerLoad, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var tasks, workers []byte
@@ -206,61 +204,58 @@ func (a Assigned) Action() domain.ActionKey {
 	return domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}.Action(a.ActionName)
 }
 
-// AssignTasks binds PENDING tasks to workers in one statement: it locks the
-// tasks' actions still QUEUED or WAITING_FOR_RESOURCES (key order), then each
-// task still PENDING (id order), which
-// becomes ASSIGNED to its worker with a new attempt (ASSIGNED); its action
-// moves from QUEUED or WAITING_FOR_RESOURCES to RUNNING, and task.assigned
-// and action.phase events are written. A task no longer PENDING (aborted, or
-// assigned by another pass) is left alone. It returns the attempts created,
-// by id, each with its task's action and index and its step. A scheduling
-// pass binds all its tasks this way: its cost is one statement, not a
-// transaction per task.
+// AssignTasks binds PENDING tasks to workers in one statement
+// (assignTasksSQL): it locks the tasks' actions still QUEUED or
+// WAITING_FOR_RESOURCES (key order), then each task still PENDING (id
+// order), which becomes ASSIGNED to its worker with a new attempt
+// (ASSIGNED); its action moves from QUEUED or WAITING_FOR_RESOURCES to
+// RUNNING. A task no longer PENDING (aborted, or assigned by another pass)
+// is left alone. It returns the attempts created, by id, each with its
+// task's action and index and its step, and appends their events to the
+// transaction's, after those it holds: task.assigned for each attempt, by
+// id, then action.phase for each action it moved. Outside a transaction
+// it runs in one of its own, on the pass's connection (poolPass). A
+// scheduling pass binds all its tasks this way, and so does a fresh run's
+// start (the tasks it inserted, whose locks it holds). Errors: Postgres's.
 func (s Placement) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
-	s = Placement{s.prefer(poolPass)}
-	return s.assignTasks(ctx, assignTasksSQL, as)
-}
-
-// assignTasks runs text, assignTasksSQL or assignFreshTasksSQL, for as.
-func (s *core) assignTasks(ctx context.Context, text string, as []Assignment) ([]Assigned, error) {
 	if len(as) == 0 {
 		return nil, nil
+	}
+	if s.tx == nil {
+		var out []Assigned
+		err := s.prefer(poolPass).inTx(ctx, func(tx *Store) error {
+			var err error
+			out, err = tx.placement().AssignTasks(ctx, as)
+			return err
+		})
+		return out, err
 	}
 	ids, workers := make([]int64, len(as)), make([]string, len(as))
 	for i, a := range as {
 		ids[i], workers[i] = a.TaskID, a.WorkerID
 	}
 	var out []Assigned
-	err := s.raw(ctx, text, map[string]any{
+	err := s.raw(ctx, assignTasksSQL, map[string]any{
 		"ids": array(ids), "workers": array(workers),
 		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
 		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),
 			string(domain.PhaseWaitingForResources)},
 	}).Scan(&out).Error
-	return out, mapErr(err)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return out, s.assignedEvents(ctx, out)
 }
 
-// AssignFreshTasks is AssignTasks for tasks the transaction (s) inserted,
-// with their actions, after events it wrote; for no other task: it locks
-// them without the lock order (assignFreshTasksSQL). Its events
-// (task.assigned for each attempt, by id, then action.phase for each
-// action it moved) are appended to the transaction's, after those
-// (eventFull), where AssignTasks' statement inserts them at once, with
-// ids before theirs. Errors: Postgres's, and one outside a transaction.
-func (s Placement) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Assigned, error) {
-	if s.tx == nil {
-		return nil, errors.New("store: AssignFreshTasks outside a transaction")
-	}
-	out, err := s.assignTasks(ctx, assignFreshTasksSQL, as)
-	if err != nil {
-		return nil, err
-	}
+// assignedEvents appends the events of the attempts AssignTasks created
+// (see there) to the transaction's.
+func (s Placement) assignedEvents(ctx context.Context, out []Assigned) error {
 	from := map[domain.ActionKey]domain.Phase{}
 	var moved []domain.ActionKey
 	for _, a := range out {
 		t := Task{ID: a.TaskID, Project: a.Project, Domain: a.Domain, RunName: a.RunName, ActionName: a.ActionName}
 		if err := s.taskEvent(ctx, t, a.ID, "task.assigned", map[string]any{"worker_id": a.WorkerID}); err != nil {
-			return nil, err
+			return err
 		}
 		k := a.Action()
 		if _, ok := from[k]; !ok && (a.FromPhase == domain.PhaseQueued || a.FromPhase == domain.PhaseWaitingForResources) {
@@ -271,10 +266,10 @@ func (s Placement) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Ass
 	for _, k := range moved {
 		if err := s.event(ctx, k.RunKey, k.Action, "action.phase",
 			map[string]any{"from": from[k], "to": domain.PhaseRunning}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // assignTasksSQL is AssignTasks' statement. Its data-modifying parts run to
@@ -285,7 +280,10 @@ func (s Placement) AssignFreshTasks(ctx context.Context, as []Assignment) ([]Ass
 // Postgres runs once as a one-time filter before the first task row is read
 // (EXPLAIN shows it), and `locked`'s rows are sorted before they are locked.
 // A RUNNING action is not locked at all, so a pass never waits for an
-// evaluation in progress on a running step.
+// evaluation in progress on a running step. The final SELECT returns the
+// attempts, each with its action and step as the statement began
+// (from_phase: the phase it moved from). Reads tasks, actions; locks and
+// writes the tasks and actions it binds; inserts attempts.
 const assignTasksSQL = `
 WITH v AS (
 	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
@@ -311,53 +309,7 @@ WITH v AS (
 	FROM (SELECT DISTINCT project, domain, run_name, action_name FROM t) k
 	WHERE x.project = k.project AND x.domain = k.domain AND x.run_name = k.run_name AND x.name = k.action_name
 		AND x.phase IN @waiting
-	RETURNING x.project, x.domain, x.run_name, x.name,
-		(SELECT y.phase FROM actions y WHERE (y.project, y.domain, y.run_name, y.name) =
-			(x.project, x.domain, x.run_name, x.name)) AS from_phase
-), ev AS (
-	INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
-	SELECT t.project, t.domain, t.run_name, t.action_name, t.id, a.id, 'task.assigned',
-		jsonb_build_object('worker_id', a.worker_id), CAST(@now AS timestamptz)
-	FROM a JOIN t ON t.id = a.task_id
-	UNION ALL
-	SELECT project, domain, run_name, name, NULL, NULL, 'action.phase',
-		jsonb_build_object('from', from_phase, 'to', CAST(@running AS text)), CAST(@now AS timestamptz)
-	FROM act
-)` + assignTasksSelectSQL
-
-// assignFreshTasksSQL is AssignFreshTasks' statement: assignTasksSQL
-// without its events, which the caller writes, and without its locking
-// CTEs: the tasks and actions it binds were inserted by its own
-// transaction, which no other transaction sees, so taking their locks
-// first (in the lock order, and waiting for none) would only cost a read.
-// It reads the tasks by id (= ANY) as well as through the unnested pairs;
-// the plan it gets on the main pool still depends on the planner settings
-// FreshWork leaves (byKeyLocally): without them, a generic plan made on a
-// young database's statistics read every task (a sequential scan, 1.0 ms a
-// bind at 4,300 tasks in the dispatch benchmark).
-const assignFreshTasksSQL = `
-WITH v AS (
-	SELECT * FROM unnest(CAST(@ids AS bigint[]), CAST(@workers AS uuid[])) AS v(task_id, worker_id)
-), t AS (
-	UPDATE tasks t SET state = @assigned, worker_id = v.worker_id, pending_reason = NULL,
-		attempt_count = t.attempt_count + 1, updated_at = @now, version = t.version + 1
-	FROM v WHERE t.id = ANY(CAST(@ids AS bigint[])) AND t.id = v.task_id AND t.state = @pending
-	RETURNING t.id, t.idx, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
-), a AS (
-	INSERT INTO attempts (task_id, number, worker_id, state, created_at, updated_at)
-	SELECT id, attempt_count, worker_id, @assigned, @now, @now FROM t
-	RETURNING *
-), act AS (
-	UPDATE actions x SET phase = @running, updated_at = @now, version = x.version + 1
-	FROM (SELECT DISTINCT project, domain, run_name, action_name FROM t) k
-	WHERE x.project = k.project AND x.domain = k.domain AND x.run_name = k.run_name AND x.name = k.action_name
-		AND x.phase IN @waiting
-)` + assignTasksSelectSQL
-
-// assignTasksSelectSQL is assignTasksSQL's final SELECT: the attempts, and
-// each one's action and step as the statement began (from_phase: the
-// phase it moved from, when QUEUED or WAITING_FOR_RESOURCES).
-const assignTasksSelectSQL = `
+)
 SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, x.spec AS step, x.phase AS from_phase
 FROM a JOIN t ON t.id = a.task_id
 	JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)

@@ -75,7 +75,7 @@ func TestLookupsNeverTakeAListingIndex(t *testing.T) {
 	}
 }
 
-// TestFreshBindReadsTasksByKey checks the generic plan AssignFreshTasks'
+// TestFreshBindReadsTasksByKey checks the generic plan AssignTasks'
 // statement gets in a start's transaction on the main pool, made on a
 // young database (200 tasks, never analyzed) and kept as the tables grow:
 // after FreshWork, it reaches the tasks and actions it binds by key; made
@@ -105,7 +105,7 @@ func TestFreshBindReadsTasksByKey(t *testing.T) {
 			if err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 				return err
 			}
-			if err := tx.Exec(ctx, "PREPARE fresh_bind AS "+params.Replace(store.AssignFreshTasksSQL)); err != nil {
+			if err := tx.Exec(ctx, "PREPARE fresh_bind AS "+params.Replace(store.AssignTasksSQL)); err != nil {
 				return err
 			}
 			defer func() { _ = tx.Exec(ctx, "DEALLOCATE fresh_bind") }()

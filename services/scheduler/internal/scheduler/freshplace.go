@@ -43,7 +43,7 @@ func (s *Scheduler) freshPlacement() *freshPlacement {
 }
 
 // place binds, in tx, the PENDING tasks of the runs of keys (started by tx)
-// that fit (store.AssignFreshTasks: their events follow the start's), and
+// that fit (store.AssignTasks: their events follow the start's), and
 // returns the runs all of whose tasks it bound. It places nothing when it
 // does not apply (see freshPlacement), or when called a second time.
 func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []domain.RunKey) (map[domain.RunKey]bool, error) {
@@ -64,7 +64,7 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 			return nil, err
 		}
 	}
-	attempts, err := tx.Placement().AssignFreshTasks(ctx, p.placed)
+	attempts, err := tx.Placement().AssignTasks(ctx, p.placed)
 	if err != nil {
 		return nil, err
 	}

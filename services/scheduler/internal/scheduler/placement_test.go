@@ -235,8 +235,8 @@ func TestPlacementByPlugin(t *testing.T) {
 }
 
 // A pass reads the PENDING tasks and the workers in one statement, and
-// binds the tasks it placed in one more: one that finds no task makes the
-// read alone.
+// binds the tasks it placed in one transaction of two more, the bind and
+// its events: one that finds no task makes the read alone.
 func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -259,8 +259,8 @@ func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	require.Equal(t, 1, res.Placed)
 	counts = statementCounts(t, f.statements)
 	require.EqualValues(t, 1, counts["PendingWork"]-before["PendingWork"])
-	require.EqualValues(t, 1, counts["AssignTasks"]-before["AssignTasks"])
-	require.EqualValues(t, 2, counts[""]-before[""], "the read and the bind")
+	require.EqualValues(t, 2, counts["AssignTasks"]-before["AssignTasks"], "the bind and its events")
+	require.EqualValues(t, 3, counts[""]-before[""], "the read, the bind and its events")
 }
 
 // An evaluation that ends its run kicks no pass when the leader's last pass
