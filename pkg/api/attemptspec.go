@@ -43,9 +43,8 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 
 // ConvertJSON converts in to out, two types with the same JSON shape (an
 // API type and its domain twin), through their JSON. It uses go-json, a
-// drop-in for encoding/json several times faster on these types: the
-// conversions of a spec in and out were 10 % of the api's CPU when it
-// creates runs one by one. Errors: go-json's.
+// drop-in for encoding/json, faster on these types, which the api converts
+// on every run it creates. Errors: go-json's.
 func ConvertJSON(in, out any) error {
 	raw, err := gojson.Marshal(in)
 	if err != nil {

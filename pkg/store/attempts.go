@@ -34,10 +34,9 @@ func (s Attempts) GetAttemptRun(ctx context.Context, id int64) (AttemptRun, erro
 
 // GetAttemptRuns loads the attempts ids with their tasks and actions, in
 // one statement, by id (a repeated id once); an id of no attempt has no
-// row. Several ids are read on ByKey's pool, in an array; one id is
-// GetAttemptRun's statement, whose plan the main
-// pool keeps (the list's form was planned at each call there: 0.41 ms a
-// call at 60 runs/s).
+// row. Several ids are read on the by-key pool, in an array; one id is
+// GetAttemptRun's statement, whose generic plan the main pool keeps (the
+// array's form would be planned there at each call).
 func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun, error) {
 	switch len(ids) {
 	case 0:

@@ -8,20 +8,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// byKeySettings are the settings of ByKey's connections: one generic plan
-// per statement, made at its first call on the connection (no planning at
-// each call: a start batch's root moves cost 1.7 ms of planning against
-// 4 ms of execution), from index paths and nested loops alone. Its
+// byKeySettings are the settings of the by-key pool's connections
+// (poolByKey): one generic plan per statement, made at its first call on
+// the connection (no planning at each call, which for a start batch's root
+// moves costs about half their execution), from index paths and nested
+// loops alone. Its
 // statements reach their rows by key, a few keys at a time, so the plan
 // they want is the same at any table size; with sequential scans, hash
 // and merge joins off, a plan made while the tables are nearly empty
 // cannot be one that reads them whole. The join order, though, still
-// follows the sizes at planning (a start batch's root moves, planned on a
-// few hundred actions, walked the whole primary key of actions for the
-// name a0), hence replanner. JIT is off: a statement whose only path is a
-// scan these settings disable is costed above jit_above_cost, and Postgres
-// compiled it at every call (the events' insert reading event_listeners
-// before its index: 4.3 → 118 ms a single-task run).
+// follows the sizes at planning (a plan made on a few hundred actions may
+// walk the whole primary key of actions for the name a0), hence
+// replanner. JIT is off: a statement whose only path is a scan these
+// settings disable is costed above jit_above_cost, and Postgres would
+// compile it at every call.
 var byKeySettings = map[string]string{
 	"plan_cache_mode": "force_generic_plan",
 	"enable_seqscan":  "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
@@ -41,12 +41,10 @@ const byKeyLocally = `set_config('enable_seqscan', 'off', true), set_config('ena
 // grow with the work done: a connection's plans made at its nth use are
 // dropped at its use 2n + firstReplanUses, and at the latest replanEvery
 // after they were made (tables that others grow). A connection so plans
-// again at its uses 16, 48, 112, 240 and so on, each time about 15
-// statements of 1-2 ms: under a start of load, within its first seconds.
-// (A schedule on the pool's age, doubling from the service's start, made
-// the plans of a connection first used 5 s after the start, on nearly
-// empty tables, again only 5 s later: the whole of a short benchmark.)
-// Once the tables are analyzed (autovacuum) Postgres makes the plans of
+// again at its uses 16, 48, 112, 240 and so on: under a start of load,
+// within its first seconds. The schedule counts a connection's uses, not
+// the pool's age, so a connection first used late on nearly empty tables
+// still plans again as they grow. Once the tables are analyzed (autovacuum) Postgres makes the plans of
 // their statements again itself.
 type replanner struct {
 	now   func() time.Time

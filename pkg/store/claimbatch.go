@@ -75,8 +75,7 @@ func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now tim
 // evaluation is left out. The claim's conditions are on la's columns, not
 // on the attempts it updates: conditions there let the plan walk the
 // partial index of the attempts not yet evaluated and match every entry
-// against every locked attempt (35 ms for 34 attempts among 218 waiting,
-// on statistics taken while none waited).
+// against every locked attempt, on statistics taken while none waited.
 const claimAttemptsSQL = `
 WITH pick AS (
 	SELECT at.id, at.task_id, t.project, t.domain, t.run_name, t.action_name

@@ -26,8 +26,7 @@ import (
 // the last one it takes (docs/design-notes.md, "Lock order") and is held
 // only through the insert and the commit. A lock per project/domain would
 // also order the project's stream, but it made every event-writing
-// transaction of a project commit one at a time (dispatch p50 66 → 310 ms);
-// a project's stream may therefore miss a row that commits after a later
+// transaction of a project commit one at a time; a project's stream may therefore miss a row that commits after a later
 // id of another run, and is a signal to re-read state, not a ledger.
 
 // beforeCommit returns what a test runs in InTx between the insert of the

@@ -72,8 +72,8 @@ func instrument(db *gorm.DB, h *prometheus.HistogramVec) error {
 // the Store's helper or method that issued it and the method that called
 // that helper: a report batch's statements are ReportAttempts') and the
 // whole stack only when none of them is the Store's, and it names each
-// return address once (methodAt): walking and naming every frame of every
-// statement was 7 % of the scheduler's CPU and 3 % of the api's.
+// return address once (methodAt), as walking and naming every frame of
+// every statement would cost a share of each service's CPU.
 func operation(tx *gorm.DB) string {
 	table := ""
 	if tx.Statement != nil {

@@ -12,10 +12,9 @@ import (
 
 // pendingTasksSQL selects up to limit (its one parameter) PENDING tasks
 // whose not_before has passed and whose scheduling deadline has not,
-// highest priority band first, then oldest, as one JSON array (decodeRows):
-// scanning them column by column through gorm was 12 % of the scheduler's
-// CPU in the diamond benchmark, where every pass reads the hundreds of
-// tasks waiting for a slot. A task past its deadline is left for the
+// highest priority band first, then oldest, as one JSON array (decodeRows),
+// cheaper to decode than gorm's scan column by column of the hundreds of
+// tasks a pass may read. A task past its deadline is left for the
 // expiry pass, which ends its job (Iris's _mark_task_unschedulable). The
 // limit is a parameter, so the statement keeps its plan on the pass's
 // connection.
@@ -110,12 +109,11 @@ func (s Placement) FreshWork(ctx context.Context, keys []domain.RunKey, grace ti
 // "action.phase" event each. Tasks no longer PENDING are left alone; an
 // unchanged reason is not rewritten. Actions are locked before tasks.
 //
-// Its reads of tasks go by key (pendingReasonChangedSQL): a pass on
-// store.Pass keeps one plan of each statement, and one that could also
-// read the PENDING tasks' partial indexes took them, estimated a few rows
-// when the table had not been analyzed since it filled, and then matched
-// every PENDING task against the list (38 ms for 378 ids among 3,531
-// PENDING tasks).
+// Its reads of tasks go by key (pendingReasonChangedSQL): the pass's
+// connection keeps one plan of each statement, and one that could also
+// read the PENDING tasks' partial indexes would take them, estimated at a
+// few rows when the table was not analyzed since it filled, and match
+// every PENDING task against the list.
 func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]string) error {
 	s = Placement{s.prefer(poolPass)}
 	byReason := map[string][]int64{}

@@ -80,7 +80,7 @@ func rootMovesArgs(moves []rootMove) map[string]any {
 // the usual case, stays in scalars: Postgres plans that statement once (a
 // generic plan), where on the main pool the arrays' statement is planned
 // afresh at each call (its plan for the arrays' true length looks cheaper
-// than the generic one), about 0.3 ms each time.
+// than the generic one).
 func rootMovesSQL(moves []rootMove, tail string) string {
 	if len(moves) == 1 {
 		return rootMoveCTE + tail

@@ -150,9 +150,8 @@ func openPool(dsn string, params map[string]string, conns int, ops *prometheus.H
 
 // quietDialector is gorm's Postgres dialector without the rendering of a
 // statement with its values for a log line (Explain): gorm's Scan renders
-// every statement so, for a logger, even a discarding one; with the
-// statements' JSON arguments that was 4 % of the scheduler's CPU. The store
-// logs no statement.
+// every statement so, for a logger, even a discarding one, which with the
+// statements' JSON arguments is costly. The store logs no statement.
 type quietDialector struct{ *postgres.Dialector }
 
 // Explain returns sql as it is.

@@ -84,11 +84,10 @@ func Setup(service string, c Common, err error) *slog.Logger {
 // GC defaults of a service whose environment sets neither GOGC nor
 // GOMEMLIMIT, Go's own settings of its collector: collect when the heap has
 // grown by 400 % of what the last collection left (Go's default is 100),
-// and more often as it nears a soft limit of 100 MiB. The collector was
-// 7-11 % of the api's and the scheduler's CPU under load; at 400 the
-// diamond benchmark ran at 304-310 runs/s against 266-303, and the api's
-// peak RSS, accepting runs in bulk, was 127 MiB with the limit (220 MiB
-// without it, 119 MiB at Go's defaults).
+// and more often as it nears a soft limit of 100 MiB: the services
+// allocate short-lived rows at a high rate, and the limit keeps the api's
+// peak RSS when it accepts runs in bulk within its target
+// (docs/benchmarks.md).
 const (
 	defaultGCPercent   = 400
 	defaultMemoryLimit = 100 << 20 // bytes

@@ -8,9 +8,9 @@ CREATE TABLE event_listeners (
     id uuid PRIMARY KEY,
     expires_at timestamptz NOT NULL
 );
--- The writers' check reads it by index: ByKey's connections plan without
--- sequential scans, and one costed as disabled has Postgres JIT-compile
--- the statement at every call (100 ms).
+-- The writers' check reads it by index: the by-key pool's connections plan
+-- without sequential scans, and a scan costed as disabled would have
+-- Postgres JIT-compile the statement at every call.
 CREATE INDEX event_listeners_expiry ON event_listeners (expires_at);
 
 -- +goose Down

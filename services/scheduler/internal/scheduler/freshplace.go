@@ -23,9 +23,7 @@ import (
 // run locks meanwhile (a batch's TryLockRuns holds those of runs started
 // before too, which a pass's preemption may wait for while it holds
 // s.placing), and on a busy machine the wait costs more than the pass it
-// saves (in a round of the dispatch benchmark, waiting up to 10 ms for it
-// gave a p50 of 25 ms, against 8-13 ms without). A nil *freshPlacement
-// places nothing.
+// saves. A nil *freshPlacement places nothing.
 type freshPlacement struct {
 	s        *Scheduler
 	held     bool

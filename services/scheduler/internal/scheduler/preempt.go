@@ -94,9 +94,8 @@ func (p *placement) preempt(ctx context.Context, r domain.TaskRequest) (int, str
 
 // mayPreempt reports whether a worker had, when the pass read it, a live
 // attempt that a task of band pr may preempt: when none had, the pass reads
-// no running attempts (loadRunning) for it. Under a full load of one band,
-// every task left waiting asked, and the read and the search were 5 % of
-// the scheduler's CPU in the diamond benchmark.
+// no running attempts (loadRunning) for it: under a full load of one band,
+// every task left waiting would ask.
 func (p *placement) mayPreempt(pr domain.Priority) bool {
 	for _, w := range p.workers {
 		if w.LowestPriority != nil && pr.CanPreempt(domain.Priority(*w.LowestPriority)) {
