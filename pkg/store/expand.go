@@ -127,7 +127,7 @@ var expandAndStartOneSQL = `WITH x AS (INSERT INTO actions (` + actionColumns + 
 // expandAndStartSQL inserts the step actions (@actions) and the tasks
 // (@rows) of the runs of @p, @d, @r that have no step action (f), and
 // returns those runs' ordinals. The keys come as arrays: call it on
-// ByKey's pool.
+// the by-key pool.
 var expandAndStartSQL = `WITH k AS (SELECT * FROM unnest(CAST(CAST(@p AS text) AS text[]),
 		CAST(CAST(@d AS text) AS text[]), CAST(CAST(@r AS text) AS text[]))
 		WITH ORDINALITY AS k(project, domain, run_name, n)),

@@ -105,7 +105,7 @@ func (s Tasks) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 // indexes alone, whatever statistics the tables have: the time is a
 // parameter, not now(), since Postgres plans a statement without parameters
 // once per connection whatever plan_cache_mode says (with a parameter, the
-// plan is made again as the tables grow: Pass, ByKey), and the waits are
+// plan is made again as the tables grow: poolPass, poolByKey), and the waits are
 // not filtered on ended_at, which the index does not hold: a wait left on
 // an ended action can only cost a pass that finds nothing to do.
 func (s Placement) NextWakeAt(ctx context.Context) (*time.Time, error) {

@@ -9,7 +9,7 @@ import (
 )
 
 // passConn is the one connection of Pass, and what decides when its plans
-// are made again (Replan).
+// are made again (replanPass).
 type passConn struct {
 	st *Store
 	mu sync.Mutex
@@ -19,7 +19,7 @@ type passConn struct {
 	at   time.Time
 }
 
-// openPass opens Pass's pool: one connection that keeps a generic plan of
+// openPass opens the pass's pool (poolPass): one connection that keeps a generic plan of
 // each statement (plan_cache_mode = force_generic_plan) and costs a random
 // page read near a sequential one (random_page_cost = 1.1, the usual
 // setting on SSDs): a generic plan does not know how many keys an array

@@ -54,7 +54,7 @@ type rootMove struct {
 // rootMovesArgs are the named arguments of rootMovesSQL(moves): scalars
 // for one move; else one array per field (unnest's estimate of 10 rows
 // keeps Postgres's plans on the primary keys, where jsonb_to_recordset's
-// 100 made it scan both tables; see ByKey for the generic plans).
+// 100 made it scan both tables; see poolByKey for the generic plans).
 func rootMovesArgs(moves []rootMove) map[string]any {
 	if len(moves) == 1 {
 		m := moves[0]
@@ -131,7 +131,7 @@ const rootMoveCTE = `WITH m AS (SELECT CAST(@mord AS bigint) AS ord),
 // @mord), each run at most once. The a0s are reached from m, the root's
 // name a column of it behind a fence (OFFSET 0): with the name a parameter
 // of the join, a plan made while actions held a few rows walked the whole
-// primary key of actions for it, and ByKey's pool kept that plan until its
+// primary key of actions for it, and the by-key pool kept that plan until its
 // next replanning.
 const rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS text[]),
 	  CAST(CAST(@md AS text) AS text[]), CAST(CAST(@mr AS text) AS text[]), CAST(CAST(@mf AS text) AS text[]),

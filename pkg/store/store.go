@@ -52,7 +52,7 @@ type core struct {
 	tx *txState
 	// root is Open's core, whose pools prefer chooses from.
 	root *core
-	// byKey is the pool of ByKey; nil on ByKey's Store and on a
+	// byKey is the by-key pool (poolByKey); nil on its own Store and on a
 	// transaction's.
 	byKey *Store
 	// replan drops the plans of byKey's connections as they are used;
@@ -86,7 +86,7 @@ type txState struct {
 type Config struct {
 	// MaxOpenConns caps connections. Default 20.
 	MaxOpenConns int
-	// ByKeyConns caps the connections of ByKey's pool. Default 8.
+	// ByKeyConns caps the connections of the by-key pool. Default 8.
 	ByKeyConns int
 	// OperationSeconds, when set (NewOperationSeconds), times every
 	// statement by operation. Default nil: statements are not timed.
@@ -94,7 +94,7 @@ type Config struct {
 }
 
 // Open connects to dsn (a postgres:// URL or key=value pairs) and pings
-// it. ByKey's pool connects on first use.
+// it. the by-key pool connects on first use.
 func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	db, err := openPool(dsn, nil, cfg.MaxOpenConns, cfg.OperationSeconds)
 	if err != nil {
