@@ -94,7 +94,7 @@ type Config struct {
 }
 
 // Open connects to dsn (a postgres:// URL or key=value pairs) and pings
-// it. the by-key pool connects on first use.
+// it. The by-key pool connects on first use.
 func Open(ctx context.Context, dsn string, cfg Config) (*Store, error) {
 	db, err := openPool(dsn, nil, cfg.MaxOpenConns, cfg.OperationSeconds)
 	if err != nil {
