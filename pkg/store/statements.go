@@ -14,14 +14,23 @@ import (
 	"gorm.io/gorm/clause"
 )
 
+// Why the store binds statements itself. gorm's Raw rewrites a statement's
+// text byte by byte at every call, looking for its ? and @name
+// placeholders; the store's statements are a few kilobytes each, and the
+// hot path sends a dozen of them a run. raw has gorm bind a text once, for
+// stand-ins of its values, and reuses where each value went: BenchmarkBind
+// (this package) measures both on AssignTasks' statement, and gorm's way
+// costs about four times the CPU and three times the allocations of the
+// bound one, a share of the scheduler's and the api's CPU that a profile
+// under `make bench` (CAPSTAN_BENCH_PPROF) shows under gorm's NamedExpr.
+// The values still go to the driver as they are (pgx encodes them), and
+// every call that gorm would not bind plainly takes gorm's own way.
+
 // raw is s.q(ctx).Raw(text, vars...) for a statement whose placeholders
-// gorm has already resolved once (bound): gorm rewrites a raw statement
-// byte by byte at every call, looking for its ? and @name placeholders,
-// which on our statements of a few kilobytes was 6 % of the scheduler's
-// CPU and 2-5 % of the api's. A call whose values gorm would not bind as
-// they are (a slice it expands into a list, an expression or a sub-query
-// it writes into the text) takes gorm's own way, as does a statement
-// called with other names than the first time.
+// gorm has already resolved once (bound). A call whose values gorm would
+// not bind as they are (a slice it expands into a list, an expression or a
+// sub-query it writes into the text) takes gorm's own way, as does a
+// statement called with other names than the first time.
 func (s *core) raw(ctx context.Context, text string, vars ...any) *gorm.DB {
 	tx := s.q(ctx)
 	b, args, ok := bind(tx, text, vars)
