@@ -15,14 +15,14 @@ import (
 // mirrors a0's: it is set even when a0 was no longer in phase from. The
 // caller holds the run's lock.
 //
-// In a transaction the move is left for the transaction's next statement,
-// which makes it first (q), or, when there is none, for the insert of the
-// transaction's events at commit (flushEvents): the move that usually ends
-// a transaction costs no statement of its own, and the moves of several
-// runs left one after the other (a batch of starts) are made together.
-// Either way every statement after the call sees the move, and its event
-// keeps its place among the transaction's events (dropped there when a0
-// did not move). Outside a transaction it makes its own.
+// In a transaction the move is written with the transaction's events, in
+// the statement that inserts them at commit (flushEvents): the move that
+// usually ends a transaction costs no statement of its own, and the moves
+// of several runs (a batch of starts or evaluations) are made together.
+// Statements of the transaction after the call do not see the move; a
+// second move of the same run makes the first one at once. The move's
+// event keeps its place among the transaction's events (dropped there when
+// a0 did not move). Outside a transaction it makes its own.
 func (s Actions) SetRootPhase(ctx context.Context, key domain.RunKey, from, to domain.Phase, now time.Time) error {
 	if s.tx == nil {
 		return s.inTx(ctx, func(tx *Store) error { return tx.actions().SetRootPhase(ctx, key, from, to, now) })

@@ -21,19 +21,14 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error { retu
 // inTx is InTx.
 func (s *core) inTx(ctx context.Context, fn func(tx *Store) error) error {
 	if s.tx != nil {
-		// The root moves left before the savepoint are made outside it,
-		// so that rolling the savepoint back keeps them.
-		if err := s.makeRootMoves(ctx); err != nil {
-			return err
-		}
 		db, err := s.begin(ctx)
 		if err != nil {
 			return err
 		}
-		n := len(s.tx.events)
+		n, r := len(s.tx.events), len(s.tx.roots)
 		err = db.WithContext(ctx).Transaction(func(*gorm.DB) error { return fn(&Store{s}) })
 		if err != nil {
-			s.tx.events, s.tx.roots = s.tx.events[:n], nil
+			s.tx.events, s.tx.roots = s.tx.events[:n], s.tx.roots[:r]
 		}
 		return err
 	}
@@ -143,9 +138,8 @@ func (r *core) poolCore(p poolKind) *core {
 }
 
 // q starts a statement: on s's pool, or in its transaction, which it
-// begins first when no statement has yet. In a transaction with root moves
-// left (SetRootPhase), it makes them first, so the statement sees them;
-// when beginning or that fails, the statement fails with its error.
+// begins first when no statement has yet; when beginning fails, the
+// statement fails with its error.
 func (s *core) q(ctx context.Context) *gorm.DB {
 	if s.tx == nil {
 		return s.db.WithContext(ctx)
@@ -156,11 +150,5 @@ func (s *core) q(ctx context.Context) *gorm.DB {
 		_ = db.AddError(err)
 		return db
 	}
-	db := tx.WithContext(ctx)
-	if len(s.tx.roots) > 0 {
-		if err := s.makeRootMoves(ctx); err != nil {
-			_ = db.AddError(err)
-		}
-	}
-	return db
+	return tx.WithContext(ctx)
 }
