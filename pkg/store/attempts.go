@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -76,40 +75,6 @@ func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun
 			out[i].Task.AttemptCount)
 	}
 	return out, nil
-}
-
-// LockAndClaimAttempt opens an evaluation in one statement: it locks the
-// attempt's run, action and task (the lock order), then marks the attempt
-// evaluated at now if it is finished and not yet evaluated. It returns the
-// owners with the attempt as read before the claim, and the attempt as
-// claimed (ok false: not finished, or evaluated already). Errors:
-// ErrNotFound.
-func (s Attempts) LockAndClaimAttempt(ctx context.Context, attemptID int64, now time.Time) (o AttemptOwners,
-	claimed Attempt, ok bool, err error) {
-	var raw [5][]byte
-	err = s.raw(ctx, `WITH o AS (SELECT row_to_json(r) AS r, row_to_json(x) AS x, row_to_json(t) AS t, row_to_json(at) AS a
-			FROM attempts at JOIN tasks t ON t.id = at.task_id
-			JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
-			JOIN runs r ON (r.project, r.domain, r.name) = (t.project, t.domain, t.run_name)
-			WHERE at.id = @id FOR UPDATE OF r, x, t),
-		c AS (UPDATE attempts SET evaluated_at = @now, updated_at = @now
-			WHERE id = @id AND finished_at IS NOT NULL AND evaluated_at IS NULL AND (SELECT count(*) FROM o) > 0
-			RETURNING row_to_json(attempts) AS j)
-		SELECT o.r, o.x, o.t, o.a, (SELECT j FROM c) FROM o`, map[string]any{"id": attemptID, "now": now}).
-		Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3], &raw[4])
-	if errors.Is(err, sql.ErrNoRows) {
-		return o, claimed, false, ErrNotFound
-	}
-	if err != nil {
-		return o, claimed, false, mapErr(err)
-	}
-	if err := decodeEach(raw[:4], &o.Run, &o.Action, &o.Task, &o.Attempt); err != nil {
-		return o, claimed, false, fmt.Errorf("decode attempt owners: %w", err)
-	}
-	if raw[4] == nil {
-		return o, claimed, false, nil
-	}
-	return o, claimed, true, decodeRows(raw[4], &claimed)
 }
 
 // AttemptOwners is an attempt with the task, action and run it belongs to.

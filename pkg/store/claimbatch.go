@@ -10,18 +10,16 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 )
 
-// LockAndClaimAttempts opens the evaluations of several SUCCEEDED attempts
-// in one statement: of the attempts of ids that are SUCCEEDED, finished and
-// not yet evaluated, it locks the runs (key order), then the actions (key
+// LockAndClaimAttempts opens the evaluations of attempts in one statement:
+// of the attempts of ids that are finished and not yet evaluated, it locks the runs (key order), then the actions (key
 // order), then the tasks (id order), then the attempts (id order), level
 // by level as the lock order wants, and marks the attempts evaluated at
 // now. It returns them with their owners as locked, by run key then
 // attempt id (each level comes back as one JSON array, matched up here:
 // joining them in SQL went row by row over the others); the attempts of
 // one run share its Run, and those of one action its Action, as locked.
-// Every other attempt of ids (not SUCCEEDED, not finished, evaluated
-// already, or missing) is not touched: the caller evaluates it alone
-// (LockAndClaimAttempt). Each level waits for the locks it takes, one
+// Every other attempt of ids (not finished, evaluated already, or missing)
+// is not touched. Each level waits for the locks it takes, one
 // after the other (the next level's one-time filter reads the count of the
 // level before), as AssignTasks's do. As a transaction's first statement it
 // begins the transaction on the by-key pool (poolByKey).
@@ -31,8 +29,7 @@ func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now tim
 		return nil, nil
 	}
 	var raw [4][]byte
-	err := s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": array(ids),
-		"succeeded": domain.TaskSucceeded, "now": now}).Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3])
+	err := s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": array(ids), "now": now}).Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3])
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -80,8 +77,7 @@ const claimAttemptsSQL = `
 WITH pick AS (
 	SELECT at.id, at.task_id, t.project, t.domain, t.run_name, t.action_name
 	FROM attempts at JOIN tasks t ON t.id = at.task_id
-	WHERE at.id = ANY(CAST(@ids AS bigint[])) AND at.state = @succeeded
-		AND at.finished_at IS NOT NULL AND at.evaluated_at IS NULL
+	WHERE at.id = ANY(CAST(@ids AS bigint[])) AND at.finished_at IS NOT NULL AND at.evaluated_at IS NULL
 ), lr AS (
 	SELECT row_to_json(r) AS j FROM runs r
 	WHERE (r.project, r.domain, r.name) IN (SELECT project, domain, run_name FROM pick)
@@ -96,12 +92,12 @@ WITH pick AS (
 	WHERE t.id IN (SELECT task_id FROM pick) AND (SELECT count(*) FROM lx) >= 0
 	ORDER BY t.id FOR UPDATE OF t
 ), la AS (
-	SELECT at.id, at.state, at.finished_at, at.evaluated_at FROM attempts at
+	SELECT at.id, at.finished_at, at.evaluated_at FROM attempts at
 	WHERE at.id IN (SELECT id FROM pick) AND (SELECT count(*) FROM lt) >= 0
 	ORDER BY at.id FOR UPDATE OF at
 ), c AS (
 	UPDATE attempts at SET evaluated_at = @now, updated_at = @now FROM la
-	WHERE at.id = la.id AND la.state = @succeeded AND la.finished_at IS NOT NULL AND la.evaluated_at IS NULL
+	WHERE at.id = la.id AND la.finished_at IS NOT NULL AND la.evaluated_at IS NULL
 	RETURNING row_to_json(at) AS j
 )
 SELECT (SELECT coalesce(json_agg(j), '[]') FROM lr), (SELECT coalesce(json_agg(j), '[]') FROM lx),

@@ -69,14 +69,14 @@ func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome)
 	ctx := context.Background()
 	err := st.InTx(ctx, func(tx *store.Store) error {
 		now := time.Now().UTC()
-		owners, a, ok, err := tx.Attempts().LockAndClaimAttempt(ctx, id, now)
+		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, []int64{id}, now)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if len(claimed) != 1 {
 			return fmt.Errorf("attempt %d is not finished, or already evaluated", id)
 		}
-		return tx.Tasks().UpdateTaskOutcome(ctx, owners.Task, a, o, now)
+		return tx.Tasks().UpdateTaskOutcome(ctx, claimed[0].Task, claimed[0].Attempt, o, now)
 	})
 	require.NoError(tb, err)
 }

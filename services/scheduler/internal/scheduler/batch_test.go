@@ -108,12 +108,12 @@ func TestBatchCountsAnActionsTasksOnce(t *testing.T) {
 	require.Equal(t, "RUNNING, SUCCEEDED", moves)
 }
 
-// A tasks:evaluate message evaluates its SUCCEEDED attempts together in
-// one transaction (they share one evaluated_at), and every other one on
-// its own after (a failure: its run fails). Runs of one step end
-// SUCCEEDED, also the one whose two replicas end in the batch; a run whose
-// two root steps end in the batch starts their dependent step once.
-func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
+// A tasks:evaluate message evaluates its attempts together in one
+// transaction (they share one evaluated_at), a failure among them too (its
+// run fails). Runs of one step end SUCCEEDED, also the one whose two
+// replicas end in the batch; a run whose two root steps end in the batch
+// starts their dependent step once.
+func TestHandleEvaluationsEvaluatesAttemptsTogether(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newRunFixture(t, domain.Table{0})
@@ -152,7 +152,7 @@ func TestHandleEvaluationsEvaluatesSucceededTogether(t *testing.T) {
 	}
 	got := f.attempt(t, fail).EvaluatedAt
 	require.NotNil(t, got, "the failure evaluated")
-	require.False(t, at.Equal(*got), "the failure evaluated on its own")
+	require.True(t, at.Equal(*got), "the failure evaluated with the others")
 	for _, key := range ended {
 		d, err := f.st.Runs().GetRun(ctx, key)
 		require.NoError(t, err)
@@ -226,4 +226,31 @@ func TestBatchReadsTheStepsOfItsRunsTogether(t *testing.T) {
 		require.NotNil(t, d.Tasks[0].Task.EndedAt)
 		require.NotNil(t, d.Action.EndedAt)
 	}
+}
+
+// A failure that ends its action while another attempt of that action
+// waits in the same batch cannot be settled with it: the batch rolls back
+// and each attempt is evaluated on its own, in order, as two messages
+// would have them: the job fails at the first, and the second finds its
+// task killed with the other survivors.
+func TestHandleEvaluationsSettlesAMovedActionAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.Table{0})
+	w := f.register(t)
+	exit, failed := 0, 1
+	tasks := f.startedTasks(t, "split", 2)
+	fail := f.attemptIn(t, w, tasks[0], store.Report{State: domain.TaskFailed, ExitCode: &failed}).ID
+	ok := f.attemptIn(t, w, tasks[1], store.Report{State: domain.TaskSucceeded, ExitCode: &exit}).ID
+	require.NoError(t, f.s.handleEvaluations(ctx, queue.NewTasksEvaluateTask([]int64{fail, ok})))
+
+	first, second := f.attempt(t, fail).EvaluatedAt, f.attempt(t, ok).EvaluatedAt
+	require.NotNil(t, first)
+	require.NotNil(t, second)
+	require.False(t, first.Equal(*second), "each attempt evaluated on its own")
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "split"}
+	require.Equal(t, string(domain.PhaseFailed), f.action(t, key, "s").Phase)
+	states := []domain.TaskState{f.tasks(t, key, "s")[0].Task.State, f.tasks(t, key, "s")[1].Task.State}
+	require.ElementsMatch(t, []domain.TaskState{domain.TaskFailed, domain.TaskKilled}, states,
+		"the success came after the job failed: its task was a survivor")
 }

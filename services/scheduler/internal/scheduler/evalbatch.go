@@ -10,88 +10,62 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
-// evaluateSucceeded evaluates, in one transaction, the SUCCEEDED attempts
-// of ids (store.LockAndClaimAttempts), and returns the ids it left for the
-// caller to evaluate one by one (evaluate): the attempts that did not
-// succeed (a platform failure goes through ARC's rule first), and all of
-// them when the transaction fails or cannot settle them together
-// (errSettleAlone).
-//
-// The transaction locks every run first, then the actions, tasks and
-// attempts, level by level, in one statement. It then settles each attempt
-// (task, action, cache), a run's in attempt order, and only then advances
-// each run whose actions ended, once, so that the runs' root moves wait for
-// the commit and are made in one statement with all the events
-// (store.SetRootPhase). An advance locks only rows of its own run, whose
-// lock the transaction holds, or the catalog's, which no holder of a run's
-// row waits on.
-func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 {
-	var evs []Evaluation
-	var claimed []store.AttemptOwners
-	err := s.store.InTx(ctx, func(tx *store.Store) error {
-		now := time.Now().UTC()
-		var err error
-		if claimed, err = tx.Attempts().LockAndClaimAttempts(ctx, ids, now); err != nil || len(claimed) == 0 {
-			return err
-		}
-		evs = make([]Evaluation, len(claimed))
-		if err := s.settleAll(ctx, tx, claimed, evs, now); err != nil {
-			return err
-		}
-		return s.advanceAll(ctx, tx, claimed, evs, now)
-	})
-	if err != nil {
-		s.log.Warn("batched evaluation failed; each attempt is evaluated on its own", "attempts", len(ids), "err", err)
-		return ids
+// decideAll settles claimed[i] into evs[i] (settleAll), then advances each
+// run whose actions ended or paused, once (advanceAll). The caller locked
+// every run first, then the actions, tasks and attempts, in the lock
+// order; an advance locks only rows of its own run, whose lock the
+// transaction holds, or the catalog's, which no holder of a run's row
+// waits on. The runs' root moves wait for the commit, made in one
+// statement with all the events (store.SetRootPhase). wasAssigned is true
+// for an attempt preempted while still ASSIGNED (Iris's preempt_task).
+func (s *Scheduler) decideAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
+	wasAssigned bool, now time.Time) error {
+	if err := s.settleAll(ctx, tx, claimed, evs, wasAssigned, now); err != nil {
+		return err
 	}
-	done := map[int64]bool{}
-	for i, ev := range evs {
-		done[claimed[i].Attempt.ID] = true
-		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
-		s.afterEvaluation(ctx, ev)
-	}
-	return slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return done[id] })
+	return s.advanceAll(ctx, tx, claimed, evs, now)
 }
 
 // errSettleAlone: an attempt of the batch moved its action while another
 // attempt of that action waits to be settled on the action as locked; the
-// batch rolls back and each attempt is evaluated on its own.
+// batch rolls back and each attempt is evaluated on its own
+// (handleEvaluations).
 var errSettleAlone = errors.New("an action moved before its other attempts of the batch were settled")
 
 // settleAll settles claimed[i] into evs[i], in order. The task rows are
 // each attempt's own; an action's row is shared by its attempts, and stays
-// true while no settle moves it. Only the last attempt of an action in the
-// batch derives the action's phase (Evaluation.deriveLater), from the
-// counts all of its attempts left: one count of the action's tasks, not
-// one a replica. The batch's attempts all SUCCEEDED, and a success moves a
-// job's phase only when it is the last live task's (Iris's
-// _compute_job_state), so the phases the earlier attempts would derive are
-// the action's own. A settle that moves an action another attempt of the
-// batch still waits on returns errSettleAlone all the same.
+// true while no settle moves it. Of a SUCCEEDED attempt with a later one
+// of its action in the batch, the settle leaves the action's phase for
+// that later one to derive (settlement.deriveLater), from the counts all
+// of them left: one count of the action's tasks, not one a replica. A
+// success moves a job's phase only when it is the last live task's (Iris's
+// _compute_job_state), so the phases the earlier successes would derive
+// are the action's own. Any other attempt derives its action's phase at
+// once, and one that moves an action another attempt of the batch still
+// waits on returns errSettleAlone.
 //
-// An attempt whose settle writes nothing but its task's outcome (an alone
-// settle, or a replica's whose action a later attempt derives: defers)
-// leaves that write for one statement with the others'
+// A SUCCEEDED attempt whose settle writes nothing but its task's outcome
+// (defers) leaves that write for one statement with the others'
 // (store.UpdateTaskOutcomes), made before the next settle that writes or
 // reads anything else, and at the end: every statement a settle makes
 // then sees the outcomes of the batch's attempts before it, as when each
 // was written in turn, and the events keep their order. A batch of 100
 // replicas' successes so writes 99 of its tasks in one statement.
 func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
-	now time.Time) error {
+	wasAssigned bool, now time.Time) error {
 	var deferred []store.OutcomeWrite
 	for i, o := range claimed {
 		later := slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) })
-		evs[i].deriveLater = later
-		if defers(o, later) {
-			evs[i].outcomes = &deferred
+		w := settlement{deriveLater: later && o.Attempt.State == domain.TaskSucceeded}
+		if defers(o, w.deriveLater) {
+			w.deferred = &deferred
 		} else {
 			if err := tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
 				return err
 			}
 			deferred = deferred[:0]
 		}
-		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
+		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, wasAssigned, w, now); err != nil {
 			return err
 		}
 		moved := evs[i].ActionPhase != "" && evs[i].ActionPhase != domain.Phase(o.Action.Phase)
@@ -102,28 +76,39 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 	return tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...)
 }
 
-// defers reports whether the settle of a claimed SUCCEEDED attempt writes
-// nothing but its task's outcome: it settles alone (aloneSettles), or its
-// task is one of several of the action (not Evaluation.only), the latest
-// attempt of a live task, the step caches nothing, and a later attempt of
-// the batch derives the action's phase (later).
-func defers(o store.AttemptOwners, later bool) bool {
-	t, a, act := o.Task, o.Attempt, o.Action
-	only := act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
-	return aloneSettles(o) || later && !only && t.State.IsLive() && t.State != domain.TaskKilled &&
-		t.AttemptCount == a.Number && act.Spec.Cache == nil
+// settlement is how settleAll has settle write one attempt's settle.
+type settlement struct {
+	// deriveLater is set when a later attempt of the same action in the
+	// batch derives the action's phase from the counts all of them left:
+	// this settle leaves the phase as it is.
+	deriveLater bool
+	// deferred, when not nil, takes the task's outcome for
+	// store.UpdateTaskOutcomes instead of decideTask writing it.
+	deferred *[]store.OutcomeWrite
 }
 
-// aloneSettles reports whether the settle of a claimed SUCCEEDED attempt
-// writes nothing but its task's outcome, which then carries its action's
-// move: the attempt is its live task's latest, the task its action's only
-// one (Evaluation.only) and not coscheduled, and the step caches nothing
+// defers reports whether the settle of a claimed attempt writes nothing
+// but its task's outcome: it SUCCEEDED, and it settles alone
+// (aloneSettles), or its task is one of several of the action (not
+// onlyTask), the latest attempt of a live task, the step caches nothing,
+// and a later attempt of the batch derives the action's phase
+// (deriveLater).
+func defers(o store.AttemptOwners, deriveLater bool) bool {
+	t, a, act := o.Task, o.Attempt, o.Action
+	return a.State == domain.TaskSucceeded && (aloneSettles(o) || deriveLater && !onlyTask(act, t) && t.State.IsLive() &&
+		t.State != domain.TaskKilled && t.AttemptCount == a.Number && act.Spec.Cache == nil)
+}
+
+// aloneSettles reports whether the settle of a claimed attempt writes
+// nothing but its task's outcome, which then carries its action's move:
+// the attempt is its live task's latest, the task its action's only one
+// (onlyTask) and not coscheduled, and the step caches nothing
 // (finalizeCache). The action's phase then comes from that task's state
 // alone, with no count of its tasks to read the write back.
 func aloneSettles(o store.AttemptOwners) bool {
 	t, a, act := o.Task, o.Attempt, o.Action
 	return t.State.IsLive() && t.State != domain.TaskKilled && t.AttemptCount == a.Number && !t.Coscheduled &&
-		act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation && act.Spec.Cache == nil
+		onlyTask(act, t) && act.Spec.Cache == nil
 }
 
 // advanceAll advances, once each and in claimed's order, the runs of

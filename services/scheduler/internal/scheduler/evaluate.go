@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,20 +38,6 @@ type Evaluation struct {
 	Waiters []domain.RunKey
 	// taskState is the state decideTask gave the task.
 	taskState domain.TaskState
-	// only is set when that task is its action's only one (a one-replica
-	// action, its current generation): the action's counts need no query.
-	only bool
-	// phaseWritten is set when the task's outcome carried its action's
-	// move (store.TaskOutcome.Phase): deriveAction need not write it.
-	phaseWritten bool
-	// deriveLater is set by a batch (settleAll) whose later attempt of the
-	// same action derives the action's phase from the counts all of them
-	// left: this settle leaves the phase as it is.
-	deriveLater bool
-	// outcomes, set by a batch (settleAll) whose task writes go together,
-	// takes the task's outcome for store.UpdateTaskOutcomes instead of
-	// decideTask writing it.
-	outcomes *[]store.OutcomeWrite
 }
 
 // handleEvaluate is the task:evaluate handler.
@@ -64,22 +51,27 @@ func (s *Scheduler) handleEvaluate(ctx context.Context, t *asynq.Task) error {
 }
 
 // handleEvaluations is the tasks:evaluate handler: the attempts one report
-// batch ended. The SUCCEEDED ones are evaluated together in one
-// transaction (evaluateSucceeded); every other one after, in order, each in
-// its own transaction (as task:evaluate). A missing attempt is skipped; any
-// other failure fails the task, which asynq retries whole (an evaluated
-// attempt is skipped then).
+// batch ended, evaluated together in one transaction (evaluateAttempts).
+// When that fails or cannot settle them together (errSettleAlone), each
+// is evaluated on its own, in order (as task:evaluate). A missing attempt
+// is skipped; any other failure fails the task, which asynq retries whole
+// (an evaluated attempt is skipped then).
 func (s *Scheduler) handleEvaluations(ctx context.Context, t *asynq.Task) error {
 	var p queue.AttemptsPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	rest := p.AttemptIDs
-	if len(rest) > 1 {
-		rest = s.evaluateSucceeded(ctx, rest)
+	if len(p.AttemptIDs) == 1 {
+		_, err := s.evaluate(ctx, p.AttemptIDs[0])
+		return err
 	}
+	_, err := s.evaluateAttempts(ctx, p.AttemptIDs)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("batched evaluation failed; each attempt is evaluated on its own", "attempts", len(p.AttemptIDs), "err", err)
 	var errs []error
-	for _, id := range rest {
+	for _, id := range p.AttemptIDs {
 		if _, err := s.evaluate(ctx, id); err != nil && !errors.Is(err, asynq.SkipRetry) {
 			errs = append(errs, err)
 		}
@@ -87,76 +79,97 @@ func (s *Scheduler) handleEvaluations(ctx context.Context, t *asynq.Task) error 
 	return errors.Join(errs...)
 }
 
-// evaluate applies a finished attempt to its task, and what follows, in one
-// transaction: it locks the attempt's run, action and task (the lock
-// order), claims the attempt, decides the task's fate with the retry
-// budgets (decideTask), derives the action's phase and, when the action
-// ended, advances the run. A platform failure first goes through ARC's
-// rule for its worker (recordWorkerFailure), before the task may be placed
-// again: the transaction that finds one rolls back, the rule is applied,
-// and the evaluation runs again. Idempotent: an evaluated attempt is
-// skipped. A missing attempt is a permanent failure (asynq.SkipRetry).
+// evaluate evaluates one finished attempt: a batch of one
+// (evaluateAttempts). A missing attempt is a permanent failure
+// (asynq.SkipRetry); an attempt not finished, or evaluated already, gives
+// an Evaluation that is not Done.
 func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, error) {
-	ev, err := s.evaluateOnce(ctx, attemptID, false)
-	if errors.Is(err, errWorkerFailureFirst) {
-		if err := s.recordWorkerFailure(ctx, attemptID); err != nil {
-			return Evaluation{}, err
+	evs, err := s.evaluateAttempts(ctx, []int64{attemptID})
+	if err != nil || len(evs) == 0 {
+		return Evaluation{}, err
+	}
+	return evs[0], nil
+}
+
+// evaluateAttempts applies finished attempts to their tasks, and what
+// follows, in one transaction (evaluateOnce), and acts on what it decided
+// once committed (afterEvaluation). A platform failure first goes through
+// ARC's rule for its worker (recordWorkerFailure), before its task may be
+// placed again: the transaction that finds one rolls back, the rule is
+// applied, and the evaluation runs again. Idempotent: an evaluated attempt
+// is skipped. It returns the evaluations of the attempts it claimed.
+func (s *Scheduler) evaluateAttempts(ctx context.Context, ids []int64) ([]Evaluation, error) {
+	evs, err := s.evaluateOnce(ctx, ids, nil)
+	var first workerFailuresFirst
+	if errors.As(err, &first) {
+		for _, id := range first.attempts {
+			if err := s.recordWorkerFailure(ctx, id); err != nil {
+				return nil, err
+			}
 		}
-		ev, err = s.evaluateOnce(ctx, attemptID, true)
+		evs, err = s.evaluateOnce(ctx, ids, first.attempts)
 	}
-	if errors.Is(err, store.ErrNotFound) {
-		return ev, fmt.Errorf("attempt %d: %w", attemptID, asynq.SkipRetry)
+	if err != nil {
+		return nil, err
 	}
-	if err == nil && ev.Done {
+	for _, ev := range evs {
 		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
 		s.afterEvaluation(ctx, ev)
 	}
-	return ev, err
+	return evs, nil
 }
 
-// errWorkerFailureFirst: the attempt is a platform failure whose worker
-// has not been through ARC's rule in this evaluation yet.
-var errWorkerFailureFirst = errors.New("the worker's failure is recorded first")
+// workerFailuresFirst: the attempts are platform failures whose workers
+// have not been through ARC's rule in this evaluation yet.
+type workerFailuresFirst struct{ attempts []int64 }
 
-// evaluateOnce is evaluate's transaction; recorded is true once ARC's rule
-// was applied for the attempt (else a platform failure returns
-// errWorkerFailureFirst).
-func (s *Scheduler) evaluateOnce(ctx context.Context, attemptID int64, recorded bool) (Evaluation, error) {
-	var ev Evaluation
+func (e workerFailuresFirst) Error() string {
+	return fmt.Sprintf("the worker failures of attempts %v are recorded first", e.attempts)
+}
+
+// evaluateOnce is evaluateAttempts' transaction: it locks the attempts'
+// runs, actions and tasks (the lock order) and claims the attempts
+// (store.LockAndClaimAttempts), then settles and advances them
+// (decideAll). recorded are the attempts whose workers were through ARC's
+// rule (else a platform failure returns workerFailuresFirst). A batch of
+// one whose attempt is missing is asynq.SkipRetry.
+func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64) ([]Evaluation, error) {
+	var evs []Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
-		ev = Evaluation{}
+		evs = nil
 		now := time.Now().UTC()
-		o, a, ok, err := tx.Attempts().LockAndClaimAttempt(ctx, attemptID, now)
+		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now)
 		if err != nil {
 			return err
 		}
-		if !recorded && platformFailure(o.Attempt) {
-			return errWorkerFailureFirst // rolls the claim back
-		}
-		if !ok {
+		if len(claimed) == 0 && len(ids) == 1 {
+			if _, err := tx.Attempts().GetAttempt(ctx, ids[0]); errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("attempt %d: %w", ids[0], asynq.SkipRetry)
+			}
 			return nil
 		}
-		return s.decide(ctx, tx, &ev, o.Run, o.Action, o.Task, a, false, now)
+		var first []int64
+		for _, o := range claimed {
+			if platformFailure(o.Attempt) && !slices.Contains(recorded, o.Attempt.ID) {
+				first = append(first, o.Attempt.ID)
+			}
+		}
+		if len(first) > 0 {
+			return workerFailuresFirst{first} // rolls the claims back
+		}
+		evs = make([]Evaluation, len(claimed))
+		return s.decideAll(ctx, tx, claimed, evs, false, now)
 	})
-	return ev, err
+	return evs, err
 }
 
-// decide applies claimed attempt a to its task t (both locked with their
-// action act and run in tx): the task's fate, the action's phase, and the
-// run's advance when the action ended. wasAssigned is true when a was
-// preempted while still ASSIGNED (free, Iris's preempt_task).
-func (s *Scheduler) decide(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
-	t store.Task, a store.Attempt, wasAssigned bool, now time.Time) error {
-	if err := s.settle(ctx, tx, ev, act, t, a, wasAssigned, now); err != nil || !ev.advances() {
-		return err
-	}
-	return s.advanceRun(ctx, tx, ev, run, act, now)
-}
-
-// settle is decide without the run's advance: the task's fate, the
-// action's phase and the step's cache.
+// settle applies the claimed attempt a to its task t (both locked with
+// their action act in tx): the task's fate, the action's phase and the
+// step's cache. wasAssigned is true when a was preempted while still
+// ASSIGNED (free, Iris's preempt_task); w is how a batch has it write
+// (settlement).
 func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, t store.Task,
-	a store.Attempt, wasAssigned bool, now time.Time) error {
+	a store.Attempt, wasAssigned bool, w settlement, now time.Time) error {
 	ev.Done, ev.Run = true, domain.RunKey{Project: t.Project, Domain: t.Domain, Run: t.RunName}
 	if t.State == domain.TaskKilled && t.AttemptCount == a.Number {
 		// The abort's last attempt stopped (Flyte's handleAbortAndFinalize:
@@ -172,16 +185,23 @@ func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation,
 		// attempt this was releases its cache reservation.
 		return s.finalizeCache(ctx, tx, ev, act, domain.Phase(act.Phase), now)
 	}
-	ev.only = act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
-	if err := s.decideTask(ctx, tx, ev, act, t, a, wasAssigned, now); err != nil {
+	only := onlyTask(act, t)
+	moved, err := s.decideTask(ctx, tx, ev, act, t, a, wasAssigned, w, now)
+	if err != nil {
 		return err
 	}
-	if ev.deriveLater && !ev.only {
+	if w.deriveLater && !only {
 		ev.ActionPhase = domain.Phase(act.Phase)
-	} else if err := s.deriveAction(ctx, tx, ev, act, now); err != nil {
+	} else if err := s.deriveAction(ctx, tx, ev, act, only, moved, now); err != nil {
 		return err
 	}
 	return s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now)
+}
+
+// onlyTask reports whether t is its action's only task (a one-replica
+// action, its current generation): the action's counts need no query.
+func onlyTask(act store.Action, t store.Task) bool {
+	return act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
 }
 
 // advances reports whether the run of an evaluated attempt advances: the
@@ -189,15 +209,6 @@ func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation,
 // change).
 func (ev Evaluation) advances() bool {
 	return ev.Done && (ev.ActionPhase.IsTerminal() || ev.ActionPhase == domain.PhasePaused)
-}
-
-// advanceRun advances run after the evaluation ev ended or paused its
-// action act, and records the advance in ev.
-func (s *Scheduler) advanceRun(ctx context.Context, tx *store.Store, ev *Evaluation, run store.Run, act store.Action,
-	now time.Time) error {
-	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), nil, nil, now)
-	ev.Advance = &adv
-	return err
 }
 
 // knownSteps returns the step actions of a run of one step, whose action
@@ -218,10 +229,10 @@ func knownSteps(run store.Run, act store.Action, phase domain.Phase) []store.Act
 // MaxSystemFailuresExceeded, and a permanent one ends the task at once
 // (Flyte's executor (TaskActionReconciler)); a coscheduled task that fails
 // for good exhausts its live siblings (domain.CascadesGang). The only task
-// of its action (ev.only) moves the action in the same statement
-// (onlyTaskMove).
+// of its action (onlyTask) moves the action in the same statement
+// (onlyTaskMove), and moved reports that it did.
 func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, t store.Task,
-	a store.Attempt, wasAssigned bool, now time.Time) error {
+	a store.Attempt, wasAssigned bool, w settlement, now time.Time) (moved bool, err error) {
 	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
 		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
 		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
@@ -237,20 +248,20 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	if o.Requeue {
 		ev.taskState = domain.TaskPending
 	}
-	if ev.only && !t.Coscheduled {
+	if onlyTask(act, t) && !t.Coscheduled {
 		o.Phase = onlyTaskMove(act, ev.taskState)
-		ev.phaseWritten = o.Phase != nil
+		moved = o.Phase != nil
 	}
-	if ev.outcomes != nil && !o.Requeue && o.Code == "" {
-		*ev.outcomes = append(*ev.outcomes, store.OutcomeWrite{T: t, A: a, O: o})
+	if w.deferred != nil && !o.Requeue && o.Code == "" {
+		*w.deferred = append(*w.deferred, store.OutcomeWrite{T: t, A: a, O: o})
 	} else if err := tx.Tasks().UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
-		return err
+		return moved, err
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
 		_, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now)
-		return err
+		return moved, err
 	}
-	return nil
+	return moved, nil
 }
 
 // deriveAction recomputes an action's phase from its current generation's
@@ -258,11 +269,13 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 // it forward-only; an action that newly ended in failure kills its
 // survivors. A FAILED job first goes through its step's failure policy
 // (failStep): under on_failure: suspend it waits for a retry or pauses
-// instead of ending.
-func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, now time.Time) error {
+// instead of ending. only is onlyTask's answer; moved is set when the
+// task's outcome carried the action's move (onlyTaskMove).
+func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, only, moved bool,
+	now time.Time) error {
 	key := keyOf(act)
 	counts := map[domain.TaskState]int{ev.taskState: 1}
-	if !ev.only {
+	if !only {
 		var err error
 		if counts, err = tx.Tasks().CountTaskStates(ctx, key, act.Generation); err != nil {
 			return err
@@ -282,7 +295,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, reason, now))
 		}
 	}
-	if !ev.phaseWritten { // else the task's outcome carried this move (onlyTaskMove)
+	if !moved { // else the task's outcome carried this move (onlyTaskMove)
 		if _, err := tx.Actions().SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
 			return err
 		}

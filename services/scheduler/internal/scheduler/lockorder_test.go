@@ -256,8 +256,8 @@ func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 
 // evaluateTogether ends up to four live attempts, of any runs and
 // workers, SUCCEEDED but one in four, and evaluates them as one
-// tasks:evaluate message: the SUCCEEDED ones of different runs in one
-// transaction (evaluateSucceeded), the others alone.
+// tasks:evaluate message: all of them in one transaction
+// (evaluateAttempts), each alone when they cannot be settled together.
 func (r *racer) evaluateTogether(ctx context.Context, rng *rand.Rand) error {
 	live, err := r.liveAttempts(ctx)
 	if err != nil || len(live) == 0 {

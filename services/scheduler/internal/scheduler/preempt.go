@@ -32,7 +32,10 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 			return err
 		}
 		if ok {
-			return s.decide(ctx, tx, &ev, run, act, t, claimed, true, now)
+			evs := make([]Evaluation, 1)
+			err := s.decideAll(ctx, tx, []store.AttemptOwners{{Run: run, Action: act, Task: t, Attempt: claimed}}, evs, true, now)
+			ev = evs[0]
+			return err
 		}
 		if !a.State.IsLive() {
 			return nil
