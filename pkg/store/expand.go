@@ -33,20 +33,6 @@ func (s Runs) ExpandSteps(ctx context.Context, key domain.RunKey, steps []domain
 	return s.actions().StepActions(ctx, key)
 }
 
-// ExpandAndStart expands a run none of whose step actions exists yet and
-// starts the given steps (their actions inserted started, their tasks with
-// them), in one statement, with the events ExpandSteps and CreateTasks
-// write ("run.expanded", then "action.started" for each started step in
-// order). It is ExpandSteps then CreateTasks for a run's first advance, one
-// statement instead of two. When any step action exists it changes nothing
-// and returns false: the caller expands and decides as for any other
-// advance. The caller holds the run's lock.
-func (s Runs) ExpandAndStart(ctx context.Context, key domain.RunKey, steps []domain.Step, now time.Time,
-	started ...StartedStep) (bool, error) {
-	fresh, err := s.ExpandAndStartRuns(ctx, now, FreshRun{Key: key, Steps: steps, Started: started})
-	return err == nil && fresh[0], err
-}
-
 // FreshRun is a run's first advance for ExpandAndStartRuns: its steps, and
 // the steps it starts with their tasks.
 type FreshRun struct {
@@ -55,11 +41,15 @@ type FreshRun struct {
 	Started []StartedStep
 }
 
-// ExpandAndStartRuns is ExpandAndStart for several runs (distinct keys) in
-// one statement: it expands and starts each run none of whose step actions
-// exists yet, writes its events (the runs in the given order), and reports
-// for each run whether it did; a run with a step action is left unchanged.
-// The caller holds the runs' locks.
+// ExpandAndStartRuns expands and starts, in one statement, each of runs
+// (distinct keys) none of whose step actions exists yet: its step actions
+// are inserted, those of the given steps started with their tasks, and its
+// events written ("run.expanded", then "action.started" for each started
+// step in order; the runs in the given order). It is ExpandSteps then
+// CreateTasks for a run's first advance. It reports for each run whether
+// it did; a run with a step action is left unchanged, for the caller to
+// expand and decide as for any other advance. The caller holds the runs'
+// locks.
 func (s Runs) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...FreshRun) ([]bool, error) {
 	var actions []Action
 	var tasks []Task
@@ -82,15 +72,9 @@ func (s Runs) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...Fre
 		return nil, err
 	}
 	args := map[string]any{"actions": string(actionJSON), "rows": taskJSON, "root": domain.RootActionName}
+	args["p"], args["d"], args["r"] = Strings(p), Strings(d), Strings(r)
 	var expanded []int64 // the runs' ordinals
-	if len(runs) == 1 {
-		args["p"], args["d"], args["r"] = p[0], d[0], r[0]
-		err = s.raw(ctx, expandAndStartOneSQL, args).Scan(&expanded).Error
-	} else {
-		args["p"], args["d"], args["r"] = Strings(p), Strings(d), Strings(r)
-		err = s.raw(ctx, expandAndStartSQL, args).Scan(&expanded).Error
-	}
-	if err != nil {
+	if err := s.raw(ctx, expandAndStartSQL, args).Scan(&expanded).Error; err != nil {
 		return nil, mapErr(err)
 	}
 	fresh := make([]bool, len(runs))
@@ -112,17 +96,6 @@ func (s Runs) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...Fre
 	}
 	return fresh, nil
 }
-
-// expandAndStartOneSQL is expandAndStartSQL for one run, its key in
-// scalars: Postgres plans it once (a generic plan), where the arrays'
-// statement is planned afresh at each call (its plan for the arrays' true
-// length looks cheaper than the generic one).
-var expandAndStartOneSQL = `WITH x AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
-		FROM jsonb_populate_recordset(NULL::actions, CAST(@actions AS jsonb)) WHERE NOT EXISTS (SELECT 1 FROM actions
-		WHERE project = @p AND domain = @d AND run_name = @r AND name <> @root) RETURNING 1),
-	t AS (INSERT INTO tasks (` + taskColumns + `) SELECT ` + taskColumns + `
-		FROM jsonb_populate_recordset(NULL::tasks, CAST(@rows AS jsonb)) WHERE EXISTS (SELECT 1 FROM x))
-	SELECT 1 WHERE EXISTS (SELECT 1 FROM x)`
 
 // expandAndStartSQL inserts the step actions (@actions) and the tasks
 // (@rows) of the runs of @p, @d, @r that have no step action (f), and

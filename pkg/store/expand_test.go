@@ -26,9 +26,9 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 			if _, err := tx.Runs().LockRun(ctx, key); err != nil {
 				return err
 			}
-			var err error
-			fresh, err = tx.Runs().ExpandAndStart(ctx, key, spec.Steps, now, store.StartedStep{Action: "a",
-				Tasks: store.NewTasks(key.Action("a"), spec.Steps[0], 0, now)})
+			expanded, err := tx.Runs().ExpandAndStartRuns(ctx, now, store.FreshRun{Key: key, Steps: spec.Steps,
+				Started: []store.StartedStep{{Action: "a", Tasks: store.NewTasks(key.Action("a"), spec.Steps[0], 0, now)}}})
+			fresh = err == nil && expanded[0]
 			return err
 		})
 		return fresh, err

@@ -34,26 +34,28 @@ func (s *Scheduler) handleRun(ctx context.Context, t *asynq.Task) error {
 	return err
 }
 
-// advance moves a run's workflow forward in one transaction: it locks the
-// run, creates its step actions on the first call (the run's expansion) and
-// applies progress. A terminal run is left alone. A run that does not exist
-// is a permanent failure (asynq.SkipRetry).
-//
-// On the leader, the tasks of a fresh run's first steps are placed in the
-// same transaction when the pass would place them next (freshPlacement).
+// advance moves a run's workflow forward: a batch of one (advanceRuns).
+// A terminal run is left alone. A run that does not exist is a permanent
+// failure (asynq.SkipRetry).
 func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, error) {
+	advs, errs := s.advanceRuns(ctx, []domain.RunKey{key})
+	return advs[0], errs[0]
+}
+
+// advanceAlone advances a run that advanceRuns could not lock, in a
+// transaction of its own that waits for the run's lock: it expands the run
+// on its first advance and applies progress, as progressFrom does. A run
+// that does not exist is a permanent failure (asynq.SkipRetry).
+func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advance, error) {
 	var adv Advance
-	fp := s.freshPlacement()
-	defer fp.finish(ctx, false) // on a panic
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil {
 			return err
 		}
-		adv, err = s.progressFrom(ctx, tx, run, nil, nil, fp, time.Now().UTC())
+		adv, err = s.progressFrom(ctx, tx, run, nil, nil, time.Now().UTC())
 		return err
 	})
-	fp.finish(ctx, err == nil)
 	if errors.Is(err, store.ErrNotFound) {
 		return adv, fmt.Errorf("run %s: %w", key, asynq.SkipRetry)
 	}
@@ -81,16 +83,14 @@ func (s *Scheduler) afterAdvance(adv Advance) {
 // that: the started steps, the SKIPPED ones, a0's and the run's phase
 // (forward only).
 func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run, now time.Time) (Advance, error) {
-	return s.progressFrom(ctx, tx, run, nil, nil, nil, now)
+	return s.progressFrom(ctx, tx, run, nil, nil, now)
 }
 
 // progressFrom is progress from the run's step actions as the caller knows
-// them (steps), or as read when steps is nil or the run restarts. When the
-// advance is the run's expansion with its first steps' tasks, fp (when not
-// nil) places them (freshPlacement), before the root moves: the bind is a
-// statement, which would make them first (store.SetRootPhase).
+// them (steps), or as read when steps is nil or the run restarts; later,
+// when not nil, gathers the plain task steps it starts (evaluateSteps).
 func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	later *taskStarts, fp *freshPlacement, now time.Time) (Advance, error) {
+	later *taskStarts, now time.Time) (Advance, error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	if run.RestartRequestedAt != nil {
 		steps = nil // the restart changes them
@@ -102,28 +102,18 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 	if adv.Phase.IsTerminal() {
 		return adv, nil
 	}
-	p, fresh, err := s.expandAndStart(ctx, tx, run, &adv, now)
-	if err != nil {
+	var err error
+	if steps == nil {
+		if steps, err = s.stepActions(ctx, tx, run, key); err != nil {
+			return adv, err
+		}
+	}
+	if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
 		return adv, err
 	}
-	if fresh {
-		placed, err := fp.place(ctx, tx, []domain.RunKey{key})
-		if err != nil {
-			return adv, err
-		}
-		adv.placed = placed[key]
-	} else {
-		if steps == nil {
-			if steps, err = s.stepActions(ctx, tx, run, key); err != nil {
-				return adv, err
-			}
-		}
-		if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
-			return adv, err
-		}
-		if p, err = s.evaluateSteps(ctx, tx, run, steps, &adv, later, now); err != nil {
-			return adv, err
-		}
+	p, err := s.evaluateSteps(ctx, tx, run, steps, &adv, later, now)
+	if err != nil {
+		return adv, err
 	}
 	return adv, moveRoot(ctx, tx, key, &adv, p.Phase, now)
 }
@@ -138,24 +128,6 @@ func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Adva
 	from := adv.Phase
 	adv.Phase = phase
 	return tx.Actions().SetRootPhase(ctx, key, from, phase, now)
-}
-
-// expandAndStart is the first advance of a QUEUED run that was never
-// expanded, when what it decides is only plain task steps to start
-// (freshStart), applied with store.ExpandAndStart, one statement for the
-// expansion and the started steps' tasks. fresh is false when it does not
-// apply, or the run was expanded before: the caller decides as for any
-// other advance.
-func (s *Scheduler) expandAndStart(ctx context.Context, tx *store.Store, run store.Run, adv *Advance,
-	now time.Time) (p domain.Progress, fresh bool, err error) {
-	p, fr, ok := s.freshStart(run, now)
-	if !ok {
-		return p, false, nil
-	}
-	if fresh, err = tx.Runs().ExpandAndStart(ctx, fr.Key, fr.Steps, now, fr.Started...); fresh {
-		adv.Started = p.Start
-	}
-	return p, fresh, err
 }
 
 // freshStart decides the first advance of a QUEUED run from the status a

@@ -111,7 +111,7 @@ func TestFirstAdvanceAndOneStepEndSaveStatements(t *testing.T) {
 		adv, err = f.s.advance(ctx, key)
 		require.NoError(t, err)
 	})
-	require.Equal(t, map[string]int64{"LockRun": 1, "ExpandAndStartRuns": 1, "flushEvents": 1}, got)
+	require.Equal(t, map[string]int64{"TryLockRuns": 1, "ExpandAndStartRuns": 1, "flushEvents": 1}, got)
 	require.Equal(t, []string{"a", "b"}, adv.Started)
 	require.Equal(t, domain.PhaseRunning, adv.Phase)
 	require.Equal(t, "run.created a0, run.expanded a0, action.started a, action.started b, action.phase a0", runEvents("fresh"))

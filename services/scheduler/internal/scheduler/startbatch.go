@@ -94,47 +94,54 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 	}
 }
 
-// startRuns advances the named runs and returns one error per key, in
-// order. The runs whose advance is a fresh run's first (freshStart: plain
-// task steps to start) and that no other transaction holds are advanced in
-// one transaction of three statements whatever their number: their locks
-// (store.TryLockRuns), their expansions (store.ExpandAndStartRuns), and at
-// commit their root moves with all their events; on the leader, two more
-// bind their tasks when the pass would place them next (freshPlacement).
-// Every other run, all of them when that transaction fails, and a lone run
-// are advanced on their own (advance).
+// startRuns advances the named runs (advanceRuns) and returns one error
+// per key, in order.
 func (s *Scheduler) startRuns(ctx context.Context, keys []domain.RunKey) []error {
-	if len(keys) == 1 { // one run: advance's statements, in scalars
-		_, err := s.advance(ctx, keys[0])
-		return []error{err}
-	}
+	_, errs := s.advanceRuns(ctx, keys)
+	return errs
+}
+
+// advanceRuns advances the named runs and returns, for each key in order,
+// its advance and its error. The runs that no other transaction holds are
+// advanced in one transaction (advanceLocked); every other run, all of
+// them when that transaction fails, is advanced on its own (advanceAlone),
+// waiting for its lock.
+func (s *Scheduler) advanceRuns(ctx context.Context, keys []domain.RunKey) ([]Advance, []error) {
 	advs := make([]*Advance, len(keys))
 	fp := s.freshPlacement()
 	defer fp.finish(ctx, false) // on a panic
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		clear(advs)
-		return s.startFresh(ctx, tx, keys, advs, fp)
+		return s.advanceLocked(ctx, tx, keys, advs, fp)
 	})
 	fp.finish(ctx, err == nil)
 	if err != nil {
-		s.log.Warn("batched start failed; each run starts on its own", "runs", len(keys), "err", err)
+		s.log.Warn("batched advance failed; each run advances on its own", "runs", len(keys), "err", err)
 		clear(advs)
 	}
-	errs := make([]error, len(keys))
+	out, errs := make([]Advance, len(keys)), make([]error, len(keys))
 	for i, adv := range advs {
 		if adv != nil {
+			out[i] = *adv
 			s.afterAdvance(*adv)
 			continue
 		}
-		_, errs[i] = s.advance(ctx, keys[i])
+		out[i], errs[i] = s.advanceAlone(ctx, keys[i])
 	}
-	return errs
+	return out, errs
 }
 
-// startFresh is startRuns's transaction: it sets advs[i] for each run of
-// keys it started, in key order (the lock order of their a0s), and has fp
-// place their tasks before their root moves (see progressFrom).
-func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
+// advanceLocked is advanceRuns's transaction: it locks the runs of keys
+// that no other transaction holds (store.TryLockRuns, the lock order's
+// first level), and sets advs[i] for each run of keys it advanced. The
+// runs whose advance is a fresh run's first (freshStart: plain task steps
+// to start) are expanded and started together, in one statement whatever
+// their number (store.ExpandAndStartRuns), and on the leader fp places
+// their tasks before their root moves; every other run it locked advances
+// from its step actions (progressFrom), in key order, writing only its own
+// run's rows. A repeated key, and a run held by another transaction, are
+// left to advanceAlone.
+func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
 	fp *freshPlacement) error {
 	runs, err := tx.Runs().TryLockRuns(ctx, keys)
 	if err != nil {
@@ -151,15 +158,30 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	var phases []domain.Phase // the run phase each of fresh decided
 	for _, i := range order {
 		run, ok := runs[keys[i]]
-		if !ok || run.RestartRequestedAt != nil {
+		if !ok {
 			continue
 		}
 		delete(runs, keys[i]) // a repeated key is advanced on its own
-		if p, fr, ok := s.freshStart(run, now); ok {
+		if p, fr, ok := s.freshStart(run, now); ok && run.RestartRequestedAt == nil {
 			fresh, picked, phases = append(fresh, fr), append(picked, i), append(phases, p.Phase)
 			advs[i] = &Advance{Phase: domain.Phase(run.Phase), Started: p.Start}
+			continue
 		}
+		adv, err := s.progressFrom(ctx, tx, run, nil, nil, now)
+		if err != nil {
+			return err
+		}
+		advs[i] = &adv
 	}
+	return s.startFresh(ctx, tx, keys, advs, fresh, picked, phases, fp, now)
+}
+
+// startFresh expands and starts the fresh runs advanceLocked picked (fresh,
+// at picked in keys, each deciding the run phase of phases), has fp place
+// their tasks, then moves their roots. A run expanded before (by another
+// transaction) is left to advanceAlone.
+func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
+	fresh []store.FreshRun, picked []int, phases []domain.Phase, fp *freshPlacement, now time.Time) error {
 	if len(fresh) == 0 {
 		return nil
 	}
