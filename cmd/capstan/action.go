@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -26,7 +27,7 @@ func newActionGet(g *globals) *cobra.Command {
 			}
 			resp, err := c.GetActionWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1])
 			if err != nil {
-				return err
+				return fmt.Errorf("get action %s of run %s: %w", args[1], args[0], err)
 			}
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -46,7 +47,7 @@ func newActionAbort(g *globals) *cobra.Command {
 		func(ctx context.Context, c *api.ClientWithResponses, args []string, body api.AbortRequest) (*api.Action, int, []byte, error) {
 			resp, err := c.AbortActionWithResponse(ctx, g.project, g.domain, args[0], args[1], body)
 			if err != nil {
-				return nil, 0, nil, err
+				return nil, 0, nil, fmt.Errorf("abort action %s of run %s: %w", args[1], args[0], err)
 			}
 			return resp.JSON202, resp.StatusCode(), resp.Body, nil
 		})

@@ -29,7 +29,7 @@ func newAborts(g *globals) *cobra.Command {
 			}
 			resp, err := c.ListAbortsWithResponse(cmd.Context(), params)
 			if err != nil {
-				return err
+				return fmt.Errorf("list aborts: %w", err)
 			}
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -67,7 +67,7 @@ func newCacheList(g *globals) *cobra.Command {
 			}
 			resp, err := c.ListCacheEntriesWithResponse(cmd.Context(), g.project, g.domain, &api.ListCacheEntriesParams{Limit: &limit})
 			if err != nil {
-				return err
+				return fmt.Errorf("list cache entries of %s/%s: %w", g.project, g.domain, err)
 			}
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -101,7 +101,7 @@ func newCacheDelete(g *globals) *cobra.Command {
 			}
 			resp, err := c.DeleteCacheEntryWithResponse(cmd.Context(), g.project, g.domain, args[0])
 			if err != nil {
-				return err
+				return fmt.Errorf("delete cache entry %q: %w", args[0], err)
 			}
 			if resp.StatusCode() != http.StatusNoContent && resp.StatusCode() != http.StatusOK {
 				return apiError(resp.StatusCode(), resp.Body)

@@ -41,7 +41,7 @@ func newApprove(g *globals) *cobra.Command {
 			}
 			resp, err := c.ApproveActionWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], f.body())
 			if err != nil {
-				return err
+				return fmt.Errorf("approve step %s of run %s: %w", args[1], args[0], err)
 			}
 			if resp.JSON202 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -67,7 +67,7 @@ func newReject(g *globals) *cobra.Command {
 			}
 			resp, err := c.RejectActionWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], f.body())
 			if err != nil {
-				return err
+				return fmt.Errorf("reject step %s of run %s: %w", args[1], args[0], err)
 			}
 			if resp.JSON202 == nil {
 				return apiError(resp.StatusCode(), resp.Body)

@@ -88,7 +88,7 @@ func createRuns(ctx context.Context, c *api.ClientWithResponses, g *globals, out
 		}
 		resp, err := c.CreateRunsWithResponse(ctx, g.project, g.domain, body)
 		if err != nil {
-			return err
+			return fmt.Errorf("create runs %d to %d of %d: %w", start+1, start+len(chunk), len(specs), err)
 		}
 		if resp.JSON200 == nil {
 			return apiError(resp.StatusCode(), resp.Body)

@@ -24,7 +24,7 @@ func newSuspend(g *globals) *cobra.Command {
 			}
 			resp, err := c.SuspendRunWithResponse(cmd.Context(), g.project, g.domain, args[0], api.RunSignalRequest{})
 			if err != nil {
-				return err
+				return fmt.Errorf("suspend run %s: %w", args[0], err)
 			}
 			if resp.JSON202 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -47,7 +47,7 @@ func newResume(g *globals) *cobra.Command {
 			}
 			resp, err := c.ResumeRunWithResponse(cmd.Context(), g.project, g.domain, args[0], api.RunSignalRequest{})
 			if err != nil {
-				return err
+				return fmt.Errorf("resume run %s: %w", args[0], err)
 			}
 			if resp.JSON202 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -76,7 +76,7 @@ func newRestart(g *globals) *cobra.Command {
 			}
 			resp, err := c.RestartRunWithResponse(cmd.Context(), g.project, g.domain, args[0], body)
 			if err != nil {
-				return err
+				return fmt.Errorf("restart run %s: %w", args[0], err)
 			}
 			if resp.JSON202 == nil {
 				return apiError(resp.StatusCode(), resp.Body)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -57,7 +58,11 @@ func openEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run
 		resp, err = c.WatchEvents(ctx, g.project, g.domain, &api.WatchEventsParams{LastEventID: lastID}, editor)
 	}
 	if err != nil {
-		return nil, err
+		of := g.project + "/" + g.domain
+		if run != "" {
+			of = "run " + run
+		}
+		return nil, fmt.Errorf("watch events of %s: %w", of, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()

@@ -84,3 +84,14 @@ func TestOutputFormats(t *testing.T) {
 		}
 	}
 }
+
+// An answer the CLI cannot decode fails with the operation and the run it
+// was about ahead of the decoder's words, which name neither.
+func TestUndecodableAnswerNamesTheOperation(t *testing.T) {
+	t.Parallel()
+	_, api := newStandIn(t, http.StatusOK, "application/json", `{"name":5}`)
+	_, err := capstan(api, "run", "get", "r1")
+	if err == nil || !strings.HasPrefix(err.Error(), "get run r1: ") || !strings.Contains(err.Error(), "cannot unmarshal") {
+		t.Errorf("got %v, want the decoding error after \"get run r1: \"", err)
+	}
+}

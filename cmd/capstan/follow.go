@@ -51,7 +51,7 @@ func (f *logFollower) once(ctx context.Context) error {
 			return nil
 		})
 	if err != nil {
-		return err
+		return fmt.Errorf("follow logs of attempt %d of task %d of %s/%s: %w", f.attempt, f.task, f.run, f.action, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -41,7 +41,7 @@ func newLogs(g *globals) *cobra.Command {
 			}
 			resp, err := c.GetAttemptLogsWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], task, attempt, params)
 			if err != nil {
-				return err
+				return fmt.Errorf("get logs of attempt %d of task %d of %s/%s: %w", attempt, task, args[0], args[1], err)
 			}
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -101,7 +101,7 @@ func newWorkers(g *globals) *cobra.Command {
 			}
 			resp, err := c.ListWorkersWithResponse(cmd.Context())
 			if err != nil {
-				return err
+				return fmt.Errorf("list workers: %w", err)
 			}
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 
@@ -20,12 +21,16 @@ type globals struct {
 }
 
 func (g *globals) client() (*api.ClientWithResponses, error) {
-	return api.NewClientWithResponses(g.apiURL, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+	c, err := api.NewClientWithResponses(g.apiURL, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
 		if g.token != "" {
 			req.Header.Set("Authorization", "Bearer "+g.token)
 		}
 		return nil
 	}))
+	if err != nil {
+		return nil, fmt.Errorf("client of the API at %s: %w", g.apiURL, err)
+	}
+	return c, nil
 }
 
 func newRoot() *cobra.Command {

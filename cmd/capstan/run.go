@@ -82,7 +82,7 @@ func (co createOpts) run(cmd *cobra.Command, g *globals) error {
 	}
 	resp, err := c.CreateRunWithResponse(cmd.Context(), g.project, g.domain, nil, body)
 	if err != nil {
-		return err
+		return fmt.Errorf("create the run of %s: %w", co.file, err)
 	}
 	run := resp.JSON201
 	if run == nil {
@@ -124,7 +124,7 @@ func setParams(spec *api.WorkflowSpec, params []string) error {
 func getRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name string) (*api.Run, error) {
 	resp, err := c.GetRunWithResponse(ctx, g.project, g.domain, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("get run %s: %w", name, err)
 	}
 	if resp.JSON200 == nil {
 		return nil, apiError(resp.StatusCode(), resp.Body)
@@ -325,7 +325,7 @@ func newAbort(g *globals) *cobra.Command {
 		func(ctx context.Context, c *api.ClientWithResponses, args []string, body api.AbortRequest) (*api.Action, int, []byte, error) {
 			resp, err := c.AbortRunWithResponse(ctx, g.project, g.domain, args[0], body)
 			if err != nil {
-				return nil, 0, nil, err
+				return nil, 0, nil, fmt.Errorf("abort run %s: %w", args[0], err)
 			}
 			return resp.JSON202, resp.StatusCode(), resp.Body, nil
 		})

@@ -46,7 +46,7 @@ func newTokenCreate(g *globals) *cobra.Command {
 			}
 			resp, err := c.CreateTokenWithResponse(cmd.Context(), body)
 			if err != nil {
-				return err
+				return fmt.Errorf("create token %q: %w", args[0], err)
 			}
 			if resp.JSON201 == nil || resp.JSON201.Token == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -75,7 +75,7 @@ func newTokenList(g *globals) *cobra.Command {
 			}
 			resp, err := c.ListTokensWithResponse(cmd.Context())
 			if err != nil {
-				return err
+				return fmt.Errorf("list tokens: %w", err)
 			}
 			if resp.JSON200 == nil {
 				return apiError(resp.StatusCode(), resp.Body)
@@ -117,7 +117,7 @@ func newTokenRevoke(g *globals) *cobra.Command {
 			}
 			resp, err := c.RevokeTokenWithResponse(cmd.Context(), id)
 			if err != nil {
-				return err
+				return fmt.Errorf("revoke token %s: %w", id, err)
 			}
 			if resp.StatusCode() != 204 {
 				return apiError(resp.StatusCode(), resp.Body)

@@ -36,7 +36,7 @@ func run(cfg config, log *slog.Logger) error {
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
 		stopTracing, err := svc.StartTracing(ctx, service, log)
 		if err != nil {
-			return err
+			return fmt.Errorf("start tracing: %w", err)
 		}
 		defer stopTracing()
 		rec, err := reconciler.New(reconciler.Deps{Store: reconciler.StoreOf(deps.Store), Redis: cfg.Redis(), Log: log,

@@ -38,7 +38,7 @@ func run(cfg config, log *slog.Logger) error {
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
 		stopTracing, err := svc.StartTracing(ctx, service, log)
 		if err != nil {
-			return err
+			return fmt.Errorf("start tracing: %w", err)
 		}
 		defer stopTracing()
 		queues := asynqmon.New(asynqmon.Options{RootPath: server.QueuesPath, RedisConnOpt: cfg.Redis()})

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -112,7 +113,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer stop()
 	stopTracing, err := svc.StartTracing(ctx, service, log)
 	if err != nil {
-		return err
+		return fmt.Errorf("start tracing: %w", err)
 	}
 	defer stopTracing()
 	e, err := build(cfg, log)

@@ -49,7 +49,7 @@ func (r *Reconciler) HandleActionAbort(ctx context.Context, t *asynq.Task) error
 	}
 	key, err := domain.ParseActionKey(p.Key)
 	if err != nil {
-		return fmt.Errorf("%s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+		return fmt.Errorf("%s payload: %w: %w", t.Type(), err, asynq.SkipRetry)
 	}
 	return r.handle(ctx, actionJob{r: r, key: key})
 }

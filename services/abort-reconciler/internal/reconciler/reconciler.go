@@ -11,6 +11,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"log/slog"
 	"net/http"
@@ -127,7 +128,7 @@ func New(deps Deps, cfg Config) (*Reconciler, error) {
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reconciler metrics: %w", err)
 	}
 	r.metrics = m
 	r.inspector = asynq.NewInspector(deps.Redis)
@@ -163,7 +164,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 	mux.HandleFunc(queue.TypeActionAbort, r.HandleActionAbort)
 	mux.HandleFunc(queue.TypeAttemptKill, r.HandleAttemptKill)
 	if err := r.server.Start(mux); err != nil {
-		return err
+		return fmt.Errorf("start consuming queue %s: %w", r.cfg.Queue, err)
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.wg.Go(func() { r.resyncLoop(ctx) })

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -25,7 +26,7 @@ func (h *Handlers) AbortRun(ctx context.Context, req api.AbortRunRequestObject) 
 	}
 	d, err := h.store.Actions().GetAction(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read action %s: %w", key, err)
 	}
 	return api.AbortRun202JSONResponse(toAction(d)), nil
 }
@@ -45,7 +46,7 @@ func (h *Handlers) AbortAction(ctx context.Context, req api.AbortActionRequestOb
 	}
 	d, err := h.store.Actions().GetAction(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read action %s: %w", key, err)
 	}
 	return api.AbortAction202JSONResponse(toAction(d)), nil
 }
@@ -53,14 +54,14 @@ func (h *Handlers) AbortAction(ctx context.Context, req api.AbortActionRequestOb
 // abort records the abort in Postgres, then pushes it to the reconciler
 // (Flyte's AbortRun: persist first, then push). A failed push is
 // healed by the reconciler's startup and periodic scans. Errors: the store's
-// AbortAction's (ErrNotFound, ErrTerminal).
+// AbortAction's (ErrNotFound, ErrTerminal), wrapped with the action's key.
 func (h *Handlers) abort(ctx context.Context, key domain.ActionKey, body *api.AbortRequest) error {
 	reason := domain.DefaultAbortReason
 	if body != nil && body.Reason != nil && *body.Reason != "" {
 		reason = *body.Reason
 	}
 	if _, err := h.store.Aborts().AbortAction(ctx, key, reason, store.CauseAborted); err != nil {
-		return err
+		return fmt.Errorf("record abort of action %s: %w", key, err)
 	}
 	if err := h.queue.Enqueue(ctx, queue.NewActionAbortTask(key, queue.AbortTaskRetries(h.cfg.AbortMaxAttempts))); err != nil {
 		h.log.Warn("enqueue abort failed; the reconciler's scan will deliver it", "key", key.String(), "err", err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -31,7 +32,7 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 		return embedded[api.ListAborts400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list aborts: %w", err)
 	}
 	out := api.AbortList{Aborts: make([]api.AbortRecord, len(recs))}
 	for i, r := range recs {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -25,7 +26,7 @@ func (h *Handlers) advancedRun(ctx context.Context, key domain.RunKey) (api.Run,
 	h.advance(ctx, key)
 	d, err := h.store.Runs().GetRun(ctx, key)
 	if err != nil {
-		return api.Run{}, err
+		return api.Run{}, fmt.Errorf("read run %s: %w", key, err)
 	}
 	outs, err := h.runOutputs(ctx, d)
 	if err != nil {

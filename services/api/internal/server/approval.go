@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -62,12 +63,12 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 		return api.Action{}, &p, err
 	}
 	if err != nil {
-		return api.Action{}, nil, err
+		return api.Action{}, nil, fmt.Errorf("record %s decision on action %s: %w", decision, key, err)
 	}
 	h.advance(ctx, key.RunKey)
 	d, err := h.store.Actions().GetAction(ctx, key)
 	if err != nil {
-		return api.Action{}, nil, err
+		return api.Action{}, nil, fmt.Errorf("read action %s: %w", key, err)
 	}
 	return toAction(d), nil, nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -22,7 +23,7 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 		return embedded[api.GetAttempt404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read attempt %d: %w", req.Id, err)
 	}
 	spec, err := h.attemptSpec(ctx, r)
 	return api.GetAttempt200JSONResponse(spec), err
@@ -34,7 +35,7 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttemptsRequestObject) (api.GetWorkerAttemptsResponseObject, error) {
 	runs, err := h.store.Attempts().GetAttemptRuns(ctx, req.Params.Ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %d attempts of worker %s: %w", len(req.Params.Ids), req.Id, err)
 	}
 	out := api.GetWorkerAttempts200JSONResponse{Attempts: make([]api.AttemptSpec, 0, len(runs))}
 	for _, r := range runs {
@@ -58,12 +59,12 @@ func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (api.Att
 	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
 		step.Inputs)
 	if err != nil {
-		return api.AttemptSpec{}, err
+		return api.AttemptSpec{}, fmt.Errorf("resolve inputs of attempt %d: %w", r.Attempt.ID, err)
 	}
 	out, err := api.NewAttemptSpec(r.Attempt.ID, r.Attempt.Number, domain.RunKey{Project: r.Task.Project,
 		Domain: r.Task.Domain, Run: r.Task.RunName}.Action(r.Task.ActionName), r.Task.Idx, r.Attempt.WorkerID, step)
 	if err != nil {
-		return api.AttemptSpec{}, err
+		return api.AttemptSpec{}, fmt.Errorf("spec of attempt %d: %w", r.Attempt.ID, err)
 	}
 	out.State, out.Proceed = api.TaskState(r.Attempt.State.String()), r.Proceed
 	if inputs != nil {
@@ -93,7 +94,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	case ok && p.Status == http.StatusConflict:
 		return api.ReportAttempt409ApplicationProblemPlusJSONResponse(p), nil
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("record %s report of attempt %d: %w", rep.State, req.Id, err)
 	}
 	h.reported(rep, res)
 	if res.Evaluate {
@@ -134,7 +135,7 @@ func (h *Handlers) checkReport(ctx context.Context, id int64, b *api.AttemptRepo
 	if rep.Stdout != "" || rep.Stderr != "" || rep.Error != "" {
 		secrets, err := h.store.Attempts().AttemptSecretValues(ctx, id)
 		if err != nil {
-			return rep, nil, err
+			return rep, nil, fmt.Errorf("read secrets of attempt %d: %w", id, err)
 		}
 		rep.Stdout, rep.Stderr = domain.MaskSecrets(rep.Stdout, secrets), domain.MaskSecrets(rep.Stderr, secrets)
 		rep.Error = domain.MaskSecrets(rep.Error, secrets)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -141,7 +142,7 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 			return principal{}, errBadToken
 		}
 		if err != nil {
-			return principal{}, err
+			return principal{}, fmt.Errorf("look up bearer token: %w", err)
 		}
 		a.tokens.Add(hash, t)
 	}

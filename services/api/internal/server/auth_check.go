@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,7 +56,7 @@ func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, 
 				return nil
 			}
 			if err != nil {
-				return err
+				return fmt.Errorf("read the holder of attempt %d: %w", n, err)
 			}
 			if r.Attempt.WorkerID == nil {
 				return errNotHolder

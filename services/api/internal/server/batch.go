@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -37,7 +38,7 @@ func (h *Handlers) CreateRuns(ctx context.Context, req api.CreateRunsRequestObje
 	}
 	created, err := h.store.Runs().CreateRuns(ctx, valid)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create %d runs in %s/%s: %w", len(valid), req.Project, req.Domain, err)
 	}
 	var names []string
 	for j, r := range created {
@@ -98,7 +99,7 @@ func (h *Handlers) batchResult(ctx context.Context, key domain.RunKey, r store.R
 	if r.Err != nil {
 		p, ok := problemFor(r.Err, subject{kind: "run", name: key.Run, in: key.Project + "/" + key.Domain})
 		if !ok {
-			return api.RunBatchResult{}, r.Err
+			return api.RunBatchResult{}, fmt.Errorf("create run %s: %w", key, r.Err)
 		}
 		return api.RunBatchResult{Error: &p}, nil
 	}

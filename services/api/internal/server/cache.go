@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -27,7 +28,7 @@ func (h *Handlers) ListCacheEntries(ctx context.Context, req api.ListCacheEntrie
 		return embedded[api.ListCacheEntries400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list cache entries of %s/%s: %w", req.Project, req.Domain, err)
 	}
 	out := api.CacheEntryList{Entries: make([]api.CacheEntry, len(entries))}
 	for i, e := range entries {
@@ -47,7 +48,7 @@ func (h *Handlers) DeleteCacheEntry(ctx context.Context, req api.DeleteCacheEntr
 		return api.DeleteCacheEntry404ApplicationProblemPlusJSONResponse(p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("delete cache entry %q of %s/%s: %w", req.Key, req.Project, req.Domain, err)
 	}
 	return api.DeleteCacheEntry204Response{}, nil
 }

@@ -1,14 +1,24 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,6 +40,9 @@ func TestProblemFor(t *testing.T) {
 			"run r1 not found", nil},
 		{"not found, kind only", store.ErrNotFound, subject{kind: "attempt"}, http.StatusNotFound, "not_found",
 			"attempt not found", nil},
+		{"not found, wrapped twice", fmt.Errorf("record abort of action demo/dev/r1/a0: %w",
+			fmt.Errorf("run demo/dev/r1: %w", store.ErrNotFound)), action, http.StatusNotFound, "not_found",
+			"action demo/dev/r1/a0 not found", nil},
 		{"wrapped conflict", fmt.Errorf("%w: runs_pkey", store.ErrConflict),
 			subject{kind: "run", name: "r1", in: "demo/dev"}, http.StatusConflict, "conflict",
 			"a run named r1 already exists in demo/dev", nil},
@@ -69,4 +82,38 @@ func TestProblemFor(t *testing.T) {
 		_, ok := problemFor(err, action)
 		require.False(t, ok, "%v", err)
 	}
+}
+
+// A store failure that is no sentinel answers 500 "internal error", and
+// the one line the api logs of it says what the handler was doing, and to
+// what: the run's key ahead of the database's own words. The store is
+// closed under the server, as an outage would leave it.
+func TestUnmappedStoreErrorIsLoggedWithContext(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	st := storetest.New(t)
+	client := asynq.NewClient(redistest.New(t))
+	t.Cleanup(func() { client.Close() })
+	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
+		Log: slog.New(slog.NewJSONHandler(&buf, nil)), Registry: prometheus.NewRegistry(),
+		Ready: func(context.Context) error { return nil }}, Config{AdminToken: testAdminToken})
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	f := &fixture{srv: srv, store: st}
+	require.NoError(t, st.Close())
+
+	status, _, p := f.do(t, http.MethodGet, runsPath+"/r1", "")
+	require.Equal(t, http.StatusInternalServerError, status, p)
+	require.Equal(t, "internal", p["code"])
+	require.Equal(t, "internal error", p["detail"], "the cause stays in the log")
+	var failed []string
+	for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(l, &m))
+		if m["msg"] == "request failed" {
+			failed = append(failed, fmt.Sprint(m["err"]))
+		}
+	}
+	require.Len(t, failed, 1)
+	require.Regexp(t, `^read run demo/dev/r1: .+`, failed[0])
 }

@@ -28,7 +28,7 @@ func (h *Handlers) WatchRunEvents(ctx context.Context, req api.WatchRunEventsReq
 		return embedded[api.WatchRunEvents404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read phase of run %s: %w", key, err)
 	}
 	return h.newEventStream(ctx, key, resumeAfter(req.Params.LastEventID, req.Params.LastEventId)), nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -36,7 +37,7 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 		return api.AppendAttemptLogs404ApplicationProblemPlusJSONResponse(p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("append %d log chunks of attempt %d: %w", len(chunks), id, err)
 	}
 	return api.AppendAttemptLogs204Response{}, nil
 }
@@ -48,7 +49,7 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 func (h *Handlers) checkChunks(ctx context.Context, id int64, in []api.LogChunk, field string) ([]store.NewLogChunk, *api.Problem, error) {
 	secrets, err := h.store.Attempts().AttemptSecretValues(ctx, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("read secrets of attempt %d: %w", id, err)
 	}
 	chunks := make([]store.NewLogChunk, len(in))
 	for i, c := range in {
@@ -81,21 +82,21 @@ func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsReq
 		return embedded[api.GetAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("find attempt %d of task %d of action %s: %w", req.Attempt, req.Task, key, err)
 	}
 	if req.Params.Follow != nil && *req.Params.Follow {
 		return h.newLogStream(ctx, a.ID), nil
 	}
 	chunks, err := h.store.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read log chunks of attempt %d: %w", a.ID, err)
 	}
 	if len(chunks) > 0 {
 		return joinChunks(chunks), nil
 	}
 	l, err := h.store.Logs().FinalAttemptLog(ctx, a.ID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read final logs of attempt %d: %w", a.ID, err)
 	}
 	return api.GetAttemptLogs200JSONResponse{Stdout: l.Stdout, Stderr: l.Stderr, Truncated: l.Truncated}, nil
 }

@@ -60,7 +60,12 @@ func (h *Handlers) runOutputs(ctx context.Context, d store.RunDetail) (map[strin
 	if !slices.ContainsFunc(d.Actions, func(a store.ActionDetail) bool { return hasOutputs(a.Action) }) {
 		return nil, nil
 	}
-	return h.store.Actions().StepOutputs(ctx, domain.RunKey{Project: d.Run.Project, Domain: d.Run.Domain, Run: d.Run.Name}, nil)
+	key := domain.RunKey{Project: d.Run.Project, Domain: d.Run.Domain, Run: d.Run.Name}
+	outs, err := h.store.Actions().StepOutputs(ctx, key, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read outputs of run %s: %w", key, err)
+	}
+	return outs, nil
 }
 
 // actionOutputs returns one action's outputs, or nil without a read when it
@@ -70,7 +75,10 @@ func (h *Handlers) actionOutputs(ctx context.Context, key domain.ActionKey, d st
 		return nil, nil
 	}
 	outs, err := h.store.Actions().StepOutputs(ctx, key.RunKey, []string{key.Action})
-	return outs[key.Action], err
+	if err != nil {
+		return nil, fmt.Errorf("read outputs of action %s: %w", key, err)
+	}
+	return outs[key.Action], nil
 }
 
 // withOutputs sets a's outputs; it leaves them absent when there are none.

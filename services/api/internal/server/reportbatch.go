@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -43,7 +44,7 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 	ctx = context.WithoutCancel(ctx)
 	results, err := h.store.Attempts().ReportAttempts(ctx, req.Id.String(), batch, h.cfg.LogMaxBytes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("record a batch of %d reports of worker %s: %w", len(batch), req.Id, err)
 	}
 	var ended []int64
 	for j, res := range results {

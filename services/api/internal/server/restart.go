@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -28,7 +29,7 @@ func (h *Handlers) RestartRun(ctx context.Context, req api.RestartRunRequestObje
 	case ok && p.Status == http.StatusUnprocessableEntity:
 		return api.RestartRun422ApplicationProblemPlusJSONResponse(p), nil
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("request restart of run %s: %w", key, err)
 	}
 	run, err := h.advancedRun(ctx, key)
 	if err != nil {

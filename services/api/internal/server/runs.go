@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -30,7 +31,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		return api.CreateRun409ApplicationProblemPlusJSONResponse(p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create run %s: %w", key, err)
 	}
 	key.Run = detail.Run.Name
 	if err := h.starts.send(ctx, key); err != nil {
@@ -112,7 +113,7 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 		return embedded[api.ListRuns400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list runs of %s/%s: %w", req.Project, req.Domain, err)
 	}
 	out := api.RunList{Runs: make([]api.RunSummary, len(runs))}
 	for i, r := range runs {
@@ -126,12 +127,13 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 
 // GetRun returns a run with its actions, tasks and attempts.
 func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api.GetRunResponseObject, error) {
-	d, err := h.store.Runs().GetRun(ctx, domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run})
+	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
+	d, err := h.store.Runs().GetRun(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "run", name: req.Run}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.GetRun404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read run %s: %w", key, err)
 	}
 	outs, err := h.runOutputs(ctx, d)
 	if err != nil {
@@ -148,7 +150,7 @@ func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject
 		return embedded[api.GetAction404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read action %s: %w", key, err)
 	}
 	outs, err := h.actionOutputs(ctx, key, d)
 	if err != nil {

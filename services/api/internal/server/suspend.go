@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -21,7 +22,7 @@ func (h *Handlers) SuspendRun(ctx context.Context, req api.SuspendRunRequestObje
 	case ok && p.Status == http.StatusConflict:
 		return api.SuspendRun409ApplicationProblemPlusJSONResponse(p), nil
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("request suspend of run %s: %w", key, err)
 	}
 	run, err := h.advancedRun(ctx, key)
 	if err != nil {

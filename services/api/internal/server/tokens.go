@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -28,7 +29,7 @@ func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestOb
 	}
 	t, secret, err := h.store.Tokens().CreateToken(ctx, nt)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create token %q: %w", nt.Name, err)
 	}
 	h.log.Info("token created", "token", t.ID, "name", t.Name, "role", t.Role, "projects", []string(t.Projects))
 	out := toToken(t)
@@ -40,7 +41,7 @@ func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestOb
 func (h *Handlers) ListTokens(ctx context.Context, _ api.ListTokensRequestObject) (api.ListTokensResponseObject, error) {
 	ts, err := h.store.Tokens().ListTokens(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	out := api.TokenList{Tokens: make([]api.Token, len(ts))}
 	for i, t := range ts {
@@ -57,7 +58,7 @@ func (h *Handlers) RevokeToken(ctx context.Context, req api.RevokeTokenRequestOb
 			problem.CodeNotFound, "token "+req.Id.String()+" not found")), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("revoke token %s: %w", req.Id, err)
 	}
 	h.auth.forgetTokens()
 	h.log.Info("token revoked", "token", t.ID, "name", t.Name)

@@ -254,7 +254,7 @@ func rejectTrailing(raw []byte) error {
 	if dec.Decode(&first) != nil {
 		return nil // not JSON: the handler's decoding answers it
 	}
-	if _, err := dec.Token(); err == io.EOF {
+	if _, err := dec.Token(); errors.Is(err, io.EOF) {
 		return nil
 	}
 	const msg = "unexpected data after the JSON document"

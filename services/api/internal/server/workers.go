@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -49,7 +50,7 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	}
 	w, err := h.store.Workers().RegisterWorker(ctx, nw)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register worker %q: %w", nw.Name, err)
 	}
 	out := toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())
 	if out.Token, err = h.workerToken(ctx, w); err != nil {
@@ -94,7 +95,7 @@ func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) 
 		return nil, &p, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("record heartbeat of worker %s: %w", id, err)
 	}
 	h.evaluateLost(ctx, reply.Lost)
 	return reply.Stop, nil, nil
@@ -109,7 +110,7 @@ func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorke
 		return embedded[api.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("deregister worker %s: %w", id, err)
 	}
 	h.auth.forgetTokens() // its token went with it
 	h.log.Info("worker deregistered", "worker_id", id, "lost", len(lost))
@@ -132,7 +133,7 @@ func (h *Handlers) evaluateLost(ctx context.Context, lost []store.LostAttempt) {
 func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObject) (api.ListWorkersResponseObject, error) {
 	ws, err := h.store.Workers().ListWorkers(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list workers: %w", err)
 	}
 	out := api.WorkerList{Workers: make([]api.Worker, len(ws))}
 	now := time.Now()
@@ -147,7 +148,7 @@ func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObje
 func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, error) {
 	_, secret, err := h.store.Tokens().CreateToken(ctx, store.NewToken{Name: "worker " + w.Name, Role: RoleWorker, WorkerID: &w.ID})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mint the token of worker %s: %w", w.ID, err)
 	}
 	return &secret, nil
 }

@@ -134,8 +134,9 @@ func specsUsed(err error) error {
 // attempt the control plane does not know, does not want run, or gave to
 // another worker; does nothing for an attempt already held (a
 // re-delivery); and otherwise starts it and returns at once: the process
-// outlives the task. Errors: supervisor.ErrFull (retried after
-// FullRetryDelay), a failure to read the attempt (retried with backoff).
+// outlives the task. Errors, naming the attempt: supervisor.ErrFull
+// (retried after FullRetryDelay), a failure to read the attempt (retried
+// with backoff).
 func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64, spec *api.AttemptSpec) error {
 	log := a.log.With("attempt_id", id)
 	if a.sup.Holds(id) {
@@ -151,7 +152,7 @@ func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64, sp
 			return nil
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("attempt %d: %w", id, err)
 		}
 		spec = &read
 	}
@@ -163,7 +164,10 @@ func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64, sp
 		log.Info("attempt belongs to another worker; dropped", "worker_id", *spec.WorkerId)
 		return nil
 	}
-	return start(ctx, *spec)
+	if err := start(ctx, *spec); err != nil {
+		return fmt.Errorf("attempt %d: %w", id, err)
+	}
+	return nil
 }
 
 // retryDelay is asynq's RetryDelayFunc: FullRetryDelay when every slot was

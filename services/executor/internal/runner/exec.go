@@ -45,7 +45,7 @@ func Exec(ctx context.Context, env []string, argv ...string) (code int, out stri
 		return exit.ExitCode(), out, nil
 	}
 	if err != nil {
-		return -1, out, err
+		return -1, out, fmt.Errorf("wait for %s: %w", argv[0], err)
 	}
 	return 0, out, nil
 }
