@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -31,8 +32,11 @@ func (s *Scheduler) evaluateSucceeded(ctx context.Context, ids []int64) []int64 
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		now := time.Now().UTC()
 		var err error
-		if claimed, err = tx.Attempts().LockAndClaimAttempts(ctx, ids, now); err != nil || len(claimed) == 0 {
-			return err
+		if claimed, err = tx.Attempts().LockAndClaimAttempts(ctx, ids, now); err != nil {
+			return fmt.Errorf("lock and claim %d attempts: %w", len(ids), err)
+		}
+		if len(claimed) == 0 {
+			return nil
 		}
 		evs = make([]Evaluation, len(claimed))
 		if err := s.settleAll(ctx, tx, claimed, evs, now); err != nil {
@@ -87,7 +91,7 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 			evs[i].outcomes = &deferred
 		} else {
 			if err := tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
-				return err
+				return fmt.Errorf("update outcomes of %d tasks: %w", len(deferred), err)
 			}
 			deferred = deferred[:0]
 		}
@@ -152,7 +156,7 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 	if len(keys) > 1 {
 		var err error
 		if steps, err = tx.Actions().StepActionsOfRuns(ctx, keys); err != nil {
-			return err
+			return fmt.Errorf("read step actions of %d runs: %w", len(keys), err)
 		}
 	}
 	var later taskStarts

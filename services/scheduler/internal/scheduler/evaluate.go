@@ -128,7 +128,7 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, attemptID int64, recorded 
 		now := time.Now().UTC()
 		o, a, ok, err := tx.Attempts().LockAndClaimAttempt(ctx, attemptID, now)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock and claim attempt: %w", err)
 		}
 		if !recorded && platformFailure(o.Attempt) {
 			return errWorkerFailureFirst // rolls the claim back
@@ -244,11 +244,12 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	if ev.outcomes != nil && !o.Requeue && o.Code == "" {
 		*ev.outcomes = append(*ev.outcomes, store.OutcomeWrite{T: t, A: a, O: o})
 	} else if err := tx.Tasks().UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
-		return err
+		return fmt.Errorf("update outcome of task %d: %w", t.ID, err)
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
-		_, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now)
-		return err
+		if _, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now); err != nil {
+			return fmt.Errorf("exhaust gang siblings of task %d: %w", t.ID, err)
+		}
 	}
 	return nil
 }
@@ -265,7 +266,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	if !ev.only {
 		var err error
 		if counts, err = tx.Tasks().CountTaskStates(ctx, key, act.Generation); err != nil {
-			return err
+			return fmt.Errorf("count task states of %s generation %d: %w", key, act.Generation, err)
 		}
 	}
 	from := domain.Phase(act.Phase)
@@ -284,12 +285,12 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	}
 	if !ev.phaseWritten { // else the task's outcome carried this move (onlyTaskMove)
 		if _, err := tx.Actions().SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
-			return err
+			return fmt.Errorf("move %s from %s to %s: %w", key, from, ev.ActionPhase, err)
 		}
 	}
 	if ev.ActionPhase == domain.PhaseFailed && ev.Code != "" {
 		if err := tx.Actions().SetActionReason(ctx, key, ev.Code, now); err != nil {
-			return err
+			return fmt.Errorf("set reason %s of %s: %w", ev.Code, key, err)
 		}
 	}
 	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() {
@@ -330,14 +331,20 @@ func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Eval
 	reason string, now time.Time) error {
 	n, err := tx.Tasks().KillUnfinishedTasks(ctx, key, now)
 	if err != nil {
-		return err
+		return fmt.Errorf("kill unfinished tasks of %s: %w", key, err)
 	}
 	live, err := tx.Aborts().LiveAttemptsUnder(ctx, key)
-	if err != nil || len(live) == 0 {
-		return err
+	if err != nil {
+		return fmt.Errorf("read live attempts of %s: %w", key, err)
+	}
+	if len(live) == 0 {
+		return nil
 	}
 	ev.AbortSurvivors = &key
-	return tx.Actions().RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason})
+	if err := tx.Actions().RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason}); err != nil {
+		return fmt.Errorf("request abort of %s: %w", key, err)
+	}
+	return nil
 }
 
 // afterEvaluation acts on what an evaluation decided, once committed: it

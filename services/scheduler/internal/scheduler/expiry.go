@@ -32,7 +32,7 @@ func (e expiry) runOnce(ctx context.Context) (ExpiryResult, error) {
 	var res ExpiryResult
 	due, err := e.s.store.Tasks().ExpiryDue(ctx, 1000)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("read expiries due: %w", err)
 	}
 	for _, key := range due.Deadlines {
 		ended, err := e.s.expireDeadline(ctx, key)
@@ -76,12 +76,15 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 		ev = Evaluation{}
 		run, act, err := tx.Actions().LockRunAction(ctx, key)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock run and action: %w", err)
 		}
 		now := time.Now().UTC()
 		n, err := tx.Tasks().MarkTasksUnschedulable(ctx, key, now)
-		if err != nil || n == 0 {
-			return err
+		if err != nil {
+			return fmt.Errorf("mark tasks unschedulable: %w", err)
+		}
+		if n == 0 {
+			return nil
 		}
 		ev.Done, ev.Run = true, key.RunKey
 		if err := s.deriveAction(ctx, tx, &ev, act, now); err != nil || !ev.ActionPhase.IsTerminal() {

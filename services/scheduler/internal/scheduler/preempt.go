@@ -24,12 +24,12 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 		ev, killRequested = Evaluation{}, false
 		run, act, t, a, err := tx.Tasks().LockAttemptOwners(ctx, attemptID)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock attempt and owners: %w", err)
 		}
 		now := time.Now().UTC()
 		claimed, ok, err := tx.Attempts().PreemptAssignedAttempt(ctx, t, attemptID, now)
 		if err != nil {
-			return err
+			return fmt.Errorf("preempt assigned attempt of task %d: %w", t.ID, err)
 		}
 		if ok {
 			return s.decide(ctx, tx, &ev, run, act, t, claimed, true, now)
@@ -114,7 +114,7 @@ func (p *placement) loadRunning(ctx context.Context) error {
 	}
 	live, err := p.st.Placement().LiveOnWorkers(ctx, ids)
 	if err != nil {
-		return err
+		return fmt.Errorf("read live attempts on %d workers: %w", len(ids), err)
 	}
 	for _, l := range live {
 		p.running = append(p.running, domain.Running{AttemptID: l.AttemptID, Worker: index[l.WorkerID],

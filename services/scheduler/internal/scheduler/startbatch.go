@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -138,7 +139,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	fp *freshPlacement) error {
 	runs, err := tx.Runs().TryLockRuns(ctx, keys)
 	if err != nil {
-		return err
+		return fmt.Errorf("try to lock %d runs: %w", len(keys), err)
 	}
 	order := make([]int, len(keys))
 	for i := range order {
@@ -165,7 +166,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	}
 	expanded, err := tx.Runs().ExpandAndStartRuns(ctx, now, fresh...)
 	if err != nil {
-		return err
+		return fmt.Errorf("expand and start %d runs: %w", len(fresh), err)
 	}
 	var started []domain.RunKey
 	for j, i := range picked {
