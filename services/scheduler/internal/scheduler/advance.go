@@ -55,12 +55,13 @@ func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, er
 	})
 	fp.finish(ctx, err == nil)
 	if errors.Is(err, store.ErrNotFound) {
-		return adv, fmt.Errorf("run %s: %w", key, asynq.SkipRetry)
+		return adv, fmt.Errorf("advance run %s: %w: %w", key, err, asynq.SkipRetry)
 	}
-	if err == nil {
-		s.afterAdvance(adv)
+	if err != nil {
+		return adv, fmt.Errorf("advance run %s: %w", key, err)
 	}
-	return adv, err
+	s.afterAdvance(adv)
+	return adv, nil
 }
 
 // afterAdvance kicks a placement pass for started steps whose tasks are

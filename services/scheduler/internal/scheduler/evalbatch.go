@@ -96,14 +96,17 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 			deferred = deferred[:0]
 		}
 		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, false, now); err != nil {
-			return err
+			return fmt.Errorf("settle attempt %d: %w", o.Attempt.ID, err)
 		}
 		moved := evs[i].ActionPhase != "" && evs[i].ActionPhase != domain.Phase(o.Action.Phase)
 		if moved && later {
-			return errSettleAlone
+			return fmt.Errorf("settle attempt %d: %w", o.Attempt.ID, errSettleAlone)
 		}
 	}
-	return tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...)
+	if err := tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
+		return fmt.Errorf("update outcomes of %d tasks: %w", len(deferred), err)
+	}
+	return nil
 }
 
 // defers reports whether the settle of a claimed SUCCEEDED attempt writes
@@ -169,10 +172,13 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 		adv, err := s.progressFrom(ctx, tx, run, known, &later, nil, now)
 		evs[j].Advance = &adv
 		if err != nil {
-			return err
+			return fmt.Errorf("advance run %s: %w", runKeyOf(run), err)
 		}
 	}
-	return tx.Tasks().CreateTasksOfRuns(ctx, now, later...)
+	if err := tx.Tasks().CreateTasksOfRuns(ctx, now, later...); err != nil {
+		return fmt.Errorf("create tasks of %d runs: %w", len(later), err)
+	}
+	return nil
 }
 
 // taskStarts gathers the plain task steps that a batch's advances start,

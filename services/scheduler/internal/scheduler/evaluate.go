@@ -100,18 +100,21 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, 
 	ev, err := s.evaluateOnce(ctx, attemptID, false)
 	if errors.Is(err, errWorkerFailureFirst) {
 		if err := s.recordWorkerFailure(ctx, attemptID); err != nil {
-			return Evaluation{}, err
+			return Evaluation{}, fmt.Errorf("evaluate attempt %d: record worker failure: %w", attemptID, err)
 		}
 		ev, err = s.evaluateOnce(ctx, attemptID, true)
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return ev, fmt.Errorf("attempt %d: %w", attemptID, asynq.SkipRetry)
+		return ev, fmt.Errorf("evaluate attempt %d: %w: %w", attemptID, err, asynq.SkipRetry)
 	}
-	if err == nil && ev.Done {
+	if err != nil {
+		return ev, fmt.Errorf("evaluate attempt %d: %w", attemptID, err)
+	}
+	if ev.Done {
 		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
 		s.afterEvaluation(ctx, ev)
 	}
-	return ev, err
+	return ev, nil
 }
 
 // errWorkerFailureFirst: the attempt is a platform failure whose worker
@@ -197,7 +200,10 @@ func (s *Scheduler) advanceRun(ctx context.Context, tx *store.Store, ev *Evaluat
 	now time.Time) error {
 	adv, err := s.progressFrom(ctx, tx, run, knownSteps(run, act, ev.ActionPhase), nil, nil, now)
 	ev.Advance = &adv
-	return err
+	if err != nil {
+		return fmt.Errorf("advance run %s: %w", runKeyOf(run), err)
+	}
+	return nil
 }
 
 // knownSteps returns the step actions of a run of one step, whose action

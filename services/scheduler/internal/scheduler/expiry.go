@@ -95,15 +95,21 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 		}
 		adv, err := s.progress(ctx, tx, run, now)
 		ev.Advance = &adv
-		return err
+		if err != nil {
+			return fmt.Errorf("advance run: %w", err)
+		}
+		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil // the run is gone
 	}
-	if err == nil && ev.Done {
+	if err != nil {
+		return ev.Done, fmt.Errorf("expire deadline of %s: %w", key, err)
+	}
+	if ev.Done {
 		s.afterEvaluation(ctx, ev)
 	}
-	return ev.Done, err
+	return ev.Done, nil
 }
 
 // expireTimeouts aborts, with cause timeout, each action with a task running
@@ -144,7 +150,7 @@ func (s *Scheduler) timeOut(ctx context.Context, key domain.ActionKey, reason st
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("abort %s on timeout: %w", key, err)
 	}
 	s.metrics.timedOut.Inc()
 	s.enqueueAbort(ctx, key)

@@ -90,7 +90,7 @@ func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 	start := time.Now()
 	defer func() { s.metrics.passSeconds.Observe(time.Since(start).Seconds()) }()
 	if _, err := (expiry{s}).runOnce(ctx); err != nil {
-		return PassResult{}, err
+		return PassResult{}, fmt.Errorf("expiry pass: %w", err)
 	}
 	return s.place(ctx)
 }

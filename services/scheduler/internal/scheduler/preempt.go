@@ -42,13 +42,19 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 			return nil // it ended meanwhile: nothing to evict
 		}
 		killRequested = err == nil
-		return err
+		if err != nil {
+			return fmt.Errorf("request kill: %w", err)
+		}
+		return nil
 	})
-	if err == nil && ev.Done {
+	if err != nil {
+		return ev, killRequested, fmt.Errorf("preempt attempt %d: %w", attemptID, err)
+	}
+	if ev.Done {
 		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
 		s.afterEvaluation(ctx, ev)
 	}
-	return ev, killRequested, err
+	return ev, killRequested, nil
 }
 
 // preempt evicts lower-band attempts so that r fits on one worker (Iris's

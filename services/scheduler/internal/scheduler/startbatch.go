@@ -78,7 +78,7 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 				case err := <-req.done:
 					return err
 				case <-ctx.Done():
-					return ctx.Err()
+					return fmt.Errorf("wait to start run %s: %w", key, ctx.Err())
 				}
 			}
 			keys := make([]domain.RunKey, len(batch))
@@ -90,7 +90,7 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 			}
 			<-g.tokens
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("wait to start run %s: %w", key, ctx.Err())
 		}
 	}
 }
@@ -186,7 +186,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 		}
 		advs[i].placed = placed[keys[i]]
 		if err := moveRoot(ctx, tx, keys[i], advs[i], phases[j], now); err != nil {
-			return err
+			return fmt.Errorf("run %s: %w", keys[i], err)
 		}
 	}
 	return nil
