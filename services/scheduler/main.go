@@ -36,13 +36,13 @@ func run(cfg config, log *slog.Logger) error {
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
 		stopTracing, err := svc.StartTracing(ctx, service, log)
 		if err != nil {
-			return err
+			return fmt.Errorf("start tracing: %w", err)
 		}
 		defer stopTracing()
 		enq := queue.NewEnqueuer(deps.Client, log)
 		enq.Wake = deps.Redis
 		if enq.Payloads, err = obs.NewPayloadSizes(deps.Registry); err != nil {
-			return err
+			return fmt.Errorf("register payload sizes: %w", err)
 		}
 		sched := scheduler.New(deps.Store, enq, log, deps.Registry, cfg.scheduler(deps.Inspector))
 		// The leader counts; a sum over the replicas stays right.

@@ -51,18 +51,19 @@ func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advanc
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock run: %w", err)
 		}
 		adv, err = s.progressFrom(ctx, tx, run, nil, nil, time.Now().UTC())
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return adv, fmt.Errorf("run %s: %w", key, asynq.SkipRetry)
+		return adv, fmt.Errorf("advance run %s: %w: %w", key, err, asynq.SkipRetry)
 	}
-	if err == nil {
-		s.afterAdvance(adv)
+	if err != nil {
+		return adv, fmt.Errorf("advance run %s: %w", key, err)
 	}
-	return adv, err
+	s.afterAdvance(adv)
+	return adv, nil
 }
 
 // afterAdvance kicks a placement pass for started steps whose tasks are
@@ -127,7 +128,10 @@ func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Adva
 	}
 	from := adv.Phase
 	adv.Phase = phase
-	return tx.Actions().SetRootPhase(ctx, key, from, phase, now)
+	if err := tx.Actions().SetRootPhase(ctx, key, from, phase, now); err != nil {
+		return fmt.Errorf("move root from %s to %s: %w", from, phase, err)
+	}
+	return nil
 }
 
 // freshStart decides the first advance of a QUEUED run from the status a
@@ -165,13 +169,22 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 // advanced, and when it was, the expansion inserts nothing and reads them.
 func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.Run, key domain.RunKey) ([]store.Action, error) {
 	if domain.Phase(run.Phase) == domain.PhaseQueued && len(run.Spec.Steps) > 0 {
-		return tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
+		steps, err := tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
+		if err != nil {
+			return steps, fmt.Errorf("expand %d steps: %w", len(run.Spec.Steps), err)
+		}
+		return steps, nil
 	}
 	steps, err := tx.Actions().StepActions(ctx, key)
-	if err == nil && len(steps) != len(run.Spec.Steps) {
-		steps, err = tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
+	if err != nil {
+		return steps, fmt.Errorf("read step actions: %w", err)
 	}
-	return steps, err
+	if len(steps) != len(run.Spec.Steps) {
+		if steps, err = tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
+			return steps, fmt.Errorf("expand %d steps: %w", len(run.Spec.Steps), err)
+		}
+	}
+	return steps, nil
 }
 
 // evaluateSteps decides with domain.Evaluate what starts and what is
@@ -194,7 +207,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 			return p, err
 		}
 		if steps, err = tx.Actions().StepActions(ctx, key); err != nil {
-			return p, err
+			return p, fmt.Errorf("read step actions: %w", err)
 		}
 	}
 }
@@ -219,12 +232,12 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 		}
 		// The steps before this one start first: events keep p.Start's order.
 		if err := tx.Tasks().CreateTasks(ctx, key, now, tasks...); err != nil {
-			return hits, err
+			return hits, fmt.Errorf("create tasks of %d steps: %w", len(tasks), err)
 		}
 		tasks = nil
 		hit, err := s.startStep(ctx, tx, key, a, now)
 		if err != nil {
-			return hits, err
+			return hits, fmt.Errorf("start step %s: %w", name, err)
 		}
 		if hit {
 			hits++
@@ -235,11 +248,11 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 		return 0, nil
 	}
 	if err := tx.Tasks().CreateTasks(ctx, key, now, tasks...); err != nil {
-		return hits, err
+		return hits, fmt.Errorf("create tasks of %d steps: %w", len(tasks), err)
 	}
 	for _, name := range p.Skip {
 		if err := tx.Actions().SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
-			return hits, err
+			return hits, fmt.Errorf("skip step %s: %w", name, err)
 		}
 	}
 	return hits, nil
@@ -258,7 +271,7 @@ func stepStatus(ctx context.Context, tx *store.Store, key domain.RunKey, spec do
 	}
 	outputs, err := tx.Actions().StepOutputs(ctx, key, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read step outputs: %w", err)
 	}
 	for name, out := range outputs {
 		st := status[name]

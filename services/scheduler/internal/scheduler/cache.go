@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -46,31 +47,40 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 	ak, from := key.Action(a.Name), domain.Phase(a.Phase)
 	outs, err := tx.Actions().StepOutputs(ctx, key, domain.InputProducers(a.Spec.Inputs))
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read input outputs: %w", err)
 	}
 	ck := domain.CacheKey(key.Project, key.Domain, a.Spec, domain.ResolveInputs(a.Spec.Inputs, outs))
 	e, err := tx.Cache().GetCacheEntry(ctx, key.Project, key.Domain, ck)
 	switch {
 	case err == nil && domain.CacheEntryValid(e.CreatedAt, e.ExpiresAt, a.Spec.Cache.MaxAgeDuration(), now):
-		return true, tx.Cache().CompleteFromCache(ctx, ak, from, e, now)
+		if err := tx.Cache().CompleteFromCache(ctx, ak, from, e, now); err != nil {
+			return true, fmt.Errorf("complete from cache key %s: %w", ck, err)
+		}
+		return true, nil
 	case err != nil && !errors.Is(err, store.ErrNotFound):
-		return false, err
+		return false, fmt.Errorf("read cache entry %s: %w", ck, err)
 	}
 	if a.Spec.Cache.Serializable {
 		held, err := tx.Cache().ReserveCache(ctx, ak, ck, now.Add(s.cfg.Cache.ReservationTTL), now)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("reserve cache key %s: %w", ck, err)
 		}
 		if !held {
 			n := a.CacheWaits + 1
 			wake := now.Add(domain.KubeVela{Cap: s.cfg.Workflow.WaitBackoffCap}.Delay(n))
-			return false, tx.Cache().WaitForCache(ctx, ak, from, ck, n, wake, now)
+			if err := tx.Cache().WaitForCache(ctx, ak, from, ck, n, wake, now); err != nil {
+				return false, fmt.Errorf("wait for cache key %s: %w", ck, err)
+			}
+			return false, nil
 		}
 	}
 	if err := tx.Cache().MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
-		return false, err
+		return false, fmt.Errorf("mark cache key %s missed: %w", ck, err)
 	}
-	return false, tx.Tasks().CreateTasks(ctx, key, now, s.startedStep(key, a, now))
+	if err := tx.Tasks().CreateTasks(ctx, key, now, s.startedStep(key, a, now)); err != nil {
+		return false, fmt.Errorf("create tasks: %w", err)
+	}
+	return false, nil
 }
 
 // finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
@@ -96,16 +106,26 @@ func (s *Scheduler) finalizeCache(ctx context.Context, tx *store.Store, ev *Eval
 	if !c.Serializable {
 		return nil
 	}
-	if live, err := tx.Aborts().LiveAttemptsUnder(ctx, key); err != nil || len(live) > 0 {
-		return err // the evaluation of its last live attempt releases it
+	live, err := tx.Aborts().LiveAttemptsUnder(ctx, key)
+	if err != nil {
+		return fmt.Errorf("read live attempts of %s: %w", key, err)
+	}
+	if len(live) > 0 {
+		return nil // the evaluation of its last live attempt releases it
 	}
 	released, err := tx.Cache().ReleaseCache(ctx, key, *act.CacheKey, strings.ToLower(string(phase)))
-	if err != nil || !released {
-		return err
+	if err != nil {
+		return fmt.Errorf("release cache key %s of %s: %w", *act.CacheKey, key, err)
+	}
+	if !released {
+		return nil
 	}
 	waiters, err := tx.Cache().CacheWaiters(ctx, key.Project, key.Domain, *act.CacheKey)
 	ev.Waiters = append(ev.Waiters, waiters...)
-	return err
+	if err != nil {
+		return fmt.Errorf("read waiters of cache key %s: %w", *act.CacheKey, err)
+	}
+	return nil
 }
 
 // populate writes a SUCCEEDED step's cache entry (its outputs as
@@ -114,7 +134,7 @@ func (s *Scheduler) populate(ctx context.Context, tx *store.Store, act store.Act
 	key := keyOf(act)
 	outs, err := tx.Actions().StepOutputs(ctx, key.RunKey, []string{act.Name})
 	if err != nil {
-		return err
+		return fmt.Errorf("read outputs of %s: %w", key, err)
 	}
 	e := store.CacheEntry{Project: act.Project, Domain: act.Domain, Key: *act.CacheKey, Version: act.Spec.Cache.Version,
 		RunName: act.RunName, ActionName: act.Name, Outputs: outs[act.Name]}
@@ -123,9 +143,12 @@ func (s *Scheduler) populate(ctx context.Context, tx *store.Store, act store.Act
 		e.ExpiresAt = &at
 	}
 	if err := tx.Cache().PutCacheEntry(ctx, e, now); err != nil {
-		return err
+		return fmt.Errorf("put cache entry %s of %s: %w", e.Key, key, err)
 	}
-	return tx.Cache().SetCacheStatus(ctx, key, domain.CachePopulated, now)
+	if err := tx.Cache().SetCacheStatus(ctx, key, domain.CachePopulated, now); err != nil {
+		return fmt.Errorf("mark cache of %s populated: %w", key, err)
+	}
+	return nil
 }
 
 // holdCacheWait moves the next check of a WAITING_FOR_CACHE step a of a

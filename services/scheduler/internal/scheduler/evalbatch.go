@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -61,19 +62,22 @@ func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []st
 			w.deferred = &deferred
 		} else {
 			if err := tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
-				return err
+				return fmt.Errorf("update outcomes of %d tasks: %w", len(deferred), err)
 			}
 			deferred = deferred[:0]
 		}
 		if err := s.settle(ctx, tx, &evs[i], o.Action, o.Task, o.Attempt, wasAssigned, w, now); err != nil {
-			return err
+			return fmt.Errorf("settle attempt %d: %w", o.Attempt.ID, err)
 		}
 		moved := evs[i].ActionPhase != "" && evs[i].ActionPhase != domain.Phase(o.Action.Phase)
 		if moved && later {
-			return errSettleAlone
+			return fmt.Errorf("settle attempt %d: %w", o.Attempt.ID, errSettleAlone)
 		}
 	}
-	return tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...)
+	if err := tx.Tasks().UpdateTaskOutcomes(ctx, now, deferred...); err != nil {
+		return fmt.Errorf("update outcomes of %d tasks: %w", len(deferred), err)
+	}
+	return nil
 }
 
 // settlement is how settleAll has settle write one attempt's settle.
@@ -137,7 +141,7 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 	if len(keys) > 1 {
 		var err error
 		if steps, err = tx.Actions().StepActionsOfRuns(ctx, keys); err != nil {
-			return err
+			return fmt.Errorf("read step actions of %d runs: %w", len(keys), err)
 		}
 	}
 	var later taskStarts
@@ -150,10 +154,13 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 		adv, err := s.progressFrom(ctx, tx, run, known, &later, now)
 		evs[j].Advance = &adv
 		if err != nil {
-			return err
+			return fmt.Errorf("advance run %s: %w", runKeyOf(run), err)
 		}
 	}
-	return tx.Tasks().CreateTasksOfRuns(ctx, now, later...)
+	if err := tx.Tasks().CreateTasksOfRuns(ctx, now, later...); err != nil {
+		return fmt.Errorf("create tasks of %d runs: %w", len(later), err)
+	}
+	return nil
 }
 
 // taskStarts gathers the plain task steps that a batch's advances start,

@@ -104,13 +104,13 @@ func (s *Scheduler) evaluateAttempts(ctx context.Context, ids []int64) ([]Evalua
 	if errors.As(err, &first) {
 		for _, id := range first.attempts {
 			if err := s.recordWorkerFailure(ctx, id); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%s: record worker failure of attempt %d: %w", evaluating(ids), id, err)
 			}
 		}
 		evs, err = s.evaluateOnce(ctx, ids, first.attempts)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", evaluating(ids), err)
 	}
 	for _, ev := range evs {
 		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
@@ -140,11 +140,11 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64) ([]
 		now := time.Now().UTC()
 		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock and claim attempts: %w", err)
 		}
 		if len(claimed) == 0 && len(ids) == 1 {
 			if _, err := tx.Attempts().GetAttempt(ctx, ids[0]); errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("attempt %d: %w", ids[0], asynq.SkipRetry)
+				return fmt.Errorf("read attempt: %w: %w", err, asynq.SkipRetry)
 			}
 			return nil
 		}
@@ -255,11 +255,12 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	if w.deferred != nil && !o.Requeue && o.Code == "" {
 		*w.deferred = append(*w.deferred, store.OutcomeWrite{T: t, A: a, O: o})
 	} else if err := tx.Tasks().UpdateTaskOutcome(ctx, t, a, o, now); err != nil {
-		return moved, err
+		return moved, fmt.Errorf("update outcome of task %d: %w", t.ID, err)
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
-		_, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now)
-		return moved, err
+		if _, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now); err != nil {
+			return moved, fmt.Errorf("exhaust gang siblings of task %d: %w", t.ID, err)
+		}
 	}
 	return moved, nil
 }
@@ -278,7 +279,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	if !only {
 		var err error
 		if counts, err = tx.Tasks().CountTaskStates(ctx, key, act.Generation); err != nil {
-			return err
+			return fmt.Errorf("count task states of %s generation %d: %w", key, act.Generation, err)
 		}
 	}
 	from := domain.Phase(act.Phase)
@@ -297,12 +298,12 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	}
 	if !moved { // else the task's outcome carried this move (onlyTaskMove)
 		if _, err := tx.Actions().SetActionPhase(ctx, key, from, ev.ActionPhase, now); err != nil {
-			return err
+			return fmt.Errorf("move %s from %s to %s: %w", key, from, ev.ActionPhase, err)
 		}
 	}
 	if ev.ActionPhase == domain.PhaseFailed && ev.Code != "" {
 		if err := tx.Actions().SetActionReason(ctx, key, ev.Code, now); err != nil {
-			return err
+			return fmt.Errorf("set reason %s of %s: %w", ev.Code, key, err)
 		}
 	}
 	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() {
@@ -343,14 +344,20 @@ func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Eval
 	reason string, now time.Time) error {
 	n, err := tx.Tasks().KillUnfinishedTasks(ctx, key, now)
 	if err != nil {
-		return err
+		return fmt.Errorf("kill unfinished tasks of %s: %w", key, err)
 	}
 	live, err := tx.Aborts().LiveAttemptsUnder(ctx, key)
-	if err != nil || len(live) == 0 {
-		return err
+	if err != nil {
+		return fmt.Errorf("read live attempts of %s: %w", key, err)
+	}
+	if len(live) == 0 {
+		return nil
 	}
 	ev.AbortSurvivors = &key
-	return tx.Actions().RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason})
+	if err := tx.Actions().RequestActionAbort(ctx, key, reason, map[string]any{"tasks": n, "live_attempts": len(live), "reason": reason}); err != nil {
+		return fmt.Errorf("request abort of %s: %w", key, err)
+	}
+	return nil
 }
 
 // afterEvaluation acts on what an evaluation decided, once committed: it
@@ -405,4 +412,12 @@ func (s *Scheduler) killAttempt(ctx context.Context, attemptID int64) {
 	if err := s.queue.Enqueue(ctx, queue.NewAttemptKillTask(attemptID, s.cfg.AbortMaxRetry)); err != nil {
 		s.log.Warn("enqueue attempt kill failed; the reconciler's scan delivers it", "attempt_id", attemptID, "err", err)
 	}
+}
+
+// evaluating names an evaluation of ids for its errors.
+func evaluating(ids []int64) string {
+	if len(ids) == 1 {
+		return fmt.Sprintf("evaluate attempt %d", ids[0])
+	}
+	return fmt.Sprintf("evaluate %d attempts", len(ids))
 }

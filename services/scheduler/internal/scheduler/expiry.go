@@ -32,7 +32,7 @@ func (e expiry) runOnce(ctx context.Context) (ExpiryResult, error) {
 	var res ExpiryResult
 	due, err := e.s.store.Tasks().ExpiryDue(ctx, 1000)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("read expiries due: %w", err)
 	}
 	for _, key := range due.Deadlines {
 		ended, err := e.s.expireDeadline(ctx, key)
@@ -76,12 +76,15 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 		ev = Evaluation{}
 		run, act, err := tx.Actions().LockRunAction(ctx, key)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock run and action: %w", err)
 		}
 		now := time.Now().UTC()
 		n, err := tx.Tasks().MarkTasksUnschedulable(ctx, key, now)
-		if err != nil || n == 0 {
-			return err
+		if err != nil {
+			return fmt.Errorf("mark tasks unschedulable: %w", err)
+		}
+		if n == 0 {
+			return nil
 		}
 		ev.Done, ev.Run = true, key.RunKey
 		if err := s.deriveAction(ctx, tx, &ev, act, false, false, now); err != nil || !ev.ActionPhase.IsTerminal() {
@@ -92,15 +95,21 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 		}
 		adv, err := s.progress(ctx, tx, run, now)
 		ev.Advance = &adv
-		return err
+		if err != nil {
+			return fmt.Errorf("advance run: %w", err)
+		}
+		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil // the run is gone
 	}
-	if err == nil && ev.Done {
+	if err != nil {
+		return ev.Done, fmt.Errorf("expire deadline of %s: %w", key, err)
+	}
+	if ev.Done {
 		s.afterEvaluation(ctx, ev)
 	}
-	return ev.Done, err
+	return ev.Done, nil
 }
 
 // expireTimeouts aborts, with cause timeout, each action with a task running
@@ -141,7 +150,7 @@ func (s *Scheduler) timeOut(ctx context.Context, key domain.ActionKey, reason st
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("abort %s on timeout: %w", key, err)
 	}
 	s.metrics.timedOut.Inc()
 	s.enqueueAbort(ctx, key)

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -62,8 +63,14 @@ func (s *Scheduler) finishAbort(ctx context.Context, tx *store.Store, act store.
 	}
 	key := keyOf(act)
 	settled, err := tx.Actions().AbortSettled(ctx, key, a.ID)
-	if err != nil || !settled {
-		return err
+	if err != nil {
+		return fmt.Errorf("check abort of %s settled: %w", key, err)
 	}
-	return tx.Actions().WriteActionAborted(ctx, key, phase, a.ID)
+	if !settled {
+		return nil
+	}
+	if err := tx.Actions().WriteActionAborted(ctx, key, phase, a.ID); err != nil {
+		return fmt.Errorf("write %s aborted: %w", key, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -53,8 +54,11 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 	}
 	f.held = true
 	tasks, workers, err := tx.Placement().FreshWork(ctx, keys, f.s.cfg.WorkerGrace)
-	if err != nil || len(workers) == 0 {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("read fresh work of %d runs: %w", len(keys), err)
+	}
+	if len(workers) == 0 {
+		return nil, nil
 	}
 	p := &placement{s: f.s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}, fresh: true}
 	for _, unit := range units(tasks) {
@@ -64,7 +68,7 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 	}
 	attempts, err := tx.Placement().AssignTasks(ctx, p.placed)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bind %d tasks: %w", len(p.placed), err)
 	}
 	f.attempts, f.traces = attempts, p.traces
 	left := map[domain.RunKey]int{}

@@ -111,7 +111,7 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	var res LivenessResult
 	dead, err := s.store.Workers().MarkWorkersDead(ctx, time.Now().Add(-s.cfg.WorkerGrace))
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("mark silent workers dead: %w", err)
 	}
 	for _, id := range dead {
 		s.log.Warn("worker declared dead", "worker_id", id, "grace", s.cfg.WorkerGrace.String())
@@ -121,12 +121,12 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 		now := time.Now().UTC()
 		var err error
 		if lost, err = tx.Workers().LoseAttemptsOfGoneWorkers(ctx, now); err != nil {
-			return err
+			return fmt.Errorf("end attempts of gone workers: %w", err)
 		}
 		for _, l := range lost {
 			if slices.Contains(dead, l.WorkerID) {
 				if _, _, err := tx.Workers().AddWorkerFailure(ctx, l.WorkerID, store.WorkerDead, l.ID, now); err != nil {
-					return err
+					return fmt.Errorf("add failure of attempt %d to dead worker %s: %w", l.ID, l.WorkerID, err)
 				}
 			}
 		}
@@ -139,8 +139,10 @@ func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	s.live.dead.Add(float64(len(dead)))
 	s.evaluateLost(ctx, lost)
 	res.QueuesDeleted = s.sweepQueues(ctx)
-	res.Purged, err = s.store.Workers().DeleteDeadWorkers(ctx, time.Now().Add(-s.cfg.Liveness.DeadRetention))
-	return res, err
+	if res.Purged, err = s.store.Workers().DeleteDeadWorkers(ctx, time.Now().Add(-s.cfg.Liveness.DeadRetention)); err != nil {
+		return res, fmt.Errorf("purge dead workers: %w", err)
+	}
+	return res, nil
 }
 
 // evaluateLost applies lost attempts to their tasks now; one that fails is
@@ -174,18 +176,24 @@ func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) er
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("read attempt: %w", err)
 	}
 	failures, ok, err := s.store.Workers().AddWorkerFailure(ctx, *a.WorkerID, store.WorkerAlive, a.ID, *a.FinishedAt)
-	if err != nil || !ok {
-		return err // !ok: dead or deleted, nothing to gate
+	if err != nil {
+		return fmt.Errorf("add failure to worker %s: %w", *a.WorkerID, err)
+	}
+	if !ok {
+		return nil // !ok: dead or deleted, nothing to gate
 	}
 	table, n := s.cfg.Liveness.Backoff, len(failures)
 	if n <= len(table)-1 {
 		after := latest(failures).Add(table.Delay(n))
 		s.log.Info("worker failure recorded", "worker_id", *a.WorkerID, "attempt_id", attemptID, "failures", n,
 			"placeable_after", after)
-		return s.store.Workers().SetPlaceableAfter(ctx, *a.WorkerID, after)
+		if err := s.store.Workers().SetPlaceableAfter(ctx, *a.WorkerID, after); err != nil {
+			return fmt.Errorf("set worker %s placeable after %s: %w", *a.WorkerID, after.Format(time.RFC3339Nano), err)
+		}
+		return nil
 	}
 	return s.deleteFailedWorker(ctx, *a.WorkerID, n)
 }
@@ -194,12 +202,12 @@ func (s *Scheduler) recordWorkerFailure(ctx context.Context, attemptID int64) er
 // live attempts and queues their evaluation, and deletes its queue.
 func (s *Scheduler) deleteFailedWorker(ctx context.Context, id string, n int) error {
 	if err := s.store.Workers().DeleteWorker(ctx, id); err != nil {
-		return err
+		return fmt.Errorf("delete worker %s after %d failures: %w", id, n, err)
 	}
 	lost, err := s.store.Workers().LoseWorkerAttempts(ctx, id, fmt.Sprintf("the worker was deleted after %d failures", n),
 		time.Now().UTC())
 	if err != nil {
-		return err // the liveness pass ends them: the worker is gone
+		return fmt.Errorf("end attempts of deleted worker %s: %w", id, err) // the liveness pass ends them: the worker is gone
 	}
 	s.log.Warn("worker deleted after too many failures; its executor registers again", "worker_id", id,
 		"failures", n, "lost", len(lost))

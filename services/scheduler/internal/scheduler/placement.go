@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -89,7 +90,7 @@ func (s *Scheduler) runOnce(ctx context.Context) (PassResult, error) {
 	start := time.Now()
 	defer func() { s.metrics.passSeconds.Observe(time.Since(start).Seconds()) }()
 	if _, err := (expiry{s}).runOnce(ctx); err != nil {
-		return PassResult{}, err
+		return PassResult{}, fmt.Errorf("expiry pass: %w", err)
 	}
 	return s.place(ctx)
 }
@@ -117,7 +118,10 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	}
 	s.dispatch(ctx, attempts, p.traces)
 	p.res.Waiting = len(p.reasons)
-	return p.res, p.st.Placement().SetPendingReasons(ctx, p.reasons)
+	if err := p.st.Placement().SetPendingReasons(ctx, p.reasons); err != nil {
+		return p.res, fmt.Errorf("set pending reasons of %d tasks: %w", len(p.reasons), err)
+	}
+	return p.res, nil
 }
 
 // decidePlacement is place's part under s.placing: it reads the pending
@@ -128,8 +132,11 @@ func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts
 	defer s.placing.Unlock()
 	st := s.store
 	tasks, workers, err := st.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
-	if err != nil || len(tasks) == 0 {
-		return nil, nil, err
+	if err != nil {
+		return nil, nil, fmt.Errorf("read pending work: %w", err)
+	}
+	if len(tasks) == 0 {
+		return nil, nil, nil
 	}
 	p = &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
 	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
@@ -220,7 +227,7 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 func (p *placement) assign(ctx context.Context) ([]store.Assigned, error) {
 	attempts, err := p.st.Placement().AssignTasks(ctx, p.placed)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bind %d tasks: %w", len(p.placed), err)
 	}
 	p.res.Placed += len(attempts)
 	return attempts, nil

@@ -24,12 +24,12 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 		ev, killRequested = Evaluation{}, false
 		run, act, t, a, err := tx.Tasks().LockAttemptOwners(ctx, attemptID)
 		if err != nil {
-			return err
+			return fmt.Errorf("lock attempt and owners: %w", err)
 		}
 		now := time.Now().UTC()
 		claimed, ok, err := tx.Attempts().PreemptAssignedAttempt(ctx, t, attemptID, now)
 		if err != nil {
-			return err
+			return fmt.Errorf("preempt assigned attempt of task %d: %w", t.ID, err)
 		}
 		if ok {
 			evs := make([]Evaluation, 1)
@@ -45,13 +45,19 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 			return nil // it ended meanwhile: nothing to evict
 		}
 		killRequested = err == nil
-		return err
+		if err != nil {
+			return fmt.Errorf("request kill: %w", err)
+		}
+		return nil
 	})
-	if err == nil && ev.Done {
+	if err != nil {
+		return ev, killRequested, fmt.Errorf("preempt attempt %d: %w", attemptID, err)
+	}
+	if ev.Done {
 		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
 		s.afterEvaluation(ctx, ev)
 	}
-	return ev, killRequested, err
+	return ev, killRequested, nil
 }
 
 // preempt evicts lower-band attempts so that r fits on one worker (Iris's
@@ -117,7 +123,7 @@ func (p *placement) loadRunning(ctx context.Context) error {
 	}
 	live, err := p.st.Placement().LiveOnWorkers(ctx, ids)
 	if err != nil {
-		return err
+		return fmt.Errorf("read live attempts on %d workers: %w", len(ids), err)
 	}
 	for _, l := range live {
 		p.running = append(p.running, domain.Running{AttemptID: l.AttemptID, Worker: index[l.WorkerID],

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -72,5 +73,15 @@ func (s *Scheduler) resyncOnce(ctx context.Context) (ResyncResult, error) {
 			res.Redispatched++
 		}
 	}
-	return res, errors.Join(errRuns, errRestarts, errIDs, errAssigned)
+	return res, errors.Join(listing("unfinished runs", errRuns), listing("runs to restart", errRestarts),
+		listing("unevaluated attempts", errIDs), listing("assigned attempts", errAssigned))
+}
+
+// listing names the failed listing of resyncOnce that err is from; nil
+// stays nil.
+func listing(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("list %s: %w", what, err)
 }

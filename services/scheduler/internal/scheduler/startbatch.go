@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -77,7 +78,7 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 				case err := <-req.done:
 					return err
 				case <-ctx.Done():
-					return ctx.Err()
+					return fmt.Errorf("wait to start run %s: %w", key, ctx.Err())
 				}
 			}
 			keys := make([]domain.RunKey, len(batch))
@@ -89,7 +90,7 @@ func (s *Scheduler) start(ctx context.Context, key domain.RunKey) error {
 			}
 			<-g.tokens
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("wait to start run %s: %w", key, ctx.Err())
 		}
 	}
 }
@@ -145,7 +146,7 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 	fp *freshPlacement) error {
 	runs, err := tx.Runs().TryLockRuns(ctx, keys)
 	if err != nil {
-		return err
+		return fmt.Errorf("try to lock %d runs: %w", len(keys), err)
 	}
 	order := make([]int, len(keys))
 	for i := range order {
@@ -169,7 +170,7 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 		}
 		adv, err := s.progressFrom(ctx, tx, run, nil, nil, now)
 		if err != nil {
-			return err
+			return fmt.Errorf("advance run %s: %w", keys[i], err)
 		}
 		advs[i] = &adv
 	}
@@ -187,7 +188,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 	}
 	expanded, err := tx.Runs().ExpandAndStartRuns(ctx, now, fresh...)
 	if err != nil {
-		return err
+		return fmt.Errorf("expand and start %d runs: %w", len(fresh), err)
 	}
 	var started []domain.RunKey
 	for j, i := range picked {
@@ -207,7 +208,7 @@ func (s *Scheduler) startFresh(ctx context.Context, tx *store.Store, keys []doma
 		}
 		advs[i].placed = placed[keys[i]]
 		if err := moveRoot(ctx, tx, keys[i], advs[i], phases[j], now); err != nil {
-			return err
+			return fmt.Errorf("run %s: %w", keys[i], err)
 		}
 	}
 	return nil

@@ -46,7 +46,7 @@ func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store
 		}
 		if *a.WaitingFor == store.WaitCache {
 			if err := s.holdCacheWait(ctx, tx, run, *a, now); err != nil {
-				return started, err
+				return started, fmt.Errorf("hold cache wait of step %s: %w", a.Name, err)
 			}
 			continue // progression re-checks it: it has not started
 		}
@@ -65,7 +65,7 @@ func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store
 			a.Phase, a.WaitingFor = string(to), nil
 		}
 		if err != nil {
-			return started, err
+			return started, fmt.Errorf("end wait of step %s: %w", a.Name, err)
 		}
 	}
 	return started, nil
@@ -107,10 +107,13 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Action, failedTimes int, now time.Time) error {
 	key := keyOf(*a)
 	if err := tx.Actions().RetryStep(ctx, key, domain.Phase(a.Phase), a.Generation+1, failedTimes, now); err != nil {
-		return err
+		return fmt.Errorf("retry as generation %d: %w", a.Generation+1, err)
 	}
 	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
-	return tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, now))
+	if err := tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, now)); err != nil {
+		return fmt.Errorf("insert tasks of generation %d: %w", a.Generation, err)
+	}
+	return nil
 }
 
 // failStep applies a task step's failure policy once its job FAILED: with
@@ -126,10 +129,16 @@ func (s *Scheduler) failStep(ctx context.Context, tx *store.Store, act store.Act
 	cfg := s.cfg.Workflow
 	if n <= cfg.MaxStepRetries {
 		delay := domain.KubeVela{Cap: cfg.FailedBackoffCap}.Delay(n)
-		return domain.Phase(act.Phase), tx.Actions().WaitForRetry(ctx, key, n, now.Add(delay), now)
+		if err := tx.Actions().WaitForRetry(ctx, key, n, now.Add(delay), now); err != nil {
+			return domain.Phase(act.Phase), fmt.Errorf("wait for retry %d of %s: %w", n, key, err)
+		}
+		return domain.Phase(act.Phase), nil
 	}
 	reason := fmt.Sprintf("failed %d times; a resume retries it", n)
-	return domain.PhasePaused, tx.Actions().PauseStep(ctx, key, domain.Phase(act.Phase), n, reason, now)
+	if err := tx.Actions().PauseStep(ctx, key, domain.Phase(act.Phase), n, reason, now); err != nil {
+		return domain.PhasePaused, fmt.Errorf("pause %s after %d failures: %w", key, n, err)
+	}
+	return domain.PhasePaused, nil
 }
 
 // restart applies a run's pending restart (`argo retry`-like): the steps
@@ -139,7 +148,7 @@ func (s *Scheduler) restart(ctx context.Context, tx *store.Store, run *store.Run
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	steps, err := tx.Actions().StepActions(ctx, key)
 	if err != nil {
-		return err
+		return fmt.Errorf("read steps to restart: %w", err)
 	}
 	status := make(map[string]domain.StepStatus, len(steps))
 	for _, a := range steps {
@@ -151,10 +160,10 @@ func (s *Scheduler) restart(ctx context.Context, tx *store.Store, run *store.Run
 	}
 	names := domain.RestartSteps(run.Spec, status, from)
 	if err := tx.Actions().ResetSteps(ctx, key, names, now); err != nil {
-		return err
+		return fmt.Errorf("reset %d steps to restart: %w", len(names), err)
 	}
 	if err := tx.Runs().ReopenRun(ctx, key, domain.Phase(run.Phase), names, now); err != nil {
-		return err
+		return fmt.Errorf("reopen run from %s: %w", run.Phase, err)
 	}
 	run.Phase, run.RestartRequestedAt, run.RestartFrom, run.EndedAt = string(domain.PhaseRunning), nil, nil, nil
 	return nil
