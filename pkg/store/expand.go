@@ -146,29 +146,36 @@ func runKeyArrays(keys []domain.RunKey) (projects, domains, names Strings) {
 // holds (FOR UPDATE SKIP LOCKED), in key order (the lock order's first
 // level), in one statement, and returns them by key. A run missing from the
 // result does not exist or was held: the caller leaves it to a transaction
-// of its own (LockRun waits, and tells the two apart). keys may repeat. As
-// a transaction's first statement it begins the transaction on the by-key
-// pool (poolByKey).
-func (s Runs) TryLockRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey]Run, error) {
+// of its own (LockRun waits, and tells the two apart). keys may repeat.
+// With place set it also tries the placement lock (Placement.Lock's), in
+// the same statement and without waiting, and reports whether it got it
+// (held to the transaction's end): a start may place its runs' tasks only
+// then, and the reads after this statement see every bind a pass
+// committed. As a transaction's first statement it begins the transaction
+// on the by-key pool (poolByKey).
+func (s Runs) TryLockRuns(ctx context.Context, keys []domain.RunKey, place bool) (map[domain.RunKey]Run, bool, error) {
 	s = Runs{s.prefer(poolByKey)}
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
+	var placing bool
 	err := s.raw(ctx, `WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
-			ORDER BY project, domain, name FOR UPDATE SKIP LOCKED)
-		SELECT coalesce(json_agg(l), '[]') FROM l`, projects, domains, names).
-		Row().Scan(&raw)
+			ORDER BY project, domain, name FOR UPDATE SKIP LOCKED),
+		p AS MATERIALIZED (SELECT CASE WHEN CAST(? AS boolean) THEN pg_try_advisory_xact_lock(CAST(? AS bigint))
+			ELSE false END AS got)
+		SELECT coalesce(json_agg(l), '[]'), (SELECT got FROM p) FROM l`, projects, domains, names, place, placementLock).
+		Row().Scan(&raw, &placing)
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, false, mapErr(err)
 	}
 	var runs []Run
 	if err := decodeRows(raw, &runs); err != nil {
-		return nil, fmt.Errorf("decode runs: %w", err)
+		return nil, false, fmt.Errorf("decode runs: %w", err)
 	}
 	out := make(map[domain.RunKey]Run, len(runs))
 	for _, r := range runs {
 		out[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}] = r
 	}
-	return out, nil
+	return out, placing, nil
 }

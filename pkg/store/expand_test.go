@@ -90,7 +90,7 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 	var got map[domain.RunKey]store.Run
 	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
 		var err error
-		got, err = tx.Runs().TryLockRuns(ctx, []domain.RunKey{b, held, missing, a, b})
+		got, _, err = tx.Runs().TryLockRuns(ctx, []domain.RunKey{b, held, missing, a, b}, false)
 		return err
 	}))
 	close(release)

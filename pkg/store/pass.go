@@ -46,19 +46,27 @@ func openPass(dsn string, root *core, ops *prometheus.HistogramVec) (*passConn, 
 // after they were: a plan made on a new database's nearly empty tables
 // scans them whole, which costs nothing there and grows with them. A
 // plan is so made for at least half the rows it reads, or is at most
-// replanEvery old. It reports whether it dropped them. Errors:
-// Postgres's.
+// replanEvery old. In a transaction it drops them on the transaction's
+// connection, the pass's (none in a transaction on another pool). It
+// reports whether it dropped them. Errors: Postgres's.
 func (s *core) replanPass(ctx context.Context, id int64) (bool, error) {
 	pc := s.root.pass
 	if pc == nil {
 		return false, nil
+	}
+	on := pc.st.core
+	if s.tx != nil { // the pass's transaction holds its one connection
+		if s.tx.pool != on {
+			return false, nil
+		}
+		on = s
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	if id < 2*pc.mark+replanRows && time.Since(pc.at) < replanEvery {
 		return false, nil
 	}
-	if err := pc.st.db.WithContext(ctx).Exec("DISCARD PLANS").Error; err != nil {
+	if err := on.q(ctx).Exec("DISCARD PLANS").Error; err != nil {
 		return false, mapErr(err)
 	}
 	pc.mark, pc.at = max(pc.mark, id), time.Now()

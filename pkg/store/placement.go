@@ -3,12 +3,34 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 )
+
+// placementLock is the key of the placement lock, a transaction-scoped
+// advisory lock: a scheduling pass holds it from its read to its commit
+// (Placement.Lock), and a start that places its runs' tasks from its runs'
+// lock to its commit (TryLockRuns), so one placement at a time reads the
+// workers' loads, with every attempt the others bound.
+const placementLock int64 = 0x6361707374616e // "capstan"
+
+// Lock takes the placement lock (placementLock) for the rest of the
+// caller's transaction, waiting for it. Taken first, before any other lock
+// of the transaction, it waits on no row lock's holder; a start only tries
+// it. As a transaction's first statement it begins the transaction on the
+// pass's connection (poolPass). Errors: Postgres's, and one outside a
+// transaction.
+func (s Placement) Lock(ctx context.Context) error {
+	if s.tx == nil {
+		return errors.New("store: the placement lock outside a transaction")
+	}
+	s = Placement{s.prefer(poolPass)}
+	return mapErr(s.exec(ctx, `SELECT pg_advisory_xact_lock(CAST(? AS bigint))`, placementLock).Error)
+}
 
 // pendingTasksSQL selects up to limit (its one parameter) PENDING tasks
 // whose not_before has passed and whose scheduling deadline has not,

@@ -48,7 +48,7 @@ func TestPassErrorsNameTheStep(t *testing.T) {
 		want string
 	}{
 		"scheduling": {func() error { _, err := f.s.runOnce(ctx); return err }, "expiry pass: read expiries due: "},
-		"placement":  {func() error { _, err := f.s.placeOnce(ctx); return err }, "read pending work: "},
+		"placement":  {func() error { _, err := f.s.placeOnce(ctx); return err }, "take the placement lock: "},
 		"liveness":   {func() error { _, err := f.s.livenessOnce(ctx); return err }, "mark silent workers dead: "},
 		"resync":     {func() error { _, err := f.s.resyncOnce(ctx); return err }, "list unfinished runs: "},
 	} {

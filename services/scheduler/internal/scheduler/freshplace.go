@@ -12,24 +12,25 @@ import (
 // the run, on the leader: the run then costs no pass (its read, its bind
 // in a transaction of its own, the kick that wakes it), and a task is
 // ASSIGNED as it is created. It applies only when the pass would place
-// those tasks next anyway: the replica leads, no pass or other start
-// holds s.placing, and no other task waits PENDING in the same band or a
-// higher one (store.FreshWork). It places as the pass does (domain.Place,
+// those tasks next anyway: the replica leads, the start's lock statement
+// got the placement lock (store.TryLockRuns: no pass or other start holds
+// it), and no other task waits PENDING in the same band or a higher one
+// (store.FreshWork). It places as the pass does (domain.Place,
 // domain.PlaceGang) on the workers' loads read in the transaction, without
 // preempting; what does not fit stays PENDING for the pass.
 //
-// It holds s.placing from its read to the transaction's end (finish), so
-// that neither a pass nor another fresh placement reads loads without the
-// attempts it binds. It never waits for s.placing: its transaction holds
-// run locks meanwhile (a batch's TryLockRuns holds those of runs started
-// before too, which a pass's preemption may wait for while it holds
-// s.placing), and on a busy machine the wait costs more than the pass it
-// saves. A nil *freshPlacement places nothing.
+// The placement lock is held to the start's commit, so that neither a
+// pass nor another start reads loads without the attempts it binds. A
+// start never waits for it: its transaction holds run locks meanwhile, and
+// on a busy machine the wait costs more than the pass it saves. A nil
+// *freshPlacement places nothing.
 type freshPlacement struct {
-	s        *Scheduler
-	held     bool
-	attempts []store.Assigned
-	traces   map[int64]string
+	s *Scheduler
+	// locked is set when the start's transaction holds the placement
+	// lock; placed once it placed.
+	locked, placed bool
+	attempts       []store.Assigned
+	traces         map[int64]string
 }
 
 // freshPlacement returns a placement for the runs one start transaction
@@ -41,18 +42,23 @@ func (s *Scheduler) freshPlacement() *freshPlacement {
 	return &freshPlacement{s: s}
 }
 
+// lockedPlacement records whether the start's transaction got the
+// placement lock.
+func (f *freshPlacement) lockedPlacement(locked bool) {
+	if f != nil {
+		f.locked = locked
+	}
+}
+
 // place binds, in tx, the PENDING tasks of the runs of keys (started by tx)
 // that fit (store.AssignTasks: their events follow the start's), and
 // returns the runs all of whose tasks it bound. It places nothing when it
 // does not apply (see freshPlacement), or when called a second time.
 func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []domain.RunKey) (map[domain.RunKey]bool, error) {
-	if f == nil || len(keys) == 0 || f.held {
+	if f == nil || len(keys) == 0 || !f.locked || f.placed {
 		return nil, nil
 	}
-	if !f.s.placing.TryLock() { // a pass or another start's placement holds it
-		return nil, nil
-	}
-	f.held = true
+	f.placed = true
 	tasks, workers, err := tx.Placement().FreshWork(ctx, keys, f.s.cfg.WorkerGrace)
 	if err != nil {
 		return nil, fmt.Errorf("read fresh work of %d runs: %w", len(keys), err)
@@ -86,14 +92,14 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 }
 
 // finish ends the placement once its transaction ended (committed or
-// not): it releases s.placing and, when the transaction committed,
-// dispatches the attempts it bound. A second call does nothing.
+// not, which released the placement lock): when the transaction
+// committed, it dispatches the attempts it bound. A second call does
+// nothing.
 func (f *freshPlacement) finish(ctx context.Context, committed bool) {
-	if f == nil || !f.held {
+	if f == nil || !f.placed {
 		return
 	}
-	f.held = false
-	f.s.placing.Unlock()
+	f.locked, f.placed = false, false
 	if committed && len(f.attempts) > 0 {
 		f.s.dispatch(ctx, f.attempts, f.traces)
 	}

@@ -137,9 +137,21 @@ func TestFreshPlacementLeavesThePassItsOrder(t *testing.T) {
 	require.True(t, adv.placed, "only lower bands wait")
 	require.Equal(t, []domain.TaskState{domain.TaskAssigned, domain.TaskAssigned}, states(tds))
 
-	f.s.placing.Lock() // a pass reads or binds meanwhile
+	locked, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() { // a pass reads or binds meanwhile: it holds the placement lock
+		done <- f.st.InTx(ctx, func(tx *store.Store) error {
+			if err := tx.Placement().Lock(ctx); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
 	adv, tds = start("during-a-pass", "production", 1)
-	f.s.placing.Unlock()
+	close(release)
+	require.NoError(t, <-done)
 	require.False(t, adv.placed)
 	require.Equal(t, []domain.TaskState{domain.TaskPending}, states(tds))
 	res, err := f.s.runOnce(ctx)

@@ -108,9 +108,10 @@ func (s *Scheduler) placeOnce(ctx context.Context) (PassResult, error) {
 // that finds no task to place reads no worker: when the load is light,
 // every run's end kicks a pass that finds none.
 //
-// From its read to its bind the pass holds s.placing, which a fresh run's
-// placement in its start transaction holds to its commit (freshPlacement):
-// the loads a pass reads then hold every attempt bound before.
+// From its read to its bind the pass holds the placement lock in one
+// transaction (store.Placement.Lock), which a fresh run's placement in its
+// start transaction holds to its commit (freshPlacement): the loads a pass
+// reads then hold every attempt bound before.
 func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	p, attempts, err := s.decidePlacement(ctx)
 	if p == nil || err != nil {
@@ -124,21 +125,38 @@ func (s *Scheduler) place(ctx context.Context) (PassResult, error) {
 	return p.res, nil
 }
 
-// decidePlacement is place's part under s.placing: it reads the pending
-// tasks and the workers, places the tasks and binds them (assign). p is
-// nil when no task is pending.
+// decidePlacement is place's transaction under the placement lock: it
+// reads the pending tasks and the workers, places the tasks and binds them
+// (assign). p is nil when no task is pending.
 func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts []store.Assigned, err error) {
-	s.placing.Lock()
-	defer s.placing.Unlock()
-	st := s.store
-	tasks, workers, err := st.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
+	err = s.store.InTx(ctx, func(tx *store.Store) error {
+		p, attempts = nil, nil
+		if err := tx.Placement().Lock(ctx); err != nil {
+			return fmt.Errorf("take the placement lock: %w", err)
+		}
+		var err error
+		p, attempts, err = s.placeLocked(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if p != nil {
+		p.st = s.store // its pending reasons are written after the commit
+	}
+	return p, attempts, nil
+}
+
+// placeLocked is decidePlacement in its transaction tx.
+func (s *Scheduler) placeLocked(ctx context.Context, tx *store.Store) (p *placement, attempts []store.Assigned, err error) {
+	tasks, workers, err := tx.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read pending work: %w", err)
 	}
 	if len(tasks) == 0 {
 		return nil, nil, nil
 	}
-	p = &placement{s: s, st: st, workers: workers, views: views(workers), reasons: map[int64]string{}}
+	p = &placement{s: s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}}
 	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
 	us := units(tasks)
 	if len(tasks) == s.cfg.Placement.BatchSize {

@@ -234,9 +234,10 @@ func TestPlacementByPlugin(t *testing.T) {
 	require.Equal(t, string(domain.PhaseUnschedulable), f.action(t, late, "late").Phase)
 }
 
-// A pass reads the PENDING tasks and the workers in one statement, and
-// binds the tasks it placed in one transaction of two more, the bind and
-// its events: one that finds no task makes the read alone.
+// A pass takes the placement lock, reads the PENDING tasks and the workers
+// in one statement, and binds the tasks it placed in two more, the bind
+// and its events, all in one transaction: one that finds no task makes
+// the lock and the read alone.
 func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -249,7 +250,8 @@ func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	require.Zero(t, res.Placed)
 	counts := statementCounts(t, f.statements)
 	require.EqualValues(t, 1, counts["PendingWork"])
-	require.EqualValues(t, 1, counts[""]-before[""], "the read alone")
+	require.EqualValues(t, 1, counts["Lock"])
+	require.EqualValues(t, 2, counts[""]-before[""], "the lock and the read alone")
 	key := f.newRun(t, "r", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}})
 	_, err = f.s.advance(ctx, key)
 	require.NoError(t, err)
@@ -259,8 +261,9 @@ func TestPassReadsTasksAndWorkersInOneStatement(t *testing.T) {
 	require.Equal(t, 1, res.Placed)
 	counts = statementCounts(t, f.statements)
 	require.EqualValues(t, 1, counts["PendingWork"]-before["PendingWork"])
-	require.EqualValues(t, 2, counts["AssignTasks"]-before["AssignTasks"], "the bind and its events")
-	require.EqualValues(t, 3, counts[""]-before[""], "the read, the bind and its events")
+	require.EqualValues(t, 1, counts["AssignTasks"]-before["AssignTasks"], "the bind")
+	require.EqualValues(t, 1, counts["flushEvents"]-before["flushEvents"], "its events")
+	require.EqualValues(t, 4, counts[""]-before[""], "the lock, the read, the bind and its events")
 }
 
 // An evaluation that ends its run kicks no pass when the leader's last pass

@@ -121,11 +121,6 @@ type Scheduler struct {
 	// left to place (none waiting, the batch not full), cleared when a pass
 	// starts: an evaluation that only freed a slot kicks no pass then.
 	placedAll atomic.Bool
-	// placing is held by the leader's pass from its read to its bind, and
-	// by a fresh run's placement in its start transaction to its commit
-	// (freshPlacement): one placement at a time sees every slot the others
-	// took.
-	placing sync.Mutex
 
 	mu     sync.Mutex
 	leader bool

@@ -138,16 +138,18 @@ func (s *Scheduler) advanceRuns(ctx context.Context, keys []domain.RunKey) ([]Ad
 // runs whose advance is a fresh run's first (freshStart: plain task steps
 // to start) are expanded and started together, in one statement whatever
 // their number (store.ExpandAndStartRuns), and on the leader fp places
-// their tasks before their root moves; every other run it locked advances
+// their tasks before their root moves, when the lock statement got the
+// placement lock; every other run it locked advances
 // from its step actions (progressFrom), in key order, writing only its own
 // run's rows. A repeated key, and a run held by another transaction, are
 // left to advanceAlone.
 func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
 	fp *freshPlacement) error {
-	runs, err := tx.Runs().TryLockRuns(ctx, keys)
+	runs, locked, err := tx.Runs().TryLockRuns(ctx, keys, fp != nil)
 	if err != nil {
 		return fmt.Errorf("try to lock %d runs: %w", len(keys), err)
 	}
+	fp.lockedPlacement(locked)
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
