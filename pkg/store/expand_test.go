@@ -28,7 +28,7 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 			}
 			var err error
 			fresh, err = tx.Runs().ExpandAndStart(ctx, key, spec.Steps, now, store.StartedStep{Action: "a",
-				Tasks: store.NewTasks(key.Action("a"), spec.Steps[0], 0, now)})
+				Tasks: store.NewTaskRows(key.Action("a"), 0, domain.StepTasks(spec.Steps[0], domain.DefaultMaxSystemFailures, now))})
 			return err
 		})
 		return fresh, err

@@ -113,7 +113,7 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 		}
 	}
 	now := time.Now().UTC()
-	tasks := store.NewTasks(ak, step, 1, now)
+	tasks := store.NewTaskRows(ak, 1, domain.StepTasks(step, domain.DefaultMaxSystemFailures, now))
 	require.NoError(t, st.Tasks().CreateTasks(ctx, key, now, store.StartedStep{Action: ak.Action, Tasks: tasks}))
 	outs, err = st.Actions().StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)
