@@ -309,7 +309,7 @@ func (r *racer) reapSome(ctx context.Context, rng *rand.Rand) error {
 		r.mu.Lock()
 		id := r.workers[rng.IntN(len(r.workers))]
 		r.mu.Unlock()
-		if _, err := r.st.Workers().BeatWorker(ctx, id, store.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
+		if _, err := storetest.Heartbeat(ctx, r.st, id, storetest.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
 			!errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -344,7 +344,7 @@ func (r *racer) beatSome(ctx context.Context, rng *rand.Rand) error {
 	if rng.IntN(10) == 0 {
 		_, err = r.st.Workers().DeregisterWorker(ctx, id)
 	} else {
-		_, err = r.st.Workers().BeatWorker(ctx, id, store.Beat{Held: held})
+		_, err = storetest.Heartbeat(ctx, r.st, id, storetest.Beat{Held: held})
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
