@@ -33,7 +33,7 @@ func attemptIn(t *testing.T, st *store.Store, w store.Worker, taskID int64, stat
 	require.NoError(t, err)
 	require.True(t, ok)
 	for _, rep := range states {
-		_, err := st.Attempts().ReportAttempt(ctx, a.ID, rep)
+		_, err := storetest.ReportAttempt(ctx, st, a.ID, rep)
 		require.NoError(t, err)
 	}
 	return a

@@ -19,9 +19,9 @@ func finishTask(t *testing.T, st *store.Store, id int64, w store.Worker, state d
 	a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
-	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: state, ExitCode: intp(0), Outputs: outputs})
+	_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: state, ExitCode: intp(0), Outputs: outputs})
 	require.NoError(t, err)
 	return a.ID
 }

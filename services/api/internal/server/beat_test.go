@@ -95,8 +95,9 @@ func attemptOn(t *testing.T, st *store.Store, w store.Worker, taskID int64, stat
 	require.NoError(t, err)
 	require.True(t, ok)
 	for _, s := range states {
-		_, err := st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: s})
+		res, err := recordReports(ctx, st, "", []store.BatchedReport{{AttemptID: a.ID, Report: store.Report{State: s}}}, 0)
 		require.NoError(t, err)
+		require.NoError(t, res[0].Err)
 	}
 	return a
 }

@@ -62,7 +62,7 @@ func (f *liveFixture) running(t *testing.T, w store.Worker, name string) store.A
 	a, ok, err := storetest.AssignTask(ctx, f.st, d.Tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, f.st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(w.ID, a.ID, nil))
 	require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestEvaluationRecordsWorkerFailures(t *testing.T) {
 			f := newLiveFixture(t, tt.table)
 			w := f.register(t)
 			lost, other := f.running(t, w, "lost"), f.running(t, w, "other")
-			_, err := f.st.Attempts().ReportAttempt(ctx, lost.ID, store.Report{State: domain.TaskWorkerFailed, Cause: "worker_lost"})
+			_, err := storetest.ReportAttempt(ctx, f.st, lost.ID, store.Report{State: domain.TaskWorkerFailed, Cause: "worker_lost"})
 			require.NoError(t, err)
 
 			_, err = f.s.evaluate(ctx, lost.ID)
