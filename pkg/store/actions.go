@@ -114,45 +114,25 @@ func (s Actions) RequestActionAbort(ctx context.Context, key domain.ActionKey, r
 	return s.event(ctx, key.RunKey, key.Action, "action.survivors_killed", data)
 }
 
-// ErrNotWaiting: the action is not an approval step waiting for its
-// decision (kind approval, PAUSED, waiting_for approval, not yet decided).
-var ErrNotWaiting = errors.New("not an approval step waiting for a decision")
-
-// DecideApproval records an approval step's decision (DecisionApproved or
-// DecisionRejected) with who made it (by, "" for nobody named), when (now)
-// and comment ("" for none), and writes an "action.approved" or
-// "action.rejected" event, in one transaction that locks the run, then the
-// action. It changes no phase: the scheduler, advancing the run, ends the
-// step (a rejection FAILED with reason "rejected"). Errors: ErrNotFound,
-// ErrNotWaiting (also for a decision already made), and an error for a
-// decision that is neither.
-func (s Actions) DecideApproval(ctx context.Context, key domain.ActionKey, decision, by, comment string) (Action, error) {
-	if decision != DecisionApproved && decision != DecisionRejected {
-		return Action{}, fmt.Errorf("unknown approval decision %q", decision)
+// RecordApproval records the decision (domain.DecisionApproved or
+// domain.DecisionRejected) on approval step act, as its caller locked it
+// (LockRunAction), with who made it (by, "" for nobody named), when (now)
+// and comment ("" for none), writes an "action.approved" or
+// "action.rejected" event, and returns act as written. It changes no
+// phase: the scheduler, advancing the run, ends the step
+// (domain.ApprovalOutcome).
+func (s Actions) RecordApproval(ctx context.Context, act Action, decision, by, comment string) (Action, error) {
+	now := dbNow()
+	act.Decision, act.DecidedBy, act.DecidedAt, act.DecisionComment = &decision, strPtr(by), &now, strPtr(comment)
+	act.UpdatedAt, act.Version = now, act.Version+1
+	key := domain.RunKey{Project: act.Project, Domain: act.Domain, Run: act.RunName}
+	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
+		key.Project, key.Domain, key.Run, act.Name).
+		Updates(map[string]any{"decision": decision, "decided_by": act.DecidedBy, "decided_at": now,
+			"decision_comment": act.DecisionComment, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+		return Action{}, mapErr(err)
 	}
-	var act Action
-	err := s.inTx(ctx, func(tx *Store) error {
-		var err error
-		if _, act, err = tx.actions().LockRunAction(ctx, key); err != nil {
-			return err
-		}
-		if act.Kind != domain.KindApproval || act.Phase != string(domain.PhasePaused) || act.WaitingFor == nil ||
-			*act.WaitingFor != WaitApproval || act.Decision != nil {
-			return ErrNotWaiting
-		}
-		now := dbNow()
-		act.Decision, act.DecidedBy, act.DecidedAt, act.DecisionComment = &decision, strPtr(by), &now, strPtr(comment)
-		act.UpdatedAt, act.Version = now, act.Version+1
-		if err := tx.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
-			key.Project, key.Domain, key.Run, key.Action).
-			Updates(map[string]any{"decision": decision, "decided_by": act.DecidedBy, "decided_at": now,
-				"decision_comment": act.DecisionComment, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
-			return mapErr(err)
-		}
-		return tx.event(ctx, key.RunKey, key.Action, "action."+decision,
-			map[string]any{"by": by, "comment": comment})
-	})
-	return act, err
+	return act, s.event(ctx, key, act.Name, "action."+decision, map[string]any{"by": by, "comment": comment})
 }
 
 // ErrAbortPending: an abort of one of the run's actions is still being

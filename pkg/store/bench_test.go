@@ -83,7 +83,7 @@ func reportSucceeded(b *testing.B, st *store.Store, id int64) {
 	b.Helper()
 	exit := 0
 	for _, r := range []store.Report{{State: domain.TaskRunning}, {State: domain.TaskSucceeded, ExitCode: &exit}} {
-		if _, err := st.Attempts().ReportAttempt(context.Background(), id, r); err != nil {
+		if _, err := storetest.ReportAttempt(context.Background(), st, id, r); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -87,28 +87,37 @@ func waitForApproval(t *testing.T, db *sql.DB, key domain.RunKey, name string) {
 	require.NoError(t, err)
 }
 
-// A decision is recorded once, with who, when and the comment, on an
-// approval step that waits; anything else is ErrNotWaiting.
-func TestDecideApproval(t *testing.T) {
+// RecordApproval writes a decision with who, when and the comment on the
+// action as locked, and its event, and returns the action as written; it
+// moves no phase. (Whether a decision may be recorded is
+// domain.CheckApproval's, composed by the api.)
+func TestRecordApproval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openWithDB(t)
+	record := func(key domain.ActionKey, decision, by, comment string) store.Action {
+		t.Helper()
+		var act store.Action
+		require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+			_, locked, err := tx.Actions().LockRunAction(ctx, key)
+			if err != nil {
+				return err
+			}
+			act, err = tx.Actions().RecordApproval(ctx, locked, decision, by, comment)
+			return err
+		}))
+		return act
+	}
 	key := newRun(t, st, "r", twoSteps())
 	storetest.StartSteps(t, st, key, "a")
 	waitForApproval(t, db, key, "b")
 
-	_, err := st.Actions().DecideApproval(ctx, key.Action("a"), store.DecisionApproved, "ann", "")
-	require.ErrorIs(t, err, store.ErrNotWaiting, "a task step")
-	_, err = st.Actions().DecideApproval(ctx, key.Action("b"), "maybe", "ann", "")
-	require.Error(t, err)
-
 	before := time.Now().UTC()
-	a, err := st.Actions().DecideApproval(ctx, key.Action("b"), store.DecisionApproved, "ann", "looks good")
-	require.NoError(t, err)
+	a := record(key.Action("b"), domain.DecisionApproved, "ann", "looks good")
 	got, err := st.Actions().GetAction(ctx, key.Action("b"))
 	require.NoError(t, err)
 	for _, act := range []store.Action{a, got.Action} {
-		require.Equal(t, store.DecisionApproved, *act.Decision)
+		require.Equal(t, domain.DecisionApproved, *act.Decision)
 		require.Equal(t, "ann", *act.DecidedBy)
 		require.Equal(t, "looks good", *act.DecisionComment)
 		require.WithinDuration(t, before, *act.DecidedAt, time.Minute)
@@ -117,17 +126,11 @@ func TestDecideApproval(t *testing.T) {
 	require.Equal(t, a.Version, got.Action.Version)
 	require.Contains(t, events(t, db, key), "action.approved")
 
-	_, err = st.Actions().DecideApproval(ctx, key.Action("b"), store.DecisionRejected, "bob", "")
-	require.ErrorIs(t, err, store.ErrNotWaiting, "already decided")
-	_, err = st.Actions().DecideApproval(ctx, key.Action("nope"), store.DecisionRejected, "", "")
-	require.ErrorIs(t, err, store.ErrNotFound)
-
 	other := newRun(t, st, "r2", twoSteps())
 	storetest.StartSteps(t, st, other, "a")
 	waitForApproval(t, db, other, "b")
-	r, err := st.Actions().DecideApproval(ctx, other.Action("b"), store.DecisionRejected, "", "")
-	require.NoError(t, err)
-	require.Equal(t, store.DecisionRejected, *r.Decision)
+	r := record(other.Action("b"), domain.DecisionRejected, "", "")
+	require.Equal(t, domain.DecisionRejected, *r.Decision)
 	require.Nil(t, r.DecidedBy, "nobody named")
 	require.Nil(t, r.DecisionComment)
 	require.Contains(t, events(t, db, other), "action.rejected")

@@ -27,7 +27,8 @@ func TestCreateTasksStartsSeveralSteps(t *testing.T) {
 	started := func(name string) store.StartedStep {
 		for _, s := range run.Spec.Steps {
 			if s.Name == name {
-				return store.StartedStep{Action: name, Tasks: store.NewTasks(key.Action(name), s, 0, now)}
+				tasks := domain.StepTasks(s, domain.DefaultMaxSystemFailures, now)
+				return store.StartedStep{Action: name, Tasks: store.NewTaskRows(key.Action(name), 0, tasks)}
 			}
 		}
 		t.Fatalf("no step %s", name)

@@ -41,7 +41,7 @@ func TestDetailsMatchRows(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	pid := 42
-	_, err = st.Attempts().ReportAttempt(ctx, att.ID, store.Report{State: domain.TaskRunning, Pid: &pid})
+	_, err = storetest.ReportAttempt(ctx, st, att.ID, store.Report{State: domain.TaskRunning, Pid: &pid})
 	require.NoError(t, err)
 	require.NoError(t, st.Aborts().RequestAttemptKill(ctx, att.ID, store.CausePreempted))
 	_, err = st.Aborts().AbortAction(ctx, key.Action(domain.RootActionName), "enough", "aborted")
@@ -105,9 +105,9 @@ func retryFailure(t *testing.T, st *store.Store, w store.Worker, id int64, exit 
 	a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
-	res, err := st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskFailed, ExitCode: &exit, Cause: "user"})
+	res, err := storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskFailed, ExitCode: &exit, Cause: "user"})
 	require.NoError(t, err)
 	require.True(t, res.Evaluate)
 	b := domain.Budget{FailureCount: 1, MaxRetriesFailure: res.Task.MaxRetriesFailure,

@@ -27,7 +27,8 @@ func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
 				return err
 			}
 			expanded, err := tx.Runs().ExpandAndStartRuns(ctx, now, store.FreshRun{Key: key, Steps: spec.Steps,
-				Started: []store.StartedStep{{Action: "a", Tasks: store.NewTasks(key.Action("a"), spec.Steps[0], 0, now)}}})
+				Started: []store.StartedStep{{Action: "a", Tasks: store.NewTaskRows(key.Action("a"), 0,
+					domain.StepTasks(spec.Steps[0], domain.DefaultMaxSystemFailures, now))}}})
 			fresh = err == nil && expanded[0]
 			return err
 		})

@@ -456,7 +456,7 @@ func TestEventsInsertReadsListenersByIndex(t *testing.T) {
 	st, _ := openOneConnectionPools(t)
 	w := registerWorker(t, st)
 	attempts := assignedAttempts(t, st, w, "r", 1)
-	_, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
+	_, err := storetest.ReportAttempts(ctx, st, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
 		Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}}, 1<<20)
 	require.NoError(t, err)
 	plan := explainPrepared(t, store.ByKeyPool(st), "FROM event_listeners", `'[]', '{}', 'c', '{}'`)

@@ -120,7 +120,7 @@ func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {
 	require.Equal(t, a.ID, live[0].ID)
 	require.Equal(t, w.Address, *live[0].Address)
 
-	res, err := st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	res, err := storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.False(t, res.Proceed, "an aborted attempt must stop")
 

@@ -21,7 +21,7 @@ func runningAttempts(t *testing.T, st *store.Store, w store.Worker, name string,
 		a, ok, err := storetest.AssignTask(ctx, st, td.Task.ID, w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+		_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskRunning})
 		require.NoError(t, err)
 		out = append(out, a)
 	}
@@ -135,7 +135,7 @@ func TestAttemptKillLifecycle(t *testing.T) {
 
 	// An attempt that already ended has nothing to kill.
 	exit := 0
-	_, err = st.Attempts().ReportAttempt(ctx, ats[1].ID, store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
+	_, err = storetest.ReportAttempt(ctx, st, ats[1].ID, store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
 	require.NoError(t, err)
 	require.ErrorIs(t, st.Aborts().RequestAttemptKill(ctx, ats[1].ID, store.CausePreempted), store.ErrTerminal)
 }

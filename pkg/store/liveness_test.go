@@ -33,7 +33,7 @@ func attemptIn(t *testing.T, st *store.Store, w store.Worker, taskID int64, stat
 	require.NoError(t, err)
 	require.True(t, ok)
 	for _, rep := range states {
-		_, err := st.Attempts().ReportAttempt(ctx, a.ID, rep)
+		_, err := storetest.ReportAttempt(ctx, st, a.ID, rep)
 		require.NoError(t, err)
 	}
 	return a
@@ -53,59 +53,59 @@ func getWorker(t *testing.T, st *store.Store, id string) (store.WorkerLoad, bool
 	return store.WorkerLoad{}, false
 }
 
-func placeable(t *testing.T, st *store.Store, id string) bool {
-	t.Helper()
-	ws, err := st.Placement().PlaceableWorkers(context.Background(), time.Hour)
-	require.NoError(t, err)
-	for _, w := range ws {
-		if w.ID == id {
-			return true
-		}
-	}
-	return false
-}
-
-// TestBeatWorker: the heartbeat is Iris's reconciliation in both directions,
-// and its draining flag is sticky.
-func TestBeatWorker(t *testing.T) {
+// LoseUnheldAttempts ends WORKER_FAILED exactly the attempts of its worker
+// that the beat does not hold and the loss covers (domain.BeatLoss.Lost),
+// and writes their events; a loss of no states ends none. (Which loss a
+// heartbeat applies is domain.LossOnBeat's, composed by the api.)
+func TestLoseUnheldAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := storetest.New(t)
-	w := registerWorker(t, st)
-	tasks := startedTasks(t, st, "beat", 3)
+	st, db := openWithDB(t)
+	w, other := registerWorker(t, st), registerWorker(t, st)
+	tasks := startedTasks(t, st, "lose", 6)
 	held := attemptIn(t, st, w, tasks[0], running)
 	forgotten := attemptIn(t, st, w, tasks[1], running)
-	queued := attemptIn(t, st, w, tasks[2]) // ASSIGNED: may wait in the queue
-	t0 := time.Now()
+	building := attemptIn(t, st, w, tasks[2], store.Report{State: domain.TaskBuilding})
+	queued := attemptIn(t, st, w, tasks[3]) // ASSIGNED: may wait in the queue
+	fresh := attemptIn(t, st, w, tasks[4], running)
+	elsewhere := attemptIn(t, st, other, tasks[5], running)
+	cutoff := time.Now()
+	_, err := db.Exec(`UPDATE attempts SET updated_at = now() + interval '1 hour' WHERE id = $1`, fresh.ID)
+	require.NoError(t, err)
+	loss := domain.BeatLoss{States: []domain.TaskState{domain.TaskBuilding, domain.TaskRunning}, ReportedBefore: cutoff}
 
-	reply, err := st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID, 999999}, At: t0.Add(2 * time.Second)})
+	none, err := st.Workers().LoseUnheldAttempts(ctx, w.ID, nil, domain.BeatLoss{ReportedBefore: cutoff}, time.Now())
 	require.NoError(t, err)
-	require.Equal(t, []int64{999999}, reply.Stop, "attempts unknown to the control plane are stopped")
-	require.Empty(t, reply.Lost, "the attempt may have started after the worker built this beat")
+	require.Empty(t, none, "no states: none")
 
-	reply, err = st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}, At: t0.Add(5 * time.Second)})
+	var want []int64
+	for _, a := range []store.Attempt{held, forgotten, building, queued, fresh} {
+		r, err := st.Attempts().GetAttemptRun(ctx, a.ID)
+		require.NoError(t, err)
+		if loss.Lost(r.Attempt.State, r.Attempt.UpdatedAt, a.ID == held.ID) {
+			want = append(want, a.ID)
+		}
+	}
+	require.Equal(t, []int64{forgotten.ID, building.ID}, want, "the rule's answer, for the test's rows")
+	lost, err := st.Workers().LoseUnheldAttempts(ctx, w.ID, []int64{held.ID}, loss, time.Now())
 	require.NoError(t, err)
-	require.Empty(t, reply.Stop)
-	require.Equal(t, []store.LostAttempt{{ID: forgotten.ID, TaskID: tasks[1], WorkerID: w.ID}}, reply.Lost,
-		"running before the previous beat, and not held: its final report was lost")
-	r, err := st.Attempts().GetAttemptRun(ctx, forgotten.ID)
-	require.NoError(t, err)
-	require.Equal(t, domain.TaskWorkerFailed, r.Attempt.State)
-	r, err = st.Attempts().GetAttemptRun(ctx, queued.ID)
-	require.NoError(t, err)
-	require.Equal(t, domain.TaskAssigned, r.Attempt.State)
-
-	require.True(t, placeable(t, st, w.ID))
-	_, err = st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}, Draining: true})
-	require.NoError(t, err)
-	_, err = st.Workers().BeatWorker(ctx, w.ID, store.Beat{Held: []int64{held.ID}})
-	require.NoError(t, err)
-	got, _ := getWorker(t, st, w.ID)
-	require.True(t, got.Draining, "draining is sticky")
-	require.False(t, placeable(t, st, w.ID), "a draining worker takes no new work")
-
-	_, err = st.Workers().BeatWorker(ctx, "8d3c6a59-1f0e-4c38-9f0a-8a2b8e6f0c11", store.Beat{})
-	require.ErrorIs(t, err, store.ErrNotFound)
+	var got []int64
+	for _, l := range lost {
+		require.Equal(t, w.ID, l.WorkerID)
+		got = append(got, l.ID)
+	}
+	require.ElementsMatch(t, want, got)
+	for id, state := range map[int64]domain.TaskState{forgotten.ID: domain.TaskWorkerFailed,
+		building.ID: domain.TaskWorkerFailed, held.ID: domain.TaskRunning, queued.ID: domain.TaskAssigned,
+		fresh.ID: domain.TaskRunning, elsewhere.ID: domain.TaskRunning} {
+		r, err := st.Attempts().GetAttemptRun(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, state, r.Attempt.State, id)
+	}
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM run_events WHERE type = 'attempt.WORKER_FAILED'
+		AND data->>'cause' = 'worker_lost'`).Scan(&n))
+	require.Equal(t, 2, n)
 }
 
 func TestDeregisterWorker(t *testing.T) {

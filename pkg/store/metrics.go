@@ -63,14 +63,14 @@ func instrument(db *gorm.DB, h *prometheus.HistogramVec) error {
 }
 
 // operation names the statement tx just ran: the exported Store method
-// nearest to it on the stack (the named statement, e.g. "ReportAttempt";
+// nearest to it on the stack (the named statement, e.g. "LockForReport";
 // InTx is skipped, so a transaction composed outside the store names each
 // of its statements), else the nearest unexported one (e.g. "flushEvents",
 // the events InTx inserts), else the statement's table ("table:actions"),
 // else "unnamed". The set of names is bounded by the store's methods and
 // tables. It reads the 10 frames nearest the statement (gorm's 2 or 3, then
 // the Store's helper or method that issued it and the method that called
-// that helper: a report batch's statements are ReportAttempts') and the
+// that helper: a report batch's writes are ApplyReports') and the
 // whole stack only when none of them is the Store's, and it names each
 // return address once (methodAt), as walking and naming every frame of
 // every statement would cost a share of each service's CPU.
@@ -129,7 +129,7 @@ var storeReceivers = map[string]bool{
 }
 
 // storeMethod is the Store method a return address is in: its name (a
-// closure's is its method's: ReportAttempt.func1 → ReportAttempt), and
+// closure's is its method's: DeregisterWorker.func1 → DeregisterWorker), and
 // whether it is exported. Zero for a frame of another function, for InTx
 // and for exec (the helper every Exec goes through).
 type storeMethod struct {

@@ -79,8 +79,8 @@ type Action struct {
 	PausedAt *time.Time `json:"paused_at"`
 	// Reason says why the step ended or waits, e.g. "rejected".
 	Reason *string `json:"reason"`
-	// Decision is an approval's: DecisionApproved or DecisionRejected, with
-	// who made it, when, and their comment.
+	// Decision is an approval's: domain.DecisionApproved or
+	// domain.DecisionRejected, with who made it, when, and their comment.
 	Decision        *string    `json:"decision"`
 	DecidedBy       *string    `json:"decided_by"`
 	DecidedAt       *time.Time `json:"decided_at"`
@@ -187,12 +187,6 @@ const (
 	// reserved (phase WAITING_FOR_CACHE) re-checks at NotBefore, or when
 	// the reservation is released.
 	WaitCache = "cache"
-)
-
-// Approval decisions (Action.Decision).
-const (
-	DecisionApproved = "approved"
-	DecisionRejected = "rejected"
 )
 
 // AttemptLog is the bounded captured output of one attempt.

@@ -19,9 +19,9 @@ func finishTask(t *testing.T, st *store.Store, id int64, w store.Worker, state d
 	a, ok, err := storetest.AssignTask(ctx, st, id, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
-	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: state, ExitCode: intp(0), Outputs: outputs})
+	_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: state, ExitCode: intp(0), Outputs: outputs})
 	require.NoError(t, err)
 	return a.ID
 }
@@ -113,7 +113,7 @@ func TestStepOutputsReadTheCurrentGeneration(t *testing.T) {
 		}
 	}
 	now := time.Now().UTC()
-	tasks := store.NewTasks(ak, step, 1, now)
+	tasks := store.NewTaskRows(ak, 1, domain.StepTasks(step, domain.DefaultMaxSystemFailures, now))
 	require.NoError(t, st.Tasks().CreateTasks(ctx, key, now, store.StartedStep{Action: ak.Action, Tasks: tasks}))
 	outs, err = st.Actions().StepOutputs(ctx, key, []string{"one"})
 	require.NoError(t, err)

@@ -95,7 +95,7 @@ func TestExpiryDueAttemptTimeouts(t *testing.T) {
 	due, err := st.Tasks().ExpiryDue(ctx, 100)
 	require.NoError(t, err)
 	require.Empty(t, due.AttemptTimeouts, "an attempt that has not started cannot time out")
-	_, err = st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		due, err = st.Tasks().ExpiryDue(ctx, 100)

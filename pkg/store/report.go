@@ -47,73 +47,41 @@ type ReportResult struct {
 // ErrBadReport: the reported state cannot follow the attempt's state.
 var ErrBadReport = errors.New("invalid attempt report")
 
-// ReportAttempt records a report: the attempt's new state (only forward:
-// ASSIGNED -> BUILDING -> RUNNING -> terminal), its exit code, error, cause,
-// code, bounded logs, cleanup steps (as "plugin_abort" and
-// "plugin_finalize" events, in order, before the "attempt.<STATE>" event)
-// and, when SUCCEEDED, its outputs; a live report also moves the task. A
-// report on an attempt that already ended is a no-op. It runs on ByKey's
-// pool, as a report batch does (ReportAttempts). Errors: ErrNotFound,
-// ErrBadReport.
-func (s Attempts) ReportAttempt(ctx context.Context, id int64, rep Report) (ReportResult, error) {
-	var res ReportResult
-	err := s.prefer(poolByKey).inTx(ctx, func(tx *Store) error {
-		locked := lockedRows{}
-		var err error
-		if res, err = tx.report(ctx, locked, id, "", rep); err != nil {
-			return err
-		}
-		return tx.writeReports(ctx, locked)
-	})
-	return res, err
-}
-
-// report is ReportAttempt inside the caller's transaction. With a worker id
-// (a batch) it refuses (ErrNotFound) an attempt placed on another worker,
-// and a report of the state the attempt is in already, or of BUILDING when
-// it runs (a resent batch), writes nothing. Its errors come before any
+// applyDecided applies report rep about attempt id as decision d says,
+// over the rows locked holds: a refusal is its error (ErrNotFound for an
+// attempt unknown or not held, ErrBadReport for a state that cannot
+// follow), an ignored report writes nothing, an applied one is laid over
+// the rows (applyReport). The result carries d's answers and the rows as
+// they were before the report. Its errors but Postgres's come before any
 // write.
-func (s *core) report(ctx context.Context, locked lockedRows, id int64, worker string, rep Report) (ReportResult,
-	error) {
-	var res ReportResult
-	t, a, err := locked.get(ctx, s, id)
-	if err == nil && worker != "" && (a.WorkerID == nil || *a.WorkerID != worker) {
-		err = ErrNotFound
+func (s *core) applyDecided(ctx context.Context, locked lockedRows, id int64, rep Report,
+	d domain.ReportDecision) (ReportResult, error) {
+	ta, ok := locked[id]
+	if !ok || d.Verdict == domain.ReportUnknown || d.Verdict == domain.ReportNotHeld {
+		return ReportResult{}, ErrNotFound
 	}
-	if err != nil {
-		return res, err
-	}
-	res.Task, res.Attempt = t, a
-	if a.State.IsTerminal() {
-		return res, nil // duplicate or late report
-	}
-	live := domain.IsCurrentAttempt(a.State, t.State, a.Number, t.AttemptCount)
-	res.Proceed = live && !rep.State.IsTerminal()
-	if worker != "" && (a.State == rep.State || a.State == domain.TaskRunning && rep.State == domain.TaskBuilding) {
-		return res, nil // resent: the attempt is there already
-	}
-	if !domain.CanReport(a.State, rep.State) {
+	res := ReportResult{Proceed: d.Proceed, Evaluate: d.Evaluate, Task: ta.task, Attempt: ta.attempt}
+	switch d.Verdict {
+	case domain.ReportCannotFollow:
 		return res, ErrBadReport
+	case domain.ReportApply:
+		return res, s.applyReport(ctx, locked, ta.task, ta.attempt, id, rep, d)
 	}
-	if err := s.applyReport(ctx, locked, t, a, id, rep, live); err != nil {
-		return res, err
-	}
-	res.Evaluate = (live || killedLast(t, a)) && rep.State.IsTerminal()
 	return res, nil
 }
 
-// applyReport takes a report the attempt can take: it records what a
+// applyReport takes a report decision d applies: it records what a
 // terminal report carries and the "attempt.<STATE>" event, and lays the
-// attempt's columns, and the task's state while live, over those its
+// attempt's columns, and the task's state when d moves it, over those its
 // earlier reports in the transaction left in locked, for writeReports to
 // write at the transaction's end: an executor's RUNNING and SUCCEEDED of a
 // short attempt, sent together, cost one UPDATE, and a batch's attempts
 // one statement. The rows as they will be written replace t and a in
 // locked. Times are kept to the microsecond, as Postgres keeps them.
 func (s *core) applyReport(ctx context.Context, locked lockedRows, t Task, a Attempt, id int64, rep Report,
-	live bool) error {
+	d domain.ReportDecision) error {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	up, err := reportUpdates(a, rep, live || killedLast(t, a), now)
+	up, err := reportUpdates(a, rep, d.Evaluate, now)
 	if err != nil {
 		return err
 	}
@@ -121,7 +89,7 @@ func (s *core) applyReport(ctx context.Context, locked lockedRows, t Task, a Att
 		return err
 	}
 	w := locked[id].pending
-	w.add(up, live && !rep.State.IsTerminal(), rep.State)
+	w.add(up, d.MoveTask, rep.State)
 	after := taskAttempt{task: t, attempt: a, pending: w}
 	after.attempt.State, after.attempt.UpdatedAt = rep.State, now
 	if rep.Pid != nil {
@@ -151,30 +119,9 @@ type taskAttempt struct {
 }
 
 // lockedRows holds, by attempt id, the attempts a transaction has locked
-// with their tasks, as they are now: a batch's reports read them instead of
-// locking each attempt again.
+// with their tasks (LockForReport), as its reports leave them: a batch's
+// reports read them instead of locking each attempt again.
 type lockedRows map[int64]taskAttempt
-
-// get returns attempt id and its task: from l, else locked by
-// lockTaskAttempt (and kept in l). Errors: ErrNotFound.
-func (l lockedRows) get(ctx context.Context, s *core, id int64) (Task, Attempt, error) {
-	if ta, ok := l[id]; ok {
-		return ta.task, ta.attempt, nil
-	}
-	t, a, err := s.lockTaskAttempt(ctx, id)
-	if err == nil && l != nil {
-		l[id] = taskAttempt{task: t, attempt: a}
-	}
-	return t, a, err
-}
-
-// killedLast reports whether a is the last attempt of a task an abort
-// killed: it is evaluated when it ends, to finish the abort (its ABORTED
-// event). An attempt whose task moved on otherwise (superseded) needs no
-// decision.
-func killedLast(t Task, a Attempt) bool {
-	return t.State == domain.TaskKilled && a.Number == t.AttemptCount
-}
 
 // recordFinal stores what a terminal report carries besides the attempt's
 // columns: its bounded logs and its cleanup steps' events, in order.

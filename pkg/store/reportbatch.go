@@ -19,70 +19,118 @@ type BatchedReport struct {
 	Logs      []NewLogChunk
 }
 
-// BatchedResult is what one item of a batch changed (for a report, as
-// ReportAttempt's result), or Err: ErrNotFound (no such attempt on this
-// worker) or ErrBadReport (a state the attempt cannot move to). The other
-// items of the batch are applied all the same.
+// BatchedResult is what one item of a batch changed (ApplyReports), or
+// Err: ErrNotFound (no such attempt on this worker) or ErrBadReport (a
+// state the attempt cannot move to). The other items of the batch are
+// applied all the same.
 type BatchedResult struct {
 	ReportResult
 	Err error
 }
 
-// ReportAttempts records a batch of worker's executor in one transaction,
-// in order (the items of one attempt apply in the batch's order): each
-// report as ReportAttempt, each logs item as AppendLogsBounded to logMax
-// bytes kept. An item about an attempt
-// placed on another worker is refused. Resending a batch writes no report
-// twice: a report of the live state an attempt is in already, or about an
-// attempt that ended, is a no-op (and asks for no evaluation); logs resent
-// are appended again. A batch of several attempts first locks their tasks,
-// then the attempts, each in id order (the lock order). It returns one
-// result per item, in order. Errors: those of Postgres, which roll the
-// whole batch back. A batch with a report runs on ByKey's pool: its locks
-// take lists of ids (a batch of 4 reports at 12,000 attempts: 18 ms with
-// the plans a main pool's connection kept from the first minute), and its
-// write reads its attempts from a JSON array, which a main pool's plan
-// expects to hold 100 and joined to a sequential scan of the attempts. A
-// batch of logs alone stays on the main pool.
-func (s Attempts) ReportAttempts(ctx context.Context, worker string, batch []BatchedReport, logMax int64) ([]BatchedResult, error) {
-	out := make([]BatchedResult, len(batch))
+// ReportRows are the attempts, with their tasks, that a transaction
+// recording reports locked (LockForReport), as the reports it applied so
+// far leave them, with what those reports will write.
+type ReportRows struct{ locked lockedRows }
+
+// Facts returns what the report rule reads (domain.DecideReports) of each
+// locked attempt and its task, by attempt id.
+func (r *ReportRows) Facts() map[int64]domain.AttemptFacts {
+	out := make(map[int64]domain.AttemptFacts, len(r.locked))
+	for id, ta := range r.locked {
+		f := domain.AttemptFacts{State: ta.attempt.State, Number: ta.attempt.Number, TaskState: ta.task.State,
+			AttemptCount: ta.task.AttemptCount}
+		if ta.attempt.WorkerID != nil {
+			f.WorkerID = *ta.attempt.WorkerID
+		}
+		out[id] = f
+	}
+	return out
+}
+
+// BatchReports returns the reports of batch (its items without Logs), in
+// order, as the report rule reads them.
+func BatchReports(batch []BatchedReport) []domain.AttemptReport {
+	out := make([]domain.AttemptReport, 0, len(batch))
+	for _, b := range batch {
+		if b.Logs == nil {
+			out = append(out, domain.AttemptReport{AttemptID: b.AttemptID, State: b.Report.State})
+		}
+	}
+	return out
+}
+
+// LockForReport locks, in the caller's transaction, the tasks, then the
+// attempts, of a batch about several attempts, each in id order, in two
+// statements; a batch about one attempt with a report locks it in one (a
+// logs-only one locks nothing). An attempt that does not exist is missing
+// from the rows. A batch with a report runs on ByKey's pool (the
+// transaction begins there): its locks take lists of ids, and its write
+// (ApplyReports) reads its attempts from a JSON array, which a main pool's
+// plan expects to hold 100 and joined to a sequential scan of the
+// attempts. A batch of logs alone stays on the main pool. Errors:
+// Postgres's.
+func (s Attempts) LockForReport(ctx context.Context, batch []BatchedReport) (*ReportRows, error) {
 	on := s.core
 	if slices.ContainsFunc(batch, func(b BatchedReport) bool { return b.Logs == nil }) {
 		on = s.prefer(poolByKey)
 	}
-	err := on.inTx(ctx, func(tx *Store) error {
-		locked, err := tx.lockBatch(ctx, batch)
-		if err != nil {
-			return err
-		}
-		for i, b := range batch {
-			var res ReportResult
-			var err error
-			if b.Logs != nil {
-				err = tx.appendBatchLogs(ctx, worker, b.AttemptID, b.Logs, logMax)
-				res.Proceed = err == nil
-			} else {
-				res, err = tx.report(ctx, locked, b.AttemptID, worker, b.Report)
-			}
-			if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadReport) {
-				return err
-			}
-			out[i] = BatchedResult{ReportResult: res, Err: err}
-		}
-		return tx.writeReports(ctx, locked)
-	})
+	locked, err := on.lockBatch(ctx, batch)
 	if err != nil {
+		return nil, err
+	}
+	return &ReportRows{locked: locked}, nil
+}
+
+// ApplyReports records, in the caller's transaction and in order, the
+// items of worker's batch whose rows LockForReport locked: each report as
+// its decision says (decisions holds one per report, in order:
+// domain.DecideReports over rows.Facts and BatchReports), each logs item
+// as AppendLogsBounded to logMax bytes kept (ErrNotFound for an attempt
+// unknown or placed on another worker; logs resent are appended again).
+// An applied report stores its attempt's new columns, what a terminal one
+// carries (bounded logs, its cleanup steps as "plugin_abort" and
+// "plugin_finalize" events, in order, before the "attempt.<STATE>" event,
+// outputs when SUCCEEDED, evaluated_at when it asks no evaluation) and,
+// when the decision moves it, the task's state; the batch's attempts are
+// written at its end in one statement, each with its reports' columns
+// laid over one another. It returns one result per item, in order, whose
+// Err is ErrNotFound or ErrBadReport for an item refused: the other items
+// apply all the same. Errors: decisions not one per report, and
+// Postgres's, which roll the whole transaction back.
+func (s Attempts) ApplyReports(ctx context.Context, rows *ReportRows, worker string, batch []BatchedReport,
+	decisions []domain.ReportDecision, logMax int64) ([]BatchedResult, error) {
+	out := make([]BatchedResult, len(batch))
+	next := 0
+	for i, b := range batch {
+		var res ReportResult
+		var err error
+		switch {
+		case b.Logs != nil:
+			err = s.appendBatchLogs(ctx, worker, b.AttemptID, b.Logs, logMax)
+			res.Proceed = err == nil
+		case next == len(decisions):
+			return nil, errors.New("store: a report batch has more reports than decisions")
+		default:
+			res, err = s.applyDecided(ctx, rows.locked, b.AttemptID, b.Report, decisions[next])
+			next++
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadReport) {
+			return nil, err
+		}
+		out[i] = BatchedResult{ReportResult: res, Err: err}
+	}
+	if next != len(decisions) {
+		return nil, errors.New("store: a report batch has more decisions than reports")
+	}
+	if err := s.writeReports(ctx, rows.locked); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// lockBatch locks the tasks, then the attempts, of a batch about several
-// attempts, each in id order, in two statements; a batch about one attempt
-// with a report locks it in one (a logs-only one locks nothing here). It
-// returns the locked rows by attempt id: report takes them from there
-// instead of locking each attempt again. An attempt that does not exist is
-// missing.
+// lockBatch is LockForReport on s: it returns the locked rows by attempt
+// id.
 func (s *core) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRows, error) {
 	ids := make([]int64, 0, len(batch))
 	seen := map[int64]bool{}
@@ -99,11 +147,15 @@ func (s *core) lockBatch(ctx context.Context, batch []BatchedReport) (lockedRows
 		return locked, nil
 	}
 	if len(ids) == 1 {
-		_, _, err := locked.get(ctx, s, ids[0])
-		if errors.Is(err, ErrNotFound) {
-			err = nil
+		t, a, err := s.lockTaskAttempt(ctx, ids[0])
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return locked, nil
+		case err != nil:
+			return nil, err
 		}
-		return locked, err
+		locked[ids[0]] = taskAttempt{task: t, attempt: a}
+		return locked, nil
 	}
 	var tasks []int64
 	if err := s.raw(ctx, `SELECT id FROM tasks WHERE id IN (SELECT task_id FROM attempts WHERE id IN ?)

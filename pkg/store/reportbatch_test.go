@@ -23,7 +23,7 @@ func TestReportBatchWritesDeferredReports(t *testing.T) {
 	w := registerWorker(t, st)
 	attempts := assignedAttempts(t, st, w, "deferred", 2)
 	exit := 0
-	res, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{
+	res, err := storetest.ReportAttempts(ctx, st, w.ID, []store.BatchedReport{
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskRunning, Pid: intp(42)}},
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}},
 		{AttemptID: attempts[1], Report: store.Report{State: domain.TaskRunning, Pid: intp(43)}},
@@ -81,7 +81,7 @@ func TestReportBatchWritesItsAttemptsInOneStatement(t *testing.T) {
 		}
 	}))
 	one, two := 1, 0
-	res, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{
+	res, err := storetest.ReportAttempts(ctx, st, w.ID, []store.BatchedReport{
 		{AttemptID: attempts[0], Report: store.Report{State: domain.TaskRunning, Pid: intp(40)}},
 		{AttemptID: attempts[1], Report: store.Report{State: domain.TaskRunning, Pid: intp(41)}},
 		{AttemptID: attempts[2], Report: store.Report{State: domain.TaskRunning, Pid: intp(42)}},
@@ -137,7 +137,7 @@ func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 		for i, id := range ids {
 			b[i] = store.BatchedReport{AttemptID: id, Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}
 		}
-		res, err := st.Attempts().ReportAttempts(ctx, w.ID, b, 1<<20)
+		res, err := storetest.ReportAttempts(ctx, st, w.ID, b, 1<<20)
 		require.NoError(t, err)
 		for _, r := range res {
 			require.NoError(t, r.Err)

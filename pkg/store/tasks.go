@@ -10,7 +10,7 @@ import (
 )
 
 // StartedStep is a starting step of a run, by its action's name, and its
-// tasks (NewTasks).
+// tasks (NewTaskRows).
 type StartedStep struct {
 	Action string
 	Tasks  []Task
@@ -185,28 +185,17 @@ func (s Tasks) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey,
 		map[string]any{"tasks": res.RowsAffected})
 }
 
-// NewTasks returns the rows of a starting step's tasks, of the action's
-// generation: its replicas, PENDING, each carrying the step's retry limits
-// and scheduling fields (Iris's expand_job_to_tasks), so that placement
-// reads tasks only. The scheduling deadline counts from now. Their
-// max_system_failures is the step's, else domain.DefaultMaxSystemFailures:
-// the scheduler sets its configured default on the rows it inserts.
-func NewTasks(key domain.ActionKey, step domain.Step, generation int, now time.Time) []Task {
-	req := step.Request()
-	var deadline *time.Time
-	if d := step.SchedulingTimeoutDuration(); d > 0 {
-		at := now.Add(d)
-		deadline = &at
+// NewTaskRows returns the rows of tasks (domain.StepTasks) of action key's
+// generation, for CreateTasks and InsertTasks.
+func NewTaskRows(key domain.ActionKey, generation int, tasks []domain.NewTask) []Task {
+	rows := make([]Task, len(tasks))
+	for i, t := range tasks {
+		rows[i] = Task{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: key.Action, Idx: t.Idx,
+			Generation: generation, State: t.State, MaxRetriesFailure: t.MaxRetriesFailure,
+			MaxRetriesPreemption: t.MaxRetriesPreemption, MaxSystemFailures: t.MaxSystemFailures,
+			Priority: int16(t.Priority), CPUMillis: t.Resources.CPUMillis, MemoryBytes: t.Resources.MemoryBytes,
+			Constraints: t.Constraints, Coscheduled: t.Coscheduled, Plugin: t.Plugin,
+			TimeoutMs: t.AttemptTimeout.Milliseconds(), SchedulingDeadline: t.SchedulingDeadline, Version: 1}
 	}
-	tasks := make([]Task, step.ReplicaCount())
-	for i := range tasks {
-		tasks[i] = Task{Project: key.Project, Domain: key.Domain, RunName: key.Run, ActionName: key.Action, Idx: i,
-			Generation: generation,
-			State:      domain.TaskPending, MaxRetriesFailure: step.RetriesFailure(),
-			MaxRetriesPreemption: step.RetriesPreemption(), MaxSystemFailures: step.SystemFailuresAllowed(domain.DefaultMaxSystemFailures),
-			Priority: int16(req.Priority), CPUMillis: req.Resources.CPUMillis, MemoryBytes: req.Resources.MemoryBytes,
-			Constraints: append([]domain.Constraint{}, step.Constraints...), Coscheduled: step.Coscheduled,
-			Plugin: step.Plugin, TimeoutMs: step.AttemptTimeoutDuration().Milliseconds(), SchedulingDeadline: deadline, Version: 1}
-	}
-	return tasks
+	return rows
 }

@@ -127,11 +127,6 @@ func (s Workers) StopList(ctx context.Context, workerID string, ids []int64) ([]
 	return stop, nil
 }
 
-// lostMargin is how much older than the previous heartbeat an attempt's last
-// report must be before a heartbeat that omits it declares it lost. It
-// absorbs clock skew between api replicas.
-const lostMargin = time.Second
-
 // LostAttempt is a live attempt ended WORKER_FAILED (cause worker_lost)
 // because its worker lost it. It still needs its evaluation.
 type LostAttempt struct {
@@ -140,69 +135,40 @@ type LostAttempt struct {
 	WorkerID string
 }
 
-// Beat is one heartbeat of a worker.
-type Beat struct {
-	// Held lists the attempts the worker holds.
-	Held []int64
-	// Draining is true once the executor is shutting down; it is sticky.
-	Draining bool
-	// At is when the beat arrived. Default time.Now().
-	At time.Time
+// LastHeartbeat returns when alive worker id last heartbeat (read, not
+// locked). Errors: ErrNotFound when the worker is unknown or dead.
+func (s Workers) LastHeartbeat(ctx context.Context, id string) (time.Time, error) {
+	var w Worker
+	err := s.q(ctx).Select("id, last_heartbeat_at").Where("id = ? AND state = ?", id, WorkerAlive).Take(&w).Error
+	return w.LastHeartbeatAt, mapErr(err)
 }
 
-// BeatReply is what a heartbeat changed and what the worker must do.
-type BeatReply struct {
-	// Stop lists the held attempts the worker must kill (StopList).
-	Stop []int64
-	// Lost lists the attempts the control plane thought were BUILDING or
-	// RUNNING on the worker but the worker no longer holds (its final report
-	// was lost): they are now WORKER_FAILED and must be evaluated.
-	Lost []LostAttempt
-}
-
-// BeatWorker records a heartbeat in one transaction: the attempts to stop,
-// the attempts the worker no longer holds (WORKER_FAILED: the other half of
-// Iris's heartbeat reconciliation), then last_heartbeat_at and the sticky
-// draining flag — attempts before the worker, as the lock order asks. An
-// attempt counts as no longer held only if its last report is older than the
-// previous heartbeat (minus lostMargin): the executor lists an attempt from
-// before its first report until after its final one, and builds each beat
-// after the previous beat's reply, so such an attempt would have been
-// listed. BUILDING and RUNNING only: an ASSIGNED attempt may still wait in
-// the queue. Errors: ErrNotFound when the worker is unknown or dead (it must
-// re-register).
-func (s Workers) BeatWorker(ctx context.Context, id string, b Beat) (BeatReply, error) {
-	at := b.At
-	if at.IsZero() {
-		at = time.Now()
+// LoseUnheldAttempts ends WORKER_FAILED (cause worker_lost) the live
+// attempts of worker workerID that held does not list and loss covers (in
+// one of loss.States, last written before loss.ReportedBefore), locked in
+// id order, writes their events, and returns them. No states: none.
+func (s Workers) LoseUnheldAttempts(ctx context.Context, workerID string, held []int64, loss domain.BeatLoss,
+	now time.Time) ([]LostAttempt, error) {
+	if len(loss.States) == 0 {
+		return []LostAttempt{}, nil
 	}
-	at = at.UTC()
-	var reply BeatReply
-	err := s.inTx(ctx, func(tx *Store) error {
-		var w Worker
-		if err := tx.q(ctx).Select("id, last_heartbeat_at").Where("id = ? AND state = ?", id, WorkerAlive).
-			Take(&w).Error; err != nil {
-			return mapErr(err)
-		}
-		var err error
-		if reply.Stop, err = tx.workers().StopList(ctx, id, b.Held); err != nil {
-			return err
-		}
-		held := append([]int64{0}, b.Held...) // never empty: NOT IN () is not SQL
-		reply.Lost, err = tx.loseAttempts(ctx, "worker_id = ? AND state IN "+sqlStarted+" AND id NOT IN ? AND updated_at < ?",
-			[]any{id, held, w.LastHeartbeatAt.Add(-lostMargin)},
-			"the worker no longer holds the attempt (its final report was lost)", at)
-		if err != nil {
-			return err
-		}
-		res := tx.exec(ctx, `UPDATE workers SET last_heartbeat_at = ?, draining = draining OR ? WHERE id = ? AND state = ?`,
-			at, b.Draining, id, WorkerAlive)
-		if res.Error == nil && res.RowsAffected == 0 {
-			return ErrNotFound // declared dead meanwhile
-		}
-		return mapErr(res.Error)
-	})
-	return reply, err
+	held = append([]int64{0}, held...) // never empty: NOT IN () is not SQL
+	return s.loseAttempts(ctx, "worker_id = ? AND state IN "+sqlStates(loss.States...)+" AND id NOT IN ? AND updated_at < ?",
+		[]any{workerID, held, loss.ReportedBefore},
+		"the worker no longer holds the attempt (its final report was lost)", now)
+}
+
+// RecordBeat sets alive worker id's last_heartbeat_at to at and, when
+// draining, its draining flag, which no beat clears. Errors: ErrNotFound
+// when the worker is unknown or dead (declared dead meanwhile: it must
+// re-register).
+func (s Workers) RecordBeat(ctx context.Context, id string, at time.Time, draining bool) error {
+	res := s.exec(ctx, `UPDATE workers SET last_heartbeat_at = ?, draining = draining OR ? WHERE id = ? AND state = ?`,
+		at, draining, id, WorkerAlive)
+	if res.Error == nil && res.RowsAffected == 0 {
+		return ErrNotFound
+	}
+	return mapErr(res.Error)
 }
 
 // loseAttempts ends the live attempts matching where (on table attempts),

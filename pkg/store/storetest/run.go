@@ -30,7 +30,8 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 		var steps []store.StartedStep
 		for _, step := range run.Spec.Steps {
 			if len(names) == 0 || slices.Contains(names, step.Name) {
-				steps = append(steps, store.StartedStep{Action: step.Name, Tasks: store.NewTasks(key.Action(step.Name), step, 0, now)})
+				steps = append(steps, store.StartedStep{Action: step.Name, Tasks: store.NewTaskRows(key.Action(step.Name), 0,
+					domain.StepTasks(step, domain.DefaultMaxSystemFailures, now))})
 			}
 		}
 		if err := tx.Tasks().CreateTasks(ctx, key, now, steps...); err != nil {

@@ -175,7 +175,7 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 		at, ok, err := storetest.AssignTask(ctx, st, task.Task.ID, w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = st.Attempts().ReportAttempt(ctx, at.ID, store.Report{State: domain.TaskRunning})
+		_, err = storetest.ReportAttempt(ctx, st, at.ID, store.Report{State: domain.TaskRunning})
 		require.NoError(t, err)
 		s.attempts = append(s.attempts, at.ID)
 	}

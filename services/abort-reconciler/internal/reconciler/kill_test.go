@@ -9,6 +9,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -99,7 +100,7 @@ func TestKillWithoutCall(t *testing.T) {
 	for name, edit := range map[string]func(*harness, seeded){
 		"attempt already ended": func(h *harness, s seeded) {
 			exit := 0
-			_, err := h.st.Attempts().ReportAttempt(h.ctx, s.attempts[0], store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
+			_, err := storetest.ReportAttempt(h.ctx, h.st, s.attempts[0], store.Report{State: domain.TaskSucceeded, ExitCode: &exit})
 			require.NoError(h.t, err)
 		},
 		"worker dead": func(*harness, seeded) {},

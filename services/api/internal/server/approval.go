@@ -15,7 +15,7 @@ import (
 // not_waiting_for_approval for anything else.
 func (h *Handlers) ApproveAction(ctx context.Context, req api.ApproveActionRequestObject) (api.ApproveActionResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
-	a, p, err := h.decide(ctx, key, store.DecisionApproved, req.Body)
+	a, p, err := h.decide(ctx, key, domain.DecisionApproved, req.Body)
 	switch {
 	case p != nil && p.Status == http.StatusNotFound:
 		return embedded[api.ApproveAction404ApplicationProblemPlusJSONResponse](*p), nil
@@ -32,7 +32,7 @@ func (h *Handlers) ApproveAction(ctx context.Context, req api.ApproveActionReque
 // rejected. 409 not_waiting_for_approval for anything else.
 func (h *Handlers) RejectAction(ctx context.Context, req api.RejectActionRequestObject) (api.RejectActionResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
-	a, p, err := h.decide(ctx, key, store.DecisionRejected, req.Body)
+	a, p, err := h.decide(ctx, key, domain.DecisionRejected, req.Body)
 	switch {
 	case p != nil && p.Status == http.StatusNotFound:
 		return embedded[api.RejectAction404ApplicationProblemPlusJSONResponse](*p), nil
@@ -58,7 +58,7 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 	if body != nil && body.Comment != nil {
 		comment = *body.Comment
 	}
-	_, err := h.store.Actions().DecideApproval(ctx, key, decision, by, comment)
+	_, err := decideApproval(ctx, h.store, key, decision, by, comment)
 	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok {
 		return api.Action{}, &p, err
 	}
@@ -71,4 +71,33 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 		return api.Action{}, nil, fmt.Errorf("read action %s: %w", key, err)
 	}
 	return toAction(d), nil, nil
+}
+
+// decideApproval records decision on approval step key, by who (by, "" for
+// nobody named) with comment, in one transaction: it locks the run, then
+// the action (LockRunAction), checks that the decision may be recorded
+// (domain.CheckApproval) and records it (RecordApproval). It returns the
+// action as written. Errors: store.ErrNotFound, domain.ErrNotWaiting (also
+// for a decision already made), domain.ErrUnknownDecision.
+func decideApproval(ctx context.Context, st *store.Store, key domain.ActionKey, decision, by, comment string) (
+	store.Action, error) {
+	var act store.Action
+	err := st.InTx(ctx, func(tx *store.Store) error {
+		_, locked, err := tx.Actions().LockRunAction(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := domain.CheckApproval(approvalWait(locked), decision); err != nil {
+			return err
+		}
+		act, err = tx.Actions().RecordApproval(ctx, locked, decision, by, comment)
+		return err
+	})
+	return act, err
+}
+
+// approvalWait is what the approval rule reads of action a.
+func approvalWait(a store.Action) domain.ApprovalWait {
+	return domain.ApprovalWait{Kind: a.Kind, Phase: domain.Phase(a.Phase),
+		WaitsForApproval: a.WaitingFor != nil && *a.WaitingFor == store.WaitApproval, Decided: a.Decision != nil}
 }

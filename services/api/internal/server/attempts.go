@@ -86,7 +86,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
 	}
 	ctx = context.WithoutCancel(ctx) // recorded even if the executor dies meanwhile (ReportAttempts)
-	res, err := h.store.Attempts().ReportAttempt(ctx, int64(req.Id), rep)
+	res, err := h.recordReport(ctx, int64(req.Id), rep)
 	p, ok := problemFor(err, subject{kind: "attempt", state: rep.State.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
@@ -101,6 +101,17 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 		h.evaluate(ctx, []int64{int64(req.Id)})
 	}
 	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
+}
+
+// recordReport records rep about attempt id, from an executor not named:
+// a batch of one (recordReports). Errors: store.ErrNotFound,
+// store.ErrBadReport, and Postgres's.
+func (h *Handlers) recordReport(ctx context.Context, id int64, rep store.Report) (store.ReportResult, error) {
+	results, err := recordReports(ctx, h.store, "", []store.BatchedReport{{AttemptID: id, Report: rep}}, h.cfg.LogMaxBytes)
+	if err != nil {
+		return store.ReportResult{}, err
+	}
+	return results[0].ReportResult, results[0].Err
 }
 
 // checkReport checks an executor's report about attempt id and returns it

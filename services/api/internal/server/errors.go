@@ -11,7 +11,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
-// storeProblem is how the API answers one store sentinel.
+// storeProblem is how the API answers one store or domain sentinel.
 type storeProblem struct {
 	err    error  // the sentinel, matched with errors.Is
 	status int    // the HTTP status
@@ -20,10 +20,10 @@ type storeProblem struct {
 	detail func(s subject) string
 }
 
-// storeProblems is every store sentinel a handler answers with a problem,
-// checked in order; any other error is the handler's error, a 500. A new
-// sentinel is mapped here, once: each handler turns the problem into the
-// generated response of its status.
+// storeProblems is every store or domain sentinel a handler answers with a
+// problem, checked in order; any other error is the handler's error, a
+// 500. A new sentinel is mapped here, once: each handler turns the problem
+// into the generated response of its status.
 var storeProblems = []storeProblem{
 	{err: store.ErrNotFound, status: http.StatusNotFound, code: problem.CodeNotFound,
 		detail: func(s subject) string { return s.String() + " not found" }},
@@ -31,7 +31,7 @@ var storeProblems = []storeProblem{
 		detail: func(s subject) string { return "a " + s.kind + " named " + s.name + " already exists in " + s.in }},
 	{err: store.ErrTerminal, status: http.StatusConflict, code: problem.CodeTerminal,
 		detail: func(s subject) string { return s.String() + " has already ended; nothing to " + cmp.Or(s.op, "abort") }},
-	{err: store.ErrNotWaiting, status: http.StatusConflict, code: problem.CodeNotWaiting,
+	{err: domain.ErrNotWaiting, status: http.StatusConflict, code: problem.CodeNotWaiting,
 		detail: func(s subject) string { return s.String() + " is not an approval step waiting for a decision" }},
 	{err: store.ErrNotRestartable, status: http.StatusConflict, code: problem.CodeNotRestartable,
 		detail: func(s subject) string {

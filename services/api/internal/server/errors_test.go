@@ -52,7 +52,7 @@ func TestProblemFor(t *testing.T) {
 			"conflict", "state RUNNING cannot follow the attempt's current state", nil},
 		{"terminal, suspend", store.ErrTerminal, subject{kind: "run", name: "demo/dev/r1", op: "suspend"},
 			http.StatusConflict, "already_terminal", "run demo/dev/r1 has already ended; nothing to suspend", nil},
-		{"not waiting", store.ErrNotWaiting, subject{kind: "action", name: "demo/dev/r1/b"}, http.StatusConflict,
+		{"not waiting", domain.ErrNotWaiting, subject{kind: "action", name: "demo/dev/r1/b"}, http.StatusConflict,
 			"not_waiting_for_approval", "action demo/dev/r1/b is not an approval step waiting for a decision", nil},
 		{"not restartable", store.ErrNotRestartable, subject{kind: "run", name: "demo/dev/r1"}, http.StatusConflict,
 			"not_restartable",

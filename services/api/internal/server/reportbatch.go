@@ -42,7 +42,7 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 	// dies meanwhile: those are facts, and a batch lost with its sender
 	// would run its ended attempts again.
 	ctx = context.WithoutCancel(ctx)
-	results, err := h.store.Attempts().ReportAttempts(ctx, req.Id.String(), batch, h.cfg.LogMaxBytes)
+	results, err := recordReports(ctx, h.store, req.Id.String(), batch, h.cfg.LogMaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("record a batch of %d reports of worker %s: %w", len(batch), req.Id, err)
 	}
@@ -99,4 +99,26 @@ func (h *Handlers) checkBatchItem(ctx context.Context, it api.BatchedReport) (st
 	logs, bad, err := h.checkChunks(ctx, it.AttemptId, *it.Logs, "logs")
 	b.Logs = logs
 	return b, bad, err
+}
+
+// recordReports records worker's batch (worker "" for a lone report, whose
+// reporter is not named) in one transaction, in order: it locks the
+// batch's tasks and attempts (LockForReport), decides its reports over
+// them (domain.DecideReports), and applies every item as decided, the
+// batch's attempts written in one statement (ApplyReports). It returns one
+// result per item, in order; an item refused does not stop the others.
+// Errors: Postgres's, which roll the whole batch back.
+func recordReports(ctx context.Context, st *store.Store, worker string, batch []store.BatchedReport, logMax int64) (
+	[]store.BatchedResult, error) {
+	var out []store.BatchedResult
+	err := st.InTx(ctx, func(tx *store.Store) error {
+		rows, err := tx.Attempts().LockForReport(ctx, batch)
+		if err != nil {
+			return err
+		}
+		decisions := domain.DecideReports(rows.Facts(), worker, store.BatchReports(batch))
+		out, err = tx.Attempts().ApplyReports(ctx, rows, worker, batch, decisions, logMax)
+		return err
+	})
+	return out, err
 }

@@ -81,24 +81,51 @@ func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject
 // re-register).
 func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) (stop []int64, unknown *api.Problem,
 	err error) {
-	var beat store.Beat
+	var held []int64
+	draining := false
 	if b != nil {
 		if b.Attempts != nil {
 			for _, a := range *b.Attempts {
-				beat.Held = append(beat.Held, a.Id)
+				held = append(held, a.Id)
 			}
 		}
-		beat.Draining = b.Draining != nil && *b.Draining
+		draining = b.Draining != nil && *b.Draining
 	}
-	reply, err := h.store.Workers().BeatWorker(ctx, id, beat)
+	stop, lost, err := recordBeat(ctx, h.store, id, held, draining, time.Now().UTC())
 	if p, ok := problemFor(err, subject{kind: "worker", name: id + " (re-register)"}); ok && p.Status == http.StatusNotFound {
 		return nil, &p, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("record heartbeat of worker %s: %w", id, err)
 	}
-	h.evaluateLost(ctx, reply.Lost)
-	return reply.Stop, nil, nil
+	h.evaluateLost(ctx, lost)
+	return stop, nil, nil
+}
+
+// recordBeat records worker id's heartbeat, arrived at at, in one
+// transaction: of the attempts it holds (held), those to stop (StopList);
+// then the attempts placed on it that it no longer holds, ended
+// WORKER_FAILED as domain.LossOnBeat of its previous heartbeat declares
+// them lost (LoseUnheldAttempts); then its last heartbeat and its sticky
+// draining flag (RecordBeat): attempts before the worker, as the lock
+// order asks. Errors: store.ErrNotFound when the worker is unknown or
+// dead (it must re-register).
+func recordBeat(ctx context.Context, st *store.Store, id string, held []int64, draining bool, at time.Time) (
+	stop []int64, lost []store.LostAttempt, err error) {
+	err = st.InTx(ctx, func(tx *store.Store) error {
+		previous, err := tx.Workers().LastHeartbeat(ctx, id)
+		if err != nil {
+			return err
+		}
+		if stop, err = tx.Workers().StopList(ctx, id, held); err != nil {
+			return err
+		}
+		if lost, err = tx.Workers().LoseUnheldAttempts(ctx, id, held, domain.LossOnBeat(previous), at); err != nil {
+			return err
+		}
+		return tx.Workers().RecordBeat(ctx, id, at, draining)
+	})
+	return stop, lost, err
 }
 
 // DeregisterWorker removes a leaving worker; attempts still live on it become

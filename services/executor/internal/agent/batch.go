@@ -232,7 +232,7 @@ const rideWait = 100 * time.Millisecond
 // did not leave within rideWait (the beat is taken back), and the caller
 // sends r alone. A beat that left is waited for, however long: a later beat
 // must not overtake it, or the api would read the older beat's list last
-// (BeatWorker's lost-attempt rule counts on beats arriving in order).
+// (the lost-attempt rule, domain.LossOnBeat, counts on beats in order).
 // Errors: as Heartbeat's.
 func (c *Client) rideAlong(ctx context.Context, id uuid.UUID, r api.HeartbeatReport) (stop []int64, rode bool, err error) {
 	b := &c.batch

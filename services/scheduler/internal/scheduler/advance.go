@@ -306,7 +306,7 @@ func (s *Scheduler) startedStep(key domain.RunKey, a store.Action, now time.Time
 }
 
 // startStep starts a step that is not a plain task step (apply creates
-// those, store.NewTasks' replicas carrying the step's scheduling fields, all
+// those, domain.StepTasks' replicas carrying the step's scheduling fields, all
 // in one statement): a suspend step waits its duration, or for a resume; an
 // approval waits for an approve or a reject (KubeVela's suspend and
 // approval); a discoverable task step goes through the cache first

@@ -7,6 +7,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,7 +124,7 @@ func TestSerializableCacheWaiterRunsAfterOwnerEnds(t *testing.T) {
 	a := f.attemptIn(t, w, f.currentTask(t, owner, "s"), reportRunning)
 	_, err := f.st.Aborts().AbortAction(ctx, owner.Action("s"), "test", "")
 	require.NoError(t, err)
-	_, err = f.st.Attempts().ReportAttempt(ctx, a.ID, reportKilledAbort)
+	_, err = storetest.ReportAttempt(ctx, f.st, a.ID, reportKilledAbort)
 	require.NoError(t, err)
 	ev, err := f.s.evaluate(ctx, a.ID)
 	require.NoError(t, err)

@@ -62,7 +62,7 @@ func TestGangCascadeAndMaxTaskFailures(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		if i == 0 {
-			_, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+			_, err = storetest.ReportAttempt(ctx, f.st, a.ID, store.Report{State: domain.TaskRunning})
 			require.NoError(t, err)
 			sibling = a
 		}
@@ -123,7 +123,7 @@ func TestGangCascadeSparesPreemptedTasks(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, kill, "a started victim is killed, then reports PREEMPTED")
 			}
-			res, err := f.st.Attempts().ReportAttempt(ctx, victim.ID, tt.final)
+			res, err := storetest.ReportAttempt(ctx, f.st, victim.ID, tt.final)
 			require.NoError(t, err)
 			require.True(t, res.Evaluate)
 
@@ -156,10 +156,10 @@ func TestGangCascadeSparesPreemptedTasks(t *testing.T) {
 			for _, td := range got[1:] {
 				a := td.Attempts[0]
 				if a.State == domain.TaskAssigned {
-					_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, reportRunning)
+					_, err := storetest.ReportAttempt(ctx, f.st, a.ID, reportRunning)
 					require.NoError(t, err)
 				}
-				_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, reportSucceeded)
+				_, err := storetest.ReportAttempt(ctx, f.st, a.ID, reportSucceeded)
 				require.NoError(t, err)
 				ev, err = f.s.evaluate(ctx, a.ID)
 				require.NoError(t, err)

@@ -10,17 +10,12 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
-// newTasks returns the rows of a starting step's tasks (store.NewTasks)
-// with the system-failure budget decided here: the step's
+// newTasks returns the rows of a starting step's tasks of generation
+// (domain.StepTasks), whose system-failure budget is the step's
 // max_system_failures, else Config.MaxSystemFailures (Flyte's
 // MaxSystemFailures).
 func (s *Scheduler) newTasks(key domain.ActionKey, step domain.Step, generation int, now time.Time) []store.Task {
-	tasks := store.NewTasks(key, step, generation, now)
-	limit := step.SystemFailuresAllowed(*s.cfg.MaxSystemFailures)
-	for i := range tasks {
-		tasks[i].MaxSystemFailures = limit
-	}
-	return tasks
+	return store.NewTaskRows(key, generation, domain.StepTasks(step, *s.cfg.MaxSystemFailures, now))
 }
 
 // outcome is what ended attempt a, as the retry rules read it: its state,

@@ -149,7 +149,7 @@ func TestAbortFinalizationEventsInOrder(t *testing.T) {
 	_, err = f.st.Aborts().AbortAction(ctx, key.Action("s"), "stop", "")
 	require.NoError(t, err)
 	at := time.Now().UTC()
-	res, err := f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskKilled, Cause: domain.CauseAborted,
+	res, err := storetest.ReportAttempt(ctx, f.st, a.ID, store.Report{State: domain.TaskKilled, Cause: domain.CauseAborted,
 		Cleanup: []store.CleanupStep{{Step: store.CleanupAbort, At: at, Error: "SIGTERM ignored"},
 			{Step: store.CleanupFinalize, At: at.Add(time.Millisecond)}}})
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestAbortFinishedByTheLastAttempt(t *testing.T) {
 	_, err = f.st.Aborts().AbortAction(ctx, key.Action("s"), "stop", "")
 	require.NoError(t, err)
 	for i, id := range ids {
-		_, err := f.st.Attempts().ReportAttempt(ctx, id, reportKilledAbort)
+		_, err := storetest.ReportAttempt(ctx, f.st, id, reportKilledAbort)
 		require.NoError(t, err)
 		_, err = f.s.evaluate(ctx, id)
 		require.NoError(t, err)

@@ -106,7 +106,7 @@ func (f *runFixture) attemptIn(t *testing.T, w store.Worker, taskID int64, reps 
 	require.NoError(t, err)
 	require.True(t, ok)
 	for _, rep := range reps {
-		_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, rep)
+		_, err := storetest.ReportAttempt(ctx, f.st, a.ID, rep)
 		require.NoError(t, err)
 	}
 	return a
@@ -120,10 +120,10 @@ func (f *runFixture) runAttempt(t *testing.T, w store.Worker, taskID int64, fina
 	a, ok, err := storetest.AssignTask(ctx, f.st, taskID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	res, err := f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	res, err := storetest.ReportAttempt(ctx, f.st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	require.True(t, res.Proceed)
-	res, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"})
+	res, err = storetest.ReportAttempt(ctx, f.st, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"})
 	require.NoError(t, err)
 	require.True(t, res.Evaluate)
 	ev, err := f.s.evaluate(ctx, a.ID)

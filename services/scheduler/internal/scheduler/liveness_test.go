@@ -62,7 +62,7 @@ func (f *liveFixture) running(t *testing.T, w store.Worker, name string) store.A
 	a, ok, err := storetest.AssignTask(ctx, f.st, d.Tasks[0].Task.ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = f.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, f.st, a.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(w.ID, a.ID, nil))
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func TestLivenessPassDeclaresSilentWorkersDead(t *testing.T) {
 	f := newLiveFixture(t, domain.ARCTable)
 	silent, alive := f.register(t), f.register(t)
 	lost, kept := f.running(t, silent, "lost"), f.running(t, alive, "kept")
-	_, err := f.st.Workers().BeatWorker(ctx, silent.ID, store.Beat{Held: []int64{lost.ID}, At: time.Now().Add(-2 * time.Minute)})
+	_, err := storetest.Heartbeat(ctx, f.st, silent.ID, storetest.Beat{Held: []int64{lost.ID}, At: time.Now().Add(-2 * time.Minute)})
 	require.NoError(t, err)
 	require.True(t, f.hasQueue(t, silent.ID))
 	stranger := uuid.NewString() // a worker of another Capstan on this Redis
@@ -145,7 +145,7 @@ func TestEvaluationRecordsWorkerFailures(t *testing.T) {
 			f := newLiveFixture(t, tt.table)
 			w := f.register(t)
 			lost, other := f.running(t, w, "lost"), f.running(t, w, "other")
-			_, err := f.st.Attempts().ReportAttempt(ctx, lost.ID, store.Report{State: domain.TaskWorkerFailed, Cause: "worker_lost"})
+			_, err := storetest.ReportAttempt(ctx, f.st, lost.ID, store.Report{State: domain.TaskWorkerFailed, Cause: "worker_lost"})
 			require.NoError(t, err)
 
 			_, err = f.s.evaluate(ctx, lost.ID)
@@ -259,7 +259,7 @@ func TestFailureBackoffFollowsARCTable(t *testing.T) {
 	require.Equal(t, "worker_lost", *lost.Cause)
 	require.Equal(t, "the worker was deleted after 6 failures", *lost.Error)
 	require.Nil(t, lost.EvaluatedAt, "queued for its evaluation")
-	_, err := f.st.Workers().BeatWorker(ctx, w.ID, store.Beat{})
+	_, err := storetest.Heartbeat(ctx, f.st, w.ID, storetest.Beat{})
 	require.ErrorIs(t, err, store.ErrNotFound, "its executor re-registers under a new identity")
 }
 
@@ -308,10 +308,10 @@ func TestReapDeadWorkers(t *testing.T) {
 	assignedOnDead := f.attemptIn(t, dead, tasks[1])
 	onAlive := f.attemptIn(t, alive, tasks[2], reportRunning)
 
-	_, err := f.st.Workers().BeatWorker(ctx, dead.ID, store.Beat{Held: []int64{runningOnDead.ID},
+	_, err := storetest.Heartbeat(ctx, f.st, dead.ID, storetest.Beat{Held: []int64{runningOnDead.ID},
 		At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
 	require.NoError(t, err)
-	_, err = f.st.Workers().BeatWorker(ctx, alive.ID, store.Beat{Held: []int64{onAlive.ID}})
+	_, err = storetest.Heartbeat(ctx, f.st, alive.ID, storetest.Beat{Held: []int64{onAlive.ID}})
 	require.NoError(t, err)
 	r, err := f.s.livenessOnce(ctx)
 	require.NoError(t, err)
@@ -336,7 +336,7 @@ func TestReapDeadWorkers(t *testing.T) {
 	require.Equal(t, store.WorkerDead, w.State)
 	require.Len(t, w.Failures, 2, "the lost attempts are recorded on the dead worker")
 	require.False(t, f.placeable(t, dead.ID))
-	_, err = f.st.Workers().BeatWorker(ctx, dead.ID, store.Beat{})
+	_, err = storetest.Heartbeat(ctx, f.st, dead.ID, storetest.Beat{})
 	require.ErrorIs(t, err, store.ErrNotFound, "a worker back from the dead must re-register")
 	w, _ = f.worker(t, alive.ID)
 	require.Equal(t, store.WorkerAlive, w.State)
@@ -366,7 +366,7 @@ func TestDeadWorkerListedUntilRetention(t *testing.T) {
 	const retention = time.Second
 	f := newLiveFixtureWith(t, LivenessConfig{Backoff: domain.ARCTable, DeadRetention: retention})
 	silent, alive := f.register(t), f.register(t)
-	_, err := f.st.Workers().BeatWorker(ctx, silent.ID, store.Beat{At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
+	_, err := storetest.Heartbeat(ctx, f.st, silent.ID, storetest.Beat{At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
 	require.NoError(t, err)
 
 	beforeDeath := time.Now()

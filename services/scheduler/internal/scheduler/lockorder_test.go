@@ -190,7 +190,7 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 		return err
 	}
 	a := live[rng.IntN(len(live))]
-	if _, err := r.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: domain.TaskRunning}); err != nil &&
+	if _, err := storetest.ReportAttempt(ctx, r.st, a.ID, store.Report{State: domain.TaskRunning}); err != nil &&
 		!errors.Is(err, store.ErrBadReport) {
 		return err
 	}
@@ -198,7 +198,7 @@ func (r *racer) evaluateSome(ctx context.Context, rng *rand.Rand) error {
 	if rng.IntN(4) == 0 {
 		final, exit = domain.TaskFailed, 1
 	}
-	if _, err := r.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
+	if _, err := storetest.ReportAttempt(ctx, r.st, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
 		return err
 	}
 	_, err = r.s.evaluate(ctx, a.ID)
@@ -238,7 +238,7 @@ func (r *racer) batchSome(ctx context.Context, rng *rand.Rand) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	res, err := r.st.Attempts().ReportAttempts(ctx, *worker, batch, 1<<20)
+	res, err := storetest.ReportAttempts(ctx, r.st, *worker, batch, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -270,7 +270,7 @@ func (r *racer) evaluateTogether(ctx context.Context, rng *rand.Rand) error {
 		if rng.IntN(4) == 0 {
 			final, exit = domain.TaskFailed, 1
 		}
-		if _, err := r.st.Attempts().ReportAttempt(ctx, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
+		if _, err := storetest.ReportAttempt(ctx, r.st, a.ID, store.Report{State: final, ExitCode: &exit, Cause: "user"}); err != nil {
 			if errors.Is(err, store.ErrBadReport) {
 				continue // ended meanwhile
 			}
@@ -309,7 +309,7 @@ func (r *racer) reapSome(ctx context.Context, rng *rand.Rand) error {
 		r.mu.Lock()
 		id := r.workers[rng.IntN(len(r.workers))]
 		r.mu.Unlock()
-		if _, err := r.st.Workers().BeatWorker(ctx, id, store.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
+		if _, err := storetest.Heartbeat(ctx, r.st, id, storetest.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
 			!errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -344,7 +344,7 @@ func (r *racer) beatSome(ctx context.Context, rng *rand.Rand) error {
 	if rng.IntN(10) == 0 {
 		_, err = r.st.Workers().DeregisterWorker(ctx, id)
 	} else {
-		_, err = r.st.Workers().BeatWorker(ctx, id, store.Beat{Held: held})
+		_, err = storetest.Heartbeat(ctx, r.st, id, storetest.Beat{Held: held})
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil

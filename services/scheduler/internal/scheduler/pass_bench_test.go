@@ -184,7 +184,7 @@ func (f *passFixture) reset(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := f.st.Workers().BeatWorker(context.Background(), f.worker.ID, store.Beat{}); err != nil {
+	if _, err := storetest.Heartbeat(context.Background(), f.st, f.worker.ID, storetest.Beat{}); err != nil {
 		b.Fatal(err)
 	}
 }

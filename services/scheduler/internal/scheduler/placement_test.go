@@ -9,6 +9,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -293,7 +294,7 @@ func TestEvaluationKicksAPassWhenOneHasWork(t *testing.T) {
 	end := func(a store.Attempt, rep store.Report) {
 		t.Helper()
 		for _, r := range []store.Report{reportRunning, rep} {
-			_, err := f.st.Attempts().ReportAttempt(ctx, a.ID, r)
+			_, err := storetest.ReportAttempt(ctx, f.st, a.ID, r)
 			require.NoError(t, err)
 		}
 		ev, err := f.s.evaluate(ctx, a.ID)

@@ -24,7 +24,7 @@ func TestPreemptAttempt(t *testing.T) {
 	require.NoError(t, err)
 	running, _, err := storetest.AssignTask(ctx, f.st, tasks[1].Task.ID, w.ID)
 	require.NoError(t, err)
-	_, err = f.st.Attempts().ReportAttempt(ctx, running.ID, store.Report{State: domain.TaskRunning})
+	_, err = storetest.ReportAttempt(ctx, f.st, running.ID, store.Report{State: domain.TaskRunning})
 	require.NoError(t, err)
 
 	ev, kill, err := f.s.preemptAttempt(ctx, assigned.ID)
@@ -45,7 +45,7 @@ func TestPreemptAttempt(t *testing.T) {
 	td = f.tasks(t, key, "s")[1]
 	require.Equal(t, domain.TaskRunning, td.Task.State, "its resources stay held until the process stops")
 
-	res, err := f.st.Attempts().ReportAttempt(ctx, running.ID, store.Report{State: domain.TaskPreempted, Cause: "preempted"})
+	res, err := storetest.ReportAttempt(ctx, f.st, running.ID, store.Report{State: domain.TaskPreempted, Cause: "preempted"})
 	require.NoError(t, err)
 	require.True(t, res.Evaluate)
 	ev, err = f.s.evaluate(ctx, running.ID)
@@ -91,7 +91,7 @@ func TestPreemptionIsFreeOnlyWhileAssigned(t *testing.T) {
 			if kill {
 				require.False(t, ev.Done, "nothing is decided while the process runs")
 				require.Equal(t, state, f.task(t, a.ID).State, "its resources stay held until the process stops")
-				res, err := f.st.Attempts().ReportAttempt(ctx, a.ID, reportPreempted) // the executor, once it killed it
+				res, err := storetest.ReportAttempt(ctx, f.st, a.ID, reportPreempted) // the executor, once it killed it
 				require.NoError(t, err)
 				require.True(t, res.Evaluate)
 				ev, err = f.s.evaluate(ctx, a.ID)

@@ -199,7 +199,7 @@ func singleTaskRun(tb testing.TB, st *store.Store, s *Scheduler, w store.Worker,
 	exit := 0
 	// A noop's RUNNING and SUCCEEDED reach the api in one batch.
 	benchMust(tb, func() error {
-		_, err := st.Attempts().ReportAttempts(ctx, w.ID, []store.BatchedReport{
+		_, err := storetest.ReportAttempts(ctx, st, w.ID, []store.BatchedReport{
 			{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
 			{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}}}, 1<<20)
 		return err
@@ -290,7 +290,7 @@ func diamondRun(b *testing.B, st *store.Store, s *Scheduler, w store.Worker, spe
 			reports = append(reports, store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskRunning}},
 				store.BatchedReport{AttemptID: a.ID, Report: store.Report{State: domain.TaskSucceeded, ExitCode: &exit}})
 		}
-		benchMust(b, func() error { _, err := st.Attempts().ReportAttempts(ctx, w.ID, reports, 1<<20); return err })
+		benchMust(b, func() error { _, err := storetest.ReportAttempts(ctx, st, w.ID, reports, 1<<20); return err })
 		// The api's one message for the attempts the batch ended:
 		// task:evaluate for one, tasks:evaluate for several.
 		ids := make([]int64, len(attempts))

@@ -82,11 +82,8 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 			return domain.PhaseSucceeded, "", false
 		}
 	case store.WaitApproval:
-		if a.Decision != nil && *a.Decision == store.DecisionApproved {
-			return domain.PhaseSucceeded, "", false
-		}
-		if a.Decision != nil {
-			return domain.PhaseFailed, store.DecisionRejected, false
+		if to, reason, ended := domain.ApprovalOutcome(a.Decision); ended {
+			return to, reason, false
 		}
 	case store.WaitResume:
 		if resumed && a.Spec.Kind == domain.KindTask {

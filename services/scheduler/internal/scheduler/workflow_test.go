@@ -147,7 +147,7 @@ func TestApprovalDecides(t *testing.T) {
 	for _, tc := range []struct {
 		run, decision string
 		want          domain.Phase
-	}{{"yes", store.DecisionApproved, domain.PhaseSucceeded}, {"no", store.DecisionRejected, domain.PhaseFailed}} {
+	}{{"yes", domain.DecisionApproved, domain.PhaseSucceeded}, {"no", domain.DecisionRejected, domain.PhaseFailed}} {
 		key := f.newRun(t, tc.run, domain.WorkflowSpec{Steps: []domain.Step{{Name: "ok", Kind: domain.KindApproval}}})
 		_, err := f.s.advance(ctx, key)
 		require.NoError(t, err)
@@ -158,8 +158,8 @@ func TestApprovalDecides(t *testing.T) {
 		_, err = f.s.advance(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, f.runPhase(t, key), tc.run)
-		if tc.decision == store.DecisionRejected {
-			require.Equal(t, store.DecisionRejected, *f.action(t, key, "ok").Reason)
+		if tc.decision == domain.DecisionRejected {
+			require.Equal(t, domain.DecisionRejected, *f.action(t, key, "ok").Reason)
 		}
 	}
 }
