@@ -14,9 +14,10 @@ import (
 // by name, read as the JSON Postgres builds from the rows.
 func (s Actions) StepActions(ctx context.Context, key domain.RunKey) ([]Action, error) {
 	var raw []byte
-	err := s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.name), '[]') FROM actions a
+	err := scanRow(s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.name), '[]') FROM actions a
 		WHERE project = ? AND domain = ? AND run_name = ? AND name <> ?`, key.Project, key.Domain, key.Run,
-		domain.RootActionName).Row().Scan(&raw)
+		domain.RootActionName), &raw)
+
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -34,11 +35,12 @@ func (s Actions) StepActions(ctx context.Context, key domain.RunKey) ([]Action, 
 func (s Actions) StepActionsOfRuns(ctx context.Context, keys []domain.RunKey) (map[domain.RunKey][]Action, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
-	err := s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
+	err := scanRow(s.raw(ctx, `SELECT coalesce(json_agg(a ORDER BY a.project, a.domain, a.run_name, a.name), '[]')
 		FROM actions a WHERE (a.project, a.domain, a.run_name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
-		AND a.name <> ?`, projects, domains, names, domain.RootActionName).Row().Scan(&raw)
+		AND a.name <> ?`, projects, domains, names, domain.RootActionName), &raw)
+
 	if err != nil {
 		return nil, mapErr(err)
 	}

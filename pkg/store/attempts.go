@@ -51,11 +51,12 @@ func (s Attempts) GetAttemptRuns(ctx context.Context, ids []int64) ([]AttemptRun
 		return []AttemptRun{r}, nil
 	}
 	var raw [3][]byte
-	err := s.prefer(poolByKey).raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
+	err := scanRow(s.prefer(poolByKey).raw(ctx, `SELECT coalesce(json_agg(row_to_json(at) ORDER BY at.id), '[]'),
 			coalesce(json_agg(row_to_json(t) ORDER BY at.id), '[]'), coalesce(json_agg(row_to_json(a) ORDER BY at.id), '[]')
 		FROM attempts at JOIN tasks t ON t.id = at.task_id
 		JOIN actions a ON (a.project, a.domain, a.run_name, a.name) = (t.project, t.domain, t.run_name, t.action_name)
-		WHERE at.id = ANY(CAST(? AS bigint[]))`, array(ids)).Row().Scan(&raw[0], &raw[1], &raw[2])
+		WHERE at.id = ANY(CAST(? AS bigint[]))`, array(ids)), &raw[0], &raw[1], &raw[2])
+
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -29,7 +29,7 @@ func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now tim
 		return nil, nil
 	}
 	var raw [4][]byte
-	err := s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": array(ids), "now": now}).Row().Scan(&raw[0], &raw[1], &raw[2], &raw[3])
+	err := scanRow(s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": array(ids), "now": now}), &raw[0], &raw[1], &raw[2], &raw[3])
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -158,14 +158,15 @@ func (s Runs) TryLockRuns(ctx context.Context, keys []domain.RunKey, place bool)
 	projects, domains, names := runKeyArrays(keys)
 	var raw []byte
 	var placing bool
-	err := s.raw(ctx, `WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
+	err := scanRow(s.raw(ctx, `WITH l AS (SELECT * FROM runs WHERE (project, domain, name) IN
 			(SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 				CAST(CAST(? AS text) AS text[])))
 			ORDER BY project, domain, name FOR UPDATE SKIP LOCKED),
 		p AS MATERIALIZED (SELECT CASE WHEN CAST(? AS boolean) THEN pg_try_advisory_xact_lock(CAST(? AS bigint))
 			ELSE false END AS got)
-		SELECT coalesce(json_agg(l), '[]'), (SELECT got FROM p) FROM l`, projects, domains, names, place, placementLock).
-		Row().Scan(&raw, &placing)
+		SELECT coalesce(json_agg(l), '[]'), (SELECT got FROM p) FROM l`, projects, domains, names, place, placementLock),
+		&raw, &placing)
+
 	if err != nil {
 		return nil, false, mapErr(err)
 	}

@@ -111,10 +111,11 @@ func (s Tasks) ExpiryDue(ctx context.Context, limit int) (Due, error) {
 func (s Placement) NextWakeAt(ctx context.Context) (*time.Time, error) {
 	s = Placement{s.prefer(poolPass)}
 	var at sql.NullTime
-	err := s.raw(ctx, `SELECT least(
+	err := scanRow(s.raw(ctx, `SELECT least(
 		(SELECT min(not_before) FROM tasks WHERE state IN `+sqlPending+` AND not_before > @now),
 		(SELECT min(not_before) FROM actions WHERE waiting_for IS NOT NULL AND not_before > @now))`,
-		map[string]any{"now": time.Now().UTC()}).Row().Scan(&at)
+		map[string]any{"now": time.Now().UTC()}), &at)
+
 	if err != nil || !at.Valid {
 		return nil, mapErr(err)
 	}

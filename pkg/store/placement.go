@@ -56,10 +56,11 @@ var pendingTasksSQL = `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id
 func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
 	s = Placement{s.prefer(poolPass)}
 	var tasks, workers []byte
-	err := s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
+	err := scanRow(s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
 		SELECT p.tasks, CASE WHEN json_array_length(p.tasks) > 0 THEN (
 			SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
-		END FROM p`, limit, grace.Seconds()).Row().Scan(&tasks, &workers)
+		END FROM p`, limit, grace.Seconds()), &tasks, &workers)
+
 	if err != nil {
 		return nil, nil, mapErr(err)
 	}
@@ -96,7 +97,7 @@ func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Durati
 func (s Placement) FreshWork(ctx context.Context, keys []domain.RunKey, grace time.Duration) ([]Task, []WorkerLoad, error) {
 	projects, domains, names := runKeyArrays(keys)
 	var tasks, workers []byte
-	err := s.raw(ctx, `WITH k AS (SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
+	err := scanRow(s.raw(ctx, `WITH k AS (SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[]),
 			CAST(CAST(? AS text) AS text[])) AS k(project, domain, run_name)),
 		m AS (SELECT t.* FROM tasks t JOIN k ON (t.project, t.domain, t.run_name) = (k.project, k.domain, k.run_name)
 			WHERE t.state IN `+sqlPending+`)
@@ -108,7 +109,8 @@ func (s Placement) FreshWork(ctx context.Context, keys []domain.RunKey, grace ti
 				AND (o.project, o.domain, o.run_name) NOT IN (SELECT project, domain, run_name FROM k))
 			THEN (SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
 			END
-		FROM (SELECT `+byKeyLocally+`) s`, projects, domains, names, grace.Seconds()).Row().Scan(&tasks, &workers)
+		FROM (SELECT `+byKeyLocally+`) s`, projects, domains, names, grace.Seconds()), &tasks, &workers)
+
 	if err != nil {
 		return nil, nil, mapErr(err)
 	}

@@ -193,8 +193,9 @@ FROM runs r WHERE r.project = @project AND r.domain = @domain AND r.name = @run`
 func (s *core) details(ctx context.Context, key domain.RunKey, only string) (Run, []ActionDetail, error) {
 	var run Run
 	var rawRun, rawActions, rawTasks, rawAttempts []byte
-	err := s.raw(ctx, detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
-		sql.Named("run", key.Run), sql.Named("only", only)).Row().Scan(&rawRun, &rawActions, &rawTasks, &rawAttempts)
+	err := scanRow(s.raw(ctx, detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
+		sql.Named("run", key.Run), sql.Named("only", only)), &rawRun, &rawActions, &rawTasks, &rawAttempts)
+
 	if errors.Is(err, sql.ErrNoRows) {
 		return run, nil, ErrNotFound
 	}

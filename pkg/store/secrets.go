@@ -15,10 +15,11 @@ import (
 // attempt.
 func (s Attempts) AttemptSecretValues(ctx context.Context, id int64) ([]string, error) {
 	var raw []byte
-	err := s.raw(ctx, `SELECT ac.spec->'secret_env' FROM attempts at
+	err := scanRow(s.raw(ctx, `SELECT ac.spec->'secret_env' FROM attempts at
 		JOIN tasks t ON t.id = at.task_id
 		JOIN actions ac ON (ac.project, ac.domain, ac.run_name, ac.name) = (t.project, t.domain, t.run_name, t.action_name)
-		WHERE at.id = ?`, id).Row().Scan(&raw)
+		WHERE at.id = ?`, id), &raw)
+
 	if errors.Is(err, sql.ErrNoRows) || len(raw) == 0 {
 		return nil, nil
 	}

@@ -244,7 +244,7 @@ func scanRows(q *gorm.DB, dest ...any) error {
 	for i := range raw {
 		ptrs[i] = &raw[i]
 	}
-	err := q.Row().Scan(ptrs...)
+	err := scanRow(q, ptrs...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
 	}
@@ -255,4 +255,14 @@ func scanRows(q *gorm.DB, dest ...any) error {
 		return fmt.Errorf("decode rows: %w", err)
 	}
 	return nil
+}
+
+// scanRow runs q, a statement that returns one row, and scans that row
+// into dest. Errors: q's when it could not run (a transaction that failed
+// to begin), sql.ErrNoRows when it returned no row, the scan's.
+func scanRow(q *gorm.DB, dest ...any) error {
+	if q.Error != nil {
+		return q.Error
+	}
+	return q.Row().Scan(dest...)
 }

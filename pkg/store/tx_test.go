@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
 	"github.com/stretchr/testify/require"
 )
 
-// InTx sends its events' insert and its COMMIT together. When the insert
+// InTx inserts its events just before its commit. When the insert
 // fails, or fn panics, the transaction is rolled back: nothing it wrote
 // stays, and the pools' connections, rolled back rather than closed, serve
 // the next statements.
@@ -67,4 +69,27 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 	require.True(t, suspended())
 	require.Equal(t, []string{"run.created", "run.resume_requested", "run.suspend_requested"}, events(t, db, key))
 	require.Equal(t, before, backends(), "no connection was closed and replaced")
+}
+
+// A transaction that cannot begin (here its context ended before its first
+// statement) fails that statement with the reason, whatever the statement
+// reads, and the next transaction runs.
+func TestInTxThatCannotBeginFailsItsStatement(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	key := newRun(t, st, "r", twoSteps())
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, first := range map[string]func(tx *store.Store) error{
+		"a row": func(tx *store.Store) error {
+			_, _, err := tx.Runs().TryLockRuns(ended, []domain.RunKey{key}, false)
+			return err
+		},
+		"a scan": func(tx *store.Store) error { _, err := tx.Runs().LockRun(ended, key); return err },
+	} {
+		err := st.InTx(ended, first)
+		require.ErrorIs(t, err, context.Canceled, name)
+	}
+	_, err := st.Runs().GetRun(context.Background(), key)
+	require.NoError(t, err)
 }
