@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"sync"
@@ -143,6 +144,18 @@ end
 return redis.call("DEL", KEYS[1])
 `)
 
+// process runs w's handler. A panic becomes its error, as asynq's own
+// server makes it: one task's handler cannot end the process, and the task
+// goes back on the queue like any failed one.
+func (c *WakeConsumer) process(ctx context.Context, w Wakeup) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler of %s panicked: %v", w.Type, r)
+		}
+	}()
+	return c.Handler.ProcessTask(ctx, asynq.NewTaskWithHeaders(w.Type, w.Payload, w.Headers))
+}
+
 // taskKey and queuePrefix are asynq's key of task id's hash and prefix of
 // queue's keys.
 func taskKey(queue, id string) string { return queuePrefix(queue) + "t:" + id }
@@ -159,9 +172,9 @@ func (c *WakeConsumer) claim(ctx context.Context, rc redis.Scripter, id string) 
 }
 
 // handle runs the claimed task w and puts it back on the queue if it
-// fails.
+// fails, or if its handler panics (process).
 func (c *WakeConsumer) handle(ctx context.Context, w Wakeup) {
-	err := c.Handler.ProcessTask(ctx, asynq.NewTaskWithHeaders(w.Type, w.Payload, w.Headers))
+	err := c.process(ctx, w)
 	if err == nil || errors.Is(err, asynq.SkipRetry) {
 		if err != nil {
 			c.Log.Warn("task failed for good", "queue", c.Queue, "type", w.Type, "task_id", w.ID, "err", err)

@@ -116,3 +116,50 @@ func TestWakeConsumerClaimsAnnouncedTasks(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rec.seen()) == 4 }, 10*time.Second, 5*time.Millisecond)
 	require.Contains(t, rec.seen()[3], "r5", "the wake-up of a task its queue's consumer has is skipped")
 }
+
+// panicker is a handler that panics on the first task it gets and records
+// the others.
+type panicker struct {
+	recorder
+	once sync.Once
+}
+
+func (p *panicker) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	panicked := false
+	p.once.Do(func() { panicked = true })
+	if panicked {
+		panic("boom")
+	}
+	return p.recorder.ProcessTask(ctx, t)
+}
+
+// A handler that panics does not end the consumer: the task goes back on
+// the queue, due later, as a failed one does, and the next task is handled.
+func TestWakeConsumerSurvivesAPanickingHandler(t *testing.T) {
+	opt := redistest.New(t)
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	insp := asynq.NewInspector(opt)
+	defer insp.Close()
+	rc := redis.NewClient(&redis.Options{Addr: opt.Addr, DB: opt.DB})
+	defer rc.Close()
+	log := slog.New(slog.DiscardHandler)
+	enq := queue.NewEnqueuer(client, log)
+	enq.Wake = rc
+	h := &panicker{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	wc := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: opt, Enqueuer: enq, Handler: h, Concurrency: 1,
+		Retry: time.Hour, Log: log}
+	go func() { wc.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	require.NoError(t, enq.Enqueue(ctx, queue.NewTaskEvaluateTask(7)))
+	require.Eventually(t, func() bool {
+		info, err := insp.GetTaskInfo(queue.Scheduler, "attempt:7:evaluate")
+		return err == nil && info.State == asynq.TaskStateScheduled
+	}, 10*time.Second, 5*time.Millisecond, "the panicked task is back on the queue, due later")
+	require.NoError(t, enq.Enqueue(ctx, queue.NewRunStartTask(domain.RunKey{Project: "p", Domain: "d", Run: "r1"})))
+	require.Eventually(t, func() bool { return len(h.seen()) == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the consumer goes on")
+}
