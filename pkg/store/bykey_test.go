@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ByKey's plans are made again at a connection's use 16, then whenever its
-// uses have doubled since, plus 16, and at least every 10 s.
+// The by-key pool's plans are made again at a connection's use 16, then
+// whenever its uses have doubled since, plus 16, and at least every 10 s.
 func TestReplanDueAsAConnectionWorks(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -35,7 +35,7 @@ func TestReplanDueAsAConnectionWorks(t *testing.T) {
 	}
 }
 
-// The expiry read, on ByKey's pool (index paths alone), reads each kind of
+// The expiry read, on the by-key pool (index paths alone), reads each kind of
 // due work from its partial index, not by walking a table's whole key in
 // the order its DISTINCT wants: on 25,000 ended actions never analyzed, a
 // plan that counts on the LIMIT to stop such a walk early looked cheaper,
@@ -78,7 +78,7 @@ func openWithRows(t *testing.T, qs ...string) (*store.Store, *sql.DB) {
 	return st, db
 }
 
-// ByKey's connections run without JIT: one of their statements whose only
+// the by-key pool's connections run without JIT: one of their statements whose only
 // path is a disabled scan is costed above jit_above_cost, and Postgres
 // would compile it at every call.
 func TestByKeyConnectionsDoNotJIT(t *testing.T) {
@@ -86,5 +86,5 @@ func TestByKeyConnectionsDoNotJIT(t *testing.T) {
 	st, _ := openOneConnectionPools(t)
 	n, err := store.ByKeyPool(st).Count(context.Background(), `SELECT count(*) WHERE current_setting('jit') = 'off'`)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "jit is on on ByKey's connection")
+	require.EqualValues(t, 1, n, "jit is on on the by-key pool's connection")
 }

@@ -12,7 +12,7 @@ import (
 
 // An evaluation batch's claim marks its attempts evaluated by key: its
 // update reaches each claimed attempt from the locked ones, never from the
-// partial index of the attempts not yet evaluated. On ByKey's pool, with
+// partial index of the attempts not yet evaluated. On the by-key pool, with
 // statistics taken while every attempt was evaluated, a plan that walked
 // that index and matched each entry against every claimed attempt looked
 // cheapest, and cost 35 ms a claim of 34 attempts among 218 waiting.

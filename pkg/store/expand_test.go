@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ExpandAndStart expands a fresh run and starts the steps given, tasks and
+// ExpandAndStartRuns expands a fresh run and starts the steps given, tasks and
 // started_at together; on a run expanded before it changes nothing at all:
 // no action, no task, no event.
 func TestExpandAndStartOnlyExpandsAFreshRun(t *testing.T) {
@@ -104,7 +104,7 @@ func TestTryLockRunsSkipsHeldAndMissingRuns(t *testing.T) {
 	}
 }
 
-// ByKey's pool keeps one plan of each statement, and makes it again as
+// the by-key pool keeps one plan of each statement, and makes it again as
 // the tables grow. A join of actions with keys in arrays, on the name a0
 // as a parameter, planned while actions holds a few rows, walks the whole
 // primary key of actions for that name; once actions has grown and the

@@ -81,7 +81,7 @@ func (s *Store) OnStatement(f func(sql string, vars []any)) error {
 	return cb.Row().After("gorm:row").Register("test:see_row", see)
 }
 
-// ShiftByKeyClock has ByKey's replanning read the time d later than it is.
+// ShiftByKeyClock has the by-key pool's replanning read the time d later than it is.
 func (s *Store) ShiftByKeyClock(d time.Duration) {
 	s.replan.mu.Lock()
 	defer s.replan.mu.Unlock()

@@ -447,7 +447,7 @@ func TestLapsedListenerRegistrationReconnects(t *testing.T) {
 	require.Equal(t, 1, n, "registered again")
 }
 
-// The events' insert on ByKey's connection (no sequential scans) reads
+// The events' insert on the by-key pool's connection (no sequential scans) reads
 // event_listeners by index: a scan costed as disabled had Postgres
 // JIT-compile the statement at every call.
 func TestEventsInsertReadsListenersByIndex(t *testing.T) {

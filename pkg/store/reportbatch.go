@@ -64,7 +64,7 @@ func BatchReports(batch []BatchedReport) []domain.AttemptReport {
 // attempts, of a batch about several attempts, each in id order, in two
 // statements; a batch about one attempt with a report locks it in one (a
 // logs-only one locks nothing). An attempt that does not exist is missing
-// from the rows. A batch with a report runs on ByKey's pool (the
+// from the rows. A batch with a report runs on the by-key pool (the
 // transaction begins there): its locks take lists of ids, and its write
 // (ApplyReports) reads its attempts from a JSON array, which a main pool's
 // plan expects to hold 100 and joined to a sequential scan of the

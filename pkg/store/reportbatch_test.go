@@ -121,7 +121,7 @@ func TestReportBatchWritesItsAttemptsInOneStatement(t *testing.T) {
 }
 
 // A batch about several attempts locks them by lists of ids: it runs on
-// ByKey's pool, which keeps a plan of each statement (made from index
+// the by-key pool, which keeps a plan of each statement (made from index
 // paths alone). A batch about one attempt runs there too: its write reads
 // the attempts from a JSON array, which a main pool's plan expects to
 // hold 100 rows and joins to a sequential scan of the attempts.
@@ -148,16 +148,16 @@ func TestReportBatchOfSeveralAttemptsRunsByKey(t *testing.T) {
 	}
 	running(attempts[14])
 	_, generic, custom, err := store.ByKeyPool(st).PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
-	require.NoError(t, err, "the attempts' lock is prepared on ByKey's connection")
+	require.NoError(t, err, "the attempts' lock is prepared on the by-key pool's connection")
 	require.Equal(t, int64(7), generic)
 	require.Zero(t, custom)
 	_, _, _, err = st.PreparedPlans(ctx, "ORDER BY at.id FOR UPDATE OF at")
 	require.ErrorIs(t, err, sql.ErrNoRows, "not on the main pool's")
 	_, generic, _, err = store.ByKeyPool(st).PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")
-	require.NoError(t, err, "the write is prepared on ByKey's connection")
+	require.NoError(t, err, "the write is prepared on the by-key pool's connection")
 	require.Equal(t, int64(8), generic, "seven batches of two attempts, one of one")
 	_, _, _, err = st.PreparedPlans(ctx, "jsonb_populate_record(a, w.patch)")
-	require.ErrorIs(t, err, sql.ErrNoRows, "a batch of one attempt writes on ByKey's pool too")
+	require.ErrorIs(t, err, sql.ErrNoRows, "a batch of one attempt writes on the by-key pool too")
 }
 
 // assignedAttempts starts a run named name of one step of n replicas and
@@ -175,7 +175,7 @@ func assignedAttempts(t *testing.T, st *store.Store, w store.Worker, name string
 	return attempts
 }
 
-// GetAttemptRuns reads several attempts in one statement on ByKey's pool,
+// GetAttemptRuns reads several attempts in one statement on the by-key pool,
 // in id order, a repeated id once and an unknown one not at all; one id is
 // GetAttemptRun's statement on the main pool, which keeps its plan.
 func TestGetAttemptRunsReadsEachAttemptOnce(t *testing.T) {

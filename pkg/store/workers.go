@@ -76,8 +76,8 @@ const placeableWhere = `w.state = 'alive' AND w.last_heartbeat_at > now() - make
 // live attempts on each, their tasks' resources and lowest priority band. A live attempt's task
 // is read by its key (the subquery's OFFSET 0 keeps Postgres from joining
 // the tables whole): with the statistics of a new database, whose tables
-// were never analyzed, the join read every task by a sequential scan at
-// each pass (1.3 ms a pass at 6,000 tasks, growing with them).
+// were never analyzed, the join would read every task by a sequential
+// scan at each pass, a cost growing with the tasks.
 func (s *core) workerLoads(ctx context.Context, where string, args ...any) ([]WorkerLoad, error) {
 	var out []WorkerLoad
 	err := s.raw(ctx, workerLoadsSQL(where)+` ORDER BY w.created_at, w.id`, args...).Scan(&out).Error

@@ -73,7 +73,7 @@ func TestDAGRunToSucceeded(t *testing.T) {
 
 // TestFirstAdvanceAndOneStepEndSaveStatements: a new run's first advance
 // expands it and starts its roots in one statement, and its phase move rides
-// the events' insert (LockRun, ExpandAndStart, flushEvents), with the events
+// the events' insert (TryLockRuns, ExpandAndStartRuns, flushEvents), with the events
 // the general path writes in its order. A root that waits (a suspend step)
 // goes the general path. The evaluation that ends a one-step run decides
 // from the step it holds, without reading the run's steps; one that ends a
