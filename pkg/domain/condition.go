@@ -14,26 +14,36 @@ import (
 )
 
 // Condition is a step's compiled `if` expression: CEL (as Kubernetes uses),
-// over `steps.<name>.phase`, `steps.<name>.outputs.<key>` and `run.failed`.
-// A step name with a dash is read with an index: `steps["my-step"].phase`.
+// over `steps.<name>.phase`, `steps.<name>.outputs.<key>`, `run.failed` and
+// `params.<name>`. A step name with a dash is read with an index:
+// `steps["my-step"].phase`. Numbers compare across int and double, so
+// `params.count > 3` holds for a number param of 4.
 type Condition struct {
 	prog cel.Program
 	// Steps names the steps the expression reads, sorted, once each.
 	Steps []string
+	// Params names the params the expression reads as params.<name> or
+	// params["<name>"], sorted, once each.
+	Params []string
 }
 
-// CondVars is what a condition reads: each step's phase and outputs, and
-// whether any step of the run failed.
+// CondVars is what a condition reads: each step's phase and outputs,
+// whether any step of the run failed, and the run's params (name → value as
+// ResolveParams returns them: string, float64, bool or a decoded JSON
+// value; nil reads as no params).
 type CondVars struct {
 	Steps  map[string]StepStatus
 	Failed bool
+	Params map[string]any
 }
 
-// conditionEnv declares the two variables a condition may read.
+// conditionEnv declares the variables a condition may read.
 var conditionEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable("steps", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))),
-		cel.Variable("run", cel.MapType(cel.StringType, cel.DynType)))
+		cel.Variable("run", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("params", cel.MapType(cel.StringType, cel.DynType)),
+		cel.CrossTypeNumericComparisons(true))
 })
 
 // conditions caches compiled expressions (each run's advance evaluates its
@@ -66,7 +76,8 @@ func CompileCondition(expr string) (*Condition, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Condition{prog: prog, Steps: referencedSteps(checked.NativeRep().Expr())}
+	tree := checked.NativeRep().Expr()
+	c := &Condition{prog: prog, Steps: referencedKeys(tree, "steps"), Params: referencedKeys(tree, "params")}
 	if cachedConditions.Load() < maxCachedConditions {
 		cachedConditions.Add(1)
 		conditions.Store(expr, c)
@@ -74,20 +85,20 @@ func CompileCondition(expr string) (*Condition, error) {
 	return c, nil
 }
 
-// referencedSteps returns the step names expr reads as steps.<name> or
-// steps["<name>"].
-func referencedSteps(expr ast.Expr) []string {
+// referencedKeys returns the keys expr reads of the map variable ident, as
+// <ident>.<key> or <ident>["<key>"], sorted, once each.
+func referencedKeys(expr ast.Expr, ident string) []string {
 	var names []string
-	isSteps := func(e ast.Expr) bool { return e.Kind() == ast.IdentKind && e.AsIdent() == "steps" }
+	isVar := func(e ast.Expr) bool { return e.Kind() == ast.IdentKind && e.AsIdent() == ident }
 	ast.PostOrderVisit(expr, ast.NewExprVisitor(func(e ast.Expr) {
 		switch e.Kind() {
 		case ast.SelectKind:
-			if sel := e.AsSelect(); isSteps(sel.Operand()) {
+			if sel := e.AsSelect(); isVar(sel.Operand()) {
 				names = append(names, sel.FieldName())
 			}
 		case ast.CallKind:
 			call := e.AsCall()
-			if call.FunctionName() != operators.Index || len(call.Args()) != 2 || !isSteps(call.Args()[0]) {
+			if call.FunctionName() != operators.Index || len(call.Args()) != 2 || !isVar(call.Args()[0]) {
 				return
 			}
 			if lit := call.Args()[1]; lit.Kind() == ast.LiteralKind {
@@ -112,7 +123,11 @@ func (c *Condition) Eval(v CondVars) (bool, error) {
 		}
 		steps[name] = map[string]any{"phase": string(st.Phase), "outputs": outputs}
 	}
-	out, _, err := c.prog.Eval(map[string]any{"steps": steps, "run": map[string]any{"failed": v.Failed}})
+	params := v.Params
+	if params == nil {
+		params = map[string]any{}
+	}
+	out, _, err := c.prog.Eval(map[string]any{"steps": steps, "run": map[string]any{"failed": v.Failed}, "params": params})
 	if err != nil {
 		return false, err
 	}

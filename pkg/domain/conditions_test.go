@@ -59,7 +59,7 @@ func TestEvaluateConditions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.Normalize()
 			require.Empty(t, tc.spec.Validate("spec"))
-			p := domain.Evaluate(tc.spec, tc.status, false)
+			p := domain.Evaluate(tc.spec, tc.status, false, nil)
 			require.Equal(t, tc.start, p.Start, "Start")
 			require.Equal(t, tc.skip, p.Skip, "Skip")
 			require.Equal(t, tc.phase, p.Phase, "Phase")
@@ -79,14 +79,14 @@ func TestEvaluateInputsAndSuspend(t *testing.T) {
 	spec.Normalize()
 	require.Empty(t, spec.Validate("spec"))
 	require.Equal(t, []string{"count"}, spec.Dependencies(1))
-	require.Equal(t, []string{"count"}, domain.Evaluate(spec, nil, false).Start)
-	require.Empty(t, domain.Evaluate(spec, st{"count": stRunning}, false).Start, "report waits for its producer")
-	require.Equal(t, []string{"report"}, domain.Evaluate(spec, st{"count": stSucceeded}, false).Start)
+	require.Equal(t, []string{"count"}, domain.Evaluate(spec, nil, false, nil).Start)
+	require.Empty(t, domain.Evaluate(spec, st{"count": stRunning}, false, nil).Start, "report waits for its producer")
+	require.Equal(t, []string{"report"}, domain.Evaluate(spec, st{"count": stSucceeded}, false, nil).Start)
 
-	p := domain.Evaluate(spec, st{"count": stSucceeded}, true)
+	p := domain.Evaluate(spec, st{"count": stSucceeded}, true, nil)
 	require.Empty(t, p.Start, "no new step starts while suspended")
 	require.Equal(t, domain.PhasePaused, p.Phase)
-	require.Equal(t, domain.PhaseRunning, domain.Evaluate(spec, st{"count": stRunning}, true).Phase,
+	require.Equal(t, domain.PhaseRunning, domain.Evaluate(spec, st{"count": stRunning}, true, nil).Phase,
 		"running tasks finish first")
 }
 
@@ -195,7 +195,7 @@ func FuzzEvaluateConditions(f *testing.F) {
 		status, started := st{}, map[string]bool{}
 		for iter := 0; ; iter++ {
 			require.Less(t, iter, 4*n+8, "the run did not end")
-			p := domain.Evaluate(spec, status, false)
+			p := domain.Evaluate(spec, status, false, nil)
 			failed := false
 			for _, x := range status {
 				failed = failed || x.Phase.IsTerminal() && x.Phase != domain.PhaseSucceeded && x.Phase != domain.PhaseSkipped

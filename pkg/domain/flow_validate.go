@@ -73,7 +73,7 @@ func (s Step) validateData() []FieldError {
 	}
 	if s.If != "" && s.If != IfAlways {
 		if _, err := CompileCondition(s.If); err != nil {
-			add(".if", "must be %q or a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed: %s",
+			add(".if", "must be %q or a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key>, run.failed and params.<name>: %s",
 				IfAlways, oneLine(err.Error()))
 		}
 	}
@@ -103,7 +103,7 @@ func (in Input) validate(at string, s Step, i int) []FieldError {
 // validateFlow checks what steps refer to across the spec: an input's
 // producer must be another step that declares the output (in StepByStep
 // mode, an earlier one), and a condition may read only other steps (in
-// StepByStep mode, earlier ones).
+// StepByStep mode, earlier ones) and declared params.
 func (w WorkflowSpec) validateFlow(index map[string]int) []FieldError {
 	var errs []FieldError
 	refer := func(field string, i int, step, what string) {
@@ -133,6 +133,11 @@ func (w WorkflowSpec) validateFlow(index map[string]int) []FieldError {
 		if c, err := CompileCondition(s.If); err == nil {
 			for _, step := range c.Steps {
 				refer(at+".if", i, step, "reads")
+			}
+			for _, name := range c.Params {
+				if !slices.ContainsFunc(w.Params, func(p Param) bool { return p.Name == name }) {
+					errs = append(errs, FieldError{at + ".if", fmt.Sprintf("reads unknown param %q", name)})
+				}
 			}
 		}
 	}

@@ -34,7 +34,8 @@ type Progress struct {
 
 // Evaluate decides which steps of spec start now, which are SKIPPED, and the
 // run's phase, from the status of each step (absent = not started) and
-// whether a suspend of the run is in force.
+// whether a suspend of the run is in force; params are the run's
+// (ResolveParams; nil = none), which conditions read as params.<name>.
 //
 // KubeVela's two running modes: DAG starts a step once the steps it depends
 // on have ended (its depends_on, the producers of its inputs, the steps its
@@ -47,13 +48,13 @@ type Progress struct {
 // starts. The run is RUNNING while a step runs, PAUSED when nothing runs and
 // a step (or the run) is paused, and once every step ended it takes the
 // first failure's phase in spec order, else SUCCEEDED.
-func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool) Progress {
+func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, params map[string]any) Progress {
 	p := Progress{Reasons: map[string]string{}}
 	work := maps.Clone(status)
 	if work == nil {
 		work = map[string]StepStatus{}
 	}
-	failed := anyFailed(work)
+	vars := CondVars{Steps: work, Failed: anyFailed(work), Params: params}
 	for changed := true; changed; {
 		changed = false
 		for i, s := range spec.Steps {
@@ -61,7 +62,7 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool) P
 			if st.Started || st.Phase.IsTerminal() {
 				continue
 			}
-			run, why := decide(spec, i, work, failed)
+			run, why := decide(spec, i, vars)
 			switch {
 			case why != "":
 				p.Skip, p.Reasons[s.Name] = append(p.Skip, s.Name), why
@@ -89,10 +90,10 @@ func (s Step) startPhase() Phase {
 }
 
 // decide returns whether step i runs now, or why it never will ("" while it
-// waits for its dependencies).
-func decide(spec WorkflowSpec, i int, work map[string]StepStatus, failed bool) (run bool, skip string) {
-	s := spec.Steps[i]
-	if s.If == "" && failed {
+// waits for its dependencies); vars.Steps is the status decided so far.
+func decide(spec WorkflowSpec, i int, vars CondVars) (run bool, skip string) {
+	s, work := spec.Steps[i], vars.Steps
+	if s.If == "" && vars.Failed {
 		return false, "a step of the run failed"
 	}
 	deps := spec.Dependencies(i)
@@ -116,7 +117,7 @@ func decide(spec WorkflowSpec, i int, work map[string]StepStatus, failed bool) (
 	if err != nil {
 		return false, "its condition does not compile: " + err.Error()
 	}
-	ok, err := c.Eval(CondVars{Steps: work, Failed: failed})
+	ok, err := c.Eval(vars)
 	switch {
 	case err != nil:
 		return false, "its condition failed: " + err.Error()

@@ -121,7 +121,7 @@ func TestEvaluate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := domain.Evaluate(tc.spec, tc.status, false)
+			p := domain.Evaluate(tc.spec, tc.status, false, nil)
 			require.Equal(t, tc.start, p.Start, "Start")
 			require.Equal(t, tc.skip, p.Skip, "Skip")
 			require.Equal(t, tc.phase, p.Phase, "Phase")
@@ -163,7 +163,7 @@ func TestEvaluateFailureBeforeStart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := domain.Evaluate(tc.spec, tc.status, false)
+			p := domain.Evaluate(tc.spec, tc.status, false, nil)
 			require.Empty(t, p.Start, "Start")
 			require.Equal(t, tc.skip, p.Skip, "Skip")
 			require.Equal(t, tc.phase, p.Phase, "Phase")
@@ -177,7 +177,7 @@ func TestEvaluateDoesNotMutate(t *testing.T) {
 	status := st{"a": stSucceeded, "b": stFailed}
 	before := st{"a": stSucceeded, "b": stFailed}
 	spec := dagSpec(shellStep("a"), shellStep("b", "a"), shellStep("c", "a"))
-	_ = domain.Evaluate(spec, status, false)
+	_ = domain.Evaluate(spec, status, false, nil)
 	require.Equal(t, before, status)
 	require.Equal(t, dagSpec(shellStep("a"), shellStep("b", "a"), shellStep("c", "a")), spec)
 }
@@ -255,7 +255,7 @@ func FuzzEvaluate(f *testing.F) {
 		var p domain.Progress
 		for iter := 0; ; iter++ {
 			require.Less(t, iter, 4*n+8, "the run did not end")
-			p = domain.Evaluate(spec, status, false)
+			p = domain.Evaluate(spec, status, false, nil)
 
 			failed := false
 			for _, s := range spec.Steps {

@@ -60,11 +60,14 @@ const (
 	DefaultAbortReason = "User requested abort"
 )
 
-// WorkflowSpec is what a run executes: a mode and a list of steps. It is the
-// JSON stored in runs.spec and carried by the API.
+// WorkflowSpec is what a run executes: a mode, the params it takes and a
+// list of steps. It is the JSON stored in runs.spec and carried by the API.
 type WorkflowSpec struct {
-	Mode  string `json:"mode,omitempty"`
-	Steps []Step `json:"steps"`
+	Mode string `json:"mode,omitempty"`
+	// Params declares the values each run of the workflow takes (at most
+	// MaxParams); ResolveParams checks a run's against them.
+	Params []Param `json:"params,omitempty"`
+	Steps  []Step  `json:"steps"`
 	// Timeout bounds the whole run from its creation, a Go duration; "" =
 	// none. A run past it is TIMED_OUT through the abort path.
 	Timeout string `json:"timeout,omitempty"`
@@ -136,7 +139,8 @@ type Step struct {
 	Duration string `json:"duration,omitempty"`
 	// If is when the step runs: "" when every step it depends on SUCCEEDED
 	// and no step failed; IfAlways whatever happened; else a CEL expression
-	// over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed.
+	// over steps.<name>.phase, steps.<name>.outputs.<key>, run.failed and
+	// params.<name>.
 	If string `json:"if,omitempty"`
 	// Outputs names the values each task writes to $CAPSTAN_OUTPUTS_DIR.
 	Outputs []string `json:"outputs,omitempty"`
@@ -230,10 +234,16 @@ func (s Step) SystemFailuresAllowed(def int) int {
 	return *s.MaxSystemFailures
 }
 
-// Normalize fills defaults in place: mode StepByStep, kind task, plugin shell.
+// Normalize fills defaults in place: mode StepByStep, param type string,
+// kind task, plugin shell.
 func (w *WorkflowSpec) Normalize() {
 	if w.Mode == "" {
 		w.Mode = ModeStepByStep
+	}
+	for i := range w.Params {
+		if w.Params[i].Type == "" {
+			w.Params[i].Type = ParamString
+		}
 	}
 	for i := range w.Steps {
 		if w.Steps[i].Kind == "" {

@@ -300,6 +300,8 @@ func FuzzValidate(f *testing.F) {
 	f.Add(`{"steps":[{}]}`)
 	f.Add(`{"mode":"DAG","steps":[{"name":"","depends_on":[""]},{"name":"b","command":"x","depends_on":[""]}]}`)
 	f.Add(`null`)
+	f.Add(`{"params":[{"name":"n","type":"number","default":3},{"name":"n"},{"name":"CAPSTAN_X","type":"int"}],"steps":[{"name":"a","command":"x","env":{"n":"1"},"if":"params.n > 2 && params.m"}]}`)
+	f.Add(`{"params":[{"name":"cfg","type":"json","default":{"a":[1]}},{"name":"ok","type":"boolean","required":true,"default":"x"}],"steps":[{"name":"a","command":"x"}]}`)
 
 	f.Fuzz(func(t *testing.T, body string) {
 		var w domain.WorkflowSpec
@@ -329,6 +331,11 @@ func FuzzValidate(f *testing.F) {
 
 		// Accepted.
 		require.Contains(t, []string{domain.ModeStepByStep, domain.ModeDAG}, w.Mode)
+		for _, p := range w.Params {
+			require.Contains(t, domain.KnownParamTypes, p.Type)
+			_, errs := domain.ResolveParams([]domain.Param{p}, nil, "params")
+			require.Equal(t, p.Required, len(errs) > 0, "an accepted param resolves without a value unless required: %v", errs)
+		}
 		require.NotEmpty(t, w.Steps)
 		require.LessOrEqual(t, len(w.Steps), domain.MaxSteps)
 		index := map[string]int{}

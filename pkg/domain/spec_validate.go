@@ -10,9 +10,9 @@ import (
 
 // Validate checks a normalized spec and returns the problems found, each
 // naming its field under prefix (e.g. "spec"): first every problem of the
-// steps themselves, then, once those are clean, of the DAG's depends_on
-// (unknown steps, self and duplicate dependencies, cycles). An empty result
-// means valid.
+// params and the steps themselves, then, once those are clean, of the DAG's
+// depends_on (unknown steps, self and duplicate dependencies, cycles). An
+// empty result means valid.
 func (w WorkflowSpec) Validate(prefix string) []FieldError {
 	var errs []FieldError
 	add := func(field, format string, a ...any) {
@@ -23,6 +23,9 @@ func (w WorkflowSpec) Validate(prefix string) []FieldError {
 	}
 	if len(w.Steps) == 0 || len(w.Steps) > MaxSteps {
 		add(".steps", "must hold 1 to %d steps, got %d", MaxSteps, len(w.Steps))
+	}
+	for _, e := range validateParams(w.Params) {
+		add(e.Field, "%s", e.Message)
 	}
 	seen := make(map[string]int, len(w.Steps))
 	for i, s := range w.Steps {
@@ -35,6 +38,9 @@ func (w WorkflowSpec) Validate(prefix string) []FieldError {
 			seen[s.Name] = i
 		}
 		for _, e := range s.validate(w.Mode) {
+			add(at+e.Field, "%s", e.Message)
+		}
+		for _, e := range s.paramClashes(w.Params) {
 			add(at+e.Field, "%s", e.Message)
 		}
 	}

@@ -148,7 +148,7 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 	for _, st := range run.Spec.Steps {
 		status[st.Name], byName[st.Name] = domain.StepStatus{Phase: domain.PhaseQueued}, st
 	}
-	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
+	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, nil)
 	if len(p.Skip) > 0 {
 		return p, fr, false
 	}
@@ -200,7 +200,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 		if err != nil {
 			return domain.Progress{}, err
 		}
-		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil)
+		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, nil)
 		hits, err := s.apply(ctx, tx, key, steps, p, later, now)
 		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
