@@ -110,7 +110,7 @@ func postBatches(tb testing.TB, hc *http.Client, s *Stack, url string, total, ba
 func postBatch(ctx context.Context, hc *http.Client, s *Stack, url string, off, n int) (int, string, error) {
 	runs := make([]api.CreateRunRequest, n)
 	for i := range runs {
-		runs[i] = api.CreateRunRequest{Name: ptr(fmt.Sprintf("bulk-%d", off+i)), Spec: noopSpec(1)}
+		runs[i] = api.CreateRunRequest{Name: ptr(fmt.Sprintf("bulk-%d", off+i)), Spec: ptr(noopSpec(1))}
 	}
 	payload, err := json.Marshal(map[string]any{"runs": runs})
 	if err != nil {

@@ -255,7 +255,7 @@ func loadClient(tb testing.TB, s *Stack, conns int) *api.ClientWithResponses {
 // createRun submits a run and returns its name. Errors: the api's answer
 // when it is not 201.
 func createRun(ctx context.Context, c *api.ClientWithResponses, name string, spec api.WorkflowSpec) error {
-	resp, err := c.CreateRunWithResponse(ctx, project, domain, nil, api.CreateRunRequest{Name: &name, Spec: spec})
+	resp, err := c.CreateRunWithResponse(ctx, project, domain, nil, api.CreateRunRequest{Name: &name, Spec: &spec})
 	if err != nil {
 		return err
 	}

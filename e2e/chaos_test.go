@@ -114,7 +114,7 @@ func (c *chaos) submit(name string, k chaosKind) {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := c.s.Client.CreateRunWithResponse(context.Background(), project, domain,
-			&api.CreateRunParams{IdempotencyKey: ptr(name)}, api.CreateRunRequest{Name: ptr(name), Spec: k.spec})
+			&api.CreateRunParams{IdempotencyKey: ptr(name)}, api.CreateRunRequest{Name: ptr(name), Spec: &k.spec})
 		if err == nil && (resp.StatusCode() == http.StatusCreated || resp.StatusCode() == http.StatusOK) {
 			c.mu.Lock()
 			c.kinds[name] = k

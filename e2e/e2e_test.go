@@ -40,7 +40,7 @@ const project, domain = "e2e", "test"
 
 func create(t *testing.T, s *Stack, spec api.WorkflowSpec) string {
 	t.Helper()
-	resp, err := s.Client.CreateRunWithResponse(context.Background(), project, domain, nil, api.CreateRunRequest{Spec: spec})
+	resp, err := s.Client.CreateRunWithResponse(context.Background(), project, domain, nil, api.CreateRunRequest{Spec: &spec})
 	require.NoError(t, err)
 	require.NotNil(t, resp.JSON201, "create: %d %s", resp.StatusCode(), resp.Body)
 	return resp.JSON201.Name

@@ -79,7 +79,7 @@ type replicated struct {
 // create makes run name through api replica i%2.
 func (r *replicated) create(i int, name string, spec api.WorkflowSpec) {
 	resp, err := r.clients[i%2].CreateRunWithResponse(context.Background(), project, domain, nil,
-		api.CreateRunRequest{Name: ptr(name), Spec: spec})
+		api.CreateRunRequest{Name: ptr(name), Spec: &spec})
 	require.NoError(r.t, err)
 	require.Equal(r.t, http.StatusCreated, resp.StatusCode(), "create %s: %s", name, resp.Body)
 }

@@ -49,7 +49,7 @@ func workerByID(tb testing.TB, s *Stack, id string) *api.Worker {
 
 func submitRun(tb testing.TB, s *Stack, spec api.WorkflowSpec) string {
 	tb.Helper()
-	resp, err := s.Client.CreateRunWithResponse(context.Background(), project, domain, nil, api.CreateRunRequest{Spec: spec})
+	resp, err := s.Client.CreateRunWithResponse(context.Background(), project, domain, nil, api.CreateRunRequest{Spec: &spec})
 	require.NoError(tb, err)
 	require.NotNil(tb, resp.JSON201, "create: %d %s", resp.StatusCode(), resp.Body)
 	return resp.JSON201.Name

@@ -76,7 +76,7 @@ func (co createOpts) run(cmd *cobra.Command, g *globals) error {
 	if len(specs) > 1 {
 		return createRuns(cmd.Context(), c, g, cmd.OutOrStdout(), cmd.ErrOrStderr(), specs)
 	}
-	body := api.CreateRunRequest{Spec: specs[0]}
+	body := api.CreateRunRequest{Spec: &specs[0]}
 	if co.name != "" {
 		body.Name = &co.name
 	}

@@ -150,6 +150,57 @@ func (e LogChunkStream) Valid() bool {
 	}
 }
 
+// Defines values for OverlapPolicy.
+const (
+	AllowAll    OverlapPolicy = "allow_all"
+	BufferAll   OverlapPolicy = "buffer_all"
+	BufferOne   OverlapPolicy = "buffer_one"
+	CancelOther OverlapPolicy = "cancel_other"
+	Skip        OverlapPolicy = "skip"
+)
+
+// Valid indicates whether the value is a known member of the OverlapPolicy enum.
+func (e OverlapPolicy) Valid() bool {
+	switch e {
+	case AllowAll:
+		return true
+	case BufferAll:
+		return true
+	case BufferOne:
+		return true
+	case CancelOther:
+		return true
+	case Skip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ParamType.
+const (
+	Boolean ParamType = "boolean"
+	Json    ParamType = "json"
+	Number  ParamType = "number"
+	String  ParamType = "string"
+)
+
+// Valid indicates whether the value is a known member of the ParamType enum.
+func (e ParamType) Valid() bool {
+	switch e {
+	case Boolean:
+		return true
+	case Json:
+		return true
+	case Number:
+		return true
+	case String:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Phase.
 const (
 	PhaseABORTED             Phase = "ABORTED"
@@ -560,6 +611,15 @@ type AttemptSpecList struct {
 	Attempts []AttemptSpec `json:"attempts"`
 }
 
+// BackfillRequest defines model for BackfillRequest.
+type BackfillRequest struct {
+	End time.Time `json:"end"`
+
+	// Overlap What a scheduled time does while a run of the schedule is still running (Temporal's overlap policies): `skip` it, keep one (`buffer_one`) or all (`buffer_all`) to start after it, abort the running run (`cancel_other`), or start anyway (`allow_all`).
+	Overlap *OverlapPolicy `json:"overlap,omitempty"`
+	Start   time.Time      `json:"start"`
+}
+
 // BatchedReport One item of a batch, about attempt_id: either a report (what POST /v1/attempts/{id}/report takes) or logs (the chunks POST /v1/attempts/{id}/logs takes), not both.
 type BatchedReport struct {
 	AttemptId int64          `json:"attempt_id"`
@@ -649,14 +709,18 @@ type ContainerSpec struct {
 	Image string             `json:"image"`
 }
 
-// CreateRunRequest defines model for CreateRunRequest.
+// CreateRunRequest A run of an inline `spec` or of a registered `workflow` template, exactly one of them.
 type CreateRunRequest struct {
 	// Name Optional; the server generates one when absent.
-	Name *string      `json:"name,omitempty"`
-	Spec WorkflowSpec `json:"spec"`
+	Name *string `json:"name,omitempty"`
+
+	// Params A run's params by name, each a JSON value of its declared type.
+	Params   *ParamValues  `json:"params,omitempty"`
+	Spec     *WorkflowSpec `json:"spec,omitempty"`
+	Workflow *WorkflowRef  `json:"workflow,omitempty"`
 }
 
-// CreateRunsItem One run of a CreateRuns batch.
+// CreateRunsItem One run of a CreateRuns batch, of an inline `spec` or a `workflow` template.
 type CreateRunsItem struct {
 	// IdempotencyKey CreateRun's Idempotency-Key, for this item: when a run of the project/domain was created
 	// with it (by any create), the item answers with that run, `created` false. A later item
@@ -664,14 +728,47 @@ type CreateRunsItem struct {
 	IdempotencyKey *string `json:"idempotency_key,omitempty"`
 
 	// Name Optional; the server generates one when absent.
-	Name *string      `json:"name,omitempty"`
-	Spec WorkflowSpec `json:"spec"`
+	Name *string `json:"name,omitempty"`
+
+	// Params A run's params by name, each a JSON value of its declared type.
+	Params   *ParamValues  `json:"params,omitempty"`
+	Spec     *WorkflowSpec `json:"spec,omitempty"`
+	Workflow *WorkflowRef  `json:"workflow,omitempty"`
 }
 
 // CreateRunsRequest defines model for CreateRunsRequest.
 type CreateRunsRequest struct {
 	// Runs CreateRunsItem objects, validated one by one (an invalid one fails alone).
 	Runs []map[string]interface{} `json:"runs"`
+}
+
+// CreateScheduleRequest Exactly one of `cron` and `interval`.
+type CreateScheduleRequest struct {
+	// CatchupWindow Times missed while no scheduler ran are started when they are younger than this; default one year.
+	CatchupWindow *string `json:"catchup_window,omitempty"`
+
+	// Cron Five-field cron ("*/5 * * * *") or a descriptor (@hourly, @daily, @weekly, @monthly, @yearly).
+	Cron *string `json:"cron,omitempty"`
+
+	// Interval A duration of at least 1s ("90s"); times are aligned to the Unix epoch.
+	Interval *string `json:"interval,omitempty"`
+
+	// Jitter Each time starts up to this much later ("10s"), the same delay on every replica.
+	Jitter *string `json:"jitter,omitempty"`
+
+	// Name A Name of at most 46 characters, so that its runs' names fit.
+	Name string `json:"name"`
+
+	// Overlap What a scheduled time does while a run of the schedule is still running (Temporal's overlap policies): `skip` it, keep one (`buffer_one`) or all (`buffer_all`) to start after it, abort the running run (`cancel_other`), or start anyway (`allow_all`).
+	Overlap *OverlapPolicy `json:"overlap,omitempty"`
+
+	// Params A run's params by name, each a JSON value of its declared type.
+	Params *ParamValues `json:"params,omitempty"`
+	Paused *bool        `json:"paused,omitempty"`
+
+	// Timezone An IANA zone for `cron` ("Europe/Berlin"); default UTC.
+	Timezone *string     `json:"timezone,omitempty"`
+	Workflow WorkflowRef `json:"workflow"`
 }
 
 // CreateTokenRequest defines model for CreateTokenRequest.
@@ -682,6 +779,31 @@ type CreateTokenRequest struct {
 	// Projects The projects the token may reach; absent or empty, every project.
 	Projects *[]Name `json:"projects,omitempty"`
 	Role     Role    `json:"role"`
+}
+
+// CreateTriggerRequest defines model for CreateTriggerRequest.
+type CreateTriggerRequest struct {
+	EventKey string `json:"event_key"`
+
+	// Filter A boolean CEL expression over `event` ({key, id, payload}), e.g. event.payload.amount > 100; absent, every event of the key.
+	Filter *string `json:"filter,omitempty"`
+
+	// Name A Name of at most 50 characters
+	Name string `json:"name"`
+
+	// Params The run's params, each a CEL expression over `event`, e.g. {"order": "event.payload.id"}.
+	Params   *map[string]string `json:"params,omitempty"`
+	Workflow WorkflowRef        `json:"workflow"`
+}
+
+// EventDelivery defines model for EventDelivery.
+type EventDelivery struct {
+	// Error Why the trigger started nothing: its filter or a param mapping failed on the event (the CEL error), or its params do not fit the template.
+	Error *string `json:"error,omitempty"`
+
+	// Run The run the trigger started.
+	Run     *string `json:"run,omitempty"`
+	Trigger string  `json:"trigger"`
 }
 
 // FieldError defines model for FieldError.
@@ -740,6 +862,27 @@ type LogChunks struct {
 // Name A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Name = string
 
+// OverlapPolicy What a scheduled time does while a run of the schedule is still running (Temporal's overlap policies): `skip` it, keep one (`buffer_one`) or all (`buffer_all`) to start after it, abort the running run (`cancel_other`), or start anyway (`allow_all`).
+type OverlapPolicy string
+
+// Param defines model for Param.
+type Param struct {
+	// Default A value of `type`, taken when a run does not give the param.
+	Default     interface{} `json:"default,omitempty"`
+	Description *string     `json:"description,omitempty"`
+
+	// Name The environment variable every task gets, and `params.<name>` in CEL.
+	Name     string     `json:"name"`
+	Required *bool      `json:"required,omitempty"`
+	Type     *ParamType `json:"type,omitempty"`
+}
+
+// ParamType defines model for Param.Type.
+type ParamType string
+
+// ParamValues A run's params by name, each a JSON value of its declared type.
+type ParamValues map[string]interface{}
+
 // Phase The phase of a run or an action.
 type Phase string
 
@@ -755,6 +898,42 @@ type Problem struct {
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
+}
+
+// PublishEventRequest defines model for PublishEventRequest.
+type PublishEventRequest struct {
+	// Id The idempotency id; absent
+	Id *string `json:"id,omitempty"`
+
+	// Key What happened, e.g. order.created; triggers subscribe to it.
+	Key string `json:"key"`
+
+	// Payload What triggers read as `event.payload`; at most 256 KiB.
+	Payload *map[string]interface{} `json:"payload,omitempty"`
+}
+
+// PublishedEvent defines model for PublishedEvent.
+type PublishedEvent struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Deliveries One per trigger of the key when the event was published, filtered out ones included (neither run nor error).
+	Deliveries []EventDelivery        `json:"deliveries"`
+	Id         string                 `json:"id"`
+	Key        string                 `json:"key"`
+	Payload    map[string]interface{} `json:"payload"`
+
+	// Runs The runs the event started, by name.
+	Runs []string `json:"runs"`
+}
+
+// PushWorkflowRequest defines model for PushWorkflowRequest.
+type PushWorkflowRequest struct {
+	Description *string `json:"description,omitempty"`
+
+	// Name A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Name   Name         `json:"name"`
+	Params *[]Param     `json:"params,omitempty"`
+	Spec   WorkflowSpec `json:"spec"`
 }
 
 // RegisterWorkerRequest defines model for RegisterWorkerRequest.
@@ -810,16 +989,32 @@ type Run struct {
 	CreatedAt time.Time  `json:"created_at"`
 	Domain    string     `json:"domain"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
-	Name      string     `json:"name"`
+
+	// EventId The published event the trigger started the run for.
+	EventId *string `json:"event_id,omitempty"`
+	Name    string  `json:"name"`
+
+	// Params A run's params by name, each a JSON value of its declared type.
+	Params *ParamValues `json:"params,omitempty"`
 
 	// Phase The phase of a run or an action.
-	Phase   Phase        `json:"phase"`
-	Project string       `json:"project"`
-	Spec    WorkflowSpec `json:"spec"`
+	Phase   Phase  `json:"phase"`
+	Project string `json:"project"`
+
+	// Schedule The schedule that started the run.
+	Schedule *string `json:"schedule,omitempty"`
+
+	// ScheduledAt The schedule's time the run is for.
+	ScheduledAt *time.Time   `json:"scheduled_at,omitempty"`
+	Spec        WorkflowSpec `json:"spec"`
 
 	// Suspended A suspend is in force: no new step starts until a resume.
-	Suspended *bool     `json:"suspended,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Suspended *bool `json:"suspended,omitempty"`
+
+	// Trigger The trigger that started the run.
+	Trigger   *string             `json:"trigger,omitempty"`
+	UpdatedAt time.Time           `json:"updated_at"`
+	Workflow  *WorkflowVersionRef `json:"workflow,omitempty"`
 }
 
 // RunBatchResult The outcome of one item of a batch, either `run` (with `created`) or `error`.
@@ -867,12 +1062,80 @@ type RunSummary struct {
 	CreatedAt time.Time  `json:"created_at"`
 	Domain    string     `json:"domain"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
-	Name      string     `json:"name"`
+
+	// EventId The published event the trigger started the run for.
+	EventId *string `json:"event_id,omitempty"`
+	Name    string  `json:"name"`
 
 	// Phase The phase of a run or an action.
-	Phase     Phase     `json:"phase"`
-	Project   string    `json:"project"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Phase   Phase  `json:"phase"`
+	Project string `json:"project"`
+
+	// Schedule The schedule that started the run.
+	Schedule *string `json:"schedule,omitempty"`
+
+	// ScheduledAt The schedule's time the run is for.
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
+
+	// Trigger The trigger that started the run.
+	Trigger   *string             `json:"trigger,omitempty"`
+	UpdatedAt time.Time           `json:"updated_at"`
+	Workflow  *WorkflowVersionRef `json:"workflow,omitempty"`
+}
+
+// Schedule defines model for Schedule.
+type Schedule struct {
+	// Buffered Times waiting for a running run to end (buffer_one
+	Buffered      int       `json:"buffered"`
+	CatchupWindow string    `json:"catchup_window"`
+	CreatedAt     time.Time `json:"created_at"`
+	Cron          *string   `json:"cron,omitempty"`
+	Interval      *string   `json:"interval,omitempty"`
+	Jitter        *string   `json:"jitter,omitempty"`
+
+	// MissedCatchupWindow Times not started because they were older than the catch-up window.
+	MissedCatchupWindow int64  `json:"missed_catchup_window"`
+	Name                string `json:"name"`
+
+	// NextRunTimes The next 5 scheduled times (none while paused).
+	NextRunTimes []time.Time `json:"next_run_times"`
+
+	// Overlap What a scheduled time does while a run of the schedule is still running (Temporal's overlap policies): `skip` it, keep one (`buffer_one`) or all (`buffer_all`) to start after it, abort the running run (`cancel_other`), or start anyway (`allow_all`).
+	Overlap OverlapPolicy `json:"overlap"`
+
+	// Params A run's params by name, each a JSON value of its declared type.
+	Params ParamValues `json:"params"`
+	Paused bool        `json:"paused"`
+
+	// RecentRuns The schedule's latest runs, newest first (at most 10).
+	RecentRuns []ScheduledRun `json:"recent_runs"`
+
+	// SkippedOverlap Times not started because of the overlap policy.
+	SkippedOverlap int64       `json:"skipped_overlap"`
+	Timezone       *string     `json:"timezone,omitempty"`
+	UpdatedAt      time.Time   `json:"updated_at"`
+	Workflow       WorkflowRef `json:"workflow"`
+}
+
+// ScheduleAction The times a trigger or a backfill recorded; each starts the run named `<schedule>-<UTC time as yyyymmddthhmmssz>` unless the overlap policy skips it or a run of it exists.
+type ScheduleAction struct {
+	ScheduledTimes []time.Time `json:"scheduled_times"`
+}
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	// NextCursor Absent on the last page.
+	NextCursor *string    `json:"next_cursor,omitempty"`
+	Schedules  []Schedule `json:"schedules"`
+}
+
+// ScheduledRun defines model for ScheduledRun.
+type ScheduledRun struct {
+	Name string `json:"name"`
+
+	// Phase The phase of a run or an action.
+	Phase       Phase     `json:"phase"`
+	ScheduledAt time.Time `json:"scheduled_at"`
 }
 
 // Step One step of a workflow; a task step runs `replicas` tasks with a plugin.
@@ -1017,6 +1280,46 @@ type TokenList struct {
 	Tokens []Token `json:"tokens"`
 }
 
+// Trigger defines model for Trigger.
+type Trigger struct {
+	CreatedAt time.Time         `json:"created_at"`
+	EventKey  string            `json:"event_key"`
+	Filter    *string           `json:"filter,omitempty"`
+	Name      string            `json:"name"`
+	Params    map[string]string `json:"params"`
+	Workflow  WorkflowRef       `json:"workflow"`
+}
+
+// TriggerList defines model for TriggerList.
+type TriggerList struct {
+	// NextCursor Absent on the last page.
+	NextCursor *string   `json:"next_cursor,omitempty"`
+	Triggers   []Trigger `json:"triggers"`
+}
+
+// TriggerScheduleRequest defines model for TriggerScheduleRequest.
+type TriggerScheduleRequest struct {
+	// Overlap What a scheduled time does while a run of the schedule is still running (Temporal's overlap policies): `skip` it, keep one (`buffer_one`) or all (`buffer_all`) to start after it, abort the running run (`cancel_other`), or start anyway (`allow_all`).
+	Overlap *OverlapPolicy `json:"overlap,omitempty"`
+}
+
+// UpdateScheduleRequest The fields to change; setting `cron` clears `interval` and the other way round.
+type UpdateScheduleRequest struct {
+	CatchupWindow *string `json:"catchup_window,omitempty"`
+	Cron          *string `json:"cron,omitempty"`
+	Interval      *string `json:"interval,omitempty"`
+	Jitter        *string `json:"jitter,omitempty"`
+
+	// Overlap What a scheduled time does while a run of the schedule is still running (Temporal's overlap policies): `skip` it, keep one (`buffer_one`) or all (`buffer_all`) to start after it, abort the running run (`cancel_other`), or start anyway (`allow_all`).
+	Overlap *OverlapPolicy `json:"overlap,omitempty"`
+
+	// Params A run's params by name, each a JSON value of its declared type.
+	Params   *ParamValues `json:"params,omitempty"`
+	Paused   *bool        `json:"paused,omitempty"`
+	Timezone *string      `json:"timezone,omitempty"`
+	Workflow *WorkflowRef `json:"workflow,omitempty"`
+}
+
 // Worker defines model for Worker.
 type Worker struct {
 	Address   string    `json:"address"`
@@ -1062,13 +1365,48 @@ type WorkerList struct {
 // WorkflowMode defines model for WorkflowMode.
 type WorkflowMode string
 
+// WorkflowRef defines model for WorkflowRef.
+type WorkflowRef struct {
+	// Name A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Name Name `json:"name"`
+
+	// Version Absent
+	Version *int `json:"version,omitempty"`
+}
+
 // WorkflowSpec defines model for WorkflowSpec.
 type WorkflowSpec struct {
-	Mode  *WorkflowMode `json:"mode,omitempty"`
-	Steps []Step        `json:"steps"`
+	Mode *WorkflowMode `json:"mode,omitempty"`
+
+	// Params The params a run gives; every task gets each as the environment variable of its name, and CEL reads `params.<name>`.
+	Params *[]Param `json:"params,omitempty"`
+	Steps  []Step   `json:"steps"`
 
 	// Timeout Longest time of the whole run from its creation, a duration such as "1h"; past it the run is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+}
+
+// WorkflowTemplate defines model for WorkflowTemplate.
+type WorkflowTemplate struct {
+	CreatedAt   time.Time    `json:"created_at"`
+	Description string       `json:"description"`
+	Name        string       `json:"name"`
+	Params      []Param      `json:"params"`
+	Spec        WorkflowSpec `json:"spec"`
+	Version     int          `json:"version"`
+}
+
+// WorkflowTemplateList defines model for WorkflowTemplateList.
+type WorkflowTemplateList struct {
+	// NextCursor Absent on the last page.
+	NextCursor *string            `json:"next_cursor,omitempty"`
+	Workflows  []WorkflowTemplate `json:"workflows"`
+}
+
+// WorkflowVersionRef defines model for WorkflowVersionRef.
+type WorkflowVersionRef struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
 }
 
 // ActionName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
@@ -1076,6 +1414,9 @@ type ActionName = Name
 
 // AttemptID defines model for AttemptID.
 type AttemptID = int64
+
+// Cursor defines model for Cursor.
+type Cursor = string
 
 // Domain A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Domain = Name
@@ -1086,14 +1427,23 @@ type LastEventIDHeader = string
 // LastEventIDQuery defines model for LastEventIDQuery.
 type LastEventIDQuery = int64
 
+// Limit defines model for Limit.
+type Limit = int
+
 // Project A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type Project = Name
 
 // RunName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type RunName = Name
 
+// ScheduleName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+type ScheduleName = Name
+
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
+
+// WorkflowName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+type WorkflowName = Name
 
 // ListAbortsParams defines parameters for ListAborts.
 type ListAbortsParams struct {
@@ -1158,6 +1508,27 @@ type WatchRunEventsParams struct {
 	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
 }
 
+// ListSchedulesParams defines parameters for ListSchedules.
+type ListSchedulesParams struct {
+	// Cursor The next_cursor of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListTriggersParams defines parameters for ListTriggers.
+type ListTriggersParams struct {
+	// Cursor The next_cursor of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListWorkflowsParams defines parameters for ListWorkflows.
+type ListWorkflowsParams struct {
+	// Cursor The next_cursor of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // GetWorkerAttemptsParams defines parameters for GetWorkerAttempts.
 type GetWorkerAttemptsParams struct {
 	// Ids The attempts' ids.
@@ -1169,6 +1540,9 @@ type AppendAttemptLogsJSONRequestBody = LogChunks
 
 // ReportAttemptJSONRequestBody defines body for ReportAttempt for application/json ContentType.
 type ReportAttemptJSONRequestBody = AttemptReport
+
+// PublishEventJSONRequestBody defines body for PublishEvent for application/json ContentType.
+type PublishEventJSONRequestBody = PublishEventRequest
 
 // CreateRunJSONRequestBody defines body for CreateRun for application/json ContentType.
 type CreateRunJSONRequestBody = CreateRunRequest
@@ -1196,6 +1570,24 @@ type ResumeRunJSONRequestBody = RunSignalRequest
 
 // SuspendRunJSONRequestBody defines body for SuspendRun for application/json ContentType.
 type SuspendRunJSONRequestBody = RunSignalRequest
+
+// CreateScheduleJSONRequestBody defines body for CreateSchedule for application/json ContentType.
+type CreateScheduleJSONRequestBody = CreateScheduleRequest
+
+// UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
+type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
+
+// BackfillScheduleJSONRequestBody defines body for BackfillSchedule for application/json ContentType.
+type BackfillScheduleJSONRequestBody = BackfillRequest
+
+// TriggerScheduleJSONRequestBody defines body for TriggerSchedule for application/json ContentType.
+type TriggerScheduleJSONRequestBody = TriggerScheduleRequest
+
+// CreateTriggerJSONRequestBody defines body for CreateTrigger for application/json ContentType.
+type CreateTriggerJSONRequestBody = CreateTriggerRequest
+
+// PushWorkflowJSONRequestBody defines body for PushWorkflow for application/json ContentType.
+type PushWorkflowJSONRequestBody = PushWorkflowRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -1348,6 +1740,33 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 	WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PublishEventWithBody Publish an event; it starts one run per matching trigger, atomically with its record.
+	//
+	// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+	// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+	// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+	PublishEventWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PublishEvent Publish an event; it starts one run per matching trigger, atomically with its record.
+	//
+	// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+	// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+	// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+	PublishEvent(ctx context.Context, project Project, domain Domain, body PublishEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPublishedEvent A published event's record, with each matching trigger's delivery.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events/{event} (the `GetPublishedEvent` operationId).
+	GetPublishedEvent(ctx context.Context, project Project, domain Domain, event string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRuns List runs, newest first, with cursor pagination.
 	//
@@ -1571,6 +1990,165 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 	SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSchedules List schedules by name with cursor pagination.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules (the `ListSchedules` operationId).
+	ListSchedules(ctx context.Context, project Project, domain Domain, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateScheduleWithBody Start runs of a template on a cron or an interval (Temporal's Schedules).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSchedule Start runs of a template on a cron or an interval (Temporal's Schedules).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+	CreateSchedule(ctx context.Context, project Project, domain Domain, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSchedule Delete a schedule; the runs it started stay.
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `DeleteSchedule` operationId).
+	DeleteSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSchedule A schedule with its next run times, recent runs and counters.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `GetSchedule` operationId).
+	GetSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateScheduleWithBody Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithBody(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSchedule Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+	UpdateSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BackfillScheduleWithBody Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+	BackfillScheduleWithBody(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BackfillSchedule Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+	BackfillSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body BackfillScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseSchedule Stop starting runs; the times while paused are not caught up.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/pause (the `PauseSchedule` operationId).
+	PauseSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TriggerScheduleWithBody Start a run now (scheduled at this second), subject to the overlap policy.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+	TriggerScheduleWithBody(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TriggerSchedule Start a run now (scheduled at this second), subject to the overlap policy.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+	TriggerSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body TriggerScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UnpauseSchedule Start runs again from the next scheduled time.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/unpause (the `UnpauseSchedule` operationId).
+	UnpauseSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTriggers List triggers by name with cursor pagination.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers (the `ListTriggers` operationId).
+	ListTriggers(ctx context.Context, project Project, domain Domain, params *ListTriggersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTriggerWithBody Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+	CreateTriggerWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTrigger Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+	CreateTrigger(ctx context.Context, project Project, domain Domain, body CreateTriggerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteTrigger Delete a trigger; later events start nothing through it.
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `DeleteTrigger` operationId).
+	DeleteTrigger(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTrigger One trigger.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `GetTrigger` operationId).
+	GetTrigger(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWorkflows List templates (the latest version of each, by name) with cursor pagination.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows (the `ListWorkflows` operationId).
+	ListWorkflows(ctx context.Context, project Project, domain Domain, params *ListWorkflowsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PushWorkflowWithBody Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+	//
+	// Versions are immutable. A body equal to the latest version's (same
+	// description, params and spec) answers 200 with that version; a changed
+	// one is stored as the next version and answers 201. A template deleted
+	// earlier comes back with the next version.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+	PushWorkflowWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PushWorkflow Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+	//
+	// Versions are immutable. A body equal to the latest version's (same
+	// description, params and spec) answers 200 with that version; a changed
+	// one is stored as the next version and answers 201. A template deleted
+	// earlier comes back with the next version.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+	PushWorkflow(ctx context.Context, project Project, domain Domain, body PushWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteWorkflow Stop new runs of a template (runs in flight, schedules and triggers keep their rows; new runs of it are 404).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `DeleteWorkflow` operationId).
+	DeleteWorkflow(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWorkflow The latest version of a template.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `GetWorkflow` operationId).
+	GetWorkflow(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWorkflowVersions Every version of a template, newest first.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions (the `ListWorkflowVersions` operationId).
+	ListWorkflowVersions(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWorkflowVersion One version of a template.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
+	GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens Every token made through the API, newest first, without secrets.
 	//
@@ -1806,6 +2384,63 @@ func (c *Client) DeleteCacheEntry(ctx context.Context, project Project, domain D
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 func (c *Client) WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWatchEventsRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PublishEventWithBody Publish an event; it starts one run per matching trigger, atomically with its record.
+//
+// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+func (c *Client) PublishEventWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishEventRequestWithBody(c.Server, project, domain, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PublishEvent Publish an event; it starts one run per matching trigger, atomically with its record.
+//
+// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+func (c *Client) PublishEvent(ctx context.Context, project Project, domain Domain, body PublishEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishEventRequest(c.Server, project, domain, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPublishedEvent A published event's record, with each matching trigger's delivery.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/events/{event} (the `GetPublishedEvent` operationId).
+func (c *Client) GetPublishedEvent(ctx context.Context, project Project, domain Domain, event string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPublishedEventRequest(c.Server, project, domain, event)
 	if err != nil {
 		return nil, err
 	}
@@ -2259,6 +2894,415 @@ func (c *Client) SuspendRunWithBody(ctx context.Context, project Project, domain
 // Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 func (c *Client) SuspendRun(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSuspendRunRequest(c.Server, project, domain, run, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSchedules List schedules by name with cursor pagination.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules (the `ListSchedules` operationId).
+func (c *Client) ListSchedules(ctx context.Context, project Project, domain Domain, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSchedulesRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateScheduleWithBody Start runs of a template on a cron or an interval (Temporal's Schedules).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+func (c *Client) CreateScheduleWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScheduleRequestWithBody(c.Server, project, domain, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSchedule Start runs of a template on a cron or an interval (Temporal's Schedules).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+func (c *Client) CreateSchedule(ctx context.Context, project Project, domain Domain, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScheduleRequest(c.Server, project, domain, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSchedule Delete a schedule; the runs it started stay.
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `DeleteSchedule` operationId).
+func (c *Client) DeleteSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteScheduleRequest(c.Server, project, domain, schedule)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSchedule A schedule with its next run times, recent runs and counters.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `GetSchedule` operationId).
+func (c *Client) GetSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetScheduleRequest(c.Server, project, domain, schedule)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateScheduleWithBody Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+func (c *Client) UpdateScheduleWithBody(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateScheduleRequestWithBody(c.Server, project, domain, schedule, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSchedule Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+func (c *Client) UpdateSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateScheduleRequest(c.Server, project, domain, schedule, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BackfillScheduleWithBody Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+func (c *Client) BackfillScheduleWithBody(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBackfillScheduleRequestWithBody(c.Server, project, domain, schedule, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BackfillSchedule Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+func (c *Client) BackfillSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body BackfillScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBackfillScheduleRequest(c.Server, project, domain, schedule, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseSchedule Stop starting runs; the times while paused are not caught up.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/pause (the `PauseSchedule` operationId).
+func (c *Client) PauseSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseScheduleRequest(c.Server, project, domain, schedule)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TriggerScheduleWithBody Start a run now (scheduled at this second), subject to the overlap policy.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+func (c *Client) TriggerScheduleWithBody(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerScheduleRequestWithBody(c.Server, project, domain, schedule, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TriggerSchedule Start a run now (scheduled at this second), subject to the overlap policy.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+func (c *Client) TriggerSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body TriggerScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerScheduleRequest(c.Server, project, domain, schedule, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UnpauseSchedule Start runs again from the next scheduled time.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/unpause (the `UnpauseSchedule` operationId).
+func (c *Client) UnpauseSchedule(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnpauseScheduleRequest(c.Server, project, domain, schedule)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTriggers List triggers by name with cursor pagination.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers (the `ListTriggers` operationId).
+func (c *Client) ListTriggers(ctx context.Context, project Project, domain Domain, params *ListTriggersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTriggersRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTriggerWithBody Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+func (c *Client) CreateTriggerWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTriggerRequestWithBody(c.Server, project, domain, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTrigger Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+func (c *Client) CreateTrigger(ctx context.Context, project Project, domain Domain, body CreateTriggerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTriggerRequest(c.Server, project, domain, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteTrigger Delete a trigger; later events start nothing through it.
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `DeleteTrigger` operationId).
+func (c *Client) DeleteTrigger(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTriggerRequest(c.Server, project, domain, trigger)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTrigger One trigger.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `GetTrigger` operationId).
+func (c *Client) GetTrigger(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTriggerRequest(c.Server, project, domain, trigger)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListWorkflows List templates (the latest version of each, by name) with cursor pagination.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows (the `ListWorkflows` operationId).
+func (c *Client) ListWorkflows(ctx context.Context, project Project, domain Domain, params *ListWorkflowsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWorkflowsRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PushWorkflowWithBody Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+//
+// Versions are immutable. A body equal to the latest version's (same
+// description, params and spec) answers 200 with that version; a changed
+// one is stored as the next version and answers 201. A template deleted
+// earlier comes back with the next version.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+func (c *Client) PushWorkflowWithBody(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPushWorkflowRequestWithBody(c.Server, project, domain, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PushWorkflow Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+//
+// Versions are immutable. A body equal to the latest version's (same
+// description, params and spec) answers 200 with that version; a changed
+// one is stored as the next version and answers 201. A template deleted
+// earlier comes back with the next version.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+func (c *Client) PushWorkflow(ctx context.Context, project Project, domain Domain, body PushWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPushWorkflowRequest(c.Server, project, domain, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteWorkflow Stop new runs of a template (runs in flight, schedules and triggers keep their rows; new runs of it are 404).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `DeleteWorkflow` operationId).
+func (c *Client) DeleteWorkflow(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteWorkflowRequest(c.Server, project, domain, workflow)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWorkflow The latest version of a template.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `GetWorkflow` operationId).
+func (c *Client) GetWorkflow(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkflowRequest(c.Server, project, domain, workflow)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListWorkflowVersions Every version of a template, newest first.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions (the `ListWorkflowVersions` operationId).
+func (c *Client) ListWorkflowVersions(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWorkflowVersionsRequest(c.Server, project, domain, workflow)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWorkflowVersion One version of a template.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
+func (c *Client) GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkflowVersionRequest(c.Server, project, domain, workflow, version)
 	if err != nil {
 		return nil, err
 	}
@@ -2898,6 +3942,108 @@ func NewWatchEventsRequest(server string, project Project, domain Domain, params
 			req.Header.Set("Last-Event-ID", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewPublishEventRequest calls the generic PublishEvent builder with application/json body
+func NewPublishEventRequest(server string, project Project, domain Domain, body PublishEventJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPublishEventRequestWithBody(server, project, domain, "application/json", bodyReader)
+}
+
+// NewPublishEventRequestWithBody constructs an http.Request for the PublishEvent method, with any body, and a specified content type
+func NewPublishEventRequestWithBody(server string, project Project, domain Domain, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/events", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetPublishedEventRequest constructs an http.Request for the GetPublishedEvent method
+func NewGetPublishedEventRequest(server string, project Project, domain Domain, event string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "event", event, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/events/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -3879,6 +5025,1078 @@ func NewSuspendRunRequestWithBody(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewListSchedulesRequest constructs an http.Request for the ListSchedules method
+func NewListSchedulesRequest(server string, project Project, domain Domain, params *ListSchedulesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateScheduleRequest calls the generic CreateSchedule builder with application/json body
+func NewCreateScheduleRequest(server string, project Project, domain Domain, body CreateScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateScheduleRequestWithBody(server, project, domain, "application/json", bodyReader)
+}
+
+// NewCreateScheduleRequestWithBody constructs an http.Request for the CreateSchedule method, with any body, and a specified content type
+func NewCreateScheduleRequestWithBody(server string, project Project, domain Domain, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteScheduleRequest constructs an http.Request for the DeleteSchedule method
+func NewDeleteScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetScheduleRequest constructs an http.Request for the GetSchedule method
+func NewGetScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateScheduleRequest calls the generic UpdateSchedule builder with application/json body
+func NewUpdateScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName, body UpdateScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateScheduleRequestWithBody(server, project, domain, schedule, "application/json", bodyReader)
+}
+
+// NewUpdateScheduleRequestWithBody constructs an http.Request for the UpdateSchedule method, with any body, and a specified content type
+func NewUpdateScheduleRequestWithBody(server string, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewBackfillScheduleRequest calls the generic BackfillSchedule builder with application/json body
+func NewBackfillScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName, body BackfillScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewBackfillScheduleRequestWithBody(server, project, domain, schedule, "application/json", bodyReader)
+}
+
+// NewBackfillScheduleRequestWithBody constructs an http.Request for the BackfillSchedule method, with any body, and a specified content type
+func NewBackfillScheduleRequestWithBody(server string, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s/backfill", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewPauseScheduleRequest constructs an http.Request for the PauseSchedule method
+func NewPauseScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s/pause", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewTriggerScheduleRequest calls the generic TriggerSchedule builder with application/json body
+func NewTriggerScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName, body TriggerScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTriggerScheduleRequestWithBody(server, project, domain, schedule, "application/json", bodyReader)
+}
+
+// NewTriggerScheduleRequestWithBody constructs an http.Request for the TriggerSchedule method, with any body, and a specified content type
+func NewTriggerScheduleRequestWithBody(server string, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s/trigger", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewUnpauseScheduleRequest constructs an http.Request for the UnpauseSchedule method
+func NewUnpauseScheduleRequest(server string, project Project, domain Domain, schedule ScheduleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "schedule", schedule, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/schedules/%s/unpause", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListTriggersRequest constructs an http.Request for the ListTriggers method
+func NewListTriggersRequest(server string, project Project, domain Domain, params *ListTriggersParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/triggers", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTriggerRequest calls the generic CreateTrigger builder with application/json body
+func NewCreateTriggerRequest(server string, project Project, domain Domain, body CreateTriggerJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTriggerRequestWithBody(server, project, domain, "application/json", bodyReader)
+}
+
+// NewCreateTriggerRequestWithBody constructs an http.Request for the CreateTrigger method, with any body, and a specified content type
+func NewCreateTriggerRequestWithBody(server string, project Project, domain Domain, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/triggers", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteTriggerRequest constructs an http.Request for the DeleteTrigger method
+func NewDeleteTriggerRequest(server string, project Project, domain Domain, trigger Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "trigger", trigger, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/triggers/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTriggerRequest constructs an http.Request for the GetTrigger method
+func NewGetTriggerRequest(server string, project Project, domain Domain, trigger Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "trigger", trigger, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/triggers/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListWorkflowsRequest constructs an http.Request for the ListWorkflows method
+func NewListWorkflowsRequest(server string, project Project, domain Domain, params *ListWorkflowsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/workflows", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPushWorkflowRequest calls the generic PushWorkflow builder with application/json body
+func NewPushWorkflowRequest(server string, project Project, domain Domain, body PushWorkflowJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPushWorkflowRequestWithBody(server, project, domain, "application/json", bodyReader)
+}
+
+// NewPushWorkflowRequestWithBody constructs an http.Request for the PushWorkflow method, with any body, and a specified content type
+func NewPushWorkflowRequestWithBody(server string, project Project, domain Domain, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/workflows", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteWorkflowRequest constructs an http.Request for the DeleteWorkflow method
+func NewDeleteWorkflowRequest(server string, project Project, domain Domain, workflow WorkflowName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "workflow", workflow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/workflows/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetWorkflowRequest constructs an http.Request for the GetWorkflow method
+func NewGetWorkflowRequest(server string, project Project, domain Domain, workflow WorkflowName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "workflow", workflow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/workflows/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListWorkflowVersionsRequest constructs an http.Request for the ListWorkflowVersions method
+func NewListWorkflowVersionsRequest(server string, project Project, domain Domain, workflow WorkflowName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "workflow", workflow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/workflows/%s/versions", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetWorkflowVersionRequest constructs an http.Request for the GetWorkflowVersion method
+func NewGetWorkflowVersionRequest(server string, project Project, domain Domain, workflow WorkflowName, version int) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "workflow", workflow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam3 string
+
+	pathParam3, err = runtime.StyleParamWithOptions("simple", false, "version", version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/workflows/%s/versions/%s", pathParam0, pathParam1, pathParam2, pathParam3)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTokensRequest constructs an http.Request for the ListTokens method
 func NewListTokensRequest(server string) (*http.Request, error) {
 	var err error
@@ -4356,6 +6574,35 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 	WatchEventsWithResponse(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*WatchEventsResponse, error)
 
+	// PublishEventWithBodyWithResponse Publish an event; it starts one run per matching trigger, atomically with its record.
+	//
+	// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+	// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+	// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+	PublishEventWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishEventResponse, error)
+
+	// PublishEventWithResponse Publish an event; it starts one run per matching trigger, atomically with its record.
+	//
+	// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+	// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+	// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+	PublishEventWithResponse(ctx context.Context, project Project, domain Domain, body PublishEventJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishEventResponse, error)
+
+	// GetPublishedEventWithResponse A published event's record, with each matching trigger's delivery.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events/{event} (the `GetPublishedEvent` operationId).
+	GetPublishedEventWithResponse(ctx context.Context, project Project, domain Domain, event string, reqEditors ...RequestEditorFn) (*GetPublishedEventResponse, error)
+
 	// ListRunsWithResponse List runs, newest first, with cursor pagination.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4588,6 +6835,191 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend (the `SuspendRun` operationId).
 	SuspendRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body SuspendRunJSONRequestBody, reqEditors ...RequestEditorFn) (*SuspendRunResponse, error)
+
+	// ListSchedulesWithResponse List schedules by name with cursor pagination.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules (the `ListSchedules` operationId).
+	ListSchedulesWithResponse(ctx context.Context, project Project, domain Domain, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
+
+	// CreateScheduleWithBodyWithResponse Start runs of a template on a cron or an interval (Temporal's Schedules).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// CreateScheduleWithResponse Start runs of a template on a cron or an interval (Temporal's Schedules).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithResponse(ctx context.Context, project Project, domain Domain, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// DeleteScheduleWithResponse Delete a schedule; the runs it started stay.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `DeleteSchedule` operationId).
+	DeleteScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error)
+
+	// GetScheduleWithResponse A schedule with its next run times, recent runs and counters.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `GetSchedule` operationId).
+	GetScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error)
+
+	// UpdateScheduleWithBodyWithResponse Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error)
+
+	// UpdateScheduleWithResponse Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error)
+
+	// BackfillScheduleWithBodyWithResponse Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+	BackfillScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BackfillScheduleResponse, error)
+
+	// BackfillScheduleWithResponse Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+	BackfillScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body BackfillScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*BackfillScheduleResponse, error)
+
+	// PauseScheduleWithResponse Stop starting runs; the times while paused are not caught up.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/pause (the `PauseSchedule` operationId).
+	PauseScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*PauseScheduleResponse, error)
+
+	// TriggerScheduleWithBodyWithResponse Start a run now (scheduled at this second), subject to the overlap policy.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+	TriggerScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerScheduleResponse, error)
+
+	// TriggerScheduleWithResponse Start a run now (scheduled at this second), subject to the overlap policy.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+	TriggerScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body TriggerScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerScheduleResponse, error)
+
+	// UnpauseScheduleWithResponse Start runs again from the next scheduled time.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/unpause (the `UnpauseSchedule` operationId).
+	UnpauseScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*UnpauseScheduleResponse, error)
+
+	// ListTriggersWithResponse List triggers by name with cursor pagination.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers (the `ListTriggers` operationId).
+	ListTriggersWithResponse(ctx context.Context, project Project, domain Domain, params *ListTriggersParams, reqEditors ...RequestEditorFn) (*ListTriggersResponse, error)
+
+	// CreateTriggerWithBodyWithResponse Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+	CreateTriggerWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTriggerResponse, error)
+
+	// CreateTriggerWithResponse Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+	CreateTriggerWithResponse(ctx context.Context, project Project, domain Domain, body CreateTriggerJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTriggerResponse, error)
+
+	// DeleteTriggerWithResponse Delete a trigger; later events start nothing through it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `DeleteTrigger` operationId).
+	DeleteTriggerWithResponse(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*DeleteTriggerResponse, error)
+
+	// GetTriggerWithResponse One trigger.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `GetTrigger` operationId).
+	GetTriggerWithResponse(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*GetTriggerResponse, error)
+
+	// ListWorkflowsWithResponse List templates (the latest version of each, by name) with cursor pagination.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows (the `ListWorkflows` operationId).
+	ListWorkflowsWithResponse(ctx context.Context, project Project, domain Domain, params *ListWorkflowsParams, reqEditors ...RequestEditorFn) (*ListWorkflowsResponse, error)
+
+	// PushWorkflowWithBodyWithResponse Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+	//
+	// Versions are immutable. A body equal to the latest version's (same
+	// description, params and spec) answers 200 with that version; a changed
+	// one is stored as the next version and answers 201. A template deleted
+	// earlier comes back with the next version.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+	PushWorkflowWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PushWorkflowResponse, error)
+
+	// PushWorkflowWithResponse Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+	//
+	// Versions are immutable. A body equal to the latest version's (same
+	// description, params and spec) answers 200 with that version; a changed
+	// one is stored as the next version and answers 201. A template deleted
+	// earlier comes back with the next version.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+	PushWorkflowWithResponse(ctx context.Context, project Project, domain Domain, body PushWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*PushWorkflowResponse, error)
+
+	// DeleteWorkflowWithResponse Stop new runs of a template (runs in flight, schedules and triggers keep their rows; new runs of it are 404).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `DeleteWorkflow` operationId).
+	DeleteWorkflowWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*DeleteWorkflowResponse, error)
+
+	// GetWorkflowWithResponse The latest version of a template.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `GetWorkflow` operationId).
+	GetWorkflowWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*GetWorkflowResponse, error)
+
+	// ListWorkflowVersionsWithResponse Every version of a template, newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions (the `ListWorkflowVersions` operationId).
+	ListWorkflowVersionsWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*ListWorkflowVersionsResponse, error)
+
+	// GetWorkflowVersionWithResponse One version of a template.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
+	GetWorkflowVersionWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*GetWorkflowVersionResponse, error)
 
 	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
 	//
@@ -5017,6 +7449,109 @@ func (r WatchEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r WatchEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PublishEventResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *PublishedEvent
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r PublishEventResponse) GetJSON202() *PublishedEvent {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r PublishEventResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PublishEventResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PublishEventResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PublishEventResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPublishedEventResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PublishedEvent
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPublishedEventResponse) GetJSON200() *PublishedEvent {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPublishedEventResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPublishedEventResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPublishedEventResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPublishedEventResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5765,6 +8300,988 @@ func (r SuspendRunResponse) ContentType() string {
 	return ""
 }
 
+type ListSchedulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSchedulesResponse) GetJSON200() *ScheduleList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSchedulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSchedulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSchedulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSchedulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateScheduleResponse) GetJSON201() *Schedule {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type BackfillScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ScheduleAction
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r BackfillScheduleResponse) GetJSON202() *ScheduleAction {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r BackfillScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r BackfillScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r BackfillScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r BackfillScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PauseScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type TriggerScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ScheduleAction
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r TriggerScheduleResponse) GetJSON202() *ScheduleAction {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r TriggerScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TriggerScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TriggerScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TriggerScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UnpauseScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UnpauseScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r UnpauseScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UnpauseScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UnpauseScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UnpauseScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListTriggersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TriggerList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTriggersResponse) GetJSON200() *TriggerList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTriggersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTriggersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTriggersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTriggersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTriggerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Trigger
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTriggerResponse) GetJSON201() *Trigger {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTriggerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTriggerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTriggerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTriggerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteTriggerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteTriggerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteTriggerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteTriggerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteTriggerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTriggerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Trigger
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTriggerResponse) GetJSON200() *Trigger {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTriggerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTriggerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTriggerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTriggerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListWorkflowsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkflowTemplateList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWorkflowsResponse) GetJSON200() *WorkflowTemplateList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWorkflowsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWorkflowsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWorkflowsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWorkflowsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PushWorkflowResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkflowTemplate
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *WorkflowTemplate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PushWorkflowResponse) GetJSON200() *WorkflowTemplate {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PushWorkflowResponse) GetJSON201() *WorkflowTemplate {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r PushWorkflowResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PushWorkflowResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PushWorkflowResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PushWorkflowResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteWorkflowResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteWorkflowResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteWorkflowResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteWorkflowResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteWorkflowResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetWorkflowResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkflowTemplate
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWorkflowResponse) GetJSON200() *WorkflowTemplate {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWorkflowResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWorkflowResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWorkflowResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWorkflowResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListWorkflowVersionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkflowTemplateList
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWorkflowVersionsResponse) GetJSON200() *WorkflowTemplateList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWorkflowVersionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWorkflowVersionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWorkflowVersionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWorkflowVersionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetWorkflowVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkflowTemplate
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWorkflowVersionResponse) GetJSON200() *WorkflowTemplate {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWorkflowVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWorkflowVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWorkflowVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWorkflowVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6327,6 +9844,53 @@ func (c *ClientWithResponses) WatchEventsWithResponse(ctx context.Context, proje
 	return ParseWatchEventsResponse(rsp)
 }
 
+// PublishEventWithBodyWithResponse Publish an event; it starts one run per matching trigger, atomically with its record.
+//
+// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+func (c *ClientWithResponses) PublishEventWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishEventResponse, error) {
+	rsp, err := c.PublishEventWithBody(ctx, project, domain, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePublishEventResponse(rsp)
+}
+
+// PublishEventWithResponse Publish an event; it starts one run per matching trigger, atomically with its record.
+//
+// The event is recorded with one delivery per trigger of its key: the run it started, or the CEL
+// error of the trigger's filter or params (that trigger starts nothing). An `id` published before
+// starts nothing new: the answer is the first publication's record. Without `id` the server makes one.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/events (the `PublishEvent` operationId).
+func (c *ClientWithResponses) PublishEventWithResponse(ctx context.Context, project Project, domain Domain, body PublishEventJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishEventResponse, error) {
+	rsp, err := c.PublishEvent(ctx, project, domain, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePublishEventResponse(rsp)
+}
+
+// GetPublishedEventWithResponse A published event's record, with each matching trigger's delivery.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/events/{event} (the `GetPublishedEvent` operationId).
+func (c *ClientWithResponses) GetPublishedEventWithResponse(ctx context.Context, project Project, domain Domain, event string, reqEditors ...RequestEditorFn) (*GetPublishedEventResponse, error) {
+	rsp, err := c.GetPublishedEvent(ctx, project, domain, event, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPublishedEventResponse(rsp)
+}
+
 // ListRunsWithResponse List runs, newest first, with cursor pagination.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6696,6 +10260,341 @@ func (c *ClientWithResponses) SuspendRunWithResponse(ctx context.Context, projec
 		return nil, err
 	}
 	return ParseSuspendRunResponse(rsp)
+}
+
+// ListSchedulesWithResponse List schedules by name with cursor pagination.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules (the `ListSchedules` operationId).
+func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, project Project, domain Domain, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error) {
+	rsp, err := c.ListSchedules(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSchedulesResponse(rsp)
+}
+
+// CreateScheduleWithBodyWithResponse Start runs of a template on a cron or an interval (Temporal's Schedules).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+func (c *ClientWithResponses) CreateScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error) {
+	rsp, err := c.CreateScheduleWithBody(ctx, project, domain, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScheduleResponse(rsp)
+}
+
+// CreateScheduleWithResponse Start runs of a template on a cron or an interval (Temporal's Schedules).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules (the `CreateSchedule` operationId).
+func (c *ClientWithResponses) CreateScheduleWithResponse(ctx context.Context, project Project, domain Domain, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error) {
+	rsp, err := c.CreateSchedule(ctx, project, domain, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScheduleResponse(rsp)
+}
+
+// DeleteScheduleWithResponse Delete a schedule; the runs it started stay.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `DeleteSchedule` operationId).
+func (c *ClientWithResponses) DeleteScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error) {
+	rsp, err := c.DeleteSchedule(ctx, project, domain, schedule, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteScheduleResponse(rsp)
+}
+
+// GetScheduleWithResponse A schedule with its next run times, recent runs and counters.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `GetSchedule` operationId).
+func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error) {
+	rsp, err := c.GetSchedule(ctx, project, domain, schedule, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetScheduleResponse(rsp)
+}
+
+// UpdateScheduleWithBodyWithResponse Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+func (c *ClientWithResponses) UpdateScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error) {
+	rsp, err := c.UpdateScheduleWithBody(ctx, project, domain, schedule, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateScheduleResponse(rsp)
+}
+
+// UpdateScheduleWithResponse Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule} (the `UpdateSchedule` operationId).
+func (c *ClientWithResponses) UpdateScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error) {
+	rsp, err := c.UpdateSchedule(ctx, project, domain, schedule, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateScheduleResponse(rsp)
+}
+
+// BackfillScheduleWithBodyWithResponse Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+func (c *ClientWithResponses) BackfillScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BackfillScheduleResponse, error) {
+	rsp, err := c.BackfillScheduleWithBody(ctx, project, domain, schedule, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBackfillScheduleResponse(rsp)
+}
+
+// BackfillScheduleWithResponse Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill (the `BackfillSchedule` operationId).
+func (c *ClientWithResponses) BackfillScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body BackfillScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*BackfillScheduleResponse, error) {
+	rsp, err := c.BackfillSchedule(ctx, project, domain, schedule, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBackfillScheduleResponse(rsp)
+}
+
+// PauseScheduleWithResponse Stop starting runs; the times while paused are not caught up.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/pause (the `PauseSchedule` operationId).
+func (c *ClientWithResponses) PauseScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*PauseScheduleResponse, error) {
+	rsp, err := c.PauseSchedule(ctx, project, domain, schedule, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseScheduleResponse(rsp)
+}
+
+// TriggerScheduleWithBodyWithResponse Start a run now (scheduled at this second), subject to the overlap policy.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+func (c *ClientWithResponses) TriggerScheduleWithBodyWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerScheduleResponse, error) {
+	rsp, err := c.TriggerScheduleWithBody(ctx, project, domain, schedule, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTriggerScheduleResponse(rsp)
+}
+
+// TriggerScheduleWithResponse Start a run now (scheduled at this second), subject to the overlap policy.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger (the `TriggerSchedule` operationId).
+func (c *ClientWithResponses) TriggerScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, body TriggerScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerScheduleResponse, error) {
+	rsp, err := c.TriggerSchedule(ctx, project, domain, schedule, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTriggerScheduleResponse(rsp)
+}
+
+// UnpauseScheduleWithResponse Start runs again from the next scheduled time.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/unpause (the `UnpauseSchedule` operationId).
+func (c *ClientWithResponses) UnpauseScheduleWithResponse(ctx context.Context, project Project, domain Domain, schedule ScheduleName, reqEditors ...RequestEditorFn) (*UnpauseScheduleResponse, error) {
+	rsp, err := c.UnpauseSchedule(ctx, project, domain, schedule, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnpauseScheduleResponse(rsp)
+}
+
+// ListTriggersWithResponse List triggers by name with cursor pagination.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers (the `ListTriggers` operationId).
+func (c *ClientWithResponses) ListTriggersWithResponse(ctx context.Context, project Project, domain Domain, params *ListTriggersParams, reqEditors ...RequestEditorFn) (*ListTriggersResponse, error) {
+	rsp, err := c.ListTriggers(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTriggersResponse(rsp)
+}
+
+// CreateTriggerWithBodyWithResponse Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+func (c *ClientWithResponses) CreateTriggerWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTriggerResponse, error) {
+	rsp, err := c.CreateTriggerWithBody(ctx, project, domain, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTriggerResponse(rsp)
+}
+
+// CreateTriggerWithResponse Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/triggers (the `CreateTrigger` operationId).
+func (c *ClientWithResponses) CreateTriggerWithResponse(ctx context.Context, project Project, domain Domain, body CreateTriggerJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTriggerResponse, error) {
+	rsp, err := c.CreateTrigger(ctx, project, domain, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTriggerResponse(rsp)
+}
+
+// DeleteTriggerWithResponse Delete a trigger; later events start nothing through it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `DeleteTrigger` operationId).
+func (c *ClientWithResponses) DeleteTriggerWithResponse(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*DeleteTriggerResponse, error) {
+	rsp, err := c.DeleteTrigger(ctx, project, domain, trigger, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteTriggerResponse(rsp)
+}
+
+// GetTriggerWithResponse One trigger.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/triggers/{trigger} (the `GetTrigger` operationId).
+func (c *ClientWithResponses) GetTriggerWithResponse(ctx context.Context, project Project, domain Domain, trigger Name, reqEditors ...RequestEditorFn) (*GetTriggerResponse, error) {
+	rsp, err := c.GetTrigger(ctx, project, domain, trigger, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTriggerResponse(rsp)
+}
+
+// ListWorkflowsWithResponse List templates (the latest version of each, by name) with cursor pagination.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows (the `ListWorkflows` operationId).
+func (c *ClientWithResponses) ListWorkflowsWithResponse(ctx context.Context, project Project, domain Domain, params *ListWorkflowsParams, reqEditors ...RequestEditorFn) (*ListWorkflowsResponse, error) {
+	rsp, err := c.ListWorkflows(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWorkflowsResponse(rsp)
+}
+
+// PushWorkflowWithBodyWithResponse Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+//
+// Versions are immutable. A body equal to the latest version's (same
+// description, params and spec) answers 200 with that version; a changed
+// one is stored as the next version and answers 201. A template deleted
+// earlier comes back with the next version.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+func (c *ClientWithResponses) PushWorkflowWithBodyWithResponse(ctx context.Context, project Project, domain Domain, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PushWorkflowResponse, error) {
+	rsp, err := c.PushWorkflowWithBody(ctx, project, domain, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePushWorkflowResponse(rsp)
+}
+
+// PushWorkflowWithResponse Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+//
+// Versions are immutable. A body equal to the latest version's (same
+// description, params and spec) answers 200 with that version; a changed
+// one is stored as the next version and answers 201. A template deleted
+// earlier comes back with the next version.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/projects/{project}/domains/{domain}/workflows (the `PushWorkflow` operationId).
+func (c *ClientWithResponses) PushWorkflowWithResponse(ctx context.Context, project Project, domain Domain, body PushWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*PushWorkflowResponse, error) {
+	rsp, err := c.PushWorkflow(ctx, project, domain, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePushWorkflowResponse(rsp)
+}
+
+// DeleteWorkflowWithResponse Stop new runs of a template (runs in flight, schedules and triggers keep their rows; new runs of it are 404).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `DeleteWorkflow` operationId).
+func (c *ClientWithResponses) DeleteWorkflowWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*DeleteWorkflowResponse, error) {
+	rsp, err := c.DeleteWorkflow(ctx, project, domain, workflow, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteWorkflowResponse(rsp)
+}
+
+// GetWorkflowWithResponse The latest version of a template.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow} (the `GetWorkflow` operationId).
+func (c *ClientWithResponses) GetWorkflowWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*GetWorkflowResponse, error) {
+	rsp, err := c.GetWorkflow(ctx, project, domain, workflow, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWorkflowResponse(rsp)
+}
+
+// ListWorkflowVersionsWithResponse Every version of a template, newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions (the `ListWorkflowVersions` operationId).
+func (c *ClientWithResponses) ListWorkflowVersionsWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, reqEditors ...RequestEditorFn) (*ListWorkflowVersionsResponse, error) {
+	rsp, err := c.ListWorkflowVersions(ctx, project, domain, workflow, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWorkflowVersionsResponse(rsp)
+}
+
+// GetWorkflowVersionWithResponse One version of a template.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
+func (c *ClientWithResponses) GetWorkflowVersionWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*GetWorkflowVersionResponse, error) {
+	rsp, err := c.GetWorkflowVersion(ctx, project, domain, workflow, version, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWorkflowVersionResponse(rsp)
 }
 
 // ListTokensWithResponse Every token made through the API, newest first, without secrets.
@@ -7102,6 +11001,79 @@ func ParseWatchEventsResponse(rsp *http.Response) (*WatchEventsResponse, error) 
 	response := &WatchEventsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParsePublishEventResponse parses an HTTP response from a PublishEventWithResponse call
+func ParsePublishEventResponse(rsp *http.Response) (*PublishEventResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PublishEventResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest PublishedEvent
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetPublishedEventResponse parses an HTTP response from a GetPublishedEventWithResponse call
+func ParseGetPublishedEventResponse(rsp *http.Response) (*GetPublishedEventResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPublishedEventResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PublishedEvent
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	}
 
 	return response, nil
@@ -7642,6 +11614,712 @@ func ParseSuspendRunResponse(rsp *http.Response) (*SuspendRunResponse, error) {
 	return response, nil
 }
 
+// ParseListSchedulesResponse parses an HTTP response from a ListSchedulesWithResponse call
+func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSchedulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateScheduleResponse parses an HTTP response from a CreateScheduleWithResponse call
+func ParseCreateScheduleResponse(rsp *http.Response) (*CreateScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteScheduleResponse parses an HTTP response from a DeleteScheduleWithResponse call
+func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetScheduleResponse parses an HTTP response from a GetScheduleWithResponse call
+func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateScheduleResponse parses an HTTP response from a UpdateScheduleWithResponse call
+func ParseUpdateScheduleResponse(rsp *http.Response) (*UpdateScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseBackfillScheduleResponse parses an HTTP response from a BackfillScheduleWithResponse call
+func ParseBackfillScheduleResponse(rsp *http.Response) (*BackfillScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &BackfillScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ScheduleAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePauseScheduleResponse parses an HTTP response from a PauseScheduleWithResponse call
+func ParsePauseScheduleResponse(rsp *http.Response) (*PauseScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseTriggerScheduleResponse parses an HTTP response from a TriggerScheduleWithResponse call
+func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TriggerScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ScheduleAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUnpauseScheduleResponse parses an HTTP response from a UnpauseScheduleWithResponse call
+func ParseUnpauseScheduleResponse(rsp *http.Response) (*UnpauseScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UnpauseScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTriggersResponse parses an HTTP response from a ListTriggersWithResponse call
+func ParseListTriggersResponse(rsp *http.Response) (*ListTriggersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTriggersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TriggerList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTriggerResponse parses an HTTP response from a CreateTriggerWithResponse call
+func ParseCreateTriggerResponse(rsp *http.Response) (*CreateTriggerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTriggerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Trigger
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteTriggerResponse parses an HTTP response from a DeleteTriggerWithResponse call
+func ParseDeleteTriggerResponse(rsp *http.Response) (*DeleteTriggerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteTriggerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTriggerResponse parses an HTTP response from a GetTriggerWithResponse call
+func ParseGetTriggerResponse(rsp *http.Response) (*GetTriggerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTriggerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Trigger
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListWorkflowsResponse parses an HTTP response from a ListWorkflowsWithResponse call
+func ParseListWorkflowsResponse(rsp *http.Response) (*ListWorkflowsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWorkflowsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkflowTemplateList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePushWorkflowResponse parses an HTTP response from a PushWorkflowWithResponse call
+func ParsePushWorkflowResponse(rsp *http.Response) (*PushWorkflowResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PushWorkflowResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkflowTemplate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest WorkflowTemplate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteWorkflowResponse parses an HTTP response from a DeleteWorkflowWithResponse call
+func ParseDeleteWorkflowResponse(rsp *http.Response) (*DeleteWorkflowResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteWorkflowResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetWorkflowResponse parses an HTTP response from a GetWorkflowWithResponse call
+func ParseGetWorkflowResponse(rsp *http.Response) (*GetWorkflowResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWorkflowResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkflowTemplate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListWorkflowVersionsResponse parses an HTTP response from a ListWorkflowVersionsWithResponse call
+func ParseListWorkflowVersionsResponse(rsp *http.Response) (*ListWorkflowVersionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWorkflowVersionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkflowTemplateList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetWorkflowVersionResponse parses an HTTP response from a GetWorkflowVersionWithResponse call
+func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWorkflowVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkflowTemplate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
 func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7968,6 +12646,12 @@ type ServerInterface interface {
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	// (GET /v1/projects/{project}/domains/{domain}/events)
 	WatchEvents(ctx echo.Context, project Project, domain Domain, params WatchEventsParams) error
+	// PublishEvent Publish an event; it starts one run per matching trigger, atomically with its record.
+	// (POST /v1/projects/{project}/domains/{domain}/events)
+	PublishEvent(ctx echo.Context, project Project, domain Domain) error
+	// GetPublishedEvent A published event's record, with each matching trigger's delivery.
+	// (GET /v1/projects/{project}/domains/{domain}/events/{event})
+	GetPublishedEvent(ctx echo.Context, project Project, domain Domain, event string) error
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx echo.Context, project Project, domain Domain, params ListRunsParams) error
@@ -8010,6 +12694,63 @@ type ServerInterface interface {
 	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
 	SuspendRun(ctx echo.Context, project Project, domain Domain, run RunName) error
+	// ListSchedules List schedules by name with cursor pagination.
+	// (GET /v1/projects/{project}/domains/{domain}/schedules)
+	ListSchedules(ctx echo.Context, project Project, domain Domain, params ListSchedulesParams) error
+	// CreateSchedule Start runs of a template on a cron or an interval (Temporal's Schedules).
+	// (POST /v1/projects/{project}/domains/{domain}/schedules)
+	CreateSchedule(ctx echo.Context, project Project, domain Domain) error
+	// DeleteSchedule Delete a schedule; the runs it started stay.
+	// (DELETE /v1/projects/{project}/domains/{domain}/schedules/{schedule})
+	DeleteSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// GetSchedule A schedule with its next run times, recent runs and counters.
+	// (GET /v1/projects/{project}/domains/{domain}/schedules/{schedule})
+	GetSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// UpdateSchedule Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+	// (PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule})
+	UpdateSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// BackfillSchedule Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill)
+	BackfillSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// PauseSchedule Stop starting runs; the times while paused are not caught up.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/pause)
+	PauseSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// TriggerSchedule Start a run now (scheduled at this second), subject to the overlap policy.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger)
+	TriggerSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// UnpauseSchedule Start runs again from the next scheduled time.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/unpause)
+	UnpauseSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error
+	// ListTriggers List triggers by name with cursor pagination.
+	// (GET /v1/projects/{project}/domains/{domain}/triggers)
+	ListTriggers(ctx echo.Context, project Project, domain Domain, params ListTriggersParams) error
+	// CreateTrigger Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+	// (POST /v1/projects/{project}/domains/{domain}/triggers)
+	CreateTrigger(ctx echo.Context, project Project, domain Domain) error
+	// DeleteTrigger Delete a trigger; later events start nothing through it.
+	// (DELETE /v1/projects/{project}/domains/{domain}/triggers/{trigger})
+	DeleteTrigger(ctx echo.Context, project Project, domain Domain, trigger Name) error
+	// GetTrigger One trigger.
+	// (GET /v1/projects/{project}/domains/{domain}/triggers/{trigger})
+	GetTrigger(ctx echo.Context, project Project, domain Domain, trigger Name) error
+	// ListWorkflows List templates (the latest version of each, by name) with cursor pagination.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows)
+	ListWorkflows(ctx echo.Context, project Project, domain Domain, params ListWorkflowsParams) error
+	// PushWorkflow Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+	// (POST /v1/projects/{project}/domains/{domain}/workflows)
+	PushWorkflow(ctx echo.Context, project Project, domain Domain) error
+	// DeleteWorkflow Stop new runs of a template (runs in flight, schedules and triggers keep their rows; new runs of it are 404).
+	// (DELETE /v1/projects/{project}/domains/{domain}/workflows/{workflow})
+	DeleteWorkflow(ctx echo.Context, project Project, domain Domain, workflow WorkflowName) error
+	// GetWorkflow The latest version of a template.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow})
+	GetWorkflow(ctx echo.Context, project Project, domain Domain, workflow WorkflowName) error
+	// ListWorkflowVersions Every version of a template, newest first.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions)
+	ListWorkflowVersions(ctx echo.Context, project Project, domain Domain, workflow WorkflowName) error
+	// GetWorkflowVersion One version of a template.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
+	GetWorkflowVersion(ctx echo.Context, project Project, domain Domain, workflow WorkflowName, version int) error
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx echo.Context) error
@@ -8243,6 +12984,62 @@ func (w *ServerInterfaceWrapper) WatchEvents(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.WatchEvents(ctx, project, domain, params)
+	return err
+}
+
+// PublishEvent converts echo context to params.
+func (w *ServerInterfaceWrapper) PublishEvent(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PublishEvent(ctx, project, domain)
+	return err
+}
+
+// GetPublishedEvent converts echo context to params.
+func (w *ServerInterfaceWrapper) GetPublishedEvent(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "event" -------------
+	var event string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "event", ctx.Param("event"), &event, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter event: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetPublishedEvent(ctx, project, domain, event)
 	return err
 }
 
@@ -8818,6 +13615,622 @@ func (w *ServerInterfaceWrapper) SuspendRun(ctx echo.Context) error {
 	return err
 }
 
+// ListSchedules converts echo context to params.
+func (w *ServerInterfaceWrapper) ListSchedules(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSchedulesParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListSchedules(ctx, project, domain, params)
+	return err
+}
+
+// CreateSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateSchedule(ctx, project, domain)
+	return err
+}
+
+// DeleteSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// GetSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) GetSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// UpdateSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) UpdateSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.UpdateSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// BackfillSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) BackfillSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.BackfillSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// PauseSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) PauseSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PauseSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// TriggerSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) TriggerSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.TriggerSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// UnpauseSchedule converts echo context to params.
+func (w *ServerInterfaceWrapper) UnpauseSchedule(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "schedule" -------------
+	var schedule ScheduleName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule", ctx.Param("schedule"), &schedule, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter schedule: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.UnpauseSchedule(ctx, project, domain, schedule)
+	return err
+}
+
+// ListTriggers converts echo context to params.
+func (w *ServerInterfaceWrapper) ListTriggers(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTriggersParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListTriggers(ctx, project, domain, params)
+	return err
+}
+
+// CreateTrigger converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateTrigger(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateTrigger(ctx, project, domain)
+	return err
+}
+
+// DeleteTrigger converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteTrigger(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "trigger" -------------
+	var trigger Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "trigger", ctx.Param("trigger"), &trigger, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter trigger: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteTrigger(ctx, project, domain, trigger)
+	return err
+}
+
+// GetTrigger converts echo context to params.
+func (w *ServerInterfaceWrapper) GetTrigger(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "trigger" -------------
+	var trigger Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "trigger", ctx.Param("trigger"), &trigger, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter trigger: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetTrigger(ctx, project, domain, trigger)
+	return err
+}
+
+// ListWorkflows converts echo context to params.
+func (w *ServerInterfaceWrapper) ListWorkflows(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWorkflowsParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListWorkflows(ctx, project, domain, params)
+	return err
+}
+
+// PushWorkflow converts echo context to params.
+func (w *ServerInterfaceWrapper) PushWorkflow(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PushWorkflow(ctx, project, domain)
+	return err
+}
+
+// DeleteWorkflow converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteWorkflow(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "workflow" -------------
+	var workflow WorkflowName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "workflow", ctx.Param("workflow"), &workflow, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter workflow: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteWorkflow(ctx, project, domain, workflow)
+	return err
+}
+
+// GetWorkflow converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkflow(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "workflow" -------------
+	var workflow WorkflowName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "workflow", ctx.Param("workflow"), &workflow, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter workflow: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkflow(ctx, project, domain, workflow)
+	return err
+}
+
+// ListWorkflowVersions converts echo context to params.
+func (w *ServerInterfaceWrapper) ListWorkflowVersions(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "workflow" -------------
+	var workflow WorkflowName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "workflow", ctx.Param("workflow"), &workflow, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter workflow: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListWorkflowVersions(ctx, project, domain, workflow)
+	return err
+}
+
+// GetWorkflowVersion converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkflowVersion(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "workflow" -------------
+	var workflow WorkflowName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "workflow", ctx.Param("workflow"), &workflow, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter workflow: %s", err))
+	}
+
+	// ------------- Path parameter "version" -------------
+	var version int
+
+	err = runtime.BindStyledParameterWithOptions("simple", "version", ctx.Param("version"), &version, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter version: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkflowVersion(ctx, project, domain, workflow, version)
+	return err
+}
+
 // ListTokens converts echo context to params.
 func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
 	var err error
@@ -9005,6 +14418,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/actions/:action/tasks/:task/attempts/:attempt/logs", wrapper.GetAttemptLogs, options.OperationMiddlewares["GetAttemptLogs"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/events", wrapper.WatchRunEvents, options.OperationMiddlewares["WatchRunEvents"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/events", wrapper.WatchEvents, options.OperationMiddlewares["WatchEvents"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/events", wrapper.PublishEvent, options.OperationMiddlewares["PublishEvent"]...)
 	router.GET(options.BaseURL+"/v1/aborts", wrapper.ListAborts, options.OperationMiddlewares["ListAborts"]...)
 	router.GET(options.BaseURL+"/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["ListTokens"]...)
 	router.POST(options.BaseURL+"/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["CreateToken"]...)
@@ -9020,6 +14434,26 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.ListCacheEntries, options.OperationMiddlewares["ListCacheEntries"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache/:key", wrapper.DeleteCacheEntry, options.OperationMiddlewares["DeleteCacheEntry"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows", wrapper.ListWorkflows, options.OperationMiddlewares["ListWorkflows"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows", wrapper.PushWorkflow, options.OperationMiddlewares["PushWorkflow"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows/:workflow", wrapper.DeleteWorkflow, options.OperationMiddlewares["DeleteWorkflow"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows/:workflow", wrapper.GetWorkflow, options.OperationMiddlewares["GetWorkflow"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows/:workflow/versions", wrapper.ListWorkflowVersions, options.OperationMiddlewares["ListWorkflowVersions"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows/:workflow/versions/:version", wrapper.GetWorkflowVersion, options.OperationMiddlewares["GetWorkflowVersion"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules", wrapper.ListSchedules, options.OperationMiddlewares["ListSchedules"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules", wrapper.CreateSchedule, options.OperationMiddlewares["CreateSchedule"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule", wrapper.DeleteSchedule, options.OperationMiddlewares["DeleteSchedule"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule", wrapper.GetSchedule, options.OperationMiddlewares["GetSchedule"]...)
+	router.PATCH(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule", wrapper.UpdateSchedule, options.OperationMiddlewares["UpdateSchedule"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule/pause", wrapper.PauseSchedule, options.OperationMiddlewares["PauseSchedule"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule/unpause", wrapper.UnpauseSchedule, options.OperationMiddlewares["UnpauseSchedule"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule/trigger", wrapper.TriggerSchedule, options.OperationMiddlewares["TriggerSchedule"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/schedules/:schedule/backfill", wrapper.BackfillSchedule, options.OperationMiddlewares["BackfillSchedule"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/events/:event", wrapper.GetPublishedEvent, options.OperationMiddlewares["GetPublishedEvent"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers", wrapper.ListTriggers, options.OperationMiddlewares["ListTriggers"]...)
+	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers", wrapper.CreateTrigger, options.OperationMiddlewares["CreateTrigger"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.DeleteTrigger, options.OperationMiddlewares["DeleteTrigger"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.GetTrigger, options.OperationMiddlewares["GetTrigger"]...)
 
 }
 
@@ -9354,6 +14788,100 @@ func (response WatchEvents200TexteventStreamResponse) VisitWatchEventsResponse(w
 			return err
 		}
 	}
+}
+
+type PublishEventRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Body    *PublishEventJSONRequestBody
+}
+
+type PublishEventResponseObject interface {
+	VisitPublishEventResponse(w http.ResponseWriter) error
+}
+
+type PublishEvent202JSONResponse PublishedEvent
+
+func (response PublishEvent202JSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent400ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent422ApplicationProblemPlusJSONResponse Problem
+
+func (response PublishEvent422ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEventRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Event   string  `json:"event"`
+}
+
+type GetPublishedEventResponseObject interface {
+	VisitGetPublishedEventResponse(w http.ResponseWriter) error
+}
+
+type GetPublishedEvent200JSONResponse PublishedEvent
+
+func (response GetPublishedEvent200JSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent404ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type ListRunsRequestObject struct {
@@ -10159,6 +15687,934 @@ func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	return err
 }
 
+type ListSchedulesRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  ListSchedulesParams
+}
+
+type ListSchedulesResponseObject interface {
+	VisitListSchedulesResponse(w http.ResponseWriter) error
+}
+
+type ListSchedules200JSONResponse ScheduleList
+
+func (response ListSchedules200JSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduleRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Body    *CreateScheduleJSONRequestBody
+}
+
+type CreateScheduleResponseObject interface {
+	VisitCreateScheduleResponse(w http.ResponseWriter) error
+}
+
+type CreateSchedule201JSONResponse Schedule
+
+func (response CreateSchedule201JSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule409ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule422ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+}
+
+type DeleteScheduleResponseObject interface {
+	VisitDeleteScheduleResponse(w http.ResponseWriter) error
+}
+
+type DeleteSchedule204Response struct {
+}
+
+func (response DeleteSchedule204Response) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteSchedule404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+}
+
+type GetScheduleResponseObject interface {
+	VisitGetScheduleResponse(w http.ResponseWriter) error
+}
+
+type GetSchedule200JSONResponse Schedule
+
+func (response GetSchedule200JSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+	Body     *UpdateScheduleJSONRequestBody
+}
+
+type UpdateScheduleResponseObject interface {
+	VisitUpdateScheduleResponse(w http.ResponseWriter) error
+}
+
+type UpdateSchedule200JSONResponse Schedule
+
+func (response UpdateSchedule200JSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule422ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule422ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+	Body     *BackfillScheduleJSONRequestBody
+}
+
+type BackfillScheduleResponseObject interface {
+	VisitBackfillScheduleResponse(w http.ResponseWriter) error
+}
+
+type BackfillSchedule202JSONResponse ScheduleAction
+
+func (response BackfillSchedule202JSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule400ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response BackfillSchedule404ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule422ApplicationProblemPlusJSONResponse Problem
+
+func (response BackfillSchedule422ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+}
+
+type PauseScheduleResponseObject interface {
+	VisitPauseScheduleResponse(w http.ResponseWriter) error
+}
+
+type PauseSchedule200JSONResponse Schedule
+
+func (response PauseSchedule200JSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+	Body     *TriggerScheduleJSONRequestBody
+}
+
+type TriggerScheduleResponseObject interface {
+	VisitTriggerScheduleResponse(w http.ResponseWriter) error
+}
+
+type TriggerSchedule202JSONResponse ScheduleAction
+
+func (response TriggerSchedule202JSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule400ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response TriggerSchedule404ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseScheduleRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Schedule ScheduleName `json:"schedule"`
+}
+
+type UnpauseScheduleResponseObject interface {
+	VisitUnpauseScheduleResponse(w http.ResponseWriter) error
+}
+
+type UnpauseSchedule200JSONResponse Schedule
+
+func (response UnpauseSchedule200JSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule404ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggersRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  ListTriggersParams
+}
+
+type ListTriggersResponseObject interface {
+	VisitListTriggersResponse(w http.ResponseWriter) error
+}
+
+type ListTriggers200JSONResponse TriggerList
+
+func (response ListTriggers200JSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers400ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTriggerRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Body    *CreateTriggerJSONRequestBody
+}
+
+type CreateTriggerResponseObject interface {
+	VisitCreateTriggerResponse(w http.ResponseWriter) error
+}
+
+type CreateTrigger201JSONResponse Trigger
+
+func (response CreateTrigger201JSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger400ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTrigger404ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTrigger409ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTrigger422ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTriggerRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Trigger Name    `json:"trigger"`
+}
+
+type DeleteTriggerResponseObject interface {
+	VisitDeleteTriggerResponse(w http.ResponseWriter) error
+}
+
+type DeleteTrigger204Response struct {
+}
+
+func (response DeleteTrigger204Response) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteTrigger404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger404ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTriggerRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Trigger Name    `json:"trigger"`
+}
+
+type GetTriggerResponseObject interface {
+	VisitGetTriggerResponse(w http.ResponseWriter) error
+}
+
+type GetTrigger200JSONResponse Trigger
+
+func (response GetTrigger200JSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger404ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowsRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  ListWorkflowsParams
+}
+
+type ListWorkflowsResponseObject interface {
+	VisitListWorkflowsResponse(w http.ResponseWriter) error
+}
+
+type ListWorkflows200JSONResponse WorkflowTemplateList
+
+func (response ListWorkflows200JSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows400ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflowRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Body    *PushWorkflowJSONRequestBody
+}
+
+type PushWorkflowResponseObject interface {
+	VisitPushWorkflowResponse(w http.ResponseWriter) error
+}
+
+type PushWorkflow200JSONResponse WorkflowTemplate
+
+func (response PushWorkflow200JSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow201JSONResponse WorkflowTemplate
+
+func (response PushWorkflow201JSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow400ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow422ApplicationProblemPlusJSONResponse Problem
+
+func (response PushWorkflow422ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflowRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Workflow WorkflowName `json:"workflow"`
+}
+
+type DeleteWorkflowResponseObject interface {
+	VisitDeleteWorkflowResponse(w http.ResponseWriter) error
+}
+
+type DeleteWorkflow204Response struct {
+}
+
+func (response DeleteWorkflow204Response) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteWorkflow404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow404ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Workflow WorkflowName `json:"workflow"`
+}
+
+type GetWorkflowResponseObject interface {
+	VisitGetWorkflowResponse(w http.ResponseWriter) error
+}
+
+type GetWorkflow200JSONResponse WorkflowTemplate
+
+func (response GetWorkflow200JSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow404ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersionsRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Workflow WorkflowName `json:"workflow"`
+}
+
+type ListWorkflowVersionsResponseObject interface {
+	VisitListWorkflowVersionsResponse(w http.ResponseWriter) error
+}
+
+type ListWorkflowVersions200JSONResponse WorkflowTemplateList
+
+func (response ListWorkflowVersions200JSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions404ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersionRequestObject struct {
+	Project  Project      `json:"project"`
+	Domain   Domain       `json:"domain"`
+	Workflow WorkflowName `json:"workflow"`
+	Version  int          `json:"version"`
+}
+
+type GetWorkflowVersionResponseObject interface {
+	VisitGetWorkflowVersionResponse(w http.ResponseWriter) error
+}
+
+type GetWorkflowVersion200JSONResponse WorkflowTemplate
+
+func (response GetWorkflowVersion200JSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTokensRequestObject struct {
 }
 
@@ -10537,6 +16993,12 @@ type StrictServerInterface interface {
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	// (GET /v1/projects/{project}/domains/{domain}/events)
 	WatchEvents(ctx context.Context, request WatchEventsRequestObject) (WatchEventsResponseObject, error)
+	// PublishEvent Publish an event; it starts one run per matching trigger, atomically with its record.
+	// (POST /v1/projects/{project}/domains/{domain}/events)
+	PublishEvent(ctx context.Context, request PublishEventRequestObject) (PublishEventResponseObject, error)
+	// GetPublishedEvent A published event's record, with each matching trigger's delivery.
+	// (GET /v1/projects/{project}/domains/{domain}/events/{event})
+	GetPublishedEvent(ctx context.Context, request GetPublishedEventRequestObject) (GetPublishedEventResponseObject, error)
 	// ListRuns List runs, newest first, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs)
 	ListRuns(ctx context.Context, request ListRunsRequestObject) (ListRunsResponseObject, error)
@@ -10579,6 +17041,63 @@ type StrictServerInterface interface {
 	// SuspendRun Suspend a run; no new step starts, running tasks finish, and the run is PAUSED once nothing runs.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/suspend)
 	SuspendRun(ctx context.Context, request SuspendRunRequestObject) (SuspendRunResponseObject, error)
+	// ListSchedules List schedules by name with cursor pagination.
+	// (GET /v1/projects/{project}/domains/{domain}/schedules)
+	ListSchedules(ctx context.Context, request ListSchedulesRequestObject) (ListSchedulesResponseObject, error)
+	// CreateSchedule Start runs of a template on a cron or an interval (Temporal's Schedules).
+	// (POST /v1/projects/{project}/domains/{domain}/schedules)
+	CreateSchedule(ctx context.Context, request CreateScheduleRequestObject) (CreateScheduleResponseObject, error)
+	// DeleteSchedule Delete a schedule; the runs it started stay.
+	// (DELETE /v1/projects/{project}/domains/{domain}/schedules/{schedule})
+	DeleteSchedule(ctx context.Context, request DeleteScheduleRequestObject) (DeleteScheduleResponseObject, error)
+	// GetSchedule A schedule with its next run times, recent runs and counters.
+	// (GET /v1/projects/{project}/domains/{domain}/schedules/{schedule})
+	GetSchedule(ctx context.Context, request GetScheduleRequestObject) (GetScheduleResponseObject, error)
+	// UpdateSchedule Change a schedule's fields; those absent keep their values. Times before the change stay as they were.
+	// (PATCH /v1/projects/{project}/domains/{domain}/schedules/{schedule})
+	UpdateSchedule(ctx context.Context, request UpdateScheduleRequestObject) (UpdateScheduleResponseObject, error)
+	// BackfillSchedule Start the runs of the schedule's times in [start, end] (at most 10,000), subject to the overlap policy; a time that already started a run starts none.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/backfill)
+	BackfillSchedule(ctx context.Context, request BackfillScheduleRequestObject) (BackfillScheduleResponseObject, error)
+	// PauseSchedule Stop starting runs; the times while paused are not caught up.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/pause)
+	PauseSchedule(ctx context.Context, request PauseScheduleRequestObject) (PauseScheduleResponseObject, error)
+	// TriggerSchedule Start a run now (scheduled at this second), subject to the overlap policy.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/trigger)
+	TriggerSchedule(ctx context.Context, request TriggerScheduleRequestObject) (TriggerScheduleResponseObject, error)
+	// UnpauseSchedule Start runs again from the next scheduled time.
+	// (POST /v1/projects/{project}/domains/{domain}/schedules/{schedule}/unpause)
+	UnpauseSchedule(ctx context.Context, request UnpauseScheduleRequestObject) (UnpauseScheduleResponseObject, error)
+	// ListTriggers List triggers by name with cursor pagination.
+	// (GET /v1/projects/{project}/domains/{domain}/triggers)
+	ListTriggers(ctx context.Context, request ListTriggersRequestObject) (ListTriggersResponseObject, error)
+	// CreateTrigger Start a run of a template for each published event of a key that passes the filter (Hatchet's event triggers).
+	// (POST /v1/projects/{project}/domains/{domain}/triggers)
+	CreateTrigger(ctx context.Context, request CreateTriggerRequestObject) (CreateTriggerResponseObject, error)
+	// DeleteTrigger Delete a trigger; later events start nothing through it.
+	// (DELETE /v1/projects/{project}/domains/{domain}/triggers/{trigger})
+	DeleteTrigger(ctx context.Context, request DeleteTriggerRequestObject) (DeleteTriggerResponseObject, error)
+	// GetTrigger One trigger.
+	// (GET /v1/projects/{project}/domains/{domain}/triggers/{trigger})
+	GetTrigger(ctx context.Context, request GetTriggerRequestObject) (GetTriggerResponseObject, error)
+	// ListWorkflows List templates (the latest version of each, by name) with cursor pagination.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows)
+	ListWorkflows(ctx context.Context, request ListWorkflowsRequestObject) (ListWorkflowsResponseObject, error)
+	// PushWorkflow Register a version of a workflow template (Argo's WorkflowTemplate, Conductor's name and version).
+	// (POST /v1/projects/{project}/domains/{domain}/workflows)
+	PushWorkflow(ctx context.Context, request PushWorkflowRequestObject) (PushWorkflowResponseObject, error)
+	// DeleteWorkflow Stop new runs of a template (runs in flight, schedules and triggers keep their rows; new runs of it are 404).
+	// (DELETE /v1/projects/{project}/domains/{domain}/workflows/{workflow})
+	DeleteWorkflow(ctx context.Context, request DeleteWorkflowRequestObject) (DeleteWorkflowResponseObject, error)
+	// GetWorkflow The latest version of a template.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow})
+	GetWorkflow(ctx context.Context, request GetWorkflowRequestObject) (GetWorkflowResponseObject, error)
+	// ListWorkflowVersions Every version of a template, newest first.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions)
+	ListWorkflowVersions(ctx context.Context, request ListWorkflowVersionsRequestObject) (ListWorkflowVersionsResponseObject, error)
+	// GetWorkflowVersion One version of a template.
+	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
+	GetWorkflowVersion(ctx context.Context, request GetWorkflowVersionRequestObject) (GetWorkflowVersionResponseObject, error)
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -10841,6 +17360,82 @@ func (sh *strictHandler) WatchEvents(ctx echo.Context, project Project, domain D
 		return err
 	} else if validResponse, ok := response.(WatchEventsResponseObject); ok {
 		return validResponse.VisitWatchEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PublishEvent operation middleware
+func (sh *strictHandler) PublishEvent(ctx echo.Context, project Project, domain Domain) error {
+	var request PublishEventRequestObject
+
+	request.Project = project
+	request.Domain = domain
+
+	var body PublishEventJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PublishEvent(ctx.Request().Context(), request.(PublishEventRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PublishEvent")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PublishEventResponseObject); ok {
+		return validResponse.VisitPublishEventResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetPublishedEvent operation middleware
+func (sh *strictHandler) GetPublishedEvent(ctx echo.Context, project Project, domain Domain, event string) error {
+	var request GetPublishedEventRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Event = event
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetPublishedEvent(ctx.Request().Context(), request.(GetPublishedEventRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetPublishedEvent")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetPublishedEventResponseObject); ok {
+		return validResponse.VisitGetPublishedEventResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -11461,6 +18056,658 @@ func (sh *strictHandler) SuspendRun(ctx echo.Context, project Project, domain Do
 	return nil
 }
 
+// ListSchedules operation middleware
+func (sh *strictHandler) ListSchedules(ctx echo.Context, project Project, domain Domain, params ListSchedulesParams) error {
+	var request ListSchedulesRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSchedules(ctx.Request().Context(), request.(ListSchedulesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSchedules")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListSchedulesResponseObject); ok {
+		return validResponse.VisitListSchedulesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateSchedule operation middleware
+func (sh *strictHandler) CreateSchedule(ctx echo.Context, project Project, domain Domain) error {
+	var request CreateScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+
+	var body CreateScheduleJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSchedule(ctx.Request().Context(), request.(CreateScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateScheduleResponseObject); ok {
+		return validResponse.VisitCreateScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteSchedule operation middleware
+func (sh *strictHandler) DeleteSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request DeleteScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSchedule(ctx.Request().Context(), request.(DeleteScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteScheduleResponseObject); ok {
+		return validResponse.VisitDeleteScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetSchedule operation middleware
+func (sh *strictHandler) GetSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request GetScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSchedule(ctx.Request().Context(), request.(GetScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetScheduleResponseObject); ok {
+		return validResponse.VisitGetScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// UpdateSchedule operation middleware
+func (sh *strictHandler) UpdateSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request UpdateScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	var body UpdateScheduleJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateSchedule(ctx.Request().Context(), request.(UpdateScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(UpdateScheduleResponseObject); ok {
+		return validResponse.VisitUpdateScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// BackfillSchedule operation middleware
+func (sh *strictHandler) BackfillSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request BackfillScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	var body BackfillScheduleJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.BackfillSchedule(ctx.Request().Context(), request.(BackfillScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "BackfillSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(BackfillScheduleResponseObject); ok {
+		return validResponse.VisitBackfillScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PauseSchedule operation middleware
+func (sh *strictHandler) PauseSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request PauseScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseSchedule(ctx.Request().Context(), request.(PauseScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PauseScheduleResponseObject); ok {
+		return validResponse.VisitPauseScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// TriggerSchedule operation middleware
+func (sh *strictHandler) TriggerSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request TriggerScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	var body TriggerScheduleJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.TriggerSchedule(ctx.Request().Context(), request.(TriggerScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "TriggerSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(TriggerScheduleResponseObject); ok {
+		return validResponse.VisitTriggerScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// UnpauseSchedule operation middleware
+func (sh *strictHandler) UnpauseSchedule(ctx echo.Context, project Project, domain Domain, schedule ScheduleName) error {
+	var request UnpauseScheduleRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Schedule = schedule
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.UnpauseSchedule(ctx.Request().Context(), request.(UnpauseScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UnpauseSchedule")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(UnpauseScheduleResponseObject); ok {
+		return validResponse.VisitUnpauseScheduleResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListTriggers operation middleware
+func (sh *strictHandler) ListTriggers(ctx echo.Context, project Project, domain Domain, params ListTriggersParams) error {
+	var request ListTriggersRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTriggers(ctx.Request().Context(), request.(ListTriggersRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTriggers")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListTriggersResponseObject); ok {
+		return validResponse.VisitListTriggersResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateTrigger operation middleware
+func (sh *strictHandler) CreateTrigger(ctx echo.Context, project Project, domain Domain) error {
+	var request CreateTriggerRequestObject
+
+	request.Project = project
+	request.Domain = domain
+
+	var body CreateTriggerJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateTrigger(ctx.Request().Context(), request.(CreateTriggerRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateTrigger")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateTriggerResponseObject); ok {
+		return validResponse.VisitCreateTriggerResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteTrigger operation middleware
+func (sh *strictHandler) DeleteTrigger(ctx echo.Context, project Project, domain Domain, trigger Name) error {
+	var request DeleteTriggerRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Trigger = trigger
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteTrigger(ctx.Request().Context(), request.(DeleteTriggerRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteTrigger")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteTriggerResponseObject); ok {
+		return validResponse.VisitDeleteTriggerResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetTrigger operation middleware
+func (sh *strictHandler) GetTrigger(ctx echo.Context, project Project, domain Domain, trigger Name) error {
+	var request GetTriggerRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Trigger = trigger
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTrigger(ctx.Request().Context(), request.(GetTriggerRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTrigger")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetTriggerResponseObject); ok {
+		return validResponse.VisitGetTriggerResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListWorkflows operation middleware
+func (sh *strictHandler) ListWorkflows(ctx echo.Context, project Project, domain Domain, params ListWorkflowsParams) error {
+	var request ListWorkflowsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWorkflows(ctx.Request().Context(), request.(ListWorkflowsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWorkflows")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListWorkflowsResponseObject); ok {
+		return validResponse.VisitListWorkflowsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PushWorkflow operation middleware
+func (sh *strictHandler) PushWorkflow(ctx echo.Context, project Project, domain Domain) error {
+	var request PushWorkflowRequestObject
+
+	request.Project = project
+	request.Domain = domain
+
+	var body PushWorkflowJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PushWorkflow(ctx.Request().Context(), request.(PushWorkflowRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PushWorkflow")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PushWorkflowResponseObject); ok {
+		return validResponse.VisitPushWorkflowResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteWorkflow operation middleware
+func (sh *strictHandler) DeleteWorkflow(ctx echo.Context, project Project, domain Domain, workflow WorkflowName) error {
+	var request DeleteWorkflowRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Workflow = workflow
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteWorkflow(ctx.Request().Context(), request.(DeleteWorkflowRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteWorkflow")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteWorkflowResponseObject); ok {
+		return validResponse.VisitDeleteWorkflowResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetWorkflow operation middleware
+func (sh *strictHandler) GetWorkflow(ctx echo.Context, project Project, domain Domain, workflow WorkflowName) error {
+	var request GetWorkflowRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Workflow = workflow
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkflow(ctx.Request().Context(), request.(GetWorkflowRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkflow")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkflowResponseObject); ok {
+		return validResponse.VisitGetWorkflowResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListWorkflowVersions operation middleware
+func (sh *strictHandler) ListWorkflowVersions(ctx echo.Context, project Project, domain Domain, workflow WorkflowName) error {
+	var request ListWorkflowVersionsRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Workflow = workflow
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWorkflowVersions(ctx.Request().Context(), request.(ListWorkflowVersionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWorkflowVersions")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListWorkflowVersionsResponseObject); ok {
+		return validResponse.VisitListWorkflowVersionsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetWorkflowVersion operation middleware
+func (sh *strictHandler) GetWorkflowVersion(ctx echo.Context, project Project, domain Domain, workflow WorkflowName, version int) error {
+	var request GetWorkflowVersionRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Workflow = workflow
+	request.Version = version
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkflowVersion(ctx.Request().Context(), request.(GetWorkflowVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkflowVersion")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkflowVersionResponseObject); ok {
+		return validResponse.VisitGetWorkflowVersionResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListTokens operation middleware
 func (sh *strictHandler) ListTokens(ctx echo.Context) error {
 	var request ListTokensRequestObject
@@ -11779,211 +19026,272 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rciM3luarILgTIXI2RVFllbtNRceGXJLLGqtUal3Gs2vWimAmSKKVBNgAUhK7ov7uA+wj7pNs4BwA",
-	"mSSRvOhSLvfMH1vFvAAJHJz7+c7nRionUymYMLrR/dyYUkUnzDAF/zpKDZfinE6Y/RcXjW5jSs24kTQE",
-	"/NagcEMjaSj294IrljW6RhUsaeh0zCbUPvUvig0b3cZ/2ysH2sOreg/e/OVL0jgyhk2m5vS4ZhyerRxj",
-	"KNWEGnufMN8fNJLGhAs+KSaN7n7SMLMpw0tsxBQMdywn1I4SHSvDi8/+pjOqzck9E+b0+GdGM6bskxnT",
-	"qeJTWLVu43rMCM+IHBIzZiSn2hBmn4B/pjm3fyqWMn7PskP4URvF6IQoposJ04QODVOEm3YjwU8Z40jh",
-	"Y+wkdmEWu6fHjeo3TOjjGRMjM25033TCKmmjuBgtzv+vBVOz5enPvZwMpXJz1sSMqSEpFUIaopkhOC2N",
-	"34D/IA9caPIwZoIMpBkTqpi9NXzJ32HM8CF2cW5hcW6BGDbZ/E508y+U/BtLTc3uT93VZ2//ZbHq4Kji",
-	"BSjsV6numHr2oSkKuHORAr7Yh/VUCs2AGVwoOcjZxP6ZSmGYgCWk02nOU2opYm+Kd/z3v2kJh2uzz/Hv",
-	"hRHnCexIkMuf3pEfDt7+ibiXt+HL3bPAowZSmTOuYTZTJadMGY4zpvYS/MUNm+h1E4E3XbJUqqzxJawH",
-	"VYrO7L8FezS3aaG0jJzko4G2h1WK8iRP6Yi1G7GTVe7Jb36On8J9cgD0Z5liZT7L34act/t58f1JgyIz",
-	"vU1lgXs0P9VjlvN7pmZEyUJkmsBtLCNakiFVlRmHQ1O+kmfL77tiBs4+FcTdRu54ntsXLR3N5TentNAs",
-	"+hlZYNJLl+64iEykj2vS78IewMJa1mrnBRcIFZnlr2pmxlyMSCEyYJ6HpO8m7h6107dPSsH8J9mvYcIy",
-	"ld9KoeeuVTavnKIsTCrx+C/MMsP1Z1k/IVKRvmAs07d2SZRlb/YLkC1+oI9OLmryQDVRjKZjlkVoKgls",
-	"K7ZailFdQyqWEpk2LLulJr6zD2OeM8IN4ZoMmF22MP+5Hc6oYbuGT1hsdpbbxYYvpvYxP/gm71o4PUAI",
-	"SYVpl8IbGGzYKiSzxbMxN4MVRxAWCU5dlnH7RppfVE7jkOaaJQsHtFz1xeM3pEVuZaQkvcaNZoqEXUCi",
-	"7TXsylbk836nE5XQ8eleGWoKHeEYi2xhxWGcnzLMimUJsXsiC0OacMDwUDHLQ65PP5wc3368uW4BTUfY",
-	"AZkqZv/BMnvDA0iu21xqEyXnr3x6XuCElCzn6QdlUTTMbViUPIMQiAi+jcSdIxbL4qdTJe9pvvYxfx/Q",
-	"Szpmt3csohseEbiYEW3YdEcTe1PSkCK1zEQTLqaF0aD0KaZlfm9XqSuKPI9sDw6jA12vHimX8q6YdsnP",
-	"p9ekyQ25unn37uTk+OSYPHCrZ1qSNWq2o4ksDM5CZERRQYQkhuq7VkI+nF5dwcOqELplCe3i48XN2dH1",
-	"yTH+TEVCdJGmjGX22IqMPChpkAzg9a02cToBHAaYHEzAnh+YcFWk/Hx63UgadtRG0ghDRQVLxqb2yN3i",
-	"vgfFZum+RfWFiWwrTps0RkwwRT2FLVsubr3TQikwVArRJZQoZtTMmzTw1fD9imlDlSHwXw0XrUKVADXY",
-	"VbfbwB7i6oeX90tTFE7DXr4gze2ADaWK8JBfLXugwMwy8kC5Ic2swA9NcPot4GqbyzdHSPUSIqbeLBBx",
-	"SaZuXd1LE2I/kvy///N/yT3NC5YQqiuLFshuQppGUZ5bziPYQ84Fs6dualqHVfIjioHCrkmv6HS+Y2Sf",
-	"jKlOgEoth4TREkLJv119PCdAPXYzw4A7OAt7guGHXS4y9kikypgKJA8MWEhR1X9LrjWliom4qjK1AijO",
-	"amHXAk2Bhj1gqV2ai6Obq5PjzXdrOqYo5VZaJXDTnGxYnM+snA4cLhBslNstY+1Rmyhmv7hG5MA52PJA",
-	"2qFuLYE6mpqf0M/ygUyomAFh4wl7GMvczXBIec4y0pTi1v5ZWGu70JaVtFDpVYUgsPzOKOfWgtHavSmV",
-	"YshHhWIZcROIn1SgkY0trmuq72K8yq4iF6PbYczU+nVMDaFu10lTKjyzXIxajsztHliC7pLqudYFELYT",
-	"X8Q/t95EAyaTBF0TCMN/aVQqVyTpkj0bxnenPGMp11yKQ0Lx7BTC8Bx+zpB0FrW4zellMIseslROJnUH",
-	"0E/HXgz2DkyZoTcBSToimRYWLbzI6twrl+lp6vVgFqMM6RZOkyau49HFKTHyjglN2CPXJkFqpnnOFLA6",
-	"4KUsH7YWdO43EZV7bumepJ87g3FJYatRvAvNVEL0TBs2SciUqQm1B4g0KdFTlgY3GxHWrLVHuJVUdeuk",
-	"1LpL5d2KY1Too4wplRmLKVna0EHOCFNKKmJvclzuA328ggn+hGxFnzw6rUgqciruac6zi7wYcXE1ZWl8",
-	"SMXotrwQ5hElYfbIrc6csbiNM+SC6/GWo6HfYwN3hjV1tlS8RTEZMBWf7NOkBDVsE857BTdadosUw2M6",
-	"1sKxBk+hm7Efam4DP9WT/ZkcRcxSbTKm4jupTSaLOJ8yqhCpHTOimqqCoQhDDYoM2EyKDFXzR5YWRqod",
-	"TQaysFo71SRTcjqdOw0DKXNGxdLXuwklftLVeaz48Es2dfbYFgwusATPhi0zsEPDYbNywbMDy2LxQNsJ",
-	"4SlvhF21fACkiGMEUaMitZ9bTCMsFUwmog0skbfodzQZckFzq0xKZVCBmMIh39EE6Btsop/sTfwfzKqs",
-	"ZsxmaDdx4dTFRrKZmvAOZ3dl2NROdkIfT/GxPy+rDtuyryiHmtrvVPbB//3b0e7/orv/+OT+39n94dPn",
-	"TvL9d1/+ZSVXqkiHg05UlKxhU883KWDrglWBe+R0d/un1V/Qekj8QZk3NNrkHOSjtdGZuOdKCiv7du+p",
-	"4rCWID4P0WqAJwg1ZCK1Id8fkF/4jwmh6EcF68Rf2ycf7CUhyfnNWZucjoS0WiXYJtKMmSLAVXTcdJjj",
-	"UfOMckumV/Kd+WX70fIFlpHBbI5j1CjxnkE9/R1znGwt/7GTX8tpLl3YZpnZTpW0wnl5xj9ZFoRcszpj",
-	"Mim0gdOPDq7SGb5mpn6gFXO1h227uIYa6e18HlZdozWug1QKQ7lAybuS+/gbYcKrAxNM3G91YpfWZmzM",
-	"dN2Efr6+vvBz2VgxQYfbM9hJxePjnHfecUeGSk7AQzBVMitSpvRO6b04P/pwUjKVLrILqhS/t7xFO49Z",
-	"YC8ksBd4kDrBPeQ5I//y7uji6vro/Pb0/OLm+ur2+PRyz961od/B6ma3I0VTdjuJ2M8feJ5zzVIpMk0G",
-	"zDwwJsjV6fvrk8sPMI+r0/e/nJ6dESlQgd4wwrVKv6tw+eXV9u7J4GXIWJpTxbRbRMfBuWHa/SDLJfp4",
-	"cx3WCDw9qWXX6POJr9fmxwolfdyBsyGD8aEB4C9CGrDjhSS5FCOmWtaUiXGZdYEudG3F17ouCLW96LAL",
-	"fwt+r/hIT9an18exKkNXvjdsScnykBeVKvqGDLkmkO4CKZuH0issfomA4mGOuC/lR2rSMcs21KDnSe6j",
-	"YMTOFoLAZGDflNiTWxhSxrO7hHHQOqhTZknzwVrVFx+vrsne/f6en97eZ5592XP3GHrHMC6Qy5HGeFg6",
-	"LsSdrnsQ7sPHEiD4gTTjmHunGmjfKq8paeRytPkWncnROzvjeY36zdvvl8+7Cqu/wZ67raoLZvFs/T5f",
-	"Ml3k9WR4u7HQC+r4RvknyQupR4fEWBN0KK0qC8qt3ZgNlKbK960+sO9oOmYnwmBS1oLd+BRnyuOUK6br",
-	"/e4cv9JHNikZc0OaE/p4S0esFXyXf0FH1OaueBc6fJGAytIqKaaZug8BrJU6nl3Qy8r9pbxYlsuqEOh5",
-	"m8ppkdvFdhl4UYd9fexsw5fcM6XjKvFiMgSEWP3t5SKu9c+U5BRn/0yEkMNm9npJnuvzqFZ/kx+6dtqX",
-	"85u8MPE5ut4wlvcg6lI1kaDgAKQuqlCIPfx7fRgBXzx32Gq/yttGW0i7D1a2EIpaIaqLXKfynimrTXdB",
-	"P79jMzKmeuxcAKg0gCsZ/eJBo/fhead9O5pKwErnyAOdrgL3oLbSJkcEnCkYAScTmFHQXp0rglBDIA0A",
-	"LH70xkP43pHrskx0bCYe8bIKY4jpE66RNyWEhtgP0YW1ODTpNd4cjHuNCrcaSuX51fLZZYrTnP/Drh4O",
-	"DXk7Nav/TopKHFyH+DedMFh1lBgMvhxdMeDr0C7+/OvR6fXp+fvbnz5e3r47evfzSQvEh90zlwoT14Yr",
-	"vGF+PhcUk98gnY3NuiQdUzGCRC4jUWIV2lKyzDOmiDtm64nYDxil3Iqbbjtf55Mc/8vnE4LCPrqJ0X+Q",
-	"XD5PYyHEU+OY80w7hL8gmQYCB+DMXB/7gjfUxr3eSaGNolxs6xGuFZYRGXPy14ScnyTk5D9Or66vEnL+",
-	"8frW//3+OiHvTxJydp2QsxPSFMWEKZ6COnt6HpdB1naPDo4exW3cMlGpJad1a1XxvWzHEK8xbI3Pl95p",
-	"PqEjlhCqRveot8MPOxo5yFRybxdbVWzWwqTR0j8RUdm3dks920sEU97AuITbousKCsFlIZ4WfPVpNwv2",
-	"1hQfd5UKTN0zRVwSEdOQTQsLi+w3znTdNq/SLn6V6m6Yywc0LhePnv1x5Rdra+k8wZK0Wh8YkuWb0KZc",
-	"pgiesclUGibSWTw5LrxiR5PT8ubdX9gMM3HMmGuwXbtuyfzwFcm7h1IXQlhOwesJEKpWogxmhIqZu9BC",
-	"8Q7GMBX6AQQPil8KAishffeKPoEVsLLcaqUKHuoJxaaMGu5kLVU5d5cwtS+8lbraDxgq41m7JzaJq/+h",
-	"CeqJ+cGF0CsoA8iU4HA6Qb0KrAT71YMZ/K9JBeEYv4J/W9GnCc2lYK2YR6+cfGnwY+7ChAv/7zXsGqZd",
-	"vx7X8o49kak8RVn3dLNIYBMuQnJGfbZ8jd/VX8Uwmf0gMqEzTCAOyqNUKCASrCjwD20c08QinoWdiLhe",
-	"ZL7WN3lp76lJWoLnY9v1E2d5duJ1qfmdGNprsSAq5AROqWUxwkhnMsBek4HMZi6kao9M2+pA+rf9T20U",
-	"vNHDOWFabyTIcELlA7EPClGR7bWEsTHTUkFwX2Q5IKYcEy5Qh9QaAraaNJ0xACz2zeNjy+uYOinNGl88",
-	"BUtDmvOx0ZYPfbjQa9/e1C89THP+fqhRoeTt4yPm0hpFhQY/JIazweqBZDYInDgN+BBmV4ZUC+0YhM9C",
-	"DulvC5lVMovrma6I73mqy4SZsczmDKrG+5PrKO+urnlMw6rmHS6cm0LVpN8NtMytIQZ7LhX8X5Oby7P1",
-	"to99Z5TyGFVmwKi5ZNN8FstwiWnooTjBpVcaJXMyzakValQY7XMu5jjKBj7PldwbprLuG5yvtz4EsHyC",
-	"aPVjMPxBxjKvngdeDeyHD1pUnDb8yG1jNrGoS30wfZGYMmutWYqIfntwBnNN9LgwoCVl8kF07XamjAhJ",
-	"BHuAZSESfKlNbXh6N2vV+ISXJhR89dtJ1IwaGtGqkONQDbFDw4TTLsjN9U+7fw7c4fzmbKkM6eDPb//0",
-	"fdRkVoxOqkbzYqbUBjYzvCLBSX9asQh620Sq8NDLxkUWPsANE5v5eVS7PSLH51e7OR2wfDfnd8xl3u8T",
-	"I8n335F0TBVNjVWq5ZD8hrlHu58SrKBATdxappn9EytbSM6MVdmlIhkfoTu5sn/ff7eoGFXznFxyU/O3",
-	"3Uqa0/4X/3vrf0QTni58Ln1EjbKX0GQC40WVlZjV0pe/3pzcnBw3kkbVB3Z5cvXx5vLdydXC7+AbaySN",
-	"y5vz89Pz942kERKcGknjp6PTM/jj6MePl9fwVyhMaySNm/Ordz+fHN+cHf14Zl/y68fLX04ub8NTmFFu",
-	"3/nL6cVFTflNpQp6gcxWJ55NaDrmgu0qRjP4oZKD5nT4W3TECmluh7IQWQJZ9zlP46ZNxgzleTwNxaoF",
-	"m5N8RReMcD8utKEiZbXB86JOJnOTsxVawfJa3VyeEsWGTDGRwnmwtO1MXrvqxD64XlDDVT9+mKPLDYwd",
-	"0Es24towhQX1TzNfaJYppiPy8Ud7DG4uz7z5HuTF0cWpIwCrhHT39vbf/KndaXfa+90fOp39hdP7Nmo4",
-	"A/t4pkpWZ0RF8iu0LFTK1hLUZbjRkkguvdrgFL6DpK50JegRrvQuBAuawBb3O28OWrHCk7jx47ckvuVW",
-	"z4Gw85YbPfaqEjyX5x+Hje5vazK2FrSrL59iZgjqTTuahBESl8csmFUuMshr5jnz2Qz2R1AoNHmgs8XE",
-	"BXydSz8Ir3Q5CF2iAFiAZQ5DxFImvHQHHU86AfmCfh2ICHmjpsjNDmqn7TI5YHNmM5/R8TxfhBt6zf7W",
-	"pRPgtzxx5u6lEX4ZV/ddInW5D1LkM6x+VNZs6FYzCL6uUeDXIb6MlSO/hVn9jk5pys2MyOEQ6GcwI9RR",
-	"eIK1V77m3TmzDNV3y8ZoOi1uJ5CYF/GVXdxYsoTLqbR2ctNSEPkLvM/+0oqm6K3Ch7EG6kSq2e1gZmJF",
-	"dh/gqh0Wbtj6/V/ia2xVuqeJnaGSk9t1eQaSKLZrlTDQEysQGNZMcZBCUOTp3Vveq1WmKWQ8g7Ql5+jY",
-	"oFoq+qnOnRVia9kEstYgi1FBSpvDL0JSiapgl5iYsRnrvSzEVTGZUMhFiCcbb5HWlvrkkKVDv7WfOWm4",
-	"+ksWdbW5i5bFc0GGUqWs6y1J2BVXSI1lbtTVN25Sw2JHT8KnLx/6T7jEC6wzmp6aygnzQClLmXYur66v",
-	"CtEnTaC8EGSAWGMf1NR+5NDjXatKeyBA4n2P7n5fxnqIIYxQxhpiE2XkAp8ofXUukrEQuInH3LdNKnN5",
-	"RGuItOa8zO2DXinDlkNWUxej8ZqnWy+owIHUgq2qcBZo4llSpRAAGxaftioEIn1pouQDhq4yaqinNAwE",
-	"7YIbHuHSEOUH/0Z2FgnTrgdM2tj99JQcO++MifN2BOdaWqgVpQYbT3ZlxnRNTjSmGWdbaReLWwmWjbP3",
-	"wReQhPqR0nzfIDu6NinamXmwsGtz3C4LEU9ueyFYryQE9DY9TKVYemLEzb6Dj8TmFdR1MsYDdBQThuaB",
-	"FTQlEiSGXyGKMaEzMmCVGFj/85d+tNii8oEvkqK6suhmW2STWtiQ7aAhVp2sZ0NbRcjembUegaCyjGuB",
-	"rDZKylpmxYjfMnSqu1VeDudSDMFG7/s6hL7HJEFbp4z8xRNmItrqmOV5GYmjanSf+NS5jGRcsdTks+Ci",
-	"pu6BJhfaMApAmq7+obVdRYuXAL56dhnqUoqRVTVUIQQ4pThqPljNhE/XJB3udyaQdFjiYU0tH0FItV9O",
-	"z85OjkOiJSxq8FnGi+VpOmYbZeB6PbNSBbd2yfEyJLbiNu4NuNjTY7JbU7ofktkiW4ruNAI+KlK58xAK",
-	"QyF3fizzbPM64DJzLlrs99SCvlTaS1mRs2x9pucFxHTsBwQkHSNHDHRdqGGCxAwyomIEyDuGqQnUSvvE",
-	"RKfFAG4amP+OpDQf5FzECwUWYZ8WIOWO3pOJzBj4FA4drIUcAjW5fBwsVEDbjQy50ma7A+LpepWpYofr",
-	"krFPyuXGIbG4TEwPMjOSkLtj7X6E3qg5N991dCVZN4C6xGyd37MAc7gOqsjySF9x59K5KsY1N8RtrV2T",
-	"EgSqaVmCkGimI3hPq036NH+gM92376EGQD/GdDplgmVt8tHS4APXjFDy7uSMsMepYlrbVZX3kATAprq9",
-	"VAzodLOaqz4rGy/csZmDjQLMtEK0cWo+8wPeMSh4nuFryV/+QnouLtNrtAnW0SwmhmO4JbqfZdnq/BL/",
-	"OxayAwdGkw7G3qkUTXLt1h8BlCE3LVZoimnuQ27/QkjQSJ3pxjzKCtpTO+nYKSorUGPnKIjVyiGiwoO1",
-	"ECgI0pqM6cry1JrT9FbPZb7vd3R0vUtkVZ+cYWfVWGSCfftrfxPxf0j6jj/03Rnu+9n1S6xIr316yS4F",
-	"OyR9j5XUr55+D6HEvNrq066W04voo0fL8phXc5/WSVYjaDlF52EsNfN6BWGPdiZCit1/MCUJeCHsEBlp",
-	"djBE0WnFobGq03FoHIGhuhlBCtgmc8qlNsTlemqfcCFVBWTTu0eK6sxWzg2BRfxKrQIYm+bUWI3WizRX",
-	"ADlVcqToJOB+G6oc3hKkPmRc+UsDywMylgQ3N+Zoq0KAXgVpSi3/rZUl5sKlVAQgxTFVI8shI3td2ZDD",
-	"oHIF5AvLk64qNShWfNZCGbWJQ21FpuWUBbWjSfO7FSsKVvT8eq4lPeSV7iSZ0oObu6TXsqwBv8DSJPhy",
-	"QAFxQIoKMYznMG2qFenRfIQbwf9eMB/oqer757RG2pZgcvM8w/64zDPsr30kFXcr4iwGzSDsRshgK3mH",
-	"29xw2eF9WuZGHc4dBrJ+KQbs31lOdzQZ0PRODoewRg7azg9VBr0qyHZYh22FyjLGXbQ2cf4Dz73eVUFa",
-	"WSrUd2mT83gGq4r1FzMH4ZUJwqi4I9J6avn+sjkAU3V1Yc2KpQdIdXgEuCZ9sBr6ra7/y0kCxyT7i6YD",
-	"QvVau68frLhD0re6Vp/okgacP5cLd+3QvtJxh3KM8AOMksnUMz+ZTahIvLfGx9mdBjymVmSAXBFS2nHR",
-	"gS5kkKyWTnwiZxl55oYAyLC9M1iX5MopvRAkrWL6YZX3IgpFNfeYS8XNbP7EAIAxTQ2/Z0sHB1E1QJ43",
-	"EegtsPlWQipPLpwtqVyYuOnFzSBnrRoA5BI5oZRG9bJonjuxxykFa0YYGSL1tbLmiVkEyHS5GNUb6WU9",
-	"IBLuhM6wvs5IK3JAdGRVcwQ1cE3mMoM2MkekIr2G/aVUTVZUEqaKmdttTZOFgq6o5gp5Y0zcOyWlAu90",
-	"dHHqUQGZKZTQ9jhbzqfH8sF+z7/+67/2Glje5P0SgFGAD7lTRpoVdCeOoWpcxFl4xSGYnfOpLcFN4hd5",
-	"xDCoPYk6C9e6Xby7JbwvQM6ALet1DS8kuEjzIrNmySqPTFUn8JQQfC9BsDrmwPSySF2FF1rnhEPbYMvU",
-	"ohp3WRQ2Zw4xBxC9ao0aCI4FJJ4o7dp1rq2SyIoUHBcgh70eAtIxIT2ognTmIyLar8nxtyMl9ltjSwdI",
-	"sS+GSxKTik7nWAWPvw4Qu7zuIZNd/NzJ1QGz3MnqAO0ajKZaSJkaW2YbK2NjrT+iMM6haW+Isoypqbcr",
-	"sPXL+a1a9SdAu819U10flIslK0ZzK/DDdkG4RzGa5wBcSJqKaeaKQyveXGwsoIkLauFJAG0B5+HfXyMO",
-	"twELcrg/HtNn/gMj6xmnm1oiSVZj8ZRrvLSWp4prryxaM+UwBG0HVDOEQdGuCsCVGzthVU0Fvjm/ujh5",
-	"d/rTKabjnpwfY5Dwx5vTM/fnmsRfdKdHcnsXc3+Prq5O35/jOJcnJx8u6uD2oaDtNVBWtgGe3SKAVals",
-	"29wiUOxe3m35NZtXpiUN4xcxEn8A5ejQm52wrtirRz9YtV7kGyB0I4pWpeKtshBrI8Oww/HYMCJHbw5n",
-	"Dp+5Lp7rXhqbCgZMInKuzC1+EfDkJxa0HFqFweEna/BA2x+gzgfVDh879uUu8VBGVdbUacMbfke8ogq8",
-	"Y1J5P8HQ2oae2afoB5AuhQi5bzcwc54BVqHl8W0COZsiIJhWapuWvtTlYVWcF9774JEFSNXpAKIFjFFQ",
-	"QlHkDEKjpYzlzLi+IlaNKPVql6iuCR1Z9RxVOwrT4FlUtx4qxm6fZnPBoyF9O6KvxJnTS+SkQ7s/L9+2",
-	"IW14MGTZvlBWgLV57Pbcwg5GPD8VQgjmpZWI1mxpLhBEa4u+Wc9LuF+hSy00eMr5PeuWycm+pKjiC2SK",
-	"QOCiTQrhKlvhGc1za34EMoabEOFuxowvYc1IxmjAw606UO3IgmkNzSZKX5cUDH8puyuFp7ApTxte2Z0f",
-	"4ZDkHJKKEUSBwY+7bv6KGewQRZr7YzuX4CnxB5Oiv1r4A9gmR+HEQxIs8weQOR3PuAHn+sPl6MWpLhQ4",
-	"dWgEfDtpPO7aB3fvqYLArX0DygHQtY7cyyo/3cy/t3LlGIaoF7inPonffoRaErTdkKLtyt4RIx1cloFX",
-	"JnZLUgw8BILRiUNPREGQyxGBsGSmMfKcUqW2lONe5nl6Dnyl1H+DGKvIlIW0mGV2UC934zqAK6PYWAlw",
-	"MnydFuBfWzedYS4fPoSSMu8mvDJs+uPsCvGFPL3N/Xh89D6qx84lH2/nfpi4aWyS2wxTdiBKm6+ZR3Zf",
-	"1Eu38gthEEAVonQOeW2yzg80XnQD2adfyAuEK7C8vegQLBQ3syv7+a7onlEVkyxHomxhQpopnWpDhfun",
-	"w3axmo737Rwdfzg9v73++MsJ4DjB+oL2ha8Pk4EsB2i4ysVQ1jh4ikHOU3J5cnUNc5BD8g7HTyr5YLBC",
-	"f5MDIpW1gj1XcbUrPQHFK20CcDnQ4jeVU/QfxgDkoAgRbuyJus6ypOl7wrZ8qNnVWPZTmbF+uyd64gQy",
-	"LCwV43xQYesfFWYsFf8H/NglP8KyYCesFBYVYy79Nuk/7rrV3rUWRb8nMK0GqASiTaLyeggQdEkfyxf6",
-	"pGn/0K2E9LGywf9iP7YnEIsNMn90121jgnH+xGfTLHYsYolvoWbfCnUT/Z5olrUcWK+FxgUMDAym76rC",
-	"ymBISvO8GxTJpCcq1WbIwxNwBLfa5Fy6qt1C3An5AF2UwFAE9BOwZt2IhOueOOjsQ8IT/OAjtGG9Djrf",
-	"lVcdFRjp4pYBcmXEDLzpwAX7XZ0KpCB6goHEIhS+I6s9zG3WGADt+mRC1Z3uiYr6omSBqEHOWV2BKfCu",
-	"6jKQHvCp6QxWDHGMXEVrw50DeywqiJvdRqe93+4gJBsTdMob3cZ37U77O2wpMYaTDtDAoTHxiEW4Wx8E",
-	"3F9irS2ttuFMr7LjpGKpFCm3qtGI3jNSTIkUPYFaDdRC3344+o/bo+vrkw8X11feLnL9KTnT3Qp/w3Qx",
-	"OiPa8DzvCYiWigxIvCR6qdA8sluM0+37miGckws9uCIvXL5wXk4zy8O5Nke4EMlc3/nfPkc7gHupX3aV",
-	"9gLQuRpBx3ItN+1jS8sXRSGIsb5KTngJusXuuSx0yP+OTdGlkde0WT+IFknFPzbnE27mXhSUgLcdcOBh",
-	"idlbVzFZ3+3+00Ib7zedzooW3tu17i57b8ead8NSwdGFXYZq0QMcPfbSMMtKR/CkoX0SOTa31XMBKyuL",
-	"tZUlQBsJmg6KpUyYfEZcSjSGiBwQidvUKR1xQQNuKx3p+V7c88y/0fV1aXZGS9jelXM8T+HvmfEBh9fc",
-	"hCrW+pdo34bQtwN24OCpO4Cd90TpjsC4uJEI8DDfLTssasWlvMimra4XFmhpzR+CJr3AHWJzL2/xC3J6",
-	"jLVscSx2UPSf/NqkMZU6wrkRoAQVHYT+9s2OEjSmWAZVWZ6Am15xO/v4Hnj0j//z+uSq1S3taWeCjRkg",
-	"tWoD73Ydq/AsgKhjimg605A4CCH6UJ46T5JHYJVVG3KFFsc/OtynFyHKEqzly7xibFTBviydhoNIa2VY",
-	"vycwjWeR+FGFuvWYT31A0zeS925C7/YM7dEhy/dFyT5KuiUU/0sQ7zxtYGF7lWO9PF0sNgnYgDY6rzN4",
-	"aJIU4ZmXDhvhkPQdDL+DxSSGWYkzl+vg8ZTNEqN9Taq19//wElQe/DZkSK01hv0xlkn9VYjb6/17n91f",
-	"Xxyqqd77jH982QsFL1EZa7WPgDfP2Ya6ZERRe75iBtm734hmtgDpv1I9C+Dfz9PPrj2Uu3/hvNVWmvkJ",
-	"EezBirKqYmZlVqVhQ5XakABWaWXbaggXrrbObvKaW4+x+C5oEhtT7N7nOzb7ggSSM/S6z5PuMfxeaZaw",
-	"iVg8uefYU/rrykUY1tUtGTU7DA3cPTCxby/gqvVcgGqzbXToD19jG5Plsguk2Ts2w3T0MXskVz8f7b55",
-	"+30JWOay5qjGuz04ADAIa9mX/AHhzOdlWpVbVCHXOrs/0N3hp8/fH8S6SW5FclgvX+tRuPa9CFxdPWRN",
-	"K8Cfxnr5BA5rnkcApnfQUYWoAZnXZtE75dCDeuKMarMLNf27p8ekiVChkPULHngY9pZn/ZY/7qTfJXeM",
-	"TXchWtInrrOy8yHsvyW6TW4E5De6mfY8UglH/8SEa/gK+eBL6kJjFvsyS5DoAaEeyTpDLQ5cTl1w+YI0",
-	"pyTNObZDo6YnHFoKo1Gvxa/UpOMTXO21/NuwR4Nbs1tCJG7GwANEQo1JVwU7cD044acdjVgJgAnrX9KO",
-	"sGpHCZb/w5LXA4xTvQy5oCEXAHNFIcwTqvmqRx5L17/SuV5zp6VQWIzT45+92Njmob+CHrDVofSIALWK",
-	"y6W9YSOFxdd8b0Y8rkJ9mdt9FPkM8+gxYRjyQ12ur6uZszTbJbl8YGo3pZo5UEmdIKYkOmAyaCKTWNKw",
-	"dCN8o9g6x5j9360fp1HHDwPy5H5Ng92v6a1780/nrfMQGCuVQbRjn6cJ2lGczIhoeitdcB7s4ndV9eoM",
-	"5ADOv3xmF5fTV6wtAg2FhkA+Kz9EHUsYo7I8275r7BGxHK0t9IvYinw/vY5Rv9RN5Cvb9QiftEzUuSWa",
-	"WVhXTJYCJrewiEDwbzr7rz0jXKinKu8/bHf/mzdPPb84zbLpCLSZyLkoqwIR43+Tc+t1+y3F5t7AI3N+",
-	"zeO+YGpRSHNB/Ky+nVUf1ar5Jh0JSccshaiog9V6AJ0p3NUTcAOiPQxkNuvCihpIKaTGt+1AlLKEQFal",
-	"JpDsDaVwDkmrn7j2LlVA3DAIeZBFnmGVWwDtbB50Oq7AGloouCwmyXQP6nAnUB7mk6smNCEHb964B+wO",
-	"O22aCl9KVIiEHHR+cLdAkaIw9I6JhNBcS0B5nO8P4yUy7CeWG3lUAx4QyO37eoKbNnFxewgKw+M8NLfB",
-	"dvIcAw3QAgFtsy6hIdO8J3yyHT6kEY+jRDLV5G2n0yZHCGeErWowlOwxVZtCmp74t6uP59CkHvc9IR1r",
-	"zEwws48Ksp90Op0AlErOb85KwG5CxexhzBRrQVicErsLbsPapA/DACVBhJVQB7/uFakuhqgBx9WnqVob",
-	"sye4LpcyZpuUdNl4ZUavfz9OP4eHF+GxgCAHlwP+XVKi18KsdwL03fP0HMcnC0DYRIoA3drRqC9nbf4M",
-	"wLF22EGR3xGj+GjEVOtV+ednVYiVkUlUY762THb9U58biTwq68XBJEEwS1/7xl0h/LemWK6/87IQ2Bjo",
-	"05P2GxNLvorU3OZb6vRpiOh7OnyFWBO8vmRUy4zpzcuN5ZBha+LvkBID9bMedFtk5MFy/wEjIWml/bXD",
-	"QDAtipipbhYzj1BQZoxZnUfPRDpWUlibGqB/WA7lpq/Pw1x/Xb33Gf9YnW7h++S/Xgxx9Ua79hbPDkI7",
-	"t3PgcA7YI/A3H50bc22kS63+Y3K69bfikj+PLy7Q0LfJKLdcipVstXIS/ouz/k6cFUyP1FVZYB65/QIm",
-	"MiqM/h1Y557LJf6nIfwawPsSxEVki7iDbfLrWCKVQCG3YvO0o8fyQfSEa8+HC7ejK2BkbXLk05IHLlWi",
-	"iv8CgCBcjHrCd/DOWMp1WWqjwYLuC2lu3a23Q6luy/dHLLsj3LfXPdRuAt/EuQ5rVjnahwtlYDA2dEf8",
-	"6sfbIdAt7T04FAAR5nCJ7n6H447geP/sp73sakkQbIL08cNZ1v9DnvZLmP1/HfZv47Djbqw/6+tp8Xfg",
-	"AGA37H22//tSSSV1f5Wp0Gvy10Om8OtmZsIw0AhjdeLEYlwrSlX2055riSGPyTAlMiPYzNKnmwTYbz3m",
-	"kI49lwxMmi7hu+VgTvNcPrAMCp7/05hrSR3G4I728NkY6EiwaLNTk1XlQGjr06pW91xa0bLWgT668fdr",
-	"xqdzSdFrprC/6RQcsGIFNioCFQW4bcyo2Rz+mQfNNVQZj2ToU/JahwGrESBVCqWwiUVtJkQF2Orpi3qF",
-	"2VmVptbRxKFKRX9AUII6yNDBpY8nrg/pY3jk+uDLhxarpJlRQ7FdmmUTCZxFyHmCEKW90f7RcqX8fYAP",
-	"lR7ZyY8JTSOwhWrZDusBZixM3TrhIY4nerjS6aXuS0/0WKxJ6PsofArYFONycx1zKpl6XdLnWbfv6jAf",
-	"oMlRQvpwd7ePvqXZlCWkD8sKN/aETxyzW2iXF1ZWDqEBfJtc47t8ft1C7h8mUdLMNXpbSADEUB8m3OkQ",
-	"XwS8YGYINy0CTaVcwgjsoGAPdhLatUyfufS+w9okwp6oZhF+9FvvirsDIH/YfMghxCgOrIe/ARfYE0UC",
-	"iYTa9IRbPcIC1CmQX/9zD/O0eo0u6TWwqtgOij9CZXGv8aWfVNo9wJFJc6mZrs029Jvxx0o4fLbcxfTU",
-	"MmF1mZUkvsgKqKNKMpYc4NekAsxjtwKO/beaoriFkP2dshkdc3KC5xsONEXSHjGdhYtYTw5sVtBEuLiE",
-	"uP7RSQkEkfTEAkjsHMJcy8tinRCWa1Yafe53OshZ/7AnXP9Wh+ofGrMhZ8J8gAEDvC3vuoSEi57owwO3",
-	"rtS5j0y4AokD/R016Yd+kP0F4dYTi80eSdMJr+66bo8tz7GwHBw8GgOa3lmO6RD52pA6AkZ2dQ6YGSok",
-	"vDtu62Lzy1eLAi5013xlQ3dV2Ntpa9+KkfusFDG3qlA1BmACAXeFwlYfetJxOO06cYEr35+jFL5OI9vR",
-	"PpiF+PVsvoz4lQxmLGP4wzAyYCsU8xpvPReraLd2F8bQ58SJuaXDVkzYK561xY50v+tpKybsW/Uowdxc",
-	"4B0S53C6mCJY7aekK83OAoIRBuCxxg6PG7Y3cL2UQwMM96KvcIzcSH+Yc4QFvmgycyBEzBEMsPaBSowk",
-	"FCrfoDsyWJDg1+0JLAnrhy6+XWJUwfq+cQBWk6FigXajDl0DrICnPREehXPrUYFcemSbbHDYe6I87RHh",
-	"6ob7T3HgKw2Tv70TH7pF4JFf7uOclJD5QISIsprMBTC5JhdHN1cnx0gCPo12EXlg0yNegtvW1idd4y2v",
-	"6PgtwXdrthVn2V4qR8VMpTsmoJMQMWMli9HYtz6IFZ5YJopow3PLVcLxLi0Ydif/srocBEF/XzPfFkbY",
-	"KuF2/2X3Z0UpwyHpwwJCPrMJeM4JBtYwedlS69NKHp5fwlCBzztE4Qrzc23VS3ZeAk1vTBZzxygAAdUV",
-	"e18CclpJLOvqvPH+7LmOFHyNx107rLZDP+jso8Yu5MNCfHqjMxEpWpx3mgOaZ72/PEDgFgXcWVf+XAHg",
-	"rGVUv7p7XpFTVTBCa1iVm+girzqCVqEBNjbcVS53BQt0VRSoBrQF3+xgR1/Lhq4O8juxIg+sGoNr8av7",
-	"tdmMH3kOFYsLu4Epc73JYNqbbvcCPoq7dS13OQ7AxBU6WMdijitoxs9PyM8ZvbfqSBNQeVnWKhekhE3W",
-	"h97c994u56m1jGnAwPU/51hbu24BdObBf/iL4YjhUlZhxKrbsVdtPhON0bw/uSZLCE5QOgUIXWEhnMHQ",
-	"nSMi1AIdinW41UFf/q3QDvsy9B5Gh6ATZohNJQUjFXA4LIfJFpCsXD+neTz8UDADISTwFmbYQIpNsZbS",
-	"vkekrAV9rXlWIoRiDXZ0AIe8EMYYUx3apC0lHuDie0j/dQW3lYCu3rGTrYvg8UyvFEoBrjhIJy7M9weN",
-	"1WXbUOJ9io++efs93Oz+ub+EA/3p62ABrpJUgZ6GshBfHUtmNYzgPL1nukJA3CRlbRXNvmHeEDB1t/eI",
-	"VN5cJ/N/Dm9/HXEf3l/CtL1mUV91uHy2Co/t+VIKd2lHW2bIZcbTsgEBAqG9JFHFKMPBrb0QXdQVLEMw",
-	"FodyANBQTlqHJ4jw2IAkDj0AVz4Cd7gHltDiouIE/TDAWhdyp8DVj26ZzMscKG8NJZog1rAyl6NIu5Da",
-	"jKCdVFkDDH4Se3HCtKYj5ouYSt/PkiiFOBd6zshRtRy77FHsJ9asfKATdAiMXZVnO7pLDjoHhwhHbiAP",
-	"zL1qIu/tjOz1H1rYCtFhykMNN8eycVe0ijhp6AeE4AoKYjuSbpMr5z0MWBK4NNgNhmsypmqSM6275f6H",
-	"tCFnEAdgP02cc5FwFNxLu1muUbLonnQBHJoXrsza/QqoX+SobA0BWE2KZ4xQ6M3ZDFdaSSUXN7TGATKx",
-	"q3jQOcBg/oRRB5Th8Lm5rm4DdBaxs4FOEwDd5JTyZkl2D6yS+duKRUYq2Jf61cwoOwgUMH/1wulyaKyd",
-	"Xg17KWuKqJ9aNv1Mro1Ejnql1xp2dAldOfBI81VFGZTgCoktIwe8KK+v9HUAdu47Ovz2yTJsTF5BRl+o",
-	"3LVg6O7t7b/5U7vT7rT3u3/u/LkDzN1N6bPXWcGh+yUJ//ZTjYDZIUS2XahKRTSiZNsf3eokxOe7L8LH",
-	"u6yDslWrz39EZOzlEW9c1ClUix4C37K/iIwU2nk65tMotdWa/n8AAAD//w==",
+	"7L19cxs3tjf4VVDcqRI5T0uiHDszoWpqH8VWEt04tkYvN3c39BXBbojEqAlwALRkxuV/9wPsR9xPsoVz",
+	"AHQ3iSaberMzdypVMUV2o9HAwXk/v/Opk8rZXAomjO4MPnXmVNEZM0zBX0ep4VK8ozNm/+KiM+jMqZl2",
+	"ko6A7zoULugkHcX+WXDFss7AqIIlHZ1O2Yzau/6k2HVn0Pk/9ssH7eOveh9G/vw56RwZw2Zzc/Km4Tk8",
+	"W/uMa6lm1NjrhPn2ZSfpzLjgs2LWGRwkHbOYM/yJTZiCx70ulJbK3pkxnSo+h7cYdC6mjAj20VylcAGR",
+	"18RMGZkrdstlocmcTtheJ8EZ/rNgalFOEW/pVKc1ox/fMjEx087gRb8fZqKN4mICE3kjZ9QOFn3pDH98",
+	"8OK+pdoc3zJhTt78xGjGGl6cZ/59c6oNYfYO+DPNuf2oWMr4LcsO4UttFKMzopguZkwTem2YItyE1Zni",
+	"k8LL2Enswix2T940r1JskSrz/zus+cr0a4OTa6ncnDUxU2pISoWQhmhmCE5L4zvgH+SOC03upkyQsTRT",
+	"QhWzlzbts12cK1icK6DKNlTYj1LhWz7jJuz98mPgx+rwGbumRW46g1f9xC4aDv3KEtYGcj9V8h8sNQ1k",
+	"Nne/PpjOzop1rEIVj0DK5+mUZUXO1jxHu0se/rBfpbph6sE8qSjgylW6tuNf5/JuzcvcuUse+jKf7f16",
+	"LoVmwNhPlRznbGY/plIYJoA46Hye85TaQ7U/xyv+1z+0BP7U7nF+XHhi/YweCXL2w2vy3ctXfyFu8D1Y",
+	"BncvyJuxVOYt1zCbuZJzpgzHGVP7E3zihs30ponASGcslSrrfA6LT5WiC/t3hcmvcpOjsbb8ToqSGXrG",
+	"v7qJ5bb85uf4IVwnx3CyrICrzGf13VCKDj4tj590KArGq1QWuEf1qb5hOb9lakGULESmCVzGMqIluaaq",
+	"MuPADsohebY63jkzwD6pIO4ycsPz3A60wt1WR05poVn0NbIg51Z+uuEiMpERrsloAHsAC2ulk50X/ECo",
+	"yKyIUgsz5WJCCpGB/DkkIzdxd6udvr1TCuZfyb4NE5Zd/lYqMO63yuaVU5SFSSWe0aVZZrj+LBslRCoy",
+	"Eoxl+souibISwr4BSpZf6Een42hyRzVRjFo+FaGpJDDk2GopRnUDqVhKZNqw7Iqa+M7eTXnOCDeEazJm",
+	"dtnC/Gs7nFHDdg2fsdjsLB+PPb6Y29v8w9uMtXR6gBCSijgq9R8QHWGrkMyWz0ZtBmuOICwSnLos43ZE",
+	"mp9WTuM1zTVLlg5ouerLxw9EsiZGkmHnUjNFwi4g0Q47dmUrKs5BP64Jxqd7bqgpdIRjLLOFNYexPmWY",
+	"FcsSYvdEFoZ04YDhoWKWh1yc/HL85ur95UUPaDrCDqxCbP9gmb3gDsTkVS61iZLzM5+eRzghJcu5/0FZ",
+	"Fg21DYuSZxACEcHXStw5YrEsfj5X8pbmG2/z1wG9pFN2dcMi6vURgR8zog2b72hiL0o6UqSWmWjCxbww",
+	"GvRmxbTMb+0qDUSR55HtwcfoQNfrn5RLeVPMB+SnkwvS5YacX75+fXz85vgNueNWVbcka9RiRxNZGJyF",
+	"yIiigghJDNU3vYT8cnJ+DjerQuieJbTT96eXb48ujt/g11QkRBdpylhmj63IyJ2SBskAhu/tEacTwGGA",
+	"ycEE7PmBCVdFyk8nF52kY5/aSTrhUVHBkrG5PXJXuO9BsVm5bll9YSLbitMmnQkTTFFPYavGn1vvtFAK",
+	"bL1CDAglihm18FYhvDW8v2LaUGUI/F/Dj1ahSoAa7KrbbWB3cfXDy/uVKQqnBq/+IM3VmF1LFeEhv1r2",
+	"QIGZZeSOckO6WYEvmuD0e8DV2ss3R0jNEiKm3iwRcUmmbl3doAmxL0n+v//n/yW3NC9YQqiuLFoguxnp",
+	"GkV5bjmPYHc5F8yeurnpHVbJjygGCrsmw6Lf/4aRAzKlOgEqtRwSnpYQSv7j/P07AtRjNzM8cAdnYU8w",
+	"fLHLRcY+EqkypgLJAwMWUlT135JrzaliIq6qzK0AirNa2LVAU6Bhj1lql+b06PL8+E373ZpPKUq5tVYJ",
+	"XFSTDcvzWZTTgcMFgo1yu2Vsb7JHFLNv3CBy4BxseSDto64sgTqaqk/oJ3lHZlQsgLDxhN1NZe5meE15",
+	"zjLSleLKfiwUI7rQlpX0UOlVhSCw/M6vwa0Fo7UbKZXimk8KxTLiJhA/qUAjrS2uC6pvYrzKriIXk6vr",
+	"mKn165QaQt2uk65UeGa5mPQcmds9sAQ9INVzrQsgbCe+iL9vs4kGTCYJuiYQhn/TqFSuSNIVezY8353y",
+	"jKVccykOCcWzUwjDc/g6Q9JZ1uLa08t4ET1kqZzNmg6gn479Mdg7MGWGrgsk6YhkWlq0MJDVudcu0/3U",
+	"6/EiRhnSLZwmXVzHo9MTYuQNE5qwj1ybBKmZ5jlTwOqAl7L8urekc8ecr7Wlu5d+7gzGFYWtQfEuNFMJ",
+	"0Qtt2Cwhc6Zm1B4g0qVEz1kaPJVEWLPWHuFeUtWtk1LrLpV3K45RoY8yplRmLKZkaUPHOSNMKamIvchx",
+	"uV/ox3OY4A/IVvTxR6cVSUVOxC3NeXaaFxMuzucsjT9SMbotL4R5REmYfeRWZ85Y3Ma55oLr6ZZPQ79H",
+	"C3eGNXW2VLxFMRszFZ/s/aQENawN5z2HCy27RYrhMR1r6ViDW9LN2D+qtoEfmsn+rZxEzFJtMqbiO6lN",
+	"Jos4nzKqEKl9ZkQ1VQVDEYYaFBmzhRQZquYfWVoYqXY0GcvCau1Uk0zJ+bx2GsZS5oyKlbd3E0r8pKvz",
+	"WPPiZ2zu7LEtGFxgCZ4NW2ZgHw2HzcoFzw4si8UDbSeEp7wTdtXyAZAijhFEjYrUvm4xj7BUMJmINrBE",
+	"3qLf0eSaC5pbZVIqgwrEHA75jiZA32AT/WAv4r8zq7KaKVug3cSFUxc7STs14TXO7tywuZ3sjH48wdv+",
+	"uqo6bMu+ohxqbt9T2Rv/+7ej3f+b7v7+wf3b3/3uw6d+8u03n/+0litVpMPLflSUbGBTDzcpYOuCVYF7",
+	"5HR3+9HqL2g9JP6g1A2NPfIO5KO10Zm45UoKK/t2b6nisJYgPg/RaoA7CDVkJrUh374kP/PvE0LRjwrW",
+	"if/tgPxifxKSvLt8u0dOJkJarRJsE2mmTBHgKjpuOtR4VJ1Rbsn0Sr5TX7bvLV9gGRkvahyjQYn3DOr+",
+	"Y9Q42Ub+Yye/kdOcubDNKrOdK2mF8+qMf7AsCLlmdcZkVmgDpx8dXKUzfMNM/YPWzNUetu3iGmqit/N5",
+	"WHWNNrgOUikM5QIl71ru4y+ECa8PTDBxu9WJXVmbqTHzTRP66eLi1M+ltWKCDrcHsJOKx8c577zjjlwr",
+	"OQMPwVzJrEiZ0jul9+Ld0S/HJVMZILugSvFby1u085gF9kICe4EbqRPc1zxn5E+vj07PL47eXZ28O728",
+	"OL96c3K2b69q6XewutnVRNGUXc0i9vMvPM+5ZqkUmSZjZu4YE+T85MeL47NfYB7nJz/+fPL2LZECFeiW",
+	"Ea51+l2Fy6+utndPBi9DxtKcKqbdIjoOzg3T7gtZLtH7y4uwRuDpSS27Rp9PfL3aHyuU9HEHTksG40MD",
+	"wF+ENGDHC0lyKSZM9awpE+MymwJd6NqKr3VTEGp70WEX/gr8XvEn3Vuf3hzHqjy68r5hS0qWh7yoVNFb",
+	"MuSGQLoLpLQPpVdY/AoBxcMccV/K9zS9ueb5PZ0ETGTt7SZ5y1RON3Lf93jZqcx5ugg22j3jl3gvOOcb",
+	"Xt+kU5a1NCDqJ+69YMRuFsTAydiOlFjGVRhShvMHhHFQuqjT5Un3bkoNOX1/fkH2bw/2/e7sf+LZ5313",
+	"jaE3DMMiuZxoDAem00Lc6KYb4Tq8LYHzPpZmGvNuVfMMtkrRSzq5nLSn0Ldy8trOuG5QvHj17Sq7U2H1",
+	"W5C826qmWB5vsc9nTEPO1qftFmd1QYI10ir9Jnkk7fCQGGuBX0uryYNubzemhc5Yeb/1/Oo1TafsWBhM",
+	"61sym+/jS/o454rp5rADx7f0gV1KptyQ7ox+vKIT1guu27+hH659JMJFTh8lnrSySopppm5D/G6timsX",
+	"9KxyfSkuV9USVQh0PM7lvMjtYrsczmi8ojl02HKQW6Z03CJYzgWBCLO/vFzEje6pkpzi0o+JEHFp564o",
+	"yXNzGtn6d/KPbpz2WX2TlyZeo+uWUvBONCX7IkHBAUhdUKUQ+/h5cxQFB64dtsa38qbhFtLuFytbCEWl",
+	"GLVlrlMr060xMQDz5IYtyJTqqfOAoM4EnnQMCwSDxmcnOOPD0VQCTgouXH43qGpwDSpre+SIgC8JEwDI",
+	"DGYUlHfniSHUEMiCAIcHBiMge8GR66pMdGwmHvCz+nJIaSBcI29KCA2hL6ILa3BpMuy8eDkddirc6loq",
+	"z69Wzy5TnOb8d7t6tUzi6Oq/lqKSBqBD+J/OGKw6SgwGb46eKHD1aBd+//Xo5OLk3Y9XP7w/u3p99Pqn",
+	"4x6ID7tnLhMobgxUeEN9PqcUc/8gm48tBiSdUjGBPDYjUWIV2lKyzDOmiDtmm4nYPzBKuRUv5XZq6r3i",
+	"HqvnE2LiPriLyQ8guXyaylKEq8Ev6Zl2iP5BLhHETcCXuzn0ByM0hv1eS6GNolxsq8w3CsuIjDn+e0Le",
+	"HSfk+L9Ozi/OE/Lu/cWV//zjRUJ+PE7I24uEvD0mXVHMmOIpqLMn7+IyiOZFPM8EHarbeKWiUkvOm9aq",
+	"4nrajiFeYNQe7y+d83xGJywhVE1uUW+HL3Y0cpC55N4tYFWxRQ9zZkv3TERl39or92AnGUy5hW0Nl0XX",
+	"FRSCs0K0NSuXowlWB8LUYi5yLhgZWSkyIlj/Y22pCdeGWeV35PPxR8Sqt1bXSQj7SFOTLyDD2DnIV1fW",
+	"JzctmXVznKUrqWHqliniUrWYhhFh/5DLx5OFqaKb1ZhTe9V/In1bvuBIcN0tvjrB2/2hFKHlfWfsOh44",
+	"DxumraF2D0PYbxgpR/ImccM+0tjOrW4Sz9hsLg0T6SKeCBkeuKPJSXnx7s9sgVlXZso1GOoDt3F+shU1",
+	"Yx9VDAhXOm12KECDsOJzvCBULNwPPdRlwPKnQt+BlEVdg4J0TsjIDTEisF5WcbEvp+CmoVBszqjhTrGg",
+	"KufuJ0zjDKNSVyoFj8p4tjcUbXIo/k3WEbK+Z455IfQaioPDQvBxOkHlFEwtu5pj5D5doH3UW+3fVn/Q",
+	"hOZSsF7MK1xOvvSaYP7LjAv/9waZB9Nu5su+YOt+zPm4zlpHqZJiBGJshFniNB+tHuPU8oJifnXHRYYb",
+	"uyRNIaduxrVmmcv4FpL4ujEF6cNQBIgJG8FXsoBvF7IQE2aPOhVw3g+J06dhmguGdTeVo/Mqmn2kYrru",
+	"D/yW7V5zlmfEXkC6w86f91+RP+N/w04PuZm/SSrS/d9TWah8kZD/nVEO/94xdgMfZlKYKXyys8oX7fKi",
+	"/MrGIu/BELGM1pCcWTX1QNt5ftfXw07v0GUs2pWiOZ8Illkt3fKBS8E/EjaX6bTN+vyDGxMzXo8hOMJn",
+	"zGcfF3N8ANdkZq0j5H7dYecAJpSUxkvGcmppCeuGfPJsm8nE2dwRBNXdUkA8/OW31jhRNDVM6YRo6Zmq",
+	"BlNqx2WpXaN7pJqZ4NIRur/tlokJL19+9t/3/s8/Paab+17cFfN5Y/bjqjFnN+h3KVg0bfLk6N0R+R0Y",
+	"lFT+UHeHnePCHuP975nKuQBa8gfr8uL1ahlNZD3uy8wjGaJhqGbediFvmLhnMOMe3hxPhMsHeMZFWJXm",
+	"arKGuKT/FdNI7AuRGV1ggU3wLkiFFkTiTo67qXXODxahLkmZiG9e5htjd2f2moYtg/vXbJfikwlT99ww",
+	"KPh2SuGWO3DN8ygrOyLuxJDXx28J+zhXTGtgrlZfGsEjR6T76cZqlzxLyJwuckmzzz2X7wRX7Llv9+hM",
+	"FsKEUoB+3++f3zas6C89KSs+hO++fQDve9Wv8L423O2vS9xtLbdsKicqOVmTCbr5DaNu8R1NcOzEZTms",
+	"2yS3H5+GHUiGG3YGZNip7w7Php3P0VSGR2RaJZVuYGCAleCLhyPO5rhjypdJGDxJQUESEopw0TGL1I56",
+	"CqwgmdH53FogrmzB1VUjNYLbAlbWPhIrDiH7BNaeZBICjNcckSiqpltTYWpTkGNl2g0ZXHDNZoeEvzC2",
+	"uj9YBe7Yr2F9aUG5i50nqNGZU2sGCqcxuXpFMpbZwpGYNXH2tGFz/dvBhz30BEVfZMa0buVZwQmVN8Re",
+	"KGQpbe+2mhozLz1W7o2slYolgIQLdGpqDQmUmnS90Ldm8IuPH3ve6amT0s/uwQxgaUi3nqvY86lILhVy",
+	"ZC8alSHPWv4N1IxT8urjRyRZo6jQEBjH9FJww0NxCSQyOZfsIcyuTHEstDO2fFVgKEdZqnSQWdzx6XBJ",
+	"HuZLmzEzlXUNrfPj8UU0JFBd85jLr1oHtCSnC9VQDjPWMi+M23Op4F9NLs/ebnbG2zGjlMeoMmNGzRmb",
+	"54tYxnnMZRyKhV25k1EyJ/OcCkbuqDDa50DXNJgWQfi1ljBMZdM7uOSD5pSc1RNEqy+D6UhkKvPqeeDV",
+	"RNvwQsvOrZYvuW0OVSwLqjm5dZmYMkW5sBQRffeQncA10dPCgCcrk3diYLczBcNdsDtYFitYuCFdbXh6",
+	"g7ZuJElhZUIheWQ7hTCjhkY8X8hxqIZcPsOE89SQy4sfdv8auMO7y7cr9szLv776y7fRGI5idFaN4ixX",
+	"LrQI4sAQCU76w5pF0NsWNoSbHjdRZ+kF3GNiM3/XoJ6+eXe+m9Mxy3dzfsNcJewBMZJ8+01FUbUarFND",
+	"dz8kqBqgtzQjTGT2I1aak5wZp9dkfIIGfGX/vv1m2QzYpP9+e7DJuq+b7U21k95vlaFXJJNQ9MlzVnc+",
+	"+8vgJBme5/ZHe/BI94LN5lLRfEcT51Agc/tMznRvQEb6hs9HhJuE3DA2R0fjaFxcXzN1JQUboU8qz8tv",
+	"aZ6PehicpcoEbLDEgSq4ClV4uJ1hd5RSkbL8CuTpCJVAd6tY3NEF6Y5onss7HLhaa2/n1kk65WzKP2ie",
+	"A1ZIOXIn6YRhopUz4PDYlg94SbtKglhHIa/JyD5plEDOnKgGBmCzrII74beINwB6796KVbK5RLHJULto",
+	"SslGmxBSLCbM6ATdqqh37y1nGY+snvb6+G28oOaqUlFzta6kpjzTrZxI8E1VmXEjVfbffxHSbv39SQeQ",
+	"qz60KgiOMZaq96uRJBCKKxJRDOYjGS8c83FmJOj5gTSsreNU0YzYOURNxFNf5R5x4NifXKDSnnZVYiRV",
+	"D8rfL48vj990kk41PePs+Pz95dnr4/Ol7yFto5N0zi7fvTt592Mn6YTSo07S+eHo5C18OPr+/dkFfAqQ",
+	"MZ2kc/nu/PVPx28u3x59/9YO8uv7s5+Pz67CXVjrbcf8+eT0tAEYo4JPtiRw1peEzWg65YLtKkYz+KJS",
+	"HeYiI1eYIySkubqWhcgSqIfPeRoPRGXMUJ7HC0SsgdBe+FWswogexIU2llc1prUXTdo5NzlbYx+srtXl",
+	"2QlR7JopJlKQjJYRuwClXfVlOmyygO2v/vlhjq5qL3qiinHO9RR8D/fzwsUgyxC6MsRiCc+83ysS7GgW",
+	"0f89tJyu3//wZ+BcZdwSU7+grqLJCRWNFYN4ntL5nAmWORLEUkkXsT30DglNdDG2t46ZFZorukUrLy+6",
+	"mbbjVDDFMAl7ZqzmOqo5rkaHwcP34tW31ryOcKhIHswaAmAZkMDj5Ps6YKYoisZ7wcicqeD4KV2flfxn",
+	"cEPdUU3mfnaJ82FhIp/dek24SPMiYxnpCpdkb7mtkMo5rlr7wuuetxgjiJe4NWVMtdz41YziaLjZuct0",
+	"ZWmctyzxgmyb8qKYaYjeST9tN5HaPm5M8j0t9LT0ht6HkdxbuWoT5ih90q0oArXOzeGR7bMb4k5iGCe2",
+	"rGcu0QlxT++3sDTLFNMRyvreqimXZ2/9IQyW/dHpieOOU2Pmg/39gxd/2evv9fcOBt/1+wcr4dnY7oCh",
+	"90DnWVN4LaLEalmolG3c2LNwod29XJq6wfAyaQL9CR4fB1oW8oy7YMAe9F+87MUge+L77bckvuVzqQxU",
+	"rGy50VPv1IL78vz9dWfw24Za1yU/2OcPMYcxerh2NAlPSBwChADjNQNECLRvIevLfgmuH03AVqzXPOFw",
+	"rnIpDOnKlwZEASQry5yRaikTBt3BNC5nFmGWFCSTe/dzkZsd9CPulXVF7Q99vRjsYRk47tEb9repEgnf",
+	"5Z4zd4NGxFjcMesgKMp9kCJfIG6cYvN8MagWHz2v+9avQ3wZK0d+iwDIazqnKTcLIq+vgX7GC0IdhSeI",
+	"WuXRQl0Kl7XHIxlN8+JqBiXNkQyx00tLlvBzKhXTpGspiPwNxrPf9KLFzevAyZPOjM2kWlyNFyamWP0C",
+	"v9rHwgVbj/85vsZW07if2LlWcna1qURJEsV2rdoGHr0KeHAm74TDsweTfDlwXlY4ZRyinT4k1SKfKvqq",
+	"LtEhpOVnM6j3hfpvBcXADjwfSSVqIp9huLMd6z0rxHkxm1FQOeMwDVsUBKe+rmylmPy5sjYd3B2LRlLd",
+	"j1YucEGupUrZwAcKYCt95higilEHJ9cGMsg+PQnrtcopPuC+LPHbKBpAKjF9QsYqe52JMVKFGJEukGvI",
+	"8wV36wisjljuI161DkkJUuV8aNld732yh5hFHFADQ3pwmTyMd5ShWJdMvJQ7Ha/x2baI1YX0N1B2wyGr",
+	"7YNeK/jiZqPflkooHgCPoJRpK9CjJZp4kCgqRLCeo6nx2JtCEyXvMPcxo4Z6SkOfxi5kdYV0ICqCqWd5",
+	"YKQsZDM+fevo4r1sfBdr28rAXYPs0nqyawEqGiAoENUh20olWd5KMIecExccvEmA6yl9si3AKBoxKJzv",
+	"DhZ2o7l9Voh4Me0jdVEonRFtD1Mpy+6ZnG7H4BPRHrCyScZ4PORixtCmsIKmbKKEFRCQpDKjCzJmlZTK",
+	"0afPo6i3v/KCj+MiW4dxtC2QdOh8E49GeB9apX3QcraYB6i9bgDRasSB3g7rd93ZDT1i4tqiD5WCyrc0",
+	"7XiBrY/BRmEHqmPuaAzT+kXg2q9Du+Wv5KetPsSvdOt5b9+zYft0xf/EMttY1mKEPTmfhQfmrZD7xv4O",
+	"55VNXcq6KtD8Kj9f0TzvBYd+rDzEwRY7xPdquNpIYk9+txZ0jvVfWK5CeRSsVF83srZsY001xWqiINTB",
+	"XLUrmgHbxxHWmAGsJVbG3DHFXAG2K4xhBIbcLeYEx2wLsdUIA2+ljVVwoMKkuXkbebWUE6FJV2DNGc8Z",
+	"4mJnvbjvYP3ZW7J2vlD1xaparVhqmXKzS7/CfXJqrN5vr02sRWT/uOZKmzKL8qDfPpzhD10GenjEDXTD",
+	"53OWXVXWqi1dOc27lpKyaElE1fqTL8L12lSWBEooSWmFbYSNX6H/+rY3nePVHUhKdng//lo2KolIICz+",
+	"KiNuCoxaxP0KzlaHM1ppHwHBNDpjGRlh6omnWEw/2cUvLy9eo/SkmiwWi8VslmVmOp3NtP7d56kUImda",
+	"RyiH2IUAl7rn6OjsQSzxCFZHKdQDw3kQw1h2JiwNv27Jn1j99lNpr4MHWdv2Lde/X+acWfGa+QcqgsvK",
+	"2T2g3XzkrDqSn0b0vdrghqxa79hh5dq5iC2POKyh4EAsaOSRAke+awj61MtagDimQ0QqTFmel7n5VE1u",
+	"E4/ukpGMKwbFtz5plbobulxowyh0C3UIhb3tMCe908DjW6/285Ri4qQUqF1w6OW1S6HCuxtwcQ76M8DF",
+	"KTtWzS3tY9Ozn0/evj1+E7CAYFFD7lIczp6mU9YKJMq7Jis4tRuXHH8G7CXcxv0xF/t6SnYbwPUD3kpk",
+	"SzFsSyAWSipXHkJyJsC7TWWetUfqLsFdonC894XcTWU4R5vBiE4hy5uC8HC9boycMHCPAsoolL2TCRUT",
+	"6I1jmJoBmrnHznGOL+hs5irLgKQ0H+dcxLHslhszLTV9O/qRzGTGIHZ16IrU5DVQk0NRQCw9jBGgdrXd",
+	"AfF0vc67bR83IFOPG8WN65XiwIK8VJ1IyF4i44VrjtFwbr7p6wqeVGi7EnOPf0mI5OtNzYQsj/SYuA6E",
+	"oxLE4Ya4rbVrUrZp6lqW4MrYXJ1ab4+MaH5HF3pkx6EG2nL4hK498t7S4B3XrKE0EMhhJZHWu/MafvXA",
+	"YfjDDVu4ak7oalaIPZyarwWDMcYFzzMclvztb2To8jOHnT2CUI/L2GWYdhndzxJYur7EaIYgB8YoADx7",
+	"pwJrDGnldv2xSzQgisTyjhGJ7ZrbT9i0M4IE3d78MGx+YicdO0UlRnTsHAWxWjlEVPh2KgQwK7UmU7oW",
+	"QLrhNL3SNXC2g76OrnfZ+9RnONtZdZaZ4Mh+O2oj/g/JyPGHkTvDIz+7UdnN0TssvWSXgh2Ske9mNKqe",
+	"ft/kiHlPpy/8XvUj0I++n5XvSlV7tX6yvseVU3TuplIzr1dY3dxY61Ds/s6UJBC4so/ISLePqTD9Xrx5",
+	"VXU6rl9GYKhuRpBl1WZOubWKHUKP9iVYUlXaYPqIWlGd2dq5YesPv1LrWoDNc2qszupFmsPonSs5UXQW",
+	"mptbYyoJNWJWffM/jS0PyFgS0ikQRkwVAvQqKFzs+XetLDEXrsgqtDqcUjWxHDKy15UNOQwqV+hNYXnS",
+	"eQUm0YrPxmZDe8T1Va0VrqgdTbrfrFlRCLzU13Mj6SGvdCfJlJkCuYMqKpH38A0sTUL4DxQQ1+pQYZfh",
+	"WkVxxKFVn8Kl4P8smE8oqur772iDtC3bvdV5hv1ylWfYb0dIKu5S7IQYNIOwG6GmteQdbnPDz64jp2Vu",
+	"1HWiw4Spn4sx+0+W0x0NZr68voY1cs3n/KPK5KpK7zks2bBCZbULXRQ+t/6C77zeVemFsgKl7wqp6x0H",
+	"1sHpL9cSw5AJNjpxR6R3X4D9iLvETtVBl3Yrlh70ksMjwDUZgdUwglos+OQkgWOSo2XTAZvpWrtvFKy4",
+	"QzKyutaI6JIGXAoAF+63Qzuk4w7lM8IX8JRMpp75yWxGRRLK+V0+p9OAp9SKDJArQkr7XHT2CBkkq6UT",
+	"X9pdZjhyQ6ANsL0yWJfk3Cm9kIxX7bqHQOTLfSKq6CdcKm4W9RMDvnKaGn7LVg4O9r0Aed7FVmyBzfcS",
+	"Urlz6WxJ5dIRu17cjHPWa2hRXPY2KKVRsyyqcyf2cU7BmhFGhozQRllzz2xVZLpcTJqN9BKyFgl3RhcI",
+	"AWukFTkgOrKqOYIauCa1CqFW5ohUZNix35SqyRqw21Qxc7WtabKEMhXVXKGSlIlbp6RUGjAdnZ74vn3M",
+	"FEpoe5wt59NTeWff589/BvQuoF/nlwAYfbzJnTLSrfRf4pgSiYu4CEMcgtlZT6EObhK/yBOGftVZNL68",
+	"0e3i3S1hvNAUBiMFTtfwQsLXRqz3yFR1Ak8JwfcSBKtjDkyvitRtC/hK22DLFHa9RRVlracN9NxqNGog",
+	"nyr0yonSrl3nRpymrEjBcQFy2OshIB0TMgSgXmc+Ys/5Dagf9kmJfdfY0kEv10frHBKTik7nWNfAflPL",
+	"6vJ3X0jp8jSdXB0zy52sDrDX0EWpselLgy2zjZXRWuuPKIy1ftct+yBjsfrVmu735fzWrfo9mq/V3qkc",
+	"e8WRt2TFaG4FftguCFEoRvMcWguSrmKaOfziijcXW/9r4vKg8CSAtoDz8OM3iMNt2vm4zjy+6079BSPr",
+	"GaebRiJJ1nfLKdd4ZS1PFNdeWbRmymHI8xtTzbBTh3a4IA4R2wmraknw5bvz0+PXJz+cYFnu8bs3mFf2",
+	"/eXJW/dxQwEwutMjNb7LNcBH5+cnP77D55wdH/9y2tQQHyD1nqIRyDatYbfISKpg67W3CBS7lTdbvk17",
+	"bLykY/wiRuIPoBwderMT1tUyUMzzBdVir11qYRVzr7IQG5MJYYfj8Uzs7dy+4Ti85qYApBs0OpUyl+oR",
+	"yK0KELgGAnAL4toIbbfZv/7U2HKVFIZN+46L/cSRbF/M3J6IHA1sJCM/8Jp32xbruL4G98smim36JeRx",
+	"PAx5+QJ0WpZn4EPBjhuHRDNEYHKYrWnOqNIVLOagDqN/7I4uiJKFyNpgNLcFTN4Kv7g9yvCmK7+aZK9q",
+	"atOTAeKu0BQGlyM2QVnv+yjpjfeEAzu0xpXrBq8hWme/AJQ0pEmfmu3BwuJh36pe3sR028ISRPHoIJIg",
+	"lfepXktVuvdT9JlKV6GDmuogKL48g86rVh/eI1BHKUI/5goy3MqbujKniqPXe2p9oxBSddACfwXHHRjs",
+	"qJ5bSxczKDKWM8OyYICWPghXPK4JnVAunBlMYRo8i/ohrhVjV/fzT8GtoaQ6YtvFFbnHqBO3CxSMnW1I",
+	"G24Mla/3gn5e1RFymjK7PVewgxEveYUQgiuOuyT07hJB9NrnoT+wCH6N3VmfP835LRuUBcMekK0SN2GK",
+	"QJB3jxTC4YLCPZrnVm8IZAwXYcPKBTMl6lLGaOjuXQ022ScLprUdQZdxASkYfoPpxLW7wGne24MhB/Un",
+	"HJKcQ6Evtglh8OWum79ihgl0OR9M7VyCV9kfTIqxPeEP4B45CiceClNZpU0Nx4RafGDV5IPV7CSd6kKB",
+	"A5xmq+ZY0vm4a2/cvaUKklzsCCgHwC49coNVvrqsj1v55Q08otk4OfGF9fYl1IpRMghl0w6kfGzVigD8",
+	"7yuq76Y8xSBtIBiduGaoKAhyOSGQwpFpzNJJqVJb2jxe5nl6Dnyl9BUEMVaRKUvZtqvs4EOj3I1rzQ7a",
+	"oLWu62T4JlXXD9s0Hasn/BJguHxI5dyw+feLc2wX5umt9uWbox+jNn9V99hOZd4GlKWxvdxRwIqqNqQF",
+	"SWiYXoEeXwu2sW7JWuEnL3ULdKvcRnODHanpmxEnMiLSYWRiwm+ZPlyGAXQplmtauTtfK2La2SP1+vgt",
+	"YEfpZvTA1vk8rbFwDJtvka1sCTDiiNkqEIJRbyhc89EQ7z5pCnxMl+MeruLrMcIeuALrCO7CgaU/Fs5W",
+	"DTHpPm6M7Sjg4fBHsX6zG7Byyo6z1feteDkcBMAGZ8fyFjyx18NbeduJghqNtBEK+Ih171up9WufzX/v",
+	"TfoQw6HTLC0UN4tz+6au/I9RFe2/ISBuiwpFN6Vzbahwf7r+a9ZW85G8oze/nLy7unj/8zE0loSlBPsR",
+	"hw+TgZzWz5/BE3Et19TJpuTs+PwC5iCvyWt8flLJ/gf28A85JlKlUxb0IoeIMxQAibNHoAEeNKxK5Ryj",
+	"xbGOtgA9CRcOBZ1DBoIdbt+hPv6vf2irf5798Jp89/LVX3o+sdAha45SmbHR3lAMxTGIDLu3OB80OUdH",
+	"hZlKxX+HLwfke1gWbEeSwqJ6YUBGH3fdau8qmbPRUGASNbBIyC0SleEhHWRARgiKMiJdEDa9hIwQL8V/",
+	"Y192KNBVhR1EBm4bHfBw4nOnE5cAmfjkRvjCUGXsqIDGMhqKbokQg4IOXcnwYFCRRg5rqkx9SWmeD4Ip",
+	"nAxFBcMKtdAEwv69PfJOOqzWQtwIeSfsBRAWgG47ELtwTyRcD8XL/gGkt8MXPh8vrNfL/jflr44KjHRe",
+	"uNDix8p3O9JLl9rp0G+g4MQTDEcsRI9JLGqbNYUCzxGZUXWjh6JigClZYGc/l5pQgan3iQll2qT3aMzo",
+	"AlYMew06HNOOOwf2WFTO+qDT3zvY62OPWCbonHcGnW/2+nvfICLxFE76/u3BPmw1/DVhEdE+AhX9b0BU",
+	"V+gqRNNrBPaScx4BChWAVSuWSpFya9xN6C0jxZxIMRRolwEC7tUvR/91dXRxcfzL6cW59+yUcIaDinDH",
+	"4gC6QATuoYDcOJEBiZdELxU6eOwW43RHHokI5+QSTRx0FC5fOC8nmVVguDZHuBBOeAEcAeAEcbsM/yyY",
+	"WniTZhDsFpQPVWwiF1guERpdLeLy8kWRlptKdJ3UKxtjslsuCx0kXGyKTlBW51hvgBx9fmyknM+4qQ0U",
+	"zJhXfVA90Q545XDYSqtgWTx9AEcIdCIBinvR7yNIsTAOoqXKaP/hIvPlc9cmT9jtA8UBZMly+rpdKji6",
+	"sMuAQfcSnx4bNMyyRNcBFCWHMtFBWqmlJ1lFFNCrgTYSdH5gyWm+IK5WFBOCXCMKt6lzOuGChkbydKJD",
+	"62nQHurMvzPwaFd2RnCAnbMUIPsq57hO4T8y49NLnnIT8BEOTjPaK8oDs+AOvLzvDiCavygdqpgFaSRW",
+	"qorKgyqLWkkgWGbTVpULC7Sy5nfBF7DEHWJzLy/xC3LyBsGuVvZr34o3UP7uPWzSmUsd4dzYoMJ15pQO",
+	"jRFwmBJ0B7EMYJs8AXe94vb2/Y/Ao7//vy6Oz3uD0iPonEhTRC7QBsbOFGAL4lkAUccU0XShoUwEEjID",
+	"6F2dJI/Ar+Re5a1dB1RfmTbfu74/j0KUZbOOz3UN2aiCfV45DS9Xl/Ic1u8eTONBJH5UoW495XOfvuYw",
+	"qEKgwwdu0MHqMFAfl+yjpKvK9jyPQLx12kC4zCrHeny6cKN7TNE2tNF/moefuafEeOZZAAEYgWIUWlcT",
+	"w6zEqWW2Qg8ROa+igj4D1drrv3sMKg+eZ3JNrTU2hjrqVVJ/EuL2ev/+J/fps+s8rvc/4YfP+6G8OSpj",
+	"rfYBtc3Hwjhk7ha6ZERRe7hiBl7Ar0QzC0uy2KyeMeFKWx6mn10AnE4KPllMuq5ZbaWZX8d0cYqZlVmK",
+	"aaZuV9QyJIB1Wtm2GsKpA3Wym7zh0jeI+hQ0idYUu//phi0+I4HkDF2cddJ9A9+XO9VpIxaPb3lqnl8u",
+	"wmNdlbpRC8zmBCSjAFKCzfodNoMLsbfbRocp+xzbmKwW2SLNQgNb+1JT9pGc/3S0++LVt2WbGlcjQTVe",
+	"7dFDgUFYy77kD5h8VpdpVW5R7efR3/2O7l5/+PTty1groq1IDgE1Gz0KF76/uAPepC7CAvDgitFZAoc1",
+	"z32PFfsY95Qd7ZCYuCA889oseqccJvlQvKXa7ALo5+7JG9LFVpFQ4wUxRI/IN+r5405GA+jVtQvx3hHU",
+	"UTnET7UgB6+I3iOXAqpZ3EyHHv+Yo39ixjW8hbzzAArYRJUaGMwSJHpAqOu3zjPU4sDlNIB4B0hzStKc",
+	"A6LAlJqhcBjMjEa9Fr9Sk2J7mIio2UCEdpHg1pM3P3nOtc1NfwdR1EJuGPbRIEnslq352gmOgN3aYEpW",
+	"UVgdRhJ8taMRxBV6kfpB9iIiwlGglTvY4r7s/1anO0ukK1iwGrKosCIJAuQBM6LKahBT81nEQpMlWK4V",
+	"FEk5BH+gfUuqzlG1WO794tjooAzFVbqbuKyM18dvhwI7v7qFcwPsVDsbu0Bq11Qa6JQVjuBW7e2RI0FG",
+	"PBtVQDExA8cetuqlVmQ74HvMeOCu8BaKrTBUAIdkx79txT9oHxDtVhQ5X9UGTE9kg8R6PLWyRF489hR8",
+	"l6F1Z61c0HuJ/Bcv7ivy3RwD9PJhoEUduO0cttOkQCKOyBJCjZzxFKpkAiKBf4fykDqRtU4h2FoA7n+C",
+	"f9e65JbW/gmV8Ha7XNvd+zsulnFtA904iQusenmvoIgbOVHLrXlGldtbYHUFi1U4Q1zF2qot2VZalkev",
+	"bLREzxDnsIUF6tFjW1ISAsWtqq/vRb7AMnis94XyTleq6yBvrDIwILm8Y2o3pZq5LrE6wSax6FHPqJ4y",
+	"nViZ63EOwY3ZFOmw/1z553SaFNzQSvagod3mc4ZfXvzLhV886Pla6x4dkw8z7e1TInCsbWIqHt78i9ru",
+	"TR7P1xB6PyvE6pld6ZfqAGeWW0uAVWUNX19UX1HcfOOKEl3NjjX1jVMcrZ2UXSl2fwbrsT35fngaDSms",
+	"y1bq0aMSdpSoc0s0i7CumL8PTG5pEYHgX/QPnnpGuFD39cZ891yqHE6zRJSlgnCRc1GC+hA9Z2mrc3sP",
+	"3cyOtT/2Ddy+nE12TCHzGjumjOysRmivBnrXJ4bNEpJOWQppLq6Ryh0Yo+GqoYALEKxxLLPFAFbUQJUL",
+	"NYhW5fvSWHUYLoRabUCycb1TRslQBD7i+9qGh5A7WeQZgtSE3m7dl/2+w0eDyjeXWC+ZHgKMFuh3Id9/",
+	"RhPy8sULd4PdYeceocIjgRQiIS/737lLIB1WQAvwhNBcS2gGVvbVqXabgf1EtBBvI3INmEaGQeOEoeBm",
+	"j7hELMjygdu59uc3AYcTx8ixUVRodLYNCA2F4kPh6z/wJo1wmmXDO01e9ft75AgbWMDrudIC33qvK6QZ",
+	"iv84f/8uIUK6fU9I3xrJMyw2oYIcJP1+P/TTI+8u35Yd+KHF+5Qp1oM8J0rsLrgN2yMjeMyobFpPCTRx",
+	"DorUAHOOoN2fr5yyOu1QOCMaBogZwyVddp6Y0esvx+lrHZAiPBZ6BsHPoeNRUjY5hFnvhGZHD9NzHJ8s",
+	"oBEbUgTo1o5GPRpV9yfoL2gfOy7yG29M9Z6Uf35ShVhr16Ia89wy+cK37nio+Rrg3sAkwfZlvlaXOxy7",
+	"r02x3HzlWSGwuuPDvfYbMwWfRWpu8y5N+jSkaHk6fILkARi+ZFRP6aHzDQQbEqogx7Hq2bWUeme5/zg4",
+	"d9l9nDoPi+vDtCh2yQsuZgcwWKYAW51HL0Q6VVJYmxqQe1kOtTNPz8P23eHe/4Qf1ufPpa664emSQtZv",
+	"NDY4e3hWkYsjBg7ncDkDf/PpFlOujax74/5gnG7zpbjkD+OLSzT0dTLKLZdiLVutnIR/c9YvxFnB9Ehd",
+	"4S9Wxdk3YCKjwugvwDr3XXHIvwzhN/RFLjFYRbbcNmCP/DqVSCWAw6ZYnXb0VN6JoXD1orhwO7qCJb5H",
+	"jnydydjlvlXhW32btaGwRjLuecp1Wf2twYIeCWmu3KVX11JdleNHLLsj3LenPdRuAl/FuQ5rVjnah0vI",
+	"BPBspgk3z368HYD8yt6DQwEAXQ9X6O4LHHfEtv9XP+3oPwNVCbEiyQhfnGWjP+RpP4PZ//uwfx2HHXdj",
+	"81nfTItfgAOA3bD/yf7zuVIb4D6VtS0bCpJC6cfTptrDYwCsa31G2nJcK0pV9tUeaokhj8kwxz2zH5lS",
+	"Pn8wdO3SU+hHWK/uIF1XwdNzXUryXN6xDDB4/seYa0lTi4Ad7btfYaAjQQiKfkOarOshsyaJwwfV+zFY",
+	"k0/NRW6uZ4N7/kHD82mtymXDFA7aTsH1RaigPkeQngF2nRm1qMGX+543hipT7Top2EfTOwytFgARtVAK",
+	"cRcaMyEquNT3X9RzTLeF2jMsgopmZFZApgIAMhS2h579IzxxI8gHxiM3Al9+Oi3EDelm1FBMLrRsIsEE",
+	"SWoogRClvdB+6Dl0qRF0/5AemNk/E9qEw6Eua+KhTlxDImp8nfAQxxM9HNzNMgLffT0WGzK03wufLzrH",
+	"uNyVW10l72qp1wMy4tlg5Arr73Y04VlCRnD1YIS+pcWcJWQEywoXDoXPyLVbaJcXVlZek/84f/9uj1zg",
+	"WD5heimZG7PiKaR9r2Z0Y6gPM6h1iC9Cux9mCDc9ksoZ8wkjsIOC3dlJaIfhs3D52oeNWeFDUU0Lf++3",
+	"3kHVhH56YfMhKRyjOLAe/gJcYE8UCWSGazMUbvUIC51KgPxGn4aYpzXsDMiwgzARkPYIXwJUxLDzeZRU",
+	"ujXCkUlzqZluTB/3m9FCAn9FmdwPlrtYb1BWIKyyksRXzQJ1VEnGkgN8m1SwIu1WwLH/MrnfjypkH6s2",
+	"4H7MyQmerzjQFEl7xHQWLmItNbHXYBfR3hMEwbAfAqxVMhRLPV5qAPE9L4t1QliuWWn0ue/pOGejw6FA",
+	"4eeb8nmR7jgT5gOMGUDAetclJFwMxQhuuHLYFSNkwhWURraL3Y2sGnNlVYTRknAbikze+ZoYbBPddcJr",
+	"UO0niSkiPMMG5uhI63mOhfge4NEY0/TGckwHqL8HqSNgZFfngJmhQsLYcVsX1ufpooD+Ac9j6K4Leztt",
+	"7Wsxch+UIuZWFcqAAR0moMhR2OpDTzquzZpOXODKt9csha/TyHa0D2Zh+zlWx4V4IoMZ69L+MIwM2ArF",
+	"vMYrz8Uq2q3dhSm0KXVibuWwFTP2hGetEOd8Ip7NrbT+tBUz9rV6lGBuLvAOiXM4XUwRrLZD1pVe5QGP",
+	"EQPwWDSNxw27EwJOWtlS0Q/0DMfIPekPc44QsQFNZg6EiDmCoStdoBIjCYVSZmItjrKibSiwxtc3mGTZ",
+	"gBhVsJHv+4flwahYoN2oQ9M/K+DpUIRb4dx6mDeXHrlHWhz2oShPe0S4usf9jzjw/tR8lSc+NHvEI++w",
+	"7DFW6dTG0PEOiBCB/5NaAJNrcnp0eX78BknAp9EuQ8k85hH3a7e+jOk8XLWtGfUaS3Da2C5QYvOk9TH+",
+	"NTYXyYRleZRKmTCaZd9QkbW5TqbcmK+7WMav6ZMmJC/3hWmVlHzw6HTz+BUfX636fw7KP1icgNpiHOiu",
+	"lZOUpEoKBwXqO9eQ7gWbzaWi+Y4mgV/02pP0Q5jX/if/sQXASo1iN8GrvHGtCx7o7sJhrC7nHh6yB3Sl",
+	"ot/+u9h+xZLG4F7zq/af5XBUXRgPzwj3I5VJkwFwBlrfJw7qEZfVClbocciU/ioZ6+Yr/dKWuq6vmarv",
+	"dL151hNx4niHrmcuD2lLbIDMA+r2M3HmB9TiwTQrrAFQO1ieQdaB1Mw3lL5h2CmWK98Yk1xYsq+2q8Z3",
+	"Bj4Sgil3TLFnZ8P7Y5reXPM8/0osxtWjFNVpvnezfuKz5B/zhdBG/NutT9oBnlpLqPrajxIqLUGw+nB6",
+	"ea7wlbggv7l24ExkH8o2SQf9pN/v9xKiCwDn95USro8emUOHPEAt5zOGjnRnvgcR7lqoe7Ac8QWOHriK",
+	"/ljn7tRO+V9JWzk30ln+3oJHjQ8pEINEzqVnT5iQhqS0mEwNKebPTzGm0lX2D0MzSx1Mn4hVN/RJfWI3",
+	"WHsO3ewOczh9kAFrjYzgVkQ2FjgWN88NHnnuIktQEC3vSNdPOSPQx4BrolkqRbaJFT//SSnEH5C7XuKk",
+	"/7X4a/BPYO9OCE0GENKSoOwZeVIyqbZvbnSgXviL/tD+02o/7LXuU78mj+I99YNt4Tz9OvDKNnhOfRvv",
+	"p3Scumd8Ib9paFT+P8xtWuLqlH7Ta6kwp24Jlg8vu2EOq2ROXdMd5qE7K+ASeIM/D72nA0/0j9j/5D61",
+	"cKtWyfm5vapulocO2NelFGICi4+imamSxWQK6s5W69bsXm185f5zHKGLEuj1oQv5XlSG+mPAPpoa94wn",
+	"7G/usbpVfmStZWGjqP81XPWHlvXRdpDrhb678pGkvh8N882xsS1xrdUALZqm08TrBL0WSkGtHeRXohfU",
+	"19K1okSnG5/NCsgqDWBW7J8Fzb0hVF+QHU26GsC6KiMmoXmuyADtqxdKFl/0+x6ykIZBDgn1TvMhoGpB",
+	"xirkX9Oy+CTsQRVz60X/wE4zSDvX8XsoPFJYKmc+pTRAnFVHi0M/66knwyeDfi4f8YVCGqttTeOsviQB",
+	"HSGARwc4bDOtI0hyqc7gGeGoz1zHSkKrXKHSiDQQY/dITeSOJsuvlJDXUmRFaqTawebQQNNutF573nEP",
+	"DSsMuP/Jf2yhY9VOwzMpWeDJtPscSQboejS065xPpiapZLpAXpO33CqhKyXv9GFtPI49zF72X95jyZuV",
+	"s+a1ev6zGzmrD6ydWZWH5bZ8lUJv85V+MbfHAYodpn23NO2UNS95O1+BRmW3109+78FtephaxKmkDt38",
+	"b5qp0sz+J/dpLRbZEvF8DYzmkTiMtQf/dVlL3KC8rezivSrAPfVhy+317mC85Cn9BvYJ6zgMznIvyi+w",
+	"J/eMZix4TazGeXR6EsN7l4UhmqWK1RGv3DLEaAO6lQNprHOP2vuf1jlqn/ClXKPwds2O0UMyggUc+cY6",
+	"uMIJ4tlgjEyKlD231u2Rw6HXORLKIda0wPzsbB0Ur+sLJEW+2I4sascoNFRuUozPoAN9SSybtGK8/sFa",
+	"MQ7j+9dDK5wSDugAo1FC3i3BQrU6E5FeIXVOxbO1TOpaqhk1nUGnKODKpgYn2Hpzs36EYasnFW3NMaWL",
+	"0IV/hVcd5TlRzghkWXlVXULZ2W+QTw3Nb3FknN6Tla5WH/KFWNGvvgVrpO2tX90vZ9xXOtNyYTcwZdit",
+	"EDe37XYv9Zl1l27kLm+YWqWDzYa3Wl64B2Q954zecjEh3UxRLljWKxckCw/Sh77K1heZO4AEy5jGDBA3",
+	"avXsG9ctNO+98y/+aP3YcSmr7dir2xFArBqhUX48viArnbAhwAadzsNCuDq9QY2IsPjKdc4Ll3JEAflH",
+	"oQ2Z8FsmiJETZqZMYR2+E2bY41sKRipN9hGFPlvqCD7PaYodI0BW4xsGnHpAbgHnR6YR/2eOLUzsOCJl",
+	"vUOorchIIW6EvBMAtNL0ANfBMjxjSsvMw6jRwtSRX+MNfW4qOEp6x062CTiHZ3qtUIJGCjXpxIX59mVn",
+	"fbck6Kx0gre+ePUtXOz+LK+mStHFE3dWqmz3OkkV6OlaFuLZe/L+CvmoFVoXAJFqpGuEWqX3TFcIiJuk",
+	"bGlAs6+YN0wZVWbM6D2QSSojN8n8n8LoTyPuw/hlu/unjCxUH5cv1vW1f7iUwl3a0ZYZcpnxFASQYFq7",
+	"hvKPSVQxynBt6x+JLpr6BAEGEj6KdO/seYMuLivSyE2HGHrDdM8y71xO9Ppb4Ap3w0rX/ag4wXxPYK1L",
+	"kIXgUcdq6MzLHOgqEzqjgFjDhjgcRdqp1GaimK623gE3vv1xxrSmE+ajj2XJ9YoohYgiFqyTo2oXJIcC",
+	"Ni4n1q28oBN0WFVYlWc7ekBe9l8eAhCCtT15GGomb+2M7O/f9ciEGYRX8K2TuHCdRqFXDPabx/J7wDRB",
+	"QWyfpPfIuSvaDy3ccGkwt5BrMqVqljOtB+X+B7Q+ZxD7N7E04ooCOAruld0s1yhZRgVwuCk0L1x3I/ct",
+	"dE8nRyRwQOh5rXjGCM2l1Q/DL72kAoELAG6BTOwqvuy/RAytGaOuPx2utJ15ZRsyRhE/b2a1ImiB7ZTy",
+	"bkl2d6xSH9KLAZLYtaqoG09jRtmHQN+gZ+9XVD4aWxatY7OHTsSu9i66b7eiB3JtJHLUK73WsOM5tnZ0",
+	"u6wogxJcIbHVhl2PyuvtlFlaKG4WwM7HjCp7728fLMNGzDhk9IXKO4PO1Jj5YH//4MVf9vp7/b2DwV/7",
+	"f+0Dc3dT+uR1VsBR+JyEv/1UV5EvAe0fg5+VRkQ3PM/xS7c6ic+TQOwvu0Ii5ZZLOrAv+HW2V4EdhYEj",
+	"T7x0YC+hScsh8C37jchIoZ2no45eGhvIBSecg6QWGEdMCp9CUxmu9OyvjnfWviS8MmKZdb064mk9IbLE",
+	"9A/hY2CXulaRvrSOLlPt84fP/38AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -89,58 +89,39 @@ func (s Runs) CreateRuns(ctx context.Context, runs []NewRun) ([]RunResult, error
 	return out, nil
 }
 
-// insertRunsSQL inserts one runs row per element of the arrays, in key
-// order (the lock order: two batches naming the same runs wait for each
+// insertRunsSQL inserts the runs rows of @rows (a JSON array of Run), in
+// key order (the lock order: two batches naming the same runs wait for each
 // other, never in a cycle); a row whose name or idempotency key is taken,
 // by a committed row or by a concurrent create once it commits, is skipped,
 // not an error.
-const insertRunsSQL = `INSERT INTO runs (project, domain, name, spec, phase, idempotency_key, timeout_ms, version)
-SELECT p, d, n, s::jsonb, @phase, NULLIF(k, ''), t, 1
-  FROM unnest(CAST(@p AS text[]), CAST(@d AS text[]), CAST(@n AS text[]), CAST(@s AS text[]),
-              CAST(@k AS text[]), CAST(@t AS bigint[])) AS v(p, d, n, s, k, t)
- ORDER BY p, d, n
+var insertRunsSQL = `INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
+  FROM jsonb_populate_recordset(NULL::runs, CAST(@rows AS jsonb))
+ ORDER BY project, domain, name
 ON CONFLICT DO NOTHING
-RETURNING project, domain, name, created_at, updated_at`
+RETURNING project, domain, name`
 
 // insertRuns inserts the runs at indexes idx, fills out[i].Detail.Run of
 // each one inserted and returns their indexes.
 func (s *core) insertRuns(ctx context.Context, runs []NewRun, idx []int, out []RunResult) ([]int, error) {
-	var p, d, n, specs, keys []string
-	var timeouts []int64
-	for _, i := range idx {
-		nr := runs[i]
-		spec, err := encodeRows(nr.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("run %s: spec: %w", nr.Key, err)
-		}
-		p, d, n = append(p, nr.Key.Project), append(d, nr.Key.Domain), append(n, nr.Key.Run)
-		specs, keys = append(specs, string(spec)), append(keys, nr.IdempotencyKey)
-		timeouts = append(timeouts, nr.Spec.TimeoutDuration().Milliseconds())
-	}
-	var rows []struct {
-		Project, Domain, Name string
-		CreatedAt, UpdatedAt  time.Time
-	}
-	err := s.raw(ctx, insertRunsSQL, map[string]any{"phase": string(domain.PhaseQueued),
-		"p": Strings(p), "d": Strings(d), "n": Strings(n), "s": Strings(specs), "k": Strings(keys),
-		"t": array(timeouts)}).Scan(&rows).Error
-	if err != nil {
-		return nil, mapErr(err)
-	}
+	now := time.Now().UTC()
+	rows := make([]Run, len(idx))
 	at := make(map[domain.RunKey]int, len(idx))
-	for _, i := range idx {
+	for j, i := range idx {
+		rows[j] = runs[i].row(now)
 		at[runs[i].Key] = i
 	}
-	inserted := make([]int, 0, len(rows))
-	for _, r := range rows {
-		i := at[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}]
-		nr := runs[i]
-		run := Run{Project: r.Project, Domain: r.Domain, Name: r.Name, Spec: nr.Spec, Phase: string(domain.PhaseQueued),
-			TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Version: 1, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
-		if nr.IdempotencyKey != "" {
-			run.IdempotencyKey = &nr.IdempotencyKey
-		}
-		out[i] = RunResult{Detail: RunDetail{Run: run}, Created: true}
+	raw, err := encodeRows(rows)
+	if err != nil {
+		return nil, fmt.Errorf("runs: %w", err)
+	}
+	var keys []struct{ Project, Domain, Name string }
+	if err := s.raw(ctx, insertRunsSQL, map[string]any{"rows": string(raw)}).Scan(&keys).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	inserted := make([]int, 0, len(keys))
+	for _, k := range keys {
+		i := at[domain.RunKey{Project: k.Project, Domain: k.Domain, Run: k.Name}]
+		out[i] = RunResult{Detail: RunDetail{Run: runs[i].row(now)}, Created: true}
 		inserted = append(inserted, i)
 	}
 	return inserted, nil

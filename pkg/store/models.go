@@ -42,6 +42,18 @@ type Run struct {
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
 	EndedAt            *time.Time `json:"ended_at"`
+	// WorkflowName and WorkflowVersion name the template version the spec
+	// is of; nil for an inline spec.
+	WorkflowName    *string `json:"workflow_name"`
+	WorkflowVersion *int    `json:"workflow_version"`
+	// Params are the run's resolved params (nil: the spec declares none).
+	Params map[string]any `gorm:"serializer:json" json:"params"`
+	// ScheduleName and ScheduledAt: the schedule and its time the run is
+	// for; TriggerName and EventID: the trigger and the published event.
+	ScheduleName *string    `json:"schedule_name"`
+	ScheduledAt  *time.Time `json:"scheduled_at"`
+	TriggerName  *string    `json:"trigger_name"`
+	EventID      *string    `json:"event_id"`
 }
 
 // Action is a row of actions: the run's root a0, or one step.

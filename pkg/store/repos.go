@@ -30,6 +30,12 @@ type (
 	Cache struct{ *core }
 	// Tokens reads and writes API tokens.
 	Tokens struct{ *core }
+	// Templates reads and writes workflow templates and their versions.
+	Templates struct{ *core }
+	// Schedules reads and writes schedules and their firing state.
+	Schedules struct{ *core }
+	// Triggers reads and writes event triggers and published events.
+	Triggers struct{ *core }
 )
 
 // Runs returns the runs repository on s.
@@ -65,6 +71,15 @@ func (s *Store) Cache() Cache { return s.cache() }
 // Tokens returns the tokens repository on s.
 func (s *Store) Tokens() Tokens { return s.tokens() }
 
+// Templates returns the templates repository on s.
+func (s *Store) Templates() Templates { return s.templates() }
+
+// Schedules returns the schedules repository on s.
+func (s *Store) Schedules() Schedules { return s.schedules() }
+
+// Triggers returns the triggers repository on s.
+func (s *Store) Triggers() Triggers { return s.triggers() }
+
 func (c *core) runs() Runs           { return Runs{c} }
 func (c *core) actions() Actions     { return Actions{c} }
 func (c *core) tasks() Tasks         { return Tasks{c} }
@@ -76,3 +91,6 @@ func (c *core) events() Events       { return Events{c} }
 func (c *core) logs() Logs           { return Logs{c} }
 func (c *core) cache() Cache         { return Cache{c} }
 func (c *core) tokens() Tokens       { return Tokens{c} }
+func (c *core) templates() Templates { return Templates{c} }
+func (c *core) schedules() Schedules { return Schedules{c} }
+func (c *core) triggers() Triggers   { return Triggers{c} }

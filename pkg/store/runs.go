@@ -21,6 +21,46 @@ type NewRun struct {
 	Spec domain.WorkflowSpec
 	// IdempotencyKey, when set, makes a retried create return the first run.
 	IdempotencyKey string
+	// Params are the run's resolved params (domain.ResolveParams); nil when
+	// the spec declares none.
+	Params map[string]any
+	// Origin is where the run comes from beside its spec; zero for an
+	// inline spec.
+	Origin RunOrigin
+}
+
+// RunOrigin is what started a run: a template version (WorkflowName and
+// WorkflowVersion), with, for a scheduled run, the schedule and its time,
+// or, for a triggered one, the trigger and the published event's id.
+type RunOrigin struct {
+	WorkflowName    string
+	WorkflowVersion int
+	ScheduleName    string
+	ScheduledAt     time.Time
+	TriggerName     string
+	EventID         string
+}
+
+// row returns the runs row of nr, QUEUED, created at now.
+func (nr NewRun) row(now time.Time) Run {
+	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
+		TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Phase: string(domain.PhaseQueued), Version: 1,
+		CreatedAt: now, UpdatedAt: now, Params: nr.Params}
+	if nr.IdempotencyKey != "" {
+		run.IdempotencyKey = &nr.IdempotencyKey
+	}
+	o := nr.Origin
+	if o.WorkflowName != "" {
+		run.WorkflowName, run.WorkflowVersion = &o.WorkflowName, &o.WorkflowVersion
+	}
+	if o.ScheduleName != "" {
+		at := o.ScheduledAt.UTC()
+		run.ScheduleName, run.ScheduledAt = &o.ScheduleName, &at
+	}
+	if o.TriggerName != "" {
+		run.TriggerName, run.EventID = &o.TriggerName, &o.EventID
+	}
+	return run
 }
 
 // RunDetail is a run with its actions, their tasks and attempts.
@@ -75,12 +115,7 @@ func (s Runs) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bo
 // errIdempotencyRace, ErrConflict (the name is taken).
 func (s *core) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	now := time.Now().UTC()
-	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
-		TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Phase: string(domain.PhaseQueued), Version: 1,
-		CreatedAt: now, UpdatedAt: now}
-	if nr.IdempotencyKey != "" {
-		run.IdempotencyKey = &nr.IdempotencyKey
-	}
+	run := nr.row(now)
 	root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
 		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
 		CreatedAt: now, UpdatedAt: now}

@@ -25,8 +25,12 @@ func (h *Handlers) CreateRuns(ctx context.Context, req api.CreateRunsRequestObje
 	results := make([]api.RunBatchResult, len(req.Body.Runs))
 	var valid []store.NewRun
 	var at []int // valid[j] is item at[j]
+	templates := map[api.WorkflowRef]store.Template{}
 	for i, raw := range req.Body.Runs {
-		nr, p := h.batchItem(req.Project, req.Domain, raw)
+		nr, p, err := h.batchItem(ctx, req.Project, req.Domain, raw, templates)
+		if err != nil {
+			return nil, err
+		}
 		if p != nil {
 			results[i].Error = p
 			continue
@@ -62,9 +66,11 @@ var batchItemSchema = sync.OnceValue(func() *openapi3.Schema {
 
 // batchItem checks one item of a batch against the CreateRunsItem schema
 // (a 400 problem naming each field, as CreateRun's body is checked), then
-// as CreateRun checks its name and spec (a 422 problem). It returns the run
-// to create, or the problem.
-func (h *Handlers) batchItem(project, dom string, raw map[string]any) (store.NewRun, *api.Problem) {
+// as CreateRun checks its name, spec and params (a 422 problem), reading
+// templates through the batch's cache. It returns the run to create, or
+// the problem. Errors: reading a template.
+func (h *Handlers) batchItem(ctx context.Context, project, dom string, raw map[string]any,
+	templates map[api.WorkflowRef]store.Template) (store.NewRun, *api.Problem, error) {
 	if err := batchItemSchema().VisitJSON(raw, openapi3.MultiErrors()); err != nil {
 		var fields []domain.FieldError
 		collect(err, &fields)
@@ -73,23 +79,27 @@ func (h *Handlers) batchItem(project, dom string, raw map[string]any) (store.New
 			detail = fields[0].Field + ": " + fields[0].Message
 		}
 		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, detail, fields...)
-		return store.NewRun{}, &p
+		return store.NewRun{}, &p, nil
 	}
 	var item api.CreateRunsItem
 	if err := api.ConvertJSON(raw, &item); err != nil {
 		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, "run: "+err.Error(),
 			domain.FieldError{Field: "run", Message: err.Error()})
-		return store.NewRun{}, &p
+		return store.NewRun{}, &p, nil
 	}
-	nr, fieldErrs := h.newRun(project, dom, item.Name, item.Spec)
+	nr, fieldErrs, err := h.newRun(ctx, project, dom, runRequest{Name: item.Name, Spec: item.Spec,
+		Workflow: item.Workflow, Params: item.Params}, templates)
+	if err != nil {
+		return store.NewRun{}, nil, err
+	}
 	if len(fieldErrs) > 0 {
 		p := specProblem(fieldErrs)
-		return store.NewRun{}, &p
+		return store.NewRun{}, &p, nil
 	}
 	if item.IdempotencyKey != nil {
 		nr.IdempotencyKey = *item.IdempotencyKey
 	}
-	return nr, nil
+	return nr, nil, nil
 }
 
 // batchResult is the result of one item the store was given: its run (an

@@ -123,7 +123,8 @@ func TestCreateRunsMixedItems(t *testing.T) {
 		{`{"name":"Bad Name","spec":` + okSpec + `}`, 422, "name"},
 		{`{"name":"taken","spec":` + okSpec + `}`, 409, ""},
 		{`{"name":"ok1","spec":` + okSpec + `}`, 409, ""},
-		{`{"name":"bad4"}`, 400, "spec"},
+		{`{"name":"bad4"}`, 422, "spec"},
+		{`{"name":"bad5","workflow":{"name":"nope"}}`, 422, "workflow"},
 		{`{"name":"ok2","spec":` + okSpec + `}`, 0, ""},
 	}
 	var bodies []string

@@ -9,8 +9,13 @@ import (
 )
 
 func toRunSummary(r store.Run) api.RunSummary {
-	return api.RunSummary{Project: r.Project, Domain: r.Domain, Name: r.Name, Phase: api.Phase(r.Phase),
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, EndedAt: r.EndedAt}
+	out := api.RunSummary{Project: r.Project, Domain: r.Domain, Name: r.Name, Phase: api.Phase(r.Phase),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, EndedAt: r.EndedAt, Schedule: r.ScheduleName,
+		ScheduledAt: r.ScheduledAt, Trigger: r.TriggerName, EventId: r.EventID}
+	if r.WorkflowName != nil && r.WorkflowVersion != nil {
+		out.Workflow = &api.WorkflowVersionRef{Name: *r.WorkflowName, Version: *r.WorkflowVersion}
+	}
+	return out
 }
 
 // toRun is a run with its actions, each with its outputs from outs (step
@@ -22,7 +27,12 @@ func toRun(d store.RunDetail, outs map[string]map[string]string) api.Run {
 	suspended := d.Run.SuspendRequestedAt != nil
 	out := api.Run{Project: s.Project, Domain: s.Domain, Name: s.Name, Phase: s.Phase, CreatedAt: s.CreatedAt,
 		UpdatedAt: s.UpdatedAt, EndedAt: s.EndedAt, Spec: spec, Suspended: &suspended,
+		Workflow: s.Workflow, Schedule: s.Schedule, ScheduledAt: s.ScheduledAt, Trigger: s.Trigger, EventId: s.EventId,
 		Actions: make([]api.Action, len(d.Actions))}
+	if d.Run.Params != nil {
+		params := api.ParamValues(d.Run.Params)
+		out.Params = &params
+	}
 	for i, a := range d.Actions {
 		out.Actions[i] = withOutputs(toAction(a), outs[a.Action.Name])
 	}

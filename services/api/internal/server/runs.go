@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -13,11 +14,17 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
-// CreateRun validates the spec, records the run and its root action, and asks
-// the scheduler to start it. A spec that can never run is refused with 422
+// CreateRun validates the spec (inline, or a template's version with the
+// given params), records the run and its root action, and asks the
+// scheduler to start it. A run that can never run is refused with 422
 // naming each offending field; nothing is written for it.
 func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject) (api.CreateRunResponseObject, error) {
-	nr, fieldErrs := h.newRun(req.Project, req.Domain, req.Body.Name, req.Body.Spec)
+	b := req.Body
+	nr, fieldErrs, err := h.newRun(ctx, req.Project, req.Domain, runRequest{Name: b.Name, Spec: b.Spec,
+		Workflow: b.Workflow, Params: b.Params}, nil)
+	if err != nil {
+		return nil, err
+	}
 	if len(fieldErrs) > 0 {
 		return api.CreateRun422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
 	}
@@ -48,21 +55,80 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 	return api.CreateRun201JSONResponse(toRun(detail, nil)), nil
 }
 
+// runRequest is what a create asks to run: an inline Spec or a Workflow
+// template, exactly one, with Params.
+type runRequest struct {
+	Name     *string
+	Spec     *api.WorkflowSpec
+	Workflow *api.WorkflowRef
+	Params   *api.ParamValues
+}
+
 // newRun validates a run to create in project/domain: its name (nil: a new
-// one, newRunName) and its spec, decoded and normalized. The field errors
-// name what CreateRun answers 422 for; nothing may be created with any.
-func (h *Handlers) newRun(project, dom string, name *string, in api.WorkflowSpec) (store.NewRun, []domain.FieldError) {
-	h.metrics.payloads.Observe(obs.KindSpec, specSize(in))
-	spec, fieldErrs := decodeSpec(in)
-	if name == nil {
-		return store.NewRun{Key: domain.RunKey{Project: project, Domain: dom, Run: newRunName()}, Spec: spec}, fieldErrs
+// one, newRunName), its spec (inline, or the template version it names,
+// read through templates, a cache of one request's reads, nil for none) and
+// its params. The field errors name what CreateRun answers 422 for; nothing
+// may be created with any. Errors: reading the template.
+func (h *Handlers) newRun(ctx context.Context, project, dom string, in runRequest,
+	templates map[api.WorkflowRef]store.Template) (store.NewRun, []domain.FieldError, error) {
+	nr := store.NewRun{Key: domain.RunKey{Project: project, Domain: dom, Run: newRunName()}}
+	var fieldErrs []domain.FieldError
+	if in.Name != nil {
+		nr.Key.Run = *in.Name
+		if !domain.ValidName(*in.Name) {
+			fieldErrs = append(fieldErrs, domain.FieldError{Field: "name",
+				Message: "must be 1-63 characters of [a-z0-9-] starting and ending with a letter or digit"})
+		}
 	}
-	if !domain.ValidName(*name) {
-		fieldErrs = append(fieldErrs, domain.FieldError{Field: "name",
-			Message: "must be 1-63 characters of [a-z0-9-] starting and ending with a letter or digit"})
+	switch {
+	case (in.Spec == nil) == (in.Workflow == nil):
+		return nr, append(fieldErrs, domain.FieldError{Field: "spec",
+			Message: "give exactly one of spec (an inline workflow) and workflow (a template's name and version)"}), nil
+	case in.Spec != nil:
+		h.metrics.payloads.Observe(obs.KindSpec, specSize(*in.Spec))
+		spec, errs := decodeSpec(*in.Spec)
+		nr.Spec, fieldErrs = spec, append(fieldErrs, errs...)
+	default:
+		t, errs, err := h.template(ctx, project, dom, *in.Workflow, templates)
+		if err != nil {
+			return nr, nil, err
+		}
+		fieldErrs = append(fieldErrs, errs...)
+		nr.Spec = t.Spec
+		nr.Origin = store.RunOrigin{WorkflowName: t.Name, WorkflowVersion: t.Version}
 	}
-	n := *name
-	return store.NewRun{Key: domain.RunKey{Project: project, Domain: dom, Run: n}, Spec: spec}, fieldErrs
+	if len(fieldErrs) > 0 {
+		return nr, fieldErrs, nil
+	}
+	params, errs := domain.ResolveParams(nr.Spec.Params, deref(in.Params), "params")
+	nr.Params = params
+	return nr, errs, nil
+}
+
+// template reads the template version ref names, through cache when it is
+// not nil. The field errors say it does not exist (or is deleted). Errors:
+// the store's.
+func (h *Handlers) template(ctx context.Context, project, dom string, ref api.WorkflowRef,
+	cache map[api.WorkflowRef]store.Template) (store.Template, []domain.FieldError, error) {
+	if t, ok := cache[ref]; ok {
+		return t, nil, nil
+	}
+	t, err := h.store.Templates().GetTemplate(ctx, store.TemplateKey{Project: project, Domain: dom, Name: ref.Name},
+		deref(ref.Version))
+	if errors.Is(err, store.ErrNotFound) {
+		what := "no workflow template named " + ref.Name
+		if ref.Version != nil {
+			what = fmt.Sprintf("workflow template %s has no version %d", ref.Name, *ref.Version)
+		}
+		return t, []domain.FieldError{{Field: "workflow", Message: what + " in " + project + "/" + dom}}, nil
+	}
+	if err != nil {
+		return t, nil, fmt.Errorf("read workflow %s: %w", ref.Name, err)
+	}
+	if cache != nil {
+		cache[ref] = t
+	}
+	return t, nil, nil
 }
 
 // specProblem is the 422 invalid_spec problem naming fieldErrs (at least one).

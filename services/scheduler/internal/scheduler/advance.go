@@ -143,16 +143,17 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 	if domain.Phase(run.Phase) != domain.PhaseQueued || len(run.Spec.Steps) == 0 {
 		return p, fr, false
 	}
-	status := make(map[string]domain.StepStatus, len(run.Spec.Steps))
-	byName := make(map[string]domain.Step, len(run.Spec.Steps))
-	for _, st := range run.Spec.Steps {
+	steps := run.Spec.StepsWithParams(run.Params)
+	status := make(map[string]domain.StepStatus, len(steps))
+	byName := make(map[string]domain.Step, len(steps))
+	for _, st := range steps {
 		status[st.Name], byName[st.Name] = domain.StepStatus{Phase: domain.PhaseQueued}, st
 	}
-	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, nil)
+	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
 	if len(p.Skip) > 0 {
 		return p, fr, false
 	}
-	fr = store.FreshRun{Key: domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}, Steps: run.Spec.Steps,
+	fr = store.FreshRun{Key: domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}, Steps: steps,
 		Started: make([]store.StartedStep, 0, len(p.Start))}
 	for _, name := range p.Start {
 		st := byName[name]
@@ -169,7 +170,7 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 // advanced, and when it was, the expansion inserts nothing and reads them.
 func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.Run, key domain.RunKey) ([]store.Action, error) {
 	if domain.Phase(run.Phase) == domain.PhaseQueued && len(run.Spec.Steps) > 0 {
-		steps, err := tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps)
+		steps, err := tx.Runs().ExpandSteps(ctx, key, run.Spec.StepsWithParams(run.Params))
 		if err != nil {
 			return steps, fmt.Errorf("expand %d steps: %w", len(run.Spec.Steps), err)
 		}
@@ -180,7 +181,7 @@ func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.
 		return steps, fmt.Errorf("read step actions: %w", err)
 	}
 	if len(steps) != len(run.Spec.Steps) {
-		if steps, err = tx.Runs().ExpandSteps(ctx, key, run.Spec.Steps); err != nil {
+		if steps, err = tx.Runs().ExpandSteps(ctx, key, run.Spec.StepsWithParams(run.Params)); err != nil {
 			return steps, fmt.Errorf("expand %d steps: %w", len(run.Spec.Steps), err)
 		}
 	}
@@ -200,7 +201,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 		if err != nil {
 			return domain.Progress{}, err
 		}
-		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, nil)
+		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
 		hits, err := s.apply(ctx, tx, key, steps, p, later, now)
 		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
