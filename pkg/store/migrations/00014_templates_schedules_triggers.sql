@@ -28,18 +28,25 @@ ALTER TABLE runs
     ADD COLUMN scheduled_at timestamptz,
     ADD COLUMN trigger_name text,
     ADD COLUMN event_id text;
--- A schedule's runs by time: its recent runs, and the overlap policy's
--- "is one still running" (terminal runs have ended_at).
+-- A schedule's runs by time, newest first: its recent runs.
 CREATE INDEX runs_by_schedule ON runs (project, domain, schedule_name, scheduled_at DESC)
     WHERE schedule_name IS NOT NULL;
+-- A schedule's runs not yet ended: what its overlap policy counts as
+-- running, read for a batch of schedules at each firing. Only scheduled
+-- runs enter it, and each leaves it once, when it ends (runs_active already
+-- makes that update non-HOT).
+CREATE INDEX runs_schedule_live ON runs (project, domain, schedule_name)
+    WHERE schedule_name IS NOT NULL AND ended_at IS NULL;
 
 -- Schedules (Temporal's). spec holds cron|interval, timezone, jitter,
--- overlap and catchup_window. cursor_at is the latest scheduled time
--- decided (started, buffered, skipped or missed): the times after it are
--- still to come. pending holds the times a trigger or a backfill asked for,
--- buffered those the overlap policy keeps until the running run ends, both
--- JSON arrays of times, oldest first. check_at is when the firing loop
--- looks at the schedule next.
+-- overlap and catchup_window; params the params as given (resolved against
+-- the template at each firing). cursor_at is the latest automatic
+-- scheduled time decided (started, buffered, skipped or missed): the times
+-- after it are still to come. pending holds the times a trigger or a
+-- backfill asked for, as [{at, overlap?}] by time; buffered the times the
+-- overlap policy keeps until the running run ends, as [time], oldest
+-- first. check_at is when the firing loop looks at the schedule next; NULL
+-- while nothing can come (paused, nothing pending or buffered).
 CREATE TABLE schedules (
     project text NOT NULL,
     domain text NOT NULL,
@@ -54,13 +61,13 @@ CREATE TABLE schedules (
     buffered jsonb NOT NULL DEFAULT '[]',
     missed_catchup_window bigint NOT NULL DEFAULT 0,
     skipped_overlap bigint NOT NULL DEFAULT 0,
-    check_at timestamptz NOT NULL,
+    check_at timestamptz,
     version bigint NOT NULL DEFAULT 1,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (project, domain, name)
 );
-CREATE INDEX schedules_due ON schedules (check_at) WHERE NOT paused;
+CREATE INDEX schedules_due ON schedules (check_at) WHERE check_at IS NOT NULL;
 
 -- Event triggers (Hatchet's): a published event of event_key starts a run
 -- of the template when filter (CEL over event) holds, with params mapped by
@@ -97,6 +104,7 @@ CREATE TABLE published_events (
 DROP TABLE published_events;
 DROP TABLE triggers;
 DROP TABLE schedules;
+DROP INDEX runs_schedule_live;
 DROP INDEX runs_by_schedule;
 ALTER TABLE runs
     DROP COLUMN workflow_name,
