@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
 )
@@ -34,6 +36,16 @@ type config struct {
 	Workers int `env:"CAPSTAN_SCHEDULER_WORKERS" envDefault:"10"`
 	// Tick is the idle scheduling pass period. Default 1s.
 	Tick time.Duration `env:"CAPSTAN_SCHEDULER_TICK" envDefault:"1s"`
+	// ScheduleTick is the longest the schedule firing loop waits between
+	// rounds when no schedule is due sooner, and how soon a schedule with
+	// buffered times is looked at again. Default 1s.
+	ScheduleTick time.Duration `env:"CAPSTAN_SCHEDULE_TICK" envDefault:"1s"`
+	// ScheduleBatch is the most schedules one firing transaction decides.
+	// Default 500.
+	ScheduleBatch int `env:"CAPSTAN_SCHEDULE_BATCH" envDefault:"500"`
+	// ScheduleWorkers is how many firing transactions a replica runs at
+	// once. Default 4.
+	ScheduleWorkers int `env:"CAPSTAN_SCHEDULE_WORKERS" envDefault:"4"`
 	// ResyncPeriod is how often all work is re-derived from Postgres.
 	// Default 5m.
 	ResyncPeriod time.Duration `env:"CAPSTAN_RESYNC_PERIOD" envDefault:"5m"`
@@ -95,7 +107,13 @@ func (c config) validate() error {
 	if c.MetricsRefresh < 0 {
 		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
 	}
-	return c.scheduler(nil).Validate()
+	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate())
+}
+
+// firing returns the schedule firing loop's part of the config.
+func (c config) firing() firing.Config {
+	return firing.Config{Tick: c.ScheduleTick, BatchSize: c.ScheduleBatch, Workers: c.ScheduleWorkers,
+		AbortMaxRetry: queue.AbortTaskRetries(c.AbortMaxAttempts)}
 }
 
 func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {

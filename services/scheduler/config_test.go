@@ -39,3 +39,20 @@ func TestDeadWorkerRetention(t *testing.T) {
 	negative := parse(t, map[string]string{"CAPSTAN_DEAD_WORKER_RETENTION": "-1m"})
 	require.ErrorContains(t, negative.validate(), "Liveness.DeadRetention: -1m0s is negative")
 }
+
+// TestScheduleSettings: CAPSTAN_SCHEDULE_TICK, _BATCH and _WORKERS are the
+// firing loop's Tick (default 1s), BatchSize (500) and Workers (4); a
+// negative one is refused before anything connects.
+func TestScheduleSettings(t *testing.T) {
+	t.Parallel()
+	def := parse(t, map[string]string{})
+	require.NoError(t, def.validate())
+	require.Equal(t, time.Second, def.firing().Tick)
+	require.Equal(t, 500, def.firing().BatchSize)
+	require.Equal(t, 4, def.firing().Workers)
+	set := parse(t, map[string]string{"CAPSTAN_SCHEDULE_TICK": "50ms", "CAPSTAN_SCHEDULE_BATCH": "20"})
+	require.Equal(t, 50*time.Millisecond, set.firing().Tick)
+	require.Equal(t, 20, set.firing().BatchSize)
+	negative := parse(t, map[string]string{"CAPSTAN_SCHEDULE_WORKERS": "-1"})
+	require.ErrorContains(t, negative.validate(), "Workers: -1 is negative")
+}

@@ -1,5 +1,6 @@
 // Command capstan-scheduler makes Capstan's decisions: run expansion and
-// progression, retries with backoff, and (as the one leader) task placement.
+// progression, retries with backoff, schedules' firings, and (as the one
+// leader) task placement.
 // It serves /healthz, /readyz and /metrics on CAPSTAN_METRICS_ADDR.
 // Configuration is read from the environment: see config.
 package main
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	_ "time/tzdata" // schedules' zones, whatever the image holds
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/pkg/obs"
@@ -17,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
+	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
 )
@@ -45,6 +48,8 @@ func run(cfg config, log *slog.Logger) error {
 			return fmt.Errorf("register payload sizes: %w", err)
 		}
 		sched := scheduler.New(deps.Store, enq, log, deps.Registry, cfg.scheduler(deps.Inspector))
+		// Every replica fires schedules: their rows' locks share the work.
+		fire := firing.New(deps.Store, enq, log, deps.Registry, cfg.firing())
 		// The leader counts; a sum over the replicas stays right.
 		deps.Registry.MustRegister(gauges.NewStateCollector(deps.Store.Tasks(), cfg.MetricsRefresh, log).When(sched.IsLeader),
 			gauges.NewQueueCollector(deps.Inspector, cfg.MetricsRefresh, log).When(sched.IsLeader))
@@ -68,7 +73,9 @@ func run(cfg config, log *slog.Logger) error {
 		}
 		go func() { _ = health.Run(ctx) }()
 		log.Info("scheduler started", "metrics", health.Addr())
+		fire.Start(ctx)
 		sched.Run(ctx)
+		<-fire.Stopped()
 		return nil
 	})
 }
