@@ -8687,6 +8687,8 @@ type TriggerScheduleResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -8702,6 +8704,11 @@ func (r TriggerScheduleResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetBody returns the raw response body bytes
@@ -11924,6 +11931,13 @@ func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	}
 
@@ -16116,6 +16130,20 @@ func (response TriggerSchedule404ApplicationProblemPlusJSONResponse) VisitTrigge
 	return err
 }
 
+type TriggerSchedule409ApplicationProblemPlusJSONResponse Problem
+
+func (response TriggerSchedule409ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UnpauseScheduleRequestObject struct {
 	Project  Project      `json:"project"`
 	Domain   Domain       `json:"domain"`
@@ -19261,37 +19289,37 @@ var swaggerSpec = []string{
 	"Bj4Sgil3TLFnZ8P7Y5reXPM8/0osxtWjFNVpvnezfuKz5B/zhdBG/NutT9oBnlpLqPrajxIqLUGw+nB6",
 	"ea7wlbggv7l24ExkH8o2SQf9pN/v9xKiCwDn95USro8emUOHPEAt5zOGjnRnvgcR7lqoe7Ac8QWOHriK",
 	"/ljn7tRO+V9JWzk30ln+3oJHjQ8pEINEzqVnT5iQhqS0mEwNKebPTzGm0lX2D0MzSx1Mn4hVN/RJfWI3",
-	"WHsO3ewOczh9kAFrjYzgVkQ2FjgWN88NHnnuIktQEC3vSNdPOSPQx4BrolkqRbaJFT//SSnEH5C7XuKk",
-	"/7X4a/BPYO9OCE0GENKSoOwZeVIyqbZvbnSgXviL/tD+02o/7LXuU78mj+I99YNt4Tz9OvDKNnhOfRvv",
-	"p3Scumd8Ib9paFT+P8xtWuLqlH7Ta6kwp24Jlg8vu2EOq2ROXdMd5qE7K+ASeIM/D72nA0/0j9j/5D61",
-	"cKtWyfm5vapulocO2NelFGICi4+imamSxWQK6s5W69bsXm185f5zHKGLEuj1oQv5XlSG+mPAPpoa94wn",
-	"7G/usbpVfmStZWGjqP81XPWHlvXRdpDrhb678pGkvh8N882xsS1xrdUALZqm08TrBL0WSkGtHeRXohfU",
-	"19K1okSnG5/NCsgqDWBW7J8Fzb0hVF+QHU26GsC6KiMmoXmuyADtqxdKFl/0+x6ykIZBDgn1TvMhoGpB",
-	"xirkX9Oy+CTsQRVz60X/wE4zSDvX8XsoPFJYKmc+pTRAnFVHi0M/66knwyeDfi4f8YVCGqttTeOsviQB",
-	"HSGARwc4bDOtI0hyqc7gGeGoz1zHSkKrXKHSiDQQY/dITeSOJsuvlJDXUmRFaqTawebQQNNutF573nEP",
-	"DSsMuP/Jf2yhY9VOwzMpWeDJtPscSQboejS065xPpiapZLpAXpO33CqhKyXv9GFtPI49zF72X95jyZuV",
-	"s+a1ev6zGzmrD6ydWZWH5bZ8lUJv85V+MbfHAYodpn23NO2UNS95O1+BRmW3109+78FtephaxKmkDt38",
-	"b5qp0sz+J/dpLRbZEvF8DYzmkTiMtQf/dVlL3KC8rezivSrAPfVhy+317mC85Cn9BvYJ6zgMznIvyi+w",
-	"J/eMZix4TazGeXR6EsN7l4UhmqWK1RGv3DLEaAO6lQNprHOP2vuf1jlqn/ClXKPwds2O0UMyggUc+cY6",
-	"uMIJ4tlgjEyKlD231u2Rw6HXORLKIda0wPzsbB0Ur+sLJEW+2I4sascoNFRuUozPoAN9SSybtGK8/sFa",
-	"MQ7j+9dDK5wSDugAo1FC3i3BQrU6E5FeIXVOxbO1TOpaqhk1nUGnKODKpgYn2Hpzs36EYasnFW3NMaWL",
-	"0IV/hVcd5TlRzghkWXlVXULZ2W+QTw3Nb3FknN6Tla5WH/KFWNGvvgVrpO2tX90vZ9xXOtNyYTcwZdit",
-	"EDe37XYv9Zl1l27kLm+YWqWDzYa3Wl64B2Q954zecjEh3UxRLljWKxckCw/Sh77K1heZO4AEy5jGDBA3",
-	"avXsG9ctNO+98y/+aP3YcSmr7dir2xFArBqhUX48viArnbAhwAadzsNCuDq9QY2IsPjKdc4Ll3JEAflH",
-	"oQ2Z8FsmiJETZqZMYR2+E2bY41sKRipN9hGFPlvqCD7PaYodI0BW4xsGnHpAbgHnR6YR/2eOLUzsOCJl",
-	"vUOorchIIW6EvBMAtNL0ANfBMjxjSsvMw6jRwtSRX+MNfW4qOEp6x062CTiHZ3qtUIJGCjXpxIX59mVn",
-	"fbck6Kx0gre+ePUtXOz+LK+mStHFE3dWqmz3OkkV6OlaFuLZe/L+CvmoFVoXAJFqpGuEWqX3TFcIiJuk",
-	"bGlAs6+YN0wZVWbM6D2QSSojN8n8n8LoTyPuw/hlu/unjCxUH5cv1vW1f7iUwl3a0ZYZcpnxFASQYFq7",
-	"hvKPSVQxynBt6x+JLpr6BAEGEj6KdO/seYMuLivSyE2HGHrDdM8y71xO9Ppb4Ap3w0rX/ag4wXxPYK1L",
-	"kIXgUcdq6MzLHOgqEzqjgFjDhjgcRdqp1GaimK623gE3vv1xxrSmE+ajj2XJ9YoohYgiFqyTo2oXJIcC",
-	"Ni4n1q28oBN0WFVYlWc7ekBe9l8eAhCCtT15GGomb+2M7O/f9ciEGYRX8K2TuHCdRqFXDPabx/J7wDRB",
-	"QWyfpPfIuSvaDy3ccGkwt5BrMqVqljOtB+X+B7Q+ZxD7N7E04ooCOAruld0s1yhZRgVwuCk0L1x3I/ct",
-	"dE8nRyRwQOh5rXjGCM2l1Q/DL72kAoELAG6BTOwqvuy/RAytGaOuPx2utJ15ZRsyRhE/b2a1ImiB7ZTy",
-	"bkl2d6xSH9KLAZLYtaqoG09jRtmHQN+gZ+9XVD4aWxatY7OHTsSu9i66b7eiB3JtJHLUK73WsOM5tnZ0",
-	"u6wogxJcIbHVhl2PyuvtlFlaKG4WwM7HjCp7728fLMNGzDhk9IXKO4PO1Jj5YH//4MVf9vp7/b2DwV/7",
-	"f+0Dc3dT+uR1VsBR+JyEv/1UV5EvAe0fg5+VRkQ3PM/xS7c6ic+TQOwvu0Ii5ZZLOrAv+HW2V4EdhYEj",
-	"T7x0YC+hScsh8C37jchIoZ2no45eGhvIBSecg6QWGEdMCp9CUxmu9OyvjnfWviS8MmKZdb064mk9IbLE",
-	"9A/hY2CXulaRvrSOLlPt84fP/38AAAD//w==",
+	"WHsO3ewOczh9kAFrjYzgVkQ2FjgW/+rhac9dJAoKqOUd6fpXzAj0PeCaaJZKkW1i3c9/sgrxB+TGlzjp",
+	"fy1+HPwZ2OsTQpkBtLQkKHumnpRMqu2eGx2uF/6iP7S/tdo/e6271a/Jo3hb/WBbOFu/DnyzDZ5W3/b7",
+	"KR2t7hlfyM8aGpv/D3Ozljg8pZ/1WirMwVuC8cPLbpjDNplT16SHeajPChgF3uDPQ+/pwBb9I/Y/uU8t",
+	"3LBVcn5uL6yb5aEDAnYpiJjw4qNuZqpkMZmCerTVujW7Yxtfuf8cR+iiBIZ96EK+F5Wh/hgwkabGPeMJ",
+	"/pt7sm6VT1lrcdgo6n8NV/2hZX20feR6oe+ufCSp70fD/HRshEtcKzZAl6bpNPE6Qa+FUlBrH/mV6AX1",
+	"tXStK9FJx2ezArJQA/gV+2dBc28I1RdkR5OuBnCvyohJaLYrMkAH64USxxf9voc4pGGQQ0K9k30IKFyQ",
+	"4Qr52rQsVgl7UMXoetE/sNMM0s51CB8KjyyWyplPQQ2QaNXR4lDReurJ8MmgostHfKEQyGob1DirL0lA",
+	"Rwjg0QER20zrCJJiqjN4RvjqM9fhktAqV6g0Lg3E2D1SE7mjyfIrJeS1FFmRGql2sJk00LQbrdeed9xD",
+	"wwoD7n/yH1voWLXT8ExKFng+7T5Hkge6Hj3tOueTqUkqmTGQB+Utt0qoS8k7fVgbj2PPs5f9l/dY8mbl",
+	"rHmtnv/sRs7qA2ttVuVhuS1fpdDbfKVfzO1xg2KHad8tTTtlzUvezlegUdnt9ZPfe3BbH6YWcSqpQz3/",
+	"m2aqNLP/yX1ai122RDxfA6N5JA5j7cF/XdYSNyhvK7t4r4pxT33Yonu9OxgveUq/gX3COg6Ds9yL8gvs",
+	"4T2jGQteE6txHp2exPDhZWGIZqlidYQstwwx2oDu5kAa69yj9v6ndY7aJ3wp1yi8XbNj9JCMYAFHvhEP",
+	"rnCC+DcYI5MiZc+tdXukceiNjoRyiDUwMD87Wwfd6/oISZEvtiOL2jEKDZibFOMz6FhfEssmrRivf7BW",
+	"jMP4fvfQOqeEDzrAaJSQd0swUq3ORKS3SJ1T8Wwtk7qWakZNZ9ApCriyqSEKturcrB9h2OpJRVtzTOki",
+	"dO1f4VVHeU6UMwJZVl5Vl1B29hvkU0OzXBwZp/dkpa7Vh3whVvSrb9kaaZPrV/fLGfeVTrZc2A1MGXY3",
+	"xM1tu91LfWndpRu5yxumVulgs+GtlhfuAVnSOaO3XExIN1OUC5b1ygXJwoP0oa/K9UXpDlDBMqYxA4SO",
+	"Wv37xnULzX7v/Is/Wv92XMpq+/bqdgTQq0YolR+PL8hK52wIsEFn9LAQrq5vUCMiLNZynfbCpRxRQ/5R",
+	"aEMm/JYJYuSEmSlTWLfvhBn2BJeCkUpTfkStz5Y6iM9zmmKHCZDV+IYB1x6QXsD5kWnEC5pjyxM7jkhZ",
+	"7xBqMTJSiBsh7wQAszQ9wHW8DM+Y0jJTMWq0MHXk13hDX5wK7pLesZNtAtrhmV4rlKDxQk06cWG+fdlZ",
+	"310JOjGd4K0vXn0LF7s/y6upUnTxxJ2YKtu9TlIFerqWhXj2Hr6/Qv5qhdYFQKoa6RqnVuk90xUC4iYp",
+	"WyDQ7CvmDVNGlRkzeg8kk8rITTL/pzD604j7MH7ZHv8pIwvVx+WLdX3wHy6lcJd2tGWGXGY8BQEkmNau",
+	"Af1jElWMMlyb+0eii6a+QoCZhI8i3Tt73qDry4o0ctMhht4w3bPMO5cTvf4WuMLdsNKlPypOMD8UWOsS",
+	"xCF41LF6OvMyB7rQhE4qINawgQ5HkXYqtZkopqutesCNb3+cMa3phPnoY1mivSJKIaKIBe7kqNo1yaGG",
+	"jcuJdSsv6AQdViFW5dmOHpCX/ZeHAJxgbU8ehprJWzsj+/t3PTJhBuEYfKslLlxnUugtg/3psVwfMFBQ",
+	"ENsn6T1y7or8Q8s3XBrMLeSaTKma5UzrQbn/Ad3PGcT+TSyNuCICjoJ7ZTfLNUqWUQQczgrNC9cNyX0L",
+	"3dbJEQkcEHpkK54xQnNp9cPwSy+pQOYC4FsgE7uKL/svEXNrxqjrZ4crbWde2YaMUcTbm1mtCFpmO6W8",
+	"W5LdHavUk/RiACZ2rSrqxtOYUfYh0Gfo2fsblY/GFkfr2OyhE7GrvY7u293ogVwbiRz1Sq817HiOrR3d",
+	"LivKoARXSGy1wdej8no7ZZYWipsFsPMxo8re+9sHy7ARYw4ZfaHyzqAzNWY+2N8/ePGXvf5ef+9g8Nf+",
+	"X/vA3N2UPnmdFXAXPifhbz/VVaRM6A6Awc9K46Ibnuf4pVudxOdJIFaYXSGRcsslHTgY/Drbq8CUwsCR",
+	"J146cJjQ1OUQ+Jb9RmSk0M7TUUc7jQ3kghPOQVILjCOGhU+hqQxXevZXxztrX0JeGbHMul4d8bSeEFn2",
+	"AAjhY2CXulbBvrSOLlPt84fP/38AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	_ "time/tzdata" // schedules' zones, whatever the image holds
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/pkg/queue"
