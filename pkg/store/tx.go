@@ -112,7 +112,8 @@ const (
 	// lists), several times a second: a start batch's (TryLockRuns and
 	// what follows it), an evaluation batch's (LockAndClaimAttempts and
 	// what follows it), a report batch's about several attempts, the expiry
-	// read. Its connections keep one generic plan per statement, made from
+	// read, a schedule firing's (LockDueSchedules and what follows it). Its
+	// connections keep one generic plan per statement, made from
 	// index paths alone and made again as the tables grow (byKeySettings,
 	// replanner): on the main pool Postgres would plan such a statement at
 	// each call, and a plan kept from a new database's first minute would
