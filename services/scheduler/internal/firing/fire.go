@@ -38,11 +38,11 @@ type cancel struct {
 // cancel_other cancels (AbortAction, in key order), creates the runs
 // (CreateRuns: a name already taken is a time that already started a run,
 // which starts nothing), and records the firings. After the commit it
-// pushes the new runs' starts and the aborts; the scheduler's resync and
-// the reconciler's scan deliver what a lost push leaves. A crash before
-// the commit leaves nothing; after it, the names make any replay create
-// nothing.
-func (l *Loop) fireBatch(ctx context.Context) (Result, error) {
+// pushes the aborts, and returns the runs it created, whose starts the
+// round pushes (pushStarts); the scheduler's resync and the reconciler's
+// scan deliver what a lost push leaves. A crash before the commit leaves
+// nothing; after it, the names make any replay create nothing.
+func (l *Loop) fireBatch(ctx context.Context) (Result, []store.Run, error) {
 	var created []store.Run
 	var aborted []domain.ActionKey
 	var res Result
@@ -69,16 +69,15 @@ func (l *Loop) fireBatch(ctx context.Context) (Result, error) {
 		return tx.Schedules().RecordFirings(ctx, b.firings)
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("fire schedules: %w", err)
+		return Result{}, nil, fmt.Errorf("fire schedules: %w", err)
 	}
 	l.observe(res, created)
-	l.pushStarts(ctx, created)
 	for _, k := range aborted {
 		if err := l.queue.Enqueue(ctx, queue.NewActionAbortTask(k, l.cfg.AbortMaxRetry)); err != nil {
 			l.log.Warn("enqueue abort failed; the reconciler's scan delivers it", "action", k.String(), "err", err)
 		}
 	}
-	return res, nil
+	return res, created, nil
 }
 
 // load reads what the locked schedules' decisions need (their live runs,

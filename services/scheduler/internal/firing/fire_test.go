@@ -2,6 +2,7 @@ package firing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -246,6 +247,12 @@ func TestStartFiresOnItsOwn(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.runsOf(t, "s")) == 1 }, 10*time.Second, 10*time.Millisecond)
 	cancel()
 	<-l.Stopped()
-	require.Equal(t, 10*time.Millisecond, l.wait(Result{}))
-	require.Equal(t, time.Duration(0), l.wait(Result{NextCheckAt: base}), "a check already due is taken at once")
+	require.Equal(t, 10*time.Millisecond, l.wait(Result{}, nil))
+	require.Equal(t, time.Duration(0), l.wait(Result{Schedules: 1, NextCheckAt: base}, nil),
+		"a check already due is taken at once")
+	require.Equal(t, time.Millisecond, l.wait(Result{NextCheckAt: base}, nil),
+		"a due check the round could not take is held elsewhere: ask again soon, not at once")
+	require.Equal(t, 10*time.Millisecond, l.wait(Result{Schedules: 1, NextCheckAt: base}, errors.New("down")))
+	f.clock.set(base.Add(-time.Millisecond))
+	require.Equal(t, time.Millisecond, l.wait(Result{NextCheckAt: base}, nil), "until the next check")
 }

@@ -101,7 +101,7 @@ func (l *Loop) Start(ctx context.Context) {
 			if err != nil && ctx.Err() == nil {
 				l.log.Warn("schedule firing round failed", "err", err)
 			}
-			timer.Reset(l.wait(res))
+			timer.Reset(l.wait(res, err))
 		}
 	}()
 }
@@ -109,13 +109,21 @@ func (l *Loop) Start(ctx context.Context) {
 // Stopped is closed once the loop Start began has ended.
 func (l *Loop) Stopped() <-chan struct{} { return l.stopped }
 
-// wait is how long the loop sleeps after a round that found res: until
-// the next check_at, at most Tick.
-func (l *Loop) wait(res Result) time.Duration {
-	if res.NextCheckAt.IsZero() {
+// wait is how long the loop sleeps after a round that found res and
+// failed with err: until the next check_at, at most Tick; Tick after a
+// failure (the failed schedules are due still), and a tenth of it when the
+// round decided nothing though a check is due (those schedules are held
+// elsewhere: another replica's firing, an api change), instead of asking
+// again at once until they are free.
+func (l *Loop) wait(res Result, err error) time.Duration {
+	if err != nil || res.NextCheckAt.IsZero() {
 		return l.cfg.Tick
 	}
-	return min(max(res.NextCheckAt.Sub(l.cfg.Now()), 0), l.cfg.Tick)
+	d := res.NextCheckAt.Sub(l.cfg.Now())
+	if d <= 0 && res.Schedules == 0 {
+		return l.cfg.Tick / 10
+	}
+	return min(max(d, 0), l.cfg.Tick)
 }
 
 // Result is what one round did.
@@ -138,27 +146,43 @@ func (r *Result) add(b Result) {
 	r.Cancelled += b.Cancelled
 }
 
+// holdStarts is the most created runs a round holds before it pushes their
+// starts.
+const holdStarts = 10000
+
 // runOnce fires every schedule due now: Workers transactions at a time,
 // each of up to BatchSize schedules (fireBatch), until a transaction finds
-// fewer than a full batch due; then it reads the next check_at. Errors: the
-// transactions' (each worker stops at its first), and the read's.
+// fewer than a full batch due; then it pushes the starts of the runs they
+// created (sooner when more than holdStarts wait) and reads the next
+// check_at. Holding the starts to the round's end keeps the runs the first
+// transactions created from starting, and taking the machine, while the
+// later ones are still creating theirs: every schedule of a minute is
+// created about as soon. Errors: the transactions' (each worker stops at
+// its first), and the read's.
 func (l *Loop) runOnce(ctx context.Context) (Result, error) {
 	var (
-		mu   sync.Mutex
-		res  Result
-		errs []error
-		wg   sync.WaitGroup
+		mu      sync.Mutex
+		res     Result
+		errs    []error
+		created []store.Run
+		wg      sync.WaitGroup
 	)
 	for range l.cfg.Workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				b, err := l.fireBatch(ctx)
+				b, runs, err := l.fireBatch(ctx)
 				mu.Lock()
 				res.add(b)
 				if err != nil {
 					errs = append(errs, err)
 				}
+				created = append(created, runs...)
+				var push []store.Run
+				if len(created) >= holdStarts {
+					push, created = created, nil
+				}
 				mu.Unlock()
+				l.pushStarts(ctx, push)
 				if err != nil || b.Schedules < l.cfg.BatchSize {
 					return
 				}
@@ -166,6 +190,7 @@ func (l *Loop) runOnce(ctx context.Context) (Result, error) {
 		})
 	}
 	wg.Wait()
+	l.pushStarts(ctx, created)
 	next, ok, err := l.store.Schedules().NextCheckAt(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("read the next check: %w", err))
