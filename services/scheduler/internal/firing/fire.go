@@ -114,7 +114,8 @@ func (l *Loop) decide(b *batch, sc store.Schedule, live []string, templates map[
 	cal, err := sc.Spec.Calendar()
 	if err != nil { // validated when stored: only a zone database without its zone
 		l.log.Error("schedule spec does not compile; the schedule is not fired until changed", "schedule", key.String(), "err", err)
-		b.firings = append(b.firings, store.ScheduleFiring{Key: key, CursorAt: sc.CursorAt, Buffered: sc.Buffered})
+		b.firings = append(b.firings, store.ScheduleFiring{Key: key, CursorAt: sc.CursorAt, Pending: sc.Pending,
+			Buffered: sc.Buffered})
 		b.res.Schedules++
 		return
 	}
