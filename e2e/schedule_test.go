@@ -266,7 +266,7 @@ func TestScheduleCatchupAfterOutage(t *testing.T) {
 }
 
 // pushTemplate registers the template name of spec through the api.
-func pushTemplate(t *testing.T, s *Stack, name string, spec api.WorkflowSpec) {
+func pushTemplate(t testing.TB, s *Stack, name string, spec api.WorkflowSpec) {
 	t.Helper()
 	resp, err := s.Client.PushWorkflowWithResponse(context.Background(), project, domain,
 		api.PushWorkflowRequest{Name: name, Spec: spec})
