@@ -198,4 +198,3 @@ func firingStatements(tb testing.TB, base string) map[string]any {
 	}
 	return out
 }
-

@@ -45,7 +45,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Tick < 0 {
-		errs = append(errs, fmt.Errorf("Tick: %s is negative", c.Tick))
+		errs = append(errs, fmt.Errorf("%s: %s is negative", "Tick", c.Tick))
 	}
 	for name, n := range map[string]int{"BatchSize": c.BatchSize, "Workers": c.Workers, "AbortMaxRetry": c.AbortMaxRetry} {
 		if n < 0 {
