@@ -117,3 +117,33 @@ func TestWorkflowAndParamProblems(t *testing.T) {
 	status, _, p = f.do(t, http.MethodGet, workflowsPath+"/bad", "")
 	require.Equal(t, http.StatusNotFound, status, p)
 }
+
+// A create from the api's cache of templates never runs a version that
+// another replica superseded or deleted since: the guarded insert refuses
+// it and the create reads the template again.
+func TestRunOfWorkflowSeesOtherReplicasPushes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	other := newFixtureOn(t, f.store, Config{}, nil) // a second api on the same database
+	status, _, p := f.do(t, http.MethodPost, workflowsPath, etlTemplate("one"))
+	require.Equal(t, http.StatusCreated, status, p)
+	status, _, run := f.do(t, http.MethodPost, runsPath, `{"workflow":{"name":"etl"},"params":{"TARGET":"x"}}`)
+	require.Equal(t, http.StatusCreated, status, run)
+	require.Equal(t, float64(1), run["workflow"].(map[string]any)["version"])
+
+	status, _, p = other.do(t, http.MethodPost, workflowsPath, etlTemplate("two"))
+	require.Equal(t, http.StatusCreated, status, p)
+	status, _, run = f.do(t, http.MethodPost, runsPath, `{"workflow":{"name":"etl"},"params":{"TARGET":"x"}}`)
+	require.Equal(t, http.StatusCreated, status, run)
+	require.Equal(t, float64(2), run["workflow"].(map[string]any)["version"], "the latest, though this api had read version 1")
+
+	status, _, _ = other.do(t, http.MethodDelete, workflowsPath+"/etl", "")
+	require.Equal(t, http.StatusNoContent, status)
+	for _, body := range []string{`{"workflow":{"name":"etl"},"params":{"TARGET":"x"}}`,
+		`{"workflow":{"name":"etl","version":2},"params":{"TARGET":"x"}}`} {
+		status, _, p = f.do(t, http.MethodPost, runsPath, body)
+		require.Equal(t, http.StatusUnprocessableEntity, status, "%s: %v", body, p)
+		require.Equal(t, "workflow", fields(p)[0])
+	}
+	require.Equal(t, 2, runCount(t, f.store))
+}
