@@ -39,12 +39,12 @@ type RunOrigin struct {
 	// makes CreateRun insert only while that version is live and, with
 	// Latest, still the latest: else ErrStaleTemplate, and nothing is
 	// written.
-	Guard  bool
-	Latest bool
-	ScheduleName    string
-	ScheduledAt     time.Time
-	TriggerName     string
-	EventID         string
+	Guard        bool
+	Latest       bool
+	ScheduleName string
+	ScheduledAt  time.Time
+	TriggerName  string
+	EventID      string
 }
 
 // row returns the runs row of nr, QUEUED, created at now.
