@@ -35,16 +35,15 @@ type NewRun struct {
 type RunOrigin struct {
 	WorkflowName    string
 	WorkflowVersion int
+	ScheduleName    string
+	ScheduledAt     time.Time
+	TriggerName     string
+	EventID         string
 	// Guard, for a run of a template version read earlier (a cache),
 	// makes CreateRun insert only while that version is live and, with
 	// Latest, still the latest: else ErrStaleTemplate, and nothing is
 	// written.
-	Guard        bool
-	Latest       bool
-	ScheduleName string
-	ScheduledAt  time.Time
-	TriggerName  string
-	EventID      string
+	Guard, Latest bool
 }
 
 // row returns the runs row of nr, QUEUED, created at now.
