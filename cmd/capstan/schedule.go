@@ -88,8 +88,8 @@ func nextNote(s *api.Schedule) string {
 	return ""
 }
 
-// every is s's cron (with its time zone) or interval.
-func every(s api.Schedule) string {
+// cadence is s's cron (with its time zone) or interval.
+func cadence(s api.Schedule) string {
 	if s.Cron != nil {
 		return fmt.Sprintf("cron %q %s", *s.Cron, nonEmpty(deref(s.Timezone), "UTC"))
 	}
@@ -122,7 +122,7 @@ func newScheduleList(g *globals) *cobra.Command {
 					if len(s.NextRunTimes) > 0 {
 						next = s.NextRunTimes[0].Local().Format(time.DateTime)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\n", s.Name, refString(s.Workflow), every(s), s.Overlap, s.Paused, next)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\n", s.Name, refString(s.Workflow), cadence(s), s.Overlap, s.Paused, next)
 				}
 			})
 		},
@@ -166,7 +166,7 @@ func printSchedule(w io.Writer, s *api.Schedule) {
 	if s.Paused {
 		paused = "  (paused)"
 	}
-	fmt.Fprintf(w, "schedule %s  %s  %s%s\n", s.Name, refString(s.Workflow), every(*s), paused)
+	fmt.Fprintf(w, "schedule %s  %s  %s%s\n", s.Name, refString(s.Workflow), cadence(*s), paused)
 	fmt.Fprintf(w, "overlap %s  catchup_window %s  jitter %s\n", s.Overlap, s.CatchupWindow, nonEmpty(deref(s.Jitter), "0s"))
 	if len(s.Params) > 0 {
 		raw, _ := json.Marshal(s.Params) // decoded JSON: it encodes
