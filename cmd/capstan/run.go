@@ -95,7 +95,8 @@ func (co createOpts) run(cmd *cobra.Command, g *globals) error {
 
 // templateRun is the body of a run of the template --workflow names, its
 // params converted by the types the template declares (read from the API
-// when there are any).
+// when there are any). A run with params is pinned to the version read, so
+// that a version pushed meanwhile cannot declare other types.
 func (co createOpts) templateRun(ctx context.Context, c *api.ClientWithResponses, g *globals,
 	texts map[string]string) (api.CreateRunRequest, error) {
 	ref, err := parseRef(co.workflow)
@@ -110,6 +111,7 @@ func (co createOpts) templateRun(ctx context.Context, c *api.ClientWithResponses
 	if err != nil {
 		return body, err
 	}
+	ref.Version = &t.Version
 	body.Params, err = typedParams(templateParams(t), texts, fmt.Sprintf("workflow %s version %d", t.Name, t.Version))
 	return body, err
 }

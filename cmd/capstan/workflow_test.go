@@ -61,9 +61,10 @@ func TestTypedParams(t *testing.T) {
 	}
 }
 
-// run create --workflow reads the version it names, converts each --param
-// by its declared type and sends {workflow, params}; a wrong value sends
-// nothing; without --param it reads no template.
+// run create --workflow reads the version it names (or the latest, which
+// the run is then pinned to), converts each --param by its declared type
+// and sends {workflow, params}; a wrong value sends nothing; without
+// --param it reads no template.
 func TestCreateRunOfTemplate(t *testing.T) {
 	t.Parallel()
 	s, api := newRoutes(t, map[string]reply{
@@ -93,11 +94,18 @@ func TestCreateRunOfTemplate(t *testing.T) {
 	if got := s.received(); len(got) != 3 || got[2].path != workflows+"/hello" {
 		t.Fatalf("requests %+v, want the latest version read and no run created", got)
 	}
+	if _, err := capstan(api, "run", "create", "--workflow", "hello", "--param", "WHO=bo"); err != nil {
+		t.Fatal(err)
+	}
+	pinned := map[string]any{"workflow": map[string]any{"name": "hello", "version": 2}, "params": map[string]any{"WHO": "bo"}}
+	if got := s.received(); len(got) != 5 || !equalJSON(got[4].body, pinned) {
+		t.Errorf("requests %+v, want the latest read, then a POST of the version read: %v", got[3:], pinned)
+	}
 	if _, err := capstan(api, "run", "create", "--workflow", "hello"); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.received(); len(got) != 4 || !equalJSON(got[3].body, map[string]any{"workflow": map[string]any{"name": "hello"}}) {
-		t.Errorf("requests %+v, want one POST of {workflow: {name: hello}}", got[3:])
+	if got := s.received(); len(got) != 6 || !equalJSON(got[5].body, map[string]any{"workflow": map[string]any{"name": "hello"}}) {
+		t.Errorf("requests %+v, want one POST of {workflow: {name: hello}}", got[5:])
 	}
 	for _, args := range [][]string{
 		{"--workflow", "hello@x"}, {"--workflow", "hello@0"}, {"--workflow", "@2"},
