@@ -33,7 +33,8 @@ latest version, or VERSION), or of the workflow spec of a file (YAML or JSON).
 JSON value of the type KEY is declared with, in the template or in the
 spec's params: a number (3, 1.5), a boolean (true or false), json (parsed:
 '{"a": [1]}'), a string (as it is). A KEY not declared, or a VALUE not of its
-type, is a usage error naming it.
+type, is a usage error naming it. A run of the latest template with --param
+is of the version read to convert them.
 
 A YAML file of several documents (separated by "---" lines) creates a run of
 each, 1,000 to a request, and prints each run's name in order, or, on
