@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/capstan-run/capstan/pkg/domain"
 )
 
 // Trigger is a row of triggers: a published event of EventKey starts a run
@@ -49,8 +51,12 @@ func (s Triggers) GetTrigger(ctx context.Context, key TriggerKey) (Trigger, erro
 
 // ListTriggers returns a page of the triggers of project/domain by name,
 // after cursor (the last name of the previous page), and the next page's
-// cursor ("" on the last); limit is 1 to 500, default 50.
+// cursor ("" on the last); limit is 1 to 500, default 50. Errors:
+// ErrBadCursor when cursor is not a trigger's name.
 func (s Triggers) ListTriggers(ctx context.Context, project, dom, cursor string, limit int) ([]Trigger, string, error) {
+	if cursor != "" && !domain.ValidName(cursor) {
+		return nil, "", ErrBadCursor
+	}
 	limit = min(max(cmp.Or(limit, 50), 1), 500)
 	var ts []Trigger
 	err := s.q(ctx).Where("project = ? AND domain = ? AND name > ?", project, dom, cursor).

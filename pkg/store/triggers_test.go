@@ -50,6 +50,8 @@ func TestTriggersCRUD(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"c"}, triggerNames(page))
 	require.Empty(t, next)
+	_, _, err = tr.ListTriggers(ctx, "p", "d", "\x00", 2)
+	require.ErrorIs(t, err, store.ErrBadCursor)
 
 	key := store.TriggerKey{Project: "p", Domain: "d", Name: "b"}
 	require.NoError(t, tr.DeleteTrigger(ctx, key))
