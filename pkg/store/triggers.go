@@ -143,18 +143,38 @@ type EventDelivery struct {
 // PublishedEventKey names a published event in a project and domain.
 type PublishedEventKey struct{ Project, Domain, ID string }
 
-// insertEventSQL inserts a published event unless its id is taken. A
-// concurrent insert of the same id waits on the primary key until the
-// first commits, then inserts nothing: one publication of an id wins.
-const insertEventSQL = `INSERT INTO published_events (project, domain, id, key, payload, deliveries, created_at)
-VALUES (@project, @domain, @id, @key, CAST(@payload AS jsonb), CAST(@deliveries AS jsonb), @now)
-ON CONFLICT DO NOTHING
-RETURNING created_at`
+// publishSQL inserts the published event of @project/@domain/@id unless
+// its id is taken, and only then the runs of @runs (in key order, the
+// lock order), their root actions (@roots) and run.created events
+// (@events), and queues @notices for the commit while a listener is
+// registered (listenersLive); it returns the events it inserted (1 or 0)
+// and the notifications it queued. One statement, atomic without a transaction: a concurrent
+// publication of the same id waits on the event's key until the first
+// commits, then inserts nothing. A run whose name is taken fails the
+// whole statement (a unique violation): nothing is written. The new runs
+// need no feed lock: no other transaction writes events of a run that has
+// not committed.
+var publishSQL = `WITH ev AS (INSERT INTO published_events (project, domain, id, key, payload, deliveries, created_at)
+	VALUES (@project, @domain, @id, @key, CAST(@payload AS jsonb), CAST(@deliveries AS jsonb), @now)
+	ON CONFLICT DO NOTHING RETURNING 1),
+r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
+	FROM jsonb_populate_recordset(NULL::runs, CAST(@runs AS jsonb)) WHERE EXISTS (SELECT 1 FROM ev)
+	ORDER BY project, domain, name RETURNING 1),
+a AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
+	FROM jsonb_populate_recordset(NULL::actions, CAST(@roots AS jsonb)) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
+e AS (INSERT INTO run_events (` + columnsOf[RunEvent]() + `) SELECT ` + columnsOf[RunEvent]() + `
+	FROM jsonb_populate_recordset(NULL::run_events, CAST(@events AS jsonb)) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1),
+n AS (SELECT pg_notify(@channel, x) FROM unnest(CAST(CAST(@notices AS text) AS text[])) AS x
+	WHERE EXISTS (SELECT 1 FROM e) AND ` + listenersLive + `)
+SELECT (SELECT count(*) FROM ev), (SELECT count(*) FROM n)`
 
-// InsertPublishedEvent stores e (CreatedAt is set here) unless an event of
-// its id exists, or commits meanwhile: then it writes nothing and returns
-// created false. Errors: the database's.
-func (s Triggers) InsertPublishedEvent(ctx context.Context, e PublishedEvent) (PublishedEvent, bool, error) {
+// PublishEvent stores e (CreatedAt is set here) and, when its id is new,
+// creates runs as CreateRuns does (each QUEUED, with its root action a0
+// and its run.created event; every NewRun's Spec normalized and valid), in
+// one statement. created is false when an event of the id exists, or
+// commits meanwhile: then nothing is written. Errors: ErrConflict when a
+// run's name is taken (nothing is written); the database's.
+func (s Triggers) PublishEvent(ctx context.Context, e PublishedEvent, runs []NewRun) (PublishedEvent, bool, error) {
 	e.CreatedAt = dbNow()
 	if e.Payload == nil {
 		e.Payload = map[string]any{}
@@ -162,39 +182,48 @@ func (s Triggers) InsertPublishedEvent(ctx context.Context, e PublishedEvent) (P
 	if e.Deliveries == nil {
 		e.Deliveries = []EventDelivery{}
 	}
-	payload, err := encodeRows(e.Payload)
+	args, err := publishArgs(e, runs)
 	if err != nil {
-		return PublishedEvent{}, false, fmt.Errorf("event payload: %w", err)
+		return PublishedEvent{}, false, fmt.Errorf("event %s: %w", e.ID, err)
 	}
-	deliveries, err := encodeRows(e.Deliveries)
-	if err != nil {
-		return PublishedEvent{}, false, fmt.Errorf("event deliveries: %w", err)
-	}
-	var at []time.Time
-	err = s.raw(ctx, insertEventSQL, map[string]any{"project": e.Project, "domain": e.Domain, "id": e.ID, "key": e.Key,
-		"payload": string(payload), "deliveries": string(deliveries), "now": e.CreatedAt}).Scan(&at).Error
-	if err != nil {
+	var created, notified int
+	if err := scanRow(s.raw(ctx, publishSQL, args), &created, &notified); err != nil {
 		return PublishedEvent{}, false, mapErr(err)
 	}
-	return e, len(at) == 1, nil
+	return e, created == 1, nil
 }
 
-// SetDeliveries replaces a published event's deliveries. Errors:
-// ErrNotFound.
-func (s Triggers) SetDeliveries(ctx context.Context, key PublishedEventKey, deliveries []EventDelivery) error {
-	raw, err := encodeRows(deliveries)
+// publishArgs are publishSQL's parameters for e and runs.
+func publishArgs(e PublishedEvent, runs []NewRun) (map[string]any, error) {
+	rows, roots, events := make([]Run, len(runs)), make([]Action, len(runs)), make([]RunEvent, len(runs))
+	for i, nr := range runs {
+		rows[i] = nr.row(e.CreatedAt)
+		roots[i], events[i] = rootOf(rows[i], e.CreatedAt), createdEvent(rows[i], e.CreatedAt)
+	}
+	_, notices, err := eventNotices(events)
 	if err != nil {
-		return fmt.Errorf("event deliveries: %w", err)
+		return nil, err
 	}
-	res := s.exec(ctx, `UPDATE published_events SET deliveries = CAST(? AS jsonb)
-		WHERE project = ? AND domain = ? AND id = ?`, string(raw), key.Project, key.Domain, key.ID)
-	if res.Error != nil {
-		return mapErr(res.Error)
+	args := map[string]any{"project": e.Project, "domain": e.Domain, "id": e.ID, "key": e.Key, "now": e.CreatedAt,
+		"channel": EventsChannel, "notices": Strings(notices)}
+	for name, v := range map[string]any{"payload": e.Payload, "deliveries": e.Deliveries, "runs": rows,
+		"roots": roots, "events": events} {
+		raw, err := encodeRows(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		args[name] = string(raw)
 	}
-	if res.RowsAffected == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return args, nil
+}
+
+// TakenRunNames returns which of names are runs of project/domain, for a
+// publication whose run names were taken (PublishEvent's ErrConflict).
+func (s Triggers) TakenRunNames(ctx context.Context, project, dom string, names []string) ([]string, error) {
+	var taken []string
+	err := s.raw(ctx, `SELECT name FROM runs WHERE project = ? AND domain = ? AND name = ANY(CAST(? AS text[]))
+		ORDER BY name`, project, dom, Strings(names)).Scan(&taken).Error
+	return taken, mapErr(err)
 }
 
 // GetPublishedEvent returns a published event. Errors: ErrNotFound.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/stretchr/testify/require"
 )
@@ -109,26 +110,52 @@ func TestKeyTriggers(t *testing.T) {
 	require.Equal(t, map[string]string{"n": "event.payload.n"}, got[1].Trigger.Params)
 }
 
-// A published event is stored once per id: a second insert of the id
-// writes nothing; its deliveries can be replaced; its payload reads back
-// with numbers as float64.
-func TestPublishedEvents(t *testing.T) {
+// triggeredRun is a store.NewRun of twoSteps named name in p/d, of trigger
+// "t" and event id.
+func triggeredRun(name, id string) store.NewRun {
+	spec := twoSteps()
+	spec.Normalize()
+	return store.NewRun{Key: domain.RunKey{Project: "p", Domain: "d", Run: name}, Spec: spec,
+		Params: map[string]any{"n": float64(2)},
+		Origin: store.RunOrigin{WorkflowName: "etl", WorkflowVersion: 1, TriggerName: "t", EventID: id}}
+}
+
+// A published event is stored with its runs once per id: the runs are
+// created as CreateRuns creates them; a second publication of the id
+// writes nothing; the payload reads back with numbers as float64.
+func TestPublishEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _ := openWithDB(t)
+	st, db := openWithDB(t)
 	tr := st.Triggers()
 	key := store.PublishedEventKey{Project: "p", Domain: "d", ID: "ev-1"}
 	e := store.PublishedEvent{Project: "p", Domain: "d", ID: "ev-1", Key: "order.created",
 		Payload:    map[string]any{"amount": 150, "items": []any{"a"}},
-		Deliveries: []store.EventDelivery{{Trigger: "a", Run: "a-1"}, {Trigger: "b", Error: "filter: no such key: x"}}}
-	_, created, err := tr.InsertPublishedEvent(ctx, e)
+		Deliveries: []store.EventDelivery{{Trigger: "a", Run: "a-1"}, {Trigger: "b", Run: "b-1"}, {Trigger: "c", Error: "filter: x"}}}
+	_, created, err := tr.PublishEvent(ctx, e, []store.NewRun{triggeredRun("b-1", "ev-1"), triggeredRun("a-1", "ev-1")})
 	require.NoError(t, err)
 	require.True(t, created)
+	for _, name := range []string{"a-1", "b-1"} {
+		k := domain.RunKey{Project: "p", Domain: "d", Run: name}
+		d, err := st.Runs().GetRun(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, string(domain.PhaseQueued), d.Run.Phase)
+		require.Equal(t, "t", *d.Run.TriggerName)
+		require.Equal(t, "ev-1", *d.Run.EventID)
+		require.Equal(t, "etl", *d.Run.WorkflowName)
+		require.Equal(t, map[string]any{"n": float64(2)}, d.Run.Params)
+		require.Len(t, d.Actions, 1)
+		require.Equal(t, domain.RootActionName, d.Actions[0].Action.Name)
+		require.Equal(t, []string{"run.created"}, events(t, db, k))
+	}
+
 	again := e
 	again.Key, again.Deliveries = "other", nil
-	_, created, err = tr.InsertPublishedEvent(ctx, again)
+	_, created, err = tr.PublishEvent(ctx, again, []store.NewRun{triggeredRun("a-2", "ev-1")})
 	require.NoError(t, err)
 	require.False(t, created)
+	_, err = st.Runs().GetRun(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "a-2"})
+	require.ErrorIs(t, err, store.ErrNotFound, "a publication of an id again creates nothing")
 
 	got, err := tr.GetPublishedEvent(ctx, key)
 	require.NoError(t, err)
@@ -136,29 +163,41 @@ func TestPublishedEvents(t *testing.T) {
 	require.Equal(t, map[string]any{"amount": float64(150), "items": []any{"a"}}, got.Payload)
 	require.Equal(t, e.Deliveries, got.Deliveries)
 
-	require.NoError(t, tr.SetDeliveries(ctx, key, []store.EventDelivery{{Trigger: "a", Error: "taken"}}))
-	got, err = tr.GetPublishedEvent(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, []store.EventDelivery{{Trigger: "a", Error: "taken"}}, got.Deliveries)
-
 	bare := store.PublishedEvent{Project: "p", Domain: "d", ID: "ev-2", Key: "k"}
-	_, created, err = tr.InsertPublishedEvent(ctx, bare)
+	_, created, err = tr.PublishEvent(ctx, bare, nil)
 	require.NoError(t, err)
 	require.True(t, created)
 	got, err = tr.GetPublishedEvent(ctx, store.PublishedEventKey{Project: "p", Domain: "d", ID: "ev-2"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{}, got.Payload)
 	require.Empty(t, got.Deliveries)
-
 	_, err = tr.GetPublishedEvent(ctx, store.PublishedEventKey{Project: "p", Domain: "d", ID: "nope"})
 	require.ErrorIs(t, err, store.ErrNotFound)
-	require.ErrorIs(t, tr.SetDeliveries(ctx, store.PublishedEventKey{Project: "p", Domain: "d", ID: "nope"}, nil),
-		store.ErrNotFound)
 }
 
-// An insert of an id another transaction inserted and has not committed
+// A run name taken fails the whole publication, which writes nothing;
+// TakenRunNames says which names are taken.
+func TestPublishEventRunNameTaken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openWithDB(t)
+	_, _, err := st.Runs().CreateRun(ctx, triggeredRun("b-1", "other"))
+	require.NoError(t, err)
+	e := store.PublishedEvent{Project: "p", Domain: "d", ID: "ev", Key: "k"}
+	_, _, err = st.Triggers().PublishEvent(ctx, e, []store.NewRun{triggeredRun("a-1", "ev"), triggeredRun("b-1", "ev")})
+	require.ErrorIs(t, err, store.ErrConflict)
+	_, err = st.Triggers().GetPublishedEvent(ctx, store.PublishedEventKey{Project: "p", Domain: "d", ID: "ev"})
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing is written")
+	_, err = st.Runs().GetRun(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "a-1"})
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing is written")
+	taken, err := st.Triggers().TakenRunNames(ctx, "p", "d", []string{"a-1", "b-1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"b-1"}, taken)
+}
+
+// A publication of an id another one published and has not committed
 // waits for it, then writes nothing: one publication of an id wins.
-func TestPublishedEventInsertWaitsForTheFirst(t *testing.T) {
+func TestPublishEventWaitsForTheFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openWithDB(t)
@@ -167,9 +206,9 @@ func TestPublishedEventInsertWaitsForTheFirst(t *testing.T) {
 	first := make(chan error, 1)
 	go func() {
 		first <- st.InTx(ctx, func(tx *store.Store) error {
-			_, created, err := tx.Triggers().InsertPublishedEvent(ctx, e)
+			_, created, err := tx.Triggers().PublishEvent(ctx, e, []store.NewRun{triggeredRun("a-1", "ev")})
 			if err == nil && !created {
-				t.Error("the first insert created nothing")
+				t.Error("the first publication created nothing")
 			}
 			close(inserted)
 			<-release
@@ -183,7 +222,7 @@ func TestPublishedEventInsertWaitsForTheFirst(t *testing.T) {
 	}
 	second := make(chan outcome, 1)
 	go func() {
-		_, created, err := st.Triggers().InsertPublishedEvent(ctx, e)
+		_, created, err := st.Triggers().PublishEvent(ctx, e, []store.NewRun{triggeredRun("a-1", "ev")})
 		second <- outcome{created, err}
 	}()
 	require.Eventually(t, func() bool {
@@ -191,10 +230,10 @@ func TestPublishedEventInsertWaitsForTheFirst(t *testing.T) {
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
 		return n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the second insert waits for the first transaction")
+	}, 10*time.Second, 5*time.Millisecond, "the second publication waits for the first")
 	close(release)
 	require.NoError(t, <-first)
 	o := <-second
-	require.NoError(t, o.err)
+	require.NoError(t, o.err, "it conflicts on the event, not on the run")
 	require.False(t, o.created)
 }

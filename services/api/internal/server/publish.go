@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -67,12 +69,13 @@ func payloadSize(payload map[string]any) int {
 }
 
 // publish stores ev with its deliveries and creates the runs they start,
-// in one transaction, and returns the record; when ev's id was published
-// before (or is, concurrently, and commits first), it writes nothing and
-// returns that publication's record. The triggers of ev's key and their
-// template versions are one read, before the transaction: what they do
-// with ev is domain.DeliverEvent's decision. A run whose name is taken (by
-// a run not of this event) fails its delivery. Errors: the store's.
+// in one statement (store's PublishEvent), and returns the record; when
+// ev's id was published before (or is, concurrently, and commits first),
+// it writes nothing and returns that publication's record. The triggers
+// of ev's key and their template versions are one read before it: what
+// they do with ev is domain.DeliverEvent's decision. A run whose name is
+// taken by a run this event did not start fails its delivery: the
+// publication is written again without it. Errors: the store's.
 func (h *Handlers) publish(ctx context.Context, ev store.PublishedEvent) (store.PublishedEvent, error) {
 	keyed, err := h.store.Triggers().KeyTriggers(ctx, ev.Project, ev.Domain, ev.Key)
 	if err != nil {
@@ -82,35 +85,48 @@ func (h *Handlers) publish(ctx context.Context, ev store.PublishedEvent) (store.
 		triggerTargets(keyed))
 	runs, at := triggeredRuns(ev, keyed, deliveries)
 	ev.Deliveries = storedDeliveries(deliveries)
-	created := false
-	err = h.store.InTx(ctx, func(tx *store.Store) error {
-		var err error
-		if ev, created, err = tx.Triggers().InsertPublishedEvent(ctx, ev); err != nil || !created || len(runs) == 0 {
-			return err
+	for range maxPublishTries {
+		rec, created, err := h.store.Triggers().PublishEvent(ctx, ev, runs)
+		switch {
+		case err == nil && created:
+			return rec, nil
+		case err == nil:
+			return h.store.Triggers().GetPublishedEvent(ctx, store.PublishedEventKey{Project: ev.Project,
+				Domain: ev.Domain, ID: ev.ID})
+		case !errors.Is(err, store.ErrConflict):
+			return ev, err
 		}
-		results, err := tx.Runs().CreateRuns(ctx, runs)
+		names := make([]string, len(runs))
+		for i, nr := range runs {
+			names[i] = nr.Key.Run
+		}
+		taken, err := h.store.Triggers().TakenRunNames(ctx, ev.Project, ev.Domain, names)
 		if err != nil {
-			return err
+			return ev, err
 		}
-		taken := false
-		for j, r := range results {
-			if r.Err != nil {
-				ev.Deliveries[at[j]] = store.EventDelivery{Trigger: ev.Deliveries[at[j]].Trigger,
-					Error: "run name " + runs[j].Key.Run + " is taken by a run this event did not start"}
-				taken = true
-			}
-		}
-		if !taken {
-			return nil
-		}
-		return tx.Triggers().SetDeliveries(ctx, store.PublishedEventKey{Project: ev.Project, Domain: ev.Domain,
-			ID: ev.ID}, ev.Deliveries)
-	})
-	if err != nil || created {
-		return ev, err
+		runs, at = withoutTaken(ev, runs, at, taken)
 	}
-	return h.store.Triggers().GetPublishedEvent(ctx, store.PublishedEventKey{Project: ev.Project, Domain: ev.Domain,
-		ID: ev.ID})
+	return ev, errors.New("run names taken while publishing")
+}
+
+// maxPublishTries bounds how many times publish writes an event whose
+// runs' names are taken meanwhile.
+const maxPublishTries = 3
+
+// withoutTaken fails, in place, the deliveries of ev whose runs' names are taken, and
+// returns the other runs, with the index of each one's delivery.
+func withoutTaken(ev store.PublishedEvent, runs []store.NewRun, at []int, taken []string) ([]store.NewRun, []int) {
+	var keep []store.NewRun
+	var keepAt []int
+	for j, nr := range runs {
+		if !slices.Contains(taken, nr.Key.Run) {
+			keep, keepAt = append(keep, nr), append(keepAt, at[j])
+			continue
+		}
+		ev.Deliveries[at[j]] = store.EventDelivery{Trigger: ev.Deliveries[at[j]].Trigger,
+			Error: "run name " + nr.Key.Run + " is taken by a run this event did not start"}
+	}
+	return keep, keepAt
 }
 
 // triggerTargets is what domain.DeliverEvent reads of each trigger.
