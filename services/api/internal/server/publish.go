@@ -21,9 +21,9 @@ import (
 // maxEventPayloadBytes bounds a published event's payload, as JSON.
 const maxEventPayloadBytes = 256 << 10
 
-// PublishEvent records an event and starts one run per trigger of its key
-// that matches it, in one transaction, then asks the scheduler to start
-// them: 202 with the event's record. An id published before starts nothing
+// PublishEvent records an event and creates one run per trigger of its
+// key that matches it, atomically (publish), then asks the scheduler to
+// start them: 202 with the event's record. An id published before starts nothing
 // new: the answer is the first publication's record (its key, payload,
 // runs and deliveries), whatever this one carried. A payload over
 // maxEventPayloadBytes is a 422 naming it.
@@ -113,8 +113,9 @@ func (h *Handlers) publish(ctx context.Context, ev store.PublishedEvent) (store.
 // runs' names are taken meanwhile.
 const maxPublishTries = 3
 
-// withoutTaken fails, in place, the deliveries of ev whose runs' names are taken, and
-// returns the other runs, with the index of each one's delivery.
+// withoutTaken fails, in place, the deliveries of ev whose runs' names
+// are taken, and returns the other runs, with the index of each one's
+// delivery.
 func withoutTaken(ev store.PublishedEvent, runs []store.NewRun, at []int, taken []string) ([]store.NewRun, []int) {
 	var keep []store.NewRun
 	var keepAt []int
