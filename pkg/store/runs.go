@@ -68,6 +68,20 @@ func (nr NewRun) row(now time.Time) Run {
 	return run
 }
 
+// rootOf is the root action a0 of run, QUEUED, created at now.
+func rootOf(run Run, now time.Time) Action {
+	return Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
+		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
+		CreatedAt: now, UpdatedAt: now}
+}
+
+// createdEvent is the run.created event of run (QUEUED), at now.
+func createdEvent(run Run, now time.Time) RunEvent {
+	root := domain.RootActionName
+	return RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root,
+		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
+}
+
 // RunDetail is a run with its actions, their tasks and attempts.
 type RunDetail struct {
 	Run     Run
@@ -123,11 +137,7 @@ func (s Runs) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bo
 func (s *core) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	now := time.Now().UTC()
 	run := nr.row(now)
-	root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
-		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
-		CreatedAt: now, UpdatedAt: now}
-	created := RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root.Name,
-		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
+	root, created := rootOf(run, now), createdEvent(run, now)
 	args := map[string]any{"channel": EventsChannel}
 	for name, row := range map[string]any{"run": run, "root": root, "created": created} {
 		j, err := encodeRows(row)
