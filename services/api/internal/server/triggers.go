@@ -23,7 +23,7 @@ func (h *Handlers) CreateTrigger(ctx context.Context, req api.CreateTriggerReque
 	b := req.Body
 	filter, params := deref(b.Filter), deref(b.Params)
 	_, fieldErrs := domain.CompileTrigger(filter, params, "")
-	t, errs, err := h.template(ctx, req.Project, req.Domain, b.Workflow, nil)
+	t, _, errs, err := h.template(ctx, req.Project, req.Domain, b.Workflow, nil)
 	if err != nil {
 		return nil, err
 	}

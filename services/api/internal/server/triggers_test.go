@@ -9,10 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const (
-	workflowsPath = "/v1/projects/demo/domains/dev/workflows"
-	triggersPath  = "/v1/projects/demo/domains/dev/triggers"
-)
+const triggersPath = "/v1/projects/demo/domains/dev/triggers"
 
 // ordersWorkflow is a template with a required number param, a boolean
 // with a default, and a json one.

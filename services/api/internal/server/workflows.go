@@ -56,6 +56,9 @@ func convertField(in, out any, field string) []domain.FieldError {
 // ListWorkflows returns a page of templates, the latest version of each.
 func (h *Handlers) ListWorkflows(ctx context.Context, req api.ListWorkflowsRequestObject) (api.ListWorkflowsResponseObject, error) {
 	ts, next, err := h.store.Templates().ListTemplates(ctx, req.Project, req.Domain, deref(req.Params.Cursor), deref(req.Params.Limit))
+	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
+		return embedded[api.ListWorkflows400ApplicationProblemPlusJSONResponse](p), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list workflows of %s/%s: %w", req.Project, req.Domain, err)
 	}

@@ -147,3 +147,14 @@ func TestRunOfWorkflowSeesOtherReplicasPushes(t *testing.T) {
 	}
 	require.Equal(t, 2, runCount(t, f.store))
 }
+
+// A list's cursor that no page gave is a 400 naming it.
+func TestListWorkflowsBadCursor(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, c := range []string{"%00", "Not%20A%20Name"} {
+		status, _, p := f.do(t, http.MethodGet, workflowsPath+"?cursor="+c, "")
+		require.Equal(t, http.StatusBadRequest, status, p)
+		require.Equal(t, "cursor", fields(p)[0])
+	}
+}
