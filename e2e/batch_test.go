@@ -15,9 +15,9 @@ import (
 func TestCLICreatesABatch(t *testing.T) {
 	s := Start(t, bins, Options{Executors: 1})
 	bin := buildCLI(t)
-	file := specFile(t, "steps:\n- name: one\n  command: 'true'\n"+
-		"---\nsteps:\n- name: two\n  plugin: docker\n  command: 'true'\n"+
-		"---\nmode: DAG\nsteps:\n- name: three\n  command: echo $WHO\n")
+	file := specFile(t, "params: [{name: WHO}]\nsteps:\n- name: one\n  command: 'true'\n"+
+		"---\nparams: [{name: WHO}]\nsteps:\n- name: two\n  plugin: docker\n  command: 'true'\n"+
+		"---\nmode: DAG\nparams: [{name: WHO}]\nsteps:\n- name: three\n  command: echo $WHO\n")
 	res := runCLI(t, s, bin, "run", "create", "--param", "WHO=batch", "-f", file)
 	require.Equal(t, 3, res.code, "a refused document exits 3: %s %s", res.stdout, res.stderr)
 	require.Contains(t, res.stderr, "document 2: 422 invalid_spec: spec.steps[0].plugin")
@@ -28,7 +28,7 @@ func TestCLICreatesABatch(t *testing.T) {
 		w := runCLI(t, s, bin, "run", "wait", "--timeout", "1m", name)
 		require.Equal(t, 0, w.code, "run %s: %s %s", name, w.stdout, w.stderr)
 	}
-	require.Equal(t, "batch\n", logs(t, s, names[1], "three", 0, 1), "--param reaches each document's steps")
+	require.Equal(t, "batch\n", logs(t, s, names[1], "three", 0, 1), "--param is each document's param")
 
 	ok := runCLI(t, s, bin, "-o", "json", "run", "create", "-f",
 		specFile(t, "steps:\n- name: a\n  command: 'true'\n---\nsteps:\n- name: b\n  command: 'true'\n"))

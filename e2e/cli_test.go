@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,10 +80,15 @@ func TestCLI(t *testing.T) {
 
 	t.Run("wait exit codes", func(t *testing.T) {
 		ok := runCLI(t, s, bin, "run", "create", "--wait", "--param", "WHO=world", "-f",
-			specFile(t, "steps:\n- name: hello\n  command: echo hello $WHO\n"))
+			specFile(t, "params:\n- name: WHO\nsteps:\n- name: hello\n  command: echo hello $WHO\n"))
 		require.Equal(t, 0, ok.code, "a succeeding run exits 0: %s", ok.stderr)
 		name := strings.Fields(ok.stdout)[0]
-		require.Equal(t, "hello world\n", logs(t, s, name, "hello", 0, 1), "--param reaches the step's env")
+		require.Equal(t, "hello world\n", logs(t, s, name, "hello", 0, 1), "--param reaches the step's env as a param")
+		require.Equal(t, map[string]any{"WHO": "world"}, map[string]any(*getRun(t, s, name).Params))
+		undeclared := runCLI(t, s, bin, "run", "create", "--param", "WHO=world", "-f",
+			specFile(t, "steps:\n- name: hello\n  command: echo hello\n"))
+		require.Equal(t, 2, undeclared.code, "a param the spec does not declare is a usage error: %s", undeclared.stderr)
+		require.Contains(t, undeclared.stderr, "declares no param WHO")
 
 		bad := runCLI(t, s, bin, "run", "create", "--wait", "-f", specFile(t, "steps:\n- name: boom\n  command: exit 3\n"))
 		require.Equal(t, 1, bad.code, "a failing run exits 1: %s %s", bad.stdout, bad.stderr)
@@ -98,6 +104,8 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, "1", jq(t, ".runs | length", list.stdout))
 		require.Contains(t, runCLI(t, s, bin, "-o", "yaml", "workers").stdout, "workers:")
 	})
+
+	t.Run("workflow templates", func(t *testing.T) { cliTemplates(t, s, bin) })
 
 	t.Run("watch", func(t *testing.T) {
 		res := runCLI(t, s, bin, "run", "create", "--watch", "-f",
@@ -180,4 +188,67 @@ func TestCLI(t *testing.T) {
 		down := runCLI(t, &Stack{APIURL: "http://127.0.0.1:1"}, bin, "workers")
 		require.Equal(t, 3, down.code, "an unreachable API: exit 3")
 	})
+}
+
+// greeterFile is a template with a param of each type.
+const greeterFile = `name: greeter
+description: %s
+params:
+- {name: WHO, type: string, required: true}
+- {name: TIMES, type: number, default: 1}
+- {name: LOUD, type: boolean, default: false}
+- {name: EXTRA, type: json}
+spec:
+  steps:
+  - name: greet
+    command: 'for i in $(seq $TIMES); do echo "hello $WHO $LOUD $EXTRA"; done'
+`
+
+// cliTemplates pushes a template twice and changed, lists and reads it,
+// runs it with a --param of each type (and a wrong one), and deletes it.
+func cliTemplates(t *testing.T, s *Stack, bin string) {
+	push := func(description, want string) {
+		t.Helper()
+		res := runCLI(t, s, bin, "workflow", "push", "-f", specFile(t, fmt.Sprintf(greeterFile, description)))
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Equal(t, want, res.stdout)
+	}
+	push("greets", "workflow greeter: created version 1\n")
+	push("greets", "workflow greeter: unchanged, version 1\n")
+	push("greets loudly", "workflow greeter: created version 2\n")
+
+	list := runCLI(t, s, bin, "workflow", "list")
+	require.Equal(t, 0, list.code, list.stderr)
+	require.Regexp(t, `greeter\s+2\s+WHO:string\*, TIMES:number=1, LOUD:boolean=false, EXTRA:json\s`, list.stdout)
+	got := runCLI(t, s, bin, "-o", "json", "workflow", "get", "greeter@1")
+	require.Equal(t, "greets", jq(t, ".description", got.stdout), got.stderr)
+	require.Contains(t, runCLI(t, s, bin, "workflow", "get", "greeter").stdout, "description: greets loudly\n")
+	require.Equal(t, "2 1", jq(t, `[.workflows[].version] | map(tostring) | join(" ")`,
+		runCLI(t, s, bin, "-o", "json", "workflow", "versions", "greeter").stdout))
+
+	res := runCLI(t, s, bin, "run", "create", "--workflow", "greeter@1", "--wait", "--param", "WHO=ann",
+		"--param", "TIMES=2", "--param", "LOUD=true", "--param", `EXTRA={"a": [1]}`)
+	require.Equal(t, 0, res.code, res.stderr)
+	name := strings.Fields(res.stdout)[0]
+	run := getRun(t, s, name)
+	require.Equal(t, &api.WorkflowVersionRef{Name: "greeter", Version: 1}, run.Workflow)
+	require.Equal(t, map[string]any{"WHO": "ann", "TIMES": 2.0, "LOUD": true, "EXTRA": map[string]any{"a": []any{1.0}}},
+		map[string]any(*run.Params), "each --param in its declared type")
+	require.Equal(t, "hello ann true {\"a\":[1]}\nhello ann true {\"a\":[1]}\n", logs(t, s, name, "greet", 0, 1))
+	require.Contains(t, runCLI(t, s, bin, "run", "get", name).stdout, "from workflow greeter version 1\n")
+
+	wrong := runCLI(t, s, bin, "run", "create", "--workflow", "greeter", "--param", "WHO=ann", "--param", "TIMES=twice")
+	require.Equal(t, 2, wrong.code, "a value not of its type is a usage error: %s", wrong.stderr)
+	require.Equal(t, "capstan: --param TIMES=twice: TIMES is a number param of workflow greeter version 2: "+
+		"\"twice\" is not a finite number\n", wrong.stderr)
+	missing := runCLI(t, s, bin, "run", "create", "--workflow", "greeter")
+	require.Equal(t, 3, missing.code, "the API refuses a run without its required param: %s", missing.stderr)
+	require.Contains(t, missing.stderr, "params.WHO")
+
+	del := runCLI(t, s, bin, "workflow", "delete", "greeter")
+	require.Equal(t, 0, del.code, del.stderr)
+	require.Equal(t, "workflow greeter deleted\n", del.stdout)
+	gone := runCLI(t, s, bin, "run", "create", "--workflow", "greeter", "--param", "WHO=ann")
+	require.Equal(t, 3, gone.code, "no new run of a deleted template: %s", gone.stderr)
+	require.Contains(t, gone.stderr, "404 ")
 }

@@ -32,13 +32,15 @@ func step(name string) string {
 	return "steps:\n  - name: " + name + "\n    command: echo " + name + "\n"
 }
 
-// A file of several YAML documents is one batch request of their specs;
-// each created run's name goes to stdout, each refused document's problem
-// to stderr, and a refusal makes the command fail with the API's exit code.
+// A file of several YAML documents is one batch request of their specs,
+// each with the --param its spec declares; each created run's name goes to
+// stdout, each refused document's problem to stderr, and a refusal makes
+// the command fail with the API's exit code.
 func TestCreateSeveralDocumentsSendsABatch(t *testing.T) {
 	t.Parallel()
 	s, api := newStandIn(t, http.StatusOK, "application/json", batchAnswer)
-	file := writeFile(t, "# three runs\n---\n"+step("a")+"---\n"+step("b")+"--- # the last\n"+step("c")+"---\n")
+	withK := func(name string) string { return "params: [{name: K}]\n" + step(name) }
+	file := writeFile(t, "# three runs\n---\n"+withK("a")+"---\n"+withK("b")+"--- # the last\n"+withK("c")+"---\n")
 	root := newRoot()
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
@@ -66,9 +68,13 @@ func TestCreateSeveralDocumentsSendsABatch(t *testing.T) {
 		t.Fatalf("body %v: want 3 runs", got[0].body)
 	}
 	for i, name := range []string{"a", "b", "c"} {
-		st := runs[i].(map[string]any)["spec"].(map[string]any)["steps"].([]any)[0].(map[string]any)
-		if st["name"] != name || st["env"].(map[string]any)["K"] != "v" {
-			t.Errorf("run %d: step %v, want %s with env K=v", i, st, name)
+		item := runs[i].(map[string]any)
+		st := item["spec"].(map[string]any)["steps"].([]any)[0].(map[string]any)
+		if st["name"] != name || st["env"] != nil {
+			t.Errorf("run %d: step %v, want %s without env", i, st, name)
+		}
+		if !equalJSON(item["params"].(map[string]any), map[string]any{"K": "v"}) {
+			t.Errorf("run %d: params %v, want K=v", i, item["params"])
 		}
 	}
 }

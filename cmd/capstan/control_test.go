@@ -24,18 +24,40 @@ type request struct {
 	auth string
 }
 
-// standIn answers every request with status and body, and records it.
+// standIn answers every request with status and body (or, for a "METHOD
+// PATH" of routes, with its reply), and records it.
 type standIn struct {
 	mu       sync.Mutex
 	requests []request
 	status   int
 	body     string
 	ctype    string
+	routes   map[string]reply
+}
+
+// reply is a stand-in's answer to one route: JSON for a 2xx status, else
+// problem+json.
+type reply struct {
+	status int
+	body   string
 }
 
 func newStandIn(t *testing.T, status int, ctype, body string) (*standIn, string) {
 	t.Helper()
-	s := &standIn{status: status, ctype: ctype, body: body}
+	return serveStandIn(t, &standIn{status: status, ctype: ctype, body: body})
+}
+
+// newRoutes is a stand-in that answers each route of routes with its reply
+// and anything else 404.
+func newRoutes(t *testing.T, routes map[string]reply) (*standIn, string) {
+	t.Helper()
+	return serveStandIn(t, &standIn{status: http.StatusNotFound, ctype: "application/problem+json",
+		body:   `{"type":"/problems/not_found","title":"Not Found","status":404,"code":"not_found","detail":"no such route"}`,
+		routes: routes})
+}
+
+func serveStandIn(t *testing.T, s *standIn) (*standIn, string) {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		var b map[string]any
@@ -43,9 +65,16 @@ func newStandIn(t *testing.T, status int, ctype, body string) (*standIn, string)
 		s.mu.Lock()
 		s.requests = append(s.requests, request{method: r.Method, path: r.URL.Path, body: b, auth: r.Header.Get("Authorization")})
 		s.mu.Unlock()
-		w.Header().Set("Content-Type", s.ctype)
-		w.WriteHeader(s.status)
-		_, _ = io.WriteString(w, s.body)
+		status, ctype, body := s.status, s.ctype, s.body
+		if rp, ok := s.routes[r.Method+" "+r.URL.Path]; ok {
+			status, ctype, body = rp.status, "application/json", rp.body
+			if status >= 300 {
+				ctype = "application/problem+json"
+			}
+		}
+		w.Header().Set("Content-Type", ctype)
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
 	}))
 	t.Cleanup(srv.Close)
 	return s, srv.URL

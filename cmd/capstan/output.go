@@ -63,3 +63,15 @@ func (g *globals) printLine(w io.Writer, v any, line string) error {
 	_, err := fmt.Fprintln(w, line)
 	return err
 }
+
+// printDocument writes v as -o asks, YAML for table: what a get of a
+// resource that is pushed or created from a file (a template, a trigger)
+// prints, in the shape of that file.
+func (g *globals) printDocument(w io.Writer, v any) error {
+	if g.output == outJSON {
+		return g.printOut(w, v, nil)
+	}
+	o := *g
+	o.output = outYAML
+	return o.printOut(w, v, nil)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,18 +15,26 @@ import (
 
 // createOpts are run create's flags.
 type createOpts struct {
-	file, name  string
-	wait, watch bool
-	params      []string
-	o           waitOpts
+	file, workflow, name string
+	wait, watch          bool
+	params               []string
+	o                    waitOpts
 }
 
 func newCreate(g *globals) *cobra.Command {
 	var co createOpts
 	cmd := &cobra.Command{
-		Use:   "create -f WORKFLOW.yaml [--wait|--watch] [--name NAME] [--param KEY=VALUE]...",
-		Short: "Create a run of each workflow spec of a file (YAML or JSON)",
-		Long: `Create a run from a workflow spec file (YAML or JSON) and print its name.
+		Use:   "create (-f WORKFLOW.yaml | --workflow NAME[@VERSION]) [--param KEY=VALUE]... [--wait|--watch] [--name NAME]",
+		Short: "Create a run of a template, or of each workflow spec of a file (YAML or JSON)",
+		Long: `Create a run and print its name: of the template --workflow names (its
+latest version, or VERSION), or of the workflow spec of a file (YAML or JSON).
+
+--param KEY=VALUE gives the run's param KEY (repeatable). VALUE becomes the
+JSON value of the type KEY is declared with, in the template or in the
+spec's params: a number (3, 1.5), a boolean (true or false), json (parsed:
+'{"a": [1]}'), a string (as it is). A KEY not declared, or a VALUE not of its
+type, is a usage error naming it. A run of the latest template with --param
+is of the version read to convert them.
 
 A YAML file of several documents (separated by "---" lines) creates a run of
 each, 1,000 to a request, and prints each run's name in order, or, on
@@ -34,55 +43,122 @@ was refused. --name, --wait and --watch need a file of one document.
 
 --wait waits for the run to end, printing each phase change, and exits 0 when
 it SUCCEEDED, 1 when it ended in another phase; --watch shows the live table
-of run watch, with the same exit codes. --param KEY=VALUE sets KEY in the
-environment of every step (over the spec's env).
+of run watch, with the same exit codes.
 
 ` + exitHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return co.run(cmd, g) },
 	}
 	cmd.Flags().BoolVar(&co.watch, "watch", false, "show the run's steps live until it ends")
-	cmd.Flags().StringArrayVar(&co.params, "param", nil, "KEY=VALUE in every step's environment (repeatable)")
-	cmd.Flags().StringVarP(&co.file, "file", "f", "", "workflow spec file (required)")
+	cmd.Flags().StringArrayVar(&co.params, "param", nil, "KEY=VALUE: the run's param KEY, converted to its declared type (repeatable)")
+	cmd.Flags().StringVarP(&co.file, "file", "f", "", "workflow spec file")
+	cmd.Flags().StringVar(&co.workflow, "workflow", "", "NAME or NAME@VERSION: run this template (instead of -f)")
 	cmd.Flags().StringVar(&co.name, "name", "", "run name (default: generated)")
 	cmd.Flags().BoolVar(&co.wait, "wait", false, "wait until the run ends, printing each phase change")
 	cmd.Flags().DurationVar(&co.o.timeout, "timeout", 10*time.Minute, "with --wait or --watch: give up after this long")
-	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
 
-// run reads the file's specs and creates their runs: one through CreateRun
-// (then --wait or --watch), several through the batch route (createRuns).
+// run creates the run --workflow names or the runs of the file's specs:
+// one through CreateRun (then --wait or --watch), several through the
+// batch route (createRuns).
 func (co createOpts) run(cmd *cobra.Command, g *globals) error {
-	if co.wait && co.watch {
+	switch {
+	case co.wait && co.watch:
 		return usagef("--wait and --watch exclude each other")
+	case (co.file == "") == (co.workflow == ""):
+		return usagef("give one of -f FILE and --workflow NAME[@VERSION]")
 	}
-	specs, err := readSpecs(co.file)
+	texts, err := paramArgs(co.params)
 	if err != nil {
-		return usageError{err}
-	}
-	for i := range specs {
-		if err := setParams(&specs[i], co.params); err != nil {
-			return err
-		}
-	}
-	if len(specs) > 1 && (co.name != "" || co.wait || co.watch) {
-		return usagef("--name, --wait and --watch take a file of one workflow; %s holds %d", co.file, len(specs))
+		return err
 	}
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
-	if len(specs) > 1 {
-		return createRuns(cmd.Context(), c, g, cmd.OutOrStdout(), cmd.ErrOrStderr(), specs)
+	if co.workflow != "" {
+		body, err := co.templateRun(cmd.Context(), c, g, texts)
+		if err != nil {
+			return err
+		}
+		return co.create(cmd, c, g, body)
 	}
-	body := api.CreateRunRequest{Spec: &specs[0]}
+	items, err := co.specRuns(texts)
+	if err != nil {
+		return err
+	}
+	if len(items) > 1 {
+		return createRuns(cmd.Context(), c, g, cmd.OutOrStdout(), cmd.ErrOrStderr(), items)
+	}
+	return co.create(cmd, c, g, api.CreateRunRequest{Spec: items[0].Spec, Params: items[0].Params})
+}
+
+// templateRun is the body of a run of the template --workflow names, its
+// params converted by the types the template declares (read from the API
+// when there are any). A run with params is pinned to the version read, so
+// that a version pushed meanwhile cannot declare other types.
+func (co createOpts) templateRun(ctx context.Context, c *api.ClientWithResponses, g *globals,
+	texts map[string]string) (api.CreateRunRequest, error) {
+	ref, err := parseRef(co.workflow)
+	if err != nil {
+		return api.CreateRunRequest{}, err
+	}
+	body := api.CreateRunRequest{Workflow: &ref}
+	if len(texts) == 0 {
+		return body, nil
+	}
+	t, err := getTemplate(ctx, c, g, ref)
+	if err != nil {
+		return body, err
+	}
+	ref.Version = &t.Version
+	body.Params, err = typedParams(templateParams(t), texts, fmt.Sprintf("workflow %s version %d", t.Name, t.Version))
+	return body, err
+}
+
+// templateParams are the params t declares.
+func templateParams(t *api.WorkflowTemplate) []api.Param {
+	if len(t.Params) == 0 && t.Spec.Params != nil {
+		return *t.Spec.Params
+	}
+	return t.Params
+}
+
+// specRuns reads the file's specs, each with the params texts give,
+// converted by the types that spec declares.
+func (co createOpts) specRuns(texts map[string]string) ([]api.CreateRunsItem, error) {
+	specs, err := readSpecs(co.file)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if len(specs) > 1 && (co.name != "" || co.wait || co.watch) {
+		return nil, usagef("--name, --wait and --watch take a file of one workflow; %s holds %d", co.file, len(specs))
+	}
+	items := make([]api.CreateRunsItem, len(specs))
+	for i := range specs {
+		owner := co.file
+		if len(specs) > 1 {
+			owner = fmt.Sprintf("%s (document %d)", co.file, i+1)
+		}
+		params, err := typedParams(deref(specs[i].Params), texts, owner)
+		if err != nil {
+			return nil, err
+		}
+		items[i] = api.CreateRunsItem{Spec: &specs[i], Params: params}
+	}
+	return items, nil
+}
+
+// create creates one run (named --name when given), prints its name, then
+// waits or watches as asked.
+func (co createOpts) create(cmd *cobra.Command, c *api.ClientWithResponses, g *globals, body api.CreateRunRequest) error {
 	if co.name != "" {
 		body.Name = &co.name
 	}
 	resp, err := c.CreateRunWithResponse(cmd.Context(), g.project, g.domain, nil, body)
 	if err != nil {
-		return fmt.Errorf("create the run of %s: %w", co.file, err)
+		return fmt.Errorf("create the run of %s: %w", nonEmpty(co.file, co.workflow), err)
 	}
 	run := resp.JSON201
 	if run == nil {
@@ -99,24 +175,6 @@ func (co createOpts) run(cmd *cobra.Command, g *globals) error {
 		return watchRun(cmd.Context(), c, g, cmd.OutOrStdout(), run.Name, co.o.timeout)
 	case co.wait:
 		return waitRun(cmd.Context(), c, g, run.Name, co.o)
-	}
-	return nil
-}
-
-// setParams sets each KEY=VALUE of params in the env of every step of spec.
-func setParams(spec *api.WorkflowSpec, params []string) error {
-	for _, p := range params {
-		k, v, ok := strings.Cut(p, "=")
-		if !ok || k == "" {
-			return usagef("--param %q: want KEY=VALUE", p)
-		}
-		for i := range spec.Steps {
-			st := &spec.Steps[i]
-			if st.Env == nil {
-				st.Env = &map[string]string{}
-			}
-			(*st.Env)[k] = v
-		}
 	}
 	return nil
 }
@@ -278,6 +336,13 @@ func printRun(w io.Writer, run *api.Run) {
 		suspended = "  (suspended)"
 	}
 	fmt.Fprintf(w, "run %s/%s/%s  %s%s\n", run.Project, run.Domain, run.Name, run.Phase, suspended)
+	if o := origin(run); o != "" {
+		fmt.Fprintln(w, o)
+	}
+	if run.Params != nil && len(*run.Params) > 0 {
+		raw, _ := json.Marshal(*run.Params) // decoded JSON: it encodes
+		fmt.Fprintf(w, "params %s\n", raw)
+	}
 	fmt.Fprintln(w, "ACTION\tPHASE\tTASK\tSTATE\tATTEMPTS")
 	for _, a := range run.Actions {
 		if note := actionNote(a); len(a.Tasks) == 0 || note != "" {
@@ -305,6 +370,27 @@ func printRun(w io.Writer, run *api.Run) {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.Phase, task, t.State, strings.Join(atts, ", "))
 		}
 	}
+}
+
+// origin says where run comes from: "from workflow W version N", "by
+// schedule S for T", "by trigger T for event E", joined with ", "; "" for a
+// run of an inline spec created by hand.
+func origin(run *api.Run) string {
+	var parts []string
+	if w := run.Workflow; w != nil {
+		parts = append(parts, fmt.Sprintf("from workflow %s version %d", w.Name, w.Version))
+	}
+	if run.Schedule != nil {
+		at := ""
+		if run.ScheduledAt != nil {
+			at = " for " + run.ScheduledAt.UTC().Format(time.RFC3339)
+		}
+		parts = append(parts, "by schedule "+*run.Schedule+at)
+	}
+	if run.Trigger != nil {
+		parts = append(parts, "by trigger "+*run.Trigger+" for event "+deref(run.EventId))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func abortNote(a api.Action) string {

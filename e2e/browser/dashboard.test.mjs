@@ -3,8 +3,10 @@
 // runs list; watches a running DAG run's node change phase without a reload;
 // aborts a run through the confirmation; approves an approval step with a
 // comment; checks a retried task's two attempts in their Iris colours by
-// computed style; and follows a live log. Every wait is on a condition with
-// a timeout. Screenshots go to $CAPSTAN_SCREENSHOTS.
+// computed style; follows a live log; shows a template run's origin and the
+// template's versions and params; and shows a schedule's next times, pauses
+// and unpauses it and triggers a run of it. Every wait is on a condition
+// with a timeout. Screenshots go to $CAPSTAN_SCREENSHOTS.
 //
 // Environment: CAPSTAN_API (base URL), CAPSTAN_TOKEN (optional bearer token),
 // CAPSTAN_DATA_DIR (the stack's data dir: run directories hold the files
@@ -27,13 +29,19 @@ const T = 30_000; // the timeout of every wait, ms
 // Iris's dashboard colours, as computed styles.
 const IRIS = {FAILED: 'rgb(207, 34, 46)', SUCCEEDED: 'rgb(26, 127, 55)'};
 
-const runs = `${api}/v1/projects/${project}/domains/${domain}/runs`;
+const scope = `${api}/v1/projects/${project}/domains/${domain}`;
+const runs = `${scope}/runs`;
 const authz = token ? {Authorization: `Bearer ${token}`} : {};
 
-async function createRun(name, spec) {
-  const r = await fetch(runs, {method: 'POST', headers: {'Content-Type': 'application/json', ...authz}, body: JSON.stringify({name, spec})});
-  assert.equal(r.status, 201, `create ${name}: ${r.status} ${await r.text()}`);
+// post sends body to the scope's path and checks the answer's status.
+async function post(path, body, status) {
+  const r = await fetch(scope + path, {method: 'POST', headers: {'Content-Type': 'application/json', ...authz}, body: JSON.stringify(body)});
+  const text = await r.text();
+  assert.equal(r.status, status, `POST ${path}: ${r.status} ${text}`);
+  return JSON.parse(text);
 }
+
+const createRun = (name, spec) => post('/runs', {name, spec}, 201);
 
 // background is the computed background colour of the element loc names.
 // The pages re-render on every event, so an element read just as it is
@@ -219,6 +227,8 @@ async function scenario(page) {
     await shot(page, '9-log-ended');
   });
 
+  await step("a template's run shows its origin; the Workflows page lists the template with its params", () => templates(page));
+
   await step('workers and aborts pages', async () => {
     await page.click('[data-nav="workers"]');
     await page.locator('tbody#workers tr[data-worker]').nth(1).waitFor();
@@ -231,6 +241,94 @@ async function scenario(page) {
 
   await step('the event stream client resumes with Last-Event-ID and stops at end', () => streamContract(page));
   if (!token) await step('a 401 asks for a token once and sends it after', () => tokenPrompt(page));
+  // Last: it needs the schedules API and the scheduler's firing of a
+  // triggered time.
+  await step("a schedule's next times, pause, unpause and trigger", () => schedules(page));
+}
+
+// greeter is the template the template and schedule steps run.
+const greeter = (description) => ({name: 'greeter', description, spec: {steps: [{name: 'greet', command: 'echo "hello $WHO x$TIMES"'}]},
+  params: [{name: 'WHO', type: 'string', required: true, description: 'whom to greet'}, {name: 'TIMES', type: 'number', default: 2}]});
+
+// templates pushes two versions of greeter, runs version 1 with a param,
+// and checks the run page's origin and params, the Workflows list's params,
+// and the template page's params, spec and versions.
+async function templates(page) {
+  assert.equal((await post('/workflows', greeter('greets'), 201)).version, 1);
+  assert.equal((await post('/workflows', greeter('greets warmly'), 201)).version, 2);
+  await post('/runs', {name: 'from-template', workflow: {name: 'greeter', version: 1}, params: {WHO: 'ann'}}, 201);
+
+  await page.evaluate(() => { location.hash = '#/runs/from-template'; });
+  await page.locator('#run-origin [data-origin="workflow"] a[href="#/workflows/greeter/versions/1"]').waitFor();
+  assert.match(await page.textContent('#run-origin'), /from workflow greeter version 1/);
+  await page.locator('#run-params [data-param="WHO"]', {hasText: 'WHO=ann'}).waitFor();
+  await page.locator('#run-params [data-param="TIMES"]', {hasText: 'TIMES=2'}).waitFor();
+  await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+  await shot(page, '12-template-run');
+
+  await page.click('[data-nav="workflows"]');
+  const row = page.locator('tr[data-workflow="greeter"]');
+  await row.waitFor();
+  assert.equal(await row.locator('td').nth(1).textContent(), '2', 'the latest version');
+  assert.equal(await row.locator('.workflow-params [data-param="WHO"]').textContent(), 'WHO: string*');
+  assert.equal(await row.locator('.workflow-params [data-param="TIMES"]').textContent(), 'TIMES: number = 2');
+  await shot(page, '13-workflows');
+
+  await row.locator('a').first().click();
+  await page.locator('#workflow-version[data-version="2"]').waitFor();
+  assert.equal(await page.locator('#workflow-versions tr[data-version]').count(), 2);
+  const who = page.locator('#workflow-params tr[data-param="WHO"]');
+  assert.equal(await who.locator('.param-type').textContent(), 'string');
+  assert.equal(await who.locator('.param-required').textContent(), 'yes');
+  assert.equal(await page.locator('#workflow-params tr[data-param="TIMES"] .param-default').textContent(), '2');
+  assert.match(await page.textContent('#workflow-spec'), /hello \$WHO/);
+  await page.click('#workflow-versions tr[data-version="1"] a');
+  await page.locator('#workflow-version[data-version="1"]').waitFor();
+  await page.locator('#workflow-meta', {hasText: 'greets ·'}).waitFor();
+  await shot(page, '14-workflow-version');
+}
+
+// schedules creates an hourly schedule of greeter, and on its page checks
+// its five next times, pauses it (no next time) and unpauses it through the
+// confirmation, then triggers a run and follows it to the run page, which
+// names the schedule.
+async function schedules(page) {
+  await post('/schedules', {name: 'hourly-greeting', workflow: {name: 'greeter'}, params: {WHO: 'the hour'}, interval: '1h'}, 201);
+  await page.click('[data-nav="schedules"]');
+  const row = page.locator('tr[data-schedule="hourly-greeting"]');
+  await row.waitFor();
+  await row.locator('.badge', {hasText: 'active'}).waitFor();
+  await row.locator('a').first().click();
+
+  await page.locator('#schedule-next li').nth(4).waitFor();
+  assert.equal(await page.locator('#schedule-next li').count(), 5, 'the next 5 times');
+  await page.locator('#schedule-counters [data-counter="skipped_overlap"]').waitFor();
+  await shot(page, '15-schedule');
+
+  await page.click('#schedule-controls button[data-op="pause"]');
+  await page.locator('#confirm').waitFor({state: 'visible'});
+  await page.click('#confirm-ok');
+  await page.locator('#schedule-state[data-paused="true"]').waitFor();
+  await page.locator('#schedule-next-none', {hasText: 'None while paused'}).waitFor();
+  assert.equal(await page.locator('#schedule-next li').count(), 0);
+  await shot(page, '16-schedule-paused');
+
+  await page.click('#schedule-controls button[data-op="unpause"]');
+  await page.click('#confirm-ok');
+  await page.locator('#schedule-state[data-paused="false"]').waitFor();
+  await page.locator('#schedule-next li').nth(4).waitFor();
+
+  await page.click('#schedule-controls button[data-op="trigger"]');
+  await page.locator('#confirm-overlap').waitFor();
+  await page.click('#confirm-ok');
+  const run = page.locator('#schedule-runs tr[data-run]').first();
+  await run.waitFor();
+  const name = await run.getAttribute('data-run');
+  assert.match(name, /^hourly-greeting-\d{8}t\d{6}z$/, 'a scheduled run is named for its time');
+  await run.locator('a').click();
+  await page.locator('#run-origin [data-origin="schedule"] a[href="#/schedules/hourly-greeting"]').waitFor();
+  await page.locator('#run-params [data-param="WHO"]', {hasText: 'WHO=the hour'}).waitFor();
+  await shot(page, '17-scheduled-run');
 }
 
 // tokenPrompt (for an api without tokens) answers 401 to the workers list

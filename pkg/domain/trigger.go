@@ -77,7 +77,8 @@ var (
 
 // CompileTrigger compiles a trigger's filter ("" = every event of the
 // trigger's key) and params (run param name → CEL expression over event,
-// of any type). Errors, sorted by field: `<prefix>.filter` when the filter
+// of any type). Errors, sorted by field (without a prefix, `filter`,
+// `params`…): `<prefix>.filter` when the filter
 // is longer than MaxTriggerExprBytes, does not compile, reads a field event
 // does not have, or is not a boolean (nor dyn); `<prefix>.params` when there
 // are more than MaxParams; `<prefix>.params.<name>` when the name is not a
@@ -87,6 +88,9 @@ var (
 func CompileTrigger(filter string, params map[string]string, prefix string) (*TriggerRule, []FieldError) {
 	var errs []FieldError
 	add := func(field, format string, a ...any) {
+		if prefix == "" {
+			field = field[1:]
+		}
 		errs = append(errs, FieldError{Field: prefix + field, Message: fmt.Sprintf(format, a...)})
 	}
 	r := &TriggerRule{}

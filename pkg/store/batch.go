@@ -182,10 +182,7 @@ func (s *core) insertRoots(ctx context.Context, runs []NewRun, inserted []int, o
 	now := time.Now().UTC()
 	roots := make([]Action, len(inserted))
 	for j, i := range inserted {
-		run := out[i].Detail.Run
-		roots[j] = Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
-			Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
-			CreatedAt: now, UpdatedAt: now}
+		roots[j] = rootOf(out[i].Detail.Run, now)
 	}
 	rows, err := encodeRows(roots)
 	if err != nil {

@@ -26,6 +26,10 @@ func TestStatementsAreTimedByTheirNamedStatement(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Tasks().CountStates(ctx)
 	require.NoError(t, err)
+	_, err = st.Triggers().KeyTriggers(ctx, "p", "d", "k")
+	require.NoError(t, err)
+	_, _, err = st.Triggers().PublishEvent(ctx, store.PublishedEvent{Project: "p", Domain: "d", ID: "e", Key: "k"}, nil)
+	require.NoError(t, err)
 
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(h)
@@ -37,7 +41,7 @@ func TestStatementsAreTimedByTheirNamedStatement(t *testing.T) {
 			timed[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
 		}
 	}
-	for _, op := range []string{"CreateRun", "GetRun", "CountStates"} {
+	for _, op := range []string{"CreateRun", "GetRun", "CountStates", "KeyTriggers", "PublishEvent"} {
 		require.Positive(t, timed[op], "%s in %v", op, timed)
 	}
 	require.NotContains(t, timed, "InTx")

@@ -39,6 +39,11 @@ type RunOrigin struct {
 	ScheduledAt     time.Time
 	TriggerName     string
 	EventID         string
+	// Guard, for a run of a template version read earlier (a cache),
+	// makes CreateRun insert only while that version is live and, with
+	// Latest, still the latest: else ErrStaleTemplate, and nothing is
+	// written.
+	Guard, Latest bool
 }
 
 // row returns the runs row of nr, QUEUED, created at now.
@@ -63,6 +68,20 @@ func (nr NewRun) row(now time.Time) Run {
 	return run
 }
 
+// rootOf is the root action a0 of run, QUEUED, created at now.
+func rootOf(run Run, now time.Time) Action {
+	return Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
+		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
+		CreatedAt: now, UpdatedAt: now}
+}
+
+// createdEvent is the run.created event of run (QUEUED), at now.
+func createdEvent(run Run, now time.Time) RunEvent {
+	root := domain.RootActionName
+	return RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root,
+		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
+}
+
 // RunDetail is a run with its actions, their tasks and attempts.
 type RunDetail struct {
 	Run     Run
@@ -84,7 +103,8 @@ type TaskDetail struct {
 // CreateRun inserts a run, its root action a0 (QUEUED) and its
 // "run.created" event, in one statement (insertRun), and returns them.
 // created is false when IdempotencyKey matched an earlier run, which is
-// returned as GetRun reads it. Errors: ErrConflict when the name is taken.
+// returned as GetRun reads it. Errors: ErrConflict when the name is taken,
+// ErrStaleTemplate when nr.Origin.Guard and its template version changed.
 func (s Runs) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bool, err error) {
 	var earlier *domain.RunKey
 	if nr.IdempotencyKey != "" {
@@ -112,15 +132,12 @@ func (s Runs) CreateRun(ctx context.Context, nr NewRun) (d RunDetail, created bo
 // registered, in one statement (atomic without a transaction), and returns
 // the run and a0. The run's feed lock is not needed: no other transaction
 // writes events of a run that has not committed. Errors:
-// errIdempotencyRace, ErrConflict (the name is taken).
+// errIdempotencyRace, ErrConflict (the name is taken), ErrStaleTemplate
+// (a guarded template version changed).
 func (s *core) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 	now := time.Now().UTC()
 	run := nr.row(now)
-	root := Action{Project: run.Project, Domain: run.Domain, RunName: run.Name, Name: domain.RootActionName,
-		Kind: "workflow", DependsOn: Strings{}, Phase: string(domain.PhaseQueued), Version: 1,
-		CreatedAt: now, UpdatedAt: now}
-	created := RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root.Name,
-		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
+	root, created := rootOf(run, now), createdEvent(run, now)
 	args := map[string]any{"channel": EventsChannel}
 	for name, row := range map[string]any{"run": run, "root": root, "created": created} {
 		j, err := encodeRows(row)
@@ -134,28 +151,45 @@ func (s *core) insertRun(ctx context.Context, nr NewRun) (Run, Action, error) {
 		return Run{}, Action{}, err
 	}
 	args["notice"] = notices[0]
-	err = s.exec(ctx, insertRunSQL, args).Error
+	o := nr.Origin
+	args["guard"], args["latest"], args["wf"], args["wv"] = o.Guard, o.Latest, o.WorkflowName, o.WorkflowVersion
+	args["project"], args["domain"] = nr.Key.Project, nr.Key.Domain
+	var inserted, notified int64
+	err = scanRow(s.raw(ctx, insertRunSQL, args), &inserted, &notified)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.ConstraintName == "runs_idempotency_key" {
 		return Run{}, Action{}, errIdempotencyRace
 	}
+	if err == nil && inserted == 0 {
+		return Run{}, Action{}, ErrStaleTemplate
+	}
 	return run, root, mapErr(err)
 }
 
-// insertRunSQL inserts the run of @run, the root action of @root (only
-// once the run's insert returned a row) and the event of @created, and
-// queues @notice for the commit while a listener is registered
-// (listenersLive). Each row is a parameter of its
+// insertRunSQL inserts the run of @run while templateGuard holds, the root
+// action of @root (only once the run's insert returned a row) and the
+// event of @created, and queues @notice for the commit while a listener is
+// registered (listenersLive); it returns how many runs it inserted (0 or
+// 1) and notices it queued. Each row is a parameter of its
 // own, used once: a named parameter used n times is sent, and parsed as
 // JSON, n times (one array of the three rows, read at three places, cost
 // three parses of every row).
 var insertRunSQL = `WITH r AS (INSERT INTO runs (` + columnsOf[Run]() + `) SELECT ` + columnsOf[Run]() + `
-	FROM jsonb_populate_record(NULL::runs, CAST(@run AS jsonb)) RETURNING 1),
+	FROM jsonb_populate_record(NULL::runs, CAST(@run AS jsonb)) WHERE ` + templateGuard + ` RETURNING 1),
 a AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
 	FROM jsonb_populate_record(NULL::actions, CAST(@root AS jsonb)) WHERE EXISTS (SELECT 1 FROM r) RETURNING 1),
 e AS (INSERT INTO run_events (` + columnsOf[RunEvent]() + `) SELECT ` + columnsOf[RunEvent]() + `
-	FROM jsonb_populate_record(NULL::run_events, CAST(@created AS jsonb)) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1)
-SELECT pg_notify(@channel, @notice) FROM e WHERE ` + listenersLive
+	FROM jsonb_populate_record(NULL::run_events, CAST(@created AS jsonb)) WHERE EXISTS (SELECT 1 FROM a) RETURNING 1),
+n AS (SELECT pg_notify(@channel, @notice) FROM e WHERE ` + listenersLive + `)
+SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n)`
+
+// templateGuard holds unless @guard: then only while the runs row's
+// template version (@wf, @wv of @project/@domain) is live and, with
+// @latest, no later version exists.
+const templateGuard = `(NOT @guard OR EXISTS (SELECT 1 FROM workflow_templates t
+	WHERE t.project = @project AND t.domain = @domain AND t.name = @wf AND t.version = @wv AND t.deleted_at IS NULL
+	  AND (NOT @latest OR NOT EXISTS (SELECT 1 FROM workflow_templates n
+	        WHERE n.project = t.project AND n.domain = t.domain AND n.name = t.name AND n.version > t.version))))`
 
 // runByIdempotencyKey returns the key of the run created with nr's
 // Idempotency-Key in its project and domain. Errors: ErrNotFound.
@@ -167,6 +201,10 @@ func (s *core) runByIdempotencyKey(ctx context.Context, nr NewRun) (*domain.RunK
 	}
 	return &domain.RunKey{Project: nr.Key.Project, Domain: nr.Key.Domain, Run: run.Name}, nil
 }
+
+// ErrStaleTemplate: a guarded create's template version is deleted, or
+// no longer the latest (RunOrigin.Guard).
+var ErrStaleTemplate = errors.New("the template version changed")
 
 // errIdempotencyRace: the run's insert lost to a concurrent create with the
 // same Idempotency-Key.

@@ -93,8 +93,11 @@ func (s Templates) GetTemplate(ctx context.Context, key TemplateKey, version int
 // ListTemplates returns a page of the live templates of project/domain
 // (the latest version of each), by name, after cursor (the last name of
 // the previous page), and the next page's cursor ("" on the last); limit
-// is 1 to 500, default 50.
+// is 1 to 500, default 50. Errors: ErrBadCursor (no template name).
 func (s Templates) ListTemplates(ctx context.Context, project, dom, cursor string, limit int) ([]Template, string, error) {
+	if cursor != "" && !domain.ValidName(cursor) {
+		return nil, "", ErrBadCursor
+	}
 	limit = min(max(cmp.Or(limit, 50), 1), 500)
 	var ts []Template
 	err := s.q(ctx).Raw(`SELECT DISTINCT ON (name) * FROM workflow_templates

@@ -175,7 +175,9 @@ func (g *gen) pathValue(p *openapi3.Parameter, k domain.RunKey, steps []string) 
 	case p.Name == "attempt" && g.r.IntN(4) > 0:
 		return "1"
 	}
-	return fmt.Sprint(g.genValue(s, 0))
+	// Escaped as a client escapes it: a free-text value (an event's id)
+	// may hold a space or a slash.
+	return url.PathEscape(fmt.Sprint(g.genValue(s, 0)))
 }
 
 func (g *gen) queryValue(p *openapi3.Parameter) (string, bool) {

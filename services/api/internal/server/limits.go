@@ -63,14 +63,16 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 }
 
 // writeDeadline bounds writing the answer of every request but a stream
-// (logs?follow=true, .../events, or Accept: text/event-stream), which ends
-// on its own terms (Config.LogFollowMax): the listener has no write timeout
-// so that streams can last.
+// (logs?follow=true, GET .../events, or Accept: text/event-stream), which
+// ends on its own terms (Config.LogFollowMax): the listener has no write
+// timeout so that streams can last. A publication (POST .../events) is
+// bounded.
 func writeDeadline(d time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			stream := req.URL.Query().Get("follow") == "true" || strings.HasSuffix(req.URL.Path, "/events") ||
+			events := req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/events")
+			stream := req.URL.Query().Get("follow") == "true" || events ||
 				strings.Contains(req.Header.Get("Accept"), "text/event-stream")
 			if !stream {
 				_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Now().Add(d))

@@ -20,8 +20,8 @@ import (
 // naming each offending field; nothing is written for it.
 func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject) (api.CreateRunResponseObject, error) {
 	b := req.Body
-	nr, fieldErrs, err := h.newRun(ctx, req.Project, req.Domain, runRequest{Name: b.Name, Spec: b.Spec,
-		Workflow: b.Workflow, Params: b.Params}, nil)
+	in := runRequest{Name: b.Name, Spec: b.Spec, Workflow: b.Workflow, Params: b.Params}
+	nr, fieldErrs, err := h.newRun(ctx, req.Project, req.Domain, in, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -33,6 +33,20 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		nr.IdempotencyKey = *req.Params.IdempotencyKey
 	}
 	detail, created, err := h.store.Runs().CreateRun(ctx, nr)
+	if errors.Is(err, store.ErrStaleTemplate) { // read it again, then decide again
+		h.templates.forget(store.TemplateKey{Project: key.Project, Domain: key.Domain, Name: nr.Origin.WorkflowName},
+			nr.Origin.WorkflowVersion)
+		in.Name = &name
+		idempotencyKey := nr.IdempotencyKey
+		if nr, fieldErrs, err = h.newRun(ctx, req.Project, req.Domain, in, nil); err != nil {
+			return nil, err
+		}
+		if len(fieldErrs) > 0 {
+			return api.CreateRun422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+		}
+		nr.IdempotencyKey = idempotencyKey
+		detail, created, err = h.store.Runs().CreateRun(ctx, nr)
+	}
 	taken := subject{kind: "run", name: name, in: req.Project + "/" + req.Domain}
 	if p, ok := problemFor(err, taken); ok && p.Status == http.StatusConflict {
 		return api.CreateRun409ApplicationProblemPlusJSONResponse(p), nil
@@ -89,13 +103,14 @@ func (h *Handlers) newRun(ctx context.Context, project, dom string, in runReques
 		spec, errs := decodeSpec(*in.Spec)
 		nr.Spec, fieldErrs = spec, append(fieldErrs, errs...)
 	default:
-		t, errs, err := h.template(ctx, project, dom, *in.Workflow, templates)
+		t, cached, errs, err := h.template(ctx, project, dom, *in.Workflow, templates)
 		if err != nil {
 			return nr, nil, err
 		}
 		fieldErrs = append(fieldErrs, errs...)
 		nr.Spec = t.Spec
-		nr.Origin = store.RunOrigin{WorkflowName: t.Name, WorkflowVersion: t.Version}
+		nr.Origin = store.RunOrigin{WorkflowName: t.Name, WorkflowVersion: t.Version, Guard: cached,
+			Latest: cached && in.Workflow.Version == nil}
 	}
 	if len(fieldErrs) > 0 {
 		return nr, fieldErrs, nil
@@ -105,30 +120,36 @@ func (h *Handlers) newRun(ctx context.Context, project, dom string, in runReques
 	return nr, errs, nil
 }
 
-// template reads the template version ref names, through cache when it is
-// not nil. The field errors say it does not exist (or is deleted). Errors:
+// template returns the template version ref names: from batch, a batch's
+// reads, when it is not nil, else from the api's cache (cached true: a
+// create of it must be guarded, store.RunOrigin.Guard), else read from the
+// store. The field errors say it does not exist (or is deleted). Errors:
 // the store's.
 func (h *Handlers) template(ctx context.Context, project, dom string, ref api.WorkflowRef,
-	cache map[api.WorkflowRef]store.Template) (store.Template, []domain.FieldError, error) {
-	if t, ok := cache[ref]; ok {
-		return t, nil, nil
+	batch map[api.WorkflowRef]store.Template) (t store.Template, cached bool, _ []domain.FieldError, _ error) {
+	key, version := store.TemplateKey{Project: project, Domain: dom, Name: ref.Name}, deref(ref.Version)
+	if t, ok := batch[ref]; ok {
+		return t, false, nil, nil
 	}
-	t, err := h.store.Templates().GetTemplate(ctx, store.TemplateKey{Project: project, Domain: dom, Name: ref.Name},
-		deref(ref.Version))
+	if t, ok := h.templates.get(key, version); ok && batch == nil {
+		return t, true, nil, nil
+	}
+	t, err := h.store.Templates().GetTemplate(ctx, key, version)
 	if errors.Is(err, store.ErrNotFound) {
 		what := "no workflow template named " + ref.Name
 		if ref.Version != nil {
 			what = fmt.Sprintf("workflow template %s has no version %d", ref.Name, *ref.Version)
 		}
-		return t, []domain.FieldError{{Field: "workflow", Message: what + " in " + project + "/" + dom}}, nil
+		return t, false, []domain.FieldError{{Field: "workflow", Message: what + " in " + project + "/" + dom}}, nil
 	}
 	if err != nil {
-		return t, nil, fmt.Errorf("read workflow %s: %w", ref.Name, err)
+		return t, false, nil, fmt.Errorf("read workflow %s: %w", ref.Name, err)
 	}
-	if cache != nil {
-		cache[ref] = t
+	h.templates.add(t, version)
+	if batch != nil {
+		batch[ref] = t
 	}
-	return t, nil, nil
+	return t, false, nil, nil
 }
 
 // specProblem is the 422 invalid_spec problem naming fieldErrs (at least one).

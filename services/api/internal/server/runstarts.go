@@ -38,26 +38,40 @@ type pendingStart struct {
 	done  chan error // buffered
 }
 
-// send tells the scheduler to start the run of key, with others sent at the
-// same time (runStarts), and returns once the message is enqueued. Errors:
-// the enqueue's (the run is recorded: the scheduler's resync starts it),
-// ctx's when it ends first.
-func (r *runStarts) send(ctx context.Context, key domain.RunKey) error {
-	p := &pendingStart{ctx: ctx, key: key, trace: obs.TraceParent(ctx), done: make(chan error, 1)}
+// send tells the scheduler to start the runs of keys (one for a create,
+// several for an event's triggers), with others sent at the same time
+// (runStarts), and returns once their messages are enqueued. Errors: the
+// first enqueue's (the runs are recorded: the scheduler's resync starts
+// them), ctx's when it ends first.
+func (r *runStarts) send(ctx context.Context, keys ...domain.RunKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	trace := obs.TraceParent(ctx)
+	ps := make([]*pendingStart, len(keys))
+	for i, key := range keys {
+		ps[i] = &pendingStart{ctx: ctx, key: key, trace: trace, done: make(chan error, 1)}
+	}
 	r.mu.Lock()
-	r.queue = append(r.queue, p)
+	r.queue = append(r.queue, ps...)
 	lead := !r.sending
 	r.sending = true
 	r.mu.Unlock()
 	if lead {
 		go r.flush()
 	}
-	select {
-	case err := <-p.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	var first error
+	for _, p := range ps {
+		select {
+		case err := <-p.done:
+			if first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return first
 }
 
 // flush sends the queued starts, round after round, until none is left.

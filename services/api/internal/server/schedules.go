@@ -53,7 +53,7 @@ func (h *Handlers) CreateSchedule(ctx context.Context, req api.CreateScheduleReq
 }
 
 // checkSchedule returns the problems of sc's spec, and, when withTemplate,
-// of its template and params (the template read through the store).
+// of its template and params (the template read from the store).
 // Errors: the store's.
 func (h *Handlers) checkSchedule(ctx context.Context, sc store.Schedule, withTemplate bool) ([]domain.FieldError, error) {
 	errs := sc.Spec.Validate("")
@@ -63,8 +63,10 @@ func (h *Handlers) checkSchedule(ctx context.Context, sc store.Schedule, withTem
 	if !withTemplate {
 		return errs, nil
 	}
-	t, tplErrs, err := h.template(ctx, sc.Project, sc.Domain, api.WorkflowRef{Name: sc.WorkflowName,
-		Version: sc.WorkflowVersion}, nil)
+	// A read of its own (a batch map), not the api's cache: a schedule
+	// outlives the request, and a template deleted meanwhile is a 422.
+	t, _, tplErrs, err := h.template(ctx, sc.Project, sc.Domain, api.WorkflowRef{Name: sc.WorkflowName,
+		Version: sc.WorkflowVersion}, map[api.WorkflowRef]store.Template{})
 	if err != nil || len(tplErrs) > 0 {
 		return append(errs, tplErrs...), err
 	}

@@ -13,10 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const (
-	schedulesPath = "/v1/projects/demo/domains/dev/schedules"
-	workflowsPath = "/v1/projects/demo/domains/dev/workflows"
-)
+const schedulesPath = "/v1/projects/demo/domains/dev/schedules"
 
 // newScheduleFixture is a fixture holding the template etl: one noop step
 // and a number param n (default 1) and a string param env.

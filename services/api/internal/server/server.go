@@ -69,6 +69,8 @@ type Handlers struct {
 	auth *authenticator
 	// starts sends the scheduler the starts of runs created one by one.
 	starts *runStarts
+	// templates remembers the template versions creates read.
+	templates *templateCache
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -117,7 +119,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	}
 
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed,
-		metrics: m, auth: auth}
+		metrics: m, auth: auth, templates: newTemplateCache()}
 	h.starts = &runStarts{enqueue: func(ctx context.Context, t *asynq.Task) error { return h.queue.Enqueue(ctx, t) }}
 	if h.feed == nil {
 		h.feed = feed.New("", 0, 0, d.Log)

@@ -121,7 +121,7 @@ func TestCreateRunRejectsBadSpecsAndWritesNothing(t *testing.T) {
 		{"unknown mode", `{"spec":{"mode":"Parallel","steps":[{"name":"a","command":"x"}]}}`, 400, "spec.mode"},
 		{"wrong type", `{"spec":{"steps":[{"name":"a","command":"x","replicas":"three"}]}}`, 400, "spec.steps[0].replicas"},
 		{"unknown field", `{"spec":{"steps":[{"name":"a","command":"x","retries":3}]}}`, 400, "spec.steps[0]"},
-		{"missing spec", `{}`, 400, "spec"},
+		{"missing spec", `{}`, 422, "spec"},
 		{"not JSON", `{"spec":`, 400, ""},
 	}
 	for _, c := range cases {

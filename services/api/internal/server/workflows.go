@@ -37,6 +37,7 @@ func (h *Handlers) PushWorkflow(ctx context.Context, req api.PushWorkflowRequest
 	if err != nil {
 		return nil, fmt.Errorf("push workflow %s/%s/%s: %w", req.Project, req.Domain, b.Name, err)
 	}
+	h.templates.forget(store.TemplateKey{Project: req.Project, Domain: req.Domain, Name: row.Name}, 0)
 	if !created {
 		return api.PushWorkflow200JSONResponse(toTemplate(row)), nil
 	}
@@ -55,6 +56,9 @@ func convertField(in, out any, field string) []domain.FieldError {
 // ListWorkflows returns a page of templates, the latest version of each.
 func (h *Handlers) ListWorkflows(ctx context.Context, req api.ListWorkflowsRequestObject) (api.ListWorkflowsResponseObject, error) {
 	ts, next, err := h.store.Templates().ListTemplates(ctx, req.Project, req.Domain, deref(req.Params.Cursor), deref(req.Params.Limit))
+	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
+		return embedded[api.ListWorkflows400ApplicationProblemPlusJSONResponse](p), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list workflows of %s/%s: %w", req.Project, req.Domain, err)
 	}
@@ -112,7 +116,9 @@ func (h *Handlers) ListWorkflowVersions(ctx context.Context, req api.ListWorkflo
 
 // DeleteWorkflow stops new runs of a template.
 func (h *Handlers) DeleteWorkflow(ctx context.Context, req api.DeleteWorkflowRequestObject) (api.DeleteWorkflowResponseObject, error) {
-	err := h.store.Templates().DeleteTemplate(ctx, store.TemplateKey{Project: req.Project, Domain: req.Domain, Name: req.Workflow})
+	key := store.TemplateKey{Project: req.Project, Domain: req.Domain, Name: req.Workflow}
+	h.templates.forget(key, 0)
+	err := h.store.Templates().DeleteTemplate(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "workflow", name: req.Workflow}); ok && p.Status == http.StatusNotFound {
 		return embedded[api.DeleteWorkflow404ApplicationProblemPlusJSONResponse](p), nil
 	}

@@ -2,6 +2,10 @@
 //   #/runs                     runs list
 //   #/runs/{run}               run page (graph, timeline, controls)
 //   #/runs/{run}/actions/{a}   action page (tasks, attempts, logs)
+//   #/workflows                templates list
+//   #/workflows/{name}[/versions/{v}]  template page (a version, its params and spec, every version)
+//   #/schedules                schedules list
+//   #/schedules/{name}         schedule page (next times, recent runs, pause/unpause/trigger)
 //   #/workers  #/aborts
 // Each page module exports mount(view, params) → unmount function.
 
@@ -11,10 +15,19 @@ import * as run from './run.js';
 import * as action from './action.js';
 import * as workers from './workers.js';
 import * as aborts from './aborts.js';
+import * as workflows from './workflows.js';
+import * as workflow from './workflow.js';
+import * as schedules from './schedules.js';
+import * as schedule from './schedule.js';
 
 const routes = [
   [/^#\/runs\/([^/]+)\/actions\/([^/]+)$/, action, (m) => ({run: decodeURIComponent(m[1]), action: decodeURIComponent(m[2])})],
   [/^#\/runs\/([^/]+)$/, run, (m) => ({run: decodeURIComponent(m[1])})],
+  [/^#\/workflows\/([^/]+)\/versions\/(\d+)$/, workflow, (m) => ({workflow: decodeURIComponent(m[1]), version: m[2]})],
+  [/^#\/workflows\/([^/]+)$/, workflow, (m) => ({workflow: decodeURIComponent(m[1])})],
+  [/^#\/workflows$/, workflows, () => ({})],
+  [/^#\/schedules\/([^/]+)$/, schedule, (m) => ({schedule: decodeURIComponent(m[1])})],
+  [/^#\/schedules$/, schedules, () => ({})],
   [/^#\/workers$/, workers, () => ({})],
   [/^#\/aborts$/, aborts, () => ({})],
   [/^#\/runs(\?.*)?$/, runs, () => ({})],

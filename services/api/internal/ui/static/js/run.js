@@ -1,19 +1,22 @@
-// run.js: one run: its workflow graph coloured by phase, a timeline of its
-// actions, each step's outputs and cache status, and the controls (abort the
-// run or a step, suspend, resume, approve/reject, restart), each behind a
-// confirmation and showing the API's problem detail when refused.
+// run.js: one run: where it comes from (template and version, schedule and
+// scheduled time, or trigger and event) and its params, its workflow graph
+// coloured by phase, a timeline of its actions, each step's outputs and
+// cache status, and the controls (abort the run or a step, suspend, resume,
+// approve/reject, restart), each behind a confirmation and showing the
+// API's problem detail when refused.
 
 import {getJSON, postJSON} from './api.js';
 import {$, act, badge, base, enc, esc, fmtTime, isTerminal, showError, span} from './dom.js';
 import {drawGraph, drawTimeline} from './graph.js';
 import {watch, every} from './live.js';
+import {originHTML, paramsHTML} from './origin.js';
 
 const awaitsDecision = (a) => a.kind === 'approval' && a.phase === 'PAUSED' && a.waiting_for === 'approval' && !a.approval;
 const COMMENT = '<label>Comment<br><textarea name="comment" id="confirm-comment" rows="3"></textarea></label>';
 
 export function mount(view, {run: name}) {
   const path = `${base()}/runs/${enc(name)}`;
-  view.innerHTML = `<h2 id="run-title"></h2><p id="run-meta" class="muted"></p>
+  view.innerHTML = `<h2 id="run-title"></h2><p id="run-origin"></p><p id="run-params" class="kv"></p><p id="run-meta" class="muted"></p>
     <p class="controls" id="run-controls"></p>
     <div class="graph" id="run-graph"></div>
     <h3>Timeline</h3><div class="timeline" id="run-timeline"></div>
@@ -44,6 +47,8 @@ export function mount(view, {run: name}) {
 function draw(view, run) {
   const q = (id) => view.querySelector('#' + id);
   q('run-title').innerHTML = `${esc(run.name)} <span id="run-phase">${badge(run.phase)}</span>${run.suspended ? ' <span class="muted">(suspended)</span>' : ''}`;
+  q('run-origin').innerHTML = 'from ' + originHTML(run);
+  q('run-params').innerHTML = run.params && Object.keys(run.params).length ? 'params ' + paramsHTML(run.params) : '';
   q('run-controls').innerHTML = runButtons(run);
   q('run-graph').innerHTML = drawGraph(run);
   const acts = new Map(run.actions.map((a) => [a.name, a]));

@@ -5,6 +5,7 @@
 import {getJSON} from './api.js';
 import {base, badge, enc, esc, fmtTime, span, showError} from './dom.js';
 import {watch, every} from './live.js';
+import {originShort} from './origin.js';
 
 const PHASES = ['QUEUED', 'WAITING_FOR_RESOURCES', 'WAITING_FOR_CACHE', 'RUNNING', 'PAUSED', 'SUCCEEDED', 'FAILED',
   'ABORTED', 'TIMED_OUT', 'UNSCHEDULABLE', 'WORKER_FAILED', 'SKIPPED'];
@@ -18,7 +19,7 @@ export function mount(view) {
       <button id="runs-first">Newest</button><button id="runs-next">Older →</button>
       <span id="runs-page" class="muted"></span>
     </div>
-    <table><thead><tr><th>run</th><th>phase</th><th>started</th><th>duration</th></tr></thead><tbody id="runs"></tbody></table>`;
+    <table><thead><tr><th>run</th><th>phase</th><th>origin</th><th>started</th><th>duration</th></tr></thead><tbody id="runs"></tbody></table>`;
   const st = {cursors: [''], page: 0, list: null};
   const q = (id) => view.querySelector('#' + id);
 
@@ -37,7 +38,7 @@ export function mount(view) {
   };
   const draw = () => {
     if (!st.list) return;
-    q('runs').innerHTML = st.list.runs.map(row).join('') || '<tr><td colspan="4" class="muted">No runs.</td></tr>';
+    q('runs').innerHTML = st.list.runs.map(row).join('') || '<tr><td colspan="5" class="muted">No runs.</td></tr>';
     q('runs-next').disabled = !st.list.next_cursor;
     q('runs-first').disabled = st.page === 0;
     q('runs-page').textContent = `page ${st.page + 1}`;
@@ -61,5 +62,5 @@ export function mount(view) {
 
 function row(r) {
   return `<tr data-run="${esc(r.name)}"><td><a href="#/runs/${enc(r.name)}">${esc(r.name)}</a></td>
-    <td>${badge(r.phase)}</td><td class="muted">${fmtTime(r.created_at)}</td><td>${span(r.created_at, r.ended_at)}</td></tr>`;
+    <td>${badge(r.phase)}</td><td class="run-origin">${originShort(r)}</td><td class="muted">${fmtTime(r.created_at)}</td><td>${span(r.created_at, r.ended_at)}</td></tr>`;
 }
