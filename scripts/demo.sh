@@ -4,7 +4,8 @@
 # with its result, then a long run that is aborted, showing the abort landed,
 # then the standard library's TODO/FIXME notes (outputs passed as inputs, a
 # condition over an output, an always clean-up) with its report, and a
-# cached step run twice (the second time a cache hit).
+# cached step run twice (the second time a cache hit), then a workflow
+# template run by name with typed params and a schedule of it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -65,7 +66,29 @@ echo "the second run's count step is a cache HIT: it ran no task. The entries:"
 curl -fsS -H "Authorization: Bearer $CAPSTAN_TOKEN" "$CAPSTAN_API_URL/v1/projects/demo/domains/dev/cache"; echo
 
 echo
-echo "== 5. what the scheduler's /metrics show (counted at most every 10s: CAPSTAN_METRICS_REFRESH)"
+echo "== 5. examples/templates/stdlib-grep.yaml: a workflow template run by name with typed params, and a schedule of it"
+$capstan workflow push -f examples/templates/stdlib-grep.yaml
+$capstan workflow list
+run5=$($capstan run create --workflow stdlib-grep --param PATTERN='TODO|FIXME' --param ROOT=encoding --param TOP=3)
+echo "created run $run5 of the template's latest version; following it:"
+$capstan run wait "$run5" --timeout 5m
+$capstan run get "$run5"
+echo
+echo "result (stdout of step top):"
+$capstan logs "$run5" top
+# A schedule an earlier demo made is made again from the file.
+$capstan schedule delete stdlib-todo-hourly >/dev/null 2>&1 || true
+$capstan schedule create -f examples/templates/stdlib-grep-hourly.yaml >/dev/null
+$capstan schedule trigger stdlib-todo-hourly
+echo "the schedule's next times, and the run the trigger started:"
+for _ in $(seq 1 50); do # the firing loop starts it within its tick (1s)
+  $capstan schedule get stdlib-todo-hourly | grep -q '^stdlib-todo-hourly-' && break
+  sleep 0.2
+done
+$capstan schedule get stdlib-todo-hourly
+
+echo
+echo "== 6. what the scheduler's /metrics show (counted at most every 10s: CAPSTAN_METRICS_REFRESH)"
 curl -fsS http://127.0.0.1:9091/metrics |
   grep -E '^capstan_(actions_active|tasks_active|workers|queue_latency_seconds)\{' | grep -v ' 0$' || true
 
