@@ -100,8 +100,12 @@ func (s Schedules) LockSchedule(ctx context.Context, key ScheduleKey) (Schedule,
 
 // ListSchedules returns a page of the schedules of project/domain by name,
 // after cursor (the last name of the previous page), and the next page's
-// cursor ("" on the last); limit is 1 to 500, default 50.
+// cursor ("" on the last); limit is 1 to 500, default 50. Errors:
+// ErrBadCursor (no schedule name).
 func (s Schedules) ListSchedules(ctx context.Context, project, dom, cursor string, limit int) ([]Schedule, string, error) {
+	if cursor != "" && !domain.ValidName(cursor) {
+		return nil, "", ErrBadCursor
+	}
 	limit = min(max(cmp.Or(limit, 50), 1), 500)
 	var out []Schedule
 	err := s.q(ctx).Where("project = ? AND domain = ? AND name > ?", project, dom, cursor).

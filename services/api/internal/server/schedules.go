@@ -102,6 +102,9 @@ func (h *Handlers) GetSchedule(ctx context.Context, req api.GetScheduleRequestOb
 func (h *Handlers) ListSchedules(ctx context.Context, req api.ListSchedulesRequestObject) (api.ListSchedulesResponseObject, error) {
 	scs, next, err := h.store.Schedules().ListSchedules(ctx, req.Project, req.Domain, deref(req.Params.Cursor),
 		deref(req.Params.Limit))
+	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
+		return embedded[api.ListSchedules400ApplicationProblemPlusJSONResponse](p), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list schedules of %s/%s: %w", req.Project, req.Domain, err)
 	}

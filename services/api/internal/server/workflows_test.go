@@ -149,12 +149,14 @@ func TestRunOfWorkflowSeesOtherReplicasPushes(t *testing.T) {
 }
 
 // A list's cursor that no page gave is a 400 naming it.
-func TestListWorkflowsBadCursor(t *testing.T) {
+func TestListBadCursor(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for _, c := range []string{"%00", "Not%20A%20Name"} {
-		status, _, p := f.do(t, http.MethodGet, workflowsPath+"?cursor="+c, "")
-		require.Equal(t, http.StatusBadRequest, status, p)
-		require.Equal(t, "cursor", fields(p)[0])
+	for _, path := range []string{workflowsPath, "/v1/projects/demo/domains/dev/schedules", triggersPath} {
+		for _, c := range []string{"%00", "Not%20A%20Name"} {
+			status, _, p := f.do(t, http.MethodGet, path+"?cursor="+c, "")
+			require.Equal(t, http.StatusBadRequest, status, "%s: %v", path, p)
+			require.Equal(t, "cursor", fields(p)[0], path)
+		}
 	}
 }
