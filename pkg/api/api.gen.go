@@ -132,6 +132,27 @@ func (e CleanupStepStep) Valid() bool {
 	}
 }
 
+// Defines values for ConcurrencyStrategy.
+const (
+	CancelInProgress ConcurrencyStrategy = "cancel_in_progress"
+	CancelNewest     ConcurrencyStrategy = "cancel_newest"
+	Queue            ConcurrencyStrategy = "queue"
+)
+
+// Valid indicates whether the value is a known member of the ConcurrencyStrategy enum.
+func (e ConcurrencyStrategy) Valid() bool {
+	switch e {
+	case CancelInProgress:
+		return true
+	case CancelNewest:
+		return true
+	case Queue:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LogChunkStream.
 const (
 	Stderr LogChunkStream = "stderr"
@@ -692,6 +713,21 @@ type CleanupStep struct {
 // CleanupStepStep defines model for CleanupStep.Step.
 type CleanupStepStep string
 
+// Concurrency At most max_runs runs of one key hold a slot at a time (a run holds it while it is unfinished, and an aborted one until its processes are gone).
+type Concurrency struct {
+	// Key A CEL string expression over params, e.g. params.environment; a constant such as "deploy" is one key for every run.
+	Key string `json:"key"`
+
+	// MaxRuns How many runs of a key hold a slot at a time (1 to 100000).
+	MaxRuns int `json:"max_runs"`
+
+	// Strategy `queue`: a run over the limit waits QUEUED, first in first out within its key, keys taking turns. `cancel_in_progress`: the new run starts once the oldest running run of its key, aborted with reason `concurrency`, has stopped. `cancel_newest`: a run over the limit ends ABORTED at once, reason `concurrency`.
+	Strategy *ConcurrencyStrategy `json:"strategy,omitempty"`
+}
+
+// ConcurrencyStrategy `queue`: a run over the limit waits QUEUED, first in first out within its key, keys taking turns. `cancel_in_progress`: the new run starts once the oldest running run of its key, aborted with reason `concurrency`, has stopped. `cancel_newest`: a run over the limit ends ABORTED at once, reason `concurrency`.
+type ConcurrencyStrategy string
+
 // Constraint defines model for Constraint.
 type Constraint struct {
 	Key string `json:"key"`
@@ -936,6 +972,18 @@ type PushWorkflowRequest struct {
 	Spec   WorkflowSpec `json:"spec"`
 }
 
+// RateLimitUse Tokens each task of the step takes from a rate limit of the project when it is placed.
+type RateLimitUse struct {
+	// Key A CEL string expression over params, ITEM and index: each value has a bucket of its own; absent, the limit's one bucket.
+	Key *string `json:"key,omitempty"`
+
+	// Name A rate limit of the project (PUT .../rate-limits/{name}).
+	Name string `json:"name"`
+
+	// Units Tokens one task takes (1 to 100000).
+	Units *int `json:"units,omitempty"`
+}
+
 // RegisterWorkerRequest defines model for RegisterWorkerRequest.
 type RegisterWorkerRequest struct {
 	// Address Base URL of the executor API, e.g. http://127.0.0.1:9001.
@@ -985,10 +1033,13 @@ type Role string
 
 // Run defines model for Run.
 type Run struct {
-	Actions   []Action   `json:"actions"`
-	CreatedAt time.Time  `json:"created_at"`
-	Domain    string     `json:"domain"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Actions []Action `json:"actions"`
+
+	// ConcurrencyKey The run's concurrency key, when its spec has concurrency.
+	ConcurrencyKey *string    `json:"concurrency_key,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	Domain         string     `json:"domain"`
+	EndedAt        *time.Time `json:"ended_at,omitempty"`
 
 	// EventId The published event the trigger started the run for.
 	EventId *string `json:"event_id,omitempty"`
@@ -996,6 +1047,9 @@ type Run struct {
 
 	// Params A run's params by name, each a JSON value of its declared type.
 	Params *ParamValues `json:"params,omitempty"`
+
+	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
+	PendingReason *string `json:"pending_reason,omitempty"`
 
 	// Phase The phase of a run or an action.
 	Phase   Phase  `json:"phase"`
@@ -1059,13 +1113,18 @@ type RunSignalRequest = map[string]interface{}
 
 // RunSummary defines model for RunSummary.
 type RunSummary struct {
-	CreatedAt time.Time  `json:"created_at"`
-	Domain    string     `json:"domain"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	// ConcurrencyKey The run's concurrency key, when its spec has concurrency.
+	ConcurrencyKey *string    `json:"concurrency_key,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	Domain         string     `json:"domain"`
+	EndedAt        *time.Time `json:"ended_at,omitempty"`
 
 	// EventId The published event the trigger started the run for.
 	EventId *string `json:"event_id,omitempty"`
 	Name    string  `json:"name"`
+
+	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
+	PendingReason *string `json:"pending_reason,omitempty"`
 
 	// Phase The phase of a run or an action.
 	Phase   Phase  `json:"phase"`
@@ -1152,6 +1211,9 @@ type Step struct {
 	// Command The shell plugin's script, run with /bin/sh -c.
 	Command *string `json:"command,omitempty"`
 
+	// Concurrency At most max_tasks tasks of one key, across runs, are ASSIGNED, BUILDING or RUNNING at a time.
+	Concurrency *StepConcurrency `json:"concurrency,omitempty"`
+
 	// Constraints Worker label constraints; all must hold.
 	Constraints *[]Constraint `json:"constraints,omitempty"`
 
@@ -1210,6 +1272,9 @@ type Step struct {
 	// Priority production (never preempted), interactive (the default) or batch (preemptible).
 	Priority *string `json:"priority,omitempty"`
 
+	// RateLimits Rate limits each task takes tokens of when it is placed; a task waits PENDING until they are free. Tokens taken are not given back, even when the task never starts.
+	RateLimits *[]RateLimitUse `json:"rate_limits,omitempty"`
+
 	// Replicas How many tasks the step expands into (1 to 1000).
 	Replicas *int `json:"replicas,omitempty"`
 
@@ -1224,6 +1289,15 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+}
+
+// StepConcurrency At most max_tasks tasks of one key, across runs, are ASSIGNED, BUILDING or RUNNING at a time.
+type StepConcurrency struct {
+	// Key A CEL string expression over params, ITEM and index (the task's), e.g. "db-migrate".
+	Key string `json:"key"`
+
+	// MaxTasks How many tasks of a key run at a time (1 to 100000).
+	MaxTasks int `json:"max_tasks"`
 }
 
 // StepInput defines model for StepInput.
@@ -1376,7 +1450,12 @@ type WorkflowRef struct {
 
 // WorkflowSpec defines model for WorkflowSpec.
 type WorkflowSpec struct {
-	Mode *WorkflowMode `json:"mode,omitempty"`
+	// Concurrency At most max_runs runs of one key hold a slot at a time (a run holds it while it is unfinished, and an aborted one until its processes are gone).
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+
+	// FairnessKey A CEL string expression over params (e.g. params.team): within a priority band, placement takes turns between the keys of a project's runs as it does between projects.
+	FairnessKey *string       `json:"fairness_key,omitempty"`
+	Mode        *WorkflowMode `json:"mode,omitempty"`
 
 	// Params The params a run gives; every task gets each as the environment variable of its name, and CEL reads `params.<name>`.
 	Params *[]Param `json:"params,omitempty"`
@@ -19054,273 +19133,285 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L19cxs3tjf4VVDcqRI5T0uiHNlJqJraR7GVRDeOrdHLzd0NfUWoGyIxagIcAC2Zcfnf/QD7EfeTbOEc",
-	"AN1Nosmm3uzMnUpVTJHdaDRwcN7P73zqpHI6k4IJozuDT50ZVXTKDFPw12FquBTv6JTZv7joDDozaiad",
-	"pCPguw6FCzpJR7F/FlyxrDMwqmBJR6cTNqX2rr8odt0ZdP6P3fJBu/ir3oWRP39OOofGsOnMHL9peA7P",
-	"Vj7jWqopNfY6YV7td5LOlAs+LaadwV7SMfMZw5/YmCl43OtCaansnRnTqeIzeItB53zCiGAfzWUKFxB5",
-	"TcyEkZlit1wWmszomO10EpzhPwum5uUU8ZZOdVpT+vEtE2Mz6Qxe9PthJtooLsYwkTdySu1g0ZfO8McH",
-	"L+5bqs3RLRPm+M3PjGas4cV55t83p9oQZu+AP9Oc24+KpYzfsuwAvtRGMToliuliyjSh14Ypwk1YnQk+",
-	"KbyMncQ2zGL7+E3zKsUWqTL/v8OaL02/Nji5lsrNWRMzoYakVAhpiGaG4LQ0vgP+Qe640ORuwgS5kmZC",
-	"qGL20qZ9totzCYtzCVTZhgr7USp8y6fchL1ffAz8WB0+Y9e0yE1n8LKf2EXDoV9awlpD7idK/oOlpoHM",
-	"Zu7XB9PZabGKVajiEUj5LJ2wrMjZiudod8nDH/abVDdMPZgnFQVcuUzXdvzrXN6teJk7d8lDX+azvV/P",
-	"pNAMGPuJklc5m9qPqRSGCSAOOpvlPKX2UO3O8Ir/9Q8tgT+1e5wfF55YP6OHgpz++Jp8v//yW+IG34Fl",
-	"cPeCvLmSyrzlGmYzU3LGlOE4Y2p/gk/csKleNxEY6ZSlUmWdz2HxqVJ0bv+uMPllbnJ4pS2/k6Jkhp7x",
-	"L29iuS2/+zl+CNfJKzhZVsBV5rP8bihFB58Wx086FAXjZSoL3KP6VN+wnN8yNSdKFiLTBC5jGdGSXFNV",
-	"mXFgB+WQPFse74wZYJ9UEHcZueF5bgda4m7LI6e00Cz6GlmQc0s/3XARmcgI12Q0gD2AhbXSyc4LfiBU",
-	"ZFZEqbmZcDEmhchA/hyQkZu4u9VO394pBfOvZN+GCcsufy8VGPdbZfPKKcrCpBLP6MIsM1x/lo0SIhUZ",
-	"CcYyfWmXRFkJYd8AJcuv9KPTcTS5o5ooRi2fitBUEhhybLUUo7qBVCwlMm1YdklNfGfvJjxnhBvCNbli",
-	"dtnC/Gs7nFHDtg2fstjsLB+PPb6Y2dv8w9uMtXB6gBCSijgq9R8QHWGrkMwWz0ZtBiuOICwSnLos43ZE",
-	"mp9UTuM1zTVLFg5oueqLxw9EsiZGkmHnQjNFwi4g0Q47dmUrKs5eP64Jxqd7ZqgpdIRjLLKFFYexPmWY",
-	"FcsSYvdEFoZ04YDhoWKWh5wf/3r05vL9xXkPaDrCDqxCbP9gmb3gDsTkZS61iZLzM5+eRzghJcu5/0FZ",
-	"FA21DYuSZxACEcHXStw5YrEsfjZT8pbma2/z1wG9pBN2ecMi6vUhgR8zog2bbWliL0o6UqSWmWjCxaww",
-	"GvRmxbTMb+0qDUSR55HtwcfoQNern5RLeVPMBuTn43PS5YacXbx+fXT05ugNueNWVbcka9R8SxNZGJyF",
-	"yIiigghJDNU3vYT8enx2BjerQuieJbST9ycXbw/Pj97g11QkRBdpylhmj63IyJ2SBskAhu/tEKcTwGGA",
-	"ycEE7PmBCVdFys/H552kY5/aSTrhUVHBkrGZPXKXuO9BsVm6blF9YSLbiNMmnTETTFFPYcvGn1vvtFAK",
-	"bL1CDAglihk191YhvDW8v2LaUGUI/F/Dj1ahSoAa7KrbbWB3cfXDy/ulKQqnBi//IM3lFbuWKsJDfrPs",
-	"gQIzy8gd5YZ0swJfNMHp94CrtZdvjpCaJURMvVkg4pJM3bq6QRNiX5L8f//P/0tuaV6whFBdWbRAdlPS",
-	"NYry3HIewe5yLpg9dTPTO6iSH1EMFHZNhkW//w0je2RCdQJUajkkPC0hlPzH2ft3BKjHbmZ44BbOwp5g",
-	"+GKbi4x9JFJlTAWSBwYspKjqvyXXmlHFRFxVmVkBFGe1sGuBpkDDvmKpXZqTw4uzozftd2s2oSjlVlol",
-	"cFFNNizOZ15OBw4XCDbK7ZaxnfEOUcy+cYPIgXOw4YG0j7q0BOpoqj6hn+UdmVIxB8LGE3Y3kbmb4TXl",
-	"OctIV4pL+7FQjOhCW1bSQ6VXFYLA8ju/BrcWjNZupFSKaz4uFMuIm0D8pAKNtLa4zqm+ifEqu4pcjC+v",
-	"Y6bWbxNqCHW7TrpS4ZnlYtxzZG73wBL0gFTPtS6AsJ34Iv6+9SYaMJkk6JpAGP5No1K5IkmX7NnwfHfK",
-	"M5ZyzaU4IBTPTiEMz+HrDElnUYtrTy9X8+ghS+V02nQA/XTsj8HegSkzdF0gSUck08KihYGszr1yme6n",
-	"Xl/NY5Qh3cJp0sV1PDw5JkbeMKEJ+8i1SZCaaZ4zBawOeCnLr3sLOnfM+Vpbunvp585gXFLYGhTvQjOV",
-	"ED3Xhk0TMmNqSu0BIl1K9IylwVNJhDVr7RHuJVXdOim17lJ5t+IYFfooY0plxmJKljb0KmeEKSUVsRc5",
-	"Lvcr/XgGE/wR2Yo++ui0IqnIsbilOc9O8mLMxdmMpfFHKkY35YUwjygJs4/c6swZi9s411xwPdnwaej3",
-	"aOHOsKbOhoq3KKZXTMUnez8pQQ1rw3nP4ELLbpFieEzHWjjW4JZ0M/aPqm3gh2ayfyvHEbNUm4yp+E5q",
-	"k8kizqeMKkRqnxlRTVXBUIShBkWu2FyKDFXzjywtjFRbmlzJwmrtVJNMydmsdhqupMwZFUtv7yaU+ElX",
-	"57HixU/ZzNljGzC4wBI8G7bMwD4aDpuVC54dWBaLB9pOCE95J+yq5QMgRRwjiBoVqX3dYhZhqWAyEW1g",
-	"ibxFv6XJNRc0t8qkVAYViBkc8i1NgL7BJvrRXsT/YFZlNRM2R7uJC6cudpJ2asJrnN2ZYTM72Sn9eIy3",
-	"fbesOmzKvqIcambfU9kb//v3w+3/m27/8cH929/+/sOnfvLqm89/WcmVKtJhvx8VJWvY1MNNCti6YFXg",
-	"Hjnd3X60+gtaD4k/KHVDY4e8A/lobXQmbrmSwsq+7VuqOKwliM8DtBrgDkINmUptyKt98gv/ISEU/ahg",
-	"nfjf9siv9ichybuLtzvkeCyk1SrBNpFmwhQBrqLjpkONR9UZ5YZMr+Q79WX7wfIFlpGreY1jNCjxnkHd",
-	"f4waJ1vLf+zk13KaUxe2WWa2MyWtcF6e8Y+WBSHXrM6YTAtt4PSjg6t0hq+ZqX/Qirnaw7ZZXEON9WY+",
-	"D6uu0QbXQSqFoVyg5F3JffyFMOHVgQkmbjc6sUtrMzFmtm5CP5+fn/i5tFZM0OH2AHZS8fg455133JFr",
-	"JafgIZgpmRUpU3qr9F68O/z1qGQqA2QXVCl+a3mLdh6zwF5IYC9wI3WC+5rnjPzl9eHJ2fnhu8vjdycX",
-	"52eXb45Pd+1VLf0OVje7HCuasstpxH7+lec51yyVItPkipk7xgQ5O/7p/Oj0V5jH2fFPvxy/fUukQAW6",
-	"ZYRrlX5X4fLLq+3dk8HLkLE0p4ppt4iOg3PDtPtClkv0/uI8rBF4elLLrtHnE1+v9scKJX3cgdOSwfjQ",
-	"APAXIQ3Y8UKSXIoxUz1rysS4zLpAF7q24mvdFITaXHTYhb8Ev1f8SffWp9fHsSqPrrxv2JKS5SEvKlX0",
-	"lgy5IZDuAintQ+kVFr9EQPEwR9yX8gNNb655fk8nARNZe7tJ3jKV07Xc9z1ediJzns6DjXbP+CXeC875",
-	"htc36YRlLQ2I+ol7LxixmwUxcHJlR0os4yoMKcP5A8I4KF3U6fKkezehhpy8Pzsnu7d7u353dj/x7POu",
-	"u8bQG4ZhkVyONYYD00khbnTTjXAd3pbAeb+SZhLzblXzDDZK0Us6uRy3p9C3cvzazrhuULx4+WqZ3amw",
-	"+i1I3m1VUyyPt9jnU6YhZ+vTZouzvCDBGmmVfpM8knZ4QIy1wK+l1eRBt7cb00JnrLzfan71mqYTdiQM",
-	"pvUtmM338SV9nHHFdHPYgeNb+sAuJRNuSHdKP17SMesF1+3f0A/XPhLhIqePEk9aWiXFNFO3IX63UsW1",
-	"C3paub4Ul8tqiSoEOh5nclbkdrFdDmc0XtEcOmw5yC1TOm4RLOaCQITZX14u4lr3VElOcenHRIi4tHNX",
-	"lOS5Po1s9Tv5RzdO+7S+yQsTr9F1Syl4J5qSfZGg4ACkLqhSiF38vD6KggPXDlvjW3nTcANp96uVLYSi",
-	"UozaMteplenWmBiAeXLD5mRC9cR5QFBnAk86hgWCQeOzE5zx4WgqAScFFy6/G1Q1uAaVtR1ySMCXhAkA",
-	"ZAozCsq788QQaghkQYDDA4MRkL3gyHVZJjo2Ew/4WX05pDQQrpE3JYSG0BfRhTW4NBl2XuxPhp0Kt7qW",
-	"yvOr5bPLFKc5/8OuXi2TOLr6r6WopAHoEP6nUwarjhKDwZujJwpcPdqF3387PD4/fvfT5Y/vTy9fH77+",
-	"+agH4sPumcsEihsDFd5Qn88Jxdw/yOZj8wFJJ1SMIY/NSJRYhbaULPOMKeKO2Xoi9g+MUm7FS7mZmnqv",
-	"uMfy+YSYuA/uYvIDSC6fprIQ4WrwS3qmHaJ/kEsEcRPw5a4P/cEIjWG/11JooygXmyrzjcIyImOO/p6Q",
-	"d0cJOfqv47Pzs4S8e39+6T//dJ6Qn44S8vY8IW+PSFcUU6Z4Curs8bu4DKJ5Ec8zQYfqJl6pqNSSs6a1",
-	"qrieNmOI5xi1x/tL5zyf0jFLCFXjW9Tb4YstjRxkJrl3C1hVbN7DnNnSPRNR2Tf2yj3YSQZTbmFbw2XR",
-	"dQWF4LQQbc3KxWiC1YEwtZiLnAtGRlaKjAjW/1hbasy1YVb5Hfl8/BGx6q3VdRLCPtLU5HPIMHYO8uWV",
-	"9clNC2bdDGfpSmqYumWKuFQtpmFE2D/k8vFkYaroejXmxF71n0jfli84Elx1i69O8HZ/KEVoed8pu44H",
-	"zsOGaWuo3cMQ9htGypG8SdywjzS2c8ubxDM2nUnDRDqPJ0KGB25pclxevP0Lm2PWlZlwDYb6wG2cn2xF",
-	"zdhFFQPClU6bHQrQIKz4vJoTKubuhx7qMmD5U6HvQMqirkFBOidk5IYYEVgvq7jYl1Nw01AoNmPUcKdY",
-	"UJVz9xOmcYZRqSuVgkdlPNsZijY5FP8m6whZ3zPHvBB6BcXBYSH4OJ2gcgqmll3NK+Q+XaB91Fvt31Z/",
-	"0ITmUrBezCtcTr70mmD+y5QL//camQfTbubLvmDrfsz5qM5aR6mSYgRibIRZ4jQfLR/j1PKCYnZ5x0WG",
-	"G7sgTSGnbsq1ZpnL+BaS+LoxBenDUASICRvBVzKHb+eyEGNmjzoVcN4PiNOnYZpzhnU3laPzMpp9pGK6",
-	"7o/8lm1fc5ZnxF5AusPOX3dfkr/if8NOD7mZv0kq0v3fE1mofJ6Q/51RDv/eMXYDH6ZSmAl8srPK5+3y",
-	"ovzKxiLvwRCxjNaQnFk1dU/beX7f18NO78BlLNqVojkfC5ZZLd3ygQvBPxI2k+mkzfr8gxsTM16PIDjC",
-	"p8xnHxczfADXZGqtI+R+3WFnDyaUlMZLxnJqaQnrhnzybJvJxNncIQTV3VJAPHz/lTVOFE0NUzohWnqm",
-	"qsGU2nJZatfoHqlmJrh0hO7v22Viwv7+Z/997//8y2O6ue/FXTGfN2Y/LhtzdoP+kIJF0yaPD98dkj+A",
-	"QUnlD3V32Dkq7DHe/YGpnAugJX+wLs5fL5fRRNbjvsw8kiEahmrmbefyhol7BjPu4c3xRLh4gKdchFVp",
-	"riZriEv6XzGNxL4QmdI5FtgE74JUaEEk7uS4m1rn/GAR6oKUifjmZb42dndqr2nYMrh/xXYpPh4zdc8N",
-	"g4JvpxRuuAPXPI+yskPiTgx5ffSWsI8zxbQG5mr1pRE8ckS6n26sdsmzhMzoPJc0+9xz+U5wxY77dodO",
-	"ZSFMKAXo9/3++W3Div7Sk7LkQ/j+1QN438t+hfe14W7fLXC3ldyyqZyo5GRNJuj6N4y6xbc0wbETl+Ww",
-	"apPcfnwadiAZbtgZkGGnvjs8G3Y+R1MZHpFplVS6hoEBVoIvHo44m+OOKV8mYfAkBQVJSCjCRccsUjvq",
-	"KbCCZEpnM2uBuLIFV1eN1AhuC1hZ+0isOITsE1h7kkkIMF5zRKKomm5NhalNQY6laTdkcME16x0S/sLY",
-	"6v5oFbgjv4b1pQXlLnaeoEZnRq0ZKJzG5OoVyZXM5o7ErImzow2b6d/3PuygJyj6IlOmdSvPCk6ovCH2",
-	"QiFLaXO31cSYWemxcm9krVQsASRcoFNTa0ig1KTrhb41g198/NjzTk+dlH52D2YAS0O69VzFnk9FcqmQ",
-	"I3vRqAx51vJvoGackpcfPyLJGkWFhsA4ppeCGx6KSyCRyblkD2B2ZYpjoZ2x5asCQznKQqWDzOKOT4dL",
-	"8jBf2pSZiaxraJ2fjs6jIYHqmsdcftU6oAU5XaiGcpgrLfPCuD2XCv7V5OL07XpnvB0zSnmMKnPFqDll",
-	"s3weyziPuYxDsbArdzJK5mSWU8HIHRVG+xzomgbTIgi/0hKGqax7B5d80JySs3yCaPVlMB2JTGRePQ+8",
-	"mmgbXmjRudXyJTfNoYplQTUnty4SU6YoF5Yiou8eshO4JnpSGPBkZfJODOx2pmC4C3YHy2IFCzekqw1P",
-	"b9DWjSQpLE0oJI9sphBm1NCI5ws5DtWQy2eYcJ4acnH+4/Z3gTu8u3i7ZM/sf/fy21fRGI5idFqN4ixW",
-	"LrQI4sAQCU76w4pF0JsWNoSbHjdRZ+EF3GNiM3/XoJ6+eXe2ndMrlm/n/Ia5Stg9YiR59U1FUbUarFND",
-	"tz8kqBqgtzQjTGT2I1aak5wZp9dkfIwGfGX/Xn2zaAas039f7a2z7utme1PtpPdbZegVySQUffKc1Z3P",
-	"/jI4SYbnuf3RHjzSPWfTmVQ039LEORTIzD6TM90bkJG+4bMR4SYhN4zN0NE4uiqur5m6lIKN0CeV5+W3",
-	"NM9HPQzOUmUCNljiQBVchSo83M6wO0qpSFl+CfJ0hEqgu1XM7+icdEc0z+UdDlyttbdz6ySdcjblHzTP",
-	"ASukHLmTdMIw0coZcHhsyge8pF0mQayjkNdkZJ80SiBnTlQDA7BZVsEd81vEGwC9d2fJKllfothkqJ03",
-	"pWSjTQgpFmNmdIJuVdS7dxazjEdWT3t99DZeUHNZqai5XFVSU57pVk4k+KaqzLiRKvvvvwhpt/7+pAPI",
-	"VR9aFQTHGEvV+9VIEgjFFYkoBvORXM0d83FmJOj5gTSsreNU0YzYOURNxBNf5R5x4NifXKDSnnZVYiRV",
-	"D8rfL44ujt50kk41PeP06Oz9xenro7OF7yFto5N0Ti/evTt+91Mn6YTSo07S+fHw+C18OPzh/ek5fAqQ",
-	"MZ2kc/Hu7PXPR28u3h7+8NYO8tv701+OTi/DXVjrbcf85fjkpAEYo4JPtiBwVpeETWk64YJtK0Yz+KJS",
-	"HeYiI5eYIySkubyWhcgSqIfPeRoPRGXMUJ7HC0SsgdBe+FWswogexIU2llc1prUXTdo5NzlbYR8sr9XF",
-	"6TFR7JopJlKQjJYRuwClXfVFOmyygO2v/vlhjq5qL3qiiquc6wn4Hu7nhYtBliF0ZYjFEp6RLiAnsI+G",
-	"XKGyFdI6I/GPZqn938Phx37/w1+BlZWBTMwFg0KLJq9UNHgM8npCZzMmWOZoEmsnXQj3wHsoNNHFlb31",
-	"ilkpuqRstHL7ot9pM9YFUwyTsIfIqrKjmidrdBBcfi9evrL2doRlRRJjVlAEy4AmHicB2CE1RWE13gtG",
-	"ZkwFT1DpC60kRINf6o5qMvOzS5xTCzP77NZrwkWaFxnLSFe4rHvLfoVUzpPV2jled8XFOEO85q0pharl",
-	"xi+nGEfjz85/pitL49xniZdsm9QbxWxFdFf6abuJ1PZxbdbvSaEnpXv0Ppzl3tpWm7hH6aRuRRGohq6P",
-	"l2ye7hD3GsM4sWU9dZlPCIR6v4WlWaaYjlDWD1ZvuTh96w9hMPUPT44dd5wYMxvs7u69+Hanv9Pf2Rt8",
-	"3+/vLcVrY7sDlt8DvWlN8baIVqtloVK2dmNPw4V293Jp6hbEftKEAhRcQA7FLCQed8Gi3eu/2O/FMHzi",
-	"++23JL7lM6kMlLBsuNET7+WC+/L8/XVn8Pua4tcFx9jnDzEPMrq8tjQJT0gcJIQAazYDiAg0eCENzH4J",
-	"viBNwHisF0HhcK6UKQzp6pkGRAFGK8uc1WopEwbdwrwuZydh2hRkl3t/dJGbLXQs7pSFRu0Pfb067GEp",
-	"Oe7Ra/a3qTQJ3+WeM3eDRsRY3FPrMCnKfZAinyOQnGKzfD6oViM9rz/Xr0N8GStHfoOIyGs6oyk3cyKv",
-	"r4F+ruaEOgpPEMbKw4e6nC5roEdSnGbF5RRqnCMpYycXlizh51QqpknXUhD5G4xnv+lFq51XoZUnnSmb",
-	"SjW/vJqbmGL1K/xqHwsXbDz+5/gaW03jfmLnWsnp5bqaJUkU27ZqG7j4KmjCmbwTDuAebPTFSHpZ8pRx",
-	"CH/6GFWLBKvoq7rMh5Cnn02hABgKwhVUBzs0fSSVqM18ivHPdqz3tBBnxXRKQeWM4zZsUCGc+kKzpery",
-	"50rjdPh3LBpadT9aucAFuZYqZQMfOYCt9KlkADNGHb5cGwwh+/QkrNcyp/iA+7LAb6PwAKnEfAoZK/V1",
-	"JsZIFWJEukCuIfEX/K8jsDpiyZB41SpoJcid87Fmd7130h5gWnGAEQz5wmU2Md5RxmZddvFCMnW86GfT",
-	"qlYX419D2Q2HrLYPeqXgi5uNflsqsXlAQILapo1QkBZo4kGiqBDBeo7mymOzCk2UvMNkyIwa6ikNfRrb",
-	"kOYV8oOoCKae5YGROpH1gPWtw433svFd8G0jA3cF1Evrya5ErGjApECYh2wjlWRxK8Eccl5d8PgmAb+n",
-	"dNK2QKdoBKVwzjxY2LXm9mkh4tW1j9RWoXRGtD1MpSy7Z7a6HYOPRXsEyyYZ4wGSiylDm8IKmrKrEpZE",
-	"QNbKlM7JFavkWI4+fR5F3f+VF3wcF9kq0KNNkaVDK5x4eML70Cr9hBbTxzxi7XUDqlYjMPRm4L+rzm5o",
-	"GhPXFn3sFFS+hWnHK259UDaKQ1Adc0tj3NYvAtd+HdotfyVhbfkhfqVbz3vzJg6b5y/+J9bdxtIYI+zJ",
-	"+Sw8Um+F3Nc2fDirbOpCGlaB5lf5+ZLmeS849GP1Ig7H2EHAV+PXRhJ78ru1KHSsIcNiWcqjgKf6QpKV",
-	"dRwryiuWMwehMOayXRUN2D6OsK4Y4FxiqcwdU8xVZLtKGUZgyO1iRnDMtphbjbjwVtpYBQdKTpq7uZGX",
-	"C0kSmnQFFqHxnCFQdtaL+w5Wn70Fa+cLlWMsq9WKpZYpN7v0K9wnp8bq/fbaxFpE9o9rrrQp0yr3+u3D",
-	"Gf7QZaCHR9xAN3w2Y9llZa3a0pXTvGs5KvOWRFQtSPkiXK9NqUmghJKUlthG2Pgl+q9ve9M5Xt6BpGSH",
-	"9+OvZeeSiATCarAy4qbAqEUgsOBsdcCjlX4SEEyjU5aREeaieIrFfJRt/PLi/DVKT6rJfD6fT6dZZiaT",
-	"6VTrP3ziSiFypnWEcohdCHCpe46Ozh4EF4+Ad5RCPTCcBzGMRWfCwvCrlvyJ1W8/lfY6eJC1bd9y9ftl",
-	"zpkVL6J/oCK4qJzdA+vNR86qI/lpRN+rDZDIsvWOLVeunYvY8oiDGiwOxIJGHjpw5NuIoE+9LA6IgzxE",
-	"pMKE5XmZrE/V+DbxcC8ZybhiUI3rs1ipu6HLhTaMQvtQB1nY2wyE0jsNPOD1coNPKcZOSoHaBYdeXruc",
-	"Kry7AShnrz8FoJyyhdXM0j52Qfvl+O3bozcBHAgWNSQzxfHtaTphrVCjvGuyAly7dsnxZwBjwm3cveJi",
-	"V0/IdgPafgBgiWwphm0JxEJJ5coDyNYEvLeJzLP20N0l2ksUn/e+GLypDOdoPTrRCaR9UxAervmNkWMG",
-	"7lGAHYU6eDKmYgzNcgxTU4A392A6zvEFrc5cqRmQlOZXORdxcLvFTk0LXeAOfyJTmTGIXR24qjV5DdTk",
-	"YBUQXA9jBKhdbXZAPF2v8m7bxw3IxANJceOapzj0IC9VxxKyl8jV3HXLaDg33/R1BWAq9GGJuce/JGby",
-	"9bruQpZHepBch8pRCeJwQ9zW2jUp+zZ1LUtwdW2ucK23Q0Y0v6NzPbLjUAN9OnxC1w55b2nwjmvWUCsI",
-	"5LCUWevdeQ2/eiQx/OGGzV15J7Q5K8QOTs0Xh8EYVwXPMxyW/O1vZOgSNoedHYLYj4tgZpiHGd3PEmm6",
-	"vsRohiAHxigAPHurgnMMeeZ2/bFtNECMxBKREZrtmttP2MUzAg3d3vwwbHZsJx07RSVodOwcBbFaOURU",
-	"+P4qBEAstSYTuhJRuuE0vdQ1tLa9vo6ud9kM1ac821l1FpngyH47aiP+D8jI8YeRO8MjP7tR2d7ROyy9",
-	"ZJeCHZCRb280qp5+3/WIeU+nrwRf9iPQj77BlW9TVXu1frK66ZVTdO4mUjOvV1jd3FjrUGz/wZQkELiy",
-	"j8hIt4+pMP1evJtVdTqugUZgqG5GkGXVZk65tYodZI/2NVlSVfpi+ohaUZ3ZyrlhLxC/Uqt6gs1yaqzO",
-	"6kWaA+2dKTlWdBq6nVtjKglFY1Z98z9dWR6QsSSkUyCumCoE6FVQydjz71pZYi5c1VXofTihamw5ZGSv",
-	"KxtyEFSu0KzC8qSzCm6iFZ+N3Yd2iGu0WqtkUVuadL9ZsaIQeKmv51rSQ17pTpIpMwVyh11UQvHhG1ia",
-	"hPAfKCCu96HCtsO1EuOIQ6s+hQvB/1kwn1BU1fff0QZpW/Z/q/MM++Uyz7DfjpBU3KXYGjFoBmE3QpFr",
-	"yTvc5oafXYtOy9yoa02HCVO/FFfsP1lOtzSY+fL6GtbIdaPzjyqTqyrN6LCGwwqV5bZ0UTzd+gu+83pX",
-	"pTnKEra+q6yutyBYha+/WFwMQybY+cQdkd59Efcj7hI7VYdl2q1YetBcDo8A12QEVsMIirPgk5MEjkmO",
-	"Fk0H7K5r7b5RsOIOyMjqWiOiSxpwKQBcuN8O7JCOO5TPCF/AUzKZeuYnsykVSajvd/mcTgOeUCsyQK4I",
-	"Ke1z0dkjZJCslk58rXeZ4cgNgb7A9spgXZIzp/RCMl61DR8iky82jqjCoXCpuJnXTwz4ymlq+C1bOjjY",
-	"CAPkeRd7swU230tI5c6FsyWVS0fsenFzlbNeQ8/istlBKY2aZVGdO7GPMwrWjDAyZIQ2ypp7Zqsi0+Vi",
-	"3Gyklxi2SLhTOkdMWCOtyAHRkVXNEdTANamVDLUyR6Qiw479plRNVqDfpoqZy01NkwXYqajmCqWlTNw6",
-	"JaXSkenw5Ng38mOmUELb42w5n57IO/s+f/0rwHkB/Tq/BODq403ulJFupSETx5RIXMR5GOIAzM56CnVw",
-	"k/hFHjP0q06j8eW1bhfvbgnjhS4xGClwuoYXEr42YrVHpqoTeEoIvpcgWB1zYHpZpG5a0VfaBhumsOsN",
-	"yiprTW6gCVejUQP5VKF5TpR27To3AjdlRQqOC5DDXg8B6ZiQISD3OvMRm9CvgQGxT0rsu8aWDpq7Plor",
-	"kZhUdDrHqo7263pYl7/7ykqXp+nk6hWz3MnqADsNbZUau8A02DKbWBmttf6IwlhrgN2yMTJWr1+uaIdf",
-	"zm/Vqt+jG1vtncqxlxx5C1aM5lbgh+2CEIViNM+h1yDpKqaZAzSueHMBqoxp4vKg8CSAtoDz8OM3iMNN",
-	"+vu4Vj2+DU/9BSPrGaebRiJJVrfPKdd4aS2PFddeWbRmykHI87uimmHrDu2AQhxEthNW1Rrhi3dnJ0ev",
-	"j388xjrdo3dvMK/sh4vjt+7jmopgdKdHin4Xi4IPz86Of3qHzzk9Ovr1pKlDPmDsPUVnkE16xW6QkVQB",
-	"22tvESh2K282fJv2YHlJx/hFjMQfQDk68GYnrKtloJjnC6rFTrvUwioIX2Uh1iYTwg7H45nY7Ll9B3J4",
-	"zXUBSDdodCplLtUjkFsVMXAFJuAGxLUW6269f/2pweYqKQzr9h0X+4kj2b6YuT0RORpYS0Z+4BXvtin4",
-	"cX0N7pdNFNv0C8jjeBgU8znotCzPwIeCLTgOiGYIyeRAXNOcUaUr4MxBHUb/2B2dEyULkbUBbW6LoLwR",
-	"oHF72OF1V341yV7V1KYnQ8hdoikMLkdsgrLe91HSG++JD3ZgjSvXHl5DtM5+AbBpSJM+Ndujh8XDvlW9",
-	"vInptoUliALUQSRBKu9TvZaqdO+n6DOVrkIHNdVBUHx5Bq1YrT68Q6COUoQGzRWouKU3dWVOFUev99T6",
-	"ziGk6qAF/gqOOzDYUT23li5mUGQsZ4ZlwQAtfRCueFwTOqZcODOYwjR4FvVDXCvGLu/nn4JbQ0l1xLaL",
-	"K3KPUSduFygYO5uQNtwYKl/vhQW9rCPkNGV2ey5hByNe8gohBFccd0no3QWC6LXPQ39gEfwKu7M+f5rz",
-	"WzYoC4Y9QlslbsIUgSDvDimEAwqFezTPrd4QyBguwg6Wc2ZKGKaM0dDuuxpssk8WTGs7gi7jAlIw/AbT",
-	"iWt3gdO8twNDDupPOCA5h0Jf7BvC4MttN3/FDBPoct6b2LkEr7I/mBRje8IfwB1yGE48FKaySt8ajgm1",
-	"+MCqyQer2Uk61YUCBzjNls2xpPNx2964fUsVJLnYEVAOgF166AarfHVRH7fyyxt4RLNxcuwL6+1LqCWj",
-	"ZBDKph1q+ZVVK0InAF9RfTfhKQZpA8HoxHVHRUGQyzGBFI5MY5ZOSpXa0ObxMs/Tc+Arpa8giLGKTFnI",
-	"tl1mBx8a5W5ca3bQBq11XSfD16m6ftim6Vg94deAy+VDKmeGzX6Yn2H/ME9vtS/fHP4UtfmrusdmKvMm",
-	"oCyN/eYOK0hRWLD+Ym//2/3vvnm1/+1C21oQj4bpJYDylQgcq9axFcryQk9Bt/Rt1DnYppoSGvEsI24d",
-	"hivG/Jbpg0WwQJd3uaLhu3PAIvKdPWevj94CoJRuxhhsneTTGiDHsNkGKcyWKiPemY2iIxgKh2o2HyLx",
-	"PpWmaMhkMRjiysAeIxaCK7CK4M4dpPpjgW/VYJTu49vYjAIejokU60q7BkCn7Etbfd+K68PhAqzxgCxu",
-	"wRO7Qrzpt5l8qNFIG0mBj1j1vpUCwPYp/vfepA8xcDrN0kJxMz+zb+pqAhlV0S4dAoK5qGV0UzrThgr3",
-	"p+vSZg04H947fPPr8bvL8/e/HEH7SVhKMCpx+DAZSHT9/BncE9dyRfFsSk6Pzs5hDvKavMbnJ5WSAGAP",
-	"/5BXRKp0woKy5GByhgJwcnYItMmDtlapnGEIOdb3FgAq4cKhoDNIS7DD7TpsyP/1D22V0tMfX5Pv919+",
-	"2/PZhg5/c5TKjI12hmIojkBk2L3F+aAdOjoszEQq/gd8OSA/wLJg05IUFtULAzL6uO1We1vJnI2GAjOr",
-	"gUVCwpGoDA85IgMyQqSUEemCsOklZIQgKv4b+7JDgf4r7DMycNvo4IkTn1CduKzIxGc8wheGKmNHBYiW",
-	"0VB0S9gYFHToX4YHg940cgBUZT5MSvN8EOzjZCgqwFaomiaQC9DbIe+kQ3QtxI2Qd8JeALEC6MkDAQ33",
-	"RML1UOz39yDnHb7wSXphvfb735S/Oiow0rnmQiMgK9/tSPsu39NB4kAViicYjgCJHrlY1DZrAlWfIzKl",
-	"6kYPRcUqU7LA/n8uX6ECZu+zFcpcSu/mmNI5rBh2JHRopx13DuyxqJz1Qae/s7fTx06yTNAZ7ww63+z0",
-	"d75B3OIJnPTd271d2Gr4a8wion0EevvfgKgu0X+I9tgIjCjnUQJoKoC0ViyVIuXW4hvTW0aKGZFiKNBY",
-	"A5zcy18P/+vy8Pz86NeT8zPv7ikxDgcV4Y4VA3SOON1DAQlzIgMSL4leKvT62C3G6Y48PBHOyWWfODwp",
-	"XL5wXo4zq8BwbQ5xIZzwAowCAA/idhn+WTA193bOIBgzKB+qgEUu2lzCNroCxcXli+IxN9XtOqlXts9k",
-	"t1wWOki42BSdoKzOsd4mOfr82Eg5n3JTGyjYNi/7FePgpQNnK62CRfH0Abwj0K8EKO5Fv49QxsI43JYq",
-	"o/2HC9eXz12ZUWG3DxQHkCWLOe12qeDowi4DMN0+Pj02aJhlCbkD0EoOeqKDtFLLWbKKKGBcA20k6BHB",
-	"OtR8TlwBKWYJuXYVblNndMwFDe3m6ViHBtWgPdSZf2fgIbDsjOAAOw8q4PhVznGdwn9ixuecPOUm4CMc",
-	"xma0o5RHa8Ed2L/vDiDmvyi9rJgaaSSWr4rKgyqLWskqWGTTVpULC7S05nfBQbDAHWJzLy/xC3L8BhGw",
-	"lvZr14o3UP7uPWzSmUkd4dzYxsL175QOohHAmRL0EbEMsJw8AXe94vb2/U/Ao3/4v86PznqD0k3oPEsT",
-	"hDPQBsbOFAAO4lkAUccU0XSuoXYEsjQDEl6dJA/B2eRe5a1dB1RfmTY/uO5Aj0KUZUuPz3UN2aiCfV46",
-	"DfvLS3kG63cPpvEgEj+sULee8JnPaXPAVCH64aM56HV1wKiPS/ZR0lVlE59HIN46bSCGZpVjPT5duNE9",
-	"0Ggb2ug/zcNP3VNiPPM0IAOMQDEKDa6JYVbi1NJdodOInFWhQp+Bau313z8GlQd3NLmm1hq7guLqZVJ/",
-	"EuL2ev/uJ/fps+tPrnc/4YfPu6HmOSpjrfYBBc9Hwji47ha6ZERRe7hiBl7Ar0QzC0syX6+eMeHqXR6m",
-	"n50Dxk4KPlnMxK5ZbaWZXwd6cYqZlVmKaaZul9QyJIBVWtmmGsKJQ3qym7zm0jcIBRU0idYUu/vphs0/",
-	"I4HkDF2cddJ9A9+XO9VpIxaPbnlqnl8uwmNd6bpRc0zxBHijgFyCLf0dYIOLu7fbRgc0+xzbmCxX3iLN",
-	"Qptb+1IT9pGc/Xy4/eLlq7KZjSucoBqv9pCiwCCsZV/yB8xIq8u0Kreotvjob39Pt68/fHq1H2tYtBHJ",
-	"Icpmo0fh3Hchd2ic1EVYADNcMTpN4LDmue/EYh/jnrKlHTwTF4RnXptF75QDKh+Kt1SbbUAC3T5+Q7rY",
-	"UBIKvyCw6GH6Rj1/3MloAB29tiEIPILiKgcDquZk7yXRO+RCQImLm+nQgyJz9E9MuYa3kHceVQFbrVID",
-	"g1mCRA8IdV3ZeYZaHLicBhDvAGlOSZpzgBmYUDMUDpiZ0ajX4jdqUmwiExE1a4jQLhLcevzmZ8+5Nrnp",
-	"7yCKWsgNwz4aJIntsoFfO8ERAF0bTMkqNKsDToKvtjQiu0LHUj/ITkREOAq0cgcb4Zdd4up0Z4l0CSBW",
-	"Q2oVlilB1DwASVRZDQJtPotYaLIEy7WCyikH6w+0b0nVOarmiw1hHBsdlKG4SssTl6rx+ujtUGB/WLdw",
-	"boCtav9jF0jtmkpXnbLsEdyqvR1yKMiIZ6MKUiam5djDVr3UimyHho9pENxV40IFFoYK4JBs+bet+Aft",
-	"A6ItjCLnq9qm6YlskFgnqFaWyIvHnoJvPbTqrJULei+R/+LFfUW+m2PAYz4ItKgDt53BdpoUSMQRWUKo",
-	"kVOeQulMgCnw71AeUieyVikEGwvA3U/w70qX3MLaP6ES3m6Xa7t7f8fFIthtoBsncYFVL+4VVHYjJ2q5",
-	"Nc+ociefVpwJniXQr3yb6ZT65hvL6hir8JG4QrZRZ7ONdDIPgNlot54iVGILe9UD0LakO8SaW17A9yKf",
-	"YyU9lgxDhair9nWoOVZ1GJBc3jG1nVLNXOdZnWDjWfS/Z1RPmE6shPZQieD0bIqL2H8u/XM6TepwaE+7",
-	"19DC8zmDNS/+5YI1Hjd9pS8A3ZgPcwTYp0QQXdtEYDxC+he19Jv8o68hUH9aiOUzu9SD1WHWLHanABvM",
-	"msm+Lr+i5vneFyVAmx1r4nuvOFo7LhtbbP8CtmZ78v3wNPpUWJeNlKlHJewoUeeWaOZhXbEEAJjcwiIC",
-	"wb/o7z31jHCh7uu7+f65FD+cZglKSwXhIueixAUiesbSVuf2HpqcHWv3yveA+3IW3BGF5G1sujKysxqh",
-	"dRvoXR8bNk1IOmEpJMW4Xix3YLqGq4YCLkC8xyuZzQewogYKZahBwCvf2sYqz3AhlHsDGI5rvzJKhiLw",
-	"Ed8rNzyE3MkizxDnJrSH6+73+w5iDYrnXG6+ZHoISFygDYaSgSlNyP6LF+4Gu8POmUKFBxMpREL2+9+7",
-	"SyB5VkBb8YTQXEvoJ1a25qk2rIH9RMARb1FyDbBIhkHvhaHgZoe4tC3ICYLbufbnNwH3FMc4s1FUaHTN",
-	"DQgNteZD4UtI8CaNiJxlzzxNXvb7O+QQe2DA67nqBN+9ryukGYr/OHv/LiFCun1PSN+a1FOsV6GC7CX9",
-	"fj+05CPvLt6WXf2hbfyEKdaDrChK7C64DdshI3jMqGyETwk0hg6K1AAzlKBjoC++sjrtUDiTGwaImc4l",
-	"XXaemNHrL8fpa02UIjwW2g7Bz6FpUlL2SYRZb4V+SQ/TcxyfLKCXG1IE6NaORj2gVfdnaFFoH3tV5Dfe",
-	"9Oo9Kf/8pAqx0gpGNea5ZfK57/7xUGM3IMaBSYId0Hy5L3dQeF+bYrn+ytNCYIHIh3vtN+YVPovU3ORd",
-	"mvRpSOjydPgEqQYwfMmontKf53sQNqRfQUZk1Q9sKfXOcv+r4Apm93EBPSwLAKZFsdFecEg7jMIyYdjq",
-	"PHou0omSwtrUAP7Lcqi0eXoetusO9+4n/LA62y51tRBPl0KyeqOxR9rDc5Bc1DFwOAftGfibT86YcG1k",
-	"3Xf3J+N06y/FJX8YX1ygoa+TUW64FCvZauUk/JuzfiHOCqZH6mqHsYbOvgETGRVGfwHWuetKSf5lCL+h",
-	"tXIJ4yqyxc4DO+S3iUQqASg3xeq0oyfyTgyFqy7FhdvSFTjyHXLoq1KuXKZcFQHWd2obCmsk456nXJcF",
-	"5Bos6JGQ5tJdenkt1WU5fsSyO8R9e9pD7SbwVZzrsGaVo32wAG4Az2aacPPsx9th0C/tPTgUABP2YInu",
-	"vsBxR3j8f/XTjv4zUJUQbpKM8MVZNvpTnvZTmP2/D/vXcdhxN9af9fW0+AU4ANgNu5/sP58rlQTuU1kJ",
-	"s6Z8KRSKPG1iPjwG8L5W568txrWiVGVf7aGWGPKYDDPiM/uRKeWzDUPjLz2Blob1WhDSdfU+PdfoJM/l",
-	"HcsAxud/jLmWNHUZ2NK+gRYGOhIErOg3ZHG4NjQrkjh8UL0fA0H51FwS59o+uOfvNTyf1mpi1kxhr+0U",
-	"XGuFCnB0BCwakNuZUfMaArpvm2OoMtXGlYJ9NL2D0K0BQFULpRCloTETogJtff9FPcPkXKhUw5KpaP5m",
-	"BacqYChDGXxo+z/CEzeC7GE8ciPw5aeTQtyQbkYNxVREyyYSTKekhhIIUdoL7YeeA6gaQQMR6bGd/TOh",
-	"0zgc6rKCHqrKNaStxtcJD3E80cOB4yyC+N3XY7Emn/u98NmlM4zLXbrVVfKulqg9ICOeDUauDP/OJU6N",
-	"4OrBCH1L8xlLyAiWFS4cCp+/a7fQLi+srLwm/3H2/t0OOcexfHr1Quo35tBTSBJfzv/GUB/mW+sQX4SO",
-	"QcwQbnoklVPmE0ZgBwW7s5PQDvFn7rK7DxpzyIeimkT+3m+9A7YJLfnC5kMKOUZxYD38BbjAnigSyCPX",
-	"Zijc6hEWmp0A+Y0+DTFPa9gZkGEHQSUgSRK+BGCJYefzKKk0fIQjk+ZSM92YbO43o4UE/oryvh8sd7E6",
-	"oaxXWGYlia+xBeqokowlB/g2qcBN2q2AY/9lMsUfVcg+ViXB/ZiTEzxfcaApkvaI6SxcxLpyYrvCLgLG",
-	"JwiZYT8EEKxkKBbaxNQw5nteFuuEsFyz0uhz39OrnI0OhgKFn+/r50W640yYD3DFAEXWuy4h4WIoRnDD",
-	"pUO6GCETrgA9sm1skGTVmEurIowWhNtQZPLOV9Bgp+muE16DaktKTBHhGfZAR0daz3MsRAMBj8YVTW8s",
-	"x3SY/DuQOgJGdnUOmBkqJIwdt3VhfZ4uCugf8DyG7qqwt9PWvhYj90EpYm5VoWgYsGQC5hyFrT7wpOM6",
-	"tenEBa58h85S+DqNbEv7YBZ2sGN1FIknMpixiu1Pw8iArVDMa7z0XKyi3dpdmECnUyfmlg5bMWVPeNYK",
-	"ccbH4tncSqtPWzFlX6tHCebmAu+QOIfTxRTBakdlXWl3HtAbMQCPJdZ43LDBIaCqlV0Z/UDPcIzck/40",
-	"5wjxHdBk5kCImCMYGtsFKjGSUCh8JtbiKOvfhgIrgn2PSpYNiFEFG/nWgVhMjIoF2o069A20Ap4ORbgV",
-	"zq0HhXPpkTukxWEfivK0R4Sre9z/iAPvT81XeeJDv0g88g4OH2OVTm0MTfOACLF3QFILYHJNTg4vzo7e",
-	"IAn4NNpF4JnHPOJ+7VaXMZ2FqzY1o15jCU4b2wVKbJ60Psa/xvoimbAsj1IpE0az7BsqstbXyZQb83UX",
-	"y/g1fdKE5MXWMq2SkvcenW4ev+Ljq1X/z0D5B4sTMF6Mg+i1cpKSVEnhgEN98xvSPWfTmVQ039Ik8Ite",
-	"e5J+CPPa/eQ/toBjqVHsOjCWN677wQPdXTiM1eXcw0P2gK7U/9t/55uvWNIY3Gt+1f6zHI6qC+PhGeF+",
-	"pDJpMsDTQPf8xAFD4rJawQptEpnSXyVjXX+lX9pS1/U1U/WdrvffeiJOHG/y9czlIW2JDXB8QN1+Js78",
-	"gFo8mGaFNQDGB8szyDqQmvme1DcMm81y5XtrknNL9tWO1/jOwEdCMOWOKfbsbHj3iqY31zzPvxKLcfko",
-	"RXWaH9ysn/gs+cd8IWwS/3ark3aAp9YSqr72o4RKSxCsPpxenit8JS7I766jOBPZh7LT0l4/6ff7vYTo",
-	"AqD8faWEa8VHZtBkDzDO+ZShI92Z70GEuy7sHlpHfIGjB66iP9e5O7FT/lfSVs6MdJa/t+BR40MKxCCR",
-	"c+nZEyakISktxhNDitnzU4ypNKb909DMQhPUJ2LVDa1Wn9gN1p5DN7vDHKofZMBaIyO4FZGNBY7Fv3ow",
-	"2zMXiYICanlHuv4VMwJdErgmmqVSZOtY9/OfrEL8CbnxBU76X4sfB38GtguFUGaAOC0Jyp6pJyWTasfo",
-	"Rofrub/oT+1vrbbgXulu9WvyKN5WP9gGztavAw1tjafVdw5/Skere8YX8rOG3uj/w9ysJQ5P6We9lgpz",
-	"8BZA//CyG+awTWbUtfRhHhi0AkaBN/jz0Hs6aEb/iN1P7lMLN2yVnJ/bC+tmeeBgg10KIia8+KibmShZ",
-	"jCegHm20bs3u2MZX7j/HETovYWQfupDvRWWorxBUMlZgUOOe8QT/9W1dN8qnrDVEbBT1v4Wr/tSyPtps",
-	"crXQd1c+ktT3o2F+OrbNJa5xG2BR03SSeJ2g10IpqDWb/Er0gvpaukaX6KTj02kBWagB/Ir9s6C5N4Tq",
-	"C7KlSVcDuFdlxCS05hUZoIP1Qonji37fQxzSMMgBod7JPgQULshwhXxtWharhD2oYnS96O/ZaQZp55qM",
-	"D4VHFkvl1KegBki06mhxYGk98WT4ZMDS5SO+UAhkuWlqnNWXJKAjBPDogIhtpnUISTHVGTwj2PWp64dJ",
-	"aJUrVNqcBmLsHqqx3NJk8ZUS8lqKrEiNVFvYehpo2o3Wa8877qFhhQF3P/mPLXSs2ml4JiULPJ92nyPJ",
-	"A12Pnnad8/HEJJXMGMiD8pZbJdSl5J0+qI3HsUPafn//HkverJw1r9Xzn93IWX1grc2yPCy35asUeuuv",
-	"9Iu5OW5Q7DDtuqVpp6x5ydv5CjQqu71+8jsPbgLE1DxOJXWo53/TTJVmdj+5TyuxyxaI52tgNI/EYaw9",
-	"+K/LWuIG5W1lF1d0HsD66hd7+9/uf/fNq/1v18HDO5LELt+rfcR4yVM6E+wTVrEdnOVOlIlgG/ApzVhw",
-	"pVg19PDkOAYaLwtDNEsVq8NmuWWIEQw0SAd6WeUztfc/rcfUPuFL+Uvh7Zq9pQdkBAs48r18cIUTBMXB",
-	"wJkUKXtuVdzDj0N7dSSUAyyMgfnZ2To8X9eKSIp8vhlZ1I5R6OHcpC2fQtP7kljWqcp4/YNVZRzGt8yH",
-	"7jslptAehqiEvFvAlmp1JiINR+rsi2crOde1VFNqOoNOUcCVTV1SsNvneqUJY1lPKu+aA03nofH/Eq86",
-	"zHOinGXIsvKqutiys18jtBr67eLIOL0nq3+tPuQLsaLffNfXSKddv7pfzuKvNMPlwm5gyrBBIm5u2+1e",
-	"aG3rLl3LXd4wtUwH661xtbhwD0idzhm95WJMupmiXLCsVy5IFh6kD3yprq9UdygLljFdMYDtqBXFr123",
-	"0C/4zr/4o7WAx6WsdoCvbkdAwmrEV/np6JwsNd+GqBs0Vw8L4Yr9BjUiwgou16wvXMoRSuQfhTZkzG+Z",
-	"IEaOmZkwhcX8TphhW3EpGKn09Uco+2yhCfkspym2nQBZjW8YwO4B/gU8IplGEKEZ9kGx44iU9Q6gQCMj",
-	"hbgR8k4AWkvTA1zTzPCMCS3TF6OWDFOHfo3XNMupgDHpLTvZJvQdnumVQgm6MdSkExfm1X5ntU4N7ZmO",
-	"8dYXL1/Bxe7P8mqqFJ0/cXumynavklSBnq5lIZ69DfBvkNRaoXUBOKtGut6rVXrPdIWAuEnKvgg0+4p5",
-	"w4RRZa4YvQe8SWXkJpn/cxj9acR9GL/ssP+U4Ybq4/L5qlb6D5dSuEtb2jJDLjOeggASTGvXw/4xiSpG",
-	"Ga5T/iPRRVOzIQBSwkeR7p09b9AKZkkauekQQ2+Y7lnmncuxXn0LXOFuWGr0HxUnmDQKrHUB9xDc7FhS",
-	"nXmZA61pQnsVEGvYVYejSDuR2owV09X+PeDbtz9OmdZ0zHxIsqzbXhKlEGbEqndyWG2l5KDErsqJdSsv",
-	"6AQdliZW5dmWHpD9/v4BoClY25OHoaby1s7I/v59j4yZQYwG33+JC9fcFBrOYIt7rOEHYBQUxPZJeoec",
-	"ucr/0AcOlwYTDrkmE6qmOdN6UO5/gPxzBrF/E0sjrrKAo+Be2s1yjZJFaAEHvkLzwrVIct9Cw3ZySAIH",
-	"hDbbimeM0Fxa/TD80ksqOLqAAhfIxK7ifn8fgbimjLomd7jSduaVbcgYRRC+qdWKoOu2U8q7JdndsUqR",
-	"SS+GamLXqqJuPI0ZZR8CzYeevelR+Wjse7SKzR44EbvcAOm+LY8eyLWRyFGv9FrDlufY2tHtoqIMSnCF",
-	"xJa7fj0qr7dTZmmhuJkDO79iVNl7f/9gGTYCzyGjL1TeGXQmxswGu7t7L77d6e/0d/YG3/W/6wNzd1P6",
-	"5HVWAGP4nIS//VSX4TOhZQBGRCvdjG54nuOXbnUSnzyBAGJ2hUTKLZd0iGHw63Sngl0KA0eeeOEQY0Kn",
-	"lwPgW/YbkZFCO09HHQI1NpCLWDgHSS1ajsAWPq+mMlzp7l8e77R9XXllxDIVe3nEk3qWZNkYIMSUgV3q",
-	"Wln7wjq69LXPHz7//wEAAP//",
+	"7L19cxs3tjf4VVDcqRI5T4uiHNlJqJraR7GVRDeOrdHLzd0NfUWwGyR71AQ4AFo04/K/+wH2I+4n2cI5",
+	"ALqbRJNNvdmZOzNVMUV2o9HAwXk/v/OpFYvZXHDGtWr1P7XmVNIZ00zCXyexTgV/R2fM/JXyVr81p3ra",
+	"ilocvmtRuKAVtST7Z55KlrT6WuYsaql4ymbU3PUXycatfuv/OCgedIC/qgMY+fPnqHWiNZvN9dmbmuek",
+	"ycZnjIWcUW2u4/rVUStqzVKezvJZq38YtfRyzvAnNmESHvc6l0pIc2fCVCzTObxFv3U1ZYSzj/omhguI",
+	"GBM9ZWQu2V0qckXmdMK6rQhn+M+cyWUxRbylVZ7WjH58y/hET1v9F72en4nSMuUTmMgbMaNmsOBLJ/jj",
+	"gxf3LVX69I5xffbmZ0YTVvPiaeLeN6NKE2bugD/jLDUfJYtZeseSY/hSacnojEim8hlThI41kyTVfnWm",
+	"+CT/MmYS+zCL/bM39asUWqTS/P8Oa742/crgZCyknbMieko1iSnnQhPFNMFpKXwH/IMsUq7IYso4GQk9",
+	"JVQyc2ndPpvFuYHFuQGqbEKFvSAVvk1nqfZ7v/oY+LE8fMLGNM90q/+yF5lFw6FfGsLaQu7nUvyDxbqG",
+	"zOb21wfT2UW+iVXI/BFI+TKesiTP2IbnKHvJwx/2m5C3TD6YJ+U5XLlO12b8cSYWG15mYS956Mt8Nver",
+	"ueCKAWM/l2KUsZn5GAuuGQfioPN5lsbUHKqDOV7xv/6hBPCnZo9z48ITq2f0hJOLH1+T749efkvs4F1Y",
+	"BnsvyJuRkPptqmA2cynmTOoUZ0zNT/Ap1Wymtk0ERrpgsZBJ67NffColXZq/S0x+nZucjJThd4IXzNAx",
+	"/vVNLLbldzfHD/46MYKTZQRcaT7r74ZStP9pdfyoRVEw3sQixz2qTvUNy9I7JpdEipwnisBlLCFKkDGV",
+	"pRl7dlAMmSbr410yDeyTcmIvI7dplpmB1rjb+sgxzRULvkbi5dzaT7cpD0xkiGsy7MMewMIa6WTmBT8Q",
+	"yhMjouRST1M+ITlPQP4ck6GduL3VTN/cKThzr2TehnHDLn8vFBj7W2nziimKXMcCz+jKLBNcf5YMIyIk",
+	"GXLGEnVjlkQaCWHeACXLr/Sj1XEUWVBFJKOGTwVoKvIMObRaklFVQyqGEpnSLLmhOryzi2maMZJqkioy",
+	"YmbZ/PwrO5xQzfZ1OmOh2Rk+Hnp8Pje3uYc3GWvl9AAhRCVxVOg/IDr8ViGZrZ6Nygw2HEFYJDh1SZKa",
+	"EWl2XjqNY5opFq0c0GLVV48fiGRFtCCD1rVikvhdQKIdtMzKllScw15YEwxP91JTnasAx1hlCxsOY3XK",
+	"MCuWRMTsicg1acMBw0PFDA+5Ovv19M3N++urDtB0gB0Yhdj8wRJzwQLE5E0mlA6S8zOfnkc4IQXLuf9B",
+	"WRUNlQ0LkqcXAgHB10jcWWIxLH4+l+KOZltvc9cBvcRTdnPLAur1CYEfE6I0m+8pYi6KWoLHhpkokvJ5",
+	"rhXozZIpkd2ZVerzPMsC24OPUZ6uNz8pE+I2n/fJz2dXpJ1qcnn9+vXp6ZvTN2SRGlXdkKyWyz1FRK5x",
+	"FjwhknLCBdFU3XYi8uvZ5SXcLHOuOobQzt+fX789uTp9g19THhGVxzFjiTm2PCELKTSSAQzf6RKrE8Bh",
+	"gMnBBMz5gQmXRcrPZ1etqGWe2opa/lFBwZKwuTlyN7jvXrFZu25VfWE82YnTRq0J40xSR2Hrxp9d7ziX",
+	"Emy9nPcJJZJpuXRWIbw1vL9kSlOpCfxXwY9GoYqAGsyqm21gi7D64eT92hS5VYPXfxD6ZsTGQgZ4yG+G",
+	"PVBgZglZ0FSTdpLji0Y4/Q5wtebyzRJSvYQIqTcrRFyQqV1XO2hEzEuS/+//+X/JHc1yFhGqSovmyW5G",
+	"2lrSNDOch7NFlnJmTt1cd47L5EckA4VdkUHe633DyCGZUhUBlRoOCU+LCCX/cfn+HQHqMZvpH7iHszAn",
+	"GL7YT3nCPhIhEyY9yQMD5oKX9d+Ca82pZDysqsyNAAqzWtg1T1OgYY9YbJbm/OT68vRN892aTylKuY1W",
+	"CVxUkQ2r81kW04HDBYKNpmbLWHfSJZKZN64ROXAOdjyQ5lE3hkAtTVUn9LNYkBnlSyBsPGGLqcjsDMc0",
+	"zVhC2oLfmI+5ZETlyrCSDiq9MucElt/6NVJjwShlR4oFH6eTXLKE2AmETyrQSGOL64qq2xCvMquY8snN",
+	"OGRq/TalmlC766QtJJ7ZlE86lszNHhiC7pPyuVY5ELYVX8Tdt91EAyYTeV0TCMO9aVAqlyTpmj3rn29P",
+	"ecLiVKWCHxOKZyfnOs3g6wRJZ1WLa04vo2XwkMViNqs7gG465kdv78CUGboukKQDkmll0fxARufeuEz3",
+	"U69HyxBlCLtwirRxHU/Oz4gWt4wrwj6mSkdIzTTLmARWB7yUZePOis4dcr5Wlu5e+rk1GNcUthrFO1dM",
+	"RkQtlWaziMyZnFFzgEibEjVnsfdUEm7MWnOEO1FZt44KrbtQ3o04RoU+yJhikbCQkqU0HWWMMCmFJOYi",
+	"y+V+pR8vYYI/IltRpx+tViQkOeN3NEuT8yyfpPxyzuLwIyWju/JCmEeQhNnH1OjMCQvbOOOUp2q649PQ",
+	"79HAnWFMnR0Vb57PRkyGJ3s/KUE1a8J5L+FCw26RYtKQjrVyrMEtaWfsHlXZwA/1ZP9WTAJmqdIJk+Gd",
+	"VDoReZhPaZnz2DwzoJrKnKEIQw2KjNhS8ARV848szrWQe4qMRG60dqpIIsV8XjkNIyEyRvna29sJRW7S",
+	"5XlsePELNrf22A4MzrMEx4YNMzCPhsNm5IJjB4bF4oE2E8JT3vK7avgASBHLCIJGRWxeN58HWCqYTERp",
+	"WCJn0e8pMk45zYwyKaRGBWIOh3xPEaBvsIl+NBelfzCjsuopW6LdlHKrLraiZmrCa5zdpWZzM9kZ/XiG",
+	"t323rjrsyr6CHGpu3lOaG//795P9/5vu//HB/tvb//7Dp1706pvPf9nIlUrS4agXFCVb2NTDTQrYOm9V",
+	"4B5Z3d18NPoLWg+ROyhVQ6NL3oF8NDY643epFNzIvv07KlNYSxCfx2g1wB2EajITSpNXR+SX9IeIUPSj",
+	"gnXifjskv5qfuCDvrt92ydmEC6NVgm0i9JRJAlxFhU2HCo+qMsodmV7Bd6rL9oPhCywho2WFY9Qo8Y5B",
+	"3X+MCifbyn/M5LdymgsbtllntnMpjHBen/GPhgUh1yzPmMxypeH0o4OrcIZvmal70Ia5msO2W1xDTtRu",
+	"Pg+jrtEa10EsuKYpR8m7kfu4C2HCmwMTjN/tdGLX1maq9XzbhH6+ujp3c2msmKDD7QHspOTxsc4757gj",
+	"Yylm4CGYS5HkMZNqr/BevDv59bRgKn1kF1TK9M7wFmU9Zp69EM9e4EZqBfc4zRj5y+uT88urk3c3Z+/O",
+	"r68ub96cXRyYqxr6HYxudjORNGY3s4D9/GuaZaliseCJIiOmF4xxcnn209Xpxa8wj8uzn345e/uWCI4K",
+	"dMMI1yb9rsTl11fbuSe9lyFhcUYlU3YRLQdPNVP2C1Es0fvrK79G4OmJDbtGn094vZofK5T0YQdOQwbj",
+	"QgPAX7jQYMdzQTLBJ0x2jCkT4jLbAl3o2gqvdV0QanfRYRb+Bvxe4SfdW5/eHscqPbr0vn5LCpaHvKhQ",
+	"0Rsy5JpAug2kNA+ll1j8GgGFwxxhX8oPNL4dp9k9nQSMJ83tJnHHZEa3ct/3eNm5yNJ46W20e8Yv8V5w",
+	"zte8vo6nLGloQFRP3HvOiNksiIGTkRkpMowr16QI5/cJS0HpolaXJ+3FlGpy/v7yihzcHR643Tn4lCaf",
+	"D+w1mt4yDItkYqIwHBhPc36r6m6E6/C2CM77SOhpyLtVzjPYKUUvamVi0pxC34rJazPjqkHx4uWrdXYn",
+	"/eo3IHm7VXWxvLTBPl8wBTlbn3ZbnPUF8dZIo/Sb6JG0w2OijQU+FkaTB93ebEwDnbH0fpv51WsaT9kp",
+	"15jWt2I238eX9HGeSqbqww4pvqUL7FIyTTVpz+jHGzphHe+6/Rv64ZpHImzk9FHiSWurJJli8s7H7zaq",
+	"uGZBL0rXF+JyXS2ROUfH41zM88wsts3hDMYr6kOHDQe5Y1KFLYLVXBCIMLvLi0Xc6p4qyCks/Rj3EZdm",
+	"7oqCPLenkW1+J/fo2mlfVDd5ZeIVum4oBRe8LtkXCQoOQGyDKjk/wM/boyg4cOWw1b6VMw13kHa/GtlC",
+	"KCrFqC2nKjYy3RgTfTBPbtmSTKmaWg8I6kzgScewgDdoXHaCNT4sTUXgpEi5ze8GVQ2uQWWtS04I+JIw",
+	"AYDMYEZeebeeGEI1gSwIcHhgMAKyFyy5rstEy2bCAT+jL/uUBpIq5E0RoT70RVRuDC5FBq0XR9NBq8St",
+	"xkI6frV+dplMaZb+YVavkkkcXP3XgpfSAJQP/9MZg1VHicHgzdETBa4eZcPvv52cXZ29++nmx/cXN69P",
+	"Xv982gHxYfbMZgKFjYESb6jO55xi7h9k87Fln8RTyieQx6YFSqxcGUoWWcIkscdsOxG7BwYpt+Sl3E1N",
+	"vVfcY/18QkzcBXcx+QEkl0tTWYlw1fglHdP20T/IJYK4Cfhyt4f+YITasJ8nlXi54xE/sR5EcyCAyhyp",
+	"CY5UNhVZQihRmTAqrk3xIG0KIsv8qMx6lDMac+7CQRGcZMpdbAwGxRii9WzEDKLhVDIyEZx11k9qTSLU",
+	"69O3BJeKsI9zyZQhIWJYE4HSGZcvgH90S86QY0JJLLjSlOvSOU7YPBPLQcu8gXt3yN/AtF40nSs7/f2r",
+	"wE67ddyQSuBWmG5a30Nzpg575n+dcFaA0pJqNllWGEnrnznLDY2vZPjB10NIJcrtMkFOdTozmwex/b9f",
+	"n16fvonIOJVKk5TbD8a0sSzasvvI/AcMD7P6Opdcdckwpjxm2U3Kb+ZSTMyG2MRfzhbwUJukBHwamFWW",
+	"MAWsjZtxYF7j4hmOZGx+DVWCk2Fc0PkwMmLHBVGKCXC2YErXvSokVp788P7iqpAaUXD4ciaZW9T1dyy+",
+	"xOduP8ioUXkyqTnNZnNTvqtpXqv6BjTG079H5N1pRE7/6+zy6jIi795f3bjPP11F5KfTiLy9isjbU9Lm",
+	"+YzJNAbj9OxdWKOkWR7OGsPwyC4+5uCKiXndWpUcybvxvivMwcH7i1BbOqMTFhEqJ3dohcMXewr1gblI",
+	"nZPPGFbLDmbAF/wlYIDv7GN/sMsbptzAUwaXBdcV1PuLnDd1Eq0yaHueKScpz1LOyNDohEOC1XyUSDZJ",
+	"lWbGlB266pohMcaqsVwiwj7SWGdL4MU23LW+si5VccVJM8dZ2gI5Jg0PsImXDLk77B/qbOHUfxAbW818",
+	"c9V/In0bjmxJcNMtrtbIefF8YVHD+y7YOJwG4zdMnWksKNrRreU2jBQjOQdXzT7S0M6tb1KasNlcaMNV",
+	"w2nN/oF7ipwVF+//YuSAkcF6mipwu/XtxrnJloyGAzQYIPnA2qYDDsLDKMOjJTGiF3/ooGUCfjzK1QJ0",
+	"ZrQcKAikiAztEEMC62XMEPNyEm4acMnmjOrUmglUZqn9CZOy/ajUFj7Co5I06Q54k4yof5N1gKzvWTES",
+	"1MWqh4Xg41SEpiZ1muoIuU8baB+tUPO3sQYUoZnTV1fZejH5wgeK2WyzlLu/t8i8et0AZu7KL+/HnE+r",
+	"rHUYS8GHIMaGWPNBs+H6MY4NL8jnN4uUJ7ixK9IUMmRnqVJGawN7gAviqkAlFANASS+mX3nP5xK+XYqc",
+	"T0BVoxzO+zGxSi1Mc8mwiq50dF4GcwllyHL9Mb1j++OUZQkxF5D2oPXXg5fkr/j/QauD3MzdJCRp/++p",
+	"yGW2jMj/TmgK/y4Yu4UPM8H1FD6ZWWXLZlmObmVDxox3KxhGq0nGjNF5qMw8v++pQatzbPOPzUrRLJ1w",
+	"lhj7wPCBa55+JGwu4mmT9flHqnXIFXUKoU5jeVg1PZ/jA1JFZsZGQu7XHrQOYUJR4YpIWEYNLTlLCeNn",
+	"TSYTZnMnkCJjlwJs06NXJJ5SSWPNpIqIEo6porW6Z3NOx+jsLOcZ2eSi9u/7RZrR0dFn933n//zLYwat",
+	"7sVdMTs/5A1ad82YDfpDcBZMgj47eXdC/gAGJaQ71O1B6zQ3x/jgByazlAMtuYN1ffV6vSgusB73ZeaB",
+	"fG8/VD1vuxK3jN8zNHkP36wjwtUDPEu5X5X62tCaLAP3KyaFmRciM7rEcjnvKxQSLYjInhx7U+MMPiwp",
+	"X5EygUibyLZG4i/MNTVbBvdv2C6ZTiZM3nPDAL7BKoU77sA4zYKs7ITYEwM+olXn0BAeOSTtT+BlSJOI",
+	"zOkyEzT53LEuI7iia7/t0pnIufaFPb2e2z+3bYjPUfhFm/mJmvK+l70S72vC3b5b4W4buWVdcWDByepM",
+	"0O1vGAxy7anCPQc5S5s2ye7Hp0ELUlsHrT4ZtKq7kyaD1udgYtIjMq2CSrcwMEA+cVAAgdBR2M3sip40",
+	"niSvIHEBJfUYZkFqRz0FVpDM6HxuLBBbhGRREpAawW0BK2seifXD4HGFtSeJgHSBcYq4MmXTra7MvC5k",
+	"uTbtmnxMuGa7Q8JdGFrdH40Cd+rWsLq0oNyFzhNU3M2pMQO51Zhs9TEZiWRpScyYOF2l2Vz9fvihi56g",
+	"4IvMmFKNPCs4oeKG0Av5nMPd3VZTreeFx8q+kbFSsaCXpBxDFEpBOrQibSf0jRn84uPHjgthqKiImjlo",
+	"Elga0q5mHndcYqFNbB6ai4ZFAkMlmw4QICh5+fEjkqyWlCtIc8FkcQiqQakYpCXaAMsxzK5IWM6VNbZc",
+	"ja8vLlupWxJJ2PFpUYYe5kubMT0VVQ2t9dPpVTDAV17zkMuvXNW3IqdzWVPcNlIiy7XdcyHhX0WuL95u",
+	"D62ZMYOUx6jUI0b1BZtny1D9SMhl7Ev/bfGiliIj84xyRhaU68IZX9ZgGqTUbLSEYSrb3sGmEtUn2K2f",
+	"IFp+GUwuxHBWcR7Sctq8f6FV51bDl9w1IzKU01ifqr5KTImkKTcUEXx3n2uUKqKmuQZPViIWvG+2MwbD",
+	"nbMFLIsRLKkmbaXT+HbZqUk5WpuQTwXbTSFMqKYBzxdyHKogM1czbj015Prqx/3vPHd4d/12zZ45+u7l",
+	"t6+CEVnJ6Kwck12tQ2oQkoUhIpz0hw2LoHYtU/I3PW7a3coL2MeEZv6uRj198+5yP6Mjlu1n6S2zde0Q",
+	"q3z1TUlRNRqsVUP3P0SoGqC3NCGMJ+Yj4kaQjGmr1yTpBA340v69+mbVDNim/7463GbdV832ukpo57dK",
+	"0CuSCCjhTjNWdT67y+Ak6TTLfDyzfcVmcyFptqeIdSiQuXlmylSnT4bqNp0PSaojcsvYHB2Nw1E+HjN5",
+	"Izgbok8qy4pvaZYNO5hqQaX2SH82VOrqzX0wte0ioiBPh6gE2lv5ckGXpD2kWSYWOHA53mnm1opaxWyK",
+	"P2iWFTFPGLkVtfwwwTo4cHjsygecpF0nQayKEmMyNE8aRpABy8uBAdgso+BO0juMNYPe212zSrYXHNcZ",
+	"ald1BRZoE0LC1IRphRkQQ5uFsFozMDR62uvTt+HyuJtSfdzNpgK54kw3ciLBN2Vlxo5U2n/3hU+id/dH",
+	"LcCh+9CovD/EWMrer1qSQGC9QETRm49ktLTMx5qRoOd70jC2jlVFE2LmEDQRzx1mRcCBY36ygUpz2mWB",
+	"eFY+KJgz0Ypa5WSri9PL99cXr08vV76HJKxW1Lq4fvfu7N1PrajlCwlbUevHk7O38MFmJ7SilgeAakWt",
+	"63eXr38+fXP99uSHt2aQ395f/HJ6cePvQuQGM+YvZ+fnNTA3JbTBFYGzucBzRuNpytm+ZDSBL0q1njYy",
+	"coMZf1zom7HIeRIBukWWxuFAVMI0TbNwuZcxEJoLv5JVGNCDUsjziVltkUpep52nOmMb7IP1tbq+OCOS",
+	"jZlkPAbJCNkx6Aw0q75Kh3UWsPnVPd/P0dbgBk9UPspSNQXfw/28cCEAQgSi9bFYkiakDTgo7KMmI1S2",
+	"fJJ2IP5RL7X/ezD42Ot9+CuwsiKQiZmdUDZV55UKBo9BXk/pfM44SyxNYiW0DeEeOw+FIiofmVtHzEjR",
+	"NWWjkdsX/U67sS6Yop+EOURGlR1WPFnDY+/ye/HylbG3AywrkBizgSJYAjTxOOn8FnctCJLznjMyZ9J7",
+	"ggpfaKm8AfxSC6rI3M0usk4tzNM1W69IyuMsT1hC2tzW0Bj2y4W0nqzGzvGqKy7EGcIVrHUpVA03fr1g",
+	"IBh/tv4zVVoa6z6LnGTbpXowZCuiu9JN206kso9bc/jPczUt3KP34Sz31raaxD0KJ3UjikA1dHu8ZPd0",
+	"h7DXGMYJLesF1Qwgp69R+9jF9WdRd3ylahkSDirBsG6YEkm1y3ms5sl4IKpUobGfPGbO7dnVKdb1Qjll",
+	"v4xjMKWKUDLK41umnY4mFrwIp/gszT1MZsFLHxZOqV+G9vn1Fel2uwfmkn24RB18MuN87gRVlpynumqb",
+	"HNZsj5k87A7uyNZc3qa684VNmUM87PudSJokkLe6Dq9gFN7ri7dunbyP6OT8zIrVqdbz/sHB4Ytvu71u",
+	"r3vY/77XO1wL9IeONbgMHuiGrQvUBswhJXIZs60c4cJfaI59Jla29yiqy+D2vkMLZunrT9xWvzhqvNGR",
+	"35Lwls+F1FDJuONGT517FO7LsvfjVv/3LRgIKx7Vzx9CoQf0le4p4p8QWWQgDm6QBJCC0FMC+YOYUQ/n",
+	"HbwO1VpYHM5WtPohbVlrn0iA6maJdXcYyoRB9zAhULkSA7UARcIWEkmo9txDj3S3qDdtLi2qRcIPy+Wy",
+	"j96yv3UVqvgu95y5HTSg/4Rd/BaaqNgHwbMl4olKNs+W/XJR6vMGAtw6hJexdOR3kKev6ZzGqV4SMR4D",
+	"/YyWhFoKjxDN0KFI22RAw9cDuXHz/GYGUBeBXMPza0OW8HMsJAiEXq9H/gbjmW86QdCLTU0rotaMzYRc",
+	"3oyWOqSR/wq/msfCBTuP/zm8xkZFvZ/YMVrJzbbSVUEk2zf6PviGS6DyiVhw2+cEFIfVFIyi8jVJIW7u",
+	"gpsNMvOCr2pTZny5VjIDHAjABZEAEmGbqiCpBJ0tFxg4b8Z6L3J+mc9mFGyVMHzPDkARsas3XgMZea78",
+	"XwuDyoIxefujkQspJ2MhY9Z3ISfYSpeDCJVi1MKMNoGSM0+P/Hqtc4oPuC8r/DaIEhMLTMQRIcQHa5sO",
+	"Zc6HpA3k6jPGwXE/BHM1lEWLV21C2IOkS5ekYK933v1jzEf3SrxPNC/S0PGOIqhv09JXsvDDtZ+7ghvY",
+	"5JAtlF1zyCr7oDYKvrC/wW1LKakDgPDAstgJDG+FJh4kinLu3S7BIgvsWaSIFAu0eRKqqaM0dIbtQ36g",
+	"Tyyj3PsIDA8MFBht71vSOE59L+eQjdru5BnZgPjVeLIbgYtqoIkQ7SfZSSVZ3Uowh2w4AEIFkYdxK7z7",
+	"DUCKarGJrBcYFnarn+Yi52GQhUfqrlN4sZoepkKW3bPMwYyRTnhzIOM6GeNw8vMZs+Y4F6Roroe1NJDu",
+	"NKNLMmKl5Nzhp8/DYNyo9IKBSIovIQ0XOxWJkKVLseTVMnWFOMRTWrnk0UB+NyLt7drOwPdfC0fRnKu3",
+	"1MRuNcvRwaSPa6Aca7sRzDGR4GYbljwolJUKZzi9K6tPBmYjk0GrT16A+4pAsdtYSHIIxdndh6Peb+JW",
+	"vltaWD92aQag5K4sXRhqwuUvBAF4ymPuKUxxcGuVKrcXzUiglNu5/hC3243nvXv3ot1Tff8TASdCGb8B",
+	"hmy9NA6ivnTktnY6uixt6krGYo4GZ/H5hmZZx8e+QqVVFsDf9j4pp3poQQyva1cSNkKdiFYruB6Fobia",
+	"q40lTxsqkdaTbKGG7KZZwRlYe5awRgwAnrGqbMEks1AktqiMERhyP58THLMp2GRtQxQjX41KB9VZ9W1M",
+	"ycuVfCJF2hzrNdOMYYeIpBP2lmw+eyv23ReqXFo3JCSLjWCoj36VuE9GtQWCUBFBGAWLPeEzkA97zSN/",
+	"7tAlYHkEHF+36XzOkpvSWjWlK2trVNK5lg2JqFy79UW4XpOqLE8JBSmtsQ2/8Wv0X932unO8vgNRwQ7v",
+	"x1+Lll0BCYSFk0VwWoIZjwiY3r1sEbdLjZQg7kxnLCFDTNtyFIupW/v45fXVa5SeVJHlcrmczZJET6ez",
+	"mVJ/uByvnGdMqQDlELMQEERwHB3dW9hVI4BaVQh1z3AexDBW3Scrw29a8ic2ONxUmlsdXtY2fcvN75dY",
+	"910Yb+KBiuCqcnYPkFMXZC6P5KYRfK8mCFrr/grsNTa2TnHDI44reHAQ/Ro6zNyh65+FUYSijiaMhxKQ",
+	"ClOWZUVdC5WTu8jhnCUkSSWDwnWX8E3tDe2UK80o9M22WL2d3dCXnZvEdXpY72wt+KQMVwSHXoxt+iHe",
+	"XYMQd9ibAUJc0btxbmgfQ/C/nL19e/rGo+LBovq8v7DNR+MpawSX6JyxJcT2rUuOP0fEu+EPRik/UFOy",
+	"X9Nmpoo8tvGEajYvA5Xh3RbpKEAQGOYmEDsmpSuPIS0aYFKnIkuad7woYJWCsPb3ha6PhT+F20H9zqG+",
+	"goLosT3jtJgwcCcDWjcATpAJ5RPoMaeZnEFXEIdBZx2FAGRlazqBIFU6ylIexoRdbXC40jz15CcyEwmD",
+	"WN+xLQ8VY6BFi1+CmLQYU0HdbLfj5U7FpmiAeVyfTB3+oscls6B7TiZPBKQJktHSNpmqOXXf9FQJl9G3",
+	"LwuFE75kq4HxtqZ8hsM6bHkLf1MKeqWa2K01a1K0O2wbhmILSG2FaKdLhjRb0KUamnGohvZWLnOyS94b",
+	"GlykitUU5QI5rKWwO/dnza8OgBN/uGVLW0cN3UFz3sWpuSpMGGOUp1mCw5K//Y0MbGb0oNUlCJm8igGK",
+	"Cc/B/SwaNFSXGI0Y5N8YNYFn75XaA0BBh1l/FjPXViGU8Y+IpuPUfMLm14GOCs2NF83mZ2bSoVNU9FoI",
+	"nSMvlEuHqAS9aMEWwa24oRFDzWl6qSogp4c9FVzvooe4qy0ws1qHIzTfDpsoD8dkaPnD0J7hoZvdsOiK",
+	"7By8Ti8QnB2ToesKOCyfftcskDnPsINcCCM5YltG192x8mq9aHOvSKsmLaZCMaeVGM1eG9uS7//BpCAQ",
+	"6DOPSEi7Z7PEauAey9Oxfac8Q3X5aL2Gc8qMTW2xsZQrfhSy1E7aRSDz8sw2zg1baLmV2oR/Oc+oNhqv",
+	"E2kW6x4gFemMxJR72zvy1ZlG+XM/jQwPSFjk008QwE/mHLQyKBnuuHctLXHKbXmjbxk8pXJiOGRgr0sb",
+	"cuwVNt/jyfCkyxLcsBGftU37usT2J6+UjMk9RdrfbFhRCFRV13Mr6SGvtCepyAwVmQUJKxBs8Q0gVVMr",
+	"W3NtWwZL7NZfqeUPuMOqU7jm6T9z5hKwytbCO1ojbYu2qVWeYb5c5xnm2yGSir0UOwoXTn63G76avOAd",
+	"dnP9z7azNYGcVOzoiglmv+Qj9p8so3sKnARiPIY1sk1c3aOKZLRSD1csljJCZb2baxCGvvqC75zeVeop",
+	"ttaSxkIYVDv3bGpLs1rFD0NG2DDMHpHOfRvVBJwtZqoWArxdshOhJysegVSRIdgcQ6iChE9WElgmOVw1",
+	"PLApvbEah94GPCZDo2sNiSpowKZMpNz+dgyIrsgdimf4L+ApiYgd8xPJjPLIA2nY/FerAU+pERkgV7gQ",
+	"5rnoKuLCS1ZDJw5UocgITTWBdvrmSm+bkkur9ELyYrl7LTb0WO23VMYdSoVM9QrqL3jaaazTu3XsX+wf",
+	"BfK8jS1NPZvvRKR058rZEtKmb7aduBllLJwabXjLDaZQr9PFhU/BLtMzxmJtF1kxXs9K934GFN7np+/e",
+	"nL37yeYEedi4sWSsS2zeNRaCmq9d8SeHQwxpYryoRYFhcSlwF5vniZRT97d1TSx3TqrPGS8kdJVns49z",
+	"CjYe16KUQl4jL+6Z84yiKOWTesdHAYiP6zajSwSY18IIYtysspGGdokilYrFRkaakGTQMt8UCtsGKP1Y",
+	"Mn2zq8G2gnoX1Oehsp3xO6u6ldo7npyfua7ADHCvHQ66moqFeZ+//hXQBOFUW18PNOnBmyzvIe1SVUSK",
+	"ibW4iEs/xDEY49VEfO96cos8YeirngWzFLa6spwLy4/nW85h9MVqYE50utKszV6usqbkKMH7s7y6USC/",
+	"rykauxYUr3qV7g9/bw8g/LcAwI8IjaVQysanDHc5ubw8++nd6ZuI/HB99hbYkpDEJv4UIO5PV1eDnNrM",
+	"dE851LJBKxntz9KJ4cWDVnOwet9cfiNb8nD1oP00h6mvBT+v7/RemMA7VraoHcr0Ky0QoUVrre0OaZa+",
+	"tWKQGZmDUwsEmOQx+OdA3XTqNiiBERlAXwfrJcFd2wIrZZ4UmXcNLR20/n+0RnMh5c+q1jexyCvN7kui",
+	"yCIS1wbkit9dFZhN37aCecSMuDG6Qbem6WZtj8Aak30XY7qxcRuwi4S+QTnYPB63nsQU0Pjc/Dat+j16",
+	"9VbeqRh7zV+9Yqyr1HVwQF+CYfiS0SyDTtSkLZlitsqwFPIA6EumCi6J+d9c2E78bvwa/WaX7o+2kaNr",
+	"0lh9wcB6hummlkiizc0VizVeW8szmSpnExlr/Nin/46oYtjYTVngKdtywWofZcyJ63eX56evz348Q9wH",
+	"1ItbUcvJou0IExhzCoBIrIJMOEFnnnNxevrr+VUNsAQo4E/RN67ZPTW13PXR2hJ4a3PDV7I7cbvj2zQH",
+	"X41a2i1iIEgH2u6x867AuhoGiun/oCt2m2Ucl0FdSwuxNccYdjgc9EcjrrF0QVrZFqW3gwanUiQcPgK5",
+	"lRFoN2DM7kBcW7FTt4eRnhq8tJTns23fcbGfON3DgWM0JyJLA1vJyA284d12BdOvrsH9Uu5Cm34NyU4P",
+	"g/a/Ap2WZQm4CrFB2zFRDCH+LCh4nDEqVQns36vD6AZe0CWRIudJkyYATRH5dwLIbw5jv+3KryYjspz/",
+	"92SI62s0hTkUAZuggAF4nKKC++FNHhvjynaLUxCUNl9gVzmgSVex4dAow9kNZb28juk2hbkJAp5CwExI",
+	"FzoYC1lEsWIMDQhbuIeaat8rvmkCjfqNPtwlUF7twANnZejRtTctPJ1F+0EMSLhOVKQchwD+Cv5p8MCg",
+	"ej7yPfkSljHNEm+AFk4liymhCJ3QlFszmMI00iToWBpLxm7u53CEWz3SQsC2CytyjwEfYRbIGzu7kDbc",
+	"6Avi79VbYF1HyGjMzPbcwA4GgkElQvC+1dRWarRXCKLTvFjjgdgYG+zO6vxplt6xfoEj4BA/S+FBJgnk",
+	"MnRJzi3wNNyj0szoDZ6M4SLsb75kuoD1SxgFl+lqTNU8mTOlzAiqCH8JzvAbzLmv3AW+vU4XhuxXn3BM",
+	"shTq/7EPFYMv9+38JdOMY2TlcGrm4oMn7mBSDGFzdwC75MSfeKhXZ6U+aClmneMDyyYfrGYrapUXCuI8",
+	"NFk3x6LWx31z4/4dlZDLZUZAOQB26YkdrPTVdXXc0i9v4BH1xsmZw9swLyHXjJK+R1OwXTBGRq3wnWUc",
+	"0MJimsaYi+AJRkW2dz4KgkxMCGQqJQqT0WIq5Y42j5N5jp49Xyl8BV6MlWTKSkr6Ojv4UCt3w1qzRTxp",
+	"rOtaGb5N1XXD1k3H6Am/epxHFzm81Gz+w/ISu8s6eqt8+ebkp6DNX9Y9dlOZdwH5qu1GfFJCHkQcixeH",
+	"R98efffNq6NvS+AWhwgyiDUmq9CCOyMwVWAOdsR0bp4ou5IkO6apNAzt5r7hA9Iut8LVjM46fceNKXER",
+	"ZTKiPIkwoAfOchuihTiXyxizuH42IGDdB3u2azCFWgZA33XXOwdDw3iEJc8mKi+QckVRD3jf8fUxRjdJ",
+	"75g6XgXotQncFokvFCqwTmpEmzW8yKy3ZDRR9bi+jQPKjUHpNJvvUAthTm7Ag7VTSBCzYqA018UFnd+p",
+	"LgQ4XY0A2nrSxwgA4gpsOpRXto3JYwFeVqAL7+P/2Y0CHo5DWOGWzbDH3A3V9y25hyykyhYv0eoWPLG7",
+	"yJnHu8nQCo00kab4iE3vW6okbl4rdO9N+hAChFUszg37vjRvaouLGZXBzlgcMhhQE2vHdK405fZP2xnV",
+	"GLkuBHry5tezdzdX7385hZbPsJRgeOPwfjKQ8/75M7hwxmIDEkBMLk4vr2AOYkxe4/OjUm0RsId/iBER",
+	"Mp4yr1BahLEBB4ixLoHWtNBKMhZzzJtwqI5mAKzc7hIAhYYLB5zOIRfHDHdg8Zj/1z+UUdwvfnxNvj96",
+	"+W3HJR5bzOthLBI27A74gJ+CyDB7i/NBwTg8yfVUyPQP+LJPfoBlwUZhMSyqEwZk+HHfrva+FBkbDjgW",
+	"WQCLhNxDXhoe0sX6ZIggU0PSBmHTicgQ8afcN+ZlBxx9fCiB+3YbbUuAyNVWRDZBOnLJz/CFplKbUQHd",
+	"ajjg7QJxCwUd+uDhwaBbDi12X5EaF9Ms63sfQjTgJUxAVN8jSIDpdMk7YVHUc37LxYKbCyCeAn3wIOhj",
+	"n0hSNeBHvUPIAIMvXL6uX6+j3jfFr5YKtLDuS998z8h3M9KRTf22aGJl1QXLTIpuAbyyWVMoHx+SGZW3",
+	"asBLlqsUOfbctUk6pQYyLkWnSKt2rqAZXcKKYRdgizDesufAHIvSWe+3et3Dbg+7tzNO52mr3/qm2+t+",
+	"g70CpnDSD+4OD2Cr4a8JC4j2Idg2fwOiukEfK9qsQzA0rdcNUP2gjYRkRlNNjVU8oXeM5HMi+ICjQQvY",
+	"9De/nvzXzcnV1emv51eXziVW4Ar3S8Idi4foEntjDDhkj/AESLwgeiHRM2a2GKc7dMhuOCebcmWh+HD5",
+	"/Hk5S4wCkyp9ggthhRfAuwDuWmqW4Z85k0tnC/a9wYfyoYz1ZiPyBVSyrXReXb5gD4Q6AAAr9QoMWnaX",
+	"ilx5CReaohWU5TlWNOhe8PmhkSD5sjKQt/9e9koG1EuLa1lYTqvi6QN4kKBHGFDci17P2jbaQl6VGe0/",
+	"bEpD8dyNWSdm+0BxAFmyauWYpYKjC7sMmJ5H+PTQoH6WBVoZoNJZ1J4W0kolUc8ootBXAmgjQq8RFrRn",
+	"S2Ir0TE1zraIsps6p5OUU9caQtMJeFzssfwQtarMv9V36IFmRnCArZcZIFBL57hK4T8x7fJynnIT8BEW",
+	"1zrYxdEBXeEOHN13B7DPDi880ZglrQXWwfPSg0qLWsq8WGXTRpXzC7S25gvvRFnhDqG5F5e4BTl7g+CB",
+	"a/t1YMQbKH/3HjZqzYUKcG5sHWV7ZguLbgu4dhH60VgCMHiOgNtOcXv7/ifg0T/8X1enl51+4Uq13rcp",
+	"4qIoDWMnErBa8SyAqGOSKLpUUEYGOYAeRLRKkifgkLOv8tasA6qvTOkfbEe+RyHKoo3W56qGrGXOPq+d",
+	"hqP1pbyE9bsH03gQiZ+UqFtN07nL+7OYfj5C5CJe6Jm2mNKPS/ZB0pVF47xHIN4qbSD8cJljPT5d2NEd",
+	"RnMT2ug9zcMv7FNCPPPCQ4wMQTFiydCCeGpmJE4lxxu6e4l5GWX5GajWXP/9Y1C5d9mTMTXW2AhQGtZJ",
+	"/UmI2+n9B5/sp88HaAqqg0/44fOBB08IylijfQBywinXtkVGA10yoKg9XDEDL+BXopn5JVluV88Yt6Vv",
+	"D9PPrgCsKwafLJYfVKy2wsyvIkZZxczILMkUk3drahkSwCatbFcN4dxCxplN3nLpG8SU85pEY4o9+HTL",
+	"lp+RQDKGLs4q6b6B74udajURi6d3aayfXy7CYy2KhZZLTIMFnDQPgaSg2MAiv9jchGbbaDG6n2Mbo/VY",
+	"DNIslI2Yl5qyj+Ty55P9Fy9fFQ3kbLUQVXi1Q2MGBmEs+4I/YNZeVaaVuUW5rVZv/3u6P/7w6dVRqEng",
+	"TiSHAMW1HgVISKUz27hIYQ0tQpoiQHEEhzXLyv1W7FP2XB1NykmaOG0WvVO2x8OAv6VK7wOI8v7ZG9LG",
+	"Js5QAwrBV4c5Ouy4406GfeiiuQ+B8iHUWVoEZbkkhy+J6pJrDnVddqYDhyefon9ilip4C7FwpT/Y3pxq",
+	"GMwQJHpAKIQSJUzeaHHgcupDvAOkOSVxlgLiyJTqAbeY9owGvRa/UR1j47aAqNlChGaR4NazNz87zrXL",
+	"TX8HUdRAbmj2USNJ7BdNc5sJDo+FXWNKllGtLQIbfLWnEBQbuoS7QboBEWEp0Mgd2OpSZ9Yq3RkiXcPW",
+	"VpB+hrV5kFngMWXKrAYxip9FLNRZgsVaQbmg7YgCtG9I1TqqlqtN2Cwb7RehuFKbMZvO8vr07YBjT3a7",
+	"cHaAPWXbs0FttI0j61Inu6ICGtyqnS454WSYJsMS7C+mLpnDVr7UiGzbSARTRVJbmA9lhxgqgEOy5962",
+	"5B80Dwi2DQycr3JrxCeyQULdFxtZIi8eewqu3d+ms1Ys6L1E/osX9xX5do4eyv7Y06Ly3HYO26ljIBFL",
+	"ZBGhWszSGMqLPGKJe4fikFqRtUkh2FkAHnyCfze65FbW/gmV8Ga7XNnd+zsuVpG7Pd1YiQusenWvAOQB",
+	"OVHDrXlGlTv6tOFMpElEjOa1z1RMXd+idXWMlfhIWCHbqZvoTjqZQ9KttVsvEHO1gb3qkKwb0h2CVq4v",
+	"4HueLTHvB+vkoYrWlrhbAC2jOvRJJhZM7sdUMdvtXUXY7B397wlVU6YiI6Ed5io4PeviIuafG/ecVp06",
+	"7FvCH9a0zX7OYM2Lf7lgjWs5sdEXgG7MhzkCzFMC0NBNIjCuucQXtfTr/KOvIVB/kfP1M7vWw9LCV602",
+	"9gEbDGryLRhFSc1zbYMKrEYz1tS1rbK0dlb0BNr/BWzN5uT74Wn0Kb8uOylTj0rYQaLODNEs/bpimQQw",
+	"uZVFBIJ/0Tt86hnhQt3Xd/P9cyl+OM0C3ZpyknJoreGTftScxY3O7T00OTPWwci1z/xyFtwphQR37Fc1",
+	"NLMaonXr6V2daTaLSDxlMSTFcNcg1whGf9WAwwUI/ToSybIPK6qhmIhqxL5zXcGM8gwXImhIysnQdq4a",
+	"RgPu+YjrT+8fQhYizxKEvPKdNdtHvZ5FW4QCQ1u/IJgaACgfaIO+rGJGI3L04oW9AfrZoDOFcoegk/OI",
+	"HPW+t5dA8iwHBKeI0EwJaMVYdDUr9/qC/USUHWdRpgoQ0jSDRjIDnuousWlbkBMEt6fKnd8I3FMpxpm1",
+	"pFyha65PqK/HH3BXZoM3KQTnLdqNKvKy1+uSE2wfBK9nKzhc49M2F3rA/+Py/buIcGH3PSI9Y1LPsKaH",
+	"cnIY9Xo9382UvLt+C8CENAZ/E18upkyyDmRFUWJ2wW5YlwzhMUBJkGBDKLmjWZp4RaqPGUrQbNUVqBmd",
+	"dsCtyQ0DhEzngi5bT8zo1Zfj9JX+cwEeCx3b4Gffby4qWszCrPd8q7mH6TmWT+bQBhMpAnRrS6MO2679",
+	"M3R3NY8d5dmtM706T8o/P8mcb7SCUY15bpl85doIPdTY9eCRYJJg80hXEp1aVMyvTbHcfuVFzrGI5sO9",
+	"9hvzCp9Fau7yLnX6NCR0OTp8glQDGL5gVE/pz3PtW2vSryAjsuwHNpS6MNx/5F3B7D4uoIdlAcC0KPYo",
+	"9Q5pC1daJAwbnUcteTyVghubGnDAWQaVNk/Pww7s4T74hB82Z9vFthbi6VJINm80tpd8eA6SjTp6DmdR",
+	"fj1/c8kZ01RpUfXd/ck43fZLcckfxhdXaOjrZJQ7LsVGtlo6Cf/mrF+Is4LpEdv6aqyhM2/AeEK5Vl+A",
+	"dR7YUpJ/GcKv6UpfIDrzZLUJSZf8NhVIJVOLPFyhHTUVCz7gtroUF25PlToTdMmJq0oZ2Uy5Mhi0a/k4",
+	"4MZIxj2PU1UU2SuwoIdc6Bt76c1YyJti/IBld4L79rSH2k7gqzjXfs1KR/t4BQACns0USfWzH2/bjmJt",
+	"78GhAEDIx2t09wWOO3bK+Fc/7eg/A1UJITnJEF+cJcM/5Wm/gNn/+7B/HYcdd2P7Wd9Oi1+AA4DdcPDJ",
+	"/PO5VElgPxWVMFvKl3yhyNMm5sNjABNtc/7aalwrSFXm1R5qiSGPSTAjPjEfmZQu29B3EFRT6I1arQUh",
+	"bVvv07E9j7JMLFgCUEf/Y8y1qK7hyJ5yvfQw0BEhYEWvJovDdqTakMThguq9EFDMp/qSONsBxj7/sOb5",
+	"tFITs2UKh02nYLuslMC1A4Da0K6AabmswP67DlqaSl3ugMvZR9059o1bAHgWYGnAGqnLhCjBf99/US8x",
+	"ORcq1bBkKpi/WcLy8jjTUAbv0szIEE/cELKH8cgNwZcfT3N+S9oJ1RRTEQ2biDCdkmqK3f/NheZDx4J4",
+	"DaGXkHD41+6ZjDsVoKigh6pyBWmr4XXCQxxO9LAAQqtAh/f1WGzJ537PXXbpHONyN3Z1pVhUErX7ZJgm",
+	"/aEtw1/YxKkhXN0fom9pOWcRGcKywoUD7vJ3zRaa5YWVFWPyH5fv33XJFY7l0qtXUr8xh55Ckvh6/jeG",
+	"+jDfWvn4IjQPY5qkukNiMWMuYQR2kLOFmYSyiD9Lm919XJtDPuDlJPL3bustsI3vzuk3H1LIMYoD6+Eu",
+	"wAV2RBFBHrnSA25XjzDf9wjIb/hpgHlag1afDFoIKgFJkvAlAEsMWp+HUalzLByZOBOKqdpkc7cZDSTw",
+	"V5T3/WC5i9UJRb3COiuJXI0tUEeZZAw5wLdRCZLTbAUc+y+TKf6oQvaxKgnux5ys4PmKA02BtEdMZwH4",
+	"tLUGvdi5tI2g+hFCZpgPHgQrGvCV3kgVHP6Ok8UqIixTrDD67Pd0lLHh8YCj8HMtPp1It5wJ8wFGDJB2",
+	"nesSEi4GfAg33FikiyEy4RIYJtvHXmlGjbkxKsJwRbgNeCIWroIGW9a3rfDql7vTYopICmkazpHWcRwL",
+	"0UDAozGi8a3hmLZvQRdSR8DILs8BM0O5gLHDti6sz9NFAd0DnsfQ3RT2ttra12LkPihFzK4qFA0DlozH",
+	"nKOw1ceOdGzTRhXZwJVr1lsIX6uR7SkXzMJmlqyKIvFEBjNWsf1pGBmwFYp5jTeOi5W0W7MLU2h6bMXc",
+	"2mHLZ+wJz1rOL9MJfza30ubTls/Y1+pRgrnZwDskzuF0MUWw3FxdeRytEnojBuCxxBqPG/Y6BVS1okGr",
+	"G+gZjpF90p/mHCG+A5rMKRAi5gj6bo6eSrQgFAqfibE4ivq3AceKYNeuliV9omXOhq6LKBYTo2KBdqPy",
+	"LUSNgKcD7m+Fc+tA4Wx6ZJc0OOwDXpz2gHC1j/sfceDdqfkqT7xvHYtH3rYMwFilVRt9p0ggQuyvEFUC",
+	"mKki5yfXl6dvkARcGu0q8MxjHnG3dpvLmC79VbuaUa+xBKeJ7QIlNk9aH+NeY3uRjF+WR6mU8aMZ9g0V",
+	"WdvrZIqN+bqLZdyaPmlC8mr7nUZJyYePTjePX/Hx1ar/l6D8g8UJGC/aQvQaOUlJLAW3wKGuQRBpX7HZ",
+	"XEia7Sni+UWnOUk/hHkdfHIfG8CxVCh2GxjLG9sh4oHuLhzG6HL24T57QJXq/82/y91XLKoN7tW/au9Z",
+	"DkfZhfHwjHA3UpE06eFpdDpj0JwiNpoe4t7zhEArSSbVV8lYt1/plrbQdV3NVHWnqz3KnogThxuhPXN5",
+	"SFNiAxwfULefiTM/oBYPplliDYDxwbIEsg6EYq4R+y3DhrypdP1HyZUh+3Kbd3xn4CM+mLJgkj07Gz4Y",
+	"0fh2nGbZV2Ixrh+loE7zg531E58l95gvhE3i3m5z0g7w1EpC1dd+lFBp8YLVhdOLc4WvlHLyu22jz3jy",
+	"oehGddiLer1eJyIqByh/Vylh2xWSOTQiPHZ91sGRbs13L8IxCOGhdfgXOHrgKvpznbtzM+V/JW3lUgtr",
+	"+TsLHjU+pEAMElmXnjlhXGgS03wy1SSfPz/F6FLz3j8Nzaw0in0iVl3TjvaJ3WDNOXS9O8w1gFJTsTBG",
+	"hncrIhvzHCv96sFsL20kCgqoxYK03SsmBLokpIooFguebGPdz3+ycv4n5MbXOOl/LX7s/RnYUhVCmR7i",
+	"tCAoc6aelEzKXbVrHa5X7qI/tb+13KZ8o7vVrcmjeFvdYDs4W78ONLQtnlbXXf0pHa32GV/Iz+r7x/8P",
+	"c7MWODyFn3UsJObgrYD+4WW3zGKbzKlt6cMcMGgJjAJvcOeh83TQjO4RB5/spwZu2DI5P7cX1s7y2MIG",
+	"2xRETHhxUTc9lSKfTEE92mnd6t2xta/ce44jdFXAyD50Id/z0lBfIahkqMCgwj3DCf7bW9/ulE9ZaYhY",
+	"K+p/81f9qWV9sNnkZqFvr3wkqe9Gw/x0bC1MbOM2wKKm8TRyOkGngVJQaTb5legF1bW0jS7RSZfOZjlk",
+	"oXrwK/bPnGbOEKouyJ4ibQXgXqURI9+alyeADtbxJY4vej0HcUj9IMeEOif7AFC4IMMV8rVpUazi96CM",
+	"0fWid2im6aWdbcQ+4A5ZLBYzl4LqIdHKo4WBpdXUkeGTAUsXj/hCIZD1pqlhVl+QgAoQwKMDIjaZ1gkk",
+	"xZRn8Ixg1xe2HyahZa5QanPqibF9IidiT5HVV4rIa8GTPNZC7mHraaBpO1qnOe+4h4blBzz45D420LEq",
+	"p+GZlCzwfJp9DiQPtB162jhLJ1MdlTJjIA/KWW6lUJcUC3VcGS/FDmlHvaN7LHm9cla/Vs9/dgNn9YG1",
+	"NuvysNiWr1Lobb/SLebuuEGhw3Rgl6aZsuYkb+sr0KjM9rrJdx/cBIjJZZhKqlDP/6aZMs0cfLKfNmKX",
+	"rRDP18BoHonDGHvwX5e1hA3Ku9Iubug8gPXVLw6Pvj367ptXR99ug4e3JIldvjf7iPGSp3QmmCdsYjs4",
+	"y26QiWAb8BlNmHelGDX05PwsBBovck0UiyWrwmbZZQgRDDRIB3rZ5DM19z+tx9Q84Uv5S+Ht6r2lx2QI",
+	"Czh0vXxwhSMExcHAmeAxe25V3MGPQ3t1JJRjLIyB+ZnZWjxf24pI8Gy5G1lUjpHv4VynLV9A0/uCWLap",
+	"ynj9g1VlHMa1zIfuOwWm0CGGqLhYrGBLNToTgYYjVfaVJhs511jIGdWtfivP4cq6LinY7XO70oSxrCeV",
+	"d/WBpivf+H+NV51kGZHWMmRJcVVVbJnZbxFaNf12cWSc3pPVv5Yf8oVY0W+u62ug065b3S9n8Zea4abc",
+	"bGDMsEEibm7T7V5pbWsv3cpd3jC5TgfbrXG5unAPSJ3OGL1L+YS0E0lTzpJOsSCJf5A6dqW6rlLdoiwY",
+	"xjRiANtRKYrfum6+X/DCvfijtYDHpSx3gC9vh0fCqsVX+en0iqw134aoGzRX9wthi/36FSLCCi7brM9f",
+	"miKUyD9ypckkvWOcaDFhesokFvNbYYZtxQVnpNTXH6Hsk5Um5POMxth2AmQ1vqEHuwf4F/CIJApBhObY",
+	"B8WMw2PWOYYCjYTk/JaLBQe0lroH2KaZ/hlTWqQvBi0ZJk/cGm9pllMCY1J7ZrJ16DtpojYKJejGUJFO",
+	"KdevjlqbdWpoz3SGt754+Qoutn8WV1Mp6fKJ2zOVtnuTpPL0NBY5f/Y2wL9BUmuJ1jngrGphe6+W6T1R",
+	"JQJKdVT0RaDJV8wbpoxKPWL0HvAmpZHrZP7PfvSnEfd+/KLD/lOGG8qPy5abWuk/XErhLu0pwwxTkaQx",
+	"CCDOlLI97B+TqEKUYTvlPxJd1DUbAiAlfBRpL8x5g1Ywa9LITodoestUxzDvTEzU5lvgCnvDWqP/oDjB",
+	"pFFgrSu4h+Bmx5LqxMkcaE3j26uAWMOuOimKtHOh9EQyVe7fA7598+OMKUUnzIUki7rtNVEKYUaseicn",
+	"5VZKFkpsVEysXXpBK+iwNLEsz/ZUnxz1jo4BTcHYnqkfaibuzIzM7993yIRpxGhw/ZdSbpubQsMZbHGP",
+	"NfwAjIKC2DxJdcmlrfz3feBwaTDhMFVkSuUsY0r1i/33kH/WIHZvYmjEVhakKLjXdrNYo2gVWsCCr9As",
+	"ty2S7LfQsJ2cEM8Boc22TBNGaCaMfuh/6UQlHF1AgfNkYlbxqHeEQFwzRm2TO1xpM/PSNiSMIgjfzGhF",
+	"0HXbKuXtguwWrFRk0gmhmpi1KqkbT2NGmYdA86Fnb3pUPBr7Hm1is8dWxK43QLpvy6MHcm0kctQrndaw",
+	"5zi2snS7qiiDElwisfWuX4/K682UWZzLVC+BnY8Ylebe3z8Yho3Ac8joc5m1+q2p1vP+wcHhi2+7vW6v",
+	"e9j/rvddD5i7ndInp7MCGMPnyP/tproOnwktAzAiWupmdJtmGX5pVydyyRMIIGZWiMep4ZIWMQx+nXVL",
+	"2KUwcOCJ1xYxxnd6OQa+Zb7hCcmV9XRUIVBDA9mIhXWQVKLlCGzh8mpKwxXu/vXxLprXlZdGLFKx10c8",
+	"r2ZJFo0BfEwZ2KWqlLWvrKNNX/v84fP/HwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -24,25 +24,27 @@ func TriggeredRunName(trigger, eventID string) string {
 
 // TriggerTarget is a trigger of an event's key as a publication reads it:
 // its name, its filter and param mappings (as CompileTrigger takes them),
-// and the params its workflow version declares. Missing, when not "", says
-// why the trigger has no workflow version to run (e.g. "workflow template
-// etl does not exist"); Decls is then unused.
+// and the spec of its workflow version (its params, and the admission
+// keys a run of it takes). Missing, when not "", says why the trigger has
+// no workflow version to run (e.g. "workflow template etl does not
+// exist"); Spec is then unused.
 type TriggerTarget struct {
 	Name    string
 	Filter  string
 	Params  map[string]string
-	Decls   []Param
+	Spec    WorkflowSpec
 	Missing string
 }
 
 // EventDelivery is what a publication does through one trigger: start the
 // run named Run with Params (as ResolveParams returns them), or nothing:
 // Error then says why the trigger failed on the event; neither is set when
-// its filter did not hold.
+// its filter did not hold. Keys are the run's admission keys.
 type EventDelivery struct {
 	Trigger string
 	Run     string
 	Params  map[string]any
+	Keys    AdmissionKeys
 	Error   string
 }
 
@@ -53,7 +55,8 @@ type EventDelivery struct {
 //     ev (TriggerRule.Apply): an error fails it with the error, naming the
 //     expression ("filter: no such key: amount");
 //   - a filter that does not hold starts nothing;
-//   - the mapped params are resolved against Decls (ResolveParams): any
+//   - the mapped params are resolved against the spec's (ResolveParams),
+//     and its admission keys evaluated over them (AdmissionKeys): any
 //     error fails it, the errors joined by "; " ("params.amount: ...");
 //   - else it starts the run TriggeredRunName(name, ev.ID).
 //
@@ -86,7 +89,10 @@ func deliver(ev TriggerEvent, t TriggerTarget) EventDelivery {
 	case !match:
 		return d
 	}
-	params, errs := ResolveParams(t.Decls, given, "params")
+	params, errs := ResolveParams(t.Spec.Params, given, "params")
+	if len(errs) == 0 {
+		d.Keys, errs = t.Spec.AdmissionKeys(params, "workflow")
+	}
 	if len(errs) > 0 {
 		d.Error = joinFieldErrors(errs)
 		return d

@@ -41,33 +41,33 @@ func TestDeliverEvent(t *testing.T) {
 		want   domain.EventDelivery
 	}{
 		{"every event of the key, params resolved with their defaults",
-			domain.TriggerTarget{Name: "all", Params: map[string]string{"amount": "event.payload.amount"}, Decls: decls},
+			domain.TriggerTarget{Name: "all", Params: map[string]string{"amount": "event.payload.amount"}, Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "all", Run: domain.TriggeredRunName("all", "ev-1"),
 				Params: map[string]any{"amount": float64(150), "tier": "basic"}}},
 		{"a filter that holds, params mapped into their types",
 			domain.TriggerTarget{Name: "big", Filter: "event.payload.amount > 100",
-				Params: map[string]string{"amount": "event.payload.amount * 2.0", "tier": "event.payload.tier"}, Decls: decls},
+				Params: map[string]string{"amount": "event.payload.amount * 2.0", "tier": "event.payload.tier"}, Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "big", Run: domain.TriggeredRunName("big", "ev-1"),
 				Params: map[string]any{"amount": float64(300), "tier": "gold"}}},
 		{"a filter that does not hold starts nothing",
-			domain.TriggerTarget{Name: "huge", Filter: "event.payload.amount > 1000", Decls: decls},
+			domain.TriggerTarget{Name: "huge", Filter: "event.payload.amount > 1000", Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "huge"}},
 		{"a filter that fails on the event",
-			domain.TriggerTarget{Name: "f", Filter: "event.payload.missing > 1", Decls: decls},
+			domain.TriggerTarget{Name: "f", Filter: "event.payload.missing > 1", Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "f", Error: "filter: no such key: missing"}},
 		{"a mapping that fails on the event",
-			domain.TriggerTarget{Name: "m", Params: map[string]string{"amount": "event.payload.nope"}, Decls: decls},
+			domain.TriggerTarget{Name: "m", Params: map[string]string{"amount": "event.payload.nope"}, Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "m", Error: "params.amount: no such key: nope"}},
 		{"mapped values that do not fit the params",
 			domain.TriggerTarget{Name: "p", Params: map[string]string{"amount": "event.payload.note", "x": "1"},
-				Decls: decls},
+				Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "p", Error: "params.amount: must be a number, got string; " +
 				"params.x: unknown param; the workflow declares amount, tier"}},
 		{"a missing workflow",
 			domain.TriggerTarget{Name: "gone", Missing: "workflow template etl does not exist"},
 			domain.EventDelivery{Trigger: "gone", Error: "workflow template etl does not exist"}},
 		{"a stored filter that no longer compiles",
-			domain.TriggerTarget{Name: "bad", Filter: "event.key ==", Decls: decls},
+			domain.TriggerTarget{Name: "bad", Filter: "event.key ==", Spec: domain.WorkflowSpec{Params: decls}},
 			domain.EventDelivery{Trigger: "bad", Error: "filter: does not compile"}},
 	}
 	for _, tc := range tests {
@@ -109,8 +109,8 @@ func FuzzDeliverEvent(f *testing.F) {
 	decls := []domain.Param{{Name: "amount", Type: domain.ParamNumber, Required: true},
 		{Name: "tier", Type: domain.ParamString, Default: "basic"}}
 	targets := []domain.TriggerTarget{
-		{Name: "all", Params: map[string]string{"amount": "event.payload.amount"}, Decls: decls},
-		{Name: "big", Filter: "event.payload.amount > 100", Decls: decls,
+		{Name: "all", Params: map[string]string{"amount": "event.payload.amount"}, Spec: domain.WorkflowSpec{Params: decls}},
+		{Name: "big", Filter: "event.payload.amount > 100", Spec: domain.WorkflowSpec{Params: decls},
 			Params: map[string]string{"amount": "event.payload.amount", "tier": "event.payload.tier"}},
 		{Name: "gone", Missing: "workflow template etl does not exist"},
 	}

@@ -71,6 +71,13 @@ type WorkflowSpec struct {
 	// Timeout bounds the whole run from its creation, a Go duration; "" =
 	// none. A run past it is TIMED_OUT through the abort path.
 	Timeout string `json:"timeout,omitempty"`
+	// Concurrency limits the runs of a key that hold a slot at a time
+	// (DecideAdmission); nil = no limit.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+	// FairnessKey is a CEL string expression over params: placement takes
+	// turns between the keys of a project's runs within a priority band as
+	// it does between projects; "" = the project's one key.
+	FairnessKey string `json:"fairness_key,omitempty"`
 }
 
 // Input is one value a step receives from an earlier step's output: From is
@@ -157,6 +164,12 @@ type Step struct {
 	Constraints []Constraint `json:"constraints,omitempty"`
 	// Coscheduled places all replicas together or none (a gang).
 	Coscheduled bool `json:"coscheduled,omitempty"`
+	// Concurrency limits the step's tasks of a key that run at a time,
+	// across runs; nil = no limit.
+	Concurrency *StepConcurrency `json:"concurrency,omitempty"`
+	// RateLimits are the project's rate limits each task takes tokens of
+	// when it is placed.
+	RateLimits []RateLimitUse `json:"rate_limits,omitempty"`
 }
 
 // RetriesPreemption returns MaxRetriesPreemption, default

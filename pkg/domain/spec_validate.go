@@ -47,6 +47,9 @@ func (w WorkflowSpec) Validate(prefix string) []FieldError {
 	if msg := durationProblem(w.Timeout); msg != "" {
 		add(".timeout", "%s", msg)
 	}
+	for _, e := range w.validateConcurrency() {
+		add(e.Field, "%s", e.Message)
+	}
 	if len(errs) > 0 {
 		return errs
 	}
@@ -112,6 +115,7 @@ func (s Step) validate(mode string) []FieldError {
 	if mode == ModeStepByStep && len(s.DependsOn) > 0 {
 		add(".depends_on", "is only allowed in DAG mode (StepByStep runs steps in order)")
 	}
+	errs = append(errs, s.validateAdmission()...)
 	return append(append(errs, s.validateScheduling()...), s.validateEnv()...)
 }
 

@@ -54,6 +54,14 @@ type Run struct {
 	ScheduledAt  *time.Time `json:"scheduled_at"`
 	TriggerName  *string    `json:"trigger_name"`
 	EventID      *string    `json:"event_id"`
+	// ConcurrencyKey is the run's evaluated concurrency key (nil: its spec
+	// has none); AdmittedAt is when it took a slot of it (nil while it
+	// waits); PendingReason says why it waits. FairnessKey is its
+	// evaluated fairness key ("" when its spec has none).
+	ConcurrencyKey *string    `json:"concurrency_key"`
+	AdmittedAt     *time.Time `json:"admitted_at"`
+	PendingReason  *string    `json:"pending_reason"`
+	FairnessKey    string     `json:"fairness_key"`
 }
 
 // Action is a row of actions: the run's root a0, or one step.

@@ -27,6 +27,9 @@ type NewRun struct {
 	// Origin is where the run comes from beside its spec; zero for an
 	// inline spec.
 	Origin RunOrigin
+	// Keys are the run's evaluated admission keys
+	// (domain.WorkflowSpec.AdmissionKeys of Spec and Params).
+	Keys domain.AdmissionKeys
 }
 
 // RunOrigin is what started a run: a template version (WorkflowName and
@@ -50,7 +53,8 @@ type RunOrigin struct {
 func (nr NewRun) row(now time.Time) Run {
 	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
 		TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Phase: string(domain.PhaseQueued), Version: 1,
-		CreatedAt: now, UpdatedAt: now, Params: nr.Params}
+		CreatedAt: now, UpdatedAt: now, Params: nr.Params, ConcurrencyKey: nr.Keys.Concurrency,
+		FairnessKey: nr.Keys.Fairness}
 	if nr.IdempotencyKey != "" {
 		run.IdempotencyKey = &nr.IdempotencyKey
 	}

@@ -138,7 +138,7 @@ func triggerTargets(keyed []store.KeyTrigger) []domain.TriggerTarget {
 		out[i] = domain.TriggerTarget{Name: t.Name, Filter: t.Filter, Params: t.Params}
 		switch {
 		case k.Template != nil:
-			out[i].Decls = k.Template.Spec.Params
+			out[i].Spec = k.Template.Spec
 		case t.WorkflowVersion != nil:
 			out[i].Missing = fmt.Sprintf("workflow template %s has no version %d", t.WorkflowName, *t.WorkflowVersion)
 		default:
@@ -160,8 +160,8 @@ func triggeredRuns(ev store.PublishedEvent, keyed []store.KeyTrigger, deliveries
 		}
 		t := keyed[i].Template
 		runs = append(runs, store.NewRun{Key: domain.RunKey{Project: ev.Project, Domain: ev.Domain, Run: d.Run},
-			Spec: t.Spec, Params: d.Params, Origin: store.RunOrigin{WorkflowName: t.Name, WorkflowVersion: t.Version,
-				TriggerName: d.Trigger, EventID: ev.ID}})
+			Spec: t.Spec, Params: d.Params, Keys: d.Keys, Origin: store.RunOrigin{WorkflowName: t.Name,
+				WorkflowVersion: t.Version, TriggerName: d.Trigger, EventID: ev.ID}})
 		at = append(at, i)
 	}
 	return runs, at

@@ -117,6 +117,14 @@ func (h *Handlers) newRun(ctx context.Context, project, dom string, in runReques
 	}
 	params, errs := domain.ResolveParams(nr.Spec.Params, deref(in.Params), "params")
 	nr.Params = params
+	if len(errs) > 0 {
+		return nr, errs, nil
+	}
+	prefix := "spec"
+	if in.Spec == nil {
+		prefix = "workflow"
+	}
+	nr.Keys, errs = nr.Spec.AdmissionKeys(params, prefix)
 	return nr, errs, nil
 }
 

@@ -164,10 +164,14 @@ func scheduledRuns(sc store.Schedule, t store.Template, times []time.Time) ([]st
 	if len(errs) > 0 {
 		return nil, fmt.Sprintf("params do not fit version %d of workflow template %s: %v", t.Version, t.Name, errs[0])
 	}
+	keys, errs := t.Spec.AdmissionKeys(params, "workflow")
+	if len(errs) > 0 {
+		return nil, fmt.Sprintf("version %d of workflow template %s: %v", t.Version, t.Name, errs[0])
+	}
 	runs := make([]store.NewRun, len(times))
 	for i, at := range times {
 		runs[i] = store.NewRun{Key: domain.RunKey{Project: sc.Project, Domain: sc.Domain, Run: domain.ScheduledRunName(sc.Name, at)},
-			Spec: t.Spec, Params: params, Origin: store.RunOrigin{WorkflowName: t.Name, WorkflowVersion: t.Version,
+			Spec: t.Spec, Params: params, Keys: keys, Origin: store.RunOrigin{WorkflowName: t.Name, WorkflowVersion: t.Version,
 				ScheduleName: sc.Name, ScheduledAt: at}}
 	}
 	return runs, ""
