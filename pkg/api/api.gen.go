@@ -153,6 +153,24 @@ func (e ConcurrencyStrategy) Valid() bool {
 	}
 }
 
+// Defines values for ConcurrencyKeyKind.
+const (
+	ConcurrencyKeyKindRun  ConcurrencyKeyKind = "run"
+	ConcurrencyKeyKindTask ConcurrencyKeyKind = "task"
+)
+
+// Valid indicates whether the value is a known member of the ConcurrencyKeyKind enum.
+func (e ConcurrencyKeyKind) Valid() bool {
+	switch e {
+	case ConcurrencyKeyKindRun:
+		return true
+	case ConcurrencyKeyKindTask:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LogChunkStream.
 const (
 	Stderr LogChunkStream = "stderr"
@@ -727,6 +745,58 @@ type Concurrency struct {
 
 // ConcurrencyStrategy `queue`: a run over the limit waits QUEUED, first in first out within its key, keys taking turns. `cancel_in_progress`: the new run starts once the oldest running run of its key, aborted with reason `concurrency`, has stopped. `cancel_newest`: a run over the limit ends ABORTED at once, reason `concurrency`.
 type ConcurrencyStrategy string
+
+// ConcurrencyKey defines model for ConcurrencyKey.
+type ConcurrencyKey struct {
+	// Holders What holds a slot, oldest first.
+	Holders []ConcurrencySlot `json:"holders"`
+	Key     string            `json:"key"`
+
+	// Kind `run`: a spec's concurrency key, held by runs; `task`: a step's, held by tasks.
+	Kind ConcurrencyKeyKind `json:"kind"`
+
+	// Max max_runs (a run key) or max_tasks (a task key).
+	Max int `json:"max"`
+
+	// Waiters The first 100 waiting, in line order.
+	Waiters []ConcurrencySlot `json:"waiters"`
+
+	// Waiting How many wait.
+	Waiting int `json:"waiting"`
+}
+
+// ConcurrencyKeyKind `run`: a spec's concurrency key, held by runs; `task`: a step's, held by tasks.
+type ConcurrencyKeyKind string
+
+// ConcurrencyLedger defines model for ConcurrencyLedger.
+type ConcurrencyLedger struct {
+	Keys []ConcurrencyKey `json:"keys"`
+}
+
+// ConcurrencySlot defines model for ConcurrencySlot.
+type ConcurrencySlot struct {
+	// Action A task key's holder or waiter's step.
+	Action *string `json:"action,omitempty"`
+
+	// Phase The phase of a run or an action.
+	Phase *Phase `json:"phase,omitempty"`
+
+	// Place A waiter's place in line (1 is first).
+	Place *int   `json:"place,omitempty"`
+	Run   string `json:"run"`
+
+	// Since When a holder took its slot, or a waiter was created.
+	Since *time.Time `json:"since,omitempty"`
+
+	// State Iris task states; the database stores their numeric values.
+	State *TaskState `json:"state,omitempty"`
+
+	// Stopping A holder that was aborted: it holds its slot until its processes are gone.
+	Stopping *bool `json:"stopping,omitempty"`
+
+	// Task A task key's holder or waiter's task index.
+	Task *int `json:"task,omitempty"`
+}
 
 // Constraint defines model for Constraint.
 type Constraint struct {
@@ -1810,6 +1880,11 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 	DeleteCacheEntry(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetConcurrency The slot ledger: each concurrency key of the project and domain that a run holds or waits for, with its holders and its first waiters in line. A key no run holds or waits for is absent.
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/concurrency (the `GetConcurrency` operationId).
+	GetConcurrency(ctx context.Context, project Project, domain Domain, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	//
 	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
@@ -2443,6 +2518,21 @@ func (c *Client) ListCacheEntries(ctx context.Context, project Project, domain D
 // Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 func (c *Client) DeleteCacheEntry(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteCacheEntryRequest(c.Server, project, domain, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetConcurrency The slot ledger: each concurrency key of the project and domain that a run holds or waits for, with its holders and its first waiters in line. A key no run holds or waits for is absent.
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/concurrency (the `GetConcurrency` operationId).
+func (c *Client) GetConcurrency(ctx context.Context, project Project, domain Domain, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetConcurrencyRequest(c.Server, project, domain)
 	if err != nil {
 		return nil, err
 	}
@@ -3936,6 +4026,47 @@ func NewDeleteCacheEntryRequest(server string, project Project, domain Domain, k
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetConcurrencyRequest constructs an http.Request for the GetConcurrency method
+func NewGetConcurrencyRequest(server string, project Project, domain Domain) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/concurrency", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -6641,6 +6772,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache/{key} (the `DeleteCacheEntry` operationId).
 	DeleteCacheEntryWithResponse(ctx context.Context, project Project, domain Domain, key string, reqEditors ...RequestEditorFn) (*DeleteCacheEntryResponse, error)
 
+	// GetConcurrencyWithResponse The slot ledger: each concurrency key of the project and domain that a run holds or waits for, with its holders and its first waiters in line. A key no run holds or waits for is absent.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/concurrency (the `GetConcurrency` operationId).
+	GetConcurrencyWithResponse(ctx context.Context, project Project, domain Domain, reqEditors ...RequestEditorFn) (*GetConcurrencyResponse, error)
+
 	// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
 	//
 	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
@@ -7494,6 +7632,47 @@ func (r DeleteCacheEntryResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteCacheEntryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetConcurrencyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ConcurrencyLedger
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetConcurrencyResponse) GetJSON200() *ConcurrencyLedger {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetConcurrencyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetConcurrencyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetConcurrencyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetConcurrencyResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9912,6 +10091,19 @@ func (c *ClientWithResponses) DeleteCacheEntryWithResponse(ctx context.Context, 
 	return ParseDeleteCacheEntryResponse(rsp)
 }
 
+// GetConcurrencyWithResponse The slot ledger: each concurrency key of the project and domain that a run holds or waits for, with its holders and its first waiters in line. A key no run holds or waits for is absent.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/concurrency (the `GetConcurrency` operationId).
+func (c *ClientWithResponses) GetConcurrencyWithResponse(ctx context.Context, project Project, domain Domain, reqEditors ...RequestEditorFn) (*GetConcurrencyResponse, error) {
+	rsp, err := c.GetConcurrency(ctx, project, domain, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetConcurrencyResponse(rsp)
+}
+
 // WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
 //
 // The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
@@ -11070,6 +11262,32 @@ func ParseDeleteCacheEntryResponse(rsp *http.Response) (*DeleteCacheEntryRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetConcurrencyResponse parses an HTTP response from a GetConcurrencyWithResponse call
+func ParseGetConcurrencyResponse(rsp *http.Response) (*GetConcurrencyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetConcurrencyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ConcurrencyLedger
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	}
 
@@ -12736,6 +12954,9 @@ type ServerInterface interface {
 	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
 	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
 	DeleteCacheEntry(ctx echo.Context, project Project, domain Domain, key string) error
+	// GetConcurrency The slot ledger: each concurrency key of the project and domain that a run holds or waits for, with its holders and its first waiters in line. A key no run holds or waits for is absent.
+	// (GET /v1/projects/{project}/domains/{domain}/concurrency)
+	GetConcurrency(ctx echo.Context, project Project, domain Domain) error
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	// (GET /v1/projects/{project}/domains/{domain}/events)
 	WatchEvents(ctx echo.Context, project Project, domain Domain, params WatchEventsParams) error
@@ -13027,6 +13248,30 @@ func (w *ServerInterfaceWrapper) DeleteCacheEntry(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.DeleteCacheEntry(ctx, project, domain, key)
+	return err
+}
+
+// GetConcurrency converts echo context to params.
+func (w *ServerInterfaceWrapper) GetConcurrency(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetConcurrency(ctx, project, domain)
 	return err
 }
 
@@ -14526,6 +14771,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.ListCacheEntries, options.OperationMiddlewares["ListCacheEntries"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/concurrency", wrapper.GetConcurrency, options.OperationMiddlewares["GetConcurrency"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache/:key", wrapper.DeleteCacheEntry, options.OperationMiddlewares["DeleteCacheEntry"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows", wrapper.ListWorkflows, options.OperationMiddlewares["ListWorkflows"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/workflows", wrapper.PushWorkflow, options.OperationMiddlewares["PushWorkflow"]...)
@@ -14826,6 +15072,29 @@ func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDelet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrencyRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+}
+
+type GetConcurrencyResponseObject interface {
+	VisitGetConcurrencyResponse(w http.ResponseWriter) error
+}
+
+type GetConcurrency200JSONResponse ConcurrencyLedger
+
+func (response GetConcurrency200JSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -17097,6 +17366,9 @@ type StrictServerInterface interface {
 	// DeleteCacheEntry Evict one entry; the next run of its key executes again.
 	// (DELETE /v1/projects/{project}/domains/{domain}/cache/{key})
 	DeleteCacheEntry(ctx context.Context, request DeleteCacheEntryRequestObject) (DeleteCacheEntryResponseObject, error)
+	// GetConcurrency The slot ledger: each concurrency key of the project and domain that a run holds or waits for, with its holders and its first waiters in line. A key no run holds or waits for is absent.
+	// (GET /v1/projects/{project}/domains/{domain}/concurrency)
+	GetConcurrency(ctx context.Context, request GetConcurrencyRequestObject) (GetConcurrencyResponseObject, error)
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	// (GET /v1/projects/{project}/domains/{domain}/events)
 	WatchEvents(ctx context.Context, request WatchEventsRequestObject) (WatchEventsResponseObject, error)
@@ -17440,6 +17712,32 @@ func (sh *strictHandler) DeleteCacheEntry(ctx echo.Context, project Project, dom
 		return err
 	} else if validResponse, ok := response.(DeleteCacheEntryResponseObject); ok {
 		return validResponse.VisitDeleteCacheEntryResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetConcurrency operation middleware
+func (sh *strictHandler) GetConcurrency(ctx echo.Context, project Project, domain Domain) error {
+	var request GetConcurrencyRequestObject
+
+	request.Project = project
+	request.Domain = domain
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetConcurrency(ctx.Request().Context(), request.(GetConcurrencyRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetConcurrency")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetConcurrencyResponseObject); ok {
+		return validResponse.VisitGetConcurrencyResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -19133,285 +19431,292 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L19cxs3tjf4VVDcqRI5T4uiHNlJqJraR7GVRDeOrdHLzd0NfUWwGyR71AQ4AFo04/K/+wH2I+4n2cI5",
-	"ALqbRJNNvdmZOzNVMUV2o9HAwXk/v/OpFYvZXHDGtWr1P7XmVNIZ00zCXyexTgV/R2fM/JXyVr81p3ra",
-	"ilocvmtRuKAVtST7Z55KlrT6WuYsaql4ymbU3PUXycatfuv/OCgedIC/qgMY+fPnqHWiNZvN9dmbmuek",
-	"ycZnjIWcUW2u4/rVUStqzVKezvJZq38YtfRyzvAnNmESHvc6l0pIc2fCVCzTObxFv3U1ZYSzj/omhguI",
-	"GBM9ZWQu2V0qckXmdMK6rQhn+M+cyWUxRbylVZ7WjH58y/hET1v9F72en4nSMuUTmMgbMaNmsOBLJ/jj",
-	"gxf3LVX69I5xffbmZ0YTVvPiaeLeN6NKE2bugD/jLDUfJYtZeseSY/hSacnojEim8hlThI41kyTVfnWm",
-	"+CT/MmYS+zCL/bM39asUWqTS/P8Oa742/crgZCyknbMieko1iSnnQhPFNMFpKXwH/IMsUq7IYso4GQk9",
-	"JVQyc2ndPpvFuYHFuQGqbEKFvSAVvk1nqfZ7v/oY+LE8fMLGNM90q/+yF5lFw6FfGsLaQu7nUvyDxbqG",
-	"zOb21wfT2UW+iVXI/BFI+TKesiTP2IbnKHvJwx/2m5C3TD6YJ+U5XLlO12b8cSYWG15mYS956Mt8Nver",
-	"ueCKAWM/l2KUsZn5GAuuGQfioPN5lsbUHKqDOV7xv/6hBPCnZo9z48ITq2f0hJOLH1+T749efkvs4F1Y",
-	"BnsvyJuRkPptqmA2cynmTOoUZ0zNT/Ap1Wymtk0ERrpgsZBJ67NffColXZq/S0x+nZucjJThd4IXzNAx",
-	"/vVNLLbldzfHD/46MYKTZQRcaT7r74ZStP9pdfyoRVEw3sQixz2qTvUNy9I7JpdEipwnisBlLCFKkDGV",
-	"pRl7dlAMmSbr410yDeyTcmIvI7dplpmB1rjb+sgxzRULvkbi5dzaT7cpD0xkiGsy7MMewMIa6WTmBT8Q",
-	"yhMjouRST1M+ITlPQP4ck6GduL3VTN/cKThzr2TehnHDLn8vFBj7W2nziimKXMcCz+jKLBNcf5YMIyIk",
-	"GXLGEnVjlkQaCWHeACXLr/Sj1XEUWVBFJKOGTwVoKvIMObRaklFVQyqGEpnSLLmhOryzi2maMZJqkioy",
-	"YmbZ/PwrO5xQzfZ1OmOh2Rk+Hnp8Pje3uYc3GWvl9AAhRCVxVOg/IDr8ViGZrZ6Nygw2HEFYJDh1SZKa",
-	"EWl2XjqNY5opFq0c0GLVV48fiGRFtCCD1rVikvhdQKIdtMzKllScw15YEwxP91JTnasAx1hlCxsOY3XK",
-	"MCuWRMTsicg1acMBw0PFDA+5Ovv19M3N++urDtB0gB0Yhdj8wRJzwQLE5E0mlA6S8zOfnkc4IQXLuf9B",
-	"WRUNlQ0LkqcXAgHB10jcWWIxLH4+l+KOZltvc9cBvcRTdnPLAur1CYEfE6I0m+8pYi6KWoLHhpkokvJ5",
-	"rhXozZIpkd2ZVerzPMsC24OPUZ6uNz8pE+I2n/fJz2dXpJ1qcnn9+vXp6ZvTN2SRGlXdkKyWyz1FRK5x",
-	"FjwhknLCBdFU3XYi8uvZ5SXcLHOuOobQzt+fX789uTp9g19THhGVxzFjiTm2PCELKTSSAQzf6RKrE8Bh",
-	"gMnBBMz5gQmXRcrPZ1etqGWe2opa/lFBwZKwuTlyN7jvXrFZu25VfWE82YnTRq0J40xSR2Hrxp9d7ziX",
-	"Emy9nPcJJZJpuXRWIbw1vL9kSlOpCfxXwY9GoYqAGsyqm21gi7D64eT92hS5VYPXfxD6ZsTGQgZ4yG+G",
-	"PVBgZglZ0FSTdpLji0Y4/Q5wtebyzRJSvYQIqTcrRFyQqV1XO2hEzEuS/+//+X/JHc1yFhGqSovmyW5G",
-	"2lrSNDOch7NFlnJmTt1cd47L5EckA4VdkUHe633DyCGZUhUBlRoOCU+LCCX/cfn+HQHqMZvpH7iHszAn",
-	"GL7YT3nCPhIhEyY9yQMD5oKX9d+Ca82pZDysqsyNAAqzWtg1T1OgYY9YbJbm/OT68vRN892aTylKuY1W",
-	"CVxUkQ2r81kW04HDBYKNpmbLWHfSJZKZN64ROXAOdjyQ5lE3hkAtTVUn9LNYkBnlSyBsPGGLqcjsDMc0",
-	"zVhC2oLfmI+5ZETlyrCSDiq9MucElt/6NVJjwShlR4oFH6eTXLKE2AmETyrQSGOL64qq2xCvMquY8snN",
-	"OGRq/TalmlC766QtJJ7ZlE86lszNHhiC7pPyuVY5ELYVX8Tdt91EAyYTeV0TCMO9aVAqlyTpmj3rn29P",
-	"ecLiVKWCHxOKZyfnOs3g6wRJZ1WLa04vo2XwkMViNqs7gG465kdv78CUGboukKQDkmll0fxARufeuEz3",
-	"U69HyxBlCLtwirRxHU/Oz4gWt4wrwj6mSkdIzTTLmARWB7yUZePOis4dcr5Wlu5e+rk1GNcUthrFO1dM",
-	"RkQtlWaziMyZnFFzgEibEjVnsfdUEm7MWnOEO1FZt44KrbtQ3o04RoU+yJhikbCQkqU0HWWMMCmFJOYi",
-	"y+V+pR8vYYI/IltRpx+tViQkOeN3NEuT8yyfpPxyzuLwIyWju/JCmEeQhNnH1OjMCQvbOOOUp2q649PQ",
-	"79HAnWFMnR0Vb57PRkyGJ3s/KUE1a8J5L+FCw26RYtKQjrVyrMEtaWfsHlXZwA/1ZP9WTAJmqdIJk+Gd",
-	"VDoReZhPaZnz2DwzoJrKnKEIQw2KjNhS8ARV848szrWQe4qMRG60dqpIIsV8XjkNIyEyRvna29sJRW7S",
-	"5XlsePELNrf22A4MzrMEx4YNMzCPhsNm5IJjB4bF4oE2E8JT3vK7avgASBHLCIJGRWxeN58HWCqYTERp",
-	"WCJn0e8pMk45zYwyKaRGBWIOh3xPEaBvsIl+NBelfzCjsuopW6LdlHKrLraiZmrCa5zdpWZzM9kZ/XiG",
-	"t323rjrsyr6CHGpu3lOaG//795P9/5vu//HB/tvb//7Dp1706pvPf9nIlUrS4agXFCVb2NTDTQrYOm9V",
-	"4B5Z3d18NPoLWg+ROyhVQ6NL3oF8NDY643epFNzIvv07KlNYSxCfx2g1wB2EajITSpNXR+SX9IeIUPSj",
-	"gnXifjskv5qfuCDvrt92ydmEC6NVgm0i9JRJAlxFhU2HCo+qMsodmV7Bd6rL9oPhCywho2WFY9Qo8Y5B",
-	"3X+MCifbyn/M5LdymgsbtllntnMpjHBen/GPhgUh1yzPmMxypeH0o4OrcIZvmal70Ia5msO2W1xDTtRu",
-	"Pg+jrtEa10EsuKYpR8m7kfu4C2HCmwMTjN/tdGLX1maq9XzbhH6+ujp3c2msmKDD7QHspOTxsc4757gj",
-	"Yylm4CGYS5HkMZNqr/BevDv59bRgKn1kF1TK9M7wFmU9Zp69EM9e4EZqBfc4zRj5y+uT88urk3c3Z+/O",
-	"r68ub96cXRyYqxr6HYxudjORNGY3s4D9/GuaZaliseCJIiOmF4xxcnn209Xpxa8wj8uzn345e/uWCI4K",
-	"dMMI1yb9rsTl11fbuSe9lyFhcUYlU3YRLQdPNVP2C1Es0fvrK79G4OmJDbtGn094vZofK5T0YQdOQwbj",
-	"QgPAX7jQYMdzQTLBJ0x2jCkT4jLbAl3o2gqvdV0QanfRYRb+Bvxe4SfdW5/eHscqPbr0vn5LCpaHvKhQ",
-	"0Rsy5JpAug2kNA+ll1j8GgGFwxxhX8oPNL4dp9k9nQSMJ83tJnHHZEa3ct/3eNm5yNJ46W20e8Yv8V5w",
-	"zte8vo6nLGloQFRP3HvOiNksiIGTkRkpMowr16QI5/cJS0HpolaXJ+3FlGpy/v7yihzcHR643Tn4lCaf",
-	"D+w1mt4yDItkYqIwHBhPc36r6m6E6/C2CM77SOhpyLtVzjPYKUUvamVi0pxC34rJazPjqkHx4uWrdXYn",
-	"/eo3IHm7VXWxvLTBPl8wBTlbn3ZbnPUF8dZIo/Sb6JG0w2OijQU+FkaTB93ebEwDnbH0fpv51WsaT9kp",
-	"15jWt2I238eX9HGeSqbqww4pvqUL7FIyTTVpz+jHGzphHe+6/Rv64ZpHImzk9FHiSWurJJli8s7H7zaq",
-	"uGZBL0rXF+JyXS2ROUfH41zM88wsts3hDMYr6kOHDQe5Y1KFLYLVXBCIMLvLi0Xc6p4qyCks/Rj3EZdm",
-	"7oqCPLenkW1+J/fo2mlfVDd5ZeIVum4oBRe8LtkXCQoOQGyDKjk/wM/boyg4cOWw1b6VMw13kHa/GtlC",
-	"KCrFqC2nKjYy3RgTfTBPbtmSTKmaWg8I6kzgScewgDdoXHaCNT4sTUXgpEi5ze8GVQ2uQWWtS04I+JIw",
-	"AYDMYEZeebeeGEI1gSwIcHhgMAKyFyy5rstEy2bCAT+jL/uUBpIq5E0RoT70RVRuDC5FBq0XR9NBq8St",
-	"xkI6frV+dplMaZb+YVavkkkcXP3XgpfSAJQP/9MZg1VHicHgzdETBa4eZcPvv52cXZ29++nmx/cXN69P",
-	"Xv982gHxYfbMZgKFjYESb6jO55xi7h9k87Fln8RTyieQx6YFSqxcGUoWWcIkscdsOxG7BwYpt+Sl3E1N",
-	"vVfcY/18QkzcBXcx+QEkl0tTWYlw1fglHdP20T/IJYK4Cfhyt4f+YITasJ8nlXi54xE/sR5EcyCAyhyp",
-	"CY5UNhVZQihRmTAqrk3xIG0KIsv8qMx6lDMac+7CQRGcZMpdbAwGxRii9WzEDKLhVDIyEZx11k9qTSLU",
-	"69O3BJeKsI9zyZQhIWJYE4HSGZcvgH90S86QY0JJLLjSlOvSOU7YPBPLQcu8gXt3yN/AtF40nSs7/f2r",
-	"wE67ddyQSuBWmG5a30Nzpg575n+dcFaA0pJqNllWGEnrnznLDY2vZPjB10NIJcrtMkFOdTozmwex/b9f",
-	"n16fvonIOJVKk5TbD8a0sSzasvvI/AcMD7P6Opdcdckwpjxm2U3Kb+ZSTMyG2MRfzhbwUJukBHwamFWW",
-	"MAWsjZtxYF7j4hmOZGx+DVWCk2Fc0PkwMmLHBVGKCXC2YErXvSokVp788P7iqpAaUXD4ciaZW9T1dyy+",
-	"xOduP8ioUXkyqTnNZnNTvqtpXqv6BjTG079H5N1pRE7/6+zy6jIi795f3bjPP11F5KfTiLy9isjbU9Lm",
-	"+YzJNAbj9OxdWKOkWR7OGsPwyC4+5uCKiXndWpUcybvxvivMwcH7i1BbOqMTFhEqJ3dohcMXewr1gblI",
-	"nZPPGFbLDmbAF/wlYIDv7GN/sMsbptzAUwaXBdcV1PuLnDd1Eq0yaHueKScpz1LOyNDohEOC1XyUSDZJ",
-	"lWbGlB266pohMcaqsVwiwj7SWGdL4MU23LW+si5VccVJM8dZ2gI5Jg0PsImXDLk77B/qbOHUfxAbW818",
-	"c9V/In0bjmxJcNMtrtbIefF8YVHD+y7YOJwG4zdMnWksKNrRreU2jBQjOQdXzT7S0M6tb1KasNlcaMNV",
-	"w2nN/oF7ipwVF+//YuSAkcF6mipwu/XtxrnJloyGAzQYIPnA2qYDDsLDKMOjJTGiF3/ooGUCfjzK1QJ0",
-	"ZrQcKAikiAztEEMC62XMEPNyEm4acMnmjOrUmglUZqn9CZOy/ajUFj7Co5I06Q54k4yof5N1gKzvWTES",
-	"1MWqh4Xg41SEpiZ1muoIuU8baB+tUPO3sQYUoZnTV1fZejH5wgeK2WyzlLu/t8i8et0AZu7KL+/HnE+r",
-	"rHUYS8GHIMaGWPNBs+H6MY4NL8jnN4uUJ7ixK9IUMmRnqVJGawN7gAviqkAlFANASS+mX3nP5xK+XYqc",
-	"T0BVoxzO+zGxSi1Mc8mwiq50dF4GcwllyHL9Mb1j++OUZQkxF5D2oPXXg5fkr/j/QauD3MzdJCRp/++p",
-	"yGW2jMj/TmgK/y4Yu4UPM8H1FD6ZWWXLZlmObmVDxox3KxhGq0nGjNF5qMw8v++pQatzbPOPzUrRLJ1w",
-	"lhj7wPCBa55+JGwu4mmT9flHqnXIFXUKoU5jeVg1PZ/jA1JFZsZGQu7XHrQOYUJR4YpIWEYNLTlLCeNn",
-	"TSYTZnMnkCJjlwJs06NXJJ5SSWPNpIqIEo6porW6Z3NOx+jsLOcZ2eSi9u/7RZrR0dFn933n//zLYwat",
-	"7sVdMTs/5A1ad82YDfpDcBZMgj47eXdC/gAGJaQ71O1B6zQ3x/jgByazlAMtuYN1ffV6vSgusB73ZeaB",
-	"fG8/VD1vuxK3jN8zNHkP36wjwtUDPEu5X5X62tCaLAP3KyaFmRciM7rEcjnvKxQSLYjInhx7U+MMPiwp",
-	"X5EygUibyLZG4i/MNTVbBvdv2C6ZTiZM3nPDAL7BKoU77sA4zYKs7ITYEwM+olXn0BAeOSTtT+BlSJOI",
-	"zOkyEzT53LEuI7iia7/t0pnIufaFPb2e2z+3bYjPUfhFm/mJmvK+l70S72vC3b5b4W4buWVdcWDByepM",
-	"0O1vGAxy7anCPQc5S5s2ye7Hp0ELUlsHrT4ZtKq7kyaD1udgYtIjMq2CSrcwMEA+cVAAgdBR2M3sip40",
-	"niSvIHEBJfUYZkFqRz0FVpDM6HxuLBBbhGRREpAawW0BK2seifXD4HGFtSeJgHSBcYq4MmXTra7MvC5k",
-	"uTbtmnxMuGa7Q8JdGFrdH40Cd+rWsLq0oNyFzhNU3M2pMQO51Zhs9TEZiWRpScyYOF2l2Vz9fvihi56g",
-	"4IvMmFKNPCs4oeKG0Av5nMPd3VZTreeFx8q+kbFSsaCXpBxDFEpBOrQibSf0jRn84uPHjgthqKiImjlo",
-	"Elga0q5mHndcYqFNbB6ai4ZFAkMlmw4QICh5+fEjkqyWlCtIc8FkcQiqQakYpCXaAMsxzK5IWM6VNbZc",
-	"ja8vLlupWxJJ2PFpUYYe5kubMT0VVQ2t9dPpVTDAV17zkMuvXNW3IqdzWVPcNlIiy7XdcyHhX0WuL95u",
-	"D62ZMYOUx6jUI0b1BZtny1D9SMhl7Ev/bfGiliIj84xyRhaU68IZX9ZgGqTUbLSEYSrb3sGmEtUn2K2f",
-	"IFp+GUwuxHBWcR7Sctq8f6FV51bDl9w1IzKU01ifqr5KTImkKTcUEXx3n2uUKqKmuQZPViIWvG+2MwbD",
-	"nbMFLIsRLKkmbaXT+HbZqUk5WpuQTwXbTSFMqKYBzxdyHKogM1czbj015Prqx/3vPHd4d/12zZ45+u7l",
-	"t6+CEVnJ6Kwck12tQ2oQkoUhIpz0hw2LoHYtU/I3PW7a3coL2MeEZv6uRj198+5yP6Mjlu1n6S2zde0Q",
-	"q3z1TUlRNRqsVUP3P0SoGqC3NCGMJ+Yj4kaQjGmr1yTpBA340v69+mbVDNim/7463GbdV832ukpo57dK",
-	"0CuSCCjhTjNWdT67y+Ak6TTLfDyzfcVmcyFptqeIdSiQuXlmylSnT4bqNp0PSaojcsvYHB2Nw1E+HjN5",
-	"Izgbok8qy4pvaZYNO5hqQaX2SH82VOrqzX0wte0ioiBPh6gE2lv5ckGXpD2kWSYWOHA53mnm1opaxWyK",
-	"P2iWFTFPGLkVtfwwwTo4cHjsygecpF0nQayKEmMyNE8aRpABy8uBAdgso+BO0juMNYPe212zSrYXHNcZ",
-	"ald1BRZoE0LC1IRphRkQQ5uFsFozMDR62uvTt+HyuJtSfdzNpgK54kw3ciLBN2Vlxo5U2n/3hU+id/dH",
-	"LcCh+9CovD/EWMrer1qSQGC9QETRm49ktLTMx5qRoOd70jC2jlVFE2LmEDQRzx1mRcCBY36ygUpz2mWB",
-	"eFY+KJgz0Ypa5WSri9PL99cXr08vV76HJKxW1Lq4fvfu7N1PrajlCwlbUevHk7O38MFmJ7SilgeAakWt",
-	"63eXr38+fXP99uSHt2aQ395f/HJ6cePvQuQGM+YvZ+fnNTA3JbTBFYGzucBzRuNpytm+ZDSBL0q1njYy",
-	"coMZf1zom7HIeRIBukWWxuFAVMI0TbNwuZcxEJoLv5JVGNCDUsjziVltkUpep52nOmMb7IP1tbq+OCOS",
-	"jZlkPAbJCNkx6Aw0q75Kh3UWsPnVPd/P0dbgBk9UPspSNQXfw/28cCEAQgSi9bFYkiakDTgo7KMmI1S2",
-	"fJJ2IP5RL7X/ezD42Ot9+CuwsiKQiZmdUDZV55UKBo9BXk/pfM44SyxNYiW0DeEeOw+FIiofmVtHzEjR",
-	"NWWjkdsX/U67sS6Yop+EOURGlR1WPFnDY+/ye/HylbG3AywrkBizgSJYAjTxOOn8FnctCJLznjMyZ9J7",
-	"ggpfaKm8AfxSC6rI3M0usk4tzNM1W69IyuMsT1hC2tzW0Bj2y4W0nqzGzvGqKy7EGcIVrHUpVA03fr1g",
-	"IBh/tv4zVVoa6z6LnGTbpXowZCuiu9JN206kso9bc/jPczUt3KP34Sz31raaxD0KJ3UjikA1dHu8ZPd0",
-	"h7DXGMYJLesF1Qwgp69R+9jF9WdRd3ylahkSDirBsG6YEkm1y3ms5sl4IKpUobGfPGbO7dnVKdb1Qjll",
-	"v4xjMKWKUDLK41umnY4mFrwIp/gszT1MZsFLHxZOqV+G9vn1Fel2uwfmkn24RB18MuN87gRVlpynumqb",
-	"HNZsj5k87A7uyNZc3qa684VNmUM87PudSJokkLe6Dq9gFN7ri7dunbyP6OT8zIrVqdbz/sHB4Ytvu71u",
-	"r3vY/77XO1wL9IeONbgMHuiGrQvUBswhJXIZs60c4cJfaI59Jla29yiqy+D2vkMLZunrT9xWvzhqvNGR",
-	"35Lwls+F1FDJuONGT517FO7LsvfjVv/3LRgIKx7Vzx9CoQf0le4p4p8QWWQgDm6QBJCC0FMC+YOYUQ/n",
-	"HbwO1VpYHM5WtPohbVlrn0iA6maJdXcYyoRB9zAhULkSA7UARcIWEkmo9txDj3S3qDdtLi2qRcIPy+Wy",
-	"j96yv3UVqvgu95y5HTSg/4Rd/BaaqNgHwbMl4olKNs+W/XJR6vMGAtw6hJexdOR3kKev6ZzGqV4SMR4D",
-	"/YyWhFoKjxDN0KFI22RAw9cDuXHz/GYGUBeBXMPza0OW8HMsJAiEXq9H/gbjmW86QdCLTU0rotaMzYRc",
-	"3oyWOqSR/wq/msfCBTuP/zm8xkZFvZ/YMVrJzbbSVUEk2zf6PviGS6DyiVhw2+cEFIfVFIyi8jVJIW7u",
-	"gpsNMvOCr2pTZny5VjIDHAjABZEAEmGbqiCpBJ0tFxg4b8Z6L3J+mc9mFGyVMHzPDkARsas3XgMZea78",
-	"XwuDyoIxefujkQspJ2MhY9Z3ISfYSpeDCJVi1MKMNoGSM0+P/Hqtc4oPuC8r/DaIEhMLTMQRIcQHa5sO",
-	"Zc6HpA3k6jPGwXE/BHM1lEWLV21C2IOkS5ekYK933v1jzEf3SrxPNC/S0PGOIqhv09JXsvDDtZ+7ghvY",
-	"5JAtlF1zyCr7oDYKvrC/wW1LKakDgPDAstgJDG+FJh4kinLu3S7BIgvsWaSIFAu0eRKqqaM0dIbtQ36g",
-	"Tyyj3PsIDA8MFBht71vSOE59L+eQjdru5BnZgPjVeLIbgYtqoIkQ7SfZSSVZ3Uowh2w4AEIFkYdxK7z7",
-	"DUCKarGJrBcYFnarn+Yi52GQhUfqrlN4sZoepkKW3bPMwYyRTnhzIOM6GeNw8vMZs+Y4F6Roroe1NJDu",
-	"NKNLMmKl5Nzhp8/DYNyo9IKBSIovIQ0XOxWJkKVLseTVMnWFOMRTWrnk0UB+NyLt7drOwPdfC0fRnKu3",
-	"1MRuNcvRwaSPa6Aca7sRzDGR4GYbljwolJUKZzi9K6tPBmYjk0GrT16A+4pAsdtYSHIIxdndh6Peb+JW",
-	"vltaWD92aQag5K4sXRhqwuUvBAF4ymPuKUxxcGuVKrcXzUiglNu5/hC3243nvXv3ot1Tff8TASdCGb8B",
-	"hmy9NA6ivnTktnY6uixt6krGYo4GZ/H5hmZZx8e+QqVVFsDf9j4pp3poQQyva1cSNkKdiFYruB6Fobia",
-	"q40lTxsqkdaTbKGG7KZZwRlYe5awRgwAnrGqbMEks1AktqiMERhyP58THLMp2GRtQxQjX41KB9VZ9W1M",
-	"ycuVfCJF2hzrNdOMYYeIpBP2lmw+eyv23ReqXFo3JCSLjWCoj36VuE9GtQWCUBFBGAWLPeEzkA97zSN/",
-	"7tAlYHkEHF+36XzOkpvSWjWlK2trVNK5lg2JqFy79UW4XpOqLE8JBSmtsQ2/8Wv0X932unO8vgNRwQ7v",
-	"x1+Lll0BCYSFk0VwWoIZjwiY3r1sEbdLjZQg7kxnLCFDTNtyFIupW/v45fXVa5SeVJHlcrmczZJET6ez",
-	"mVJ/uByvnGdMqQDlELMQEERwHB3dW9hVI4BaVQh1z3AexDBW3Scrw29a8ic2ONxUmlsdXtY2fcvN75dY",
-	"910Yb+KBiuCqcnYPkFMXZC6P5KYRfK8mCFrr/grsNTa2TnHDI44reHAQ/Ro6zNyh65+FUYSijiaMhxKQ",
-	"ClOWZUVdC5WTu8jhnCUkSSWDwnWX8E3tDe2UK80o9M22WL2d3dCXnZvEdXpY72wt+KQMVwSHXoxt+iHe",
-	"XYMQd9ibAUJc0btxbmgfQ/C/nL19e/rGo+LBovq8v7DNR+MpawSX6JyxJcT2rUuOP0fEu+EPRik/UFOy",
-	"X9Nmpoo8tvGEajYvA5Xh3RbpKEAQGOYmEDsmpSuPIS0aYFKnIkuad7woYJWCsPb3ha6PhT+F20H9zqG+",
-	"goLosT3jtJgwcCcDWjcATpAJ5RPoMaeZnEFXEIdBZx2FAGRlazqBIFU6ylIexoRdbXC40jz15CcyEwmD",
-	"WN+xLQ8VY6BFi1+CmLQYU0HdbLfj5U7FpmiAeVyfTB3+oscls6B7TiZPBKQJktHSNpmqOXXf9FQJl9G3",
-	"LwuFE75kq4HxtqZ8hsM6bHkLf1MKeqWa2K01a1K0O2wbhmILSG2FaKdLhjRb0KUamnGohvZWLnOyS94b",
-	"GlykitUU5QI5rKWwO/dnza8OgBN/uGVLW0cN3UFz3sWpuSpMGGOUp1mCw5K//Y0MbGb0oNUlCJm8igGK",
-	"Cc/B/SwaNFSXGI0Y5N8YNYFn75XaA0BBh1l/FjPXViGU8Y+IpuPUfMLm14GOCs2NF83mZ2bSoVNU9FoI",
-	"nSMvlEuHqAS9aMEWwa24oRFDzWl6qSogp4c9FVzvooe4qy0ws1qHIzTfDpsoD8dkaPnD0J7hoZvdsOiK",
-	"7By8Ti8QnB2ToesKOCyfftcskDnPsINcCCM5YltG192x8mq9aHOvSKsmLaZCMaeVGM1eG9uS7//BpCAQ",
-	"6DOPSEi7Z7PEauAey9Oxfac8Q3X5aL2Gc8qMTW2xsZQrfhSy1E7aRSDz8sw2zg1baLmV2oR/Oc+oNhqv",
-	"E2kW6x4gFemMxJR72zvy1ZlG+XM/jQwPSFjk008QwE/mHLQyKBnuuHctLXHKbXmjbxk8pXJiOGRgr0sb",
-	"cuwVNt/jyfCkyxLcsBGftU37usT2J6+UjMk9RdrfbFhRCFRV13Mr6SGvtCepyAwVmQUJKxBs8Q0gVVMr",
-	"W3NtWwZL7NZfqeUPuMOqU7jm6T9z5hKwytbCO1ojbYu2qVWeYb5c5xnm2yGSir0UOwoXTn63G76avOAd",
-	"dnP9z7azNYGcVOzoiglmv+Qj9p8so3sKnARiPIY1sk1c3aOKZLRSD1csljJCZb2baxCGvvqC75zeVeop",
-	"ttaSxkIYVDv3bGpLs1rFD0NG2DDMHpHOfRvVBJwtZqoWArxdshOhJysegVSRIdgcQ6iChE9WElgmOVw1",
-	"PLApvbEah94GPCZDo2sNiSpowKZMpNz+dgyIrsgdimf4L+ApiYgd8xPJjPLIA2nY/FerAU+pERkgV7gQ",
-	"5rnoKuLCS1ZDJw5UocgITTWBdvrmSm+bkkur9ELyYrl7LTb0WO23VMYdSoVM9QrqL3jaaazTu3XsX+wf",
-	"BfK8jS1NPZvvRKR058rZEtKmb7aduBllLJwabXjLDaZQr9PFhU/BLtMzxmJtF1kxXs9K934GFN7np+/e",
-	"nL37yeYEedi4sWSsS2zeNRaCmq9d8SeHQwxpYryoRYFhcSlwF5vniZRT97d1TSx3TqrPGS8kdJVns49z",
-	"CjYe16KUQl4jL+6Z84yiKOWTesdHAYiP6zajSwSY18IIYtysspGGdokilYrFRkaakGTQMt8UCtsGKP1Y",
-	"Mn2zq8G2gnoX1Oehsp3xO6u6ldo7npyfua7ADHCvHQ66moqFeZ+//hXQBOFUW18PNOnBmyzvIe1SVUSK",
-	"ibW4iEs/xDEY49VEfO96cos8YeirngWzFLa6spwLy4/nW85h9MVqYE50utKszV6usqbkKMH7s7y6USC/",
-	"rykauxYUr3qV7g9/bw8g/LcAwI8IjaVQysanDHc5ubw8++nd6ZuI/HB99hbYkpDEJv4UIO5PV1eDnNrM",
-	"dE851LJBKxntz9KJ4cWDVnOwet9cfiNb8nD1oP00h6mvBT+v7/RemMA7VraoHcr0Ky0QoUVrre0OaZa+",
-	"tWKQGZmDUwsEmOQx+OdA3XTqNiiBERlAXwfrJcFd2wIrZZ4UmXcNLR20/n+0RnMh5c+q1jexyCvN7kui",
-	"yCIS1wbkit9dFZhN37aCecSMuDG6Qbem6WZtj8Aak30XY7qxcRuwi4S+QTnYPB63nsQU0Pjc/Dat+j16",
-	"9VbeqRh7zV+9Yqyr1HVwQF+CYfiS0SyDTtSkLZlitsqwFPIA6EumCi6J+d9c2E78bvwa/WaX7o+2kaNr",
-	"0lh9wcB6hummlkiizc0VizVeW8szmSpnExlr/Nin/46oYtjYTVngKdtywWofZcyJ63eX56evz348Q9wH",
-	"1ItbUcvJou0IExhzCoBIrIJMOEFnnnNxevrr+VUNsAQo4E/RN67ZPTW13PXR2hJ4a3PDV7I7cbvj2zQH",
-	"X41a2i1iIEgH2u6x867AuhoGiun/oCt2m2Ucl0FdSwuxNccYdjgc9EcjrrF0QVrZFqW3gwanUiQcPgK5",
-	"lRFoN2DM7kBcW7FTt4eRnhq8tJTns23fcbGfON3DgWM0JyJLA1vJyA284d12BdOvrsH9Uu5Cm34NyU4P",
-	"g/a/Ap2WZQm4CrFB2zFRDCH+LCh4nDEqVQns36vD6AZe0CWRIudJkyYATRH5dwLIbw5jv+3KryYjspz/",
-	"92SI62s0hTkUAZuggAF4nKKC++FNHhvjynaLUxCUNl9gVzmgSVex4dAow9kNZb28juk2hbkJAp5CwExI",
-	"FzoYC1lEsWIMDQhbuIeaat8rvmkCjfqNPtwlUF7twANnZejRtTctPJ1F+0EMSLhOVKQchwD+Cv5p8MCg",
-	"ej7yPfkSljHNEm+AFk4liymhCJ3QlFszmMI00iToWBpLxm7u53CEWz3SQsC2CytyjwEfYRbIGzu7kDbc",
-	"6Avi79VbYF1HyGjMzPbcwA4GgkElQvC+1dRWarRXCKLTvFjjgdgYG+zO6vxplt6xfoEj4BA/S+FBJgnk",
-	"MnRJzi3wNNyj0szoDZ6M4SLsb75kuoD1SxgFl+lqTNU8mTOlzAiqCH8JzvAbzLmv3AW+vU4XhuxXn3BM",
-	"shTq/7EPFYMv9+38JdOMY2TlcGrm4oMn7mBSDGFzdwC75MSfeKhXZ6U+aClmneMDyyYfrGYrapUXCuI8",
-	"NFk3x6LWx31z4/4dlZDLZUZAOQB26YkdrPTVdXXc0i9v4BH1xsmZw9swLyHXjJK+R1OwXTBGRq3wnWUc",
-	"0MJimsaYi+AJRkW2dz4KgkxMCGQqJQqT0WIq5Y42j5N5jp49Xyl8BV6MlWTKSkr6Ojv4UCt3w1qzRTxp",
-	"rOtaGb5N1XXD1k3H6Am/epxHFzm81Gz+w/ISu8s6eqt8+ebkp6DNX9Y9dlOZdwH5qu1GfFJCHkQcixeH",
-	"R98efffNq6NvS+AWhwgyiDUmq9CCOyMwVWAOdsR0bp4ou5IkO6apNAzt5r7hA9Iut8LVjM46fceNKXER",
-	"ZTKiPIkwoAfOchuihTiXyxizuH42IGDdB3u2azCFWgZA33XXOwdDw3iEJc8mKi+QckVRD3jf8fUxRjdJ",
-	"75g6XgXotQncFokvFCqwTmpEmzW8yKy3ZDRR9bi+jQPKjUHpNJvvUAthTm7Ag7VTSBCzYqA018UFnd+p",
-	"LgQ4XY0A2nrSxwgA4gpsOpRXto3JYwFeVqAL7+P/2Y0CHo5DWOGWzbDH3A3V9y25hyykyhYv0eoWPLG7",
-	"yJnHu8nQCo00kab4iE3vW6okbl4rdO9N+hAChFUszg37vjRvaouLGZXBzlgcMhhQE2vHdK405fZP2xnV",
-	"GLkuBHry5tezdzdX7385hZbPsJRgeOPwfjKQ8/75M7hwxmIDEkBMLk4vr2AOYkxe4/OjUm0RsId/iBER",
-	"Mp4yr1BahLEBB4ixLoHWtNBKMhZzzJtwqI5mAKzc7hIAhYYLB5zOIRfHDHdg8Zj/1z+UUdwvfnxNvj96",
-	"+W3HJR5bzOthLBI27A74gJ+CyDB7i/NBwTg8yfVUyPQP+LJPfoBlwUZhMSyqEwZk+HHfrva+FBkbDjgW",
-	"WQCLhNxDXhoe0sX6ZIggU0PSBmHTicgQ8afcN+ZlBxx9fCiB+3YbbUuAyNVWRDZBOnLJz/CFplKbUQHd",
-	"ajjg7QJxCwUd+uDhwaBbDi12X5EaF9Ms63sfQjTgJUxAVN8jSIDpdMk7YVHUc37LxYKbCyCeAn3wIOhj",
-	"n0hSNeBHvUPIAIMvXL6uX6+j3jfFr5YKtLDuS998z8h3M9KRTf22aGJl1QXLTIpuAbyyWVMoHx+SGZW3",
-	"asBLlqsUOfbctUk6pQYyLkWnSKt2rqAZXcKKYRdgizDesufAHIvSWe+3et3Dbg+7tzNO52mr3/qm2+t+",
-	"g70CpnDSD+4OD2Cr4a8JC4j2Idg2fwOiukEfK9qsQzA0rdcNUP2gjYRkRlNNjVU8oXeM5HMi+ICjQQvY",
-	"9De/nvzXzcnV1emv51eXziVW4Ar3S8Idi4foEntjDDhkj/AESLwgeiHRM2a2GKc7dMhuOCebcmWh+HD5",
-	"/Hk5S4wCkyp9ggthhRfAuwDuWmqW4Z85k0tnC/a9wYfyoYz1ZiPyBVSyrXReXb5gD4Q6AAAr9QoMWnaX",
-	"ilx5CReaohWU5TlWNOhe8PmhkSD5sjKQt/9e9koG1EuLa1lYTqvi6QN4kKBHGFDci17P2jbaQl6VGe0/",
-	"bEpD8dyNWSdm+0BxAFmyauWYpYKjC7sMmJ5H+PTQoH6WBVoZoNJZ1J4W0kolUc8ootBXAmgjQq8RFrRn",
-	"S2Ir0TE1zraIsps6p5OUU9caQtMJeFzssfwQtarMv9V36IFmRnCArZcZIFBL57hK4T8x7fJynnIT8BEW",
-	"1zrYxdEBXeEOHN13B7DPDi880ZglrQXWwfPSg0qLWsq8WGXTRpXzC7S25gvvRFnhDqG5F5e4BTl7g+CB",
-	"a/t1YMQbKH/3HjZqzYUKcG5sHWV7ZguLbgu4dhH60VgCMHiOgNtOcXv7/ifg0T/8X1enl51+4Uq13rcp",
-	"4qIoDWMnErBa8SyAqGOSKLpUUEYGOYAeRLRKkifgkLOv8tasA6qvTOkfbEe+RyHKoo3W56qGrGXOPq+d",
-	"hqP1pbyE9bsH03gQiZ+UqFtN07nL+7OYfj5C5CJe6Jm2mNKPS/ZB0pVF47xHIN4qbSD8cJljPT5d2NEd",
-	"RnMT2ug9zcMv7FNCPPPCQ4wMQTFiydCCeGpmJE4lxxu6e4l5GWX5GajWXP/9Y1C5d9mTMTXW2AhQGtZJ",
-	"/UmI2+n9B5/sp88HaAqqg0/44fOBB08IylijfQBywinXtkVGA10yoKg9XDEDL+BXopn5JVluV88Yt6Vv",
-	"D9PPrgCsKwafLJYfVKy2wsyvIkZZxczILMkUk3drahkSwCatbFcN4dxCxplN3nLpG8SU85pEY4o9+HTL",
-	"lp+RQDKGLs4q6b6B74udajURi6d3aayfXy7CYy2KhZZLTIMFnDQPgaSg2MAiv9jchGbbaDG6n2Mbo/VY",
-	"DNIslI2Yl5qyj+Ty55P9Fy9fFQ3kbLUQVXi1Q2MGBmEs+4I/YNZeVaaVuUW5rVZv/3u6P/7w6dVRqEng",
-	"TiSHAMW1HgVISKUz27hIYQ0tQpoiQHEEhzXLyv1W7FP2XB1NykmaOG0WvVO2x8OAv6VK7wOI8v7ZG9LG",
-	"Js5QAwrBV4c5Ouy4406GfeiiuQ+B8iHUWVoEZbkkhy+J6pJrDnVddqYDhyefon9ilip4C7FwpT/Y3pxq",
-	"GMwQJHpAKIQSJUzeaHHgcupDvAOkOSVxlgLiyJTqAbeY9owGvRa/UR1j47aAqNlChGaR4NazNz87zrXL",
-	"TX8HUdRAbmj2USNJ7BdNc5sJDo+FXWNKllGtLQIbfLWnEBQbuoS7QboBEWEp0Mgd2OpSZ9Yq3RkiXcPW",
-	"VpB+hrV5kFngMWXKrAYxip9FLNRZgsVaQbmg7YgCtG9I1TqqlqtN2Cwb7RehuFKbMZvO8vr07YBjT3a7",
-	"cHaAPWXbs0FttI0j61Inu6ICGtyqnS454WSYJsMS7C+mLpnDVr7UiGzbSARTRVJbmA9lhxgqgEOy5962",
-	"5B80Dwi2DQycr3JrxCeyQULdFxtZIi8eewqu3d+ms1Ys6L1E/osX9xX5do4eyv7Y06Ly3HYO26ljIBFL",
-	"ZBGhWszSGMqLPGKJe4fikFqRtUkh2FkAHnyCfze65FbW/gmV8Ga7XNnd+zsuVpG7Pd1YiQusenWvAOQB",
-	"OVHDrXlGlTv6tOFMpElEjOa1z1RMXd+idXWMlfhIWCHbqZvoTjqZQ9KttVsvEHO1gb3qkKwb0h2CVq4v",
-	"4HueLTHvB+vkoYrWlrhbAC2jOvRJJhZM7sdUMdvtXUXY7B397wlVU6YiI6Ed5io4PeviIuafG/ecVp06",
-	"7FvCH9a0zX7OYM2Lf7lgjWs5sdEXgG7MhzkCzFMC0NBNIjCuucQXtfTr/KOvIVB/kfP1M7vWw9LCV602",
-	"9gEbDGryLRhFSc1zbYMKrEYz1tS1rbK0dlb0BNr/BWzN5uT74Wn0Kb8uOylTj0rYQaLODNEs/bpimQQw",
-	"uZVFBIJ/0Tt86hnhQt3Xd/P9cyl+OM0C3ZpyknJoreGTftScxY3O7T00OTPWwci1z/xyFtwphQR37Fc1",
-	"NLMaonXr6V2daTaLSDxlMSTFcNcg1whGf9WAwwUI/ToSybIPK6qhmIhqxL5zXcGM8gwXImhIysnQdq4a",
-	"RgPu+YjrT+8fQhYizxKEvPKdNdtHvZ5FW4QCQ1u/IJgaACgfaIO+rGJGI3L04oW9AfrZoDOFcoegk/OI",
-	"HPW+t5dA8iwHBKeI0EwJaMVYdDUr9/qC/USUHWdRpgoQ0jSDRjIDnuousWlbkBMEt6fKnd8I3FMpxpm1",
-	"pFyha65PqK/HH3BXZoM3KQTnLdqNKvKy1+uSE2wfBK9nKzhc49M2F3rA/+Py/buIcGH3PSI9Y1LPsKaH",
-	"cnIY9Xo9382UvLt+C8CENAZ/E18upkyyDmRFUWJ2wW5YlwzhMUBJkGBDKLmjWZp4RaqPGUrQbNUVqBmd",
-	"dsCtyQ0DhEzngi5bT8zo1Zfj9JX+cwEeCx3b4Gffby4qWszCrPd8q7mH6TmWT+bQBhMpAnRrS6MO2679",
-	"M3R3NY8d5dmtM706T8o/P8mcb7SCUY15bpl85doIPdTY9eCRYJJg80hXEp1aVMyvTbHcfuVFzrGI5sO9",
-	"9hvzCp9Fau7yLnX6NCR0OTp8glQDGL5gVE/pz3PtW2vSryAjsuwHNpS6MNx/5F3B7D4uoIdlAcC0KPYo",
-	"9Q5pC1daJAwbnUcteTyVghubGnDAWQaVNk/Pww7s4T74hB82Z9vFthbi6VJINm80tpd8eA6SjTp6DmdR",
-	"fj1/c8kZ01RpUfXd/ck43fZLcckfxhdXaOjrZJQ7LsVGtlo6Cf/mrF+Is4LpEdv6aqyhM2/AeEK5Vl+A",
-	"dR7YUpJ/GcKv6UpfIDrzZLUJSZf8NhVIJVOLPFyhHTUVCz7gtroUF25PlToTdMmJq0oZ2Uy5Mhi0a/k4",
-	"4MZIxj2PU1UU2SuwoIdc6Bt76c1YyJti/IBld4L79rSH2k7gqzjXfs1KR/t4BQACns0USfWzH2/bjmJt",
-	"78GhAEDIx2t09wWOO3bK+Fc/7eg/A1UJITnJEF+cJcM/5Wm/gNn/+7B/HYcdd2P7Wd9Oi1+AA4DdcPDJ",
-	"/PO5VElgPxWVMFvKl3yhyNMm5sNjABNtc/7aalwrSFXm1R5qiSGPSTAjPjEfmZQu29B3EFRT6I1arQUh",
-	"bVvv07E9j7JMLFgCUEf/Y8y1qK7hyJ5yvfQw0BEhYEWvJovDdqTakMThguq9EFDMp/qSONsBxj7/sOb5",
-	"tFITs2UKh02nYLuslMC1A4Da0K6AabmswP67DlqaSl3ugMvZR9059o1bAHgWYGnAGqnLhCjBf99/US8x",
-	"ORcq1bBkKpi/WcLy8jjTUAbv0szIEE/cELKH8cgNwZcfT3N+S9oJ1RRTEQ2biDCdkmqK3f/NheZDx4J4",
-	"DaGXkHD41+6ZjDsVoKigh6pyBWmr4XXCQxxO9LAAQqtAh/f1WGzJ537PXXbpHONyN3Z1pVhUErX7ZJgm",
-	"/aEtw1/YxKkhXN0fom9pOWcRGcKywoUD7vJ3zRaa5YWVFWPyH5fv33XJFY7l0qtXUr8xh55Ckvh6/jeG",
-	"+jDfWvn4IjQPY5qkukNiMWMuYQR2kLOFmYSyiD9Lm919XJtDPuDlJPL3bustsI3vzuk3H1LIMYoD6+Eu",
-	"wAV2RBFBHrnSA25XjzDf9wjIb/hpgHlag1afDFoIKgFJkvAlAEsMWp+HUalzLByZOBOKqdpkc7cZDSTw",
-	"V5T3/WC5i9UJRb3COiuJXI0tUEeZZAw5wLdRCZLTbAUc+y+TKf6oQvaxKgnux5ys4PmKA02BtEdMZwH4",
-	"tLUGvdi5tI2g+hFCZpgPHgQrGvCV3kgVHP6Ok8UqIixTrDD67Pd0lLHh8YCj8HMtPp1It5wJ8wFGDJB2",
-	"nesSEi4GfAg33FikiyEy4RIYJtvHXmlGjbkxKsJwRbgNeCIWroIGW9a3rfDql7vTYopICmkazpHWcRwL",
-	"0UDAozGi8a3hmLZvQRdSR8DILs8BM0O5gLHDti6sz9NFAd0DnsfQ3RT2ttra12LkPihFzK4qFA0DlozH",
-	"nKOw1ceOdGzTRhXZwJVr1lsIX6uR7SkXzMJmlqyKIvFEBjNWsf1pGBmwFYp5jTeOi5W0W7MLU2h6bMXc",
-	"2mHLZ+wJz1rOL9MJfza30ubTls/Y1+pRgrnZwDskzuF0MUWw3FxdeRytEnojBuCxxBqPG/Y6BVS1okGr",
-	"G+gZjpF90p/mHCG+A5rMKRAi5gj6bo6eSrQgFAqfibE4ivq3AceKYNeuliV9omXOhq6LKBYTo2KBdqPy",
-	"LUSNgKcD7m+Fc+tA4Wx6ZJc0OOwDXpz2gHC1j/sfceDdqfkqT7xvHYtH3rYMwFilVRt9p0ggQuyvEFUC",
-	"mKki5yfXl6dvkARcGu0q8MxjHnG3dpvLmC79VbuaUa+xBKeJ7QIlNk9aH+NeY3uRjF+WR6mU8aMZ9g0V",
-	"WdvrZIqN+bqLZdyaPmlC8mr7nUZJyYePTjePX/Hx1ar/l6D8g8UJGC/aQvQaOUlJLAW3wKGuQRBpX7HZ",
-	"XEia7Sni+UWnOUk/hHkdfHIfG8CxVCh2GxjLG9sh4oHuLhzG6HL24T57QJXq/82/y91XLKoN7tW/au9Z",
-	"DkfZhfHwjHA3UpE06eFpdDpj0JwiNpoe4t7zhEArSSbVV8lYt1/plrbQdV3NVHWnqz3KnogThxuhPXN5",
-	"SFNiAxwfULefiTM/oBYPplliDYDxwbIEsg6EYq4R+y3DhrypdP1HyZUh+3Kbd3xn4CM+mLJgkj07Gz4Y",
-	"0fh2nGbZV2Ixrh+loE7zg531E58l95gvhE3i3m5z0g7w1EpC1dd+lFBp8YLVhdOLc4WvlHLyu22jz3jy",
-	"oehGddiLer1eJyIqByh/Vylh2xWSOTQiPHZ91sGRbs13L8IxCOGhdfgXOHrgKvpznbtzM+V/JW3lUgtr",
-	"+TsLHjU+pEAMElmXnjlhXGgS03wy1SSfPz/F6FLz3j8Nzaw0in0iVl3TjvaJ3WDNOXS9O8w1gFJTsTBG",
-	"hncrIhvzHCv96sFsL20kCgqoxYK03SsmBLokpIooFguebGPdz3+ycv4n5MbXOOl/LX7s/RnYUhVCmR7i",
-	"tCAoc6aelEzKXbVrHa5X7qI/tb+13KZ8o7vVrcmjeFvdYDs4W78ONLQtnlbXXf0pHa32GV/Iz+r7x/8P",
-	"c7MWODyFn3UsJObgrYD+4WW3zGKbzKlt6cMcMGgJjAJvcOeh83TQjO4RB5/spwZu2DI5P7cX1s7y2MIG",
-	"2xRETHhxUTc9lSKfTEE92mnd6t2xta/ce44jdFXAyD50Id/z0lBfIahkqMCgwj3DCf7bW9/ulE9ZaYhY",
-	"K+p/81f9qWV9sNnkZqFvr3wkqe9Gw/x0bC1MbOM2wKKm8TRyOkGngVJQaTb5legF1bW0jS7RSZfOZjlk",
-	"oXrwK/bPnGbOEKouyJ4ibQXgXqURI9+alyeADtbxJY4vej0HcUj9IMeEOif7AFC4IMMV8rVpUazi96CM",
-	"0fWid2im6aWdbcQ+4A5ZLBYzl4LqIdHKo4WBpdXUkeGTAUsXj/hCIZD1pqlhVl+QgAoQwKMDIjaZ1gkk",
-	"xZRn8Ixg1xe2HyahZa5QanPqibF9IidiT5HVV4rIa8GTPNZC7mHraaBpO1qnOe+4h4blBzz45D420LEq",
-	"p+GZlCzwfJp9DiQPtB162jhLJ1MdlTJjIA/KWW6lUJcUC3VcGS/FDmlHvaN7LHm9cla/Vs9/dgNn9YG1",
-	"NuvysNiWr1Lobb/SLebuuEGhw3Rgl6aZsuYkb+sr0KjM9rrJdx/cBIjJZZhKqlDP/6aZMs0cfLKfNmKX",
-	"rRDP18BoHonDGHvwX5e1hA3Ku9Iubug8gPXVLw6Pvj367ptXR99ug4e3JIldvjf7iPGSp3QmmCdsYjs4",
-	"y26QiWAb8BlNmHelGDX05PwsBBovck0UiyWrwmbZZQgRDDRIB3rZ5DM19z+tx9Q84Uv5S+Ht6r2lx2QI",
-	"Czh0vXxwhSMExcHAmeAxe25V3MGPQ3t1JJRjLIyB+ZnZWjxf24pI8Gy5G1lUjpHv4VynLV9A0/uCWLap",
-	"ynj9g1VlHMa1zIfuOwWm0CGGqLhYrGBLNToTgYYjVfaVJhs511jIGdWtfivP4cq6LinY7XO70oSxrCeV",
-	"d/WBpivf+H+NV51kGZHWMmRJcVVVbJnZbxFaNf12cWSc3pPVv5Yf8oVY0W+u62ug065b3S9n8Zea4abc",
-	"bGDMsEEibm7T7V5pbWsv3cpd3jC5TgfbrXG5unAPSJ3OGL1L+YS0E0lTzpJOsSCJf5A6dqW6rlLdoiwY",
-	"xjRiANtRKYrfum6+X/DCvfijtYDHpSx3gC9vh0fCqsVX+en0iqw134aoGzRX9wthi/36FSLCCi7brM9f",
-	"miKUyD9ypckkvWOcaDFhesokFvNbYYZtxQVnpNTXH6Hsk5Um5POMxth2AmQ1vqEHuwf4F/CIJApBhObY",
-	"B8WMw2PWOYYCjYTk/JaLBQe0lroH2KaZ/hlTWqQvBi0ZJk/cGm9pllMCY1J7ZrJ16DtpojYKJejGUJFO",
-	"KdevjlqbdWpoz3SGt754+Qoutn8WV1Mp6fKJ2zOVtnuTpPL0NBY5f/Y2wL9BUmuJ1jngrGphe6+W6T1R",
-	"JQJKdVT0RaDJV8wbpoxKPWL0HvAmpZHrZP7PfvSnEfd+/KLD/lOGG8qPy5abWuk/XErhLu0pwwxTkaQx",
-	"CCDOlLI97B+TqEKUYTvlPxJd1DUbAiAlfBRpL8x5g1Ywa9LITodoestUxzDvTEzU5lvgCnvDWqP/oDjB",
-	"pFFgrSu4h+Bmx5LqxMkcaE3j26uAWMOuOimKtHOh9EQyVe7fA7598+OMKUUnzIUki7rtNVEKYUaseicn",
-	"5VZKFkpsVEysXXpBK+iwNLEsz/ZUnxz1jo4BTcHYnqkfaibuzIzM7993yIRpxGhw/ZdSbpubQsMZbHGP",
-	"NfwAjIKC2DxJdcmlrfz3feBwaTDhMFVkSuUsY0r1i/33kH/WIHZvYmjEVhakKLjXdrNYo2gVWsCCr9As",
-	"ty2S7LfQsJ2cEM8Boc22TBNGaCaMfuh/6UQlHF1AgfNkYlbxqHeEQFwzRm2TO1xpM/PSNiSMIgjfzGhF",
-	"0HXbKuXtguwWrFRk0gmhmpi1KqkbT2NGmYdA86Fnb3pUPBr7Hm1is8dWxK43QLpvy6MHcm0kctQrndaw",
-	"5zi2snS7qiiDElwisfWuX4/K682UWZzLVC+BnY8Ylebe3z8Yho3Ac8joc5m1+q2p1vP+wcHhi2+7vW6v",
-	"e9j/rvddD5i7ndInp7MCGMPnyP/tproOnwktAzAiWupmdJtmGX5pVydyyRMIIGZWiMep4ZIWMQx+nXVL",
-	"2KUwcOCJ1xYxxnd6OQa+Zb7hCcmV9XRUIVBDA9mIhXWQVKLlCGzh8mpKwxXu/vXxLprXlZdGLFKx10c8",
-	"r2ZJFo0BfEwZ2KWqlLWvrKNNX/v84fP/HwAA//8=",
+	"7L39chs3ljd8Kyi+UyVytkVRjuwkVE29q9hKoo1sa/Sx2ecJvSLYDZI9agIcAC2ZcfnfvYC9xL2Sp3AO",
+	"gO4m0WRTX3ZmZ7dqIpNNAA0cnO/zO59asZjNBWdcq1b/U2tOJZ0xzST86yjWqeDv6IyZf6W81W/NqZ62",
+	"ohaHz1oUHmhFLcn+nqeSJa2+ljmLWiqeshk1v/qTZONWv/X/7RUT7eG3ag9G/vw5ah1pzWZzffKmZp40",
+	"WTvHWMgZ1eY5rl8dtKLWLOXpLJ+1+vtRSy/mDL9iEyZhute5VEKaXyZMxTKdw1v0W5dTRjj7qK9jeICI",
+	"MdFTRuaS3aYiV2ROJ6zbinCFf8+ZXBRLxJ+0ysua0Y+njE/0tNV/0ev5lSgtUz6BhbwRM2oGC750gl8+",
+	"eHNPqdLHt4zrkzc/M5qwmhdPE/e+GVWaMPML+GecpeZPyWKW3rLkED5UWjI6I5KpfMYUoWPNJEm1350p",
+	"zuRfxixiF1axe/KmfpdCm1Ra/19hz1eWXxmcjIW0a1ZET6kmMeVcaKKYJrgshe+A/yB3KVfkbso4GQk9",
+	"JVQy82jdOZvNuYbNuQaqbEKFvSAVnqazVPuzX54GviwPn7AxzTPd6r/sRWbTcOiXhrA2kPuZFH9jsa4h",
+	"s7n99sF0dp6vYxUyfwRSvoinLMkztmYeZR95+GS/CnnD5IN5Up7Dk6t0bcYfZ+Juzcvc2Uce+jKfze/V",
+	"XHDFgLGfSTHK2Mz8GQuuGQfioPN5lsbUXKq9OT7xL39TAvhTs+ncuDBj9Y4ecXL+42vy/cHLb4kdvAvb",
+	"YH8L8mYkpD5NFaxmLsWcSZ3iiqn5Cv5KNZupTQuBkc5ZLGTS+uw3n0pJF+bfJSa/yk2ORsrwO8ELZugY",
+	"/+ohFsfym1vjB/+cGMHNMgKutJ7Vd0Mp2v+0PH7UoigYr2OR4xlVl/qGZektkwsiRc4TReAxlhAlyJjK",
+	"0oo9OyiGTJPV8S6YBvZJObGPkZs0y8xAK9xtdeSY5ooFXyPxcm7lq5uUBxYyxD0Z9uEMYGONdDLrgi8I",
+	"5YkRUXKhpymfkJwnIH8OydAu3P7ULN/8UnDmXsm8DeOGXf5WKDD2u9LhFUsUuY4F3tGlVSa4/ywZRkRI",
+	"MuSMJerabIk0EsK8AUqWt/Sj1XEUuaOKSEYNnwrQVOQZcmi3JKOqhlQMJTKlWXJNdfhk76ZpxkiqSarI",
+	"iJlt8+uvnHBCNdvV6YyFVmf4eGj6fG5+5iZvMtbS7QFCiEriqNB/QHT4o0IyW74blRWsuYKwSXDrkiQ1",
+	"I9LsrHQbxzRTLFq6oMWuL18/EMmKaEEGrSvFJPGngEQ7aJmdLak4+72wJhhe7oWmOlcBjrHMFtZcxuqS",
+	"YVUsiYg5E5Fr0oYLhpeKGR5yefL2+M31+6vLDtB0gB0Yhdj8gyXmgTsQk9eZUDpIzs98ex7hhhQs5/4X",
+	"ZVk0VA4sSJ5eCAQEXyNxZ4nFsPj5XIpbmm38mXsO6CWesusbFlCvjwh8mRCl2XxHEfNQ1BI8NsxEkZTP",
+	"c61Ab5ZMiezW7FKf51kWOB6cRnm6Xj9TJsRNPu+Tn08uSTvV5OLq9evj4zfHb8hdalR1Q7JaLnYUEbnG",
+	"VfCESMoJF0RTddOJyNuTiwv4scy56hhCO3t/dnV6dHn8Bj+mPCIqj2PGEnNteULupNBIBjB8p0usTgCX",
+	"ARYHCzD3BxZcFik/n1y2opaZtRW1/FRBwZKwubly13juXrFZeW5ZfWE82YrTRq0J40xSR2Grxp/d7ziX",
+	"Emy9nPcJJZJpuXBWIbw1vL9kSlOpCfyvgi+NQhUBNZhdN8fA7sLqh5P3K0vkVg1e/ULo6xEbCxngIb8a",
+	"9kCBmSXkjqaatJMcXzTC5XeAqzWXb5aQ6iVESL1ZIuKCTO2+2kEjYl6S/M9//Te5pVnOIkJVadM82c1I",
+	"W0uaZobzcHaXpZyZWzfXncMy+RHJQGFXZJD3et8wsk+mVEVApYZDwmwRoeTfLt6/I0A95jD9hDu4CnOD",
+	"4YPdlCfsIxEyYdKTPDBgLnhZ/y241pxKxsOqytwIoDCrhVPzNAUa9ojFZmvOjq4ujt80P635lKKUW2uV",
+	"wEMV2bC8nkWxHLhcINhoao6MdSddIpl54xqRA/dgywtppro2BGppqrqgn8UdmVG+AMLGG3Y3FZld4Zim",
+	"GUtIW/Br82cuGVG5Mqykg0qvzDmB7bd+jdRYMErZkWLBx+kklywhdgHhmwo00tjiuqTqJsSrzC6mfHI9",
+	"Dplav06pJtSeOmkLiXc25ZOOJXNzBoag+6R8r1UOhG3FF3G/22yiAZOJvK4JhOHeNCiVS5J0xZ7189tb",
+	"nrA4Vangh4Ti3cm5TjP4OEHSWdbimtPLaBG8ZLGYzeouoFuO+dLbO7Bkhq4LJOmAZFraND+Q0bnXbtP9",
+	"1OvRIkQZwm6cIm3cx6OzE6LFDeOKsI+p0hFSM80yJoHVAS9l2bizpHOHnK+VrbuXfm4NxhWFrUbxzhWT",
+	"EVELpdksInMmZ9RcINKmRM1Z7D2VhBuz1lzhTlTWraNC6y6UdyOOUaEPMqZYJCykZClNRxkjTEohiXnI",
+	"crm39OMFLPBHZCvq+KPVioQkJ/yWZmlyluWTlF/MWRyeUjK6LS+EdQRJmH1Mjc6csLCNM055qqZbzoZ+",
+	"jwbuDGPqbKl483w2YjK82PtJCapZE857AQ8adosUk4Z0rKVrDW5Ju2I3VeUAP9ST/amYBMxSpRMmwyep",
+	"dCLyMJ/SMuexmTOgmsqcoQhDDYqM2ELwBFXzjyzOtZA7ioxEbrR2qkgixXxeuQ0jITJG+crb2wVFbtHl",
+	"dax58XM2t/bYFgzOswTHhg0zMFPDZTNywbEDw2LxQpsF4S1v+VM1fACkiGUEQaMiNq+bzwMsFUwmojRs",
+	"kbPodxQZp5xmRpkUUqMCMYdLvqMI0DfYRD+ah9LfmVFZ9ZQt0G5KuVUXW1EzNeE1ru5Cs7lZ7Ix+PMGf",
+	"fbeqOmzLvoIcam7eU5of/udvR7v/l+7+/sH+t7f7/YdPvejVN5//tJYrlaTDQS8oSjawqYebFHB03qrA",
+	"M7K6u/nT6C9oPUTuolQNjS55B/LR2OiM36ZScCP7dm+pTGEvQXweotUAvyBUk5lQmrw6IL+kP0SEoh8V",
+	"rBP33T55a77igry7Ou2SkwkXRqsE20ToKZMEuIoKmw4VHlVllFsyvYLvVLftB8MXWEJGiwrHqFHiHYO6",
+	"/xgVTraR/5jFb+Q05zZss8ps51IY4by64h8NC0KuWV4xmeVKw+1HB1fhDN+wUjfRmrWay7ZdXENO1HY+",
+	"D6Ou0RrXQSy4pilHybuW+7gHYcHrAxOM3251Y1f2Zqr1fNOCfr68PHNraayYoMPtAeyk5PGxzjvnuCNj",
+	"KWbgIZhLkeQxk2qn8F68O3p7XDCVPrILKmV6a3iLsh4zz16IZy/wQ2oF9zjNGPnT66Ozi8ujd9cn786u",
+	"Li+u35yc75mnGvodjG52PZE0ZtezgP38Ns2yVLFY8ESREdN3jHFycfLT5fH5W1jHxclPv5ycnhLBUYFu",
+	"GOFap9+VuPzqbjv3pPcyJCzOqGTKbqLl4Klmyn4gii16f3Xp9wg8PbFh1+jzCe9X82uFkj7swGnIYFxo",
+	"APgLFxrseC5IJviEyY4xZUJcZlOgC11b4b2uC0JtLzrMxl+D3ys807316c1xrNLUpff1R1KwPORFhYre",
+	"kCHXBNJtIKV5KL3E4lcIKBzmCPtSfqDxzTjN7ukkYDxpbjeJWyYzupH7vsfHzkSWxgtvo90zfom/Bed8",
+	"zevreMqShgZE9ca954yYw4IYOBmZkSLDuHJNinB+n7AUlC5qdXnSvptSTc7eX1ySvdv9PXc6e5/S5POe",
+	"fUbTG4ZhkUxMFIYD42nOb1TdD+E5/FkE930k9DTk3SrnGWyVohe1MjFpTqGnYvLarLhqULx4+WqV3Um/",
+	"+w1I3h5VXSwvbXDO50xBztan7TZndUO8NdIo/SZ6JO3wkGhjgY+F0eRBtzcH00BnLL3fen71msZTdsw1",
+	"pvUtmc338SV9nKeSqfqwQ4pv6QK7lExTTdoz+vGaTljHu27/gn645pEIGzl9lHjSyi5Jppi89fG7tSqu",
+	"2dDz0vOFuFxVS2TO0fE4F/M8M5ttcziD8Yr60GHDQW6ZVGGLYDkXBCLM7vFiEze6pwpyCks/xn3EpZm7",
+	"oiDPzWlk69/JTV277PPqIS8tvELXDaXgHa9L9kWCggsQ26BKzvfw781RFBy4ctlq38qZhltIu7dGthCK",
+	"SjFqy6mKjUw3xkQfzJMbtiBTqqbWA4I6E3jSMSzgDRqXnWCND0tTETgpUm7zu0FVg2dQWeuSIwK+JEwA",
+	"IDNYkVferSeGUE0gCwIcHhiMgOwFS66rMtGymXDAz+jLPqWBpAp5U0SoD30RlRuDS5FB68XBdNAqcaux",
+	"kI5frd5dJlOapb+b3atkEgd3/7XgpTQA5cP/dMZg11FiMHhz9ESBq0fZ8PuvRyeXJ+9+uv7x/fn166PX",
+	"Px93QHyYM7OZQGFjoMQbqus5o5j7B9l8bNEn8ZTyCeSxaYESK1eGkkWWMEnsNdtMxG7CIOWWvJTbqan3",
+	"inus3k+IibvgLiY/gORyaSpLEa4av6Rj2j76B7lEEDcBX+7m0B+MUBv286QSL7a84kfWg2guBFCZIzXB",
+	"kcqmIksIJSoTRsW1KR6kTUFkmS+V2Y9yRmPOXTgogptMuYuNwaAYQ7SejZhBNJxKRiaCs87qTa1JhHp9",
+	"fEpwqwj7OJdMGRIihjURKJ1x+QL4j27JGXJIKIkFV5pyXbrHCZtnYjFomTdw7w75G5jWi6Zz5aS/fxU4",
+	"abePa1IJ3A7Tdfu7b+7Ufs/8XyecFaC0pJpNFhVG0vp7znJD40sZfvDxEFKJcrtNkFOdzszhQWz/r1fH",
+	"V8dvIjJOpdIk5fYPY9pYFm3ZfWT+BwwPs/s6l1x1yTCmPGbZdcqv51JMzIHYxF/O7mBSm6QEfBqYVZYw",
+	"BayNm3FgXeNiDkcyNr+GKsHJMC7ofBgZseOCKMUCOLtjSte9KiRWHv3w/vyykBpRcPhyJpnb1NV3LD7E",
+	"eTdfZNSoPJlsuM2/sIA6PgUGq2qyOPBOIkVFbpfhLJvHhooFXGRChzSuOi27Jotc5hyOxOgFO4qUNhpP",
+	"e8oy8OybPTkkQ6Nw4PPgHC2+hwSR8tGgK8d8HIzBzejH1dV4Xme52A1bgN1tPscEsLbVecw34dtn7kzw",
+	"DC7BsWpuzn6vR2zSDcTnspSzbYN0mw/CzrCG35gnQi8RTvv29NmKPKEVr1vMt4FwT1kyQZ13hZ1vofRX",
+	"L8ImpxeMvWFdsI1rAiTLcsaRwY4iuBsuIY3JHQXk2X14Otw8o3EwwOongic8EbX3jZQCKqshz1q/bMrj",
+	"+uxN+4ZaiBtgxJaFSELtSiC0by2/5hb5feKIYj4PUvWRX6ThdWY5VlAYa8TrI7j0tapGWPkFRrI1GcC3",
+	"4EBucM/M0dQQqRHpKd/WIVvr8Aj4CY7/GpF3xxE5/o+Ti8uLiLx7f3nt/v7pMiI/HUfk9DIip8ekzfMZ",
+	"k2kMrPHkXdiPQLM8nCuMQfFtIotBOSnmdXtVCh9up/FeYuYl/r5IsEhndMIiQuXkFn2v8MGOQitwLlIX",
+	"2mGzuV50sO6p0CoDbtetI6sPDnTCkhvER+Cx4L7C1T7PedPQwPI9sVoc5STlwKqGRuIPCdZwUyLZJFWa",
+	"SZaQoaupHBLNZvOMahYR9pHGOluABm6THFZ31iWoL7nm57hKWxbNpNH8bLo9Q50ezg8t9TDXBmNhI9s2",
+	"T/070rfhVZYE1/3EVZi62I0vJ234u3M2Dic/+gNTJxrLSLcMZrgDI8VILqxRc440dHKrh5QmbDYX2sjc",
+	"cDGLn3BHkZPi4d1fjD5oLC89TRUEW/r24NxiS66iPXQTleXSgIPJkGrSHi2IUYDwiw76oyB6Q7m6A08J",
+	"+osomCERGdohhgT2q0uOiHk5CT8acMnmjOrUOoeozFL7FZbi+FGpLXeHqZI06Q54kzzYf5J1gKzvWScY",
+	"tMCrl4XgdCpCByN1/okRcp820D76Hs2/xzTNFKGZ81Iss/Vi8UXkC3OYZyl3/94g8+otQli5K7q/H3M+",
+	"rrLWYSwFH4IYG2KlH82Gq9c4Nrwgn1/fpTzBg12SplAXMUuVMrY6eIG4IK72X0IJGAA5YNKtj3ct4NOF",
+	"yPkElTkO9/2QWFcGLHPBsHa6dHVeBjPIZUh5/zG9Zbvj1FiO5gHSHrT+vPeS/Bn/f9DqIDdzPxKStP91",
+	"KnKZLSLyrwlN4b93jN3AHzPB9RT+MqvKFs1y293OhnRK70w2jFaTjFFjNCqzzu97atDqHNqqE7NTNEsn",
+	"nCVEC+ADVzz9SNhcxNMm+/O3VOtQAOIYElzSGXPOmXyOE6SKzPJ4arlfe9DahwVFhQM6YRk1tOT8Y5g1",
+	"0WQxYTZ3BImRdivAI3nwisRTKmlsDM+IKOGYKvood2ylwRiN23J2qU0pbf+2WySXHhx8dp93/v8/PWaq",
+	"wr24K9ZkhWIAAZsknbHfBWfB0peTo3dH5HdgUEK6S90etI5zc433fmAySznQkrtYV5evV0uhA/txX2Ye",
+	"qPLxQ9Xztktxw/g9E1LuEZFzRLh8gWcp97tSjwhQ4/Zx32IqsHkhMqMLLJL2ESIh0YKI7M2xP2rsEkIg",
+	"kSUpE8ivENlGk/vcPFNzZPD7Nccl08mEyXseGID2WKVwyxMYp1mQlR0Re2MgMrAcEhjClEPS/gTexjSJ",
+	"yJwuMkGTzx0bKIAnuvbTLp2JnGtfztnrufNzx4aoTEU0rFl0oCnve9kr8b4m3O27Je62llvWlYQXnKzO",
+	"BN38hsHUhh1VBGUgU3XdIdnz+DRoga900OqTQat6OmkyaH0OpqM+ItMqqHQDAwO8KwcAE0gYCAcXXamr",
+	"xpvkFSQuAEgFg+tI7ainwA6SGQXHmCs9tdg4SI3gtoCdNVMiagQ4v2DvSSIgSWycIppY2XSrAxepS1RZ",
+	"WXZNFj48s9kh4R4M7e6PRoE7dntY3VpQ7kL3Ceqs59SYgdxqTBZzgoxEsrAkZkycrtJsrn7b/9BFT1Dw",
+	"RWZMqUaeFVxQ8YPQC/lM8+3dVlOt54XHyr6RsVIRxoGkHAPTSkERjCJtJ/SNGfzi48eOC1yrqMiVcIBU",
+	"sDWkXa036bh0clvOMjQPDYu0tUoONeD+UPLy40ckWS0pV5DciCVCkEoBBcKQjG7D6oewuqJMJVfW2HLI",
+	"Dr6keKlaVSRhx6fFlnuYL23G9FRUNbTWT8eXQf92ec9DLr9yLfeSnM5lTUnzSIks1/bMhYT/KnJ1fro5",
+	"ocKMGaQ8RqUeMarP2TxbhKoGQy5jD/hiS9a1FBmZZ5Qzcke5LkKwZQ2mQSLlWksYlrLpHWwCaX1a9eoN",
+	"ouWXwZRyDBoU9yEtF0v5F1p2bjV8yW1DH6FM9voCpWViSiRNeTBsclnOME0VUdNcgycrEXe8b8NLXECw",
+	"3myLESypJm2l0/imEgMtJ5quLMgnAG+nECZU04DnCzkOVVCPoRm3nhpydfnj7neeO7y7Ol2xZw6+e/nt",
+	"q2AkSjI6K2fiLFefNkjEgSEiXPSHNZugti1O9T963GTrpRew04RW/q5GPX3z7mI3oyOW7WbpDbNoJpCh",
+	"8uqbkqJqNFirhu5+iFA1QG9pQhhPzJ+IFkQypq1ek6QTNOBL5/fqm2UzYJP++2p/k3VfNdvr8C+c3ypB",
+	"r0giALgjzVjV+eweg5uk0yzzWSztSzabC0mzHUWsQ4HMzZwpU50+GaqbdD4kqY7IDWNzdDQOR/l4zOS1",
+	"4GyIPqksKz6lWTbsYIIdldrju9oEGYcy4lNo2i4PBuTpEJVA+1O+uKML0h7SLBN3OHA5lcKsrRW1itUU",
+	"/6BZVmS6wMitqOWHCWZegMNjWz7gJO0qCWItrBiToZlpGEHdAy8HBuCwjII7SW8xwwj03u6KVbIZZqLO",
+	"ULusK6tDmxDCwBOmFea9DW3u2XKl2NDoaa+PT8NF0delqujrdWXRxZ1u5ESCT8rKjB2pdP7uA1865X4f",
+	"tQB99EMjUJcQYyl7v2pJAuFUAxFFbz6S0cIyH2tGgp7vScPYOlYVTYhZQ9BEPHOpGQEHjvnKBirNbZcF",
+	"zmX5omCmXCtqlVNsz48v3l+dvz6+WPocUm9bUev86t27k3c/taKWLx9vRa0fj05O4Q+bk9aKWh72rxW1",
+	"rt5dvP75+M3V6dEPp2aQX9+f/3J8fu1/hXg9ZsxfTs7OasDNShizSwJnfVn/jMbTlLNdyWgCH5Qq/G1k",
+	"5BrzvLnQ12OR8yQCTKMsjcOBqIRpmmbhIl9jIDQXfiWrMKAHpZDdGbPa0sS8TjtPdcbW2Aere3V1fkIk",
+	"GzPJeAySEXIi0Rlodn2ZDussYPOtm9+v0SIvBG9UPspSNQXfw/28cCHYWYQf97FYkiakDehX7KMmI1S2",
+	"fGlOIP5RL7X/czD42Ot9+DOwsiKQifn8kI5T55UKBo8x05HO54yzxNIkptbZEO6h81AoovKR+emIGSm6",
+	"omw0cvui32k71gVL9Iswl8iossOKJ2t46F1+L16+MvZ2gGUFEmPWUARLgCYep4jLom0GodHec0bmTHpP",
+	"UOELLRW1gV/qjioyd6uLrFMLqzPM0SuS8jjLE5aQNreVk4b9ciGtJ6uxc7zqigtxhjBuQV0KVcODXy0T",
+	"C8afrf9MlbbGus8iJ9m2qRkP2YrornTLtgupnOPGyq2zXE0L9+h9OMu9ta0mcY/CSd2IIlAN3Rwv2T7d",
+	"Iew1hnFC23pONYNGA1eofWzj+rNYax6foAwECvW/iBZBiaTaZbpX82Q8/GBqc0mTx6y0OLk8RjQHyIHs",
+	"l9FrplQRSkZ5fMO009HEHS/CKT43fweTWfDRh4VT6rehfXZ1Sbrd7p55ZBceUXufzDifO0GVJeeprtom",
+	"+zXHYxYPp4MnsrGCo6nufG5T5rALwv1uJE0SqFZYBdUxCu/V+anbJ+8jOjo7sWJ1qvW8v7e3/+Lbbq/b",
+	"6+73v+/19lcC/aFrDS6DB7ph6wK1AXNIiVzGbCNHOPcPmmufiaXjPYjq8ui979BCGPuqQ3fULw4aH3Tk",
+	"jyR85HMhNdSvb3nQU+cehd9l2ftxq//bBuSbJY/q5w+h0AP6SncU8TNEFg+OgxskAXw49JRA/iDWUcF9",
+	"B69DFQEBh7M4Bn5IC2bQJxIaNLDEujsMZcKgO5gQqFxhmboDRcKWj0qo8d9Bj3S3QBloLi2q0BAPy+Wy",
+	"U2843zpcAnyXe67cDhrQf8IufgtIV5yD4NkCUaQlm2eLfhmK4HkDAW4fwttYuvJbyNPXdE7jVC+IGI+B",
+	"fkYLQi2FR4hh63oH2GRAw9cDuXHz/HoGAEeBXMOzK0OW8HUsJAiEXq9H/gLjmU86Qaijda2KotaMzYRc",
+	"XI8WOqSRv4VvzbTwwNbjfw7vsVFR7yd2jFZyvQmwQBDJdo2+D77hUiuRRNxx290KFIflFIwC7yBJIW7u",
+	"gpsNMvOCr2pTZnyRbjID9B9Ag5IADWRbaSGpBJ0t5xg4b8Z6z3N+kc9mFGyVcE3SFvBAsUOZWIGWeq78",
+	"Xwt+zYIxefulkQspJ2MhY9Z3ISc4SpeDCEU71IJLNwEQNbNHfr9WOcUHPJclfhvEBosFJuKIEM6PtU2h",
+	"mJG0gVx9xjg47odgroayaPGpdbiqkHTpkhTs8867f4j56F6J94nmRRo6/qII6tu09KUs/HDR07aQNjY5",
+	"ZANl11yyyjmotYIv7G9wx1JK6oDySrAstqquXKKJB4minHu3S7DIAjvVKSLFHdo8CdXUURo6w3YhP9An",
+	"llHufQSGBwYKjDZ3q2ocp76Xc8hGbbfyjKzBeWy82LVwdTWFj4jxlmylkiwfJZhDNhwAoYLIg3cW3v0G",
+	"0HS1iHTWCwwbu9FPc57zMLTOI/VUK7xYTS9TIcvuWeZgxkgnvDl8fZ2Mcd1R8hmz5jgXpGipirU0kO40",
+	"owsyYqXk3OGnz8Ng3Kj0goFIii8wDhc7FYmQK6XvlqkrRJ+f0sojjwbtvhZfddsmNr7rZjiK5ly9pdal",
+	"y1mOrjnGuAbAt7YHzRwTCa43dRABhbKCawG3d2n3ycAcZDJo9ckLcF9hffVYSLIPJcSPUdy9hlv5Hplh",
+	"/dilGYCSu7R1YYAhl78QhF0rj7mjMMXB7VWq3Fk0I4FSbufqJO60G697+55126f6/jvCDIUyfgMM2Xpp",
+	"XGOS0pXb2N/uonSoSxmLORqcxd/XNMs6PvYVKq2yeAu241U51UMLYnhdu5KwEeo/t1zB9SgMxdVcrS15",
+	"WlOJtJpkCzVk180KzsDas4Q1YgDrj1Vld0wy4hECuAUD0/F0N58THLMpxHBtGywjX41KB9VZ9c2rycul",
+	"fCJF2hzrNdOMYV+gpBP2lqy/e0v23ReqXFo1JCSLjWCoj36VuE9GtYX/URFB8ByLm+IzkPd7zSN/7tIl",
+	"YHkEHF836XzOkuvSXjWlK2trVNK5Fg2JqFy79UW4XpOqLE8JBSmtsA1/8Cv0Xz32unu8egJRwQ7vx1+P",
+	"4vo2erZwsghOSzDjEffYu5dtn4VS+zyIO9MZS8gQ07YcxWLq1i5+eHX5GqUnVWSxWCxmsyTR0+lsptTv",
+	"Lscr5xlTKkA5xGwEBBEcR0f3FvZSCmAVFkLdM5wHMYxl98nS8Ou2/IkNDreU5laHl7VN33L9+yXWfRfG",
+	"m3igIrisnN0D2toFmcsjuWUE36sJbuKqvwI7TI6tU9zwiMMKCihEv4YOKX3ouiZiFKGoownjoQSkwpRl",
+	"WVHXQuXkNnLolglJUsmgcN0lfFP7g3bKlWY0MSu1CO2d7TD3nZvE9fdZWd2p4JMySB1cejG26Yf46xpc",
+	"0P3eDHBBi469c0P7GIL/5eT09PiNx0KFTfV5f2Gbj8ZT1ggk1zljS306Nm45fh0R74bfG6V8T03Jbk1z",
+	"sSre5Nobqtm8DE+Jv7ZIRyEMOyzKgNgxKT15CGnRAI49FVmyDYSag1UKNjO5b8OSWPhbuBnK9QzqKyiI",
+	"HtspVIsJA3cy9GgAwAkyoXwCnUU1kzPoBeWQR62jEOALbU0nEKRKR1nKw0jgy21tl1pmH/1EZiJhEOs7",
+	"tOWhYgy0aPFLEIkcYyoBBMGN18vdinXRADNdn0wd6q5Ho7RQq04mTwSkCZLRwrYWrLl13/RUCY3XN60M",
+	"hRO+ZIOZ8aZWrIbDuo4iFv6mFPRKNbFHa/akaHLbNgzFFpDaCtFOlwxpdkcXamjGoRqaGrrMyS55b2jw",
+	"LlWspigXyGElhd25P2u+dbDL+MUNW9g6augJnfMuLs1VYcIYozzNEhyW/OUvZGAzowetLkGg/GXkZ0x4",
+	"Dp5n0ZanusVoxCD/xqgJzL1TagqTKrv/LGaumU4o4x9xrMep+SvnxtoM9NFpbrxoNj8xiw4ibfoOO7XA",
+	"dEuXqAS4a3HvwK24pv1OzW16qSrQ1vs9FdzvAvPT1RYAjN4KCC2gejZRHg7J0PKHob3DQ7e6YdEL3zl4",
+	"nV4gODskQ9cLdli+/a5FLHOeYQe5EMbvxWa8rqdv5dV60foOwVZNupsKxZxWYjR7bWxLvvs7k4JAoM9M",
+	"kZB2z2aJ1eA4lpdjuw16hury0XoN15QZm9piYylX/Chk0c6UuAhkXl7Z2rVh40S3U+tQj+cZ1UbjdSLN",
+	"djgBIF06IzHl3vaOfHWmUf7cVyPDAxIW+fQTBPCTOQetDEqGO+5dS1ucclve6BvFT6mcGA4ZOOvSgRx6",
+	"hc139jM86aIEMm/EZ22r1i55Y4uvyyVjckeR9jdrdhQCVdX93Eh6yCvtTSoyQ0VmQcIK3HJ8A0jV1MrW",
+	"XNtG8ZIRw2oqtfwBd1h1CVc8/XvOXAJW2Vp4R2ukbdEsu8ozzIerPMN8OkRSsY9iH/nCye9Ow1eTF7zD",
+	"Hq7/mqG+QSAnFft4Y4LZL/mI/TvL6I4CJ4EYj2GPbOtuN1WRjFbq3I3FUkaorPbwDjYfqb7gO6d3lTpJ",
+	"rjQisxAG1X5t65qRLVfxw5ARtom0V6Rz3/ZkAWeLWapt/NAu2YnQiRuvQKrIEGyOIVRBwl9WElgmOVw2",
+	"PIDRD43VOPQ24CEZGl1rSFRBAzZlIuX2u0PA8UbuUMzhP4BZEhE75ieSGeWRB9Kw+a9WA55SIzJArnAh",
+	"zLzoKuLCS1ZDJw5UocgITTXh8AkXhW1KLqzSC8mL5Z7l2MZpucteGXcoFTLVS1jv4GmnsU5vVxHfsWsg",
+	"yPM2NrL2bL4TkdIvl+6WkDZ9s+3EzShj4dRow1uuMYV6lS7OfQp2mZ4xFmt7h4vxala69zOg8D47fvfm",
+	"5N1PNifIw8aNJWNdYvOusRDUfOyKPzlcYkgT40UtCgyLW4Gn2DxPpJy6v6lXbrlfXn3OeCGhqzybfZxT",
+	"sPG4FqUU8jqU5/vlPKMoSvmk3vFRtEHBfZtRxBE3Cxoxe1hlIw3tEkUqFYuNjDQhyaBlPikUtjUNVGLJ",
+	"9PW2BtsS6l1Qn4fKdsZvrepWaup7dHbiesEz6HbgcOPVVNyZ9/nznwFNEG619fVAazb8keU9pF2qikgx",
+	"sRY3ceGHOARjvJqI711PbpMnDH3Vs2CWwkZXlnNh+fF8o1GMvlgNzIlOV5q13stV1pQcJXh/llc3ChDu",
+	"FUVj24LiZa/S/Zue2AsI/1u0PYkIjaVQysanDHc5urg4+end8ZuI/HB1cgpsSUhiE3+K1h1PV1eDnNqs",
+	"dEc51LJBKxntztKJ4cWDVvMWJfC+a7R1vx/YpAS0n+bNSWpbXuC0dQeKJvCWlS1qizL9SuNbaMxda7tD",
+	"mqVvqBtkRubi1AIBJnkM/jlQN526DUpgRAbQzcd6SfDUNsBKmZki866hrbu0mPWP0140pPxZ1fo6FjnX",
+	"4cppi0hcG5ArvndVYDZ92wrmETPixugG3ZpWy7WdYWtM9m2M6cbGbcAuEvoa5WDzeNxqElNA43PrW7fr",
+	"9+isUHmnYuwVf/WSsQ6NI4rjgjieZDTLFgDx25ZMMVtlWAp5APQlUwWXxPxvLgiuw41f12Rli56/tn2v",
+	"a81bfcHAfobpppZIovUtdYs9XtnLE5kqZxMZa/zQp/+OqGLYzlNZ4CnbcsFqH2XMiat3F2fHr09+PEHc",
+	"B9SLW1HLyaLNCBMYcwqASCyDTDhBZ+Y5Pz5+e3ZZAywBCvhTdAtt9puaWu76aG0JvLW54SvZrbjZ8m2a",
+	"g69GLe02MRCkA2330HlXYF8NA8X0f9AVu80yjsugrqWN2JhjDCccDvqjEddYuiCtbIrS20GDSykSDh+B",
+	"3MoItGswZrcgro3YqZvDSE8NXlrK89l07rjZT5zu4cAxmhORpYGNZOQGXvNu24LpV/fgfil3oUO/gmSn",
+	"h0H7Y88xliXgKsS2nIdEMYT4s6DgccaoVCWwf68Ooxv4ji6IFDlPmjQBaIrIvxVAfnMY+01PfjUZkeX8",
+	"vydDXF+hKcyhCNgEBQzA4xQV3A9v8tAYV7ZHqIKgdNG7C2jSVWw4NMpwdkNZL69juk1hboKApxAwE9KF",
+	"DsZCFlGsGEMDwhbuoaba94pvmpD/+a//Bn24S6C82oEHzsrQoytvWng6i6azGJBwnahIOQ4B/BX80+CB",
+	"QfV85DuxJixjmiXeAC2cShZTQhE6oSm3ZjCFZaRJ0LE0loxd38/hCD/1SAsB2y6syD0GfITZIG/sbEPa",
+	"8ENfEH+v3gKrOkJGY2aO5xpOMBAMKhGC962mtlKjvUQQnebFGg/Exlhjd1bXT7P0lvULHAGH+FkKDzJJ",
+	"IJehS3JugafhNyrNjN7gyRgeAmQ5smC6gPVLGMVGoEsxVTMzZ0qZEVQR/hKc4SeYc1/5Ffj2Ol0Ysl+d",
+	"4ZBkKdT/Yx8qBh/u2vVLphnHyMr+1KzFB0/cxaQYwubuAnbJkb/xUK/OSn3QUsw6xwnLJh/sZitqlTcK",
+	"4jw0WTXHotbHXfPD3VsqIZfLjIByAOzSIztY6aOr6rilb97AFPXGyYnD2zAvIVeMkr5HU7BdMEZGrfCd",
+	"ZRzQwt00jTEXwROMiojFzQCelYkJgUylRGEyWkyl3NLmcTLP0bPnK4WvwIuxkkxZSklfZQcfauVuWGu2",
+	"iCeNdV0rwzepum7YuuUYPeGtx3l0kcMLzeY/LC6wp7ijt8qHb45+Ctr8Zd1jO5V5G5Cv2h70RyXkQcSx",
+	"eLF/8O3Bd9+8Ovi2BG6xjyCDWGOyDC24NQJTBeZgS0zn5omyS0myY5pKw9Cu7xs+IO1yA3TN6KzTd9yY",
+	"EhdRJiPKkwgDeuAstyFaiHO5jDGL62cDAtZ9sGN7xVOoZQD0Xfe8czA0jEdY8myi8gIpVxT1gPcdXx9j",
+	"dJP0lqnDZYBem8BtkfhCoQLrpEa0WcOLzH5LRhNVj+vbOKDcGJROs/kWtRDm5gY8WFuFBDErBkpzXVzQ",
+	"+Z3qQoDT5QigrSd9jAAg7sC6S3lp25g8FuBlBbrwPv6f7Sjg4TiEFW7ZDHvM/aD6viX3kIVU2eAlWj6C",
+	"J3YXOfN4OxlaoZEm0hSnWPe+pUri5rVC9z6kDyFAWMXi3LDvC/OmtriYURnsjMUhgwE1sXZM50pTbv9p",
+	"O6MaI9eFQI/evD15d335/pdjaPkMWwmGNw7vFwM5758/gwtnLNYgAcTk/PjiEtYgxuQ1zh+VaouAPfxN",
+	"jIiQ8ZR5hdIijA04QIx1CbSmhVaSsZhj3oRDdTQDYOV2lwAoNDw44HQOuThmuD2Lx/wvf1NGcT//8TX5",
+	"/uDltx2XeGwxr4exSNiwO+ADfgwiw5wtrgcF4/Ao11Mh09/hwz75AbYFG4XFsKlOGJDhx12727tSZGw4",
+	"4FhkASwScg95aXhIF+uTIYJMDUkbhE0nIkPEn3KfmJcdcPTxoQTu22O0LQEiV1sR2QTpyCU/wweaSm1G",
+	"BXSr4YC3C8QtFHTog4eJQbccWuy+IjUuplnW9z6EaMBLmICovkeQANPpknfCoqjn/IaLO24egHgK9MGD",
+	"oI+dkaRqwA96+5ABBh+4fF2/Xwe9b4pvLRVoYd2Xvvmeke9mpAOb+m3RxMqqC5aZFN0CeOWwsMH7kMyo",
+	"vFEDXrJcpcix565N0ik1kHEpOkVatXMFzegCdgy7AFuE8Za9B+ZalO56v9Xr7nd72L2dcTpPW/3WN91e",
+	"9xvsFTCFm753u78HRw3/mrCAaB+CbfMXIKpr9LGizToEQ9N63QDVD9pISGY01dRYxRN6y0g+J4IPOBq0",
+	"gE1//fboP66PLi+P355dXjiXWIEr3C8JdyweogvsjTHgkD3CEyDxguiFRM+YOWJc7tAhu+GabMqVheLD",
+	"7fP35SQxCkyq9BFuhBVeAO8CuGup2Ya/50wunC3Y9wYfyocy1puNyBdQybbSeXn7gj0Q6gAArNQrMGjZ",
+	"bSpy5SVcaIlWUJbXWNGge8H5QyNB8mVlIG//veyVDKiXFteysJyWxdMH8CBBjzCguBe9nrVttIW8KjPa",
+	"v9mUhmLetVkn5vhAcQBZsmzlmK2CqwunDJieBzh7aFC/ygKtDFDpLGpPC2mlkqhnFFHoKwG0EaHXCAva",
+	"swWxleiYGmdbRNlDndNJyqlrDaHpBDwu9lp+iFpV5t/qO/RAsyK4wNbLDBCopXtcpfCfmHZ5OU95CDiF",
+	"xbUOdnF0QFd4Agf3PQHss8MLTzRmSWuBdfC8NFFpU0uZF8ts2qhyfoNW9vzOO1GWuENo7cUjbkNO3iB4",
+	"4Mp57RnxBsrfvYeNWnOhApwbW0fZntnCotsCrl2EfjSWAAyeI+C2U9xO3/8EPPqH/3N5fNHpF65U632b",
+	"Ii6K0jB2IgGrFe8CiDomiaILBWVkkAPoQUSrJHkEDjn7KqdmH1B9ZUr/YDvyPQpRFm20Plc1ZC1z9nnl",
+	"NhysbuUF7N89mMaDSPyoRN1qms5d3p/F9PMRIhfxQs+0xZR+XLIPkq4sGuc9AvFWaQPhh8sc6/Hpwo7u",
+	"MJqb0EbvaSY/t7OEeOa5hxgZgmLEkqEF8dTMSJxKjjd09xLzMsryM1Ctef77x6By77InY2qssRGgNKyS",
+	"+pMQt9P79z7Zvz7voSmo9j7hH5/3PHhCUMYa7QOQE465ti0yGuiSAUXt4YoZeAG/Es3Mb8lis3rGuC19",
+	"e5h+dglgXTH4ZLH8oGK1FWZ+FTHKKmZGZkmmmLxdUcuQANZpZdtqCGcWMs4c8oZH3yCmnNckGlPs3qcb",
+	"tviMBJIxdHFWSfcNfF6cVKuJWDy+TWP9/HIRprUoFlouMA0WcNI8BJKCYgOL/GJzE5odo8Xofo5jjFZj",
+	"MUizUDZiXmrKPpKLn492X7x8VTSQs9VCVOHTDo0ZGISx7Av+gFl7VZlW5hbltlq93e/p7vjDp1cHoSaB",
+	"25FcNVRVZ46Uw1RPyX2KaU5ZgtwuaJhk8G03wElUJrT92rakWUb/XGoOU/AXdGFgBAm1NCGL8rSoqKJH",
+	"gaV8hANrqMyT5lOLJ9olRzAdFzUDQmNs8ISXqd3B5P5ReBYiXNe6pOBI6Mx2vlJYhI2YuIhwHQG3z7Ly",
+	"mdhZdlwhVspJmjhzCN2btknIgJ9SpXcBhXv35A1pYxdwKCKG6L0DrR12nLwgwz60Yd2FTIshFOpaCG65",
+	"IPsvieqSKw6FgXalA9eQIEUH1yxV8BbiztWOYX98qmEwc7zoQqMQi5aweGMGgM+yDwEzUAcpibMUIGum",
+	"VA+4bYrAaNDt9SvVMXb+C+gqGw7WbBL89OTNz46MtvnRX0GXaaB4aPZRI0nsFl2Xm919D6Zec+XLsOgW",
+	"wg8+2lGIqg5t5t0gIc5gKdAoLnDUpda+VbozRLoCzq4gfxGLOyE1xYMSrd7eZ7mjda6EYq+g3tS21AHa",
+	"N6RqPZ2L5S5+Vg73i1huqU+dzYd6fXw64NjU326cHWBH2f5+UFxvExF0qRViUUIPfvlOlxxxMkyTYQk3",
+	"GnPfzGUrP2p0PtuJBnONUovsADwXY01wSXbc25YczGaCYN/JwP0q99Z8IiM21L6zkSn74rGX4PpFrrtr",
+	"xYbeS2d88eK+OqNdo++FcOhpUXluO4fj1DGQiCWyiFAtZmkM9WleWLt3KC6pFVnrNMqtBeDeJ/jvWp/u",
+	"0t4/oR7V7JQrp3t/z9cy9LunGytxgVUvnxWghCAnang0z6j/RJ/W3Ik0iYhR3XeZiqlrfLWqz7MSHwlr",
+	"9Fu1o91KJ3NQzLWOj3ME7W3g8HBQ6A3pDlFPVzfwPc8WmDiGQAtQhm0xEiwCm1Ed+iQTd0zuxlQZHd9Y",
+	"PCoiSTpJbQAnoWrKVGQktAPtBa95XWDN/OfazdOqs6d2sfH6h0/7NX3XnzPa9+IfLtrnepasdSahH/xh",
+	"niQzSwBbvEkI76swu+oc7K8h0+M856t3dqUJqsU/W+4MBTYYgDpYNJOSmuf6ThVgn2asqet7ZmntpGgq",
+	"tfsLOCuak++Hp9Gn/L5spUw9KmEHiTozRLPw+4p1NsDkljYRCP5Fb/+pV4QbdV/n3/fPpfjhMgt4dMpJ",
+	"yqE3i88aU3MWN7q399DkzFh7I9d/9ctZcMcUKiSw4dnQrGqI1q2nd3Wi2Swi8ZTFkFXFXYdlIxj9UwMO",
+	"DyB28Egkiz7sqIZqNKoRPNG1lTPKMzyIqDMpJ0Pb+mwYDbjnIzahrpiE3Ik8SxAzzbdmbR/0ehauEypU",
+	"bQGMYGoAqI6gDfq6nBmNyMGLF/YH0BAJnSmUOwimnEfkoPe9fQSyrzlAgEWEZkpAL8+iLV65WRycJ8I0",
+	"OYsyVQCxpxl0IhrwVHeJzfuDpDL4earc/Y3APZViooKWlCv07fYJ9YAOA+7qtPBHCtGdi361irzs9brk",
+	"CPtPwevZEiDXObfNhR7wf7t4/y4iXNhzj0jPmNQzLAqjnOxHvV7Pt8Ml765OAdmSxuBv4ou7KZOsA2l1",
+	"lJhTsAfWJUOYBigJMrQIJbc0SxOvSPUxxQ269boKR6PTDrg1uWGAkOlc0GXriRm9+nKcvtLAMMBjoeUf",
+	"fO0bFkZFj2JY9Y7vVfgwPcfyyRz6qCJFgG5tadSBI7Z/hvbAZtpRnt0406vzpPzzk8z5WisY1ZjnlsmX",
+	"rg/VQ41djz4KJgl2H3U19amFVf3aFMvNT57nHKuwPtzrvDEx9Vmk5jbvUqdPQ0ago8MnyFWB4QtG9ZT+",
+	"PNf/tyZ/D1Jqy35gQ6l3hvuPvCuY3ccF9LA0ElgWxSa33iFt8W6LjHOj86gFj6dScGNTA5A8y6BU6+l5",
+	"2J693Huf8I/16ZqxLaZ5uhyk9QeN/UkfnsRmw9aew1mYaM/fXHbPNFVaVH13fzBOt/lR3PKH8cUlGvo6",
+	"GeWWW7GWrZZuwj856xfirGB6xLZAH1MUzBswnlCu1RdgnXu2FukfhvADSQ7QzN5DgvNkuYtNl/w6FUgl",
+	"UwtdXaEdNRV3fMBteTJu3I4qtbbokiNX1jSyqZZlNHHXM3TAIbcEzjxOVYHSoMCCHnKhr+2j12Mhr4vx",
+	"A5bdEZ7b015qu4Cv4l77PStd7cMlBBGYmymS6me/3rafycrZg0MBMosOV+juC1x3bLXyj37b0X8GqhJi",
+	"upIhvjhLhn/I234Oq//nZf86Ljuexua7vpkWvwAHALth75P5z+dSKYr9qyil2lD/5iuNnrayA6YBUL31",
+	"+WvLca1wbqqYqIdaYshjEiypSMyfTEqXbehbUKopNNetFhORti0Y69imWVkm7lgCWFn/a8y1qK5jzY5y",
+	"zRgx0BEh4kmvJovDtjRbk8Thguq9ENLQp/qaSttCyM6/XzM/rRRVbVjCftMl2DY9JXT2ACI79LtgWi4q",
+	"fSNcCzZNpS63UObso+4c+s4/gFwMSddgjdRlQpTw4++/qReYnAuljlhzF8zfLIHBeaBywFFwaWZkiDdu",
+	"CNnDeOWG4MuPpzm/Ie2EaoqpiIZNRJhOSTWFdG940PzRsShwQ2hGJRyAupuTcacCFBAMAEvgEsFD+4SX",
+	"OJzoYRGolpEy7+ux2JDP/Z677NI5xuWu7e5KcVdJ1O6TYZr0hxbH4c4mTg3h6f4QfUuLOYvIELYVHhxw",
+	"l79rjtBsL+ysGJN/u3j/rksucSyXXr2U+o1FGBSSxFfzvzHUh/nWyscXofsc0yTVHRKLGXMJI3CCnN2Z",
+	"RSgLGbWw2d2HtTnkA15OIn/vjt4iI/n2rv7wIYUcoziwH+4B3GBHFBHkkSs94Hb3CPONs4D8hp8GmKc1",
+	"aPXJoIWoJJAkCR8CMsmg9XkYlVoPw5WJM6GYqk02d4fRQAJ/RXnfD5a7WJ1Q1CusspLIFWkDdZRJxpAD",
+	"fBqVMF3NUcC1/zKZ4o8qZB+rkuB+zMkKnq840BRIe8R0FsDfW+nwjK1v29iVIULMFfOHR1GLBnypuVal",
+	"kUPHyWIVEZYpVhh99nM6ytjwcMBR+LkesU6kW86E+QAjBlDNznUJCRcDPoQfXFuolCEy4RKaKtvFZntG",
+	"jbk2KsJwSbgNeCLuXAUNFBqQthVe/XJ7Y0wRSSFNwznSOo5jIZwMeDRGNL4xHNM2vuhC6ggY2eU1YGYo",
+	"FzB22NaF/Xm6KKCb4HkM3XVhb6utfS1G7oNSxOyuQtU5gBF50EIKR33oSMd2/VSRDVy5bs+F8LUa2Y5y",
+	"wSzshsrm+hkMZqxi+8MwMmArFPMarx0XK2m3UOEIXbOtmFu5bPmMPeFdy/lFOuHP5lZaf9vyGftaPUqw",
+	"Nht4h8Q5XC6mCJa78ysPxFaC/8QAPNbo43XDZrkAy1d0+HUDPcM1sjP9Ye4RAoSgyZwCIWKOoG8H6qlE",
+	"C0Khcp4Yi6OofxtwLCl3/Y5Z0ida5mzo2tBiNToqFmg3Kt+D1gh4OuD+p3BvHaqgTY/skgaXfcCL2x4Q",
+	"rna6/xUX3t2ar/LG+97DeOVtzwmMVVq10bcaBSLEBh1RJYCZKnJ2dHVx/AZJwKXRLiMXPeYVd3u3vozp",
+	"wj+1rRn1GktwmtguUGLzpPUx7jU2F8n4bXmUShk/mmHfUJG1uU6mOJivu1jG7emTJiQv929qlJS8/+h0",
+	"8/gVH1+t+n8Byj9YnAASpC3Gs5GTlMRScIs86zpMkfYlm82FpNmOIp5fdJqT9EOY194n92cDPJ8KxW5C",
+	"83ljW4w80N2Fwxhdzk7uswdUqf7f/Hex/Y5FtcG9+lftPcvlKLswHp4R7kYqkiY9vpFOZwy6m8RG08PG",
+	"CTwh0IuUSfVVMtbNT7qtLXRdVzNVPelqk7sn4sThTnrPXB7SlNgACArU7WfizA+oxYNlllgDYHywLIGs",
+	"A6GY6+R/w7CjcypdA1tyaci+6GXF7DsDH/HBlDsm2bOz4b0RjW/GaZZ9JRbj6lUK6jQ/2FU/8V1y03wh",
+	"bBL3duuTdoCnVhKqvvarhEqLF6wunF7cK3yllJPfQOJGxrD+ULQz2+9FvV6vExGVQy8IVylh+12SOXSy",
+	"PHSN+hHFzNYgOxGOQQgPrcO/wNUDV9Ef696dmSX/I2krF1pYy99Z8KjxIQVikMi69MwN40KTmOaTqSb5",
+	"/PkpRpe6P/9haGap0/ATseqafsZP7AZrzqHr3WGug5iaijtjZHi3IrIxz7HSrx4N+cJGoqCAWtyRtnvF",
+	"hECbjVQRxWLBk02s+/lvVs7/gNz4Chf9j8WPvT8De/JCKNNj5BYEZe7Uk5JJuS17rcP10j30h/a3lvvc",
+	"r3W3uj15FG+rG2wLZ+vXgYa2wdPq2vM/paPVzvGF/KzuDf+3uVkLHJ7CzzoWEnPwlkD/8LEbZrFN5tT2",
+	"hGIOGLQERoE/cPeh83TQjG6KvU/2rwZu2DI5P7cX1q7y0MIG2xRETHhxUTc9lSKfTEE92mrf6t2xta/c",
+	"e44rdFnAyD50I9/z0lBfIahkqMCgwj3DCf6beydvlU9Z6ahZK+p/9U/9oWV9sFvpeqFvn3wkqe9Gw/x0",
+	"7E1NbOc/wKKm8TRyOkGngVJQ6Vb6legF1b20nVLRSZfOZjlkoXrwK/b3nGbOEKpuyI4ibQXgXqURI9/b",
+	"mSeADtbxJY4vej0HcUj9IIeEOif7AFC4IMMV8rVpUaziz6CM0fWit2+W6aWd7eQ/4A5ZLBYzl4LqIdHK",
+	"o4WBpdXUkeGTAUsXU3yhEMhq190wqy9IQAUI4NEBEZss6wiSYsoreEaw63PbUJXQMlco9cn1xNg+khOx",
+	"o8jyK0XkteBJHmshd7B3OdC0Ha3TnHfcQ8PyA+59cn820LEqt+GZlCzwfJpzDiQPtB162jhLJ1MdlTJj",
+	"IA/KWW6lUJcUd+qwMl6KLfYOegf32PJ65ax+r57/7gbu6gNrbVblYXEsX6XQ2/yk28ztcYNCl2nPbk0z",
+	"Zc1J3tZXoFGZ43WL7z64ixSTizCVVKGe/0kzZZrZ+2T/WotdtkQ8XwOjeSQOY+zBf1zWEjYob0unuKbz",
+	"ANZXv9g/+Pbgu29eHXy7CR7ekiS2iV/vI8ZHntKZYGZYx3Zwld0gE8E+8jOaMO9KMWro0dlJCDRe5Joo",
+	"FktWhc2y2xAiGOiwD/Syzmdqfv+0HlMzw5fyl8Lb1XtLD8kQNnDoevngDkcIioOBM8Fj9tyquIMfh/78",
+	"SCiHWBgD6zOrtXi+thWR4NliO7KoXCPfBLxOWz5nt+KmRCybVGV8/sGqMg5j2KXbghKm0D6GqLi4W8KW",
+	"anQnAg1HquwrTdZyrrGQM6pb/Vaew5N1XVKwXexmpQljWU8q7+oDTYZV2YUu86qjLCPSWoYsKZ6qii2z",
+	"+g1Cq6ZhM46My3uy+tfyJF+IFf3q2gYHWjW73f1yFn+pm3LKzQHGDBsk4uE2Pe6l3sj20Y3c5Q2Tq3Sw",
+	"2RqXyxv3gNTpjNHblE9IO5E05SzpFBuS+InUoSvVdZXqFmXBMKYRA9iOSlH8xn3zDafv3IvX7um2eh9u",
+	"JbRLDxyHR8KqxVf56fiSrHRvh6gbdOf3G2GL/foVIsIKLtuszz+aIpTI33KlySS9ZZxoMWF6yiQW81th",
+	"ZhuUckYsKNbFnMUIZZ8sdbGfZzTGthMgq/ENPdg9wL+ARyRRCCI0xz4oZhwes84hFGgkJOc3XNxxQGup",
+	"m8A2zfRzTGmRvhi0ZJg8cnu8oVlOCYxJ7ZjF1qHvpIlaK5SgG0NFOqVcvzpordepoT3TCf70xctX8LD9",
+	"Z/E0lZIunrg9U+m410kqT09jkfNn7yP9KyS1lmidA86qFrb3apneE1UioFRHRV8EmnzFvGHKqNQjRu8B",
+	"b1IauU7m/+xHfxpx78c/Z3MhazIRe08yXbYIC/hKdvgDpBSe0o4yzDAVSRqDAOJMAZackPoxiSpEGTiL",
+	"eiS6qGs2BEBKOBVp35n7Bq1gVqSRXQ7R9IapjmHemZio9T+BJ+wP6EhYQNN14gSTRoG1LuEegpsdS6oT",
+	"J3OgNY1vrwJiDbvqpCjSzoTSE8lUuX8P+PbNlzOmFJ0wF5Is6rZXRCmEGbHqnRyVWylZKLFRsbB26QWt",
+	"oMPSxLI821F9ctA7OAQ0BWN7pn6ombg1KzLff98hE6YRo8H1X0q5bW4KDWewhznW8AMwCgpiM5Pqkgtb",
+	"+e/7wOHWYMJhqsiUylnGlOoX5+8h/6xB7N7E0IitLEhRcK+cZrFH0TK0gAVfoVluWyTZT6HjPzkingNC",
+	"m22ZJozQTBj90H/TiUo4uoAC58nE7OJB7wCBuGaM2iZ3uNNm5aVjSBhFEL6Z0Yqg67ZVytsF2d2xUpFJ",
+	"J4RqYvaqpG48jRllJoHmQ8/e9KiYGvserWOzh1bErjZAum/LowdybSRy1Cud1rDjOLaydLusKIMSXCKx",
+	"1a5fj8rrzZJZnMtUL4CdjxiV5re/fTAMG4HnkNHnMmv1W1Ot5/29vf0X33Z73V53v/9d77seMHe7pE9O",
+	"ZwUwhs+R/7db6ip8JrQMwIhoqZvRTZpl+KHdncglTyCAmNkhHqeGS1rEMPh21i1hl8LAgRmvLGKM7/Ry",
+	"CHzLfMITkivr6ahCoIYGshEL6yCpRMsR2MLl1ZSGK9z9q+OdN68rL41YpGKvjnhWzZIsGgP4mDKwS1Up",
+	"a1/aR5u+9vnD5/8XAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

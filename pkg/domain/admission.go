@@ -318,8 +318,8 @@ type AdmissionLine struct {
 type Admission struct {
 	// Admit lists the candidates that take a slot now.
 	Admit []string
-	// Wait maps each candidate left waiting to its place in line (1 is
-	// first).
+	// Wait maps each candidate left waiting to its place in line once the
+	// admitted have left it (1 is first).
 	Wait map[string]int
 	// End lists the candidates that end ABORTED at once, reason
 	// AbortReasonConcurrency: over the limit under cancel_newest, or
@@ -360,8 +360,8 @@ func DecideAdmission(l AdmissionLine) Admission {
 			out.Admit = append(out.Admit, c.Run)
 		case l.Strategy == StrategyCancelNewest:
 			out.End = append(out.End, c.Run)
-		default:
-			out.Wait[c.Run] = c.Ahead + 1
+		default: // the runs admitted now were ahead of it: they leave the line
+			out.Wait[c.Run] = c.Ahead + 1 - len(out.Admit)
 		}
 	}
 	if l.Strategy == StrategyCancelInProgress {

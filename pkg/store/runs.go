@@ -407,7 +407,9 @@ func (s *core) updateRun(ctx context.Context, run *Run, up map[string]any, now t
 // every step that did not succeed) and writes a "run.restart_requested"
 // event, in one transaction that locks the run; a second request before the
 // scheduler acts replaces the first. Errors: ErrNotFound, ErrNotRestartable,
-// ErrUnknownStep (fromStep is no step of the spec), ErrAbortPending.
+// ErrUnknownStep (fromStep is no step of the spec), ErrAbortPending. A run
+// with a concurrency key gives up its slot (admitted_at): its restart is
+// admitted as a new run is.
 func (s Runs) RequestRestart(ctx context.Context, key domain.RunKey, fromStep string) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *Store) error {
@@ -426,8 +428,11 @@ func (s Runs) RequestRestart(ctx context.Context, key domain.RunKey, fromStep st
 		}
 		now := dbNow()
 		run.RestartRequestedAt, run.RestartFrom = &now, strPtr(fromStep)
-		return tx.updateRun(ctx, &run, map[string]any{"restart_requested_at": now, "restart_from": run.RestartFrom},
-			now, "run.restart_requested", map[string]any{"from_step": fromStep})
+		up := map[string]any{"restart_requested_at": now, "restart_from": run.RestartFrom}
+		if run.ConcurrencyKey != nil { // a restart waits for a slot as a new run does
+			run.AdmittedAt, up["admitted_at"] = nil, nil
+		}
+		return tx.updateRun(ctx, &run, up, now, "run.restart_requested", map[string]any{"from_step": fromStep})
 	})
 	return run, err
 }

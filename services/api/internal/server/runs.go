@@ -234,6 +234,9 @@ func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api
 	if err != nil {
 		return nil, err
 	}
+	if d.Run.PendingReason, err = h.livePendingReason(ctx, d.Run); err != nil {
+		return nil, fmt.Errorf("read the place in line of run %s: %w", key, err)
+	}
 	return api.GetRun200JSONResponse(toRun(d, outs)), nil
 }
 

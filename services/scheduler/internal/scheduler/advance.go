@@ -22,6 +22,9 @@ type Advance struct {
 	// placed is set when the advance bound every task it created
 	// (freshPlacement): no pass need place them.
 	placed bool
+	// after is what its admission, or the end of a run holding a
+	// concurrency slot, leaves for after the commit (finishAdmission).
+	after afterAdmission
 }
 
 // handleRun is the run:start and run:advance handler: it advances the run.
@@ -62,13 +65,15 @@ func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advanc
 	if err != nil {
 		return adv, fmt.Errorf("advance run %s: %w", key, err)
 	}
-	s.afterAdvance(adv)
+	s.afterAdvance(ctx, adv)
 	return adv, nil
 }
 
 // afterAdvance kicks a placement pass for started steps whose tasks are
-// not all bound yet, and counts ended runs.
-func (s *Scheduler) afterAdvance(adv Advance) {
+// not all bound yet, does what an admission left (finishAdmission) and
+// counts ended runs.
+func (s *Scheduler) afterAdvance(ctx context.Context, adv Advance) {
+	s.finishAdmission(ctx, adv.after)
 	if len(adv.Started) > 0 && !adv.placed {
 		s.Kick()
 	}
@@ -89,21 +94,45 @@ func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run
 
 // progressFrom is progress from the run's step actions as the caller knows
 // them (steps), or as read when steps is nil or the run restarts; later,
-// when not nil, gathers the plain task steps it starts (evaluateSteps).
+// when not nil, gathers the plain task steps it starts (evaluateSteps). A
+// run that waits for a slot of its concurrency key (waitsForSlot) is
+// admitted first (admit), and left as it is while it waits; a run that
+// holds one and is terminal afterwards lets its key's line move on.
 func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	later *taskStarts, now time.Time) (Advance, error) {
+	later *taskStarts, now time.Time) (adv Advance, err error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
+	if waitsForSlot(run) {
+		a, err := s.admit(ctx, tx, []*store.Run{&run}, now)
+		if err != nil {
+			return Advance{Phase: domain.Phase(run.Phase)}, err
+		}
+		if !a.admitted[key] {
+			adv := Advance{Phase: domain.Phase(run.Phase), after: a.after}
+			if a.ended[key] {
+				adv.Phase = domain.PhaseAborted
+			}
+			return adv, nil
+		}
+		defer func() { adv.after = a.after.with(adv.after) }()
+	}
+	if run.ConcurrencyKey != nil && run.AdmittedAt != nil {
+		defer func() {
+			if adv.Phase.IsTerminal() {
+				adv.after.lines = append(adv.after.lines,
+					store.ConcurrencyKey{Project: run.Project, Domain: run.Domain, Key: *run.ConcurrencyKey})
+			}
+		}()
+	}
 	if run.RestartRequestedAt != nil {
 		steps = nil // the restart changes them
 		if err := s.restart(ctx, tx, &run, now); err != nil {
 			return Advance{}, err
 		}
 	}
-	adv := Advance{Phase: domain.Phase(run.Phase)}
+	adv = Advance{Phase: domain.Phase(run.Phase)}
 	if adv.Phase.IsTerminal() {
 		return adv, nil
 	}
-	var err error
 	if steps == nil {
 		if steps, err = s.stepActions(ctx, tx, run, key); err != nil {
 			return adv, err

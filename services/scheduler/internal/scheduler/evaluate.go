@@ -370,7 +370,7 @@ func (s *Scheduler) afterEvaluation(ctx context.Context, ev Evaluation) {
 		s.enqueueAbort(ctx, *ev.AbortSurvivors)
 	}
 	if ev.Advance != nil {
-		s.afterAdvance(*ev.Advance)
+		s.afterAdvance(ctx, *ev.Advance)
 	}
 	s.wakeCacheWaiters(ctx, ev.Waiters)
 	if ev.needsPass() || !s.placedAll.Load() {

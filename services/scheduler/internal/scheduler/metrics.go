@@ -9,6 +9,11 @@ type metrics struct {
 	evaluated   *prometheus.CounterVec
 	runsEnded   *prometheus.CounterVec
 	passSeconds prometheus.Histogram
+	// admissions counts run admission decisions, by result (admitted,
+	// waiting, ended); concurrencyCancels the runs cancel_in_progress
+	// aborted.
+	admissions         *prometheus.CounterVec
+	concurrencyCancels prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -25,7 +30,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Run advances that found the run terminal, by phase."}, []string{"phase"}),
 		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_scheduler_pass_seconds",
 			Help: "Duration of a scheduling pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_admissions_total",
+			Help: "Admission decisions of runs with a concurrency key, by result."}, []string{"result"}),
+		concurrencyCancels: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_concurrency_cancels_total",
+			Help: "Runs in progress aborted by a newer run of their concurrency key (cancel_in_progress)."}),
 	}
-	reg.MustRegister(m.placed, m.preempted, m.timedOut, m.evaluated, m.runsEnded, m.passSeconds)
+	reg.MustRegister(m.placed, m.preempted, m.timedOut, m.evaluated, m.runsEnded, m.passSeconds, m.admissions,
+		m.concurrencyCancels)
 	return m
 }

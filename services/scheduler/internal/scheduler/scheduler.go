@@ -197,10 +197,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 // the end of a backoff) placement, after the expiry pass unless a kick
 // started it within Placement.ExpiryEvery of the last one (pass); on the
 // liveness tick the dead-worker pass, then placement if it requeued
-// anything; on the resync tick the resync.
+// anything; on the resync tick the resync; every Tick the sweep of the
+// concurrency lines (sweepLines).
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 	resync := time.NewTicker(s.cfg.Resync.Period)
 	defer resync.Stop()
+	lines := time.NewTicker(s.cfg.Tick)
+	defer lines.Stop()
 	live := time.NewTicker(s.cfg.Liveness.Tick)
 	defer live.Stop()
 	s.resync(ctx)
@@ -216,6 +219,9 @@ func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 				return
 			}
 			s.resync(ctx)
+		case <-lines.C:
+			s.sweepLines(ctx)
+			continue
 		case <-live.C:
 			if !l.Held(ctx) {
 				return

@@ -111,20 +111,24 @@ func (s *Scheduler) advanceRuns(ctx context.Context, keys []domain.RunKey) ([]Ad
 	advs := make([]*Advance, len(keys))
 	fp := s.freshPlacement()
 	defer fp.finish(ctx, false) // on a panic
+	var after afterAdmission
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		clear(advs)
-		return s.advanceLocked(ctx, tx, keys, advs, fp)
+		after = afterAdmission{}
+		return s.advanceLocked(ctx, tx, keys, advs, fp, &after)
 	})
 	fp.finish(ctx, err == nil)
 	if err != nil {
 		s.log.Warn("batched advance failed; each run advances on its own", "runs", len(keys), "err", err)
 		clear(advs)
+	} else {
+		s.finishAdmission(ctx, after)
 	}
 	out, errs := make([]Advance, len(keys)), make([]error, len(keys))
 	for i, adv := range advs {
 		if adv != nil {
 			out[i] = *adv
-			s.afterAdvance(*adv)
+			s.afterAdvance(ctx, *adv)
 			continue
 		}
 		out[i], errs[i] = s.advanceAlone(ctx, keys[i])
@@ -144,18 +148,21 @@ func (s *Scheduler) advanceRuns(ctx context.Context, keys []domain.RunKey) ([]Ad
 // run's rows. A repeated key, and a run held by another transaction, are
 // left to advanceAlone.
 func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []domain.RunKey, advs []*Advance,
-	fp *freshPlacement) error {
+	fp *freshPlacement, after *afterAdmission) error {
 	runs, locked, err := tx.Runs().TryLockRuns(ctx, keys, fp != nil)
 	if err != nil {
 		return fmt.Errorf("try to lock %d runs: %w", len(keys), err)
 	}
 	fp.lockedPlacement(locked)
+	now := time.Now().UTC()
+	if *after, err = s.admitLocked(ctx, tx, keys, runs, advs, now); err != nil {
+		return fmt.Errorf("admit runs: %w", err)
+	}
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmpKeys(keys[a], keys[b]) })
-	now := time.Now().UTC()
 	var fresh []store.FreshRun
 	var picked []int          // the index in keys of each of fresh
 	var phases []domain.Phase // the run phase each of fresh decided
@@ -177,6 +184,47 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 		advs[i] = &adv
 	}
 	return s.startFresh(ctx, tx, keys, advs, fresh, picked, phases, fp, now)
+}
+
+// admitLocked admits the runs of runs (locked by tx, the runs of keys)
+// that wait for a slot (waitsForSlot), together (admit): an admitted run
+// stays in runs, with its slot; every other leaves runs, its advance (in
+// advs, at its first index in keys) done: waiting, or ended ABORTED. It
+// returns what the admission leaves for after the commit.
+func (s *Scheduler) admitLocked(ctx context.Context, tx *store.Store, keys []domain.RunKey, runs map[domain.RunKey]store.Run,
+	advs []*Advance, now time.Time) (afterAdmission, error) {
+	var waiting []*store.Run
+	for _, run := range runs {
+		if waitsForSlot(run) {
+			waiting = append(waiting, &run)
+		}
+	}
+	if len(waiting) == 0 {
+		return afterAdmission{}, nil
+	}
+	sortRuns(waiting)
+	a, err := s.admit(ctx, tx, waiting, now)
+	if err != nil {
+		return afterAdmission{}, err
+	}
+	first := map[domain.RunKey]int{}
+	for i := len(keys) - 1; i >= 0; i-- {
+		first[keys[i]] = i
+	}
+	for _, run := range waiting {
+		k := runKey(*run)
+		if a.admitted[k] {
+			runs[k] = *run
+			continue
+		}
+		delete(runs, k)
+		adv := &Advance{Phase: domain.Phase(run.Phase)}
+		if a.ended[k] {
+			adv.Phase = domain.PhaseAborted
+		}
+		advs[first[k]] = adv
+	}
+	return a.after, nil
 }
 
 // startFresh expands and starts the fresh runs advanceLocked picked (fresh,
