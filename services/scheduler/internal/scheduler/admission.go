@@ -110,7 +110,9 @@ func (s *Scheduler) admit(ctx context.Context, tx *store.Store, runs []*store.Ru
 	for _, ck := range order {
 		l := lines[ck]
 		d := domain.DecideAdmission(*l)
-		at := func(name string) domain.RunKey { return domain.RunKey{Project: ck.Project, Domain: ck.Domain, Run: name} }
+		at := func(name string) domain.RunKey {
+			return domain.RunKey{Project: ck.Project, Domain: ck.Domain, Run: name}
+		}
 		for _, name := range d.Admit {
 			k := at(name)
 			admitted, out.admitted[k] = append(admitted, k), true
