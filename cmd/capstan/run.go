@@ -339,6 +339,9 @@ func printRun(w io.Writer, run *api.Run) {
 	if o := origin(run); o != "" {
 		fmt.Fprintln(w, o)
 	}
+	if run.PendingReason != nil {
+		fmt.Fprintf(w, "waiting: %s\n", *run.PendingReason)
+	}
 	if run.Params != nil && len(*run.Params) > 0 {
 		raw, _ := json.Marshal(*run.Params) // decoded JSON: it encodes
 		fmt.Fprintf(w, "params %s\n", raw)
