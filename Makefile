@@ -62,7 +62,7 @@ bench: deps ## benchmarks: a table of figures vs targets, and .data/bench/latest
 	@scripts/bench
 
 chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wiped, Postgres restarts (run it alone)
-	@set -o pipefail; CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos$$' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
+	@set -o pipefail; CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
 
 # staticcheck is pinned, with its checksums, by the tool directive of
 # tools/go.mod, a module go.work leaves out so that its dependencies never join

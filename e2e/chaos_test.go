@@ -109,12 +109,15 @@ type chaos struct {
 
 // submit creates a run, retrying through outages with the same name and
 // Idempotency-Key: a retried create must never make a second run.
-func (c *chaos) submit(name string, k chaosKind) {
+func (c *chaos) submit(name string, k chaosKind) { c.submitWith(name, k, nil) }
+
+// submitWith is submit with the run's params.
+func (c *chaos) submitWith(name string, k chaosKind, params *api.ParamValues) {
 	c.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := c.s.Client.CreateRunWithResponse(context.Background(), project, domain,
-			&api.CreateRunParams{IdempotencyKey: ptr(name)}, api.CreateRunRequest{Name: ptr(name), Spec: &k.spec})
+			&api.CreateRunParams{IdempotencyKey: ptr(name)}, api.CreateRunRequest{Name: ptr(name), Spec: &k.spec, Params: params})
 		if err == nil && (resp.StatusCode() == http.StatusCreated || resp.StatusCode() == http.StatusOK) {
 			c.mu.Lock()
 			c.kinds[name] = k
