@@ -446,3 +446,101 @@ func singleRunsPerSec() (rate float64, reason string) {
 	}
 	return s.Figures.Single.TasksPerS, ""
 }
+
+// BenchmarkConcurrencyKeys measures how many single-task runs (one noop
+// step) a stack of two executors of CAPSTAN_BENCH_SLOTS slots completes
+// per second when CAPSTAN_BENCH_KEYED_RUNS (20,000) runs spread over
+// CAPSTAN_BENCH_KEYS (1,000) concurrency keys with max_runs 1 are
+// submitted as fast as the api takes them: at most one run of a key holds
+// its slot at a time, the others wait in its line. The clock runs from the
+// first submission to the last run's ended_at. Target: ≥ 0.5 × the
+// single-task runs/s of BenchmarkThroughput in the same `make bench`
+// (declared after it so that it runs after it); without that figure met
+// is false, and the figures say why.
+func BenchmarkConcurrencyKeys(b *testing.B) {
+	runs, keys := envInt("CAPSTAN_BENCH_KEYED_RUNS", 20000), envInt("CAPSTAN_BENCH_KEYS", 1000)
+	r := benchStack(b, 2, envInt("CAPSTAN_BENCH_SLOTS", 100))
+	c := loadClient(b, r.Stack, 64)
+	spec := api.WorkflowSpec{Params: &[]api.Param{{Name: "ENV", Required: ptr(true)}},
+		Concurrency: &api.Concurrency{Key: "params.ENV", MaxRuns: 1},
+		Steps:       []api.Step{{Name: "noop", Plugin: ptr("noop")}}}
+	cpu := newCPUMeter(r)
+	profiled := r.Profile(b, "concurrency_keys", envDuration("CAPSTAN_BENCH_PROFILE_TIME", 10*time.Second))
+	start := time.Now()
+	submit := submitEach(b, runs, func(i int) error {
+		name := fmt.Sprintf("key-%d", i)
+		resp, err := c.CreateRunWithResponse(context.Background(), project, domain, nil, api.CreateRunRequest{Name: &name,
+			Spec: &spec, Params: &api.ParamValues{"ENV": fmt.Sprintf("k%04d", i%keys)}})
+		if err == nil && resp.JSON201 == nil {
+			err = fmt.Errorf("create %s: %d %s", name, resp.StatusCode(), resp.Body)
+		}
+		return err
+	})
+	waitRuns(b, r.db, runs, 15*time.Minute)
+	var last time.Time
+	var most int
+	if err := r.db.QueryRow(`SELECT max(ended_at) FROM runs`).Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	// Two runs of a key overlap when one took its slot before the other ended.
+	if err := r.db.QueryRow(`SELECT count(*) FROM runs a JOIN runs o ON a.concurrency_key = o.concurrency_key
+		AND a.name < o.name AND a.admitted_at < o.ended_at AND o.admitted_at < a.ended_at`).Scan(&most); err != nil {
+		b.Fatal(err)
+	}
+	usage := cpu.Stop()
+	profiled()
+	elapsed := last.Sub(start)
+	rate := float64(runs) / elapsed.Seconds()
+	b.ReportMetric(rate, "runs/s")
+	figures := map[string]any{"runs": runs, "keys": keys, "max_runs": 1, "elapsed_s": round(elapsed.Seconds(), 3),
+		"submit_s": round(submit.Seconds(), 3), "runs_per_s": round(rate, 1), "overlapping_pairs": most, "cpu": usage,
+		"peak_rss_mib": r.PeakRSS(), "slots_per_executor": envInt("CAPSTAN_BENCH_SLOTS", 100), "executors": 2}
+	result := fmt.Sprintf("%.0f runs/s over %d keys, %d overlapping pairs", rate, keys, most)
+	met := false
+	if single, reason := singleRunsPerSec(); reason != "" {
+		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
+		result += ", ratio unmeasured"
+	} else {
+		ratio := rate / single
+		figures["throughput_single_runs_per_s"], figures["ratio"] = round(single, 1), round(ratio, 3)
+		met = ratio >= 0.5 && most == 0
+		result += fmt.Sprintf(", %.2f × single-task runs/s (%.0f)", ratio, single)
+	}
+	report(b, "concurrency_keys", benchResult{Title: "Single-task runs over 1,000 concurrency keys, max_runs 1",
+		Result: result, Target: "runs/s ≥ 0.5 × single-task runs/s of throughput, no two runs of a key overlapping",
+		Met: met, Figures: figures})
+}
+
+// submitEach calls create(i) for i in [0, runs) from
+// CAPSTAN_BENCH_SUBMITTERS (16) goroutines and returns how long that took.
+// Any error fails tb.
+func submitEach(tb testing.TB, runs int, create func(i int) error) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	next := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range envInt("CAPSTAN_BENCH_SUBMITTERS", 16) {
+		wg.Go(func() {
+			for i := range next {
+				if err := create(i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range runs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		tb.Fatalf("submit: %v", err)
+	default:
+	}
+	return time.Since(start)
+}

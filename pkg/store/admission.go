@@ -124,16 +124,16 @@ func (s Runs) Lines(ctx context.Context, candidates []domain.RunKey) (cands, hol
 }
 
 // SetAdmission records an admission decision of runs the caller locked:
-// admitted take their slot at now (admitted_at, pending_reason cleared),
+// admitted take their slot (admitted_at, the statement's clock time: later
+// than the end of every run whose slot it takes; pending_reason cleared),
 // and each run of waiting (run → reason) gets its pending_reason. Errors:
 // Postgres's.
-func (s Runs) SetAdmission(ctx context.Context, admitted []domain.RunKey, waiting map[domain.RunKey]string,
-	now time.Time) error {
+func (s Runs) SetAdmission(ctx context.Context, admitted []domain.RunKey, waiting map[domain.RunKey]string) error {
 	if len(admitted) > 0 {
 		projects, domains, names := runKeyArrays(admitted)
-		if err := s.exec(ctx, `UPDATE runs SET admitted_at = ?, pending_reason = NULL
+		if err := s.exec(ctx, `UPDATE runs SET admitted_at = clock_timestamp(), pending_reason = NULL
 			WHERE (project, domain, name) IN (SELECT * FROM unnest(CAST(CAST(? AS text) AS text[]),
-				CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[])))`, now, projects, domains, names).Error; err != nil {
+				CAST(CAST(? AS text) AS text[]), CAST(CAST(? AS text) AS text[])))`, projects, domains, names).Error; err != nil {
 			return mapErr(err)
 		}
 	}

@@ -25,7 +25,14 @@ func waitsForSlot(run store.Run) bool {
 type afterAdmission struct {
 	aborts []domain.ActionKey
 	cancel []domain.RunKey
-	lines  []store.ConcurrencyKey
+	lines  []lineKick
+}
+
+// lineKick asks for the first n runs waiting in the line of key to be
+// started: n slots of it may be free.
+type lineKick struct {
+	key store.ConcurrencyKey
+	n   int
 }
 
 // with returns a and b together.
@@ -128,14 +135,14 @@ func (s *Scheduler) admit(ctx context.Context, tx *store.Store, runs []*store.Ru
 		for _, name := range d.Cancel {
 			out.after.cancel = append(out.after.cancel, at(name))
 		}
-		if len(d.Wait) > 0 && len(d.Admit) < l.MaxRuns-len(l.Holders) {
-			out.after.lines = append(out.after.lines, ck) // a run ahead, not among runs, may take a slot
+		if free := l.MaxRuns - len(l.Holders) - len(d.Admit); len(d.Wait) > 0 && free > 0 {
+			out.after.lines = append(out.after.lines, lineKick{ck, free}) // runs ahead, not among runs, may take them
 		}
 	}
 	s.metrics.admissions.WithLabelValues("admitted").Add(float64(len(admitted)))
 	s.metrics.admissions.WithLabelValues("waiting").Add(float64(len(reasons)))
 	s.metrics.admissions.WithLabelValues("ended").Add(float64(len(out.ended)))
-	if err := tx.Runs().SetAdmission(ctx, admitted, reasons, now); err != nil {
+	if err := tx.Runs().SetAdmission(ctx, admitted, reasons); err != nil {
 		return out, fmt.Errorf("record the admission of %d runs: %w", len(cands), err)
 	}
 	slices.SortFunc(out.after.aborts, func(a, b domain.ActionKey) int { return cmpKeys(a.RunKey, b.RunKey) })
@@ -170,19 +177,15 @@ func (s *Scheduler) finishAdmission(ctx context.Context, a afterAdmission) {
 			s.enqueueAbort(ctx, root)
 		}
 	}
-	for _, ck := range a.lines {
-		s.kickLine(ctx, ck, 0)
+	for _, k := range a.lines {
+		s.kickLine(ctx, k.key, k.n)
 	}
 }
 
-// kickLine pushes run:start of the first runs waiting in ck's line (n of
-// them; 0: as many as its max_runs, read from the first's spec, allows):
-// each is admitted or left waiting by its own advance.
+// kickLine pushes run:start of the first n runs waiting in ck's line (at
+// most maxKick): each is admitted or left waiting by its own advance.
 func (s *Scheduler) kickLine(ctx context.Context, ck store.ConcurrencyKey, n int) {
-	if n <= 0 {
-		n = maxKick
-	}
-	keys, err := s.store.Runs().KeyWaiters(ctx, ck, n)
+	keys, err := s.store.Runs().KeyWaiters(ctx, ck, min(n, maxKick))
 	if err != nil {
 		s.log.Warn("read the line of a concurrency key failed; the sweep starts it", "key", ck.Key, "err", err)
 		return
@@ -192,8 +195,7 @@ func (s *Scheduler) kickLine(ctx context.Context, ck store.ConcurrencyKey, n int
 	}
 }
 
-// maxKick bounds the runs one kickLine starts: the admission decides which
-// take a slot, and the sweep starts more.
+// maxKick bounds the runs one kickLine starts; the sweep starts more.
 const maxKick = 16
 
 // enqueueStart pushes run:start of a waiting run; a failed push is healed by

@@ -118,8 +118,8 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 	if run.ConcurrencyKey != nil && run.AdmittedAt != nil {
 		defer func() {
 			if adv.Phase.IsTerminal() {
-				adv.after.lines = append(adv.after.lines,
-					store.ConcurrencyKey{Project: run.Project, Domain: run.Domain, Key: *run.ConcurrencyKey})
+				adv.after.lines = append(adv.after.lines, lineKick{n: 1, // the slot it held
+					key: store.ConcurrencyKey{Project: run.Project, Domain: run.Domain, Key: *run.ConcurrencyKey}})
 			}
 		}()
 	}
