@@ -17,7 +17,9 @@ func TestDecideAdmission(t *testing.T) {
 	h := func(run string, newer int, stopping bool) domain.LineRun {
 		return domain.LineRun{Run: run, Newer: newer, Stopping: stopping}
 	}
-	c := func(run string, ahead, newer int) domain.LineRun { return domain.LineRun{Run: run, Ahead: ahead, Newer: newer} }
+	c := func(run string, ahead, newer int) domain.LineRun {
+		return domain.LineRun{Run: run, Ahead: ahead, Newer: newer}
+	}
 	for _, tc := range []struct {
 		name string
 		line domain.AdmissionLine
