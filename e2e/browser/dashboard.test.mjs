@@ -229,6 +229,23 @@ async function scenario(page) {
 
   await step("a template's run shows its origin; the Workflows page lists the template with its params", () => templates(page));
 
+  await step("a run waiting for its concurrency key shows why; the Concurrency page shows the key's holder and line", async () => {
+    const keyed = {concurrency: {key: '"deploy"', max_runs: 1}, steps: [{name: 'deploy', command: waitFile('go')}]};
+    await createRun('deploy-1', keyed);
+    await createRun('deploy-2', keyed);
+    await page.evaluate(() => { location.hash = '#/runs/deploy-2'; });
+    await page.locator('#run-waiting', {hasText: 'concurrency key "deploy": 1st in line for 1 slot'}).waitFor();
+    await page.click('[data-nav="concurrency"]');
+    const row = page.locator('tbody#keys tr[data-key="deploy"]');
+    await row.locator('a', {hasText: 'deploy-1'}).waitFor();
+    await row.locator('a', {hasText: 'deploy-2'}).waitFor();
+    assert.match(await row.innerText(), /1\/1/, 'one slot of one is held');
+    await shot(page, '9b-concurrency');
+    touch('deploy-1', 'go');
+    touch('deploy-2', 'go');
+    await page.locator('tbody#keys', {hasText: 'No key is held or waited for.'}).waitFor();
+  });
+
   await step('workers and aborts pages', async () => {
     await page.click('[data-nav="workers"]');
     await page.locator('tbody#workers tr[data-worker]').nth(1).waitFor();

@@ -6,6 +6,7 @@
 //   #/workflows/{name}[/versions/{v}]  template page (a version, its params and spec, every version)
 //   #/schedules                schedules list
 //   #/schedules/{name}         schedule page (next times, recent runs, pause/unpause/trigger)
+//   #/concurrency              the slot ledger (concurrency keys, holders, waiters)
 //   #/workers  #/aborts
 // Each page module exports mount(view, params) → unmount function.
 
@@ -19,6 +20,7 @@ import * as workflows from './workflows.js';
 import * as workflow from './workflow.js';
 import * as schedules from './schedules.js';
 import * as schedule from './schedule.js';
+import * as concurrency from './concurrency.js';
 
 const routes = [
   [/^#\/runs\/([^/]+)\/actions\/([^/]+)$/, action, (m) => ({run: decodeURIComponent(m[1]), action: decodeURIComponent(m[2])})],
@@ -28,6 +30,7 @@ const routes = [
   [/^#\/workflows$/, workflows, () => ({})],
   [/^#\/schedules\/([^/]+)$/, schedule, (m) => ({schedule: decodeURIComponent(m[1])})],
   [/^#\/schedules$/, schedules, () => ({})],
+  [/^#\/concurrency$/, concurrency, () => ({})],
   [/^#\/workers$/, workers, () => ({})],
   [/^#\/aborts$/, aborts, () => ({})],
   [/^#\/runs(\?.*)?$/, runs, () => ({})],

@@ -16,7 +16,7 @@ const COMMENT = '<label>Comment<br><textarea name="comment" id="confirm-comment"
 
 export function mount(view, {run: name}) {
   const path = `${base()}/runs/${enc(name)}`;
-  view.innerHTML = `<h2 id="run-title"></h2><p id="run-origin"></p><p id="run-params" class="kv"></p><p id="run-meta" class="muted"></p>
+  view.innerHTML = `<h2 id="run-title"></h2><p id="run-origin"></p><p id="run-params" class="kv"></p><p id="run-waiting" class="pending-reason"></p><p id="run-meta" class="muted"></p>
     <p class="controls" id="run-controls"></p>
     <div class="graph" id="run-graph"></div>
     <h3>Timeline</h3><div class="timeline" id="run-timeline"></div>
@@ -49,6 +49,7 @@ function draw(view, run) {
   q('run-title').innerHTML = `${esc(run.name)} <span id="run-phase">${badge(run.phase)}</span>${run.suspended ? ' <span class="muted">(suspended)</span>' : ''}`;
   q('run-origin').innerHTML = 'from ' + originHTML(run);
   q('run-params').innerHTML = run.params && Object.keys(run.params).length ? 'params ' + paramsHTML(run.params) : '';
+  q('run-waiting').innerHTML = run.pending_reason ? `waiting: ${esc(run.pending_reason)} · <a href="#/concurrency">slots</a>` : '';
   q('run-controls').innerHTML = runButtons(run);
   q('run-graph').innerHTML = drawGraph(run);
   const acts = new Map(run.actions.map((a) => [a.name, a]));
