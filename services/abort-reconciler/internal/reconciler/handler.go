@@ -150,6 +150,9 @@ func (r *Reconciler) finish(ctx context.Context, j job, count int, rd round, out
 		return nil
 	}
 	r.metrics.delivered.WithLabelValues(j.kind()).Inc()
+	if aj, ok := j.(actionJob); ok {
+		r.advanceRun(ctx, aj.key.RunKey)
+	}
 	r.log.Info("abort delivered", "kind", j.kind(), "key", j.taskID(), "attempts", count, "killed", rd.killed,
 		"already_terminated", rd.gone)
 	return nil

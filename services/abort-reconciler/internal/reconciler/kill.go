@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"github.com/capstan-run/capstan/pkg/domain"
 
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -55,6 +56,17 @@ func (r *Reconciler) evaluate(ctx context.Context, id int64) {
 	err := r.enq.Enqueue(ctx, queue.NewTaskEvaluateTask(id), asynq.Queue(r.cfg.SchedulerQueue))
 	if err != nil {
 		r.log.Warn("enqueue attempt evaluation failed; the scheduler's scan will evaluate it", "attempt_id", id,
+			"err", err)
+	}
+}
+
+// advanceRun asks the scheduler to advance a run whose abort was just
+// delivered: its processes are gone, so a concurrency slot it held is free
+// and the scheduler starts the next run in its key's line. A lost push is
+// healed by the scheduler's sweep of the lines.
+func (r *Reconciler) advanceRun(ctx context.Context, key domain.RunKey) {
+	if err := r.enq.Enqueue(ctx, queue.NewRunAdvanceTask(key), asynq.Queue(r.cfg.SchedulerQueue)); err != nil {
+		r.log.Warn("enqueue run advance failed; the scheduler's sweep starts the next run of its line", "run", key.String(),
 			"err", err)
 	}
 }
