@@ -321,10 +321,13 @@ func (s Runs) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Phase
 		Updates(up).Error)
 }
 
-// UnfinishedRuns returns the keys of runs not yet terminal, oldest first.
+// UnfinishedRuns returns the keys of runs not yet terminal, oldest first,
+// but for runs waiting for a concurrency slot: the sweep of the lines
+// (LineHeads) starts those, and a long line must not fill the limit.
 func (s Runs) UnfinishedRuns(ctx context.Context, limit int) ([]domain.RunKey, error) {
 	var rows []Run
-	if err := s.q(ctx).Select("project, domain, name").Where("ended_at IS NULL").Order("created_at").Limit(limit).
+	if err := s.q(ctx).Select("project, domain, name").
+		Where("ended_at IS NULL AND NOT (concurrency_key IS NOT NULL AND admitted_at IS NULL)").Order("created_at").Limit(limit).
 		Find(&rows).Error; err != nil {
 		return nil, mapErr(err)
 	}
