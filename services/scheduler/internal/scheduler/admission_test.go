@@ -91,7 +91,9 @@ func TestAdmissionQueue(t *testing.T) {
 	require.False(t, admitted, "r1's processes may still run")
 	ledger, err = f.st.Runs().ConcurrencyLedger(ctx, "p", "d")
 	require.NoError(t, err)
-	require.True(t, ledger[0].Holders[0].Stopping, "r1 holds its slot while it stops")
+	for _, h := range ledger[0].Holders {
+		require.Equal(t, h.Run == "r1", h.Stopping, "r1 holds its slot while it stops; r2 runs")
+	}
 
 	require.NoError(t, f.st.Aborts().ClearAbortRequest(ctx, root, store.AbortDelivered))
 	heads, err = f.st.Runs().LineHeads(ctx, 100)
@@ -162,4 +164,45 @@ func runRow(t *testing.T, f *runFixture, key domain.RunKey) store.Run {
 	d, err := f.st.Runs().GetRun(context.Background(), key)
 	require.NoError(t, err)
 	return d.Run
+}
+
+// TestAdmissionRestart: a restart of a run with a concurrency key gives up
+// its slot and is admitted again as a new run is: it waits while another
+// run holds the key.
+func TestAdmissionRestart(t *testing.T) {
+	t.Parallel()
+	f := newRunFixture(t, domain.Table{0})
+	ctx := context.Background()
+	stop := func(key domain.RunKey) {
+		t.Helper()
+		root := key.Action(domain.RootActionName)
+		_, err := f.st.Aborts().AbortAction(ctx, root, "stop", store.CauseAborted)
+		require.NoError(t, err)
+		require.NoError(t, f.st.Aborts().ClearAbortRequest(ctx, root, store.AbortDelivered))
+	}
+	r1 := f.newKeyedRun(t, "r1", "k", 1, "")
+	_, err := f.s.advance(ctx, r1)
+	require.NoError(t, err)
+	stop(r1)
+	r2 := f.newKeyedRun(t, "r2", "k", 1, "")
+	_, err = f.s.advance(ctx, r2)
+	require.NoError(t, err)
+	admitted, _, _ := f.admittedRun(t, r2)
+	require.True(t, admitted, "r1 ended: its slot is free")
+
+	_, err = f.st.Runs().RequestRestart(ctx, r1, "")
+	require.NoError(t, err)
+	_, err = f.s.advance(ctx, r1)
+	require.NoError(t, err)
+	admitted, phase, reason := f.admittedRun(t, r1)
+	require.False(t, admitted)
+	require.Equal(t, domain.PhaseAborted, phase, "the restart waits, not applied")
+	require.Equal(t, domain.WaitReason("k", 1, 1), reason)
+
+	stop(r2)
+	_, err = f.s.advance(ctx, r1)
+	require.NoError(t, err)
+	admitted, phase, _ = f.admittedRun(t, r1)
+	require.True(t, admitted)
+	require.Equal(t, domain.PhaseRunning, phase, "restarted once the slot is free")
 }
