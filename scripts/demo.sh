@@ -5,7 +5,8 @@
 # then the standard library's TODO/FIXME notes (outputs passed as inputs, a
 # condition over an output, an always clean-up) with its report, and a
 # cached step run twice (the second time a cache hit), then a workflow
-# template run by name with typed params and a schedule of it.
+# template run by name with typed params and a schedule of it, then deploys
+# that take turns on a concurrency key.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -88,7 +89,19 @@ done
 $capstan schedule get stdlib-todo-hourly
 
 echo
-echo "== 6. what the scheduler's /metrics show (counted at most every 10s: CAPSTAN_METRICS_REFRESH)"
+echo "== 6. examples/deploy-per-environment.yaml: one deploy at a time per environment (a concurrency key)"
+first=$($capstan run create -f examples/deploy-per-environment.yaml --param ENV=prod)
+second=$($capstan run create -f examples/deploy-per-environment.yaml --param ENV=prod)
+other=$($capstan run create -f examples/deploy-per-environment.yaml --param ENV=staging)
+$capstan run wait "$first" --until-step deploy=RUNNING --timeout 2m >/dev/null
+echo "runs $first and $other deploy; $second waits for prod's slot:"
+$capstan run get "$second" | head -3
+$capstan concurrency list
+for r in "$first" "$second" "$other"; do $capstan run wait "$r" --timeout 2m >/dev/null; done
+echo "all three SUCCEEDED; $second started after $first ended"
+
+echo
+echo "== 7. what the scheduler's /metrics show (counted at most every 10s: CAPSTAN_METRICS_REFRESH)"
 curl -fsS http://127.0.0.1:9091/metrics |
   grep -E '^capstan_(actions_active|tasks_active|workers|queue_latency_seconds)\{' | grep -v ' 0$' || true
 
