@@ -156,7 +156,9 @@ func (s Runs) SetAdmission(ctx context.Context, admitted []domain.RunKey, waitin
 // LineHeads returns up to limit runs waiting first in the line of a key
 // with fewer unfinished admitted runs than its max_runs (the head's spec),
 // and at most n of each key, n being its free slots: the runs a sweep asks
-// to start (the admission decides). A key whose slots a stopping run
+// to start (the admission decides). Keys take turns (Hatchet's
+// GROUP_ROUND_ROBIN): the first waiter of every key comes before the
+// second of any, then by age. A key whose slots a stopping run
 // holds is returned too; its head is then left waiting. Errors:
 // Postgres's.
 func (s Runs) LineHeads(ctx context.Context, limit int) ([]domain.RunKey, error) {
@@ -168,10 +170,11 @@ func (s Runs) LineHeads(ctx context.Context, limit int) ([]domain.RunKey, error)
 				AND h.admitted_at IS NOT NULL AND h.ended_at IS NULL), 0) AS free
 			FROM k CROSS JOIN LATERAL (SELECT r.spec FROM runs r WHERE (r.project, r.domain, r.concurrency_key) = (k.project, k.domain, k.key)
 				AND `+waitingWhere+` ORDER BY r.created_at, r.name LIMIT 1) hd)
-		SELECT w.project, w.domain, w.name AS run FROM f CROSS JOIN LATERAL (SELECT r.project, r.domain, r.name FROM runs r
+		SELECT w.project, w.domain, w.name AS run FROM f CROSS JOIN LATERAL (SELECT r.project, r.domain, r.name, r.created_at,
+				row_number() OVER (ORDER BY r.created_at, r.name) AS place FROM runs r
 			WHERE (r.project, r.domain, r.concurrency_key) = (f.project, f.domain, f.key) AND `+waitingWhere+`
 			ORDER BY r.created_at, r.name LIMIT f.free) w
-		WHERE f.free > 0 LIMIT ?`, limit).Scan(&keys).Error
+		WHERE f.free > 0 ORDER BY w.place, w.created_at LIMIT ?`, limit).Scan(&keys).Error
 	return keys, mapErr(err)
 }
 

@@ -206,3 +206,16 @@ func TestAdmissionRestart(t *testing.T) {
 	require.True(t, admitted)
 	require.Equal(t, domain.PhaseRunning, phase, "restarted once the slot is free")
 }
+
+// TestLineHeadsTakeTurns: the sweep starts as many of each line as it has
+// free slots, the first of every key before the second of any.
+func TestLineHeadsTakeTurns(t *testing.T) {
+	t.Parallel()
+	f := newRunFixture(t, domain.Table{0})
+	a1, a2 := f.newKeyedRun(t, "a1", "a", 2, ""), f.newKeyedRun(t, "a2", "a", 2, "")
+	f.newKeyedRun(t, "a3", "a", 2, "")
+	b1, b2 := f.newKeyedRun(t, "b1", "b", 2, ""), f.newKeyedRun(t, "b2", "b", 2, "")
+	heads, err := f.st.Runs().LineHeads(context.Background(), 100)
+	require.NoError(t, err)
+	require.Equal(t, []domain.RunKey{a1, b1, a2, b2}, heads)
+}
