@@ -972,6 +972,33 @@ type PushWorkflowRequest struct {
 	Spec   WorkflowSpec `json:"spec"`
 }
 
+// RateLimit defines model for RateLimit.
+type RateLimit struct {
+	CreatedAt time.Time `json:"created_at"`
+	Limit     int       `json:"limit"`
+	Name      string    `json:"name"`
+
+	// Per 1s, 1m or 1h.
+	Per       string    `json:"per"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// RateLimitList defines model for RateLimitList.
+type RateLimitList struct {
+	// NextCursor Absent on the last page.
+	NextCursor *string     `json:"next_cursor,omitempty"`
+	RateLimits []RateLimit `json:"rate_limits"`
+}
+
+// RateLimitRequest defines model for RateLimitRequest.
+type RateLimitRequest struct {
+	// Limit Tokens per period, 1 to 1000000: the bucket's capacity and refill.
+	Limit *int `json:"limit,omitempty"`
+
+	// Per The period: 1s, 1m or 1h.
+	Per *string `json:"per,omitempty"`
+}
+
 // RateLimitUse Tokens each task of the step takes from a rate limit of the project when it is placed.
 type RateLimitUse struct {
 	// Key A CEL string expression over params, ITEM and index: each value has a bucket of its own; absent, the limit's one bucket.
@@ -1608,6 +1635,13 @@ type ListWorkflowsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListRateLimitsParams defines parameters for ListRateLimits.
+type ListRateLimitsParams struct {
+	// Cursor The next_cursor of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // GetWorkerAttemptsParams defines parameters for GetWorkerAttempts.
 type GetWorkerAttemptsParams struct {
 	// Ids The attempts' ids.
@@ -1667,6 +1701,9 @@ type CreateTriggerJSONRequestBody = CreateTriggerRequest
 
 // PushWorkflowJSONRequestBody defines body for PushWorkflow for application/json ContentType.
 type PushWorkflowJSONRequestBody = PushWorkflowRequest
+
+// PutRateLimitJSONRequestBody defines body for PutRateLimit for application/json ContentType.
+type PutRateLimitJSONRequestBody = RateLimitRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -2228,6 +2265,35 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRateLimits List the project's rate limits by name with cursor pagination.
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+	ListRateLimits(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	//
+	// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+	DeleteRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRateLimit One rate limit.
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+	GetRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutRateLimitWithBody Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimitWithBody(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimit(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens Every token made through the API, newest first, without secrets.
 	//
@@ -3382,6 +3448,85 @@ func (c *Client) ListWorkflowVersions(ctx context.Context, project Project, doma
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 func (c *Client) GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkflowVersionRequest(c.Server, project, domain, workflow, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRateLimits List the project's rate limits by name with cursor pagination.
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+func (c *Client) ListRateLimits(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRateLimitsRequest(c.Server, project, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+//
+// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+func (c *Client) DeleteRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteRateLimitRequest(c.Server, project, rateLimit)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRateLimit One rate limit.
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+func (c *Client) GetRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRateLimitRequest(c.Server, project, rateLimit)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutRateLimitWithBody Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *Client) PutRateLimitWithBody(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutRateLimitRequestWithBody(c.Server, project, rateLimit, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *Client) PutRateLimit(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutRateLimitRequest(c.Server, project, rateLimit, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6176,6 +6321,215 @@ func NewGetWorkflowVersionRequest(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewListRateLimitsRequest constructs an http.Request for the ListRateLimits method
+func NewListRateLimitsRequest(server string, project Project, params *ListRateLimitsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteRateLimitRequest constructs an http.Request for the DeleteRateLimit method
+func NewDeleteRateLimitRequest(server string, project Project, rateLimit Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rate_limit", rateLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRateLimitRequest constructs an http.Request for the GetRateLimit method
+func NewGetRateLimitRequest(server string, project Project, rateLimit Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rate_limit", rateLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutRateLimitRequest calls the generic PutRateLimit builder with application/json body
+func NewPutRateLimitRequest(server string, project Project, rateLimit Name, body PutRateLimitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutRateLimitRequestWithBody(server, project, rateLimit, "application/json", bodyReader)
+}
+
+// NewPutRateLimitRequestWithBody constructs an http.Request for the PutRateLimit method, with any body, and a specified content type
+func NewPutRateLimitRequestWithBody(server string, project Project, rateLimit Name, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rate_limit", rateLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTokensRequest constructs an http.Request for the ListTokens method
 func NewListTokensRequest(server string) (*http.Request, error) {
 	var err error
@@ -7099,6 +7453,41 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersionWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*GetWorkflowVersionResponse, error)
+
+	// ListRateLimitsWithResponse List the project's rate limits by name with cursor pagination.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+	ListRateLimitsWithResponse(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*ListRateLimitsResponse, error)
+
+	// DeleteRateLimitWithResponse Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+	DeleteRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*DeleteRateLimitResponse, error)
+
+	// GetRateLimitWithResponse One rate limit.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+	GetRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*GetRateLimitResponse, error)
+
+	// PutRateLimitWithBodyWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimitWithBodyWithResponse(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error)
+
+	// PutRateLimitWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error)
 
 	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
 	//
@@ -9368,6 +9757,205 @@ func (r GetWorkflowVersionResponse) ContentType() string {
 	return ""
 }
 
+type ListRateLimitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRateLimitsResponse) GetJSON200() *RateLimitList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRateLimitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRateLimitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRateLimitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRateLimitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteRateLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteRateLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteRateLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteRateLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteRateLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetRateLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimit
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRateLimitResponse) GetJSON200() *RateLimit {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRateLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRateLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRateLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRateLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutRateLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimit
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *RateLimit
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutRateLimitResponse) GetJSON200() *RateLimit {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PutRateLimitResponse) GetJSON201() *RateLimit {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r PutRateLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutRateLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutRateLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutRateLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10681,6 +11269,71 @@ func (c *ClientWithResponses) GetWorkflowVersionWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseGetWorkflowVersionResponse(rsp)
+}
+
+// ListRateLimitsWithResponse List the project's rate limits by name with cursor pagination.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+func (c *ClientWithResponses) ListRateLimitsWithResponse(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*ListRateLimitsResponse, error) {
+	rsp, err := c.ListRateLimits(ctx, project, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRateLimitsResponse(rsp)
+}
+
+// DeleteRateLimitWithResponse Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+func (c *ClientWithResponses) DeleteRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*DeleteRateLimitResponse, error) {
+	rsp, err := c.DeleteRateLimit(ctx, project, rateLimit, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteRateLimitResponse(rsp)
+}
+
+// GetRateLimitWithResponse One rate limit.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+func (c *ClientWithResponses) GetRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*GetRateLimitResponse, error) {
+	rsp, err := c.GetRateLimit(ctx, project, rateLimit, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRateLimitResponse(rsp)
+}
+
+// PutRateLimitWithBodyWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *ClientWithResponses) PutRateLimitWithBodyWithResponse(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error) {
+	rsp, err := c.PutRateLimitWithBody(ctx, project, rateLimit, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutRateLimitResponse(rsp)
+}
+
+// PutRateLimitWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *ClientWithResponses) PutRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error) {
+	rsp, err := c.PutRateLimit(ctx, project, rateLimit, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutRateLimitResponse(rsp)
 }
 
 // ListTokensWithResponse Every token made through the API, newest first, without secrets.
@@ -12413,6 +13066,148 @@ func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionRes
 	return response, nil
 }
 
+// ParseListRateLimitsResponse parses an HTTP response from a ListRateLimitsWithResponse call
+func ParseListRateLimitsResponse(rsp *http.Response) (*ListRateLimitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRateLimitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteRateLimitResponse parses an HTTP response from a DeleteRateLimitWithResponse call
+func ParseDeleteRateLimitResponse(rsp *http.Response) (*DeleteRateLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteRateLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRateLimitResponse parses an HTTP response from a GetRateLimitWithResponse call
+func ParseGetRateLimitResponse(rsp *http.Response) (*GetRateLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRateLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutRateLimitResponse parses an HTTP response from a PutRateLimitWithResponse call
+func ParsePutRateLimitResponse(rsp *http.Response) (*PutRateLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutRateLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest RateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
 func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12844,6 +13639,18 @@ type ServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx echo.Context, project Project, domain Domain, workflow WorkflowName, version int) error
+	// ListRateLimits List the project's rate limits by name with cursor pagination.
+	// (GET /v1/projects/{project}/rate-limits)
+	ListRateLimits(ctx echo.Context, project Project, params ListRateLimitsParams) error
+	// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	// (DELETE /v1/projects/{project}/rate-limits/{rate_limit})
+	DeleteRateLimit(ctx echo.Context, project Project, rateLimit Name) error
+	// GetRateLimit One rate limit.
+	// (GET /v1/projects/{project}/rate-limits/{rate_limit})
+	GetRateLimit(ctx echo.Context, project Project, rateLimit Name) error
+	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	// (PUT /v1/projects/{project}/rate-limits/{rate_limit})
+	PutRateLimit(ctx echo.Context, project Project, rateLimit Name) error
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx echo.Context) error
@@ -14324,6 +15131,110 @@ func (w *ServerInterfaceWrapper) GetWorkflowVersion(ctx echo.Context) error {
 	return err
 }
 
+// ListRateLimits converts echo context to params.
+func (w *ServerInterfaceWrapper) ListRateLimits(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListRateLimitsParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListRateLimits(ctx, project, params)
+	return err
+}
+
+// DeleteRateLimit converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteRateLimit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "rate_limit" -------------
+	var rateLimit Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rate_limit", ctx.Param("rate_limit"), &rateLimit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter rate_limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteRateLimit(ctx, project, rateLimit)
+	return err
+}
+
+// GetRateLimit converts echo context to params.
+func (w *ServerInterfaceWrapper) GetRateLimit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "rate_limit" -------------
+	var rateLimit Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rate_limit", ctx.Param("rate_limit"), &rateLimit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter rate_limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetRateLimit(ctx, project, rateLimit)
+	return err
+}
+
+// PutRateLimit converts echo context to params.
+func (w *ServerInterfaceWrapper) PutRateLimit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "rate_limit" -------------
+	var rateLimit Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rate_limit", ctx.Param("rate_limit"), &rateLimit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter rate_limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PutRateLimit(ctx, project, rateLimit)
+	return err
+}
+
 // ListTokens converts echo context to params.
 func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
 	var err error
@@ -14547,6 +15458,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers", wrapper.CreateTrigger, options.OperationMiddlewares["CreateTrigger"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.DeleteTrigger, options.OperationMiddlewares["DeleteTrigger"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.GetTrigger, options.OperationMiddlewares["GetTrigger"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/rate-limits", wrapper.ListRateLimits, options.OperationMiddlewares["ListRateLimits"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.DeleteRateLimit, options.OperationMiddlewares["DeleteRateLimit"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.GetRateLimit, options.OperationMiddlewares["GetRateLimit"]...)
+	router.PUT(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.PutRateLimit, options.OperationMiddlewares["PutRateLimit"]...)
 
 }
 
@@ -16722,6 +17637,185 @@ func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGet
 	return err
 }
 
+type ListRateLimitsRequestObject struct {
+	Project Project `json:"project"`
+	Params  ListRateLimitsParams
+}
+
+type ListRateLimitsResponseObject interface {
+	VisitListRateLimitsResponse(w http.ResponseWriter) error
+}
+
+type ListRateLimits200JSONResponse RateLimitList
+
+func (response ListRateLimits200JSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits400ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimitRequestObject struct {
+	Project   Project `json:"project"`
+	RateLimit Name    `json:"rate_limit"`
+}
+
+type DeleteRateLimitResponseObject interface {
+	VisitDeleteRateLimitResponse(w http.ResponseWriter) error
+}
+
+type DeleteRateLimit204Response struct {
+}
+
+func (response DeleteRateLimit204Response) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteRateLimit404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit404ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimitRequestObject struct {
+	Project   Project `json:"project"`
+	RateLimit Name    `json:"rate_limit"`
+}
+
+type GetRateLimitResponseObject interface {
+	VisitGetRateLimitResponse(w http.ResponseWriter) error
+}
+
+type GetRateLimit200JSONResponse RateLimit
+
+func (response GetRateLimit200JSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit404ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimitRequestObject struct {
+	Project   Project `json:"project"`
+	RateLimit Name    `json:"rate_limit"`
+	Body      *PutRateLimitJSONRequestBody
+}
+
+type PutRateLimitResponseObject interface {
+	VisitPutRateLimitResponse(w http.ResponseWriter) error
+}
+
+type PutRateLimit200JSONResponse RateLimit
+
+func (response PutRateLimit200JSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit201JSONResponse RateLimit
+
+func (response PutRateLimit201JSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit400ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit422ApplicationProblemPlusJSONResponse Problem
+
+func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTokensRequestObject struct {
 }
 
@@ -17205,6 +18299,18 @@ type StrictServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx context.Context, request GetWorkflowVersionRequestObject) (GetWorkflowVersionResponseObject, error)
+	// ListRateLimits List the project's rate limits by name with cursor pagination.
+	// (GET /v1/projects/{project}/rate-limits)
+	ListRateLimits(ctx context.Context, request ListRateLimitsRequestObject) (ListRateLimitsResponseObject, error)
+	// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	// (DELETE /v1/projects/{project}/rate-limits/{rate_limit})
+	DeleteRateLimit(ctx context.Context, request DeleteRateLimitRequestObject) (DeleteRateLimitResponseObject, error)
+	// GetRateLimit One rate limit.
+	// (GET /v1/projects/{project}/rate-limits/{rate_limit})
+	GetRateLimit(ctx context.Context, request GetRateLimitRequestObject) (GetRateLimitResponseObject, error)
+	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	// (PUT /v1/projects/{project}/rate-limits/{rate_limit})
+	PutRateLimit(ctx context.Context, request PutRateLimitRequestObject) (PutRateLimitResponseObject, error)
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -18815,6 +19921,133 @@ func (sh *strictHandler) GetWorkflowVersion(ctx echo.Context, project Project, d
 	return nil
 }
 
+// ListRateLimits operation middleware
+func (sh *strictHandler) ListRateLimits(ctx echo.Context, project Project, params ListRateLimitsParams) error {
+	var request ListRateLimitsRequestObject
+
+	request.Project = project
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRateLimits(ctx.Request().Context(), request.(ListRateLimitsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRateLimits")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListRateLimitsResponseObject); ok {
+		return validResponse.VisitListRateLimitsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteRateLimit operation middleware
+func (sh *strictHandler) DeleteRateLimit(ctx echo.Context, project Project, rateLimit Name) error {
+	var request DeleteRateLimitRequestObject
+
+	request.Project = project
+	request.RateLimit = rateLimit
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteRateLimit(ctx.Request().Context(), request.(DeleteRateLimitRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteRateLimit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteRateLimitResponseObject); ok {
+		return validResponse.VisitDeleteRateLimitResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetRateLimit operation middleware
+func (sh *strictHandler) GetRateLimit(ctx echo.Context, project Project, rateLimit Name) error {
+	var request GetRateLimitRequestObject
+
+	request.Project = project
+	request.RateLimit = rateLimit
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetRateLimit(ctx.Request().Context(), request.(GetRateLimitRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetRateLimit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetRateLimitResponseObject); ok {
+		return validResponse.VisitGetRateLimitResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PutRateLimit operation middleware
+func (sh *strictHandler) PutRateLimit(ctx echo.Context, project Project, rateLimit Name) error {
+	var request PutRateLimitRequestObject
+
+	request.Project = project
+	request.RateLimit = rateLimit
+
+	var body PutRateLimitJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PutRateLimit(ctx.Request().Context(), request.(PutRateLimitRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutRateLimit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PutRateLimitResponseObject); ok {
+		return validResponse.VisitPutRateLimitResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListTokens operation middleware
 func (sh *strictHandler) ListTokens(ctx echo.Context) error {
 	var request ListTokensRequestObject
@@ -19133,285 +20366,292 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L19cxs3tjf4VVDcqRI5T4uiHNlJqJraR7GVRDeOrdHLzd0NfUWwGyR71AQ4AFo04/K/+wH2I+4n2cI5",
-	"ALqbRJNNvdmZOzNVMUV2o9HAwXk/v/OpFYvZXHDGtWr1P7XmVNIZ00zCXyexTgV/R2fM/JXyVr81p3ra",
-	"ilocvmtRuKAVtST7Z55KlrT6WuYsaql4ymbU3PUXycatfuv/OCgedIC/qgMY+fPnqHWiNZvN9dmbmuek",
-	"ycZnjIWcUW2u4/rVUStqzVKezvJZq38YtfRyzvAnNmESHvc6l0pIc2fCVCzTObxFv3U1ZYSzj/omhguI",
-	"GBM9ZWQu2V0qckXmdMK6rQhn+M+cyWUxRbylVZ7WjH58y/hET1v9F72en4nSMuUTmMgbMaNmsOBLJ/jj",
-	"gxf3LVX69I5xffbmZ0YTVvPiaeLeN6NKE2bugD/jLDUfJYtZeseSY/hSacnojEim8hlThI41kyTVfnWm",
-	"+CT/MmYS+zCL/bM39asUWqTS/P8Oa742/crgZCyknbMieko1iSnnQhPFNMFpKXwH/IMsUq7IYso4GQk9",
-	"JVQyc2ndPpvFuYHFuQGqbEKFvSAVvk1nqfZ7v/oY+LE8fMLGNM90q/+yF5lFw6FfGsLaQu7nUvyDxbqG",
-	"zOb21wfT2UW+iVXI/BFI+TKesiTP2IbnKHvJwx/2m5C3TD6YJ+U5XLlO12b8cSYWG15mYS956Mt8Nver",
-	"ueCKAWM/l2KUsZn5GAuuGQfioPN5lsbUHKqDOV7xv/6hBPCnZo9z48ITq2f0hJOLH1+T749efkvs4F1Y",
-	"BnsvyJuRkPptqmA2cynmTOoUZ0zNT/Ap1Wymtk0ERrpgsZBJ67NffColXZq/S0x+nZucjJThd4IXzNAx",
-	"/vVNLLbldzfHD/46MYKTZQRcaT7r74ZStP9pdfyoRVEw3sQixz2qTvUNy9I7JpdEipwnisBlLCFKkDGV",
-	"pRl7dlAMmSbr410yDeyTcmIvI7dplpmB1rjb+sgxzRULvkbi5dzaT7cpD0xkiGsy7MMewMIa6WTmBT8Q",
-	"yhMjouRST1M+ITlPQP4ck6GduL3VTN/cKThzr2TehnHDLn8vFBj7W2nziimKXMcCz+jKLBNcf5YMIyIk",
-	"GXLGEnVjlkQaCWHeACXLr/Sj1XEUWVBFJKOGTwVoKvIMObRaklFVQyqGEpnSLLmhOryzi2maMZJqkioy",
-	"YmbZ/PwrO5xQzfZ1OmOh2Rk+Hnp8Pje3uYc3GWvl9AAhRCVxVOg/IDr8ViGZrZ6Nygw2HEFYJDh1SZKa",
-	"EWl2XjqNY5opFq0c0GLVV48fiGRFtCCD1rVikvhdQKIdtMzKllScw15YEwxP91JTnasAx1hlCxsOY3XK",
-	"MCuWRMTsicg1acMBw0PFDA+5Ovv19M3N++urDtB0gB0Yhdj8wRJzwQLE5E0mlA6S8zOfnkc4IQXLuf9B",
-	"WRUNlQ0LkqcXAgHB10jcWWIxLH4+l+KOZltvc9cBvcRTdnPLAur1CYEfE6I0m+8pYi6KWoLHhpkokvJ5",
-	"rhXozZIpkd2ZVerzPMsC24OPUZ6uNz8pE+I2n/fJz2dXpJ1qcnn9+vXp6ZvTN2SRGlXdkKyWyz1FRK5x",
-	"FjwhknLCBdFU3XYi8uvZ5SXcLHOuOobQzt+fX789uTp9g19THhGVxzFjiTm2PCELKTSSAQzf6RKrE8Bh",
-	"gMnBBMz5gQmXRcrPZ1etqGWe2opa/lFBwZKwuTlyN7jvXrFZu25VfWE82YnTRq0J40xSR2Hrxp9d7ziX",
-	"Emy9nPcJJZJpuXRWIbw1vL9kSlOpCfxXwY9GoYqAGsyqm21gi7D64eT92hS5VYPXfxD6ZsTGQgZ4yG+G",
-	"PVBgZglZ0FSTdpLji0Y4/Q5wtebyzRJSvYQIqTcrRFyQqV1XO2hEzEuS/+//+X/JHc1yFhGqSovmyW5G",
-	"2lrSNDOch7NFlnJmTt1cd47L5EckA4VdkUHe633DyCGZUhUBlRoOCU+LCCX/cfn+HQHqMZvpH7iHszAn",
-	"GL7YT3nCPhIhEyY9yQMD5oKX9d+Ca82pZDysqsyNAAqzWtg1T1OgYY9YbJbm/OT68vRN892aTylKuY1W",
-	"CVxUkQ2r81kW04HDBYKNpmbLWHfSJZKZN64ROXAOdjyQ5lE3hkAtTVUn9LNYkBnlSyBsPGGLqcjsDMc0",
-	"zVhC2oLfmI+5ZETlyrCSDiq9MucElt/6NVJjwShlR4oFH6eTXLKE2AmETyrQSGOL64qq2xCvMquY8snN",
-	"OGRq/TalmlC766QtJJ7ZlE86lszNHhiC7pPyuVY5ELYVX8Tdt91EAyYTeV0TCMO9aVAqlyTpmj3rn29P",
-	"ecLiVKWCHxOKZyfnOs3g6wRJZ1WLa04vo2XwkMViNqs7gG465kdv78CUGboukKQDkmll0fxARufeuEz3",
-	"U69HyxBlCLtwirRxHU/Oz4gWt4wrwj6mSkdIzTTLmARWB7yUZePOis4dcr5Wlu5e+rk1GNcUthrFO1dM",
-	"RkQtlWaziMyZnFFzgEibEjVnsfdUEm7MWnOEO1FZt44KrbtQ3o04RoU+yJhikbCQkqU0HWWMMCmFJOYi",
-	"y+V+pR8vYYI/IltRpx+tViQkOeN3NEuT8yyfpPxyzuLwIyWju/JCmEeQhNnH1OjMCQvbOOOUp2q649PQ",
-	"79HAnWFMnR0Vb57PRkyGJ3s/KUE1a8J5L+FCw26RYtKQjrVyrMEtaWfsHlXZwA/1ZP9WTAJmqdIJk+Gd",
-	"VDoReZhPaZnz2DwzoJrKnKEIQw2KjNhS8ARV848szrWQe4qMRG60dqpIIsV8XjkNIyEyRvna29sJRW7S",
-	"5XlsePELNrf22A4MzrMEx4YNMzCPhsNm5IJjB4bF4oE2E8JT3vK7avgASBHLCIJGRWxeN58HWCqYTERp",
-	"WCJn0e8pMk45zYwyKaRGBWIOh3xPEaBvsIl+NBelfzCjsuopW6LdlHKrLraiZmrCa5zdpWZzM9kZ/XiG",
-	"t323rjrsyr6CHGpu3lOaG//795P9/5vu//HB/tvb//7Dp1706pvPf9nIlUrS4agXFCVb2NTDTQrYOm9V",
-	"4B5Z3d18NPoLWg+ROyhVQ6NL3oF8NDY643epFNzIvv07KlNYSxCfx2g1wB2EajITSpNXR+SX9IeIUPSj",
-	"gnXifjskv5qfuCDvrt92ydmEC6NVgm0i9JRJAlxFhU2HCo+qMsodmV7Bd6rL9oPhCywho2WFY9Qo8Y5B",
-	"3X+MCifbyn/M5LdymgsbtllntnMpjHBen/GPhgUh1yzPmMxypeH0o4OrcIZvmal70Ia5msO2W1xDTtRu",
-	"Pg+jrtEa10EsuKYpR8m7kfu4C2HCmwMTjN/tdGLX1maq9XzbhH6+ujp3c2msmKDD7QHspOTxsc4757gj",
-	"Yylm4CGYS5HkMZNqr/BevDv59bRgKn1kF1TK9M7wFmU9Zp69EM9e4EZqBfc4zRj5y+uT88urk3c3Z+/O",
-	"r68ub96cXRyYqxr6HYxudjORNGY3s4D9/GuaZaliseCJIiOmF4xxcnn209Xpxa8wj8uzn345e/uWCI4K",
-	"dMMI1yb9rsTl11fbuSe9lyFhcUYlU3YRLQdPNVP2C1Es0fvrK79G4OmJDbtGn094vZofK5T0YQdOQwbj",
-	"QgPAX7jQYMdzQTLBJ0x2jCkT4jLbAl3o2gqvdV0QanfRYRb+Bvxe4SfdW5/eHscqPbr0vn5LCpaHvKhQ",
-	"0Rsy5JpAug2kNA+ll1j8GgGFwxxhX8oPNL4dp9k9nQSMJ83tJnHHZEa3ct/3eNm5yNJ46W20e8Yv8V5w",
-	"zte8vo6nLGloQFRP3HvOiNksiIGTkRkpMowr16QI5/cJS0HpolaXJ+3FlGpy/v7yihzcHR643Tn4lCaf",
-	"D+w1mt4yDItkYqIwHBhPc36r6m6E6/C2CM77SOhpyLtVzjPYKUUvamVi0pxC34rJazPjqkHx4uWrdXYn",
-	"/eo3IHm7VXWxvLTBPl8wBTlbn3ZbnPUF8dZIo/Sb6JG0w2OijQU+FkaTB93ebEwDnbH0fpv51WsaT9kp",
-	"15jWt2I238eX9HGeSqbqww4pvqUL7FIyTTVpz+jHGzphHe+6/Rv64ZpHImzk9FHiSWurJJli8s7H7zaq",
-	"uGZBL0rXF+JyXS2ROUfH41zM88wsts3hDMYr6kOHDQe5Y1KFLYLVXBCIMLvLi0Xc6p4qyCks/Rj3EZdm",
-	"7oqCPLenkW1+J/fo2mlfVDd5ZeIVum4oBRe8LtkXCQoOQGyDKjk/wM/boyg4cOWw1b6VMw13kHa/GtlC",
-	"KCrFqC2nKjYy3RgTfTBPbtmSTKmaWg8I6kzgScewgDdoXHaCNT4sTUXgpEi5ze8GVQ2uQWWtS04I+JIw",
-	"AYDMYEZeebeeGEI1gSwIcHhgMAKyFyy5rstEy2bCAT+jL/uUBpIq5E0RoT70RVRuDC5FBq0XR9NBq8St",
-	"xkI6frV+dplMaZb+YVavkkkcXP3XgpfSAJQP/9MZg1VHicHgzdETBa4eZcPvv52cXZ29++nmx/cXN69P",
-	"Xv982gHxYfbMZgKFjYESb6jO55xi7h9k87Fln8RTyieQx6YFSqxcGUoWWcIkscdsOxG7BwYpt+Sl3E1N",
-	"vVfcY/18QkzcBXcx+QEkl0tTWYlw1fglHdP20T/IJYK4Cfhyt4f+YITasJ8nlXi54xE/sR5EcyCAyhyp",
-	"CY5UNhVZQihRmTAqrk3xIG0KIsv8qMx6lDMac+7CQRGcZMpdbAwGxRii9WzEDKLhVDIyEZx11k9qTSLU",
-	"69O3BJeKsI9zyZQhIWJYE4HSGZcvgH90S86QY0JJLLjSlOvSOU7YPBPLQcu8gXt3yN/AtF40nSs7/f2r",
-	"wE67ddyQSuBWmG5a30Nzpg575n+dcFaA0pJqNllWGEnrnznLDY2vZPjB10NIJcrtMkFOdTozmwex/b9f",
-	"n16fvonIOJVKk5TbD8a0sSzasvvI/AcMD7P6Opdcdckwpjxm2U3Kb+ZSTMyG2MRfzhbwUJukBHwamFWW",
-	"MAWsjZtxYF7j4hmOZGx+DVWCk2Fc0PkwMmLHBVGKCXC2YErXvSokVp788P7iqpAaUXD4ciaZW9T1dyy+",
-	"xOduP8ioUXkyqTnNZnNTvqtpXqv6BjTG079H5N1pRE7/6+zy6jIi795f3bjPP11F5KfTiLy9isjbU9Lm",
-	"+YzJNAbj9OxdWKOkWR7OGsPwyC4+5uCKiXndWpUcybvxvivMwcH7i1BbOqMTFhEqJ3dohcMXewr1gblI",
-	"nZPPGFbLDmbAF/wlYIDv7GN/sMsbptzAUwaXBdcV1PuLnDd1Eq0yaHueKScpz1LOyNDohEOC1XyUSDZJ",
-	"lWbGlB266pohMcaqsVwiwj7SWGdL4MU23LW+si5VccVJM8dZ2gI5Jg0PsImXDLk77B/qbOHUfxAbW818",
-	"c9V/In0bjmxJcNMtrtbIefF8YVHD+y7YOJwG4zdMnWksKNrRreU2jBQjOQdXzT7S0M6tb1KasNlcaMNV",
-	"w2nN/oF7ipwVF+//YuSAkcF6mipwu/XtxrnJloyGAzQYIPnA2qYDDsLDKMOjJTGiF3/ooGUCfjzK1QJ0",
-	"ZrQcKAikiAztEEMC62XMEPNyEm4acMnmjOrUmglUZqn9CZOy/ajUFj7Co5I06Q54k4yof5N1gKzvWTES",
-	"1MWqh4Xg41SEpiZ1muoIuU8baB+tUPO3sQYUoZnTV1fZejH5wgeK2WyzlLu/t8i8et0AZu7KL+/HnE+r",
-	"rHUYS8GHIMaGWPNBs+H6MY4NL8jnN4uUJ7ixK9IUMmRnqVJGawN7gAviqkAlFANASS+mX3nP5xK+XYqc",
-	"T0BVoxzO+zGxSi1Mc8mwiq50dF4GcwllyHL9Mb1j++OUZQkxF5D2oPXXg5fkr/j/QauD3MzdJCRp/++p",
-	"yGW2jMj/TmgK/y4Yu4UPM8H1FD6ZWWXLZlmObmVDxox3KxhGq0nGjNF5qMw8v++pQatzbPOPzUrRLJ1w",
-	"lhj7wPCBa55+JGwu4mmT9flHqnXIFXUKoU5jeVg1PZ/jA1JFZsZGQu7XHrQOYUJR4YpIWEYNLTlLCeNn",
-	"TSYTZnMnkCJjlwJs06NXJJ5SSWPNpIqIEo6porW6Z3NOx+jsLOcZ2eSi9u/7RZrR0dFn933n//zLYwat",
-	"7sVdMTs/5A1ad82YDfpDcBZMgj47eXdC/gAGJaQ71O1B6zQ3x/jgByazlAMtuYN1ffV6vSgusB73ZeaB",
-	"fG8/VD1vuxK3jN8zNHkP36wjwtUDPEu5X5X62tCaLAP3KyaFmRciM7rEcjnvKxQSLYjInhx7U+MMPiwp",
-	"X5EygUibyLZG4i/MNTVbBvdv2C6ZTiZM3nPDAL7BKoU77sA4zYKs7ITYEwM+olXn0BAeOSTtT+BlSJOI",
-	"zOkyEzT53LEuI7iia7/t0pnIufaFPb2e2z+3bYjPUfhFm/mJmvK+l70S72vC3b5b4W4buWVdcWDByepM",
-	"0O1vGAxy7anCPQc5S5s2ye7Hp0ELUlsHrT4ZtKq7kyaD1udgYtIjMq2CSrcwMEA+cVAAgdBR2M3sip40",
-	"niSvIHEBJfUYZkFqRz0FVpDM6HxuLBBbhGRREpAawW0BK2seifXD4HGFtSeJgHSBcYq4MmXTra7MvC5k",
-	"uTbtmnxMuGa7Q8JdGFrdH40Cd+rWsLq0oNyFzhNU3M2pMQO51Zhs9TEZiWRpScyYOF2l2Vz9fvihi56g",
-	"4IvMmFKNPCs4oeKG0Av5nMPd3VZTreeFx8q+kbFSsaCXpBxDFEpBOrQibSf0jRn84uPHjgthqKiImjlo",
-	"Elga0q5mHndcYqFNbB6ai4ZFAkMlmw4QICh5+fEjkqyWlCtIc8FkcQiqQakYpCXaAMsxzK5IWM6VNbZc",
-	"ja8vLlupWxJJ2PFpUYYe5kubMT0VVQ2t9dPpVTDAV17zkMuvXNW3IqdzWVPcNlIiy7XdcyHhX0WuL95u",
-	"D62ZMYOUx6jUI0b1BZtny1D9SMhl7Ev/bfGiliIj84xyRhaU68IZX9ZgGqTUbLSEYSrb3sGmEtUn2K2f",
-	"IFp+GUwuxHBWcR7Sctq8f6FV51bDl9w1IzKU01ifqr5KTImkKTcUEXx3n2uUKqKmuQZPViIWvG+2MwbD",
-	"nbMFLIsRLKkmbaXT+HbZqUk5WpuQTwXbTSFMqKYBzxdyHKogM1czbj015Prqx/3vPHd4d/12zZ45+u7l",
-	"t6+CEVnJ6Kwck12tQ2oQkoUhIpz0hw2LoHYtU/I3PW7a3coL2MeEZv6uRj198+5yP6Mjlu1n6S2zde0Q",
-	"q3z1TUlRNRqsVUP3P0SoGqC3NCGMJ+Yj4kaQjGmr1yTpBA340v69+mbVDNim/7463GbdV832ukpo57dK",
-	"0CuSCCjhTjNWdT67y+Ak6TTLfDyzfcVmcyFptqeIdSiQuXlmylSnT4bqNp0PSaojcsvYHB2Nw1E+HjN5",
-	"Izgbok8qy4pvaZYNO5hqQaX2SH82VOrqzX0wte0ioiBPh6gE2lv5ckGXpD2kWSYWOHA53mnm1opaxWyK",
-	"P2iWFTFPGLkVtfwwwTo4cHjsygecpF0nQayKEmMyNE8aRpABy8uBAdgso+BO0juMNYPe212zSrYXHNcZ",
-	"ald1BRZoE0LC1IRphRkQQ5uFsFozMDR62uvTt+HyuJtSfdzNpgK54kw3ciLBN2Vlxo5U2n/3hU+id/dH",
-	"LcCh+9CovD/EWMrer1qSQGC9QETRm49ktLTMx5qRoOd70jC2jlVFE2LmEDQRzx1mRcCBY36ygUpz2mWB",
-	"eFY+KJgz0Ypa5WSri9PL99cXr08vV76HJKxW1Lq4fvfu7N1PrajlCwlbUevHk7O38MFmJ7SilgeAakWt",
-	"63eXr38+fXP99uSHt2aQ395f/HJ6cePvQuQGM+YvZ+fnNTA3JbTBFYGzucBzRuNpytm+ZDSBL0q1njYy",
-	"coMZf1zom7HIeRIBukWWxuFAVMI0TbNwuZcxEJoLv5JVGNCDUsjziVltkUpep52nOmMb7IP1tbq+OCOS",
-	"jZlkPAbJCNkx6Aw0q75Kh3UWsPnVPd/P0dbgBk9UPspSNQXfw/28cCEAQgSi9bFYkiakDTgo7KMmI1S2",
-	"fJJ2IP5RL7X/ezD42Ot9+CuwsiKQiZmdUDZV55UKBo9BXk/pfM44SyxNYiW0DeEeOw+FIiofmVtHzEjR",
-	"NWWjkdsX/U67sS6Yop+EOURGlR1WPFnDY+/ye/HylbG3AywrkBizgSJYAjTxOOn8FnctCJLznjMyZ9J7",
-	"ggpfaKm8AfxSC6rI3M0usk4tzNM1W69IyuMsT1hC2tzW0Bj2y4W0nqzGzvGqKy7EGcIVrHUpVA03fr1g",
-	"IBh/tv4zVVoa6z6LnGTbpXowZCuiu9JN206kso9bc/jPczUt3KP34Sz31raaxD0KJ3UjikA1dHu8ZPd0",
-	"h7DXGMYJLesF1Qwgp69R+9jF9WdRd3ylahkSDirBsG6YEkm1y3ms5sl4IKpUobGfPGbO7dnVKdb1Qjll",
-	"v4xjMKWKUDLK41umnY4mFrwIp/gszT1MZsFLHxZOqV+G9vn1Fel2uwfmkn24RB18MuN87gRVlpynumqb",
-	"HNZsj5k87A7uyNZc3qa684VNmUM87PudSJokkLe6Dq9gFN7ri7dunbyP6OT8zIrVqdbz/sHB4Ytvu71u",
-	"r3vY/77XO1wL9IeONbgMHuiGrQvUBswhJXIZs60c4cJfaI59Jla29yiqy+D2vkMLZunrT9xWvzhqvNGR",
-	"35Lwls+F1FDJuONGT517FO7LsvfjVv/3LRgIKx7Vzx9CoQf0le4p4p8QWWQgDm6QBJCC0FMC+YOYUQ/n",
-	"HbwO1VpYHM5WtPohbVlrn0iA6maJdXcYyoRB9zAhULkSA7UARcIWEkmo9txDj3S3qDdtLi2qRcIPy+Wy",
-	"j96yv3UVqvgu95y5HTSg/4Rd/BaaqNgHwbMl4olKNs+W/XJR6vMGAtw6hJexdOR3kKev6ZzGqV4SMR4D",
-	"/YyWhFoKjxDN0KFI22RAw9cDuXHz/GYGUBeBXMPza0OW8HMsJAiEXq9H/gbjmW86QdCLTU0rotaMzYRc",
-	"3oyWOqSR/wq/msfCBTuP/zm8xkZFvZ/YMVrJzbbSVUEk2zf6PviGS6DyiVhw2+cEFIfVFIyi8jVJIW7u",
-	"gpsNMvOCr2pTZny5VjIDHAjABZEAEmGbqiCpBJ0tFxg4b8Z6L3J+mc9mFGyVMHzPDkARsas3XgMZea78",
-	"XwuDyoIxefujkQspJ2MhY9Z3ISfYSpeDCJVi1MKMNoGSM0+P/Hqtc4oPuC8r/DaIEhMLTMQRIcQHa5sO",
-	"Zc6HpA3k6jPGwXE/BHM1lEWLV21C2IOkS5ekYK933v1jzEf3SrxPNC/S0PGOIqhv09JXsvDDtZ+7ghvY",
-	"5JAtlF1zyCr7oDYKvrC/wW1LKakDgPDAstgJDG+FJh4kinLu3S7BIgvsWaSIFAu0eRKqqaM0dIbtQ36g",
-	"Tyyj3PsIDA8MFBht71vSOE59L+eQjdru5BnZgPjVeLIbgYtqoIkQ7SfZSSVZ3Uowh2w4AEIFkYdxK7z7",
-	"DUCKarGJrBcYFnarn+Yi52GQhUfqrlN4sZoepkKW3bPMwYyRTnhzIOM6GeNw8vMZs+Y4F6Roroe1NJDu",
-	"NKNLMmKl5Nzhp8/DYNyo9IKBSIovIQ0XOxWJkKVLseTVMnWFOMRTWrnk0UB+NyLt7drOwPdfC0fRnKu3",
-	"1MRuNcvRwaSPa6Aca7sRzDGR4GYbljwolJUKZzi9K6tPBmYjk0GrT16A+4pAsdtYSHIIxdndh6Peb+JW",
-	"vltaWD92aQag5K4sXRhqwuUvBAF4ymPuKUxxcGuVKrcXzUiglNu5/hC3243nvXv3ot1Tff8TASdCGb8B",
-	"hmy9NA6ivnTktnY6uixt6krGYo4GZ/H5hmZZx8e+QqVVFsDf9j4pp3poQQyva1cSNkKdiFYruB6Fobia",
-	"q40lTxsqkdaTbKGG7KZZwRlYe5awRgwAnrGqbMEks1AktqiMERhyP58THLMp2GRtQxQjX41KB9VZ9W1M",
-	"ycuVfCJF2hzrNdOMYYeIpBP2lmw+eyv23ReqXFo3JCSLjWCoj36VuE9GtQWCUBFBGAWLPeEzkA97zSN/",
-	"7tAlYHkEHF+36XzOkpvSWjWlK2trVNK5lg2JqFy79UW4XpOqLE8JBSmtsQ2/8Wv0X932unO8vgNRwQ7v",
-	"x1+Lll0BCYSFk0VwWoIZjwiY3r1sEbdLjZQg7kxnLCFDTNtyFIupW/v45fXVa5SeVJHlcrmczZJET6ez",
-	"mVJ/uByvnGdMqQDlELMQEERwHB3dW9hVI4BaVQh1z3AexDBW3Scrw29a8ic2ONxUmlsdXtY2fcvN75dY",
-	"910Yb+KBiuCqcnYPkFMXZC6P5KYRfK8mCFrr/grsNTa2TnHDI44reHAQ/Ro6zNyh65+FUYSijiaMhxKQ",
-	"ClOWZUVdC5WTu8jhnCUkSSWDwnWX8E3tDe2UK80o9M22WL2d3dCXnZvEdXpY72wt+KQMVwSHXoxt+iHe",
-	"XYMQd9ibAUJc0btxbmgfQ/C/nL19e/rGo+LBovq8v7DNR+MpawSX6JyxJcT2rUuOP0fEu+EPRik/UFOy",
-	"X9Nmpoo8tvGEajYvA5Xh3RbpKEAQGOYmEDsmpSuPIS0aYFKnIkuad7woYJWCsPb3ha6PhT+F20H9zqG+",
-	"goLosT3jtJgwcCcDWjcATpAJ5RPoMaeZnEFXEIdBZx2FAGRlazqBIFU6ylIexoRdbXC40jz15CcyEwmD",
-	"WN+xLQ8VY6BFi1+CmLQYU0HdbLfj5U7FpmiAeVyfTB3+oscls6B7TiZPBKQJktHSNpmqOXXf9FQJl9G3",
-	"LwuFE75kq4HxtqZ8hsM6bHkLf1MKeqWa2K01a1K0O2wbhmILSG2FaKdLhjRb0KUamnGohvZWLnOyS94b",
-	"GlykitUU5QI5rKWwO/dnza8OgBN/uGVLW0cN3UFz3sWpuSpMGGOUp1mCw5K//Y0MbGb0oNUlCJm8igGK",
-	"Cc/B/SwaNFSXGI0Y5N8YNYFn75XaA0BBh1l/FjPXViGU8Y+IpuPUfMLm14GOCs2NF83mZ2bSoVNU9FoI",
-	"nSMvlEuHqAS9aMEWwa24oRFDzWl6qSogp4c9FVzvooe4qy0ws1qHIzTfDpsoD8dkaPnD0J7hoZvdsOiK",
-	"7By8Ti8QnB2ToesKOCyfftcskDnPsINcCCM5YltG192x8mq9aHOvSKsmLaZCMaeVGM1eG9uS7//BpCAQ",
-	"6DOPSEi7Z7PEauAey9Oxfac8Q3X5aL2Gc8qMTW2xsZQrfhSy1E7aRSDz8sw2zg1baLmV2oR/Oc+oNhqv",
-	"E2kW6x4gFemMxJR72zvy1ZlG+XM/jQwPSFjk008QwE/mHLQyKBnuuHctLXHKbXmjbxk8pXJiOGRgr0sb",
-	"cuwVNt/jyfCkyxLcsBGftU37usT2J6+UjMk9RdrfbFhRCFRV13Mr6SGvtCepyAwVmQUJKxBs8Q0gVVMr",
-	"W3NtWwZL7NZfqeUPuMOqU7jm6T9z5hKwytbCO1ojbYu2qVWeYb5c5xnm2yGSir0UOwoXTn63G76avOAd",
-	"dnP9z7azNYGcVOzoiglmv+Qj9p8so3sKnARiPIY1sk1c3aOKZLRSD1csljJCZb2baxCGvvqC75zeVeop",
-	"ttaSxkIYVDv3bGpLs1rFD0NG2DDMHpHOfRvVBJwtZqoWArxdshOhJysegVSRIdgcQ6iChE9WElgmOVw1",
-	"PLApvbEah94GPCZDo2sNiSpowKZMpNz+dgyIrsgdimf4L+ApiYgd8xPJjPLIA2nY/FerAU+pERkgV7gQ",
-	"5rnoKuLCS1ZDJw5UocgITTWBdvrmSm+bkkur9ELyYrl7LTb0WO23VMYdSoVM9QrqL3jaaazTu3XsX+wf",
-	"BfK8jS1NPZvvRKR058rZEtKmb7aduBllLJwabXjLDaZQr9PFhU/BLtMzxmJtF1kxXs9K934GFN7np+/e",
-	"nL37yeYEedi4sWSsS2zeNRaCmq9d8SeHQwxpYryoRYFhcSlwF5vniZRT97d1TSx3TqrPGS8kdJVns49z",
-	"CjYe16KUQl4jL+6Z84yiKOWTesdHAYiP6zajSwSY18IIYtysspGGdokilYrFRkaakGTQMt8UCtsGKP1Y",
-	"Mn2zq8G2gnoX1Oehsp3xO6u6ldo7npyfua7ADHCvHQ66moqFeZ+//hXQBOFUW18PNOnBmyzvIe1SVUSK",
-	"ibW4iEs/xDEY49VEfO96cos8YeirngWzFLa6spwLy4/nW85h9MVqYE50utKszV6usqbkKMH7s7y6USC/",
-	"rykauxYUr3qV7g9/bw8g/LcAwI8IjaVQysanDHc5ubw8++nd6ZuI/HB99hbYkpDEJv4UIO5PV1eDnNrM",
-	"dE851LJBKxntz9KJ4cWDVnOwet9cfiNb8nD1oP00h6mvBT+v7/RemMA7VraoHcr0Ky0QoUVrre0OaZa+",
-	"tWKQGZmDUwsEmOQx+OdA3XTqNiiBERlAXwfrJcFd2wIrZZ4UmXcNLR20/n+0RnMh5c+q1jexyCvN7kui",
-	"yCIS1wbkit9dFZhN37aCecSMuDG6Qbem6WZtj8Aak30XY7qxcRuwi4S+QTnYPB63nsQU0Pjc/Dat+j16",
-	"9VbeqRh7zV+9Yqyr1HVwQF+CYfiS0SyDTtSkLZlitsqwFPIA6EumCi6J+d9c2E78bvwa/WaX7o+2kaNr",
-	"0lh9wcB6hummlkiizc0VizVeW8szmSpnExlr/Nin/46oYtjYTVngKdtywWofZcyJ63eX56evz348Q9wH",
-	"1ItbUcvJou0IExhzCoBIrIJMOEFnnnNxevrr+VUNsAQo4E/RN67ZPTW13PXR2hJ4a3PDV7I7cbvj2zQH",
-	"X41a2i1iIEgH2u6x867AuhoGiun/oCt2m2Ucl0FdSwuxNccYdjgc9EcjrrF0QVrZFqW3gwanUiQcPgK5",
-	"lRFoN2DM7kBcW7FTt4eRnhq8tJTns23fcbGfON3DgWM0JyJLA1vJyA284d12BdOvrsH9Uu5Cm34NyU4P",
-	"g/a/Ap2WZQm4CrFB2zFRDCH+LCh4nDEqVQns36vD6AZe0CWRIudJkyYATRH5dwLIbw5jv+3KryYjspz/",
-	"92SI62s0hTkUAZuggAF4nKKC++FNHhvjynaLUxCUNl9gVzmgSVex4dAow9kNZb28juk2hbkJAp5CwExI",
-	"FzoYC1lEsWIMDQhbuIeaat8rvmkCjfqNPtwlUF7twANnZejRtTctPJ1F+0EMSLhOVKQchwD+Cv5p8MCg",
-	"ej7yPfkSljHNEm+AFk4liymhCJ3QlFszmMI00iToWBpLxm7u53CEWz3SQsC2CytyjwEfYRbIGzu7kDbc",
-	"6Avi79VbYF1HyGjMzPbcwA4GgkElQvC+1dRWarRXCKLTvFjjgdgYG+zO6vxplt6xfoEj4BA/S+FBJgnk",
-	"MnRJzi3wNNyj0szoDZ6M4SLsb75kuoD1SxgFl+lqTNU8mTOlzAiqCH8JzvAbzLmv3AW+vU4XhuxXn3BM",
-	"shTq/7EPFYMv9+38JdOMY2TlcGrm4oMn7mBSDGFzdwC75MSfeKhXZ6U+aClmneMDyyYfrGYrapUXCuI8",
-	"NFk3x6LWx31z4/4dlZDLZUZAOQB26YkdrPTVdXXc0i9v4BH1xsmZw9swLyHXjJK+R1OwXTBGRq3wnWUc",
-	"0MJimsaYi+AJRkW2dz4KgkxMCGQqJQqT0WIq5Y42j5N5jp49Xyl8BV6MlWTKSkr6Ojv4UCt3w1qzRTxp",
-	"rOtaGb5N1XXD1k3H6Am/epxHFzm81Gz+w/ISu8s6eqt8+ebkp6DNX9Y9dlOZdwH5qu1GfFJCHkQcixeH",
-	"R98efffNq6NvS+AWhwgyiDUmq9CCOyMwVWAOdsR0bp4ou5IkO6apNAzt5r7hA9Iut8LVjM46fceNKXER",
-	"ZTKiPIkwoAfOchuihTiXyxizuH42IGDdB3u2azCFWgZA33XXOwdDw3iEJc8mKi+QckVRD3jf8fUxRjdJ",
-	"75g6XgXotQncFokvFCqwTmpEmzW8yKy3ZDRR9bi+jQPKjUHpNJvvUAthTm7Ag7VTSBCzYqA018UFnd+p",
-	"LgQ4XY0A2nrSxwgA4gpsOpRXto3JYwFeVqAL7+P/2Y0CHo5DWOGWzbDH3A3V9y25hyykyhYv0eoWPLG7",
-	"yJnHu8nQCo00kab4iE3vW6okbl4rdO9N+hAChFUszg37vjRvaouLGZXBzlgcMhhQE2vHdK405fZP2xnV",
-	"GLkuBHry5tezdzdX7385hZbPsJRgeOPwfjKQ8/75M7hwxmIDEkBMLk4vr2AOYkxe4/OjUm0RsId/iBER",
-	"Mp4yr1BahLEBB4ixLoHWtNBKMhZzzJtwqI5mAKzc7hIAhYYLB5zOIRfHDHdg8Zj/1z+UUdwvfnxNvj96",
-	"+W3HJR5bzOthLBI27A74gJ+CyDB7i/NBwTg8yfVUyPQP+LJPfoBlwUZhMSyqEwZk+HHfrva+FBkbDjgW",
-	"WQCLhNxDXhoe0sX6ZIggU0PSBmHTicgQ8afcN+ZlBxx9fCiB+3YbbUuAyNVWRDZBOnLJz/CFplKbUQHd",
-	"ajjg7QJxCwUd+uDhwaBbDi12X5EaF9Ms63sfQjTgJUxAVN8jSIDpdMk7YVHUc37LxYKbCyCeAn3wIOhj",
-	"n0hSNeBHvUPIAIMvXL6uX6+j3jfFr5YKtLDuS998z8h3M9KRTf22aGJl1QXLTIpuAbyyWVMoHx+SGZW3",
-	"asBLlqsUOfbctUk6pQYyLkWnSKt2rqAZXcKKYRdgizDesufAHIvSWe+3et3Dbg+7tzNO52mr3/qm2+t+",
-	"g70CpnDSD+4OD2Cr4a8JC4j2Idg2fwOiukEfK9qsQzA0rdcNUP2gjYRkRlNNjVU8oXeM5HMi+ICjQQvY",
-	"9De/nvzXzcnV1emv51eXziVW4Ar3S8Idi4foEntjDDhkj/AESLwgeiHRM2a2GKc7dMhuOCebcmWh+HD5",
-	"/Hk5S4wCkyp9ggthhRfAuwDuWmqW4Z85k0tnC/a9wYfyoYz1ZiPyBVSyrXReXb5gD4Q6AAAr9QoMWnaX",
-	"ilx5CReaohWU5TlWNOhe8PmhkSD5sjKQt/9e9koG1EuLa1lYTqvi6QN4kKBHGFDci17P2jbaQl6VGe0/",
-	"bEpD8dyNWSdm+0BxAFmyauWYpYKjC7sMmJ5H+PTQoH6WBVoZoNJZ1J4W0kolUc8ootBXAmgjQq8RFrRn",
-	"S2Ir0TE1zraIsps6p5OUU9caQtMJeFzssfwQtarMv9V36IFmRnCArZcZIFBL57hK4T8x7fJynnIT8BEW",
-	"1zrYxdEBXeEOHN13B7DPDi880ZglrQXWwfPSg0qLWsq8WGXTRpXzC7S25gvvRFnhDqG5F5e4BTl7g+CB",
-	"a/t1YMQbKH/3HjZqzYUKcG5sHWV7ZguLbgu4dhH60VgCMHiOgNtOcXv7/ifg0T/8X1enl51+4Uq13rcp",
-	"4qIoDWMnErBa8SyAqGOSKLpUUEYGOYAeRLRKkifgkLOv8tasA6qvTOkfbEe+RyHKoo3W56qGrGXOPq+d",
-	"hqP1pbyE9bsH03gQiZ+UqFtN07nL+7OYfj5C5CJe6Jm2mNKPS/ZB0pVF47xHIN4qbSD8cJljPT5d2NEd",
-	"RnMT2ug9zcMv7FNCPPPCQ4wMQTFiydCCeGpmJE4lxxu6e4l5GWX5GajWXP/9Y1C5d9mTMTXW2AhQGtZJ",
-	"/UmI2+n9B5/sp88HaAqqg0/44fOBB08IylijfQBywinXtkVGA10yoKg9XDEDL+BXopn5JVluV88Yt6Vv",
-	"D9PPrgCsKwafLJYfVKy2wsyvIkZZxczILMkUk3drahkSwCatbFcN4dxCxplN3nLpG8SU85pEY4o9+HTL",
-	"lp+RQDKGLs4q6b6B74udajURi6d3aayfXy7CYy2KhZZLTIMFnDQPgaSg2MAiv9jchGbbaDG6n2Mbo/VY",
-	"DNIslI2Yl5qyj+Ty55P9Fy9fFQ3kbLUQVXi1Q2MGBmEs+4I/YNZeVaaVuUW5rVZv/3u6P/7w6dVRqEng",
-	"TiSHAMW1HgVISKUz27hIYQ0tQpoiQHEEhzXLyv1W7FP2XB1NykmaOG0WvVO2x8OAv6VK7wOI8v7ZG9LG",
-	"Js5QAwrBV4c5Ouy4406GfeiiuQ+B8iHUWVoEZbkkhy+J6pJrDnVddqYDhyefon9ilip4C7FwpT/Y3pxq",
-	"GMwQJHpAKIQSJUzeaHHgcupDvAOkOSVxlgLiyJTqAbeY9owGvRa/UR1j47aAqNlChGaR4NazNz87zrXL",
-	"TX8HUdRAbmj2USNJ7BdNc5sJDo+FXWNKllGtLQIbfLWnEBQbuoS7QboBEWEp0Mgd2OpSZ9Yq3RkiXcPW",
-	"VpB+hrV5kFngMWXKrAYxip9FLNRZgsVaQbmg7YgCtG9I1TqqlqtN2Cwb7RehuFKbMZvO8vr07YBjT3a7",
-	"cHaAPWXbs0FttI0j61Inu6ICGtyqnS454WSYJsMS7C+mLpnDVr7UiGzbSARTRVJbmA9lhxgqgEOy5962",
-	"5B80Dwi2DQycr3JrxCeyQULdFxtZIi8eewqu3d+ms1Ys6L1E/osX9xX5do4eyv7Y06Ly3HYO26ljIBFL",
-	"ZBGhWszSGMqLPGKJe4fikFqRtUkh2FkAHnyCfze65FbW/gmV8Ga7XNnd+zsuVpG7Pd1YiQusenWvAOQB",
-	"OVHDrXlGlTv6tOFMpElEjOa1z1RMXd+idXWMlfhIWCHbqZvoTjqZQ9KttVsvEHO1gb3qkKwb0h2CVq4v",
-	"4HueLTHvB+vkoYrWlrhbAC2jOvRJJhZM7sdUMdvtXUXY7B397wlVU6YiI6Ed5io4PeviIuafG/ecVp06",
-	"7FvCH9a0zX7OYM2Lf7lgjWs5sdEXgG7MhzkCzFMC0NBNIjCuucQXtfTr/KOvIVB/kfP1M7vWw9LCV602",
-	"9gEbDGryLRhFSc1zbYMKrEYz1tS1rbK0dlb0BNr/BWzN5uT74Wn0Kb8uOylTj0rYQaLODNEs/bpimQQw",
-	"uZVFBIJ/0Tt86hnhQt3Xd/P9cyl+OM0C3ZpyknJoreGTftScxY3O7T00OTPWwci1z/xyFtwphQR37Fc1",
-	"NLMaonXr6V2daTaLSDxlMSTFcNcg1whGf9WAwwUI/ToSybIPK6qhmIhqxL5zXcGM8gwXImhIysnQdq4a",
-	"RgPu+YjrT+8fQhYizxKEvPKdNdtHvZ5FW4QCQ1u/IJgaACgfaIO+rGJGI3L04oW9AfrZoDOFcoegk/OI",
-	"HPW+t5dA8iwHBKeI0EwJaMVYdDUr9/qC/USUHWdRpgoQ0jSDRjIDnuousWlbkBMEt6fKnd8I3FMpxpm1",
-	"pFyha65PqK/HH3BXZoM3KQTnLdqNKvKy1+uSE2wfBK9nKzhc49M2F3rA/+Py/buIcGH3PSI9Y1LPsKaH",
-	"cnIY9Xo9382UvLt+C8CENAZ/E18upkyyDmRFUWJ2wW5YlwzhMUBJkGBDKLmjWZp4RaqPGUrQbNUVqBmd",
-	"dsCtyQ0DhEzngi5bT8zo1Zfj9JX+cwEeCx3b4Gffby4qWszCrPd8q7mH6TmWT+bQBhMpAnRrS6MO2679",
-	"M3R3NY8d5dmtM706T8o/P8mcb7SCUY15bpl85doIPdTY9eCRYJJg80hXEp1aVMyvTbHcfuVFzrGI5sO9",
-	"9hvzCp9Fau7yLnX6NCR0OTp8glQDGL5gVE/pz3PtW2vSryAjsuwHNpS6MNx/5F3B7D4uoIdlAcC0KPYo",
-	"9Q5pC1daJAwbnUcteTyVghubGnDAWQaVNk/Pww7s4T74hB82Z9vFthbi6VJINm80tpd8eA6SjTp6DmdR",
-	"fj1/c8kZ01RpUfXd/ck43fZLcckfxhdXaOjrZJQ7LsVGtlo6Cf/mrF+Is4LpEdv6aqyhM2/AeEK5Vl+A",
-	"dR7YUpJ/GcKv6UpfIDrzZLUJSZf8NhVIJVOLPFyhHTUVCz7gtroUF25PlToTdMmJq0oZ2Uy5Mhi0a/k4",
-	"4MZIxj2PU1UU2SuwoIdc6Bt76c1YyJti/IBld4L79rSH2k7gqzjXfs1KR/t4BQACns0USfWzH2/bjmJt",
-	"78GhAEDIx2t09wWOO3bK+Fc/7eg/A1UJITnJEF+cJcM/5Wm/gNn/+7B/HYcdd2P7Wd9Oi1+AA4DdcPDJ",
-	"/PO5VElgPxWVMFvKl3yhyNMm5sNjABNtc/7aalwrSFXm1R5qiSGPSTAjPjEfmZQu29B3EFRT6I1arQUh",
-	"bVvv07E9j7JMLFgCUEf/Y8y1qK7hyJ5yvfQw0BEhYEWvJovDdqTakMThguq9EFDMp/qSONsBxj7/sOb5",
-	"tFITs2UKh02nYLuslMC1A4Da0K6AabmswP67DlqaSl3ugMvZR9059o1bAHgWYGnAGqnLhCjBf99/US8x",
-	"ORcq1bBkKpi/WcLy8jjTUAbv0szIEE/cELKH8cgNwZcfT3N+S9oJ1RRTEQ2biDCdkmqK3f/NheZDx4J4",
-	"DaGXkHD41+6ZjDsVoKigh6pyBWmr4XXCQxxO9LAAQqtAh/f1WGzJ537PXXbpHONyN3Z1pVhUErX7ZJgm",
-	"/aEtw1/YxKkhXN0fom9pOWcRGcKywoUD7vJ3zRaa5YWVFWPyH5fv33XJFY7l0qtXUr8xh55Ckvh6/jeG",
-	"+jDfWvn4IjQPY5qkukNiMWMuYQR2kLOFmYSyiD9Lm919XJtDPuDlJPL3bustsI3vzuk3H1LIMYoD6+Eu",
-	"wAV2RBFBHrnSA25XjzDf9wjIb/hpgHlag1afDFoIKgFJkvAlAEsMWp+HUalzLByZOBOKqdpkc7cZDSTw",
-	"V5T3/WC5i9UJRb3COiuJXI0tUEeZZAw5wLdRCZLTbAUc+y+TKf6oQvaxKgnux5ys4PmKA02BtEdMZwH4",
-	"tLUGvdi5tI2g+hFCZpgPHgQrGvCV3kgVHP6Ok8UqIixTrDD67Pd0lLHh8YCj8HMtPp1It5wJ8wFGDJB2",
-	"nesSEi4GfAg33FikiyEy4RIYJtvHXmlGjbkxKsJwRbgNeCIWroIGW9a3rfDql7vTYopICmkazpHWcRwL",
-	"0UDAozGi8a3hmLZvQRdSR8DILs8BM0O5gLHDti6sz9NFAd0DnsfQ3RT2ttra12LkPihFzK4qFA0DlozH",
-	"nKOw1ceOdGzTRhXZwJVr1lsIX6uR7SkXzMJmlqyKIvFEBjNWsf1pGBmwFYp5jTeOi5W0W7MLU2h6bMXc",
-	"2mHLZ+wJz1rOL9MJfza30ubTls/Y1+pRgrnZwDskzuF0MUWw3FxdeRytEnojBuCxxBqPG/Y6BVS1okGr",
-	"G+gZjpF90p/mHCG+A5rMKRAi5gj6bo6eSrQgFAqfibE4ivq3AceKYNeuliV9omXOhq6LKBYTo2KBdqPy",
-	"LUSNgKcD7m+Fc+tA4Wx6ZJc0OOwDXpz2gHC1j/sfceDdqfkqT7xvHYtH3rYMwFilVRt9p0ggQuyvEFUC",
-	"mKki5yfXl6dvkARcGu0q8MxjHnG3dpvLmC79VbuaUa+xBKeJ7QIlNk9aH+NeY3uRjF+WR6mU8aMZ9g0V",
-	"WdvrZIqN+bqLZdyaPmlC8mr7nUZJyYePTjePX/Hx1ar/l6D8g8UJGC/aQvQaOUlJLAW3wKGuQRBpX7HZ",
-	"XEia7Sni+UWnOUk/hHkdfHIfG8CxVCh2GxjLG9sh4oHuLhzG6HL24T57QJXq/82/y91XLKoN7tW/au9Z",
-	"DkfZhfHwjHA3UpE06eFpdDpj0JwiNpoe4t7zhEArSSbVV8lYt1/plrbQdV3NVHWnqz3KnogThxuhPXN5",
-	"SFNiAxwfULefiTM/oBYPplliDYDxwbIEsg6EYq4R+y3DhrypdP1HyZUh+3Kbd3xn4CM+mLJgkj07Gz4Y",
-	"0fh2nGbZV2Ixrh+loE7zg531E58l95gvhE3i3m5z0g7w1EpC1dd+lFBp8YLVhdOLc4WvlHLyu22jz3jy",
-	"oehGddiLer1eJyIqByh/Vylh2xWSOTQiPHZ91sGRbs13L8IxCOGhdfgXOHrgKvpznbtzM+V/JW3lUgtr",
-	"+TsLHjU+pEAMElmXnjlhXGgS03wy1SSfPz/F6FLz3j8Nzaw0in0iVl3TjvaJ3WDNOXS9O8w1gFJTsTBG",
-	"hncrIhvzHCv96sFsL20kCgqoxYK03SsmBLokpIooFguebGPdz3+ycv4n5MbXOOl/LX7s/RnYUhVCmR7i",
-	"tCAoc6aelEzKXbVrHa5X7qI/tb+13KZ8o7vVrcmjeFvdYDs4W78ONLQtnlbXXf0pHa32GV/Iz+r7x/8P",
-	"c7MWODyFn3UsJObgrYD+4WW3zGKbzKlt6cMcMGgJjAJvcOeh83TQjO4RB5/spwZu2DI5P7cX1s7y2MIG",
-	"2xRETHhxUTc9lSKfTEE92mnd6t2xta/ce44jdFXAyD50Id/z0lBfIahkqMCgwj3DCf7bW9/ulE9ZaYhY",
-	"K+p/81f9qWV9sNnkZqFvr3wkqe9Gw/x0bC1MbOM2wKKm8TRyOkGngVJQaTb5legF1bW0jS7RSZfOZjlk",
-	"oXrwK/bPnGbOEKouyJ4ibQXgXqURI9+alyeADtbxJY4vej0HcUj9IMeEOif7AFC4IMMV8rVpUazi96CM",
-	"0fWid2im6aWdbcQ+4A5ZLBYzl4LqIdHKo4WBpdXUkeGTAUsXj/hCIZD1pqlhVl+QgAoQwKMDIjaZ1gkk",
-	"xZRn8Ixg1xe2HyahZa5QanPqibF9IidiT5HVV4rIa8GTPNZC7mHraaBpO1qnOe+4h4blBzz45D420LEq",
-	"p+GZlCzwfJp9DiQPtB162jhLJ1MdlTJjIA/KWW6lUJcUC3VcGS/FDmlHvaN7LHm9cla/Vs9/dgNn9YG1",
-	"NuvysNiWr1Lobb/SLebuuEGhw3Rgl6aZsuYkb+sr0KjM9rrJdx/cBIjJZZhKqlDP/6aZMs0cfLKfNmKX",
-	"rRDP18BoHonDGHvwX5e1hA3Ku9Iubug8gPXVLw6Pvj367ptXR99ug4e3JIldvjf7iPGSp3QmmCdsYjs4",
-	"y26QiWAb8BlNmHelGDX05PwsBBovck0UiyWrwmbZZQgRDDRIB3rZ5DM19z+tx9Q84Uv5S+Ht6r2lx2QI",
-	"Czh0vXxwhSMExcHAmeAxe25V3MGPQ3t1JJRjLIyB+ZnZWjxf24pI8Gy5G1lUjpHv4VynLV9A0/uCWLap",
-	"ynj9g1VlHMa1zIfuOwWm0CGGqLhYrGBLNToTgYYjVfaVJhs511jIGdWtfivP4cq6LinY7XO70oSxrCeV",
-	"d/WBpivf+H+NV51kGZHWMmRJcVVVbJnZbxFaNf12cWSc3pPVv5Yf8oVY0W+u62ug065b3S9n8Zea4abc",
-	"bGDMsEEibm7T7V5pbWsv3cpd3jC5TgfbrXG5unAPSJ3OGL1L+YS0E0lTzpJOsSCJf5A6dqW6rlLdoiwY",
-	"xjRiANtRKYrfum6+X/DCvfijtYDHpSx3gC9vh0fCqsVX+en0iqw134aoGzRX9wthi/36FSLCCi7brM9f",
-	"miKUyD9ypckkvWOcaDFhesokFvNbYYZtxQVnpNTXH6Hsk5Um5POMxth2AmQ1vqEHuwf4F/CIJApBhObY",
-	"B8WMw2PWOYYCjYTk/JaLBQe0lroH2KaZ/hlTWqQvBi0ZJk/cGm9pllMCY1J7ZrJ16DtpojYKJejGUJFO",
-	"KdevjlqbdWpoz3SGt754+Qoutn8WV1Mp6fKJ2zOVtnuTpPL0NBY5f/Y2wL9BUmuJ1jngrGphe6+W6T1R",
-	"JQJKdVT0RaDJV8wbpoxKPWL0HvAmpZHrZP7PfvSnEfd+/KLD/lOGG8qPy5abWuk/XErhLu0pwwxTkaQx",
-	"CCDOlLI97B+TqEKUYTvlPxJd1DUbAiAlfBRpL8x5g1Ywa9LITodoestUxzDvTEzU5lvgCnvDWqP/oDjB",
-	"pFFgrSu4h+Bmx5LqxMkcaE3j26uAWMOuOimKtHOh9EQyVe7fA7598+OMKUUnzIUki7rtNVEKYUaseicn",
-	"5VZKFkpsVEysXXpBK+iwNLEsz/ZUnxz1jo4BTcHYnqkfaibuzIzM7993yIRpxGhw/ZdSbpubQsMZbHGP",
-	"NfwAjIKC2DxJdcmlrfz3feBwaTDhMFVkSuUsY0r1i/33kH/WIHZvYmjEVhakKLjXdrNYo2gVWsCCr9As",
-	"ty2S7LfQsJ2cEM8Boc22TBNGaCaMfuh/6UQlHF1AgfNkYlbxqHeEQFwzRm2TO1xpM/PSNiSMIgjfzGhF",
-	"0HXbKuXtguwWrFRk0gmhmpi1KqkbT2NGmYdA86Fnb3pUPBr7Hm1is8dWxK43QLpvy6MHcm0kctQrndaw",
-	"5zi2snS7qiiDElwisfWuX4/K682UWZzLVC+BnY8Ylebe3z8Yho3Ac8joc5m1+q2p1vP+wcHhi2+7vW6v",
-	"e9j/rvddD5i7ndInp7MCGMPnyP/tproOnwktAzAiWupmdJtmGX5pVydyyRMIIGZWiMep4ZIWMQx+nXVL",
-	"2KUwcOCJ1xYxxnd6OQa+Zb7hCcmV9XRUIVBDA9mIhXWQVKLlCGzh8mpKwxXu/vXxLprXlZdGLFKx10c8",
-	"r2ZJFo0BfEwZ2KWqlLWvrKNNX/v84fP/HwAA//8=",
+	"7L39cts4ljd8Kyi9U2VplpbltJPulmvqXXfi7vZ24nj8sb3P08paEAlJHFOABgDtqFP5dy9gL3Gv5Cmc",
+	"A4CkBEqUv5KenZmqjiyRIHhwcHA+f+dTKxazueCMa9Xqf2rNqaQzppmEv45inQp+SmfM/JXyVr81p3ra",
+	"ilocvmtRuKAVtST7e55KlrT6WuYsaql4ymbU3PUnycatfuv/2ysetIe/qj0Y+fPnqHWkNZvN9cmbmuek",
+	"ydpnjIWcUW2u4/rVQStqzVKezvJZq78ftfRizvAnNmESHvc6l0pIc2fCVCzTObxFv3U5ZYSzj/o6hguI",
+	"GBM9ZWQu2W0qckXmdMK6rQhn+PecyUUxRbylVZ7WjH58y/hET1v9F72en4nSMuUTmMgbMaNmsOBLJ/jj",
+	"g4n7lip9fMu4PnnzM6MJq3nxNHHvm1GlCTN3wJ9xlpqPksUsvWXJIXyptGR0RiRT+YwpQseaSZJqT50p",
+	"Psm/jJnELsxi9+RNPZVCRCrN/69A85XpVwYnYyHtnBXRU6pJTDkXmiimCU5L4TvgH+Qu5YrcTRknI6Gn",
+	"hEpmLq1bZ0OcayDONXBlEy7sBbnwbTpLtV/75cfAj+XhEzameaZb/Ze9yBANh35pGGsDu59J8TcW6xo2",
+	"m9tfH8xn5/k6USHzR2Dli3jKkjxja56j7CUPf9ivQt4w+WCZlOdw5Spfm/HHmbhb8zJ39pKHvsxnc7+a",
+	"C64YCPYzKUYZm5mPseCacWAOOp9naUzNptqb4xX/8jclQD41e5wbF55Y3aNHnJz/+Jp8f/DyW2IH7wIZ",
+	"7L1w3oyE1G9TBbOZSzFnUqc4Y2p+gk+pZjO1aSIw0jmLhUxanz3xqZR0Yf4uCflVaXI0UkbeCV4IQyf4",
+	"VxexWJbf3Bw/+OvECHaWOeBK81l9NzxF+5+Wx49aFA/G61jkuEbVqb5hWXrL5IJIkfNEEbiMJUQJMqay",
+	"NGMvDooh02R1vAumQXxSTuxl5CbNMjPQinRbHTmmuWLB10j8Obfy003KAxMZIk2GfVgDIKw5ncy84AdC",
+	"eWKOKLnQ05RPSM4TOH8OydBO3N5qpm/uFJy5VzJvw7gRl78VCoz9rbR4xRRFrmOBe3RplgnSnyXDiAhJ",
+	"hpyxRF0bkkhzQpg3wJPlHf1odRxF7qgiklEjpwI8FXmBHKKWZFTVsIrhRKY0S66pDq/s3TTNGEk1SRUZ",
+	"MUM2P//KCidUs12dzlhodkaOhx6fz81t7uFNxlraPcAIUek4KvQfODr8UiGbLe+NygzWbEEgEuy6JEnN",
+	"iDQ7K+3GMc0Ui5Y2aEH15e0HR7IiWpBB60oxSfwqINMOWoayJRVnvxfWBMPTvdBU5yogMZbFwprNWJ0y",
+	"zIolETFrInJN2rDBcFMxI0MuT94dv7l+f3XZAZ4OiAOjEJs/WGIuuINj8joTSgfZ+Zl3zyPskELk3H+j",
+	"LB8NlQULsqc/BAIHX6PjzjKLEfHzuRS3NNt4m7sO+CWesusbFlCvjwj8mBCl2XxHEXNR1BI8NsJEkZTP",
+	"c61Ab5ZMiezWUKnP8ywLLA8+Rnm+Xv+kTIibfN4nP59cknaqycXV69fHx2+O35C71KjqhmW1XOwoInKN",
+	"s+AJkZQTLoim6qYTkXcnFxdws8y56hhGO3t/dvX26PL4DX5NeURUHseMJWbb8oTcSaGRDWD4TpdYnQA2",
+	"A0wOJmD2D0y4fKT8fHLZilrmqa2o5R8VPFgSNjdb7hrX3Ss2K9ctqy+MJ1tJ2qg1YZxJ6jhs1fiz9I5z",
+	"KcHWy3mfUCKZlgtnFcJbw/tLpjSVmsB/FfxoFKoIuMFQ3SwDuwurH+68X5kit2rw6g9CX4/YWMiADPnV",
+	"iAcKwiwhdzTVpJ3k+KIRTr8DUq35+WYZqf6ECKk3S0xcsKmlqx00IuYlyf/813+TW5rlLCJUlYjm2W5G",
+	"2lrSNDOSh7O7LOXM7Lq57hyW2Y9IBgq7IoO81/uGkX0ypSoCLjUSEp4WEUr+7eL9KQHuMYvpH7iDszA7",
+	"GL7YTXnCPhIhEyY9y4MA5oKX9d9Cas2pZDysqszNARQWtbBqnqdAwx6x2JDm7Ojq4vhN89WaTymecmut",
+	"EriocjYsz2dRTAc2FxxsNDVLxrqTLpHMvHHNkQP7YMsNaR51bRjU8lR1Qj+LOzKjfAGMjTvsbioyO8Mx",
+	"TTOWkLbg1+ZjLhlRuTKipINKr8w5AfJbv0ZqLBil7Eix4ON0kkuWEDuB8E4FHmlscV1SdROSVYaKKZ9c",
+	"j0Om1q9Tqgm1q07aQuKeTfmkY9ncrIFh6D4p72uVA2Pb44u4+zabaCBkIq9rAmO4Nw2eyqWTdMWe9c+3",
+	"uzxhcapSwQ8Jxb2Tc51m8HWCrLOsxTXnl9EiuMliMZvVbUA3HfOjt3dgygxdF8jSgZNpiWh+IKNzryXT",
+	"/dTr0SLEGcISTpE20vHo7IRoccO4IuxjqnSE3EyzjEkQdSBLWTbuLOncIedrhXT30s+twbiisNUo3rli",
+	"MiJqoTSbRWTO5IyaDUTalKg5i72nknBj1pot3InKunVUaN2F8m6OY1Tog4IpFgkLKVlK01HGCJNSSGIu",
+	"slLuHf14ARP8EcWKOv5otSIhyQm/pVmanGX5JOUXcxaHHykZ3VYWwjyCLMw+pkZnTljYxhmnPFXTLZ+G",
+	"fo8G7gxj6mypePN8NmIyPNn7nRJUsyaS9wIuNOIWOSYN6VhL2xrcknbG7lGVBfxQz/ZvxSRgliqdMBle",
+	"SaUTkYfllJY5j80zA6qpzBkeYahBkRFbCJ6gav6RxbkWckeRkciN1k4VSaSYzyu7YSRExihfeXs7ochN",
+	"ujyPNS9+zubWHttCwHmR4MSwEQbm0bDZzLngxIERsbihzYRwl7f8qho5AKeIFQRBoyI2r5vPAyIVTCai",
+	"NJDIWfQ7ioxTTjOjTAqpUYGYwybfUQT4G2yiH81F6e/MqKx6yhZoN6XcqoutqJma8Bpnd6HZ3Ex2Rj+e",
+	"4G3fraoO24qvoISam/eU5sb//O1o9//S3d8/2H97u99/+NSLXn3z+U9rpVLpdDjoBY+SDWLq4SYFLJ23",
+	"KnCNrO5uPhr9Ba2HyG2UqqHRJadwPhobnfHbVApuzr7dWypToCUcn4doNcAdhGoyE0qTVwfkl/SHiFD0",
+	"o4J14n7bJ+/MT1yQ06u3XXIy4cJolWCbCD1lkoBUUWHToSKjqoJyS6FXyJ0q2X4wcoElZLSoSIwaJd4J",
+	"qPuPUZFkG+WPmfxGSXNuwzarwnYuhTmcV2f8oxFBKDXLMyazXGnY/ejgKpzhG2bqHrRmrmazbRfXkBO1",
+	"nc/DqGu0xnUQC65pyvHkXSt93IUw4fWBCcZvt9qxK7SZaj3fNKGfLy/P3FwaKybocHuAOCl5fKzzzjnu",
+	"yFiKGXgI5lIkecyk2im8F6dH744LodJHcUGlTG+NbFHWY+bFC/HiBW6k9uAepxkjf3p9dHZxeXR6fXJ6",
+	"dnV5cf3m5HzPXNXQ72B0s+uJpDG7ngXs53dplqWKxYInioyYvmOMk4uTny6Pz9/BPC5Ofvrl5O1bIjgq",
+	"0A0jXOv0u5KUX6W2c096L0PC4oxKpiwRrQRPNVP2C1GQ6P3VpacReHpiI67R5xOmV/NthSd92IHTUMC4",
+	"0ADIFy402PFckEzwCZMdY8qEpMymQBe6tsK0rgtCbX90GMJfg98r/KR769Ob41ilR5fe1y9JIfJQFhUq",
+	"ekOBXBNIt4GU5qH0kohfYaBwmCPsS/mBxjfjNLunk4DxpLndJG6ZzOhG6fseLzsTWRovvI12z/gl3gvO",
+	"+ZrX1/GUJQ0NiOqOe88ZMYsFMXAyMiNFRnDlmhTh/D5hKShd1OrypH03pZqcvb+4JHu3+3tudfY+pcnn",
+	"PXuNpjcMwyKZmCgMB8bTnN+ouhvhOrwtgv0+Enoa8m6V8wy2StGLWpmYNOfQt2Ly2sy4alC8ePlqVdxJ",
+	"T/0GLG+Xqi6WlzZY53OmIGfr03bEWSWIt0Yapd9Ej6QdHhJtLPCxMJo86PZmYRrojKX3Wy+vXtN4yo65",
+	"xrS+JbP5Pr6kj/NUMlUfdkjxLV1gl5Jpqkl7Rj9e0wnreNftX9AP1zwSYSOnjxJPWqGSZIrJWx+/W6vi",
+	"GoKel64vjstVtUTmHB2PczHPM0Nsm8MZjFfUhw4bDnLLpApbBMu5IBBhdpcXRNzonirYKXz6Me4jLs3c",
+	"FQV7bk4jW/9O7tG10z6vLvLSxCt83fAUvON1yb7IULABYhtUyfkeft4cRcGBK5ut9q2cabjFaffOnC2E",
+	"olKM2nKqYnOmG2OiD+bJDVuQKVVT6wFBnQk86RgW8AaNy06wxoflqQicFCm3+d2gqsE1qKx1yREBXxIm",
+	"AJAZzMgr79YTQ6gmkAUBDg8MRkD2gmXX1TPRiplwwM/oyz6lgaQKZVNEqA99EZUbg0uRQevFwXTQKkmr",
+	"sZBOXq3uXSZTmqW/G+pVMomD1H8teCkNQPnwP50xoDqeGAzeHD1R4OpRNvz+69HJ5cnpT9c/vj+/fn30",
+	"+ufjDhwfZs1sJlDYGCjJhup8zijm/kE2H1v0STylfAJ5bFrgiZUrw8kiS5gkdpttZmL3wCDnlryU26mp",
+	"94p7rO5PiIm74C4mP8DJ5dJUliJcNX5JJ7R99A9yiSBuAr7czaE/GKE27OdZJV5sucWPrAfRbAjgMsdq",
+	"giOXTUWWEEpUJoyKa1M8SJvCkWV+VIYe5YzGnLtwUAQ7mXIXG4NBMYZoPRsxg2g4lYxMBGed1Z1akwj1",
+	"+vgtQVIR9nEumTIsRIxoIlA64/IF8I9uyRlySCiJBVeacl3axwmbZ2IxaJk3cO8O+RuY1oumc2Wlv38V",
+	"WGlHxzWpBI7CdB19982e2u+Z/3XCWQFKS6rZZFERJK2/5yw3PL6U4QdfDyGVKLdkgpzqdGYWD2L7f706",
+	"vjp+E5FxKpUmKbcfjGljRbQV95H5Dxgehvo6l1x1yTCmPGbZdcqv51JMzILYxF/O7uChNkkJ5DQIqyxh",
+	"CkQbN+PAvMbFMxzL2PwaqgQnw7jg82Fkjh0XRCkmwNkdU7ruVSGx8uiH9+eXxakRBYcvZ5I5oq6+Y/El",
+	"PnfzRkaNyrNJzW42i5vybU3zWtU3oDEe/zUip8cROf6Pk4vLi4icvr+8dp9/uozIT8cReXsZkbfHpM3z",
+	"GZNpDMbpyWlYo6RZHs4aw/DINj7mIMXEvI5WJUfydrLvEnNw8P4i1JbO6IRFhMrJLVrh8MWOQn1gLlLn",
+	"5DOG1aKDGfCFfAkY4Fv72B/s8oYpN/CUwWVBuoJ6f57zpk6iZQFt9zPlJOVZyhkZGp1wSLCajxLJJqnS",
+	"zJiyQ1ddMyTGWDWWS0TYRxrrbAGy2Ia7VinrUhWXnDRznKUtkGPSyACbeMlQusP6oc4WTv2HY2OjmW+u",
+	"+nfkbyORLQuuu8XVGjkvni8sanjfORuH02D8gqkTjQVFW7q13IKRYiTn4KpZRxpaudVFShM2mwttpGo4",
+	"rdk/cEeRk+Li3V/MOWDOYD1NFbjd+nbh3GRLRsMeGgyQfGBt0wGHw8Mow6MFMUcv/tBBywT8eJSrO9CZ",
+	"0XKgcCBFZGiHGBKglzFDzMtJuGnAJZszqlNrJlCZpfYnTMr2o1Jb+AiPStKkO+BNMqL+ydYBtr5nxUhQ",
+	"F6tuFoKPUxGamtRpqiOUPm3gfbRCzd/GGlCEZk5fXRbrxeQLHyhms81S7v7ecObV6wYwc1d+eT/hfFwV",
+	"rcNYCj6EY2yINR80G65u49jIgnx+fZfyBBd26TSFDNlZqpTR2sAe4IK4KlAJxQBQ0ovpV97zuYBvFyLn",
+	"E1DVKIf9fkisUgvTXDCsoittnZfBXEIZslx/TG/Z7jhlWULMBaQ9aP157yX5M/5/0OqgNHM3CUna/zoV",
+	"ucwWEfnXhKbw7x1jN/BhJriewiczq2zRLMvRUTZkzHi3ghG0mmTMGJ37yszz+54atDqHNv/YUIpm6YSz",
+	"xNgHRg5c8fQjYXMRT5vQ52+p1iFX1DGEOo3lYdX0fI4PSBWZGRsJpV970NqHCUWFKyJhGTW85CwljJ81",
+	"mUxYzB1BiowlBdimB69IPKWSxppJFRElnFBFa3XH5pyO0dlZzjOyyUXt33aLNKODg8/u+87//6fHDFrd",
+	"S7pidn7IG7TqmjEL9LvgLJgEfXJ0ekR+BwElpNvU7UHrODfbeO8HJrOUAy+5jXV1+Xq1KC5Aj/sK80C+",
+	"tx+qXrZdihvG7xmavIdv1jHh8gaepdxTpb42tCbLwP2KSWHmhciMLrBczvsKhUQLIrI7x97UOIMPS8qX",
+	"TplApE1kGyPx5+aamiWD+9csl0wnEybvuWAA32CVwi1XYJxmQVF2ROyOAR/RsnNoCI8ckvYn8DKkSUTm",
+	"dJEJmnzuWJcRXNG133bpTORc+8KeXs+tn1s2xOco/KLN/ERNZd/LXkn2NZFu3y1Jt7XSsq44sJBkdSbo",
+	"5jcMBrl2VOGeg5yldYtk1+PToAWprYNWnwxa1dVJk0HrczAx6RGFVsGlGwQYIJ84KIBA6CjsZnZFTxp3",
+	"kleQuICSegyzILejngIUJDM6nxsLxBYhWZQE5EZwWwBlzSOxfhg8rkB7kghIFxiniCtTNt3qyszrQpYr",
+	"067Jx4RrNjsk3IUh6v5oFLhjR8MqaUG5C+0nqLibU2MGcqsx2epjMhLJwrKYMXG6SrO5+m3/Qxc9QcEX",
+	"mTGlGnlWcELFDaEX8jmH27utplrPC4+VfSNjpWJBL0k5hiiUgnRoRdru0Ddm8IuPHzsuhKGiImrmoEmA",
+	"NKRdzTzuuMRCm9g8NBcNiwSGSjYdIEBQ8vLjR2RZLSlXkOaCyeIQVINSMUhLtAGWQ5hdkbCcK2tsuRpf",
+	"X1y2VLckkrDj06IMPcyXNmN6KqoaWuun48tggK9M85DLr1zVt3RO57KmuG2kRJZru+ZCwr+KXJ2/3Rxa",
+	"M2MGOY9RqUeM6nM2zxah+pGQy9iX/tviRS1FRuYZ5YzcUa4LZ3xZg2mQUrPWEoapbHoHm0pUn2C3uoNo",
+	"+WUwuRDDWcV+SMtp8/6Flp1bDV9y24zIUE5jfar6MjMlkqbccETw3X2uUaqImuYaPFmJuON9s5wxGO6c",
+	"3QFZzMGSatJWOo1vFp2alKOVCflUsO0UwoRqGvB8ocShCjJzNePWU0OuLn/c/c5Lh9Ortyv2zMF3L799",
+	"FYzISkZn5Zjsch1Sg5AsDBHhpD+sIYLatkzJ3/S4aXdLL2AfE5r5aY16+ub0YjejI5btZukNs3XtEKt8",
+	"9U1JUTUarFVDdz9EqBqgtzQhjCfmI+JGkIxpq9ck6QQN+NL6vfpm2QzYpP++2t9k3VfN9rpKaOe3StAr",
+	"kggo4U4zVnU+u8tgJ+k0y3w8s33JZnMhabajiHUokLl5ZspUp0+G6iadD0mqI3LD2BwdjcNRPh4zeS04",
+	"G6JPKsuKb2mWDTuYakGl9kh/NlTq6s19MLXtIqJwng5RCbS38sUdXZD2kGaZuMOBy/FOM7dW1CpmU/xB",
+	"s6yIecLIrajlhwnWwYHDY1s54E7aVRbEqigxJkPzpGEEGbC8HBiAxTIK7iS9xVgz6L3dFatkc8FxnaF2",
+	"WVdggTYhJExNmFaYATG0WQjLNQNDo6e9Pn4bLo+7LtXHXa8rkCv2dCMnEnxTVmbsSKX1d1/4JHp3f9QC",
+	"HLoPjcr7Q4Kl7P2qZQkE1gtEFL35SEYLK3ysGQl6vmcNY+tYVTQhZg5BE/HMYVYEHDjmJxuoNLtdFohn",
+	"5Y2COROtqFVOtjo/vnh/df76+GLpe0jCakWt86vT05PTn1pRyxcStqLWj0cnb+GDzU5oRS0PANWKWlen",
+	"F69/Pn5z9fboh7dmkF/fn/9yfH7t70LkBjPmLydnZzUwNyW0waUDZ32B54zG05SzXcloAl+Uaj1tZOQa",
+	"M/640NdjkfMkAnSLLI3DgaiEaZpm4XIvYyA0P/xKVmFAD0ohzydmtUUqeZ12nuqMrbEPVml1dX5CJBsz",
+	"yXgMJyNkx6Az0FB9mQ/rLGDzq3u+n6OtwQ3uqHyUpWoKvof7eeFCAIQIROtjsSRNSBtwUNhHTUaobPkk",
+	"7UD8o/7U/s/B4GOv9+HPIMqKQCZmdkLZVJ1XKhg8hvN6SudzxllieRIroW0I99B5KBRR+cjcOmLmFF1R",
+	"Nhq5fdHvtJ3ogin6SZhNZFTZYcWTNTz0Lr8XL18ZezsgsgKJMWs4giXAE4+Tzm9x14IgOe85I3MmvSeo",
+	"8IWWyhvAL3VHFZm72UXWqYV5umbpFUl5nOUJS0ib2xoaI365kNaT1dg5XnXFhSRDuIK1LoWq4cKvFgwE",
+	"48/Wf6ZKpLHus8idbNtUD4ZsRXRXumnbiVTWcWMO/1mupoV79D6S5d7aVpO4R+GkbsQRqIZujpdsn+4Q",
+	"9hrDOCGynlPNPOT0w3dm5oYKVMnWIbnNQ4GTfRWR/ZnRdfanwUP7wciiljIOUnsOqmXpnTdCh3rShYtK",
+	"HglNOGpJqtk1TLM5fxXLuml/lkdf+5b323SeIZZkDiI2GUE9ZzIViTXcMcm4h8m6ozy+YXpHkZjOaZzq",
+	"BeI4srEFH17lsXldZQs+pE82sNXndQS4Qv18G+e4xaXytdxl0ESolcTKekrMKtis4GommYdqSxW6w5LH",
+	"zEo/uTzGyncoOO6XkT6mVBFql8BZMeKOFwFHn8e8g+leeOnDAo71ZGifXV2Sbre7Zy7ZRX7d+2TG+dwJ",
+	"ywee6qr1vl+zPGbysDq4Ihuz3Ztal+c2qRQR4++3fWiSQGb3KgCJMQmvzt86Onkv6tHZiVU8p1rP+3t7",
+	"+y++7fa6ve5+//teb38lFSZ08IFT7YGBirpUhoDDQIlcxmyzTPMXmoMxE0vLexDV1Th477qFe/UVWm6p",
+	"Xxw0XujIL0l4yedCaqj13XKhpy6AAPdl2ftxq//bBpSQpZjD5w+h4BxGE3YU8U+ILHYWB0dhAlha6EuE",
+	"DFusOYH9Dn65arU4Dmdrvv2QtvC7TySA2bPEOgRBiptBdzBlVrkiHHUHqrYttZNQD72DMZtuUZHd/Lyr",
+	"ltE/LNvRPnrD+tbVcOO73HPmdtCAhRAOglnwrmIdBM8WiLgr2Txb9Mtl288bKnN0CJOxtOW3OE9fOz1A",
+	"jMfAP6MFoZbDI8T7dDjrNl3WyPVA9ug8v54BGEwgG/fsyrAl/BwLCQdCr9cjf4HxzDedICzMurYuUWvG",
+	"ZkIurkcLHbJZ38Gv5rFwwdbjfw7T2Bhx9zt2jFZyvam4WxDJdo1FDNGTUtuFRNxx2wkIFIflJKWiNjxJ",
+	"IbPEhf8b5K4GX9UmlfmCxmQGSCmAnCMBRsW2HUJWCbojzzG1pJnoPc/5RT6bUbDmwwBXW0CpxK4ifwWG",
+	"57ky5C1QMAtmrdgfzbmQcjIWMmZ9F5SFpXRZulBLSS0QbxOwRfP0yNNrVVJ8wHVZkrdBHKVYYKqaCGGi",
+	"WO/NUOZ8SNrArr6mAkJbQ3DohPLM8ap1GJSQluzSeOz1Lv51iBUbXon3pRhFoQbeUaS92MKNpTqVcHX0",
+	"tvAfNn1qA2fXbLLKOqi1B1/YI+eWpZT2BFCRYFlsBRe5xBMPOopy7h2TwTIk7OqliBR3aPMkVFPHaegu",
+	"3gVb3qdeUu69aEYGBkrwNnf2aZzJcS/3qc1r2Mp3uAYTr/Fk10J71YB3IR5WspVKsryUYA7ZgBkE0yIP",
+	"dFjEvxrAeNWid9k4CRB2oyfzPOdP7THKtzh+KmfZPQuBzBjphDeH+q47Y1wniXzGrDnOBSnaT2K1GSQE",
+	"zuiCjFgpfX346fMwGFktvWAg1uiLrMPlgEWqcOlSLAq3Ql0hUveUVi55NBjstViU2zb88B0Kw04yFwwp",
+	"tXlczgN2jQTGNWCna7y8kGpzvanbAiiUFQwA2L1L1CcDs5DJoNUnL8B9RaAcdCwk2Qf4gu7D+0Ksk1a+",
+	"n2BYP3aJOKDkLpEuDMbiMnyCEFXlMXcUJgE5WqXKrUUzFihlP68+xK1243lv74XfPhn+3xGSJZQTHxDI",
+	"1kvjmjhs49C/KC3qUk5vjgZn8fmaZlnHR4dDxYe2xYXtDlROhtKCGFnXrqQ0hXp1Ldc4PopAcVWJa4sC",
+	"19TqraahQ5XldbOSTLD2LGONGECgY93lHZPMgvXYsktGYMjdfE5wzKZwrLUtg8z5alQ6qF+sb/RLXi5l",
+	"3CnS5ljRnGYMe6gknbC3ZP3eW7LvvlBt36ohIVlsDob6+HBJ+mRUW6gUFREEGrHoLD5Hf7/XPDbuNl0C",
+	"lkfA8XWTzucsuS7RqilfWVujkvC4aMhE5erGLyL1mtQtek4oWGlFbPiFX+H/6rLX7ePVFYgKcXg/+Vo0",
+	"tQucQFhaXKRvSDDjESPWu5ctJn2p1RhkZtAZS8gQExsdx2Jy4y5+eXX5Gk9PqshisVjMZkmip9PZTKnf",
+	"XRZkzjOmVIBziCEEBBGcREf3FvadCeC6FYe6FzgPEhjL7pOl4deR/IkNDjeV5laHP2ubvuX690us+y6M",
+	"yPJARXBZObt/skFlJDeN4Hs1wZhb9VdgN76xdYobGXFYQUyE6NfQoUoPXYc5jCIUlWZhxKDAqTBlWVZU",
+	"flE5uY0cEmBCklQygHZwJRHU3tBOudKMQmd5i2bd2Q6f3LlJXC+U1d7vgk/KgF6w6cXYJuji3TUYivu9",
+	"GWAoFt1N54b3MQT/y8nbt8dvPG4kENVnxoZtPhpPWSNAUeeMLfU02Ehy/Dki3g2/N0r5npqS3ZpGTFVs",
+	"vrU7VLN5GcoP77ZYYAGGwDA3gdgxKV15CIUDACQ8FVnSvCdMATwWbPxw3+YOsfC7cDPs5RlUIFE4emxX",
+	"RS0mDNzJgGcPkCxkQvkEujBqJmfQN8ehNFpHIUC92apnYEiVjrKUh1GTl1uALrUXPvqJzETCINZ3aAuo",
+	"xRh40SL8IGozxlRQN9tue7ldsS4aYB7XJ1OHUOqR+ywspTuTJwISacloYduw1ey6b3qqhFzqG/yFwglf",
+	"shnHeFPbSiNhXfcFCxBVCnqlmtilNTQpGoK2jUCxJda2hrrTJUOa3dGFGppxqIYGcC63uEveGx68SxWr",
+	"KVsHdlgp8nDuz5pfHUQt/nDDFhZpAPKuct7Fqbk6ZRhjlKdZgsOSv/yFDGztwKDVJQgqvoySiyUBwfUs",
+	"WphUSYxGDMpvjJrAs3dKDTSg5MnQn8XMNR4J1cQg5u84NZ+wPXyg50hz40Wz+YmZdGgXFd1IQvvIH8ql",
+	"TVQCJ7VwpOBWXNOqpGY3vVQVGOD9ngrSu+iy76pvzKxWATvNt8MmysMhGVr5MLR7eOhmNyz6hjsHr9ML",
+	"BGeHZOj6Zg7Lu9+102TOM+xAScJYp9i41PU/rbxaL1rfTdWqSXdToZjTSoxmr41tyXd/Z1IQCPSZRySk",
+	"3bNZYjWAqOXp2M5sXqC6fLRewzllxqa26HHKlQcLWWq47iKQeXlma+eGTeYcpdYhxM4zqo3G64402w0C",
+	"QEfpjMSUe9s78vXLRvlzP42MDEhY5NNPEOJS5hy0Miiq77h3LZE45bYA2DfVnlI5MRIysNalBTn0Cpvv",
+	"gmZk0kUJkNscn7VtLbvEdvCvFFXKHUXa36yhKASqqvTcyHooK+1OKjJDRWZh9AqMZ3wDSNXUyqIS2Kba",
+	"kkH//QraRcAdVp3CFU//njOXgFW2Fk5pzWlbNBauygzz5arMMN8OkVXspdhzu3Dyu9XweAuF7LCL63+2",
+	"vd8J5KRiz2NMMPslH7F/ZxndUeAkEOMx0Mi2OXaPKpLRSl2OsZzQHCqr/Y6DjRqqL3jq9K5S172Vpk0W",
+	"5KPa22pd46ZlnAsYMsKWenaLdO7byingbDFTtSD57ZKdCF2LcQukigzB5hhCnTB8sieBFZLDZcMDBP3Q",
+	"WI1DbwMekqHRtYZEFTxgUyZSbn87BMxjlA7FM/wX8JRExE74iWRGeeShZmz+q9WAp9QcGXCucCHMc9FV",
+	"xIU/WQ2fONiRIiM01YTDN1wUtim5sEovJC+W+ztjy5vljmRlZK5UyFQv4WKDp53GOr1dRcfGDmtwnrex",
+	"6a8X852IlO5c2ltC2vTNtjtuRhnrNCkoqD7/3Kdgl/kZY7G2z7IYr2alez8DHt5nx6dvTk5/sjlBHlhx",
+	"LBnrEpt3jaXS5mtXHs1hE0OaGC+qtWBYJAWuYvM8kXLq/qa+ouXeYvU548UJXZXZ7OOcgo3HtSilkNec",
+	"F/fMecajKOWTesdH0TIC6TajC2zBoIU5iHGxykYa2iWKVGp6GxlpQpJBy3xTKGxrmk3EkunrbQ22JVzI",
+	"oD4P2A+M31rVrdQA9ejsxPXNZoAM7zoFqKm4M+/z5z8D3ibsauvrgTZWeJOVPaRdqopIMbEWibjwQxyC",
+	"MV5NxPeuJ0fkCUNf9SyYpbDRleVcWH4835QRoy9WA3NHpyteXO/lKmtKjhO8P8urG0VvhBVFY9uS+2Wv",
+	"0v0bRNgNCP8tWkREhMZSKGXjU0a6HF1cnPx0evwmIj9cnbwFsSQksYk/RZuDp6urQUltZrqjHK7foJWM",
+	"dmfpxMjiQat5Owd43zXauqcHNnQA7ad5I4fa9gD42LoFRRN4y8oWtQWQRaVJKDQxrrXdIc3SNx8NCiOz",
+	"cWqhMpM8Bv8cqJtO3QYlMCID6HxivSS4ahuA18yTIvOuIdJdGmP70VoxhpQ/q1pfxyLnNWWZFrO7NiBX",
+	"/O6qwGz6tj2YR8wcN0Y36Na0pa3tolljsm9jTDc2bgN2kdDXeA42j8etJjEFND43v3VUv0c368o7FWOv",
+	"+KuXjHWVuh4n6EswAl8ymmXQq520JVPMVhmWQh4ADstUISUx/5sLgvNw49foN9v0R7WtTl0b0+oLBugZ",
+	"5ptaJonWtx8taLxCyxOZKmcTGWv80Kf/jqhi2PpQWWg225TEah9lVJar04uz49cnP54gMgrqxa2o5c6i",
+	"zRgsGHMKwKwsw7C4g8485/z4+N3ZZQ30CijgT9FZsdk9NWgH9dHaErxxc8NXsltxs+XbNIcnjlraETEQ",
+	"pANt99B5V4CuRoBi+j/oit1mGcdl2OMSITbmGMMKh4P+aMQ1Pl2QVzZF6e2gwakUCYePwG5ljOY1KMxb",
+	"MNdGdOHNYaSnhvct5flsWnck9hOnezj4mOZMZHlgIxu5gde827btJqo0uF/KXWjRryDZ6WHNLy5Bp2VZ",
+	"Aq5CbGF4SBRDEEwLmx9njEpVaofh1WF0A9/RBZEi50mTNhlNe1Zs1UKieaOHTVd+NRmR5fy/J+tJsMJT",
+	"mEMRsAkKGIDHKSq4HyLroTGubD9FBUFp8wX2XQSedBUbDq81nN1Q1svrhG5TIKggJDAEzIR0oYOxkEUU",
+	"K8bQgLCFe6ip9r3imybkf/7rv0Ef7hIor3bwmrMyOO/KmxaezqJBJwYkXK82Uo5DgHwF/zR4YFA9H/mu",
+	"lQnLmGaJN0ALp5LFlFCETmjKrRlMYRppEnQsjSVj1/dzOMKtHmkhYNuFFbnHgI8wBPLGzlYIROZGXxB/",
+	"r+4bqzpCRmNmlucaVjAQDCoxgvetprZSo73EEJ3mxRoPxMZYY3dW50+z9Jb1CxwBh4lbCg8ySSCXoUty",
+	"bqHZ4R6VZkZv8GwMFwH2IlkwXQBfJoyCy3Q5pmqezJlSZgRVhL8EZ/gN5txX7gLfXqcLQ/arTzgkWQr1",
+	"/9ipjcGXu3b+kmnGMbKyPzVz8cETtzEphrC524BdcuR3PNSrs1KnwBSzzvGBZZMPqNmKWmVCQZyHJqvm",
+	"WNT6uGtu3L2lEnK5zAh4DoBdemQHK311VR239MsbeES9cXLi8DbMS8gVo6Tv0RRsn5iRUSt87yUHtHA3",
+	"TWPMRfAMoyJicTNAZmViQiBTKVGYjBZTKbe0edyZ5/jZy5XCV+CPsdKZspSSvioOPtSeu2Gt2SKeNNZ1",
+	"7Rm+SdV1w9ZNx+gJ7zwSqoscXmg2/2Fxgf2XHb9Vvnxz9FPQ5i/rHtupzNvA4NX26z4qYXMijsWL/YNv",
+	"D7775tXBtyVwi32E4cQak2Xwza0RmCowB1uinjdPlF1Kkh3TVBqBdn3f8AFpl5tFa0Znnb6TxpS4iDIZ",
+	"UZ5EGNADZ7kN0UKcy2WMWeRLGxCw7oMd21ebQi0D4FO7652DoWE8wrJnE5UXWLmiqAe87/j6GKObpLdM",
+	"HS5DWNsEbotVGQoVWCc14jEbWWToLRlNVD3ydeOAcmPYRs3mW9RCmJ0b8GBtFRLErBgozXVxQed3qgsB",
+	"TpcjgLae9DECgEiBdZvy0jb6eSxI2Aq45338P9txwMOROivSshn2mLuh+r4l95CFVNngJVpegid2Fznz",
+	"eLsztMIjTU5TfMS69y1VEjevFbr3In0IQSYrFudGfF+YN7XFxYzKYO84DhkMqIm1YzpXmnL7p+0dbIxc",
+	"FwI9evPu5PT68v0vx9AUHUgJhjcO7ycDOe+fP4MLZyzWIAHE5Pz44hLmIMbkNT4/KtUWgXj4mxgRIeMp",
+	"8wqlRRgbcIAY6xJo3gzNVmMxx7wJh+poBsDK7S4B2HS4cMDpHHJxzHB7FrH8X/6mjOJ+/uNr8v3By287",
+	"LvHYosIPY5GwYXfAB/wYjgyztjgfPBiHR7meCpn+Dl/2yQ9AFmylFwNR3WFAhh93LbV3pcjYcMCxyAJE",
+	"JOQe8tLwkC7WJ0MEmRqSNhw2nYgMEX/KfWNedsDRx4cncN8uo22aEbnaisgmSEcu+Rm+0FRqMyqgWw0H",
+	"vF0gbuFBhz54eDDolkOL3VekxsU0y/rehxANeAkTENX3CBJgOl1yKmyfgZzfcHHHzQUQT4FOkRD0sU8k",
+	"qRrwg94+ZIDBFy5f19ProPdN8avlAi2s+9K3pzTnuxnpwKZ+WzSxsuqCZSZFPw1eWawplI8PyYzKGzXg",
+	"JctVihy7UtsknVKLJZeiU6RVO1fQjC6AYtgn22Lwt+w+MNuitNf7rV53v9sDF+accTpPW/3WN91e9xvs",
+	"pjGFnb53u78HSw1/TVjgaB+CbfMXYKpr9LGizToEQ9N63QDVDxqtSGY01dRYxRN6y0g+J4IPOBq00L3h",
+	"+t3Rf1wfXV4evzu7vHAusQJ5u1863LF4iC6we8yAQ/YIT4DFC6YXEj1jZolxukOH7IZzsilXFooPyef3",
+	"y0liFJhU6SMkhD28AN4FcNdSQ4a/50wunC3Y9wYfng9lrDcbkS/AxG2l8zL5gl1C6gAA7KlXYNCy21Tk",
+	"yp9woSnag7I8x4oG3Qs+PzSSQ6QuBvL238teyYB6aXEtC8tp+Xj6AB4k6KIHHPei17O2jbaQV2VB+zeb",
+	"0lA8d23WiVk+UBzgLFm2cgypYOvCKgOm5wE+PTSon2WBVgaodBa1p4W8UknUM4oodF4B3ojQa4QF7dmC",
+	"2Ep0TI2zTdTsos7pJOXUNU/RdAIeF7stP0StqvBv9R16oJkRbGDrZQYI1NI+rnL4T0y7vJynXAR8hEV+",
+	"D/Y5dUBXuAIH910B7ETFC080ZklrgXXwvPSgElFLmRfLYtqocp5AKzS/806UJekQmntxiSPIyRsED1xZ",
+	"rz1zvIHyd+9ho9ZcqIDkxuZqtqu8sOi2gGsXoR+NJQCD5xi47RS3t+9/Ahn9w/+5PL7o9AtXqvW+TREX",
+	"RWkYO5GA1Yp7AY46JomiCwVlZJAD6EFEqyx5BA45+ypvDR1QfWVK/2B7Vj4KUxaN5j5XNWQtc/Z5ZTcc",
+	"rJLyAuh3D6HxIBY/KnG3mqZzl/dnMf18hMhFvNAzbTGlH5ftg6wri9aSj8C8Vd5A+OGyxHp8vrCjO4zm",
+	"JrzRe5qHn9unhGTmuYcYGYJixJKhBfHUzJw4lRxv6H8n5mWU5WfgWnP994/B5d5lT8bUWGMjQGlYZfUn",
+	"YW6n9+99sp8+76EpqPY+4YfPex48IXjGGu0DkBOOubZNZBrokgFF7eGKGXgBvxLNzJNksVk9Y9yWvj1M",
+	"P7sEsK4YfLJYflCx2gozv4oYZRUzc2ZJppi8XVHLkAHWaWXbaghnFjLOLPKGS98gppzXJBpz7N6nG7b4",
+	"jAySMXRxVln3DXxfrFSrybF4fJvG+vnPRXisRbHQcoFpsICT5iGQFBQbWOQXm5vQbBktRvdzLGO0GotB",
+	"noWyEfNSU/aRXPx8tPvi5auixaKtFqIKr3ZozCAgjGVfyAfM2queaWVpUW4819v9nu6OP3x6dRBqo7kV",
+	"yyFAca1HARJS6cy29lJYQ4uQpghQHMFmzbJyvxX7lB1XR5NykiZOm0XvlO3xMOBvqdK7AKK8e/KGtLHN",
+	"OdSAQvDVYY4OO267k2Ef+szuQqB8CHWWFkFZLsj+S6K65IpDXZed6cDhyafon5ilCt5C3LnSH8BVNDaK",
+	"GcwwJHpAKIQSJUzeaHHgcupDvANOc0riLAXEkSnVA24x7RkNei1+pTrG1oaBo2YDExoiwa0nb352kmub",
+	"m/4KR1GDc0OzjxpZYrdoK93s4PBY2DWmZBnV2iKwwVc7CkGxoY++G6QbOCIsB5pzB5a61Lu4yneGSVew",
+	"tRWkn2FtHmQWeEyZsqhBjOJnORbqLMGCVlAuaDuiAO8bVrWOqsVym0IrRvtFKK7UiM+ms7w+fjvgAPvu",
+	"CGcH2FG2gSHURts4si71eiwqoMGt2umSI06GaTIswf5i6pLZbOVLzZFtG4lgqkhqC/Oh7BBDBbBJdtzb",
+	"lvyD5gHBxpqB/VVuHvpENkioP2kjS+TFY0/BNcRct9cKgt7ryH/x4r5Hvp2jh7I/9LyovLSdw3LqGFjE",
+	"MllEqBazNIbyIo9Y4t6h2KT2yFqnEGx9AO59gn/XuuSWaP+ESnizVa6s7v0dF8vI3Z5v7IkLonp5rQDk",
+	"ASVRw6V5RpU7+rRmT6RJRIzmtctUTF3folV1jJXkSFgh26rf7lY6mUPSrbVbzxFztYG96pCsG/Idglau",
+	"EvA9zxaY94N18lBFa0vcLYCWUR36JBN3TO7GVDGSMaOwqogk6SS1/veEqilTkTmhHeYqOD3r4iLmn2v3",
+	"nFadOryLneU/fNqvaSz/nMGaF/9wwRrXcmKtLwDdmA9zBJinBKChm0RgXHOJL2rp1/lHX0Og/jznq3t2",
+	"pYelha9abuwDNhjU5FswipKa59oGFViNZqypa1tlee2k6Am0+wvYms3Z98PT6FOeLlspU4/K2EGmzgzT",
+	"LDxdsUwChNwSEYHhX/T2n3pGSKj7+m6+fy7FD6dZoFtTTlIOrTV80o+as7jRvr2HJmfG2hu59plfzoI7",
+	"ppDgjv2qhmZWQ7RuPb+rE81mEYmnLIakGO4a5JqD0V814HABQr+ORLLoA0U1FBNRjdh3riuYUZ7hQgQN",
+	"STkZ2s5Vw2jAvRyx+VDFQ8idyLMEIa98Z832Qa9n0RahwNDWLwimBgDKB9qgL6uY0YgcvHhhb4B+NuhM",
+	"odwh6OQ8Ige97+0lkDzLAcEpIjRTAloxFl3Nyr2+YD0RZcdZlKkChDTNoJHMgKe6S2zaFuQEwe2pcvs3",
+	"AvdUinFmLSlX6JrrE+rr8QfcldngTQrBeYt2o4q87PW65AjbB8Hr2QoO1/i0zYUe8H+7eH8aES7sukek",
+	"Z0zqGdb0UE72o16v57uZktOrtwBMSGPwN/HF3ZRJ1oGsKErMKtgF65IhPAY4CRJsCCW3NEsTr0j1MUMJ",
+	"mq26AjWj0w64NblhgJDpXPBl64kFvfpykr7Sfy4gY6FjG/zs+81FRYtZmPWObzX3MD3Hyskc2mAiR4Bu",
+	"bXnUYdu1f4buruaxozy7caZX50nl5yeZ87VWMKoxz30mX7o2Qg81dj14JJgk2DzSlUSnFhXza1MsN195",
+	"nnMsovlwr/XGvMJnOTW3eZc6fRoSuhwfPkGqAQxfCKqn9Oe59q016VeQEVn2AxtOvTPSf+Rdwew+LqCH",
+	"ZQHAtCj2KPUOaQtXWiQMG51HLXg8lYIbmxpwwFkGlTZPL8P27Obe+4Qf1mfbxbYW4ulSSNYvNLaXfHgO",
+	"ko06eglnUX69fHPJGdNUaVH13f3BJN3mS5HkD5OLSzz0dQrKLUmxVqyWdsI/JesXkqxgesS2vhpr6Mwb",
+	"MJ5QrtUXEJ17tpTkH4bxa7rSF4jOPFluQtIlv04FcsnUIg9XeEdNxR0fcFtdioTbUaXOBF1y5KpSRjZT",
+	"rgwG7Vo+DrgxknHN41QVRfYKLOghF/raXno9FvK6GD9g2R3huj3tprYT+Cr2tadZaWsfLgFAwLOZIql+",
+	"9u1t21GsrD04FAAI+XCF777AdsdOGf/oux39Z6AqISQnGeKLs2T4h9zt5zD7f272r2Oz42ps3uubefEL",
+	"SACwG/Y+mX8+lyoJ7KeiEmZD+ZIvFHnaxHx4DGCirc9fW45rBbnKvNpDLTGUMQlmxCfmI5PSZRv6DoJq",
+	"Cr1Rq7UgpG3rfTq251GWiTuWANTR/xpzLaprOLKjXC89DHRECFjRq8nisB2p1iRxuKB6LwQU86m+JM52",
+	"gLHP3695Pq3UxGyYwn7TKdguKyVw7QCgNrQrYFouKrD/roOWplKXO+By9lF3Dn3jFgCeBVgasEbqMiFK",
+	"8N/3J+oFJudCpRqWTAXzN0tYXh5nGsrgXZoZGeKOG0L2MG65Ifjy42nOb0g7oZpiKqIRExGmU1JNsfu/",
+	"udB86FgQryH0EhIO/9o9k3GnAhQV9FBVriBtNUwn3MThRA8LILQMdHhfj8WGfO733GWXzjEud22pK8Vd",
+	"JVG7T4Zp0h/aMvw7mzg1hKv7Q/QtLeYsIkMgK1w44C5/1yyhIS9QVozJv128P+2SSxzLpVcvpX5jDj2F",
+	"JPHV/G8M9WG+tfLxRWgexjRJdYfEYsZcwgisIGd3ZhLKIv4sbHb3YW0O+YCXk8jfu6W3wDa+O6dffEgh",
+	"xygO0MNdgAR2TBFBHrnSA26pR5jvewTsN/w0wDytQatPBi0ElYAkSfgSgCUGrc/DqNQ5FrZMnAnFVG2y",
+	"uVuMBifwV5T3/eBzF6sTinqFVVESuRpb4I4yyxh2gG+jEiSnWQrY9l8mU/xRD9nHqiS4n3CyB89XHGgK",
+	"pD1iOgvAp6006MXOpW0E1Y8QMsN88CBY0YAv9Uaq4PB33FmsIsIyxQqjz35PRxkbHg44Hn6uxac70q1k",
+	"wnyAEQOkXee6hISLAR/CDdcW6WKIQrgEhsl2sVeaUWOujYowXDrcBjwRd66CBlvWt+3h1S93p8UUkRTS",
+	"NJwjreMkFqKBgEdjROMbIzFt34IupI6AkV2eA2aGcgFjh21doM/TRQHdA57H0F0X9rba2tdi5D4oRcxS",
+	"FYqGAUvGY85RWOpDxzq2aaOKbODKNestDl+rke0oF8zCZpasiiLxRAYzVrH9YQQZiBWKeY3XToqVtFuz",
+	"ClNoemyPuZXNls/YE+61nF+kE/5sbqX1uy2fsa/VowRzs4F3SJzD6WKKYLm5uvI4WiX0RgzAY4k1bjfs",
+	"dQqoakWDVjfQM2wj+6Q/zD5CfAc0mVNgRMwR9N0cPZdoQSgUPhNjcRT1bwOOFcGuXS1L+kTLnA1dF1Es",
+	"JkbFAu1G5VuImgOeDri/FfatA4Wz6ZFd0mCzD3ix2wOHq33c/4oN73bNV7njfetY3PK2ZQDGKq3a6DtF",
+	"AhNif4WoEsBMFTk7uro4foMs4NJol4FnHnOLO9qtL2O68Fdta0a9xhKcJrYLlNg8aX2Me43NRTKeLI9S",
+	"KeNHM+IbKrI218kUC/N1F8s4mj5pQvJy+51GScn7j843j1/x8dWq/xeg/IPFCRgv2kL0mnOSklgKboFD",
+	"XYMg0r5ks7mQNNtRxMuLTnOWfojw2vvkPjaAY6lw7CYwlje2Q8QD3V04jNHl7MN99oAq1f+bfxfbUyyq",
+	"De7Vv2rvWTZH2YXx8IxwN1KRNOnhaXQ6Y9CcIjaaHuLe84RAK0km1VcpWDdf6Uhb6LquZqq60tUeZU8k",
+	"icON0J65PKQpswGOD6jbzySZH1CLB9MsiQbA+GBZAlkHQjHXiP2GYUPeVLr+o+TSsH25zTu+M8gRH0y5",
+	"Y5I9uxjeG9H4Zpxm2VdiMa5upaBO84Od9RPvJfeYL4RN4t5ufdIOyNRKQtXXvpVQafEHqwunF/sKXynl",
+	"5DfbRp/x5EPRjWq/F/V6vU5EVA5Q/q5SwrYrJHNoRHjo+qyDI92a7/4IxyCEh9bhX2Drgavoj7XvzsyU",
+	"/5G0lQstrOXvLHjU+JADMUhkXXpmh3GhSUzzyVSTfP78HKNLzXv/MDyz1Cj2iUR1TTvaJ3aDNZfQ9e4w",
+	"1wBKTcWdMTK8WxHFmJdY6VcPZnthI1FQQC3uSNu9YkKgS0KqiGKx4Mkm0f38Oyvnf0BpfIWT/seSx96f",
+	"gS1VIZTpIU4LhjJ76knZpNxVu9bheuku+kP7W8ttyte6Wx1NHsXb6gbbwtn6daChbfC0uu7qT+lotc/4",
+	"Qn5W3z/+f5mbtcDhKfysYyExB28J9A8vu2EW22RObUsf5oBBS2AUeIPbD52ng2Z0j9j7ZD81cMOW2fm5",
+	"vbB2locWNtimIGLCi4u66akU+WQK6tFWdKt3x9a+cu85ttBlASP7UEK+56WhvkJQyVCBQUV6hhP8N7e+",
+	"3SqfstIQsfao/9Vf9Yc+64PNJtcf+vbKRzr13WiYn46thYlt3AZY1DSeRk4n6DRQCirNJr8SvaBKS9vo",
+	"Ep106WyWQxaqB79if89p5gyhKkF2FGkrAPcqjRj51rw8AXSwji9xfNHrOYhD6gc5JNQ52QeAwgUZrpCv",
+	"TYtiFb8GZYyuF719M01/2tlG7APukMViMXMpqB4SrTxaGFhaTR0bPhmwdPGILxQCWW2aGhb1BQuoAAM8",
+	"OiBik2kdQVJMeQbPCHZ9bvthElqWCqU2p54Z20dyInYUWX6liLwWPMljLeQOtp4GnrajdZrLjntoWH7A",
+	"vU/uYwMdq7IbnknJAs+nWedA8kDboaeNs3Qy1VEpMwbyoJzlVgp1SXGnDivjpdgh7aB3cA+S1ytn9bR6",
+	"/r0b2KsPrLVZPQ+LZfkqD73NVzpibo8bFNpMe5Y0zZQ1d/K2vgKNyiyvm3z3wU2AmFyEuaQK9fxPninz",
+	"zN4n+2ktdtkS83wNguaRJIyxB/9xRUvYoLwtreKazgNYX/1i/+Dbg+++eXXw7SZ4+HqWlFSzXQCi39Bz",
+	"AGQFXPaHtij9ezTAtDfKBZLmcYzJolXRjiqPvoVPmSazVCnbk/rx2b0Zo+x9Mn9cwx8N9EVP8i/ilSvo",
+	"7NHURnl8wwB/xVZuUA2N/rFDfKrJ2fHpm5PTn2wRcArFd4BMsNybbv1ybFYP15DmCVi+tujJk+gxRHZ5",
+	"tGdj3LA0Ldj0wR66qDXPQykm+dIaPkGxjBv/S4Fnr2OfczbPaMySw/LGKltaWtwwDkm04zTzsXWGthec",
+	"5Y/dQ2HddB8U8HlwZwTsmmvoVZVLRXClExk1x5DM0hKr+XacpDJCCilqDigom0b6by+UrKTH0daHjfGS",
+	"p4wvmCess0Rwlt2gXYHkmtGE+eiKYbCjs5NQHxmRa6JYLFkVSdOSIUQwQ04OomldGNXc/7RBVPOELxVC",
+	"hber30+HZAgEHLr2fkjhCHHyMJdG8Jh9oX1HueEGZBQUVDg/M1sL8W+7EwqeLbZji8o2gl7r6xSic3Yr",
+	"bkrMskkZwusfrAzhME60QEO+AmZwH7NWuLhbgptstCcCPciqZ3CarD17x0LOqG71W3kOV9Y1TsMG4Jv9",
+	"KJje8qQmcH3uiRFVdqLLsuooy4i0zmKWFFdVLVkz+w36UU0LfhwZp/dkkBjlh3whUfSrawQfUEUcdb9c",
+	"EKDUHz/lZgFjhj2TcXGbLvdSt3t76Ubp8obJVT7YbG/JZcI9oJoqY/Q25RPSTiRNOUs6BUES/yB16NA7",
+	"HHiNBV4ygmnEAMmrgpOzkW5TkZn94Sm3hqbbmhhIypM3rWVRBMvhwTFrIdd+Or4k5q4CRTNNPkMizozy",
+	"RUEIW//frzARFnXb/r3+0hTRxf6WK00m6S3jRIsJ01MmEd/HHmaGKIjDZnEyL+Ysxu42tqO1h7VDJdL3",
+	"DcI39P1vABEOgiSJQlzBObZGM+PwmHUOoWYzITm/4eKOA4Bb3QNsH23/jCktKhqCzk0mjxyNN/TPK+Ez",
+	"qh0z2TpAvjRRaw8laNBUOZ1Srl8dtNa72aBj4wne+uLlK7jY/llcTaWkiyfu2Fha7nUnleenscj5cyTB",
+	"VWTFr1DnUuJ1DtDrWth27GV+T1SJgVIdFa2SaPIVy4Ypo1KPGL0H4llp5Loz/2c/+tMc9378czYXsqY4",
+	"ofckj8sW4QO+UjD2gFMKV2lHGWGYiiSN4QDiTAG8rJD6MZkqxBn4FPVIfFHXfxCwFfFRpH1n9ht0h1s5",
+	"jex0wL2gOkZ4Z2Ki1t8CV9gb6EhYjPN1xwnWkYBoXYJChsg7oqwk7syBbnW+4xoca9hoL8Uj7UwoPZFM",
+	"lVv6gYPX/DhjStEJc1lKBZTLylEKvl8EwiFH5e6KFl10VEysXXpBe9AhWkH5PNtRfXLQOzgEgCVje6Z+",
+	"qJm4NTMyv3/fIROmEbbJtWRMue13Dj3ooFuyQFgfwErDg9g8SXXJhQUD8q1hkTRYg5AqMqVyljGl+sX6",
+	"exRgaxC7NzE8YosNUzy4V1azoFG0jDZk8dholtuuifZb8JOTI+IlIJnRBZFpwgjNhNEP/S+dqAStD8Cw",
+	"nk0MFQ96B4jNOWPU9r1FSpuZl5YhYRRxeWdGK5Js1ymbmLmHbHfHSnWnnRDQmaFVSd14GjPKPAT6ET67",
+	"K7d4NLZCXCdmD+0Ru9oT8b5dEB8otZHJUa90WsOOk9jK8u2yogxKcInFVhuBPqqsN1NmcS5TvQBxPmJU",
+	"mnt/+2AENmLRoqDPZdbqt6Zaz/t7e/svvu32ur3ufv+73nc9EO52Sp98LCPnCuIc9m831VVEbegihElS",
+	"pQaHN2mW4ZeWOpHLp0RMUUMhHqdGSloQUfh11i3BmcPAgSdeWRA53/ztEOSW+YYnJFfW01FFRQ8NZJMY",
+	"rIOkkkCHWFcuVFoarsgAWB3vvDnUTGnEojprdcSzauFE0SvIp5mBuFQVpJslOtqM9sB0SzHhNY7/Mi29",
+	"r//zh8//LwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
