@@ -46,8 +46,9 @@ type PassResult struct {
 // pass runs one scheduling pass and returns how long to wait before the
 // next: at once when it filled a whole batch, or placed tasks and left a
 // gang its read cut (cutGang) for the next, else until the next backoff
-// or timed wait ends, at most Tick (not read while a kick waits: its pass
-// comes at once). The pass runs the expiry pass first when timed (the
+// or timed wait ends or the next rate-limit token a waiting task needs is
+// due (PassResult.TokensDueAt), at most Tick (not read while a kick
+// waits: its pass comes at once). The pass runs the expiry pass first when timed (the
 // timer or the tick started it) or ExpiryEvery has passed since the last
 // one; else it places alone.
 func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
