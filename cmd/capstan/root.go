@@ -59,8 +59,8 @@ func newRoot() *cobra.Command {
 	run := &cobra.Command{Use: "run", Short: "Create, inspect, watch, wait for, abort, suspend, resume and restart runs"}
 	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
-	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g), newApprove(g),
-		newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g))
+	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
+		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g))
 	wrapArgs(root)
 	return root
 }

@@ -1042,6 +1042,33 @@ type PushWorkflowRequest struct {
 	Spec   WorkflowSpec `json:"spec"`
 }
 
+// RateLimit defines model for RateLimit.
+type RateLimit struct {
+	CreatedAt time.Time `json:"created_at"`
+	Limit     int       `json:"limit"`
+	Name      string    `json:"name"`
+
+	// Per 1s, 1m or 1h.
+	Per       string    `json:"per"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// RateLimitList defines model for RateLimitList.
+type RateLimitList struct {
+	// NextCursor Absent on the last page.
+	NextCursor *string     `json:"next_cursor,omitempty"`
+	RateLimits []RateLimit `json:"rate_limits"`
+}
+
+// RateLimitRequest defines model for RateLimitRequest.
+type RateLimitRequest struct {
+	// Limit Tokens per period, 1 to 1000000: the bucket's capacity and refill.
+	Limit *int `json:"limit,omitempty"`
+
+	// Per The period: 1s, 1m or 1h.
+	Per *string `json:"per,omitempty"`
+}
+
 // RateLimitUse Tokens each task of the step takes from a rate limit of the project when it is placed.
 type RateLimitUse struct {
 	// Key A CEL string expression over params, ITEM and index: each value has a bucket of its own; absent, the limit's one bucket.
@@ -1678,6 +1705,13 @@ type ListWorkflowsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListRateLimitsParams defines parameters for ListRateLimits.
+type ListRateLimitsParams struct {
+	// Cursor The next_cursor of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // GetWorkerAttemptsParams defines parameters for GetWorkerAttempts.
 type GetWorkerAttemptsParams struct {
 	// Ids The attempts' ids.
@@ -1737,6 +1771,9 @@ type CreateTriggerJSONRequestBody = CreateTriggerRequest
 
 // PushWorkflowJSONRequestBody defines body for PushWorkflow for application/json ContentType.
 type PushWorkflowJSONRequestBody = PushWorkflowRequest
+
+// PutRateLimitJSONRequestBody defines body for PutRateLimit for application/json ContentType.
+type PutRateLimitJSONRequestBody = RateLimitRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -2303,6 +2340,35 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRateLimits List the project's rate limits by name with cursor pagination.
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+	ListRateLimits(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	//
+	// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+	DeleteRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRateLimit One rate limit.
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+	GetRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutRateLimitWithBody Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimitWithBody(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimit(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens Every token made through the API, newest first, without secrets.
 	//
@@ -3472,6 +3538,85 @@ func (c *Client) ListWorkflowVersions(ctx context.Context, project Project, doma
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 func (c *Client) GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkflowVersionRequest(c.Server, project, domain, workflow, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRateLimits List the project's rate limits by name with cursor pagination.
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+func (c *Client) ListRateLimits(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRateLimitsRequest(c.Server, project, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+//
+// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+func (c *Client) DeleteRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteRateLimitRequest(c.Server, project, rateLimit)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRateLimit One rate limit.
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+func (c *Client) GetRateLimit(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRateLimitRequest(c.Server, project, rateLimit)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutRateLimitWithBody Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *Client) PutRateLimitWithBody(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutRateLimitRequestWithBody(c.Server, project, rateLimit, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *Client) PutRateLimit(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutRateLimitRequest(c.Server, project, rateLimit, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6307,6 +6452,215 @@ func NewGetWorkflowVersionRequest(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewListRateLimitsRequest constructs an http.Request for the ListRateLimits method
+func NewListRateLimitsRequest(server string, project Project, params *ListRateLimitsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteRateLimitRequest constructs an http.Request for the DeleteRateLimit method
+func NewDeleteRateLimitRequest(server string, project Project, rateLimit Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rate_limit", rateLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRateLimitRequest constructs an http.Request for the GetRateLimit method
+func NewGetRateLimitRequest(server string, project Project, rateLimit Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rate_limit", rateLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutRateLimitRequest calls the generic PutRateLimit builder with application/json body
+func NewPutRateLimitRequest(server string, project Project, rateLimit Name, body PutRateLimitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutRateLimitRequestWithBody(server, project, rateLimit, "application/json", bodyReader)
+}
+
+// NewPutRateLimitRequestWithBody constructs an http.Request for the PutRateLimit method, with any body, and a specified content type
+func NewPutRateLimitRequestWithBody(server string, project Project, rateLimit Name, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "rate_limit", rateLimit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/rate-limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTokensRequest constructs an http.Request for the ListTokens method
 func NewListTokensRequest(server string) (*http.Request, error) {
 	var err error
@@ -7237,6 +7591,41 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersionWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*GetWorkflowVersionResponse, error)
+
+	// ListRateLimitsWithResponse List the project's rate limits by name with cursor pagination.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+	ListRateLimitsWithResponse(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*ListRateLimitsResponse, error)
+
+	// DeleteRateLimitWithResponse Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+	DeleteRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*DeleteRateLimitResponse, error)
+
+	// GetRateLimitWithResponse One rate limit.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+	GetRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*GetRateLimitResponse, error)
+
+	// PutRateLimitWithBodyWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimitWithBodyWithResponse(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error)
+
+	// PutRateLimitWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+	PutRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error)
 
 	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
 	//
@@ -9547,6 +9936,205 @@ func (r GetWorkflowVersionResponse) ContentType() string {
 	return ""
 }
 
+type ListRateLimitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRateLimitsResponse) GetJSON200() *RateLimitList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRateLimitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRateLimitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRateLimitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRateLimitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteRateLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteRateLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteRateLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteRateLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteRateLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetRateLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimit
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRateLimitResponse) GetJSON200() *RateLimit {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRateLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRateLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRateLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRateLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutRateLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimit
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *RateLimit
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutRateLimitResponse) GetJSON200() *RateLimit {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PutRateLimitResponse) GetJSON201() *RateLimit {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r PutRateLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutRateLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutRateLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutRateLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10873,6 +11461,71 @@ func (c *ClientWithResponses) GetWorkflowVersionWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseGetWorkflowVersionResponse(rsp)
+}
+
+// ListRateLimitsWithResponse List the project's rate limits by name with cursor pagination.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits (the `ListRateLimits` operationId).
+func (c *ClientWithResponses) ListRateLimitsWithResponse(ctx context.Context, project Project, params *ListRateLimitsParams, reqEditors ...RequestEditorFn) (*ListRateLimitsResponse, error) {
+	rsp, err := c.ListRateLimits(ctx, project, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRateLimitsResponse(rsp)
+}
+
+// DeleteRateLimitWithResponse Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/rate-limits/{rate_limit} (the `DeleteRateLimit` operationId).
+func (c *ClientWithResponses) DeleteRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*DeleteRateLimitResponse, error) {
+	rsp, err := c.DeleteRateLimit(ctx, project, rateLimit, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteRateLimitResponse(rsp)
+}
+
+// GetRateLimitWithResponse One rate limit.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/rate-limits/{rate_limit} (the `GetRateLimit` operationId).
+func (c *ClientWithResponses) GetRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, reqEditors ...RequestEditorFn) (*GetRateLimitResponse, error) {
+	rsp, err := c.GetRateLimit(ctx, project, rateLimit, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRateLimitResponse(rsp)
+}
+
+// PutRateLimitWithBodyWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *ClientWithResponses) PutRateLimitWithBodyWithResponse(ctx context.Context, project Project, rateLimit Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error) {
+	rsp, err := c.PutRateLimitWithBody(ctx, project, rateLimit, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutRateLimitResponse(rsp)
+}
+
+// PutRateLimitWithResponse Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
+func (c *ClientWithResponses) PutRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error) {
+	rsp, err := c.PutRateLimit(ctx, project, rateLimit, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutRateLimitResponse(rsp)
 }
 
 // ListTokensWithResponse Every token made through the API, newest first, without secrets.
@@ -12631,6 +13284,148 @@ func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionRes
 	return response, nil
 }
 
+// ParseListRateLimitsResponse parses an HTTP response from a ListRateLimitsWithResponse call
+func ParseListRateLimitsResponse(rsp *http.Response) (*ListRateLimitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRateLimitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteRateLimitResponse parses an HTTP response from a DeleteRateLimitWithResponse call
+func ParseDeleteRateLimitResponse(rsp *http.Response) (*DeleteRateLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteRateLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRateLimitResponse parses an HTTP response from a GetRateLimitWithResponse call
+func ParseGetRateLimitResponse(rsp *http.Response) (*GetRateLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRateLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutRateLimitResponse parses an HTTP response from a PutRateLimitWithResponse call
+func ParsePutRateLimitResponse(rsp *http.Response) (*PutRateLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutRateLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest RateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
 func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13065,6 +13860,18 @@ type ServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx echo.Context, project Project, domain Domain, workflow WorkflowName, version int) error
+	// ListRateLimits List the project's rate limits by name with cursor pagination.
+	// (GET /v1/projects/{project}/rate-limits)
+	ListRateLimits(ctx echo.Context, project Project, params ListRateLimitsParams) error
+	// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	// (DELETE /v1/projects/{project}/rate-limits/{rate_limit})
+	DeleteRateLimit(ctx echo.Context, project Project, rateLimit Name) error
+	// GetRateLimit One rate limit.
+	// (GET /v1/projects/{project}/rate-limits/{rate_limit})
+	GetRateLimit(ctx echo.Context, project Project, rateLimit Name) error
+	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	// (PUT /v1/projects/{project}/rate-limits/{rate_limit})
+	PutRateLimit(ctx echo.Context, project Project, rateLimit Name) error
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx echo.Context) error
@@ -14569,6 +15376,110 @@ func (w *ServerInterfaceWrapper) GetWorkflowVersion(ctx echo.Context) error {
 	return err
 }
 
+// ListRateLimits converts echo context to params.
+func (w *ServerInterfaceWrapper) ListRateLimits(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListRateLimitsParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListRateLimits(ctx, project, params)
+	return err
+}
+
+// DeleteRateLimit converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteRateLimit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "rate_limit" -------------
+	var rateLimit Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rate_limit", ctx.Param("rate_limit"), &rateLimit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter rate_limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteRateLimit(ctx, project, rateLimit)
+	return err
+}
+
+// GetRateLimit converts echo context to params.
+func (w *ServerInterfaceWrapper) GetRateLimit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "rate_limit" -------------
+	var rateLimit Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rate_limit", ctx.Param("rate_limit"), &rateLimit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter rate_limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetRateLimit(ctx, project, rateLimit)
+	return err
+}
+
+// PutRateLimit converts echo context to params.
+func (w *ServerInterfaceWrapper) PutRateLimit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "rate_limit" -------------
+	var rateLimit Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rate_limit", ctx.Param("rate_limit"), &rateLimit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter rate_limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PutRateLimit(ctx, project, rateLimit)
+	return err
+}
+
 // ListTokens converts echo context to params.
 func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
 	var err error
@@ -14793,6 +15704,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers", wrapper.CreateTrigger, options.OperationMiddlewares["CreateTrigger"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.DeleteTrigger, options.OperationMiddlewares["DeleteTrigger"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.GetTrigger, options.OperationMiddlewares["GetTrigger"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/rate-limits", wrapper.ListRateLimits, options.OperationMiddlewares["ListRateLimits"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.DeleteRateLimit, options.OperationMiddlewares["DeleteRateLimit"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.GetRateLimit, options.OperationMiddlewares["GetRateLimit"]...)
+	router.PUT(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.PutRateLimit, options.OperationMiddlewares["PutRateLimit"]...)
 
 }
 
@@ -16991,6 +17906,185 @@ func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGet
 	return err
 }
 
+type ListRateLimitsRequestObject struct {
+	Project Project `json:"project"`
+	Params  ListRateLimitsParams
+}
+
+type ListRateLimitsResponseObject interface {
+	VisitListRateLimitsResponse(w http.ResponseWriter) error
+}
+
+type ListRateLimits200JSONResponse RateLimitList
+
+func (response ListRateLimits200JSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits400ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimitRequestObject struct {
+	Project   Project `json:"project"`
+	RateLimit Name    `json:"rate_limit"`
+}
+
+type DeleteRateLimitResponseObject interface {
+	VisitDeleteRateLimitResponse(w http.ResponseWriter) error
+}
+
+type DeleteRateLimit204Response struct {
+}
+
+func (response DeleteRateLimit204Response) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteRateLimit404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit404ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimitRequestObject struct {
+	Project   Project `json:"project"`
+	RateLimit Name    `json:"rate_limit"`
+}
+
+type GetRateLimitResponseObject interface {
+	VisitGetRateLimitResponse(w http.ResponseWriter) error
+}
+
+type GetRateLimit200JSONResponse RateLimit
+
+func (response GetRateLimit200JSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit404ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimitRequestObject struct {
+	Project   Project `json:"project"`
+	RateLimit Name    `json:"rate_limit"`
+	Body      *PutRateLimitJSONRequestBody
+}
+
+type PutRateLimitResponseObject interface {
+	VisitPutRateLimitResponse(w http.ResponseWriter) error
+}
+
+type PutRateLimit200JSONResponse RateLimit
+
+func (response PutRateLimit200JSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit201JSONResponse RateLimit
+
+func (response PutRateLimit201JSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit400ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit422ApplicationProblemPlusJSONResponse Problem
+
+func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTokensRequestObject struct {
 }
 
@@ -17477,6 +18571,18 @@ type StrictServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx context.Context, request GetWorkflowVersionRequestObject) (GetWorkflowVersionResponseObject, error)
+	// ListRateLimits List the project's rate limits by name with cursor pagination.
+	// (GET /v1/projects/{project}/rate-limits)
+	ListRateLimits(ctx context.Context, request ListRateLimitsRequestObject) (ListRateLimitsResponseObject, error)
+	// DeleteRateLimit Delete a rate limit and its buckets; tasks that take it wait PENDING until it is put again.
+	// (DELETE /v1/projects/{project}/rate-limits/{rate_limit})
+	DeleteRateLimit(ctx context.Context, request DeleteRateLimitRequestObject) (DeleteRateLimitResponseObject, error)
+	// GetRateLimit One rate limit.
+	// (GET /v1/projects/{project}/rate-limits/{rate_limit})
+	GetRateLimit(ctx context.Context, request GetRateLimitRequestObject) (GetRateLimitResponseObject, error)
+	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
+	// (PUT /v1/projects/{project}/rate-limits/{rate_limit})
+	PutRateLimit(ctx context.Context, request PutRateLimitRequestObject) (PutRateLimitResponseObject, error)
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -19113,6 +20219,133 @@ func (sh *strictHandler) GetWorkflowVersion(ctx echo.Context, project Project, d
 	return nil
 }
 
+// ListRateLimits operation middleware
+func (sh *strictHandler) ListRateLimits(ctx echo.Context, project Project, params ListRateLimitsParams) error {
+	var request ListRateLimitsRequestObject
+
+	request.Project = project
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRateLimits(ctx.Request().Context(), request.(ListRateLimitsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRateLimits")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListRateLimitsResponseObject); ok {
+		return validResponse.VisitListRateLimitsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteRateLimit operation middleware
+func (sh *strictHandler) DeleteRateLimit(ctx echo.Context, project Project, rateLimit Name) error {
+	var request DeleteRateLimitRequestObject
+
+	request.Project = project
+	request.RateLimit = rateLimit
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteRateLimit(ctx.Request().Context(), request.(DeleteRateLimitRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteRateLimit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteRateLimitResponseObject); ok {
+		return validResponse.VisitDeleteRateLimitResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetRateLimit operation middleware
+func (sh *strictHandler) GetRateLimit(ctx echo.Context, project Project, rateLimit Name) error {
+	var request GetRateLimitRequestObject
+
+	request.Project = project
+	request.RateLimit = rateLimit
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetRateLimit(ctx.Request().Context(), request.(GetRateLimitRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetRateLimit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetRateLimitResponseObject); ok {
+		return validResponse.VisitGetRateLimitResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PutRateLimit operation middleware
+func (sh *strictHandler) PutRateLimit(ctx echo.Context, project Project, rateLimit Name) error {
+	var request PutRateLimitRequestObject
+
+	request.Project = project
+	request.RateLimit = rateLimit
+
+	var body PutRateLimitJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PutRateLimit(ctx.Request().Context(), request.(PutRateLimitRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutRateLimit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PutRateLimitResponseObject); ok {
+		return validResponse.VisitPutRateLimitResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListTokens operation middleware
 func (sh *strictHandler) ListTokens(ctx echo.Context) error {
 	var request ListTokensRequestObject
@@ -19431,292 +20664,298 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs3ljd8Kyi+UyVytkVRjuwkVE29q9hKoo1sa/Sx2ecJvSLYDZI9agIcAC2ZcfnfvYC9xL2Sp3AO",
-	"gO4m0WRTX3ZmZ7dqIpNNAA0cnO/zO59asZjNBWdcq1b/U2tOJZ0xzST86yjWqeDv6IyZf6W81W/NqZ62",
-	"ohaHz1oUHmhFLcn+nqeSJa2+ljmLWiqeshk1v/qTZONWv/X/7RUT7eG3ag9G/vw5ah1pzWZzffKmZp40",
-	"WTvHWMgZ1eY5rl8dtKLWLOXpLJ+1+vtRSy/mDL9iEyZhute5VEKaXyZMxTKdw1v0W5dTRjj7qK9jeICI",
-	"MdFTRuaS3aYiV2ROJ6zbinCFf8+ZXBRLxJ+0ysua0Y+njE/0tNV/0ev5lSgtUz6BhbwRM2oGC750gl8+",
-	"eHNPqdLHt4zrkzc/M5qwmhdPE/e+GVWaMPML+GecpeZPyWKW3rLkED5UWjI6I5KpfMYUoWPNJEm1350p",
-	"zuRfxixiF1axe/KmfpdCm1Ra/19hz1eWXxmcjIW0a1ZET6kmMeVcaKKYJrgshe+A/yB3KVfkbso4GQk9",
-	"JVQy82jdOZvNuYbNuQaqbEKFvSAVnqazVPuzX54GviwPn7AxzTPd6r/sRWbTcOiXhrA2kPuZFH9jsa4h",
-	"s7n99sF0dp6vYxUyfwRSvoinLMkztmYeZR95+GS/CnnD5IN5Up7Dk6t0bcYfZ+Juzcvc2Uce+jKfze/V",
-	"XHDFgLGfSTHK2Mz8GQuuGQfioPN5lsbUXKq9OT7xL39TAvhTs+ncuDBj9Y4ecXL+42vy/cHLb4kdvAvb",
-	"YH8L8mYkpD5NFaxmLsWcSZ3iiqn5Cv5KNZupTQuBkc5ZLGTS+uw3n0pJF+bfJSa/yk2ORsrwO8ELZugY",
-	"/+ohFsfym1vjB/+cGMHNMgKutJ7Vd0Mp2v+0PH7UoigYr2OR4xlVl/qGZektkwsiRc4TReAxlhAlyJjK",
-	"0oo9OyiGTJPV8S6YBvZJObGPkZs0y8xAK9xtdeSY5ooFXyPxcm7lq5uUBxYyxD0Z9uEMYGONdDLrgi8I",
-	"5YkRUXKhpymfkJwnIH8OydAu3P7ULN/8UnDmXsm8DeOGXf5WKDD2u9LhFUsUuY4F3tGlVSa4/ywZRkRI",
-	"MuSMJerabIk0EsK8AUqWt/Sj1XEUuaOKSEYNnwrQVOQZcmi3JKOqhlQMJTKlWXJNdfhk76ZpxkiqSarI",
-	"iJlt8+uvnHBCNdvV6YyFVmf4eGj6fG5+5iZvMtbS7QFCiEriqNB/QHT4o0IyW74blRWsuYKwSXDrkiQ1",
-	"I9LsrHQbxzRTLFq6oMWuL18/EMmKaEEGrSvFJPGngEQ7aJmdLak4+72wJhhe7oWmOlcBjrHMFtZcxuqS",
-	"YVUsiYg5E5Fr0oYLhpeKGR5yefL2+M31+6vLDtB0gB0Yhdj8gyXmgTsQk9eZUDpIzs98ex7hhhQs5/4X",
-	"ZVk0VA4sSJ5eCAQEXyNxZ4nFsPj5XIpbmm38mXsO6CWesusbFlCvjwh8mRCl2XxHEfNQ1BI8NsxEkZTP",
-	"c61Ab5ZMiezW7FKf51kWOB6cRnm6Xj9TJsRNPu+Tn08uSTvV5OLq9evj4zfHb8hdalR1Q7JaLnYUEbnG",
-	"VfCESMoJF0RTddOJyNuTiwv4scy56hhCO3t/dnV6dHn8Bj+mPCIqj2PGEnNteULupNBIBjB8p0usTgCX",
-	"ARYHCzD3BxZcFik/n1y2opaZtRW1/FRBwZKwubly13juXrFZeW5ZfWE82YrTRq0J40xSR2Grxp/d7ziX",
-	"Emy9nPcJJZJpuXBWIbw1vL9kSlOpCfyvgi+NQhUBNZhdN8fA7sLqh5P3K0vkVg1e/ULo6xEbCxngIb8a",
-	"9kCBmSXkjqaatJMcXzTC5XeAqzWXb5aQ6iVESL1ZIuKCTO2+2kEjYl6S/M9//Te5pVnOIkJVadM82c1I",
-	"W0uaZobzcHaXpZyZWzfXncMy+RHJQGFXZJD3et8wsk+mVEVApYZDwmwRoeTfLt6/I0A95jD9hDu4CnOD",
-	"4YPdlCfsIxEyYdKTPDBgLnhZ/y241pxKxsOqytwIoDCrhVPzNAUa9ojFZmvOjq4ujt80P635lKKUW2uV",
-	"wEMV2bC8nkWxHLhcINhoao6MdSddIpl54xqRA/dgywtppro2BGppqrqgn8UdmVG+AMLGG3Y3FZld4Zim",
-	"GUtIW/Br82cuGVG5Mqykg0qvzDmB7bd+jdRYMErZkWLBx+kklywhdgHhmwo00tjiuqTqJsSrzC6mfHI9",
-	"Dplav06pJtSeOmkLiXc25ZOOJXNzBoag+6R8r1UOhG3FF3G/22yiAZOJvK4JhOHeNCiVS5J0xZ7189tb",
-	"nrA4Vangh4Ti3cm5TjP4OEHSWdbimtPLaBG8ZLGYzeouoFuO+dLbO7Bkhq4LJOmAZFraND+Q0bnXbtP9",
-	"1OvRIkQZwm6cIm3cx6OzE6LFDeOKsI+p0hFSM80yJoHVAS9l2bizpHOHnK+VrbuXfm4NxhWFrUbxzhWT",
-	"EVELpdksInMmZ9RcINKmRM1Z7D2VhBuz1lzhTlTWraNC6y6UdyOOUaEPMqZYJCykZClNRxkjTEohiXnI",
-	"crm39OMFLPBHZCvq+KPVioQkJ/yWZmlyluWTlF/MWRyeUjK6LS+EdQRJmH1Mjc6csLCNM055qqZbzoZ+",
-	"jwbuDGPqbKl483w2YjK82PtJCapZE857AQ8adosUk4Z0rKVrDW5Ju2I3VeUAP9ST/amYBMxSpRMmwyep",
-	"dCLyMJ/SMuexmTOgmsqcoQhDDYqM2ELwBFXzjyzOtZA7ioxEbrR2qkgixXxeuQ0jITJG+crb2wVFbtHl",
-	"dax58XM2t/bYFgzOswTHhg0zMFPDZTNywbEDw2LxQpsF4S1v+VM1fACkiGUEQaMiNq+bzwMsFUwmojRs",
-	"kbPodxQZp5xmRpkUUqMCMYdLvqMI0DfYRD+ah9LfmVFZ9ZQt0G5KuVUXW1EzNeE1ru5Cs7lZ7Ix+PMGf",
-	"fbeqOmzLvoIcam7eU5of/udvR7v/l+7+/sH+t7f7/YdPvejVN5//tJYrlaTDQS8oSjawqYebFHB03qrA",
-	"M7K6u/nT6C9oPUTuolQNjS55B/LR2OiM36ZScCP7dm+pTGEvQXweotUAvyBUk5lQmrw6IL+kP0SEoh8V",
-	"rBP33T55a77igry7Ou2SkwkXRqsE20ToKZMEuIoKmw4VHlVllFsyvYLvVLftB8MXWEJGiwrHqFHiHYO6",
-	"/xgVTraR/5jFb+Q05zZss8ps51IY4by64h8NC0KuWV4xmeVKw+1HB1fhDN+wUjfRmrWay7ZdXENO1HY+",
-	"D6Ou0RrXQSy4pilHybuW+7gHYcHrAxOM3251Y1f2Zqr1fNOCfr68PHNraayYoMPtAeyk5PGxzjvnuCNj",
-	"KWbgIZhLkeQxk2qn8F68O3p7XDCVPrILKmV6a3iLsh4zz16IZy/wQ2oF9zjNGPnT66Ozi8ujd9cn786u",
-	"Li+u35yc75mnGvodjG52PZE0ZtezgP38Ns2yVLFY8ESREdN3jHFycfLT5fH5W1jHxclPv5ycnhLBUYFu",
-	"GOFap9+VuPzqbjv3pPcyJCzOqGTKbqLl4Klmyn4gii16f3Xp9wg8PbFh1+jzCe9X82uFkj7swGnIYFxo",
-	"APgLFxrseC5IJviEyY4xZUJcZlOgC11b4b2uC0JtLzrMxl+D3ys807316c1xrNLUpff1R1KwPORFhYre",
-	"kCHXBNJtIKV5KL3E4lcIKBzmCPtSfqDxzTjN7ukkYDxpbjeJWyYzupH7vsfHzkSWxgtvo90zfom/Bed8",
-	"zevreMqShgZE9ca954yYw4IYOBmZkSLDuHJNinB+n7AUlC5qdXnSvptSTc7eX1ySvdv9PXc6e5/S5POe",
-	"fUbTG4ZhkUxMFIYD42nOb1TdD+E5/FkE930k9DTk3SrnGWyVohe1MjFpTqGnYvLarLhqULx4+WqV3Um/",
-	"+w1I3h5VXSwvbXDO50xBztan7TZndUO8NdIo/SZ6JO3wkGhjgY+F0eRBtzcH00BnLL3fen71msZTdsw1",
-	"pvUtmc338SV9nKeSqfqwQ4pv6QK7lExTTdoz+vGaTljHu27/gn645pEIGzl9lHjSyi5Jppi89fG7tSqu",
-	"2dDz0vOFuFxVS2TO0fE4F/M8M5ttcziD8Yr60GHDQW6ZVGGLYDkXBCLM7vFiEze6pwpyCks/xn3EpZm7",
-	"oiDPzWlk69/JTV277PPqIS8tvELXDaXgHa9L9kWCggsQ26BKzvfw781RFBy4ctlq38qZhltIu7dGthCK",
-	"SjFqy6mKjUw3xkQfzJMbtiBTqqbWA4I6E3jSMSzgDRqXnWCND0tTETgpUm7zu0FVg2dQWeuSIwK+JEwA",
-	"IDNYkVferSeGUE0gCwIcHhiMgOwFS66rMtGymXDAz+jLPqWBpAp5U0SoD30RlRuDS5FB68XBdNAqcaux",
-	"kI5frd5dJlOapb+b3atkEgd3/7XgpTQA5cP/dMZg11FiMHhz9ESBq0fZ8PuvRyeXJ+9+uv7x/fn166PX",
-	"Px93QHyYM7OZQGFjoMQbqus5o5j7B9l8bNEn8ZTyCeSxaYESK1eGkkWWMEnsNdtMxG7CIOWWvJTbqan3",
-	"inus3k+IibvgLiY/gORyaSpLEa4av6Rj2j76B7lEEDcBX+7m0B+MUBv286QSL7a84kfWg2guBFCZIzXB",
-	"kcqmIksIJSoTRsW1KR6kTUFkmS+V2Y9yRmPOXTgogptMuYuNwaAYQ7SejZhBNJxKRiaCs87qTa1JhHp9",
-	"fEpwqwj7OJdMGRIihjURKJ1x+QL4j27JGXJIKIkFV5pyXbrHCZtnYjFomTdw7w75G5jWi6Zz5aS/fxU4",
-	"abePa1IJ3A7Tdfu7b+7Ufs/8XyecFaC0pJpNFhVG0vp7znJD40sZfvDxEFKJcrtNkFOdzszhQWz/r1fH",
-	"V8dvIjJOpdIk5fYPY9pYFm3ZfWT+BwwPs/s6l1x1yTCmPGbZdcqv51JMzIHYxF/O7mBSm6QEfBqYVZYw",
-	"BayNm3FgXeNiDkcyNr+GKsHJMC7ofBgZseOCKMUCOLtjSte9KiRWHv3w/vyykBpRcPhyJpnb1NV3LD7E",
-	"eTdfZNSoPJlsuM2/sIA6PgUGq2qyOPBOIkVFbpfhLJvHhooFXGRChzSuOi27Jotc5hyOxOgFO4qUNhpP",
-	"e8oy8OybPTkkQ6Nw4PPgHC2+hwSR8tGgK8d8HIzBzejH1dV4Xme52A1bgN1tPscEsLbVecw34dtn7kzw",
-	"DC7BsWpuzn6vR2zSDcTnspSzbYN0mw/CzrCG35gnQi8RTvv29NmKPKEVr1vMt4FwT1kyQZ13hZ1vofRX",
-	"L8ImpxeMvWFdsI1rAiTLcsaRwY4iuBsuIY3JHQXk2X14Otw8o3EwwOongic8EbX3jZQCKqshz1q/bMrj",
-	"+uxN+4ZaiBtgxJaFSELtSiC0by2/5hb5feKIYj4PUvWRX6ThdWY5VlAYa8TrI7j0tapGWPkFRrI1GcC3",
-	"4EBucM/M0dQQqRHpKd/WIVvr8Aj4CY7/GpF3xxE5/o+Ti8uLiLx7f3nt/v7pMiI/HUfk9DIip8ekzfMZ",
-	"k2kMrPHkXdiPQLM8nCuMQfFtIotBOSnmdXtVCh9up/FeYuYl/r5IsEhndMIiQuXkFn2v8MGOQitwLlIX",
-	"2mGzuV50sO6p0CoDbtetI6sPDnTCkhvER+Cx4L7C1T7PedPQwPI9sVoc5STlwKqGRuIPCdZwUyLZJFWa",
-	"SZaQoaupHBLNZvOMahYR9pHGOluABm6THFZ31iWoL7nm57hKWxbNpNH8bLo9Q50ezg8t9TDXBmNhI9s2",
-	"T/070rfhVZYE1/3EVZi62I0vJ234u3M2Dic/+gNTJxrLSLcMZrgDI8VILqxRc440dHKrh5QmbDYX2sjc",
-	"cDGLn3BHkZPi4d1fjD5oLC89TRUEW/r24NxiS66iPXQTleXSgIPJkGrSHi2IUYDwiw76oyB6Q7m6A08J",
-	"+osomCERGdohhgT2q0uOiHk5CT8acMnmjOrUOoeozFL7FZbi+FGpLXeHqZI06Q54kzzYf5J1gKzvWScY",
-	"tMCrl4XgdCpCByN1/okRcp820D76Hs2/xzTNFKGZ81Iss/Vi8UXkC3OYZyl3/94g8+otQli5K7q/H3M+",
-	"rrLWYSwFH4IYG2KlH82Gq9c4Nrwgn1/fpTzBg12SplAXMUuVMrY6eIG4IK72X0IJGAA5YNKtj3ct4NOF",
-	"yPkElTkO9/2QWFcGLHPBsHa6dHVeBjPIZUh5/zG9Zbvj1FiO5gHSHrT+vPeS/Bn/f9DqIDdzPxKStP91",
-	"KnKZLSLyrwlN4b93jN3AHzPB9RT+MqvKFs1y293OhnRK70w2jFaTjFFjNCqzzu97atDqHNqqE7NTNEsn",
-	"nCVEC+ADVzz9SNhcxNMm+/O3VOtQAOIYElzSGXPOmXyOE6SKzPJ4arlfe9DahwVFhQM6YRk1tOT8Y5g1",
-	"0WQxYTZ3BImRdivAI3nwisRTKmlsDM+IKOGYKvood2ylwRiN23J2qU0pbf+2WySXHhx8dp93/v8/PWaq",
-	"wr24K9ZkhWIAAZsknbHfBWfB0peTo3dH5HdgUEK6S90etI5zc433fmAySznQkrtYV5evV0uhA/txX2Ye",
-	"qPLxQ9Xztktxw/g9E1LuEZFzRLh8gWcp97tSjwhQ4/Zx32IqsHkhMqMLLJL2ESIh0YKI7M2xP2rsEkIg",
-	"kSUpE8ivENlGk/vcPFNzZPD7Nccl08mEyXseGID2WKVwyxMYp1mQlR0Re2MgMrAcEhjClEPS/gTexjSJ",
-	"yJwuMkGTzx0bKIAnuvbTLp2JnGtfztnrufNzx4aoTEU0rFl0oCnve9kr8b4m3O27Je62llvWlYQXnKzO",
-	"BN38hsHUhh1VBGUgU3XdIdnz+DRoga900OqTQat6OmkyaH0OpqM+ItMqqHQDAwO8KwcAE0gYCAcXXamr",
-	"xpvkFSQuAEgFg+tI7ainwA6SGQXHmCs9tdg4SI3gtoCdNVMiagQ4v2DvSSIgSWycIppY2XSrAxepS1RZ",
-	"WXZNFj48s9kh4R4M7e6PRoE7dntY3VpQ7kL3Ceqs59SYgdxqTBZzgoxEsrAkZkycrtJsrn7b/9BFT1Dw",
-	"RWZMqUaeFVxQ8YPQC/lM8+3dVlOt54XHyr6RsVIRxoGkHAPTSkERjCJtJ/SNGfzi48eOC1yrqMiVcIBU",
-	"sDWkXa036bh0clvOMjQPDYu0tUoONeD+UPLy40ckWS0pV5DciCVCkEoBBcKQjG7D6oewuqJMJVfW2HLI",
-	"Dr6keKlaVSRhx6fFlnuYL23G9FRUNbTWT8eXQf92ec9DLr9yLfeSnM5lTUnzSIks1/bMhYT/KnJ1fro5",
-	"ocKMGaQ8RqUeMarP2TxbhKoGQy5jD/hiS9a1FBmZZ5Qzcke5LkKwZQ2mQSLlWksYlrLpHWwCaX1a9eoN",
-	"ouWXwZRyDBoU9yEtF0v5F1p2bjV8yW1DH6FM9voCpWViSiRNeTBsclnOME0VUdNcgycrEXe8b8NLXECw",
-	"3myLESypJm2l0/imEgMtJ5quLMgnAG+nECZU04DnCzkOVVCPoRm3nhpydfnj7neeO7y7Ol2xZw6+e/nt",
-	"q2AkSjI6K2fiLFefNkjEgSEiXPSHNZugti1O9T963GTrpRew04RW/q5GPX3z7mI3oyOW7WbpDbNoJpCh",
-	"8uqbkqJqNFirhu5+iFA1QG9pQhhPzJ+IFkQypq1ek6QTNOBL5/fqm2UzYJP++2p/k3VfNdvr8C+c3ypB",
-	"r0giALgjzVjV+eweg5uk0yzzWSztSzabC0mzHUWsQ4HMzZwpU50+GaqbdD4kqY7IDWNzdDQOR/l4zOS1",
-	"4GyIPqksKz6lWTbsYIIdldrju9oEGYcy4lNo2i4PBuTpEJVA+1O+uKML0h7SLBN3OHA5lcKsrRW1itUU",
-	"/6BZVmS6wMitqOWHCWZegMNjWz7gJO0qCWItrBiToZlpGEHdAy8HBuCwjII7SW8xwwj03u6KVbIZZqLO",
-	"ULusK6tDmxDCwBOmFea9DW3u2XKl2NDoaa+PT8NF0delqujrdWXRxZ1u5ESCT8rKjB2pdP7uA1865X4f",
-	"tQB99EMjUJcQYyl7v2pJAuFUAxFFbz6S0cIyH2tGgp7vScPYOlYVTYhZQ9BEPHOpGQEHjvnKBirNbZcF",
-	"zmX5omCmXCtqlVNsz48v3l+dvz6+WPocUm9bUev86t27k3c/taKWLx9vRa0fj05O4Q+bk9aKWh72rxW1",
-	"rt5dvP75+M3V6dEPp2aQX9+f/3J8fu1/hXg9ZsxfTs7OasDNShizSwJnfVn/jMbTlLNdyWgCH5Qq/G1k",
-	"5BrzvLnQ12OR8yQCTKMsjcOBqIRpmmbhIl9jIDQXfiWrMKAHpZDdGbPa0sS8TjtPdcbW2Aere3V1fkIk",
-	"GzPJeAySEXIi0Rlodn2ZDussYPOtm9+v0SIvBG9UPspSNQXfw/28cCHYWYQf97FYkiakDehX7KMmI1S2",
-	"fGlOIP5RL7X/czD42Ot9+DOwsiKQifn8kI5T55UKBo8x05HO54yzxNIkptbZEO6h81AoovKR+emIGSm6",
-	"omw0cvui32k71gVL9Iswl8iossOKJ2t46F1+L16+MvZ2gGUFEmPWUARLgCYep4jLom0GodHec0bmTHpP",
-	"UOELLRW1gV/qjioyd6uLrFMLqzPM0SuS8jjLE5aQNreVk4b9ciGtJ6uxc7zqigtxhjBuQV0KVcODXy0T",
-	"C8afrf9MlbbGus8iJ9m2qRkP2YrornTLtgupnOPGyq2zXE0L9+h9OMu9ta0mcY/CSd2IIlAN3Rwv2T7d",
-	"Iew1hnFC23pONYNGA1eofWzj+rNYax6foAwECvW/iBZBiaTaZbpX82Q8/GBqc0mTx6y0OLk8RjQHyIHs",
-	"l9FrplQRSkZ5fMO009HEHS/CKT43fweTWfDRh4VT6rehfXZ1Sbrd7p55ZBceUXufzDifO0GVJeeprtom",
-	"+zXHYxYPp4MnsrGCo6nufG5T5rALwv1uJE0SqFZYBdUxCu/V+anbJ+8jOjo7sWJ1qvW8v7e3/+Lbbq/b",
-	"6+73v+/19lcC/aFrDS6DB7ph6wK1AXNIiVzGbCNHOPcPmmufiaXjPYjq8ui979BCGPuqQ3fULw4aH3Tk",
-	"jyR85HMhNdSvb3nQU+cehd9l2ftxq//bBuSbJY/q5w+h0AP6SncU8TNEFg+OgxskAXw49JRA/iDWUcF9",
-	"B69DFQEBh7M4Bn5IC2bQJxIaNLDEujsMZcKgO5gQqFxhmboDRcKWj0qo8d9Bj3S3QBloLi2q0BAPy+Wy",
-	"U2843zpcAnyXe67cDhrQf8IufgtIV5yD4NkCUaQlm2eLfhmK4HkDAW4fwttYuvJbyNPXdE7jVC+IGI+B",
-	"fkYLQi2FR4hh63oH2GRAw9cDuXHz/HoGAEeBXMOzK0OW8HUsJAiEXq9H/gLjmU86Qaijda2KotaMzYRc",
-	"XI8WOqSRv4VvzbTwwNbjfw7vsVFR7yd2jFZyvQmwQBDJdo2+D77hUiuRRNxx290KFIflFIwC7yBJIW7u",
-	"gpsNMvOCr2pTZnyRbjID9B9Ag5IADWRbaSGpBJ0t5xg4b8Z6z3N+kc9mFGyVcE3SFvBAsUOZWIGWeq78",
-	"Xwt+zYIxefulkQspJ2MhY9Z3ISc4SpeDCEU71IJLNwEQNbNHfr9WOcUHPJclfhvEBosFJuKIEM6PtU2h",
-	"mJG0gVx9xjg47odgroayaPGpdbiqkHTpkhTs8867f4j56F6J94nmRRo6/qII6tu09KUs/HDR07aQNjY5",
-	"ZANl11yyyjmotYIv7G9wx1JK6oDySrAstqquXKKJB4minHu3S7DIAjvVKSLFHdo8CdXUURo6w3YhP9An",
-	"llHufQSGBwYKjDZ3q2ocp76Xc8hGbbfyjKzBeWy82LVwdTWFj4jxlmylkiwfJZhDNhwAoYLIg3cW3v0G",
-	"0HS1iHTWCwwbu9FPc57zMLTOI/VUK7xYTS9TIcvuWeZgxkgnvDl8fZ2Mcd1R8hmz5jgXpGipirU0kO40",
-	"owsyYqXk3OGnz8Ng3Kj0goFIii8wDhc7FYmQK6XvlqkrRJ+f0sojjwbtvhZfddsmNr7rZjiK5ly9pdal",
-	"y1mOrjnGuAbAt7YHzRwTCa43dRABhbKCawG3d2n3ycAcZDJo9ckLcF9hffVYSLIPJcSPUdy9hlv5Hplh",
-	"/dilGYCSu7R1YYAhl78QhF0rj7mjMMXB7VWq3Fk0I4FSbufqJO60G697+55126f6/jvCDIUyfgMM2Xpp",
-	"XGOS0pXb2N/uonSoSxmLORqcxd/XNMs6PvYVKq2yeAu241U51UMLYnhdu5KwEeo/t1zB9SgMxdVcrS15",
-	"WlOJtJpkCzVk180KzsDas4Q1YgDrj1Vld0wy4hECuAUD0/F0N58THLMpxHBtGywjX41KB9VZ9c2rycul",
-	"fCJF2hzrNdOMYV+gpBP2lqy/e0v23ReqXFo1JCSLjWCoj36VuE9GtYX/URFB8ByLm+IzkPd7zSN/7tIl",
-	"YHkEHF836XzOkuvSXjWlK2trVNK5Fg2JqFy79UW4XpOqLE8JBSmtsA1/8Cv0Xz32unu8egJRwQ7vx1+P",
-	"4vo2erZwsghOSzDjEffYu5dtn4VS+zyIO9MZS8gQ07YcxWLq1i5+eHX5GqUnVWSxWCxmsyTR0+lsptTv",
-	"Lscr5xlTKkA5xGwEBBEcR0f3FvZSCmAVFkLdM5wHMYxl98nS8Ou2/IkNDreU5laHl7VN33L9+yXWfRfG",
-	"m3igIrisnN0D2toFmcsjuWUE36sJbuKqvwI7TI6tU9zwiMMKCihEv4YOKX3ouiZiFKGoownjoQSkwpRl",
-	"WVHXQuXkNnLolglJUsmgcN0lfFP7g3bKlWY0MSu1CO2d7TD3nZvE9fdZWd2p4JMySB1cejG26Yf46xpc",
-	"0P3eDHBBi469c0P7GIL/5eT09PiNx0KFTfV5f2Gbj8ZT1ggk1zljS306Nm45fh0R74bfG6V8T03Jbk1z",
-	"sSre5Nobqtm8DE+Jv7ZIRyEMOyzKgNgxKT15CGnRAI49FVmyDYSag1UKNjO5b8OSWPhbuBnK9QzqKyiI",
-	"HtspVIsJA3cy9GgAwAkyoXwCnUU1kzPoBeWQR62jEOALbU0nEKRKR1nKw0jgy21tl1pmH/1EZiJhEOs7",
-	"tOWhYgy0aPFLEIkcYyoBBMGN18vdinXRADNdn0wd6q5Ho7RQq04mTwSkCZLRwrYWrLl13/RUCY3XN60M",
-	"hRO+ZIOZ8aZWrIbDuo4iFv6mFPRKNbFHa/akaHLbNgzFFpDaCtFOlwxpdkcXamjGoRqaGrrMyS55b2jw",
-	"LlWspigXyGElhd25P2u+dbDL+MUNW9g6augJnfMuLs1VYcIYozzNEhyW/OUvZGAzowetLkGg/GXkZ0x4",
-	"Dp5n0ZanusVoxCD/xqgJzL1TagqTKrv/LGaumU4o4x9xrMep+SvnxtoM9NFpbrxoNj8xiw4ibfoOO7XA",
-	"dEuXqAS4a3HvwK24pv1OzW16qSrQ1vs9FdzvAvPT1RYAjN4KCC2gejZRHg7J0PKHob3DQ7e6YdEL3zl4",
-	"nV4gODskQ9cLdli+/a5FLHOeYQe5EMbvxWa8rqdv5dV60foOwVZNupsKxZxWYjR7bWxLvvs7k4JAoM9M",
-	"kZB2z2aJ1eA4lpdjuw16hury0XoN15QZm9piYylX/Chk0c6UuAhkXl7Z2rVh40S3U+tQj+cZ1UbjdSLN",
-	"djgBIF06IzHl3vaOfHWmUf7cVyPDAxIW+fQTBPCTOQetDEqGO+5dS1ucclve6BvFT6mcGA4ZOOvSgRx6",
-	"hc139jM86aIEMm/EZ22r1i55Y4uvyyVjckeR9jdrdhQCVdX93Eh6yCvtTSoyQ0VmQcIK3HJ8A0jV1MrW",
-	"XNtG8ZIRw2oqtfwBd1h1CVc8/XvOXAJW2Vp4R2ukbdEsu8ozzIerPMN8OkRSsY9iH/nCye9Ow1eTF7zD",
-	"Hq7/mqG+QSAnFft4Y4LZL/mI/TvL6I4CJ4EYj2GPbOtuN1WRjFbq3I3FUkaorPbwDjYfqb7gO6d3lTpJ",
-	"rjQisxAG1X5t65qRLVfxw5ARtom0V6Rz3/ZkAWeLWapt/NAu2YnQiRuvQKrIEGyOIVRBwl9WElgmOVw2",
-	"PIDRD43VOPQ24CEZGl1rSFRBAzZlIuX2u0PA8UbuUMzhP4BZEhE75ieSGeWRB9Kw+a9WA55SIzJArnAh",
-	"zLzoKuLCS1ZDJw5UocgITTXh8AkXhW1KLqzSC8mL5Z7l2MZpucteGXcoFTLVS1jv4GmnsU5vVxHfsWsg",
-	"yPM2NrL2bL4TkdIvl+6WkDZ9s+3EzShj4dRow1uuMYV6lS7OfQp2mZ4xFmt7h4vxala69zOg8D47fvfm",
-	"5N1PNifIw8aNJWNdYvOusRDUfOyKPzlcYkgT40UtCgyLW4Gn2DxPpJy6v6lXbrlfXn3OeCGhqzybfZxT",
-	"sPG4FqUU8jqU5/vlPKMoSvmk3vFRtEHBfZtRxBE3Cxoxe1hlIw3tEkUqFYuNjDQhyaBlPikUtjUNVGLJ",
-	"9PW2BtsS6l1Qn4fKdsZvrepWaup7dHbiesEz6HbgcOPVVNyZ9/nznwFNEG619fVAazb8keU9pF2qikgx",
-	"sRY3ceGHOARjvJqI711PbpMnDH3Vs2CWwkZXlnNh+fF8o1GMvlgNzIlOV5q13stV1pQcJXh/llc3ChDu",
-	"FUVj24LiZa/S/Zue2AsI/1u0PYkIjaVQysanDHc5urg4+end8ZuI/HB1cgpsSUhiE3+K1h1PV1eDnNqs",
-	"dEc51LJBKxntztKJ4cWDVvMWJfC+a7R1vx/YpAS0n+bNSWpbXuC0dQeKJvCWlS1qizL9SuNbaMxda7tD",
-	"mqVvqBtkRubi1AIBJnkM/jlQN526DUpgRAbQzcd6SfDUNsBKmZki866hrbu0mPWP0140pPxZ1fo6FjnX",
-	"4cppi0hcG5ArvndVYDZ92wrmETPixugG3ZpWy7WdYWtM9m2M6cbGbcAuEvoa5WDzeNxqElNA43PrW7fr",
-	"9+isUHmnYuwVf/WSsQ6NI4rjgjieZDTLFgDx25ZMMVtlWAp5APQlUwWXxPxvLgiuw41f12Rli56/tn2v",
-	"a81bfcHAfobpppZIovUtdYs9XtnLE5kqZxMZa/zQp/+OqGLYzlNZ4CnbcsFqH2XMiat3F2fHr09+PEHc",
-	"B9SLW1HLyaLNCBMYcwqASCyDTDhBZ+Y5Pz5+e3ZZAywBCvhTdAtt9puaWu76aG0JvLW54SvZrbjZ8m2a",
-	"g69GLe02MRCkA2330HlXYF8NA8X0f9AVu80yjsugrqWN2JhjDCccDvqjEddYuiCtbIrS20GDSykSDh+B",
-	"3MoItGswZrcgro3YqZvDSE8NXlrK89l07rjZT5zu4cAxmhORpYGNZOQGXvNu24LpV/fgfil3oUO/gmSn",
-	"h0H7Y88xliXgKsS2nIdEMYT4s6DgccaoVCWwf68Ooxv4ji6IFDlPmjQBaIrIvxVAfnMY+01PfjUZkeX8",
-	"vydDXF+hKcyhCNgEBQzA4xQV3A9v8tAYV7ZHqIKgdNG7C2jSVWw4NMpwdkNZL69juk1hboKApxAwE9KF",
-	"DsZCFlGsGEMDwhbuoaba94pvmpD/+a//Bn24S6C82oEHzsrQoytvWng6i6azGJBwnahIOQ4B/BX80+CB",
-	"QfV85DuxJixjmiXeAC2cShZTQhE6oSm3ZjCFZaRJ0LE0loxd38/hCD/1SAsB2y6syD0GfITZIG/sbEPa",
-	"8ENfEH+v3gKrOkJGY2aO5xpOMBAMKhGC962mtlKjvUQQnebFGg/Exlhjd1bXT7P0lvULHAGH+FkKDzJJ",
-	"IJehS3JugafhNyrNjN7gyRgeAmQ5smC6gPVLGMVGoEsxVTMzZ0qZEVQR/hKc4SeYc1/5Ffj2Ol0Ysl+d",
-	"4ZBkKdT/Yx8qBh/u2vVLphnHyMr+1KzFB0/cxaQYwubuAnbJkb/xUK/OSn3QUsw6xwnLJh/sZitqlTcK",
-	"4jw0WTXHotbHXfPD3VsqIZfLjIByAOzSIztY6aOr6rilb97AFPXGyYnD2zAvIVeMkr5HU7BdMEZGrfCd",
-	"ZRzQwt00jTEXwROMiojFzQCelYkJgUylRGEyWkyl3NLmcTLP0bPnK4WvwIuxkkxZSklfZQcfauVuWGu2",
-	"iCeNdV0rwzepum7YuuUYPeGtx3l0kcMLzeY/LC6wp7ijt8qHb45+Ctr8Zd1jO5V5G5Cv2h70RyXkQcSx",
-	"eLF/8O3Bd9+8Ovi2BG6xjyCDWGOyDC24NQJTBeZgS0zn5omyS0myY5pKw9Cu7xs+IO1yA3TN6KzTd9yY",
-	"EhdRJiPKkwgDeuAstyFaiHO5jDGL62cDAtZ9sGN7xVOoZQD0Xfe8czA0jEdY8myi8gIpVxT1gPcdXx9j",
-	"dJP0lqnDZYBem8BtkfhCoQLrpEa0WcOLzH5LRhNVj+vbOKDcGJROs/kWtRDm5gY8WFuFBDErBkpzXVzQ",
-	"+Z3qQoDT5QigrSd9jAAg7sC6S3lp25g8FuBlBbrwPv6f7Sjg4TiEFW7ZDHvM/aD6viX3kIVU2eAlWj6C",
-	"J3YXOfN4OxlaoZEm0hSnWPe+pUri5rVC9z6kDyFAWMXi3LDvC/OmtriYURnsjMUhgwE1sXZM50pTbv9p",
-	"O6MaI9eFQI/evD15d335/pdjaPkMWwmGNw7vFwM5758/gwtnLNYgAcTk/PjiEtYgxuQ1zh+VaouAPfxN",
-	"jIiQ8ZR5hdIijA04QIx1CbSmhVaSsZhj3oRDdTQDYOV2lwAoNDw44HQOuThmuD2Lx/wvf1NGcT//8TX5",
-	"/uDltx2XeGwxr4exSNiwO+ADfgwiw5wtrgcF4/Ao11Mh09/hwz75AbYFG4XFsKlOGJDhx12727tSZGw4",
-	"4FhkASwScg95aXhIF+uTIYJMDUkbhE0nIkPEn3KfmJcdcPTxoQTu22O0LQEiV1sR2QTpyCU/wweaSm1G",
-	"BXSr4YC3C8QtFHTog4eJQbccWuy+IjUuplnW9z6EaMBLmICovkeQANPpknfCoqjn/IaLO24egHgK9MGD",
-	"oI+dkaRqwA96+5ABBh+4fF2/Xwe9b4pvLRVoYd2Xvvmeke9mpAOb+m3RxMqqC5aZFN0CeOWwsMH7kMyo",
-	"vFEDXrJcpcix565N0ik1kHEpOkVatXMFzegCdgy7AFuE8Za9B+ZalO56v9Xr7nd72L2dcTpPW/3WN91e",
-	"9xvsFTCFm753u78HRw3/mrCAaB+CbfMXIKpr9LGizToEQ9N63QDVD9pISGY01dRYxRN6y0g+J4IPOBq0",
-	"gE1//fboP66PLi+P355dXjiXWIEr3C8JdyweogvsjTHgkD3CEyDxguiFRM+YOWJc7tAhu+GabMqVheLD",
-	"7fP35SQxCkyq9BFuhBVeAO8CuGup2Ya/50wunC3Y9wYfyocy1puNyBdQybbSeXn7gj0Q6gAArNQrMGjZ",
-	"bSpy5SVcaIlWUJbXWNGge8H5QyNB8mVlIG//veyVDKiXFteysJyWxdMH8CBBjzCguBe9nrVttIW8KjPa",
-	"v9mUhmLetVkn5vhAcQBZsmzlmK2CqwunDJieBzh7aFC/ygKtDFDpLGpPC2mlkqhnFFHoKwG0EaHXCAva",
-	"swWxleiYGmdbRNlDndNJyqlrDaHpBDwu9lp+iFpV5t/qO/RAsyK4wNbLDBCopXtcpfCfmHZ5OU95CDiF",
-	"xbUOdnF0QFd4Agf3PQHss8MLTzRmSWuBdfC8NFFpU0uZF8ts2qhyfoNW9vzOO1GWuENo7cUjbkNO3iB4",
-	"4Mp57RnxBsrfvYeNWnOhApwbW0fZntnCotsCrl2EfjSWAAyeI+C2U9xO3/8EPPqH/3N5fNHpF65U632b",
-	"Ii6K0jB2IgGrFe8CiDomiaILBWVkkAPoQUSrJHkEDjn7KqdmH1B9ZUr/YDvyPQpRFm20Plc1ZC1z9nnl",
-	"NhysbuUF7N89mMaDSPyoRN1qms5d3p/F9PMRIhfxQs+0xZR+XLIPkq4sGuc9AvFWaQPhh8sc6/Hpwo7u",
-	"MJqb0EbvaSY/t7OEeOa5hxgZgmLEkqEF8dTMSJxKjjd09xLzMsryM1Ctef77x6By77InY2qssRGgNKyS",
-	"+pMQt9P79z7Zvz7voSmo9j7hH5/3PHhCUMYa7QOQE465ti0yGuiSAUXt4YoZeAG/Es3Mb8lis3rGuC19",
-	"e5h+dglgXTH4ZLH8oGK1FWZ+FTHKKmZGZkmmmLxdUcuQANZpZdtqCGcWMs4c8oZH3yCmnNckGlPs3qcb",
-	"tviMBJIxdHFWSfcNfF6cVKuJWDy+TWP9/HIRprUoFlouMA0WcNI8BJKCYgOL/GJzE5odo8Xofo5jjFZj",
-	"MUizUDZiXmrKPpKLn492X7x8VTSQs9VCVOHTDo0ZGISx7Av+gFl7VZlW5hbltlq93e/p7vjDp1cHoSaB",
-	"25FcNVRVZ46Uw1RPyX2KaU5ZgtwuaJhk8G03wElUJrT92rakWUb/XGoOU/AXdGFgBAm1NCGL8rSoqKJH",
-	"gaV8hANrqMyT5lOLJ9olRzAdFzUDQmNs8ISXqd3B5P5ReBYiXNe6pOBI6Mx2vlJYhI2YuIhwHQG3z7Ly",
-	"mdhZdlwhVspJmjhzCN2btknIgJ9SpXcBhXv35A1pYxdwKCKG6L0DrR12nLwgwz60Yd2FTIshFOpaCG65",
-	"IPsvieqSKw6FgXalA9eQIEUH1yxV8BbiztWOYX98qmEwc7zoQqMQi5aweGMGgM+yDwEzUAcpibMUIGum",
-	"VA+4bYrAaNDt9SvVMXb+C+gqGw7WbBL89OTNz46MtvnRX0GXaaB4aPZRI0nsFl2Xm919D6Zec+XLsOgW",
-	"wg8+2lGIqg5t5t0gIc5gKdAoLnDUpda+VbozRLoCzq4gfxGLOyE1xYMSrd7eZ7mjda6EYq+g3tS21AHa",
-	"N6RqPZ2L5S5+Vg73i1huqU+dzYd6fXw64NjU326cHWBH2f5+UFxvExF0qRViUUIPfvlOlxxxMkyTYQk3",
-	"GnPfzGUrP2p0PtuJBnONUovsADwXY01wSXbc25YczGaCYN/JwP0q99Z8IiM21L6zkSn74rGX4PpFrrtr",
-	"xYbeS2d88eK+OqNdo++FcOhpUXluO4fj1DGQiCWyiFAtZmkM9WleWLt3KC6pFVnrNMqtBeDeJ/jvWp/u",
-	"0t4/oR7V7JQrp3t/z9cy9LunGytxgVUvnxWghCAnang0z6j/RJ/W3Ik0iYhR3XeZiqlrfLWqz7MSHwlr",
-	"9Fu1o91KJ3NQzLWOj3ME7W3g8HBQ6A3pDlFPVzfwPc8WmDiGQAtQhm0xEiwCm1Ed+iQTd0zuxlQZHd9Y",
-	"PCoiSTpJbQAnoWrKVGQktAPtBa95XWDN/OfazdOqs6d2sfH6h0/7NX3XnzPa9+IfLtrnepasdSahH/xh",
-	"niQzSwBbvEkI76swu+oc7K8h0+M856t3dqUJqsU/W+4MBTYYgDpYNJOSmuf6ThVgn2asqet7ZmntpGgq",
-	"tfsLOCuak++Hp9Gn/L5spUw9KmEHiTozRLPw+4p1NsDkljYRCP5Fb/+pV4QbdV/n3/fPpfjhMgt4dMpJ",
-	"yqE3i88aU3MWN7q399DkzFh7I9d/9ctZcMcUKiSw4dnQrGqI1q2nd3Wi2Swi8ZTFkFXFXYdlIxj9UwMO",
-	"DyB28Egkiz7sqIZqNKoRPNG1lTPKMzyIqDMpJ0Pb+mwYDbjnIzahrpiE3Ik8SxAzzbdmbR/0ehauEypU",
-	"bQGMYGoAqI6gDfq6nBmNyMGLF/YH0BAJnSmUOwimnEfkoPe9fQSyrzlAgEWEZkpAL8+iLV65WRycJ8I0",
-	"OYsyVQCxpxl0IhrwVHeJzfuDpDL4earc/Y3APZViooKWlCv07fYJ9YAOA+7qtPBHCtGdi361irzs9brk",
-	"CPtPwevZEiDXObfNhR7wf7t4/y4iXNhzj0jPmNQzLAqjnOxHvV7Pt8Ml765OAdmSxuBv4ou7KZOsA2l1",
-	"lJhTsAfWJUOYBigJMrQIJbc0SxOvSPUxxQ269boKR6PTDrg1uWGAkOlc0GXriRm9+nKcvtLAMMBjoeUf",
-	"fO0bFkZFj2JY9Y7vVfgwPcfyyRz6qCJFgG5tadSBI7Z/hvbAZtpRnt0406vzpPzzk8z5WisY1ZjnlsmX",
-	"rg/VQ41djz4KJgl2H3U19amFVf3aFMvNT57nHKuwPtzrvDEx9Vmk5jbvUqdPQ0ago8MnyFWB4QtG9ZT+",
-	"PNf/tyZ/D1Jqy35gQ6l3hvuPvCuY3ccF9LA0ElgWxSa33iFt8W6LjHOj86gFj6dScGNTA5A8y6BU6+l5",
-	"2J693Huf8I/16ZqxLaZ5uhyk9QeN/UkfnsRmw9aew1mYaM/fXHbPNFVaVH13fzBOt/lR3PKH8cUlGvo6",
-	"GeWWW7GWrZZuwj856xfirGB6xLZAH1MUzBswnlCu1RdgnXu2FukfhvADSQ7QzN5DgvNkuYtNl/w6FUgl",
-	"UwtdXaEdNRV3fMBteTJu3I4qtbbokiNX1jSyqZZlNHHXM3TAIbcEzjxOVYHSoMCCHnKhr+2j12Mhr4vx",
-	"A5bdEZ7b015qu4Cv4l77PStd7cMlBBGYmymS6me/3rafycrZg0MBMosOV+juC1x3bLXyj37b0X8GqhJi",
-	"upIhvjhLhn/I234Oq//nZf86Ljuexua7vpkWvwAHALth75P5z+dSKYr9qyil2lD/5iuNnrayA6YBUL31",
-	"+WvLca1wbqqYqIdaYshjEiypSMyfTEqXbehbUKopNNetFhORti0Y69imWVkm7lgCWFn/a8y1qK5jzY5y",
-	"zRgx0BEh4kmvJovDtjRbk8Thguq9ENLQp/qaSttCyM6/XzM/rRRVbVjCftMl2DY9JXT2ACI79LtgWi4q",
-	"fSNcCzZNpS63UObso+4c+s4/gFwMSddgjdRlQpTw4++/qReYnAuljlhzF8zfLIHBeaBywFFwaWZkiDdu",
-	"CNnDeOWG4MuPpzm/Ie2EaoqpiIZNRJhOSTWFdG940PzRsShwQ2hGJRyAupuTcacCFBAMAEvgEsFD+4SX",
-	"OJzoYRGolpEy7+ux2JDP/Z677NI5xuWu7e5KcVdJ1O6TYZr0hxbH4c4mTg3h6f4QfUuLOYvIELYVHhxw",
-	"l79rjtBsL+ysGJN/u3j/rksucSyXXr2U+o1FGBSSxFfzvzHUh/nWyscXofsc0yTVHRKLGXMJI3CCnN2Z",
-	"RSgLGbWw2d2HtTnkA15OIn/vjt4iI/n2rv7wIYUcoziwH+4B3GBHFBHkkSs94Hb3CPONs4D8hp8GmKc1",
-	"aPXJoIWoJJAkCR8CMsmg9XkYlVoPw5WJM6GYqk02d4fRQAJ/RXnfD5a7WJ1Q1CusspLIFWkDdZRJxpAD",
-	"fBqVMF3NUcC1/zKZ4o8qZB+rkuB+zMkKnq840BRIe8R0FsDfW+nwjK1v29iVIULMFfOHR1GLBnypuVal",
-	"kUPHyWIVEZYpVhh99nM6ytjwcMBR+LkesU6kW86E+QAjBlDNznUJCRcDPoQfXFuolCEy4RKaKtvFZntG",
-	"jbk2KsJwSbgNeCLuXAUNFBqQthVe/XJ7Y0wRSSFNwznSOo5jIZwMeDRGNL4xHNM2vuhC6ggY2eU1YGYo",
-	"FzB22NaF/Xm6KKCb4HkM3XVhb6utfS1G7oNSxOyuQtU5gBF50EIKR33oSMd2/VSRDVy5bs+F8LUa2Y5y",
-	"wSzshsrm+hkMZqxi+8MwMmArFPMarx0XK2m3UOEIXbOtmFu5bPmMPeFdy/lFOuHP5lZaf9vyGftaPUqw",
-	"Nht4h8Q5XC6mCJa78ysPxFaC/8QAPNbo43XDZrkAy1d0+HUDPcM1sjP9Ye4RAoSgyZwCIWKOoG8H6qlE",
-	"C0Khcp4Yi6OofxtwLCl3/Y5Z0ida5mzo2tBiNToqFmg3Kt+D1gh4OuD+p3BvHaqgTY/skgaXfcCL2x4Q",
-	"rna6/xUX3t2ar/LG+97DeOVtzwmMVVq10bcaBSLEBh1RJYCZKnJ2dHVx/AZJwKXRLiMXPeYVd3u3vozp",
-	"wj+1rRn1GktwmtguUGLzpPUx7jU2F8n4bXmUShk/mmHfUJG1uU6mOJivu1jG7emTJiQv929qlJS8/+h0",
-	"8/gVH1+t+n8Byj9YnAASpC3Gs5GTlMRScIs86zpMkfYlm82FpNmOIp5fdJqT9EOY194n92cDPJ8KxW5C",
-	"83ljW4w80N2Fwxhdzk7uswdUqf7f/Hex/Y5FtcG9+lftPcvlKLswHp4R7kYqkiY9vpFOZwy6m8RG08PG",
-	"CTwh0IuUSfVVMtbNT7qtLXRdVzNVPelqk7sn4sThTnrPXB7SlNgACArU7WfizA+oxYNlllgDYHywLIGs",
-	"A6GY6+R/w7CjcypdA1tyaci+6GXF7DsDH/HBlDsm2bOz4b0RjW/GaZZ9JRbj6lUK6jQ/2FU/8V1y03wh",
-	"bBL3duuTdoCnVhKqvvarhEqLF6wunF7cK3yllJPfQOJGxrD+ULQz2+9FvV6vExGVQy8IVylh+12SOXSy",
-	"PHSN+hHFzNYgOxGOQQgPrcO/wNUDV9Ef696dmSX/I2krF1pYy99Z8KjxIQVikMi69MwN40KTmOaTqSb5",
-	"/PkpRpe6P/9haGap0/ATseqafsZP7AZrzqHr3WGug5iaijtjZHi3IrIxz7HSrx4N+cJGoqCAWtyRtnvF",
-	"hECbjVQRxWLBk02s+/lvVs7/gNz4Chf9j8WPvT8De/JCKNNj5BYEZe7Uk5JJuS17rcP10j30h/a3lvvc",
-	"r3W3uj15FG+rG2wLZ+vXgYa2wdPq2vM/paPVzvGF/KzuDf+3uVkLHJ7CzzoWEnPwlkD/8LEbZrFN5tT2",
-	"hGIOGLQERoE/cPeh83TQjG6KvU/2rwZu2DI5P7cX1q7y0MIG2xRETHhxUTc9lSKfTEE92mrf6t2xta/c",
-	"e44rdFnAyD50I9/z0lBfIahkqMCgwj3DCf6beydvlU9Z6ahZK+p/9U/9oWV9sFvpeqFvn3wkqe9Gw/x0",
-	"7E1NbOc/wKKm8TRyOkGngVJQ6Vb6legF1b20nVLRSZfOZjlkoXrwK/b3nGbOEKpuyI4ibQXgXqURI9/b",
-	"mSeADtbxJY4vej0HcUj9IIeEOif7AFC4IMMV8rVpUaziz6CM0fWit2+W6aWd7eQ/4A5ZLBYzl4LqIdHK",
-	"o4WBpdXUkeGTAUsXU3yhEMhq190wqy9IQAUI4NEBEZss6wiSYsoreEaw63PbUJXQMlco9cn1xNg+khOx",
-	"o8jyK0XkteBJHmshd7B3OdC0Ha3TnHfcQ8PyA+59cn820LEqt+GZlCzwfJpzDiQPtB162jhLJ1MdlTJj",
-	"IA/KWW6lUJcUd+qwMl6KLfYOegf32PJ65ax+r57/7gbu6gNrbVblYXEsX6XQ2/yk28ztcYNCl2nPbk0z",
-	"Zc1J3tZXoFGZ43WL7z64ixSTizCVVKGe/0kzZZrZ+2T/WotdtkQ8XwOjeSQOY+zBf1zWEjYob0unuKbz",
-	"ANZXv9g/+Pbgu29eHXy7CR7ekiS2iV/vI8ZHntKZYGZYx3Zwld0gE8E+8jOaMO9KMWro0dlJCDRe5Joo",
-	"FktWhc2y2xAiGOiwD/Syzmdqfv+0HlMzw5fyl8Lb1XtLD8kQNnDoevngDkcIioOBM8Fj9tyquIMfh/78",
-	"SCiHWBgD6zOrtXi+thWR4NliO7KoXCPfBLxOWz5nt+KmRCybVGV8/sGqMg5j2KXbghKm0D6GqLi4W8KW",
-	"anQnAg1HquwrTdZyrrGQM6pb/Vaew5N1XVKwXexmpQljWU8q7+oDTYZV2YUu86qjLCPSWoYsKZ6qii2z",
-	"+g1Cq6ZhM46My3uy+tfyJF+IFf3q2gYHWjW73f1yFn+pm3LKzQHGDBsk4uE2Pe6l3sj20Y3c5Q2Tq3Sw",
-	"2RqXyxv3gNTpjNHblE9IO5E05SzpFBuS+InUoSvVdZXqFmXBMKYRA9iOSlH8xn3zDafv3IvX7um2eh9u",
-	"JbRLDxyHR8KqxVf56fiSrHRvh6gbdOf3G2GL/foVIsIKLtuszz+aIpTI33KlySS9ZZxoMWF6yiQW81th",
-	"ZhuUckYsKNbFnMUIZZ8sdbGfZzTGthMgq/ENPdg9wL+ARyRRCCI0xz4oZhwes84hFGgkJOc3XNxxQGup",
-	"m8A2zfRzTGmRvhi0ZJg8cnu8oVlOCYxJ7ZjF1qHvpIlaK5SgG0NFOqVcvzpordepoT3TCf70xctX8LD9",
-	"Z/E0lZIunrg9U+m410kqT09jkfNn7yP9KyS1lmidA86qFrb3apneE1UioFRHRV8EmnzFvGHKqNQjRu8B",
-	"b1IauU7m/+xHfxpx78c/Z3MhazIRe08yXbYIC/hKdvgDpBSe0o4yzDAVSRqDAOJMAZackPoxiSpEGTiL",
-	"eiS6qGs2BEBKOBVp35n7Bq1gVqSRXQ7R9IapjmHemZio9T+BJ+wP6EhYQNN14gSTRoG1LuEegpsdS6oT",
-	"J3OgNY1vrwJiDbvqpCjSzoTSE8lUuX8P+PbNlzOmFJ0wF5Is6rZXRCmEGbHqnRyVWylZKLFRsbB26QWt",
-	"oMPSxLI821F9ctA7OAQ0BWN7pn6ombg1KzLff98hE6YRo8H1X0q5bW4KDWewhznW8AMwCgpiM5Pqkgtb",
-	"+e/7wOHWYMJhqsiUylnGlOoX5+8h/6xB7N7E0IitLEhRcK+cZrFH0TK0gAVfoVluWyTZT6HjPzkingNC",
-	"m22ZJozQTBj90H/TiUo4uoAC58nE7OJB7wCBuGaM2iZ3uNNm5aVjSBhFEL6Z0Yqg67ZVytsF2d2xUpFJ",
-	"J4RqYvaqpG48jRllJoHmQ8/e9KiYGvserWOzh1bErjZAum/LowdybSRy1Cud1rDjOLaydLusKIMSXCKx",
-	"1a5fj8rrzZJZnMtUL4CdjxiV5re/fTAMG4HnkNHnMmv1W1Ot5/29vf0X33Z73V53v/9d77seMHe7pE9O",
-	"ZwUwhs+R/7db6ip8JrQMwIhoqZvRTZpl+KHdncglTyCAmNkhHqeGS1rEMPh21i1hl8LAgRmvLGKM7/Ry",
-	"CHzLfMITkivr6ahCoIYGshEL6yCpRMsR2MLl1ZSGK9z9q+OdN68rL41YpGKvjnhWzZIsGgP4mDKwS1Up",
-	"a1/aR5u+9vnD5/8XAAD//w==",
+	"7L39cuM21id8Kyi9U2VplpbljruTyDX1rtPtJH7iuD3+eLLvG/VaEAlJHFOABgDtVrr6372AvcS9ki2c",
+	"A4CkBEqUv7ozz8xUpWWJBMGDg4Pz+TufWrGYzQVnXKtW/1NrTiWdMc0k/HUU61TwMzpj5q+Ut/qtOdXT",
+	"VtTi8F2LwgWtqCXZP/NUsqTV1zJnUUvFUzaj5q6/SDZu9Vv/z17xoD38Ve3ByJ8/R60jrdlsrk/e1Twn",
+	"TdY+YyzkjGpzHddvDlpRa5bydJbPWv39qKUXc4Y/sQmT8Li3uVRCmjsTpmKZzuEt+q2rKSOcfdQ3MVxA",
+	"xJjoKSNzye5SkSsypxPWbUU4w3/mTC6KKeItrfK0ZvTjKeMTPW31X/V6fiZKy5RPYCLvxIyawYIvneCP",
+	"jybuKVX6+I5xffLuZ0YTVvPiaeLeN6NKE2bugD/jLDUfJYtZeseSQ/hSacnojEim8hlThI41kyTVnjpT",
+	"fJJ/GTOJXZjF7sm7eiqFiFSa/9+B5ivTrwxOxkLaOSuip1STmHIuNFFME5yWwnfAP8h9yhW5nzJORkJP",
+	"CZXMXFq3zoY4N0CcG+DKJlzYC3LhaTpLtV/75cfAj+XhEzameaZb/de9yBANh35tGGsDu59L8Q8W6xo2",
+	"m9tfH81nF/k6USHzJ2Dly3jKkjxja56j7CWPf9hvQt4y+WiZlOdw5Spfm/HHmbhf8zL39pLHvsxnc7+a",
+	"C64YCPZzKUYZm5mPseCacWAOOp9naUzNptqb4xX/7R9KgHxq9jg3LjyxukePOLn48S35/uD1t8QO3gUy",
+	"2HvhvBkJqU9TBbOZSzFnUqc4Y2p+gk+pZjO1aSIw0gWLhUxanz3xqZR0Yf4uCflVaXI0UkbeCV4IQyf4",
+	"VxexWJbf3Rw/+OvECHaWOeBK81l9NzxF+5+Wx49aFA/Gm1jkuEbVqb5jWXrH5IJIkfNEEbiMJUQJMqay",
+	"NGMvDooh02R1vEumQXxSTuxl5DbNMjPQinRbHTmmuWLB10j8Obfy023KAxMZIk2GfVgDIKw5ncy84AdC",
+	"eWKOKLnQ05RPSM4TOH8OydBO3N5qpm/uFJy5VzJvw7gRl78XCoz9rbR4xRRFrmOBe3RplgnSnyXDiAhJ",
+	"hpyxRN0YkkhzQpg3wJPlV/rR6jiK3FNFJKNGTgV4KvICOUQtyaiqYRXDiUxpltxQHV7Z+2maMZJqkioy",
+	"YoZsfv6VFU6oZrs6nbHQ7IwcDz0+n5vb3MObjLW0e4ARotJxVOg/cHT4pUI2W94blRms2YJAJNh1SZKa",
+	"EWl2XtqNY5opFi1t0ILqy9sPjmRFtCCD1rVikvhVQKYdtAxlSyrOfi+sCYane6mpzlVAYiyLhTWbsTpl",
+	"mBVLImLWROSatGGD4aZiRoZcnfx6/O7m/fVVB3g6IA6MQmz+YIm54B6OyZtMKB1k5xfePU+wQwqR8/CN",
+	"snw0VBYsyJ7+EAgcfI2OO8ssRsTP51Lc0Wzjbe464Jd4ym5uWUC9PiLwY0KUZvMdRcxFUUvw2AgTRVI+",
+	"z7UCvVkyJbI7Q6U+z7MssDz4GOX5ev2TMiFu83mf/HxyRdqpJpfXb98eH787fkfuU6OqG5bVcrGjiMg1",
+	"zoInRFJOuCCaqttORH49ubyEm2XOVccw2vn78+vTo6vjd/g15RFReRwzlphtyxNyL4VGNoDhO11idQLY",
+	"DDA5mIDZPzDh8pHy88lVK2qZp7ailn9U8GBJ2NxsuRtcd6/YrFy3rL4wnmwlaaPWhHEmqeOwVePP0jvO",
+	"pQRbL+d9QolkWi6cVQhvDe8vmdJUagL/VfCjUagi4AZDdbMM7D6sfrjzfmWK3KrBqz8IfTNiYyEDMuQ3",
+	"Ix4oCLOE3NNUk3aS44tGOP0OSLXm55tlpPoTIqTeLDFxwaaWrnbQiJiXJP/nf/1vckeznEWEqhLRPNvN",
+	"SFtLmmZG8nB2n6WcmV03153DMvsRyUBhV2SQ93rfMLJPplRFwKVGQsLTIkLJf1y+PyPAPWYx/QN3cBZm",
+	"B8MXuylP2EciZMKkZ3kQwFzwsv5bSK05lYyHVZW5OYDCohZWzfMUaNgjFhvSnB9dXx6/a75a8ynFU26t",
+	"VQIXVc6G5fksiunA5oKDjaZmyVh30iWSmTeuOXJgH2y5Ic2jbgyDWp6qTuhncU9mlC+AsXGH3U9FZmc4",
+	"pmnGEtIW/MZ8zCUjKldGlHRQ6ZU5J0B+69dIjQWjlB0pFnycTnLJEmInEN6pwCONLa4rqm5DsspQMeWT",
+	"m3HI1PptSjWhdtVJW0jcsymfdCybmzUwDN0n5X2tcmBse3wRd99mEw2ETOR1TWAM96bBU7l0kq7Ys/75",
+	"dpcnLE5VKvghobh3cq7TDL5OkHWWtbjm/DJaBDdZLGazug3opmN+9PYOTJmh6wJZOnAyLRHND2R07rVk",
+	"eph6PVqEOENYwinSRjoenZ8QLW4ZV4R9TJWOkJtpljEJog5kKcvGnSWdO+R8rZDuQfq5NRhXFLYaxTtX",
+	"TEZELZRms4jMmZxRs4FImxI1Z7H3VBJuzFqzhTtRWbeOCq27UN7NcYwKfVAwxSJhISVLaTrKGGFSCknM",
+	"RVbK/Uo/XsIEf0Sxoo4/Wq1ISHLC72iWJudZPkn55ZzF4UdKRreVhTCPIAuzj6nRmRMWtnHGKU/VdMun",
+	"od+jgTvDmDpbKt48n42YDE/2YacE1ayJ5L2EC424RY5JQzrW0rYGt6SdsXtUZQE/1LP9qZgEzFKlEybD",
+	"K6l0IvKwnNIy57F5ZkA1lTnDIww1KDJiC8ETVM0/sjjXQu4oMhK50dqpIokU83llN4yEyBjlK29vJxS5",
+	"SZfnsebFL9jc2mNbCDgvEpwYNsLAPBo2mzkXnDgwIhY3tJkQ7vKWX1UjB+AUsYIgaFTE5nXzeUCkgslE",
+	"lAYSOYt+R5FxymlmlEkhNSoQc9jkO4oAf4NN9KO5KP2DGZVVT9kC7aaUW3WxFTVTE97i7C41m5vJzujH",
+	"E7ztu1XVYVvxFZRQc/Oe0tz4P38/2v3/6e4fH+y/vd3vP3zqRW+++fyXtVKpdDoc9IJHyQYx9XiTApbO",
+	"WxW4RlZ3Nx+N/oLWQ+Q2StXQ6JIzOB+Njc74XSoFN2ff7h2VKdASjs9DtBrgDkI1mQmlyZsD8kv6Q0Qo",
+	"+lHBOnG/7ZNfzU9ckLPr0y45mXBhtEqwTYSeMklAqqiw6VCRUVVBuaXQK+ROlWw/GLnAEjJaVCRGjRLv",
+	"BNTDx6hIso3yx0x+o6S5sGGbVWE7l8Iczqsz/tGIIJSa5RmTWa407H50cBXO8A0zdQ9aM1ez2baLa8iJ",
+	"2s7nYdQ1WuM6iAXXNOV48q6VPu5CmPD6wATjd1vt2BXaTLWeb5rQz1dX524ujRUTdLg9QpyUPD7Weecc",
+	"d2QsxQw8BHMpkjxmUu0U3ouzo1+PC6HSR3FBpUzvjGxR1mPmxQvx4gVupPbgHqcZI395e3R+eXV0dnNy",
+	"dn59dXnz7uRiz1zV0O9gdLObiaQxu5kF7Odf0yxLFYsFTxQZMX3PGCeXJz9dHV/8CvO4PPnpl5PTUyI4",
+	"KtANI1zr9LuSlF+ltnNPei9DwuKMSqYsEa0ETzVT9gtRkOj99ZWnEXh6YiOu0ecTplfzbYUnfdiB01DA",
+	"uNAAyBcuNNjxXJBM8AmTHWPKhKTMpkAXurbCtK4LQm1/dBjC34DfK/ykB+vTm+NYpUeX3tcvSSHyUBYV",
+	"KnpDgVwTSLeBlOah9JKIX2GgcJgj7Ev5gca34zR7oJOA8aS53STumMzoRun7Hi87F1kaL7yN9sD4Jd4L",
+	"zvma19fxlCUNDYjqjnvPGTGLBTFwMjIjRUZw5ZoU4fw+YSkoXdTq8qR9P6WanL+/vCJ7d/t7bnX2PqXJ",
+	"5z17jaa3DMMimZgoDAfG05zfqrob4Tq8LYL9PhJ6GvJulfMMtkrRi1qZmDTn0FMxeWtmXDUoXr1+syru",
+	"pKd+A5a3S1UXy0sbrPMFU5Cz9Wk74qwSxFsjjdJvoifSDg+JNhb4WBhNHnR7szANdMbS+62XV29pPGXH",
+	"XGNa35LZ/BBf0sd5KpmqDzuk+JYusEvJNNWkPaMfb+iEdbzr9m/oh2seibCR0yeJJ61QSTLF5J2P361V",
+	"cQ1BL0rXF8flqloic46Ox7mY55khts3hDMYr6kOHDQe5Y1KFLYLlXBCIMLvLCyJudE8V7BQ+/Rj3EZdm",
+	"7oqCPTenka1/J/fo2mlfVBd5aeIVvm54Ct7zumRfZCjYALENquR8Dz9vjqLgwJXNVvtWzjTc4rT71Zwt",
+	"hKJSjNpyqmJzphtjog/myS1bkClVU+sBQZ0JPOkYFvAGjctOsMaH5akInBQpt/ndoKrBNaisdckRAV8S",
+	"JgCQGczIK+/WE0OoJpAFAQ4PDEZA9oJl19Uz0YqZcMDP6Ms+pYGkCmVTRKgPfRGVG4NLkUHr1cF00CpJ",
+	"q7GQTl6t7l0mU5qlfxjqVTKJg9R/K3gpDUD58D+dMaA6nhgM3hw9UeDqUTb8/tvRydXJ2U83P76/uHl7",
+	"9Pbn4w4cH2bNbCZQ2BgoyYbqfM4p5v5BNh9b9Ek8pXwCeWxa4ImVK8PJIkuYJHabbWZi98Ag55a8lNup",
+	"qQ+Ke6zuT4iJu+AuJj/AyeXSVJYiXDV+SSe0ffQPcokgbgK+3M2hPxihNuznWSVebLnFj6wH0WwI4DLH",
+	"aoIjl01FlhBKVCaMimtTPEibwpFlflSGHuWMxpy7cFAEO5lyFxuDQTGGaD0bMYNoOJWMTARnndWdWpMI",
+	"9fb4lCCpCPs4l0wZFiJGNBEonXH5AvhHt+QMOSSUxIIrTbku7eOEzTOxGLTMG7h3h/wNTOtF07my0t+/",
+	"Cay0o+OaVAJHYbqOvvtmT+33zP864awApSXVbLKoCJLWP3OWGx5fyvCDr4eQSpRbMkFOdToziwex/b9f",
+	"H18fv4vIOJVKk5TbD8a0sSLaivvI/AcMD0N9nUuuumQYUx6z7CblN3MpJmZBbOIvZ/fwUJukBHIahFWW",
+	"MAWijZtxYF7j4hmOZWx+DVWCk2Fc8PkwMseOC6IUE+Dsnild96qQWHn0w/uLq+LUiILDlzPJHFFX37H4",
+	"Ep+7eSOjRuXZZMNu/oUF1PEpCFhVk8WBexI5KnJUhrVsHhsqJnCZCR3SuOq07JoscplzWBKjF+woUiI0",
+	"rvaUZeDZNzQ5JEOjcOD14BwtfocEkfLSoCvHfB2Mwc3ox9XZeFlnpdgtW4Ddbb7HBLC21XnML+HdZ/ZM",
+	"cA2uwLFqds5+r0ds0g3E57KUs22DdJsXwj5hjbwxV4ReIpz27fmzFXlGK163eN4Gxj1lyQR13hVxvoXS",
+	"X90Im5xeMPaGeQEZ1wRIls8ZxwY7iiA1XEIakzsK2LP7+HS4eUbjYIDVPwiu8EzU3jenFHBZDXvW+mVT",
+	"Htdnb9o31ELcgiC2IkQSamcCoX1r+TW3yB8SRxTzeZCrj/wkjawz07EHhbFGvD6CU1+raoSVXxAkW7MB",
+	"/AoO5Ab7zCxNDZOaIz3l2zpkax0eAT/B8d8jcnYckeP/cXJ5dRmRs/dXN+7zT1cR+ek4IqdXETk9Jm2e",
+	"z5hMYxCNJ2dhPwLN8nCuMAbFt4ksBs9JMa+jVSl8uJ3Ge4WZl3h/kWCRzuiERYTKyR36XuGLHYVW4Fyk",
+	"LrTDZnO96GDdU6FVBtyuW0dWHx3ohCk3iI/AZUG6wta+yHnT0MDyPrFaHOUk5SCqhubEHxKs4aZEskmq",
+	"NJMsIUNXUzkkms3mGdUsIuwjjXW2AA3cJjmsUtYlqC+55uc4S1sWzaTR/Gy6PUOdHtYPLfWw1AZjYaPY",
+	"Nlf9J/K3kVWWBdfd4ipMXezGl5M2vO+CjcPJj37B1InGMtItgxluwUgxkgtr1KwjDa3c6iKlCZvNhTZn",
+	"briYxT9wR5GT4uLdX4w+aCwvPU0VBFv6duHcZEuuoj10E5XPpQEHkyHVpD1aEKMA4Q8d9EdB9IZydQ+e",
+	"EvQXUTBDIjK0QwwJ0KtLjoh5OQk3Dbhkc0Z1ap1DVGap/QlLcfyo1Ja7w6OSNOkOeJM82H+zdYCtH1gn",
+	"GLTAq5uF4ONUhA5G6vwTI5Q+beB99D2av8c0zRShmfNSLIv1YvJF5AtzmGcpd39vOPPqLUKYuSu6f5hw",
+	"Pq6K1mEsBR/CMTbESj+aDVe3cWxkQT6/uU95ggu7dJpCXcQsVcrY6uAF4oK42n8JJWAA5IBJtz7etYBv",
+	"FyLnE1TmOOz3Q2JdGTDNBcPa6dLWeR3MIJch5f3H9I7tjlNjOZoLSHvQ+uvea/JX/P+g1UFp5m4SkrT/",
+	"+1TkMltE5L8nNIV/7xm7hQ8zwfUUPplZZYtmue2OsiGd0juTjaDVJGPUGI3KzPP7nhq0Ooe26sRQimbp",
+	"hLOEaAFy4JqnHwmbi3jahD7/SLUOBSCOIcElnTHnnMnn+IBUkVkeT630aw9a+zChqHBAJyyjhpecfwyz",
+	"JppMJizmjiAx0pICPJIHb0g8pZLGxvCMiBJOqKKPcsdWGozRuC1nl9qU0vbvu0Vy6cHBZ/d95//9y1Om",
+	"KjxIumJNVigGELBJ0hn7Q3AWLH05OTo7In+AgBLSber2oHWcm2289wOTWcqBl9zGur56u1oKHaDHQ4V5",
+	"oMrHD1Uv267ELeMPTEh5QETOMeHyBp6l3FOlHhGgxu3jfsVUYPNCZEYXWCTtI0RCogUR2Z1jb2rsEkIg",
+	"kaVTJpBfIbKNJveFuaZmyeD+Ncsl08mEyQcuGID2WKVwyxUYp1lQlB0Ru2MgMrAcEhjCI4ek/Qm8jWkS",
+	"kTldZIImnzs2UABXdO23XToTOde+nLPXc+vnlg1RmYpoWLPoQFPZ97pXkn1NpNt3S9JtrbSsKwkvJFmd",
+	"Cbr5DYOpDTuqCMpApuq6RbLr8WnQAl/poNUng1Z1ddJk0PocTEd9QqFVcOkGAQZ4Vw4AJpAwEA4uulJX",
+	"jTvJK0hcAJAKBteR21FPAQqSGQXHmCs9tdg4yI3gtgDKmkciagQ4v4D2JBGQJDZOEU2sbLrVgYvUJaqs",
+	"TLsmCx+u2eyQcBeGqPujUeCOHQ2rpAXlLrSfoM56To0ZyK3GZDEnyEgkC8tixsTpKs3m6vf9D130BAVf",
+	"ZMaUauRZwQkVN4ReyGeab++2mmo9LzxW9o2MlYowDiTlGJhWCopgFGm7Q9+Ywa8+fuy4wLWKilwJB0gF",
+	"pCHtar1Jx6WT23KWobloWKStVXKoAfeHktcfPyLLakm5guRGLBGCVAooEIZkdBtWP4TZFWUqubLGlkN2",
+	"8CXFS9WqIgk7Pi223ON8aTOmp6KqobV+Or4K+rfLNA+5/Mq13EvndC5rSppHSmS5tmsuJPyryPXF6eaE",
+	"CjNmkPMYlXrEqL5g82wRqhoMuYw94IstWddSZGSeUc7IPeW6CMGWNZgGiZRrLWGYyqZ3sAmk9WnVqzuI",
+	"ll8GU8oxaFDsh7RcLOVfaNm51fAltw19hDLZ6wuUlpkpkTTlwbDJVTnDNFVETXMNnqxE3PO+DS9xAcF6",
+	"QxZzsKSatJVO49tKDLScaLoyIZ8AvJ1CmFBNA54vlDhUQT2GZtx6asj11Y+733npcHZ9umLPHHz3+ts3",
+	"wUiUZHRWzsRZrj5tkIgDQ0Q46Q9riKC2LU71Nz1tsvXSC9jHhGZ+VqOevju73M3oiGW7WXrLLJoJZKi8",
+	"+aakqBoN1qqhux8iVA3QW5oQxhPzEdGCSMa01WuSdIIGfGn93nyzbAZs0n/f7G+y7qtmex3+hfNbJegV",
+	"SQQAd6QZqzqf3WWwk3SaZT6LpX3FZnMhabajiHUokLl5ZspUp0+G6jadD0mqI3LL2BwdjcNRPh4zeSM4",
+	"G6JPKsuKb2mWDTuYYEel9viuNkHGoYz4FJq2y4OB83SISqC9lS/u6YK0hzTLxD0OXE6lMHNrRa1iNsUf",
+	"NMuKTBcYuRW1/DDBzAtweGwrB9xJu8qCWAsrxmRonjSMoO6BlwMDsFhGwZ2kd5hhBHpvd8Uq2QwzUWeo",
+	"XdWV1aFNCGHgCdMK896GNvdsuVJsaPS0t8en4aLom1JV9M26suhiTzdyIsE3ZWXGjlRaf/eFL51y90ct",
+	"QB/90AjUJSRYyt6vWpZAONVARNGbj2S0sMLHmpGg53vWMLaOVUUTYuYQNBHPXWpGwIFjfrKBSrPbZYFz",
+	"Wd4omCnXilrlFNuL48v31xdvjy+XvofU21bUurg+Ozs5+6kVtXz5eCtq/Xh0cgofbE5aK2p52L9W1Lo+",
+	"u3z78/G769OjH07NIL+9v/jl+OLG34V4PWbMX07Oz2vAzUoYs0sHzvqy/hmNpylnu5LRBL4oVfjbyMgN",
+	"5nlzoW/GIudJBJhGWRqHA1EJ0zTNwkW+xkBofviVrMKAHpRCdmfMaksT8zrtPNUZW2MfrNLq+uKESDZm",
+	"kvEYTkbIiURnoKH6Mh/WWcDmV/d8P0eLvBDcUfkoS9UUfA8P88KFYGcRftzHYkmakDagX7GPmoxQ2fKl",
+	"OYH4R/2p/T8Hg4+93oe/gigrApmYzw/pOHVeqWDwGDMd6XzOOEssT2JqnQ3hHjoPhSIqH5lbR8ycoivK",
+	"RiO3L/qdthNdMEU/CbOJjCo7rHiyhofe5ffq9RtjbwdEViAxZg1HsAR44mmKuCzaZhAa7T1nZM6k9wQV",
+	"vtBSURv4pe6pInM3u8g6tbA6wyy9IimPszxhCWlzWzlpxC8X0nqyGjvHq664kGQI4xbUpVA1XPjVMrFg",
+	"/Nn6z1SJNNZ9FrmTbZua8ZCtiO5KN207kco6bqzcOs/VtHCPPkSyPFjbahL3KJzUjTgC1dDN8ZLt0x3C",
+	"XmMYJ0TWC6qZbzTw+J2ZuaEC2Ah1+J3zUOBkX0Vkf2Z0nf1p8NB+NJ60pYxrpDAH1bL0zhsBoz3pwqWE",
+	"T4QhH7Uk1ewGptmcv4pl3bQ/y6OvfcuHbTrPEEsyB3H6jKCeM5mKxBruWFrSwxKNUR7fMr2jSEznNE71",
+	"AtF72dhCzq/y2LyunhEf0icb2OrzOgJco36+jXPcohF6BI8yVC5UyCOeCiVmFWwtSDWTzAN0pjbbOnnK",
+	"WqSTq2PEO4Es4X4Z32lKFaF2CZwVI+55EXD01Ss7mO6Flz4u4FhPhvb59RXpdrt75pJd5Ne9T2acz52w",
+	"fOCprlrv+zXLYyYPq4MrsrHGqal1eWGTSrFPyMO2D00SqOdZhZ0yJuH1xamjk/eiHp2fWMVzqvW8v7e3",
+	"/+rbbq/b6+73v+/19ldSYUIHHzjVHhmoqEtlCDgMlMhlzDbLNH+hORgzsbS8B1FdpYn3rluQb1+X65b6",
+	"1UHjhY78koSXfC6kBoSHLRd66gIIcF+WvR+3+r9vwIZaijl8/hAKzmE0YUcR/4TIIiZycBQmgKCIvkTI",
+	"sMVKQ9jv4JerYoTgcBbpww9p4T76REILE5ZYhyBIcTPoDqbMKld6qe5B1bYF1hJQMHYwZtMtcDian3dV",
+	"8JTHZTvaR29Y3zrkDnyXB87cDhqwEMJBMAvZWKyD4NkCcdYlm2eLfhms42VDZY4OYTKWtvwW5+lbpweI",
+	"8Rj4Z7Qg1HJ4hCjPrruGTZc1cj2QPTrPb2YAARbIxj2/NmwJP8dCwoHQ6/XI32A8800nCAa2rplX1Jqx",
+	"mZCLm9FCh2zWX+FX81i4YOvxP4dpbIy4hx07Riu52QTpIYhku8YihuhJqdlOIu657f8GisNyklKBCJKk",
+	"kFniwv8NcleDr2qTynwZezIDfCzAS5MAnmWbzSGrBN2RF5ha0kz0XuT8Mp/NKFjz4aq9LQC0YofDsgK+",
+	"9lIZ8hYengWzVuyP5lxIORkLGbO+C8rCUrosXShroxZ+vQnErnl65Om1Kik+4Losydsgel4sMFVNhJCw",
+	"rPcGyn1JG9jV11RAaGsIDp1QnjletQ55GNKSXRqPvd7Fvw6xYsMr8b4UoyjUwDuKtBdbuLFUpxIuC9wW",
+	"9MmmT23g7JpNVlkHtfbgC3vk3LKU0p6gABksi63qj5d44lFHUc69YzJYhoS9HBWR4h5tnoRq6jgN3cW7",
+	"YMv71EvKvRfNyMBACd7mfm6NMzke5D61eQ1b+Q7XIKE2nuxaQMea0mBEQUy2UkmWlxLMIRswg2Ba5OFt",
+	"i/hXA/DGWsxGGycBwm70ZF7k/Lk9RvkWx0/lLHtgIZAZI53w5g0e6s4Y1z8onzFrjnNBiqbDWG0GCYEz",
+	"uiAjVkpfH376PAxGVksvGIg1+hL8cDlgkSq8Ag5hhbrC/gxTWrnkyZofrEUg3rbNk+9LG3aSuWBIqbnv",
+	"ch6wax8zroG4XuPlhVSbm009dkChrCC/wO5doj4ZmIVMBq0+eQXuK0QgGAtJ9qHI/ingD9ZIK99FNqwf",
+	"u0QcUHKXSBeG4HIZPkFgwvKYOwqTgBytUuXWohkLlLKfVx/iVrvxvLf3wm+fDP+fCMQVyokPCGTrpXGt",
+	"e7Zx6F+WFnUppzdHg7P4fEOzrOOjw6HiQ4tIYnvClZOhtCBG1rUrKU2hDo3LNY5PIlBcVeLaosA1tXqr",
+	"aehQZXnTrCQTrD3LWCMGjS+w7vKeSUY8hga3cHk6nu7mc4JjNgXhrm0UZ85Xo9JB/WJ9e3fyeinjTpE2",
+	"x4rmNGPYOSvphL0l6/fekn33hWr7Vg0JyWJzMNTHh0vSJ6PaAmSpiCC8lEUW8jn6+73msXG36RKwPAKO",
+	"r9t0PmfJTYlWTfnK2hqVhMdFQyYqVzd+EanXpG7Rc0LBSitiwy/8Cv9Xl71uH6+uQFSIw4fJ16O4vtGk",
+	"LS0u0jckmPGIDO7dy7YTSanBJGRm0BlLyBATGx3HYnLjLn55ffUWT0+qyGKxWMxmSaKn09lMqT9cFmTO",
+	"M6ZUgHOIIQQEEZxER/cWdhsLoHkWh7oXOI8SGMvuk6Xh15H8mQ0ON5XmVoc/a5u+5fr3S6z7LozI8khF",
+	"cFk5e3iyQWUkN43gezVBFl31V2AP1rF1ihsZcVjByYXo19D1Ehi6vqIYRSgqzcKIQYFTYcqyrKj8onJy",
+	"Fzn814QkqWQA7eBKIqi9oZ1ypRlNzExtD4POdl0pnJvEdcBamd2p4JMyjCNsejG2Cbp4dw1y7n5vBsi5",
+	"RU/rueF9DMH/cnJ6evzOowUDUX1mbNjmo/GUNYKRds7YUiebjSTHnyPi3fB7o5TvqSnZrWm/V0VkXbtD",
+	"NZuXAVzxbosFFkJ5xLIliB2T0pWHUDgA8PFTkSXbgAw64LFgu5+HtvSJhd+Fm8GOz6ECicLRY3vpajFh",
+	"4E6GLiYAyUImlE+g965mcgbd0hw2r3UUAsCnrXoGhlTpKEt5GCt/ufHzUlP5o5/ITCQMYn2HtoBajIEX",
+	"LcIPYvVjTCWAsblxe7ldsS4aYB7XJ1OHS+3xWi0YsTuTJwISacloYZtv1uy6b3qqhFft27qGwglfsgXT",
+	"eFOzYiNhXc8dCxBVCnqlmtilNTQp2kC3jUCxJda2hrrTJUOa3dOFGppxqIa2ny63uEveGx68TxWrKVsH",
+	"dlgp8nDuz5pfHTA5/nDLFhZpAPKuct7Fqbk6ZRhjlKdZgsOSv/2NDGztwKDVJdhKYhkbHUsCgutZNK6q",
+	"khiNGJTfGDWBZ++U2ialytKfxcy1mwrVxCDS+zg1n3JurM1Ap6nmxotm8xMz6SAWre9BVQvduLSJSpDU",
+	"FhkS3IprGlTV7KbXqgL+vt9TQXoXqLiu+gaAJldgmgH3tonycEiGVj4M7R4eutkNIUBf3tJeLxCcHZKh",
+	"65Y8LO9+10SZOc+wAyUJI1xju2rX9bryar1ofQ9tqybdT4ViTisxmr02tiXf/YNJQSDQZx6RkHbPZonV",
+	"IJ2Wp2P7cXqB6vLReg3nlBmb2qLHKVceLGTR8Je4CGRentnauWFrUUepdbjg84xqo/G6I832AAKoaToj",
+	"MeXe9o58/bJR/txPIyMDEhb59BOEuJQ5B60Miuo77l1LJE65LQB2fBJPqZwYCRlY69KCHHqFzfe+NDLp",
+	"stSGwRyftc2Mu+SdhScoF1XKHUXa36yhKASqqvTcyHooK+1OKjJDRWZh9Apkf3wDSNXUyqIS4G1UMmJE",
+	"TQXtIuAOq07hmqf/zJlLwCpbC2e05rQt2slXZYb5clVmmG+HyCr20g5qQd7J71bD4y0UssMurv+Zob5B",
+	"ICcVO91jgtkv+Yj9J8vojgIngRiPgUa2ub17VJGMVuptj+WE5lBZ7XIfbM9TfcEzp3eVeq2utOqzIB/V",
+	"jobr2vUt41zAkBE2UrVbpPPQBn4BZ4uZqm2N0i7ZidCrHrdAqsgQbI4h1AnDJ3sSWCE5XDY8QNAPjdU4",
+	"9DbgIRkaXWtIVMEDNmUi5fa3Q0C6R+lQPMN/AU9JROyEn0hmlEceasbmv1oNeErNkQHnChfCPBddRVz4",
+	"k9XwiYMdKTJCU004fMNFYZuSS6v0QvJiuas/Njpb7kNZRuZKhUz1UjcE8LTTWKd3qz0RsK8mnOdtbPXu",
+	"xXwnIqU7l/aWkDZ9s+2Om1HGOk0KCqrPv/Ap2GV+xlis7a4vxqtZ6d7PgIf3+fHZu5Ozn2xOkAdWHEvG",
+	"usTmXWOptPnalUdz2MSQJsaLai0YFkmBq9g8T6Scur+pm3S5o2R9znhxQldlNvs4p2DjcS1KKeR1OOgP",
+	"y3nGoyjlk3rHR9EoCOk2o4i0byY0YnaxykYa2iWKVGp6GxlpQpJBy3xTKGxrWgzFkumbbQ22JVzIoD4P",
+	"2A+M31nVrdT2+uj8xPKNZNAPxHVWUFNxb97nr38FvE3Y1dbXA80L8SYre0i7VBWRYmItEnHhhzgEY7ya",
+	"iO9dT47IE4a+6lkwS2GjK8u5sPx4vhUvRl+sBuaOTle8uN7LVdaUHCd4f5ZXNwqY+hVFY9uS+2Wv0sPb",
+	"AtkNCP8tGgNFhMZSKGXjU0a6HF1envx0dvwuIj9cn5yCWBKS2MSfornN89XVoKQ2M91RDtdv0EpGu7N0",
+	"YmTxoNW8iQ+87xpt3dMD2/iA9tO8fU9tUxh8bN2Cogm8ZWWL2gLIotIaGlrX19rukGbpW04HhZHZOLVQ",
+	"mUkeg38O1E2nboMSGJEB9LuyXhJctQ3Aa+ZJkXnXEOmubFeHp2nAG1L+rGp9E4uc15RlWszu2oBc8bur",
+	"ArPp2/ZgHjFz3BjdoFvTjLy2d3KNyb6NMd3YuA3YRULf4DnYPB63msQU0Pjc/NZR/QG9RyrvVIy94q9e",
+	"MtahtUqxXBDHk4xm2QJAsNuSKWarDEshDwCHZaqQkpj/zQXBebjx69oQbdEV2za4ds2rqy8YoGeYb2qZ",
+	"JFrfdLqg8QotT2SqnE1krPFDn/47oophw1tlodlsUxKrfZRRWa7PLs+P3578eILIKKgXt6KWO4s2Y7Bg",
+	"zCkAs7IMw+IOOvOci+PjX8+vaqBXQAF/jn66ze6pQTuoj9aW4I2bG76S3YnbLd+mOTxx1NKOiIEgHWi7",
+	"h867AnQ1AhTT/0FX7DbLOC7DHpcIsTHHGFY4HPRHI67x6YK8silKbwcNTqVIOHwCditjNK9BYd6CuTai",
+	"C28OIz03vG8pz2fTuiOxnzndw8HHNGciywMb2cgNvObdtm03UaXBw1LuQot+DclOj2t+gV35WJaAqxAb",
+	"1x4SxRAE08LmxxmjUpXaYXh1GN3A93RBpMh50qRNRtOeFVu1kGje6GHTlV9NRmQ5/+/ZehKs8BTmUARs",
+	"ggIG4GmKCh6GyHpojCvbRVdBULrobgc86So2HF5rOLuhrJfXCd2mQFBBSGAImAnpQgdjIYsoVoyhAWEL",
+	"91BT7XvFN03I//lf/xv04S6B8moHrzkrg/OuvGnh6SzaMmNAwvVqI+U4BMhX8E+DBwbV85HvVZywjGmW",
+	"eAO0cCpZTAlF6ISm3JrBFKaRJkHH0lgydvMwhyPc6pEWArZdWJF7CvgIQyBv7GyFQGRu9AXxD+q+saoj",
+	"ZDRmZnluYAUDwaASI3jfamorNdpLDNFpXqzxSGyMNXZndf40S+9Yv8ARcJi4pfAgkwRyGbok5xaaHe5R",
+	"aWb0Bs/GcBFgL5IF0wXwZcIotspdiqmaJ3OmlBlBFeEvwRl+gzn3lbvAt9fpwpD96hMOSZZC/T92amPw",
+	"5a6dv2SacYys7E/NXHzwxG1MiiFs7jZglxz5HQ/16qzUKTDFrHN8YNnkA2q2olaZUBDnocmqORa1Pu6a",
+	"G3fvqIRcLjMCngNglx7ZwUpfXVfHLf3yDh5Rb5ycOLwN8xJyxSjpezQF2ydmZNQK33vJAS3cT9MYcxE8",
+	"w6iIWNwMkFmZmBDIVEoUJqPFVMotbR535jl+9nKl8BX4Y6x0piylpK+Kgw+1525Ya7aIJ411XXuGb1J1",
+	"3bB10zF6wq8eCdVFDi81m/+wuMSu+47fKl++O/opaPOXdY/tVOZtYPDusFarzrxANw3iWLzaP/j24Ltv",
+	"3hx8WwK32EcYTqwxWQbf3BqBqQJzsCXqefNE2aUk2TFNpRFoNw8NH5A2RAgsTLNmdNbpO2lMiYsokxHl",
+	"SYQBPXCW2xAtxLlcxphFvrQBAes+2FEWBQlqGQCf2l3vHAwN4xGWPZuovMDKFUU94H3H18cY3SS9Y+pw",
+	"GcLaJnBbrMpQqMA6qRGP2cgiQ2/JaKLqka8bB5QbwzZqNt+iFsLs3IAHa6uQIGbFQGmuiws6v1NdCHC6",
+	"HAG09aRPEQBECqzblFe20c9TQcJWwD0f4v/ZjgMej9RZkZbNsMfcDdX3LbmHLKTKBi/R8hI8s7vImcfb",
+	"naEVHmlymuIj1r1vqZK4ea3QgxfpQwgyWbE4N+L70rypLS5mVAZ7x3HIYEBNrB3TudKU2z9t72Bj5LoQ",
+	"6NG7X0/Obq7e/3IMTdGBlGB44/B+MpDz/vkzuHDGYg0SQEwuji+vYA5iTN7i86NSbRGIh3+IEREynjKv",
+	"UFqEsQEHiLEugebN0Gw1FnPMm3CojmYArNzuEoBNhwsHnM4hF8cMt2cRy//bP5RR3C9+fEu+P3j9bccl",
+	"HltU+GEsEjbsDviAH8ORYdYW54MH4/Ao11Mh0z/gyz75AciCrfRiIKo7DMjw466l9q4UGRsOOBZZgIiE",
+	"3ENeGh7SxfpkiCBTQ9KGw6YTkSHiT7lvzMsOOPr48ATu22W0TTMiV1sR2QTpyCU/wxeaSm1GBXSr4YC3",
+	"C8QtPOjQBw8PBt1yaLH7itS4mGZZ3/sQogEvYQKi+h5BAkynS86E7TOQ81su7rm5AOIp0CkSgj72iSRV",
+	"A37Q24cMMPjC5et6eh30vil+tVyghXVf+vaU5nw3Ix3Y1G+LJlZWXbDMpOinwSuLNYXy8SGZUXmrBrxk",
+	"uUqRY1dqm6RTarHkUnSKtGrnCprRBVAM+2RbDP6W3QdmW5T2er/V6+53e+DCnDNO52mr3/qm2+t+g900",
+	"prDT9+7292Cp4a8JCxztQ7Bt/gZMdYM+VrRZh2BoWq8boPpBoxXJjKaaGqt4Qu8YyedE8AFHgxa6N9z8",
+	"evQ/bo6uro5/Pb+6dC6xAnm7XzrcsXiILrB7zIBD9ghPgMULphcSPWNmiXG6Q4fshnOyKVcWig/J5/fL",
+	"SWIUmFTpIySEPbwA3gVw11JDhn/mTC6cLdj3Bh+eD2WsNxuRL8DEbaXzMvmCXULqAADsqVdg0LK7VOTK",
+	"n3ChKdqDsjzHigbdCz4/NJJDpC4G8vbf617JgHptcS0Ly2n5ePoAHiToogcc96rXs7aNtpBXZUH7D5vS",
+	"UDx3bdaJWT5QHOAsWbZyDKlg68IqA6bnAT49NKifZYFWBqh0FrWnhbxSSdQziih0XgHeiNBrhAXt2YLY",
+	"SnRMjbNN1Oyizukk5dQ1T9F0Ah4Xuy0/RK2q8G/1HXqgmRFsYOtlBgjU0j6ucvhPTLu8nOdcBHyERX4P",
+	"9jl1QFe4AgcPXQHsRMULTzRmSWuBdfC89KASUUuZF8ti2qhynkArNL/3TpQl6RCae3GJI8jJOwQPXFmv",
+	"PXO8gfL34GGj1lyogOTG5mq2q7yw6LaAaxehH40lAIPnGLjtFLfT9z+BjP7h/7s6vuz0C1eq9b5NERdF",
+	"aRg7kYDVinsBjjomiaILBWVkkAPoQUSrLHkEDjn7KqeGDqi+MqV/sD0rn4Qpi0Zzn6saspY5+7yyGw5W",
+	"SXkJ9HuA0HgUix+VuFtN07nL+7OYfj5C5CJe6Jm2mNJPy/ZB1pVFa8knYN4qbyD8cFliPT1f2NEdRnMT",
+	"3ug9z8Mv7FNCMvPCQ4wMQTFiydCCeGpmTpxKjjf0vxPzMsryC3Ctuf77p+By77InY2qssRGgNKyy+rMw",
+	"t9P79z7ZT5/30BRUe5/ww+c9D54QPGON9gHICcdc2yYyDXTJgKL2eMUMvIBfiWbmSbLYrJ4xbkvfHqef",
+	"XQFYVww+WSw/qFhthZlfRYyyipk5syRTTN6tqGXIAOu0sm01hHMLGWcWecOl7xBTzmsSjTl279MtW3xG",
+	"BskYujirrPsOvi9WqtXkWDy+S2P98uciPNaiWGi5wDRYwEnzEEgKig0s8ovNTWi2jBaj+yWWMVqNxSDP",
+	"QtmIeakp+0gufz7affX6TdFi0VYLUYVXOzRmEBDGsi/kA2btVc+0srQoN57r7X5Pd8cfPr05CLXR3I7l",
+	"qqGqOnOkHKZ6TulTPOaUJSjtgoZJBr92A5JEZULbn21LmmX0z6XmMIV8QRcGRpBQSxOyKE+Liip6PLCU",
+	"j3BgDZW50nxr8US75Agex0XNgNA6HjzhZW53MLl/FpmFCNe1LilYEjqzveEUFmEjJi4iXEcg7bOsvCb2",
+	"KTuuECvlJE2cOYTuTdskZMBPqdK7gMK9e/KOtLFPPhQRQ/TegdYOO+68IMM+NCrehUyLIRTqWghuuSD7",
+	"r4nqkmsOhYF2pgPXkCBFB9csVfAW4t7VjgEwp2EeM5hZXnShUYhFS5i8MQPAZ9mHgBmog5TEWQqQNVOq",
+	"B9w2RWA06Pb6jeoYe2MGdJUNC2uIBLeevPvZsdE2N/0ddJkGiodmHzWyxG7Rl7zZ3vdg6jVbvgyLbiH8",
+	"4KsdhajqZjcRN0hIMlgONIoLLHWp+XWV7wyTroCzK8hfxOJOSE3xoESru/dF9midK6GgFdSb2pY6wPuG",
+	"Va2nc7Hc59Kew/0illvq5Gjzod4enw449A1whLMD7CjbAROK620igi41Cy1K6MEv3+mSI06GaTIs4UZj",
+	"7pvZbOVLjc5nO9FgrlFqkR1A5mKsCTbJjnvbkoPZPCDYmTWwv8rdZ5/JiA01uG1kyr566im4jqrr9lpB",
+	"0AfpjK9ePVRntHP0vRAOPS8qL23nsJw6BhaxTBYRqsUsjaE+zR/W7h2KTWqPrHUa5dYH4N4n+HetT3eJ",
+	"9s+oRzVb5crqPtzztQz97vnGnrggqpfXClBCUBI1XJoX1H+iT2v2RJpExKjuu0zF1DW+WtXnWUmOhDX6",
+	"rRo2b6WTOSjmWsfHBYL2NnB4OCj0hnyHqKerBHzPswUmjiHQApRhW4wEi8BmVIc+ycQ9k7sxVUbHNxaP",
+	"ikiSTlIbwEmomjIVmRPagfaC17wusGb+uXHPadXZU7t094/e7vcfPu1Hb74JmlQvGO179S8X7XM9S9Y6",
+	"k9AP/jhPknlKAFu8SQjvqzC76hzsbyHT4yLnq3t2pQmqxT9b7gwFNhiAOlg0k5Ka5/pOFWCfZqyp63tm",
+	"ee2kaCq1+ws4K5qz74fn0ac8XbZSpp6UsYNMnRmmWXi6Yp0NCLklIgLDv+rtP/eMkFAPdf59/1KKH06z",
+	"gEennKQcerP4rDE1Z3GjffsATc6MtTdy/Ve/nAV3TKFCAhueDc2shmjden5XJ5rNIhJPWQxZVdx1WDYH",
+	"o79qwOECxA4eiWTRB4pqqEajGsETXVs5ozzDhYg6k3IytK3PhtGAezliE+qKh5B7kWcJYqb51qztg17P",
+	"wnVChaotgBFMDQDVEbRBX5czoxE5ePXK3gANkdCZQrmDYMp5RA5639tLIPuaAwRYRGimBPTyLNrilZvF",
+	"wXoiTJOzKFMFEHuaQSeiAU91l9i8P0gqg9tT5fZvBO6pFBMVtKRcoW+3T6gHdBhwV6eFNylEdy761Sry",
+	"utfrkiPsPwWvZ0uAXOfcNhd6wP/j8v1ZRLiw6x6RnjGpZ1gURjnZj3q9nm+HS86uTwHZksbgb+KL+ymT",
+	"rANpdZSYVbAL1iVDeAxwEmRoEUruaJYmXpHqY4obdOt1FY5Gpx1wa3LDACHTueDL1jMLevXlJH2lgWFA",
+	"xkLLP/jZNyyMih7FMOsd36vwcXqOlZM59FFFjgDd2vKoA0ds/wztgc1jR3l260yvzrPKz08y52utYFRj",
+	"XvpMvnJ9qB5r7Hr0UTBJsPuoq6lPLazq16ZYbr7yIudYhfXhQeuNiakvcmpu8y51+jRkBDo+fIZcFRi+",
+	"EFTP6c9z/X9r8vcgpbbsBzacem+k/8i7gtlDXECPSyOBaVFscusd0hbvtsg4NzqPWvB4KgU3NjUAybMM",
+	"SrWeX4bt2c299wk/rE/XjG0xzfPlIK1faOxP+vgkNhu29hLOwkR7+eaye6ap0qLqu/uTSbrNlyLJHycX",
+	"l3jo6xSUW5JirVgt7YR/S9YvJFnB9IhtgT6mKJg3YDyhXKsvIDr3bC3SvwzjB5IcoJm9hwTnyXIXmy75",
+	"bSqQS6YWurrCO2oq7vmA2/JkJNyOKrW26JIjV9Y0sqmWZTRx1zN0wCG3BNY8TlWB0qDAgh5yoW/spTdj",
+	"IW+K8QOW3RGu2/NuajuBr2Jfe5qVtvbhEoIIPJspkuoX3962n8nK2oNDATKLDlf47gtsd2y18q++29F/",
+	"BqoSYrqSIb44S4Z/yt1+AbP/92b/OjY7rsbmvb6ZF7+ABAC7Ye+T+edzqRTFfipKqTbUv/lKo+et7IDH",
+	"AKje+vy15bhWODdVTNRjLTGUMQmWVCTmI5PSZRv6FpRqCs11q8VEpG0Lxjq2aVaWiXuWAFbWfxlzLarr",
+	"WLOjXDNGDHREiHjSq8nisC3N1iRxuKB6L4Q09Km+ptK2ELLP3695Pq0UVW2Ywn7TKdg2PSV09gAiO/S7",
+	"YFouKn0jXAs2TaUut1Dm7KPuHPrOP4BcDEnXYI3UZUKU8OMfTtRLTM6FUkesuQvmb5bA4DxQOeAouDQz",
+	"MsQdN4TsYdxyQ/Dlx9Oc35J2QjXFVEQjJiJMp6SaQro3XGg+dCwK3BCaUQkHoO6eybhTAQoIBoAlcIng",
+	"ITrhJg4nelgEqmWkzId6LDbkc7/nLrt0jnG5G0tdKe4ridp9MkyT/tDiONzbxKkhXN0fom9pMWcRGQJZ",
+	"4cIBd/m7ZgkNeYGyYkz+4/L9WZdc4VguvXop9RuLMCgkia/mf2OoD/OtlY8vQvc5pkmqOyQWM+YSRmAF",
+	"Obs3k1AWMmphs7sPa3PIB7ycRP7eLb1FRvLtXf3iQwo5RnGAHu4CJLBjigjyyJUecEs9wnzjLGC/4acB",
+	"5mkNWn0yaCEqCSRJwpeATDJofR5GpdbDsGXiTCimapPN3WI0OIG/orzvR5+7WJ1Q1CusipLIFWkDd5RZ",
+	"xrADfBuVMF3NUsC2/zKZ4k96yD5VJcHDhJM9eL7iQFMg7RHTWQB/b6XDM7a+bWNXhggxV8wHj6IWDfhS",
+	"c61KI4eOO4tVRFimWGH02e/pKGPDwwHHw8/1iHVHupVMmA8wYgDV7FyXkHAx4EO44cZCpQxRCJfQVNku",
+	"NtszasyNURGGS4fbgCfi3lXQQKEBadvDq19ub4wpIimkaThHWsdJLISTAY/GiMa3RmLaxhddSB0BI7s8",
+	"B8wM5QLGDtu6QJ/niwK6B7yMobsu7G21ta/FyH1UipilKlSdAxiRBy2ksNSHjnVs108V2cCV6/ZcHL5W",
+	"I9tRLpiF3VDZXL+AwYxVbH8aQQZihWJe442TYiXtFiocoWu2PeZWNls+Y8+413J+mU74i7mV1u+2fMa+",
+	"Vo8SzM0G3iFxDqeLKYLl7vzKA7GV4D8xAI81+rjdsFkuwPIVHX7dQC+wjeyT/jT7CAFC0GROgRExR9C3",
+	"A/VcogWhUDlPjMVR1L8NOJaUu37HLOkTLXM2dG1osRodFQu0G5XvQWsOeDrg/lbYtw5V0KZHdkmDzT7g",
+	"xW4PHK72cf8lNrzbNV/ljve9h3HL254TGKu0aqNvNQpMiA06okoAM1Xk/Oj68vgdsoBLo11GLnrKLe5o",
+	"t76M6dJfta0Z9RZLcJrYLlBi86z1Me41NhfJeLI8SaWMH82Ib6jI2lwnUyzM110s42j6rAnJy/2bGiUl",
+	"7z853zx9xcdXq/5fgvIPFieABGmL8WzOSUpiKbhFnnUdpkj7is3mQtJsRxEvLzrNWfoxwmvvk/vYAM+n",
+	"wrGb0Hze2RYjj3R34TBGl7MP99kDqlT/b/5dbE+xqDa4V/+qvRfZHGUXxuMzwt1IRdKkxzfS6YxBd5PY",
+	"aHrYOIEnBHqRMqm+SsG6+UpH2kLXdTVT1ZWuNrl7Jkkc7qT3wuUhTZkNgKBA3X4hyfyIWjyYZkk0AMYH",
+	"yxLIOhCKuU7+tww7OqfSNbAlV4bti15WzL4zyBEfTLlnkr24GN4b0fh2nGbZV2Ixrm6loE7zg531M+8l",
+	"95gvhE3i3m590g7I1EpC1de+lVBp8QerC6cX+wpfKeXkdzhxI2NYfyjame33ol6v14mIyqEXhKuUsP0u",
+	"yRw6WR66Rv2IYmZrkN0RjkEID63Dv8DWA1fRn2vfnZsp/ytpK5daWMvfWfCo8SEHYpDIuvTMDuNCk5jm",
+	"k6km+fzlOUaXuj//aXhmqdPwM4nqmn7Gz+wGay6h691hroOYmop7Y2R4tyKKMS+x0q8eDfnSRqKggFrc",
+	"k7Z7xYRAm41UEcViwZNNovvld1bO/4TS+Bon/a8lj70/A3vyQijTY+QWDGX21LOySbkte63D9cpd9Kf2",
+	"t5b73K91tzqaPIm31Q22hbP160BD2+Bpde35n9PRap/xhfys7g3/q7lZCxyews86FhJz8JZA//CyW2ax",
+	"TebU9oRiDhi0BEaBN7j90Hk+aEb3iL1P9lMDN2yZnV/aC2tneWhhg20KIia8uKibnkqRT6agHm1Ft3p3",
+	"bO0r915iC10VMLKPJeR7XhrqKwSVDBUYVKRnOMF/c+/krfIpKx01a4/63/xVf+qzPtitdP2hb698olPf",
+	"jYb56dibmtjOf4BFTeNp5HSCTgOloNKt9CvRC6q0tJ1S0UmXzmY5ZKF68Cv2z5xmzhCqEmRHkbYCcK/S",
+	"iJHv7cwTQAfr+BLHV72egzikfpBDQp2TfQAoXJDhCvnatChW8WtQxuh61ds30/Snne3kP+AOWSwWM5eC",
+	"6iHRyqOFgaXV1LHhswFLF4/4QiGQ1a67YVFfsIAKMMCTAyI2mdYRJMWUZ/CCYNcXtqEqoWWpUOqT65mx",
+	"fSQnYkeR5VeKyFvBkzzWQu5g73LgaTtap7nseICG5Qfc++Q+NtCxKrvhhZQs8HyadQ4kD7Qdeto4SydT",
+	"HZUyYyAPyllupVCXFPfqsDJeii32DnoHDyB5vXJWT6uX37uBvfrIWpvV87BYlq/y0Nt8pSPm9rhBoc20",
+	"Z0nTTFlzJ2/rK9CozPK6yXcf3UWKyUWYS6pQz//mmTLP7H2yn9Zily0xz9cgaJ5Iwhh78F9XtIQNyrvS",
+	"Kq7pPID11a/2D749+O6bNwffboKHr2dJSTXbBSD6DT0HQFbAZX9qi9K/RwNMe6NcIGmexpgsWhXtqPLo",
+	"W/iUaTJLlbJNzZ+e3Zsxyt4n88cN/NFAX/Qk/yJeuYLOHk1tlMe3DPBXbOUG1UTTW8DguKepJufHZ+9O",
+	"zn6yRcApFN8BMsFyc8P1y7FZPVxDmmdg+dqiJ0+ipxDZ5dFejHHD0rRg00d76KLWPA+lmORLa/gMxTJu",
+	"/C8Fnr2OfS7YPKMxSw7LG6tsaWlxyzgk0Y7TzMfWGdpecJY/dQ+FddN9VMDn0Z0RsO2yoVdVLhXBlU5k",
+	"1BxDMktLrObbcZLKCCmkqDmgoGwa6b+9ULKSHkdbHzbGS54zvmCesM4SwVl2g3YFkmtGE+ajK4bBjs5P",
+	"Qn1kRK6JYrFkVSRNS4YQwQw5OYimdWFUc//zBlHNE75UCBXern4/HZIhEHDo2vshhSPEycNcGsFj9oX2",
+	"HeWGG5BRUFDh/MxsLcS/7U4oeLbYji0q2wia9a9TiC7YnbgtMcsmZQivf7QyhMM40QIN+QqYwX3MWuHi",
+	"fglustGeCPQgq57BabL27B0LOaO61W/lOVxZ1zgNO8hv9qNgesuzmsD1uSdGVNmJLsuqoywj0jqLWVJc",
+	"VbVkzew36EdBIeTc0Di9Z4PEKD/kC4ki+4ZBVcRR98sFAbjHvycpNwsYM+yZjIvbdLnv3UtWeH+jdHnH",
+	"5CofbLa35DLhHlFNlTF6l/IJaSeSppwlnYIgiX+QOnToHQ68xgIvGcE0YoDkVcHJ2Ug3bOldUG4NTbc1",
+	"MZCUJ+9ay6IIlsODY9ZCrv10fEXMXQWKZpp8hkScGeWLghC2/r9fYSIs6rb9e/2lKaKL/SNXmkzSO8aJ",
+	"FhOmp0wivo89zGzPcs6Ixcm8nLMYu9vYjtYe1g6VSN83CN/Q978BRDgIkiQKcQXn2BrNjMNj1jmEms2E",
+	"5PyWi3sOAG51D7B9tP0zprSoaAg6N5k8cjTe0D+vhM+odsxk6wD50kStPZSgQVPldEq5fnPQWu9mg46N",
+	"J3jrq9dv4GL7Z3E1lZIunrljY2m5151Unp/GIucvkQRXkRW/QZ1Lidc5QK9rYduxl/k9USUGSnVUtEqi",
+	"yVcsG6aMSj1i9AGIZ6WR6878n/3oz3Pc+/Ev2FzImuKE3rM8LluED/hKwdgjTilcpR1lhGEqkjSGA4gz",
+	"BfCyQuqnZKoQZ+BT1BPxRV3/QcBWxEeR9r3Zb9AdbuU0stMB94LqGOGdiYlafwtcYW+gI2ExztcdJ1hH",
+	"AqJ1CQoZIu+IspK4Mwe61fmOa3CsYaO9FI+0c6H0RDJVbukHDl7z44wpRSfMZSkVUC4rRyn4fhEIhxyV",
+	"uytadNFRMbF26QXtQYdoBeXzbEf1yUHv4BAAloztmfqhZuLOzMj8/n2HTJhG2CbXkjHltt859KCDbskC",
+	"YX0AKw0PYvMk1SWXFgzIt4ZF0mANQqrIlMpZxpTqF+vvUYCtQezexPCILTZM8eBeWc2CRtEy2pDFY6NZ",
+	"brsm2m/BT06OiJeAZEYXRKYJIzQTRj/0v3SiErQ+AMN6NjFUPOgdIDbnjFHb9xYpbWZeWoaEUcTlnRmt",
+	"SLJdp2xi5h6y3T0r1Z12QkBnhlYldeN5zCjzEOhH+OKu3OLR2ApxnZg9tEfsak/Eh3ZBfKTURiZHvdJp",
+	"DTtOYivLt8uKMijBJRZbbQT6pLLeTJnFuUz1AsT5iFFp7v39gxHYiEWLgj6XWavfmmo97+/t7b/6ttvr",
+	"9rr7/e963/VAuNspffKxjJwriHPYv91UVxG1oYsQJkmVGhzeplmGX1rqRC6fEjFFDYV4nBopaUFE4ddZ",
+	"twRnDgMHnnhtQeR887dDkFvmG56QXFlPRxUVPTSQTWKwDpJKAh1iXblQaWm4IgNgdbyL5lAzpRGL6qzV",
+	"Ec+rhRNFryCfZgbiUlWQbpboaDPaA9MtxYTXOP7LtPS+/s8fPv/fAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

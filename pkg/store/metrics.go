@@ -126,7 +126,7 @@ func anyStoreMethod(pcs []uintptr) bool {
 var storeReceivers = map[string]bool{
 	"(*Store)": true, "(*core)": true, "Runs": true, "Actions": true, "Tasks": true, "Attempts": true,
 	"Placement": true, "Workers": true, "Aborts": true, "Events": true, "Logs": true, "Cache": true, "Tokens": true,
-	"Templates": true, "Schedules": true, "Triggers": true,
+	"Templates": true, "Schedules": true, "Triggers": true, "RateLimits": true,
 }
 
 // storeMethod is the Store method a return address is in: its name (a

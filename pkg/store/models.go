@@ -160,7 +160,17 @@ type Task struct {
 	// TraceParent is the W3C traceparent of the trace the task was created
 	// in ('' for none): its attempts are dispatched in that trace.
 	TraceParent string `json:"trace_parent"`
+	// ConcurrencyKey and ConcurrencyMax are its step's evaluated
+	// concurrency key and max_tasks (nil: the step has none); RateLimits
+	// the rate limits it takes tokens of when placed (nil: none).
+	ConcurrencyKey *string                `json:"concurrency_key"`
+	ConcurrencyMax *int                   `json:"concurrency_max"`
+	RateLimits     []domain.TaskRateLimit `gorm:"serializer:json" json:"rate_limits"`
 }
+
+// HasAdmission reports whether placing t is limited by a step
+// concurrency or a rate limit.
+func (t Task) HasAdmission() bool { return t.ConcurrencyKey != nil || len(t.RateLimits) > 0 }
 
 // Attempt is a row of attempts: one try of one task on one worker.
 type Attempt struct {

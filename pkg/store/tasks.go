@@ -185,6 +185,19 @@ func (s Tasks) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey,
 		map[string]any{"tasks": res.RowsAffected})
 }
 
+// WithAdmission sets on rows (NewTaskRows, in index order) their
+// admission (domain.Step.TaskAdmissions, one per row); nil leaves them
+// without.
+func WithAdmission(rows []Task, adm []domain.TaskAdmission) []Task {
+	for i := range adm {
+		rows[i].ConcurrencyKey, rows[i].RateLimits = adm[i].ConcurrencyKey, adm[i].RateLimits
+		if adm[i].ConcurrencyKey != nil {
+			rows[i].ConcurrencyMax = &adm[i].ConcurrencyMax
+		}
+	}
+	return rows
+}
+
 // NewTaskRows returns the rows of tasks (domain.StepTasks) of action key's
 // generation, for CreateTasks and InsertTasks.
 func NewTaskRows(key domain.ActionKey, generation int, tasks []domain.NewTask) []Task {

@@ -30,8 +30,9 @@ func StartSteps(t testing.TB, st *store.Store, key domain.RunKey, names ...strin
 		var steps []store.StartedStep
 		for _, step := range run.Spec.Steps {
 			if len(names) == 0 || slices.Contains(names, step.Name) {
-				steps = append(steps, store.StartedStep{Action: step.Name, Tasks: store.NewTaskRows(key.Action(step.Name), 0,
-					domain.StepTasks(step, domain.DefaultMaxSystemFailures, now))})
+				rows := store.NewTaskRows(key.Action(step.Name), 0, domain.StepTasks(step, domain.DefaultMaxSystemFailures, now))
+				adm, _ := step.TaskAdmissions(run.Params, len(rows), "")
+				steps = append(steps, store.StartedStep{Action: step.Name, Tasks: store.WithAdmission(rows, adm)})
 			}
 		}
 		if err := tx.Tasks().CreateTasks(ctx, key, now, steps...); err != nil {

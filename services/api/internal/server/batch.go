@@ -26,8 +26,9 @@ func (h *Handlers) CreateRuns(ctx context.Context, req api.CreateRunsRequestObje
 	var valid []store.NewRun
 	var at []int // valid[j] is item at[j]
 	templates := map[api.WorkflowRef]store.Template{}
+	limits := &rateLimitNames{}
 	for i, raw := range req.Body.Runs {
-		nr, p, err := h.batchItem(ctx, req.Project, req.Domain, raw, templates)
+		nr, p, err := h.batchItem(ctx, req.Project, req.Domain, raw, templates, limits)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +71,7 @@ var batchItemSchema = sync.OnceValue(func() *openapi3.Schema {
 // templates through the batch's cache. It returns the run to create, or
 // the problem. Errors: reading a template.
 func (h *Handlers) batchItem(ctx context.Context, project, dom string, raw map[string]any,
-	templates map[api.WorkflowRef]store.Template) (store.NewRun, *api.Problem, error) {
+	templates map[api.WorkflowRef]store.Template, limits *rateLimitNames) (store.NewRun, *api.Problem, error) {
 	if err := batchItemSchema().VisitJSON(raw, openapi3.MultiErrors()); err != nil {
 		var fields []domain.FieldError
 		collect(err, &fields)
@@ -88,7 +89,7 @@ func (h *Handlers) batchItem(ctx context.Context, project, dom string, raw map[s
 		return store.NewRun{}, &p, nil
 	}
 	nr, fieldErrs, err := h.newRun(ctx, project, dom, runRequest{Name: item.Name, Spec: item.Spec,
-		Workflow: item.Workflow, Params: item.Params}, templates)
+		Workflow: item.Workflow, Params: item.Params}, templates, limits)
 	if err != nil {
 		return store.NewRun{}, nil, err
 	}

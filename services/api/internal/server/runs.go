@@ -21,7 +21,8 @@ import (
 func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject) (api.CreateRunResponseObject, error) {
 	b := req.Body
 	in := runRequest{Name: b.Name, Spec: b.Spec, Workflow: b.Workflow, Params: b.Params}
-	nr, fieldErrs, err := h.newRun(ctx, req.Project, req.Domain, in, nil)
+	limits := &rateLimitNames{}
+	nr, fieldErrs, err := h.newRun(ctx, req.Project, req.Domain, in, nil, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +39,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 			nr.Origin.WorkflowVersion)
 		in.Name = &name
 		idempotencyKey := nr.IdempotencyKey
-		if nr, fieldErrs, err = h.newRun(ctx, req.Project, req.Domain, in, nil); err != nil {
+		if nr, fieldErrs, err = h.newRun(ctx, req.Project, req.Domain, in, nil, limits); err != nil {
 			return nil, err
 		}
 		if len(fieldErrs) > 0 {
@@ -81,10 +82,13 @@ type runRequest struct {
 // newRun validates a run to create in project/domain: its name (nil: a new
 // one, newRunName), its spec (inline, or the template version it names,
 // read through templates, a cache of one request's reads, nil for none) and
-// its params. The field errors name what CreateRun answers 422 for; nothing
-// may be created with any. Errors: reading the template.
+// its params, and its steps' rate limits and admission keys
+// (stepAdmissionProblems, the project's rate limit names read through
+// limits, once per request). The field errors name what CreateRun answers
+// 422 for; nothing may be created with any. Errors: reading the template
+// or the rate limit names.
 func (h *Handlers) newRun(ctx context.Context, project, dom string, in runRequest,
-	templates map[api.WorkflowRef]store.Template) (store.NewRun, []domain.FieldError, error) {
+	templates map[api.WorkflowRef]store.Template, limits *rateLimitNames) (store.NewRun, []domain.FieldError, error) {
 	nr := store.NewRun{Key: domain.RunKey{Project: project, Domain: dom, Run: newRunName()}}
 	var fieldErrs []domain.FieldError
 	if in.Name != nil {
@@ -125,7 +129,11 @@ func (h *Handlers) newRun(ctx context.Context, project, dom string, in runReques
 		prefix = "workflow"
 	}
 	nr.Keys, errs = nr.Spec.AdmissionKeys(params, prefix)
-	return nr, errs, nil
+	if len(errs) > 0 {
+		return nr, errs, nil
+	}
+	errs, err := h.stepAdmissionProblems(ctx, project, nr.Spec, params, prefix, limits)
+	return nr, errs, err
 }
 
 // template returns the template version ref names: from batch, a batch's

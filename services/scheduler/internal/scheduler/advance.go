@@ -189,7 +189,7 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 		if !plainTaskStep(st) {
 			return p, fr, false
 		}
-		fr.Started = append(fr.Started, store.StartedStep{Action: name, Tasks: s.newTasks(fr.Key.Action(name), st, 0, now)})
+		fr.Started = append(fr.Started, store.StartedStep{Action: name, Tasks: s.newTasks(fr.Key.Action(name), st, 0, run.Params, now)})
 	}
 	return p, fr, true
 }
@@ -231,7 +231,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 			return domain.Progress{}, err
 		}
 		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
-		hits, err := s.apply(ctx, tx, key, steps, p, later, now)
+		hits, err := s.apply(ctx, tx, key, run.Params, steps, p, later, now)
 		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
 			return p, err
@@ -247,8 +247,8 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 // starts last join later instead of being created now, when nothing else
 // follows them in this advance (no SKIPPED step, no cache hit, after which
 // evaluateSteps reads the steps again).
-func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKey, steps []store.Action,
-	p domain.Progress, later *taskStarts, now time.Time) (hits int, err error) {
+func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKey, params map[string]any,
+	steps []store.Action, p domain.Progress, later *taskStarts, now time.Time) (hits int, err error) {
 	byName := make(map[string]store.Action, len(steps))
 	for _, a := range steps {
 		byName[a.Name] = a
@@ -257,7 +257,7 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 	for _, name := range p.Start {
 		a := byName[name]
 		if plainTaskStep(a.Spec) {
-			tasks = append(tasks, s.startedStep(key, a, now))
+			tasks = append(tasks, s.startedStep(key, params, a, now))
 			continue
 		}
 		// The steps before this one start first: events keep p.Start's order.
@@ -265,7 +265,7 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 			return hits, fmt.Errorf("create tasks of %d steps: %w", len(tasks), err)
 		}
 		tasks = nil
-		hit, err := s.startStep(ctx, tx, key, a, now)
+		hit, err := s.startStep(ctx, tx, key, params, a, now)
 		if err != nil {
 			return hits, fmt.Errorf("start step %s: %w", name, err)
 		}
@@ -330,9 +330,9 @@ func plainTaskStep(step domain.Step) bool {
 }
 
 // startedStep returns action a's tasks of its generation as they start
-// (newTasks), for store.CreateTasks.
-func (s *Scheduler) startedStep(key domain.RunKey, a store.Action, now time.Time) store.StartedStep {
-	return store.StartedStep{Action: a.Name, Tasks: s.newTasks(key.Action(a.Name), a.Spec, a.Generation, now)}
+// (newTasks, over the run's params), for store.CreateTasks.
+func (s *Scheduler) startedStep(key domain.RunKey, params map[string]any, a store.Action, now time.Time) store.StartedStep {
+	return store.StartedStep{Action: a.Name, Tasks: s.newTasks(key.Action(a.Name), a.Spec, a.Generation, params, now)}
 }
 
 // startStep starts a step that is not a plain task step (apply creates
@@ -341,7 +341,7 @@ func (s *Scheduler) startedStep(key domain.RunKey, a store.Action, now time.Time
 // approval waits for an approve or a reject (KubeVela's suspend and
 // approval); a discoverable task step goes through the cache first
 // (startCached), and hit reports that it SUCCEEDED from it.
-func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action,
+func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, params map[string]any, a store.Action,
 	now time.Time) (hit bool, err error) {
 	ak := key.Action(a.Name)
 	switch a.Spec.Kind {
@@ -354,5 +354,5 @@ func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.R
 	case domain.KindApproval:
 		return false, tx.Actions().StartWait(ctx, ak, store.WaitApproval, nil, now)
 	}
-	return s.startCached(ctx, tx, key, a, now)
+	return s.startCached(ctx, tx, key, params, a, now)
 }

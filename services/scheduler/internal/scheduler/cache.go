@@ -42,7 +42,7 @@ func (c *CacheConfig) defaults() {
 // after KubeVela's wait backoff (capped at WorkflowConfig.WaitBackoffCap),
 // or at once when the holder releases it. Otherwise the step misses (MISS)
 // and its tasks are created.
-func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain.RunKey, a store.Action,
+func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain.RunKey, params map[string]any, a store.Action,
 	now time.Time) (hit bool, err error) {
 	ak, from := key.Action(a.Name), domain.Phase(a.Phase)
 	outs, err := tx.Actions().StepOutputs(ctx, key, domain.InputProducers(a.Spec.Inputs))
@@ -77,7 +77,7 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 	if err := tx.Cache().MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
 		return false, fmt.Errorf("mark cache key %s missed: %w", ck, err)
 	}
-	if err := tx.Tasks().CreateTasks(ctx, key, now, s.startedStep(key, a, now)); err != nil {
+	if err := tx.Tasks().CreateTasks(ctx, key, now, s.startedStep(key, params, a, now)); err != nil {
 		return false, fmt.Errorf("create tasks: %w", err)
 	}
 	return false, nil

@@ -13,9 +13,22 @@ import (
 // newTasks returns the rows of a starting step's tasks of generation
 // (domain.StepTasks), whose system-failure budget is the step's
 // max_system_failures, else Config.MaxSystemFailures (Flyte's
-// MaxSystemFailures).
-func (s *Scheduler) newTasks(key domain.ActionKey, step domain.Step, generation int, now time.Time) []store.Task {
-	return store.NewTaskRows(key, generation, domain.StepTasks(step, *s.cfg.MaxSystemFailures, now))
+// MaxSystemFailures). A step with a concurrency or rate limits has each
+// task's keys evaluated over the run's params (domain.Step.TaskAdmissions,
+// index = the task's, ITEM nil); a step without costs nothing more. A key
+// that fails (the api checked every index when the run was created, so
+// only a changed CEL library could) is the key "", logged.
+func (s *Scheduler) newTasks(key domain.ActionKey, step domain.Step, generation int, params map[string]any,
+	now time.Time) []store.Task {
+	rows := store.NewTaskRows(key, generation, domain.StepTasks(step, *s.cfg.MaxSystemFailures, now))
+	if !step.HasAdmission() {
+		return rows
+	}
+	adm, errs := step.TaskAdmissions(params, len(rows), "step")
+	if len(errs) > 0 {
+		s.log.Warn("task admission key failed", "action", key.String(), "err", errs[0].Error())
+	}
+	return store.WithAdmission(rows, adm)
 }
 
 // outcome is what ended attempt a, as the retry rules read it: its state,

@@ -17,7 +17,9 @@ import (
 // it), and no other task waits PENDING in the same band or a higher one
 // (store.FreshWork). It places as the pass does (domain.Place,
 // domain.PlaceGang) on the workers' loads read in the transaction, without
-// preempting; what does not fit stays PENDING for the pass.
+// preempting; what does not fit stays PENDING for the pass, and so does a
+// task with a step concurrency or rate limits, whose state only the pass
+// reads.
 //
 // The placement lock is held to the start's commit, so that neither a
 // pass nor another start reads loads without the attempts it binds. A
@@ -68,6 +70,9 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 	}
 	p := &placement{s: f.s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}, fresh: true}
 	for _, unit := range units(tasks) {
+		if hasAdmission(unit) {
+			continue // a step concurrency or a rate limit: left to the pass, which reads their state
+		}
 		if err := p.place(ctx, unit); err != nil {
 			return nil, err
 		}

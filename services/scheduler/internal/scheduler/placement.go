@@ -38,13 +38,17 @@ type PassResult struct {
 	// Deferred counts the tasks of a gang the pass's read cut (cutGang),
 	// left for the next pass.
 	Deferred int
+	// TokensDueAt is the earliest time a task left waiting for rate-limit
+	// tokens has them (the database's clock); zero when none waits so.
+	TokensDueAt time.Time
 }
 
 // pass runs one scheduling pass and returns how long to wait before the
 // next: at once when it filled a whole batch, or placed tasks and left a
 // gang its read cut (cutGang) for the next, else until the next backoff
-// or timed wait ends, at most Tick (not read while a kick waits: its pass
-// comes at once). The pass runs the expiry pass first when timed (the
+// or timed wait ends or the next rate-limit token a waiting task needs is
+// due (PassResult.TokensDueAt), at most Tick (not read while a kick
+// waits: its pass comes at once). The pass runs the expiry pass first when timed (the
 // timer or the tick started it) or ExpiryEvery has passed since the last
 // one; else it places alone.
 func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
@@ -72,6 +76,9 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 	next := s.cfg.Tick
 	if len(s.kick) > 0 {
 		return next
+	}
+	if !res.TokensDueAt.IsZero() {
+		next = min(next, max(time.Until(res.TokensDueAt), time.Millisecond))
 	}
 	if at, err := s.store.Placement().NextWakeAt(ctx); err == nil && at != nil {
 		next = min(next, max(time.Until(*at), time.Millisecond))
@@ -158,6 +165,9 @@ func (s *Scheduler) placeLocked(ctx context.Context, tx *store.Store) (p *placem
 	}
 	p = &placement{s: s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}}
 	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
+	if err := p.readAdmission(ctx, tasks); err != nil {
+		return nil, nil, err
+	}
 	us := units(tasks)
 	if len(tasks) == s.cfg.Placement.BatchSize {
 		us, p.res.Deferred = cutGang(us, tasks[len(tasks)-1])
@@ -191,10 +201,25 @@ type placement struct {
 	// (freshPlacement), which preempts nothing: a task that does not fit
 	// is left to the pass.
 	fresh bool
+	// adm is the admission state of the pass's tasks with admission
+	// fields (readAdmission); nil when none has any.
+	adm *taskAdmission
 }
 
 // place places one unit: a single task, or every pending task of a gang.
+// A unit whose step concurrency or rate limits do not admit it now
+// (taskAdmission.check) waits with that reason, before any worker is
+// looked at; one placed holds its slots and tokens for the rest of the
+// pass.
 func (p *placement) place(ctx context.Context, unit []store.Task) error {
+	if p.adm != nil {
+		if reason := p.adm.check(unit); reason != "" {
+			for _, t := range unit {
+				p.reasons[t.ID] = reason
+			}
+			return nil
+		}
+	}
 	reqs := make([]domain.TaskRequest, len(unit))
 	for i, t := range unit {
 		reqs[i] = request(t)
@@ -227,6 +252,9 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 		}
 		return nil
 	}
+	if p.adm != nil {
+		p.adm.take(unit)
+	}
 	for i, t := range unit {
 		p.placed = append(p.placed, store.Assignment{TaskID: t.ID, WorkerID: p.workers[idx[i]].ID})
 		if t.TraceParent != "" {
@@ -241,13 +269,21 @@ func (p *placement) place(ctx context.Context, unit []store.Task) error {
 
 // assign binds the tasks placed to their workers, all in one statement (a
 // gang's tasks together), and returns their attempts. A task that stopped
-// being PENDING meanwhile is skipped.
+// being PENDING meanwhile is skipped. The tokens the bound tasks take are
+// written in the same transaction (store.Placement.TakeTokens): they
+// commit with the bind or not at all.
 func (p *placement) assign(ctx context.Context) ([]store.Assigned, error) {
 	attempts, err := p.st.Placement().AssignTasks(ctx, p.placed)
 	if err != nil {
 		return nil, fmt.Errorf("bind %d tasks: %w", len(p.placed), err)
 	}
 	p.res.Placed += len(attempts)
+	if p.adm != nil {
+		p.res.TokensDueAt = p.adm.dueAt
+		if err := p.st.Placement().TakeTokens(ctx, p.adm.st.Now, p.adm.spent(attempts)); err != nil {
+			return nil, fmt.Errorf("take the tokens of %d tasks: %w", len(attempts), err)
+		}
+	}
 	return attempts, nil
 }
 

@@ -58,7 +58,7 @@ func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store
 			if *a.WaitingFor == store.WaitResume {
 				failed = 0 // a resume retries with a fresh count
 			}
-			err = s.retryStep(ctx, tx, a, failed, now)
+			err = s.retryStep(ctx, tx, a, failed, run.Params, now)
 			started = append(started, a.Name)
 		case to != "":
 			err = tx.Actions().EndWait(ctx, keyOf(*a), domain.Phase(a.Phase), to, reason, now)
@@ -101,13 +101,14 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 // retryStep starts a step's next generation of tasks (KubeVela retries a
 // failed step as a whole; the old tasks and attempts stay as history). The
 // step keeps its first start, so its timeout counts across retries.
-func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Action, failedTimes int, now time.Time) error {
+func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Action, failedTimes int,
+	params map[string]any, now time.Time) error {
 	key := keyOf(*a)
 	if err := tx.Actions().RetryStep(ctx, key, domain.Phase(a.Phase), a.Generation+1, failedTimes, now); err != nil {
 		return fmt.Errorf("retry as generation %d: %w", a.Generation+1, err)
 	}
 	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
-	if err := tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, now)); err != nil {
+	if err := tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, params, now)); err != nil {
 		return fmt.Errorf("insert tasks of generation %d: %w", a.Generation, err)
 	}
 	return nil
