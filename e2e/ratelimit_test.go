@@ -94,6 +94,15 @@ func TestStepConcurrencyOneAtATime(t *testing.T) {
 		names = append(names, create(t, s, spec))
 	}
 	db := openDB(t, s)
+	s.Eventually(30*time.Second, "the ledger shows the key held and waited for", func() bool {
+		for _, k := range ledger(t, s) {
+			if k.Kind == api.ConcurrencyKeyKindTask && k.Key == "db-migrate" && k.Max == 1 && k.Waiting > 0 {
+				require.LessOrEqual(t, len(k.Holders), 1)
+				return len(k.Holders) == 1 && k.Holders[0].Action != nil && *k.Holders[0].Action == "migrate"
+			}
+		}
+		return false
+	})
 	most, sawWaiting := 0, false
 	s.Eventually(60*time.Second, "every migrate task ended", func() bool {
 		var live, pending, waiting int
@@ -105,6 +114,7 @@ func TestStepConcurrencyOneAtATime(t *testing.T) {
 		return live == 0 && pending == 0
 	})
 	require.LessOrEqual(t, most, 1, "at most one db-migrate task holds the slot")
+	require.Empty(t, ledger(t, s), "no key is held or waited for at the end")
 	require.True(t, sawWaiting, "the others waited with the key named")
 	for _, n := range names {
 		waitPhase(t, s, n, 10*time.Second, api.PhaseSUCCEEDED)

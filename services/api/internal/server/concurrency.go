@@ -11,17 +11,38 @@ import (
 
 // GetConcurrency returns the slot ledger of a project and domain: each
 // run-level concurrency key a run holds or waits for (store.ConcurrencyLedger),
-// with its holders and its first waiters in line.
+// with its holders and its first waiters in line, then each step
+// concurrency key with an unfinished task (store.Placement.TaskSlots),
+// with its holder tasks and how many wait.
 func (h *Handlers) GetConcurrency(ctx context.Context, req api.GetConcurrencyRequestObject) (api.GetConcurrencyResponseObject, error) {
 	keys, err := h.store.Runs().ConcurrencyLedger(ctx, req.Project, req.Domain)
 	if err != nil {
 		return nil, fmt.Errorf("read the concurrency ledger of %s/%s: %w", req.Project, req.Domain, err)
 	}
-	out := api.ConcurrencyLedger{Keys: make([]api.ConcurrencyKey, 0, len(keys))}
+	tasks, err := h.store.Placement().TaskSlots(ctx, req.Project, req.Domain)
+	if err != nil {
+		return nil, fmt.Errorf("read the step concurrency ledger of %s/%s: %w", req.Project, req.Domain, err)
+	}
+	out := api.ConcurrencyLedger{Keys: make([]api.ConcurrencyKey, 0, len(keys)+len(tasks))}
 	for _, k := range keys {
 		out.Keys = append(out.Keys, toLedgerKey(k))
 	}
+	for _, k := range tasks {
+		out.Keys = append(out.Keys, toTaskSlotKey(k))
+	}
 	return api.GetConcurrency200JSONResponse(out), nil
+}
+
+// toTaskSlotKey is a step concurrency key of the ledger as the API shows
+// it: its holder tasks; its waiting tasks are counted, not listed.
+func toTaskSlotKey(k store.TaskSlot) api.ConcurrencyKey {
+	out := api.ConcurrencyKey{Kind: api.ConcurrencyKeyKindTask, Key: k.Key, Max: k.Max, Waiting: k.Waiting,
+		Holders: make([]api.ConcurrencySlot, len(k.Holders)), Waiters: []api.ConcurrencySlot{}}
+	for i, h := range k.Holders {
+		out.Holders[i] = api.ConcurrencySlot{Run: h.Run, Action: ptrTo(h.Action), Task: ptrTo(h.Task),
+			State: ptrTo(taskState(h.State))}
+	}
+	return out
 }
 
 // toLedgerKey is a run-level key of the ledger as the API shows it.
