@@ -160,6 +160,10 @@ type Task struct {
 	// TraceParent is the W3C traceparent of the trace the task was created
 	// in ('' for none): its attempts are dispatched in that trace.
 	TraceParent string `json:"trace_parent"`
+	// FairnessKey is its run's fairness key (runs.fairness_key, '' for
+	// none), copied as the task is inserted (taskValues): the pass
+	// interleaves the keys of a project's PENDING tasks.
+	FairnessKey string `json:"fairness_key"`
 }
 
 // Attempt is a row of attempts: one try of one task on one worker.
