@@ -19,6 +19,13 @@ import (
 // domain.PlaceGang) on the workers' loads read in the transaction, without
 // preempting; what does not fit stays PENDING for the pass.
 //
+// Fair share needs no other gate: a fresh run's task is placed here only
+// when no task of another run waits in its band or above, so it passes
+// over no other project's task; when one waits, the pass places it, in
+// the fair-share order. Among the runs of one start, it interleaves their
+// projects and keys (domain.FairOrder from nothing live: the live counts
+// and weights are the pass's reads, not worth a start's).
+//
 // The placement lock is held to the start's commit, so that neither a
 // pass nor another start reads loads without the attempts it binds. A
 // start never waits for it: its transaction holds run locks meanwhile, and
@@ -67,7 +74,7 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 		return nil, nil
 	}
 	p := &placement{s: f.s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}, fresh: true}
-	for _, unit := range units(tasks) {
+	for _, unit := range fairOrder(units(tasks), domain.FairStanding{}) {
 		if err := p.place(ctx, unit); err != nil {
 			return nil, err
 		}
