@@ -842,6 +842,12 @@ type EventDelivery struct {
 	Trigger string  `json:"trigger"`
 }
 
+// FairShare defines model for FairShare.
+type FairShare struct {
+	// Weight The project's share, 1..1000 (default 1).
+	Weight int `json:"weight"`
+}
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Field A JSON path into the request body, e.g. spec.steps[1].plugin.
@@ -1668,6 +1674,9 @@ type CreateTriggerJSONRequestBody = CreateTriggerRequest
 // PushWorkflowJSONRequestBody defines body for PushWorkflow for application/json ContentType.
 type PushWorkflowJSONRequestBody = PushWorkflowRequest
 
+// SetFairShareJSONRequestBody defines body for SetFairShare for application/json ContentType.
+type SetFairShareJSONRequestBody = FairShare
+
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
 
@@ -2228,6 +2237,37 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFairShare The project's fair-share weight (1 until set).
+	//
+	// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+	GetFairShare(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetFairShareWithBody Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShareWithBody(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetFairShare Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShare(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens Every token made through the API, newest first, without secrets.
 	//
@@ -3382,6 +3422,67 @@ func (c *Client) ListWorkflowVersions(ctx context.Context, project Project, doma
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 func (c *Client) GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkflowVersionRequest(c.Server, project, domain, workflow, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFairShare The project's fair-share weight (1 until set).
+//
+// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+func (c *Client) GetFairShare(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFairShareRequest(c.Server, project)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetFairShareWithBody Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *Client) SetFairShareWithBody(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetFairShareRequestWithBody(c.Server, project, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetFairShare Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *Client) SetFairShare(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetFairShareRequest(c.Server, project, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6176,6 +6277,87 @@ func NewGetWorkflowVersionRequest(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewGetFairShareRequest constructs an http.Request for the GetFairShare method
+func NewGetFairShareRequest(server string, project Project) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/fair-share", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetFairShareRequest calls the generic SetFairShare builder with application/json body
+func NewSetFairShareRequest(server string, project Project, body SetFairShareJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetFairShareRequestWithBody(server, project, "application/json", bodyReader)
+}
+
+// NewSetFairShareRequestWithBody constructs an http.Request for the SetFairShare method, with any body, and a specified content type
+func NewSetFairShareRequestWithBody(server string, project Project, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/fair-share", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTokensRequest constructs an http.Request for the ListTokens method
 func NewListTokensRequest(server string) (*http.Request, error) {
 	var err error
@@ -7099,6 +7281,39 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersionWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*GetWorkflowVersionResponse, error)
+
+	// GetFairShareWithResponse The project's fair-share weight (1 until set).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+	GetFairShareWithResponse(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*GetFairShareResponse, error)
+
+	// SetFairShareWithBodyWithResponse Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShareWithBodyWithResponse(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error)
+
+	// SetFairShareWithResponse Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShareWithResponse(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error)
 
 	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
 	//
@@ -9368,6 +9583,102 @@ func (r GetWorkflowVersionResponse) ContentType() string {
 	return ""
 }
 
+type GetFairShareResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FairShare
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFairShareResponse) GetJSON200() *FairShare {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFairShareResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFairShareResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFairShareResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFairShareResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetFairShareResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FairShare
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetFairShareResponse) GetJSON200() *FairShare {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r SetFairShareResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetFairShareResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetFairShareResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetFairShareResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10681,6 +10992,57 @@ func (c *ClientWithResponses) GetWorkflowVersionWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseGetWorkflowVersionResponse(rsp)
+}
+
+// GetFairShareWithResponse The project's fair-share weight (1 until set).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+func (c *ClientWithResponses) GetFairShareWithResponse(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*GetFairShareResponse, error) {
+	rsp, err := c.GetFairShare(ctx, project, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFairShareResponse(rsp)
+}
+
+// SetFairShareWithBodyWithResponse Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *ClientWithResponses) SetFairShareWithBodyWithResponse(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error) {
+	rsp, err := c.SetFairShareWithBody(ctx, project, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetFairShareResponse(rsp)
+}
+
+// SetFairShareWithResponse Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *ClientWithResponses) SetFairShareWithResponse(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error) {
+	rsp, err := c.SetFairShare(ctx, project, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetFairShareResponse(rsp)
 }
 
 // ListTokensWithResponse Every token made through the API, newest first, without secrets.
@@ -12413,6 +12775,72 @@ func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionRes
 	return response, nil
 }
 
+// ParseGetFairShareResponse parses an HTTP response from a GetFairShareWithResponse call
+func ParseGetFairShareResponse(rsp *http.Response) (*GetFairShareResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFairShareResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FairShare
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetFairShareResponse parses an HTTP response from a SetFairShareWithResponse call
+func ParseSetFairShareResponse(rsp *http.Response) (*SetFairShareResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetFairShareResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FairShare
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
 func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12844,6 +13272,12 @@ type ServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx echo.Context, project Project, domain Domain, workflow WorkflowName, version int) error
+	// GetFairShare The project's fair-share weight (1 until set).
+	// (GET /v1/projects/{project}/fair-share)
+	GetFairShare(ctx echo.Context, project Project) error
+	// SetFairShare Set the project's fair-share weight.
+	// (PUT /v1/projects/{project}/fair-share)
+	SetFairShare(ctx echo.Context, project Project) error
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx echo.Context) error
@@ -14324,6 +14758,38 @@ func (w *ServerInterfaceWrapper) GetWorkflowVersion(ctx echo.Context) error {
 	return err
 }
 
+// GetFairShare converts echo context to params.
+func (w *ServerInterfaceWrapper) GetFairShare(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetFairShare(ctx, project)
+	return err
+}
+
+// SetFairShare converts echo context to params.
+func (w *ServerInterfaceWrapper) SetFairShare(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetFairShare(ctx, project)
+	return err
+}
+
 // ListTokens converts echo context to params.
 func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
 	var err error
@@ -14547,6 +15013,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers", wrapper.CreateTrigger, options.OperationMiddlewares["CreateTrigger"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.DeleteTrigger, options.OperationMiddlewares["DeleteTrigger"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/triggers/:trigger", wrapper.GetTrigger, options.OperationMiddlewares["GetTrigger"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.GetFairShare, options.OperationMiddlewares["GetFairShare"]...)
+	router.PUT(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.SetFairShare, options.OperationMiddlewares["SetFairShare"]...)
 
 }
 
@@ -16722,6 +17190,81 @@ func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGet
 	return err
 }
 
+type GetFairShareRequestObject struct {
+	Project Project `json:"project"`
+}
+
+type GetFairShareResponseObject interface {
+	VisitGetFairShareResponse(w http.ResponseWriter) error
+}
+
+type GetFairShare200JSONResponse FairShare
+
+func (response GetFairShare200JSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShareRequestObject struct {
+	Project Project `json:"project"`
+	Body    *SetFairShareJSONRequestBody
+}
+
+type SetFairShareResponseObject interface {
+	VisitSetFairShareResponse(w http.ResponseWriter) error
+}
+
+type SetFairShare200JSONResponse FairShare
+
+func (response SetFairShare200JSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare400ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare422ApplicationProblemPlusJSONResponse Problem
+
+func (response SetFairShare422ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTokensRequestObject struct {
 }
 
@@ -17205,6 +17748,12 @@ type StrictServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx context.Context, request GetWorkflowVersionRequestObject) (GetWorkflowVersionResponseObject, error)
+	// GetFairShare The project's fair-share weight (1 until set).
+	// (GET /v1/projects/{project}/fair-share)
+	GetFairShare(ctx context.Context, request GetFairShareRequestObject) (GetFairShareResponseObject, error)
+	// SetFairShare Set the project's fair-share weight.
+	// (PUT /v1/projects/{project}/fair-share)
+	SetFairShare(ctx context.Context, request SetFairShareRequestObject) (SetFairShareResponseObject, error)
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -18815,6 +19364,79 @@ func (sh *strictHandler) GetWorkflowVersion(ctx echo.Context, project Project, d
 	return nil
 }
 
+// GetFairShare operation middleware
+func (sh *strictHandler) GetFairShare(ctx echo.Context, project Project) error {
+	var request GetFairShareRequestObject
+
+	request.Project = project
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetFairShare(ctx.Request().Context(), request.(GetFairShareRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetFairShare")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetFairShareResponseObject); ok {
+		return validResponse.VisitGetFairShareResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetFairShare operation middleware
+func (sh *strictHandler) SetFairShare(ctx echo.Context, project Project) error {
+	var request SetFairShareRequestObject
+
+	request.Project = project
+
+	var body SetFairShareJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetFairShare(ctx.Request().Context(), request.(SetFairShareRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetFairShare")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetFairShareResponseObject); ok {
+		return validResponse.VisitSetFairShareResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListTokens operation middleware
 func (sh *strictHandler) ListTokens(ctx echo.Context) error {
 	var request ListTokensRequestObject
@@ -19133,70 +19755,70 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L19cxs3tjf4VVDcqRI5T4uiHNlJqJraR7GVRDeOrdHLzd0NfUWwGyR71AQ4AFo04/K/+wH2I+4n2cI5",
-	"ALqbRJNNvdmZOzNVMUV2o9HAwXk/v/OpFYvZXHDGtWr1P7XmVNIZ00zCXyexTgV/R2fM/JXyVr81p3ra",
-	"ilocvmtRuKAVtST7Z55KlrT6WuYsaql4ymbU3PUXycatfuv/OCgedIC/qgMY+fPnqHWiNZvN9dmbmuek",
-	"ycZnjIWcUW2u4/rVUStqzVKezvJZq38YtfRyzvAnNmESHvc6l0pIc2fCVCzTObxFv3U1ZYSzj/omhguI",
-	"GBM9ZWQu2V0qckXmdMK6rQhn+M+cyWUxRbylVZ7WjH58y/hET1v9F72en4nSMuUTmMgbMaNmsOBLJ/jj",
-	"gxf3LVX69I5xffbmZ0YTVvPiaeLeN6NKE2bugD/jLDUfJYtZeseSY/hSacnojEim8hlThI41kyTVfnWm",
-	"+CT/MmYS+zCL/bM39asUWqTS/P8Oa742/crgZCyknbMieko1iSnnQhPFNMFpKXwH/IMsUq7IYso4GQk9",
-	"JVQyc2ndPpvFuYHFuQGqbEKFvSAVvk1nqfZ7v/oY+LE8fMLGNM90q/+yF5lFw6FfGsLaQu7nUvyDxbqG",
-	"zOb21wfT2UW+iVXI/BFI+TKesiTP2IbnKHvJwx/2m5C3TD6YJ+U5XLlO12b8cSYWG15mYS956Mt8Nver",
-	"ueCKAWM/l2KUsZn5GAuuGQfioPN5lsbUHKqDOV7xv/6hBPCnZo9z48ITq2f0hJOLH1+T749efkvs4F1Y",
-	"BnsvyJuRkPptqmA2cynmTOoUZ0zNT/Ap1Wymtk0ERrpgsZBJ67NffColXZq/S0x+nZucjJThd4IXzNAx",
-	"/vVNLLbldzfHD/46MYKTZQRcaT7r74ZStP9pdfyoRVEw3sQixz2qTvUNy9I7JpdEipwnisBlLCFKkDGV",
-	"pRl7dlAMmSbr410yDeyTcmIvI7dplpmB1rjb+sgxzRULvkbi5dzaT7cpD0xkiGsy7MMewMIa6WTmBT8Q",
-	"yhMjouRST1M+ITlPQP4ck6GduL3VTN/cKThzr2TehnHDLn8vFBj7W2nziimKXMcCz+jKLBNcf5YMIyIk",
-	"GXLGEnVjlkQaCWHeACXLr/Sj1XEUWVBFJKOGTwVoKvIMObRaklFVQyqGEpnSLLmhOryzi2maMZJqkioy",
-	"YmbZ/PwrO5xQzfZ1OmOh2Rk+Hnp8Pje3uYc3GWvl9AAhRCVxVOg/IDr8ViGZrZ6Nygw2HEFYJDh1SZKa",
-	"EWl2XjqNY5opFq0c0GLVV48fiGRFtCCD1rVikvhdQKIdtMzKllScw15YEwxP91JTnasAx1hlCxsOY3XK",
-	"MCuWRMTsicg1acMBw0PFDA+5Ovv19M3N++urDtB0gB0Yhdj8wRJzwQLE5E0mlA6S8zOfnkc4IQXLuf9B",
-	"WRUNlQ0LkqcXAgHB10jcWWIxLH4+l+KOZltvc9cBvcRTdnPLAur1CYEfE6I0m+8pYi6KWoLHhpkokvJ5",
-	"rhXozZIpkd2ZVerzPMsC24OPUZ6uNz8pE+I2n/fJz2dXpJ1qcnn9+vXp6ZvTN2SRGlXdkKyWyz1FRK5x",
-	"FjwhknLCBdFU3XYi8uvZ5SXcLHOuOobQzt+fX789uTp9g19THhGVxzFjiTm2PCELKTSSAQzf6RKrE8Bh",
-	"gMnBBMz5gQmXRcrPZ1etqGWe2opa/lFBwZKwuTlyN7jvXrFZu25VfWE82YnTRq0J40xSR2Hrxp9d7ziX",
-	"Emy9nPcJJZJpuXRWIbw1vL9kSlOpCfxXwY9GoYqAGsyqm21gi7D64eT92hS5VYPXfxD6ZsTGQgZ4yG+G",
-	"PVBgZglZ0FSTdpLji0Y4/Q5wtebyzRJSvYQIqTcrRFyQqV1XO2hEzEuS/+//+X/JHc1yFhGqSovmyW5G",
-	"2lrSNDOch7NFlnJmTt1cd47L5EckA4VdkUHe633DyCGZUhUBlRoOCU+LCCX/cfn+HQHqMZvpH7iHszAn",
-	"GL7YT3nCPhIhEyY9yQMD5oKX9d+Ca82pZDysqsyNAAqzWtg1T1OgYY9YbJbm/OT68vRN892aTylKuY1W",
-	"CVxUkQ2r81kW04HDBYKNpmbLWHfSJZKZN64ROXAOdjyQ5lE3hkAtTVUn9LNYkBnlSyBsPGGLqcjsDMc0",
-	"zVhC2oLfmI+5ZETlyrCSDiq9MucElt/6NVJjwShlR4oFH6eTXLKE2AmETyrQSGOL64qq2xCvMquY8snN",
-	"OGRq/TalmlC766QtJJ7ZlE86lszNHhiC7pPyuVY5ELYVX8Tdt91EAyYTeV0TCMO9aVAqlyTpmj3rn29P",
-	"ecLiVKWCHxOKZyfnOs3g6wRJZ1WLa04vo2XwkMViNqs7gG465kdv78CUGboukKQDkmll0fxARufeuEz3",
-	"U69HyxBlCLtwirRxHU/Oz4gWt4wrwj6mSkdIzTTLmARWB7yUZePOis4dcr5Wlu5e+rk1GNcUthrFO1dM",
-	"RkQtlWaziMyZnFFzgEibEjVnsfdUEm7MWnOEO1FZt44KrbtQ3o04RoU+yJhikbCQkqU0HWWMMCmFJOYi",
-	"y+V+pR8vYYI/IltRpx+tViQkOeN3NEuT8yyfpPxyzuLwIyWju/JCmEeQhNnH1OjMCQvbOOOUp2q649PQ",
-	"79HAnWFMnR0Vb57PRkyGJ3s/KUE1a8J5L+FCw26RYtKQjrVyrMEtaWfsHlXZwA/1ZP9WTAJmqdIJk+Gd",
-	"VDoReZhPaZnz2DwzoJrKnKEIQw2KjNhS8ARV848szrWQe4qMRG60dqpIIsV8XjkNIyEyRvna29sJRW7S",
-	"5XlsePELNrf22A4MzrMEx4YNMzCPhsNm5IJjB4bF4oE2E8JT3vK7avgASBHLCIJGRWxeN58HWCqYTERp",
-	"WCJn0e8pMk45zYwyKaRGBWIOh3xPEaBvsIl+NBelfzCjsuopW6LdlHKrLraiZmrCa5zdpWZzM9kZ/XiG",
-	"t323rjrsyr6CHGpu3lOaG//795P9/5vu//HB/tvb//7Dp1706pvPf9nIlUrS4agXFCVb2NTDTQrYOm9V",
-	"4B5Z3d18NPoLWg+ROyhVQ6NL3oF8NDY643epFNzIvv07KlNYSxCfx2g1wB2EajITSpNXR+SX9IeIUPSj",
-	"gnXifjskv5qfuCDvrt92ydmEC6NVgm0i9JRJAlxFhU2HCo+qMsodmV7Bd6rL9oPhCywho2WFY9Qo8Y5B",
-	"3X+MCifbyn/M5LdymgsbtllntnMpjHBen/GPhgUh1yzPmMxypeH0o4OrcIZvmal70Ia5msO2W1xDTtRu",
-	"Pg+jrtEa10EsuKYpR8m7kfu4C2HCmwMTjN/tdGLX1maq9XzbhH6+ujp3c2msmKDD7QHspOTxsc4757gj",
-	"Yylm4CGYS5HkMZNqr/BevDv59bRgKn1kF1TK9M7wFmU9Zp69EM9e4EZqBfc4zRj5y+uT88urk3c3Z+/O",
-	"r68ub96cXRyYqxr6HYxudjORNGY3s4D9/GuaZaliseCJIiOmF4xxcnn209Xpxa8wj8uzn345e/uWCI4K",
-	"dMMI1yb9rsTl11fbuSe9lyFhcUYlU3YRLQdPNVP2C1Es0fvrK79G4OmJDbtGn094vZofK5T0YQdOQwbj",
-	"QgPAX7jQYMdzQTLBJ0x2jCkT4jLbAl3o2gqvdV0QanfRYRb+Bvxe4SfdW5/eHscqPbr0vn5LCpaHvKhQ",
-	"0Rsy5JpAug2kNA+ll1j8GgGFwxxhX8oPNL4dp9k9nQSMJ83tJnHHZEa3ct/3eNm5yNJ46W20e8Yv8V5w",
-	"zte8vo6nLGloQFRP3HvOiNksiIGTkRkpMowr16QI5/cJS0HpolaXJ+3FlGpy/v7yihzcHR643Tn4lCaf",
-	"D+w1mt4yDItkYqIwHBhPc36r6m6E6/C2CM77SOhpyLtVzjPYKUUvamVi0pxC34rJazPjqkHx4uWrdXYn",
-	"/eo3IHm7VXWxvLTBPl8wBTlbn3ZbnPUF8dZIo/Sb6JG0w2OijQU+FkaTB93ebEwDnbH0fpv51WsaT9kp",
-	"15jWt2I238eX9HGeSqbqww4pvqUL7FIyTTVpz+jHGzphHe+6/Rv64ZpHImzk9FHiSWurJJli8s7H7zaq",
-	"uGZBL0rXF+JyXS2ROUfH41zM88wsts3hDMYr6kOHDQe5Y1KFLYLVXBCIMLvLi0Xc6p4qyCks/Rj3EZdm",
-	"7oqCPLenkW1+J/fo2mlfVDd5ZeIVum4oBRe8LtkXCQoOQGyDKjk/wM/boyg4cOWw1b6VMw13kHa/GtlC",
-	"KCrFqC2nKjYy3RgTfTBPbtmSTKmaWg8I6kzgScewgDdoXHaCNT4sTUXgpEi5ze8GVQ2uQWWtS04I+JIw",
-	"AYDMYEZeebeeGEI1gSwIcHhgMAKyFyy5rstEy2bCAT+jL/uUBpIq5E0RoT70RVRuDC5FBq0XR9NBq8St",
-	"xkI6frV+dplMaZb+YVavkkkcXP3XgpfSAJQP/9MZg1VHicHgzdETBa4eZcPvv52cXZ29++nmx/cXN69P",
-	"Xv982gHxYfbMZgKFjYESb6jO55xi7h9k87Fln8RTyieQx6YFSqxcGUoWWcIkscdsOxG7BwYpt+Sl3E1N",
-	"vVfcY/18QkzcBXcx+QEkl0tTWYlw1fglHdP20T/IJYK4Cfhyt4f+YITasJ8nlXi54xE/sR5EcyCAyhyp",
-	"CY5UNhVZQihRmTAqrk3xIG0KIsv8qMx6lDMac+7CQRGcZMpdbAwGxRii9WzEDKLhVDIyEZx11k9qTSLU",
-	"69O3BJeKsI9zyZQhIWJYE4HSGZcvgH90S86QY0JJLLjSlOvSOU7YPBPLQcu8gXt3yN/AtF40nSs7/f2r",
-	"wE67ddyQSuBWmG5a30Nzpg575n+dcFaA0pJqNllWGEnrnznLDY2vZPjB10NIJcrtMkFOdTozmwex/b9f",
-	"n16fvonIOJVKk5TbD8a0sSzasvvI/AcMD7P6Opdcdckwpjxm2U3Kb+ZSTMyG2MRfzhbwUJukBHwamFWW",
-	"MAWsjZtxYF7j4hmOZGx+DVWCk2Fc0PkwMmLHBVGKCXC2YErXvSokVp788P7iqpAaUXD4ciaZW9T1dyy+",
-	"xOduP8ioUXkyqTnNZnNTvqtpXqv6BjTG079H5N1pRE7/6+zy6jIi795f3bjPP11F5KfTiLy9isjbU9Lm",
+	"7L39chs31id8Kyi+UyVytkVRjuwkVE29q9hKoieOrdHHk33f0CuC3SDZoybAAdCiGZf/3QvYS9wr2cI5",
+	"ALqbRJNNfdmZZ2aqYorsRqOBg/N9fudTKxazueCMa9Xqf2rNqaQzppmEv05inQr+js6Y+SvlrX5rTvW0",
+	"FbU4fNeicEErakn2zzyVLGn1tcxZ1FLxlM2ouesvko1b/db/c1A86AB/VQcw8ufPUetEazab67M3Nc9J",
+	"k43PGAs5o9pcx/Wro1bUmqU8neWzVv8waunlnOFPbMIkPO51LpWQ5s6EqVimc3iLfutqyghnH/VNDBcQ",
+	"MSZ6yshcsrtU5IrM6YR1WxHO8J85k8tiinhLqzytGf34lvGJnrb6L3o9PxOlZconMJE3YkbNYMGXTvDH",
+	"By/uW6r06R3j+uzNz4wmrObF08S9b0aVJszcAX/GWWo+Shaz9I4lx/Cl0pLRGZFM5TOmCB1rJkmq/epM",
+	"8Un+Zcwk9mEW+2dv6lcptEil+f8d1nxt+pXByVhIO2dF9JRqElPOhSaKaYLTUvgO+AdZpFyRxZRxMhJ6",
+	"Sqhk5tK6fTaLcwOLcwNU2YQKe0EqfJvOUu33fvUx8GN5+ISNaZ7pVv9lLzKLhkO/NIS1hdzPpfgHi3UN",
+	"mc3trw+ms4t8E6uQ+SOQ8mU8ZUmesQ3PUfaShz/sNyFvmXwwT8pzuHKdrs3440wsNrzMwl7y0Jf5bO5X",
+	"c8EVA8Z+LsUoYzPzMRZcMw7EQefzLI2pOVQHc7ziv/1DCeBPzR7nxoUnVs/oCScXP74m3x+9/JbYwbuw",
+	"DPZekDcjIfXbVMFs5lLMmdQpzpian+BTqtlMbZsIjHTBYiGT1me/+FRKujR/l5j8Ojc5GSnD7wQvmKFj",
+	"/OubWGzL726OH/x1YgQnywi40nzW3w2laP/T6vhRi6JgvIlFjntUneoblqV3TC6JFDlPFIHLWEKUIGMq",
+	"SzP27KAYMk3Wx7tkGtgn5cReRm7TLDMDrXG39ZFjmisWfI3Ey7m1n25THpjIENdk2Ic9gIU10snMC34g",
+	"lCdGRMmlnqZ8QnKegPw5JkM7cXurmb65U3DmXsm8DeOGXf5eKDD2t9LmFVMUuY4FntGVWSa4/iwZRkRI",
+	"MuSMJerGLIk0EsK8AUqWX+lHq+MosqCKSEYNnwrQVOQZcmi1JKOqhlQMJTKlWXJDdXhnF9M0YyTVJFVk",
+	"xMyy+flXdjihmu3rdMZCszN8PPT4fG5ucw9vMtbK6QFCiEriqNB/QHT4rUIyWz0blRlsOIKwSHDqkiQ1",
+	"I9LsvHQaxzRTLFo5oMWqrx4/EMmKaEEGrWvFJPG7gEQ7aJmVLak4h72wJhie7qWmOlcBjrHKFjYcxuqU",
+	"YVYsiYjZE5Fr0oYDhoeKGR5ydfbr6Zub99dXHaDpADswCrH5gyXmggWIyZtMKB0k52c+PY9wQgqWc/+D",
+	"sioaKhsWJE8vBAKCr5G4s8RiWPx8LsUdzbbe5q4Deomn7OaWBdTrEwI/JkRpNt9TxFwUtQSPDTNRJOXz",
+	"XCvQmyVTIrszq9TneZYFtgcfozxdb35SJsRtPu+Tn8+uSDvV5PL69evT0zenb8giNaq6IVktl3uKiFzj",
+	"LHhCJOWEC6Kpuu1E5Nezy0u4WeZcdQyhnb8/v357cnX6Br+mPCIqj2PGEnNseUIWUmgkAxi+0yVWJ4DD",
+	"AJODCZjzAxMui5Sfz65aUcs8tRW1/KOCgiVhc3PkbnDfvWKzdt2q+sJ4shOnjVoTxpmkjsLWjT+73nEu",
+	"Jdh6Oe8TSiTTcumsQnhreH/JlKZSE/ivgh+NQhUBNZhVN9vAFmH1w8n7tSlyqwav/yD0zYiNhQzwkN8M",
+	"e6DAzBKyoKkm7STHF41w+h3gas3lmyWkegkRUm9WiLggU7uudtCImJck/+d//W9yR7OcRYSq0qJ5spuR",
+	"tpY0zQzn4WyRpZyZUzfXneMy+RHJQGFXZJD3et8wckimVEVApYZDwtMiQsl/XL5/R4B6zGb6B+7hLMwJ",
+	"hi/2U56wj0TIhElP8sCAueBl/bfgWnMqGQ+rKnMjgMKsFnbN0xRo2CMWm6U5P7m+PH3TfLfmU4pSbqNV",
+	"AhdVZMPqfJbFdOBwgWCjqdky1p10iWTmjWtEDpyDHQ+kedSNIVBLU9UJ/SwWZEb5EggbT9hiKjI7wzFN",
+	"M5aQtuA35mMuGVG5Mqykg0qvzDmB5bd+jdRYMErZkWLBx+kklywhdgLhkwo00tjiuqLqNsSrzCqmfHIz",
+	"Dplav02pJtTuOmkLiWc25ZOOJXOzB4ag+6R8rlUOhG3FF3H3bTfRgMlEXtcEwnBvGpTKJUm6Zs/659tT",
+	"nrA4Vangx4Ti2cm5TjP4OkHSWdXimtPLaBk8ZLGYzeoOoJuO+dHbOzBlhq4LJOmAZFpZND+Q0bk3LtP9",
+	"1OvRMkQZwi6cIm1cx5PzM6LFLeOKsI+p0hFSM80yJoHVAS9l2bizonOHnK+VpbuXfm4NxjWFrUbxzhWT",
+	"EVFLpdksInMmZ9QcINKmRM1Z7D2VhBuz1hzhTlTWraNC6y6UdyOOUaEPMqZYJCykZClNRxkjTEohibnI",
+	"crlf6cdLmOCPyFbU6UerFQlJzvgdzdLkPMsnKb+cszj8SMnorrwQ5hEkYfYxNTpzwsI2zjjlqZru+DT0",
+	"ezRwZxhTZ0fFm+ezEZPhyd5PSlDNmnDeS7jQsFukmDSkY60ca3BL2hm7R1U28EM92b8Vk4BZqnTCZHgn",
+	"lU5EHuZTWuY8Ns8MqKYyZyjCUIMiI7YUPEHV/COLcy3kniIjkRutnSqSSDGfV07DSIiMUb729nZCkZt0",
+	"eR4bXvyCza09tgOD8yzBsWHDDMyj4bAZueDYgWGxeKDNhPCUt/yuGj4AUsQygqBREZvXzecBlgomE1Ea",
+	"lshZ9HuKjFNOM6NMCqlRgZjDId9TBOgbbKIfzUXpH8yorHrKlmg3pdyqi62omZrwGmd3qdncTHZGP57h",
+	"bd+tqw67sq8gh5qb95Tmxv/5+8n+/0/3//hg/+3tf//hUy969c3nv2zkSiXpcNQLipItbOrhJgVsnbcq",
+	"cI+s7m4+Gv0FrYfIHZSqodEl70A+Ghud8btUCm5k3/4dlSmsJYjPY7Qa4A5CNZkJpcmrI/JL+kNEKPpR",
+	"wTpxvx2SX81PXJB312+75GzChdEqwTYResokAa6iwqZDhUdVGeWOTK/gO9Vl+8HwBZaQ0bLCMWqUeMeg",
+	"7j9GhZNt5T9m8ls5zYUN26wz27kURjivz/hHw4KQa5ZnTGa50nD60cFVOMO3zNQ9aMNczWHbLa4hJ2o3",
+	"n4dR12iN6yAWXNOUo+TdyH3chTDhzYEJxu92OrFrazPVer5tQj9fXZ27uTRWTNDh9gB2UvL4WOedc9yR",
+	"sRQz8BDMpUjymEm1V3gv3p38elowlT6yCyplemd4i7IeM89eiGcvcCO1gnucZoz85fXJ+eXVybubs3fn",
+	"11eXN2/OLg7MVQ39DkY3u5lIGrObWcB+/jXNslSxWPBEkRHTC8Y4uTz76er04leYx+XZT7+cvX1LBEcF",
+	"umGEa5N+V+Ly66vt3JPey5CwOKOSKbuIloOnmin7hSiW6P31lV8j8PTEhl2jzye8Xs2PFUr6sAOnIYNx",
+	"oQHgL1xosOO5IJngEyY7xpQJcZltgS50bYXXui4ItbvoMAt/A36v8JPurU9vj2OVHl16X78lBctDXlSo",
+	"6A0Zck0g3QZSmofSSyx+jYDCYY6wL+UHGt+O0+yeTgLGk+Z2k7hjMqNbue97vOxcZGm89DbaPeOXeC84",
+	"52teX8dTljQ0IKon7j1nxGwWxMDJyIwUGcaVa1KE8/uEpaB0UavLk/ZiSjU5f395RQ7uDg/c7hx8SpPP",
+	"B/YaTW8ZhkUyMVEYDoynOb9VdTfCdXhbBOd9JPQ05N0q5xnslKIXtTIxaU6hb8XktZlx1aB48fLVOruT",
+	"fvUbkLzdqrpYXtpgny+YgpytT7stzvqCeGukUfpN9Eja4THRxgIfC6PJg25vNqaBzlh6v8386jWNp+yU",
+	"a0zrWzGb7+NL+jhPJVP1YYcU39IFdimZppq0Z/TjDZ2wjnfd/g39cM0jETZy+ijxpLVVkkwxeefjdxtV",
+	"XLOgF6XrC3G5rpbInKPjcS7meWYW2+ZwBuMV9aHDhoPcManCFsFqLghEmN3lxSJudU8V5BSWfoz7iEsz",
+	"d0VBntvTyDa/k3t07bQvqpu8MvEKXTeUggtel+yLBAUHILZBlZwf4OftURQcuHLYat/KmYY7SLtfjWwh",
+	"FJVi1JZTFRuZboyJPpgnt2xJplRNrQcEdSbwpGNYwBs0LjvBGh+WpiJwUqTc5neDqgbXoLLWJScEfEmY",
+	"AEBmMCOvvFtPDKGaQBYEODwwGAHZC5Zc12WiZTPhgJ/Rl31KA0kV8qaIUB/6Iio3Bpcig9aLo+mgVeJW",
+	"YyEdv1o/u0ymNEv/MKtXySQOrv5rwUtpAMqH/+mMwaqjxGDw5uiJAlePsuH3307Ors7e/XTz4/uLm9cn",
+	"r38+7YD4MHtmM4HCxkCJN1Tnc04x9w+y+diyT+Ip5RPIY9MCJVauDCWLLGGS2GO2nYjdA4OUW/JS7qam",
+	"3ivusX4+ISbugruY/ACSy6WprES4avySjmn76B/kEkHcBHy520N/MEJt2M+TSrzc8YifWA+iORBAZY7U",
+	"BEcqm4osIZSoTBgV16Z4kDYFkWV+VGY9yhmNOXfhoAhOMuUuNgaDYgzRejZiBtFwKhmZCM466ye1JhHq",
+	"9elbgktF2Me5ZMqQEDGsiUDpjMsXwD+6JWfIMaEkFlxpynXpHCdsnonloGXewL075G9gWi+azpWd/v5V",
+	"YKfdOm5IJXArTDet76E5U4c9879OOCtAaUk1mywrjKT1z5zlhsZXMvzg6yGkEuV2mSCnOp2ZzYPY/t+v",
+	"T69P30RknEqlScrtB2PaWBZt2X1k/gOGh1l9nUuuumQYUx6z7CblN3MpJmZDbOIvZwt4qE1SAj4NzCpL",
+	"mALWxs04MK9x8QxHMja/hirByTAu6HwYGbHjgijFBDhbMKXrXhUSK09+eH9xVUiNKDh8OZPMLer6OxZf",
+	"4nO3H2TUqDyZ1Jxms7kp39U0r1V9Axrj6d8j8u40Iqf/4+zy6jIi795f3bjPP11F5KfTiLy9isjbU9Lm",
 	"+YzJNAbj9OxdWKOkWR7OGsPwyC4+5uCKiXndWpUcybvxvivMwcH7i1BbOqMTFhEqJ3dohcMXewr1gblI",
 	"nZPPGFbLDmbAF/wlYIDv7GN/sMsbptzAUwaXBdcV1PuLnDd1Eq0yaHueKScpz1LOyNDohEOC1XyUSDZJ",
 	"lWbGlB266pohMcaqsVwiwj7SWGdL4MU23LW+si5VccVJM8dZ2gI5Jg0PsImXDLk77B/qbOHUfxAbW818",
@@ -19205,213 +19827,218 @@ var swaggerSpec = []string{
 	"ZrQcKAikiAztEEMC62XMEPNyEm4acMnmjOrUmglUZqn9CZOy/ajUFj7Co5I06Q54k4yof5N1gKzvWTES",
 	"1MWqh4Xg41SEpiZ1muoIuU8baB+tUPO3sQYUoZnTV1fZejH5wgeK2WyzlLu/t8i8et0AZu7KL+/HnE+r",
 	"rHUYS8GHIMaGWPNBs+H6MY4NL8jnN4uUJ7ixK9IUMmRnqVJGawN7gAviqkAlFANASS+mX3nP5xK+XYqc",
-	"T0BVoxzO+zGxSi1Mc8mwiq50dF4GcwllyHL9Mb1j++OUZQkxF5D2oPXXg5fkr/j/QauD3MzdJCRp/++p",
-	"yGW2jMj/TmgK/y4Yu4UPM8H1FD6ZWWXLZlmObmVDxox3KxhGq0nGjNF5qMw8v++pQatzbPOPzUrRLJ1w",
+	"T0BVoxzO+zGxSi1Mc8mwiq50dF4GcwllyHL9Mb1j++OUZQkxF5D2oPXXg5fkr/j/QauD3MzdJCRp//ep",
+	"yGW2jMh/T2gK/y4Yu4UPM8H1FD6ZWWXLZlmObmVDxox3KxhGq0nGjNF5qMw8v++pQatzbPOPzUrRLJ1w",
 	"lhj7wPCBa55+JGwu4mmT9flHqnXIFXUKoU5jeVg1PZ/jA1JFZsZGQu7XHrQOYUJR4YpIWEYNLTlLCeNn",
-	"TSYTZnMnkCJjlwJs06NXJJ5SSWPNpIqIEo6porW6Z3NOx+jsLOcZ2eSi9u/7RZrR0dFn933n//zLYwat",
+	"TSYTZnMnkCJjlwJs06NXJJ5SSWPNpIqIEo6porW6Z3NOx+jsLOcZ2eSi9u/7RZrR0dFn933n//3LYwat",
 	"7sVdMTs/5A1ad82YDfpDcBZMgj47eXdC/gAGJaQ71O1B6zQ3x/jgByazlAMtuYN1ffV6vSgusB73ZeaB",
 	"fG8/VD1vuxK3jN8zNHkP36wjwtUDPEu5X5X62tCaLAP3KyaFmRciM7rEcjnvKxQSLYjInhx7U+MMPiwp",
 	"X5EygUibyLZG4i/MNTVbBvdv2C6ZTiZM3nPDAL7BKoU77sA4zYKs7ITYEwM+olXn0BAeOSTtT+BlSJOI",
 	"zOkyEzT53LEuI7iia7/t0pnIufaFPb2e2z+3bYjPUfhFm/mJmvK+l70S72vC3b5b4W4buWVdcWDByepM",
 	"0O1vGAxy7anCPQc5S5s2ye7Hp0ELUlsHrT4ZtKq7kyaD1udgYtIjMq2CSrcwMEA+cVAAgdBR2M3sip40",
 	"niSvIHEBJfUYZkFqRz0FVpDM6HxuLBBbhGRREpAawW0BK2seifXD4HGFtSeJgHSBcYq4MmXTra7MvC5k",
-	"uTbtmnxMuGa7Q8JdGFrdH40Cd+rWsLq0oNyFzhNU3M2pMQO51Zhs9TEZiWRpScyYOF2l2Vz9fvihi56g",
-	"4IvMmFKNPCs4oeKG0Av5nMPd3VZTreeFx8q+kbFSsaCXpBxDFEpBOrQibSf0jRn84uPHjgthqKiImjlo",
-	"Elga0q5mHndcYqFNbB6ai4ZFAkMlmw4QICh5+fEjkqyWlCtIc8FkcQiqQakYpCXaAMsxzK5IWM6VNbZc",
-	"ja8vLlupWxJJ2PFpUYYe5kubMT0VVQ2t9dPpVTDAV17zkMuvXNW3IqdzWVPcNlIiy7XdcyHhX0WuL95u",
-	"D62ZMYOUx6jUI0b1BZtny1D9SMhl7Ev/bfGiliIj84xyRhaU68IZX9ZgGqTUbLSEYSrb3sGmEtUn2K2f",
-	"IFp+GUwuxHBWcR7Sctq8f6FV51bDl9w1IzKU01ifqr5KTImkKTcUEXx3n2uUKqKmuQZPViIWvG+2MwbD",
-	"nbMFLIsRLKkmbaXT+HbZqUk5WpuQTwXbTSFMqKYBzxdyHKogM1czbj015Prqx/3vPHd4d/12zZ45+u7l",
-	"t6+CEVnJ6Kwck12tQ2oQkoUhIpz0hw2LoHYtU/I3PW7a3coL2MeEZv6uRj198+5yP6Mjlu1n6S2zde0Q",
-	"q3z1TUlRNRqsVUP3P0SoGqC3NCGMJ+Yj4kaQjGmr1yTpBA340v69+mbVDNim/7463GbdV832ukpo57dK",
-	"0CuSCCjhTjNWdT67y+Ak6TTLfDyzfcVmcyFptqeIdSiQuXlmylSnT4bqNp0PSaojcsvYHB2Nw1E+HjN5",
-	"Izgbok8qy4pvaZYNO5hqQaX2SH82VOrqzX0wte0ioiBPh6gE2lv5ckGXpD2kWSYWOHA53mnm1opaxWyK",
-	"P2iWFTFPGLkVtfwwwTo4cHjsygecpF0nQayKEmMyNE8aRpABy8uBAdgso+BO0juMNYPe212zSrYXHNcZ",
-	"ald1BRZoE0LC1IRphRkQQ5uFsFozMDR62uvTt+HyuJtSfdzNpgK54kw3ciLBN2Vlxo5U2n/3hU+id/dH",
-	"LcCh+9CovD/EWMrer1qSQGC9QETRm49ktLTMx5qRoOd70jC2jlVFE2LmEDQRzx1mRcCBY36ygUpz2mWB",
-	"eFY+KJgz0Ypa5WSri9PL99cXr08vV76HJKxW1Lq4fvfu7N1PrajlCwlbUevHk7O38MFmJ7SilgeAakWt",
-	"63eXr38+fXP99uSHt2aQ395f/HJ6cePvQuQGM+YvZ+fnNTA3JbTBFYGzucBzRuNpytm+ZDSBL0q1njYy",
-	"coMZf1zom7HIeRIBukWWxuFAVMI0TbNwuZcxEJoLv5JVGNCDUsjziVltkUpep52nOmMb7IP1tbq+OCOS",
-	"jZlkPAbJCNkx6Aw0q75Kh3UWsPnVPd/P0dbgBk9UPspSNQXfw/28cCEAQgSi9bFYkiakDTgo7KMmI1S2",
-	"fJJ2IP5RL7X/ezD42Ot9+CuwsiKQiZmdUDZV55UKBo9BXk/pfM44SyxNYiW0DeEeOw+FIiofmVtHzEjR",
-	"NWWjkdsX/U67sS6Yop+EOURGlR1WPFnDY+/ye/HylbG3AywrkBizgSJYAjTxOOn8FnctCJLznjMyZ9J7",
-	"ggpfaKm8AfxSC6rI3M0usk4tzNM1W69IyuMsT1hC2tzW0Bj2y4W0nqzGzvGqKy7EGcIVrHUpVA03fr1g",
-	"IBh/tv4zVVoa6z6LnGTbpXowZCuiu9JN206kso9bc/jPczUt3KP34Sz31raaxD0KJ3UjikA1dHu8ZPd0",
-	"h7DXGMYJLesF1Qwgp69R+9jF9WdRd3ylahkSDirBsG6YEkm1y3ms5sl4IKpUobGfPGbO7dnVKdb1Qjll",
-	"v4xjMKWKUDLK41umnY4mFrwIp/gszT1MZsFLHxZOqV+G9vn1Fel2uwfmkn24RB18MuN87gRVlpynumqb",
-	"HNZsj5k87A7uyNZc3qa684VNmUM87PudSJokkLe6Dq9gFN7ri7dunbyP6OT8zIrVqdbz/sHB4Ytvu71u",
-	"r3vY/77XO1wL9IeONbgMHuiGrQvUBswhJXIZs60c4cJfaI59Jla29yiqy+D2vkMLZunrT9xWvzhqvNGR",
-	"35Lwls+F1FDJuONGT517FO7LsvfjVv/3LRgIKx7Vzx9CoQf0le4p4p8QWWQgDm6QBJCC0FMC+YOYUQ/n",
-	"HbwO1VpYHM5WtPohbVlrn0iA6maJdXcYyoRB9zAhULkSA7UARcIWEkmo9txDj3S3qDdtLi2qRcIPy+Wy",
-	"j96yv3UVqvgu95y5HTSg/4Rd/BaaqNgHwbMl4olKNs+W/XJR6vMGAtw6hJexdOR3kKev6ZzGqV4SMR4D",
-	"/YyWhFoKjxDN0KFI22RAw9cDuXHz/GYGUBeBXMPza0OW8HMsJAiEXq9H/gbjmW86QdCLTU0rotaMzYRc",
-	"3oyWOqSR/wq/msfCBTuP/zm8xkZFvZ/YMVrJzbbSVUEk2zf6PviGS6DyiVhw2+cEFIfVFIyi8jVJIW7u",
-	"gpsNMvOCr2pTZny5VjIDHAjABZEAEmGbqiCpBJ0tFxg4b8Z6L3J+mc9mFGyVMHzPDkARsas3XgMZea78",
-	"XwuDyoIxefujkQspJ2MhY9Z3ISfYSpeDCJVi1MKMNoGSM0+P/Hqtc4oPuC8r/DaIEhMLTMQRIcQHa5sO",
-	"Zc6HpA3k6jPGwXE/BHM1lEWLV21C2IOkS5ekYK933v1jzEf3SrxPNC/S0PGOIqhv09JXsvDDtZ+7ghvY",
-	"5JAtlF1zyCr7oDYKvrC/wW1LKakDgPDAstgJDG+FJh4kinLu3S7BIgvsWaSIFAu0eRKqqaM0dIbtQ36g",
-	"Tyyj3PsIDA8MFBht71vSOE59L+eQjdru5BnZgPjVeLIbgYtqoIkQ7SfZSSVZ3Uowh2w4AEIFkYdxK7z7",
-	"DUCKarGJrBcYFnarn+Yi52GQhUfqrlN4sZoepkKW3bPMwYyRTnhzIOM6GeNw8vMZs+Y4F6Roroe1NJDu",
-	"NKNLMmKl5Nzhp8/DYNyo9IKBSIovIQ0XOxWJkKVLseTVMnWFOMRTWrnk0UB+NyLt7drOwPdfC0fRnKu3",
-	"1MRuNcvRwaSPa6Aca7sRzDGR4GYbljwolJUKZzi9K6tPBmYjk0GrT16A+4pAsdtYSHIIxdndh6Peb+JW",
-	"vltaWD92aQag5K4sXRhqwuUvBAF4ymPuKUxxcGuVKrcXzUiglNu5/hC3243nvXv3ot1Tff8TASdCGb8B",
-	"hmy9NA6ivnTktnY6uixt6krGYo4GZ/H5hmZZx8e+QqVVFsDf9j4pp3poQQyva1cSNkKdiFYruB6Fobia",
-	"q40lTxsqkdaTbKGG7KZZwRlYe5awRgwAnrGqbMEks1AktqiMERhyP58THLMp2GRtQxQjX41KB9VZ9W1M",
-	"ycuVfCJF2hzrNdOMYYeIpBP2lmw+eyv23ReqXFo3JCSLjWCoj36VuE9GtQWCUBFBGAWLPeEzkA97zSN/",
-	"7tAlYHkEHF+36XzOkpvSWjWlK2trVNK5lg2JqFy79UW4XpOqLE8JBSmtsQ2/8Wv0X932unO8vgNRwQ7v",
-	"x1+Lll0BCYSFk0VwWoIZjwiY3r1sEbdLjZQg7kxnLCFDTNtyFIupW/v45fXVa5SeVJHlcrmczZJET6ez",
-	"mVJ/uByvnGdMqQDlELMQEERwHB3dW9hVI4BaVQh1z3AexDBW3Scrw29a8ic2ONxUmlsdXtY2fcvN75dY",
-	"910Yb+KBiuCqcnYPkFMXZC6P5KYRfK8mCFrr/grsNTa2TnHDI44reHAQ/Ro6zNyh65+FUYSijiaMhxKQ",
-	"ClOWZUVdC5WTu8jhnCUkSSWDwnWX8E3tDe2UK80o9M22WL2d3dCXnZvEdXpY72wt+KQMVwSHXoxt+iHe",
-	"XYMQd9ibAUJc0btxbmgfQ/C/nL19e/rGo+LBovq8v7DNR+MpawSX6JyxJcT2rUuOP0fEu+EPRik/UFOy",
-	"X9Nmpoo8tvGEajYvA5Xh3RbpKEAQGOYmEDsmpSuPIS0aYFKnIkuad7woYJWCsPb3ha6PhT+F20H9zqG+",
-	"goLosT3jtJgwcCcDWjcATpAJ5RPoMaeZnEFXEIdBZx2FAGRlazqBIFU6ylIexoRdbXC40jz15CcyEwmD",
-	"WN+xLQ8VY6BFi1+CmLQYU0HdbLfj5U7FpmiAeVyfTB3+oscls6B7TiZPBKQJktHSNpmqOXXf9FQJl9G3",
-	"LwuFE75kq4HxtqZ8hsM6bHkLf1MKeqWa2K01a1K0O2wbhmILSG2FaKdLhjRb0KUamnGohvZWLnOyS94b",
-	"GlykitUU5QI5rKWwO/dnza8OgBN/uGVLW0cN3UFz3sWpuSpMGGOUp1mCw5K//Y0MbGb0oNUlCJm8igGK",
-	"Cc/B/SwaNFSXGI0Y5N8YNYFn75XaA0BBh1l/FjPXViGU8Y+IpuPUfMLm14GOCs2NF83mZ2bSoVNU9FoI",
-	"nSMvlEuHqAS9aMEWwa24oRFDzWl6qSogp4c9FVzvooe4qy0ws1qHIzTfDpsoD8dkaPnD0J7hoZvdsOiK",
-	"7By8Ti8QnB2ToesKOCyfftcskDnPsINcCCM5YltG192x8mq9aHOvSKsmLaZCMaeVGM1eG9uS7//BpCAQ",
-	"6DOPSEi7Z7PEauAey9Oxfac8Q3X5aL2Gc8qMTW2xsZQrfhSy1E7aRSDz8sw2zg1baLmV2oR/Oc+oNhqv",
-	"E2kW6x4gFemMxJR72zvy1ZlG+XM/jQwPSFjk008QwE/mHLQyKBnuuHctLXHKbXmjbxk8pXJiOGRgr0sb",
-	"cuwVNt/jyfCkyxLcsBGftU37usT2J6+UjMk9RdrfbFhRCFRV13Mr6SGvtCepyAwVmQUJKxBs8Q0gVVMr",
-	"W3NtWwZL7NZfqeUPuMOqU7jm6T9z5hKwytbCO1ojbYu2qVWeYb5c5xnm2yGSir0UOwoXTn63G76avOAd",
-	"dnP9z7azNYGcVOzoiglmv+Qj9p8so3sKnARiPIY1sk1c3aOKZLRSD1csljJCZb2baxCGvvqC75zeVeop",
-	"ttaSxkIYVDv3bGpLs1rFD0NG2DDMHpHOfRvVBJwtZqoWArxdshOhJysegVSRIdgcQ6iChE9WElgmOVw1",
-	"PLApvbEah94GPCZDo2sNiSpowKZMpNz+dgyIrsgdimf4L+ApiYgd8xPJjPLIA2nY/FerAU+pERkgV7gQ",
-	"5rnoKuLCS1ZDJw5UocgITTWBdvrmSm+bkkur9ELyYrl7LTb0WO23VMYdSoVM9QrqL3jaaazTu3XsX+wf",
-	"BfK8jS1NPZvvRKR058rZEtKmb7aduBllLJwabXjLDaZQr9PFhU/BLtMzxmJtF1kxXs9K934GFN7np+/e",
-	"nL37yeYEedi4sWSsS2zeNRaCmq9d8SeHQwxpYryoRYFhcSlwF5vniZRT97d1TSx3TqrPGS8kdJVns49z",
-	"CjYe16KUQl4jL+6Z84yiKOWTesdHAYiP6zajSwSY18IIYtysspGGdokilYrFRkaakGTQMt8UCtsGKP1Y",
-	"Mn2zq8G2gnoX1Oehsp3xO6u6ldo7npyfua7ADHCvHQ66moqFeZ+//hXQBOFUW18PNOnBmyzvIe1SVUSK",
-	"ibW4iEs/xDEY49VEfO96cos8YeirngWzFLa6spwLy4/nW85h9MVqYE50utKszV6usqbkKMH7s7y6USC/",
-	"rykauxYUr3qV7g9/bw8g/LcAwI8IjaVQysanDHc5ubw8++nd6ZuI/HB99hbYkpDEJv4UIO5PV1eDnNrM",
-	"dE851LJBKxntz9KJ4cWDVnOwet9cfiNb8nD1oP00h6mvBT+v7/RemMA7VraoHcr0Ky0QoUVrre0OaZa+",
-	"tWKQGZmDUwsEmOQx+OdA3XTqNiiBERlAXwfrJcFd2wIrZZ4UmXcNLR20/n+0RnMh5c+q1jexyCvN7kui",
-	"yCIS1wbkit9dFZhN37aCecSMuDG6Qbem6WZtj8Aak30XY7qxcRuwi4S+QTnYPB63nsQU0Pjc/Dat+j16",
-	"9VbeqRh7zV+9Yqyr1HVwQF+CYfiS0SyDTtSkLZlitsqwFPIA6EumCi6J+d9c2E78bvwa/WaX7o+2kaNr",
-	"0lh9wcB6hummlkiizc0VizVeW8szmSpnExlr/Nin/46oYtjYTVngKdtywWofZcyJ63eX56evz348Q9wH",
-	"1ItbUcvJou0IExhzCoBIrIJMOEFnnnNxevrr+VUNsAQo4E/RN67ZPTW13PXR2hJ4a3PDV7I7cbvj2zQH",
-	"X41a2i1iIEgH2u6x867AuhoGiun/oCt2m2Ucl0FdSwuxNccYdjgc9EcjrrF0QVrZFqW3gwanUiQcPgK5",
-	"lRFoN2DM7kBcW7FTt4eRnhq8tJTns23fcbGfON3DgWM0JyJLA1vJyA284d12BdOvrsH9Uu5Cm34NyU4P",
-	"g/a/Ap2WZQm4CrFB2zFRDCH+LCh4nDEqVQns36vD6AZe0CWRIudJkyYATRH5dwLIbw5jv+3KryYjspz/",
-	"92SI62s0hTkUAZuggAF4nKKC++FNHhvjynaLUxCUNl9gVzmgSVex4dAow9kNZb28juk2hbkJAp5CwExI",
-	"FzoYC1lEsWIMDQhbuIeaat8rvmkCjfqNPtwlUF7twANnZejRtTctPJ1F+0EMSLhOVKQchwD+Cv5p8MCg",
-	"ej7yPfkSljHNEm+AFk4liymhCJ3QlFszmMI00iToWBpLxm7u53CEWz3SQsC2CytyjwEfYRbIGzu7kDbc",
-	"6Avi79VbYF1HyGjMzPbcwA4GgkElQvC+1dRWarRXCKLTvFjjgdgYG+zO6vxplt6xfoEj4BA/S+FBJgnk",
-	"MnRJzi3wNNyj0szoDZ6M4SLsb75kuoD1SxgFl+lqTNU8mTOlzAiqCH8JzvAbzLmv3AW+vU4XhuxXn3BM",
-	"shTq/7EPFYMv9+38JdOMY2TlcGrm4oMn7mBSDGFzdwC75MSfeKhXZ6U+aClmneMDyyYfrGYrapUXCuI8",
-	"NFk3x6LWx31z4/4dlZDLZUZAOQB26YkdrPTVdXXc0i9v4BH1xsmZw9swLyHXjJK+R1OwXTBGRq3wnWUc",
-	"0MJimsaYi+AJRkW2dz4KgkxMCGQqJQqT0WIq5Y42j5N5jp49Xyl8BV6MlWTKSkr6Ojv4UCt3w1qzRTxp",
-	"rOtaGb5N1XXD1k3H6Am/epxHFzm81Gz+w/ISu8s6eqt8+ebkp6DNX9Y9dlOZdwH5qu1GfFJCHkQcixeH",
-	"R98efffNq6NvS+AWhwgyiDUmq9CCOyMwVWAOdsR0bp4ou5IkO6apNAzt5r7hA9Iut8LVjM46fceNKXER",
-	"ZTKiPIkwoAfOchuihTiXyxizuH42IGDdB3u2azCFWgZA33XXOwdDw3iEJc8mKi+QckVRD3jf8fUxRjdJ",
-	"75g6XgXotQncFokvFCqwTmpEmzW8yKy3ZDRR9bi+jQPKjUHpNJvvUAthTm7Ag7VTSBCzYqA018UFnd+p",
-	"LgQ4XY0A2nrSxwgA4gpsOpRXto3JYwFeVqAL7+P/2Y0CHo5DWOGWzbDH3A3V9y25hyykyhYv0eoWPLG7",
-	"yJnHu8nQCo00kab4iE3vW6okbl4rdO9N+hAChFUszg37vjRvaouLGZXBzlgcMhhQE2vHdK405fZP2xnV",
-	"GLkuBHry5tezdzdX7385hZbPsJRgeOPwfjKQ8/75M7hwxmIDEkBMLk4vr2AOYkxe4/OjUm0RsId/iBER",
-	"Mp4yr1BahLEBB4ixLoHWtNBKMhZzzJtwqI5mAKzc7hIAhYYLB5zOIRfHDHdg8Zj/1z+UUdwvfnxNvj96",
-	"+W3HJR5bzOthLBI27A74gJ+CyDB7i/NBwTg8yfVUyPQP+LJPfoBlwUZhMSyqEwZk+HHfrva+FBkbDjgW",
-	"WQCLhNxDXhoe0sX6ZIggU0PSBmHTicgQ8afcN+ZlBxx9fCiB+3YbbUuAyNVWRDZBOnLJz/CFplKbUQHd",
-	"ajjg7QJxCwUd+uDhwaBbDi12X5EaF9Ms63sfQjTgJUxAVN8jSIDpdMk7YVHUc37LxYKbCyCeAn3wIOhj",
-	"n0hSNeBHvUPIAIMvXL6uX6+j3jfFr5YKtLDuS998z8h3M9KRTf22aGJl1QXLTIpuAbyyWVMoHx+SGZW3",
-	"asBLlqsUOfbctUk6pQYyLkWnSKt2rqAZXcKKYRdgizDesufAHIvSWe+3et3Dbg+7tzNO52mr3/qm2+t+",
-	"g70CpnDSD+4OD2Cr4a8JC4j2Idg2fwOiukEfK9qsQzA0rdcNUP2gjYRkRlNNjVU8oXeM5HMi+ICjQQvY",
-	"9De/nvzXzcnV1emv51eXziVW4Ar3S8Idi4foEntjDDhkj/AESLwgeiHRM2a2GKc7dMhuOCebcmWh+HD5",
-	"/Hk5S4wCkyp9ggthhRfAuwDuWmqW4Z85k0tnC/a9wYfyoYz1ZiPyBVSyrXReXb5gD4Q6AAAr9QoMWnaX",
-	"ilx5CReaohWU5TlWNOhe8PmhkSD5sjKQt/9e9koG1EuLa1lYTqvi6QN4kKBHGFDci17P2jbaQl6VGe0/",
-	"bEpD8dyNWSdm+0BxAFmyauWYpYKjC7sMmJ5H+PTQoH6WBVoZoNJZ1J4W0kolUc8ootBXAmgjQq8RFrRn",
-	"S2Ir0TE1zraIsps6p5OUU9caQtMJeFzssfwQtarMv9V36IFmRnCArZcZIFBL57hK4T8x7fJynnIT8BEW",
-	"1zrYxdEBXeEOHN13B7DPDi880ZglrQXWwfPSg0qLWsq8WGXTRpXzC7S25gvvRFnhDqG5F5e4BTl7g+CB",
-	"a/t1YMQbKH/3HjZqzYUKcG5sHWV7ZguLbgu4dhH60VgCMHiOgNtOcXv7/ifg0T/8X1enl51+4Uq13rcp",
-	"4qIoDWMnErBa8SyAqGOSKLpUUEYGOYAeRLRKkifgkLOv8tasA6qvTOkfbEe+RyHKoo3W56qGrGXOPq+d",
-	"hqP1pbyE9bsH03gQiZ+UqFtN07nL+7OYfj5C5CJe6Jm2mNKPS/ZB0pVF47xHIN4qbSD8cJljPT5d2NEd",
-	"RnMT2ug9zcMv7FNCPPPCQ4wMQTFiydCCeGpmJE4lxxu6e4l5GWX5GajWXP/9Y1C5d9mTMTXW2AhQGtZJ",
-	"/UmI2+n9B5/sp88HaAqqg0/44fOBB08IylijfQBywinXtkVGA10yoKg9XDEDL+BXopn5JVluV88Yt6Vv",
-	"D9PPrgCsKwafLJYfVKy2wsyvIkZZxczILMkUk3drahkSwCatbFcN4dxCxplN3nLpG8SU85pEY4o9+HTL",
-	"lp+RQDKGLs4q6b6B74udajURi6d3aayfXy7CYy2KhZZLTIMFnDQPgaSg2MAiv9jchGbbaDG6n2Mbo/VY",
-	"DNIslI2Yl5qyj+Ty55P9Fy9fFQ3kbLUQVXi1Q2MGBmEs+4I/YNZeVaaVuUW5rVZv/3u6P/7w6dVRqEng",
-	"TiSHAMW1HgVISKUz27hIYQ0tQpoiQHEEhzXLyv1W7FP2XB1NykmaOG0WvVO2x8OAv6VK7wOI8v7ZG9LG",
-	"Js5QAwrBV4c5Ouy4406GfeiiuQ+B8iHUWVoEZbkkhy+J6pJrDnVddqYDhyefon9ilip4C7FwpT/Y3pxq",
-	"GMwQJHpAKIQSJUzeaHHgcupDvAOkOSVxlgLiyJTqAbeY9owGvRa/UR1j47aAqNlChGaR4NazNz87zrXL",
-	"TX8HUdRAbmj2USNJ7BdNc5sJDo+FXWNKllGtLQIbfLWnEBQbuoS7QboBEWEp0Mgd2OpSZ9Yq3RkiXcPW",
-	"VpB+hrV5kFngMWXKrAYxip9FLNRZgsVaQbmg7YgCtG9I1TqqlqtN2Cwb7RehuFKbMZvO8vr07YBjT3a7",
-	"cHaAPWXbs0FttI0j61Inu6ICGtyqnS454WSYJsMS7C+mLpnDVr7UiGzbSARTRVJbmA9lhxgqgEOy5962",
-	"5B80Dwi2DQycr3JrxCeyQULdFxtZIi8eewqu3d+ms1Ys6L1E/osX9xX5do4eyv7Y06Ly3HYO26ljIBFL",
-	"ZBGhWszSGMqLPGKJe4fikFqRtUkh2FkAHnyCfze65FbW/gmV8Ga7XNnd+zsuVpG7Pd1YiQusenWvAOQB",
-	"OVHDrXlGlTv6tOFMpElEjOa1z1RMXd+idXWMlfhIWCHbqZvoTjqZQ9KttVsvEHO1gb3qkKwb0h2CVq4v",
-	"4HueLTHvB+vkoYrWlrhbAC2jOvRJJhZM7sdUMdvtXUXY7B397wlVU6YiI6Ed5io4PeviIuafG/ecVp06",
-	"7FvCH9a0zX7OYM2Lf7lgjWs5sdEXgG7MhzkCzFMC0NBNIjCuucQXtfTr/KOvIVB/kfP1M7vWw9LCV602",
-	"9gEbDGryLRhFSc1zbYMKrEYz1tS1rbK0dlb0BNr/BWzN5uT74Wn0Kb8uOylTj0rYQaLODNEs/bpimQQw",
-	"uZVFBIJ/0Tt86hnhQt3Xd/P9cyl+OM0C3ZpyknJoreGTftScxY3O7T00OTPWwci1z/xyFtwphQR37Fc1",
-	"NLMaonXr6V2daTaLSDxlMSTFcNcg1whGf9WAwwUI/ToSybIPK6qhmIhqxL5zXcGM8gwXImhIysnQdq4a",
-	"RgPu+YjrT+8fQhYizxKEvPKdNdtHvZ5FW4QCQ1u/IJgaACgfaIO+rGJGI3L04oW9AfrZoDOFcoegk/OI",
-	"HPW+t5dA8iwHBKeI0EwJaMVYdDUr9/qC/USUHWdRpgoQ0jSDRjIDnuousWlbkBMEt6fKnd8I3FMpxpm1",
-	"pFyha65PqK/HH3BXZoM3KQTnLdqNKvKy1+uSE2wfBK9nKzhc49M2F3rA/+Py/buIcGH3PSI9Y1LPsKaH",
-	"cnIY9Xo9382UvLt+C8CENAZ/E18upkyyDmRFUWJ2wW5YlwzhMUBJkGBDKLmjWZp4RaqPGUrQbNUVqBmd",
-	"dsCtyQ0DhEzngi5bT8zo1Zfj9JX+cwEeCx3b4Gffby4qWszCrPd8q7mH6TmWT+bQBhMpAnRrS6MO2679",
-	"M3R3NY8d5dmtM706T8o/P8mcb7SCUY15bpl85doIPdTY9eCRYJJg80hXEp1aVMyvTbHcfuVFzrGI5sO9",
-	"9hvzCp9Fau7yLnX6NCR0OTp8glQDGL5gVE/pz3PtW2vSryAjsuwHNpS6MNx/5F3B7D4uoIdlAcC0KPYo",
-	"9Q5pC1daJAwbnUcteTyVghubGnDAWQaVNk/Pww7s4T74hB82Z9vFthbi6VJINm80tpd8eA6SjTp6DmdR",
-	"fj1/c8kZ01RpUfXd/ck43fZLcckfxhdXaOjrZJQ7LsVGtlo6Cf/mrF+Is4LpEdv6aqyhM2/AeEK5Vl+A",
-	"dR7YUpJ/GcKv6UpfIDrzZLUJSZf8NhVIJVOLPFyhHTUVCz7gtroUF25PlToTdMmJq0oZ2Uy5Mhi0a/k4",
-	"4MZIxj2PU1UU2SuwoIdc6Bt76c1YyJti/IBld4L79rSH2k7gqzjXfs1KR/t4BQACns0USfWzH2/bjmJt",
-	"78GhAEDIx2t09wWOO3bK+Fc/7eg/A1UJITnJEF+cJcM/5Wm/gNn/+7B/HYcdd2P7Wd9Oi1+AA4DdcPDJ",
-	"/PO5VElgPxWVMFvKl3yhyNMm5sNjABNtc/7aalwrSFXm1R5qiSGPSTAjPjEfmZQu29B3EFRT6I1arQUh",
-	"bVvv07E9j7JMLFgCUEf/Y8y1qK7hyJ5yvfQw0BEhYEWvJovDdqTakMThguq9EFDMp/qSONsBxj7/sOb5",
-	"tFITs2UKh02nYLuslMC1A4Da0K6AabmswP67DlqaSl3ugMvZR9059o1bAHgWYGnAGqnLhCjBf99/US8x",
-	"ORcq1bBkKpi/WcLy8jjTUAbv0szIEE/cELKH8cgNwZcfT3N+S9oJ1RRTEQ2biDCdkmqK3f/NheZDx4J4",
-	"DaGXkHD41+6ZjDsVoKigh6pyBWmr4XXCQxxO9LAAQqtAh/f1WGzJ537PXXbpHONyN3Z1pVhUErX7ZJgm",
-	"/aEtw1/YxKkhXN0fom9pOWcRGcKywoUD7vJ3zRaa5YWVFWPyH5fv33XJFY7l0qtXUr8xh55Ckvh6/jeG",
-	"+jDfWvn4IjQPY5qkukNiMWMuYQR2kLOFmYSyiD9Lm919XJtDPuDlJPL3bustsI3vzuk3H1LIMYoD6+Eu",
-	"wAV2RBFBHrnSA25XjzDf9wjIb/hpgHlag1afDFoIKgFJkvAlAEsMWp+HUalzLByZOBOKqdpkc7cZDSTw",
-	"V5T3/WC5i9UJRb3COiuJXI0tUEeZZAw5wLdRCZLTbAUc+y+TKf6oQvaxKgnux5ys4PmKA02BtEdMZwH4",
-	"tLUGvdi5tI2g+hFCZpgPHgQrGvCV3kgVHP6Ok8UqIixTrDD67Pd0lLHh8YCj8HMtPp1It5wJ8wFGDJB2",
-	"nesSEi4GfAg33FikiyEy4RIYJtvHXmlGjbkxKsJwRbgNeCIWroIGW9a3rfDql7vTYopICmkazpHWcRwL",
-	"0UDAozGi8a3hmLZvQRdSR8DILs8BM0O5gLHDti6sz9NFAd0DnsfQ3RT2ttra12LkPihFzK4qFA0DlozH",
-	"nKOw1ceOdGzTRhXZwJVr1lsIX6uR7SkXzMJmlqyKIvFEBjNWsf1pGBmwFYp5jTeOi5W0W7MLU2h6bMXc",
-	"2mHLZ+wJz1rOL9MJfza30ubTls/Y1+pRgrnZwDskzuF0MUWw3FxdeRytEnojBuCxxBqPG/Y6BVS1okGr",
-	"G+gZjpF90p/mHCG+A5rMKRAi5gj6bo6eSrQgFAqfibE4ivq3AceKYNeuliV9omXOhq6LKBYTo2KBdqPy",
-	"LUSNgKcD7m+Fc+tA4Wx6ZJc0OOwDXpz2gHC1j/sfceDdqfkqT7xvHYtH3rYMwFilVRt9p0ggQuyvEFUC",
-	"mKki5yfXl6dvkARcGu0q8MxjHnG3dpvLmC79VbuaUa+xBKeJ7QIlNk9aH+NeY3uRjF+WR6mU8aMZ9g0V",
-	"WdvrZIqN+bqLZdyaPmlC8mr7nUZJyYePTjePX/Hx1ar/l6D8g8UJGC/aQvQaOUlJLAW3wKGuQRBpX7HZ",
-	"XEia7Sni+UWnOUk/hHkdfHIfG8CxVCh2GxjLG9sh4oHuLhzG6HL24T57QJXq/82/y91XLKoN7tW/au9Z",
-	"DkfZhfHwjHA3UpE06eFpdDpj0JwiNpoe4t7zhEArSSbVV8lYt1/plrbQdV3NVHWnqz3KnogThxuhPXN5",
-	"SFNiAxwfULefiTM/oBYPplliDYDxwbIEsg6EYq4R+y3DhrypdP1HyZUh+3Kbd3xn4CM+mLJgkj07Gz4Y",
-	"0fh2nGbZV2Ixrh+loE7zg531E58l95gvhE3i3m5z0g7w1EpC1dd+lFBp8YLVhdOLc4WvlHLyu22jz3jy",
-	"oehGddiLer1eJyIqByh/Vylh2xWSOTQiPHZ91sGRbs13L8IxCOGhdfgXOHrgKvpznbtzM+V/JW3lUgtr",
-	"+TsLHjU+pEAMElmXnjlhXGgS03wy1SSfPz/F6FLz3j8Nzaw0in0iVl3TjvaJ3WDNOXS9O8w1gFJTsTBG",
-	"hncrIhvzHCv96sFsL20kCgqoxYK03SsmBLokpIooFguebGPdz3+ycv4n5MbXOOl/LX7s/RnYUhVCmR7i",
-	"tCAoc6aelEzKXbVrHa5X7qI/tb+13KZ8o7vVrcmjeFvdYDs4W78ONLQtnlbXXf0pHa32GV/Iz+r7x/8P",
-	"c7MWODyFn3UsJObgrYD+4WW3zGKbzKlt6cMcMGgJjAJvcOeh83TQjO4RB5/spwZu2DI5P7cX1s7y2MIG",
-	"2xRETHhxUTc9lSKfTEE92mnd6t2xta/ce44jdFXAyD50Id/z0lBfIahkqMCgwj3DCf7bW9/ulE9ZaYhY",
-	"K+p/81f9qWV9sNnkZqFvr3wkqe9Gw/x0bC1MbOM2wKKm8TRyOkGngVJQaTb5legF1bW0jS7RSZfOZjlk",
-	"oXrwK/bPnGbOEKouyJ4ibQXgXqURI9+alyeADtbxJY4vej0HcUj9IMeEOif7AFC4IMMV8rVpUazi96CM",
-	"0fWid2im6aWdbcQ+4A5ZLBYzl4LqIdHKo4WBpdXUkeGTAUsXj/hCIZD1pqlhVl+QgAoQwKMDIjaZ1gkk",
-	"xZRn8Ixg1xe2HyahZa5QanPqibF9IidiT5HVV4rIa8GTPNZC7mHraaBpO1qnOe+4h4blBzz45D420LEq",
-	"p+GZlCzwfJp9DiQPtB162jhLJ1MdlTJjIA/KWW6lUJcUC3VcGS/FDmlHvaN7LHm9cla/Vs9/dgNn9YG1",
-	"NuvysNiWr1Lobb/SLebuuEGhw3Rgl6aZsuYkb+sr0KjM9rrJdx/cBIjJZZhKqlDP/6aZMs0cfLKfNmKX",
-	"rRDP18BoHonDGHvwX5e1hA3Ku9Iubug8gPXVLw6Pvj367ptXR99ug4e3JIldvjf7iPGSp3QmmCdsYjs4",
-	"y26QiWAb8BlNmHelGDX05PwsBBovck0UiyWrwmbZZQgRDDRIB3rZ5DM19z+tx9Q84Uv5S+Ht6r2lx2QI",
-	"Czh0vXxwhSMExcHAmeAxe25V3MGPQ3t1JJRjLIyB+ZnZWjxf24pI8Gy5G1lUjpHv4VynLV9A0/uCWLap",
-	"ynj9g1VlHMa1zIfuOwWm0CGGqLhYrGBLNToTgYYjVfaVJhs511jIGdWtfivP4cq6LinY7XO70oSxrCeV",
-	"d/WBpivf+H+NV51kGZHWMmRJcVVVbJnZbxFaNf12cWSc3pPVv5Yf8oVY0W+u62ug065b3S9n8Zea4abc",
-	"bGDMsEEibm7T7V5pbWsv3cpd3jC5TgfbrXG5unAPSJ3OGL1L+YS0E0lTzpJOsSCJf5A6dqW6rlLdoiwY",
-	"xjRiANtRKYrfum6+X/DCvfijtYDHpSx3gC9vh0fCqsVX+en0iqw134aoGzRX9wthi/36FSLCCi7brM9f",
-	"miKUyD9ypckkvWOcaDFhesokFvNbYYZtxQVnpNTXH6Hsk5Um5POMxth2AmQ1vqEHuwf4F/CIJApBhObY",
-	"B8WMw2PWOYYCjYTk/JaLBQe0lroH2KaZ/hlTWqQvBi0ZJk/cGm9pllMCY1J7ZrJ16DtpojYKJejGUJFO",
-	"KdevjlqbdWpoz3SGt754+Qoutn8WV1Mp6fKJ2zOVtnuTpPL0NBY5f/Y2wL9BUmuJ1jngrGphe6+W6T1R",
-	"JQJKdVT0RaDJV8wbpoxKPWL0HvAmpZHrZP7PfvSnEfd+/KLD/lOGG8qPy5abWuk/XErhLu0pwwxTkaQx",
-	"CCDOlLI97B+TqEKUYTvlPxJd1DUbAiAlfBRpL8x5g1Ywa9LITodoestUxzDvTEzU5lvgCnvDWqP/oDjB",
-	"pFFgrSu4h+Bmx5LqxMkcaE3j26uAWMOuOimKtHOh9EQyVe7fA7598+OMKUUnzIUki7rtNVEKYUaseicn",
-	"5VZKFkpsVEysXXpBK+iwNLEsz/ZUnxz1jo4BTcHYnqkfaibuzIzM7993yIRpxGhw/ZdSbpubQsMZbHGP",
-	"NfwAjIKC2DxJdcmlrfz3feBwaTDhMFVkSuUsY0r1i/33kH/WIHZvYmjEVhakKLjXdrNYo2gVWsCCr9As",
-	"ty2S7LfQsJ2cEM8Boc22TBNGaCaMfuh/6UQlHF1AgfNkYlbxqHeEQFwzRm2TO1xpM/PSNiSMIgjfzGhF",
-	"0HXbKuXtguwWrFRk0gmhmpi1KqkbT2NGmYdA86Fnb3pUPBr7Hm1is8dWxK43QLpvy6MHcm0kctQrndaw",
-	"5zi2snS7qiiDElwisfWuX4/K682UWZzLVC+BnY8Ylebe3z8Yho3Ac8joc5m1+q2p1vP+wcHhi2+7vW6v",
-	"e9j/rvddD5i7ndInp7MCGMPnyP/tproOnwktAzAiWupmdJtmGX5pVydyyRMIIGZWiMep4ZIWMQx+nXVL",
-	"2KUwcOCJ1xYxxnd6OQa+Zb7hCcmV9XRUIVBDA9mIhXWQVKLlCGzh8mpKwxXu/vXxLprXlZdGLFKx10c8",
-	"r2ZJFo0BfEwZ2KWqlLWvrKNNX/v84fP/HwAA//8=",
+	"uTbtmnxMuGa7Q8JdGFrdH2kqL6cUqw93YDILlk6meiOj3lNEmZEjctjtGl2dtJ2QPAy6X1embR8RnLVR",
+	"O0/dzldnBippiAtAneCcGuOVWz3P1kyTkUiW9mAYw6yrNJur3w8/dNF/FVz+GVOqkT8IJ1TcEHohnym5",
+	"u7NtqvW88LPZNzK2NZYhk5RjYEUpSOJWxS4Y4/3Fx48dF3hRURHrc4AqsDSkXc2X7rh0SJuOPTQXDYu0",
+	"i0oOIOBWUPLy40c8aFpSriA5B1PcIRQIBW6QTGnDQscwuyLNOlfWRHSVyb4kbqXaSiRhd63FRnqYB3DG",
+	"9FRU9crWT6dXwbBkec1DjspyLeKKdpHLmpK8kRJZru2eCwn/KnJ98XZ7QNCMGaQ8RqUeMaov2Dxbhqpe",
+	"Qo5uD1hgSy61FBmZZ5QzsqBcFyGEst7VIBFoo/0OU9n2DjYBqj4tcP0E0fLLYEokBuGK85CWk/39C626",
+	"5Bq+5K55nKFMzPoE+1ViSiRNuaGI4Lv7DKnUcOtcg/8tEQveN9sZg7uBswUsixGHqSZtpdP4dtmpSZRa",
+	"m5BPYNtNwiRU04C/DjkOVZBPrBm3/iVyffXj/neeO7y7frtmhR199/LbV8E4smR0Vo4kr1ZPNQgkwxAR",
+	"TvrDhkVQuxZX+ZseN1lw5QXsY0Izf1ejVL95d7mf0RHL9rP0ltlqfIiwvvqmpF4bvdsqz/sfIlRo0Meb",
+	"EMYT8xHRLkjGtNXGknSCbofS/r36ZtV42aa1vzrc5pOoOhvq6redty1BX04ioPA8zVjVZe4ug5Ok0yzz",
+	"Udj2FZvNhaTZniLWDULm5pkpU50+GarbdD4kqY7ILWNzdI8OR/l4zOSN4GyInrQsK76lWTbsYIIIldrj",
+	"E9oAr6uS9yHgtovjgjwdoupqb+XLBV2S9pBmmVjgwOUorZlbK2oVsyn+oFlWRGph5FbU8sMEq/fATbMr",
+	"H3CSdp0EsZZLjMnQPGkYQd4uL4czYLOMWj5J7zBCDtp6d82W2l4mXWdeXtWVhaAlC2leE6YV5m0Mbe7E",
+	"aqXD0Ohpr0/fhov6bkpVfTebyvqKM93I9QXflJUZO1Jp/90XPvXf3R+1AD3vQyNQghBjKfvsakkC4QAD",
+	"cVBv9JLR0jIfa/yCnu9Jw1hoVhVNiJlD0LA9d0gbAWvG/GTDq+a0ywKnrXxQMNOjFbXKKWIXp5fvry9e",
+	"n16ufA+pY62odXH97t3Zu59aUcuXP7ai1o8nZ2/hg82paEUtD1vVilrX7y5f/3z65vrtyQ9vzSC/vb/4",
+	"5fTixt+FeBNmzF/Ozs9rwHlKGIkrAmdzWeqMxtOUs33JaAJflCpUbTznBvMUudA3Y5HzJAJMjiyNw+Gz",
+	"hGmaZuEiNWMgNBd+JaswoAelkJ0Us9rSmrxOO091xjbYB+trdX1xRiQbM8l4DJIRcnrQMjarvkqHdXa7",
+	"+dU938/RVg4HT1Q+ylI1BY/J/XyHIdhEhM/1EWSSJqQN6C3soyYjVLZ8ankgalMvtf/nYPCx1/vwV2Bl",
+	"RfgV81Gh2KvOlxYMeYO8ntL5nHGWWJrE+m0beD52fhVFVD4yt46YkaJrykYjZzV6y3ZjXTBFPwlziIwq",
+	"O6z434bH3lH54uUrY28HWFYgnWcDRbAEaOJxihAsWlwQ2uc9Z2TOpPdfFR7cUlEGeNMWVJG5m11kXXGY",
+	"XWy2XpGUx1mesIS0ua38MeyXC2n9b41d+lUHYogzhOtu6xK/Gm78eplDMGpuvX6qtDTW6Rc5ybZLzWPI",
+	"VkQnq5u2nUhlH7dWHpznalo4de/DWe6tbTWJ1hSu9UYUgWro9ijP7kkaYV83jBNa1guqGQBlXyu2q+vP",
+	"YgX5+toykB3Ur2G1MyWSapepWc3u8fBZqUJjP3nMTOGzq1OsRoYi0H4ZfWFKFaFklMe3TDsdTSx4EQTy",
+	"uaV7mIKDlz4sCFS/DO3z6yvS7XYPzCX7cIk6+GTG+dwJqiw5T3XVNjms2R4zedgd3JGtGchNdecLm+iH",
+	"KN73O5E0SSDbdh0Uwii81xdv3Tp5H9HJ+ZkVq1Ot5/2Dg8MX33Z73V73sP99r3e4lp4QOtbgMnigG7Yu",
+	"vBwwh5TIZcy2coQLf6E59plY2d6jqC7v3PsOLQSnr5pxW/3iqPFGR35Lwls+F1JD/eWOGz117lG4L8ve",
+	"j1v937cgN6x4VD9/CIUe0Fe6p4h/QmTxjDi4QRLAN0JPCWQ9Yh0AnHfwOlQreHE4W4frh7TFuH0iAWCc",
+	"JdbdYSgTBt3DNEblCiPUAhQJW/4koUZ1Dz3S3aJKtrm0qJY2PywDzT56y/7W1dXiu9xz5nbQgP4TdvFb",
+	"QKViHwTPloiCKtk8W/bLpbTPGwhw6xBextKR30GevqZzGqd6ScR4DPQzWhJqKTxCDEaHfW1TGA1fD2T0",
+	"zfObGQB0BDIkz68NWcLPsZAgEHq9HvkbjGe+6QShOja12ohaMzYTcnkzWuqQRv4r/GoeCxfsPP7n8Bob",
+	"FfV+YsdoJTfbCm4FkWzf6PvgGy5B4SdiwW13FlAcVhNHinrdJIVovwtuNsgnDL6qTfTxRWbJDNArAM1E",
+	"ArSFbQWDpBJ0tlxguL8Z673I+WU+m1GwVcKgQzvAW8SuSnoNGuW5spYteCsLxuTtj0YupJyMhYxZ34Wc",
+	"YCtd5iTUt1ELjtoEAM88PfLrtc4pPuC+rPDbILZNLDB9SIRwKqxtOpQ5H5I2kKvPcwfH/RDM1VDuL161",
+	"CRcQUkVdkoK93nn3jzGL3ivxPj2+SJ7HO4qgvk2mX6kdCFes7grJYFNatlB2zSGr7IPaKPjC/ga3LaWk",
+	"DoDvA8tiJwi/FZp4kCjKuXe7BEtDsNOSIlIs0OZJqKaO0tAZtg9ZjT4djnLvIzA8MFAWtb3bSuM49b2c",
+	"QzZqu5NnZANOWePJboRbqgFUQoyiZCeVZHUrwRyy4QAIFUQefK7w7jeAVqpFVLJeYFjYrX6ai5yHoSEe",
+	"qSdQ4cVqepgKWXbP4gwzRjrhzeGX62SMQ/fPZ8ya41yQoiUgVgBButOMLsmIlVKKh58+D4Nxo9ILBiIp",
+	"vvA1XKJVpG+WLsVCXcvUFaInT2nlkkeDJt6ID7hrEwbfNS4cRXOu3lLrvdXcTAfuPq4BoKztoTDHRIKb",
+	"bQj4oFBW6rLh9K6sPhmYjUwGrT55Ae4rAiV6YyHJIZSUdx+O1b+JW/keb2H92KUZgJK7snRhgAyXvxCE",
+	"DSqPuacwxcGtVarcXjQjgVJG6vpD3G43nvfuPZd2T1D+T4TJCOUpBxiy9dI4YP3Skdvan+mytKkrGYs5",
+	"GpzF5xuaZR0f+woVhNm2A7ZjSznVQwtieF27krAR6p+0Wnf2KAzFVYptLNTaUD+1nmQLlW83zcrkwNqz",
+	"hDViAEuNtXALJpkFULGlcIzAkPv5nOCYTSEya9u4GPlqVDqoKatvvkperuQTKdLmWGWaZgz7WiSdsLdk",
+	"89lbse++UL3VuiEhWWwEQ330q8R9MqotfIWKCII/WMQMn4F82Gse+XOHLgHLI+D4uk3nc5bclNaqKV1Z",
+	"W6OSzrVsSETlirMvwvWa1JJ5SihIaY1t+I1fo//qtted4/UdiAp2eD/+WjQaC0ggLPcsgtMSzHjE7fTu",
+	"ZYsTXmr/BHFnOmMJGWLalqNYTN3axy+vr16j9KSKLJfL5WyWJHo6nc2U+sPleOU8Y0oFKIeYhYAgguPo",
+	"6N7CXiABrK1CqHuG8yCGseo+WRl+05I/scHhptLc6vCytulbbn6/xLrvwigZD1QEV5Wze0CzuiBzeSQ3",
+	"jeB7NcH9WvdXYIe0sXWKGx5xXEGxg+jX0CH9Dl3XL4wiFHU0YRSXgFSYsiwr6lqonNxFDp0tIUkqGZTb",
+	"u4Rvam9op1xpRqHbt0UY7uyGGe3cJK4/xXo/bsEnZZAlOPRibNMP8e4aXLvD3gxw7YqOk3ND+xiC/+Xs",
+	"7dvTNx7LDxbV5/2FbT4aT1kjkEfnjC3hzG9dcvw5It4NfzBK+YGakv2a5jhVvLSNJ1SzeRleDe+2+EwB",
+	"gsAwN4HYMSldeQxp0QDuOhVZ0rxPRwEGFQTjvy/gfiz8KdwORXgO9RUURI/tdKfFhIE7GTDGASaDTCif",
+	"QGc8zeQMepk45DzrKAT4LVuJCgSp0lGW8jCS7WpbxpWWryc/kZlIGMT6jm1RqxgDLVrUFUTSxZgK6ma7",
+	"HS93KjZFA8zj+mTqUCM9mpqFCnQyeSIgTZCMlrY1Vs2p+6anSmiSvulaKJzwJRskjLe1EjQc1iHiW9Ce",
+	"UtAr1cRurVmToklj2zAUW/Zq61o7XTKk2YIu1dCMQzU05XKZk13y3tDgIlWsppQYyGEthd25P2t+dbCh",
+	"+MMtW9rqb+hpmvMuTs1VYcIYozzNEhyW/O1vZGAzowetLkGg51XkUkx4Du5n0VaiusRoxCD/xqgJPHuv",
+	"1NQACjrM+rOYuWYQoYx/xGEdp+YTtuwO9IFobrxoNj8zkw6doqJDROgceaFcOkQlwEgLEQluxQ3tI2pO",
+	"00tVgWY97Kngehedz11tgZnVOoii+XbYRHk4JkPLH4b2DA/d7IZFL2fn4HV6geDsmAxdL8Nh+fS7FofM",
+	"eYYdUEQYfxKbSbqelJVX60WbO1xaNWkxFYo5rcRo9trYlnz/DyYFgUCfeURC2j2bJVYDUlmeju2W5Rmq",
+	"y0frNZxTZmxqi+ilXPGjkKUm2C4CmZdntnFu2PjLrdQm1M55RrXReJ1Iswj9AARJZySm3Nveka/ONMqf",
+	"+2lkeEDCIp9+grCDMueglUHJcMe9a2mJU27LG32j4ymVE8MhA3td2pBjr7D5zlSGJ12WQJKN+KxtNdgl",
+	"tqt6pWRM7inS/mbDikKgqrqeW0kPeaU9SUVmqMgstFmBu4tvAKmaWtmaa9voWDLoiV5BIAi4w6pTuObp",
+	"P3PmErDK1sI7WiNti2avVZ5hvlznGebbIZKKvRT7IBdOfrcbvpq84B12c/3Pth83gZxU7EOLCWa/5CP2",
+	"nyyjewqcBGI8hjWyrWfdo4pktFLnWSyWMkJlvQdtEDy/+oLvnN5V6oS21kjHQhhU+w1taqazWsUPQ0bY",
+	"5swekc592+sEnC1mqha4vF2yE6GTLB6BVJEh2BxDqIKET1YSWCY5XDU8sJW+sRqH3gY8JkOjaw2JKmjA",
+	"pkyk3P52DDi0yB2KZ/gv4CmJiB3zE8mM8sjDf9j8V6sBT6kRGSBXuBDmuegq4sJLVkMnDlShyAhNNeHw",
+	"DReFbUourdILyYvlnrvYhmS1S1QZLSkVMtUrWMXgaaexTu/WEYux6xXI8zY2YvVsvhOR0p0rZ0tIm77Z",
+	"duJmlLFwarThLTeYQr1OFxc+BbtMzxiLtb1vxXg9K937GVB4n5++e3P27iebE+TB7saSsS6xeddYCGq+",
+	"dsWfHA4xpInxohYFhsWlwF1snidSTt3f1uux3O+pPme8kNBVns0+zinYeFyLUgp5jby4Z84ziqKUT+od",
+	"HwWMP67bjC4RFl8LI4hxs8pGGtolilQqFhsZaUKSQct8UyhsGxoAxJLpm10NthWsvqA+D5XtjN9Z1a3U",
+	"lPLk/Mz1MmaA1u3Q29VULMz7/PWvgIEIp9r6eqC1EN5keQ9pl6oiUkysxUVc+iGOwRivJuJ715Nb5AlD",
+	"X/UsmKWw1ZXlXFh+PN8oD6MvVgNzotOVZm32cpU1JUcJ3p/l1Y0Cr35N0di1oHjVq3R/0H57AOG/BWx/",
+	"RGgshVI2PmW4y8nl5dlP707fROSH67O3wJaEJDbxp4Cef7q6GuTUZqZ7ymGtDVrJaH+WTgwvHrSaQ+z7",
+	"lvgb2ZIH2Qftpzm4fi1ke31/+sIE3rGyRe1Qpl9p3AiNZWttd0iz9A0hg8zIHJxaVKwkj8E/B+qmU7dB",
+	"CYzIALpRWC8J7toWWCnzpMi8a2jproyx/Wjt8ULKn1Wtb2KRV1r0l0SRxVGuDcgVv7sqMJu+bQXziBlx",
+	"Y3SDbk2r0NrOhjUm+y7GdGPjNmAXCX2DcrB5PG49iSmg8bn5bVr1e3QYrrxTMfaav3rFWFep6zuBvgTD",
+	"8CWjWQb9s0lbMsVslWEp5AGAnUwVXBLzv7kgOA83fo1+s0vPStt+0rWWrL5gYD3DdFNLJNHmlpDFGq+t",
+	"5ZlMlbOJjDV+7NN/R1QxbEenLPCUbRRhtY8y5sT1u8vz09dnP54h7gPqxa2o5WTRdoQJjDkFQCRWQSac",
+	"oDPPuTg9/fX8qgZYAhTwp+h21+yemlru+mhtCXK2ueEr2Z243fFtmkPGRi3tFjEQpANt99h5V2BdDQPF",
+	"9H/QFbvNMo7LULSlhdiaYww7HA76oxHXWLogrWyL0ttBg1MpEg4fgdzKuLkbkHF3IK6tiK/bw0hPDbla",
+	"yvPZtu+42E+c7uHAMZoTkaWBrWTkBt7wbru2AKiuwf1S7kKbfg3JTg9rSHAFOi3LEnAVYlu5Y6IYQvxZ",
+	"KPM4Y1SqUosCrw6jG3hBl0SKnCdNWhc07SOwE6x/c/D9bVd+NRmR5fy/J8OJX6MpzKEI2AQFDMDjFBXc",
+	"D2/y2BhXtsedgqC0+QJ74QFNuooNh0YZzm4o6+V1TLcpzE0Q8BQCZkK60MFYyCKKFWNoQNjCPdRU+17x",
+	"TRPyf/7X/wZ9uEugvNqBB87K0KNrb1p4OoumiRiQcP2zSDkOAfwV/NPggUH1fOQ7CSYsY5ol3gAtnEoW",
+	"U0IROqEpt2YwhWmkSdCxNJaM3dzP4Qi3eqSFgG0XVuQeAz7CLJA3dnYhbbjRF8TfqyPCuo6Q0ZiZ7bmB",
+	"HQwEg0qE4H2rqa3UaK8QRKd5scYDsTE22J3V+dMsvWP9AkfAIX6WwoNMEshl6JKcW+BpuEelmdEbPBnD",
+	"RdiVfcl0AeuXMAou09WYqnkyZ0qZEVQR/hKc4TeYc1+5C3x7nS4M2a8+4ZhkKdT/Y/csBl/u2/lLphnH",
+	"yMrh1MzFB0/cwaQYwubuAHbJiT/xUK/OSt3bUsw6xweWTT5YzVbUKi8UxHlosm6ORa2P++bG/TsqIZfL",
+	"jIByAOzSEztY6avr6rilX97AI+qNkzOHt2FeQq4ZJX2PpmB7d4yMWuH74TighcU0jTEXwROMimzHfxQE",
+	"mZgQyFRKFCajxVTKHW0eJ/McPXu+UvgKvBgryZSVlPR1dvChVu6GtWaLeNJY17UyfJuq64atm47RE371",
+	"OI8ucnip2fyH5SX2xHX0VvnyzclPQZu/rHvspjLvAvJV20P5pIQ8iDgWLw6Pvj367ptXR9+WwC0OEWQQ",
+	"a0xWoQV3RmCqwBzsiOncPFF2JUl2TFNpGNrNfcMHpF1u4KsZnXX6jhtT4iLKZER5EmFAD5zlNkQLcS6X",
+	"MWZx/WxAoOj5gChIUMsA6LvueudgaBiPsOTZROUFUq4o6gHvO74+xugm6R1Tx6sAvTaB2yLxhUIF1kmN",
+	"aLOGF5n1lowmqh7Xt3FAuTEonWbzHWohzMkNeLB2CgliVgyU5rq4oPM71YUAp6sRQFtP+hgBQFyBTYfy",
+	"yjZfeSzAywp04X38P7tRwMNxCCvcshn2mLuh+r4l95CFVNniJVrdgid2FznzeDcZWqGRJtIUH7HpfUuV",
+	"xM1rhe69SR9CgLCKxblh35fmTW1xMaMy2M+LQwYDamLtmM6Vptz+afu5GiPXhUBP3vx69u7m6v0vp9Co",
+	"GpYSDG8c3k8Gct4/fwYXzlhsQAKIycXp5RXMQYzJa3x+VKotAvbwDzEiQsZT5hVKizA24AAx1iXQUBca",
+	"YMZijnkTDtXRDICV210CoNBw4YDTOeTimOEOLB7zf/uHMor7xY+vyfdHL7/tuMRji3k9jEXCht0BH/BT",
+	"EBlmb3E+KBiHJ7meCpn+AV/2yQ+wLNjeLIZFdcKADD/u29XelyJjwwHHIgtgkZB7yEvDQ7pYnwwRZGpI",
+	"2iBsOhEZIv6U+8a87ICjjw8lcN9uo20JELnaisgmSEcu+Rm+0FRqMyqgWw0HvF0gbqGgQx88PBh0y6HF",
+	"7itS42KaZX3vQ4gGvIQJiOp7BAkwnS55JyyKes5vuVhwcwHEU6B7HwR97BNJqgb8qHcIGWDwhcvX9et1",
+	"1Pum+NVSgRbWfelbBhr5bkY6sqnfFk2srLpgmUnRLYBXNmsK5eNDMqPyVg14yXKVIsdOwTZJp9RAxqXo",
+	"FGnVzhU0o0tYMexdbBHGW/YcmGNROuv9Vq972O1hz3nG6Txt9VvfdHvdb7BXwBRO+sHd4QFsNfw1YQHR",
+	"PgTb5m9AVDfoY0WbdQiGpvW6AaoftJGQzGiqqbGKJ/SOkXxOBB9wNGgBm/7m15P/cXNydXX66/nVpXOJ",
+	"FbjC/ZJwx+IhusTeGAMO2SM8ARIviF5I9IyZLcbpDh2yG87JplxZKD5cPn9ezhKjwKRKn+BCWOEF8C6A",
+	"u5aaZfhnzuTS2YJ9b/ChfChjvdmIfAGVbCudV5cv2AOhDgDASr0Cg5bdpSJXXsKFpmgFZXmOFQ26F3x+",
+	"aCRIvqwM5O2/l72SAfXS4loWltOqePoAHiToEQYU96LXs7aNtpBXZUb7D5vSUDx3Y9aJ2T5QHECWrFo5",
+	"Zqng6MIuA6bnET49NKifZYFWBqh0FrWnhbRSSdQziij0lQDaiNBrhAXt2ZLYSnRMjbMtouymzukk5dS1",
+	"htB0Ah4Xeyw/RK0q82/1HXqgmREcYOtlBgjU0jmuUvhPTLu8nKfcBHyExbUO9p50QFe4A0f33QHss8ML",
+	"TzRmSWuBdfC89KDSopYyL1bZtFHl/AKtrfnCO1FWuENo7sUlbkHO3iB44Np+HRjxBsrfvYeNWnOhApwb",
+	"W0fZTt/CotsCrl2EfjSWAAyeI+C2U9zevv8JePQP/9/V6WWnX7hSrfdtirgoSsPYiQSsVjwLIOqYJIou",
+	"FZSRQQ6gBxGtkuQJOOTsq7w164DqK1P6B9uR71GIsmij9bmqIWuZs89rp+FofSkvYf3uwTQeROInJepW",
+	"03Tu8v4spp+PELmIF3qmLab045J9kHRl0TjvEYi3ShsIP1zmWI9PF3Z0h9HchDZ6T/PwC/uUEM+88BAj",
+	"Q1CMWDK0IJ6aGYlTyfGG7l5iXkZZfgaqNdd//xhU7l32ZEyNNTYClIZ1Un8S4nZ6/8En++nzAZqC6uAT",
+	"fvh84METgjLWaB+AnHDKtW2R0UCXDChqD1fMwAv4lWhmfkmW29Uzxm3p28P0sysA64rBJ4vlBxWrrTDz",
+	"q4hRVjEzMksyxeTdmlqGBLBJK9tVQzi3kHFmk7dc+gYx5bwm0ZhiDz7dsuVnJJCMoYuzSrpv4Ptip1pN",
+	"xOLpXRrr55eL8FiLYqHlEtNgASfNQyApKDawyC82N6HZNlqM7ufYxmg9FoM0C2Uj5qWm7CO5/Plk/8XL",
+	"V0UDOVstRBVe7dCYgUEYy77gD5i1V5VpZW5RbqvV2/+e7o8/fHp1FGoSuBPJIUBxrUcBElLpzDYuUlhD",
+	"i5CmCFAcwWHNsnK/FfuUPVdHk3KSJk6bRe+U7fEw4G+p0vsAorx/9oa0sYkz1IBC8NVhjg477riTYR+6",
+	"aO5DoHwIdZYWQVkuyeFLorrkmkNdl53pwOHJp+ifmKUK3kIsXOkPNmWnGgYzBIkeEAqhRAmTN1ocuJz6",
+	"EO8AaU5JnKWAODKlesAtpj2jQa/Fb1TH2LgtIGq2EKFZJLj17M3PjnPtctPfQRQ1kBuafdRIEvtF09xm",
+	"gsNjYdeYkmVUa4vABl/tKQTFhi7hbpBuQERYCjRyB7a61Jm1SneGSNewtRWkn2FtHmQWeEyZMqtBjOJn",
+	"EQt1lmCxVlAuaDuiAO0bUrWOquVqEzbLRvtFKK7UZsyms7w+fTvg2JPdLpwdYE/Z9mxQG23jyLrUya6o",
+	"gAa3aqdLTjgZpsmwBPuLqUvmsJUvNSLbNhLBVJHUFuZD2SGGCuCQ7Lm3LfkHzQOCbQMD56vcGvGJbJBQ",
+	"98VGlsiLx56Ca/e36awVC3ovkf/ixX1Fvp2jh7I/9rSoPLedw3bqGEjEEllEqBazNIbyIo9Y4t6hOKRW",
+	"ZG1SCHYWgAef4N+NLrmVtX9CJbzZLld29/6Oi1Xkbk83VuICq17dKwB5QE7UcGueUeWOPm04E2kSEaN5",
+	"7TMVU9e3aF0dYyU+ElbIduomupNO5pB0a+3WC8RcbWCvOiTrhnSHoJXrC/ieZ0vM+8E6eaiitSXuFkDL",
+	"qA59kokFk/sxVcx2e1cRNntH/3tC1ZSpyEhoh7kKTs+6uIj558Y9p1WnDvuW8Ic1bbOfM1jz4l8uWONa",
+	"Tmz0BaAb82GOAPOUADR0kwiMay7xRS39Ov/oawjUX+R8/cyu9bC08FWrjX3ABoOafAtGUVLzXNugAqvR",
+	"jDV1bassrZ0VPYH2fwFbszn5fngafcqvy07K1KMSdpCoM0M0S7+uWCYBTG5lEYHgX/QOn3pGuFD39d18",
+	"/1yKH06zQLemnKQcWmv4pB81Z3Gjc3sPTc6MdTBy7TO/nAV3SiHBHftVDc2shmjdenpXZ5rNIhJPWQxJ",
+	"Mdw1yDWC0V814HABQr+ORLLsw4pqKCaiGrHvXFcwozzDhQgaknIytJ2rhtGAez7i+tP7h5CFyLMEIa98",
+	"Z832Ua9n0RahwNDWLwimBgDKB9qgL6uY0YgcvXhhb4B+NuhModwh6OQ8Ike97+0lkDzLAcEpIjRTAlox",
+	"Fl3Nyr2+YD8RZcdZlKkChDTNoJHMgKe6S2zaFuQEwe2pcuc3AvdUinFmLSlX6JrrE+rr8QfcldngTQrB",
+	"eYt2o4q87PW65ATbB8Hr2QoO1/i0zYUe8P+4fP8uIlzYfY9Iz5jUM6zpoZwcRr1ez3czJe+u3wIwIY3B",
+	"38SXiymTrANZUZSYXbAb1iVDeAxQEiTYEEruaJYmXpHqY4YSNFt1BWpGpx1wa3LDACHTuaDL1hMzevXl",
+	"OH2l/1yAx0LHNvjZ95uLihazMOs932ruYXqO5ZM5tMFEigDd2tKow7Zr/wzdXc1jR3l260yvzpPyz08y",
+	"5xutYFRjnlsmX7k2Qg81dj14JJgk2DzSlUSnFhXza1Mst195kXMsovlwr/3GvMJnkZq7vEudPg0JXY4O",
+	"nyDVAIYvGNVT+vNc+9aa9CvIiCz7gQ2lLgz3H3lXMLuPC+hhWQAwLYo9Sr1D2sKVFgnDRudRSx5PpeDG",
+	"pgYccJZBpc3T87ADe7gPPuGHzdl2sa2FeLoUks0bje0lH56DZKOOnsNZlF/P31xyxjRVWlR9d38yTrf9",
+	"Ulzyh/HFFRr6Ohnljkuxka2WTsK/OesX4qxgesS2vhpr6MwbMJ5QrtUXYJ0HtpTkX4bwa7rSF4jOPFlt",
+	"QtIlv00FUsnUIg9XaEdNxYIPuK0uxYXbU6XOBF1y4qpSRjZTrgwG7Vo+DrgxknHP41QVRfYKLOghF/rG",
+	"XnozFvKmGD9g2Z3gvj3tobYT+CrOtV+z0tE+XgGAgGczRVL97MfbtqNY23twKAAQ8vEa3X2B446dMv7V",
+	"Tzv6z0BVQkhOMsQXZ8nwT3naL2D2/z7sX8dhx93Yfta30+IX4ABgNxx8Mv98LlUS2E9FJcyW8iVfKPK0",
+	"ifnwGMBE25y/thrXClKVebWHWmLIYxLMiE/MRyalyzb0HQTVFHqjVmtBSNvW+3Rsz6MsEwuWANTRfxlz",
+	"LaprOLKnXC89DHRECFjRq8nisB2pNiRxuKB6LwQU86m+JM52gLHPP6x5Pq3UxGyZwmHTKdguKyVw7QCg",
+	"NrQrYFouK7D/roOWplKXO+By9lF3jn3jFgCeBVgasEbqMiFK8N/3X9RLTM6FSjUsmQrmb5awvDzONJTB",
+	"uzQzMsQTN4TsYTxyQ/Dlx9Oc35J2QjXFVETDJiJMp6SaYvd/c6H50LEgXkPoJSQc/rV7JuNOBSgq6KGq",
+	"XEHaanid8BCHEz0sgNAq0OF9PRZb8rnfc5ddOse43I1dXSkWlUTtPhmmSX9oy/AXNnFqCFf3h+hbWs5Z",
+	"RIawrHDhgLv8XbOFZnlhZcWY/Mfl+3ddcoVjufTqldRvzKGnkCS+nv+NoT7Mt1Y+vgjNw5gmqe6QWMyY",
+	"SxiBHeRsYSahLOLP0mZ3H9fmkA94OYn8vdt6C2zju3P6zYcUcoziwHq4C3CBHVFEkEeu9IDb1SPM9z0C",
+	"8ht+GmCe1qDVJ4MWgkpAkiR8CcASg9bnYVTqHAtHJs6EYqo22dxtRgMJ/BXlfT9Y7mJ1QlGvsM5KIldj",
+	"C9RRJhlDDvBtVILkNFsBx/7LZIo/qpB9rEqC+zEnK3i+4kBTIO0R01kAPm2tQS92Lm0jqH6EkBnmgwfB",
+	"igZ8pTdSBYe/42SxigjLFCuMPvs9HWVseDzgKPxci08n0i1nwnyAEQOkXee6hISLAR/CDTcW6WKITLgE",
+	"hsn2sVeaUWNujIowXBFuA56IhaugwZb1bSu8+uXutJgikkKahnOkdRzHQjQQ8GiMaHxrOKbtW9CF1BEw",
+	"sstzwMxQLmDssK0L6/N0UUD3gOcxdDeFva229rUYuQ9KEbOrCkXDgCXjMecobPWxIx3btFFFNnDlmvUW",
+	"wtdqZHvKBbOwmSWrokg8kcGMVWx/GkYGbIViXuON42Il7dbswhSaHlsxt3bY8hl7wrOW88t0wp/NrbT5",
+	"tOUz9rV6lGBuNvAOiXM4XUwRLDdXVx5Hq4TeiAF4LLHG44a9TgFVrWjQ6gZ6hmNkn/SnOUeI74AmcwqE",
+	"iDmCvpujpxItCIXCZ2IsjqL+bcCxIti1q2VJn2iZs6HrIorFxKhYoN2ofAtRI+DpgPtb4dw6UDibHtkl",
+	"DQ77gBenPSBc7eP+Sxx4d2q+yhPvW8fikbctAzBWadVG3ykSiBD7K0SVAGaqyPnJ9eXpGyQBl0a7Cjzz",
+	"mEfcrd3mMqZLf9WuZtRrLMFpYrtAic2T1se419heJOOX5VEqZfxohn1DRdb2OpliY77uYhm3pk+akLza",
+	"fqdRUvLho9PN41d8fLXq/yUo/2BxAsaLthC9Rk5SEkvBLXCoaxBE2ldsNheSZnuKeH7RaU7SD2FeB5/c",
+	"xwZwLBWK3QbG8sZ2iHiguwuHMbqcfbjPHlCl+n/z73L3FYtqg3v1r9p7lsNRdmE8PCPcjVQkTXp4Gp3O",
+	"GDSniI2mh7j3PCHQSpJJ9VUy1u1XuqUtdF1XM1Xd6WqPsifixOFGaM9cHtKU2ADHB9TtZ+LMD6jFg2mW",
+	"WANgfLAsgawDoZhrxH7LsCFvKl3/UXJlyL7c5h3fGfiID6YsmGTPzoYPRjS+HadZ9pVYjOtHKajT/GBn",
+	"/cRnyT3mC2GTuLfbnLQDPLWSUPW1HyVUWrxgdeH04lzhK6Wc/G7b6DOefCi6UR32ol6v14mIygHK31VK",
+	"2HaFZA6NCI9dn3VwpFvz3YtwDEJ4aB3+BY4euIr+XOfu3Ez5X0lbudTCWv7OgkeNDykQg0TWpWdOGBea",
+	"xDSfTDXJ589PMbrUvPdPQzMrjWKfiFXXtKN9YjdYcw5d7w5zDaDUVCyMkeHdisjGPMdKv3ow20sbiYIC",
+	"arEgbfeKCYEuCakiisWCJ9tY9/OfrJz/CbnxNU76X4sfe38GtlSFUKaHOC0IypypJyWTclftWofrlbvo",
+	"T+1vLbcp3+hudWvyKN5WN9gOztavAw1ti6fVdVd/SkerfcYX8rP6/vH/xdysBQ5P4WcdC4k5eCugf3jZ",
+	"LbPYJnNqW/owBwxaAqPAG9x56DwdNKN7xMEn+6mBG7ZMzs/thbWzPLawwTYFERNeXNRNT6XIJ1NQj3Za",
+	"t3p3bO0r957jCF0VMLIPXcj3vDTUVwgqGSowqHDPcIL/9ta3O+VTVhoi1or63/xVf2pZH2w2uVno2ysf",
+	"Seq70TA/HVsLE9u4DbCoaTyNnE7QaaAUVJpNfiV6QXUtbaNLdNKls1kOWage/Ir9M6eZM4SqC7KnSFsB",
+	"uFdpxMi35uUJoIN1fInji17PQRxSP8gxoc7JPgAULshwhXxtWhSr+D0oY3S96B2aaXppZxuxD7hDFovF",
+	"zKWgeki08mhhYGk1dWT4ZMDSxSO+UAhkvWlqmNUXJKACBPDogIhNpnUCSTHlGTwj2PWF7YdJaJkrlNqc",
+	"emJsn8iJ2FNk9ZUi8lrwJI+1kHvYehpo2o7Wac477qFh+QEPPrmPDXSsyml4JiULPJ9mnwPJA22HnjbO",
+	"0slUR6XMGMiDcpZbKdQlxUIdV8ZLsUPaUe/oHkter5zVr9Xzn93AWX1grc26PCy25asUetuvdIu5O25Q",
+	"6DAd2KVppqw5ydv6CjQqs71u8t0HNwFichmmkirU879ppkwzB5/sp43YZSvE8zUwmkfiMMYe/NdlLWGD",
+	"8q60ixs6D2B99YvDo2+Pvvvm1dG32+Dh60lyTFO5r6ZUsk1E9iNN5SVc9ITkVTykhq4WzMj3UHMg+zp7",
+	"ihTvYy8n7UNbzKmYrsj20qs/Ce0YCysPGFi/pXoK9YRzmQqZ6iUZUZ5EZJ7RmEEzK0h/zBi9Y6pocT5a",
+	"ovIy4Jjr7TK/50zaV+2X2uaJsXv/F7aJPXZo1Is0ZtjfXGUCGyoJrNK21x/aQPJI6CkCQ+PzLA5Nl5yD",
+	"d3DAc4WRP3ufi32k0mbQMZoAcNaJu0LkWqUJI4fd7iHgIKsBP3rxwii95kWGeFkQ2+ZylQYf3wpbIb/n",
+	"s70a0r2h3+c2by6ZLnfYCp2vHU4UTWaGU1pmBB39twSs8JKn9GyaJ2zSgXCW3aBGA7+RGU2Y9+uaxTo5",
+	"Pwt1sDCnT7FYsiqGn12GDeu1JYBj7n/a8I15wpcK3sDb1YdujskQFnDoGovhCkeI0IVRfMFj9twHx/VC",
+	"4IYakFCOsUoP5mdma8HFbV80wbPlbmRROUa+oXyd6X7B7sRtiVi22e14/YPtdhzG6G5uCUoAZ4coM7hY",
+	"rADdNToTge5HVV0qTTaqUWMhZ1S3+q08hyvrWjZh6+HtFhwG1p9U+a6PeoOYwEms8qqTLCPSuqlYUlxV",
+	"1aHN7LdoQTXNv3FknN6TFeOXH/KFWNFvrgV1oO23W90v534sdeZOudnAmGG3Vtzcptu90mfbXrqVu7xh",
+	"cp0OtrsG5erCPaCOw6jLRotsJ5KmnCWdYkES/yB17HADHGyGhXwxjGnEAEOogtCxdd188/KFe/HaNd3V",
+	"kMClhNb7ge3wsHy1YE8/nV4Rc1eB35cmnyEFYEb5slgIW3ncrxARlpPazqH+0hRxjf6RK00m6R3jRIsJ",
+	"01MmEVnECjNo/A5mhUXou5yzGPtq2F66HlALjJ7EdyzBN/SdNwCLCtyziUJEszk2ZTLj8Jh1jqFaLCE5",
+	"v+ViwQE6qu4BtoOvf8aUFrnUQbcKkydujbd07iohw6k9M9k6KLA0URuFErSGqUinlOtXR63NBj70ijvD",
+	"W1+8fAUX2z+Lq6mUdPnEveJK271JUnl6GoucP3tP8t8gw75E6xxAn7WwjaDL9J6oEgGlOiqatNDkK+YN",
+	"U0alHjF6D6yl0sh1Mv9nP/rTiHs//gWbC1mTFt17ksdly7CAr5SqPEBK4S7tKcMMU5GkMQggzhQAWwqp",
+	"H5OoQpSBT1GPRBd1nc8A1Q0fRdoLc96gL9WaNLLTQQ9VxzDvTEzU5lvgCnsD+rS2iRPMYAfWugLCCjE/",
+	"xHdInMyBPlm+1xOINWzxlaJIOxdKTyRT5WZiEGg0P86YUnTCXH5EASKxJkoh5wEhOMhJua+bxTUcFRNr",
+	"l17QCjqsky7Lsz3VJ0e9o2OAdjG2Z+qHmok7MyPz+/cdMmEaAWNcM7iU207L0P0K+rQKBBQBlCYUxOZJ",
+	"qksuLQyJb0qJS4PZz6kiUypnGVOqX+y/xx+1BrF7E0MjtswpRcG9tpvFGkWrOCcWCYpmue3XZr81E+mS",
+	"E+I5IPT8l2nCCM2E0Q/9L52oBOoNkJSeTMwqHvWOEBVwxqjtuIkrbWZe2oaEUUQEnRmtSLJ9p2xizhCS",
+	"3YKVKt46IYgls1YldeNpzCjzEOiE9uwd2IpHYxO2TWz22IrY9W5s9+2/9kCujUSOeqXTGvYcx/ae9RVF",
+	"GZTgEomttyB8VF5vpsziXKZ6Cex8xKg09/7+wTBsRMFERp/LrNVvTbWe9w8ODl982+11e93D/ne973rA",
+	"3O2UPjmdFZBhPkf+bzfVdSxf6F+C6Rml1mq3aZbhl3Z1IpfJhWiGZoV4nBouaeEL4ddZtwSkDAMHnnht",
+	"4at826lj4FvmG56QXFlPRxWPOTSQDZ9aB0kldQdRdlySX2m4Iva4Pt5Fc5CL0ohFXcj6iOfVlO2iS4lP",
+	"cAF2qSoYGyvraHNp1wf/WSxK8Sdw4ZdZniJ0ZpinC0aVhiz5/D9/+Px/AwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
