@@ -83,6 +83,10 @@ func TestPendingWorkOneGroupAndKeyCap(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, read.Tasks, 4)
 	require.True(t, read.Full)
+	read, err = st.Placement().PendingWork(ctx, 6, 2, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, read.Tasks, 5)
+	require.False(t, read.Full, "a read of 6 holds every task of the one group")
 	require.Nil(t, read.Live)
 	require.Nil(t, read.Weights)
 
@@ -95,6 +99,7 @@ func TestPendingWorkOneGroupAndKeyCap(t *testing.T) {
 		keys[task.FairnessKey]++
 	}
 	require.Equal(t, map[string]int{"k1": 2, "k2": 1}, keys, "2 keys of a, 2 of each")
+	require.True(t, read.Full, "k3 was left unread")
 }
 
 // A project's fair-share weight is 1 until set, then the last set.

@@ -46,9 +46,9 @@ func (s Placement) Lock(ctx context.Context) error {
 // the probe): a gang is placed whole or not at all (Iris). One row: the
 // tasks as one JSON array (decodeRows), highest band first, then oldest;
 // per; full, set when the read may have left a placeable task unread (a
-// group read whole, or the groups cut); groups; and the projects read. The
-// bounds are parameters, so the statement keeps its plan on the pass's
-// connection.
+// group read to per, the groups cut, or a project's keys); groups; and the
+// projects read. The bounds are parameters, so the statement keeps its plan
+// on the pass's connection.
 var pendingTasksSQL = `WITH RECURSIVE q AS (SELECT CAST(? AS integer) AS lim, CAST(? AS integer) AS keys),
 	g AS (
 		(SELECT priority, project, fairness_key, 1 AS n, 1 AS nk FROM tasks WHERE state IN ` + sqlPending + `
@@ -83,7 +83,8 @@ var pendingTasksSQL = `WITH RECURSIVE q AS (SELECT CAST(? AS integer) AS lim, CA
 			AND (o.scheduling_deadline IS NULL OR o.scheduling_deadline >= now())),
 	a AS (SELECT * FROM r UNION ALL SELECT * FROM e)
 	SELECT (SELECT coalesce(json_agg(a ORDER BY a.priority DESC, a.id), '[]') FROM a) AS tasks, k.per,
-		EXISTS (SELECT 1 FROM c) OR k.groups >= (SELECT lim FROM q) AS full, k.groups,
+		EXISTS (SELECT 1 FROM c) OR k.groups >= (SELECT lim FROM q)
+			OR EXISTS (SELECT 1 FROM g WHERE g.nk >= (SELECT keys FROM q)) AS full, k.groups,
 		(SELECT coalesce(array_agg(DISTINCT project), '{}') FROM g) AS projects FROM k`
 
 // liveGroupsSQL counts the live tasks (their live attempts, attempts_live)

@@ -50,9 +50,10 @@ type PassResult struct {
 }
 
 // pass runs one scheduling pass and returns how long to wait before the
-// next: at once when it placed every task of a full read, else until the next backoff
-// or timed wait ends, at most Tick (not read while a kick waits: its pass
-// comes at once). The pass runs the expiry pass first when timed (the
+// next: at once when it placed every task of a full read (one that may
+// have left tasks unread), else until the next backoff or timed wait
+// ends, at most Tick (not read while a kick waits: its pass comes at
+// once). The pass runs the expiry pass first when timed (the
 // timer or the tick started it) or ExpiryEvery has passed since the last
 // one; else it places alone.
 func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
