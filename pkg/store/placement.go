@@ -266,8 +266,12 @@ func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]stri
 	return nil
 }
 
+// setPendingReason is SetPendingReasons for the tasks of ids, of one
+// reason, in a transaction. It locks only their actions still QUEUED, the
+// ones it moves: a RUNNING action's row is locked by every evaluation of
+// its tasks, and under a backlog of one step a pass waited on them.
 func (s *core) setPendingReason(ctx context.Context, ids []int64, reason string) error {
-	if err := s.actions().LockTaskActions(ctx, ids); err != nil {
+	if err := s.actions().LockTaskActions(ctx, ids, domain.PhaseQueued); err != nil {
 		return err
 	}
 	var moved []Action
