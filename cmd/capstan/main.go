@@ -2,9 +2,9 @@
 // templates, create runs of them (or of inline specs) with typed params,
 // watch, inspect, abort, suspend, resume and restart runs, approve or
 // reject approval steps, read attempt logs, manage schedules and event
-// triggers, publish events, list workers, aborts and cache entries. It
-// talks to the public API through the generated client in pkg/api. Its
-// exit codes are exitHelp's.
+// triggers, publish events, list workers, aborts and cache entries, and
+// show or set a project's fair-share weight. It talks to the public API
+// through the generated client in pkg/api. Its exit codes are exitHelp's.
 package main
 
 import (

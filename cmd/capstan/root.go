@@ -60,7 +60,8 @@ func newRoot() *cobra.Command {
 	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
-		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g))
+		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),
+		newFairShare(g))
 	wrapArgs(root)
 	return root
 }

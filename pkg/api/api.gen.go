@@ -912,6 +912,12 @@ type EventDelivery struct {
 	Trigger string  `json:"trigger"`
 }
 
+// FairShare defines model for FairShare.
+type FairShare struct {
+	// Weight The project's share, 1..1000 (default 1).
+	Weight int `json:"weight"`
+}
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Field A JSON path into the request body, e.g. spec.steps[1].plugin.
@@ -1772,6 +1778,9 @@ type CreateTriggerJSONRequestBody = CreateTriggerRequest
 // PushWorkflowJSONRequestBody defines body for PushWorkflow for application/json ContentType.
 type PushWorkflowJSONRequestBody = PushWorkflowRequest
 
+// SetFairShareJSONRequestBody defines body for SetFairShare for application/json ContentType.
+type SetFairShareJSONRequestBody = FairShare
+
 // PutRateLimitJSONRequestBody defines body for PutRateLimit for application/json ContentType.
 type PutRateLimitJSONRequestBody = RateLimitRequest
 
@@ -2340,6 +2349,37 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFairShare The project's fair-share weight (1 until set).
+	//
+	// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+	GetFairShare(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetFairShareWithBody Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShareWithBody(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetFairShare Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShare(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRateLimits List the project's rate limits by name with cursor pagination.
 	//
@@ -3538,6 +3578,67 @@ func (c *Client) ListWorkflowVersions(ctx context.Context, project Project, doma
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 func (c *Client) GetWorkflowVersion(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkflowVersionRequest(c.Server, project, domain, workflow, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFairShare The project's fair-share weight (1 until set).
+//
+// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+func (c *Client) GetFairShare(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFairShareRequest(c.Server, project)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetFairShareWithBody Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *Client) SetFairShareWithBody(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetFairShareRequestWithBody(c.Server, project, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetFairShare Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *Client) SetFairShare(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetFairShareRequest(c.Server, project, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6452,6 +6553,87 @@ func NewGetWorkflowVersionRequest(server string, project Project, domain Domain,
 	return req, nil
 }
 
+// NewGetFairShareRequest constructs an http.Request for the GetFairShare method
+func NewGetFairShareRequest(server string, project Project) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/fair-share", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetFairShareRequest calls the generic SetFairShare builder with application/json body
+func NewSetFairShareRequest(server string, project Project, body SetFairShareJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetFairShareRequestWithBody(server, project, "application/json", bodyReader)
+}
+
+// NewSetFairShareRequestWithBody constructs an http.Request for the SetFairShare method, with any body, and a specified content type
+func NewSetFairShareRequestWithBody(server string, project Project, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/fair-share", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListRateLimitsRequest constructs an http.Request for the ListRateLimits method
 func NewListRateLimitsRequest(server string, project Project, params *ListRateLimitsParams) (*http.Request, error) {
 	var err error
@@ -7591,6 +7773,39 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version} (the `GetWorkflowVersion` operationId).
 	GetWorkflowVersionWithResponse(ctx context.Context, project Project, domain Domain, workflow WorkflowName, version int, reqEditors ...RequestEditorFn) (*GetWorkflowVersionResponse, error)
+
+	// GetFairShareWithResponse The project's fair-share weight (1 until set).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+	GetFairShareWithResponse(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*GetFairShareResponse, error)
+
+	// SetFairShareWithBodyWithResponse Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShareWithBodyWithResponse(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error)
+
+	// SetFairShareWithResponse Set the project's fair-share weight.
+	//
+	// Within a priority band, placement interleaves projects by their
+	// tasks running per weight: a project of weight 2 takes about twice
+	// the slots of one of weight 1 while both have tasks waiting. Passes
+	// use the weight from their next read on. A weight outside 1..1000 is
+	// 422 naming `weight`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+	SetFairShareWithResponse(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error)
 
 	// ListRateLimitsWithResponse List the project's rate limits by name with cursor pagination.
 	//
@@ -9936,6 +10151,102 @@ func (r GetWorkflowVersionResponse) ContentType() string {
 	return ""
 }
 
+type GetFairShareResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FairShare
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFairShareResponse) GetJSON200() *FairShare {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFairShareResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFairShareResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFairShareResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFairShareResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetFairShareResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FairShare
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetFairShareResponse) GetJSON200() *FairShare {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r SetFairShareResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetFairShareResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetFairShareResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetFairShareResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListRateLimitsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11461,6 +11772,57 @@ func (c *ClientWithResponses) GetWorkflowVersionWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseGetWorkflowVersionResponse(rsp)
+}
+
+// GetFairShareWithResponse The project's fair-share weight (1 until set).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/fair-share (the `GetFairShare` operationId).
+func (c *ClientWithResponses) GetFairShareWithResponse(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*GetFairShareResponse, error) {
+	rsp, err := c.GetFairShare(ctx, project, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFairShareResponse(rsp)
+}
+
+// SetFairShareWithBodyWithResponse Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *ClientWithResponses) SetFairShareWithBodyWithResponse(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error) {
+	rsp, err := c.SetFairShareWithBody(ctx, project, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetFairShareResponse(rsp)
+}
+
+// SetFairShareWithResponse Set the project's fair-share weight.
+//
+// Within a priority band, placement interleaves projects by their
+// tasks running per weight: a project of weight 2 takes about twice
+// the slots of one of weight 1 while both have tasks waiting. Passes
+// use the weight from their next read on. A weight outside 1..1000 is
+// 422 naming `weight`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/fair-share (the `SetFairShare` operationId).
+func (c *ClientWithResponses) SetFairShareWithResponse(ctx context.Context, project Project, body SetFairShareJSONRequestBody, reqEditors ...RequestEditorFn) (*SetFairShareResponse, error) {
+	rsp, err := c.SetFairShare(ctx, project, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetFairShareResponse(rsp)
 }
 
 // ListRateLimitsWithResponse List the project's rate limits by name with cursor pagination.
@@ -13284,6 +13646,72 @@ func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionRes
 	return response, nil
 }
 
+// ParseGetFairShareResponse parses an HTTP response from a GetFairShareWithResponse call
+func ParseGetFairShareResponse(rsp *http.Response) (*GetFairShareResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFairShareResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FairShare
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetFairShareResponse parses an HTTP response from a SetFairShareWithResponse call
+func ParseSetFairShareResponse(rsp *http.Response) (*SetFairShareResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetFairShareResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FairShare
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListRateLimitsResponse parses an HTTP response from a ListRateLimitsWithResponse call
 func ParseListRateLimitsResponse(rsp *http.Response) (*ListRateLimitsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13860,6 +14288,12 @@ type ServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx echo.Context, project Project, domain Domain, workflow WorkflowName, version int) error
+	// GetFairShare The project's fair-share weight (1 until set).
+	// (GET /v1/projects/{project}/fair-share)
+	GetFairShare(ctx echo.Context, project Project) error
+	// SetFairShare Set the project's fair-share weight.
+	// (PUT /v1/projects/{project}/fair-share)
+	SetFairShare(ctx echo.Context, project Project) error
 	// ListRateLimits List the project's rate limits by name with cursor pagination.
 	// (GET /v1/projects/{project}/rate-limits)
 	ListRateLimits(ctx echo.Context, project Project, params ListRateLimitsParams) error
@@ -15376,6 +15810,38 @@ func (w *ServerInterfaceWrapper) GetWorkflowVersion(ctx echo.Context) error {
 	return err
 }
 
+// GetFairShare converts echo context to params.
+func (w *ServerInterfaceWrapper) GetFairShare(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetFairShare(ctx, project)
+	return err
+}
+
+// SetFairShare converts echo context to params.
+func (w *ServerInterfaceWrapper) SetFairShare(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetFairShare(ctx, project)
+	return err
+}
+
 // ListRateLimits converts echo context to params.
 func (w *ServerInterfaceWrapper) ListRateLimits(ctx echo.Context) error {
 	var err error
@@ -15708,6 +16174,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.DeleteRateLimit, options.OperationMiddlewares["DeleteRateLimit"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.GetRateLimit, options.OperationMiddlewares["GetRateLimit"]...)
 	router.PUT(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.PutRateLimit, options.OperationMiddlewares["PutRateLimit"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.GetFairShare, options.OperationMiddlewares["GetFairShare"]...)
+	router.PUT(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.SetFairShare, options.OperationMiddlewares["SetFairShare"]...)
 
 }
 
@@ -17906,6 +18374,81 @@ func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGet
 	return err
 }
 
+type GetFairShareRequestObject struct {
+	Project Project `json:"project"`
+}
+
+type GetFairShareResponseObject interface {
+	VisitGetFairShareResponse(w http.ResponseWriter) error
+}
+
+type GetFairShare200JSONResponse FairShare
+
+func (response GetFairShare200JSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShareRequestObject struct {
+	Project Project `json:"project"`
+	Body    *SetFairShareJSONRequestBody
+}
+
+type SetFairShareResponseObject interface {
+	VisitSetFairShareResponse(w http.ResponseWriter) error
+}
+
+type SetFairShare200JSONResponse FairShare
+
+func (response SetFairShare200JSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare400ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare422ApplicationProblemPlusJSONResponse Problem
+
+func (response SetFairShare422ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRateLimitsRequestObject struct {
 	Project Project `json:"project"`
 	Params  ListRateLimitsParams
@@ -18571,6 +19114,12 @@ type StrictServerInterface interface {
 	// GetWorkflowVersion One version of a template.
 	// (GET /v1/projects/{project}/domains/{domain}/workflows/{workflow}/versions/{version})
 	GetWorkflowVersion(ctx context.Context, request GetWorkflowVersionRequestObject) (GetWorkflowVersionResponseObject, error)
+	// GetFairShare The project's fair-share weight (1 until set).
+	// (GET /v1/projects/{project}/fair-share)
+	GetFairShare(ctx context.Context, request GetFairShareRequestObject) (GetFairShareResponseObject, error)
+	// SetFairShare Set the project's fair-share weight.
+	// (PUT /v1/projects/{project}/fair-share)
+	SetFairShare(ctx context.Context, request SetFairShareRequestObject) (SetFairShareResponseObject, error)
 	// ListRateLimits List the project's rate limits by name with cursor pagination.
 	// (GET /v1/projects/{project}/rate-limits)
 	ListRateLimits(ctx context.Context, request ListRateLimitsRequestObject) (ListRateLimitsResponseObject, error)
@@ -20219,6 +20768,79 @@ func (sh *strictHandler) GetWorkflowVersion(ctx echo.Context, project Project, d
 	return nil
 }
 
+// GetFairShare operation middleware
+func (sh *strictHandler) GetFairShare(ctx echo.Context, project Project) error {
+	var request GetFairShareRequestObject
+
+	request.Project = project
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetFairShare(ctx.Request().Context(), request.(GetFairShareRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetFairShare")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetFairShareResponseObject); ok {
+		return validResponse.VisitGetFairShareResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetFairShare operation middleware
+func (sh *strictHandler) SetFairShare(ctx echo.Context, project Project) error {
+	var request SetFairShareRequestObject
+
+	request.Project = project
+
+	var body SetFairShareJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetFairShare(ctx.Request().Context(), request.(SetFairShareRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetFairShare")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetFairShareResponseObject); ok {
+		return validResponse.VisitSetFairShareResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListRateLimits operation middleware
 func (sh *strictHandler) ListRateLimits(ctx echo.Context, project Project, params ListRateLimitsParams) error {
 	var request ListRateLimitsRequestObject
@@ -20664,298 +21286,303 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39cuM21id8Kyi9U2VplpbljruTyDX1rtPtJH7iuD3+eLLvG/VaEAlJHFOABgDtVrr6372AvcS9ki2c",
-	"A4CkBEqUv7ozz8xUpWWJBMGDg4Pz+TufWrGYzQVnXKtW/1NrTiWdMc0k/HUU61TwMzpj5q+Ut/qtOdXT",
-	"VtTi8F2LwgWtqCXZP/NUsqTV1zJnUUvFUzaj5q6/SDZu9Vv/z17xoD38Ve3ByJ8/R60jrdlsrk/e1Twn",
-	"TdY+YyzkjGpzHddvDlpRa5bydJbPWv39qKUXc4Y/sQmT8Li3uVRCmjsTpmKZzuEt+q2rKSOcfdQ3MVxA",
-	"xJjoKSNzye5SkSsypxPWbUU4w3/mTC6KKeItrfK0ZvTjKeMTPW31X/V6fiZKy5RPYCLvxIyawYIvneCP",
-	"jybuKVX6+I5xffLuZ0YTVvPiaeLeN6NKE2bugD/jLDUfJYtZeseSQ/hSacnojEim8hlThI41kyTVnjpT",
-	"fJJ/GTOJXZjF7sm7eiqFiFSa/9+B5ivTrwxOxkLaOSuip1STmHIuNFFME5yWwnfAP8h9yhW5nzJORkJP",
-	"CZXMXFq3zoY4N0CcG+DKJlzYC3LhaTpLtV/75cfAj+XhEzameaZb/de9yBANh35tGGsDu59L8Q8W6xo2",
-	"m9tfH81nF/k6USHzJ2Dly3jKkjxja56j7CWPf9hvQt4y+WiZlOdw5Spfm/HHmbhf8zL39pLHvsxnc7+a",
-	"C64YCPZzKUYZm5mPseCacWAOOp9naUzNptqb4xX/7R9KgHxq9jg3LjyxukePOLn48S35/uD1t8QO3gUy",
-	"2HvhvBkJqU9TBbOZSzFnUqc4Y2p+gk+pZjO1aSIw0gWLhUxanz3xqZR0Yf4uCflVaXI0UkbeCV4IQyf4",
-	"VxexWJbf3Rw/+OvECHaWOeBK81l9NzxF+5+Wx49aFA/Gm1jkuEbVqb5jWXrH5IJIkfNEEbiMJUQJMqay",
-	"NGMvDooh02R1vEumQXxSTuxl5DbNMjPQinRbHTmmuWLB10j8Obfy023KAxMZIk2GfVgDIKw5ncy84AdC",
-	"eWKOKLnQ05RPSM4TOH8OydBO3N5qpm/uFJy5VzJvw7gRl78XCoz9rbR4xRRFrmOBe3RplgnSnyXDiAhJ",
-	"hpyxRN0YkkhzQpg3wJPlV/rR6jiK3FNFJKNGTgV4KvICOUQtyaiqYRXDiUxpltxQHV7Z+2maMZJqkioy",
-	"YoZsfv6VFU6oZrs6nbHQ7IwcDz0+n5vb3MObjLW0e4ARotJxVOg/cHT4pUI2W94blRms2YJAJNh1SZKa",
-	"EWl2XtqNY5opFi1t0ILqy9sPjmRFtCCD1rVikvhVQKYdtAxlSyrOfi+sCYane6mpzlVAYiyLhTWbsTpl",
-	"mBVLImLWROSatGGD4aZiRoZcnfx6/O7m/fVVB3g6IA6MQmz+YIm54B6OyZtMKB1k5xfePU+wQwqR8/CN",
-	"snw0VBYsyJ7+EAgcfI2OO8ssRsTP51Lc0Wzjbe464Jd4ym5uWUC9PiLwY0KUZvMdRcxFUUvw2AgTRVI+",
-	"z7UCvVkyJbI7Q6U+z7MssDz4GOX5ev2TMiFu83mf/HxyRdqpJpfXb98eH787fkfuU6OqG5bVcrGjiMg1",
-	"zoInRFJOuCCaqttORH49ubyEm2XOVccw2vn78+vTo6vjd/g15RFReRwzlphtyxNyL4VGNoDhO11idQLY",
-	"DDA5mIDZPzDh8pHy88lVK2qZp7ailn9U8GBJ2NxsuRtcd6/YrFy3rL4wnmwlaaPWhHEmqeOwVePP0jvO",
-	"pQRbL+d9QolkWi6cVQhvDe8vmdJUagL/VfCjUagi4AZDdbMM7D6sfrjzfmWK3KrBqz8IfTNiYyEDMuQ3",
-	"Ix4oCLOE3NNUk3aS44tGOP0OSLXm55tlpPoTIqTeLDFxwaaWrnbQiJiXJP/nf/1vckeznEWEqhLRPNvN",
-	"SFtLmmZG8nB2n6WcmV03153DMvsRyUBhV2SQ93rfMLJPplRFwKVGQsLTIkLJf1y+PyPAPWYx/QN3cBZm",
-	"B8MXuylP2EciZMKkZ3kQwFzwsv5bSK05lYyHVZW5OYDCohZWzfMUaNgjFhvSnB9dXx6/a75a8ynFU26t",
-	"VQIXVc6G5fksiunA5oKDjaZmyVh30iWSmTeuOXJgH2y5Ic2jbgyDWp6qTuhncU9mlC+AsXGH3U9FZmc4",
-	"pmnGEtIW/MZ8zCUjKldGlHRQ6ZU5J0B+69dIjQWjlB0pFnycTnLJEmInEN6pwCONLa4rqm5DsspQMeWT",
-	"m3HI1PptSjWhdtVJW0jcsymfdCybmzUwDN0n5X2tcmBse3wRd99mEw2ETOR1TWAM96bBU7l0kq7Ys/75",
-	"dpcnLE5VKvghobh3cq7TDL5OkHWWtbjm/DJaBDdZLGazug3opmN+9PYOTJmh6wJZOnAyLRHND2R07rVk",
-	"eph6PVqEOENYwinSRjoenZ8QLW4ZV4R9TJWOkJtpljEJog5kKcvGnSWdO+R8rZDuQfq5NRhXFLYaxTtX",
-	"TEZELZRms4jMmZxRs4FImxI1Z7H3VBJuzFqzhTtRWbeOCq27UN7NcYwKfVAwxSJhISVLaTrKGGFSCknM",
-	"RVbK/Uo/XsIEf0Sxoo4/Wq1ISHLC72iWJudZPkn55ZzF4UdKRreVhTCPIAuzj6nRmRMWtnHGKU/VdMun",
-	"od+jgTvDmDpbKt48n42YDE/2YacE1ayJ5L2EC424RY5JQzrW0rYGt6SdsXtUZQE/1LP9qZgEzFKlEybD",
-	"K6l0IvKwnNIy57F5ZkA1lTnDIww1KDJiC8ETVM0/sjjXQu4oMhK50dqpIokU83llN4yEyBjlK29vJxS5",
-	"SZfnsebFL9jc2mNbCDgvEpwYNsLAPBo2mzkXnDgwIhY3tJkQ7vKWX1UjB+AUsYIgaFTE5nXzeUCkgslE",
-	"lAYSOYt+R5FxymlmlEkhNSoQc9jkO4oAf4NN9KO5KP2DGZVVT9kC7aaUW3WxFTVTE97i7C41m5vJzujH",
-	"E7ztu1XVYVvxFZRQc/Oe0tz4P38/2v3/6e4fH+y/vd3vP3zqRW+++fyXtVKpdDoc9IJHyQYx9XiTApbO",
-	"WxW4RlZ3Nx+N/oLWQ+Q2StXQ6JIzOB+Njc74XSoFN2ff7h2VKdASjs9DtBrgDkI1mQmlyZsD8kv6Q0Qo",
-	"+lHBOnG/7ZNfzU9ckLPr0y45mXBhtEqwTYSeMklAqqiw6VCRUVVBuaXQK+ROlWw/GLnAEjJaVCRGjRLv",
-	"BNTDx6hIso3yx0x+o6S5sGGbVWE7l8Iczqsz/tGIIJSa5RmTWa407H50cBXO8A0zdQ9aM1ez2baLa8iJ",
-	"2s7nYdQ1WuM6iAXXNOV48q6VPu5CmPD6wATjd1vt2BXaTLWeb5rQz1dX524ujRUTdLg9QpyUPD7Weecc",
-	"d2QsxQw8BHMpkjxmUu0U3ouzo1+PC6HSR3FBpUzvjGxR1mPmxQvx4gVupPbgHqcZI395e3R+eXV0dnNy",
-	"dn59dXnz7uRiz1zV0O9gdLObiaQxu5kF7Odf0yxLFYsFTxQZMX3PGCeXJz9dHV/8CvO4PPnpl5PTUyI4",
-	"KtANI1zr9LuSlF+ltnNPei9DwuKMSqYsEa0ETzVT9gtRkOj99ZWnEXh6YiOu0ecTplfzbYUnfdiB01DA",
-	"uNAAyBcuNNjxXJBM8AmTHWPKhKTMpkAXurbCtK4LQm1/dBjC34DfK/ykB+vTm+NYpUeX3tcvSSHyUBYV",
-	"KnpDgVwTSLeBlOah9JKIX2GgcJgj7Ev5gca34zR7oJOA8aS53STumMzoRun7Hi87F1kaL7yN9sD4Jd4L",
-	"zvma19fxlCUNDYjqjnvPGTGLBTFwMjIjRUZw5ZoU4fw+YSkoXdTq8qR9P6WanL+/vCJ7d/t7bnX2PqXJ",
-	"5z17jaa3DMMimZgoDAfG05zfqrob4Tq8LYL9PhJ6GvJulfMMtkrRi1qZmDTn0FMxeWtmXDUoXr1+syru",
-	"pKd+A5a3S1UXy0sbrPMFU5Cz9Wk74qwSxFsjjdJvoifSDg+JNhb4WBhNHnR7szANdMbS+62XV29pPGXH",
-	"XGNa35LZ/BBf0sd5KpmqDzuk+JYusEvJNNWkPaMfb+iEdbzr9m/oh2seibCR0yeJJ61QSTLF5J2P361V",
-	"cQ1BL0rXF8flqloic46Ox7mY55khts3hDMYr6kOHDQe5Y1KFLYLlXBCIMLvLCyJudE8V7BQ+/Rj3EZdm",
-	"7oqCPTenka1/J/fo2mlfVBd5aeIVvm54Ct7zumRfZCjYALENquR8Dz9vjqLgwJXNVvtWzjTc4rT71Zwt",
-	"hKJSjNpyqmJzphtjog/myS1bkClVU+sBQZ0JPOkYFvAGjctOsMaH5akInBQpt/ndoKrBNaisdckRAV8S",
-	"JgCQGczIK+/WE0OoJpAFAQ4PDEZA9oJl19Uz0YqZcMDP6Ms+pYGkCmVTRKgPfRGVG4NLkUHr1cF00CpJ",
-	"q7GQTl6t7l0mU5qlfxjqVTKJg9R/K3gpDUD58D+dMaA6nhgM3hw9UeDqUTb8/tvRydXJ2U83P76/uHl7",
-	"9Pbn4w4cH2bNbCZQ2BgoyYbqfM4p5v5BNh9b9Ek8pXwCeWxa4ImVK8PJIkuYJHabbWZi98Ag55a8lNup",
-	"qQ+Ke6zuT4iJu+AuJj/AyeXSVJYiXDV+SSe0ffQPcokgbgK+3M2hPxihNuznWSVebLnFj6wH0WwI4DLH",
-	"aoIjl01FlhBKVCaMimtTPEibwpFlflSGHuWMxpy7cFAEO5lyFxuDQTGGaD0bMYNoOJWMTARnndWdWpMI",
-	"9fb4lCCpCPs4l0wZFiJGNBEonXH5AvhHt+QMOSSUxIIrTbku7eOEzTOxGLTMG7h3h/wNTOtF07my0t+/",
-	"Cay0o+OaVAJHYbqOvvtmT+33zP864awApSXVbLKoCJLWP3OWGx5fyvCDr4eQSpRbMkFOdToziwex/b9f",
-	"H18fv4vIOJVKk5TbD8a0sSLaivvI/AcMD0N9nUuuumQYUx6z7CblN3MpJmZBbOIvZ/fwUJukBHIahFWW",
-	"MAWijZtxYF7j4hmOZWx+DVWCk2Fc8PkwMseOC6IUE+Dsnild96qQWHn0w/uLq+LUiILDlzPJHFFX37H4",
-	"Ep+7eSOjRuXZZMNu/oUF1PEpCFhVk8WBexI5KnJUhrVsHhsqJnCZCR3SuOq07JoscplzWBKjF+woUiI0",
-	"rvaUZeDZNzQ5JEOjcOD14BwtfocEkfLSoCvHfB2Mwc3ox9XZeFlnpdgtW4Ddbb7HBLC21XnML+HdZ/ZM",
-	"cA2uwLFqds5+r0ds0g3E57KUs22DdJsXwj5hjbwxV4ReIpz27fmzFXlGK163eN4Gxj1lyQR13hVxvoXS",
-	"X90Im5xeMPaGeQEZ1wRIls8ZxwY7iiA1XEIakzsK2LP7+HS4eUbjYIDVPwiu8EzU3jenFHBZDXvW+mVT",
-	"Htdnb9o31ELcgiC2IkQSamcCoX1r+TW3yB8SRxTzeZCrj/wkjawz07EHhbFGvD6CU1+raoSVXxAkW7MB",
-	"/AoO5Ab7zCxNDZOaIz3l2zpkax0eAT/B8d8jcnYckeP/cXJ5dRmRs/dXN+7zT1cR+ek4IqdXETk9Jm2e",
-	"z5hMYxCNJ2dhPwLN8nCuMAbFt4ksBs9JMa+jVSl8uJ3Ge4WZl3h/kWCRzuiERYTKyR36XuGLHYVW4Fyk",
-	"LrTDZnO96GDdU6FVBtyuW0dWHx3ohCk3iI/AZUG6wta+yHnT0MDyPrFaHOUk5SCqhubEHxKs4aZEskmq",
-	"NJMsIUNXUzkkms3mGdUsIuwjjXW2AA3cJjmsUtYlqC+55uc4S1sWzaTR/Gy6PUOdHtYPLfWw1AZjYaPY",
-	"Nlf9J/K3kVWWBdfd4ipMXezGl5M2vO+CjcPJj37B1InGMtItgxluwUgxkgtr1KwjDa3c6iKlCZvNhTZn",
-	"briYxT9wR5GT4uLdX4w+aCwvPU0VBFv6duHcZEuuoj10E5XPpQEHkyHVpD1aEKMA4Q8d9EdB9IZydQ+e",
-	"EvQXUTBDIjK0QwwJ0KtLjoh5OQk3Dbhkc0Z1ap1DVGap/QlLcfyo1Ja7w6OSNOkOeJM82H+zdYCtH1gn",
-	"GLTAq5uF4ONUhA5G6vwTI5Q+beB99D2av8c0zRShmfNSLIv1YvJF5AtzmGcpd39vOPPqLUKYuSu6f5hw",
-	"Pq6K1mEsBR/CMTbESj+aDVe3cWxkQT6/uU95ggu7dJpCXcQsVcrY6uAF4oK42n8JJWAA5IBJtz7etYBv",
-	"FyLnE1TmOOz3Q2JdGTDNBcPa6dLWeR3MIJch5f3H9I7tjlNjOZoLSHvQ+uvea/JX/P+g1UFp5m4SkrT/",
-	"+1TkMltE5L8nNIV/7xm7hQ8zwfUUPplZZYtmue2OsiGd0juTjaDVJGPUGI3KzPP7nhq0Ooe26sRQimbp",
-	"hLOEaAFy4JqnHwmbi3jahD7/SLUOBSCOIcElnTHnnMnn+IBUkVkeT630aw9a+zChqHBAJyyjhpecfwyz",
-	"JppMJizmjiAx0pICPJIHb0g8pZLGxvCMiBJOqKKPcsdWGozRuC1nl9qU0vbvu0Vy6cHBZ/d95//9y1Om",
-	"KjxIumJNVigGELBJ0hn7Q3AWLH05OTo7In+AgBLSber2oHWcm2289wOTWcqBl9zGur56u1oKHaDHQ4V5",
-	"oMrHD1Uv267ELeMPTEh5QETOMeHyBp6l3FOlHhGgxu3jfsVUYPNCZEYXWCTtI0RCogUR2Z1jb2rsEkIg",
-	"kaVTJpBfIbKNJveFuaZmyeD+Ncsl08mEyQcuGID2WKVwyxUYp1lQlB0Ru2MgMrAcEhjCI4ek/Qm8jWkS",
-	"kTldZIImnzs2UABXdO23XToTOde+nLPXc+vnlg1RmYpoWLPoQFPZ97pXkn1NpNt3S9JtrbSsKwkvJFmd",
-	"Cbr5DYOpDTuqCMpApuq6RbLr8WnQAl/poNUng1Z1ddJk0PocTEd9QqFVcOkGAQZ4Vw4AJpAwEA4uulJX",
-	"jTvJK0hcAJAKBteR21FPAQqSGQXHmCs9tdg4yI3gtgDKmkciagQ4v4D2JBGQJDZOEU2sbLrVgYvUJaqs",
-	"TLsmCx+u2eyQcBeGqPujUeCOHQ2rpAXlLrSfoM56To0ZyK3GZDEnyEgkC8tixsTpKs3m6vf9D130BAVf",
-	"ZMaUauRZwQkVN4ReyGeab++2mmo9LzxW9o2MlYowDiTlGJhWCopgFGm7Q9+Ywa8+fuy4wLWKilwJB0gF",
-	"pCHtar1Jx6WT23KWobloWKStVXKoAfeHktcfPyLLakm5guRGLBGCVAooEIZkdBtWP4TZFWUqubLGlkN2",
-	"8CXFS9WqIgk7Pi223ON8aTOmp6KqobV+Or4K+rfLNA+5/Mq13EvndC5rSppHSmS5tmsuJPyryPXF6eaE",
-	"CjNmkPMYlXrEqL5g82wRqhoMuYw94IstWddSZGSeUc7IPeW6CMGWNZgGiZRrLWGYyqZ3sAmk9WnVqzuI",
-	"ll8GU8oxaFDsh7RcLOVfaNm51fAltw19hDLZ6wuUlpkpkTTlwbDJVTnDNFVETXMNnqxE3PO+DS9xAcF6",
-	"QxZzsKSatJVO49tKDLScaLoyIZ8AvJ1CmFBNA54vlDhUQT2GZtx6asj11Y+733npcHZ9umLPHHz3+ts3",
-	"wUiUZHRWzsRZrj5tkIgDQ0Q46Q9riKC2LU71Nz1tsvXSC9jHhGZ+VqOevju73M3oiGW7WXrLLJoJZKi8",
-	"+aakqBoN1qqhux8iVA3QW5oQxhPzEdGCSMa01WuSdIIGfGn93nyzbAZs0n/f7G+y7qtmex3+hfNbJegV",
-	"SQQAd6QZqzqf3WWwk3SaZT6LpX3FZnMhabajiHUokLl5ZspUp0+G6jadD0mqI3LL2BwdjcNRPh4zeSM4",
-	"G6JPKsuKb2mWDTuYYEel9viuNkHGoYz4FJq2y4OB83SISqC9lS/u6YK0hzTLxD0OXE6lMHNrRa1iNsUf",
-	"NMuKTBcYuRW1/DDBzAtweGwrB9xJu8qCWAsrxmRonjSMoO6BlwMDsFhGwZ2kd5hhBHpvd8Uq2QwzUWeo",
-	"XdWV1aFNCGHgCdMK896GNvdsuVJsaPS0t8en4aLom1JV9M26suhiTzdyIsE3ZWXGjlRaf/eFL51y90ct",
-	"QB/90AjUJSRYyt6vWpZAONVARNGbj2S0sMLHmpGg53vWMLaOVUUTYuYQNBHPXWpGwIFjfrKBSrPbZYFz",
-	"Wd4omCnXilrlFNuL48v31xdvjy+XvofU21bUurg+Ozs5+6kVtXz5eCtq/Xh0cgofbE5aK2p52L9W1Lo+",
-	"u3z78/G769OjH07NIL+9v/jl+OLG34V4PWbMX07Oz2vAzUoYs0sHzvqy/hmNpylnu5LRBL4oVfjbyMgN",
-	"5nlzoW/GIudJBJhGWRqHA1EJ0zTNwkW+xkBofviVrMKAHpRCdmfMaksT8zrtPNUZW2MfrNLq+uKESDZm",
-	"kvEYTkbIiURnoKH6Mh/WWcDmV/d8P0eLvBDcUfkoS9UUfA8P88KFYGcRftzHYkmakDagX7GPmoxQ2fKl",
-	"OYH4R/2p/T8Hg4+93oe/gigrApmYzw/pOHVeqWDwGDMd6XzOOEssT2JqnQ3hHjoPhSIqH5lbR8ycoivK",
-	"RiO3L/qdthNdMEU/CbOJjCo7rHiyhofe5ffq9RtjbwdEViAxZg1HsAR44mmKuCzaZhAa7T1nZM6k9wQV",
-	"vtBSURv4pe6pInM3u8g6tbA6wyy9IimPszxhCWlzWzlpxC8X0nqyGjvHq664kGQI4xbUpVA1XPjVMrFg",
-	"/Nn6z1SJNNZ9FrmTbZua8ZCtiO5KN207kco6bqzcOs/VtHCPPkSyPFjbahL3KJzUjTgC1dDN8ZLt0x3C",
-	"XmMYJ0TWC6qZbzTw+J2ZuaEC2Ah1+J3zUOBkX0Vkf2Z0nf1p8NB+NJ60pYxrpDAH1bL0zhsBoz3pwqWE",
-	"T4QhH7Uk1ewGptmcv4pl3bQ/y6OvfcuHbTrPEEsyB3H6jKCeM5mKxBruWFrSwxKNUR7fMr2jSEznNE71",
-	"AtF72dhCzq/y2LyunhEf0icb2OrzOgJco36+jXPcohF6BI8yVC5UyCOeCiVmFWwtSDWTzAN0pjbbOnnK",
-	"WqSTq2PEO4Es4X4Z32lKFaF2CZwVI+55EXD01Ss7mO6Flz4u4FhPhvb59RXpdrt75pJd5Ne9T2acz52w",
-	"fOCprlrv+zXLYyYPq4MrsrHGqal1eWGTSrFPyMO2D00SqOdZhZ0yJuH1xamjk/eiHp2fWMVzqvW8v7e3",
-	"/+rbbq/b6+73v+/19ldSYUIHHzjVHhmoqEtlCDgMlMhlzDbLNH+hORgzsbS8B1FdpYn3rluQb1+X65b6",
-	"1UHjhY78koSXfC6kBoSHLRd66gIIcF+WvR+3+r9vwIZaijl8/hAKzmE0YUcR/4TIIiZycBQmgKCIvkTI",
-	"sMVKQ9jv4JerYoTgcBbpww9p4T76REILE5ZYhyBIcTPoDqbMKld6qe5B1bYF1hJQMHYwZtMtcDian3dV",
-	"8JTHZTvaR29Y3zrkDnyXB87cDhqwEMJBMAvZWKyD4NkCcdYlm2eLfhms42VDZY4OYTKWtvwW5+lbpweI",
-	"8Rj4Z7Qg1HJ4hCjPrruGTZc1cj2QPTrPb2YAARbIxj2/NmwJP8dCwoHQ6/XI32A8800nCAa2rplX1Jqx",
-	"mZCLm9FCh2zWX+FX81i4YOvxP4dpbIy4hx07Riu52QTpIYhku8YihuhJqdlOIu657f8GisNyklKBCJKk",
-	"kFniwv8NcleDr2qTynwZezIDfCzAS5MAnmWbzSGrBN2RF5ha0kz0XuT8Mp/NKFjz4aq9LQC0YofDsgK+",
-	"9lIZ8hYengWzVuyP5lxIORkLGbO+C8rCUrosXShroxZ+vQnErnl65Om1Kik+4Losydsgel4sMFVNhJCw",
-	"rPcGyn1JG9jV11RAaGsIDp1QnjletQ55GNKSXRqPvd7Fvw6xYsMr8b4UoyjUwDuKtBdbuLFUpxIuC9wW",
-	"9MmmT23g7JpNVlkHtfbgC3vk3LKU0p6gABksi63qj5d44lFHUc69YzJYhoS9HBWR4h5tnoRq6jgN3cW7",
-	"YMv71EvKvRfNyMBACd7mfm6NMzke5D61eQ1b+Q7XIKE2nuxaQMea0mBEQUy2UkmWlxLMIRswg2Ba5OFt",
-	"i/hXA/DGWsxGGycBwm70ZF7k/Lk9RvkWx0/lLHtgIZAZI53w5g0e6s4Y1z8onzFrjnNBiqbDWG0GCYEz",
-	"uiAjVkpfH376PAxGVksvGIg1+hL8cDlgkSq8Ag5hhbrC/gxTWrnkyZofrEUg3rbNk+9LG3aSuWBIqbnv",
-	"ch6wax8zroG4XuPlhVSbm009dkChrCC/wO5doj4ZmIVMBq0+eQXuK0QgGAtJ9qHI/ingD9ZIK99FNqwf",
-	"u0QcUHKXSBeG4HIZPkFgwvKYOwqTgBytUuXWohkLlLKfVx/iVrvxvLf3wm+fDP+fCMQVyokPCGTrpXGt",
-	"e7Zx6F+WFnUppzdHg7P4fEOzrOOjw6HiQ4tIYnvClZOhtCBG1rUrKU2hDo3LNY5PIlBcVeLaosA1tXqr",
-	"aehQZXnTrCQTrD3LWCMGjS+w7vKeSUY8hga3cHk6nu7mc4JjNgXhrm0UZ85Xo9JB/WJ9e3fyeinjTpE2",
-	"x4rmNGPYOSvphL0l6/fekn33hWr7Vg0JyWJzMNTHh0vSJ6PaAmSpiCC8lEUW8jn6+73msXG36RKwPAKO",
-	"r9t0PmfJTYlWTfnK2hqVhMdFQyYqVzd+EanXpG7Rc0LBSitiwy/8Cv9Xl71uH6+uQFSIw4fJ16O4vtGk",
-	"LS0u0jckmPGIDO7dy7YTSanBJGRm0BlLyBATGx3HYnLjLn55ffUWT0+qyGKxWMxmSaKn09lMqT9cFmTO",
-	"M6ZUgHOIIQQEEZxER/cWdhsLoHkWh7oXOI8SGMvuk6Xh15H8mQ0ON5XmVoc/a5u+5fr3S6z7LozI8khF",
-	"cFk5e3iyQWUkN43gezVBFl31V2AP1rF1ihsZcVjByYXo19D1Ehi6vqIYRSgqzcKIQYFTYcqyrKj8onJy",
-	"Fzn814QkqWQA7eBKIqi9oZ1ypRlNzExtD4POdl0pnJvEdcBamd2p4JMyjCNsejG2Cbp4dw1y7n5vBsi5",
-	"RU/rueF9DMH/cnJ6evzOowUDUX1mbNjmo/GUNYKRds7YUiebjSTHnyPi3fB7o5TvqSnZrWm/V0VkXbtD",
-	"NZuXAVzxbosFFkJ5xLIliB2T0pWHUDgA8PFTkSXbgAw64LFgu5+HtvSJhd+Fm8GOz6ECicLRY3vpajFh",
-	"4E6GLiYAyUImlE+g965mcgbd0hw2r3UUAsCnrXoGhlTpKEt5GCt/ufHzUlP5o5/ITCQMYn2HtoBajIEX",
-	"LcIPYvVjTCWAsblxe7ldsS4aYB7XJ1OHS+3xWi0YsTuTJwISacloYZtv1uy6b3qqhFft27qGwglfsgXT",
-	"eFOzYiNhXc8dCxBVCnqlmtilNTQp2kC3jUCxJda2hrrTJUOa3dOFGppxqIa2ny63uEveGx68TxWrKVsH",
-	"dlgp8nDuz5pfHTA5/nDLFhZpAPKuct7Fqbk6ZRhjlKdZgsOSv/2NDGztwKDVJdhKYhkbHUsCgutZNK6q",
-	"khiNGJTfGDWBZ++U2ialytKfxcy1mwrVxCDS+zg1n3JurM1Ap6nmxotm8xMz6SAWre9BVQvduLSJSpDU",
-	"FhkS3IprGlTV7KbXqgL+vt9TQXoXqLiu+gaAJldgmgH3tonycEiGVj4M7R4eutkNIUBf3tJeLxCcHZKh",
-	"65Y8LO9+10SZOc+wAyUJI1xju2rX9bryar1ofQ9tqybdT4ViTisxmr02tiXf/YNJQSDQZx6RkHbPZonV",
-	"IJ2Wp2P7cXqB6vLReg3nlBmb2qLHKVceLGTR8Je4CGRentnauWFrUUepdbjg84xqo/G6I832AAKoaToj",
-	"MeXe9o58/bJR/txPIyMDEhb59BOEuJQ5B60Miuo77l1LJE65LQB2fBJPqZwYCRlY69KCHHqFzfe+NDLp",
-	"stSGwRyftc2Mu+SdhScoF1XKHUXa36yhKASqqvTcyHooK+1OKjJDRWZh9Apkf3wDSNXUyqIS4G1UMmJE",
-	"TQXtIuAOq07hmqf/zJlLwCpbC2e05rQt2slXZYb5clVmmG+HyCr20g5qQd7J71bD4y0UssMurv+Zob5B",
-	"ICcVO91jgtkv+Yj9J8vojgIngRiPgUa2ub17VJGMVuptj+WE5lBZ7XIfbM9TfcEzp3eVeq2utOqzIB/V",
-	"jobr2vUt41zAkBE2UrVbpPPQBn4BZ4uZqm2N0i7ZidCrHrdAqsgQbI4h1AnDJ3sSWCE5XDY8QNAPjdU4",
-	"9DbgIRkaXWtIVMEDNmUi5fa3Q0C6R+lQPMN/AU9JROyEn0hmlEceasbmv1oNeErNkQHnChfCPBddRVz4",
-	"k9XwiYMdKTJCU004fMNFYZuSS6v0QvJiuas/Njpb7kNZRuZKhUz1UjcE8LTTWKd3qz0RsK8mnOdtbPXu",
-	"xXwnIqU7l/aWkDZ9s+2Om1HGOk0KCqrPv/Ap2GV+xlis7a4vxqtZ6d7PgIf3+fHZu5Ozn2xOkAdWHEvG",
-	"usTmXWOptPnalUdz2MSQJsaLai0YFkmBq9g8T6Scur+pm3S5o2R9znhxQldlNvs4p2DjcS1KKeR1OOgP",
-	"y3nGoyjlk3rHR9EoCOk2o4i0byY0YnaxykYa2iWKVGp6GxlpQpJBy3xTKGxrWgzFkumbbQ22JVzIoD4P",
-	"2A+M31nVrdT2+uj8xPKNZNAPxHVWUFNxb97nr38FvE3Y1dbXA80L8SYre0i7VBWRYmItEnHhhzgEY7ya",
-	"iO9dT47IE4a+6lkwS2GjK8u5sPx4vhUvRl+sBuaOTle8uN7LVdaUHCd4f5ZXNwqY+hVFY9uS+2Wv0sPb",
-	"AtkNCP8tGgNFhMZSKGXjU0a6HF1envx0dvwuIj9cn5yCWBKS2MSfornN89XVoKQ2M91RDtdv0EpGu7N0",
-	"YmTxoNW8iQ+87xpt3dMD2/iA9tO8fU9tUxh8bN2Cogm8ZWWL2gLIotIaGlrX19rukGbpW04HhZHZOLVQ",
-	"mUkeg38O1E2nboMSGJEB9LuyXhJctQ3Aa+ZJkXnXEOmubFeHp2nAG1L+rGp9E4uc15RlWszu2oBc8bur",
-	"ArPp2/ZgHjFz3BjdoFvTjLy2d3KNyb6NMd3YuA3YRULf4DnYPB63msQU0Pjc/NZR/QG9RyrvVIy94q9e",
-	"MtahtUqxXBDHk4xm2QJAsNuSKWarDEshDwCHZaqQkpj/zQXBebjx69oQbdEV2za4ds2rqy8YoGeYb2qZ",
-	"JFrfdLqg8QotT2SqnE1krPFDn/47oophw1tlodlsUxKrfZRRWa7PLs+P3578eILIKKgXt6KWO4s2Y7Bg",
-	"zCkAs7IMw+IOOvOci+PjX8+vaqBXQAF/jn66ze6pQTuoj9aW4I2bG76S3YnbLd+mOTxx1NKOiIEgHWi7",
-	"h867AnQ1AhTT/0FX7DbLOC7DHpcIsTHHGFY4HPRHI67x6YK8silKbwcNTqVIOHwCditjNK9BYd6CuTai",
-	"C28OIz03vG8pz2fTuiOxnzndw8HHNGciywMb2cgNvObdtm03UaXBw1LuQot+DclOj2t+gV35WJaAqxAb",
-	"1x4SxRAE08LmxxmjUpXaYXh1GN3A93RBpMh50qRNRtOeFVu1kGje6GHTlV9NRmQ5/+/ZehKs8BTmUARs",
-	"ggIG4GmKCh6GyHpojCvbRVdBULrobgc86So2HF5rOLuhrJfXCd2mQFBBSGAImAnpQgdjIYsoVoyhAWEL",
-	"91BT7XvFN03I//lf/xv04S6B8moHrzkrg/OuvGnh6SzaMmNAwvVqI+U4BMhX8E+DBwbV85HvVZywjGmW",
-	"eAO0cCpZTAlF6ISm3JrBFKaRJkHH0lgydvMwhyPc6pEWArZdWJF7CvgIQyBv7GyFQGRu9AXxD+q+saoj",
-	"ZDRmZnluYAUDwaASI3jfamorNdpLDNFpXqzxSGyMNXZndf40S+9Yv8ARcJi4pfAgkwRyGbok5xaaHe5R",
-	"aWb0Bs/GcBFgL5IF0wXwZcIotspdiqmaJ3OmlBlBFeEvwRl+gzn3lbvAt9fpwpD96hMOSZZC/T92amPw",
-	"5a6dv2SacYys7E/NXHzwxG1MiiFs7jZglxz5HQ/16qzUKTDFrHN8YNnkA2q2olaZUBDnocmqORa1Pu6a",
-	"G3fvqIRcLjMCngNglx7ZwUpfXVfHLf3yDh5Rb5ycOLwN8xJyxSjpezQF2ydmZNQK33vJAS3cT9MYcxE8",
-	"w6iIWNwMkFmZmBDIVEoUJqPFVMotbR535jl+9nKl8BX4Y6x0piylpK+Kgw+1525Ya7aIJ411XXuGb1J1",
-	"3bB10zF6wq8eCdVFDi81m/+wuMSu+47fKl++O/opaPOXdY/tVOZtYPDusFarzrxANw3iWLzaP/j24Ltv",
-	"3hx8WwK32EcYTqwxWQbf3BqBqQJzsCXqefNE2aUk2TFNpRFoNw8NH5A2RAgsTLNmdNbpO2lMiYsokxHl",
-	"SYQBPXCW2xAtxLlcxphFvrQBAes+2FEWBQlqGQCf2l3vHAwN4xGWPZuovMDKFUU94H3H18cY3SS9Y+pw",
-	"GcLaJnBbrMpQqMA6qRGP2cgiQ2/JaKLqka8bB5QbwzZqNt+iFsLs3IAHa6uQIGbFQGmuiws6v1NdCHC6",
-	"HAG09aRPEQBECqzblFe20c9TQcJWwD0f4v/ZjgMej9RZkZbNsMfcDdX3LbmHLKTKBi/R8hI8s7vImcfb",
-	"naEVHmlymuIj1r1vqZK4ea3QgxfpQwgyWbE4N+L70rypLS5mVAZ7x3HIYEBNrB3TudKU2z9t72Bj5LoQ",
-	"6NG7X0/Obq7e/3IMTdGBlGB44/B+MpDz/vkzuHDGYg0SQEwuji+vYA5iTN7i86NSbRGIh3+IEREynjKv",
-	"UFqEsQEHiLEugebN0Gw1FnPMm3CojmYArNzuEoBNhwsHnM4hF8cMt2cRy//bP5RR3C9+fEu+P3j9bccl",
-	"HltU+GEsEjbsDviAH8ORYdYW54MH4/Ao11Mh0z/gyz75AciCrfRiIKo7DMjw466l9q4UGRsOOBZZgIiE",
-	"3ENeGh7SxfpkiCBTQ9KGw6YTkSHiT7lvzMsOOPr48ATu22W0TTMiV1sR2QTpyCU/wxeaSm1GBXSr4YC3",
-	"C8QtPOjQBw8PBt1yaLH7itS4mGZZ3/sQogEvYQKi+h5BAkynS86E7TOQ81su7rm5AOIp0CkSgj72iSRV",
-	"A37Q24cMMPjC5et6eh30vil+tVyghXVf+vaU5nw3Ix3Y1G+LJlZWXbDMpOinwSuLNYXy8SGZUXmrBrxk",
-	"uUqRY1dqm6RTarHkUnSKtGrnCprRBVAM+2RbDP6W3QdmW5T2er/V6+53e+DCnDNO52mr3/qm2+t+g900",
-	"prDT9+7292Cp4a8JCxztQ7Bt/gZMdYM+VrRZh2BoWq8boPpBoxXJjKaaGqt4Qu8YyedE8AFHgxa6N9z8",
-	"evQ/bo6uro5/Pb+6dC6xAnm7XzrcsXiILrB7zIBD9ghPgMULphcSPWNmiXG6Q4fshnOyKVcWig/J5/fL",
-	"SWIUmFTpIySEPbwA3gVw11JDhn/mTC6cLdj3Bh+eD2WsNxuRL8DEbaXzMvmCXULqAADsqVdg0LK7VOTK",
-	"n3ChKdqDsjzHigbdCz4/NJJDpC4G8vbf617JgHptcS0Ly2n5ePoAHiToogcc96rXs7aNtpBXZUH7D5vS",
-	"UDx3bdaJWT5QHOAsWbZyDKlg68IqA6bnAT49NKifZYFWBqh0FrWnhbxSSdQziih0XgHeiNBrhAXt2YLY",
-	"SnRMjbNN1Oyizukk5dQ1T9F0Ah4Xuy0/RK2q8G/1HXqgmRFsYOtlBgjU0j6ucvhPTLu8nOdcBHyERX4P",
-	"9jl1QFe4AgcPXQHsRMULTzRmSWuBdfC89KASUUuZF8ti2qhynkArNL/3TpQl6RCae3GJI8jJOwQPXFmv",
-	"PXO8gfL34GGj1lyogOTG5mq2q7yw6LaAaxehH40lAIPnGLjtFLfT9z+BjP7h/7s6vuz0C1eq9b5NERdF",
-	"aRg7kYDVinsBjjomiaILBWVkkAPoQUSrLHkEDjn7KqeGDqi+MqV/sD0rn4Qpi0Zzn6saspY5+7yyGw5W",
-	"SXkJ9HuA0HgUix+VuFtN07nL+7OYfj5C5CJe6Jm2mNJPy/ZB1pVFa8knYN4qbyD8cFliPT1f2NEdRnMT",
-	"3ug9z8Mv7FNCMvPCQ4wMQTFiydCCeGpmTpxKjjf0vxPzMsryC3Ctuf77p+By77InY2qssRGgNKyy+rMw",
-	"t9P79z7ZT5/30BRUe5/ww+c9D54QPGON9gHICcdc2yYyDXTJgKL2eMUMvIBfiWbmSbLYrJ4xbkvfHqef",
-	"XQFYVww+WSw/qFhthZlfRYyyipk5syRTTN6tqGXIAOu0sm01hHMLGWcWecOl7xBTzmsSjTl279MtW3xG",
-	"BskYujirrPsOvi9WqtXkWDy+S2P98uciPNaiWGi5wDRYwEnzEEgKig0s8ovNTWi2jBaj+yWWMVqNxSDP",
-	"QtmIeakp+0gufz7affX6TdFi0VYLUYVXOzRmEBDGsi/kA2btVc+0srQoN57r7X5Pd8cfPr05CLXR3I7l",
-	"qqGqOnOkHKZ6TulTPOaUJSjtgoZJBr92A5JEZULbn21LmmX0z6XmMIV8QRcGRpBQSxOyKE+Liip6PLCU",
-	"j3BgDZW50nxr8US75Agex0XNgNA6HjzhZW53MLl/FpmFCNe1LilYEjqzveEUFmEjJi4iXEcg7bOsvCb2",
-	"KTuuECvlJE2cOYTuTdskZMBPqdK7gMK9e/KOtLFPPhQRQ/TegdYOO+68IMM+NCrehUyLIRTqWghuuSD7",
-	"r4nqkmsOhYF2pgPXkCBFB9csVfAW4t7VjgEwp2EeM5hZXnShUYhFS5i8MQPAZ9mHgBmog5TEWQqQNVOq",
-	"B9w2RWA06Pb6jeoYe2MGdJUNC2uIBLeevPvZsdE2N/0ddJkGiodmHzWyxG7Rl7zZ3vdg6jVbvgyLbiH8",
-	"4KsdhajqZjcRN0hIMlgONIoLLHWp+XWV7wyTroCzK8hfxOJOSE3xoESru/dF9midK6GgFdSb2pY6wPuG",
-	"Va2nc7Hc59Kew/0illvq5Gjzod4enw449A1whLMD7CjbAROK620igi41Cy1K6MEv3+mSI06GaTIs4UZj",
-	"7pvZbOVLjc5nO9FgrlFqkR1A5mKsCTbJjnvbkoPZPCDYmTWwv8rdZ5/JiA01uG1kyr566im4jqrr9lpB",
-	"0AfpjK9ePVRntHP0vRAOPS8qL23nsJw6BhaxTBYRqsUsjaE+zR/W7h2KTWqPrHUa5dYH4N4n+HetT3eJ",
-	"9s+oRzVb5crqPtzztQz97vnGnrggqpfXClBCUBI1XJoX1H+iT2v2RJpExKjuu0zF1DW+WtXnWUmOhDX6",
-	"rRo2b6WTOSjmWsfHBYL2NnB4OCj0hnyHqKerBHzPswUmjiHQApRhW4wEi8BmVIc+ycQ9k7sxVUbHNxaP",
-	"ikiSTlIbwEmomjIVmRPagfaC17wusGb+uXHPadXZU7t094/e7vcfPu1Hb74JmlQvGO179S8X7XM9S9Y6",
-	"k9AP/jhPknlKAFu8SQjvqzC76hzsbyHT4yLnq3t2pQmqxT9b7gwFNhiAOlg0k5Ka5/pOFWCfZqyp63tm",
-	"ee2kaCq1+ws4K5qz74fn0ac8XbZSpp6UsYNMnRmmWXi6Yp0NCLklIgLDv+rtP/eMkFAPdf59/1KKH06z",
-	"gEennKQcerP4rDE1Z3GjffsATc6MtTdy/Ve/nAV3TKFCAhueDc2shmjden5XJ5rNIhJPWQxZVdx1WDYH",
-	"o79qwOECxA4eiWTRB4pqqEajGsETXVs5ozzDhYg6k3IytK3PhtGAezliE+qKh5B7kWcJYqb51qztg17P",
-	"wnVChaotgBFMDQDVEbRBX5czoxE5ePXK3gANkdCZQrmDYMp5RA5639tLIPuaAwRYRGimBPTyLNrilZvF",
-	"wXoiTJOzKFMFEHuaQSeiAU91l9i8P0gqg9tT5fZvBO6pFBMVtKRcoW+3T6gHdBhwV6eFNylEdy761Sry",
-	"utfrkiPsPwWvZ0uAXOfcNhd6wP/j8v1ZRLiw6x6RnjGpZ1gURjnZj3q9nm+HS86uTwHZksbgb+KL+ymT",
-	"rANpdZSYVbAL1iVDeAxwEmRoEUruaJYmXpHqY4obdOt1FY5Gpx1wa3LDACHTueDL1jMLevXlJH2lgWFA",
-	"xkLLP/jZNyyMih7FMOsd36vwcXqOlZM59FFFjgDd2vKoA0ds/wztgc1jR3l260yvzrPKz08y52utYFRj",
-	"XvpMvnJ9qB5r7Hr0UTBJsPuoq6lPLazq16ZYbr7yIudYhfXhQeuNiakvcmpu8y51+jRkBDo+fIZcFRi+",
-	"EFTP6c9z/X9r8vcgpbbsBzacem+k/8i7gtlDXECPSyOBaVFscusd0hbvtsg4NzqPWvB4KgU3NjUAybMM",
-	"SrWeX4bt2c299wk/rE/XjG0xzfPlIK1faOxP+vgkNhu29hLOwkR7+eaye6ap0qLqu/uTSbrNlyLJHycX",
-	"l3jo6xSUW5JirVgt7YR/S9YvJFnB9IhtgT6mKJg3YDyhXKsvIDr3bC3SvwzjB5IcoJm9hwTnyXIXmy75",
-	"bSqQS6YWurrCO2oq7vmA2/JkJNyOKrW26JIjV9Y0sqmWZTRx1zN0wCG3BNY8TlWB0qDAgh5yoW/spTdj",
-	"IW+K8QOW3RGu2/NuajuBr2Jfe5qVtvbhEoIIPJspkuoX3962n8nK2oNDATKLDlf47gtsd2y18q++29F/",
-	"BqoSYrqSIb44S4Z/yt1+AbP/92b/OjY7rsbmvb6ZF7+ABAC7Ye+T+edzqRTFfipKqTbUv/lKo+et7IDH",
-	"AKje+vy15bhWODdVTNRjLTGUMQmWVCTmI5PSZRv6FpRqCs11q8VEpG0Lxjq2aVaWiXuWAFbWfxlzLarr",
-	"WLOjXDNGDHREiHjSq8nisC3N1iRxuKB6L4Q09Km+ptK2ELLP3695Pq0UVW2Ywn7TKdg2PSV09gAiO/S7",
-	"YFouKn0jXAs2TaUut1Dm7KPuHPrOP4BcDEnXYI3UZUKU8OMfTtRLTM6FUkesuQvmb5bA4DxQOeAouDQz",
-	"MsQdN4TsYdxyQ/Dlx9Oc35J2QjXFVEQjJiJMp6SaQro3XGg+dCwK3BCaUQkHoO6eybhTAQoIBoAlcIng",
-	"ITrhJg4nelgEqmWkzId6LDbkc7/nLrt0jnG5G0tdKe4ridp9MkyT/tDiONzbxKkhXN0fom9pMWcRGQJZ",
-	"4cIBd/m7ZgkNeYGyYkz+4/L9WZdc4VguvXop9RuLMCgkia/mf2OoD/OtlY8vQvc5pkmqOyQWM+YSRmAF",
-	"Obs3k1AWMmphs7sPa3PIB7ycRP7eLb1FRvLtXf3iQwo5RnGAHu4CJLBjigjyyJUecEs9wnzjLGC/4acB",
-	"5mkNWn0yaCEqCSRJwpeATDJofR5GpdbDsGXiTCimapPN3WI0OIG/orzvR5+7WJ1Q1CusipLIFWkDd5RZ",
-	"xrADfBuVMF3NUsC2/zKZ4k96yD5VJcHDhJM9eL7iQFMg7RHTWQB/b6XDM7a+bWNXhggxV8wHj6IWDfhS",
-	"c61KI4eOO4tVRFimWGH02e/pKGPDwwHHw8/1iHVHupVMmA8wYgDV7FyXkHAx4EO44cZCpQxRCJfQVNku",
-	"NtszasyNURGGS4fbgCfi3lXQQKEBadvDq19ub4wpIimkaThHWsdJLISTAY/GiMa3RmLaxhddSB0BI7s8",
-	"B8wM5QLGDtu6QJ/niwK6B7yMobsu7G21ta/FyH1UipilKlSdAxiRBy2ksNSHjnVs108V2cCV6/ZcHL5W",
-	"I9tRLpiF3VDZXL+AwYxVbH8aQQZihWJe442TYiXtFiocoWu2PeZWNls+Y8+413J+mU74i7mV1u+2fMa+",
-	"Vo8SzM0G3iFxDqeLKYLl7vzKA7GV4D8xAI81+rjdsFkuwPIVHX7dQC+wjeyT/jT7CAFC0GROgRExR9C3",
-	"A/VcogWhUDlPjMVR1L8NOJaUu37HLOkTLXM2dG1osRodFQu0G5XvQWsOeDrg/lbYtw5V0KZHdkmDzT7g",
-	"xW4PHK72cf8lNrzbNV/ljve9h3HL254TGKu0aqNvNQpMiA06okoAM1Xk/Oj68vgdsoBLo11GLnrKLe5o",
-	"t76M6dJfta0Z9RZLcJrYLlBi86z1Me41NhfJeLI8SaWMH82Ib6jI2lwnUyzM110s42j6rAnJy/2bGiUl",
-	"7z853zx9xcdXq/5fgvIPFieABGmL8WzOSUpiKbhFnnUdpkj7is3mQtJsRxEvLzrNWfoxwmvvk/vYAM+n",
-	"wrGb0Hze2RYjj3R34TBGl7MP99kDqlT/b/5dbE+xqDa4V/+qvRfZHGUXxuMzwt1IRdKkxzfS6YxBd5PY",
-	"aHrYOIEnBHqRMqm+SsG6+UpH2kLXdTVT1ZWuNrl7Jkkc7qT3wuUhTZkNgKBA3X4hyfyIWjyYZkk0AMYH",
-	"yxLIOhCKuU7+tww7OqfSNbAlV4bti15WzL4zyBEfTLlnkr24GN4b0fh2nGbZV2Ixrm6loE7zg531M+8l",
-	"95gvhE3i3m590g7I1EpC1de+lVBp8QerC6cX+wpfKeXkdzhxI2NYfyjame33ol6v14mIyqEXhKuUsP0u",
-	"yRw6WR66Rv2IYmZrkN0RjkEID63Dv8DWA1fRn2vfnZsp/ytpK5daWMvfWfCo8SEHYpDIuvTMDuNCk5jm",
-	"k6km+fzlOUaXuj//aXhmqdPwM4nqmn7Gz+wGay6h691hroOYmop7Y2R4tyKKMS+x0q8eDfnSRqKggFrc",
-	"k7Z7xYRAm41UEcViwZNNovvld1bO/4TS+Bon/a8lj70/A3vyQijTY+QWDGX21LOySbkte63D9cpd9Kf2",
-	"t5b73K91tzqaPIm31Q22hbP160BD2+Bpde35n9PRap/xhfys7g3/q7lZCxyews86FhJz8JZA//CyW2ax",
-	"TebU9oRiDhi0BEaBN7j90Hk+aEb3iL1P9lMDN2yZnV/aC2tneWhhg20KIia8uKibnkqRT6agHm1Ft3p3",
-	"bO0r915iC10VMLKPJeR7XhrqKwSVDBUYVKRnOMF/c+/krfIpKx01a4/63/xVf+qzPtitdP2hb698olPf",
-	"jYb56dibmtjOf4BFTeNp5HSCTgOloNKt9CvRC6q0tJ1S0UmXzmY5ZKF68Cv2z5xmzhCqEmRHkbYCcK/S",
-	"iJHv7cwTQAfr+BLHV72egzikfpBDQp2TfQAoXJDhCvnatChW8WtQxuh61ds30/Snne3kP+AOWSwWM5eC",
-	"6iHRyqOFgaXV1LHhswFLF4/4QiGQ1a67YVFfsIAKMMCTAyI2mdYRJMWUZ/CCYNcXtqEqoWWpUOqT65mx",
-	"fSQnYkeR5VeKyFvBkzzWQu5g73LgaTtap7nseICG5Qfc++Q+NtCxKrvhhZQs8HyadQ4kD7Qdeto4SydT",
-	"HZUyYyAPyllupVCXFPfqsDJeii32DnoHDyB5vXJWT6uX37uBvfrIWpvV87BYlq/y0Nt8pSPm9rhBoc20",
-	"Z0nTTFlzJ2/rK9CozPK6yXcf3UWKyUWYS6pQz//mmTLP7H2yn9Zily0xz9cgaJ5Iwhh78F9XtIQNyrvS",
-	"Kq7pPID11a/2D749+O6bNwffboKHr2dJSTXbBSD6DT0HQFbAZX9qi9K/RwNMe6NcIGmexpgsWhXtqPLo",
-	"W/iUaTJLlbJNzZ+e3Zsxyt4n88cN/NFAX/Qk/yJeuYLOHk1tlMe3DPBXbOUG1UTTW8DguKepJufHZ+9O",
-	"zn6yRcApFN8BMsFyc8P1y7FZPVxDmmdg+dqiJ0+ipxDZ5dFejHHD0rRg00d76KLWPA+lmORLa/gMxTJu",
-	"/C8Fnr2OfS7YPKMxSw7LG6tsaWlxyzgk0Y7TzMfWGdpecJY/dQ+FddN9VMDn0Z0RsO2yoVdVLhXBlU5k",
-	"1BxDMktLrObbcZLKCCmkqDmgoGwa6b+9ULKSHkdbHzbGS54zvmCesM4SwVl2g3YFkmtGE+ajK4bBjs5P",
-	"Qn1kRK6JYrFkVSRNS4YQwQw5OYimdWFUc//zBlHNE75UCBXern4/HZIhEHDo2vshhSPEycNcGsFj9oX2",
-	"HeWGG5BRUFDh/MxsLcS/7U4oeLbYji0q2wia9a9TiC7YnbgtMcsmZQivf7QyhMM40QIN+QqYwX3MWuHi",
-	"fglustGeCPQgq57BabL27B0LOaO61W/lOVxZ1zgNO8hv9qNgesuzmsD1uSdGVNmJLsuqoywj0jqLWVJc",
-	"VbVkzew36EdBIeTc0Di9Z4PEKD/kC4ki+4ZBVcRR98sFAbjHvycpNwsYM+yZjIvbdLnv3UtWeH+jdHnH",
-	"5CofbLa35DLhHlFNlTF6l/IJaSeSppwlnYIgiX+QOnToHQ68xgIvGcE0YoDkVcHJ2Ug3bOldUG4NTbc1",
-	"MZCUJ+9ay6IIlsODY9ZCrv10fEXMXQWKZpp8hkScGeWLghC2/r9fYSIs6rb9e/2lKaKL/SNXmkzSO8aJ",
-	"FhOmp0wivo89zGzPcs6Ixcm8nLMYu9vYjtYe1g6VSN83CN/Q978BRDgIkiQKcQXn2BrNjMNj1jmEms2E",
-	"5PyWi3sOAG51D7B9tP0zprSoaAg6N5k8cjTe0D+vhM+odsxk6wD50kStPZSgQVPldEq5fnPQWu9mg46N",
-	"J3jrq9dv4GL7Z3E1lZIunrljY2m5151Unp/GIucvkQRXkRW/QZ1Lidc5QK9rYduxl/k9USUGSnVUtEqi",
-	"yVcsG6aMSj1i9AGIZ6WR6878n/3oz3Pc+/Ev2FzImuKE3rM8LluED/hKwdgjTilcpR1lhGEqkjSGA4gz",
-	"BfCyQuqnZKoQZ+BT1BPxRV3/QcBWxEeR9r3Zb9AdbuU0stMB94LqGOGdiYlafwtcYW+gI2ExztcdJ1hH",
-	"AqJ1CQoZIu+IspK4Mwe61fmOa3CsYaO9FI+0c6H0RDJVbukHDl7z44wpRSfMZSkVUC4rRyn4fhEIhxyV",
-	"uytadNFRMbF26QXtQYdoBeXzbEf1yUHv4BAAloztmfqhZuLOzMj8/n2HTJhG2CbXkjHltt859KCDbskC",
-	"YX0AKw0PYvMk1SWXFgzIt4ZF0mANQqrIlMpZxpTqF+vvUYCtQezexPCILTZM8eBeWc2CRtEy2pDFY6NZ",
-	"brsm2m/BT06OiJeAZEYXRKYJIzQTRj/0v3SiErQ+AMN6NjFUPOgdIDbnjFHb9xYpbWZeWoaEUcTlnRmt",
-	"SLJdp2xi5h6y3T0r1Z12QkBnhlYldeN5zCjzEOhH+OKu3OLR2ApxnZg9tEfsak/Eh3ZBfKTURiZHvdJp",
-	"DTtOYivLt8uKMijBJRZbbQT6pLLeTJnFuUz1AsT5iFFp7v39gxHYiEWLgj6XWavfmmo97+/t7b/6ttvr",
-	"9rr7/e963/VAuNspffKxjJwriHPYv91UVxG1oYsQJkmVGhzeplmGX1rqRC6fEjFFDYV4nBopaUFE4ddZ",
-	"twRnDgMHnnhtQeR887dDkFvmG56QXFlPRxUVPTSQTWKwDpJKAh1iXblQaWm4IgNgdbyL5lAzpRGL6qzV",
-	"Ec+rhRNFryCfZgbiUlWQbpboaDPaA9MtxYTXOP7LtPS+/s8fPv/fAAAA//8=",
+	"7L19cxs3tif8VVB8pkrkbIuiHNlJqJp6VrGVRDeOrdHLzT5P6BXBbpDsURPgAGjRjMv/7gfYj7ifZAvn",
+	"AOhuEk029WZn7txbNZHJJoA+ODg4r7/zqRWL2VxwxrVq9T+15lTSGdNMwr9OYp0K/o7OmPlXylv91pzq",
+	"aStqcfisReGBVtSS7J95KlnS6muZs6il4imbUfOrv0g2bvVb/89BMdEBfqsOYOTPn6PWidZsNtdnb2rm",
+	"SZONc4yFnFFtnuP61VEras1Sns7yWat/GLX0cs7wKzZhEqZ7nUslpPllwlQs0zm8Rb91NWWEs4/6JoYH",
+	"iBgTPWVkLtldKnJF5nTCuq0IV/jPnMllsUT8Sau8rBn9+JbxiZ62+i96Pb8SpWXKJ7CQN2JGzWDBl07w",
+	"ywcT9y1V+vSOcX325mdGE1bz4mni3jejShNmfgH/jLPU/ClZzNI7lhzDh0pLRmdEMpXPmCJ0rJkkqfbU",
+	"meJM/mXMIvZhFftnb+qpFCJSaf1/B5qvLb8yOBkLadesiJ5STWLKudBEMU1wWQrfAf9BFilXZDFlnIyE",
+	"nhIqmXm0bp8NcW6AODfAlU24sBfkwrfpLNV+71engS/LwydsTPNMt/ove5EhGg790jDWFnY/l+IfLNY1",
+	"bDa33z6Yzy7yTaJC5o/AypfxlCV5xjbMo+wjD5/sNyFvmXywTMpzeHKdr83440wsNrzMwj7y0Jf5bH6v",
+	"5oIrBoL9XIpRxmbmz1hwzTgwB53PszSm5lAdzPGJ//YPJUA+NZvOjQszVs/oCScXP74m3x+9/JbYwbtA",
+	"BvtbuG9GQuq3qYLVzKWYM6lTXDE1X8FfqWYztW0hMNIFi4VMWp898amUdGn+XRLy69LkZKSMvBO8EIZO",
+	"8K9vYrEtv7s1fvDPiRGcLHPBldaz/m54i/Y/rY4ftShejDexyHGPqkt9w7L0jsklkSLniSLwGEuIEmRM",
+	"ZWnFXhwUQ6bJ+niXTIP4pJzYx8htmmVmoDXptj5yTHPFgq+R+Htu7avblAcWMkSaDPuwB0BYczuZdcEX",
+	"hPLEXFFyqacpn5CcJ3D/HJOhXbj9qVm++aXgzL2SeRvGjbj8vVBg7HelzSuWKHIdCzyjK6tMkP4sGUZE",
+	"SDLkjCXqxpBEmhvCvAHeLL/Sj1bHUWRBFZGMGjkV4KnIC+QQtSSjqoZVDCcypVlyQ3V4ZxfTNGMk1SRV",
+	"ZMQM2fz6KzucUM32dTpjodUZOR6aPp+bn7nJm4y1cnqAEaLSdVToP3B1+K1CNls9G5UVbDiCQCQ4dUmS",
+	"mhFpdl46jWOaKRatHNCC6qvHD65kRbQgg9a1YpL4XUCmHbQMZUsqzmEvrAmGl3upqc5VQGKsioUNh7G6",
+	"ZFgVSyJi9kTkmrThgOGhYkaGXJ39evrm5v31VQd4OiAOjEJs/sES88ACrsmbTCgdZOdnPj2PcEIKkXP/",
+	"g7J6NVQ2LMie/hIIXHyNrjvLLEbEz+dS3NFs68/cc8Av8ZTd3LKAen1C4MuEKM3me4qYh6KW4LERJoqk",
+	"fJ5rBXqzZEpkd4ZKfZ5nWWB7cBrl+XrzTJkQt/m8T34+uyLtVJPL69evT0/fnL4hi9So6oZltVzuKSJy",
+	"javgCZGUEy6Ipuq2E5Ffzy4v4ccy56pjGO38/fn125Or0zf4MeURUXkcM5aYY8sTspBCIxvA8J0usToB",
+	"HAZYHCzAnB9YcPlK+fnsqhW1zKytqOWnCl4sCZubI3eD++4Vm7XnVtUXxpOdJG3UmjDOJHUctm78WXrH",
+	"uZRg6+W8TyiRTMulswrhreH9JVOaSk3gfxV8aRSqCLjBUN1sA1uE1Q93368tkVs1eP0LoW9GbCxkQIb8",
+	"ZsQDBWGWkAVNNWknOb5ohMvvgFRrfr9ZRqq/IULqzQoTF2xq6WoHjYh5SfJ//tf/Jnc0y1lEqCoRzbPd",
+	"jLS1pGlmJA9niyzlzJy6ue4cl9mPSAYKuyKDvNf7hpFDMqUqAi41EhJmiwgl/3H5/h0B7jGb6Sfcw1WY",
+	"Ewwf7Kc8YR+JkAmTnuVBAHPBy/pvIbXmVDIeVlXm5gIKi1rYNc9ToGGPWGxIc35yfXn6pvluzacUb7mN",
+	"Vgk8VLkbVtezLJYDhwsuNpqaLWPdSZdIZt645sqBc7DjgTRT3RgGtTxVXdDPYkFmlC+BsfGELaYisysc",
+	"0zRjCWkLfmP+zCUjKldGlHRQ6ZU5J0B+69dIjQWjlB0pFnycTnLJEmIXED6pwCONLa4rqm5DsspQMeWT",
+	"m3HI1PptSjWhdtdJW0g8symfdCybmz0wDN0n5XOtcmBse30R97vtJhoImcjrmsAY7k2Dt3LpJl2zZ/38",
+	"9pQnLE5VKvgxoXh2cq7TDD5OkHVWtbjm/DJaBg9ZLGazugPolmO+9PYOLJmh6wJZOnAzrRDND2R07o1k",
+	"up96PVqGOENYwinSRjqenJ8RLW4ZV4R9TJWOkJtpljEJog5kKcvGnRWdO+R8rZDuXvq5NRjXFLYaxTtX",
+	"TEZELZVms4jMmZxRc4BImxI1Z7H3VBJuzFpzhDtRWbeOCq27UN7NdYwKfVAwxSJhISVLaTrKGGFSCknM",
+	"Q1bK/Uo/XsICf0Sxok4/Wq1ISHLG72iWJudZPkn55ZzF4Sklo7vKQlhHkIXZx9TozAkL2zjjlKdquuNs",
+	"6Pdo4M4wps6OijfPZyMmw4u93y1BNWsieS/hQSNukWPSkI61cqzBLWlX7KaqbOCHerZ/KyYBs1TphMnw",
+	"TiqdiDwsp7TMeWzmDKimMmd4haEGRUZsKXiCqvlHFudayD1FRiI3WjtVJJFiPq+chpEQGaN87e3tgiK3",
+	"6PI6Nrz4BZtbe2wHAedFghPDRhiYqeGwmXvBiQMjYvFAmwXhKW/5XTVyAG4RKwiCRkVsXjefB0QqmExE",
+	"aSCRs+j3FBmnnGZGmRRSowIxh0O+pwjwN9hEP5qH0j+YUVn1lC3Rbkq5VRdbUTM14TWu7lKzuVnsjH48",
+	"w599t6467Cq+ghJqbt5Tmh/+z99P9v9/uv/HB/vf3v73Hz71olfffP7LRqlUuh2OesGrZIuYerhJAVvn",
+	"rQrcI6u7mz+N/oLWQ+QOStXQ6JJ3cD8aG53xu1QKbu6+/TsqU6AlXJ/HaDXALwjVZCaUJq+OyC/pDxGh",
+	"6EcF68R9d0h+NV9xQd5dv+2SswkXRqsE20ToKZMEpIoKmw4VGVUVlDsKvULuVMn2g5ELLCGjZUVi1Cjx",
+	"TkDdf4yKJNsqf8zit0qaCxu2WRe2cynM5by+4h+NCEKpWV4xmeVKw+lHB1fhDN+yUjfRhrWaw7ZbXENO",
+	"1G4+D6Ou0RrXQSy4pinHm3ej9HEPwoI3ByYYv9vpxK7RZqr1fNuCfr66OndraayYoMPtAeKk5PGxzjvn",
+	"uCNjKWbgIZhLkeQxk2qv8F68O/n1tBAqfRQXVMr0zsgWZT1mXrwQL17gh9Re3OM0Y+Qvr0/OL69O3t2c",
+	"vTu/vrq8eXN2cWCeauh3MLrZzUTSmN3MAvbzr2mWpYrFgieKjJheMMbJ5dlPV6cXv8I6Ls9++uXs7Vsi",
+	"OCrQDSNcm/S7kpRfp7ZzT3ovQ8LijEqmLBGtBE81U/YDUZDo/fWVpxF4emIjrtHnE6ZX82OFN33YgdNQ",
+	"wLjQAMgXLjTY8VyQTPAJkx1jyoSkzLZAF7q2wrSuC0LtfnUYwt+A3ys807316e1xrNLUpff1W1KIPJRF",
+	"hYreUCDXBNJtIKV5KL0k4tcYKBzmCPtSfqDx7TjN7ukkYDxpbjeJOyYzulX6vsfHzkWWxktvo90zfom/",
+	"Bed8zevreMqShgZE9cS954yYzYIYOBmZkSIjuHJNinB+n7AUlC5qdXnSXkypJufvL6/Iwd3hgdudg09p",
+	"8vnAPqPpLcOwSCYmCsOB8TTnt6ruh/Ac/iyC8z4SehrybpXzDHZK0YtamZg059C3YvLarLhqULx4+Wpd",
+	"3ElP/QYsb7eqLpaXNtjnC6YgZ+vTbsRZJ4i3Rhql30SPpB0eE20s8LEwmjzo9mZjGuiMpffbLK9e03jK",
+	"TrnGtL4Vs/k+vqSP81QyVR92SPEtXWCXkmmqSXtGP97QCet41+3f0A/XPBJhI6ePEk9ao5Jkisk7H7/b",
+	"qOIagl6Uni+uy3W1ROYcHY9zMc8zQ2ybwxmMV9SHDhsOcsekClsEq7kgEGF2jxdE3OqeKtgpfPsx7iMu",
+	"zdwVBXtuTyPb/E5u6tplX1Q3eWXhFb5ueAsueF2yLzIUHIDYBlVyfoB/b4+i4MCVw1b7Vs403OG2+9Xc",
+	"LYSiUozacqpic6cbY6IP5sktW5IpVVPrAUGdCTzpGBbwBo3LTrDGh+WpCJwUKbf53aCqwTOorHXJCQFf",
+	"EiYAkBmsyCvv1hNDqCaQBQEODwxGQPaCZdf1O9GKmXDAz+jLPqWBpAplU0SoD30RlRuDS5FB68XRdNAq",
+	"SauxkE5erZ9dJlOapX8Y6lUyiYPUfy14KQ1A+fA/nTGgOt4YDN4cPVHg6lE2/P7bydnV2bufbn58f3Hz",
+	"+uT1z6cduD7MntlMoLAxUJIN1fWcU8z9g2w+tuyTeEr5BPLYtMAbK1eGk0WWMEnsMdvOxG7CIOeWvJS7",
+	"qan3inusn0+IibvgLiY/wM3l0lRWIlw1fkkntH30D3KJIG4CvtztoT8YoTbs51klXu54xE+sB9EcCOAy",
+	"x2qCI5dNRZYQSlQmjIprUzxIm8KVZb5Uhh7ljMacu3BQBCeZchcbg0Exhmg9GzGDaDiVjEwEZ531k1qT",
+	"CPX69C1BUhH2cS6ZMixEjGgiUDrj8gXwH92SM+SYUBILrjTlunSOEzbPxHLQMm/g3h3yNzCtF03nyk5/",
+	"/yqw046OG1IJHIXpJvoemjN12DP/1wlnBSgtqWaTZUWQtP6Zs9zw+EqGH3w8hFSi3JIJcqrTmdk8iO3/",
+	"/fr0+vRNRMapVJqk3P5hTBsroq24j8z/gOFhqK9zyVWXDGPKY5bdpPxmLsXEbIhN/OVsAZPaJCWQ0yCs",
+	"soQpEG3cjAPrGhdzOJax+TVUCU6GccHnw8hcOy6IUiyAswVTuu5VIbHy5If3F1fFrREFhy9nkjmirr9j",
+	"8SHOu/0go0bl2WTLaf6FBdTxKQhYVZPFgWcSOSpyVIa9bB4bKhZwmQkd0rjqtOyaLHKZc9gSoxfsKVIi",
+	"NO72lGXg2Tc0OSZDo3Dg8+AcLb6HBJHy1qArx3wcjMHN6Mf11XhZZ6XYLVuC3W0+xwSwttV5zDfh02fO",
+	"THAPrsCxak7OYa9HbNINxOeylLNdg3TbN8LOsEHemCdCLxFO+/b82Yo8oxWvW8y3hXHfsmSCOu+aON9B",
+	"6a8ehG1OLxh7y7qAjBsCJKv3jGODPUWQGi4hjck9BezZfXg63DyjcTDA6ieCJzwTtQ/NLQVcVsOetX7Z",
+	"lMf12Zv2DbUQtyCIrQiRhNqVQGjfWn7NLfL7xBHFfB7k6hO/SCPrzHLsRWGsEa+P4NI3qhph5RcEyc5s",
+	"AN+CA7nBOTNbU8Ok5kpP+a4O2VqHR8BPcPr3iLw7jcjp/zi7vLqMyLv3Vzfu75+uIvLTaUTeXkXk7Slp",
+	"83zGZBqDaDx7F/Yj0CwP5wpjUHyXyGLwnhTzOlqVwoe7abxXmHmJvy8SLNIZnbCIUDm5Q98rfLCn0Aqc",
+	"i9SFdthsrpcdrHsqtMqA23XnyOqDA52w5AbxEXgsSFc42hc5bxoaWD0nVoujnKQcRNXQ3PhDgjXclEg2",
+	"SZVmkiVk6Goqh0Sz2TyjmkWEfaSxzpaggdskh3XKugT1Fdf8HFdpy6KZNJqfTbdnqNPD/qGlHpbaYCxs",
+	"Fdvmqf9E/jayyrLgpp+4ClMXu/HlpA1/d8HG4eRHv2HqTGMZ6Y7BDLdhpBjJhTVq9pGGdm59k9KEzeZC",
+	"mzs3XMziJ9xT5Kx4eP8Xow8ay0tPUwXBlr7dOLfYkqvoAN1E5XtpwMFkSDVpj5bEKED4RQf9URC9oVwt",
+	"wFOC/iIKZkhEhnaIIQF6dckJMS8n4UcDLtmcUZ1a5xCVWWq/wlIcPyq15e4wVZIm3QFvkgf7b7YOsPU9",
+	"6wSDFnj1sBCcTkXoYKTOPzFC6dMG3kffo/n3mKaZIjRzXopVsV4svoh8YQ7zLOXu31vuvHqLEFbuiu7v",
+	"J5xPq6J1GEvBh3CNDbHSj2bD9WMcG1mQz28WKU9wY1duU6iLmKVKGVsdvEBcEFf7L6EEDIAcMOnWx7uW",
+	"8OlS5HyCyhyH835MrCsDlrlkWDtdOjovgxnkMqS8/5jesf1xaixH8wBpD1p/PXhJ/or/P2h1UJq5HwlJ",
+	"2v99KnKZLSPy3xOawn8XjN3CHzPB9RT+MqvKls1y2x1lQzqldyYbQatJxqgxGpVZ5/c9NWh1jm3ViaEU",
+	"zdIJZwnRAuTANU8/EjYX8bQJff6Rah0KQJxCgks6Y845k89xglSRWR5PrfRrD1qHsKCocEAnLKOGl5x/",
+	"DLMmmiwmLOZOIDHSkgI8kkevSDylksbG8IyIEk6ooo9yz1YajNG4LWeX2pTS9u/7RXLp0dFn93nn//3L",
+	"Y6Yq3Eu6Yk1WKAYQsEnSGftDcBYsfTk7eXdC/gABJaQ71O1B6zQ3x/jgByazlAMvuYN1ffV6vRQ6QI/7",
+	"CvNAlY8fql62XYlbxu+ZkHKPiJxjwtUDPEu5p0o9IkCN28d9i6nA5oXIjC6xSNpHiIRECyKyJ8f+qLFL",
+	"CIFEVm6ZQH6FyLaa3BfmmZotg99v2C6ZTiZM3nPDALTHKoU77sA4zYKi7ITYEwORgdWQwBCmHJL2J/A2",
+	"pklE5nSZCZp87thAATzRtZ926UzkXPtyzl7P7Z/bNkRlKqJhzaIDTWXfy15J9jWRbt+tSLeN0rKuJLyQ",
+	"ZHUm6PY3DKY27KkiKAOZqps2ye7Hp0ELfKWDVp8MWtXdSZNB63MwHfURhVbBpVsEGOBdOQCYQMJAOLjo",
+	"Sl01niSvIHEBQCoYXEduRz0FKEhmFBxjrvTUYuMgN4LbAihrpkTUCHB+Ae1JIiBJbJwimljZdKsDF6lL",
+	"VFlbdk0WPjyz3SHhHgxR90eaysspxZrzHYTMgqWTqd4oqPcUUWbkiBx2u0ZXJ213SR52Gnjy7BTBVRu1",
+	"89TtfHVloJKGpABUh8+pMV651fMsUgYZiWRpD4YxzLpKs7n6/fBDF/1XQfLPmFKN/EG4oOIHoRfy+fG7",
+	"O9umWs8LP5t9I2NbI/gESTmG05WC0h1V7IIx3l98/Nhx4XYVFRkeDkYLSEPa1SqZjkuCt0U4Q/PQsEi2",
+	"q2R+A1oRJS8/fsSDpiXlClIysbAJEkCgrBlS6G0ywDGsriiuyZU1ER0ehS+EXqmxFUnYXWsR8R7mAZwx",
+	"PRVVvbL10+lV0CtfpnnIUVmuQF/RLnJZU4g9UiLLtd1zIeG/ilxfvN2eBmLGDHIeo1KPGNUXbJ4tQ7WO",
+	"IUe3h6mxhfZaiozMM8oZWVCui8BxWe9qkP650X6HpWx7B5v2Wp8Mvn6CaPllMBEeQx3FeUjLJV7+hVZd",
+	"cg1fcteATSj/vr6sapWZEklTHgz2XJXzYlMjrXMN/rdELHjfBsW4gBQDQxZzHaaatJVO49tK5LacHru2",
+	"IJ+2vNsNk1BNA/46lDhUQRWJZtz6l8j11Y/733np8O767ZoVdvTdy29fBeNnktFZOX9otWa2QfoQDBHh",
+	"oj9sIILataTW/+hxU8RXXsBOE1r5uxql+s27y/2Mjli2n6W3zGKwQF7Nq29K6rXRu63yvP8hQoUGfbwJ",
+	"YTwxfyLGEcmYttpYkk7Q7VDav1ffrBov27T2V4fbfBJVZ0MdaofztiXoy0kEwI2kGau6zN1jcJJ0mmU+",
+	"96Z9xWZzIWm2p4h1g5C5mTNlqtMnQ3Wbzock1RG5ZWyO7tHhKB+PmbwRnA3Rk5Zlxac0y4YdTAukUntU",
+	"WpvW47BRfOJP22XvwH06RNXV/pQvF3RJ2kOaZWKBA5cTQMzaWlGrWE3xD5plRX4OjNyKWn6YYL4IuGl2",
+	"lQPupl1nQazgFWMyNDMNI6jW4OVwBmyWUcsn6R3mRYG23l2zpbaDY9SZl1d1xYBoyULwesK0wmy9oc2Y",
+	"W61vGxo97fXp23Ap902plvtmUzF3caYbub7gk7IyY0cq7b/7wBd8ud9HLcBM/dAIiiYkWMo+u1qWQBDY",
+	"QBzUG71ktLTCxxq/oOd71jAWmlVFE2LWEDRsz11CScCaMV/Z8Ko57bJA5ywfFMzva0WtcmLwxenl++uL",
+	"16eXK59DwnAral1cv3t39u6nVtTyRe+tqPXjydlb+MNm0rWilgcrbEWt63eXr38+fXP99uSHt2aQ395f",
+	"/HJ6ceN/hShDZsxfzs7PayDZSsi4KxfOZjCCGY2nKWf7ktEEPijhEth4zg1mp3Ohb8Yi50kESExZGofD",
+	"ZwnTNM3CpcnGQGh++ZWswoAelEJOasxqCyrzOu081RnbYB+s0+r64oxINmaS8RhuRsjkRMvYUH2VD+vs",
+	"dvOtm9+v0eJFBE9UPspSNQWPyf18hyGwXARN9xFkkiakDZhd7KMmI1S2fEFRIGpTf2v/z8HgY6/34a8g",
+	"yorwK1YhQBJRnS8tGPLG/Ew6nzPOEsuTmBBoA8/Hzq+iiMpH5qcjZm7RNWWjkbMavWW7iS5Yol+EOURG",
+	"lR1W/G/DY++ofPHylbG3AyIrkM6zgSNYAjzxOKVnFiM0COj2njMyZ9L7rwoPbqkUD7xpC6rI3K0usq44",
+	"rCkxW69IyuMsT1hC2tzWexrxy4W0/rfGLv2qAzEkGcJoC3WJXw03fr24LRg1t14/VSKNdfpF7mbbpdI9",
+	"ZCuik9Ut2y6kso9b683OczUtnLr3kSz31raaRGsK13ojjkA1dHuUZ/ckjbCvG8YJkfWCaubbIzz8ZGZu",
+	"qACiQx3q6DwU7jlUETmcGV3ncBq8tB+Mgm0p49o/zEG1LL3zVphrT7pwAeQjId9HLUk1u4FlNuevYlu3",
+	"nc/y6Bvf8n6HzjPEisxBdEEjqOdMpiKxhjsWxPSwsGSUx7dM7ykS0zmNU71EzGE2tkD56zw2r6vCxEn6",
+	"ZAtbfd5EgGvFdnWOWwxFjztSBviFun5EgaHE7IKtYKnmv3lY0dTmiCePWUF1dnWKKC2Q29wvo1JNqSLU",
+	"boGzYsSCF2FSX3Ozh0lq+OjDwqT1ZGifX1+Rbrd7YB7ZR349+GTG+dwJywee6qr1flizPWbxsDu4I1sr",
+	"s5palxc2FRa7m9zv+NAkgSqkdbAsYxJeX7x1dPJe1JPzM6t4TrWe9w8ODl982+11e93D/ve93uFaAk/o",
+	"4gOn2gMDFXUJGAGHgRK5jNl2meYfNBdjJla29yiqq4/x3nULTe6rid1WvzhqvNGR35Lwls+F1IBLseNG",
+	"T10AAX6XZe/Hrf7vWxCtVmIOnz+EgnMYTdhTxM8QWZxHDo7CBHAf0ZcIecFYHwnnHfxyVWQTHM7ik/gh",
+	"LUhJn0hovMIS6xAEKW4G3cNEX+UKRtUCVG1bFi4Bu2MPYzbdAj2k+X1XhXx5WI6mnXrL/tbhjeC73HPl",
+	"dtCAhRAOglmgyWIfBM+WiA4v2Txb9ssQI88bKnN0CJOxdOR3uE9fOz1AjMfAP6MloZbDI8Smdj1BbJKv",
+	"keuBnNd5fjMD4LJADvH5tWFL+DoWEi6EXq9H/gbjmU86QQizTS3IotaMzYRc3oyWOmSz/grfmmnhgZ3H",
+	"/xymsTHi7nftGK3kZhsQiSCS7RuLGKInpRZBiVhw27UOFIfV1KoCxyRJIR/Ghf8bZNwGX9Wmwvni+2QG",
+	"qF6A8iYB8su2yENWCbojLzAhppnovcj5ZT6bUbDmw7WGO8B+xQ49Zg0y7rny+i2oPQtmrdgvzb2QcjIW",
+	"MmZ9F5SFrXS5xVCMRy1ofBNgYDN75Om1Lik+4L6syNsg5l8sMMFOhPC7rPcGipRJG9jVV4JAaGsIDp1Q",
+	"djw+tQkvGZKpXRqPfd7Fv46xzsQr8b6ApCgvwV8UaS+23GSluiZczLgrVJVN+trC2TWHrLIPauPFF/bI",
+	"uW0ppT1B2TRYFjtVTa/wxIOuopx7x2SweAo7UCoixQJtnoRq6jgN3cX7YMv7hFHKvRfNyMBA4eD2LnSN",
+	"Mznu5T61eQ07+Q434Lc2XuxGGMqagmbEbkx2UklWtxLMIRswg2Ba5EF5i/hXA8jJWqRJGycBwm71ZF7k",
+	"/Kk9RvkO10/lLrtn+ZIZI53w5m0p6u4Y1/UonzFrjnNBilbJWCMHCYEzuiQjVkq6H376PAxGVksvGIg1",
+	"euCAcBFjkeC8BmlhhbrCrhJTWnnk0Vo2bMRN3rU5le+mG3aSuWBIqSXxavaya3ozrgHm3uDlhVSbm22d",
+	"gUChrODVwOldoT4ZmI1MBq0+eQHuK8RNGAtJDgEa4DFAGzZIK9/7Nqwfu0QcUHJXSBcGDnMZPkE4xfKY",
+	"ewqTgBytUuX2ohkLlHK21ydxu9143bt74XdP4f9PhA8LZfIHBLL10riGQ7s49C9Lm7qS05ujwVn8fUOz",
+	"rOOjw6GSSYujYjvZlZOhtCBG1rUrKU2hvpKrlZmPIlBcLeXGUsYNFYbraehQG3rTrJAUrD3LWCMG7Tqw",
+	"WnTBJCMe+YNbkD8dT/fzOcExm0KH17a3M/erUemg6rK+KT15uZJxp0ibYx12mjHs95V0wt6SzWdvxb77",
+	"QhWJ64aEZLG5GOrjwyXpk1FtYb1URBAUy+Ih+Rz9w17z2Lg7dAlYHgHH1206n7PkpkSrpnxlbY1KwuOy",
+	"IROVazK/iNRrUm3pOaFgpTWx4Td+jf+r2153jtd3ICrE4f3k60lc3x7TFkQX6RsSzHjEM/fuZds/pdQW",
+	"EzIz6IwlZIiJjY5jMblxHz+8vnqNtydVZLlcLmezJNHT6Wym1B8uCzLnGVMqwDnEEAKCCE6io3sLe6QF",
+	"MEiLS90LnAcJjFX3ycrwm0j+xAaHW0pzq8PftU3fcvP7JdZ9F8aReaAiuKqc3T/ZoDKSW0bwvZrgoa77",
+	"K7Bz7Ng6xY2MOK6g+0L0a+g6IAxdN1SMIhSVZmGco8CtMGVZVlR+UTm5ixxqbUKSVDIApHAlEdT+oJ1y",
+	"pRlNzEpt54XObr00nJvE9e1aW91bwSdl8Ek49GJsE3Tx1zV4v4e9GeD9Fp2454b3MQT/y9nbt6dvPMYx",
+	"ENVnxoZtPhpPWSPwa+eMLfXf2Upy/Doi3g1/MEr5gZqS/ZqmgVUc2Y0nVLN5GXYWf20RzELYlFi2BLFj",
+	"UnryGAoHAPR+KrJkF2hEB5cWbFJ030ZEsfCncDtE8zlUIFG4emwHYC0mDNzJ0HsFgGTIhPIJdAzWTM6g",
+	"x5tDFLaOQoAltbXawJAqHWUpDyP8r7arXmmFf/ITmYmEQazv2JZ9izHwosUlwg4DGFMJIINuPV7uVGyK",
+	"Bpjp+mTq0LQ9yqyFUHZ38kRAIi0ZLW3L0JpT901PlVC2fTPaUDjhSzaOGm9rsWwkrOsUZGGtSkGvVBO7",
+	"tYYmRfPqthEotjDcVn53umRIswVdqqEZh2poVupyi7vkveHBRapYTbE9sMNakYdzf9Z86+DU8YtbtrT4",
+	"CJB3lfMuLs3VKcMYozzNEhyW/O1vZGBrBwatLsEGGKuI7lgSENzPot1WlcRoxKD8xqgJzL1XavaUKkt/",
+	"FjPXJCtUE4P49OPU/JVzY20G+mM1N140m5+ZRQcRdH3nrFrAyZVDVALStniW4Fbc0Far5jS9VBXI+sOe",
+	"CtK7wPJ11TcAj7kGLg1ovU2Uh2MytPJhaM/w0K1uCAH68pH2eoHg7JgMXY/nYfn0u9bPzHmGHZRKGJcb",
+	"m2y7Xt2VV+tFmzt/WzVpMRWKOa3EaPba2JZ8/w8mBYFAn5kiIe2ezRKrwWctL8d2EfUC1eWj9RquKTM2",
+	"tcW8U648WMiiTTFxEci8vLKNa8OGqI5Sm9DM5xnVRuN1V5rtXAQA2XRGYsq97R35+mWj/LmvRkYGJCzy",
+	"6ScIzClzDloZFNV33LuWSJxyWwDs+CSeUjkxEjKw16UNOfYKm+/YaWTSZal5hLk+a1swd8kbC09QLqqU",
+	"e4q0v9lAUQhUVem5lfVQVtqTVGSGisyC/xX9CPANIFVTK4tKgD+jkhEjaioYHQF3WHUJ1zz9Z85cAlbZ",
+	"WnhHa27bogl+VWaYD9dlhvl0iKxiH+2gFuSd/G43PN5CITvs5vqvGeobBHJSsT8/Jpj9ko/Yf7KM7ilw",
+	"EojxGGhkW/K7qYpktFJHfiwnNJfKem/+YFOh6gu+c3pXqUPsWoNBC/JR7cO4qcngKs4FDBlh+1d7RDr3",
+	"bTsYcLaYpdqGLu2SnQgd9vEIpIoMweYYQp0w/GVvAiskh6uGBwj6obEah94GPCZDo2sNiSp4wKZMpNx+",
+	"dwz4/Cgdijn8BzBLImIn/EQyozzyADk2/9VqwFNqrgy4V7gQZl50FXHhb1bDJw52pMgITTXh8AkXhW1K",
+	"Lq3SC8mL9p5yCje9ZavdM8t4YqmQqV7p4QCedhrr9G69kwN2A4X7vI0N6r2Y70Sk9MuVsyWkTd9su+tm",
+	"lLFOk4KC6vwXPgW7zM8Yi9U2YXq8npXu/Qx4eZ+fvntz9u4nmxPk4SDHkrEusXnXWCptPnbl0RwOMaSJ",
+	"8aJaC4ZFUuAuNs8TKafub+uBXe6DWZ8zXtzQVZnNPs4p2Hhci1IKeR16+/1ynvEqSvmk3vFRtDdCus0o",
+	"9gcwCxoxu1llIw3tEkUqNb2NjDQhyaBlPikUtg2NkWLJ9M2uBtsKmmVQnwfsB8bvrOpWatZ9cn5m+UYy",
+	"6GLi+kGoqViY9/nrXwElFE619fVAy0X8kZU9pF2qikgxsRaJuPRDHIMxXk3E964nR+QJQ1/1LJilsNWV",
+	"5VxYfjzfQBijL1YDc1enK17c7OUqa0qOE7w/y6sbBbj+mqKxa8n9qlfp/s2M7AGE/y3aGUWExlIoZeNT",
+	"RrqcXF6e/fTu9E1Efrg+ewtiSUhiE3+KljxPV1eDktqsdE85NMJBKxntz9KJkcWDVvPWQ/C+G7R1Tw9s",
+	"PgTaT/OmQ7WtbHDaug1FE3jHyha1A5BFpaE1NNyvtd0hzdI3yg4KI3NwanHjkjwG/xyom07dBiUwIgPo",
+	"0mW9JLhrW4DXzEyRedcQ6a5sL4rHaRscUv6san0Ti5zXlGVapPHagFzxvasCs+nb9mIeMXPdGN2gW9NC",
+	"vbbjc43Jvosx3di4DdhFQt/gPdg8HreexBTQ+Nz6NlH9Hh1TKu9UjL3mr14x1qEhTLFdEMeTjGbZEqC7",
+	"25IpZqsMSyEPgLRlqpCSmP/NBcF1uPHrmift0MvbtuV2LberLxigZ5hvapkk2twqu6DxGi3PZKqcTWSs",
+	"8WOf/juiimGbXmWh2WwrFat9lFFZrt9dnp++PvvxDJFRUC9uRS13F23HYMGYUwBmZRWGxV10Zp6L09Nf",
+	"z69qoFdAAX+KLsDNflODdlAfrS2BMjc3fCW7E7c7vk1zUOWopR0RA0E60HaPnXcF6GoEKKb/g67YbZZx",
+	"XAZrLhFia44x7HA46I9GXOPbBXllW5TeDhpcSpFw+AjsVkaW3oAdvQNzbcVE3h5GempQ4lKez7Z9R2I/",
+	"cbqHg49pzkSWB7aykRt4w7vt2iSjSoP7pdyFNv0akp0e1rIDewmyLAFXIbbbPSaKIQimBfuPM0alKjXx",
+	"8OowuoEXdEmkyHnSpLlH004bOzW+aN6eYtuTX01GZDn/78k6KazxFOZQBGyCAgbgcYoK7ofIemyMK9v7",
+	"V0FQuujJBzzpKjYcXms4u6Gsl9cJ3aZAUEFIYAiYCelCB2MhiyhWjKEBYQv3UFPte8U3Tcj/+V//G/Th",
+	"LoHyagevOSuD8669aeHpLJpJY0DCdZgj5TgEyFfwT4MHBtXzke+wnLCMaZZ4A7RwKllMCUXohKbcmsEU",
+	"lpEmQcfSWDJ2cz+HI/zUIy0EbLuwIvcY8BGGQN7Y2QmByPzQF8Tfq2fIuo6Q0ZiZ7bmBHQwEg0qM4H2r",
+	"qa3UaK8wRKd5scYDsTE22J3V9dMsvWP9AkfAYeKWwoNMEshl6JKcW2h2+I1KM6M3eDaGhwB7kSyZLoAv",
+	"E0axwe9KTNXMzJlSZgRVhL8EZ/gJ5txXfgW+vU4XhuxXZzgmWQr1/9hfjsGH+3b9kmnGMbJyODVr8cET",
+	"dzAphrC5O4BdcuJPPNSrs1J/wxSzznHCsskH1GxFrTKhIM5Dk3VzLGp93Dc/3L+jEnK5zAh4D4BdemIH",
+	"K310XR239M0bmKLeODlzeBvmJeSaUdL3aAq2u83IqBW+Y5QDWlhM0xhzETzDqIhY3AyQWZmYEMhUShQm",
+	"o8VUyh1tHnfnOX72cqXwFfhrrHSnrKSkr4uDD7X3blhrtognjXVde4dvU3XdsHXLMXrCrx4J1UUOLzWb",
+	"/7CE7OCC3yofvjn5KWjzl3WP3VTmXWDw7rBWq868QDcN4li8ODz69ui7b14dfVsCtzhEGE6sMVkF39wZ",
+	"gakCc7Aj6nnzRNmVJNkxTaURaDf3DR+QNkQILEyzZnTW6TtpTImLKJMR5UmEAT1wltsQLcS5XMaYRb60",
+	"AYGiKwqiIEEtA+BTu+edg6FhPMKyZxOVF1i5oqgHvO/4+hijm6R3TB2vQljbBG6LVRkKFVgnNeIxG1lk",
+	"6C0ZTVQ98nXjgHJj2EbN5jvUQpiTG/Bg7RQSxKwYKM11cUHnd6oLAU5XI4C2nvQxAoBIgU2H8sq2J3os",
+	"SNgKuOd9/D+7ccDDkTor0rIZ9pj7QfV9S+4hC6myxUu0ugVP7C5y5vFud2iFR5rcpjjFpvctVRI3rxW6",
+	"9yZ9CEEmKxbnRnxfmje1xcWMymDHOw4ZDKiJtWM6V5py+0/b8dgYuS4EevLm17N3N1fvfzmFVu5ASjC8",
+	"cXi/GMh5//wZXDhjsQEJICYXp5dXsAYxJq9x/qhUWwTi4R9iRISMp8wrlBZhbMABYqxLoOU0tIiNxRzz",
+	"JhyqoxkAK7e7BGDT4cEBp3PIxTHDHVjE8v/2D2UU94sfX5Pvj15+23GJxxYVfhiLhA27Az7gp3BlmL3F",
+	"9eDFODzJ9VTI9A/4sE9+ALJgA8AYiOouAzL8uG+pvS9FxoYDjkUWICIh95CXhod0sT4ZIsjUkLThsulE",
+	"ZIj4U+4T87IDjj4+vIH7dhtt04zI1VZENkE6csnP8IGmUptRAd1qOODtAnELLzr0wcPEoFsOLXZfkRoX",
+	"0yzrex9CNOAlTEBU3yNIgOl0yTth+wzk/JaLBTcPQDwF+ltC0MfOSFI14Ee9Q8gAgw9cvq6n11Hvm+Jb",
+	"ywVaWPelb6pp7ncz0pFN/bZoYmXVBctMin4avLJZUygfH5IZlbdqwEuWqxQ59tK2STqlFksuRadIq3au",
+	"oBldAsWwu7fF4G/Zc2CORems91u97mG3By7MOeN0nrb6rW+6ve432E1jCif94O7wALYa/jVhgat9CLbN",
+	"34CpbtDHijbrEAxN63UDVD9otCKZ0VRTYxVP6B0j+ZwIPuBo0EL3hptfT/7HzcnV1emv51eXziVWIG/3",
+	"S5c7Fg/RJXaPGXDIHuEJsHjB9EKiZ8xsMS536JDdcE025cpC8SH5/Hk5S4wCkyp9goSwlxfAuwDuWmrI",
+	"8M+cyaWzBfve4MP7oYz1ZiPyBZi4rXReJV+wS0gdAIC99QoMWnaXilz5Gy60RHtRltdY0aB7wflDIzlE",
+	"6mIgb/+97JUMqJcW17KwnFavpw/gQYIuesBxL3o9a9toC3lVFrT/sCkNxbwbs07M9oHiAHfJqpVjSAVH",
+	"F3YZMD2PcPbQoH6VBVoZoNJZ1J4W8kolUc8ootB5BXgjQq8RFrRnS2Ir0TE1zjZRs5s6p5OUU9c8RdMJ",
+	"eFzssfwQtarCv9V36IFmRXCArZcZIFBL57jK4T8x7fJynnITcAqL/B7szuqArnAHju67A9iJiheeaMyS",
+	"1gLr4HlpohJRS5kXq2LaqHKeQGs0X3gnyop0CK29eMQR5OwNggeu7deBud5A+bv3sFFrLlRAcmNzNdsL",
+	"X1h0W8C1i9CPxhKAwXMM3HaK29v3P4GM/uH/uzq97PQLV6r1vk0RF0VpGDuRgNWKZwGuOiaJoksFZWSQ",
+	"A+hBRKsseQIOOfsqbw0dUH1lSv9ge1Y+ClMWjeY+VzVkLXP2ee00HK2T8hLodw+h8SAWPylxt5qmc5f3",
+	"ZzH9fITIRbzQM20xpR+X7YOsK4vWko/AvFXeQPjhssR6fL6wozuM5ia80XuayS/sLCGZeeEhRoagGLFk",
+	"aEE8NTM3TiXHG/rfiXkZZfkZuNY8//1jcLl32ZMxNdbYCFAa1ln9SZjb6f0Hn+xfnw/QFFQHn/CPzwce",
+	"PCF4xxrtA5ATTrm2TWQa6JIBRe3hihl4Ab8SzcyTZLldPWPclr49TD+7ArCuGHyyWH5QsdoKM7+KGGUV",
+	"M3NnSaaYvFtTy5ABNmllu2oI5xYyzmzylkffIKac1yQac+zBp1u2/IwMkjF0cVZZ9w18XuxUq8m1eHqX",
+	"xvr570WY1qJYaLnENFjASfMQSAqKDSzyi81NaLaNFqP7ObYxWo/FIM9C2Yh5qSn7SC5/Ptl/8fJV0WLR",
+	"VgtRhU87NGYQEMayL+QDZu1V77SytCg3nuvtf0/3xx8+vToKtdHcjeWqoao6c6QcpnpK6VNM85YlKO2C",
+	"hkkG33YDkkRlQtuvbUuaVfTPleYwhXxBFwZGkFBLE7IoT4uKKnq8sJSPcGANlXnSfGrxRLvkBKbjomZA",
+	"aB0PnvAytzuY3D+LzEKE61qXFGwJndnecAqLsBETFxGuI5D2WVbeEzvLnivESjlJE2cOoXvTNgkZ8LdU",
+	"6X1A4d4/e0Pa2Ccfiogheu9Aa4cdd1+QYR8aFe9DpsUQCnUtBLdcksOXRHXJNYfCQLvSgWtIkKKDa5Yq",
+	"eAuxcLVjAMxpmMcMZrYXXWgUYtESFm/MAPBZ9iFgBuogJXGWAmTNlOoBt00RGA26vX6jOsbemAFdZcvG",
+	"GiLBT8/e/OzYaJcf/R10mQaKh2YfNbLEftGXvNnZ92DqNUe+DItuIfzgoz2FqOrmNBE3SEgyWA40igts",
+	"dan5dZXvDJOugbMryF/E4k5ITfGgROun91nOaJ0roaAV1JvaljrA+4ZVradzudrn0t7D/SKWW+rkaPOh",
+	"Xp++HXDoG+AIZwfYU7YDJhTX20QEXWoWWpTQg1++0yUnnAzTZFjCjcbcN3PYyo8anc92osFco9QiO4DM",
+	"xVgTHJI997YlB7OZINiZNXC+yt1nn8iIDTW4bWTKvnjsJbiOqpvOWkHQe+mML17cV2e0a/S9EI49Lyov",
+	"beewnToGFrFMFhGqxSyNoT7NX9buHYpDaq+sTRrlzhfgwSf470af7grtn1CParbLld29v+drFfrd8429",
+	"cUFUr+4VoISgJGq4Nc+o/0SfNpyJNImIUd33mYqpa3y1rs+zkhwJa/Q7NWzeSSdzUMy1jo8LBO1t4PBw",
+	"UOgN+Q5RT9cJ+J5nS0wcQ6AFKMO2GAkWgc2oDn2SiQWT+zFVRsc3Fo+KSJJOUhvASaiaMhWZG9qB9oLX",
+	"vC6wZv5z4+Zp1dlT+3T/j97+9x8+HUavvgmaVM8Y7XvxLxftcz1LNjqT0A/+ME+SmSWALd4khPdVmF11",
+	"DvbXkOlxkfP1M7vWBNXin612hgIbDEAdLJpJSc1zfacKsE8z1tT1PbO8dlY0ldr/BZwVzdn3w9PoU54u",
+	"OylTj8rYQabODNMsPV2xzgaE3AoRgeFf9A6fekVIqPs6/75/LsUPl1nAo1NOUg69WXzWmJqzuNG5vYcm",
+	"Z8Y6GLn+q1/OgjulUCGBDc+GZlVDtG49v6szzWYRiacshqwq7josm4vRPzXg8ABiB49EsuwDRTVUo1GN",
+	"4ImurZxRnuFBRJ1JORna1mfDaMC9HLEJdcUkZCHyLEHMNN+atX3U61m4TqhQtQUwgqkBoDqCNujrcmY0",
+	"IkcvXtgfQEMkdKZQ7iCYch6Ro9739hHIvuYAARYRmikBvTyLtnjlZnGwnwjT5CzKVAHEnmbQiWjAU90l",
+	"Nu8Pksrg56ly5zcC91SKiQpaUq7Qt9sn1AM6DLir08IfKUR3LvrVKvKy1+uSE+w/Ba9nS4Bc59w2F3rA",
+	"/+Py/buIcGH3PSI9Y1LPsCiMcnIY9Xo93w6XvLt+C8iWNAZ/E18upkyyDqTVUWJ2wW5YlwxhGuAkyNAi",
+	"lNzRLE28ItXHFDfo1usqHI1OO+DW5IYBQqZzwZetJxb06stJ+koDw4CMhZZ/8LVvWBgVPYph1Xu+V+HD",
+	"9BwrJ3Poo4ocAbq15VEHjtj+GdoDm2lHeXbrTK/Ok8rPTzLnG61gVGOe+06+cn2oHmrsevRRMEmw+6ir",
+	"qU8trOrXplhuf/Ii51iF9eFe+42Jqc9ya+7yLnX6NGQEOj58glwVGL4QVE/pz3P9f2vy9yCltuwHNpy6",
+	"MNJ/5F3B7D4uoIelkcCyKDa59Q5pi3dbZJwbnUcteTyVghubGoDkWQalWk8vww7s4T74hH9sTteMbTHN",
+	"0+Ugbd5o7E/68CQ2G7b2Es7CRHv55rJ7pqnSouq7+5NJuu2PIskfJhdXeOjrFJQ7kmKjWC2dhH9L1i8k",
+	"WcH0iG2BPqYomDdgPKFcqy8gOg9sLdK/DOMHkhygmb2HBOfJahebLvltKpBLpha6usI7aioWfMBteTIS",
+	"bk+VWlt0yYkraxrZVMsymrjrGTrgkFsCex6nqkBpUGBBD7nQN/bRm7GQN8X4AcvuBPftaQ+1XcBXca49",
+	"zUpH+3gFQQTmZoqk+tmPt+1nsrb34FCAzKLjNb77AscdW638q5929J+BqoSYrmSIL86S4Z/ytF/A6v99",
+	"2L+Ow467sf2sb+fFLyABwG44+GT+87lUimL/KkqpttS/+Uqjp63sgGkAVG9z/tpqXCucmyom6qGWGMqY",
+	"BEsqEvMnk9JlG/oWlGoKzXWrxUSkbQvGOrZpVpaJBUsAK+u/jLkW1XWs2VOuGSMGOiJEPOnVZHHYlmYb",
+	"kjhcUL0XQhr6VF9TaVsI2fkPa+anlaKqLUs4bLoE26anhM4eQGSHfhdMy2Wlb4Rrwaap1OUWypx91J1j",
+	"3/kHkIsh6RqskbpMiBJ+/P2JeonJuVDqiDV3wfzNEhicByoHHAWXZkaGeOKGkD2MR24Ivvx4mvNb0k6o",
+	"ppiKaMREhOmUVFNI94YHzR8diwI3hGZUwgGouzkZdypAAcEAsAQuETxEJzzE4UQPi0C1ipR5X4/Flnzu",
+	"99xll84xLndjqSvFopKo3SfDNOkPLY7DwiZODeHp/hB9S8s5i8gQyAoPDrjL3zVbaMgLlBVj8h+X7991",
+	"yRWO5dKrV1K/sQiDQpL4ev43hvow31r5+CJ0n2OapLpDYjFjLmEEdpCzhVmEspBRS5vdfVybQz7g5STy",
+	"927rLTKSb+/qNx9SyDGKA/RwDyCBHVNEkEeu9IBb6hHmG2cB+w0/DTBPa9Dqk0ELUUkgSRI+BGSSQevz",
+	"MCq1HoYjE2dCMVWbbO42o8EN/BXlfT/43sXqhKJeYV2URK5IG7ijzDKGHeDTqITparYCjv2XyRR/1Ev2",
+	"sSoJ7iec7MXzFQeaAmmPmM4C+HtrHZ6x9W0buzJEiLli/vAoatGArzTXqjRy6Li7WEWEZYoVRp/9nI4y",
+	"NjwecLz8XI9Yd6VbyYT5ACMGUM3OdQkJFwM+hB/cWKiUIQrhEpoq28dme0aNuTEqwnDlchvwRCxcBQ0U",
+	"GpC2vbz65fbGmCKSQpqGc6R1nMRCOBnwaIxofGskpm180YXUETCyy2vAzFAuYOywrQv0eboooJvgeQzd",
+	"TWFvq619LUbug1LELFWh6hzAiDxoIYWtPnasY7t+qsgGrly35+LytRrZnnLBLOyGyub6GQxmrGL70wgy",
+	"ECsU8xpvnBQrabdQ4Qhds+01t3bY8hl7wrOW88t0wp/NrbT5tOUz9rV6lGBtNvAOiXO4XEwRLHfnVx6I",
+	"rQT/iQF4rNHH44bNcgGWr+jw6wZ6hmNkZ/rTnCMECEGTOQVGxBxB3w7Uc4kWhELlPDEWR1H/NuBYUu76",
+	"HbOkT7TM2dC1ocVqdFQs0G5UvgetueDpgPufwrl1qII2PbJLGhz2AS9Oe+BytdP9lzjw7tR8lSfe9x7G",
+	"I297TmCs0qqNvtUoMCE26IgqAcxUkfOT68vTN8gCLo12FbnoMY+4o93mMqZL/9SuZtRrLMFpYrtAic2T",
+	"1se419heJOPJ8iiVMn40I76hImt7nUyxMV93sYyj6ZMmJK/2b2qUlHz46Hzz+BUfX636fwnKP1icABKk",
+	"LcazuScpiaXgFnnWdZgi7Ss2mwtJsz1FvLzoNGfphwivg0/uzwZ4PhWO3Ybm88a2GHmguwuHMbqcndxn",
+	"D6hS/b/573J3ikW1wb36V+09y+EouzAenhHuRiqSJj2+kU5nDLqbxEbTw8YJPCHQi5RJ9VUK1u1POtIW",
+	"uq6rmarudLXJ3RNJ4nAnvWcuD2nKbAAEBer2M0nmB9TiwTJLogEwPliWQNaBUMx18r9l2NE5la6BLbky",
+	"bF/0smL2nUGO+GDKgkn27GL4YETj23GaZV+Jxbh+lII6zQ921U98ltw0XwibxL3d5qQdkKmVhKqv/Sih",
+	"0uIvVhdOL84VvlLKye9w40bGsP5QtDM77EW9Xq8TEZVDLwhXKWH7XZI5dLI8do36EcXM1iC7KxyDEB5a",
+	"h3+Boweuoj/XuTs3S/5X0lYutbCWv7PgUeNDDsQgkXXpmRPGhSYxzSdTTfL583OMLnV//tPwzEqn4ScS",
+	"1TX9jJ/YDdZcQte7w1wHMTUVC2NkeLciijEvsdKvHg350kaioIBaLEjbvWJCoM1GqohiseDJNtH9/Ccr",
+	"539CaXyNi/7Xksfen4E9eSGU6TFyC4YyZ+pJ2aTclr3W4XrlHvpT+1vLfe43ulsdTR7F2+oG28HZ+nWg",
+	"oW3xtLr2/E/paLVzfCE/q3vD/2pu1gKHp/CzjoXEHLwV0D987JZZbJM5tT2hmAMGLYFR4A/ceeg8HTSj",
+	"m+Lgk/2rgRu2zM7P7YW1qzy2sME2BRETXlzUTU+lyCdTUI92olu9O7b2lXvPcYSuChjZhxLyPS8N9RWC",
+	"SoYKDCrSM5zgv7138k75lJWOmrVX/W/+qT/1XR/sVrr50rdPPtKt70bD/HTsTU1s5z/AoqbxNHI6QaeB",
+	"UlDpVvqV6AVVWtpOqeikS2ezHLJQPfgV+2dOM2cIVQmyp0hbAbhXacTI93bmCaCDdXyJ44tez0EcUj/I",
+	"MaHOyT4AFC7IcIV8bVoUq/g9KGN0vegdmmX628528h9whywWi5lLQfWQaOXRwsDSaurY8MmApYspvlAI",
+	"ZL3rbljUFyygAgzw6ICITZZ1Akkx5RU8I9j1hW2oSmhZKpT65HpmbJ/IidhTZPWVIvJa8CSPtZB72Lsc",
+	"eNqO1mkuO+6hYfkBDz65PxvoWJXT8ExKFng+zT4HkgfaDj1tnKWTqY5KmTGQB+Ust1KoS4qFOq6Ml2KL",
+	"vaPe0T1IXq+c1dPq+c9u4Kw+sNZm/T4stuWrvPS2P+mIuTtuUOgwHVjSNFPW3M3b+go0KrO9bvHdB3eR",
+	"YnIZ5pIq1PO/eabMMwef7F8bsctWmOdrEDSPJGGMPfivK1rCBuVdaRc3dB7A+uoXh0ffHn33zaujb7fB",
+	"w9ez5Jimcl9NqWSbmOxHmspLeOgJ2auYpIavFszc76HmQPZ19hQp3sc+TtqHtphTMV2520uv/iS8Yyys",
+	"PGBg/ZbqKdQTzmUqZKqXZER5EpF5RmMGzawg/TFj9I6pokf+aInKy4BjrrfL/J4zaV+1X+q7KMbu/V8Q",
+	"DY1zsMWnXqQxwwb5KhPYUElglbZ9/tAGkkdCTxEYGuezODRdcg7ewQHPFUb+7O9c7COVNoOO0QSAs07c",
+	"EyLXKk0YOex2DwEHWQ340YsXRuk1LzLEx4LYNperPPj4VtgK+z2f7dWQ7w3/Prd5c8l0ucNW6HztcKJo",
+	"MjOSsl4YSarZPnTF2NIABRQXeOxP7d7y79GgwYaxdJA0j+PZquxqafQdAlxmPxVcV08jPxsxysEn848b",
+	"+EcD49WT/IuECAo6e2jHUR7fMgCDsmVkVIPANhapEbnk/PTdm7N3P9lLLIVKYIBJWe20unk7ttuqG0jz",
+	"BCxfW4HpSfQY+mN5tGdj3LBqV7Dpg8MFXrFYdVWu7OETVO658b8Ukv8m9rlgoEIlx+WDVXb7aHHLOGT0",
+	"j9PMJ/owdASBYfHYDV02LfdB0ecHt2nBHvCGXlW5VER6O5GxuQzJLC2xtHjPSSojpJCioD1OGUcVNtld",
+	"KFlJj6NtzmHBR54y2Glm2OQWwVV2g04OJNeMJsyHeg2DnZyfhZpaGYVcsViyKqyvJcMGFWpLTof5/dNm",
+	"dJgZvlQ+B7xd/Xk6JkMg4ND1GkUKRwjaiYl9gsfsC507yg03IKOgoML1mdXafiO2Varg2XI3tqgco4NP",
+	"abJRIbpgd+K2xCzblCF8/sHKEA7jRAt0By0wTw/RjORisYJ92+hMBBoiVu/gNNl4946FnFHd6rfyHJ6s",
+	"6+K4EPJ2W7Ldb/aZJ/bH1SfCgeWIi1iVVSdZRqSNXLGkeKrqVjOr36IfBYWQi4nh8p4Mn6c8yRcSRfYN",
+	"g6qIo+6Xi0hy34yDpNxsYMywgTtubtPtXriXrPD+Vunyhsl1Pthub8lVwj2gtDNj9C7lE9JOJE05SzoF",
+	"QRI/kTp2UEIOScuiwBnBNGIAK1gB7dpKt6nIzPnwlNtA011NDCTl2ZvWqiiC7fBIvbX4jz+dXhHzqwLS",
+	"N00+Q1bgjPJlQQgLRtKvMBEiTNhm4v7RFKEO/5ErTSbpHeNEiwnTUyYRbMxeZoYoCAppQXsv5yzGVlu2",
+	"vb7H2EQl0jcxwzf0zbgAnhIitolCkNM59mk04/CYdY6hgDwhOb/lYsEBTbJuAtvU388xpUV5VTDSwuSJ",
+	"o/GWZp4lsFi1ZxZbhw6aJmrjpQTd4iq3U8r1q6PWZp8/tI89w5++ePkKHrb/LJ6mUtLlE7ePLW33ppvK",
+	"89NY5Pw5MnIrsuI3KLor8TqHPhBaYB14hd8TVWKgVEdF3zaafMWyYcqo1CNG7wG/WBq57s7/2Y/+NNe9",
+	"H/+CzYWsqZTqPcl02TJ8wVeqVx9wS+Eu7SkjDFORpDFcQJwpwLoWUj8mU4U4A2dRj8QXdc1QAegVpyLt",
+	"hTlv0Kpy7Tayy8GgVccI70xM1OafwBP2Bxjm2nadYFEbiNYVXHZIA0LIp8TdOdA607d/hGsNu36meKWd",
+	"C6Unkqlyf1Fw8JovZ0wpOmEuZbLAlVq7SsH3i6hc5KTc6tVCHY+KhbVLL2gvOoROKd9ne6pPjnpHx4D2",
+	"ZmzP1A81E3dmReb77ztkwjRiyLn+sCm2pLUNMaF1u0CMMQBuxIvYzKS65NIik/k+1UgaLIhKFZlSOcuY",
+	"Uv1i/z0kuTWI3ZsYHrGVzyle3Gu7WdAoWoU+s+CQNMttC1f7KfjJyQnxEpDM6JLINGGEZsLoh/6bTlTq",
+	"8wEo1Z5NDBWPekcIFDxj1DbhRkqblZe2IWEUQcJnRiuSbN8pm5hGjGy3YKUi+E4IddHQqqRuPI0ZZSaB",
+	"5qjP7sotpsa+rJvE7LG9YtcbtN63JesDpTYyOeqVTmvYcxLbB9tXFGVQgksstt6V+FFlvVkyi3OZ6iWI",
+	"8xGj0vz29w9GYCMwNgr6XGatfmuq9bx/cHD44ttur9vrHva/633XA+Ful/TJxzJyriDOYf/tlroO7w8t",
+	"zTBjs9Rt9TbNMvzQUidyyd0IcGwoxOPUSEmLaAzfzrql3gowcGDGa4to6TtRHoPcMp/whOTKejqqLRpC",
+	"A9mMKusgqWTzIvCeC5WWhivSkdbHu2iOe1UasSgVXR/xvFrFVTQu8zmvIC5VBXZrhY62vCaw3FJMeIPj",
+	"v0xL7+tfH+1nsSgluECOQFmAKkJnRhS7WG9p1FJSwecPn/9vAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -94,12 +94,19 @@ func (s Actions) LockRunAction(ctx context.Context, key domain.ActionKey) (Run, 
 
 // LockTaskActions locks, in key order, the actions of the given tasks: what
 // a transaction that then locks tasks of several actions takes first (the
-// lock order).
-func (s Actions) LockTaskActions(ctx context.Context, taskIDs []int64) error {
+// lock order). With phases, it locks only the actions in one of them (as
+// locked: one that left them meanwhile is passed over), and waits for no
+// other action's holder.
+func (s Actions) LockTaskActions(ctx context.Context, taskIDs []int64, phases ...domain.Phase) error {
 	var n []int
+	in := Strings{}
+	for _, p := range phases {
+		in = append(in, string(p))
+	}
 	return mapErr(s.raw(ctx, `SELECT 1 FROM actions a WHERE (a.project, a.domain, a.run_name, a.name) IN
 		(SELECT project, domain, run_name, action_name FROM tasks WHERE id IN ?)
-		ORDER BY a.project, a.domain, a.run_name, a.name FOR NO KEY UPDATE OF a`, taskIDs).Scan(&n).Error)
+		AND (cardinality(CAST(? AS text[])) = 0 OR a.phase = ANY(CAST(? AS text[])))
+		ORDER BY a.project, a.domain, a.run_name, a.name FOR NO KEY UPDATE OF a`, taskIDs, in, in).Scan(&n).Error)
 }
 
 // RequestActionAbort records that the live attempts under an action must be

@@ -98,7 +98,8 @@ func (s Runs) ExpandAndStartRuns(ctx context.Context, now time.Time, runs ...Fre
 }
 
 // expandAndStartSQL inserts the step actions (@actions) and the tasks
-// (@rows) of the runs of @p, @d, @r that have no step action (f), and
+// (@rows, each with its run's fairness key: fk, taskValues) of the runs
+// of @p, @d, @r that have no step action (f), and
 // returns those runs' ordinals. The keys come as arrays: call it on
 // the by-key pool.
 var expandAndStartSQL = `WITH k AS (SELECT * FROM unnest(CAST(CAST(@p AS text) AS text[]),
@@ -109,9 +110,10 @@ var expandAndStartSQL = `WITH k AS (SELECT * FROM unnest(CAST(CAST(@p AS text) A
 	x AS (INSERT INTO actions (` + actionColumns + `) SELECT ` + actionColumns + `
 		FROM jsonb_populate_recordset(NULL::actions, CAST(@actions AS jsonb)) j
 		WHERE (j.project, j.domain, j.run_name) IN (SELECT project, domain, run_name FROM f)),
-	t AS (INSERT INTO tasks (` + taskColumns + `) SELECT ` + taskColumns + `
+	fk AS (` + runFairnessKeys("f") + `),
+	t AS (INSERT INTO tasks (` + taskColumns + `) SELECT ` + taskValues + `
 		FROM jsonb_populate_recordset(NULL::tasks, CAST(@rows AS jsonb)) j
-		WHERE (j.project, j.domain, j.run_name) IN (SELECT project, domain, run_name FROM f))
+		JOIN fk ON (fk.project, fk.domain, fk.run_name) = (j.project, j.domain, j.run_name))
 	SELECT n FROM f`
 
 // stepRows returns the step actions of a run's steps (QUEUED, children of

@@ -166,6 +166,10 @@ type Task struct {
 	ConcurrencyKey *string                `json:"concurrency_key"`
 	ConcurrencyMax *int                   `json:"concurrency_max"`
 	RateLimits     []domain.TaskRateLimit `gorm:"serializer:json" json:"rate_limits"`
+	// FairnessKey is its run's fairness key (runs.fairness_key, '' for
+	// none), copied as the task is inserted (taskValues): the pass
+	// interleaves the keys of a project's PENDING tasks.
+	FairnessKey string `json:"fairness_key"`
 }
 
 // HasAdmission reports whether placing t is limited by a step

@@ -25,9 +25,13 @@ type passConn struct {
 // setting on SSDs): a generic plan does not know how many keys an array
 // holds, and at the default 4 the one of AssignTasks hashed a sequential
 // scan of the tasks from about 1,800 tasks on, where an index scan is what
-// a pass's few tasks need.
+// a pass's few tasks need. JIT is off: the pass's read of PENDING tasks
+// (pendingTasksSQL) is estimated far above jit_above_cost by the rows its
+// CTEs might hold, and compiling it costs hundreds of milliseconds for a
+// statement that runs in a few.
 func openPass(dsn string, root *core, ops *prometheus.HistogramVec) (*passConn, error) {
-	db, err := openPool(dsn, map[string]string{"plan_cache_mode": "force_generic_plan", "random_page_cost": "1.1"}, 1, ops)
+	db, err := openPool(dsn, map[string]string{"plan_cache_mode": "force_generic_plan", "random_page_cost": "1.1",
+		"jit": "off"}, 1, ops)
 	if err != nil {
 		return nil, err
 	}

@@ -32,54 +32,160 @@ func (s Placement) Lock(ctx context.Context) error {
 	return mapErr(s.exec(ctx, `SELECT pg_advisory_xact_lock(CAST(? AS bigint))`, placementLock).Error)
 }
 
-// pendingTasksSQL selects up to limit (its one parameter) PENDING tasks
-// whose not_before has passed and whose scheduling deadline has not,
-// highest priority band first, then oldest, as one JSON array (decodeRows),
-// cheaper to decode than gorm's scan column by column of the hundreds of
-// tasks a pass may read. A task past its deadline is left for the
-// expiry pass, which ends its job (Iris's _mark_task_unschedulable). The
-// limit is a parameter, so the statement keeps its plan on the pass's
-// connection.
-var pendingTasksSQL = `SELECT coalesce(json_agg(t ORDER BY t.priority DESC, t.id), '[]') AS tasks FROM (
-		SELECT * FROM tasks WHERE state IN ` + sqlPending + ` AND (not_before IS NULL OR not_before <= now())
-			AND (scheduling_deadline IS NULL OR scheduling_deadline >= now())
-		ORDER BY priority DESC, id LIMIT ?) t`
+// pendingTasksSQL reads the PENDING tasks a pass places, by fair-share
+// group: (band, project, fairness key). g finds the groups with a loose
+// scan of tasks_pending_fair (one probe per group, whatever their tasks),
+// highest band first, then project, then key: at most q.keys keys of one
+// project in a band, and q.lim groups in all (q: the parameters limit and
+// keys). r reads the oldest per tasks of each, per = ⌈q.lim / groups⌉, whose not_before has passed
+// and whose scheduling deadline has not (a task past its deadline is left
+// for the expiry pass, which ends its job: Iris's
+// _mark_task_unschedulable), so that a read holds every project's oldest
+// tasks however many another holds. e completes the gang that a group's
+// read ended in, by its action's key (OFFSET 0: no PENDING index can serve
+// the probe): a gang is placed whole or not at all (Iris). One row: the
+// tasks as one JSON array (decodeRows), highest band first, then oldest;
+// per; full, set when the read may have left a placeable task unread (a
+// group read to per, the groups cut, or a project's keys); groups; and the
+// projects read. The bounds are parameters, so the statement keeps its plan
+// on the pass's connection.
+var pendingTasksSQL = `WITH RECURSIVE q AS (SELECT CAST(? AS integer) AS lim, CAST(? AS integer) AS keys),
+	g AS (
+		(SELECT priority, project, fairness_key, 1 AS n, 1 AS nk FROM tasks WHERE state IN ` + sqlPending + `
+			ORDER BY priority DESC, project, fairness_key LIMIT 1)
+		UNION ALL
+		SELECT x.priority, x.project, x.fairness_key, g.n + 1,
+			CASE WHEN (x.priority, x.project) = (g.priority, g.project) THEN g.nk + 1 ELSE 1 END
+		FROM g CROSS JOIN LATERAL (
+			(SELECT priority, project, fairness_key FROM tasks WHERE state IN ` + sqlPending + ` AND g.nk < (SELECT keys FROM q)
+				AND priority = g.priority AND project = g.project AND fairness_key > g.fairness_key
+				ORDER BY fairness_key LIMIT 1)
+			UNION ALL
+			(SELECT priority, project, fairness_key FROM tasks WHERE state IN ` + sqlPending + `
+				AND priority = g.priority AND project > g.project ORDER BY project, fairness_key LIMIT 1)
+			UNION ALL
+			(SELECT priority, project, fairness_key FROM tasks WHERE state IN ` + sqlPending + `
+				AND priority < g.priority ORDER BY priority DESC, project, fairness_key LIMIT 1)
+			LIMIT 1) x
+		WHERE g.n < (SELECT lim FROM q)),
+	k AS (SELECT CAST(greatest(1, ceil(CAST((SELECT lim FROM q) AS numeric) / greatest(count(*), 1))) AS integer) AS per,
+		count(*) AS groups FROM g),
+	r AS (SELECT t.* FROM g CROSS JOIN LATERAL (SELECT * FROM tasks t WHERE t.state IN ` + sqlPending + `
+			AND t.priority = g.priority AND t.project = g.project AND t.fairness_key = g.fairness_key
+			AND (t.not_before IS NULL OR t.not_before <= now())
+			AND (t.scheduling_deadline IS NULL OR t.scheduling_deadline >= now())
+		ORDER BY t.id LIMIT (SELECT per FROM k)) t),
+	c AS (SELECT max(id) AS last FROM r GROUP BY priority, project, fairness_key HAVING count(*) = (SELECT per FROM k)),
+	e AS (SELECT o.* FROM c JOIN r l ON l.id = c.last AND l.coscheduled CROSS JOIN LATERAL (
+			SELECT * FROM tasks o WHERE (o.project, o.domain, o.run_name, o.action_name) =
+				(l.project, l.domain, l.run_name, l.action_name) OFFSET 0) o
+		WHERE o.id > l.id AND o.state IN ` + sqlPending + ` AND (o.not_before IS NULL OR o.not_before <= now())
+			AND (o.scheduling_deadline IS NULL OR o.scheduling_deadline >= now())),
+	a AS (SELECT * FROM r UNION ALL SELECT * FROM e)
+	SELECT (SELECT coalesce(json_agg(a ORDER BY a.priority DESC, a.id), '[]') FROM a) AS tasks, k.per,
+		EXISTS (SELECT 1 FROM c) OR k.groups >= (SELECT lim FROM q)
+			OR EXISTS (SELECT 1 FROM g WHERE g.nk >= (SELECT keys FROM q)) AS full, k.groups,
+		(SELECT coalesce(array_agg(DISTINCT project), '{}') FROM g) AS projects FROM k`
 
-// PendingWork returns up to limit PENDING tasks (pendingTasksSQL) and,
-// when it finds one, the workers PlaceableWorkers (grace) returns, in one
-// statement: what a scheduling pass reads before it decides, one round
-// trip instead of two. The workers come back as one JSON array too
-// (decodeRows), and are not read when no task is pending: a pass kicked by
-// a run's end often finds none. Outside a transaction it runs on the
-// pass's connection, whose plans it has made again as the task ids grow
+// liveGroupsSQL counts the live tasks (their live attempts, attempts_live)
+// of each project of the text[] p.projects and fairness key, as one JSON
+// array of {project, fairness_key, live}: as many rows read as tasks run,
+// whatever the backlog.
+var liveGroupsSQL = `SELECT coalesce(json_agg(u), '[]') FROM (SELECT t.project, t.fairness_key, count(*) AS live
+	FROM attempts a CROSS JOIN LATERAL (SELECT project, fairness_key FROM tasks WHERE tasks.id = a.task_id OFFSET 0) t
+	WHERE a.state IN ` + sqlLive + ` AND t.project = ANY(p.projects) GROUP BY t.project, t.fairness_key) u`
+
+// PendingRead is what a scheduling pass reads before it decides
+// (PendingWork).
+type PendingRead struct {
+	// Tasks are PENDING placeable tasks, highest band first, then oldest:
+	// the oldest PerGroup of each group (band, project, fairness key) that
+	// has any, and the rest of a gang one ended in.
+	Tasks []Task
+	// Workers are the placeable workers with their loads (nil without
+	// Tasks).
+	Workers []WorkerLoad
+	// PerGroup is the most tasks the read took of one group (its gangs
+	// completed aside).
+	PerGroup int
+	// Full is set when the read may have left a placeable task unread.
+	Full bool
+	// Live counts the live tasks (ASSIGNED, BUILDING, RUNNING) of each
+	// project of the read and fairness key, and Weights holds the
+	// fair-share weights set of those projects; both are read only when the
+	// read found more than one group (else nil).
+	Live    map[domain.FairGroup]int
+	Weights map[string]int
+}
+
+// PendingWork returns the PENDING tasks a scheduling pass places
+// (pendingTasksSQL: at most limit groups, keys of them of one project in
+// a band) and, when it finds one, the workers PlaceableWorkers (grace)
+// returns, and, when it finds more than one group, their projects' live
+// tasks and weights, in one statement: what a scheduling pass reads
+// before it decides, one round trip. The rows come back as JSON arrays
+// (decodeRows), cheaper to decode than gorm's scan column by column; the
+// workers are not read when no task is pending: a pass kicked by a run's
+// end often finds none. Outside a transaction it runs on the pass's
+// connection, whose plans it has made again as the task ids grow
 // (replanPass). Errors: Postgres's.
-func (s Placement) PendingWork(ctx context.Context, limit int, grace time.Duration) ([]Task, []WorkerLoad, error) {
+func (s Placement) PendingWork(ctx context.Context, limit, keys int, grace time.Duration) (PendingRead, error) {
 	s = Placement{s.prefer(poolPass)}
-	var tasks, workers []byte
+	var tasks, workers, live, weights []byte
+	var out PendingRead
+	var groups int
 	err := scanRow(s.raw(ctx, `WITH p AS (`+pendingTasksSQL+`)
-		SELECT p.tasks, CASE WHEN json_array_length(p.tasks) > 0 THEN (
+		SELECT p.tasks, p.per, p.full, CASE WHEN json_array_length(p.tasks) > 0 THEN (
 			SELECT coalesce(json_agg(w ORDER BY w.created_at, w.id), '[]') FROM (`+workerLoadsSQL(placeableWhere)+`) w)
-		END FROM p`, limit, grace.Seconds()), &tasks, &workers)
-
+		END, p.groups, CASE WHEN p.groups > 1 THEN (`+liveGroupsSQL+`) END,
+		CASE WHEN p.groups > 1 THEN (SELECT coalesce(json_object_agg(f.project, f.weight), '{}')
+			FROM project_fair_shares f WHERE f.project = ANY(p.projects)) END
+		FROM p`, limit, keys, grace.Seconds()),
+		&tasks, &out.PerGroup, &out.Full, &workers, &groups, &live, &weights)
 	if err != nil {
-		return nil, nil, mapErr(err)
+		return PendingRead{}, mapErr(err)
 	}
-	var ts []Task
-	if err := decodeRows(tasks, &ts); err != nil {
-		return nil, nil, fmt.Errorf("decode pending tasks: %w", err)
+	if err := decodeRows(tasks, &out.Tasks); err != nil {
+		return PendingRead{}, fmt.Errorf("decode pending tasks: %w", err)
 	}
-	if len(ts) == 0 {
-		return nil, nil, nil
+	if len(out.Tasks) == 0 {
+		return PendingRead{}, nil
 	}
-	var ws []WorkerLoad
-	if err := decodeRows(workers, &ws); err != nil {
-		return nil, nil, fmt.Errorf("decode workers: %w", err)
+	if err := decodeRows(workers, &out.Workers); err != nil {
+		return PendingRead{}, fmt.Errorf("decode workers: %w", err)
 	}
-	newest := slices.MaxFunc(ts, func(a, b Task) int { return cmp.Compare(a.ID, b.ID) })
+	if err := decodeStanding(live, weights, &out); err != nil {
+		return PendingRead{}, err
+	}
+	newest := slices.MaxFunc(out.Tasks, func(a, b Task) int { return cmp.Compare(a.ID, b.ID) })
 	if _, err := s.replanPass(ctx, newest.ID); err != nil {
-		return nil, nil, fmt.Errorf("replan: %w", err)
+		return PendingRead{}, fmt.Errorf("replan: %w", err)
 	}
-	return ts, ws, nil
+	return out, nil
+}
+
+// decodeStanding decodes PendingWork's live counts and weights into out
+// (nothing when they were not read).
+func decodeStanding(live, weights []byte, out *PendingRead) error {
+	if live == nil {
+		return nil
+	}
+	var rows []struct {
+		Project     string `json:"project"`
+		FairnessKey string `json:"fairness_key"`
+		Live        int    `json:"live"`
+	}
+	if err := decodeRows(live, &rows); err != nil {
+		return fmt.Errorf("decode live tasks: %w", err)
+	}
+	out.Live = make(map[domain.FairGroup]int, len(rows))
+	for _, r := range rows {
+		out.Live[domain.FairGroup{Project: r.Project, Key: r.FairnessKey}] = r.Live
+	}
+	if err := decodeRows(weights, &out.Weights); err != nil {
+		return fmt.Errorf("decode weights: %w", err)
+	}
+	return nil
 }
 
 // FreshWork returns what placing the PENDING tasks of the named runs needs
@@ -160,8 +266,12 @@ func (s Placement) SetPendingReasons(ctx context.Context, reasons map[int64]stri
 	return nil
 }
 
+// setPendingReason is SetPendingReasons for the tasks of ids, of one
+// reason, in a transaction. It locks only their actions still QUEUED, the
+// ones it moves: a RUNNING action's row is locked by every evaluation of
+// its tasks, and under a backlog of one step a pass waited on them.
 func (s *core) setPendingReason(ctx context.Context, ids []int64, reason string) error {
-	if err := s.actions().LockTaskActions(ctx, ids); err != nil {
+	if err := s.actions().LockTaskActions(ctx, ids, domain.PhaseQueued); err != nil {
 		return err
 	}
 	var moved []Action

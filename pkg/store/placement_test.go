@@ -22,18 +22,19 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	high := newRun(t, st, "high", domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Command: "true", Priority: "production",
 		Resources:   &domain.Resources{CPUMillis: 500, MemoryBytes: 1 << 30},
 		Constraints: []domain.Constraint{{Key: "gpu", Op: domain.OpExists}}}}})
-	none, workers, err := st.Placement().PendingWork(ctx, 10, time.Minute)
+	none, err := st.Placement().PendingWork(ctx, 10, 10, time.Minute)
 	require.NoError(t, err)
-	require.Empty(t, none)
-	require.Empty(t, workers)
+	require.Empty(t, none.Tasks)
+	require.Empty(t, none.Workers)
 	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8,
 		Labels: map[string]string{"gpu": "a100"}})
 	require.NoError(t, err)
 	for _, k := range []domain.RunKey{low, high} {
 		storetest.StartSteps(t, st, k)
 	}
-	pending, workers, err := st.Placement().PendingWork(ctx, 10, time.Minute)
+	read, err := st.Placement().PendingWork(ctx, 10, 10, time.Minute)
 	require.NoError(t, err)
+	pending, workers := read.Tasks, read.Workers
 	require.Len(t, pending, 2)
 	samePlaceable(t, st, workers)
 	require.Equal(t, map[string]string{"gpu": "a100"}, workers[0].Labels)
@@ -53,8 +54,9 @@ func TestPendingOrderAndReasons(t *testing.T) {
 	_, ok, err := storetest.AssignTask(ctx, st, pending[0].ID, w.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, workers, err = st.Placement().PendingWork(ctx, 10, time.Minute)
+	read, err = st.Placement().PendingWork(ctx, 10, 10, time.Minute)
 	require.NoError(t, err)
+	workers = read.Workers
 	samePlaceable(t, st, workers)
 	require.Equal(t, 1, workers[0].Used)
 	require.Equal(t, int64(500), workers[0].UsedCPUMillis)

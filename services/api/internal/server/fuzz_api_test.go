@@ -321,7 +321,8 @@ func (fz *fuzzer) schedule(r *rand.Rand) {
 	if k, _, ok := fz.world.run(r); ok {
 		storetest.StartSteps(fz.t, st, k)
 	}
-	tasks, _, err := st.Placement().PendingWork(ctx, 4, time.Minute)
+	read, err := st.Placement().PendingWork(ctx, 4, 4, time.Minute)
+	tasks := read.Tasks
 	fz.schedErr("pending tasks", err)
 	for _, task := range tasks {
 		w, ok := fz.world.worker(r)

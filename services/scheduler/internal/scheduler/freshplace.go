@@ -21,6 +21,13 @@ import (
 // task with a step concurrency or rate limits, whose state only the pass
 // reads.
 //
+// Fair share needs no other gate: a fresh run's task is placed here only
+// when no task of another run waits in its band or above, so it passes
+// over no other project's task; when one waits, the pass places it, in
+// the fair-share order. Among the runs of one start, it interleaves their
+// projects and keys (domain.FairOrder from nothing live: the live counts
+// and weights are the pass's reads, not worth a start's).
+//
 // The placement lock is held to the start's commit, so that neither a
 // pass nor another start reads loads without the attempts it binds. A
 // start never waits for it: its transaction holds run locks meanwhile, and
@@ -69,7 +76,7 @@ func (f *freshPlacement) place(ctx context.Context, tx *store.Store, keys []doma
 		return nil, nil
 	}
 	p := &placement{s: f.s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}, fresh: true}
-	for _, unit := range units(tasks) {
+	for _, unit := range fairOrder(units(tasks), domain.FairStanding{}) {
 		if hasAdmission(unit) {
 			continue // a step concurrency or a rate limit: left to the pass, which reads their state
 		}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -13,8 +12,17 @@ import (
 
 // PlacementConfig tunes the placement pass.
 type PlacementConfig struct {
-	// BatchSize caps the PENDING tasks one pass reads and places. Default 500.
+	// BatchSize caps the PENDING tasks one pass reads and places, shared
+	// among the fair-share groups (band, project, fairness key) that have
+	// any (store.PendingWork): ⌈BatchSize / groups⌉ of each, at most
+	// BatchSize groups (a gang the read ends in is read whole beside).
+	// Default 500.
 	BatchSize int
+	// KeysPerProject caps the fairness keys of one project in a band that
+	// one pass reads, so that a project of many keys cannot fill the
+	// groups of a read (the keys after them in name order wait for their
+	// turn). Default 32.
+	KeysPerProject int
 	// ExpiryEvery is how long a pass that a kick started may follow the
 	// last expiry pass without running one (a pass the timer or the tick
 	// starts always runs it): under load a pass follows every evaluation,
@@ -25,6 +33,7 @@ type PlacementConfig struct {
 
 func (c *PlacementConfig) defaults() {
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.KeysPerProject = cmp.Or(c.KeysPerProject, 32)
 	c.ExpiryEvery = cmp.Or(c.ExpiryEvery, 250*time.Millisecond)
 }
 
@@ -35,20 +44,20 @@ type PassResult struct {
 	Workers   int
 	Preempted int
 	Waiting   int
-	// Deferred counts the tasks of a gang the pass's read cut (cutGang),
-	// left for the next pass.
-	Deferred int
+	// Full is set when the pass's read may have left a placeable task
+	// unread (store.PendingRead.Full).
+	Full bool
 	// TokensDueAt is the earliest time a task left waiting for rate-limit
 	// tokens has them (the database's clock); zero when none waits so.
 	TokensDueAt time.Time
 }
 
 // pass runs one scheduling pass and returns how long to wait before the
-// next: at once when it filled a whole batch, or placed tasks and left a
-// gang its read cut (cutGang) for the next, else until the next backoff
-// or timed wait ends or the next rate-limit token a waiting task needs is
-// due (PassResult.TokensDueAt), at most Tick (not read while a kick
-// waits: its pass comes at once). The pass runs the expiry pass first when timed (the
+// next: at once when it placed every task of a full read (one that may
+// have left tasks unread), else until the next backoff or timed wait
+// ends or the next rate-limit token a waiting task needs is due
+// (PassResult.TokensDueAt), at most Tick (not read while a kick waits: its
+// pass comes at once). The pass runs the expiry pass first when timed (the
 // timer or the tick started it) or ExpiryEvery has passed since the last
 // one; else it places alone.
 func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
@@ -69,10 +78,10 @@ func (s *Scheduler) pass(ctx context.Context, timed bool) time.Duration {
 		s.log.Debug("scheduling pass", "placed", res.Placed, "preempted", res.Preempted, "waiting", res.Waiting,
 			"pending", res.Pending, "workers", res.Workers)
 	}
-	if res.Placed == s.cfg.Placement.BatchSize || res.Deferred > 0 && res.Placed > 0 {
+	if res.Full && res.Placed > 0 && res.Waiting == 0 {
 		return 0
 	}
-	s.placedAll.Store(res.Waiting == 0 && res.Pending < s.cfg.Placement.BatchSize)
+	s.placedAll.Store(res.Waiting == 0 && !res.Full)
 	next := s.cfg.Tick
 	if len(s.kick) > 0 {
 		return next
@@ -154,25 +163,27 @@ func (s *Scheduler) decidePlacement(ctx context.Context) (p *placement, attempts
 	return p, attempts, nil
 }
 
-// placeLocked is decidePlacement in its transaction tx.
+// placeLocked is decidePlacement in its transaction tx. It places the
+// units of the read in the fair-share order (fairOrder).
 func (s *Scheduler) placeLocked(ctx context.Context, tx *store.Store) (p *placement, attempts []store.Assigned, err error) {
-	tasks, workers, err := tx.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.WorkerGrace)
+	read, err := tx.Placement().PendingWork(ctx, s.cfg.Placement.BatchSize, s.cfg.Placement.KeysPerProject,
+		s.cfg.WorkerGrace)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read pending work: %w", err)
 	}
-	if len(tasks) == 0 {
+	if len(read.Tasks) == 0 {
 		return nil, nil, nil
 	}
-	p = &placement{s: s, st: tx, workers: workers, views: views(workers), reasons: map[int64]string{}}
-	p.res = PassResult{Workers: len(workers), Pending: len(tasks)}
-	if err := p.readAdmission(ctx, tasks); err != nil {
+	p = &placement{s: s, st: tx, workers: read.Workers, views: views(read.Workers), reasons: map[int64]string{}}
+	p.res = PassResult{Workers: len(read.Workers), Pending: len(read.Tasks), Full: read.Full}
+	if err := p.readAdmission(ctx, read.Tasks); err != nil {
 		return nil, nil, err
 	}
-	us := units(tasks)
-	if len(tasks) == s.cfg.Placement.BatchSize {
-		us, p.res.Deferred = cutGang(us, tasks[len(tasks)-1])
+	standing := domain.FairStanding{Weights: read.Weights, Live: map[string]int{}, LiveKeys: read.Live}
+	for g, n := range read.Live {
+		standing.Live[g.Project] += n
 	}
-	for _, unit := range us {
+	for _, unit := range fairOrder(units(read.Tasks), standing) {
 		if err := p.place(ctx, unit); err != nil {
 			return nil, nil, err
 		}
@@ -308,22 +319,23 @@ func units(tasks []store.Task) [][]store.Task {
 	return out
 }
 
-// cutGang drops from us the gang of last, the last task of a full read,
-// unless it is the only unit: the read may have ended inside it, and a gang
-// placed in part would break Iris's all-or-nothing. It waits for a read that
-// holds it whole (the pass after one that placed something comes at once);
-// a gang bigger than a whole read is still placed from what one read holds.
-// It returns the units left and how many tasks it dropped.
-func cutGang(us [][]store.Task, last store.Task) ([][]store.Task, int) {
-	if !last.Coscheduled || len(us) < 2 {
-		return us, 0
+// fairOrder returns us in the fair-share order (domain.FairOrder) from
+// standing: each unit by its first task's band, project and run's fairness
+// key. Units of one group keep their order.
+func fairOrder(us [][]store.Task, standing domain.FairStanding) [][]store.Task {
+	if len(us) < 2 {
+		return us
 	}
+	fus := make([]domain.FairUnit, len(us))
 	for i, u := range us {
-		if slices.ContainsFunc(u, func(t store.Task) bool { return t.ID == last.ID }) {
-			return slices.Delete(us, i, i+1), len(u)
-		}
+		fus[i] = domain.FairUnit{Band: domain.Priority(u[0].Priority), Project: u[0].Project, Key: u[0].FairnessKey,
+			Oldest: u[0].ID, Size: len(u)}
 	}
-	return us, 0
+	out := make([][]store.Task, 0, len(us))
+	for _, i := range domain.FairOrder(fus, standing) {
+		out = append(out, us[i])
+	}
+	return out
 }
 
 func request(t store.Task) domain.TaskRequest {

@@ -154,10 +154,10 @@ func TestPlacementPlacesAGangTogether(t *testing.T) {
 	}
 }
 
-// A gang that the pass's read of PENDING tasks cut (the read was full and
-// ended inside it) is not placed in part: it waits for a pass that reads
-// it whole, which comes at once when the pass placed something.
-func TestPlacementDoesNotPlaceAGangTheReadCut(t *testing.T) {
+// A gang that the pass's read of PENDING tasks ends in (the read was full
+// in its group) is read whole (store.PendingWork completes it) and placed
+// whole: never in part.
+func TestPlacementReadsWholeTheGangTheReadEndsIn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newRunFixture(t, domain.ARCTable)
@@ -172,17 +172,13 @@ func TestPlacementDoesNotPlaceAGangTheReadCut(t *testing.T) {
 	_, err = f.s.advance(ctx, gang)
 	require.NoError(t, err)
 
-	wait := f.s.pass(ctx, false)
-	for _, td := range f.tasks(t, single, "s") {
-		require.Equal(t, domain.TaskAssigned, td.Task.State)
-	}
-	for _, td := range f.tasks(t, gang, "s") {
-		require.Equal(t, domain.TaskPending, td.Task.State, "no task of the gang placed without the others")
-	}
-	require.Zero(t, wait, "the next pass comes at once")
-	f.s.pass(ctx, false)
-	for _, td := range f.tasks(t, gang, "s") {
-		require.Equal(t, domain.TaskAssigned, td.Task.State)
+	res, err := f.s.placeOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, res.Placed, "a read of 4 holds the gang's third task too")
+	for _, k := range []domain.RunKey{single, gang} {
+		for _, td := range f.tasks(t, k, "s") {
+			require.Equal(t, domain.TaskAssigned, td.Task.State)
+		}
 	}
 }
 

@@ -70,7 +70,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for name, n := range map[string]int{"Placement.BatchSize": c.Placement.BatchSize,
-		"Workflow.MaxStepRetries": c.Workflow.MaxStepRetries, "AbortMaxRetry": c.AbortMaxRetry,
+		"Placement.KeysPerProject": c.Placement.KeysPerProject,
+		"Workflow.MaxStepRetries":  c.Workflow.MaxStepRetries, "AbortMaxRetry": c.AbortMaxRetry,
 		"BatchWorkers": c.BatchWorkers} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
