@@ -63,8 +63,9 @@ func TestAdmissionStateTakeTokensAndTaskSlots(t *testing.T) {
 	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	require.NoError(t, err)
 
-	tasks, _, err := st.Placement().PendingWork(ctx, 10, time.Minute)
+	read, err := st.Placement().PendingWork(ctx, 10, 32, time.Minute)
 	require.NoError(t, err)
+	tasks := read.Tasks
 	require.Len(t, tasks, 3)
 	var limited []store.Task
 	for _, tk := range tasks {
