@@ -206,6 +206,12 @@ func (s *Scheduler) enqueueStart(ctx context.Context, key domain.RunKey) {
 	}
 }
 
+// lineSweepTicks is how many Ticks apart the leader sweeps the lines: the
+// sweep heals what a lost or late message left (a freed slot is otherwise
+// taken at once, by the push of the run that freed it or of its delivered
+// abort), and reads every line.
+const lineSweepTicks = 5
+
 // sweepLines starts the first runs of every line with a free slot
 // (store.LineHeads): what heals a lost run:start, or a slot freed by an
 // abort that completed after its run's last advance. It returns how many

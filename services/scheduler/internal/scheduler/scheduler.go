@@ -198,12 +198,12 @@ func (s *Scheduler) Run(ctx context.Context) {
 // the end of a backoff) placement, after the expiry pass unless a kick
 // started it within Placement.ExpiryEvery of the last one (pass); on the
 // liveness tick the dead-worker pass, then placement if it requeued
-// anything; on the resync tick the resync; every Tick the sweep of the
-// concurrency lines (sweepLines).
+// anything; on the resync tick the resync; every lineSweepTicks ticks the
+// sweep of the concurrency lines (sweepLines).
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 	resync := time.NewTicker(s.cfg.Resync.Period)
 	defer resync.Stop()
-	lines := time.NewTicker(s.cfg.Tick)
+	lines := time.NewTicker(lineSweepTicks * s.cfg.Tick)
 	defer lines.Stop()
 	live := time.NewTicker(s.cfg.Liveness.Tick)
 	defer live.Stop()
