@@ -41,7 +41,10 @@ export function mount(view, {run: name}) {
   const rewatch = () => { stopWatch(); load(); stopWatch = watch(`${path}/events`, load); };
   rewatch();
   const stopTick = every(1000, async () => run && !run.ended_at && drawTimes(view, run));
-  return () => { stopWatch(); stopTick(); };
+  // A run waiting for a concurrency slot moves up its line with no event of
+  // its own: re-fetch it while it waits.
+  const stopWaiting = every(2000, async () => run && run.pending_reason && load());
+  return () => { stopWatch(); stopTick(); stopWaiting(); };
 }
 
 function draw(view, run) {
