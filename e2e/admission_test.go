@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,9 +45,7 @@ const holdersSQL = `SELECT count(*) FROM runs r WHERE r.concurrency_key = $1
 // watchHolders samples holdersSQL of key every 20 ms until stop is closed;
 // the function it returns waits for that and returns the most it saw.
 func watchHolders(t *testing.T, s *Stack, key string, stop <-chan struct{}) func() int {
-	db, err := sql.Open("pgx", s.DBURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := openDB(t, s)
 	var most int
 	var wg sync.WaitGroup
 	wg.Add(1)

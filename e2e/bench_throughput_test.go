@@ -146,33 +146,9 @@ func measureThroughput(b *testing.B, runs, replicas int) throughputFigures {
 // returns how long that took. Any refusal fails tb.
 func submitAll(tb testing.TB, c *api.ClientWithResponses, runs int, prefix string, spec api.WorkflowSpec) time.Duration {
 	tb.Helper()
-	start := time.Now()
-	names := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range envInt("CAPSTAN_BENCH_SUBMITTERS", 16) {
-		wg.Go(func() {
-			for i := range names {
-				if err := createRun(context.Background(), c, fmt.Sprintf("%s-%d", prefix, i), spec); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	for i := range runs {
-		names <- i
-	}
-	close(names)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		tb.Fatalf("submit: %v", err)
-	default:
-	}
-	return time.Since(start)
+	return submitEach(tb, runs, func(i int) error {
+		return createRun(context.Background(), c, fmt.Sprintf("%s-%d", prefix, i), spec)
+	})
 }
 
 // waitRuns waits until n runs SUCCEEDED, at most timeout.

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +70,7 @@ func (s *Scheduler) admit(ctx context.Context, tx *store.Store, runs []*store.Ru
 	var lockKeys []store.ConcurrencyKey
 	cands := make([]domain.RunKey, 0, len(runs))
 	for _, r := range runs {
-		k := runKey(*r)
+		k := runKeyOf(*r)
 		byKey[k] = r
 		cands = append(cands, k)
 		lockKeys = append(lockKeys, store.ConcurrencyKey{Project: r.Project, Domain: r.Domain, Key: *r.ConcurrencyKey})
@@ -228,14 +227,7 @@ func (s *Scheduler) sweepLines(ctx context.Context) int {
 	return len(keys)
 }
 
-// runKey is a run row's key.
-func runKey(r store.Run) domain.RunKey {
-	return domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}
-}
-
 // sortRuns sorts runs in the lock order.
 func sortRuns(runs []*store.Run) {
-	slices.SortFunc(runs, func(a, b *store.Run) int {
-		return cmp.Or(cmp.Compare(a.Project, b.Project), cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(runs, func(a, b *store.Run) int { return cmpKeys(runKeyOf(*a), runKeyOf(*b)) })
 }

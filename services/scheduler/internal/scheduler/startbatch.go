@@ -212,7 +212,7 @@ func (s *Scheduler) admitLocked(ctx context.Context, tx *store.Store, keys []dom
 		first[keys[i]] = i
 	}
 	for _, run := range waiting {
-		k := runKey(*run)
+		k := runKeyOf(*run)
 		if a.admitted[k] {
 			runs[k] = *run
 			continue
