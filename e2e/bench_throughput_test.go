@@ -401,7 +401,12 @@ func BenchmarkDiamond(b *testing.B) {
 
 // singleRunsPerSec reads the single-task runs/s (= tasks/s) of the
 // throughput summary in CAPSTAN_BENCH_OUT; reason says why it could not.
-func singleRunsPerSec() (rate float64, reason string) {
+func singleRunsPerSec() (rate float64, reason string) { return throughputTasksPerSec("single") }
+
+// throughputTasksPerSec reads the tasks/s of shape ("single", "replicas")
+// in the throughput summary in CAPSTAN_BENCH_OUT; reason says why it could
+// not.
+func throughputTasksPerSec(shape string) (rate float64, reason string) {
 	dir := os.Getenv("CAPSTAN_BENCH_OUT")
 	if dir == "" {
 		return 0, "CAPSTAN_BENCH_OUT unset: no throughput summary to compare with"
@@ -411,16 +416,14 @@ func singleRunsPerSec() (rate float64, reason string) {
 		return 0, "throughput did not run in this make bench (scripts/bench Throughput selects it)"
 	}
 	var s struct {
-		Figures struct {
-			Single struct {
-				TasksPerS float64 `json:"tasks_per_s"`
-			} `json:"single"`
+		Figures map[string]struct {
+			TasksPerS float64 `json:"tasks_per_s"`
 		} `json:"figures"`
 	}
-	if err := json.Unmarshal(b, &s); err != nil || s.Figures.Single.TasksPerS <= 0 {
-		return 0, "the throughput summary has no single-task figure"
+	if err := json.Unmarshal(b, &s); err != nil || s.Figures[shape].TasksPerS <= 0 {
+		return 0, "the throughput summary has no " + shape + " figure"
 	}
-	return s.Figures.Single.TasksPerS, ""
+	return s.Figures[shape].TasksPerS, ""
 }
 
 // BenchmarkConcurrencyKeys measures how many single-task runs (one noop
@@ -519,4 +522,56 @@ func submitEach(tb testing.TB, runs int, create func(i int) error) time.Duration
 	default:
 	}
 	return time.Since(start)
+}
+
+// BenchmarkForEach measures how many tasks per second one run's for_each
+// step of CAPSTAN_BENCH_FOR_EACH_ITEMS (10,000) noop items completes, on a
+// stack of two executors of CAPSTAN_BENCH_SLOTS slots, from the run's
+// creation to its last task's ended_at. Target: ≥ 0.8 × the tasks/s of
+// BenchmarkThroughput's runs of 100 replicas in the same `make bench`
+// (declared after it so that it runs after it); without that figure met
+// is false, and the figures say why.
+func BenchmarkForEach(b *testing.B) {
+	n := envInt("CAPSTAN_BENCH_FOR_EACH_ITEMS", 10000)
+	r := benchStack(b, 2, envInt("CAPSTAN_BENCH_SLOTS", 100))
+	c := loadClient(b, r.Stack, 8)
+	items := make([]any, n)
+	for i := range items {
+		items[i] = fmt.Sprintf("item-%05d", i)
+	}
+	spec := api.WorkflowSpec{Steps: []api.Step{{Name: "each", Plugin: ptr("noop"),
+		ForEach: &api.ForEach{Items: &items}}}}
+	cpu := newCPUMeter(r)
+	profiled := r.Profile(b, "for_each", envDuration("CAPSTAN_BENCH_PROFILE_TIME", 10*time.Second))
+	start := time.Now()
+	if err := createRun(context.Background(), c, "fan", spec); err != nil {
+		b.Fatal(err)
+	}
+	waitTasks(b, r.db, n, 15*time.Minute)
+	waitRuns(b, r.db, 1, 5*time.Minute)
+	var last time.Time
+	if err := r.db.QueryRow(`SELECT max(ended_at) FROM tasks`).Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	usage := cpu.Stop()
+	profiled()
+	elapsed := last.Sub(start)
+	rate := float64(n) / elapsed.Seconds()
+	b.ReportMetric(rate, "tasks/s")
+	figures := map[string]any{"items": n, "elapsed_s": round(elapsed.Seconds(), 3), "tasks_per_s": round(rate, 1),
+		"cpu": usage, "peak_rss_mib": r.PeakRSS(), "slots_per_executor": envInt("CAPSTAN_BENCH_SLOTS", 100),
+		"executors": 2}
+	result := fmt.Sprintf("%.0f tasks/s over %d items", rate, n)
+	met := false
+	if base, reason := throughputTasksPerSec("replicas"); reason != "" {
+		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
+		result += ", ratio unmeasured"
+	} else {
+		ratio := rate / base
+		figures["throughput_replicas_tasks_per_s"], figures["ratio"] = round(base, 1), round(ratio, 3)
+		met = ratio >= 0.8
+		result += fmt.Sprintf(", %.2f × the tasks/s of runs of 100 replicas (%.0f)", ratio, base)
+	}
+	report(b, "for_each", benchResult{Title: "One run's for_each over 10,000 noop items", Result: result,
+		Target: "tasks/s ≥ 0.8 × the tasks/s of throughput's runs of 100 replicas", Met: met, Figures: figures})
 }

@@ -58,7 +58,7 @@ func testConditions(t *testing.T, s *Stack) {
 
 // testOutputs: count writes outputs (one of exactly 64 KiB), report gets one
 // as an environment variable and a file, conditions read it, GET run shows
-// it; an output over 64 KiB fails its attempt with a message naming it.
+// it; an output over 1 MiB fails its attempt with a message naming it.
 func testOutputs(t *testing.T, s *Stack) {
 	name := create(t, s, api.WorkflowSpec{Mode: ptr(api.DAG), Steps: []api.Step{
 		{Name: "count", Outputs: &[]string{"lines", "edge"}, Command: ptr(`printf 42 > "$CAPSTAN_OUTPUTS_DIR/lines"; ` +
@@ -80,7 +80,7 @@ func testOutputs(t *testing.T, s *Stack) {
 	require.Len(t, (*outputs)["edge"], 64<<10, "an output of exactly 64 KiB is allowed")
 
 	big := create(t, s, api.WorkflowSpec{Steps: []api.Step{
-		{Name: "big", Outputs: &[]string{"blob"}, Command: ptr(`head -c 65537 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/blob"`)},
+		{Name: "big", Outputs: &[]string{"blob"}, Command: ptr(`head -c 1048577 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/blob"`)},
 		{Name: "use", Inputs: &[]api.StepInput{{From: "big.blob", As: "BLOB"}}, Command: ptr("echo got it")},
 	}})
 	run = waitPhase(t, s, big, 30*time.Second, api.PhaseFAILED)

@@ -16,16 +16,25 @@ func newAction(g *globals) *cobra.Command {
 }
 
 func newActionGet(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var cursor string
+	var limit int
+	cmd := &cobra.Command{
 		Use:   "get RUN ACTION",
-		Short: "Show an action with its tasks and their attempts",
+		Short: "Show an action with a page of its tasks and their attempts (--cursor pages on)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			resp, err := c.GetActionWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1])
+			params := &api.GetActionParams{}
+			if cursor != "" {
+				params.Cursor = &cursor
+			}
+			if limit != 0 {
+				params.Limit = &limit
+			}
+			resp, err := c.GetActionWithResponse(cmd.Context(), g.project, g.domain, args[0], args[1], params)
 			if err != nil {
 				return fmt.Errorf("get action %s of run %s: %w", args[1], args[0], err)
 			}
@@ -33,12 +42,12 @@ func newActionGet(g *globals) *cobra.Command {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
 			a := resp.JSON200
-			return g.printOut(cmd.OutOrStdout(), a, func(w io.Writer) {
-				printRun(w, &api.Run{Project: g.project, Domain: g.domain, Name: args[0] + " action " + a.Name,
-					Phase: a.Phase, Actions: []api.Action{*a}})
-			})
+			return g.printOut(cmd.OutOrStdout(), a, func(w io.Writer) { printTasks(w, args[0], a) })
 		},
 	}
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the page after this cursor (the tasks_next_cursor of the previous page)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "tasks a page, 1 to 500 (default: the API's, 100)")
+	return cmd
 }
 
 func newActionAbort(g *globals) *cobra.Command {

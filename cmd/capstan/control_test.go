@@ -20,8 +20,8 @@ import (
 type request struct {
 	method, path string
 	body         map[string]any
-	// auth is the Authorization header.
-	auth string
+	// auth is the Authorization header; query the URL's query.
+	auth, query string
 }
 
 // standIn answers every request with status and body (or, for a "METHOD
@@ -63,7 +63,8 @@ func serveStandIn(t *testing.T, s *standIn) (*standIn, string) {
 		var b map[string]any
 		_ = json.Unmarshal(raw, &b)
 		s.mu.Lock()
-		s.requests = append(s.requests, request{method: r.Method, path: r.URL.Path, body: b, auth: r.Header.Get("Authorization")})
+		s.requests = append(s.requests, request{method: r.Method, path: r.URL.Path, body: b, auth: r.Header.Get("Authorization"),
+			query: r.URL.RawQuery})
 		s.mu.Unlock()
 		status, ctype, body := s.status, s.ctype, s.body
 		if rp, ok := s.routes[r.Method+" "+r.URL.Path]; ok {

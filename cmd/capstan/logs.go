@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -26,11 +27,10 @@ func newLogs(g *globals) *cobra.Command {
 				params.Generation = &generation
 			}
 			if attempt == 0 {
-				run, err := getRun(cmd.Context(), c, g, args[0])
-				if err != nil {
+				if attempt, err = latestAttempt(cmd.Context(), c, g, args[0], args[1], task, generation); err != nil {
 					return err
 				}
-				if attempt = latestAttempt(run, args[1], task, generation); attempt == 0 {
+				if attempt == 0 {
 					return fmt.Errorf("action %s has no attempt for task %d yet", args[1], task)
 				}
 			}
@@ -62,23 +62,37 @@ func newLogs(g *globals) *cobra.Command {
 }
 
 // latestAttempt is the number of the latest attempt of task idx of action
-// name in generation (-1: the action's current one), or 0 when it has none.
-func latestAttempt(run *api.Run, name string, idx, generation int) int {
-	for _, a := range run.Actions {
-		if a.Name != name {
-			continue
+// name of run in generation (-1: the action's current one), or 0 when it
+// has none: it reads the action's pages of tasks until it meets the task.
+func latestAttempt(ctx context.Context, c *api.ClientWithResponses, g *globals, run, name string, idx, generation int) (
+	int, error) {
+	params := &api.GetActionParams{Limit: ptr(500)}
+	for {
+		resp, err := c.GetActionWithResponse(ctx, g.project, g.domain, run, name, params)
+		if err != nil {
+			return 0, fmt.Errorf("get action %s of run %s: %w", name, run, err)
+		}
+		a := resp.JSON200
+		if a == nil {
+			return 0, apiError(resp.StatusCode(), resp.Body)
 		}
 		if generation < 0 {
 			generation = deref(a.Generation)
 		}
 		for _, t := range a.Tasks {
 			if t.Index == idx && deref(t.Generation) == generation {
-				return len(t.Attempts)
+				return len(t.Attempts), nil
 			}
 		}
+		if a.TasksNextCursor == nil {
+			return 0, nil
+		}
+		params.Cursor = a.TasksNextCursor
 	}
-	return 0
 }
+
+// ptr is a pointer to v.
+func ptr[T any](v T) *T { return &v }
 
 // deref is *p, or T's zero value when p is nil.
 func deref[T any](p *T) T {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -328,8 +330,9 @@ func newGet(g *globals) *cobra.Command {
 	}
 }
 
-// printRun writes run as a table: a heading line, then a line per task (and
-// per action without tasks or with a note).
+// printRun writes run as a table: a heading line, then a line per action
+// with its tasks counted by state (however many tasks a step has: `capstan
+// action get` lists them, a page at a time).
 func printRun(w io.Writer, run *api.Run) {
 	suspended := ""
 	if run.Suspended != nil && *run.Suspended {
@@ -346,32 +349,92 @@ func printRun(w io.Writer, run *api.Run) {
 		raw, _ := json.Marshal(*run.Params) // decoded JSON: it encodes
 		fmt.Fprintf(w, "params %s\n", raw)
 	}
-	fmt.Fprintln(w, "ACTION\tPHASE\tTASK\tSTATE\tATTEMPTS")
+	printKin(w, run)
+	fmt.Fprintln(w, "ACTION\tPHASE\tTASKS\tBY STATE\tNOTE")
 	for _, a := range run.Actions {
-		if note := actionNote(a); len(a.Tasks) == 0 || note != "" {
-			fmt.Fprintf(w, "%s\t%s\t\t\t%s\n", a.Name, a.Phase, note)
-		}
-		for _, t := range a.Tasks {
-			var atts []string
-			for _, at := range t.Attempts {
-				s := fmt.Sprintf("#%d %s", at.Number, at.State)
-				if at.ExitCode != nil {
-					s += fmt.Sprintf(" exit=%d", *at.ExitCode)
-				}
-				if at.Cause != nil && at.State == api.TaskStateFAILED {
-					s += " " + *at.Cause
-				}
-				if at.Code != nil {
-					s += " " + *at.Code
-				}
-				atts = append(atts, s)
+		tasks := ""
+		if a.TaskCount > 0 || a.Kind == "task" {
+			tasks = strconv.Itoa(a.TaskCount)
+			if g := deref(a.Generation); g > 0 {
+				tasks += fmt.Sprintf(" (gen %d)", g) // a retried or restarted step's current tasks
 			}
-			task := strconv.Itoa(t.Index)
-			if g := deref(t.Generation); g > 0 {
-				task += fmt.Sprintf(" (gen %d)", g) // a retried or restarted step's later tasks
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.Phase, task, t.State, strings.Join(atts, ", "))
 		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.Phase, tasks, byState(a.TaskCounts), actionNote(a))
+	}
+}
+
+// byState writes task counts in the Iris order of their states:
+// "SUCCEEDED 9990, RUNNING 10"; "" for none.
+func byState(counts map[string]int) string {
+	var parts []string
+	for _, st := range taskStates {
+		if n := counts[string(st)]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", st, n))
+		}
+	}
+	for _, st := range slices.Sorted(maps.Keys(counts)) { // a state this CLI does not know yet
+		if !slices.Contains(taskStates, api.TaskState(st)) {
+			parts = append(parts, fmt.Sprintf("%s %d", st, counts[st]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// taskStates are the task states in the order a run's table shows them:
+// live first, then the ends.
+var taskStates = []api.TaskState{api.TaskStatePENDING, api.TaskStateASSIGNED, api.TaskStateBUILDING,
+	api.TaskStateRUNNING, api.TaskStateSUCCEEDED, api.TaskStateFAILED, api.TaskStateKILLED, api.TaskStateWORKERFAILED,
+	api.TaskStatePREEMPTED, api.TaskStateUNSCHEDULABLE}
+
+// printTasks writes an action's page of tasks as a table: a line per task
+// with its attempts, then the command that shows the next page, if any.
+func printTasks(w io.Writer, run string, a *api.Action) {
+	fmt.Fprintf(w, "action %s of run %s  %s  %d tasks", a.Name, run, a.Phase, a.TaskCount)
+	if s := byState(a.TaskCounts); s != "" {
+		fmt.Fprintf(w, " (%s)", s)
+	}
+	fmt.Fprintln(w)
+	if note := actionNote(*a); note != "" {
+		fmt.Fprintln(w, note)
+	}
+	fmt.Fprintln(w, "TASK\tSTATE\tATTEMPTS")
+	for _, t := range a.Tasks {
+		var atts []string
+		for _, at := range t.Attempts {
+			s := fmt.Sprintf("#%d %s", at.Number, at.State)
+			if at.ExitCode != nil {
+				s += fmt.Sprintf(" exit=%d", *at.ExitCode)
+			}
+			if at.Cause != nil && at.State == api.TaskStateFAILED {
+				s += " " + *at.Cause
+			}
+			if at.Code != nil {
+				s += " " + *at.Code
+			}
+			atts = append(atts, s)
+		}
+		task := strconv.Itoa(t.Index)
+		if g := deref(t.Generation); g != deref(a.Generation) {
+			task += fmt.Sprintf(" (gen %d)", g) // an earlier generation's, after the current one's
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", task, t.State, strings.Join(atts, ", "))
+	}
+	if a.TasksNextCursor != nil {
+		fmt.Fprintf(w, "more: capstan action get %s %s --cursor %s\n", run, a.Name, *a.TasksNextCursor)
+	}
+}
+
+// printKin writes the run's parent ("parent RUN step STEP"), when it is a
+// child run, and a line per child run of its workflow steps.
+func printKin(w io.Writer, run *api.Run) {
+	if p := run.Parent; p != nil {
+		fmt.Fprintf(w, "parent %s step %s\n", p.Run, p.Action)
+	}
+	if run.Children == nil {
+		return
+	}
+	for _, c := range *run.Children {
+		fmt.Fprintf(w, "child %s\t%s\tstep %s index %d try %d\n", c.Name, c.Phase, c.Action, c.Index, c.Try)
 	}
 }
 

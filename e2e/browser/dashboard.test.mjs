@@ -3,7 +3,8 @@
 // runs list; watches a running DAG run's node change phase without a reload;
 // aborts a run through the confirmation; approves an approval step with a
 // comment; checks a retried task's two attempts in their Iris colours by
-// computed style; follows a live log; shows a template run's origin and the
+// computed style; follows a live log; renders a run of 2 × 1,000 tasks
+// within a bound, one node a step with its counts, and pages its tasks; shows a template run's origin and the
 // template's versions and params; and shows a schedule's next times, pauses
 // and unpauses it and triggers a run of it. Every wait is on a condition
 // with a timeout. Screenshots go to $CAPSTAN_SCREENSHOTS.
@@ -100,6 +101,7 @@ async function main() {
   await createRun('retried', {steps: [{name: 'flaky', max_retries_failure: 1,
     command: 'f="$CAPSTAN_RUN_DIR/once"; if [ ! -e "$f" ]; then touch "$f"; echo first try fails >&2; exit 1; fi; echo ok'}]});
   await createRun('no-gpu', {steps: [{name: 'gpu', command: 'true', constraints: [{key: 'gpu', op: 'EXISTS'}]}]});
+  await createRun('wide', {steps: [{name: 'w1', plugin: 'noop', replicas: 1000}, {name: 'w2', plugin: 'noop', replicas: 1000}]});
   await createRun('talker', {steps: [{name: 'talk',
     command: `for i in 1 2 3; do echo "line $i"; done; ${waitFile('stop')}; echo "last line"`}]});
 
@@ -227,6 +229,8 @@ async function scenario(page) {
     await shot(page, '9-log-ended');
   });
 
+  await step('a run of 2 × 1,000 tasks renders in time, a node a step with its counts, and pages its tasks', () => wide(page));
+
   await step("a template's run shows its origin; the Workflows page lists the template with its params", () => templates(page));
 
   await step("a run waiting for its concurrency key shows why; the Concurrency page shows the key's holder and line", async () => {
@@ -261,6 +265,66 @@ async function scenario(page) {
   // Last: it needs the schedules API and the scheduler's firing of a
   // triggered time.
   await step("a schedule's next times, pause, unpause and trigger", () => schedules(page));
+}
+
+// RENDER_MS bounds how long a page of the 2,000-task run takes to show
+// what it must, from the navigation.
+const RENDER_MS = 3000;
+
+// wide waits for the run of two 1,000-task steps to succeed, then checks
+// that its page draws one node a step with its tasks counted by state, and
+// the steps table their counts, within RENDER_MS; and that the action page
+// shows the step's counts and its tasks a page of 100 at a time, next to
+// the last page and back.
+async function wide(page) {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const r = await fetch(`${runs}/wide`, {headers: authz});
+    const run = await r.json();
+    assert.ok(r.ok, `GET wide: ${r.status}`);
+    if (run.phase === 'SUCCEEDED') {
+      assert.ok(run.actions.every((a) => a.tasks.length <= 100), 'GET of a run holds a page of tasks an action');
+      break;
+    }
+    assert.ok(!run.ended_at, `wide ended ${run.phase}`);
+    assert.ok(Date.now() < deadline, `wide is still ${run.phase}`);
+    await new Promise((done) => setTimeout(done, 250));
+  }
+
+  let t0 = Date.now();
+  await page.evaluate(() => { location.hash = '#/runs/wide'; });
+  for (const s of ['w1', 'w2']) {
+    const node = page.locator(`g.node[data-step="${s}"][data-phase="SUCCEEDED"][data-tasks="1000"]`);
+    await node.locator('text.counts', {hasText: '1000 ok'}).waitFor();
+    await page.locator(`tr[data-step="${s}"] .step-tasks [data-state="SUCCEEDED"]`, {hasText: '1000 succeeded'}).waitFor();
+  }
+  const runMs = Date.now() - t0;
+  assert.equal(await page.locator('g.node').count(), 2, 'one node a step, not one a task');
+  console.log(`     run page of 2,000 tasks shown in ${runMs} ms`);
+  assert.ok(runMs < RENDER_MS, `the run page took ${runMs} ms`);
+  await shot(page, '9c-wide-run');
+
+  t0 = Date.now();
+  await page.click('g.node[data-step="w1"]');
+  await page.locator('#task-count', {hasText: '1000'}).waitFor();
+  await page.locator('#action-counts [data-count="SUCCEEDED"]', {hasText: '1000'}).waitFor();
+  await page.locator('.task[data-task="99"]').waitFor();
+  const actionMs = Date.now() - t0;
+  console.log(`     action page of 1,000 tasks shown in ${actionMs} ms`);
+  assert.ok(actionMs < RENDER_MS, `the action page took ${actionMs} ms`);
+  assert.equal(await page.locator('.task').count(), 100, 'a page of 100 tasks');
+  assert.equal(await page.locator('#tasks-prev').isDisabled(), true);
+  for (let p = 1; p < 10; p++) {
+    await page.click('#tasks-next');
+    await page.locator(`.task[data-task="${p * 100}"]`).waitFor();
+    await page.locator('#tasks-range', {hasText: `page ${p + 1}: tasks ${p * 100 + 1}–${p * 100 + 100}`}).waitFor();
+  }
+  assert.equal(await page.locator('.task').count(), 100);
+  await page.locator('#tasks-next:disabled').waitFor();
+  await shot(page, '9d-wide-last-page');
+  await page.click('#tasks-prev');
+  await page.locator('.task[data-task="800"]').waitFor();
+  assert.equal(await page.locator('.task[data-task="999"]').count(), 0);
 }
 
 // greeter is the template the template and schedule steps run.

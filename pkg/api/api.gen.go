@@ -513,8 +513,19 @@ type Action struct {
 	StartedAt *time.Time `json:"started_at,omitempty"`
 
 	// StepRetries How many times the whole step failed (on_failure suspend): the run pauses when it passes the configured retries.
-	StepRetries *int   `json:"step_retries,omitempty"`
-	Tasks       []Task `json:"tasks"`
+	StepRetries *int `json:"step_retries,omitempty"`
+
+	// TaskCount How many tasks the step's current generation has (0 for a step without tasks).
+	TaskCount int `json:"task_count"`
+
+	// TaskCounts The current generation's tasks by state, e.g. {"SUCCEEDED":9990,"RUNNING":10}; a state with none is absent.
+	TaskCounts map[string]int `json:"task_counts"`
+
+	// Tasks One page of the action's tasks with their attempts, the current generation first, each generation in index order: in a run, the first page (at most 20); from GET .../actions/{action}, the page its cursor and limit ask for.
+	Tasks []Task `json:"tasks"`
+
+	// TasksNextCursor The cursor of the next page of tasks (GET .../actions/{action}?cursor=); absent when `tasks` reach the last.
+	TasksNextCursor *string `json:"tasks_next_cursor,omitempty"`
 
 	// WaitingFor What a PAUSED (or retrying) step waits for: duration, resume, approval or retry.
 	WaitingFor *string `json:"waiting_for,omitempty"`
@@ -583,7 +594,7 @@ type AttemptReport struct {
 	Error    *string `json:"error,omitempty"`
 	ExitCode *int    `json:"exit_code,omitempty"`
 
-	// Outputs With SUCCEEDED: the values the task wrote, output name → value. Names are environment-variable names; each value at most 64 KiB, all of them at most 1 MiB, no NUL. Ignored with other states.
+	// Outputs With SUCCEEDED: the values the task wrote, output name → value. Names are environment-variable names; each value, and all of them together, at most 1 MiB, no NUL. Ignored with other states.
 	Outputs *map[string]string `json:"outputs,omitempty"`
 	Pid     *int               `json:"pid,omitempty"`
 
@@ -717,6 +728,25 @@ type CacheSpec struct {
 
 	// Version Part of the key: change it to stop using older entries.
 	Version string `json:"version"`
+}
+
+// ChildRunRef One child run of a workflow step of the run.
+type ChildRunRef struct {
+	// Action The workflow step.
+	Action string `json:"action"`
+
+	// Generation The step's generation it belongs to.
+	Generation int `json:"generation"`
+
+	// Index The child's index in its step (0 for a single child).
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+
+	// Phase The phase of a run or an action.
+	Phase Phase `json:"phase"`
+
+	// Try How many children of its index started before it (a retry, a restart).
+	Try int `json:"try"`
 }
 
 // CleanupStep defines model for CleanupStep.
@@ -923,6 +953,21 @@ type FieldError struct {
 	// Field A JSON path into the request body, e.g. spec.steps[1].plugin.
 	Field   string `json:"field"`
 	Message string `json:"message"`
+}
+
+// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; with `cache` each item has an entry of its own; a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
+type ForEach struct {
+	// As The environment variable and the file name under $CAPSTAN_INPUTS_DIR the item arrives as.
+	As *string `json:"as,omitempty"`
+
+	// From An earlier step's output holding a JSON array of at most 10,000 values, "step.output"; a value that is not one fails the step with a reason naming it.
+	From *string `json:"from,omitempty"`
+
+	// Items The list itself, at most 10,000 values.
+	Items *[]interface{} `json:"items,omitempty"`
+
+	// MaxParallel At most this many of the step's tasks ASSIGNED, BUILDING or RUNNING at once (1 to 10,000); absent: no limit beyond placement. Not with the step's `concurrency`.
+	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
 // HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
@@ -1138,11 +1183,17 @@ type Role string
 type Run struct {
 	Actions []Action `json:"actions"`
 
+	// Children The child runs of its workflow steps, by step, index and try.
+	Children *[]ChildRunRef `json:"children,omitempty"`
+
 	// ConcurrencyKey The run's concurrency key, when its spec has concurrency.
-	ConcurrencyKey *string    `json:"concurrency_key,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	Domain         string     `json:"domain"`
-	EndedAt        *time.Time `json:"ended_at,omitempty"`
+	ConcurrencyKey *string   `json:"concurrency_key,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
+
+	// Depth How deep the run nests: 0 for a run created through the API, a child its parent's + 1 (at most 10).
+	Depth   *int       `json:"depth,omitempty"`
+	Domain  string     `json:"domain"`
+	EndedAt *time.Time `json:"ended_at,omitempty"`
 
 	// EventId The published event the trigger started the run for.
 	EventId *string `json:"event_id,omitempty"`
@@ -1150,6 +1201,9 @@ type Run struct {
 
 	// Params A run's params by name, each a JSON value of its declared type.
 	Params *ParamValues `json:"params,omitempty"`
+
+	// Parent The workflow step a child run is of.
+	Parent *RunParent `json:"parent,omitempty"`
 
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
@@ -1211,20 +1265,32 @@ type RunList struct {
 	Runs       []RunSummary `json:"runs"`
 }
 
+// RunParent The workflow step a child run is of.
+type RunParent struct {
+	Action string `json:"action"`
+	Run    string `json:"run"`
+}
+
 // RunSignalRequest A suspend or a resume takes no parameters; the body may be absent or `{}`.
 type RunSignalRequest = map[string]interface{}
 
 // RunSummary defines model for RunSummary.
 type RunSummary struct {
 	// ConcurrencyKey The run's concurrency key, when its spec has concurrency.
-	ConcurrencyKey *string    `json:"concurrency_key,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	Domain         string     `json:"domain"`
-	EndedAt        *time.Time `json:"ended_at,omitempty"`
+	ConcurrencyKey *string   `json:"concurrency_key,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
+
+	// Depth How deep the run nests: 0 for a run created through the API, a child its parent's + 1 (at most 10).
+	Depth   *int       `json:"depth,omitempty"`
+	Domain  string     `json:"domain"`
+	EndedAt *time.Time `json:"ended_at,omitempty"`
 
 	// EventId The published event the trigger started the run for.
 	EventId *string `json:"event_id,omitempty"`
 	Name    string  `json:"name"`
+
+	// Parent The workflow step a child run is of.
+	Parent *RunParent `json:"parent,omitempty"`
 
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
@@ -1300,6 +1366,15 @@ type ScheduledRun struct {
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
 
+// SpecOutput defines model for SpecOutput.
+type SpecOutput struct {
+	// From The step and its output it is, "step.output".
+	From string `json:"from"`
+
+	// Name The output's name: 1-63 characters of [A-Za-z0-9_], not starting with a digit.
+	Name string `json:"name"`
+}
+
 // Step One step of a workflow; a task step runs `replicas` tasks with a plugin.
 type Step struct {
 	// Args The shell plugin's argv, executed directly without a shell (instead of command).
@@ -1333,6 +1408,9 @@ type Step struct {
 	Duration *string            `json:"duration,omitempty"`
 	Env      *map[string]string `json:"env,omitempty"`
 
+	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; with `cache` each item has an entry of its own; a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
+	ForEach *ForEach `json:"for_each,omitempty"`
+
 	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
@@ -1345,7 +1423,7 @@ type Step struct {
 	// KillGrace A task step: how long an aborted process has between SIGTERM and SIGKILL, a duration such as "5s"; absent = 10s.
 	KillGrace *string `json:"kill_grace,omitempty"`
 
-	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject.
+	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject; `workflow` runs the template `workflow` as a child run with `params` (and `inputs` as params by their `as` names), and its phase follows the child's.
 	Kind *string `json:"kind,omitempty"`
 
 	// MaxRetriesFailure How many times a task whose command exits non-zero is retried (0 to 100).
@@ -1366,8 +1444,11 @@ type Step struct {
 	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
 	OnFailure *string `json:"on_failure,omitempty"`
 
-	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 64 KiB each, 1 MiB a task).
+	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
 	Outputs *[]string `json:"outputs,omitempty"`
+
+	// Params A workflow step's values of its child's params.
+	Params *ParamValues `json:"params,omitempty"`
 
 	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
 	Plugin *string `json:"plugin,omitempty"`
@@ -1392,6 +1473,9 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
+	Workflow *WorkflowRef `json:"workflow,omitempty"`
 }
 
 // StepConcurrency At most max_tasks tasks of one key, across runs, are ASSIGNED, BUILDING or RUNNING at a time.
@@ -1418,14 +1502,20 @@ type Task struct {
 	FailureCount int       `json:"failure_count"`
 
 	// Generation The generation of its step the task belongs to.
-	Generation           *int       `json:"generation,omitempty"`
-	Index                int        `json:"index"`
+	Generation *int `json:"generation,omitempty"`
+	Index      int  `json:"index"`
+
+	// Item A for_each task's item, as the task receives it.
+	Item                 *string    `json:"item,omitempty"`
 	MaxRetriesFailure    int        `json:"max_retries_failure"`
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
 	PendingReason        *string    `json:"pending_reason,omitempty"`
 	PreemptionCount      int        `json:"preemption_count"`
+
+	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
+	Reused *bool `json:"reused,omitempty"`
 
 	// State Iris task states; the database stores their numeric values.
 	State TaskState `json:"state"`
@@ -1560,6 +1650,9 @@ type WorkflowSpec struct {
 	FairnessKey *string       `json:"fairness_key,omitempty"`
 	Mode        *WorkflowMode `json:"mode,omitempty"`
 
+	// Outputs The run's outputs, each one of its steps' outputs: a workflow step that runs this workflow as its child run gets them as its own outputs.
+	Outputs *[]SpecOutput `json:"outputs,omitempty"`
+
 	// Params The params a run gives; every task gets each as the environment variable of its name, and CEL reads `params.<name>`.
 	Params *[]Param `json:"params,omitempty"`
 	Steps  []Step   `json:"steps"`
@@ -1670,6 +1763,15 @@ type ListRunsParams struct {
 type CreateRunParams struct {
 	// IdempotencyKey A retried create with the same key returns the run it created first.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// GetActionParams defines parameters for GetAction.
+type GetActionParams struct {
+	// Cursor The tasks_next_cursor of the previous page (or of the action in GET .../runs/{run}).
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit Tasks a page, 1 to 500.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // GetAttemptLogsParams defines parameters for GetAttemptLogs.
@@ -2023,7 +2125,14 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
 	CreateRuns(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetRun A run with its actions and their tasks.
+	// GetRun A run with its actions, their task counts and the first page of their tasks.
+	//
+	// Each action carries `task_count` and `task_counts` (its current
+	// generation's tasks by state) and at most the first 20 of its tasks
+	// with their attempts, the current generation first, each generation
+	// in index order; `tasks_next_cursor`, when set, pages on through GET
+	// .../actions/{action}?cursor=. A run with a 10,000-task step answers
+	// as fast as one with a 100-task step.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run} (the `GetRun` operationId).
 	GetRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2042,10 +2151,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/abort (the `AbortRun` operationId).
 	AbortRun(ctx context.Context, project Project, domain Domain, run RunName, body AbortRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetAction An action with its tasks and their attempt history.
+	// GetAction An action with a page of its tasks and their attempt history, with cursor pagination.
+	//
+	// `tasks` is one page of the action's tasks with their attempts: the
+	// current generation first, each generation in index order (a retried or
+	// restarted step's earlier generations follow, history kept).
+	// `tasks_next_cursor` is the `cursor` of the next page, absent on the last.
+	// `task_count` and `task_counts` count the current generation's tasks
+	// whatever the page. A cursor that no page gave, or a limit out of
+	// range, is a 400 problem naming `cursor` or `limit`.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action} (the `GetAction` operationId).
-	GetAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, params *GetActionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AbortActionWithBody Abort one action and its descendants.
 	//
@@ -2831,7 +2948,14 @@ func (c *Client) CreateRuns(ctx context.Context, project Project, domain Domain,
 	return c.Client.Do(req)
 }
 
-// GetRun A run with its actions and their tasks.
+// GetRun A run with its actions, their task counts and the first page of their tasks.
+//
+// Each action carries `task_count` and `task_counts` (its current
+// generation's tasks by state) and at most the first 20 of its tasks
+// with their attempts, the current generation first, each generation
+// in index order; `tasks_next_cursor`, when set, pages on through GET
+// .../actions/{action}?cursor=. A run with a 10,000-task step answers
+// as fast as one with a 100-task step.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run} (the `GetRun` operationId).
 func (c *Client) GetRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2880,11 +3004,19 @@ func (c *Client) AbortRun(ctx context.Context, project Project, domain Domain, r
 	return c.Client.Do(req)
 }
 
-// GetAction An action with its tasks and their attempt history.
+// GetAction An action with a page of its tasks and their attempt history, with cursor pagination.
+//
+// `tasks` is one page of the action's tasks with their attempts: the
+// current generation first, each generation in index order (a retried or
+// restarted step's earlier generations follow, history kept).
+// `tasks_next_cursor` is the `cursor` of the next page, absent on the last.
+// `task_count` and `task_counts` count the current generation's tasks
+// whatever the page. A cursor that no page gave, or a limit out of
+// range, is a 400 problem naming `cursor` or `limit`.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action} (the `GetAction` operationId).
-func (c *Client) GetAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetActionRequest(c.Server, project, domain, run, action)
+func (c *Client) GetAction(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, params *GetActionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetActionRequest(c.Server, project, domain, run, action, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4842,7 +4974,7 @@ func NewAbortRunRequestWithBody(server string, project Project, domain Domain, r
 }
 
 // NewGetActionRequest constructs an http.Request for the GetAction method
-func NewGetActionRequest(server string, project Project, domain Domain, run RunName, action ActionName) (*http.Request, error) {
+func NewGetActionRequest(server string, project Project, domain Domain, run RunName, action ActionName, params *GetActionParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4886,6 +5018,45 @@ func NewGetActionRequest(server string, project Project, domain Domain, run RunN
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -7413,7 +7584,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
 	CreateRunsWithResponse(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRunsResponse, error)
 
-	// GetRunWithResponse A run with its actions and their tasks.
+	// GetRunWithResponse A run with its actions, their task counts and the first page of their tasks.
+	//
+	// Each action carries `task_count` and `task_counts` (its current
+	// generation's tasks by state) and at most the first 20 of its tasks
+	// with their attempts, the current generation first, each generation
+	// in index order; `tasks_next_cursor`, when set, pages on through GET
+	// .../actions/{action}?cursor=. A run with a 10,000-task step answers
+	// as fast as one with a 100-task step.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7434,12 +7612,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/{run}/abort (the `AbortRun` operationId).
 	AbortRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, body AbortRunJSONRequestBody, reqEditors ...RequestEditorFn) (*AbortRunResponse, error)
 
-	// GetActionWithResponse An action with its tasks and their attempt history.
+	// GetActionWithResponse An action with a page of its tasks and their attempt history, with cursor pagination.
+	//
+	// `tasks` is one page of the action's tasks with their attempts: the
+	// current generation first, each generation in index order (a retried or
+	// restarted step's earlier generations follow, history kept).
+	// `tasks_next_cursor` is the `cursor` of the next page, absent on the last.
+	// `task_count` and `task_counts` count the current generation's tasks
+	// whatever the page. A cursor that no page gave, or a limit out of
+	// range, is a 400 problem naming `cursor` or `limit`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action} (the `GetAction` operationId).
-	GetActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, reqEditors ...RequestEditorFn) (*GetActionResponse, error)
+	GetActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, params *GetActionParams, reqEditors ...RequestEditorFn) (*GetActionResponse, error)
 
 	// AbortActionWithBodyWithResponse Abort one action and its descendants.
 	//
@@ -8693,6 +8879,8 @@ type GetActionResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 }
@@ -8700,6 +8888,11 @@ type GetActionResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetActionResponse) GetJSON200() *Action {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -11155,7 +11348,14 @@ func (c *ClientWithResponses) CreateRunsWithResponse(ctx context.Context, projec
 	return ParseCreateRunsResponse(rsp)
 }
 
-// GetRunWithResponse A run with its actions and their tasks.
+// GetRunWithResponse A run with its actions, their task counts and the first page of their tasks.
+//
+// Each action carries `task_count` and `task_counts` (its current
+// generation's tasks by state) and at most the first 20 of its tasks
+// with their attempts, the current generation first, each generation
+// in index order; `tasks_next_cursor`, when set, pages on through GET
+// .../actions/{action}?cursor=. A run with a 10,000-task step answers
+// as fast as one with a 100-task step.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11194,13 +11394,21 @@ func (c *ClientWithResponses) AbortRunWithResponse(ctx context.Context, project 
 	return ParseAbortRunResponse(rsp)
 }
 
-// GetActionWithResponse An action with its tasks and their attempt history.
+// GetActionWithResponse An action with a page of its tasks and their attempt history, with cursor pagination.
+//
+// `tasks` is one page of the action's tasks with their attempts: the
+// current generation first, each generation in index order (a retried or
+// restarted step's earlier generations follow, history kept).
+// `tasks_next_cursor` is the `cursor` of the next page, absent on the last.
+// `task_count` and `task_counts` count the current generation's tasks
+// whatever the page. A cursor that no page gave, or a limit out of
+// range, is a 400 problem naming `cursor` or `limit`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action} (the `GetAction` operationId).
-func (c *ClientWithResponses) GetActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, reqEditors ...RequestEditorFn) (*GetActionResponse, error) {
-	rsp, err := c.GetAction(ctx, project, domain, run, action, reqEditors...)
+func (c *ClientWithResponses) GetActionWithResponse(ctx context.Context, project Project, domain Domain, run RunName, action ActionName, params *GetActionParams, reqEditors ...RequestEditorFn) (*GetActionResponse, error) {
+	rsp, err := c.GetAction(ctx, project, domain, run, action, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -12611,6 +12819,13 @@ func ParseGetActionResponse(rsp *http.Response) (*GetActionResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -14198,15 +14413,15 @@ type ServerInterface interface {
 	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
 	// (POST /v1/projects/{project}/domains/{domain}/runs/batch)
 	CreateRuns(ctx echo.Context, project Project, domain Domain) error
-	// GetRun A run with its actions and their tasks.
+	// GetRun A run with its actions, their task counts and the first page of their tasks.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run})
 	GetRun(ctx echo.Context, project Project, domain Domain, run RunName) error
 	// AbortRun Abort a run; delivery to the executors is asynchronous and reliable.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/abort)
 	AbortRun(ctx echo.Context, project Project, domain Domain, run RunName) error
-	// GetAction An action with its tasks and their attempt history.
+	// GetAction An action with a page of its tasks and their attempt history, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action})
-	GetAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error
+	GetAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, params GetActionParams) error
 	// AbortAction Abort one action and its descendants.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action}/abort)
 	AbortAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error
@@ -14843,8 +15058,24 @@ func (w *ServerInterfaceWrapper) GetAction(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter action: %s", err))
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetActionParams
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.GetAction(ctx, project, domain, run, action)
+	err = w.Handler.GetAction(ctx, project, domain, run, action, params)
 	return err
 }
 
@@ -16892,6 +17123,7 @@ type GetActionRequestObject struct {
 	Domain  Domain     `json:"domain"`
 	Run     RunName    `json:"run"`
 	Action  ActionName `json:"action"`
+	Params  GetActionParams
 }
 
 type GetActionResponseObject interface {
@@ -16912,9 +17144,23 @@ func (response GetAction200JSONResponse) VisitGetActionResponse(w http.ResponseW
 	return err
 }
 
-type GetAction404ApplicationProblemPlusJSONResponse struct {
+type GetAction400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetAction400ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetAction404ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
 
@@ -19024,13 +19270,13 @@ type StrictServerInterface interface {
 	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
 	// (POST /v1/projects/{project}/domains/{domain}/runs/batch)
 	CreateRuns(ctx context.Context, request CreateRunsRequestObject) (CreateRunsResponseObject, error)
-	// GetRun A run with its actions and their tasks.
+	// GetRun A run with its actions, their task counts and the first page of their tasks.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
 	// AbortRun Abort a run; delivery to the executors is asynchronous and reliable.
 	// (POST /v1/projects/{project}/domains/{domain}/runs/{run}/abort)
 	AbortRun(ctx context.Context, request AbortRunRequestObject) (AbortRunResponseObject, error)
-	// GetAction An action with its tasks and their attempt history.
+	// GetAction An action with a page of its tasks and their attempt history, with cursor pagination.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run}/actions/{action})
 	GetAction(ctx context.Context, request GetActionRequestObject) (GetActionResponseObject, error)
 	// AbortAction Abort one action and its descendants.
@@ -19709,13 +19955,14 @@ func (sh *strictHandler) AbortRun(ctx echo.Context, project Project, domain Doma
 }
 
 // GetAction operation middleware
-func (sh *strictHandler) GetAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName) error {
+func (sh *strictHandler) GetAction(ctx echo.Context, project Project, domain Domain, run RunName, action ActionName, params GetActionParams) error {
 	var request GetActionRequestObject
 
 	request.Project = project
 	request.Domain = domain
 	request.Run = run
 	request.Action = action
+	request.Params = params
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetAction(ctx.Request().Context(), request.(GetActionRequestObject))
@@ -21286,303 +21533,329 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L19cxs3tif8VVB8pkrkbIuiHNlJqJp6VrGVRDeOrdHLzT5P6BXBbpDsURPgAGjRjMv/7gfYj7ifZAvn",
-	"AOhuEk029WZn7txbNZHJJoA+ODg4r7/zqRWL2VxwxrVq9T+15lTSGdNMwr9OYp0K/o7OmPlXylv91pzq",
-	"aStqcfisReGBVtSS7J95KlnS6muZs6il4imbUfOrv0g2bvVb/89BMdEBfqsOYOTPn6PWidZsNtdnb2rm",
-	"SZONc4yFnFFtnuP61VEras1Sns7yWat/GLX0cs7wKzZhEqZ7nUslpPllwlQs0zm8Rb91NWWEs4/6JoYH",
-	"iBgTPWVkLtldKnJF5nTCuq0IV/jPnMllsUT8Sau8rBn9+JbxiZ62+i96Pb8SpWXKJ7CQN2JGzWDBl07w",
-	"ywcT9y1V+vSOcX325mdGE1bz4mni3jejShNmfgH/jLPU/ClZzNI7lhzDh0pLRmdEMpXPmCJ0rJkkqfbU",
-	"meJM/mXMIvZhFftnb+qpFCJSaf1/B5qvLb8yOBkLadesiJ5STWLKudBEMU1wWQrfAf9BFilXZDFlnIyE",
-	"nhIqmXm0bp8NcW6AODfAlU24sBfkwrfpLNV+71engS/LwydsTPNMt/ove5EhGg790jDWFnY/l+IfLNY1",
-	"bDa33z6Yzy7yTaJC5o/AypfxlCV5xjbMo+wjD5/sNyFvmXywTMpzeHKdr83440wsNrzMwj7y0Jf5bH6v",
-	"5oIrBoL9XIpRxmbmz1hwzTgwB53PszSm5lAdzPGJ//YPJUA+NZvOjQszVs/oCScXP74m3x+9/JbYwbtA",
-	"BvtbuG9GQuq3qYLVzKWYM6lTXDE1X8FfqWYztW0hMNIFi4VMWp898amUdGn+XRLy69LkZKSMvBO8EIZO",
-	"8K9vYrEtv7s1fvDPiRGcLHPBldaz/m54i/Y/rY4ftShejDexyHGPqkt9w7L0jsklkSLniSLwGEuIEmRM",
-	"ZWnFXhwUQ6bJ+niXTIP4pJzYx8htmmVmoDXptj5yTHPFgq+R+Htu7avblAcWMkSaDPuwB0BYczuZdcEX",
-	"hPLEXFFyqacpn5CcJ3D/HJOhXbj9qVm++aXgzL2SeRvGjbj8vVBg7HelzSuWKHIdCzyjK6tMkP4sGUZE",
-	"SDLkjCXqxpBEmhvCvAHeLL/Sj1bHUWRBFZGMGjkV4KnIC+QQtSSjqoZVDCcypVlyQ3V4ZxfTNGMk1SRV",
-	"ZMQM2fz6KzucUM32dTpjodUZOR6aPp+bn7nJm4y1cnqAEaLSdVToP3B1+K1CNls9G5UVbDiCQCQ4dUmS",
-	"mhFpdl46jWOaKRatHNCC6qvHD65kRbQgg9a1YpL4XUCmHbQMZUsqzmEvrAmGl3upqc5VQGKsioUNh7G6",
-	"ZFgVSyJi9kTkmrThgOGhYkaGXJ39evrm5v31VQd4OiAOjEJs/sES88ACrsmbTCgdZOdnPj2PcEIKkXP/",
-	"g7J6NVQ2LMie/hIIXHyNrjvLLEbEz+dS3NFs68/cc8Av8ZTd3LKAen1C4MuEKM3me4qYh6KW4LERJoqk",
-	"fJ5rBXqzZEpkd4ZKfZ5nWWB7cBrl+XrzTJkQt/m8T34+uyLtVJPL69evT0/fnL4hi9So6oZltVzuKSJy",
-	"javgCZGUEy6Ipuq2E5Ffzy4v4ccy56pjGO38/fn125Or0zf4MeURUXkcM5aYY8sTspBCIxvA8J0usToB",
-	"HAZYHCzAnB9YcPlK+fnsqhW1zKytqOWnCl4sCZubI3eD++4Vm7XnVtUXxpOdJG3UmjDOJHUctm78WXrH",
-	"uZRg6+W8TyiRTMulswrhreH9JVOaSk3gfxV8aRSqCLjBUN1sA1uE1Q93368tkVs1eP0LoW9GbCxkQIb8",
-	"ZsQDBWGWkAVNNWknOb5ohMvvgFRrfr9ZRqq/IULqzQoTF2xq6WoHjYh5SfJ//tf/Jnc0y1lEqCoRzbPd",
-	"jLS1pGlmJA9niyzlzJy6ue4cl9mPSAYKuyKDvNf7hpFDMqUqAi41EhJmiwgl/3H5/h0B7jGb6Sfcw1WY",
-	"Ewwf7Kc8YR+JkAmTnuVBAHPBy/pvIbXmVDIeVlXm5gIKi1rYNc9ToGGPWGxIc35yfXn6pvluzacUb7mN",
-	"Vgk8VLkbVtezLJYDhwsuNpqaLWPdSZdIZt645sqBc7DjgTRT3RgGtTxVXdDPYkFmlC+BsfGELaYisysc",
-	"0zRjCWkLfmP+zCUjKldGlHRQ6ZU5J0B+69dIjQWjlB0pFnycTnLJEmIXED6pwCONLa4rqm5DsspQMeWT",
-	"m3HI1PptSjWhdtdJW0g8symfdCybmz0wDN0n5XOtcmBse30R97vtJhoImcjrmsAY7k2Dt3LpJl2zZ/38",
-	"9pQnLE5VKvgxoXh2cq7TDD5OkHVWtbjm/DJaBg9ZLGazugPolmO+9PYOLJmh6wJZOnAzrRDND2R07o1k",
-	"up96PVqGOENYwinSRjqenJ8RLW4ZV4R9TJWOkJtpljEJog5kKcvGnRWdO+R8rZDuXvq5NRjXFLYaxTtX",
-	"TEZELZVms4jMmZxRc4BImxI1Z7H3VBJuzFpzhDtRWbeOCq27UN7NdYwKfVAwxSJhISVLaTrKGGFSCknM",
-	"Q1bK/Uo/XsICf0Sxok4/Wq1ISHLG72iWJudZPkn55ZzF4Sklo7vKQlhHkIXZx9TozAkL2zjjlKdquuNs",
-	"6Pdo4M4wps6OijfPZyMmw4u93y1BNWsieS/hQSNukWPSkI61cqzBLWlX7KaqbOCHerZ/KyYBs1TphMnw",
-	"TiqdiDwsp7TMeWzmDKimMmd4haEGRUZsKXiCqvlHFudayD1FRiI3WjtVJJFiPq+chpEQGaN87e3tgiK3",
-	"6PI6Nrz4BZtbe2wHAedFghPDRhiYqeGwmXvBiQMjYvFAmwXhKW/5XTVyAG4RKwiCRkVsXjefB0QqmExE",
-	"aSCRs+j3FBmnnGZGmRRSowIxh0O+pwjwN9hEP5qH0j+YUVn1lC3Rbkq5VRdbUTM14TWu7lKzuVnsjH48",
-	"w599t6467Cq+ghJqbt5Tmh/+z99P9v9/uv/HB/vf3v73Hz71olfffP7LRqlUuh2OesGrZIuYerhJAVvn",
-	"rQrcI6u7mz+N/oLWQ+QOStXQ6JJ3cD8aG53xu1QKbu6+/TsqU6AlXJ/HaDXALwjVZCaUJq+OyC/pDxGh",
-	"6EcF68R9d0h+NV9xQd5dv+2SswkXRqsE20ToKZMEpIoKmw4VGVUVlDsKvULuVMn2g5ELLCGjZUVi1Cjx",
-	"TkDdf4yKJNsqf8zit0qaCxu2WRe2cynM5by+4h+NCEKpWV4xmeVKw+lHB1fhDN+yUjfRhrWaw7ZbXENO",
-	"1G4+D6Ou0RrXQSy4pinHm3ej9HEPwoI3ByYYv9vpxK7RZqr1fNuCfr66OndraayYoMPtAeKk5PGxzjvn",
-	"uCNjKWbgIZhLkeQxk2qv8F68O/n1tBAqfRQXVMr0zsgWZT1mXrwQL17gh9Re3OM0Y+Qvr0/OL69O3t2c",
-	"vTu/vrq8eXN2cWCeauh3MLrZzUTSmN3MAvbzr2mWpYrFgieKjJheMMbJ5dlPV6cXv8I6Ls9++uXs7Vsi",
-	"OCrQDSNcm/S7kpRfp7ZzT3ovQ8LijEqmLBGtBE81U/YDUZDo/fWVpxF4emIjrtHnE6ZX82OFN33YgdNQ",
-	"wLjQAMgXLjTY8VyQTPAJkx1jyoSkzLZAF7q2wrSuC0LtfnUYwt+A3ys807316e1xrNLUpff1W1KIPJRF",
-	"hYreUCDXBNJtIKV5KL0k4tcYKBzmCPtSfqDx7TjN7ukkYDxpbjeJOyYzulX6vsfHzkWWxktvo90zfom/",
-	"Bed8zevreMqShgZE9cS954yYzYIYOBmZkSIjuHJNinB+n7AUlC5qdXnSXkypJufvL6/Iwd3hgdudg09p",
-	"8vnAPqPpLcOwSCYmCsOB8TTnt6ruh/Ac/iyC8z4SehrybpXzDHZK0YtamZg059C3YvLarLhqULx4+Wpd",
-	"3ElP/QYsb7eqLpaXNtjnC6YgZ+vTbsRZJ4i3Rhql30SPpB0eE20s8LEwmjzo9mZjGuiMpffbLK9e03jK",
-	"TrnGtL4Vs/k+vqSP81QyVR92SPEtXWCXkmmqSXtGP97QCet41+3f0A/XPBJhI6ePEk9ao5Jkisk7H7/b",
-	"qOIagl6Uni+uy3W1ROYcHY9zMc8zQ2ybwxmMV9SHDhsOcsekClsEq7kgEGF2jxdE3OqeKtgpfPsx7iMu",
-	"zdwVBXtuTyPb/E5u6tplX1Q3eWXhFb5ueAsueF2yLzIUHIDYBlVyfoB/b4+i4MCVw1b7Vs403OG2+9Xc",
-	"LYSiUozacqpic6cbY6IP5sktW5IpVVPrAUGdCTzpGBbwBo3LTrDGh+WpCJwUKbf53aCqwTOorHXJCQFf",
-	"EiYAkBmsyCvv1hNDqCaQBQEODwxGQPaCZdf1O9GKmXDAz+jLPqWBpAplU0SoD30RlRuDS5FB68XRdNAq",
-	"SauxkE5erZ9dJlOapX8Y6lUyiYPUfy14KQ1A+fA/nTGgOt4YDN4cPVHg6lE2/P7bydnV2bufbn58f3Hz",
-	"+uT1z6cduD7MntlMoLAxUJIN1fWcU8z9g2w+tuyTeEr5BPLYtMAbK1eGk0WWMEnsMdvOxG7CIOeWvJS7",
-	"qan3inusn0+IibvgLiY/wM3l0lRWIlw1fkkntH30D3KJIG4CvtztoT8YoTbs51klXu54xE+sB9EcCOAy",
-	"x2qCI5dNRZYQSlQmjIprUzxIm8KVZb5Uhh7ljMacu3BQBCeZchcbg0Exhmg9GzGDaDiVjEwEZ531k1qT",
-	"CPX69C1BUhH2cS6ZMixEjGgiUDrj8gXwH92SM+SYUBILrjTlunSOEzbPxHLQMm/g3h3yNzCtF03nyk5/",
-	"/yqw046OG1IJHIXpJvoemjN12DP/1wlnBSgtqWaTZUWQtP6Zs9zw+EqGH3w8hFSi3JIJcqrTmdk8iO3/",
-	"/fr0+vRNRMapVJqk3P5hTBsroq24j8z/gOFhqK9zyVWXDGPKY5bdpPxmLsXEbIhN/OVsAZPaJCWQ0yCs",
-	"soQpEG3cjAPrGhdzOJax+TVUCU6GccHnw8hcOy6IUiyAswVTuu5VIbHy5If3F1fFrREFhy9nkjmirr9j",
-	"8SHOu/0go0bl2WTLaf6FBdTxKQhYVZPFgWcSOSpyVIa9bB4bKhZwmQkd0rjqtOyaLHKZc9gSoxfsKVIi",
-	"NO72lGXg2Tc0OSZDo3Dg8+AcLb6HBJHy1qArx3wcjMHN6Mf11XhZZ6XYLVuC3W0+xwSwttV5zDfh02fO",
-	"THAPrsCxak7OYa9HbNINxOeylLNdg3TbN8LOsEHemCdCLxFO+/b82Yo8oxWvW8y3hXHfsmSCOu+aON9B",
-	"6a8ehG1OLxh7y7qAjBsCJKv3jGODPUWQGi4hjck9BezZfXg63DyjcTDA6ieCJzwTtQ/NLQVcVsOetX7Z",
-	"lMf12Zv2DbUQtyCIrQiRhNqVQGjfWn7NLfL7xBHFfB7k6hO/SCPrzHLsRWGsEa+P4NI3qhph5RcEyc5s",
-	"AN+CA7nBOTNbU8Ok5kpP+a4O2VqHR8BPcPr3iLw7jcjp/zi7vLqMyLv3Vzfu75+uIvLTaUTeXkXk7Slp",
-	"83zGZBqDaDx7F/Yj0CwP5wpjUHyXyGLwnhTzOlqVwoe7abxXmHmJvy8SLNIZnbCIUDm5Q98rfLCn0Aqc",
-	"i9SFdthsrpcdrHsqtMqA23XnyOqDA52w5AbxEXgsSFc42hc5bxoaWD0nVoujnKQcRNXQ3PhDgjXclEg2",
-	"SZVmkiVk6Goqh0Sz2TyjmkWEfaSxzpaggdskh3XKugT1Fdf8HFdpy6KZNJqfTbdnqNPD/qGlHpbaYCxs",
-	"Fdvmqf9E/jayyrLgpp+4ClMXu/HlpA1/d8HG4eRHv2HqTGMZ6Y7BDLdhpBjJhTVq9pGGdm59k9KEzeZC",
-	"mzs3XMziJ9xT5Kx4eP8Xow8ay0tPUwXBlr7dOLfYkqvoAN1E5XtpwMFkSDVpj5bEKED4RQf9URC9oVwt",
-	"wFOC/iIKZkhEhnaIIQF6dckJMS8n4UcDLtmcUZ1a5xCVWWq/wlIcPyq15e4wVZIm3QFvkgf7b7YOsPU9",
-	"6wSDFnj1sBCcTkXoYKTOPzFC6dMG3kffo/n3mKaZIjRzXopVsV4svoh8YQ7zLOXu31vuvHqLEFbuiu7v",
-	"J5xPq6J1GEvBh3CNDbHSj2bD9WMcG1mQz28WKU9wY1duU6iLmKVKGVsdvEBcEFf7L6EEDIAcMOnWx7uW",
-	"8OlS5HyCyhyH835MrCsDlrlkWDtdOjovgxnkMqS8/5jesf1xaixH8wBpD1p/PXhJ/or/P2h1UJq5HwlJ",
-	"2v99KnKZLSPy3xOawn8XjN3CHzPB9RT+MqvKls1y2x1lQzqldyYbQatJxqgxGpVZ5/c9NWh1jm3ViaEU",
-	"zdIJZwnRAuTANU8/EjYX8bQJff6Rah0KQJxCgks6Y845k89xglSRWR5PrfRrD1qHsKCocEAnLKOGl5x/",
-	"DLMmmiwmLOZOIDHSkgI8kkevSDylksbG8IyIEk6ooo9yz1YajNG4LWeX2pTS9u/7RXLp0dFn93nn//3L",
-	"Y6Yq3Eu6Yk1WKAYQsEnSGftDcBYsfTk7eXdC/gABJaQ71O1B6zQ3x/jgByazlAMvuYN1ffV6vRQ6QI/7",
-	"CvNAlY8fql62XYlbxu+ZkHKPiJxjwtUDPEu5p0o9IkCN28d9i6nA5oXIjC6xSNpHiIRECyKyJ8f+qLFL",
-	"CIFEVm6ZQH6FyLaa3BfmmZotg99v2C6ZTiZM3nPDALTHKoU77sA4zYKi7ITYEwORgdWQwBCmHJL2J/A2",
-	"pklE5nSZCZp87thAATzRtZ926UzkXPtyzl7P7Z/bNkRlKqJhzaIDTWXfy15J9jWRbt+tSLeN0rKuJLyQ",
-	"ZHUm6PY3DKY27KkiKAOZqps2ye7Hp0ELfKWDVp8MWtXdSZNB63MwHfURhVbBpVsEGOBdOQCYQMJAOLjo",
-	"Sl01niSvIHEBQCoYXEduRz0FKEhmFBxjrvTUYuMgN4LbAihrpkTUCHB+Ae1JIiBJbJwimljZdKsDF6lL",
-	"VFlbdk0WPjyz3SHhHgxR90eaysspxZrzHYTMgqWTqd4oqPcUUWbkiBx2u0ZXJ213SR52Gnjy7BTBVRu1",
-	"89TtfHVloJKGpABUh8+pMV651fMsUgYZiWRpD4YxzLpKs7n6/fBDF/1XQfLPmFKN/EG4oOIHoRfy+fG7",
-	"O9umWs8LP5t9I2NbI/gESTmG05WC0h1V7IIx3l98/Nhx4XYVFRkeDkYLSEPa1SqZjkuCt0U4Q/PQsEi2",
-	"q2R+A1oRJS8/fsSDpiXlClIysbAJEkCgrBlS6G0ywDGsriiuyZU1ER0ehS+EXqmxFUnYXWsR8R7mAZwx",
-	"PRVVvbL10+lV0CtfpnnIUVmuQF/RLnJZU4g9UiLLtd1zIeG/ilxfvN2eBmLGDHIeo1KPGNUXbJ4tQ7WO",
-	"IUe3h6mxhfZaiozMM8oZWVCui8BxWe9qkP650X6HpWx7B5v2Wp8Mvn6CaPllMBEeQx3FeUjLJV7+hVZd",
-	"cg1fcteATSj/vr6sapWZEklTHgz2XJXzYlMjrXMN/rdELHjfBsW4gBQDQxZzHaaatJVO49tK5LacHru2",
-	"IJ+2vNsNk1BNA/46lDhUQRWJZtz6l8j11Y/733np8O767ZoVdvTdy29fBeNnktFZOX9otWa2QfoQDBHh",
-	"oj9sIILataTW/+hxU8RXXsBOE1r5uxql+s27y/2Mjli2n6W3zGKwQF7Nq29K6rXRu63yvP8hQoUGfbwJ",
-	"YTwxfyLGEcmYttpYkk7Q7VDav1ffrBov27T2V4fbfBJVZ0MdaofztiXoy0kEwI2kGau6zN1jcJJ0mmU+",
-	"96Z9xWZzIWm2p4h1g5C5mTNlqtMnQ3Wbzock1RG5ZWyO7tHhKB+PmbwRnA3Rk5Zlxac0y4YdTAukUntU",
-	"WpvW47BRfOJP22XvwH06RNXV/pQvF3RJ2kOaZWKBA5cTQMzaWlGrWE3xD5plRX4OjNyKWn6YYL4IuGl2",
-	"lQPupl1nQazgFWMyNDMNI6jW4OVwBmyWUcsn6R3mRYG23l2zpbaDY9SZl1d1xYBoyULwesK0wmy9oc2Y",
-	"W61vGxo97fXp23Ap902plvtmUzF3caYbub7gk7IyY0cq7b/7wBd8ud9HLcBM/dAIiiYkWMo+u1qWQBDY",
-	"QBzUG71ktLTCxxq/oOd71jAWmlVFE2LWEDRsz11CScCaMV/Z8Ko57bJA5ywfFMzva0WtcmLwxenl++uL",
-	"16eXK59DwnAral1cv3t39u6nVtTyRe+tqPXjydlb+MNm0rWilgcrbEWt63eXr38+fXP99uSHt2aQ395f",
-	"/HJ6ceN/hShDZsxfzs7PayDZSsi4KxfOZjCCGY2nKWf7ktEEPijhEth4zg1mp3Ohb8Yi50kESExZGofD",
-	"ZwnTNM3CpcnGQGh++ZWswoAelEJOasxqCyrzOu081RnbYB+s0+r64oxINmaS8RhuRsjkRMvYUH2VD+vs",
-	"dvOtm9+v0eJFBE9UPspSNQWPyf18hyGwXARN9xFkkiakDZhd7KMmI1S2fEFRIGpTf2v/z8HgY6/34a8g",
-	"yorwK1YhQBJRnS8tGPLG/Ew6nzPOEsuTmBBoA8/Hzq+iiMpH5qcjZm7RNWWjkbMavWW7iS5Yol+EOURG",
-	"lR1W/G/DY++ofPHylbG3AyIrkM6zgSNYAjzxOKVnFiM0COj2njMyZ9L7rwoPbqkUD7xpC6rI3K0usq44",
-	"rCkxW69IyuMsT1hC2tzWexrxy4W0/rfGLv2qAzEkGcJoC3WJXw03fr24LRg1t14/VSKNdfpF7mbbpdI9",
-	"ZCuik9Ut2y6kso9b683OczUtnLr3kSz31raaRGsK13ojjkA1dHuUZ/ckjbCvG8YJkfWCaubbIzz8ZGZu",
-	"qACiQx3q6DwU7jlUETmcGV3ncBq8tB+Mgm0p49o/zEG1LL3zVphrT7pwAeQjId9HLUk1u4FlNuevYlu3",
-	"nc/y6Bvf8n6HzjPEisxBdEEjqOdMpiKxhjsWxPSwsGSUx7dM7ykS0zmNU71EzGE2tkD56zw2r6vCxEn6",
-	"ZAtbfd5EgGvFdnWOWwxFjztSBviFun5EgaHE7IKtYKnmv3lY0dTmiCePWUF1dnWKKC2Q29wvo1JNqSLU",
-	"boGzYsSCF2FSX3Ozh0lq+OjDwqT1ZGifX1+Rbrd7YB7ZR349+GTG+dwJywee6qr1flizPWbxsDu4I1sr",
-	"s5palxc2FRa7m9zv+NAkgSqkdbAsYxJeX7x1dPJe1JPzM6t4TrWe9w8ODl982+11e93D/ve93uFaAk/o",
-	"4gOn2gMDFXUJGAGHgRK5jNl2meYfNBdjJla29yiqq4/x3nULTe6rid1WvzhqvNGR35Lwls+F1IBLseNG",
-	"T10AAX6XZe/Hrf7vWxCtVmIOnz+EgnMYTdhTxM8QWZxHDo7CBHAf0ZcIecFYHwnnHfxyVWQTHM7ik/gh",
-	"LUhJn0hovMIS6xAEKW4G3cNEX+UKRtUCVG1bFi4Bu2MPYzbdAj2k+X1XhXx5WI6mnXrL/tbhjeC73HPl",
-	"dtCAhRAOglmgyWIfBM+WiA4v2Txb9ssQI88bKnN0CJOxdOR3uE9fOz1AjMfAP6MloZbDI8Smdj1BbJKv",
-	"keuBnNd5fjMD4LJADvH5tWFL+DoWEi6EXq9H/gbjmU86QQizTS3IotaMzYRc3oyWOmSz/grfmmnhgZ3H",
-	"/xymsTHi7nftGK3kZhsQiSCS7RuLGKInpRZBiVhw27UOFIfV1KoCxyRJIR/Ghf8bZNwGX9Wmwvni+2QG",
-	"qF6A8iYB8su2yENWCbojLzAhppnovcj5ZT6bUbDmw7WGO8B+xQ49Zg0y7rny+i2oPQtmrdgvzb2QcjIW",
-	"MmZ9F5SFrXS5xVCMRy1ofBNgYDN75Om1Lik+4L6syNsg5l8sMMFOhPC7rPcGipRJG9jVV4JAaGsIDp1Q",
-	"djw+tQkvGZKpXRqPfd7Fv46xzsQr8b6ApCgvwV8UaS+23GSluiZczLgrVJVN+trC2TWHrLIPauPFF/bI",
-	"uW0ppT1B2TRYFjtVTa/wxIOuopx7x2SweAo7UCoixQJtnoRq6jgN3cX7YMv7hFHKvRfNyMBA4eD2LnSN",
-	"Mznu5T61eQ07+Q434Lc2XuxGGMqagmbEbkx2UklWtxLMIRswg2Ba5EF5i/hXA8jJWqRJGycBwm71ZF7k",
-	"/Kk9RvkO10/lLrtn+ZIZI53w5m0p6u4Y1/UonzFrjnNBilbJWCMHCYEzuiQjVkq6H376PAxGVksvGIg1",
-	"euCAcBFjkeC8BmlhhbrCrhJTWnnk0Vo2bMRN3rU5le+mG3aSuWBIqSXxavaya3ozrgHm3uDlhVSbm22d",
-	"gUChrODVwOldoT4ZmI1MBq0+eQHuK8RNGAtJDgEa4DFAGzZIK9/7Nqwfu0QcUHJXSBcGDnMZPkE4xfKY",
-	"ewqTgBytUuX2ohkLlHK21ydxu9143bt74XdP4f9PhA8LZfIHBLL10riGQ7s49C9Lm7qS05ujwVn8fUOz",
-	"rOOjw6GSSYujYjvZlZOhtCBG1rUrKU2hvpKrlZmPIlBcLeXGUsYNFYbraehQG3rTrJAUrD3LWCMG7Tqw",
-	"WnTBJCMe+YNbkD8dT/fzOcExm0KH17a3M/erUemg6rK+KT15uZJxp0ibYx12mjHs95V0wt6SzWdvxb77",
-	"QhWJ64aEZLG5GOrjwyXpk1FtYb1URBAUy+Ih+Rz9w17z2Lg7dAlYHgHH1206n7PkpkSrpnxlbY1KwuOy",
-	"IROVazK/iNRrUm3pOaFgpTWx4Td+jf+r2153jtd3ICrE4f3k60lc3x7TFkQX6RsSzHjEM/fuZds/pdQW",
-	"EzIz6IwlZIiJjY5jMblxHz+8vnqNtydVZLlcLmezJNHT6Wym1B8uCzLnGVMqwDnEEAKCCE6io3sLe6QF",
-	"MEiLS90LnAcJjFX3ycrwm0j+xAaHW0pzq8PftU3fcvP7JdZ9F8aReaAiuKqc3T/ZoDKSW0bwvZrgoa77",
-	"K7Bz7Ng6xY2MOK6g+0L0a+g6IAxdN1SMIhSVZmGco8CtMGVZVlR+UTm5ixxqbUKSVDIApHAlEdT+oJ1y",
-	"pRlNzEpt54XObr00nJvE9e1aW91bwSdl8Ek49GJsE3Tx1zV4v4e9GeD9Fp2454b3MQT/y9nbt6dvPMYx",
-	"ENVnxoZtPhpPWSPwa+eMLfXf2Upy/Doi3g1/MEr5gZqS/ZqmgVUc2Y0nVLN5GXYWf20RzELYlFi2BLFj",
-	"UnryGAoHAPR+KrJkF2hEB5cWbFJ030ZEsfCncDtE8zlUIFG4emwHYC0mDNzJ0HsFgGTIhPIJdAzWTM6g",
-	"x5tDFLaOQoAltbXawJAqHWUpDyP8r7arXmmFf/ITmYmEQazv2JZ9izHwosUlwg4DGFMJIINuPV7uVGyK",
-	"Bpjp+mTq0LQ9yqyFUHZ38kRAIi0ZLW3L0JpT901PlVC2fTPaUDjhSzaOGm9rsWwkrOsUZGGtSkGvVBO7",
-	"tYYmRfPqthEotjDcVn53umRIswVdqqEZh2poVupyi7vkveHBRapYTbE9sMNakYdzf9Z86+DU8YtbtrT4",
-	"CJB3lfMuLs3VKcMYozzNEhyW/O1vZGBrBwatLsEGGKuI7lgSENzPot1WlcRoxKD8xqgJzL1XavaUKkt/",
-	"FjPXJCtUE4P49OPU/JVzY20G+mM1N140m5+ZRQcRdH3nrFrAyZVDVALStniW4Fbc0Far5jS9VBXI+sOe",
-	"CtK7wPJ11TcAj7kGLg1ovU2Uh2MytPJhaM/w0K1uCAH68pH2eoHg7JgMXY/nYfn0u9bPzHmGHZRKGJcb",
-	"m2y7Xt2VV+tFmzt/WzVpMRWKOa3EaPba2JZ8/w8mBYFAn5kiIe2ezRKrwWctL8d2EfUC1eWj9RquKTM2",
-	"tcW8U648WMiiTTFxEci8vLKNa8OGqI5Sm9DM5xnVRuN1V5rtXAQA2XRGYsq97R35+mWj/LmvRkYGJCzy",
-	"6ScIzClzDloZFNV33LuWSJxyWwDs+CSeUjkxEjKw16UNOfYKm+/YaWTSZal5hLk+a1swd8kbC09QLqqU",
-	"e4q0v9lAUQhUVem5lfVQVtqTVGSGisyC/xX9CPANIFVTK4tKgD+jkhEjaioYHQF3WHUJ1zz9Z85cAlbZ",
-	"WnhHa27bogl+VWaYD9dlhvl0iKxiH+2gFuSd/G43PN5CITvs5vqvGeobBHJSsT8/Jpj9ko/Yf7KM7ilw",
-	"EojxGGhkW/K7qYpktFJHfiwnNJfKem/+YFOh6gu+c3pXqUPsWoNBC/JR7cO4qcngKs4FDBlh+1d7RDr3",
-	"bTsYcLaYpdqGLu2SnQgd9vEIpIoMweYYQp0w/GVvAiskh6uGBwj6obEah94GPCZDo2sNiSp4wKZMpNx+",
-	"dwz4/Cgdijn8BzBLImIn/EQyozzyADk2/9VqwFNqrgy4V7gQZl50FXHhb1bDJw52pMgITTXh8AkXhW1K",
-	"Lq3SC8mL9p5yCje9ZavdM8t4YqmQqV7p4QCedhrr9G69kwN2A4X7vI0N6r2Y70Sk9MuVsyWkTd9su+tm",
-	"lLFOk4KC6vwXPgW7zM8Yi9U2YXq8npXu/Qx4eZ+fvntz9u4nmxPk4SDHkrEusXnXWCptPnbl0RwOMaSJ",
-	"8aJaC4ZFUuAuNs8TKafub+uBXe6DWZ8zXtzQVZnNPs4p2Hhci1IKeR16+/1ynvEqSvmk3vFRtDdCus0o",
-	"9gcwCxoxu1llIw3tEkUqNb2NjDQhyaBlPikUtg2NkWLJ9M2uBtsKmmVQnwfsB8bvrOpWatZ9cn5m+UYy",
-	"6GLi+kGoqViY9/nrXwElFE619fVAy0X8kZU9pF2qikgxsRaJuPRDHIMxXk3E964nR+QJQ1/1LJilsNWV",
-	"5VxYfjzfQBijL1YDc1enK17c7OUqa0qOE7w/y6sbBbj+mqKxa8n9qlfp/s2M7AGE/y3aGUWExlIoZeNT",
-	"RrqcXF6e/fTu9E1Efrg+ewtiSUhiE3+KljxPV1eDktqsdE85NMJBKxntz9KJkcWDVvPWQ/C+G7R1Tw9s",
-	"PgTaT/OmQ7WtbHDaug1FE3jHyha1A5BFpaE1NNyvtd0hzdI3yg4KI3NwanHjkjwG/xyom07dBiUwIgPo",
-	"0mW9JLhrW4DXzEyRedcQ6a5sL4rHaRscUv6san0Ti5zXlGVapPHagFzxvasCs+nb9mIeMXPdGN2gW9NC",
-	"vbbjc43Jvosx3di4DdhFQt/gPdg8HreexBTQ+Nz6NlH9Hh1TKu9UjL3mr14x1qEhTLFdEMeTjGbZEqC7",
-	"25IpZqsMSyEPgLRlqpCSmP/NBcF1uPHrmift0MvbtuV2LberLxigZ5hvapkk2twqu6DxGi3PZKqcTWSs",
-	"8WOf/juiimGbXmWh2WwrFat9lFFZrt9dnp++PvvxDJFRUC9uRS13F23HYMGYUwBmZRWGxV10Zp6L09Nf",
-	"z69qoFdAAX+KLsDNflODdlAfrS2BMjc3fCW7E7c7vk1zUOWopR0RA0E60HaPnXcF6GoEKKb/g67YbZZx",
-	"XAZrLhFia44x7HA46I9GXOPbBXllW5TeDhpcSpFw+AjsVkaW3oAdvQNzbcVE3h5GempQ4lKez7Z9R2I/",
-	"cbqHg49pzkSWB7aykRt4w7vt2iSjSoP7pdyFNv0akp0e1rIDewmyLAFXIbbbPSaKIQimBfuPM0alKjXx",
-	"8OowuoEXdEmkyHnSpLlH004bOzW+aN6eYtuTX01GZDn/78k6KazxFOZQBGyCAgbgcYoK7ofIemyMK9v7",
-	"V0FQuujJBzzpKjYcXms4u6Gsl9cJ3aZAUEFIYAiYCelCB2MhiyhWjKEBYQv3UFPte8U3Tcj/+V//G/Th",
-	"LoHyagevOSuD8669aeHpLJpJY0DCdZgj5TgEyFfwT4MHBtXzke+wnLCMaZZ4A7RwKllMCUXohKbcmsEU",
-	"lpEmQcfSWDJ2cz+HI/zUIy0EbLuwIvcY8BGGQN7Y2QmByPzQF8Tfq2fIuo6Q0ZiZ7bmBHQwEg0qM4H2r",
-	"qa3UaK8wRKd5scYDsTE22J3V9dMsvWP9AkfAYeKWwoNMEshl6JKcW2h2+I1KM6M3eDaGhwB7kSyZLoAv",
-	"E0axwe9KTNXMzJlSZgRVhL8EZ/gJ5txXfgW+vU4XhuxXZzgmWQr1/9hfjsGH+3b9kmnGMbJyODVr8cET",
-	"dzAphrC5O4BdcuJPPNSrs1J/wxSzznHCsskH1GxFrTKhIM5Dk3VzLGp93Dc/3L+jEnK5zAh4D4BdemIH",
-	"K310XR239M0bmKLeODlzeBvmJeSaUdL3aAq2u83IqBW+Y5QDWlhM0xhzETzDqIhY3AyQWZmYEMhUShQm",
-	"o8VUyh1tHnfnOX72cqXwFfhrrHSnrKSkr4uDD7X3blhrtognjXVde4dvU3XdsHXLMXrCrx4J1UUOLzWb",
-	"/7CE7OCC3yofvjn5KWjzl3WP3VTmXWDw7rBWq868QDcN4li8ODz69ui7b14dfVsCtzhEGE6sMVkF39wZ",
-	"gakCc7Aj6nnzRNmVJNkxTaURaDf3DR+QNkQILEyzZnTW6TtpTImLKJMR5UmEAT1wltsQLcS5XMaYRb60",
-	"AYGiKwqiIEEtA+BTu+edg6FhPMKyZxOVF1i5oqgHvO/4+hijm6R3TB2vQljbBG6LVRkKFVgnNeIxG1lk",
-	"6C0ZTVQ98nXjgHJj2EbN5jvUQpiTG/Bg7RQSxKwYKM11cUHnd6oLAU5XI4C2nvQxAoBIgU2H8sq2J3os",
-	"SNgKuOd9/D+7ccDDkTor0rIZ9pj7QfV9S+4hC6myxUu0ugVP7C5y5vFud2iFR5rcpjjFpvctVRI3rxW6",
-	"9yZ9CEEmKxbnRnxfmje1xcWMymDHOw4ZDKiJtWM6V5py+0/b8dgYuS4EevLm17N3N1fvfzmFVu5ASjC8",
-	"cXi/GMh5//wZXDhjsQEJICYXp5dXsAYxJq9x/qhUWwTi4R9iRISMp8wrlBZhbMABYqxLoOU0tIiNxRzz",
-	"JhyqoxkAK7e7BGDT4cEBp3PIxTHDHVjE8v/2D2UU94sfX5Pvj15+23GJxxYVfhiLhA27Az7gp3BlmL3F",
-	"9eDFODzJ9VTI9A/4sE9+ALJgA8AYiOouAzL8uG+pvS9FxoYDjkUWICIh95CXhod0sT4ZIsjUkLThsulE",
-	"ZIj4U+4T87IDjj4+vIH7dhtt04zI1VZENkE6csnP8IGmUptRAd1qOODtAnELLzr0wcPEoFsOLXZfkRoX",
-	"0yzrex9CNOAlTEBU3yNIgOl0yTth+wzk/JaLBTcPQDwF+ltC0MfOSFI14Ee9Q8gAgw9cvq6n11Hvm+Jb",
-	"ywVaWPelb6pp7ncz0pFN/bZoYmXVBctMin4avLJZUygfH5IZlbdqwEuWqxQ59tK2STqlFksuRadIq3au",
-	"oBldAsWwu7fF4G/Zc2CORems91u97mG3By7MOeN0nrb6rW+6ve432E1jCif94O7wALYa/jVhgat9CLbN",
-	"34CpbtDHijbrEAxN63UDVD9otCKZ0VRTYxVP6B0j+ZwIPuBo0EL3hptfT/7HzcnV1emv51eXziVWIG/3",
-	"S5c7Fg/RJXaPGXDIHuEJsHjB9EKiZ8xsMS536JDdcE025cpC8SH5/Hk5S4wCkyp9goSwlxfAuwDuWmrI",
-	"8M+cyaWzBfve4MP7oYz1ZiPyBZi4rXReJV+wS0gdAIC99QoMWnaXilz5Gy60RHtRltdY0aB7wflDIzlE",
-	"6mIgb/+97JUMqJcW17KwnFavpw/gQYIuesBxL3o9a9toC3lVFrT/sCkNxbwbs07M9oHiAHfJqpVjSAVH",
-	"F3YZMD2PcPbQoH6VBVoZoNJZ1J4W8kolUc8ootB5BXgjQq8RFrRnS2Ir0TE1zjZRs5s6p5OUU9c8RdMJ",
-	"eFzssfwQtarCv9V36IFmRXCArZcZIFBL57jK4T8x7fJynnITcAqL/B7szuqArnAHju67A9iJiheeaMyS",
-	"1gLr4HlpohJRS5kXq2LaqHKeQGs0X3gnyop0CK29eMQR5OwNggeu7deBud5A+bv3sFFrLlRAcmNzNdsL",
-	"X1h0W8C1i9CPxhKAwXMM3HaK29v3P4GM/uH/uzq97PQLV6r1vk0RF0VpGDuRgNWKZwGuOiaJoksFZWSQ",
-	"A+hBRKsseQIOOfsqbw0dUH1lSv9ge1Y+ClMWjeY+VzVkLXP2ee00HK2T8hLodw+h8SAWPylxt5qmc5f3",
-	"ZzH9fITIRbzQM20xpR+X7YOsK4vWko/AvFXeQPjhssR6fL6wozuM5ia80XuayS/sLCGZeeEhRoagGLFk",
-	"aEE8NTM3TiXHG/rfiXkZZfkZuNY8//1jcLl32ZMxNdbYCFAa1ln9SZjb6f0Hn+xfnw/QFFQHn/CPzwce",
-	"PCF4xxrtA5ATTrm2TWQa6JIBRe3hihl4Ab8SzcyTZLldPWPclr49TD+7ArCuGHyyWH5QsdoKM7+KGGUV",
-	"M3NnSaaYvFtTy5ABNmllu2oI5xYyzmzylkffIKac1yQac+zBp1u2/IwMkjF0cVZZ9w18XuxUq8m1eHqX",
-	"xvr570WY1qJYaLnENFjASfMQSAqKDSzyi81NaLaNFqP7ObYxWo/FIM9C2Yh5qSn7SC5/Ptl/8fJV0WLR",
-	"VgtRhU87NGYQEMayL+QDZu1V77SytCg3nuvtf0/3xx8+vToKtdHcjeWqoao6c6QcpnpK6VNM85YlKO2C",
-	"hkkG33YDkkRlQtuvbUuaVfTPleYwhXxBFwZGkFBLE7IoT4uKKnq8sJSPcGANlXnSfGrxRLvkBKbjomZA",
-	"aB0PnvAytzuY3D+LzEKE61qXFGwJndnecAqLsBETFxGuI5D2WVbeEzvLnivESjlJE2cOoXvTNgkZ8LdU",
-	"6X1A4d4/e0Pa2Ccfiogheu9Aa4cdd1+QYR8aFe9DpsUQCnUtBLdcksOXRHXJNYfCQLvSgWtIkKKDa5Yq",
-	"eAuxcLVjAMxpmMcMZrYXXWgUYtESFm/MAPBZ9iFgBuogJXGWAmTNlOoBt00RGA26vX6jOsbemAFdZcvG",
-	"GiLBT8/e/OzYaJcf/R10mQaKh2YfNbLEftGXvNnZ92DqNUe+DItuIfzgoz2FqOrmNBE3SEgyWA40igts",
-	"dan5dZXvDJOugbMryF/E4k5ITfGgROun91nOaJ0roaAV1JvaljrA+4ZVradzudrn0t7D/SKWW+rkaPOh",
-	"Xp++HXDoG+AIZwfYU7YDJhTX20QEXWoWWpTQg1++0yUnnAzTZFjCjcbcN3PYyo8anc92osFco9QiO4DM",
-	"xVgTHJI997YlB7OZINiZNXC+yt1nn8iIDTW4bWTKvnjsJbiOqpvOWkHQe+mML17cV2e0a/S9EI49Lyov",
-	"beewnToGFrFMFhGqxSyNoT7NX9buHYpDaq+sTRrlzhfgwSf470af7grtn1CParbLld29v+drFfrd8429",
-	"cUFUr+4VoISgJGq4Nc+o/0SfNpyJNImIUd33mYqpa3y1rs+zkhwJa/Q7NWzeSSdzUMy1jo8LBO1t4PBw",
-	"UOgN+Q5RT9cJ+J5nS0wcQ6AFKMO2GAkWgc2oDn2SiQWT+zFVRsc3Fo+KSJJOUhvASaiaMhWZG9qB9oLX",
-	"vC6wZv5z4+Zp1dlT+3T/j97+9x8+HUavvgmaVM8Y7XvxLxftcz1LNjqT0A/+ME+SmSWALd4khPdVmF11",
-	"DvbXkOlxkfP1M7vWBNXin612hgIbDEAdLJpJSc1zfacKsE8z1tT1PbO8dlY0ldr/BZwVzdn3w9PoU54u",
-	"OylTj8rYQabODNMsPV2xzgaE3AoRgeFf9A6fekVIqPs6/75/LsUPl1nAo1NOUg69WXzWmJqzuNG5vYcm",
-	"Z8Y6GLn+q1/OgjulUCGBDc+GZlVDtG49v6szzWYRiacshqwq7josm4vRPzXg8ABiB49EsuwDRTVUo1GN",
-	"4ImurZxRnuFBRJ1JORna1mfDaMC9HLEJdcUkZCHyLEHMNN+atX3U61m4TqhQtQUwgqkBoDqCNujrcmY0",
-	"IkcvXtgfQEMkdKZQ7iCYch6Ro9739hHIvuYAARYRmikBvTyLtnjlZnGwnwjT5CzKVAHEnmbQiWjAU90l",
-	"Nu8Pksrg56ly5zcC91SKiQpaUq7Qt9sn1AM6DLir08IfKUR3LvrVKvKy1+uSE+w/Ba9nS4Bc59w2F3rA",
-	"/+Py/buIcGH3PSI9Y1LPsCiMcnIY9Xo93w6XvLt+C8iWNAZ/E18upkyyDqTVUWJ2wW5YlwxhGuAkyNAi",
-	"lNzRLE28ItXHFDfo1usqHI1OO+DW5IYBQqZzwZetJxb06stJ+koDw4CMhZZ/8LVvWBgVPYph1Xu+V+HD",
-	"9BwrJ3Poo4ocAbq15VEHjtj+GdoDm2lHeXbrTK/Ok8rPTzLnG61gVGOe+06+cn2oHmrsevRRMEmw+6ir",
-	"qU8trOrXplhuf/Ii51iF9eFe+42Jqc9ya+7yLnX6NGQEOj58glwVGL4QVE/pz3P9f2vy9yCltuwHNpy6",
-	"MNJ/5F3B7D4uoIelkcCyKDa59Q5pi3dbZJwbnUcteTyVghubGoDkWQalWk8vww7s4T74hH9sTteMbTHN",
-	"0+Ugbd5o7E/68CQ2G7b2Es7CRHv55rJ7pqnSouq7+5NJuu2PIskfJhdXeOjrFJQ7kmKjWC2dhH9L1i8k",
-	"WcH0iG2BPqYomDdgPKFcqy8gOg9sLdK/DOMHkhygmb2HBOfJahebLvltKpBLpha6usI7aioWfMBteTIS",
-	"bk+VWlt0yYkraxrZVMsymrjrGTrgkFsCex6nqkBpUGBBD7nQN/bRm7GQN8X4AcvuBPftaQ+1XcBXca49",
-	"zUpH+3gFQQTmZoqk+tmPt+1nsrb34FCAzKLjNb77AscdW638q5929J+BqoSYrmSIL86S4Z/ytF/A6v99",
-	"2L+Ow467sf2sb+fFLyABwG44+GT+87lUimL/KkqpttS/+Uqjp63sgGkAVG9z/tpqXCucmyom6qGWGMqY",
-	"BEsqEvMnk9JlG/oWlGoKzXWrxUSkbQvGOrZpVpaJBUsAK+u/jLkW1XWs2VOuGSMGOiJEPOnVZHHYlmYb",
-	"kjhcUL0XQhr6VF9TaVsI2fkPa+anlaKqLUs4bLoE26anhM4eQGSHfhdMy2Wlb4Rrwaap1OUWypx91J1j",
-	"3/kHkIsh6RqskbpMiBJ+/P2JeonJuVDqiDV3wfzNEhicByoHHAWXZkaGeOKGkD2MR24Ivvx4mvNb0k6o",
-	"ppiKaMREhOmUVFNI94YHzR8diwI3hGZUwgGouzkZdypAAcEAsAQuETxEJzzE4UQPi0C1ipR5X4/Flnzu",
-	"99xll84xLndjqSvFopKo3SfDNOkPLY7DwiZODeHp/hB9S8s5i8gQyAoPDrjL3zVbaMgLlBVj8h+X7991",
-	"yRWO5dKrV1K/sQiDQpL4ev43hvow31r5+CJ0n2OapLpDYjFjLmEEdpCzhVmEspBRS5vdfVybQz7g5STy",
-	"927rLTKSb+/qNx9SyDGKA/RwDyCBHVNEkEeu9IBb6hHmG2cB+w0/DTBPa9Dqk0ELUUkgSRI+BGSSQevz",
-	"MCq1HoYjE2dCMVWbbO42o8EN/BXlfT/43sXqhKJeYV2URK5IG7ijzDKGHeDTqITparYCjv2XyRR/1Ev2",
-	"sSoJ7iec7MXzFQeaAmmPmM4C+HtrHZ6x9W0buzJEiLli/vAoatGArzTXqjRy6Li7WEWEZYoVRp/9nI4y",
-	"NjwecLz8XI9Yd6VbyYT5ACMGUM3OdQkJFwM+hB/cWKiUIQrhEpoq28dme0aNuTEqwnDlchvwRCxcBQ0U",
-	"GpC2vbz65fbGmCKSQpqGc6R1nMRCOBnwaIxofGskpm180YXUETCyy2vAzFAuYOywrQv0eboooJvgeQzd",
-	"TWFvq619LUbug1LELFWh6hzAiDxoIYWtPnasY7t+qsgGrly35+LytRrZnnLBLOyGyub6GQxmrGL70wgy",
-	"ECsU8xpvnBQrabdQ4Qhds+01t3bY8hl7wrOW88t0wp/NrbT5tOUz9rV6lGBtNvAOiXO4XEwRLHfnVx6I",
-	"rQT/iQF4rNHH44bNcgGWr+jw6wZ6hmNkZ/rTnCMECEGTOQVGxBxB3w7Uc4kWhELlPDEWR1H/NuBYUu76",
-	"HbOkT7TM2dC1ocVqdFQs0G5UvgetueDpgPufwrl1qII2PbJLGhz2AS9Oe+BytdP9lzjw7tR8lSfe9x7G",
-	"I297TmCs0qqNvtUoMCE26IgqAcxUkfOT68vTN8gCLo12FbnoMY+4o93mMqZL/9SuZtRrLMFpYrtAic2T",
-	"1se419heJOPJ8iiVMn40I76hImt7nUyxMV93sYyj6ZMmJK/2b2qUlHz46Hzz+BUfX636fwnKP1icABKk",
-	"LcazuScpiaXgFnnWdZgi7Ss2mwtJsz1FvLzoNGfphwivg0/uzwZ4PhWO3Ybm88a2GHmguwuHMbqcndxn",
-	"D6hS/b/573J3ikW1wb36V+09y+EouzAenhHuRiqSJj2+kU5nDLqbxEbTw8YJPCHQi5RJ9VUK1u1POtIW",
-	"uq6rmarudLXJ3RNJ4nAnvWcuD2nKbAAEBer2M0nmB9TiwTJLogEwPliWQNaBUMx18r9l2NE5la6BLbky",
-	"bF/0smL2nUGO+GDKgkn27GL4YETj23GaZV+Jxbh+lII6zQ921U98ltw0XwibxL3d5qQdkKmVhKqv/Sih",
-	"0uIvVhdOL84VvlLKye9w40bGsP5QtDM77EW9Xq8TEZVDLwhXKWH7XZI5dLI8do36EcXM1iC7KxyDEB5a",
-	"h3+Boweuoj/XuTs3S/5X0lYutbCWv7PgUeNDDsQgkXXpmRPGhSYxzSdTTfL583OMLnV//tPwzEqn4ScS",
-	"1TX9jJ/YDdZcQte7w1wHMTUVC2NkeLciijEvsdKvHg350kaioIBaLEjbvWJCoM1GqohiseDJNtH9/Ccr",
-	"539CaXyNi/7Xksfen4E9eSGU6TFyC4YyZ+pJ2aTclr3W4XrlHvpT+1vLfe43ulsdTR7F2+oG28HZ+nWg",
-	"oW3xtLr2/E/paLVzfCE/q3vD/2pu1gKHp/CzjoXEHLwV0D987JZZbJM5tT2hmAMGLYFR4A/ceeg8HTSj",
-	"m+Lgk/2rgRu2zM7P7YW1qzy2sME2BRETXlzUTU+lyCdTUI92olu9O7b2lXvPcYSuChjZhxLyPS8N9RWC",
-	"SoYKDCrSM5zgv7138k75lJWOmrVX/W/+qT/1XR/sVrr50rdPPtKt70bD/HTsTU1s5z/AoqbxNHI6QaeB",
-	"UlDpVvqV6AVVWtpOqeikS2ezHLJQPfgV+2dOM2cIVQmyp0hbAbhXacTI93bmCaCDdXyJ44tez0EcUj/I",
-	"MaHOyT4AFC7IcIV8bVoUq/g9KGN0vegdmmX628528h9whywWi5lLQfWQaOXRwsDSaurY8MmApYspvlAI",
-	"ZL3rbljUFyygAgzw6ICITZZ1Akkx5RU8I9j1hW2oSmhZKpT65HpmbJ/IidhTZPWVIvJa8CSPtZB72Lsc",
-	"eNqO1mkuO+6hYfkBDz65PxvoWJXT8ExKFng+zT4HkgfaDj1tnKWTqY5KmTGQB+Ust1KoS4qFOq6Ml2KL",
-	"vaPe0T1IXq+c1dPq+c9u4Kw+sNZm/T4stuWrvPS2P+mIuTtuUOgwHVjSNFPW3M3b+go0KrO9bvHdB3eR",
-	"YnIZ5pIq1PO/eabMMwef7F8bsctWmOdrEDSPJGGMPfivK1rCBuVdaRc3dB7A+uoXh0ffHn33zaujb7fB",
-	"w9ez5Jimcl9NqWSbmOxHmspLeOgJ2auYpIavFszc76HmQPZ19hQp3sc+TtqHtphTMV2520uv/iS8Yyys",
-	"PGBg/ZbqKdQTzmUqZKqXZER5EpF5RmMGzawg/TFj9I6pokf+aInKy4BjrrfL/J4zaV+1X+q7KMbu/V8Q",
-	"DY1zsMWnXqQxwwb5KhPYUElglbZ9/tAGkkdCTxEYGuezODRdcg7ewQHPFUb+7O9c7COVNoOO0QSAs07c",
-	"EyLXKk0YOex2DwEHWQ340YsXRuk1LzLEx4LYNperPPj4VtgK+z2f7dWQ7w3/Prd5c8l0ucNW6HztcKJo",
-	"MjOSsl4YSarZPnTF2NIABRQXeOxP7d7y79GgwYaxdJA0j+PZquxqafQdAlxmPxVcV08jPxsxysEn848b",
-	"+EcD49WT/IuECAo6e2jHUR7fMgCDsmVkVIPANhapEbnk/PTdm7N3P9lLLIVKYIBJWe20unk7ttuqG0jz",
-	"BCxfW4HpSfQY+mN5tGdj3LBqV7Dpg8MFXrFYdVWu7OETVO658b8Ukv8m9rlgoEIlx+WDVXb7aHHLOGT0",
-	"j9PMJ/owdASBYfHYDV02LfdB0ecHt2nBHvCGXlW5VER6O5GxuQzJLC2xtHjPSSojpJCioD1OGUcVNtld",
-	"KFlJj6NtzmHBR54y2Glm2OQWwVV2g04OJNeMJsyHeg2DnZyfhZpaGYVcsViyKqyvJcMGFWpLTof5/dNm",
-	"dJgZvlQ+B7xd/Xk6JkMg4ND1GkUKRwjaiYl9gsfsC507yg03IKOgoML1mdXafiO2Varg2XI3tqgco4NP",
-	"abJRIbpgd+K2xCzblCF8/sHKEA7jRAt0By0wTw/RjORisYJ92+hMBBoiVu/gNNl4946FnFHd6rfyHJ6s",
-	"6+K4EPJ2W7Ldb/aZJ/bH1SfCgeWIi1iVVSdZRqSNXLGkeKrqVjOr36IfBYWQi4nh8p4Mn6c8yRcSRfYN",
-	"g6qIo+6Xi0hy34yDpNxsYMywgTtubtPtXriXrPD+Vunyhsl1Pthub8lVwj2gtDNj9C7lE9JOJE05SzoF",
-	"QRI/kTp2UEIOScuiwBnBNGIAK1gB7dpKt6nIzPnwlNtA011NDCTl2ZvWqiiC7fBIvbX4jz+dXhHzqwLS",
-	"N00+Q1bgjPJlQQgLRtKvMBEiTNhm4v7RFKEO/5ErTSbpHeNEiwnTUyYRbMxeZoYoCAppQXsv5yzGVlu2",
-	"vb7H2EQl0jcxwzf0zbgAnhIitolCkNM59mk04/CYdY6hgDwhOb/lYsEBTbJuAtvU388xpUV5VTDSwuSJ",
-	"o/GWZp4lsFi1ZxZbhw6aJmrjpQTd4iq3U8r1q6PWZp8/tI89w5++ePkKHrb/LJ6mUtLlE7ePLW33ppvK",
-	"89NY5Pw5MnIrsuI3KLor8TqHPhBaYB14hd8TVWKgVEdF3zaafMWyYcqo1CNG7wG/WBq57s7/2Y/+NNe9",
-	"H/+CzYWsqZTqPcl02TJ8wVeqVx9wS+Eu7SkjDFORpDFcQJwpwLoWUj8mU4U4A2dRj8QXdc1QAegVpyLt",
-	"hTlv0Kpy7Tayy8GgVccI70xM1OafwBP2Bxjm2nadYFEbiNYVXHZIA0LIp8TdOdA607d/hGsNu36meKWd",
-	"C6Unkqlyf1Fw8JovZ0wpOmEuZbLAlVq7SsH3i6hc5KTc6tVCHY+KhbVLL2gvOoROKd9ne6pPjnpHx4D2",
-	"ZmzP1A81E3dmReb77ztkwjRiyLn+sCm2pLUNMaF1u0CMMQBuxIvYzKS65NIik/k+1UgaLIhKFZlSOcuY",
-	"Uv1i/z0kuTWI3ZsYHrGVzyle3Gu7WdAoWoU+s+CQNMttC1f7KfjJyQnxEpDM6JLINGGEZsLoh/6bTlTq",
-	"8wEo1Z5NDBWPekcIFDxj1DbhRkqblZe2IWEUQcJnRiuSbN8pm5hGjGy3YKUi+E4IddHQqqRuPI0ZZSaB",
-	"5qjP7sotpsa+rJvE7LG9YtcbtN63JesDpTYyOeqVTmvYcxLbB9tXFGVQgksstt6V+FFlvVkyi3OZ6iWI",
-	"8xGj0vz29w9GYCMwNgr6XGatfmuq9bx/cHD44ttur9vrHva/633XA+Ful/TJxzJyriDOYf/tlroO7w8t",
-	"zTBjs9Rt9TbNMvzQUidyyd0IcGwoxOPUSEmLaAzfzrql3gowcGDGa4to6TtRHoPcMp/whOTKejqqLRpC",
-	"A9mMKusgqWTzIvCeC5WWhivSkdbHu2iOe1UasSgVXR/xvFrFVTQu8zmvIC5VBXZrhY62vCaw3FJMeIPj",
-	"v0xL7+tfH+1nsSgluECOQFmAKkJnRhS7WG9p1FJSwecPn/9vAAAA//8=",
+	"7L37cts4ti/8Kih9u8rybFqW005mWq6pfdyJO+3duXjbzu7zfa0cCyYhiWMK0ACkHU0q/54HOI94nuQr",
+	"rLUAkhIoUb4k6dmXqY4skSAILKz7+q3PnVjN5koKmZvO4HNnzjWfiVxo+Os4zlMl3/GZsH+lsjPozHk+",
+	"7UQdCd91OFzQiTpa/L1ItUg6g1wXIuqYeCpm3N71L1qMO4PO/7NfPmgffzX7MPKXL1HnOM/FbJ6fvmp4",
+	"TpqsfcZY6RnP7XUyf3HYiTqzVKazYtYZHESdfDEX+JOYCA2Pe1loo7S9MxEm1ukc3mLQuZwKJsWn/CqG",
+	"C5gas3wq2FyL21QVhs35RPQ6Ec7w74XQi3KKeEunOq0Z//RGyEk+7Qye9ft+JibXqZzARF6pGbeDBV86",
+	"wR8fvLhvuMlPboXMT1/9IngiGl48Tdz7ZtzkTNg74M84S+1HLWKR3orkCL40uRZ8xrQwxUwYxse50CzN",
+	"/epM8Un+Zewk9mAWe6evmlcptEiV+f8HrPnK9GuDs7HSNGfD8inPWcylVDkzImc4LYPvgH+wu1QadjcV",
+	"kl2rfMq4FvbSpn22i3MFi3MFVNmGCvtBKnyTztLc7/3yY+DH6vCJGPMiyzuD5/3ILhoO/dwS1gZyP9Pq",
+	"byLOG8hsTr8+mM7Oi3WsQhePQMoX8VQkRSbWPMfQJQ9/2G9K3wj9YJ5UFHDlKl3b8ceZulvzMnd0yUNf",
+	"5ou938yVNAIY+5lW15mY2Y+xkrmQQBx8Ps/SmNtDtT/HK/71b0YBf2r3ODcuPLF+Ro8lO//5Jfvx8Pmf",
+	"GQ3eg2Wge0HeXCudv0kNzGau1VzoPMUZc/sTfEpzMTObJgIjnYtY6aTzxS8+15ov7N8VJr/KTY6vjeV3",
+	"SpbM0DH+1U0st+V3N8eP/jp1DSfLCrjKfFbfDaXo4PPy+FGHo2C8ilWBe1Sf6iuRpbdCL5hWhUwMg8tE",
+	"woxiY64rM/bsoBwyTVbHuxA5sE8uGV3GbtIsswOtcLfVkWNeGBF8jcTLuZWfblIZmMgI12Q0gD2AhbXS",
+	"yc4LfmBcJlZE6UU+TeWEFTIB+XPERjRxutVO396ppHCvZN9GSMsufy8VGPqtsnnlFFWRxwrP6NIsE1x/",
+	"kYwipjQbSSESc2WXRFsJYd8AJctb/ol0HMPuuGFacMunAjQVeYYcWi0tuGkgFUuJwuQiueJ5eGfvpmkm",
+	"WJqz1LBrYZfNz7+2wwnPxV6ezkRodpaPhx5fzO1t7uFtxlo6PUAIUUUclfoPiA6/VUhmy2ejNoM1RxAW",
+	"CU5dkqR2RJ6dVU7jmGdGREsHtFz15eMHItmwXLFh54MRmvldQKIdduzKVlScg35YEwxP9yLneWECHGOZ",
+	"Law5jPUpw6xEEjG7J6rIWRcOGB4qYXnI5enbk1dX7z9c7gJNB9iBVYjtHyKxF9yBmLzKlMmD5PyVT88j",
+	"nJCS5dz/oCyLhtqGBcnTC4GA4Gsl7ohYLIufz7W65dnG29x1QC/xVFzdiIB6fczgx4SZXMx3DLMXRR0l",
+	"Y8tMDEvlvMgN6M1aGJXd2lUayCLLAtuDjzGertc/KVPqppgP2C+nl6yb5uziw8uXJyevTl6xu9Sq6pZk",
+	"c73YMUwVOc5CJkxzyaRiOTc3uxF7e3pxATfrQppdS2hn788+vDm+PHmFX3MZMVPEsRCJPbYyYXda5UgG",
+	"MPxuj5FOAIcBJgcTsOcHJlwVKb+cXnaijn1qJ+r4RwUFSyLm9shd4b57xWblumX1RchkK04bdSZCCs0d",
+	"ha0af7TecaE12HqFHDDOtMj1wlmF8Nbw/lqYnOucwX8N/GgVqgiowa663QZxF1Y/nLxfmaIkNXj1B5Vf",
+	"XYux0gEe8ptlDxyYWcLueJqzblLgi0Y4/V3gau3lGxFSs4QIqTdLRFySKa0rDRox+5Ls//7v/8NueVaI",
+	"iHFTWTRPdjPWzTVPM8t5pLjLUinsqZvnu0dV8mNagMJu2LDo938Q7IBNuYmASi2HhKdFjLN/v3j/jgH1",
+	"2M30D9zBWdgTDF/spTIRn5jSidCe5IEBSyWr+m/JteZcCxlWVeZWAIVZLeyapynQsK9FbJfm7PjDxcmr",
+	"9rs1n3KUcmutErioJhuW57MopwOHCwQbT+2Wid6kx7Swb9wgcuAcbHkg7aOuLIESTdUn9Iu6YzMuF0DY",
+	"eMLupiqjGY55momEdZW8sh8LLZgpjGUlu6j06kIyWH7ya6TWgjGGRoqVHKeTQouE0QTCJ9WSRJPhUU4Q",
+	"KDdfZSElx7FEybr9EPOEu3c3Pb7NYazcuMrdVue0487c9cKysVzQPn8edvzhHXYGP/74Yz8ads4/vHt3",
+	"+u710KpvX/AI8lzgGbRHw+oJHI5L8JDAk1bX8L0UYFg6BotKmJ8ZjJ5PRaqd8mUi3L/VFR6n2uQRHvrK",
+	"16n9nz/SA/s3t8SB48BNOIMuz9lMmZw96+8esbFWM/b65JL1er19nJXZ/4wfvuC9cJdlJOQptVITXFaM",
+	"mxu70+A+a2OpX3JzE5JxsAhXaw112tqKp9ZeXq4pLGO36UX+DW/9q+WpFVY3gttGqGN6D0Dw3FsGkcrJ",
+	"1Tg0ud+mPGecGBrrKo3iKJWTXToDlr3YpRqwqsgyBfBs0syYu2+z9wHkZ+TNKOB5tUNcP1KOLIO6aEV/",
+	"XPHi+KnRgU9EnJpUSb+MhczTDL5OkGEu2y7tueT1IihaYjWbNYkdNx37o7fyYcoCHXbIyAP62NJ6+oGs",
+	"pbl2me5nVF4vQkSjaOEM6+I6Hp+dslzdCGmY+JTaUw48gGeZ0CDgQYMQ2Xh3ydIMhRxqS3cvq5TcJCtm",
+	"SoO5WRihI2YWJheziM2FnnF7/FmXMzMXsffPMylurfVcyN2oalFGpa1ZmqyW36AZGzyWsUpEyLQwOb/O",
+	"BBNaK83sRcTz3/JPFzDBn1GYmpNPZAsozU7lLc/S5CwrJqm8mIs4/Egt+LYaAMwjSMLiU2otxUSE5ds4",
+	"lamZbvk09Pa1cOJZA39Lc1MWs2uhw5O9n27Ec9FGblzAhZYTI8WkIcti6ViDM55m7B5V28CPzWT/Rk0C",
+	"zhiTJ0KHd9LkiSrCfCrXhYztMwNyTRcChRHaDexaLJRM0CD9JOIiV3rHsGtVWFuVG5ZoNZ/XTsO1Upng",
+	"cuXtaUKRm3R1Hmte/FzMyQuxBYPzLMGxYcsM7KPhsFm54NiBZbF4oO2E8JR3/K5aPgBShBhB0JSO7esW",
+	"8wBLBUcBMzkskVOldgwbp5Jn1oRSOke1eQ6HfMcwoG/QaX62F6X/ENZQy6digd6CVJKR1FbJeYmzu8jF",
+	"3E52xj+d4m1/WVV8tmVfQQ41t++p7Y3/6/fjvf+P7/3jI/3b3/vx4+d+9OKHL/+ylitVpMNhPyhKNrCp",
+	"hxvSsHVeHcc9IovVfrT6C9rMkTsodfO6x96BfORaMCFvU62klX17t1ynsJYgPo9QbXYGuUwYx5ABGOK5",
+	"moh8aoWYU5EP2Nv0p4hJxd59eNNjpxOprCkF6rqyl6J1YML2co1F1fnkljyvZDv1VfvJsgWRWMumyjAa",
+	"LFfHn+4/Ro2RbWQ/dvIbGc05xSpXee1cKyubV2f8s+VAyDSrM2azwuRw+NHEKiNAG2bqHrRmrvasbRfM",
+	"0xOznaPPamu8wV8WK5nzVKLgXct83IUw4fXROCFvtzqwK2szzfP5pgn9cnl55ubSWi9BL/MDuEnFzUke",
+	"a+etRoPXWmNzrZIiFtrslC67d8dvT0qeMkBuwbVOby1rMeQm9tyFee4CN3KS2+M0E+xfXh6fXVwev7s6",
+	"fXf24fLi6tXp+b69qqWzzapmVxPNY3E1C/gT3qZZlhoRK5kYdi3yOyEkuzh9fXly/hbmcXH6+tfTN2+Y",
+	"kqg/twzrrlPvKkx+dbWdT9671hIRZ1wLQ4tIDDzNhaEvVLlE7z9c+jUC92ZsuTU6OsPr1f5YoaAPey1b",
+	"MhgXDwP+IlUOFr5ULFNyIvSutWRCXGZTdBf9ueG1boq8bi86wA8AnqHwk+6tTm8O3lYeXXlfvyUly0Ne",
+	"VGroLRlyQ/YIOdDa549UWPwKAYVje2FXyk88vhmn2T19BEIm7c0mdSt0xjdy3/d42ZnK0njhTbR7Bu3x",
+	"XohINbx+Hk9F0tJ+WPWP2s2CxA92bUeKLOMqclbmsAyYSEHp4qTKs+7dlOfs7P3FJdu/Pdh3u7P/OU2+",
+	"7NM1Ob8RGAvM1MRgDDyeFvLGNN0I1+FtEZz3a5VPQ86tanLNVnmpUSdTk/YU+kZNXtoZ1+2JZ89frLI7",
+	"7Ve/BcnTVjUFsNMW+3wuDCQqft5ucVYXxBsjrXLOokfSDo9Ybg3wsbKaPOj2dmNa6IyV91vPr17yeCpO",
+	"ZI65rEtW831cSZ/mqRamOdaW4lu6bAbOpmnOujP+6YpPROkA/yu64dqH3yhd4FGCqCurpIUR+tYHrdeq",
+	"uHZBzyvXl+JyVS3RhUS/41zNi8wuNiUuB4N0zfHyloPcCm3CFsFyAhSkVbjLy0Xc6J0qySks/YT0YcZ2",
+	"3oqSPDfnTq5/J/foxmmf1zd5aeI1um4pBe9kU4Y7EhQcgJjCLYWkuNDm+AoOXDtsjW/lTMMtpN1bK1sY",
+	"R6UYteXUxFamW2NiAObJjViwKTdTcoCgzgSOdIwKeIPGpeSQ8UE0FYGTIpVU1ACqGlyDylqPHTNwJWHW",
+	"C5vBjLzyTo4YxnMGqT8uPulSdohcV2UisZlwENnqyz6PB+KoljdFjPugGDOFNbgMG3aeHU6HnQq3Givt",
+	"+NXq2RU65Vn6D7t6tfT54Oq/VLKS+2J8zgufCVh1lBgC3hwdUeDqMZRz8tvx6eXpu9dXP78/v3p5/PKX",
+	"k10QH3bPKP0tbAxUeEN9PmccE14hhVUsBiyecgkhV2skgcQqjKVklSVCMzpmm4nYPTBIudM0S84LeW45",
+	"QyhYHdsLgH2CRuaS0ykzaOxSDwJaUdyceVQbpfeA3KVq3Dtn18JSlmG56jW4E8j6CYSU7WuClyARnyCG",
+	"nht8xzKJIZWTjK5sSF9oTGfaLmUlD9W7+OwLmIAW0qX14JQp5sIwacquRpdyuaIyeys47XBI2Rtvzm6r",
+	"7AjO0L1VkKwqvu/trJ97RdNW9xPyi1yiTLkmPuVvKW7a4O12uoCPKUNeJkTjIEKwOaAMIzQGkz0Hihdb",
+	"So5jckxbPgvMy3EwJZF5TVWWWKLNlLWcKF0OaKKQ8KOx61HNDi+kCzKSR1y6iCsMipFpcpjFAjKLuBZs",
+	"oqTYXT3+DUmlL0/eMFwqJj7NtTCWMzEr8RiUIbrcK/yjV/GxHTHOYiVNzmVeEQ+JmGdqMezYN3DvDrlw",
+	"WCKBnKm20z++COy0W8c1586tMF+3vgeWVR/07f818AiTa56LyaImnzp/L0RhaXwpWxq+Hg0wgweXCbJT",
+	"IOsGk0n+48PJh5NXEWX2pJQXZEWQk/ykRUT2P2DP2tXPCy1Nj41iLmORXaXyaq7VxG4IFVFIcQcPpYRP",
+	"EP8gA7NEGJCY0o5DksE/w5EM5SpyoyQbxSWdjyJIDaPQXDkBKe6EyZteFZLUj396f35ZKiNRcPhqVq5b",
+	"1NV3LL/E524+yKioezLZcJp/FQErbwpy2zSkDeGZRIqK3CrDXraPOJYTuMhUHlLkm4y3hoocXUjYEqtu",
+	"7hhWWWjc7anIIGBk1+QI06jwehDP5e+QdlTdGvQQ2q+Dkd0ZD8hpz+uIi92IBbhz7PeU90WqtP0lfPrs",
+	"mQnuwaVPjjvo9xlleUHUN0ul2Db0u3kj6Alr+I29ooW8ptwvT5+dyBNa+brl8zYQ7huRTNCUWmHnW9iS",
+	"9YOwyZcKY2+YFyzjmrjbspxxZLBjGK6GS+4Vesc0q53b6WnzjMfBsL1/EFzhiah7YKUUUFkDeTa6+1MZ",
+	"N2fC0xvmSt2g3oosxCqtOBNIGCGHQntHz33C02o+D1L1sZ+k5XV2OiQorJHr9RGc+lpVI2xTASPZmgzg",
+	"V9BvW5wzuzUNRGpFeiq39fM3+tEC7qeT/4jYu5OInfzP04vLi4i9e3955T6/vozY65OIvbmM2JsT1pXF",
+	"TOg0BtZ4+i7snuJZETZUMNVim4B1UE6qedNaVaLS22m8l5jFjveXaTvpjE9ExLie3KJLH77YMehcmKvU",
+	"RQzFbJ4vdrGGtNQqA3br1gH7B8fPYcotwm5wWXBd4WiDGd8u4rR8Tpx9L1kqgVWNrMQfMcyytvbjJDW5",
+	"0CJhI2e8j1guZvMM8+g/8TjPFqCBUxbN6so663jJyTDHWRLEhNBW8yNjU6BOD/u3kmtfrTqxxsJGtm2v",
+	"+k+kb8uriATX3eKq9V1I0Jfmt7zvXIzDKbV+w8xpjiX5W8bIvEOmHMlFyxr2kYd2bnWT0kTM5iq3Mjdc",
+	"GOgfuGPYaXnx3q9WH7SWVz5NDcTwBrRxbrIVD+Q+eh+rcmkowWRIc9a9XjBwdMAPu+jmhKAgl+YOHHDo",
+	"huQ5FjaMaIgRg/XqsWNmX07DTUOpxVzwPCWfI9dZSj9hWaMflRN0CDwqSZPeULbJrv5vsg6Q9T1rroMW",
+	"eP2wMHycidBvzZ1/4hq5TxdoH13a9u8xTzPDeOa8FMtsvZx8GVDFzPhZKt3fG2Res0UIM3cAJvdjzid1",
+	"1jqKtZIjEGMjrJrm2Wj1GMeWFxTzq7tUJrixS9IUasxmqTHWVgcvkFTM4ahoKKcFUBxyK7ow6gK+XahC",
+	"TlCZk3Dejxi5MmCaC4E4FJWj8zxYl6BDyvvP6a3YG6fWcrQXsO6w86f95+xP+P/Dzi5yM3eT0qz7P6aq",
+	"0NkiYv8j4Sn8eyfEDXyYKZlP4ZOdVbZoVzHhVjakU/oYhWW0OcsEt0ajsfP8sW+Gnd0jquCzK8WzdCJF",
+	"wnIFfOCDTD8xMVfxtM36/C3N81Bc6wTyptKZcM6ZYo4PSA2bFfGUuF932DmACUVlXCMRGbe05PxjmIzT",
+	"ZjJhNncM6ba0FOCRPHzB4inXPLaGZ8SMckwVfZQ7VL8yRuO2mrNMicrd3/fKlOXDwy/u+91/+5fHzIC5",
+	"F3fF+tZQaClgk6Qz8Q8lRbCg6vT43TH7BzAopd2h7g47J4U9xvs/CZ2lEmjJHawPly9XYSVCBWr3ZOaB",
+	"GIAfqpm3XaobIe+Z53SPQK8jwuUDPEulX5VmdJUGt4/7FRPM7QuxGV9gMaAPPCqNFkREJ4duau0SQlCm",
+	"JSkTSNtR2UaT+9xe07BlcP+a7dLpZCL0PTcMANBIKdxyB8ZpFmRlx4xODEQGlkMCI3jkiHU/g7cxTSI2",
+	"54tM8eTLLgUK4IoefdvjM1XI3JfG9/tu/9y2IcJdGWRtFx1oy/ue9yu8rw13+8sSd1vLLZvgNUpO1mSC",
+	"bn7DYMbMjimDMpAAvW6TymJq8JUOOwM27NR3J02GnS/BLOdHZFollW5gYIAd6MC0Anko4eCigw3I8SR5",
+	"BUkqAKXCnA2kdtRTYAXZjINjzJXxE84YUiO4LWBl7SMRgQecX7D2LFGQezhOEZmxaro1ATU15T+tTLuh",
+	"uAOu2eyQcBeGVvdnnuqLKUf8ji2YzJ1IJ9N8LaPeMczYkSN20OtZXZ11nZA8aBPhpkcEZ23VzhO38/WZ",
+	"gUoa4gKAtDHn1niVpOcR6hC7VsmCDoY1zHomF3Pz+8HHHvqvgss/E8a08gfhhMobgi+ktNUWt7Q5fuay",
+	"npYEFbi3kHGbpSZnN1LdSY8zQVpoN5UmFxwgRUcuzXu0OwCbAMaak+EdlbVcmL3gLPwd02PLBs9Yq5kz",
+	"eKzkHPXYia8kmIgcHcfoH1hTmTHiZrS5MgOrDrhBCYKhLIhWA2gLS00Ergms+QJnqf3Fcioe50AJPVbJ",
+	"T/EIRVpUAFnMEkgD6/7+EZdXKlqfu2kaTxuysU5e7R75oJdDAyEcQOM4DCzVEXpKRpCtNUImDgs15aZM",
+	"wKLwrbqTRxWgH0L9WQYD0gLj4DJb+F0jv0mSAht0SRY9hv73HcPcQp+fnL05fXl8wVLDDgKuV1MPip9e",
+	"nrzthGRTcINrewtFgQgQGNjmikfJ1/QEz6KlvaD+7txItX2GGAPm2tbRd3wZYT+y7Aqd7BEbQnpID2+G",
+	"JDciKdQBDKxm6cTwe4A4WC78LfnMPrMhE9Urp4EcGXuSEUcgCk+xqt0GHN+WBq2QyjIRspRpRDRL4dSM",
+	"q6AxGLI9vrg4ff3u5FXEfvpw+ubV6bvXlvIIfMXnHbq8Cjs3n7o8gNobyA+gYmkIt4Fbn71TeZmtSE9c",
+	"SRQICIoVDuoL17YPV0zzfF5GKkgm2GOBUGiWC8BZMQZKak0px+xqPfv0adedJROVL+NAXUG4lCguLw7Z",
+	"r+lPu44HEkWO7EWjMgu+VpIF2JmcPf/0CU97rrk0UCuBBceQmQksAA4YcZqjCgekF0H6dAA/HrtkCftC",
+	"JeGAF+EzPyyGMhP5VNUt887rk8tgXLO65qFQTxWQaInkC90AkHJtVFbktOdKw7+GfTh/szk/044Zkt2/",
+	"CK7za8HzczHPFiEMglCo0IMmEuxTrlVmD4YU7I7LvEy9qVquLeoy1npAYSqb3oHqUZqrtFZPEK++DFao",
+	"YbA4qkIllbXX/oWWgxotX3LbkHeoMK653nmZmBLNUxkMl19WC1ZSq+8WOUQwEnUnB5RWIBUkadllYZgA",
+	"2zV5Gt/Ucl+qdSsrE/L1RNvp6AnPeSDigRyHGyjvzIUkDz37cPnz3l88d3j34c2KH+vwL8///CKYgaAF",
+	"n1UzMJexLFokYMIQEU7645pFMNtCXfibHrd2a+kF6DGhmb9rcEu8enexl/Frke1l6Y0gRECQoC9+qDgo",
+	"rDwm98Pexwi1eIySJUxIUGRI08hETvZskk5Q0ajs34sflt0/m/weLw42eXXr7tomoC0Xr0jQG54oAL+z",
+	"+l8t6Ogug5OUp1nmsxe7l2I2V5pnVofDR7K5fWYqzO6AjcxNOh+xNI/YjbBmkBSsO7ouxmOhr5QUI4xF",
+	"ZFn5Lc+y0S7m61st2vVIoMRIly7vUye7Lv8R5OkIjX+6VS7u+IJ1RzzL1B0OXE2hs3PrRJ1yNuUfPMvK",
+	"DEcYuRN1/DDBjDtwdG/LB5ykXSVB1GOt+WafNIqgjFJWA8KwWVbBnaS3gvDlNJ/1VrxRm0Grmhx0jaYC",
+	"+gK9AYn5ziPKOV4uPB9ZPe3lyZswxMpVBWPlah3ISnmmWwUP4JuqMkMjVfbffeErsd39UQcQ/D+2Qo8L",
+	"MZZq1KORJLAlQSCTxLsN2fWCmA+5D8Eq8qRhjU5SRRNm5xB0DZ65lLyAP8j+RAkq9rTrEiu+elAwQ7oT",
+	"daoVO+cnF+8/nL88uVj6Hip5OpGDf+xEJTZkJ+r8fHz6Bj5QLnIn6njo7E7U+fDu4uUvJ68+vDn+6Y0d",
+	"5Lf357+enF/5uxAY0I756+nZWQNAcKVPw5LAWQ8SNOPxNJViTwuewBcVvCCKiF9h2ZhU+dVYFTKJABc0",
+	"S+Ow7ZiInKdZGDPEGgjthV/FrxbQg1LI6o9FI9JB0aSdp3km1tgHq2v14fyUaTEW1gYUznSmxBS76st0",
+	"2OT5tL+65/s5Eo5T8EQV11lqpuBzvl/0JdS6AVv4+BwcliasCwCt4lPOrlHZ8uZyIO7dLLX/13D4qd//",
+	"+CdgZWUCCzqkIA2zKRoRTBrCDHc+nwspEqJJTKmm1J0j55k2zBTX9tZrYaXoirLRKtyH8YbtWBdM0U/C",
+	"HiKryo5qEYzRkfeTPHv+wtrbAZYVSIhcQxEiAZp4nJpwQqwPwgsD8qzQPgJQxsAqNfIQj7jjhs3d7CIK",
+	"ZmCxp916w1IZZ0UiEtaVBMRg2a9UmiIYrYOi9RBMiDOEYZCaUmdbbvxq1Xkw74jiJqayNBQ2iZxk2waC",
+	"JmQrYpjKTZsmUtvHjYXgZ4WZlmGx+3CWe2tbbeLdZXCyFUWgGro5Tr59mls4WgjjhJb1nOfCN+t6+MnM",
+	"3FDbFI2GAuYHJmIHM6vrHEyDQvvBPVloZVwzsjmolpV33th0xS9dGJngkfowRR3Nc3EF02xPX+W2bjqf",
+	"1dHXvuX9Dp0niCWeg6i/llHPhU5VQoY7lhT2sTTvuohvRL5jWMznPE7zBXbAEGNq27RKY/MmeAR8yIBt",
+	"IKsv6xbggxHbOscJ29iH8aoRJgDcQXg2zuwukI+/nkHsg48pVdkkj1mDenp5gvBpEKUbVNAiMXRGW1AP",
+	"nVGiia9a3ME0X7z0YYkmzcvQPfuAUOf2kj2k1/3Pdpwvu2H+INO8br0fNGyPD9vijmysbW1rXZ5TMQH2",
+	"2rvf8eFJAnWcqyiW1iT8cP7GrZP3oh6fnZLiOc3z+WB//+DZn3v9Xr93MPix3z9YSYEMCT5wqj0wUNGU",
+	"whZwGBhV6Fhs5mn+QisYM7W0vYdRU4Wh965To5yVcNuzw20QA2hLwls+VzoHwKgtN3rqAghwX5a9H3cG",
+	"v2+AmlyKOXz5GDVgUEAVmH9CRPjL2NshATxm9CVCZQVWmMN5B79cHXIMhyPgMD8koYcNmIY2gCIhhyBw",
+	"cTvoDmYuGFdyb+5A1Sa8Fg2gWjsYs+mVsF7t5V0di+1hWe706A372wQEhu9yz5nToAELIRwEIwDoch+U",
+	"zBbYq0iLebYYVLG/vm6ozK1DeBkrR34LefrS6QFqPAb6uV4QVovQEbaTcB3qqEzC8vVA1cC8uJoBomig",
+	"CuPsgyVL+DlWGgRCv99nf4Xx7De7QWzRdQ1xo85MzJReXF0v8pDN+hZ+tY+FC7Ye/0t4ja0Rdz+xY7WS",
+	"q00IYYppsWctYoieVBpWJupOUg9lUByWk1NLgLHlVJrNNQvBV6VkYg9fkswAbhPgVzVgcVLDZiSVoDvy",
+	"HFMK27He80JeFLMZB2s+XK29BR5n7GDdViCSCQJnDZaPh+sAfl3FGzIRNgAS84iSsCBzCFMW2tW3V0CT",
+	"QkizX6tuixpAiWBWIv1opVYq2VjpWAxcyBgIzdWOQLE1py40bdoJ2KdHfjdX+dhHpJolaRCECo4VJlCr",
+	"EOwn+ZYAhIJ1KZONKv0g8DYCd1Oo+gmvWtdlAbKSXJomXe+ic0dYR+hNDF8gWOZ94R1lUg6VEy5VT4aL",
+	"1bdFuKSk3g3nroEF1PbBrBXLYX+h25ZKWmvkALK2Q8VYookHCcpCerdpsDgWu7UbptUdWmQJz7mjNHRm",
+	"74GnwRcEcOl9fJZDrwM0a+zY3DrP5F7OXcq62MqzuQb2vfVk16JXNwBWIORzspXCtLyVYKxROA9CfZHH",
+	"8i+jcy2QqhsBqimKAwu70c96Xsin9mcVWwjHmqS9Z3nqeSHPfC/HDSh9jFegAK0lNN7qhITpJACx4ZHn",
+	"GiZ8kU5k++5bTULRtTQtZoK8G1Kh80fkQhss2ob8yhlfsGtRqQIbff4yCgaqKzsSCN36xNNwVX1ZcbOC",
+	"sURSyGDzrCmvXfJonakSMc+nYTSiRIi5bzEphcnNgDlQRPtVKT21KiYoD8Hb4kiGilmEtKbsv7KDMmn1",
+	"oAklbW27im0b4WJJUFMA1Ye6iP+Hqnvc248b+qE0+/D9+dpwmOkggq8Wcq+uNjUuBQujBgEHDHOJftjQ",
+	"kmIy7AzYM/BnIhSR3b0DQNt5DBykNQLC5V41GEwuMwusnqXVDkO8upSvIPB1dcwdg1lhbq1S47avHdVU",
+	"yqBWH+IIpPW8tw/LbF8V958I9BoqjgvIQHLbuaaR20R4LiqbupTkXaAHovx8xbNs16cLhFAICJqs5Cg+",
+	"Oy5XzHLrbi3HLdT2fhns4FFYooMnWIsOsKZof7WyC+AWrtphM4D570Fdoa8aAjDcCS2YB9OSBMecx9O9",
+	"Ys5wzLZNXhq7b1uVxmrRAGQQPgHQdvX5UgqmYV2J0CZpJrAdcbIbdp+tP3tLJvU3KvJftd20iK0saU4Y",
+	"qHCfjOeElGkihjiTBDG4LP9aaXzu0CVg7AU8oTfpfC6Sq8pataUrMu9qGbCLlkRUhTn4JlyvDYCBp4SS",
+	"lFbYht/4Ffqvb3vTOV7dgahkh/fjr8drMLQJY6TM59HgOcHOMz7eQI3uKl37QYnjM5GwEWa6OorFbNc9",
+	"/PLD5UuUntywxWKxmM2SJJ9OZzNj/uHSYguZCWMClMPsQkBUyeuI4IjDZrYBtPhSqHuG8yCGseyxWhp+",
+	"3ZI/sY3nptLe0POytu1brn+/hPy5YWi2ByqCy8rZ/bNPaiOtQxq/mIsYK0/u4cpf48WH4H/uKzup9nep",
+	"YnOtLdDUG23HwPkbsIO91XKMSi55VLLqSimGL8BotYzwksFla4PMvupZc6j/ZSOAo1qdODjdy9rvald7",
+	"zsqa9zDiYmAnpiLLygpKrie3kWvLkLAk1QIqxV1pEacbqoXo1Fpsd7tmcc6h5/rSrszujZKTKgw28Eo1",
+	"pkR3vLuhocVBfwa1vtL3k5tzQxTGfj198+bkla9lhkX1GeZhY5/HU9Gqu4sLG1QaTG5ccvw5Yj6ctX+d",
+	"yn0zZXsNTbHriPZrGVsu5lUAfLybsFRDKNlY/gc5GKxy5REU4EBXp6nKkm1Amh1wa7AL5307bcbKM6/N",
+	"PUjOoJKPg8TGQ+O7zzJoLgiQdmzC5WQXjprQM+hh7HobkEsbANIJNQYI0qTXWSrDLazA22PvuAopF6+O",
+	"X7OZSgTEzI8IgEaNMXaGBi+20MLYZACjfOPxcqdiXdzKPm7Apq5djMe7p2YOTpWZKEhIZ9eLspQ9dOp+",
+	"6JtKGxkcalxxAwap+cHIrmOlrwThb6ytjyCYjvs0Ux034EKXkA2FNK57JmFyVuLNac6IGuwy+mIX1rU8",
+	"iFBtCFRit8dGPLvjCzOy4/Ac+ve7tP4ee2/J9i41ogEpCChopb7K+fYbfnUthvCHG7EgcCdIeSxkD6fm",
+	"QFZgjOsizRIclv31r2xIZTvDTo9hU7hlXA2sxgnjJ8hwr1M0F5Hll1AQZQ9ZDDASZEYsXOPYUDka9mwa",
+	"p/ZTI2RFezMxF/NTO+kg/L/vJtuIlr107ipdQAiMG1zQa1rNNhzA56bWxumgH0bcKBsRuMI3wPZe6YwB",
+	"rQba6BtHbEQsZUTHfuRmN4LcmCoX8KqEkuKIjfh8rtUtz0ZVhiEZfi1cFMEe9qMquq4vGnBYTdUfIX20",
+	"DKVgWBut0xEeuhHSHFxaFtJhqTug2ABL3o28joqUPlZZpu4omQnbGYXxhfinKy2gd5QDj6kteL8xX9Cb",
+	"nNDDd6qMcOqVtexyY8XV3j+EVgxi6/YRCev2KW20wdNfnQ61+/eSwSWo9lvOKVOGUD9c1geKURpXJMwF",
+	"/YvqzNbOzSxMLmYeZmdNwwa71dbiYR6Sp0uZuhPNZyzm0iv0kQc0sFqs++nacqZERD4fDbHOdSFBvQSU",
+	"jV33rpUlTiUhAjjqtUbFxPLtwF5XNuTIa54ejslyyotKmzerB7zlny5gEX6m9zr5RE2U2CvCK6lWWesd",
+	"w7o/rFnRGmxRS9JDDk7nu0wVVxnhKZctnvANvPkGmhTexrVglgHWYM8C7tD6FD7I9O+FcBmZVbPnHW9Q",
+	"G5QMHqyO/XKVk9lvR0gqdOkuqnM+yON2wwOwlByNNtf/LBIyX+2ZuJuqTFDG6a/FtfhPkfEdA04iNR7D",
+	"GoHLq3xUmZ0aKzlOJ4UWCcP6Yivq6Gnhl27qCv7OKZDQlRDF5korcMJNq+NyrWsHXvGhsrfpT2R4yQR0",
+	"aadCb2n1VYAUW2W71fzGH1ejzbUA+o5xL09Jaa7lHJWd13uUB/x9AKCG3R+7FZt7x3iI2NSwEdhvI8Au",
+	"gE8kIolPj5aNOJCAI2uBj7w9fcRGVgkdMVOSISVKpZJ+OwIwJWRQ5TP8F/CURMWO/6pkxmXkYQ8pJ5+s",
+	"iSm3shQErlTKPhe9lVJ5lcNurINCKrPU05xJ+Eaq0s5nF2RAADGQAHfGC78Ry632qyixqdJpvtSZC4I9",
+	"PM7T29X+XHOtkgJ8tKwLXXRLSbMbscqdS8dbaUop7zqJd52J3TZFTvXnn/uykOqRwoSGnIo4xquVMt5n",
+	"g1rN2ck7wN3CTEAP8j3WQvQY1YIgfIP92kE2SOAjkLoqywpSGBaXAnexfXZYtZyolqj+l2B3a980v7mO",
+	"pVQS6mJDfJpzsJdlriplLU09ee5Xh4HSMJWTZidS2QsV123GseuTndC1oM2qGrxosBlWwxloZfAqzYYd",
+	"+02pya7pohprkV9ta/wuYZQHDR3AoxHylrRHYoiUMEJ0owX0pnNdvszUKrXDzp/+BNjvcKrJbwb92fEm",
+	"4j2sW6nUSjHZHxdx4Yc4KsELfXGQd+O5RQZcSdfGZBXIaZNb0LkD/XhQzobQsNp4JdBJb1dQvd5jWFXW",
+	"HCV432BpDPiWSSu6TjjG1k7W1aJtLWSdN33KHrE7JtCAGF2L3JQicTVCpQtZC07ZR9S+gDRuCksduc7H",
+	"pa2JYRkIxtaB8ByLal26tuyzvH/TTmJJ8N+ybWfEeKyVMRQ0tvx2I0Aitp58uupHlF2I5OlQt4ed5Hpv",
+	"lk6sdMIwSLsWm/C+a0wovx7YZBNIo31zzcaWjfjYpg1Fb8mW9YdmC7ihbZBJ0/x+mKSEj5wUMXh/V0NY",
+	"bYJXywDD9kmRfdfQ0l1Sz7VmPL92VR54Q0gfJ3vnCpBtw8Xzm/pEVxpEk9pNRTakqrRuGR34iTo3LR8w",
+	"5/N14LcI6EuwnPBQ7xBswGxt8NBs4ztp7csImMEqv0Kdo334fTVnMaBdu/mt208tygYbQQuodFB7uFGU",
+	"3QMPAw2F8TEcxlwvAM4E0I8iQohyDtsG2vA9oi3r8Y1T7MDhWMo92iTWtqFcjpXQ0JI7CbpAlmQEmQZa",
+	"8CxbQL+erhZGkIirRBehj4UwpcjAoiCpGM7Djd/UMRW8aFdBJJblbHtqFY4rsnx+AyQQJvVGuo5K7tLE",
+	"kC7cZtTX8lSnxpnMVhE48jUh19xYZQAKGtHFSv0TKxDIrn7uw7uLs5OXpz+fIpgXmk2dqOME82bYMAzv",
+	"BpDBlpHDnNS3zzk/OXl7dtmAFgb22eNglNynIUsDQE9zPkmlE0t7x4wWt+pmy7dp30kl6uRuEQPxcDCG",
+	"jpz/D9YVlEuoCQNToteuDKXaoaWyEBsLT2CHw2lJaOO3FrVIK5vyiGjQ4FTKlOhHILdqO5k1DWO2Srbf",
+	"0Ahlc8T2qTuRVDIRN+07LvYTJ6Q5xLP2REQ0sJGM3MBr3m3bznj1NbhfUnBo0z9AOubD+vRhA3GRJeDM",
+	"jqdcTsQRMwJxm6nDV5wJrk2lc5+3DTBQcccXTKtCJm06+rVtr7dVt7v2Pek2Xfnd5GxXM5SfrH3aCk1h",
+	"ulLAQCqRax6ncOt+IOJH1tIcpzI1UwBNhqZT1IgbaNJVxTmI8bDyWzUlmphu2wK0IIo9hHSVdsGtsdJl",
+	"nDXG4JWiam7UVAde8U0T9n//9/8BfbjHABHEIULPqnjyK29aOsJ9lhWFzFxbaVaNlAF/hfAFOOhQPbdm",
+	"P7rcE5GJXCTeGi99jgSDZBif8FSST4DDNNIk6HccayGu7uePhls9OFDAmg0rco+BeGQXyBs7W4Hm2Rs9",
+	"hsu9GgWu6ggZj4XdnivYwUC4skII3vWeUi1Zd4kgdtuXkz0QzmlNr4L6/HmW3opBCX3jcocrAWxr+2oe",
+	"ix4rJHUTgXtMmlm9wZMxXIRpyAuRl1jNieAJpaTUov72yVIYY0cwZYBWSYHfYFVQ7S5wdO72YMhB/QlH",
+	"0KCGzjyGz3iyR/PXIhcSA28HUzsXH1tzB5NjkoV0B7DHjv2JB4gVUWlqTr128IFVkw9WsxN1qgsFYUCe",
+	"rJpjUefTnr1x75ZryNGxI6AcALv0mAarfPWhPm7ll1fwiGbj5NRBRNmX0CtGycADAFFLy2urVvg2sQ4b",
+	"CPtMWb7kCcZEjKCegGdlasIgwy8xmPcZc623tHmczHP07PlK6SvwYqwiU5aKZlbZwcdGuRvWmgmkq7Wu",
+	"SzJ8k6rrhm2ajtUT3nrwbhdYvsjF/KcFJOKX9Fb78tXx66DNX9U9tlOZt0FupTBKk3mBbhqEXnp2cPjn",
+	"w7/88OLwzxU8pgNEjsbAyzJe9NaggTXsmy0bdbTPSV/KRx/zVFuGdnXfWArrQriEUjxywWe7A8eNOXMJ",
+	"B+yayyQqu1e5CD6EQV2mJYE1U3SkbIWIwH1QbQUtFdz1zsHQMjhD5NlG5QVSXpfxU4IZ0CXUAIA6+jlP",
+	"a5ksO6gUlFRQsCiPMq0AOK0ECn2g1v2k7qQbtn3ObFlEVMs8eHG4LkkoEIDBTcfA9SS9FeZoudcEJSqt",
+	"aVRIK4SNEywHtlSmBU9Mc4uK1m/aGl/Z7k/7GjXLrwJ+u63i5JitBigLLljuvG1NcfHpclic6vzvFRVf",
+	"aRxkV2AdK7qkEPdjYbfXULjv4/XajgIeDqldkxHtQELdDfX3rTjFCF1sg29seQue2Enm2M92mkONRtro",
+	"EPiIde9bQXhoX8N57036GOptYERcWKF1Yd+UQB8E18Hm3hLSelD/7MZ8bnIu6U/cYEiFc1Hw41dvT99d",
+	"Xb7/9eRdj0pAZ+BuwOH9ZKBC5ssXcFyN1RpQl5idn1xcwhzUmL3E50dVWWPZw9/UNVM6ngqvRhMU6FAC",
+	"FmiPnYOI1dZsUXNMJlpNZOkx6G8CFw4ln0OCmh1un1qL/OvfjDVXzn9+yX48fP7nXVemQO1bRrFKxKg3",
+	"lEN5AiLD7i3OB9WB0XGRT5VO/wFfDthPsCzY6zyGRXXCgI0+7dFq72mVidFQYhUXsEjICZaV4SGHcsBG",
+	"iAY5Yl0QNrsRGyFQpPvGvuxQomcT9Y4BbSN1t4pc8VZE5RSRK5WIXFtZOyrAUI6GsltCY6Kgw8gDPBg0",
+	"6hGB7Jb5ojHPsoH3nERDWQHvRaMlgqyw3R57pyjcW0joVmwvgCgStPKHUBc9kaVmKA/7B5AWCV+40LJf",
+	"r8P+D+WvRAW5Iqet07RAvtuRDqlQhGA/qwob1rGVja9kbbOmAOsxYjOub8xQVux1rYpcVNruVnohury1",
+	"stzBOcBmfAEr1htK36wGwGLhHB6fnVbO+qDT7x30+qDXzYXk87Qz6PzQ6/d+wLZXUzjp+7cH+7DV8NdE",
+	"BET7CCy6vwJRXaFnGS31EZjX5GsE+F3oiKaF1c/TTGg24beCFXOm5FCiGQ9tlq7eHv/Pq+PLy5O3Z5cX",
+	"zhFYtsgYVIQ7VifyBbZ5G0pIIJIJkHhJ9EqjP9BuMU535CBYcU6Uh0iYubh8/rycJlaBSU1+jAtBwguA",
+	"wyCNLrXL8PdC6IWzgAfezEX5UAVlpdSJsusHIVAsL1+wnVcTMAtJvRIsXtymqjBewoWmSIKyOsea3dAP",
+	"Pj80kmsdUQ7krd7n/YrZ+JwAqEt7cVk8fQS/GbS7BYp71u+TRZcTrFaV0f6Nck/K565NPLLbB4oDyJJl",
+	"284uFRxd2GVIzz/Ep4cG9bMsgTsBoJXw4DpIK7XsVauIGoSiBRYKvjIEGskWjBBCMF+Uup3Sps75JJXc",
+	"dTnL+QT8THQsP0adOvPvDBzMr50RHGDyrQNWeeUc1yn8tchdatZTbgI+glq0fImae8DSDhzedwewZaQs",
+	"/e9YOpArxCeRlQdVFrWSb7LMpq0q5xdoZc3vvOtoiTuE5l5e4hbk9BXi6K7s174Vb6D83XvYqDNXJsC5",
+	"sQsqKjq5Ihh6gHiN0HsoEkCEdQTcdYrbm/evgUf/9P9enlzsDkoHMvkcp4hXZXIYO9EAqo5nAUSd0Mzw",
+	"hYGiU0gD9WjfdZI8Bjckvcobuw6ovgqT/0TNpR+FKMuOsF/qGnKuC/Fl5TQcri7lBazfPZjGg0j8uELd",
+	"ZprOPXoJwtv6uJiL86E/npo/PC7ZB0lXlz2gH4F467SBfQKqHOvx6YJGd80U2tBG/2kefk5PCfHMcw/9",
+	"NALFSCQjwrPOhZU4tcIHaFSr5tV2CF+Bau31Pz4GlftABRtza41dAwzMKqk/CXE7vX//M336so+moNn/",
+	"jB++7Ht0lqCMtdoHQLOcyJy6vbXQJQOK2sMVM/ACfieamV+SxWb1TEgqSX2YfgZ9A3zScCrqbvZavUoV",
+	"yY8UMyuztDBC366oZUgA67SybTWEM4LytJu84dJXiPXpNYnWFLv/+UYsviCBZAJdnHXSfQXflzvVaSMW",
+	"T27TOP/6chEeSzA5uV5g8i/gV3poOgP1JgQtRRkZ7baRmml8jW2MViNQSLNQOWRfaio+sYtfjveePX9R",
+	"9kKmEjpOafGuMQEwCGvZl/wBcxXrMq3KLaodYvt7P/K98cfPLw5D/a63I7l6gK7JHKkG556S+5SPeSMS",
+	"5HZBwySDX3sBTmIyldPP1DtuGZV5qYtbyV/QhYERJNTSlC5rNqMS3QIFlvERDiwstFfabwnnuceO4XFS",
+	"NQzIUkN1clVqd4jxfxSehc0eGl1Sl66Ig5pCcArRQWMtLfgsAm6fZdU9oafsuFq8VLI0ceYQujepm9dQ",
+	"vuEm34OGFHunr1h3CqsElfWQs+Dwx0e7Tl6w0YDdCDHfg/ySEVSvUzcKvWAHz5npsQ8SqmVppkPXOShF",
+	"B9csNfAW6s6VDwJgsiUeO5jdXnShcYjAa5i8NQPAZzmAgBmog5zFWQqYWFOeDyV1LxI86Pb6jecxNrEO",
+	"6CobNtYuEtx6+uoXR0bb3PQfoMu0UDxy8SlHktjDNWt/9n1fkYYjX+0QQtCq8NWOwQYj9jQxN0iIMxAF",
+	"WsUFtpoE0CrdWSJd6VNiIGsTK54hIcejnq2e3q9yRptcCeVaQRE29b4D2rekSp7OxXJDapLDgzKWW2m5",
+	"TFlgL0/eDCW00HELRwPsGGpVDYgTlH6RV7p6l7gS4Jff7bFjyUZpMqq0AMCMP3vYqpdanY9axmGGVUqI",
+	"K8BzMdYEh2THvW3FwWwfEGyhHjhf1TbxT2TEhjrRtzJlnz32FFzr83VnrVzQe+mMz57dV2ekOfq2QEee",
+	"Fo3ntnPYzjwGEiEiixjP1SyNoSrPC2v3DuUhJZG1TqPcWgDuf4Z/1/p0l9b+CfWodrtc2937e76Wu3h4",
+	"uiGJC6x6ea8AOgc5Ucut+Yr6T/R5zZlIk4hZ1X1PmJi7DpWr+ryo8JGwRr9cGzJLpa+PeJhS7yDyGx0f",
+	"5wim3sLh4VpUtKQ7RKNeXcD3MltgThmij0AlPgGHUJ6ZVR0GLFN3Qu/F3Fgd31o8JkLcZdS2E26mwkBJ",
+	"t4OqAK95U2DN/nPlntNpsqf2EPf54+eD6MUPQZPqK0b7nv3TRftc+661ziT0gz/Mk2SfEuj50CaE912Y",
+	"XU0O9peQ6XFeyNUzu9KtnHAJl5skgg0GuB4E8VNR81wTqRJN2I41dQ1KidZOy/6Ke7+Cs6I9+X58Gn3K",
+	"r8tWytSjEnaQqDNLNAu/rlhdBExuaRGB4J/1D556RrhQ93X+/fi1FD+cZtm2gkuWSuiZVWYoz0Xc6tze",
+	"Q5OzY+1fu0bp386CO+FQF4K9P0d2ViO0bj29m1MANomnIoasKunTr7kprxpKuABzs69VshjAiuZQg8dz",
+	"BDV1HVat8owwHgA8lEo2oi6go2goPR+hhLryIexOFVmCQIK+h3r3sO+61EFdLpX9KGGGgLYK2qCvRprx",
+	"iB0+e0Y3QKs9dKZw6XDJChmxw/6PdAlkX0vAxYsYz4yCptsluki1byrsJ2KXOYsyNQB9mQtoKjeUad5j",
+	"lPcHSWVwe2rc+Y3APZViokKuuTTo2x0w7mEshtJVp+FNBuHjy8byhj3v93vsGDsbwutR4ZNrcd+VKh/K",
+	"f794/y5iUtG+R6xvTeoZlsJxyQ6ifr/v+9azdx/elG0sGJeLu6nQYhfS6jizu0Ab1mMjeAxQEmRoMY7Q",
+	"LF6RGmCKG7TVd3WdVqcdSjK5YYCQ6VzSZeeJGb35dpy+1ss3wGOh+y387Hv3Rg66gtZkx7ftfZieQ3yy",
+	"gIbnSBGgWxONOsTQ7i/Qx98+9rrIbpzptfuk/POzLuSXRncwsDYKjcRcQ7QP8MQRlQZr8itfmBHrQjUC",
+	"OPDzoSyBg3YchJtL43IAhZjNVfqInvWdfwuuL5lZ6vNpDOE+41Oq6ESkQIINW349lKkkRgkbeoRzNlcV",
+	"k2BE7UONyCPQcqlaGht1vj65HMper7dPvbz3P+OHL/+Gd//V8gqPQMzZQd9u817Z7oXYylByw8bc5Jbz",
+	"Q/s3d33l4tCZfS1yVCi/tnZ06To1PtTt4FcHjENcxoj2FV4dKagCAaep0IBkA11nvjc7YPOV54XEUsGP",
+	"9zqemEf8VZScbd6lyfyBBE5HrE+QWgTDl3LlKd2v1FWuKd0SMqCrbntLu3dWWF97z724j8fuYVk/MC2O",
+	"7fl9/IBgw8sCAauimoWMp1pJVeC50yKDyrqnFzkrjLQ5Sx4OPShCWB7vGQJxES9ZAoICQhFD2VpSsLqg",
+	"AGRdMtGt6kmlGQQdv2MCAHmGuktEbJqaXOkFuxHzfLc3lAGZ46IjI/c3vRhkXNg3jTwqcVl85YZqlsHw",
+	"b4OI3CnlqmtLA4YCn0AInLwuoPFCo++JgGIDRAREBG0GbT/GQ6m5tFMEY6eivFr1FJF83FtpNoI7Rw2i",
+	"jc7ZBneJQzasrWHQlce65Q+kvqTSCnFmZXhJhbuP6/Nbmi62UqB9BERWa1Q0PPEPknC2gSPG6Kj76sm8",
+	"tMmunQ3xCK9EOqWi5AzudP5RnI1bCObNl+ImPkwlWWLf36eOsuVSrNVoPI/6b6Xmmyk14KSJCcAFk7ns",
+	"GwiZcJmbb6C17FPV5j8N4Tf0eC07ishkuaFgj/02VUglU+p8UaMdM1V3Egzfms5WtgzrsWNXAHpNSenV",
+	"ZiSu6/1QQhYe7HmcmhLFx4CvcSRVfkWXXo2VvirHDygdx7hvT3uoaQLfxbn2a1Y52kdLCFPwbALb/srH",
+	"m/rErew9KKKQg3m0Qnff4LhjC7t/9tOOkQZQjBCmnI3wxUUy+kOe9nOY/X8f9u/jsONubD7rm2nxG3AA",
+	"sCf2P9t/vlSK9uhTWXS6oVLY12Q+bQ0cPAZAV9dn+i4bs+EsfjUxD/UDI49JsPgssR+F1i4v23cDN9MU",
+	"Cl9rZZesS6W1u9SMNMvUnUgAS/G/jLkWNTlFdozri40OrAixofoN+W7UKnZNupvzMPRDSHSfm6vPqQki",
+	"Pf+g4fm8Vn66YQoHbadAXrmKPy/QvsQ59Ra1tlOutW3Otc9eda643SPfOLDqVKPueCFvTqXZyv0X9QLL",
+	"GKAoHKuTg5nuFbBQ38gCEGdcQi4b4YlDRxweuRFEPeNpIW9YN+E5H1Ab3k95hInnPOdQGAMX2g+7hBI6",
+	"gnaayjXYcM8U0qkAJVgNALi4kpnQOuEhDru9CKFwGUn5vh6LDZUv76XLw59jBsMVra5Wd7WSlgEbpclg",
+	"RIg3d5RiOoKrByP0OS3mImIjWNYReqBdpYOL+8HKqjH794v373rsEsdyhShLRTJYrsahnGa1UgaTIrAy",
+	"xfhMDOifK3KW5rssVjPh/N2wg1Lc2UkYAtdbUB3MUWO1zVBWy23eu60nDDnfad9vPhTbYLwb1sNdgAvs",
+	"iCKCihuTDyWtHhO+7yaQ3+jzEDNah50BG3Z8izNs44wYTsPOl1HkzVKq/IkzZYRpLMtxm9FCAn9HFTIP",
+	"lrtYx1VWdq2yksjBWQB1VEnGkgN8G1Uwv+1WwLH/NjU1jypkH6vm6n7MiQTPdxzjDSSIY+If4LP6E+7y",
+	"qrDRehe79kSITmU/eLzJaCiXenPWGv3sOllsIiYyI0qjj77n15kYHQ0lCj/Xe7/SQ7HMnLoWAOXvXJeQ",
+	"mjaUI7jhikClRsiEK2jbYg979Vo15sqqCKMl4TaUibpztYYQbWBdEl4DYoOlWZOkkNDmHGm7jmMh8BZ4",
+	"NK55fGM5JjVG6kGSHRjZ1TlgDr1UjZki57g+TxeAdw/4OobuurQU0ta+FyP3Qcm0tKqAzwGwbR7elcNW",
+	"H1W6rQHgqsudIQTfivAljWzH+BA09HMX8/wrGMxY7/uHYWTAVjhmgF85LlbRbqEWnJtSzK0ctmImnvCs",
+	"FfIinciv5lZaf9qKmfhePUowN8p5gRRjnC4mUxPWJrU2d5CVFaBkzH1BNBM8btjuHwBMlXQtOdxAX+EY",
+	"0ZP+MOcIoZTQZE6BEDG903cT91SSK8YBY4RZi6OsFB5KBN8Y0auLZMByXYiR62KPSZ+oWKDdaHwLeyvg",
+	"+VD6W+HcOvxVSiTvsRaHfSjL0x4QrvS4/xIH3p2a7/LE00a4I089iSqtqqOyUzkQITZwimoBzNSws+MP",
+	"FyevkARcwcEyxttjHnG3dusLPi/8VduaUS8xcamN7QIJR0+aLOReY3M5oV+WR6kp9KNZ9g21q5uTfMqN",
+	"+b7LCt2aPmnpxnJ/v1blGwePTjePXxv33ar/F6D8g8UJcGo5oeFbOclZrJUkjG7XgZB1L8VsrjTPdgzz",
+	"/GK3PUk/hHntf3YfWyCf1Sh2E+7ZK2pB9UB3Fw5jdTl6uM8eMBWkFPvvYvsVixqDe82v2v8qh6Pqwnh4",
+	"xYYbqSzb8EhweToT0P0qtpoeNtaRCSYeC22+S8a6+Uq3tKWu66pL6ztdb4L6RJw43Gn1KxfStSU2gMwD",
+	"dfsrceYHVC3DNCusAdCQRJZA1oEywqXc3whw3olUuwbn7NKSfdnrUNA7Ax/xwZQ7ocVXZ8P71zy+GadZ",
+	"9p1YjKtHKajT/ESzfuKz5B7zjVCc3NutT9oBnlpLqPrejxIqLV6wunB6ea7wlVLJfgeJG1nD+mPZ7hKr",
+	"JHcjZgromuOKlKgfMptDp2NoJ5LOBOE9ElqDE+EYhPAgZPIbHD1wFf2xzt2ZnfI/k7ZykSuy/J0Fjxof",
+	"UiAGicilZ0+YVDmLeTGZ5qyYf32KodLuPxbNLHWifyJW3dDv/ondYO05dLM7zHWYNFN1Z40M71ZENuY5",
+	"Vvrd48ZfUCQKoCbUHeu6V4R6fUCaMCJWMtnEur/+ySrkH5Abf8BJ/3PxY+/PwJ7tEMr0ta0lQdkz9aRk",
+	"Qrx2vcP10l30h/a30ltsdre6NXkUb6sbbAtn6/eBG7nB00qr+aSOVnrGN/Kzujf8r+ZmLRHLSj/rWGnM",
+	"wVuCR8XLbgShQM05dc8TDkK5AtuDN7jzsPt0ILbuEfuf6VMLN2yVnL+2F5ZmeUQA65SCiAkvLurmoHbS",
+	"fMt1a3bHNr5y/2scocsScPuhC/leVob6DuF3QwUGNe4ZTvDf3Ft/q3zKWu/hRlH/m7/qDy3rg32d1wt9",
+	"uvKRpL4bDfPT4WPOqEcqoPbzeBo5nWC3hVJQ6+v8negF9bWkntLopEtnswKyUD1MoPh7wTNnCNUXZMew",
+	"rgEYxMqIke+CLxPAUdz1JY7P+n0HZ8P9IEeMOyf7EPAKIcMV8rV5Wazi96CKZvisf2Cn6aUdiopkKB2A",
+	"TaxmLgXVg0dWRwtD8JupI8Mng+AvH/GNQiCr/cnDrL4kARMggEeHjm0zrWNIiqnO4Cu2BTin1tOMV7lC",
+	"paO4J8busZ6oHcOWXyliL5VMijhXesegaWFpmkbbbc877qFh+QH3P7uPLXSs2mn4SkoWeD7tPgeSB7oO",
+	"Z3KcpZNpHlUyYyAPyllulVCXVnfmqDZeis1ID/uH91jyZuWsea2+/tkNnNUH1tqsysNyW75Lobf5SreY",
+	"2+MGhQ7TPi1NO2XNSd7Od6BR2e11k+89uN+e0IswldRB8f+bZqo0s/+ZPq1t4LJEPN8Do3kkDmPtwX9e",
+	"1hI2KG8ru7imRwvWVz87OPzz4V9+eHH4501Yec0kOeap3jNTrsU6IvuZp/oCLnpC8iof0kBXd8LK91Ab",
+	"NXqdHcPK96HLWfeAijmNyGuyvfLqT0I71sIqAgbWb2k+hXrCuU6VTvMFu+Yyidg847GAtn+Q/pgJfiuM",
+	"ezVwPIPyMpSY6+0yv+dC06sOKh1q1di9/zOWQ4sxbIac36WxGMqculIah0pRXn9AgeRrlU8RQp+ARxGH",
+	"psfOwDs4lIXByB/d52IfqaYMOsETAM46dleoIjdpIthBr3cAiPFmKA+fPfNImnhZENvmYpkGH98KWyK/",
+	"r2d7taR7S79f27y5EHm1F2HofG1xongys5yymRlpnos9wAjd0CoKFBe47A/t3vLv0aIVkbV0cGkex7NV",
+	"29XK6FsEuOx+GhBXT8M/WxHK/mf7xxX80cJ49Uv+TUIE5Tp7aMfrIr4RAAZFZWQ8B4ZtLVLLctnZybtX",
+	"p+9ekxBLoRIYYFKWe1Kv347NtuqapXkCkm+swPRL9Bj6Y3W0r0a4YdWuJNMHhwu8YrHsqlzawyeo3HPj",
+	"f6ueJ+vI51yACpUcVQ9W1e2TqxshIaN/nGY+0UegIwgMi8dufbVuug+KPj+4oZXSAKXF4yW+VEZ6dyNr",
+	"c9klo7XE0uIdx6ksk8IVBe1xKiSqsMn2TIk4PY62PocFL3nKYKd9wjq3CM6yF3Ry4HLNeCJ8qNcS2PHZ",
+	"aaj9n1XIjYi1qMP60jKsUaE25HTY+582o8M+4Vvlc8DbNZ+nIzaCBfR9B3CFIwTtxMQ+JWPxjc4dl5Ya",
+	"kFCQUeH87GypMxM1lVYyW2xHFrVjtP85TdYqROfiVt1UiGWTMoTXP1gZwmEca4E+yiXm6QGakVLdLWHf",
+	"tjoTgdaxdRmcJmtl71jpGc87g05RwJVN/W7vlL7ZlGz3G13zxP645kQ4sBxxEsu86jjLmKbIlUjKq+pu",
+	"NTv7DfpRkAm5mBhO78nweaoP+UasiN4wqIq41f12EUnp++CwVNoNjKGCjdN+t93uO/eSNdrfyF1eCb1K",
+	"B5vtLb28cA8o7cwEv03lhHUTzVMpkt1yQRL/IHPk++gQkhahwFnGdC0AVrAG2rVx3aYqs+fDr9yaNd3W",
+	"xMClPH3VWWZFsB0eqbcR//H1ySWzd5WQvmnyBbICZ1wuyoUgMJJBjYgQYULpKiCmQTPVsL8VJmeT9FZI",
+	"lquJyKdCI9gYCTO7KAgKSaC9F3MRY1PChNqqOoxNVCJ9u0d8Q9+2EFsWqTFLE4Mgp3PsaGvHkbHYPYIC",
+	"8oQV8kaqOwlokk0P4BK7a7pnTHlZXhWMtAh97Na4RR8ft0g7drJN6KBpYtYKJeirWZNOqcxfHHbW+/yh",
+	"l84p3vrs+Qu4mP4sr+Za88VT99Ipt3udpPL0NFaFTL52c53foOiuQusS+kDkCuvAa/SemAoBpXlUdrjk",
+	"yXfMG6aC6/xa8HvAL1ZGbpL5v/jRn0bc+/HPxVzphkqp/pM8LluEBXytevUBUgp3acdYZpiqJI1BAElh",
+	"AOta6fwxiSpEGfgU80h00dQ2GoBe8VGse2fPGzT1XZFGNB0MWu1a5p2piVl/C1xBN2CYa5M4waI2YK1L",
+	"uOyQBoSQT4mTOdBk2DfKBbGG/ZGpXd+ZMvlEC1PtxAwOXvvjTBjDJ8KlTJa4UiuiFHy/iMrFjqtNsQnq",
+	"+LqcWLfygiToEDqlKs92zIAd9g+PAO3N2p6pH2qmbu2M7O8/7rKJyBFDzvW2S7F5N7UOtm+SKMQYA+BG",
+	"FMT2SabHLgiZzHf0x6XBgqjUsCnXs0wYMyj330OSk0Hs3sTSCFU+pyi4V3azXKNoGfqMwCF5VlCza/oW",
+	"/OTsmHkOyGZ8wXSaCMYzZfVD/8tuVOnzASjVnkyOoP3fIQIFzwSX6FzAlbYzr2xDIjiChM+sVqTFnlM2",
+	"MY0Yye5OVIrgd0Ooi3atKurG05hR9iHQRvqru3LLR2MH63Vs9ohE7Gor6/s2r34g10YiR73SaQ07jmP7",
+	"YPuSogxKcIXEVvu3Pyqvt1MWcaHTfAHs/Fpwbe/9/aNl2AiMjYy+0Fln0Jnm+Xywv3/w7M+9fq/fOxj8",
+	"pf+XPjB3mtJnH8sopIE4B/3tproK7w8tzTBjE5uMwLm4SbMMv/S9rl0vHQA4tisk49RySUI0hl9nvUpv",
+	"BRg48MQPhGjpm8AeAd+y38iEFYY8HfUWDaGBKKOKHCS1bF4E3nOh0spwZTrS6njn7XGvKiOWpaKrI57V",
+	"q7jKxmU+5xXYpanBbi2tI5XXBKZbiQmvcfxX19L7+ldH+0XdVRJcIEegykAN4zPLil2stzJqJangy8cv",
+	"/38AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

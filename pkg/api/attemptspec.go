@@ -41,6 +41,22 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	return out, nil
 }
 
+// WithItem adds a for_each task's item (nil: a replica, nothing) to its
+// attempt's inputs, as the input named by the step's for_each.as: the
+// executor gives it as that environment variable and the file
+// $CAPSTAN_INPUTS_DIR/<as>.
+func WithItem(spec *AttemptSpec, step domain.Step, item *string) {
+	if item == nil || step.ForEach == nil {
+		return
+	}
+	in := map[string]string{}
+	if spec.Inputs != nil {
+		in = *spec.Inputs
+	}
+	in[step.ForEach.EnvName()] = *item
+	spec.Inputs = &in
+}
+
 // ConvertJSON converts in to out, two types with the same JSON shape (an
 // API type and its domain twin), through their JSON. It uses go-json, a
 // drop-in for encoding/json, faster on these types, which the api converts

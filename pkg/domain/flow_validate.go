@@ -101,8 +101,8 @@ func (in Input) validate(at string, s Step, i int) []FieldError {
 }
 
 // validateFlow checks what steps refer to across the spec: an input's
-// producer must be another step that declares the output (in StepByStep
-// mode, an earlier one), and a condition may read only other steps (in
+// producer, and a for_each's, must be another step that declares the
+// output (in StepByStep mode, an earlier one), and a condition may read only other steps (in
 // StepByStep mode, earlier ones) and declared params.
 func (w WorkflowSpec) validateFlow(index map[string]int) []FieldError {
 	var errs []FieldError
@@ -122,6 +122,14 @@ func (w WorkflowSpec) validateFlow(index map[string]int) []FieldError {
 		for k, in := range s.Inputs {
 			step, output := in.Producer()
 			field := fmt.Sprintf("%s.inputs[%d].from", at, k)
+			refer(field, i, step, "names")
+			if j, ok := index[step]; ok && j != i && !slices.Contains(w.Steps[j].Outputs, output) {
+				errs = append(errs, FieldError{field, fmt.Sprintf("step %q declares no output %q", step, output)})
+			}
+		}
+		if f := s.ForEach; f != nil && f.From != "" {
+			step, output := f.Producer()
+			field := at + ".for_each.from"
 			refer(field, i, step, "names")
 			if j, ok := index[step]; ok && j != i && !slices.Contains(w.Steps[j].Outputs, output) {
 				errs = append(errs, FieldError{field, fmt.Sprintf("step %q declares no output %q", step, output)})

@@ -4,8 +4,9 @@ package domain
 // later ones). The executor fails an attempt past them; the api refuses a
 // report past them.
 const (
-	// MaxOutputValueBytes bounds one output value: 64 KiB.
-	MaxOutputValueBytes = 64 << 10
+	// MaxOutputValueBytes bounds one output value: 1 MiB, so that one value
+	// can list a for_each's 10,000 items (file paths, ids).
+	MaxOutputValueBytes = 1 << 20
 	// MaxTaskOutputBytes bounds the values of all of one task's outputs
 	// together: 1 MiB.
 	MaxTaskOutputBytes = 1 << 20

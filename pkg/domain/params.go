@@ -116,6 +116,9 @@ func paramNameProblem(name string) string {
 // would set too: its env, secret_env and inputs' names (fields relative to
 // the step).
 func (s Step) paramClashes(decls []Param) []FieldError {
+	if !s.RunsProcess() {
+		return nil // no environment: a workflow step's inputs are its child's params
+	}
 	var errs []FieldError
 	const msg = "is a param of the workflow; set it through params"
 	for _, p := range decls {
@@ -339,19 +342,29 @@ func paramText(typ string, v any) string {
 }
 
 // StepsWithParams returns the steps a run of w with the params values (as
-// ResolveParams returns them) executes: a copy of w.Steps in which every
-// task step's Env also holds ParamEnv(w.Params, values), the params winning
-// over a variable of the same name (which Validate rejects). Suspend and
-// approval steps run no process and are copied unchanged. w is not
-// modified; when no param has a value the result is w.Steps itself.
+// ResolveParams returns them) executes, as their actions keep them: a copy
+// of w.Steps in which every task step's Env also holds ParamEnv(w.Params,
+// values), the params winning over a variable of the same name (which
+// Validate rejects), and a for_each's items are left out (the run's spec
+// keeps them: StaticItems), so that no statement that reads an action's
+// step carries up to MaxForEachItems items. Suspend and approval steps run
+// no process, nor do workflow steps (their child takes params of its
+// own), and are copied unchanged. w is not modified; when no param
+// has a value and no step lists items the result is w.Steps itself.
 func (w WorkflowSpec) StepsWithParams(values map[string]any) []Step {
 	penv := ParamEnv(w.Params, values)
-	if len(penv) == 0 {
+	lists := slices.ContainsFunc(w.Steps, func(s Step) bool { return s.ForEach != nil && s.ForEach.Items != nil })
+	if len(penv) == 0 && !lists {
 		return w.Steps
 	}
 	steps := slices.Clone(w.Steps)
 	for i, s := range steps {
-		if s.Kind == KindSuspend || s.Kind == KindApproval {
+		if s.ForEach != nil && s.ForEach.Items != nil {
+			f := *s.ForEach
+			f.Items = nil
+			steps[i].ForEach = &f
+		}
+		if !s.RunsProcess() || len(penv) == 0 {
 			continue
 		}
 		env := make(map[string]string, len(s.Env)+len(penv))
@@ -360,4 +373,14 @@ func (w WorkflowSpec) StepsWithParams(values map[string]any) []Step {
 		steps[i].Env = env
 	}
 	return steps
+}
+
+// StaticItems returns the items the spec lists for step's for_each (nil
+// when its list comes from an output or is empty, or there is no such
+// step): an action's step holds no items (StepsWithParams).
+func (w WorkflowSpec) StaticItems(step string) []any {
+	if i := w.index(step); i >= 0 && w.Steps[i].ForEach != nil && w.Steps[i].ForEach.Items != nil {
+		return *w.Steps[i].ForEach.Items
+	}
+	return nil
 }

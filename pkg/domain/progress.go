@@ -174,8 +174,8 @@ func runPhase(spec WorkflowSpec, before, work map[string]StepStatus, suspended, 
 }
 
 // Dependencies returns the steps step i waits for: in DAG mode its
-// depends_on, the producers of its inputs (KubeVela: an input implies the
-// dependency) and the steps its condition reads; in StepByStep mode the step
+// depends_on, the producers of its inputs and of its for_each list
+// (KubeVela: an input implies the dependency) and the steps its condition reads; in StepByStep mode the step
 // before it.
 func (w WorkflowSpec) Dependencies(i int) []string {
 	if w.Mode != ModeDAG {
@@ -188,6 +188,10 @@ func (w WorkflowSpec) Dependencies(i int) []string {
 	deps := slices.Clone(s.DependsOn)
 	for _, in := range s.Inputs {
 		step, _ := in.Producer()
+		deps = append(deps, step)
+	}
+	if s.ForEach != nil && s.ForEach.From != "" {
+		step, _ := s.ForEach.Producer()
 		deps = append(deps, step)
 	}
 	if s.If != "" && s.If != IfAlways {

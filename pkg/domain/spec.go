@@ -25,10 +25,13 @@ const (
 	KindSuspend = "suspend"
 	// KindApproval waits for an approve or a reject.
 	KindApproval = "approval"
+	// KindWorkflow runs a workflow template as a child run (Temporal's
+	// child workflows, Argo's workflow-of-workflows).
+	KindWorkflow = "workflow"
 )
 
 // KnownKinds lists the step kinds a spec may use.
-var KnownKinds = []string{KindTask, KindSuspend, KindApproval}
+var KnownKinds = []string{KindTask, KindSuspend, KindApproval, KindWorkflow}
 
 // Failure policies (Step.OnFailure).
 const (
@@ -78,6 +81,10 @@ type WorkflowSpec struct {
 	// turns between the keys of a project's runs within a priority band as
 	// it does between projects; "" = the project's one key.
 	FairnessKey string `json:"fairness_key,omitempty"`
+	// Outputs are the run's outputs, each one of its steps' (at most
+	// MaxOutputs): what a parent's workflow step that runs it as a child
+	// gets as its own outputs.
+	Outputs []SpecOutput `json:"outputs,omitempty"`
 }
 
 // Input is one value a step receives from an earlier step's output: From is
@@ -153,6 +160,9 @@ type Step struct {
 	Outputs []string `json:"outputs,omitempty"`
 	// Inputs are earlier steps' outputs the step receives.
 	Inputs []Input `json:"inputs,omitempty"`
+	// ForEach fans the step out over a list: a task per item instead of
+	// Replicas; nil = Replicas tasks.
+	ForEach *ForEach `json:"for_each,omitempty"`
 	// OnFailure is OnFailureFail (default) or OnFailureSuspend.
 	OnFailure string `json:"on_failure,omitempty"`
 	// Priority is the band: production (never preempted), interactive (the
@@ -170,6 +180,12 @@ type Step struct {
 	// RateLimits are the project's rate limits each task takes tokens of
 	// when it is placed.
 	RateLimits []RateLimitUse `json:"rate_limits,omitempty"`
+	// Workflow is a workflow step's template, run as its child; nil for
+	// every other kind.
+	Workflow *WorkflowRef `json:"workflow,omitempty"`
+	// Params are a workflow step's values of its child's params (its
+	// inputs give more, by their `as` names); nil for every other kind.
+	Params map[string]any `json:"params,omitempty"`
 }
 
 // RetriesPreemption returns MaxRetriesPreemption, default
@@ -229,6 +245,15 @@ func (s Step) ReplicaCount() int {
 	return *s.Replicas
 }
 
+// MaxTasks returns the most tasks the step may have: MaxForEachItems for a
+// for_each step, else MaxReplicas.
+func (s Step) MaxTasks() int {
+	if s.ForEach != nil {
+		return MaxForEachItems
+	}
+	return MaxReplicas
+}
+
 // RetriesFailure returns MaxRetriesFailure, default DefaultMaxRetriesFailure.
 func (s Step) RetriesFailure() int {
 	if s.MaxRetriesFailure == nil {
@@ -247,6 +272,12 @@ func (s Step) SystemFailuresAllowed(def int) int {
 	return *s.MaxSystemFailures
 }
 
+// RunsProcess reports whether the step runs tasks with a plugin: a task
+// step, not a wait (suspend, approval) nor a workflow step (a child run).
+func (s Step) RunsProcess() bool {
+	return s.Kind != KindSuspend && s.Kind != KindApproval && s.Kind != KindWorkflow
+}
+
 // Normalize fills defaults in place: mode StepByStep, param type string,
 // kind task, plugin shell.
 func (w *WorkflowSpec) Normalize() {
@@ -262,7 +293,7 @@ func (w *WorkflowSpec) Normalize() {
 		if w.Steps[i].Kind == "" {
 			w.Steps[i].Kind = KindTask
 		}
-		if k := w.Steps[i].Kind; w.Steps[i].Plugin == "" && k != KindSuspend && k != KindApproval {
+		if w.Steps[i].Plugin == "" && w.Steps[i].RunsProcess() {
 			w.Steps[i].Plugin = PluginShell
 		}
 		if w.Steps[i].Priority == "" {

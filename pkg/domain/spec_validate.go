@@ -53,6 +53,9 @@ func (w WorkflowSpec) Validate(prefix string) []FieldError {
 	if len(errs) > 0 {
 		return errs
 	}
+	for _, e := range w.validateOutputs(seen) {
+		add(e.Field, "%s", e.Message)
+	}
 	for _, e := range w.validateFlow(seen) {
 		add(e.Field, "%s", e.Message)
 	}
@@ -82,6 +85,8 @@ func (s Step) validate(mode string) []FieldError {
 		add(".kind", "unknown step kind %q; known: %s", s.Kind, strings.Join(KnownKinds, ", "))
 	}
 	switch {
+	case known && s.Kind == KindWorkflow:
+		errs = append(errs, s.validateWorkflowStep()...)
 	case known && s.Kind != KindTask:
 		errs = append(errs, s.validateWait()...)
 	default:
@@ -90,7 +95,11 @@ func (s Step) validate(mode string) []FieldError {
 			errs = append(errs, s.Cache.validate(s)...)
 		}
 	}
+	if s.Kind != KindWorkflow {
+		errs = append(errs, s.workflowOnly()...)
+	}
 	errs = append(errs, s.validateData()...)
+	errs = append(errs, s.validateForEach()...)
 	if len(s.Command) > MaxCommandBytes {
 		add(".command", "is %d bytes; at most %d", len(s.Command), MaxCommandBytes)
 	}
@@ -109,8 +118,8 @@ func (s Step) validate(mode string) []FieldError {
 	if n := s.RetriesPreemption(); n < 0 || n > 10000 {
 		add(".max_retries_preemption", "must be between 0 and 10000, got %d", n)
 	}
-	if n := s.TaskFailuresAllowed(); n < 0 || n > MaxReplicas {
-		add(".max_task_failures", "must be between 0 and %d, got %d", MaxReplicas, n)
+	if n, most := s.TaskFailuresAllowed(), s.MaxTasks(); n < 0 || n > most {
+		add(".max_task_failures", "must be between 0 and %d, got %d", most, n)
 	}
 	if mode == ModeStepByStep && len(s.DependsOn) > 0 {
 		add(".depends_on", "is only allowed in DAG mode (StepByStep runs steps in order)")

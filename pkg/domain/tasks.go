@@ -26,6 +26,8 @@ type NewTask struct {
 	// SchedulingDeadline is when a task still PENDING becomes
 	// UNSCHEDULABLE; nil for never.
 	SchedulingDeadline *time.Time
+	// Item is a for_each task's item (ItemValue); nil for a replica.
+	Item *string
 }
 
 // StepTasks returns the tasks of a starting task step, one per replica in
@@ -36,13 +38,28 @@ type NewTask struct {
 // it sets one. Each task has its own copy of the constraints. Iris:
 // expand_job_to_tasks.
 func StepTasks(step Step, defaultSystemFailures int, now time.Time) []NewTask {
+	return stepTasks(step, step.ReplicaCount(), defaultSystemFailures, now)
+}
+
+// ForEachTasks returns the tasks of a starting for_each step as StepTasks
+// does, one per item (ItemValue of each) in index order, each carrying its
+// item.
+func ForEachTasks(step Step, items []string, defaultSystemFailures int, now time.Time) []NewTask {
+	tasks := stepTasks(step, len(items), defaultSystemFailures, now)
+	for i := range tasks {
+		tasks[i].Item = &items[i]
+	}
+	return tasks
+}
+
+func stepTasks(step Step, n, defaultSystemFailures int, now time.Time) []NewTask {
 	req := step.Request()
 	var deadline *time.Time
 	if d := step.SchedulingTimeoutDuration(); d > 0 {
 		at := now.Add(d)
 		deadline = &at
 	}
-	tasks := make([]NewTask, step.ReplicaCount())
+	tasks := make([]NewTask, n)
 	for i := range tasks {
 		tasks[i] = NewTask{Idx: i, State: TaskPending, MaxRetriesFailure: step.RetriesFailure(),
 			MaxRetriesPreemption: step.RetriesPreemption(),

@@ -1,8 +1,10 @@
 package domain
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // TaskRateLimit is one rate limit a task takes tokens of when it is
@@ -33,6 +35,16 @@ func (s Step) HasAdmission() bool { return s.Concurrency != nil || len(s.RateLim
 // FieldError naming prefix + ".concurrency.key" or prefix +
 // ".rate_limits[j].key" and the first index it fails at (one per field).
 func (s Step) TaskAdmissions(params map[string]any, n int, prefix string) ([]TaskAdmission, []FieldError) {
+	return s.taskAdmissions(params, nil, n, prefix)
+}
+
+// ItemAdmissions is TaskAdmissions for the tasks of a for_each step, one
+// per item: each key sees its task's item as ITEM.
+func (s Step) ItemAdmissions(params map[string]any, items []any, prefix string) ([]TaskAdmission, []FieldError) {
+	return s.taskAdmissions(params, items, len(items), prefix)
+}
+
+func (s Step) taskAdmissions(params map[string]any, items []any, n int, prefix string) ([]TaskAdmission, []FieldError) {
 	if !s.HasAdmission() {
 		return nil, nil
 	}
@@ -43,7 +55,11 @@ func (s Step) TaskAdmissions(params map[string]any, n int, prefix string) ([]Tas
 		x, err := CompileTaskKey(expr)
 		if err == nil {
 			var key string
-			if key, err = x.Eval(KeyVars{Params: params, Index: idx}); err == nil {
+			v := KeyVars{Params: params, Index: idx}
+			if items != nil {
+				v.Item = celItem(items[idx])
+			}
+			if key, err = x.Eval(v); err == nil {
 				return key
 			}
 		}
@@ -77,7 +93,38 @@ func (s Step) TaskAdmissions(params map[string]any, n int, prefix string) ([]Tas
 func SlotFree(held, maxTasks int) bool { return held < maxTasks }
 
 // SlotWaitReason is the pending_reason of a task waiting for a slot of a
-// concurrency key: `concurrency key "db-migrate": 1 of 1 running`.
+// concurrency key: `concurrency key "db-migrate": 1 of 1 running`, or for
+// a for_each's max_parallel `for_each max_parallel 3: 3 running`.
 func SlotWaitReason(key string, held, maxTasks int) string {
+	if strings.HasPrefix(key, ForEachSlotPrefix) {
+		return fmt.Sprintf("for_each max_parallel %d: %d running", maxTasks, held)
+	}
 	return fmt.Sprintf("concurrency key %q: %d of %d running", key, held, maxTasks)
+}
+
+// celItem is an item as CEL takes it: its numbers (json.Number, as
+// ForEachItems keeps them) as int64 when whole, else float64, within lists
+// and maps too.
+func celItem(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = celItem(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = celItem(e)
+		}
+		return out
+	}
+	return v
 }

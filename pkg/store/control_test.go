@@ -44,11 +44,11 @@ func TestRequestSuspendAndResume(t *testing.T) {
 	key := newRun(t, st, "r", twoSteps())
 	storetest.StartSteps(t, st, key, "a")
 
-	run, err := st.Runs().RequestSuspend(ctx, key)
+	run, _, err := st.Runs().RequestSuspend(ctx, key)
 	require.NoError(t, err)
 	require.NotNil(t, run.SuspendRequestedAt)
 	first := *run.SuspendRequestedAt
-	again, err := st.Runs().RequestSuspend(ctx, key)
+	again, _, err := st.Runs().RequestSuspend(ctx, key)
 	require.NoError(t, err)
 	require.True(t, first.Equal(*again.SuspendRequestedAt), "a second suspend keeps the first's time")
 	got, err := st.Runs().GetRun(ctx, key)
@@ -57,7 +57,7 @@ func TestRequestSuspendAndResume(t *testing.T) {
 	require.Equal(t, again.Version, got.Run.Version)
 	require.Nil(t, got.Run.ResumeRequestedAt)
 
-	run, err = st.Runs().RequestResume(ctx, key)
+	run, _, err = st.Runs().RequestResume(ctx, key)
 	require.NoError(t, err)
 	require.Nil(t, run.SuspendRequestedAt)
 	require.NotNil(t, run.ResumeRequestedAt)
@@ -70,11 +70,11 @@ func TestRequestSuspendAndResume(t *testing.T) {
 
 	_, err = st.Aborts().AbortAction(ctx, key.Action(domain.RootActionName), "stop", store.CauseAborted)
 	require.NoError(t, err)
-	_, err = st.Runs().RequestSuspend(ctx, key)
+	_, _, err = st.Runs().RequestSuspend(ctx, key)
 	require.ErrorIs(t, err, store.ErrTerminal)
-	_, err = st.Runs().RequestResume(ctx, key)
+	_, _, err = st.Runs().RequestResume(ctx, key)
 	require.ErrorIs(t, err, store.ErrTerminal)
-	_, err = st.Runs().RequestSuspend(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "ghost"})
+	_, _, err = st.Runs().RequestSuspend(ctx, domain.RunKey{Project: "p", Domain: "d", Run: "ghost"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 

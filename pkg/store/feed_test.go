@@ -32,9 +32,9 @@ func TestEventsAfterSkipsNoRowUnderConcurrentWriters(t *testing.T) {
 		wg.Go(func() {
 			for i := range 25 {
 				if (w+i)%2 == 0 {
-					_, _ = st.Runs().RequestSuspend(ctx, key)
+					_, _, _ = st.Runs().RequestSuspend(ctx, key)
 				} else {
-					_, _ = st.Runs().RequestResume(ctx, key)
+					_, _, _ = st.Runs().RequestResume(ctx, key)
 				}
 			}
 		})
@@ -134,7 +134,7 @@ func TestRunEventsAfter(t *testing.T) {
 	ctx := context.Background()
 	st, db := openWithDB(t)
 	key := newRun(t, st, "r", twoSteps())
-	_, err := st.Runs().RequestSuspend(ctx, key)
+	_, _, err := st.Runs().RequestSuspend(ctx, key)
 	require.NoError(t, err)
 	want, err := st.Events().EventsAfter(ctx, store.EventFilter{Project: key.Project, Domain: key.Domain, Run: key.Run}, 0, 100)
 	require.NoError(t, err)
@@ -179,11 +179,11 @@ func TestNestedInTxKeepsOrDropsItsEvents(t *testing.T) {
 	key := newRun(t, st, "r", twoSteps())
 	before := events(t, db, key)
 	err := st.InTx(ctx, func(tx *store.Store) error {
-		if _, err := tx.Runs().RequestSuspend(ctx, key); err != nil {
+		if _, _, err := tx.Runs().RequestSuspend(ctx, key); err != nil {
 			return err
 		}
 		require.Error(t, tx.InTx(ctx, func(inner *store.Store) error {
-			if _, err := inner.Runs().RequestResume(ctx, key); err != nil {
+			if _, _, err := inner.Runs().RequestResume(ctx, key); err != nil {
 				return err
 			}
 			return errors.New("changed my mind")
@@ -212,11 +212,11 @@ func TestFeedLockOrdersCommits(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error)
 	go func() {
-		_, err := st.Runs().RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
+		_, _, err := st.Runs().RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
 		first <- err
 	}()
 	<-held
-	_, err := st.Runs().RequestSuspend(ctx, sibling)
+	_, _, err := st.Runs().RequestSuspend(ctx, sibling)
 	require.NoError(t, err, "another run of the project does not wait")
 	// The same run's next writer: an event written outside a run lock.
 	second := make(chan error)
@@ -318,7 +318,7 @@ func TestListenerRegistersAfterInFlightWriters(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	writer := make(chan error)
 	go func() {
-		_, err := st.Runs().RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
+		_, _, err := st.Runs().RequestSuspend(store.WithHold(ctx, func() { close(held); <-release }), key)
 		writer <- err
 	}()
 	<-held

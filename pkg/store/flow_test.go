@@ -81,11 +81,11 @@ func applyOutcome(tb testing.TB, st *store.Store, id int64, o store.TaskOutcome)
 	require.NoError(tb, err)
 }
 
+// tasksOf returns every task of the run's action, current generation
+// first, each generation in index order.
 func tasksOf(t *testing.T, st *store.Store, key domain.RunKey, action string) []store.TaskDetail {
 	t.Helper()
-	d, err := st.Actions().GetAction(context.Background(), key.Action(action))
-	require.NoError(t, err)
-	return d.Tasks
+	return storetest.AllTasks(t, st, key.Action(action))
 }
 
 func TestAbortKillsTasksAndTracksDelivery(t *testing.T) {

@@ -62,6 +62,27 @@ type Run struct {
 	AdmittedAt     *time.Time `json:"admitted_at"`
 	PendingReason  *string    `json:"pending_reason"`
 	FairnessKey    string     `json:"fairness_key"`
+	// ParentRun and ParentAction name the workflow step a child run is of
+	// (nil for a run created through the API); ParentIndex is its index
+	// among the step's children, ParentGeneration the step's generation it
+	// belongs to, ParentTry how many children of its index started before
+	// it. Depth is 0 for a run created through the API, else its parent's
+	// + 1 (at most domain.MaxDepth).
+	ParentRun        *string `json:"parent_run"`
+	ParentAction     *string `json:"parent_action"`
+	ParentIndex      *int    `json:"parent_index"`
+	ParentGeneration *int    `json:"parent_generation"`
+	ParentTry        *int    `json:"parent_try"`
+	Depth            int     `json:"depth"`
+}
+
+// Parent returns the key of the workflow step a child run is of, and
+// false for a run created through the API.
+func (r Run) Parent() (domain.ActionKey, bool) {
+	if r.ParentRun == nil || r.ParentAction == nil {
+		return domain.ActionKey{}, false
+	}
+	return domain.RunKey{Project: r.Project, Domain: r.Domain, Run: *r.ParentRun}.Action(*r.ParentAction), true
 }
 
 // Action is a row of actions: the run's root a0, or one step.
@@ -111,7 +132,8 @@ type Action struct {
 	CacheKey    *string `json:"cache_key"`
 	CacheStatus *string `json:"cache_status"`
 	// Outputs are a HIT step's outputs, copied from its cache entry (it ran
-	// no task); nil for every other step.
+	// no task), or a SUCCEEDED workflow step's, gathered from its children;
+	// nil for every other step.
 	Outputs map[string]string `gorm:"serializer:json" json:"outputs"`
 	// CacheWaits counts the checks of a serializable step that found its
 	// key reserved by another action: the exponent of its wait backoff.
@@ -170,6 +192,12 @@ type Task struct {
 	// none), copied as the task is inserted (taskValues): the pass
 	// interleaves the keys of a project's PENDING tasks.
 	FairnessKey string `json:"fairness_key"`
+	// Item is a for_each task's item as it receives it; nil for a replica.
+	Item *string `json:"item"`
+	// Outputs are the outputs of a task that SUCCEEDED without running (its
+	// item's cache entry, or its item's success in an earlier generation of
+	// its step); nil when they are its current attempt's.
+	Outputs map[string]string `gorm:"serializer:json" json:"outputs"`
 }
 
 // HasAdmission reports whether placing t is limited by a step

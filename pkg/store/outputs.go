@@ -12,18 +12,25 @@ import (
 
 // stepOutputsSQL reads, for each SUCCEEDED step of a run that declares
 // outputs (the one named in @steps, or all when @all), its declared names,
-// its replica count and the outputs of its current generation's tasks whose
-// current attempt SUCCEEDED, as JSON [{idx, outputs}] in task-index order.
-// The tasks are found by the (action, generation, idx) key, their attempts
-// by (task_id, number). A step completed from the cache has its outputs on
-// the action instead (actions.outputs), returned as the fourth column.
+// its replica count, for a for_each step the number of its current
+// generation's tasks (NULL for another step), and the outputs of those
+// tasks that SUCCEEDED, as JSON [{idx, outputs}] in task-index order: a
+// task's own (tasks.outputs, set only on one that succeeded without
+// running), else those of its current attempt if that SUCCEEDED. The tasks are found by the (action, generation, idx)
+// key, their attempts by (task_id, number). A step completed from the
+// cache has its outputs on the action instead (actions.outputs), returned
+// as the fifth column.
 var stepOutputsSQL = `SELECT x.name, x.spec->'outputs', coalesce((x.spec->>'replicas')::int, 1),
+	CASE WHEN x.spec->'for_each' IS NOT NULL THEN (SELECT count(*) FROM tasks t
+	  WHERE (t.project, t.domain, t.run_name, t.action_name, t.generation) =
+	        (x.project, x.domain, x.run_name, x.name, x.generation)) END,
 	CASE WHEN jsonb_typeof(x.outputs) = 'object' THEN x.outputs END,
-	(SELECT coalesce(json_agg(json_build_object('idx', t.idx, 'outputs', at.outputs) ORDER BY t.idx), '[]')
-	   FROM tasks t JOIN attempts at ON at.task_id = t.id AND at.number = t.attempt_count
+	(SELECT coalesce(json_agg(json_build_object('idx', t.idx, 'outputs', coalesce(t.outputs, at.outputs))
+	   ORDER BY t.idx), '[]')
+	   FROM tasks t LEFT JOIN attempts at ON at.task_id = t.id AND at.number = t.attempt_count
 	  WHERE (t.project, t.domain, t.run_name, t.action_name, t.generation) =
 	        (x.project, x.domain, x.run_name, x.name, x.generation)
-	    AND at.state IN ` + sqlStates(domain.TaskSucceeded) + ` AND at.outputs IS NOT NULL)
+	    AND (t.outputs IS NOT NULL OR (at.state IN ` + sqlStates(domain.TaskSucceeded) + ` AND at.outputs IS NOT NULL)))
 FROM actions x
 WHERE x.project = @project AND x.domain = @domain AND x.run_name = @run AND x.phase = @succeeded
   AND jsonb_array_length(x.spec->'outputs') > 0
@@ -44,12 +51,14 @@ type taskOutputs struct {
 // an entry, with every declared name. Its values are those of its current
 // generation's tasks (Action.Generation: a retried or restarted step's older
 // tasks are history), each task's value the one its current attempt
-// reported SUCCEEDED. With one replica a value is the task's as written
+// reported SUCCEEDED (or, for a task that succeeded without running, its
+// own). With one replica a value is the task's as written
 // (trailing newline kept); with more it is a JSON array of the tasks'
 // values in task-index order (encoding/json of []string, HTML characters
 // not escaped: ["3\n","<b>"]). A declared output no task reported (a task
 // failed within max_task_failures) is "", in the array that task's element.
-// A run without such steps, or no such run, gives an empty map.
+// A for_each step's values are always arrays, one element per item ([]
+// for none). A run without such steps, or no such run, gives an empty map.
 func (s Actions) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []string) (map[string]map[string]string, error) {
 	rows, err := s.raw(ctx, stepOutputsSQL, sql.Named("project", runKey.Project), sql.Named("domain", runKey.Domain),
 		sql.Named("run", runKey.Run), sql.Named("succeeded", string(domain.PhaseSucceeded)),
@@ -62,8 +71,9 @@ func (s Actions) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []
 	for rows.Next() {
 		var name string
 		var replicas int
+		var fanOut *int
 		var rawDeclared, rawCached, rawTasks []byte
-		if err := rows.Scan(&name, &rawDeclared, &replicas, &rawCached, &rawTasks); err != nil {
+		if err := rows.Scan(&name, &rawDeclared, &replicas, &fanOut, &rawCached, &rawTasks); err != nil {
 			return nil, mapErr(err)
 		}
 		var declared []string
@@ -71,7 +81,7 @@ func (s Actions) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []
 		if err := decodeEach([][]byte{rawDeclared, rawTasks}, &declared, &tasks); err != nil {
 			return nil, fmt.Errorf("outputs of step %s: %w", name, err)
 		}
-		if out[name], err = stepValues(declared, replicas, rawCached, tasks); err != nil {
+		if out[name], err = stepValues(declared, replicas, fanOut, rawCached, tasks); err != nil {
 			return nil, fmt.Errorf("outputs of step %s: %w", name, err)
 		}
 	}
@@ -81,9 +91,9 @@ func (s Actions) StepOutputs(ctx context.Context, runKey domain.RunKey, steps []
 // stepValues is a step's value of each declared output: the cached ones
 // of a step completed from the cache (rawCached, JSON; "" for a name the
 // entry lacks), else aggregateOutputs of its tasks'.
-func stepValues(declared []string, replicas int, rawCached []byte, tasks []taskOutputs) (map[string]string, error) {
+func stepValues(declared []string, replicas int, fanOut *int, rawCached []byte, tasks []taskOutputs) (map[string]string, error) {
 	if rawCached == nil {
-		return aggregateOutputs(declared, replicas, tasks), nil
+		return aggregateOutputs(declared, replicas, fanOut, tasks), nil
 	}
 	var cached map[string]string
 	if err := decodeRows(rawCached, &cached); err != nil {
@@ -98,17 +108,22 @@ func stepValues(declared []string, replicas int, rawCached []byte, tasks []taskO
 
 // aggregateOutputs is a step's value of each declared output: the task's
 // with one replica, else the JSON array of every task's, "" where a task
-// reported none.
-func aggregateOutputs(declared []string, replicas int, tasks []taskOutputs) map[string]string {
+// reported none. A for_each step (fanOut: its number of tasks) always has
+// the array, [] when it had no item.
+func aggregateOutputs(declared []string, replicas int, fanOut *int, tasks []taskOutputs) map[string]string {
 	out := make(map[string]string, len(declared))
+	n := max(replicas, 1)
+	if fanOut != nil {
+		n = *fanOut
+	}
 	for _, name := range declared {
-		values := make([]string, max(replicas, 1))
+		values := make([]string, n)
 		for _, t := range tasks {
 			if t.Idx >= 0 && t.Idx < len(values) {
 				values[t.Idx] = t.Outputs[name]
 			}
 		}
-		if len(values) == 1 {
+		if len(values) == 1 && fanOut == nil {
 			out[name] = values[0]
 			continue
 		}

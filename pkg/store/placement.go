@@ -324,8 +324,10 @@ type Assigned struct {
 	Domain     string
 	RunName    string
 	ActionName string
-	TaskIdx    int         `gorm:"column:task_idx"`
-	Step       domain.Step `gorm:"column:step;serializer:json"`
+	TaskIdx    int `gorm:"column:task_idx"`
+	// TaskItem is a for_each task's item; nil for a replica.
+	TaskItem *string     `gorm:"column:task_item"`
+	Step     domain.Step `gorm:"column:step;serializer:json"`
 	// FromPhase is the action's phase before the bind: it moved to
 	// RUNNING when that was QUEUED or WAITING_FOR_RESOURCES.
 	FromPhase domain.Phase `gorm:"column:from_phase"`
@@ -431,7 +433,7 @@ WITH v AS (
 	UPDATE tasks t SET state = @assigned, worker_id = v.worker_id, pending_reason = NULL,
 		attempt_count = t.attempt_count + 1, updated_at = @now, version = t.version + 1
 	FROM v JOIN locked ON locked.id = v.task_id WHERE t.id = v.task_id
-	RETURNING t.id, t.idx, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id
+	RETURNING t.id, t.idx, t.project, t.domain, t.run_name, t.action_name, t.attempt_count, t.worker_id, t.item
 ), a AS (
 	INSERT INTO attempts (task_id, number, worker_id, state, created_at, updated_at)
 	SELECT id, attempt_count, worker_id, @assigned, @now, @now FROM t
@@ -442,7 +444,8 @@ WITH v AS (
 	WHERE x.project = k.project AND x.domain = k.domain AND x.run_name = k.run_name AND x.name = k.action_name
 		AND x.phase IN @waiting
 )
-SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, x.spec AS step, x.phase AS from_phase
+SELECT a.*, t.project, t.domain, t.run_name, t.action_name, t.idx AS task_idx, t.item AS task_item, x.spec AS step,
+	x.phase AS from_phase
 FROM a JOIN t ON t.id = a.task_id
 	JOIN actions x ON (x.project, x.domain, x.run_name, x.name) = (t.project, t.domain, t.run_name, t.action_name)
 ORDER BY a.id`

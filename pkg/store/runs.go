@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,6 +29,23 @@ type NewRun struct {
 	// Keys are the run's evaluated admission keys
 	// (domain.WorkflowSpec.AdmissionKeys of Spec and Params).
 	Keys domain.AdmissionKeys
+	// Child, for a child run, is the workflow step it is of; nil for a run
+	// created through the API.
+	Child *ChildOf
+	// SuspendedAt, when set, is the run's suspend_requested_at from its
+	// creation (a child of a suspended parent).
+	SuspendedAt *time.Time
+}
+
+// ChildOf is where a child run belongs: its parent's workflow step, its
+// index among the step's children, the step's generation, its try (how
+// many children of the index started before it) and its depth.
+type ChildOf struct {
+	Parent     domain.ActionKey
+	Index      int
+	Generation int
+	Try        int
+	Depth      int
 }
 
 // RunOrigin is what started a run: a template version (WorkflowName and
@@ -58,6 +74,12 @@ func (nr NewRun) row(now time.Time) Run {
 	if nr.IdempotencyKey != "" {
 		run.IdempotencyKey = &nr.IdempotencyKey
 	}
+	if c := nr.Child; c != nil {
+		run.ParentRun, run.ParentAction = &c.Parent.Run, &c.Parent.Action
+		run.ParentIndex, run.ParentGeneration, run.ParentTry = &c.Index, &c.Generation, &c.Try
+		run.Depth = c.Depth
+	}
+	run.SuspendRequestedAt = nr.SuspendedAt
 	o := nr.Origin
 	if o.WorkflowName != "" {
 		run.WorkflowName, run.WorkflowVersion = &o.WorkflowName, &o.WorkflowVersion
@@ -84,24 +106,6 @@ func createdEvent(run Run, now time.Time) RunEvent {
 	root := domain.RootActionName
 	return RunEvent{Project: run.Project, Domain: run.Domain, RunName: run.Name, ActionName: &root,
 		Type: "run.created", Data: []byte(`{"phase":"` + run.Phase + `"}`), CreatedAt: now}
-}
-
-// RunDetail is a run with its actions, their tasks and attempts.
-type RunDetail struct {
-	Run     Run
-	Actions []ActionDetail
-}
-
-// ActionDetail is an action with its tasks.
-type ActionDetail struct {
-	Action Action
-	Tasks  []TaskDetail
-}
-
-// TaskDetail is a task with its attempt history, oldest first.
-type TaskDetail struct {
-	Task     Task
-	Attempts []Attempt
 }
 
 // CreateRun inserts a run, its root action a0 (QUEUED) and its
@@ -214,10 +218,11 @@ var ErrStaleTemplate = errors.New("the template version changed")
 // same Idempotency-Key.
 var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 
-// GetRun returns a run with its actions, tasks and attempts.
-// Errors: ErrNotFound.
+// GetRun returns a run with its actions, each with its first page of
+// tasks (at most RunTasksPerAction, TaskPage's order) and their attempts,
+// its task counts and the cursor of its next page. Errors: ErrNotFound.
 func (s Runs) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error) {
-	run, actions, err := s.details(ctx, key, "")
+	run, actions, err := s.details(ctx, key, "", TaskPage{Limit: RunTasksPerAction})
 	if err != nil {
 		return RunDetail{}, err
 	}
@@ -235,10 +240,17 @@ func inSpecOrder(actions []ActionDetail, spec domain.WorkflowSpec) []ActionDetai
 	return actions
 }
 
-// GetAction returns one action with its tasks and attempts.
-// Errors: ErrNotFound.
+// GetAction returns one action with its first page of tasks (GetActionPage
+// with the default page). Errors: ErrNotFound.
 func (s Actions) GetAction(ctx context.Context, key domain.ActionKey) (ActionDetail, error) {
-	_, ds, err := s.details(ctx, key.RunKey, key.Action)
+	return s.GetActionPage(ctx, key, TaskPage{})
+}
+
+// GetActionPage returns one action with the page of its tasks (and their
+// attempts) that page selects, its task counts and the cursor of the next
+// page. Errors: ErrNotFound (no such run or action), ErrBadCursor.
+func (s Actions) GetActionPage(ctx context.Context, key domain.ActionKey, page TaskPage) (ActionDetail, error) {
+	_, ds, err := s.details(ctx, key.RunKey, key.Action, page)
 	if err != nil {
 		return ActionDetail{}, err
 	}
@@ -246,58 +258,6 @@ func (s Actions) GetAction(ctx context.Context, key domain.ActionKey) (ActionDet
 		return ActionDetail{}, ErrNotFound
 	}
 	return ds[0], nil
-}
-
-// detailsSQL reads a run's row with its actions (the one named @only, or
-// all when @only is empty), their tasks and the tasks' attempts, each as
-// the JSON Postgres builds from the rows (the models' json tags are the
-// column names): one round trip, however many rows. Actions come root
-// first, then in creation order.
-const detailsSQL = `SELECT row_to_json(r),
-	(SELECT coalesce(json_agg(a ORDER BY a.parent_action_name NULLS FIRST, a.created_at, a.name), '[]')
-	   FROM actions a
-	  WHERE a.project = r.project AND a.domain = r.domain AND a.run_name = r.name AND (@only = '' OR a.name = @only)),
-	(SELECT coalesce(json_agg(t ORDER BY t.action_name, t.idx), '[]')
-	   FROM tasks t
-	  WHERE t.project = r.project AND t.domain = r.domain AND t.run_name = r.name AND (@only = '' OR t.action_name = @only)),
-	(SELECT coalesce(json_agg(at ORDER BY at.task_id, at.number), '[]')
-	   FROM tasks t JOIN attempts at ON at.task_id = t.id
-	  WHERE t.project = r.project AND t.domain = r.domain AND t.run_name = r.name AND (@only = '' OR t.action_name = @only))
-FROM runs r WHERE r.project = @project AND r.domain = @domain AND r.name = @run`
-
-// details loads a run and its actions (or only the one named) with their
-// tasks and attempts. Errors: ErrNotFound (no such run).
-func (s *core) details(ctx context.Context, key domain.RunKey, only string) (Run, []ActionDetail, error) {
-	var run Run
-	var rawRun, rawActions, rawTasks, rawAttempts []byte
-	err := scanRow(s.raw(ctx, detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
-		sql.Named("run", key.Run), sql.Named("only", only)), &rawRun, &rawActions, &rawTasks, &rawAttempts)
-
-	if errors.Is(err, sql.ErrNoRows) {
-		return run, nil, ErrNotFound
-	}
-	if err != nil {
-		return run, nil, mapErr(err)
-	}
-	var actions []Action
-	var tasks []Task
-	var attempts []Attempt
-	if err := decodeEach([][]byte{rawRun, rawActions, rawTasks, rawAttempts}, &run, &actions, &tasks, &attempts); err != nil {
-		return run, nil, fmt.Errorf("run %s: decode rows: %w", key, err)
-	}
-	byTask := map[int64][]Attempt{}
-	for _, a := range attempts {
-		byTask[a.TaskID] = append(byTask[a.TaskID], a)
-	}
-	byAction := map[string][]TaskDetail{}
-	for _, t := range tasks {
-		byAction[t.ActionName] = append(byAction[t.ActionName], TaskDetail{Task: t, Attempts: byTask[t.ID]})
-	}
-	out := make([]ActionDetail, len(actions))
-	for i, a := range actions {
-		out[i] = ActionDetail{Action: a, Tasks: byAction[a.Name]}
-	}
-	return run, out, nil
 }
 
 // LockRun locks a run's row (FOR UPDATE) and returns it: the first lock of
@@ -344,39 +304,51 @@ var ErrNotRestartable = errors.New("run not in a terminal failure phase")
 // ErrUnknownStep: a restart's from_step names no step of the run's spec.
 var ErrUnknownStep = errors.New("no such step")
 
-// RequestSuspend records a suspend of a run (KubeVela's suspend): it sets
-// suspend_requested_at (kept when a suspend is already in force) and writes
-// a "run.suspend_requested" event, in one transaction that locks the run.
-// The scheduler acts on it when it next advances the run: no new step
-// starts, and the run is PAUSED once nothing runs. Errors: ErrNotFound,
-// ErrTerminal (the run ended).
-func (s Runs) RequestSuspend(ctx context.Context, key domain.RunKey) (Run, error) {
+// RequestSuspend records a suspend of a run (KubeVela's suspend) and of
+// every live descendant run (its children's, through their workflow
+// steps): it sets suspend_requested_at (kept when a suspend is already in
+// force) and writes a "run.suspend_requested" event on each, in one
+// transaction that locks the run, then the descendants by name (the lock
+// order: a parent before its children). The scheduler acts on it when it
+// next advances each: no new step starts, and the run is PAUSED once
+// nothing runs. It returns the run and the descendants' keys, whose
+// advances the caller pushes. Errors: ErrNotFound, ErrTerminal (the run
+// ended).
+func (s Runs) RequestSuspend(ctx context.Context, key domain.RunKey) (Run, []domain.RunKey, error) {
 	return s.signalRun(ctx, key, "run.suspend_requested", func(run *Run, now time.Time) map[string]any {
 		if run.SuspendRequestedAt == nil {
 			run.SuspendRequestedAt = &now
 		}
 		return map[string]any{"suspend_requested_at": run.SuspendRequestedAt}
+	}, func(now time.Time) map[string]any {
+		return map[string]any{"suspend_requested_at": gorm.Expr("coalesce(suspend_requested_at, ?)", now)}
 	})
 }
 
-// RequestResume records a resume of a run: it clears suspend_requested_at,
-// sets resume_requested_at to now (it resumes the steps paused before it:
-// suspend steps without a duration, a step paused under on_failure suspend)
-// and writes a "run.resume_requested" event, in one transaction that locks
-// the run. Errors: ErrNotFound, ErrTerminal.
-func (s Runs) RequestResume(ctx context.Context, key domain.RunKey) (Run, error) {
+// RequestResume records a resume of a run and of every live descendant
+// run: it clears suspend_requested_at, sets resume_requested_at to now (it
+// resumes the steps paused before it: suspend steps without a duration, a
+// step paused under on_failure suspend) and writes a
+// "run.resume_requested" event on each, in one transaction that locks them
+// as RequestSuspend does. It returns the run and the descendants' keys.
+// Errors: ErrNotFound, ErrTerminal.
+func (s Runs) RequestResume(ctx context.Context, key domain.RunKey) (Run, []domain.RunKey, error) {
 	return s.signalRun(ctx, key, "run.resume_requested", func(run *Run, now time.Time) map[string]any {
 		run.SuspendRequestedAt, run.ResumeRequestedAt = nil, &now
+		return map[string]any{"suspend_requested_at": nil, "resume_requested_at": now}
+	}, func(now time.Time) map[string]any {
 		return map[string]any{"suspend_requested_at": nil, "resume_requested_at": now}
 	})
 }
 
 // signalRun locks a run that has not ended, applies the columns set returns
 // (set also updates the returned run), bumps its version and writes an event
-// of type typ. Errors: ErrNotFound, ErrTerminal.
+// of type typ; then it locks its live descendants and applies down's
+// columns and the event to each. Errors: ErrNotFound, ErrTerminal.
 func (s *core) signalRun(ctx context.Context, key domain.RunKey, typ string,
-	set func(run *Run, now time.Time) map[string]any) (Run, error) {
+	set func(run *Run, now time.Time) map[string]any, down func(now time.Time) map[string]any) (Run, []domain.RunKey, error) {
 	var run Run
+	var desc []domain.RunKey
 	err := s.inTx(ctx, func(tx *Store) error {
 		var err error
 		if run, err = tx.runs().LockRun(ctx, key); err != nil {
@@ -386,9 +358,46 @@ func (s *core) signalRun(ctx context.Context, key domain.RunKey, typ string,
 			return ErrTerminal
 		}
 		now := dbNow()
-		return tx.updateRun(ctx, &run, set(&run, now), now, typ, nil)
+		if err := tx.updateRun(ctx, &run, set(&run, now), now, typ, nil); err != nil {
+			return err
+		}
+		if desc, err = tx.lockLiveDescendants(ctx, key); err != nil {
+			return err
+		}
+		for _, d := range desc {
+			if err := tx.updateRun(ctx, &Run{Project: d.Project, Domain: d.Domain, Name: d.Run}, down(now), now, typ,
+				map[string]any{"from_run": key.Run}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
-	return run, err
+	return run, desc, err
+}
+
+// descendantsSQL locks, by name, the runs below @run (its children, theirs…)
+// that have not ended.
+const descendantsSQL = `WITH RECURSIVE down(name, n) AS (
+	SELECT name, 1 FROM runs WHERE project = @p AND domain = @d AND parent_run = @run
+	UNION ALL
+	SELECT r.name, down.n + 1 FROM runs r JOIN down ON r.parent_run = down.name
+	 WHERE r.project = @p AND r.domain = @d AND down.n < @limit)
+SELECT name FROM runs WHERE project = @p AND domain = @d AND name IN (SELECT name FROM down) AND ended_at IS NULL
+ORDER BY name FOR UPDATE`
+
+// lockLiveDescendants locks the live runs below key, by name, and returns
+// their keys.
+func (s *core) lockLiveDescendants(ctx context.Context, key domain.RunKey) ([]domain.RunKey, error) {
+	var names []string
+	if err := s.raw(ctx, descendantsSQL, map[string]any{"p": key.Project, "d": key.Domain, "run": key.Run,
+		"limit": domain.MaxDepth}).Scan(&names).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	keys := make([]domain.RunKey, len(names))
+	for i, n := range names {
+		keys[i] = domain.RunKey{Project: key.Project, Domain: key.Domain, Run: n}
+	}
+	return keys, nil
 }
 
 // updateRun writes up to the run's row with updated_at and version + 1

@@ -240,7 +240,8 @@ func NewTaskRows(key domain.ActionKey, generation int, tasks []domain.NewTask) [
 			MaxRetriesPreemption: t.MaxRetriesPreemption, MaxSystemFailures: t.MaxSystemFailures,
 			Priority: int16(t.Priority), CPUMillis: t.Resources.CPUMillis, MemoryBytes: t.Resources.MemoryBytes,
 			Constraints: t.Constraints, Coscheduled: t.Coscheduled, Plugin: t.Plugin,
-			TimeoutMs: t.AttemptTimeout.Milliseconds(), SchedulingDeadline: t.SchedulingDeadline, Version: 1}
+			TimeoutMs: t.AttemptTimeout.Milliseconds(), SchedulingDeadline: t.SchedulingDeadline, Item: t.Item,
+			Version: 1}
 	}
 	return rows
 }

@@ -23,7 +23,7 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	key := newRun(t, st, "r", twoSteps())
-	resumed, err := st.Runs().RequestResume(ctx, key) // every pool has its connection
+	resumed, _, err := st.Runs().RequestResume(ctx, key) // every pool has its connection
 	require.NoError(t, err)
 	backends := func() string {
 		t.Helper()
@@ -45,14 +45,14 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 		CREATE TRIGGER refuse_suspend BEFORE INSERT ON run_events FOR EACH ROW
 		WHEN (NEW.type = 'run.suspend_requested') EXECUTE FUNCTION refuse_suspend()`)
 	require.NoError(t, err)
-	_, err = st.Runs().RequestSuspend(ctx, key)
+	_, _, err = st.Runs().RequestSuspend(ctx, key)
 	require.ErrorContains(t, err, "refused")
 	require.False(t, suspended(), "the run's update was rolled back with the insert")
 	require.Equal(t, []string{"run.created", "run.resume_requested"}, events(t, db, key))
 
 	require.Panics(t, func() {
 		_ = st.InTx(ctx, func(tx *store.Store) error {
-			_, err := tx.Runs().RequestResume(ctx, key)
+			_, _, err := tx.Runs().RequestResume(ctx, key)
 			require.NoError(t, err)
 			panic("fn panics")
 		})
@@ -64,7 +64,7 @@ func TestInTxEndsOnAFailedInsertOrAPanic(t *testing.T) {
 
 	_, err = db.Exec(`DROP TRIGGER refuse_suspend ON run_events`)
 	require.NoError(t, err)
-	_, err = st.Runs().RequestSuspend(ctx, key)
+	_, _, err = st.Runs().RequestSuspend(ctx, key)
 	require.NoError(t, err)
 	require.True(t, suspended())
 	require.Equal(t, []string{"run.created", "run.resume_requested", "run.suspend_requested"}, events(t, db, key))

@@ -58,3 +58,23 @@ func AssignTask(ctx context.Context, st *store.Store, taskID int64, workerID str
 	}
 	return as[0].Attempt, true, nil
 }
+
+// AllTasks returns every task of action key with its attempts, page after
+// page (store.Actions.GetActionPage), in the pages' order: the current
+// generation first, each generation in index order.
+func AllTasks(t testing.TB, st *store.Store, key domain.ActionKey) []store.TaskDetail {
+	t.Helper()
+	var out []store.TaskDetail
+	page := store.TaskPage{Limit: store.MaxTaskPageSize}
+	for {
+		d, err := st.Actions().GetActionPage(context.Background(), key, page)
+		if err != nil {
+			t.Fatalf("storetest: tasks of %s: %v", key, err)
+		}
+		out = append(out, d.Tasks...)
+		if d.NextCursor == "" {
+			return out
+		}
+		page.Cursor = d.NextCursor
+	}
+}

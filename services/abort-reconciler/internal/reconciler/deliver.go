@@ -12,6 +12,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
@@ -56,6 +57,9 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 	if c := action.Action.AbortCause; c != nil && *c != "" {
 		cause = *c
 	}
+	if err := r.cascade(ctx, key, reason, cause); err != nil {
+		return rd, err
+	}
 	live, err := r.store.LiveAttemptsUnder(ctx, key)
 	if err != nil {
 		return rd, fmt.Errorf("list live attempts: %w", err)
@@ -83,6 +87,35 @@ func (r *Reconciler) deliver(ctx context.Context, key domain.ActionKey) (round, 
 		r.evaluate(ctx, id) // its evaluation completes the abort
 	}
 	return rd, errors.Join(errs...)
+}
+
+// cascade aborts, with the same cause, the root of every live child run of
+// the action under key or of a step below it (Temporal's parent close
+// policy: terminate), each recorded in Postgres by the store's AbortAction
+// before its abort is pushed, so that each child's abort is delivered as
+// any other, and reaches its own children in turn. A child that ended
+// meanwhile is passed over. An abort that fails to record fails the round:
+// the parent's request stays pending, and its next round (or, after a
+// crash, the resync's scan) cascades again.
+func (r *Reconciler) cascade(ctx context.Context, key domain.ActionKey, reason, cause string) error {
+	children, err := r.store.LiveChildRuns(ctx, key)
+	if err != nil {
+		return fmt.Errorf("list live child runs: %w", err)
+	}
+	why := truncate("parent "+key.String()+" aborted: "+reason, maxReasonRunes)
+	for _, c := range children {
+		root := c.Action(domain.RootActionName)
+		if _, err := r.store.AbortAction(ctx, root, why, cause); errors.Is(err, store.ErrTerminal) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("abort child run %s: %w", c, err)
+		}
+		r.metrics.cascaded.Inc()
+		if _, err := r.enqueue(ctx, queue.NewActionAbortTask(root, r.cfg.TaskMaxRetry())); err != nil {
+			r.log.Warn("enqueue child run abort failed; the resync delivers it", "run", c.String(), "err", err)
+		}
+	}
+	return nil
 }
 
 // callAll delivers the abort to every live attempt, at most CallConcurrency

@@ -36,6 +36,8 @@ type metrics struct {
 	completionSeconds *prometheus.HistogramVec
 	// pending is the number of pending requests the last resync saw.
 	pending *prometheus.GaugeVec
+	// cascaded counts child runs whose abort an action's abort recorded.
+	cascaded prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -64,9 +66,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 15)}, []string{"kind", "outcome"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "capstan_aborts_pending",
 			Help: "Requests pending (abort_requested_at or kill_requested_at set), as of the last resync."}, kind),
+		cascaded: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_abort_child_runs_total",
+			Help: "Child runs (of workflow steps) whose abort the abort of a parent action recorded."}),
 	}
 	for _, c := range []prometheus.Collector{m.requested, m.delivered, m.alreadyTerminated, m.retried, m.givenUp,
-		m.resyncEnqueued, m.deliverySeconds, m.completionSeconds, m.pending} {
+		m.resyncEnqueued, m.deliverySeconds, m.completionSeconds, m.pending, m.cascaded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

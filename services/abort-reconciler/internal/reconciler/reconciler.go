@@ -28,10 +28,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Store is the data the reconciler uses: the aborts repository's, and the
-// abort request an action carries (GetAction). StoreOf builds it from a
-// *store.Store.
+// Store is the data the reconciler uses: the aborts repository's, the
+// abort request an action carries (GetAction) and the live child runs an
+// abort reaches (LiveChildRuns). StoreOf builds it from a *store.Store.
 type Store interface {
+	AbortAction(ctx context.Context, key domain.ActionKey, reason, cause string) (store.Action, error)
+	LiveChildRuns(ctx context.Context, key domain.ActionKey) ([]domain.RunKey, error)
 	MarkAbortAttempt(ctx context.Context, key domain.ActionKey) (int, error)
 	GetAction(ctx context.Context, key domain.ActionKey) (store.ActionDetail, error)
 	LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]store.LiveAttempt, error)
@@ -50,12 +52,17 @@ type Store interface {
 type storeOf struct {
 	store.Aborts
 	store.Actions
+	runs store.Runs
+}
+
+func (s storeOf) LiveChildRuns(ctx context.Context, key domain.ActionKey) ([]domain.RunKey, error) {
+	return s.runs.LiveChildRuns(ctx, key)
 }
 
 var _ Store = storeOf{}
 
 // StoreOf returns the Store the reconciler uses of st.
-func StoreOf(st *store.Store) Store { return storeOf{st.Aborts(), st.Actions()} }
+func StoreOf(st *store.Store) Store { return storeOf{st.Aborts(), st.Actions(), st.Runs()} }
 
 // Deps are the reconciler's collaborators.
 type Deps struct {

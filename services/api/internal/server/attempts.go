@@ -53,7 +53,8 @@ func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttem
 
 // attemptSpec is what an executor needs to run attempt r: its step's
 // plugin fields and environment (with secret_env: only workers and admins
-// read attempts) and its inputs resolved from their producers' outputs.
+// read attempts) and its inputs resolved from their producers' outputs,
+// with a for_each task's item (api.WithItem).
 func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (api.AttemptSpec, error) {
 	step := r.Action.Spec
 	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
@@ -70,6 +71,7 @@ func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (api.Att
 	if inputs != nil {
 		out.Inputs = &inputs
 	}
+	api.WithItem(&out, step, r.Task.Item)
 	return out, nil
 }
 

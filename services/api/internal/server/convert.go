@@ -16,6 +16,10 @@ func toRunSummary(r store.Run) api.RunSummary {
 	if r.WorkflowName != nil && r.WorkflowVersion != nil {
 		out.Workflow = &api.WorkflowVersionRef{Name: *r.WorkflowName, Version: *r.WorkflowVersion}
 	}
+	if p, ok := r.Parent(); ok {
+		out.Parent = &api.RunParent{Run: p.Run, Action: p.Action}
+	}
+	out.Depth = &r.Depth
 	return out
 }
 
@@ -29,7 +33,8 @@ func toRun(d store.RunDetail, outs map[string]map[string]string) api.Run {
 	out := api.Run{Project: s.Project, Domain: s.Domain, Name: s.Name, Phase: s.Phase, CreatedAt: s.CreatedAt,
 		UpdatedAt: s.UpdatedAt, EndedAt: s.EndedAt, Spec: spec, Suspended: &suspended,
 		Workflow: s.Workflow, Schedule: s.Schedule, ScheduledAt: s.ScheduledAt, Trigger: s.Trigger, EventId: s.EventId,
-		ConcurrencyKey: s.ConcurrencyKey, PendingReason: s.PendingReason, Actions: make([]api.Action, len(d.Actions))}
+		ConcurrencyKey: s.ConcurrencyKey, PendingReason: s.PendingReason, Parent: s.Parent, Depth: s.Depth,
+		Actions: make([]api.Action, len(d.Actions))}
 	if d.Run.Params != nil {
 		params := api.ParamValues(d.Run.Params)
 		out.Params = &params
@@ -40,6 +45,8 @@ func toRun(d store.RunDetail, outs map[string]map[string]string) api.Run {
 	return out
 }
 
+// toAction is an action with its page of tasks, its task counts by state
+// name and the cursor of its next page.
 func toAction(d store.ActionDetail) api.Action {
 	a := d.Action
 	out := api.Action{Name: a.Name, Kind: a.Kind, Parent: a.ParentActionName, Phase: api.Phase(a.Phase),
@@ -61,6 +68,13 @@ func toAction(d store.ActionDetail) api.Action {
 	}
 	for i, t := range d.Tasks {
 		out.Tasks[i] = toTask(t)
+	}
+	out.TaskCount, out.TaskCounts = d.TaskCount, make(map[string]int, len(d.TaskCounts))
+	for st, n := range d.TaskCounts {
+		out.TaskCounts[st.String()] = n
+	}
+	if d.NextCursor != "" {
+		out.TasksNextCursor = &d.NextCursor
 	}
 	return out
 }
@@ -84,7 +98,10 @@ func toTask(d store.TaskDetail) api.Task {
 	out := api.Task{Index: t.Idx, Generation: &t.Generation, State: taskState(t.State), FailureCount: t.FailureCount,
 		PreemptionCount: t.PreemptionCount, SystemFailureCount: &sys, MaxSystemFailures: &maxSys,
 		MaxRetriesFailure: t.MaxRetriesFailure, MaxRetriesPreemption: t.MaxRetriesPreemption, WorkerId: t.WorkerID,
-		PendingReason: t.PendingReason, NotBefore: t.NotBefore, Attempts: make([]api.Attempt, len(d.Attempts))}
+		PendingReason: t.PendingReason, NotBefore: t.NotBefore, Item: t.Item, Attempts: make([]api.Attempt, len(d.Attempts))}
+	if t.Outputs != nil {
+		out.Reused = &[]bool{true}[0]
+	}
 	for i, a := range d.Attempts {
 		out.Attempts[i] = api.Attempt{Id: a.ID, Number: a.Number, State: taskState(a.State), WorkerId: a.WorkerID,
 			ExitCode: a.ExitCode, Error: a.Error, Cause: a.Cause, Code: a.Code, CreatedAt: a.CreatedAt, StartedAt: a.StartedAt,

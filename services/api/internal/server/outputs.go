@@ -36,7 +36,7 @@ func checkOutputs(outs *map[string]string) []domain.FieldError {
 			errs = append(errs, domain.FieldError{Field: field, Message: "is not an environment-variable name"})
 		case len(v) > domain.MaxOutputValueBytes:
 			errs = append(errs, domain.FieldError{Field: field,
-				Message: fmt.Sprintf("is %d bytes; at most %d (64 KiB)", len(v), domain.MaxOutputValueBytes)})
+				Message: fmt.Sprintf("is %d bytes; at most %d (1 MiB)", len(v), domain.MaxOutputValueBytes)})
 		case strings.ContainsRune(v, 0):
 			errs = append(errs, domain.FieldError{Field: field, Message: "must not contain the NUL character (U+0000)"})
 		}

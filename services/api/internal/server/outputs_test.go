@@ -95,6 +95,7 @@ func TestReportOutputsAreBounded(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	value := strings.Repeat("x", 64<<10)
+	big := strings.Repeat("x", domain.MaxOutputValueBytes)
 	many := map[string]string{}
 	for i := range 17 { // 17 x 64 KiB: past 1 MiB, and past the 1 MiB body limit of other routes
 		many[fmt.Sprintf("o%02d", i)] = value
@@ -105,7 +106,7 @@ func TestReportOutputsAreBounded(t *testing.T) {
 		name, body, field string
 	}{
 		{"not an env name", `{"state":"SUCCEEDED","outputs":{"1x":"v"}}`, "outputs.1x"},
-		{"over 64 KiB", `{"state":"SUCCEEDED","outputs":{"big":"` + value + `x"}}`, "outputs.big"},
+		{"over 1 MiB a value", `{"state":"SUCCEEDED","outputs":{"big":"` + big + `x"}}`, "outputs.big"},
 		{"over 1 MiB", string(raw), "outputs"},
 		{"NUL", `{"state":"SUCCEEDED","outputs":{"bin":"a\u0000b"}}`, "outputs.bin"},
 	}
@@ -116,6 +117,6 @@ func TestReportOutputsAreBounded(t *testing.T) {
 		require.Contains(t, fields(p), c.field, "%s: %v", c.name, p)
 	}
 	status, _, p := f.do(t, http.MethodPost, "/v1/attempts/1/report",
-		`{"state":"SUCCEEDED","outputs":{"max":"`+value+`"}}`)
-	require.Equal(t, http.StatusNotFound, status, "64 KiB is allowed (and attempt 1 does not exist): %v", p)
+		`{"state":"SUCCEEDED","outputs":{"max":"`+big+`"}}`)
+	require.Equal(t, http.StatusNotFound, status, "1 MiB is allowed (and attempt 1 does not exist): %v", p)
 }

@@ -119,14 +119,17 @@ func (h *Handlers) newRun(ctx context.Context, project, dom string, in runReques
 	if len(fieldErrs) > 0 {
 		return nr, fieldErrs, nil
 	}
+	prefix := "spec"
+	if in.Spec == nil {
+		prefix = "workflow"
+	}
+	if errs, err := h.subWorkflowProblems(ctx, project, dom, nr.Spec, prefix, nr.Origin.WorkflowName); err != nil || len(errs) > 0 {
+		return nr, errs, err
+	}
 	params, errs := domain.ResolveParams(nr.Spec.Params, deref(in.Params), "params")
 	nr.Params = params
 	if len(errs) > 0 {
 		return nr, errs, nil
-	}
-	prefix := "spec"
-	if in.Spec == nil {
-		prefix = "workflow"
 	}
 	nr.Keys, errs = nr.Spec.AdmissionKeys(params, prefix)
 	if len(errs) > 0 {
@@ -245,17 +248,26 @@ func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api
 	if d.Run.PendingReason, err = h.livePendingReason(ctx, d.Run); err != nil {
 		return nil, fmt.Errorf("read the place in line of run %s: %w", key, err)
 	}
-	return api.GetRun200JSONResponse(toRun(d, outs)), nil
+	kids, err := h.store.Runs().RunChildren(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read child runs of %s: %w", key, err)
+	}
+	return api.GetRun200JSONResponse(withChildren(toRun(d, outs), kids)), nil
 }
 
-// GetAction returns one action with its tasks and attempt history.
+// GetAction returns one action with the page of its tasks (and their
+// attempt history) that the cursor and limit ask for.
 func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject) (api.GetActionResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}.Action(req.Action)
-	d, err := h.store.Actions().GetAction(ctx, key)
-	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetAction404ApplicationProblemPlusJSONResponse](p), nil
-	}
-	if err != nil {
+	page := store.TaskPage{Cursor: deref(req.Params.Cursor), Limit: deref(req.Params.Limit)}
+	d, err := h.store.Actions().GetActionPage(ctx, key, page)
+	p, ok := problemFor(err, subject{kind: "action", name: key.String()})
+	switch {
+	case ok && p.Status == http.StatusNotFound:
+		return api.GetAction404ApplicationProblemPlusJSONResponse(p), nil
+	case ok && p.Status == http.StatusBadRequest:
+		return embedded[api.GetAction400ApplicationProblemPlusJSONResponse](p), nil
+	case err != nil:
 		return nil, fmt.Errorf("read action %s: %w", key, err)
 	}
 	outs, err := h.actionOutputs(ctx, key, d)

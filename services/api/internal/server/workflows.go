@@ -32,6 +32,13 @@ func (h *Handlers) PushWorkflow(ctx context.Context, req api.PushWorkflowRequest
 	if len(fieldErrs) > 0 {
 		return api.PushWorkflow422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
 	}
+	fieldErrs, err := h.subWorkflowProblems(ctx, req.Project, req.Domain, t.Spec, "spec", t.Name)
+	if err != nil {
+		return nil, err
+	}
+	if len(fieldErrs) > 0 {
+		return api.PushWorkflow422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+	}
 	row, created, err := h.store.Templates().PushTemplate(ctx, store.Template{Project: req.Project, Domain: req.Domain,
 		Name: t.Name, Description: t.Description, Spec: t.Spec, Digest: t.Digest()})
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 )
 
 // MaxHTTPBody is how much of a response body the http plugin keeps: 64 KiB,
-// an output value's bound.
-const MaxHTTPBody = domain.MaxOutputValueBytes
+// within an output value's bound (domain.MaxOutputValueBytes).
+const MaxHTTPBody = 64 << 10
 
 // HTTPBodyOutput is the output the http plugin writes the response body to,
 // when the step declares it.

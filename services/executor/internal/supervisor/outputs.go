@@ -151,7 +151,7 @@ func readOutput(dir, name string) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("output %q could not be read: %v", name, err)
 	case len(b) > domain.MaxOutputValueBytes:
-		return "", fmt.Errorf("output %q is over %d bytes (64 KiB)", name, domain.MaxOutputValueBytes)
+		return "", fmt.Errorf("output %q is over %d bytes (1 MiB)", name, domain.MaxOutputValueBytes)
 	case !utf8.Valid(b):
 		return "", fmt.Errorf("output %q is not UTF-8 text", name)
 	case slices.Contains(b, 0):

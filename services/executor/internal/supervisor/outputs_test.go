@@ -31,14 +31,14 @@ func TestOutputsAreReadAndReportedAsWritten(t *testing.T) {
 	cmd := `printf 3 > "$CAPSTAN_OUTPUTS_DIR/count"
 		echo hello > "$CAPSTAN_OUTPUTS_DIR/msg"
 		: > "$CAPSTAN_OUTPUTS_DIR/empty"
-		head -c 65536 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/max"
+		head -c 1048000 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/max"
 		echo "$CAPSTAN_OUTPUTS_DIR $CAPSTAN_INPUTS_DIR"`
 	require.NoError(t, s.Start(withIO(1, cmd, []string{"count", "msg", "empty", "max"}, nil)))
 
 	final := rec.await(t, 1, api.TaskStateSUCCEEDED)
 	require.NotNil(t, final.Outputs)
-	require.Equal(t, map[string]string{"count": "3", "msg": "hello\n", "empty": "", "max": strings.Repeat("x", 64<<10)},
-		*final.Outputs, "values are kept exactly as written, trailing newline included; 64 KiB is allowed")
+	require.Equal(t, map[string]string{"count": "3", "msg": "hello\n", "empty": "", "max": strings.Repeat("x", 1048000)},
+		*final.Outputs, "values are kept exactly as written, trailing newline included; a value near 1 MiB is allowed")
 	work := filepath.Join(data, "attempts", "1")
 	require.Equal(t, filepath.Join(work, ".capstan", "outputs")+" "+filepath.Join(work, ".capstan", "inputs")+"\n",
 		*final.Stdout, "the directories are the attempt's own, inside its work directory")
@@ -72,8 +72,8 @@ func TestOutputsOutOfBoundsFailTheAttempt(t *testing.T) {
 		outputs   []string
 		err       string
 	}{
-		{"over 64 KiB", `head -c 65537 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/big"`, []string{"big"},
-			`output "big" is over 65536 bytes (64 KiB)`},
+		{"over 1 MiB a value", `head -c 1048577 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/big"`, []string{"big"},
+			`output "big" is over 1048576 bytes (1 MiB)`},
 		{"over 1 MiB a task", `for n in $(seq 0 16); do head -c 65536 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/o$n"; done`,
 			many, `outputs pass 1048576 bytes (1 MiB) a task at output "o16"`},
 		{"NUL", `printf 'a\000b' > "$CAPSTAN_OUTPUTS_DIR/bin"`, []string{"bin"}, `output "bin" contains a NUL byte`},

@@ -25,6 +25,9 @@ type Advance struct {
 	// after is what its admission, or the end of a run holding a
 	// concurrency slot, leaves for after the commit (finishAdmission).
 	after afterAdmission
+	// kin is what the advance leaves for after the commit about child runs
+	// (afterKin): children to start and abort, a parent to advance.
+	kin kinWork
 }
 
 // handleRun is the run:start and run:advance handler: it advances the run.
@@ -74,6 +77,7 @@ func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advanc
 // counts ended runs.
 func (s *Scheduler) afterAdvance(ctx context.Context, adv Advance) {
 	s.finishAdmission(ctx, adv.after)
+	s.afterKin(ctx, adv.kin)
 	if len(adv.Started) > 0 && !adv.placed {
 		s.Kick()
 	}
@@ -129,8 +133,9 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 			return Advance{}, err
 		}
 	}
-	adv = Advance{Phase: domain.Phase(run.Phase)}
+	adv = Advance{Phase: domain.Phase(run.Phase), kin: kinWork{parent: parentRun(run)}}
 	if adv.Phase.IsTerminal() {
+		adv.kin.moved = true // its parent learns of its end however it ended (an abort)
 		return adv, nil
 	}
 	if steps == nil {
@@ -138,7 +143,10 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 			return adv, err
 		}
 	}
-	if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, now); err != nil {
+	if adv.Started, err = s.resolveWaits(ctx, tx, run, steps, &adv, now); err != nil {
+		return adv, err
+	}
+	if err := s.followChildren(ctx, tx, run, steps, &adv, now); err != nil {
 		return adv, err
 	}
 	p, err := s.evaluateSteps(ctx, tx, run, steps, &adv, later, now)
@@ -156,7 +164,7 @@ func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Adva
 		return nil
 	}
 	from := adv.Phase
-	adv.Phase = phase
+	adv.Phase, adv.kin.moved = phase, true
 	if err := tx.Actions().SetRootPhase(ctx, key, from, phase, now); err != nil {
 		return fmt.Errorf("move root from %s to %s: %w", from, phase, err)
 	}
@@ -231,7 +239,7 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 			return domain.Progress{}, err
 		}
 		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
-		hits, err := s.apply(ctx, tx, key, run.Params, steps, p, later, now)
+		hits, err := s.apply(ctx, tx, run, steps, p, adv, later, now)
 		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
 			return p, err
@@ -242,13 +250,15 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 	}
 }
 
-// apply starts and skips what p decided; it returns how many started steps
-// SUCCEEDED at once from the cache. With later, the plain task steps it
+// apply starts and skips what p decided for run; it returns how many
+// started steps ended at once (from the cache, or a for_each with nothing
+// to run). With later, the plain task steps it
 // starts last join later instead of being created now, when nothing else
 // follows them in this advance (no SKIPPED step, no cache hit, after which
 // evaluateSteps reads the steps again).
-func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKey, params map[string]any,
-	steps []store.Action, p domain.Progress, later *taskStarts, now time.Time) (hits int, err error) {
+func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action, p domain.Progress,
+	adv *Advance, later *taskStarts, now time.Time) (hits int, err error) {
+	key, params := runKeyOf(run), run.Params
 	byName := make(map[string]store.Action, len(steps))
 	for _, a := range steps {
 		byName[a.Name] = a
@@ -265,7 +275,7 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, key domain.RunKe
 			return hits, fmt.Errorf("create tasks of %d steps: %w", len(tasks), err)
 		}
 		tasks = nil
-		hit, err := s.startStep(ctx, tx, key, params, a, now)
+		hit, err := s.startStep(ctx, tx, run, a, adv, now)
 		if err != nil {
 			return hits, fmt.Errorf("start step %s: %w", name, err)
 		}
@@ -324,9 +334,10 @@ func readsOutputs(spec domain.WorkflowSpec, status map[string]domain.StepStatus)
 }
 
 // plainTaskStep reports whether a step starts by creating its tasks alone:
-// not a suspend or approval (a wait) and not discoverable (the cache first).
+// not a suspend or approval (a wait), not a workflow step (a child run),
+// not discoverable (the cache first) and not a for_each (its list first).
 func plainTaskStep(step domain.Step) bool {
-	return step.Kind != domain.KindSuspend && step.Kind != domain.KindApproval && step.Cache == nil
+	return step.RunsProcess() && step.Cache == nil && step.ForEach == nil
 }
 
 // startedStep returns action a's tasks of its generation as they start
@@ -339,10 +350,13 @@ func (s *Scheduler) startedStep(key domain.RunKey, params map[string]any, a stor
 // those, domain.StepTasks' replicas carrying the step's scheduling fields, all
 // in one statement): a suspend step waits its duration, or for a resume; an
 // approval waits for an approve or a reject (KubeVela's suspend and
-// approval); a discoverable task step goes through the cache first
-// (startCached), and hit reports that it SUCCEEDED from it.
-func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.RunKey, params map[string]any, a store.Action,
-	now time.Time) (hit bool, err error) {
+// approval); a workflow step starts its child runs (startChildStep, whose
+// starts adv carries); a for_each step reads its list first
+// (startForEach); a discoverable task step goes through the cache first
+// (startCached). hit reports that the step ended at once.
+func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, run store.Run, a store.Action,
+	adv *Advance, now time.Time) (hit bool, err error) {
+	key, params := runKeyOf(run), run.Params
 	ak := key.Action(a.Name)
 	switch a.Spec.Kind {
 	case domain.KindSuspend:
@@ -353,6 +367,11 @@ func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, key domain.R
 		return false, tx.Actions().StartWait(ctx, ak, store.WaitResume, nil, now)
 	case domain.KindApproval:
 		return false, tx.Actions().StartWait(ctx, ak, store.WaitApproval, nil, now)
+	case domain.KindWorkflow:
+		return s.startChildStep(ctx, tx, a, adv, now) // ended at once: decide again, as after a hit
+	}
+	if a.Spec.ForEach != nil {
+		return s.startForEach(ctx, tx, run, a, now)
 	}
 	return s.startCached(ctx, tx, key, params, a, now)
 }

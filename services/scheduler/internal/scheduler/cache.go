@@ -84,7 +84,7 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 }
 
 // finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
-// (MISS) and is now in phase: SUCCEEDED writes its entry with the step's
+// (MISS) and is now in phase (a for_each step's items: finalizeItemsCache): SUCCEEDED writes its entry with the step's
 // outputs (expiring after its max_age; cache_status POPULATED); any end
 // releases a serializable step's reservation ("cache_released", before any
 // later event of the transaction) once no attempt of it is live, and
@@ -93,6 +93,12 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 func (s *Scheduler) finalizeCache(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action,
 	phase domain.Phase, now time.Time) error {
 	c := act.Spec.Cache
+	if c != nil && act.Spec.ForEach != nil {
+		if act.CacheStatus == nil || *act.CacheStatus != domain.CacheMiss || !phase.IsTerminal() {
+			return nil
+		}
+		return s.finalizeItemsCache(ctx, tx, act, now)
+	}
 	if c == nil || act.CacheKey == nil || act.CacheStatus == nil || *act.CacheStatus != domain.CacheMiss ||
 		!phase.IsTerminal() {
 		return nil

@@ -177,7 +177,7 @@ func TestCacheWaitOfSuspendedRunHolds(t *testing.T) {
 	f := newRunFixture(t, domain.ARCTable)
 	f.startRun(t, "owner", cachedSpec(true))
 	waiter := f.startRun(t, "waiter", cachedSpec(true))
-	_, err := f.st.Runs().RequestSuspend(ctx, waiter)
+	_, _, err := f.st.Runs().RequestSuspend(ctx, waiter)
 	require.NoError(t, err)
 	_, err = f.db.Exec(`UPDATE actions SET not_before = now() - interval '1 second' WHERE run_name = 'waiter' AND name = 's'`)
 	require.NoError(t, err)

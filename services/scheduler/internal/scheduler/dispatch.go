@@ -51,15 +51,16 @@ type dispatch struct {
 	specs         []api.AttemptSpec
 }
 
-// dispatchSpec is the spec an attempt's dispatch carries, ok false for an
-// attempt the executor must read from the api: its step has secret_env
-// (secrets stay out of Redis) or inputs (resolved from other steps'
-// outputs at the read, and up to 1 MiB).
+// dispatchSpec is the spec an attempt's dispatch carries, with a for_each
+// task's item as its input, ok false for an attempt the executor must read
+// from the api: its step has secret_env (secrets stay out of Redis) or
+// inputs (resolved from other steps' outputs at the read, and up to 1 MiB).
 func dispatchSpec(a store.Assigned) (api.AttemptSpec, bool) {
 	if len(a.Step.SecretEnv) > 0 || len(a.Step.Inputs) > 0 {
 		return api.AttemptSpec{}, false
 	}
 	spec, err := api.NewAttemptSpec(a.ID, a.Number, a.Action(), a.TaskIdx, a.WorkerID, a.Step)
+	api.WithItem(&spec, a.Step, a.TaskItem)
 	return spec, err == nil
 }
 

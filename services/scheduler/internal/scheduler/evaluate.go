@@ -199,9 +199,10 @@ func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation,
 }
 
 // onlyTask reports whether t is its action's only task (a one-replica
-// action, its current generation): the action's counts need no query.
+// action that is no for_each, its current generation): the action's
+// counts need no query.
 func onlyTask(act store.Action, t store.Task) bool {
-	return act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
+	return act.Spec.ForEach == nil && act.Spec.ReplicaCount() == 1 && t.Generation == act.Generation
 }
 
 // advances reports whether the run of an evaluated attempt advances: the

@@ -174,7 +174,7 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 		delete(runs, keys[i]) // a repeated key is advanced on its own
 		if p, fr, ok := s.freshStart(run, now); ok && run.RestartRequestedAt == nil {
 			fresh, picked, phases = append(fresh, fr), append(picked, i), append(phases, p.Phase)
-			advs[i] = &Advance{Phase: domain.Phase(run.Phase), Started: p.Start}
+			advs[i] = &Advance{Phase: domain.Phase(run.Phase), Started: p.Start, kin: kinWork{parent: parentRun(run)}}
 			continue
 		}
 		adv, err := s.progressFrom(ctx, tx, run, nil, nil, now)

@@ -37,7 +37,7 @@ func (c *WorkflowConfig) defaults() {
 // after its retries (its next generation starts). It returns the steps whose
 // new tasks it created.
 func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	now time.Time) ([]string, error) {
+	adv *Advance, now time.Time) ([]string, error) {
 	var started []string
 	for i := range steps {
 		a := &steps[i]
@@ -58,7 +58,7 @@ func (s *Scheduler) resolveWaits(ctx context.Context, tx *store.Store, run store
 			if *a.WaitingFor == store.WaitResume {
 				failed = 0 // a resume retries with a fresh count
 			}
-			err = s.retryStep(ctx, tx, a, failed, run.Params, now)
+			err = s.retryStep(ctx, tx, run, a, failed, adv, now)
 			started = append(started, a.Name)
 		case to != "":
 			err = tx.Actions().EndWait(ctx, keyOf(*a), domain.Phase(a.Phase), to, reason, now)
@@ -86,7 +86,7 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 			return to, reason, false
 		}
 	case store.WaitResume:
-		if resumed && a.Spec.Kind == domain.KindTask {
+		if resumed && (a.Spec.Kind == domain.KindTask || a.Spec.Kind == domain.KindWorkflow) {
 			return "", "", true
 		}
 		if resumed {
@@ -98,17 +98,30 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 	return "", "", false
 }
 
-// retryStep starts a step's next generation of tasks (KubeVela retries a
-// failed step as a whole; the old tasks and attempts stay as history). The
-// step keeps its first start, so its timeout counts across retries.
-func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, a *store.Action, failedTimes int,
-	params map[string]any, now time.Time) error {
+// retryStep starts a step's next generation of tasks, or of child runs for
+// a workflow step (startChildren, whose starts adv carries) (KubeVela
+// retries a failed step as a whole; the old tasks and attempts, or child
+// runs, stay as history; a for_each reruns its failed items,
+// retryForEach). The step keeps its first start, so its timeout counts
+// across retries.
+func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, run store.Run, a *store.Action, failedTimes int,
+	adv *Advance, now time.Time) error {
 	key := keyOf(*a)
 	if err := tx.Actions().RetryStep(ctx, key, domain.Phase(a.Phase), a.Generation+1, failedTimes, now); err != nil {
 		return fmt.Errorf("retry as generation %d: %w", a.Generation+1, err)
 	}
 	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
-	if err := tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, params, now)); err != nil {
+	if a.Spec.Kind == domain.KindWorkflow {
+		ended, err := s.startGeneration(ctx, tx, *a, adv, now)
+		if ended {
+			a.Phase = string(domain.PhaseFailed)
+		}
+		return err
+	}
+	if a.Spec.ForEach != nil {
+		return s.retryForEach(ctx, tx, run, a, now)
+	}
+	if err := tx.Tasks().InsertTasks(ctx, s.newTasks(key, a.Spec, a.Generation, run.Params, now)); err != nil {
 		return fmt.Errorf("insert tasks of generation %d: %w", a.Generation, err)
 	}
 	return nil

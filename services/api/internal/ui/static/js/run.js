@@ -7,7 +7,7 @@
 
 import {getJSON, postJSON} from './api.js';
 import {$, act, badge, base, enc, esc, fmtTime, isTerminal, showError, span} from './dom.js';
-import {drawGraph, drawTimeline} from './graph.js';
+import {countsOf, drawGraph, drawTimeline} from './graph.js';
 import {watch, every} from './live.js';
 import {originHTML, paramsHTML} from './origin.js';
 
@@ -16,11 +16,11 @@ const COMMENT = '<label>Comment<br><textarea name="comment" id="confirm-comment"
 
 export function mount(view, {run: name}) {
   const path = `${base()}/runs/${enc(name)}`;
-  view.innerHTML = `<h2 id="run-title"></h2><p id="run-origin"></p><p id="run-params" class="kv"></p><p id="run-waiting" class="pending-reason"></p><p id="run-meta" class="muted"></p>
+  view.innerHTML = `<h2 id="run-title"></h2><p id="run-origin"></p><p id="run-params" class="kv"></p><p id="run-kin" class="kv"></p><p id="run-waiting" class="pending-reason"></p><p id="run-meta" class="muted"></p>
     <p class="controls" id="run-controls"></p>
     <div class="graph" id="run-graph"></div>
     <h3>Timeline</h3><div class="timeline" id="run-timeline"></div>
-    <h3>Steps</h3><table><thead><tr><th>step</th><th>phase</th><th>started</th><th>duration</th><th>cache</th><th>outputs</th><th>notes</th><th></th></tr></thead>
+    <h3>Steps</h3><table><thead><tr><th>step</th><th>phase</th><th>tasks</th><th>started</th><th>duration</th><th>cache</th><th>outputs</th><th>notes</th><th></th></tr></thead>
     <tbody id="run-steps"></tbody></table>`;
   let run = null;
   const load = async () => {
@@ -52,12 +52,29 @@ function draw(view, run) {
   q('run-title').innerHTML = `${esc(run.name)} <span id="run-phase">${badge(run.phase)}</span>${run.suspended ? ' <span class="muted">(suspended)</span>' : ''}`;
   q('run-origin').innerHTML = 'from ' + originHTML(run);
   q('run-params').innerHTML = run.params && Object.keys(run.params).length ? 'params ' + paramsHTML(run.params) : '';
+  q('run-kin').innerHTML = kinHTML(run);
   q('run-waiting').innerHTML = run.pending_reason ? `waiting: ${esc(run.pending_reason)} · <a href="#/concurrency">slots</a>` : '';
   q('run-controls').innerHTML = runButtons(run);
   q('run-graph').innerHTML = drawGraph(run);
   const acts = new Map(run.actions.map((a) => [a.name, a]));
   q('run-steps').innerHTML = (run.spec.steps || []).map((s) => stepRow(run, acts.get(s.name) || {name: s.name, phase: 'QUEUED', kind: s.kind || 'task'})).join('');
   drawTimes(view, run);
+}
+
+// kinHTML links a child run to its parent run and step, and a run to the
+// child runs of its workflow steps; "" for a run with neither.
+function kinHTML(run) {
+  const parts = [];
+  if (run.parent) {
+    parts.push(`<span data-kin="parent">parent <a href="#/runs/${enc(run.parent.run)}">${esc(run.parent.run)}</a> step ` +
+      `<a href="#/runs/${enc(run.parent.run)}/actions/${enc(run.parent.action)}">${esc(run.parent.action)}</a></span>`);
+  }
+  const kids = run.children || [];
+  if (kids.length) {
+    parts.push('children ' + kids.map((c) => `<a data-kin="child" href="#/runs/${enc(c.name)}" title="step ${esc(c.action)} index ${esc(c.index)}">` +
+      `${esc(c.name)}</a> ${badge(c.phase)}`).join(' '));
+  }
+  return parts.join(' · ');
 }
 
 function drawTimes(view, run) {
@@ -90,8 +107,16 @@ function stepRow(run, a) {
   const cache = a.cache_status ? `${esc(a.cache_status)}${a.cache_key ? `<div class="kv muted" title="${esc(a.cache_key)}">${esc(a.cache_key.slice(0, 12))}…</div>` : ''}` : '';
   return `<tr data-step="${esc(a.name)}"><td><a href="#/runs/${enc(run.name)}/actions/${enc(a.name)}">${esc(a.name)}</a>
       <div class="muted kv">${esc(a.kind)}${a.depends_on?.length ? ' · after ' + esc(a.depends_on.join(', ')) : ''}</div></td>
-    <td class="step-phase">${badge(a.phase)}</td><td class="muted">${fmtTime(a.started_at)}</td><td>${span(a.started_at, a.ended_at)}</td>
+    <td class="step-phase">${badge(a.phase)}</td><td class="step-tasks">${tasksCell(a)}</td><td class="muted">${fmtTime(a.started_at)}</td><td>${span(a.started_at, a.ended_at)}</td>
     <td>${cache}</td><td>${outs}</td><td>${notes(a)}</td><td class="controls">${ops.join('')}</td></tr>`;
+}
+
+// tasksCell is a step's task count and its tasks by state, e.g. "10000:
+// 9990 succeeded, 10 running"; empty for a step without tasks.
+function tasksCell(a) {
+  if (!a.task_count) return '';
+  const by = countsOf(a).map(([st, n]) => `<span data-state="${esc(st)}">${n} ${esc(st.toLowerCase())}</span>`).join(', ');
+  return `<span class="task-count">${a.task_count}</span>: ${by}`;
 }
 
 // notes says what a step waits for, why it ended, its retries, abort and approval.
