@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	dom "github.com/capstan-run/capstan/pkg/domain"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,6 +76,26 @@ func TestSubWorkflows(t *testing.T) {
 		w := action(run, "w")
 		require.Equal(t, api.PhaseFAILED, w.Phase)
 		require.Contains(t, *w.Reason, name+"-w-0-r1")
+	})
+
+	t.Run("suspend and resume of the parent reach the child", func(t *testing.T) {
+		pushTemplate(t, s, "two-steps", api.WorkflowSpec{Steps: []api.Step{
+			{Name: "a", Command: ptr("sleep 2")}, {Name: "b", Command: ptr("true")}}})
+		name := create(t, s, api.WorkflowSpec{Steps: []api.Step{workflowStep("child", "two-steps")}})
+		kid := name + "-child-0"
+		s.Eventually(60*time.Second, "the child's first step running", func() bool {
+			return slices.Contains(childNames(getRun(t, s, name)), kid) &&
+				action(getRun(t, s, kid), "a").Phase == api.PhaseRUNNING
+		})
+		resp, err := s.Client.SuspendRunWithResponse(ctx, project, domain, name, api.RunSignalRequest{})
+		require.NoError(t, err)
+		require.NotNil(t, resp.JSON202, "suspend: %d %s", resp.StatusCode(), resp.Body)
+		paused := waitPhase(t, s, kid, 30*time.Second, api.PhasePAUSED)
+		require.Equal(t, api.PhaseSUCCEEDED, action(paused, "a").Phase, "the running step finished")
+		require.Nil(t, action(paused, "b").StartedAt, "no step starts while suspended")
+		resumeRun(t, s, name)
+		waitPhase(t, s, kid, 30*time.Second, api.PhaseSUCCEEDED)
+		waitPhase(t, s, name, 30*time.Second, api.PhaseSUCCEEDED)
 	})
 
 	t.Run("bad references are refused with 422 naming the field", func(t *testing.T) {
@@ -237,4 +260,107 @@ func gone(pids []int) int {
 		}
 	}
 	return n
+}
+
+// TestSubWorkflowForEach fans a workflow step out over a list an earlier
+// step writes: a child run per item, the item as the child's param, at
+// most max_parallel children unfinished at once (sampled every 20 ms),
+// their outputs gathered as arrays in index order; an empty list succeeds
+// with empty arrays; an abort of the parent ends every child ABORTED; a
+// for_each.as the template does not declare is refused with 422.
+func TestSubWorkflowForEach(t *testing.T) {
+	s := Start(t, bins, Options{Executors: 2})
+	ctx := context.Background()
+	number := api.ParamType("number")
+	pushTemplate(t, s, "square", api.WorkflowSpec{
+		Params:  &[]api.Param{{Name: "N", Type: &number, Required: ptr(true)}},
+		Steps:   []api.Step{{Name: "sq", Command: ptr(`sleep 0.3; echo $((N * N)) > "$CAPSTAN_OUTPUTS_DIR/v"`), Outputs: &[]string{"v"}}},
+		Outputs: &[]api.SpecOutput{{Name: "result", From: "sq.v"}},
+	})
+	pushTemplate(t, s, "nap", api.WorkflowSpec{
+		Params: &[]api.Param{{Name: "N", Type: &number, Required: ptr(true)}},
+		Steps:  []api.Step{{Name: "s", Command: ptr("sleep 600")}},
+	})
+
+	t.Run("a child per item, max_parallel children at once", func(t *testing.T) {
+		each := workflowStep("each", "square")
+		each.ForEach = &api.ForEach{From: ptr("make.list"), As: ptr("N"), MaxParallel: ptr(2)}
+		each.Outputs = &[]string{"result"}
+		name := create(t, s, api.WorkflowSpec{Mode: ptr(api.DAG), Steps: []api.Step{
+			{Name: "make", Command: ptr(`echo '[1, 2, 3, 4, 5, 6]' > "$CAPSTAN_OUTPUTS_DIR/list"`), Outputs: &[]string{"list"}},
+			each,
+		}})
+		most := 0
+		var run *api.Run
+		s.Eventually(120*time.Second, "run "+name+" ends", func() bool {
+			run = getRun(t, s, name)
+			live := 0
+			if run.Children != nil {
+				for _, c := range *run.Children {
+					if !dom.Phase(c.Phase).IsTerminal() {
+						live++
+					}
+				}
+			}
+			if live > 2 {
+				require.Failf(t, "max_parallel 2", "%d children unfinished: %+v", live, *run.Children)
+			}
+			most = max(most, live)
+			return run.EndedAt != nil
+		})
+		require.Equal(t, api.PhaseSUCCEEDED, run.Phase)
+		require.Equal(t, 2, most, "two children ran at once")
+		var want []string
+		for i := range 6 {
+			want = append(want, fmt.Sprintf("%s-each-%d", name, i))
+		}
+		require.ElementsMatch(t, want, childNames(run), "a child per item")
+		require.Equal(t, `["1\n","4\n","9\n","16\n","25\n","36\n"]`, (*action(run, "each").Outputs)["result"],
+			"outputs in index order")
+		require.Equal(t, api.ParamValues{"N": float64(2)}, *getRun(t, s, name+"-each-1").Params, "item 1 as param N")
+	})
+
+	t.Run("an empty list succeeds with empty arrays", func(t *testing.T) {
+		each := workflowStep("each", "square")
+		each.ForEach = &api.ForEach{Items: &[]any{}, As: ptr("N")}
+		each.Outputs = &[]string{"result"}
+		run := waitPhase(t, s, create(t, s, api.WorkflowSpec{Steps: []api.Step{each}}), 60*time.Second, api.PhaseSUCCEEDED)
+		require.Equal(t, map[string]string{"result": "[]"}, *action(run, "each").Outputs)
+		require.Empty(t, childNames(run))
+	})
+
+	t.Run("an abort of the parent ends every child", func(t *testing.T) {
+		each := workflowStep("each", "nap")
+		each.ForEach = &api.ForEach{Items: &[]any{1, 2, 3}, As: ptr("N")}
+		name := create(t, s, api.WorkflowSpec{Steps: []api.Step{each}})
+		s.Eventually(60*time.Second, "three children running", func() bool {
+			running := 0
+			for _, c := range childNames(getRun(t, s, name)) {
+				if getRun(t, s, c).Phase == api.PhaseRUNNING {
+					running++
+				}
+			}
+			return running == 3
+		})
+		abortRun(t, s, name, "enough")
+		s.Eventually(30*time.Second, "the run and its children ABORTED", func() bool {
+			run := getRun(t, s, name)
+			for _, c := range *run.Children {
+				if c.Phase != api.PhaseABORTED {
+					return false
+				}
+			}
+			return run.Phase == api.PhaseABORTED
+		})
+	})
+
+	t.Run("an as the template does not declare is refused", func(t *testing.T) {
+		each := workflowStep("each", "square")
+		each.ForEach = &api.ForEach{Items: &[]any{1}, As: ptr("M")}
+		spec := api.WorkflowSpec{Steps: []api.Step{each}}
+		resp, err := s.Client.CreateRunWithResponse(ctx, project, domain, nil, api.CreateRunRequest{Spec: &spec})
+		require.NoError(t, err)
+		require.Equal(t, 422, resp.StatusCode(), "%s", resp.Body)
+		require.Contains(t, string(resp.Body), `"field":"spec.steps[0].for_each.as"`, "%s", resp.Body)
+	})
 }

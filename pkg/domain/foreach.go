@@ -17,15 +17,17 @@ const (
 	DefaultForEachAs = "ITEM"
 )
 
-// ForEach fans a task step out over a list known when the step starts
-// (Argo's withParam, Flyte's map tasks): one task per item, the task's
-// index the item's. The list is Items, or the JSON array an earlier step
-// wrote as its output From ("step.output"); exactly one is set (Items
-// may be an empty list). Each task
-// gets its item as the environment variable As (default ITEM) and the
-// file $CAPSTAN_INPUTS_DIR/<As>: the string itself, or its compact JSON
+// ForEach fans a step out over a list known when the step starts (Argo's
+// withParam, Flyte's map tasks): a task step gets one task per item, a
+// workflow step one child run per item, the task's or child's index the
+// item's. The list is Items, or the JSON array an earlier step wrote as
+// its output From ("step.output"); exactly one is set (Items may be an
+// empty list). Each task gets its item as the environment variable As
+// (default ITEM) and the file $CAPSTAN_INPUTS_DIR/<As>; each child gets it
+// as its template's param As: the string itself, or its compact JSON
 // (ItemValue). MaxParallel, when set, bounds how many of the step's tasks
-// are ASSIGNED, BUILDING or RUNNING at once.
+// are ASSIGNED, BUILDING or RUNNING at once, or how many of its children
+// have not ended.
 type ForEach struct {
 	From        string `json:"from,omitempty"`
 	Items       *[]any `json:"items,omitempty"`
@@ -121,8 +123,8 @@ func (s Step) validateForEach() []FieldError {
 		errs = append(errs, FieldError{Field: ".for_each" + field, Message: fmt.Sprintf(format, a...)})
 	}
 	switch {
-	case s.Kind != KindTask:
-		add("", "only a task step takes it; this step is a %s", s.Kind)
+	case s.Kind != KindTask && s.Kind != KindWorkflow:
+		add("", "only a task or workflow step takes it; this step is a %s", s.Kind)
 	case (f.From == "") == (f.Items == nil):
 		add("", "takes exactly one of from and items")
 	case f.From != "":
@@ -134,6 +136,14 @@ func (s Step) validateForEach() []FieldError {
 	}
 	as := f.EnvName()
 	switch {
+	case s.Kind == KindWorkflow:
+		if msg := paramNameProblem(as); msg != "" {
+			add(".as", "names the child's param each item is given as: %s", msg)
+		} else if _, ok := s.Params[as]; ok {
+			add(".as", "%q is also given in params", as)
+		} else if slices.ContainsFunc(s.Inputs, func(in Input) bool { return in.As == as }) {
+			add(".as", "%q is also an input's name", as)
+		}
 	case !envName.MatchString(as):
 		add(".as", "is not a valid environment variable name: %q", as)
 	case strings.HasPrefix(as, ReservedEnvPrefix):

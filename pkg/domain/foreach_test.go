@@ -52,7 +52,12 @@ func TestForEachValidation(t *testing.T) {
 		{"replicas beside", `{"name": "each", "command": "x", "replicas": 2, "for_each": {"items": [1]}}`,
 			"spec.steps[1].replicas", "takes no replicas"},
 		{"on a suspend", `{"name": "each", "kind": "suspend", "for_each": {"items": [1]}}`,
-			"spec.steps[1].for_each", "only a task step"},
+			"spec.steps[1].for_each", "only a task or workflow step"},
+		{"valid over a workflow", `{"name": "each", "kind": "workflow", "workflow": {"name": "leaf"}, "for_each": {"from": "list.files", "as": "path", "max_parallel": 2}}`, "", ""},
+		{"workflow as not a param name", `{"name": "each", "kind": "workflow", "workflow": {"name": "leaf"}, "for_each": {"items": [1], "as": "a-b"}}`,
+			"spec.steps[1].for_each.as", "names the child's param"},
+		{"workflow as also a param", `{"name": "each", "kind": "workflow", "workflow": {"name": "leaf"}, "params": {"ITEM": 1}, "for_each": {"items": [1]}}`,
+			"spec.steps[1].for_each.as", "also given in params"},
 		{"serializable cache", `{"name": "each", "command": "x", "cache": {"serializable": true}, "for_each": {"items": [1]}}`,
 			"spec.steps[1].cache.serializable", "cannot be serializable"},
 	} {

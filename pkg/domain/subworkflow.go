@@ -181,6 +181,10 @@ func (s Step) checkChildParams(decls []Param, item string) []FieldError {
 	}
 	given := s.ChildParamNames()
 	if item != "" {
+		if _, ok := declared(item); !ok {
+			errs = append(errs, FieldError{".for_each.as",
+				fmt.Sprintf("each item is given as param %q, which the template does not declare (it declares %s)", item, declaredNames(decls))})
+		}
 		given = append(given, item)
 	}
 	for _, p := range decls {
@@ -189,6 +193,15 @@ func (s Step) checkChildParams(decls []Param, item string) []FieldError {
 		}
 	}
 	return errs
+}
+
+// ItemParam is the child param a workflow step's for_each gives each item
+// as (for_each.as, default ITEM); "" for a step without for_each.
+func (s Step) ItemParam() string {
+	if s.ForEach == nil {
+		return ""
+	}
+	return s.ForEach.EnvName()
 }
 
 // checkChildOutputs checks that each output a workflow step declares is one

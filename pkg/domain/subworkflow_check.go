@@ -47,7 +47,7 @@ func CheckSubWorkflows(spec WorkflowSpec, prefix string, known TemplateSpecs, se
 			errs = append(errs, FieldError{at + ".workflow.name", "no workflow template " + describeRef(*s.Workflow)})
 			continue
 		}
-		for _, e := range append(s.checkChildParams(child.Params, ""), s.checkChildOutputs(s.Workflow.Name, child)...) {
+		for _, e := range append(s.checkChildParams(child.Params, s.ItemParam()), s.checkChildOutputs(s.Workflow.Name, child)...) {
 			errs = append(errs, FieldError{at + e.Field, e.Message})
 		}
 		h, problem := w.height(*s.Workflow)

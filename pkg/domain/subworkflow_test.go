@@ -119,6 +119,16 @@ func TestCheckSubWorkflows(t *testing.T) {
 		`spec.steps[0].outputs[0]: template leaf declares no output "nope" (its outputs: o)`,
 	}, field(CheckSubWorkflows(WorkflowSpec{Steps: []Step{bad}}, "spec", known, "", 0)))
 
+	each := wf("leaf")
+	each.Outputs, each.ForEach = []string{"o"}, &ForEach{Items: &[]any{"x"}, As: "P"}
+	require.Empty(t, CheckSubWorkflows(WorkflowSpec{Steps: []Step{each}}, "spec", known, "", 0),
+		"the item gives the required param")
+	each.ForEach.As = "Q"
+	require.Equal(t, []string{
+		`spec.steps[0].for_each.as: each item is given as param "Q", which the template does not declare (it declares P)`,
+		`spec.steps[0].params: the template's param "P" is required; give it in params or inputs`,
+	}, field(CheckSubWorkflows(WorkflowSpec{Steps: []Step{each}}, "spec", known, "", 0)))
+
 	require.Equal(t, []string{"spec.steps[0].workflow.name: no workflow template named ghost"},
 		field(CheckSubWorkflows(WorkflowSpec{Steps: []Step{wf("ghost")}}, "spec", known, "", 0)))
 	require.Equal(t, []string{"spec.steps[0].workflow.name: template cycle: a -> b -> a"},

@@ -60,7 +60,7 @@ type ChildRun struct {
 // stepChildrenSQL reads, for each named step of a run, the latest child
 // of each index (the highest try) with how many children the index has
 // in that child's generation, by runs_parent.
-const stepChildrenSQL = `SELECT action, idx, name, phase, generation, try, tries FROM (
+const stepChildrenSQL = `SELECT action, idx AS index, name, phase, generation, try, tries FROM (
 	SELECT c.parent_action AS action, c.parent_index AS idx, c.name, c.phase, c.parent_generation AS generation,
 		c.parent_try AS try,
 		count(*) OVER (PARTITION BY c.parent_action, c.parent_index, c.parent_generation) AS tries,

@@ -94,15 +94,20 @@ func (s Cache) PutCacheEntries(ctx context.Context, entries []CacheEntry, now ti
 		"expires_at": e.ExpiresAt})
 }
 
-// EndAtStart ends a step as it starts, running no task (a for_each over no
-// item, or whose items all succeeded already; or one whose list is not
-// one): phase to (from from), started and ended now, with reason ("" for
-// none), its wait cleared; it writes an "action.phase" event.
+// EndAtStart ends a step as it starts, running no task or child (a
+// for_each over no item, or whose items all succeeded already; or one
+// whose list is not one): phase to (from from), started and ended now,
+// with reason ("" for none) and outputs (nil: none on the action; a
+// workflow step's are there), its wait cleared; it writes an
+// "action.phase" event.
 func (s Actions) EndAtStart(ctx context.Context, key domain.ActionKey, from, to domain.Phase, reason string,
-	now time.Time) error {
-	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(map[string]any{
-		"phase": string(to), "started_at": now, "ended_at": now, "reason": strPtr(reason), "waiting_for": nil,
-		"not_before": nil, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
+	outputs map[string]string, now time.Time) error {
+	set := map[string]any{"phase": string(to), "started_at": now, "ended_at": now, "reason": strPtr(reason),
+		"waiting_for": nil, "not_before": nil, "updated_at": now, "version": gorm.Expr("version + 1")}
+	if outputs != nil {
+		set["outputs"] = jsonText(outputs)
+	}
+	if err := s.q(ctx).Model(&Action{}).Where(actionWhere, actionArgs(key)...).Updates(set).Error; err != nil {
 		return mapErr(err)
 	}
 	return s.event(ctx, key.RunKey, key.Action, "action.phase", map[string]any{"from": from, "to": to, "reason": reason})

@@ -368,7 +368,8 @@ func (s *Scheduler) startStep(ctx context.Context, tx *store.Store, run store.Ru
 	case domain.KindApproval:
 		return false, tx.Actions().StartWait(ctx, ak, store.WaitApproval, nil, now)
 	case domain.KindWorkflow:
-		return s.startChildStep(ctx, tx, a, adv, now) // ended at once: decide again, as after a hit
+		ended, err := s.startChildStep(ctx, tx, run, a, adv, now)
+		return ended != "", err // ended at once: decide again, as after a hit
 	}
 	if a.Spec.ForEach != nil {
 		return s.startForEach(ctx, tx, run, a, now)

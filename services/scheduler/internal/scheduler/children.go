@@ -63,44 +63,98 @@ func (s *Scheduler) afterKin(ctx context.Context, k kinWork) {
 	}
 }
 
-// childStarts lists the children a workflow step starts: one, index 0,
-// without an item. A fan-out over items gives one per item, its index the
-// item's.
-func childStarts(domain.Step) []domain.ChildStart {
-	return []domain.ChildStart{{Index: 0}}
+// childStarts lists the children workflow step a of run starts: one,
+// index 0, without an item; under for_each one per item of its list
+// (forEachItems), its index the item's. reason says why there is no list.
+func childStarts(ctx context.Context, tx *store.Store, run store.Run, a store.Action) (starts []domain.ChildStart,
+	reason string, err error) {
+	if a.Spec.ForEach == nil {
+		return []domain.ChildStart{{Index: 0}}, "", nil
+	}
+	items, reason, err := forEachItems(ctx, tx, run, a)
+	if err != nil || reason != "" {
+		return nil, reason, err
+	}
+	values := domain.ItemValues(items)
+	starts = make([]domain.ChildStart, len(values))
+	for i := range values {
+		starts[i] = domain.ChildStart{Index: i, Item: &values[i]}
+	}
+	return starts, "", nil
 }
 
-// startChildStep starts a workflow step's children (startChildren) and
-// records it started; ended reports that it could not and FAILED instead.
-func (s *Scheduler) startChildStep(ctx context.Context, tx *store.Store, a store.Action, adv *Advance,
-	now time.Time) (ended bool, err error) {
-	var tries map[int]int // generation 0 starts first: no child exists yet
-	if a.Generation > 0 {
-		runKey := domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}
-		if tries, err = nextTries(ctx, tx, runKey, a.Name); err != nil {
-			return false, err
+// nextStarts returns the starts of a workflow step that start now besides
+// its retries: those whose index has no child in the current generation
+// (current, every try in order), in index order, as many as its
+// for_each.max_parallel leaves room for beside its live children and
+// the retries (every one without max_parallel).
+func nextStarts(step domain.Step, starts []domain.ChildStart, current []store.ChildRun, retries int) []domain.ChildStart {
+	live := make(map[int]bool, len(current))
+	for _, c := range current {
+		live[c.Index] = !c.Phase.IsTerminal() // the latest of an index decides
+	}
+	room := len(starts)
+	if step.ForEach != nil && step.ForEach.MaxParallel != nil {
+		room = *step.ForEach.MaxParallel - retries
+		for _, l := range live {
+			if l {
+				room--
+			}
 		}
 	}
-	return s.startChildren(ctx, tx, a, childStarts(a.Spec), tries, adv, now)
+	var next []domain.ChildStart
+	for _, st := range starts {
+		if len(next) >= room {
+			break
+		}
+		if _, started := live[st.Index]; !started {
+			next = append(next, st)
+		}
+	}
+	return next
 }
 
-// startGeneration starts the children of a workflow step's new generation
-// (a retry of the whole step); ended as startChildren.
-func (s *Scheduler) startGeneration(ctx context.Context, tx *store.Store, a store.Action, adv *Advance,
-	now time.Time) (ended bool, err error) {
-	return s.startChildStep(ctx, tx, a, adv, now)
+// startChildStep starts workflow step a's children (startChildren): under
+// for_each those of the first items its max_parallel allows. ended is the
+// phase it ended in at once instead ("" when it started): SUCCEEDED, with
+// empty arrays as outputs, over no item; FAILED, with the reason, when it
+// has no list or cannot start its children.
+func (s *Scheduler) startChildStep(ctx context.Context, tx *store.Store, run store.Run, a store.Action, adv *Advance,
+	now time.Time) (ended domain.Phase, err error) {
+	var tries map[int]int // generation 0 starts first: no child exists yet
+	if a.Generation > 0 {
+		if tries, err = nextTries(ctx, tx, runKeyOf(run), a.Name); err != nil {
+			return "", err
+		}
+	}
+	starts, reason, err := childStarts(ctx, tx, run, a)
+	switch {
+	case err != nil:
+		return "", err
+	case reason != "":
+		return domain.PhaseFailed, tx.Actions().FailStep(ctx, keyOf(a), domain.Phase(a.Phase), reason, now)
+	case len(starts) == 0:
+		outputs := domain.GatherChildOutputs(a.Spec.Outputs, nil, true)
+		return domain.PhaseSucceeded, tx.Actions().EndAtStart(ctx, keyOf(a), domain.Phase(a.Phase),
+			domain.PhaseSucceeded, "", outputs, now)
+	}
+	failed, err := s.startChildren(ctx, tx, run, a, nextStarts(a.Spec, starts, nil, 0), tries, adv, now)
+	if failed || err != nil {
+		return domain.PhaseFailed, err
+	}
+	return "", nil
 }
 
-// startChildren creates the child runs of workflow step a (locked with its
-// run by tx) for starts, under its generation, each QUEUED with run:start
+// startChildren creates the child runs of workflow step a of run (both
+// locked by tx) for starts, under its generation, each QUEUED with run:start
 // left in adv, and records them on the step; tries gives each index's
 // next try (absent: 0). A step that cannot start them
 // (its template is gone, a cycle, too deep, params that do not fit) FAILS
 // with the reason, and ended is true.
-func (s *Scheduler) startChildren(ctx context.Context, tx *store.Store, a store.Action, starts []domain.ChildStart,
-	tries map[int]int, adv *Advance, now time.Time) (ended bool, err error) {
+func (s *Scheduler) startChildren(ctx context.Context, tx *store.Store, run store.Run, a store.Action,
+	starts []domain.ChildStart, tries map[int]int, adv *Advance, now time.Time) (ended bool, err error) {
 	ak := keyOf(a)
-	nrs, reason, err := s.newChildren(ctx, tx, a, starts, tries)
+	nrs, reason, err := s.newChildren(ctx, tx, run, a, starts, tries)
 	if err != nil {
 		return false, err
 	}
@@ -127,13 +181,9 @@ func (s *Scheduler) startChildren(ctx context.Context, tx *store.Store, a store.
 
 // newChildren returns the child runs step a starts for starts, with
 // tries (their names still ChildRunName's), or the reason it cannot.
-func (s *Scheduler) newChildren(ctx context.Context, tx *store.Store, a store.Action,
+func (s *Scheduler) newChildren(ctx context.Context, tx *store.Store, run store.Run, a store.Action,
 	starts []domain.ChildStart, tries map[int]int) ([]store.NewRun, string, error) {
-	runKey := domain.RunKey{Project: a.Project, Domain: a.Domain, Run: a.RunName}
-	run, err := tx.Runs().LockRun(ctx, runKey) // held by tx already
-	if err != nil {
-		return nil, "", fmt.Errorf("read run: %w", err)
-	}
+	runKey := runKeyOf(run)
 	ref := a.Spec.Workflow
 	if ref == nil {
 		return nil, "the step names no workflow template", nil
@@ -151,7 +201,7 @@ func (s *Scheduler) newChildren(ctx context.Context, tx *store.Store, a store.Ac
 			return nil, "", fmt.Errorf("read ancestors: %w", err)
 		}
 	}
-	if reason := a.Spec.CheckChildStart(t.Name, t.Spec, ancestors, run.Depth, ""); reason != "" {
+	if reason := a.Spec.CheckChildStart(t.Name, t.Spec, ancestors, run.Depth, a.Spec.ItemParam()); reason != "" {
 		return nil, reason, nil
 	}
 	inputs, err := childInputs(ctx, tx, runKey, a.Spec)
@@ -173,7 +223,7 @@ func (s *Scheduler) newChildren(ctx context.Context, tx *store.Store, a store.Ac
 // or the reason it cannot be.
 func childRun(run store.Run, a store.Action, t store.Template, inputs map[string]string, st domain.ChildStart,
 	try int) (store.NewRun, string) {
-	params, errs := a.Spec.ChildParams(t.Spec.Params, inputs, "", st.Item)
+	params, errs := a.Spec.ChildParams(t.Spec.Params, inputs, a.Spec.ItemParam(), st.Item)
 	if len(errs) > 0 {
 		return store.NewRun{}, fmt.Sprintf("child %d of template %s: %s", st.Index, t.Name, errs[0].Error())
 	}
@@ -295,7 +345,7 @@ func (s *Scheduler) followChildren(ctx context.Context, tx *store.Store, run sto
 	}
 	for i := range steps {
 		if a := &steps[i]; following(*a) {
-			if err := s.followStep(ctx, tx, a, kids[a.Name], adv, now); err != nil {
+			if err := s.followStep(ctx, tx, run, a, kids[a.Name], adv, now); err != nil {
 				return fmt.Errorf("follow children of step %s: %w", a.Name, err)
 			}
 		}
@@ -308,9 +358,17 @@ func (s *Scheduler) followChildren(ctx context.Context, tx *store.Store, run sto
 // SUCCEEDS with the outputs gathered from its children; a failure goes
 // through the step's failure policy (failStep), else FAILS it with the
 // reason naming the child, and its live children are aborted.
-func (s *Scheduler) followStep(ctx context.Context, tx *store.Store, a *store.Action, kids []store.ChildRun,
-	adv *Advance, now time.Time) error {
-	starts := childStarts(a.Spec)
+func (s *Scheduler) followStep(ctx context.Context, tx *store.Store, run store.Run, a *store.Action,
+	kids []store.ChildRun, adv *Advance, now time.Time) error {
+	starts, reason, err := childStarts(ctx, tx, run, *a)
+	if err != nil {
+		return err
+	}
+	if reason != "" { // its list was there when it started: its producer ran again since
+		from := domain.Phase(a.Phase)
+		a.Phase = string(domain.PhaseFailed)
+		return tx.Actions().FailStep(ctx, keyOf(*a), from, reason, now)
+	}
 	var views []domain.ChildView
 	var current []store.ChildRun
 	for _, c := range kids {
@@ -320,16 +378,19 @@ func (s *Scheduler) followStep(ctx context.Context, tx *store.Store, a *store.Ac
 		}
 	}
 	d := a.Spec.DecideChildren(len(starts), views)
-	if len(d.Retry) > 0 {
-		retry := slices.DeleteFunc(slices.Clone(starts), func(st domain.ChildStart) bool { return !slices.Contains(d.Retry, st.Index) })
-		tries := make(map[int]int, len(kids))
-		for _, c := range kids {
-			tries[c.Index] = c.Try + 1
-		}
-		ended, err := s.startChildren(ctx, tx, *a, retry, tries, adv, now)
-		if err != nil || ended {
-			a.Phase = string(domain.PhaseFailed)
-			return err
+	if d.Phase != domain.PhaseFailed {
+		more := slices.DeleteFunc(slices.Clone(starts), func(st domain.ChildStart) bool { return !slices.Contains(d.Retry, st.Index) })
+		more = append(more, nextStarts(a.Spec, starts, current, len(more))...)
+		if len(more) > 0 {
+			tries := make(map[int]int, len(kids))
+			for _, c := range kids {
+				tries[c.Index] = c.Try + 1
+			}
+			ended, err := s.startChildren(ctx, tx, run, *a, more, tries, adv, now)
+			if err != nil || ended {
+				a.Phase = string(domain.PhaseFailed)
+				return err
+			}
 		}
 	}
 	from := domain.Phase(a.Phase)
@@ -391,7 +452,8 @@ func (s *Scheduler) failChildStep(ctx context.Context, tx *store.Store, a *store
 }
 
 // childOutputs gathers a SUCCEEDED workflow step's outputs from its n
-// children of the current generation (domain.GatherChildOutputs).
+// children of the current generation (domain.GatherChildOutputs): arrays
+// in index order under for_each.
 func childOutputs(ctx context.Context, tx *store.Store, a store.Action, n int, current []store.ChildRun) (map[string]string, error) {
 	if len(a.Spec.Outputs) == 0 {
 		return nil, nil
@@ -410,7 +472,7 @@ func childOutputs(ctx context.Context, tx *store.Store, a store.Action, n int, c
 			per[c.Index] = outs[c.Name]
 		}
 	}
-	return domain.GatherChildOutputs(a.Spec.Outputs, per, false), nil
+	return domain.GatherChildOutputs(a.Spec.Outputs, per, a.Spec.ForEach != nil), nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -30,7 +30,7 @@ func (s *Scheduler) startForEach(ctx context.Context, tx *store.Store, run store
 		return false, err
 	}
 	if reason != "" {
-		return true, tx.Actions().EndAtStart(ctx, ak, from, domain.PhaseFailed, reason, now)
+		return true, tx.Actions().EndAtStart(ctx, ak, from, domain.PhaseFailed, reason, nil, now)
 	}
 	if len(rows) > 0 {
 		if err := tx.Tasks().CreateTasks(ctx, key, now, store.StartedStep{Action: a.Name, Tasks: rows}); err != nil {
@@ -40,7 +40,7 @@ func (s *Scheduler) startForEach(ctx context.Context, tx *store.Store, run store
 	if pendingRows(rows) > 0 {
 		return false, nil
 	}
-	return true, tx.Actions().EndAtStart(ctx, ak, from, domain.PhaseSucceeded, "", now)
+	return true, tx.Actions().EndAtStart(ctx, ak, from, domain.PhaseSucceeded, "", nil, now)
 }
 
 // pendingRows counts the rows that have to run (PENDING).

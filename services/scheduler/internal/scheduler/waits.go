@@ -99,7 +99,7 @@ func waitOutcome(run store.Run, a store.Action, now time.Time) (to domain.Phase,
 }
 
 // retryStep starts a step's next generation of tasks, or of child runs for
-// a workflow step (startChildren, whose starts adv carries) (KubeVela
+// a workflow step (startChildStep, whose starts adv carries) (KubeVela
 // retries a failed step as a whole; the old tasks and attempts, or child
 // runs, stay as history; a for_each reruns its failed items,
 // retryForEach). The step keeps its first start, so its timeout counts
@@ -112,9 +112,9 @@ func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, run store.Ru
 	}
 	a.Generation, a.FailedTimes, a.Phase, a.WaitingFor = a.Generation+1, failedTimes, string(domain.PhaseRunning), nil
 	if a.Spec.Kind == domain.KindWorkflow {
-		ended, err := s.startGeneration(ctx, tx, *a, adv, now)
-		if ended {
-			a.Phase = string(domain.PhaseFailed)
+		ended, err := s.startChildStep(ctx, tx, run, *a, adv, now)
+		if ended != "" {
+			a.Phase = string(ended)
 		}
 		return err
 	}
