@@ -40,7 +40,7 @@ demo: ## start everything and run the example workflows
 	@scripts/demo.sh
 
 test: deps ## the whole suite, with the race detector, against real Postgres and Redis
-	@go test -race -count=1 $(PACKAGES)
+	@go test -race -count=1 -timeout 20m $(PACKAGES)
 	@$(MAKE) --no-print-directory fuzz
 
 # A run that fails without writing a failing input (go test says "Failing
