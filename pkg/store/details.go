@@ -98,8 +98,9 @@ func decodeTaskCursor(c string) (generation, idx int, err error) {
 	return int(gen), int(index), nil
 }
 
-// detailsSQL reads a run's row with its actions (the one named @only, or
-// all when @only is empty), the page of each action's tasks after the
+// detailsSQL reads a run's row (with @only set, only its key: an action's
+// read needs no spec, which can list 10,000 items) with its actions (the
+// one named @only, or all when @only is empty), the page of each action's tasks after the
 // position (@generation, @idx) in (generation DESC, idx) order, at most
 // @limit of them, the attempts of those tasks, and the counts of each
 // action's current generation's tasks by state, each as the JSON Postgres
@@ -118,7 +119,8 @@ t AS MATERIALIZED (SELECT p.* FROM a CROSS JOIN LATERAL (
 	(SELECT * FROM tasks x WHERE x.project = a.project AND x.domain = a.domain AND x.run_name = a.run_name
 	    AND x.action_name = a.name AND x.generation < @generation ORDER BY x.generation DESC, x.idx LIMIT @limit)
 	ORDER BY generation DESC, idx LIMIT @limit) p)
-SELECT row_to_json(r),
+SELECT CASE WHEN @only = '' THEN row_to_json(r) ELSE json_build_object('project', r.project, 'domain', r.domain,
+	'name', r.name) END,
 	(SELECT coalesce(json_agg(a ORDER BY a.parent_action_name NULLS FIRST, a.created_at, a.name), '[]') FROM a),
 	(SELECT coalesce(json_agg(t ORDER BY t.action_name, t.generation DESC, t.idx), '[]') FROM t),
 	(SELECT coalesce(json_agg(at ORDER BY at.task_id, at.number), '[]') FROM t JOIN attempts at ON at.task_id = t.id),
@@ -134,9 +136,10 @@ type stateCount struct {
 	N      int              `json:"n"`
 }
 
-// details loads a run and its actions (or only the one named), each with
-// the page of its tasks that page selects, their attempts and its task
-// counts. Errors: ErrNotFound (no such run), ErrBadCursor.
+// details loads a run (only its key when only is set) and its actions (or
+// only the one named), each with the page of its tasks that page selects,
+// their attempts and its task counts. Errors: ErrNotFound (no such run),
+// ErrBadCursor.
 func (s *core) details(ctx context.Context, key domain.RunKey, only string, page TaskPage) (Run, []ActionDetail, error) {
 	var run Run
 	generation, idx, err := page.after()
