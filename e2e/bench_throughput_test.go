@@ -385,46 +385,66 @@ func BenchmarkDiamond(b *testing.B) {
 		"pg_xacts_per_run": round(perRun, 1), "cpu": usage, "peak_rss_mib": r.PeakRSS(),
 		"slots_per_executor": envInt("CAPSTAN_BENCH_SLOTS", 100), "executors": 2}
 	result := fmt.Sprintf("%.0f runs/s (%.0f tasks/s)", rate, rate*float64(len(spec.Steps)))
-	met := false
-	if single, reason := singleRunsPerSec(); reason != "" {
-		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
-		result += ", ratio unmeasured"
-	} else {
-		ratio := rate / single
-		figures["throughput_single_runs_per_s"], figures["ratio"] = round(single, 1), round(ratio, 3)
-		met = ratio >= 0.4
-		result += fmt.Sprintf(", %.2f × single-task runs/s (%.0f)", ratio, single)
-	}
+	suffix, met := singleTask.ratio(figures, "throughput_single_runs_per_s", rate, 0.4)
+	result += suffix
 	report(b, "diamond", benchResult{Title: "Diamond DAG runs (4 noop steps)", Result: result,
 		Target: "runs/s ≥ 0.4 × single-task runs/s of throughput", Met: met, Figures: figures})
 }
 
-// singleRunsPerSec reads the single-task runs/s (= tasks/s) of the
-// throughput summary in CAPSTAN_BENCH_OUT; reason says why it could not.
-func singleRunsPerSec() (rate float64, reason string) { return throughputTasksPerSec("single") }
+// baseline is a figure another scenario of the same make bench measured,
+// for a ratio: the summary of Scenario in CAPSTAN_BENCH_OUT, figure Path
+// (keys into its figures, e.g. "single", "tasks_per_s"), which Name
+// ("single-task runs/s") names in the result; Select is the
+// scripts/bench regex that runs that scenario.
+type baseline struct {
+	Scenario, Select, Name string
+	Path                   []string
+}
 
-// throughputTasksPerSec reads the tasks/s of shape ("single", "replicas")
-// in the throughput summary in CAPSTAN_BENCH_OUT; reason says why it could
-// not.
-func throughputTasksPerSec(shape string) (rate float64, reason string) {
+// read returns the baseline's figure, or why there is none.
+func (bl baseline) read() (float64, string) {
 	dir := os.Getenv("CAPSTAN_BENCH_OUT")
 	if dir == "" {
-		return 0, "CAPSTAN_BENCH_OUT unset: no throughput summary to compare with"
+		return 0, "CAPSTAN_BENCH_OUT unset: no " + bl.Scenario + " summary to compare with"
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "throughput.json"))
+	raw, err := os.ReadFile(filepath.Join(dir, bl.Scenario+".json"))
 	if err != nil {
-		return 0, "throughput did not run in this make bench (scripts/bench Throughput selects it)"
+		return 0, bl.Scenario + " did not run in this make bench (scripts/bench " + bl.Select + " selects it)"
 	}
 	var s struct {
-		Figures map[string]struct {
-			TasksPerS float64 `json:"tasks_per_s"`
-		} `json:"figures"`
+		Figures map[string]any `json:"figures"`
 	}
-	if err := json.Unmarshal(b, &s); err != nil || s.Figures[shape].TasksPerS <= 0 {
-		return 0, "the throughput summary has no " + shape + " figure"
+	var v any
+	if err := json.Unmarshal(raw, &s); err == nil {
+		v = s.Figures
 	}
-	return s.Figures[shape].TasksPerS, ""
+	for _, k := range bl.Path {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	if f, ok := v.(float64); ok && f > 0 {
+		return f, ""
+	}
+	return 0, "the " + bl.Scenario + " summary has no " + strings.Join(bl.Path, ".")
 }
+
+// ratio reads rate against bl: it records in figures the baseline (under
+// key) and the ratio, or ratio null and ratio_unmeasured with the reason,
+// and returns the result's suffix and whether the ratio is at least least.
+func (bl baseline) ratio(figures map[string]any, key string, rate, least float64) (suffix string, met bool) {
+	base, reason := bl.read()
+	if reason != "" {
+		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
+		return ", ratio unmeasured", false
+	}
+	r := rate / base
+	figures[key], figures["ratio"] = round(base, 1), round(r, 3)
+	return fmt.Sprintf(", %.2f × %s (%.0f)", r, bl.Name, base), r >= least
+}
+
+// singleTask is throughput's single-task runs/s (= tasks/s).
+var singleTask = baseline{Scenario: "throughput", Select: "Throughput", Name: "single-task runs/s",
+	Path: []string{"single", "tasks_per_s"}}
 
 // BenchmarkConcurrencyKeys measures how many single-task runs (one noop
 // step) a stack of two executors of CAPSTAN_BENCH_SLOTS slots completes
@@ -475,16 +495,9 @@ func BenchmarkConcurrencyKeys(b *testing.B) {
 		"submit_s": round(submit.Seconds(), 3), "runs_per_s": round(rate, 1), "overlapping_pairs": most, "cpu": usage,
 		"peak_rss_mib": r.PeakRSS(), "slots_per_executor": envInt("CAPSTAN_BENCH_SLOTS", 100), "executors": 2}
 	result := fmt.Sprintf("%.0f runs/s over %d keys, %d overlapping pairs", rate, keys, most)
-	met := false
-	if single, reason := singleRunsPerSec(); reason != "" {
-		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
-		result += ", ratio unmeasured"
-	} else {
-		ratio := rate / single
-		figures["throughput_single_runs_per_s"], figures["ratio"] = round(single, 1), round(ratio, 3)
-		met = ratio >= 0.5 && most == 0
-		result += fmt.Sprintf(", %.2f × single-task runs/s (%.0f)", ratio, single)
-	}
+	suffix, met := singleTask.ratio(figures, "throughput_single_runs_per_s", rate, 0.5)
+	result += suffix
+	met = met && most == 0
 	report(b, "concurrency_keys", benchResult{Title: "Single-task runs over 1,000 concurrency keys, max_runs 1",
 		Result: result, Target: "runs/s ≥ 0.5 × single-task runs/s of throughput, no two runs of a key overlapping",
 		Met: met, Figures: figures})
@@ -562,16 +575,10 @@ func BenchmarkForEach(b *testing.B) {
 		"cpu": usage, "peak_rss_mib": r.PeakRSS(), "slots_per_executor": envInt("CAPSTAN_BENCH_SLOTS", 100),
 		"executors": 2}
 	result := fmt.Sprintf("%.0f tasks/s over %d items", rate, n)
-	met := false
-	if base, reason := throughputTasksPerSec("replicas"); reason != "" {
-		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
-		result += ", ratio unmeasured"
-	} else {
-		ratio := rate / base
-		figures["throughput_replicas_tasks_per_s"], figures["ratio"] = round(base, 1), round(ratio, 3)
-		met = ratio >= 0.8
-		result += fmt.Sprintf(", %.2f × the tasks/s of runs of 100 replicas (%.0f)", ratio, base)
-	}
+	replicas := baseline{Scenario: "throughput", Select: "Throughput", Name: "the tasks/s of runs of 100 replicas",
+		Path: []string{"replicas", "tasks_per_s"}}
+	suffix, met := replicas.ratio(figures, "throughput_replicas_tasks_per_s", rate, 0.8)
+	result += suffix
 	report(b, "for_each", benchResult{Title: "One run's for_each over 10,000 noop items", Result: result,
 		Target: "tasks/s ≥ 0.8 × the tasks/s of throughput's runs of 100 replicas", Met: met, Figures: figures})
 }

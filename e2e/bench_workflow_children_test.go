@@ -3,11 +3,8 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -49,40 +46,11 @@ func BenchmarkSubWorkflows(b *testing.B) {
 	figures := map[string]any{"parents": runs, "child_steps": len(diamond.Steps), "elapsed_s": round(elapsed.Seconds(), 3),
 		"submit_s": round(submit.Seconds(), 3), "runs_per_s": round(rate, 2), "cpu": usage, "peak_rss_mib": r.PeakRSS()}
 	result := fmt.Sprintf("%.1f parent runs/s", rate)
-	met := false
-	if dia, reason := diamondRunsPerSec(); reason != "" {
-		figures["ratio"], figures["ratio_unmeasured"] = nil, reason
-		result += ", ratio unmeasured"
-	} else {
-		ratio := rate / dia
-		figures["diamond_runs_per_s"], figures["ratio"] = round(dia, 1), round(ratio, 3)
-		met = ratio >= 0.3
-		result += fmt.Sprintf(", %.2f × diamond runs/s (%.0f)", ratio, dia)
-	}
+	base := baseline{Scenario: "diamond", Select: "Diamond", Name: "diamond runs/s", Path: []string{"runs_per_s"}}
+	suffix, met := base.ratio(figures, "diamond_runs_per_s", rate, 0.3)
+	result += suffix
 	report(b, "sub_workflows", benchResult{Title: "Parent runs of a 4-step child workflow", Result: result,
 		Target: "runs/s ≥ 0.3 × diamond runs/s", Met: met, Figures: figures})
-}
-
-// diamondRunsPerSec reads the runs/s of the diamond summary in
-// CAPSTAN_BENCH_OUT; reason says why it could not.
-func diamondRunsPerSec() (rate float64, reason string) {
-	dir := os.Getenv("CAPSTAN_BENCH_OUT")
-	if dir == "" {
-		return 0, "CAPSTAN_BENCH_OUT unset: no diamond summary to compare with"
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "diamond.json"))
-	if err != nil {
-		return 0, "diamond did not run in this make bench (scripts/bench Diamond selects it)"
-	}
-	var s struct {
-		Figures struct {
-			RunsPerS float64 `json:"runs_per_s"`
-		} `json:"figures"`
-	}
-	if err := json.Unmarshal(raw, &s); err != nil || s.Figures.RunsPerS <= 0 {
-		return 0, "the diamond summary has no runs/s"
-	}
-	return s.Figures.RunsPerS, ""
 }
 
 // BenchmarkSubWorkflowAbort measures, over CAPSTAN_BENCH_PARENT_ABORTS (20)
