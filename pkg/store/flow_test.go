@@ -43,15 +43,7 @@ func openOneConnectionPools(t *testing.T) (*store.Store, string) {
 // openWithDB opens a Store on a fresh database, and the same database with
 // database/sql, for tests that check rows directly.
 func openWithDB(t *testing.T) (*store.Store, *sql.DB) {
-	t.Helper()
-	url := storetest.NewURL(t)
-	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	return st, db
+	return storetest.NewWithDB(t, store.Config{MaxOpenConns: 4})
 }
 
 func registerWorker(t *testing.T, st *store.Store) store.Worker {

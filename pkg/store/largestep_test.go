@@ -51,18 +51,7 @@ func largeStep(tb testing.TB, st *store.Store, db *sql.DB, name string, n int) d
 
 // openBenchWithDB is openWithDB for a benchmark.
 func openBenchWithDB(b *testing.B) (*store.Store, *sql.DB) {
-	url := storetest.NewURL(b)
-	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	return st, db
+	return storetest.NewWithDB(b, store.Config{MaxOpenConns: 4})
 }
 
 // BenchmarkGetRunLargeStep times GetRun of a run with a finished step of

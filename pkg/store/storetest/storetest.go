@@ -71,6 +71,25 @@ func New(t testing.TB) *store.Store {
 	return s
 }
 
+// NewWithDB returns a Store with cfg on a fresh migrated database for t,
+// and a database/sql handle (pgx) on the same database for statements a
+// test makes itself.
+func NewWithDB(t testing.TB, cfg store.Config) (*store.Store, *sql.DB) {
+	t.Helper()
+	u := NewURL(t)
+	s, err := store.Open(context.Background(), u, cfg)
+	if err != nil {
+		t.Fatalf("storetest: open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatalf("storetest: open database/sql: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return s, db
+}
+
 // ensureTemplate creates (once per migration set, across processes) a template
 // database with every migration applied and returns its name.
 func ensureTemplate(ctx context.Context) (string, error) {

@@ -123,17 +123,7 @@ type passFixture struct {
 func newPassFixture(b *testing.B, pending, finished int) *passFixture {
 	b.Helper()
 	ctx := context.Background()
-	url := storetest.NewURL(b)
-	st, err := store.Open(ctx, url, store.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
+	st, db := storetest.NewWithDB(b, store.Config{})
 	redis := redistest.New(b)
 	client, insp := asynq.NewClient(redis), asynq.NewInspector(redis)
 	b.Cleanup(func() { client.Close(); insp.Close() })
@@ -166,8 +156,8 @@ func newPassFixture(b *testing.B, pending, finished int) *passFixture {
 	if _, err := db.Exec(`ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
-	f.worker, err = st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "bench", Address: "http://127.0.0.1:1", Slots: passSlots})
-	if err != nil {
+	var err error
+	if f.worker, err = st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "bench", Address: "http://127.0.0.1:1", Slots: passSlots}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = insp.DeleteQueue(queue.WorkerQueue(f.worker.ID), true) })
