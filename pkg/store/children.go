@@ -87,24 +87,14 @@ func (s Runs) StepChildren(ctx context.Context, key domain.RunKey, steps []strin
 	return out, nil
 }
 
-// RunChild is one child run of a run, for its page.
+// RunChild is one child run of a run, for its page (RunDetail.Children).
 type RunChild struct {
-	Name       string
-	Action     string
-	Index      int
-	Generation int
-	Try        int
-	Phase      string
-}
-
-// RunChildren returns every child run of a run (of all its steps'
-// generations), by step, index and try.
-func (s Runs) RunChildren(ctx context.Context, key domain.RunKey) ([]RunChild, error) {
-	var out []RunChild
-	err := s.raw(ctx, `SELECT name, parent_action AS action, parent_index AS index, parent_generation AS generation,
-		parent_try AS try, phase FROM runs WHERE project = ? AND domain = ? AND parent_run = ?
-		ORDER BY parent_action, parent_index, parent_try`, key.Project, key.Domain, key.Run).Scan(&out).Error
-	return out, mapErr(err)
+	Name       string `json:"name"`
+	Action     string `json:"action"`
+	Index      int    `json:"index"`
+	Generation int    `json:"generation"`
+	Try        int    `json:"try"`
+	Phase      string `json:"phase"`
 }
 
 // LiveChildRuns returns the child runs not yet ended whose parent step is

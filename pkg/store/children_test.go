@@ -12,7 +12,8 @@ import (
 
 // TestStepChildren checks the read a workflow step's progression makes of
 // its children: the latest try of each index, with its index, generation
-// and the count of its index's children in that generation.
+// and the count of its index's children in that generation; and GetRun's
+// list of every child, by step, index and try.
 func TestStepChildren(t *testing.T) {
 	st := storetest.New(t)
 	ctx := context.Background()
@@ -50,4 +51,9 @@ func TestStepChildren(t *testing.T) {
 		require.Equal(t, want.tries, got[i].Tries)
 		require.Equal(t, domain.PhaseQueued, got[i].Phase)
 	}
+	d, err := st.Runs().GetRun(ctx, parent)
+	require.NoError(t, err)
+	require.Len(t, d.Children, 5, "GET run lists every child, every try")
+	require.Equal(t, store.RunChild{Name: "parent-w-1-r1", Action: "w", Index: 1, Generation: 0, Try: 1,
+		Phase: string(domain.PhaseQueued)}, d.Children[2])
 }

@@ -14,10 +14,13 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 )
 
-// RunDetail is a run with its actions, each with a page of its tasks.
+// RunDetail is a run with its actions, each with a page of its tasks, and
+// its child runs (every step's, every generation's) by step, index and
+// try.
 type RunDetail struct {
-	Run     Run
-	Actions []ActionDetail
+	Run      Run
+	Actions  []ActionDetail
+	Children []RunChild
 }
 
 // ActionDetail is an action with one page of its tasks (TaskPage's order)
@@ -109,7 +112,8 @@ func decodeTaskCursor(c string) (generation, idx int, err error) {
 // tasks_action_generation_idx: the rest of generation @generation after
 // @idx, then the generations below it; each count is one range of it
 // (index-only once the heap pages are all-visible). Actions come root
-// first, then in creation order.
+// first, then in creation order. Without @only, the run's child runs come
+// last (by runs_parent).
 const detailsSQL = `WITH a AS MATERIALIZED (SELECT * FROM actions
 	  WHERE project = @project AND domain = @domain AND run_name = @run AND (@only = '' OR name = @only)),
 t AS MATERIALIZED (SELECT p.* FROM a CROSS JOIN LATERAL (
@@ -126,7 +130,11 @@ SELECT CASE WHEN @only = '' THEN row_to_json(r) ELSE json_build_object('project'
 	(SELECT coalesce(json_agg(at ORDER BY at.task_id, at.number), '[]') FROM t JOIN attempts at ON at.task_id = t.id),
 	(SELECT coalesce(json_agg(json_build_object('action', a.name, 'state', c.state, 'n', c.n)), '[]') FROM a
 	   CROSS JOIN LATERAL (SELECT x.state, count(*) AS n FROM tasks x WHERE x.project = a.project AND x.domain = a.domain
-	     AND x.run_name = a.run_name AND x.action_name = a.name AND x.generation = a.generation GROUP BY x.state) c)
+	     AND x.run_name = a.run_name AND x.action_name = a.name AND x.generation = a.generation GROUP BY x.state) c),
+	CASE WHEN @only = '' THEN (SELECT coalesce(json_agg(json_build_object('name', c.name, 'action', c.parent_action,
+	     'index', c.parent_index, 'generation', c.parent_generation, 'try', c.parent_try, 'phase', c.phase)
+	     ORDER BY c.parent_action, c.parent_index, c.parent_try), '[]')
+	   FROM runs c WHERE c.project = r.project AND c.domain = r.domain AND c.parent_run = r.name) END
 FROM runs r WHERE r.project = @project AND r.domain = @domain AND r.name = @run`
 
 // stateCount is one row of detailsSQL's counts.
@@ -138,34 +146,38 @@ type stateCount struct {
 
 // details loads a run (only its key when only is set) and its actions (or
 // only the one named), each with the page of its tasks that page selects,
-// their attempts and its task counts. Errors: ErrNotFound (no such run),
-// ErrBadCursor.
-func (s *core) details(ctx context.Context, key domain.RunKey, only string, page TaskPage) (Run, []ActionDetail, error) {
-	var run Run
+// their attempts and its task counts, and, when only is empty, its child
+// runs. Errors: ErrNotFound (no such run), ErrBadCursor.
+func (s *core) details(ctx context.Context, key domain.RunKey, only string, page TaskPage) (RunDetail, error) {
+	var d RunDetail
 	generation, idx, err := page.after()
 	if err != nil {
-		return run, nil, err
+		return d, err
 	}
 	limit := min(max(cmp.Or(page.Limit, DefaultTaskPageSize), 1), MaxTaskPageSize)
-	var rawRun, rawActions, rawTasks, rawAttempts, rawCounts []byte
+	var rawRun, rawActions, rawTasks, rawAttempts, rawCounts, rawChildren []byte
 	err = scanRow(s.raw(ctx, detailsSQL, sql.Named("project", key.Project), sql.Named("domain", key.Domain),
 		sql.Named("run", key.Run), sql.Named("only", only), sql.Named("generation", generation), sql.Named("idx", idx),
-		sql.Named("limit", limit+1)), &rawRun, &rawActions, &rawTasks, &rawAttempts, &rawCounts)
+		sql.Named("limit", limit+1)), &rawRun, &rawActions, &rawTasks, &rawAttempts, &rawCounts, &rawChildren)
 	if errors.Is(err, sql.ErrNoRows) {
-		return run, nil, ErrNotFound
+		return d, ErrNotFound
 	}
 	if err != nil {
-		return run, nil, mapErr(err)
+		return d, mapErr(err)
 	}
 	var actions []Action
 	var tasks []Task
 	var attempts []Attempt
 	var counts []stateCount
-	if err := decodeEach([][]byte{rawRun, rawActions, rawTasks, rawAttempts, rawCounts},
-		&run, &actions, &tasks, &attempts, &counts); err != nil {
-		return run, nil, fmt.Errorf("run %s: decode rows: %w", key, err)
+	raws, into := [][]byte{rawRun, rawActions, rawTasks, rawAttempts, rawCounts}, []any{&d.Run, &actions, &tasks, &attempts, &counts}
+	if rawChildren != nil {
+		raws, into = append(raws, rawChildren), append(into, &d.Children)
 	}
-	return run, assemble(actions, tasks, attempts, counts, limit), nil
+	if err := decodeEach(raws, into...); err != nil {
+		return d, fmt.Errorf("run %s: decode rows: %w", key, err)
+	}
+	d.Actions = assemble(actions, tasks, attempts, counts, limit)
+	return d, nil
 }
 
 // assemble gives each action its tasks (at most limit; one more says a

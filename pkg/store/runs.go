@@ -220,13 +220,15 @@ var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 
 // GetRun returns a run with its actions, each with its first page of
 // tasks (at most RunTasksPerAction, TaskPage's order) and their attempts,
-// its task counts and the cursor of its next page. Errors: ErrNotFound.
+// its task counts and the cursor of its next page, and the run's child
+// runs, in one statement. Errors: ErrNotFound.
 func (s Runs) GetRun(ctx context.Context, key domain.RunKey) (RunDetail, error) {
-	run, actions, err := s.details(ctx, key, "", TaskPage{Limit: RunTasksPerAction})
+	d, err := s.details(ctx, key, "", TaskPage{Limit: RunTasksPerAction})
 	if err != nil {
 		return RunDetail{}, err
 	}
-	return RunDetail{Run: run, Actions: inSpecOrder(actions, run.Spec)}, nil
+	d.Actions = inSpecOrder(d.Actions, d.Run.Spec)
+	return d, nil
 }
 
 // inSpecOrder sorts actions as their steps appear in the spec, the root a0
@@ -250,14 +252,14 @@ func (s Actions) GetAction(ctx context.Context, key domain.ActionKey) (ActionDet
 // attempts) that page selects, its task counts and the cursor of the next
 // page. Errors: ErrNotFound (no such run or action), ErrBadCursor.
 func (s Actions) GetActionPage(ctx context.Context, key domain.ActionKey, page TaskPage) (ActionDetail, error) {
-	_, ds, err := s.details(ctx, key.RunKey, key.Action, page)
+	d, err := s.details(ctx, key.RunKey, key.Action, page)
 	if err != nil {
 		return ActionDetail{}, err
 	}
-	if len(ds) == 0 {
+	if len(d.Actions) == 0 {
 		return ActionDetail{}, ErrNotFound
 	}
-	return ds[0], nil
+	return d.Actions[0], nil
 }
 
 // LockRun locks a run's row (FOR UPDATE) and returns it: the first lock of

@@ -248,11 +248,7 @@ func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api
 	if d.Run.PendingReason, err = h.livePendingReason(ctx, d.Run); err != nil {
 		return nil, fmt.Errorf("read the place in line of run %s: %w", key, err)
 	}
-	kids, err := h.store.Runs().RunChildren(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("read child runs of %s: %w", key, err)
-	}
-	return api.GetRun200JSONResponse(withChildren(toRun(d, outs), kids)), nil
+	return api.GetRun200JSONResponse(withChildren(toRun(d, outs), d.Children)), nil
 }
 
 // GetAction returns one action with the page of its tasks (and their
