@@ -154,12 +154,29 @@ func equalJSON(a, b map[string]any) bool {
 	return bytes.Equal(ra, rb)
 }
 
+// run delete sends a DELETE of the run and prints the runs deleted.
+func TestRunDeleteSendsItsRequest(t *testing.T) {
+	t.Parallel()
+	s, api := newStandIn(t, http.StatusOK, "application/json", `{"deleted":["r1","r1-w-0"]}`)
+	out, err := capstan(api, "run", "delete", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "deleted r1, r1-w-0\n" {
+		t.Errorf("printed %q", out)
+	}
+	got := s.received()
+	if len(got) != 1 || got[0].method != http.MethodDelete || got[0].path != "/v1/projects/demo/domains/dev/runs/r1" {
+		t.Fatalf("requests %+v, want one DELETE of the run", got)
+	}
+}
+
 // Wrong arguments fail before any request is sent.
 func TestControlCommandsCheckArguments(t *testing.T) {
 	t.Parallel()
 	s, api := newStandIn(t, http.StatusAccepted, "application/json", runJSON)
 	for _, args := range [][]string{
-		{"run", "suspend"}, {"run", "resume", "a", "b"}, {"run", "restart"}, {"run", "restart", "r1", "--from"},
+		{"run", "suspend"}, {"run", "delete"}, {"run", "resume", "a", "b"}, {"run", "restart"}, {"run", "restart", "r1", "--from"},
 		{"approve", "r1"}, {"reject", "r1", "gate", "extra"}, {"approve", "r1", "gate", "--reason", "x"},
 	} {
 		if _, err := capstan(api, args...); err == nil {
@@ -185,6 +202,8 @@ func TestControlCommandsShowProblems(t *testing.T) {
 			"409 not_waiting_for_approval: action demo/dev/r1/build is not an approval step waiting for a decision"},
 		{[]string{"run", "restart", "r1"}, http.StatusConflict, "not_restartable",
 			"409 not_restartable: run demo/dev/r1 is not in a terminal failure phase"},
+		{[]string{"run", "delete", "r1"}, http.StatusConflict, "not_terminal",
+			"409 not_terminal: run demo/dev/r1 cannot be deleted: run r1 is RUNNING"},
 		{[]string{"run", "suspend", "ghost"}, http.StatusNotFound, "not_found", "404 not_found: run demo/dev/ghost not found"},
 	}
 	for _, c := range cases {

@@ -56,8 +56,8 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("CAPSTAN_TOKEN"),
 		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN; prefer the env: flags show in ps)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	run := &cobra.Command{Use: "run", Short: "Create, inspect, watch, wait for, abort, suspend, resume and restart runs"}
-	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g),
+	run := &cobra.Command{Use: "run", Short: "Create, inspect, watch, wait for, abort, suspend, resume, restart and delete runs"}
+	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g), newDelete(g),
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
 		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),

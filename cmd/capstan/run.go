@@ -483,6 +483,32 @@ func newAbort(g *globals) *cobra.Command {
 		})
 }
 
+func newDelete(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete RUN",
+		Short: "Delete an ended run, its child runs and every row they own",
+		Long: `Delete an ended run with its child runs (and theirs), their actions, tasks,
+attempts, logs and events, and print the runs deleted. A run that, or one of
+whose child runs or whose parent run, has not ended is refused (409
+not_terminal) and nothing changes: abort it first, and delete it once ended.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			resp, err := c.DeleteRunWithResponse(cmd.Context(), g.project, g.domain, args[0])
+			if err != nil {
+				return fmt.Errorf("delete run %s: %w", args[0], err)
+			}
+			if resp.JSON200 == nil {
+				return apiError(resp.StatusCode(), resp.Body)
+			}
+			return g.printLine(cmd.OutOrStdout(), resp.JSON200, "deleted "+strings.Join(resp.JSON200.Deleted, ", "))
+		},
+	}
+}
+
 // abortCommand is the `abort` of a run or of an action (nargs of RUN
 // ACTION): send posts the request, with --reason when given, and returns
 // the accepted action, or the status and body of a refusal.

@@ -192,6 +192,16 @@ async function scenario(page) {
     await shot(page, '6-approved');
   });
 
+  await step('delete an ended run through the confirmation', async () => {
+    await page.click('#run-controls button[data-op="delete"]');
+    await page.locator('#confirm').waitFor({state: 'visible'});
+    await page.click('#confirm-ok');
+    await page.waitForURL(/#\/runs$/);
+    const r = await fetch(`${runs}/needs-approval`, {headers: authz});
+    assert.equal(r.status, 404, 'the run is gone');
+    await page.locator('tr[data-run="needs-approval"]').waitFor({state: 'detached'});
+  });
+
   await step('a retried task shows two attempts in Iris colours', async () => {
     await page.evaluate(() => { location.hash = '#/runs/retried/actions/flaky'; });
     await page.locator('tr.attempt[data-attempt="2"][data-state="SUCCEEDED"]').waitFor();

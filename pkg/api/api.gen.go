@@ -1242,6 +1242,12 @@ type RunBatchResults struct {
 	Results []RunBatchResult `json:"results"`
 }
 
+// RunDeletion defines model for RunDeletion.
+type RunDeletion struct {
+	// Deleted The names of the runs deleted, the run first, then its descendants by name.
+	Deleted []string `json:"deleted"`
+}
+
 // RunEvent One run_events row, the data of one server-sent event of an event stream.
 type RunEvent struct {
 	Action    *string                `json:"action,omitempty"`
@@ -2125,6 +2131,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
 	CreateRuns(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DeleteRun Delete an ended run, its child runs and every row they own.
+	//
+	// In one transaction: the run and its descendant runs (child runs of
+	// its workflow steps, theirs…), with their actions, tasks, attempts,
+	// logs and events; cache entries they wrote stay. 409 not_terminal,
+	// changing nothing, when the run, a descendant, or the parent of a
+	// child run has not ended; 409 abort_pending while an abort of one of
+	// them is being delivered or an attempt of one is live.
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
+	DeleteRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetRun A run with its actions, their task counts and the first page of their tasks.
 	//
 	// Each action carries `task_count` and `task_counts` (its current
@@ -2938,6 +2956,28 @@ func (c *Client) CreateRunsWithBody(ctx context.Context, project Project, domain
 // Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
 func (c *Client) CreateRuns(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateRunsRequest(c.Server, project, domain, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteRun Delete an ended run, its child runs and every row they own.
+//
+// In one transaction: the run and its descendant runs (child runs of
+// its workflow steps, theirs…), with their actions, tasks, attempts,
+// logs and events; cache entries they wrote stay. 409 not_terminal,
+// changing nothing, when the run, a descendant, or the parent of a
+// child run has not ended; 409 abort_pending while an abort of one of
+// them is being delivered or an attempt of one is live.
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
+func (c *Client) DeleteRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteRunRequest(c.Server, project, domain, run)
 	if err != nil {
 		return nil, err
 	}
@@ -4860,6 +4900,54 @@ func NewCreateRunsRequestWithBody(server string, project Project, domain Domain,
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteRunRequest constructs an http.Request for the DeleteRun method
+func NewDeleteRunRequest(server string, project Project, domain Domain, run RunName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/runs/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -7584,6 +7672,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/projects/{project}/domains/{domain}/runs/batch (the `CreateRuns` operationId).
 	CreateRunsWithResponse(ctx context.Context, project Project, domain Domain, body CreateRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRunsResponse, error)
 
+	// DeleteRunWithResponse Delete an ended run, its child runs and every row they own.
+	//
+	// In one transaction: the run and its descendant runs (child runs of
+	// its workflow steps, theirs…), with their actions, tasks, attempts,
+	// logs and events; cache entries they wrote stay. 409 not_terminal,
+	// changing nothing, when the run, a descendant, or the parent of a
+	// child run has not ended; 409 abort_pending while an abort of one of
+	// them is being delivered or an attempt of one is live.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
+	DeleteRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*DeleteRunResponse, error)
+
 	// GetRunWithResponse A run with its actions, their task counts and the first page of their tasks.
 	//
 	// Each action carries `task_count` and `task_counts` (its current
@@ -8765,6 +8867,61 @@ func (r CreateRunsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunDeletion
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteRunResponse) GetJSON200() *RunDeletion {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11348,6 +11505,26 @@ func (c *ClientWithResponses) CreateRunsWithResponse(ctx context.Context, projec
 	return ParseCreateRunsResponse(rsp)
 }
 
+// DeleteRunWithResponse Delete an ended run, its child runs and every row they own.
+//
+// In one transaction: the run and its descendant runs (child runs of
+// its workflow steps, theirs…), with their actions, tasks, attempts,
+// logs and events; cache entries they wrote stay. 409 not_terminal,
+// changing nothing, when the run, a descendant, or the parent of a
+// child run has not ended; 409 abort_pending while an abort of one of
+// them is being delivered or an attempt of one is live.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
+func (c *ClientWithResponses) DeleteRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*DeleteRunResponse, error) {
+	rsp, err := c.DeleteRun(ctx, project, domain, run, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteRunResponse(rsp)
+}
+
 // GetRunWithResponse A run with its actions, their task counts and the first page of their tasks.
 //
 // Each action carries `task_count` and `task_counts` (its current
@@ -12720,6 +12897,46 @@ func ParseCreateRunsResponse(rsp *http.Response) (*CreateRunsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteRunResponse parses an HTTP response from a DeleteRunWithResponse call
+func ParseDeleteRunResponse(rsp *http.Response) (*DeleteRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunDeletion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	}
 
@@ -14413,6 +14630,9 @@ type ServerInterface interface {
 	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
 	// (POST /v1/projects/{project}/domains/{domain}/runs/batch)
 	CreateRuns(ctx echo.Context, project Project, domain Domain) error
+	// DeleteRun Delete an ended run, its child runs and every row they own.
+	// (DELETE /v1/projects/{project}/domains/{domain}/runs/{run})
+	DeleteRun(ctx echo.Context, project Project, domain Domain, run RunName) error
 	// GetRun A run with its actions, their task counts and the first page of their tasks.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run})
 	GetRun(ctx echo.Context, project Project, domain Domain, run RunName) error
@@ -14956,6 +15176,38 @@ func (w *ServerInterfaceWrapper) CreateRuns(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.CreateRuns(ctx, project, domain)
+	return err
+}
+
+// DeleteRun converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteRun(ctx, project, domain, run)
 	return err
 }
 
@@ -16352,6 +16604,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs", wrapper.ListRuns, options.OperationMiddlewares["ListRuns"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs", wrapper.CreateRun, options.OperationMiddlewares["CreateRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/batch", wrapper.CreateRuns, options.OperationMiddlewares["CreateRuns"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.DeleteRun, options.OperationMiddlewares["DeleteRun"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.GetRun, options.OperationMiddlewares["GetRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/abort", wrapper.AbortRun, options.OperationMiddlewares["AbortRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/suspend", wrapper.SuspendRun, options.OperationMiddlewares["SuspendRun"]...)
@@ -17019,6 +17272,60 @@ func (response CreateRuns400ApplicationProblemPlusJSONResponse) VisitCreateRunsR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRunRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+}
+
+type DeleteRunResponseObject interface {
+	VisitDeleteRunResponse(w http.ResponseWriter) error
+}
+
+type DeleteRun200JSONResponse RunDeletion
+
+func (response DeleteRun200JSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun404ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun409ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19270,6 +19577,9 @@ type StrictServerInterface interface {
 	// CreateRuns Create up to 1,000 runs in one request (Hatchet's bulk trigger).
 	// (POST /v1/projects/{project}/domains/{domain}/runs/batch)
 	CreateRuns(ctx context.Context, request CreateRunsRequestObject) (CreateRunsResponseObject, error)
+	// DeleteRun Delete an ended run, its child runs and every row they own.
+	// (DELETE /v1/projects/{project}/domains/{domain}/runs/{run})
+	DeleteRun(ctx context.Context, request DeleteRunRequestObject) (DeleteRunResponseObject, error)
 	// GetRun A run with its actions, their task counts and the first page of their tasks.
 	// (GET /v1/projects/{project}/domains/{domain}/runs/{run})
 	GetRun(ctx context.Context, request GetRunRequestObject) (GetRunResponseObject, error)
@@ -19868,6 +20178,33 @@ func (sh *strictHandler) CreateRuns(ctx echo.Context, project Project, domain Do
 		return err
 	} else if validResponse, ok := response.(CreateRunsResponseObject); ok {
 		return validResponse.VisitCreateRunsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteRun operation middleware
+func (sh *strictHandler) DeleteRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
+	var request DeleteRunRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteRun(ctx.Request().Context(), request.(DeleteRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteRunResponseObject); ok {
+		return validResponse.VisitDeleteRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -21533,329 +21870,333 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37cts4ti/8Kih9u8rybFqW005mWq6pfdyJO+3duXjbzu7zfa0cCyYhiWMK0ACkHU0q/54HOI94nuQr",
-	"rLUAkhIoUb4k6dmXqY4skSAILKz7+q3PnVjN5koKmZvO4HNnzjWfiVxo+Os4zlMl3/GZsH+lsjPozHk+",
-	"7UQdCd91OFzQiTpa/L1ItUg6g1wXIuqYeCpm3N71L1qMO4PO/7NfPmgffzX7MPKXL1HnOM/FbJ6fvmp4",
-	"TpqsfcZY6RnP7XUyf3HYiTqzVKazYtYZHESdfDEX+JOYCA2Pe1loo7S9MxEm1ukc3mLQuZwKJsWn/CqG",
-	"C5gas3wq2FyL21QVhs35RPQ6Ec7w74XQi3KKeEunOq0Z//RGyEk+7Qye9ft+JibXqZzARF6pGbeDBV86",
-	"wR8fvLhvuMlPboXMT1/9IngiGl48Tdz7ZtzkTNg74M84S+1HLWKR3orkCL40uRZ8xrQwxUwYxse50CzN",
-	"/epM8Un+Zewk9mAWe6evmlcptEiV+f8HrPnK9GuDs7HSNGfD8inPWcylVDkzImc4LYPvgH+wu1QadjcV",
-	"kl2rfMq4FvbSpn22i3MFi3MFVNmGCvtBKnyTztLc7/3yY+DH6vCJGPMiyzuD5/3ILhoO/dwS1gZyP9Pq",
-	"byLOG8hsTr8+mM7Oi3WsQhePQMoX8VQkRSbWPMfQJQ9/2G9K3wj9YJ5UFHDlKl3b8ceZulvzMnd0yUNf",
-	"5ou938yVNAIY+5lW15mY2Y+xkrmQQBx8Ps/SmNtDtT/HK/71b0YBf2r3ODcuPLF+Ro8lO//5Jfvx8Pmf",
-	"GQ3eg2Wge0HeXCudv0kNzGau1VzoPMUZc/sTfEpzMTObJgIjnYtY6aTzxS8+15ov7N8VJr/KTY6vjeV3",
-	"SpbM0DH+1U0st+V3N8eP/jp1DSfLCrjKfFbfDaXo4PPy+FGHo2C8ilWBe1Sf6iuRpbdCL5hWhUwMg8tE",
-	"woxiY64rM/bsoBwyTVbHuxA5sE8uGV3GbtIsswOtcLfVkWNeGBF8jcTLuZWfblIZmMgI12Q0gD2AhbXS",
-	"yc4LfmBcJlZE6UU+TeWEFTIB+XPERjRxutVO396ppHCvZN9GSMsufy8VGPqtsnnlFFWRxwrP6NIsE1x/",
-	"kYwipjQbSSESc2WXRFsJYd8AJctb/ol0HMPuuGFacMunAjQVeYYcWi0tuGkgFUuJwuQiueJ5eGfvpmkm",
-	"WJqz1LBrYZfNz7+2wwnPxV6ezkRodpaPhx5fzO1t7uFtxlo6PUAIUUUclfoPiA6/VUhmy2ejNoM1RxAW",
-	"CU5dkqR2RJ6dVU7jmGdGREsHtFz15eMHItmwXLFh54MRmvldQKIdduzKVlScg35YEwxP9yLneWECHGOZ",
-	"Law5jPUpw6xEEjG7J6rIWRcOGB4qYXnI5enbk1dX7z9c7gJNB9iBVYjtHyKxF9yBmLzKlMmD5PyVT88j",
-	"nJCS5dz/oCyLhtqGBcnTC4GA4Gsl7ohYLIufz7W65dnG29x1QC/xVFzdiIB6fczgx4SZXMx3DLMXRR0l",
-	"Y8tMDEvlvMgN6M1aGJXd2lUayCLLAtuDjzGertc/KVPqppgP2C+nl6yb5uziw8uXJyevTl6xu9Sq6pZk",
-	"c73YMUwVOc5CJkxzyaRiOTc3uxF7e3pxATfrQppdS2hn788+vDm+PHmFX3MZMVPEsRCJPbYyYXda5UgG",
-	"MPxuj5FOAIcBJgcTsOcHJlwVKb+cXnaijn1qJ+r4RwUFSyLm9shd4b57xWblumX1RchkK04bdSZCCs0d",
-	"ha0af7TecaE12HqFHDDOtMj1wlmF8Nbw/lqYnOucwX8N/GgVqgiowa663QZxF1Y/nLxfmaIkNXj1B5Vf",
-	"XYux0gEe8ptlDxyYWcLueJqzblLgi0Y4/V3gau3lGxFSs4QIqTdLRFySKa0rDRox+5Ls//7v/8NueVaI",
-	"iHFTWTRPdjPWzTVPM8t5pLjLUinsqZvnu0dV8mNagMJu2LDo938Q7IBNuYmASi2HhKdFjLN/v3j/jgH1",
-	"2M30D9zBWdgTDF/spTIRn5jSidCe5IEBSyWr+m/JteZcCxlWVeZWAIVZLeyapynQsK9FbJfm7PjDxcmr",
-	"9rs1n3KUcmutErioJhuW57MopwOHCwQbT+2Wid6kx7Swb9wgcuAcbHkg7aOuLIESTdUn9Iu6YzMuF0DY",
-	"eMLupiqjGY55momEdZW8sh8LLZgpjGUlu6j06kIyWH7ya6TWgjGGRoqVHKeTQouE0QTCJ9WSRJPhUU4Q",
-	"KDdfZSElx7FEybr9EPOEu3c3Pb7NYazcuMrdVue0487c9cKysVzQPn8edvzhHXYGP/74Yz8ads4/vHt3",
-	"+u710KpvX/AI8lzgGbRHw+oJHI5L8JDAk1bX8L0UYFg6BotKmJ8ZjJ5PRaqd8mUi3L/VFR6n2uQRHvrK",
-	"16n9nz/SA/s3t8SB48BNOIMuz9lMmZw96+8esbFWM/b65JL1er19nJXZ/4wfvuC9cJdlJOQptVITXFaM",
-	"mxu70+A+a2OpX3JzE5JxsAhXaw112tqKp9ZeXq4pLGO36UX+DW/9q+WpFVY3gttGqGN6D0Dw3FsGkcrJ",
-	"1Tg0ud+mPGecGBrrKo3iKJWTXToDlr3YpRqwqsgyBfBs0syYu2+z9wHkZ+TNKOB5tUNcP1KOLIO6aEV/",
-	"XPHi+KnRgU9EnJpUSb+MhczTDL5OkGEu2y7tueT1IihaYjWbNYkdNx37o7fyYcoCHXbIyAP62NJ6+oGs",
-	"pbl2me5nVF4vQkSjaOEM6+I6Hp+dslzdCGmY+JTaUw48gGeZ0CDgQYMQ2Xh3ydIMhRxqS3cvq5TcJCtm",
-	"SoO5WRihI2YWJheziM2FnnF7/FmXMzMXsffPMylurfVcyN2oalFGpa1ZmqyW36AZGzyWsUpEyLQwOb/O",
-	"BBNaK83sRcTz3/JPFzDBn1GYmpNPZAsozU7lLc/S5CwrJqm8mIs4/Egt+LYaAMwjSMLiU2otxUSE5ds4",
-	"lamZbvk09Pa1cOJZA39Lc1MWs2uhw5O9n27Ec9FGblzAhZYTI8WkIcti6ViDM55m7B5V28CPzWT/Rk0C",
-	"zhiTJ0KHd9LkiSrCfCrXhYztMwNyTRcChRHaDexaLJRM0CD9JOIiV3rHsGtVWFuVG5ZoNZ/XTsO1Upng",
-	"cuXtaUKRm3R1Hmte/FzMyQuxBYPzLMGxYcsM7KPhsFm54NiBZbF4oO2E8JR3/K5aPgBShBhB0JSO7esW",
-	"8wBLBUcBMzkskVOldgwbp5Jn1oRSOke1eQ6HfMcwoG/QaX62F6X/ENZQy6digd6CVJKR1FbJeYmzu8jF",
-	"3E52xj+d4m1/WVV8tmVfQQ41t++p7Y3/6/fjvf+P7/3jI/3b3/vx4+d+9OKHL/+ylitVpMNhPyhKNrCp",
-	"hxvSsHVeHcc9IovVfrT6C9rMkTsodfO6x96BfORaMCFvU62klX17t1ynsJYgPo9QbXYGuUwYx5ABGOK5",
-	"moh8aoWYU5EP2Nv0p4hJxd59eNNjpxOprCkF6rqyl6J1YML2co1F1fnkljyvZDv1VfvJsgWRWMumyjAa",
-	"LFfHn+4/Ro2RbWQ/dvIbGc05xSpXee1cKyubV2f8s+VAyDSrM2azwuRw+NHEKiNAG2bqHrRmrvasbRfM",
-	"0xOznaPPamu8wV8WK5nzVKLgXct83IUw4fXROCFvtzqwK2szzfP5pgn9cnl55ubSWi9BL/MDuEnFzUke",
-	"a+etRoPXWmNzrZIiFtrslC67d8dvT0qeMkBuwbVOby1rMeQm9tyFee4CN3KS2+M0E+xfXh6fXVwev7s6",
-	"fXf24fLi6tXp+b69qqWzzapmVxPNY3E1C/gT3qZZlhoRK5kYdi3yOyEkuzh9fXly/hbmcXH6+tfTN2+Y",
-	"kqg/twzrrlPvKkx+dbWdT9671hIRZ1wLQ4tIDDzNhaEvVLlE7z9c+jUC92ZsuTU6OsPr1f5YoaAPey1b",
-	"MhgXDwP+IlUOFr5ULFNyIvSutWRCXGZTdBf9ueG1boq8bi86wA8AnqHwk+6tTm8O3lYeXXlfvyUly0Ne",
-	"VGroLRlyQ/YIOdDa549UWPwKAYVje2FXyk88vhmn2T19BEIm7c0mdSt0xjdy3/d42ZnK0njhTbR7Bu3x",
-	"XohINbx+Hk9F0tJ+WPWP2s2CxA92bUeKLOMqclbmsAyYSEHp4qTKs+7dlOfs7P3FJdu/Pdh3u7P/OU2+",
-	"7NM1Ob8RGAvM1MRgDDyeFvLGNN0I1+FtEZz3a5VPQ86tanLNVnmpUSdTk/YU+kZNXtoZ1+2JZ89frLI7",
-	"7Ve/BcnTVjUFsNMW+3wuDCQqft5ucVYXxBsjrXLOokfSDo9Ybg3wsbKaPOj2dmNa6IyV91vPr17yeCpO",
-	"ZI65rEtW831cSZ/mqRamOdaW4lu6bAbOpmnOujP+6YpPROkA/yu64dqH3yhd4FGCqCurpIUR+tYHrdeq",
-	"uHZBzyvXl+JyVS3RhUS/41zNi8wuNiUuB4N0zfHyloPcCm3CFsFyAhSkVbjLy0Xc6J0qySks/YT0YcZ2",
-	"3oqSPDfnTq5/J/foxmmf1zd5aeI1um4pBe9kU4Y7EhQcgJjCLYWkuNDm+AoOXDtsjW/lTMMtpN1bK1sY",
-	"R6UYteXUxFamW2NiAObJjViwKTdTcoCgzgSOdIwKeIPGpeSQ8UE0FYGTIpVU1ACqGlyDylqPHTNwJWHW",
-	"C5vBjLzyTo4YxnMGqT8uPulSdohcV2UisZlwENnqyz6PB+KoljdFjPugGDOFNbgMG3aeHU6HnQq3Givt",
-	"+NXq2RU65Vn6D7t6tfT54Oq/VLKS+2J8zgufCVh1lBgC3hwdUeDqMZRz8tvx6eXpu9dXP78/v3p5/PKX",
-	"k10QH3bPKP0tbAxUeEN9PmccE14hhVUsBiyecgkhV2skgcQqjKVklSVCMzpmm4nYPTBIudM0S84LeW45",
-	"QyhYHdsLgH2CRuaS0ykzaOxSDwJaUdyceVQbpfeA3KVq3Dtn18JSlmG56jW4E8j6CYSU7WuClyARnyCG",
-	"nht8xzKJIZWTjK5sSF9oTGfaLmUlD9W7+OwLmIAW0qX14JQp5sIwacquRpdyuaIyeys47XBI2Rtvzm6r",
-	"7AjO0L1VkKwqvu/trJ97RdNW9xPyi1yiTLkmPuVvKW7a4O12uoCPKUNeJkTjIEKwOaAMIzQGkz0Hihdb",
-	"So5jckxbPgvMy3EwJZF5TVWWWKLNlLWcKF0OaKKQ8KOx61HNDi+kCzKSR1y6iCsMipFpcpjFAjKLuBZs",
-	"oqTYXT3+DUmlL0/eMFwqJj7NtTCWMzEr8RiUIbrcK/yjV/GxHTHOYiVNzmVeEQ+JmGdqMezYN3DvDrlw",
-	"WCKBnKm20z++COy0W8c1586tMF+3vgeWVR/07f818AiTa56LyaImnzp/L0RhaXwpWxq+Hg0wgweXCbJT",
-	"IOsGk0n+48PJh5NXEWX2pJQXZEWQk/ykRUT2P2DP2tXPCy1Nj41iLmORXaXyaq7VxG4IFVFIcQcPpYRP",
-	"EP8gA7NEGJCY0o5DksE/w5EM5SpyoyQbxSWdjyJIDaPQXDkBKe6EyZteFZLUj396f35ZKiNRcPhqVq5b",
-	"1NV3LL/E524+yKioezLZcJp/FQErbwpy2zSkDeGZRIqK3CrDXraPOJYTuMhUHlLkm4y3hoocXUjYEqtu",
-	"7hhWWWjc7anIIGBk1+QI06jwehDP5e+QdlTdGvQQ2q+Dkd0ZD8hpz+uIi92IBbhz7PeU90WqtP0lfPrs",
-	"mQnuwaVPjjvo9xlleUHUN0ul2Db0u3kj6Alr+I29ooW8ptwvT5+dyBNa+brl8zYQ7huRTNCUWmHnW9iS",
-	"9YOwyZcKY2+YFyzjmrjbspxxZLBjGK6GS+4Vesc0q53b6WnzjMfBsL1/EFzhiah7YKUUUFkDeTa6+1MZ",
-	"N2fC0xvmSt2g3oosxCqtOBNIGCGHQntHz33C02o+D1L1sZ+k5XV2OiQorJHr9RGc+lpVI2xTASPZmgzg",
-	"V9BvW5wzuzUNRGpFeiq39fM3+tEC7qeT/4jYu5OInfzP04vLi4i9e3955T6/vozY65OIvbmM2JsT1pXF",
-	"TOg0BtZ4+i7snuJZETZUMNVim4B1UE6qedNaVaLS22m8l5jFjveXaTvpjE9ExLie3KJLH77YMehcmKvU",
-	"RQzFbJ4vdrGGtNQqA3br1gH7B8fPYcotwm5wWXBd4WiDGd8u4rR8Tpx9L1kqgVWNrMQfMcyytvbjJDW5",
-	"0CJhI2e8j1guZvMM8+g/8TjPFqCBUxbN6so663jJyTDHWRLEhNBW8yNjU6BOD/u3kmtfrTqxxsJGtm2v",
-	"+k+kb8uriATX3eKq9V1I0Jfmt7zvXIzDKbV+w8xpjiX5W8bIvEOmHMlFyxr2kYd2bnWT0kTM5iq3Mjdc",
-	"GOgfuGPYaXnx3q9WH7SWVz5NDcTwBrRxbrIVD+Q+eh+rcmkowWRIc9a9XjBwdMAPu+jmhKAgl+YOHHDo",
-	"huQ5FjaMaIgRg/XqsWNmX07DTUOpxVzwPCWfI9dZSj9hWaMflRN0CDwqSZPeULbJrv5vsg6Q9T1rroMW",
-	"eP2wMHycidBvzZ1/4hq5TxdoH13a9u8xTzPDeOa8FMtsvZx8GVDFzPhZKt3fG2Res0UIM3cAJvdjzid1",
-	"1jqKtZIjEGMjrJrm2Wj1GMeWFxTzq7tUJrixS9IUasxmqTHWVgcvkFTM4ahoKKcFUBxyK7ow6gK+XahC",
-	"TlCZk3Dejxi5MmCaC4E4FJWj8zxYl6BDyvvP6a3YG6fWcrQXsO6w86f95+xP+P/Dzi5yM3eT0qz7P6aq",
-	"0NkiYv8j4Sn8eyfEDXyYKZlP4ZOdVbZoVzHhVjakU/oYhWW0OcsEt0ajsfP8sW+Gnd0jquCzK8WzdCJF",
-	"wnIFfOCDTD8xMVfxtM36/C3N81Bc6wTyptKZcM6ZYo4PSA2bFfGUuF932DmACUVlXCMRGbe05PxjmIzT",
-	"ZjJhNncM6ba0FOCRPHzB4inXPLaGZ8SMckwVfZQ7VL8yRuO2mrNMicrd3/fKlOXDwy/u+91/+5fHzIC5",
-	"F3fF+tZQaClgk6Qz8Q8lRbCg6vT43TH7BzAopd2h7g47J4U9xvs/CZ2lEmjJHawPly9XYSVCBWr3ZOaB",
-	"GIAfqpm3XaobIe+Z53SPQK8jwuUDPEulX5VmdJUGt4/7FRPM7QuxGV9gMaAPPCqNFkREJ4duau0SQlCm",
-	"JSkTSNtR2UaT+9xe07BlcP+a7dLpZCL0PTcMANBIKdxyB8ZpFmRlx4xODEQGlkMCI3jkiHU/g7cxTSI2",
-	"54tM8eTLLgUK4IoefdvjM1XI3JfG9/tu/9y2IcJdGWRtFx1oy/ue9yu8rw13+8sSd1vLLZvgNUpO1mSC",
-	"bn7DYMbMjimDMpAAvW6TymJq8JUOOwM27NR3J02GnS/BLOdHZFollW5gYIAd6MC0Anko4eCigw3I8SR5",
-	"BUkqAKXCnA2kdtRTYAXZjINjzJXxE84YUiO4LWBl7SMRgQecX7D2LFGQezhOEZmxaro1ATU15T+tTLuh",
-	"uAOu2eyQcBeGVvdnnuqLKUf8ji2YzJ1IJ9N8LaPeMczYkSN20OtZXZ11nZA8aBPhpkcEZ23VzhO38/WZ",
-	"gUoa4gKAtDHn1niVpOcR6hC7VsmCDoY1zHomF3Pz+8HHHvqvgss/E8a08gfhhMobgi+ktNUWt7Q5fuay",
-	"npYEFbi3kHGbpSZnN1LdSY8zQVpoN5UmFxwgRUcuzXu0OwCbAMaak+EdlbVcmL3gLPwdcwSVCvUMkQhG",
-	"KDNR3DA9tmwcjbWaOePIStlRj534qoOJyNHJjL6ENVUcI25Gm6s4sEKBG5Q2xCNxlg7ihc6qY6QwMMbH",
-	"IAQOl7HURODvwEIy8MDaXyz743EO5NVjlaQXD3ukRQXlxSwhP7Du7x9xz6SiRb+bpvG0IcXr5NXukY+k",
-	"OYgRAhc0jm3BmtIOeeLADDM2gpSwEa4CrPCUmzLLi2LE6k5SdoFHFCJ4oWXUIS0w4C6zhScPctAkKfBb",
-	"l83RY+jo3zHM7dL5ydmb05fHFyw17CDg4zX16Pvp5cnbTkgIBqmjRhhQfYhIhAEaqbiufPFQmMJzl4S0",
-	"QjRBJmEJPWhYOP9WjVYg+IFJwHVYIF/f2I8sH0Xvf8SGkLfSw5sh+47IEpUTA6tfelf8niFAl4vLSz6z",
-	"z2xIkfVacyB5x7IYBDiIwlOsqt0Bj7ylY7t2WSZCJjyNiPYynLxxFc0GY8nHFxenr9+dvIrYTx9O37w6",
-	"fffaUiqhwpQ5COghB1QUx5+qqTQ+I8RO3iddD6BqCDIbqMwbAoUQkGDvVF7mWdKUVlIcAiJuhff7krvt",
-	"Ay3TPJ+XMRaSZvacIYibZTVw+IyBYmBTSmC7nM8+fdp1h9NE5cs4OFoQiyX+zItD9mv6067jyESyI3vR",
-	"qMzfrxWTAeonZ88/fUL2kWsuDVR5YKk05JQCT4ETS+zsqMJm6UWQgB00kUddWULtUEk4VEfI0g+L/sxE",
-	"PlV1n0Ln9cllMCJbXfNQkKoKpbR0JgrdAO1ybVRW5LTnSsO/hn04f7M5s9SOGdI6fhFc59eC5+dini1C",
-	"6AmhIKeHeyTAqlyrzB4MKdgdl3mZNFS1uVtUlKz13cJUNr0DVdI015etniBefRmsrcMwd1QFeSqrxv0L",
-	"LYdjWr7ktsH6UElfc6X2MjElmqcyGOi/rJbapFZTL3KIvSTqTg4oIUIqSC+zy8Iwdbdr8jS+qWXtVCtu",
-	"VibkK6G2sy4SnvNArAY5DjdQmJoLSbEF9uHy572/eO7w7sObFQ/c4V+e//lFMHdCCz6r5o4uo3C0SB2F",
-	"ISKc9Mc1i2C2BenwNz1u1dnSC9BjQjN/1+BQefXuYi/j1yLby9IbQViGIEFf/FBxrViRS46TvY8R2h8Y",
-	"30uYkKDpkCqSiZws8SSdoCZS2b8XPyw7rjZ5bF4cbPJH1x3NTRBhLtKSoB8/UQDbZxXKWrjUXQYnKU+z",
-	"zOdddi/FbK40z6ySh49kc/vMVJjdARuZm3Q+YmkesRthDTgpWHd0XYzHQl8pKUYYRcmy8lueZaNdrDSw",
-	"arnr7kApnS7R3yd9dl3mJsjTEbot6Fa5uOML1h3xLFN3OHA1+c/OrRN1ytmUf/AsK3MzYeRO1PHDBHMF",
-	"wUW/LR9wknaVBFHRtcakfdIoggJQWQ1lw2ZZDXiS3gpCxgM9fdmPthluq8m12Gh7oBfTm7NoS40oW3q5",
-	"ZH5k9bSXJ2/C4DBXFXSYq3XwMOWZbhX2gG+qygyNVNl/94WvIXf3Rx3oPfCxFe5diLFU4zWNJIHNFAI5",
-	"MN7hya4XxHzI8QlmkycNq+6TKpowO4egU/PMJRMGPFn2J0qtsaddlyj31YOCud2dqFOtNTo/uXj/4fzl",
-	"ycXS91CD1IkccGUnKlEtO1Hn5+PTN/CBsqg7UceDfneizod3Fy9/OXn14c3xT2/sIL+9P//15PzK34WQ",
-	"hnbMX0/PzhqgjSsdJpYEznp4oxmPp6kUe1rwBL6oIB1RLP8KC96kyq/GqpBJBIimWRqHjctE5DzNwmgn",
-	"1kBoL/wqHsGAHpRCPUIsGjEaiibtPM0zscY+WF2rD+enTIuxsDagcLY1pdTYVV+mwyafrf3VPd/PkRCo",
-	"giequM5SMwVv+f3iRqGmE9h8yGcPsTRhXYCWFZ9ydo3KljeXAxH7Zqn9v4bDT/3+xz8BKytTb9DrBQmk",
-	"TXGUYLoT5ubz+VxIkRBNYjI4JR0dOZ+6Yaa4trdeCytFV5SNVoFKjJRsx7pgin4S9hBZVXZUi72Mjrwj",
-	"5dnzF9beDrCsQCrnGooQCdDE41SzE9Z+EBgZMHOF9rGLMnpXqe6HSModN2zuZhdRGAbLVO3WG5bKOCsS",
-	"kbCuJAgJy36l0hR7aR3OrQePQpwhDODUlPTbcuNX6+WDGVMU8TGVpaGAT+Qk2zbgOSFbEQNsbto0kdo+",
-	"bixhPyvMtAzo3Yez3FvbahOpL8OqrSgC1dDNEf7tE/TCcU4YJ7Ss5zwXvs3Yw09m5obaptw1FOo/MBE7",
-	"mFld52AaFNoP7iZDK+PaqM1Btay888Z2MX7pwpgKj9RBKuponosrmGZ7+iq3ddP5rI6+9i3vd+g8QSzx",
-	"HMQrtox6LnSqEjLcsRiyj0WF10V8I/Idw2I+53GaL7B3hxhTw6lVGps3ATvgQwZsA1l9WbcAH4zY1jlO",
-	"qMw+qFgNWQFUEALLcWZ3gXz89dxnHzZNqT4oeczq2dPLEwR+g1DgoIJzifE42oJKPK5MkfH1ljuYoIyX",
-	"PixFpnkZumcfEKTdXrKH9Lr/2Y7zZTfMH2Sa1633g4bt8QFn3JGNVbltrctzKoPALoH3Oz48SaACdRV/",
-	"05qEH87fuHXyXtTjs1NSPKd5Ph/s7x88+3Ov3+v3DgY/9vsHK8mbIcEHTrUHBiqaku8CDgOjCh2LzTzN",
-	"X2gFY6aWtvcwaqqN9N51avHjAUrcVj873AbrgLYkvOVzpXOAutpyo6cugAD3Zdn7cWfw+waQzKWYw5eP",
-	"UQN6BtSv+SdEhByNXSkSQJJGXyLUhGBtPJx38MvVwdJwOII880MS7tmAaWhgKBJyCAIXt4PuYB6FcWAB",
-	"5g5UbUKa0QAHtoMxm14JSNZe3tVR5B6Wn0+P3rC/TRBm+C73nDkNGrAQwkEwgq4u90HJbIFdlrSYZ4tB",
-	"FbXs64bK3DqEl7Fy5LeQpy+dHqDGY6Cf6wXlRggdYSMM11uPCjwsXw/UO8yLqxlgoQbqR84+WLKEn2Ol",
-	"QSD0+332V0wrUhorQ7Zq5Rt1ZmKm9OLqepGHbNa38Kt9LFyw9fhfwmtsjbj7iR2rlVxtwjZTTIs9axFD",
-	"9KTSajNRd5K6P4PisJxWW0KjLefmbK62CL4qpUF74JVkBkChAByrAUWUWk0jqQTdkeeYDNmO9Z4X8qKY",
-	"zThY8+E68y2QRGMHSLcC7kzgPWtQiDzQCPDrapaQibB1kZhHlOkFqUiYstCuMr8C9xTCyP1aFWfUukoE",
-	"8ynpRyu1UsnGSsdi4ELGQGiu6gXKxDn1z2nTCME+PfK7ucrHPiLVLEmDIMhxrDD1W4UAS8m3BPAZrEvp",
-	"cVSjCIG3EbibQnVbeNW6/hCQtuQSTOl6F507wgpIb2L40sYyMQzvKJNyqBByqe4zXGa/LTYnpSNvOHcN",
-	"LKC2D2atWA77C922VBJyIwfttR2exxJNPEhQFtK7TYNlvdhn3jCt7tAiS3jOHaWhM3sPPA2+lIFL7+Oz",
-	"HHodFFtjr+nWeSb3cu5S1sVWns01gPWtJ7sWd7sBagPBqpOtFKblrQRjjcJ5EOqLfBeCMjrXAmO7EVqb",
-	"ojiwsBv9rOeFfGp/VrGFcKxJ2nsW1p4X8sx3odyAL8h4JXXcWkLjrU5ImE4C4CAeM69hwhfpRLbvG9Yk",
-	"FF0z1mImyLshFTp/RC60wXJzyK+c8QW7FpX6tdHnL6NgoLqyI4HQrU88DeMBlLVCK+hQJIUMtv2a8tol",
-	"j9ZTKxHzfBrGUUqEmPvmmFKY3AyYg3O0X5XSU6tigvIQvC2OZKgMR0hryv4rOyiTVg+a8N3WNtrYtoUv",
-	"FjM1BVB9qIv4f6guyb39uKGTS7MP35+vDYeZDiL4aiH36mpTy1WwMGrgdcAwl+iHDS0pJsPOgD0DfyaC",
-	"KNndOwCcoMdAcFojIFzuVYPB5DKzwOpZWu0wOK1L+QpCdlfH3DGYFebWKjVu+9pRTaWAa/UhjkBaz3v7",
-	"sMz29Xz/iRC1obK+gAwkt51rd7lNhOeisqlLSd4FeiDKz1c8y3Z9ukAIP4FA1UqO4rPjcsUst+7WctxC",
-	"DfuXYRoehSU6YIW1uAZr4AZWa9IAKOKqHaoEmP8ejhY6wiF0xJ3QgnkYMElA0nk83SvmDMds256msW+4",
-	"VWmsFg0QDOETAA1jny+lYBrWlQjKkmYCGyknu2H32fqzt2RSfyN4glXbTYvYypLmhIEK98l4ThifJmKI",
-	"kEngiMvyr5XG5w5dAsZewBN6k87nIrmqrFVbuiLzrpYBu2hJRFWAhm/C9dpAL3hKKElphW34jV+h//q2",
-	"N53j1R2ISnZ4P/56vAb9m9BRynweDZ4T7Jnj4w3Uoo98PV6J4zORsBFmujqKxWzXPfzyw+VLlJ7csMVi",
-	"sZjNkiSfTmczY/7h0mILmQljApTD7EJAVMnriOCIwza8AZz7Uqh7hvMghrHssVoaft2SP7GN56bS3tDz",
-	"srbtW65/v4T8uWFQuQcqgsvK2f2zT2ojrcNIv5iLGCtP7uHKX+PFh+B/7ks/qcB4qaRzrS3Q1NVtx8D5",
-	"G7CDvdVyjEoueVSy6kophi/AaLWM8JLBZWuDKb/qWXP9CsrC26NahTs43cuq9Wo/fs7Kav0wVmRgJ6Yi",
-	"y8oKSq4nt5FrKJGwJNUC6tZdaRGnG6ol9NQUbXe7NnfOoec66q7M7o2SkyqAN/BKNaZEd7y7oRXHQX8G",
-	"xcDSd8Kbc0MUxn49ffPm5JUvjoZF9RnmYWOfx1PRqi+NCxtUWmNuXHL8OWI+nLV/ncp9M2V7De2861j8",
-	"axlbLuZV6H68m1BgQ/jeWP4HORiscuURFOBAP6qpypJt4KUd5Gywf+h9e4TGyjOvzd1TzqCSj4PExkPj",
-	"++YyaIsIYHxswuVkF46a0DPovuy6MpBLG6DdCe8GCNKk11kqw823wNtj77gKKRevjl+zmUoExMyPCDpH",
-	"jTF2hgYvNv/C2GQAXX3j8XKnYl3cyj5uwKau0Y1H6qc2FE6VmShISGfXi7LWPXTqfuibSgMcHGpccQMG",
-	"qfnBmLRjpa8EIYesrY8ggJH7tIEdNyBalxgQhTSu7yehiVbizWnOiBrsMvpiF9a1PIjweAi5YrfHRjy7",
-	"4wszsuPw3A7j0/p77L0l27vUiAaMI6Cglfoq59tv+NU1R8IfbsSCYKkg5bGQPZyag4eBMa6LNEtwWPbX",
-	"v7Ihle0MOz2G7eyWwTuwGicMsCDDXVrRXESWX2JFlN1vMcBIGByxcC1vQ+Vo2G1qnNpPjRgY7c3EXMxP",
-	"7aSDjQt8H9xGnO+lc1fpX0Iw4uCCXtMkt+EAPje1BlQHfRNc77KFgit8A1TylZ4e0CShjb5xxEbEUkZ0",
-	"7EdudiPIjalyAa9KKCmO2IjP51rd8mxUZRiS4dfCRRHsYT+q4gL7ogEHQlL9EdJHy1AKhrXROh3hoRsh",
-	"zcGlZSEdlroDpg6w5N3I66hI6WOVZerOlBgoO+EVhgYQArpeOYSa2oL3G/MFvckJ3YenyginXlnLLjdW",
-	"XO39Q2jFILZuH5Gwbp/SRhs8/dXpzLWwCpGXDC5Btd9yTpkyhPrhsj5QjNK4ImEu6F9UZ7Z2bmZhcjHz",
-	"WD5rWk3YrbYWD/O4P13K1J1oPmMxl16hjzyggdVi3U/XljMlIvL5aIjSrgsJ6iWgbOy6d60scSoJEcBR",
-	"rzUqJpZvB/a6siFHXvP0QFKWU15UGtRZPeAt/3QBi/AzvdfJJ2r/xF4RXkm1ylrvGNb9Yc2K1rCRWpIe",
-	"cnA632WquMoICbpsToVv4M030KTwNq4FswywBtgWcIfWp/BBpn8vhMvIrJo973iD2qBk8GB17JernMx+",
-	"O0JSoUt3UZ3zQR63Gx6ApeRotLn+Z5GQ+WrPxN1UZYIyTn8trsV/iozvGHASqfEY1ghcXuWjyuzUWMlx",
-	"Oim0SBjWF1tRR08Lv3RTP/N3ToGEfoooNleamBPiWx0lbF0j84oPlb1NfyLDSyagSzsVekurrwIB2Srb",
-	"reY3/rgaba4F0HeMe/kq0pGvle7Vu6sH/H0A/YZ9K7sVm3vHeHDb1LAR2G8jwC6ATyQiiU+Plo04kIAj",
-	"a4GPvD19xEZWCR0xU5IhJUqlkn47AjAlZFDlM/wX8JRExY7/qmTGZeQBGyknn6yJKbeyFASuVMo+F72V",
-	"UnmVw26sg0Iqs9TTnEn4RqrSzmcXZEAAMZAAd8YLvxG+6X0A3zZVOs2XeopBsIfHeXq72llsrlVSgI+W",
-	"daH/bylpdiNWuXPpeCtNKeVdJ/GuM7Hbpsip/vxzXxZSPVKY0JBTEcd4tVLG+2xQqzk7eQfAXJgJ6OHJ",
-	"x1qIHqNaEIRvsF87yAYJfARSV2VZQQrD4lLgLrbPDquWE9US1f8S7Mvt2/0317GUSkJdbIhPcw72ssxV",
-	"paylqZvQ/eowUBqmctLsRCq7uOK6zTj2q7ITuha0WVWDFw02w2o4A60MXqXZsGO/KTXZNf1fYy3yq22N",
-	"3yV09aChA3g0Qt6S9kgMkRJGiG60gK56rj+ZmVqldtj5058AtR5ONfnNoLM83kS8h3UrlVopJvvjIi78",
-	"EEclGqIvDvJuPLfIgHLpGrCsAjltcgs6d6AfD8rZENRWG68EOuntCqrXewyrypqjBO8bLI0B3+xpRdcJ",
-	"x9jaybpatK2FrPOmT9nddscEWieja5GQPkuzqBah0oWsBafsI2pfQBo3haWOXM/m0tbEsAwEY+tAeI5F",
-	"tS5dW/ZZ3r/dKLEk+G/ZcDRiPNbKGAoaW367EUERm2Y+XfUjyi6EBnV44cNOcr03SydWOmEYpF1zUHjf",
-	"NSaUXw9sDwqk0b4taGOzSXxs04ait2TL+kOzBdzQNlCnaV4BOd0CtJSQnZMiBu/vagirTfBqGRrZPimy",
-	"7xpaukvqFteM59euygNvCOnjZO9cAXxuuHh+U4frSmtrUrupyIZUldbNrgM/Uc+p5QPmfL4OTRdRgwmW",
-	"Ex7qHYINoK4NHpptfCetfRkBM1jlV6hztA+/r+YsBrRrN791+6lF2RokaAGVDmoPN4qye+BBqaEwPobD",
-	"mOsFwJkA+lFECFHOYdtAG767tWU9vuULIGUHYyn3aPBY24ZyOVZCQ0vuJOhfWZIRZBpowbNsAZ2GuloY",
-	"QSKuEl2EDhzClCIDi4KkYjgPN35Tr1fwol0FkViWs+2pyTmuyPL5DZBAmNQb6ToquUsTQ7pwm1Ffy1Od",
-	"GmcyW0XgyNeEXHNjlQEoaEQXK3V+rGAku/q5D+8uzk5env58imBeaDZ1oo4TzJthwzC8G0AGW0YOc1Lf",
-	"Puf85OTt2WUDWhjYZ4+DUXKfVjINAD3N+SSVHjLtHTNa3KqbLd+mfQ+YqJO7RQzEw8EYOnL+P1hXUC6h",
-	"JgxMiV67MpRqb5nKQmwsPIEdDqcloY3fWtQirWzKI6JBg1MpU6IfgdyqjXDWtLrZKtl+QwuXzRHbp+6h",
-	"UslE3LTvuNhPnJDmEM/aExHRwEYycgOvebdte/rV1+B+ScGhTf8A6ZgP6zCIrc9FloAzO55yORFHzAjE",
-	"babeZHEmuDaVnoPeNsBAxR1fMK0KmbTpRdi2MeBWffrad9PbdOV3k7NdzVB+ssZvKzSF6UoBA6lErnmc",
-	"wq37gYgfWUuT+isYSOYoW4gDTbqqOAcxHlZ+q6ZEE9NtW4AWRLGHkK7SLrg1VrqMs8YYvFJUzY2a6sAr",
-	"vmnC/u///j+gD/cYIII4ROhZFU9+5U1LR7jPsqKQmWuIzaqRMuCvEL4ABx2q59bsR5d7IjKRi8Rb46XP",
-	"kWCQDOMTnkryCXCYRpoE/Y5jLcTV/fzRcKsHBwpYs2FF7jEQj+wCeWNnK9A8e6PHcLlXi8NVHSHjsbDb",
-	"cwU7GAhXVgjBu95TqiXrLhHEbvtysgfCOa3pVVCfP8/SWzEooW9c7nAlgG1tX81j0WOFpG4icI9JM6s3",
-	"eDKGizANeSHyEqs5ETyhlJRa1N8+WQpj7AimDNAqKfAbrAqq3QWOzt0eDDmoP+EIOtjQmcfwGU/2aP5a",
-	"5EJi4O1gaufiY2vuYHJMspDuAPbYsT/xALEiKu3YqRkPPrBq8sFqdqJOdaEgDMiTVXMs6nzaszfu3XIN",
-	"OTp2BJQDYJce02CVrz7Ux6388goe0WycnDqIKPsSesUoGXgAIGrGeW3VCt/g1mEDYTMry5c8wZiIEdQT",
-	"8KxMTRhk+CUG8z5jrvWWNo+TeY6ePV8pfQVejFVkylLRzCo7+Ngod8NaM4F0tdZ1SYZvUnXdsE3TsXrC",
-	"Ww/e7QLLF7mY/7SARPyS3mpfvjp+HbT5q7rHdirzNsitFEZpMi/QTYPQS88ODv98+JcfXhz+uYLHdIDI",
-	"0Rh4WcaL3ho0sIZ9s2WjjvY56Uv56GOeasvQru4bS2FdCJdQikcu+Gx34LgxZy7hgF1zmURl9yoXwYcw",
-	"qMu0JLBmio6UTRwRuA+qraClgrveORhaBmeIPNuovEDK6zJ+SjADuoQaAFB/QedpLZNlB8ud3JBFUx5l",
-	"WgFwWgkU+kCt+0ndSTds+5zZsoiolnnw4nBdklAgAIObjoHrSXorzNFyrwlKVFrTNpFWCBsnWA5sqUwL",
-	"npjmFhWt37Q1vrLdn/Y1apZfBfx2W8XJMVsNUBZcsNx525ri4tPlsDjV+d8rKr7SOMiuwDpWdEkh7sfC",
-	"bq+hcN/H67UdBTwcUrsmI9qBhLob6u9bcYoRutgG39jyFjyxk8yxn+00hxqNtNEh8BHr3reC8NC+hvPe",
-	"m/Qx1NvAiLiwQuvCvimBPgiug23JJaT1oP7Zjfnc5FzSn7jBkArnouDHr96evru6fP/rybselYDOwN2A",
-	"w/vJQIXMly/guBqrNaAuMTs/ubiEOagxe4nPj6qyxrKHv6lrpnQ8FV6NJijQoQQs0B47BxGrrdmi5phM",
-	"tJrI0mPQ3wQuHEo+hwQ1O9w+tRb5178Za66c//yS/Xj4/M+7rkyB2reMYpWIUW8oh/IERIbdW5wPqgOj",
-	"4yKfKp3+A74csJ9gWbBLewyL6oQBG33ao9Xe0yoTo6HEKi5gkZATLCvDQw7lgI0QDXLEuiBsdiM2QqBI",
-	"94192aFEzybqHQPaRupuFbnirYjKKSJXKhG5PrV2VIChHA1lt4TGREGHkQd4MGjUIwLZLfNFY55lA+85",
-	"iYayAt6LRksEWWG7PfZOUbi3kNBn2V4AUST7NYa66IksNUN52D+AtEj4woWW/Xod9n8ofyUqyBU5bZ2m",
-	"BfLdjnRIhSIE+1lV2LCOrWx8JWubNQVYjxGbcX1jhrJir2tV5KLSx7fSC9HlrZXlDs4BNuMLWLHeUPpm",
-	"NQAWC+fw+Oy0ctYHnX7voNcHvW4uJJ+nnUHnh16/9wO2vZrCSd+/PdiHrYa/JiIg2kdg0f0ViOoKPcto",
-	"qY/AvCZfI8DvQkc0Lax+nmZCswm/FayYMyWHEs14aLN09fb4f14dX16evD27vHCOwLJFxqAi3LE6kS+w",
-	"zdtQQgKRTIDES6JXGv2BdotxuiMHwYpzojxEwszF5fPn5TSxCkxq8mNcCBJeABwGaXSpXYa/F0IvnAU8",
-	"8GYuyocqKCulTpRdPwiBYnn5gu28moBZSOqVYPHiNlWF8RIuNEUSlNU51uyGfvD5oZFc64hyIG/1Pu9X",
-	"zMbnBEBd2ovL4ukj+M2g3S1Q3LN+nyy6nGC1qoz2b5R7Uj53beKR3T5QHECWLNt2dqng6MIuQ3r+IT49",
-	"NKifZQncCQCthAfXQVqpZa9aRdQgFC2wUPCVIdBItmCEEIL5otTtlDZ1ziep5K7LWc4n4GeiY/kx6tSZ",
-	"f2fgYH7tjOAAk28dsMor57hO4a9F7lKznnIT8BHUouVL1NwDlnbg8L47gC0jZel/x9KBXCE+iaw8qLKo",
-	"lXyTZTZtVTm/QCtrfuddR0vcITT38hK3IKevEEd3Zb/2rXgD5e/ew0aduTIBzo1dUFHRyRXB0APEa4Te",
-	"Q5EAIqwj4K5T3N68fw08+qf/9/LkYndQOpDJ5zhFvCqTw9iJBlB16l9vRZ3QzPCFgaJTSAP1aN91kjwG",
-	"NyS9yhu7Dqi+CpP/RM2lH4Uoy46wX+oacq4L8WXlNByuLuUFrN89mMaDSPy4Qt1mms49egnC2/q4mIvz",
-	"oT+emj88LtkHSVeXPaAfgXjrtIF9Aqoc6/HpgkZ3zRTa0Eb/aR5+Tk8J8cxzD/00AsVIJCPCs86FlTi1",
-	"wgdoVKvm1XYIX4Fq7fU/PgaV+0AFG3NrjV0DDMwqqT8JcTu9f/8zffqyj6ag2f+MH77se3SWoIy12gdA",
-	"s5zInLq9tdAlA4rawxUz8AJ+J5qZX5LFZvVMSCpJfZh+Bn0DfNJwKupu9lq9ShXJjxQzK7O0MELfrqhl",
-	"SADrtLJtNYQzgvK0m7zh0leI9ek1idYUu//5Riy+IIFkAl2cddJ9Bd+XO9VpIxZPbtM4//pyER5LMDm5",
-	"XmDyL+BXemg6A/UmBC1FGRnttpGaaXyNbYxWI1BIs1A5ZF9qKj6xi1+O9549f1H2QqYSOk5p8a4xATAI",
-	"a9mX/AFzFesyrcotqh1i+3s/8r3xx88vDkP9rrcjuXqArskcqQbnnpL7lI95IxLkdkHDJINfewFOYjKV",
-	"08/UO24ZlXmpi1vJX9CFgREk1NKULms2oxLdAgWW8REOLCy0V9pvCee5x47hcVI1DMhSQ3VyVWp3iPF/",
-	"FJ6FzR4aXVKXroiDmkJwCtFBYy0t+CwCbp9l1T2hp+y4WrxUsjRx5hC6N6mb11C+4Sbfg4YUe6evWHcK",
-	"qwSV9ZCz4PDHR7tOXrDRgN0IMd+D/JIRVK9TNwq9YAfPmemxDxKqZWmmQ9c5KEUH1yw18BbqzpUPAmCy",
-	"JR47mN1edKFxiMBrmLw1A8BnOYCAGaiDnMVZCphYU54PJXUvEjzo9vqN5zE2sQ7oKhs21i4S3Hr66hdH",
-	"Rtvc9B+gy7RQPHLxKUeS2MM1a3/2fV+RhiNf7RBC0Krw1Y7BBiP2NDE3SIgzEAVaxQW2mgTQKt1ZIl3p",
-	"U2IgaxMrniEhx6OerZ7er3JGm1wJ5VpBETb1vgPat6RKns7FckNqksODMpZbablMWWAvT94MJbTQcQtH",
-	"A+wYalUNiBOUfpFXunqXuBLgl9/tsWPJRmkyqrQAwIw/e9iql1qdj1rGYYZVSogrwHMx1gSHZMe9bcXB",
-	"bB8QbKEeOF/VNvFPZMSGOtG3MmWfPfYUXOvzdWetXNB76YzPnt1XZ6Q5+rZAR54Wjee2c9jOPAYSISKL",
-	"GM/VLI2hKs8La/cO5SElkbVOo9xaAO5/hn/X+nSX1v4J9ah2u1zb3ft7vpa7eHi6IYkLrHp5rwA6BzlR",
-	"y635ivpP9HnNmUiTiFnVfU+YmLsOlav6vKjwkbBGv1wbMkulr494mFLvIPIbHR/nCKbewuHhWlS0pDtE",
-	"o15dwPcyW2BOGaKPQCU+AYdQnplVHQYsU3dC78XcWB3fWjwmQtxl1LYTbqbCQEm3g6oAr3lTYM3+c+We",
-	"02myp/YQ9/nj54PoxQ9Bk+orRvue/dNF+1z7rrXOJPSDP8yTZJ8S6PnQJoT3XZhdTQ72l5DpcV7I1TO7",
-	"0q2ccAmXmySCDQa4HgTxU1HzXBOpEk3YjjV1DUqJ1k7L/op7v4Kzoj35fnwafcqvy1bK1KMSdpCoM0s0",
-	"C7+uWF0ETG5pEYHgn/UPnnpGuFD3df79+LUUP5xm2baCS5ZK6JlVZijPRdzq3N5Dk7Nj7V+7RunfzoI7",
-	"4VAXgr0/R3ZWI7RuPb2bUwA2iacihqwq6dOvuSmvGkq4AHOzr1WyGMCK5lCDx3MENXUdVq3yjDAeADyU",
-	"SjaiLqCjaCg9H6GEuvIh7E4VWYJAgr6Hevew77rUQV0ulf0oYYaAtgraoK9GmvGIHT57RjdAqz10pnDp",
-	"cMkKGbHD/o90CWRfS8DFixjPjIKm2yW6SLVvKuwnYpc5izI1AH2ZC2gqN5Rp3mOU9wdJZXB7atz5jcA9",
-	"lWKiQq65NOjbHTDuYSyG0lWn4U0G4ePLxvKGPe/3e+wYOxvC61Hhk2tx35UqH8p/v3j/LmJS0b5HrG9N",
-	"6hmWwnHJDqJ+v+/71rN3H96UbSwYl4u7qdBiF9LqOLO7QBvWYyN4DFASZGgxjtAsXpEaYIobtNV3dZ1W",
-	"px1KMrlhgJDpXNJl54kZvfl2nL7WyzfAY6H7Lfzse/dGDrqC1mTHt+19mJ5DfLKAhudIEaBbE406xNDu",
-	"L9DH3z72ushunOm1+6T887Mu5JdGdzCwNgqNxFxDtA/wxBGVBmvyK1+YEetCNQI48POhLIGDdhyEm0vj",
-	"cgCFmM1V+oie9Z1/C64vmVnq82kM4T7jU6roRKRAgg1bfj2UqSRGCRt6hHM2VxWTYETtQ43II9ByqVoa",
-	"G3W+Prkcyl6vt0+9vPc/44cv/4Z3/9XyCo9AzNlB327zXtnuhdjKUHLDxtzklvND+zd3feXi0Jl9LXJU",
-	"KL+2dnTpOjU+1O3gVweMQ1zGiPYVXh0pqAIBp6nQgGQDXWe+Nztg85XnhcRSwY/3Op6YR/xVlJxt3qXJ",
-	"/IEETkesT5BaBMOXcuUp3a/UVa4p3RIyoKtue0u7d1ZYX3vPvbiPx+5hWT8wLdDKj8r4AcGGlwUCVkU1",
-	"CxlPtZKqwHOnRQaVdU8vclYYaXOWPBx6UISwPN4zBOIiXrIEBAWEIoaytaRgdUEByLpkolvVk0ozCDp+",
-	"xwQA8gx1l4jYNDW50gt2I+b5bm8oAzLHRUdG7m96Mci4sG8aeVTisvjKDdUsg+HfBhG5U8pV15YGDAU+",
-	"gRA4eV1A44VG3xMBxQaICIgI2gzafoyHUnNppwjGTkV5teopIvm4t9JsBHeOGkQbnbMN7hKHbFhbw6Ar",
-	"j3XLH0h9SaUV4szK8JIKdx/X57c0XWylQPsIiKzWqGh44h8k4WwDR4zRUffVk3lpk107G+IRXol0SkXJ",
-	"Gdzp/KM4G7cQzJsvxU18mEqyxL6/Tx1ly6VYq9F4HvXfSs03U2rASRMTgAsmc9k3EDLhMjffQGvZp6rN",
-	"fxrCb+jxWnYUkclyQ8Ee+22qkEqm1PmiRjtmqu4kGL41na1sGdZjx64A9JqS0qvNSFzX+6GELDzY8zg1",
-	"JYqPAV/jSKr8ii69Git9VY4fUDqOcd+e9lDTBL6Lc+3XrHK0j5YQpuDZBLb9lY839Ylb2XtQRCEH82iF",
-	"7r7BcccWdv/spx0jDaAYIUw5G+GLi2T0hzzt5zD7/z7s38dhx93YfNY30+I34ABgT+x/tv98qRTt0aey",
-	"6HRDpbCvyXzaGjh4DICurs/0XTZmw1n8amIe6gdGHpNg8VliPwqtXV627wZupikUvtbKLlmXSmt3qRlp",
-	"lqk7kQCW4n8Zcy1qcorsGNcXGx1YEWJD9Rvy3ahV7Jp0N+dh6IeQ6D43V59TE0R6/kHD83mt/HTDFA7a",
-	"ToG8chV/XqB9iXPqLWptp1xr25xrn73qXHG7R75xYNWpRt3xQt6cSrOV+y/qBZYxQFE4VicHM90rYKG+",
-	"kQUgzriEXDbCE4eOODxyI4h6xtNC3rBuwnM+oDa8n/IIE895zqEwBi60H3YJJXQE7TSVa7DhnimkUwFK",
-	"sBoAcHElM6F1wkMcdnsRQuEykvJ9PRYbKl/eS5eHP8cMhitaXa3uaiUtAzZKk8GIEG/uKMV0BFcPRuhz",
-	"WsxFxEawrCP0QLtKBxf3g5VVY/bvF+/f9dgljuUKUZaKZLBcjUM5zWqlDCZFYGWK8ZkY0D9X5CzNd1ms",
-	"ZsL5u2EHpbizkzAErregOpijxmqboayW27x3W08Ycr7Tvt98KLbBeDesh7sAF9gRRQQVNyYfSlo9Jnzf",
-	"TSC/0echZrQOOwM27PgWZ9jGGTGchp0vo8ibpVT5E2fKCNNYluM2o4UE/o4qZB4sd7GOq6zsWmUlkYOz",
-	"AOqokowlB/g2qmB+262AY/9tamoeVcg+Vs3V/ZgTCZ7vOMYbSBDHxD/AZ/Un3OVVYaP1LnbtiRCdyn7w",
-	"eJPRUC715qw1+tl1sthETGRGlEYffc+vMzE6GkoUfq73fqWHYpk5dS0Ayt+5LiE1bShHcMMVgUqNkAlX",
-	"0LbFHvbqtWrMlVURRkvCbSgTdedqDSHawLokvAbEBkuzJkkhoc050nYdx0LgLfBoXPP4xnJMaozUgyQ7",
-	"MLKrc8AceqkaM0XOcX2eLgDvHvB1DN11aSmkrX0vRu6DkmlpVQGfA2DbPLwrh60+qnRbA8BVlztDCL4V",
-	"4Usa2Y7xIWjo5y7m+VcwmLHe9w/DyICtcMwAv3JcrKLdQi04N6WYWzlsxUw84Vkr5EU6kV/NrbT+tBUz",
-	"8b16lGBulPMCKcY4XUymJqxNam3uICsrQMmY+4JoJnjcsN0/AJgq6VpyuIG+wjGiJ/1hzhFCKaHJnAIh",
-	"Ynqn7ybuqSRXjAPGCLMWR1kpPJQIvjGiVxfJgOW6ECPXxR6TPlGxQLvR+Bb2VsDzofS3wrl1+KuUSN5j",
-	"LQ77UJanPSBc6XH/JQ68OzXf5YmnjXBHnnoSVVpVR2WnciBCbOAU1QKYqWFnxx8uTl4hCbiCg2WMt8c8",
-	"4m7t1hd8XvirtjWjXmLiUhvbBRKOnjRZyL3G5nJCvyyPUlPoR7PsG2pXNyf5lBvzfZcVujV90tKN5f5+",
-	"rco3Dh6dbh6/Nu67Vf8vQPkHixPg1HJCw7dykrNYK0kY3a4DIeteitlcaZ7tGOb5xW57kn4I89r/7D62",
-	"QD6rUewm3LNX1ILqge4uHMbqcvRwnz1gKkgp9t/F9isWNQb3ml+1/1UOR9WF8fCKDTdSWbbhkeDydCag",
-	"+1VsNT1srCMTTDwW2nyXjHXzlW5pS13XVZfWd7reBPWJOHG40+pXLqRrS2wAmQfq9lfizA+oWoZpVlgD",
-	"oCGJLIGsA2WES7m/EeC8E6l2Dc7ZpSX7stehoHcGPuKDKXdCi6/OhveveXwzTrPsO7EYV49SUKf5iWb9",
-	"xGfJPeYboTi5t1uftAM8tZZQ9b0fJVRavGB14fTyXOErpZL9DhI3sob1x7LdJVZJ7kbMFNA1xxUpUT9k",
-	"NodOx9BOJJ0JwnsktAYnwjEI4UHI5Dc4euAq+mOduzM75X8mbeUiV2T5OwseNT6kQAwSkUvPnjCpchbz",
-	"YjLNWTH/+hRDpd1/LJpZ6kT/RKy6od/9E7vB2nPoZneY6zBppurOGhnerYhszHOs9LvHjb+gSBRATag7",
-	"1nWvCPX6gDRhRKxksol1f/2TVcg/IDf+gJP+5+LH3p+BPdshlOlrW0uCsmfqScmEeO16h+ulu+gP7W+l",
-	"t9jsbnVr8ijeVjfYFs7W7wM3coOnlVbzSR2t9Ixv5Gd1b/hfzc1aIpaVftax0piDtwSPipfdCEKBmnPq",
-	"nicchHIFtgdvcOdh9+lAbN0j9j/TpxZu2Co5f20vLM3yiADWKQURE15c1M1B7aT5luvW7I5tfOX+1zhC",
-	"lyXg9kMX8r2sDPUdwu+GCgxq3DOc4L+5t/5W+ZS13sONov43f9UfWtYH+zqvF/p05SNJfTca5qfDx5xR",
-	"j1RA7efxNHI6wW4LpaDW1/k70Qvqa0k9pdFJl85mBWShephA8feCZ84Qqi/IjmFdAzCIlREj3wVfJoCj",
-	"uOtLHJ/1+w7OhvtBjhh3TvYh4BVChivka/OyWMXvQRXN8Fn/wE7TSzsUFclQOgCbWM1cCqoHj6yOFobg",
-	"N1NHhk8GwV8+4huFQFb7k4dZfUkCJkAAjw4d22Zax5AUU53BV2wLcE6tpxmvcoVKR3FPjN1jPVE7hi2/",
-	"UsReKpkUca70jkHTwtI0jbbbnnfcQ8PyA+5/dh9b6Fi10/CVlCzwfNp9DiQPdB3O5DhLJ9M8qmTGQB6U",
-	"s9wqoS6t7sxRbbwUm5Ee9g/vseTNylnzWn39sxs4qw+stVmVh+W2fJdCb/OVbjG3xw0KHaZ9Wpp2ypqT",
-	"vJ3vQKOy2+sm33twvz2hF2EqqYPi/zfNVGlm/zN9WtvAZYl4vgdG80gcxtqD/7ysJWxQ3lZ2cU2PFqyv",
-	"fnZw+OfDv/zw4vDPm7DymklyzFO9Z6Zci3VE9jNP9QVc9ITkVT6kga7uhJXvoTZq9Do7hpXvQ5ez7gEV",
-	"cxqR12R75dWfhHashVUEDKzf0nwK9YRznSqd5gt2zWUSsXnGYwFt/yD9MRP8Vhj3auB4BuVlKDHX22V+",
-	"z4WmVx1UOtSqsXv/ZyyHFmPYDDm/S2MxlDl1pTQOlaK8/oACydcqnyKEPgGPIg5Nj52Bd3AoC4ORP7rP",
-	"xT5STRl0gicAnHXsrlBFbtJEsINe7wAQ481QHj575pE08bIgts3FMg0+vhW2RH5fz/ZqSfeWfr+2eXMh",
-	"8movwtD52uJE8WRmOWUzM9I8F3uAEbqhVRQoLnDZH9q95d+jRSsia+ng0jyOZ6u2q5XRtwhw2f00IK6e",
-	"hn+2IpT9z/aPK/ijhfHql/ybhAjKdfbQjtdFfCMADIrKyHgODNtapJblsrOTd69O370mIZZCJTDApCz3",
-	"pF6/HZtt1TVL8wQk31iB6ZfoMfTH6mhfjXDDql1Jpg8OF3jFYtlVubSHT1C558b/Vj1P1pHPuQAVKjmq",
-	"Hqyq2ydXN0JCRv84zXyij0BHEBgWj936at10HxR9fnBDK6UBSovHS3ypjPTuRtbmsktGa4mlxTuOU1km",
-	"hSsK2uNUSFRhk+2ZEnF6HG19Dgte8pTBTvuEdW4RnGUv6OTA5ZrxRPhQryWw47PTUPs/q5AbEWtRh/Wl",
-	"ZVijQm3I6bD3P21Gh33Ct8rngLdrPk9HbAQL6PsO4ApHCNqJiX1KxuIbnTsuLTUgoSCjwvnZ2VJnJmoq",
-	"rWS22I4sasdo/3OarFWIzsWtuqkQyyZlCK9/sDKEwzjWAn2US8zTAzQjpbpbwr5tdSYCrWPrMjhN1sre",
-	"sdIznncGnaKAK5v63d4pfbMp2e43uuaJ/XHNiXBgOeIklnnVcZYxTZErkZRX1d1qdvYb9KMgE3IxMZze",
-	"k+HzVB/yjVgRvWFQFXGr++0iktL3wWGptBsYQwUbp/1uu9137iVrtL+Ru7wSepUONttbennhHlDamQl+",
-	"m8oJ6yaap1Iku+WCJP5B5sj30SEkLUKBs4zpWgCsYA20a+O6TVVmz4dfuTVruq2JgUt5+qqzzIpgOzxS",
-	"byP+4+uTS2bvKiF90+QLZAXOuFyUC0FgJIMaESHChNJVQEyDZqphfytMzibprZAsVxORT4VGsDESZnZR",
-	"EBSSQHsv5iLGpoQJtVV1GJuoRPp2j/iGvm0htixSY5YmBkFO59jR1o4jY7F7BAXkCSvkjVR3EtAkmx7A",
-	"JXbXdM+Y8rK8KhhpEfrYrXGLPj5ukXbsZJvQQdPErBVK0FezJp1Smb847Kz3+UMvnVO89dnzF3Ax/Vle",
-	"zbXmi6fupVNu9zpJ5elprAqZfO3mOr9B0V2F1iX0gcgV1oHX6D0xFQJK86jscMmT75g3TAXX+bXg94Bf",
-	"rIzcJPN/8aM/jbj345+LudINlVL9J3lctggL+Fr16gOkFO7SjrHMMFVJGoMAksIA1rXS+WMSVYgy8Cnm",
-	"keiiqW00AL3io1j3zp43aOq7Io1oOhi02rXMO1MTs/4WuIJuwDDXJnGCRW3AWpdw2SENCCGfEidzoMmw",
-	"b5QLYg37I1O7vjNl8okWptqJGRy89seZMIZPhEuZLHGlVkQp+H4RlYsdV5tiE9TxdTmxbuUFSdAhdEpV",
-	"nu2YATvsHx4B2pu1PVM/1Ezd2hnZ33/cZRORI4ac622XYvNuah1s3yRRiDEGwI0oiO2TTI9dEDKZ7+iP",
-	"S4MFUalhU65nmTBmUO6/hyQng9i9iaURqnxOUXCv7Ga5RtEy9BmBQ/KsoGbX9C34ydkx8xyQzfiC6TQR",
-	"jGfK6of+l92o0ucDUKo9mRxB+79DBAqeCS7RuYArbWde2YZEcAQJn1mtSIs9p2xiGjGS3Z2oFMHvhlAX",
-	"7VpV1I2nMaPsQ6CN9Fd35ZaPxg7W69jsEYnY1VbW921e/UCujUSOeqXTGnYcx/bB9iVFGZTgComt9m9/",
-	"VF5vpyziQqf5Atj5teDa3vv7R8uwERgbGX2hs86gM83z+WB//+DZn3v9Xr93MPhL/y99YO40pc8+llFI",
-	"A3EO+ttNdRXeH1qaYcYmNhmBc3GTZhl+6Xtdu146AHBsV0jGqeWShGgMv856ld4KMHDgiR8I0dI3gT0C",
-	"vmW/kQkrDHk66i0aQgNRRhU5SGrZvAi850KlleHKdKTV8c7b415VRixLRVdHPKtXcZWNy3zOK7BLU4Pd",
-	"WlpHKq8JTLcSE17j+K+upff1r472i7qrJLhAjkCVgRrGZ5YVu1hvZdRKUsGXj1/+/wAAAP//",
+	"7L39ctu4li/6KijdqbI8Q8ty2sneLdeuOe7E3e3pdOKxnelzbyvHgklI4jYFaAOkHe1Uqu5f5wHOQ9wH",
+	"mye5hbUWQFICJcpfSe/52NWRJRIEgYX1vX7rcydWs7mSQuamM/jcmXPNZyIXGv46jvNUyXd8JuxfqewM",
+	"OnOeTztRR8J3HQ4XdKKOFn8rUi2SziDXhYg6Jp6KGbd3/ZMW486g83/tlw/ax1/NPoz85UvUOc5zMZvn",
+	"p28anpMma58xVnrGc3udzF8ddqLOLJXprJh1BgdRJ1/MBf4kJkLD414X2iht70yEiXU6h7cYdC6ngknx",
+	"Kb+K4QKmxiyfCjbX4jZVhWFzPhG9ToQz/Fsh9KKcIt7SqU5rxj+9FXKSTzuDF/2+n4nJdSonMJE3asbt",
+	"YMGXTvDHBy/uW27yk1sh89M3PwueiIYXTxP3vhk3ORP2DvgzzlL7UYtYpLciOYIvTa4FnzEtTDEThvFx",
+	"LjRLc786U3ySfxk7iT2Yxd7pm+ZVCi1SZf7/Dmu+Mv3a4GysNM3ZsHzKcxZzKVXOjMgZTsvgO+Af7C6V",
+	"ht1NhWTXKp8yroW9tGmf7eJcweJcAVW2ocJ+kArfprM093u//Bj4sTp8Isa8yPLO4GU/souGQ7+0hLWB",
+	"3M+0+quI8wYym9OvD6az82Idq9DFI5DyRTwVSZGJNc8xdMnDH/ab0jdCP5gnFQVcuUrXdvxxpu7WvMwd",
+	"XfLQl/li7zdzJY0Axn6m1XUmZvZjrGQuJBAHn8+zNOb2UO3P8Yp/+atRwJ/aPc6NC0+sn9Fjyc5/fM2+",
+	"P3z5J0aD92AZ6F6QN9dK529TA7OZazUXOk9xxtz+BJ/SXMzMponASOciVjrpfPGLz7XmC/t3hcmvcpPj",
+	"a2P5nZIlM3SMf3UTy2353c3xo79OXcPJsgKuMp/Vd0MpOvi8PH7U4SgYr2JV4B7Vp/pGZOmt0AumVSET",
+	"w+AykTCj2Jjryow9OyiHTJPV8S5EDuyTS0aXsZs0y+xAK9xtdeSYF0YEXyPxcm7lp5tUBiYywjUZDWAP",
+	"YGGtdLLzgh8Yl4kVUXqRT1M5YYVMQP4csRFNnG6107d3KincK9m3EdKyy99LBYZ+q2xeOUVV5LHCM7o0",
+	"ywTXXySjiCnNRlKIxFzZJdFWQtg3QMnyK/9EOo5hd9wwLbjlUwGaijxDDq2WFtw0kIqlRGFykVzxPLyz",
+	"d9M0EyzNWWrYtbDL5udf2+GE52IvT2ciNDvLx0OPL+b2NvfwNmMtnR4ghKgijkr9B0SH3yoks+WzUZvB",
+	"miMIiwSnLklSOyLPziqnccwzI6KlA1qu+vLxA5FsWK7YsPPBCM38LiDRDjt2ZSsqzkE/rAmGp3uR87ww",
+	"AY6xzBbWHMb6lGFWIomY3RNV5KwLBwwPlbA85PL015M3V+8/XO4CTQfYgVWI7R8isRfcgZi8ypTJg+T8",
+	"zKfnEU5IyXLuf1CWRUNtw4Lk6YVAQPC1EndELJbFz+da3fJs423uOqCXeCqubkRAvT5m8GPCTC7mO4bZ",
+	"i6KOkrFlJoalcl7kBvRmLYzKbu0qDWSRZYHtwccYT9frn5QpdVPMB+zn00vWTXN28eH165OTNydv2F1q",
+	"VXVLsrle7BimihxnIROmuWRSsZybm92I/Xp6cQE360KaXUtoZ+/PPrw9vjx5g19zGTFTxLEQiT22MmF3",
+	"WuVIBjD8bo+RTgCHASYHE7DnByZcFSk/n152oo59aifq+EcFBUsi5vbIXeG+e8Vm5bpl9UXIZCtOG3Um",
+	"QgrNHYWtGn+03nGhNdh6hRwwzrTI9cJZhfDW8P5amJzrnMF/DfxoFaoIqMGuut0GcRdWP5y8X5miJDV4",
+	"9QeVX12LsdIBHvKbZQ8cmFnC7nias25S4ItGOP1d4Grt5RsRUrOECKk3S0RckimtKw0aMfuS7D//9/9h",
+	"tzwrRMS4qSyaJ7sZ6+aap5nlPFLcZakU9tTN892jKvkxLUBhN2xY9PvfCXbAptxEQKWWQ8LTIsbZv128",
+	"f8eAeuxm+gfu4CzsCYYv9lKZiE9M6URoT/LAgKWSVf235FpzroUMqypzK4DCrBZ2zdMUaNjXIrZLc3b8",
+	"4eLkTfvdmk85Srm1VglcVJMNy/NZlNOBwwWCjad2y0Rv0mNa2DduEDlwDrY8kPZRV5ZAiabqE/pZ3bEZ",
+	"lwsgbDxhd1OV0QzHPM1EwrpKXtmPhRbMFMaykl1UenUhGSw/+TVSa8EYQyPFSo7TSaFFwmgC4ZNqSaLJ",
+	"8CgnCJSbr7KQkuNYomTdfoh5wt27mx7f5jBWblzlbqtz2nFn7nph2VguaJ8/Dzv+8A47g++//74fDTvn",
+	"H969O33309Cqb1/wCPJc4Bm0R8PqCRyOS/CQwJNW1/C9FGBYOgaLSpifGYyeT0WqnfJlIty/1RUep9rk",
+	"ER76ytep/Z8/0gP7N7fEgePATTiDLs/ZTJmcvejvHrGxVjP208kl6/V6+zgrs/8ZP3zBe+Euy0jIU2ql",
+	"JrisGDc3dqfBfdbGUr/k5iYk42ARrtYa6rS1FU+tvbxcU1jGbtOL/Cve+hfLUyusbgS3jVDH9B6A4Lm3",
+	"DCKVk6txaHK/TXnOODE01lUaxVEqJ7t0Bix7sUs1YFWRZQrg2aSZMXffZu8DyM/Im1HA82qHuH6kHFkG",
+	"ddGK/rjixfFTowOfiDg1qZJ+GQuZpxl8nSDDXLZd2nPJ60VQtMRqNmsSO2469kdv5cOUBTrskJEH9LGl",
+	"9fQDWUtz7TLdz6i8XoSIRtHCGdbFdTw+O2W5uhHSMPEptacceADPMqFBwIMGIbLx7pKlGQo51JbuXlYp",
+	"uUlWzJQGc7MwQkfMLEwuZhGbCz3j9vizLmdmLmLvn2dS3FrruZC7UdWijEpbszRZLb9BMzZ4LGOViJBp",
+	"YXJ+nQkmtFaa2YuI5//KP13ABH9EYWpOPpEtoDQ7lbc8S5OzrJik8mIu4vAjteDbagAwjyAJi0+ptRQT",
+	"EZZv41SmZrrl09Db18KJZw38Lc1NWcyuhQ5P9n66Ec9FG7lxARdaTowUk4Ysi6VjDc54mrF7VG0DPzaT",
+	"/Vs1CThjTJ4IHd5JkyeqCPOpXBcyts8MyDVdCBRGaDewa7FQMkGD9JOIi1zpHcOuVWFtVW5YotV8XjsN",
+	"10plgsuVt6cJRW7S1XmsefFzMScvxBYMzrMEx4YtM7CPhsNm5YJjB5bF4oG2E8JT3vG7avkASBFiBEFT",
+	"OravW8wDLBUcBczksEROldoxbJxKnlkTSukc1eY5HPIdw4C+Qaf50V6U/l1YQy2figV6C1JJRlJbJec1",
+	"zu4iF3M72Rn/dIq3/XlV8dmWfQU51Ny+p7Y3/q/fj/f+H77394/0b3/v+4+f+9Gr777801quVJEOh/2g",
+	"KNnAph5uSMPWeXUc94gsVvvR6i9oM0fuoNTN6x57B/KRa8GEvE21klb27d1yncJagvg8QrXZGeQyYRxD",
+	"BmCI52oi8qkVYk5FPmC/pj9ETCr27sPbHjudSGVNKVDXlb0UrQMTtpdrLKrOJ7fkeSXbqa/aD5YtiMRa",
+	"NlWG0WC5Ov50/zFqjGwj+7GT38hozilWucpr51pZ2bw64x8tB0KmWZ0xmxUmh8OPJlYZAdowU/egNXO1",
+	"Z227YJ6emO0cfVZb4w3+sljJnKcSBe9a5uMuhAmvj8YJebvVgV1Zm2mezzdN6OfLyzM3l9Z6CXqZH8BN",
+	"Km5O8lg7bzUavNYam2uVFLHQZqd02b07/vWk5CkD5BZc6/TWshZDbmLPXZjnLnAjJ7k9TjPB/un18dnF",
+	"5fG7q9N3Zx8uL67enJ7v26taOtusanY10TwWV7OAP+HXNMtSI2IlE8OuRX4nhGQXpz9dnpz/CvO4OP3p",
+	"l9O3b5mSqD+3DOuuU+8qTH51tZ1P3rvWEhFnXAtDi0gMPM2FoS9UuUTvP1z6NQL3Zmy5NTo6w+vV/lih",
+	"oA97LVsyGBcPA/4iVQ4WvlQsU3Ii9K61ZEJcZlN0F/254bVuirxuLzrADwCeofCT7q1Obw7eVh5deV+/",
+	"JSXLQ15UaugtGXJD9gg50Nrnj1RY/AoBhWN7YVfKDzy+GafZPX0EQibtzSZ1K3TGN3Lf93jZmcrSeOFN",
+	"tHsG7fFeiEg1vH4eT0XS0n5Y9Y/azYLED3ZtR4os4ypyVuawDJhIQenipMqz7t2U5+zs/cUl27892He7",
+	"s/85Tb7s0zU5vxEYC8zUxGAMPJ4W8sY03QjX4W0RnPdrlU9Dzq1qcs1WealRJ1OT9hT6Vk1e2xnX7YkX",
+	"L1+tsjvtV78FydNWNQWw0xb7fC4MJCp+3m5xVhfEGyOtcs6iR9IOj1huDfCxspo86PZ2Y1rojJX3W8+v",
+	"XvN4Kk5kjrmsS1bzfVxJn+apFqY51pbiW7psBs6mac66M/7pik9E6QD/C7rh2offKF3gUYKoK6ukhRH6",
+	"1get16q4dkHPK9eX4nJVLdGFRL/jXM2LzC42JS4Hg3TN8fKWg9wKbcIWwXICFKRVuMvLRdzonSrJKSz9",
+	"hPRhxnbeipI8N+dOrn8n9+jGaZ/XN3lp4jW6bikF72RThjsSFByAmMIthaS40Ob4Cg5cO2yNb+VMwy2k",
+	"3a9WtjCOSjFqy6mJrUy3xsQAzJMbsWBTbqbkAEGdCRzpGBXwBo1LySHjg2gqAidFKqmoAVQ1uAaVtR47",
+	"ZuBKwqwXNoMZeeWdHDGM5wxSf1x80qXsELmuykRiM+EgstWXfR4PxFEtb4oY90ExZgprcBk27Lw4nA47",
+	"FW41Vtrxq9WzK3TKs/TvdvVq6fPB1X+tZCX3xficFz4TsOooMQS8OTqiwNVjKOfkt+PTy9N3P139+P78",
+	"6vXx659PdkF82D2j9LewMVDhDfX5nHFMeIUUVrEYsHjKJYRcrZEEEqswlpJVlgjN6JhtJmL3wCDlTtMs",
+	"OS/kueUMoWB1bC8A9gkamUtOp8ygsUs9CGhFcXPmUW2U3gNyl6px75xdC0tZhuWq1+BOIOsnEFK2rwle",
+	"gkR8ghh6bvAdyySGVE4yurIhfaExnWm7lJU8VO/isy9gAlpIl9aDU6aYC8OkKbsaXcrlisrsreC0wyFl",
+	"b7w5u62yIzhD91ZBsqr4vrezfu4VTVvdT8gvcoky5Zr4lL+luGmDt9vpAj6mDHmZEI2DCMHmgDKM0BhM",
+	"9hwoXmwpOY7JMW35LDAvx8GUROY1VVliiTZT1nKidDmgiULCj8auRzU7vJAuyEgecekirjAoRqbJYRYL",
+	"yCziWrCJkmJ39fg3JJW+PnnLcKmY+DTXwljOxKzEY1CG6HKv8I9excd2xDiLlTQ5l3lFPCRinqnFsGPf",
+	"wL075MJhiQRyptpOf/8qsNNuHdecO7fCfN36HlhWfdC3/9fAI0yueS4mi5p86vytEIWl8aVsafh6NMAM",
+	"HlwmyE6BrBtMJvn3DycfTt5ElNmTUl6QFUFO8pMWEdn/gD1rVz8vtDQ9Noq5jEV2lcqruVYTuyFURCHF",
+	"HTyUEj5B/IMMzBJhQGJKOw5JBv8MRzKUq8iNkmwUl3Q+iiA1jEJz5QSkuBMmb3pVSFI//uH9+WWpjETB",
+	"4atZuW5RV9+x/BKfu/kgo6LuyWTDaf5FBKy8Kcht05A2hGcSKSpyqwx72T7iWE7gIlN5SJFvMt4aKnJ0",
+	"IWFLrLq5Y1hloXG3pyKDgJFdkyNMo8LrQTyXv0PaUXVr0ENovw5Gdmc8IKc9ryMudiMW4M6x31PeF6nS",
+	"9pfw6bNnJrgHlz457qDfZ5TlBVHfLJVi29Dv5o2gJ6zhN/aKFvKacr88fXYiT2jl65bP20C4b0UyQVNq",
+	"hZ1vYUvWD8ImXyqMvWFesIxr4m7LcsaRwY5huBouuVfoHdOsdm6np80zHgfD9v5BcIUnou6BlVJAZQ3k",
+	"2ejuT2XcnAlPb5grdYN6K7IQq7TiTCBhhBwK7R099wlPq/k8SNXHfpKW19npkKCwRq7XR3Dqa1WNsE0F",
+	"jGRrMoBfQb9tcc7s1jQQqRXpqdzWz9/oRwu4n07+PWLvTiJ28j9PLy4vIvbu/eWV+/zTZcR+OonY28uI",
+	"vT1hXVnMhE5jYI2n78LuKZ4VYUMFUy22CVgH5aSaN61VJSq9ncZ7iVnseH+ZtpPO+EREjOvJLbr04Ysd",
+	"g86FuUpdxFDM5vliF2tIS60yYLduHbB/cPwcptwi7AaXBdcVjjaY8e0iTsvnxNn3kqUSWNXISvwRwyxr",
+	"az9OUpMLLRI2csb7iOViNs8wj/4Tj/NsARo4ZdGsrqyzjpecDHOcJUFMCG01PzI2Ber0sH8rufbVqhNr",
+	"LGxk2/aq/0D6tryKSHDdLa5a34UEfWl+y/vOxTicUus3zJzmWJK/ZYzMO2TKkVy0rGEfeWjnVjcpTcRs",
+	"rnIrc8OFgf6BO4adlhfv/WL1QWt55dPUQAxvQBvnJlvxQO6j97Eql4YSTIY0Z93rBQNHB/ywi25OCApy",
+	"ae7AAYduSJ5jYcOIhhgxWK8eO2b25TTcNJRazAXPU/I5cp2l9BOWNfpROUGHwKOSNOkNZZvs6v8m6wBZ",
+	"37PmOmiB1w8Lw8eZCP3W3PknrpH7dIH20aVt/x7zNDOMZ85LsczWy8mXAVXMjJ+l0v29QeY1W4Qwcwdg",
+	"cj/mfFJnraNYKzkCMTbCqmmejVaPcWx5QTG/uktlghu7JE2hxmyWGmNtdfACScUcjoqGcloAxSG3oguj",
+	"LuDbhSrkBJU5Cef9iJErA6a5EIhDUTk6L4N1CTqkvP+Y3oq9cWotR3sB6w47/7z/kv0z/v+ws4vczN2k",
+	"NOv+j6kqdLaI2P9IeAr/3glxAx9mSuZT+GRnlS3aVUy4lQ3plD5GYRltzjLBrdFo7Dy/75thZ/eIKvjs",
+	"SvEsnUiRsFwBH/gg009MzFU8bbM+f03zPBTXOoG8qXQmnHOmmOMDUsNmRTwl7tcddg5gQlEZ10hExi0t",
+	"Of8YJuO0mUyYzR1Dui0tBXgkD1+xeMo1j63hGTGjHFNFH+UO1a+M0bit5ixTonL3970yZfnw8Iv7fvdf",
+	"/+kxM2DuxV2xvjUUWgrYJOlM/F1JESyoOj1+d8z+DgxKaXeou8POSWGP8f4PQmepBFpyB+vD5etVWIlQ",
+	"gdo9mXkgBuCHauZtl+pGyHvmOd0j0OuIcPkAz1LpV6UZXaXB7eN+xQRz+0JsxhdYDOgDj0qjBRHRyaGb",
+	"WruEEJRpScoE0nZUttHkPrfXNGwZ3L9mu3Q6mQh9zw0DADRSCrfcgXGaBVnZMaMTA5GB5ZDACB45Yt3P",
+	"4G1Mk4jN+SJTPPmyS4ECuKJH3/b4TBUy96Xx/b7bP7dtiHBXBlnbRQfa8r6X/Qrva8Pd/rzE3dZyyyZ4",
+	"jZKTNZmgm98wmDGzY8qgDCRAr9ukspgafKXDzoANO/XdSZNh50swy/kRmVZJpRsYGGAHOjCtQB5KOLjo",
+	"YANyPEleQZIKQKkwZwOpHfUUWEE24+AYc2X8hDOG1AhuC1hZ+0hE4AHnF6w9SxTkHo5TRGasmm5NQE1N",
+	"+U8r024o7oBrNjsk3IWh1f2Rp/piyhG/YwsmcyfSyTRfy6h3DDN25Igd9HpWV2ddJyQP2kS46RHBWVu1",
+	"88TtfH1moJKGuAAgbcy5NV4l6XmEOsSuVbKgg2ENs57Jxdz8fvCxh/6r4PLPhDGt/EE4ofKG4AspbbXF",
+	"LW2OH7mspyVBBe4tZNxmqcnZjVR30uNMkBbaTaXJBQdI0ZFL8x7tDsAmgLHmZHhHZS0XZi84C3/HHEGl",
+	"Qj1DJIIRykwUN0yPLRtHY61mzjiyUnbUYye+6mAicnQyoy9hTRXHiJvR5ioOrFDgBqUN8UicpYN4obPq",
+	"GCkMjPExCIHDZSw1Efg7sJAMPLD2F8v+eJwDefVYJenFwx5pUUF5MUvID6z7+0fcM6lo0e+maTxtSPE6",
+	"ebN75CNpDmKEwAWNY1uwprRDnjgww4yNICVshKsAKzzlpszyohixupOUXeARhQheaBl1SAsMuMts4cmD",
+	"HDRJCvzWZXP0GDr6dwxzu3R+cvb29PXxBUsNOwj4eE09+n56efJrJyQEg9RRIwyoPkQkwgCNVFxXvngo",
+	"TOG5S0JaIZogk7CEHjQsnH+rRisQ/MAk4DoskK9v7EeWj6L3P2JDyFvp4c2QfUdkicqJgdUvvSt+zxCg",
+	"y8XlJZ/ZZzakyHqtOZC8Y1kMAhxE4SlW1e6AR97SsV27LBMhE55GRHsZTt64imaDseTji4vTn96dvInY",
+	"Dx9O3745ffeTpVRChSlzENBDDqgojj9VU2l8RoidvE+6HkDVEGQ2UJk3BAohIMHeqbzMs6QpraQ4BETc",
+	"Cu/3JXfbB1qmeT4vYywkzew5QxA3y2rg8BkDxcCmlMB2OV98+rTrDqeJypdxcLQgFkv8mVeH7Jf0h13H",
+	"kYlkR/aiUZm/XysmA9RPzl5++oTsI9dcGqjywFJpyCkFngInltjZUYXN0osgATtoIo+6soTaoZJwqI6Q",
+	"pR8W/ZmJfKrqPoXOTyeXwYhsdc1DQaoqlNLSmSh0A7TLtVFZkdOeKw3/Gvbh/O3mzFI7Zkjr+FlwnV8L",
+	"np+LebYIoSeEgpwe7pEAq3KtMnswpGB3XOZl0lDV5m5RUbLWdwtT2fQOVEnTXF+2eoJ49WWwtg7D3FEV",
+	"5KmsGvcvtByOafmS2wbrQyV9zZXay8SUaJ7KYKD/slpqk1pNvcgh9pKoOzmghAipIL3MLgvD1N2uydP4",
+	"ppa1U624WZmQr4TazrpIeM4DsRrkONxAYWouJMUW2IfLH/f+7LnDuw9vVzxwh39++adXwdwJLfismju6",
+	"jMLRInUUhohw0h/XLILZFqTD3/S4VWdLL0CPCc38XYND5c27i72MX4tsL0tvBGEZggR99V3FtWJFLjlO",
+	"9j5GaH9gfC9hQoKmQ6pIJnKyxJN0gppIZf9efbfsuNrksXl1sMkfXXc0N0GEuUhLgn78RAFsn1Uoa+FS",
+	"dxmcpDzNMp932b0Us7nSPLNKHj6Sze0zU2F2B2xkbtL5iKV5xG6ENeCkYN3RdTEeC32lpBhhFCXLym95",
+	"lo12sdLAquWuuwOldLpEf5/02XWZmyBPR+i2oFvl4o4vWHfEs0zd4cDV5D87t07UKWdT/sGzrMzNhJE7",
+	"UccPE8wVBBf9tnzASdpVEkRF1xqT9kmjCApAZTWUDZtlNeBJeisIGQ/09GU/2ma4rSbXYqPtgV5Mb86i",
+	"LTWibOnlkvmR1dNen7wNg8NcVdBhrtbBw5RnulXYA76pKjM0UmX/3Re+htzdH3Wg98DHVrh3IcZSjdc0",
+	"kgQ2UwjkwHiHJ7teEPMhxyeYTZ40rLpPqmjC7ByCTs0zl0wY8GTZnyi1xp52XaLcVw8K5nZ3ok611uj8",
+	"5OL9h/PXJxdL30MNUidywJWdqES17ESdH49P38IHyqLuRB0P+t2JOh/eXbz++eTNh7fHP7y1g/z2/vyX",
+	"k/MrfxdCGtoxfzk9O2uANq50mFgSOOvhjWY8nqZS7GnBE/iignREsfwrLHiTKr8aq0ImESCaZmkcNi4T",
+	"kfM0C6OdWAOhvfCreAQDelAK9QixaMRoKJq08zTPxBr7YHWtPpyfMi3GwtqAwtnWlFJjV32ZDpt8tvZX",
+	"93w/R0KgCp6o4jpLzRS85feLG4WaTmDzIZ89xNKEdQFaVnzK2TUqW95cDkTsm6X2/xoOP/X7H/8ZWFmZ",
+	"eoNeL0ggbYqjBNOdMDefz+dCioRoEpPBKenoyPnUDTPFtb31WlgpuqJstApUYqRkO9YFU/STsIfIqrKj",
+	"WuxldOQdKS9evrL2doBlBVI511CESIAmHqeanbD2g8DIgJkrtI9dlNG7SnU/RFLuuGFzN7uIwjBYpmq3",
+	"3rBUxlmRiIR1JUFIWPYrlabYS+twbj14FOIMYQCnpqTflhu/Wi8fzJiiiI+pLA0FfCIn2bYBzwnZihhg",
+	"c9OmidT2cWMJ+1lhpmVA7z6c5d7aVptIfRlWbUURqIZujvBvn6AXjnPCOKFlPee58G3GHn4yMzfUNuWu",
+	"oVD/gYnYwczqOgfToNB+cDcZWhnXRm0OqmXlnTe2i/FLF8ZUeKQOUlFH81xcwTTb01e5rZvOZ3X0tW95",
+	"v0PnCWKJ5yBesWXUc6FTlZDhjsWQfSwqvC7iG5HvGBbzOY/TfIG9O8SYGk6t0ti8CdgBHzJgG8jqy7oF",
+	"+GDEts5xQmX2QcVqyAqgghBYjjO7C+Tjr+c++7BpSvVByWNWz55eniDwG4QCBxWcS4zH0RZU4nFlioyv",
+	"t9zBBGW89GEpMs3L0D37gCDt9pI9pNf9z3acL7th/iDTvG69HzRsjw84445srMpta12eUxkEdgm83/Hh",
+	"SQIVqKv4m9Yk/HD+1q2T96Ien52S4jnN8/lgf//gxZ96/V6/dzD4vt8/WEneDAk+cKo9MFDRlHwXcBgY",
+	"VehYbOZp/kIrGDO1tL2HUVNtpPeuU4sfD1DitvrF4TZYB7Ql4S2fK50D1NWWGz11AQS4L8vejzuD3zeA",
+	"ZC7FHL58jBrQM6B+zT8hIuRo7EqRAJI0+hKhJgRr4+G8g1+uDpaGwxHkmR+ScM8GTEMDQ5GQQxC4uB10",
+	"B/MojAMLMHegahPSjAY4sB2M2fRKQLL28q6OIvew/Hx69Ib9bYIww3e558xp0ICFEA6CEXR1uQ9KZgvs",
+	"sqTFPFsMqqhlzxsqc+sQXsbKkd9Cnr52eoAaj4F+rheUGyF0hI0wXG89KvCwfD1Q7zAvrmaAhRqoHzn7",
+	"YMkSfo6VBoHQ7/fZXzCtSGmsDNmqlW/UmYmZ0our60Uesll/hV/tY+GCrcf/El5ja8TdT+xYreRqE7aZ",
+	"YlrsWYsYoieVVpuJupPU/RkUh+W02hIabTk3Z3O1RfBVKQ3aA68kMwAKBeBYDSii1GoaSSXojjzHZMh2",
+	"rPe8kBfFbMbBmg/XmW+BJBo7QLoVcGcC71mDQuSBRoBfV7OETISti8Q8okwvSEXClIV2lfkVuKcQRu5z",
+	"VZxR6yoRzKekH63USiUbKx2LgQsZA6G5qhcoE+fUP6dNIwT79Mjv5iof+4hUsyQNgiDHscLUbxUCLCXf",
+	"EsBnsC6lx1GNIgTeRuBuCtVt4VXr+kNA2pJLMKXrXXTuCCsgvYnhSxvLxDC8o0zKoULIpbrPcJn9ttic",
+	"lI684dw1sIDaPpi1YjnsL3TbUknIjRy013Z4Hks08SBBWcg3IhNh7MPE/iIa3OVYCVBCrhlGl0e+/xu1",
+	"BMtx9w3UyAmZgEbwcL+fm13Da3lvcLBaGdvnG6bVHc434Tl3Bwh99HvgQPEVGlx616UVPOsQ5hpbaLdO",
+	"n7mXz5qSSbZy2K7B4W892bVw4g0IIojBnWylBy5vJdigFKWECGbkmyuUQccW0OGNiOEUnIKF3eg+Pi/k",
+	"U7vpii1kfk2BuGe98Hkhz3xzzQ2wiYxXMuKtgTfe6oSE6SSAeeKhABsmfJFOZPt2aE2y3vWYLWaCnDZS",
+	"oU9L5EIbrKKHtNEZX7BrUSnLG33+MgrG3ys7EohI+3zaMMxBWQK1Anp159grdDOb8tolj9YqLBHzfBqG",
+	"h0qEmHueL4XJzYA5lEr7VakUaFVMUMyDE8mRDFUXCWkt9H9hB2Uu7kETbN3a/iHbdibGGq2muLCP4BH/",
+	"D5VbeYnX0KCmOTThz9eGw0wHEVzQkFJ2tamTLBhONUw+YJhL9MOGlhSTYWfAXoCbFrGh7O4dAPzRYwBT",
+	"rREQLqWswQ50CWdgzC2tdhhz12WyBZHIq2PuGEx2c2uVGrd97aimUpe2+hBHIK3nvX20afsyxf9A5N1Q",
+	"tWJABpI30nXx3CZwdVHZ1KXc9QIdK+XnK55luz4LIgQLQVhxJUfxSX+5YpZbd2upewFtagV94lFYosOL",
+	"WAvXsAZFYbXUDvAvrtqBZYBXw6PsQqM7RMS4E1owj24mCR87j6d7xZzhmG277jS2Q7cqjdWiAVmiwT4Q",
+	"n3L2cimz1LCuRKyZNBPYHzrZDXsF15+9JU/BV0JdWDVJtYitLGnOg6hwn4znBF1qIobAn4T5uCz/Wml8",
+	"7tAlYMMGHLw36XwukqvKWrWlK7Lyaom9i5ZEVMWd+Cpcrw2ihKeEkpRW2Ibf+BX6r2970zle3YGoZIf3",
+	"46/Ha0DNCfSlTFPS4BDCVkA+jEKdB8mF5ZU4PhMJG2ECr6NYTOLdwy8/XL5G6ckNWywWi9ksSfLpdDYz",
+	"5u8u27eQmTAmQDnMLgQEy7yOCP5F7C4cgO8vhbpnOA9iGMuOuKXh1y35E9t4birtDT0va9u+5fr3S8hN",
+	"HcbKe6AiuKyc3T+ppjbSOuj3i7mIsaDmHhGKNcEJyGnIfUUr1U0vVaqutQWamtXtGDh/A3awt1plUkmR",
+	"j0pWXakw8XUlrZYRXjK4bG2g8lc9a64NQ1lPfFQr3Ac/YVmMT7WtNPUShCAMgRnYianIsrIwlOvJbeT6",
+	"ZCQsSbWAcnxXMcXphioyAPV6292ue59z6LlGwSuze6vkpIpLDrxSjSl/H+9u6DBy0J9BjbP0Df7m3BCF",
+	"sV9O3749eeNrvmFRfeJ82Njn8VS0arfjoiGVjp8blxx/jpiP0u1fp3LfTNleQ5fyeouBtYwtF/NqRwK8",
+	"m8BtQ7DlWNUIqSWscuUR1BVBm62pypJtULMdkm6wLep9W5/GyjOvzU1hzqBAkYPExkPj2wEz6PYIGINs",
+	"wuVkF46a0DNoKu2aTZBLGxDrCcYHCNKk11kqwz3FwNtj77gKKRdvjn9iM5UISAU4KuMAEBJEgxd7mmHI",
+	"NQAav/F4uVOxLhxnHzdgU9e/xzcgoO4aTpWZKMizZ9eLsoQ/dOq+65tKXx8calxxAwap+cFQu2OlrwQB",
+	"oqwt+yDclPt0tx03AHWX0BaFNK6dKYGkVsLoac6IGuwy+hoe1rU8iGCGCJBjt8dGPLvjCzOy4/DcDuOr",
+	"FXrsvSXbu9SIBugmoKCVsjHn22/41fV8wh9uxILQtiCTs5A9nJpDvYExros0S3BY9pe/sCFVIw07PYZd",
+	"+pYxSbDIKIwbIcPNZ9FcRJZfQmCUTX0xbkrQIrFwnXxDVXbYRGuc2k+N0B7tzcRczE/tpIP9GHx730b4",
+	"8qVzV2nLQujo4IJe0/u34QC+NLW+Wgd9E1zvsjOEq+cDsPWVViXQ+6GNvnHERsRSRnTsR252I0j5qXIB",
+	"r0ooKY7YiM/nWt3ybFRlGJLh18JFEexhP6rCHftaCIetUv0RsmLLUApG69E6HeGhGyHNwaVlfSBW8ANU",
+	"ELDk3cjrqEjpY5Vl6s6U0C474RWGvhYCmnk54J3agvcb0yC9yQlNlafKCKdeWcsuN1Zc7f1daMUgZcA+",
+	"ImHdPmXDNnj6q9OZa2EVIi8ZXN5tv+WcMmUIzMQls6AYpXFFwlwuQ1Gd2dq5mYXJxcxDFK3poGG32lo8",
+	"zMMZdSkBeaL5jMVceoU+8jgNVot1P11bzpSIyKfZIfi8LiSolwAesuvetbLEqSSgA0e91qiYWL4d2OvK",
+	"hhx5zdPjY1lOeVHpu2f1gF/5pwtYhB/pvU4+UVcr9oZgWKrF43rHsO53a1a0BvnUkvSQg9P5LjPgVUYA",
+	"12XPLXwDb76BJoW3cS2YZYA1HLqAO7Q+hQ8y/VshXKJp1ex5xxvUBiWDB6tjv1zlZPbbEZIKXbqL6pwP",
+	"8rjd8LgyJUejzfU/i4TMV3sm7qYqE5RI+0txLf5DZHzHgJNIjcewRuDyKh9VJt3GSo7TSaFFwrBs2oo6",
+	"elr4pZvatL+rJpIgntJqb3YCsquDn63rz17xobJf0x/I8JIJ6NJOhd7S6qsgW7ZK4qv5jT+uRptrAfQd",
+	"416+CuDkS8B79abxAX8fINphO85uxebeMR6zNzVsBPbbCCAZ4BOJSOLTo2UjDiTgyFrgI29PH7GRVUJH",
+	"zJRkSPlfqaTfjgAjChlU+Qz/BTwlUbHjvyqZcRl5HEoqNSBrYsqtLAWBK5Wyz0VvpVRe5bAb6xCeyuT7",
+	"NGcSvpGqtPPZBRkQQAwkwJ3xwm+E7+UfgO1NlU7zpVZpEOzhcZ7erjZMm2uVFOCjZV1oa1xKmt2IVe5c",
+	"Ot5KU6Z810m860zstqndqj//3Fe7VI8UJjTkVJsyXi0A8j4b1GrOTt4B3hgmOHrU9bEWoseoxAVRKezX",
+	"DolCAh+BjFxZFsbCsLgUuIvtk96qVVK1/Ps/B9uNY1f/teU5pZJQFxvi05yDvSxzVanWaWqSdL/yEpSG",
+	"qZw0O5HK5rS4bjOObbjshK4FbVbV4EWDzbAafEIrg1dpNuzYb0pNdk1b21iL/Gpb43cJND5o6ADMjpC3",
+	"pD0SQ6SEEaIbLaBZoGu7ZqZWqR12/vmfAYwfTjX5zaBhPt5EvId1KwVoKdYw4CIu/BBHJcijr3nybjy3",
+	"yADe6frKrOJTbXILOnegHw+q9BCrVxuvBDrp7erE13sMq8qaowTvGyyNAd/DakXXCcfY2sm6WrSthazz",
+	"pk+ZQbpjAh2h0bVIAKalWVSLUOlC1oJT9hG1LyA7ncJSR64VdWlrYlgGgrF1fD/HolpX5C37LO/fRZVY",
+	"Evy37KMaMR5rZQwFjS2/3QgMib1An66oE2UXIp46GPRhJ7nem6UTK50wDNKu5ym87xoTyq8Hdj0F0mjf",
+	"7bSxhyY+tmlD0VuyZVml2QJFaRsE1zSvYLdugcVKgNVJEYP3dzWE1SZ4tYz4bJ8U2XcNLd0lNcFrhils",
+	"V7yCN4T0cbJ3rgAVOIwJsKlxd6VjN6ndVDtEqkrrHt6Bn6iV1vIBcz5fBxKMYMiENgoP9Q7BBqzaBg/N",
+	"Nr6T1r6MgBms8ivUOdqH31dzFgPatZvfuv3Uoux4ErSASge1R1FF2T3wWNtQ7x/DYcz1AlBaANQpIuAr",
+	"57BtoA3ftNuyHt/JBgDAg7GUe/StrG1DuRwroaEldxK05SzJCDINtOBZtoAGSl0tjCARV4kuQmMRYUqR",
+	"gbVOUjGchxu/qYUteNGuggAzy9n21LsdV2T5/AZIIEzqjXQdldyliSFduM2or+WpTo0zma0icORrQq65",
+	"scoA1Gmii5UaWlagn11Z4Id3F2cnr09/PEWMMjSbOlHHCebNaGgY3g0Ani0Dojmpb59zfnLy69llAwga",
+	"2GePA71ynw45DbhDzfkkldY47R0zWtyqmy3fpn1rm6iTu0UMxMPBGDpy/j9YV1AuodQNTIleuzKUasuc",
+	"ykJsLDyBHQ6nJaGN31rUIq1syiOiQYNTKVOiH4Hcqv191nTw2SrZfkNnms0R26duDVPJRNy077jYT5yQ",
+	"5oDc2hMR0cBGMnIDr3m3bVsV1tfgfknBoU3/AOmYD2uciB3dRZaAMzuecjkRR8wIhKOmlmtxJrg2lVaK",
+	"3jbAQMUdXzCtCpm0abHYtt/hVu0H2zcJ3HTlN5OzXc1QfrJ+dis0helKAQOpBOR5nMKt+2GjH1lLk9pG",
+	"GEjmKDujA026qjiHnB5WfqumRBPTbVuAFgTnh5Cu0i64NVa6jLPGGLxSVKSOmurAK75pwv7zf/8f0Id7",
+	"DIBOHND1rAqTv/KmpSPcZ1lRyMz1+WbVSBnwVwhfgIMO1XNr9qPLncqYvTVe+hwJ3ckwPuGpJJ8Ah2mk",
+	"SdDvONZCXN3PHw23esyjgDUbVuQeA8jJLpA3drbCArQ3emiae3VuXNURMh4Luz1XsIOBcGWFELzrPaVa",
+	"su4SQey2Lyd7IErVmhYM9fnzLL0VgxLRx+UOVwLY1vbVPBY9VkhqkgL3mDSzeoMnY7gI05AXIi8hqBPB",
+	"E0pJqUX97ZOlMMaOYMoArZICv8GqoNpd4Ojc7cGQg/oTjqAxD515DJ/xZI/mr0UuJAbeDqZ2Lj625g4m",
+	"d8gEdAB77NifeECOEZUu89RjCB9YNflgNTtRp7pQEAbkyao5FnU+7dkb9265hhwdOwLKAbBLj2mwylcf",
+	"6uNWfnkDj2g2Tk4d8pV9Cb1ilAw8rhH1GL22aoXv2+sgj7BHl+VLnmBMxAjBCnhWpiYMMvwSg3mfMdd6",
+	"S5vHyTxHz56vlL4CL8YqMmWpaGaVHXxslLthrZmwx1rruiTDN6m6btim6Vg94VePSe4Cyxe5mP+wgET8",
+	"kt5qX745/ilo81d1j+1U5m0AaSmM0mReoJsGEaVeHBz+6fDP3706/FMFZuoAAbEx8LIMg701FmIN0mfL",
+	"/iPtc9KX8tHHPNWWoV3dN5bCuhAuoRSPXPDZ7sBxY85cwgG75jKJyqZcLoIPYVCXaUkY1BQdKXtTIh4h",
+	"VFtBpwh3vXMwtAzOEHm2UXmBlNdl/JRgBnQJ9TWgtonO01omyw6WG9Qhi6Y8yrSCS7USKPSBWveTupNu",
+	"2PY5s2URUS3z4NXhuiShQAAGNx0D15P0Vpij5RYalKi0phskrRD2g7Ac2FKZFjwxzZ03Wr9pa9houz/t",
+	"a9Qsvwr47baKk2O2GqAsuGC587Y1xcWny2FxqvO/V1R8pR+SXYF1rOiSQtyPBUlfAxe/j9drOwp4OFJ4",
+	"TUa0wz51N9Tft+IUI9C0Db6x5S14YieZYz/baQ41GmmjQ+Aj1r1vBeGhfQ3nvTfpY6hlgxFxYYXWhX1T",
+	"An0QXAe7rUtI60H9sxvzucm5pD9xgyEVzkXBj9/8evru6vL9LyfvelQCOgN3Aw7vJwMVMl++gONqrNaA",
+	"usTs/OTiEuagxuw1Pj+qyhrLHv6qrpnS8VR4NZoQTocSIE577BxErLZmi5pjMtFqIkuPQdsWuHAo+RwS",
+	"1Oxw+9Qx5V/+aqy5cv7ja/b94cs/7boyBepKM4pVIka9oRzKExAZdm9xPqgOjI6LfKp0+nf4csB+gGXB",
+	"5vMxLKoTBmz0aY9We0+rTIyGEqu4gEVCTrCsDA85lAM2QpDLEeuCsNmN2AjxL9039mWHEj2bqHcMaBup",
+	"aVfkirciKqeIXKlE5Nrv2lEBXXM0lN0S8RMFHUYe4MGgUY8IO7jMF415lg285yQaygomMRotEWSF7fbY",
+	"O0Xh3kJC+2h7AUSR7NcY6qInstQM5WH/ANIi4QsXWvbrddj/rvyVqCBX5LR1mhbIdzvSIRWKEJppVWHD",
+	"Orayn5esbdYUYD1GbMb1jRnKir2uVZGLSnviSotHl7dWljs4B9iML2DFekPpe/AABi6cw+Oz08pZH3T6",
+	"vYNeH/S6uZB8nnYGne96/d532M1rCid9//ZgH7Ya/pqIgGgfgUX3FyCqK/Qso6U+AvOafI2AKgyN3rSw",
+	"+nmaCc0m/FawYs6UHEo046F71NWvx//z6vjy8uTXs8sL5wgsO38MKsIdqxP5ArvXDSUkEMkESLwkeqXR",
+	"H2i3GKc7csiyOCfKQyQoYFw+f15OE6vApCY/xoUg4QXAYZBGl9pl+Fsh9MJZwANv5qJ8qGLNUupE2cyE",
+	"ECiWly/YpawJmIWkXomBL25TVRgv4UJTJEFZnWPNbugHnx8ayXXEKAfyVu/LfsVsfEm42qW9uCyePoLf",
+	"DLr4AsW96PfJossJVqvKaP9KuSflc9cmHtntA8UBZMmybWeXCo4u7DKk5x/i00OD+lmWeKSAO0t4cB2k",
+	"lVr2qlVEDSLsAgsFXxkCjWQLRgghDmMTZAVt6pxPUsld87acT8DPRMfyY9SpM//OwKEX2xnBASbfOkCw",
+	"V85xncJ/ErlLzXrKTcBHUOeZL1Fza1vagcP77gB2wpSl/x1LB3KF+CSy8qDKolbyTZbZtFXl/AKtrPmd",
+	"dx0tcYfQ3MtL3IKcvkF44JX92rfiDZS/ew8bdebKBDg3NndFRSdXhK4PyLUReg9FAkC3joC7TnF7+/4n",
+	"4NE//N+XJxe7g9KBTD7HKeJVmRzGTjRgxVNbfivqhGaGLwwUnUIaqAcxr5PkMbgh6VXe2nVA9VWY/Afq",
+	"mf0oRFk2uv1S15BzXYgvK6fhcHUpL2D97sE0HkTixxXqNtN07tFLEN7Wx8VcnA/98dTT4nHJPki6umxt",
+	"/QjEW6cNbH9Q5ViPTxc0uusR0YY2+k/z8HN6SohnnnvopxEoRiIZEUx3LqzEqRU+QP9dNa92eXgGqrXX",
+	"f/8YVO4DFWzMrTV2DTAwq6T+JMTt9P79z/Tpyz6agmb/M374su/RWYIy1mofAM1yInNqYtdClwwoag9X",
+	"zMAL+I1oZn5JFpvVMyGpJPVh+hm0Q/BJw6mou9lr9SpVJD9SzKzM0sIIfbuiliEBrNPKttUQzgjK027y",
+	"hkvfINan1yRaU+z+5xux+FJixK+SLqDKi3KnOm3E4sltGufPLxfhsQSTk+sFJv8CfqWHpjNQb0LQUpSR",
+	"0W4bqUfIc2xjtBqBQpqFyiH7UlPxiV38fLz34uWrssUzldBxSot3/RaAQVjLvuQPmKtYl2lVblFtfNvf",
+	"+57vjT9+fnUYauO9HcnVA3RN5kg1OPeU3Kd8zFuRILcLGiYZ/NoLcBKTqZx+ppZ4y6jMS83pSv6CLgyM",
+	"IKGWpnRZsxmV6BYosIyPcGBhob3Sfks4zz12DI+TqmFAlhqqk6tSu0OM/6PwLGz20OiSunRFHNQUglOI",
+	"DvqFacFnEXD7LKvuCT1lx9XipZKliTOH0L1JTcqG8i03+R40pNg7fcO6U1glqKyHnAWHPz7adfKCjQbs",
+	"Roj5HuSXjKB6nbpR6AU7eMlMj32QUC1LMx26hkgpOrhmqYG3UHeufBAAky3x2MHs9qILjUMEXsPkrRkA",
+	"PssBBMxAHeQszlLAxJryfCipKZPgQbfXbzyPsTd3QFfZsLF2keDW0zc/OzLa5qZ/B12mheKRi085ksQe",
+	"rln7s+/7ijQc+WqHEIJWha92DDYYsaeJuUFCnIEo0CousNUkgFbpzhLpSp8SA1mbWPEMCTke9Wz19D7L",
+	"GW1yJZRrBUXY1NIPaN+SKnk6F8t9tkkOD8pYbqWTNGWBvT55O5TQGcgtHA2wY6gDNyBOUPpFXmlWXuJK",
+	"gF9+t8eOJRulyajSAgAz/uxhq15qdT7qhIcZVikhrgDPxVgTHJId97YVB7N9QLAzfOB8VbvfP5ERG2qw",
+	"38qUffHYU3Ad3dedtXJB76UzvnhxX52R5ujbAh15WjSe285hO/MYSISILGI8V7M0hqo8L6zdO5SHlETW",
+	"Oo1yawG4/xn+XevTXVr7J9Sj2u1ybXfv7/la7uLh6YYkLrDq5b0C6BzkRC235hn1n+jzmjORJhGzqvue",
+	"MDF3jTdX9XlR4SNhjX65NmSWSl8f8TCl3kHkNzo+zhFMvYXDw7WoaEl3iEa9uoDvZbbAnDJEH4FKfAIO",
+	"oTwzqzoMWKbuhN6LubE6vrV4TIS4y6htJ9xMhYGSbgdVAV7zpsCa/efKPafTZE/tIe7zx88H0avvgibV",
+	"M0b7XvzDRftc+661ziT0gz/Mk2SfEuj50CaE902YXU0O9teQ6XFeyNUzu9KEnXAJl3s/gg0GuB4E8VNR",
+	"81wTqRJN2I41dX1XidZOy7aRe7+As6I9+X58Gn3Kr8tWytSjEnaQqDNLNAu/rlhdBExuaRGB4F/0D556",
+	"RrhQ93X+ff9cih9Os2xbwSVLJfTMKjOU5yJudW7vocnZsfavXf/3r2fBnXCoC8GWpiM7qxFat57ezSkA",
+	"m8RTEUNWlfTp19yUVw0lXIC52dcqWQxgRXOoweM5gpq6xrFWeUYYDwAeSiUbUXPTUTSUno9QQl35EHan",
+	"iixBIEHfGr572Hdd6qAul8p+lDBDQFsFbdBXI814xA5fvKAboNUeOlO4dLhkhYzYYf97ugSyryXg4kWM",
+	"Z0ZBL/ESXaTaDhb2E7HLnEWZGoC+zAU0lRvKNO8xyvuDpDK4PTXu/EbgnkoxUSHXXBr07Q4Y9zAWQ+mq",
+	"0/Amg/DxZb98w172+z12jJ0N4fWo8Ml17u9KlQ/lv128fxcxqWjfI9a3JvUMS+G4ZAdRv9/37fjZuw9v",
+	"yzYWjMvF3VRosQtpdZzZXaAN67ERPAYoCTK0GEdoFq9IDTDF7ez9xaWv67Q67VCSyQ0DhEznki47T8zo",
+	"zdfj9LUWxQEeC91v4Wffkjhy0BW0Jju+G/HD9BzikwX0cUeKAN2aaNQhhnZ/tlMW9rHXRXbjTK/dJ+Wf",
+	"n3Uhl6JXK8VzKwfJY+CSQ73sZowv1q21S7cndrVfOiDImP/8f/8/5+lFSBlqAR4hvplvY2uioQQMQ0DQ",
+	"JgdfPQqJHd+0ygUzOV/0gAFJlV+5RhARZeSCl0pRMq1HuQOexSuv4t1o2JgSBJwdwZXTTCk3FZpsHsHT",
+	"ILHsitIUKWfEocI737NdDyjCSQ27FlBj7pIZKQvXReRdD3OsFg0dZIwsoqL5lGfJ98Vu8kxUel73njnH",
+	"AdcAxAmkXcE+1gqfPNHoBQQBgFDUndzqXEXheAnIfoodxlwDIQLgPsI2IWhF5QszYl2YHES48qEskbV2",
+	"HMahy3N0CJ6Y7lg6UV/0nQMYri+lfarL44IQPPiUKnwXWVjg5Cm/HspUkiYBHO8I52yuKjbziA6LEXkE",
+	"ZiDBCWAn259OLoey1+vt0wHe/4wfvvwr3v0XK0w9RDdnB33LB/fKfkgkd4eSGzbmJreqEfRHdNdXLg6d",
+	"hZ9E/vQHYc0BeLhfzq8OeE88H4R9hVdHCqpgJGqqxCHlia4z35qhvPnK80JiLe3He8kvTLR/Fitgm3dp",
+	"8g9AhrMj1ifIvYPhS8XrKeMT1HaxKR8ZBF81rmVp985qs9eilHvPLTJggdBsPSoDbISrX1bQWBvOLGQ8",
+	"1UqqAs+dFhmUnj69TrbCSJvLSODQg6WA+BGeIRAX8ZIlIChAmRvK1pKC1QUFQE+TD8vaZlS7RL0VdkwA",
+	"QdJQ+5WITVOTK71gN2Ke7/aGMiBzXPhw5P6mF4OUJPumkYftLqsT3VDNMhj+bRCRO6VcdX2bUAucQI4I",
+	"uSXBJIRO+BMB1TgImYkQ8wz64oyHUnNppwjegIp1Z+03hLpyb6XZCO4cNYg2Omcb/IkO+rO2hkFfN+uW",
+	"P5D6kkorxJmV4SUV7j6uU3xputhrhPYRIIut1d3wxD9IRuYGjhijJ/vZs91pk12/J+IRXol0SkXJGdzp",
+	"/KN447cQzJsvxU18mEqyxL6/TR1ly6VYq9F4HvXfSs1XU2rAixkTwtGyc8Z8Ba1ln8qa/2EIv6EJctly",
+	"h6yzSsfNHvttqpBKptQapkY7ZqruJBi+NZ2t7KnXY8euQvqaqjaq3XogRzWVk6GENFXY8zg1JcyVAe/U",
+	"SKr8ii69Git9VY4fUDqOcd+e9lDTBL6Jc+3XrHK0j5Yg2ODZhEb/zMebGimu7D0oopCkfLRCd1/huGOP",
+	"x3/0046hOFCMEMefjfDFRTL6Q572c5j9fx/2b+Ow425sPuubafErcACwJ/Y/23++VKpa6VNZlb2hlN4X",
+	"LT9tkSg8BlCJ16fCLxuz4TIXNTEP9QMjj0mwOjOxH4XWLhbk2+WbaQqV4bW6ZNal2vNd6tabZepOJBg+",
+	"+q9irkVNTpEd4xrHowMrQvC0fkNCKPVSXpMP6jwM/RBU4+dmeAbqEkrPP2h4Pq/VZ2+YwkHbKZBXruLP",
+	"C/T3cU69Ra0vm+v9nHPt07udK273yHfWrDrVqH1kyJtT6UZ0/0W9wDofQE3A8v1gKUgFTdd3egFIJpex",
+	"zkZ44tARh0duBGkB8bSQN6yb8JwPqE/1pzzCygyec6gcgwvth12C0R1Bv1nlOtC4Z2J80sciUcLfwYxl",
+	"3rROeIjDbi+C8FyGGr+vx2JDadh76QpV5pjic0Wrq9VdreZrwEZpMhgRJNQd5WCP4OrBCH1Oi7mI2AiW",
+	"dYQeaFcK5OJ+sLJqzP7t4v27HrvEsVyl1lIVGdZzcqg3Wy0lw6whLN0yPlUJGkyLnKX5LovVTDh/N+yg",
+	"FHd2EobQJxdUKHbUWI42lNV6tPdu6wlk0WUgLAWiMSEE1sNdgAvsiCKCkjSTDyWtHhO+MS2Q3+jzEFO+",
+	"h50BG3Z8D0Dsc44gZ8POl1HkzVIqjYszZYRprFtzm9FCAn9DJWQPlrtY6FiWPq6yksjhvQB1VEnGkgN8",
+	"G1VA8e1WwLH/OkVnjypkH6so8X7MiQTPNxzjDVRQYGYsABj7E+4SD+GEsi62tYoQvs1+8ICs0VAuNa+t",
+	"dcLadbLYRExkRpRGH33PrzMxOhrK1TSkCmfC1MKlPCTI3RzKUS2daYRMuAJHL/awmbVVY66sijBaEm5D",
+	"mag7V4wL0QbWJeE1IDZYmjVJChmfzpG26zgWItOBR+OaxzeWY1LnsB5koYKRXZ0DFplI1Zgpco7r83QB",
+	"ePeA5zF016WlkLb2rRi5D8o2p1UFABvANfT4xxy2+qjSjrCaY+ggrivClzSyHeND0FwLCEM/g8GMBfF/",
+	"GEYGbIVjiYRPpaxoty4V0ou5lcNWzMQTnrVCXqQT+WxupfWnrZiJb9WjBHOjnBfIwcfpYrUBgdFS73+H",
+	"6VpBEsfcF0y0xePGsI8Uu14wJV3PGjfQMxwjetIf5hwh1hiazCkQIqZ3+nb7nkpyxTiA8DBrcZSl9EOJ",
+	"6DQjenWRDFiuCzFiPIfziEmfqFig3Wh67AIvtgKeD6W/Fc6tAyimbGhMmd5w2IeyPO0B4UqP+y9x4N2p",
+	"+SZPPG2EO/LUtKvSyz0qW/kDEWKHs6gWwEwNOzv+cHHyBknAVeQsgyA+5hF3a7e+IvrCX7WtGfUaE5fa",
+	"2C6QcPSkyULuNTbX2/pleZSiWz+aZd9Q3L05yafcmG+77tat6ZPWNi03wGxV33Tw6HTz+MWj36z6fwHK",
+	"P5UUgUGN7SKsnOQs1kpS+Yxr0cm6l2I2V5pnO4Z5frHbnqQfwrz2P7uPLaABaxS7CRjwzb3LbIJlM54V",
+	"+OwBU4ESwkqqrVcsagzuNb9q/1kOR9WF8fCKDTdSWbbhoRLzdCagPVwsXFWcFayQeCy0+SYZ6+Yr3dKW",
+	"uq4rv67vdL1L8BNx4nAr4meuNG1LbIApCer2M3HmB5T1wzQrrAHgwkSWQNaBMsKl3N8IcN6JVLNbaC/c",
+	"Y5eW7MtmoILeGfiID6bcCS2enQ3vX/P4Zpxm2TdiMa4epaBO8wPN+onPknvMV4I5c2+3PmkHeGotoepb",
+	"P0qotHjB6sLp5bnCV0ol+x0kbmQN649lP1isktyNmCmgrZQrUqKG4WwOrcCh3046EwSISnAmToRjEMKj",
+	"9MmvcPTAVfTHOndndsr/SNrKRa7I8ncWPGp8SIEYJCKXnj1hUuUs5sVkmrNi/vwUQ9gHfyyaucRJPzGr",
+	"XnrKM7nB2nPoZneYa8FqpurOGhnerYhszHOs9JtvrHBBkSjAYlF3rOteEer1AYrFiFjJZBPrfv6TVcg/",
+	"IDf+gJP+x+LH3p8BEPoYyvS1rSVB2TP1pGRCvHa9w/XSXfSH9rfSW2x2t7o1eRRvqxtsC2frtwGsusHT",
+	"Sqv5pI5WesZX8rO6N/yv5mYtIf1KP+tYaczBW8IPxstuBMGkzTm1lxQOY7yCa4U3uPOw+3Qoz+4R+5/p",
+	"Uws3bJWcn9sLS7M8og4ElIKICS8u6uagdtJ8y3Vrdsc2vnL/OY7QZYlI/9CFfC8rQ32D+NShAoMa9wwn",
+	"+K9bWFSZtsqnrDXnbhT1v/mr/tCyPtj4fL3QpysfSeq70TA/HT7mjJoIQ1sLHk8jpxPstlAKao3PvxG9",
+	"oL6W1HQdnXTpbFZAFqrH0RR/K3jmDKH6guwY1jWAE1oZMXLNKaASai7iXV/i+KLfd3A23A9yxLhzsg8l",
+	"YedRvjYvi1X8HlThPl/0D+w0vbQjNLuhdAA2sZq5FFSPrlodLdyjwkwdGT5Zj4ryEV8pBLLawD/M6ksS",
+	"MAECeHRs5TbTOoakmOoMnrFvxjn1Zme8yhUqLfc9MXaP9UTtGLb8ShF7rWRSxLnSOwZNC0vTNNpue95x",
+	"Dw3LD7j/2X1soWPVTsMzKVng+bT7HEge6Dog1nGWTqZ5VMmMgTwoZ7lVQl1a3Zmj2ngpdus97B/eY8mb",
+	"lbPmtXr+sxs4qw+stVmVh+W2fJNCb/OVbjG3xw0KHaZ9Wpp2ypqTvJ1vQKOy2+sm33twQ0qhF2EqqXeN",
+	"+G+aqdLM/mf6tLbD0RLxfAuM5pE4jLUH/3FZS9igvK3s4pomRlhf/eLg8E+Hf/7u1eGfNmHlNZPkmKd6",
+	"z0y5FuuI7Eee6gu46AnJq3xIA13dCSvfQ30G6XV2DCvfhy5n3QMq5jQir8n2yqs/Ce1YC6sIGFi/pfkU",
+	"6gnnOlU6zRfsmsskYvOMxwL6YkL6Yyb4rTDu1cDxDMrLUGKut8v8ngtNrzqotHBWY/f+L1gOPfiwW3h+",
+	"l8YC0MuhbaspIc3d9QcUSL5W+RR7TBDwKOLQ9NgZeAeHsjAY+aP7XOwj1ZRBJ3gCwFnH7gpV5CZNBDvo",
+	"9Q6gpYIZysMXLzySJl4WxLa5WKbBx7fClsjv+WyvlnRv6fe5zZsLkVebdYbO1xYniiczyymbmZHmudgD",
+	"jNANvdRAcYHL/tDuLf8eLXp1WUsHl+ZxPFu1Xa2MvkWAy+6nAXH1NPyzFaHsf7Z/XMEfLYxXv+RfJURQ",
+	"rrOHdrwu4hsBYFBURsZzYNjWIrUsl52dvHtz+u4nEmIpVAIDTMpy0/b127HZVl2zNE9A8o0VmH6JHkN/",
+	"rI72bIQbVu1KMn1wuMArFsuuyqU9fILKPTf+12oKtI58zgWoUMlR9WBV3T65uhESMvrHaeYTfQQ6gsCw",
+	"eOzecOum+6Do84M7vikNUFo8XuJLZaR3N7I2l10yWkssLd5xnMoyKVxR0B6nQqIKm2zPlIjT42jrc1jw",
+	"kqcMdtonrHOL4Cx7QScHLteMJ8KHei2BHZ+dhvpjWoXciFiLOqwvLcMaFWpDToe9/2kzOuwTvlY+B7xd",
+	"83k6YiNYQN93AFc4QtBOTOxTMhZf6dxxaakBCQUZFc7PzpZal1HXdSWzxXZkUTtG+5/TZK1CdC5u1U2F",
+	"WDYpQ3j9g5UhHMaxFmg0XmKeHqAZKdXdEvZtqzMR6K1cl8Fpslb2jpWe8bwz6BQFXNnUEPpO6ZtNyXa/",
+	"0TVP7I9rToQDyxEnscyrjrOMaYpciaS8qu5Ws7PfoB8FmZCLieH0ngyfp/qQr8SK6A2Dqohb3a8XkZS+",
+	"Dw5Lpd3AGCrYOO132+2+cy9Zo/2N3OWN0Kt0sNne0ssL94DSzkzw21ROWDfRPJUi2S0XJPEPMke+jw4h",
+	"aREKnGVM1wJgBWugXRvXbaoyez78yq1Z021NDFzK0zedZVYE2+GRehvxH386uWT2rhLSN02+QFbgjMtF",
+	"uRAERjKoEREiTFBDRX9pilCHfy1MzibprZAsVxORT4VGsDESZnZREBSSQHsv5iLGrp0J9R12GJuoRPp+",
+	"qPiGvq8ntixSY5YmBkFO59jy2Y4jY7F7BAXkCSvkjVR3EtAkmx7AJbafdc/AfpBYXhWMtAh97Na4RR8f",
+	"t0g7drJN6KBpYtYKJWg8W5NOqcxfHXbW+/yhl84p3vri5Su4mP4sr+Za88VT99Ipt3udpPL0NFaFTJ67",
+	"uc5vUHRXoXUJfSByhXXgNXpPTIWA0jwqW8Dy5BvmDVPBdX4t+D3gFysjN8n8n/3oTyPu/fjnYq50Q6VU",
+	"/0kely3CAr5WvfoAKYW7tGMsM0xVksYggKQwgHWtdP6YRBWiDHyKeSS6aOqrDkCv+CjWvbPnDbper0gj",
+	"mg4GrXYt84aewWtvgSvoBgxzbRInWNQGrHUJlx3SgBDyKXEyB7pw+07SINawgTi16ztTJp9oYaodlsHB",
+	"a3+cCWP4RLiUyRJXakWUgu8XUbnYcbVrPEEdX5cT61ZekAQdQqdU5dmOGbDD/uERoL1Z2zP1Q83UrZ2R",
+	"/f37XTYROWLIud52KXa3p97a9k0ShRhjANyIgtg+yfTYBSGTwcvxmVsaLIhKDZtyPcuEMYNy/z0kORnE",
+	"7k0sjVDlc4qCe2U3yzWKlqHPCBySZwV1g6dvwU/OjpnngGzGF0yniWA8U1Y/9L/sRpU+H4BS7cnkCNr/",
+	"HSJQ8Exwic4FXGk788o2JIIjSPjMakVa7DllE9OIkezuRKUIfjeEumjXqqJuPI0ZZR8Cfdaf3ZVbPhpb",
+	"vK9js0ckYld7vd+3u/sDuTYSOeqVTmvYcRzbB9uXFGVQgisklq70ZX9UXm+nLOJCp/kC2Pm14Nre+/tH",
+	"y7ARGBsZfaGzzqAzzfP5YH//4MWfev1ev3cw+HP/z31g7jSlzz6WUUgDcQ762011Fd4fWpphxiY2GYFz",
+	"cZNmGX7pe127XjoAcGxXSMap5ZKEaAy/znqV3gowcOCJHwjR0jeBPQK+Zb+RCSsMeTrqLRpCA1FGFTlI",
+	"atm8CLznQqWV4cp0pNXxztvjXlVGLEtFV0c8q1dxlY3LfM4rsEtTg91aWkcqrwlMtxITXuP4r66l9/Wv",
+	"jvazuqskuECOQJWBGsZnlhW7WG9l1EpSwZePX/7/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -36,6 +36,9 @@ const (
 	CodeNotWaiting = "not_waiting_for_approval"
 	// CodeNotRestartable: a restart of a run not in a terminal failure phase.
 	CodeNotRestartable = "not_restartable"
+	// CodeNotTerminal: a delete of a run that, or whose descendant or
+	// parent run, has not ended.
+	CodeNotTerminal = "not_terminal"
 	// CodeAbortPending: a restart while an abort of the run is still being
 	// delivered.
 	CodeAbortPending = "abort_pending"

@@ -31,6 +31,10 @@ var storeProblems = []storeProblem{
 		detail: func(s subject) string { return "a " + s.kind + " named " + s.name + " already exists in " + s.in }},
 	{err: store.ErrTerminal, status: http.StatusConflict, code: problem.CodeTerminal,
 		detail: func(s subject) string { return s.String() + " has already ended; nothing to " + cmp.Or(s.op, "abort") }},
+	{err: store.ErrNotTerminal, status: http.StatusConflict, code: problem.CodeNotTerminal,
+		detail: func(s subject) string {
+			return s.String() + " cannot be deleted: " + s.blocker + "; a run is deleted once it, its child runs and its parent run have ended"
+		}},
 	{err: domain.ErrNotWaiting, status: http.StatusConflict, code: problem.CodeNotWaiting,
 		detail: func(s subject) string { return s.String() + " is not an approval step waiting for a decision" }},
 	{err: store.ErrNotRestartable, status: http.StatusConflict, code: problem.CodeNotRestartable,
@@ -39,7 +43,7 @@ var storeProblems = []storeProblem{
 		}},
 	{err: store.ErrAbortPending, status: http.StatusConflict, code: problem.CodeAbortPending,
 		detail: func(s subject) string {
-			return "an abort of " + s.String() + " is still being delivered; restart it once delivered"
+			return "an abort of " + s.String() + " is still being delivered; " + cmp.Or(s.op, "restart") + " it once delivered"
 		}},
 	{err: store.ErrUnknownStep, status: http.StatusUnprocessableEntity, code: problem.CodeInvalid, field: "from_step",
 		detail: func(s subject) string { return "names no step of " + s.String() }},
@@ -58,7 +62,10 @@ type subject struct {
 	name  string // "r1", "demo/dev/r1/a0", a worker's id; "" when the detail names only the kind
 	in    string // where a new one was to be created, "demo/dev" (ErrConflict)
 	state string // the state an executor reported, "RUNNING" (ErrBadReport)
-	op    string // what was asked, "suspend" (ErrTerminal); "" for abort
+	op    string // what was asked: "suspend" (ErrTerminal; "" for abort), "delete" (ErrAbortPending; "" for restart)
+	// blocker is the run a delete found not ended, "run r1-w-0 is RUNNING"
+	// (ErrNotTerminal).
+	blocker string
 }
 
 // String is "kind name", or the kind alone.

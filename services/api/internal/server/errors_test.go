@@ -62,6 +62,9 @@ func TestProblemFor(t *testing.T) {
 		{"unknown step", store.ErrUnknownStep, subject{kind: "run", name: "demo/dev/r1"},
 			http.StatusUnprocessableEntity, "invalid_request", "from_step: names no step of run demo/dev/r1",
 			[]api.FieldError{{Field: "from_step", Message: "names no step of run demo/dev/r1"}}},
+		{"not terminal", &store.NotTerminalError{Run: "r1-w-0", Phase: domain.PhaseRunning},
+			subject{kind: "run", name: "demo/dev/r1", blocker: "run r1-w-0 is RUNNING"}, http.StatusConflict, "not_terminal",
+			"run demo/dev/r1 cannot be deleted: run r1-w-0 is RUNNING; a run is deleted once it, its child runs and its parent run have ended", nil},
 		{"bad cursor", store.ErrBadCursor, subject{}, http.StatusBadRequest, "invalid_request",
 			"cursor: not a cursor from this API", []api.FieldError{{Field: "cursor", Message: "not a cursor from this API"}}},
 	}

@@ -71,6 +71,14 @@ export async function postJSON(path, body) {
   return r.status === 204 ? null : r.json().catch(() => null);
 }
 
+// deleteJSON deletes path and returns the decoded answer, or throws a
+// ProblemError with the API's detail.
+export async function deleteJSON(path) {
+  const r = await request(path, {method: 'DELETE'});
+  if (!r.ok) throw await problemOf(r);
+  return r.json().catch(() => null);
+}
+
 // stream reads a text/event-stream response of GET path with fetch (an
 // EventSource cannot send the Authorization header) and calls onEvent({id,
 // event, data}) per event; comments are skipped. It resolves with the HTTP

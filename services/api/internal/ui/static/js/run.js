@@ -2,10 +2,10 @@
 // scheduled time, or trigger and event) and its params, its workflow graph
 // coloured by phase, a timeline of its actions, each step's outputs and
 // cache status, and the controls (abort the run or a step, suspend, resume,
-// approve/reject, restart), each behind a confirmation and showing the
-// API's problem detail when refused.
+// approve/reject, restart, delete), each behind a confirmation and showing
+// the API's problem detail when refused.
 
-import {getJSON, postJSON} from './api.js';
+import {deleteJSON, getJSON, postJSON} from './api.js';
 import {$, act, badge, base, enc, esc, fmtTime, isTerminal, showError, span} from './dom.js';
 import {countsOf, drawGraph, drawTimeline} from './graph.js';
 import {watch, every} from './live.js';
@@ -33,7 +33,10 @@ export function mount(view, {run: name}) {
     const node = ev.target.closest('g.node[data-step]');
     if (node) { location.hash = `#/runs/${enc(name)}/actions/${enc(node.dataset.step)}`; return; }
     const b = ev.target.closest('button[data-op]');
-    if (b && run) control(path, run, b.dataset.op, b.dataset.step).then((done) => done && rewatch());
+    if (b && run) control(path, run, b.dataset.op, b.dataset.step).then((done) => {
+      if (done && b.dataset.op === 'delete') location.hash = '#/runs';
+      else if (done) rewatch();
+    });
   });
   // A terminal run's stream ends; a restart makes it live again, so every
   // accepted control re-opens the stream (which re-fetches the run).
@@ -91,6 +94,7 @@ function runButtons(run) {
     if (!run.suspended && run.phase === 'PAUSED') b.push('<button data-op="resume">Resume</button>');
   } else {
     b.push('<button data-op="restart">Restart…</button>');
+    b.push('<button data-op="delete" class="danger">Delete run</button>');
   }
   return b.join('');
 }
@@ -149,6 +153,9 @@ function control(path, run, op, step) {
         if (who) body.by = who;
         return postJSON(`${path}/actions/${enc(step)}/${op}`, body);
       });
+    case 'delete':
+      return act(`Delete run ${run.name}${run.children?.length ? ' and its child runs' : ''}? Its steps, tasks, attempts, logs and events are deleted.`,
+        '', () => deleteJSON(path));
     case 'restart': {
       const opts = ['<option value="">every step that did not succeed</option>', ...(run.spec.steps || []).map((s) =>
         `<option ${s.name === step ? 'selected' : ''}>${esc(s.name)}</option>`)].join('');

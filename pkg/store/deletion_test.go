@@ -1,0 +1,101 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// rowsOf counts the rows of the runs named in every table a run owns.
+func rowsOf(t *testing.T, db *sql.DB, names ...string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for table, q := range map[string]string{
+		"runs":            `SELECT count(*) FROM runs WHERE name = ANY($1)`,
+		"actions":         `SELECT count(*) FROM actions WHERE run_name = ANY($1)`,
+		"tasks":           `SELECT count(*) FROM tasks WHERE run_name = ANY($1)`,
+		"attempts":        `SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE t.run_name = ANY($1)`,
+		"run_events":      `SELECT count(*) FROM run_events WHERE run_name = ANY($1)`,
+		"orphan_attempts": `SELECT count(*) FROM attempts a WHERE cardinality($1::text[]) > 0 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = a.task_id)`,
+	} {
+		var n int
+		require.NoError(t, db.QueryRow(q, names).Scan(&n), table)
+		out[table] = n
+	}
+	return out
+}
+
+// TestDeleteRun deletes an ended run with its ended child run and every
+// row they own, leaving another run whole; it refuses a live run, a run
+// with a live child, a child of a live parent, and an ended run whose
+// abort is being delivered or whose attempt is live, changing nothing.
+func TestDeleteRun(t *testing.T) {
+	st, db := storetest.NewWithDB(t, store.Config{MaxOpenConns: 4})
+	ctx := context.Background()
+	parent := largeStep(t, st, db, "parent", 3)
+	other := largeStep(t, st, db, "other", 2)
+	leaf := domain.WorkflowSpec{Steps: []domain.Step{{Name: "t", Plugin: domain.PluginNoop}}}
+	leaf.Normalize()
+	kid := domain.RunKey{Project: "p", Domain: "d", Run: "parent-big-0"}
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		return tx.Runs().CreateChildRuns(ctx, []store.NewRun{{Key: kid, Spec: leaf,
+			Child: &store.ChildOf{Parent: parent.Action("big"), Depth: 1}}})
+	}))
+	end := func(name string) {
+		_, err := db.Exec(`UPDATE runs SET phase = 'SUCCEEDED', ended_at = now() WHERE name = $1`, name)
+		require.NoError(t, err)
+	}
+	before := rowsOf(t, db, "parent", kid.Run)
+	require.Positive(t, before["attempts"])
+
+	_, err := st.Runs().DeleteRun(ctx, parent)
+	var nt *store.NotTerminalError
+	require.ErrorAs(t, err, &nt)
+	require.ErrorIs(t, err, store.ErrNotTerminal)
+	end("parent")
+	_, err = st.Runs().DeleteRun(ctx, parent)
+	require.ErrorAs(t, err, &nt, "its child has not ended")
+	require.Equal(t, kid.Run, nt.Run)
+	require.Equal(t, before, rowsOf(t, db, "parent", kid.Run), "a refused delete changes nothing")
+
+	_, err = db.Exec(`UPDATE runs SET phase = 'RUNNING', ended_at = NULL WHERE name = 'parent'`)
+	require.NoError(t, err)
+	end(kid.Run)
+	_, err = st.Runs().DeleteRun(ctx, kid)
+	require.ErrorAs(t, err, &nt, "its parent has not ended")
+	require.Equal(t, "parent", nt.Run)
+
+	end(other.Run)
+	for _, q := range []struct{ set, undo string }{
+		{`UPDATE actions SET abort_requested_at = now() WHERE run_name = 'other' AND name = 'a0'`,
+			`UPDATE actions SET abort_requested_at = NULL WHERE run_name = 'other'`},
+		{fmt.Sprintf(`UPDATE attempts SET state = %d WHERE task_id = (SELECT min(id) FROM tasks WHERE run_name = 'other')`,
+			domain.TaskRunning),
+			fmt.Sprintf(`UPDATE attempts SET state = %d WHERE task_id IN (SELECT id FROM tasks WHERE run_name = 'other')`,
+				domain.TaskSucceeded)},
+	} {
+		_, err := db.Exec(q.set)
+		require.NoError(t, err)
+		_, err = st.Runs().DeleteRun(ctx, other)
+		require.ErrorIs(t, err, store.ErrAbortPending, "an ended run whose abort is delivering or whose attempt is live: %s", q.set)
+		_, err = db.Exec(q.undo)
+		require.NoError(t, err)
+	}
+
+	end("parent")
+	otherRows := rowsOf(t, db, other.Run)
+	deleted, err := st.Runs().DeleteRun(ctx, parent)
+	require.NoError(t, err)
+	require.Equal(t, []string{"parent", kid.Run}, deleted)
+	require.Equal(t, map[string]int{"runs": 0, "actions": 0, "tasks": 0, "attempts": 0, "run_events": 0,
+		"orphan_attempts": 0}, rowsOf(t, db, "parent", kid.Run))
+	require.Equal(t, otherRows, rowsOf(t, db, other.Run), "another run stays whole")
+	_, err = st.Runs().DeleteRun(ctx, parent)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
