@@ -283,14 +283,11 @@ func ResolveParams(decls []Param, given map[string]any, prefix string) (map[stri
 
 // declaredNames lists the params' names in declaration order, or "none".
 func declaredNames(decls []Param) string {
-	if len(decls) == 0 {
-		return "none"
-	}
 	names := make([]string, len(decls))
 	for i, p := range decls {
 		names[i] = p.Name
 	}
-	return strings.Join(names, ", ")
+	return listOr(names)
 }
 
 // ParamEnv returns the environment variables the params values (as

@@ -217,6 +217,7 @@ func (s Step) checkChildOutputs(name string, child WorkflowSpec) []FieldError {
 	return errs
 }
 
+// listOr is names joined by ", ", or "none".
 func listOr(names []string) string {
 	if len(names) == 0 {
 		return "none"

@@ -44,7 +44,7 @@ func CheckSubWorkflows(spec WorkflowSpec, prefix string, known TemplateSpecs, se
 		at := fmt.Sprintf("%s.steps[%d]", prefix, i)
 		child, ok := known[*s.Workflow]
 		if !ok {
-			errs = append(errs, FieldError{at + ".workflow.name", "no workflow template " + describeRef(*s.Workflow)})
+			errs = append(errs, FieldError{at + ".workflow.name", "no workflow template " + s.Workflow.Describe()})
 			continue
 		}
 		for _, e := range append(s.checkChildParams(child.Params, s.ItemParam()), s.checkChildOutputs(s.Workflow.Name, child)...) {
@@ -62,8 +62,8 @@ func CheckSubWorkflows(spec WorkflowSpec, prefix string, known TemplateSpecs, se
 	return errs
 }
 
-// describeRef names a reference for a message: "named x", or "x version 3".
-func describeRef(r WorkflowRef) string {
+// Describe names a reference for a message: "named x", or "x version 3".
+func (r WorkflowRef) Describe() string {
 	if r.Version > 0 {
 		return fmt.Sprintf("%s version %d", r.Name, r.Version)
 	}
@@ -94,7 +94,7 @@ func (w *graphWalk) height(ref WorkflowRef) (int, string) {
 	}
 	spec, ok := w.known[ref]
 	if !ok {
-		return 0, "no workflow template " + describeRef(ref)
+		return 0, "no workflow template " + ref.Describe()
 	}
 	w.path = append(w.path, ref.Name)
 	defer func() { w.path = w.path[:len(w.path)-1] }()

@@ -190,7 +190,7 @@ func (s *Scheduler) newChildren(ctx context.Context, tx *store.Store, run store.
 	}
 	t, err := tx.Templates().GetTemplate(ctx, store.TemplateKey{Project: a.Project, Domain: a.Domain, Name: ref.Name}, ref.Version)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, "no workflow template " + describe(*ref) + " in " + a.Project + "/" + a.Domain, nil
+		return nil, "no workflow template " + ref.Describe() + " in " + a.Project + "/" + a.Domain, nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("read template %s: %w", ref.Name, err)
@@ -270,14 +270,6 @@ func (s *Scheduler) nameChildren(ctx context.Context, tx *store.Store, parent do
 		nrs[i].Key.Run = alt
 	}
 	return "", nil
-}
-
-// describe names a template reference for a reason.
-func describe(r domain.WorkflowRef) string {
-	if r.Version > 0 {
-		return fmt.Sprintf("%s version %d", r.Name, r.Version)
-	}
-	return "named " + r.Name
 }
 
 // childInputs returns the values of a workflow step's inputs, by their
