@@ -199,6 +199,11 @@ async function scenario(page) {
     await page.waitForURL(/#\/runs$/);
     const r = await fetch(`${runs}/needs-approval`, {headers: authz});
     assert.equal(r.status, 404, 'the run is gone');
+    // Pages shown before this one must not have heard the click.
+    for (const kept of ['live-dag', 'to-abort']) {
+      const k = await fetch(`${runs}/${kept}`, {headers: authz});
+      assert.equal(k.status, 200, `run ${kept} is kept`);
+    }
     await page.locator('tr[data-run="needs-approval"]').waitFor({state: 'detached'});
   });
 

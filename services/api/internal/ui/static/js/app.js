@@ -48,8 +48,11 @@ function route() {
     const m = hash.match(re);
     if (!m) continue;
     document.querySelectorAll('[data-nav]').forEach((a) => a.classList.toggle('active', hash.startsWith('#/' + a.dataset.nav)));
-    const view = $('view');
-    view.innerHTML = '';
+    // A fresh element per page: the listeners a page adds to its view go
+    // with it, so a click never reaches a page that is no longer shown.
+    const old = $('view');
+    const view = old.cloneNode(false);
+    old.replaceWith(view);
     unmount = page.mount(view, params(m));
     return;
   }
