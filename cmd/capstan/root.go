@@ -61,7 +61,7 @@ func newRoot() *cobra.Command {
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
 		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),
-		newFairShare(g))
+		newFairShare(g), newSettings(g))
 	wrapArgs(root)
 	return root
 }

@@ -1057,6 +1057,12 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// ProjectSettings defines model for ProjectSettings.
+type ProjectSettings struct {
+	// Retention How long an ended run is kept before it is deleted, each a duration such as "2s" or "720h" (at most 10 years): after_success for a SUCCEEDED run, after_failure for one that ended any other way, after_completion for either when its own field is absent. A run's spec, its project's settings and the server's defaults (CAPSTAN_RETENTION_AFTER_*) are layers: the first that says anything about the run's outcome decides; when none does, the run is kept. A child run goes with its parent.
+	Retention *TTL `json:"retention,omitempty"`
+}
+
 // PublishEventRequest defines model for PublishEventRequest.
 type PublishEventRequest struct {
 	// Id The idempotency id (any text but NUL); absent
@@ -1197,7 +1203,10 @@ type Run struct {
 
 	// EventId The published event the trigger started the run for.
 	EventId *string `json:"event_id,omitempty"`
-	Name    string  `json:"name"`
+
+	// ExpiresAt When the ended run is deleted by retention (its spec's ttl, else its project's settings, else the server's defaults); absent while it runs, for a child run (it goes with its parent) and when kept.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Name      string     `json:"name"`
 
 	// Params A run's params by name, each a JSON value of its declared type.
 	Params *ParamValues `json:"params,omitempty"`
@@ -1293,7 +1302,10 @@ type RunSummary struct {
 
 	// EventId The published event the trigger started the run for.
 	EventId *string `json:"event_id,omitempty"`
-	Name    string  `json:"name"`
+
+	// ExpiresAt When the ended run is deleted by retention (its spec's ttl, else its project's settings, else the server's defaults); absent while it runs, for a child run (it goes with its parent) and when kept.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Name      string     `json:"name"`
 
 	// Parent The workflow step a child run is of.
 	Parent *RunParent `json:"parent,omitempty"`
@@ -1502,6 +1514,13 @@ type StepInput struct {
 	From string `json:"from"`
 }
 
+// TTL How long an ended run is kept before it is deleted, each a duration such as "2s" or "720h" (at most 10 years): after_success for a SUCCEEDED run, after_failure for one that ended any other way, after_completion for either when its own field is absent. A run's spec, its project's settings and the server's defaults (CAPSTAN_RETENTION_AFTER_*) are layers: the first that says anything about the run's outcome decides; when none does, the run is kept. A child run goes with its parent.
+type TTL struct {
+	AfterCompletion *string `json:"after_completion,omitempty"`
+	AfterFailure    *string `json:"after_failure,omitempty"`
+	AfterSuccess    *string `json:"after_success,omitempty"`
+}
+
 // Task defines model for Task.
 type Task struct {
 	Attempts     []Attempt `json:"attempts"`
@@ -1665,6 +1684,9 @@ type WorkflowSpec struct {
 
 	// Timeout Longest time of the whole run from its creation, a duration such as "1h"; past it the run is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// Ttl How long an ended run is kept before it is deleted, each a duration such as "2s" or "720h" (at most 10 years): after_success for a SUCCEEDED run, after_failure for one that ended any other way, after_completion for either when its own field is absent. A run's spec, its project's settings and the server's defaults (CAPSTAN_RETENTION_AFTER_*) are layers: the first that says anything about the run's outcome decides; when none does, the run is kept. A child run goes with its parent.
+	Ttl *TTL `json:"ttl,omitempty"`
 }
 
 // WorkflowTemplate defines model for WorkflowTemplate.
@@ -1891,6 +1913,9 @@ type SetFairShareJSONRequestBody = FairShare
 
 // PutRateLimitJSONRequestBody defines body for PutRateLimit for application/json ContentType.
 type PutRateLimitJSONRequestBody = RateLimitRequest
+
+// SetProjectSettingsJSONRequestBody defines body for SetProjectSettings for application/json ContentType.
+type SetProjectSettingsJSONRequestBody = ProjectSettings
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -2544,6 +2569,39 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
 	PutRateLimit(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetProjectSettings The project's settings (empty until set).
+	//
+	// Corresponds with GET /v1/projects/{project}/settings (the `GetProjectSettings` operationId).
+	GetProjectSettings(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetProjectSettingsWithBody Set the project's settings.
+	//
+	// Replaces the project's settings. `retention` is how long the
+	// project's ended runs are kept when their spec has no `ttl` for
+	// their outcome; a field it leaves out falls back to the server's
+	// default. A run's expiry is fixed when it ends: the settings apply
+	// to runs that end from then on. A bad duration is 422 naming the
+	// field, e.g. `retention.after_success`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+	SetProjectSettingsWithBody(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetProjectSettings Set the project's settings.
+	//
+	// Replaces the project's settings. `retention` is how long the
+	// project's ended runs are kept when their spec has no `ttl` for
+	// their outcome; a field it leaves out falls back to the server's
+	// default. A run's expiry is fixed when it ends: the settings apply
+	// to runs that end from then on. A bad duration is 422 naming the
+	// field, e.g. `retention.after_success`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+	SetProjectSettings(ctx context.Context, project Project, body SetProjectSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens Every token made through the API, newest first, without secrets.
 	//
@@ -3890,6 +3948,69 @@ func (c *Client) PutRateLimitWithBody(ctx context.Context, project Project, rate
 // Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
 func (c *Client) PutRateLimit(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutRateLimitRequest(c.Server, project, rateLimit, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetProjectSettings The project's settings (empty until set).
+//
+// Corresponds with GET /v1/projects/{project}/settings (the `GetProjectSettings` operationId).
+func (c *Client) GetProjectSettings(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetProjectSettingsRequest(c.Server, project)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetProjectSettingsWithBody Set the project's settings.
+//
+// Replaces the project's settings. `retention` is how long the
+// project's ended runs are kept when their spec has no `ttl` for
+// their outcome; a field it leaves out falls back to the server's
+// default. A run's expiry is fixed when it ends: the settings apply
+// to runs that end from then on. A bad duration is 422 naming the
+// field, e.g. `retention.after_success`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+func (c *Client) SetProjectSettingsWithBody(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetProjectSettingsRequestWithBody(c.Server, project, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetProjectSettings Set the project's settings.
+//
+// Replaces the project's settings. `retention` is how long the
+// project's ended runs are kept when their spec has no `ttl` for
+// their outcome; a field it leaves out falls back to the server's
+// default. A run's expiry is fixed when it ends: the settings apply
+// to runs that end from then on. A bad duration is 422 naming the
+// field, e.g. `retention.after_success`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+func (c *Client) SetProjectSettings(ctx context.Context, project Project, body SetProjectSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetProjectSettingsRequest(c.Server, project, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7102,6 +7223,87 @@ func NewPutRateLimitRequestWithBody(server string, project Project, rateLimit Na
 	return req, nil
 }
 
+// NewGetProjectSettingsRequest constructs an http.Request for the GetProjectSettings method
+func NewGetProjectSettingsRequest(server string, project Project) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/settings", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetProjectSettingsRequest calls the generic SetProjectSettings builder with application/json body
+func NewSetProjectSettingsRequest(server string, project Project, body SetProjectSettingsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetProjectSettingsRequestWithBody(server, project, "application/json", bodyReader)
+}
+
+// NewSetProjectSettingsRequestWithBody constructs an http.Request for the SetProjectSettings method, with any body, and a specified content type
+func NewSetProjectSettingsRequestWithBody(server string, project Project, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/settings", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTokensRequest constructs an http.Request for the ListTokens method
 func NewListTokensRequest(server string) (*http.Request, error) {
 	var err error
@@ -8129,6 +8331,41 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/projects/{project}/rate-limits/{rate_limit} (the `PutRateLimit` operationId).
 	PutRateLimitWithResponse(ctx context.Context, project Project, rateLimit Name, body PutRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutRateLimitResponse, error)
+
+	// GetProjectSettingsWithResponse The project's settings (empty until set).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/settings (the `GetProjectSettings` operationId).
+	GetProjectSettingsWithResponse(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*GetProjectSettingsResponse, error)
+
+	// SetProjectSettingsWithBodyWithResponse Set the project's settings.
+	//
+	// Replaces the project's settings. `retention` is how long the
+	// project's ended runs are kept when their spec has no `ttl` for
+	// their outcome; a field it leaves out falls back to the server's
+	// default. A run's expiry is fixed when it ends: the settings apply
+	// to runs that end from then on. A bad duration is 422 naming the
+	// field, e.g. `retention.after_success`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+	SetProjectSettingsWithBodyWithResponse(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetProjectSettingsResponse, error)
+
+	// SetProjectSettingsWithResponse Set the project's settings.
+	//
+	// Replaces the project's settings. `retention` is how long the
+	// project's ended runs are kept when their spec has no `ttl` for
+	// their outcome; a field it leaves out falls back to the server's
+	// default. A run's expiry is fixed when it ends: the settings apply
+	// to runs that end from then on. A bad duration is 422 naming the
+	// field, e.g. `retention.after_success`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+	SetProjectSettingsWithResponse(ctx context.Context, project Project, body SetProjectSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetProjectSettingsResponse, error)
 
 	// ListTokensWithResponse Every token made through the API, newest first, without secrets.
 	//
@@ -10796,6 +11033,102 @@ func (r PutRateLimitResponse) ContentType() string {
 	return ""
 }
 
+type GetProjectSettingsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ProjectSettings
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetProjectSettingsResponse) GetJSON200() *ProjectSettings {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetProjectSettingsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetProjectSettingsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetProjectSettingsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetProjectSettingsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetProjectSettingsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ProjectSettings
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetProjectSettingsResponse) GetJSON200() *ProjectSettings {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetBody returns the raw response body bytes
+func (r SetProjectSettingsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetProjectSettingsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetProjectSettingsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetProjectSettingsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12273,6 +12606,59 @@ func (c *ClientWithResponses) PutRateLimitWithResponse(ctx context.Context, proj
 		return nil, err
 	}
 	return ParsePutRateLimitResponse(rsp)
+}
+
+// GetProjectSettingsWithResponse The project's settings (empty until set).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/settings (the `GetProjectSettings` operationId).
+func (c *ClientWithResponses) GetProjectSettingsWithResponse(ctx context.Context, project Project, reqEditors ...RequestEditorFn) (*GetProjectSettingsResponse, error) {
+	rsp, err := c.GetProjectSettings(ctx, project, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetProjectSettingsResponse(rsp)
+}
+
+// SetProjectSettingsWithBodyWithResponse Set the project's settings.
+//
+// Replaces the project's settings. `retention` is how long the
+// project's ended runs are kept when their spec has no `ttl` for
+// their outcome; a field it leaves out falls back to the server's
+// default. A run's expiry is fixed when it ends: the settings apply
+// to runs that end from then on. A bad duration is 422 naming the
+// field, e.g. `retention.after_success`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+func (c *ClientWithResponses) SetProjectSettingsWithBodyWithResponse(ctx context.Context, project Project, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetProjectSettingsResponse, error) {
+	rsp, err := c.SetProjectSettingsWithBody(ctx, project, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetProjectSettingsResponse(rsp)
+}
+
+// SetProjectSettingsWithResponse Set the project's settings.
+//
+// Replaces the project's settings. `retention` is how long the
+// project's ended runs are kept when their spec has no `ttl` for
+// their outcome; a field it leaves out falls back to the server's
+// default. A run's expiry is fixed when it ends: the settings apply
+// to runs that end from then on. A bad duration is 422 naming the
+// field, e.g. `retention.after_success`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/projects/{project}/settings (the `SetProjectSettings` operationId).
+func (c *ClientWithResponses) SetProjectSettingsWithResponse(ctx context.Context, project Project, body SetProjectSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetProjectSettingsResponse, error) {
+	rsp, err := c.SetProjectSettings(ctx, project, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetProjectSettingsResponse(rsp)
 }
 
 // ListTokensWithResponse Every token made through the API, newest first, without secrets.
@@ -14286,6 +14672,72 @@ func ParsePutRateLimitResponse(rsp *http.Response) (*PutRateLimitResponse, error
 	return response, nil
 }
 
+// ParseGetProjectSettingsResponse parses an HTTP response from a GetProjectSettingsWithResponse call
+func ParseGetProjectSettingsResponse(rsp *http.Response) (*GetProjectSettingsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetProjectSettingsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ProjectSettings
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetProjectSettingsResponse parses an HTTP response from a SetProjectSettingsWithResponse call
+func ParseSetProjectSettingsResponse(rsp *http.Response) (*SetProjectSettingsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetProjectSettingsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ProjectSettings
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
 func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14741,6 +15193,12 @@ type ServerInterface interface {
 	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
 	// (PUT /v1/projects/{project}/rate-limits/{rate_limit})
 	PutRateLimit(ctx echo.Context, project Project, rateLimit Name) error
+	// GetProjectSettings The project's settings (empty until set).
+	// (GET /v1/projects/{project}/settings)
+	GetProjectSettings(ctx echo.Context, project Project) error
+	// SetProjectSettings Set the project's settings.
+	// (PUT /v1/projects/{project}/settings)
+	SetProjectSettings(ctx echo.Context, project Project) error
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx echo.Context) error
@@ -16429,6 +16887,38 @@ func (w *ServerInterfaceWrapper) PutRateLimit(ctx echo.Context) error {
 	return err
 }
 
+// GetProjectSettings converts echo context to params.
+func (w *ServerInterfaceWrapper) GetProjectSettings(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetProjectSettings(ctx, project)
+	return err
+}
+
+// SetProjectSettings converts echo context to params.
+func (w *ServerInterfaceWrapper) SetProjectSettings(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetProjectSettings(ctx, project)
+	return err
+}
+
 // ListTokens converts echo context to params.
 func (w *ServerInterfaceWrapper) ListTokens(ctx echo.Context) error {
 	var err error
@@ -16658,6 +17148,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.DeleteRateLimit, options.OperationMiddlewares["DeleteRateLimit"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.GetRateLimit, options.OperationMiddlewares["GetRateLimit"]...)
 	router.PUT(options.BaseURL+"/v1/projects/:project/rate-limits/:rate_limit", wrapper.PutRateLimit, options.OperationMiddlewares["PutRateLimit"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/settings", wrapper.GetProjectSettings, options.OperationMiddlewares["GetProjectSettings"]...)
+	router.PUT(options.BaseURL+"/v1/projects/:project/settings", wrapper.SetProjectSettings, options.OperationMiddlewares["SetProjectSettings"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.GetFairShare, options.OperationMiddlewares["GetFairShare"]...)
 	router.PUT(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.SetFairShare, options.OperationMiddlewares["SetFairShare"]...)
 
@@ -19181,6 +19673,81 @@ func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLi
 	return err
 }
 
+type GetProjectSettingsRequestObject struct {
+	Project Project `json:"project"`
+}
+
+type GetProjectSettingsResponseObject interface {
+	VisitGetProjectSettingsResponse(w http.ResponseWriter) error
+}
+
+type GetProjectSettings200JSONResponse ProjectSettings
+
+func (response GetProjectSettings200JSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettingsRequestObject struct {
+	Project Project `json:"project"`
+	Body    *SetProjectSettingsJSONRequestBody
+}
+
+type SetProjectSettingsResponseObject interface {
+	VisitSetProjectSettingsResponse(w http.ResponseWriter) error
+}
+
+type SetProjectSettings200JSONResponse ProjectSettings
+
+func (response SetProjectSettings200JSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings400ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings422ApplicationProblemPlusJSONResponse Problem
+
+func (response SetProjectSettings422ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTokensRequestObject struct {
 }
 
@@ -19688,6 +20255,12 @@ type StrictServerInterface interface {
 	// PutRateLimit Create or replace a rate limit (Hatchet's), a token bucket steps' tasks take tokens of when placed.
 	// (PUT /v1/projects/{project}/rate-limits/{rate_limit})
 	PutRateLimit(ctx context.Context, request PutRateLimitRequestObject) (PutRateLimitResponseObject, error)
+	// GetProjectSettings The project's settings (empty until set).
+	// (GET /v1/projects/{project}/settings)
+	GetProjectSettings(ctx context.Context, request GetProjectSettingsRequestObject) (GetProjectSettingsResponseObject, error)
+	// SetProjectSettings Set the project's settings.
+	// (PUT /v1/projects/{project}/settings)
+	SetProjectSettings(ctx context.Context, request SetProjectSettingsRequestObject) (SetProjectSettingsResponseObject, error)
 	// ListTokens Every token made through the API, newest first, without secrets.
 	// (GET /v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -21552,6 +22125,79 @@ func (sh *strictHandler) PutRateLimit(ctx echo.Context, project Project, rateLim
 	return nil
 }
 
+// GetProjectSettings operation middleware
+func (sh *strictHandler) GetProjectSettings(ctx echo.Context, project Project) error {
+	var request GetProjectSettingsRequestObject
+
+	request.Project = project
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetProjectSettings(ctx.Request().Context(), request.(GetProjectSettingsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetProjectSettings")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetProjectSettingsResponseObject); ok {
+		return validResponse.VisitGetProjectSettingsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetProjectSettings operation middleware
+func (sh *strictHandler) SetProjectSettings(ctx echo.Context, project Project) error {
+	var request SetProjectSettingsRequestObject
+
+	request.Project = project
+
+	var body SetProjectSettingsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetProjectSettings(ctx.Request().Context(), request.(SetProjectSettingsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetProjectSettings")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetProjectSettingsResponseObject); ok {
+		return validResponse.VisitSetProjectSettingsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListTokens operation middleware
 func (sh *strictHandler) ListTokens(ctx echo.Context) error {
 	var request ListTokensRequestObject
@@ -21870,333 +22516,343 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39ctu4li/6KijdqbI8Q8ty2sneLdeuOe7E3e3pdOKxnelzbyvHgklI4jYFaAOkHe1Uqu5f5wHOQ9wH",
-	"mye5hbUWQFICJcpfSe/52NWRJRIEgYX1vX7rcydWs7mSQuamM/jcmXPNZyIXGv46jvNUyXd8JuxfqewM",
-	"OnOeTztRR8J3HQ4XdKKOFn8rUi2SziDXhYg6Jp6KGbd3/ZMW486g83/tlw/ax1/NPoz85UvUOc5zMZvn",
-	"p28anpMma58xVnrGc3udzF8ddqLOLJXprJh1BgdRJ1/MBf4kJkLD414X2iht70yEiXU6h7cYdC6ngknx",
-	"Kb+K4QKmxiyfCjbX4jZVhWFzPhG9ToQz/Fsh9KKcIt7SqU5rxj+9FXKSTzuDF/2+n4nJdSonMJE3asbt",
-	"YMGXTvDHBy/uW27yk1sh89M3PwueiIYXTxP3vhk3ORP2DvgzzlL7UYtYpLciOYIvTa4FnzEtTDEThvFx",
-	"LjRLc786U3ySfxk7iT2Yxd7pm+ZVCi1SZf7/Dmu+Mv3a4GysNM3ZsHzKcxZzKVXOjMgZTsvgO+Af7C6V",
-	"ht1NhWTXKp8yroW9tGmf7eJcweJcAVW2ocJ+kArfprM093u//Bj4sTp8Isa8yPLO4GU/souGQ7+0hLWB",
-	"3M+0+quI8wYym9OvD6az82Idq9DFI5DyRTwVSZGJNc8xdMnDH/ab0jdCP5gnFQVcuUrXdvxxpu7WvMwd",
-	"XfLQl/li7zdzJY0Axn6m1XUmZvZjrGQuJBAHn8+zNOb2UO3P8Yp/+atRwJ/aPc6NC0+sn9Fjyc5/fM2+",
-	"P3z5J0aD92AZ6F6QN9dK529TA7OZazUXOk9xxtz+BJ/SXMzMponASOciVjrpfPGLz7XmC/t3hcmvcpPj",
-	"a2P5nZIlM3SMf3UTy2353c3xo79OXcPJsgKuMp/Vd0MpOvi8PH7U4SgYr2JV4B7Vp/pGZOmt0AumVSET",
-	"w+AykTCj2Jjryow9OyiHTJPV8S5EDuyTS0aXsZs0y+xAK9xtdeSYF0YEXyPxcm7lp5tUBiYywjUZDWAP",
-	"YGGtdLLzgh8Yl4kVUXqRT1M5YYVMQP4csRFNnG6107d3KincK9m3EdKyy99LBYZ+q2xeOUVV5LHCM7o0",
-	"ywTXXySjiCnNRlKIxFzZJdFWQtg3QMnyK/9EOo5hd9wwLbjlUwGaijxDDq2WFtw0kIqlRGFykVzxPLyz",
-	"d9M0EyzNWWrYtbDL5udf2+GE52IvT2ciNDvLx0OPL+b2NvfwNmMtnR4ghKgijkr9B0SH3yoks+WzUZvB",
-	"miMIiwSnLklSOyLPziqnccwzI6KlA1qu+vLxA5FsWK7YsPPBCM38LiDRDjt2ZSsqzkE/rAmGp3uR87ww",
-	"AY6xzBbWHMb6lGFWIomY3RNV5KwLBwwPlbA85PL015M3V+8/XO4CTQfYgVWI7R8isRfcgZi8ypTJg+T8",
-	"zKfnEU5IyXLuf1CWRUNtw4Lk6YVAQPC1EndELJbFz+da3fJs423uOqCXeCqubkRAvT5m8GPCTC7mO4bZ",
-	"i6KOkrFlJoalcl7kBvRmLYzKbu0qDWSRZYHtwccYT9frn5QpdVPMB+zn00vWTXN28eH165OTNydv2F1q",
-	"VXVLsrle7BimihxnIROmuWRSsZybm92I/Xp6cQE360KaXUtoZ+/PPrw9vjx5g19zGTFTxLEQiT22MmF3",
-	"WuVIBjD8bo+RTgCHASYHE7DnByZcFSk/n152oo59aifq+EcFBUsi5vbIXeG+e8Vm5bpl9UXIZCtOG3Um",
-	"QgrNHYWtGn+03nGhNdh6hRwwzrTI9cJZhfDW8P5amJzrnMF/DfxoFaoIqMGuut0GcRdWP5y8X5miJDV4",
-	"9QeVX12LsdIBHvKbZQ8cmFnC7nias25S4ItGOP1d4Grt5RsRUrOECKk3S0RckimtKw0aMfuS7D//9/9h",
-	"tzwrRMS4qSyaJ7sZ6+aap5nlPFLcZakU9tTN892jKvkxLUBhN2xY9PvfCXbAptxEQKWWQ8LTIsbZv128",
-	"f8eAeuxm+gfu4CzsCYYv9lKZiE9M6URoT/LAgKWSVf235FpzroUMqypzK4DCrBZ2zdMUaNjXIrZLc3b8",
-	"4eLkTfvdmk85Srm1VglcVJMNy/NZlNOBwwWCjad2y0Rv0mNa2DduEDlwDrY8kPZRV5ZAiabqE/pZ3bEZ",
-	"lwsgbDxhd1OV0QzHPM1EwrpKXtmPhRbMFMaykl1UenUhGSw/+TVSa8EYQyPFSo7TSaFFwmgC4ZNqSaLJ",
-	"8CgnCJSbr7KQkuNYomTdfoh5wt27mx7f5jBWblzlbqtz2nFn7nph2VguaJ8/Dzv+8A47g++//74fDTvn",
-	"H969O33309Cqb1/wCPJc4Bm0R8PqCRyOS/CQwJNW1/C9FGBYOgaLSpifGYyeT0WqnfJlIty/1RUep9rk",
-	"ER76ytep/Z8/0gP7N7fEgePATTiDLs/ZTJmcvejvHrGxVjP208kl6/V6+zgrs/8ZP3zBe+Euy0jIU2ql",
-	"JrisGDc3dqfBfdbGUr/k5iYk42ARrtYa6rS1FU+tvbxcU1jGbtOL/Cve+hfLUyusbgS3jVDH9B6A4Lm3",
-	"DCKVk6txaHK/TXnOODE01lUaxVEqJ7t0Bix7sUs1YFWRZQrg2aSZMXffZu8DyM/Im1HA82qHuH6kHFkG",
-	"ddGK/rjixfFTowOfiDg1qZJ+GQuZpxl8nSDDXLZd2nPJ60VQtMRqNmsSO2469kdv5cOUBTrskJEH9LGl",
-	"9fQDWUtz7TLdz6i8XoSIRtHCGdbFdTw+O2W5uhHSMPEptacceADPMqFBwIMGIbLx7pKlGQo51JbuXlYp",
-	"uUlWzJQGc7MwQkfMLEwuZhGbCz3j9vizLmdmLmLvn2dS3FrruZC7UdWijEpbszRZLb9BMzZ4LGOViJBp",
-	"YXJ+nQkmtFaa2YuI5//KP13ABH9EYWpOPpEtoDQ7lbc8S5OzrJik8mIu4vAjteDbagAwjyAJi0+ptRQT",
-	"EZZv41SmZrrl09Db18KJZw38Lc1NWcyuhQ5P9n66Ec9FG7lxARdaTowUk4Ysi6VjDc54mrF7VG0DPzaT",
-	"/Vs1CThjTJ4IHd5JkyeqCPOpXBcyts8MyDVdCBRGaDewa7FQMkGD9JOIi1zpHcOuVWFtVW5YotV8XjsN",
-	"10plgsuVt6cJRW7S1XmsefFzMScvxBYMzrMEx4YtM7CPhsNm5YJjB5bF4oG2E8JT3vG7avkASBFiBEFT",
-	"OravW8wDLBUcBczksEROldoxbJxKnlkTSukc1eY5HPIdw4C+Qaf50V6U/l1YQy2figV6C1JJRlJbJec1",
-	"zu4iF3M72Rn/dIq3/XlV8dmWfQU51Ny+p7Y3/q/fj/f+H77394/0b3/v+4+f+9Gr777801quVJEOh/2g",
-	"KNnAph5uSMPWeXUc94gsVvvR6i9oM0fuoNTN6x57B/KRa8GEvE21klb27d1yncJagvg8QrXZGeQyYRxD",
-	"BmCI52oi8qkVYk5FPmC/pj9ETCr27sPbHjudSGVNKVDXlb0UrQMTtpdrLKrOJ7fkeSXbqa/aD5YtiMRa",
-	"NlWG0WC5Ov50/zFqjGwj+7GT38hozilWucpr51pZ2bw64x8tB0KmWZ0xmxUmh8OPJlYZAdowU/egNXO1",
-	"Z227YJ6emO0cfVZb4w3+sljJnKcSBe9a5uMuhAmvj8YJebvVgV1Zm2mezzdN6OfLyzM3l9Z6CXqZH8BN",
-	"Km5O8lg7bzUavNYam2uVFLHQZqd02b07/vWk5CkD5BZc6/TWshZDbmLPXZjnLnAjJ7k9TjPB/un18dnF",
-	"5fG7q9N3Zx8uL67enJ7v26taOtusanY10TwWV7OAP+HXNMtSI2IlE8OuRX4nhGQXpz9dnpz/CvO4OP3p",
-	"l9O3b5mSqD+3DOuuU+8qTH51tZ1P3rvWEhFnXAtDi0gMPM2FoS9UuUTvP1z6NQL3Zmy5NTo6w+vV/lih",
-	"oA97LVsyGBcPA/4iVQ4WvlQsU3Ii9K61ZEJcZlN0F/254bVuirxuLzrADwCeofCT7q1Obw7eVh5deV+/",
-	"JSXLQ15UaugtGXJD9gg50Nrnj1RY/AoBhWN7YVfKDzy+GafZPX0EQibtzSZ1K3TGN3Lf93jZmcrSeOFN",
-	"tHsG7fFeiEg1vH4eT0XS0n5Y9Y/azYLED3ZtR4os4ypyVuawDJhIQenipMqz7t2U5+zs/cUl27892He7",
-	"s/85Tb7s0zU5vxEYC8zUxGAMPJ4W8sY03QjX4W0RnPdrlU9Dzq1qcs1WealRJ1OT9hT6Vk1e2xnX7YkX",
-	"L1+tsjvtV78FydNWNQWw0xb7fC4MJCp+3m5xVhfEGyOtcs6iR9IOj1huDfCxspo86PZ2Y1rojJX3W8+v",
-	"XvN4Kk5kjrmsS1bzfVxJn+apFqY51pbiW7psBs6mac66M/7pik9E6QD/C7rh2offKF3gUYKoK6ukhRH6",
-	"1get16q4dkHPK9eX4nJVLdGFRL/jXM2LzC42JS4Hg3TN8fKWg9wKbcIWwXICFKRVuMvLRdzonSrJKSz9",
-	"hPRhxnbeipI8N+dOrn8n9+jGaZ/XN3lp4jW6bikF72RThjsSFByAmMIthaS40Ob4Cg5cO2yNb+VMwy2k",
-	"3a9WtjCOSjFqy6mJrUy3xsQAzJMbsWBTbqbkAEGdCRzpGBXwBo1LySHjg2gqAidFKqmoAVQ1uAaVtR47",
-	"ZuBKwqwXNoMZeeWdHDGM5wxSf1x80qXsELmuykRiM+EgstWXfR4PxFEtb4oY90ExZgprcBk27Lw4nA47",
-	"FW41Vtrxq9WzK3TKs/TvdvVq6fPB1X+tZCX3xficFz4TsOooMQS8OTqiwNVjKOfkt+PTy9N3P139+P78",
-	"6vXx659PdkF82D2j9LewMVDhDfX5nHFMeIUUVrEYsHjKJYRcrZEEEqswlpJVlgjN6JhtJmL3wCDlTtMs",
-	"OS/kueUMoWB1bC8A9gkamUtOp8ygsUs9CGhFcXPmUW2U3gNyl6px75xdC0tZhuWq1+BOIOsnEFK2rwle",
-	"gkR8ghh6bvAdyySGVE4yurIhfaExnWm7lJU8VO/isy9gAlpIl9aDU6aYC8OkKbsaXcrlisrsreC0wyFl",
-	"b7w5u62yIzhD91ZBsqr4vrezfu4VTVvdT8gvcoky5Zr4lL+luGmDt9vpAj6mDHmZEI2DCMHmgDKM0BhM",
-	"9hwoXmwpOY7JMW35LDAvx8GUROY1VVliiTZT1nKidDmgiULCj8auRzU7vJAuyEgecekirjAoRqbJYRYL",
-	"yCziWrCJkmJ39fg3JJW+PnnLcKmY+DTXwljOxKzEY1CG6HKv8I9excd2xDiLlTQ5l3lFPCRinqnFsGPf",
-	"wL075MJhiQRyptpOf/8qsNNuHdecO7fCfN36HlhWfdC3/9fAI0yueS4mi5p86vytEIWl8aVsafh6NMAM",
-	"HlwmyE6BrBtMJvn3DycfTt5ElNmTUl6QFUFO8pMWEdn/gD1rVz8vtDQ9Noq5jEV2lcqruVYTuyFURCHF",
-	"HTyUEj5B/IMMzBJhQGJKOw5JBv8MRzKUq8iNkmwUl3Q+iiA1jEJz5QSkuBMmb3pVSFI//uH9+WWpjETB",
-	"4atZuW5RV9+x/BKfu/kgo6LuyWTDaf5FBKy8Kcht05A2hGcSKSpyqwx72T7iWE7gIlN5SJFvMt4aKnJ0",
-	"IWFLrLq5Y1hloXG3pyKDgJFdkyNMo8LrQTyXv0PaUXVr0ENovw5Gdmc8IKc9ryMudiMW4M6x31PeF6nS",
-	"9pfw6bNnJrgHlz457qDfZ5TlBVHfLJVi29Dv5o2gJ6zhN/aKFvKacr88fXYiT2jl65bP20C4b0UyQVNq",
-	"hZ1vYUvWD8ImXyqMvWFesIxr4m7LcsaRwY5huBouuVfoHdOsdm6np80zHgfD9v5BcIUnou6BlVJAZQ3k",
-	"2ejuT2XcnAlPb5grdYN6K7IQq7TiTCBhhBwK7R099wlPq/k8SNXHfpKW19npkKCwRq7XR3Dqa1WNsE0F",
-	"jGRrMoBfQb9tcc7s1jQQqRXpqdzWz9/oRwu4n07+PWLvTiJ28j9PLy4vIvbu/eWV+/zTZcR+OonY28uI",
-	"vT1hXVnMhE5jYI2n78LuKZ4VYUMFUy22CVgH5aSaN61VJSq9ncZ7iVnseH+ZtpPO+EREjOvJLbr04Ysd",
-	"g86FuUpdxFDM5vliF2tIS60yYLduHbB/cPwcptwi7AaXBdcVjjaY8e0iTsvnxNn3kqUSWNXISvwRwyxr",
-	"az9OUpMLLRI2csb7iOViNs8wj/4Tj/NsARo4ZdGsrqyzjpecDHOcJUFMCG01PzI2Ber0sH8rufbVqhNr",
-	"LGxk2/aq/0D6tryKSHDdLa5a34UEfWl+y/vOxTicUus3zJzmWJK/ZYzMO2TKkVy0rGEfeWjnVjcpTcRs",
-	"rnIrc8OFgf6BO4adlhfv/WL1QWt55dPUQAxvQBvnJlvxQO6j97Eql4YSTIY0Z93rBQNHB/ywi25OCApy",
-	"ae7AAYduSJ5jYcOIhhgxWK8eO2b25TTcNJRazAXPU/I5cp2l9BOWNfpROUGHwKOSNOkNZZvs6v8m6wBZ",
-	"37PmOmiB1w8Lw8eZCP3W3PknrpH7dIH20aVt/x7zNDOMZ85LsczWy8mXAVXMjJ+l0v29QeY1W4Qwcwdg",
-	"cj/mfFJnraNYKzkCMTbCqmmejVaPcWx5QTG/uktlghu7JE2hxmyWGmNtdfACScUcjoqGcloAxSG3oguj",
-	"LuDbhSrkBJU5Cef9iJErA6a5EIhDUTk6L4N1CTqkvP+Y3oq9cWotR3sB6w47/7z/kv0z/v+ws4vczN2k",
-	"NOv+j6kqdLaI2P9IeAr/3glxAx9mSuZT+GRnlS3aVUy4lQ3plD5GYRltzjLBrdFo7Dy/75thZ/eIKvjs",
-	"SvEsnUiRsFwBH/gg009MzFU8bbM+f03zPBTXOoG8qXQmnHOmmOMDUsNmRTwl7tcddg5gQlEZ10hExi0t",
-	"Of8YJuO0mUyYzR1Dui0tBXgkD1+xeMo1j63hGTGjHFNFH+UO1a+M0bit5ixTonL3970yZfnw8Iv7fvdf",
-	"/+kxM2DuxV2xvjUUWgrYJOlM/F1JESyoOj1+d8z+DgxKaXeou8POSWGP8f4PQmepBFpyB+vD5etVWIlQ",
-	"gdo9mXkgBuCHauZtl+pGyHvmOd0j0OuIcPkAz1LpV6UZXaXB7eN+xQRz+0JsxhdYDOgDj0qjBRHRyaGb",
-	"WruEEJRpScoE0nZUttHkPrfXNGwZ3L9mu3Q6mQh9zw0DADRSCrfcgXGaBVnZMaMTA5GB5ZDACB45Yt3P",
-	"4G1Mk4jN+SJTPPmyS4ECuKJH3/b4TBUy96Xx/b7bP7dtiHBXBlnbRQfa8r6X/Qrva8Pd/rzE3dZyyyZ4",
-	"jZKTNZmgm98wmDGzY8qgDCRAr9ukspgafKXDzoANO/XdSZNh50swy/kRmVZJpRsYGGAHOjCtQB5KOLjo",
-	"YANyPEleQZIKQKkwZwOpHfUUWEE24+AYc2X8hDOG1AhuC1hZ+0hE4AHnF6w9SxTkHo5TRGasmm5NQE1N",
-	"+U8r024o7oBrNjsk3IWh1f2Rp/piyhG/YwsmcyfSyTRfy6h3DDN25Igd9HpWV2ddJyQP2kS46RHBWVu1",
-	"88TtfH1moJKGuAAgbcy5NV4l6XmEOsSuVbKgg2ENs57Jxdz8fvCxh/6r4PLPhDGt/EE4ofKG4AspbbXF",
-	"LW2OH7mspyVBBe4tZNxmqcnZjVR30uNMkBbaTaXJBQdI0ZFL8x7tDsAmgLHmZHhHZS0XZi84C3/HHEGl",
-	"Qj1DJIIRykwUN0yPLRtHY61mzjiyUnbUYye+6mAicnQyoy9hTRXHiJvR5ioOrFDgBqUN8UicpYN4obPq",
-	"GCkMjPExCIHDZSw1Efg7sJAMPLD2F8v+eJwDefVYJenFwx5pUUF5MUvID6z7+0fcM6lo0e+maTxtSPE6",
-	"ebN75CNpDmKEwAWNY1uwprRDnjgww4yNICVshKsAKzzlpszyohixupOUXeARhQheaBl1SAsMuMts4cmD",
-	"HDRJCvzWZXP0GDr6dwxzu3R+cvb29PXxBUsNOwj4eE09+n56efJrJyQEg9RRIwyoPkQkwgCNVFxXvngo",
-	"TOG5S0JaIZogk7CEHjQsnH+rRisQ/MAk4DoskK9v7EeWj6L3P2JDyFvp4c2QfUdkicqJgdUvvSt+zxCg",
-	"y8XlJZ/ZZzakyHqtOZC8Y1kMAhxE4SlW1e6AR97SsV27LBMhE55GRHsZTt64imaDseTji4vTn96dvInY",
-	"Dx9O3745ffeTpVRChSlzENBDDqgojj9VU2l8RoidvE+6HkDVEGQ2UJk3BAohIMHeqbzMs6QpraQ4BETc",
-	"Cu/3JXfbB1qmeT4vYywkzew5QxA3y2rg8BkDxcCmlMB2OV98+rTrDqeJypdxcLQgFkv8mVeH7Jf0h13H",
-	"kYlkR/aiUZm/XysmA9RPzl5++oTsI9dcGqjywFJpyCkFngInltjZUYXN0osgATtoIo+6soTaoZJwqI6Q",
-	"pR8W/ZmJfKrqPoXOTyeXwYhsdc1DQaoqlNLSmSh0A7TLtVFZkdOeKw3/Gvbh/O3mzFI7Zkjr+FlwnV8L",
-	"np+LebYIoSeEgpwe7pEAq3KtMnswpGB3XOZl0lDV5m5RUbLWdwtT2fQOVEnTXF+2eoJ49WWwtg7D3FEV",
-	"5KmsGvcvtByOafmS2wbrQyV9zZXay8SUaJ7KYKD/slpqk1pNvcgh9pKoOzmghAipIL3MLgvD1N2uydP4",
-	"ppa1U624WZmQr4TazrpIeM4DsRrkONxAYWouJMUW2IfLH/f+7LnDuw9vVzxwh39++adXwdwJLfismju6",
-	"jMLRInUUhohw0h/XLILZFqTD3/S4VWdLL0CPCc38XYND5c27i72MX4tsL0tvBGEZggR99V3FtWJFLjlO",
-	"9j5GaH9gfC9hQoKmQ6pIJnKyxJN0gppIZf9efbfsuNrksXl1sMkfXXc0N0GEuUhLgn78RAFsn1Uoa+FS",
-	"dxmcpDzNMp932b0Us7nSPLNKHj6Sze0zU2F2B2xkbtL5iKV5xG6ENeCkYN3RdTEeC32lpBhhFCXLym95",
-	"lo12sdLAquWuuwOldLpEf5/02XWZmyBPR+i2oFvl4o4vWHfEs0zd4cDV5D87t07UKWdT/sGzrMzNhJE7",
-	"UccPE8wVBBf9tnzASdpVEkRF1xqT9kmjCApAZTWUDZtlNeBJeisIGQ/09GU/2ma4rSbXYqPtgV5Mb86i",
-	"LTWibOnlkvmR1dNen7wNg8NcVdBhrtbBw5RnulXYA76pKjM0UmX/3Re+htzdH3Wg98DHVrh3IcZSjdc0",
-	"kgQ2UwjkwHiHJ7teEPMhxyeYTZ40rLpPqmjC7ByCTs0zl0wY8GTZnyi1xp52XaLcVw8K5nZ3ok611uj8",
-	"5OL9h/PXJxdL30MNUidywJWdqES17ESdH49P38IHyqLuRB0P+t2JOh/eXbz++eTNh7fHP7y1g/z2/vyX",
-	"k/MrfxdCGtoxfzk9O2uANq50mFgSOOvhjWY8nqZS7GnBE/iignREsfwrLHiTKr8aq0ImESCaZmkcNi4T",
-	"kfM0C6OdWAOhvfCreAQDelAK9QixaMRoKJq08zTPxBr7YHWtPpyfMi3GwtqAwtnWlFJjV32ZDpt8tvZX",
-	"93w/R0KgCp6o4jpLzRS85feLG4WaTmDzIZ89xNKEdQFaVnzK2TUqW95cDkTsm6X2/xoOP/X7H/8ZWFmZ",
-	"eoNeL0ggbYqjBNOdMDefz+dCioRoEpPBKenoyPnUDTPFtb31WlgpuqJstApUYqRkO9YFU/STsIfIqrKj",
-	"WuxldOQdKS9evrL2doBlBVI511CESIAmHqeanbD2g8DIgJkrtI9dlNG7SnU/RFLuuGFzN7uIwjBYpmq3",
-	"3rBUxlmRiIR1JUFIWPYrlabYS+twbj14FOIMYQCnpqTflhu/Wi8fzJiiiI+pLA0FfCIn2bYBzwnZihhg",
-	"c9OmidT2cWMJ+1lhpmVA7z6c5d7aVptIfRlWbUURqIZujvBvn6AXjnPCOKFlPee58G3GHn4yMzfUNuWu",
-	"oVD/gYnYwczqOgfToNB+cDcZWhnXRm0OqmXlnTe2i/FLF8ZUeKQOUlFH81xcwTTb01e5rZvOZ3X0tW95",
-	"v0PnCWKJ5yBesWXUc6FTlZDhjsWQfSwqvC7iG5HvGBbzOY/TfIG9O8SYGk6t0ti8CdgBHzJgG8jqy7oF",
-	"+GDEts5xQmX2QcVqyAqgghBYjjO7C+Tjr+c++7BpSvVByWNWz55eniDwG4QCBxWcS4zH0RZU4nFlioyv",
-	"t9zBBGW89GEpMs3L0D37gCDt9pI9pNf9z3acL7th/iDTvG69HzRsjw84445srMpta12eUxkEdgm83/Hh",
-	"SQIVqKv4m9Yk/HD+1q2T96Ien52S4jnN8/lgf//gxZ96/V6/dzD4vt8/WEneDAk+cKo9MFDRlHwXcBgY",
-	"VehYbOZp/kIrGDO1tL2HUVNtpPeuU4sfD1DitvrF4TZYB7Ql4S2fK50D1NWWGz11AQS4L8vejzuD3zeA",
-	"ZC7FHL58jBrQM6B+zT8hIuRo7EqRAJI0+hKhJgRr4+G8g1+uDpaGwxHkmR+ScM8GTEMDQ5GQQxC4uB10",
-	"B/MojAMLMHegahPSjAY4sB2M2fRKQLL28q6OIvew/Hx69Ib9bYIww3e558xp0ICFEA6CEXR1uQ9KZgvs",
-	"sqTFPFsMqqhlzxsqc+sQXsbKkd9Cnr52eoAaj4F+rheUGyF0hI0wXG89KvCwfD1Q7zAvrmaAhRqoHzn7",
-	"YMkSfo6VBoHQ7/fZXzCtSGmsDNmqlW/UmYmZ0our60Uesll/hV/tY+GCrcf/El5ja8TdT+xYreRqE7aZ",
-	"YlrsWYsYoieVVpuJupPU/RkUh+W02hIabTk3Z3O1RfBVKQ3aA68kMwAKBeBYDSii1GoaSSXojjzHZMh2",
-	"rPe8kBfFbMbBmg/XmW+BJBo7QLoVcGcC71mDQuSBRoBfV7OETISti8Q8okwvSEXClIV2lfkVuKcQRu5z",
-	"VZxR6yoRzKekH63USiUbKx2LgQsZA6G5qhcoE+fUP6dNIwT79Mjv5iof+4hUsyQNgiDHscLUbxUCLCXf",
-	"EsBnsC6lx1GNIgTeRuBuCtVt4VXr+kNA2pJLMKXrXXTuCCsgvYnhSxvLxDC8o0zKoULIpbrPcJn9ttic",
-	"lI684dw1sIDaPpi1YjnsL3TbUknIjRy013Z4Hks08SBBWcg3IhNh7MPE/iIa3OVYCVBCrhlGl0e+/xu1",
-	"BMtx9w3UyAmZgEbwcL+fm13Da3lvcLBaGdvnG6bVHc434Tl3Bwh99HvgQPEVGlx616UVPOsQ5hpbaLdO",
-	"n7mXz5qSSbZy2K7B4W892bVw4g0IIojBnWylBy5vJdigFKWECGbkmyuUQccW0OGNiOEUnIKF3eg+Pi/k",
-	"U7vpii1kfk2BuGe98Hkhz3xzzQ2wiYxXMuKtgTfe6oSE6SSAeeKhABsmfJFOZPt2aE2y3vWYLWaCnDZS",
-	"oU9L5EIbrKKHtNEZX7BrUSnLG33+MgrG3ys7EohI+3zaMMxBWQK1Anp159grdDOb8tolj9YqLBHzfBqG",
-	"h0qEmHueL4XJzYA5lEr7VakUaFVMUMyDE8mRDFUXCWkt9H9hB2Uu7kETbN3a/iHbdibGGq2muLCP4BH/",
-	"D5VbeYnX0KCmOTThz9eGw0wHEVzQkFJ2tamTLBhONUw+YJhL9MOGlhSTYWfAXoCbFrGh7O4dAPzRYwBT",
-	"rREQLqWswQ50CWdgzC2tdhhz12WyBZHIq2PuGEx2c2uVGrd97aimUpe2+hBHIK3nvX20afsyxf9A5N1Q",
-	"tWJABpI30nXx3CZwdVHZ1KXc9QIdK+XnK55luz4LIgQLQVhxJUfxSX+5YpZbd2upewFtagV94lFYosOL",
-	"WAvXsAZFYbXUDvAvrtqBZYBXw6PsQqM7RMS4E1owj24mCR87j6d7xZzhmG277jS2Q7cqjdWiAVmiwT4Q",
-	"n3L2cimz1LCuRKyZNBPYHzrZDXsF15+9JU/BV0JdWDVJtYitLGnOg6hwn4znBF1qIobAn4T5uCz/Wml8",
-	"7tAlYMMGHLw36XwukqvKWrWlK7Lyaom9i5ZEVMWd+Cpcrw2ihKeEkpRW2Ibf+BX6r2970zle3YGoZIf3",
-	"46/Ha0DNCfSlTFPS4BDCVkA+jEKdB8mF5ZU4PhMJG2ECr6NYTOLdwy8/XL5G6ckNWywWi9ksSfLpdDYz",
-	"5u8u27eQmTAmQDnMLgQEy7yOCP5F7C4cgO8vhbpnOA9iGMuOuKXh1y35E9t4birtDT0va9u+5fr3S8hN",
-	"HcbKe6AiuKyc3T+ppjbSOuj3i7mIsaDmHhGKNcEJyGnIfUUr1U0vVaqutQWamtXtGDh/A3awt1plUkmR",
-	"j0pWXakw8XUlrZYRXjK4bG2g8lc9a64NQ1lPfFQr3Ac/YVmMT7WtNPUShCAMgRnYianIsrIwlOvJbeT6",
-	"ZCQsSbWAcnxXMcXphioyAPV6292ue59z6LlGwSuze6vkpIpLDrxSjSl/H+9u6DBy0J9BjbP0Df7m3BCF",
-	"sV9O3749eeNrvmFRfeJ82Njn8VS0arfjoiGVjp8blxx/jpiP0u1fp3LfTNleQ5fyeouBtYwtF/NqRwK8",
-	"m8BtQ7DlWNUIqSWscuUR1BVBm62pypJtULMdkm6wLep9W5/GyjOvzU1hzqBAkYPExkPj2wEz6PYIGINs",
-	"wuVkF46a0DNoKu2aTZBLGxDrCcYHCNKk11kqwz3FwNtj77gKKRdvjn9iM5UISAU4KuMAEBJEgxd7mmHI",
-	"NQAav/F4uVOxLhxnHzdgU9e/xzcgoO4aTpWZKMizZ9eLsoQ/dOq+65tKXx8calxxAwap+cFQu2OlrwQB",
-	"oqwt+yDclPt0tx03AHWX0BaFNK6dKYGkVsLoac6IGuwy+hoe1rU8iGCGCJBjt8dGPLvjCzOy4/DcDuOr",
-	"FXrsvSXbu9SIBugmoKCVsjHn22/41fV8wh9uxILQtiCTs5A9nJpDvYExros0S3BY9pe/sCFVIw07PYZd",
-	"+pYxSbDIKIwbIcPNZ9FcRJZfQmCUTX0xbkrQIrFwnXxDVXbYRGuc2k+N0B7tzcRczE/tpIP9GHx730b4",
-	"8qVzV2nLQujo4IJe0/u34QC+NLW+Wgd9E1zvsjOEq+cDsPWVViXQ+6GNvnHERsRSRnTsR252I0j5qXIB",
-	"r0ooKY7YiM/nWt3ybFRlGJLh18JFEexhP6rCHftaCIetUv0RsmLLUApG69E6HeGhGyHNwaVlfSBW8ANU",
-	"ELDk3cjrqEjpY5Vl6s6U0C474RWGvhYCmnk54J3agvcb0yC9yQlNlafKCKdeWcsuN1Zc7f1daMUgZcA+",
-	"ImHdPmXDNnj6q9OZa2EVIi8ZXN5tv+WcMmUIzMQls6AYpXFFwlwuQ1Gd2dq5mYXJxcxDFK3poGG32lo8",
-	"zMMZdSkBeaL5jMVceoU+8jgNVot1P11bzpSIyKfZIfi8LiSolwAesuvetbLEqSSgA0e91qiYWL4d2OvK",
-	"hhx5zdPjY1lOeVHpu2f1gF/5pwtYhB/pvU4+UVcr9oZgWKrF43rHsO53a1a0BvnUkvSQg9P5LjPgVUYA",
-	"12XPLXwDb76BJoW3cS2YZYA1HLqAO7Q+hQ8y/VshXKJp1ex5xxvUBiWDB6tjv1zlZPbbEZIKXbqL6pwP",
-	"8rjd8LgyJUejzfU/i4TMV3sm7qYqE5RI+0txLf5DZHzHgJNIjcewRuDyKh9VJt3GSo7TSaFFwrBs2oo6",
-	"elr4pZvatL+rJpIgntJqb3YCsquDn63rz17xobJf0x/I8JIJ6NJOhd7S6qsgW7ZK4qv5jT+uRptrAfQd",
-	"416+CuDkS8B79abxAX8fINphO85uxebeMR6zNzVsBPbbCCAZ4BOJSOLTo2UjDiTgyFrgI29PH7GRVUJH",
-	"zJRkSPlfqaTfjgAjChlU+Qz/BTwlUbHjvyqZcRl5HEoqNSBrYsqtLAWBK5Wyz0VvpVRe5bAb6xCeyuT7",
-	"NGcSvpGqtPPZBRkQQAwkwJ3xwm+E7+UfgO1NlU7zpVZpEOzhcZ7erjZMm2uVFOCjZV1oa1xKmt2IVe5c",
-	"Ot5KU6Z810m860zstqndqj//3Fe7VI8UJjTkVJsyXi0A8j4b1GrOTt4B3hgmOHrU9bEWoseoxAVRKezX",
-	"DolCAh+BjFxZFsbCsLgUuIvtk96qVVK1/Ps/B9uNY1f/teU5pZJQFxvi05yDvSxzVanWaWqSdL/yEpSG",
-	"qZw0O5HK5rS4bjOObbjshK4FbVbV4EWDzbAafEIrg1dpNuzYb0pNdk1b21iL/Gpb43cJND5o6ADMjpC3",
-	"pD0SQ6SEEaIbLaBZoGu7ZqZWqR12/vmfAYwfTjX5zaBhPt5EvId1KwVoKdYw4CIu/BBHJcijr3nybjy3",
-	"yADe6frKrOJTbXILOnegHw+q9BCrVxuvBDrp7erE13sMq8qaowTvGyyNAd/DakXXCcfY2sm6WrSthazz",
-	"pk+ZQbpjAh2h0bVIAKalWVSLUOlC1oJT9hG1LyA7ncJSR64VdWlrYlgGgrF1fD/HolpX5C37LO/fRZVY",
-	"Evy37KMaMR5rZQwFjS2/3QgMib1An66oE2UXIp46GPRhJ7nem6UTK50wDNKu5ym87xoTyq8Hdj0F0mjf",
-	"7bSxhyY+tmlD0VuyZVml2QJFaRsE1zSvYLdugcVKgNVJEYP3dzWE1SZ4tYz4bJ8U2XcNLd0lNcFrhils",
-	"V7yCN4T0cbJ3rgAVOIwJsKlxd6VjN6ndVDtEqkrrHt6Bn6iV1vIBcz5fBxKMYMiENgoP9Q7BBqzaBg/N",
-	"Nr6T1r6MgBms8ivUOdqH31dzFgPatZvfuv3Uoux4ErSASge1R1FF2T3wWNtQ7x/DYcz1AlBaANQpIuAr",
-	"57BtoA3ftNuyHt/JBgDAg7GUe/StrG1DuRwroaEldxK05SzJCDINtOBZtoAGSl0tjCARV4kuQmMRYUqR",
-	"gbVOUjGchxu/qYUteNGuggAzy9n21LsdV2T5/AZIIEzqjXQdldyliSFduM2or+WpTo0zma0icORrQq65",
-	"scoA1Gmii5UaWlagn11Z4Id3F2cnr09/PEWMMjSbOlHHCebNaGgY3g0Ani0Dojmpb59zfnLy69llAwga",
-	"2GePA71ynw45DbhDzfkkldY47R0zWtyqmy3fpn1rm6iTu0UMxMPBGDpy/j9YV1AuodQNTIleuzKUasuc",
-	"ykJsLDyBHQ6nJaGN31rUIq1syiOiQYNTKVOiH4Hcqv191nTw2SrZfkNnms0R26duDVPJRNy077jYT5yQ",
-	"5oDc2hMR0cBGMnIDr3m3bVsV1tfgfknBoU3/AOmYD2uciB3dRZaAMzuecjkRR8wIhKOmlmtxJrg2lVaK",
-	"3jbAQMUdXzCtCpm0abHYtt/hVu0H2zcJ3HTlN5OzXc1QfrJ+dis0helKAQOpBOR5nMKt+2GjH1lLk9pG",
-	"GEjmKDujA026qjiHnB5WfqumRBPTbVuAFgTnh5Cu0i64NVa6jLPGGLxSVKSOmurAK75pwv7zf/8f0Id7",
-	"DIBOHND1rAqTv/KmpSPcZ1lRyMz1+WbVSBnwVwhfgIMO1XNr9qPLncqYvTVe+hwJ3ckwPuGpJJ8Ah2mk",
-	"SdDvONZCXN3PHw23esyjgDUbVuQeA8jJLpA3drbCArQ3emiae3VuXNURMh4Luz1XsIOBcGWFELzrPaVa",
-	"su4SQey2Lyd7IErVmhYM9fnzLL0VgxLRx+UOVwLY1vbVPBY9VkhqkgL3mDSzeoMnY7gI05AXIi8hqBPB",
-	"E0pJqUX97ZOlMMaOYMoArZICv8GqoNpd4Ojc7cGQg/oTjqAxD515DJ/xZI/mr0UuJAbeDqZ2Lj625g4m",
-	"d8gEdAB77NifeECOEZUu89RjCB9YNflgNTtRp7pQEAbkyao5FnU+7dkb9265hhwdOwLKAbBLj2mwylcf",
-	"6uNWfnkDj2g2Tk4d8pV9Cb1ilAw8rhH1GL22aoXv2+sgj7BHl+VLnmBMxAjBCnhWpiYMMvwSg3mfMdd6",
-	"S5vHyTxHz56vlL4CL8YqMmWpaGaVHXxslLthrZmwx1rruiTDN6m6btim6Vg94VePSe4Cyxe5mP+wgET8",
-	"kt5qX745/ilo81d1j+1U5m0AaSmM0mReoJsGEaVeHBz+6fDP3706/FMFZuoAAbEx8LIMg701FmIN0mfL",
-	"/iPtc9KX8tHHPNWWoV3dN5bCuhAuoRSPXPDZ7sBxY85cwgG75jKJyqZcLoIPYVCXaUkY1BQdKXtTIh4h",
-	"VFtBpwh3vXMwtAzOEHm2UXmBlNdl/JRgBnQJ9TWgtonO01omyw6WG9Qhi6Y8yrSCS7USKPSBWveTupNu",
-	"2PY5s2URUS3z4NXhuiShQAAGNx0D15P0Vpij5RYalKi0phskrRD2g7Ac2FKZFjwxzZ03Wr9pa9houz/t",
-	"a9Qsvwr47baKk2O2GqAsuGC587Y1xcWny2FxqvO/V1R8pR+SXYF1rOiSQtyPBUlfAxe/j9drOwp4OFJ4",
-	"TUa0wz51N9Tft+IUI9C0Db6x5S14YieZYz/baQ41GmmjQ+Aj1r1vBeGhfQ3nvTfpY6hlgxFxYYXWhX1T",
-	"An0QXAe7rUtI60H9sxvzucm5pD9xgyEVzkXBj9/8evru6vL9LyfvelQCOgN3Aw7vJwMVMl++gONqrNaA",
-	"usTs/OTiEuagxuw1Pj+qyhrLHv6qrpnS8VR4NZoQTocSIE577BxErLZmi5pjMtFqIkuPQdsWuHAo+RwS",
-	"1Oxw+9Qx5V/+aqy5cv7ja/b94cs/7boyBepKM4pVIka9oRzKExAZdm9xPqgOjI6LfKp0+nf4csB+gGXB",
-	"5vMxLKoTBmz0aY9We0+rTIyGEqu4gEVCTrCsDA85lAM2QpDLEeuCsNmN2AjxL9039mWHEj2bqHcMaBup",
-	"aVfkirciKqeIXKlE5Nrv2lEBXXM0lN0S8RMFHUYe4MGgUY8IO7jMF415lg285yQaygomMRotEWSF7fbY",
-	"O0Xh3kJC+2h7AUSR7NcY6qInstQM5WH/ANIi4QsXWvbrddj/rvyVqCBX5LR1mhbIdzvSIRWKEJppVWHD",
-	"Orayn5esbdYUYD1GbMb1jRnKir2uVZGLSnviSotHl7dWljs4B9iML2DFekPpe/AABi6cw+Oz08pZH3T6",
-	"vYNeH/S6uZB8nnYGne96/d532M1rCid9//ZgH7Ya/pqIgGgfgUX3FyCqK/Qso6U+AvOafI2AKgyN3rSw",
-	"+nmaCc0m/FawYs6UHEo046F71NWvx//z6vjy8uTXs8sL5wgsO38MKsIdqxP5ArvXDSUkEMkESLwkeqXR",
-	"H2i3GKc7csiyOCfKQyQoYFw+f15OE6vApCY/xoUg4QXAYZBGl9pl+Fsh9MJZwANv5qJ8qGLNUupE2cyE",
-	"ECiWly/YpawJmIWkXomBL25TVRgv4UJTJEFZnWPNbugHnx8ayXXEKAfyVu/LfsVsfEm42qW9uCyePoLf",
-	"DLr4AsW96PfJossJVqvKaP9KuSflc9cmHtntA8UBZMmybWeXCo4u7DKk5x/i00OD+lmWeKSAO0t4cB2k",
-	"lVr2qlVEDSLsAgsFXxkCjWQLRgghDmMTZAVt6pxPUsld87acT8DPRMfyY9SpM//OwKEX2xnBASbfOkCw",
-	"V85xncJ/ErlLzXrKTcBHUOeZL1Fza1vagcP77gB2wpSl/x1LB3KF+CSy8qDKolbyTZbZtFXl/AKtrPmd",
-	"dx0tcYfQ3MtL3IKcvkF44JX92rfiDZS/ew8bdebKBDg3NndFRSdXhK4PyLUReg9FAkC3joC7TnF7+/4n",
-	"4NE//N+XJxe7g9KBTD7HKeJVmRzGTjRgxVNbfivqhGaGLwwUnUIaqAcxr5PkMbgh6VXe2nVA9VWY/Afq",
-	"mf0oRFk2uv1S15BzXYgvK6fhcHUpL2D97sE0HkTixxXqNtN07tFLEN7Wx8VcnA/98dTT4nHJPki6umxt",
-	"/QjEW6cNbH9Q5ViPTxc0uusR0YY2+k/z8HN6SohnnnvopxEoRiIZEUx3LqzEqRU+QP9dNa92eXgGqrXX",
-	"f/8YVO4DFWzMrTV2DTAwq6T+JMTt9P79z/Tpyz6agmb/M374su/RWYIy1mofAM1yInNqYtdClwwoag9X",
-	"zMAL+I1oZn5JFpvVMyGpJPVh+hm0Q/BJw6mou9lr9SpVJD9SzKzM0sIIfbuiliEBrNPKttUQzgjK027y",
-	"hkvfINan1yRaU+z+5xux+FJixK+SLqDKi3KnOm3E4sltGufPLxfhsQSTk+sFJv8CfqWHpjNQb0LQUpSR",
-	"0W4bqUfIc2xjtBqBQpqFyiH7UlPxiV38fLz34uWrssUzldBxSot3/RaAQVjLvuQPmKtYl2lVblFtfNvf",
-	"+57vjT9+fnUYauO9HcnVA3RN5kg1OPeU3Kd8zFuRILcLGiYZ/NoLcBKTqZx+ppZ4y6jMS83pSv6CLgyM",
-	"IKGWpnRZsxmV6BYosIyPcGBhob3Sfks4zz12DI+TqmFAlhqqk6tSu0OM/6PwLGz20OiSunRFHNQUglOI",
-	"DvqFacFnEXD7LKvuCT1lx9XipZKliTOH0L1JTcqG8i03+R40pNg7fcO6U1glqKyHnAWHPz7adfKCjQbs",
-	"Roj5HuSXjKB6nbpR6AU7eMlMj32QUC1LMx26hkgpOrhmqYG3UHeufBAAky3x2MHs9qILjUMEXsPkrRkA",
-	"PssBBMxAHeQszlLAxJryfCipKZPgQbfXbzyPsTd3QFfZsLF2keDW0zc/OzLa5qZ/B12mheKRi085ksQe",
-	"rln7s+/7ijQc+WqHEIJWha92DDYYsaeJuUFCnIEo0CousNUkgFbpzhLpSp8SA1mbWPEMCTke9Wz19D7L",
-	"GW1yJZRrBUXY1NIPaN+SKnk6F8t9tkkOD8pYbqWTNGWBvT55O5TQGcgtHA2wY6gDNyBOUPpFXmlWXuJK",
-	"gF9+t8eOJRulyajSAgAz/uxhq15qdT7qhIcZVikhrgDPxVgTHJId97YVB7N9QLAzfOB8VbvfP5ERG2qw",
-	"38qUffHYU3Ad3dedtXJB76UzvnhxX52R5ujbAh15WjSe285hO/MYSISILGI8V7M0hqo8L6zdO5SHlETW",
-	"Oo1yawG4/xn+XevTXVr7J9Sj2u1ybXfv7/la7uLh6YYkLrDq5b0C6BzkRC235hn1n+jzmjORJhGzqvue",
-	"MDF3jTdX9XlR4SNhjX65NmSWSl8f8TCl3kHkNzo+zhFMvYXDw7WoaEl3iEa9uoDvZbbAnDJEH4FKfAIO",
-	"oTwzqzoMWKbuhN6LubE6vrV4TIS4y6htJ9xMhYGSbgdVAV7zpsCa/efKPafTZE/tIe7zx88H0avvgibV",
-	"M0b7XvzDRftc+661ziT0gz/Mk2SfEuj50CaE902YXU0O9teQ6XFeyNUzu9KEnXAJl3s/gg0GuB4E8VNR",
-	"81wTqRJN2I41dX1XidZOy7aRe7+As6I9+X58Gn3Kr8tWytSjEnaQqDNLNAu/rlhdBExuaRGB4F/0D556",
-	"RrhQ93X+ff9cih9Os2xbwSVLJfTMKjOU5yJudW7vocnZsfavXf/3r2fBnXCoC8GWpiM7qxFat57ezSkA",
-	"m8RTEUNWlfTp19yUVw0lXIC52dcqWQxgRXOoweM5gpq6xrFWeUYYDwAeSiUbUXPTUTSUno9QQl35EHan",
-	"iixBIEHfGr572Hdd6qAul8p+lDBDQFsFbdBXI814xA5fvKAboNUeOlO4dLhkhYzYYf97ugSyryXg4kWM",
-	"Z0ZBL/ESXaTaDhb2E7HLnEWZGoC+zAU0lRvKNO8xyvuDpDK4PTXu/EbgnkoxUSHXXBr07Q4Y9zAWQ+mq",
-	"0/Amg/DxZb98w172+z12jJ0N4fWo8Ml17u9KlQ/lv128fxcxqWjfI9a3JvUMS+G4ZAdRv9/37fjZuw9v",
-	"yzYWjMvF3VRosQtpdZzZXaAN67ERPAYoCTK0GEdoFq9IDTDF7ez9xaWv67Q67VCSyQ0DhEznki47T8zo",
-	"zdfj9LUWxQEeC91v4Wffkjhy0BW0Jju+G/HD9BzikwX0cUeKAN2aaNQhhnZ/tlMW9rHXRXbjTK/dJ+Wf",
-	"n3Uhl6JXK8VzKwfJY+CSQ73sZowv1q21S7cndrVfOiDImP/8f/8/5+lFSBlqAR4hvplvY2uioQQMQ0DQ",
-	"JgdfPQqJHd+0ygUzOV/0gAFJlV+5RhARZeSCl0pRMq1HuQOexSuv4t1o2JgSBJwdwZXTTCk3FZpsHsHT",
-	"ILHsitIUKWfEocI737NdDyjCSQ27FlBj7pIZKQvXReRdD3OsFg0dZIwsoqL5lGfJ98Vu8kxUel73njnH",
-	"AdcAxAmkXcE+1gqfPNHoBQQBgFDUndzqXEXheAnIfoodxlwDIQLgPsI2IWhF5QszYl2YHES48qEskbV2",
-	"HMahy3N0CJ6Y7lg6UV/0nQMYri+lfarL44IQPPiUKnwXWVjg5Cm/HspUkiYBHO8I52yuKjbziA6LEXkE",
-	"ZiDBCWAn259OLoey1+vt0wHe/4wfvvwr3v0XK0w9RDdnB33LB/fKfkgkd4eSGzbmJreqEfRHdNdXLg6d",
-	"hZ9E/vQHYc0BeLhfzq8OeE88H4R9hVdHCqpgJGqqxCHlia4z35qhvPnK80JiLe3He8kvTLR/Fitgm3dp",
-	"8g9AhrMj1ifIvYPhS8XrKeMT1HaxKR8ZBF81rmVp985qs9eilHvPLTJggdBsPSoDbISrX1bQWBvOLGQ8",
-	"1UqqAs+dFhmUnj69TrbCSJvLSODQg6WA+BGeIRAX8ZIlIChAmRvK1pKC1QUFQE+TD8vaZlS7RL0VdkwA",
-	"QdJQ+5WITVOTK71gN2Ke7/aGMiBzXPhw5P6mF4OUJPumkYftLqsT3VDNMhj+bRCRO6VcdX2bUAucQI4I",
-	"uSXBJIRO+BMB1TgImYkQ8wz64oyHUnNppwjegIp1Z+03hLpyb6XZCO4cNYg2Omcb/IkO+rO2hkFfN+uW",
-	"P5D6kkorxJmV4SUV7j6uU3xputhrhPYRIIut1d3wxD9IRuYGjhijJ/vZs91pk12/J+IRXol0SkXJGdzp",
-	"/KN447cQzJsvxU18mEqyxL6/TR1ly6VYq9F4HvXfSs1XU2rAixkTwtGyc8Z8Ba1ln8qa/2EIv6EJctly",
-	"h6yzSsfNHvttqpBKptQapkY7ZqruJBi+NZ2t7KnXY8euQvqaqjaq3XogRzWVk6GENFXY8zg1JcyVAe/U",
-	"SKr8ii69Git9VY4fUDqOcd+e9lDTBL6Jc+3XrHK0j5Yg2ODZhEb/zMebGimu7D0oopCkfLRCd1/huGOP",
-	"x3/0046hOFCMEMefjfDFRTL6Q572c5j9fx/2b+Ow425sPuubafErcACwJ/Y/23++VKpa6VNZlb2hlN4X",
-	"LT9tkSg8BlCJ16fCLxuz4TIXNTEP9QMjj0mwOjOxH4XWLhbk2+WbaQqV4bW6ZNal2vNd6tabZepOJBg+",
-	"+q9irkVNTpEd4xrHowMrQvC0fkNCKPVSXpMP6jwM/RBU4+dmeAbqEkrPP2h4Pq/VZ2+YwkHbKZBXruLP",
-	"C/T3cU69Ra0vm+v9nHPt07udK273yHfWrDrVqH1kyJtT6UZ0/0W9wDofQE3A8v1gKUgFTdd3egFIJpex",
-	"zkZ44tARh0duBGkB8bSQN6yb8JwPqE/1pzzCygyec6gcgwvth12C0R1Bv1nlOtC4Z2J80sciUcLfwYxl",
-	"3rROeIjDbi+C8FyGGr+vx2JDadh76QpV5pjic0Wrq9VdreZrwEZpMhgRJNQd5WCP4OrBCH1Oi7mI2AiW",
-	"dYQeaFcK5OJ+sLJqzP7t4v27HrvEsVyl1lIVGdZzcqg3Wy0lw6whLN0yPlUJGkyLnKX5LovVTDh/N+yg",
-	"FHd2EobQJxdUKHbUWI42lNV6tPdu6wlk0WUgLAWiMSEE1sNdgAvsiCKCkjSTDyWtHhO+MS2Q3+jzEFO+",
-	"h50BG3Z8D0Dsc44gZ8POl1HkzVIqjYszZYRprFtzm9FCAn9DJWQPlrtY6FiWPq6yksjhvQB1VEnGkgN8",
-	"G1VA8e1WwLH/OkVnjypkH6so8X7MiQTPNxzjDVRQYGYsABj7E+4SD+GEsi62tYoQvs1+8ICs0VAuNa+t",
-	"dcLadbLYRExkRpRGH33PrzMxOhrK1TSkCmfC1MKlPCTI3RzKUS2daYRMuAJHL/awmbVVY66sijBaEm5D",
-	"mag7V4wL0QbWJeE1IDZYmjVJChmfzpG26zgWItOBR+OaxzeWY1LnsB5koYKRXZ0DFplI1Zgpco7r83QB",
-	"ePeA5zF016WlkLb2rRi5D8o2p1UFABvANfT4xxy2+qjSjrCaY+ggrivClzSyHeND0FwLCEM/g8GMBfF/",
-	"GEYGbIVjiYRPpaxoty4V0ou5lcNWzMQTnrVCXqQT+WxupfWnrZiJb9WjBHOjnBfIwcfpYrUBgdFS73+H",
-	"6VpBEsfcF0y0xePGsI8Uu14wJV3PGjfQMxwjetIf5hwh1hiazCkQIqZ3+nb7nkpyxTiA8DBrcZSl9EOJ",
-	"6DQjenWRDFiuCzFiPIfziEmfqFig3Wh67AIvtgKeD6W/Fc6tAyimbGhMmd5w2IeyPO0B4UqP+y9x4N2p",
-	"+SZPPG2EO/LUtKvSyz0qW/kDEWKHs6gWwEwNOzv+cHHyBknAVeQsgyA+5hF3a7e+IvrCX7WtGfUaE5fa",
-	"2C6QcPSkyULuNTbX2/pleZSiWz+aZd9Q3L05yafcmG+77tat6ZPWNi03wGxV33Tw6HTz+MWj36z6fwHK",
-	"P5UUgUGN7SKsnOQs1kpS+Yxr0cm6l2I2V5pnO4Z5frHbnqQfwrz2P7uPLaABaxS7CRjwzb3LbIJlM54V",
-	"+OwBU4ESwkqqrVcsagzuNb9q/1kOR9WF8fCKDTdSWbbhoRLzdCagPVwsXFWcFayQeCy0+SYZ6+Yr3dKW",
-	"uq4rv67vdL1L8BNx4nAr4meuNG1LbIApCer2M3HmB5T1wzQrrAHgwkSWQNaBMsKl3N8IcN6JVLNbaC/c",
-	"Y5eW7MtmoILeGfiID6bcCS2enQ3vX/P4Zpxm2TdiMa4epaBO8wPN+onPknvMV4I5c2+3PmkHeGotoepb",
-	"P0qotHjB6sLp5bnCV0ol+x0kbmQN649lP1isktyNmCmgrZQrUqKG4WwOrcCh3046EwSISnAmToRjEMKj",
-	"9MmvcPTAVfTHOndndsr/SNrKRa7I8ncWPGp8SIEYJCKXnj1hUuUs5sVkmrNi/vwUQ9gHfyyaucRJPzGr",
-	"XnrKM7nB2nPoZneYa8FqpurOGhnerYhszHOs9JtvrHBBkSjAYlF3rOteEer1AYrFiFjJZBPrfv6TVcg/",
-	"IDf+gJP+x+LH3p8BEPoYyvS1rSVB2TP1pGRCvHa9w/XSXfSH9rfSW2x2t7o1eRRvqxtsC2frtwGsusHT",
-	"Sqv5pI5WesZX8rO6N/yv5mYtIf1KP+tYaczBW8IPxstuBMGkzTm1lxQOY7yCa4U3uPOw+3Qoz+4R+5/p",
-	"Uws3bJWcn9sLS7M8og4ElIKICS8u6uagdtJ8y3Vrdsc2vnL/OY7QZYlI/9CFfC8rQ32D+NShAoMa9wwn",
-	"+K9bWFSZtsqnrDXnbhT1v/mr/tCyPtj4fL3QpysfSeq70TA/HT7mjJoIQ1sLHk8jpxPstlAKao3PvxG9",
-	"oL6W1HQdnXTpbFZAFqrH0RR/K3jmDKH6guwY1jWAE1oZMXLNKaASai7iXV/i+KLfd3A23A9yxLhzsg8l",
-	"YedRvjYvi1X8HlThPl/0D+w0vbQjNLuhdAA2sZq5FFSPrlodLdyjwkwdGT5Zj4ryEV8pBLLawD/M6ksS",
-	"MAECeHRs5TbTOoakmOoMnrFvxjn1Zme8yhUqLfc9MXaP9UTtGLb8ShF7rWRSxLnSOwZNC0vTNNpue95x",
-	"Dw3LD7j/2X1soWPVTsMzKVng+bT7HEge6Dog1nGWTqZ5VMmMgTwoZ7lVQl1a3Zmj2ngpdus97B/eY8mb",
-	"lbPmtXr+sxs4qw+stVmVh+W2fJNCb/OVbjG3xw0KHaZ9Wpp2ypqTvJ1vQKOy2+sm33twQ0qhF2EqqXeN",
-	"+G+aqdLM/mf6tLbD0RLxfAuM5pE4jLUH/3FZS9igvK3s4pomRlhf/eLg8E+Hf/7u1eGfNmHlNZPkmKd6",
-	"z0y5FuuI7Eee6gu46AnJq3xIA13dCSvfQ30G6XV2DCvfhy5n3QMq5jQir8n2yqs/Ce1YC6sIGFi/pfkU",
-	"6gnnOlU6zRfsmsskYvOMxwL6YkL6Yyb4rTDu1cDxDMrLUGKut8v8ngtNrzqotHBWY/f+L1gOPfiwW3h+",
-	"l8YC0MuhbaspIc3d9QcUSL5W+RR7TBDwKOLQ9NgZeAeHsjAY+aP7XOwj1ZRBJ3gCwFnH7gpV5CZNBDvo",
-	"9Q6gpYIZysMXLzySJl4WxLa5WKbBx7fClsjv+WyvlnRv6fe5zZsLkVebdYbO1xYniiczyymbmZHmudgD",
-	"jNANvdRAcYHL/tDuLf8eLXp1WUsHl+ZxPFu1Xa2MvkWAy+6nAXH1NPyzFaHsf7Z/XMEfLYxXv+RfJURQ",
-	"rrOHdrwu4hsBYFBURsZzYNjWIrUsl52dvHtz+u4nEmIpVAIDTMpy0/b127HZVl2zNE9A8o0VmH6JHkN/",
-	"rI72bIQbVu1KMn1wuMArFsuuyqU9fILKPTf+12oKtI58zgWoUMlR9WBV3T65uhESMvrHaeYTfQQ6gsCw",
-	"eOzecOum+6Do84M7vikNUFo8XuJLZaR3N7I2l10yWkssLd5xnMoyKVxR0B6nQqIKm2zPlIjT42jrc1jw",
-	"kqcMdtonrHOL4Cx7QScHLteMJ8KHei2BHZ+dhvpjWoXciFiLOqwvLcMaFWpDToe9/2kzOuwTvlY+B7xd",
-	"83k6YiNYQN93AFc4QtBOTOxTMhZf6dxxaakBCQUZFc7PzpZal1HXdSWzxXZkUTtG+5/TZK1CdC5u1U2F",
-	"WDYpQ3j9g5UhHMaxFmg0XmKeHqAZKdXdEvZtqzMR6K1cl8Fpslb2jpWe8bwz6BQFXNnUEPpO6ZtNyXa/",
-	"0TVP7I9rToQDyxEnscyrjrOMaYpciaS8qu5Ws7PfoB8FmZCLieH0ngyfp/qQr8SK6A2Dqohb3a8XkZS+",
-	"Dw5Lpd3AGCrYOO132+2+cy9Zo/2N3OWN0Kt0sNne0ssL94DSzkzw21ROWDfRPJUi2S0XJPEPMke+jw4h",
-	"aREKnGVM1wJgBWugXRvXbaoyez78yq1Z021NDFzK0zedZVYE2+GRehvxH386uWT2rhLSN02+QFbgjMtF",
-	"uRAERjKoEREiTFBDRX9pilCHfy1MzibprZAsVxORT4VGsDESZnZREBSSQHsv5iLGrp0J9R12GJuoRPp+",
-	"qPiGvq8ntixSY5YmBkFO59jy2Y4jY7F7BAXkCSvkjVR3EtAkmx7AJbafdc/AfpBYXhWMtAh97Na4RR8f",
-	"t0g7drJN6KBpYtYKJWg8W5NOqcxfHXbW+/yhl84p3vri5Su4mP4sr+Za88VT99Ipt3udpPL0NFaFTJ67",
-	"uc5vUHRXoXUJfSByhXXgNXpPTIWA0jwqW8Dy5BvmDVPBdX4t+D3gFysjN8n8n/3oTyPu/fjnYq50Q6VU",
-	"/0kely3CAr5WvfoAKYW7tGMsM0xVksYggKQwgHWtdP6YRBWiDHyKeSS6aOqrDkCv+CjWvbPnDbper0gj",
-	"mg4GrXYt84aewWtvgSvoBgxzbRInWNQGrHUJlx3SgBDyKXEyB7pw+07SINawgTi16ztTJp9oYaodlsHB",
-	"a3+cCWP4RLiUyRJXakWUgu8XUbnYcbVrPEEdX5cT61ZekAQdQqdU5dmOGbDD/uERoL1Z2zP1Q83UrZ2R",
-	"/f37XTYROWLIud52KXa3p97a9k0ShRhjANyIgtg+yfTYBSGTwcvxmVsaLIhKDZtyPcuEMYNy/z0kORnE",
-	"7k0sjVDlc4qCe2U3yzWKlqHPCBySZwV1g6dvwU/OjpnngGzGF0yniWA8U1Y/9L/sRpU+H4BS7cnkCNr/",
-	"HSJQ8Exwic4FXGk788o2JIIjSPjMakVa7DllE9OIkezuRKUIfjeEumjXqqJuPI0ZZR8Cfdaf3ZVbPhpb",
-	"vK9js0ckYld7vd+3u/sDuTYSOeqVTmvYcRzbB9uXFGVQgisklq70ZX9UXm+nLOJCp/kC2Pm14Nre+/tH",
-	"y7ARGBsZfaGzzqAzzfP5YH//4MWfev1ev3cw+HP/z31g7jSlzz6WUUgDcQ762011Fd4fWpphxiY2GYFz",
-	"cZNmGX7pe127XjoAcGxXSMap5ZKEaAy/znqV3gowcOCJHwjR0jeBPQK+Zb+RCSsMeTrqLRpCA1FGFTlI",
-	"atm8CLznQqWV4cp0pNXxztvjXlVGLEtFV0c8q1dxlY3LfM4rsEtTg91aWkcqrwlMtxITXuP4r66l9/Wv",
-	"jvazuqskuECOQJWBGsZnlhW7WG9l1EpSwZePX/7/AAAA//8=",
+	"7L39chs3ti/6KijeqRI1u0VRju1MqJraR7GVRDuOrS3JO+fe0EeE2KDYoybAAdCSOS5X3b/OA5yHuA+2",
+	"n+QW1lpAd5NosqkPx5n9MRVTZDcaDSys7/VbnzpjNZsrKaQ1ncGnzpxrPhNWaPjraGwzJd/ymXB/ZbIz",
+	"6My5nXaSjoTvOhwu6CQdLf5eZFqknYHVhUg6ZjwVM+7u+pMWk86g83/tlw/ax1/NPoz8+XPSObJWzOb2",
+	"5HXDc7J07TMmSs+4dddJ+/J5J+nMMpnNillncJB07GIu8CdxLTQ87lWhjdLuzlSYsc7m8BaDzsVUMCk+",
+	"2ssxXMDUhNmpYHMtbjNVGDbn16LXSXCGfy+EXpRTxFs61WnN+Mc3Ql7baWfwrN8PMzFWZ/IaJvJazbgb",
+	"LPrSKf744MV9w409vhXSnrz+SfBUNLx4lvr3zbmxTLg74M9xnrmPWoxFdivSQ/jSWC34jGlhipkwjE+s",
+	"0CyzYXWm+KTwMm4SezCLvZPXzasUW6TK/P8d1nxl+rXB2URpmrNhdsotG3MplWVGWIbTMvgO+Ae7y6Rh",
+	"d1Mh2ZWyU8a1cJc27bNbnEtYnEugyjZU2I9S4Ztsltmw98uPgR+rw6diwovcdgYv+olbNBz6hSOsDeR+",
+	"qtXfxNg2kNmcfn0wnZ0V61iFLh6BlM/HU5EWuVjzHEOXPPxhvyp9I/SDeVJRwJWrdO3Gn+Tqbs3L3NEl",
+	"D32Zz+5+M1fSCGDsp1pd5WLmPo6VtEICcfD5PM/G3B2q/Tle8S9/Mwr4U7vH+XHhifUzeiTZ2Q+v2HfP",
+	"X3zLaPAeLAPdC/LmSmn7JjMwm7lWc6FthjPm7if4lFkxM5smAiOdibHSaedzWHyuNV+4vytMfpWbHF0Z",
+	"x++ULJmhZ/yrm1huy29+jh/CdeoKTpYTcJX5rL4bStHBp+Xxkw5HwXg5VgXuUX2qr0We3Qq9YFoVMjUM",
+	"LhMpM4pNuK7MOLCDcsgsXR3vXFhgn1wyuozdZHnuBlrhbqsjj3lhRPQ10iDnVn66yWRkIiNck9EA9gAW",
+	"1kknNy/4gXGZOhGlF3aayWtWyBTkzyEb0cTpVjd9d6eSwr+SexshHbv8rVRg6LfK5pVTVIUdKzyjS7NM",
+	"cf1FOkqY0mwkhUjNpVsS7SSEewOULL/wj6TjGHbHDdOCOz4VoakkMOTYamnBTQOpOEoUxor0ktv4zt5N",
+	"s1ywzLLMsCvhli3Mv7bDKbdiz2YzEZud4+Oxxxdzd5t/eJuxlk4PEEJSEUel/gOiI2wVktny2ajNYM0R",
+	"hEWCU5emmRuR56eV0zjhuRHJ0gEtV335+IFINswqNuy8N0KzsAtItMOOW9mKinPQj2uC8emeW24LE+EY",
+	"y2xhzWGsTxlmJdKEuT1RhWVdOGB4qITjIRcnvxy/vnz3/mIXaDrCDpxC7P4QqbvgDsTkZa6MjZLzFz49",
+	"j3BCSpZz/4OyLBpqGxYlzyAEIoKvlbgjYnEsfj7X6pbnG2/z1wG9jKfi8kZE1OsjBj+mzFgx3zHMXZR0",
+	"lBw7ZmJYJueFNaA3a2FUfutWaSCLPI9sDz7GBLpe/6RcqZtiPmA/nVywbmbZ+ftXr46PXx+/ZneZU9Ud",
+	"yVq92DFMFRZnIVOmuWRSMcvNzW7Cfjk5P4ebdSHNriO003en798cXRy/xq+5TJgpxmMhUndsZcrutLJI",
+	"BjD8bo+RTgCHASYHE3DnByZcFSk/nVx0ko57aifphEdFBUsq5u7IXeK+B8Vm5bpl9UXIdCtOm3SuhRSa",
+	"ewpbNf5ovceF1mDrFXLAONPC6oW3CuGt4f21MJZry+C/Bn50ClUC1OBW3W2DuIurH17er0xRkhq8+oOy",
+	"l1dionSEh/zq2AMHZpayO55Z1k0LfNEEp78LXK29fCNCapYQMfVmiYhLMqV1pUET5l6S/ef//j/slueF",
+	"SBg3lUULZDdjXat5ljvOI8VdnknhTt3c7h5WyY9pAQq7YcOi3/9GsAM25SYBKnUcEp6WMM7+7fzdWwbU",
+	"4zYzPHAHZ+FOMHyxl8lUfGRKp0IHkgcGLJWs6r8l15pzLWRcVZk7ARRntbBrgaZAw74SY7c0p0fvz49f",
+	"t9+t+ZSjlFtrlcBFNdmwPJ9FOR04XCDYeOa2TPSue0wL98YNIgfOwZYH0j3q0hEo0VR9Qj+pOzbjcgGE",
+	"jSfsbqpymuGEZ7lIWVfJS/ex0IKZwjhWsotKry4kg+Unv0bmLBhjaKSxkpPsutAiZTSB+El1JNFkeJQT",
+	"BMq1qyyk5DiOKFm3H2OecPfupse3OYyVG1e52+qcdvyZu1o4NmYF7fOnYScc3mFn8N133/WTYefs/du3",
+	"J29/HDr17TMeQW4FnkF3NJyewOG4RA8JPGl1Dd9JAYalZ7CohIWZweh2KjLtlS+T4P6trvAk08YmeOgr",
+	"X2fuf+FID9zf3BEHjgM34Qy63LKZMpY96+8esolWM/bj8QXr9Xr7OCuz/wk/fMZ74S7HSMhT6qQmuKwY",
+	"Nzdup8F91sZSv+DmJibjYBEu1xrqtLUVT627vFxTWMZu04v8K976V8dTK6xuBLeNUMcMHoDouXcMIpPX",
+	"l5PY5H6dcss4MTTWVRrFUSavd+kMOPbilmrAqiLLFMCzSTNj/r7N3geQn0kwo4Dn1Q5x/Uh5sozqohX9",
+	"ccWLE6ZGBz4V48xkSoZlLKTNcvg6RYa5bLu055JXi6hoGavZrEns+Om4H4OVD1MW6LBDRh7Rx5bWMwzk",
+	"LM21y3Q/o/JqESMaRQtnWBfX8ej0hFl1I6Rh4mPmTjnwAJ7nQoOABw1C5JPdJUszFnKoLd29rFJyk6yY",
+	"KQ3mZmGETphZGCtmCZsLPePu+LMuZ2YuxsE/z6S4ddZzIXeTqkWZlLZmabI6foNmbPRYjlUqYqaFsfwq",
+	"F0xorTRzFxHP/4V/PIcJ/oDC1Bx/JFtAaXYib3mepad5cZ3J87kYxx+pBd9WA4B5RElYfMycpZiKuHyb",
+	"ZDIz0y2fht6+Fk48Z+BvaW7KYnYldHyy99ONuBVt5MY5XOg4MVJMFrMslo41OONpxv5RtQ380Ez2b9R1",
+	"xBljbCp0fCeNTVUR51NWF3LsnhmRa7oQKIzQbmBXYqFkigbpRzEurNI7hl2pwtmq3LBUq/m8dhqulMoF",
+	"lytvTxNK/KSr81jz4mdiTl6ILRhcYAmeDTtm4B4Nh83JBc8OHIvFA+0mhKe8E3bV8QGQIsQIoqb02L1u",
+	"MY+wVHAUMGNhibwqtWPYJJM8dyaU0hbV5jkc8h3DgL5Bp/nBXZT9QzhDzU7FAr0FmSQjqa2S8wpnd27F",
+	"3E12xj+e4G1/WVV8tmVfUQ41d++p3Y3/67ejvf+H7/3jA/3b3/vuw6d+8vKbz39ay5Uq0uF5PypKNrCp",
+	"hxvSsHVBHcc9IovVfXT6C9rMiT8odfO6x96CfORaMCFvM62kk317t1xnsJYgPg9RbfYGuUwZx5ABGOJW",
+	"XQs7dULMq8gH7Jfs+4RJxd6+f9NjJ9dSOVMK1HXlLkXrwMTt5RqLqvPJLXleyXbqq/a9YwsidZZNlWE0",
+	"WK6eP91/jBoj28h+3OQ3MpozilWu8tq5Vk42r874B8eBkGlWZ8xmhbFw+NHEKiNAG2bqH7Rmru6sbRfM",
+	"09dmO0ef09Z4g79srKTlmUTBu5b5+AthwuujcULebnVgV9Zmau1804R+urg49XNprZegl/kB3KTi5iSP",
+	"tfdWo8HrrLG5VmkxFtrslC67t0e/HJc8ZYDcgmud3TrWYshNHLgLC9wFbuQktydZLtifXh2dnl8cvb08",
+	"eXv6/uL88vXJ2b67qqWzzalml9eaj8XlLOJP+CXL88yIsZKpYVfC3gkh2fnJjxfHZ7/APM5Pfvz55M0b",
+	"piTqzy3DuuvUuwqTX11t75MPrrVUjHOuhaFFJAaeWWHoC1Uu0bv3F2GNwL05dtwaHZ3x9Wp/rFDQx72W",
+	"LRmMj4cBf5HKgoUvFcuVvBZ611kyMS6zKbqL/tz4WjdFXrcXHeAHAM9Q/En3Vqc3B28rj668b9iSkuUh",
+	"Lyo19JYMuSF7hBxo7fNHKix+hYDisb24K+V7Pr6ZZPk9fQRCpu3NJnUrdM43ct93eNmpyrPxIpho9wza",
+	"470QkWp4fTueirSl/bDqH3WbBYkf7MqNlDjGVVhW5rAMmMhA6eKkyrPu3ZRbdvru/ILt3x7s+93Z/5Sl",
+	"n/fpGstvBMYCc3VtMAY+nhbyxjTdCNfhbQmc9ytlpzHnVjW5Zqu81KSTq+v2FPpGXb9yM67bE89evFxl",
+	"dzqsfguSp61qCmBnLfb5TBhIVPy03eKsLkgwRlrlnCWPpB0eMusM8Ilymjzo9m5jWuiMlfdbz69e8fFU",
+	"HEuLuaxLVvN9XEkf55kWpjnWluFb+mwGzqaZZd0Z/3jJr0XpAP8ruuHah98oXeBRgqgrq6SFEfo2BK3X",
+	"qrhuQc8q15ficlUt0YVEv+NczYvcLTYlLkeDdM3x8paD3Apt4hbBcgIUpFX4y8tF3OidKskpLv2EDGHG",
+	"dt6Kkjw3506ufyf/6MZpn9U3eWniNbpuKQXvZFOGOxIUHIAxhVsKSXGhzfEVHLh22BrfypuGW0i7X5xs",
+	"YRyVYtSWMzN2Mt0ZEwMwT27Egk25mZIDBHUmcKRjVCAYND4lh4wPoqkEnBSZpKIGUNXgGlTWeuyIgSsJ",
+	"s17YDGYUlHdyxDBuGaT++PikT9khcl2VicRm4kFkpy+HPB6IozrelDAegmLMFM7gMmzYefZ8OuxUuNVE",
+	"ac+vVs+u0BnPs3+41aulz0dX/5WSldwXE3Je+EzAqqPEEPDm6IgCV4+hnJNfj04uTt7+ePnDu7PLV0ev",
+	"fjreBfHh9ozS3+LGQIU31OdzyjHhFVJYxWLAxlMuIeTqjCSQWIVxlKzyVGhGx2wzEfsHRil3muXpWSHP",
+	"HGeIBavH7gJgn6CR+eR0ygya+NSDiFY0bs48qo3Se0DuUjXubdmVcJRlmFW9BncCWT+RkLJ7TfASpOIj",
+	"xNCtwXcskxgyeZ3TlQ3pC43pTNulrNhYvUvIvoAJaCF9Wg9OmWIuDJOm3Gp0KZcrKbO3otOOh5SD8ebt",
+	"tsqO4Az9W0XJquL73s76uVc0bXU/Ib/IJ8qUaxJS/pbipg3ebq8LhJgy5GVCNA4iBJsDyjBCYzA5cKDx",
+	"YkvJcUSOacdngXl5DqYkMq+pylNHtLlylhOlywFNFBJ+NG49qtnhhfRBRvKISx9xhUExMk0Os7GAzCKu",
+	"BbtWUuyuHv+GpNJXx28YLhUTH+daGMeZmJN4DMoQfe4V/tGr+NgOGWdjJY3l0lbEQyrmuVoMO+4N/LtD",
+	"LhyWSCBnqu30dy8jO+3Xcc258yvM163vgWPVB333fw08wljNrbhe1ORT5++FKByNL2VLw9ejAWbw4DJB",
+	"dgpk3WAyyb+/P35//DqhzJ6M8oKcCPKSn7SIxP0H7Fm3+rbQ0vTYaMzlWOSXmbyca3XtNoSKKKS4g4dS",
+	"wieIf5CBeSoMSEzpxiHJEJ7hSYZyFblRko3GJZ2PEkgNo9BcOQEp7oSxTa8KSepH3787uyiVkSQ6fDUr",
+	"1y/q6juWX+JzNx9kVNQDmWw4zT+LiJU3BbltGtKG8EwiRSV+lWEv20ccywmc58rGFPkm462hIkcXErbE",
+	"qZs7hlUWGnd7KnIIGLk1OcQ0KrwexHP5O6QdVbcGPYTu62hkd8YjcjrwOuJiN2IB7hz3PeV9kSrtfomf",
+	"PndmontwEZLjDvp9RlleEPXNMym2Df1u3gh6whp+465oIa8p9yvQZycJhFa+bvm8DYT7RqTXaEqtsPMt",
+	"bMn6QdjkS4WxN8wLlnFN3G1Zzngy2DEMV8Mn9wq9Y5rVzu30tHnOx9GwfXgQXBGIqHvgpBRQWQN5Nrr7",
+	"MzluzoSnN7RK3aDeiizEKa04E0gYIYdCe0fPfcLTaj6PUvVRmKTjdW46JCickRv0EZz6WlUjblMBI9ma",
+	"DOBX0G9bnDO3NQ1E6kR6Jrf18zf60SLup+N/T9jb44Qd/8+T84vzhL19d3HpP/94kbAfjxP25iJhb45Z",
+	"VxYzobMxsMaTt3H3FM+LuKGCqRbbBKyjclLNm9aqEpXeTuO9wCx2vL9M28lm/FokjOvrW3Tpwxc7Bp0L",
+	"c5X5iKGYze1iF2tIS60yYrduHbB/cPwcptwi7AaXRdcVjjaY8e0iTsvnxNv3kmUSWNXISfwRwyxrZz9e",
+	"Z8YKLVI28sb7iFkxm+eYR/+Rj22+AA2csmhWV9Zbx0tOhjnOkiAmhHaaHxmbAnV62L+VXPtq1YkzFjay",
+	"bXfVfyB9O15FJLjuFl+t70OCoTS/5X1nYhJPqQ0bZk4sluRvGSMLDplyJB8ta9hHHtu51U3KUjGbK+tk",
+	"brwwMDxwx7CT8uK9n50+6CwvO80MxPAGtHF+shUP5D56H6tyaSjBZMgs614tGDg64IdddHNCUJBLcwcO",
+	"OHRDcouFDSMaYsRgvXrsiLmX03DTUGoxF9xm5HPkOs/oJyxrDKNygg6BR6VZ2hvKNtnV/03WEbK+Z811",
+	"1AKvHxaGjzMJ+q25909cIffpAu2jS9v9PeFZbhjPvZdima2Xky8DqpgZP8uk/3uDzGu2CGHmHsDkfsz5",
+	"uM5aR2Ot5AjE2Airpnk+Wj3GY8cLivnlXSZT3NglaQo1ZrPMGGergxdIKuZxVDSU0wIoDrkVfRh1Ad8u",
+	"VCGvUZmTcN4PGbkyYJoLgTgUlaPzIlqXoGPK+w/ZrdibZM5ydBew7rDz5/0X7M/4/8POLnIzf5PSrPs/",
+	"pqrQ+SJh/yPlGfx7J8QNfJgpaafwyc0qX7SrmPArG9MpQ4zCMVrLcsGd0WjcPL/rm2Fn95Aq+NxK8Ty7",
+	"liJlVgEfeC+zj0zM1XjaZn3+llkbi2sdQ95UNhPeOVPM8QGZYbNiPCXu1x12DmBCSRnXSEXOHS15/xgm",
+	"47SZTJzNHUG6LS0FeCSfv2TjKdd87AzPhBnlmSr6KHeofmWCxm01Z5kSlbu/7ZUpy8+ff/bf7/7rnx4z",
+	"A+Ze3BXrW2OhpYhNks3EP5QU0YKqk6O3R+wfwKCU9oe6O+wcF+4Y738vdJ5JoCV/sN5fvFqFlYgVqN2T",
+	"mUdiAGGoZt52oW6EvGee0z0CvZ4Ilw/wLJNhVZrRVRrcPv5XTDB3L8RmfIHFgCHwqDRaEAmdHLqptUsI",
+	"QZmWpEwkbUflG03uM3dNw5bB/Wu2S2fX10Lfc8MAAI2Uwi13YJLlUVZ2xOjEQGRgOSQwgkeOWPcTeBuz",
+	"NGFzvsgVTz/vUqAArujRtz0+U4W0oTS+3/f757cNEe7KIGu76EBb3veiX+F9bbjbX5a421pu2QSvUXKy",
+	"JhN08xtGM2Z2TBmUgQTodZtUFlODr3TYGbBhp747WTrsfI5mOT8i0yqpdAMDA+xAD6YVyUOJBxc9bIDF",
+	"kxQUJKkAlApzNpDaUU+BFWQzDo4xX8ZPOGNIjeC2gJV1j0QEHnB+wdqzVEHu4SRDZMaq6dYE1NSU/7Qy",
+	"7YbiDrhms0PCXxhb3R94ps+nHPE7tmAydyK7ntq1jHrHMONGTthBr+d0ddb1QvKgTYSbHhGdtVM7j/3O",
+	"12cGKmmMCwDSxpw741WSnkeoQ+xKpQs6GM4w6xkr5ua3gw899F9Fl38mjGnlD8IJlTdEX0hppy1uaXP8",
+	"wGU9LQkqcG8h4zbPjGU3Ut3JgDNBWmg3k8YKDpCiI5/mPdodgE0AY83J8E7KWi7MXvAW/o45hEqFeoZI",
+	"AiOUmSh+mB5bNo4mWs28ceSk7KjHjkPVwbWw6GRGX8KaKo4RN6PNVRxYocANShvikThLD/FCZ9UzUhgY",
+	"42MQAofLWGYS8HdgIRl4YN0vjv3xsQXy6rFK0kuAPdKigvJilpAfWPe3D7hnUtGi302z8bQhxev49e5h",
+	"iKR5iBECFzSebcGa0g4F4sAMMzaClLARrgKs8JSbMsuLYsTqTlJ2QUAUInihZdQhLTDgLvNFIA9y0KQZ",
+	"8FufzdFj6OjfMczv0tnx6ZuTV0fnLDPsIOLjNfXo+8nF8S+dmBCMUkeNMKD6EJEIIzRScV2F4qE4hVuf",
+	"hLRCNFEm4Qg9alh4/1aNViD4gUnAdVigUN/YTxwfRe9/woaQt9LDmyH7jsgSlRMDq196V8KeIUCXj8tL",
+	"PnPPbEiRDVpzJHnHsRgEOEjiU6yq3RGPvKNjt3Z5LmImPI2I9jKcvEkVzQZjyUfn5yc/vj1+nbDv35+8",
+	"eX3y9kdHqYQKU+YgoIccUFE8f6qm0oSMEDf5kHQ9gKohyGygMm8IFEJAgr1VtsyzpCmtpDhERNwK7w8l",
+	"d9sHWqbWzssYC0kzd84QxM2xGjh8xkAxsCklsFvOZx8/7vrDaZLyZTwcLYjFEn/m5XP2c/b9rufIRLIj",
+	"d9GozN+vFZMB6idnLz5+RPZhNZcGqjywVBpySoGnwIkldnZYYbP0IkjAHpoooK4soXaoNB6qI2Tph0V/",
+	"ZsJOVd2n0Pnx+CIaka2ueSxIVYVSWjoThW6AdrkyKi8s7bnS8K9h78/ebM4sdWPGtI6fBNf2SnB7Jub5",
+	"IoaeEAtyBrhHAqyyWuXuYEjB7ri0ZdJQ1eZuUVGy1ncLU9n0DlRJ01xftnqCePVlsLYOw9xJFeSprBoP",
+	"L7Qcjmn5ktsG62Mlfc2V2svElGqeyWig/6JaapM5Tb2wEHtJ1Z0cUEKEVJBe5paFYepu19hsfFPL2qlW",
+	"3KxMKFRCbWddpNzySKwGOQ43UJhqhaTYAnt/8cPeXwJ3ePv+zYoH7vlfXnz7Mpo7oQWfVXNHl1E4WqSO",
+	"whAJTvrDmkUw24J0hJset+ps6QXoMbGZv21wqLx+e76X8yuR7+XZjSAsQ5CgL7+puFacyCXHyd6HBO0P",
+	"jO+lTEjQdEgVyYUlSzzNrlETqezfy2+WHVebPDYvDzb5o+uO5iaIMB9pSdGPnyqA7XMKZS1c6i+Dk2Sz",
+	"PA95l90LMZsrzXOn5OEj2dw9MxNmd8BG5iabj1hmE3YjnAEnBeuOrorJROhLJcUIoyh5Xn7L83y0i5UG",
+	"Ti333R0opdMn+oekz67P3AR5OkK3Bd0qF3d8wbojnufqDgeuJv+5uXWSTjmb8g+e52VuJozcSTphmGiu",
+	"ILjot+UDXtKukiAqus6YdE8aJVAAKquhbNgspwFfZ7eCkPFAT1/2o22G22pyLTbaHujFDOYs2lIjypZe",
+	"LpkfOT3t1fGbODjMZQUd5nIdPEx5pluFPeCbqjJDI1X2338Rasj9/UkHeg98aIV7F2Ms1XhNI0lgM4VI",
+	"DkxweLKrBTEfcnyC2RRIw6n7pIqmzM0h6tQ89cmEEU+W+4lSa9xp1yXKffWgYG53J+lUa43Ojs/fvT97",
+	"dXy+9D3UIHUSD1zZSUpUy07S+eHo5A18oCzqTtIJoN+dpPP+7fmrn45fv39z9P0bN8iv785+Pj67DHch",
+	"pKEb8+eT09MGaONKh4klgbMe3mjGx9NMij0teApfVJCOKJZ/iQVvUtnLiSpkmgCiaZ6N48ZlKizP8jja",
+	"iTMQ2gu/ikcwogdlUI8wFo0YDUWTdp7ZXKyxD1bX6v3ZCdNiIpwNKLxtTSk1btWX6bDJZ+t+9c8PcyQE",
+	"quiJQqfruQA1zmyNom8R1X2janrxJq7pnRZXeWam4K2/X9wq1vQCmx+F7CWWpawL0Lbio2VXqOwFcz2S",
+	"MdCsNfyv4fBjv//hz8BKy9Qf9LpBAmtTHCeaboW1AXw+F1KkdCYwGZ2Sng69T98wU1y5W6+Ek+Iryk6r",
+	"QClGarZjnTDFMAl3iJ0qParFfkaHwZHz7MVLZ+9HWGYklfRDM0WIFGjicarpCes/CswMmL1Ch9hJGT2s",
+	"oAtAJOeOGzb3s0soDIRlsm7rDcvkOC9SkbKuJAgLx/6l0hT7aR1OrgevYpwpDiDVlHTccuNX6/WjGVsU",
+	"cTKVpaGAU+Il6zbgPTFbFQN8fto0kdo+biyhPy3MtAwo3oez3Fvba5MpUIZ1W1EEqsGbMwy2TxCMx1lh",
+	"nNiynnErQpuzh5/M3A+1TbltLNXgwCTsYOZ0rYNpVGl4cDcbWhnfxm0Oqm3lnTe2qwlLF8d0eKQOVklH",
+	"cysuYZrt6avc1k3nszr62re836ELBLHEcxAv2THqudCZSslxgMWYfSxqvCrGN8LuGDbmcz7O7AJ7h4gJ",
+	"NbxapbF5E7AEPmTANpDV53UL8N6IbZ3zhAodgprVkBlAFSGwHWduFyjGUM+9DmHbjOqT0ses3j25OEbg",
+	"OQhFDio4mxgPpC2oxAPLFJ1Q77mDCdJ46cNSdJqXoXv6HkHi3SV7SK/7n9w4n3fj/EFmtu49OGjYnhDw",
+	"xh3ZWBXc1ro9ozIM7FJ4v+PD0xQqYFfxP51J+v7sjV+n4MU9Oj0hxXNq7Xywv3/w7Ntev9fvHQy+6/cP",
+	"VpJHY4IPnHoPDJQ0Jf9FHBZGFXosNvO0cKETjLla2t7nSVNtZvDuU4uhAJDit/rZ822wFmhL4ls+V9oC",
+	"1NaWGz31AQy4L8/fTTqD3zaAdC7FPD5/SBrQO6B+LjwhIeRq7IqRApI1+jKhJgVr8+G8g1+wDtaGwxHk",
+	"WhiScNcGTEMDRZGSQxK4uBt0B/M4jAcrMHegahPSjQY4sh2MGfVKQLT28q6OYvew+gB69Ib9bYJQw3e5",
+	"58xp0IiFEA/CEXR2uQ9K5gvs8qTFPF8MqqhpXzZU59chvoyVI7+FPH3l9QA1mQD9XC0oN0PoBBtx+N5+",
+	"VGDi+Hqk3mJeXM4AizVSv3L63pEl/DxWGgRCv99nf8W0JqWxMmWrVsJJZyZmSi8urxY2ZrP+Ar+6x8IF",
+	"W4//Ob7Gzoi7n9hxWsnlJmw1xbTYcxYxRG8qrT5TdSep+zQoDstpvSU023Ju0OZqj+irUhp2AH5JZwBU",
+	"CsC1GlBMqdU1kkrUHXqGyZjtWO9ZIc+L2YyDNR+vc98CyXTsAfFWwKUJPGgNClIAOgF+Xc1SMgm2ThLz",
+	"hDLNIBUKUybaIQNU4KZiGL1fquKNWmeJaD4n/eikVibZROmxGPiQNRCar7qBMnVO/XvaNGJwT0/Cbq7y",
+	"sQ9INUvSIAqyPFaYeq5igKnkWwL4Dtal9DyqkYTA3wjcTbG6MbxqXX8KSJvyCa50vY8OHmIFZjAxQmll",
+	"mZiGd5RJQVSIuVR3Gi/z3xYblNKhN5y7BhZQ2wezVizH/YV+WyoJwYmHFtsOT2SJJh4kKAv5WuQijr2Y",
+	"ul9Eg7scKxFKyDfD6PIk9J+jlmQWd99AjZ6QKWgED/f7+dk1vFbwBkerpbF9v2Fa3eF8U265P0Doo98D",
+	"B0qoEOEyuC6d4FmHcNfYwrt1+s69fNaUzLKVw3ZNH4DWk10LZ96AYIIY4OlWeuDyVoINSlFSiKAmoblD",
+	"GfRsAV3eiFhOwTFY2I3u47NCPrWbrthC5tcUiHvWK58V8jQ099wA28h4JSPfGXiTrU5InE4imCsBirBh",
+	"wufZtWzfjq1J1vset8VMkNNGKvRpCSu0wSp+SFud8QW7EpWywNGnz6No/L+yI5GIeMjnjcMslCVYK6Bb",
+	"d569Qje1Ka9d8mitylIxt9M4PFUqxDzwfCmMNQPmUTLdV6VSoFVxjWIenEieZKi6SUhnof8LOyhzgQ+a",
+	"YPPW9i/ZtjMy1og1xYVDBI/4f6zcK0i8hgY5G9G5sfYkFeH8kHQDNDUfNGddv807hlmbJ0w47YqQkXwt",
+	"FEXm6ccy5gx9GrFZfbXfJSE+OiaQ0KaVB7mbWXYNyWgIxuH3CYFzgPJuxNy2B5FqjtEERrOBqxFHAl88",
+	"5PZdbmrpCxZkDRwRJMfSQWJDdybTYWfAnoG/GkG63IocAA7VYyCErZGUPrevwSD2mX9g1S6RXRz82KcU",
+	"RomuOqYjpmwmwlplxtNxuz2tFAiuPsSflNbz3j7stn296H8gBHKsbDSiDJBb1rdT3SaCd17Z1KUiggI9",
+	"TOXnS57nuyEdJIbPQaB9JWsN2ZdWOe7BurUcyohauQID8iiywQN3rMXNWANnsVrzCEAkl+1QS8C9E+CO",
+	"oeMgQpPcCS1YgJmTBFRux9O9Ys5wzLbtjxr70jvdzpkTAPHRYCiJj5a9WErxNawrEfTH8V/EkdiNu0fX",
+	"n70ll8nvBH+xaptrMXZCtTkhpMJ9cm4JQ9YkDBFYCXxzWRFopfr6Q5eCMR/xdN9k87lILytr1ZauyNyt",
+	"ZVgvWhJRFQDkd+F6baA9AiWUpLTCNsLGr9B/fdubzvHqDiQlO7wffz1agy5P6DtlvpYGzxj2ZArxJGoB",
+	"Sb68oM3ymUjZCDOpPcViNvUefvn+4hVKT27YYrFYzGZpaqfT2cyYf/i060LmwpgI5TC3EBA1DMoyOFqx",
+	"zXOkj0Ip1APDeRDDWPZILg2/bsmf2Nj1U2lv8QZZ2/Yt179fSv76OGjhAxXBZeXs/tlFtZHWYfCfz8UY",
+	"K5vuEapZE6WB5A4bSoupgH2pZLjX2arWAW/bMXD+Buxgb7Xcp1KrkJSsulLqEwp8Wi0jvGR02dr0LFh1",
+	"Mfp+GGVh92ENQQEcpiUqAhUZ09RLNIg4FmlkJ6Yiz8sKXa6vbxPfsCRlaaYF4CL40jVON1QhGqjp3u52",
+	"bRS9Z9N3bF6Z3Rslr6sA8cAr1YQKKfDuhlYvB/0ZFJvL0Glxzg1RGPv55M2b49eh+B4WNVQwxL0efDwV",
+	"rfoe+bBQpfXqxiXHnxMWwpX7V5ncN1O219Auvt7rYS1js2JebQ2BdxPKcAw/HstLIceGVa48hAIv6Hc2",
+	"VXm6DXy5hzSO9qe9bw/asQrMa3N3nlOoFOUgsfHQhL7MDNpuAtgju+byeheOmtAz6O7tu36Qbx9aBxCe",
+	"EhCkya7yTMabu4Hby91xGVMuXh/9yGYqFZATcVgGRCA2igYvNpfD2HMEvX/j8fKnYl1c0j1uwKa+kVLo",
+	"BEFtTrwqA24cJdnVosRSiJ26b/qm0mAJh5pU/KFx/9ZDMY8nSl8KQqZZW39DADb3aTM8WeN7C0zZ95Ul",
+	"tNpKPkFmGVGDW8ZQTMW6jgcR3hMho+z22Ijnd3xhRm4cbt0woWyjx945sr3LjGjA0AIKWqnf80GOhl99",
+	"8y384UYsCPYMUloL2cOpefghGOOqyPIUh2V//SsbUlnYsNNj2C5xGRwGq73iAB4y3gUYzUVk+SUWSdld",
+	"GQPIhPEyFr6lcqzcEbuZTTL3qRFjpb2ZaMX8xE062hgj9FluxJFfOneV/jgEUw+++DVNmBsO4AtTa3B2",
+	"0DfR9S5bdPjCSkC9X+kZA0042ugbh2xELGVEx37kZzeC3KcqFwiqhJLikI34fK7VLc9HVYYhGX4tfDjF",
+	"HfbDKu50KArxIDfVHyE9uHRFY9oCWqcjPHQjpDm4tCzURCgFwGwClrybBB0VKX2i8lzdmRJjZye+wtBg",
+	"REBXNY+AVFvwfmM+aDA5obv1VBnh1Stn2VnjxNXeP4RWDHIn3CNS1u1TWnBDyKM6nbkWTiEKksEnIPdb",
+	"zilXxpY+fcKjUJrRuCJlPqmjqM5s7dzMwlgxC1hRa1qZuK12Fg8LuFJdysS+1nzGxlwGhT4JgBlOi/U/",
+	"XTnOlIok5BtiFwBdSFAvAcVl179rZYkzSYgTnnqdUXHt+HZkrysbchg0zwBU5jjleaUBotMDfuEfz2ER",
+	"fqD3Ov5I7cXYa8LDqVbx6x3Dut+sWdEa9lZL0kMOTue7LAVQOSGNl83P8A2C+QaaFN7GtWCOAdYAASPu",
+	"0PoU3svs74XwGbdVs+ctb1AblIwerI77cpWTuW9HSCp06S6qcyHI43cjAPyUHI02N/wsUjJf3Zm4m6pc",
+	"UEbxz8WV+A+R8x0DTiI1mcAagcurfFSZfTxWcpJdF1qkDOvXnaijp8Vfuqlf/ttqRg0CW602ySdEwToK",
+	"3bpG+RUfKvsl+54ML5mCLu1V6C2tvgrEaKtsxprf+MNq2L2WSbBj/MtXkbRCLX6v3r0/4u8DaEHsi9qt",
+	"2Nxl/NOxhBHYbyPAxoBPJCKJT4+WjTiQgCNngY+CPX3IRk4JHTFTkiElwmWSfjsEsC5kUOUzwhfwlFSN",
+	"Pf9V6YzLJACCUs0FWRNT7mQpCFyplHsueiulCiqH21gPtVVWIWSWSfhGqtLOZ+dkQAAxkAD3xgu/EWBT",
+	"xYOeOlM6s0s96yDYw8c2u13tXDfXKi3GGMOG/tKlpNlNWOXOpeOtNJUMdL3Eu8rFbpsitvrzz0LZT/VI",
+	"YWaHpSKdyWolVPDZoFZzevwWgN8w0zPA30+0ED1GtT4ID+K+9pAgEvgIpCbLskIYhsWlwF1sn/1XLRer",
+	"FSL8Jdr3HTS+9XVKpZJQFxvi45yDvSytqpQtNXWrul+dDUrDTF43O5HKLsG4bjOO/dDchK4EbVbV4EWD",
+	"zbAajkUrg1dpNuy4b0pNdk1/4bEW9nJb43cJvT9q6ADekZC3pD0SQ6TMGaIbLaBro+9/Z6ZOqR12/vxn",
+	"6IoAp5r8Zrm6NnQT8R7WrVTiZVjMgYu4CEMclmibofgruPH8IgOKqm/wswoUtskt6N2BYTwoV0TQZG2C",
+	"Euilty+YX+8xrCprnhKCb7A0BkIzsRVdJx5jayfratG2FrIumD5lKu2OibTmRtciIcmWZlEtQqULWQtO",
+	"uUfUvoA0fQpLHfqe4KWtiWEZCMbWgRY9i2pdmrjss7x/O1tiSfDfsqFtwvhYK2MoaOz47UaETmzK+nTV",
+	"rSi7EHrW49EPO+nV3iy7dtIJwyDtms/C+64xocJ6YPtZII32bWcbm5niY5s2FL0lW9aXmi3grLaB0s1s",
+	"BUR3C1BcQg5PizF4f1dDWG2CV8vQ2+5JiXvX2NJdXLzZkv7rXfErWYE3Ym4rJlxWSbonZKpYy3wnzUCu",
+	"ffusPx12qlkV0JzH7A7QoLkkRFFy9ZQ+TuirhZd469hdAgVwTjPFSZZwqnd84a93LBILDLARM9aihKRV",
+	"dScZdvfJjO9+xTz6FqI8xfMby9DPcnYj65a4zxfHby9O3r29PPrh4vjs8s+7wClyvhDaDIjUNGD/cssM",
+	"X7hRqcaMX6nCVjiyL7JJxThLhTnEV4C4Q6qESarpc5ATyY4qbDqWRBkJ8C2t2FJ58zfPIlRe25X2N9BO",
+	"b74h5q2/oP6azQio7erS8IaYhUnvcwmA43G4j0oH+ughL3/3hiSVBZLyfSXcEXP6f1ydxU730Udn1KVv",
+	"WWT4KIbHH0ecdQIyhocGF3cDDHaDz3Ebb2Br71zEsaPsJXKX9gklq1m4EXvRz2/dfmpRNlOK2vQlOwoA",
+	"zaiNDgKMP0B5jEG8WL0AACbAi0sIU8+HIBpogyxnx8ps2SQLegtEo4P3aIlb24ZyOVaCnUsOUuj4W5IR",
+	"5M5owfN8Ab3ZuloYQUpbJV4OPYuEKZUgLGOUiuE8/PhN3bHBL3wZxY5aLqSBw+JXZPn8RkggTuqNdJ2U",
+	"3OVDA0M695tRX8sTnRnvBHKq7WEo97rixqm3UIKNQQPqlVtBlfcVv+/fnp8evzr54QThD9ER0Ek6XtXc",
+	"DLSICQsRLMVlrEWvx7rnnB0f/3J60YCvCB6Hx0FVuk/zrQZIseYMqUrXrfauRi1u1c2Wb9O+a1bSsX4R",
+	"IxkeYN4feo82rCuYS1DFCsZxr12FWbUbV2UhNtaUwQ7HE+3Qa9Va1CKtbMqMo0GjUymT/B+B3Kqtw9Y0",
+	"B9uqfGRD06vNOQhP3XWqklu7ad9xsZ84xdJjNLYnIqKBjWTkB17zbtt2Qa2vwf3S3GOb/h4SjB/Wk/UC",
+	"7AiRpxCeGU+5vBaH3lDx3RzHubO0Kl1agwETTCamVSHTNt1b27ZS3aqzafv+o5uu/GqqEKo590/WKnOF",
+	"pjABL2IglVhbj1OTeb+2C4css4w60hhIT3JfQDcKpElf8OqbMsSV36op0cR029aWRvt+QJKC0j5cO1G6",
+	"zBwYYzhWEf4EaqqDoPhmKfvP//1/QB/uMcAw8hj6s2oHjpU3LUM7IW+QgsA7hmyKauwX+CsE5MDljOr5",
+	"Vb7kmwn+pdKLTsBthvFrnknycnGYRpZGPekTLcTl/SIscGuAM4tYs3FF7jEw2twCBWNnK5hPd2NAnbpX",
+	"U9hVHSHnY+G25xJ2MBKArxBCCCZlVB3ZXSKI3fYFkg8EoFvT3aU+f55nt2JQgnX5bPhKSoazfTUfix4r",
+	"JPVfgntMlju9IZAxXISJ9QthS3T7VPCUkqxqeSzuyVIY40YwpYNRSYHfYJ1b7S5w3e/2YMhB/QmH0POL",
+	"zjwGhHm6R/OvlEMfTN1cQrTYH0zuQUfoAPbYUTjxAAol/AEUqW9fhg+smnywmp2kU10oCGzzdNUcSzof",
+	"99yNe7dcQ9aZGwHlANilRzRY5av39XErv7yGRzQbJyce1M69hF4xSgYBsozaF185tSK0BPdoZtj+z/Gl",
+	"QDAmYQROBzwrV9cMclZTg5nMY671ljaPl3mengNfKX0FQYxVZMpSGdgqO/jQKHfjWjPBCrbWdUmGb1J1",
+	"/bBN03F6wi+h3YFPlTi3Yv79AkpLSnqrffn66MeozV/VPbZTmbfBmqbAYJN5gW4aBIt7dvD82+d/+ebl",
+	"828rCHIHiHWPocRlhPutYU5raF1btjZqX2WxVGEx4Zl2DO3yvtFB1oUAICUtWcFnuwPPjTnzKTTsiss0",
+	"Kfv9+ZwUCOz73GGCl6d4XxkKQahRqB+EJjT+eu9gaBluJPJso/ICKa/LYbuoxkvcJRSYoo6s3tNapn8P",
+	"lntfIoumzOCsAjm3EvoOqQf+J3Un/bDts8DLsrhaLs3L5+vS3iIhRdx0TMW4zm6FOVzuzkMhujWNZmmF",
+	"sNWM48COyrTgqWlu6tP6TVsjwrv9aV916fhVxG+3VeYH5l8CgIpP//DetqZMj+lyogeF3u6Z52Ft3rYl",
+	"Sb0pm1urdUzrgtI7HqsvRa3DwH38Y9vRysPbBdSkSTsAZH9D/X0r7jNCTtzgRVvegid2p3lGtZ2OUaOR",
+	"NtoGPmLd+1bQTdrXL997kz7E+rYYMS6ceDt3b0qAJ4LrmNF1JCGlDTXV7pjPjeWS/sQNhjRQH9I/ev3L",
+	"ydvLi3c/H7/tUfnzDBwTOHyYDFSHff4MLq6JWoPsNGZnx+cXMAc1Ya/w+UlVKjlG8jd1xZQeT0VQuAnm",
+	"eCgB57jHzkAYa2fgqDkm0q0mcfUY9I6CC4eSzyE50w23T22b/uVvxhk2Zz+8Yt89f/Htri/RodZYo7FK",
+	"xag3lEN5DMLF7S3OBxWH0VFhp0pn/4AvB+x7WBaGUgMW1YsNNvq4R6u9p1UuRkOJFYzATCEfXlaGh/zh",
+	"ARsh0u2IdUEs7SZshCC4/hv3skOJPlDUUAa0jdQ5MPGFiwmVEiW+TCjxPcDdqACxOxrKbgn7iyIRYxTw",
+	"YNC9RwQgXuZKj3meD4KPJRnKCjA5mjcJZETu9thbRYHhQkIPe3cBxJvc1xgUoyeyzAzl8/4BpATDFz4I",
+	"Hdbref+b8leiAqvIvet1MtAE3EjPqUiK0k2qqh3WcJZNBWVts6YAaTNiM65vzFBWLHutCisqPdIrfWZ9",
+	"zmZZ6uNdZTO+gBXrDWVoBAZA2HAOj05PKmd90On3Dnp90ADnQvJ51hl0vun1e99gS8EpnPT924N92Gr4",
+	"61pElIAR2H5/BaK6RB802vQjMMTJKwnQ4tBtUgunyWe50Oya3wpWzJmSQ4kGP7Swu/zl6H9eHl1cHP9y",
+	"enHuXYZl+59BRQ3Ayly+wBaaQwnJczIFEi+JXmn0HLotxumOPLw0zolycAkPHJcvnJeT1Kk6mbFHuBAk",
+	"vAA9EFJIM7cMfy+EXnhbeRAMYpQPVcBpSrIoOxoR+sry8kVbJTaBEpHUKxthiNtMFSZIuNgUSVBW51iz",
+	"MPrR58dG8m1xyoGCffyiXzEwXxC4fmlZLounD+Bhg1biQHHP+n2y/SxBylUZ7d8oS6V87toUJbd9oDiA",
+	"LFm2At1SwdGFXYbSlOf49NigYZYlKDGATxMoZAdppZa57VRWgzDbwELBq4YgO/mCETqOB9oFWUGbOufX",
+	"meS+g6Tl1+CRomP5IenUmX9n4CHM3YzgAJMXHvowVM5xncJ/FNYncT3lJuAjqP3U56S5vzbtwPP77gC2",
+	"45Wlpx7LZqxCbB5ZeVBlUSuZKcts2qlyYYFW1vwuOJmWuENs7uUlfkFOXiNG+Mp+7TvxBsrfvYdNOnNl",
+	"IpwbO0yjomMVtdgA+OoE/YwiBbRrT8AhF/PNux+BR3//f18cn+8OSlczeSeniNVmLIydamgYgWcBRJ3Q",
+	"mKA59SnQoZNBnSSPwGFJr/LGrQOqr8LY76lx/6MQZdlt+3NdQ7a6EJ9XTsPz1aU8h/W7B9N4EIkfVajb",
+	"TLN5QO5BjOsQQfMRwRpC6OOSfZR0ddlf/xGIt04b2AOlyrEeny5odN8opg1t9J/m4Wf0lBjPPAuwZyNQ",
+	"jEQ6Iqx+K5zEqRX9QBNwNa+2evkCVOuu/+4xqDyENNiEO2sMErsjpP4kxO31/v1P9OnzPpqCZv8Tfvi8",
+	"H5CJojLWaR8AS3QsLXWybKFLRhS1hytm4C/8SjSzsCSLzeqZkFSO/TD9DHqihPTiTNQd8rVarSqKJSlm",
+	"TmZpYYS+XVHLkADWaWXbagjUphmax2y49DXi3AZNojXF7n+6EYvPZaOIVdKF1hKi3KlOG7F4fJuN7ZeX",
+	"i/BYgoiyeoFpwoDdGmAZDdRaEawa5W6020ZqFPQltjFZjVUhzULVnHupqfjIzn862nv24mXZZ57KRzkl",
+	"0PumK8AgnGVf8gfMaqzLtCq3qHa/7u99x/cmHz69fP75T5Gw8VYkVw/lNZkj1TDeU3Kf8jFvRIrcLmqY",
+	"5PBrL8JJTK4s/Ux9MZcRyZc6VJb8BV0YGGtCLU3psl45KQuNUGCZEAvBaid3pfuWMM577AgeJ1XDgJXS",
+	"rAq1+7YRfxSehR1fGl1SF77cgzrDcArmQdNALfgsAW6f59U9oafs+DrUTLIs9eYQujepU+FQvuHG7kFX",
+	"mr2T16w7hVUCVAnIbvBNCEa7Xl6w0YDdCDHfg0yUESA3UEsavWAHL5jpsfcSKsVppkPfFS1DB9csM/AW",
+	"6s6XzgJYuCMeN5jbXnShcYjVa5i8MwPAZzmA0Bqog5yN8wz7BXA7lNSZTfCo2+tXbsfYoD+iq2zYWLdI",
+	"cOvJ6588GW1z07+DLtNC8bDio0WS2MM1a3/2Q3OhhiNfbRNEsMLw1Y7BLkPuNDE/SIwzEAU6xQW2mgTQ",
+	"Kt05Il1pVmQgvxOr/SF1JyD+rZ7eL3JGm1wJ5VoBAAH19QTah6pKame/3Gyf5PCgjPpW2slTvtir4zdD",
+	"Ce3B/MLRADuG2vAD2golasCBqLX0MB7Qb7fHjiQbZemo0gcEcwPdYate6nQ+aoeJuViZqVSYYqwJDsmO",
+	"f9uKg9k9oCxmJdw9JUXsfJ3iRJAGn8aIrT7C58S3MmWfPfYURLr5rJULei+d8dmz++qMNMfQG+ww0KIJ",
+	"3HYO22nHQCJEZAnjVs2yMdTvBWHt36E8pCSy1mmUWwvA/U/w71qf7tLaP6Ee1W6Xa7t7f8/XciufQDck",
+	"cYFVL+8VFJYjJ2q5NV9Q/0k+rTkTWZowp7rvCTPmvvvuqj4vKnwkrtEvV5HMMhkqKR6m1Pv2EI2OjzNs",
+	"JNDC4eHbs7SkO0RiX13AdzJfYPYZIu8ACgWB5lBGmlMdBixXd0LvjblxOr6zeEyCmOOobafcTIWB4m8P",
+	"0wJe86bAmvvn0j+n02RP7SHm+YdPB8nLb6Im1ReM9j37p4v2+R5+a51J6Ad/mCfJPSXS76RNCO+rMLua",
+	"HOyvINPjrJCrZ3Z5OT0m53IDWLDBANOG4K0qap7vJFciabuxpr75MtHaSdk7du9ncFa0J98PT6NPhXXZ",
+	"Spl6VMKOEnXuiGYR1hXrkIDJLS0iEPyz/sFTzwgX6r7Ov+++lOKH0yxbtnDJMgn94spc5rkYtzq399Dk",
+	"3Fj7AIy4fZzsMS24Yw4VJNjXeORmNULrNtC7OQEIlPFUjCGrqgT94aa8aijhAszivlLpYgAraqFaj1sE",
+	"9PXdo53yjIAfALqVSTaiDsejZCgDH6GEuvIh7E4VeYogmjiUSFn3ed+3qkQUIiwQUsIMAWkYtMFQtzTj",
+	"CXv+7BndAP020ZnCpcfkK2TCnve/o0sgT1sCJmTCeG6UM8YrOCTVntCwn4jb5y3KzADsqxWAnTSUme0x",
+	"yvuDpDK4PTP+/CbgnsowUcFqLg36dgeMB8CLofR1bHiTQQgjiLNTd+4X/X6PHWF7U3g9KpHiHotTKjuU",
+	"/3b+7m3CpKJ9T1jfmdQzLJrjkh0k/X4fZuh2jL19/6Zs4cK4XNxNhRa7kFbHmdsF2rAeG8FjgJIgQ4tx",
+	"BHEJitQAU9xO351fhApQp9MOJZncMEDMdC7psvPEjN78fpy+1qc8wmOhBTb8HPqSJx7kgtZkJ7Qkf5ie",
+	"Q3yymAMgHVAE6NZEox4tt/uTm7Jwj70q8htveu0+Kf/8pAu5FL1aKbNbOUgB/5kc6mVLc3yxbihPMUxN",
+	"3Ik19fIWBArLtPnP//f/855eBJ/BR7jfubkxoZe1SYYS8DsBPZ4cfPUoJHY71MoKZixf9IABSWUvfROU",
+	"hDJywUulKJk2IDwiuFvlVYIbDXHKQMC5EXzhzZRyUwH17RCeBolll5SmSDkjviOC9z279YByncywKwHV",
+	"6D6ZkbJwfUSebsiwrjR2kDGyiIrmU56l0By/yTNRaXzf+8I5DrgGNYzApF4iFYhGLyAIAISi7uRW5yqJ",
+	"x0tA9lPscMw1ECI0m0CAJ4S3qHxhRti+GCNcdihLDK4dj+/p8xw9ei2mO5ZO1Gd97wCG60tpn+nyuCBY",
+	"Dz6lCvRFFhY4ecqvhzKTpEkAxzvEOZvLis08osNihE3ADCTgAWxn/ePxxVD2er19OsD7n/DD53/Fu/9K",
+	"eIY+qnPQd3xwr+wFRnJ3KLlhE26sU42gN6i/vnJx7Cz8KOzTH4Q1B+DhfrmwOuA9CXwQ9hVeHSmogg+q",
+	"qRKHlCe6znxthvLmK88KiVW3H+4lvzDR/otYAdu8S5N/ADKcPbE+Qe4dDF8qXk8Zn6CWo035yCD4qnEt",
+	"aJjutNkrUcq9Ly0yYIHQbD0sA2zUU6KsoHE2nFnI8VQrqQo8d1rkUKT69DrZCiNtLiOBQw+WAiJNBIZA",
+	"XCRIloigAGVuKFtLClYXFAC7Tj4sZ5tR7RL1FdkxEaxJQ62HEjbNjFV6AUCxu72hjMgcHz4c+b/pxSAl",
+	"yb1pEiDry+pEP1SzDIZ/G0TkTilXfc8y1AKvIUeE3JJgEkqFq33NbwWCa2J7BQY9oSZDqbl0UwRvQMW6",
+	"c/YbgmL5t9JsBHeOGkQbnbMN/kQPElpbw6ivm3XLH0h9yaQT4szJ8JIKdx/XKb40XeyzQ/sIcN3O6m54",
+	"4h8kI3MDRxyjJ/uLZ7vTJvteZ8QjghLplYqSM/jT+Ufxxm8hmDdfipv4MJVkiX1/nTrKlkuxVqMJPOq/",
+	"lZrfTakBL+aYsJCWnTPmd9Ba9qms+Z+G8BsagJftpsg6q3Sb7bFfpwqpZEptkWq0Y6bqToLhW9PZyn6S",
+	"PXbkK6SvqGqj2qkKclQzeT2UkKYKez7OTAmIZcA7NZLKXtKllxOlL8vxI0rHEe7b0x5qmsBXca7DmlWO",
+	"9uESWBs8m3Drv/DxpiaiK3sPiigkKR+u0N3vcNyxv+k/+2nHUBwoRoj4z0b44iId/SFP+xnM/r8P+9dx",
+	"2HE3Np/1zbT4O3AAsCf2P7l/PleqWulTWZW9oZQ+FC0/bZEoPAbwi9enwi8bs/EyF3VtHuoHRh6TYnVm",
+	"6j4KrX0siBYxgZrluUjrdcmsS7Xnu9SpOs/VnUgxfPRfxVxLmpwiO9jfLxtzdGAlCLPWb0gIpT7ia/JB",
+	"vYehHwN1/NQMz0Adcun5Bw3P57X67A1TOGg7BfLKVfx5kU5A3qm3qPUk9H3PLdchvdu74nYPQ1fZqlON",
+	"WqfGvDmVvkX3X9RzrPMB1AQs34+WglRwd0NPGIBk8hnrbIQnDh1xeORGkBYwnhbyhnVTbvmAerR/tAlW",
+	"ZnDLoXIMLnQfdglwdwS9lpXvVeOf6duDUSwSJfwdzFjapnXCQxx3exHY5zIo+X09FhtKw95JX6gyxxSf",
+	"S1pdre5qNV8DNsrSwYggoe4oB3sEVw9G6HNazEXCRrCsI/RA+1IgH/eDlVUT9m/n79722AWO5Su1lqrI",
+	"sJ6TQ73ZaikZZg1h6ZYJqUrQXF1YltldBi3NyN8NOyjFnZuEIZzKBRWKHTaWow1ltR7tnd96gmP0GQhL",
+	"gWhMCIH18BfgAnuiSKAkzdihpNVjIjRlBvIbfRpiyvewM2DDTuh/iT3+EeRs2Pk8Sso+cXhkxrkywjTW",
+	"rfnNaCGBv6ISsgfLXSx0LEsfV1lJ4vFegDqqJOPIAb5NKvD5bivg2P8+RWePKmQfqyjxfsyJBM9XHOON",
+	"VFBgZixAHYcT7hMP4YSyLjbAShC+zX0I0K3JUC41bq71zNr1stgkTORGlEYffc+vcjE6HMrVNKQKZ8LU",
+	"wqU8JMjdHMpRLZ1phEy4Alwv9rCRu1NjLp2KMFoSbkOZqjtfjAvRBtYl4TUgNliaNWkGGZ/ekbbrORYi",
+	"04FH44qPbxzHpB5jPchCBSO7OgcsMpGqMVPkDNfn6QLw/gFfxtBdl5ZC2trXYuQ+KNucVhUAbADXMCAl",
+	"c9jqw0rjwmqOoQfDrghf0sh2TAhBcy2wX+nTG8xYEP+HYWTAVjiWSIRUyop261Mhg5hbOWzFTDzhWSvk",
+	"eXYtv5hbaf1pK2bia/Uowdwo5wVy8HG6WG1AYLR4bgKmawVzHHNfMNEWjxvDjlPsasGUDP2QaaAvcIzo",
+	"SX+Yc4RYY2gyZ0CImN4Jfd1rVGIV4wDCw5zFUZbSDyWi04zo1UU6YFYXYsS4hfOISZ+oWKDdaHrsHC+G",
+	"Zs5DGW6Fc+sBiikbGlOmNxz2oSxPe0S40uP+Sxx4f2q+yhNPG+GPPLX3wlglqY3UOJgyQLAXWlILYGaG",
+	"nR69Pz9+jSTgK3KWQRAf84j7tVtfEX0ertrWjHqFiUttbBdIOHrSZCH/GpvrbcOyPErRbRjNsW8o7t6c",
+	"5FNuzNddd+vX9Elrm5ZbZbaqbzp4dLp5/OLRr1b9Pwfln0qKwKDGdhFOTnI21kpS+Yxv5sm6F2I2V5rn",
+	"O4YFfrHbnqQfwrz2P/mPLaABaxS7CRjw9b3LbKJlM4EVhOwBU4ESwkqqrVcsaQzuNb9q/4scjqoL4+EV",
+	"G36ksmwjQCXabCagkdxY+Ko4J1gh8Vho81Uy1s1X+qUtdV1ffl3f6Xo/4SfixPGmxV+40rQtsQGmJKjb",
+	"X4gzP6CsH6ZZYQ0AFybyFLIOlBE+5f5GgPNOZJrdQiPiHrtwZF+2DRX0zsBHQjDlTmjxxdnw/hUf30yy",
+	"PP9KLMbVoxTVab6nWT/xWfKP+Z1gzvzbrU/aAZ5aS6j62o8SKi1BsPpwenmu8JUyyX4DiZs4w/pD2TkW",
+	"qyR3E2YKaCvli5SotTibQ9Nw6LeTzQQBohKciRfhGIQIKH3ydzh64Cr6Y527UzflfyZt5dwqsvy9BY8a",
+	"H1IgBonIpedOmFSWjXlxPbWsmH95iiHsgz8WzVzgpJ+YVS895Qu5wdpz6GZ3mG/WaqbqzhkZwa2IbCxw",
+	"rOyrb6xwTpEowGJRd6zrXxHq9QGKxYixkukm1v3lT1Yh/4Dc+D1O+p+LHwd/BkDoYygz1LaWBOXO1JOS",
+	"CfHa9Q7XC3/RH9rfSm+x2d3q1+RRvK1+sC2crV8HsOoGTyut5pM6WukZv5Of1b/hfzU3awnpV/pZJ0pj",
+	"Dt4SfjBediMIJm3Oqb2k8BjjFVwrvMGfh92nQ3n2j9j/RJ9auGGr5PylvbA0y0PqQEApiJjw4qNuHmon",
+	"s1uuW7M7tvGV+1/iCF2UiPQPXch3sjLUV4hPHSswqHHPeIL/uoVFlWmrfMpac+5GUf9ruOoPLeujjc/X",
+	"C3268pGkvh8N89Pho2XURBjaWvDxNPE6wW4LpaDW+Pwr0Qvqa0lN19FJl81mBWShBhxN8feC594Qqi/I",
+	"jmFdAzihlRET35wCKqHmYrwbShyf9fsezoaHQQ4Z9072oSTsPMrX5mWxStiDKtzns/6Bm2aQdoRmN5Qe",
+	"wGasZj4FNaCrVkeL96gwU0+GT9ajonzE7xQCWW3gH2f1JQmYCAE8OrZym2kdQVJMdQZfsG/GGfVmZ7zK",
+	"FSot9wMxdo/0tdoxbPmVEvZKybQYW6V3DJoWjqZptN32vOMeGlYYcP+T/9hCx6qdhi+kZIHn0+1zJHmg",
+	"64FYJ3l2PbVJJTMG8qC85VYJdWl1Zw5r42XYrfd5//k9lrxZOWteqy9/diNn9YG1NqvysNyWr1Lobb7S",
+	"L+b2uEGxw7RPS9NOWfOSt/MVaFRue/3kew9uSCn0Ik4l9a4R/00zVZrZ/0Sf1nY4WiKer4HRPBKHcfbg",
+	"Py9riRuUt5VdXNPECOurnx08//b5X755+fzbTVh5zSQ54ZneM1OuxToi+4Fn+hwuekLyKh/SQFd3wsn3",
+	"WJ9Bep0dw8r3octZ94CKOY2wNdleefUnoR1nYRURA+vXzE6hnnCuM6Uzu2BXXKYJm+d8LKAvJqQ/5oLf",
+	"CuNfDRzPoLwMJeZ6+8zvudD0qoNKC2c18e//jFnowYfdwu1dNhaAXg5tW00Jae6vP6BA8pWyU+wxQcCj",
+	"iEPTY6fgHRzKwmDkj+7zsY9MUwad4CkAZx35K1RhTZYKdtDrHUBLBTOUz589C0iaeFkU2+Z8mQYf3wpb",
+	"Ir8vZ3u1pHtHv1/avDkXttqsM3a+tjhRPJ05TtnMjDS3Yg8wQjf0UgPFBS77Q7u3wnu06NXlLB1cmsfx",
+	"bNV2tTL6FgEut58GxNXT8M9WhLL/yf1xCX+0MF7Dkv8uIYJynQO041UxvhEABkVlZNwCw3YWqWO57PT4",
+	"7euTtz+SEMugEhhgUpabtq/fjs226pqleQKSb6zADEv0GPpjdbQvRrhx1a4k0weHC4JiseyqXNrDJ6jc",
+	"8+P/Xk2B1pHPmQAVKj2sHqyq28eqGyEho3+S5SHRR6AjCAyLx+4Nt266D4o+P7jjm9IApcXHS3ypjPTu",
+	"Js7mcktGa4mlxTueUzkmhSsK2uNUSFRh0+2ZUjOnN8I6rXMt2hwdvHN/6VN2+V16VFOCEf2+3lbxV7Gu",
+	"mM3tosFM0cJN++mkbIOVQofJLGkK4c3YKEwMEP6n6o7lCkLcYijLG0KlsgkADaFhU6ax9Ry2YWIja3NC",
+	"egqoD2M1E4ehp11mGZlFzpaZ8DwvEUXKpuM7ZigJo4Q61rh5fJxneuFmOsk+CgL2zADRCxsolNvhyGMx",
+	"lFbhtEEkC5kGC0eSWXPF07K6PjOsYsvAIsCcEyZ619XV6gH81SUAXRjTZO3EaPoJIk8xcv5y3HzL0/R1",
+	"WEDl2W57Rut2D7LM9Yl6eMlTZnS4J6zz/eIse1FPLsqEGU9FyGdxS3R0ehJrAuxOqhFjLerY5bQMa9Zr",
+	"Q+Kau/9p09bcE36vpDV4u2al4ZCNYAFDcxVc4QSRiTF7Wcmx+J2UCy4dNSChoDaG83Ozpf6MGLSH/pfb",
+	"kUXtGO1/ytK1Vt+ZuFU3FWLZZPHh9Q+2+HAYrz8dQngxADsfoCSR6m4J4LvVmYg0kK8bGlm61sCYKD3j",
+	"tjPoFAVc2dT1/k7pm00Zxb/SNU8cdGjO9gX3GE5imVcd5TnTFJ538t5fVY8duNlv0KuiTMgH/nF6TwZC",
+	"Vn3I78SK6A2j9pZf3d8v7UKGZl8sk24Dx1Cmy2m/2273nX/JGu1v5C6vhV6lg81OJb28cA+oX3f6sNM4",
+	"u6nmmRTpbrkgaXiQOQzNwggukKAuHWO6EoCdWkMm3LhuU5W78xFWbs2abmua4FKevO4ssyLYjgBH3ghy",
+	"++PxBXN3lbjlWfoZUp9nXC7KhSDEpUGNiBBGh7rGhkszxHP9W2Esu85unfWiroWdCo2IiiTM3KIg8i0h",
+	"k5876wZaE6fUXN0DCaOlHJo+4xuG5sXYl01NWJYaRHKeY197N44ci91DQMlIWSFvpLqTAJnb9AAusce2",
+	"fwZaW1hDGg0nC33k17hFszK/SDtusk0QyFlq1gol6K5dk06ZtC+fd9YHNqFh2Ane+uzFS7iY/iyv5lrz",
+	"xVM3DCu3e52kCvQ0UYVMv3QHsV+hsrhC6xKa3aCZu0TvqakQUGaTss81T79i3jAVXNsrwe+BMVsZuUnm",
+	"/xRGfxpxH8Y/E3OlG8pB+0/yuHwRF/C1Ev0HSCncpR3jmGGm0mwMAkgKA4D+StvHJKoYZeBTzCPRRaSB",
+	"tONgiGaNj2LdO3feoLX/ijSi6WBkftcxb2iMvvYWuIJuwFj+JnGClbvAWpeaT4ArDnHtUi9zrrgdT0O7",
+	"fBBr8JXvSXqqjL3WwlTbyEMUy/04E8bwaxH8cAE8b0WUem+aSHvsSOKyVfHcr8qJdSsvSIIO8aGq8mzH",
+	"DNjz/vNDgLR0tmcWhpqpWzcj9/t3u+xaWATK9A08Mwl/amGKHONxqUIgRUCnRUHsnmR67JzgF+Hl+Mwv",
+	"DVZ9ZoZNuZ7lwphBuf+h7wIZxP5NHI0QvEOGgntlN8s1SpbxHQkBl+cFlCWEbyEYyI5Y4IBsxhdMZ6lg",
+	"HNyy3fDLblJpZgRQ/IFMDqHH6XN0cs4El+hcwJV2M69sQyo4dkKYOa1Iiz2vbGKtBJLdnaggfezGoGXd",
+	"WlXUjacxo9xDvgeYoy8dryoffQZ0to7NHpKIBXoErdGKGYpeOJNfuuMoETnqlV5r2PEcO2QULSnKoARX",
+	"SIw0hwrXeFRe76YsxoXO7ALY+ZXg2t372wfHsDEggIy+0Hln0JlaOx/s7x88+7bX7/V7B4O/9P/SB+ZO",
+	"U/oUAraFNBDMpb/9VFd7mEDfRkxLx05KcC5usjzHL0NDf98wDFDc3QrJcea4JMG2w6+zXqWBDAwceeJ7",
+	"gu0Nna4PgW+5b2TKCkOejnofmthAlDZKDpJayQKii/p8kMpwZc7l6nhn7cH9KiOW9fCrI57WS1XL7owh",
+	"sR/YpalhCy6tI9UQRqZbSXxZE92srmUIaK6O9pO6q2TxQSJUlYEaxmeOFfswZ2XUSuZUfFjg4ZFYWmWM",
+	"Mgjx+cPn/z8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -85,6 +85,9 @@ type WorkflowSpec struct {
 	// MaxOutputs): what a parent's workflow step that runs it as a child
 	// gets as its own outputs.
 	Outputs []SpecOutput `json:"outputs,omitempty"`
+	// TTL is how long the run is kept once it has ended; nil = its
+	// project's settings, else the server's defaults, decide.
+	TTL *TTL `json:"ttl,omitempty"`
 }
 
 // Input is one value a step receives from an earlier step's output: From is

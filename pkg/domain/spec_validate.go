@@ -47,6 +47,7 @@ func (w WorkflowSpec) Validate(prefix string) []FieldError {
 	if msg := durationProblem(w.Timeout); msg != "" {
 		add(".timeout", "%s", msg)
 	}
+	errs = append(errs, w.TTL.Validate(prefix+".ttl")...)
 	for _, e := range w.validateConcurrency() {
 		add(e.Field, "%s", e.Message)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 )
@@ -27,41 +28,157 @@ func (e *NotTerminalError) Error() string { return fmt.Sprintf("run %s is %s", e
 // Is makes a NotTerminalError match ErrNotTerminal.
 func (e *NotTerminalError) Is(target error) bool { return target == ErrNotTerminal }
 
-// treeSQL locks, by name, the run @run and every run below it (its
-// children, theirs…, at most @limit levels), and returns each with its
-// phase: the lock order of a parent before its children holds, since no
-// other transaction locks a run of an ended tree after its parent.
-const treeSQL = `WITH RECURSIVE down(name, n) AS (
-	SELECT CAST(@run AS text), 0
+// runKeysCTE names the runs of the arrays @ps, @ds, @ns (project, domain,
+// name; Strings) as k(p, d, n).
+const runKeysCTE = `k AS (SELECT * FROM unnest(CAST(CAST(@ps AS text) AS text[]), CAST(CAST(@ds AS text) AS text[]),
+	  CAST(CAST(@ns AS text) AS text[])) AS k(p, d, n))`
+
+// keysArgs are the named arguments of runKeysCTE for keys.
+func keysArgs(keys []domain.RunKey) map[string]any {
+	p, d, n := make(Strings, len(keys)), make(Strings, len(keys)), make(Strings, len(keys))
+	for i, k := range keys {
+		p[i], d[i], n[i] = k.Project, k.Domain, k.Run
+	}
+	return map[string]any{"ps": p, "ds": d, "ns": n}
+}
+
+// treesSQL locks, by key, the runs k (runKeysCTE) and every run below
+// each (its children, theirs…, at most @limit levels), and returns each
+// with its phase, its parent and the run of k it is under (root): the lock
+// order of a parent before its children holds, since no other transaction
+// locks a run of an ended tree after its parent.
+var treesSQL = `WITH RECURSIVE ` + runKeysCTE + `,
+down(project, domain, name, root, n) AS (
+	SELECT p, d, n, n, 0 FROM k
 	UNION ALL
-	SELECT r.name, down.n + 1 FROM runs r JOIN down ON r.parent_run = down.name
-	 WHERE r.project = @p AND r.domain = @d AND down.n < @limit)
-SELECT name, phase, parent_run FROM runs WHERE project = @p AND domain = @d AND name IN (SELECT name FROM down)
-ORDER BY name FOR UPDATE`
+	SELECT r.project, r.domain, r.name, down.root, down.n + 1 FROM runs r
+	  JOIN down ON r.project = down.project AND r.domain = down.domain AND r.parent_run = down.name
+	 WHERE down.n < @limit)
+SELECT r.project, r.domain, r.name, r.phase, r.parent_run, down.root FROM runs r
+  JOIN down ON r.project = down.project AND r.domain = down.domain AND r.name = down.name
+ORDER BY r.project, r.domain, r.name FOR UPDATE OF r`
 
-// settlingSQL names a run of @names with an abort still being delivered,
-// or with an attempt still live (ASSIGNED, BUILDING, RUNNING: a process an
-// executor may still run), if there is one.
-var settlingSQL = `SELECT run_name FROM actions WHERE project = @p AND domain = @d AND run_name = ANY(@names)
-	AND abort_requested_at IS NOT NULL
-UNION ALL
-SELECT t.run_name FROM tasks t JOIN attempts a ON a.task_id = t.id
-WHERE t.project = @p AND t.domain = @d AND t.run_name = ANY(@names)
-	AND a.state IN ` + sqlStates(domain.TaskAssigned, domain.TaskBuilding, domain.TaskRunning) + `
-LIMIT 1`
+// settlingSQL names the runs of k (runKeysCTE) with an abort still being
+// delivered, or with an attempt still live (ASSIGNED, BUILDING, RUNNING: a
+// process an executor may still run).
+var settlingSQL = `WITH ` + runKeysCTE + `
+SELECT x.project, x.domain, x.run_name AS name FROM actions x JOIN k ON x.project = k.p AND x.domain = k.d AND x.run_name = k.n
+WHERE x.abort_requested_at IS NOT NULL
+UNION
+SELECT t.project, t.domain, t.run_name AS name FROM tasks t JOIN k ON t.project = k.p AND t.domain = k.d AND t.run_name = k.n
+  JOIN attempts a ON a.task_id = t.id
+WHERE a.state IN ` + sqlStates(domain.TaskAssigned, domain.TaskBuilding, domain.TaskRunning)
 
-// deleteTreeSQL deletes the runs named @names and every row they own:
+// deleteTreesSQL deletes the runs k (runKeysCTE) and every row they own:
 // their actions, tasks, attempts (their logs and log chunks go by the
-// attempts' foreign keys), events and cache reservations. Cache entries
-// stay: a catalog entry outlives the run that wrote it (Flyte's).
-const deleteTreeSQL = `WITH t AS (SELECT id FROM tasks WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
+// attempts' foreign keys), events and cache reservations, and returns how
+// many runs went. Cache entries stay: a catalog entry outlives the run
+// that wrote it (Flyte's).
+var deleteTreesSQL = `WITH ` + runKeysCTE + `,
+t AS (SELECT x.id FROM tasks x JOIN k ON x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
 da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t)),
 dt AS (DELETE FROM tasks WHERE id IN (SELECT id FROM t)),
-dx AS (DELETE FROM actions WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
-de AS (DELETE FROM run_events WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
-dc AS (DELETE FROM cache_reservations WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
-dr AS (DELETE FROM runs WHERE project = @p AND domain = @d AND name = ANY(@names) RETURNING name)
-SELECT name FROM dr ORDER BY name`
+dx AS (DELETE FROM actions x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
+de AS (DELETE FROM run_events x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
+dc AS (DELETE FROM cache_reservations x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
+dr AS (DELETE FROM runs x USING k WHERE x.project = k.p AND x.domain = k.d AND x.name = k.n RETURNING 1)
+SELECT count(*) FROM dr`
+
+// treeRun is a run treesSQL locked, under the run Root of its call.
+type treeRun struct {
+	Project, Domain, Name, Phase string
+	ParentRun                    *string
+	Root                         string
+}
+
+func (r treeRun) key() domain.RunKey {
+	return domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}
+}
+
+func (r treeRun) rootKey() domain.RunKey {
+	return domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Root}
+}
+
+// deletionTrees locks the trees of roots (treesSQL) and decides, for each
+// root, whether it may be deleted: it may not while a run of its tree has
+// not ended (a NotTerminalError naming it), while its parent run has not
+// ended (its step reads its children; the parent is read, not locked), or
+// while an abort of a run of its tree is being delivered or an attempt of
+// it is live, since its processes would outlive their rows
+// (ErrAbortPending). It returns the runs of each deletable root's tree and
+// the refusal of every other root found; a root not found is in neither.
+func (s Runs) deletionTrees(ctx context.Context, roots []domain.RunKey) (map[domain.RunKey][]domain.RunKey,
+	map[domain.RunKey]error, error) {
+	args := keysArgs(roots)
+	args["limit"] = domain.MaxDepth
+	var tree []treeRun
+	if err := s.raw(ctx, treesSQL, args).Scan(&tree).Error; err != nil {
+		return nil, nil, mapErr(err)
+	}
+	runs, refused := map[domain.RunKey][]domain.RunKey{}, map[domain.RunKey]error{}
+	for _, r := range tree {
+		root := r.rootKey()
+		runs[root] = append(runs[root], r.key())
+		if !domain.Phase(r.Phase).IsTerminal() && refused[root] == nil {
+			refused[root] = &NotTerminalError{Run: r.Name, Phase: domain.Phase(r.Phase)}
+		}
+		if r.Name != r.Root || r.ParentRun == nil || refused[root] != nil {
+			continue
+		}
+		parent := domain.RunKey{Project: r.Project, Domain: r.Domain, Run: *r.ParentRun}
+		phase, err := s.RunPhase(ctx, parent)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, nil, fmt.Errorf("read parent run %s: %w", parent, err)
+		}
+		if err == nil && !phase.IsTerminal() {
+			refused[root] = &NotTerminalError{Run: parent.Run, Phase: phase}
+		}
+	}
+	var all []domain.RunKey
+	for root, keys := range runs {
+		if refused[root] == nil {
+			all = append(all, keys...)
+		}
+	}
+	if len(all) > 0 {
+		var settling []treeRun
+		if err := s.raw(ctx, settlingSQL, keysArgs(all)).Scan(&settling).Error; err != nil {
+			return nil, nil, mapErr(err)
+		}
+		settles := map[domain.RunKey]bool{}
+		for _, r := range settling {
+			settles[domain.RunKey{Project: r.Project, Domain: r.Domain, Run: r.Name}] = true
+		}
+		for root, keys := range runs {
+			for _, k := range keys {
+				if refused[root] == nil && settles[k] {
+					refused[root] = fmt.Errorf("run %s: %w", k.Run, ErrAbortPending)
+				}
+			}
+		}
+	}
+	for root := range refused {
+		delete(runs, root)
+	}
+	return runs, refused, nil
+}
+
+// deleteTrees deletes the runs of trees (deletionTrees) and every row they
+// own, and returns how many runs went.
+func (s Runs) deleteTrees(ctx context.Context, trees map[domain.RunKey][]domain.RunKey) (int, error) {
+	var all []domain.RunKey
+	for _, keys := range trees {
+		all = append(all, keys...)
+	}
+	if len(all) == 0 {
+		return 0, nil
+	}
+	var n int
+	if err := s.raw(ctx, deleteTreesSQL, keysArgs(all)).Row().Scan(&n); err != nil {
+		return 0, mapErr(err)
+	}
+	return n, nil
+}
 
 // DeleteRun deletes an ended run, with its descendant runs (child runs of
 // its workflow steps, theirs…), and every row they own, in one
@@ -75,57 +192,27 @@ SELECT name FROM dr ORDER BY name`
 func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) ([]string, error) {
 	var deleted []string
 	err := s.inTx(ctx, func(tx *Store) error {
-		var tree []struct {
-			Name      string
-			Phase     string
-			ParentRun *string
+		trees, refused, err := tx.runs().deletionTrees(ctx, []domain.RunKey{key})
+		if err != nil {
+			return err
 		}
-		if err := tx.raw(ctx, treeSQL, map[string]any{"p": key.Project, "d": key.Domain, "run": key.Run,
-			"limit": domain.MaxDepth}).Scan(&tree).Error; err != nil {
-			return mapErr(err)
+		if err := refused[key]; err != nil {
+			return err
 		}
-		names := make([]string, 0, len(tree))
-		found := false
-		for _, r := range tree {
-			if !domain.Phase(r.Phase).IsTerminal() {
-				return &NotTerminalError{Run: r.Name, Phase: domain.Phase(r.Phase)}
-			}
-			if r.Name == key.Run {
-				found = true
-				if r.ParentRun != nil {
-					phase, err := tx.runs().RunPhase(ctx, domain.RunKey{Project: key.Project, Domain: key.Domain, Run: *r.ParentRun})
-					if err != nil && !errors.Is(err, ErrNotFound) {
-						return fmt.Errorf("read parent run %s: %w", *r.ParentRun, err)
-					}
-					if err == nil && !phase.IsTerminal() {
-						return &NotTerminalError{Run: *r.ParentRun, Phase: phase}
-					}
-				}
-			}
-			names = append(names, r.Name)
-		}
-		if !found {
+		tree, ok := trees[key]
+		if !ok {
 			return ErrNotFound
 		}
-		var settling []string
-		if err := tx.raw(ctx, settlingSQL, map[string]any{"p": key.Project, "d": key.Domain,
-			"names": Strings(names)}).Scan(&settling).Error; err != nil {
-			return mapErr(err)
-		}
-		if len(settling) > 0 {
-			return fmt.Errorf("run %s: %w", settling[0], ErrAbortPending)
-		}
-		var gone []string
-		if err := tx.raw(ctx, deleteTreeSQL, map[string]any{"p": key.Project, "d": key.Domain,
-			"names": Strings(names)}).Scan(&gone).Error; err != nil {
-			return mapErr(err)
+		if _, err := tx.runs().deleteTrees(ctx, trees); err != nil {
+			return err
 		}
 		deleted = []string{key.Run}
-		for _, n := range gone {
-			if n != key.Run {
-				deleted = append(deleted, n)
+		for _, k := range tree {
+			if k.Run != key.Run {
+				deleted = append(deleted, k.Run)
 			}
 		}
+		slices.Sort(deleted[1:])
 		return nil
 	})
 	if err != nil {

@@ -74,6 +74,13 @@ type Run struct {
 	ParentGeneration *int    `json:"parent_generation"`
 	ParentTry        *int    `json:"parent_try"`
 	Depth            int     `json:"depth"`
+	// TTLSuccessMs and TTLFailureMs are the spec's ttl for each outcome
+	// (domain.TTL.Millis; nil: the spec does not say). ExpiresAt is when
+	// the ended run is deleted (nil while it runs, for a child run and
+	// when it is kept): expiresAtSQL stamps it as the run ends.
+	TTLSuccessMs *int64     `gorm:"column:ttl_success_ms" json:"ttl_success_ms"`
+	TTLFailureMs *int64     `gorm:"column:ttl_failure_ms" json:"ttl_failure_ms"`
+	ExpiresAt    *time.Time `json:"expires_at"`
 }
 
 // Parent returns the key of the workflow step a child run is of, and

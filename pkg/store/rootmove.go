@@ -10,7 +10,8 @@ import (
 )
 
 // SetRootPhase moves a run's root action a0 from phase from to phase to and
-// sets the run row's phase to to (a terminal phase also sets both ended_at),
+// sets the run row's phase to to (a terminal phase also sets both ended_at
+// and the run's expires_at, expiresAtSQL),
 // and writes an "action.phase" event when a0 moved. The run row's phase
 // mirrors a0's: it is set even when a0 was no longer in phase from. The
 // caller holds the run's lock.
@@ -117,13 +118,14 @@ func (s *core) makeRootMoves(ctx context.Context) error {
 
 // rootMoveCTE moves the a0 (a, returning the move's ordinal when a0
 // moved) and the run row (r) of one move in scalars (@mp to @mord).
-const rootMoveCTE = `WITH m AS (SELECT CAST(@mord AS bigint) AS ord),
+var rootMoveCTE = `WITH m AS (SELECT CAST(@mord AS bigint) AS ord),
 	a AS (UPDATE actions SET phase = @mt, updated_at = @mnow, version = version + 1,
 	  ended_at = CASE WHEN @mterminal THEN @mnow ELSE ended_at END
 	  WHERE project = @mp AND domain = @md AND run_name = @mr AND name = @root AND phase = @mf
 	  RETURNING CAST(@mord AS bigint) AS ord),
 	r AS (UPDATE runs SET phase = @mt, updated_at = @mnow, version = version + 1,
-	  ended_at = CASE WHEN @mterminal THEN @mnow ELSE ended_at END
+	  ended_at = CASE WHEN @mterminal THEN @mnow ELSE ended_at END,
+	  expires_at = ` + expiresAtSQL("runs", "CAST(@mt AS text)", "CAST(@mnow AS timestamptz)", "CAST(@mterminal AS boolean)") + `
 	  WHERE project = @mp AND domain = @md AND name = @mr RETURNING 1)`
 
 // rootMovesCTE moves the a0s (a, returning the ordinals of the moves whose
@@ -133,7 +135,7 @@ const rootMoveCTE = `WITH m AS (SELECT CAST(@mord AS bigint) AS ord),
 // of the join, a plan made while actions held a few rows walked the whole
 // primary key of actions for it, and the by-key pool kept that plan until its
 // next replanning.
-const rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS text[]),
+var rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS text[]),
 	  CAST(CAST(@md AS text) AS text[]), CAST(CAST(@mr AS text) AS text[]), CAST(CAST(@mf AS text) AS text[]),
 	  CAST(CAST(@mt AS text) AS text[]), CAST(CAST(@mnow AS text) AS timestamptz[]),
 	  CAST(CAST(@mterminal AS text) AS boolean[]), CAST(CAST(@mord AS text) AS bigint[]))
@@ -144,7 +146,8 @@ const rootMovesCTE = `WITH m AS (SELECT * FROM unnest(CAST(CAST(@mp AS text) AS 
 	  WHERE x.project = m.p AND x.domain = m.d AND x.run_name = m.r AND x.name = m.n AND x.phase = m.f
 	  RETURNING m.ord),
 	r AS (UPDATE runs x SET phase = m.t, updated_at = m.now, version = x.version + 1,
-	  ended_at = CASE WHEN m.terminal THEN m.now ELSE x.ended_at END
+	  ended_at = CASE WHEN m.terminal THEN m.now ELSE x.ended_at END,
+	  expires_at = ` + expiresAtSQL("x", "m.t", "m.now", "m.terminal") + `
 	  FROM m WHERE x.project = m.p AND x.domain = m.d AND x.name = m.r RETURNING 1)`
 
 // rootMoveSQL makes the root moves (rootMovesSQL) and inserts the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -70,7 +71,8 @@ func (nr NewRun) row(now time.Time) Run {
 	run := Run{Project: nr.Key.Project, Domain: nr.Key.Domain, Name: nr.Key.Run, Spec: nr.Spec,
 		TimeoutMs: nr.Spec.TimeoutDuration().Milliseconds(), Phase: string(domain.PhaseQueued), Version: 1,
 		CreatedAt: now, UpdatedAt: now, Params: nr.Params, ConcurrencyKey: nr.Keys.Concurrency,
-		FairnessKey: nr.Keys.Fairness}
+		FairnessKey: nr.Keys.Fairness, TTLSuccessMs: nr.Spec.TTL.Millis(domain.PhaseSucceeded),
+		TTLFailureMs: nr.Spec.TTL.Millis(domain.PhaseFailed)}
 	if nr.IdempotencyKey != "" {
 		run.IdempotencyKey = &nr.IdempotencyKey
 	}
@@ -273,9 +275,11 @@ func (s Runs) LockRun(ctx context.Context, key domain.RunKey) (Run, error) {
 }
 
 // SetRunPhase sets the run row's phase (mirroring a0's); a terminal phase also
-// sets ended_at.
+// sets ended_at and the run's expiry (expiresAtSQL).
 func (s Runs) SetRunPhase(ctx context.Context, key domain.RunKey, p domain.Phase, now time.Time) error {
-	up := map[string]any{"phase": string(p), "updated_at": now, "version": gorm.Expr("version + 1")}
+	up := map[string]any{"phase": string(p), "updated_at": now, "version": gorm.Expr("version + 1"),
+		"expires_at": gorm.Expr(expiresAtSQL("runs", "'"+string(p)+"'", "CAST(? AS timestamptz)",
+			strconv.FormatBool(p.IsTerminal())), now)}
 	if p.IsTerminal() {
 		up["ended_at"] = now
 	}

@@ -109,7 +109,7 @@ func (s Actions) ResetSteps(ctx context.Context, key domain.RunKey, names []stri
 // restart request and writes a "run.restarted" event naming the steps.
 func (s Runs) ReopenRun(ctx context.Context, key domain.RunKey, from domain.Phase, steps []string, now time.Time) error {
 	if err := s.q(ctx).Model(&Run{}).Where("project = ? AND domain = ? AND name = ?", key.Project, key.Domain, key.Run).
-		Updates(map[string]any{"phase": string(domain.PhaseRunning), "ended_at": nil, "restart_requested_at": nil,
+		Updates(map[string]any{"phase": string(domain.PhaseRunning), "ended_at": nil, "expires_at": nil, "restart_requested_at": nil,
 			"restart_from": nil, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
 		return mapErr(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
+	"github.com/capstan-run/capstan/services/scheduler/internal/retention"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
 )
@@ -98,6 +99,22 @@ type config struct {
 	// charging max_retries_failure, when its step sets no
 	// max_system_failures (Flyte's MaxSystemFailures), 0 to 100. Default 3.
 	MaxSystemFailures int `env:"CAPSTAN_MAX_SYSTEM_FAILURES" envDefault:"3"`
+	// RetentionAfterSuccess is the server's retention of SUCCEEDED runs
+	// whose spec and project say nothing about it (a ttl's
+	// after_success), a Go duration. Default unset: keep them.
+	RetentionAfterSuccess string `env:"CAPSTAN_RETENTION_AFTER_SUCCESS"`
+	// RetentionAfterFailure is the same for runs that ended any other way
+	// (after_failure). Default unset: keep them.
+	RetentionAfterFailure string `env:"CAPSTAN_RETENTION_AFTER_FAILURE"`
+	// RetentionAfterCompletion is the same for either outcome when its own
+	// setting is unset (after_completion). Default unset: keep them.
+	RetentionAfterCompletion string `env:"CAPSTAN_RETENTION_AFTER_COMPLETION"`
+	// RetentionInterval is how long the reaper rests once no expired run
+	// is left. Default 10s.
+	RetentionInterval time.Duration `env:"CAPSTAN_RETENTION_INTERVAL" envDefault:"10s"`
+	// RetentionBatch is the most expired runs one reaper transaction
+	// deletes (their child runs go with them). Default 500.
+	RetentionBatch int `env:"CAPSTAN_RETENTION_BATCH" envDefault:"500"`
 }
 
 // scheduler returns the scheduler's part of the config; queues is the
@@ -107,7 +124,23 @@ func (c config) validate() error {
 	if c.MetricsRefresh < 0 {
 		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
 	}
-	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate())
+	var errs []error
+	for name, v := range map[string]string{"CAPSTAN_RETENTION_AFTER_SUCCESS": c.RetentionAfterSuccess,
+		"CAPSTAN_RETENTION_AFTER_FAILURE": c.RetentionAfterFailure, "CAPSTAN_RETENTION_AFTER_COMPLETION": c.RetentionAfterCompletion} {
+		for _, e := range (&domain.TTL{AfterCompletion: v}).Validate(name) {
+			errs = append(errs, fmt.Errorf("%s: %s", name, e.Message))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate(), c.retention().Validate())
+}
+
+// retention returns the reaper's part of the config.
+func (c config) retention() retention.Config {
+	return retention.Config{Defaults: domain.TTL{AfterSuccess: c.RetentionAfterSuccess, AfterFailure: c.RetentionAfterFailure,
+		AfterCompletion: c.RetentionAfterCompletion}, Interval: c.RetentionInterval, Batch: c.RetentionBatch}
 }
 
 // firing returns the schedule firing loop's part of the config.

@@ -56,3 +56,23 @@ func TestScheduleSettings(t *testing.T) {
 	negative := parse(t, map[string]string{"CAPSTAN_SCHEDULE_WORKERS": "-1"})
 	require.ErrorContains(t, negative.validate(), "Workers: -1 is negative")
 }
+
+// TestRetentionSettings: CAPSTAN_RETENTION_AFTER_* are the reaper's
+// defaults (unset: keep), _INTERVAL (10s) and _BATCH (500) its pace; a
+// value that is not a duration is refused, naming its variable.
+func TestRetentionSettings(t *testing.T) {
+	t.Parallel()
+	def := parse(t, map[string]string{})
+	require.NoError(t, def.validate())
+	require.Zero(t, def.retention().Defaults)
+	require.Equal(t, 10*time.Second, def.retention().Interval)
+	require.Equal(t, 500, def.retention().Batch)
+	set := parse(t, map[string]string{"CAPSTAN_RETENTION_AFTER_SUCCESS": "24h", "CAPSTAN_RETENTION_AFTER_COMPLETION": "720h"})
+	require.NoError(t, set.validate())
+	require.Equal(t, "24h", set.retention().Defaults.AfterSuccess)
+	require.Equal(t, "720h", set.retention().Defaults.AfterCompletion)
+	bad := parse(t, map[string]string{"CAPSTAN_RETENTION_AFTER_FAILURE": "30d"})
+	require.ErrorContains(t, bad.validate(), "CAPSTAN_RETENTION_AFTER_FAILURE: must be a duration")
+	negative := parse(t, map[string]string{"CAPSTAN_RETENTION_BATCH": "-1"})
+	require.ErrorContains(t, negative.validate(), "batch: -1 is negative")
+}

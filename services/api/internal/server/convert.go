@@ -12,7 +12,7 @@ func toRunSummary(r store.Run) api.RunSummary {
 	out := api.RunSummary{Project: r.Project, Domain: r.Domain, Name: r.Name, Phase: api.Phase(r.Phase),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, EndedAt: r.EndedAt, Schedule: r.ScheduleName,
 		ScheduledAt: r.ScheduledAt, Trigger: r.TriggerName, EventId: r.EventID, ConcurrencyKey: r.ConcurrencyKey,
-		PendingReason: r.PendingReason}
+		PendingReason: r.PendingReason, ExpiresAt: r.ExpiresAt}
 	if r.WorkflowName != nil && r.WorkflowVersion != nil {
 		out.Workflow = &api.WorkflowVersionRef{Name: *r.WorkflowName, Version: *r.WorkflowVersion}
 	}
@@ -33,7 +33,7 @@ func toRun(d store.RunDetail, outs map[string]map[string]string) api.Run {
 	out := api.Run{Project: s.Project, Domain: s.Domain, Name: s.Name, Phase: s.Phase, CreatedAt: s.CreatedAt,
 		UpdatedAt: s.UpdatedAt, EndedAt: s.EndedAt, Spec: spec, Suspended: &suspended,
 		Workflow: s.Workflow, Schedule: s.Schedule, ScheduledAt: s.ScheduledAt, Trigger: s.Trigger, EventId: s.EventId,
-		ConcurrencyKey: s.ConcurrencyKey, PendingReason: s.PendingReason, Parent: s.Parent, Depth: s.Depth,
+		ConcurrencyKey: s.ConcurrencyKey, PendingReason: s.PendingReason, Parent: s.Parent, Depth: s.Depth, ExpiresAt: s.ExpiresAt,
 		Actions: make([]api.Action, len(d.Actions))}
 	if d.Run.Params != nil {
 		params := api.ParamValues(d.Run.Params)

@@ -121,6 +121,8 @@ func TestCreateRunRejectsBadSpecsAndWritesNothing(t *testing.T) {
 		{"unknown mode", `{"spec":{"mode":"Parallel","steps":[{"name":"a","command":"x"}]}}`, 400, "spec.mode"},
 		{"wrong type", `{"spec":{"steps":[{"name":"a","command":"x","replicas":"three"}]}}`, 400, "spec.steps[0].replicas"},
 		{"unknown field", `{"spec":{"steps":[{"name":"a","command":"x","retries":3}]}}`, 400, "spec.steps[0]"},
+		{"bad ttl", `{"spec":{"steps":[{"name":"a","command":"x"}],"ttl":{"after_success":"1d"}}}`, 422, "spec.ttl.after_success"},
+		{"unknown ttl field", `{"spec":{"steps":[{"name":"a","command":"x"}],"ttl":{"after":"1s"}}}`, 400, "spec.ttl"},
 		{"missing spec", `{}`, 422, "spec"},
 		{"not JSON", `{"spec":`, 400, ""},
 	}

@@ -82,7 +82,8 @@ function kinHTML(run) {
 
 function drawTimes(view, run) {
   view.querySelector('#run-meta').textContent = `mode ${run.spec.mode || 'StepByStep'} · started ${fmtTime(run.created_at)} · ` +
-    `duration ${span(run.created_at, run.ended_at)}${run.ended_at ? ' · ended ' + fmtTime(run.ended_at) : ''}`;
+    `duration ${span(run.created_at, run.ended_at)}${run.ended_at ? ' · ended ' + fmtTime(run.ended_at) : ''}` +
+    (run.expires_at ? ` · deleted by retention at ${fmtTime(run.expires_at)}` : '');
   view.querySelector('#run-timeline').innerHTML = drawTimeline(run, span);
 }
 
