@@ -105,12 +105,13 @@ type rig struct {
 }
 
 // benchStack starts a stack of n executors with slots each, on a private
-// Redis, with the services' defaults and benchEnv; with CAPSTAN_BENCH_PPROF
-// set, every service serves pprof on a port of its own (see rig.Profile).
-func benchStack(b *testing.B, executors, slots int) *rig {
+// Redis, with the services' defaults, the scenario's env and benchEnv; with
+// CAPSTAN_BENCH_PPROF set, every service serves pprof on a port of its own
+// (see rig.Profile).
+func benchStack(b *testing.B, executors, slots int, env ...string) *rig {
 	b.Helper()
 	r := &rig{Redis: startRedis(b), pprof: map[string]string{}}
-	o := Options{Executors: executors, Redis: r.Redis.Opt, Env: benchEnv(slots), Defaults: true}
+	o := Options{Executors: executors, Redis: r.Redis.Opt, Env: append(env, benchEnv(slots)...), Defaults: true}
 	if os.Getenv("CAPSTAN_BENCH_PPROF") != "" {
 		o.ServiceEnv = func(name string) []string {
 			addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -109,4 +110,72 @@ func rowWrites(t *testing.T, url, name string) map[string]string {
 		out[k] = s.String
 	}
 	return out
+}
+
+// TestHistoryWritesWhatARunLeaves holds the history `make bench` loads
+// (storetest.LoadHistory) to a single-task run made by the store and the
+// scheduler, with and without a ttl: in each table the same final rows, the
+// same events in the same order, and the same expiry.
+func TestHistoryWritesWhatARunLeaves(t *testing.T) {
+	ctx := context.Background()
+	client := asynq.NewClient(redistest.New(t))
+	t.Cleanup(func() { client.Close() })
+	log := slog.New(slog.DiscardHandler)
+	for _, ttl := range []time.Duration{0, time.Minute} {
+		spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s", Plugin: domain.PluginNoop}}}
+		if ttl > 0 {
+			spec.TTL = &domain.TTL{AfterCompletion: ttl.String()}
+		}
+		spec.Normalize()
+		runURL := storetest.NewURL(t)
+		st, err := store.Open(ctx, runURL, store.Config{MaxOpenConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(st, queue.NewEnqueuer(client, log), log, prometheus.NewRegistry(), Config{Retry: domain.Table{0}})
+		s.setLeader(true)
+		singleTaskRun(t, st, s, w, spec, "one")
+		st.Close()
+
+		loadURL := storetest.NewURL(t)
+		db, err := sql.Open("pgx", loadURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := storetest.LoadHistory(ctx, db, storetest.History{Project: "p", Domain: "d", Prefix: "h", First: 7, N: 3,
+			Start: time.Now().Add(-time.Hour), Every: time.Millisecond, Took: 5 * time.Millisecond, AfterCompletion: ttl}); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+
+		got, want := rowWrites(t, loadURL, "h7"), rowWrites(t, runURL, "one")
+		delete(got, "writes")
+		delete(want, "writes")
+		got["expiry"], want["expiry"] = retentionOf(t, loadURL, "h7"), retentionOf(t, runURL, "one")
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("ttl %s, %s:\n history %s\n run     %s", ttl, k, got[k], w)
+			}
+		}
+	}
+}
+
+// retentionOf is run name's ttl columns and how long after its end it expires.
+func retentionOf(t *testing.T, url, name string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var s sql.NullString
+	if err := db.QueryRow(`SELECT json_agg(x) FROM (SELECT ttl_success_ms, ttl_failure_ms, expires_at - ended_at AS after
+		FROM runs WHERE name = $1) x`, name).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s.String
 }
