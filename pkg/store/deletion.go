@@ -27,17 +27,52 @@ func (e *NotTerminalError) Error() string { return fmt.Sprintf("run %s is %s", e
 // Is makes a NotTerminalError match ErrNotTerminal.
 func (e *NotTerminalError) Is(target error) bool { return target == ErrNotTerminal }
 
-// treeSQL locks, by name, the run @run and every run below it (its
-// children, theirs…, at most @limit levels), and returns each with its
-// phase: the lock order of a parent before its children holds, since no
-// other transaction locks a run of an ended tree after its parent.
-const treeSQL = `WITH RECURSIVE down(name, n) AS (
+// descendantsCTE names, as down(name, n), the run @run of project @p and
+// domain @d and every run below it by parent_run (its children, theirs…,
+// at most @limit levels), n its level (0 for @run).
+const descendantsCTE = `WITH RECURSIVE down(name, n) AS (
 	SELECT CAST(@run AS text), 0
 	UNION ALL
 	SELECT r.name, down.n + 1 FROM runs r JOIN down ON r.parent_run = down.name
-	 WHERE r.project = @p AND r.domain = @d AND down.n < @limit)
+	 WHERE r.project = @p AND r.domain = @d AND down.n < @limit)`
+
+// treeSQL locks, by name, the run @run and every run below it
+// (descendantsCTE), and returns each with its phase: the lock order of a
+// parent before its children holds, since no other transaction locks a run
+// of an ended tree after its parent.
+const treeSQL = descendantsCTE + `
 SELECT name, phase, parent_run FROM runs WHERE project = @p AND domain = @d AND name IN (SELECT name FROM down)
 ORDER BY name FOR UPDATE`
+
+// runTreeSQL reads, without a lock, the names of the run @run and of the
+// runs below it (descendantsCTE) that exist, the run first, then level by
+// level, each level by name.
+const runTreeSQL = descendantsCTE + `
+SELECT r.name FROM runs r JOIN down ON down.name = r.name
+WHERE r.project = @p AND r.domain = @d ORDER BY down.n, r.name`
+
+// RunTree returns the key of the run and of each of its descendant runs
+// (child runs of its workflow steps, theirs…, domain.MaxDepth levels at
+// most): the runs DeleteRun deletes with it, the run's key first, then
+// level by level, each level by name. It reads without a lock: a caller
+// that archives the runs before deleting them reads the tree again in
+// DeleteRun's transaction, which refuses a tree that is not ended.
+// Errors: ErrNotFound.
+func (s Runs) RunTree(ctx context.Context, key domain.RunKey) ([]domain.RunKey, error) {
+	var names []string
+	if err := s.raw(ctx, runTreeSQL, map[string]any{"p": key.Project, "d": key.Domain, "run": key.Run,
+		"limit": domain.MaxDepth}).Scan(&names).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	if len(names) == 0 || names[0] != key.Run {
+		return nil, ErrNotFound
+	}
+	keys := make([]domain.RunKey, len(names))
+	for i, n := range names {
+		keys[i] = domain.RunKey{Project: key.Project, Domain: key.Domain, Run: n}
+	}
+	return keys, nil
+}
 
 // settlingSQL names a run of @names with an abort still being delivered,
 // or with an attempt still live (ASSIGNED, BUILDING, RUNNING: a process an
