@@ -2024,6 +2024,21 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttempt(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+	//
+	// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+	// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+	// each action with its task counts and its first 20 tasks, without
+	// `tasks_next_cursor` (an archived run has no task pages; the
+	// document in the bucket holds every task, attempt, event and the
+	// end of each attempt's logs). The archive does not know the day the
+	// run ended: the read walks its days newest first, so a run deleted
+	// long ago costs more to find. 404 not_found when the run is not
+	// archived, or when the archive is off (the detail says which).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+	GetArchivedRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
@@ -2139,6 +2154,12 @@ type ClientInterface interface {
 	// changing nothing, when the run, a descendant, or the parent of a
 	// child run has not ended; 409 abort_pending while an abort of one of
 	// them is being delivered or an attempt of one is live.
+	//
+	// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+	// runs is first written to it as one document (GET
+	// .../archived-runs/{run} reads it back); a run that cannot be
+	// archived is 503 archive_unavailable and nothing is deleted. A
+	// delete refused after the documents were written leaves them.
 	//
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
 	DeleteRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2739,6 +2760,31 @@ func (c *Client) ReportAttempt(ctx context.Context, id AttemptID, body ReportAtt
 	return c.Client.Do(req)
 }
 
+// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+//
+// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+// each action with its task counts and its first 20 tasks, without
+// `tasks_next_cursor` (an archived run has no task pages; the
+// document in the bucket holds every task, attempt, event and the
+// end of each attempt's logs). The archive does not know the day the
+// run ended: the read walks its days newest first, so a run deleted
+// long ago costs more to find. 404 not_found when the run is not
+// archived, or when the archive is off (the detail says which).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+func (c *Client) GetArchivedRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetArchivedRunRequest(c.Server, project, domain, run)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
@@ -2974,6 +3020,12 @@ func (c *Client) CreateRuns(ctx context.Context, project Project, domain Domain,
 // changing nothing, when the run, a descendant, or the parent of a
 // child run has not ended; 409 abort_pending while an abort of one of
 // them is being delivered or an attempt of one is live.
+//
+// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+// runs is first written to it as one document (GET
+// .../archived-runs/{run} reads it back); a run that cannot be
+// archived is 503 archive_unavailable and nothing is deleted. A
+// delete refused after the documents were written leaves them.
 //
 // Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
 func (c *Client) DeleteRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4319,6 +4371,54 @@ func NewReportAttemptRequestWithBody(server string, id AttemptID, contentType st
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetArchivedRunRequest constructs an http.Request for the GetArchivedRun method
+func NewGetArchivedRunRequest(server string, project Project, domain Domain, run RunName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/archived-runs/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -7553,6 +7653,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttemptWithResponse(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptResponse, error)
 
+	// GetArchivedRunWithResponse A deleted run, as GET .../runs/{run} answered before it was deleted.
+	//
+	// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+	// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+	// each action with its task counts and its first 20 tasks, without
+	// `tasks_next_cursor` (an archived run has no task pages; the
+	// document in the bucket holds every task, attempt, event and the
+	// end of each attempt's logs). The archive does not know the day the
+	// run ended: the read walks its days newest first, so a run deleted
+	// long ago costs more to find. 404 not_found when the run is not
+	// archived, or when the archive is off (the detail says which).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+	GetArchivedRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error)
+
 	// ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7680,6 +7797,12 @@ type ClientWithResponsesInterface interface {
 	// changing nothing, when the run, a descendant, or the parent of a
 	// child run has not ended; 409 abort_pending while an abort of one of
 	// them is being delivered or an attempt of one is live.
+	//
+	// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+	// runs is first written to it as one document (GET
+	// .../archived-runs/{run} reads it back); a run that cannot be
+	// archived is 503 archive_unavailable and nothing is deleted. A
+	// delete refused after the documents were written leaves them.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8434,6 +8557,61 @@ func (r ReportAttemptResponse) ContentType() string {
 	return ""
 }
 
+type GetArchivedRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Run
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetArchivedRunResponse) GetJSON200() *Run {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetArchivedRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetArchivedRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetArchivedRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetArchivedRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListCacheEntriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8882,6 +9060,8 @@ type DeleteRunResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8897,6 +9077,11 @@ func (r DeleteRunResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r DeleteRunResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11314,6 +11499,29 @@ func (c *ClientWithResponses) ReportAttemptWithResponse(ctx context.Context, id 
 	return ParseReportAttemptResponse(rsp)
 }
 
+// GetArchivedRunWithResponse A deleted run, as GET .../runs/{run} answered before it was deleted.
+//
+// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+// each action with its task counts and its first 20 tasks, without
+// `tasks_next_cursor` (an archived run has no task pages; the
+// document in the bucket holds every task, attempt, event and the
+// end of each attempt's logs). The archive does not know the day the
+// run ended: the read walks its days newest first, so a run deleted
+// long ago costs more to find. 404 not_found when the run is not
+// archived, or when the archive is off (the detail says which).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+func (c *ClientWithResponses) GetArchivedRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error) {
+	rsp, err := c.GetArchivedRun(ctx, project, domain, run, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetArchivedRunResponse(rsp)
+}
+
 // ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -11513,6 +11721,12 @@ func (c *ClientWithResponses) CreateRunsWithResponse(ctx context.Context, projec
 // changing nothing, when the run, a descendant, or the parent of a
 // child run has not ended; 409 abort_pending while an abort of one of
 // them is being delivered or an attempt of one is live.
+//
+// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+// runs is first written to it as one document (GET
+// .../archived-runs/{run} reads it back); a run that cannot be
+// archived is 503 archive_unavailable and nothing is deleted. A
+// delete refused after the documents were written leaves them.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12599,6 +12813,46 @@ func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, err
 	return response, nil
 }
 
+// ParseGetArchivedRunResponse parses an HTTP response from a GetArchivedRunWithResponse call
+func ParseGetArchivedRunResponse(rsp *http.Response) (*GetArchivedRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetArchivedRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListCacheEntriesResponse parses an HTTP response from a ListCacheEntriesWithResponse call
 func ParseListCacheEntriesResponse(rsp *http.Response) (*ListCacheEntriesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12937,6 +13191,13 @@ func ParseDeleteRunResponse(rsp *http.Response) (*DeleteRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -14603,6 +14864,9 @@ type ServerInterface interface {
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx echo.Context, id AttemptID) error
+	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+	// (GET /v1/projects/{project}/domains/{domain}/archived-runs/{run})
+	GetArchivedRun(ctx echo.Context, project Project, domain Domain, run RunName) error
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx echo.Context, project Project, domain Domain, params ListCacheEntriesParams) error
@@ -14852,6 +15116,38 @@ func (w *ServerInterfaceWrapper) ReportAttempt(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ReportAttempt(ctx, id)
+	return err
+}
+
+// GetArchivedRun converts echo context to params.
+func (w *ServerInterfaceWrapper) GetArchivedRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetArchivedRun(ctx, project, domain, run)
 	return err
 }
 
@@ -16606,6 +16902,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/batch", wrapper.CreateRuns, options.OperationMiddlewares["CreateRuns"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.DeleteRun, options.OperationMiddlewares["DeleteRun"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.GetRun, options.OperationMiddlewares["GetRun"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/archived-runs/:run", wrapper.GetArchivedRun, options.OperationMiddlewares["GetArchivedRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/abort", wrapper.AbortRun, options.OperationMiddlewares["AbortRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/suspend", wrapper.SuspendRun, options.OperationMiddlewares["SuspendRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/resume", wrapper.ResumeRun, options.OperationMiddlewares["ResumeRun"]...)
@@ -16851,6 +17148,60 @@ func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRunRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+}
+
+type GetArchivedRunResponseObject interface {
+	VisitGetArchivedRunResponse(w http.ResponseWriter) error
+}
+
+type GetArchivedRun200JSONResponse Run
+
+func (response GetArchivedRun200JSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun404ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -17326,6 +17677,20 @@ func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun503ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteRun503ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19550,6 +19915,9 @@ type StrictServerInterface interface {
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx context.Context, request ReportAttemptRequestObject) (ReportAttemptResponseObject, error)
+	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+	// (GET /v1/projects/{project}/domains/{domain}/archived-runs/{run})
+	GetArchivedRun(ctx context.Context, request GetArchivedRunRequestObject) (GetArchivedRunResponseObject, error)
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx context.Context, request ListCacheEntriesRequestObject) (ListCacheEntriesResponseObject, error)
@@ -19869,6 +20237,33 @@ func (sh *strictHandler) ReportAttempt(ctx echo.Context, id AttemptID) error {
 		return err
 	} else if validResponse, ok := response.(ReportAttemptResponseObject); ok {
 		return validResponse.VisitReportAttemptResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetArchivedRun operation middleware
+func (sh *strictHandler) GetArchivedRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
+	var request GetArchivedRunRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetArchivedRun(ctx.Request().Context(), request.(GetArchivedRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetArchivedRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetArchivedRunResponseObject); ok {
+		return validResponse.VisitGetArchivedRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -21870,333 +22265,340 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39ctu4li/6KijdqbI8Q8ty2sneLdeuOe7E3e3pdOKxnelzbyvHgklI4jYFaAOkHe1Uqu5f5wHOQ9wH",
-	"mye5hbUWQFICJcpfSe/52NWRJRIEgYX1vX7rcydWs7mSQuamM/jcmXPNZyIXGv46jvNUyXd8JuxfqewM",
-	"OnOeTztRR8J3HQ4XdKKOFn8rUi2SziDXhYg6Jp6KGbd3/ZMW486g83/tlw/ax1/NPoz85UvUOc5zMZvn",
-	"p28anpMma58xVnrGc3udzF8ddqLOLJXprJh1BgdRJ1/MBf4kJkLD414X2iht70yEiXU6h7cYdC6ngknx",
-	"Kb+K4QKmxiyfCjbX4jZVhWFzPhG9ToQz/Fsh9KKcIt7SqU5rxj+9FXKSTzuDF/2+n4nJdSonMJE3asbt",
-	"YMGXTvDHBy/uW27yk1sh89M3PwueiIYXTxP3vhk3ORP2DvgzzlL7UYtYpLciOYIvTa4FnzEtTDEThvFx",
-	"LjRLc786U3ySfxk7iT2Yxd7pm+ZVCi1SZf7/Dmu+Mv3a4GysNM3ZsHzKcxZzKVXOjMgZTsvgO+Af7C6V",
-	"ht1NhWTXKp8yroW9tGmf7eJcweJcAVW2ocJ+kArfprM093u//Bj4sTp8Isa8yPLO4GU/souGQ7+0hLWB",
-	"3M+0+quI8wYym9OvD6az82Idq9DFI5DyRTwVSZGJNc8xdMnDH/ab0jdCP5gnFQVcuUrXdvxxpu7WvMwd",
-	"XfLQl/li7zdzJY0Axn6m1XUmZvZjrGQuJBAHn8+zNOb2UO3P8Yp/+atRwJ/aPc6NC0+sn9Fjyc5/fM2+",
-	"P3z5J0aD92AZ6F6QN9dK529TA7OZazUXOk9xxtz+BJ/SXMzMponASOciVjrpfPGLz7XmC/t3hcmvcpPj",
-	"a2P5nZIlM3SMf3UTy2353c3xo79OXcPJsgKuMp/Vd0MpOvi8PH7U4SgYr2JV4B7Vp/pGZOmt0AumVSET",
-	"w+AykTCj2Jjryow9OyiHTJPV8S5EDuyTS0aXsZs0y+xAK9xtdeSYF0YEXyPxcm7lp5tUBiYywjUZDWAP",
-	"YGGtdLLzgh8Yl4kVUXqRT1M5YYVMQP4csRFNnG6107d3KincK9m3EdKyy99LBYZ+q2xeOUVV5LHCM7o0",
-	"ywTXXySjiCnNRlKIxFzZJdFWQtg3QMnyK/9EOo5hd9wwLbjlUwGaijxDDq2WFtw0kIqlRGFykVzxPLyz",
-	"d9M0EyzNWWrYtbDL5udf2+GE52IvT2ciNDvLx0OPL+b2NvfwNmMtnR4ghKgijkr9B0SH3yoks+WzUZvB",
-	"miMIiwSnLklSOyLPziqnccwzI6KlA1qu+vLxA5FsWK7YsPPBCM38LiDRDjt2ZSsqzkE/rAmGp3uR87ww",
-	"AY6xzBbWHMb6lGFWIomY3RNV5KwLBwwPlbA85PL015M3V+8/XO4CTQfYgVWI7R8isRfcgZi8ypTJg+T8",
-	"zKfnEU5IyXLuf1CWRUNtw4Lk6YVAQPC1EndELJbFz+da3fJs423uOqCXeCqubkRAvT5m8GPCTC7mO4bZ",
-	"i6KOkrFlJoalcl7kBvRmLYzKbu0qDWSRZYHtwccYT9frn5QpdVPMB+zn00vWTXN28eH165OTNydv2F1q",
-	"VXVLsrle7BimihxnIROmuWRSsZybm92I/Xp6cQE360KaXUtoZ+/PPrw9vjx5g19zGTFTxLEQiT22MmF3",
-	"WuVIBjD8bo+RTgCHASYHE7DnByZcFSk/n152oo59aifq+EcFBUsi5vbIXeG+e8Vm5bpl9UXIZCtOG3Um",
-	"QgrNHYWtGn+03nGhNdh6hRwwzrTI9cJZhfDW8P5amJzrnMF/DfxoFaoIqMGuut0GcRdWP5y8X5miJDV4",
-	"9QeVX12LsdIBHvKbZQ8cmFnC7nias25S4ItGOP1d4Grt5RsRUrOECKk3S0RckimtKw0aMfuS7D//9/9h",
-	"tzwrRMS4qSyaJ7sZ6+aap5nlPFLcZakU9tTN892jKvkxLUBhN2xY9PvfCXbAptxEQKWWQ8LTIsbZv128",
-	"f8eAeuxm+gfu4CzsCYYv9lKZiE9M6URoT/LAgKWSVf235FpzroUMqypzK4DCrBZ2zdMUaNjXIrZLc3b8",
-	"4eLkTfvdmk85Srm1VglcVJMNy/NZlNOBwwWCjad2y0Rv0mNa2DduEDlwDrY8kPZRV5ZAiabqE/pZ3bEZ",
-	"lwsgbDxhd1OV0QzHPM1EwrpKXtmPhRbMFMaykl1UenUhGSw/+TVSa8EYQyPFSo7TSaFFwmgC4ZNqSaLJ",
-	"8CgnCJSbr7KQkuNYomTdfoh5wt27mx7f5jBWblzlbqtz2nFn7nph2VguaJ8/Dzv+8A47g++//74fDTvn",
-	"H969O33309Cqb1/wCPJc4Bm0R8PqCRyOS/CQwJNW1/C9FGBYOgaLSpifGYyeT0WqnfJlIty/1RUep9rk",
-	"ER76ytep/Z8/0gP7N7fEgePATTiDLs/ZTJmcvejvHrGxVjP208kl6/V6+zgrs/8ZP3zBe+Euy0jIU2ql",
-	"JrisGDc3dqfBfdbGUr/k5iYk42ARrtYa6rS1FU+tvbxcU1jGbtOL/Cve+hfLUyusbgS3jVDH9B6A4Lm3",
-	"DCKVk6txaHK/TXnOODE01lUaxVEqJ7t0Bix7sUs1YFWRZQrg2aSZMXffZu8DyM/Im1HA82qHuH6kHFkG",
-	"ddGK/rjixfFTowOfiDg1qZJ+GQuZpxl8nSDDXLZd2nPJ60VQtMRqNmsSO2469kdv5cOUBTrskJEH9LGl",
-	"9fQDWUtz7TLdz6i8XoSIRtHCGdbFdTw+O2W5uhHSMPEptacceADPMqFBwIMGIbLx7pKlGQo51JbuXlYp",
-	"uUlWzJQGc7MwQkfMLEwuZhGbCz3j9vizLmdmLmLvn2dS3FrruZC7UdWijEpbszRZLb9BMzZ4LGOViJBp",
-	"YXJ+nQkmtFaa2YuI5//KP13ABH9EYWpOPpEtoDQ7lbc8S5OzrJik8mIu4vAjteDbagAwjyAJi0+ptRQT",
-	"EZZv41SmZrrl09Db18KJZw38Lc1NWcyuhQ5P9n66Ec9FG7lxARdaTowUk4Ysi6VjDc54mrF7VG0DPzaT",
-	"/Vs1CThjTJ4IHd5JkyeqCPOpXBcyts8MyDVdCBRGaDewa7FQMkGD9JOIi1zpHcOuVWFtVW5YotV8XjsN",
-	"10plgsuVt6cJRW7S1XmsefFzMScvxBYMzrMEx4YtM7CPhsNm5YJjB5bF4oG2E8JT3vG7avkASBFiBEFT",
-	"OravW8wDLBUcBczksEROldoxbJxKnlkTSukc1eY5HPIdw4C+Qaf50V6U/l1YQy2figV6C1JJRlJbJec1",
-	"zu4iF3M72Rn/dIq3/XlV8dmWfQU51Ny+p7Y3/q/fj/f+H77394/0b3/v+4+f+9Gr777801quVJEOh/2g",
-	"KNnAph5uSMPWeXUc94gsVvvR6i9oM0fuoNTN6x57B/KRa8GEvE21klb27d1yncJagvg8QrXZGeQyYRxD",
-	"BmCI52oi8qkVYk5FPmC/pj9ETCr27sPbHjudSGVNKVDXlb0UrQMTtpdrLKrOJ7fkeSXbqa/aD5YtiMRa",
-	"NlWG0WC5Ov50/zFqjGwj+7GT38hozilWucpr51pZ2bw64x8tB0KmWZ0xmxUmh8OPJlYZAdowU/egNXO1",
-	"Z227YJ6emO0cfVZb4w3+sljJnKcSBe9a5uMuhAmvj8YJebvVgV1Zm2mezzdN6OfLyzM3l9Z6CXqZH8BN",
-	"Km5O8lg7bzUavNYam2uVFLHQZqd02b07/vWk5CkD5BZc6/TWshZDbmLPXZjnLnAjJ7k9TjPB/un18dnF",
-	"5fG7q9N3Zx8uL67enJ7v26taOtusanY10TwWV7OAP+HXNMtSI2IlE8OuRX4nhGQXpz9dnpz/CvO4OP3p",
-	"l9O3b5mSqD+3DOuuU+8qTH51tZ1P3rvWEhFnXAtDi0gMPM2FoS9UuUTvP1z6NQL3Zmy5NTo6w+vV/lih",
-	"oA97LVsyGBcPA/4iVQ4WvlQsU3Ii9K61ZEJcZlN0F/254bVuirxuLzrADwCeofCT7q1Obw7eVh5deV+/",
-	"JSXLQ15UaugtGXJD9gg50Nrnj1RY/AoBhWN7YVfKDzy+GafZPX0EQibtzSZ1K3TGN3Lf93jZmcrSeOFN",
-	"tHsG7fFeiEg1vH4eT0XS0n5Y9Y/azYLED3ZtR4os4ypyVuawDJhIQenipMqz7t2U5+zs/cUl27892He7",
-	"s/85Tb7s0zU5vxEYC8zUxGAMPJ4W8sY03QjX4W0RnPdrlU9Dzq1qcs1WealRJ1OT9hT6Vk1e2xnX7YkX",
-	"L1+tsjvtV78FydNWNQWw0xb7fC4MJCp+3m5xVhfEGyOtcs6iR9IOj1huDfCxspo86PZ2Y1rojJX3W8+v",
-	"XvN4Kk5kjrmsS1bzfVxJn+apFqY51pbiW7psBs6mac66M/7pik9E6QD/C7rh2offKF3gUYKoK6ukhRH6",
-	"1get16q4dkHPK9eX4nJVLdGFRL/jXM2LzC42JS4Hg3TN8fKWg9wKbcIWwXICFKRVuMvLRdzonSrJKSz9",
-	"hPRhxnbeipI8N+dOrn8n9+jGaZ/XN3lp4jW6bikF72RThjsSFByAmMIthaS40Ob4Cg5cO2yNb+VMwy2k",
-	"3a9WtjCOSjFqy6mJrUy3xsQAzJMbsWBTbqbkAEGdCRzpGBXwBo1LySHjg2gqAidFKqmoAVQ1uAaVtR47",
-	"ZuBKwqwXNoMZeeWdHDGM5wxSf1x80qXsELmuykRiM+EgstWXfR4PxFEtb4oY90ExZgprcBk27Lw4nA47",
-	"FW41Vtrxq9WzK3TKs/TvdvVq6fPB1X+tZCX3xficFz4TsOooMQS8OTqiwNVjKOfkt+PTy9N3P139+P78",
-	"6vXx659PdkF82D2j9LewMVDhDfX5nHFMeIUUVrEYsHjKJYRcrZEEEqswlpJVlgjN6JhtJmL3wCDlTtMs",
-	"OS/kueUMoWB1bC8A9gkamUtOp8ygsUs9CGhFcXPmUW2U3gNyl6px75xdC0tZhuWq1+BOIOsnEFK2rwle",
-	"gkR8ghh6bvAdyySGVE4yurIhfaExnWm7lJU8VO/isy9gAlpIl9aDU6aYC8OkKbsaXcrlisrsreC0wyFl",
-	"b7w5u62yIzhD91ZBsqr4vrezfu4VTVvdT8gvcoky5Zr4lL+luGmDt9vpAj6mDHmZEI2DCMHmgDKM0BhM",
-	"9hwoXmwpOY7JMW35LDAvx8GUROY1VVliiTZT1nKidDmgiULCj8auRzU7vJAuyEgecekirjAoRqbJYRYL",
-	"yCziWrCJkmJ39fg3JJW+PnnLcKmY+DTXwljOxKzEY1CG6HKv8I9excd2xDiLlTQ5l3lFPCRinqnFsGPf",
-	"wL075MJhiQRyptpOf/8qsNNuHdecO7fCfN36HlhWfdC3/9fAI0yueS4mi5p86vytEIWl8aVsafh6NMAM",
-	"HlwmyE6BrBtMJvn3DycfTt5ElNmTUl6QFUFO8pMWEdn/gD1rVz8vtDQ9Noq5jEV2lcqruVYTuyFURCHF",
-	"HTyUEj5B/IMMzBJhQGJKOw5JBv8MRzKUq8iNkmwUl3Q+iiA1jEJz5QSkuBMmb3pVSFI//uH9+WWpjETB",
-	"4atZuW5RV9+x/BKfu/kgo6LuyWTDaf5FBKy8Kcht05A2hGcSKSpyqwx72T7iWE7gIlN5SJFvMt4aKnJ0",
-	"IWFLrLq5Y1hloXG3pyKDgJFdkyNMo8LrQTyXv0PaUXVr0ENovw5Gdmc8IKc9ryMudiMW4M6x31PeF6nS",
-	"9pfw6bNnJrgHlz457qDfZ5TlBVHfLJVi29Dv5o2gJ6zhN/aKFvKacr88fXYiT2jl65bP20C4b0UyQVNq",
-	"hZ1vYUvWD8ImXyqMvWFesIxr4m7LcsaRwY5huBouuVfoHdOsdm6np80zHgfD9v5BcIUnou6BlVJAZQ3k",
-	"2ejuT2XcnAlPb5grdYN6K7IQq7TiTCBhhBwK7R099wlPq/k8SNXHfpKW19npkKCwRq7XR3Dqa1WNsE0F",
-	"jGRrMoBfQb9tcc7s1jQQqRXpqdzWz9/oRwu4n07+PWLvTiJ28j9PLy4vIvbu/eWV+/zTZcR+OonY28uI",
-	"vT1hXVnMhE5jYI2n78LuKZ4VYUMFUy22CVgH5aSaN61VJSq9ncZ7iVnseH+ZtpPO+EREjOvJLbr04Ysd",
-	"g86FuUpdxFDM5vliF2tIS60yYLduHbB/cPwcptwi7AaXBdcVjjaY8e0iTsvnxNn3kqUSWNXISvwRwyxr",
-	"az9OUpMLLRI2csb7iOViNs8wj/4Tj/NsARo4ZdGsrqyzjpecDHOcJUFMCG01PzI2Ber0sH8rufbVqhNr",
-	"LGxk2/aq/0D6tryKSHDdLa5a34UEfWl+y/vOxTicUus3zJzmWJK/ZYzMO2TKkVy0rGEfeWjnVjcpTcRs",
-	"rnIrc8OFgf6BO4adlhfv/WL1QWt55dPUQAxvQBvnJlvxQO6j97Eql4YSTIY0Z93rBQNHB/ywi25OCApy",
-	"ae7AAYduSJ5jYcOIhhgxWK8eO2b25TTcNJRazAXPU/I5cp2l9BOWNfpROUGHwKOSNOkNZZvs6v8m6wBZ",
-	"37PmOmiB1w8Lw8eZCP3W3PknrpH7dIH20aVt/x7zNDOMZ85LsczWy8mXAVXMjJ+l0v29QeY1W4Qwcwdg",
-	"cj/mfFJnraNYKzkCMTbCqmmejVaPcWx5QTG/uktlghu7JE2hxmyWGmNtdfACScUcjoqGcloAxSG3oguj",
-	"LuDbhSrkBJU5Cef9iJErA6a5EIhDUTk6L4N1CTqkvP+Y3oq9cWotR3sB6w47/7z/kv0z/v+ws4vczN2k",
-	"NOv+j6kqdLaI2P9IeAr/3glxAx9mSuZT+GRnlS3aVUy4lQ3plD5GYRltzjLBrdFo7Dy/75thZ/eIKvjs",
-	"SvEsnUiRsFwBH/gg009MzFU8bbM+f03zPBTXOoG8qXQmnHOmmOMDUsNmRTwl7tcddg5gQlEZ10hExi0t",
-	"Of8YJuO0mUyYzR1Dui0tBXgkD1+xeMo1j63hGTGjHFNFH+UO1a+M0bit5ixTonL3970yZfnw8Iv7fvdf",
-	"/+kxM2DuxV2xvjUUWgrYJOlM/F1JESyoOj1+d8z+DgxKaXeou8POSWGP8f4PQmepBFpyB+vD5etVWIlQ",
-	"gdo9mXkgBuCHauZtl+pGyHvmOd0j0OuIcPkAz1LpV6UZXaXB7eN+xQRz+0JsxhdYDOgDj0qjBRHRyaGb",
-	"WruEEJRpScoE0nZUttHkPrfXNGwZ3L9mu3Q6mQh9zw0DADRSCrfcgXGaBVnZMaMTA5GB5ZDACB45Yt3P",
-	"4G1Mk4jN+SJTPPmyS4ECuKJH3/b4TBUy96Xx/b7bP7dtiHBXBlnbRQfa8r6X/Qrva8Pd/rzE3dZyyyZ4",
-	"jZKTNZmgm98wmDGzY8qgDCRAr9ukspgafKXDzoANO/XdSZNh50swy/kRmVZJpRsYGGAHOjCtQB5KOLjo",
-	"YANyPEleQZIKQKkwZwOpHfUUWEE24+AYc2X8hDOG1AhuC1hZ+0hE4AHnF6w9SxTkHo5TRGasmm5NQE1N",
-	"+U8r024o7oBrNjsk3IWh1f2Rp/piyhG/YwsmcyfSyTRfy6h3DDN25Igd9HpWV2ddJyQP2kS46RHBWVu1",
-	"88TtfH1moJKGuAAgbcy5NV4l6XmEOsSuVbKgg2ENs57Jxdz8fvCxh/6r4PLPhDGt/EE4ofKG4AspbbXF",
-	"LW2OH7mspyVBBe4tZNxmqcnZjVR30uNMkBbaTaXJBQdI0ZFL8x7tDsAmgLHmZHhHZS0XZi84C3/HHEGl",
-	"Qj1DJIIRykwUN0yPLRtHY61mzjiyUnbUYye+6mAicnQyoy9hTRXHiJvR5ioOrFDgBqUN8UicpYN4obPq",
-	"GCkMjPExCIHDZSw1Efg7sJAMPLD2F8v+eJwDefVYJenFwx5pUUF5MUvID6z7+0fcM6lo0e+maTxtSPE6",
-	"ebN75CNpDmKEwAWNY1uwprRDnjgww4yNICVshKsAKzzlpszyohixupOUXeARhQheaBl1SAsMuMts4cmD",
-	"HDRJCvzWZXP0GDr6dwxzu3R+cvb29PXxBUsNOwj4eE09+n56efJrJyQEg9RRIwyoPkQkwgCNVFxXvngo",
-	"TOG5S0JaIZogk7CEHjQsnH+rRisQ/MAk4DoskK9v7EeWj6L3P2JDyFvp4c2QfUdkicqJgdUvvSt+zxCg",
-	"y8XlJZ/ZZzakyHqtOZC8Y1kMAhxE4SlW1e6AR97SsV27LBMhE55GRHsZTt64imaDseTji4vTn96dvInY",
-	"Dx9O3745ffeTpVRChSlzENBDDqgojj9VU2l8RoidvE+6HkDVEGQ2UJk3BAohIMHeqbzMs6QpraQ4BETc",
-	"Cu/3JXfbB1qmeT4vYywkzew5QxA3y2rg8BkDxcCmlMB2OV98+rTrDqeJypdxcLQgFkv8mVeH7Jf0h13H",
-	"kYlkR/aiUZm/XysmA9RPzl5++oTsI9dcGqjywFJpyCkFngInltjZUYXN0osgATtoIo+6soTaoZJwqI6Q",
-	"pR8W/ZmJfKrqPoXOTyeXwYhsdc1DQaoqlNLSmSh0A7TLtVFZkdOeKw3/Gvbh/O3mzFI7Zkjr+FlwnV8L",
-	"np+LebYIoSeEgpwe7pEAq3KtMnswpGB3XOZl0lDV5m5RUbLWdwtT2fQOVEnTXF+2eoJ49WWwtg7D3FEV",
-	"5KmsGvcvtByOafmS2wbrQyV9zZXay8SUaJ7KYKD/slpqk1pNvcgh9pKoOzmghAipIL3MLgvD1N2uydP4",
-	"ppa1U624WZmQr4TazrpIeM4DsRrkONxAYWouJMUW2IfLH/f+7LnDuw9vVzxwh39++adXwdwJLfismju6",
-	"jMLRInUUhohw0h/XLILZFqTD3/S4VWdLL0CPCc38XYND5c27i72MX4tsL0tvBGEZggR99V3FtWJFLjlO",
-	"9j5GaH9gfC9hQoKmQ6pIJnKyxJN0gppIZf9efbfsuNrksXl1sMkfXXc0N0GEuUhLgn78RAFsn1Uoa+FS",
-	"dxmcpDzNMp932b0Us7nSPLNKHj6Sze0zU2F2B2xkbtL5iKV5xG6ENeCkYN3RdTEeC32lpBhhFCXLym95",
-	"lo12sdLAquWuuwOldLpEf5/02XWZmyBPR+i2oFvl4o4vWHfEs0zd4cDV5D87t07UKWdT/sGzrMzNhJE7",
-	"UccPE8wVBBf9tnzASdpVEkRF1xqT9kmjCApAZTWUDZtlNeBJeisIGQ/09GU/2ma4rSbXYqPtgV5Mb86i",
-	"LTWibOnlkvmR1dNen7wNg8NcVdBhrtbBw5RnulXYA76pKjM0UmX/3Re+htzdH3Wg98DHVrh3IcZSjdc0",
-	"kgQ2UwjkwHiHJ7teEPMhxyeYTZ40rLpPqmjC7ByCTs0zl0wY8GTZnyi1xp52XaLcVw8K5nZ3ok611uj8",
-	"5OL9h/PXJxdL30MNUidywJWdqES17ESdH49P38IHyqLuRB0P+t2JOh/eXbz++eTNh7fHP7y1g/z2/vyX",
-	"k/MrfxdCGtoxfzk9O2uANq50mFgSOOvhjWY8nqZS7GnBE/iignREsfwrLHiTKr8aq0ImESCaZmkcNi4T",
-	"kfM0C6OdWAOhvfCreAQDelAK9QixaMRoKJq08zTPxBr7YHWtPpyfMi3GwtqAwtnWlFJjV32ZDpt8tvZX",
-	"93w/R0KgCp6o4jpLzRS85feLG4WaTmDzIZ89xNKEdQFaVnzK2TUqW95cDkTsm6X2/xoOP/X7H/8ZWFmZ",
-	"eoNeL0ggbYqjBNOdMDefz+dCioRoEpPBKenoyPnUDTPFtb31WlgpuqJstApUYqRkO9YFU/STsIfIqrKj",
-	"WuxldOQdKS9evrL2doBlBVI511CESIAmHqeanbD2g8DIgJkrtI9dlNG7SnU/RFLuuGFzN7uIwjBYpmq3",
-	"3rBUxlmRiIR1JUFIWPYrlabYS+twbj14FOIMYQCnpqTflhu/Wi8fzJiiiI+pLA0FfCIn2bYBzwnZihhg",
-	"c9OmidT2cWMJ+1lhpmVA7z6c5d7aVptIfRlWbUURqIZujvBvn6AXjnPCOKFlPee58G3GHn4yMzfUNuWu",
-	"oVD/gYnYwczqOgfToNB+cDcZWhnXRm0OqmXlnTe2i/FLF8ZUeKQOUlFH81xcwTTb01e5rZvOZ3X0tW95",
-	"v0PnCWKJ5yBesWXUc6FTlZDhjsWQfSwqvC7iG5HvGBbzOY/TfIG9O8SYGk6t0ti8CdgBHzJgG8jqy7oF",
-	"+GDEts5xQmX2QcVqyAqgghBYjjO7C+Tjr+c++7BpSvVByWNWz55eniDwG4QCBxWcS4zH0RZU4nFlioyv",
-	"t9zBBGW89GEpMs3L0D37gCDt9pI9pNf9z3acL7th/iDTvG69HzRsjw84445srMpta12eUxkEdgm83/Hh",
-	"SQIVqKv4m9Yk/HD+1q2T96Ien52S4jnN8/lgf//gxZ96/V6/dzD4vt8/WEneDAk+cKo9MFDRlHwXcBgY",
-	"VehYbOZp/kIrGDO1tL2HUVNtpPeuU4sfD1DitvrF4TZYB7Ql4S2fK50D1NWWGz11AQS4L8vejzuD3zeA",
-	"ZC7FHL58jBrQM6B+zT8hIuRo7EqRAJI0+hKhJgRr4+G8g1+uDpaGwxHkmR+ScM8GTEMDQ5GQQxC4uB10",
-	"B/MojAMLMHegahPSjAY4sB2M2fRKQLL28q6OIvew/Hx69Ib9bYIww3e558xp0ICFEA6CEXR1uQ9KZgvs",
-	"sqTFPFsMqqhlzxsqc+sQXsbKkd9Cnr52eoAaj4F+rheUGyF0hI0wXG89KvCwfD1Q7zAvrmaAhRqoHzn7",
-	"YMkSfo6VBoHQ7/fZXzCtSGmsDNmqlW/UmYmZ0our60Uesll/hV/tY+GCrcf/El5ja8TdT+xYreRqE7aZ",
-	"YlrsWYsYoieVVpuJupPU/RkUh+W02hIabTk3Z3O1RfBVKQ3aA68kMwAKBeBYDSii1GoaSSXojjzHZMh2",
-	"rPe8kBfFbMbBmg/XmW+BJBo7QLoVcGcC71mDQuSBRoBfV7OETISti8Q8okwvSEXClIV2lfkVuKcQRu5z",
-	"VZxR6yoRzKekH63USiUbKx2LgQsZA6G5qhcoE+fUP6dNIwT79Mjv5iof+4hUsyQNgiDHscLUbxUCLCXf",
-	"EsBnsC6lx1GNIgTeRuBuCtVt4VXr+kNA2pJLMKXrXXTuCCsgvYnhSxvLxDC8o0zKoULIpbrPcJn9ttic",
-	"lI684dw1sIDaPpi1YjnsL3TbUknIjRy013Z4Hks08SBBWcg3IhNh7MPE/iIa3OVYCVBCrhlGl0e+/xu1",
-	"BMtx9w3UyAmZgEbwcL+fm13Da3lvcLBaGdvnG6bVHc434Tl3Bwh99HvgQPEVGlx616UVPOsQ5hpbaLdO",
-	"n7mXz5qSSbZy2K7B4W892bVw4g0IIojBnWylBy5vJdigFKWECGbkmyuUQccW0OGNiOEUnIKF3eg+Pi/k",
-	"U7vpii1kfk2BuGe98Hkhz3xzzQ2wiYxXMuKtgTfe6oSE6SSAeeKhABsmfJFOZPt2aE2y3vWYLWaCnDZS",
-	"oU9L5EIbrKKHtNEZX7BrUSnLG33+MgrG3ys7EohI+3zaMMxBWQK1Anp159grdDOb8tolj9YqLBHzfBqG",
-	"h0qEmHueL4XJzYA5lEr7VakUaFVMUMyDE8mRDFUXCWkt9H9hB2Uu7kETbN3a/iHbdibGGq2muLCP4BH/",
-	"D5VbeYnX0KCmOTThz9eGw0wHEVzQkFJ2tamTLBhONUw+YJhL9MOGlhSTYWfAXoCbFrGh7O4dAPzRYwBT",
-	"rREQLqWswQ50CWdgzC2tdhhz12WyBZHIq2PuGEx2c2uVGrd97aimUpe2+hBHIK3nvX20afsyxf9A5N1Q",
-	"tWJABpI30nXx3CZwdVHZ1KXc9QIdK+XnK55luz4LIgQLQVhxJUfxSX+5YpZbd2upewFtagV94lFYosOL",
-	"WAvXsAZFYbXUDvAvrtqBZYBXw6PsQqM7RMS4E1owj24mCR87j6d7xZzhmG277jS2Q7cqjdWiAVmiwT4Q",
-	"n3L2cimz1LCuRKyZNBPYHzrZDXsF15+9JU/BV0JdWDVJtYitLGnOg6hwn4znBF1qIobAn4T5uCz/Wml8",
-	"7tAlYMMGHLw36XwukqvKWrWlK7Lyaom9i5ZEVMWd+Cpcrw2ihKeEkpRW2Ibf+BX6r2970zle3YGoZIf3",
-	"46/Ha0DNCfSlTFPS4BDCVkA+jEKdB8mF5ZU4PhMJG2ECr6NYTOLdwy8/XL5G6ckNWywWi9ksSfLpdDYz",
-	"5u8u27eQmTAmQDnMLgQEy7yOCP5F7C4cgO8vhbpnOA9iGMuOuKXh1y35E9t4birtDT0va9u+5fr3S8hN",
-	"HcbKe6AiuKyc3T+ppjbSOuj3i7mIsaDmHhGKNcEJyGnIfUUr1U0vVaqutQWamtXtGDh/A3awt1plUkmR",
-	"j0pWXakw8XUlrZYRXjK4bG2g8lc9a64NQ1lPfFQr3Ac/YVmMT7WtNPUShCAMgRnYianIsrIwlOvJbeT6",
-	"ZCQsSbWAcnxXMcXphioyAPV6292ue59z6LlGwSuze6vkpIpLDrxSjSl/H+9u6DBy0J9BjbP0Df7m3BCF",
-	"sV9O3749eeNrvmFRfeJ82Njn8VS0arfjoiGVjp8blxx/jpiP0u1fp3LfTNleQ5fyeouBtYwtF/NqRwK8",
-	"m8BtQ7DlWNUIqSWscuUR1BVBm62pypJtULMdkm6wLep9W5/GyjOvzU1hzqBAkYPExkPj2wEz6PYIGINs",
-	"wuVkF46a0DNoKu2aTZBLGxDrCcYHCNKk11kqwz3FwNtj77gKKRdvjn9iM5UISAU4KuMAEBJEgxd7mmHI",
-	"NQAav/F4uVOxLhxnHzdgU9e/xzcgoO4aTpWZKMizZ9eLsoQ/dOq+65tKXx8calxxAwap+cFQu2OlrwQB",
-	"oqwt+yDclPt0tx03AHWX0BaFNK6dKYGkVsLoac6IGuwy+hoe1rU8iGCGCJBjt8dGPLvjCzOy4/DcDuOr",
-	"FXrsvSXbu9SIBugmoKCVsjHn22/41fV8wh9uxILQtiCTs5A9nJpDvYExros0S3BY9pe/sCFVIw07PYZd",
-	"+pYxSbDIKIwbIcPNZ9FcRJZfQmCUTX0xbkrQIrFwnXxDVXbYRGuc2k+N0B7tzcRczE/tpIP9GHx730b4",
-	"8qVzV2nLQujo4IJe0/u34QC+NLW+Wgd9E1zvsjOEq+cDsPWVViXQ+6GNvnHERsRSRnTsR252I0j5qXIB",
-	"r0ooKY7YiM/nWt3ybFRlGJLh18JFEexhP6rCHftaCIetUv0RsmLLUApG69E6HeGhGyHNwaVlfSBW8ANU",
-	"ELDk3cjrqEjpY5Vl6s6U0C474RWGvhYCmnk54J3agvcb0yC9yQlNlafKCKdeWcsuN1Zc7f1daMUgZcA+",
-	"ImHdPmXDNnj6q9OZa2EVIi8ZXN5tv+WcMmUIzMQls6AYpXFFwlwuQ1Gd2dq5mYXJxcxDFK3poGG32lo8",
-	"zMMZdSkBeaL5jMVceoU+8jgNVot1P11bzpSIyKfZIfi8LiSolwAesuvetbLEqSSgA0e91qiYWL4d2OvK",
-	"hhx5zdPjY1lOeVHpu2f1gF/5pwtYhB/pvU4+UVcr9oZgWKrF43rHsO53a1a0BvnUkvSQg9P5LjPgVUYA",
-	"12XPLXwDb76BJoW3cS2YZYA1HLqAO7Q+hQ8y/VshXKJp1ex5xxvUBiWDB6tjv1zlZPbbEZIKXbqL6pwP",
-	"8rjd8LgyJUejzfU/i4TMV3sm7qYqE5RI+0txLf5DZHzHgJNIjcewRuDyKh9VJt3GSo7TSaFFwrBs2oo6",
-	"elr4pZvatL+rJpIgntJqb3YCsquDn63rz17xobJf0x/I8JIJ6NJOhd7S6qsgW7ZK4qv5jT+uRptrAfQd",
-	"416+CuDkS8B79abxAX8fINphO85uxebeMR6zNzVsBPbbCCAZ4BOJSOLTo2UjDiTgyFrgI29PH7GRVUJH",
-	"zJRkSPlfqaTfjgAjChlU+Qz/BTwlUbHjvyqZcRl5HEoqNSBrYsqtLAWBK5Wyz0VvpVRe5bAb6xCeyuT7",
-	"NGcSvpGqtPPZBRkQQAwkwJ3xwm+E7+UfgO1NlU7zpVZpEOzhcZ7erjZMm2uVFOCjZV1oa1xKmt2IVe5c",
-	"Ot5KU6Z810m860zstqndqj//3Fe7VI8UJjTkVJsyXi0A8j4b1GrOTt4B3hgmOHrU9bEWoseoxAVRKezX",
-	"DolCAh+BjFxZFsbCsLgUuIvtk96qVVK1/Ps/B9uNY1f/teU5pZJQFxvi05yDvSxzVanWaWqSdL/yEpSG",
-	"qZw0O5HK5rS4bjOObbjshK4FbVbV4EWDzbAafEIrg1dpNuzYb0pNdk1b21iL/Gpb43cJND5o6ADMjpC3",
-	"pD0SQ6SEEaIbLaBZoGu7ZqZWqR12/vmfAYwfTjX5zaBhPt5EvId1KwVoKdYw4CIu/BBHJcijr3nybjy3",
-	"yADe6frKrOJTbXILOnegHw+q9BCrVxuvBDrp7erE13sMq8qaowTvGyyNAd/DakXXCcfY2sm6WrSthazz",
-	"pk+ZQbpjAh2h0bVIAKalWVSLUOlC1oJT9hG1LyA7ncJSR64VdWlrYlgGgrF1fD/HolpX5C37LO/fRZVY",
-	"Evy37KMaMR5rZQwFjS2/3QgMib1An66oE2UXIp46GPRhJ7nem6UTK50wDNKu5ym87xoTyq8Hdj0F0mjf",
-	"7bSxhyY+tmlD0VuyZVml2QJFaRsE1zSvYLdugcVKgNVJEYP3dzWE1SZ4tYz4bJ8U2XcNLd0lNcFrhils",
-	"V7yCN4T0cbJ3rgAVOIwJsKlxd6VjN6ndVDtEqkrrHt6Bn6iV1vIBcz5fBxKMYMiENgoP9Q7BBqzaBg/N",
-	"Nr6T1r6MgBms8ivUOdqH31dzFgPatZvfuv3Uoux4ErSASge1R1FF2T3wWNtQ7x/DYcz1AlBaANQpIuAr",
-	"57BtoA3ftNuyHt/JBgDAg7GUe/StrG1DuRwroaEldxK05SzJCDINtOBZtoAGSl0tjCARV4kuQmMRYUqR",
-	"gbVOUjGchxu/qYUteNGuggAzy9n21LsdV2T5/AZIIEzqjXQdldyliSFduM2or+WpTo0zma0icORrQq65",
-	"scoA1Gmii5UaWlagn11Z4Id3F2cnr09/PEWMMjSbOlHHCebNaGgY3g0Ani0Dojmpb59zfnLy69llAwga",
-	"2GePA71ynw45DbhDzfkkldY47R0zWtyqmy3fpn1rm6iTu0UMxMPBGDpy/j9YV1AuodQNTIleuzKUasuc",
-	"ykJsLDyBHQ6nJaGN31rUIq1syiOiQYNTKVOiH4Hcqv191nTw2SrZfkNnms0R26duDVPJRNy077jYT5yQ",
-	"5oDc2hMR0cBGMnIDr3m3bVsV1tfgfknBoU3/AOmYD2uciB3dRZaAMzuecjkRR8wIhKOmlmtxJrg2lVaK",
-	"3jbAQMUdXzCtCpm0abHYtt/hVu0H2zcJ3HTlN5OzXc1QfrJ+dis0helKAQOpBOR5nMKt+2GjH1lLk9pG",
-	"GEjmKDujA026qjiHnB5WfqumRBPTbVuAFgTnh5Cu0i64NVa6jLPGGLxSVKSOmurAK75pwv7zf/8f0Id7",
-	"DIBOHND1rAqTv/KmpSPcZ1lRyMz1+WbVSBnwVwhfgIMO1XNr9qPLncqYvTVe+hwJ3ckwPuGpJJ8Ah2mk",
-	"SdDvONZCXN3PHw23esyjgDUbVuQeA8jJLpA3drbCArQ3emiae3VuXNURMh4Luz1XsIOBcGWFELzrPaVa",
-	"su4SQey2Lyd7IErVmhYM9fnzLL0VgxLRx+UOVwLY1vbVPBY9VkhqkgL3mDSzeoMnY7gI05AXIi8hqBPB",
-	"E0pJqUX97ZOlMMaOYMoArZICv8GqoNpd4Ojc7cGQg/oTjqAxD515DJ/xZI/mr0UuJAbeDqZ2Lj625g4m",
-	"d8gEdAB77NifeECOEZUu89RjCB9YNflgNTtRp7pQEAbkyao5FnU+7dkb9265hhwdOwLKAbBLj2mwylcf",
-	"6uNWfnkDj2g2Tk4d8pV9Cb1ilAw8rhH1GL22aoXv2+sgj7BHl+VLnmBMxAjBCnhWpiYMMvwSg3mfMdd6",
-	"S5vHyTxHz56vlL4CL8YqMmWpaGaVHXxslLthrZmwx1rruiTDN6m6btim6Vg94VePSe4Cyxe5mP+wgET8",
-	"kt5qX745/ilo81d1j+1U5m0AaSmM0mReoJsGEaVeHBz+6fDP3706/FMFZuoAAbEx8LIMg701FmIN0mfL",
-	"/iPtc9KX8tHHPNWWoV3dN5bCuhAuoRSPXPDZ7sBxY85cwgG75jKJyqZcLoIPYVCXaUkY1BQdKXtTIh4h",
-	"VFtBpwh3vXMwtAzOEHm2UXmBlNdl/JRgBnQJ9TWgtonO01omyw6WG9Qhi6Y8yrSCS7USKPSBWveTupNu",
-	"2PY5s2URUS3z4NXhuiShQAAGNx0D15P0Vpij5RYalKi0phskrRD2g7Ac2FKZFjwxzZ03Wr9pa9houz/t",
-	"a9Qsvwr47baKk2O2GqAsuGC587Y1xcWny2FxqvO/V1R8pR+SXYF1rOiSQtyPBUlfAxe/j9drOwp4OFJ4",
-	"TUa0wz51N9Tft+IUI9C0Db6x5S14YieZYz/baQ41GmmjQ+Aj1r1vBeGhfQ3nvTfpY6hlgxFxYYXWhX1T",
-	"An0QXAe7rUtI60H9sxvzucm5pD9xgyEVzkXBj9/8evru6vL9LyfvelQCOgN3Aw7vJwMVMl++gONqrNaA",
-	"usTs/OTiEuagxuw1Pj+qyhrLHv6qrpnS8VR4NZoQTocSIE577BxErLZmi5pjMtFqIkuPQdsWuHAo+RwS",
-	"1Oxw+9Qx5V/+aqy5cv7ja/b94cs/7boyBepKM4pVIka9oRzKExAZdm9xPqgOjI6LfKp0+nf4csB+gGXB",
-	"5vMxLKoTBmz0aY9We0+rTIyGEqu4gEVCTrCsDA85lAM2QpDLEeuCsNmN2AjxL9039mWHEj2bqHcMaBup",
-	"aVfkirciKqeIXKlE5Nrv2lEBXXM0lN0S8RMFHUYe4MGgUY8IO7jMF415lg285yQaygomMRotEWSF7fbY",
-	"O0Xh3kJC+2h7AUSR7NcY6qInstQM5WH/ANIi4QsXWvbrddj/rvyVqCBX5LR1mhbIdzvSIRWKEJppVWHD",
-	"Orayn5esbdYUYD1GbMb1jRnKir2uVZGLSnviSotHl7dWljs4B9iML2DFekPpe/AABi6cw+Oz08pZH3T6",
-	"vYNeH/S6uZB8nnYGne96/d532M1rCid9//ZgH7Ya/pqIgGgfgUX3FyCqK/Qso6U+AvOafI2AKgyN3rSw",
-	"+nmaCc0m/FawYs6UHEo046F71NWvx//z6vjy8uTXs8sL5wgsO38MKsIdqxP5ArvXDSUkEMkESLwkeqXR",
-	"H2i3GKc7csiyOCfKQyQoYFw+f15OE6vApCY/xoUg4QXAYZBGl9pl+Fsh9MJZwANv5qJ8qGLNUupE2cyE",
-	"ECiWly/YpawJmIWkXomBL25TVRgv4UJTJEFZnWPNbugHnx8ayXXEKAfyVu/LfsVsfEm42qW9uCyePoLf",
-	"DLr4AsW96PfJossJVqvKaP9KuSflc9cmHtntA8UBZMmybWeXCo4u7DKk5x/i00OD+lmWeKSAO0t4cB2k",
-	"lVr2qlVEDSLsAgsFXxkCjWQLRgghDmMTZAVt6pxPUsld87acT8DPRMfyY9SpM//OwKEX2xnBASbfOkCw",
-	"V85xncJ/ErlLzXrKTcBHUOeZL1Fza1vagcP77gB2wpSl/x1LB3KF+CSy8qDKolbyTZbZtFXl/AKtrPmd",
-	"dx0tcYfQ3MtL3IKcvkF44JX92rfiDZS/ew8bdebKBDg3NndFRSdXhK4PyLUReg9FAkC3joC7TnF7+/4n",
-	"4NE//N+XJxe7g9KBTD7HKeJVmRzGTjRgxVNbfivqhGaGLwwUnUIaqAcxr5PkMbgh6VXe2nVA9VWY/Afq",
-	"mf0oRFk2uv1S15BzXYgvK6fhcHUpL2D97sE0HkTixxXqNtN07tFLEN7Wx8VcnA/98dTT4nHJPki6umxt",
-	"/QjEW6cNbH9Q5ViPTxc0uusR0YY2+k/z8HN6SohnnnvopxEoRiIZEUx3LqzEqRU+QP9dNa92eXgGqrXX",
-	"f/8YVO4DFWzMrTV2DTAwq6T+JMTt9P79z/Tpyz6agmb/M374su/RWYIy1mofAM1yInNqYtdClwwoag9X",
-	"zMAL+I1oZn5JFpvVMyGpJPVh+hm0Q/BJw6mou9lr9SpVJD9SzKzM0sIIfbuiliEBrNPKttUQzgjK027y",
-	"hkvfINan1yRaU+z+5xux+FJixK+SLqDKi3KnOm3E4sltGufPLxfhsQSTk+sFJv8CfqWHpjNQb0LQUpSR",
-	"0W4bqUfIc2xjtBqBQpqFyiH7UlPxiV38fLz34uWrssUzldBxSot3/RaAQVjLvuQPmKtYl2lVblFtfNvf",
-	"+57vjT9+fnUYauO9HcnVA3RN5kg1OPeU3Kd8zFuRILcLGiYZ/NoLcBKTqZx+ppZ4y6jMS83pSv6CLgyM",
-	"IKGWpnRZsxmV6BYosIyPcGBhob3Sfks4zz12DI+TqmFAlhqqk6tSu0OM/6PwLGz20OiSunRFHNQUglOI",
-	"DvqFacFnEXD7LKvuCT1lx9XipZKliTOH0L1JTcqG8i03+R40pNg7fcO6U1glqKyHnAWHPz7adfKCjQbs",
-	"Roj5HuSXjKB6nbpR6AU7eMlMj32QUC1LMx26hkgpOrhmqYG3UHeufBAAky3x2MHs9qILjUMEXsPkrRkA",
-	"PssBBMxAHeQszlLAxJryfCipKZPgQbfXbzyPsTd3QFfZsLF2keDW0zc/OzLa5qZ/B12mheKRi085ksQe",
-	"rln7s+/7ijQc+WqHEIJWha92DDYYsaeJuUFCnIEo0CousNUkgFbpzhLpSp8SA1mbWPEMCTke9Wz19D7L",
-	"GW1yJZRrBUXY1NIPaN+SKnk6F8t9tkkOD8pYbqWTNGWBvT55O5TQGcgtHA2wY6gDNyBOUPpFXmlWXuJK",
-	"gF9+t8eOJRulyajSAgAz/uxhq15qdT7qhIcZVikhrgDPxVgTHJId97YVB7N9QLAzfOB8VbvfP5ERG2qw",
-	"38qUffHYU3Ad3dedtXJB76UzvnhxX52R5ujbAh15WjSe285hO/MYSISILGI8V7M0hqo8L6zdO5SHlETW",
-	"Oo1yawG4/xn+XevTXVr7J9Sj2u1ybXfv7/la7uLh6YYkLrDq5b0C6BzkRC235hn1n+jzmjORJhGzqvue",
-	"MDF3jTdX9XlR4SNhjX65NmSWSl8f8TCl3kHkNzo+zhFMvYXDw7WoaEl3iEa9uoDvZbbAnDJEH4FKfAIO",
-	"oTwzqzoMWKbuhN6LubE6vrV4TIS4y6htJ9xMhYGSbgdVAV7zpsCa/efKPafTZE/tIe7zx88H0avvgibV",
-	"M0b7XvzDRftc+661ziT0gz/Mk2SfEuj50CaE902YXU0O9teQ6XFeyNUzu9KEnXAJl3s/gg0GuB4E8VNR",
-	"81wTqRJN2I41dX1XidZOy7aRe7+As6I9+X58Gn3Kr8tWytSjEnaQqDNLNAu/rlhdBExuaRGB4F/0D556",
-	"RrhQ93X+ff9cih9Os2xbwSVLJfTMKjOU5yJudW7vocnZsfavXf/3r2fBnXCoC8GWpiM7qxFat57ezSkA",
-	"m8RTEUNWlfTp19yUVw0lXIC52dcqWQxgRXOoweM5gpq6xrFWeUYYDwAeSiUbUXPTUTSUno9QQl35EHan",
-	"iixBIEHfGr572Hdd6qAul8p+lDBDQFsFbdBXI814xA5fvKAboNUeOlO4dLhkhYzYYf97ugSyryXg4kWM",
-	"Z0ZBL/ESXaTaDhb2E7HLnEWZGoC+zAU0lRvKNO8xyvuDpDK4PTXu/EbgnkoxUSHXXBr07Q4Y9zAWQ+mq",
-	"0/Amg/DxZb98w172+z12jJ0N4fWo8Ml17u9KlQ/lv128fxcxqWjfI9a3JvUMS+G4ZAdRv9/37fjZuw9v",
-	"yzYWjMvF3VRosQtpdZzZXaAN67ERPAYoCTK0GEdoFq9IDTDF7ez9xaWv67Q67VCSyQ0DhEznki47T8zo",
-	"zdfj9LUWxQEeC91v4Wffkjhy0BW0Jju+G/HD9BzikwX0cUeKAN2aaNQhhnZ/tlMW9rHXRXbjTK/dJ+Wf",
-	"n3Uhl6JXK8VzKwfJY+CSQ73sZowv1q21S7cndrVfOiDImP/8f/8/5+lFSBlqAR4hvplvY2uioQQMQ0DQ",
-	"JgdfPQqJHd+0ygUzOV/0gAFJlV+5RhARZeSCl0pRMq1HuQOexSuv4t1o2JgSBJwdwZXTTCk3FZpsHsHT",
-	"ILHsitIUKWfEocI737NdDyjCSQ27FlBj7pIZKQvXReRdD3OsFg0dZIwsoqL5lGfJ98Vu8kxUel73njnH",
-	"AdcAxAmkXcE+1gqfPNHoBQQBgFDUndzqXEXheAnIfoodxlwDIQLgPsI2IWhF5QszYl2YHES48qEskbV2",
-	"HMahy3N0CJ6Y7lg6UV/0nQMYri+lfarL44IQPPiUKnwXWVjg5Cm/HspUkiYBHO8I52yuKjbziA6LEXkE",
-	"ZiDBCWAn259OLoey1+vt0wHe/4wfvvwr3v0XK0w9RDdnB33LB/fKfkgkd4eSGzbmJreqEfRHdNdXLg6d",
-	"hZ9E/vQHYc0BeLhfzq8OeE88H4R9hVdHCqpgJGqqxCHlia4z35qhvPnK80JiLe3He8kvTLR/Fitgm3dp",
-	"8g9AhrMj1ifIvYPhS8XrKeMT1HaxKR8ZBF81rmVp985qs9eilHvPLTJggdBsPSoDbISrX1bQWBvOLGQ8",
-	"1UqqAs+dFhmUnj69TrbCSJvLSODQg6WA+BGeIRAX8ZIlIChAmRvK1pKC1QUFQE+TD8vaZlS7RL0VdkwA",
-	"QdJQ+5WITVOTK71gN2Ke7/aGMiBzXPhw5P6mF4OUJPumkYftLqsT3VDNMhj+bRCRO6VcdX2bUAucQI4I",
-	"uSXBJIRO+BMB1TgImYkQ8wz64oyHUnNppwjegIp1Z+03hLpyb6XZCO4cNYg2Omcb/IkO+rO2hkFfN+uW",
-	"P5D6kkorxJmV4SUV7j6uU3xputhrhPYRIIut1d3wxD9IRuYGjhijJ/vZs91pk12/J+IRXol0SkXJGdzp",
-	"/KN447cQzJsvxU18mEqyxL6/TR1ly6VYq9F4HvXfSs1XU2rAixkTwtGyc8Z8Ba1ln8qa/2EIv6EJctly",
-	"h6yzSsfNHvttqpBKptQapkY7ZqruJBi+NZ2t7KnXY8euQvqaqjaq3XogRzWVk6GENFXY8zg1JcyVAe/U",
-	"SKr8ii69Git9VY4fUDqOcd+e9lDTBL6Jc+3XrHK0j5Yg2ODZhEb/zMebGimu7D0oopCkfLRCd1/huGOP",
-	"x3/0046hOFCMEMefjfDFRTL6Q572c5j9fx/2b+Ow425sPuubafErcACwJ/Y/23++VKpa6VNZlb2hlN4X",
-	"LT9tkSg8BlCJ16fCLxuz4TIXNTEP9QMjj0mwOjOxH4XWLhbk2+WbaQqV4bW6ZNal2vNd6tabZepOJBg+",
-	"+q9irkVNTpEd4xrHowMrQvC0fkNCKPVSXpMP6jwM/RBU4+dmeAbqEkrPP2h4Pq/VZ2+YwkHbKZBXruLP",
-	"C/T3cU69Ra0vm+v9nHPt07udK273yHfWrDrVqH1kyJtT6UZ0/0W9wDofQE3A8v1gKUgFTdd3egFIJpex",
-	"zkZ44tARh0duBGkB8bSQN6yb8JwPqE/1pzzCygyec6gcgwvth12C0R1Bv1nlOtC4Z2J80sciUcLfwYxl",
-	"3rROeIjDbi+C8FyGGr+vx2JDadh76QpV5pjic0Wrq9VdreZrwEZpMhgRJNQd5WCP4OrBCH1Oi7mI2AiW",
-	"dYQeaFcK5OJ+sLJqzP7t4v27HrvEsVyl1lIVGdZzcqg3Wy0lw6whLN0yPlUJGkyLnKX5LovVTDh/N+yg",
-	"FHd2EobQJxdUKHbUWI42lNV6tPdu6wlk0WUgLAWiMSEE1sNdgAvsiCKCkjSTDyWtHhO+MS2Q3+jzEFO+",
-	"h50BG3Z8D0Dsc44gZ8POl1HkzVIqjYszZYRprFtzm9FCAn9DJWQPlrtY6FiWPq6yksjhvQB1VEnGkgN8",
-	"G1VA8e1WwLH/OkVnjypkH6so8X7MiQTPNxzjDVRQYGYsABj7E+4SD+GEsi62tYoQvs1+8ICs0VAuNa+t",
-	"dcLadbLYRExkRpRGH33PrzMxOhrK1TSkCmfC1MKlPCTI3RzKUS2daYRMuAJHL/awmbVVY66sijBaEm5D",
-	"mag7V4wL0QbWJeE1IDZYmjVJChmfzpG26zgWItOBR+OaxzeWY1LnsB5koYKRXZ0DFplI1Zgpco7r83QB",
-	"ePeA5zF016WlkLb2rRi5D8o2p1UFABvANfT4xxy2+qjSjrCaY+ggrivClzSyHeND0FwLCEM/g8GMBfF/",
-	"GEYGbIVjiYRPpaxoty4V0ou5lcNWzMQTnrVCXqQT+WxupfWnrZiJb9WjBHOjnBfIwcfpYrUBgdFS73+H",
-	"6VpBEsfcF0y0xePGsI8Uu14wJV3PGjfQMxwjetIf5hwh1hiazCkQIqZ3+nb7nkpyxTiA8DBrcZSl9EOJ",
-	"6DQjenWRDFiuCzFiPIfziEmfqFig3Wh67AIvtgKeD6W/Fc6tAyimbGhMmd5w2IeyPO0B4UqP+y9x4N2p",
-	"+SZPPG2EO/LUtKvSyz0qW/kDEWKHs6gWwEwNOzv+cHHyBknAVeQsgyA+5hF3a7e+IvrCX7WtGfUaE5fa",
-	"2C6QcPSkyULuNTbX2/pleZSiWz+aZd9Q3L05yafcmG+77tat6ZPWNi03wGxV33Tw6HTz+MWj36z6fwHK",
-	"P5UUgUGN7SKsnOQs1kpS+Yxr0cm6l2I2V5pnO4Z5frHbnqQfwrz2P7uPLaABaxS7CRjwzb3LbIJlM54V",
-	"+OwBU4ESwkqqrVcsagzuNb9q/1kOR9WF8fCKDTdSWbbhoRLzdCagPVwsXFWcFayQeCy0+SYZ6+Yr3dKW",
-	"uq4rv67vdL1L8BNx4nAr4meuNG1LbIApCer2M3HmB5T1wzQrrAHgwkSWQNaBMsKl3N8IcN6JVLNbaC/c",
-	"Y5eW7MtmoILeGfiID6bcCS2enQ3vX/P4Zpxm2TdiMa4epaBO8wPN+onPknvMV4I5c2+3PmkHeGotoepb",
-	"P0qotHjB6sLp5bnCV0ol+x0kbmQN649lP1isktyNmCmgrZQrUqKG4WwOrcCh3046EwSISnAmToRjEMKj",
-	"9MmvcPTAVfTHOndndsr/SNrKRa7I8ncWPGp8SIEYJCKXnj1hUuUs5sVkmrNi/vwUQ9gHfyyaucRJPzGr",
-	"XnrKM7nB2nPoZneYa8FqpurOGhnerYhszHOs9JtvrHBBkSjAYlF3rOteEer1AYrFiFjJZBPrfv6TVcg/",
-	"IDf+gJP+x+LH3p8BEPoYyvS1rSVB2TP1pGRCvHa9w/XSXfSH9rfSW2x2t7o1eRRvqxtsC2frtwGsusHT",
-	"Sqv5pI5WesZX8rO6N/yv5mYtIf1KP+tYaczBW8IPxstuBMGkzTm1lxQOY7yCa4U3uPOw+3Qoz+4R+5/p",
-	"Uws3bJWcn9sLS7M8og4ElIKICS8u6uagdtJ8y3Vrdsc2vnL/OY7QZYlI/9CFfC8rQ32D+NShAoMa9wwn",
-	"+K9bWFSZtsqnrDXnbhT1v/mr/tCyPtj4fL3QpysfSeq70TA/HT7mjJoIQ1sLHk8jpxPstlAKao3PvxG9",
-	"oL6W1HQdnXTpbFZAFqrH0RR/K3jmDKH6guwY1jWAE1oZMXLNKaASai7iXV/i+KLfd3A23A9yxLhzsg8l",
-	"YedRvjYvi1X8HlThPl/0D+w0vbQjNLuhdAA2sZq5FFSPrlodLdyjwkwdGT5Zj4ryEV8pBLLawD/M6ksS",
-	"MAECeHRs5TbTOoakmOoMnrFvxjn1Zme8yhUqLfc9MXaP9UTtGLb8ShF7rWRSxLnSOwZNC0vTNNpue95x",
-	"Dw3LD7j/2X1soWPVTsMzKVng+bT7HEge6Dog1nGWTqZ5VMmMgTwoZ7lVQl1a3Zmj2ngpdus97B/eY8mb",
-	"lbPmtXr+sxs4qw+stVmVh+W2fJNCb/OVbjG3xw0KHaZ9Wpp2ypqTvJ1vQKOy2+sm33twQ0qhF2EqqXeN",
-	"+G+aqdLM/mf6tLbD0RLxfAuM5pE4jLUH/3FZS9igvK3s4pomRlhf/eLg8E+Hf/7u1eGfNmHlNZPkmKd6",
-	"z0y5FuuI7Eee6gu46AnJq3xIA13dCSvfQ30G6XV2DCvfhy5n3QMq5jQir8n2yqs/Ce1YC6sIGFi/pfkU",
-	"6gnnOlU6zRfsmsskYvOMxwL6YkL6Yyb4rTDu1cDxDMrLUGKut8v8ngtNrzqotHBWY/f+L1gOPfiwW3h+",
-	"l8YC0MuhbaspIc3d9QcUSL5W+RR7TBDwKOLQ9NgZeAeHsjAY+aP7XOwj1ZRBJ3gCwFnH7gpV5CZNBDvo",
-	"9Q6gpYIZysMXLzySJl4WxLa5WKbBx7fClsjv+WyvlnRv6fe5zZsLkVebdYbO1xYniiczyymbmZHmudgD",
-	"jNANvdRAcYHL/tDuLf8eLXp1WUsHl+ZxPFu1Xa2MvkWAy+6nAXH1NPyzFaHsf7Z/XMEfLYxXv+RfJURQ",
-	"rrOHdrwu4hsBYFBURsZzYNjWIrUsl52dvHtz+u4nEmIpVAIDTMpy0/b127HZVl2zNE9A8o0VmH6JHkN/",
-	"rI72bIQbVu1KMn1wuMArFsuuyqU9fILKPTf+12oKtI58zgWoUMlR9WBV3T65uhESMvrHaeYTfQQ6gsCw",
-	"eOzecOum+6Do84M7vikNUFo8XuJLZaR3N7I2l10yWkssLd5xnMoyKVxR0B6nQqIKm2zPlIjT42jrc1jw",
-	"kqcMdtonrHOL4Cx7QScHLteMJ8KHei2BHZ+dhvpjWoXciFiLOqwvLcMaFWpDToe9/2kzOuwTvlY+B7xd",
-	"83k6YiNYQN93AFc4QtBOTOxTMhZf6dxxaakBCQUZFc7PzpZal1HXdSWzxXZkUTtG+5/TZK1CdC5u1U2F",
-	"WDYpQ3j9g5UhHMaxFmg0XmKeHqAZKdXdEvZtqzMR6K1cl8Fpslb2jpWe8bwz6BQFXNnUEPpO6ZtNyXa/",
-	"0TVP7I9rToQDyxEnscyrjrOMaYpciaS8qu5Ws7PfoB8FmZCLieH0ngyfp/qQr8SK6A2Dqohb3a8XkZS+",
-	"Dw5Lpd3AGCrYOO132+2+cy9Zo/2N3OWN0Kt0sNne0ssL94DSzkzw21ROWDfRPJUi2S0XJPEPMke+jw4h",
-	"aREKnGVM1wJgBWugXRvXbaoyez78yq1Z021NDFzK0zedZVYE2+GRehvxH386uWT2rhLSN02+QFbgjMtF",
-	"uRAERjKoEREiTFBDRX9pilCHfy1MzibprZAsVxORT4VGsDESZnZREBSSQHsv5iLGrp0J9R12GJuoRPp+",
-	"qPiGvq8ntixSY5YmBkFO59jy2Y4jY7F7BAXkCSvkjVR3EtAkmx7AJbafdc/AfpBYXhWMtAh97Na4RR8f",
-	"t0g7drJN6KBpYtYKJWg8W5NOqcxfHXbW+/yhl84p3vri5Su4mP4sr+Za88VT99Ipt3udpPL0NFaFTJ67",
-	"uc5vUHRXoXUJfSByhXXgNXpPTIWA0jwqW8Dy5BvmDVPBdX4t+D3gFysjN8n8n/3oTyPu/fjnYq50Q6VU",
-	"/0kely3CAr5WvfoAKYW7tGMsM0xVksYggKQwgHWtdP6YRBWiDHyKeSS6aOqrDkCv+CjWvbPnDbper0gj",
-	"mg4GrXYt84aewWtvgSvoBgxzbRInWNQGrHUJlx3SgBDyKXEyB7pw+07SINawgTi16ztTJp9oYaodlsHB",
-	"a3+cCWP4RLiUyRJXakWUgu8XUbnYcbVrPEEdX5cT61ZekAQdQqdU5dmOGbDD/uERoL1Z2zP1Q83UrZ2R",
-	"/f37XTYROWLIud52KXa3p97a9k0ShRhjANyIgtg+yfTYBSGTwcvxmVsaLIhKDZtyPcuEMYNy/z0kORnE",
-	"7k0sjVDlc4qCe2U3yzWKlqHPCBySZwV1g6dvwU/OjpnngGzGF0yniWA8U1Y/9L/sRpU+H4BS7cnkCNr/",
-	"HSJQ8Exwic4FXGk788o2JIIjSPjMakVa7DllE9OIkezuRKUIfjeEumjXqqJuPI0ZZR8Cfdaf3ZVbPhpb",
-	"vK9js0ckYld7vd+3u/sDuTYSOeqVTmvYcRzbB9uXFGVQgisklq70ZX9UXm+nLOJCp/kC2Pm14Nre+/tH",
-	"y7ARGBsZfaGzzqAzzfP5YH//4MWfev1ev3cw+HP/z31g7jSlzz6WUUgDcQ762011Fd4fWpphxiY2GYFz",
-	"cZNmGX7pe127XjoAcGxXSMap5ZKEaAy/znqV3gowcOCJHwjR0jeBPQK+Zb+RCSsMeTrqLRpCA1FGFTlI",
-	"atm8CLznQqWV4cp0pNXxztvjXlVGLEtFV0c8q1dxlY3LfM4rsEtTg91aWkcqrwlMtxITXuP4r66l9/Wv",
-	"jvazuqskuECOQJWBGsZnlhW7WG9l1EpSwZePX/7/AAAA//8=",
+	"7L39cts4ti/6KijdXWV5Ni3LaSczLdfUPu7E3e3d6cTbH9Pn3lGOBZOQxDEFaADSjiaVqvvXeYDzEPfB",
+	"9pPcwloLICmBEuWPJD37Y6ojSyQIAgvre/3Wp06sZnMlhcxNZ/CpM+eaz0QuNPx1HOepku/4TNi/UtkZ",
+	"dOY8n3aijoTvOhwu6EQdLf5epFoknUGuCxF1TDwVM27v+hctxp1B5//aLx+0j7+afRj58+eoc5znYjbP",
+	"T980PCdN1j5jrPSM5/Y6mb867ESdWSrTWTHrDA6iTr6YC/xJTISGx70utFHa3pkIE+t0Dm8x6FxOBZPi",
+	"Y34dwwVMjVk+FWyuxV2qCsPmfCJ6nQhn+PdC6EU5RbylU53WjH98K+Qkn3YGL/p9PxOT61ROYCJv1Izb",
+	"wYIvneCPj17ct9zkJ3dC5qdvfhY8EQ0vnibufTNucibsHfBnnKX2oxaxSO9EcgRfmlwLPmNamGImDOPj",
+	"XGiW5n51pvgk/zJ2Enswi73TN82rFFqkyvz/A9Z8Zfq1wdlYaZqzYfmU5yzmUqqcGZEznJbBd8A/2H0q",
+	"DbufCsluVD5lXAt7adM+28W5hsW5BqpsQ4X9IBW+TWdp7vd++THwY3X4RIx5keWdwct+ZBcNh35pCWsD",
+	"uZ9p9TcR5w1kNqdfH01n58U6VqGLJyDli3gqkiITa55j6JLHP+w3pW+FfjRPKgq4cpWu7fjjTN2veZl7",
+	"uuSxL/PZ3m/mShoBjP1Mq5tMzOzHWMlcSCAOPp9nacztodqf4xX/+jejgD+1e5wbF55YP6PHkp3/+Jp9",
+	"f/jyj4wG78Ey0L0gb26Uzt+mBmYz12oudJ7ijLn9CT6luZiZTROBkc5FrHTS+ewXn2vNF/bvCpNf5SbH",
+	"N8byOyVLZugY/+omltvyVzfHD/46dQMnywq4ynxW3w2l6ODT8vhRh6NgvI5VgXtUn+obkaV3Qi+YVoVM",
+	"DIPLRMKMYmOuKzP27KAcMk1Wx7sQObBPLhldxm7TLLMDrXC31ZFjXhgRfI3Ey7mVn25TGZjICNdkNIA9",
+	"gIW10snOC35gXCZWROlFPk3lhBUyAflzxEY0cbrVTt/eqaRwr2TfRkjLLv9aKjD0W2XzyimqIo8VntGl",
+	"WSa4/iIZRUxpNpJCJObaLom2EsK+AUqWX/lH0nEMu+eGacEtnwrQVOQZcmi1tOCmgVQsJQqTi+Sa5+Gd",
+	"vZ+mmWBpzlLDboRdNj//2g4nPBd7eToTodlZPh56fDG3t7mHtxlr6fQAIUQVcVTqPyA6/FYhmS2fjdoM",
+	"1hxBWCQ4dUmS2hF5dlY5jWOeGREtHdBy1ZePH4hkw3LFhp0rIzTzu4BEO+zYla2oOAf9sCYYnu5FzvPC",
+	"BDjGMltYcxjrU4ZZiSRidk9UkbMuHDA8VMLykMvTX0/eXL+/utwFmg6wA6sQ2z9EYi+4BzF5nSmTB8n5",
+	"C5+eJzghJct5+EFZFg21DQuSpxcCAcHXStwRsVgWP59rdcezjbe564Be4qm4vhUB9fqYwY8JM7mY7xhm",
+	"L4o6SsaWmRiWynmRG9CbtTAqu7OrNJBFlgW2Bx9jPF2vf1Km1G0xH7CfTy9ZN83ZxdXr1ycnb07esPvU",
+	"quqWZHO92DFMFTnOQiZMc8mkYjk3t7sR+/X04gJu1oU0u5bQzt6fXb09vjx5g19zGTFTxLEQiT22MmH3",
+	"WuVIBjD8bo+RTgCHASYHE7DnByZcFSk/n152oo59aifq+EcFBUsi5vbIXeO+e8Vm5bpl9UXIZCtOG3Um",
+	"QgrNHYWtGn+03nGhNdh6hRwwzrTI9cJZhfDW8P5amJzrnMF/DfxoFaoIqMGuut0GcR9WP5y8X5miJDV4",
+	"9QeVX9+IsdIBHvKbZQ8cmFnC7nmas25S4ItGOP1d4Grt5RsRUrOECKk3S0RckimtKw0aMfuS7D//9/9h",
+	"dzwrRMS4qSyaJ7sZ6+aap5nlPFLcZ6kU9tTN892jKvkxLUBhN2xY9PvfCXbAptxEQKWWQ8LTIsbZv1+8",
+	"f8eAeuxm+gfu4CzsCYYv9lKZiI9M6URoT/LAgKWSVf235FpzroUMqypzK4DCrBZ2zdMUaNg3IrZLc3Z8",
+	"dXHypv1uzaccpdxaqwQuqsmG5fksyunA4QLBxlO7ZaI36TEt7Bs3iBw4B1seSPuoa0ugRFP1Cf2s7tmM",
+	"ywUQNp6w+6nKaIZjnmYiYV0lr+3HQgtmCmNZyS4qvbqQDJaf/BqptWCMoZFiJcfppNAiYTSB8Em1JNFk",
+	"eJQTBMrNV1lIyXEsUbJuP8Q84e7dTY9vcxgrN65yt9U57bgzd7OwbCwXtM+fhh1/eIedwffff9+Php3z",
+	"q3fvTt/9NLTq22c8gjwXeAbt0bB6AofjEjwk8KTVNXwvBRiWjsGiEuZnBqPnU5Fqp3yZCPdvdYXHqTZ5",
+	"hIe+8nVq/+eP9MD+zS1x4DhwE86gy3M2UyZnL/q7R2ys1Yz9dHLJer3ePs7K7H/CD5/xXrjLMhLylFqp",
+	"CS4rxs2t3Wlwn7Wx1C+5uQ3JOFiE67WGOm1txVNrLy/XFJax2/Qi/4a3/tny1AqrG8FtI9QxvQcgeO4t",
+	"g0jl5HocmtxvU54zTgyNdZVGcZTKyS6dActe7FINWFVkmQJ4NmlmzN232fsA8jPyZhTwvNohrh8pR5ZB",
+	"XbSiP654cfzU6MAnIk5NqqRfxkLmaQZfJ8gwl22X9lzyZhEULbGazZrEjpuO/dFb+TBlgQ47ZOQBfWxp",
+	"Pf1A1tJcu0wPMypvFiGiUbRwhnVxHY/PTlmuboU0THxM7SkHHsCzTGgQ8KBBiGy8u2RphkIOtaV7kFVK",
+	"bpIVM6XB3CyM0BEzC5OLWcTmQs+4Pf6sy5mZi9j755kUd9Z6LuRuVLUoo9LWLE1Wy2/QjA0ey1glImRa",
+	"mJzfZIIJrZVm9iLi+b/yjxcwwR9RmJqTj2QLKM1O5R3P0uQsKyapvJiLOPxILfi2GgDMI0jC4mNqLcVE",
+	"hOXbOJWpmW75NPT2tXDiWQN/S3NTFrMbocOTfZhuxHPRRm5cwIWWEyPFpCHLYulYgzOeZuweVdvAD81k",
+	"/1ZNAs4YkydCh3fS5Ikqwnwq14WM7TMDck0XAoUR2g3sRiyUTNAg/SjiIld6x7AbVVhblRuWaDWf107D",
+	"jVKZ4HLl7WlCkZt0dR5rXvxczMkLsQWD8yzBsWHLDOyj4bBZueDYgWWxeKDthPCUd/yuWj4AUoQYQdCU",
+	"ju3rFvMASwVHATM5LJFTpXYMG6eSZ9aEUjpHtXkOh3zHMKBv0Gl+tBel/xDWUMunYoHeglSSkdRWyXmN",
+	"s7vIxdxOdsY/nuJtf1pVfLZlX0EONbfvqe2N/+uvx3v/D9/7xwf6t7/3/YdP/ejVd5//ZS1XqkiHw35Q",
+	"lGxgU483pGHrvDqOe0QWq/1o9Re0mSN3UOrmdY+9A/nItWBC3qVaSSv79u64TmEtQXweodrsDHKZMI4h",
+	"AzDEczUR+dQKMaciH7Bf0x8iJhV7d/W2x04nUllTCtR1ZS9F68CE7eUai6rzyS15Xsl26qv2g2ULIrGW",
+	"TZVhNFiujj89fIwaI9vIfuzkNzKac4pVrvLauVZWNq/O+EfLgZBpVmfMZoXJ4fCjiVVGgDbM1D1ozVzt",
+	"WdsumKcnZjtHn9XWeIO/LFYy56lEwbuW+bgLYcLro3FC3m11YFfWZprn800T+vny8szNpbVegl7mR3CT",
+	"ipuTPNbOW40Gr7XG5lolRSy02Slddu+Ofz0pecoAuQXXOr2zrMWQm9hzF+a5C9zISW6P00ywf3l9fHZx",
+	"efzu+vTd2dXlxfWb0/N9e1VLZ5tVza4nmsfiehbwJ/yaZllqRKxkYtiNyO+FkOzi9KfLk/NfYR4Xpz/9",
+	"cvr2LVMS9eeWYd116l2Fya+utvPJe9daIuKMa2FoEYmBp7kw9IUql+j91aVfI3BvxpZbo6MzvF7tjxUK",
+	"+rDXsiWDcfEw4C9S5WDhS8UyJSdC71pLJsRlNkV30Z8bXuumyOv2ogP8AOAZCj/pwer05uBt5dGV9/Vb",
+	"UrI85EWlht6SITdkj5ADrX3+SIXFrxBQOLYXdqX8wOPbcZo90EcgZNLebFJ3Qmd8I/d9j5edqSyNF95E",
+	"e2DQHu+FiFTD6+fxVCQt7YdV/6jdLEj8YDd2pMgyriJnZQ7LgIkUlC5Oqjzr3k95zs7eX1yy/buDfbc7",
+	"+5/S5PM+XZPzW4GxwExNDMbA42khb03TjXAd3hbBeb9R+TTk3Kom12yVlxp1MjVpT6Fv1eS1nXHdnnjx",
+	"8tUqu9N+9VuQPG1VUwA7bbHP58JAouKn7RZndUG8MdIq5yx6Iu3wiOXWAB8rq8mDbm83poXOWHm/9fzq",
+	"NY+n4kTmmMu6ZDU/xJX0cZ5qYZpjbSm+pctm4Gya5qw74x+v+USUDvA/oxuuffiN0gWeJIi6skpaGKHv",
+	"fNB6rYprF/S8cn0pLlfVEl1I9DvO1bzI7GJT4nIwSNccL285yJ3QJmwRLCdAQVqFu7xcxI3eqZKcwtJP",
+	"SB9mbOetKMlzc+7k+ndyj26c9nl9k5cmXqPrllLwXjZluCNBwQGIKdxSSIoLbY6v4MC1w9b4Vs403ELa",
+	"/WplC+OoFKO2nJrYynRrTAzAPLkVCzblZkoOENSZwJGOUQFv0LiUHDI+iKYicFKkkooaQFWDa1BZ67Fj",
+	"Bq4kzHphM5iRV97JEcN4ziD1x8UnXcoOkeuqTCQ2Ew4iW33Z5/FAHNXypohxHxRjprAGl2HDzovD6bBT",
+	"4VZjpR2/Wj27Qqc8S/9hV6+WPh9c/ddKVnJfjM954TMBq44SQ8CboyMKXD2Gck5+Oz69PH330/WP78+v",
+	"Xx+//vlkF8SH3TNKfwsbAxXeUJ/PGceEV0hhFYsBi6dcQsjVGkkgsQpjKVllidCMjtlmInYPDFLuNM2S",
+	"80KeW84QClbH9gJgn6CRueR0ygwau9SDgFYUN2ce1UbpPSJ3qRr3ztmNsJRlWK56De4Esn4CIWX7muAl",
+	"SMRHiKHnBt+xTGJI5SSjKxvSFxrTmbZLWclD9S4++wImoIV0aT04ZYq5MEyasqvRpVyuqMzeCk47HFL2",
+	"xpuz2yo7gjN0bxUkq4rvezvr50HRtNX9hPwilyhTrolP+VuKmzZ4u50u4GPKkJcJ0TiIEGwOKMMIjcFk",
+	"z4HixZaS45gc05bPAvNyHExJZF5TlSWWaDNlLSdKlwOaKCT8aOx6VLPDC+mCjOQRly7iCoNiZJocZrGA",
+	"zCKuBZsoKXZXj39DUunrk7cMl4qJj3MtjOVMzEo8BmWILvcK/+hVfGxHjLNYSZNzmVfEQyLmmVoMO/YN",
+	"3LtDLhyWSCBnqu30968CO+3Wcc25cyvM163vgWXVB337fw08wuSa52KyqMmnzt8LUVgaX8qWhq9HA8zg",
+	"wWWC7BTIusFkkv+4Ork6eRNRZk9KeUFWBDnJT1pEZP8D9qxd/bzQ0vTYKOYyFtl1Kq/nWk3shlARhRT3",
+	"8FBK+ATxDzIwS4QBiSntOCQZ/DMcyVCuIjdKslFc0vkogtQwCs2VE5DiXpi86VUhSf34h/fnl6UyEgWH",
+	"r2blukVdfcfyS3zu5oOMironkw2n+RcRsPKmILdNQ9oQnkmkqMitMuxl+4hjOYGLTOUhRb7JeGuoyNGF",
+	"hC2x6uaOYZWFxt2eigwCRnZNjjCNCq8H8Vz+DmlH1a1BD6H9OhjZnfGAnPa8jrjYrViAO8d+T3lfpErb",
+	"X8Knz56Z4B5c+uS4g36fUZYXRH2zVIptQ7+bN4KesIbf2CtayGvK/fL02Yk8oZWvWz5vA+G+FckETakV",
+	"dr6FLVk/CJt8qTD2hnnBMq6Juy3LGUcGO4bharjkXqF3TLPauZ2eNs94HAzb+wfBFZ6IugdWSgGVNZBn",
+	"o7s/lXFzJjy9Ya7ULeqtyEKs0oozgYQRcii0d/Q8JDyt5vMgVR/7SVpeZ6dDgsIauV4fwamvVTXCNhUw",
+	"kq3JAH4F/bbFObNb00CkVqSncls/f6MfLeB+OvmPiL07idjJ/zy9uLyI2Lv3l9fu80+XEfvpJGJvLyP2",
+	"9oR1ZTETOo2BNZ6+C7uneFaEDRVMtdgmYB2Uk2retFaVqPR2Gu8lZrHj/WXaTjrjExExrid36NKHL3YM",
+	"OhfmKnURQzGb54tdrCEttcqA3bp1wP7R8XOYcouwG1wWXFc42mDGt4s4LZ8TZ99LlkpgVSMr8UcMs6yt",
+	"/ThJTS60SNjIGe8jlovZPMM8+o88zrMFaOCURbO6ss46XnIyzHGWBDEhtNX8yNgUqNPD/q3k2lerTqyx",
+	"sJFt26v+gvRteRWR4LpbXLW+Cwn60vyW952LcTil1m+YOc2xJH/LGJl3yJQjuWhZwz7y0M6tblKaiNlc",
+	"5VbmhgsD/QN3DDstL977xeqD1vLKp6mBGN6ANs5NtuKB3EfvY1UuDSWYDGnOujcLBo4O+GEX3ZwQFOTS",
+	"3IMDDt2QPMfChhENMWKwXj12zOzLabhpKLWYC56n5HPkOkvpJyxr9KNygg6BRyVp0hvKNtnV/03WAbJ+",
+	"YM110AKvHxaGjzMR+q2580/cIPfpAu2jS9v+PeZpZhjPnJdima2Xky8DqpgZP0ul+3uDzGu2CGHmDsDk",
+	"Ycz5pM5aR7FWcgRibIRV0zwbrR7j2PKCYn59n8oEN3ZJmkKN2Sw1xtrq4AWSijkcFQ3ltACKQ25FF0Zd",
+	"wLcLVcgJKnMSzvsRI1cGTHMhEIeicnReBusSdEh5/zG9E3vj1FqO9gLWHXb+sP+S/QH/f9jZRW7mblKa",
+	"df/HVBU6W0TsfyQ8hX/vhbiFDzMl8yl8srPKFu0qJtzKhnRKH6OwjDZnmeDWaDR2nt/3zbCze0QVfHal",
+	"eJZOpEhYroAPXMn0IxNzFU/brM/f0jwPxbVOIG8qnQnnnCnm+IDUsFkRT4n7dYedA5hQVMY1EpFxS0vO",
+	"P4bJOG0mE2Zzx5BuS0sBHsnDVyyecs1ja3hGzCjHVNFHuUP1K2M0bqs5y5So3P3rXpmyfHj42X2/+2//",
+	"8pQZMA/irljfGgotBWySdCb+oaQIFlSdHr87Zv8ABqW0O9TdYeeksMd4/wehs1QCLbmDdXX5ehVWIlSg",
+	"9kBmHogB+KGaeduluhXygXlODwj0OiJcPsCzVPpVaUZXaXD7uF8xwdy+EJvxBRYD+sCj0mhBRHRy6KbW",
+	"LiEEZVqSMoG0HZVtNLnP7TUNWwb3r9kunU4mQj9wwwAAjZTCLXdgnGZBVnbM6MRAZGA5JDCCR45Y9xN4",
+	"G9MkYnO+yBRPPu9SoACu6NG3PT5Thcx9aXy/7/bPbRsi3JVB1nbRgba872W/wvvacLc/LXG3tdyyCV6j",
+	"5GRNJujmNwxmzOyYMigDCdDrNqkspgZf6bAzYMNOfXfSZNj5HMxyfkKmVVLpBgYG2IEOTCuQhxIOLjrY",
+	"gBxPkleQpAJQKszZQGpHPQVWkM04OMZcGT/hjCE1gtsCVtY+EhF4wPkFa88SBbmH4xSRGaumWxNQU1P+",
+	"08q0G4o74JrNDgl3YWh1f+SpvphyxO/Ygsnci3Qyzdcy6h3DjB05Yge9ntXVWdcJyYM2EW56RHDWVu08",
+	"cTtfnxmopCEuAEgbc26NV0l6HqEOsRuVLOhgWMOsZ3IxN389+NBD/1Vw+WfCmFb+IJxQeUPwhZS22uKW",
+	"NsePXNbTkqAC9w4ybrPU5OxWqnvpcSZIC+2m0uSCA6ToyKV5j3YHYBPAWHMyvKOylguzF5yFv2OOoFKh",
+	"niESwQhlJoobpseWjaOxVjNnHFkpO+qxE191MBE5OpnRl7CmimPEzWhzFQdWKHCD0oZ4JM7SQbzQWXWM",
+	"FAbG+BiEwOEylpoI/B1YSAYeWPuLZX88zoG8eqyS9OJhj7SooLyYJeQH1v3rB9wzqWjR76dpPG1I8Tp5",
+	"s3vkI2kOYoTABY1jW7CmtEOeODDDjI0gJWyEqwArPOWmzPKiGLG6l5Rd4BGFCF5oGXVICwy4y2zhyYMc",
+	"NEkK/NZlc/QYOvp3DHO7dH5y9vb09fEFSw07CPh4TT36fnp58msnJASD1FEjDKg+RCTCAI1UXFe+eChM",
+	"4blLQlohmiCTsIQeNCycf6tGKxD8wCTgOiyQr2/sR5aPovc/YkPIW+nhzZB9R2SJyomB1S+9K37PEKDL",
+	"xeUln9lnNqTIeq05kLxjWQwCHEThKVbV7oBH3tKxXbssEyETnkZEexlO3riKZoOx5OOLi9Of3p28idgP",
+	"V6dv35y++8lSKqHClDkI6CEHVBTHn6qpND4jxE7eJ10PoGoIMhuozBsChRCQYO9UXuZZ0pRWUhwCIm6F",
+	"9/uSu+0DLdM8n5cxFpJm9pwhiJtlNXD4jIFiYFNKYLucLz5+3HWH00Tlyzg4WhCLJf7Mq0P2S/rDruPI",
+	"RLIje9GozN+vFZMB6idnLz9+RPaRay4NVHlgqTTklAJPgRNL7OyowmbpRZCAHTSRR11ZQu1QSThUR8jS",
+	"j4v+zEQ+VXWfQuenk8tgRLa65qEgVRVKaelMFLoB2uXGqKzIac+Vhn8Nuzp/uzmz1I4Z0jp+FlznN4Ln",
+	"52KeLULoCaEgp4d7JMCqXKvMHgwp2D2XeZk0VLW5W1SUrPXdwlQ2vQNV0jTXl62eIF59GaytwzB3VAV5",
+	"KqvG/Qsth2NavuS2wfpQSV9zpfYyMSWapzIY6L+sltqkVlMvcoi9JOpeDighQipIL7PLwjB1t2vyNL6t",
+	"Ze1UK25WJuQrobazLhKe80CsBjkON1CYmgtJsQV2dfnj3p88d3h39XbFA3f4p5d/fBXMndCCz6q5o8so",
+	"HC1SR2GICCf9Yc0imG1BOvxNT1t1tvQC9JjQzN81OFTevLvYy/iNyPay9FYQliFI0FffVVwrVuSS42Tv",
+	"Q4T2B8b3EiYkaDqkimQiJ0s8SSeoiVT279V3y46rTR6bVweb/NF1R3MTRJiLtCTox08UwPZZhbIWLnWX",
+	"wUnK0yzzeZfdSzGbK80zq+ThI9ncPjMVZnfARuY2nY9YmkfsVlgDTgrWHd0U47HQ10qKEUZRsqz8lmfZ",
+	"aBcrDaxa7ro7UEqnS/T3SZ9dl7kJ8nSEbgu6VS7u+YJ1RzzL1D0OXE3+s3PrRJ1yNuUfPMvK3EwYuRN1",
+	"/DDBXEFw0W/LB5ykXSVBVHStMWmfNIqgAFRWQ9mwWVYDnqR3gpDxQE9f9qNthttqci022h7oxfTmLNpS",
+	"I8qWXi6ZH1k97fXJ2zA4zHUFHeZ6HTxMeaZbhT3gm6oyQyNV9t994WvI3f1RB3oPfGiFexdiLNV4TSNJ",
+	"YDOFQA6Md3iymwUxH3J8gtnkScOq+6SKJszOIejUPHPJhAFPlv2JUmvsadclyn31oGBudyfqVGuNzk8u",
+	"3l+dvz65WPoeapA6kQOu7EQlqmUn6vx4fPoWPlAWdSfqeNDvTtS5enfx+ueTN1dvj394awf57f35Lyfn",
+	"1/4uhDS0Y/5yenbWAG1c6TCxJHDWwxvNeDxNpdjTgifwRQXpiGL511jwJlV+PVaFTCJANM3SOGxcJiLn",
+	"aRZGO7EGQnvhV/EIBvSgFOoRYtGI0VA0aedpnok19sHqWl2dnzItxsLagMLZ1pRSY1d9mQ6bfLb2V/d8",
+	"P0dCoAqeqOImS80UvOUPixuFmk5g8yGfPcTShHUBWlZ8zNkNKlveXA5E7Jul9v8aDj/2+x/+AKysTL1B",
+	"rxckkDbFUYLpTpibz+dzIUVCNInJ4JR0dOR86oaZ4sbeeiOsFF1RNloFKjFSsh3rgin6SdhDZFXZUS32",
+	"MjryjpQXL19ZezvAsgKpnGsoQiRAE09TzU5Y+0FgZMDMFdrHLsroXaW6HyIp99ywuZtdRGEYLFO1W29Y",
+	"KuOsSETCupIgJCz7lUpT7KV1OLcePApxhjCAU1PSb8uNX62XD2ZMUcTHVJaGAj6Rk2zbgOeEbEUMsLlp",
+	"00Rq+7ixhP2sMNMyoPcQzvJgbatNpL4Mq7aiCFRDN0f4t0/QC8c5YZzQsp7zXPg2Y48/mZkbapty11Co",
+	"/8BE7GBmdZ2DaVBoP7qbDK2Ma6M2B9Wy8s4b28X4pQtjKjxRB6moo3kurmGa7emr3NZN57M6+tq3fNih",
+	"8wSxxHMQr9gy6rnQqUrIcMdiyD4WFd4U8a3IdwyL+ZzHab7A3h1iTA2nVmls3gTsgA8ZsA1k9XndAlwZ",
+	"sa1znFCZfVCxGrICqCAEluPM7gL5+Ou5zz5smlJ9UPKU1bOnlycI/AahwEEF5xLjcbQFlXhcmSLj6y13",
+	"MEEZL31cikzzMnTPrhCk3V6yh/S6/8mO83k3zB9kmtet94OG7fEBZ9yRjVW5ba3LcyqDwC6BDzs+PEmg",
+	"AnUVf9OahFfnb906eS/q8dkpKZ7TPJ8P9vcPXvyx1+/1eweD7/v9g5XkzZDgA6faIwMVTcl3AYeBUYWO",
+	"xWae5i+0gjFTS9t7GDXVRnrvOrX48QAlbqtfHG6DdUBbEt7yudI5QF1tudFTF0CA+7Ls/bgz+OsGkMyl",
+	"mMPnD1EDegbUr/knRIQcjV0pEkCSRl8i1IRgbTycd/DL1cHScDiCPPNDEu7ZgGloYCgScggCF7eD7mAe",
+	"hXFgAeYeVG1CmtEAB7aDMZteCUjWXt7VUeQel59Pj96wv00QZvguD5w5DRqwEMJBMIKuLvdByWyBXZa0",
+	"mGeLQRW17MuGytw6hJexcuS3kKevnR6gxmOgn5sF5UYIHWEjDNdbjwo8LF8P1DvMi+sZYKEG6kfOrixZ",
+	"ws+x0iAQ+v0++zOmFSmNlSFbtfKNOjMxU3pxfbPIQzbrr/CrfSxcsPX4n8NrbI24h4kdq5Vcb8I2U0yL",
+	"PWsRQ/Sk0mozUfeSuj+D4rCcVltCoy3n5myutgi+KqVBe+CVZAZAoQAcqwFFlFpNI6kE3ZHnmAzZjvWe",
+	"F/KimM04WPPhOvMtkERjB0i3Au5M4D1rUIg80Ajw62qWkImwdZGYR5TpBalImLLQrjK/AvcUwsj9UhVn",
+	"1LpKBPMp6UcrtVLJxkrHYuBCxkBoruoFysQ59c9p0wjBPj3yu7nKxz4g1SxJgyDIcaww9VuFAEvJtwTw",
+	"GaxL6XFUowiBtxG4m0J1W3jVuv4QkLbkEkzpehedO8IKSG9i+NLGMjEM7yiTcqgQcqnuM1xmvy02J6Uj",
+	"bzh3DSygtg9mrVgO+wvdtlQSciMH7bUdnscSTTxKUBbyjchEGPswsb+IBnc5VgKUkGuG0eWR7/9GLcFy",
+	"3H0DNXJCJqARPN7v52bX8FreGxysVsb2+YZpdY/zTXjO3QFCH/0eOFB8hQaX3nVpBc86hLnGFtqt02ce",
+	"5LOmZJKtHLZrcPhbT3YtnHgDgghicCdb6YHLWwk2KEUpIYIZ+eYKZdCxBXR4I2I4BadgYTe6j88L+dxu",
+	"umILmV9TIB5YL3xeyDPfXHMDbCLjlYx4a+CNtzohYToJYJ54KMCGCV+kE9m+HVqTrHc9ZouZIKeNVOjT",
+	"ErnQBqvoIW10xhfsRlTK8kafPo+C8ffKjgQi0j6fNgxzUJZArYBe3Tv2Ct3Mprx2yZO1CkvEPJ+G4aES",
+	"Ieae50thcjNgDqXSflUqBVoVExTz4ERyJEPVRUJaC/1f2UGZi3vQBFu3tn/Itp2JsUarKS7sI3jE/0Pl",
+	"Vl7iNTSoaQ5N+PO14TDTQQQXNKSUXW/qJAuGUw2TDxjmEv2woSXFZNgZsBfgpkVsKLt7BwB/9BTAVGsE",
+	"hEspa7ADXcIZGHNLqx3G3HWZbEEk8uqYOwaT3dxapcZtXzuqqdSlrT7EEUjreW8fbdq+TPEviLwbqlYM",
+	"yEDyRrountsEri4qm7qUu16gY6X8fM2zbNdnQYRgIQgrruQoPukvV8xy624tdS+gTa2gTzwJS3R4EWvh",
+	"GtagKKyW2gH+xXU7sAzwaniUXWh0h4gY90IL5tHNJOFj5/F0r5gzHLNt153GduhWpbFaNCBLNNgH4mPO",
+	"Xi5llhrWlYg1k2YC+0Mnu2Gv4Pqzt+Qp+EqoC6smqRaxlSXNeRAV7pPxnKBLTcQQ+JMwH5flXyuNzx26",
+	"BGzYgIP3Np3PRXJdWau2dEVWXi2xd9GSiKq4E1+F67VBlPCUUJLSCtvwG79C//VtbzrHqzsQlezwYfz1",
+	"eA2oOYG+lGlKGhxC2ArIh1Go8yC5sLwSx2ciYSNM4HUUi0m8e/jl1eVrlJ7csMVisZjNkiSfTmczY/7h",
+	"sn0LmQljApTD7EJAsMzriOBfxO7CAfj+Uqh7hvMohrHsiFsaft2SP7ON56bS3tDzsrbtW65/v4Tc1GGs",
+	"vEcqgsvK2cOTamojrYN+v5iLGAtqHhChWBOcgJyG3Fe0Ut30UqXqWlugqVndjoHzN2AHe6tVJpUU+ahk",
+	"1ZUKE19X0moZ4SWDy9YGKn/Vs+baMJT1xEe1wn3wE5bF+FTbSlMvQQjCEJiBnZiKLCsLQ7me3EWuT0bC",
+	"klQLKMd3FVOcbqgiA1Cvt93tuvc5h55rFLwyu7dKTqq45MAr1Zjy9/Huhg4jB/0Z1DhL3+Bvzg1RGPvl",
+	"9O3bkze+5hsW1SfOh419Hk9Fq3Y7LhpS6fi5ccnx54j5KN3+TSr3zZTtNXQpr7cYWMvYcjGvdiTAuwnc",
+	"NgRbjlWNkFrCKlceQV0RtNmaqizZBjXbIekG26I+tPVprDzz2twU5gwKFDlIbDw0vh0wg26PgDHIJlxO",
+	"duGoCT2DptKu2QS5tAGxnmB8gCBNepOlMtxTDLw99o7rkHLx5vgnNlOJgFSAozIOACFBNHixpxmGXAOg",
+	"8RuPlzsV68Jx9nEDNnX9e3wDAuqu4VSZiYI8e3azKEv4Q6fuu76p9PXBocYVN2CQmh8NtTtW+loQIMra",
+	"sg/CTXlId9txA1B3CW1RSOPamRJIaiWMnuaMqMEuo6/hYV3LgwhmiAA5dntsxLN7vjAjOw7P7TC+WqHH",
+	"3luyvU+NaIBuAgpaKRtzvv2GX13PJ/zhViwIbQsyOQvZw6k51BsY46ZIswSHZX/+MxtSNdKw02PYpW8Z",
+	"kwSLjMK4ETLcfBbNRWT5JQRG2dQX46YELRIL18k3VGWHTbTGqf3UCO3R3kzMxfzUTjrYj8G3922EL186",
+	"d5W2LISODi7oNb1/Gw7gS1Prq3XQN8H1LjtDuHo+AFtfaVUCvR/a6BtHbEQsZUTHfuRmN4KUnyoX8KqE",
+	"kuKIjfh8rtUdz0ZVhiEZfi1cFMEe9qMq3LGvhXDYKtUfISu2DKVgtB6t0xEeuhHSHFxa1gdiBT9ABQFL",
+	"3o28joqUPlZZpu5NCe2yE15h6GshoJmXA96pLXi/MQ3Sm5zQVHmqjHDqlbXscmPF1d4/hFYMUgbsIxLW",
+	"7VM2bIOnvzqduRZWIfKSweXd9lvOKVOGwExcMguKURpXJMzlMhTVma2dm1mYXMw8RNGaDhp2q63Fwzyc",
+	"UZcSkCeaz1jMpVfoI4/TYLVY99ON5UyJiHyaHYLP60KCegngIbvuXStLnEoCOnDUa42KieXbgb2ubMiR",
+	"1zw9PpbllBeVvntWD/iVf7yARfiR3uvkI3W1Ym8IhqVaPK53DOt+t2ZFa5BPLUkPOTid7zIDXmUEcF32",
+	"3MI38OYbaFJ4G9eCWQZYw6ELuEPrU7iS6d8L4RJNq2bPO96gNigZPFgd++UqJ7PfjpBU6NJdVOd8kMft",
+	"hseVKTkaba7/WSRkvtozcT9VmaBE2l+KG/EXkfEdA04iNR7DGoHLq3xUmXQbKzlOJ4UWCcOyaSvq6Gnh",
+	"l25q0/6umkiCeEqrvdkJyK4OfrauP3vFh8p+TX8gw0smoEs7FXpLq6+CbNkqia/mN/6wGm2uBdB3jHv5",
+	"KoCTLwHv1ZvGB/x9gGiH7Ti7FZt7x3jM3tSwEdhvI4BkgE8kIolPj5aNOJCAI2uBj7w9fcRGVgkdMVOS",
+	"IeV/pZJ+OwKMKGRQ5TP8F/CURMWO/6pkxmXkcSip1ICsiSm3shQErlTKPhe9lVJ5lcNurEN4KpPv05xJ",
+	"+Eaq0s5nF2RAADGQAHfGC78Vvpd/ALY3VTrNl1qlQbCHx3l6t9owba5VUoCPlnWhrXEpaXYjVrlz6Xgr",
+	"TZnyXSfxbjKx26Z2q/78c1/tUj1SmNCQU23KeLUAyPtsUKs5O3kHeGOY4OhR18daiB6jEhdEpbBfOyQK",
+	"CXwEMnJlWRgLw+JS4C62T3qrVknV8u//FGw3jl3915bnlEpCXWyIj3MO9rLMVaVap6lJ0sPKS1AapnLS",
+	"7EQqm9Pius04tuGyE7oRtFlVgxcNNsNq8AmtDF6l2bBjvyk12TVtbWMt8uttjd8l0PigoQMwO0LekfZI",
+	"DJESRohutIBmga7tmplapXbY+cMfAIwfTjX5zaBhPt5EvId1KwVoKdYw4CIu/BBHJcijr3nybjy3yADe",
+	"6frKrOJTbXILOnegHw+q9BCrVxuvBDrp7erE13sMq8qaowTvGyyNAd/DakXXCcfY2sm6WrSthazzpk+Z",
+	"QbpjAh2h0bVIAKalWVSLUOlC1oJT9hG1LyA7ncJSR64VdWlrYlgGgrF1fD/HolpX5C37LB/eRZVYEvy3",
+	"7KMaMR5rZQwFjS2/3QgMib1An6+oE2UXIp46GPRhJ7nZm6UTK50wDNKu5ym87xoTyq8Hdj0F0mjf7bSx",
+	"hyY+tmlD0VuyZVml2QJFaRsE1zSvYLdugcVKgNVJEYP3dzWE1SZ4tYz4bJ8U2XcNLd0lNcFrhilsV7yC",
+	"N4T0cbJ3rgEVOIwJsKlxd6VjN6ndVDtEqkrrHt6Bn6iV1vIBcz5fBxKMYMiENgoP9Q7BBqzaBg/NNr6T",
+	"1r6MgBms8mvUOdqH31dzFgPatZvfuv3Uoux4ErSASge1R1FF2T3wWNtQ7x/DYcz1AlBaANQpIuAr57Bt",
+	"oA3ftNuyHt/JBgDAg7GUB/StrG1DuRwroaEldxK05SzJCDINtOBZtoAGSl0tjCARV4kuQmMRYUqRgbVO",
+	"UjGchxu/qYUteNGugwAzy9n21LsdV2T5/AZIIEzqjXQdldyliSFduM2or+WpTo0zma0icORrQm64scoA",
+	"1Gmii5UaWlagn11Z4NW7i7OT16c/niJGGZpNnajjBPNmNDQM7wYAz5YB0ZzUt885Pzn59eyyAQQN7LOn",
+	"gV55SIecBtyh5nySSmuc9o4ZLe7U7ZZv0761TdTJ3SIG4uFgDB05/x+sKyiXUOoGpkSvXRlKtWVOZSE2",
+	"Fp7ADofTktDGby1qkVY25RHRoMGplCnRT0Bu1f4+azr4bJVsv6EzzeaI7XO3hqlkIm7ad1zsZ05Ic0Bu",
+	"7YmIaGAjGbmB17zbtq0K62vwsKTg0KZfQTrm4xonYkd3kSXgzI6nXE7EETMC4aip5VqcCa5NpZWitw0w",
+	"UHHPF0yrQiZtWiy27Xe4VfvB9k0CN135zeRsVzOUn62f3QpNYbpSwEAqAXmepnDrYdjoR9bSpLYRBpI5",
+	"ys7oQJOuKs4hp4eV36op0cR02xagBcH5IaSrtAtujZUu46wxBq8UFamjpjrwim+asP/83/8H9OEeA6AT",
+	"B3Q9q8Lkr7xp6Qj3WVYUMnN9vlk1Ugb8FcIX4KBD9dya/ehypzJmb42XPkdCdzKMT3gqySfAYRppEvQ7",
+	"jrUQ1w/zR8OtHvMoYM2GFbmnAHKyC+SNna2wAO2NHprmQZ0bV3WEjMfCbs817GAgXFkhBO96T6mWrLtE",
+	"ELvty8keiVK1pgVDff48S+/EoET0cbnDlQC2tX01j0WPFZKapMA9Js2s3uDJGC7CNOSFyEsI6kTwhFJS",
+	"alF/+2QpjLEjmDJAq6TAb7AqqHYXODp3ezDkoP6EI2jMQ2cew2c82aP5a5ELiYG3g6mdi4+tuYPJHTIB",
+	"HcAeO/YnHpBjRKXLPPUYwgdWTT5YzU7UqS4UhAF5smqORZ2Pe/bGvTuuIUfHjoByAOzSYxqs8tVVfdzK",
+	"L2/gEc3GyalDvrIvoVeMkoHHNaIeozdWrfB9ex3kEfbosnzJE4yJGCFYAc/K1IRBhl9iMO8z5lpvafM4",
+	"mefo2fOV0lfgxVhFpiwVzayygw+NcjesNRP2WGtdl2T4JlXXDds0Hasn/OoxyV1g+SIX8x8WkIhf0lvt",
+	"yzfHPwVt/qrusZ3KvA0gLYVRmswLdNMgotSLg8M/Hv7pu1eHf6zATB0gIDYGXpZhsLfGQqxB+mzZf6R9",
+	"TvpSPvqYp9oytOuHxlJYF8IllOKRCz7bHThuzJlLOGA3XCZR2ZTLRfAhDOoyLQmDmqIjZW9KxCOEaivo",
+	"FOGudw6GlsEZIs82Ki+Q8rqMnxLMgC6hvgbUNtF5Wstk2cFygzpk0ZRHmVZwqVYChT5Q635S99IN2z5n",
+	"tiwiqmUevDpclyQUCMDgpmPgepLeCXO03EKDEpXWdIOkFcJ+EJYDWyrTgiemufNG6zdtDRtt96d9jZrl",
+	"VwG/3VZxcsxWA5QFFyx33ramuPh0OSxOdf4Pioqv9EOyK7COFV1SiPupIOlr4OIP8XptRwGPRwqvyYh2",
+	"2Kfuhvr7VpxiBJq2wTe2vAXP7CRz7Gc7zaFGI210CHzEuvetIDy0r+F88CZ9CLVsMCIurNC6sG9KoA+C",
+	"62C3dQlpPah/dmM+NzmX9CduMKTCuSj48ZtfT99dX77/5eRdj0pAZ+BuwOH9ZKBC5vNncFyN1RpQl5id",
+	"n1xcwhzUmL3G50dVWWPZw9/UDVM6ngqvRhPC6VACxGmPnYOI1dZsUXNMJlpNZOkxaNsCFw4ln0OCmh1u",
+	"nzqm/OvfjDVXzn98zb4/fPnHXVemQF1pRrFKxKg3lEN5AiLD7i3OB9WB0XGRT5VO/wFfDtgPsCzYfD6G",
+	"RXXCgI0+7tFq72mVidFQYhUXsEjICZaV4SGHcsBGCHI5Yl0QNrsRGyH+pfvGvuxQomcT9Y4BbSM17Ypc",
+	"8VZE5RSRK5WIXPtdOyqga46GslsifqKgw8gDPBg06hFhB5f5ojHPsoH3nERDWcEkRqMlgqyw3R57pyjc",
+	"W0hoH20vgCiS/RpDXfRElpqhPOwfQFokfOFCy369Dvvflb8SFeSKnLZO0wL5bkc6pEIRQjOtKmxYx1b2",
+	"85K1zZoCrMeIzbi+NUNZsde1KnJRaU9cafHo8tbKcgfnAJvxBaxYbyh9Dx7AwIVzeHx2Wjnrg06/d9Dr",
+	"g143F5LP086g812v3/sOu3lN4aTv3x3sw1bDXxMREO0jsOj+DER1jZ5ltNRHYF6TrxFQhaHRmxZWP08z",
+	"odmE3wlWzJmSQ4lmPHSPuv71+H9eH19envx6dnnhHIFl549BRbhjdSJfYPe6oYQEIpkAiZdErzT6A+0W",
+	"43RHDlkW50R5iAQFjMvnz8tpYhWY1OTHuBAkvAA4DNLoUrsMfy+EXjgLeODNXJQPVaxZSp0om5kQAsXy",
+	"8gW7lDUBs5DUKzHwxV2qCuMlXGiKJCirc6zZDf3g80MjuY4Y5UDe6n3Zr5iNLwlXu7QXl8XTB/CbQRdf",
+	"oLgX/T5ZdDnBalUZ7d8o96R87trEI7t9oDiALFm27exSwdGFXYb0/EN8emhQP8sSjxRwZwkProO0Uste",
+	"tYqoQYRdYKHgK0OgkWzBCCHEYWyCrKBNnfNJKrlr3pbzCfiZ6Fh+iDp15t8ZOPRiOyM4wORbBwj2yjmu",
+	"U/hPInepWc+5CfgI6jzzOWpubUs7cPjQHcBOmLL0v2PpQK4Qn0RWHlRZ1Eq+yTKbtqqcX6CVNb/3rqMl",
+	"7hCae3mJW5DTNwgPvLJf+1a8gfL34GGjzlyZAOfG5q6o6OSK0PUBuTZC76FIAOjWEXDXKW5v3/8EPPqH",
+	"//vy5GJ3UDqQyec4Rbwqk8PYiQaseGrLb0Wd0MzwhYGiU0gD9SDmdZI8Bjckvcpbuw6ovgqT/0A9s5+E",
+	"KMtGt5/rGnKuC/F55TQcri7lBazfA5jGo0j8uELdZprOPXoJwtv6uJiL86E/nnpaPC3ZB0lXl62tn4B4",
+	"67SB7Q+qHOvp6YJGdz0i2tBG/3kefk5PCfHMcw/9NALFSCQjgunOhZU4tcIH6L+r5tUuD1+Aau313z8F",
+	"lftABRtza43dAAzMKqk/C3E7vX//E336vI+moNn/hB8+73MdT9M7kezZI7b/SRfyc6PmfC54gr4v2A28",
+	"k3VH3j4+f/3z6V9Orq/O3452ARdWC/bm5O3J5clQQmcj/wx2r1Vuj/agzGA1Uz4HPK+fTqgRkr88Gkp0",
+	"S2Itm6+gBq8lpGoa70nDApYXfczVj5ytNJRQkm+uK+on1LO7F0F37RRsHypm5BPKxBzKRMUFuEEpTElt",
+	"o5BPlS7UqMTWQbBWSp8ZSkD1rePv7BhnC15W1tO3U7ZWIaWBLnAMO0FAlx1QaI0n7J5nt+hYTqyIqsL4",
+	"Rcwo16MZY4xDieVcE8ViZW2dGYSPFRunMukxaxn6lrJlKQo5LaXKh9ItFuQq+yvc3AF3eeyKCXOeZig4",
+	"IYq3G7JTrBZHQ54DuvKz8SdE1g9rcBUK6D2EW7zsf/dgbuETMHQhozD5l+2EyjJya6S7yHGFeTgs7UYd",
+	"e1t974yAWa0tteHSN4jc2uLK80JiFO/DFqzKA0kFzQFrKAGK1InMqd9mC7M3YFM+3oaEgMU3YkT6JVls",
+	"tiSFpOr5x5mS0LnF1zekoh4RrJXW1bkV+hvlgmlhhL5bsSCRAL4ycW9NsfufbsXic9nOYpV0oQGGKHeq",
+	"00aDP7lL4/zLq/DwWEL0yvUC6xQAatejaBoojSMUPEoea7eN1M7oC/Go5WOANAtFjvalpuIju/j5eO/F",
+	"y1dlN3qq9uVUweNawwCDmPN8WvIHTKuuq99VblHt0d3f+57vjT98enX4+V8Ccb+tSK6eS9DkOanmETwn",
+	"9ykf81YkyO2CEjiDX3sBTmIyldPP1L1zGUB+qY9myV/Q24oKECpqVmdx5eVRqUaibr2sQtor7bcESd9j",
+	"x/A4qRoGtNoPlvR+awJ5GwLCvjSNNsCl09apfw2nbAJobagFn0XA7bOsuif0lB1XNpxKlibOc4ORGOqn",
+	"OJRvucn3oHfO3ukb1p3CKgEICKRXuVYJYGBgfGo0YLdCzPcgFW4EQBvUOEcv2MFLZnrsSkJhP8106Hq3",
+	"peiLn6UG3kLdu0pnwHa3xGMHs9uL3n4OyUIaJj9mXEJ4ZQCxfbBcOYuzFOD7pjwfSuofJ3jQQ/8bz+Pp",
+	"Ca72tjRgFwluPX3zsyOjbW76D9BlWigeufiYI0ns4ZptpW9jC6SGI19tZkQo0PDVjsFeSPY0MTdIiDMQ",
+	"BVrFBbaaBNAq3VkiXWmpZCDBHMEZIHfQAzSunt4vckabvJ7lWgFeBHUfBdq3pEpBmQV4Pj3WtpfDg9KC",
+	"qzS9p4TV1ydvhxKamLmFowF2LA/McgLHoUwxOBC1xiPG4S/u9tixZKM0GVW6laCtYg9b9VKr81HTTkwG",
+	"TQkcCnguhsXhkOy4t63EwuwDwF8Au0kwiUqK0Pk6w4kgDT6Pv636CFeU08rr9uKppyCSzWetXNAH6Ywv",
+	"XjxUZ6Q5+g5mR54Wjee2c9jOPAYSISKLGM/VLI2hgNgLa/cO5SElkbVOo9xaAO5/gn/Xhp+W1v4Z9ah2",
+	"u1zb3Yc76ZcbDnm6IYkLrHp5rwDlCzlRy635sg6J5jORJhGzqvueMDF3PYJX9XlR4SNhjX65jG2WSl/K",
+	"9Til3nXzaHR8nGPfhxYOD9dNpyXdIXD+6gK+l9kC018RKAlAQwjjiFJireowYJm6F3ov5sbq+NbiMRFC",
+	"xKO2nXAzFQbcXg5VBwJ8TTkA9p9r95xOkz21hxD1Hz4dRK++C5pUXzAx4cU/XWKC6zS41pmEIbvHeZLs",
+	"UwLtadpkG3wTZldTLPA1JKWhv3tpFsvL6SBUl9vUgg0GEESERlZR81y/uxL43I41dS2iidZOyw63e7+A",
+	"s6I9+X54Hn3Kr8tWytSzhwiOM0s0C7+uWAgJTG5pEYHgX/QPnntGuFAPdf59/6UUP5xm2WGHS5ZKaO9X",
+	"FlPMRdzq3D5Ak4MACuBYbh/Sf0oL7oRDCRt2Xx7ZWY3QuvX0bk4BgymeihgSQKWvFOGmvGoo4QKM9t2o",
+	"ZDGAFc2hXJjniL/selxb5RkRhwAjLZVsRH2YR9FQej5Cub/lQ9i9KrIEMU992Kl72HcNNQFCgCoUlTBD",
+	"AIYGbdAXTs54xA5fvKAboCsoOlO4dBCKhYzYYf97ugQKRSRAeEaMZ0ZZY7wChFTtXA37iTCLzqJMDaD0",
+	"5gL6Xw5lmvcYpShD/ivcnhp3fiNwT6WYU5VrLg36dgeMe8SdoXSFtHiTwU4XkBJEPcRf9vs9doxNWOH1",
+	"qEaTO+hUiJf++8X7dxGTivY9Yn1rUmPYdcolO4j6/T7M0O4Ye3f1tuy4w7hcQBB9FzKAObO7QBvWYyN4",
+	"DFASJJMyjihSXpEaYDbu2fuLS1+CbnXaoSSTGwYImc4lXXaemdGbr8fpa93UAzwWGnXDz757euSi/7Qm",
+	"O75x+uP0HOKTxRzwA4EiQLcmGnXgxt2f7ZSFfexNkd0602v3WfmnTwkpo1crdb4rB8nDdZNDvWy8ji/W",
+	"9fVxhqmxPbGmXl9nIgS7Mv/5//5/ztOL6Ff4CPs7pne4bJloKAFuFcD+ycFXj0Jic0rIOzE5X/SAAUmV",
+	"X7ueNREVD4CXSlHefzULAsq8/Kt4Nxr20AUBZ0dwlX9TSqOHjI0jeBrkwF5TRjWlt7kGFs73bNcD6gVT",
+	"w24EwGG4vGsqGHDJQ3RDioXtUJnhG6scn51CQ6oyL0M2Z+pg8ePYJ5kY6EWLQRBirLkC5Ed02PhkmO5P",
+	"J5eY2hPII6KawDQHMALoDlT61V1DgTKjxD7zZf87N+frQvI7nmYeoLLC7cuK+aHEz0yLcWFcFAGzZmiS",
+	"BhuSuhfJBL8TBJ0bYH0Yi33+VBR4jj1ATb4cuws+v+PZE9gelcKCawYCG3Jw4aTUqmD9sdQLCLPAUVT3",
+	"civOFYUjUieVxLCYazjqkOqFGH6IYFT5woxYFyYHMcR8KEuYxR0HeOuS3h2cM+a+l27qF33nYofrS30q",
+	"1SVDQjw2fEoVy5FsWDh05ddDmUrS1UCmHLFAvhqxIyPyCLPTULBjW/PyLCKL3P+EHz7/G979Z6uu+H4N",
+	"nB30raTZK5vjkWYzlNywMTf+uPvrKxc35HJ9vRyuh6VuLXk+/eqAf8pLGtjX5VzDStCCXB7ldea/SEpW",
+	"yeyx6uqL2FnbvEuTBwbKXRyxPkMiNgxfqrbPGQGiHrxNqY2gWlQjh5Z27629cCNKzaL3pXOkYVqgEByV",
+	"IUxqslKWU1or2SxkPNVKqgLPnRYZ4BA8v9a7wkibawrh0I9QzxJVhkBcxEuWgKAYoN7VWlKwuqCAPgTk",
+	"JbTWLxWyUqOdHROAEzbUiyti09TkSi/YrZjnu71wjjRZiyP3N70YJH3ZN418D4eyVN0N1SyD4d8GEblT",
+	"ylXXxA/17Alk4ZDjFxRJqXC1J/xOIH4y9hth0CRtPJSaSztF8LdU7GdrISPuoXsrzUZw56gpTTmuQgE0",
+	"eWwdDnRtDYPRBNYtfyD1JZWB5N/dpw07LE0XG0/RPgJ+/ct+v+mJv5Oc1w0cMcZYwRcvfaoWL3DPI7wS",
+	"6ZSKkjO40/l7iXdsIZg3X4qb+DiVZIl9f5s6ypZLsVaj8Tzqv5War6bUgJ84Jri7ZfeX+Qpayz5hXPzT",
+	"EH5DR/yy/xpZZ5X2yz3221QhlUypT1iNdsxU3UswfGs6W9lgtceOHVzGDZXwVVu3QRZwKidDCYnAsOdx",
+	"akrMQwP+v5FU+TVdej1W+rocP6B0HOO+Pe+hpgl8E+far1nlaB8t4XHCs6k1yRc+3tRVd2XvQRGFNPCj",
+	"Fbr7CscdG/7+s592DHaCYoRNXdgIX1wko9/laT+H2f/3Yf82DjvuxuazvpkWvwIHAHti/5P953MF4oA+",
+	"lRAdG3BVPILF8yIGwGMAon59scGyMRsuJFIT81g/MPKYBEv1E/tRaO2ibb6+20xTgAmpgVSwLgGR7FLr",
+	"9ixT9yLBAN1/FXMtanKK7GDDyzTm6MCKEE2g35ByS43112TcOg9DP4Tb+6kZq4daRtPzDxqez2tgHRum",
+	"cNB2CuSVq/jzAs3enFNvUWvSSf38wb/nEuidK273yLdZrjrVqJdwyJtTaU338EW9wEoqgNBBLJdgsU0F",
+	"Wt23/QJ8PlcTwEZ44tARh0duBIkX8bSQt6yb8JxjYoFlExHGoXnOoTYPLrQfdglTfQTNx5VrR+aeifFJ",
+	"H4tECX8PM5Z50zrhIQ67vQjPebnvxEM9FhuK795LVwo0xySqa1pdre5rVXUDNkqTwYjwAe8py30EVw9G",
+	"6HNazEXERrCsI/RAu2IrF/eDlVVj9u8X798hRoWG4lcIsS/V6WHFLIeKvtViPczLwuI4U8sAMCJnab7L",
+	"YjUTzt8NOyjFvZ2EISjiBZXiHTUW/A1lteLvvdt6Aq9wOR5LgWhMuYH1cBfgAjuiiKDoz+RDSavHhO9S",
+	"DuQ3+jTEpPphZ8CGHd8QluGXgHg57HweRd4speLDOFNGmMbKQLcZLSTwN1Sk92i5i6WkZXHpKiuJHPgX",
+	"UEeVZCw5wLdRpUOKx0z5OmV9Typkn6rs82HMiQTPNxzjDdSoYM4RoNn7E+5SO+GEsi72OIwQy9N+8Ojc",
+	"0VAudTKvtUXcdbLYRExkRpRGH33PbzIxOhrK1USvCmfC5M2lTC/Ijh3KUS1hbIRMuNKbREC6FRtZNeba",
+	"qgijJeE2lIm6d+XOEG1gXRJeA2KDpVmTpJBl5RxpuyV4kfdo3PD41nJMaiPZgzxfMLKrc8AyHqkaM0XO",
+	"cX2eLwDvHvBlDN11aSmkrX0rRu6j8vlpVQHNDEBuPRg+h60+qvSmrWZxun4HFeFbQmC5EDTXAsLQX8Bg",
+	"RsiB3w0jA7bCsQjFJ6tWtFuXbOrF3MphK2biGc9aIS/SifxibqX1p62YiW/VowRzo5wXqHLA6WI9ByGT",
+	"47nxAN+VthKY+4KpzHjcGDYVZDcLpqRrYOYG+gLHiJ70uzlHCDyJJnMKhIjpnebWLFFJrhgHmCNmLY4S",
+	"rGAoEf9nRK8OSHy6ECPGcziPmPSJigXajabHLvBiK+D5UPpb4dw6tHrKbsak9A2HfSjL0x4QrvS4/xIH",
+	"3p2ab/LE00a4I08dHDFWSWoj9YanDBBsdxnVApipYWfHVxcnb5AEXBb8MiLuUx5xt3bra84v/FXbmlGv",
+	"MXGpje0CCUfPmizkXmNzRbNflicpa/ajWfYN5fObk3zKjfm2K5vdmj5r9dhyN+RWFWQHT043T1+e+82q",
+	"/xeg/FPRFhjU2DvIyknOYq0kFSi5fs2seylmc6V5tmOY5xe77Un6Mcxr/5P72AJ8sUaxm6AX3zy4LCdY",
+	"NuNZgc8eMBWwJqxV23rFosbgXvOr9r/I4ai6MB5fseFGKss2PBhlns4E9AqNhas7tIIVEo+FNt8kY918",
+	"pVvaUtd1Be71na63jH8mThzuS/+Fa3nbEhugdoK6/YU48yOAE2CaFdYAgGwiSyDrQBnhUu5vBTjvRKrZ",
+	"HfSa77FLS/ZlZ2hB7wx8xAdT7oUWX5wN79/w+HacZtk3YjGuHqWgTvMDzfqZz5J7zFcCknNvtz5pB3hq",
+	"LaHqWz9KqLR4werC6eW5wldKJfsrSNzIGtYfyubgWCW5GzFTQI9BV6Sk7oTO+JzNVZbGC2i+ls4EQc4S",
+	"YIwT4RiE8DiI8iscPXAV/b7O3Zmd8j+TtnKRK7L8nQWPGh9SIAaJyKVnT5hUOYt5MZnmrJh/eYohdInf",
+	"F81c4qSfmVUvPeULucHac+hmd5jrx22m6t4aGd6tiGzMc6z0m++yc0GRKEC7Ufes614R6vUB7MaIWMlk",
+	"E+v+8ierkL9DbnyFk/7n4sfenwFNCsreRmBDlgRlz9Szkgnx2vUO10t30e/a30pvsdnd6tbkSbytbrAt",
+	"nK3fBnTtBk8rreazOlrpGV/Jz+re8L+am7UETSz9rGOlMQdvCaEZL7sVBEQ359RrWDgU9wpyGN7gzsPu",
+	"8+Fou0fsf6JPLdywVXL+0l5YmuUR9XigFERMeHFRNwe1k+ZbrluzO7bxlftf4ghdlpj/j13I97Iy1DeI",
+	"AB4qMKhxz3CC/7qFRZVpq3xKh3K3XtT/5q/6Xct69xqXxMBaCH268omkvhsN89PhY86oo7zrxhg5nWC3",
+	"hVJQbt+3oxfU1/Iv+HbopEtnswKyUD1Sqfh7wTNnCNUXZMewrgEk1sqIkWv/AZVQcxHv+hLHF/2+g7Ph",
+	"fpAjxp2TfSgJnZDytXlZrOL3oAqo+qJ/YKfppZ3vWekAbGI1cymoHr+2Olq4C4iZOjJ8ti4g5SO+Ughk",
+	"+aA1sfqSBEyAAJ4cvbrNtI4hKaY6gy/YmeRcTFKDnZ0qXIGXWKSeGLvHeqJ2DFt+pYi9VjIp4lzpHYOm",
+	"haVpGm23Pe94gIblB9z/5D620LFqp+ELKVng+bT7HEge6Dqo23GWTqZ5VMmMgTwoZ7lVQl1a3Zuj2ngp",
+	"tm4/7B8+YMmblbPmtfryZzdwVh9Za7MqD8tt+SaF3uYr3WJujxsUOkz7tDTtlDUneTvfgEZlt9dNvvfo",
+	"lp9CL8JUUu/L8d80U6WZ/U/0aW0PqSXi+RYYzRNxGGsP/vOylrBBeVfZxTVtorC++sXB4R8P//Tdq8M/",
+	"bsLKaybJMU/1nplyLdYR2Y881Rdw0TOSV/mQBrq6F1a+hzo50uvsGFa+D13OugdUzGlEXpPtlVd/Ftqx",
+	"FlYRMLB+S/Mp1BPOdap0mi/YDZdJxOYZjwWgokP6I+GMuz2zRiYoL0OJud4u83suNL3qoNIkW43d+79g",
+	"OXQ55DeqyFl+n8YC8OGhMa4pQePd9QcUSL5R+RS7eBDwKOLQ9NgZeAeHsjAY+aP7XOwj1ZRBJ3gCwFnH",
+	"7gpV5CZNBDvo9Q6gaYUZysMXLzySJl4WxLa5WKbBp7fClsjvy9leLene0u+XNm8uRF5thxo6X1ucKJ7M",
+	"LKdsZkaa52IPMEI3dKsDxQUu+127t/x7tOiGZi0dXJqn8WzVdrUy+hYBLrufBsTV8/DPVoSy/8n+cQ1/",
+	"tDBe/ZJ/lRBBuc4e2vGmiG8FgEFRGRnPgWFbi9SyXHZ28u7N6bufSIilUAkMMCnLbfHXb8dmW3XN0jwD",
+	"yTdWYPolegr9sTraFyPcsGpXkumjwwVesVh2VS7t4TNU7rnxv1bbpXXkcy5AhUqOqger6vbJ1a2QkNE/",
+	"TjOf6CPQEQSGxVN331s33UdFnx/dU09pgNLi8RJfKiO9u5G1ueyS0VpiafGO41SWSeGKgvY4FRJV2GR7",
+	"pkScHkdbn8OClzxnsNM+YZ1bBGfZCzo5cLlmPBE+1EvNlEIdSK1CbkSsRR3Wl5ZhjQq1IafD3v+8GR32",
+	"CV8rnwPervk8HbERLKDvO4ArHCFoJyb2KRmLr3TuuLTUgISCjArnZ2dLzeGor72S2WI7sqgdo/1PabJW",
+	"IToXd+q2QiyblCG8/tHKEA7jWAu0ci8xTw/QjJTqfgn7ttWZCHSvrsvgNFkre8dKz3jeGXSKAq5sarl9",
+	"r/TtpmS73+iaZ/bHNSfCgeWIk1jmVcdZxjRFrkRSXlV3q9nZb9CPgkzIxcRwes+Gz1N9yFdiRfSGQVXE",
+	"re7Xi0hK3weHpdJuYAwVbJz2u+1237uXrNH+Ru7yRuhVOthsb+nlhXtEaWcm+F0qJ6ybaJ5KkeyWC5L4",
+	"B5kj30eHkLQIBQ76DgqAFayBdm1ct6nK7PnwK7dmTbc1MXApT990llkRbIdH6m3Ef/zp5JLZu0pI3zT5",
+	"DFmBMy4X5UIQGMmgRkSIMEEtK/2lKUId/q0wOZukd9DpcSLyqdAINkbCzC4KgkISaO/FXMTYFzWhzs4O",
+	"YxOVSN9xFt/Qd07FlkVqzNLEIMjpHJtq23FkLHaPoIA8YYW8lepeAppk0wO4xAa/7hnYcRPLq4KRFqGP",
+	"3Rq36OPjFmnHTrYJHTRNzFqhBK19a9Iplfmrw856nz/00jnFW1+8fAUX05/l1VxrvnjuXjrldq+TVJ6e",
+	"xqqQyZdurvMbFN1VaF1CH4hcUcPRKr0npkJAaR6VTXZ58g3zhqngOr8R/AHwi5WRm2T+z3705xH3fvxz",
+	"MVe6oVKq/yyPyxZhAV+rXn2ElMJd2jGWGaYqSWMQQFIYwLpWOn9KogpRBj7FPBFdNHWuB6BXfBTr3tvz",
+	"Bn3FV6QRTQeDVruWeUNX5rW3wBV0A4a5NokTLGoD1rqEyw5pQAj5lDiZA33Ofa9uEGvYop3a9Z0pk0+0",
+	"MNUe1uDgtT/OhDF8IlzKZIkrtSJKwfeLqFzsuNqX3zc79hPrVl6QBB1Cp1Tl2Y4ZsMP+4RGgvVnbM/VD",
+	"zdSdnZH9/ftdNhE5Ysi53naphD+pe7l9k0QhxhgAN6Igtk8yPXZByGTwcnzmlgYLolLDplzPMmHMoNx/",
+	"D0lOBrF7E0sjVPmcouBe2c1yjaJl6DMCh+RZQf326Vvwk7Nj5jkgm/EF02kiGM+U1Q/9L7tRpc+HbwQN",
+	"ZHIE7f8OESh4JrhE5wKutJ15ZRsSwREkfGa1Ii32nLKJacRIdtBU2j1tN4S6aNeqom48jxllHwKd7L+4",
+	"K7d8NDbRX8dmj0jErnbTf2j//EdybSRy1Cud1rDjOLYPti8pyqAEV0gsXel8/6S83k5ZxIVO8wWw8xvB",
+	"tb33rx8sw0ZgbGT0hc46g840z+eD/f2DF3/s9Xv93sHgT/0/9YG505Q++VhGIQ3EOehvN9VVeH9oaYYZ",
+	"m9hkBM7FbZpl+KXvde166QDAsV0hGaeWSxKiMTVcr/RWgIEDT7wiREvfBPYI+Jb9RiasMOTpqLdoCA1E",
+	"GVXkIKll8yLwnguVVoYr05FWxztvj3tVGbEsFV0d8axexVU2LvM5r8AuTQ12a2kdqbwmMN1KTHiN47+6",
+	"lt7Xvzraz+q+kuACOQJVBmoYn1lW7GK9lVErSQWfP3z+/wMAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
