@@ -137,3 +137,18 @@ func TestArchivedRunWhenTheArchiveIsOff(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status, p)
 	require.Equal(t, "run demo/dev/r1 is not archived: the archive is off (CAPSTAN_ARCHIVE_URL is not set)", p["detail"])
 }
+
+// An archived object that cannot be read (not gzip'd JSON) is 503
+// archive_unavailable.
+func TestArchivedRunUnreadable(t *testing.T) {
+	t.Parallel()
+	f, _, dir := newArchiveFixture(t)
+	day := filepath.Join(dir, "demo", "dev", "2025", "01", "02")
+	require.NoError(t, os.MkdirAll(day, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(day, "bad.json.gz"), []byte("not gzip"), 0o644))
+	status, _, p := f.do(t, http.MethodGet, "/v1/projects/demo/domains/dev/archived-runs/bad", "")
+	require.Equal(t, http.StatusServiceUnavailable, status, p)
+	require.Equal(t, "archive_unavailable", p["code"])
+	require.Equal(t, "run demo/dev/bad could not be read from the archive (CAPSTAN_ARCHIVE_URL; the api's log has the cause)",
+		p["detail"])
+}
