@@ -3,10 +3,14 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/archive"
+	capdomain "github.com/capstan-run/capstan/pkg/domain"
 	"github.com/stretchr/testify/require"
 )
 
@@ -69,4 +73,82 @@ func TestDeleteRun(t *testing.T) {
 	}
 	require.Equal(t, http.StatusNotFound, del(name).StatusCode(), "gone")
 	require.Equal(t, http.StatusNotFound, del("no-such-run").StatusCode())
+}
+
+// TestArchiveDeletedRun deletes, with the api's archive on (a file://
+// bucket), an ended run whose step failed once and succeeded on its retry,
+// with its child run: each is written to the archive first, and GET
+// archived-runs answers each as GET run did before the delete, as does
+// `capstan run get --archived` as `run get` did; the document holds the
+// failed attempt with its exit code, cause and logs.
+func TestArchiveDeletedRun(t *testing.T) {
+	dir := t.TempDir()
+	s := Start(t, bins, Options{Executors: 1, ServiceEnv: func(name string) []string {
+		if name == "api" {
+			return []string{"CAPSTAN_ARCHIVE_URL=file://" + dir}
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	bin := buildCLI(t)
+	pushTemplate(t, s, "leaf", api.WorkflowSpec{Steps: []api.Step{{Name: "hi", Command: ptr("echo hi from the child")}}})
+	name := create(t, s, api.WorkflowSpec{Steps: []api.Step{
+		{Name: "flaky", MaxRetriesFailure: ptr(1), Command: ptr(`echo "try $CAPSTAN_ATTEMPT"
+if [ ! -e "$CAPSTAN_RUN_DIR/tried" ]; then touch "$CAPSTAN_RUN_DIR/tried"; echo "first try fails" >&2; exit 3; fi`)},
+		workflowStep("child", "leaf")}})
+	kid := name + "-child-0"
+	waitPhase(t, s, name, 60*time.Second, api.PhaseSUCCEEDED)
+	live := map[string][]byte{}
+	for _, run := range []string{name, kid} {
+		resp, err := s.Client.GetRunWithResponse(ctx, project, domain, run)
+		require.NoError(t, err)
+		require.NotNil(t, resp.JSON200, "%s: %d %s", run, resp.StatusCode(), resp.Body)
+		live[run] = resp.Body
+	}
+	shown := runCLI(t, s, bin, "run", "get", name)
+	require.Zero(t, shown.code, shown.stderr)
+
+	resp, err := s.Client.DeleteRunWithResponse(ctx, project, domain, name)
+	require.NoError(t, err)
+	require.NotNil(t, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body)
+	require.Equal(t, []string{name, kid}, resp.JSON200.Deleted)
+	objects, err := filepath.Glob(filepath.Join(dir, project, domain, "*", "*", "*", "*.json.gz"))
+	require.NoError(t, err)
+	require.Len(t, objects, 2, "one document per run")
+
+	for run, body := range live {
+		got, err := s.Client.GetArchivedRunWithResponse(ctx, project, domain, run)
+		require.NoError(t, err)
+		require.NotNil(t, got.JSON200, "%s: %d %s", run, got.StatusCode(), got.Body)
+		require.JSONEq(t, string(body), string(got.Body), "%s as GET run answered it", run)
+	}
+	archived := runCLI(t, s, bin, "run", "get", "--archived", name)
+	require.Zero(t, archived.code, archived.stderr)
+	require.Equal(t, shown.stdout, archived.stdout)
+	missing := runCLI(t, s, bin, "run", "get", "--archived", "no-such-run")
+	require.Equal(t, 3, missing.code, "an API problem")
+	require.True(t, strings.HasPrefix(missing.stderr, "capstan: 404 not_found: run e2e/test/no-such-run is not archived"),
+		missing.stderr)
+
+	a, err := archive.Open(ctx, "file://"+dir)
+	require.NoError(t, err)
+	defer a.Close()
+	doc, err := a.Get(ctx, capdomain.RunKey{Project: project, Domain: domain, Run: name})
+	require.NoError(t, err)
+	var flaky archive.Action
+	for _, act := range doc.Actions {
+		if act.Action.Name == "flaky" {
+			flaky = act
+		}
+	}
+	require.Len(t, flaky.Tasks, 1)
+	attempts := flaky.Tasks[0].Attempts
+	require.Len(t, attempts, 2, "the failed attempt and its retry")
+	first := attempts[0]
+	require.Equal(t, 3, *first.Attempt.ExitCode)
+	require.Equal(t, "user", *first.Attempt.Cause)
+	require.Equal(t, "try 1\n", first.Logs.Stdout.Text)
+	require.Equal(t, "first try fails\n", first.Logs.Stderr.Text)
+	require.Equal(t, "try 2\n", attempts[1].Logs.Stdout.Text)
+	require.NotEmpty(t, doc.Events)
 }

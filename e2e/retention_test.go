@@ -15,11 +15,11 @@ import (
 var retentionEnv = []string{"CAPSTAN_RETENTION_INTERVAL=100ms"}
 
 // TestRetentionTTL: runs with ttl after_success 2s and after_failure 1h
-// are stamped to expire accordingly; the succeeded ones disappear (404),
-// the failed ones stay. A run without a ttl of its own follows its
-// project's settings.
+// are stamped to expire accordingly; the succeeded ones disappear (404,
+// their archive readable), the failed ones stay. A run without a ttl of
+// its own follows its project's settings.
 func TestRetentionTTL(t *testing.T) {
-	s := Start(t, bins, Options{Env: retentionEnv})
+	s := Start(t, bins, Options{Env: append([]string{"CAPSTAN_ARCHIVE_URL=file://" + t.TempDir()}, retentionEnv...)})
 	ctx := context.Background()
 	ttl := &api.TTL{AfterSuccess: ptr("2s"), AfterFailure: ptr("1h")}
 	spec := func(command string, ttl *api.TTL) api.WorkflowSpec {
@@ -53,6 +53,10 @@ func TestRetentionTTL(t *testing.T) {
 	}
 	for _, name := range append(append([]string{}, ok...), byProject) {
 		s.Eventually(30*time.Second, "succeeded run "+name+" deleted", func() bool { return gone(name) })
+		arch, err := s.Client.GetArchivedRunWithResponse(ctx, project, domain, name)
+		require.NoError(t, err)
+		require.NotNil(t, arch.JSON200, "archived %s: %d %s", name, arch.StatusCode(), arch.Body)
+		require.Equal(t, api.PhaseSUCCEEDED, arch.JSON200.Phase)
 	}
 	for _, name := range failed {
 		require.Equal(t, api.PhaseFAILED, getRun(t, s, name).Phase, "a failed run is kept for its hour")

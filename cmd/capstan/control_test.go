@@ -171,6 +171,34 @@ func TestRunDeleteSendsItsRequest(t *testing.T) {
 	}
 }
 
+// run get --archived reads the run from the archive's route and prints it
+// as run get prints a live one; a run not archived is the api's problem.
+func TestRunGetArchived(t *testing.T) {
+	t.Parallel()
+	ended := strings.Replace(runJSON, `"RUNNING"`, `"SUCCEEDED"`, 1)
+	s, api := newRoutes(t, map[string]reply{
+		"GET /v1/projects/demo/domains/dev/runs/r1":          {http.StatusOK, ended},
+		"GET /v1/projects/demo/domains/dev/archived-runs/r1": {http.StatusOK, ended}})
+	live, err := capstan(api, "run", "get", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	archived, err := capstan(api, "run", "get", "--archived", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if archived != live || !strings.HasPrefix(archived, "run demo/dev/r1  SUCCEEDED") {
+		t.Errorf("printed %q, want what run get prints: %q", archived, live)
+	}
+	if got := s.received(); len(got) != 2 || got[1].path != "/v1/projects/demo/domains/dev/archived-runs/r1" {
+		t.Fatalf("requests %+v, want the archived run's GET last", got)
+	}
+	_, err = capstan(api, "run", "get", "--archived", "r2")
+	if want := "404 not_found: no such route"; err == nil || err.Error() != want {
+		t.Errorf("run get --archived r2: error %v, want %q", err, want)
+	}
+}
+
 // Wrong arguments fail before any request is sent.
 func TestControlCommandsCheckArguments(t *testing.T) {
 	t.Parallel()

@@ -312,22 +312,44 @@ func newWaitAbort(g *globals) *cobra.Command {
 }
 
 func newGet(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var archived bool
+	cmd := &cobra.Command{
 		Use:   "get RUN",
 		Short: "Show a run with its actions, tasks and attempts",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a run with its actions, tasks and attempts. With --archived, show a
+deleted run as the api's archive (CAPSTAN_ARCHIVE_URL) kept it: as this
+command showed it before the delete.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			run, err := getRun(cmd.Context(), c, g, args[0])
+			get := getRun
+			if archived {
+				get = getArchivedRun
+			}
+			run, err := get(cmd.Context(), c, g, args[0])
 			if err != nil {
 				return err
 			}
 			return g.printOut(cmd.OutOrStdout(), run, func(w io.Writer) { printRun(w, run) })
 		},
 	}
+	cmd.Flags().BoolVar(&archived, "archived", false, "read the run from the archive, where its delete wrote it")
+	return cmd
+}
+
+// getArchivedRun reads a deleted run from the api's archive.
+func getArchivedRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name string) (*api.Run, error) {
+	resp, err := c.GetArchivedRunWithResponse(ctx, g.project, g.domain, name)
+	if err != nil {
+		return nil, fmt.Errorf("get archived run %s: %w", name, err)
+	}
+	if resp.JSON200 == nil {
+		return nil, apiError(resp.StatusCode(), resp.Body)
+	}
+	return resp.JSON200, nil
 }
 
 // printRun writes run as a table: a heading line, then a line per action
@@ -490,7 +512,10 @@ func newDelete(g *globals) *cobra.Command {
 		Long: `Delete an ended run with its child runs (and theirs), their actions, tasks,
 attempts, logs and events, and print the runs deleted. A run that, or one of
 whose child runs or whose parent run, has not ended is refused (409
-not_terminal) and nothing changes: abort it first, and delete it once ended.`,
+not_terminal) and nothing changes: abort it first, and delete it once ended.
+With the api's archive on (CAPSTAN_ARCHIVE_URL), each run is archived first
+(run get --archived shows it); a run that cannot be is refused (503
+archive_unavailable) and nothing is deleted.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()

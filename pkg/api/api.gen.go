@@ -2049,6 +2049,21 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttempt(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+	//
+	// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+	// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+	// each action with its task counts and its first 20 tasks, without
+	// `tasks_next_cursor` (an archived run has no task pages; the
+	// document in the bucket holds every task, attempt, event and the
+	// end of each attempt's logs). The archive does not know the day the
+	// run ended: the read walks its days newest first, so a run deleted
+	// long ago costs more to find. 404 not_found when the run is not
+	// archived, or when the archive is off (the detail says which).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+	GetArchivedRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
@@ -2164,6 +2179,12 @@ type ClientInterface interface {
 	// changing nothing, when the run, a descendant, or the parent of a
 	// child run has not ended; 409 abort_pending while an abort of one of
 	// them is being delivered or an attempt of one is live.
+	//
+	// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+	// runs is first written to it as one document (GET
+	// .../archived-runs/{run} reads it back); a run that cannot be
+	// archived is 503 archive_unavailable and nothing is deleted. A
+	// delete refused after the documents were written leaves them.
 	//
 	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
 	DeleteRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2797,6 +2818,31 @@ func (c *Client) ReportAttempt(ctx context.Context, id AttemptID, body ReportAtt
 	return c.Client.Do(req)
 }
 
+// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+//
+// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+// each action with its task counts and its first 20 tasks, without
+// `tasks_next_cursor` (an archived run has no task pages; the
+// document in the bucket holds every task, attempt, event and the
+// end of each attempt's logs). The archive does not know the day the
+// run ended: the read walks its days newest first, so a run deleted
+// long ago costs more to find. 404 not_found when the run is not
+// archived, or when the archive is off (the detail says which).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+func (c *Client) GetArchivedRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetArchivedRunRequest(c.Server, project, domain, run)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
@@ -3032,6 +3078,12 @@ func (c *Client) CreateRuns(ctx context.Context, project Project, domain Domain,
 // changing nothing, when the run, a descendant, or the parent of a
 // child run has not ended; 409 abort_pending while an abort of one of
 // them is being delivered or an attempt of one is live.
+//
+// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+// runs is first written to it as one document (GET
+// .../archived-runs/{run} reads it back); a run that cannot be
+// archived is 503 archive_unavailable and nothing is deleted. A
+// delete refused after the documents were written leaves them.
 //
 // Corresponds with DELETE /v1/projects/{project}/domains/{domain}/runs/{run} (the `DeleteRun` operationId).
 func (c *Client) DeleteRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4440,6 +4492,54 @@ func NewReportAttemptRequestWithBody(server string, id AttemptID, contentType st
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetArchivedRunRequest constructs an http.Request for the GetArchivedRun method
+func NewGetArchivedRunRequest(server string, project Project, domain Domain, run RunName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "run", run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/archived-runs/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -7755,6 +7855,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttemptWithResponse(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptResponse, error)
 
+	// GetArchivedRunWithResponse A deleted run, as GET .../runs/{run} answered before it was deleted.
+	//
+	// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+	// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+	// each action with its task counts and its first 20 tasks, without
+	// `tasks_next_cursor` (an archived run has no task pages; the
+	// document in the bucket holds every task, attempt, event and the
+	// end of each attempt's logs). The archive does not know the day the
+	// run ended: the read walks its days newest first, so a run deleted
+	// long ago costs more to find. 404 not_found when the run is not
+	// archived, or when the archive is off (the detail says which).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+	GetArchivedRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error)
+
 	// ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7882,6 +7999,12 @@ type ClientWithResponsesInterface interface {
 	// changing nothing, when the run, a descendant, or the parent of a
 	// child run has not ended; 409 abort_pending while an abort of one of
 	// them is being delivered or an attempt of one is live.
+	//
+	// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+	// runs is first written to it as one document (GET
+	// .../archived-runs/{run} reads it back); a run that cannot be
+	// archived is 503 archive_unavailable and nothing is deleted. A
+	// delete refused after the documents were written leaves them.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8671,6 +8794,61 @@ func (r ReportAttemptResponse) ContentType() string {
 	return ""
 }
 
+type GetArchivedRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Run
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetArchivedRunResponse) GetJSON200() *Run {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetArchivedRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetArchivedRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetArchivedRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetArchivedRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListCacheEntriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9119,6 +9297,8 @@ type DeleteRunResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9134,6 +9314,11 @@ func (r DeleteRunResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r DeleteRunResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11647,6 +11832,29 @@ func (c *ClientWithResponses) ReportAttemptWithResponse(ctx context.Context, id 
 	return ParseReportAttemptResponse(rsp)
 }
 
+// GetArchivedRunWithResponse A deleted run, as GET .../runs/{run} answered before it was deleted.
+//
+// Read from the archive (`CAPSTAN_ARCHIVE_URL`), where DELETE
+// .../runs/{run} wrote it: the same shape as GET .../runs/{run},
+// each action with its task counts and its first 20 tasks, without
+// `tasks_next_cursor` (an archived run has no task pages; the
+// document in the bucket holds every task, attempt, event and the
+// end of each attempt's logs). The archive does not know the day the
+// run ended: the read walks its days newest first, so a run deleted
+// long ago costs more to find. 404 not_found when the run is not
+// archived, or when the archive is off (the detail says which).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
+func (c *ClientWithResponses) GetArchivedRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error) {
+	rsp, err := c.GetArchivedRun(ctx, project, domain, run, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetArchivedRunResponse(rsp)
+}
+
 // ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -11846,6 +12054,12 @@ func (c *ClientWithResponses) CreateRunsWithResponse(ctx context.Context, projec
 // changing nothing, when the run, a descendant, or the parent of a
 // child run has not ended; 409 abort_pending while an abort of one of
 // them is being delivered or an attempt of one is live.
+//
+// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
+// runs is first written to it as one document (GET
+// .../archived-runs/{run} reads it back); a run that cannot be
+// archived is 503 archive_unavailable and nothing is deleted. A
+// delete refused after the documents were written leaves them.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12985,6 +13199,46 @@ func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, err
 	return response, nil
 }
 
+// ParseGetArchivedRunResponse parses an HTTP response from a GetArchivedRunWithResponse call
+func ParseGetArchivedRunResponse(rsp *http.Response) (*GetArchivedRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetArchivedRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListCacheEntriesResponse parses an HTTP response from a ListCacheEntriesWithResponse call
 func ParseListCacheEntriesResponse(rsp *http.Response) (*ListCacheEntriesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13323,6 +13577,13 @@ func ParseDeleteRunResponse(rsp *http.Response) (*DeleteRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -15055,6 +15316,9 @@ type ServerInterface interface {
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx echo.Context, id AttemptID) error
+	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+	// (GET /v1/projects/{project}/domains/{domain}/archived-runs/{run})
+	GetArchivedRun(ctx echo.Context, project Project, domain Domain, run RunName) error
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx echo.Context, project Project, domain Domain, params ListCacheEntriesParams) error
@@ -15310,6 +15574,38 @@ func (w *ServerInterfaceWrapper) ReportAttempt(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ReportAttempt(ctx, id)
+	return err
+}
+
+// GetArchivedRun converts echo context to params.
+func (w *ServerInterfaceWrapper) GetArchivedRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// ------------- Path parameter "run" -------------
+	var run RunName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "run", ctx.Param("run"), &run, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetArchivedRun(ctx, project, domain, run)
 	return err
 }
 
@@ -17096,6 +17392,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/batch", wrapper.CreateRuns, options.OperationMiddlewares["CreateRuns"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.DeleteRun, options.OperationMiddlewares["DeleteRun"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run", wrapper.GetRun, options.OperationMiddlewares["GetRun"]...)
+	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/archived-runs/:run", wrapper.GetArchivedRun, options.OperationMiddlewares["GetArchivedRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/abort", wrapper.AbortRun, options.OperationMiddlewares["AbortRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/suspend", wrapper.SuspendRun, options.OperationMiddlewares["SuspendRun"]...)
 	router.POST(options.BaseURL+"/v1/projects/:project/domains/:domain/runs/:run/resume", wrapper.ResumeRun, options.OperationMiddlewares["ResumeRun"]...)
@@ -17343,6 +17640,60 @@ func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRunRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Run     RunName `json:"run"`
+}
+
+type GetArchivedRunResponseObject interface {
+	VisitGetArchivedRunResponse(w http.ResponseWriter) error
+}
+
+type GetArchivedRun200JSONResponse Run
+
+func (response GetArchivedRun200JSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun404ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun503ApplicationProblemPlusJSONResponse Problem
+
+func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -17818,6 +18169,20 @@ func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun503ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteRun503ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20117,6 +20482,9 @@ type StrictServerInterface interface {
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx context.Context, request ReportAttemptRequestObject) (ReportAttemptResponseObject, error)
+	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
+	// (GET /v1/projects/{project}/domains/{domain}/archived-runs/{run})
+	GetArchivedRun(ctx context.Context, request GetArchivedRunRequestObject) (GetArchivedRunResponseObject, error)
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx context.Context, request ListCacheEntriesRequestObject) (ListCacheEntriesResponseObject, error)
@@ -20442,6 +20810,33 @@ func (sh *strictHandler) ReportAttempt(ctx echo.Context, id AttemptID) error {
 		return err
 	} else if validResponse, ok := response.(ReportAttemptResponseObject); ok {
 		return validResponse.VisitReportAttemptResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetArchivedRun operation middleware
+func (sh *strictHandler) GetArchivedRun(ctx echo.Context, project Project, domain Domain, run RunName) error {
+	var request GetArchivedRunRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Run = run
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetArchivedRun(ctx.Request().Context(), request.(GetArchivedRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetArchivedRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetArchivedRunResponseObject); ok {
+		return validResponse.VisitGetArchivedRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -22516,343 +22911,350 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs3ti/6KijeqRI1u0VRju1MqJraR7GVRDuOrS3JO+fe0EeE2KDYoybAAdCSOS5X3b/OA5yHuA+2",
-	"n+QW1lpAd5NosqkPx5n9MRVTZDcaDSys7/VbnzpjNZsrKaQ1ncGnzpxrPhNWaPjraGwzJd/ymXB/ZbIz",
-	"6My5nXaSjoTvOhwu6CQdLf5eZFqknYHVhUg6ZjwVM+7u+pMWk86g83/tlw/ax1/NPoz8+XPSObJWzOb2",
-	"5HXDc7J07TMmSs+4dddJ+/J5J+nMMpnNillncJB07GIu8CdxLTQ87lWhjdLuzlSYsc7m8BaDzsVUMCk+",
-	"2ssxXMDUhNmpYHMtbjNVGDbn16LXSXCGfy+EXpRTxFs61WnN+Mc3Ql7baWfwrN8PMzFWZ/IaJvJazbgb",
-	"LPrSKf744MV9w409vhXSnrz+SfBUNLx4lvr3zbmxTLg74M9xnrmPWoxFdivSQ/jSWC34jGlhipkwjE+s",
-	"0CyzYXWm+KTwMm4SezCLvZPXzasUW6TK/P8d1nxl+rXB2URpmrNhdsotG3MplWVGWIbTMvgO+Ae7y6Rh",
-	"d1Mh2ZWyU8a1cJc27bNbnEtYnEugyjZU2I9S4Ztsltmw98uPgR+rw6diwovcdgYv+olbNBz6hSOsDeR+",
-	"qtXfxNg2kNmcfn0wnZ0V61iFLh6BlM/HU5EWuVjzHEOXPPxhvyp9I/SDeVJRwJWrdO3Gn+Tqbs3L3NEl",
-	"D32Zz+5+M1fSCGDsp1pd5WLmPo6VtEICcfD5PM/G3B2q/Tle8S9/Mwr4U7vH+XHhifUzeiTZ2Q+v2HfP",
-	"X3zLaPAeLAPdC/LmSmn7JjMwm7lWc6FthjPm7if4lFkxM5smAiOdibHSaedzWHyuNV+4vytMfpWbHF0Z",
-	"x++ULJmhZ/yrm1huy29+jh/CdeoKTpYTcJX5rL4bStHBp+Xxkw5HwXg5VgXuUX2qr0We3Qq9YFoVMjUM",
-	"LhMpM4pNuK7MOLCDcsgsXR3vXFhgn1wyuozdZHnuBlrhbqsjj3lhRPQ10iDnVn66yWRkIiNck9EA9gAW",
-	"1kknNy/4gXGZOhGlF3aayWtWyBTkzyEb0cTpVjd9d6eSwr+SexshHbv8rVRg6LfK5pVTVIUdKzyjS7NM",
-	"cf1FOkqY0mwkhUjNpVsS7SSEewOULL/wj6TjGHbHDdOCOz4VoakkMOTYamnBTQOpOEoUxor0ktv4zt5N",
-	"s1ywzLLMsCvhli3Mv7bDKbdiz2YzEZud4+Oxxxdzd5t/eJuxlk4PEEJSEUel/gOiI2wVktny2ajNYM0R",
-	"hEWCU5emmRuR56eV0zjhuRHJ0gEtV335+IFINswqNuy8N0KzsAtItMOOW9mKinPQj2uC8emeW24LE+EY",
-	"y2xhzWGsTxlmJdKEuT1RhWVdOGB4qITjIRcnvxy/vnz3/mIXaDrCDpxC7P4QqbvgDsTkZa6MjZLzFz49",
-	"j3BCSpZz/4OyLBpqGxYlzyAEIoKvlbgjYnEsfj7X6pbnG2/z1wG9jKfi8kZE1OsjBj+mzFgx3zHMXZR0",
-	"lBw7ZmJYJueFNaA3a2FUfutWaSCLPI9sDz7GBLpe/6RcqZtiPmA/nVywbmbZ+ftXr46PXx+/ZneZU9Ud",
-	"yVq92DFMFRZnIVOmuWRSMcvNzW7Cfjk5P4ebdSHNriO003en798cXRy/xq+5TJgpxmMhUndsZcrutLJI",
-	"BjD8bo+RTgCHASYHE3DnByZcFSk/nVx0ko57aifphEdFBUsq5u7IXeK+B8Vm5bpl9UXIdCtOm3SuhRSa",
-	"ewpbNf5ovceF1mDrFXLAONPC6oW3CuGt4f21MJZry+C/Bn50ClUC1OBW3W2DuIurH17er0xRkhq8+oOy",
-	"l1dionSEh/zq2AMHZpayO55Z1k0LfNEEp78LXK29fCNCapYQMfVmiYhLMqV1pUET5l6S/ef//j/slueF",
-	"SBg3lUULZDdjXat5ljvOI8VdnknhTt3c7h5WyY9pAQq7YcOi3/9GsAM25SYBKnUcEp6WMM7+7fzdWwbU",
-	"4zYzPHAHZ+FOMHyxl8lUfGRKp0IHkgcGLJWs6r8l15pzLWRcVZk7ARRntbBrgaZAw74SY7c0p0fvz49f",
-	"t9+t+ZSjlFtrlcBFNdmwPJ9FOR04XCDYeOa2TPSue0wL98YNIgfOwZYH0j3q0hEo0VR9Qj+pOzbjcgGE",
-	"jSfsbqpymuGEZ7lIWVfJS/ex0IKZwjhWsotKry4kg+Unv0bmLBhjaKSxkpPsutAiZTSB+El1JNFkeJQT",
-	"BMq1qyyk5DiOKFm3H2OecPfupse3OYyVG1e52+qcdvyZu1o4NmYF7fOnYScc3mFn8N133/WTYefs/du3",
-	"J29/HDr17TMeQW4FnkF3NJyewOG4RA8JPGl1Dd9JAYalZ7CohIWZweh2KjLtlS+T4P6trvAk08YmeOgr",
-	"X2fuf+FID9zf3BEHjgM34Qy63LKZMpY96+8esolWM/bj8QXr9Xr7OCuz/wk/fMZ74S7HSMhT6qQmuKwY",
-	"Nzdup8F91sZSv+DmJibjYBEu1xrqtLUVT627vFxTWMZu04v8K976V8dTK6xuBLeNUMcMHoDouXcMIpPX",
-	"l5PY5H6dcss4MTTWVRrFUSavd+kMOPbilmrAqiLLFMCzSTNj/r7N3geQn0kwo4Dn1Q5x/Uh5sozqohX9",
-	"ccWLE6ZGBz4V48xkSoZlLKTNcvg6RYa5bLu055JXi6hoGavZrEns+Om4H4OVD1MW6LBDRh7Rx5bWMwzk",
-	"LM21y3Q/o/JqESMaRQtnWBfX8ej0hFl1I6Rh4mPmTjnwAJ7nQoOABw1C5JPdJUszFnKoLd29rFJyk6yY",
-	"KQ3mZmGETphZGCtmCZsLPePu+LMuZ2YuxsE/z6S4ddZzIXeTqkWZlLZmabI6foNmbPRYjlUqYqaFsfwq",
-	"F0xorTRzFxHP/4V/PIcJ/oDC1Bx/JFtAaXYib3mepad5cZ3J87kYxx+pBd9WA4B5RElYfMycpZiKuHyb",
-	"ZDIz0y2fht6+Fk48Z+BvaW7KYnYldHyy99ONuBVt5MY5XOg4MVJMFrMslo41OONpxv5RtQ380Ez2b9R1",
-	"xBljbCp0fCeNTVUR51NWF3LsnhmRa7oQKIzQbmBXYqFkigbpRzEurNI7hl2pwtmq3LBUq/m8dhqulMoF",
-	"lytvTxNK/KSr81jz4mdiTl6ILRhcYAmeDTtm4B4Nh83JBc8OHIvFA+0mhKe8E3bV8QGQIsQIoqb02L1u",
-	"MY+wVHAUMGNhibwqtWPYJJM8dyaU0hbV5jkc8h3DgL5Bp/nBXZT9QzhDzU7FAr0FmSQjqa2S8wpnd27F",
-	"3E12xj+e4G1/WVV8tmVfUQ41d++p3Y3/67ejvf+H7/3jA/3b3/vuw6d+8vKbz39ay5Uq0uF5PypKNrCp",
-	"hxvSsHVBHcc9IovVfXT6C9rMiT8odfO6x96CfORaMCFvM62kk317t1xnsJYgPg9RbfYGuUwZx5ABGOJW",
-	"XQs7dULMq8gH7Jfs+4RJxd6+f9NjJ9dSOVMK1HXlLkXrwMTt5RqLqvPJLXleyXbqq/a9YwsidZZNlWE0",
-	"WK6eP91/jBoj28h+3OQ3MpozilWu8tq5Vk42r874B8eBkGlWZ8xmhbFw+NHEKiNAG2bqH7Rmru6sbRfM",
-	"09dmO0ef09Z4g79srKTlmUTBu5b5+AthwuujcULebnVgV9Zmau1804R+urg49XNprZegl/kB3KTi5iSP",
-	"tfdWo8HrrLG5VmkxFtrslC67t0e/HJc8ZYDcgmud3TrWYshNHLgLC9wFbuQktydZLtifXh2dnl8cvb08",
-	"eXv6/uL88vXJ2b67qqWzzalml9eaj8XlLOJP+CXL88yIsZKpYVfC3gkh2fnJjxfHZ7/APM5Pfvz55M0b",
-	"piTqzy3DuuvUuwqTX11t75MPrrVUjHOuhaFFJAaeWWHoC1Uu0bv3F2GNwL05dtwaHZ3x9Wp/rFDQx72W",
-	"LRmMj4cBf5HKgoUvFcuVvBZ611kyMS6zKbqL/tz4WjdFXrcXHeAHAM9Q/En3Vqc3B28rj668b9iSkuUh",
-	"Lyo19JYMuSF7hBxo7fNHKix+hYDisb24K+V7Pr6ZZPk9fQRCpu3NJnUrdM43ct93eNmpyrPxIpho9wza",
-	"470QkWp4fTueirSl/bDqH3WbBYkf7MqNlDjGVVhW5rAMmMhA6eKkyrPu3ZRbdvru/ILt3x7s+93Z/5Sl",
-	"n/fpGstvBMYCc3VtMAY+nhbyxjTdCNfhbQmc9ytlpzHnVjW5Zqu81KSTq+v2FPpGXb9yM67bE89evFxl",
-	"dzqsfguSp61qCmBnLfb5TBhIVPy03eKsLkgwRlrlnCWPpB0eMusM8Ilymjzo9m5jWuiMlfdbz69e8fFU",
-	"HEuLuaxLVvN9XEkf55kWpjnWluFb+mwGzqaZZd0Z/3jJr0XpAP8ruuHah98oXeBRgqgrq6SFEfo2BK3X",
-	"qrhuQc8q15ficlUt0YVEv+NczYvcLTYlLkeDdM3x8paD3Apt4hbBcgIUpFX4y8tF3OidKskpLv2EDGHG",
-	"dt6Kkjw3506ufyf/6MZpn9U3eWniNbpuKQXvZFOGOxIUHIAxhVsKSXGhzfEVHLh22BrfypuGW0i7X5xs",
-	"YRyVYtSWMzN2Mt0ZEwMwT27Egk25mZIDBHUmcKRjVCAYND4lh4wPoqkEnBSZpKIGUNXgGlTWeuyIgSsJ",
-	"s17YDGYUlHdyxDBuGaT++PikT9khcl2VicRm4kFkpy+HPB6IozrelDAegmLMFM7gMmzYefZ8OuxUuNVE",
-	"ac+vVs+u0BnPs3+41aulz0dX/5WSldwXE3Je+EzAqqPEEPDm6IgCV4+hnJNfj04uTt7+ePnDu7PLV0ev",
-	"fjreBfHh9ozS3+LGQIU31OdzyjHhFVJYxWLAxlMuIeTqjCSQWIVxlKzyVGhGx2wzEfsHRil3muXpWSHP",
-	"HGeIBavH7gJgn6CR+eR0ygya+NSDiFY0bs48qo3Se0DuUjXubdmVcJRlmFW9BncCWT+RkLJ7TfASpOIj",
-	"xNCtwXcskxgyeZ3TlQ3pC43pTNulrNhYvUvIvoAJaCF9Wg9OmWIuDJOm3Gp0KZcrKbO3otOOh5SD8ebt",
-	"tsqO4Az9W0XJquL73s76uVc0bXU/Ib/IJ8qUaxJS/pbipg3ebq8LhJgy5GVCNA4iBJsDyjBCYzA5cKDx",
-	"YkvJcUSOacdngXl5DqYkMq+pylNHtLlylhOlywFNFBJ+NG49qtnhhfRBRvKISx9xhUExMk0Os7GAzCKu",
-	"BbtWUuyuHv+GpNJXx28YLhUTH+daGMeZmJN4DMoQfe4V/tGr+NgOGWdjJY3l0lbEQyrmuVoMO+4N/LtD",
-	"LhyWSCBnqu30dy8jO+3Xcc258yvM163vgWPVB333fw08wljNrbhe1ORT5++FKByNL2VLw9ejAWbw4DJB",
-	"dgpk3WAyyb+/P35//DqhzJ6M8oKcCPKSn7SIxP0H7Fm3+rbQ0vTYaMzlWOSXmbyca3XtNoSKKKS4g4dS",
-	"wieIf5CBeSoMSEzpxiHJEJ7hSYZyFblRko3GJZ2PEkgNo9BcOQEp7oSxTa8KSepH3787uyiVkSQ6fDUr",
-	"1y/q6juWX+JzNx9kVNQDmWw4zT+LiJU3BbltGtKG8EwiRSV+lWEv20ccywmc58rGFPkm462hIkcXErbE",
-	"qZs7hlUWGnd7KnIIGLk1OcQ0KrwexHP5O6QdVbcGPYTu62hkd8YjcjrwOuJiN2IB7hz3PeV9kSrtfomf",
-	"PndmontwEZLjDvp9RlleEPXNMym2Df1u3gh6whp+465oIa8p9yvQZycJhFa+bvm8DYT7RqTXaEqtsPMt",
-	"bMn6QdjkS4WxN8wLlnFN3G1Zzngy2DEMV8Mn9wq9Y5rVzu30tHnOx9GwfXgQXBGIqHvgpBRQWQN5Nrr7",
-	"MzluzoSnN7RK3aDeiizEKa04E0gYIYdCe0fPfcLTaj6PUvVRmKTjdW46JCickRv0EZz6WlUjblMBI9ma",
-	"DOBX0G9bnDO3NQ1E6kR6Jrf18zf60SLup+N/T9jb44Qd/8+T84vzhL19d3HpP/94kbAfjxP25iJhb45Z",
-	"VxYzobMxsMaTt3H3FM+LuKGCqRbbBKyjclLNm9aqEpXeTuO9wCx2vL9M28lm/FokjOvrW3Tpwxc7Bp0L",
-	"c5X5iKGYze1iF2tIS60yYrduHbB/cPwcptwi7AaXRdcVjjaY8e0iTsvnxNv3kmUSWNXISfwRwyxrZz9e",
-	"Z8YKLVI28sb7iFkxm+eYR/+Rj22+AA2csmhWV9Zbx0tOhjnOkiAmhHaaHxmbAnV62L+VXPtq1YkzFjay",
-	"bXfVfyB9O15FJLjuFl+t70OCoTS/5X1nYhJPqQ0bZk4sluRvGSMLDplyJB8ta9hHHtu51U3KUjGbK+tk",
-	"brwwMDxwx7CT8uK9n50+6CwvO80MxPAGtHF+shUP5D56H6tyaSjBZMgs614tGDg64IdddHNCUJBLcwcO",
-	"OHRDcouFDSMaYsRgvXrsiLmX03DTUGoxF9xm5HPkOs/oJyxrDKNygg6BR6VZ2hvKNtnV/03WEbK+Z811",
-	"1AKvHxaGjzMJ+q25909cIffpAu2jS9v9PeFZbhjPvZdima2Xky8DqpgZP8uk/3uDzGu2CGHmHsDkfsz5",
-	"uM5aR2Ot5AjE2Airpnk+Wj3GY8cLivnlXSZT3NglaQo1ZrPMGGergxdIKuZxVDSU0wIoDrkVfRh1Ad8u",
-	"VCGvUZmTcN4PGbkyYJoLgTgUlaPzIlqXoGPK+w/ZrdibZM5ydBew7rDz5/0X7M/4/8POLnIzf5PSrPs/",
-	"pqrQ+SJh/yPlGfx7J8QNfJgpaafwyc0qX7SrmPArG9MpQ4zCMVrLcsGd0WjcPL/rm2Fn95Aq+NxK8Ty7",
-	"liJlVgEfeC+zj0zM1XjaZn3+llkbi2sdQ95UNhPeOVPM8QGZYbNiPCXu1x12DmBCSRnXSEXOHS15/xgm",
-	"47SZTJzNHUG6LS0FeCSfv2TjKdd87AzPhBnlmSr6KHeofmWCxm01Z5kSlbu/7ZUpy8+ff/bf7/7rnx4z",
-	"A+Ze3BXrW2OhpYhNks3EP5QU0YKqk6O3R+wfwKCU9oe6O+wcF+4Y738vdJ5JoCV/sN5fvFqFlYgVqN2T",
-	"mUdiAGGoZt52oW6EvGee0z0CvZ4Ilw/wLJNhVZrRVRrcPv5XTDB3L8RmfIHFgCHwqDRaEAmdHLqptUsI",
-	"QZmWpEwkbUflG03uM3dNw5bB/Wu2S2fX10Lfc8MAAI2Uwi13YJLlUVZ2xOjEQGRgOSQwgkeOWPcTeBuz",
-	"NGFzvsgVTz/vUqAArujRtz0+U4W0oTS+3/f757cNEe7KIGu76EBb3veiX+F9bbjbX5a421pu2QSvUXKy",
-	"JhN08xtGM2Z2TBmUgQTodZtUFlODr3TYGbBhp747WTrsfI5mOT8i0yqpdAMDA+xAD6YVyUOJBxc9bIDF",
-	"kxQUJKkAlApzNpDaUU+BFWQzDo4xX8ZPOGNIjeC2gJV1j0QEHnB+wdqzVEHu4SRDZMaq6dYE1NSU/7Qy",
-	"7YbiDrhms0PCXxhb3R94ps+nHPE7tmAydyK7ntq1jHrHMONGTthBr+d0ddb1QvKgTYSbHhGdtVM7j/3O",
-	"12cGKmmMCwDSxpw741WSnkeoQ+xKpQs6GM4w6xkr5ua3gw899F9Fl38mjGnlD8IJlTdEX0hppy1uaXP8",
-	"wGU9LQkqcG8h4zbPjGU3Ut3JgDNBWmg3k8YKDpCiI5/mPdodgE0AY83J8E7KWi7MXvAW/o45hEqFeoZI",
-	"AiOUmSh+mB5bNo4mWs28ceSk7KjHjkPVwbWw6GRGX8KaKo4RN6PNVRxYocANShvikThLD/FCZ9UzUhgY",
-	"42MQAofLWGYS8HdgIRl4YN0vjv3xsQXy6rFK0kuAPdKigvJilpAfWPe3D7hnUtGi302z8bQhxev49e5h",
-	"iKR5iBECFzSebcGa0g4F4sAMMzaClLARrgKs8JSbMsuLYsTqTlJ2QUAUInihZdQhLTDgLvNFIA9y0KQZ",
-	"8FufzdFj6OjfMczv0tnx6ZuTV0fnLDPsIOLjNfXo+8nF8S+dmBCMUkeNMKD6EJEIIzRScV2F4qE4hVuf",
-	"hLRCNFEm4Qg9alh4/1aNViD4gUnAdVigUN/YTxwfRe9/woaQt9LDmyH7jsgSlRMDq196V8KeIUCXj8tL",
-	"PnPPbEiRDVpzJHnHsRgEOEjiU6yq3RGPvKNjt3Z5LmImPI2I9jKcvEkVzQZjyUfn5yc/vj1+nbDv35+8",
-	"eX3y9kdHqYQKU+YgoIccUFE8f6qm0oSMEDf5kHQ9gKohyGygMm8IFEJAgr1VtsyzpCmtpDhERNwK7w8l",
-	"d9sHWqbWzssYC0kzd84QxM2xGjh8xkAxsCklsFvOZx8/7vrDaZLyZTwcLYjFEn/m5XP2c/b9rufIRLIj",
-	"d9GozN+vFZMB6idnLz5+RPZhNZcGqjywVBpySoGnwIkldnZYYbP0IkjAHpoooK4soXaoNB6qI2Tph0V/",
-	"ZsJOVd2n0Pnx+CIaka2ueSxIVYVSWjoThW6AdrkyKi8s7bnS8K9h78/ebM4sdWPGtI6fBNf2SnB7Jub5",
-	"IoaeEAtyBrhHAqyyWuXuYEjB7ri0ZdJQ1eZuUVGy1ncLU9n0DlRJ01xftnqCePVlsLYOw9xJFeSprBoP",
-	"L7Qcjmn5ktsG62Mlfc2V2svElGqeyWig/6JaapM5Tb2wEHtJ1Z0cUEKEVJBe5paFYepu19hsfFPL2qlW",
-	"3KxMKFRCbWddpNzySKwGOQ43UJhqhaTYAnt/8cPeXwJ3ePv+zYoH7vlfXnz7Mpo7oQWfVXNHl1E4WqSO",
-	"whAJTvrDmkUw24J0hJset+ps6QXoMbGZv21wqLx+e76X8yuR7+XZjSAsQ5CgL7+puFacyCXHyd6HBO0P",
-	"jO+lTEjQdEgVyYUlSzzNrlETqezfy2+WHVebPDYvDzb5o+uO5iaIMB9pSdGPnyqA7XMKZS1c6i+Dk2Sz",
-	"PA95l90LMZsrzXOn5OEj2dw9MxNmd8BG5iabj1hmE3YjnAEnBeuOrorJROhLJcUIoyh5Xn7L83y0i5UG",
-	"Ti333R0opdMn+oekz67P3AR5OkK3Bd0qF3d8wbojnufqDgeuJv+5uXWSTjmb8g+e52VuJozcSTphmGiu",
-	"ILjot+UDXtKukiAqus6YdE8aJVAAKquhbNgspwFfZ7eCkPFAT1/2o22G22pyLTbaHujFDOYs2lIjypZe",
-	"LpkfOT3t1fGbODjMZQUd5nIdPEx5pluFPeCbqjJDI1X2338Rasj9/UkHeg98aIV7F2Ms1XhNI0lgM4VI",
-	"DkxweLKrBTEfcnyC2RRIw6n7pIqmzM0h6tQ89cmEEU+W+4lSa9xp1yXKffWgYG53J+lUa43Ojs/fvT97",
-	"dXy+9D3UIHUSD1zZSUpUy07S+eHo5A18oCzqTtIJoN+dpPP+7fmrn45fv39z9P0bN8iv785+Pj67DHch",
-	"pKEb8+eT09MGaONKh4klgbMe3mjGx9NMij0teApfVJCOKJZ/iQVvUtnLiSpkmgCiaZ6N48ZlKizP8jja",
-	"iTMQ2gu/ikcwogdlUI8wFo0YDUWTdp7ZXKyxD1bX6v3ZCdNiIpwNKLxtTSk1btWX6bDJZ+t+9c8PcyQE",
-	"quiJQqfruQA1zmyNom8R1X2janrxJq7pnRZXeWam4K2/X9wq1vQCmx+F7CWWpawL0Lbio2VXqOwFcz2S",
-	"MdCsNfyv4fBjv//hz8BKy9Qf9LpBAmtTHCeaboW1AXw+F1KkdCYwGZ2Sng69T98wU1y5W6+Ek+Iryk6r",
-	"QClGarZjnTDFMAl3iJ0qParFfkaHwZHz7MVLZ+9HWGYklfRDM0WIFGjicarpCes/CswMmL1Ch9hJGT2s",
-	"oAtAJOeOGzb3s0soDIRlsm7rDcvkOC9SkbKuJAgLx/6l0hT7aR1OrgevYpwpDiDVlHTccuNX6/WjGVsU",
-	"cTKVpaGAU+Il6zbgPTFbFQN8fto0kdo+biyhPy3MtAwo3oez3Fvba5MpUIZ1W1EEqsGbMwy2TxCMx1lh",
-	"nNiynnErQpuzh5/M3A+1TbltLNXgwCTsYOZ0rYNpVGl4cDcbWhnfxm0Oqm3lnTe2qwlLF8d0eKQOVklH",
-	"cysuYZrt6avc1k3nszr62re836ELBLHEcxAv2THqudCZSslxgMWYfSxqvCrGN8LuGDbmcz7O7AJ7h4gJ",
-	"NbxapbF5E7AEPmTANpDV53UL8N6IbZ3zhAodgprVkBlAFSGwHWduFyjGUM+9DmHbjOqT0ses3j25OEbg",
-	"OQhFDio4mxgPpC2oxAPLFJ1Q77mDCdJ46cNSdJqXoXv6HkHi3SV7SK/7n9w4n3fj/EFmtu49OGjYnhDw",
-	"xh3ZWBXc1ro9ozIM7FJ4v+PD0xQqYFfxP51J+v7sjV+n4MU9Oj0hxXNq7Xywv3/w7Ntev9fvHQy+6/cP",
-	"VpJHY4IPnHoPDJQ0Jf9FHBZGFXosNvO0cKETjLla2t7nSVNtZvDuU4uhAJDit/rZ822wFmhL4ls+V9oC",
-	"1NaWGz31AQy4L8/fTTqD3zaAdC7FPD5/SBrQO6B+LjwhIeRq7IqRApI1+jKhJgVr8+G8g1+wDtaGwxHk",
-	"WhiScNcGTEMDRZGSQxK4uBt0B/M4jAcrMHegahPSjQY4sh2MGfVKQLT28q6OYvew+gB69Ib9bYJQw3e5",
-	"58xp0IiFEA/CEXR2uQ9K5gvs8qTFPF8MqqhpXzZU59chvoyVI7+FPH3l9QA1mQD9XC0oN0PoBBtx+N5+",
-	"VGDi+Hqk3mJeXM4AizVSv3L63pEl/DxWGgRCv99nf8W0JqWxMmWrVsJJZyZmSi8urxY2ZrP+Ar+6x8IF",
-	"W4//Ob7Gzoi7n9hxWsnlJmw1xbTYcxYxRG8qrT5TdSep+zQoDstpvSU023Ju0OZqj+irUhp2AH5JZwBU",
-	"CsC1GlBMqdU1kkrUHXqGyZjtWO9ZIc+L2YyDNR+vc98CyXTsAfFWwKUJPGgNClIAOgF+Xc1SMgm2ThLz",
-	"hDLNIBUKUybaIQNU4KZiGL1fquKNWmeJaD4n/eikVibZROmxGPiQNRCar7qBMnVO/XvaNGJwT0/Cbq7y",
-	"sQ9INUvSIAqyPFaYeq5igKnkWwL4Dtal9DyqkYTA3wjcTbG6MbxqXX8KSJvyCa50vY8OHmIFZjAxQmll",
-	"mZiGd5RJQVSIuVR3Gi/z3xYblNKhN5y7BhZQ2wezVizH/YV+WyoJwYmHFtsOT2SJJh4kKAv5WuQijr2Y",
-	"ul9Eg7scKxFKyDfD6PIk9J+jlmQWd99AjZ6QKWgED/f7+dk1vFbwBkerpbF9v2Fa3eF8U265P0Doo98D",
-	"B0qoEOEyuC6d4FmHcNfYwrt1+s69fNaUzLKVw3ZNH4DWk10LZ96AYIIY4OlWeuDyVoINSlFSiKAmoblD",
-	"GfRsAV3eiFhOwTFY2I3u47NCPrWbrthC5tcUiHvWK58V8jQ099wA28h4JSPfGXiTrU5InE4imCsBirBh",
-	"wufZtWzfjq1J1vset8VMkNNGKvRpCSu0wSp+SFud8QW7EpWywNGnz6No/L+yI5GIeMjnjcMslCVYK6Bb",
-	"d569Qje1Ka9d8mitylIxt9M4PFUqxDzwfCmMNQPmUTLdV6VSoFVxjWIenEieZKi6SUhnof8LOyhzgQ+a",
-	"YPPW9i/ZtjMy1og1xYVDBI/4f6zcK0i8hgY5G9G5sfYkFeH8kHQDNDUfNGddv807hlmbJ0w47YqQkXwt",
-	"FEXm6ccy5gx9GrFZfbXfJSE+OiaQ0KaVB7mbWXYNyWgIxuH3CYFzgPJuxNy2B5FqjtEERrOBqxFHAl88",
-	"5PZdbmrpCxZkDRwRJMfSQWJDdybTYWfAnoG/GkG63IocAA7VYyCErZGUPrevwSD2mX9g1S6RXRz82KcU",
-	"RomuOqYjpmwmwlplxtNxuz2tFAiuPsSflNbz3j7stn296H8gBHKsbDSiDJBb1rdT3SaCd17Z1KUiggI9",
-	"TOXnS57nuyEdJIbPQaB9JWsN2ZdWOe7BurUcyohauQID8iiywQN3rMXNWANnsVrzCEAkl+1QS8C9E+CO",
-	"oeMgQpPcCS1YgJmTBFRux9O9Ys5wzLbtjxr70jvdzpkTAPHRYCiJj5a9WErxNawrEfTH8V/EkdiNu0fX",
-	"n70ll8nvBH+xaptrMXZCtTkhpMJ9cm4JQ9YkDBFYCXxzWRFopfr6Q5eCMR/xdN9k87lILytr1ZauyNyt",
-	"ZVgvWhJRFQDkd+F6baA9AiWUpLTCNsLGr9B/fdubzvHqDiQlO7wffz1agy5P6DtlvpYGzxj2ZArxJGoB",
-	"Sb68oM3ymUjZCDOpPcViNvUefvn+4hVKT27YYrFYzGZpaqfT2cyYf/i060LmwpgI5TC3EBA1DMoyOFqx",
-	"zXOkj0Ip1APDeRDDWPZILg2/bsmf2Nj1U2lv8QZZ2/Yt179fSv76OGjhAxXBZeXs/tlFtZHWYfCfz8UY",
-	"K5vuEapZE6WB5A4bSoupgH2pZLjX2arWAW/bMXD+Buxgb7Xcp1KrkJSsulLqEwp8Wi0jvGR02dr0LFh1",
-	"Mfp+GGVh92ENQQEcpiUqAhUZ09RLNIg4FmlkJ6Yiz8sKXa6vbxPfsCRlaaYF4CL40jVON1QhGqjp3u52",
-	"bRS9Z9N3bF6Z3Rslr6sA8cAr1YQKKfDuhlYvB/0ZFJvL0Glxzg1RGPv55M2b49eh+B4WNVQwxL0efDwV",
-	"rfoe+bBQpfXqxiXHnxMWwpX7V5ncN1O219Auvt7rYS1js2JebQ2BdxPKcAw/HstLIceGVa48hAIv6Hc2",
-	"VXm6DXy5hzSO9qe9bw/asQrMa3N3nlOoFOUgsfHQhL7MDNpuAtgju+byeheOmtAz6O7tu36Qbx9aBxCe",
-	"EhCkya7yTMabu4Hby91xGVMuXh/9yGYqFZATcVgGRCA2igYvNpfD2HMEvX/j8fKnYl1c0j1uwKa+kVLo",
-	"BEFtTrwqA24cJdnVosRSiJ26b/qm0mAJh5pU/KFx/9ZDMY8nSl8KQqZZW39DADb3aTM8WeN7C0zZ95Ul",
-	"tNpKPkFmGVGDW8ZQTMW6jgcR3hMho+z22Ijnd3xhRm4cbt0woWyjx945sr3LjGjA0AIKWqnf80GOhl99",
-	"8y384UYsCPYMUloL2cOpefghGOOqyPIUh2V//SsbUlnYsNNj2C5xGRwGq73iAB4y3gUYzUVk+SUWSdld",
-	"GQPIhPEyFr6lcqzcEbuZTTL3qRFjpb2ZaMX8xE062hgj9FluxJFfOneV/jgEUw+++DVNmBsO4AtTa3B2",
-	"0DfR9S5bdPjCSkC9X+kZA0042ugbh2xELGVEx37kZzeC3KcqFwiqhJLikI34fK7VLc9HVYYhGX4tfDjF",
-	"HfbDKu50KArxIDfVHyE9uHRFY9oCWqcjPHQjpDm4tCzURCgFwGwClrybBB0VKX2i8lzdmRJjZye+wtBg",
-	"REBXNY+AVFvwfmM+aDA5obv1VBnh1Stn2VnjxNXeP4RWDHIn3CNS1u1TWnBDyKM6nbkWTiEKksEnIPdb",
-	"zilXxpY+fcKjUJrRuCJlPqmjqM5s7dzMwlgxC1hRa1qZuK12Fg8LuFJdysS+1nzGxlwGhT4JgBlOi/U/",
-	"XTnOlIok5BtiFwBdSFAvAcVl179rZYkzSYgTnnqdUXHt+HZkrysbchg0zwBU5jjleaUBotMDfuEfz2ER",
-	"fqD3Ov5I7cXYa8LDqVbx6x3Dut+sWdEa9lZL0kMOTue7LAVQOSGNl83P8A2C+QaaFN7GtWCOAdYAASPu",
-	"0PoU3svs74XwGbdVs+ctb1AblIwerI77cpWTuW9HSCp06S6qcyHI43cjAPyUHI02N/wsUjJf3Zm4m6pc",
-	"UEbxz8WV+A+R8x0DTiI1mcAagcurfFSZfTxWcpJdF1qkDOvXnaijp8Vfuqlf/ttqRg0CW602ySdEwToK",
-	"3bpG+RUfKvsl+54ML5mCLu1V6C2tvgrEaKtsxprf+MNq2L2WSbBj/MtXkbRCLX6v3r0/4u8DaEHsi9qt",
-	"2Nxl/NOxhBHYbyPAxoBPJCKJT4+WjTiQgCNngY+CPX3IRk4JHTFTkiElwmWSfjsEsC5kUOUzwhfwlFSN",
-	"Pf9V6YzLJACCUs0FWRNT7mQpCFyplHsueiulCiqH21gPtVVWIWSWSfhGqtLOZ+dkQAAxkAD3xgu/EWBT",
-	"xYOeOlM6s0s96yDYw8c2u13tXDfXKi3GGMOG/tKlpNlNWOXOpeOtNJUMdL3Eu8rFbpsitvrzz0LZT/VI",
-	"YWaHpSKdyWolVPDZoFZzevwWgN8w0zPA30+0ED1GtT4ID+K+9pAgEvgIpCbLskIYhsWlwF1sn/1XLRer",
-	"FSL8Jdr3HTS+9XVKpZJQFxvi45yDvSytqpQtNXWrul+dDUrDTF43O5HKLsG4bjOO/dDchK4EbVbV4EWD",
-	"zbAajkUrg1dpNuy4b0pNdk1/4bEW9nJb43cJvT9q6ADekZC3pD0SQ6TMGaIbLaBro+9/Z6ZOqR12/vxn",
-	"6IoAp5r8Zrm6NnQT8R7WrVTiZVjMgYu4CEMclmibofgruPH8IgOKqm/wswoUtskt6N2BYTwoV0TQZG2C",
-	"Euilty+YX+8xrCprnhKCb7A0BkIzsRVdJx5jayfratG2FrIumD5lKu2OibTmRtciIcmWZlEtQqULWQtO",
-	"uUfUvoA0fQpLHfqe4KWtiWEZCMbWgRY9i2pdmrjss7x/O1tiSfDfsqFtwvhYK2MoaOz47UaETmzK+nTV",
-	"rSi7EHrW49EPO+nV3iy7dtIJwyDtms/C+64xocJ6YPtZII32bWcbm5niY5s2FL0lW9aXmi3grLaB0s1s",
-	"BUR3C1BcQg5PizF4f1dDWG2CV8vQ2+5JiXvX2NJdXLzZkv7rXfErWYE3Ym4rJlxWSbonZKpYy3wnzUCu",
-	"ffusPx12qlkV0JzH7A7QoLkkRFFy9ZQ+TuirhZd469hdAgVwTjPFSZZwqnd84a93LBILDLARM9aihKRV",
-	"dScZdvfJjO9+xTz6FqI8xfMby9DPcnYj65a4zxfHby9O3r29PPrh4vjs8s+7wClyvhDaDIjUNGD/cssM",
-	"X7hRqcaMX6nCVjiyL7JJxThLhTnEV4C4Q6qESarpc5ATyY4qbDqWRBkJ8C2t2FJ58zfPIlRe25X2N9BO",
-	"b74h5q2/oP6azQio7erS8IaYhUnvcwmA43G4j0oH+ughL3/3hiSVBZLyfSXcEXP6f1ydxU730Udn1KVv",
-	"WWT4KIbHH0ecdQIyhocGF3cDDHaDz3Ebb2Br71zEsaPsJXKX9gklq1m4EXvRz2/dfmpRNlOK2vQlOwoA",
-	"zaiNDgKMP0B5jEG8WL0AACbAi0sIU8+HIBpogyxnx8ps2SQLegtEo4P3aIlb24ZyOVaCnUsOUuj4W5IR",
-	"5M5owfN8Ab3ZuloYQUpbJV4OPYuEKZUgLGOUiuE8/PhN3bHBL3wZxY5aLqSBw+JXZPn8RkggTuqNdJ2U",
-	"3OVDA0M695tRX8sTnRnvBHKq7WEo97rixqm3UIKNQQPqlVtBlfcVv+/fnp8evzr54QThD9ER0Ek6XtXc",
-	"DLSICQsRLMVlrEWvx7rnnB0f/3J60YCvCB6Hx0FVuk/zrQZIseYMqUrXrfauRi1u1c2Wb9O+a1bSsX4R",
-	"IxkeYN4feo82rCuYS1DFCsZxr12FWbUbV2UhNtaUwQ7HE+3Qa9Va1CKtbMqMo0GjUymT/B+B3Kqtw9Y0",
-	"B9uqfGRD06vNOQhP3XWqklu7ad9xsZ84xdJjNLYnIqKBjWTkB17zbtt2Qa2vwf3S3GOb/h4SjB/Wk/UC",
-	"7AiRpxCeGU+5vBaH3lDx3RzHubO0Kl1agwETTCamVSHTNt1b27ZS3aqzafv+o5uu/GqqEKo590/WKnOF",
-	"pjABL2IglVhbj1OTeb+2C4css4w60hhIT3JfQDcKpElf8OqbMsSV36op0cR029aWRvt+QJKC0j5cO1G6",
-	"zBwYYzhWEf4EaqqDoPhmKfvP//1/QB/uMcAw8hj6s2oHjpU3LUM7IW+QgsA7hmyKauwX+CsE5MDljOr5",
-	"Vb7kmwn+pdKLTsBthvFrnknycnGYRpZGPekTLcTl/SIscGuAM4tYs3FF7jEw2twCBWNnK5hPd2NAnbpX",
-	"U9hVHSHnY+G25xJ2MBKArxBCCCZlVB3ZXSKI3fYFkg8EoFvT3aU+f55nt2JQgnX5bPhKSoazfTUfix4r",
-	"JPVfgntMlju9IZAxXISJ9QthS3T7VPCUkqxqeSzuyVIY40YwpYNRSYHfYJ1b7S5w3e/2YMhB/QmH0POL",
-	"zjwGhHm6R/OvlEMfTN1cQrTYH0zuQUfoAPbYUTjxAAol/AEUqW9fhg+smnywmp2kU10oCGzzdNUcSzof",
-	"99yNe7dcQ9aZGwHlANilRzRY5av39XErv7yGRzQbJyce1M69hF4xSgYBsozaF185tSK0BPdoZtj+z/Gl",
-	"QDAmYQROBzwrV9cMclZTg5nMY671ljaPl3mengNfKX0FQYxVZMpSGdgqO/jQKHfjWjPBCrbWdUmGb1J1",
-	"/bBN03F6wi+h3YFPlTi3Yv79AkpLSnqrffn66MeozV/VPbZTmbfBmqbAYJN5gW4aBIt7dvD82+d/+ebl",
-	"828rCHIHiHWPocRlhPutYU5raF1btjZqX2WxVGEx4Zl2DO3yvtFB1oUAICUtWcFnuwPPjTnzKTTsiss0",
-	"Kfv9+ZwUCOz73GGCl6d4XxkKQahRqB+EJjT+eu9gaBluJPJso/ICKa/LYbuoxkvcJRSYoo6s3tNapn8P",
-	"lntfIoumzOCsAjm3EvoOqQf+J3Un/bDts8DLsrhaLs3L5+vS3iIhRdx0TMW4zm6FOVzuzkMhujWNZmmF",
-	"sNWM48COyrTgqWlu6tP6TVsjwrv9aV916fhVxG+3VeYH5l8CgIpP//DetqZMj+lyogeF3u6Z52Ft3rYl",
-	"Sb0pm1urdUzrgtI7HqsvRa3DwH38Y9vRysPbBdSkSTsAZH9D/X0r7jNCTtzgRVvegid2p3lGtZ2OUaOR",
-	"NtoGPmLd+1bQTdrXL997kz7E+rYYMS6ceDt3b0qAJ4LrmNF1JCGlDTXV7pjPjeWS/sQNhjRQH9I/ev3L",
-	"ydvLi3c/H7/tUfnzDBwTOHyYDFSHff4MLq6JWoPsNGZnx+cXMAc1Ya/w+UlVKjlG8jd1xZQeT0VQuAnm",
-	"eCgB57jHzkAYa2fgqDkm0q0mcfUY9I6CC4eSzyE50w23T22b/uVvxhk2Zz+8Yt89f/Htri/RodZYo7FK",
-	"xag3lEN5DMLF7S3OBxWH0VFhp0pn/4AvB+x7WBaGUgMW1YsNNvq4R6u9p1UuRkOJFYzATCEfXlaGh/zh",
-	"ARsh0u2IdUEs7SZshCC4/hv3skOJPlDUUAa0jdQ5MPGFiwmVEiW+TCjxPcDdqACxOxrKbgn7iyIRYxTw",
-	"YNC9RwQgXuZKj3meD4KPJRnKCjA5mjcJZETu9thbRYHhQkIPe3cBxJvc1xgUoyeyzAzl8/4BpATDFz4I",
-	"Hdbref+b8leiAqvIvet1MtAE3EjPqUiK0k2qqh3WcJZNBWVts6YAaTNiM65vzFBWLHutCisqPdIrfWZ9",
-	"zmZZ6uNdZTO+gBXrDWVoBAZA2HAOj05PKmd90On3Dnp90ADnQvJ51hl0vun1e99gS8EpnPT924N92Gr4",
-	"61pElIAR2H5/BaK6RB802vQjMMTJKwnQ4tBtUgunyWe50Oya3wpWzJmSQ4kGP7Swu/zl6H9eHl1cHP9y",
-	"enHuXYZl+59BRQ3Ayly+wBaaQwnJczIFEi+JXmn0HLotxumOPLw0zolycAkPHJcvnJeT1Kk6mbFHuBAk",
-	"vAA9EFJIM7cMfy+EXnhbeRAMYpQPVcBpSrIoOxoR+sry8kVbJTaBEpHUKxthiNtMFSZIuNgUSVBW51iz",
-	"MPrR58dG8m1xyoGCffyiXzEwXxC4fmlZLounD+Bhg1biQHHP+n2y/SxBylUZ7d8oS6V87toUJbd9oDiA",
-	"LFm2At1SwdGFXYbSlOf49NigYZYlKDGATxMoZAdppZa57VRWgzDbwELBq4YgO/mCETqOB9oFWUGbOufX",
-	"meS+g6Tl1+CRomP5IenUmX9n4CHM3YzgAJMXHvowVM5xncJ/FNYncT3lJuAjqP3U56S5vzbtwPP77gC2",
-	"45Wlpx7LZqxCbB5ZeVBlUSuZKcts2qlyYYFW1vwuOJmWuENs7uUlfkFOXiNG+Mp+7TvxBsrfvYdNOnNl",
-	"IpwbO0yjomMVtdgA+OoE/YwiBbRrT8AhF/PNux+BR3//f18cn+8OSlczeSeniNVmLIydamgYgWcBRJ3Q",
-	"mKA59SnQoZNBnSSPwGFJr/LGrQOqr8LY76lx/6MQZdlt+3NdQ7a6EJ9XTsPz1aU8h/W7B9N4EIkfVajb",
-	"TLN5QO5BjOsQQfMRwRpC6OOSfZR0ddlf/xGIt04b2AOlyrEeny5odN8opg1t9J/m4Wf0lBjPPAuwZyNQ",
-	"jEQ6Iqx+K5zEqRX9QBNwNa+2evkCVOuu/+4xqDyENNiEO2sMErsjpP4kxO31/v1P9OnzPpqCZv8Tfvi8",
-	"H5CJojLWaR8AS3QsLXWybKFLRhS1hytm4C/8SjSzsCSLzeqZkFSO/TD9DHqihPTiTNQd8rVarSqKJSlm",
-	"TmZpYYS+XVHLkADWaWXbagjUphmax2y49DXi3AZNojXF7n+6EYvPZaOIVdKF1hKi3KlOG7F4fJuN7ZeX",
-	"i/BYgoiyeoFpwoDdGmAZDdRaEawa5W6020ZqFPQltjFZjVUhzULVnHupqfjIzn862nv24mXZZ57KRzkl",
-	"0PumK8AgnGVf8gfMaqzLtCq3qHa/7u99x/cmHz69fP75T5Gw8VYkVw/lNZkj1TDeU3Kf8jFvRIrcLmqY",
-	"5PBrL8JJTK4s/Ux9MZcRyZc6VJb8BV0YGGtCLU3psl45KQuNUGCZEAvBaid3pfuWMM577AgeJ1XDgJXS",
-	"rAq1+7YRfxSehR1fGl1SF77cgzrDcArmQdNALfgsAW6f59U9oafs+DrUTLIs9eYQujepU+FQvuHG7kFX",
-	"mr2T16w7hVUCVAnIbvBNCEa7Xl6w0YDdCDHfg0yUESA3UEsavWAHL5jpsfcSKsVppkPfFS1DB9csM/AW",
-	"6s6XzgJYuCMeN5jbXnShcYjVa5i8MwPAZzmA0Bqog5yN8wz7BXA7lNSZTfCo2+tXbsfYoD+iq2zYWLdI",
-	"cOvJ6588GW1z07+DLtNC8bDio0WS2MM1a3/2Q3OhhiNfbRNEsMLw1Y7BLkPuNDE/SIwzEAU6xQW2mgTQ",
-	"Kt05Il1pVmQgvxOr/SF1JyD+rZ7eL3JGm1wJ5VoBAAH19QTah6pKame/3Gyf5PCgjPpW2slTvtir4zdD",
-	"Ce3B/MLRADuG2vAD2golasCBqLX0MB7Qb7fHjiQbZemo0gcEcwPdYate6nQ+aoeJuViZqVSYYqwJDsmO",
-	"f9uKg9k9oCxmJdw9JUXsfJ3iRJAGn8aIrT7C58S3MmWfPfYURLr5rJULei+d8dmz++qMNMfQG+ww0KIJ",
-	"3HYO22nHQCJEZAnjVs2yMdTvBWHt36E8pCSy1mmUWwvA/U/w71qf7tLaP6Ee1W6Xa7t7f8/XciufQDck",
-	"cYFVL+8VFJYjJ2q5NV9Q/0k+rTkTWZowp7rvCTPmvvvuqj4vKnwkrtEvV5HMMhkqKR6m1Pv2EI2OjzNs",
-	"JNDC4eHbs7SkO0RiX13AdzJfYPYZIu8ACgWB5lBGmlMdBixXd0LvjblxOr6zeEyCmOOobafcTIWB4m8P",
-	"0wJe86bAmvvn0j+n02RP7SHm+YdPB8nLb6Im1ReM9j37p4v2+R5+a51J6Ad/mCfJPSXS76RNCO+rMLua",
-	"HOyvINPjrJCrZ3Z5OT0m53IDWLDBANOG4K0qap7vJFciabuxpr75MtHaSdk7du9ncFa0J98PT6NPhXXZ",
-	"Spl6VMKOEnXuiGYR1hXrkIDJLS0iEPyz/sFTzwgX6r7Ov+++lOKH0yxbtnDJMgn94spc5rkYtzq399Dk",
-	"3Fj7AIy4fZzsMS24Yw4VJNjXeORmNULrNtC7OQEIlPFUjCGrqgT94aa8aijhAszivlLpYgAraqFaj1sE",
-	"9PXdo53yjIAfALqVSTaiDsejZCgDH6GEuvIh7E4VeYogmjiUSFn3ed+3qkQUIiwQUsIMAWkYtMFQtzTj",
-	"CXv+7BndAP020ZnCpcfkK2TCnve/o0sgT1sCJmTCeG6UM8YrOCTVntCwn4jb5y3KzADsqxWAnTSUme0x",
-	"yvuDpDK4PTP+/CbgnsowUcFqLg36dgeMB8CLofR1bHiTQQgjiLNTd+4X/X6PHWF7U3g9KpHiHotTKjuU",
-	"/3b+7m3CpKJ9T1jfmdQzLJrjkh0k/X4fZuh2jL19/6Zs4cK4XNxNhRa7kFbHmdsF2rAeG8FjgJIgQ4tx",
-	"BHEJitQAU9xO351fhApQp9MOJZncMEDMdC7psvPEjN78fpy+1qc8wmOhBTb8HPqSJx7kgtZkJ7Qkf5ie",
-	"Q3yymAMgHVAE6NZEox4tt/uTm7Jwj70q8htveu0+Kf/8pAu5FL1aKbNbOUgB/5kc6mVLc3yxbihPMUxN",
-	"3Ik19fIWBArLtPnP//f/855eBJ/BR7jfubkxoZe1SYYS8DsBPZ4cfPUoJHY71MoKZixf9IABSWUvfROU",
-	"hDJywUulKJk2IDwiuFvlVYIbDXHKQMC5EXzhzZRyUwH17RCeBolll5SmSDkjviOC9z279YByncywKwHV",
-	"6D6ZkbJwfUSebsiwrjR2kDGyiIrmU56l0By/yTNRaXzf+8I5DrgGNYzApF4iFYhGLyAIAISi7uRW5yqJ",
-	"x0tA9lPscMw1ECI0m0CAJ4S3qHxhRti+GCNcdihLDK4dj+/p8xw9ei2mO5ZO1Gd97wCG60tpn+nyuCBY",
-	"Dz6lCvRFFhY4ecqvhzKTpEkAxzvEOZvLis08osNihE3ADCTgAWxn/ePxxVD2er19OsD7n/DD53/Fu/9K",
-	"eIY+qnPQd3xwr+wFRnJ3KLlhE26sU42gN6i/vnJx7Cz8KOzTH4Q1B+DhfrmwOuA9CXwQ9hVeHSmogg+q",
-	"qRKHlCe6znxthvLmK88KiVW3H+4lvzDR/otYAdu8S5N/ADKcPbE+Qe4dDF8qXk8Zn6CWo035yCD4qnEt",
-	"aJjutNkrUcq9Ly0yYIHQbD0sA2zUU6KsoHE2nFnI8VQrqQo8d1rkUKT69DrZCiNtLiOBQw+WAiJNBIZA",
-	"XCRIloigAGVuKFtLClYXFAC7Tj4sZ5tR7RL1FdkxEaxJQ62HEjbNjFV6AUCxu72hjMgcHz4c+b/pxSAl",
-	"yb1pEiDry+pEP1SzDIZ/G0TkTilXfc8y1AKvIUeE3JJgEkqFq33NbwWCa2J7BQY9oSZDqbl0UwRvQMW6",
-	"c/YbgmL5t9JsBHeOGkQbnbMN/kQPElpbw6ivm3XLH0h9yaQT4szJ8JIKdx/XKb40XeyzQ/sIcN3O6m54",
-	"4h8kI3MDRxyjJ/uLZ7vTJvteZ8QjghLplYqSM/jT+Ufxxm8hmDdfipv4MJVkiX1/nTrKlkuxVqMJPOq/",
-	"lZrfTakBL+aYsJCWnTPmd9Ba9qms+Z+G8BsagJftpsg6q3Sb7bFfpwqpZEptkWq0Y6bqToLhW9PZyn6S",
-	"PXbkK6SvqGqj2qkKclQzeT2UkKYKez7OTAmIZcA7NZLKXtKllxOlL8vxI0rHEe7b0x5qmsBXca7DmlWO",
-	"9uESWBs8m3Drv/DxpiaiK3sPiigkKR+u0N3vcNyxv+k/+2nHUBwoRoj4z0b44iId/SFP+xnM/r8P+9dx",
-	"2HE3Np/1zbT4O3AAsCf2P7l/PleqWulTWZW9oZQ+FC0/bZEoPAbwi9enwi8bs/EyF3VtHuoHRh6TYnVm",
-	"6j4KrX0siBYxgZrluUjrdcmsS7Xnu9SpOs/VnUgxfPRfxVxLmpwiO9jfLxtzdGAlCLPWb0gIpT7ia/JB",
-	"vYehHwN1/NQMz0Adcun5Bw3P57X67A1TOGg7BfLKVfx5kU5A3qm3qPUk9H3PLdchvdu74nYPQ1fZqlON",
-	"WqfGvDmVvkX3X9RzrPMB1AQs34+WglRwd0NPGIBk8hnrbIQnDh1xeORGkBYwnhbyhnVTbvmAerR/tAlW",
-	"ZnDLoXIMLnQfdglwdwS9lpXvVeOf6duDUSwSJfwdzFjapnXCQxx3exHY5zIo+X09FhtKw95JX6gyxxSf",
-	"S1pdre5qNV8DNsrSwYggoe4oB3sEVw9G6HNazEXCRrCsI/RA+1IgH/eDlVUT9m/n79722AWO5Su1lqrI",
-	"sJ6TQ73ZaikZZg1h6ZYJqUrQXF1YltldBi3NyN8NOyjFnZuEIZzKBRWKHTaWow1ltR7tnd96gmP0GQhL",
-	"gWhMCIH18BfgAnuiSKAkzdihpNVjIjRlBvIbfRpiyvewM2DDTuh/iT3+EeRs2Pk8Sso+cXhkxrkywjTW",
-	"rfnNaCGBv6ISsgfLXSx0LEsfV1lJ4vFegDqqJOPIAb5NKvD5bivg2P8+RWePKmQfqyjxfsyJBM9XHOON",
-	"VFBgZixAHYcT7hMP4YSyLjbAShC+zX0I0K3JUC41bq71zNr1stgkTORGlEYffc+vcjE6HMrVNKQKZ8LU",
-	"wqU8JMjdHMpRLZ1phEy4Alwv9rCRu1NjLp2KMFoSbkOZqjtfjAvRBtYl4TUgNliaNWkGGZ/ekbbrORYi",
-	"04FH44qPbxzHpB5jPchCBSO7OgcsMpGqMVPkDNfn6QLw/gFfxtBdl5ZC2trXYuQ+KNucVhUAbADXMCAl",
-	"c9jqw0rjwmqOoQfDrghf0sh2TAhBcy2wX+nTG8xYEP+HYWTAVjiWSIRUyop261Mhg5hbOWzFTDzhWSvk",
-	"eXYtv5hbaf1pK2bia/Uowdwo5wVy8HG6WG1AYLR4bgKmawVzHHNfMNEWjxvDjlPsasGUDP2QaaAvcIzo",
-	"SX+Yc4RYY2gyZ0CImN4Jfd1rVGIV4wDCw5zFUZbSDyWi04zo1UU6YFYXYsS4hfOISZ+oWKDdaHrsHC+G",
-	"Zs5DGW6Fc+sBiikbGlOmNxz2oSxPe0S40uP+Sxx4f2q+yhNPG+GPPLX3wlglqY3UOJgyQLAXWlILYGaG",
-	"nR69Pz9+jSTgK3KWQRAf84j7tVtfEX0ertrWjHqFiUttbBdIOHrSZCH/GpvrbcOyPErRbRjNsW8o7t6c",
-	"5FNuzNddd+vX9Elrm5ZbZbaqbzp4dLp5/OLRr1b9Pwfln0qKwKDGdhFOTnI21kpS+Yxv5sm6F2I2V5rn",
-	"O4YFfrHbnqQfwrz2P/mPLaABaxS7CRjw9b3LbKJlM4EVhOwBU4ESwkqqrVcsaQzuNb9q/4scjqoL4+EV",
-	"G36ksmwjQCXabCagkdxY+Ko4J1gh8Vho81Uy1s1X+qUtdV1ffl3f6Xo/4SfixPGmxV+40rQtsQGmJKjb",
-	"X4gzP6CsH6ZZYQ0AFybyFLIOlBE+5f5GgPNOZJrdQiPiHrtwZF+2DRX0zsBHQjDlTmjxxdnw/hUf30yy",
-	"PP9KLMbVoxTVab6nWT/xWfKP+Z1gzvzbrU/aAZ5aS6j62o8SKi1BsPpwenmu8JUyyX4DiZs4w/pD2TkW",
-	"qyR3E2YKaCvli5SotTibQ9Nw6LeTzQQBohKciRfhGIQIKH3ydzh64Cr6Y527UzflfyZt5dwqsvy9BY8a",
-	"H1IgBonIpedOmFSWjXlxPbWsmH95iiHsgz8WzVzgpJ+YVS895Qu5wdpz6GZ3mG/WaqbqzhkZwa2IbCxw",
-	"rOyrb6xwTpEowGJRd6zrXxHq9QGKxYixkukm1v3lT1Yh/4Dc+D1O+p+LHwd/BkDoYygz1LaWBOXO1JOS",
-	"CfHa9Q7XC3/RH9rfSm+x2d3q1+RRvK1+sC2crV8HsOoGTyut5pM6WukZv5Of1b/hfzU3awnpV/pZJ0pj",
-	"Dt4SfjBediMIJm3Oqb2k8BjjFVwrvMGfh92nQ3n2j9j/RJ9auGGr5PylvbA0y0PqQEApiJjw4qNuHmon",
-	"s1uuW7M7tvGV+1/iCF2UiPQPXch3sjLUV4hPHSswqHHPeIL/uoVFlWmrfMpac+5GUf9ruOoPLeujjc/X",
-	"C3268pGkvh8N89Pho2XURBjaWvDxNPE6wW4LpaDW+Pwr0Qvqa0lN19FJl81mBWShBhxN8feC594Qqi/I",
-	"jmFdAzihlRET35wCKqHmYrwbShyf9fsezoaHQQ4Z9072oSTsPMrX5mWxStiDKtzns/6Bm2aQdoRmN5Qe",
-	"wGasZj4FNaCrVkeL96gwU0+GT9ajonzE7xQCWW3gH2f1JQmYCAE8OrZym2kdQVJMdQZfsG/GGfVmZ7zK",
-	"FSot9wMxdo/0tdoxbPmVEvZKybQYW6V3DJoWjqZptN32vOMeGlYYcP+T/9hCx6qdhi+kZIHn0+1zJHmg",
-	"64FYJ3l2PbVJJTMG8qC85VYJdWl1Zw5r42XYrfd5//k9lrxZOWteqy9/diNn9YG1NqvysNyWr1Lobb7S",
-	"L+b2uEGxw7RPS9NOWfOSt/MVaFRue/3kew9uSCn0Ik4l9a4R/00zVZrZ/0Sf1nY4WiKer4HRPBKHcfbg",
-	"Py9riRuUt5VdXNPECOurnx08//b5X755+fzbTVh5zSQ54ZneM1OuxToi+4Fn+hwuekLyKh/SQFd3wsn3",
-	"WJ9Bep0dw8r3octZ94CKOY2wNdleefUnoR1nYRURA+vXzE6hnnCuM6Uzu2BXXKYJm+d8LKAvJqQ/5oLf",
-	"CuNfDRzPoLwMJeZ6+8zvudD0qoNKC2c18e//jFnowYfdwu1dNhaAXg5tW00Jae6vP6BA8pWyU+wxQcCj",
-	"iEPTY6fgHRzKwmDkj+7zsY9MUwad4CkAZx35K1RhTZYKdtDrHUBLBTOUz589C0iaeFkU2+Z8mQYf3wpb",
-	"Ir8vZ3u1pHtHv1/avDkXttqsM3a+tjhRPJ05TtnMjDS3Yg8wQjf0UgPFBS77Q7u3wnu06NXlLB1cmsfx",
-	"bNV2tTL6FgEut58GxNXT8M9WhLL/yf1xCX+0MF7Dkv8uIYJynQO041UxvhEABkVlZNwCw3YWqWO57PT4",
-	"7euTtz+SEMugEhhgUpabtq/fjs226pqleQKSb6zADEv0GPpjdbQvRrhx1a4k0weHC4JiseyqXNrDJ6jc",
-	"8+P/Xk2B1pHPmQAVKj2sHqyq28eqGyEho3+S5SHRR6AjCAyLx+4Nt266D4o+P7jjm9IApcXHS3ypjPTu",
-	"Js7mcktGa4mlxTueUzkmhSsK2uNUSFRh0+2ZUjOnN8I6rXMt2hwdvHN/6VN2+V16VFOCEf2+3lbxV7Gu",
-	"mM3tosFM0cJN++mkbIOVQofJLGkK4c3YKEwMEP6n6o7lCkLcYijLG0KlsgkADaFhU6ax9Ry2YWIja3NC",
-	"egqoD2M1E4ehp11mGZlFzpaZ8DwvEUXKpuM7ZigJo4Q61rh5fJxneuFmOsk+CgL2zADRCxsolNvhyGMx",
-	"lFbhtEEkC5kGC0eSWXPF07K6PjOsYsvAIsCcEyZ619XV6gH81SUAXRjTZO3EaPoJIk8xcv5y3HzL0/R1",
-	"WEDl2W57Rut2D7LM9Yl6eMlTZnS4J6zz/eIse1FPLsqEGU9FyGdxS3R0ehJrAuxOqhFjLerY5bQMa9Zr",
-	"Q+Kau/9p09bcE36vpDV4u2al4ZCNYAFDcxVc4QSRiTF7Wcmx+J2UCy4dNSChoDaG83Ozpf6MGLSH/pfb",
-	"kUXtGO1/ytK1Vt+ZuFU3FWLZZPHh9Q+2+HAYrz8dQngxADsfoCSR6m4J4LvVmYg0kK8bGlm61sCYKD3j",
-	"tjPoFAVc2dT1/k7pm00Zxb/SNU8cdGjO9gX3GE5imVcd5TnTFJ538t5fVY8duNlv0KuiTMgH/nF6TwZC",
-	"Vn3I78SK6A2j9pZf3d8v7UKGZl8sk24Dx1Cmy2m/2273nX/JGu1v5C6vhV6lg81OJb28cA+oX3f6sNM4",
-	"u6nmmRTpbrkgaXiQOQzNwggukKAuHWO6EoCdWkMm3LhuU5W78xFWbs2abmua4FKevO4ssyLYjgBH3ghy",
-	"++PxBXN3lbjlWfoZUp9nXC7KhSDEpUGNiBBGh7rGhkszxHP9W2Esu85unfWiroWdCo2IiiTM3KIg8i0h",
-	"k5876wZaE6fUXN0DCaOlHJo+4xuG5sXYl01NWJYaRHKeY197N44ci91DQMlIWSFvpLqTAJnb9AAusce2",
-	"fwZaW1hDGg0nC33k17hFszK/SDtusk0QyFlq1gol6K5dk06ZtC+fd9YHNqFh2Ane+uzFS7iY/iyv5lrz",
-	"xVM3DCu3e52kCvQ0UYVMv3QHsV+hsrhC6xKa3aCZu0TvqakQUGaTss81T79i3jAVXNsrwe+BMVsZuUnm",
-	"/xRGfxpxH8Y/E3OlG8pB+0/yuHwRF/C1Ev0HSCncpR3jmGGm0mwMAkgKA4D+StvHJKoYZeBTzCPRRaSB",
-	"tONgiGaNj2LdO3feoLX/ijSi6WBkftcxb2iMvvYWuIJuwFj+JnGClbvAWpeaT4ArDnHtUi9zrrgdT0O7",
-	"fBBr8JXvSXqqjL3WwlTbyEMUy/04E8bwaxH8cAE8b0WUem+aSHvsSOKyVfHcr8qJdSsvSIIO8aGq8mzH",
-	"DNjz/vNDgLR0tmcWhpqpWzcj9/t3u+xaWATK9A08Mwl/amGKHONxqUIgRUCnRUHsnmR67JzgF+Hl+Mwv",
-	"DVZ9ZoZNuZ7lwphBuf+h7wIZxP5NHI0QvEOGgntlN8s1SpbxHQkBl+cFlCWEbyEYyI5Y4IBsxhdMZ6lg",
-	"HNyy3fDLblJpZgRQ/IFMDqHH6XN0cs4El+hcwJV2M69sQyo4dkKYOa1Iiz2vbGKtBJLdnaggfezGoGXd",
-	"WlXUjacxo9xDvgeYoy8dryoffQZ0to7NHpKIBXoErdGKGYpeOJNfuuMoETnqlV5r2PEcO2QULSnKoARX",
-	"SIw0hwrXeFRe76YsxoXO7ALY+ZXg2t372wfHsDEggIy+0Hln0JlaOx/s7x88+7bX7/V7B4O/9P/SB+ZO",
-	"U/oUAraFNBDMpb/9VFd7mEDfRkxLx05KcC5usjzHL0NDf98wDFDc3QrJcea4JMG2w6+zXqWBDAwceeJ7",
-	"gu0Nna4PgW+5b2TKCkOejnofmthAlDZKDpJayQKii/p8kMpwZc7l6nhn7cH9KiOW9fCrI57WS1XL7owh",
-	"sR/YpalhCy6tI9UQRqZbSXxZE92srmUIaK6O9pO6q2TxQSJUlYEaxmeOFfswZ2XUSuZUfFjg4ZFYWmWM",
-	"Mgjx+cPn/z8AAP//",
+	"7L39cts4ti/6KijdXWVpNi3L6SQzLdfUPu7E3e3d6cTbdqbPvaMcCyYhiWMK0ACkHU0qVfev8wDnIe6D",
+	"7Se5hbUWQFICJcofSXr2x1RHlkgQBBbW9/qtT51YzRdKCpmbzvBTZ8E1n4tcaPjrOM5TJd/yubB/pbIz",
+	"7Cx4PutEHQnfdThc0Ik6Wvy9SLVIOsNcFyLqmHgm5tze9S9aTDrDzv91UD7oAH81BzDy589R5zjPxXyR",
+	"n75ueE6abHzGROk5z+11Mn/5vBN15qlM58W8MzyMOvlyIfAnMRUaHveq0EZpe2ciTKzTBbzFsHM5E0yK",
+	"j/lVDBcwNWH5TLCFFrepKgxb8KnodyKc4d8LoZflFPGWTnVac/7xjZDTfNYZPhsM/ExMrlM5hYm8VnNu",
+	"Bwu+dII/Pnhx33CTn9wKmZ++/lnwRDS8eJq49824yZmwd8CfcZbaj1rEIr0VyRF8aXIt+JxpYYq5MIxP",
+	"cqFZmvvVmeGT/MvYSezDLPZPXzevUmiRKvP/D1jztenXBmcTpWnOhuUznrOYS6lyZkTOcFoG3wH/YHep",
+	"NOxuJiS7VvmMcS3spU37bBfnChbnCqiyDRUOglT4Jp2nud/71cfAj9XhEzHhRZZ3hi8GkV00HPqFJawt",
+	"5H6m1d9EnDeQ2YJ+fTCdnRebWIUuHoGUL+KZSIpMbHiOoUse/rDflL4R+sE8qSjgynW6tuNPMnW34WXu",
+	"6JKHvsxne79ZKGkEMPYzra4zMbcfYyVzIYE4+GKRpTG3h+pggVf869+MAv7U7nFuXHhi/YweS3b+4yv2",
+	"/fMXf2Q0eB+Wge4FeXOtdP4mNTCbhVYLofMUZ8ztT/ApzcXcbJsIjHQuYqWTzme/+FxrvrR/V5j8Ojc5",
+	"vjaW3ylZMkPH+Nc3sdyWv7o5fvDXqWs4WVbAVeaz/m4oRYefVsePOhwF41WsCtyj+lRfiyy9FXrJtCpk",
+	"YhhcJhJmFJtwXZmxZwflkGmyPt6FyIF9csnoMnaTZpkdaI27rY8c88KI4GskXs6t/XSTysBExrgm4yHs",
+	"ASyslU52XvAD4zKxIkov81kqp6yQCcifIzamidOtdvr2TiWFeyX7NkJadvnXUoGh3yqbV05RFXms8Iyu",
+	"zDLB9RfJOGJKs7EUIjFXdkm0lRD2DVCy/Mo/ko5j2B03TAtu+VSApiLPkEOrpQU3DaRiKVGYXCRXPA/v",
+	"7N0szQRLc5Yadi3ssvn513Y44bnYz9O5CM3O8vHQ44uFvc09vM1YK6cHCCGqiKNS/wHR4bcKyWz1bNRm",
+	"sOEIwiLBqUuS1I7Is7PKaZzwzIho5YCWq756/EAkG5YrNuq8N0IzvwtItKOOXdmKinM4CGuC4ele5Dwv",
+	"TIBjrLKFDYexPmWYlUgiZvdEFTnrwgHDQyUsD7k8/fXk9dW795c9oOkAO7AKsf1DJPaCOxCTV5kyeZCc",
+	"v/DpeYQTUrKc+x+UVdFQ27AgeXohEBB8rcQdEYtl8YuFVrc823qbuw7oJZ6JqxsRUK+PGfyYMJOLxZ5h",
+	"9qKoo2RsmYlhqVwUuQG9WQujslu7SkNZZFlge/AxxtP15idlSt0UiyH7+fSSddOcXbx/9erk5PXJa3aX",
+	"WlXdkmyul3uGqSLHWciEaS6ZVCzn5qYXsV9PLy7gZl1I07OEdvbu7P2b48uT1/g1lxEzRRwLkdhjKxN2",
+	"p1WOZADD9/qMdAI4DDA5mIA9PzDhqkj5+fSyE3XsUztRxz8qKFgSsbBH7gr33Ss2a9etqi9CJjtx2qgz",
+	"FVJo7ihs3fij9Y4LrcHWK+SQcaZFrpfOKoS3hvfXwuRc5wz+a+BHq1BFQA121e02iLuw+uHk/doUJanB",
+	"6z+o/OpaTJQO8JDfLHvgwMwSdsfTnHWTAl80wun3gKu1l29ESM0SIqTerBBxSaa0rjRoxOxLsv/83/+H",
+	"3fKsEBHjprJonuzmrJtrnmaW80hxl6VS2FO3yHtHVfJjWoDCbtioGAy+E+yQzbiJgEoth4SnRYyzf794",
+	"95YB9djN9A/cw1nYEwxf7KcyER+Z0onQnuSBAUslq/pvybUWXAsZVlUWVgCFWS3smqcp0LCvRWyX5uz4",
+	"/cXJ6/a7tZhxlHIbrRK4qCYbVuezLKcDhwsEG0/tlon+tM+0sG/cIHLgHOx4IO2jriyBEk3VJ/SzumNz",
+	"LpdA2HjC7mYqoxlOeJqJhHWVvLIfCy2YKYxlJT1UenUhGSw/+TVSa8EYQyPFSk7SaaFFwmgC4ZNqSaLJ",
+	"8CgnCJSbr7OQkuNYomTdQYh5wt29bY9vcxgrN65zt/U57bkzd720bCwXtM+fRh1/eEed4ffffz+IRp3z",
+	"92/fnr79aWTVt894BHku8Azao2H1BA7HJXhI4Enra/hOCjAsHYNFJczPDEbPZyLVTvkyEe7f+gpPUm3y",
+	"CA995evU/s8f6aH9m1viwHHgJpxBl+dsrkzOng16R2yi1Zz9dHLJ+v3+Ac7KHHzCD5/xXrjLMhLylFqp",
+	"CS4rxs2N3Wlwn7Wx1C+5uQnJOFiEq42GOm1txVNrLy/XFJax2/Qi/4a3/tny1AqrG8NtY9QxvQcgeO4t",
+	"g0jl9GoSmtxvM54zTgyNdZVGcZTKaY/OgGUvdqmGrCqyTAE8mzQz5u7b7n0A+Rl5Mwp4Xu0Q14+UI8ug",
+	"LlrRH9e8OH5qdOATEacmVdIvYyHzNIOvE2SYq7ZLey55vQyKlljN501ix03H/uitfJiyQIcdMvKAPray",
+	"nn4ga2luXKb7GZXXyxDRKFo4w7q4jsdnpyxXN0IaJj6m9pQDD+BZJjQIeNAgRDbprViaoZBDbenuZZWS",
+	"m2TNTGkwNwsjdMTM0uRiHrGF0HNujz/rcmYWIvb+eSbFrbWeC9mLqhZlVNqapclq+Q2ascFjGatEhEwL",
+	"k/PrTDChtdLMXkQ8/1f+8QIm+CMKU3PykWwBpdmpvOVZmpxlxTSVFwsRhx+pBd9VA4B5BElYfEytpZiI",
+	"sHybpDI1sx2fht6+Fk48a+DvaG7KYn4tdHiy99ONeC7ayI0LuNByYqSYNGRZrBxrcMbTjN2jahv4oZns",
+	"36hpwBlj8kTo8E6aPFFFmE/lupCxfWZArulCoDBCu4Fdi6WSCRqkH0Vc5ErvGXatCmurcsMSrRaL2mm4",
+	"VioTXK69PU0ocpOuzmPDi5+LBXkhdmBwniU4NmyZgX00HDYrFxw7sCwWD7SdEJ7yjt9VywdAihAjCJrS",
+	"sX3dYhFgqeAoYCaHJXKq1J5hk1TyzJpQSueoNi/gkO8ZBvQNOs2P9qL0H8IaavlMLNFbkEoyktoqOa9w",
+	"dhe5WNjJzvnHU7ztT+uKz67sK8ihFvY9tb3xf/31eP//4fv/+ED/Dva///BpEL387vO/bORKFenwfBAU",
+	"JVvY1MMNadg6r47jHpHFaj9a/QVt5sgdlLp53WdvQT5yLZiQt6lW0sq+/VuuU1hLEJ9HqDY7g1wmjGPI",
+	"AAzxXE1FPrNCzKnIh+zX9IeIScXevn/TZ6dTqawpBeq6speidWDC9nKNRdX55I48r2Q79VX7wbIFkVjL",
+	"psowGixXx5/uP0aNkW1lP3byWxnNOcUq13ntQisrm9dn/KPlQMg0qzNm88LkcPjRxCojQFtm6h60Ya72",
+	"rO0WzNNTs5ujz2prvMFfFiuZ81Si4N3IfNyFMOHN0Tghb3c6sGtrM8vzxbYJ/Xx5eebm0lovQS/zA7hJ",
+	"xc1JHmvnrUaD11pjC62SIhba7JUuu7fHv56UPGWI3IJrnd5a1mLITey5C/PcBW7kJLcnaSbYv7w6Pru4",
+	"PH57dfr27P3lxdXr0/MDe1VLZ5tVza6mmsfiah7wJ/yaZllqRKxkYti1yO+EkOzi9KfLk/NfYR4Xpz/9",
+	"cvrmDVMS9eeWYd1N6l2Fya+vtvPJe9daIuKMa2FoEYmBp7kw9IUql+jd+0u/RuDejC23RkdneL3aHysU",
+	"9GGvZUsG4+JhwF+kysHCl4plSk6F7llLJsRltkV30Z8bXuumyOvuogP8AOAZCj/p3ur09uBt5dGV9/Vb",
+	"UrI85EWlht6SITdkj5ADrX3+SIXFrxFQOLYXdqX8wOObSZrd00cgZNLebFK3Qmd8K/d9h5edqSyNl95E",
+	"u2fQHu+FiFTD6+fxTCQt7Yd1/6jdLEj8YNd2pMgyriJnZQ7LkIkUlC5Oqjzr3s14zs7eXVyyg9vDA7c7",
+	"B5/S5PMBXZPzG4GxwExNDcbA41khb0zTjXAd3hbBeb9W+Szk3Kom1+yUlxp1MjVtT6Fv1PSVnXHdnnj2",
+	"4uU6u9N+9VuQPG1VUwA7bbHP58JAouKn3RZnfUG8MdIq5yx6JO3wiOXWAJ8oq8mDbm83poXOWHm/zfzq",
+	"FY9n4kTmmMu6YjXfx5X0cZFqYZpjbSm+pctm4GyW5qw75x+v+FSUDvA/oxuuffiN0gUeJYi6tkpaGKFv",
+	"fdB6o4prF/S8cn0pLtfVEl1I9Dsu1KLI7GJT4nIwSNccL285yK3QJmwRrCZAQVqFu7xcxK3eqZKcwtJP",
+	"SB9mbOetKMlze+7k5ndyj26c9nl9k1cmXqPrllLwTjZluCNBwQGIKdxSSIoLbY+v4MC1w9b4Vs403EHa",
+	"/WplC+OoFKO2nJrYynRrTAzBPLkRSzbjZkYOENSZwJGOUQFv0LiUHDI+iKYicFKkkooaQFWDa1BZ67Nj",
+	"Bq4kzHphc5iRV97JEcN4ziD1x8UnXcoOkeu6TCQ2Ew4iW33Z5/FAHNXypohxHxRjprAGl2GjzrPns1Gn",
+	"wq0mSjt+tX52hU55lv7Drl4tfT64+q+UrOS+GJ/zwucCVh0lhoA3R0cUuHoM5Zz8dnx6efr2p6sf351f",
+	"vTp+9fNJD8SH3TNKfwsbAxXeUJ/PGceEV0hhFcshi2dcQsjVGkkgsQpjKVllidCMjtl2InYPDFLuLM2S",
+	"80KeW84QClbH9gJgn6CRueR0ygyauNSDgFYUN2ce1UbpPyB3qRr3ztm1sJRlWK76De4Esn4CIWX7muAl",
+	"SMRHiKHnBt+xTGJI5TSjKxvSFxrTmXZLWclD9S4++wImoIV0aT04ZYq5MEyasqvRpVyuqMzeCk47HFL2",
+	"xpuz2yo7gjN0bxUkq4rvezfr517RtPX9hPwilyhTrolP+VuJmzZ4u50u4GPKkJcJ0TiIEGwPKMMIjcFk",
+	"z4Hi5Y6S45gc05bPAvNyHExJZF4zlSWWaDNlLSdKlwOaKCT8aOx6VLPDC+mCjOQRly7iCoNiZJocZrGA",
+	"zCKuBZsqKXrrx78hqfTVyRuGS8XEx4UWxnImZiUegzJEl3uFf/QrPrYjxlmspMm5zCviIRGLTC1HHfsG",
+	"7t0hFw5LJJAz1Xb6+5eBnXbruOHcuRXmm9b30LLqw4H9vwYeYXLNczFd1uRT5++FKCyNr2RLw9fjIWbw",
+	"4DJBdgpk3WAyyX+8P3l/8jqizJ6U8oKsCHKSn7SIyP4H7Fm7+nmhpemzccxlLLKrVF4ttJraDaEiCinu",
+	"4KGU8AniH2RglggDElPacUgy+Gc4kqFcRW6UZOO4pPNxBKlhFJorJyDFnTB506tCkvrxD+/OL0tlJAoO",
+	"X83KdYu6/o7ll/jc7QcZFXVPJltO8y8iYOXNQG6bhrQhPJNIUZFbZdjL9hHHcgIXmcpDinyT8dZQkaML",
+	"CVti1c09wyoLjbs9ExkEjOyaHGEaFV4P4rn8HdKOqluDHkL7dTCyO+cBOe15HXGxG7EEd479nvK+SJW2",
+	"v4RPnz0zwT249Mlxh4MBoywviPpmqRS7hn63bwQ9YQO/sVe0kNeU++XpsxN5Qitft3zeFsJ9I5IpmlJr",
+	"7HwHW7J+ELb5UmHsLfOCZdwQd1uVM44M9gzD1XDJvULvmWa1czc9bZHxOBi29w+CKzwRdQ+tlAIqayDP",
+	"Rnd/KuPmTHh6w1ypG9RbkYVYpRVnAgkj5FBo7+i5T3haLRZBqj72k7S8zk6HBIU1cr0+glPfqGqEbSpg",
+	"JDuTAfwK+m2Lc2a3poFIrUhP5a5+/kY/WsD9dPIfEXt7ErGT/3l6cXkRsbfvLq/c558uI/bTScTeXEbs",
+	"zQnrymIudBoDazx9G3ZP8awIGyqYarFLwDooJ9Wiaa0qUendNN5LzGLH+8u0nXTOpyJiXE9v0aUPX+wZ",
+	"dC4sVOoihmK+yJc9rCEttcqA3bpzwP7B8XOYcouwG1wWXFc42mDGt4s4rZ4TZ99LlkpgVWMr8ccMs6yt",
+	"/ThNTS60SNjYGe9jlov5IsM8+o88zrMlaOCURbO+ss46XnEyLHCWBDEhtNX8yNgUqNPD/q3l2lerTqyx",
+	"sJVt26v+gvRteRWR4KZbXLW+Cwn60vyW952LSTil1m+YOc2xJH/HGJl3yJQjuWhZwz7y0M6tb1KaiPlC",
+	"5VbmhgsD/QP3DDstL97/xeqD1vLKZ6mBGN6QNs5NtuKBPEDvY1UujSSYDGnOutdLBo4O+KGHbk4ICnJp",
+	"7sABh25InmNhw5iGGDNYrz47ZvblNNw0klosBM9T8jlynaX0E5Y1+lE5QYfAo5I06Y9km+zq/ybrAFnf",
+	"s+Y6aIHXDwvDx5kI/dbc+Seukft0gfbRpW3/nvA0M4xnzkuxytbLyZcBVcyMn6fS/b1F5jVbhDBzB2By",
+	"P+Z8Umet41grOQYxNsaqaZ6N149xbHlBsbi6S2WCG7siTaHGbJ4aY2118AJJxRyOioZyWgDFIbeiC6Mu",
+	"4dulKuQUlTkJ5/2IkSsDprkUiENROTovgnUJOqS8/5jeiv1Jai1HewHrjjp/OHjB/oD/P+r0kJu5m5Rm",
+	"3f8xU4XOlhH7HwlP4d87IW7gw1zJfAaf7KyyZbuKCbeyIZ3Sxygso81ZJrg1Go2d5/cDM+r0jqiCz64U",
+	"z9KpFAnLFfCB9zL9yMRCxbM26/O3NM9Dca0TyJtK58I5Z4oFPiA1bF7EM+J+3VHnECYUlXGNRGTc0pLz",
+	"j2EyTpvJhNncMaTb0lKAR/L5SxbPuOaxNTwjZpRjquij3KP6lQkat9WcZUpU7v51v0xZfv78s/u+92//",
+	"8pgZMPfirljfGgotBWySdC7+oaQIFlSdHr89Zv8ABqW0O9TdUeeksMf44Aehs1QCLbmD9f7y1TqsRKhA",
+	"7Z7MPBAD8EM187ZLdSPkPfOc7hHodUS4eoDnqfSr0oyu0uD2cb9igrl9ITbnSywG9IFHpdGCiOjk0E2t",
+	"XUIIyrQiZQJpOyrbanKf22satgzu37BdOp1Ohb7nhgEAGimFO+7AJM2CrOyY0YmByMBqSGAMjxyz7ifw",
+	"NqZJxBZ8mSmefO5RoACu6NO3fT5Xhcx9afxg4PbPbRsi3JVB1nbRgba878WgwvvacLc/rXC3jdyyCV6j",
+	"5GRNJuj2NwxmzOyZMigDCdCbNqkspgZf6agzZKNOfXfSZNT5HMxyfkSmVVLpFgYG2IEOTCuQhxIOLjrY",
+	"gBxPkleQpAJQKszZQGpHPQVWkM05OMZcGT/hjCE1gtsCVtY+EhF4wPkFa88SBbmHkxSRGaumWxNQU1P+",
+	"09q0G4o74JrtDgl3YWh1f+SpvphxxO/YgcnciXQ6yzcy6j3DjB05Yof9vtXVWdcJycM2EW56RHDWVu08",
+	"cTtfnxmopCEuAEgbC26NV0l6HqEOsWuVLOlgWMOsb3KxMH89/NBH/1Vw+efCmFb+IJxQeUPwhZS22uKO",
+	"NsePXNbTkqAC9xYybrPU5OxGqjvpcSZIC+2m0uSCA6To2KV5j3tDsAlgrAUZ3lFZy4XZC87C3zNHUKlQ",
+	"zxCJYIQyE8UN02erxtFEq7kzjqyUHffZia86mIocnczoS9hQxTHmZry9igMrFLhBaUM8EmfpIF7orDpG",
+	"CgNjfAxC4HAZS00E/g4sJAMPrP3Fsj8e50BefVZJevGwR1pUUF7MCvID6/71A+6ZVLTod7M0njWkeJ28",
+	"7h35SJqDGCFwQePYFqwp7ZAnDswwY2NICRvjKsAKz7gps7woRqzuJGUXeEQhghdaRR3SAgPuMlt68iAH",
+	"TZICv3XZHH2Gjv49w9wunZ+cvTl9dXzBUsMOAz5eU4++n16e/NoJCcEgddQIA6oPEYkwQCMV15UvHgpT",
+	"eO6SkNaIJsgkLKEHDQvn36rRCgQ/MAm4Dgvk6xsHkeWj6P2P2AjyVvp4M2TfEVmicmJg9Uvvit8zBOhy",
+	"cXnJ5/aZDSmyXmsOJO9YFoMAB1F4ilW1O+CRt3Rs1y7LRMiEpxHRXoaTN6mi2WAs+fji4vSntyevI/bD",
+	"+9M3r0/f/mQplVBhyhwE9JADKorjT9VUGp8RYifvk66HUDUEmQ1U5g2BQghIsLcqL/MsaUprKQ4BEbfG",
+	"+33J3e6BllmeL8oYC0kze84QxM2yGjh8xkAxsCklsF3OZx8/9tzhNFH5Mg6OFsRiiT/z8jn7Jf2h5zgy",
+	"kezYXjQu8/drxWSA+snZi48fkX3kmksDVR5YKg05pcBT4MQSOzuqsFl6ESRgB03kUVdWUDtUEg7VEbL0",
+	"w6I/c5HPVN2n0Pnp5DIYka2ueShIVYVSWjkThW6Adrk2Kity2nOl4V/D3p+/2Z5ZascMaR0/C67za8Hz",
+	"c7HIliH0hFCQ08M9EmBVrlVmD4YU7I7LvEwaqtrcLSpKNvpuYSrb3oEqaZrry9ZPEK++DNbWYZg7qoI8",
+	"lVXj/oVWwzEtX3LXYH2opK+5UnuVmBLNUxkM9F9WS21Sq6kXOcReEnUnh5QQIRWkl9llYZi62zV5Gt/U",
+	"snaqFTdrE/KVULtZFwnPeSBWgxyHGyhMzYWk2AJ7f/nj/p88d3j7/s2aB+75n1788WUwd0ILPq/mjq6i",
+	"cLRIHYUhIpz0hw2LYHYF6fA3PW7V2coL0GNCM3/b4FB5/fZiP+PXItvP0htBWIYgQV9+V3GtWJFLjpP9",
+	"DxHaHxjfS5iQoOmQKpKJnCzxJJ2iJlLZv5ffrTqutnlsXh5u80fXHc1NEGEu0pKgHz9RANtnFcpauNRd",
+	"BicpT7PM5112L8V8oTTPrJKHj2QL+8xUmN6Qjc1NuhizNI/YjbAGnBSsO74uJhOhr5QUY4yiZFn5Lc+y",
+	"cQ8rDaxa7ro7UEqnS/T3SZ9dl7kJ8nSMbgu6VS7v+JJ1xzzL1B0OXE3+s3PrRJ1yNuUfPMvK3EwYuRN1",
+	"/DDBXEFw0e/KB5ykXSdBVHStMWmfNI6gAFRWQ9mwWVYDnqa3gpDxQE9f9aNth9tqci022h7oxfTmLNpS",
+	"Y8qWXi2ZH1s97dXJmzA4zFUFHeZqEzxMeaZbhT3gm6oyQyNV9t994WvI3f1RB3oPfGiFexdiLNV4TSNJ",
+	"YDOFQA6Md3iy6yUxH3J8gtnkScOq+6SKJszOIejUPHPJhAFPlv2JUmvsadclyn31oGBudyfqVGuNzk8u",
+	"3r0/f3VysfI91CB1Igdc2YlKVMtO1Pnx+PQNfKAs6k7U8aDfnajz/u3Fq59PXr9/c/zDGzvIb+/Ofzk5",
+	"v/J3IaShHfOX07OzBmjjSoeJFYGzGd5ozuNZKsW+FjyBLypIRxTLv8KCN6nyq4kqZBIBommWxmHjMhE5",
+	"T7Mw2ok1ENoLv4pHMKAHpVCPEItGjIaiSTtP80xssA/W1+r9+SnTYiKsDSicbU0pNXbVV+mwyWdrf3XP",
+	"93MkBKrgiUKn64UANc7sjKKfI6r7VtX08k1Y0zsrrrPUzMBbf7+4VajpBTY/8tlLLE1YF6BtxcecXaOy",
+	"5831QMZAs9bwv0ajj4PBhz8AKy1Tf9DrBgmsTXGcYLoV1gbwxUJIkdCZwGR0Sno6cj59w0xxbW+9FlaK",
+	"ryk7rQKlGKnZjXXCFP0k7CG2qvS4FvsZH3lHzrMXL629H2CZgVTSD80UIRKgiceppies/yAwM2D2Cu1j",
+	"J2X0sIIuAJGcO27Yws0uojAQlsnarTcslXFWJCJhXUkQFpb9S6Up9tM6nFwPXoU4UxhAqinpuOXGr9fr",
+	"BzO2KOJkKktDAafISdZdwHtCtioG+Ny0aSK1fdxaQn9WmFkZULwPZ7m3ttcmU6AM67aiCFSDt2cY7J4g",
+	"GI6zwjihZT3nufBtzh5+MjM31C7ltqFUg0MTscO51bUOZ0Gl4cHdbGhlXBu3Bai2lXfe2q7GL10Y0+GR",
+	"OlhFHc1zcQXTbE9f5bZuO5/V0Te+5f0OnSeIFZ6DeMmWUS+ETlVCjgMsxhxgUeN1Ed+IfM+wmC94nOZL",
+	"7B0iJtTwap3GFk3AEviQIdtCVp83LcB7I3Z1zhMqtA9qVkNmAFWEwHac2V2gGEM999qHbVOqT0oes3r3",
+	"9PIEgecgFDms4GxiPJC2oBIPLFN0fL3nHiZI46UPS9FpXobu2XsEibeX7CO9Hnyy43zuhfmDTPO69+Cw",
+	"YXt8wBt3ZGtVcFvr9pzKMLBL4f2OD08SqIBdx/+0Jun78zdunbwX9/jslBTPWZ4vhgcHh8/+2B/0B/3D",
+	"4feDweFa8mhI8IFT74GBkqbkv4DDwqhCx2I7T/MXWsGYqZXtfR411WZ67z61GPIAKW6rnz3fBWuBtiS8",
+	"5Qulc4Da2nGjZy6AAfdl2btJZ/jXLSCdKzGPzx+iBvQOqJ/zT4gIuRq7YiSAZI2+TKhJwdp8OO/gF6yD",
+	"teFwBLnmhyTctSHT0EBRJOSQBC5uB93DPA7jwArMHajahHSjAY5sD2NG/RIQrb28q6PYPaw+gB69ZX+b",
+	"INTwXe45cxo0YCGEg3AEnV3ug5LZErs8abHIlsMqatqXDdW5dQgvY+XI7yBPXzk9QE0mQD/XS8rNEDrC",
+	"Rhyutx8VmFi+Hqi3WBRXc8BiDdSvnL23ZAk/x0qDQBgMBuzPmNakNFam7NRKOOrMxVzp5dX1Mg/ZrL/C",
+	"r/axcMHO438Or7E14u4ndqxWcrUNW00xLfatRQzRm0qrz0TdSeo+DYrDalpvCc22mhu0vdoj+KqUhu2B",
+	"X5I5AJUCcK0GFFNqdY2kEnSHnmMyZjvWe17Ii2I+52DNh+vcd0AyjR0g3hq4NIEHbUBB8kAnwK+rWUom",
+	"wtZJYhFRphmkQmHKRDtkgArcVAij90tVvFHrLBHM56QfrdRKJZsoHYuhC1kDobmqGyhT59S/p00jBvv0",
+	"yO/mOh/7gFSzIg2CIMuxwtRzFQJMJd8SwHewLqXnUY0kBP7G4G4K1Y3hVZv6U0DalEtwpetddPAIKzC9",
+	"ieFLK8vENLyjTAqiQsyVutNwmf+u2KCUDr3l3DWwgNo+mI1iOewvdNtSSQiOHLTYbngiKzTxIEFZyNci",
+	"E2HsxcT+Ihrc5ViJUEK+GUaXR77/HLUky3H3DdToCZmARvBwv5+bXcNreW9wsFoa2/cbptUdzjfhOXcH",
+	"CH30++BA8RUiXHrXpRU8mxDuGlt4t07fuZfPmpJZdnLYbugD0HqyG+HMGxBMEAM82UkPXN1KsEEpSgoR",
+	"1Mg3dyiDni2gyxsRyyk4Bgu71X18XsindtMVO8j8mgJxz3rl80Ke+eaeW2AbGa9k5FsDb7LTCQnTSQBz",
+	"xUMRNkz4Ip3K9u3YmmS963FbzAU5baRCn5bIhTZYxQ9pq3O+ZNeiUhY4/vR5HIz/V3YkEBH3+bxhmIWy",
+	"BGsNdOvOsVfopjbjtUserVVZIhb5LAxPlQix8DxfCpObIXMomfarUinQqpiimAcnkiMZqm4S0lro/8oO",
+	"y1zgwybYvI39S3btjIw1Yk1xYR/BI/4fKvfyEq+hQc5WdG6sPUmEPz8k3QBNzQXNWddt855heZ5FTFjt",
+	"ipCRXC0URebpxzLmDH0asVl9td8lIT5aJhDRppUHuZvmbArJaAjG4fYJgXOA8m7EIm8PItUco/GMZgtX",
+	"I44EvnjI7bva1tIXLMgaOCJIjpWDxEb2TCajzpA9A381gnTZFTkEHKrHQAjbICldbl+DQewy/8CqXSG7",
+	"MPixSykMEl11TEtM6Vz4tUqNo+N2e1opEFx/iDspree9e9ht93rRvyAEcqhsNKAMkFvWtVPdJYJ3UdnU",
+	"lSKCAj1M5ecrnmU9nw4Swucg0L6Stfrsy1xZ7sG6tRzKgFq5BgPyKLLBAXdsxM3YAGexXvMIQCRX7VBL",
+	"wL3j4Y6h4yBCk9wJLZiHmZMEVJ7Hs/1iwXDMtu2PGvvSW93OmhMA8dFgKImPOXuxkuJrWFci6I/lv4gj",
+	"0Qu7RzefvRWXyVeCv1i3zbWIrVBtTgipcJ+M54QhayKGCKwEvrmqCLRSfd2hS8CYD3i6b9LFQiRXlbVq",
+	"S1dk7tYyrJctiagKAPJVuF4baA9PCSUprbENv/Fr9F/f9qZzvL4DUckO78dfjzegyxP6TpmvpcEzhj2Z",
+	"fDyJWkCSL89rs3wuEjbGTGpHsZhNvY9fvr98hdKTG7ZcLpfzeZLks9l8bsw/XNp1ITNhTIBymF0IiBp6",
+	"ZRkcrdjmOdBHoRTqnuE8iGGseiRXht+05E9s7LqptLd4vaxt+5ab3y8hf30YtPCBiuCqcnb/7KLaSJsw",
+	"+C8WIsbKpnuEajZEaSC5I/elxVTAvlIy3O/sVOuAt+0ZOH9Ddri/Xu5TqVWISlZdKfXxBT6tlhFeMrhs",
+	"bXoWrLsYXT+MsrD7qIagAA7TEhWBioxp6iUaRBiLNLATM5FlZYUu19PbyDUsSViSagG4CK50jdMNVYgG",
+	"arrX262NovNsuo7Na7N7o+S0ChAPvFJNqJAC725o9XI4mEOxufSdFhfcEIWxX07fvDl57YvvYVF9BUPY",
+	"68HjmWjV98iFhSqtV7cuOf4cMR+uPLhO5YGZsf2GdvH1Xg8bGVsuFtXWEHg3oQyH8OOxvBRybFjlyiMo",
+	"8IJ+ZzOVJbvAlztI42B/2vv2oI2VZ17bu/OcQaUoB4mNh8b3ZWbQdhPAHtmUy2kPjprQc+ju7bp+kG8f",
+	"WgcQnhIQpEmvs1SGm7uB28vecRVSLl4f/8TmKhGQE3FUBkQgNooGLzaXw9hzAL1/6/Fyp2JTXNI+bshm",
+	"rpGS7wRBbU6cKgNuHCXZ9bLEUgiduu8GptJgCYeaVPyhYf/WQzGPJ0pfCUKm2Vh/QwA292kzPNnge/NM",
+	"2fWVJbTaSj5BmjOiBruMvpiKdS0PIrwnQkbp9dmYZ3d8acZ2HJ7bYXzZRp+9s2R7lxrRgKEFFLRWv+eC",
+	"HA2/uuZb+MONWBLsGaS0FrKPU3PwQzDGdZFmCQ7L/vxnNqKysFGnz7Bd4io4DFZ7hQE8ZLgLMJqLyPJL",
+	"LJKyuzIGkAnjJRaupXKo3BG7mU1S+6kRY6W9mZiLxamddLAxhu+z3Igjv3LuKv1xCKYefPEbmjA3HMAX",
+	"ptbg7HBggutdtuhwhZWAer/WMwaacLTRN47YmFjKmI792M1uDLlPVS7gVQklxREb88VCq1uejasMQzL8",
+	"Wrhwij3sR1XcaV8U4kBuqj9CenDpisa0BbROx3joxkhzcGlZqIlQCoDZBCy5F3kdFSl9orJM3ZkSY2cv",
+	"vMLQYERAVzWHgFRb8EFjPqg3OaG79UwZ4dQra9nlxoqr/X8IrRjkTthHJKw7oLTghpBHdToLLaxC5CWD",
+	"S0AetJxTpkxe+vQJj0JpRuOKhLmkjqI6s41zM0uTi7nHitrQysRutbV4mMeV6lIm9lTzOYu59Ap95AEz",
+	"rBbrfrq2nCkRkc83xC4AupCgXgKKS8+9a2WJU0mIE456rVExtXw7sNeVDTnymqcHKrOc8qLSANHqAb/y",
+	"jxewCD/Se518pPZi7DXh4VSr+PWeYd3vNqxoDXurJekhB6fzXZYCqIyQxsvmZ/gG3nwDTQpv41owywBr",
+	"gIABd2h9Cu9l+vdCuIzbqtnzljeoDUoGD1bHfrnOyey3YyQVurSH6pwP8rjd8AA/JUejzfU/i4TMV3sm",
+	"7mYqE5RR/EtxLf4iMr5nwEmkJhNYI3B5lY8qs49jJSfptNAiYVi/bkUdPS380k398t9WM2oQ2Gq9ST4h",
+	"CtZR6DY1yq/4UNmv6Q9keMkEdGmnQu9o9VUgRltlM9b8xh/Ww+61TII9416+iqTla/H79e79AX8fQAti",
+	"X9RuxeYu45+WJYzBfhsDNgZ8IhFJfHq8asSBBBxbC3zs7ekjNrZK6JiZkgwpES6V9NsRgHUhgyqf4b+A",
+	"pyQqdvxXJXMuIw8ISjUXZE3MuJWlIHClUva56K2UyqscdmMd1FZZhZDmTMI3UpV2PrsgAwKIgQS4M174",
+	"jQCbKhz01KnSab7Ssw6CPTzO09v1znULrZIixhg29JcuJU0vYpU7V4630lQy0HUS7zoTvTZFbPXnn/uy",
+	"n+qRwsyOnIp0JuuVUN5ng1rN2clbAH7DTE8Pfz/RQvQZ1fogPIj92kGCSOAjkJosywphGBaXAnexffZf",
+	"tVysVojwp2Dfd9D4NtcplUpCXWyIjwsO9rLMVaVsqalb1f3qbFAapnLa7EQquwTjus059kOzE7oWtFlV",
+	"gxcNNsNqOBatDF6l2ahjvyk12Q39hWMt8qtdjd8V9P6goQN4R0LekvZIDJEyZ4hutICuja7/nZlZpXbU",
+	"+cMfoCsCnGrym2Vqaugm4j2sW6nES7GYAxdx6Yc4KtE2ffGXd+O5RQYUVdfgZx0obJtb0LkD/XhQroig",
+	"ydp4JdBJb1cwv9ljWFXWHCV432BpDPhmYmu6TjjG1k7W1aJtLWSdN33KVNo9E2jNja5FQpItzaJahEoX",
+	"shacso+ofQFp+hSWOnI9wUtbE8MyEIytAy06FtW6NHHVZ3n/drbEkuC/ZUPbiPFYK2MoaGz57VaETmzK",
+	"+nTVrSi7EHrW4dGPOsn1/jydWumEYZB2zWfhfTeYUH49sP0skEb7trONzUzxsU0bit6SHetLzQ5wVrtA",
+	"6aZ5BUR3B1BcQg5Pihi8v+shrDbBq1XobfukyL5raOkuL9/sSP/1rviVrMAbscgrJlxaSbonZKpQy3wr",
+	"zUCu/fHZYDbqVLMqoDmP6Q3RoLkiRFFy9ZQ+TuirhZc469heAgVwVjPFSZZwqnd86a63LBILDLARM9ai",
+	"+KRVdScZdvdJjet+xRz6FqI8hfMby9DPanYj65a4z5cnby9P3729Ov7x8uT86g894BQZXwpthkRqGrB/",
+	"ec4MX9pRqcaMX6sir3BkV2STiDhNhDnCV4C4Q6KEiarpc5ATyY4rbDqURBkI8K2s2Ep583fPAlRe25X2",
+	"N9BOb78h5K2/pP6azQio7erS8IaQhUnvcwWA42G4j0oH+uAhL393hiSVBZLyfS3sEbP6f1idxU73wUen",
+	"1KVvVWS4KIbDH0ecdQIyhod6F3cDDHaDz3EXb2Br71zAsaPyK+Qu7RNK1rNwA/aim9+m/dSibKYUtOlL",
+	"duQBmlEbHXoYf4DyiEG85HoJAEyAFxcRpp4LQTTQBlnOlpXlZZMs6C0QjA7eoyVubRvK5VgLdq44SKHj",
+	"b0lGkDujBc+yJfRm62phBCltlXg59CwSplSCsIxRKobzcOM3dccGv/BVEDtqtZAGDotbkdXzGyCBMKk3",
+	"0nVUcpcPDQzpwm1GfS1PdWqcE8iqtke+3OuaG6veQgk2Bg2oV24FVd5V/L5/e3F28ur0x1OEP0RHQCfq",
+	"OFVzO9AiJiwEsBRXsRadHmufc35y8uvZZQO+IngcHgdV6T7NtxogxZozpCpdt9q7GrW4VTc7vk37rllR",
+	"J3eLGMjwAPP+yHm0YV3BXIIqVjCO++0qzKrduCoLsbWmDHY4nGiHXqvWohZpZVtmHA0anEqZ5P8I5FZt",
+	"HbahOdhO5SNbml5tz0F46q5TldzabfuOi/3EKZYOo7E9ERENbCUjN/CGd9u1C2p9De6X5h7a9PeQYPyw",
+	"nqyXYEeILIHwTDzjciqOnKHiujnGmbW0Kl1avQHjTSamVSGTNt1b27ZS3amzafv+o9uu/GaqEKo590/W",
+	"KnONpjABL2AglVhbj1OTeb+2C0cszRl1pDGQnmS/gG4USJOu4NU1ZQgrv1VToonptq0tDfb9gCQFpV24",
+	"dqJ0mTkQYzhWEf4EaqpDr/imCfvP//1/QB/uM8Awchj682oHjrU3LUM7Pm+QgsB7hmyKauwX+CsE5MDl",
+	"jOr5dbbim/H+pdKLTsBthvEpTyV5uThMI02CnvSJFuLqfhEWuNXDmQWs2bAi9xgYbXaBvLGzE8ynvdGj",
+	"Tt2rKey6jpDxWNjtuYIdDATgK4Tgg0kpVUd2Vwii175A8oEAdBu6u9Tnz7P0VgxLsC6XDV9JybC2r+ax",
+	"6LNCUv8luMekmdUbPBnDRZhYvxR5iW6fCJ5QklUtj8U+WQpj7AimdDAqKfAbrHOr3QWu+14fhhzWn3AE",
+	"Pb/ozGNAmCf7NP9KOfThzM7FR4vdweQOdIQOYJ8d+xMPoFDCHUCRuPZl+MCqyQer2Yk61YWCwDZP1s2x",
+	"qPNx3964f8s1ZJ3ZEVAOgF16TINVvnpfH7fyy2t4RLNxcupA7exL6DWjZOghy6h98bVVK3xLcIdmhu3/",
+	"LF/yBGMiRuB0wLMyNWWQs5oYzGSOudY72jxO5jl69nyl9BV4MVaRKStlYOvs4EOj3A1rzQQr2FrXJRm+",
+	"TdV1wzZNx+oJv/p2By5V4iIXix+WUFpS0lvty9fHPwVt/qrusZvKvAvWNAUGm8wLdNMgWNyzw+d/fP6n",
+	"714+/2MFQe4Qse4xlLiKcL8zzGkNrWvH1kbtqyxWKiwmPNWWoV3dNzrIuhAApKSlXPB5b+i4MWcuhYZd",
+	"c5lEZb8/l5MCgX2XO0zw8hTvK0MhCDUK9YPQhMZd7xwMLcONRJ5tVF4g5U05bJfVeIm9hAJT1JHVeVrL",
+	"9O/hau9LZNGUGZxWIOfWQt8+9cD9pO6kG7Z9FnhZFlfLpXn5fFPaWyCkiJuOqRjT9FaYo9XuPBSi29Bo",
+	"llYIW81YDmypTAuemOamPq3ftDUivN2f9lWXll8F/HY7ZX5g/iUAqLj0D+dta8r0mK0melDo7Z55Hnme",
+	"tW1JUm/KZtdqE9O6pPSOx+pLUeswcB//2G608vB2ATVp0g4A2d1Qf9+K+4yQE7d40Va34IndaY5R7aZj",
+	"1GikjbaBj9j0vhV0k/b1y/fepA+hvi1GxIUVbxf2TQnwRHAdMrqOJaS0oabajfnC5FzSn7jBkAbqQvrH",
+	"r389fXt1+e6Xk7d9Kn+eg2MCh/eTgeqwz5/BxTVRG5CdYnZ+cnEJc1AT9gqfH1WlkmUkf1PXTOl4JrzC",
+	"TTDHIwk4x312DsJYWwNHLTCRbj2Jq8+gdxRcOJJ8AcmZdrgDatv0r38z1rA5//EV+/75iz/2XIkOtcYa",
+	"xyoR4/5IjuQJCBe7tzgfVBzGx0U+Uzr9B3w5ZD/AsjCUGrCoTmyw8cd9Wu19rTIxHkmsYARmCvnwsjI8",
+	"5A8P2RiRbsesC2KpF7ExguC6b+zLjiT6QFFDGdI2UufAyBUuRlRKFLkyocj1ALejAsTueCS7JewvikSM",
+	"UcCDQfceE4B4mSsd8ywbeh9LNJIVYHI0byLIiOz12VtFgeFCQg97ewHEm+zXGBSjJ7LUjOTzwSGkBMMX",
+	"Lgjt1+v54LvyV6KCXJF71+lkoAnYkZ5TkRSlm1RVO6zhLJsKytpmzQDSZszmXN+YkaxY9loVuaj0SK/0",
+	"mXU5m2Wpj3OVzfkSVqw/kr4RGABhwzk8PjutnPVhZ9A/7A9AA1wIyRdpZ9j5rj/of4ctBWdw0g9uDw9g",
+	"q+GvqQgoAWOw/f4MRHWFPmi06cdgiJNXEqDFodukFlaTTzOh2ZTfClYsmJIjiQY/tLC7+vX4f14dX16e",
+	"/Hp2eeFchmX7n2FFDcDKXL7EFpojCclzMgESL4leafQc2i3G6Y4dvDTOiXJwCQ8cl8+fl9PEqjqpyY9x",
+	"IUh4AXogpJCmdhn+Xgi9dLby0BvEKB+qgNOUZFF2NCL0ldXlC7ZKbAIlIqlXNsIQt6kqjJdwoSmSoKzO",
+	"sWZhDILPD43k2uKUA3n7+MWgYmC+IHD90rJcFU8fwMMGrcSB4p4NBmT75QQpV2W0f6MslfK5G1OU7PaB",
+	"4gCyZNUKtEsFRxd2GUpTnuPTQ4P6WZagxAA+TaCQHaSVWua2VVkNwmwDCwWvGoLsZEtG6DgOaBdkBW3q",
+	"gk9TyV0HyZxPwSNFx/JD1Kkz/87QQZjbGcEBJi889GGonOM6hf8kcpfE9ZSbgI+g9lOfo+b+2rQDz++7",
+	"A9iOV5aeeiybyRVi88jKgyqLWslMWWXTVpXzC7S25nfeybTCHUJzLy9xC3L6GjHC1/brwIo3UP7uPWzU",
+	"WSgT4NzYYRoVnVxRiw2Ar47QzygSQLt2BOxzMd+8+wl49A//9+XJRW9YuprJOzlDrDaTw9iJhoYReBZA",
+	"1AmNCZozlwLtOxnUSfIYHJb0Km/sOqD6Kkz+AzXufxSiLLttf65ryLkuxOe10/B8fSkvYP3uwTQeROLH",
+	"Feo2s3ThkXsQ49pH0FxEsIYQ+rhkHyRdXfbXfwTirdMG9kCpcqzHpwsa3TWKaUMbg6d5+Dk9JcQzzz3s",
+	"2RgUI5GMCas/F1bi1Ip+oAm4WlRbvXwBqrXXf/8YVO5DGmzCrTUGid0BUn8S4nZ6/8En+vT5AE1Bc/AJ",
+	"P3w+4Dqepbci2bdH7OCTLuTnRs35XPAEvWSwG3gn6469fXz+6ufTv5xcvT9/M+4BOLQW7PXJm5PLk5GE",
+	"9mb+GexOq9we7WGZ62pmfAFYdj+dUDc0f3k0kujAxDpOn8wO/k1I6jTe54ZZ9c8GWKcSOVtpJAGOwlxV",
+	"1E/AcnAvgo7dGdg+VMjLp5SzOZKJigtwmFJAk3rHIZ8qna1RiSuFiM2UaDOSAO1dx57aM84WvKysp+/p",
+	"bq1CShhd4hh2glDuMKQgHE/YHc9u0AWdWBFVhbCMmFGuUTxGI0cSSzumisXK2jpzCDQrNkll0mfWMvR9",
+	"rcsyLHJvSpWPpFssyGr2V7i5A/j6xBXS5jzNUHBCvK8XslOsFkdDngPE+pPxJ2yvEdbgKhTQvw+3eDH4",
+	"7t7cwqdqYKFLiPzLnmJl/Y010l2MucI8HKB+o469q75HTbehFdCWS18janGLK88LifG+DzuwKg+iFjQH",
+	"rKEECGonMqemuy3M3oBN+XAbEkIb34gR6Zdkud2SFJKQIx5mSkL7Jl8JkYp67LBWVlrnVuhvlEumhRH6",
+	"ds2CRAL4ysS9M8UefLoRy89lT5t10oUuOKLcqU4bDf7kNo3zL6/Cw2MJzS7XS6xoAJhpjyBroCyUECAp",
+	"zazdNlJPsy/Eo1aPAdIsFPjal5qJj+zi5+P9Zy9egsaGqgdWunOq9XH9oYBBLHg+K/kDJmDX1e8qt6g2",
+	"6h/sf8/3Jx8+vXz++V8CGS47kVw966DJc1LNOHhK7lM+5o1IkNsFJXAGv/YDnMRkKqefqYXvavOElWa6",
+	"JX9BbysqQKioWZ3FQStEpRqJuvWqCmmvtN9SO4Y+O4bHSdUwYKWK9BsTyLsQEDanarQBLp22Tk2sOOUd",
+	"QH9TLfg8Am6fZdU9oafsuZL5VLI0cZ4bjMRQU9WRfMNNvg8NtPZPX7PuDFYJAHAgEcv1SwEDA+NT4yG7",
+	"EWKxD0lzYwCZoe5ZeskOXzDTZ+8lgFrQTEeugWOKvvh5auAt1J2r8oe+BpZ47GB2e9HbzyGtSMPkJ4xL",
+	"CK8MIQsALFfO4izF1iY8H0lqIil40EP/G8/j2Qmu9q40YBcJbj19/bMjo11u+g/QZVooHrn4mCNJ7OOa",
+	"7aRvYx+0hiNf7WhGCOjw1Z7Bhmj2NDE3SIgzEAVaxQW2mgTQOt1ZIl3rq2YgFR2BSSDL0IOTrp/eL3JG",
+	"m7ye5VoBVgq1IAbahwJwDMoswfPpcea9HB6WFpxvKQC2m/361cmbkYROhm7haIA9ywOznIChKKcMDkSt",
+	"+5Bx2KO9PjuWbJwm40rLIrRV7GGrXmp1Purci2mjqakUw2NYHA7JnnvbSizMPqCsuyeIUCVF6Hyd4USQ",
+	"Bp/G31Z9hCvfaeV1e/bYUxDJ9rNWLui9dMZnz+6rM9IcfRvDI0+LxnPbBWxnHgOJEJFFjOdqnsZQauyF",
+	"tXuH8pCSyNqkUe4sAA8+wb8bw08ra/+EelS7Xa7t7v2d9KtdxzzdkMQFVr26V4CBgZyo5dZ8WYdE85lI",
+	"k4hZ1X1fmJi7RuHr+ryo8JGwRr9a8DZPpS/6ephS7zrZNDo+zrHnSQuHh+sk1ZLusGnE+gK+k9kSE2UR",
+	"JAwAcwjfi5JnreowZJm6E3o/5sbq+NbiMRG2R0BtO+FmJgy4vRyiFAT4mnIA7D9X7jmdJntqH9szfPh0",
+	"GL38LmhSfcHEhGf/dIkJrt3oRmcShuwe5kmyTwm0ZmqTbfBNmF1NscBXkJSG/u6VWawup4MPXu1VDTYY",
+	"wG8REl9FzXNNL0vQfzvWzPWJJ1o7Ldtc7/8Czor25PvhafQpvy47KVNPHiI4zizRLP26YskkMLmVRQSC",
+	"fzY4fOoZ4ULd1/n3/ZdS/HCaZXcpLlkqobVlWXaxEHGrc3sPTQ4CKIDhuntI/zEtuBMOxW7Ygn1sZzVG",
+	"69bTuzkFtKZ4JmJIAC3xybgprxpJuACjfdcqWQ5hRXMoLOY5Yo+7RvdWeUZsIsAHTCUbUzP2cTSSno9Q",
+	"7m/5EHaniixBvF8fduo+H7iuugiYhrWMSpgRgKKDNuhLLOc8Ys+fPaMboDUwOlO4dPChhYzY88H3dAmU",
+	"lEiAr40Yz4yyxngFMqnavh72EyFGnUWZGkCozgXAvI1kmvcZpShD/ivcnhp3fiNwT6WYU5VrLg36doeM",
+	"e2yekXQlt3iTQbQ1SAnC9WUvBoM+O8ZOzPB6VM3JHWwwxEv//eLd24hJRfsesYE1qTHsOuOSHUaDwQBm",
+	"aHeMvX3/puw2xbhcQhC9BxnAnNldoA3rszE8BigJkkkZR7wpr0gNMRv37N3FpS9WtzrtSJLJDQOETOeS",
+	"LjtPzOjN1+P0P9i3P8cjEeKx0K0ffgbjFPHUUlmF2t4z6MR8qJ5DfLJYAHYmUATo1kSjDti7+7OdsrCP",
+	"vS6yG2d69Z6Uf/qUkDJ6tVYRvHaQPFQ9OdTtHUImXFJ1XddX0hmmJvbEmnolHmIaptr85//7/zlPL+Jk",
+	"4SPs75je4bJlopEEqGFodEEOvnoUEhuzQt6JyfmyDwxIqvzK9WuKqHgAvFSK8v6rWRBQEOZfxbvREFIR",
+	"BJwdwdUIziiNHjI2juBpkAN7RRnVlN7mmrc437NdD6gsTA27FgCc4fKuqWDAJQ/RDSmWwENlhm8qdHx2",
+	"Cs3YyrwM2Zypg2WSE59kYqAPMwZBiLHmClBP0WHjk2G6P51cYmpPII+IqgfTHGALoDNW6Vd3zTTKjBL7",
+	"zBeD79ycrwrJb3maeXDWCrcva+tHEj8zLSaFcVEEzJqhSRpsxuteJBP8VhBsdID1YSz26VNR4Dn2ADX5",
+	"cuwu+PyOJ09ge1AKC65ZDTA2qtfL+mOplxBmgaOo7uROnCsKR6ROKolhMddw1CHVC9H+EOuo8oUZYy97",
+	"jCHmI1kCMu45sGeX9O6gzDH3vXRTPxs4FztcX+pTqS4ZEiK34VOqqI9kw8KhK78eyVSSrgYy5YgF8tWI",
+	"HRmRR5idhoJdq2I6Y+VZRBZ58Ak/fP43vPvPBG7r4maHAytp9svGkKTZjCQ3bMKNP+7++srFDblcXy+H",
+	"636pWyueT7864J/ykgb2dTXXsBK0IJdHeZ35L5KSVTJ7rLr6InbWLu/S5IGBchdHrE+QiA3Dl6rtU0aA",
+	"qP90U2ojqBbVyKGl3TtrL1yLUrPof+kcaZgWKARHZQiTGgyV5ZTWSjZLGc+0kqrAc6dFBogFT6/1rjHS",
+	"5ppCOPRj1LNElSEQF/GSJSAohqh3tZYUrC4ooAcHeQmt9UuFrNRkas8EgIcN9aGL2Cw1udJLQA3v9cM5",
+	"0mQtjt3f9GKQ9GXfNPL9S8pSdTdUswyGfxtE5F4pV10DS9Szp5CFQ45fUCSlwtWe8luBSMvYa4dBg8DJ",
+	"SGou7RTB31Kxn62FjAiJ7q00G8Od46Y05bgKBdDksXWI0bU1DEYTWLf8gdSXVAaSf3uPG3ZYmS42XaN9",
+	"hN4NLwaDpif+TnJet3DEGGMFX7z0qVq8wD2P8EqkUypKzuBO5+8l3rGDYN5+KW7iw1SSFfb9beooOy7F",
+	"Ro3G86j/Vmq+mlIDfuKYgPFW3V/mK2gtB4Rx8U9D+IGM1EoHhdI6q7Qe77PfZgqpZEY98mq0Y2bqToLh",
+	"W9PZyubCfXbs4DKuqYSv2rYQsoBTOR1JSASGPY9TU6IjGvD/jaXKr+jSq4nSV+X4AaXjGPftaQ81TeCb",
+	"ONd+zSpH+2gFuROeTU1MvvDxpo7Sa3sPiiikgR+t0d1XOO7Y7Pqf/bRjsBMUI2z/wsb44iIZ/y5P+znM",
+	"/r8P+7dx2HE3tp/17bT4FTgA2BMHn+w/nysQB/SphOjYgqviESyeFjEAHgNg9puLDVaN2XAhkZqah/qB",
+	"kcckWKqf2I9Caxdt8/XdZpYCTEgNpIJ1CYikB84IdLOIBAN0/1XMtajJKbKHzV7TmKMDK0I0gUFDyq29",
+	"ZXPGrfMwDEIIv5+asXqoXTo9/7Dh+bwG1rFlCodtp0BeuYo/L9AWzjn1lrUGteDeIv+eS6B3rrjekW8x",
+	"XnWqUR/tkDen0sTu/ot6gZVUAKGDWC7BYpsKCLtvEAb4fK4mgI3xxKEjDo/cGBIv4lkhb1g34TnHxALL",
+	"JiKMQ/OcQ20eXGg/9Ah9fQyN95VrXOae6XpFUiwSJfwdzFjmTeuEhzjs9iLk59UOFff1WGwpvnsnXSnQ",
+	"ApOormh1tbqrVdUN2ThNhmPCB7yjLPcxXD0co89puRARG8OyjtED7YqtXNwPVlZN2L9fvHuLGBUail8h",
+	"xL5Sp4cVsxwq+taL9TAvC4vjTC0DwIicpXmPQX9L8nfDDkpxZydhCLR4SaV4R40FfyNZrfh757aewCtc",
+	"jsdKIBpTbmA93AW4wI4oIij6M/lI0uox4Tv0A/mNP40wqX7UGbJRxzdDZvglIF6OOp/HUdk0FI9MnCkj",
+	"TGNloNuMFhL4GyrSe7DcxVLSsrh0nZVEDvwLqKNKMpYc4Nuo0kvFY6Z8nbK+RxWyj1X2eT/mRILnG47x",
+	"BmpUMOcIcO/9CXepnXBCWRe7IUaI5Wk/eBzvaCRXuvjXGij2nCw2EROZEaXRR9/z60yMj0ZyPdGrwpkw",
+	"eXMl0wuyY0dyXEsYGyMTrnQxEZBuxcZWjbmyKsJ4RbiNZKLuXLkzRBtYl4TXkNhgadYkKWRZOUdarwQv",
+	"8h6Nax7fWI5JDSf7kOcLRnZ1DljGI1Vjpsg5rs/TBeDdA76MobspLYW0tW/FyH1QPj+tKqCZAcith83n",
+	"sNVHlS621SxO1xmhInxLCCwXguZaYPPqpzeYEXLgd8PIgK1wLELxyaoV7dYlm3oxt3bYirl4wrNWyIt0",
+	"Kr+YW2nzaSvm4lv1KMHcKOcFqhxwuljPQcjkeG48wHelAQXmvmAqMx43hu0H2fWSKemb49NAX+AY0ZN+",
+	"N+cIgSfRZE6BEDG909yYFSrJFeMAc8SsxVGCFYwk4v+M6dUBiU8XYsx4DucRkz5RsUC70fTZBV4Mnf1H",
+	"0t8K59ah1VN2MyalbznsI1me9oBwpcf9lzjw7tR8kyeeNsIdeer1iLFKUhupizxlgGBjzKgWwEwNOzt+",
+	"f3HyGknAZcGvIuI+5hF3a7e55vzCX7WrGfUKE5fa2C6QcPSkyULuNbZXNPtleZSyZj+aZd9QPr89yafc",
+	"mG+7stmt6ZNWj632TW5VQXb46HTz+OW536z6fwHKPxVtgUGNvYOsnOQs1kpSgZLr7My6l2K+UJpne4Z5",
+	"ftFrT9IPYV4Hn9zHFuCLNYrdBr34+t5lOcGyGc8KfPaAqYA1Ya3azisWNQb3ml918EUOR9WF8fCKDTdS",
+	"WbbhwSjzdC6gq2gsXN2hFayQeCy0+SYZ6/Yr3dKWuq4rcK/vdL25/BNx4nAH+y9cy9uW2AC1E9TtL8SZ",
+	"HwCcANOssAYAZBNZAlkHygiXcn8jwHknUs1uoSt9n11asi97SAt6Z+AjPphyJ7T44mz44JrHN5M0y74R",
+	"i3H9KAV1mh9o1k98ltxjvhKQnHu7zUk7wFNrCVXf+lFCpcULVhdOL88VvlIq2V9B4kbWsP5QthHHKsle",
+	"xEwBPQZdkZK6FTrjC7ZQWRovoflaOhcEOUuAMU6EYxDC4yDKr3D0wFX0+zp3Z3bK/0zaykWuyPJ3Fjxq",
+	"fEiBGCQil549YVLlLObFdJazYvHlKYbQJX5fNHOJk35iVr3ylC/kBmvPoZvdYa5zt5mpO2tkeLcisjHP",
+	"sdJvvsvOBUWiAO1G3bGue0Wo1wewGyNiJZNtrPvLn6xC/g658Xuc9D8XP/b+DGhSUPY2AhuyJCh7pp6U",
+	"TIjXbna4XrqLftf+VnqL7e5WtyaP4m11g+3gbP02oGu3eFppNZ/U0UrP+Ep+VveG/9XcrCVoYulnnSiN",
+	"OXgrCM142Y0gILoFp17DwqG4V5DD8AZ3HnpPh6PtHnHwiT61cMNWyflLe2FplkfU44FSEDHhxUXdHNRO",
+	"mu+4bs3u2MZXHnyJI3RZYv4/dCHfycpQ3yACeKjAoMY9wwn+mxYWVaad8ikdyt1mUf+bv+p3Levda1wS",
+	"A2sh9OnKR5L6bjTMT4ePOaOO8q4bY+R0gl4LpaDcvm9HL6iv5V/w7dBJl87nBWSheqRS8feCZ84Qqi/I",
+	"nmFdA0islREj1/4DKqEWIu75Esdng4GDs+F+kCPGnZN9JAmdkPK1eVms4vegCqj6bHBop+mlne9Z6QBs",
+	"YjV3Kagev7Y6WrgLiJk5MnyyLiDlI75SCGT1oDWx+pIETIAAHh29us20jiEppjqDL9iZ5FxMU4OdnSpc",
+	"gZdYpJ4Yu8d6qvYMW32liL1SMiniXOk9g6aFpWkardeed9xDw/IDHnxyH1voWLXT8IWULPB82n0OJA90",
+	"HdTtJEunszyqZMZAHpSz3CqhLq3uzFFtvBRbtz8fPL/HkjcrZ81r9eXPbuCsPrDWZl0eltvyTQq97Ve6",
+	"xdwdNyh0mA5oadopa07ydr4Bjcpur5t8/8EtP4Vehqmk3pfjv2mmSjMHn+jTxh5SK8TzLTCaR+Iw1h78",
+	"52UtYYPytrKLG9pEYX31s8Pnf3z+p+9ePv/jNqy8ZpKc8FTvmxnXYhOR/chTfQEXPSF5lQ9poKs7YeV7",
+	"qJMjvc6eYeX70OWse0jFnEbkNdleefUnoR1rYRUBA+u3NJ9BPeFCp0qn+ZJdc5lEbJHxWAAqOqQ/Es64",
+	"2zNrZILyMpKY6+0yvxdC06sOK02y1cS9/zOWQ5dDfq2KnOV3aSwAHx4a45oSNN5df0iB5GuVz7CLBwGP",
+	"Ig5Nn52Bd3AkC4ORP7rPxT5STRl0gicAnHXsrlBFbtJEsMN+/xCaVpiRfP7smUfSxMuC2DYXqzT4+FbY",
+	"Cvl9OdurJd1b+v3S5s2FyKvtUEPna4cTxZO55ZTNzEjzXOwDRuiWbnWguMBlv2v3ln+PFt3QrKWDS/M4",
+	"nq3arlZG3yHAZffTgLh6Gv7ZilAOPtk/ruCPFsarX/KvEiIo19lDO14X8Y0AMCgqI+M5MGxrkVqWy85O",
+	"3r4+ffsTCbEUKoEBJmW1Lf7m7dhuq25Ymicg+cYKTL9Ej6E/Vkf7YoQbVu1KMn1wuMArFquuypU9fILK",
+	"PTf+12q7tIl8zgWoUMlR9WBV3T65uhESMvonaeYTfQQ6gsCweOzue5um+6Do84N76ikNUFo8XuFLZaS3",
+	"F1mbyy4ZrSWWFu85TmWZFK4oaI8zIVGFTXZnSs2c3ojcap0b0ebo4F24S5+yj/LKo5oSjOj3zbaKu4p1",
+	"xXyRLxvMFC3stJ9OyjZYKXSYzIqm4N+Mjf3EAOF/pu5YpiDELUayvMFXKhsP0OBbYqUam/thoys2zvOM",
+	"kJ486kOs5uLIdw1Mc9d+ydoyE55lJaJI2dZ9z4wkYZRQxxo7j4+LVC+xL9VHQcCeKSB6YQOFcjsseSxH",
+	"Mlc4bRDJQibewpFk1lzzpKyuTw2r2DKwCDDniIn+tLpafYC/ugKgC2OarJ0QTT9B5ClEzl+Om+94mr4N",
+	"C6g8223PaN3uQZa5OVEPL3nKjA77hE2+X5xlP+jJRZkw54nw+SzUMS7UZtmeVCNiLerY5bQMG9ZrS+Ka",
+	"vf9p09bsE75W0hq8XbPScMTGsIC+uQqucITIxJi9rGQsvpJywaWlBiQU1MZwfna21AETg/bQYXQ3sqgd",
+	"o4NPabLR6jsXt+qmQizbLD68/sEWHw7j9KcjCC96YOdDlCRS3a0AfLc6E4EW/XVDI002GhgTpec87ww7",
+	"RQFXrrXmpgW+U/pmW0bxb3TNEwcdmrN9wT2Gk1jlVcdZxjSF5628d1fVYwd29lv0qiATcoF/nN6TgZBV",
+	"H/KVWBG9YdDecqv79dIupG/2xVJpNzCGMl1O+912u+/cS9Zofyt3eS30Oh1sdyrp1YV7QP261YetxtlN",
+	"NE+lSHrlgiT+QebINwsjuECCuoTmqgKwU2vIhFvXbaYyez78ym1Y011NE1zK09edVVYE2+HhyBtBbn86",
+	"uWT2rhK3PE0+Q+rznMtluRCEuDSsERHC6FBfXn9piniufytMzqbpLbSznYp8JjQiKpIws4uCyLeETH5h",
+	"rRto/pxQ+3oHJIyWsm+rjW/o20NjXzY1YWliEMl5AWIfxpGx6B0BSkbCCnkj1Z0EyNymB3CJXczdM9Da",
+	"whrSYDhZ6GO3xi2alblF2rOTbYJAThOzUShB//KadEpl/vJ5Z3NgExqGneKtz168hIvpz/JqrjVfPnXD",
+	"sHK7N0kqT08TVcjkS3cQ+w0qiyu0LqHZDZq5K/SemAoBpXlUdhLnyTfMG2aC6/xa8HtgzFZGbpL5P/vR",
+	"n0bc+/HPxULphnLQwZM8LluGBXytRP8BUgp3ac9YZpiqJI1BAElhANBf6fwxiSpEGfgU80h0EWggbTkY",
+	"olnjo1j3zp63s3cXAWlE08HIfM8yb2g9v/EWuIJuwFj+NnGClbvAWleaT4ArDnHtEidzrnkez/YMyh4U",
+	"a/CV60l6pkw+1cJUG/VDFMv+OBfG8KnwfjgPnrcmSp03DbqvS1y2ekd3P7Fu5QVJ0CE+VFWe7Zkhez54",
+	"fgSQltb2TP1Qc3VrZ2R//77HpiJHoEzXwDOV8KcWpsgwHpcoBFIEdFoUxPZJps8uCH4RXo7P3dJg1Wdq",
+	"2IzreSaMGZb77/sukEHs3sTSCME7pCi413azXKNoFd+REHB5VkBZgv8WgoHsmHkOyOZ8yXSaCMbBLdv1",
+	"v/SiSjMj3+0eyOQIepw+RyfnXHCJzgVcaTvzyjYkgmMnhLnVirTYd8om1kog2UHnfPe0Xgha1q5VRd14",
+	"GjPKPuQHgDn60vGq8tHnQGeb2OwRiVigR9AaczFH0Qtn8kt3HCUiR73SaQ17jmP7jKIVRRmU4AqJkeZQ",
+	"4RqPyuvtlEVc6DRfAju/Flzbe//6wTJsDAggoy901hl2Znm+GB4cHD77Y3/QH/QPh38a/GkAzJ2m9MkH",
+	"bAtpIJhLf7uprvcwgb6NmJaOnZTgXNykWYZf+ob+rmEYoLjbFZJxarkkwbbDr/N+pYEMDBx44nuC7fWd",
+	"ro+Ab9lvZMIKQ56Oeh+a0ECUNkoOklrJAqKLunyQynBlzuX6eOftwf0qI5b18OsjntVLVcvujD6xH9il",
+	"qWELrqwj1RAGpltJfNkQ3ayupQ9oro/2s7qrZPFBIlSVgRrG55YVuzBnZdRK5lR4WODhgVhaZYwyCPH5",
+	"w+f/PwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

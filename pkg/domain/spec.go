@@ -404,17 +404,23 @@ const SecretMask = "***"
 func (spec WorkflowSpec) Masked() WorkflowSpec {
 	steps := make([]Step, len(spec.Steps))
 	for i, s := range spec.Steps {
-		if len(s.SecretEnv) > 0 {
-			masked := make(map[string]string, len(s.SecretEnv))
-			for k := range s.SecretEnv {
-				masked[k] = SecretMask
-			}
-			s.SecretEnv = masked
-		}
-		steps[i] = s
+		steps[i] = s.Masked()
 	}
 	spec.Steps = steps
 	return spec
+}
+
+// Masked returns s with its secret_env values replaced by SecretMask (the
+// names stay); s itself is not changed.
+func (s Step) Masked() Step {
+	if len(s.SecretEnv) > 0 {
+		masked := make(map[string]string, len(s.SecretEnv))
+		for k := range s.SecretEnv {
+			masked[k] = SecretMask
+		}
+		s.SecretEnv = masked
+	}
+	return s
 }
 
 // AttemptEnv is the environment an attempt of the step gets: Env, then

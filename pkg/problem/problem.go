@@ -42,6 +42,9 @@ const (
 	// CodeAbortPending: a restart while an abort of the run is still being
 	// delivered.
 	CodeAbortPending = "abort_pending"
+	// CodeArchiveUnavailable: the archive (CAPSTAN_ARCHIVE_URL) could not
+	// be written or read; a delete that needed it deleted nothing.
+	CodeArchiveUnavailable = "archive_unavailable"
 )
 
 // Problem is an RFC 9457 problem document.

@@ -42,21 +42,56 @@ func keysArgs(keys []domain.RunKey) map[string]any {
 	return map[string]any{"ps": p, "ds": d, "ns": n}
 }
 
-// treesSQL locks, by key, the runs k (runKeysCTE) and every run below
-// each (its children, theirs…, at most @limit levels), and returns each
-// with its phase, its parent and the run of k it is under (root): the lock
-// order of a parent before its children holds, since no other transaction
-// locks a run of an ended tree after its parent.
-var treesSQL = `WITH RECURSIVE ` + runKeysCTE + `,
+// downCTE names, as down(project, domain, name, root, n), the runs k
+// (runKeysCTE) and every run below each by parent_run (its children,
+// theirs…, at most @limit levels): root is the run of k it is under, n its
+// level (0 for that run).
+var downCTE = `WITH RECURSIVE ` + runKeysCTE + `,
 down(project, domain, name, root, n) AS (
 	SELECT p, d, n, n, 0 FROM k
 	UNION ALL
 	SELECT r.project, r.domain, r.name, down.root, down.n + 1 FROM runs r
 	  JOIN down ON r.project = down.project AND r.domain = down.domain AND r.parent_run = down.name
-	 WHERE down.n < @limit)
+	 WHERE down.n < @limit)`
+
+// treesSQL locks, by key, the runs of downCTE, and returns each with its
+// phase, its parent and its root: the lock order of a parent before its
+// children holds, since no other transaction locks a run of an ended tree
+// after its parent.
+var treesSQL = downCTE + `
 SELECT r.project, r.domain, r.name, r.phase, r.parent_run, down.root FROM runs r
   JOIN down ON r.project = down.project AND r.domain = down.domain AND r.name = down.name
 ORDER BY r.project, r.domain, r.name FOR UPDATE OF r`
+
+// runTreeSQL reads, without a lock, the names of the runs of downCTE that
+// exist, level by level, each level by name.
+var runTreeSQL = downCTE + `
+SELECT r.name FROM runs r JOIN down ON r.project = down.project AND r.domain = down.domain AND r.name = down.name
+ORDER BY down.n, r.name`
+
+// RunTree returns the key of the run and of each of its descendant runs
+// (child runs of its workflow steps, theirs…, domain.MaxDepth levels at
+// most): the runs DeleteRun deletes with it, the run's key first, then
+// level by level, each level by name. It reads without a lock: a caller
+// that archives the runs before deleting them reads the tree again in
+// DeleteRun's transaction, which refuses a tree that is not ended.
+// Errors: ErrNotFound.
+func (s Runs) RunTree(ctx context.Context, key domain.RunKey) ([]domain.RunKey, error) {
+	args := keysArgs([]domain.RunKey{key})
+	args["limit"] = domain.MaxDepth
+	var names []string
+	if err := s.raw(ctx, runTreeSQL, args).Scan(&names).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	if len(names) == 0 || names[0] != key.Run {
+		return nil, ErrNotFound
+	}
+	keys := make([]domain.RunKey, len(names))
+	for i, n := range names {
+		keys[i] = domain.RunKey{Project: key.Project, Domain: key.Domain, Run: n}
+	}
+	return keys, nil
+}
 
 // settlingSQL names the runs of k (runKeysCTE) with an abort still being
 // delivered, or with an attempt still live (ASSIGNED, BUILDING, RUNNING: a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -97,5 +98,36 @@ func TestDeleteRun(t *testing.T) {
 		"orphan_attempts": 0}, rowsOf(t, db, "parent", kid.Run))
 	require.Equal(t, otherRows, rowsOf(t, db, other.Run), "another run stays whole")
 	_, err = st.Runs().DeleteRun(ctx, parent)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// RunTree names a run and its descendants, the tree DeleteRun deletes:
+// the run first, then level by level, each by name; another run's tree is
+// not in it; an unknown run is ErrNotFound.
+func TestRunTree(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ctx := context.Background()
+	leaf := domain.WorkflowSpec{Steps: []domain.Step{{Name: "t", Plugin: domain.PluginNoop}}}
+	leaf.Normalize()
+	key := func(name string) domain.RunKey { return domain.RunKey{Project: "p", Domain: "d", Run: name} }
+	for _, r := range []struct{ name, parent string }{{"top", ""}, {"other", ""}, {"top-w-1", "top"}, {"top-w-0", "top"},
+		{"top-w-0-v-0", "top-w-0"}, {"other-w-0", "other"}} {
+		nr := store.NewRun{Key: key(r.name), Spec: leaf}
+		if r.parent == "" {
+			_, _, err := st.Runs().CreateRun(ctx, nr)
+			require.NoError(t, err)
+			continue
+		}
+		nr.Child = &store.ChildOf{Parent: key(r.parent).Action("t"), Depth: strings.Count(r.name, "-") / 2}
+		require.NoError(t, st.Runs().CreateChildRuns(ctx, []store.NewRun{nr}))
+	}
+	tree, err := st.Runs().RunTree(ctx, key("top"))
+	require.NoError(t, err)
+	require.Equal(t, []domain.RunKey{key("top"), key("top-w-0"), key("top-w-1"), key("top-w-0-v-0")}, tree)
+	tree, err = st.Runs().RunTree(ctx, key("top-w-0"))
+	require.NoError(t, err)
+	require.Equal(t, []domain.RunKey{key("top-w-0"), key("top-w-0-v-0")}, tree)
+	_, err = st.Runs().RunTree(ctx, key("nope"))
 	require.ErrorIs(t, err, store.ErrNotFound)
 }

@@ -109,3 +109,33 @@ func TestLogChunksPastTheBoundLeaveAMarkerPerStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(95), total)
 }
+
+// LogTails reads each stream's last bytes, cut at a character boundary:
+// from the chunks when the attempt shipped any (a marker's dropped bytes
+// counted, the stream then cut), else from its final report (cut when the
+// report was truncated); an attempt with neither has no entry.
+func TestLogTails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	chunked, final, silent := runningAttempt(t, st, "tail-chunks"), runningAttempt(t, st, "tail-final"),
+		runningAttempt(t, st, "tail-silent")
+
+	appendBounded(t, st, chunked.ID, 30, out(strings.Repeat("a", 20)), errs("é1234567"), out("xyz"), out("é123456"))
+	_, err := storetest.ReportAttempt(ctx, st, final.ID, store.Report{State: domain.TaskFailed, Stdout: "12é45678",
+		Stderr: "short", Truncated: true})
+	require.NoError(t, err)
+
+	tails, err := st.Logs().LogTails(ctx, []int64{chunked.ID, final.ID, silent.ID}, 8)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]store.LogTail{
+		chunked.ID: {
+			// 20 + 3 + 8 bytes shipped, 30 kept: the first chunk went;
+			// stderr's last 8 bytes start inside its é.
+			Stdout: store.StreamTail{Text: "é123456", Bytes: 20 + 3 + 8, Cut: true},
+			Stderr: store.StreamTail{Text: "1234567", Bytes: 9, Cut: true}},
+		final.ID: {
+			Stdout: store.StreamTail{Text: "2é45678", Bytes: 9, Cut: true},
+			Stderr: store.StreamTail{Text: "short", Bytes: 5, Cut: true}},
+	}, tails)
+}

@@ -143,10 +143,8 @@ func (s Runs) ReapExpired(ctx context.Context, keys []domain.RunKey, now time.Ti
 			for k := range refused {
 				later = append(later, k)
 			}
-			args := keysArgs(later)
-			args["later"] = now.Add(retry)
-			if err := tx.exec(ctx, postponeSQL, args).Error; err != nil {
-				return mapErr(err)
+			if err := tx.runs().PostponeExpiry(ctx, later, now.Add(retry)); err != nil {
+				return err
 			}
 			out.Postponed = len(later)
 		}
@@ -154,4 +152,15 @@ func (s Runs) ReapExpired(ctx context.Context, keys []domain.RunKey, now time.Ti
 		return err
 	})
 	return out, err
+}
+
+// PostponeExpiry moves the expiry of the runs keys to at: a run the
+// reaper could not archive is tried again then.
+func (s Runs) PostponeExpiry(ctx context.Context, keys []domain.RunKey, at time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	args := keysArgs(keys)
+	args["later"] = at
+	return mapErr(s.exec(ctx, postponeSQL, args).Error)
 }

@@ -49,6 +49,12 @@ type config struct {
 	// with (CAPSTAN_WORKER_TOKEN on the executors too). Default unset: only
 	// worker tokens made through /v1/tokens register.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// ArchiveURL is the gocloud.dev blob URL of the archive a delete of a
+	// run writes the run to first (file:///var/lib/capstan/archive,
+	// s3://bucket?region=…, gs://bucket, azblob://container), read back by
+	// GET .../archived-runs/{run}. Default unset: the archive is off and a
+	// delete keeps nothing.
+	ArchiveURL string `env:"CAPSTAN_ARCHIVE_URL"`
 	// migrate is set by the argument "migrate": apply the database
 	// migrations and exit instead of serving.
 	migrate bool

@@ -13,10 +13,12 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"CAPSTAN_API_ADDR": "0.0.0.0:8080", "ABORT_MAX_ATTEMPTS": "3",
 		"CAPSTAN_WORKER_GRACE": "30s", "CAPSTAN_API_MAX_BODY_BYTES": "1024",
-		"CAPSTAN_LOG_MAX_BYTES": "2048", "CAPSTAN_LOG_FOLLOW_MAX": "10m"}
+		"CAPSTAN_LOG_MAX_BYTES": "2048", "CAPSTAN_LOG_FOLLOW_MAX": "10m",
+		"CAPSTAN_ARCHIVE_URL": "file:///var/lib/capstan/archive"}
 	cfg, err := parseConfig(nil, env.Options{Environment: vars})
 	require.NoError(t, err)
 	require.Equal(t, "0.0.0.0:8080", cfg.Addr)
+	require.Equal(t, "file:///var/lib/capstan/archive", cfg.ArchiveURL)
 	require.False(t, cfg.migrate)
 	require.Equal(t, server.Config{AbortMaxAttempts: 3, WorkerGrace: 30 * time.Second, MaxBodyBytes: 1024,
 		LogMaxBytes: 2048, LogFollowMax: 10 * time.Minute}, cfg.server())
@@ -28,6 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:8080", cfg.Addr)
 	require.Equal(t, "127.0.0.1:56379", cfg.RedisAddr)
+	require.Empty(t, cfg.ArchiveURL, "the archive is off")
 	require.Equal(t, server.Config{}, cfg.server(), "zero: the server applies its defaults")
 }
 

@@ -12,6 +12,7 @@ import (
 	_ "time/tzdata" // schedules' zones, whatever the image holds
 
 	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
@@ -36,6 +37,14 @@ func run(cfg config, log *slog.Logger) error {
 	if cfg.migrate {
 		return migrate(cfg, log)
 	}
+	arch, err := archive.Open(context.Background(), cfg.ArchiveURL)
+	if err != nil {
+		return err
+	}
+	defer arch.Close()
+	if arch != nil {
+		log.Info("archive on: a deleted run is archived first")
+	}
 	return backing.Run(cfg.Common, log, func(ctx context.Context, deps *backing.Deps) error {
 		stopTracing, err := svc.StartTracing(ctx, service, log)
 		if err != nil {
@@ -51,7 +60,8 @@ func run(cfg config, log *slog.Logger) error {
 		enq := queue.NewEnqueuer(deps.Client, log)
 		enq.Wake = deps.Redis // the scheduler hears of new work at once
 		e := server.New(server.Deps{Store: deps.Store, Enqueuer: enq,
-			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Queues: queues, Feed: hub},
+			Log: log, Registry: deps.Registry, Ready: deps.Ready, Stopping: ctx.Done(), Queues: queues, Feed: hub,
+			Archive: arch},
 			cfg.server())
 		srv, err := svc.Listen(cfg.Addr, e)
 		if err != nil {

@@ -115,6 +115,10 @@ type config struct {
 	// RetentionBatch is the most expired runs one reaper transaction
 	// deletes (their child runs go with them). Default 500.
 	RetentionBatch int `env:"CAPSTAN_RETENTION_BATCH" envDefault:"500"`
+	// ArchiveURL is the gocloud.dev blob URL of the bucket the reaper
+	// writes each expired run to before it deletes it, as the api does
+	// for a DELETE (set both alike). Default unset: the archive is off.
+	ArchiveURL string `env:"CAPSTAN_ARCHIVE_URL"`
 }
 
 // scheduler returns the scheduler's part of the config; queues is the

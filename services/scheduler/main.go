@@ -14,6 +14,7 @@ import (
 	_ "time/tzdata" // schedules' zones, whatever the image holds
 
 	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/obs/gauges"
 	"github.com/capstan-run/capstan/pkg/queue"
@@ -65,6 +66,12 @@ func run(cfg config, log *slog.Logger) error {
 		// the queue's next poll.
 		wake := &queue.WakeConsumer{Queue: queue.Scheduler, Redis: cfg.Redis(), Enqueuer: enq, Handler: mux,
 			Concurrency: cfg.Workers, Log: log}
+		// Opened before wg: the reaper is done with it before it closes.
+		arch, err := archive.Open(ctx, cfg.ArchiveURL)
+		if err != nil {
+			return err
+		}
+		defer arch.Close()
 		var wg sync.WaitGroup
 		wg.Go(func() { wake.Run(ctx) })
 		defer wg.Wait()
@@ -73,7 +80,12 @@ func run(cfg config, log *slog.Logger) error {
 			return fmt.Errorf("listen metrics: %w", err)
 		}
 		go func() { _ = health.Run(ctx) }()
-		reaper := retention.New(deps.Store, nil, log, deps.Registry, cfg.retention())
+		var archiveTo retention.Archive
+		if arch != nil {
+			archiveTo = retention.ArchiveTo(arch, deps.Store)
+			log.Info("archive on: an expired run is archived before it is deleted")
+		}
+		reaper := retention.New(deps.Store, archiveTo, log, deps.Registry, cfg.retention())
 		if err := reaper.Publish(ctx); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -51,6 +52,8 @@ var storeProblems = []storeProblem{
 		detail: func(s subject) string {
 			return "state " + s.state + " cannot follow the " + s.kind + "'s current state"
 		}},
+	{err: archive.ErrNotFound, status: http.StatusNotFound, code: problem.CodeNotFound,
+		detail: func(s subject) string { return s.String() + " is not archived" }},
 	{err: store.ErrBadCursor, status: http.StatusBadRequest, code: problem.CodeInvalid, field: "cursor",
 		detail: func(subject) string { return "not a cursor from this API" }},
 }

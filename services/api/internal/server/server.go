@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -45,6 +46,9 @@ type Deps struct {
 	// Queues, when set, is the asynq queue UI (asynqmon, rooted at
 	// QueuesPath), served under QueuesPath. Nil: not served.
 	Queues http.Handler
+	// Archive, when set, keeps each run a delete deletes, first, and
+	// answers GET .../archived-runs/{run}. Nil: the archive is off.
+	Archive *archive.Archive
 }
 
 // Operator paths: the asynq queue UI and Go's profiler.
@@ -71,6 +75,9 @@ type Handlers struct {
 	starts *runStarts
 	// templates remembers the template versions creates read.
 	templates *templateCache
+	// archive keeps runs before they are deleted (Deps.Archive); nil
+	// when off.
+	archive *archive.Archive
 }
 
 var _ api.StrictServerInterface = (*Handlers)(nil)
@@ -119,7 +126,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	}
 
 	h := &Handlers{store: d.Store, queue: d.Enqueuer, log: d.Log, cfg: cfg, stopping: d.Stopping, feed: d.Feed,
-		metrics: m, auth: auth, templates: newTemplateCache()}
+		metrics: m, auth: auth, templates: newTemplateCache(), archive: d.Archive}
 	h.starts = &runStarts{enqueue: func(ctx context.Context, t *asynq.Task) error { return h.queue.Enqueue(ctx, t) }}
 	if h.feed == nil {
 		h.feed = feed.New("", 0, 0, d.Log)

@@ -48,16 +48,21 @@ func newFixtureStopping(t testing.TB, cfg Config, stopping <-chan struct{}) *fix
 	return newFixtureOn(t, storetest.New(t), cfg, stopping)
 }
 
-// newFixtureOn is newFixtureStopping on store st.
-func newFixtureOn(t testing.TB, st *store.Store, cfg Config, stopping <-chan struct{}) *fixture {
+// newFixtureOn is newFixtureStopping on store st, each of with changing
+// the server's Deps.
+func newFixtureOn(t testing.TB, st *store.Store, cfg Config, stopping <-chan struct{}, with ...func(*Deps)) *fixture {
 	t.Helper()
 	rdb := redistest.New(t)
 	cfg.AdminToken = cmp.Or(cfg.AdminToken, testAdminToken)
 	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
-	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
+	d := Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),
 		Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }, Stopping: stopping}, cfg)
+		Ready: func(context.Context) error { return nil }, Stopping: stopping}
+	for _, w := range with {
+		w(&d)
+	}
+	e := New(d, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, store: st, redis: rdb}

@@ -2,7 +2,7 @@
 // controller, Temporal's retention): while its replica leads, it deletes
 // expired runs oldest first, in small batches, each batch its own short
 // transaction (store.Runs.ReapExpired), archiving them first when an
-// archive is set.
+// archive is set (ArchiveTo).
 package retention
 
 import (
@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,8 +66,34 @@ func (c *Config) defaults() {
 	}
 }
 
-// Archive stores runs before they are deleted; an error keeps them.
-type Archive func(ctx context.Context, keys []domain.RunKey) error
+// Archive stores expired runs, each with its descendants, before they
+// are deleted, and returns those it stored: the others (a run of the tree
+// has not ended, the run is gone) are not deleted and wait Retry. An error
+// (the bucket cannot be written) keeps them all.
+type Archive func(ctx context.Context, keys []domain.RunKey) ([]domain.RunKey, error)
+
+// ArchiveTo is the Archive of a: each run's tree (store.Runs.RunTree)
+// archived whole, or the run left out when it is gone or a run of its tree
+// has not ended.
+func ArchiveTo(a *archive.Archive, st *store.Store) Archive {
+	return func(ctx context.Context, keys []domain.RunKey) ([]domain.RunKey, error) {
+		var stored []domain.RunKey
+		for _, k := range keys {
+			tree, err := st.Runs().RunTree(ctx, k)
+			if err == nil {
+				err = a.Put(ctx, st, tree...)
+			}
+			switch {
+			case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrNotTerminal):
+			case err != nil:
+				return nil, fmt.Errorf("archive run %s: %w", k, err)
+			default:
+				stored = append(stored, k)
+			}
+		}
+		return stored, nil
+	}
+}
 
 // Reaper deletes expired runs while its replica leads.
 type Reaper struct {
@@ -150,19 +177,45 @@ func (r *Reaper) batch(ctx context.Context) (n int, full bool, err error) {
 	if err != nil || len(keys) == 0 {
 		return 0, false, err
 	}
+	found := len(keys)
+	postponed := 0
 	if r.archive != nil {
-		if err := r.archive(ctx, keys); err != nil {
-			return 0, false, fmt.Errorf("archive %d runs: %w", len(keys), err)
+		stored, err := r.archive(ctx, keys)
+		if err != nil {
+			return 0, false, err
 		}
+		if left := without(keys, stored); len(left) > 0 {
+			if err := r.store.Runs().PostponeExpiry(ctx, left, now.Add(r.cfg.Retry)); err != nil {
+				return 0, false, fmt.Errorf("postpone %d runs not archived: %w", len(left), err)
+			}
+			postponed = len(left)
+		}
+		keys = stored
 	}
 	res, err := r.store.Runs().ReapExpired(ctx, keys, now, r.cfg.Retry)
 	if err != nil {
 		return 0, false, fmt.Errorf("delete %d expired runs: %w", len(keys), err)
 	}
+	res.Postponed += postponed
 	r.deleted.Add(float64(res.Runs))
 	r.batches.Observe(time.Since(start).Seconds())
 	if res.Runs > 0 || res.Postponed > 0 {
 		r.log.Debug("expired runs deleted", "runs", res.Runs, "postponed", res.Postponed)
 	}
-	return res.Runs, len(keys) == r.cfg.Batch, nil
+	return res.Runs, found == r.cfg.Batch, nil
+}
+
+// without is keys less those of drop.
+func without(keys, drop []domain.RunKey) []domain.RunKey {
+	gone := make(map[domain.RunKey]bool, len(drop))
+	for _, k := range drop {
+		gone[k] = true
+	}
+	var out []domain.RunKey
+	for _, k := range keys {
+		if !gone[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
