@@ -686,6 +686,12 @@ type BatchedReportResult struct {
 	Proceed bool `json:"proceed"`
 }
 
+// CacheDeletion defines model for CacheDeletion.
+type CacheDeletion struct {
+	// Deleted How many entries were deleted.
+	Deleted int64 `json:"deleted"`
+}
+
 // CacheEntry defines model for CacheEntry.
 type CacheEntry struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -1696,6 +1702,18 @@ type ActionName = Name
 // AttemptID defines model for AttemptID.
 type AttemptID = int64
 
+// CacheCreatedBefore defines model for CacheCreatedBefore.
+type CacheCreatedBefore = time.Time
+
+// CacheRun A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+type CacheRun = Name
+
+// CacheStep A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+type CacheStep = Name
+
+// CacheVersion defines model for CacheVersion.
+type CacheVersion = string
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -1738,10 +1756,39 @@ type ListAbortsParams struct {
 // ListAbortsParamsState defines parameters for ListAborts.
 type ListAbortsParamsState string
 
+// DeleteCacheEntriesParams defines parameters for DeleteCacheEntries.
+type DeleteCacheEntriesParams struct {
+	// Version Only the entries of this cache version (the step's `cache.version`).
+	Version *CacheVersion `form:"version,omitempty" json:"version,omitempty"`
+
+	// Run Only the entries this run wrote.
+	Run *CacheRun `form:"run,omitempty" json:"run,omitempty"`
+
+	// Step Only the entries this step wrote (in any run, unless `run` is set too).
+	Step *CacheStep `form:"step,omitempty" json:"step,omitempty"`
+
+	// CreatedBefore Only the entries written before this time (RFC 3339).
+	CreatedBefore *CacheCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// All Delete every entry of the project and domain; with no filter, it must be true.
+	All *bool `form:"all,omitempty" json:"all,omitempty"`
+}
+
 // ListCacheEntriesParams defines parameters for ListCacheEntries.
 type ListCacheEntriesParams struct {
-	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
-	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+	// Version Only the entries of this cache version (the step's `cache.version`).
+	Version *CacheVersion `form:"version,omitempty" json:"version,omitempty"`
+
+	// Run Only the entries this run wrote.
+	Run *CacheRun `form:"run,omitempty" json:"run,omitempty"`
+
+	// Step Only the entries this step wrote (in any run, unless `run` is set too).
+	Step *CacheStep `form:"step,omitempty" json:"step,omitempty"`
+
+	// CreatedBefore Only the entries written before this time (RFC 3339).
+	CreatedBefore *CacheCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+	Cursor        *string             `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit         *int                `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // WatchEventsParams defines parameters for WatchEvents.
@@ -2024,7 +2071,22 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttempt(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+	//
+	// Takes the list's filters. At least one filter, or `all=true` for
+	// every entry of the project and domain, is required: a bare DELETE is
+	// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+	// deleted oldest first in batches of 1,000, each its own transaction,
+	// within the request; an entry being written meanwhile is left, and a
+	// request cut short keeps what it deleted. Reservations stay (their
+	// owners still run).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+	DeleteCacheEntries(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+	//
+	// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
 	ListCacheEntries(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2739,7 +2801,32 @@ func (c *Client) ReportAttempt(ctx context.Context, id AttemptID, body ReportAtt
 	return c.Client.Do(req)
 }
 
+// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+//
+// Takes the list's filters. At least one filter, or `all=true` for
+// every entry of the project and domain, is required: a bare DELETE is
+// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+// deleted oldest first in batches of 1,000, each its own transaction,
+// within the request; an entry being written meanwhile is left, and a
+// request cut short keeps what it deleted. Reservations stay (their
+// owners still run).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+func (c *Client) DeleteCacheEntries(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteCacheEntriesRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+//
+// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
 func (c *Client) ListCacheEntries(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4323,6 +4410,122 @@ func NewReportAttemptRequestWithBody(server string, id AttemptID, contentType st
 	return req, nil
 }
 
+// NewDeleteCacheEntriesRequest constructs an http.Request for the DeleteCacheEntries method
+func NewDeleteCacheEntriesRequest(server string, project Project, domain Domain, params *DeleteCacheEntriesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/cache", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Run != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run", *params.Run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Step != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "step", *params.Step, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedBefore != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.All != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "all", *params.All, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListCacheEntriesRequest constructs an http.Request for the ListCacheEntries method
 func NewListCacheEntriesRequest(server string, project Project, domain Domain, params *ListCacheEntriesParams) (*http.Request, error) {
 	var err error
@@ -4364,6 +4567,54 @@ func NewListCacheEntriesRequest(server string, project Project, domain Domain, p
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Run != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run", *params.Run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Step != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "step", *params.Step, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedBefore != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Cursor != nil {
 
@@ -7553,7 +7804,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/attempts/{id}/report (the `ReportAttempt` operationId).
 	ReportAttemptWithResponse(ctx context.Context, id AttemptID, body ReportAttemptJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptResponse, error)
 
+	// DeleteCacheEntriesWithResponse Evict every entry the filters select; the next run of each key executes again.
+	//
+	// Takes the list's filters. At least one filter, or `all=true` for
+	// every entry of the project and domain, is required: a bare DELETE is
+	// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+	// deleted oldest first in batches of 1,000, each its own transaction,
+	// within the request; an entry being written meanwhile is left, and a
+	// request cut short keeps what it deleted. Reservations stay (their
+	// owners still run).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+	DeleteCacheEntriesWithResponse(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*DeleteCacheEntriesResponse, error)
+
 	// ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
+	//
+	// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8428,6 +8696,54 @@ func (r ReportAttemptResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReportAttemptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteCacheEntriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CacheDeletion
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteCacheEntriesResponse) GetJSON200() *CacheDeletion {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteCacheEntriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteCacheEntriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteCacheEntriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteCacheEntriesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11314,7 +11630,30 @@ func (c *ClientWithResponses) ReportAttemptWithResponse(ctx context.Context, id 
 	return ParseReportAttemptResponse(rsp)
 }
 
+// DeleteCacheEntriesWithResponse Evict every entry the filters select; the next run of each key executes again.
+//
+// Takes the list's filters. At least one filter, or `all=true` for
+// every entry of the project and domain, is required: a bare DELETE is
+// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+// deleted oldest first in batches of 1,000, each its own transaction,
+// within the request; an entry being written meanwhile is left, and a
+// request cut short keeps what it deleted. Reservations stay (their
+// owners still run).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+func (c *ClientWithResponses) DeleteCacheEntriesWithResponse(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*DeleteCacheEntriesResponse, error) {
+	rsp, err := c.DeleteCacheEntries(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteCacheEntriesResponse(rsp)
+}
+
 // ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
+//
+// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12593,6 +12932,39 @@ func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteCacheEntriesResponse parses an HTTP response from a DeleteCacheEntriesWithResponse call
+func ParseDeleteCacheEntriesResponse(rsp *http.Response) (*DeleteCacheEntriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteCacheEntriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CacheDeletion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	}
 
@@ -14603,6 +14975,9 @@ type ServerInterface interface {
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx echo.Context, id AttemptID) error
+	// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+	// (DELETE /v1/projects/{project}/domains/{domain}/cache)
+	DeleteCacheEntries(ctx echo.Context, project Project, domain Domain, params DeleteCacheEntriesParams) error
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx echo.Context, project Project, domain Domain, params ListCacheEntriesParams) error
@@ -14855,6 +15230,67 @@ func (w *ServerInterfaceWrapper) ReportAttempt(ctx echo.Context) error {
 	return err
 }
 
+// DeleteCacheEntries converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteCacheEntries(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteCacheEntriesParams
+	// ------------- Optional query parameter "version" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "version", ctx.QueryParams(), &params.Version, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter version: %s", err))
+	}
+
+	// ------------- Optional query parameter "run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "run", ctx.QueryParams(), &params.Run, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// ------------- Optional query parameter "step" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "step", ctx.QueryParams(), &params.Step, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter step: %s", err))
+	}
+
+	// ------------- Optional query parameter "created_before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "created_before", ctx.QueryParams(), &params.CreatedBefore, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter created_before: %s", err))
+	}
+
+	// ------------- Optional query parameter "all" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "all", ctx.QueryParams(), &params.All, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter all: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteCacheEntries(ctx, project, domain, params)
+	return err
+}
+
 // ListCacheEntries converts echo context to params.
 func (w *ServerInterfaceWrapper) ListCacheEntries(ctx echo.Context) error {
 	var err error
@@ -14876,6 +15312,34 @@ func (w *ServerInterfaceWrapper) ListCacheEntries(ctx echo.Context) error {
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListCacheEntriesParams
+	// ------------- Optional query parameter "version" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "version", ctx.QueryParams(), &params.Version, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter version: %s", err))
+	}
+
+	// ------------- Optional query parameter "run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "run", ctx.QueryParams(), &params.Run, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// ------------- Optional query parameter "step" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "step", ctx.QueryParams(), &params.Step, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter step: %s", err))
+	}
+
+	// ------------- Optional query parameter "created_before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "created_before", ctx.QueryParams(), &params.CreatedBefore, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter created_before: %s", err))
+	}
+
 	// ------------- Optional query parameter "cursor" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -16631,6 +17095,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.DeleteCacheEntries, options.OperationMiddlewares["DeleteCacheEntries"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.ListCacheEntries, options.OperationMiddlewares["ListCacheEntries"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/concurrency", wrapper.GetConcurrency, options.OperationMiddlewares["GetConcurrency"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache/:key", wrapper.DeleteCacheEntry, options.OperationMiddlewares["DeleteCacheEntry"]...)
@@ -16851,6 +17316,46 @@ func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntriesRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  DeleteCacheEntriesParams
+}
+
+type DeleteCacheEntriesResponseObject interface {
+	VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error
+}
+
+type DeleteCacheEntries200JSONResponse CacheDeletion
+
+func (response DeleteCacheEntries200JSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries400ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19550,6 +20055,9 @@ type StrictServerInterface interface {
 	// ReportAttempt An executor reports a fact about an attempt it holds.
 	// (POST /v1/attempts/{id}/report)
 	ReportAttempt(ctx context.Context, request ReportAttemptRequestObject) (ReportAttemptResponseObject, error)
+	// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+	// (DELETE /v1/projects/{project}/domains/{domain}/cache)
+	DeleteCacheEntries(ctx context.Context, request DeleteCacheEntriesRequestObject) (DeleteCacheEntriesResponseObject, error)
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx context.Context, request ListCacheEntriesRequestObject) (ListCacheEntriesResponseObject, error)
@@ -19869,6 +20377,33 @@ func (sh *strictHandler) ReportAttempt(ctx echo.Context, id AttemptID) error {
 		return err
 	} else if validResponse, ok := response.(ReportAttemptResponseObject); ok {
 		return validResponse.VisitReportAttemptResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteCacheEntries operation middleware
+func (sh *strictHandler) DeleteCacheEntries(ctx echo.Context, project Project, domain Domain, params DeleteCacheEntriesParams) error {
+	var request DeleteCacheEntriesRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteCacheEntries(ctx.Request().Context(), request.(DeleteCacheEntriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteCacheEntries")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteCacheEntriesResponseObject); ok {
+		return validResponse.VisitDeleteCacheEntriesResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -21870,333 +22405,342 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39ctu4li/6KijdqbI8Q8ty2sneLdeuOe7E3e3pdOKxnelzbyvHgklI4jYFaAOkHe1Uqu5f5wHOQ9wH",
-	"mye5hbUWQFICJcpfSe/52NWRJRIEgYX1vX7rcydWs7mSQuamM/jcmXPNZyIXGv46jvNUyXd8JuxfqewM",
-	"OnOeTztRR8J3HQ4XdKKOFn8rUi2SziDXhYg6Jp6KGbd3/ZMW486g83/tlw/ax1/NPoz85UvUOc5zMZvn",
-	"p28anpMma58xVnrGc3udzF8ddqLOLJXprJh1BgdRJ1/MBf4kJkLD414X2iht70yEiXU6h7cYdC6ngknx",
-	"Kb+K4QKmxiyfCjbX4jZVhWFzPhG9ToQz/Fsh9KKcIt7SqU5rxj+9FXKSTzuDF/2+n4nJdSonMJE3asbt",
-	"YMGXTvDHBy/uW27yk1sh89M3PwueiIYXTxP3vhk3ORP2DvgzzlL7UYtYpLciOYIvTa4FnzEtTDEThvFx",
-	"LjRLc786U3ySfxk7iT2Yxd7pm+ZVCi1SZf7/Dmu+Mv3a4GysNM3ZsHzKcxZzKVXOjMgZTsvgO+Af7C6V",
-	"ht1NhWTXKp8yroW9tGmf7eJcweJcAVW2ocJ+kArfprM093u//Bj4sTp8Isa8yPLO4GU/souGQ7+0hLWB",
-	"3M+0+quI8wYym9OvD6az82Idq9DFI5DyRTwVSZGJNc8xdMnDH/ab0jdCP5gnFQVcuUrXdvxxpu7WvMwd",
-	"XfLQl/li7zdzJY0Axn6m1XUmZvZjrGQuJBAHn8+zNOb2UO3P8Yp/+atRwJ/aPc6NC0+sn9Fjyc5/fM2+",
-	"P3z5J0aD92AZ6F6QN9dK529TA7OZazUXOk9xxtz+BJ/SXMzMponASOciVjrpfPGLz7XmC/t3hcmvcpPj",
-	"a2P5nZIlM3SMf3UTy2353c3xo79OXcPJsgKuMp/Vd0MpOvi8PH7U4SgYr2JV4B7Vp/pGZOmt0AumVSET",
-	"w+AykTCj2Jjryow9OyiHTJPV8S5EDuyTS0aXsZs0y+xAK9xtdeSYF0YEXyPxcm7lp5tUBiYywjUZDWAP",
-	"YGGtdLLzgh8Yl4kVUXqRT1M5YYVMQP4csRFNnG6107d3KincK9m3EdKyy99LBYZ+q2xeOUVV5LHCM7o0",
-	"ywTXXySjiCnNRlKIxFzZJdFWQtg3QMnyK/9EOo5hd9wwLbjlUwGaijxDDq2WFtw0kIqlRGFykVzxPLyz",
-	"d9M0EyzNWWrYtbDL5udf2+GE52IvT2ciNDvLx0OPL+b2NvfwNmMtnR4ghKgijkr9B0SH3yoks+WzUZvB",
-	"miMIiwSnLklSOyLPziqnccwzI6KlA1qu+vLxA5FsWK7YsPPBCM38LiDRDjt2ZSsqzkE/rAmGp3uR87ww",
-	"AY6xzBbWHMb6lGFWIomY3RNV5KwLBwwPlbA85PL015M3V+8/XO4CTQfYgVWI7R8isRfcgZi8ypTJg+T8",
-	"zKfnEU5IyXLuf1CWRUNtw4Lk6YVAQPC1EndELJbFz+da3fJs423uOqCXeCqubkRAvT5m8GPCTC7mO4bZ",
-	"i6KOkrFlJoalcl7kBvRmLYzKbu0qDWSRZYHtwccYT9frn5QpdVPMB+zn00vWTXN28eH165OTNydv2F1q",
-	"VXVLsrle7BimihxnIROmuWRSsZybm92I/Xp6cQE360KaXUtoZ+/PPrw9vjx5g19zGTFTxLEQiT22MmF3",
-	"WuVIBjD8bo+RTgCHASYHE7DnByZcFSk/n152oo59aifq+EcFBUsi5vbIXeG+e8Vm5bpl9UXIZCtOG3Um",
-	"QgrNHYWtGn+03nGhNdh6hRwwzrTI9cJZhfDW8P5amJzrnMF/DfxoFaoIqMGuut0GcRdWP5y8X5miJDV4",
-	"9QeVX12LsdIBHvKbZQ8cmFnC7nias25S4ItGOP1d4Grt5RsRUrOECKk3S0RckimtKw0aMfuS7D//9/9h",
-	"tzwrRMS4qSyaJ7sZ6+aap5nlPFLcZakU9tTN892jKvkxLUBhN2xY9PvfCXbAptxEQKWWQ8LTIsbZv128",
-	"f8eAeuxm+gfu4CzsCYYv9lKZiE9M6URoT/LAgKWSVf235FpzroUMqypzK4DCrBZ2zdMUaNjXIrZLc3b8",
-	"4eLkTfvdmk85Srm1VglcVJMNy/NZlNOBwwWCjad2y0Rv0mNa2DduEDlwDrY8kPZRV5ZAiabqE/pZ3bEZ",
-	"lwsgbDxhd1OV0QzHPM1EwrpKXtmPhRbMFMaykl1UenUhGSw/+TVSa8EYQyPFSo7TSaFFwmgC4ZNqSaLJ",
-	"8CgnCJSbr7KQkuNYomTdfoh5wt27mx7f5jBWblzlbqtz2nFn7nph2VguaJ8/Dzv+8A47g++//74fDTvn",
-	"H969O33309Cqb1/wCPJc4Bm0R8PqCRyOS/CQwJNW1/C9FGBYOgaLSpifGYyeT0WqnfJlIty/1RUep9rk",
-	"ER76ytep/Z8/0gP7N7fEgePATTiDLs/ZTJmcvejvHrGxVjP208kl6/V6+zgrs/8ZP3zBe+Euy0jIU2ql",
-	"JrisGDc3dqfBfdbGUr/k5iYk42ARrtYa6rS1FU+tvbxcU1jGbtOL/Cve+hfLUyusbgS3jVDH9B6A4Lm3",
-	"DCKVk6txaHK/TXnOODE01lUaxVEqJ7t0Bix7sUs1YFWRZQrg2aSZMXffZu8DyM/Im1HA82qHuH6kHFkG",
-	"ddGK/rjixfFTowOfiDg1qZJ+GQuZpxl8nSDDXLZd2nPJ60VQtMRqNmsSO2469kdv5cOUBTrskJEH9LGl",
-	"9fQDWUtz7TLdz6i8XoSIRtHCGdbFdTw+O2W5uhHSMPEptacceADPMqFBwIMGIbLx7pKlGQo51JbuXlYp",
-	"uUlWzJQGc7MwQkfMLEwuZhGbCz3j9vizLmdmLmLvn2dS3FrruZC7UdWijEpbszRZLb9BMzZ4LGOViJBp",
-	"YXJ+nQkmtFaa2YuI5//KP13ABH9EYWpOPpEtoDQ7lbc8S5OzrJik8mIu4vAjteDbagAwjyAJi0+ptRQT",
-	"EZZv41SmZrrl09Db18KJZw38Lc1NWcyuhQ5P9n66Ec9FG7lxARdaTowUk4Ysi6VjDc54mrF7VG0DPzaT",
-	"/Vs1CThjTJ4IHd5JkyeqCPOpXBcyts8MyDVdCBRGaDewa7FQMkGD9JOIi1zpHcOuVWFtVW5YotV8XjsN",
-	"10plgsuVt6cJRW7S1XmsefFzMScvxBYMzrMEx4YtM7CPhsNm5YJjB5bF4oG2E8JT3vG7avkASBFiBEFT",
-	"OravW8wDLBUcBczksEROldoxbJxKnlkTSukc1eY5HPIdw4C+Qaf50V6U/l1YQy2figV6C1JJRlJbJec1",
-	"zu4iF3M72Rn/dIq3/XlV8dmWfQU51Ny+p7Y3/q/fj/f+H77394/0b3/v+4+f+9Gr777801quVJEOh/2g",
-	"KNnAph5uSMPWeXUc94gsVvvR6i9oM0fuoNTN6x57B/KRa8GEvE21klb27d1yncJagvg8QrXZGeQyYRxD",
-	"BmCI52oi8qkVYk5FPmC/pj9ETCr27sPbHjudSGVNKVDXlb0UrQMTtpdrLKrOJ7fkeSXbqa/aD5YtiMRa",
-	"NlWG0WC5Ov50/zFqjGwj+7GT38hozilWucpr51pZ2bw64x8tB0KmWZ0xmxUmh8OPJlYZAdowU/egNXO1",
-	"Z227YJ6emO0cfVZb4w3+sljJnKcSBe9a5uMuhAmvj8YJebvVgV1Zm2mezzdN6OfLyzM3l9Z6CXqZH8BN",
-	"Km5O8lg7bzUavNYam2uVFLHQZqd02b07/vWk5CkD5BZc6/TWshZDbmLPXZjnLnAjJ7k9TjPB/un18dnF",
-	"5fG7q9N3Zx8uL67enJ7v26taOtusanY10TwWV7OAP+HXNMtSI2IlE8OuRX4nhGQXpz9dnpz/CvO4OP3p",
-	"l9O3b5mSqD+3DOuuU+8qTH51tZ1P3rvWEhFnXAtDi0gMPM2FoS9UuUTvP1z6NQL3Zmy5NTo6w+vV/lih",
-	"oA97LVsyGBcPA/4iVQ4WvlQsU3Ii9K61ZEJcZlN0F/254bVuirxuLzrADwCeofCT7q1Obw7eVh5deV+/",
-	"JSXLQ15UaugtGXJD9gg50Nrnj1RY/AoBhWN7YVfKDzy+GafZPX0EQibtzSZ1K3TGN3Lf93jZmcrSeOFN",
-	"tHsG7fFeiEg1vH4eT0XS0n5Y9Y/azYLED3ZtR4os4ypyVuawDJhIQenipMqz7t2U5+zs/cUl27892He7",
-	"s/85Tb7s0zU5vxEYC8zUxGAMPJ4W8sY03QjX4W0RnPdrlU9Dzq1qcs1WealRJ1OT9hT6Vk1e2xnX7YkX",
-	"L1+tsjvtV78FydNWNQWw0xb7fC4MJCp+3m5xVhfEGyOtcs6iR9IOj1huDfCxspo86PZ2Y1rojJX3W8+v",
-	"XvN4Kk5kjrmsS1bzfVxJn+apFqY51pbiW7psBs6mac66M/7pik9E6QD/C7rh2offKF3gUYKoK6ukhRH6",
-	"1get16q4dkHPK9eX4nJVLdGFRL/jXM2LzC42JS4Hg3TN8fKWg9wKbcIWwXICFKRVuMvLRdzonSrJKSz9",
-	"hPRhxnbeipI8N+dOrn8n9+jGaZ/XN3lp4jW6bikF72RThjsSFByAmMIthaS40Ob4Cg5cO2yNb+VMwy2k",
-	"3a9WtjCOSjFqy6mJrUy3xsQAzJMbsWBTbqbkAEGdCRzpGBXwBo1LySHjg2gqAidFKqmoAVQ1uAaVtR47",
-	"ZuBKwqwXNoMZeeWdHDGM5wxSf1x80qXsELmuykRiM+EgstWXfR4PxFEtb4oY90ExZgprcBk27Lw4nA47",
-	"FW41Vtrxq9WzK3TKs/TvdvVq6fPB1X+tZCX3xficFz4TsOooMQS8OTqiwNVjKOfkt+PTy9N3P139+P78",
-	"6vXx659PdkF82D2j9LewMVDhDfX5nHFMeIUUVrEYsHjKJYRcrZEEEqswlpJVlgjN6JhtJmL3wCDlTtMs",
-	"OS/kueUMoWB1bC8A9gkamUtOp8ygsUs9CGhFcXPmUW2U3gNyl6px75xdC0tZhuWq1+BOIOsnEFK2rwle",
-	"gkR8ghh6bvAdyySGVE4yurIhfaExnWm7lJU8VO/isy9gAlpIl9aDU6aYC8OkKbsaXcrlisrsreC0wyFl",
-	"b7w5u62yIzhD91ZBsqr4vrezfu4VTVvdT8gvcoky5Zr4lL+luGmDt9vpAj6mDHmZEI2DCMHmgDKM0BhM",
-	"9hwoXmwpOY7JMW35LDAvx8GUROY1VVliiTZT1nKidDmgiULCj8auRzU7vJAuyEgecekirjAoRqbJYRYL",
-	"yCziWrCJkmJ39fg3JJW+PnnLcKmY+DTXwljOxKzEY1CG6HKv8I9excd2xDiLlTQ5l3lFPCRinqnFsGPf",
-	"wL075MJhiQRyptpOf/8qsNNuHdecO7fCfN36HlhWfdC3/9fAI0yueS4mi5p86vytEIWl8aVsafh6NMAM",
-	"HlwmyE6BrBtMJvn3DycfTt5ElNmTUl6QFUFO8pMWEdn/gD1rVz8vtDQ9Noq5jEV2lcqruVYTuyFURCHF",
-	"HTyUEj5B/IMMzBJhQGJKOw5JBv8MRzKUq8iNkmwUl3Q+iiA1jEJz5QSkuBMmb3pVSFI//uH9+WWpjETB",
-	"4atZuW5RV9+x/BKfu/kgo6LuyWTDaf5FBKy8Kcht05A2hGcSKSpyqwx72T7iWE7gIlN5SJFvMt4aKnJ0",
-	"IWFLrLq5Y1hloXG3pyKDgJFdkyNMo8LrQTyXv0PaUXVr0ENovw5Gdmc8IKc9ryMudiMW4M6x31PeF6nS",
-	"9pfw6bNnJrgHlz457qDfZ5TlBVHfLJVi29Dv5o2gJ6zhN/aKFvKacr88fXYiT2jl65bP20C4b0UyQVNq",
-	"hZ1vYUvWD8ImXyqMvWFesIxr4m7LcsaRwY5huBouuVfoHdOsdm6np80zHgfD9v5BcIUnou6BlVJAZQ3k",
-	"2ejuT2XcnAlPb5grdYN6K7IQq7TiTCBhhBwK7R099wlPq/k8SNXHfpKW19npkKCwRq7XR3Dqa1WNsE0F",
-	"jGRrMoBfQb9tcc7s1jQQqRXpqdzWz9/oRwu4n07+PWLvTiJ28j9PLy4vIvbu/eWV+/zTZcR+OonY28uI",
-	"vT1hXVnMhE5jYI2n78LuKZ4VYUMFUy22CVgH5aSaN61VJSq9ncZ7iVnseH+ZtpPO+EREjOvJLbr04Ysd",
-	"g86FuUpdxFDM5vliF2tIS60yYLduHbB/cPwcptwi7AaXBdcVjjaY8e0iTsvnxNn3kqUSWNXISvwRwyxr",
-	"az9OUpMLLRI2csb7iOViNs8wj/4Tj/NsARo4ZdGsrqyzjpecDHOcJUFMCG01PzI2Ber0sH8rufbVqhNr",
-	"LGxk2/aq/0D6tryKSHDdLa5a34UEfWl+y/vOxTicUus3zJzmWJK/ZYzMO2TKkVy0rGEfeWjnVjcpTcRs",
-	"rnIrc8OFgf6BO4adlhfv/WL1QWt55dPUQAxvQBvnJlvxQO6j97Eql4YSTIY0Z93rBQNHB/ywi25OCApy",
-	"ae7AAYduSJ5jYcOIhhgxWK8eO2b25TTcNJRazAXPU/I5cp2l9BOWNfpROUGHwKOSNOkNZZvs6v8m6wBZ",
-	"37PmOmiB1w8Lw8eZCP3W3PknrpH7dIH20aVt/x7zNDOMZ85LsczWy8mXAVXMjJ+l0v29QeY1W4Qwcwdg",
-	"cj/mfFJnraNYKzkCMTbCqmmejVaPcWx5QTG/uktlghu7JE2hxmyWGmNtdfACScUcjoqGcloAxSG3oguj",
-	"LuDbhSrkBJU5Cef9iJErA6a5EIhDUTk6L4N1CTqkvP+Y3oq9cWotR3sB6w47/7z/kv0z/v+ws4vczN2k",
-	"NOv+j6kqdLaI2P9IeAr/3glxAx9mSuZT+GRnlS3aVUy4lQ3plD5GYRltzjLBrdFo7Dy/75thZ/eIKvjs",
-	"SvEsnUiRsFwBH/gg009MzFU8bbM+f03zPBTXOoG8qXQmnHOmmOMDUsNmRTwl7tcddg5gQlEZ10hExi0t",
-	"Of8YJuO0mUyYzR1Dui0tBXgkD1+xeMo1j63hGTGjHFNFH+UO1a+M0bit5ixTonL3970yZfnw8Iv7fvdf",
-	"/+kxM2DuxV2xvjUUWgrYJOlM/F1JESyoOj1+d8z+DgxKaXeou8POSWGP8f4PQmepBFpyB+vD5etVWIlQ",
-	"gdo9mXkgBuCHauZtl+pGyHvmOd0j0OuIcPkAz1LpV6UZXaXB7eN+xQRz+0JsxhdYDOgDj0qjBRHRyaGb",
-	"WruEEJRpScoE0nZUttHkPrfXNGwZ3L9mu3Q6mQh9zw0DADRSCrfcgXGaBVnZMaMTA5GB5ZDACB45Yt3P",
-	"4G1Mk4jN+SJTPPmyS4ECuKJH3/b4TBUy96Xx/b7bP7dtiHBXBlnbRQfa8r6X/Qrva8Pd/rzE3dZyyyZ4",
-	"jZKTNZmgm98wmDGzY8qgDCRAr9ukspgafKXDzoANO/XdSZNh50swy/kRmVZJpRsYGGAHOjCtQB5KOLjo",
-	"YANyPEleQZIKQKkwZwOpHfUUWEE24+AYc2X8hDOG1AhuC1hZ+0hE4AHnF6w9SxTkHo5TRGasmm5NQE1N",
-	"+U8r024o7oBrNjsk3IWh1f2Rp/piyhG/YwsmcyfSyTRfy6h3DDN25Igd9HpWV2ddJyQP2kS46RHBWVu1",
-	"88TtfH1moJKGuAAgbcy5NV4l6XmEOsSuVbKgg2ENs57Jxdz8fvCxh/6r4PLPhDGt/EE4ofKG4AspbbXF",
-	"LW2OH7mspyVBBe4tZNxmqcnZjVR30uNMkBbaTaXJBQdI0ZFL8x7tDsAmgLHmZHhHZS0XZi84C3/HHEGl",
-	"Qj1DJIIRykwUN0yPLRtHY61mzjiyUnbUYye+6mAicnQyoy9hTRXHiJvR5ioOrFDgBqUN8UicpYN4obPq",
-	"GCkMjPExCIHDZSw1Efg7sJAMPLD2F8v+eJwDefVYJenFwx5pUUF5MUvID6z7+0fcM6lo0e+maTxtSPE6",
-	"ebN75CNpDmKEwAWNY1uwprRDnjgww4yNICVshKsAKzzlpszyohixupOUXeARhQheaBl1SAsMuMts4cmD",
-	"HDRJCvzWZXP0GDr6dwxzu3R+cvb29PXxBUsNOwj4eE09+n56efJrJyQEg9RRIwyoPkQkwgCNVFxXvngo",
-	"TOG5S0JaIZogk7CEHjQsnH+rRisQ/MAk4DoskK9v7EeWj6L3P2JDyFvp4c2QfUdkicqJgdUvvSt+zxCg",
-	"y8XlJZ/ZZzakyHqtOZC8Y1kMAhxE4SlW1e6AR97SsV27LBMhE55GRHsZTt64imaDseTji4vTn96dvInY",
-	"Dx9O3745ffeTpVRChSlzENBDDqgojj9VU2l8RoidvE+6HkDVEGQ2UJk3BAohIMHeqbzMs6QpraQ4BETc",
-	"Cu/3JXfbB1qmeT4vYywkzew5QxA3y2rg8BkDxcCmlMB2OV98+rTrDqeJypdxcLQgFkv8mVeH7Jf0h13H",
-	"kYlkR/aiUZm/XysmA9RPzl5++oTsI9dcGqjywFJpyCkFngInltjZUYXN0osgATtoIo+6soTaoZJwqI6Q",
-	"pR8W/ZmJfKrqPoXOTyeXwYhsdc1DQaoqlNLSmSh0A7TLtVFZkdOeKw3/Gvbh/O3mzFI7Zkjr+FlwnV8L",
-	"np+LebYIoSeEgpwe7pEAq3KtMnswpGB3XOZl0lDV5m5RUbLWdwtT2fQOVEnTXF+2eoJ49WWwtg7D3FEV",
-	"5KmsGvcvtByOafmS2wbrQyV9zZXay8SUaJ7KYKD/slpqk1pNvcgh9pKoOzmghAipIL3MLgvD1N2uydP4",
-	"ppa1U624WZmQr4TazrpIeM4DsRrkONxAYWouJMUW2IfLH/f+7LnDuw9vVzxwh39++adXwdwJLfismju6",
-	"jMLRInUUhohw0h/XLILZFqTD3/S4VWdLL0CPCc38XYND5c27i72MX4tsL0tvBGEZggR99V3FtWJFLjlO",
-	"9j5GaH9gfC9hQoKmQ6pIJnKyxJN0gppIZf9efbfsuNrksXl1sMkfXXc0N0GEuUhLgn78RAFsn1Uoa+FS",
-	"dxmcpDzNMp932b0Us7nSPLNKHj6Sze0zU2F2B2xkbtL5iKV5xG6ENeCkYN3RdTEeC32lpBhhFCXLym95",
-	"lo12sdLAquWuuwOldLpEf5/02XWZmyBPR+i2oFvl4o4vWHfEs0zd4cDV5D87t07UKWdT/sGzrMzNhJE7",
-	"UccPE8wVBBf9tnzASdpVEkRF1xqT9kmjCApAZTWUDZtlNeBJeisIGQ/09GU/2ma4rSbXYqPtgV5Mb86i",
-	"LTWibOnlkvmR1dNen7wNg8NcVdBhrtbBw5RnulXYA76pKjM0UmX/3Re+htzdH3Wg98DHVrh3IcZSjdc0",
-	"kgQ2UwjkwHiHJ7teEPMhxyeYTZ40rLpPqmjC7ByCTs0zl0wY8GTZnyi1xp52XaLcVw8K5nZ3ok611uj8",
-	"5OL9h/PXJxdL30MNUidywJWdqES17ESdH49P38IHyqLuRB0P+t2JOh/eXbz++eTNh7fHP7y1g/z2/vyX",
-	"k/MrfxdCGtoxfzk9O2uANq50mFgSOOvhjWY8nqZS7GnBE/iignREsfwrLHiTKr8aq0ImESCaZmkcNi4T",
-	"kfM0C6OdWAOhvfCreAQDelAK9QixaMRoKJq08zTPxBr7YHWtPpyfMi3GwtqAwtnWlFJjV32ZDpt8tvZX",
-	"93w/R0KgCp6o4jpLzRS85feLG4WaTmDzIZ89xNKEdQFaVnzK2TUqW95cDkTsm6X2/xoOP/X7H/8ZWFmZ",
-	"eoNeL0ggbYqjBNOdMDefz+dCioRoEpPBKenoyPnUDTPFtb31WlgpuqJstApUYqRkO9YFU/STsIfIqrKj",
-	"WuxldOQdKS9evrL2doBlBVI511CESIAmHqeanbD2g8DIgJkrtI9dlNG7SnU/RFLuuGFzN7uIwjBYpmq3",
-	"3rBUxlmRiIR1JUFIWPYrlabYS+twbj14FOIMYQCnpqTflhu/Wi8fzJiiiI+pLA0FfCIn2bYBzwnZihhg",
-	"c9OmidT2cWMJ+1lhpmVA7z6c5d7aVptIfRlWbUURqIZujvBvn6AXjnPCOKFlPee58G3GHn4yMzfUNuWu",
-	"oVD/gYnYwczqOgfToNB+cDcZWhnXRm0OqmXlnTe2i/FLF8ZUeKQOUlFH81xcwTTb01e5rZvOZ3X0tW95",
-	"v0PnCWKJ5yBesWXUc6FTlZDhjsWQfSwqvC7iG5HvGBbzOY/TfIG9O8SYGk6t0ti8CdgBHzJgG8jqy7oF",
-	"+GDEts5xQmX2QcVqyAqgghBYjjO7C+Tjr+c++7BpSvVByWNWz55eniDwG4QCBxWcS4zH0RZU4nFlioyv",
-	"t9zBBGW89GEpMs3L0D37gCDt9pI9pNf9z3acL7th/iDTvG69HzRsjw84445srMpta12eUxkEdgm83/Hh",
-	"SQIVqKv4m9Yk/HD+1q2T96Ien52S4jnN8/lgf//gxZ96/V6/dzD4vt8/WEneDAk+cKo9MFDRlHwXcBgY",
-	"VehYbOZp/kIrGDO1tL2HUVNtpPeuU4sfD1DitvrF4TZYB7Ql4S2fK50D1NWWGz11AQS4L8vejzuD3zeA",
-	"ZC7FHL58jBrQM6B+zT8hIuRo7EqRAJI0+hKhJgRr4+G8g1+uDpaGwxHkmR+ScM8GTEMDQ5GQQxC4uB10",
-	"B/MojAMLMHegahPSjAY4sB2M2fRKQLL28q6OIvew/Hx69Ib9bYIww3e558xp0ICFEA6CEXR1uQ9KZgvs",
-	"sqTFPFsMqqhlzxsqc+sQXsbKkd9Cnr52eoAaj4F+rheUGyF0hI0wXG89KvCwfD1Q7zAvrmaAhRqoHzn7",
-	"YMkSfo6VBoHQ7/fZXzCtSGmsDNmqlW/UmYmZ0our60Uesll/hV/tY+GCrcf/El5ja8TdT+xYreRqE7aZ",
-	"YlrsWYsYoieVVpuJupPU/RkUh+W02hIabTk3Z3O1RfBVKQ3aA68kMwAKBeBYDSii1GoaSSXojjzHZMh2",
-	"rPe8kBfFbMbBmg/XmW+BJBo7QLoVcGcC71mDQuSBRoBfV7OETISti8Q8okwvSEXClIV2lfkVuKcQRu5z",
-	"VZxR6yoRzKekH63USiUbKx2LgQsZA6G5qhcoE+fUP6dNIwT79Mjv5iof+4hUsyQNgiDHscLUbxUCLCXf",
-	"EsBnsC6lx1GNIgTeRuBuCtVt4VXr+kNA2pJLMKXrXXTuCCsgvYnhSxvLxDC8o0zKoULIpbrPcJn9ttic",
-	"lI684dw1sIDaPpi1YjnsL3TbUknIjRy013Z4Hks08SBBWcg3IhNh7MPE/iIa3OVYCVBCrhlGl0e+/xu1",
-	"BMtx9w3UyAmZgEbwcL+fm13Da3lvcLBaGdvnG6bVHc434Tl3Bwh99HvgQPEVGlx616UVPOsQ5hpbaLdO",
-	"n7mXz5qSSbZy2K7B4W892bVw4g0IIojBnWylBy5vJdigFKWECGbkmyuUQccW0OGNiOEUnIKF3eg+Pi/k",
-	"U7vpii1kfk2BuGe98Hkhz3xzzQ2wiYxXMuKtgTfe6oSE6SSAeeKhABsmfJFOZPt2aE2y3vWYLWaCnDZS",
-	"oU9L5EIbrKKHtNEZX7BrUSnLG33+MgrG3ys7EohI+3zaMMxBWQK1Anp159grdDOb8tolj9YqLBHzfBqG",
-	"h0qEmHueL4XJzYA5lEr7VakUaFVMUMyDE8mRDFUXCWkt9H9hB2Uu7kETbN3a/iHbdibGGq2muLCP4BH/",
-	"D5VbeYnX0KCmOTThz9eGw0wHEVzQkFJ2tamTLBhONUw+YJhL9MOGlhSTYWfAXoCbFrGh7O4dAPzRYwBT",
-	"rREQLqWswQ50CWdgzC2tdhhz12WyBZHIq2PuGEx2c2uVGrd97aimUpe2+hBHIK3nvX20afsyxf9A5N1Q",
-	"tWJABpI30nXx3CZwdVHZ1KXc9QIdK+XnK55luz4LIgQLQVhxJUfxSX+5YpZbd2upewFtagV94lFYosOL",
-	"WAvXsAZFYbXUDvAvrtqBZYBXw6PsQqM7RMS4E1owj24mCR87j6d7xZzhmG277jS2Q7cqjdWiAVmiwT4Q",
-	"n3L2cimz1LCuRKyZNBPYHzrZDXsF15+9JU/BV0JdWDVJtYitLGnOg6hwn4znBF1qIobAn4T5uCz/Wml8",
-	"7tAlYMMGHLw36XwukqvKWrWlK7Lyaom9i5ZEVMWd+Cpcrw2ihKeEkpRW2Ibf+BX6r2970zle3YGoZIf3",
-	"46/Ha0DNCfSlTFPS4BDCVkA+jEKdB8mF5ZU4PhMJG2ECr6NYTOLdwy8/XL5G6ckNWywWi9ksSfLpdDYz",
-	"5u8u27eQmTAmQDnMLgQEy7yOCP5F7C4cgO8vhbpnOA9iGMuOuKXh1y35E9t4birtDT0va9u+5fr3S8hN",
-	"HcbKe6AiuKyc3T+ppjbSOuj3i7mIsaDmHhGKNcEJyGnIfUUr1U0vVaqutQWamtXtGDh/A3awt1plUkmR",
-	"j0pWXakw8XUlrZYRXjK4bG2g8lc9a64NQ1lPfFQr3Ac/YVmMT7WtNPUShCAMgRnYianIsrIwlOvJbeT6",
-	"ZCQsSbWAcnxXMcXphioyAPV6292ue59z6LlGwSuze6vkpIpLDrxSjSl/H+9u6DBy0J9BjbP0Df7m3BCF",
-	"sV9O3749eeNrvmFRfeJ82Njn8VS0arfjoiGVjp8blxx/jpiP0u1fp3LfTNleQ5fyeouBtYwtF/NqRwK8",
-	"m8BtQ7DlWNUIqSWscuUR1BVBm62pypJtULMdkm6wLep9W5/GyjOvzU1hzqBAkYPExkPj2wEz6PYIGINs",
-	"wuVkF46a0DNoKu2aTZBLGxDrCcYHCNKk11kqwz3FwNtj77gKKRdvjn9iM5UISAU4KuMAEBJEgxd7mmHI",
-	"NQAav/F4uVOxLhxnHzdgU9e/xzcgoO4aTpWZKMizZ9eLsoQ/dOq+65tKXx8calxxAwap+cFQu2OlrwQB",
-	"oqwt+yDclPt0tx03AHWX0BaFNK6dKYGkVsLoac6IGuwy+hoe1rU8iGCGCJBjt8dGPLvjCzOy4/DcDuOr",
-	"FXrsvSXbu9SIBugmoKCVsjHn22/41fV8wh9uxILQtiCTs5A9nJpDvYExros0S3BY9pe/sCFVIw07PYZd",
-	"+pYxSbDIKIwbIcPNZ9FcRJZfQmCUTX0xbkrQIrFwnXxDVXbYRGuc2k+N0B7tzcRczE/tpIP9GHx730b4",
-	"8qVzV2nLQujo4IJe0/u34QC+NLW+Wgd9E1zvsjOEq+cDsPWVViXQ+6GNvnHERsRSRnTsR252I0j5qXIB",
-	"r0ooKY7YiM/nWt3ybFRlGJLh18JFEexhP6rCHftaCIetUv0RsmLLUApG69E6HeGhGyHNwaVlfSBW8ANU",
-	"ELDk3cjrqEjpY5Vl6s6U0C474RWGvhYCmnk54J3agvcb0yC9yQlNlafKCKdeWcsuN1Zc7f1daMUgZcA+",
-	"ImHdPmXDNnj6q9OZa2EVIi8ZXN5tv+WcMmUIzMQls6AYpXFFwlwuQ1Gd2dq5mYXJxcxDFK3poGG32lo8",
-	"zMMZdSkBeaL5jMVceoU+8jgNVot1P11bzpSIyKfZIfi8LiSolwAesuvetbLEqSSgA0e91qiYWL4d2OvK",
-	"hhx5zdPjY1lOeVHpu2f1gF/5pwtYhB/pvU4+UVcr9oZgWKrF43rHsO53a1a0BvnUkvSQg9P5LjPgVUYA",
-	"12XPLXwDb76BJoW3cS2YZYA1HLqAO7Q+hQ8y/VshXKJp1ex5xxvUBiWDB6tjv1zlZPbbEZIKXbqL6pwP",
-	"8rjd8LgyJUejzfU/i4TMV3sm7qYqE5RI+0txLf5DZHzHgJNIjcewRuDyKh9VJt3GSo7TSaFFwrBs2oo6",
-	"elr4pZvatL+rJpIgntJqb3YCsquDn63rz17xobJf0x/I8JIJ6NJOhd7S6qsgW7ZK4qv5jT+uRptrAfQd",
-	"416+CuDkS8B79abxAX8fINphO85uxebeMR6zNzVsBPbbCCAZ4BOJSOLTo2UjDiTgyFrgI29PH7GRVUJH",
-	"zJRkSPlfqaTfjgAjChlU+Qz/BTwlUbHjvyqZcRl5HEoqNSBrYsqtLAWBK5Wyz0VvpVRe5bAb6xCeyuT7",
-	"NGcSvpGqtPPZBRkQQAwkwJ3xwm+E7+UfgO1NlU7zpVZpEOzhcZ7erjZMm2uVFOCjZV1oa1xKmt2IVe5c",
-	"Ot5KU6Z810m860zstqndqj//3Fe7VI8UJjTkVJsyXi0A8j4b1GrOTt4B3hgmOHrU9bEWoseoxAVRKezX",
-	"DolCAh+BjFxZFsbCsLgUuIvtk96qVVK1/Ps/B9uNY1f/teU5pZJQFxvi05yDvSxzVanWaWqSdL/yEpSG",
-	"qZw0O5HK5rS4bjOObbjshK4FbVbV4EWDzbAafEIrg1dpNuzYb0pNdk1b21iL/Gpb43cJND5o6ADMjpC3",
-	"pD0SQ6SEEaIbLaBZoGu7ZqZWqR12/vmfAYwfTjX5zaBhPt5EvId1KwVoKdYw4CIu/BBHJcijr3nybjy3",
-	"yADe6frKrOJTbXILOnegHw+q9BCrVxuvBDrp7erE13sMq8qaowTvGyyNAd/DakXXCcfY2sm6WrSthazz",
-	"pk+ZQbpjAh2h0bVIAKalWVSLUOlC1oJT9hG1LyA7ncJSR64VdWlrYlgGgrF1fD/HolpX5C37LO/fRZVY",
-	"Evy37KMaMR5rZQwFjS2/3QgMib1An66oE2UXIp46GPRhJ7nem6UTK50wDNKu5ym87xoTyq8Hdj0F0mjf",
-	"7bSxhyY+tmlD0VuyZVml2QJFaRsE1zSvYLdugcVKgNVJEYP3dzWE1SZ4tYz4bJ8U2XcNLd0lNcFrhils",
-	"V7yCN4T0cbJ3rgAVOIwJsKlxd6VjN6ndVDtEqkrrHt6Bn6iV1vIBcz5fBxKMYMiENgoP9Q7BBqzaBg/N",
-	"Nr6T1r6MgBms8ivUOdqH31dzFgPatZvfuv3Uoux4ErSASge1R1FF2T3wWNtQ7x/DYcz1AlBaANQpIuAr",
-	"57BtoA3ftNuyHt/JBgDAg7GUe/StrG1DuRwroaEldxK05SzJCDINtOBZtoAGSl0tjCARV4kuQmMRYUqR",
-	"gbVOUjGchxu/qYUteNGuggAzy9n21LsdV2T5/AZIIEzqjXQdldyliSFduM2or+WpTo0zma0icORrQq65",
-	"scoA1Gmii5UaWlagn11Z4Id3F2cnr09/PEWMMjSbOlHHCebNaGgY3g0Ani0Dojmpb59zfnLy69llAwga",
-	"2GePA71ynw45DbhDzfkkldY47R0zWtyqmy3fpn1rm6iTu0UMxMPBGDpy/j9YV1AuodQNTIleuzKUasuc",
-	"ykJsLDyBHQ6nJaGN31rUIq1syiOiQYNTKVOiH4Hcqv191nTw2SrZfkNnms0R26duDVPJRNy077jYT5yQ",
-	"5oDc2hMR0cBGMnIDr3m3bVsV1tfgfknBoU3/AOmYD2uciB3dRZaAMzuecjkRR8wIhKOmlmtxJrg2lVaK",
-	"3jbAQMUdXzCtCpm0abHYtt/hVu0H2zcJ3HTlN5OzXc1QfrJ+dis0helKAQOpBOR5nMKt+2GjH1lLk9pG",
-	"GEjmKDujA026qjiHnB5WfqumRBPTbVuAFgTnh5Cu0i64NVa6jLPGGLxSVKSOmurAK75pwv7zf/8f0Id7",
-	"DIBOHND1rAqTv/KmpSPcZ1lRyMz1+WbVSBnwVwhfgIMO1XNr9qPLncqYvTVe+hwJ3ckwPuGpJJ8Ah2mk",
-	"SdDvONZCXN3PHw23esyjgDUbVuQeA8jJLpA3drbCArQ3emiae3VuXNURMh4Luz1XsIOBcGWFELzrPaVa",
-	"su4SQey2Lyd7IErVmhYM9fnzLL0VgxLRx+UOVwLY1vbVPBY9VkhqkgL3mDSzeoMnY7gI05AXIi8hqBPB",
-	"E0pJqUX97ZOlMMaOYMoArZICv8GqoNpd4Ojc7cGQg/oTjqAxD515DJ/xZI/mr0UuJAbeDqZ2Lj625g4m",
-	"d8gEdAB77NifeECOEZUu89RjCB9YNflgNTtRp7pQEAbkyao5FnU+7dkb9265hhwdOwLKAbBLj2mwylcf",
-	"6uNWfnkDj2g2Tk4d8pV9Cb1ilAw8rhH1GL22aoXv2+sgj7BHl+VLnmBMxAjBCnhWpiYMMvwSg3mfMdd6",
-	"S5vHyTxHz56vlL4CL8YqMmWpaGaVHXxslLthrZmwx1rruiTDN6m6btim6Vg94VePSe4Cyxe5mP+wgET8",
-	"kt5qX745/ilo81d1j+1U5m0AaSmM0mReoJsGEaVeHBz+6fDP3706/FMFZuoAAbEx8LIMg701FmIN0mfL",
-	"/iPtc9KX8tHHPNWWoV3dN5bCuhAuoRSPXPDZ7sBxY85cwgG75jKJyqZcLoIPYVCXaUkY1BQdKXtTIh4h",
-	"VFtBpwh3vXMwtAzOEHm2UXmBlNdl/JRgBnQJ9TWgtonO01omyw6WG9Qhi6Y8yrSCS7USKPSBWveTupNu",
-	"2PY5s2URUS3z4NXhuiShQAAGNx0D15P0Vpij5RYalKi0phskrRD2g7Ac2FKZFjwxzZ03Wr9pa9houz/t",
-	"a9Qsvwr47baKk2O2GqAsuGC587Y1xcWny2FxqvO/V1R8pR+SXYF1rOiSQtyPBUlfAxe/j9drOwp4OFJ4",
-	"TUa0wz51N9Tft+IUI9C0Db6x5S14YieZYz/baQ41GmmjQ+Aj1r1vBeGhfQ3nvTfpY6hlgxFxYYXWhX1T",
-	"An0QXAe7rUtI60H9sxvzucm5pD9xgyEVzkXBj9/8evru6vL9LyfvelQCOgN3Aw7vJwMVMl++gONqrNaA",
-	"usTs/OTiEuagxuw1Pj+qyhrLHv6qrpnS8VR4NZoQTocSIE577BxErLZmi5pjMtFqIkuPQdsWuHAo+RwS",
-	"1Oxw+9Qx5V/+aqy5cv7ja/b94cs/7boyBepKM4pVIka9oRzKExAZdm9xPqgOjI6LfKp0+nf4csB+gGXB",
-	"5vMxLKoTBmz0aY9We0+rTIyGEqu4gEVCTrCsDA85lAM2QpDLEeuCsNmN2AjxL9039mWHEj2bqHcMaBup",
-	"aVfkirciKqeIXKlE5Nrv2lEBXXM0lN0S8RMFHUYe4MGgUY8IO7jMF415lg285yQaygomMRotEWSF7fbY",
-	"O0Xh3kJC+2h7AUSR7NcY6qInstQM5WH/ANIi4QsXWvbrddj/rvyVqCBX5LR1mhbIdzvSIRWKEJppVWHD",
-	"Orayn5esbdYUYD1GbMb1jRnKir2uVZGLSnviSotHl7dWljs4B9iML2DFekPpe/AABi6cw+Oz08pZH3T6",
-	"vYNeH/S6uZB8nnYGne96/d532M1rCid9//ZgH7Ya/pqIgGgfgUX3FyCqK/Qso6U+AvOafI2AKgyN3rSw",
-	"+nmaCc0m/FawYs6UHEo046F71NWvx//z6vjy8uTXs8sL5wgsO38MKsIdqxP5ArvXDSUkEMkESLwkeqXR",
-	"H2i3GKc7csiyOCfKQyQoYFw+f15OE6vApCY/xoUg4QXAYZBGl9pl+Fsh9MJZwANv5qJ8qGLNUupE2cyE",
-	"ECiWly/YpawJmIWkXomBL25TVRgv4UJTJEFZnWPNbugHnx8ayXXEKAfyVu/LfsVsfEm42qW9uCyePoLf",
-	"DLr4AsW96PfJossJVqvKaP9KuSflc9cmHtntA8UBZMmybWeXCo4u7DKk5x/i00OD+lmWeKSAO0t4cB2k",
-	"lVr2qlVEDSLsAgsFXxkCjWQLRgghDmMTZAVt6pxPUsld87acT8DPRMfyY9SpM//OwKEX2xnBASbfOkCw",
-	"V85xncJ/ErlLzXrKTcBHUOeZL1Fza1vagcP77gB2wpSl/x1LB3KF+CSy8qDKolbyTZbZtFXl/AKtrPmd",
-	"dx0tcYfQ3MtL3IKcvkF44JX92rfiDZS/ew8bdebKBDg3NndFRSdXhK4PyLUReg9FAkC3joC7TnF7+/4n",
-	"4NE//N+XJxe7g9KBTD7HKeJVmRzGTjRgxVNbfivqhGaGLwwUnUIaqAcxr5PkMbgh6VXe2nVA9VWY/Afq",
-	"mf0oRFk2uv1S15BzXYgvK6fhcHUpL2D97sE0HkTixxXqNtN07tFLEN7Wx8VcnA/98dTT4nHJPki6umxt",
-	"/QjEW6cNbH9Q5ViPTxc0uusR0YY2+k/z8HN6SohnnnvopxEoRiIZEUx3LqzEqRU+QP9dNa92eXgGqrXX",
-	"f/8YVO4DFWzMrTV2DTAwq6T+JMTt9P79z/Tpyz6agmb/M374su/RWYIy1mofAM1yInNqYtdClwwoag9X",
-	"zMAL+I1oZn5JFpvVMyGpJPVh+hm0Q/BJw6mou9lr9SpVJD9SzKzM0sIIfbuiliEBrNPKttUQzgjK027y",
-	"hkvfINan1yRaU+z+5xux+FJixK+SLqDKi3KnOm3E4sltGufPLxfhsQSTk+sFJv8CfqWHpjNQb0LQUpSR",
-	"0W4bqUfIc2xjtBqBQpqFyiH7UlPxiV38fLz34uWrssUzldBxSot3/RaAQVjLvuQPmKtYl2lVblFtfNvf",
-	"+57vjT9+fnUYauO9HcnVA3RN5kg1OPeU3Kd8zFuRILcLGiYZ/NoLcBKTqZx+ppZ4y6jMS83pSv6CLgyM",
-	"IKGWpnRZsxmV6BYosIyPcGBhob3Sfks4zz12DI+TqmFAlhqqk6tSu0OM/6PwLGz20OiSunRFHNQUglOI",
-	"DvqFacFnEXD7LKvuCT1lx9XipZKliTOH0L1JTcqG8i03+R40pNg7fcO6U1glqKyHnAWHPz7adfKCjQbs",
-	"Roj5HuSXjKB6nbpR6AU7eMlMj32QUC1LMx26hkgpOrhmqYG3UHeufBAAky3x2MHs9qILjUMEXsPkrRkA",
-	"PssBBMxAHeQszlLAxJryfCipKZPgQbfXbzyPsTd3QFfZsLF2keDW0zc/OzLa5qZ/B12mheKRi085ksQe",
-	"rln7s+/7ijQc+WqHEIJWha92DDYYsaeJuUFCnIEo0CousNUkgFbpzhLpSp8SA1mbWPEMCTke9Wz19D7L",
-	"GW1yJZRrBUXY1NIPaN+SKnk6F8t9tkkOD8pYbqWTNGWBvT55O5TQGcgtHA2wY6gDNyBOUPpFXmlWXuJK",
-	"gF9+t8eOJRulyajSAgAz/uxhq15qdT7qhIcZVikhrgDPxVgTHJId97YVB7N9QLAzfOB8VbvfP5ERG2qw",
-	"38qUffHYU3Ad3dedtXJB76UzvnhxX52R5ujbAh15WjSe285hO/MYSISILGI8V7M0hqo8L6zdO5SHlETW",
-	"Oo1yawG4/xn+XevTXVr7J9Sj2u1ybXfv7/la7uLh6YYkLrDq5b0C6BzkRC235hn1n+jzmjORJhGzqvue",
-	"MDF3jTdX9XlR4SNhjX65NmSWSl8f8TCl3kHkNzo+zhFMvYXDw7WoaEl3iEa9uoDvZbbAnDJEH4FKfAIO",
-	"oTwzqzoMWKbuhN6LubE6vrV4TIS4y6htJ9xMhYGSbgdVAV7zpsCa/efKPafTZE/tIe7zx88H0avvgibV",
-	"M0b7XvzDRftc+661ziT0gz/Mk2SfEuj50CaE902YXU0O9teQ6XFeyNUzu9KEnXAJl3s/gg0GuB4E8VNR",
-	"81wTqRJN2I41dX1XidZOy7aRe7+As6I9+X58Gn3Kr8tWytSjEnaQqDNLNAu/rlhdBExuaRGB4F/0D556",
-	"RrhQ93X+ff9cih9Os2xbwSVLJfTMKjOU5yJudW7vocnZsfavXf/3r2fBnXCoC8GWpiM7qxFat57ezSkA",
-	"m8RTEUNWlfTp19yUVw0lXIC52dcqWQxgRXOoweM5gpq6xrFWeUYYDwAeSiUbUXPTUTSUno9QQl35EHan",
-	"iixBIEHfGr572Hdd6qAul8p+lDBDQFsFbdBXI814xA5fvKAboNUeOlO4dLhkhYzYYf97ugSyryXg4kWM",
-	"Z0ZBL/ESXaTaDhb2E7HLnEWZGoC+zAU0lRvKNO8xyvuDpDK4PTXu/EbgnkoxUSHXXBr07Q4Y9zAWQ+mq",
-	"0/Amg/DxZb98w172+z12jJ0N4fWo8Ml17u9KlQ/lv128fxcxqWjfI9a3JvUMS+G4ZAdRv9/37fjZuw9v",
-	"yzYWjMvF3VRosQtpdZzZXaAN67ERPAYoCTK0GEdoFq9IDTDF7ez9xaWv67Q67VCSyQ0DhEznki47T8zo",
-	"zdfj9LUWxQEeC91v4Wffkjhy0BW0Jju+G/HD9BzikwX0cUeKAN2aaNQhhnZ/tlMW9rHXRXbjTK/dJ+Wf",
-	"n3Uhl6JXK8VzKwfJY+CSQ73sZowv1q21S7cndrVfOiDImP/8f/8/5+lFSBlqAR4hvplvY2uioQQMQ0DQ",
-	"JgdfPQqJHd+0ygUzOV/0gAFJlV+5RhARZeSCl0pRMq1HuQOexSuv4t1o2JgSBJwdwZXTTCk3FZpsHsHT",
-	"ILHsitIUKWfEocI737NdDyjCSQ27FlBj7pIZKQvXReRdD3OsFg0dZIwsoqL5lGfJ98Vu8kxUel73njnH",
-	"AdcAxAmkXcE+1gqfPNHoBQQBgFDUndzqXEXheAnIfoodxlwDIQLgPsI2IWhF5QszYl2YHES48qEskbV2",
-	"HMahy3N0CJ6Y7lg6UV/0nQMYri+lfarL44IQPPiUKnwXWVjg5Cm/HspUkiYBHO8I52yuKjbziA6LEXkE",
-	"ZiDBCWAn259OLoey1+vt0wHe/4wfvvwr3v0XK0w9RDdnB33LB/fKfkgkd4eSGzbmJreqEfRHdNdXLg6d",
-	"hZ9E/vQHYc0BeLhfzq8OeE88H4R9hVdHCqpgJGqqxCHlia4z35qhvPnK80JiLe3He8kvTLR/Fitgm3dp",
-	"8g9AhrMj1ifIvYPhS8XrKeMT1HaxKR8ZBF81rmVp985qs9eilHvPLTJggdBsPSoDbISrX1bQWBvOLGQ8",
-	"1UqqAs+dFhmUnj69TrbCSJvLSODQg6WA+BGeIRAX8ZIlIChAmRvK1pKC1QUFQE+TD8vaZlS7RL0VdkwA",
-	"QdJQ+5WITVOTK71gN2Ke7/aGMiBzXPhw5P6mF4OUJPumkYftLqsT3VDNMhj+bRCRO6VcdX2bUAucQI4I",
-	"uSXBJIRO+BMB1TgImYkQ8wz64oyHUnNppwjegIp1Z+03hLpyb6XZCO4cNYg2Omcb/IkO+rO2hkFfN+uW",
-	"P5D6kkorxJmV4SUV7j6uU3xputhrhPYRIIut1d3wxD9IRuYGjhijJ/vZs91pk12/J+IRXol0SkXJGdzp",
-	"/KN447cQzJsvxU18mEqyxL6/TR1ly6VYq9F4HvXfSs1XU2rAixkTwtGyc8Z8Ba1ln8qa/2EIv6EJctly",
-	"h6yzSsfNHvttqpBKptQapkY7ZqruJBi+NZ2t7KnXY8euQvqaqjaq3XogRzWVk6GENFXY8zg1JcyVAe/U",
-	"SKr8ii69Git9VY4fUDqOcd+e9lDTBL6Jc+3XrHK0j5Yg2ODZhEb/zMebGimu7D0oopCkfLRCd1/huGOP",
-	"x3/0046hOFCMEMefjfDFRTL6Q572c5j9fx/2b+Ow425sPuubafErcACwJ/Y/23++VKpa6VNZlb2hlN4X",
-	"LT9tkSg8BlCJ16fCLxuz4TIXNTEP9QMjj0mwOjOxH4XWLhbk2+WbaQqV4bW6ZNal2vNd6tabZepOJBg+",
-	"+q9irkVNTpEd4xrHowMrQvC0fkNCKPVSXpMP6jwM/RBU4+dmeAbqEkrPP2h4Pq/VZ2+YwkHbKZBXruLP",
-	"C/T3cU69Ra0vm+v9nHPt07udK273yHfWrDrVqH1kyJtT6UZ0/0W9wDofQE3A8v1gKUgFTdd3egFIJpex",
-	"zkZ44tARh0duBGkB8bSQN6yb8JwPqE/1pzzCygyec6gcgwvth12C0R1Bv1nlOtC4Z2J80sciUcLfwYxl",
-	"3rROeIjDbi+C8FyGGr+vx2JDadh76QpV5pjic0Wrq9VdreZrwEZpMhgRJNQd5WCP4OrBCH1Oi7mI2AiW",
-	"dYQeaFcK5OJ+sLJqzP7t4v27HrvEsVyl1lIVGdZzcqg3Wy0lw6whLN0yPlUJGkyLnKX5LovVTDh/N+yg",
-	"FHd2EobQJxdUKHbUWI42lNV6tPdu6wlk0WUgLAWiMSEE1sNdgAvsiCKCkjSTDyWtHhO+MS2Q3+jzEFO+",
-	"h50BG3Z8D0Dsc44gZ8POl1HkzVIqjYszZYRprFtzm9FCAn9DJWQPlrtY6FiWPq6yksjhvQB1VEnGkgN8",
-	"G1VA8e1WwLH/OkVnjypkH6so8X7MiQTPNxzjDVRQYGYsABj7E+4SD+GEsi62tYoQvs1+8ICs0VAuNa+t",
-	"dcLadbLYRExkRpRGH33PrzMxOhrK1TSkCmfC1MKlPCTI3RzKUS2daYRMuAJHL/awmbVVY66sijBaEm5D",
-	"mag7V4wL0QbWJeE1IDZYmjVJChmfzpG26zgWItOBR+OaxzeWY1LnsB5koYKRXZ0DFplI1Zgpco7r83QB",
-	"ePeA5zF016WlkLb2rRi5D8o2p1UFABvANfT4xxy2+qjSjrCaY+ggrivClzSyHeND0FwLCEM/g8GMBfF/",
-	"GEYGbIVjiYRPpaxoty4V0ou5lcNWzMQTnrVCXqQT+WxupfWnrZiJb9WjBHOjnBfIwcfpYrUBgdFS73+H",
-	"6VpBEsfcF0y0xePGsI8Uu14wJV3PGjfQMxwjetIf5hwh1hiazCkQIqZ3+nb7nkpyxTiA8DBrcZSl9EOJ",
-	"6DQjenWRDFiuCzFiPIfziEmfqFig3Wh67AIvtgKeD6W/Fc6tAyimbGhMmd5w2IeyPO0B4UqP+y9x4N2p",
-	"+SZPPG2EO/LUtKvSyz0qW/kDEWKHs6gWwEwNOzv+cHHyBknAVeQsgyA+5hF3a7e+IvrCX7WtGfUaE5fa",
-	"2C6QcPSkyULuNTbX2/pleZSiWz+aZd9Q3L05yafcmG+77tat6ZPWNi03wGxV33Tw6HTz+MWj36z6fwHK",
-	"P5UUgUGN7SKsnOQs1kpS+Yxr0cm6l2I2V5pnO4Z5frHbnqQfwrz2P7uPLaABaxS7CRjwzb3LbIJlM54V",
-	"+OwBU4ESwkqqrVcsagzuNb9q/1kOR9WF8fCKDTdSWbbhoRLzdCagPVwsXFWcFayQeCy0+SYZ6+Yr3dKW",
-	"uq4rv67vdL1L8BNx4nAr4meuNG1LbIApCer2M3HmB5T1wzQrrAHgwkSWQNaBMsKl3N8IcN6JVLNbaC/c",
-	"Y5eW7MtmoILeGfiID6bcCS2enQ3vX/P4Zpxm2TdiMa4epaBO8wPN+onPknvMV4I5c2+3PmkHeGotoepb",
-	"P0qotHjB6sLp5bnCV0ol+x0kbmQN649lP1isktyNmCmgrZQrUqKG4WwOrcCh3046EwSISnAmToRjEMKj",
-	"9MmvcPTAVfTHOndndsr/SNrKRa7I8ncWPGp8SIEYJCKXnj1hUuUs5sVkmrNi/vwUQ9gHfyyaucRJPzGr",
-	"XnrKM7nB2nPoZneYa8FqpurOGhnerYhszHOs9JtvrHBBkSjAYlF3rOteEer1AYrFiFjJZBPrfv6TVcg/",
-	"IDf+gJP+x+LH3p8BEPoYyvS1rSVB2TP1pGRCvHa9w/XSXfSH9rfSW2x2t7o1eRRvqxtsC2frtwGsusHT",
-	"Sqv5pI5WesZX8rO6N/yv5mYtIf1KP+tYaczBW8IPxstuBMGkzTm1lxQOY7yCa4U3uPOw+3Qoz+4R+5/p",
-	"Uws3bJWcn9sLS7M8og4ElIKICS8u6uagdtJ8y3Vrdsc2vnL/OY7QZYlI/9CFfC8rQ32D+NShAoMa9wwn",
-	"+K9bWFSZtsqnrDXnbhT1v/mr/tCyPtj4fL3QpysfSeq70TA/HT7mjJoIQ1sLHk8jpxPstlAKao3PvxG9",
-	"oL6W1HQdnXTpbFZAFqrH0RR/K3jmDKH6guwY1jWAE1oZMXLNKaASai7iXV/i+KLfd3A23A9yxLhzsg8l",
-	"YedRvjYvi1X8HlThPl/0D+w0vbQjNLuhdAA2sZq5FFSPrlodLdyjwkwdGT5Zj4ryEV8pBLLawD/M6ksS",
-	"MAECeHRs5TbTOoakmOoMnrFvxjn1Zme8yhUqLfc9MXaP9UTtGLb8ShF7rWRSxLnSOwZNC0vTNNpue95x",
-	"Dw3LD7j/2X1soWPVTsMzKVng+bT7HEge6Dog1nGWTqZ5VMmMgTwoZ7lVQl1a3Zmj2ngpdus97B/eY8mb",
-	"lbPmtXr+sxs4qw+stVmVh+W2fJNCb/OVbjG3xw0KHaZ9Wpp2ypqTvJ1vQKOy2+sm33twQ0qhF2EqqXeN",
-	"+G+aqdLM/mf6tLbD0RLxfAuM5pE4jLUH/3FZS9igvK3s4pomRlhf/eLg8E+Hf/7u1eGfNmHlNZPkmKd6",
-	"z0y5FuuI7Eee6gu46AnJq3xIA13dCSvfQ30G6XV2DCvfhy5n3QMq5jQir8n2yqs/Ce1YC6sIGFi/pfkU",
-	"6gnnOlU6zRfsmsskYvOMxwL6YkL6Yyb4rTDu1cDxDMrLUGKut8v8ngtNrzqotHBWY/f+L1gOPfiwW3h+",
-	"l8YC0MuhbaspIc3d9QcUSL5W+RR7TBDwKOLQ9NgZeAeHsjAY+aP7XOwj1ZRBJ3gCwFnH7gpV5CZNBDvo",
-	"9Q6gpYIZysMXLzySJl4WxLa5WKbBx7fClsjv+WyvlnRv6fe5zZsLkVebdYbO1xYniiczyymbmZHmudgD",
-	"jNANvdRAcYHL/tDuLf8eLXp1WUsHl+ZxPFu1Xa2MvkWAy+6nAXH1NPyzFaHsf7Z/XMEfLYxXv+RfJURQ",
-	"rrOHdrwu4hsBYFBURsZzYNjWIrUsl52dvHtz+u4nEmIpVAIDTMpy0/b127HZVl2zNE9A8o0VmH6JHkN/",
-	"rI72bIQbVu1KMn1wuMArFsuuyqU9fILKPTf+12oKtI58zgWoUMlR9WBV3T65uhESMvrHaeYTfQQ6gsCw",
-	"eOzecOum+6Do84M7vikNUFo8XuJLZaR3N7I2l10yWkssLd5xnMoyKVxR0B6nQqIKm2zPlIjT42jrc1jw",
-	"kqcMdtonrHOL4Cx7QScHLteMJ8KHei2BHZ+dhvpjWoXciFiLOqwvLcMaFWpDToe9/2kzOuwTvlY+B7xd",
-	"83k6YiNYQN93AFc4QtBOTOxTMhZf6dxxaakBCQUZFc7PzpZal1HXdSWzxXZkUTtG+5/TZK1CdC5u1U2F",
-	"WDYpQ3j9g5UhHMaxFmg0XmKeHqAZKdXdEvZtqzMR6K1cl8Fpslb2jpWe8bwz6BQFXNnUEPpO6ZtNyXa/",
-	"0TVP7I9rToQDyxEnscyrjrOMaYpciaS8qu5Ws7PfoB8FmZCLieH0ngyfp/qQr8SK6A2Dqohb3a8XkZS+",
-	"Dw5Lpd3AGCrYOO132+2+cy9Zo/2N3OWN0Kt0sNne0ssL94DSzkzw21ROWDfRPJUi2S0XJPEPMke+jw4h",
-	"aREKnGVM1wJgBWugXRvXbaoyez78yq1Z021NDFzK0zedZVYE2+GRehvxH386uWT2rhLSN02+QFbgjMtF",
-	"uRAERjKoEREiTFBDRX9pilCHfy1MzibprZAsVxORT4VGsDESZnZREBSSQHsv5iLGrp0J9R12GJuoRPp+",
-	"qPiGvq8ntixSY5YmBkFO59jy2Y4jY7F7BAXkCSvkjVR3EtAkmx7AJbafdc/AfpBYXhWMtAh97Na4RR8f",
-	"t0g7drJN6KBpYtYKJWg8W5NOqcxfHXbW+/yhl84p3vri5Su4mP4sr+Za88VT99Ipt3udpPL0NFaFTJ67",
-	"uc5vUHRXoXUJfSByhXXgNXpPTIWA0jwqW8Dy5BvmDVPBdX4t+D3gFysjN8n8n/3oTyPu/fjnYq50Q6VU",
-	"/0kely3CAr5WvfoAKYW7tGMsM0xVksYggKQwgHWtdP6YRBWiDHyKeSS6aOqrDkCv+CjWvbPnDbper0gj",
-	"mg4GrXYt84aewWtvgSvoBgxzbRInWNQGrHUJlx3SgBDyKXEyB7pw+07SINawgTi16ztTJp9oYaodlsHB",
-	"a3+cCWP4RLiUyRJXakWUgu8XUbnYcbVrPEEdX5cT61ZekAQdQqdU5dmOGbDD/uERoL1Z2zP1Q83UrZ2R",
-	"/f37XTYROWLIud52KXa3p97a9k0ShRhjANyIgtg+yfTYBSGTwcvxmVsaLIhKDZtyPcuEMYNy/z0kORnE",
-	"7k0sjVDlc4qCe2U3yzWKlqHPCBySZwV1g6dvwU/OjpnngGzGF0yniWA8U1Y/9L/sRpU+H4BS7cnkCNr/",
-	"HSJQ8Exwic4FXGk788o2JIIjSPjMakVa7DllE9OIkezuRKUIfjeEumjXqqJuPI0ZZR8Cfdaf3ZVbPhpb",
-	"vK9js0ckYld7vd+3u/sDuTYSOeqVTmvYcRzbB9uXFGVQgisklq70ZX9UXm+nLOJCp/kC2Pm14Nre+/tH",
-	"y7ARGBsZfaGzzqAzzfP5YH//4MWfev1ev3cw+HP/z31g7jSlzz6WUUgDcQ762011Fd4fWpphxiY2GYFz",
-	"cZNmGX7pe127XjoAcGxXSMap5ZKEaAy/znqV3gowcOCJHwjR0jeBPQK+Zb+RCSsMeTrqLRpCA1FGFTlI",
-	"atm8CLznQqWV4cp0pNXxztvjXlVGLEtFV0c8q1dxlY3LfM4rsEtTg91aWkcqrwlMtxITXuP4r66l9/Wv",
-	"jvazuqskuECOQJWBGsZnlhW7WG9l1EpSwZePX/7/AAAA//8=",
+	"7L39chs5lif6KgjejhDVk6Iol+zuoqJjVmWrXJryh0aSp/bepleEMkEyW0mADWRKZjsccf/aB9iHuA82",
+	"T3ID5xwgM0kkmdSH7eqZ3YkumUwCSODgfJ/f+dyJ1WyupJC56Qw+d+Zc85nIhYZ/Hcd5quQ7PhP2X6ns",
+	"DDpznk87UUfCZx0OD3SijhZ/L1Itks4g14WIOiaeihm3v/qDFuPOoPN/7ZcT7eO3Zh9G/vIl6hznuZjN",
+	"89NXDfOkydo5xkrPeG6fk/mLw07UmaUynRWzzuAg6uSLucCvxERomO4lj6fipRY8F8lPYqw0vF8iTKzT",
+	"ObzRoPNeZguWTwUTMtepMOxOp3kuJLuGH7B8mhqWpzPBuuc/v2Q//PDDj7u9ToSr/3sh9KJcfoxTXeFP",
+	"O8GlJzwXe3a8jl+yyXUqJ+WKzwvZYp2wMF1IdqdVLpqWpAvZ2fqYYBUXuZi3XYbJxRzXwbqpZFwu7Moi",
+	"VshMGMNGupAjZp8TOcuVatxAO849l/sfQhtY4sYVqzEuOrY/Y7f4O9a1j9j5dwwbwVc9+mrUuFx6oLbi",
+	"Oc9zoe3D/+uvx3v/D9/7R3/vx97V3sfPB9GLH778IXzshTZKr679ciqYFJ/yqxgewKULNtfiNlWFYXM+",
+	"aTx5/EltbTP+6Y2Qk3zaGTzr90MLeaVmPJUNtzPBLx/MBd5wk5/cCpmfvvpF8EQ0vHiauPfNuMmZsL+A",
+	"f8ZZav/UIhbprUiOGB6dFnzGtDDFTBjGx7nQLM397kxxJv8ydhF7sIq901fNuxTapMr6/x32fGX5tcHZ",
+	"WGlas70uPGcxl1LlcBtwWQbfAf/B7lJp2N3U8iCVTxnXwj7adM52c65gc66AfbZhl/0gu3yTztLcn/3y",
+	"NPBldfhEjHmR5Z3B835kNw2Hfm4JawNfPtPqbyLOG8hsTt8+mM7Oi3UyDTnjA6e4iKciKTKxZh5Djzx8",
+	"st+UvhH6wcKzKODJVbq2448zdbfmZe7okYe+zBf7ezNX0gjQQM60us7EzP4ZK5kLCcTB5/Msjbm9VPtz",
+	"fOJf/maQybebzo0LM9bv6LFkVqD/ePj8T4wG78E20G9BMbpWOn+TGljNXKu50HmKK+b2K/grzcXMbFoI",
+	"jHQuYqWTzhe/+VxrvrD/rjD5VW5yfG0sv1OyZIaO8a8eYnksf3Vr/OifU9dws6wmVlnP6ruhujf4vDx+",
+	"1OGowV3FqsAzqi/1lcjSW6EXTKtCJobBYyJhRrEx15UVe3ZQDpkmq+NdiBzYJ5eMHmM3aZbZgVa42+rI",
+	"MS+MCL5G4uXcylc3qQwsZIR7MhrAGcDGWulk1wVfMC4TK6L0Ip+mcsIKmYD8OWIjWjj91C7f/lJJ4V7J",
+	"vo2Qll3+tdS06bvK4ZVLVEUeq1lAmR0luP8iGUVMaTaSQiTmym6JthLCvgFKlrf8Eynjht1xw7SwKk8S",
+	"oKnIM+TQbmnBTQOpWEoUxurDPA+f7N00zQRLc6saXgu7bX79tRNeozNHwMdD0xfzhJeTt9S/q7cHCCGq",
+	"iKNS/wHR4Y8KyWz5btRWsOYKwibBrUuS1I7Is7PKbRzzzIho6YKWu758/UAkG5YrNux8MEIzfwpItMOO",
+	"3dmKinPQD2uC4eVe5DwvTIBjLLOFNZexvmRYlUgisLFUkaMiTpdKWB5yefr25NXV+w+Xu0DTAXZgFWL7",
+	"D5HYB+5ATF5lyuRBcv7Kt+cRbkjJcu5/UZZFQ+3AguTphUBA8LUSd0QslsXP51rd8mzjz9xzQC/xVFzd",
+	"iIB6fYy2W+LsNftQ1FEytszEsFTOi9yA3qyFUdmt3aWBLLIscDw4jfF0vX6mTKmbYj5gv5xesm6as4sP",
+	"L1+enLw6ecXuUquqS7AyFzuGqSLHVciEaS6ZVCzn5mY3Ym9PLy7gx7qQZtcS2tn7sw9vji9PXuHHXEbM",
+	"FHEsRGKvrUzItHZG7GK3x0gngMtA5neaT+39Qdu1IlJ+Ob3sRB07ayfq+KmCgiURc3vlrvDcvWKz8tyy",
+	"+iJkshWnjToTIYXmedBivywt8bjQGmy9Qg4YZ1rkeuGsQnhreH8tTM51zuB/DXxpFaoIqMHuuj0GcRdW",
+	"P5y8X1miJDV49QuVOxfPytp/s+yBAzNL2B1Pc9ZNCnzRCJe/C1ytvXwjQmqWECH1ZomISzKlfaVBI2Zf",
+	"kv3n//4/7JZnhYgYN5VN82Q3Y91c8zSznEeKuyyVwt66eb57VCU/pgUo7IYNi37/B8EO2JSbCKjUckiY",
+	"LWKc/dvF+3cMqMcepp9wB1dhbzB8sJfKRHxiSidCe5IHBiyVrOq/Jdeacy1kWFWZWwEUZrVwap6mQMO+",
+	"FrHdmrPjDxcnr9qf1nzKUcqttUrgoZpsWF7PolwOXC4QbDy1RyZ6kx7Twr5xg8iBe7DlhbRTXVkCJZqq",
+	"L+gXdcdmXC6AsPGG3U1VRisc8zQTCesqeWX/LLRgpjCWleyi0qsLyWD7ya+RWgvGGBopVnKcTgotEkYL",
+	"CN9USxJNhke5QKDcfJWFlBzHEiXr9kPME369u2n6Npex8sNV7ra6ph13564Xlo3lgs7587DjL++wM/jx",
+	"xx/70bBz/uHdu9N3r4dWffuCV5DnAu+gvRpWT+BwXYKXBGYKeUoFGJaOwaIS5lcGo+dTkWqnfJkIz291",
+	"h8epNnmEl77ycWr/z1/pgf03R0+xHQd+hCvo8pzNlMnZs/7uERtrNWOvTy5Zr9fbx1WZ/c/4xxf8LfzK",
+	"MhLylFqpCS4rxs2NPWlwn7Wx1C+5uQnJONiEq7WGOh1txVNrHy/3FLax2/Qi/4o//YvlqRVWN4KfjVDH",
+	"9B6A4L23DCKVk6txaHG/TXnOODE01lUaxVEqJ7t0Byx7sVs1YFWRZQrg2aSZMfe7zd4HkJ+RN6OA59Uu",
+	"cf1KObIM6qIV/XHFi+OXRhc+EXFqUiX9NhYyTzP4OEGGuWy7tOeS14ugaInVbNYkdtxy7JfeyoclC3TY",
+	"ISMP6GNL++kHspbm2m26n1F5vQgRjaKNM6yL+3h8dspydSOkYeJTam858ACeZUKDgAcNQmTj3SVLMxRy",
+	"qG3dvaxScpOsmCkN5mZhhI6YWZhczCI2F3rG7fVnXc7MXMTeP8+kuLXWcyF3o6pFGZW2ZmmyWn6DZmzw",
+	"WsYqESHTwuT8OhNMaK00sw8Rz3/LP13AAn9GYWpOPpEtoDQ7lbc8S5OzrJik8mIu4vCUFInchrZhHUES",
+	"Fp9SaykmIizfxqlMzXTL2dDb18KJZw38Lc1NWcyuhQ4v9n66Ec9FG7lxAQ9aTowUk4Ysi6VrDc54WrGb",
+	"qnaAH5vJ/o2aBJwxJk+EDp+kyRNVhPlUrgsZ2zkDck0XAoUR2g3sWiyUTNAg/STiIld6x7BrVVhblRuW",
+	"aDWf127DtVKZ4HLl7WlBkVt0dR1rXvxczMkLsQWD8yzBsWHLDOzUcNmsXHDswLJYvNB2QXjLO/5ULR8A",
+	"KUKMIGhKx/Z1i0AE/TdwFDCTwxY5VWrHsHEqeWZNKKVzVJvncMl3DAP6Bp3mZ/tQ+g9hDbV8KhboLUgl",
+	"GUltlZyXuDqI8X8BLn2KP/vzquKzLfsKcqjVsPjHMjz+8XO/ITZe4UoV6XDYD4qSDWzq4YY0HJ1Xx/GM",
+	"yGK1f1r9BW3myF2UunndY+9APnItmJC3qVbSyr69W65T2EsQn0eoNjuDXCaMY8gADPFcTUQ+tULMqcgH",
+	"7G36U8SkYu8+vOmx04lU1pQCdV3ZR9E6MGF7ucai6nxyS55Xsp36rv1k2YJIrGVTZRgNlqvjT/cfo8bI",
+	"NrIfu/iNjOacYpWrvHaulZXNqyv+2XIgZJrVFbNZYXK4/GhilRGgDSt1E61Zq71r2wXz9MRs5+iz2hpv",
+	"8JfFSuY8lSh41zIf9yAseH00TsjbrS7syt5M83y+aUG/XF6eubW01kvQy/wAblJxc5LH2nmr0eC11thc",
+	"q6SIhTY7pcvu3fHbk5KnDJBbcK3TW8taDLmJPXdhnrvADznJ7XGaCfaHl8dnF5fH765O3519uLy4enV6",
+	"vm+faulss6rZ1UTzWFzNAv6Et2mWpUbESiaGXYv8TgjJLk5fX56cv4V1XJy+/vX0zRumJOrPLcO669S7",
+	"CpNf3W3nk/eutUTEGdfC0CYSA09zYegDVW7R+w+Xfo/AvRlbbo2OzvB+tb9WKOjDXsuWDMbFw4C/SJWD",
+	"hS8Vy5ScCL1rLZkQl9kU3UV/bnivmyKv24sO8AOAZyg8073V6c3B28rUlff1R1KyPORFpYbekiE3ZI+Q",
+	"A619/kiFxa8QUDi2F3al/MTjm3Ga3dNHIGTS3mxSt0JnfCP3fY+PnaksjRfeRLtn0B5/CxGphtfP46lI",
+	"WtoPq/5Re1iQ+MGu7UiRZVxFzsoclgETKShdnFR51r2b8pydvb+4ZPu3B/vudPY/p8mXfXom5zcCY4GZ",
+	"mhiMgcfTQt6Yph/Cc/izCO77tcqnIedWNblmqwTqqJOpSXsKfaMmL+2K6/bEs+cvVtmd9rvfguTpqJoC",
+	"2GmLcz4XBhIVP2+3Oasb4o2RVjln0SNph0cstwb4WFlNHnR7ezAtdMbK+63nV5BB/UpkIhzyT+w3odfw",
+	"URefPC+0YPR4K2m+4uPEmRoXeSJzTLhdMu3v4+/6NE+1MM0BwRSPwqVccDZNc9ad8U9XfCJKL/1f0FfY",
+	"PkZIOQ2PEuld2SUtjNC3PrK+Vg+HYoPK86VMX9WddCHROTpX8yKzm03Z1cFIYnNQv+Ugt2U6/4YsLcj9",
+	"KDPx3SZudKGV5BQW0UTSrflfhTw3J3iufyc3deOyz+uHvLTwGl23FNV3sikNHwkKLkBMMaFCUvBqcxAI",
+	"B65dtsa3cvbrFiL5rRWAjKPmjip9amKreFiLZwA21I1YsCk3U/LSoGIH3n4MXXiry+UNkYVENBWBJyWV",
+	"VHkB+iQ8gxpljx0z8Hdhag6bwYq8hUHeIsZzBvlJLojq8oqIXFcFN7GZMM+1Sr1PNoJgr+VNEeM+csdM",
+	"Ya1Cw4adZ4fTYafCrcZKO361eneFTnmW/sPuXi3HP7j7L5WsJOgYn5jDZwJ2HcWagDdHbxn4owwlxvx2",
+	"fHp5+u711c/vz69eHr/85WQXZJw9M8rRC1sst02lPmccs3Ihz1YsBiyecglxYWvJgVgtjKVklSVCO6G1",
+	"mYjdhEHKnaZZcl7Ic8sZQhH12D4A7BPURpdBT+lLY5cfEVDd4ub0qNoovQckWFWD8zm7FpayDMtVr8Hn",
+	"QSZaIO5tXxNcGYn4BIH+nOrCykyLVE4yerIhx6Ix52q7vJo8VJTjlRVYgBbS5R7hkikw5Or+UogJQqg7",
+	"KlPMgssOx729hemMy8qJ4ArdWwXJquKg385Eu1fIb/U8IQnKZfOUe+LzEpeCuw0ueacL+MA3JI9CyBDC",
+	"GJuj3lQS2CQ3HAeKF1tKjmPynls+C8zLcTAlkXlNVZZYos2UNe8opw9oopDwpbH7UU1hL6SLhJLbXrqw",
+	"MAyK4XPy6sUC0p+4FmyipNhdvf4Nma8vT94w3ComPs21MFC9aCUeg6JelyCG/+hVHIFHjLNYSZNzmVfE",
+	"QyLmmVoMO/YN3LtDwh7WcSBnqp30jy8CJ+32cc29czvM1+3vgWXVB337/xp4hMk1z8VkUZNPnb8XorA0",
+	"vpTSDR+PBphmhNsEKTSQGoQZL//+4eTDyauI0o9SSl6yIshJftIiIvs/YHTb3c8LLU2PjWIuY5FdpfJq",
+	"rtXEHghVekhxB5NSViqIf5CBWSIMSExpxyHJ4OdwJEMJldwoyUZxSeejCPLXKH5YLkCKO2HypleFTPrj",
+	"n96fX5bKSBQcvpo67DZ19R3LD3HezRcZFXVPJhtu868iYOVNQW6bhtwmvJNIUZHbZTjL9mHRcgEXmcpD",
+	"inyT8dZQNqQLCUdi1c0dwyobjac9FRlEteyeHGGuFz4P4rn8HnKjqkeDbkz7cTD8POMBOe15HXGxG7EA",
+	"n5P9nJLTSJW234Rvn70zwTO49Bl8B/0+o1Q0CE1nqRTbxqc3HwTNsIbf2CdayGtKUPP02Yk8oZWvW863",
+	"gXDfiGSCptQKO9/ClqxfhE0OXxh7w7pgG9cEB5fljCODHcNwN1wGstA7plnt3E5Pm2c8DuYW+IngCU9E",
+	"3QMrpYDKGsizMSaRyrg5XZ/eMFfqBvVWZCFWacWVQFYLORTaO3ruE0NX83mQqo/9Ii2vs8shQWGNXK+P",
+	"4NLXqhphmwoYydZkAN+CftvintmjaSBSK9JTuW0wotGPFnA/nfx7xN6dROzkf55eXF5E7N37yyv39+vL",
+	"iL0+idiby4i9OWFdWcyETmNgjafvwu4pnhVhQwXzQbaJqgflpJo37VUldL6dxnuJqfb4+zK3KJ3xiYgY",
+	"15NbjDvABzsGnQtzlbqwppjN88UuFrqWWmXAbt06q+DBQX5YcovYIDwW3Fe42mDGtwuLLd8TZ99Llkpg",
+	"VSMr8UcMU8Gt/ThJTS60SNjIGe8jlovZPMNk/088zrMFaOCU6rO6s846XnIyzHGVhIMhtNX8yNgUqNPD",
+	"+a0UBFRLY6yxsJFt26f+A+nb8ioiwXU/cZACLm7p8QNa/u5cjMN5v/7AzGmOuAFbBvK8Q6YcyYX0Gs6R",
+	"h05u9ZDSRMzmKrcyN1y96CfcMey0fHjvV6sPWssL0Gns7RnQwbnFVjyQ++h9rMqloQSTIc1Z93oBGDz4",
+	"xS66OSFyyaW5AwccuiF5jtUXIxpixGC/euyY2ZfT8KOh1GIueJ6Sz5HrLKWvsPbSj8oJ3wSmStKkN5Rt",
+	"UsD/m6wDZH3PwvCgBV6/LAynMxH6rbnzT1wj9+kC7aNL2/57zNPMMJ45L8UyWy8XX0Z9MX1/lkr37w0y",
+	"r9kihJU7lJX7MeeTOmsdxVrJEYixEZZ282y0eo1jywuK+dVdKhM82CVpCoVws9QYa6uDF0gq5sBeNNT8",
+	"AnIPuRVdrHcBny5UISeozEm470eMXBmwzIVAsIzK1XkeLJ7QIeX95/RW7I1TaznaB1h32Pnj/nP2R/z/",
+	"w84ucjP3I6VZ939MVaGzRcT+R8JT+O+dEDfwx0zJfAp/2VVli3ZlHW5nQzqlj1FYRpuzTHBrNBq7zh/7",
+	"ZtjZPaIyQ7tTPEsnUiQsV8AHPsj0ExNzFU/b7M/f0jwPxbVOILkrnQnnnCnmOEFq2KyIp8T9usPOASwo",
+	"KuMaici4pSXnH8OMoTaLCbO5Y8gJpq0Aj+ThCxZPueaxNTwjZpRjquij3KEimzEat9XEasqm7v51r8yr",
+	"Pjz84j7f/dc/PGaazr24KxbhhkJLAZsknYl/KCmCVV+nx++O2T+AQSntLnV32Dkp7DXe/0noLJVAS+5i",
+	"fbh8uYp9EaqiuyczD8QA/FDNvO1S3Qh5z2SsewR6HREuX+BZKv2uNEPANLh93LeYBW9fiM34AisWfeBR",
+	"abQgIro59KPWLiFEjlqSMoHcIpVtNLnP7TMNRwa/X3NcOp1MhL7ngQFKGymFW57AOM2CrOyY0Y2ByMBy",
+	"SGAEU45Y9zN4G9MkYnO+yBRPvuxSoACe6NGnPT5Thcx9/X6/787PHRvC8JVB1nbRgba873m/wvvacLc/",
+	"L3G3tdyyCQOk5GRNJujmNwxmzOyYMigDWdrrDqms+AZf6bAzYMNO/XTSZNj5EkzFfkSmVVLpBgYGAIcO",
+	"8SuQhxIOLjpsgxxvkleQpALkLMzZQGpHPQV2kM04OMYc1gCBoSE1gtsCdtZOiTBB4PyCvWeJggTJcYrw",
+	"kVXTrQlNqin/aWXZDRUo8Mxmh4R7MLS7P/NUX0w5goxswWTuRDqZ5msZ9Y5hxo4csYNez+rqrOuE5EGb",
+	"CDdNEVy1VTtP3MnXVwYqaYgLABzInFvjVZKeR9BI7FolC7oY1jDrmVzMzV8PPvbQfxXc/pkwppU/CBdU",
+	"/iD4QkpbbXFLm+NnLutpSVAmfAtpwVlqcnYj1Z30YBikhXZTaXLBAfd05HLRR7sDsAlgrDkZ3lFZcIbZ",
+	"C87C3zFHUE5RzxCJYIQyE8UN02PLxtFYq5kzjqyUHfXYiS+NmIgcnczoS1hTajLiZrS51ATLKLhBaUM8",
+	"ElfpcGjorjpGCgNjfAxC4PAYS00E/g6sdgMPrP3Gsj8e50BePVZJevHYTFpUoGjMEjwF6/71I56ZVLTp",
+	"d9M0njakeJ282j3ykTSHg0IIiMaxLdhTOiFPHJhhRqjDI9wF2OEpN2WWF8WI1Z2k7AIPe0QYSMvQSFpg",
+	"wN3hH8PcKB2TFPity+boMXT07xjmTun85OzN6cvjC5YadhDw8Zp69P308uRtJyQEg9RRIwwokUS4xACN",
+	"VFxXvsIpTOG5S0JaIZogk7CEHjQsnH+rRisQ/MAk4Dp2kS/C7EeWj6L3P2JDyFvp4Y8h+47IEpUTA7tf",
+	"elf8mSGKmIvLSz6zczakyHqtOZC8Y1kMojBE4SVW1e6AR97Ssd27LBMhE55GRHsZbt64CrmDseTji4vT",
+	"1+9OXkXspw+nb16dvnttKZWga8ocBPSQA3SL40/VVBqfEWIX75OuB1DaBJkNVIsOgUIISLB3Ki/zLD2k",
+	"91KKQ0DErfB+Xxe4faBlmufzMsZC0szeM0Sas6wGLp8xULFsSglst/PZp0+77nKaqHwZh5kLYrEEyXlx",
+	"yH5Nf9p1HJlIdmQfGpVFBrWKN4Am5ez5p0/IPnLNpYFSFKznhpxS4ClwY4mdHVXYLL0IErDDT/LQMEvQ",
+	"IioJh+oI/vph0Z+ZyKeq7lPovD65DEZkq3seClJV8Z6W7kShG/Bnro3KipzOXGn4r2Efzt9sziy1Y4a0",
+	"jl8E1/m14Pm5mGeLEMRDKMjpMSkJVSvXKrMXQwp2x2VeJg1Vbe4WZS9rfbewlE3vQOU+zUVwqzeIV18G",
+	"CwAxzB1VkajK0nb/QsvhmJYvuW2wPlR32FxOvkxMieapDAb6L6v1QKnV1IscYi+JupMDSoiQCtLL7LYw",
+	"TN3tmjyNb2pZO9WyoJUF+XKt7ayLhOc8EKtBjsN99wyKLbAPlz/v/dlzh3cf3qx44A7//PxPL4K5E1rw",
+	"WTV3dBkqpEXqKAwR4aI/rtkEsy2SiP/R45bGLb0ATRNa+bsGh8qrdxd7Gb8W2V6W3ggCXAQJ+uKHimvF",
+	"ilxynOx9jND+wPhewoQETYdUkUzkZIkn6QQ1kcr5vfhh2XG1yWPz4mCTP7ruaG7CMXORlgT9+IkCbEGr",
+	"UNbCpe4xuEl5mmU+77J7KWZzpXlmlTycks3tnKkwuwM2MjfpfMTSPGI3whpwUrDu6LoYj4W+UlKMMIqS",
+	"ZeWnPMtGu1hpYNVy14KCUjpdor9P+uy6zE2QpyN0W9BP5eKOL1h3xLNM3eHA1eQ/u7ZO1ClXU/6DZ1mZ",
+	"mwkjd6KOHyaYKwgu+m35gJO0qySIiq41Ju1MowiqVGU1lA2HZTXgSXorCL4P9PRlP9pmTLAm12Kj7YFe",
+	"TG/Ooi01omzp5br+kdXTXp68CSPYXFUgbK7WYdiUd7pV2AM+qSozNFLl/N0HvtDd/T7qQIOEj63A+UKM",
+	"pRqvaSQJ7PgQyIHxDk92vSDmQ45PMJs8aVh1n1TRhNk1BJ2aZy6ZMODJsl9Rao297bqE4q9eFMzt7kSd",
+	"aq3R+cnF+w/nL08ulj6HGqRO5NA1O1EJvdmJOj8fn76BPyiLuhN1PDJ5J+p8eHfx8peTVx/eHP/0xg7y",
+	"2/vzX0/Or/yvEHfRjvnr6dlZA/5ypQ3GksBZj8E04/E0lWJPC57ABxU4JorlX2HBm1T51VgVMokAdjVL",
+	"47BxmYicp1kYksUaCO2FX8UjGNCDUqhHiEUjkETRpJ2neSbW2Aere/Xh/JRpMRbWBhTOtqaUGrvry3TY",
+	"5LO137r5/RoJJit4o4rrLDVT8JbfL24U6oyBHZJ89hBLE9YF/FvxKWfXqGx5czkQsW+W2v9rOPzU73/8",
+	"I7CyMvUGvV6QQNoURwmmO2FuPp/PhRQJ0SQmg1PS0ZHzqRtmimv702thpeiKstEqUImRku1YFyzRL8Je",
+	"IqvKjmqxl9GRd6Q8e/7C2tsBlhVI5VxDESIBmnicanZqCBBEbwZgX6F97KKM3lUgCCCScscNm7vVRRSG",
+	"wTJVe/SGpTLOikQkrCsJ58KyX6k0xV5ah3PrwaMQZwijTDUl/bY8+NV6+WDGFEV8TGVrKOATOcm2DcJP",
+	"yFbEAJtbNi2kdo4bS9jPCjMtA3r34Sz31rbaROrLsGorikA1dHOEf/sEvXCcE8YJbes5z4Xvhfbwm5m5",
+	"obYpdw2F+g9MxA5mVtc5mAaF9oNb3tDOuF5vc1AtK++8saeN37owpsIjtbmKOprn4gqW2Z6+ymPddD+r",
+	"o699y/tdOk8QSzwHQZUto54LnaqEDHcshuxjUeF1Ed+IfMewmM95nOYLbDAixtQVa5XG5k3ADjjJgG0g",
+	"qy/rNuCDEds6xwk62gcVqyErwDNC9DvO7CmQj7+e++zDpinVByWPWT17enmC6HQQChxUwDgxHkdHUInH",
+	"lSkyvt5yBxOU8dGHpcg0b0P37AMiydtH9pBe9z/bcb7shvmDTPO69X7QcDw+4IwnsrEqt611eU5lENjK",
+	"8H7XhycJVKCugoRak/DD+Ru3T96Lenx2SornNM/ng/39g2d/6vV7/d7B4Md+/2AleTMk+MCp9sBARVPy",
+	"XcBhYFShY7GZp/kHrWDM1NLxHkZNtZHeu059iDxAiTvqZ4fbYB3QkYSPfK50DnhcWx701AUQ4HdZ9n7c",
+	"Gfx1A5LnUszhy8eoAT0D6tf8DBHBW2PrjATgrtGXCDUhWBsP9x38cnVENxyOcNn8kATONmAauiyKhByC",
+	"wMXtoDuYR2EcWIC5A1WbkGY0YJbtYMymV6KmtZd3dai7h+Xn09QbzrcJZw3f5Z4rp0EDFkI4CEb42uU5",
+	"KJktsBWUFvNsMahCq33dUJnbh/A2Vq78FvL0pdMD1HgM9HO9oNwIoSPs1uEaAFKBh+XrgXqHeXE1A8DW",
+	"QP3I2QdLlvB1rDQIhH6/z/6CaUVKY2XIVv2Go85MzJReXF0v8pDN+ha+tdPCA1uP/yW8x9aIu5/YsVrJ",
+	"1SZsM8W02IOm7JYKK/1AE3UnqUU1KA7LabUlNNpybs7maovgq1IatAdeSWaAZgrothqgTqkfNpJK0B1J",
+	"jejbsd7zQl4UsxkHaz5cZ74F3GnsAOlWEKgJvGcNCpEHGgF+Xc0SMhH2VxLziDK9IBUJUxbaVeZX4J5C",
+	"QL5fq+KM+muJYD4lfWmlVirZWOlYDFzIGAjNVb1AmTinJj9tujXY2SN/mqt87CNSzZI0CCIxxwpTv1UI",
+	"VZV8SwCfwbqUHkc1ihB4G4G7KVS3hU+ta2IBaUsuwZSed9G5I6yA9CaGL20sE8PwF2VSDhVCLtV9hsvs",
+	"twUQpXTkDfeugQXUzsGsFcthf6E7lkpCbuSgvbbD81iiiQcJykLeA6nUEh1WApSQa8YhlUa+SR31Lcvx",
+	"9A3UyAmZgEbwcL/fOnTT80J6b3CwWhl7/Bum1R2uN+E5dxcIffR74EDxFRpcetelFTzrEOYa+3y3Tp+5",
+	"l8+akkm2ctiuaRbQerFrMc8bEEQQKDzZSg9cPkqwQSlKCRHMyHeAKIOOLfDNG2HNKTgFG7vRfXxeyKd2",
+	"0xVbyPyaAnHPeuHzQp75DqAbYBMZr2TEWwNvvNUNCdNJAPPEQwE2LPgincj2PduaZL1rhFvMBDltpEKf",
+	"lsiFNlhFD2mjM75g16JSljf6/GUUjL9XTiQQkfb5tGGYg7IEagX06s6xV2i5NuW1Rx6tn1ki5vk0DA+V",
+	"CDH3PF8Kk5sBcyiV9qNSKdCqmKCYByeSIxmqLhLSWuj/wg7KXNyDJti6tU1Otm2fjDVaTXFhH8Ej/h8q",
+	"t/ISr6GLTnNowt+vDZeZLiK4oCGl7GpTu1swnGqYfMAwl+iHDS0pJsPOgD0DNy1iQ9nTOwD4o8cAploj",
+	"IFxKWYMd6BLOwJhb2u0w5q7LZAsikVfH3DGY7Ob2KjXu+NpRTaUubXUSRyCt1719tGn7MsX/QOTdULVi",
+	"QAaSN9K1Gt0mcHVROdSl3PUCHSvl31c8y3Z9FkQIFoKw4kqO4pP+csUst+7WUvcC2tQK+sSjsESHF7EW",
+	"rmENisJqqR3gX1y1A8sAr4ZH2YVufIiIAV0DPLqZJHzsPJ7uFXOGY7ZtDdTYs92qNFaLBmSJBvtAfMrZ",
+	"86XMUsO6ErFm0kxgE+tkN+wVXH/3ljwF3wh1YdUk1SK2sqQ5D6LCfTKeE3SpiRgCfxLm47L8a6XxuUuX",
+	"gA0bcPDepPO5SK4qe9WWrsjKqyX2LloSURV34ptwvTaIEp4SSlJaYRv+4Ffov37sTfd49QSikh3ej78e",
+	"rwE1J9CXMk1Jg0MI+xX5MAq1RyQXllfi+EwkbIQJvI5iMYl3Dz/8cPkSpSc3bLFYLGazJMmn09nMmH+4",
+	"bN9CZsKYAOUwuxEQLPM6IvgXsQVyAL6/FOqe4TyIYSw74paGX7flT2zjuaW0N/S8rG37luvfLyE3dRgr",
+	"74GK4LJydv+kmtpI66DfL+YixoKae0Qo1gQnIKch9xWtVDe9VKm61hZo6qi3Y+D+DdjB3mqVSSVFPipZ",
+	"daXCxNeVtNpGeMngtrWByl/1rLk2DGU98VGtcB/8hGUxPtW20tJLEIIwBGbgJKYiy8rCUK4nt5Hrk5Gw",
+	"JNUCyvFdxRSnH1SRAagh3e52LQadQ891M15Z3RslJ1VccuCVakz5+/jrhg4jB/0Z1DhL34Vwzg1RGPv1",
+	"9M2bk1e+5hs21SfOh419Hk9Fq3Y7LhpSaUu6ccvx64j5KN3+dSr3zZTtNbRSr7cYWMvYcjGvdiTAXxO4",
+	"bQi2HKsaIbWEVZ48groi6AU2VVmyDWq2Q9IN9m69b3/WWHnmtbkpzBkUKHKQ2HhpfM9iBi0pAWOQTbic",
+	"7MJVE3oGna9dswlyaQNiPcH4AEGa9DpLZbjxGXh77C+uQsrFq+PXbKYSAakAR2UcAEKCaPBi4zUMuQZA",
+	"4zdeL3cr1oXj7HQDNnX9e3wDAuqu4VSZiYI8e3a9KEv4Q7fuh76p9PXBocYVN2CQmh8MtTtW+koQIMra",
+	"sg/CTblPC95xA1B3CW1RSON6rhJIaiWMnuaMqMFuo6/hYV3LgwhmiAA5dntsxLM7vjAjOw7P7TC+WqHH",
+	"3luyvUuNaIBuAgpaKRtzvv2Gb13PJ/ziRiwIbQsyOQvZw6U51BsY47pIswSHZX/5CxtSNdKw02PYSnAZ",
+	"kwSLjMK4ETLcIRfNRWT5JQRG2XkY46YELRIL1244VGWHTbTGqf2rEdqjvZmYi/mpXXSwH4PvQdwIX750",
+	"7yptWQgdHVzQaxoUN1zA56bWV+ugb4L7XXaGcPV8ALa+0qoEej+00TeO2IhYyoiu/citbgQpP1Uu4FUJ",
+	"JcURG/H5XKtbno2qDEMy/Fi4KIK97EdVuGNfC+GwVapfQlZsGUrBaD1apyO8dCOkOXi0rA/ECn6ACgKW",
+	"vBt5HRUpfayyTN2ZEtplJ7zD0NdCQDMvB7xT2/B+YxqkNzmh8/NUGeHUK2vZ5caKq71/CK0YpAzYKRLW",
+	"7VM2bIOnv7qcuRZWIfKSweXd9luuKVOGwExcMguKURpXJMzlMhTVla1dm1mYXMw8RNGaDhr2qK3Fwzyc",
+	"UZcSkCeaz1jMpVfoI4/TYLVY99W15UyJiHyaHYLP60KCegngIbvuXStbnEoCOnDUa42KieXbgbOuHMiR",
+	"1zw9PpbllBeVvntWD3jLP13AJvxM73XyibpasVcEw1ItHtc7hnV/WLOjNcinlqSHHJzud5kBrzICuC57",
+	"buEbePMNNCn8GdeCWQZYw6ELuEPrS/gg078XwiWaVs2ed7xBbVAyeLE69sNVTmY/HSGp0KO7qM75II87",
+	"DY8rU3I0Olz/tUjIfLV34m6qMkGJtL8W1+I/RMZ3DDiJ1HgMewQur3KqMuk2VnKcTgotEoZl01bU0Wzh",
+	"l27qJf+umkiCeEqrDeQJyK4OfrauiXzFh8repj+R4SUT0KWdCr2l1VdBtmyVxFfzG39cjTbXAug7xr18",
+	"FcDJl4D36p3tA/4+QLTDdpzdis29Yzxmb2rYCOy3EUAywF8kIolPj5aNOJCAI2uBj7w9fcRGVgkdMVOS",
+	"IeV/pZK+OwKMKGRQ5Rz+A5glUbHjvyqZcRl5HEoqNSBrYsqtLAWBK5Wy86K3UiqvctiDdQhPZfJ9mjMJ",
+	"n0hV2vnsggwIIAYS4M544TcCbKpw0FOnSqf5Uqs0CPbwOE9vVxumzbVKCvDRsi60NS4lzW7EKr9cut5K",
+	"U6Z810m860zstqndqs9/7qtdqlcKExpyqk0ZrxYAeZ8NajVnJ+8AbwwTHD3q+lgL0WNU4oKoFPZjh0Qh",
+	"gY9ARq4sC2NhWNwKPMX2SW/VKqla/v2fgz3RQeNbX55TKgl1sSE+zTnYyzJXlWqdpiZJ9ysvQWmYykmz",
+	"E6lsTov7NuPYhssu6FrQYVUNXjTYDKvBJ7QyeJVmw479pNRk17S1jbXIr7Y1fpdA44OGDsDsCHlL2iMx",
+	"REoYIbrRApoFurZrZmqV2mHnj38EMH641eQ3g67++CPiPaxbKUBLsYYBN3HhhzgqQR59zZN347lNBvBO",
+	"11dmFZ9qk1vQuQP9eFClh1i92ngl0ElvVye+3mNYVdYcJXjfYGkM+B5WK7pOOMbWTtbVom0tZJ03fcoM",
+	"0h0T6AiNrkUCMC3NolqESheyFpyyU9Q+gOx0CksduVbUpa2JYRkIxtbx/RyLal2Rt+yzvH8XVWJJ8L9l",
+	"H9WI8VgrYyhobPntRmBI7AX6dEWdKLsQ8dTBoA87yfXeLJ1Y6YRhkHY9T+F915hQfj+w6ymQRvtup409",
+	"NHHapgNFb8mWZZVmCxSlbRBc07yC3boFFisBVidFDN7f1RBWm+DVMuKznSmy7xrauktqgtcMU9iueAV/",
+	"ENLHyd65AlTgMCbApsbdlY7dpHZT7RCpKq17eAe+olZayxfM+XwdSDCCIRPaKEzqHYINWLUNHpptfCet",
+	"fRkBM1jlV6hztA+/r+YsBrRrt75156lF2fEkaAGVDmqPooqye+CxtqHeP4bLmOsFoLQAqFNEwFfOYdtA",
+	"G75pt2U9vpMNAIAHYyn36FtZO4ZyO1ZCQ0vuJGjLWZIRZBpowbNsAQ2UuloYQSKuEl2ExiLClCIDa52k",
+	"YrgON35TC1vwol0FAWaWs+2pdzvuyPL9DZBAmNQb6ToquUsTQ7pwh1Hfy1OdGmcyW0XgyNeEXHNjlQGo",
+	"00QXKzW0rEA/u7LAD+8uzk5env58ihhlaDZ1oo4TzJvR0DC8GwA8WwZEc1LfznN+cvL27LIBBA3ss8eB",
+	"XrlPh5wG3KHmfJJKa5z2jhktbtXNlm/TvrVN1MndJgbi4WAMHTn/H+wrKJdQ6gamRK9dGUq1ZU5lIzYW",
+	"nsAJh9OS0MZvLWqRVjblEdGgwaWUKdGPQG7V/j5rOvhslWy/oTPN5ojtU7eGqWQibjp33OwnTkhzQG7t",
+	"iYhoYCMZuYHXvNu2rQrre3C/pODQoX+AdMyHNU7Eju4iS8CZHU+5nIgjZgTCUVPLtTgTXJtKK0VvG2Cg",
+	"4o4vmFaFTNq0WGzb73Cr9oPtmwRuevK7ydmuZig/WT+7FZrCdKWAgVQC8jxO4db9sNGPrKVJbSMMJHOU",
+	"ndGBJl1VnENODyu/VVOiiem2LUALgvNDSFdpF9waK13GWWMMXikqUkdNdeAV3zRh//m//w/owz0GQCcO",
+	"6HpWhclfedPSEe6zrChk5vp8s2qkDPgrhC/AQYfquTX70eVOZczeGi99joTuZBif8FSST4DDMtIk6Hcc",
+	"ayGu7uePhp96zKOANRtW5B4DyMlukDd2tsICtD/00DT36ty4qiNkPBb2eK7gBAPhygoheNd7SrVk3SWC",
+	"2G1fTvZAlKo1LRjq6+dZeisGJaKPyx2uBLCt7at5LHqskNQkBX5j0szqDZ6M4SFMQ16IvISgTgRPKCWl",
+	"FvW3M0thjB3BlAFaJQV+glVBtV+Bo3O3B0MO6jMcQWMeuvMYPuPJHq1fi1xIDLwdTO1afGzNXUzukAno",
+	"AvbYsb/xgBwjKl3mqccQTlg1+WA3O1GnulEQBuTJqjkWdT7t2R/u3XINOTp2BJQDYJce02CVjz7Ux618",
+	"8wqmaDZOTh3ylX0JvWKUDDyuEfUYvbZqhe/b6yCPsEeX5UueYEzECMEKeFamJgwy/BKDeZ8x13pLm8fJ",
+	"PEfPnq+UvgIvxioyZaloZpUdfGyUu2GtmbDHWuu6JMM3qbpu2KblWD3hrcckd4Hli1zMf1pAIn5Jb7UP",
+	"Xx2/Dtr8Vd1jO5V5G0BaCqM0mRfopkFEqWcHh386/PMPLw7/VIGZOkBAbAy8LMNgb42FWIP02bL/SPuc",
+	"9KV89DFPtWVoV/eNpbAuhEsoxSMXfLY7cNyYM5dwwK65TKKyKZeL4EMY1GVaEgY1RUfK3pSIRwjVVtAp",
+	"wj3vHAwtgzNEnm1UXiDldRk/JZgBPUJ9DahtovO0lsmyg+UGdciiKY8yreBSrQQKfaDWfaXupBu2fc5s",
+	"WURUyzx4cbguSSgQgMFDx8D1JL0V5mi5hQYlKq3pBkk7hP0gLAe2VKYFT0xz543Wb9oaNtqeT/saNcuv",
+	"An67reLkmK0GKAsuWO68bU1x8elyWJzq/O8VFV/ph2R3YB0ruqQQ92NB0tfAxe/j9dqOAh6OFF6TEe2w",
+	"T90P6u9bcYoRaNoG39jyETyxk8yxn+00hxqNtNEhcIp171tBeGhfw3nvQ/oYatlgRFxYoXVh35RAHwTX",
+	"wW7rEtJ6UP/sxnxuci7pn3jAkArnouDHr96evru6fP/rybselYDOwN2Aw/vFQIXMly/guBqrNaAuMTs/",
+	"ubiENagxe4nzR1VZY9nD39Q1UzqeCq9GE8LpUALEaY+dg4jV1mxRc0wmWk1k6TFo2wIPDiWfQ4KaHW6f",
+	"Oqb8y9+MNVfOf37Jfjx8/qddV6ZAXWlGsUrEqDeUQ3kCIsOeLa4H1YHRcZFPlU7/AR8O2E+wLdh8PoZN",
+	"dcKAjT7t0W7vaZWJ0VBiFRewSMgJlpXhIYdywEYIcjliXRA2uxEbIf6l+8S+7FCiZxP1jgEdIzXtilzx",
+	"VkTlFJErlYhc+107KqBrjoayWyJ+oqDDyANMDBr1iLCDy3zRmGfZwHtOoqGsYBKj0RJBVthuj71TFO4t",
+	"JLSPtg9AFMl+jKEumpGlZigP+weQFgkfuNCy36/D/g/lt0QFuSKnrdO0QL7bkQ6pUITQTKsKG9axlf28",
+	"ZO2wpgDrMWIzrm/MUFbsda2KXFTaE1daPLq8tbLcwTnAZnwBO9YbSt+DBzBw4R4en51W7vqg0+8d9Pqg",
+	"182F5PO0M+j80Ov3fsBuXlO46fu3B/tw1PCviQiI9hFYdH8BorpCzzJa6iMwr8nXCKjC0OhNC6ufp5nQ",
+	"bMJvBSvmTMmhRDMeukddvT3+n1fHl5cnb88uL5wjsOz8MagId6xO5AvsXjeUkEAkEyDxkuiVRn+gPWJc",
+	"7sghy+KaKA+RoIBx+/x9OU2sApOa/Bg3goQXAIdBGl1qt+HvhdALZwEPvJmL8qGKNUupE2UzE0KgWN6+",
+	"YJeyJmAWknolBr64TVVhvIQLLZEEZXWNNbuhH5w/NJLriFEO5K3e5/2K2ficcLVLe3FZPH0Evxl08QWK",
+	"e9bvk0WXE6xWldH+jXJPynnXJh7Z4wPFAWTJsm1ntwquLpwypOcf4uyhQf0qSzxSwJ0lPLgO0kote9Uq",
+	"ogYRdoGFgq8MgUayBSOEEIexCbKCDnXOJ6nkrnlbzifgZ6Jr+THq1Jl/Z+DQi+2K4AKTbx0g2Cv3uE7h",
+	"r0XuUrOe8hBwCuo88yVqbm1LJ3B43xPATpiy9L9j6UCuEJ9EViaqbGol32SZTVtVzm/Qyp7fedfREncI",
+	"rb18xG3I6SuEB145r30r3kD5u/ewUWeuTIBzY3NXVHRyRej6gFwbofdQJAB06wi46xS3N+9fA4/+6f++",
+	"PLnYHZQOZPI5ThGvyuQwdqIBK57a8ltRJzQzfGGg6BTSQD2IeZ0kj8ENSa/yxu4Dqq/C5D9Rz+xHIcqy",
+	"0e2Xuoac60J8WbkNh6tbeQH7dw+m8SASP65Qt5mmc49egvC2Pi7m4nzoj6eeFo9L9kHS1WVr60cg3jpt",
+	"YPuDKsd6fLqg0V2PiDa00X+ayc9plhDPPPfQTyNQjEQyIpjuXFiJUyt8gP67al7t8vAVqNY+/+NjULkP",
+	"VLAxt9bYNcDArJL6kxC30/v3P9NfX/bRFDT7n/GPL/senQWjUAFj1UMRWO14x1AXQdNjxznLBMWW6VOq",
+	"1suyv1hqG1kzYyhRccW49FLPo2qZBVU+W2IdAFKYFuzVyZuTyxOwfzg77Pddn087xQhtMgPF3JU5yWrF",
+	"BfXYicQSFrB6XaybuD3WuqQSi92w8vEg6vf75A927tpcc2kQ9jcaykqwki4xgOXgC14LiGdi33Q2E1wS",
+	"EzMsE+OcusMMpQesL3JmplanvxFiXiY6+KDguTBC38KFNFYTW0C5Q6qH1maELpuuD/ZuyA4AcHUB8Dq0",
+	"E51tJT78mBw70AyizfOIAdjuWfLOtnv4JTrefsIE8FULA1+YtSK6IyQWqTz5poQdcy2YpaYmUwTbcgfM",
+	"h4Y20E9qJ8C2eBD9AMM9uU3j/F7SvsbXYJjaxlLNCOSIGJEBzETuoDcJVQ8u0o1YOFgsyiapMjzkQSHD",
+	"gPqbQB1FQCE8sWPjAtCyTu06cia51g5pwnKtozJNvr5cvG4jYjO9Xg/54YiuX0DFs/bYP/Vtaml5P9zS",
+	"hrDOd2Jq+xNdbLa3hSSMgYfdJuhv46tAUlGPm9YkYxWalSxta4ToUjK0u03OzN6WZM8Im7kFUb1C8GZv",
+	"GrZWQfY/34jFl7oislaSLTpt7Jz7s74HGTrIKhH3LNeLVa5oNYuHM8UnP8ZoNaUAaRZKQe1LTcUndvHL",
+	"8d6z5y/Knv1UE82pzsk10AEGMef5tOQPmHxeN1Kq3KLayby/9yPfG3/8/OLwyx8C0dGtSK6ecdHkX6pm",
+	"Wzwl9ymneSMS5HZBT1MG3/YCnMRkKqevqcfpMsx+oxKEkhNTAtDsVroswo9KuCK0QIwPWaP2bJ+0nxJw",
+	"f48dw3RSNQxoZTQWPlep3bUA+b3wLOze0xhjuHTqBnX54ZRzAQ0gteCzCLh9llXPhGbZccXVqWRp4vxb",
+	"GK+irpND+YabfA86DO2dvmLdKewSGF+QhOYaSox2nbxgowFYGHuQMDgCOBJqL6QX7OA5Mz32QQL8Aa10",
+	"6DrcpRixmKUG3kLduXpwQMC3xGMHs8eLMREOKVUaFj9mXEIQagAZEGDfcxZnKYAcTnk+lNRlT/BgHOM3",
+	"a5md4G5vSwN2k+Cnp69+cWS0zY/+HXSZFopHLj7lSBJ7uGft775vFNVw5astnwgrGz7aMdgxyt4m5gYJ",
+	"cQaiQKu4wFGTAFqlO0ukK42nDKThI4QFZFh6GMvV2/tV7miTb7jcK/AjUI9WoH1LqhS6WoB/2COSezk8",
+	"KJNzPPg8+DLsxy9P3gwltHpzG0cDeGcIQAhRPh1ciFp7FuNQKnd77FiyUZqMKj1dMIXbXrbqo1bno9am",
+	"mDKbEoQW8FxMHoBLsuPethIxtBOAwQOnSWCSSorQ/TrDhSANPo1XsjqFK11q5Zt89thLEMnmu1Zu6L10",
+	"xmfP7qsz0hp9n7cjT4vGc9s5HGceA4kQkUWM52qWxlBm7YW1e4fykpLIWqdRbi0A9z/Df9cG6Zb2/gn1",
+	"qHanXDvd+4cyltsyebohiQusevmsAAsNOVHLo/mK+k/0ec2dSJOIWdV9T5iYu07Kq/q8qPCRsEa/XOw3",
+	"S6UveHuYUu96ngQJ0dr159gdo0U2hOs51JLusL3A6ga+l9kCk4QRTgqgVQgJihKHreowYJm6E3ov5sbq",
+	"+NbiMREC6aO2nXAzFQYwOhz2EDi0m9yT9j9Xbp5Okz21h0D+Hz8fRC9+CJpUXzF949k/XfqG68e41pmE",
+	"gc2HeZLsLIEmPm1yMr4Ls6spYoq+yfNCrt7Z5e10QLPLzXzBBgOgJsJsq6h5ritgCQ9vx5q6RtpEa6dl",
+	"H+C9X8FZ0Z58Pz6NPuX3ZStl6lEJO0jUmSWahd9XLBcFJre0iUDwz/oHT70icm7f0/n349dS/HCZZR8i",
+	"LlkqoQliWXIyF3Gre3sPTc6OtQ8B0O0THx7TgjvBiCv2qB7ZVY3QuvX0bk4BqSqeihjSZKUP0HJTPjWU",
+	"8AAW21yrZDGAHc2hqJrniFLtOoFb5RlxmQBJLpVsRN2qRxTpdZayPbhyEnaniixBZFgcSiSse9h3bUcB",
+	"aIHqOJUwQ4DPBm3Ql5fOeMQOnz2jH0DvVHSmcOmAJgsZscP+j/QIlNNIADqNGM+MssZ4BS6q2t8bzhPB",
+	"KJ1FmRofloawfJr3GCVyQ5Yw/Dw17v5G4J5KMfOsEgAfMO5xiYbSlRvjjwz2A4EQN3Vaf97v99gxtqp1",
+	"ITq7F9wBzEqVD+W/Xbx/FzGp6Nwj1rcm9Qxrm7nEoDys0J4Ye/fhTdmXiHG5uJsKLXYreQJ0YD02gmmA",
+	"kjBQzhFryytSA8xZPnt/cekL9a1OO5RkcsMAIdO5pMvOEzN68+04fa3nfIDHQjtz+Nr3mI9YPTtix7eX",
+	"f5ieQ3yymAPKIlAE6NZEoy6jovsLJHPYaa+L7MaZXrtPyj8/60J+WZdGcxq4SB7UnBzqZXt6fLGuryI0",
+	"TI3tjTX1KkQTISSY+c//9/9znl7ECMMp7Pfc3Bjfl9xEQwmgtNASgRx89SgktvDUKheQbdIDBiRVfuU6",
+	"+0RUYgFeKkXVER62FHgWr7yKd6Nhp2EQcHYEVx85pWID6Jp8BLNBpvAV5Z1TEqBr8+F8z3Y/oKoyNZRz",
+	"47PTqazCpVjRD1Is/2/OkUFF8ynv0rocDSpJ9XAcva+ctEZpM5DHlIgEz7FWyeqJRi8gCACEou7kVvdq",
+	"XSIHxQ5jroEQoYMK4vAhClHlAzNiXVgcRLjyoSyhEnccaK1LXHeQzJi/XjpRn/WdAxieL6V9qsvrgphq",
+	"OEsVj5EsLHDylB8PZSpJkwCOd4RrNlcVm3lEl8WIPAIzkPBhsDX565PLoez1evt0gfc/4x9f/hV//Rcr",
+	"TH3PBc4O+pYP7pUN7kjuDiU3bMxNblUjaHjrnq88HLoLr0X+9BdhzQV4uF/O7w54TzwfhHOFV0cKqoDe",
+	"aiqtJOWJnjPfm6G8+cnzQiI4wsd7yS+snPoqVsA279LkH4CSFUesT5BMDcOXitdTxieoj25TgQkIvmpc",
+	"y9LundVmr0Up9762yIANQrP1qAywUaOUsiTS2nBmIeOpVlIVeO+0yABL4Ol1shVG2lwXCJceLAUEBPIM",
+	"gbiIlywBQQHK3FC2lhSsLiiglwD5sKxtRsWo1CxnxwQggQ3104rYNDW50gt2I+b5bm8oAzLHhQ9H7t/0",
+	"YpCSZN808n0YynJzN1SzDIb/NojInVKuukZ8qAVOIEeE3JJgEkqFuz3htwIxkLFnCINGZ+Oh1FzaJYI3",
+	"oGLd+Wxw/1aajeCXowbRRvdsgz/RYTnX9jDo62bd8gtSX1JphTjkkpZUuPu4TvHlDH1oHkXnCBj01upu",
+	"mPF3kpG5gSPG6Mn+6uVLdMiugR/xCK9EOqWi5Azudv5evPFbCObNj+IhPkwlWWLf36eOsuVWrNVoPI/6",
+	"b6Xmmyk14MWMCbJu2TljvoHWsk84Ff80hN/Q1b7soUbWWaWFco/9NlVIJVPq9VWjHTNVdxIM35rOVjZJ",
+	"7bFjB3lxTWV41fZrkKOayslQQpoqnHmcmhK30IB3aiRVfkWPXo2VvirHDygdx3huT3upaQHfxb32e1a5",
+	"2kdLmJowN7UX+crXmzrjrpw9KKKQpHy0Qnff4Lpj095/9tuOoThQjLAxCxvhi4tk9Lu87eew+v++7N/H",
+	"ZcfT2HzXN9PiN+AAYE/sf7b/+VKBKaC/SpiNDdgoHoXiaav+YRqAmV+fCr9szIbLXNTEPNQPjDwmwXL7",
+	"xP4ptHaxINrECEAo5iKpA02wLoGJ7FL79SxTdyLB8NF/FXMtanKK7GDTyjTm6MCKEA2z35AQSs3x1+SD",
+	"Og9DP4S9+7kZb4faPtP8Bw3z8xrgxoYlHLRdAnnlKv68QMM259Rb1Bptumb+Odc+vdu54naPfKvkqlON",
+	"+gGHvDmV9nL339QLrPMBGBzEYwmWglTg0X3rLsDYcxnrbIQ3Dh1xeOVGkBYQTwt5w7oJzzmGvS2biLAy",
+	"g+ccKsfgQfvHLuGij6CBuHItxdycGJ/0sUiU8HewYpk37RNe4i1r9u/HyTeUhr2XrlBljik+V7S7Wt3V",
+	"ar4GbJQmgxFh/N1RDvYInh6M0Oe0mIuIjWBbR+iBdqVALu4HO6vG7N8u3r/rsUscy1VqLVWRYT0nTxyO",
+	"R72UDLOGsHTL+FQlqXIouU/zXRarmXD+bjhBKe7sIgzBCS+oUOyosRzNgYVgPdp7d/SEmusyEJYC0ZgQ",
+	"AvvhHsANdkQRQUmayYeSdo8J32kcyG/0eYgp38POgA07vqkrww8BtXLY+UKII3iV4crEmTLCNNatucNo",
+	"IYG/oxKyB8tdLHQsSx9XWUnkALyAOqokY8kBPo0qXU7sUcC1/zZFZ48qZB+rKPF+zIkEz3cc4w1UUGBm",
+	"LCDS+xvuEg/hhrIu9imMEI/T/uERtqOhXOpGXmttuOtksYmYyIwojT76nF9nYnQ0lKtpSBXOhKmFS3lI",
+	"kLs5lKNaOtMImXClv4jYA6VzZNWYK6sijJaE21Am6s4V40K0gXVJeA2IDZZmTZJCxqdzpO06joVQo+DR",
+	"uObxjeWY1AqyB1moYGRX14BFJlI1Zoqc4/48XQDeTfB1DN11aSmkrX0vRu6Dss1pVwGRDIBqPaA9h6M+",
+	"qvSXreYYup4FFeFLGtmO8SForgWEob+CwYwF8b8bRgZshWOJhE+lrGi3LhXSi7mVy1bMxBPetUJepBP5",
+	"1dxK629bMRPfq0cJ1kY5L5CDj8vFagNCF8d740G6K60hMPeFAOmQa2NjQHa9YEq6JmRuoK9wjWim3809",
+	"QvBINJlTIERM7zQ3ZolKcsU4gPCwlADA0K87lIhOM6JXF8mAIXIgz+E+YtInKhZoN5oeu8CHrYDnQ+l/",
+	"CvfWIc5TNjSmTG+47ENZ3vaAcKXp/ktceHdrvssbTwfhrjx1YcRYJamN1N+dMkCwZWVUC2Cmhp0df7g4",
+	"eYUk4CpyllFtH/OKu71bXxF94Z/aGsYOE5fa2C6QcPSkyULuNTbX2/pteZSiWz+aZd9Q3L05yac8mO+7",
+	"7tbt6ZPWNi13NG5V33Tw6HTz+MWj3636fwHKP5UUgUGN/X+snOQs1kpS+Yzrucy6l2I2V5pnO4Z5frHb",
+	"nqQfwrz2P7s/W0AD1ih2EzDgq3uX2QTLZjwr8NkDpgIlhJVUW+9Y1Bjca37V/le5HFUXxsMrNtxIZdmG",
+	"h0rM05mAfp+xcFVxVrBC4rHQ5rtkrJufdFtb6rqu/Lp+0vW270/EicO95b9ypWlbYgNMSVC3vxJnfkBZ",
+	"PyyzwhoALkxkCWQdKCNcyv2NAOedSDW7hX7xPXZpyb7s7izonRH/2wVT7oQWX50N71/z+GacZtl3YjGu",
+	"XqWgTvMTrfqJ75Kb5hvBnLm3W5+0Azy1llD1vV8lVFq8YHXh9PJe4Sulkv0VJG5kDeuPZYNvrJLcjZgp",
+	"oE+gK1JSt0JnfM7mKkvjBTRQS2eCAFEJzsSJcAxCeJQ++Q2uHriKfl/37swu+Z9JW7nIFVn+zoJHjQ8p",
+	"EINE5NKzN0yqnMW8mExzVsy/PsUQ9sHvi2YucdFPzKqXZvlKbrD2HLrZHeZ6apupurNGhncrIhvzHCv9",
+	"7jvlXFAkCrBY1B3ruleEen2AYjEiVjLZxLq//s0q5O+QG3/ARf9z8WPvzwAIfQxl+trWkqDsnXpSMiFe",
+	"u97heuke+l37W+ktNrtb3Z48irfVDbaFs/X7AFbd4Gml3XxSRyvN8Y38rO4N/6u5WUtIv9LPOlYac/CW",
+	"8IPxsRtBMGlzTv2CXcuiKq4V/sDdh92nQ3l2U+x/pr9auGGr5Py1vbC0yiPqQEApiJjw4qJuDmonzbfc",
+	"t2Z3bOMr97/GFbosEekfupHvZWWo7xCfOlRgUOOe4QT/dRuLKtNW+ZQOg229qP/NP/W7lvXuNS6JgbUQ",
+	"+vTkI0l9Nxrmp8OfOaOu8K7BXOR0gt0WSkF5fN+PXlDfS2oPh066dDYrIAvV42iKvxc8c4ZQfUN2DOsa",
+	"wAmtjBi55hRQCTUX8a4vcXzW7zs4G+4HOWLcOdmHkrDzKF+bl8Uq/gyqcJ/P+gd2mV7aEZrdUDoAm1jN",
+	"XAqqR1etjhbuUWGmjgyfrEdFOcU3CoEsX7QmVl+SgAkQwKNjK7dZ1jEkxVRX8BX7ZpyLSWqw71CFK/AS",
+	"KdMTY/dYT9SOYcuvFLGXSiZFnCu9Y9C0sDRNo+225x330LD8gPuf3Z8tdKzabfhKShZ4Pu05B5IHug6I",
+	"dZylk2keVTJjIA/KWW6VUJdWd+aoNl6K7dcP+4f32PJm5ax5r77+3Q3c1QfW2qzKw/JYvkuht/lJt5nb",
+	"4waFLtM+bU07Zc1J3s53oFHZ43WL7z24IaXQizCV1LtG/DfNVGlm/zP9tbbD0RLxfA+M5pE4jLUH/3lZ",
+	"S9igvK2c4pomRlhf/ezg8E+Hf/7hxeGfNmHlNZPkmKd6z0y5FuuI7Gee6gt46AnJq5ykga7uhJXvoT6D",
+	"9Do7hpXvQ4+z7gEVcxqR12R75dWfhHashVUEDKzfsIU/Z3OdKp3mC3bNZRKxecZjAX0xIf0xE/xWGPdq",
+	"4Him3vuY6+0yv+dC06sOKi2c1di9/zOWQw8+fq2KnOV3aSwAvRzatpoS0tw9f0CB5GuVT7HHBAGPIg5N",
+	"j52Bd3AoC4ORP/qdi32kmjLoBE8AOOvYPaGK3KSJYAe93gG0VDBDefjsmUfSxMeC2DYXyzT4+FbYEvl9",
+	"PdurJd1b+v3a5s2FyKvNOkP3a4sbxZOZ5ZTNzEjzXOwBRuiGXmqguMBjv2v3ln+PFr26rKWDW/M4nq3a",
+	"qVZG3yLAZc/TgLh6Gv7ZilD2P9t/XME/Whivfsu/SYig3GcP7XhdxDcCwKCojIznwLCtRWpZLjs7effq",
+	"9N1rEmIpVAIDTMpy0/b1x7HZVl2zNU9A8o0VmH6LHkN/rI721Qg3rNqVZPrgcIFXLJZdlUtn+ASVe278",
+	"b9UUaB35nAtQoZKj6sWqun1ydSMkZPSP08wn+gh0BIFh8di94dYt90HR5wd3fFMaoLR4vMSXykjvbmRt",
+	"LrtltJdYWrzjOJVlUrijoD1OhUQVNtmeKRGnx9HW57DgI08Z7LQzrHOL4Cp7QScHbteMJ8KHei2BHZ+d",
+	"hvpjWoXciFiLOqwvbcMaFWpDTof9/dNmdNgZvlU+B7xd8306YiPYQN93AHc4QtBOTOxTMhbf6N5xaakB",
+	"CQUZFa7PrpZal1HXdSWzxXZkUbtG+5/TZK1CdC5u1U2FWDYpQ/j8g5UhHMaxFmg0XmKeHqAZKdXdEvZt",
+	"qzsR6K1cl8Fpslb2jpWe8bwz6BQFPNnUEPpO6ZtNyXa/0TNP7I9rToQDyxEXscyrjrOMaYpciaR8qu5W",
+	"s6vfoB8FmZCLieHyngyfpzrJN2JF9IZBVcTt7reLSErfB4el0h5gDBVsnM677XHfuZes0f5G7vJK6FU6",
+	"2Gxv6eWNe0BpZyb4bSonrJtonkqR7JYbkviJzJHvo0NIWoQCZxnTtQBYwRpo18Z9m6rM3g+/c2v2dFsT",
+	"A7fy9FVnmRXBcXik3kb8x9cnl8z+qoT0TZMvkBU443JRbgSBkQxqRIQIE9RQ0T+aItTh3wqTs0l6KyTL",
+	"1UTkU6ERbIyEmd0UBIUk0N6LuYixa2dCfYcdxiYqkb4fKr6h7+uJLYvUmKWJQZDTObZ8tuPIWOweQQF5",
+	"wgp5I9WdBDTJpgm4xPazbg7sB4nlVcFIi9DHbo9b9PFxm7RjF9uEDpomZq1QgsazNemUyvzFYWe9zx96",
+	"6ZziT589fwEP0z/Lp7nWfPHUvXTK414nqTw9jVUhk6/dXOc3KLqr0LqEPhC5wjrwGr0npkJAaR6VLWB5",
+	"8h3zhqngOr8W/B7wi5WRm2T+L370pxH3fvxzMVe6oVKq/yTTZYuwgK9Vrz5ASuEp7RjLDFOVpDEIICkM",
+	"YF0rnT8mUYUoA2cxj0QXTX3VAegVp2LdO3vfoOv1ijSi5WDQatcyb+gZvPYn8AT9AMNcm8QJFrUBa13C",
+	"ZYc0IIR8SpzMgS7cvpM0iDVsIE7t+s6UySdamGqHZXDw2i9nwhg+ES5lssSVWhGl4PtFVC52XO0aT1DH",
+	"1+XCupUXJEGH0ClVebZjBuywf3gEaG/W9kz9UDN1a1dkv/9xl01Ejhhyrrddit3tqbe2fZNEIcYYADei",
+	"ILYzmR67IGQyeDk+c1uDBVGpYVOuZ5kwZlCev4ckJ4PYvYmlEap8TlFwr5xmuUfRMvQZgUPyrKBu8PQp",
+	"+MnZMfMckM34guk0EYxnyuqH/pvdqNLnA1CqPZkcQfu/QwQKngku0bmAO21XXjmGRHAECZ9ZrUiLPads",
+	"Yhoxkt2dqBTB74ZQF+1eVdSNpzGj7CTQZ/2ru3LLqbHF+zo2e0QidrXX+327uz+QayORo17ptIYdx7F9",
+	"sH1JUQYluEJi6Upf9kfl9XbJIi50mi+AnV8Lru1v//rRMmwExkZGX+isM+hM83w+2N8/ePanXr/X7x0M",
+	"/tz/cx+YOy3ps49lFNJAnIP+7Za6Cu8PLc0wYxObjMC9uEmzDD/0va5dLx0AOLY7JOPUcklCNIZvZ71K",
+	"bwUYODDjB0K09E1gj4Bv2U9kwgpDno56i4bQQJRRRQ6SWjYvAu+5UGlluDIdaXW88/a4V5URy1LR1RHP",
+	"6lVcZeMyn/MK7NLUYLeW9pHKawLLrcSE1zj+q3vpff2ro/2i7ioJLpAjUGWghvGZZcUu1lsZtZJU8OXj",
+	"l/8/AAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -34,6 +34,10 @@ type CacheSpec struct {
 // cacheVersion is the form of CacheSpec.Version.
 var cacheVersion = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
+// ValidCacheVersion reports whether v is a cache version's form: 1-63
+// characters of [A-Za-z0-9._-].
+func ValidCacheVersion(v string) bool { return cacheVersion.MatchString(v) }
+
 // MaxAgeDuration parses MaxAge; 0 means entries never expire.
 func (c CacheSpec) MaxAgeDuration() time.Duration { return parseDuration(c.MaxAge) }
 
