@@ -686,6 +686,12 @@ type BatchedReportResult struct {
 	Proceed bool `json:"proceed"`
 }
 
+// CacheDeletion defines model for CacheDeletion.
+type CacheDeletion struct {
+	// Deleted How many entries were deleted.
+	Deleted int64 `json:"deleted"`
+}
+
 // CacheEntry defines model for CacheEntry.
 type CacheEntry struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -1718,6 +1724,18 @@ type ActionName = Name
 // AttemptID defines model for AttemptID.
 type AttemptID = int64
 
+// CacheCreatedBefore defines model for CacheCreatedBefore.
+type CacheCreatedBefore = time.Time
+
+// CacheRun A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+type CacheRun = Name
+
+// CacheStep A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+type CacheStep = Name
+
+// CacheVersion defines model for CacheVersion.
+type CacheVersion = string
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -1760,10 +1778,39 @@ type ListAbortsParams struct {
 // ListAbortsParamsState defines parameters for ListAborts.
 type ListAbortsParamsState string
 
+// DeleteCacheEntriesParams defines parameters for DeleteCacheEntries.
+type DeleteCacheEntriesParams struct {
+	// Version Only the entries of this cache version (the step's `cache.version`).
+	Version *CacheVersion `form:"version,omitempty" json:"version,omitempty"`
+
+	// Run Only the entries this run wrote.
+	Run *CacheRun `form:"run,omitempty" json:"run,omitempty"`
+
+	// Step Only the entries this step wrote (in any run, unless `run` is set too).
+	Step *CacheStep `form:"step,omitempty" json:"step,omitempty"`
+
+	// CreatedBefore Only the entries written before this time (RFC 3339).
+	CreatedBefore *CacheCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// All Delete every entry of the project and domain; with no filter, it must be true.
+	All *bool `form:"all,omitempty" json:"all,omitempty"`
+}
+
 // ListCacheEntriesParams defines parameters for ListCacheEntries.
 type ListCacheEntriesParams struct {
-	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
-	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+	// Version Only the entries of this cache version (the step's `cache.version`).
+	Version *CacheVersion `form:"version,omitempty" json:"version,omitempty"`
+
+	// Run Only the entries this run wrote.
+	Run *CacheRun `form:"run,omitempty" json:"run,omitempty"`
+
+	// Step Only the entries this step wrote (in any run, unless `run` is set too).
+	Step *CacheStep `form:"step,omitempty" json:"step,omitempty"`
+
+	// CreatedBefore Only the entries written before this time (RFC 3339).
+	CreatedBefore *CacheCreatedBefore `form:"created_before,omitempty" json:"created_before,omitempty"`
+	Cursor        *string             `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit         *int                `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // WatchEventsParams defines parameters for WatchEvents.
@@ -2064,7 +2111,22 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
 	GetArchivedRun(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+	//
+	// Takes the list's filters. At least one filter, or `all=true` for
+	// every entry of the project and domain, is required: a bare DELETE is
+	// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+	// deleted oldest first in batches of 1,000, each its own transaction,
+	// within the request; an entry being written meanwhile is left, and a
+	// request cut short keeps what it deleted. Reservations stay (their
+	// owners still run).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+	DeleteCacheEntries(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+	//
+	// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
 	ListCacheEntries(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2843,7 +2905,32 @@ func (c *Client) GetArchivedRun(ctx context.Context, project Project, domain Dom
 	return c.Client.Do(req)
 }
 
+// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+//
+// Takes the list's filters. At least one filter, or `all=true` for
+// every entry of the project and domain, is required: a bare DELETE is
+// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+// deleted oldest first in batches of 1,000, each its own transaction,
+// within the request; an entry being written meanwhile is left, and a
+// request cut short keeps what it deleted. Reservations stay (their
+// owners still run).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+func (c *Client) DeleteCacheEntries(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteCacheEntriesRequest(c.Server, project, domain, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
+//
+// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/cache (the `ListCacheEntries` operationId).
 func (c *Client) ListCacheEntries(ctx context.Context, project Project, domain Domain, params *ListCacheEntriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4544,6 +4631,122 @@ func NewGetArchivedRunRequest(server string, project Project, domain Domain, run
 	return req, nil
 }
 
+// NewDeleteCacheEntriesRequest constructs an http.Request for the DeleteCacheEntries method
+func NewDeleteCacheEntriesRequest(server string, project Project, domain Domain, params *DeleteCacheEntriesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "project", project, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domain", domain, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/projects/%s/domains/%s/cache", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Run != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run", *params.Run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Step != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "step", *params.Step, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedBefore != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.All != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "all", *params.All, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListCacheEntriesRequest constructs an http.Request for the ListCacheEntries method
 func NewListCacheEntriesRequest(server string, project Project, domain Domain, params *ListCacheEntriesParams) (*http.Request, error) {
 	var err error
@@ -4585,6 +4788,54 @@ func NewListCacheEntriesRequest(server string, project Project, domain Domain, p
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Run != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "run", *params.Run, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Step != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "step", *params.Step, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedBefore != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Cursor != nil {
 
@@ -7872,7 +8123,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/archived-runs/{run} (the `GetArchivedRun` operationId).
 	GetArchivedRunWithResponse(ctx context.Context, project Project, domain Domain, run RunName, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error)
 
+	// DeleteCacheEntriesWithResponse Evict every entry the filters select; the next run of each key executes again.
+	//
+	// Takes the list's filters. At least one filter, or `all=true` for
+	// every entry of the project and domain, is required: a bare DELETE is
+	// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+	// deleted oldest first in batches of 1,000, each its own transaction,
+	// within the request; an entry being written meanwhile is left, and a
+	// request cut short keeps what it deleted. Reservations stay (their
+	// owners still run).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+	DeleteCacheEntriesWithResponse(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*DeleteCacheEntriesResponse, error)
+
 	// ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
+	//
+	// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8843,6 +9111,54 @@ func (r GetArchivedRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetArchivedRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteCacheEntriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CacheDeletion
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteCacheEntriesResponse) GetJSON200() *CacheDeletion {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteCacheEntriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteCacheEntriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteCacheEntriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteCacheEntriesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11855,7 +12171,30 @@ func (c *ClientWithResponses) GetArchivedRunWithResponse(ctx context.Context, pr
 	return ParseGetArchivedRunResponse(rsp)
 }
 
+// DeleteCacheEntriesWithResponse Evict every entry the filters select; the next run of each key executes again.
+//
+// Takes the list's filters. At least one filter, or `all=true` for
+// every entry of the project and domain, is required: a bare DELETE is
+// a 400 naming `all`, and so is `all=true` with a filter. Entries are
+// deleted oldest first in batches of 1,000, each its own transaction,
+// within the request; an entry being written meanwhile is left, and a
+// request cut short keeps what it deleted. Reservations stay (their
+// owners still run).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/projects/{project}/domains/{domain}/cache (the `DeleteCacheEntries` operationId).
+func (c *ClientWithResponses) DeleteCacheEntriesWithResponse(ctx context.Context, project Project, domain Domain, params *DeleteCacheEntriesParams, reqEditors ...RequestEditorFn) (*DeleteCacheEntriesResponse, error) {
+	rsp, err := c.DeleteCacheEntries(ctx, project, domain, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteCacheEntriesResponse(rsp)
+}
+
 // ListCacheEntriesWithResponse The cache entries of a project and domain, newest first, with any reservation.
+//
+// Each filter that is set narrows the list; the same filters select what `DELETE .../cache` deletes.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13233,6 +13572,39 @@ func ParseGetArchivedRunResponse(rsp *http.Response) (*GetArchivedRunResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteCacheEntriesResponse parses an HTTP response from a DeleteCacheEntriesWithResponse call
+func ParseDeleteCacheEntriesResponse(rsp *http.Response) (*DeleteCacheEntriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteCacheEntriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CacheDeletion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	}
 
@@ -15319,6 +15691,9 @@ type ServerInterface interface {
 	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
 	// (GET /v1/projects/{project}/domains/{domain}/archived-runs/{run})
 	GetArchivedRun(ctx echo.Context, project Project, domain Domain, run RunName) error
+	// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+	// (DELETE /v1/projects/{project}/domains/{domain}/cache)
+	DeleteCacheEntries(ctx echo.Context, project Project, domain Domain, params DeleteCacheEntriesParams) error
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx echo.Context, project Project, domain Domain, params ListCacheEntriesParams) error
@@ -15609,6 +15984,67 @@ func (w *ServerInterfaceWrapper) GetArchivedRun(ctx echo.Context) error {
 	return err
 }
 
+// DeleteCacheEntries converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteCacheEntries(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "project" -------------
+	var project Project
+
+	err = runtime.BindStyledParameterWithOptions("simple", "project", ctx.Param("project"), &project, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter project: %s", err))
+	}
+
+	// ------------- Path parameter "domain" -------------
+	var domain Domain
+
+	err = runtime.BindStyledParameterWithOptions("simple", "domain", ctx.Param("domain"), &domain, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter domain: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteCacheEntriesParams
+	// ------------- Optional query parameter "version" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "version", ctx.QueryParams(), &params.Version, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter version: %s", err))
+	}
+
+	// ------------- Optional query parameter "run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "run", ctx.QueryParams(), &params.Run, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// ------------- Optional query parameter "step" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "step", ctx.QueryParams(), &params.Step, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter step: %s", err))
+	}
+
+	// ------------- Optional query parameter "created_before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "created_before", ctx.QueryParams(), &params.CreatedBefore, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter created_before: %s", err))
+	}
+
+	// ------------- Optional query parameter "all" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "all", ctx.QueryParams(), &params.All, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter all: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteCacheEntries(ctx, project, domain, params)
+	return err
+}
+
 // ListCacheEntries converts echo context to params.
 func (w *ServerInterfaceWrapper) ListCacheEntries(ctx echo.Context) error {
 	var err error
@@ -15630,6 +16066,34 @@ func (w *ServerInterfaceWrapper) ListCacheEntries(ctx echo.Context) error {
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListCacheEntriesParams
+	// ------------- Optional query parameter "version" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "version", ctx.QueryParams(), &params.Version, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter version: %s", err))
+	}
+
+	// ------------- Optional query parameter "run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "run", ctx.QueryParams(), &params.Run, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter run: %s", err))
+	}
+
+	// ------------- Optional query parameter "step" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "step", ctx.QueryParams(), &params.Step, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter step: %s", err))
+	}
+
+	// ------------- Optional query parameter "created_before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "created_before", ctx.QueryParams(), &params.CreatedBefore, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter created_before: %s", err))
+	}
+
 	// ------------- Optional query parameter "cursor" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -17418,6 +17882,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
+	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.DeleteCacheEntries, options.OperationMiddlewares["DeleteCacheEntries"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/cache", wrapper.ListCacheEntries, options.OperationMiddlewares["ListCacheEntries"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/domains/:domain/concurrency", wrapper.GetConcurrency, options.OperationMiddlewares["GetConcurrency"]...)
 	router.DELETE(options.BaseURL+"/v1/projects/:project/domains/:domain/cache/:key", wrapper.DeleteCacheEntry, options.OperationMiddlewares["DeleteCacheEntry"]...)
@@ -17694,6 +18159,46 @@ func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArch
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntriesRequestObject struct {
+	Project Project `json:"project"`
+	Domain  Domain  `json:"domain"`
+	Params  DeleteCacheEntriesParams
+}
+
+type DeleteCacheEntriesResponseObject interface {
+	VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error
+}
+
+type DeleteCacheEntries200JSONResponse CacheDeletion
+
+func (response DeleteCacheEntries200JSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries400ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20485,6 +20990,9 @@ type StrictServerInterface interface {
 	// GetArchivedRun A deleted run, as GET .../runs/{run} answered before it was deleted.
 	// (GET /v1/projects/{project}/domains/{domain}/archived-runs/{run})
 	GetArchivedRun(ctx context.Context, request GetArchivedRunRequestObject) (GetArchivedRunResponseObject, error)
+	// DeleteCacheEntries Evict every entry the filters select; the next run of each key executes again.
+	// (DELETE /v1/projects/{project}/domains/{domain}/cache)
+	DeleteCacheEntries(ctx context.Context, request DeleteCacheEntriesRequestObject) (DeleteCacheEntriesResponseObject, error)
 	// ListCacheEntries The cache entries of a project and domain, newest first, with any reservation.
 	// (GET /v1/projects/{project}/domains/{domain}/cache)
 	ListCacheEntries(ctx context.Context, request ListCacheEntriesRequestObject) (ListCacheEntriesResponseObject, error)
@@ -20837,6 +21345,33 @@ func (sh *strictHandler) GetArchivedRun(ctx echo.Context, project Project, domai
 		return err
 	} else if validResponse, ok := response.(GetArchivedRunResponseObject); ok {
 		return validResponse.VisitGetArchivedRunResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeleteCacheEntries operation middleware
+func (sh *strictHandler) DeleteCacheEntries(ctx echo.Context, project Project, domain Domain, params DeleteCacheEntriesParams) error {
+	var request DeleteCacheEntriesRequestObject
+
+	request.Project = project
+	request.Domain = domain
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteCacheEntries(ctx.Request().Context(), request.(DeleteCacheEntriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteCacheEntries")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeleteCacheEntriesResponseObject); ok {
+		return validResponse.VisitDeleteCacheEntriesResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -22911,350 +23446,358 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39cts4ti/6KijdXWVpNi3L6SQzLdfUPu7E3e3d6cTbdqbPvaMcCyYhiWMK0ACkHU0qVfev8wDnIe6D",
-	"7Se5hbUWQFICJcofSXr2x1RHlkgQBBbW9/qtT51YzRdKCpmbzvBTZ8E1n4tcaPjrOM5TJd/yubB/pbIz",
-	"7Cx4PutEHQnfdThc0Ik6Wvy9SLVIOsNcFyLqmHgm5tze9S9aTDrDzv91UD7oAH81BzDy589R5zjPxXyR",
-	"n75ueE6abHzGROk5z+11Mn/5vBN15qlM58W8MzyMOvlyIfAnMRUaHveq0EZpe2ciTKzTBbzFsHM5E0yK",
-	"j/lVDBcwNWH5TLCFFrepKgxb8KnodyKc4d8LoZflFPGWTnVac/7xjZDTfNYZPhsM/ExMrlM5hYm8VnNu",
-	"Bwu+dII/Pnhx33CTn9wKmZ++/lnwRDS8eJq49824yZmwd8CfcZbaj1rEIr0VyRF8aXIt+JxpYYq5MIxP",
-	"cqFZmvvVmeGT/MvYSezDLPZPXzevUmiRKvP/D1jztenXBmcTpWnOhuUznrOYS6lyZkTOcFoG3wH/YHep",
-	"NOxuJiS7VvmMcS3spU37bBfnChbnCqiyDRUOglT4Jp2nud/71cfAj9XhEzHhRZZ3hi8GkV00HPqFJawt",
-	"5H6m1d9EnDeQ2YJ+fTCdnRebWIUuHoGUL+KZSIpMbHiOoUse/rDflL4R+sE8qSjgynW6tuNPMnW34WXu",
-	"6JKHvsxne79ZKGkEMPYzra4zMbcfYyVzIYE4+GKRpTG3h+pggVf869+MAv7U7nFuXHhi/YweS3b+4yv2",
-	"/fMXf2Q0eB+Wge4FeXOtdP4mNTCbhVYLofMUZ8ztT/ApzcXcbJsIjHQuYqWTzme/+FxrvrR/V5j8Ojc5",
-	"vjaW3ylZMkPH+Nc3sdyWv7o5fvDXqWs4WVbAVeaz/m4oRYefVsePOhwF41WsCtyj+lRfiyy9FXrJtCpk",
-	"YhhcJhJmFJtwXZmxZwflkGmyPt6FyIF9csnoMnaTZpkdaI27rY8c88KI4GskXs6t/XSTysBExrgm4yHs",
-	"ASyslU52XvAD4zKxIkov81kqp6yQCcifIzamidOtdvr2TiWFeyX7NkJadvnXUoGh3yqbV05RFXms8Iyu",
-	"zDLB9RfJOGJKs7EUIjFXdkm0lRD2DVCy/Mo/ko5j2B03TAtu+VSApiLPkEOrpQU3DaRiKVGYXCRXPA/v",
-	"7N0szQRLc5Yadi3ssvn513Y44bnYz9O5CM3O8vHQ44uFvc09vM1YK6cHCCGqiKNS/wHR4bcKyWz1bNRm",
-	"sOEIwiLBqUuS1I7Is7PKaZzwzIho5YCWq756/EAkG5YrNuq8N0IzvwtItKOOXdmKinM4CGuC4ele5Dwv",
-	"TIBjrLKFDYexPmWYlUgiZvdEFTnrwgHDQyUsD7k8/fXk9dW795c9oOkAO7AKsf1DJPaCOxCTV5kyeZCc",
-	"v/DpeYQTUrKc+x+UVdFQ27AgeXohEBB8rcQdEYtl8YuFVrc823qbuw7oJZ6JqxsRUK+PGfyYMJOLxZ5h",
-	"9qKoo2RsmYlhqVwUuQG9WQujslu7SkNZZFlge/AxxtP15idlSt0UiyH7+fSSddOcXbx/9erk5PXJa3aX",
-	"WlXdkmyul3uGqSLHWciEaS6ZVCzn5qYXsV9PLy7gZl1I07OEdvbu7P2b48uT1/g1lxEzRRwLkdhjKxN2",
-	"p1WOZADD9/qMdAI4DDA5mIA9PzDhqkj5+fSyE3XsUztRxz8qKFgSsbBH7gr33Ss2a9etqi9CJjtx2qgz",
-	"FVJo7ihs3fij9Y4LrcHWK+SQcaZFrpfOKoS3hvfXwuRc5wz+a+BHq1BFQA121e02iLuw+uHk/doUJanB",
-	"6z+o/OpaTJQO8JDfLHvgwMwSdsfTnHWTAl80wun3gKu1l29ESM0SIqTerBBxSaa0rjRoxOxLsv/83/+H",
-	"3fKsEBHjprJonuzmrJtrnmaW80hxl6VS2FO3yHtHVfJjWoDCbtioGAy+E+yQzbiJgEoth4SnRYyzf794",
-	"95YB9djN9A/cw1nYEwxf7KcyER+Z0onQnuSBAUslq/pvybUWXAsZVlUWVgCFWS3smqcp0LCvRWyX5uz4",
-	"/cXJ6/a7tZhxlHIbrRK4qCYbVuezLKcDhwsEG0/tlon+tM+0sG/cIHLgHOx4IO2jriyBEk3VJ/SzumNz",
-	"LpdA2HjC7mYqoxlOeJqJhHWVvLIfCy2YKYxlJT1UenUhGSw/+TVSa8EYQyPFSk7SaaFFwmgC4ZNqSaLJ",
-	"8CgnCJSbr7OQkuNYomTdQYh5wt29bY9vcxgrN65zt/U57bkzd720bCwXtM+fRh1/eEed4ffffz+IRp3z",
-	"92/fnr79aWTVt894BHku8Azao2H1BA7HJXhI4Enra/hOCjAsHYNFJczPDEbPZyLVTvkyEe7f+gpPUm3y",
-	"CA995evU/s8f6aH9m1viwHHgJpxBl+dsrkzOng16R2yi1Zz9dHLJ+v3+Ac7KHHzCD5/xXrjLMhLylFqp",
-	"CS4rxs2N3Wlwn7Wx1C+5uQnJOFiEq42GOm1txVNrLy/XFJax2/Qi/4a3/tny1AqrG8NtY9QxvQcgeO4t",
-	"g0jl9GoSmtxvM54zTgyNdZVGcZTKaY/OgGUvdqmGrCqyTAE8mzQz5u7b7n0A+Rl5Mwp4Xu0Q14+UI8ug",
-	"LlrRH9e8OH5qdOATEacmVdIvYyHzNIOvE2SYq7ZLey55vQyKlljN501ix03H/uitfJiyQIcdMvKAPray",
-	"nn4ga2luXKb7GZXXyxDRKFo4w7q4jsdnpyxXN0IaJj6m9pQDD+BZJjQIeNAgRDbprViaoZBDbenuZZWS",
-	"m2TNTGkwNwsjdMTM0uRiHrGF0HNujz/rcmYWIvb+eSbFrbWeC9mLqhZlVNqapclq+Q2ascFjGatEhEwL",
-	"k/PrTDChtdLMXkQ8/1f+8QIm+CMKU3PykWwBpdmpvOVZmpxlxTSVFwsRhx+pBd9VA4B5BElYfEytpZiI",
-	"sHybpDI1sx2fht6+Fk48a+DvaG7KYn4tdHiy99ONeC7ayI0LuNByYqSYNGRZrBxrcMbTjN2jahv4oZns",
-	"36hpwBlj8kTo8E6aPFFFmE/lupCxfWZArulCoDBCu4Fdi6WSCRqkH0Vc5ErvGXatCmurcsMSrRaL2mm4",
-	"VioTXK69PU0ocpOuzmPDi5+LBXkhdmBwniU4NmyZgX00HDYrFxw7sCwWD7SdEJ7yjt9VywdAihAjCJrS",
-	"sX3dYhFgqeAoYCaHJXKq1J5hk1TyzJpQSueoNi/gkO8ZBvQNOs2P9qL0H8IaavlMLNFbkEoyktoqOa9w",
-	"dhe5WNjJzvnHU7ztT+uKz67sK8ihFvY9tb3xf/31eP//4fv/+ED/Dva///BpEL387vO/bORKFenwfBAU",
-	"JVvY1MMNadg6r47jHpHFaj9a/QVt5sgdlLp53WdvQT5yLZiQt6lW0sq+/VuuU1hLEJ9HqDY7g1wmjGPI",
-	"AAzxXE1FPrNCzKnIh+zX9IeIScXevn/TZ6dTqawpBeq6speidWDC9nKNRdX55I48r2Q79VX7wbIFkVjL",
-	"psowGixXx5/uP0aNkW1lP3byWxnNOcUq13ntQisrm9dn/KPlQMg0qzNm88LkcPjRxCojQFtm6h60Ya72",
-	"rO0WzNNTs5ujz2prvMFfFiuZ81Si4N3IfNyFMOHN0Tghb3c6sGtrM8vzxbYJ/Xx5eebm0lovQS/zA7hJ",
-	"xc1JHmvnrUaD11pjC62SIhba7JUuu7fHv56UPGWI3IJrnd5a1mLITey5C/PcBW7kJLcnaSbYv7w6Pru4",
-	"PH57dfr27P3lxdXr0/MDe1VLZ5tVza6mmsfiah7wJ/yaZllqRKxkYti1yO+EkOzi9KfLk/NfYR4Xpz/9",
-	"cvrmDVMS9eeWYd1N6l2Fya+vtvPJe9daIuKMa2FoEYmBp7kw9IUql+jd+0u/RuDejC23RkdneL3aHysU",
-	"9GGvZUsG4+JhwF+kysHCl4plSk6F7llLJsRltkV30Z8bXuumyOvuogP8AOAZCj/p3ur09uBt5dGV9/Vb",
-	"UrI85EWlht6SITdkj5ADrX3+SIXFrxFQOLYXdqX8wOObSZrd00cgZNLebFK3Qmd8K/d9h5edqSyNl95E",
-	"u2fQHu+FiFTD6+fxTCQt7Yd1/6jdLEj8YNd2pMgyriJnZQ7LkIkUlC5Oqjzr3s14zs7eXVyyg9vDA7c7",
-	"B5/S5PMBXZPzG4GxwExNDcbA41khb0zTjXAd3hbBeb9W+Szk3Kom1+yUlxp1MjVtT6Fv1PSVnXHdnnj2",
-	"4uU6u9N+9VuQPG1VUwA7bbHP58JAouKn3RZnfUG8MdIq5yx6JO3wiOXWAJ8oq8mDbm83poXOWHm/zfzq",
-	"FY9n4kTmmMu6YjXfx5X0cZFqYZpjbSm+pctm4GyW5qw75x+v+FSUDvA/oxuuffiN0gUeJYi6tkpaGKFv",
-	"fdB6o4prF/S8cn0pLtfVEl1I9Dsu1KLI7GJT4nIwSNccL285yK3QJmwRrCZAQVqFu7xcxK3eqZKcwtJP",
-	"SB9mbOetKMlze+7k5ndyj26c9nl9k1cmXqPrllLwTjZluCNBwQGIKdxSSIoLbY+v4MC1w9b4Vs403EHa",
-	"/WplC+OoFKO2nJrYynRrTAzBPLkRSzbjZkYOENSZwJGOUQFv0LiUHDI+iKYicFKkkooaQFWDa1BZ67Nj",
-	"Bq4kzHphc5iRV97JEcN4ziD1x8UnXcoOkeu6TCQ2Ew4iW33Z5/FAHNXypohxHxRjprAGl2GjzrPns1Gn",
-	"wq0mSjt+tX52hU55lv7Drl4tfT64+q+UrOS+GJ/zwucCVh0lhoA3R0cUuHoM5Zz8dnx6efr2p6sf351f",
-	"vTp+9fNJD8SH3TNKfwsbAxXeUJ/PGceEV0hhFcshi2dcQsjVGkkgsQpjKVllidCMjtl2InYPDFLuLM2S",
-	"80KeW84QClbH9gJgn6CRueR0ygyauNSDgFYUN2ce1UbpPyB3qRr3ztm1sJRlWK76De4Esn4CIWX7muAl",
-	"SMRHiKHnBt+xTGJI5TSjKxvSFxrTmXZLWclD9S4++wImoIV0aT04ZYq5MEyasqvRpVyuqMzeCk47HFL2",
-	"xpuz2yo7gjN0bxUkq4rvezfr517RtPX9hPwilyhTrolP+VuJmzZ4u50u4GPKkJcJ0TiIEGwPKMMIjcFk",
-	"z4Hi5Y6S45gc05bPAvNyHExJZF4zlSWWaDNlLSdKlwOaKCT8aOx6VLPDC+mCjOQRly7iCoNiZJocZrGA",
-	"zCKuBZsqKXrrx78hqfTVyRuGS8XEx4UWxnImZiUegzJEl3uFf/QrPrYjxlmspMm5zCviIRGLTC1HHfsG",
-	"7t0hFw5LJJAz1Xb6+5eBnXbruOHcuRXmm9b30LLqw4H9vwYeYXLNczFd1uRT5++FKCyNr2RLw9fjIWbw",
-	"4DJBdgpk3WAyyX+8P3l/8jqizJ6U8oKsCHKSn7SIyP4H7Fm7+nmhpemzccxlLLKrVF4ttJraDaEiCinu",
-	"4KGU8AniH2RglggDElPacUgy+Gc4kqFcRW6UZOO4pPNxBKlhFJorJyDFnTB506tCkvrxD+/OL0tlJAoO",
-	"X83KdYu6/o7ll/jc7QcZFXVPJltO8y8iYOXNQG6bhrQhPJNIUZFbZdjL9hHHcgIXmcpDinyT8dZQkaML",
-	"CVti1c09wyoLjbs9ExkEjOyaHGEaFV4P4rn8HdKOqluDHkL7dTCyO+cBOe15HXGxG7EEd479nvK+SJW2",
-	"v4RPnz0zwT249Mlxh4MBoywviPpmqRS7hn63bwQ9YQO/sVe0kNeU++XpsxN5Qitft3zeFsJ9I5IpmlJr",
-	"7HwHW7J+ELb5UmHsLfOCZdwQd1uVM44M9gzD1XDJvULvmWa1czc9bZHxOBi29w+CKzwRdQ+tlAIqayDP",
-	"Rnd/KuPmTHh6w1ypG9RbkYVYpRVnAgkj5FBo7+i5T3haLRZBqj72k7S8zk6HBIU1cr0+glPfqGqEbSpg",
-	"JDuTAfwK+m2Lc2a3poFIrUhP5a5+/kY/WsD9dPIfEXt7ErGT/3l6cXkRsbfvLq/c558uI/bTScTeXEbs",
-	"zQnrymIudBoDazx9G3ZP8awIGyqYarFLwDooJ9Wiaa0qUendNN5LzGLH+8u0nXTOpyJiXE9v0aUPX+wZ",
-	"dC4sVOoihmK+yJc9rCEttcqA3bpzwP7B8XOYcouwG1wWXFc42mDGt4s4rZ4TZ99LlkpgVWMr8ccMs6yt",
-	"/ThNTS60SNjYGe9jlov5IsM8+o88zrMlaOCURbO+ss46XnEyLHCWBDEhtNX8yNgUqNPD/q3l2lerTqyx",
-	"sJVt26v+gvRteRWR4KZbXLW+Cwn60vyW952LSTil1m+YOc2xJH/HGJl3yJQjuWhZwz7y0M6tb1KaiPlC",
-	"5VbmhgsD/QP3DDstL97/xeqD1vLKZ6mBGN6QNs5NtuKBPEDvY1UujSSYDGnOutdLBo4O+KGHbk4ICnJp",
-	"7sABh25InmNhw5iGGDNYrz47ZvblNNw0klosBM9T8jlynaX0E5Y1+lE5QYfAo5I06Y9km+zq/ybrAFnf",
-	"s+Y6aIHXDwvDx5kI/dbc+Seukft0gfbRpW3/nvA0M4xnzkuxytbLyZcBVcyMn6fS/b1F5jVbhDBzB2By",
-	"P+Z8Umet41grOQYxNsaqaZ6N149xbHlBsbi6S2WCG7siTaHGbJ4aY2118AJJxRyOioZyWgDFIbeiC6Mu",
-	"4dulKuQUlTkJ5/2IkSsDprkUiENROTovgnUJOqS8/5jeiv1Jai1HewHrjjp/OHjB/oD/P+r0kJu5m5Rm",
-	"3f8xU4XOlhH7HwlP4d87IW7gw1zJfAaf7KyyZbuKCbeyIZ3Sxygso81ZJrg1Go2d5/cDM+r0jqiCz64U",
-	"z9KpFAnLFfCB9zL9yMRCxbM26/O3NM9Dca0TyJtK58I5Z4oFPiA1bF7EM+J+3VHnECYUlXGNRGTc0pLz",
-	"j2EyTpvJhNncMaTb0lKAR/L5SxbPuOaxNTwjZpRjquij3KP6lQkat9WcZUpU7v51v0xZfv78s/u+92//",
-	"8pgZMPfirljfGgotBWySdC7+oaQIFlSdHr89Zv8ABqW0O9TdUeeksMf44Aehs1QCLbmD9f7y1TqsRKhA",
-	"7Z7MPBAD8EM187ZLdSPkPfOc7hHodUS4eoDnqfSr0oyu0uD2cb9igrl9ITbnSywG9IFHpdGCiOjk0E2t",
-	"XUIIyrQiZQJpOyrbanKf22satgzu37BdOp1Ohb7nhgEAGimFO+7AJM2CrOyY0YmByMBqSGAMjxyz7ifw",
-	"NqZJxBZ8mSmefO5RoACu6NO3fT5Xhcx9afxg4PbPbRsi3JVB1nbRgba878WgwvvacLc/rXC3jdyyCV6j",
-	"5GRNJuj2NwxmzOyZMigDCdCbNqkspgZf6agzZKNOfXfSZNT5HMxyfkSmVVLpFgYG2IEOTCuQhxIOLjrY",
-	"gBxPkleQpAJQKszZQGpHPQVWkM05OMZcGT/hjCE1gtsCVtY+EhF4wPkFa88SBbmHkxSRGaumWxNQU1P+",
-	"09q0G4o74JrtDgl3YWh1f+SpvphxxO/YgcnciXQ6yzcy6j3DjB05Yof9vtXVWdcJycM2EW56RHDWVu08",
-	"cTtfnxmopCEuAEgbC26NV0l6HqEOsWuVLOlgWMOsb3KxMH89/NBH/1Vw+efCmFb+IJxQeUPwhZS22uKO",
-	"NsePXNbTkqAC9xYybrPU5OxGqjvpcSZIC+2m0uSCA6To2KV5j3tDsAlgrAUZ3lFZy4XZC87C3zNHUKlQ",
-	"zxCJYIQyE8UN02erxtFEq7kzjqyUHffZia86mIocnczoS9hQxTHmZry9igMrFLhBaUM8EmfpIF7orDpG",
-	"CgNjfAxC4HAZS00E/g4sJAMPrP3Fsj8e50BefVZJevGwR1pUUF7MCvID6/71A+6ZVLTod7M0njWkeJ28",
-	"7h35SJqDGCFwQePYFqwp7ZAnDswwY2NICRvjKsAKz7gps7woRqzuJGUXeEQhghdaRR3SAgPuMlt68iAH",
-	"TZICv3XZHH2Gjv49w9wunZ+cvTl9dXzBUsMOAz5eU4++n16e/NoJCcEgddQIA6oPEYkwQCMV15UvHgpT",
-	"eO6SkNaIJsgkLKEHDQvn36rRCgQ/MAm4Dgvk6xsHkeWj6P2P2AjyVvp4M2TfEVmicmJg9Uvvit8zBOhy",
-	"cXnJ5/aZDSmyXmsOJO9YFoMAB1F4ilW1O+CRt3Rs1y7LRMiEpxHRXoaTN6mi2WAs+fji4vSntyevI/bD",
-	"+9M3r0/f/mQplVBhyhwE9JADKorjT9VUGp8RYifvk66HUDUEmQ1U5g2BQghIsLcqL/MsaUprKQ4BEbfG",
-	"+33J3e6BllmeL8oYC0kze84QxM2yGjh8xkAxsCklsF3OZx8/9tzhNFH5Mg6OFsRiiT/z8jn7Jf2h5zgy",
-	"kezYXjQu8/drxWSA+snZi48fkX3kmksDVR5YKg05pcBT4MQSOzuqsFl6ESRgB03kUVdWUDtUEg7VEbL0",
-	"w6I/c5HPVN2n0Pnp5DIYka2ueShIVYVSWjkThW6Adrk2Kity2nOl4V/D3p+/2Z5ZascMaR0/C67za8Hz",
-	"c7HIliH0hFCQ08M9EmBVrlVmD4YU7I7LvEwaqtrcLSpKNvpuYSrb3oEqaZrry9ZPEK++DNbWYZg7qoI8",
-	"lVXj/oVWwzEtX3LXYH2opK+5UnuVmBLNUxkM9F9WS21Sq6kXOcReEnUnh5QQIRWkl9llYZi62zV5Gt/U",
-	"snaqFTdrE/KVULtZFwnPeSBWgxyHGyhMzYWk2AJ7f/nj/p88d3j7/s2aB+75n1788WUwd0ILPq/mjq6i",
-	"cLRIHYUhIpz0hw2LYHYF6fA3PW7V2coL0GNCM3/b4FB5/fZiP+PXItvP0htBWIYgQV9+V3GtWJFLjpP9",
-	"DxHaHxjfS5iQoOmQKpKJnCzxJJ2iJlLZv5ffrTqutnlsXh5u80fXHc1NEGEu0pKgHz9RANtnFcpauNRd",
-	"BicpT7PM5112L8V8oTTPrJKHj2QL+8xUmN6Qjc1NuhizNI/YjbAGnBSsO74uJhOhr5QUY4yiZFn5Lc+y",
-	"cQ8rDaxa7ro7UEqnS/T3SZ9dl7kJ8nSMbgu6VS7v+JJ1xzzL1B0OXE3+s3PrRJ1yNuUfPMvK3EwYuRN1",
-	"/DDBXEFw0e/KB5ykXSdBVHStMWmfNI6gAFRWQ9mwWVYDnqa3gpDxQE9f9aNth9tqci022h7oxfTmLNpS",
-	"Y8qWXi2ZH1s97dXJmzA4zFUFHeZqEzxMeaZbhT3gm6oyQyNV9t994WvI3f1RB3oPfGiFexdiLNV4TSNJ",
-	"YDOFQA6Md3iy6yUxH3J8gtnkScOq+6SKJszOIejUPHPJhAFPlv2JUmvsadclyn31oGBudyfqVGuNzk8u",
-	"3r0/f3VysfI91CB1Igdc2YlKVMtO1Pnx+PQNfKAs6k7U8aDfnajz/u3Fq59PXr9/c/zDGzvIb+/Ofzk5",
-	"v/J3IaShHfOX07OzBmjjSoeJFYGzGd5ozuNZKsW+FjyBLypIRxTLv8KCN6nyq4kqZBIBommWxmHjMhE5",
-	"T7Mw2ok1ENoLv4pHMKAHpVCPEItGjIaiSTtP80xssA/W1+r9+SnTYiKsDSicbU0pNXbVV+mwyWdrf3XP",
-	"93MkBKrgiUKn64UANc7sjKKfI6r7VtX08k1Y0zsrrrPUzMBbf7+4VajpBTY/8tlLLE1YF6BtxcecXaOy",
-	"5831QMZAs9bwv0ajj4PBhz8AKy1Tf9DrBgmsTXGcYLoV1gbwxUJIkdCZwGR0Sno6cj59w0xxbW+9FlaK",
-	"ryk7rQKlGKnZjXXCFP0k7CG2qvS4FvsZH3lHzrMXL629H2CZgVTSD80UIRKgiceppies/yAwM2D2Cu1j",
-	"J2X0sIIuAJGcO27Yws0uojAQlsnarTcslXFWJCJhXUkQFpb9S6Up9tM6nFwPXoU4UxhAqinpuOXGr9fr",
-	"BzO2KOJkKktDAafISdZdwHtCtioG+Ny0aSK1fdxaQn9WmFkZULwPZ7m3ttcmU6AM67aiCFSDt2cY7J4g",
-	"GI6zwjihZT3nufBtzh5+MjM31C7ltqFUg0MTscO51bUOZ0Gl4cHdbGhlXBu3Bai2lXfe2q7GL10Y0+GR",
-	"OlhFHc1zcQXTbE9f5bZuO5/V0Te+5f0OnSeIFZ6DeMmWUS+ETlVCjgMsxhxgUeN1Ed+IfM+wmC94nOZL",
-	"7B0iJtTwap3GFk3AEviQIdtCVp83LcB7I3Z1zhMqtA9qVkNmAFWEwHac2V2gGEM999qHbVOqT0oes3r3",
-	"9PIEgecgFDms4GxiPJC2oBIPLFN0fL3nHiZI46UPS9FpXobu2XsEibeX7CO9Hnyy43zuhfmDTPO69+Cw",
-	"YXt8wBt3ZGtVcFvr9pzKMLBL4f2OD08SqIBdx/+0Jun78zdunbwX9/jslBTPWZ4vhgcHh8/+2B/0B/3D",
-	"4feDweFa8mhI8IFT74GBkqbkv4DDwqhCx2I7T/MXWsGYqZXtfR411WZ67z61GPIAKW6rnz3fBWuBtiS8",
-	"5Qulc4Da2nGjZy6AAfdl2btJZ/jXLSCdKzGPzx+iBvQOqJ/zT4gIuRq7YiSAZI2+TKhJwdp8OO/gF6yD",
-	"teFwBLnmhyTctSHT0EBRJOSQBC5uB93DPA7jwArMHajahHSjAY5sD2NG/RIQrb28q6PYPaw+gB69ZX+b",
-	"INTwXe45cxo0YCGEg3AEnV3ug5LZErs8abHIlsMqatqXDdW5dQgvY+XI7yBPXzk9QE0mQD/XS8rNEDrC",
-	"Rhyutx8VmFi+Hqi3WBRXc8BiDdSvnL23ZAk/x0qDQBgMBuzPmNakNFam7NRKOOrMxVzp5dX1Mg/ZrL/C",
-	"r/axcMHO438Or7E14u4ndqxWcrUNW00xLfatRQzRm0qrz0TdSeo+DYrDalpvCc22mhu0vdoj+KqUhu2B",
-	"X5I5AJUCcK0GFFNqdY2kEnSHnmMyZjvWe17Ii2I+52DNh+vcd0AyjR0g3hq4NIEHbUBB8kAnwK+rWUom",
-	"wtZJYhFRphmkQmHKRDtkgArcVAij90tVvFHrLBHM56QfrdRKJZsoHYuhC1kDobmqGyhT59S/p00jBvv0",
-	"yO/mOh/7gFSzIg2CIMuxwtRzFQJMJd8SwHewLqXnUY0kBP7G4G4K1Y3hVZv6U0DalEtwpetddPAIKzC9",
-	"ieFLK8vENLyjTAqiQsyVutNwmf+u2KCUDr3l3DWwgNo+mI1iOewvdNtSSQiOHLTYbngiKzTxIEFZyNci",
-	"E2HsxcT+Ihrc5ViJUEK+GUaXR77/HLUky3H3DdToCZmARvBwv5+bXcNreW9wsFoa2/cbptUdzjfhOXcH",
-	"CH30++BA8RUiXHrXpRU8mxDuGlt4t07fuZfPmpJZdnLYbugD0HqyG+HMGxBMEAM82UkPXN1KsEEpSgoR",
-	"1Mg3dyiDni2gyxsRyyk4Bgu71X18XsindtMVO8j8mgJxz3rl80Ke+eaeW2AbGa9k5FsDb7LTCQnTSQBz",
-	"xUMRNkz4Ip3K9u3YmmS963FbzAU5baRCn5bIhTZYxQ9pq3O+ZNeiUhY4/vR5HIz/V3YkEBH3+bxhmIWy",
-	"BGsNdOvOsVfopjbjtUserVVZIhb5LAxPlQix8DxfCpObIXMomfarUinQqpiimAcnkiMZqm4S0lro/8oO",
-	"y1zgwybYvI39S3btjIw1Yk1xYR/BI/4fKvfyEq+hQc5WdG6sPUmEPz8k3QBNzQXNWddt855heZ5FTFjt",
-	"ipCRXC0URebpxzLmDH0asVl9td8lIT5aJhDRppUHuZvmbArJaAjG4fYJgXOA8m7EIm8PItUco/GMZgtX",
-	"I44EvnjI7bva1tIXLMgaOCJIjpWDxEb2TCajzpA9A381gnTZFTkEHKrHQAjbICldbl+DQewy/8CqXSG7",
-	"MPixSykMEl11TEtM6Vz4tUqNo+N2e1opEFx/iDspree9e9ht93rRvyAEcqhsNKAMkFvWtVPdJYJ3UdnU",
-	"lSKCAj1M5ecrnmU9nw4Swucg0L6Stfrsy1xZ7sG6tRzKgFq5BgPyKLLBAXdsxM3YAGexXvMIQCRX7VBL",
-	"wL3j4Y6h4yBCk9wJLZiHmZMEVJ7Hs/1iwXDMtu2PGvvSW93OmhMA8dFgKImPOXuxkuJrWFci6I/lv4gj",
-	"0Qu7RzefvRWXyVeCv1i3zbWIrVBtTgipcJ+M54QhayKGCKwEvrmqCLRSfd2hS8CYD3i6b9LFQiRXlbVq",
-	"S1dk7tYyrJctiagKAPJVuF4baA9PCSUprbENv/Fr9F/f9qZzvL4DUckO78dfjzegyxP6TpmvpcEzhj2Z",
-	"fDyJWkCSL89rs3wuEjbGTGpHsZhNvY9fvr98hdKTG7ZcLpfzeZLks9l8bsw/XNp1ITNhTIBymF0IiBp6",
-	"ZRkcrdjmOdBHoRTqnuE8iGGseiRXht+05E9s7LqptLd4vaxt+5ab3y8hf30YtPCBiuCqcnb/7KLaSJsw",
-	"+C8WIsbKpnuEajZEaSC5I/elxVTAvlIy3O/sVOuAt+0ZOH9Ddri/Xu5TqVWISlZdKfXxBT6tlhFeMrhs",
-	"bXoWrLsYXT+MsrD7qIagAA7TEhWBioxp6iUaRBiLNLATM5FlZYUu19PbyDUsSViSagG4CK50jdMNVYgG",
-	"arrX262NovNsuo7Na7N7o+S0ChAPvFJNqJAC725o9XI4mEOxufSdFhfcEIWxX07fvDl57YvvYVF9BUPY",
-	"68HjmWjV98iFhSqtV7cuOf4cMR+uPLhO5YGZsf2GdvH1Xg8bGVsuFtXWEHg3oQyH8OOxvBRybFjlyiMo",
-	"8IJ+ZzOVJbvAlztI42B/2vv2oI2VZ17bu/OcQaUoB4mNh8b3ZWbQdhPAHtmUy2kPjprQc+ju7bp+kG8f",
-	"WgcQnhIQpEmvs1SGm7uB28vecRVSLl4f/8TmKhGQE3FUBkQgNooGLzaXw9hzAL1/6/Fyp2JTXNI+bshm",
-	"rpGS7wRBbU6cKgNuHCXZ9bLEUgiduu8GptJgCYeaVPyhYf/WQzGPJ0pfCUKm2Vh/QwA292kzPNnge/NM",
-	"2fWVJbTaSj5BmjOiBruMvpiKdS0PIrwnQkbp9dmYZ3d8acZ2HJ7bYXzZRp+9s2R7lxrRgKEFFLRWv+eC",
-	"HA2/uuZb+MONWBLsGaS0FrKPU3PwQzDGdZFmCQ7L/vxnNqKysFGnz7Bd4io4DFZ7hQE8ZLgLMJqLyPJL",
-	"LJKyuzIGkAnjJRaupXKo3BG7mU1S+6kRY6W9mZiLxamddLAxhu+z3Igjv3LuKv1xCKYefPEbmjA3HMAX",
-	"ptbg7HBggutdtuhwhZWAer/WMwaacLTRN47YmFjKmI792M1uDLlPVS7gVQklxREb88VCq1uejasMQzL8",
-	"Wrhwij3sR1XcaV8U4kBuqj9CenDpisa0BbROx3joxkhzcGlZqIlQCoDZBCy5F3kdFSl9orJM3ZkSY2cv",
-	"vMLQYERAVzWHgFRb8EFjPqg3OaG79UwZ4dQra9nlxoqr/X8IrRjkTthHJKw7oLTghpBHdToLLaxC5CWD",
-	"S0AetJxTpkxe+vQJj0JpRuOKhLmkjqI6s41zM0uTi7nHitrQysRutbV4mMeV6lIm9lTzOYu59Ap95AEz",
-	"rBbrfrq2nCkRkc83xC4AupCgXgKKS8+9a2WJU0mIE456rVExtXw7sNeVDTnymqcHKrOc8qLSANHqAb/y",
-	"jxewCD/Se518pPZi7DXh4VSr+PWeYd3vNqxoDXurJekhB6fzXZYCqIyQxsvmZ/gG3nwDTQpv41owywBr",
-	"gIABd2h9Cu9l+vdCuIzbqtnzljeoDUoGD1bHfrnOyey3YyQVurSH6pwP8rjd8AA/JUejzfU/i4TMV3sm",
-	"7mYqE5RR/EtxLf4iMr5nwEmkJhNYI3B5lY8qs49jJSfptNAiYVi/bkUdPS380k398t9WM2oQ2Gq9ST4h",
-	"CtZR6DY1yq/4UNmv6Q9keMkEdGmnQu9o9VUgRltlM9b8xh/Ww+61TII9416+iqTla/H79e79AX8fQAti",
-	"X9RuxeYu45+WJYzBfhsDNgZ8IhFJfHq8asSBBBxbC3zs7ekjNrZK6JiZkgwpES6V9NsRgHUhgyqf4b+A",
-	"pyQqdvxXJXMuIw8ISjUXZE3MuJWlIHClUva56K2UyqscdmMd1FZZhZDmTMI3UpV2PrsgAwKIgQS4M174",
-	"jQCbKhz01KnSab7Ssw6CPTzO09v1znULrZIixhg29JcuJU0vYpU7V4630lQy0HUS7zoTvTZFbPXnn/uy",
-	"n+qRwsyOnIp0JuuVUN5ng1rN2clbAH7DTE8Pfz/RQvQZ1fogPIj92kGCSOAjkJosywphGBaXAnexffZf",
-	"tVysVojwp2Dfd9D4NtcplUpCXWyIjwsO9rLMVaVsqalb1f3qbFAapnLa7EQquwTjus059kOzE7oWtFlV",
-	"gxcNNsNqOBatDF6l2ahjvyk12Q39hWMt8qtdjd8V9P6goQN4R0LekvZIDJEyZ4hutICuja7/nZlZpXbU",
-	"+cMfoCsCnGrym2Vqaugm4j2sW6nES7GYAxdx6Yc4KtE2ffGXd+O5RQYUVdfgZx0obJtb0LkD/XhQroig",
-	"ydp4JdBJb1cwv9ljWFXWHCV432BpDPhmYmu6TjjG1k7W1aJtLWSdN33KVNo9E2jNja5FQpItzaJahEoX",
-	"shacso+ofQFp+hSWOnI9wUtbE8MyEIytAy06FtW6NHHVZ3n/drbEkuC/ZUPbiPFYK2MoaGz57VaETmzK",
-	"+nTVrSi7EHrW4dGPOsn1/jydWumEYZB2zWfhfTeYUH49sP0skEb7trONzUzxsU0bit6SHetLzQ5wVrtA",
-	"6aZ5BUR3B1BcQg5Pihi8v+shrDbBq1XobfukyL5raOkuL9/sSP/1rviVrMAbscgrJlxaSbonZKpQy3wr",
-	"zUCu/fHZYDbqVLMqoDmP6Q3RoLkiRFFy9ZQ+TuirhZc469heAgVwVjPFSZZwqnd86a63LBILDLARM9ai",
-	"+KRVdScZdvdJjet+xRz6FqI8hfMby9DPanYj65a4z5cnby9P3729Ov7x8uT86g894BQZXwpthkRqGrB/",
-	"ec4MX9pRqcaMX6sir3BkV2STiDhNhDnCV4C4Q6KEiarpc5ATyY4rbDqURBkI8K2s2Ep583fPAlRe25X2",
-	"N9BOb78h5K2/pP6azQio7erS8IaQhUnvcwWA42G4j0oH+uAhL393hiSVBZLyfS3sEbP6f1idxU73wUen",
-	"1KVvVWS4KIbDH0ecdQIyhod6F3cDDHaDz3EXb2Br71zAsaPyK+Qu7RNK1rNwA/aim9+m/dSibKYUtOlL",
-	"duQBmlEbHXoYf4DyiEG85HoJAEyAFxcRpp4LQTTQBlnOlpXlZZMs6C0QjA7eoyVubRvK5VgLdq44SKHj",
-	"b0lGkDujBc+yJfRm62phBCltlXg59CwSplSCsIxRKobzcOM3dccGv/BVEDtqtZAGDotbkdXzGyCBMKk3",
-	"0nVUcpcPDQzpwm1GfS1PdWqcE8iqtke+3OuaG6veQgk2Bg2oV24FVd5V/L5/e3F28ur0x1OEP0RHQCfq",
-	"OFVzO9AiJiwEsBRXsRadHmufc35y8uvZZQO+IngcHgdV6T7NtxogxZozpCpdt9q7GrW4VTc7vk37rllR",
-	"J3eLGMjwAPP+yHm0YV3BXIIqVjCO++0qzKrduCoLsbWmDHY4nGiHXqvWohZpZVtmHA0anEqZ5P8I5FZt",
-	"HbahOdhO5SNbml5tz0F46q5TldzabfuOi/3EKZYOo7E9ERENbCUjN/CGd9u1C2p9De6X5h7a9PeQYPyw",
-	"nqyXYEeILIHwTDzjciqOnKHiujnGmbW0Kl1avQHjTSamVSGTNt1b27ZS3amzafv+o9uu/GaqEKo590/W",
-	"KnONpjABL2AglVhbj1OTeb+2C0cszRl1pDGQnmS/gG4USJOu4NU1ZQgrv1VToonptq0tDfb9gCQFpV24",
-	"dqJ0mTkQYzhWEf4EaqpDr/imCfvP//1/QB/uM8Awchj682oHjrU3LUM7Pm+QgsB7hmyKauwX+CsE5MDl",
-	"jOr5dbbim/H+pdKLTsBthvEpTyV5uThMI02CnvSJFuLqfhEWuNXDmQWs2bAi9xgYbXaBvLGzE8ynvdGj",
-	"Tt2rKey6jpDxWNjtuYIdDATgK4Tgg0kpVUd2Vwii175A8oEAdBu6u9Tnz7P0VgxLsC6XDV9JybC2r+ax",
-	"6LNCUv8luMekmdUbPBnDRZhYvxR5iW6fCJ5QklUtj8U+WQpj7AimdDAqKfAbrHOr3QWu+14fhhzWn3AE",
-	"Pb/ozGNAmCf7NP9KOfThzM7FR4vdweQOdIQOYJ8d+xMPoFDCHUCRuPZl+MCqyQer2Yk61YWCwDZP1s2x",
-	"qPNx3964f8s1ZJ3ZEVAOgF16TINVvnpfH7fyy2t4RLNxcupA7exL6DWjZOghy6h98bVVK3xLcIdmhu3/",
-	"LF/yBGMiRuB0wLMyNWWQs5oYzGSOudY72jxO5jl69nyl9BV4MVaRKStlYOvs4EOj3A1rzQQr2FrXJRm+",
-	"TdV1wzZNx+oJv/p2By5V4iIXix+WUFpS0lvty9fHPwVt/qrusZvKvAvWNAUGm8wLdNMgWNyzw+d/fP6n",
-	"714+/2MFQe4Qse4xlLiKcL8zzGkNrWvH1kbtqyxWKiwmPNWWoV3dNzrIuhAApKSlXPB5b+i4MWcuhYZd",
-	"c5lEZb8/l5MCgX2XO0zw8hTvK0MhCDUK9YPQhMZd7xwMLcONRJ5tVF4g5U05bJfVeIm9hAJT1JHVeVrL",
-	"9O/hau9LZNGUGZxWIOfWQt8+9cD9pO6kG7Z9FnhZFlfLpXn5fFPaWyCkiJuOqRjT9FaYo9XuPBSi29Bo",
-	"llYIW81YDmypTAuemOamPq3ftDUivN2f9lWXll8F/HY7ZX5g/iUAqLj0D+dta8r0mK0melDo7Z55Hnme",
-	"tW1JUm/KZtdqE9O6pPSOx+pLUeswcB//2G608vB2ATVp0g4A2d1Qf9+K+4yQE7d40Va34IndaY5R7aZj",
-	"1GikjbaBj9j0vhV0k/b1y/fepA+hvi1GxIUVbxf2TQnwRHAdMrqOJaS0oabajfnC5FzSn7jBkAbqQvrH",
-	"r389fXt1+e6Xk7d9Kn+eg2MCh/eTgeqwz5/BxTVRG5CdYnZ+cnEJc1AT9gqfH1WlkmUkf1PXTOl4JrzC",
-	"TTDHIwk4x312DsJYWwNHLTCRbj2Jq8+gdxRcOJJ8AcmZdrgDatv0r38z1rA5//EV+/75iz/2XIkOtcYa",
-	"xyoR4/5IjuQJCBe7tzgfVBzGx0U+Uzr9B3w5ZD/AsjCUGrCoTmyw8cd9Wu19rTIxHkmsYARmCvnwsjI8",
-	"5A8P2RiRbsesC2KpF7ExguC6b+zLjiT6QFFDGdI2UufAyBUuRlRKFLkyocj1ALejAsTueCS7JewvikSM",
-	"UcCDQfceE4B4mSsd8ywbeh9LNJIVYHI0byLIiOz12VtFgeFCQg97ewHEm+zXGBSjJ7LUjOTzwSGkBMMX",
-	"Lgjt1+v54LvyV6KCXJF71+lkoAnYkZ5TkRSlm1RVO6zhLJsKytpmzQDSZszmXN+YkaxY9loVuaj0SK/0",
-	"mXU5m2Wpj3OVzfkSVqw/kr4RGABhwzk8PjutnPVhZ9A/7A9AA1wIyRdpZ9j5rj/of4ctBWdw0g9uDw9g",
-	"q+GvqQgoAWOw/f4MRHWFPmi06cdgiJNXEqDFodukFlaTTzOh2ZTfClYsmJIjiQY/tLC7+vX4f14dX16e",
-	"/Hp2eeFchmX7n2FFDcDKXL7EFpojCclzMgESL4leafQc2i3G6Y4dvDTOiXJwCQ8cl8+fl9PEqjqpyY9x",
-	"IUh4AXogpJCmdhn+Xgi9dLby0BvEKB+qgNOUZFF2NCL0ldXlC7ZKbAIlIqlXNsIQt6kqjJdwoSmSoKzO",
-	"sWZhDILPD43k2uKUA3n7+MWgYmC+IHD90rJcFU8fwMMGrcSB4p4NBmT75QQpV2W0f6MslfK5G1OU7PaB",
-	"4gCyZNUKtEsFRxd2GUpTnuPTQ4P6WZagxAA+TaCQHaSVWua2VVkNwmwDCwWvGoLsZEtG6DgOaBdkBW3q",
-	"gk9TyV0HyZxPwSNFx/JD1Kkz/87QQZjbGcEBJi889GGonOM6hf8kcpfE9ZSbgI+g9lOfo+b+2rQDz++7",
-	"A9iOV5aeeiybyRVi88jKgyqLWslMWWXTVpXzC7S25nfeybTCHUJzLy9xC3L6GjHC1/brwIo3UP7uPWzU",
-	"WSgT4NzYYRoVnVxRiw2Ar47QzygSQLt2BOxzMd+8+wl49A//9+XJRW9YuprJOzlDrDaTw9iJhoYReBZA",
-	"1AmNCZozlwLtOxnUSfIYHJb0Km/sOqD6Kkz+AzXufxSiLLttf65ryLkuxOe10/B8fSkvYP3uwTQeROLH",
-	"Feo2s3ThkXsQ49pH0FxEsIYQ+rhkHyRdXfbXfwTirdMG9kCpcqzHpwsa3TWKaUMbg6d5+Dk9JcQzzz3s",
-	"2RgUI5GMCas/F1bi1Ip+oAm4WlRbvXwBqrXXf/8YVO5DGmzCrTUGid0BUn8S4nZ6/8En+vT5AE1Bc/AJ",
-	"P3w+4Dqepbci2bdH7OCTLuTnRs35XPAEvWSwG3gn6469fXz+6ufTv5xcvT9/M+4BOLQW7PXJm5PLk5GE",
-	"9mb+GexOq9we7WGZ62pmfAFYdj+dUDc0f3k0kujAxDpOn8wO/k1I6jTe54ZZ9c8GWKcSOVtpJAGOwlxV",
-	"1E/AcnAvgo7dGdg+VMjLp5SzOZKJigtwmFJAk3rHIZ8qna1RiSuFiM2UaDOSAO1dx57aM84WvKysp+/p",
-	"bq1CShhd4hh2glDuMKQgHE/YHc9u0AWdWBFVhbCMmFGuUTxGI0cSSzumisXK2jpzCDQrNkll0mfWMvR9",
-	"rcsyLHJvSpWPpFssyGr2V7i5A/j6xBXS5jzNUHBCvK8XslOsFkdDngPE+pPxJ2yvEdbgKhTQvw+3eDH4",
-	"7t7cwqdqYKFLiPzLnmJl/Y010l2MucI8HKB+o469q75HTbehFdCWS18janGLK88LifG+DzuwKg+iFjQH",
-	"rKEECGonMqemuy3M3oBN+XAbEkIb34gR6Zdkud2SFJKQIx5mSkL7Jl8JkYp67LBWVlrnVuhvlEumhRH6",
-	"ds2CRAL4ysS9M8UefLoRy89lT5t10oUuOKLcqU4bDf7kNo3zL6/Cw2MJzS7XS6xoAJhpjyBroCyUECAp",
-	"zazdNlJPsy/Eo1aPAdIsFPjal5qJj+zi5+P9Zy9egsaGqgdWunOq9XH9oYBBLHg+K/kDJmDX1e8qt6g2",
-	"6h/sf8/3Jx8+vXz++V8CGS47kVw966DJc1LNOHhK7lM+5o1IkNsFJXAGv/YDnMRkKqefqYXvavOElWa6",
-	"JX9BbysqQKioWZ3FQStEpRqJuvWqCmmvtN9SO4Y+O4bHSdUwYKWK9BsTyLsQEDanarQBLp22Tk2sOOUd",
-	"QH9TLfg8Am6fZdU9oafsuZL5VLI0cZ4bjMRQU9WRfMNNvg8NtPZPX7PuDFYJAHAgEcv1SwEDA+NT4yG7",
-	"EWKxD0lzYwCZoe5ZeskOXzDTZ+8lgFrQTEeugWOKvvh5auAt1J2r8oe+BpZ47GB2e9HbzyGtSMPkJ4xL",
-	"CK8MIQsALFfO4izF1iY8H0lqIil40EP/G8/j2Qmu9q40YBcJbj19/bMjo11u+g/QZVooHrn4mCNJ7OOa",
-	"7aRvYx+0hiNf7WhGCOjw1Z7Bhmj2NDE3SIgzEAVaxQW2mgTQOt1ZIl3rq2YgFR2BSSDL0IOTrp/eL3JG",
-	"m7ye5VoBVgq1IAbahwJwDMoswfPpcea9HB6WFpxvKQC2m/361cmbkYROhm7haIA9ywOznIChKKcMDkSt",
-	"+5Bx2KO9PjuWbJwm40rLIrRV7GGrXmp1Purci2mjqakUw2NYHA7JnnvbSizMPqCsuyeIUCVF6Hyd4USQ",
-	"Bp/G31Z9hCvfaeV1e/bYUxDJ9rNWLui9dMZnz+6rM9IcfRvDI0+LxnPbBWxnHgOJEJFFjOdqnsZQauyF",
-	"tXuH8pCSyNqkUe4sAA8+wb8bw08ra/+EelS7Xa7t7v2d9KtdxzzdkMQFVr26V4CBgZyo5dZ8WYdE85lI",
-	"k4hZ1X1fmJi7RuHr+ryo8JGwRr9a8DZPpS/6ephS7zrZNDo+zrHnSQuHh+sk1ZLusGnE+gK+k9kSE2UR",
-	"JAwAcwjfi5JnreowZJm6E3o/5sbq+NbiMRG2R0BtO+FmJgy4vRyiFAT4mnIA7D9X7jmdJntqH9szfPh0",
-	"GL38LmhSfcHEhGf/dIkJrt3oRmcShuwe5kmyTwm0ZmqTbfBNmF1NscBXkJSG/u6VWawup4MPXu1VDTYY",
-	"wG8REl9FzXNNL0vQfzvWzPWJJ1o7Ldtc7/8Czor25PvhafQpvy47KVNPHiI4zizRLP26YskkMLmVRQSC",
-	"fzY4fOoZ4ULd1/n3/ZdS/HCaZXcpLlkqobVlWXaxEHGrc3sPTQ4CKIDhuntI/zEtuBMOxW7Ygn1sZzVG",
-	"69bTuzkFtKZ4JmJIAC3xybgprxpJuACjfdcqWQ5hRXMoLOY5Yo+7RvdWeUZsIsAHTCUbUzP2cTSSno9Q",
-	"7m/5EHaniixBvF8fduo+H7iuugiYhrWMSpgRgKKDNuhLLOc8Ys+fPaMboDUwOlO4dPChhYzY88H3dAmU",
-	"lEiAr40Yz4yyxngFMqnavh72EyFGnUWZGkCozgXAvI1kmvcZpShD/ivcnhp3fiNwT6WYU5VrLg36doeM",
-	"e2yekXQlt3iTQbQ1SAnC9WUvBoM+O8ZOzPB6VM3JHWwwxEv//eLd24hJRfsesYE1qTHsOuOSHUaDwQBm",
-	"aHeMvX3/puw2xbhcQhC9BxnAnNldoA3rszE8BigJkkkZR7wpr0gNMRv37N3FpS9WtzrtSJLJDQOETOeS",
-	"LjtPzOjN1+P0P9i3P8cjEeKx0K0ffgbjFPHUUlmF2t4z6MR8qJ5DfLJYAHYmUATo1kSjDti7+7OdsrCP",
-	"vS6yG2d69Z6Uf/qUkDJ6tVYRvHaQPFQ9OdTtHUImXFJ1XddX0hmmJvbEmnolHmIaptr85//7/zlPL+Jk",
-	"4SPs75je4bJlopEEqGFodEEOvnoUEhuzQt6JyfmyDwxIqvzK9WuKqHgAvFSK8v6rWRBQEOZfxbvREFIR",
-	"BJwdwdUIziiNHjI2juBpkAN7RRnVlN7mmrc437NdD6gsTA27FgCc4fKuqWDAJQ/RDSmWwENlhm8qdHx2",
-	"Cs3YyrwM2Zypg2WSE59kYqAPMwZBiLHmClBP0WHjk2G6P51cYmpPII+IqgfTHGALoDNW6Vd3zTTKjBL7",
-	"zBeD79ycrwrJb3maeXDWCrcva+tHEj8zLSaFcVEEzJqhSRpsxuteJBP8VhBsdID1YSz26VNR4Dn2ADX5",
-	"cuwu+PyOJ09ge1AKC65ZDTA2qtfL+mOplxBmgaOo7uROnCsKR6ROKolhMddw1CHVC9H+EOuo8oUZYy97",
-	"jCHmI1kCMu45sGeX9O6gzDH3vXRTPxs4FztcX+pTqS4ZEiK34VOqqI9kw8KhK78eyVSSrgYy5YgF8tWI",
-	"HRmRR5idhoJdq2I6Y+VZRBZ58Ak/fP43vPvPBG7r4maHAytp9svGkKTZjCQ3bMKNP+7++srFDblcXy+H",
-	"636pWyueT7864J/ykgb2dTXXsBK0IJdHeZ35L5KSVTJ7rLr6InbWLu/S5IGBchdHrE+QiA3Dl6rtU0aA",
-	"qP90U2ojqBbVyKGl3TtrL1yLUrPof+kcaZgWKARHZQiTGgyV5ZTWSjZLGc+0kqrAc6dFBogFT6/1rjHS",
-	"5ppCOPRj1LNElSEQF/GSJSAohqh3tZYUrC4ooAcHeQmt9UuFrNRkas8EgIcN9aGL2Cw1udJLQA3v9cM5",
-	"0mQtjt3f9GKQ9GXfNPL9S8pSdTdUswyGfxtE5F4pV10DS9Szp5CFQ45fUCSlwtWe8luBSMvYa4dBg8DJ",
-	"SGou7RTB31Kxn62FjAiJ7q00G8Od46Y05bgKBdDksXWI0bU1DEYTWLf8gdSXVAaSf3uPG3ZYmS42XaN9",
-	"hN4NLwaDpif+TnJet3DEGGMFX7z0qVq8wD2P8EqkUypKzuBO5+8l3rGDYN5+KW7iw1SSFfb9beooOy7F",
-	"Ro3G86j/Vmq+mlIDfuKYgPFW3V/mK2gtB4Rx8U9D+IGM1EoHhdI6q7Qe77PfZgqpZEY98mq0Y2bqToLh",
-	"W9PZyubCfXbs4DKuqYSv2rYQsoBTOR1JSASGPY9TU6IjGvD/jaXKr+jSq4nSV+X4AaXjGPftaQ81TeCb",
-	"ONd+zSpH+2gFuROeTU1MvvDxpo7Sa3sPiiikgR+t0d1XOO7Y7Pqf/bRjsBMUI2z/wsb44iIZ/y5P+znM",
-	"/r8P+7dx2HE3tp/17bT4FTgA2BMHn+w/nysQB/SphOjYgqviESyeFjEAHgNg9puLDVaN2XAhkZqah/qB",
-	"kcckWKqf2I9Caxdt8/XdZpYCTEgNpIJ1CYikB84IdLOIBAN0/1XMtajJKbKHzV7TmKMDK0I0gUFDyq29",
-	"ZXPGrfMwDEIIv5+asXqoXTo9/7Dh+bwG1rFlCodtp0BeuYo/L9AWzjn1lrUGteDeIv+eS6B3rrjekW8x",
-	"XnWqUR/tkDen0sTu/ot6gZVUAKGDWC7BYpsKCLtvEAb4fK4mgI3xxKEjDo/cGBIv4lkhb1g34TnHxALL",
-	"JiKMQ/OcQ20eXGg/9Ah9fQyN95VrXOae6XpFUiwSJfwdzFjmTeuEhzjs9iLk59UOFff1WGwpvnsnXSnQ",
-	"ApOormh1tbqrVdUN2ThNhmPCB7yjLPcxXD0co89puRARG8OyjtED7YqtXNwPVlZN2L9fvHuLGBUail8h",
-	"xL5Sp4cVsxwq+taL9TAvC4vjTC0DwIicpXmPQX9L8nfDDkpxZydhCLR4SaV4R40FfyNZrfh757aewCtc",
-	"jsdKIBpTbmA93AW4wI4oIij6M/lI0uox4Tv0A/mNP40wqX7UGbJRxzdDZvglIF6OOp/HUdk0FI9MnCkj",
-	"TGNloNuMFhL4GyrSe7DcxVLSsrh0nZVEDvwLqKNKMpYc4Nuo0kvFY6Z8nbK+RxWyj1X2eT/mRILnG47x",
-	"BmpUMOcIcO/9CXepnXBCWRe7IUaI5Wk/eBzvaCRXuvjXGij2nCw2EROZEaXRR9/z60yMj0ZyPdGrwpkw",
-	"eXMl0wuyY0dyXEsYGyMTrnQxEZBuxcZWjbmyKsJ4RbiNZKLuXLkzRBtYl4TXkNhgadYkKWRZOUdarwQv",
-	"8h6Nax7fWI5JDSf7kOcLRnZ1DljGI1Vjpsg5rs/TBeDdA76MobspLYW0tW/FyH1QPj+tKqCZAcith83n",
-	"sNVHlS621SxO1xmhInxLCCwXguZaYPPqpzeYEXLgd8PIgK1wLELxyaoV7dYlm3oxt3bYirl4wrNWyIt0",
-	"Kr+YW2nzaSvm4lv1KMHcKOcFqhxwuljPQcjkeG48wHelAQXmvmAqMx43hu0H2fWSKemb49NAX+AY0ZN+",
-	"N+cIgSfRZE6BEDG909yYFSrJFeMAc8SsxVGCFYwk4v+M6dUBiU8XYsx4DucRkz5RsUC70fTZBV4Mnf1H",
-	"0t8K59ah1VN2MyalbznsI1me9oBwpcf9lzjw7tR8kyeeNsIdeer1iLFKUhupizxlgGBjzKgWwEwNOzt+",
-	"f3HyGknAZcGvIuI+5hF3a7e55vzCX7WrGfUKE5fa2C6QcPSkyULuNbZXNPtleZSyZj+aZd9QPr89yafc",
-	"mG+7stmt6ZNWj632TW5VQXb46HTz+OW536z6fwHKPxVtgUGNvYOsnOQs1kpSgZLr7My6l2K+UJpne4Z5",
-	"ftFrT9IPYV4Hn9zHFuCLNYrdBr34+t5lOcGyGc8KfPaAqYA1Ya3azisWNQb3ml918EUOR9WF8fCKDTdS",
-	"WbbhwSjzdC6gq2gsXN2hFayQeCy0+SYZ6/Yr3dKWuq4rcK/vdL25/BNx4nAH+y9cy9uW2AC1E9TtL8SZ",
-	"HwCcANOssAYAZBNZAlkHygiXcn8jwHknUs1uoSt9n11asi97SAt6Z+AjPphyJ7T44mz44JrHN5M0y74R",
-	"i3H9KAV1mh9o1k98ltxjvhKQnHu7zUk7wFNrCVXf+lFCpcULVhdOL88VvlIq2V9B4kbWsP5QthHHKsle",
-	"xEwBPQZdkZK6FTrjC7ZQWRovoflaOhcEOUuAMU6EYxDC4yDKr3D0wFX0+zp3Z3bK/0zaykWuyPJ3Fjxq",
-	"fEiBGCQil549YVLlLObFdJazYvHlKYbQJX5fNHOJk35iVr3ylC/kBmvPoZvdYa5zt5mpO2tkeLcisjHP",
-	"sdJvvsvOBUWiAO1G3bGue0Wo1wewGyNiJZNtrPvLn6xC/g658Xuc9D8XP/b+DGhSUPY2AhuyJCh7pp6U",
-	"TIjXbna4XrqLftf+VnqL7e5WtyaP4m11g+3gbP02oGu3eFppNZ/U0UrP+Ep+VveG/9XcrCVoYulnnSiN",
-	"OXgrCM142Y0gILoFp17DwqG4V5DD8AZ3HnpPh6PtHnHwiT61cMNWyflLe2FplkfU44FSEDHhxUXdHNRO",
-	"mu+4bs3u2MZXHnyJI3RZYv4/dCHfycpQ3yACeKjAoMY9wwn+mxYWVaad8ikdyt1mUf+bv+p3Levda1wS",
-	"A2sh9OnKR5L6bjTMT4ePOaOO8q4bY+R0gl4LpaDcvm9HL6iv5V/w7dBJl87nBWSheqRS8feCZ84Qqi/I",
-	"nmFdA0islREj1/4DKqEWIu75Esdng4GDs+F+kCPGnZN9JAmdkPK1eVms4vegCqj6bHBop+mlne9Z6QBs",
-	"YjV3Kagev7Y6WrgLiJk5MnyyLiDlI75SCGT1oDWx+pIETIAAHh29us20jiEppjqDL9iZ5FxMU4OdnSpc",
-	"gZdYpJ4Yu8d6qvYMW32liL1SMiniXOk9g6aFpWkardeed9xDw/IDHnxyH1voWLXT8IWULPB82n0OJA90",
-	"HdTtJEunszyqZMZAHpSz3CqhLq3uzFFtvBRbtz8fPL/HkjcrZ81r9eXPbuCsPrDWZl0eltvyTQq97Ve6",
-	"xdwdNyh0mA5oadopa07ydr4Bjcpur5t8/8EtP4Vehqmk3pfjv2mmSjMHn+jTxh5SK8TzLTCaR+Iw1h78",
-	"52UtYYPytrKLG9pEYX31s8Pnf3z+p+9ePv/jNqy8ZpKc8FTvmxnXYhOR/chTfQEXPSF5lQ9poKs7YeV7",
-	"qJMjvc6eYeX70OWse0jFnEbkNdleefUnoR1rYRUBA+u3NJ9BPeFCp0qn+ZJdc5lEbJHxWAAqOqQ/Es64",
-	"2zNrZILyMpKY6+0yvxdC06sOK02y1cS9/zOWQ5dDfq2KnOV3aSwAHx4a45oSNN5df0iB5GuVz7CLBwGP",
-	"Ig5Nn52Bd3AkC4ORP7rPxT5STRl0gicAnHXsrlBFbtJEsMN+/xCaVpiRfP7smUfSxMuC2DYXqzT4+FbY",
-	"Cvl9OdurJd1b+v3S5s2FyKvtUEPna4cTxZO55ZTNzEjzXOwDRuiWbnWguMBlv2v3ln+PFt3QrKWDS/M4",
-	"nq3arlZG3yHAZffTgLh6Gv7ZilAOPtk/ruCPFsarX/KvEiIo19lDO14X8Y0AMCgqI+M5MGxrkVqWy85O",
-	"3r4+ffsTCbEUKoEBJmW1Lf7m7dhuq25Ymicg+cYKTL9Ej6E/Vkf7YoQbVu1KMn1wuMArFquuypU9fILK",
-	"PTf+12q7tIl8zgWoUMlR9WBV3T65uhESMvonaeYTfQQ6gsCweOzue5um+6Do84N76ikNUFo8XuFLZaS3",
-	"F1mbyy4ZrSWWFu85TmWZFK4oaI8zIVGFTXZnSs2c3ojcap0b0ebo4F24S5+yj/LKo5oSjOj3zbaKu4p1",
-	"xXyRLxvMFC3stJ9OyjZYKXSYzIqm4N+Mjf3EAOF/pu5YpiDELUayvMFXKhsP0OBbYqUam/thoys2zvOM",
-	"kJ486kOs5uLIdw1Mc9d+ydoyE55lJaJI2dZ9z4wkYZRQxxo7j4+LVC+xL9VHQcCeKSB6YQOFcjsseSxH",
-	"Mlc4bRDJQibewpFk1lzzpKyuTw2r2DKwCDDniIn+tLpafYC/ugKgC2OarJ0QTT9B5ClEzl+Om+94mr4N",
-	"C6g8223PaN3uQZa5OVEPL3nKjA77hE2+X5xlP+jJRZkw54nw+SzUMS7UZtmeVCNiLerY5bQMG9ZrS+Ka",
-	"vf9p09bsE75W0hq8XbPScMTGsIC+uQqucITIxJi9rGQsvpJywaWlBiQU1MZwfna21AETg/bQYXQ3sqgd",
-	"o4NPabLR6jsXt+qmQizbLD68/sEWHw7j9KcjCC96YOdDlCRS3a0AfLc6E4EW/XVDI002GhgTpec87ww7",
-	"RQFXrrXmpgW+U/pmW0bxb3TNEwcdmrN9wT2Gk1jlVcdZxjSF5628d1fVYwd29lv0qiATcoF/nN6TgZBV",
-	"H/KVWBG9YdDecqv79dIupG/2xVJpNzCGMl1O+912u+/cS9Zofyt3eS30Oh1sdyrp1YV7QP261YetxtlN",
-	"NE+lSHrlgiT+QebINwsjuECCuoTmqgKwU2vIhFvXbaYyez78ym1Y011NE1zK09edVVYE2+HhyBtBbn86",
-	"uWT2rhK3PE0+Q+rznMtluRCEuDSsERHC6FBfXn9piniufytMzqbpLbSznYp8JjQiKpIws4uCyLeETH5h",
-	"rRto/pxQ+3oHJIyWsm+rjW/o20NjXzY1YWliEMl5AWIfxpGx6B0BSkbCCnkj1Z0EyNymB3CJXczdM9Da",
-	"whrSYDhZ6GO3xi2alblF2rOTbYJAThOzUShB//KadEpl/vJ5Z3NgExqGneKtz168hIvpz/JqrjVfPnXD",
-	"sHK7N0kqT08TVcjkS3cQ+w0qiyu0LqHZDZq5K/SemAoBpXlUdhLnyTfMG2aC6/xa8HtgzFZGbpL5P/vR",
-	"n0bc+/HPxULphnLQwZM8LluGBXytRP8BUgp3ac9YZpiqJI1BAElhANBf6fwxiSpEGfgU80h0EWggbTkY",
-	"olnjo1j3zp63s3cXAWlE08HIfM8yb2g9v/EWuIJuwFj+NnGClbvAWleaT4ArDnHtEidzrnkez/YMyh4U",
-	"a/CV60l6pkw+1cJUG/VDFMv+OBfG8KnwfjgPnrcmSp03DbqvS1y2ekd3P7Fu5QVJ0CE+VFWe7Zkhez54",
-	"fgSQltb2TP1Qc3VrZ2R//77HpiJHoEzXwDOV8KcWpsgwHpcoBFIEdFoUxPZJps8uCH4RXo7P3dJg1Wdq",
-	"2IzreSaMGZb77/sukEHs3sTSCME7pCi413azXKNoFd+REHB5VkBZgv8WgoHsmHkOyOZ8yXSaCMbBLdv1",
-	"v/SiSjMj3+0eyOQIepw+RyfnXHCJzgVcaTvzyjYkgmMnhLnVirTYd8om1kog2UHnfPe0Xgha1q5VRd14",
-	"GjPKPuQHgDn60vGq8tHnQGeb2OwRiVigR9AaczFH0Qtn8kt3HCUiR73SaQ17jmP7jKIVRRmU4AqJkeZQ",
-	"4RqPyuvtlEVc6DRfAju/Flzbe//6wTJsDAggoy901hl2Znm+GB4cHD77Y3/QH/QPh38a/GkAzJ2m9MkH",
-	"bAtpIJhLf7uprvcwgb6NmJaOnZTgXNykWYZf+ob+rmEYoLjbFZJxarkkwbbDr/N+pYEMDBx44nuC7fWd",
-	"ro+Ab9lvZMIKQ56Oeh+a0ECUNkoOklrJAqKLunyQynBlzuX6eOftwf0qI5b18OsjntVLVcvujD6xH9il",
-	"qWELrqwj1RAGpltJfNkQ3ayupQ9oro/2s7qrZPFBIlSVgRrG55YVuzBnZdRK5lR4WODhgVhaZYwyCPH5",
-	"w+f/PwAA//8=",
+	"7L39chs5lif6KgjeiRDVm6Iol13VRUXHrMpWVWnKZWskuWvvLXpEiAmK2UoCbAApme1wxP1rH2Af4j7Y",
+	"PMkNnHOAzCSRZFIftqtndie6ZDIJIIGD831+52NnrGZzJYW0pjP42JlzzWfCCg3/OhrbTMk3fCbcvzLZ",
+	"GXTm3E47SUfCZx0OD3SSjhZ/LzIt0s7A6kIkHTOeihl3v/oXLSadQef/2i8n2sdvzT6M/OlT0jmyVszm",
+	"9uRVwzxZunaOidIzbt1z0n77vJN0ZpnMZsWsMzhIOnYxF/iVuBYapnvJx1PxUgtuRfqDmCgN75cKM9bZ",
+	"HN5o0Hkr8wWzU8GEtDoTht3pzFoh2RX8gNlpZpjNZoJ1z358yb755pvvd3udBFf/90LoRbn8MU51iT/t",
+	"RJeeciv23HidsGRjdSavyxWfFbLFOmFhupDsTisrmpakC9nZ+phgFedWzNsuw1gxx3WwbiYZlwu3soQV",
+	"MhfGsJEu5Ii554RlVqnGDXTj3HO5fxXawBI3rlhNcNFj9zN2i79jXfeIm3/HsBF81aOvRo3LpQdqK55z",
+	"a4V2D//H70d7/w/f+0d/7/ve5d77jwfJt998+pf4sRfaKL269oupYFJ8sJdjeACXLthci9tMFYbN+XXj",
+	"yeNPamub8Q+vhby2087gWb8fW8grNeOZbLidKX75YC7wmht7fCukPXn1s+CpaHjxLPXvm3NjmXC/gH+O",
+	"88z9qcVYZLciPWR4dFrwGdPCFDNhGJ9YoVlmw+5McabwMm4Re7CKvZNXzbsU26TK+v8d9nxl+bXB2URp",
+	"WrO7LtyyMZdSWbgNuCyD74D/YHeZNOxu6niQslPGtXCPNp2z25xL2JxLYJ9t2GU/yi5fZ7PMhrNfnga+",
+	"rA6figkvctsZvOgnbtNw6BeOsDbw5VOt/ibGtoHM5vTtg+nsrFgn05AzPnCK8/FUpEUu1sxj6JGHT/ab",
+	"0jdCP1h4FgU8uUrXbvxJru7WvMwdPfLQl/nkfm/mShoBGsipVle5mLk/x0paIYE4+HyeZ2PuLtX+HJ/4",
+	"H38zyOTbTefHhRnrd/RIMifQv3/+4jtGg/dgG+i3oBhdKW1fZwZWM9dqLrTNcMXcfQV/ZVbMzKaFwEhn",
+	"Yqx02vkUNp9rzRfu3xUmv8pNjq6M43dKlszQM/7VQyyP5Xe/xvfhOXUFN8tpYpX1rL4bqnuDj8vjJx2O",
+	"GtzlWBV4RvWlvhJ5div0gmlVyNQweEykzCg24bqy4sAOyiGzdHW8c2GBfXLJ6DF2k+W5G2iFu62OPOaF",
+	"EdHXSIOcW/nqJpORhYxwT0YDOAPYWCed3LrgC8Zl6kSUXthpJq9ZIVOQP4dsRAunn7rlu18qKfwrubcR",
+	"0rHL30tNm76rHF65RFXYsZpFlNlRivsv0lHClGYjKURqLt2WaCch3BugZPmVfyBl3LA7bpgWTuVJIzSV",
+	"BIYc2y0tuGkgFUeJwjh9mNv4yd5Ns1ywzDrV8Eq4bQvrr53wGp05AT4em76Yp7ycvKX+Xb09QAhJRRyV",
+	"+g+IjnBUSGbLd6O2gjVXEDYJbl2aZm5Enp9WbuOE50YkSxe03PXl6wci2TCr2LDzzgjNwikg0Q47bmcr",
+	"Ks5BP64Jxpd7brktTIRjLLOFNZexvmRYlUgTsLFUYVERp0slHA+5OPn1+NXl23cXu0DTEXbgFGL3D5G6",
+	"B+5ATF7mytgoOX/m2/MIN6RkOfe/KMuioXZgUfIMQiAi+FqJOyIWx+Lnc61ueb7xZ/45oJfxVFzeiIh6",
+	"fYS2W+rtNfdQ0lFy7JiJYZmcF9aA3qyFUfmt26WBLPI8cjw4jQl0vX6mXKmbYj5gP59csG5m2fm7ly+P",
+	"j18dv2J3mVPVJViZix3DVGFxFTJlmksmFbPc3Owm7NeT83P4sS6k2XWEdvr29N3ro4vjV/gxlwkzxXgs",
+	"ROqurUzJtPZG7GK3x0gngMtA5ndmp+7+oO1aESk/n1x0ko6btZN0wlRRwZKKubtyl3juQbFZeW5ZfREy",
+	"3YrTJp1rIYXmNmqxX5SW+LjQGmy9Qg4YZ1pYvfBWIbw1vL8WxnJtGfyvgS+dQpUANbhdd8cg7uLqh5f3",
+	"K0uUpAavfqGsd/GsrP03xx44MLOU3fHMsm5a4IsmuPxd4Grt5RsRUrOEiKk3S0RckintKw2aMPeS7D//",
+	"9/9htzwvRMK4qWxaILsZ61rNs9xxHinu8kwKd+vmdvewSn5MC1DYDRsW/f43gh2wKTcJUKnjkDBbwjj7",
+	"t/O3bxhQjzvMMOEOrsLdYPhgL5Op+MCUToUOJA8MWCpZ1X9LrjXnWsi4qjJ3AijOauHUAk2Bhn0lxm5r",
+	"To/enR+/an9a8ylHKbfWKoGHarJheT2LcjlwuUCw8cwdmehd95gW7o0bRA7cgy0vpJvq0hEo0VR9QT+r",
+	"OzbjcgGEjTfsbqpyWuGEZ7lIWVfJS/dnoQUzhXGsZBeVXl1IBttPfo3MWTDG0EhjJSfZdaFFymgB8Zvq",
+	"SKLJ8CgXCJRrV1lIyXEcUbJuP8Y84de7m6ZvcxkrP1zlbqtr2vF37mrh2JgVdM4fh51weYedwffff99P",
+	"hp2zd2/enLz5aejUt094BbkVeAfd1XB6AofrEr0kMFPMUyrAsPQMFpWwsDIY3U5Fpr3yZRI8v9UdnmTa",
+	"2AQvfeXjzP1fuNID92+OnmI3DvwIV9Dlls2UsexZf/eQTbSasZ+OL1iv19vHVZn9j/jHJ/wt/MoxEvKU",
+	"OqkJLivGzY07aXCftbHUL7i5ick42ITLtYY6HW3FU+seL/cUtrHb9CL/ij/9i+OpFVY3gp+NUMcMHoDo",
+	"vXcMIpPXl5PY4n6bcss4MTTWVRrFUSavd+kOOPbitmrAqiLLFMCzSTNj/nebvQ8gP5NgRgHPq13i+pXy",
+	"ZBnVRSv644oXJyyNLnwqxpnJlAzbWEib5fBxigxz2XZpzyWvFlHRMlazWZPY8ctxXwYrH5Ys0GGHjDyi",
+	"jy3tZxjIWZprt+l+RuXVIkY0ijbOsC7u49HpCbPqRkjDxIfM3XLgATzPhQYBDxqEyCe7S5ZmLORQ27p7",
+	"WaXkJlkxUxrMzcIInTCzMFbMEjYXesbd9WddzsxcjIN/nklx66znQu4mVYsyKW3N0mR1/AbN2Oi1HKtU",
+	"xEwLY/lVLpjQWmnmHiKe/yv/cA4L/BGFqTn+QLaA0uxE3vI8S0/z4jqT53Mxjk9JkchtaBvWESVh8SFz",
+	"lmIq4vJtksnMTLecDb19LZx4zsDf0tyUxexK6Phi76cbcSvayI1zeNBxYqSYLGZZLF1rcMbTiv1UtQN8",
+	"30z2r9V1xBljbCp0/CSNTVUR51NWF3Ls5ozINV0IFEZoN7ArsVAyRYP0gxgXVukdw65U4WxVbliq1Xxe",
+	"uw1XSuWCy5W3pwUlftHVdax58TMxJy/EFgwusATPhh0zcFPDZXNywbMDx2LxQrsF4S3vhFN1fACkCDGC",
+	"qCk9dq9bRCLov4GjgBkLW+RVqR3DJpnkuTOhlLaoNs/hku8YBvQNOs2P7qHsH8IZanYqFugtyCQZSW2V",
+	"nJe4OojxfwIufYI/+/Oq4rMt+4pyqNWw+PsyPP7+Y78hNl7hShXp8LwfFSUb2NTDDWk4uqCO4xmRxer+",
+	"dPoL2syJvyh187rH3oB85FowIW8zraSTfXu3XGewlyA+D1Ft9ga5TBnHkAEY4lZdCzt1QsyryAfs1+yH",
+	"hEnF3rx73WMn11I5UwrUdeUeRevAxO3lGouq88kteV7Jduq79oNjCyJ1lk2VYTRYrp4/3X+MGiPbyH7c",
+	"4jcymjOKVa7y2rlWTjavrvhHx4GQaVZXzGaFsXD50cQqI0AbVuonWrNWd9e2C+bpa7Odo89pa7zBXzZW",
+	"0vJMouBdy3z8g7Dg9dE4IW+3urArezO1dr5pQT9fXJz6tbTWS9DL/ABuUnFzksfae6vR4HXW2FyrtBgL",
+	"bXZKl92bo1+PS54yQG7Btc5uHWsx5CYO3IUF7gI/5CS3J1ku2L+8PDo9vzh6c3ny5vTdxfnlq5OzffdU",
+	"S2ebU80urzUfi8tZxJ/wa5bnmRFjJVPDroS9E0Ky85OfLo7PfoV1nJ/89MvJ69dMSdSfW4Z116l3FSa/",
+	"utveJx9ca6kY51wLQ5tIDDyzwtAHqtyit+8uwh6Be3PsuDU6OuP71f5aoaCPey1bMhgfDwP+IpUFC18q",
+	"lit5LfSus2RiXGZTdBf9ufG9boq8bi86wA8AnqH4TPdWpzcHbytTV943HEnJ8pAXlRp6S4bckD1CDrT2",
+	"+SMVFr9CQPHYXtyV8gMf30yy/J4+AiHT9maTuhU65xu571t87FTl2XgRTLR7Bu3xtxCRanh9O56KtKX9",
+	"sOofdYcFiR/syo2UOMZVWFbmsAyYyEDp4qTKs+7dlFt2+vb8gu3fHuz709n/mKWf9ukZy28ExgJzdW0w",
+	"Bj6eFvLGNP0QnsOfJXDfr5Sdxpxb1eSarRKok06urttT6Gt1/dKtuG5PPHvx7Sq702H3W5A8HVVTADtr",
+	"cc5nwkCi4sftNmd1Q4Ix0irnLHkk7fCQWWeAT5TT5EG3dwfTQmesvN96fgUZ1K9ELuIh/9R9E3uNEHUJ",
+	"yfNCC0aPt5LmKz5OnKlxkcfSYsLtkml/H3/Xh3mmhWkOCGZ4FD7lgrNpZll3xj9c8mtReun/gr7C9jFC",
+	"yml4lEjvyi5pYYS+DZH1tXo4FBtUni9l+qrupAuJztG5mhe522zKro5GEpuD+i0HuS3T+TdkaUHuR5mJ",
+	"7zdxowutJKe4iCaSbs3/KuS5OcFz/Tv5qRuXfVY/5KWF1+i6pai+k01p+EhQcAHGFBMqJAWvNgeBcODa",
+	"ZWt8K2+/biGSf3UCkHHU3FGlz8zYKR7O4hmADXUjFmzKzZS8NKjYgbcfQxfB6vJ5Q2QhEU0l4EnJJFVe",
+	"gD4Jz6BG2WNHDPxdmJrDZrCiYGGQt4hxyyA/yQdRfV4Rkeuq4CY2E+e5TqkPyUYQ7HW8KWE8RO6YKZxV",
+	"aNiw8+z5dNipcKuJ0p5frd5doTOeZ/9wu1fL8Y/u/kslKwk6JiTm8JmAXUexJuDN0VsG/ihDiTG/HZ1c",
+	"nLz56fLHt2eXL49e/ny8CzLOnRnl6MUtltumUp9Tjlm5kGcrFgM2nnIJcWFnyYFYLYyjZJWnQnuhtZmI",
+	"/YRRyp1meXpWyDPHGWIR9bF7ANgnqI0+g57SlyY+PyKiuo2b06Nqo/QekGBVDc5bdiUcZRlmVa/B50Em",
+	"WiTu7V4TXBmp+ACBfkt1YWWmRSavc3qyIceiMedqu7waGyvKCcoKLEAL6XOPcMkUGPJ1fxnEBCHUnZQp",
+	"ZtFlx+PewcL0xmXlRHCF/q2iZFVx0G9not0r5Ld6npAE5bN5yj0JeYlLwd0Gl7zXBULgG5JHIWQIYYzN",
+	"UW8qCWySG54DjRdbSo4j8p47PgvMy3MwJZF5TVWeOqLNlTPvKKcPaKKQ8KVx+1FNYS+kj4SS2176sDAM",
+	"iuFz8uqNBaQ/cS3YtZJid/X6N2S+vjx+zXCrmPgw18JA9aKTeAyKen2CGP6jV3EEHjLOxkoay6WtiIdU",
+	"zHO1GHbcG/h3h4Q9rONAzlQ76e+/jZy038c1987vMF+3vweOVR/03f9r4BHGam7F9aImnzp/L0ThaHwp",
+	"pRs+Hg0wzQi3CVJoIDUIM17+/d3xu+NXCaUfZZS85ESQl/ykRSTuf8DodrtvCy1Nj43GXI5FfpnJy7lW",
+	"1+5AqNJDijuYlLJSQfyDDMxTYUBiSjcOSYYwhycZSqjkRkk2Gpd0Pkogf43ih+UCpLgTxja9KmTSH/3w",
+	"9uyiVEaS6PDV1GG/qavvWH6I826+yKioBzLZcJt/ERErbwpy2zTkNuGdRIpK/C7DWbYPi5YLOM+VjSny",
+	"TcZbQ9mQLiQciVM3dwyrbDSe9lTkENVye3KIuV74PIjn8nvIjaoeDbox3cfR8POMR+R04HXExW7EAnxO",
+	"7nNKTiNV2n0Tv33uzkTP4CJk8B30+4xS0SA0nWdSbBuf3nwQNMMafuOeaCGvKUEt0GcnCYRWvm453wbC",
+	"fS3SazSlVtj5FrZk/SJscvjC2BvWBdu4Jji4LGc8GewYhrvhM5CF3jHNaud2eto85+NobkGYCJ4IRNQ9",
+	"cFIKqKyBPBtjEpkcN6fr0xtapW5Qb0UW4pRWXAlktZBDob2j5z4xdDWfR6n6KCzS8Tq3HBIUzsgN+ggu",
+	"fa2qEbepgJFsTQbwLei3Le6ZO5oGInUiPZPbBiMa/WgR99PxvyfszXHCjv/XyfnFecLevL249H//dJGw",
+	"n44T9voiYa+PWVcWM6GzMbDGkzdx9xTPi7ihgvkg20TVo3JSzZv2qhI6307jvcBUe/x9mVuUzfi1SBjX",
+	"17cYd4APdgw6F+Yq82FNMZvbxS4WupZaZcRu3Tqr4MFBflhyi9ggPBbdV7jaYMa3C4st3xNv30uWSWBV",
+	"IyfxRwxTwZ39eJ0ZK7RI2cgb7yNmxWyeY7L/Bz62+QI0cEr1Wd1Zbx0vORnmuErCwRDaaX5kbArU6eH8",
+	"VgoCqqUxzljYyLbdU39F+na8ikhw3U88pICPWwb8gJa/OxOTeN5vODBzYhE3YMtAXnDIlCP5kF7DOfLY",
+	"ya0eUpaK2VxZJ3Pj1Ythwh3DTsqH935x+qCzvACdxt2eAR2cX2zFA7mP3seqXBpKMBkyy7pXC8DgwS92",
+	"0c0JkUsuzR044NANyS1WX4xoiBGD/eqxI+ZeTsOPhlKLueA2I58j13lGX2HtZRiVE74JTJVmaW8o26SA",
+	"/zdZR8j6noXhUQu8flkYTmcS9Ftz75+4Qu7TBdpHl7b794RnuWE8916KZbZeLr6M+mL6/iyT/t8bZF6z",
+	"RQgr9ygr92POx3XWOhprJUcgxkZY2s3z0eo1HjteUMwv7zKZ4sEuSVMohJtlxjhbHbxAUjEP9qKh5heQ",
+	"e8it6GO9C/h0oQp5jcqchPt+yMiVActcCATLqFydF9HiCR1T3n/MbsXeJHOWo3uAdYedP+2/YH/C/z/s",
+	"7CI38z9SmnX/51QVOl8k7H+mPIP/3glxA3/MlLRT+MutKl+0K+vwOxvTKUOMwjFay3LBndFo3Dq/75th",
+	"Z/eQygzdTvE8u5YiZVYBH3gnsw9MzNV42mZ//pZZG4trHUNyVzYT3jlTzHGCzLBZMZ4S9+sOOwewoKSM",
+	"a6Qi546WvH8MM4baLCbO5o4gJ5i2AjySz79l4ynXfOwMz4QZ5Zkq+ih3qMhmgsZtNbGasqm7v++VedXP",
+	"n3/yn+/+6788ZprOvbgrFuHGQksRmySbiX8oKaJVXydHb47YP4BBKe0vdXfYOS7cNd7/Qeg8k0BL/mK9",
+	"u3i5in0Rq6K7JzOPxADCUM287ULdCHnPZKx7BHo9ES5f4Fkmw640Q8A0uH38t5gF716IzfgCKxZD4FFp",
+	"tCASujn0o9YuIUSOWpIykdwilW80uc/cMw1HBr9fc1w6u74W+p4HBihtpBRueQKTLI+ysiNGNwYiA8sh",
+	"gRFMOWLdj+BtzNKEzfkiVzz9tEuBAniiR5/2+EwV0ob6/X7fn58/NoThK4Os7aIDbXnfi36F97Xhbn9e",
+	"4m5ruWUTBkjJyZpM0M1vGM2Y2TFlUAaytNcdUlnxDb7SYWfAhp366WTpsPMpmor9iEyrpNINDAwADj3i",
+	"VyQPJR5c9NgGFm9SUJCkAuQszNlAakc9BXaQzTg4xjzWAIGhITWC2wJ21k2JMEHg/IK9Z6mCBMlJhvCR",
+	"VdOtCU2qKf9pZdkNFSjwzGaHhH8wtrs/8kyfTzmCjGzBZO5Edj21axn1jmHGjZywg17P6eqs64XkQZsI",
+	"N00RXbVTO4/9yddXBippjAsAHMicO+NVkp5H0EjsSqULuhjOMOsZK+bm94P3PfRfRbd/Joxp5Q/CBZU/",
+	"iL6Q0k5b3NLm+JHLeloSlAnfQlpwnhnLbqS6kwEMg7TQbiaNFRxwT0c+F320OwCbAMaak+GdlAVnmL3g",
+	"LfwdcwjlFPUMkQRGKDNR/DA9tmwcTbSaeePISdlRjx2H0ohrYdHJjL6ENaUmI25Gm0tNsIyCG5Q2xCNx",
+	"lR6Hhu6qZ6QwMMbHIAQOj7HMJODvwGo38MC6bxz742ML5NVjlaSXgM2kRQWKxizBU7Du7+/xzKSiTb+b",
+	"ZuNpQ4rX8avdwxBJ8zgohIBoPNuCPaUTCsSBGWaEOjzCXYAdnnJTZnlRjFjdScouCLBHhIG0DI2kBQbc",
+	"Pf4xzI3SMc2A3/psjh5DR/+OYf6Uzo5PX5+8PDpnmWEHER+vqUffTy6Of+3EhGCUOmqEASWSCJcYoZGK",
+	"6ypUOMUp3PokpBWiiTIJR+hRw8L7t2q0AsEPTAKuYxeFIsx+4vgoev8TNoS8lR7+GLLviCxROTGw+6V3",
+	"JZwZooj5uLzkMzdnQ4ps0JojyTuOxSAKQxJfYlXtjnjkHR27vctzETPhaUS0l+HmTaqQOxhLPjo/P/np",
+	"zfGrhP3w7uT1q5M3PzlKJeiaMgcBPeQA3eL5UzWVJmSEuMWHpOsBlDZBZgPVokOgEAIS7I2yZZ5lgPRe",
+	"SnGIiLgV3h/qArcPtEytnZcxFpJm7p4h0pxjNXD5jIGKZVNKYLedzz582PWX0yTly3jMXBCLJUjOt8/Z",
+	"L9kPu54jE8mO3EOjssigVvEG0KScvfjwAdmH1VwaKEXBem7IKQWeAjeW2Nlhhc3SiyABe/ykAA2zBC2i",
+	"0niojuCvHxb9mQk7VXWfQuen44toRLa657EgVRXvaelOFLoBf+bKqLywdOZKw38Ne3f2enNmqRszpnX8",
+	"LLi2V4LbMzHPFzGIh1iQM2BSEqqW1Sp3F0MKdselLZOGqjZ3i7KXtb5bWMqmd6Byn+YiuNUbxKsvgwWA",
+	"GOZOqkhUZWl7eKHlcEzLl9w2WB+rO2wuJ18mplTzTEYD/RfVeqDMaeqFhdhLqu7kgBIipIL0MrctDFN3",
+	"u8Zm45ta1k61LGhlQaFcazvrIuWWR2I1yHF46J5BsQX27uLHvT8H7vDm3esVD9zzP7/47tto7oQWfFbN",
+	"HV2GCmmROgpDJLjo92s2wWyLJBJ+9LilcUsvQNPEVv6mwaHy6s35Xs6vRL6XZzeCABdBgn77TcW14kQu",
+	"OU723idof2B8L2VCgqZDqkguLFniaXaNmkjl/L79Ztlxtclj8+3BJn903dHchGPmIy0p+vFTBdiCTqGs",
+	"hUv9Y3CTbJbnIe+yeyFmc6V57pQ8nJLN3ZyZMLsDNjI32XzEMpuwG+EMOClYd3RVTCZCXyopRhhFyfPy",
+	"U57no12sNHBquW9BQSmdPtE/JH12feYmyNMRui3op3JxxxesO+J5ru5w4Gryn1tbJ+mUqyn/wfO8zM2E",
+	"kTtJJwwTzRUEF/22fMBL2lUSREXXGZNuplECVaqyGsqGw3Ia8HV2Kwi+D/T0ZT/aZkywJtdio+2BXsxg",
+	"zqItNaJs6eW6/pHT014ev44j2FxWIGwu12HYlHe6VdgDPqkqMzRS5fz9B6HQ3f8+6UCDhPetwPlijKUa",
+	"r2kkCez4EMmBCQ5PdrUg5kOOTzCbAmk4dZ9U0ZS5NUSdmqc+mTDiyXJfUWqNu+26hOKvXhTM7e4knWqt",
+	"0dnx+dt3Zy+Pz5c+hxqkTuLRNTtJCb3ZSTo/Hp28hj8oi7qTdAIyeSfpvHtz/vLn41fvXh/98NoN8tvb",
+	"s1+Ozy7DrxB30Y35y8npaQP+cqUNxpLAWY/BNOPjaSbFnhY8hQ8qcEwUy7/Egjep7OVEFTJNAHY1z8Zx",
+	"4zIVlmd5HJLFGQjthV/FIxjRgzKoRxiLRiCJokk7z2wu1tgHq3v17uyEaTERzgYU3ramlBq368t02OSz",
+	"dd/6+cMaCSYreqPQ6XouQI0zW0P9W4Se36iaXryOa3qnxVWemSl46+8Xt4p15sAOTSF7iWUp6wL+rvhg",
+	"2RUqe8Fcj2QMNGsN/zEcfuj33/8JWGmZ+oNeN0hgbYrjRNOtsDaAz+dCipTuBCajU9LToffpG2aKK/fT",
+	"K+Gk+Iqy0ypQipGa7VgnLDEswl1ip0qParGf0WFw5Dx78a2z9yMsM5JK+r6ZIkQKNPE41fTUkCCKHg3A",
+	"wkKH2EkZPaxAIEAk544bNverSygMhGWy7ugNy+Q4L1KRsq4knA3H/qXSFPtpHU6uB69inCmOctWUdNzy",
+	"4Ffr9aMZWxRxMpWtoYBT4iXrNghDMVsVA3x+2bSQ2jluLKE/Lcy0DCjeh7PcW9trkylQhnVbUQSqwZsz",
+	"DLZPEIzHWWGc2LaecStCL7aH38zcD7VNuW0s1eDAJOxg5nStg2lUaXhwyx3aGd9rbg6qbeWdN/bUCVsX",
+	"x3R4pDZbSUdzKy5hme3pqzzWTfezOvrat7zfpQsEscRzENTZMeq50JlKyXGAxZh9LGq8KsY3wu4YNuZz",
+	"Ps7sAhuciAl15VqlsXkTsAROMmAbyOrTug14Z8S2znmCrg5BzWrIDPCUEH2PM3cKFGOo516HsG1G9Unp",
+	"Y1bvnlwcIzoehCIHFTBQjAfSEVTigWWKTqj33MEEaXz0YSk6zdvQPX2HSPbukT2k1/2PbpxPu3H+IDNb",
+	"9x4cNBxPCHjjiWysCm5r3Z5RGQa2Urzf9eFpChWwqyClziR9d/ba71Pw4h6dnpDiObV2PtjfP3j2Xa/f",
+	"6/cOBt/3+wcryaMxwQdOvQcGSpqS/yIOC6MKPRabeVp40AnGXC0d7/OkqTYzePepD1IASPFH/ez5NlgL",
+	"dCTxI58rbQEPbMuDnvoABvwuz99OOoPfNyCJLsU8Pr1PGtA7oH4uzJAQvDa27kgBbht9mVCTgrX5cN/B",
+	"L1hHlMPhCBcuDEngcAOmocujSMkhCVzcDbqDeRzGgxWYO1C1CelGA2baDsaMeiVqW3t5V4fae1h9AE29",
+	"4XybcN7wXe65cho0YiHEg3CE712eg5L5AltRaTHPF4MqtNvnDdX5fYhvY+XKbyFPX3o9QE0mQD9XC8rN",
+	"EDrBbiG+ASEVmDi+Hqm3mBeXMwCMjdSvnL5zZAlfj5UGgdDv99lfMK1JaaxM2arfcdKZiZnSi8urhY3Z",
+	"rL/Ct25aeGDr8T/F99gZcfcTO04rudyEraaYFnvQFN5RYaUfaaruJLXIBsVhOa23hGZbzg3aXO0RfVVK",
+	"ww7AL+kM0FQBXVcD1Cr140ZSibpDqRF+O9Z7VsjzYjbjYM3H69y3gFsde0C8FQRsAg9ag4IUgE6AX1ez",
+	"lEyC/Z3EPKFMM0iFwpSJdsgAFbipGJDw56p4o/5eIprPSV86qZVJNlF6LAY+ZA2E5qtuoEydU5OhNt0i",
+	"3OxJOM1VPvYeqWZJGkSRoMcKU89VDNWVfEsA38G6lJ5HNZIQ+BuBuylWN4ZPrWuiAWlTPsGVnvfRwUOs",
+	"wAwmRiitLBPT8BdlUhAVYi7VncbL/LcFMKV06A33roEF1M7BrBXLcX+hP5ZKQnDiocW2wxNZookHCcpC",
+	"3gMp1REdViKUkG/GI6UmoUke9U2zePoGavSETEEjeLjfbx266lkhgzc4Wi19CW5Iw7S6w/Wm3HJ/gdBH",
+	"vwcOlFAhwmVwXTrBsw7hrrHPeOv0nXv5rCmZZSuH7ZpmBa0XuxZzvQHBBIHK0630wOWjBBuUoqQQQU1C",
+	"B4oy6NkCX70RVp2CY7CxG93HZ4V8ajddsYXMrykQ96xXPivkaehAugG2kfFKRr4z8CZb3ZA4nUQwVwIU",
+	"YcOCz7Nr2b5nXJOs9414i5kgp41U6NMSVmiDVfyQtjrjC3YlKmWBo4+fRtH4f+VEIhHxkM8bh1koS7BW",
+	"QLfuPHuFlm9TXnvk0fqppWJup3F4qlSIeeD5UhhrBsyjZLqPSqVAq+IaxTw4kTzJUHWTkM5C/x/soMwF",
+	"PmiCzVvbZGXb9s1YI9YUFw4RPOL/sXKvIPEauvhsROfG2pNUhPtD0g3Q1HzQnHX9Me8YZm2eMOG0K0JG",
+	"8rVQFJmnL8uYMzSTxI761aachPjomEBCh1Ze5G5m2TUkoyEYhz8nBM4ByrsRc9seRKo5RhMYzQauRhwJ",
+	"fPGQ23e5qe8wWJA1cESQHEsXiQ3dnUyHnQF7Bv5qBOlyO3IAOFSPgRC2RlL63L4Gg9hn/oFVu0R2cfBj",
+	"n1IYJbrqmI6YspkIe5UZT8ftzrRSILg6ib8prde9fdht+3rRvyIEcqxsNKIMkFvW93zdJoJ3XjnUpSKC",
+	"Aj1M5d+XPM93QzpIDJ+DQPtK1hqyL61y3IN1azmUEbVyBQbkUWSDB+5Yi5uxBs5iteYRgEgu26GWgHsn",
+	"wB1DW0SEJoH2DQFmThJQuR1P94o5wzHb9mhqbJ7vdDtnTgDER4OhJD5Y9mIpxdewrkTQH8d/EUdiN+4e",
+	"XX/3llwmXwj+YtU212LshGpzQkiF++TcEoasSRgisBL45rIi0Er19ZcuBWM+4um+yeZzkV5W9qotXZG5",
+	"W8uwXrQkoioAyBfhem2gPQIllKS0wjbCwa/Qf/3Ym+7x6gkkJTu8H389WoMuT+g7Zb6WBs8YNo4K8STq",
+	"U0m+vKDN8plI2QgzqT3FYjb1Hn747uIlSk9u2GKxWMxmaWqn09nMmH/4tOtC5sKYCOUwtxEQNQzKMjha",
+	"sRd1pI9CKdQDw3kQw1j2SC4Nv27Ln9jY9Utpb/EGWdv2Lde/X0r++jho4QMVwWXl7P7ZRbWR1mHwn8/F",
+	"GCub7hGqWROlgeQOG0qLqYB9qWS419mq1gF/tmPg/g3Ywd5quU+lViEpWXWl1CcU+LTaRnjJ6La16Vmw",
+	"6mL0/TDKwu7DGoICOExLVAQqMqall2gQcSzSyElMRZ6XFbpcX98mvmFJytJMC8BF8KVrnH5QhWigzoC7",
+	"2/V69J5N31Z6ZXWvlbyuAsQDr1QTKqTAXze0ejnoz6DYXIZ2kHNuiMLYLyevXx+/CsX3sKmhgiHu9eDj",
+	"qWjV98iHhSr9YTduOX6dsBCu3L/K5L6Zsr2Gnvb1Xg9rGZsV82prCPw1oQzH8OOxvBRybFjlyUMo8IKm",
+	"bFOVp9vAl3tI42gT3fs2yh2rwLw2d+c5hUpRDhIbL01oHs2gNyiAPbJrLq934aoJPYMW5L7rB/n2oXUA",
+	"4SkBQZrsKs9kvAMduL3cLy5jysWro5/YTKUCciIOy4AIxEbR4MUOeBh7jqD3b7xe/lasi0u66QZs6hsp",
+	"hU4Q1ObEqzLgxlGSXS1KLIXYrfumbyoNlnCoScUfGvdvPRTzeKL0pSBkmrX1NwRgc59eyJM1vrfAlH3z",
+	"W0KrreQTZJYRNbhtDMVUrOt4EOE9ETLKbo+NeH7HF2bkxuHWDRPKNnrsrSPbu8yIBgwtoKCV+j0f5Gj4",
+	"1jffwi9uxIJgzyCltZA9XJqHH4IxroosT3FY9pe/sCGVhQ07PYY9HZfBYbDaKw7gIeOtitFcRJZfYpGU",
+	"LaAxgEwYL2Ph+z7Hyh2xm9kkc381Yqy0NxOtmJ+4RUcbY4Rm0I048kv3rtIfh2DqwRe/plN0wwV8YWoN",
+	"zg76JrrfZYsOX1gJqPcrPWOgCUcbfeOQjYiljOjaj/zqRpD7VOUCQZVQUhyyEZ/Ptbrl+ajKMCTDj4UP",
+	"p7jLfljFnQ5FIR7kpvolpAeXrmhMW0DrdISXboQ0B4+WhZoIpQCYTcCSd5OgoyKlT1SeqztTYuzsxHcY",
+	"GowI6KrmEZBqG95vzAcNJie04J4qI7x65Sw7a5y42vuH0IpB7oSbImXdPqUFN4Q8qsuZa+EUoiAZfAJy",
+	"v+WacmVs6dMnPAqlGY0rUuaTOorqytauzSyMFbOAFbWmlYk7amfxsIAr1aVM7GvNZ2zMZVDokwCY4bRY",
+	"/9WV40ypSEK+IXYB0IUE9RJQXHb9u1a2OJOEOOGp1xkV145vR866ciCHQfMMQGWOU55XGiA6PeBX/uEc",
+	"NuFHeq/jD9RejL0iPJxqFb/eMaz7zZodrWFvtSQ95OB0v8tSAJUT0njZ/AzfIJhvoEnhz7gWzDHAGiBg",
+	"xB1aX8I7mf29ED7jtmr2vOENaoOS0YvVcR+ucjL36QhJhR7dRXUuBHn8aQSAn5Kj0eGGr0VK5qu7E3dT",
+	"lQvKKP6luBJ/FTnfMeAkUpMJ7BG4vMqpyuzjsZKT7LrQImVYv+5EHc0Wf+mmpv5vqhk1CGy12smfEAXr",
+	"KHTruvlXfKjs1+wHMrxkCrq0V6G3tPoqEKOtshlrfuP3q2H3WibBjvEvX0XSCrX4PWy1A/3s4/4+gBbE",
+	"vqjdis1dxj8dSxiB/TYCbAz4i0Qk8enRshEHEnDkLPBRsKcP2cgpoSNmSjKkRLhM0neHANaFDKqcI3wA",
+	"s6Rq7PmvSmdcJgEQlGouyJqYcidLQeBKpdy86K2UKqgc7mA91FZZhZBZJuETqUo7n52TAQHEQALcGy/8",
+	"RoBNFQ966kzpzC71rINgDx/b7Ha1c91cq7QYYwwb+kuXkmY3YZVfLl1vpalkoOsl3lUudtsUsdXnPwtl",
+	"P9UrhZkdlop0JquVUMFng1rN6fEbAH7DTM8Afz/RQvQY1fogPIj72EOCSOAjkJosywphGBa3Ak+xffZf",
+	"tVysVojw52hzetD41tcplUpCXWyID3MO9rK0qlK21NSt6n51NigNM3nd7EQquwTjvs049kNzC7oSdFhV",
+	"gxcNNsNqOBatDF6l2bDjPik12TX9hcda2Mttjd8l9P6ooQN4R0LekvZIDJEyZ4hutICujb7/nZk6pXbY",
+	"+dOfoCsC3Grym+Xq2tCPiPewbqUSL8NiDtzERRjisETbDMVfwY3nNxlQVH2Dn1WgsE1uQe8ODONBuSKC",
+	"JmsTlEAvvX3B/HqPYVVZ85QQfIOlMRCaia3oOvEYWztZV4u2tZB1wfQpU2l3TKQ1N7oWCUm2NItqESpd",
+	"yFpwyk1R+wDS9Cksdeh7gpe2JoZlIBhbB1r0LKp1aeKyz/L+7WyJJcH/lg1tE8bHWhlDQWPHbzcidGJT",
+	"1qerbkXZhdCzHo9+2Emv9mbZtZNOGAZp13wW3neNCRX2A9vPAmm0bzvb2MwUp206UPSWbFlfaraAs9oG",
+	"SjezFRDdLUBxCTk8Lcbg/V0NYbUJXi1Db7uZEveusa27uHi9Jf3Xu+JXsgJvxNxWTLisknRPyFSxlvlO",
+	"moFc++5ZfzrsVLMqoDmP2R2gQXNJiKLk6il9nNBXCx/x1rF7BArgnGaKiyzhVO/4wj/vWCQWGGAjZqxF",
+	"CUmr6k4y7O6TGd/9inn0LUR5iuc3lqGf5exG1i1xny+O31ycvH1zefTjxfHZ5Z92gVPkfCG0GRCpacD+",
+	"5ZYZvnCjUo0Zv1KFrXBkX2STinGWCnOIrwBxh1QJk1TT5yAnkh1V2HQsiTIS4FvasaXy5m+eRai8dirt",
+	"f0AnvfkHMW/9BfXXbEZAbVeXhj+IWZj0PpcAOB6H+6h0oI9e8vJ7b0hSWSAp31fCXTGn/8fVWex0H506",
+	"oy59yyLDRzE8/jjirBOQMUwaXNwNMNgNPsdtvIGtvXMRx46yl8hd2ieUrGbhRuxFv75156lF2UwpatOX",
+	"7CgANKM2Oggw/gDlMQbxYvUCAJgALy4hTD0fgmigDbKcHSuzZZMs6C0QjQ7eoyVu7RjK7VgJdi45SKHj",
+	"b0lGkDujBc/zBfRm62phBCltlXg59CwSplSCsIxRKobr8OM3dccGv/BlFDtquZAGLovfkeX7GyGBOKk3",
+	"0nVScpf3DQzp3B9GfS9PdGa8E8iptoeh3OuKG6feQgk2Bg2oV24FVd5X/L57c356/PLkxxOEP0RHQCfp",
+	"eFVzM9AiJixEsBSXsRa9HuvmOTs+/vX0ogFfETwOj4OqdJ/mWw2QYs0ZUpWuW+1djVrcqpst36Z916yk",
+	"Y/0mRjI8wLw/9B5t2Fcwl6CKFYzjXrsKs2o3rspGbKwpgxOOJ9qh16q1qEVa2ZQZR4NGl1Im+T8CuVVb",
+	"h61pDrZV+ciGplebcxCeuutUJbd207njZj9xiqXHaGxPREQDG8nID7zm3bbtglrfg/uluccO/R0kGD+s",
+	"J+sF2BEiTyE8M55yeS0OvaHiuzmOc2dpVbq0BgMmmExMq0Kmbbq3tm2lulVn0/b9Rzc9+dVUIVRz7p+s",
+	"VeYKTWECXsRAKrG2Hqcm835tFw5ZZhl1pDGQnuQ+gG4USJO+4NU3ZYgrv1VToonptq0tjfb9gCQFpX24",
+	"dqJ0mTkwxnCsIvwJ1FQHQfHNUvaf//v/gD7cY4Bh5DH0Z9UOHCtvWoZ2Qt4gBYF3DNkU1dgv8FcIyIHL",
+	"GdXzq3zJNxP8S6UXnYDbDOPXPJPk5eKwjCyNetInWojL+0VY4KcBzixizcYVucfAaHMbFIydrWA+3Q8D",
+	"6tS9msKu6gg5Hwt3PJdwgpEAfIUQQjApo+rI7hJB7LYvkHwgAN2a7i719fM8uxWDEqzLZ8NXUjKc7av5",
+	"WPRYIan/EvzGZLnTGwIZw0OYWL8QtkS3TwVPKcmqlsfiZpbCGDeCKR2MSgr8BOvcar8C1/1uD4Yc1Gc4",
+	"hJ5fdOcxIMzTPVp/pRz6YOrWEqLF/mJyDzpCF7DHjsKNB1Ao4S+gSH37MpywavLBbnaSTnWjILDN01Vz",
+	"LOl82HM/3LvlGrLO3AgoB8AuPaLBKh+9q49b+eYVTNFsnJx4UDv3EnrFKBkEyDJqX3zl1IrQEtyjmWH7",
+	"P8eXAsGYhBE4HfCsXF0zyFlNDWYyj7nWW9o8XuZ5eg58pfQVBDFWkSlLZWCr7OB9o9yNa80EK9ha1yUZ",
+	"vknV9cM2LcfpCb+Gdgc+VeLcivkPCygtKemt9uGro5+iNn9V99hOZd4Ga5oCg03mBbppECzu2cHz757/",
+	"+Ztvn39XQZA7QKx7DCUuI9xvDXNaQ+vasrVR+yqLpQqLCc+0Y2iX940Osi4EAClpyQo+2x14bsyZT6Fh",
+	"V1ymSdnvz+ekQGDf5w4TvDzF+8pQCEKNQv0gNKHxz3sHQ8twI5FnG5UXSHldDttFNV7iHqHAFHVk9Z7W",
+	"Mv17sNz7Elk0ZQZnFci5ldB3SD3wX6k76YdtnwVelsXVcmm+fb4u7S0SUsRDx1SM6+xWmMPl7jwUolvT",
+	"aJZ2CFvNOA7sqEwLnprmpj6t37Q1Irw7n/ZVl45fRfx2W2V+YP4lAKj49A/vbWvK9JguJ3pQ6O2eeR7W",
+	"5m1bktSbsrm9Wse0Lii947H6UtQ6DNzHP7YdrTy8XUBNmrQDQPY/qL9vxX1GyIkbvGjLR/DE7jTPqLbT",
+	"MWo00kbbwCnWvW8F3aR9/fK9D+l9rG+LEePCibdz96YEeCK4jhldRxJS2lBT7Y753Fgu6Z94wJAG6kP6",
+	"R69+PXlzefH2l+M3PSp/noFjAocPi4HqsE+fwMU1UWuQncbs7Pj8AtagJuwlzp9UpZJjJH9TV0zp8VQE",
+	"hZtgjocScI577AyEsXYGjppjIt1qElePQe8oeHAo+RySM91w+9S26X/8zTjD5uzHl+z75y++2/UlOtQa",
+	"azRWqRj1hnIoj0G4uLPF9aDiMDoq7FTp7B/w4YD9ANvCUGrApnqxwUYf9mi397TKxWgosYIRmCnkw8vK",
+	"8JA/PGAjRLodsS6Ipd2EjRAE13/iXnYo0QeKGsqAjpE6Bya+cDGhUqLElwklvge4GxUgdkdD2S1hf1Ek",
+	"YowCJgbde0QA4mWu9Jjn+SD4WJKhrACTo3mTQEbkbo+9URQYLiT0sHcPQLzJfYxBMZqRZWYon/cPICUY",
+	"PvBB6LBfz/vflN8SFVhF7l2vk4Em4EZ6TkVSlG5SVe2whrNsKihrhzUFSJsRm3F9Y4ayYtlrVVhR6ZFe",
+	"6TPrczbLUh/vKpvxBexYbyhDIzAAwoZ7eHR6Urnrg06/d9DrgwY4F5LPs86g802v3/sGWwpO4abv3x7s",
+	"w1HDv65FRAkYge33FyCqS/RBo00/AkOcvJIALQ7dJrVwmnyWC82u+a1gxZwpOZRo8EMLu8tfj/7X5dHF",
+	"xfGvpxfn3mVYtv8ZVNQArMzlC2yhOZSQPCdTIPGS6JVGz6E7YlzuyMNL45ooB5fwwHH7wn05SZ2qkxl7",
+	"hBtBwgvQAyGFNHPb8PdC6IW3lQfBIEb5UAWcpiSLsqMRoa8sb1+0VWITKBFJvbIRhrjNVGGChIstkQRl",
+	"dY01C6MfnT82km+LUw4U7OMX/YqB+YLA9UvLclk8vQcPG7QSB4p71u+T7WcJUq7KaP9GWSrlvGtTlNzx",
+	"geIAsmTZCnRbBVcXThlKU57j7LFBwypLUGIAnyZQyA7SSi1z26msBmG2gYWCVw1BdvIFI3QcD7QLsoIO",
+	"dc6vM8l9B0nLr8EjRdfyfdKpM//OwEOYuxXBBSYvPPRhqNzjOoX/JKxP4nrKQ8ApqP3Up6S5vzadwPP7",
+	"ngC245Wlpx7LZqxCbB5ZmaiyqZXMlGU27VS5sEEre34XnExL3CG29vIRvyEnrxAjfOW89p14A+Xv3sMm",
+	"nbkyEc6NHaZR0bGKWmwAfHWCfkaRAtq1J+CQi/n67U/Ao3/4vy+Oz3cHpauZvJNTxGozFsZONTSMwLsA",
+	"ok5oTNCc+hTo0MmgTpJH4LCkV3nt9gHVV2HsD9S4/1GIsuy2/amuIVtdiE8rt+H56laew/7dg2k8iMSP",
+	"KtRtptk8IPcgxnWIoPmIYA0h9HHJPkq6uuyv/wjEW6cN7IFS5ViPTxc0um8U04Y2+k8z+RnNEuOZZwH2",
+	"bASKkUhHhNVvhZM4taIfaAKu5tVWL5+Bat3z3z8GlYeQBptwZ41BYneE1J+EuL3ev/+R/vq0j6ag2f+I",
+	"f3za53o8zW5Fuueu2P5HXchPjZrzmeApesngNPCXrDsK9vHZy59P/np8+e7s9WgXwKG1YK+OXx9fHA8l",
+	"tDcLc7A7ray72oMy19VM+Ryw7H46pm5o4fFkKNGBiXWcIZkd/JuQ1GmCzw2z6p/1sU4l8bbSUAIchbms",
+	"qJ+A5eBfBB27U7B9qJCXX1PO5lCmalyAw5QCmtQ7DvlU6WxNSlwpRGymRJuhBGjvOvbUjvG24EVlP0NP",
+	"d2cVUsLoAsdwC4RyhwEF4XjK7nh+gy7o1ImoKoRlwozyjeIxGjmUWNpxrdhYOVtnBoFmxSaZTHvMWYah",
+	"r3VZhkXuTansUPrNgqzm8IRfO4CvT3whreVZjoIT4n27MTvFaXE05BlArD8Zf8L2GnENrkIBvftwixf9",
+	"b+7NLUKqBha6xMi/7ClW1t84I93HmCvMwwPqN+rY2+p71HQbWgFtePQVoha3ePKskBjve78Fqwogavja",
+	"Eb9aQAxyhvyOoa7HpseOLMsFJczQp1RUn+d/cYJxxCZKDyVeZEy2WerRWK2GJIASJ1cHAOgZ+By4ajh7",
+	"3u/7vuhuihG6jwxgrlTmJAcbLqjHjiVWmoKDzlMFKabI1TKJNekIUHCQ9Pt9CnL5GJTVXBpkk8lQVjIw",
+	"SN84xLou94JXApI0dGatkGwmuCR9y7BcTCx1sxvK0GCnsMxMlbbsRoh5mb0VMh3OhBH6Fu6mcUbjAhhB",
+	"podS3UnoCm4B9rSQUVYAzWAEoODRTnS2JVb4Mfmg29AhPI9Qve2epZBTu4dfYozgB6xqWXWG4AuzVkR3",
+	"iMQiVSDfjCDergRz1NTkNeF5Hvd0UNB6pVHUU7o0YFtC058INz6+zcb2XoZJjanCMLWNpdJOSHwzIgc0",
+	"KOsRsgn8Fi7SjVh49EpKkauyV+RBMf5K/digOCyiOx27sXEB6ATMoJyQSa61B4RyXOuw1Ifqy8XrNiI2",
+	"4+QDrGVE1y9ijb7OjP2nvk0tnYQPdwpCrPor8QqGE11sdg0KSVBAD7tN0I8vlLZlop4MUpOMdfUT5Ztc",
+	"MF1Khna36TNqK1urIPsfb8TiU10RWSvJFp02Lpn7s74H+WSQVSI8qdWLVa7oNIuHM8XPoXQuXwOkWUBs",
+	"cC81FR/Y+c9He89efAsmONqSCF3CqXjTN/wDBjHndlryB6yoqftTqtxi7qw67X73H7/3977ne5P3H799",
+	"/ulfIimLW5FcPY2syRVeTSF7Su5TTvNapMjtoiZVDt/2IpzE5MrS19STfbkbTqMShJITLVq0vJ0R6rFy",
+	"ktIvgM6SZZ+Ae9J9Sv11euwIppOqYcAKLMBXZmFtQ0DYbbDRqXPh1Q3qSsgpkQwaVmvBZwlw+zyvngnN",
+	"suMxUDLJstS74jG0Tl2yh/I1N3YPOiLunbxi3SnsEhhfkFnrG2CBxwjtodEALIw9yIIeAWoYtUPUC3bw",
+	"gpkeeycBpYhWOvQdeTMMrs4yA2+h7jxsCzSqccTjBnPHi+FbDnmiGhY/YVxCvHwAaV3giuRsnGfYq4rb",
+	"oaSuwIJHQ66/OcvsGHd7WxpwmwQ/PXn1syejbX7076DLtFA8rPhgkST2cM+2cqBgY8uGK19tUUktLeCj",
+	"HYMdLt1tYn6QGGcgCnSKCxw1CaBVunNEutIo00BtESJNQdp4QJtevb2f5Y42hbHKvQI/AvWUB9oHRA+M",
+	"si8glBUahwQ5PChdcqFHDPgy3Mcvj18PJbSm9RtHAwRnCCD9UZIwXIhaOznjwaR3e+xIslGWjio96ND5",
+	"5C5b9VGn81ErdqwDyEwF3QTznOCS7Pi3rSQ3uAlKIBXCfFZSxO7XKS4EafBpAijVKXw9ZqswyrPHXoJI",
+	"N9+1ckPvpTM+e3ZfnZHWGPrSHgZaNIHbzuE47RhIhIgsYdyqWTYG7IggrP07lJeURNY6jXJrAbj/Ef67",
+	"Np9gae+fUI9qd8q1071/1HW5jWSgG5K4wKqXzwpAjZATtTyaz+thbr4TWZowp7rvCTPmc3SPR/R5UeEj",
+	"cY1+uYJ5lslQxfswpd63JosSorPrz7CJVYvELd8asCXdYReg1Q18K/MFVj4g6iMgoBFgI1VDONVhwHJ1",
+	"J/TemBun4zuLxyTY7wa17ZSbqTAQx/AQgeDQbnJPuv9c+nk6TfbUHvbbef/xIPn2m6hJ9RkzzZ7902Wa",
+	"+f7Ra51JmIPxME+SmyXSa69N+thXYXY1JXegbxIDmEurWN5OjwePicklbjjYYICnSNCqFTXPdzEuu7i4",
+	"sdCSKmntJBWzubLOjN77BZwV7cn3/dPoU2FftlKmnjzme5Q7olmEfcUaeGByS5sIBP+sf/DUKyLn9j2d",
+	"f99/LsUPl1m2C+SSZRJ6FZd1dHMxbnVv76HJQUQcAqDb52g9pgV3jBFXMXN7MHKrGqF1G+jdnAD83ngq",
+	"xpDRXwJOclM+NZTwAKZvXKl0MYAdtYAUwS02kyCzyslUi2BzAPiaSTbSwhS5NSOK9HpL2R1cOQm7U0We",
+	"IoB7yCPoPu/7NumIgInF6UqYIXS5AG0w1MzPeMKeP3tGP4Be7+hM4dLjQRcyYc/739MjUCMoAY88YTw3",
+	"yhnjFQw8v3eQSeOmQsxob1FmJoSlISyf2R6jmhMoaICfZ8bf3wTcUxkmyVYC4APGA9jaUHoMBfyRQfhM",
+	"CHHj/rIX/X6PHWFrfR+ic3vBPQ48JMD82/nbNwmTis49YX1nUmMezZRLDMrDCt2JsTfvXpftAxmXC8iK",
+	"2q3kCdCB9dgIpgFKwkA5RwDBoEgNsLzi9O35RUAfcTrtUJLJDQPETOeSLjtPzOjNl+P0P7i3P8MrEeOx",
+	"b51lCl+DcYoAmfXsiB2DTsyH6jnEJ4s5gCEDRYBuTTTqMyq6P0Myh5v2qshvvOm1+6T8M+T4NaXRnEQu",
+	"Uug9Qg519wshUy6pXLobSqMNUxN3Y029tBpBajNt/vP//f+8pxeBD3EK9z3m6/n0x2QoATseOheRg68e",
+	"hcRO25BIaCxf9IABSWUvfQO+hKrBwEulqJCrmtYGFb7hVYIbDTFyQcC5EXzR95TqoiAF7xBmg6KGSyqR",
+	"oXxl343L+57dfkCpeGYo5yYU0lAFmM8GpR9kiGkCpXahS9zR6Ql01ywT7WRz6iXWvU9C1qCBxvoYBCHG",
+	"ahXAWKPDJmQ3dn86vsBczUhiKJWDZxZwaKDVYelX992RyhRBN+eL/jd+zZeF5Lc8ywPadoXbl2ApPvGJ",
+	"aTEpjI8iYBokLdJgd3X/Irngt4L6ADRmFT19buG6rBZCJqgk7D15RvKDchIpMamKAJ7UARDCtdQLCLPA",
+	"VVR3civOtS5VhqKzY67hqkPuLsK3Inhd5QMzYl1YHMQQ7VCWCLs7Hr3fVzH53hRYzFS6qZ/1vYsdni/1",
+	"qUyXDAmhOHGWKowv2bBw6cqPhzKTpKuBTDlkkQRkYkdG2ATTjVGwa1VcT1l5F5FF7n/EPz79K/76L4RW",
+	"7uNmB30nafbKTr+k2QwlN2zCTbju4fnKww3JuV8uKfd+ubhLns+wO+CfCpIGznU5ebwStCCXR/mc+S+S",
+	"Y1syeyyj/Sx21jbv0uSBgfpFT6xPUFkDw5eq7VNGgI7G6+QIqhbVyKGj3TtnL1yJUrPofe6iF1gWKASH",
+	"ZQiTOsaV9fHOSjYLOZ5qJVWB906LHCBonl7rXWGkzUXicOlHqGeJKkMgLhIkS0RQDFDvai0pWF1QQFMl",
+	"8hI665eQCahr4I6JIMkbaiyasGlmrNILaAOx24sXvZC1OPL/pheDpC/3pkloSFVij/ihmmUw/LdBRO6U",
+	"ctV3JEY9+xqycMjxC4qkVLjb1/xWIHQ+Nk9j0PF1MpSaS7dE8LdU7OeQbx/eSrMR/HLUVHcyrmK7NHls",
+	"fQuA2h5GowmsW35B6ksmI9Ucu48bdliugYAumnSO0IznRb/fNOMfJOd1A0ccY6zgs9eyVqvReOARQYn0",
+	"SkXJGfzt/KPEO7YQzJsfxUN8mEqyxL6/Th1ly61Yq9EEHvXfSs0XU2rATzwmpNNl95f5AlrLPoEW/dMQ",
+	"fiQjtdISp7TOQjcrJXvst6lCKplS09Ma7ZipupNg+NZ0trJbfI8defyjK6rJrvahhSzgTF4PJSQCw5mP",
+	"M1PC3Rrw/42kspf06OVE6cty/IjScYTn9rSXmhbwVdzrsGeVq324BMUMc1NXqs98vfE4Vs8eFFFIAz9c",
+	"obsvcN21gEv7T37bMdgJihH282IjfHGRjv6Qt/0MVv/fl/3ruOx4Gpvv+mZa/AIcAOyJ/Y/uP58qmDX0",
+	"V4m5tAEoK0ASPS0EDEwD3UnWFxssG7PxQiJ1bR7qB0YekyL2Sur+FFr7aFsA7DDTDHCfaqhDrEvIUrvg",
+	"jEA3i0gxQPdfxVxLmpwiO9i9OxtzdGAlCA/Tb0i5dT9Zn3HrPQz9GGT7x2bwNSaL2ZXQNP9Bw/y8hr60",
+	"YQkHbZdAXrmKPy/S59M79Ra1juPg3iL/nk+g96643UPfXaLmVFOyMW210pX0/pt6jpVUgImG4FzRYptK",
+	"V43Q8REAV31NABvhjUNHHF65ESRejKeFvGHdlFuOiQWOTSQYh+aWQ20ePOj+2KV2GiMh0xFTvhOln9M3",
+	"/6VYJEr4O1ixtE37hJd4S1SE+3HyDcV3b6UvBZpjEtUl7a5Wd7WqugEbZelgRICvd5TlPoKnByP0OS3m",
+	"ImEj2NYReqB9sZWP+8HOqgn7t/O3bxB0CLAHMMS+VKeHFbM89Ugp9WI9zMvC4jhTywAwwrLM7jJoWEz+",
+	"bjhBKe7cIgyh0C+oFO+wseDPw7Fgxd9bf/SERuRzPJYC0ZhyA/vhH8AN9kSRQNGfsUNJu8eAskDWA/mN",
+	"Pg4xqX7YGbBhJ3S3Z/ghQBgPO58I0wWvMlyZca6MMI2Vgf4wWkjgr6hI78FyF0tJy+LSVVaSeDRHoI4q",
+	"yThygE+TSnOsAIL1Zcr6HlXIPlbZ5/2YEwmerzjGG6lRwZwjaGQSbrhP7YQbyrrY3jZBcGb3R2jMkAxl",
+	"reVtwmodcXe9LDYJE7kRpdFHn/OrXIwOh3I10avCmTB5cynTC7Jjh3JUSxgbIROutKUSkG7FRk6NuXQq",
+	"wmhJuA1lqu58uTNEG1iXhNeA2GBp1qQZZFl5R9puiUYXPBpXfHzjOCZ1EO5Bni8Y2dU1YBmPVI2ZIme4",
+	"P08XgPcTfB5Dd11aCmlrX4uR+6B8ftpVgKcE1PLQB4XDUR9W2pJXszh9q5uK8C0xDX0ImmsBYejPYDAj",
+	"5MAfhpEBW+FYhBKSVSvarU82DWJu5bIVM/GEd62Q59m1/GxupfW3rZiJr9WjBGujnBeocsDlYj0HtZrA",
+	"exM6NlQ6CmHuC0H+IdfGfrLsasGU9L0r/UCf4RrRTH+Ye4RIwmgyZ0CImN5pbswSlVjFOMAcsYwg1tCv",
+	"O5SI/zOiVwdoVcBm5BbuIyZ9omKBdqPpsXN82Al4PpThp3BvffsRym7GpPQNl30oy9seEa403X+JC+9v",
+	"zVd54+kg/JWn5r0YqyS1URdSQhU9ECF2Ok5qAczMsNOjd+fHr5AEfBb8MsT5Y15xv3fra87Pw1NbAwVi",
+	"4lIb2wUSjp40Wci/xuaK5rAtj1LWHEZz7BvK5zcn+ZQH83VXNvs9fdLqseVG+K0qyA4enW4evzz3q1X/",
+	"z0H5p6ItMKixGZyTk5yNtZJUoORb9bPuhZjNleb5jmGBX+y2J+mHMK/9j/7PFuCLNYrdBL346t5lOdGy",
+	"mcAKQvaAqYA1Ya3a1juWNAb3ml+1/1kuR9WF8fCKDT9SWbYRwChtNhPQJnosfN2hE6yQeCy0+SoZ6+Yn",
+	"/daWuq4vcK+f9DtouPTEnLg+yReq5W1LbIDaCer2Z+LMDwBOgGVWWAMAsok8hawDZYRPub8R4LwTmWa3",
+	"PC+E6bELR/Ye+R9CgTgYIKz7YMqd0OKzs+H9Kz6+mWR5/pVYjKtXKarT/ECrfuK75Kf5QkBy/u3WJ+0A",
+	"T60lVH3tVwmVliBYfTi9vFf4Splkv4PETZxh/Z51fdEnVknuJswU0DTWFympW6FzPmdzlWfjBXTTzGaC",
+	"IGcJMMaLcAxCBBxE+QWuHriK/lj37tQt+Z9JWzm3iix/b8GjxocUiEEicum5GyaVZWNeXE8tK+afn2II",
+	"XeKPRTMXuOgnZtVLs3wmN1h7Dt3sDiMIZsiAdUZGcCsiGwscK/vq26adUyQK0G7UHev6V4R6fQC7MWKs",
+	"ZLqJdX/+m1XIPyA3foeL/ufix8GfAU0KymZ1YEOWBOXu1JOSCfHa9Q7XC//QH9rfSm+x2d3q9+RRvK1+",
+	"sC2crV8HdO0GTyvt5pM6WmmOL+Rn9W/4X83NWoImln7WidKYg7eE0IyP3QgCoptzah7vm0JVkcPwB/4+",
+	"7D4djrafYv8j/dXCDVsl58/thaVVHlKPB0pBxIQXH3XzUDuZ3XLfmt2xja/c/xxX6KLE/H/oRr6VlaG+",
+	"QgTwWIFBjXvGE/zXbSyqTFvlU3qUu/Wi/rfw1B9a1vvXuCAG1kLo05OPJPX9aJifDn9adost6nwLv8Tr",
+	"BLstlILy+L4evaC+l9SAD5102WxWQBZqQCoVfy947g2h+obsGNY1gMRaGTHx7T+gEmouxruhxPFZv+/h",
+	"bHgY5JBx72QfSkInpHxtXharhDOoAqo+6x+4ZQZpF5oQewCbsZr5FNSAX1sdLd4FxEw9GT5ZF5Byii8U",
+	"Alm+aE2sviQBEyGAR0evbrOsI0iKqa7gM3YmORPXmcHOThWuwEss0kCM3SN9rXYMW36lhL1UMi3GVukd",
+	"g6aFo2kabbc977iHhhUG3P/o/2yhY9Vuw2dSssDz6c45kjzQ9VC3kzy7ntqkkhkDeVDecquEurS6M4e1",
+	"8TIL/O55//k9trxZOWveq89/dyN39YG1NqvysDyWr1LobX7Sb+b2uEGxy7RPW9NOWfOSt/MVaFTueP3i",
+	"ew9u+Sn0Ik4l9b4c/00zVZrZ/0h/re0htUQ8XwOjeSQO4+zBf17WEjcobyunuKZNFNZXPzt4/t3zP3/z",
+	"7fPvNmHlNZPkhGd6z0y5FuuI7Eee6XN46AnJq5ykga7uhJPvsU6O9Do7hpXvQ4+z7gEVcxpha7K98upP",
+	"QjvOwioiBtZvmZ1CPeFcZ0pndsGuuEwTNs/5WAAqOqQ/Es64PzNnZILyMpSY6+0zv+dC06sOKk2y1cS/",
+	"/zNmocshv1KFZfYuGwvAh4fGuKYEjffPH1Ag+UrZKXbxIOBRxKHpsVPwDg5lYTDyR7/zsY9MUwad4CkA",
+	"Zx35J1RhTZYKdtDrHUDTCjOUz589C0ia+FgU2+Z8mQYf3wpbIr/PZ3u1pHtHv5/bvDkXttoONXa/trhR",
+	"PJ05TtnMjDS3Yg8wQjd0qwPFBR77Q7u3wnu06IbmLB3cmsfxbNVOtTL6FgEud54GxNXT8M9WhLL/0f3j",
+	"Ev7RwngNW/5FQgTlPgdox6tifCMADIrKyLgFhu0sUsdy2enxm1cnb34iIZZBJTDApCy3xV9/HJtt1TVb",
+	"8wQk31iBGbboMfTH6mifjXDjql1Jpg8OFwTFYtlVuXSGT1C558f/Um2X1pHPmQAVKj2sXqyq28eqGyEh",
+	"o3+S5SHRR6AjCAyLx+6+t265D4o+P7inntIApcXHS3ypjPTuJs7mcltGe4mlxTueUzkmhTsK2uNUSFRh",
+	"0+2ZUjOnN8I6rXMt2hxdvHP/6FP2UV6aqinBiL5fb6v4p1hXzOZ20WCmaOGW/XRStsFKoctkljSF8GZs",
+	"FBYGCP9TdcdyBSFuMZTlD0KlsgkADaElVqaxuR82umIja3NCegqoD2M1E4eha2BmffslZ8tMeJ6XiCJl",
+	"W/cdM5SEUUIda9w6PswzvcC+VB8EAXtmgOiFDRTK43DksRhKq3DZIJKFTIOFI8msueJpWV2fGVaxZWAT",
+	"YM0JE73r6m71AP7qEoAujGmydmI0/QSRpxg5fz5uvuVt+josoPJut72jdbsHWeb6RD185CkzOtwM63y/",
+	"uMpe1JOLMmHGUxHyWahjXKzNsrupRoy1qGOX0zas2a8NiWvu90+btuZm+FJJa/B2zUrDIRvBBobmKrjD",
+	"CSITY/aykmPxhZQLLh01IKGgNobrc6ulDpgYtIcOo9uRRe0a7X/M0rVW35m4VTcVYtlk8eHzD7b4cBiv",
+	"Px1CeDEAOx+gJJHqbgngu9WdiLTorxsaWbrWwJgoPeO2M+gUBTy50pqbNvhO6ZtNGcW/0TNPHHRozvYF",
+	"9xguYplXHeU50xSed/LeP1WPHbjVb9CrokzIB/5xeU8GQlad5AuxInrDqL3ld/fLpV3I0OyLZdId4BjK",
+	"dDmdd9vjvvMvWaP9jdzlldCrdLDZqaSXN+4B9etOH3YaZzfVPJMi3S03JA0TmcPQLIzgAgnqEpqrCsBO",
+	"rSETbty3qcrd/Qg7t2ZPtzVNcCtPXnWWWREcR4AjbwS5/en4grlflbjlWfoJUp9nXC7KjSDEpUGNiBBG",
+	"h/ryhkczxHP9W2Esu85uoZ3ttbBToRFRkYSZ2xREviVk8nNn3UDz55Ta13sgYbSUQ1ttfMPQHhr7sqkJ",
+	"y1KDSM5zEPswjhyL3UNAyUhZIW+kupMAmds0AZfYxdzPgdYW1pBGw8lCH/k9btGszG/SjltsEwRylpq1",
+	"Qgn6l9ekUybtt8876wOb0DDsBH/67MW38DD9s3yaa80XT90wrDzudZIq0NNEFTL93B3EfoPK4gqtS2h2",
+	"g2buEr2npkJAmU3KTuI8/Yp5w1Rwba8EvwfGbGXkJpn/cxj9acR9GP9MzJVuKAftP8l0+SIu4Gsl+g+Q",
+	"UnhKO8Yxw0yl2RgEkBQGAP2Vto9JVDHKwFnMI9FFpIG042CIZo1Tse6du2+nb88j0oiWg5H5Xce8ofX8",
+	"2p/AE/QDjOVvEidYuQusdan5BLjiENcu9TLnitvxdMeg7EGxBh/5nqSnythrLUy1UT9EsdyXM2EMvxbB",
+	"DxfA81ZEqfemQfd1idtW7+geFtatvCAJOsSHqsqzHTNgz/vPDwHS0tmeWRhqpm7ditz33++ya2ERKNM3",
+	"8Mwk/FMLU+QYj0sVAikCOi0KYjeT6bFzgl+El+MzvzVY9ZkZNuV6lgtjBuX5h74LZBD7N3E0QvAOGQru",
+	"ldMs9yhZxnckBFyeF1CWED6FYCA7YoEDshlfMJ2lgnFwy3bDN7tJpZlR6HYPZHIIPU6fo5NzJrhE5wLu",
+	"tFt55RhSwbETwsxpRVrseWUTayWQ7KBzvp9tNwYt6/aqom48jRnlJvkBYI4+d7yqnPoM6Gwdmz0kEQv0",
+	"CFqjFTMUvXAnP3fHUSJy1Cu91rDjOXbIKFpSlEEJrpAYaQ4VrvGovN4tWYwLndkFsPMrwbX77e/vHcPG",
+	"gAAy+kLnnUFnau18sL9/8Oy7Xr/X7x0M/tz/cx+YOy3pYwjYFtJAMJf+7Ze62sME+jZiWjp2UoJ7cZPl",
+	"OX4YGvr7hmGA4u52SI4zxyUJth2+nfUqDWRg4MiM7wi2N3S6PgS+5T6RKSsMeTrqfWhiA1HaKDlIaiUL",
+	"iC7q80Eqw5U5l6vjnbUH96uMWNbDr454Wi9VLbszhsR+YJemhi24tI9UQxhZbiXxZU10s7qXIaC5OtrP",
+	"6q6SxQeJUFUGahifOVbsw5yVUSuZU/FhgYdHYmmVMcogxKf3n/7/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

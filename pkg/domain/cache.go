@@ -34,6 +34,10 @@ type CacheSpec struct {
 // cacheVersion is the form of CacheSpec.Version.
 var cacheVersion = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
+// ValidCacheVersion reports whether v is a cache version's form: 1-63
+// characters of [A-Za-z0-9._-].
+func ValidCacheVersion(v string) bool { return cacheVersion.MatchString(v) }
+
 // MaxAgeDuration parses MaxAge; 0 means entries never expire.
 func (c CacheSpec) MaxAgeDuration() time.Duration { return parseDuration(c.MaxAge) }
 
@@ -86,10 +90,21 @@ func CacheKey(project, dom string, s Step, inputs map[string]string) string {
 // another step of the same key wrote gets a miss (Flyte's catalog: an
 // artifact is valid while younger than the reader's max cache age).
 func CacheEntryValid(createdAt time.Time, expiresAt *time.Time, maxAge time.Duration, now time.Time) bool {
-	if expiresAt != nil && !now.Before(*expiresAt) {
+	if CacheEntryExpired(expiresAt, now) {
 		return false
 	}
 	return maxAge <= 0 || now.Before(createdAt.Add(maxAge))
+}
+
+// CacheEntryExpired reports whether an entry expiring at expiresAt (the
+// writer's created_at + max_age; nil when the writer set no max_age, and
+// then never) has expired at now: from expiresAt on. An expired entry is a
+// hit for no reader, so the scheduler's cache sweep deletes it: the store's
+// statement states this rule in SQL, and its tests hold the two to agree
+// at the boundary. A reader's own max_age expires nothing:
+// another reader may still hit the entry.
+func CacheEntryExpired(expiresAt *time.Time, now time.Time) bool {
+	return expiresAt != nil && !now.Before(*expiresAt)
 }
 
 // InputProducers returns the steps inputs read, each once, in first-use

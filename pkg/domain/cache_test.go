@@ -31,6 +31,29 @@ func TestCacheEntryValid(t *testing.T) {
 	}
 }
 
+// An entry expires at its expires_at (the writer's created_at + max_age)
+// and from then on; one without (no max_age) never does.
+func TestCacheEntryExpired(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, tc := range []struct {
+		name    string
+		expires *time.Time
+		want    bool
+	}{
+		{"no max_age: never", nil, false},
+		{"expires later", at(time.Microsecond), false},
+		{"expires exactly now", at(0), true},
+		{"expired before now", at(-time.Microsecond), true},
+	} {
+		require.Equal(t, tc.want, CacheEntryExpired(tc.expires, now), tc.name)
+		if tc.want {
+			require.False(t, CacheEntryValid(now.Add(-time.Hour), tc.expires, 0, now), "%s: an expired entry is no hit", tc.name)
+		}
+	}
+}
+
 func TestResolveInputs(t *testing.T) {
 	t.Parallel()
 	inputs := []Input{{From: "a.x", As: "X"}, {From: "b.y", As: "Y"}, {From: "a.z", As: "Z"}}

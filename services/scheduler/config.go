@@ -66,6 +66,11 @@ type config struct {
 	// stays listed (state dead) before the liveness pass deletes its row.
 	// A Go duration. Default 1h.
 	DeadWorkerRetention time.Duration `env:"CAPSTAN_DEAD_WORKER_RETENTION" envDefault:"1h"`
+	// CacheSweepInterval is how often the leader deletes the cache entries
+	// past their max_age and the reservations expired an hour ago, each
+	// batch of at most 1000 rows its own transaction. A Go duration.
+	// Default 1m.
+	CacheSweepInterval time.Duration `env:"CAPSTAN_CACHE_SWEEP_INTERVAL" envDefault:"1m"`
 	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched by
 	// the resync (its message may have been lost with Redis). Default 30s.
 	DispatchGrace time.Duration `env:"CAPSTAN_DISPATCH_GRACE" envDefault:"30s"`
@@ -163,7 +168,7 @@ func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 			DeadRetention: c.DeadWorkerRetention, Queues: queues},
 		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,
 			WaitBackoffCap: c.MaxWaitBackoff},
-		Cache: scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval},
+		Cache: scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval, SweepInterval: c.CacheSweepInterval},
 	}
 }
 

@@ -76,3 +76,17 @@ func TestRetentionSettings(t *testing.T) {
 	negative := parse(t, map[string]string{"CAPSTAN_RETENTION_BATCH": "-1"})
 	require.ErrorContains(t, negative.validate(), "batch: -1 is negative")
 }
+
+// TestCacheSweepInterval: CAPSTAN_CACHE_SWEEP_INTERVAL (a Go duration,
+// default 1m) is the cache sweep's SweepInterval; a negative one is refused
+// before anything connects.
+func TestCacheSweepInterval(t *testing.T) {
+	t.Parallel()
+	def := parse(t, map[string]string{})
+	require.NoError(t, def.validate())
+	require.Equal(t, time.Minute, def.scheduler(nil).Cache.SweepInterval)
+	set := parse(t, map[string]string{"CAPSTAN_CACHE_SWEEP_INTERVAL": "15s"})
+	require.Equal(t, 15*time.Second, set.scheduler(nil).Cache.SweepInterval)
+	negative := parse(t, map[string]string{"CAPSTAN_CACHE_SWEEP_INTERVAL": "-1s"})
+	require.ErrorContains(t, negative.validate(), "Cache.SweepInterval: -1s is negative")
+}

@@ -88,3 +88,57 @@ func TestCacheListEvictAndActionStatus(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status, p)
 	require.Equal(t, "application/problem+json", hdr.Get("Content-Type"))
 }
+
+// DELETE .../cache evicts every entry its filters select (the list's
+// filters) and answers how many; a bare DELETE, or all=true with a filter,
+// is a 400 naming all that deletes nothing, and a reader may not delete.
+func TestCacheDeleteByFilter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, run := range []string{"r1", "r2"} {
+		status, _, body := f.do(t, http.MethodPost, runsPath, `{"name":"`+run+`","spec":{"steps":[{"name":"s","command":"x"}]}}`)
+		require.Equal(t, http.StatusCreated, status, body)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	for i, e := range []struct{ version, run string }{{"v1", "r1"}, {"v1", "r2"}, {"v2", "r1"}, {"v1", "r1"}} {
+		require.NoError(t, f.store.Cache().PutCacheEntry(ctx, store.CacheEntry{Project: "demo", Domain: "dev",
+			Key: strings.Repeat(string(rune('a'+i)), 64), Version: e.version, RunName: e.run, ActionName: "a0"},
+			now.Add(time.Duration(i)*time.Minute)))
+	}
+	count := func(query string) int {
+		status, _, page := f.do(t, http.MethodGet, cachePath+query, "")
+		require.Equal(t, http.StatusOK, status, page)
+		return len(page["entries"].([]any))
+	}
+	require.Equal(t, 2, count("?version=v1&run=r1"), "the list reads the filters")
+
+	for query, want := range map[string]string{
+		"":                      "all: set a filter (version, run, step, created_before), or all=true",
+		"?all=false":            "all: set a filter",
+		"?all=true&version=v1":  "all: all=true deletes every entry",
+		"?created_before=today": "created_before",
+		"?version=no%20spaces":  "version",
+	} {
+		status, hdr, p := f.do(t, http.MethodDelete, cachePath+query, "")
+		require.Equal(t, http.StatusBadRequest, status, "%q: %v", query, p)
+		require.Equal(t, "application/problem+json", hdr.Get("Content-Type"), query)
+		require.Contains(t, p["detail"], want, query)
+	}
+	require.Equal(t, 4, count(""), "a refused delete deletes nothing")
+	tok := newAuthTokens(t, f.store)
+	status, _, p := f.doAs(t, tok.reader, http.MethodDelete, cachePath+"?all=true", "")
+	require.Equal(t, http.StatusForbidden, status, p)
+
+	status, _, body := f.do(t, http.MethodDelete, cachePath+"?version=v1&run=r1", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, map[string]any{"deleted": float64(2)}, body)
+	require.Equal(t, 2, count(""))
+	status, _, body = f.do(t, http.MethodDelete, cachePath+"?created_before="+now.Add(2*time.Minute).Format(time.RFC3339), "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, float64(1), body["deleted"], "created_before is exclusive: r2's entry at +1m goes")
+	status, _, body = f.do(t, http.MethodDelete, cachePath+"?all=true", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, float64(1), body["deleted"])
+	require.Zero(t, count(""))
+}

@@ -18,7 +18,7 @@ import (
 // start, and a serializable one reserves its key so that concurrent runs
 // execute it once.
 
-// CacheConfig tunes the catalog's reservations.
+// CacheConfig tunes the catalog's reservations and its sweep.
 type CacheConfig struct {
 	// ReservationTTL is how long a reservation lives unless extended: the
 	// liveness pass extends those whose owner still works (a PENDING task,
@@ -27,10 +27,28 @@ type CacheConfig struct {
 	// over. Default 3s: 3 × the executors' 1s heartbeat interval (Flyte's
 	// reservation heartbeat multiplier).
 	ReservationTTL time.Duration
+	// SweepInterval is how often the leader's cache sweep deletes the
+	// entries past their max_age and the reservations expired longer than
+	// ReservationRetention (sweepCache). Default 1m.
+	SweepInterval time.Duration
+	// SweepBatch is the most rows one transaction of the sweep deletes, 1
+	// to 1000. Default 1000.
+	SweepBatch int
+	// ReservationRetention is how long after its expiry a reservation no
+	// owner extended is deleted by the sweep. Default 1h.
+	ReservationRetention time.Duration
+	// Now is the sweep's clock. Default time.Now.
+	Now func() time.Time
 }
 
 func (c *CacheConfig) defaults() {
 	c.ReservationTTL = cmp.Or(c.ReservationTTL, 3*time.Second)
+	c.SweepInterval = cmp.Or(c.SweepInterval, time.Minute)
+	c.SweepBatch = min(cmp.Or(c.SweepBatch, 1000), 1000)
+	c.ReservationRetention = cmp.Or(c.ReservationRetention, time.Hour)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 // startCached starts discoverable task step a (Flyte's

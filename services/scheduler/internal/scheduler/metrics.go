@@ -14,6 +14,9 @@ type metrics struct {
 	// aborted.
 	admissions         *prometheus.CounterVec
 	concurrencyCancels prometheus.Counter
+	// cacheSwept counts the catalog rows the cache sweep deleted, by kind
+	// (entry, reservation).
+	cacheSwept *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,8 +37,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Admission decisions of runs with a concurrency key, by result."}, []string{"result"}),
 		concurrencyCancels: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_concurrency_cancels_total",
 			Help: "Runs in progress aborted by a newer run of their concurrency key (cancel_in_progress)."}),
+		cacheSwept: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_cache_swept_total",
+			Help: "Cache entries past their max_age and long-expired reservations deleted by the cache sweep, by kind."},
+			[]string{"kind"}),
 	}
 	reg.MustRegister(m.placed, m.preempted, m.timedOut, m.evaluated, m.runsEnded, m.passSeconds, m.admissions,
-		m.concurrencyCancels)
+		m.concurrencyCancels, m.cacheSwept)
 	return m
 }

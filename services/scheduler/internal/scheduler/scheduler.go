@@ -50,7 +50,7 @@ type Config struct {
 	// place when its step sets no max_system_failures (Flyte's
 	// MaxSystemFailures), 0 to 100. Default (nil) 3.
 	MaxSystemFailures *int
-	// Cache tunes the catalog's reservations.
+	// Cache tunes the catalog's reservations and its sweep.
 	Cache CacheConfig
 	// BatchWorkers is how many start transactions (each of up to 64 new
 	// runs, see startRuns) a replica makes at once. Default 4.
@@ -58,13 +58,15 @@ type Config struct {
 }
 
 // Validate reports the settings that cannot work: a negative duration,
-// count or worker backoff entry. Zero means the default.
+// count or worker backoff entry, a cache sweep batch over 1000. Zero means
+// the default.
 func (c Config) Validate() error {
 	var errs []error
 	for name, d := range map[string]time.Duration{"Tick": c.Tick, "WorkerGrace": c.WorkerGrace,
 		"Resync.Period": c.Resync.Period, "Resync.DispatchGrace": c.Resync.DispatchGrace,
 		"Liveness.DeadRetention": c.Liveness.DeadRetention, "Workflow.FailedBackoffCap": c.Workflow.FailedBackoffCap,
-		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap, "Cache.ReservationTTL": c.Cache.ReservationTTL} {
+		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap, "Cache.ReservationTTL": c.Cache.ReservationTTL,
+		"Cache.SweepInterval": c.Cache.SweepInterval, "Cache.ReservationRetention": c.Cache.ReservationRetention} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is negative", name, d))
 		}
@@ -72,10 +74,13 @@ func (c Config) Validate() error {
 	for name, n := range map[string]int{"Placement.BatchSize": c.Placement.BatchSize,
 		"Placement.KeysPerProject": c.Placement.KeysPerProject,
 		"Workflow.MaxStepRetries":  c.Workflow.MaxStepRetries, "AbortMaxRetry": c.AbortMaxRetry,
-		"BatchWorkers": c.BatchWorkers} {
+		"BatchWorkers": c.BatchWorkers, "Cache.SweepBatch": c.Cache.SweepBatch} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
 		}
+	}
+	if c.Cache.SweepBatch > 1000 {
+		errs = append(errs, fmt.Errorf("Cache.SweepBatch: %d is more than 1000", c.Cache.SweepBatch))
 	}
 	if m := c.MaxSystemFailures; m != nil && (*m < 0 || *m > domain.MaxRetriesLimit) {
 		errs = append(errs, fmt.Errorf("MaxSystemFailures: %d is not between 0 and %d", *m, domain.MaxRetriesLimit))
@@ -199,8 +204,15 @@ func (s *Scheduler) Run(ctx context.Context) {
 // started it within Placement.ExpiryEvery of the last one (pass); on the
 // liveness tick the dead-worker pass, then placement if it requeued
 // anything; on the resync tick the resync; every lineSweepTicks ticks the
-// sweep of the concurrency lines (sweepLines).
+// sweep of the concurrency lines (sweepLines). The cache sweep runs beside
+// them in a goroutine of its own (sweepCacheEvery), ended before lead
+// returns, so that a long one delays no pass.
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	var sweep sync.WaitGroup
+	sweep.Go(func() { s.sweepCacheEvery(sweepCtx) })
+	defer sweep.Wait()
+	defer stopSweep()
 	resync := time.NewTicker(s.cfg.Resync.Period)
 	defer resync.Stop()
 	lines := time.NewTicker(lineSweepTicks * s.cfg.Tick)
