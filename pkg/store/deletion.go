@@ -53,27 +53,42 @@ LIMIT 1`
 // deleteTreeSQL deletes the runs named @names and every row they own:
 // their actions, tasks, attempts (their logs and log chunks go by the
 // attempts' foreign keys), events and cache reservations. Cache entries
-// stay: a catalog entry outlives the run that wrote it (Flyte's).
+// stay: a catalog entry outlives the run that wrote it (Flyte's). It
+// returns one row: the names of the runs deleted, in name order, and the
+// ids of the alive workers (the only ones consuming their queues) that
+// ran an attempt deleted, in id order, each once.
 const deleteTreeSQL = `WITH t AS (SELECT id FROM tasks WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
-da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t)),
+da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t) RETURNING worker_id),
 dt AS (DELETE FROM tasks WHERE id IN (SELECT id FROM t)),
 dx AS (DELETE FROM actions WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
 de AS (DELETE FROM run_events WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
 dc AS (DELETE FROM cache_reservations WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
 dr AS (DELETE FROM runs WHERE project = @p AND domain = @d AND name = ANY(@names) RETURNING name)
-SELECT name FROM dr ORDER BY name`
+SELECT ARRAY(SELECT name FROM dr ORDER BY name) AS runs,
+	ARRAY(SELECT DISTINCT w.id::text FROM da JOIN workers w ON w.id = da.worker_id
+		WHERE w.state = '` + WorkerAlive + `' ORDER BY 1) AS workers`
+
+// DeletedRuns is what DeleteRun deleted.
+type DeletedRuns struct {
+	// Runs are the names of the runs deleted, the run asked for first.
+	Runs []string
+	// Workers are the ids of the alive workers that ran an attempt of
+	// them, in id order: the executors that may keep their run
+	// directories.
+	Workers []string
+}
 
 // DeleteRun deletes an ended run, with its descendant runs (child runs of
 // its workflow steps, theirs…), and every row they own, in one
-// transaction that locks them all; it returns the names of the runs
-// deleted, the run's first. A run created under a parent run is deleted
+// transaction that locks them all; it returns the runs deleted (the
+// run's first) and the alive workers that ran their attempts. A run created under a parent run is deleted
 // only once that parent has ended (its step reads its children), and no
 // run is deleted while an abort of it is being delivered or an attempt of
 // it is live: its processes would outlive their rows. Errors:
 // ErrNotFound, a NotTerminalError (ErrNotTerminal) naming the run of the
 // tree, or its parent, that has not ended, ErrAbortPending.
-func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) ([]string, error) {
-	var deleted []string
+func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) (DeletedRuns, error) {
+	var deleted DeletedRuns
 	err := s.inTx(ctx, func(tx *Store) error {
 		var tree []struct {
 			Name      string
@@ -115,21 +130,21 @@ func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) ([]string, error
 		if len(settling) > 0 {
 			return fmt.Errorf("run %s: %w", settling[0], ErrAbortPending)
 		}
-		var gone []string
+		var gone struct{ Runs, Workers Strings }
 		if err := tx.raw(ctx, deleteTreeSQL, map[string]any{"p": key.Project, "d": key.Domain,
 			"names": Strings(names)}).Scan(&gone).Error; err != nil {
 			return mapErr(err)
 		}
-		deleted = []string{key.Run}
-		for _, n := range gone {
+		deleted = DeletedRuns{Runs: []string{key.Run}, Workers: gone.Workers}
+		for _, n := range gone.Runs {
 			if n != key.Run {
-				deleted = append(deleted, n)
+				deleted.Runs = append(deleted.Runs, n)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return DeletedRuns{}, err
 	}
 	return deleted, nil
 }
