@@ -573,6 +573,11 @@ type Attempt struct {
 	WorkerId *string   `json:"worker_id,omitempty"`
 }
 
+// AttemptIDList defines model for AttemptIDList.
+type AttemptIDList struct {
+	Attempts []int64 `json:"attempts"`
+}
+
 // AttemptLogs defines model for AttemptLogs.
 type AttemptLogs struct {
 	Stderr string `json:"stderr"`
@@ -942,6 +947,11 @@ type EventDelivery struct {
 	Trigger string  `json:"trigger"`
 }
 
+// ExistingRunsRequest defines model for ExistingRunsRequest.
+type ExistingRunsRequest struct {
+	Runs []RunRef `json:"runs"`
+}
+
 // FairShare defines model for FairShare.
 type FairShare struct {
 	// Weight The project's share, 1..1000 (default 1).
@@ -999,6 +1009,11 @@ type HeartbeatReport struct {
 
 	// Draining The executor is shutting down: place no new work on it (sticky).
 	Draining *bool `json:"draining,omitempty"`
+}
+
+// LiveAttemptsRequest defines model for LiveAttemptsRequest.
+type LiveAttemptsRequest struct {
+	Attempts []int64 `json:"attempts"`
 }
 
 // LogChunk defines model for LogChunk.
@@ -1275,6 +1290,23 @@ type RunList struct {
 type RunParent struct {
 	Action string `json:"action"`
 	Run    string `json:"run"`
+}
+
+// RunRef A run, by its key.
+type RunRef struct {
+	// Domain A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Domain Name `json:"domain"`
+
+	// Project A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Project Name `json:"project"`
+
+	// Run A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Run Name `json:"run"`
+}
+
+// RunRefList defines model for RunRefList.
+type RunRefList struct {
+	Runs []RunRef `json:"runs"`
 }
 
 // RunSignalRequest A suspend or a resume takes no parameters; the body may be absent or `{}`.
@@ -1898,11 +1930,17 @@ type CreateTokenJSONRequestBody = CreateTokenRequest
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
 
+// LiveAttemptsJSONRequestBody defines body for LiveAttempts for application/json ContentType.
+type LiveAttemptsJSONRequestBody = LiveAttemptsRequest
+
 // HeartbeatJSONRequestBody defines body for Heartbeat for application/json ContentType.
 type HeartbeatJSONRequestBody = HeartbeatReport
 
 // ReportAttemptsJSONRequestBody defines body for ReportAttempts for application/json ContentType.
 type ReportAttemptsJSONRequestBody = ReportBatch
+
+// ExistingRunsJSONRequestBody defines body for ExistingRuns for application/json ContentType.
+type ExistingRunsJSONRequestBody = ExistingRunsRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -2600,6 +2638,24 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttempts(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// HeartbeatWithBody A worker's periodic liveness report.
 	//
 	// Takes any type of body and a specified content type.
@@ -2631,6 +2687,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
 	ReportAttempts(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExistingRunsWithBody Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRunsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRuns(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
@@ -4045,6 +4119,44 @@ func (c *Client) GetWorkerAttempts(ctx context.Context, id WorkerID, params *Get
 	return c.Client.Do(req)
 }
 
+// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *Client) LiveAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLiveAttemptsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *Client) LiveAttempts(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLiveAttemptsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // HeartbeatWithBody A worker's periodic liveness report.
 //
 // Takes any type of body and a specified content type.
@@ -4107,6 +4219,44 @@ func (c *Client) ReportAttemptsWithBody(ctx context.Context, id WorkerID, conten
 // Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
 func (c *Client) ReportAttempts(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReportAttemptsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExistingRunsWithBody Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *Client) ExistingRunsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExistingRunsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *Client) ExistingRuns(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExistingRunsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7365,6 +7515,53 @@ func NewGetWorkerAttemptsRequest(server string, id WorkerID, params *GetWorkerAt
 	return req, nil
 }
 
+// NewLiveAttemptsRequest calls the generic LiveAttempts builder with application/json body
+func NewLiveAttemptsRequest(server string, id WorkerID, body LiveAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewLiveAttemptsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewLiveAttemptsRequestWithBody constructs an http.Request for the LiveAttempts method, with any body, and a specified content type
+func NewLiveAttemptsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/attempts/live", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewHeartbeatRequest calls the generic Heartbeat builder with application/json body
 func NewHeartbeatRequest(server string, id WorkerID, body HeartbeatJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7440,6 +7637,53 @@ func NewReportAttemptsRequestWithBody(server string, id WorkerID, contentType st
 	}
 
 	operationPath := fmt.Sprintf("/v1/workers/%s/reports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewExistingRunsRequest calls the generic ExistingRuns builder with application/json body
+func NewExistingRunsRequest(server string, id WorkerID, body ExistingRunsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExistingRunsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewExistingRunsRequestWithBody constructs an http.Request for the ExistingRuns method, with any body, and a specified content type
+func NewExistingRunsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/runs/existing", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -8195,6 +8439,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error)
 
+	// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error)
+
+	// LiveAttemptsWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttemptsWithResponse(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error)
+
 	// HeartbeatWithBodyWithResponse A worker's periodic liveness report.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -8226,6 +8488,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
 	ReportAttemptsWithResponse(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptsResponse, error)
+
+	// ExistingRunsWithBodyWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRunsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error)
+
+	// ExistingRunsWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRunsWithResponse(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error)
 }
 
 type ListAbortsResponse struct {
@@ -11125,6 +11405,54 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+type LiveAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AttemptIDList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LiveAttemptsResponse) GetJSON200() *AttemptIDList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r LiveAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LiveAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LiveAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LiveAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11222,6 +11550,54 @@ func (r ReportAttemptsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReportAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExistingRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunRefList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExistingRunsResponse) GetJSON200() *RunRefList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ExistingRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExistingRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExistingRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExistingRunsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12394,6 +12770,36 @@ func (c *ClientWithResponses) GetWorkerAttemptsWithResponse(ctx context.Context,
 	return ParseGetWorkerAttemptsResponse(rsp)
 }
 
+// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *ClientWithResponses) LiveAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error) {
+	rsp, err := c.LiveAttemptsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLiveAttemptsResponse(rsp)
+}
+
+// LiveAttemptsWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *ClientWithResponses) LiveAttemptsWithResponse(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error) {
+	rsp, err := c.LiveAttempts(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLiveAttemptsResponse(rsp)
+}
+
 // HeartbeatWithBodyWithResponse A worker's periodic liveness report.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -12448,6 +12854,36 @@ func (c *ClientWithResponses) ReportAttemptsWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseReportAttemptsResponse(rsp)
+}
+
+// ExistingRunsWithBodyWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *ClientWithResponses) ExistingRunsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error) {
+	rsp, err := c.ExistingRunsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExistingRunsResponse(rsp)
+}
+
+// ExistingRunsWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *ClientWithResponses) ExistingRunsWithResponse(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error) {
+	rsp, err := c.ExistingRuns(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExistingRunsResponse(rsp)
 }
 
 // ParseListAbortsResponse parses an HTTP response from a ListAbortsWithResponse call
@@ -14516,6 +14952,39 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 	return response, nil
 }
 
+// ParseLiveAttemptsResponse parses an HTTP response from a LiveAttemptsWithResponse call
+func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LiveAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AttemptIDList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseHeartbeatResponse parses an HTTP response from a HeartbeatWithResponse call
 func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14583,6 +15052,39 @@ func ParseReportAttemptsResponse(rsp *http.Response) (*ReportAttemptsResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExistingRunsResponse parses an HTTP response from a ExistingRunsWithResponse call
+func ParseExistingRunsResponse(rsp *http.Response) (*ExistingRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExistingRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunRefList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	}
 
@@ -14762,12 +15264,18 @@ type ServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error
+	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+	// (POST /v1/workers/{id}/attempts/live)
+	LiveAttempts(ctx echo.Context, id WorkerID) error
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx echo.Context, id WorkerID) error
 	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	// (POST /v1/workers/{id}/reports)
 	ReportAttempts(ctx echo.Context, id WorkerID) error
+	// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+	// (POST /v1/workers/{id}/runs/existing)
+	ExistingRuns(ctx echo.Context, id WorkerID) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -16522,6 +17030,22 @@ func (w *ServerInterfaceWrapper) GetWorkerAttempts(ctx echo.Context) error {
 	return err
 }
 
+// LiveAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) LiveAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.LiveAttempts(ctx, id)
+	return err
+}
+
 // Heartbeat converts echo context to params.
 func (w *ServerInterfaceWrapper) Heartbeat(ctx echo.Context) error {
 	var err error
@@ -16551,6 +17075,22 @@ func (w *ServerInterfaceWrapper) ReportAttempts(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ReportAttempts(ctx, id)
+	return err
+}
+
+// ExistingRuns converts echo context to params.
+func (w *ServerInterfaceWrapper) ExistingRuns(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ExistingRuns(ctx, id)
 	return err
 }
 
@@ -16628,6 +17168,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers/:id/heartbeat", wrapper.Heartbeat, options.OperationMiddlewares["Heartbeat"]...)
 	router.GET(options.BaseURL+"/v1/workers/:id/attempts", wrapper.GetWorkerAttempts, options.OperationMiddlewares["GetWorkerAttempts"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/runs/existing", wrapper.ExistingRuns, options.OperationMiddlewares["ExistingRuns"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/attempts/live", wrapper.LiveAttempts, options.OperationMiddlewares["LiveAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
@@ -19444,6 +19986,45 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
+type LiveAttemptsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *LiveAttemptsJSONRequestBody
+}
+
+type LiveAttemptsResponseObject interface {
+	VisitLiveAttemptsResponse(w http.ResponseWriter) error
+}
+
+type LiveAttempts200JSONResponse AttemptIDList
+
+func (response LiveAttempts200JSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts400ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type HeartbeatRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *HeartbeatJSONRequestBody
@@ -19532,6 +20113,45 @@ func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRunsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *ExistingRunsJSONRequestBody
+}
+
+type ExistingRunsResponseObject interface {
+	VisitExistingRunsResponse(w http.ResponseWriter) error
+}
+
+type ExistingRuns200JSONResponse RunRefList
+
+func (response ExistingRuns200JSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns400ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19709,12 +20329,18 @@ type StrictServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx context.Context, request GetWorkerAttemptsRequestObject) (GetWorkerAttemptsResponseObject, error)
+	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+	// (POST /v1/workers/{id}/attempts/live)
+	LiveAttempts(ctx context.Context, request LiveAttemptsRequestObject) (LiveAttemptsResponseObject, error)
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
 	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	// (POST /v1/workers/{id}/reports)
 	ReportAttempts(ctx context.Context, request ReportAttemptsRequestObject) (ReportAttemptsResponseObject, error)
+	// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+	// (POST /v1/workers/{id}/runs/existing)
+	ExistingRuns(ctx context.Context, request ExistingRunsRequestObject) (ExistingRunsResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx echo.Context, request any) (any, error)
@@ -21766,6 +22392,54 @@ func (sh *strictHandler) GetWorkerAttempts(ctx echo.Context, id WorkerID, params
 	return nil
 }
 
+// LiveAttempts operation middleware
+func (sh *strictHandler) LiveAttempts(ctx echo.Context, id WorkerID) error {
+	var request LiveAttemptsRequestObject
+
+	request.Id = id
+
+	var body LiveAttemptsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.LiveAttempts(ctx.Request().Context(), request.(LiveAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "LiveAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(LiveAttemptsResponseObject); ok {
+		return validResponse.VisitLiveAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Heartbeat operation middleware
 func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 	var request HeartbeatRequestObject
@@ -21865,338 +22539,394 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 	return nil
 }
 
+// ExistingRuns operation middleware
+func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
+	var request ExistingRunsRequestObject
+
+	request.Id = id
+
+	var body ExistingRunsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ExistingRuns(ctx.Request().Context(), request.(ExistingRunsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ExistingRuns")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ExistingRunsResponseObject); ok {
+		return validResponse.VisitExistingRunsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
 // Stored as a slice of fixed-width chunks rather than one concatenated
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39ctu4li/6KijdqbI8Q8ty2sneLdeuOe7E3e3pdOKxnelzbyvHgklI4jYFaAOkHe1Uqu5f5wHOQ9wH",
-	"mye5hbUWQFICJcpfSe/52NWRJRIEgYX1vX7rcydWs7mSQuamM/jcmXPNZyIXGv46jvNUyXd8JuxfqewM",
-	"OnOeTztRR8J3HQ4XdKKOFn8rUi2SziDXhYg6Jp6KGbd3/ZMW486g83/tlw/ax1/NPoz85UvUOc5zMZvn",
-	"p28anpMma58xVnrGc3udzF8ddqLOLJXprJh1BgdRJ1/MBf4kJkLD414X2iht70yEiXU6h7cYdC6ngknx",
-	"Kb+K4QKmxiyfCjbX4jZVhWFzPhG9ToQz/Fsh9KKcIt7SqU5rxj+9FXKSTzuDF/2+n4nJdSonMJE3asbt",
-	"YMGXTvDHBy/uW27yk1sh89M3PwueiIYXTxP3vhk3ORP2DvgzzlL7UYtYpLciOYIvTa4FnzEtTDEThvFx",
-	"LjRLc786U3ySfxk7iT2Yxd7pm+ZVCi1SZf7/Dmu+Mv3a4GysNM3ZsHzKcxZzKVXOjMgZTsvgO+Af7C6V",
-	"ht1NhWTXKp8yroW9tGmf7eJcweJcAVW2ocJ+kArfprM093u//Bj4sTp8Isa8yPLO4GU/souGQ7+0hLWB",
-	"3M+0+quI8wYym9OvD6az82Idq9DFI5DyRTwVSZGJNc8xdMnDH/ab0jdCP5gnFQVcuUrXdvxxpu7WvMwd",
-	"XfLQl/li7zdzJY0Axn6m1XUmZvZjrGQuJBAHn8+zNOb2UO3P8Yp/+atRwJ/aPc6NC0+sn9Fjyc5/fM2+",
-	"P3z5J0aD92AZ6F6QN9dK529TA7OZazUXOk9xxtz+BJ/SXMzMponASOciVjrpfPGLz7XmC/t3hcmvcpPj",
-	"a2P5nZIlM3SMf3UTy2353c3xo79OXcPJsgKuMp/Vd0MpOvi8PH7U4SgYr2JV4B7Vp/pGZOmt0AumVSET",
-	"w+AykTCj2Jjryow9OyiHTJPV8S5EDuyTS0aXsZs0y+xAK9xtdeSYF0YEXyPxcm7lp5tUBiYywjUZDWAP",
-	"YGGtdLLzgh8Yl4kVUXqRT1M5YYVMQP4csRFNnG6107d3KincK9m3EdKyy99LBYZ+q2xeOUVV5LHCM7o0",
-	"ywTXXySjiCnNRlKIxFzZJdFWQtg3QMnyK/9EOo5hd9wwLbjlUwGaijxDDq2WFtw0kIqlRGFykVzxPLyz",
-	"d9M0EyzNWWrYtbDL5udf2+GE52IvT2ciNDvLx0OPL+b2NvfwNmMtnR4ghKgijkr9B0SH3yoks+WzUZvB",
-	"miMIiwSnLklSOyLPziqnccwzI6KlA1qu+vLxA5FsWK7YsPPBCM38LiDRDjt2ZSsqzkE/rAmGp3uR87ww",
-	"AY6xzBbWHMb6lGFWIomY3RNV5KwLBwwPlbA85PL015M3V+8/XO4CTQfYgVWI7R8isRfcgZi8ypTJg+T8",
-	"zKfnEU5IyXLuf1CWRUNtw4Lk6YVAQPC1EndELJbFz+da3fJs423uOqCXeCqubkRAvT5m8GPCTC7mO4bZ",
-	"i6KOkrFlJoalcl7kBvRmLYzKbu0qDWSRZYHtwccYT9frn5QpdVPMB+zn00vWTXN28eH165OTNydv2F1q",
-	"VXVLsrle7BimihxnIROmuWRSsZybm92I/Xp6cQE360KaXUtoZ+/PPrw9vjx5g19zGTFTxLEQiT22MmF3",
-	"WuVIBjD8bo+RTgCHASYHE7DnByZcFSk/n152oo59aifq+EcFBUsi5vbIXeG+e8Vm5bpl9UXIZCtOG3Um",
-	"QgrNHYWtGn+03nGhNdh6hRwwzrTI9cJZhfDW8P5amJzrnMF/DfxoFaoIqMGuut0GcRdWP5y8X5miJDV4",
-	"9QeVX12LsdIBHvKbZQ8cmFnC7nias25S4ItGOP1d4Grt5RsRUrOECKk3S0RckimtKw0aMfuS7D//9/9h",
-	"tzwrRMS4qSyaJ7sZ6+aap5nlPFLcZakU9tTN892jKvkxLUBhN2xY9PvfCXbAptxEQKWWQ8LTIsbZv128",
-	"f8eAeuxm+gfu4CzsCYYv9lKZiE9M6URoT/LAgKWSVf235FpzroUMqypzK4DCrBZ2zdMUaNjXIrZLc3b8",
-	"4eLkTfvdmk85Srm1VglcVJMNy/NZlNOBwwWCjad2y0Rv0mNa2DduEDlwDrY8kPZRV5ZAiabqE/pZ3bEZ",
-	"lwsgbDxhd1OV0QzHPM1EwrpKXtmPhRbMFMaykl1UenUhGSw/+TVSa8EYQyPFSo7TSaFFwmgC4ZNqSaLJ",
-	"8CgnCJSbr7KQkuNYomTdfoh5wt27mx7f5jBWblzlbqtz2nFn7nph2VguaJ8/Dzv+8A47g++//74fDTvn",
-	"H969O33309Cqb1/wCPJc4Bm0R8PqCRyOS/CQwJNW1/C9FGBYOgaLSpifGYyeT0WqnfJlIty/1RUep9rk",
-	"ER76ytep/Z8/0gP7N7fEgePATTiDLs/ZTJmcvejvHrGxVjP208kl6/V6+zgrs/8ZP3zBe+Euy0jIU2ql",
-	"JrisGDc3dqfBfdbGUr/k5iYk42ARrtYa6rS1FU+tvbxcU1jGbtOL/Cve+hfLUyusbgS3jVDH9B6A4Lm3",
-	"DCKVk6txaHK/TXnOODE01lUaxVEqJ7t0Bix7sUs1YFWRZQrg2aSZMXffZu8DyM/Im1HA82qHuH6kHFkG",
-	"ddGK/rjixfFTowOfiDg1qZJ+GQuZpxl8nSDDXLZd2nPJ60VQtMRqNmsSO2469kdv5cOUBTrskJEH9LGl",
-	"9fQDWUtz7TLdz6i8XoSIRtHCGdbFdTw+O2W5uhHSMPEptacceADPMqFBwIMGIbLx7pKlGQo51JbuXlYp",
-	"uUlWzJQGc7MwQkfMLEwuZhGbCz3j9vizLmdmLmLvn2dS3FrruZC7UdWijEpbszRZLb9BMzZ4LGOViJBp",
-	"YXJ+nQkmtFaa2YuI5//KP13ABH9EYWpOPpEtoDQ7lbc8S5OzrJik8mIu4vAjteDbagAwjyAJi0+ptRQT",
-	"EZZv41SmZrrl09Db18KJZw38Lc1NWcyuhQ5P9n66Ec9FG7lxARdaTowUk4Ysi6VjDc54mrF7VG0DPzaT",
-	"/Vs1CThjTJ4IHd5JkyeqCPOpXBcyts8MyDVdCBRGaDewa7FQMkGD9JOIi1zpHcOuVWFtVW5YotV8XjsN",
-	"10plgsuVt6cJRW7S1XmsefFzMScvxBYMzrMEx4YtM7CPhsNm5YJjB5bF4oG2E8JT3vG7avkASBFiBEFT",
-	"OravW8wDLBUcBczksEROldoxbJxKnlkTSukc1eY5HPIdw4C+Qaf50V6U/l1YQy2figV6C1JJRlJbJec1",
-	"zu4iF3M72Rn/dIq3/XlV8dmWfQU51Ny+p7Y3/q/fj/f+H77394/0b3/v+4+f+9Gr777801quVJEOh/2g",
-	"KNnAph5uSMPWeXUc94gsVvvR6i9oM0fuoNTN6x57B/KRa8GEvE21klb27d1yncJagvg8QrXZGeQyYRxD",
-	"BmCI52oi8qkVYk5FPmC/pj9ETCr27sPbHjudSGVNKVDXlb0UrQMTtpdrLKrOJ7fkeSXbqa/aD5YtiMRa",
-	"NlWG0WC5Ov50/zFqjGwj+7GT38hozilWucpr51pZ2bw64x8tB0KmWZ0xmxUmh8OPJlYZAdowU/egNXO1",
-	"Z227YJ6emO0cfVZb4w3+sljJnKcSBe9a5uMuhAmvj8YJebvVgV1Zm2mezzdN6OfLyzM3l9Z6CXqZH8BN",
-	"Km5O8lg7bzUavNYam2uVFLHQZqd02b07/vWk5CkD5BZc6/TWshZDbmLPXZjnLnAjJ7k9TjPB/un18dnF",
-	"5fG7q9N3Zx8uL67enJ7v26taOtusanY10TwWV7OAP+HXNMtSI2IlE8OuRX4nhGQXpz9dnpz/CvO4OP3p",
-	"l9O3b5mSqD+3DOuuU+8qTH51tZ1P3rvWEhFnXAtDi0gMPM2FoS9UuUTvP1z6NQL3Zmy5NTo6w+vV/lih",
-	"oA97LVsyGBcPA/4iVQ4WvlQsU3Ii9K61ZEJcZlN0F/254bVuirxuLzrADwCeofCT7q1Obw7eVh5deV+/",
-	"JSXLQ15UaugtGXJD9gg50Nrnj1RY/AoBhWN7YVfKDzy+GafZPX0EQibtzSZ1K3TGN3Lf93jZmcrSeOFN",
-	"tHsG7fFeiEg1vH4eT0XS0n5Y9Y/azYLED3ZtR4os4ypyVuawDJhIQenipMqz7t2U5+zs/cUl27892He7",
-	"s/85Tb7s0zU5vxEYC8zUxGAMPJ4W8sY03QjX4W0RnPdrlU9Dzq1qcs1WealRJ1OT9hT6Vk1e2xnX7YkX",
-	"L1+tsjvtV78FydNWNQWw0xb7fC4MJCp+3m5xVhfEGyOtcs6iR9IOj1huDfCxspo86PZ2Y1rojJX3W8+v",
-	"XvN4Kk5kjrmsS1bzfVxJn+apFqY51pbiW7psBs6mac66M/7pik9E6QD/C7rh2offKF3gUYKoK6ukhRH6",
-	"1get16q4dkHPK9eX4nJVLdGFRL/jXM2LzC42JS4Hg3TN8fKWg9wKbcIWwXICFKRVuMvLRdzonSrJKSz9",
-	"hPRhxnbeipI8N+dOrn8n9+jGaZ/XN3lp4jW6bikF72RThjsSFByAmMIthaS40Ob4Cg5cO2yNb+VMwy2k",
-	"3a9WtjCOSjFqy6mJrUy3xsQAzJMbsWBTbqbkAEGdCRzpGBXwBo1LySHjg2gqAidFKqmoAVQ1uAaVtR47",
-	"ZuBKwqwXNoMZeeWdHDGM5wxSf1x80qXsELmuykRiM+EgstWXfR4PxFEtb4oY90ExZgprcBk27Lw4nA47",
-	"FW41Vtrxq9WzK3TKs/TvdvVq6fPB1X+tZCX3xficFz4TsOooMQS8OTqiwNVjKOfkt+PTy9N3P139+P78",
-	"6vXx659PdkF82D2j9LewMVDhDfX5nHFMeIUUVrEYsHjKJYRcrZEEEqswlpJVlgjN6JhtJmL3wCDlTtMs",
-	"OS/kueUMoWB1bC8A9gkamUtOp8ygsUs9CGhFcXPmUW2U3gNyl6px75xdC0tZhuWq1+BOIOsnEFK2rwle",
-	"gkR8ghh6bvAdyySGVE4yurIhfaExnWm7lJU8VO/isy9gAlpIl9aDU6aYC8OkKbsaXcrlisrsreC0wyFl",
-	"b7w5u62yIzhD91ZBsqr4vrezfu4VTVvdT8gvcoky5Zr4lL+luGmDt9vpAj6mDHmZEI2DCMHmgDKM0BhM",
-	"9hwoXmwpOY7JMW35LDAvx8GUROY1VVliiTZT1nKidDmgiULCj8auRzU7vJAuyEgecekirjAoRqbJYRYL",
-	"yCziWrCJkmJ39fg3JJW+PnnLcKmY+DTXwljOxKzEY1CG6HKv8I9excd2xDiLlTQ5l3lFPCRinqnFsGPf",
-	"wL075MJhiQRyptpOf/8qsNNuHdecO7fCfN36HlhWfdC3/9fAI0yueS4mi5p86vytEIWl8aVsafh6NMAM",
-	"HlwmyE6BrBtMJvn3DycfTt5ElNmTUl6QFUFO8pMWEdn/gD1rVz8vtDQ9Noq5jEV2lcqruVYTuyFURCHF",
-	"HTyUEj5B/IMMzBJhQGJKOw5JBv8MRzKUq8iNkmwUl3Q+iiA1jEJz5QSkuBMmb3pVSFI//uH9+WWpjETB",
-	"4atZuW5RV9+x/BKfu/kgo6LuyWTDaf5FBKy8Kcht05A2hGcSKSpyqwx72T7iWE7gIlN5SJFvMt4aKnJ0",
-	"IWFLrLq5Y1hloXG3pyKDgJFdkyNMo8LrQTyXv0PaUXVr0ENovw5Gdmc8IKc9ryMudiMW4M6x31PeF6nS",
-	"9pfw6bNnJrgHlz457qDfZ5TlBVHfLJVi29Dv5o2gJ6zhN/aKFvKacr88fXYiT2jl65bP20C4b0UyQVNq",
-	"hZ1vYUvWD8ImXyqMvWFesIxr4m7LcsaRwY5huBouuVfoHdOsdm6np80zHgfD9v5BcIUnou6BlVJAZQ3k",
-	"2ejuT2XcnAlPb5grdYN6K7IQq7TiTCBhhBwK7R099wlPq/k8SNXHfpKW19npkKCwRq7XR3Dqa1WNsE0F",
-	"jGRrMoBfQb9tcc7s1jQQqRXpqdzWz9/oRwu4n07+PWLvTiJ28j9PLy4vIvbu/eWV+/zTZcR+OonY28uI",
-	"vT1hXVnMhE5jYI2n78LuKZ4VYUMFUy22CVgH5aSaN61VJSq9ncZ7iVnseH+ZtpPO+EREjOvJLbr04Ysd",
-	"g86FuUpdxFDM5vliF2tIS60yYLduHbB/cPwcptwi7AaXBdcVjjaY8e0iTsvnxNn3kqUSWNXISvwRwyxr",
-	"az9OUpMLLRI2csb7iOViNs8wj/4Tj/NsARo4ZdGsrqyzjpecDHOcJUFMCG01PzI2Ber0sH8rufbVqhNr",
-	"LGxk2/aq/0D6tryKSHDdLa5a34UEfWl+y/vOxTicUus3zJzmWJK/ZYzMO2TKkVy0rGEfeWjnVjcpTcRs",
-	"rnIrc8OFgf6BO4adlhfv/WL1QWt55dPUQAxvQBvnJlvxQO6j97Eql4YSTIY0Z93rBQNHB/ywi25OCApy",
-	"ae7AAYduSJ5jYcOIhhgxWK8eO2b25TTcNJRazAXPU/I5cp2l9BOWNfpROUGHwKOSNOkNZZvs6v8m6wBZ",
-	"37PmOmiB1w8Lw8eZCP3W3PknrpH7dIH20aVt/x7zNDOMZ85LsczWy8mXAVXMjJ+l0v29QeY1W4Qwcwdg",
-	"cj/mfFJnraNYKzkCMTbCqmmejVaPcWx5QTG/uktlghu7JE2hxmyWGmNtdfACScUcjoqGcloAxSG3oguj",
-	"LuDbhSrkBJU5Cef9iJErA6a5EIhDUTk6L4N1CTqkvP+Y3oq9cWotR3sB6w47/7z/kv0z/v+ws4vczN2k",
-	"NOv+j6kqdLaI2P9IeAr/3glxAx9mSuZT+GRnlS3aVUy4lQ3plD5GYRltzjLBrdFo7Dy/75thZ/eIKvjs",
-	"SvEsnUiRsFwBH/gg009MzFU8bbM+f03zPBTXOoG8qXQmnHOmmOMDUsNmRTwl7tcddg5gQlEZ10hExi0t",
-	"Of8YJuO0mUyYzR1Dui0tBXgkD1+xeMo1j63hGTGjHFNFH+UO1a+M0bit5ixTonL3970yZfnw8Iv7fvdf",
-	"/+kxM2DuxV2xvjUUWgrYJOlM/F1JESyoOj1+d8z+DgxKaXeou8POSWGP8f4PQmepBFpyB+vD5etVWIlQ",
-	"gdo9mXkgBuCHauZtl+pGyHvmOd0j0OuIcPkAz1LpV6UZXaXB7eN+xQRz+0JsxhdYDOgDj0qjBRHRyaGb",
-	"WruEEJRpScoE0nZUttHkPrfXNGwZ3L9mu3Q6mQh9zw0DADRSCrfcgXGaBVnZMaMTA5GB5ZDACB45Yt3P",
-	"4G1Mk4jN+SJTPPmyS4ECuKJH3/b4TBUy96Xx/b7bP7dtiHBXBlnbRQfa8r6X/Qrva8Pd/rzE3dZyyyZ4",
-	"jZKTNZmgm98wmDGzY8qgDCRAr9ukspgafKXDzoANO/XdSZNh50swy/kRmVZJpRsYGGAHOjCtQB5KOLjo",
-	"YANyPEleQZIKQKkwZwOpHfUUWEE24+AYc2X8hDOG1AhuC1hZ+0hE4AHnF6w9SxTkHo5TRGasmm5NQE1N",
-	"+U8r024o7oBrNjsk3IWh1f2Rp/piyhG/YwsmcyfSyTRfy6h3DDN25Igd9HpWV2ddJyQP2kS46RHBWVu1",
-	"88TtfH1moJKGuAAgbcy5NV4l6XmEOsSuVbKgg2ENs57Jxdz8fvCxh/6r4PLPhDGt/EE4ofKG4AspbbXF",
-	"LW2OH7mspyVBBe4tZNxmqcnZjVR30uNMkBbaTaXJBQdI0ZFL8x7tDsAmgLHmZHhHZS0XZi84C3/HHEGl",
-	"Qj1DJIIRykwUN0yPLRtHY61mzjiyUnbUYye+6mAicnQyoy9hTRXHiJvR5ioOrFDgBqUN8UicpYN4obPq",
-	"GCkMjPExCIHDZSw1Efg7sJAMPLD2F8v+eJwDefVYJenFwx5pUUF5MUvID6z7+0fcM6lo0e+maTxtSPE6",
-	"ebN75CNpDmKEwAWNY1uwprRDnjgww4yNICVshKsAKzzlpszyohixupOUXeARhQheaBl1SAsMuMts4cmD",
-	"HDRJCvzWZXP0GDr6dwxzu3R+cvb29PXxBUsNOwj4eE09+n56efJrJyQEg9RRIwyoPkQkwgCNVFxXvngo",
-	"TOG5S0JaIZogk7CEHjQsnH+rRisQ/MAk4DoskK9v7EeWj6L3P2JDyFvp4c2QfUdkicqJgdUvvSt+zxCg",
-	"y8XlJZ/ZZzakyHqtOZC8Y1kMAhxE4SlW1e6AR97SsV27LBMhE55GRHsZTt64imaDseTji4vTn96dvInY",
-	"Dx9O3745ffeTpVRChSlzENBDDqgojj9VU2l8RoidvE+6HkDVEGQ2UJk3BAohIMHeqbzMs6QpraQ4BETc",
-	"Cu/3JXfbB1qmeT4vYywkzew5QxA3y2rg8BkDxcCmlMB2OV98+rTrDqeJypdxcLQgFkv8mVeH7Jf0h13H",
-	"kYlkR/aiUZm/XysmA9RPzl5++oTsI9dcGqjywFJpyCkFngInltjZUYXN0osgATtoIo+6soTaoZJwqI6Q",
-	"pR8W/ZmJfKrqPoXOTyeXwYhsdc1DQaoqlNLSmSh0A7TLtVFZkdOeKw3/Gvbh/O3mzFI7Zkjr+FlwnV8L",
-	"np+LebYIoSeEgpwe7pEAq3KtMnswpGB3XOZl0lDV5m5RUbLWdwtT2fQOVEnTXF+2eoJ49WWwtg7D3FEV",
-	"5KmsGvcvtByOafmS2wbrQyV9zZXay8SUaJ7KYKD/slpqk1pNvcgh9pKoOzmghAipIL3MLgvD1N2uydP4",
-	"ppa1U624WZmQr4TazrpIeM4DsRrkONxAYWouJMUW2IfLH/f+7LnDuw9vVzxwh39++adXwdwJLfismju6",
-	"jMLRInUUhohw0h/XLILZFqTD3/S4VWdLL0CPCc38XYND5c27i72MX4tsL0tvBGEZggR99V3FtWJFLjlO",
-	"9j5GaH9gfC9hQoKmQ6pIJnKyxJN0gppIZf9efbfsuNrksXl1sMkfXXc0N0GEuUhLgn78RAFsn1Uoa+FS",
-	"dxmcpDzNMp932b0Us7nSPLNKHj6Sze0zU2F2B2xkbtL5iKV5xG6ENeCkYN3RdTEeC32lpBhhFCXLym95",
-	"lo12sdLAquWuuwOldLpEf5/02XWZmyBPR+i2oFvl4o4vWHfEs0zd4cDV5D87t07UKWdT/sGzrMzNhJE7",
-	"UccPE8wVBBf9tnzASdpVEkRF1xqT9kmjCApAZTWUDZtlNeBJeisIGQ/09GU/2ma4rSbXYqPtgV5Mb86i",
-	"LTWibOnlkvmR1dNen7wNg8NcVdBhrtbBw5RnulXYA76pKjM0UmX/3Re+htzdH3Wg98DHVrh3IcZSjdc0",
-	"kgQ2UwjkwHiHJ7teEPMhxyeYTZ40rLpPqmjC7ByCTs0zl0wY8GTZnyi1xp52XaLcVw8K5nZ3ok611uj8",
-	"5OL9h/PXJxdL30MNUidywJWdqES17ESdH49P38IHyqLuRB0P+t2JOh/eXbz++eTNh7fHP7y1g/z2/vyX",
-	"k/MrfxdCGtoxfzk9O2uANq50mFgSOOvhjWY8nqZS7GnBE/iignREsfwrLHiTKr8aq0ImESCaZmkcNi4T",
-	"kfM0C6OdWAOhvfCreAQDelAK9QixaMRoKJq08zTPxBr7YHWtPpyfMi3GwtqAwtnWlFJjV32ZDpt8tvZX",
-	"93w/R0KgCp6o4jpLzRS85feLG4WaTmDzIZ89xNKEdQFaVnzK2TUqW95cDkTsm6X2/xoOP/X7H/8ZWFmZ",
-	"eoNeL0ggbYqjBNOdMDefz+dCioRoEpPBKenoyPnUDTPFtb31WlgpuqJstApUYqRkO9YFU/STsIfIqrKj",
-	"WuxldOQdKS9evrL2doBlBVI511CESIAmHqeanbD2g8DIgJkrtI9dlNG7SnU/RFLuuGFzN7uIwjBYpmq3",
-	"3rBUxlmRiIR1JUFIWPYrlabYS+twbj14FOIMYQCnpqTflhu/Wi8fzJiiiI+pLA0FfCIn2bYBzwnZihhg",
-	"c9OmidT2cWMJ+1lhpmVA7z6c5d7aVptIfRlWbUURqIZujvBvn6AXjnPCOKFlPee58G3GHn4yMzfUNuWu",
-	"oVD/gYnYwczqOgfToNB+cDcZWhnXRm0OqmXlnTe2i/FLF8ZUeKQOUlFH81xcwTTb01e5rZvOZ3X0tW95",
-	"v0PnCWKJ5yBesWXUc6FTlZDhjsWQfSwqvC7iG5HvGBbzOY/TfIG9O8SYGk6t0ti8CdgBHzJgG8jqy7oF",
-	"+GDEts5xQmX2QcVqyAqgghBYjjO7C+Tjr+c++7BpSvVByWNWz55eniDwG4QCBxWcS4zH0RZU4nFlioyv",
-	"t9zBBGW89GEpMs3L0D37gCDt9pI9pNf9z3acL7th/iDTvG69HzRsjw84445srMpta12eUxkEdgm83/Hh",
-	"SQIVqKv4m9Yk/HD+1q2T96Ien52S4jnN8/lgf//gxZ96/V6/dzD4vt8/WEneDAk+cKo9MFDRlHwXcBgY",
-	"VehYbOZp/kIrGDO1tL2HUVNtpPeuU4sfD1DitvrF4TZYB7Ql4S2fK50D1NWWGz11AQS4L8vejzuD3zeA",
-	"ZC7FHL58jBrQM6B+zT8hIuRo7EqRAJI0+hKhJgRr4+G8g1+uDpaGwxHkmR+ScM8GTEMDQ5GQQxC4uB10",
-	"B/MojAMLMHegahPSjAY4sB2M2fRKQLL28q6OIvew/Hx69Ib9bYIww3e558xp0ICFEA6CEXR1uQ9KZgvs",
-	"sqTFPFsMqqhlzxsqc+sQXsbKkd9Cnr52eoAaj4F+rheUGyF0hI0wXG89KvCwfD1Q7zAvrmaAhRqoHzn7",
-	"YMkSfo6VBoHQ7/fZXzCtSGmsDNmqlW/UmYmZ0our60Uesll/hV/tY+GCrcf/El5ja8TdT+xYreRqE7aZ",
-	"YlrsWYsYoieVVpuJupPU/RkUh+W02hIabTk3Z3O1RfBVKQ3aA68kMwAKBeBYDSii1GoaSSXojjzHZMh2",
-	"rPe8kBfFbMbBmg/XmW+BJBo7QLoVcGcC71mDQuSBRoBfV7OETISti8Q8okwvSEXClIV2lfkVuKcQRu5z",
-	"VZxR6yoRzKekH63USiUbKx2LgQsZA6G5qhcoE+fUP6dNIwT79Mjv5iof+4hUsyQNgiDHscLUbxUCLCXf",
-	"EsBnsC6lx1GNIgTeRuBuCtVt4VXr+kNA2pJLMKXrXXTuCCsgvYnhSxvLxDC8o0zKoULIpbrPcJn9ttic",
-	"lI684dw1sIDaPpi1YjnsL3TbUknIjRy013Z4Hks08SBBWcg3IhNh7MPE/iIa3OVYCVBCrhlGl0e+/xu1",
-	"BMtx9w3UyAmZgEbwcL+fm13Da3lvcLBaGdvnG6bVHc434Tl3Bwh99HvgQPEVGlx616UVPOsQ5hpbaLdO",
-	"n7mXz5qSSbZy2K7B4W892bVw4g0IIojBnWylBy5vJdigFKWECGbkmyuUQccW0OGNiOEUnIKF3eg+Pi/k",
-	"U7vpii1kfk2BuGe98Hkhz3xzzQ2wiYxXMuKtgTfe6oSE6SSAeeKhABsmfJFOZPt2aE2y3vWYLWaCnDZS",
-	"oU9L5EIbrKKHtNEZX7BrUSnLG33+MgrG3ys7EohI+3zaMMxBWQK1Anp159grdDOb8tolj9YqLBHzfBqG",
-	"h0qEmHueL4XJzYA5lEr7VakUaFVMUMyDE8mRDFUXCWkt9H9hB2Uu7kETbN3a/iHbdibGGq2muLCP4BH/",
-	"D5VbeYnX0KCmOTThz9eGw0wHEVzQkFJ2tamTLBhONUw+YJhL9MOGlhSTYWfAXoCbFrGh7O4dAPzRYwBT",
-	"rREQLqWswQ50CWdgzC2tdhhz12WyBZHIq2PuGEx2c2uVGrd97aimUpe2+hBHIK3nvX20afsyxf9A5N1Q",
-	"tWJABpI30nXx3CZwdVHZ1KXc9QIdK+XnK55luz4LIgQLQVhxJUfxSX+5YpZbd2upewFtagV94lFYosOL",
-	"WAvXsAZFYbXUDvAvrtqBZYBXw6PsQqM7RMS4E1owj24mCR87j6d7xZzhmG277jS2Q7cqjdWiAVmiwT4Q",
-	"n3L2cimz1LCuRKyZNBPYHzrZDXsF15+9JU/BV0JdWDVJtYitLGnOg6hwn4znBF1qIobAn4T5uCz/Wml8",
-	"7tAlYMMGHLw36XwukqvKWrWlK7Lyaom9i5ZEVMWd+Cpcrw2ihKeEkpRW2Ibf+BX6r2970zle3YGoZIf3",
-	"46/Ha0DNCfSlTFPS4BDCVkA+jEKdB8mF5ZU4PhMJG2ECr6NYTOLdwy8/XL5G6ckNWywWi9ksSfLpdDYz",
-	"5u8u27eQmTAmQDnMLgQEy7yOCP5F7C4cgO8vhbpnOA9iGMuOuKXh1y35E9t4birtDT0va9u+5fr3S8hN",
-	"HcbKe6AiuKyc3T+ppjbSOuj3i7mIsaDmHhGKNcEJyGnIfUUr1U0vVaqutQWamtXtGDh/A3awt1plUkmR",
-	"j0pWXakw8XUlrZYRXjK4bG2g8lc9a64NQ1lPfFQr3Ac/YVmMT7WtNPUShCAMgRnYianIsrIwlOvJbeT6",
-	"ZCQsSbWAcnxXMcXphioyAPV6292ue59z6LlGwSuze6vkpIpLDrxSjSl/H+9u6DBy0J9BjbP0Df7m3BCF",
-	"sV9O3749eeNrvmFRfeJ82Njn8VS0arfjoiGVjp8blxx/jpiP0u1fp3LfTNleQ5fyeouBtYwtF/NqRwK8",
-	"m8BtQ7DlWNUIqSWscuUR1BVBm62pypJtULMdkm6wLep9W5/GyjOvzU1hzqBAkYPExkPj2wEz6PYIGINs",
-	"wuVkF46a0DNoKu2aTZBLGxDrCcYHCNKk11kqwz3FwNtj77gKKRdvjn9iM5UISAU4KuMAEBJEgxd7mmHI",
-	"NQAav/F4uVOxLhxnHzdgU9e/xzcgoO4aTpWZKMizZ9eLsoQ/dOq+65tKXx8calxxAwap+cFQu2OlrwQB",
-	"oqwt+yDclPt0tx03AHWX0BaFNK6dKYGkVsLoac6IGuwy+hoe1rU8iGCGCJBjt8dGPLvjCzOy4/DcDuOr",
-	"FXrsvSXbu9SIBugmoKCVsjHn22/41fV8wh9uxILQtiCTs5A9nJpDvYExros0S3BY9pe/sCFVIw07PYZd",
-	"+pYxSbDIKIwbIcPNZ9FcRJZfQmCUTX0xbkrQIrFwnXxDVXbYRGuc2k+N0B7tzcRczE/tpIP9GHx730b4",
-	"8qVzV2nLQujo4IJe0/u34QC+NLW+Wgd9E1zvsjOEq+cDsPWVViXQ+6GNvnHERsRSRnTsR252I0j5qXIB",
-	"r0ooKY7YiM/nWt3ybFRlGJLh18JFEexhP6rCHftaCIetUv0RsmLLUApG69E6HeGhGyHNwaVlfSBW8ANU",
-	"ELDk3cjrqEjpY5Vl6s6U0C474RWGvhYCmnk54J3agvcb0yC9yQlNlafKCKdeWcsuN1Zc7f1daMUgZcA+",
-	"ImHdPmXDNnj6q9OZa2EVIi8ZXN5tv+WcMmUIzMQls6AYpXFFwlwuQ1Gd2dq5mYXJxcxDFK3poGG32lo8",
-	"zMMZdSkBeaL5jMVceoU+8jgNVot1P11bzpSIyKfZIfi8LiSolwAesuvetbLEqSSgA0e91qiYWL4d2OvK",
-	"hhx5zdPjY1lOeVHpu2f1gF/5pwtYhB/pvU4+UVcr9oZgWKrF43rHsO53a1a0BvnUkvSQg9P5LjPgVUYA",
-	"12XPLXwDb76BJoW3cS2YZYA1HLqAO7Q+hQ8y/VshXKJp1ex5xxvUBiWDB6tjv1zlZPbbEZIKXbqL6pwP",
-	"8rjd8LgyJUejzfU/i4TMV3sm7qYqE5RI+0txLf5DZHzHgJNIjcewRuDyKh9VJt3GSo7TSaFFwrBs2oo6",
-	"elr4pZvatL+rJpIgntJqb3YCsquDn63rz17xobJf0x/I8JIJ6NJOhd7S6qsgW7ZK4qv5jT+uRptrAfQd",
-	"416+CuDkS8B79abxAX8fINphO85uxebeMR6zNzVsBPbbCCAZ4BOJSOLTo2UjDiTgyFrgI29PH7GRVUJH",
-	"zJRkSPlfqaTfjgAjChlU+Qz/BTwlUbHjvyqZcRl5HEoqNSBrYsqtLAWBK5Wyz0VvpVRe5bAb6xCeyuT7",
-	"NGcSvpGqtPPZBRkQQAwkwJ3xwm+E7+UfgO1NlU7zpVZpEOzhcZ7erjZMm2uVFOCjZV1oa1xKmt2IVe5c",
-	"Ot5KU6Z810m860zstqndqj//3Fe7VI8UJjTkVJsyXi0A8j4b1GrOTt4B3hgmOHrU9bEWoseoxAVRKezX",
-	"DolCAh+BjFxZFsbCsLgUuIvtk96qVVK1/Ps/B9uNY1f/teU5pZJQFxvi05yDvSxzVanWaWqSdL/yEpSG",
-	"qZw0O5HK5rS4bjOObbjshK4FbVbV4EWDzbAafEIrg1dpNuzYb0pNdk1b21iL/Gpb43cJND5o6ADMjpC3",
-	"pD0SQ6SEEaIbLaBZoGu7ZqZWqR12/vmfAYwfTjX5zaBhPt5EvId1KwVoKdYw4CIu/BBHJcijr3nybjy3",
-	"yADe6frKrOJTbXILOnegHw+q9BCrVxuvBDrp7erE13sMq8qaowTvGyyNAd/DakXXCcfY2sm6WrSthazz",
-	"pk+ZQbpjAh2h0bVIAKalWVSLUOlC1oJT9hG1LyA7ncJSR64VdWlrYlgGgrF1fD/HolpX5C37LO/fRZVY",
-	"Evy37KMaMR5rZQwFjS2/3QgMib1An66oE2UXIp46GPRhJ7nem6UTK50wDNKu5ym87xoTyq8Hdj0F0mjf",
-	"7bSxhyY+tmlD0VuyZVml2QJFaRsE1zSvYLdugcVKgNVJEYP3dzWE1SZ4tYz4bJ8U2XcNLd0lNcFrhils",
-	"V7yCN4T0cbJ3rgAVOIwJsKlxd6VjN6ndVDtEqkrrHt6Bn6iV1vIBcz5fBxKMYMiENgoP9Q7BBqzaBg/N",
-	"Nr6T1r6MgBms8ivUOdqH31dzFgPatZvfuv3Uoux4ErSASge1R1FF2T3wWNtQ7x/DYcz1AlBaANQpIuAr",
-	"57BtoA3ftNuyHt/JBgDAg7GUe/StrG1DuRwroaEldxK05SzJCDINtOBZtoAGSl0tjCARV4kuQmMRYUqR",
-	"gbVOUjGchxu/qYUteNGuggAzy9n21LsdV2T5/AZIIEzqjXQdldyliSFduM2or+WpTo0zma0icORrQq65",
-	"scoA1Gmii5UaWlagn11Z4Id3F2cnr09/PEWMMjSbOlHHCebNaGgY3g0Ani0Dojmpb59zfnLy69llAwga",
-	"2GePA71ynw45DbhDzfkkldY47R0zWtyqmy3fpn1rm6iTu0UMxMPBGDpy/j9YV1AuodQNTIleuzKUasuc",
-	"ykJsLDyBHQ6nJaGN31rUIq1syiOiQYNTKVOiH4Hcqv191nTw2SrZfkNnms0R26duDVPJRNy077jYT5yQ",
-	"5oDc2hMR0cBGMnIDr3m3bVsV1tfgfknBoU3/AOmYD2uciB3dRZaAMzuecjkRR8wIhKOmlmtxJrg2lVaK",
-	"3jbAQMUdXzCtCpm0abHYtt/hVu0H2zcJ3HTlN5OzXc1QfrJ+dis0helKAQOpBOR5nMKt+2GjH1lLk9pG",
-	"GEjmKDujA026qjiHnB5WfqumRBPTbVuAFgTnh5Cu0i64NVa6jLPGGLxSVKSOmurAK75pwv7zf/8f0Id7",
-	"DIBOHND1rAqTv/KmpSPcZ1lRyMz1+WbVSBnwVwhfgIMO1XNr9qPLncqYvTVe+hwJ3ckwPuGpJJ8Ah2mk",
-	"SdDvONZCXN3PHw23esyjgDUbVuQeA8jJLpA3drbCArQ3emiae3VuXNURMh4Luz1XsIOBcGWFELzrPaVa",
-	"su4SQey2Lyd7IErVmhYM9fnzLL0VgxLRx+UOVwLY1vbVPBY9VkhqkgL3mDSzeoMnY7gI05AXIi8hqBPB",
-	"E0pJqUX97ZOlMMaOYMoArZICv8GqoNpd4Ojc7cGQg/oTjqAxD515DJ/xZI/mr0UuJAbeDqZ2Lj625g4m",
-	"d8gEdAB77NifeECOEZUu89RjCB9YNflgNTtRp7pQEAbkyao5FnU+7dkb9265hhwdOwLKAbBLj2mwylcf",
-	"6uNWfnkDj2g2Tk4d8pV9Cb1ilAw8rhH1GL22aoXv2+sgj7BHl+VLnmBMxAjBCnhWpiYMMvwSg3mfMdd6",
-	"S5vHyTxHz56vlL4CL8YqMmWpaGaVHXxslLthrZmwx1rruiTDN6m6btim6Vg94VePSe4Cyxe5mP+wgET8",
-	"kt5qX745/ilo81d1j+1U5m0AaSmM0mReoJsGEaVeHBz+6fDP3706/FMFZuoAAbEx8LIMg701FmIN0mfL",
-	"/iPtc9KX8tHHPNWWoV3dN5bCuhAuoRSPXPDZ7sBxY85cwgG75jKJyqZcLoIPYVCXaUkY1BQdKXtTIh4h",
-	"VFtBpwh3vXMwtAzOEHm2UXmBlNdl/JRgBnQJ9TWgtonO01omyw6WG9Qhi6Y8yrSCS7USKPSBWveTupNu",
-	"2PY5s2URUS3z4NXhuiShQAAGNx0D15P0Vpij5RYalKi0phskrRD2g7Ac2FKZFjwxzZ03Wr9pa9houz/t",
-	"a9Qsvwr47baKk2O2GqAsuGC587Y1xcWny2FxqvO/V1R8pR+SXYF1rOiSQtyPBUlfAxe/j9drOwp4OFJ4",
-	"TUa0wz51N9Tft+IUI9C0Db6x5S14YieZYz/baQ41GmmjQ+Aj1r1vBeGhfQ3nvTfpY6hlgxFxYYXWhX1T",
-	"An0QXAe7rUtI60H9sxvzucm5pD9xgyEVzkXBj9/8evru6vL9LyfvelQCOgN3Aw7vJwMVMl++gONqrNaA",
-	"usTs/OTiEuagxuw1Pj+qyhrLHv6qrpnS8VR4NZoQTocSIE577BxErLZmi5pjMtFqIkuPQdsWuHAo+RwS",
-	"1Oxw+9Qx5V/+aqy5cv7ja/b94cs/7boyBepKM4pVIka9oRzKExAZdm9xPqgOjI6LfKp0+nf4csB+gGXB",
-	"5vMxLKoTBmz0aY9We0+rTIyGEqu4gEVCTrCsDA85lAM2QpDLEeuCsNmN2AjxL9039mWHEj2bqHcMaBup",
-	"aVfkirciKqeIXKlE5Nrv2lEBXXM0lN0S8RMFHUYe4MGgUY8IO7jMF415lg285yQaygomMRotEWSF7fbY",
-	"O0Xh3kJC+2h7AUSR7NcY6qInstQM5WH/ANIi4QsXWvbrddj/rvyVqCBX5LR1mhbIdzvSIRWKEJppVWHD",
-	"Orayn5esbdYUYD1GbMb1jRnKir2uVZGLSnviSotHl7dWljs4B9iML2DFekPpe/AABi6cw+Oz08pZH3T6",
-	"vYNeH/S6uZB8nnYGne96/d532M1rCid9//ZgH7Ya/pqIgGgfgUX3FyCqK/Qso6U+AvOafI2AKgyN3rSw",
-	"+nmaCc0m/FawYs6UHEo046F71NWvx//z6vjy8uTXs8sL5wgsO38MKsIdqxP5ArvXDSUkEMkESLwkeqXR",
-	"H2i3GKc7csiyOCfKQyQoYFw+f15OE6vApCY/xoUg4QXAYZBGl9pl+Fsh9MJZwANv5qJ8qGLNUupE2cyE",
-	"ECiWly/YpawJmIWkXomBL25TVRgv4UJTJEFZnWPNbugHnx8ayXXEKAfyVu/LfsVsfEm42qW9uCyePoLf",
-	"DLr4AsW96PfJossJVqvKaP9KuSflc9cmHtntA8UBZMmybWeXCo4u7DKk5x/i00OD+lmWeKSAO0t4cB2k",
-	"lVr2qlVEDSLsAgsFXxkCjWQLRgghDmMTZAVt6pxPUsld87acT8DPRMfyY9SpM//OwKEX2xnBASbfOkCw",
-	"V85xncJ/ErlLzXrKTcBHUOeZL1Fza1vagcP77gB2wpSl/x1LB3KF+CSy8qDKolbyTZbZtFXl/AKtrPmd",
-	"dx0tcYfQ3MtL3IKcvkF44JX92rfiDZS/ew8bdebKBDg3NndFRSdXhK4PyLUReg9FAkC3joC7TnF7+/4n",
-	"4NE//N+XJxe7g9KBTD7HKeJVmRzGTjRgxVNbfivqhGaGLwwUnUIaqAcxr5PkMbgh6VXe2nVA9VWY/Afq",
-	"mf0oRFk2uv1S15BzXYgvK6fhcHUpL2D97sE0HkTixxXqNtN07tFLEN7Wx8VcnA/98dTT4nHJPki6umxt",
-	"/QjEW6cNbH9Q5ViPTxc0uusR0YY2+k/z8HN6SohnnnvopxEoRiIZEUx3LqzEqRU+QP9dNa92eXgGqrXX",
-	"f/8YVO4DFWzMrTV2DTAwq6T+JMTt9P79z/Tpyz6agmb/M374su/RWYIy1mofAM1yInNqYtdClwwoag9X",
-	"zMAL+I1oZn5JFpvVMyGpJPVh+hm0Q/BJw6mou9lr9SpVJD9SzKzM0sIIfbuiliEBrNPKttUQzgjK027y",
-	"hkvfINan1yRaU+z+5xux+FJixK+SLqDKi3KnOm3E4sltGufPLxfhsQSTk+sFJv8CfqWHpjNQb0LQUpSR",
-	"0W4bqUfIc2xjtBqBQpqFyiH7UlPxiV38fLz34uWrssUzldBxSot3/RaAQVjLvuQPmKtYl2lVblFtfNvf",
-	"+57vjT9+fnUYauO9HcnVA3RN5kg1OPeU3Kd8zFuRILcLGiYZ/NoLcBKTqZx+ppZ4y6jMS83pSv6CLgyM",
-	"IKGWpnRZsxmV6BYosIyPcGBhob3Sfks4zz12DI+TqmFAlhqqk6tSu0OM/6PwLGz20OiSunRFHNQUglOI",
-	"DvqFacFnEXD7LKvuCT1lx9XipZKliTOH0L1JTcqG8i03+R40pNg7fcO6U1glqKyHnAWHPz7adfKCjQbs",
-	"Roj5HuSXjKB6nbpR6AU7eMlMj32QUC1LMx26hkgpOrhmqYG3UHeufBAAky3x2MHs9qILjUMEXsPkrRkA",
-	"PssBBMxAHeQszlLAxJryfCipKZPgQbfXbzyPsTd3QFfZsLF2keDW0zc/OzLa5qZ/B12mheKRi085ksQe",
-	"rln7s+/7ijQc+WqHEIJWha92DDYYsaeJuUFCnIEo0CousNUkgFbpzhLpSp8SA1mbWPEMCTke9Wz19D7L",
-	"GW1yJZRrBUXY1NIPaN+SKnk6F8t9tkkOD8pYbqWTNGWBvT55O5TQGcgtHA2wY6gDNyBOUPpFXmlWXuJK",
-	"gF9+t8eOJRulyajSAgAz/uxhq15qdT7qhIcZVikhrgDPxVgTHJId97YVB7N9QLAzfOB8VbvfP5ERG2qw",
-	"38qUffHYU3Ad3dedtXJB76UzvnhxX52R5ujbAh15WjSe285hO/MYSISILGI8V7M0hqo8L6zdO5SHlETW",
-	"Oo1yawG4/xn+XevTXVr7J9Sj2u1ybXfv7/la7uLh6YYkLrDq5b0C6BzkRC235hn1n+jzmjORJhGzqvue",
-	"MDF3jTdX9XlR4SNhjX65NmSWSl8f8TCl3kHkNzo+zhFMvYXDw7WoaEl3iEa9uoDvZbbAnDJEH4FKfAIO",
-	"oTwzqzoMWKbuhN6LubE6vrV4TIS4y6htJ9xMhYGSbgdVAV7zpsCa/efKPafTZE/tIe7zx88H0avvgibV",
-	"M0b7XvzDRftc+661ziT0gz/Mk2SfEuj50CaE902YXU0O9teQ6XFeyNUzu9KEnXAJl3s/gg0GuB4E8VNR",
-	"81wTqRJN2I41dX1XidZOy7aRe7+As6I9+X58Gn3Kr8tWytSjEnaQqDNLNAu/rlhdBExuaRGB4F/0D556",
-	"RrhQ93X+ff9cih9Os2xbwSVLJfTMKjOU5yJudW7vocnZsfavXf/3r2fBnXCoC8GWpiM7qxFat57ezSkA",
-	"m8RTEUNWlfTp19yUVw0lXIC52dcqWQxgRXOoweM5gpq6xrFWeUYYDwAeSiUbUXPTUTSUno9QQl35EHan",
-	"iixBIEHfGr572Hdd6qAul8p+lDBDQFsFbdBXI814xA5fvKAboNUeOlO4dLhkhYzYYf97ugSyryXg4kWM",
-	"Z0ZBL/ESXaTaDhb2E7HLnEWZGoC+zAU0lRvKNO8xyvuDpDK4PTXu/EbgnkoxUSHXXBr07Q4Y9zAWQ+mq",
-	"0/Amg/DxZb98w172+z12jJ0N4fWo8Ml17u9KlQ/lv128fxcxqWjfI9a3JvUMS+G4ZAdRv9/37fjZuw9v",
-	"yzYWjMvF3VRosQtpdZzZXaAN67ERPAYoCTK0GEdoFq9IDTDF7ez9xaWv67Q67VCSyQ0DhEznki47T8zo",
-	"zdfj9LUWxQEeC91v4Wffkjhy0BW0Jju+G/HD9BzikwX0cUeKAN2aaNQhhnZ/tlMW9rHXRXbjTK/dJ+Wf",
-	"n3Uhl6JXK8VzKwfJY+CSQ73sZowv1q21S7cndrVfOiDImP/8f/8/5+lFSBlqAR4hvplvY2uioQQMQ0DQ",
-	"JgdfPQqJHd+0ygUzOV/0gAFJlV+5RhARZeSCl0pRMq1HuQOexSuv4t1o2JgSBJwdwZXTTCk3FZpsHsHT",
-	"ILHsitIUKWfEocI737NdDyjCSQ27FlBj7pIZKQvXReRdD3OsFg0dZIwsoqL5lGfJ98Vu8kxUel73njnH",
-	"AdcAxAmkXcE+1gqfPNHoBQQBgFDUndzqXEXheAnIfoodxlwDIQLgPsI2IWhF5QszYl2YHES48qEskbV2",
-	"HMahy3N0CJ6Y7lg6UV/0nQMYri+lfarL44IQPPiUKnwXWVjg5Cm/HspUkiYBHO8I52yuKjbziA6LEXkE",
-	"ZiDBCWAn259OLoey1+vt0wHe/4wfvvwr3v0XK0w9RDdnB33LB/fKfkgkd4eSGzbmJreqEfRHdNdXLg6d",
-	"hZ9E/vQHYc0BeLhfzq8OeE88H4R9hVdHCqpgJGqqxCHlia4z35qhvPnK80JiLe3He8kvTLR/Fitgm3dp",
-	"8g9AhrMj1ifIvYPhS8XrKeMT1HaxKR8ZBF81rmVp985qs9eilHvPLTJggdBsPSoDbISrX1bQWBvOLGQ8",
-	"1UqqAs+dFhmUnj69TrbCSJvLSODQg6WA+BGeIRAX8ZIlIChAmRvK1pKC1QUFQE+TD8vaZlS7RL0VdkwA",
-	"QdJQ+5WITVOTK71gN2Ke7/aGMiBzXPhw5P6mF4OUJPumkYftLqsT3VDNMhj+bRCRO6VcdX2bUAucQI4I",
-	"uSXBJIRO+BMB1TgImYkQ8wz64oyHUnNppwjegIp1Z+03hLpyb6XZCO4cNYg2Omcb/IkO+rO2hkFfN+uW",
-	"P5D6kkorxJmV4SUV7j6uU3xputhrhPYRIIut1d3wxD9IRuYGjhijJ/vZs91pk12/J+IRXol0SkXJGdzp",
-	"/KN447cQzJsvxU18mEqyxL6/TR1ly6VYq9F4HvXfSs1XU2rAixkTwtGyc8Z8Ba1ln8qa/2EIv6EJctly",
-	"h6yzSsfNHvttqpBKptQapkY7ZqruJBi+NZ2t7KnXY8euQvqaqjaq3XogRzWVk6GENFXY8zg1JcyVAe/U",
-	"SKr8ii69Git9VY4fUDqOcd+e9lDTBL6Jc+3XrHK0j5Yg2ODZhEb/zMebGimu7D0oopCkfLRCd1/huGOP",
-	"x3/0046hOFCMEMefjfDFRTL6Q572c5j9fx/2b+Ow425sPuubafErcACwJ/Y/23++VKpa6VNZlb2hlN4X",
-	"LT9tkSg8BlCJ16fCLxuz4TIXNTEP9QMjj0mwOjOxH4XWLhbk2+WbaQqV4bW6ZNal2vNd6tabZepOJBg+",
-	"+q9irkVNTpEd4xrHowMrQvC0fkNCKPVSXpMP6jwM/RBU4+dmeAbqEkrPP2h4Pq/VZ2+YwkHbKZBXruLP",
-	"C/T3cU69Ra0vm+v9nHPt07udK273yHfWrDrVqH1kyJtT6UZ0/0W9wDofQE3A8v1gKUgFTdd3egFIJpex",
-	"zkZ44tARh0duBGkB8bSQN6yb8JwPqE/1pzzCygyec6gcgwvth12C0R1Bv1nlOtC4Z2J80sciUcLfwYxl",
-	"3rROeIjDbi+C8FyGGr+vx2JDadh76QpV5pjic0Wrq9VdreZrwEZpMhgRJNQd5WCP4OrBCH1Oi7mI2AiW",
-	"dYQeaFcK5OJ+sLJqzP7t4v27HrvEsVyl1lIVGdZzcqg3Wy0lw6whLN0yPlUJGkyLnKX5LovVTDh/N+yg",
-	"FHd2EobQJxdUKHbUWI42lNV6tPdu6wlk0WUgLAWiMSEE1sNdgAvsiCKCkjSTDyWtHhO+MS2Q3+jzEFO+",
-	"h50BG3Z8D0Dsc44gZ8POl1HkzVIqjYszZYRprFtzm9FCAn9DJWQPlrtY6FiWPq6yksjhvQB1VEnGkgN8",
-	"G1VA8e1WwLH/OkVnjypkH6so8X7MiQTPNxzjDVRQYGYsABj7E+4SD+GEsi62tYoQvs1+8ICs0VAuNa+t",
-	"dcLadbLYRExkRpRGH33PrzMxOhrK1TSkCmfC1MKlPCTI3RzKUS2daYRMuAJHL/awmbVVY66sijBaEm5D",
-	"mag7V4wL0QbWJeE1IDZYmjVJChmfzpG26zgWItOBR+OaxzeWY1LnsB5koYKRXZ0DFplI1Zgpco7r83QB",
-	"ePeA5zF016WlkLb2rRi5D8o2p1UFABvANfT4xxy2+qjSjrCaY+ggrivClzSyHeND0FwLCEM/g8GMBfF/",
-	"GEYGbIVjiYRPpaxoty4V0ou5lcNWzMQTnrVCXqQT+WxupfWnrZiJb9WjBHOjnBfIwcfpYrUBgdFS73+H",
-	"6VpBEsfcF0y0xePGsI8Uu14wJV3PGjfQMxwjetIf5hwh1hiazCkQIqZ3+nb7nkpyxTiA8DBrcZSl9EOJ",
-	"6DQjenWRDFiuCzFiPIfziEmfqFig3Wh67AIvtgKeD6W/Fc6tAyimbGhMmd5w2IeyPO0B4UqP+y9x4N2p",
-	"+SZPPG2EO/LUtKvSyz0qW/kDEWKHs6gWwEwNOzv+cHHyBknAVeQsgyA+5hF3a7e+IvrCX7WtGfUaE5fa",
-	"2C6QcPSkyULuNTbX2/pleZSiWz+aZd9Q3L05yafcmG+77tat6ZPWNi03wGxV33Tw6HTz+MWj36z6fwHK",
-	"P5UUgUGN7SKsnOQs1kpS+Yxr0cm6l2I2V5pnO4Z5frHbnqQfwrz2P7uPLaABaxS7CRjwzb3LbIJlM54V",
-	"+OwBU4ESwkqqrVcsagzuNb9q/1kOR9WF8fCKDTdSWbbhoRLzdCagPVwsXFWcFayQeCy0+SYZ6+Yr3dKW",
-	"uq4rv67vdL1L8BNx4nAr4meuNG1LbIApCer2M3HmB5T1wzQrrAHgwkSWQNaBMsKl3N8IcN6JVLNbaC/c",
-	"Y5eW7MtmoILeGfiID6bcCS2enQ3vX/P4Zpxm2TdiMa4epaBO8wPN+onPknvMV4I5c2+3PmkHeGotoepb",
-	"P0qotHjB6sLp5bnCV0ol+x0kbmQN649lP1isktyNmCmgrZQrUqKG4WwOrcCh3046EwSISnAmToRjEMKj",
-	"9MmvcPTAVfTHOndndsr/SNrKRa7I8ncWPGp8SIEYJCKXnj1hUuUs5sVkmrNi/vwUQ9gHfyyaucRJPzGr",
-	"XnrKM7nB2nPoZneYa8FqpurOGhnerYhszHOs9JtvrHBBkSjAYlF3rOteEer1AYrFiFjJZBPrfv6TVcg/",
-	"IDf+gJP+x+LH3p8BEPoYyvS1rSVB2TP1pGRCvHa9w/XSXfSH9rfSW2x2t7o1eRRvqxtsC2frtwGsusHT",
-	"Sqv5pI5WesZX8rO6N/yv5mYtIf1KP+tYaczBW8IPxstuBMGkzTm1lxQOY7yCa4U3uPOw+3Qoz+4R+5/p",
-	"Uws3bJWcn9sLS7M8og4ElIKICS8u6uagdtJ8y3Vrdsc2vnL/OY7QZYlI/9CFfC8rQ32D+NShAoMa9wwn",
-	"+K9bWFSZtsqnrDXnbhT1v/mr/tCyPtj4fL3QpysfSeq70TA/HT7mjJoIQ1sLHk8jpxPstlAKao3PvxG9",
-	"oL6W1HQdnXTpbFZAFqrH0RR/K3jmDKH6guwY1jWAE1oZMXLNKaASai7iXV/i+KLfd3A23A9yxLhzsg8l",
-	"YedRvjYvi1X8HlThPl/0D+w0vbQjNLuhdAA2sZq5FFSPrlodLdyjwkwdGT5Zj4ryEV8pBLLawD/M6ksS",
-	"MAECeHRs5TbTOoakmOoMnrFvxjn1Zme8yhUqLfc9MXaP9UTtGLb8ShF7rWRSxLnSOwZNC0vTNNpue95x",
-	"Dw3LD7j/2X1soWPVTsMzKVng+bT7HEge6Dog1nGWTqZ5VMmMgTwoZ7lVQl1a3Zmj2ngpdus97B/eY8mb",
-	"lbPmtXr+sxs4qw+stVmVh+W2fJNCb/OVbjG3xw0KHaZ9Wpp2ypqTvJ1vQKOy2+sm33twQ0qhF2EqqXeN",
-	"+G+aqdLM/mf6tLbD0RLxfAuM5pE4jLUH/3FZS9igvK3s4pomRlhf/eLg8E+Hf/7u1eGfNmHlNZPkmKd6",
-	"z0y5FuuI7Eee6gu46AnJq3xIA13dCSvfQ30G6XV2DCvfhy5n3QMq5jQir8n2yqs/Ce1YC6sIGFi/pfkU",
-	"6gnnOlU6zRfsmsskYvOMxwL6YkL6Yyb4rTDu1cDxDMrLUGKut8v8ngtNrzqotHBWY/f+L1gOPfiwW3h+",
-	"l8YC0MuhbaspIc3d9QcUSL5W+RR7TBDwKOLQ9NgZeAeHsjAY+aP7XOwj1ZRBJ3gCwFnH7gpV5CZNBDvo",
-	"9Q6gpYIZysMXLzySJl4WxLa5WKbBx7fClsjv+WyvlnRv6fe5zZsLkVebdYbO1xYniiczyymbmZHmudgD",
-	"jNANvdRAcYHL/tDuLf8eLXp1WUsHl+ZxPFu1Xa2MvkWAy+6nAXH1NPyzFaHsf7Z/XMEfLYxXv+RfJURQ",
-	"rrOHdrwu4hsBYFBURsZzYNjWIrUsl52dvHtz+u4nEmIpVAIDTMpy0/b127HZVl2zNE9A8o0VmH6JHkN/",
-	"rI72bIQbVu1KMn1wuMArFsuuyqU9fILKPTf+12oKtI58zgWoUMlR9WBV3T65uhESMvrHaeYTfQQ6gsCw",
-	"eOzecOum+6Do84M7vikNUFo8XuJLZaR3N7I2l10yWkssLd5xnMoyKVxR0B6nQqIKm2zPlIjT42jrc1jw",
-	"kqcMdtonrHOL4Cx7QScHLteMJ8KHei2BHZ+dhvpjWoXciFiLOqwvLcMaFWpDToe9/2kzOuwTvlY+B7xd",
-	"83k6YiNYQN93AFc4QtBOTOxTMhZf6dxxaakBCQUZFc7PzpZal1HXdSWzxXZkUTtG+5/TZK1CdC5u1U2F",
-	"WDYpQ3j9g5UhHMaxFmg0XmKeHqAZKdXdEvZtqzMR6K1cl8Fpslb2jpWe8bwz6BQFXNnUEPpO6ZtNyXa/",
-	"0TVP7I9rToQDyxEnscyrjrOMaYpciaS8qu5Ws7PfoB8FmZCLieH0ngyfp/qQr8SK6A2Dqohb3a8XkZS+",
-	"Dw5Lpd3AGCrYOO132+2+cy9Zo/2N3OWN0Kt0sNne0ssL94DSzkzw21ROWDfRPJUi2S0XJPEPMke+jw4h",
-	"aREKnGVM1wJgBWugXRvXbaoyez78yq1Z021NDFzK0zedZVYE2+GRehvxH386uWT2rhLSN02+QFbgjMtF",
-	"uRAERjKoEREiTFBDRX9pilCHfy1MzibprZAsVxORT4VGsDESZnZREBSSQHsv5iLGrp0J9R12GJuoRPp+",
-	"qPiGvq8ntixSY5YmBkFO59jy2Y4jY7F7BAXkCSvkjVR3EtAkmx7AJbafdc/AfpBYXhWMtAh97Na4RR8f",
-	"t0g7drJN6KBpYtYKJWg8W5NOqcxfHXbW+/yhl84p3vri5Su4mP4sr+Za88VT99Ipt3udpPL0NFaFTJ67",
-	"uc5vUHRXoXUJfSByhXXgNXpPTIWA0jwqW8Dy5BvmDVPBdX4t+D3gFysjN8n8n/3oTyPu/fjnYq50Q6VU",
-	"/0kely3CAr5WvfoAKYW7tGMsM0xVksYggKQwgHWtdP6YRBWiDHyKeSS6aOqrDkCv+CjWvbPnDbper0gj",
-	"mg4GrXYt84aewWtvgSvoBgxzbRInWNQGrHUJlx3SgBDyKXEyB7pw+07SINawgTi16ztTJp9oYaodlsHB",
-	"a3+cCWP4RLiUyRJXakWUgu8XUbnYcbVrPEEdX5cT61ZekAQdQqdU5dmOGbDD/uERoL1Z2zP1Q83UrZ2R",
-	"/f37XTYROWLIud52KXa3p97a9k0ShRhjANyIgtg+yfTYBSGTwcvxmVsaLIhKDZtyPcuEMYNy/z0kORnE",
-	"7k0sjVDlc4qCe2U3yzWKlqHPCBySZwV1g6dvwU/OjpnngGzGF0yniWA8U1Y/9L/sRpU+H4BS7cnkCNr/",
-	"HSJQ8Exwic4FXGk788o2JIIjSPjMakVa7DllE9OIkezuRKUIfjeEumjXqqJuPI0ZZR8Cfdaf3ZVbPhpb",
-	"vK9js0ckYld7vd+3u/sDuTYSOeqVTmvYcRzbB9uXFGVQgisklq70ZX9UXm+nLOJCp/kC2Pm14Nre+/tH",
-	"y7ARGBsZfaGzzqAzzfP5YH//4MWfev1ev3cw+HP/z31g7jSlzz6WUUgDcQ762011Fd4fWpphxiY2GYFz",
-	"cZNmGX7pe127XjoAcGxXSMap5ZKEaAy/znqV3gowcOCJHwjR0jeBPQK+Zb+RCSsMeTrqLRpCA1FGFTlI",
-	"atm8CLznQqWV4cp0pNXxztvjXlVGLEtFV0c8q1dxlY3LfM4rsEtTg91aWkcqrwlMtxITXuP4r66l9/Wv",
-	"jvazuqskuECOQJWBGsZnlhW7WG9l1EpSwZePX/7/AAAA//8=",
+	"7L39chs5lif6KgjeiRA5k6Ikl+3uoqJjVmWpXJryh0YfU3tv0StCmaCYrSTABjIlsx2OuH/tA+xD3Aeb",
+	"J7mBcw6QmSSSTOrLrp7ZneiSySSABA7O9/mdL51YTWdKCpmbzuBLZ8Y1n4pcaPjXQZynSn7gU2H/lcrO",
+	"oDPj+aQTdSR81uHwQCfqaPG3ItUi6QxyXYioY+KJmHL7q3/SYtwZdP6vnXKiHfzW7MDIX79GnYM8F9NZ",
+	"fnzYME+arJxjrPSU5/Y5mb9+2Yk601Sm02LaGexFnXw+E/iVuBYapntTaKO0/WUiTKzTGbzFoHM+EUyK",
+	"z/llDA8wNWb5RLCZFrepKgyb8WvR70S4wr8VQs/LJeJPOtVlTfnnd0Je55PO4MXurl+JyXUqr2Ehh2rK",
+	"7WDBl07wywdv7jtu8qNbIfPjw18ET0TDi6eJe9+Mm5wJ+wv4Z5yl9k8tYpHeimQfPjS5FnzKtDDFVBjG",
+	"x7nQLM397kxwJv8ydhHbsIrt48PmXQptUmX9/w57vrT82uBsrDSt2bB8wnMWcylVzozIGS7L4DvgP9hd",
+	"Kg27mwjJrlQ+YVwL+2jTOdvNuYTNuQSqbEOFu0EqfJdO09yf/eI08GV1+ESMeZHlncGr3chuGg79yhLW",
+	"GnI/0eqvIs4byGxG3z6Yzk6LVaxCF49AymfxRCRFJlbMY+iRh0/2m9I3Qj+YJxUFPLlM13b8cabuVrzM",
+	"HT3y0Jf5an9vZkoaAYz9RKurTEztn7GSuZBAHHw2y9KY20u1M8Mn/uWvRgF/ajedGxdmrN/RA8lOf37D",
+	"fnz56k+MBu/DNtBvQd5cKZ2/Sw2sZqbVTOg8xRVz+xX8leZiatYtBEY6FbHSSeer33yuNZ/bf1eY/DI3",
+	"Obgylt8pWTJDx/iXD7E8lt/dGj/559QV3Cwr4CrrWX43lKKDL4vjRx2OgvEyVgWeUX2phyJLb4WeM60K",
+	"mRgGj4mEGcXGXFdW7NlBOWSaLI93JnJgn1wyeozdpFlmB1ribssjx7wwIvgaiZdzS1/dpDKwkBHuyWgA",
+	"ZwAba6WTXRd8wbhMrIjS83ySymtWyATkzz4b0cLpp3b59pdKCvdK9m2EtOzy91KBoe8qh1cuURV5rPCO",
+	"Lqwywf0XyShiSrORFCIxl3ZLtJUQ9g1Qsrznn0nHMeyOG6YFt3wqQFORZ8ih3dKCmwZSsZQoTC6SS56H",
+	"T/ZukmaCpTlLDbsSdtv8+msnnPBcbOfpVIRWZ/l4aPpiZn/mJm8z1sLtAUKIKuKo1H9AdPijQjJbvBu1",
+	"Fay4grBJcOuSJLUj8uykchvHPDMiWrig5a4vXj8QyYblig07F0Zo5k8BiXbYsTtbUXH2dsOaYHi5ZznP",
+	"CxPgGItsYcVlrC8ZViWSiNkzUUXOunDB8FIJy0POj98fHV5+vDjvAU0H2IFViO0/RGIfuAMxeZkpkwfJ",
+	"+ZlvzyPckJLl3P+iLIqG2oEFydMLgYDgayXuiFgsi5/NtLrl2dqfueeAXuKJuLwRAfX6gMGXCTO5mG0Z",
+	"Zh+KOkrGlpkYlspZkRvQm7UwKru1uzSQRZYFjgenMZ6uV8+UKXVTzAbsl+Nz1k1zdnbx5s3R0eHRIbtL",
+	"rapuSTbX8y3DVJHjKmTCNJdMKpZzc9OL2PvjszP4sS6k6VlCO/l4cvHu4PzoED/mMmKmiGMhEnttZcLu",
+	"tMqRDGD4Xp+RTgCXARYHC7D3BxZcFSm/HJ93oo6dtRN1/FRBwZKImb1yl3juXrFZem5RfREy2YjTRp1r",
+	"IYXmjsKWjT/a77jQGmy9Qg4YZ1rkeu6sQnhreH8tTM51zuB/DXxpFaoIqMHuuj0GcRdWP5y8X1qiJDV4",
+	"+QuVX16JsdIBHvKbZQ8cmFnC7nias25S4ItGuPwecLX28o0IqVlChNSbBSIuyZT2lQaNmH1J9p//+/+w",
+	"W54VImLcVDbNk92UdXPN08xyHinuslQKe+tmeW+/Sn5MC1DYDRsWu7s/CLbHJtxEQKWWQ8JsEePs384+",
+	"fmBAPfYw/YRbuAp7g+GD7VQm4jNTOhHakzwwYKlkVf8tudaMayHDqsrMCqAwq4VT8zQFGvaViO3WnBxc",
+	"nB0dtj+t2YSjlFtplcBDNdmwuJ55uRy4XCDYeGqPTPSv+0wL+8YNIgfuwYYX0k51aQmUaKq+oF/UHZty",
+	"OQfCxht2N1EZrXDM00wkrKvkpf2z0IKZwlhW0kOlVxeSwfaTXyO1FowxNFKs5Di9LrRIGC0gfFMtSTQZ",
+	"HuUCgXLzZRZSchxLlKy7G2Ke8OveuunbXMbKD5e52/Kattydu5pbNpYLOucvw46/vMPO4Mcff9yNhp3T",
+	"iw8fjj+8HVr17SteQZ4LvIP2alg9gcN1CV4SmGl5Dz9KAYalY7CohPmVwej5RKTaKV8mwvNb3uFxqk0e",
+	"4aWvfJza//NXemD/zS1x4DjwI1xBl+dsqkzOXuz29tlYqyl7e3TO+v3+Dq7K7HzBP77ib+FXlpGQp9RK",
+	"TXBZMW5u7EmD+6yNpX7OzU1IxsEmXK401OloK55a+3i5p7CN3aYX+Vf86V8sT62wuhH8bIQ6pvcABO+9",
+	"ZRCpvL4chxb324TnjBNDY12lURyl8rpHd8CyF7tVA1YVWaYAnk2aGXO/W+99APkZeTMKeF7tEtevlCPL",
+	"oC5a0R+XvDh+aXThExGnJlXSb2Mh8zSDjxNkmIu2S3sueTUPipZYTadNYsctx37prXxYskCHHTLygD62",
+	"sJ9+IGtprtym+xmVV/MQ0SjaOMO6uI8HJ8csVzdCGiY+p/aWAw/gWSY0CHjQIEQ27i1YmqGQQ23r7mWV",
+	"kptkyUxpMDcLI3TEzNzkYhqxmdBTbq8/63JmZiL2/nkmxa21ngvZi6oWZVTamqXJavkNmrHBaxmrRIRM",
+	"C5Pzq0wwobXSzD5EPP89/3wGC/wZhak5+ky2gNLsWN7yLE1OsuI6lWczEYen1IJvqgHAOoIkLD6n1lJM",
+	"RFi+jVOZmsmGs6G3r4UTzxr4G5qbspheCR1e7P10I56LNnLjDB60nBgpJg1ZFgvXGpzxtGI3Ve0APzWT",
+	"/fFhg3Oa5HPNimux13WZF3YZmFULeqeuA94hkydCh0nL5Ikqwowz14WM7SYEBK0uBEpHNGTYlZgrmaCF",
+	"/FnERa70lmFXqrDGMzcs0Wo2q13PK6UyweXSW9KCIrfo6jpWvPipmJFbZAOO63mUkwuWO9mp4fZbQeX4",
+	"k+X5yGHsgpDtdDyZWcYEYo04U9C2j+3rFrMAjwfPBTM5bJHT7bYMG6eSZ9amUzpHPX4GXGfLMLhwoGT9",
+	"bB9K/y6s5ZhPxBzdF6kkq62t1vUGV3eWi5ld7JR/Psaf/XlZE9uUnwZZ5sy+p7Y//F+/H2z/P3z775/o",
+	"v7vbP376shu9/uHrP61kkxVx9XI3KNvW8M2HW/ZwdN4+wDMiE9r+aRUqNOIjd1Hq9n6ffQCBzbVgQt6m",
+	"WkkrjLdvuU5hL0Ge76Me7zwEMmEcYxjgGcjVtcgnVqo6nX2PvU9/iphU7MPFuz47vpbK2nZgPyj7KJor",
+	"JmzA13hmnXFvyIRLtlPftZ8sWxCJNbWqDKPBlHb86f5j1BjZWvZjF7+W0ZxS8HSZ1860ssrC8op/thwI",
+	"mWZ1xWxamBwuP9p8ZUhqzUrdRCvWau/aZtFFfW028zxa9ZE3OPBiJXOeStQEVjIf9yAseHV4UMjbjS7s",
+	"0t5M8ny2bkG/nJ+fuLW0VpTQ7f0AblLxu5IL3bnP0QK35uFMq6SIhTZbpQ/xw8H7o5KnDJBbcK3TW8ta",
+	"DPmtPXdhnrvADznJ7XGaCfZPbw5Ozs4PPlwefzi5OD+7PDw+3bFPtfT+WV3x8lrzWFxOAw6O92mWpUbE",
+	"SiaGXYn8TgjJzo7fnh+dvod1nB2//fX43TumJCr0LePMq/TNCpNf3m0XJPC+vkTEGdfC0CYSA09zYegD",
+	"VW7Rx4tzv0fgb40tt0bPa3i/2l8rFPRhN2pLBuMCdMBfpMrB5SAVy5S8FrpnTasQl1kXbkYHc3ivm0LB",
+	"m4sOcEyAqyo80731+/XR5MrUlff1R1KyPORFpcnQkiFvYDGsNLkqLP5BlsNPPL4Zp9k9nRZCJu3tOHUr",
+	"dMbXct+P+NiJytJ47m3Ge2YR4G8hRNbw+nk8EUlL+2HZYWsPCzJR2JUdKbKMq8hZmVQzYCIFpYuTKs+6",
+	"dxOes5OPZ+ds53Zvx53Ozpc0+bpDz+T8RmBwMlPXBoPy8aSQN6bph/Ac/iyC+36l8knI21bN9tkoUTbq",
+	"ZOq6PYW+U9dv7Irr9sSLV6+X2Z32u9+C5OmomiLqaYtzPhUGMie/bLY5yxvijZFWSXDRI2mH+yy3BvhY",
+	"WU0edHt7MC10xsr7reZXb3g8EUcyx+TaBav5Pr6tz7NUC9Mc/EvxLV16BWeTNGfdKf98ya9F6ZH/C/oF",
+	"28cDKX/hUaK6S7ukhRH61kfRV6q4dkNPK8+X4nJZLdGFREfoTM2KzG42ZVIHo4bNAfyWg9wKbcIWwWJG",
+	"FuR5uMfLTVzrLivJKSz9hPRxz3beipI81ydzrn4nN3Xjsk/rh7yw8Bpdt5SCd7Ip5R4JCi5ATPGfQlKg",
+	"an3ABweuXbbGt3Km4QbS7r2VLYyjUozacmpiK9OtMTEA8+RGzNmEmwk5QFBnAs8+him8QeNyhMj4IJqK",
+	"wEmRSqqyAFUNnkFlrc8OGLiSMA2HTWFFXnknRwzjOYNcJBcwdTlERK7LMpHYTDiqbfVln1gEgV3LmyLG",
+	"fZSOmcIaXIYNOy9eToadCrcaK+341fLdFTrlWfp3u3u1fP7g7r9RspKMY3wSDp8K2HWUGALeHB1R4Oox",
+	"lATz28Hx+fGHt5c/fzy9fHPw5pejHogPe2aUjxc2Biq8ob6eE44ZuJBTK+YDFk+4hBiwNZJAYhXGUrLK",
+	"EqEZXbP1ROwmDFLuJM2S00KeWs4Qip7H9gFgn6CRuWx5SlUau1yIgFYUN6dC1UbpPyCZqhqIz9mVsJRl",
+	"WK76De4Esn4CMW77muAlSMRnCOrnBt+xzKpI5XVGTzbkUzTmV22WQ5OHCnB8OggsQAvp8oxwyRQEYpjF",
+	"ZXejS8llUZlOFlx2OMbtjTdnt1VOBFfo3ipIVhXf92bWz73Ce8vnCQlPLnOn3BOfg7gQyG3wdjtdwAe5",
+	"IVEUwoMQIVgf4YYRGqPbngPF8w0lxwE5pi2fBeblOJiSyLwmKkss0WbKWk6Uvwc0UUj40tj9qKarF9JF",
+	"PckjLl0IGAbFUDk5zGIBqU5cC3atpOgtX/+GLNc3R+8YbhUTn2daGMuZmJV4DOoiXTIY/qNf8bHtM85i",
+	"JU3OZV4RD4mYZWo+7Ng3cO8OyXlYs4GcqXbSP74OnLTbxxX3zu0wX7W/e5ZV7+3a/9fAI0yueS6u5zX5",
+	"1PlbIQpL4wvp2/DxaIApRbhNkC4DaUCY3fLvF0cXR4cRpRqllKhkRZCT/KRFRPZ/wJ61u58XWpo+G8Vc",
+	"xiK7TOXlTKtreyBU1SHFHUxKGagg/kEGZokwIDGlHYckg5/DkQwlT3KjJBvFJZ2PIshVo9BcuQAp7oTJ",
+	"m14VsuYPfvp4el4qI1Fw+GqasNvU5XcsP8R5119kVNQ9may5zb+KgJU3AbltGvKY8E4iRUVul+Es20cc",
+	"ywWcZSoPKfJNxltDiZAuJByJVTe3DKtsNJ72RGQQMLJ7so95Xfg8iOfye8iDqh4Negjtx8HI7pQH5LTn",
+	"dcTFbsQc3Dn2c0pEI1XafhO+ffbOBM/g3Gfr7e3uMko7g6hvlkqxaeh3/UHQDCv4jX2ihbymZDRPn53I",
+	"E1r5uuV8awj3nUiu0ZRaYucb2JL1i7DOlwpjr1kXbOOKuNuinHFksGUY7obLNhZ6yzSrnZvpabOMx8Gw",
+	"vZ8InvBE1N2zUgqorIE8G939qYybU/PpDXOlblBvRRZilVZcCSSMkEOhvaPnPuFpNZsFqfrAL9LyOrsc",
+	"EhTWyPX6CC59paoRtqmAkWxMBvAt6Lct7pk9mgYitSI9lZv6+Rv9aAH309G/R+zDUcSO/ufx2flZxD58",
+	"PL90f789j9jbo4i9O4/YuyPWlcVU6DQG1nj8Ieye4lkRNlQw1WKTgHVQTqpZ015VotKbabznmFaPvy/T",
+	"dtIpvxYR4/r6Fl368MGWQefCTKUuYiims3zew6LWUqsM2K0bB+wfHD+HJbcIu8FjwX2Fqw1mfLuI0+I9",
+	"cfa9ZKkEVjWyEn/EMO3b2o/XqcmFFgkbOeN9xHIxnWWY2P+Zx3k2Bw2csmiWd9ZZxwtOhhmukjAvhLaa",
+	"HxmbAnV6OL+l5P9qGYw1FtaybfvUfyB9W15FJLjqJw4+wIUEPVZAy9+dinE4x9cfmDnOESNgwxiZd8iU",
+	"I7loWcM58tDJLR9SmojpTOVW5oYrFf2EW4Ydlw9v/2r1QWt55ZPUQAxvQAfnFlvxQO6g97Eql4YSTIY0",
+	"Z92rOQNHB3zRQzcnBAW5NHfggEM3JM+x0mJEQ4wY7FefHTD7chp+NJRazATPU/I5cp2l9BXWWfpROWGZ",
+	"wFRJmvSHsk2693+TdYCs71kEHrTA65eF4XQmQr81d/6JK+Q+XaB9dGnbf495mhnGM+elWGTr5eLLgCqm",
+	"6k9T6f69RuY1W4Swcoeocj/mfFRnraNYKzkCMTbCMm6ejZavcWx5QTG7vEtlgge7IE2h6G2aGmNtdfAC",
+	"ScUcsIuG+l5A6SG3ogujzuHTuSrkNSpzEu77PiNXBixzLhAYo3J1XgULJXRIef85vRXb49RajvYB1h12",
+	"/nnnFftn/P/DTg+5mfuR0qz7Pyaq0Nk8Yv8j4Sn8906IG/hjqmQ+gb/sqrJ5uxIOt7MhndLHKCyjzVkm",
+	"uDUajV3nj7tm2OntU0mh3SmepddSJCxXwAcuZPqZiZmKJ232569pnofiWkeQN5VOhXPOFDOcIDVsWsQT",
+	"4n7dYWcPFhSVcY1EZNzSkvOPYTJOm8WE2dwBpNvSVoBH8uVrFk+45rE1PCNmlGOq6KPcooKaMRq31Zxl",
+	"SlTu/r5dpiy/fPnVfd771396zAyYe3FXLLgNhZYCNkk6FX9XUgQrvI4PPhywvwODUtpd6u6wc1TYa7zz",
+	"k9BZKoGW3MW6OH+zjHMRqpi7JzMPxAD8UM287VzdCHnPPKd7BHodES5e4Gkq/a40w700uH3ct5hgbl+I",
+	"TfkcqxN94FFptCAiujn0o9YuIUSJWpAygbQdla01uU/tMw1HBr9fcVw6vb4W+p4HBohspBRueALjNAuy",
+	"sgNGNwYiA4shgRFMOWLdL+BtTJOIzfg8Uzz52qNAATzRp0/7fKoKmfta/d1dd37u2BByrwyytosOtOV9",
+	"r3YrvK8Nd/vzAndbyS2b8D5KTtZkgq5/w2DGzJYpgzKQAL3qkMrqbvCVDjsDNuzUTydNhp2vwSznR2Ra",
+	"JZWuYWAAZujQvQJ5KOHgosMxyPEmeQVJKkDJwpwNpHbUU2AH2ZSDY8zhChDwGVIjuC1gZ+2UCAkEzi/Y",
+	"e5YoyD0cpwgVWTXdmpCjmvKflpbdUNwBz6x3SLgHg7v7OTXW5nq4MdCKvVIKw9Oo8T/zVJ9NOIKjbPAG",
+	"dyK9nuQrhc6WYcaOHLG9ft8umHWdwN9rE62nKYKrtir0kaPi+spAvQ5xNIAxmXFriEvSWQnSiV2pZE6X",
+	"3BqZfZOLmfl971MffXFBUpoKY1r5tnBB5Q+CL6S01Xw3tJ9+5rKeYgXlzbeQPZylJmc3Ut1JD+JBGnU3",
+	"lSYXHPBaRy5lfdQbgH0DY83IiRCVdWmYieG8FVtmH6ou6tkuEYxQZtW4Yfps0dAbazV1hp4l4FGfHfkK",
+	"imuRo8Mc/SIrKlJG3IzWV6RgtQU3KDmJ3+MqHX4O8R0nFGBgjPVBOB8eY6mJwHeDRXHgTbbf2BvL4xzI",
+	"q88qCTweU0qLCoSOWYDVYN3fP+GZSUWbfjdJ40lDutrRYW/fRwUdfgshNxrHgmFP6YQ8cWC2HBtBetsI",
+	"dwF2eMJNmbFG8W51JylTwsM1EXbTIqSTFpg8ILO5Jw9yNiUpyA6XmdJnGLTYMsyd0unRybvjNwdnLDVs",
+	"L+CvNvVMguPzo/edkEAPUkeNMKCSEmEeAzRSccP5QqgwhecuoWqJaIJMwhJ60EhyvroarUAgBxOa65hL",
+	"vlZzN7J8FCMZERtCDk4ffwyZhESWqGgZ2P3SU+TPDNHPXI6B5FM7Z0O6rxdRgUQky2IQPSIKL7FqQgSi",
+	"C5aO7d5lmQi5I2hEtP3h5o2rUEEYFz84Ozt+++HoMGI/XRy/Ozz+8NZSKkHulPkU6O0HyBnHn6ppQT67",
+	"xS7eJ5APoAIKsjSoZB2CnhBcYR9UXuaM0pKW0jUCIm6J9/vywc2DRpM8n5XxIpJm9p4hQp5lNXD5jIHC",
+	"ZlNKYLudLz5/7rnLaaLyZRzWL4jFEtzn9Uv2a/pTz3FkItmRfWhU1iLUCuMAUpWzV58/I/vINZcGKlaw",
+	"7BvyY4GnwI0ldrZfYbP0IkjADvfJQ9osQKKoJBx2JNjuh0WypiKfqLp/pPP26DwYXa7ueSjg1gjiEHUK",
+	"3YCbc2VUVuR05krDfw27OH23PkvWjhnSOn4RXOdXguenYpbNQ0gQoYCtx9IkNLBcq8xeDCnYHZd5mQBV",
+	"9R88FM4ClrLuHagqqLlWbvkG8erLYJ0ghuyjKoJWWQHvX2gxtNTyJTdNPAiVJzZXnS8SU6J5KoNJC+fV",
+	"sqHUaupFDnGkRN3JASV3SAWpcnZbGKYhd02exje1DKRq9dDSgt6lt8LRy/1MpXbgKKsL0e5vN62shfQl",
+	"a5u9UcJzHgiqITvlBiqIcyEpCMQuzn/e/rNnfR8u3i25Sl/++dWfXgeTXLTg02qS7yJcSoscXxgiwkWv",
+	"2gSzKZqK/9HjlgcuvABNE1r5hwbP1+GHs+2MX4lsO0tvBKFggnrw+oeKD8zqE+Th2v4UoXGFgdiECQlq",
+	"HOlZmcjJZZKk16hmVc7v9Q+LHsZ1rrXXe+sCB/WIQBO4nAuJJRhwSRQAPlptuRbXdo8Bm8jTLPMJst1z",
+	"MZ0pzTOrweKUbGbnTIXpDdjI3KSzEUvziN0Ia51Kwbqjq2I8FvpSSTHCcFeWlZ/yLBv1sCTE2hyuLwjl",
+	"3rqKDJ+d23UptqAsjNC/RD+V8zs+Z90RzzJ1hwNXszTt2jpRp1xN+Q+eZWUSLYzciTp+mGBSJ8RSNuUD",
+	"To1YJkHU4q2lbGcaRVCpK6s5B3BYVr2/Tm8FYSqCEbLo8FwP1NbkA240rNDd7G11NBRHlNa+iG0wskro",
+	"m6N3YRSfywqMz+UqHJ/yTreKT8EnVU2NRqqcv/vAF/u730cd6FrxqRViYoixVANrjSSBbTgCyUreM82u",
+	"5sR8yEMNNqEnDWvLkJ6dMLuGoPf5xGV9Btx09ivKgbK3XZf9EaoXBZPwO1GnWhR2enT28eL0zdHZwudQ",
+	"LNaJHORpJyrxUDtR5+eD43fwB6W7d6KOh4vvRJ2LD2dvfjk6vHh38NM7O8hvH09/PTq99L9CMEw75q/H",
+	"JycNoNiV3iQLAmc1DtWUx5NUim0teAIfVCCpKOniEisTpcovx6qQSQRYuFkahy3nROQ8zcKwNNb6aS/8",
+	"Ku7OgJKXQuFILBrBNIom0yPNM7HC+Fneq4vTY6bFWFgDVzjHAeU+2V1fpMMm57r91s3v10hQYcEbVVxl",
+	"qZlAWON+amSoXQm2rfJpXixNWBdAicXnnF2hsuV9AYHUimap/b+Gw8+7u5/+GVhZmSOFLj3I9G0KeAXz",
+	"0rCIgs9mQoqEaBKz9ik7bN8FPwwzxZX96ZWwUnRJ2WgVUcaQ1masC5boF2EvkVVlR7Ug2Wjfe4levHrN",
+	"fk1/CrCsQM7tCooQCdDE48AOUJeGIKQ2oC0L7YNMZZi1AsMAIa87btjMrS6ieBnWE9ujNyyVcVYkImFd",
+	"SVgflv1KpSlI1jruXo/yhThDGGmrKTu75cEvAxsEU9soNGcqW0ORuchJtk1QjkKGMEZC3bJpIbVzXIs1",
+	"cFKYSRl5vQ9nube21Saloox/t6IIVEPXp2JsnkkZDkjDOKFtPeW58A3qHn4zMzfUJnXJoZyMPROxvanV",
+	"dfYmQaH94D5EtDOuAd8MVMvKO69tNOS3Lgx+8Ui9x6KO5rm4hGVuEIr2x7ruflZHX/mW97t0niAWeA4i",
+	"XVtGPRM6VQkZ7li1uovVn1dFfCPyLcNiPuNxms+x64sYU6uyZRqbNSFw4CQDtoasvq7agAsjNvX8E563",
+	"j5hW43GA6YQIgJzZU6AARj1J3ceEUyrkSh6zzPn4/AgR+iDOOagAkmKwkY6gEmwsc5l8YewWZpLjow/L",
+	"ZWrehu7JBcL720e2kV53vthxvvbC/EGmed1632s4Hh9NxxNZWz7d1ro8pXoV7C95T6dqkkCp8DJQqjUJ",
+	"L07fuX3yLuKDk2NSPCd5Phvs7Oy9+FN/t7/b3xv8uLu7t5RlGxJ84FR7YBSmKUsy4DAwqtCxWM/T/INW",
+	"MGZq4XhfRk1FrD50QM2hPJKMO+oXLzcBpaAjCR/5TOkcMMk2POiJi47A77Ls47gz+H0NmulCQOXrp6gB",
+	"5gQKDf0MEUF8Yz+TBCC/0ZcIxTsIYgD3HfxydVQ7HI6w6fyQBFA3YBpaX4qEHILAxe2gW5gkYhyqg7kD",
+	"VZsggTTgtm1hQKpfIse1l3d1uL+HZWDR1GvOtwlrDt/lniunQQMWQjjCRxjj5Tkomc2xP5cWs2w+qMLL",
+	"PW8c0O1DeBsrV34DefrG6QFqPAb6uZpT4ofQEbZQcV0ZqRLH8vVAYcqsuJwCaG2g0OfkwpIlfB0rDQJh",
+	"d3eX/QVzppTGEp6NmkBHnamYKj2/vJrnIZv1PXxrp4UHNh7/a3iPrRF3P7FjtZLLdSB0immxbS1iiJ5U",
+	"mrQm6k5S33BQHBbzn0sMu8XEo/VlMcFXpXx1j5CTTAHRFRB+NcC9UpNyJJWgO/IUs1bbsd7TQp4V0ykH",
+	"az4MCLAB5GvskAOXULgJZWkFXJRHhAF+XU2BMhE2vRKziNLYIM8K8zHaQShUcLlCYMbPVRpITc9EMFmU",
+	"vrRSK5VsrHQsBi4eDoTmypOgnp9T56U2HSvs7JE/zWU+9gmpZkEaBNGoY4U5+iqELEu+JcA5YV3K/aNi",
+	"Ugi8jcDdFCqww6dWNfKAnCyXPUvPu+jcPpaqehPD16CWWW/4izLjiCpWFwp0w3gIm4KoUt74mnvXwAJq",
+	"52BWiuWwv9AdSyXbOHIYbJsBryzQxIMEZSEPRSbCIJWJ/UY0uMuxZKPExjOMHo9850BqJpfj6RsoZhQy",
+	"AY3g4X4/t7qG1/Le4GBZ+SW4IQ3T6g7Xm/CcuwuEPvptcKD4UhouvevSCp5VUICNzddb5wbdy2dNySQb",
+	"OWxXNExovdiVuO8NUC8Ilp5spAcuHiXYoBSlhAhm5LtglEHHFhjvjdDuFJyCjV3rPj4t5FO76TYsFSkV",
+	"iHtWhJwW8sS3ZV2Db8l4Jd3fGnjjjW5ImE4C4DQes7FhwQTxuSkuCKgyBO+2vPDylrTy1Jf3oc3jLaQS",
+	"PrrcxyVEts37EibPexYg3ZuiztJr2b7TYZMy5tpHF1NBXjWp0OkocqEN4lFA0vKUz9mVqBS4jr58HQUT",
+	"JCpXJpAy4LO5w4AhZTHhEnzcnZN/0KhwwmuPPFoXwETM8kkYaC0RYuaFshQmNwPm8F7tR6XWplVxjXoY",
+	"ePncnaY6PSHzLcP+he2VmeB7TQCQKzvxbNp0HKsdmwL3PsRKAjpUuOhVkoZWT82xI88A19wL4pQQI4Cc",
+	"v8t1TaLBsq2hW4JEW6AfNrSkmAw7A/YC/OiIsmZPbw+AxB4D4m2FBHc5fw2GussIBGt7YbfD6NUu1TCI",
+	"6V8dc8tgNqLbq9S442tHNZUKz+VJHIG0Xvfm4cDNC37/AzGsQ3W/AW5P7mLXoHeTyOJZ5VAXKicK9HyV",
+	"f1/yLOv5NJUQwAqhLpYcxWdl5opZbt2t5VYG1N0lHJdHYYkOeWUl8MkKPJLlQk9AkrlsBzsDbiePVw0t",
+	"IxFb5k5owTxOoCSk+TyebBczhmO27V/VxLVA57RmDmC0NBhw4nPOXi2k/hrWlYjalGYCW78nvbDbdvXd",
+	"W3DlfCP8kmWfgRaxlSXNiSoV7pPxnECATcQQQpfQUxflXyvlyV26BJwMAQ/8TTqbieSysldt6YrM8Frm",
+	"9bwlEVURXL4J12uDzeIpoSSlJbbhD36J/uvH3nSPl08gKtnh/fjrwYr2AASfVOaRafDYYVMtH+eiHp7k",
+	"Y/RKHJ+KhI0ww9pRLGZZb+OHF+dvUHpyw+bz+Xw6TZJ8MplOjfm7S8cuZCaMCVAOsxsB0UyvI4IDGBuH",
+	"BxphlELdM5wHMYxFT+nC8Ku2/ImNcLeU9jaTl7Vt33L1+yUURwijTj5QEVxUzu6f9VQbaVUThbOZiLHi",
+	"6R4hpBXRI0g6yX09NVXtL9RJr7QFmto+bhm4fwO2t71cBlSpYYhKVl0pAfKFP622EV4yuG1tmk4suz5d",
+	"Q5Oymn2/BhsBjtwSCoIqq2npJQRGGEw2cBITkWVlWTLX17eR6ziTsCTVAsAgXEkbpx9UcSmoa2Jvsz6Y",
+	"zuPqWm4vre6dktdVhH/glWpMBRb464ZePXu7U6iwl75V5owbojD26/G7d0eHHnEANtVXNoSNfR5PRKvG",
+	"VS5cVemdu3bL8euI+TDqzlUqd8yEbcfh1dSbdaxkbLmYVXt74K8JJjrUAABraiH3h1We3IfCL2hYN1FZ",
+	"sgn+vMOkDjYYvm8T4Vh55rW+vdIJlMdykNh4aXxjbQZ9UwGtk11zed2Dqyb0FNqzu7YtFHOA3g8EiAUE",
+	"adKrLJXh7nzg7bG/uAwpF4cHb9lUJQJyNfbLQA3EbNHgxe6AGBMPtF9Ye73crVgVL7XTDdjEdcLyrTyo",
+	"T41TZa4VFEKQ/xUBJEK37oddU+mQhUONK27AIDU/GLR6rPSlIDielXU5hNpznz7R4wbI+xJYpZDGNQYm",
+	"uOFKnkOaM6IGu42+yIp1LQ8iwC6Cg+n12Yhnd3xuRnYcntthfDlJn320ZHuXGtEAggYUtFTX54IvDd+6",
+	"7mn4xY2YE24dpNoWso9Lc5hLMMZVkWYJDsv+8hc2pHKxYafPsN/lIiIOVoGFUUtkuI0zmovI8ksAlrI9",
+	"Nga2CdgmFq4ndqgMEtvRjVP7VyOwTHszMRezY7voYGcT3yi7sRHAwr2rNDiiPgPggl7RRbvhAr4ytQ51",
+	"e7smuN9ljxVXcAltC5aa/kAXlTb6xj4bEUsZ0bUfudWNICerygW8KqGk2GcjPptpdcuzUZVhSIYfCxdF",
+	"sJd9vwoc7otVHLJP9UtIWy5jXZhOgdbpCC/dCGkOHi0LOBE/AoCqgCX3Iq+jIqWPVZapO1MCC22Fdxg6",
+	"xAhoi+dgn2obvtuYp+pNTmhPPlFGOPXKWna5seJq++9CKwY5HXaKhHV3KV25wdNfXc5MC6sQecngEqN3",
+	"W64pU4agdFy2EYpRGlckzCWbFNWVrVybmZtcTD1A1opeNPaorcXDPJhWlzLErzWfsphLr9BHHiXEarHu",
+	"qyvLmRIR+TxIbOOgCwnqJUDX9Ny7VrY4lQSz4ajXGhXXlm8HzrpyIPte8/TobJZTnlU6WFo94D3/fAab",
+	"8DO919Fn6g/HDgkEqFrdr7cM6/6wYkdrgGMtSQ85ON3vskRBZQQVX3avwzfw5htoUvgzrgWzDLCG6Bhw",
+	"h9aXcCHTvxXCZQJXzZ4PvEFtUDJ4sTr2w2VOZj8dIanQoz1U53yQx52GRzUqORodrv9aJGS+2jtxN1GZ",
+	"oEznX4sr8R8i41sGnERqPIY9ApdXOVWZFR0rOU6vCy0ShnXtVtTRbOGXLjsb11/wQzXTB9G8KhUnkANp",
+	"HPR3HXrv48X5AvZeqRdUfKjsffoTGV4yAV3aqdAbWn0VjNhWWZY1v/Gn5WhzLcNhy7iXr8KH+Rr9PvZK",
+	"gl7/YX8f4CliY9tuxebeMh79OjVsBPbbCDAz4C8SkcSnR4tGHEjAkbXAR96e3mcjq4SOmCnJkBL0Uknf",
+	"7QNCGTKocg7/AcySqNjxX5VMuYw8oivVgpA1MeFWloLAlUrZedFbKZVXOezBOnyxsjoizZmET6Qq7Xx2",
+	"RgYEEAMJcGe88BsBNlU46KlTpdN8oekgBHt4nKe3y60HZ1olBfhoWRcahJeSphexyi8XrrfSVMrQdRLv",
+	"KhO9NsV19flPfTlS9UphQkNOxUPj5Qot77NBrebk6AOg3WEGqu9fMNZC9BnVICFsiP3YQYVI4COQMi3L",
+	"ymUYFrcCT7F9VmK1jK1WIPHnYON+0PhW10+VSkJdbIjPMw72ssxVpZyqqd3Y/ep/UBqm8rrZiVS2ecZ9",
+	"m3JsaGcXdCXosKoGLxpshtXwLVoZvEqzYcd+UmqyKxpEx1rkl5savwvtF4KGDuAgCXlL2iMxREoYIbrR",
+	"AtpuugaGZmKV2mHnn/8Z2lrArSa/WaauDf2IeA/rVioEUywywU2c+yH2S4hRX5Tm3XhukwE61nVoWkZH",
+	"W+cWdO5APx6UUSLqtTZeCXTS2xXyr/YYVpU1RwneN1gaA74b3JKuE46xtZN1tWhbC1nnTZ8yxXfLBHqr",
+	"o2uR4HNLs6gWodKFrAWn7BS1D6B8gMJS+66pe2lrYlgGgrF1dEnHolqXTC76LO/fj5hYEvxv2ZE4YjzW",
+	"yhgKGlt+uxaWFLvqPl3VLcouxNt1DQWGneRqe5peW+mEYZB23YPhfVeYUH4/sH8wkEb7vsGN3Whx2qYD",
+	"RW/JhnWvZgOYq03wg9O8ghy8ARIwwaUnRQze3+UQVpvg1SLeuJ0psu8a2rpzaifZAmVxZXUR/iCkj5O9",
+	"cwmY1GHQhnUt8Cu970ntpuIuUlVad8MPfEVN6RYvmPP5OohqhOImrFuY1DsEG5CSGzw0m/hOWvsyAmaw",
+	"yi9R52gffl/OWQxo1259q85Ti7J3UNACKh3UHsMXZffAI70DIEMMlzHXc4DRAdStiJDJnMO2gTZ8+3vL",
+	"enxPKICfD8ZS7tEBtnYM5XYshYYW3EnQ4LYkI8g00IJn2RxakXW1MIJEXCW6CC16hClFBhajScVwHW78",
+	"pmbQ4EW7DCIALZZDwGVxO7J4fwMkECb1RrqOVqOolnu8tJfHOjXOZLaKwL4v2rnixioDUEiLLlZqDVsB",
+	"Hnd1mxcfzk6O3hz/fIwgcmg2daKOE8zr4eowvBtApFtErHNS385zenT0/uS8AaUO7LPHwca5T6+pBmCo",
+	"5nySSpOp9o4ZLW7VzYZv075JVNTJ3SYG4uFgDO07/x/sKyiXUIsIpkS/XZ1QtflUZSPWVgbBCYfTktDG",
+	"by1qkVbW5RHRoMGllCnRj0Bu1U5ZK3phbZRsv6bH0/qI7VM3WapkIq47d9zsJ05Ic0h77YmIaGAtGbmB",
+	"V7zbpk0/63twv6Tg0KFfQDrmw1qQnoOCL7IEnNnxhMtrsc+MQDB0al4YZ4JrU2lK6m0DDFTc8TnTqpBJ",
+	"m2albTuHbtTIs327zXVPfjc529UM5SfrDLlEU5iuFDCQSsSkxyncuh8y/761NKlpiYFkDvsBNCxAmnRV",
+	"cQ63P6z8Vk2JJqbbtgAt2BoCQrpKu+DWWOkyzhpj8EoRigBqqgOv+KYJ+8///X9AH+4zQKJxSOTTapOG",
+	"pTctHeE+y4pCZq5jPqtGyoC/QvgCHHSonluzH13uVGfurfHS50jwW4bxa55K8glwWEaaBP2OYy3E5f38",
+	"0fBTD0oVsGbDitxjIG3ZDfLGzkZgjfaHHjvoXj1Ql3WEjMfCHs8lnGAgXFkhBO96T6mWrLtAEL325WQP",
+	"hBFb0QCkvn6epbdiUEIuudzhSgDb2r6ax6LPCkkteuA3Js2s3uDJGB7CNOS5yEuM8ETwhFJSalF/O7MU",
+	"xtgRTBmgVVLgJ1gVVPsVODp7fRhyUJ9hH9pC0Z3H8BlPtmn9WuRCYuBtb2LX4mNr7mJyBx1BF7DPDvyN",
+	"B2gf4S6gSFyHK5ywavLBbnaiTnWjIAzIk2VzLOp83rY/3L7lGnJ07AgoB8AuPaDBKh9d1MetfHMIUzQb",
+	"J8cOmsy+hF4ySgYeeIq69V5ZtcJ3wHaYVNghzvIlTzAmYgQxBjwrU9cMMvwSg3mfMdd6Q5vHyTxHz56v",
+	"lL4CL8YqMmWhaGaZHXxqlLthrZnA4VrruiTD16m6btim5Vg94b0HjXeB5bNczH6aQyJ+SW+1Dw8P3gZt",
+	"/qrusZnKvAliMIVRmswLdNMg5NeLvZd/evnnH16//NNCAx0feFnEKd8YrLKGubRhg5j2OekL+ehjnmrL",
+	"0C7vG0thXQiXUIpHLvi0N3DcmDOXcMCuuEyisiWci+BDGNRlWhJIOEVHys6oCBgJ1VbQysM97xwMLYMz",
+	"RJ5tVF4g5VUZPyWYAT1CjSeoaafztJbJsoPF9ojIoimPMq0Ahy0FCn2g1n2l7qQbtn3ObFlEVMs8eP1y",
+	"VZJQIACDh46B6+v0Vpj9xR4nlKi0ohcp7RA27LAc2FKZFjwxza1RWr9pa1xvez7ta9Qsvwr47TaKk2O2",
+	"GqAsuGC587Y1xcUni2FxqvO/V1R8qWGV3YFVrOicQtyP1TOghv5+H6/XZhTwcCj3moxoB07rflB/34pT",
+	"jFDt1vjGFo/giZ1kjv1spjnUaKSNDoFTrHrfCsJD+xrOex/Sp1BPDSPiwgqtM/umBPoguA6ZUgcS0npQ",
+	"/+zGfGZyLumfeMCQCuei4AeH748/XJ5//PXoQ59KQKfgbsDh/WKgQubrV3BcjdUKUJeYnR6dncMa1Ji9",
+	"wfmjqqyx7OGv6oopHU+EV6MJgnYoAYO2z05BxGprtqgZJhMtJ7L0GfTVgQeHks8gQc0Ot0Mtbf7lr8aa",
+	"K6c/v2E/vnz1p54rU6C2QaNYJWLUH8qhPAKRYc8W14PqwOigyCdKp3+HDwfsJ9gWhrIANtUJAzb6vE27",
+	"va1VJkZDiVVcwCIhJ1hWhoccygEbIQrpiHVB2PQiNkKAUveJfdmhRM8m6h0DOkbqqha54q2IyikiVyoR",
+	"uebPdlSAPx0NZbeEZEVBh5EHmBg06hGBO5f5ojHPsoH3nERDWQGNRqMlgqywXp99UBTuLSQ0L7cPQBTJ",
+	"foyhLpqRpWYoX+7uQVokfOBCy36/Xu7+UH5LVJArcto6TQvkux3pJRWKENxsVWHDOray4ZqsHdYEYD1G",
+	"bMr1jRnKir2uVZGLSnPsSoNRl7dWljs4B9iUz2HH+kPpmyQBSDHcw4OT48pdH3R2+3v9XdDrZkLyWdoZ",
+	"dH7o7/Z/wHZrE7jpO7d7O3DU8K9rERDtI7Do/gJEdYmeZbTUR2Bek68RYJ+hE58WVj9PM6HZNb8VrJgx",
+	"JYcSzXho73X5/uB/Xh6cnx+9Pzk/c47AsjXLoCLcsTqRz7G94FBCApFMgMRLolca/YH2iHG5Iwf9i2ui",
+	"PETCasbt8/flOLEKTGryA9wIEl4AHAZpdKndhr8VQs+dBTzwZi7KhyoYMKVOlN1mCIFicfuCbeSagFlI",
+	"6pVNCsRtqgrjJVxoiSQoq2us2Q27wflDI7mWJeVA3up9tVsxG18R8Hljw9Wvn8BvBj2kgeJe7O6SRZcT",
+	"rFaV0f6Vck/KeVcmHtnjA8UBZMmibWe3Cq4unDKk57/E2UOD+lWWgLEADEx4cB2klVr2qlVEDUIgAwsF",
+	"XxkCjWRzRgghDgQVZAUd6oxfp5K77no5vwY/E13LT1Gnzvw7AwcvbVcEF5h864CRX7nHdQp/K3KXmvWU",
+	"h4BTUGugr1FzY2U6gZf3PQFsVSpL/zuWDuQK8UlkZaLKplbyTRbZtFXl/AYt7fmddx0tcIfQ2stH3IYc",
+	"HyJ+89J57VjxBsrfvYeNOjNlApwbu++iopMran8A0MIReg9FAkjEjoC7TnF79/Et8Oif/u/zo7PeoHQg",
+	"k89xgnhVJoexEw1g/ngXQNQJzQyfGyg6hTRQjzJfJ8kDcEPSq7yz+4DqqzD5T9Sx/VGIsuxE/LWuIee6",
+	"EF+XbsPL5a08g/27B9N4EIkfVKjbTNKZRy9B/GEfF3NxPvTHU9ORxyX7IOnqsrH6IxBvnTawP0WVYz0+",
+	"XdDorolHG9rYfZrJT2mWEM889dBPI1CMRDIiHPVcWIlTK3yABslqVm3D8QxUa5//8TGo3Acq2Jhba+wK",
+	"YGCWSf1JiNvp/Ttf6K+vO2gKmp0v+MfXHY/OEpSxVvsAaJYjmVOXwRa6ZEBRe7hiBl7A70Qz81syX6+e",
+	"CUklqQ/Tz6BfhU8aTkXdzV6rV6ki+ZFiZmWWFkbo2yW1DAlglVa2qYZwQlCe9pDXPHqIWJ9ek2hNsTtf",
+	"bsT8awniv0y6APsvypPqtBGLR7dpnD+/XIRpCSYn13NM/gX8Sg9NB8jdDlqKMjLaHSM1cXmOY4yWI1BI",
+	"s1A5ZF9qIj6zs18Otl+8el324KYSOk5p8a4hBjAIa9mX/AFzFesyrcotqp2Jd7d/5NvjT19evwz1Wd+M",
+	"5OoBuiZzpBqce0ruU07zTiTI7YKGSQbf9gOcxGQqp6+pZ+EiKvNC98CSv6ALAyNIqKUpXdZsRiW6BQos",
+	"4yMcWFhon7SfEs5znx3AdFI1DMhSQ3VyVWp3AOx/FJ6F3TgaXVLnroiDunZwCtFBQzct+DQCbp9l1TOh",
+	"WbZcLV4qWZo4cwjdm9RFbijfcZNvQ8eQ7eND1p3ALkFlPeQsOPzxUc/JCzYasBshZtuQXzKC6nVqF6Ln",
+	"bO8VM312IaFallY6dB2rUnRwTVMDb6HuXPkgACZb4rGD2eNFFxqHCLyGxVszAHyWAwiYgTrIWZylgIk1",
+	"4flQUtcswYNur994HmPz9ICusuZg7SbBT48Pf3FktMmP/h10mRaKRy4+50gS27hn7e++b/zScOWrLVwI",
+	"WhU+2jLYAcbeJuYGCXEGokCruMBRkwBapjtLpEuNZAxkbWLFMyTkeNSz5dv7LHe0yZVQ7hUUYVPPRaB9",
+	"S6rk6ZwvNkInOTwoY7mVVt+UBfbm6N1QQusmt3E0wJahFumAOEHpF3mlm3yJKwF++V6fHUg2SpNRpQUA",
+	"ZvzZy1Z91Op81KoQM6xSQlwBnouxJrgkW+5tKw5mO0GwdX/gflEzeqTBpzFiq1O4TPdWpuyLx16Ca7m/",
+	"6q6VG3ovnfHFi/vqjLRG37dp39Oi8dx2BseZx0AiRGQR47mapjFU5Xlh7d6hvKQkslZplBsLwJ0v8N+V",
+	"Pt2FvX9CPardKddO9/6er8UuHp5uSOICq148K4DOQU7U8mieUf+Jvqy4E2kSMau6bwsTc9cZdVmfFxU+",
+	"EtboF2tDpqn09REPU+odRH6j4+MUwdRbODxci4qWdIdo1Msb+FFmc8wpQ/QRqMQn4BDKM7Oqw4Bl6k7o",
+	"7Zgbq+Nbi8dEiLuM2nbCzUQYKOl2UBXgNW8KrNn/XLp5Ok321DbiPn/6she9/iFoUj1jtO/FP1y0z/VX",
+	"W+lMQj/4wzxJdpZAz4c2IbzvwuxqcrC/gUyP00Iu39mlhmiES7jYnBNsMMD1IIifiprnmkiVaMJ2rIlr",
+	"jEu0dlz29dz+FZwV7cn309PoU35fNlKmHpWwg0SdWaKZ+33F6iJgcgubCAT/YnfvqVeEG3Vf59+Pz6X4",
+	"4TLLthVcslRCz6wyQ3km4lb39h6anB1r58o16P92FtwRh7oQ7Dk7sqsaoXXr6d0cA7BJPBExZFVJn37N",
+	"TfnUUMIDmJt9pZL5AHY0hxo8niOoqevsa5VnhPEA4KFUshF1nx1FQ+n5CCXUlZOwO1VkCQIJ+t793Ze7",
+	"rksd1OVS2Y8SZghoq6AN+mqkKY/Yyxcv6AfQag+dKVw6XLJCRuzl7o/0CGRfS8DFixjPjIJm7yW6SLVf",
+	"L5wnYpc5izI1AH2ZC2gqN5Rp3meU9wdJZfDz1Lj7G4F7KsVEhVxzadC3O2Dcw1gMpatOwx8ZhI+HODt1",
+	"Tn61u9tnB9jZEF6PCp+4wyOUKh/Kfzv7+CFiUtG5R2zXmtRTLIXjku1Fu7u7sEJ7YuzDxbuyjQXjcn43",
+	"EVr0IK2OM3sKdGB9NoJpgJIgQ4txhGbxitQAU9xOPp6d+7pOq9MOJZncMEDIdC7psvPEjN58O05f6yEd",
+	"4LHQnhi+9j2jIwddQXuy5dtFP0zPIT5ZQKN9pAjQrYlGHWJo9xe7ZGGnvSqyG2d69Z6Uf37RhVyIXi0V",
+	"zy1dJI+BSw71st00vli31s/e3tjlhvaAIGP+8//9/5ynFyFlqEd7hPhmvs+wiYYSMAwBQZscfPUoJHZ8",
+	"0yoXzOR83gcGJFV+6RpBRJSRC14qRcm0HuUOeBavvIp3o2FjShBwdgRXTjOh3FRosrkPs0Fi2SWlKVLO",
+	"iEOFd75nux9QhJMadiWgxtwlM1IWrovIuybzWC0ausgYWURF8ynvkm9c3uSZqDQl7z9zjgPuAYgTSLuC",
+	"c6wVPnmi0XMIAgChqDu50b2KwvESkP0UO4y5BkIEwH2EbULQisoHZsS6sDiIcOVDWSJrbTmMQ5fn6BA8",
+	"Md2xdKK+2HUOYHi+lPapLq8LQvDgLFX4LrKwwMlTfjyUqSRNAjjePq7ZXFZs5hFdFiPyCMxAghPATrZv",
+	"j86Hst/v79AF3vmCf3z9V/z1X6ww9RDdnO3tWj64XfZDIrk7lNywMTe5VY2gP6J7vvJw6C68FfnTX4QV",
+	"F+Dhfjm/O+A98XwQzhVeHSmogpGoqRKHlCd6znxvhvL6J08LibW0n+4lvzDR/lmsgE3epck/ABnOjlif",
+	"IPcOhi8Vr6eMT1DbxaZ8ZBB81biWpd07q81eiVLuPbfIgA1Cs3W/DLARrn5ZQWNtODOX8UQrqQq8d1pk",
+	"UHr69DrZEiNtLiOBSw+WAuJHeIZAXMRLloCgAGVuKFtLClYXFAA9TT4sa5tR7RL1VtgyAQRJQ+1XIjZJ",
+	"Ta70nN2IWd7rD2VA5rjw4cj9m14MUpLsm0YetrusTnRDNctg+G+DiNwq5arr24Ra4DXkiJBbEkxC6IR/",
+	"LaAaByEzEWKeQV+c8VBqLu0SwRtQse6s/YZQV+6tNBvBL0cNoo3u2Rp/ooP+rO1h0NfNuuUXpL6k0gpx",
+	"ZmV4SYW9x3WKLywXe43QOQJksbW6G2b8g2RkruGIMXqynz3bnQ7Z9XsiHuGVSKdUlJzB3c4/ijd+A8G8",
+	"/lE8xIepJAvs+/vUUTbcipUajedR/63UfDOlBryYMSEcLTpnzDfQWnaorPkfhvAbmiCXLXfIOqt03Oyz",
+	"3yYKqWRCrWFqtGMm6k6C4VvT2cqeen124Cqkr6hqo9qtB3JUU3k9lJCmCmcep6aEuTLgnRpJlV/So5dj",
+	"pS/L8QNKxwGe29NealrAd3Gv/Z5Vrvb+AgQbzE1o9M98vamR4tLZgyIKScr7S3T3Da479nj8R7/tGIoD",
+	"xQhx/NkIX1wkoz/kbT+F1f/3Zf8+Ljuexvq7vp4WvwEHAHti54v9z9dKVSv9VVZlryml90XLT1skCtMA",
+	"KvHqVPhFYzZc5qKuzUP9wMhjEqzOTOyfQmsXC/Lt8s0khcrwWl0y61LteY+69WaZuhMJho/+q5hrUZNT",
+	"ZMu4xvHowIoQPG23ISGUeimvyAd1HobdEFTjl2Z4BuoSSvPvNczPa/XZa5aw13YJ5JWr+PMC/X2cU29e",
+	"68vmej/nXPv0bueK6+37zppVpxq1jwx5cyrdiO6/qWdY5wOoCVi+HywFqaDp+k4vAMnkMtbZCG8cOuLw",
+	"yo0gLSCeFPKGdROe8wH1qf6cR1iZwXMOlWPwoP2jRzC6I+g3q1wHGjcnxid9LBIl/B2sWOZN+4SXOOz2",
+	"IgjPRajx+3os1pSGfZSuUGWGKT6XtLta3dVqvgZslCaDEUFC3VEO9gieHozQ5zSfiYiNYFtH6IF2pUAu",
+	"7gc7q8bs384+fuizcxzLVWotVJFhPSeHerPlUjLMGsLSLeNTlaDBtMhZmvdYrKbC+bvhBKW4s4swhD45",
+	"p0Kx/cZytKGs1qN9dEdPIIsuA2EhEI0JIbAf7gHcYEcUEZSkmXwoafeY8I1pgfxGX4aY8j3sDNiw43sA",
+	"Yp9zBDkbdr6OIm+WUmlcnCkjTGPdmjuMFhL4Oyohe7DcxULHsvRxmZVEDu8FqKNKMpYc4NOoAopvjwKu",
+	"/bcpOntUIftYRYn3Y04keL7jGG+gggIzYwHA2N9wl3gIN5R1sa1VhPBt9g8PyBoN5ULz2lonrJ6TxSZi",
+	"IjOiNProc36VidH+UC6nIVU4E6YWLuQhQe7mUI5q6UwjZMIVOHqxjc2srRpzaVWE0YJwG8pE3bliXIg2",
+	"sC4JrwGxwdKsSVLI+HSOtJ7jWIhMBx6NKx7fWI5JncP6kIUKRnZ1DVhkIlVjpsgp7s/TBeDdBM9j6K5K",
+	"SyFt7Xsxch+UbU67CgA2gGvo8Y85HPV+pR1hNcfQQVxXhC9pZFvGh6C5FhCGfgaDGQvi/zCMDNgKxxIJ",
+	"n0pZ0W5dKqQXc0uXrZiKJ7xrhTxLr+WzuZVW37ZiKr5XjxKsjXJeIAcfl4vVBgRGS73/HaZrBUkcc18w",
+	"0RavG8M+UuxqzpR0PWvcQM9wjWimP8w9QqwxNJlTIERM7/Tt9j2V5IpxAOFh1uIoS+mHEtFpRvTqIhmw",
+	"XBdixHgO9xGTPlGxQLvR9NkZPmwFPB9K/1O4tw6gmLKhMWV6zWUfyvK2B4QrTfdf4sK7W/Nd3ng6CHfl",
+	"qWlXpZd7VLbyByLEDmdRLYCZGnZycHF2dIgk4CpyFkEQH/OKu71bXRF95p/a1Ix6g4lLbWwXSDh60mQh",
+	"9xrr6239tjxK0a0fzbJvKO5en+RTHsz3XXfr9vRJa5sWG2C2qm/ae3S6efzi0e9W/T8D5Z9KisCgxnYR",
+	"Vk5yFmslqXzGtehk3XMxnSnNsy3DPL/otSfphzCvnS/uzxbQgDWKXQcMeHjvMptg2YxnBT57wFSghLCS",
+	"auMdixqDe82vuvssl6Pqwnh4xYYbqSzb8FCJeToV0B4uFq4qzgpWSDwW2nyXjHX9k25rS13XlV/XT7re",
+	"JfiJOHG4FfEzV5q2JTbAlAR1+5k48wPK+mGZFdYAcGEiSyDrQBnhUu5vBDjvRKrZLbQX7rNzS/ZlM1BB",
+	"7wx8xAdT7oQWz86Gd654fDNOs+w7sRiXr1JQp/mJVv3Ed8lN841gztzbrU7aAZ5aS6j63q8SKi1esLpw",
+	"enmv8JVSyX4HiRtZw/pT2Q8WqyR7ETMFtJVyRUrUMJzNoBU49NtJp4IAUQnOxIlwDEJ4lD75Da4euIr+",
+	"WPfuxC75H0lbOcsVWf7OgkeNDykQg0Tk0rM3TKqcxby4nuSsmD0/xRD2wR+LZs5x0U/MqhdmeSY3WHsO",
+	"3ewOcy1YzUTdWSPDuxWRjXmOlX73jRXOKBIFWCzqjnXdK0K9PkCxGBErmaxj3c9/swr5B+TGF7jofyx+",
+	"7P0ZAKGPoUxf21oSlL1TT0omxGtXO1zP3UN/aH8rvcV6d6vbk0fxtrrBNnC2fh/Aqms8rbSbT+popTm+",
+	"kZ/VveF/NTdrCelX+lnHSmMO3gJ+MD52IwgmbcapvaRwGOMVXCv8gbsPvadDeXZT7Hyhv1q4Yavk/Nxe",
+	"WFrlPnUgoBRETHhxUTcHtZPmG+5bszu28ZV3n+MKnZeI9A/dyI+yMtR3iE8dKjCocc9wgv+qjUWVaaN8",
+	"ylpz7kZR/5t/6g8t64ONz1cLfXrykaS+Gw3z0+HPnFETYWhrweNJ5HSCXguloNb4/DvRC+p7SU3X0UmX",
+	"TqcFZKF6HE3xt4JnzhCqb8iWYV0DOKGVESPXnAIqoWYi7vkSxxe7uw7OhvtB9hl3TvahJOw8ytfmZbGK",
+	"P4Mq3OeL3T27TC/tCM1uKB2ATaymLgXVo6tWRwv3qDATR4ZP1qOinOIbhUCWG/iHWX1JAiZAAI+Ordxm",
+	"WQeQFFNdwTP2zTil3uyMV7lCpeW+J8bugb5WW4YtvlLE3iiZFHGu9JZB08LSNI3Wa8877qFh+QF3vrg/",
+	"W+hYtdvwTEoWeD7tOQeSB7oOiHWcpdeTPKpkxkAelLPcKqEure7Mfm28FLv1vtx9eY8tb1bOmvfq+e9u",
+	"4K4+sNZmWR6Wx/JdCr31T7rN3Bw3KHSZdmhr2ilrTvJ2vgONyh6vW3z/wQ0phZ6HqaTeNeK/aaZKMztf",
+	"6K+VHY4WiOd7YDSPxGGsPfiPy1rCBuVt5RRXNDHC+uoXey//9PLPP7x++ad1WHnNJDnmqd42E67FKiL7",
+	"maf6DB56QvIqJ2mgqzth5XuozyC9zpZh5fvQ46y7R8WcRuQ12V559SehHWthFQED67c0n0A94UynSqf5",
+	"nF1xmURslvFYQF9MSH/MBL8Vxr0aOJ5BeRlKzPV2md8zoelVB5UWzmrs3v8Fy6EHH3YLz+/SWAB6ObRt",
+	"NSWkuXt+jwLJVyqfYI8JAh5FHJo+OwHv4FAWBiN/9DsX+0g1ZdAJngBw1oF7QhW5SRPB9vr9PWipYIby",
+	"5YsXHkkTHwti25wt0uDjW2EL5Pd8tldLurf0+9zmzZnIq806Q/drgxvFk6nllM3MSPNcbANG6JpeaqC4",
+	"wGN/aPeWf48WvbqspYNb8zierdqpVkbfIMBlz9OAuHoa/tmKUHa+2H9cwj9aGK9+y79JiKDcZw/teFXE",
+	"NwLAoKiMjOfAsK1FalkuOzn6cHj84S0JsRQqgQEmZbFp++rjWG+rrtiaJyD5xgpMv0WPoT9WR3s2wg2r",
+	"diWZPjhc4BWLRVflwhk+QeWeG/9bNQVaRT6nAlSoZL96sapun1zdCAkZ/eM084k+Ah1BYFg8dm+4Vct9",
+	"UPT5wR3flAYoLR4v8KUy0tuLrM1lt4z2EkuLtxynskwKdxS0x4mQqMImmzMl4vQ42uocFnzkKYOddoZV",
+	"bhFcZT/o5MDtmvJE+FCvJbCDk+NQf0yrkBsRa1GH9aVtWKFCrcnpsL9/2owOO8O3yueAt2u+T/tsBBvo",
+	"+w7gDkcI2omJfUrG4hvdOy4tNSChIKPC9dnVUusy6rquZDbfjCxq12jnS5qsVIhOxa26qRDLOmUIn3+w",
+	"MoTDONYCjcZLzNM9NCOlulvAvm11JwK9lesyOE1Wyt6x0lOedwadooAnmxpC3yl9sy7Z7jd65on9cc2J",
+	"cGA54iIWedVBljFNkSuRlE/V3Wp29Wv0oyATcjExXN6T4fNUJ/lGrIjeMKiKuN39dhFJ6fvgsFTaA4yh",
+	"go3Tebc97jv3kjXaX8tdDoVepoP19pZe3LgHlHZmgt+m8pp1E81TKZJeuSGJn8js+z46hKRFKHCWMV0J",
+	"gBWsgXat3beJyuz98Du3Yk83NTFwK48PO4usCI7DI/U24j++PTpn9lclpG+afIWswCmX83IjCIxkUCMi",
+	"RJighor+0RShDv9amJxdp7dCslxdi3wiNIKNkTCzm4KgkATaezYTMXbtTKjvsMPYRCXS90PFN/R9PbFl",
+	"kRqzNDEIcjrDls92HBmL3j4UkCeskDdS3UlAk2yagEtsP+vmwH6QWF4VjLQIfeD2uEUfH7dJW3axTeig",
+	"aWJWCiVoPFuTTqnMX7/srPb5Qy+dY/zpi1ev4WH6Z/k015rPn7qXTnncqySVp6exKmTy3M11foOiuwqt",
+	"S+gDkSusA6/Re2IqBJTmUdkClid/AN6wY9nb5pUjldGbEscOKvuXpSZHWKryDtjlsCTVIs4VgFB1EesU",
+	"cECTVCPUablQ/DZN8PNexO4maTypNHczE64BE4ndqqyYCvhARB6TKaq167UHx12jXjcYVnNOIfdDjZH1",
+	"+6PuHpydHb/9cHQYsZ8ujt8dHn94GzngwgHylDmxjh7osVpM1S0lTldflGpGgdeYCDoCIB9VBqatMlPA",
+	"5VnmnAA5lWCCULK01IhxaBAD7XAhwRstnGhJMb0VFQb2FIpZdYpv5CSi6Y8PVzGc5s18qH/9twpllUeL",
+	"c1k6s5NF2Fa9vDFbhpk7IWauo9fiZXlMzhJiDxPBdX4leP5IrKFOd7/40Z+G6Pz4p2KmdEMh5e6TTJfN",
+	"w/p/rbj9AUosntKWsbpSqpI0BvqRwgAUvtL5U1MGzmKeRGRA62XX+5/TC7HunRXH0BR/SVml5WBMu2d1",
+	"O2gpvvIn8AT9AKPg67RNrHkFzWuhbQPcYESES5xKCk36faN54N3wkevmeaJMfq2tXCgbsIOQsl9OhTH8",
+	"WriM6hJ2bknThtAQgvaxA4nbVkVCvyoX1q28IOnBiKxUVXe3zIC93H25D2CQPIeIEw1lxRjLlf3+xx67",
+	"FiTLXevLVMI/qfW+fZNEIQQh4LpWhF2fnRFwIbwcn7qtwXrJ1LAJ19NMGDMoz993LCB/mXsTSyMEjJCi",
+	"Xr90muUeRYvIiIQdy7MCEvr9pxBGYwfMc0A25XOm00QwnilrPvpvelGlDRCA2Hsy2YfuoC8RR3wquESR",
+	"jTttV145hkRw7CEwtUaTFtvOFsUqAyS7O1HByOiFQFntXj2xMMdJfgKAoOeO9JRTnwKdrWKz+6SBAz2C",
+	"UZmLKWrmcCefu1cnETmanRURT7zU5eIs2NGg6VVIjAyLCtd4cl5fSLMjPqcmT+X1MxoJ1spabxnA6vAb",
+	"ygSgL+hpyMSrfaQL+nevwSjA2u1VVgGibLRV7ikZnSpPeou6fpWZUeF4YUSTvg/fo96IfM0eDFA1vX7E",
+	"8J0jLPXU0Dxjhfp/RCd7Wsin4hjVKb5VjLiQp2K8SvcPbuyjqv2VGejU1uj7CzfgUS+6XaaIC53mc7jF",
+	"V4Jr+9vfP9l7ig0y8H4XOusMOpM8nw12dvZe/Km/29/t7w3+vPvnXbjTtKQvPqfBEtLXyP/bLXW5zQ+0",
+	"NsXKDWw2BhfyJs0yU7WAI1fkhY0OLCuUcWrVIepsAN9O+5UeSzBwYMYLQrb2/oJ9UFDsJzKx1w4jHvVW",
+	"TaGBKLOaAiW1qh4E4HUpU5XhyrTk5fFO2+NfVkYsISOWRzypV3OXDUx97QuQuanBby7sI5XZBpZbyQ1b",
+	"kQBQ3Usf818e7Rd1V0l0BYdNVVMyjE+tzuVyviqjVpILv376+v8HAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
