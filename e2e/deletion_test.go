@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +14,8 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/archive"
 	capdomain "github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
 
@@ -151,4 +156,77 @@ if [ ! -e "$CAPSTAN_RUN_DIR/tried" ]; then touch "$CAPSTAN_RUN_DIR/tried"; echo 
 	require.Equal(t, "first try fails\n", first.Logs.Stderr.Text)
 	require.Equal(t, "try 2\n", attempts[1].Logs.Stdout.Text)
 	require.NotEmpty(t, doc.Events)
+}
+
+// deletionEnv leaves the executors' periodic sweep an hour away, so that
+// what removes a run directory in these tests is the runs:remove message
+// or the sweep at an executor's start.
+var deletionEnv = []string{"CAPSTAN_EXECUTOR_SWEEP_INTERVAL=1h"}
+
+// writesRunDir is a step that leaves a file in its run's directory.
+var writesRunDir = api.WorkflowSpec{Steps: []api.Step{{Name: "write", Command: ptr(`echo kept > "$CAPSTAN_RUN_DIR/out"`)}}}
+
+// TestDeletionRemovesTheRunDirectory: deleting an ended run removes its
+// run directory on the executor that ran it (runs:remove); another run's
+// stays.
+func TestDeletionRemovesTheRunDirectory(t *testing.T) {
+	s := Start(t, bins, Options{Executors: 1, Env: deletionEnv})
+	ctx := context.Background()
+	name, other := create(t, s, writesRunDir), create(t, s, writesRunDir)
+	for _, run := range []string{name, other} {
+		waitPhase(t, s, run, 60*time.Second, api.PhaseSUCCEEDED)
+		require.FileExists(t, filepath.Join(runDir(s, run), "out"))
+	}
+	resp, err := s.Client.DeleteRunWithResponse(ctx, project, domain, name)
+	require.NoError(t, err)
+	require.NotNil(t, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body)
+	require.Equal(t, []string{name}, resp.JSON200.Deleted)
+	s.Eventually(15*time.Second, "the deleted run's directory removed", func() bool { return absent(runDir(s, name)) })
+	require.FileExists(t, filepath.Join(runDir(s, other), "out"), "another run's directory stays")
+}
+
+// TestDeletionSweptAfterAnExecutorCrash: a run deleted while the executor
+// that ran it is down (kill -9) leaves its runs:remove on the dead
+// worker's queue, which nothing consumes; the executor, started again
+// under a new identity, removes the run's directory, and a work directory
+// of no live attempt, in the sweep at its start.
+func TestDeletionSweptAfterAnExecutorCrash(t *testing.T) {
+	// A long grace keeps the killed worker alive to the api meanwhile, so
+	// the delete does send it the message.
+	s := Start(t, bins, Options{Executors: 1, Env: append([]string{"CAPSTAN_WORKER_GRACE=60s"}, deletionEnv...)})
+	ctx := context.Background()
+	name := create(t, s, writesRunDir)
+	waitPhase(t, s, name, 60*time.Second, api.PhaseSUCCEEDED)
+	require.FileExists(t, filepath.Join(runDir(s, name), "out"))
+	leftover := filepath.Join(s.DataDir, "attempts", "987654321")
+	require.NoError(t, os.MkdirAll(filepath.Join(leftover, ".capstan"), 0o755))
+	raw, err := os.ReadFile(filepath.Join(s.dir, "executor-1.id"))
+	require.NoError(t, err)
+	worker := strings.TrimSpace(string(raw))
+
+	s.Kill("executor-1")
+	resp, err := s.Client.DeleteRunWithResponse(ctx, project, domain, name)
+	require.NoError(t, err)
+	require.NotNil(t, resp.JSON200, "%d %s", resp.StatusCode(), resp.Body)
+	insp := asynq.NewInspector(s.RedisOpt())
+	defer insp.Close()
+	pending, err := insp.ListPendingTasks(queue.WorkerQueue(worker))
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, queue.TypeRunsRemove, pending[0].Type, "the message waits for the dead executor")
+	require.DirExists(t, runDir(s, name), "nothing removed it while the executor was down")
+
+	s.StartExecutor(1)
+	s.Eventually(30*time.Second, "the start-up sweep removes the run directory", func() bool {
+		return absent(runDir(s, name)) && absent(leftover)
+	})
+	pending, err = insp.ListPendingTasks(queue.WorkerQueue(worker))
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "the sweep, not the message, removed it")
+}
+
+// absent reports whether path does not exist.
+func absent(path string) bool {
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }

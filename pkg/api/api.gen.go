@@ -573,6 +573,11 @@ type Attempt struct {
 	WorkerId *string   `json:"worker_id,omitempty"`
 }
 
+// AttemptIDList defines model for AttemptIDList.
+type AttemptIDList struct {
+	Attempts []int64 `json:"attempts"`
+}
+
 // AttemptLogs defines model for AttemptLogs.
 type AttemptLogs struct {
 	Stderr string `json:"stderr"`
@@ -948,6 +953,11 @@ type EventDelivery struct {
 	Trigger string  `json:"trigger"`
 }
 
+// ExistingRunsRequest defines model for ExistingRunsRequest.
+type ExistingRunsRequest struct {
+	Runs []RunRef `json:"runs"`
+}
+
 // FairShare defines model for FairShare.
 type FairShare struct {
 	// Weight The project's share, 1..1000 (default 1).
@@ -1005,6 +1015,11 @@ type HeartbeatReport struct {
 
 	// Draining The executor is shutting down: place no new work on it (sticky).
 	Draining *bool `json:"draining,omitempty"`
+}
+
+// LiveAttemptsRequest defines model for LiveAttemptsRequest.
+type LiveAttemptsRequest struct {
+	Attempts []int64 `json:"attempts"`
 }
 
 // LogChunk defines model for LogChunk.
@@ -1290,6 +1305,23 @@ type RunList struct {
 type RunParent struct {
 	Action string `json:"action"`
 	Run    string `json:"run"`
+}
+
+// RunRef A run, by its key.
+type RunRef struct {
+	// Domain A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Domain Name `json:"domain"`
+
+	// Project A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Project Name `json:"project"`
+
+	// Run A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
+	Run Name `json:"run"`
+}
+
+// RunRefList defines model for RunRefList.
+type RunRefList struct {
+	Runs []RunRef `json:"runs"`
 }
 
 // RunSignalRequest A suspend or a resume takes no parameters; the body may be absent or `{}`.
@@ -1970,11 +2002,17 @@ type CreateTokenJSONRequestBody = CreateTokenRequest
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
 
+// LiveAttemptsJSONRequestBody defines body for LiveAttempts for application/json ContentType.
+type LiveAttemptsJSONRequestBody = LiveAttemptsRequest
+
 // HeartbeatJSONRequestBody defines body for Heartbeat for application/json ContentType.
 type HeartbeatJSONRequestBody = HeartbeatReport
 
 // ReportAttemptsJSONRequestBody defines body for ReportAttempts for application/json ContentType.
 type ReportAttemptsJSONRequestBody = ReportBatch
+
+// ExistingRunsJSONRequestBody defines body for ExistingRuns for application/json ContentType.
+type ExistingRunsJSONRequestBody = ExistingRunsRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -2240,7 +2278,10 @@ type ClientInterface interface {
 	// logs and events; cache entries they wrote stay. 409 not_terminal,
 	// changing nothing, when the run, a descendant, or the parent of a
 	// child run has not ended; 409 abort_pending while an abort of one of
-	// them is being delivered or an attempt of one is live.
+	// them is being delivered or an attempt of one is live. After the
+	// commit the executors that ran their attempts are told to remove
+	// their run directories; each executor's periodic sweep removes what
+	// a lost message leaves.
 	//
 	// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
 	// runs is first written to it as one document (GET
@@ -2741,6 +2782,24 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttempts(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// HeartbeatWithBody A worker's periodic liveness report.
 	//
 	// Takes any type of body and a specified content type.
@@ -2772,6 +2831,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
 	ReportAttempts(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExistingRunsWithBody Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRunsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRuns(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListAborts Aborts and attempt kills by state, most recently updated first, with cursor pagination.
@@ -3164,7 +3241,10 @@ func (c *Client) CreateRuns(ctx context.Context, project Project, domain Domain,
 // logs and events; cache entries they wrote stay. 409 not_terminal,
 // changing nothing, when the run, a descendant, or the parent of a
 // child run has not ended; 409 abort_pending while an abort of one of
-// them is being delivered or an attempt of one is live.
+// them is being delivered or an attempt of one is live. After the
+// commit the executors that ran their attempts are told to remove
+// their run directories; each executor's periodic sweep removes what
+// a lost message leaves.
 //
 // When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
 // runs is first written to it as one document (GET
@@ -4305,6 +4385,44 @@ func (c *Client) GetWorkerAttempts(ctx context.Context, id WorkerID, params *Get
 	return c.Client.Do(req)
 }
 
+// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *Client) LiveAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLiveAttemptsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *Client) LiveAttempts(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLiveAttemptsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // HeartbeatWithBody A worker's periodic liveness report.
 //
 // Takes any type of body and a specified content type.
@@ -4367,6 +4485,44 @@ func (c *Client) ReportAttemptsWithBody(ctx context.Context, id WorkerID, conten
 // Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
 func (c *Client) ReportAttempts(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReportAttemptsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExistingRunsWithBody Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *Client) ExistingRunsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExistingRunsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *Client) ExistingRuns(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExistingRunsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7918,6 +8074,53 @@ func NewGetWorkerAttemptsRequest(server string, id WorkerID, params *GetWorkerAt
 	return req, nil
 }
 
+// NewLiveAttemptsRequest calls the generic LiveAttempts builder with application/json body
+func NewLiveAttemptsRequest(server string, id WorkerID, body LiveAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewLiveAttemptsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewLiveAttemptsRequestWithBody constructs an http.Request for the LiveAttempts method, with any body, and a specified content type
+func NewLiveAttemptsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/attempts/live", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewHeartbeatRequest calls the generic Heartbeat builder with application/json body
 func NewHeartbeatRequest(server string, id WorkerID, body HeartbeatJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7993,6 +8196,53 @@ func NewReportAttemptsRequestWithBody(server string, id WorkerID, contentType st
 	}
 
 	operationPath := fmt.Sprintf("/v1/workers/%s/reports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewExistingRunsRequest calls the generic ExistingRuns builder with application/json body
+func NewExistingRunsRequest(server string, id WorkerID, body ExistingRunsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExistingRunsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewExistingRunsRequestWithBody constructs an http.Request for the ExistingRuns method, with any body, and a specified content type
+func NewExistingRunsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/runs/existing", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -8266,7 +8516,10 @@ type ClientWithResponsesInterface interface {
 	// logs and events; cache entries they wrote stay. 409 not_terminal,
 	// changing nothing, when the run, a descendant, or the parent of a
 	// child run has not ended; 409 abort_pending while an abort of one of
-	// them is being delivered or an attempt of one is live.
+	// them is being delivered or an attempt of one is live. After the
+	// commit the executors that ran their attempts are told to remove
+	// their run directories; each executor's periodic sweep removes what
+	// a lost message leaves.
 	//
 	// When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
 	// runs is first written to it as one document (GET
@@ -8823,6 +9076,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error)
 
+	// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error)
+
+	// LiveAttemptsWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+	//
+	// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+	LiveAttemptsWithResponse(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error)
+
 	// HeartbeatWithBodyWithResponse A worker's periodic liveness report.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -8854,6 +9125,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{id}/reports (the `ReportAttempts` operationId).
 	ReportAttemptsWithResponse(ctx context.Context, id WorkerID, body ReportAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportAttemptsResponse, error)
+
+	// ExistingRunsWithBodyWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRunsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error)
+
+	// ExistingRunsWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+	//
+	// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+	ExistingRunsWithResponse(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error)
 }
 
 type ListAbortsResponse struct {
@@ -11959,6 +12248,54 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+type LiveAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AttemptIDList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LiveAttemptsResponse) GetJSON200() *AttemptIDList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r LiveAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LiveAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LiveAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LiveAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12056,6 +12393,54 @@ func (r ReportAttemptsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReportAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExistingRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunRefList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExistingRunsResponse) GetJSON200() *RunRefList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r ExistingRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExistingRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExistingRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExistingRunsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12392,7 +12777,10 @@ func (c *ClientWithResponses) CreateRunsWithResponse(ctx context.Context, projec
 // logs and events; cache entries they wrote stay. 409 not_terminal,
 // changing nothing, when the run, a descendant, or the parent of a
 // child run has not ended; 409 abort_pending while an abort of one of
-// them is being delivered or an attempt of one is live.
+// them is being delivered or an attempt of one is live. After the
+// commit the executors that ran their attempts are told to remove
+// their run directories; each executor's periodic sweep removes what
+// a lost message leaves.
 //
 // When the API's archive is on (`CAPSTAN_ARCHIVE_URL`), each of the
 // runs is first written to it as one document (GET
@@ -13333,6 +13721,36 @@ func (c *ClientWithResponses) GetWorkerAttemptsWithResponse(ctx context.Context,
 	return ParseGetWorkerAttemptsResponse(rsp)
 }
 
+// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *ClientWithResponses) LiveAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error) {
+	rsp, err := c.LiveAttemptsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLiveAttemptsResponse(rsp)
+}
+
+// LiveAttemptsWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
+//
+// An executor lists its attempts' work directories (<data dir>/attempts/<id>), which executors sharing a volume share, and asks, up to 1,000 ids a request, which of them are of live attempts (ASSIGNED, BUILDING, RUNNING: of any worker); it removes the directories of the others, but for those of attempts it runs. The answer holds the ids named of live attempts, ascending, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/live (the `LiveAttempts` operationId).
+func (c *ClientWithResponses) LiveAttemptsWithResponse(ctx context.Context, id WorkerID, body LiveAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*LiveAttemptsResponse, error) {
+	rsp, err := c.LiveAttempts(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLiveAttemptsResponse(rsp)
+}
+
 // HeartbeatWithBodyWithResponse A worker's periodic liveness report.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -13387,6 +13805,36 @@ func (c *ClientWithResponses) ReportAttemptsWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseReportAttemptsResponse(rsp)
+}
+
+// ExistingRunsWithBodyWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *ClientWithResponses) ExistingRunsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error) {
+	rsp, err := c.ExistingRunsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExistingRunsResponse(rsp)
+}
+
+// ExistingRunsWithResponse Which of the runs named exist, for an executor's sweep of its run directories.
+//
+// An executor lists its run directories (<data dir>/runs/<project>/<domain>/<run>) and asks, up to 1,000 runs a request, which of them are runs; it removes the directories of the others (runs deleted), but for those an attempt it runs uses. The answer holds the runs named that exist, in project, domain, run order, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/runs/existing (the `ExistingRuns` operationId).
+func (c *ClientWithResponses) ExistingRunsWithResponse(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error) {
+	rsp, err := c.ExistingRuns(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExistingRunsResponse(rsp)
 }
 
 // ParseListAbortsResponse parses an HTTP response from a ListAbortsWithResponse call
@@ -15601,6 +16049,39 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 	return response, nil
 }
 
+// ParseLiveAttemptsResponse parses an HTTP response from a LiveAttemptsWithResponse call
+func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LiveAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AttemptIDList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseHeartbeatResponse parses an HTTP response from a HeartbeatWithResponse call
 func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15668,6 +16149,39 @@ func ParseReportAttemptsResponse(rsp *http.Response) (*ReportAttemptsResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExistingRunsResponse parses an HTTP response from a ExistingRunsWithResponse call
+func ParseExistingRunsResponse(rsp *http.Response) (*ExistingRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExistingRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunRefList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	}
 
@@ -15859,12 +16373,18 @@ type ServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error
+	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+	// (POST /v1/workers/{id}/attempts/live)
+	LiveAttempts(ctx echo.Context, id WorkerID) error
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx echo.Context, id WorkerID) error
 	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	// (POST /v1/workers/{id}/reports)
 	ReportAttempts(ctx echo.Context, id WorkerID) error
+	// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+	// (POST /v1/workers/{id}/runs/existing)
+	ExistingRuns(ctx echo.Context, id WorkerID) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -17772,6 +18292,22 @@ func (w *ServerInterfaceWrapper) GetWorkerAttempts(ctx echo.Context) error {
 	return err
 }
 
+// LiveAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) LiveAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.LiveAttempts(ctx, id)
+	return err
+}
+
 // Heartbeat converts echo context to params.
 func (w *ServerInterfaceWrapper) Heartbeat(ctx echo.Context) error {
 	var err error
@@ -17801,6 +18337,22 @@ func (w *ServerInterfaceWrapper) ReportAttempts(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ReportAttempts(ctx, id)
+	return err
+}
+
+// ExistingRuns converts echo context to params.
+func (w *ServerInterfaceWrapper) ExistingRuns(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ExistingRuns(ctx, id)
 	return err
 }
 
@@ -17879,6 +18431,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers/:id/heartbeat", wrapper.Heartbeat, options.OperationMiddlewares["Heartbeat"]...)
 	router.GET(options.BaseURL+"/v1/workers/:id/attempts", wrapper.GetWorkerAttempts, options.OperationMiddlewares["GetWorkerAttempts"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/runs/existing", wrapper.ExistingRuns, options.OperationMiddlewares["ExistingRuns"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/attempts/live", wrapper.LiveAttempts, options.OperationMiddlewares["LiveAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
@@ -20881,6 +21435,45 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
+type LiveAttemptsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *LiveAttemptsJSONRequestBody
+}
+
+type LiveAttemptsResponseObject interface {
+	VisitLiveAttemptsResponse(w http.ResponseWriter) error
+}
+
+type LiveAttempts200JSONResponse AttemptIDList
+
+func (response LiveAttempts200JSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts400ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type HeartbeatRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *HeartbeatJSONRequestBody
@@ -20969,6 +21562,45 @@ func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRunsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *ExistingRunsJSONRequestBody
+}
+
+type ExistingRunsResponseObject interface {
+	VisitExistingRunsResponse(w http.ResponseWriter) error
+}
+
+type ExistingRuns200JSONResponse RunRefList
+
+func (response ExistingRuns200JSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns400ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21158,12 +21790,18 @@ type StrictServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx context.Context, request GetWorkerAttemptsRequestObject) (GetWorkerAttemptsResponseObject, error)
+	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
+	// (POST /v1/workers/{id}/attempts/live)
+	LiveAttempts(ctx context.Context, request LiveAttemptsRequestObject) (LiveAttemptsResponseObject, error)
 	// Heartbeat A worker's periodic liveness report.
 	// (POST /v1/workers/{id}/heartbeat)
 	Heartbeat(ctx context.Context, request HeartbeatRequestObject) (HeartbeatResponseObject, error)
 	// ReportAttempts A batch of an executor's reports about the attempts it holds, recorded in one transaction.
 	// (POST /v1/workers/{id}/reports)
 	ReportAttempts(ctx context.Context, request ReportAttemptsRequestObject) (ReportAttemptsResponseObject, error)
+	// ExistingRuns Which of the runs named exist, for an executor's sweep of its run directories.
+	// (POST /v1/workers/{id}/runs/existing)
+	ExistingRuns(ctx context.Context, request ExistingRunsRequestObject) (ExistingRunsResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx echo.Context, request any) (any, error)
@@ -23342,6 +23980,54 @@ func (sh *strictHandler) GetWorkerAttempts(ctx echo.Context, id WorkerID, params
 	return nil
 }
 
+// LiveAttempts operation middleware
+func (sh *strictHandler) LiveAttempts(ctx echo.Context, id WorkerID) error {
+	var request LiveAttemptsRequestObject
+
+	request.Id = id
+
+	var body LiveAttemptsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.LiveAttempts(ctx.Request().Context(), request.(LiveAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "LiveAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(LiveAttemptsResponseObject); ok {
+		return validResponse.VisitLiveAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Heartbeat operation middleware
 func (sh *strictHandler) Heartbeat(ctx echo.Context, id WorkerID) error {
 	var request HeartbeatRequestObject
@@ -23441,363 +24127,420 @@ func (sh *strictHandler) ReportAttempts(ctx echo.Context, id WorkerID) error {
 	return nil
 }
 
+// ExistingRuns operation middleware
+func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
+	var request ExistingRunsRequestObject
+
+	request.Id = id
+
+	var body ExistingRunsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ExistingRuns(ctx.Request().Context(), request.(ExistingRunsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ExistingRuns")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ExistingRunsResponseObject); ok {
+		return validResponse.VisitExistingRunsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
 // Stored as a slice of fixed-width chunks rather than one concatenated
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs5lif6KgjeiRDVm6Iol13VRUXHrMpWVWnKZWskuWvvLXpEiAmK2UoCbAApme1wxP1rH2Af4j7Y",
-	"PMkNnHOAzCSRZFIftqtndie6ZDIJIIGD831+52NnrGZzJYW0pjP42JlzzWfCCg3/OhrbTMk3fCbcvzLZ",
-	"GXTm3E47SUfCZx0OD3SSjhZ/LzIt0s7A6kIkHTOeihl3v/oXLSadQef/2i8n2sdvzT6M/OlT0jmyVszm",
-	"9uRVwzxZunaOidIzbt1z0n77vJN0ZpnMZsWsMzhIOnYxF/iVuBYapnvJx1PxUgtuRfqDmCgN75cKM9bZ",
-	"HN5o0Hkr8wWzU8GEtDoTht3pzFoh2RX8gNlpZpjNZoJ1z358yb755pvvd3udBFf/90LoRbn8MU51iT/t",
-	"RJeeciv23HidsGRjdSavyxWfFbLFOmFhupDsTisrmpakC9nZ+phgFedWzNsuw1gxx3WwbiYZlwu3soQV",
-	"MhfGsJEu5Ii554RlVqnGDXTj3HO5fxXawBI3rlhNcNFj9zN2i79jXfeIm3/HsBF81aOvRo3LpQdqK55z",
-	"a4V2D//H70d7/w/f+0d/7/ve5d77jwfJt998+pf4sRfaKL269oupYFJ8sJdjeACXLthci9tMFYbN+XXj",
-	"yeNPamub8Q+vhby2087gWb8fW8grNeOZbLidKX75YC7wmht7fCukPXn1s+CpaHjxLPXvm3NjmXC/gH+O",
+	"7L39chs5lif6KgjeiRDVm6Iol13dRUXHrMpWuTTlsjWS3LX3Nj0ixATFbCUBNoCUzHY44v61D7APcR9s",
+	"nuQGzjlAZpJIMqkP29UzuxNdMpkEkMDB+T6/86kzVrO5kkJa0xl86sy55jNhhYZ/HY1tpuRbPhPuX5ns",
+	"DDpzbqedpCPhsw6HBzpJR4u/F5kWaWdgdSGSjhlPxYy7X/2LFpPOoPN/7ZcT7eO3Zh9G/vw56RxZK2Zz",
+	"e/KqYZ4sXTvHROkZt+45ab9/3kk6s0xms2LWGRwkHbuYC/xKXAsN073k46l4qQW3Iv1RTJSG90uFGets",
+	"Dm806LyT+YLZqWBCWp0Jw+50Zq2Q7Ap+wOw0M8xmM8G6Zz+9ZN99990Pu71Ogqv/eyH0olz+GKe6xJ92",
+	"oktPuRV7brxOWLKxOpPX5YrPCtlinbAwXUh2p5UVTUvShexsfUywinMr5m2XYayY4zpYN5OMy4VbWcIK",
+	"mQtj2EgXcsTcc8Iyq1TjBrpx7rncvwhtYIkbV6wmuOix+xm7xd+xrnvEzb9j2Ai+6tFXo8bl0gO1Fc+5",
+	"tUK7h//jr0d7/w/f+0d/74fe5d6HTwfJ9999/pf4sRfaKL269oupYFJ8tJdjeACXLthci9tMFYbN+XXj",
+	"yeNPamub8Y9vhLy2087gWb8fW8grNeOZbLidKX75YC7whht7fCukPXn1s+CpaHjxLPXvm3NjmXC/gH+O",
 	"88z9qcVYZLciPWR4dFrwGdPCFDNhGJ9YoVlmw+5McabwMm4Re7CKvZNXzbsU26TK+v8d9nxl+bXB2URp",
-	"WrO7LtyyMZdSWbgNuCyD74D/YHeZNOxu6niQslPGtXCPNp2z25xL2JxLYJ9t2GU/yi5fZ7PMhrNfnga+",
+	"WrO7LtyyMZdSWbgNuCyD74D/YHeZNOxu6niQslPGtXCPNp2z25xL2JxLYJ9t2GU/yi7fZLPMhrNfnga+",
 	"rA6figkvctsZvOgnbtNw6BeOsDbw5VOt/ibGtoHM5vTtg+nsrFgn05AzPnCK8/FUpEUu1sxj6JGHT/ab",
-	"0jdCP1h4FgU8uUrXbvxJru7WvMwdPfLQl/nkfm/mShoBGsipVle5mLk/x0paIYE4+HyeZ2PuLtX+HJ/4",
-	"H38zyOTbTefHhRnrd/RIMifQv3/+4jtGg/dgG+i3oBhdKW1fZwZWM9dqLrTNcMXcfQV/ZVbMzKaFwEhn",
-	"Yqx02vkUNp9rzRfu3xUmv8pNjq6M43dKlszQM/7VQyyP5Xe/xvfhOXUFN8tpYpX1rL4bqnuDj8vjJx2O",
-	"GtzlWBV4RvWlvhJ5div0gmlVyNQweEykzCg24bqy4sAOyiGzdHW8c2GBfXLJ6DF2k+W5G2iFu62OPOaF",
-	"EdHXSIOcW/nqJpORhYxwT0YDOAPYWCed3LrgC8Zl6kSUXthpJq9ZIVOQP4dsRAunn7rlu18qKfwrubcR",
-	"0rHL30tNm76rHF65RFXYsZpFlNlRivsv0lHClGYjKURqLt2WaCch3BugZPmVfyBl3LA7bpgWTuVJIzSV",
-	"BIYc2y0tuGkgFUeJwjh9mNv4yd5Ns1ywzDrV8Eq4bQvrr53wGp05AT4em76Yp7ycvKX+Xb09QAhJRRyV",
-	"+g+IjnBUSGbLd6O2gjVXEDYJbl2aZm5Enp9WbuOE50YkSxe03PXl6wci2TCr2LDzzgjNwikg0Q47bmcr",
-	"Ks5BP64Jxpd7brktTIRjLLOFNZexvmRYlUgTsLFUYVERp0slHA+5OPn1+NXl23cXu0DTEXbgFGL3D5G6",
-	"B+5ATF7mytgoOX/m2/MIN6RkOfe/KMuioXZgUfIMQiAi+FqJOyIWx+Lnc61ueb7xZ/45oJfxVFzeiIh6",
-	"fYS2W+rtNfdQ0lFy7JiJYZmcF9aA3qyFUfmt26WBLPI8cjw4jQl0vX6mXKmbYj5gP59csG5m2fm7ly+P",
-	"j18dv2J3mVPVJViZix3DVGFxFTJlmksmFbPc3Owm7NeT83P4sS6k2XWEdvr29N3ro4vjV/gxlwkzxXgs",
-	"ROqurUzJtPZG7GK3x0gngMtA5ndmp+7+oO1aESk/n1x0ko6btZN0wlRRwZKKubtyl3juQbFZeW5ZfREy",
-	"3YrTJp1rIYXmNmqxX5SW+LjQGmy9Qg4YZ1pYvfBWIbw1vL8WxnJtGfyvgS+dQpUANbhdd8cg7uLqh5f3",
-	"K0uUpAavfqGsd/GsrP03xx44MLOU3fHMsm5a4IsmuPxd4Grt5RsRUrOEiKk3S0RckintKw2aMPeS7D//",
-	"9/9htzwvRMK4qWxaILsZ61rNs9xxHinu8kwKd+vmdvewSn5MC1DYDRsW/f43gh2wKTcJUKnjkDBbwjj7",
-	"t/O3bxhQjzvMMOEOrsLdYPhgL5Op+MCUToUOJA8MWCpZ1X9LrjXnWsi4qjJ3AijOauHUAk2Bhn0lxm5r",
-	"To/enR+/an9a8ylHKbfWKoGHarJheT2LcjlwuUCw8cwdmehd95gW7o0bRA7cgy0vpJvq0hEo0VR9QT+r",
-	"OzbjcgGEjTfsbqpyWuGEZ7lIWVfJS/dnoQUzhXGsZBeVXl1IBttPfo3MWTDG0EhjJSfZdaFFymgB8Zvq",
-	"SKLJ8CgXCJRrV1lIyXEcUbJuP8Y84de7m6ZvcxkrP1zlbqtr2vF37mrh2JgVdM4fh51weYedwffff99P",
-	"hp2zd2/enLz5aejUt094BbkVeAfd1XB6AofrEr0kMFPMUyrAsPQMFpWwsDIY3U5Fpr3yZRI8v9UdnmTa",
-	"2AQvfeXjzP1fuNID92+OnmI3DvwIV9Dlls2UsexZf/eQTbSasZ+OL1iv19vHVZn9j/jHJ/wt/MoxEvKU",
-	"OqkJLivGzY07aXCftbHUL7i5ick42ITLtYY6HW3FU+seL/cUtrHb9CL/ij/9i+OpFVY3gp+NUMcMHoDo",
-	"vXcMIpPXl5PY4n6bcss4MTTWVRrFUSavd+kOOPbitmrAqiLLFMCzSTNj/nebvQ8gP5NgRgHPq13i+pXy",
-	"ZBnVRSv644oXJyyNLnwqxpnJlAzbWEib5fBxigxz2XZpzyWvFlHRMlazWZPY8ctxXwYrH5Ys0GGHjDyi",
-	"jy3tZxjIWZprt+l+RuXVIkY0ijbOsC7u49HpCbPqRkjDxIfM3XLgATzPhQYBDxqEyCe7S5ZmLORQ27p7",
-	"WaXkJlkxUxrMzcIInTCzMFbMEjYXesbd9WddzsxcjIN/nklx66znQu4mVYsyKW3N0mR1/AbN2Oi1HKtU",
-	"xEwLY/lVLpjQWmnmHiKe/yv/cA4L/BGFqTn+QLaA0uxE3vI8S0/z4jqT53Mxjk9JkchtaBvWESVh8SFz",
-	"lmIq4vJtksnMTLecDb19LZx4zsDf0tyUxexK6Phi76cbcSvayI1zeNBxYqSYLGZZLF1rcMbTiv1UtQN8",
-	"30z2r9V1xBljbCp0/CSNTVUR51NWF3Ls5ozINV0IFEZoN7ArsVAyRYP0gxgXVukdw65U4WxVbliq1Xxe",
-	"uw1XSuWCy5W3pwUlftHVdax58TMxJy/EFgwusATPhh0zcFPDZXNywbMDx2LxQrsF4S3vhFN1fACkCDGC",
-	"qCk9dq9bRCLov4GjgBkLW+RVqR3DJpnkuTOhlLaoNs/hku8YBvQNOs2P7qHsH8IZanYqFugtyCQZSW2V",
-	"nJe4OojxfwIufYI/+/Oq4rMt+4pyqNWw+PsyPP7+Y78hNl7hShXp8LwfFSUb2NTDDWk4uqCO4xmRxer+",
-	"dPoL2syJvyh187rH3oB85FowIW8zraSTfXu3XGewlyA+D1Ft9ga5TBnHkAEY4lZdCzt1QsyryAfs1+yH",
-	"hEnF3rx73WMn11I5UwrUdeUeRevAxO3lGouq88kteV7Jduq79oNjCyJ1lk2VYTRYrp4/3X+MGiPbyH7c",
-	"4jcymjOKVa7y2rlWTjavrvhHx4GQaVZXzGaFsXD50cQqI0AbVuonWrNWd9e2C+bpa7Odo89pa7zBXzZW",
-	"0vJMouBdy3z8g7Dg9dE4IW+3urArezO1dr5pQT9fXJz6tbTWS9DL/ABuUnFzksfae6vR4HXW2FyrtBgL",
-	"bXZKl92bo1+PS54yQG7Btc5uHWsx5CYO3IUF7gI/5CS3J1ku2L+8PDo9vzh6c3ny5vTdxfnlq5OzffdU",
-	"S2ebU80urzUfi8tZxJ/wa5bnmRFjJVPDroS9E0Ky85OfLo7PfoV1nJ/89MvJ69dMSdSfW4Z116l3FSa/",
-	"utveJx9ca6kY51wLQ5tIDDyzwtAHqtyit+8uwh6Be3PsuDU6OuP71f5aoaCPey1bMhgfDwP+IpUFC18q",
-	"lit5LfSus2RiXGZTdBf9ufG9boq8bi86wA8AnqH4TPdWpzcHbytTV943HEnJ8pAXlRp6S4bckD1CDrT2",
-	"+SMVFr9CQPHYXtyV8gMf30yy/J4+AiHT9maTuhU65xu571t87FTl2XgRTLR7Bu3xtxCRanh9O56KtKX9",
-	"sOofdYcFiR/syo2UOMZVWFbmsAyYyEDp4qTKs+7dlFt2+vb8gu3fHuz709n/mKWf9ukZy28ExgJzdW0w",
-	"Bj6eFvLGNP0QnsOfJXDfr5Sdxpxb1eSarRKok06urttT6Gt1/dKtuG5PPHvx7Sq702H3W5A8HVVTADtr",
-	"cc5nwkCi4sftNmd1Q4Ix0irnLHkk7fCQWWeAT5TT5EG3dwfTQmesvN96fgUZ1K9ELuIh/9R9E3uNEHUJ",
-	"yfNCC0aPt5LmKz5OnKlxkcfSYsLtkml/H3/Xh3mmhWkOCGZ4FD7lgrNpZll3xj9c8mtReun/gr7C9jFC",
-	"yml4lEjvyi5pYYS+DZH1tXo4FBtUni9l+qrupAuJztG5mhe522zKro5GEpuD+i0HuS3T+TdkaUHuR5mJ",
-	"7zdxowutJKe4iCaSbs3/KuS5OcFz/Tv5qRuXfVY/5KWF1+i6pai+k01p+EhQcAHGFBMqJAWvNgeBcODa",
-	"ZWt8K2+/biGSf3UCkHHU3FGlz8zYKR7O4hmADXUjFmzKzZS8NKjYgbcfQxfB6vJ5Q2QhEU0l4EnJJFVe",
-	"gD4Jz6BG2WNHDPxdmJrDZrCiYGGQt4hxyyA/yQdRfV4Rkeuq4CY2E+e5TqkPyUYQ7HW8KWE8RO6YKZxV",
-	"aNiw8+z5dNipcKuJ0p5frd5doTOeZ/9wu1fL8Y/u/kslKwk6JiTm8JmAXUexJuDN0VsG/ihDiTG/HZ1c",
-	"nLz56fLHt2eXL49e/ny8CzLOnRnl6MUtltumUp9Tjlm5kGcrFgM2nnIJcWFnyYFYLYyjZJWnQnuhtZmI",
-	"/YRRyp1meXpWyDPHGWIR9bF7ANgnqI0+g57SlyY+PyKiuo2b06Nqo/QekGBVDc5bdiUcZRlmVa/B50Em",
-	"WiTu7V4TXBmp+ACBfkt1YWWmRSavc3qyIceiMedqu7waGyvKCcoKLEAL6XOPcMkUGPJ1fxnEBCHUnZQp",
-	"ZtFlx+PewcL0xmXlRHCF/q2iZFVx0G9not0r5Ld6npAE5bN5yj0JeYlLwd0Gl7zXBULgG5JHIWQIYYzN",
-	"UW8qCWySG54DjRdbSo4j8p47PgvMy3MwJZF5TVWeOqLNlTPvKKcPaKKQ8KVx+1FNYS+kj4SS2176sDAM",
-	"iuFz8uqNBaQ/cS3YtZJid/X6N2S+vjx+zXCrmPgw18JA9aKTeAyKen2CGP6jV3EEHjLOxkoay6WtiIdU",
-	"zHO1GHbcG/h3h4Q9rONAzlQ76e+/jZy038c1987vMF+3vweOVR/03f9r4BHGam7F9aImnzp/L0ThaHwp",
-	"pRs+Hg0wzQi3CVJoIDUIM17+/d3xu+NXCaUfZZS85ESQl/ykRSTuf8DodrtvCy1Nj43GXI5FfpnJy7lW",
-	"1+5AqNJDijuYlLJSQfyDDMxTYUBiSjcOSYYwhycZSqjkRkk2Gpd0Pkogf43ih+UCpLgTxja9KmTSH/3w",
-	"9uyiVEaS6PDV1GG/qavvWH6I826+yKioBzLZcJt/ERErbwpy2zTkNuGdRIpK/C7DWbYPi5YLOM+VjSny",
-	"TcZbQ9mQLiQciVM3dwyrbDSe9lTkENVye3KIuV74PIjn8nvIjaoeDbox3cfR8POMR+R04HXExW7EAnxO",
-	"7nNKTiNV2n0Tv33uzkTP4CJk8B30+4xS0SA0nWdSbBuf3nwQNMMafuOeaCGvKUEt0GcnCYRWvm453wbC",
-	"fS3SazSlVtj5FrZk/SJscvjC2BvWBdu4Jji4LGc8GewYhrvhM5CF3jHNaud2eto85+NobkGYCJ4IRNQ9",
-	"cFIKqKyBPBtjEpkcN6fr0xtapW5Qb0UW4pRWXAlktZBDob2j5z4xdDWfR6n6KCzS8Tq3HBIUzsgN+ggu",
-	"fa2qEbepgJFsTQbwLei3Le6ZO5oGInUiPZPbBiMa/WgR99PxvyfszXHCjv/XyfnFecLevL249H//dJGw",
-	"n44T9voiYa+PWVcWM6GzMbDGkzdx9xTPi7ihgvkg20TVo3JSzZv2qhI6307jvcBUe/x9mVuUzfi1SBjX",
-	"17cYd4APdgw6F+Yq82FNMZvbxS4WupZaZcRu3Tqr4MFBflhyi9ggPBbdV7jaYMa3C4st3xNv30uWSWBV",
-	"IyfxRwxTwZ39eJ0ZK7RI2cgb7yNmxWyeY7L/Bz62+QI0cEr1Wd1Zbx0vORnmuErCwRDaaX5kbArU6eH8",
-	"VgoCqqUxzljYyLbdU39F+na8ikhw3U88pICPWwb8gJa/OxOTeN5vODBzYhE3YMtAXnDIlCP5kF7DOfLY",
-	"ya0eUpaK2VxZJ3Pj1Ythwh3DTsqH935x+qCzvACdxt2eAR2cX2zFA7mP3seqXBpKMBkyy7pXC8DgwS92",
-	"0c0JkUsuzR044NANyS1WX4xoiBGD/eqxI+ZeTsOPhlKLueA2I58j13lGX2HtZRiVE74JTJVmaW8o26SA",
-	"/zdZR8j6noXhUQu8flkYTmcS9Ftz75+4Qu7TBdpHl7b794RnuWE8916KZbZeLr6M+mL6/iyT/t8bZF6z",
-	"RQgr9ygr92POx3XWOhprJUcgxkZY2s3z0eo1HjteUMwv7zKZ4sEuSVMohJtlxjhbHbxAUjEP9qKh5heQ",
-	"e8it6GO9C/h0oQp5jcqchPt+yMiVActcCATLqFydF9HiCR1T3n/MbsXeJHOWo3uAdYedP+2/YH/C/z/s",
-	"7CI38z9SmnX/51QVOl8k7H+mPIP/3glxA3/MlLRT+MutKl+0K+vwOxvTKUOMwjFay3LBndFo3Dq/75th",
-	"Z/eQygzdTvE8u5YiZVYBH3gnsw9MzNV42mZ//pZZG4trHUNyVzYT3jlTzHGCzLBZMZ4S9+sOOwewoKSM",
-	"a6Qi546WvH8MM4baLCbO5o4gJ5i2AjySz79l4ynXfOwMz4QZ5Zkq+ih3qMhmgsZtNbGasqm7v++VedXP",
-	"n3/yn+/+6788ZprOvbgrFuHGQksRmySbiX8oKaJVXydHb47YP4BBKe0vdXfYOS7cNd7/Qeg8k0BL/mK9",
-	"u3i5in0Rq6K7JzOPxADCUM287ULdCHnPZKx7BHo9ES5f4Fkmw640Q8A0uH38t5gF716IzfgCKxZD4FFp",
-	"tCASujn0o9YuIUSOWpIykdwilW80uc/cMw1HBr9fc1w6u74W+p4HBihtpBRueQKTLI+ysiNGNwYiA8sh",
-	"gRFMOWLdj+BtzNKEzfkiVzz9tEuBAniiR5/2+EwV0ob6/X7fn58/NoThK4Os7aIDbXnfi36F97Xhbn9e",
-	"4m5ruWUTBkjJyZpM0M1vGM2Y2TFlUAaytNcdUlnxDb7SYWfAhp366WTpsPMpmor9iEyrpNINDAwADj3i",
-	"VyQPJR5c9NgGFm9SUJCkAuQszNlAakc9BXaQzTg4xjzWAIGhITWC2wJ21k2JMEHg/IK9Z6mCBMlJhvCR",
-	"VdOtCU2qKf9pZdkNFSjwzGaHhH8wtrs/8kyfTzmCjGzBZO5Edj21axn1jmHGjZywg17P6eqs64XkQZsI",
-	"N00RXbVTO4/9yddXBippjAsAHMicO+NVkp5H0EjsSqULuhjOMOsZK+bm94P3PfRfRbd/Joxp5Q/CBZU/",
-	"iL6Q0k5b3NLm+JHLeloSlAnfQlpwnhnLbqS6kwEMg7TQbiaNFRxwT0c+F320OwCbAMaak+GdlAVnmL3g",
-	"LfwdcwjlFPUMkQRGKDNR/DA9tmwcTbSaeePISdlRjx2H0ohrYdHJjL6ENaUmI25Gm0tNsIyCG5Q2xCNx",
-	"lR6Hhu6qZ6QwMMbHIAQOj7HMJODvwGo38MC6bxz742ML5NVjlaSXgM2kRQWKxizBU7Du7+/xzKSiTb+b",
-	"ZuNpQ4rX8avdwxBJ8zgohIBoPNuCPaUTCsSBGWaEOjzCXYAdnnJTZnlRjFjdScouCLBHhIG0DI2kBQbc",
-	"Pf4xzI3SMc2A3/psjh5DR/+OYf6Uzo5PX5+8PDpnmWEHER+vqUffTy6Of+3EhGCUOmqEASWSCJcYoZGK",
-	"6ypUOMUp3PokpBWiiTIJR+hRw8L7t2q0AsEPTAKuYxeFIsx+4vgoev8TNoS8lR7+GLLviCxROTGw+6V3",
-	"JZwZooj5uLzkMzdnQ4ps0JojyTuOxSAKQxJfYlXtjnjkHR27vctzETPhaUS0l+HmTaqQOxhLPjo/P/np",
-	"zfGrhP3w7uT1q5M3PzlKJeiaMgcBPeQA3eL5UzWVJmSEuMWHpOsBlDZBZgPVokOgEAIS7I2yZZ5lgPRe",
-	"SnGIiLgV3h/qArcPtEytnZcxFpJm7p4h0pxjNXD5jIGKZVNKYLedzz582PWX0yTly3jMXBCLJUjOt8/Z",
-	"L9kPu54jE8mO3EOjssigVvEG0KScvfjwAdmH1VwaKEXBem7IKQWeAjeW2Nlhhc3SiyABe/ykAA2zBC2i",
-	"0niojuCvHxb9mQk7VXWfQuen44toRLa657EgVRXvaelOFLoBf+bKqLywdOZKw38Ne3f2enNmqRszpnX8",
-	"LLi2V4LbMzHPFzGIh1iQM2BSEqqW1Sp3F0MKdselLZOGqjZ3i7KXtb5bWMqmd6Byn+YiuNUbxKsvgwWA",
-	"GOZOqkhUZWl7eKHlcEzLl9w2WB+rO2wuJ18mplTzTEYD/RfVeqDMaeqFhdhLqu7kgBIipIL0MrctDFN3",
-	"u8Zm45ta1k61LGhlQaFcazvrIuWWR2I1yHF46J5BsQX27uLHvT8H7vDm3esVD9zzP7/47tto7oQWfFbN",
-	"HV2GCmmROgpDJLjo92s2wWyLJBJ+9LilcUsvQNPEVv6mwaHy6s35Xs6vRL6XZzeCABdBgn77TcW14kQu",
-	"OU723idof2B8L2VCgqZDqkguLFniaXaNmkjl/L79Ztlxtclj8+3BJn903dHchGPmIy0p+vFTBdiCTqGs",
-	"hUv9Y3CTbJbnIe+yeyFmc6V57pQ8nJLN3ZyZMLsDNjI32XzEMpuwG+EMOClYd3RVTCZCXyopRhhFyfPy",
-	"U57no12sNHBquW9BQSmdPtE/JH12feYmyNMRui3op3JxxxesO+J5ru5w4Gryn1tbJ+mUqyn/wfO8zM2E",
-	"kTtJJwwTzRUEF/22fMBL2lUSREXXGZNuplECVaqyGsqGw3Ia8HV2Kwi+D/T0ZT/aZkywJtdio+2BXsxg",
-	"zqItNaJs6eW6/pHT014ev44j2FxWIGwu12HYlHe6VdgDPqkqMzRS5fz9B6HQ3f8+6UCDhPetwPlijKUa",
-	"r2kkCez4EMmBCQ5PdrUg5kOOTzCbAmk4dZ9U0ZS5NUSdmqc+mTDiyXJfUWqNu+26hOKvXhTM7e4knWqt",
-	"0dnx+dt3Zy+Pz5c+hxqkTuLRNTtJCb3ZSTo/Hp28hj8oi7qTdAIyeSfpvHtz/vLn41fvXh/98NoN8tvb",
-	"s1+Ozy7DrxB30Y35y8npaQP+cqUNxpLAWY/BNOPjaSbFnhY8hQ8qcEwUy7/Egjep7OVEFTJNAHY1z8Zx",
-	"4zIVlmd5HJLFGQjthV/FIxjRgzKoRxiLRiCJokk7z2wu1tgHq3v17uyEaTERzgYU3ramlBq368t02OSz",
-	"dd/6+cMaCSYreqPQ6XouQI0zW0P9W4Se36iaXryOa3qnxVWemSl46+8Xt4p15sAOTSF7iWUp6wL+rvhg",
-	"2RUqe8Fcj2QMNGsN/zEcfuj33/8JWGmZ+oNeN0hgbYrjRNOtsDaAz+dCipTuBCajU9LToffpG2aKK/fT",
-	"K+Gk+Iqy0ypQipGa7VgnLDEswl1ip0qParGf0WFw5Dx78a2z9yMsM5JK+r6ZIkQKNPE41fTUkCCKHg3A",
-	"wkKH2EkZPaxAIEAk544bNverSygMhGWy7ugNy+Q4L1KRsq4knA3H/qXSFPtpHU6uB69inCmOctWUdNzy",
-	"4Ffr9aMZWxRxMpWtoYBT4iXrNghDMVsVA3x+2bSQ2jluLKE/Lcy0DCjeh7PcW9trkylQhnVbUQSqwZsz",
-	"DLZPEIzHWWGc2LaecStCL7aH38zcD7VNuW0s1eDAJOxg5nStg2lUaXhwyx3aGd9rbg6qbeWdN/bUCVsX",
-	"x3R4pDZbSUdzKy5hme3pqzzWTfezOvrat7zfpQsEscRzENTZMeq50JlKyXGAxZh9LGq8KsY3wu4YNuZz",
-	"Ps7sAhuciAl15VqlsXkTsAROMmAbyOrTug14Z8S2znmCrg5BzWrIDPCUEH2PM3cKFGOo516HsG1G9Unp",
-	"Y1bvnlwcIzoehCIHFTBQjAfSEVTigWWKTqj33MEEaXz0YSk6zdvQPX2HSPbukT2k1/2PbpxPu3H+IDNb",
-	"9x4cNBxPCHjjiWysCm5r3Z5RGQa2Urzf9eFpChWwqyClziR9d/ba71Pw4h6dnpDiObV2PtjfP3j2Xa/f",
-	"6/cOBt/3+wcryaMxwQdOvQcGSpqS/yIOC6MKPRabeVp40AnGXC0d7/OkqTYzePepD1IASPFH/ez5NlgL",
-	"dCTxI58rbQEPbMuDnvoABvwuz99OOoPfNyCJLsU8Pr1PGtA7oH4uzJAQvDa27kgBbht9mVCTgrX5cN/B",
-	"L1hHlMPhCBcuDEngcAOmocujSMkhCVzcDbqDeRzGgxWYO1C1CelGA2baDsaMeiVqW3t5V4fae1h9AE29",
-	"4XybcN7wXe65cho0YiHEg3CE712eg5L5AltRaTHPF4MqtNvnDdX5fYhvY+XKbyFPX3o9QE0mQD9XC8rN",
-	"EDrBbiG+ASEVmDi+Hqm3mBeXMwCMjdSvnL5zZAlfj5UGgdDv99lfMK1JaaxM2arfcdKZiZnSi8urhY3Z",
-	"rL/Ct25aeGDr8T/F99gZcfcTO04rudyEraaYFnvQFN5RYaUfaaruJLXIBsVhOa23hGZbzg3aXO0RfVVK",
-	"ww7AL+kM0FQBXVcD1Cr140ZSibpDqRF+O9Z7VsjzYjbjYM3H69y3gFsde0C8FQRsAg9ag4IUgE6AX1ez",
-	"lEyC/Z3EPKFMM0iFwpSJdsgAFbipGJDw56p4o/5eIprPSV86qZVJNlF6LAY+ZA2E5qtuoEydU5OhNt0i",
-	"3OxJOM1VPvYeqWZJGkSRoMcKU89VDNWVfEsA38G6lJ5HNZIQ+BuBuylWN4ZPrWuiAWlTPsGVnvfRwUOs",
-	"wAwmRiitLBPT8BdlUhAVYi7VncbL/LcFMKV06A33roEF1M7BrBXLcX+hP5ZKQnDiocW2wxNZookHCcpC",
-	"3gMp1REdViKUkG/GI6UmoUke9U2zePoGavSETEEjeLjfbx266lkhgzc4Wi19CW5Iw7S6w/Wm3HJ/gdBH",
-	"vwcOlFAhwmVwXTrBsw7hrrHPeOv0nXv5rCmZZSuH7ZpmBa0XuxZzvQHBBIHK0630wOWjBBuUoqQQQU1C",
-	"B4oy6NkCX70RVp2CY7CxG93HZ4V8ajddsYXMrykQ96xXPivkaehAugG2kfFKRr4z8CZb3ZA4nUQwVwIU",
-	"YcOCz7Nr2b5nXJOs9414i5kgp41U6NMSVmiDVfyQtjrjC3YlKmWBo4+fRtH4f+VEIhHxkM8bh1koS7BW",
-	"QLfuPHuFlm9TXnvk0fqppWJup3F4qlSIeeD5UhhrBsyjZLqPSqVAq+IaxTw4kTzJUHWTkM5C/x/soMwF",
-	"PmiCzVvbZGXb9s1YI9YUFw4RPOL/sXKvIPEauvhsROfG2pNUhPtD0g3Q1HzQnHX9Me8YZm2eMOG0K0JG",
-	"8rVQFJmnL8uYMzSTxI761aachPjomEBCh1Ze5G5m2TUkoyEYhz8nBM4ByrsRc9seRKo5RhMYzQauRhwJ",
-	"fPGQ23e5qe8wWJA1cESQHEsXiQ3dnUyHnQF7Bv5qBOlyO3IAOFSPgRC2RlL63L4Gg9hn/oFVu0R2cfBj",
-	"n1IYJbrqmI6YspkIe5UZT8ftzrRSILg6ib8prde9fdht+3rRvyIEcqxsNKIMkFvW93zdJoJ3XjnUpSKC",
-	"Aj1M5d+XPM93QzpIDJ+DQPtK1hqyL61y3IN1azmUEbVyBQbkUWSDB+5Yi5uxBs5iteYRgEgu26GWgHsn",
-	"wB1DW0SEJoH2DQFmThJQuR1P94o5wzHb9mhqbJ7vdDtnTgDER4OhJD5Y9mIpxdewrkTQH8d/EUdiN+4e",
-	"XX/3llwmXwj+YtU212LshGpzQkiF++TcEoasSRgisBL45rIi0Er19ZcuBWM+4um+yeZzkV5W9qotXZG5",
-	"W8uwXrQkoioAyBfhem2gPQIllKS0wjbCwa/Qf/3Ym+7x6gkkJTu8H389WoMuT+g7Zb6WBs8YNo4K8STq",
-	"U0m+vKDN8plI2QgzqT3FYjb1Hn747uIlSk9u2GKxWMxmaWqn09nMmH/4tOtC5sKYCOUwtxEQNQzKMjha",
-	"sRd1pI9CKdQDw3kQw1j2SC4Nv27Ln9jY9Utpb/EGWdv2Lde/X0r++jho4QMVwWXl7P7ZRbWR1mHwn8/F",
-	"GCub7hGqWROlgeQOG0qLqYB9qWS419mq1gF/tmPg/g3Ywd5quU+lViEpWXWl1CcU+LTaRnjJ6La16Vmw",
-	"6mL0/TDKwu7DGoICOExLVAQqMqall2gQcSzSyElMRZ6XFbpcX98mvmFJytJMC8BF8KVrnH5QhWigzoC7",
-	"2/V69J5N31Z6ZXWvlbyuAsQDr1QTKqTAXze0ejnoz6DYXIZ2kHNuiMLYLyevXx+/CsX3sKmhgiHu9eDj",
-	"qWjV98iHhSr9YTduOX6dsBCu3L/K5L6Zsr2Gnvb1Xg9rGZsV82prCPw1oQzH8OOxvBRybFjlyUMo8IKm",
-	"bFOVp9vAl3tI42gT3fs2yh2rwLw2d+c5hUpRDhIbL01oHs2gNyiAPbJrLq934aoJPYMW5L7rB/n2oXUA",
-	"4SkBQZrsKs9kvAMduL3cLy5jysWro5/YTKUCciIOy4AIxEbR4MUOeBh7jqD3b7xe/lasi0u66QZs6hsp",
-	"hU4Q1ObEqzLgxlGSXS1KLIXYrfumbyoNlnCoScUfGvdvPRTzeKL0pSBkmrX1NwRgc59eyJM1vrfAlH3z",
-	"W0KrreQTZJYRNbhtDMVUrOt4EOE9ETLKbo+NeH7HF2bkxuHWDRPKNnrsrSPbu8yIBgwtoKCV+j0f5Gj4",
-	"1jffwi9uxIJgzyCltZA9XJqHH4IxroosT3FY9pe/sCGVhQ07PYY9HZfBYbDaKw7gIeOtitFcRJZfYpGU",
-	"LaAxgEwYL2Ph+z7Hyh2xm9kkc381Yqy0NxOtmJ+4RUcbY4Rm0I048kv3rtIfh2DqwRe/plN0wwV8YWoN",
-	"zg76JrrfZYsOX1gJqPcrPWOgCUcbfeOQjYiljOjaj/zqRpD7VOUCQZVQUhyyEZ/Ptbrl+ajKMCTDj4UP",
-	"p7jLfljFnQ5FIR7kpvolpAeXrmhMW0DrdISXboQ0B4+WhZoIpQCYTcCSd5OgoyKlT1SeqztTYuzsxHcY",
-	"GowI6KrmEZBqG95vzAcNJie04J4qI7x65Sw7a5y42vuH0IpB7oSbImXdPqUFN4Q8qsuZa+EUoiAZfAJy",
-	"v+WacmVs6dMnPAqlGY0rUuaTOorqytauzSyMFbOAFbWmlYk7amfxsIAr1aVM7GvNZ2zMZVDokwCY4bRY",
-	"/9WV40ypSEK+IXYB0IUE9RJQXHb9u1a2OJOEOOGp1xkV145vR866ciCHQfMMQGWOU55XGiA6PeBX/uEc",
-	"NuFHeq/jD9RejL0iPJxqFb/eMaz7zZodrWFvtSQ95OB0v8tSAJUT0njZ/AzfIJhvoEnhz7gWzDHAGiBg",
-	"xB1aX8I7mf29ED7jtmr2vOENaoOS0YvVcR+ucjL36QhJhR7dRXUuBHn8aQSAn5Kj0eGGr0VK5qu7E3dT",
-	"lQvKKP6luBJ/FTnfMeAkUpMJ7BG4vMqpyuzjsZKT7LrQImVYv+5EHc0Wf+mmpv5vqhk1CGy12smfEAXr",
-	"KHTruvlXfKjs1+wHMrxkCrq0V6G3tPoqEKOtshlrfuP3q2H3WibBjvEvX0XSCrX4PWy1A/3s4/4+gBbE",
-	"vqjdis1dxj8dSxiB/TYCbAz4i0Qk8enRshEHEnDkLPBRsKcP2cgpoSNmSjKkRLhM0neHANaFDKqcI3wA",
-	"s6Rq7PmvSmdcJgEQlGouyJqYcidLQeBKpdy86K2UKqgc7mA91FZZhZBZJuETqUo7n52TAQHEQALcGy/8",
-	"RoBNFQ966kzpzC71rINgDx/b7Ha1c91cq7QYYwwb+kuXkmY3YZVfLl1vpalkoOsl3lUudtsUsdXnPwtl",
-	"P9UrhZkdlop0JquVUMFng1rN6fEbAH7DTM8Afz/RQvQY1fogPIj72EOCSOAjkJosywphGBa3Ak+xffZf",
-	"tVysVojw52hzetD41tcplUpCXWyID3MO9rK0qlK21NSt6n51NigNM3nd7EQquwTjvs049kNzC7oSdFhV",
-	"gxcNNsNqOBatDF6l2bDjPik12TX9hcda2Mttjd8l9P6ooQN4R0LekvZIDJEyZ4hutICujb7/nZk6pXbY",
-	"+dOfoCsC3Grym+Xq2tCPiPewbqUSL8NiDtzERRjisETbDMVfwY3nNxlQVH2Dn1WgsE1uQe8ODONBuSKC",
-	"JmsTlEAvvX3B/HqPYVVZ85QQfIOlMRCaia3oOvEYWztZV4u2tZB1wfQpU2l3TKQ1N7oWCUm2NItqESpd",
-	"yFpwyk1R+wDS9Cksdeh7gpe2JoZlIBhbB1r0LKp1aeKyz/L+7WyJJcH/lg1tE8bHWhlDQWPHbzcidGJT",
-	"1qerbkXZhdCzHo9+2Emv9mbZtZNOGAZp13wW3neNCRX2A9vPAmm0bzvb2MwUp206UPSWbFlfaraAs9oG",
-	"SjezFRDdLUBxCTk8Lcbg/V0NYbUJXi1Db7uZEveusa27uHi9Jf3Xu+JXsgJvxNxWTLisknRPyFSxlvlO",
-	"moFc++5ZfzrsVLMqoDmP2R2gQXNJiKLk6il9nNBXCx/x1rF7BArgnGaKiyzhVO/4wj/vWCQWGGAjZqxF",
-	"CUmr6k4y7O6TGd/9inn0LUR5iuc3lqGf5exG1i1xny+O31ycvH1zefTjxfHZ5Z92gVPkfCG0GRCpacD+",
-	"5ZYZvnCjUo0Zv1KFrXBkX2STinGWCnOIrwBxh1QJk1TT5yAnkh1V2HQsiTIS4FvasaXy5m+eRai8dirt",
-	"f0AnvfkHMW/9BfXXbEZAbVeXhj+IWZj0PpcAOB6H+6h0oI9e8vJ7b0hSWSAp31fCXTGn/8fVWex0H506",
-	"oy59yyLDRzE8/jjirBOQMUwaXNwNMNgNPsdtvIGtvXMRx46yl8hd2ieUrGbhRuxFv75156lF2UwpatOX",
-	"7CgANKM2Oggw/gDlMQbxYvUCAJgALy4hTD0fgmigDbKcHSuzZZMs6C0QjQ7eoyVu7RjK7VgJdi45SKHj",
-	"b0lGkDujBc/zBfRm62phBCltlXg59CwSplSCsIxRKobr8OM3dccGv/BlFDtquZAGLovfkeX7GyGBOKk3",
-	"0nVScpf3DQzp3B9GfS9PdGa8E8iptoeh3OuKG6feQgk2Bg2oV24FVd5X/L57c356/PLkxxOEP0RHQCfp",
-	"eFVzM9AiJixEsBSXsRa9HuvmOTs+/vX0ogFfETwOj4OqdJ/mWw2QYs0ZUpWuW+1djVrcqpst36Z916yk",
-	"Y/0mRjI8wLw/9B5t2Fcwl6CKFYzjXrsKs2o3rspGbKwpgxOOJ9qh16q1qEVa2ZQZR4NGl1Im+T8CuVVb",
-	"h61pDrZV+ciGplebcxCeuutUJbd207njZj9xiqXHaGxPREQDG8nID7zm3bbtglrfg/uluccO/R0kGD+s",
-	"J+sF2BEiTyE8M55yeS0OvaHiuzmOc2dpVbq0BgMmmExMq0Kmbbq3tm2lulVn0/b9Rzc9+dVUIVRz7p+s",
-	"VeYKTWECXsRAKrG2Hqcm835tFw5ZZhl1pDGQnuQ+gG4USJO+4NU3ZYgrv1VToonptq0tjfb9gCQFpX24",
-	"dqJ0mTkwxnCsIvwJ1FQHQfHNUvaf//v/gD7cY4Bh5DH0Z9UOHCtvWoZ2Qt4gBYF3DNkU1dgv8FcIyIHL",
-	"GdXzq3zJNxP8S6UXnYDbDOPXPJPk5eKwjCyNetInWojL+0VY4KcBzixizcYVucfAaHMbFIydrWA+3Q8D",
-	"6tS9msKu6gg5Hwt3PJdwgpEAfIUQQjApo+rI7hJB7LYvkHwgAN2a7i719fM8uxWDEqzLZ8NXUjKc7av5",
-	"WPRYIan/EvzGZLnTGwIZw0OYWL8QtkS3TwVPKcmqlsfiZpbCGDeCKR2MSgr8BOvcar8C1/1uD4Yc1Gc4",
-	"hJ5fdOcxIMzTPVp/pRz6YOrWEqLF/mJyDzpCF7DHjsKNB1Ao4S+gSH37MpywavLBbnaSTnWjILDN01Vz",
-	"LOl82HM/3LvlGrLO3AgoB8AuPaLBKh+9q49b+eYVTNFsnJx4UDv3EnrFKBkEyDJqX3zl1IrQEtyjmWH7",
-	"P8eXAsGYhBE4HfCsXF0zyFlNDWYyj7nWW9o8XuZ5eg58pfQVBDFWkSlLZWCr7OB9o9yNa80EK9ha1yUZ",
-	"vknV9cM2LcfpCb+Gdgc+VeLcivkPCygtKemt9uGro5+iNn9V99hOZd4Ga5oCg03mBbppECzu2cHz757/",
-	"+Ztvn39XQZA7QKx7DCUuI9xvDXNaQ+vasrVR+yqLpQqLCc+0Y2iX940Osi4EAClpyQo+2x14bsyZT6Fh",
-	"V1ymSdnvz+ekQGDf5w4TvDzF+8pQCEKNQv0gNKHxz3sHQ8twI5FnG5UXSHldDttFNV7iHqHAFHVk9Z7W",
-	"Mv17sNz7Elk0ZQZnFci5ldB3SD3wX6k76YdtnwVelsXVcmm+fb4u7S0SUsRDx1SM6+xWmMPl7jwUolvT",
-	"aJZ2CFvNOA7sqEwLnprmpj6t37Q1Irw7n/ZVl45fRfx2W2V+YP4lAKj49A/vbWvK9JguJ3pQ6O2eeR7W",
-	"5m1bktSbsrm9Wse0Lii947H6UtQ6DNzHP7YdrTy8XUBNmrQDQPY/qL9vxX1GyIkbvGjLR/DE7jTPqLbT",
-	"MWo00kbbwCnWvW8F3aR9/fK9D+l9rG+LEePCibdz96YEeCK4jhldRxJS2lBT7Y753Fgu6Z94wJAG6kP6",
-	"R69+PXlzefH2l+M3PSp/noFjAocPi4HqsE+fwMU1UWuQncbs7Pj8AtagJuwlzp9UpZJjJH9TV0zp8VQE",
-	"hZtgjocScI577AyEsXYGjppjIt1qElePQe8oeHAo+RySM91w+9S26X/8zTjD5uzHl+z75y++2/UlOtQa",
-	"azRWqRj1hnIoj0G4uLPF9aDiMDoq7FTp7B/w4YD9ANvCUGrApnqxwUYf9mi397TKxWgosYIRmCnkw8vK",
-	"8JA/PGAjRLodsS6Ipd2EjRAE13/iXnYo0QeKGsqAjpE6Bya+cDGhUqLElwklvge4GxUgdkdD2S1hf1Ek",
-	"YowCJgbde0QA4mWu9Jjn+SD4WJKhrACTo3mTQEbkbo+9URQYLiT0sHcPQLzJfYxBMZqRZWYon/cPICUY",
-	"PvBB6LBfz/vflN8SFVhF7l2vk4Em4EZ6TkVSlG5SVe2whrNsKihrhzUFSJsRm3F9Y4ayYtlrVVhR6ZFe",
-	"6TPrczbLUh/vKpvxBexYbyhDIzAAwoZ7eHR6Urnrg06/d9DrgwY4F5LPs86g802v3/sGWwpO4abv3x7s",
-	"w1HDv65FRAkYge33FyCqS/RBo00/AkOcvJIALQ7dJrVwmnyWC82u+a1gxZwpOZRo8EMLu8tfj/7X5dHF",
-	"xfGvpxfn3mVYtv8ZVNQArMzlC2yhOZSQPCdTIPGS6JVGz6E7YlzuyMNL45ooB5fwwHH7wn05SZ2qkxl7",
-	"hBtBwgvQAyGFNHPb8PdC6IW3lQfBIEb5UAWcpiSLsqMRoa8sb1+0VWITKBFJvbIRhrjNVGGChIstkQRl",
-	"dY01C6MfnT82km+LUw4U7OMX/YqB+YLA9UvLclk8vQcPG7QSB4p71u+T7WcJUq7KaP9GWSrlvGtTlNzx",
-	"geIAsmTZCnRbBVcXThlKU57j7LFBwypLUGIAnyZQyA7SSi1z26msBmG2gYWCVw1BdvIFI3QcD7QLsoIO",
-	"dc6vM8l9B0nLr8EjRdfyfdKpM//OwEOYuxXBBSYvPPRhqNzjOoX/JKxP4nrKQ8ApqP3Up6S5vzadwPP7",
-	"ngC245Wlpx7LZqxCbB5ZmaiyqZXMlGU27VS5sEEre34XnExL3CG29vIRvyEnrxAjfOW89p14A+Xv3sMm",
-	"nbkyEc6NHaZR0bGKWmwAfHWCfkaRAtq1J+CQi/n67U/Ao3/4vy+Oz3cHpauZvJNTxGozFsZONTSMwLsA",
-	"ok5oTNCc+hTo0MmgTpJH4LCkV3nt9gHVV2HsD9S4/1GIsuy2/amuIVtdiE8rt+H56laew/7dg2k8iMSP",
-	"KtRtptk8IPcgxnWIoPmIYA0h9HHJPkq6uuyv/wjEW6cN7IFS5ViPTxc0um8U04Y2+k8z+RnNEuOZZwH2",
-	"bASKkUhHhNVvhZM4taIfaAKu5tVWL5+Bat3z3z8GlYeQBptwZ41BYneE1J+EuL3ev/+R/vq0j6ag2f+I",
-	"f3za53o8zW5Fuueu2P5HXchPjZrzmeApesngNPCXrDsK9vHZy59P/np8+e7s9WgXwKG1YK+OXx9fHA8l",
-	"tDcLc7A7ray72oMy19VM+Ryw7H46pm5o4fFkKNGBiXWcIZkd/JuQ1GmCzw2z6p/1sU4l8bbSUAIchbms",
-	"qJ+A5eBfBB27U7B9qJCXX1PO5lCmalyAw5QCmtQ7DvlU6WxNSlwpRGymRJuhBGjvOvbUjvG24EVlP0NP",
-	"d2cVUsLoAsdwC4RyhwEF4XjK7nh+gy7o1ImoKoRlwozyjeIxGjmUWNpxrdhYOVtnBoFmxSaZTHvMWYah",
-	"r3VZhkXuTansUPrNgqzm8IRfO4CvT3whreVZjoIT4n27MTvFaXE05BlArD8Zf8L2GnENrkIBvftwixf9",
-	"b+7NLUKqBha6xMi/7ClW1t84I93HmCvMwwPqN+rY2+p71HQbWgFtePQVoha3ePKskBjve78Fqwogavja",
-	"Eb9aQAxyhvyOoa7HpseOLMsFJczQp1RUn+d/cYJxxCZKDyVeZEy2WerRWK2GJIASJ1cHAOgZ+By4ajh7",
-	"3u/7vuhuihG6jwxgrlTmJAcbLqjHjiVWmoKDzlMFKabI1TKJNekIUHCQ9Pt9CnL5GJTVXBpkk8lQVjIw",
-	"SN84xLou94JXApI0dGatkGwmuCR9y7BcTCx1sxvK0GCnsMxMlbbsRoh5mb0VMh3OhBH6Fu6mcUbjAhhB",
-	"podS3UnoCm4B9rSQUVYAzWAEoODRTnS2JVb4Mfmg29AhPI9Qve2epZBTu4dfYozgB6xqWXWG4AuzVkR3",
-	"iMQiVSDfjCDergRz1NTkNeF5Hvd0UNB6pVHUU7o0YFtC058INz6+zcb2XoZJjanCMLWNpdJOSHwzIgc0",
-	"KOsRsgn8Fi7SjVh49EpKkauyV+RBMf5K/digOCyiOx27sXEB6ATMoJyQSa61B4RyXOuw1Ifqy8XrNiI2",
-	"4+QDrGVE1y9ijb7OjP2nvk0tnYQPdwpCrPor8QqGE11sdg0KSVBAD7tN0I8vlLZlop4MUpOMdfUT5Ztc",
-	"MF1Khna36TNqK1urIPsfb8TiU10RWSvJFp02Lpn7s74H+WSQVSI8qdWLVa7oNIuHM8XPoXQuXwOkWUBs",
-	"cC81FR/Y+c9He89efAsmONqSCF3CqXjTN/wDBjHndlryB6yoqftTqtxi7qw67X73H7/3977ne5P3H799",
-	"/ulfIimLW5FcPY2syRVeTSF7Su5TTvNapMjtoiZVDt/2IpzE5MrS19STfbkbTqMShJITLVq0vJ0R6rFy",
-	"ktIvgM6SZZ+Ae9J9Sv11euwIppOqYcAKLMBXZmFtQ0DYbbDRqXPh1Q3qSsgpkQwaVmvBZwlw+zyvngnN",
-	"suMxUDLJstS74jG0Tl2yh/I1N3YPOiLunbxi3SnsEhhfkFnrG2CBxwjtodEALIw9yIIeAWoYtUPUC3bw",
-	"gpkeeycBpYhWOvQdeTMMrs4yA2+h7jxsCzSqccTjBnPHi+FbDnmiGhY/YVxCvHwAaV3giuRsnGfYq4rb",
-	"oaSuwIJHQ66/OcvsGHd7WxpwmwQ/PXn1syejbX7076DLtFA8rPhgkST2cM+2cqBgY8uGK19tUUktLeCj",
-	"HYMdLt1tYn6QGGcgCnSKCxw1CaBVunNEutIo00BtESJNQdp4QJtevb2f5Y42hbHKvQI/AvWUB9oHRA+M",
-	"si8glBUahwQ5PChdcqFHDPgy3Mcvj18PJbSm9RtHAwRnCCD9UZIwXIhaOznjwaR3e+xIslGWjio96ND5",
-	"5C5b9VGn81ErdqwDyEwF3QTznOCS7Pi3rSQ3uAlKIBXCfFZSxO7XKS4EafBpAijVKXw9ZqswyrPHXoJI",
-	"N9+1ckPvpTM+e3ZfnZHWGPrSHgZaNIHbzuE47RhIhIgsYdyqWTYG7IggrP07lJeURNY6jXJrAbj/Ef67",
-	"Np9gae+fUI9qd8q1071/1HW5jWSgG5K4wKqXzwpAjZATtTyaz+thbr4TWZowp7rvCTPmc3SPR/R5UeEj",
-	"cY1+uYJ5lslQxfswpd63JosSorPrz7CJVYvELd8asCXdYReg1Q18K/MFVj4g6iMgoBFgI1VDONVhwHJ1",
-	"J/TemBun4zuLxyTY7wa17ZSbqTAQx/AQgeDQbnJPuv9c+nk6TfbUHvbbef/xIPn2m6hJ9RkzzZ7902Wa",
-	"+f7Ra51JmIPxME+SmyXSa69N+thXYXY1JXegbxIDmEurWN5OjwePicklbjjYYICnSNCqFTXPdzEuu7i4",
-	"sdCSKmntJBWzubLOjN77BZwV7cn3/dPoU2FftlKmnjzme5Q7olmEfcUaeGByS5sIBP+sf/DUKyLn9j2d",
-	"f99/LsUPl1m2C+SSZRJ6FZd1dHMxbnVv76HJQUQcAqDb52g9pgV3jBFXMXN7MHKrGqF1G+jdnAD83ngq",
-	"xpDRXwJOclM+NZTwAKZvXKl0MYAdtYAUwS02kyCzyslUi2BzAPiaSTbSwhS5NSOK9HpL2R1cOQm7U0We",
-	"IoB7yCPoPu/7NumIgInF6UqYIXS5AG0w1MzPeMKeP3tGP4Be7+hM4dLjQRcyYc/739MjUCMoAY88YTw3",
-	"yhnjFQw8v3eQSeOmQsxob1FmJoSlISyf2R6jmhMoaICfZ8bf3wTcUxkmyVYC4APGA9jaUHoMBfyRQfhM",
-	"CHHj/rIX/X6PHWFrfR+ic3vBPQ48JMD82/nbNwmTis49YX1nUmMezZRLDMrDCt2JsTfvXpftAxmXC8iK",
-	"2q3kCdCB9dgIpgFKwkA5RwDBoEgNsLzi9O35RUAfcTrtUJLJDQPETOeSLjtPzOjNl+P0P7i3P8MrEeOx",
-	"b51lCl+DcYoAmfXsiB2DTsyH6jnEJ4s5gCEDRYBuTTTqMyq6P0Myh5v2qshvvOm1+6T8M+T4NaXRnEQu",
-	"Uug9Qg519wshUy6pXLobSqMNUxN3Y029tBpBajNt/vP//f+8pxeBD3EK9z3m6/n0x2QoATseOheRg68e",
-	"hcRO25BIaCxf9IABSWUvfQO+hKrBwEulqJCrmtYGFb7hVYIbDTFyQcC5EXzR95TqoiAF7xBmg6KGSyqR",
-	"oXxl343L+57dfkCpeGYo5yYU0lAFmM8GpR9kiGkCpXahS9zR6Ql01ywT7WRz6iXWvU9C1qCBxvoYBCHG",
-	"ahXAWKPDJmQ3dn86vsBczUhiKJWDZxZwaKDVYelX992RyhRBN+eL/jd+zZeF5Lc8ywPadoXbl2ApPvGJ",
-	"aTEpjI8iYBokLdJgd3X/Irngt4L6ADRmFT19buG6rBZCJqgk7D15RvKDchIpMamKAJ7UARDCtdQLCLPA",
-	"VVR3civOtS5VhqKzY67hqkPuLsK3Inhd5QMzYl1YHMQQ7VCWCLs7Hr3fVzH53hRYzFS6qZ/1vYsdni/1",
-	"qUyXDAmhOHGWKowv2bBw6cqPhzKTpKuBTDlkkQRkYkdG2ATTjVGwa1VcT1l5F5FF7n/EPz79K/76L4RW",
-	"7uNmB30nafbKTr+k2QwlN2zCTbju4fnKww3JuV8uKfd+ubhLns+wO+CfCpIGznU5ebwStCCXR/mc+S+S",
-	"Y1syeyyj/Sx21jbv0uSBgfpFT6xPUFkDw5eq7VNGgI7G6+QIqhbVyKGj3TtnL1yJUrPofe6iF1gWKASH",
-	"ZQiTOsaV9fHOSjYLOZ5qJVWB906LHCBonl7rXWGkzUXicOlHqGeJKkMgLhIkS0RQDFDvai0pWF1QQFMl",
-	"8hI665eQCahr4I6JIMkbaiyasGlmrNILaAOx24sXvZC1OPL/pheDpC/3pkloSFVij/ihmmUw/LdBRO6U",
-	"ctV3JEY9+xqycMjxC4qkVLjb1/xWIHQ+Nk9j0PF1MpSaS7dE8LdU7OeQbx/eSrMR/HLUVHcyrmK7NHls",
-	"fQuA2h5GowmsW35B6ksmI9Ucu48bdliugYAumnSO0IznRb/fNOMfJOd1A0ccY6zgs9eyVqvReOARQYn0",
-	"SkXJGfzt/KPEO7YQzJsfxUN8mEqyxL6/Th1ly61Yq9EEHvXfSs0XU2rATzwmpNNl95f5AlrLPoEW/dMQ",
-	"fiQjtdISp7TOQjcrJXvst6lCKplS09Ma7ZipupNg+NZ0trJbfI8defyjK6rJrvahhSzgTF4PJSQCw5mP",
-	"M1PC3Rrw/42kspf06OVE6cty/IjScYTn9rSXmhbwVdzrsGeVq324BMUMc1NXqs98vfE4Vs8eFFFIAz9c",
-	"obsvcN21gEv7T37bMdgJihH282IjfHGRjv6Qt/0MVv/fl/3ruOx4Gpvv+mZa/AIcAOyJ/Y/uP58qmDX0",
-	"V4m5tAEoK0ASPS0EDEwD3UnWFxssG7PxQiJ1bR7qB0YekyL2Sur+FFr7aFsA7DDTDHCfaqhDrEvIUrvg",
-	"jEA3i0gxQPdfxVxLmpwiO9i9OxtzdGAlCA/Tb0i5dT9Zn3HrPQz9GGT7x2bwNSaL2ZXQNP9Bw/y8hr60",
-	"YQkHbZdAXrmKPy/S59M79Ra1juPg3iL/nk+g96643UPfXaLmVFOyMW210pX0/pt6jpVUgImG4FzRYptK",
-	"V43Q8REAV31NABvhjUNHHF65ESRejKeFvGHdlFuOiQWOTSQYh+aWQ20ePOj+2KV2GiMh0xFTvhOln9M3",
-	"/6VYJEr4O1ixtE37hJd4S1SE+3HyDcV3b6UvBZpjEtUl7a5Wd7WqugEbZelgRICvd5TlPoKnByP0OS3m",
-	"ImEj2NYReqB9sZWP+8HOqgn7t/O3bxB0CLAHMMS+VKeHFbM89Ugp9WI9zMvC4jhTywAwwrLM7jJoWEz+",
-	"bjhBKe7cIgyh0C+oFO+wseDPw7Fgxd9bf/SERuRzPJYC0ZhyA/vhH8AN9kSRQNGfsUNJu8eAskDWA/mN",
-	"Pg4xqX7YGbBhJ3S3Z/ghQBgPO58I0wWvMlyZca6MMI2Vgf4wWkjgr6hI78FyF0tJy+LSVVaSeDRHoI4q",
-	"yThygE+TSnOsAIL1Zcr6HlXIPlbZ5/2YEwmerzjGG6lRwZwjaGQSbrhP7YQbyrrY3jZBcGb3R2jMkAxl",
-	"reVtwmodcXe9LDYJE7kRpdFHn/OrXIwOh3I10avCmTB5cynTC7Jjh3JUSxgbIROutKUSkG7FRk6NuXQq",
-	"wmhJuA1lqu58uTNEG1iXhNeA2GBp1qQZZFl5R9puiUYXPBpXfHzjOCZ1EO5Bni8Y2dU1YBmPVI2ZIme4",
-	"P08XgPcTfB5Dd11aCmlrX4uR+6B8ftpVgKcE1PLQB4XDUR9W2pJXszh9q5uK8C0xDX0ImmsBYejPYDAj",
-	"5MAfhpEBW+FYhBKSVSvarU82DWJu5bIVM/GEd62Q59m1/GxupfW3rZiJr9WjBGujnBeocsDlYj0HtZrA",
-	"exM6NlQ6CmHuC0H+IdfGfrLsasGU9L0r/UCf4RrRTH+Ye4RIwmgyZ0CImN5pbswSlVjFOMAcsYwg1tCv",
-	"O5SI/zOiVwdoVcBm5BbuIyZ9omKBdqPpsXN82Al4PpThp3BvffsRym7GpPQNl30oy9seEa403X+JC+9v",
-	"zVd54+kg/JWn5r0YqyS1URdSQhU9ECF2Ok5qAczMsNOjd+fHr5AEfBb8MsT5Y15xv3fra87Pw1NbAwVi",
-	"4lIb2wUSjp40Wci/xuaK5rAtj1LWHEZz7BvK5zcn+ZQH83VXNvs9fdLqseVG+K0qyA4enW4evzz3q1X/",
-	"z0H5p6ItMKixGZyTk5yNtZJUoORb9bPuhZjNleb5jmGBX+y2J+mHMK/9j/7PFuCLNYrdBL346t5lOdGy",
-	"mcAKQvaAqYA1Ya3a1juWNAb3ml+1/1kuR9WF8fCKDT9SWbYRwChtNhPQJnosfN2hE6yQeCy0+SoZ6+Yn",
-	"/daWuq4vcK+f9DtouPTEnLg+yReq5W1LbIDaCer2Z+LMDwBOgGVWWAMAsok8hawDZYRPub8R4LwTmWa3",
-	"PC+E6bELR/Ye+R9CgTgYIKz7YMqd0OKzs+H9Kz6+mWR5/pVYjKtXKarT/ECrfuK75Kf5QkBy/u3WJ+0A",
-	"T60lVH3tVwmVliBYfTi9vFf4Splkv4PETZxh/Z51fdEnVknuJswU0DTWFympW6FzPmdzlWfjBXTTzGaC",
-	"IGcJMMaLcAxCBBxE+QWuHriK/lj37tQt+Z9JWzm3iix/b8GjxocUiEEicum5GyaVZWNeXE8tK+afn2II",
-	"XeKPRTMXuOgnZtVLs3wmN1h7Dt3sDiMIZsiAdUZGcCsiGwscK/vq26adUyQK0G7UHev6V4R6fQC7MWKs",
-	"ZLqJdX/+m1XIPyA3foeL/ufix8GfAU0KymZ1YEOWBOXu1JOSCfHa9Q7XC//QH9rfSm+x2d3q9+RRvK1+",
-	"sC2crV8HdO0GTyvt5pM6WmmOL+Rn9W/4X83NWoImln7WidKYg7eE0IyP3QgCoptzah7vm0JVkcPwB/4+",
-	"7D4djrafYv8j/dXCDVsl58/thaVVHlKPB0pBxIQXH3XzUDuZ3XLfmt2xja/c/xxX6KLE/H/oRr6VlaG+",
-	"QgTwWIFBjXvGE/zXbSyqTFvlU3qUu/Wi/rfw1B9a1vvXuCAG1kLo05OPJPX9aJifDn9adost6nwLv8Tr",
-	"BLstlILy+L4evaC+l9SAD5102WxWQBZqQCoVfy947g2h+obsGNY1gMRaGTHx7T+gEmouxruhxPFZv+/h",
-	"bHgY5JBx72QfSkInpHxtXharhDOoAqo+6x+4ZQZpF5oQewCbsZr5FNSAX1sdLd4FxEw9GT5ZF5Byii8U",
-	"Alm+aE2sviQBEyGAR0evbrOsI0iKqa7gM3YmORPXmcHOThWuwEss0kCM3SN9rXYMW36lhL1UMi3GVukd",
-	"g6aFo2kabbc977iHhhUG3P/o/2yhY9Vuw2dSssDz6c45kjzQ9VC3kzy7ntqkkhkDeVDecquEurS6M4e1",
-	"8TIL/O55//k9trxZOWveq89/dyN39YG1NqvysDyWr1LobX7Sb+b2uEGxy7RPW9NOWfOSt/MVaFTueP3i",
-	"ew9u+Sn0Ik4l9b4c/00zVZrZ/0h/re0htUQ8XwOjeSQO4+zBf17WEjcobyunuKZNFNZXPzt4/t3zP3/z",
-	"7fPvNmHlNZPkhGd6z0y5FuuI7Eee6XN46AnJq5ykga7uhJPvsU6O9Do7hpXvQ4+z7gEVcxpha7K98upP",
-	"QjvOwioiBtZvmZ1CPeFcZ0pndsGuuEwTNs/5WAAqOqQ/Es64PzNnZILyMpSY6+0zv+dC06sOKk2y1cS/",
-	"/zNmocshv1KFZfYuGwvAh4fGuKYEjffPH1Ag+UrZKXbxIOBRxKHpsVPwDg5lYTDyR7/zsY9MUwad4CkA",
-	"Zx35J1RhTZYKdtDrHUDTCjOUz589C0ia+FgU2+Z8mQYf3wpbIr/PZ3u1pHtHv5/bvDkXttoONXa/trhR",
-	"PJ05TtnMjDS3Yg8wQjd0qwPFBR77Q7u3wnu06IbmLB3cmsfxbNVOtTL6FgEud54GxNXT8M9WhLL/0f3j",
-	"Ev7RwngNW/5FQgTlPgdox6tifCMADIrKyLgFhu0sUsdy2enxm1cnb34iIZZBJTDApCy3xV9/HJtt1TVb",
-	"8wQk31iBGbboMfTH6mifjXDjql1Jpg8OFwTFYtlVuXSGT1C558f/Um2X1pHPmQAVKj2sXqyq28eqGyEh",
-	"o3+S5SHRR6AjCAyLx+6+t265D4o+P7inntIApcXHS3ypjPTuJs7mcltGe4mlxTueUzkmhTsK2uNUSFRh",
-	"0+2ZUjOnN8I6rXMt2hxdvHP/6FP2UV6aqinBiL5fb6v4p1hXzOZ20WCmaOGW/XRStsFKoctkljSF8GZs",
-	"FBYGCP9TdcdyBSFuMZTlD0KlsgkADaElVqaxuR82umIja3NCegqoD2M1E4eha2BmffslZ8tMeJ6XiCJl",
-	"W/cdM5SEUUIda9w6PswzvcC+VB8EAXtmgOiFDRTK43DksRhKq3DZIJKFTIOFI8msueJpWV2fGVaxZWAT",
-	"YM0JE73r6m71AP7qEoAujGmydmI0/QSRpxg5fz5uvuVt+josoPJut72jdbsHWeb6RD185CkzOtwM63y/",
-	"uMpe1JOLMmHGUxHyWahjXKzNsrupRoy1qGOX0zas2a8NiWvu90+btuZm+FJJa/B2zUrDIRvBBobmKrjD",
-	"CSITY/aykmPxhZQLLh01IKGgNobrc6ulDpgYtIcOo9uRRe0a7X/M0rVW35m4VTcVYtlk8eHzD7b4cBiv",
-	"Px1CeDEAOx+gJJHqbgngu9WdiLTorxsaWbrWwJgoPeO2M+gUBTy50pqbNvhO6ZtNGcW/0TNPHHRozvYF",
-	"9xguYplXHeU50xSed/LeP1WPHbjVb9CrokzIB/5xeU8GQlad5AuxInrDqL3ld/fLpV3I0OyLZdId4BjK",
-	"dDmdd9vjvvMvWaP9jdzlldCrdLDZqaSXN+4B9etOH3YaZzfVPJMi3S03JA0TmcPQLIzgAgnqEpqrCsBO",
-	"rSETbty3qcrd/Qg7t2ZPtzVNcCtPXnWWWREcR4AjbwS5/en4grlflbjlWfoJUp9nXC7KjSDEpUGNiBBG",
-	"h/ryhkczxHP9W2Esu85uoZ3ttbBToRFRkYSZ2xREviVk8nNn3UDz55Ta13sgYbSUQ1ttfMPQHhr7sqkJ",
-	"y1KDSM5zEPswjhyL3UNAyUhZIW+kupMAmds0AZfYxdzPgdYW1pBGw8lCH/k9btGszG/SjltsEwRylpq1",
-	"Qgn6l9ekUybtt8876wOb0DDsBH/67MW38DD9s3yaa80XT90wrDzudZIq0NNEFTL93B3EfoPK4gqtS2h2",
-	"g2buEr2npkJAmU3KTuI8/Yp5w1Rwba8EvwfGbGXkJpn/cxj9acR9GP9MzJVuKAftP8l0+SIu4Gsl+g+Q",
-	"UnhKO8Yxw0yl2RgEkBQGAP2Vto9JVDHKwFnMI9FFpIG042CIZo1Tse6du2+nb88j0oiWg5H5Xce8ofX8",
-	"2p/AE/QDjOVvEidYuQusdan5BLjiENcu9TLnitvxdMeg7EGxBh/5nqSnythrLUy1UT9EsdyXM2EMvxbB",
-	"DxfA81ZEqfemQfd1idtW7+geFtatvCAJOsSHqsqzHTNgz/vPDwHS0tmeWRhqpm7ditz33++ya2ERKNM3",
-	"8Mwk/FMLU+QYj0sVAikCOi0KYjeT6bFzgl+El+MzvzVY9ZkZNuV6lgtjBuX5h74LZBD7N3E0QvAOGQru",
-	"ldMs9yhZxnckBFyeF1CWED6FYCA7YoEDshlfMJ2lgnFwy3bDN7tJpZlR6HYPZHIIPU6fo5NzJrhE5wLu",
-	"tFt55RhSwbETwsxpRVrseWUTayWQ7KBzvp9tNwYt6/aqom48jRnlJvkBYI4+d7yqnPoM6Gwdmz0kEQv0",
-	"CFqjFTMUvXAnP3fHUSJy1Cu91rDjOXbIKFpSlEEJrpAYaQ4VrvGovN4tWYwLndkFsPMrwbX77e/vHcPG",
-	"gAAy+kLnnUFnau18sL9/8Oy7Xr/X7x0M/tz/cx+YOy3pYwjYFtJAMJf+7Ze62sME+jZiWjp2UoJ7cZPl",
-	"OX4YGvr7hmGA4u52SI4zxyUJth2+nfUqDWRg4MiM7wi2N3S6PgS+5T6RKSsMeTrqfWhiA1HaKDlIaiUL",
-	"iC7q80Eqw5U5l6vjnbUH96uMWNbDr454Wi9VLbszhsR+YJemhi24tI9UQxhZbiXxZU10s7qXIaC5OtrP",
-	"6q6SxQeJUFUGahifOVbsw5yVUSuZU/FhgYdHYmmVMcogxKf3n/7/AAAA//8=",
+	"0jdCP1h4FgU8uUrXbvxJru7WvMwdPfLQl/nsfm/mShoBGsipVle5mLk/x0paIYE4+HyeZ2PuLtX+HJ/4",
+	"H38zyOTbTefHhRnrd/RIMifQf3j+4o+MBu/BNtBvQTG6Utq+yQysZq7VXGib4Yq5+wr+yqyYmU0LgZHO",
+	"xFjptPM5bD7Xmi/cvytMfpWbHF0Zx++ULJmhZ/yrh1gey1/9Gj+E59QV3CyniVXWs/puqO4NPi2Pn3Q4",
+	"anCXY1XgGdWX+krk2a3QC6ZVIVPD4DGRMqPYhOvKigM7KIfM0tXxzoUF9sklo8fYTZbnbqAV7rY68pgX",
+	"RkRfIw1ybuWrm0xGFjLCPRkN4AxgY510cuuCLxiXqRNRemGnmbxmhUxB/hyyES2cfuqW736ppPCv5N5G",
+	"SMcu/1pq2vRd5fDKJarCjtUsosyOUtx/kY4SpjQbSSFSc+m2RDsJ4d4AJcuv/CMp44bdccO0cCpPGqGp",
+	"JDDk2G5pwU0DqThKFMbpw9zGT/ZumuWCZdaphlfCbVtYf+2E1+jMCfDx2PTFPOXl5C317+rtAUJIKuKo",
+	"1H9AdISjQjJbvhu1Fay5grBJcOvSNHMj8vy0chsnPDciWbqg5a4vXz8QyYZZxYad90ZoFk4BiXbYcTtb",
+	"UXEO+nFNML7cc8ttYSIcY5ktrLmM9SXDqkSagI2lCouKOF0q4XjIxcmvx68u372/2AWajrADpxC7f4jU",
+	"PXAHYvIyV8ZGyfkL355HuCEly7n/RVkWDbUDi5JnEAIRwddK3BGxOBY/n2t1y/ONP/PPAb2Mp+LyRkTU",
+	"6yO03VJvr7mHko6SY8dMDMvkvLAG9GYtjMpv3S4NZJHnkePBaUyg6/Uz5UrdFPMB+/nkgnUzy87fv3x5",
+	"fPzq+BW7y5yqLsHKXOwYpgqLq5Ap01wyqZjl5mY3Yb+enJ/Dj3Uhza4jtNN3p+/fHF0cv8KPuUyYKcZj",
+	"IVJ3bWVKprU3Yhe7PUY6AVwGMr8zO3X3B23Xikj5+eSik3TcrJ2kE6aKCpZUzN2Vu8RzD4rNynPL6ouQ",
+	"6VacNulcCyk0t1GL/aK0xMeF1mDrFXLAONPC6oW3CuGt4f21MJZry+B/DXzpFKoEqMHtujsGcRdXP7y8",
+	"X1miJDV49QtlvYtnZe2/OfbAgZml7I5nlnXTAl80weXvAldrL9+IkJolREy9WSLikkxpX2nQhLmXZP/5",
+	"v/8Pu+V5IRLGTWXTAtnNWNdqnuWO80hxl2dSuFs3t7uHVfJjWoDCbtiw6Pe/E+yATblJgEodh4TZEsbZ",
+	"v52/e8uAetxhhgl3cBXuBsMHe5lMxUemdCp0IHlgwFLJqv5bcq0510LGVZW5E0BxVgunFmgKNOwrMXZb",
+	"c3r0/vz4VfvTmk85Srm1Vgk8VJMNy+tZlMuBywWCjWfuyETvuse0cG/cIHLgHmx5Id1Ul45AiabqC/pZ",
+	"3bEZlwsgbLxhd1OV0wonPMtFyrpKXro/Cy2YKYxjJbuo9OpCMth+8mtkzoIxhkYaKznJrgstUkYLiN9U",
+	"RxJNhke5QKBcu8pCSo7jiJJ1+zHmCb/e3TR9m8tY+eEqd1td046/c1cLx8asoHP+NOyEyzvsDH744Yd+",
+	"MuycvX/79uTt66FT3z7jFeRW4B10V8PpCRyuS/SSwEwxT6kAw9IzWFTCwspgdDsVmfbKl0nw/FZ3eJJp",
+	"YxO89JWPM/d/4UoP3L85eordOPAjXEGXWzZTxrJn/d1DNtFqxl4fX7Ber7ePqzL7n/CPz/hb+JVjJOQp",
+	"dVITXFaMmxt30uA+a2OpX3BzE5NxsAmXaw11OtqKp9Y9Xu4pbGO36UX+FX/6Z8dTK6xuBD8boY4ZPADR",
+	"e+8YRCavLyexxf025ZZxYmisqzSKo0xe79IdcOzFbdWAVUWWKYBnk2bG/O82ex9AfibBjAKeV7vE9Svl",
+	"yTKqi1b0xxUvTlgaXfhUjDOTKRm2sZA2y+HjFBnmsu3SnkteLaKiZaxmsyax45fjvgxWPixZoMMOGXlE",
+	"H1vazzCQszTXbtP9jMqrRYxoFG2cYV3cx6PTE2bVjZCGiY+Zu+XAA3ieCw0CHjQIkU92lyzNWMihtnX3",
+	"skrJTbJipjSYm4UROmFmYayYJWwu9Iy768+6nJm5GAf/PJPi1lnPhdxNqhZlUtqapcnq+A2asdFrOVap",
+	"iJkWxvKrXDChtdLMPUQ8/1f+8RwW+BMKU3P8kWwBpdmJvOV5lp7mxXUmz+diHJ+SIpHb0DasI0rC4mPm",
+	"LMVUxOXbJJOZmW45G3r7WjjxnIG/pbkpi9mV0PHF3k834la0kRvn8KDjxEgxWcyyWLrW4IynFfupagf4",
+	"oZnsT141OKdJPtesuBZ7XZd5cZeBWbegN+o64h0yNhU6TlrGpqqIM06rCzl2mxARtLoQKB3RkGFXYqFk",
+	"ihbyRzEurNI7hl2pwhnP3LBUq/m8dj2vlMoFlytvSQtK/KKr61jz4mdiTm6RLThu4FFeLjju5KaG2+8E",
+	"ledPjucjh3ELQrbTCWTmGBOINeJMUdt+7F63iIT0fwPPBTMWtsjrdjuGTTLJc2fTKW1Rj58D19kxDC4c",
+	"KFk/uYeyfwhnOdqpWKD7IpNktbXVul7i6iDp4DOIjRP82Z9WNbFt+WmUZa7G6T+U8foPn/oNwfoKm6yI",
+	"q+f9qGzbwDcfbtnD0QX7AM+ITGj3p1Oo0IhP/EWp2/s99hYENteCCXmbaSWdMN675TqDvQR5foh6vPcQ",
+	"yJRxjGGAZ8Cqa2GnTqp6nf2A/Zr9mDCp2Nv3b3rs5FoqZ9uB/aDco2iumLgBX+OZdca9JRMu2U591350",
+	"bEGkztSqMowGU9rzp/uPUWNkG9mPW/xGRnNGwdNVXjvXyikLqyv+yXEgZJrVFbNZYSxcfrT5ypDUhpX6",
+	"idas1d217aKL+tps53l06iNvcOCNlbQ8k6gJrGU+/kFY8PrwoJC3W13Ylb2ZWjvftKCfLy5O/VpaK0ro",
+	"9n4AN6n4XcmF7t3naIE783CuVVqMhTY7pQ/x7dGvxyVPGSC34Fpnt461GPJbB+7CAneBH3KS25MsF+xf",
+	"Xh6dnl8cvb08eXv6/uL88tXJ2b57qqX3z+mKl9eaj8XlLOLg+DXL88yIsZKpYVfC3gkh2fnJ64vjs19h",
+	"Hecnr385efOGKYkKfcs48zp9s8LkV3fbBwmCry8V45xrYWgTiYFnVhj6QJVb9O79Rdgj8LeOHbdGz2t8",
+	"v9pfKxT0cTdqSwbjA3TAX6Sy4HKQiuVKXgu960yrGJfZFG5GB3N8r5tCwduLDnBMgKsqPtO99fvN0eTK",
+	"1JX3DUdSsjzkRaXJ0JIhb2ExrDW5Kiz+QZbDj3x8M8nyezothEzb23HqVuicb+S+7/CxU5Vn40WwGe+Z",
+	"RYC/hRBZw+vb8VSkLe2HVYetOyzIRGFXbqTEMa7CsjKpZsBEBkoXJ1Wede+m3LLTd+cXbP/2YN+fzv6n",
+	"LP28T89YfiMwOJmra4NB+fG0kDem6YfwHP4sgft+pew05m2rZvtsldGddHJ13Z5C36jrl27FdXvi2Yvv",
+	"V9mdDrvfguTpqJoi6lmLcz4TBjInP223OasbEoyRVklwySNph4fMOgN8opwmD7q9O5gWOmPl/dbzK0jp",
+	"fiVyEc9BSN03sdcIYaCQzS+0YPR4K2m+4nTFmRoXeSwtZgAvmfb3ccB9nGdamOYIZYZH4XNAOJtmlnVn",
+	"/OMlvxZl2ODP6LxsH7SkJItHCT2v7JIWRujbEOpfq4dD9UPl+VKmr+pOupDorZ2reZG7zaZ072hosznL",
+	"oOUgt2V9wYa0MUhGKUsD/CZu9OmV5BQX0UTSrflfhTw3Z5yufyc/deOyz+qHvLTwGl23FNV3sqkuAAkK",
+	"LsCYglSFpGja5qgUDly7bI1v5e3XLUTyr04AMo6aO6r0mRk7xcNZPAOwoW7Egk25mZKXBhU7CD9gLCVY",
+	"XT6RiSwkoqkEPCmZpFIQ0CfhGdQoe+yIgb8Lc4XYDFYULAzyFjFuGSRM+aiuT3Qicl0V3MRm4jzXKfUh",
+	"+wmiz443JYyHUCIzhbMKDRt2nj2fDjsVbjVR2vOr1bsrdMbz7B9u92pFB9Hdf6lkJWPIhEwhPhOw6yjW",
+	"BLw5esvAH2UoU+e3o5OLk7evL396d3b58ujlz8e7IOPcmVHSYNxiuW2qPTrlmCYMib9iMWDjKZcQqHaW",
+	"HIjVwjhKVnkqtBdam4nYTxil3GmWp2eFPHOcIRbiH7sHgH2C2uhT+imfauITNiKq27g5X6s2Su8BGV/V",
+	"bAHLroSjLMOs6jX4PMhEiwTi3WuCKyMVHyHzwFKhWpn6kcnrnJ5sSPpoTALbLtHHxqqEgrICC9BC+mQo",
+	"XDJFqnwhYgZBSoi9J2XOW3TZ8UB8sDC9cVk5EVyhf6soWVUc9NuZaPeKQa6eJ2Rl+fSick9CouRStLnB",
+	"Je91gRCJh2xWiGFCGGNzGJ5qFJvkhudA48WWkuOIvOeOzwLz8hxMSWReU5Wnjmhz5cw7SjIEmigkfGnc",
+	"flRz6gvpQ7Pktpc+Tg2DYjyfvHpjAflYXAt2raTYXb3+Dam4L4/fMNwqJj7OtTBQTukkHoMqY5+xhv/o",
+	"VRyBh4yzsZLGcmkr4iEV81wthh33Bv7dIYMQC0uQM9VO+ofvIyft93HNvfM7zNft74Fj1Qd99/8aeISx",
+	"mltxvajJp87fC1E4Gl/KMYePRwPMe8JtgpweyFXCFJx/f3/8/vhVQvlQGWVTORHkJT9pEYn7HzC63e7b",
+	"QkvTY6Mxl2ORX2bycq7VtTsQKj2R4g4mpTRZEP8gA/NUGJCY0o1DkiHM4UmGMjy5UZKNxiWdjxJIqKP4",
+	"YbkAKe6EsU2vCqn9Rz++O7solZEkOnw1l9lv6uo7lh/ivJsvMirqgUw23OZfRMTKm4LcNg3JVngnkaIS",
+	"v8twlu3DouUCznNlY4p8k/HWUMekCwlH4tTNHcMqG42nPRU5RLXcnhxi8hk+D+K5/B6StapHg25M93E0",
+	"/DzjETkdeB1xsRuxAJ+T+5yy5UiVdt/Eb5+7M9EzuAgphQf9PqPcOAhN55kU28anNx8EzbCG37gnWshr",
+	"ypgL9NlJAqGVr1vOt4Fw34j0Gk2pFXa+hS1ZvwibHL4w9oZ1wTauCQ4uyxlPBjuG4W74lGihd0yz2rmd",
+	"njbP+TiaWxAmgicCEXUPnJQCKmsgz8aYRCbHzfUD9IZWqRvUW5GFOKUVVwJZLeRQaO/ouU8MXc3nUao+",
+	"Cot0vM4thwSFM3KDPoJLX6tqxG0qYCRbkwF8C/pti3vmjqaBSJ1Iz+S2wYhGP1rE/XT87wl7e5yw4/91",
+	"cn5xnrC37y4u/d+vLxL2+jhhby4S9uaYdWUxEzobA2s8eRt3T/G8iBsqmA+yTVQ9KifVvGmvKqHz7TTe",
+	"C8z9x9+XuUXZjF+LhHF9fYtxB/hgx6BzYa4yH9YUs7ld7GLlbalVRuzWrbMKHhzkhyW3iA3CY9F9hasN",
+	"Zny7sNjyPfH2vWSZBFY1chJ/xDA33dmP15mxQouUjbzxPmJWzOY5Vh985GObL0ADp1Sf1Z311vGSk2GO",
+	"qyRgDqGd5kfGpkCdHs5vpUKhWqvjjIWNbNs99Rekb8eriATX/cRjHPi4ZQA0aPm7MzGJJyKHAzMnFoEM",
+	"tgzkBYdMOZIP6TWcI4+d3OohZamYzZV1MjdeThkm3DHspHx47xenDzrLC+By3O0Z0MH5xVY8kPvofazK",
+	"paEEkyGzrHu1AFAg/GIX3ZwQueTS3IEDDt2Q3GI5yIiGGDHYrx47Yu7lNPxoKLWYC24z8jlynWf0FRaD",
+	"hlE5Aa7AVGmW9oayTU76f5N1hKzvWaketcDrl4XhdCZBvzX3/okr5D5doH10abt/T3iWG8Zz76VYZuvl",
+	"4suoL9YTzDLp/71B5jVbhLByD/tyP+Z8XGeto7FWcgRibIS15jwfrV7jseMFxfzyLpMpHuySNIXKvFlm",
+	"jLPVwQskFfPoMxqKkAFKiNyKPta7gE8XqpDXqMxJuO+HjFwZsMyFQPSOytV5Ea3m0DHl/afsVuxNMmc5",
+	"ugdYd9j5w/4L9gf8/8POLnIz/yOlWfd/TlWh80XC/mfKM/jvnRA38MdMSTuFv9yq8kW7OhO/szGdMsQo",
+	"HKO1LBfcGY3GrfOHvhl2dg+p7tHtFM+zaylSZhXwgfcy+8jEXI2nbfbnb5m1sbjWMSR3ZTPhnTPFHCfI",
+	"DJsV4ylxv+6wcwALSsq4Ripy7mjJ+8cwY6jNYuJs7ghygmkrwCP5/Hs2nnLNx87wTJhRnqmij3KHqn4m",
+	"aNxWE6spm7r7170yr/r588/+891//ZfHTNO5F3fFquBYaClik2Qz8Q8lRbQM7eTo7RH7BzAopf2l7g47",
+	"x4W7xvs/Cp1nEmjJX6z3Fy9XwThiZX33ZOaRGEAYqpm3XagbIe+ZjHWPQK8nwuULPMtk2JVmTJoGt4//",
+	"FrPg3QuxGV9gCWUIPCqNFkRCN4d+1NolhFBWS1Imkluk8o0m95l7puHI4Pdrjktn19dC3/PAADaOlMIt",
+	"T2CS5VFWdsToxkBkYDkkMIIpR6z7CbyNWZqwOV/kiqefdylQAE/06NMen6lC2gAo0O/78/PHhriAZZC1",
+	"XXSgLe970a/wvjbc7U9L3G0tt2wCJSk5WZMJuvkNoxkzO6YMykCW9rpDKkvQwVc67AzYsFM/nSwddj5H",
+	"U7EfkWmVVLqBgQHioocgi+ShxIOLHmzB4k0KCpJUAOWFORtI7ainwA6yGQfHmAc/IHQ2pEZwW8DOuikR",
+	"twicX7D3LFWQIDnJEM+yaro1wVs15T+tLLuhAgWe2eyQ8A9Gd/djZpzN9XBjoBV7pRSGp1Hjf+KZPp9y",
+	"RHDZ4g3uRHY9tWuFzo5hxo2csINezy2Ydb3AP2gTracpoqt2KvSxp+L6ykC9jnE0wFqZc2eIS9JZCXeK",
+	"Xal0QZfcGZk9Y8Xc/PXgQw99cVFSmgljWvm2cEHlD6IvpLTTfLe0n37isp5iBTXYt5DinGfGshup7mRA",
+	"GiGNuptJYwUHUNmRz6sf7Q7AvoGx5uRESMriOczE8N6KHXMIpSH1bJcERiizavwwPbZs6E20mnlDzxHw",
+	"qMeOQ5nHtbDoMEe/yJqymRE3o81lM1gSwg1KTuL3uEoP8kN8xwsFGBhjfRDOh8dYZhLw3WDlHniT3Tfu",
+	"xvKxBfLqsUoCTwC+0qKC82OWsD9Y968f8Mykok2/m2bjaUO62vGr3cMQFfQgMwQvaTwLhj2lEwrEgdly",
+	"BOk8wl2AHZ5yU2asUbxb3UnKlAiYUgQwtYw7pQUmD3hwaZgbJX2agezwmSk9hkGLHcP8KZ0dn745eXl0",
+	"zjLDDiL+alPPJDi5OP61ExPoUeqoEQaUeyIWZYRGKm64UK0Vp3DrE6pWiCbKJByhR40k76ur0QoEcjCh",
+	"uQ4MFQpK+4njoxjJSNgQcnB6+GPIJCSyREXLwO6XnqJwZgjR5nMMJJ+5ORvSfYOIiiQiORaDEBdJfIlV",
+	"EyISXXB07PYuz0XMHUEjou0PN29SxTPCuPjR+fnJ67fHrxL24/uTN69O3r52lEq4QGU+BXr7ARfH86dq",
+	"WlDIbnGLDwnkAyjTgiwNqquHoCcEV9hbZcuc0YCXvpSuERFxK7w/1DhuHzSaWjsv40Ukzdw9Qxg/x2rg",
+	"8hkD1demlMBuO599/LjrL6dJypfxgMQgFksEou+fs1+yH3c9RyaSHbmHRmXBRK16D3BfOXvx8SOyD6u5",
+	"NFBWg7XpkB8LPAVuLLGzwwqbpRdBAvbgVAF3Zwm3RaXxsCNhiz8skjUTdqrq/pHO6+OLaHS5uuexgFsj",
+	"0kTSKXQDuM+VUXlh6cyVhv8a9v7szeYsWTdmTOv4WXBtrwS3Z2KeL2JwFbGAbQD8JMgyq1XuLoYU7I5L",
+	"WyZAVf0HD8XcgKVsegcqXWou6Fu9Qbz6MljMiCH7pArzVZbphxdaDi21fMltEw9iNZTNpfHLxJRqnslo",
+	"0sJFtbYpc5p6YSGOlKo7OaDkDqkgVc5tC8M05K6x2fimloFULXFaWdCb7FZ4ermfqdQOwWV9tdz97aa1",
+	"BZuhrm67N0q55ZGgGrJTHvquUBCIvb/4ae9PgfW9ff9mxVX6/E8v/vh9NMlFCz6rJvkuY7q0yPGFIRJc",
+	"9LpNMNtCvoQfPW4N49IL0DSxlb9t8Hy9enu+l/Mrke/l2Y0gqE5QD77/ruIDc/oEebj2PiRoXGEgNmVC",
+	"ghpHelYuLLlM0uwa1azK+X3/3bKHcZNr7fuDTYGDekSgCQHPh8RSDLikClApnbZci2v7x4BN2CzPQ4Js",
+	"90LM5krz3GmwOCWbuzkzYXYHbGRusvmIZTZhN8JZp1Kw7uiqmEyEvlRSjDDcleflpzzPR7tYEuJsDt+8",
+	"hHJvfUVGyM7t+hRbUBZG6F+in8rFHV+w7ojnubrDgatZmm5tnaRTrqb8B8/zMokWRu4knTBMNKkTYinb",
+	"8gGvRqySIGrxzlJ2M40SKCeW1ZwDOCyn3l9nt4KAH8EIWXZ4bkaTa/IBNxpW6G4OtjoaiiNKa18GYBg5",
+	"JfTl8Zs41NBlBWvoch3YUHmnW8Wn4JOqpkYjVc7ffxAQCfzvkw601vjQCtYxxliqgbVGksBeIZFkpeCZ",
+	"ZlcLYj7koQabMJCGs2VIz06ZW0PU+3zqsz4jbjr3FeVAuduuyyYO1YuCSfidpFMtCjs7Pn/3/uzl8fnS",
+	"51As1kk8LmsnKUFbO0nnp6OTN/AHpbt3kk7AtO8knfdvz1/+fPzq/ZujH9+4QX57d/bL8dll+BUidrox",
+	"fzk5PW1A7q40UFkSOOvBsmZ8PM2k2NOCp/BBBTeLki4usTJRKns5UYVMEwDszbNx3HJOheVZHsfOcdZP",
+	"e+FXcXdGlLwMCkfGohHxo2gyPTKbizXGz+pevT87YVpMhDNwhXccUO6T2/VlOmxyrrtv/fxhjYRnFr1R",
+	"6FE+F6Cjmq2bRFhsWrBR7754E1djT4urPDNTCKvcT42N9XTB3l4hzYxlKesCcrP4aNkVKnvBFxFJ7WjW",
+	"Gv5jOPzY73/4A7DSMkcLXYqQadwUcIvmxWERB5/PhRQp3QmsGqDstEMffDHMFFfup1fCSfEVZadVRBtD",
+	"atuxTlhiWIS7xE6VHtWCdKPD4KV69uJ79kv2Y4RlRnJ+PzRThEiBJh4H9oBaWURxxwGSWugQ5CrDvBWs",
+	"Cgi53XHD5n51CcXrsJ7ZHb1hmRznRSpS1pUEiOLYv1SagnSt4/71KGOMM8XhyJqyw1se/CqwQjS1jkKD",
+	"prI1FBlMvGTdBgoqZohjJNYvmxZSO8eNWAenhZmWkd/7cJZ7a3ttUjrK+HsrikA1eHMqyPaZnPGAOIwT",
+	"29YzbkXo4vfwm5n7obapi47lhByYhB3MnK51MI0qDQ9u1kQ747sUzkG1rbzzxm5MYevi4BuP1KAt6Whu",
+	"xSUsc4tQeDjWTfezOvrat7zfpQsEscRzEA7cMeq50JlKyXGAVbN9rD69KsY3wu4YNuZzPs7sAlvjiAn1",
+	"c1ulsXkTAghOMmAbyOrzug14b8S2kQcCPQ8R22o8EICvECaRM3cKFECpJ8mHmHRGhWTpY5ZZn1wcI4wh",
+	"xFkHFdRWDHbSEVSCnWUuVSjM3cFMdnz0YblUzdvQPX2PPRDcI3tIr/uf3Difd+P8QWa27j04aDieEM3H",
+	"E9lYvt3Wuj2jehlswnlPp26aQqnyKpqsM0nfn73x+xRc1EenJ6R4Tq2dD/b3D579sdfv9XsHgx/6/YOV",
+	"LN+Y4AOn3gOjQE1ZmhGHhVGFHovNPC086ARjrpaO93nSVEQbQhfUQSsg2fijfvZ8G1AMOpL4kc+VtgDc",
+	"tuVBT310Bn6X5+8mncFfN0C+LgV0Pn9IGmBWoNAxzJAQDjo2fUkBFx19mVA8hCAKcN/BL1iH/sPhCMAv",
+	"DEkofgOmoT+oSMkhCVzcDbqDSSrGo0qYO1C1CZJIA7jdDgbEeiW8Xnt5V8dEfFgGGE294XybAPnwXe65",
+	"cho0YiHEI4wExF6eg5L5ApuYaTHPF4MqBt+XjUP6fYhvY+XKbyFPX3o9QE0mQD9XC0o8ETrBPjO+dSVV",
+	"Ajm+HimMmReXM0D2jRQanb53ZAlfj5UGgdDv99mfMWdLaSwh2qpTdtKZiZnSi8urhY3ZrL/Ct25aeGDr",
+	"8T/H99gZcfcTO04rudwEgqeYFnvOIoboTaWTbaruJDVXB8VhOf+6xNBbTnzaXJYTfVXKlw8IPekMYG8B",
+	"BlkDJi51ckdSibpDzzBrth3rPSvkeTGbcbDm44AEW+Dijj1y4QpUOaE8rYGrCog0wK+rKVgmwc5gYp5Q",
+	"Gh3keWE+SDsIhwouWAzx+UuVJlJnOBFNVqUvndTKJJsoPRYDH48HQvPlUYAnwKk9VZu2Hm72JJzmKh/7",
+	"gFSzJA2ikN1jhTUCKga/S74lwFlhXco9pGJWCPyNwN0UK/DDp9Z1O4GcMJ+9S8/76OAhlsoGEyPUwJZZ",
+	"d/iLMuOJKmaXCoTjeAzbIs1S3vqGe9fAAmrnYNaK5bi/0B9LJds58Rhw2wG/LNHEgwRlIe8BaeuIDktG",
+	"Smw+4yFtk9BekTruWTx9A8WUQqagETzc77cOBveskMEbHC1rvwQ3pGFa3eF6U265v0Doo98DB0oo5eEy",
+	"uC6d4FkHRdjYob51btK9fNaUzLKVw3ZNV4nWi10Ljt8ANYOI8ulWeuDyUYINSlFSiKAmoVVIGfRsAYTf",
+	"iH9PwTHY2I3u47NCPrWbbstSlVKBuGdFylkhT0Pv2g34moxXyg2cgTfZ6obE6SQCjhMwIxsWTBCj2+KS",
+	"gCpD8HKrCy9vSStPfXkf2jzeQirho6vNbmJk27wvcfK8ZwHUvSnqPLuW7dtBNiljvsd2MRPkVZMKnY7C",
+	"Cm0QDwOSpmd8wa5EpcB29OnzKJqgUbkykZSFkE0eBywpixlX4OvuvPyDbo5TXnvk0VolpmJup3Ggt1SI",
+	"eRDKUhhrBszjzbqPSq1Nq+Ia9TDw8vk7TXWCQtodw/4HOygz0Q+aACjXtivatjM7Vls2Be5DiJUEdKxw",
+	"MqgkDf2wNuLcY+VTKgKDI/UDcAl9VgPr+mPeMczaPGHCqb+EMeYr8Sh1gr4skwKgTyz4Gk213y5hp7o7",
+	"ldChlZy2m1l2DdmCCGvjzwkhqIDybsTctodjaw6iBUmwgUGQyIBgCSRfXm5qKQ4mfg1mFET70kViQ3cn",
+	"02FnwJ5BQAHh7tyOHACi22Ng7a1RZXzyZYPHwqdmgtthieziMOI+5zNKdNUxHTFlMxH2KjOejtudaaXU",
+	"dnUSf1Nar3v7uOj2ldd/QTDxWAF2ROyR39y3c94mxHpeOdSlEpYCXYDl35c8z3dDvk4M6YbgL0vWGtJj",
+	"rXLcg3VrSa4RvX8FUOdRZIOHwFmLQLMGGGa14hYgfS7b4f+A/y0Ah0ODUQT5gUYoAbBREuS/HU/3ijnD",
+	"Mdt2O2viWqB8O3sPwHIaLFnx0bIXSznYhnUlwmc5/ouILLtx//X6u7fk0/pKQDKrzhMtxk6oNmfsVLhP",
+	"zi2hMZuEIZYxwdguKwKttEh/6VLwtkRCETfZfC7Sy8petaUr8kfUUuAXLYmoCqXzVbheG5CcQAklKa2w",
+	"jXDwK/RfP/ame7x6AknJDu/HX4/W9GkgHKsyoU6D6xJbsIWAH3V8JWdr0Gb5TKRshKnunmIx3X0PP3x/",
+	"8RKlJzdssVgsZrM0tdPpbGbMP3xefCFzYUyEcpjbCAjrBmUZPOHYZj7SkaQU6oHhPIhhLLuMl4Zft+VP",
+	"7I3wS2lvPAZZ2/Yt179fSgGVOPznAxXBZeXs/ulftZHWdbM4n4sxlp7dI5a2JowG2Tc2FLYTfMJSwXqv",
+	"s1UxCv5sx8D9G7CDvdV6rEoxSVKy6kotVqjAarWN8JLRbWvT/WPVB+w7y5SwAoc1/A7waJeYHFTiTksv",
+	"sUjiqL6Rk5iKPC/rw7m+vk1865+UpZkWgMrhaws5/aAKEEI9Nne365rqXc++QfvK6t4oeV1ttQC8Uk2o",
+	"0gV/3dA06aA/A6gDGRqrzrkhCmO/nLx5c/wqQD/ApoYSk7jXg4+nolUHMR+3q3Ra3rjl+HXCQjx5/yqT",
+	"+2bK9sbx1dS7pqxlbFbMq01W8NeE1x3rxIDFzZAExSpPHkIFHrQ3nKo83aYRgAcHj7ajvm/L6bEKzGtz",
+	"n6tTqFPmILHx0oQ27Ay67AJsKrvm8noXrprQM2jm7/vnUPAFmnAQMhkQpMmu8kzGezmC28v94jKmXLw6",
+	"es1mKhWQtHJYRqwgeI0GL/aSxOSASB+MjdfL34p1gWM33YBNfUuy0FOFGgZ5VQbcOEqSIxqRPGK37ru+",
+	"qbQqw6EmFX9o3L/1UPTwidKXgnCR1hZIEXzSfbqKT9b43gJT9m2kCfe5kvCRWUbU4LYxVLuxruNBhJxG",
+	"uDy7PTbi+R1fmJEbh1s3TKir6bF3jmzvMiMa0OiAglYKLH0UquFb38YOv7gRCwIQhJzjQvZwaR78Csa4",
+	"KrI8xWHZn//MhlS3N+z0GHZHXYYmwnK8OHyMjDf9RnMRWX6JhFM2U8cIPyEMjYXvoB6rR8W+gJPM/dWI",
+	"8NPeTLRifuIWHW0xE9qqN3ZkWLp3lU5T1PABfPFreq43XMAXptYq8KBvovtdNrvxla/QP2Kl+xK0s2mj",
+	"bxyyEbGUEV37kV/dCJLTqlwgqBJKikM24vO5Vrc8H1UZhmT4sfDhFHfZD6sI7qFqx0MsVb+E/O3SFY15",
+	"JWidjvDSjZDm4NGykhaBPAAxDFjybhJ0VKT0icpzdWdKhKed+A5Dqx4B/Qk9/lZtw/uNCbvB5IRm9lNl",
+	"hFevnGVnjRNXe/8QWjFIbnFTpKzbp7zthpBHdTlzLZxCFCSDzxDvt1xTrowtffqEhqI0o3FFynzWTVFd",
+	"2dq1mYWxYhaQytY0BXJH7SweFlDNupQqf635jI25DAp9EuBanBbrv7pynCkVSUgIxX4aupCgXgKG0K5/",
+	"18oWZ5LwTjz1OqPi2vHtyFlXDuQwaJ4BJs9xyvNKK1GnB/zKP57DJvxE73X8kRr1sVeExlSFWdA7hnW/",
+	"W7OjNeS3lqSHHJzud1mroXLC7C/bCOIbBPMNNCn8GdeCOQZYg9aMuEPrS3gvs78XwqdEV82et7xBbVAy",
+	"erE67sNVTuY+HSGp0KO7qM6FII8/jQAvVXI0OtzwtUjJfHV34m6qckEp378UV+IvIuc7BpxEajKBPQKX",
+	"VzlVmR4+VnKSXRdapAwBBpyoo9niL122mK6/4NtqyhPCqlVKbyAZ1HgM9joG4rv3F0sgiKVeUPGhsl+z",
+	"H8nwkino0l6F3tLqq4D1tko3rfmNP6yG3WupHjvGv3wVxy2AJfSwaZWTWA3+PgC2xA7D3YrNXcY/HUsY",
+	"gf02AvAS+ItEJPHp0bIRBxJw5CzwUbCnD9nIKaEjZkoypEzFTNJ3hwAVhwyqnCN8ALOkauz5r0pnXCYB",
+	"WpeKYsiamHInS0HgSqXcvOitlCqoHO5gPdBbWSaSWSbhE6lKO5+dkwEBxEAC3Bsv/EaATRUPeupM6cwu",
+	"dX+EYA8f2+x2tQfkXKu0GGMMGzq1l5JmN2GVXy5db6WppqPrJd5VLnbbVBnW5z8LdVnVK4WZHZaqqCar",
+	"pWrBZ4NazenxW4AdxFTc0EhiooXoMSrGQvwW97HHbJHARyB3XJYl3DAsbgWeYvv0zGo9X61S5E8RKHbS",
+	"+NYXkpVKQl1siI9zDvaytKpSV9bU9+1+hVAoDTN53exEKvtt477NOHYWdAu6EnRYVYMXDTbDakAjrQxe",
+	"pdmw4z4pNdk1nbrHWtjLbY3fpT4YUUMHAKmEvCXtkRgiZc4Q3WgB/U99J0kzdUrtsPOHP0B/EbjV5DfL",
+	"1bWhHxHvYd1KqWSG1Ta4iYswxGGJ9Rqq84Ibz28yYPj6VlmrMHWb3ILeHRjGg3pShB/XJiiBXnp7RIP1",
+	"HsOqsuYpIfgGS2MgtOVb0XXiMbZ2sq4WbWsh64LpU+Y675hIk3t0LRKOcWkW1SJUupC14JSbovYB1FFQ",
+	"WOrQd9cvbU0My0Awtg7z6VlU69rRZZ/l/RtDE0uC/y1bQyeMj7UyhoLGjt9uxIfF9sZPV36MsguBj31n",
+	"h2EnvdqbZddOOmEYpF0bZ3jfNSZU2A9s5Ayk0b6Bc2NbYJy26UDRW7JlAbDZAm9sGyDnzFYgnLeAZCbc",
+	"+rQYg/d3NYTVJni1DPzuZkrcu8a27uLizZb0/3PFqVTLCrwRc1sx4bJKVQRBh0W44jMnzUCu/fFZfzrs",
+	"VLMqoM2V2R2gQXNJeLbk6il9nJDCjI9469g9AhWKTjPFRZZgvnd84Z93LBIrQLClORYLhaRVdScZ9snK",
+	"jO8jxzw8GsJwxfMby9DPcnYj65ao4xfHby9O3r29PPrp4vjs8g+7wClyvhDaDIjUNCBPc8sMX7hRqQiQ",
+	"X6nCVjiyr4JKxThLhTnEV4C4Q6qESarpc5ATyY4qbDqWRBkJ8C3t2FL9+XfPIlReO5X2P6CT3vyDmLf+",
+	"gjrVtgBwXVs4iD+IWZj0PpcAdx/HY6E+hI15H+X33pCkuk1Svq+Eu2JO/4+rs8DT41Nn1O9yWWT4KIZH",
+	"v0eUf4LRhkmDi7sBhL3B57iNN7C1dy7i2FH2ErlL+4SS1SzciL3o17fuPLUo25JFbfqSHQV4cNRGB6GJ",
+	"BGCtjEG8WL0AhCwA9EsI9NCHIBpogyxnx8ps2W4OOltEo4P3aC5dO4ZyO1aCnUsOUuidXZIR5M5owfN8",
+	"AV0Ou1oYQUpbJV4O3b+EKZUgrDOViuE6/PhNfebBL3wZBfdarnSCy+J3ZPn+RkggTuqNdJ2sB2gu93hl",
+	"L090ZrwTyKm2h6Ee74obp95CjTwGDajrdKWngS/Jfv/2/PT45clPJ4hPiY6ATtLxquZmJExMWIiAXS6D",
+	"YXo91s1zdnz86+lFAwAmeBweB/bqPm3sGjDfmjOkKv3r2rsatbhVN1u+Tfv+c0nH+k2MZHiAeX/oPdqw",
+	"r2AuQZkxGMe9diWA1b52lY3YWPQHJxxPtEOvVWtRi7SyKTOOBo0upUzyfwRyqzbhW9Nmb6vykQ3t4zbn",
+	"IDx1/7ZKbu2mc8fNfuIUSw+i2Z6IiAY2kpEfeM27bdtPuL4H90tzjx36e0gwflh34wuwI0SeQnhmPOXy",
+	"Whx6Q8X3RR3nztKq9DsOBkwwmZhWhUzb9EFu25R4qx7B7Tv5bnrym6lCqObcP1nT2RWawgS8iIFUgqE9",
+	"Tk3m/Zp+HLLMMuqHZCA9yX0AvVCQJn3Bq28JEld+q6ZEE9NtW1sa7ToDSQpK+3DtROkyc2CM4VhFACGo",
+	"qQ6C4pul7D//9/8BfbjHAGTKNzmYVfu/rLxpGdoJeYMUBN4xZFNUY7/AXyEgBy5nVM+v8iXfTPAvlV50",
+	"QtYzjF/zTJKXi8MysjTqSZ9oIS7vF2GBnwa8uYg1G1fkHgNEz21QMHa2wmF1PwywYPdqr7yqI+R8LNzx",
+	"XMIJRgLwFUIIwaSMqiO7SwSx275A8oEIgWt6C9XXz/PsVgxKNDWfDV9JyXC2r+Zj0WOFpO5f8BuT5U5v",
+	"CGQMD2Fi/ULYsv1AKnhKSVa1PBY3sxTGuBFM6WBUUuAnWOdW+xW47nd7MOSgPsMhdJyjO48BYZ7u0for",
+	"5dAHU7eWEC32F5N7VBi6gD12FG48oHYJfwFF6pvn4YRVkw92s5N0qhsFgW2erppjSefjnvvh3i3XkHXm",
+	"RkA5AHbpEQ1W+eh9fdzKN69gimbj5MSjDrqX0CtGySBgylEj8CunVoTm+h5uDptPOr4UCMYkjNADgWfl",
+	"6ppBzmpqMJN5zLXe0ubxMs/Tc+Arpa8giLGKTFkqA1tlBx8a5W5caybcx9a6LsnwTaquH7ZpOU5P+DX0",
+	"o/CpEudWzH9cQGlJSW+1D18dvY7a/FXdYzuVeRswcAoMNpkX6KZBNL9nB8//+PxP333//I9LvblCKHG5",
+	"BcHWOLQ1OLUte0+1r7JYqrCY8Ew7hnZ53+gg60IAkJKWrOCz3YHnxpz5FBp2xWWalN0mfU4KBPZ97jDh",
+	"/1O8rwyFIBYs1A9ClyD/vHcwtAw3Enm2UXmBlNflsF1U4yXuEQpMUT9g72kt078Hy51XkUVTZnBWwQRc",
+	"CX2H1AP/lbqTftj2WeBlWVwtl+b75+vS3iIhRTx0TMW4zm6FOVxun0QhujVtjmmHsBeQ48COyrTgqWnu",
+	"utT6TVtD9rvzaV916fhVxG+3VeYH5l8CgIpP//DetqZMj+lyogeF3u6Z52Ft3rZnTL1rnturdUzrgtI7",
+	"HqtxSK0FxH38Y9vRysP7OdSkSTuEav+D+vtW3GcEbbnBi7Z8BE/sTvOMajsdo0YjbbQNnGLd+1bQTdrX",
+	"L9/7kD7EGusYMS6ceDt3b0qAJ4LrmNF1JCGlDTXV7pjPjeWS/okHDGmgPqR/9OrXk7eXF+9+OX7bo/Ln",
+	"GTgmcPiwGKgO+/wZXFwTtQbZaczOjs8vYA1qwl7i/ElVKjlG8jd1xZQeT0VQuAmHeigBiLrHzkAYa2fg",
+	"qDkm0q0mcfUYNPeCB4eSzyE50w23T321/sffjDNszn56yX54/uKPu75Eh3qXjcYqFaPeUA7lMQgXd7a4",
+	"HlQcRkeFnSqd/QM+HLAfYVsYSg3YVC822OjjHu32nla5GA0lVjACM4V8eFkZHvKHB2yEUMQj1gWxtJuw",
+	"EaIU+0/cyw4l+kBRQxnQMVJrx8QXLiZUSpT4MqHEd6B3owIG8mgouyUuM4pEjFHAxKB7jwjhvcyVHvM8",
+	"HwQfSzKUFeR4NG8SyIjc7bG3igLDhbyR0Aqf4k3uYwyK0YwsM0P5vH8AKcHwgQ9Ch/163v+u/JaowCpy",
+	"73qdDDQBN9JzKpKidJOqaoc1nGXXR1k7rClA2ozYjOsbM5QVy16rwopKh/5Kl2Ofs1mW+nhX2YwvYMd6",
+	"Qxk6tQFSOdzDo9OTyl0fdPq9g14fNMC5kHyedQad73r93nfY83EKN33/9mAfjhr+dS0iSsAIbL8/A1Fd",
+	"og8abfoRGOLklQTsd2gHqoXT5LNcaHbNbwUr5kzJoUSDH3oMXv569L8ujy4ujn89vTj3LsOyP9OgogZg",
+	"ZS5fYI/ToYTkOZkCiZdErzR6Dt0R43JHHv8b10Q5uATYjtsX7stJ6lSdzNgj3AgSXoAeCCmkmduGvxdC",
+	"L7ytPAgGMcqHKiI4JVmULacIfWV5+6K9LJtAiUjqlZ1KxG2mChMkXGyJJCira6xZGP3o/LGRfN+icqBg",
+	"H7/oVwzMF9T9oLHr8+cP4GGDRvZAcc/6fbL9LEHKVRnt3yhLpZx3bYqSOz5QHECWLFuBbqvg6sIpQ2nK",
+	"c5w9NmhYZYkaDejgBArZQVqpZW47ldUgDjqwUPCqIchOvmCEjuORkEFW0KHO+XUmuW/xafk1eKToWn5I",
+	"OnXm3xl4jHm3IrjA5IWHRhmVe1yn8NfC+iSupzwEnIL6g31Omru70wk8v+8JYL9kWXrqsWzGKsTmkZWJ",
+	"KptayUxZZtNOlQsbtLLnd8HJtMQdYmsvH/EbcvIKQdxXzmvfiTdQ/u49bNKZKxPh3NgCHBUdq6gHCuCL",
+	"J+hnFCnAkXsCDrmYb969Bh794/99cXy+OyhdzeSdnCJWm7EwdqqhowfeBRB1QmOC5tSnQIdWE3WSPAKH",
+	"Jb3KG7cPqL4KY39U6eLRiLJsh/65riFbXYjPK7fh+epWnsP+3YNpPIjEjyrUbabZPCD3IAh5iKD5iGAN",
+	"IfRxyT5KuqihPRbx1mkDm9RUOdbj0wWN7jv5tKGN/tNMfkazxHjmWYA9G4FiJNIRNVOwwkmcWtEPdGlX",
+	"82ovni9Ate75Hx6DykNIg024s8YgsTtC6k9C3F7v3/9Ef33eR1PQ7H/CPz7vcz2eZrci3XNXbP+TLuTn",
+	"Rs35TPAUvWRwGvhL1h0F+/js5c8nfzm+fH/2ZrQL4NBasFfHb44vjocS+s+FOdidVtZd7UGZ62qmfA5Y",
+	"dq+PqV1deDwZSnRgYh1nSGYH/yYkdZrgc8Os+md9rFNJvK00lABHYS4r6idgOfgXQcfuFGwfKuTl15Sz",
+	"OZSpGhfgMKWAJjX3Qz5VOluTElcKEZsp0WYoAdq7jj21Y7wteFHZz9B031mFlDC6wDHcAqHcYUBBOJ6y",
+	"O57foAs6dSKqCmGZMKN8J3+MRg4llnZcKzZWztaZQaBZsUkm0x5zlmFoPF6WYZF7Uyo7lH6zIKs5POHX",
+	"Duj4E19Ia3mWo+CEeN9uzE5xWhwNeQYY+E/Gn7D/SVyDq1BA7z7c4kX/u3tzi5CqgYUuMfIvm76V9TfO",
+	"SPcx5grz8Pj0jTr2tvoedUWHXk0bHn2FqMUtnjwrJMb7PmzBqgKIGr52xK8WEIOcIb9jqC216bEjy3JB",
+	"CTP0KRXV5/mfnWAcsYnSQ4kXGZNtlppoVqshCaDEydUBAHoGPgeuGs6e9/u+cb2bYoTuIwOYK5U5ycGG",
+	"C+qxY4mVpuCg81RBiilytUxiTToCFBwk/X6fglw+BmU1lwbZZDKUlQwM0jcOsa7LveCVgCQNnVkrJJsJ",
+	"LknfMiwXE0vtBocydEAqLDNTpS27EWJeZm+FTIczYYS+hbtpnNG4AEaQ6aFUdxLatluAPS1klBVAtx4B",
+	"KHi0E51tiRV+TD7oNnQIzyNUb7tnKeTU7uGXGCP4EataVp0h+MKsFdEdIrFIFcg3I4i3K8EcNTV5TXie",
+	"xz0dFLRe6eT1lC4N2JbQlSnCjY9vs7G9l2FSY6owTG1jqbQTEt+MyAENynqEbAK/hYt0IxYevZJS5Krs",
+	"FXlQjL9SwzwoDovoTsdubFwAOgEzKCdkkmvtAaEc1zos9aH6cvG6jYjNOPkAaxnR9YtYo28yY/+pb1NL",
+	"J+HDnYIQq/5GvILhRBebXYNCEhTQw24TNEwMpW2ZqCeD1CRjXf1E+SYXTJeSod1t+oLaytYqyP6nG7H4",
+	"XFdE1kqyRaeNS+b+rO9BPhlklQhPavVilStS66gHMsUvoXQuXwOkWUBscC81FR/Z+c9He89efA8mONqS",
+	"CF3CqXjTd2QEBjHndlryB6yoqftTqtxi7qw67X73H3/t7/3A9yYfPn3//PO/RFIWtyK5ehpZkyu8mkL2",
+	"lNynnOaNSJHbRU2qHL7tRTiJyZWlr6lp/nI3nEYlCCUnWrRoeTsj1GPlJKVfAJ0lyz4B96T7lPrr9NgR",
+	"TCdVw4AVWIBvzMLahoCwHWSjU+fCqxvUNpJTIhl0FNeCzxLg9nlePROaZcdjoGSSZal3xWNondqYD+Ub",
+	"buwetKzcO3nFulPYJTC+ILPWN8ACjxHaQ6MBWBh7kAU9AtQw6lepF+zgBTM99l4CShGtdOhbJmcYXJ1l",
+	"Bt5C3XnYFmhU44jHDeaOF8O3HPJENSx+wriEePkA0rrAFcnZOM+wVxW3Q0ltmwWPhlx/c5bZMe72tjTg",
+	"Ngl+evLqZ09G2/zo30GXaaF4WPHRIkns4Z5t5UDBzqMNV77aQ5RaWsBHOwZbkLrbxPwgMc5AFOgUFzhq",
+	"EkCrdOeIdKWTqYHaIkSagrTxgDa9enu/yB1tCmOVewV+BGr6D7QPiB4YZV9AKCs0DglyeFC65EKPGPBl",
+	"uI9fHr8ZSugd7DeOBgjOEED6oyRhuBC1dnLGg0nv9tiRZKMsHVV60KHzyV226qNO56Ne+VgHkJkKugnm",
+	"OcEl2fFvW0lucBOUQCqE+aykiN2vU1wI0uDTBFCqU/h6zFZhlGePvQSRbr5r5YbeS2d89uy+OiOtMTQO",
+	"Pgy0aAK3ncNx2jGQCBFZwrhVs2wM2BFBWPt3KC8piax1GuXWAnD/E/x3bT7B0t4/oR7V7pRrp3v/qOty",
+	"G8lANyRxgVUvnxWAGiEnank0X9bD3HwnsjRhTnXfE2bM5+gej+jzosJH4hr9cgXzLJOhivdhSr1vTRYl",
+	"RGfXn2ETqxaJW741YEu6wy5Aqxv4TuYLrHxA1EdAQCPARqqGcKrDgOXqTui9MTdOx3cWj0mw3w1q2yk3",
+	"U2EgjuEhAsGh3eSedP+59PN0muypPey38+HTQfL9d1GT6gtmmj37p8s08w2+1zqTMAfjYZ4kN0uk116b",
+	"9LFvwuxqSu5A3yQGMJdWsdKRm/DgMTG5xA0HGwzwFAlataLm+S7GZRcXNxZaUiWtnaRiNlfWmdF7v4Cz",
+	"oj35fngafSrsy1bK1JPHfI9yRzSLsK9YAw9MbmkTgeCf9Q+eekXk3L6n8++HL6X44TLLdoFcskxCr+Ky",
+	"jm4uxq3u7T00OYiIQwB0+xytx7TgjjHiKmZuD0ZuVSO0bgO9mxOA3xtPxRgy+kvASW7Kp4YSHsD0jSuV",
+	"LgawoxaQIrjFZhJkVjmZahFsDgBfM8lGWpgit2ZEkV5vKbuDKydhd6rIUwRwD3kE3ed93yYdETCxOF0J",
+	"M4QuF6ANhpr5GU/Y82fP6AfQ6x2dKVx6POhCJux5/wd6BGoEJeCRJ4znRjljvIKB5/cOMmncVIgZ7S3K",
+	"zISwNITlM9tjVHMCBQ3w88z4+5uAeyrDJNlKAHzAeABbG0qPoYA/MgifCSFu3F/2ot/vsSNsre9DdG4v",
+	"uMeBhwSYfzt/9zZhUtG5J6zvTGrMo5lyiUF5WKE7Mfb2/ZuyfSDjcgFZUbuVPAE6sB4bwTRASRgo5wgg",
+	"GBSpAZZXnL47vwjoI06nHUoyuWGAmOlc0mXniRm9+Xqc/kf39md4JWI89p2zTOFrME4RILOeHbFj0In5",
+	"UD2H+GQxBzBkoAjQrYlGfUZF92dI5nDTXhX5jTe9dp+Uf4Ycv6Y0mpPIRQq9R8ih7n4hZMollUt3Q2m0",
+	"YWribqypl1YjSG2mzX/+v/+f9/Qi8CFO4b7HfD2f/pgMJWDHQ+cicvDVo5DYaRsSCY3lix4wIKnspW/A",
+	"l1A1GHipFBVyVdPaoMI3vEpwoyFGLgg4N4Iv+p5SXRSk4B3CbFDUcEklMpSv7Ltxed+z2w8oFc8M5dyE",
+	"QhqqAPPZoPSDDDFNeuzIo/0MJfqtY505NLYXz0LeO2bIW5VDCZgWM3UrYAWZxlxAaCGi3BZ6Ny2NuGPc",
+	"zchUmo2ZuRPQFs392pD/myMu0kwY44yCXPBbYaAiMDSzOzo9gSagZT6gbM4QxfL8SUhuNND/H2M1xP+t",
+	"ArRt9CuFJMzu6+MLTCmN5K9S1XpmAS4HOjKW7n/fxKnMZHRzvuh/59d8WUh+y7M8gIJXhFKJ6eLzs5gW",
+	"k8L4YAdma9IiDTaB9y+Cm4XtChqTn54+BXJd8g0BKFTyCp88cfpBqZOUP1UFKk/qOA2Be+gFRIOAY6g7",
+	"uRWDXZfRQ0HkMdfAkSDFGFFmEWOv8oEZsS4sDkKddihLIOAd32TAF1v5FhpYc1V605/1fSQAni/Vvsrt",
+	"p85kOEsVbZhMbbh05cdDmUlSKUH0HbJInjRxTSNsglnRqH9oVVxPWXkXkZPvf8I/Pv8r/vrPBKruw3sH",
+	"fScQ98qGxKSADSU3bMJNuO7h+crDDTnEXy93+H4pw0sO2rA74EYLAhHOdTnHvRJbIc9M+Zz5L5IKXDJ7",
+	"rPb9IubgNu/S5CiCMktPrE9QAATDlxr4Uwaqjsbr5AhqQNUAp6PdO2fWXIlSAep96docWBYoBIdlpJUa",
+	"25WKlTPmzUKOp1pJVeC90yIHpJynV85XGGlzLTtc+hHqWaLKEIiLBMkSERQD0izbSgpWFxTQ+4mcmc5I",
+	"JwAFam64YyKA94b6nyZsmhmr9AK6Vez24rU5ZNSO/L/pxSA3zb1pEvpmlRApfqhmGQz/bRCRO6Vc9Y2T",
+	"0Ry4hmQh8k+DIikV7vY1vxWI8I893hg0pp0MpebSLRHcQhUzP5QFhLfSbAS/HDWVx4yrEDRNjmXfqaC2",
+	"h9GgB+uWX5D6kslI0cnu40ZHlks1oNknnSP0DHrR7zfN+DtJzd3AEccY0vjiJbfVojkeeERQIr1SUXIG",
+	"fzt/L2GZLQTz5kfxEB+mkiyx729TR9lyK9ZqNIFH/bdS89WUGnBnjwmQddlLZ76C1rJP2Er/NIQfSZyt",
+	"dO4prbPQdEvJHvttqpBKptSbtUY7ZqruJBi+NZ2tbGrfY0cepumKSser7XIhWTmT10MJ+cpw5uPMlKi8",
+	"BtyUI6nsJT16OVH6shw/onQc4bk97aWmBXwT9zrsWeVqHy4hRsPc1DzrC19vPI7VswdFFLLVD1fo7itc",
+	"dy3g0v6T33aMyYJihG3H2AhfXKSj3+VtP4PV//dl/zYuO57G5ru+mRa/AgcAe2L/k/vP5wq0Dv1VQkNt",
+	"wPMKyElPi1QD00ATlfU1EcvGbLzeSV2bh/qBkcekCBGTuj+F1j4oGHBFzDQDeKoaOBLrEgDWLjgj0M0i",
+	"Uowj/lcx15Imp8gONhnPxhwdWAmi2PQbMoPdT9YnBnsPQz+GLP+pGSOOyWJ2JTTNf9AwP6+BRG1YwkHb",
+	"JZBXruLPi7Qj9U69Ra0xOri3yL/n8/y9K2730DfBqDnVlGzMrq00T73/pp5jwRdAtyGGWLQmqNL8IzSm",
+	"BFxYX7rARnjj0BGHV24E+SHjaSFvWDfllmP+g2MTCcahueVQQggPuj92qevHSMh0xJRvmOnn9D2KKRaJ",
+	"Ev4OVixt0z7hJd4SvOF+nHxDjeA76SuW5pjrdUm7q9VdrfhvwEZZOhgRLu0dJeOP4OnBCH1Oi7lI2Ai2",
+	"dYQeaF8T5uN+sLNqwv7t/N1bxEYCiAQMsS+VE2JhL089oEu9phDTx7CGz9QyAIywLLO7DPoqk78bTlCK",
+	"O7cIQ2D5C6oYPGysS/SoMViY+M4fPYEm+VSUpUA0ZgbBfvgHcIM9USRQm2jsUNLuMaAskPVAfqNPQ8z9",
+	"H3YGbNgJTfgZfghIy8POZ4KewasMV2acKwNZG/ECRn8YLSTwN1RL+GC5ixWvZQ3sKitJPOgkUEeVZBw5",
+	"wKdJpYdXwOr6OtWHjypkH6s69X7MiQTPNxzjjZTSYM4R9FsJN9xnoMINZV3swpsghrT7I/SPSIay1pk3",
+	"YbXGvbteFpuEidyI0uijz/lVLkaHQ7maj1bhTJhjupSQBkm8Qzmq5bWNkAlXumcJSLdiI6fGXDoVYbQk",
+	"3IYyVXe+KhuiDaxLwmtAbLA0a9IMsqy8I223BM0LHo0rPr5xHJMaHfcgHRmM7OoasNpIqsZMkTPcn6cL",
+	"wPsJvoyhuy4thbS1b8XIfVDZAe0qoGgCuHpo18LhqA8r3dOryaa+I09F+JbQiz4EzbWAMPQXMJgRGeF3",
+	"w8iArXCslQk5tRXt1ufEBjG3ctmKmXjCu1bI8+xafjG30vrbVszEt+pRgrVRzgsUY+ByseyEOmLgvQmN",
+	"JSqNjzD3hZAJkWtj21t2tWBK+habfqAvcI1opt/NPULAYzSZMyBETO80N2aJSqxiHNCYWEZIcOjXHUqE",
+	"KRrRqwMCLEBIcgv3EZM+UbFAu9H02Dk+7AQ8H8rwU7i3vksKZTdj7vyGyz6U5W2PCFea7r/Ehfe35pu8",
+	"8XQQ/spTj2GMVZLaqAspodgfiBAbMie1AGZm2OnR+/PjV0gCPgt+GYn9Ma+437v1pfHn4amt8QwxcamN",
+	"7QIJR0+aLORfY3PhddiWR6m+DqM59g1V/puTfMqD+bYLsP2ePmmR23K//laFbgePTjePX0X8zar/56D8",
+	"U20ZGNTYs87JSc7GWkmqo8J2RDxn3QsxmyvN8x3DAr/YbU/SD2Fe+5/8ny0wImsUuwkh8tW9y3KiZTOB",
+	"FYTsAVPBlMKSuq13LGkM7jW/av+LXI6qC+PhFRt+pLJsI2Bm2mwmoJv1WPjySCdYIfFYaPNNMtbNT/qt",
+	"LXVdX4dfP+n30BfqiTlxfZKvVHLcltgAXBTU7S/EmR+A7wDLrLAGwI0TeQpZB8oIn3J/I8B5JzLNbnle",
+	"CNNjF47sfYMCCAXiYAAE74Mpd0KLL86G96/4+GaS5fk3YjGuXqWoTvMjrfqJ75Kf5ivh3fm3W5+0Azy1",
+	"llD1rV8lVFqCYPXh9PJe4Stlkv0VJG7iDOsPrOuLPrFKcjdhpoDetr5ISd0KnfM5m6s8Gy+g6Wc2E4SM",
+	"S7g2XoRjECLANcqvcPXAVfT7unenbsn/TNrKuVVk+XsLHjU+pEAMEpFLz90wqSwb8+J6alkx//IUQyAY",
+	"vy+aucBFPzGrXprlC7nB2nPoZncYIUVDBqwzMoJbEdlY4FjZN9/d7ZwiUQDKo+5Y178i1OsDJo8RYyXT",
+	"Taz7y9+sQv4OufF7XPQ/Fz8O/gzopVD21AMbsiQod6eelEyI1653uF74h37X/lZ6i83uVr8nj+Jt9YNt",
+	"4Wz9NhB2N3haaTef1NFKc3wlP6t/w/9qbtYS27H0s06Uxhy8JSBpfOxGEF7enFOPe9+7qgpwhj/w92H3",
+	"6eC+/RT7n+ivFm7YKjl/aS8srfKQWlFQCiImvPiom4fayeyW+9bsjm185f6XuEIXZWuCh27kO1kZ6hsE",
+	"Ko8VGNS4ZzzBf93Gosq0VT6lB+NbL+p/C0/9rmW9f40LYmAthD49+UhS34+G+enwp2W32EnPdxpMvE6w",
+	"20IpKI/v29EL6ntJfQLRSZfNZgVkoQZAVfH3gufeEKpvyI5hXQOAsZURE9+lBCqh5mK8G0ocn/X7Hs6G",
+	"h0EOGfdO9qEkEEXK1+ZlsUo4gyru67P+gVtmkHahV7IHsBmrmU9BDTC71dHizUrM1JPhkzUrKaf4SiGQ",
+	"5YvWxOpLEjARAnh0kO02yzqCpJjqCr5gA5UzcZ0ZbEBV4Qq8hEwNxNg90tdqx7DlV0rYSyXTYoyonWBa",
+	"OJqm0Xbb8457aFhhwP1P/s8WOlbtNnwhJQs8n+6cI8kDXY/IO8mz66lNKpkxkAflLbdKqEurO3NYGy+z",
+	"wO+e95/fY8ublbPmvfrydzdyVx9Ya7MqD8tj+SaF3uYn/WZujxsUu0z7tDXtlDUveTvfgEbljtcvvvfg",
+	"zqRCL+JUUm8f8t80U6WZ/U/019pWV0vE8y0wmkfiMM4e/OdlLXGD8rZyimu6WWF99bOD5398/qfvvn/+",
+	"x01Yec0kOeGZ3jNTrsU6IvuJZ/ocHnpC8ionaaCrO+Hke6zhJL3OjmHl+9DjrHtAxZxG2Jpsr7z6k9CO",
+	"s7CKiIH1W2anUE8415nSmV2wKy7ThM1zPhaAig7pj4Qz7s/MGZmgvAwl5nr7zO+50PSqg0ovbzXx7/+M",
+	"WWjGyK9UYZm9y8YIIg/9e02Jbe+fP6BA8pWyU2w2QsCjiEPTY6fgHRzKwmDkj37nYx+Zpgw6wVMAzjry",
+	"T6jCmiwV7KDXO4DeGmYonz97FpA08bEots35Mg0+vhW2RH5fzvZqSfeOfr+0eXMubLVra+x+bXGjeDpz",
+	"nLKZGWluxR5ghG5oqgeKCzz2u3Zvhfdo0bTNWTq4NY/j2aqdamX0LQJc7jwNiKun4Z+tCGX/k/vHJfyj",
+	"hfEatvyrhAjKfQ7QjlfF+EYAGBSVkXELDNtZpI7lstPjt69O3r4mIZZBJTDApCx3719/HJtt1TVb8wQk",
+	"31iBGbboMfTH6mhfjHDjql1Jpg8OFwTFYtlVuXSGT1C558f/Wt2h1pHPmQAVKj2sXqyq28eqGyEho3+S",
+	"5SHRR6AjCAyLx24SuG65D4o+P7j1n9IApcXHS3ypjPTuJs7mcltGe4mlxTueUzkmhTsK2uNUSFRh0+2Z",
+	"UjOnN8I6rXMt2hxdvHP/6FO2e16aqinBiL5fb6v4p1hXzOZ20WCmaOGW/XRStsFKoctkljSF8GZsFBYG",
+	"CP9TdcdyBSFuMZTlD0KlsgkADaFzV6axByH242Ija3NCegqoD2M1E4ehuWFmffslZ8tMeJ6XiCJl9/kd",
+	"M5SEUUIda9w6Ps4zvcC+VB8FAXtmgOiFDRTK43DksRhKq3DZIJKFTIOFI8msueJpWV2fGVaxZWATYM0J",
+	"E73r6m71AP7qEoAujGmydmI0/QSRpxg5fzluvuVt+jYsoPJut72jdbsHWeb6RD185CkzOtwM63y/uMpe",
+	"1JOLMmHGUxHyWahjXKwbtLupRoy1qGOX0zas2a8NiWvu90+btuZm+FpJa/B2zUrDIRvBBobmKrjDCSIT",
+	"Y/aykmPxlZQLLh01IKGgNobrc6ulRp0YtIdGqNuRRe0a7X/K0rVW35m4VTcVYtlk8eHzD7b4cBivPx1C",
+	"eDEAOx+gJJHqbgngu9WdqIv5iKGRpWsNjInSM247g05RwJMrHcRpg++UvtmUUfwbPfPEQYfmbF9wj+Ei",
+	"lnnVUZ4zTeF5J+/9U/XYgVv9Br0qyoR84B+X92QgZNVJvhIrojeM2lt+d79e2oUMzb5YJt0BjqFMl9N5",
+	"tz3uO/+SNdrfyF1eCb1KB5udSnp54x5Qv+70YadxdlPNMynS3XJD0jCROSx7yiJcIEFdQnNVAdipNWTC",
+	"jfs2Vbm7H2Hn1uzptqYJbuXJq84yK4LjCHDkjSC3r48vmPtViVuepZ8h9XnG5aLSXBerlwY1IkIYHWof",
+	"HB7NEM/1b4Wx7Dq7hXa218JOhUZERRJmblMQ+ZaQyc+ddQM9qlPqsu+BhNFSDt2/8Q1DF2vsy6YmLEsN",
+	"IjnPQezDOHIsdg8BJSNlhbyR6k4CZG7TBFxis3U/B1pbWEMaDScLfeT3uEWzMr9JO26xTRDIWWrWCiVo",
+	"s16TTpm03z/vrA9sQsOwE/zpsxffw8P0z/JprjVfPHXDsPK410mqQE8TVcj0S3cQ+w0qiyu0LqHZDZq5",
+	"S/SemgoBZTYpG57z9HfAG/Yde9u+PK4yelN27FFl//LMWMTeK++AW061MTfrIqAzgB2nmUY853Kh+G2W",
+	"4ue7CbubZpVG3oaZKdcA/MZuVV7MBHwgkgA8l9Sa07uD474tvR8MS9Zn4H9RE2T94ai7R+fnJ6/fHr9K",
+	"2I/vT968Onn7OvHorAPkKQtiHbugx/pO4tAiu/KiVBgPvMYk0PYE+agyMG2VmQL42CrnBFy9FLMg05Wl",
+	"JoxDFyxo/o4dx8HCSVYU01tRYWBPoZhVp/hKnnCa/uTVOobTvJkPDSL+VqGs8mhxLkdnbrIECKDCcXYM",
+	"daOntoXLl+UxOUuMPUwF1/ZKcPtIrKFOdz+H0Z+G6ML4Z2KudEO1eP9JpssXcf2/huDxACUWT2nHOF0p",
+	"U2k2BvqRwkC/D6XtU1MGzmKeRGRAf3mn4CDYPU7FundOHJ++O48oq7QcTNzZdbpdrq7N+p/AE/QDTPXZ",
+	"pG1iYT9oXku9aeAGI+xl6lXSK27H0x2DqinybvjItyw+VcZeaycXNJem0r/QfTkTxvBrEdz0AVtzRdP2",
+	"znaR9tiRxG2rtnu4KhfWrbwg6cEIH1dVd3fMgD3vPz8ExFtuIaxOQzkxxqxy3/+wy64FyXLf3zeT8E8t",
+	"TJFjuD5ViLMK4NUVYddj54TOCi/HZ35rsCg8M2zK9SwXxgzK8w9tWchf5t/E0Qihv2So16+cZrlHyTL8",
+	"KwFk87yAqqXwKeQKsCMWOCCb8QXTWSoYh6hNN3yzm1R6nUGnjkAmh9AC+TnGQGaCSxTZuNNu5ZVjSAXH",
+	"RikzZzRpsedtUSylQrK7ExUgoN0Y8rTbqycW5jjJj4CC9qXD2eXUZ0Bn69jsIWngQI9gVFoxQ80c7uSX",
+	"bkhMRI5mZ0XEEy/1CYdLdjRoehUSI8OiwjWenNcX0uyLj5mxmbz+gkaCs7I2WwawOvyGYk70BT0N6ca1",
+	"j3RB/95tMAow+LrOKkAoobbKPVXcUHnd7rKuX2VmhI5RGNGk78P3qDciX3MHA1RNr58wfOcE69k1dAha",
+	"o/4f08meFfKpOEZ1iq+VCFPIMzFZp/tHN/ZR1f7KDHRqG/T9pRvwqBfdLVOMC53ZBdziK8G1++1fP7h7",
+	"iokBeL8LnXcGnam188H+/sGzP/b6vX7vYPCn/p/6cKdpSZ9C4pYjpM9J+Ldf6movM+jfjOVp2FERLuRN",
+	"luemagEnvpIVu7k4VijHmVOHqH0LfDvrVRrJwcCRGd8TfH/wFxyCguI+kam7dhjxqPejiw1E5SMUKKmV",
+	"LiLKuM8LrQxX1l6sjnfWHuS3MmKJi7M64mkdsqLs0hwK/IDMTQ1jeGkfCUsgstxKAuyaLKfqXobEptXR",
+	"flZ3lWx+cNhUNSXD+MzpXD7dqTJqJYM6Piwoa5GcmsoYZTLC5w+f//8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -65,6 +65,10 @@ const (
 	// TypeAttemptKill delivers the kill of one attempt (preemption, an
 	// attempt's timeout), on the Abort queue. TaskID "attempt:<id>:kill".
 	TypeAttemptKill = "attempt:kill"
+	// TypeRunsRemove tells an executor that runs it ran attempts of were
+	// deleted, so that it removes their run directories. TaskID
+	// "runs:<project/domain>:<digest of the names>:remove".
+	TypeRunsRemove = "runs:remove"
 )
 
 // RunPayload names a run.
@@ -122,6 +126,18 @@ func NewRunsStartTask(project, domainName string, runs []string) *asynq.Task {
 	id := "runs:" + project + "/" + domainName + ":" + hex.EncodeToString(sum[:16])
 	return newTask(TypeRunsStart, mustJSON(RunsPayload{project, domainName, runs}),
 		asynq.Queue(Scheduler), asynq.TaskID(id), asynq.MaxRetry(25))
+}
+
+// NewRunsRemoveTask builds runs:remove on the worker's queue for the
+// deleted runs of project/domain (RunsPayload). The executor removes the
+// run directories of those of them the api does not know (it asks: a name
+// may be taken again meanwhile), so a late or repeated message removes
+// nothing a run still uses. Its TaskID digests the names.
+func NewRunsRemoveTask(workerID, project, domainName string, runs []string) *asynq.Task {
+	sum := sha256.Sum256([]byte(strings.Join(runs, "\n")))
+	id := "runs:" + project + "/" + domainName + ":" + hex.EncodeToString(sum[:16]) + ":remove"
+	return newTask(TypeRunsRemove, mustJSON(RunsPayload{project, domainName, runs}),
+		asynq.Queue(WorkerQueue(workerID)), asynq.TaskID(id), asynq.MaxRetry(10))
 }
 
 // NewRunAdvanceTask builds run:advance for key.

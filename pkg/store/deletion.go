@@ -107,17 +107,30 @@ WHERE a.state IN ` + sqlStates(domain.TaskAssigned, domain.TaskBuilding, domain.
 // deleteTreesSQL deletes the runs k (runKeysCTE) and every row they own:
 // their actions, tasks, attempts (their logs and log chunks go by the
 // attempts' foreign keys), events and cache reservations, and returns how
-// many runs went. Cache entries stay: a catalog entry outlives the run
-// that wrote it (Flyte's).
+// many runs went and the ids of the alive workers (the only ones consuming
+// their queues) that ran an attempt deleted, in id order, each once. Cache
+// entries stay: a catalog entry outlives the run that wrote it (Flyte's).
 var deleteTreesSQL = `WITH ` + runKeysCTE + `,
 t AS (SELECT x.id FROM tasks x JOIN k ON x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
-da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t)),
+da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t) RETURNING worker_id),
 dt AS (DELETE FROM tasks WHERE id IN (SELECT id FROM t)),
 dx AS (DELETE FROM actions x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
 de AS (DELETE FROM run_events x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
 dc AS (DELETE FROM cache_reservations x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
 dr AS (DELETE FROM runs x USING k WHERE x.project = k.p AND x.domain = k.d AND x.name = k.n RETURNING 1)
-SELECT count(*) FROM dr`
+SELECT (SELECT count(*) FROM dr) AS runs,
+	ARRAY(SELECT DISTINCT w.id::text FROM da JOIN workers w ON w.id = da.worker_id
+		WHERE w.state = '` + WorkerAlive + `' ORDER BY 1) AS workers`
+
+// DeletedRuns is what DeleteRun deleted.
+type DeletedRuns struct {
+	// Runs are the names of the runs deleted, the run asked for first.
+	Runs []string
+	// Workers are the ids of the alive workers that ran an attempt of
+	// them, in id order: the executors that may keep their run
+	// directories.
+	Workers []string
+}
 
 // treeRun is a run treesSQL locked, under the run Root of its call.
 type treeRun struct {
@@ -199,33 +212,37 @@ func (s Runs) deletionTrees(ctx context.Context, roots []domain.RunKey) (map[dom
 }
 
 // deleteTrees deletes the runs of trees (deletionTrees) and every row they
-// own, and returns how many runs went.
-func (s Runs) deleteTrees(ctx context.Context, trees map[domain.RunKey][]domain.RunKey) (int, error) {
+// own, and returns how many runs went and the alive workers that ran their
+// attempts (deleteTreesSQL).
+func (s Runs) deleteTrees(ctx context.Context, trees map[domain.RunKey][]domain.RunKey) (int, []string, error) {
 	var all []domain.RunKey
 	for _, keys := range trees {
 		all = append(all, keys...)
 	}
 	if len(all) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
-	var n int
-	if err := s.raw(ctx, deleteTreesSQL, keysArgs(all)).Row().Scan(&n); err != nil {
-		return 0, mapErr(err)
+	var gone struct {
+		Runs    int
+		Workers Strings
 	}
-	return n, nil
+	if err := s.raw(ctx, deleteTreesSQL, keysArgs(all)).Scan(&gone).Error; err != nil {
+		return 0, nil, mapErr(err)
+	}
+	return gone.Runs, gone.Workers, nil
 }
 
 // DeleteRun deletes an ended run, with its descendant runs (child runs of
 // its workflow steps, theirs…), and every row they own, in one
-// transaction that locks them all; it returns the names of the runs
-// deleted, the run's first. A run created under a parent run is deleted
+// transaction that locks them all; it returns the runs deleted (the
+// run's first) and the alive workers that ran their attempts. A run created under a parent run is deleted
 // only once that parent has ended (its step reads its children), and no
 // run is deleted while an abort of it is being delivered or an attempt of
 // it is live: its processes would outlive their rows. Errors:
 // ErrNotFound, a NotTerminalError (ErrNotTerminal) naming the run of the
 // tree, or its parent, that has not ended, ErrAbortPending.
-func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) ([]string, error) {
-	var deleted []string
+func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) (DeletedRuns, error) {
+	var deleted DeletedRuns
 	err := s.inTx(ctx, func(tx *Store) error {
 		trees, refused, err := tx.runs().deletionTrees(ctx, []domain.RunKey{key})
 		if err != nil {
@@ -238,20 +255,21 @@ func (s Runs) DeleteRun(ctx context.Context, key domain.RunKey) ([]string, error
 		if !ok {
 			return ErrNotFound
 		}
-		if _, err := tx.runs().deleteTrees(ctx, trees); err != nil {
+		_, workers, err := tx.runs().deleteTrees(ctx, trees)
+		if err != nil {
 			return err
 		}
-		deleted = []string{key.Run}
+		deleted = DeletedRuns{Runs: []string{key.Run}, Workers: workers}
 		for _, k := range tree {
 			if k.Run != key.Run {
-				deleted = append(deleted, k.Run)
+				deleted.Runs = append(deleted.Runs, k.Run)
 			}
 		}
-		slices.Sort(deleted[1:])
+		slices.Sort(deleted.Runs[1:])
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return DeletedRuns{}, err
 	}
 	return deleted, nil
 }

@@ -33,7 +33,8 @@ func rowsOf(t *testing.T, db *sql.DB, names ...string) map[string]int {
 }
 
 // TestDeleteRun deletes an ended run with its ended child run and every
-// row they own, leaving another run whole; it refuses a live run, a run
+// row they own, leaving another run whole, and names the alive workers
+// that ran their attempts (not a dead one); it refuses a live run, a run
 // with a live child, a child of a live parent, and an ended run whose
 // abort is being delivered or whose attempt is live, changing nothing.
 func TestDeleteRun(t *testing.T) {
@@ -90,10 +91,20 @@ func TestDeleteRun(t *testing.T) {
 	}
 
 	end("parent")
+	var alive string
+	require.NoError(t, db.QueryRow(`SELECT id FROM workers WHERE name = 'w-parent'`).Scan(&alive))
+	dead, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w-dead", Address: "http://127.0.0.1:2", Slots: 1})
+	require.NoError(t, err)
+	_, err = db.Exec(`UPDATE workers SET state = 'dead' WHERE id = $1`, dead.ID)
+	require.NoError(t, err)
+	_, err = db.Exec(`UPDATE attempts SET worker_id = $1 WHERE task_id = (SELECT min(id) FROM tasks WHERE run_name = 'parent')`,
+		dead.ID)
+	require.NoError(t, err)
 	otherRows := rowsOf(t, db, other.Run)
 	deleted, err := st.Runs().DeleteRun(ctx, parent)
 	require.NoError(t, err)
-	require.Equal(t, []string{"parent", kid.Run}, deleted)
+	require.Equal(t, store.DeletedRuns{Runs: []string{"parent", kid.Run}, Workers: []string{alive}}, deleted,
+		"the alive worker of its attempts, once; not the dead one")
 	require.Equal(t, map[string]int{"runs": 0, "actions": 0, "tasks": 0, "attempts": 0, "run_events": 0,
 		"orphan_attempts": 0}, rowsOf(t, db, "parent", kid.Run))
 	require.Equal(t, otherRows, rowsOf(t, db, other.Run), "another run stays whole")

@@ -103,6 +103,11 @@ UPDATE runs r SET expires_at = @later FROM k WHERE r.project = k.p AND r.domain 
 type Reaped struct {
 	// Runs is how many runs went, descendants included.
 	Runs int
+	// Deleted are the runs that went, descendants included; Workers the
+	// ids of the alive workers that ran an attempt of them (the executors
+	// that may keep their run directories).
+	Deleted []domain.RunKey
+	Workers []string
 	// Postponed is how many expired runs may not be deleted yet (a run of
 	// the tree has not ended, an abort is being delivered, an attempt is
 	// live): their expiry moves to now + retry.
@@ -148,7 +153,10 @@ func (s Runs) ReapExpired(ctx context.Context, keys []domain.RunKey, now time.Ti
 			}
 			out.Postponed = len(later)
 		}
-		out.Runs, err = tx.runs().deleteTrees(ctx, trees)
+		out.Runs, out.Workers, err = tx.runs().deleteTrees(ctx, trees)
+		for _, keys := range trees {
+			out.Deleted = append(out.Deleted, keys...)
+		}
 		return err
 	})
 	return out, err

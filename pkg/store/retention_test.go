@@ -136,13 +136,19 @@ func TestReapExpired(t *testing.T) {
 		int(domain.TaskRunning))
 	require.NoError(t, err)
 	youngRows, busyRows := rowsOf(t, db, young.Run), rowsOf(t, db, busy.Run)
+	var parentWorker string
+	require.NoError(t, db.QueryRow(`SELECT DISTINCT a.worker_id::text FROM attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE t.run_name = 'parent'`).Scan(&parentWorker))
 
 	keys, err := st.Runs().ExpiredRuns(ctx, now, 10)
 	require.NoError(t, err)
 	require.Equal(t, []domain.RunKey{busy, parent}, keys, "oldest expiry first; a child is not a root; young not expired")
 	res, err := st.Runs().ReapExpired(ctx, keys, now, time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, store.Reaped{Runs: 2, Postponed: 1}, res)
+	require.Equal(t, 2, res.Runs)
+	require.Equal(t, 1, res.Postponed)
+	require.ElementsMatch(t, []domain.RunKey{parent, kid}, res.Deleted)
+	require.Equal(t, []string{parentWorker}, res.Workers, "the worker that ran parent's attempts")
 	require.Equal(t, map[string]int{"runs": 0, "actions": 0, "tasks": 0, "attempts": 0, "run_events": 0,
 		"orphan_attempts": 0}, rowsOf(t, db, parent.Run, kid.Run))
 	require.Equal(t, youngRows, rowsOf(t, db, young.Run))

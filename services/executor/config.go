@@ -58,6 +58,13 @@ type Config struct {
 	// runs/<project>/<domain>/<run>/ (run dirs). Env CAPSTAN_DATA_DIR,
 	// default ./.data/executor.
 	DataDir string `env:"CAPSTAN_DATA_DIR" envDefault:"./.data/executor"`
+	// SweepInterval is the time between sweeps of DataDir, after the one at
+	// each registration: the executor removes the run directories of runs
+	// the api no longer knows (deleted) and the work directories of
+	// attempts no executor runs, which a lost runs:remove message or an
+	// executor killed mid-attempt leaves. Env
+	// CAPSTAN_EXECUTOR_SWEEP_INTERVAL, default 10m.
+	SweepInterval time.Duration `env:"CAPSTAN_EXECUTOR_SWEEP_INTERVAL" envDefault:"10m"`
 	// HeartbeatInterval is the time between heartbeats. Env
 	// CAPSTAN_HEARTBEAT_INTERVAL, default 1s.
 	HeartbeatInterval time.Duration `env:"CAPSTAN_HEARTBEAT_INTERVAL" envDefault:"1s"`

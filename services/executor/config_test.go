@@ -33,6 +33,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, "./.data/executor", cfg.DataDir)
 	require.Equal(t, time.Second, cfg.HeartbeatInterval)
 	require.Equal(t, time.Second, cfg.PollInterval)
+	require.Equal(t, 10*time.Minute, cfg.SweepInterval)
 	require.Zero(t, cfg.KillGrace, "unset: the supervisor's default, domain.DefaultKillGrace; a spec's kill_grace_ms wins")
 	require.Equal(t, "auto", cfg.ContainerRuntime)
 	require.Equal(t, 64<<10, cfg.LogLimit)

@@ -69,7 +69,7 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	}
 	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
 		Slots: cfg.Slots, Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(), HeartbeatInterval: cfg.HeartbeatInterval,
-		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile}, log)
+		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile, SweepInterval: cfg.SweepInterval}, log)
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
 	}

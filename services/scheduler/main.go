@@ -85,7 +85,7 @@ func run(cfg config, log *slog.Logger) error {
 			archiveTo = retention.ArchiveTo(arch, deps.Store)
 			log.Info("archive on: an expired run is archived before it is deleted")
 		}
-		reaper := retention.New(deps.Store, archiveTo, log, deps.Registry, cfg.retention())
+		reaper := retention.New(deps.Store, enq, archiveTo, log, deps.Registry, cfg.retention())
 		if err := reaper.Publish(ctx); err != nil {
 			return err
 		}

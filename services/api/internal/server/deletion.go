@@ -9,16 +9,19 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 )
 
 // DeleteRun deletes an ended run with its descendant runs and every row
-// they own (store.Runs.DeleteRun). With the archive on, it first writes
-// each of those runs to it (archive.Archive.Put): 503
-// archive_unavailable, deleting nothing, when one cannot be written. 409
-// not_terminal, naming the run that has not ended, or abort_pending, while
-// an abort is being delivered or an attempt is live, changes nothing (but
-// leaves the documents already written, which a later delete rewrites).
+// they own (store.Runs.DeleteRun), then tells the executors that ran their
+// attempts to remove their run directories (removeRunDirs). With the
+// archive on, it first writes each of those runs to it
+// (archive.Archive.Put): 503 archive_unavailable, deleting nothing, when
+// one cannot be written. 409 not_terminal, naming the run that has not
+// ended, or abort_pending, while an abort is being delivered or an attempt
+// is live, changes nothing (but leaves the documents already written,
+// which a later delete rewrites).
 func (h *Handlers) DeleteRun(ctx context.Context, req api.DeleteRunRequestObject) (api.DeleteRunResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
 	if refused := h.archiveTree(ctx, key); refused != nil {
@@ -31,8 +34,9 @@ func (h *Handlers) DeleteRun(ctx context.Context, req api.DeleteRunRequestObject
 	if err != nil {
 		return nil, fmt.Errorf("delete run %s: %w", key, err)
 	}
-	h.log.Info("run deleted", "run", key.String(), "runs", len(deleted))
-	return api.DeleteRun200JSONResponse{Deleted: deleted}, nil
+	h.log.Info("run deleted", "run", key.String(), "runs", len(deleted.Runs), "workers", len(deleted.Workers))
+	h.removeRunDirs(ctx, key, deleted)
+	return api.DeleteRun200JSONResponse{Deleted: deleted.Runs}, nil
 }
 
 // archiveTree writes key's run and its descendants (store.Runs.RunTree) to
@@ -75,4 +79,17 @@ func deleteRefusal(err error, key domain.RunKey) (api.DeleteRunResponseObject, b
 		return api.DeleteRun409ApplicationProblemPlusJSONResponse(p), true
 	}
 	return nil, false
+}
+
+// removeRunDirs sends runs:remove, for the runs deleted under key, to the
+// queue of each worker that ran an attempt of them. A push that fails is
+// logged: the executor's own sweep removes the directories.
+func (h *Handlers) removeRunDirs(ctx context.Context, key domain.RunKey, deleted store.DeletedRuns) {
+	for _, w := range deleted.Workers {
+		t := queue.NewRunsRemoveTask(w, key.Project, key.Domain, deleted.Runs)
+		if err := h.queue.Enqueue(ctx, t); err != nil {
+			h.log.Warn("enqueue run directory removal failed; the executor's sweep removes them",
+				"run", key.String(), "worker_id", w, "err", err)
+		}
+	}
 }

@@ -54,6 +54,10 @@ type Config struct {
 	// FullRetryDelay is how soon an attempt:run task is retried when every
 	// slot is busy. Default 200ms.
 	FullRetryDelay time.Duration
+	// SweepInterval is the time between sweeps of the data directory
+	// (Sweep), after the one at the start of each registration. Default
+	// 10m.
+	SweepInterval time.Duration
 }
 
 // Agent is one executor's link to the control plane.
@@ -80,12 +84,14 @@ func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, c
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.RegisterBackoff = cmp.Or(cfg.RegisterBackoff, 200*time.Millisecond)
 	cfg.FullRetryDelay = cmp.Or(cfg.FullRetryDelay, 200*time.Millisecond)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, 10*time.Minute)
 	switch {
 	case cfg.Name == "":
 		return nil, errors.New("agent: name is required")
 	case cfg.Address == "":
 		return nil, errors.New("agent: address is required")
-	case cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 || cfg.RegisterBackoff < 0 || cfg.FullRetryDelay < 0:
+	case cfg.HeartbeatInterval < 0 || cfg.PollInterval < 0 || cfg.RegisterBackoff < 0 || cfg.FullRetryDelay < 0 ||
+		cfg.SweepInterval < 0:
 		return nil, errors.New("agent: intervals must not be negative")
 	}
 	return &Agent{cfg: cfg, client: client, sup: sup, redis: redis, log: log, beatNow: make(chan struct{}, 1)}, nil
@@ -170,8 +176,9 @@ func (a *Agent) Deregister(ctx context.Context) error {
 	return a.client.Deregister(ctx, id)
 }
 
-// session consumes the queue of worker id and heartbeats until ctx ends or
-// the control plane does not know the worker (ErrUnknownWorker).
+// session consumes the queue of worker id, heartbeats and sweeps the data
+// directory (sweepLoop) until ctx ends or the control plane does not know
+// the worker (ErrUnknownWorker).
 func (a *Agent) session(ctx context.Context, id uuid.UUID) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -184,6 +191,7 @@ func (a *Agent) session(ctx context.Context, id uuid.UUID) error {
 	if !draining {
 		wg.Go(func() { a.consume(consumeCtx, id) })
 	}
+	wg.Go(func() { a.sweepLoop(ctx, id) })
 	err := a.heartbeat(ctx, id)
 	cancel()
 	wg.Wait()

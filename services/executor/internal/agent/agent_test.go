@@ -34,17 +34,25 @@ type fixture struct {
 	queue *asynq.Client
 	insp  *asynq.Inspector
 	rdb   asynq.RedisClientOpt
+	// data is the supervisor's data directory.
+	data string
 }
 
 // run starts an executor's agent and supervisor against the fake api and
 // the test's own database of the real Redis, and waits for its registration.
 func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	t.Helper()
+	return runIn(t, fake, cfg, t.TempDir())
+}
+
+// runIn is run with the data directory data.
+func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture {
+	t.Helper()
 	rdb := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond, Token: fakeWorkerToken}, log)
 	require.NoError(t, err)
-	sup, err := supervisor.New(client, supervisor.Config{DataDir: t.TempDir(), KillGrace: 500 * time.Millisecond,
+	sup, err := supervisor.New(client, supervisor.Config{DataDir: data, KillGrace: 500 * time.Millisecond,
 		Slots: cfg.Slots}, log)
 	require.NoError(t, err)
 	cfg.Name, cfg.Address = "test-executor", "http://127.0.0.1:1"
@@ -54,7 +62,7 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 	require.NoError(t, err)
 
 	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
-		rdb: rdb}
+		rdb: rdb, data: data}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()

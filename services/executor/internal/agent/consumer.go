@@ -54,6 +54,9 @@ func (a *Agent) consume(ctx context.Context, id uuid.UUID) {
 	mux.HandleFunc(queue.TypeAttemptsRun, func(ctx context.Context, t *asynq.Task) error {
 		return a.handleAttemptsRun(ctx, id, t)
 	})
+	mux.HandleFunc(queue.TypeRunsRemove, func(ctx context.Context, t *asynq.Task) error {
+		return a.handleRunsRemove(ctx, id, t)
+	})
 	if err := srv.Start(mux); err != nil {
 		a.log.Error("consumer did not start", "queue", q, "err", err)
 		return

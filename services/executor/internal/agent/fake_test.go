@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/google/uuid"
 )
@@ -49,11 +50,18 @@ type fakeAPI struct {
 	// many reports of the attempt had arrived when each append did.
 	logs          map[int64][]api.LogChunk
 	appendedAfter map[int64][]int
+	// runs are the runs that exist and live the attempts that are live,
+	// as the sweep's questions answer; asked is the number of runs of each
+	// runs question, in order.
+	runs  map[domain.RunKey]bool
+	live  map[int64]bool
+	asked []int
 }
 
 func newFakeAPI() *fakeAPI {
 	f := &fakeAPI{forgotten: map[string]bool{}, revoked: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
-		logs: map[int64][]api.LogChunk{}, appendedAfter: map[int64][]int{}}
+		logs: map[int64][]api.LogChunk{}, appendedAfter: map[int64][]int{}, runs: map[domain.RunKey]bool{},
+		live: map[int64]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workers", f.register)
 	mux.HandleFunc("POST /v1/workers/{id}/heartbeat", f.heartbeat)
@@ -63,6 +71,8 @@ func newFakeAPI() *fakeAPI {
 	mux.HandleFunc("POST /v1/attempts/{id}/report", f.report)
 	mux.HandleFunc("POST /v1/workers/{id}/reports", f.reportBatch)
 	mux.HandleFunc("POST /v1/attempts/{id}/logs", f.appendLogs)
+	mux.HandleFunc("POST /v1/workers/{id}/runs/existing", f.existingRuns)
+	mux.HandleFunc("POST /v1/workers/{id}/attempts/live", f.liveAttempts)
 	f.Server = httptest.NewServer(f.authorize(mux))
 	return f
 }
@@ -459,4 +469,49 @@ func (f *fakeAPI) logsOf(id int64) (map[string]string, []int) {
 		out[string(c.Stream)] += c.Data
 	}
 	return out, append([]int(nil), f.appendedAfter[id]...)
+}
+
+// existingRuns answers which of the runs asked about are in f.runs, as the
+// api does (up to 1,000 a request).
+func (f *fakeAPI) existingRuns(w http.ResponseWriter, r *http.Request) {
+	var req api.ExistingRunsRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Runs) == 0 || len(req.Runs) > 1000 {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, "runs: 1 to 1000"))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, len(req.Runs))
+	out := api.RunRefList{Runs: []api.RunRef{}}
+	for _, k := range req.Runs {
+		if f.runs[domain.RunKey{Project: k.Project, Domain: k.Domain, Run: k.Run}] {
+			out.Runs = append(out.Runs, k)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// liveAttempts answers which of the attempts asked about are in f.live.
+func (f *fakeAPI) liveAttempts(w http.ResponseWriter, r *http.Request) {
+	var req api.LiveAttemptsRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Attempts) == 0 || len(req.Attempts) > 1000 {
+		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, "attempts: 1 to 1000"))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := api.AttemptIDList{Attempts: []int64{}}
+	for _, id := range req.Attempts {
+		if f.live[id] {
+			out.Attempts = append(out.Attempts, id)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// askedRuns returns the number of runs of each runs question so far.
+func (f *fakeAPI) askedRuns() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.asked...)
 }

@@ -29,8 +29,9 @@ type dirs struct {
 	inputs string
 }
 
-// prepare creates the attempt's work, run, outputs and inputs directories
-// and writes the inputs' files. Errors: a name that is not a valid path
+// prepare creates the attempt's work, run, outputs and inputs directories,
+// once no removal of a leftover holds them (awaitRemoval), and writes the
+// inputs' files. Errors: a name that is not a valid path
 // element, or a directory or file that cannot be made.
 func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 	for _, name := range []string{spec.Project, spec.Domain, spec.Run} {
@@ -39,10 +40,11 @@ func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, error) {
 		}
 	}
 	d := dirs{
-		work: filepath.Join(s.cfg.DataDir, "attempts", strconv.FormatInt(spec.Id, 10)),
-		run:  filepath.Join(s.cfg.DataDir, "runs", spec.Project, spec.Domain, spec.Run),
+		work: s.workDir(spec.Id),
+		run:  s.runDir(domain.RunKey{Project: spec.Project, Domain: spec.Domain, Run: spec.Run}),
 	}
 	d.outputs, d.inputs = filepath.Join(d.work, ".capstan", "outputs"), filepath.Join(d.work, ".capstan", "inputs")
+	s.awaitRemoval(d.work, d.run) // a sweep that found neither held may be removing them
 	for _, dir := range []string{d.work, d.run, d.outputs, d.inputs} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return dirs{}, fmt.Errorf("create directory: %w", err)

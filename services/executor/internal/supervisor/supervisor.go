@@ -88,6 +88,9 @@ type Supervisor struct {
 	held   map[int64]*attempt
 	busy   int // attempts that hold a slot: their process has not exited
 	closed bool
+	// removing holds the directories being removed (removeUnused), each
+	// with a channel closed once its removal is done.
+	removing map[string]chan struct{}
 }
 
 // New returns a Supervisor that reports through rep. Errors: an invalid
@@ -114,7 +117,8 @@ func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
 	}
 	cfg.DataDir = dir
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Supervisor{cfg: cfg, rep: rep, log: log, ctx: ctx, cancel: cancel, held: map[int64]*attempt{}}, nil
+	return &Supervisor{cfg: cfg, rep: rep, log: log, ctx: ctx, cancel: cancel, held: map[int64]*attempt{},
+		removing: map[string]chan struct{}{}}, nil
 }
 
 // Start takes the attempt and starts running it in the background; it

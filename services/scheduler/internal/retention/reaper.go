@@ -11,11 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -95,9 +98,15 @@ func ArchiveTo(a *archive.Archive, st *store.Store) Archive {
 	}
 }
 
+// Enqueuer pushes a task (queue.Enqueuer).
+type Enqueuer interface {
+	Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) error
+}
+
 // Reaper deletes expired runs while its replica leads.
 type Reaper struct {
 	store   *store.Store
+	queue   Enqueuer
 	archive Archive
 	log     *slog.Logger
 	cfg     Config
@@ -105,11 +114,12 @@ type Reaper struct {
 	batches prometheus.Histogram
 }
 
-// New builds a reaper on st; archive may be nil (no archive). Its metrics
-// go to reg.
-func New(st *store.Store, archive Archive, log *slog.Logger, reg prometheus.Registerer, cfg Config) *Reaper {
+// New builds a reaper on st that tells the executors of the runs it
+// deletes through q; archive may be nil (no archive). Its metrics go to
+// reg.
+func New(st *store.Store, q Enqueuer, archive Archive, log *slog.Logger, reg prometheus.Registerer, cfg Config) *Reaper {
 	cfg.defaults()
-	r := &Reaper{store: st, archive: archive, log: log, cfg: cfg,
+	r := &Reaper{store: st, queue: q, archive: archive, log: log, cfg: cfg,
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_retention_runs_deleted_total",
 			Help: "Runs the reaper deleted, child runs included."}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_retention_batch_seconds",
@@ -197,12 +207,37 @@ func (r *Reaper) batch(ctx context.Context) (n int, full bool, err error) {
 		return 0, false, fmt.Errorf("delete %d expired runs: %w", len(keys), err)
 	}
 	res.Postponed += postponed
+	r.removeRunDirs(ctx, res)
 	r.deleted.Add(float64(res.Runs))
 	r.batches.Observe(time.Since(start).Seconds())
 	if res.Runs > 0 || res.Postponed > 0 {
 		r.log.Debug("expired runs deleted", "runs", res.Runs, "postponed", res.Postponed)
 	}
 	return res.Runs, found == r.cfg.Batch, nil
+}
+
+// removeRunDirs sends runs:remove, for the runs res deleted, to the queue
+// of each worker that ran an attempt of them, a message per project and
+// domain (an executor removes only what it has). A push that fails is
+// logged: the executor's own sweep removes the directories.
+func (r *Reaper) removeRunDirs(ctx context.Context, res store.Reaped) {
+	if len(res.Workers) == 0 {
+		return
+	}
+	byScope := map[[2]string][]string{}
+	for _, k := range res.Deleted {
+		scope := [2]string{k.Project, k.Domain}
+		byScope[scope] = append(byScope[scope], k.Run)
+	}
+	for scope, runs := range byScope {
+		slices.Sort(runs)
+		for _, w := range res.Workers {
+			if err := r.queue.Enqueue(ctx, queue.NewRunsRemoveTask(w, scope[0], scope[1], runs)); err != nil {
+				r.log.Warn("enqueue run directory removal failed; the executor's sweep removes them",
+					"worker_id", w, "runs", len(runs), "err", err)
+			}
+		}
+	}
 }
 
 // without is keys less those of drop.

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,10 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/archive"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -43,7 +46,14 @@ func TestRoundArchivesThenDeletesInBatches(t *testing.T) {
 		archived = append(archived, keys)
 		return keys, nil
 	}
-	r := New(st, archive, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(),
+	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
+	require.NoError(t, err)
+	_, err = db.Exec(`WITH t AS (INSERT INTO tasks (project, domain, run_name, action_name, idx, plugin, state)
+		VALUES ('p', 'd', 'r0', 't', 0, 'noop', 4) RETURNING id)
+		INSERT INTO attempts (task_id, number, worker_id, state) SELECT id, 1, $1, 4 FROM t`, w.ID)
+	require.NoError(t, err)
+	q := &recorder{}
+	r := New(st, q, archive, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(),
 		Config{Batch: 4, Defaults: domain.TTL{AfterFailure: "1h"}, Now: func() time.Time { return now }})
 	left := func() int {
 		var n int
@@ -63,6 +73,12 @@ func TestRoundArchivesThenDeletesInBatches(t *testing.T) {
 	require.Len(t, archived, 2)
 	require.Len(t, archived[0], 4)
 	require.Len(t, archived[1], 2)
+
+	require.Len(t, q.tasks, 1, "one runs:remove, to the one worker that ran an attempt")
+	require.Equal(t, queue.TypeRunsRemove, q.tasks[0].Type())
+	var p queue.RunsPayload
+	require.NoError(t, json.Unmarshal(q.tasks[0].Payload(), &p))
+	require.Contains(t, p.Runs, "r0")
 
 	require.NoError(t, r.Publish(ctx))
 	set, err := st.Runs().Settings(ctx, store.ServerSettings)
@@ -95,7 +111,7 @@ func TestRoundArchivesEachTree(t *testing.T) {
 	arch, err := archive.Open(ctx, "file://"+t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { arch.Close() })
-	r := New(st, ArchiveTo(arch, st), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(),
+	r := New(st, &recorder{}, ArchiveTo(arch, st), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(),
 		Config{Now: func() time.Time { return now }})
 	n, err := r.Round(ctx)
 	require.NoError(t, err)
@@ -111,4 +127,12 @@ func TestRoundArchivesEachTree(t *testing.T) {
 	var later time.Time
 	require.NoError(t, db.QueryRow(`SELECT expires_at FROM runs WHERE name = 'busy'`).Scan(&later))
 	require.True(t, later.After(now), "a tree not ended waits")
+}
+
+// recorder is an Enqueuer that keeps what it is given.
+type recorder struct{ tasks []*asynq.Task }
+
+func (r *recorder) Enqueue(_ context.Context, t *asynq.Task, _ ...asynq.Option) error {
+	r.tasks = append(r.tasks, t)
+	return nil
 }
