@@ -51,11 +51,13 @@ WHERE t.project = @p AND t.domain = @d AND t.run_name = ANY(@names)
 LIMIT 1`
 
 // deleteTreeSQL deletes the runs named @names and every row they own:
-// their actions, tasks, attempts (their logs and log chunks go by the
-// attempts' foreign keys), events and cache reservations. Cache entries
-// stay: a catalog entry outlives the run that wrote it (Flyte's).
+// their actions, tasks, attempts with their logs and log chunks, events
+// and cache reservations. Cache entries stay: a catalog entry outlives the
+// run that wrote it (Flyte's).
 const deleteTreeSQL = `WITH t AS (SELECT id FROM tasks WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
-da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t)),
+da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t) RETURNING id),
+dl AS (DELETE FROM attempt_logs WHERE attempt_id IN (SELECT id FROM da)),
+dk AS (DELETE FROM attempt_log_chunks WHERE attempt_id IN (SELECT id FROM da)),
 dt AS (DELETE FROM tasks WHERE id IN (SELECT id FROM t)),
 dx AS (DELETE FROM actions WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
 de AS (DELETE FROM run_events WHERE project = @p AND domain = @d AND run_name = ANY(@names)),
