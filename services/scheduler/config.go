@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
+	"github.com/capstan-run/capstan/services/scheduler/internal/history"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
 )
@@ -98,6 +99,13 @@ type config struct {
 	// charging max_retries_failure, when its step sets no
 	// max_system_failures (Flyte's MaxSystemFailures), 0 to 100. Default 3.
 	MaxSystemFailures int `env:"CAPSTAN_MAX_SYSTEM_FAILURES" envDefault:"3"`
+	// PartitionInterval is how often the leader makes the history tables'
+	// coming day partitions (and drops those behind the retention horizon).
+	// Default 1h.
+	PartitionInterval time.Duration `env:"CAPSTAN_PARTITION_INTERVAL" envDefault:"1h"`
+	// PartitionAhead is how many days after today get their partitions of
+	// the history tables ahead of time, 1 to 90. Default 3.
+	PartitionAhead int `env:"CAPSTAN_PARTITION_AHEAD" envDefault:"3"`
 }
 
 // scheduler returns the scheduler's part of the config; queues is the
@@ -107,7 +115,16 @@ func (c config) validate() error {
 	if c.MetricsRefresh < 0 {
 		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
 	}
-	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate())
+	if c.PartitionAhead < 1 {
+		return fmt.Errorf("CAPSTAN_PARTITION_AHEAD: %d days, want 1 or more", c.PartitionAhead)
+	}
+	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate(), c.history(history.KeepAll).Validate())
+}
+
+// history returns the history partition keeper's part of the config;
+// dropBefore is its horizon (history.Config.DropBefore).
+func (c config) history(dropBefore func(time.Time) (time.Time, bool)) history.Config {
+	return history.Config{Interval: c.PartitionInterval, Ahead: c.PartitionAhead, DropBefore: dropBefore}
 }
 
 // firing returns the schedule firing loop's part of the config.

@@ -1,6 +1,6 @@
 // Command capstan-scheduler makes Capstan's decisions: run expansion and
 // progression, retries with backoff, schedules' firings, and (as the one
-// leader) task placement.
+// leader) task placement and the history tables' day partitions.
 // It serves /healthz, /readyz and /metrics on CAPSTAN_METRICS_ADDR.
 // Configuration is read from the environment: see config.
 package main
@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
+	"github.com/capstan-run/capstan/services/scheduler/internal/history"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
 )
@@ -72,6 +73,10 @@ func run(cfg config, log *slog.Logger) error {
 			return fmt.Errorf("listen metrics: %w", err)
 		}
 		go func() { _ = health.Run(ctx) }()
+		// The leader keeps the history tables' day partitions; it drops
+		// none (history.KeepAll): no horizon bounds the history.
+		parts := history.New(deps.Store, log, deps.Registry, cfg.history(history.KeepAll))
+		wg.Go(func() { parts.Run(ctx, sched.IsLeader) })
 		log.Info("scheduler started", "metrics", health.Addr())
 		fire.Start(ctx)
 		sched.Run(ctx)
