@@ -63,7 +63,7 @@ const (
 // left as it is, so a second call makes none. Each partition is made in a
 // transaction of its own (ensurePartition says what it locks) that fails
 // when a lock is not granted within 500 ms; the partitions made until then
-// are returned with the error.
+// are returned with the error. Call it on a Store outside a transaction.
 func (s History) EnsurePartitions(ctx context.Context, now time.Time, ahead int) ([]Partition, error) {
 	if ahead < 0 {
 		return nil, fmt.Errorf("store: partitions %d days ahead, want 0 or more", ahead)
@@ -106,7 +106,8 @@ func (s History) EnsurePartitions(ctx context.Context, now time.Time, ahead int)
 // returns the partitions it dropped, table by table, oldest first. Each
 // drop is a transaction of its own (dropPartition says what it locks)
 // that fails when a lock is not granted within 500 ms; the partitions
-// dropped until then are returned with the error.
+// dropped until then are returned with the error. Call it on a Store
+// outside a transaction.
 func (s History) DropPartitionsBefore(ctx context.Context, t time.Time) ([]Partition, error) {
 	t = minTime(t, time.Now().Add(-partitionSettle))
 	var dropped []Partition
