@@ -105,14 +105,16 @@ SELECT t.project, t.domain, t.run_name AS name FROM tasks t JOIN k ON t.project 
 WHERE a.state IN ` + sqlStates(domain.TaskAssigned, domain.TaskBuilding, domain.TaskRunning)
 
 // deleteTreesSQL deletes the runs k (runKeysCTE) and every row they own:
-// their actions, tasks, attempts (their logs and log chunks go by the
-// attempts' foreign keys), events and cache reservations, and returns how
-// many runs went and the ids of the alive workers (the only ones consuming
-// their queues) that ran an attempt deleted, in id order, each once. Cache
-// entries stay: a catalog entry outlives the run that wrote it (Flyte's).
+// their actions, tasks, attempts with their logs and log chunks, events
+// and cache reservations, and returns how many runs went and the ids of
+// the alive workers (the only ones consuming their queues) that ran an
+// attempt deleted, in id order, each once. Cache entries stay: a catalog
+// entry outlives the run that wrote it (Flyte's).
 var deleteTreesSQL = `WITH ` + runKeysCTE + `,
 t AS (SELECT x.id FROM tasks x JOIN k ON x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
-da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t) RETURNING worker_id),
+da AS (DELETE FROM attempts WHERE task_id IN (SELECT id FROM t) RETURNING id, worker_id),
+dl AS (DELETE FROM attempt_logs WHERE attempt_id IN (SELECT id FROM da)),
+dk AS (DELETE FROM attempt_log_chunks WHERE attempt_id IN (SELECT id FROM da)),
 dt AS (DELETE FROM tasks WHERE id IN (SELECT id FROM t)),
 dx AS (DELETE FROM actions x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),
 de AS (DELETE FROM run_events x USING k WHERE x.project = k.p AND x.domain = k.d AND x.run_name = k.n),

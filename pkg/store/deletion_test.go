@@ -24,6 +24,12 @@ func rowsOf(t *testing.T, db *sql.DB, names ...string) map[string]int {
 		"attempts":        `SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE t.run_name = ANY($1)`,
 		"run_events":      `SELECT count(*) FROM run_events WHERE run_name = ANY($1)`,
 		"orphan_attempts": `SELECT count(*) FROM attempts a WHERE cardinality($1::text[]) > 0 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = a.task_id)`,
+		"attempt_logs": `SELECT count(*) FROM attempt_logs l JOIN attempts a ON a.id = l.attempt_id JOIN tasks t ON t.id = a.task_id
+			WHERE t.run_name = ANY($1)`,
+		"attempt_log_chunks": `SELECT count(*) FROM attempt_log_chunks l JOIN attempts a ON a.id = l.attempt_id
+			JOIN tasks t ON t.id = a.task_id WHERE t.run_name = ANY($1)`,
+		"orphan_logs": `SELECT count(*) FROM (SELECT attempt_id FROM attempt_logs UNION ALL SELECT attempt_id FROM attempt_log_chunks) l
+			WHERE cardinality($1::text[]) > 0 AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.id = l.attempt_id)`,
 	} {
 		var n int
 		require.NoError(t, db.QueryRow(q, names).Scan(&n), table)
@@ -53,10 +59,14 @@ func TestDeleteRun(t *testing.T) {
 		_, err := db.Exec(`UPDATE runs SET phase = 'SUCCEEDED', ended_at = now() WHERE name = $1`, name)
 		require.NoError(t, err)
 	}
+	_, err := db.Exec(`INSERT INTO attempt_logs (attempt_id, stdout) SELECT id, 'out' FROM attempts;
+		INSERT INTO attempt_log_chunks (attempt_id, stream, data, byte_offset) SELECT id, 'stdout', 'out', 0 FROM attempts`)
+	require.NoError(t, err)
 	before := rowsOf(t, db, "parent", kid.Run)
 	require.Positive(t, before["attempts"])
+	require.Equal(t, before["attempts"], before["attempt_log_chunks"])
 
-	_, err := st.Runs().DeleteRun(ctx, parent)
+	_, err = st.Runs().DeleteRun(ctx, parent)
 	var nt *store.NotTerminalError
 	require.ErrorAs(t, err, &nt)
 	require.ErrorIs(t, err, store.ErrNotTerminal)
@@ -106,7 +116,8 @@ func TestDeleteRun(t *testing.T) {
 	require.Equal(t, store.DeletedRuns{Runs: []string{"parent", kid.Run}, Workers: []string{alive}}, deleted,
 		"the alive worker of its attempts, once; not the dead one")
 	require.Equal(t, map[string]int{"runs": 0, "actions": 0, "tasks": 0, "attempts": 0, "run_events": 0,
-		"orphan_attempts": 0}, rowsOf(t, db, "parent", kid.Run))
+		"orphan_attempts": 0, "attempt_logs": 0, "attempt_log_chunks": 0, "orphan_logs": 0}, rowsOf(t, db, "parent", kid.Run))
+	require.Positive(t, otherRows["attempt_logs"])
 	require.Equal(t, otherRows, rowsOf(t, db, other.Run), "another run stays whole")
 	_, err = st.Runs().DeleteRun(ctx, parent)
 	require.ErrorIs(t, err, store.ErrNotFound)

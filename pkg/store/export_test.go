@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"time"
 
+	"github.com/pressly/goose/v3"
 	"gorm.io/gorm"
 )
 
@@ -123,3 +125,27 @@ func PassConn(s *Store) *Store { return &Store{s.root.poolCore(poolPass)} }
 
 // Replan is the pass connection's replanPass, for the newest id id.
 func Replan(ctx context.Context, s *Store, id int64) (bool, error) { return s.replanPass(ctx, id) }
+
+// MigrateTo applies the migrations up to version (up when the database is
+// below it, down when above) to the database at dsn.
+func MigrateTo(ctx context.Context, dsn string, version int64) error {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
+	if err != nil {
+		return err
+	}
+	current, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if current > version {
+		_, err = p.DownTo(ctx, version)
+	} else {
+		_, err = p.UpTo(ctx, version)
+	}
+	return err
+}

@@ -130,13 +130,28 @@ func (s *core) recordFinal(ctx context.Context, t Task, id int64, rep Report) er
 		return nil
 	}
 	if rep.Stdout != "" || rep.Stderr != "" {
-		if err := s.q(ctx).Create(&AttemptLog{AttemptID: id, Stdout: rep.Stdout, Stderr: rep.Stderr,
-			Truncated: rep.Truncated}).Error; err != nil {
-			return mapErr(err)
+		res := s.exec(ctx, insertFinalLogSQL, map[string]any{"id": id, "stdout": rep.Stdout, "stderr": rep.Stderr,
+			"truncated": rep.Truncated, "now": dbNow()})
+		if err := mapErr(res.Error); err != nil {
+			return err
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("%w: attempt_logs of attempt %d", ErrConflict, id)
 		}
 	}
 	return s.cleanupEvents(ctx, t, id, rep.Cleanup)
 }
+
+// insertFinalLogSQL inserts attempt @id's attempt_logs row unless it has
+// one. The table is partitioned by created_at, so no unique index can hold
+// an attempt to one row across its partitions; this statement does, run
+// under the attempt's row lock (the report's, FOR UPDATE) by the one
+// report that makes the attempt terminal. It probes each partition's
+// primary key (attempt_id leads it).
+const insertFinalLogSQL = `INSERT INTO attempt_logs (attempt_id, stdout, stderr, truncated, created_at)
+SELECT CAST(@id AS bigint), CAST(@stdout AS text), CAST(@stderr AS text), CAST(@truncated AS boolean),
+       CAST(@now AS timestamptz)
+ WHERE NOT EXISTS (SELECT 1 FROM attempt_logs WHERE attempt_id = CAST(@id AS bigint))`
 
 // reportUpdates returns the attempt's columns a report sets: its state,
 // pid, start, and for a terminal state its end, exit code, error, cause,

@@ -36,6 +36,9 @@ type (
 	Schedules struct{ *core }
 	// Triggers reads and writes event triggers and published events.
 	Triggers struct{ *core }
+	// History makes and drops the day partitions of the history tables
+	// (run_events, attempt_logs, attempt_log_chunks).
+	History struct{ *core }
 )
 
 // Runs returns the runs repository on s.
@@ -80,6 +83,9 @@ func (s *Store) Schedules() Schedules { return s.schedules() }
 // Triggers returns the triggers repository on s.
 func (s *Store) Triggers() Triggers { return s.triggers() }
 
+// History returns the history partitions repository on s.
+func (s *Store) History() History { return s.history() }
+
 func (c *core) runs() Runs           { return Runs{c} }
 func (c *core) actions() Actions     { return Actions{c} }
 func (c *core) tasks() Tasks         { return Tasks{c} }
@@ -94,3 +100,4 @@ func (c *core) tokens() Tokens       { return Tokens{c} }
 func (c *core) templates() Templates { return Templates{c} }
 func (c *core) schedules() Schedules { return Schedules{c} }
 func (c *core) triggers() Triggers   { return Triggers{c} }
+func (c *core) history() History     { return History{c} }

@@ -150,7 +150,7 @@ func TestReapExpired(t *testing.T) {
 	require.ElementsMatch(t, []domain.RunKey{parent, kid}, res.Deleted)
 	require.Equal(t, []string{parentWorker}, res.Workers, "the worker that ran parent's attempts")
 	require.Equal(t, map[string]int{"runs": 0, "actions": 0, "tasks": 0, "attempts": 0, "run_events": 0,
-		"orphan_attempts": 0}, rowsOf(t, db, parent.Run, kid.Run))
+		"orphan_attempts": 0, "attempt_logs": 0, "attempt_log_chunks": 0, "orphan_logs": 0}, rowsOf(t, db, parent.Run, kid.Run))
 	require.Equal(t, youngRows, rowsOf(t, db, young.Run))
 	require.Equal(t, busyRows, rowsOf(t, db, busy.Run))
 	keys, err = st.Runs().ExpiredRuns(ctx, now, 10)

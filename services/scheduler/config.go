@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
+	"github.com/capstan-run/capstan/services/scheduler/internal/history"
 	"github.com/capstan-run/capstan/services/scheduler/internal/retention"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
@@ -124,6 +125,13 @@ type config struct {
 	// writes each expired run to before it deletes it, as the api does
 	// for a DELETE (set both alike). Default unset: the archive is off.
 	ArchiveURL string `env:"CAPSTAN_ARCHIVE_URL"`
+	// PartitionInterval is how often the leader makes the history tables'
+	// coming day partitions (and drops those behind the retention horizon).
+	// Default 1h.
+	PartitionInterval time.Duration `env:"CAPSTAN_PARTITION_INTERVAL" envDefault:"1h"`
+	// PartitionAhead is how many days after today get their partitions of
+	// the history tables ahead of time, 1 to 90. Default 3.
+	PartitionAhead int `env:"CAPSTAN_PARTITION_AHEAD" envDefault:"3"`
 }
 
 // scheduler returns the scheduler's part of the config; queues is the
@@ -132,6 +140,9 @@ type config struct {
 func (c config) validate() error {
 	if c.MetricsRefresh < 0 {
 		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
+	}
+	if c.PartitionAhead < 1 {
+		return fmt.Errorf("CAPSTAN_PARTITION_AHEAD: %d days, want 1 or more", c.PartitionAhead)
 	}
 	var errs []error
 	for name, v := range map[string]string{"CAPSTAN_RETENTION_AFTER_SUCCESS": c.RetentionAfterSuccess,
@@ -143,13 +154,20 @@ func (c config) validate() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate(), c.retention().Validate())
+	return errors.Join(c.scheduler(nil).Validate(), c.firing().Validate(), c.retention().Validate(),
+		c.history(history.KeepAll).Validate())
 }
 
 // retention returns the reaper's part of the config.
 func (c config) retention() retention.Config {
 	return retention.Config{Defaults: domain.TTL{AfterSuccess: c.RetentionAfterSuccess, AfterFailure: c.RetentionAfterFailure,
 		AfterCompletion: c.RetentionAfterCompletion}, Interval: c.RetentionInterval, Batch: c.RetentionBatch}
+}
+
+// history returns the history partition keeper's part of the config;
+// dropBefore is its horizon (history.Config.DropBefore).
+func (c config) history(dropBefore func(time.Time) (time.Time, bool)) history.Config {
+	return history.Config{Interval: c.PartitionInterval, Ahead: c.PartitionAhead, DropBefore: dropBefore}
 }
 
 // firing returns the schedule firing loop's part of the config.

@@ -90,3 +90,25 @@ func TestCacheSweepInterval(t *testing.T) {
 	negative := parse(t, map[string]string{"CAPSTAN_CACHE_SWEEP_INTERVAL": "-1s"})
 	require.ErrorContains(t, negative.validate(), "Cache.SweepInterval: -1s is negative")
 }
+
+// TestPartitionSettings: CAPSTAN_PARTITION_INTERVAL and _AHEAD are the
+// history keeper's Interval (default 1h) and Ahead (3 days); an Ahead below
+// 1 or above 90, or a negative interval, is refused before anything
+// connects.
+func TestPartitionSettings(t *testing.T) {
+	t.Parallel()
+	def := parse(t, map[string]string{})
+	require.NoError(t, def.validate())
+	require.Equal(t, time.Hour, def.history(nil).Interval)
+	require.Equal(t, 3, def.history(nil).Ahead)
+	set := parse(t, map[string]string{"CAPSTAN_PARTITION_INTERVAL": "10m", "CAPSTAN_PARTITION_AHEAD": "7"})
+	require.NoError(t, set.validate())
+	require.Equal(t, 10*time.Minute, set.history(nil).Interval)
+	require.Equal(t, 7, set.history(nil).Ahead)
+	for v, msg := range map[string]string{"0": "CAPSTAN_PARTITION_AHEAD: 0 days", "91": "Ahead: 91 days"} {
+		bad := parse(t, map[string]string{"CAPSTAN_PARTITION_AHEAD": v})
+		require.ErrorContains(t, bad.validate(), msg)
+	}
+	negative := parse(t, map[string]string{"CAPSTAN_PARTITION_INTERVAL": "-1m"})
+	require.ErrorContains(t, negative.validate(), "Interval: -1m0s is negative")
+}

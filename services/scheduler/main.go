@@ -1,6 +1,7 @@
 // Command capstan-scheduler makes Capstan's decisions: run expansion and
 // progression, retries with backoff, schedules' firings, and (as the one
-// leader) task placement and the deletion of expired runs.
+// leader) task placement, the deletion of expired runs and the history
+// tables' day partitions.
 // It serves /healthz, /readyz and /metrics on CAPSTAN_METRICS_ADDR.
 // Configuration is read from the environment: see config.
 package main
@@ -21,6 +22,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
+	"github.com/capstan-run/capstan/services/scheduler/internal/history"
 	"github.com/capstan-run/capstan/services/scheduler/internal/retention"
 	"github.com/capstan-run/capstan/services/scheduler/internal/scheduler"
 	"github.com/hibiken/asynq"
@@ -90,6 +92,10 @@ func run(cfg config, log *slog.Logger) error {
 			return err
 		}
 		wg.Go(func() { reaper.Run(ctx, sched.IsLeader) })
+		// The leader keeps the history tables' day partitions, dropping
+		// those older than the oldest run left (store.History.Horizon).
+		parts := history.New(deps.Store, log, deps.Registry, cfg.history(history.OldestRun(deps.Store, log)))
+		wg.Go(func() { parts.Run(ctx, sched.IsLeader) })
 		log.Info("scheduler started", "metrics", health.Addr())
 		fire.Start(ctx)
 		sched.Run(ctx)

@@ -48,9 +48,24 @@ func NewURL(t testing.TB) string {
 	if templateErr != nil {
 		t.Fatalf("storetest: template database: %v (is scripts/dev-deps.sh start running?)", templateErr)
 	}
+	return newDB(t, templateName)
+}
+
+// NewEmptyURL creates a database without any migration applied for t,
+// drops it when t ends, and returns its URL.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDB(t, "template1")
+}
+
+// newDB creates a database for t from template, drops it when t ends, and
+// returns its URL.
+func newDB(t testing.TB, template string) string {
+	t.Helper()
+	ctx := context.Background()
 	admin := open(t, AdminURL())
 	name := "capstan_test_" + strings.ReplaceAll(uuid.NewString()[:18], "-", "")
-	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateName)); err != nil {
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
 		t.Fatalf("storetest: create database: %v", err)
 	}
 	t.Cleanup(func() {

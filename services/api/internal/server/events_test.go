@@ -2,11 +2,14 @@ package server
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
@@ -38,7 +41,18 @@ func newFeedFixture(t *testing.T) *fixture {
 		Ready: func(context.Context) error { return nil }, Feed: hub}, Config{AdminToken: testAdminToken})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, store: st, redis: rdb}
+	return &fixture{srv: srv, store: st, redis: rdb, url: url}
+}
+
+// sql opens the fixture's database (newFeedFixture) for statements a test
+// makes itself.
+func (f *fixture) sql(t *testing.T) *sql.DB {
+	t.Helper()
+	require.NotEmpty(t, f.url, "a fixture of newFeedFixture")
+	db, err := sql.Open("pgx", f.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // stream opens path (an events stream), with Last-Event-ID lastID when set.
@@ -111,4 +125,44 @@ func TestWatchRunEventsStoredLiveEndAndResume(t *testing.T) {
 func jsonID(v any) string {
 	raw, _ := json.Marshal(v)
 	return string(raw)
+}
+
+// A stream resumed with Last-Event-ID sends every later event once, in id
+// order, when they fall in two day partitions and their created_at does
+// not follow their ids: one run's stream and its domain's alike.
+func TestEventStreamsResumeAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	f := newFeedFixture(t)
+	db := f.sql(t)
+	status, _, body := f.do(t, http.MethodPost, runsPath, `{"name":"days","spec":{"steps":[{"name":"s","command":"x"}]}}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	yesterday := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	_, err := f.store.History().EnsurePartitions(context.Background(), yesterday, 2)
+	require.NoError(t, err)
+	var created string
+	require.NoError(t, db.QueryRow(`SELECT max(id)::text FROM run_events WHERE run_name = 'days'`).Scan(&created))
+	var want []sseEvent
+	for i, at := range []time.Time{yesterday.Add(23 * time.Hour), yesterday.Add(24*time.Hour + time.Minute),
+		yesterday.Add(23*time.Hour + 30*time.Minute), yesterday.Add(25 * time.Hour)} {
+		var id int64
+		typ := fmt.Sprint("test.e", i)
+		require.NoError(t, db.QueryRow(`INSERT INTO run_events (project, domain, run_name, type, created_at)
+			VALUES ('demo', 'dev', 'days', $1, $2) RETURNING id`, typ, at).Scan(&id))
+		want = append(want, sseEvent{id: fmt.Sprint(id), event: typ})
+	}
+	var homes int
+	require.NoError(t, db.QueryRow(`SELECT count(DISTINCT tableoid) FROM run_events WHERE type LIKE 'test.e%'`).Scan(&homes))
+	require.Equal(t, 2, homes, "the events are in two partitions")
+
+	for _, path := range []string{runsPath + "/days/events", "/v1/projects/demo/domains/dev/events"} {
+		for from, after := range []string{created, want[1].id} {
+			events := f.stream(t, path, after)
+			var got []sseEvent
+			for range want[from*2:] {
+				ev := next(t, events)
+				got = append(got, sseEvent{id: ev.id, event: ev.event})
+			}
+			require.Equal(t, want[from*2:], got, "%s after %s", path, after)
+		}
+	}
 }

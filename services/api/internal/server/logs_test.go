@@ -216,3 +216,30 @@ func TestFollowAnAttemptThatShippedNothingSendsItsFinalOutput(t *testing.T) {
 	require.Equal(t, sseEvent{event: "end", data: "SUCCEEDED"}, next(t, events))
 	closes(t, events, "the stream closes after end")
 }
+
+// An attempt's chunks in two day partitions read back whole, in order, as
+// JSON and as a stream resumed after the older one.
+func TestLogsReadAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	f := newFeedFixture(t)
+	id, path := logsRun(t, f, "logs-days")
+	f.report(t, id, `{"state":"RUNNING"}`)
+	yesterday := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	_, err := f.store.History().EnsurePartitions(context.Background(), yesterday, 2)
+	require.NoError(t, err)
+	var seq string
+	require.NoError(t, f.sql(t).QueryRow(`INSERT INTO attempt_log_chunks (attempt_id, stream, data, byte_offset, created_at)
+		VALUES ($1, 'stdout', $2, 0, $3) RETURNING seq::text`, id, "one\n", yesterday.Add(23*time.Hour)).Scan(&seq))
+	f.appendLogs(t, id, http.StatusNoContent, `{"stream":"stdout","data":"two\n"}`, `{"stream":"stderr","data":"e\n"}`)
+
+	status, _, logs := f.do(t, http.MethodGet, path, "")
+	require.Equal(t, http.StatusOK, status, logs)
+	require.Equal(t, map[string]any{"stdout": "one\ntwo\n", "stderr": "e\n", "truncated": false}, logs)
+	events := readEvents(t, f.follow(t, path, ""))
+	require.Equal(t, sseEvent{id: seq, event: "stdout", data: "one\n"}, next(t, events))
+	require.Equal(t, "stdout two\n", func() string { ev := next(t, events); return ev.event + " " + ev.data }())
+	resumed := readEvents(t, f.follow(t, path, seq))
+	require.Equal(t, "stdout two\n", func() string { ev := next(t, resumed); return ev.event + " " + ev.data }(),
+		"Last-Event-ID resumes after yesterday's chunk")
+	require.Equal(t, "stderr", next(t, resumed).event)
+}

@@ -29,6 +29,9 @@ type fixture struct {
 	store *store.Store
 	// redis is the test's own Redis database, which the server enqueues into.
 	redis asynq.RedisClientOpt
+	// url is the URL of store's database (newFeedFixture's; "" for the
+	// others).
+	url string
 }
 
 func newFixture(t testing.TB) *fixture {

@@ -72,8 +72,9 @@ func TestRowFloorWritesWhatARunWrites(t *testing.T) {
 
 // rowWrites describes what was written to the database at url, run name
 // being the only run in it: each table's counts of inserted and updated
-// rows, its events, and its final rows without the columns that differ
-// from one run to another (names, ids, times).
+// rows (a partitioned table's, run_events', summed over its partitions),
+// its events, and its final rows without the columns that differ from one
+// run to another (names, ids, times).
 func rowWrites(t *testing.T, url, name string) map[string]string {
 	t.Helper()
 	db, err := sql.Open("pgx", url)
@@ -83,8 +84,9 @@ func rowWrites(t *testing.T, url, name string) map[string]string {
 	defer db.Close()
 	out := map[string]string{}
 	for k, q := range map[string]string{
-		"writes": `SELECT json_agg(x ORDER BY relname) FROM (SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables
-			WHERE relname IN ('runs', 'actions', 'tasks', 'attempts', 'run_events')) x`,
+		"writes": `SELECT json_agg(x ORDER BY relname) FROM (SELECT coalesce(pg_partition_root(relid), relid)::regclass::text AS relname,
+			sum(n_tup_ins) AS n_tup_ins, sum(n_tup_upd) AS n_tup_upd FROM pg_stat_user_tables GROUP BY 1) x
+			WHERE relname IN ('runs', 'actions', 'tasks', 'attempts', 'run_events')`,
 		"events": `SELECT json_agg(x ORDER BY id) FROM (SELECT id, action_name, type, task_id IS NOT NULL AS task,
 			attempt_id IS NOT NULL AS attempt, CASE WHEN type = 'task.assigned' THEN '{}' ELSE data END AS data
 			FROM run_events WHERE run_name = $1) x`,
