@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -277,35 +275,12 @@ func (h *historyBench) dispatchTimes(b *testing.B, names []string, keep func(cre
 	return lat
 }
 
-// getRuns offers GET run over names at rate per second for dur, open loop
-// (as BenchmarkAPIGetRun), and returns the p50 and p99.
+// getRuns offers GET run over names at rate per second for dur (as
+// BenchmarkAPIGetRun, offerGets) and returns the p50 and p99.
 func (h *historyBench) getRuns(b *testing.B, names []string, rate int, dur time.Duration) (p50, p99 time.Duration) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 64, 64
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	lat := make([]time.Duration, int(dur.Seconds()*float64(rate)))
-	n, _ := offer(b, rate, dur, func(ctx context.Context, i int, due time.Time) error {
-		url := fmt.Sprintf("%s/v1/projects/%s/domains/%s/runs/%s", h.APIURL, project, domain, names[i%len(names)])
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		h.Authorize(req)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		lat[i] = time.Since(due)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
-		}
-		return err
+	lat, _ := offerGets(b, h.Stack, rate, dur, func(i int) string {
+		return fmt.Sprintf("%s/v1/projects/%s/domains/%s/runs/%s", h.APIURL, project, domain, names[i%len(names)])
 	})
-	lat = lat[:n]
-	slices.Sort(lat)
 	return percentile(lat, 50), percentile(lat, 99)
 }
 
