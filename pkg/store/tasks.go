@@ -204,12 +204,15 @@ func (s Tasks) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, no
 
 // MarkTasksUnschedulable makes an action's PENDING tasks past their
 // scheduling deadline UNSCHEDULABLE, writes a "task.unschedulable" event and
-// returns how many it changed.
+// returns how many it changed. It locks every unfinished task of the
+// action, in id order, so that the kill of its survivors that may follow
+// (KillUnfinishedTasks) locks only rows the transaction holds.
 func (s Tasks) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
-	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
-			AND action_name = ? AND state IN `+sqlPending+` AND scheduling_deadline < ? ORDER BY id FOR UPDATE)
+	res := s.exec(ctx, `WITH l AS (SELECT id, state, scheduling_deadline FROM tasks WHERE project = ? AND domain = ?
+			AND run_name = ? AND action_name = ? AND state IN `+sqlUnfinished+` ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
-		FROM l WHERE tasks.id = l.id`, key.Project, key.Domain, key.Run, key.Action, now, domain.TaskUnschedulable, now, now)
+		FROM l WHERE tasks.id = l.id AND l.state IN `+sqlPending+` AND l.scheduling_deadline < ?`,
+		key.Project, key.Domain, key.Run, key.Action, domain.TaskUnschedulable, now, now, now)
 	if res.Error != nil || res.RowsAffected == 0 {
 		return 0, mapErr(res.Error)
 	}

@@ -99,24 +99,34 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, 
 // applied, and the evaluation runs again. Idempotent: an evaluated attempt
 // is skipped. It returns the evaluations of the attempts it claimed.
 func (s *Scheduler) evaluateAttempts(ctx context.Context, ids []int64) ([]Evaluation, error) {
-	evs, err := s.evaluateOnce(ctx, ids, nil)
-	var first workerFailuresFirst
-	if errors.As(err, &first) {
-		for _, id := range first.attempts {
-			if err := s.recordWorkerFailure(ctx, id); err != nil {
-				return nil, fmt.Errorf("%s: record worker failure of attempt %d: %w", evaluating(ids), id, err)
+	var recorded []int64
+	var whole []domain.ActionKey
+	evs, err := s.evaluateOnce(ctx, ids, recorded, whole)
+	for {
+		var first workerFailuresFirst
+		var siblings siblingsFirst
+		switch {
+		case errors.As(err, &first):
+			for _, id := range first.attempts {
+				if err := s.recordWorkerFailure(ctx, id); err != nil {
+					return nil, fmt.Errorf("%s: record worker failure of attempt %d: %w", evaluating(ids), id, err)
+				}
 			}
+			recorded = append(recorded, first.attempts...)
+		case errors.As(err, &siblings) && !slices.Contains(whole, siblings.action):
+			whole = append(whole, siblings.action)
+		default:
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", evaluating(ids), err)
+			}
+			for _, ev := range evs {
+				s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
+				s.afterEvaluation(ctx, ev)
+			}
+			return evs, nil
 		}
-		evs, err = s.evaluateOnce(ctx, ids, first.attempts)
+		evs, err = s.evaluateOnce(ctx, ids, recorded, whole)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", evaluating(ids), err)
-	}
-	for _, ev := range evs {
-		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
-		s.afterEvaluation(ctx, ev)
-	}
-	return evs, nil
 }
 
 // workerFailuresFirst: the attempts are platform failures whose workers
@@ -127,18 +137,29 @@ func (e workerFailuresFirst) Error() string {
 	return fmt.Sprintf("the worker failures of attempts %v are recorded first", e.attempts)
 }
 
+// siblingsFirst: the evaluation ends the other unfinished tasks of action
+// (a gang's cascade, a failed job's survivors) without holding their locks;
+// taking them now could lock a task below one it holds. The transaction
+// rolls back and runs again with the action's unfinished tasks locked with
+// its own (store.LockAndClaimAttempts's whole).
+type siblingsFirst struct{ action domain.ActionKey }
+
+func (e siblingsFirst) Error() string {
+	return fmt.Sprintf("the unfinished tasks of %s are locked first", e.action)
+}
+
 // evaluateOnce is evaluateAttempts' transaction: it locks the attempts'
 // runs, actions and tasks (the lock order) and claims the attempts
 // (store.LockAndClaimAttempts), then settles and advances them
 // (decideAll). recorded are the attempts whose workers were through ARC's
 // rule (else a platform failure returns workerFailuresFirst). A batch of
 // one whose attempt is missing is asynq.SkipRetry.
-func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64) ([]Evaluation, error) {
+func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64, whole []domain.ActionKey) ([]Evaluation, error) {
 	var evs []Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		evs = nil
 		now := time.Now().UTC()
-		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now)
+		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now, whole...)
 		if err != nil {
 			return fmt.Errorf("lock and claim attempts: %w", err)
 		}
@@ -158,7 +179,7 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64) ([]
 			return workerFailuresFirst{first} // rolls the claims back
 		}
 		evs = make([]Evaluation, len(claimed))
-		return s.decideAll(ctx, tx, claimed, evs, false, now)
+		return s.decideAll(ctx, tx, claimed, evs, false, whole, now)
 	})
 	return evs, err
 }
@@ -192,7 +213,7 @@ func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation,
 	}
 	if w.deriveLater && !only {
 		ev.ActionPhase = domain.Phase(act.Phase)
-	} else if err := s.deriveAction(ctx, tx, ev, act, only, moved, now); err != nil {
+	} else if err := s.deriveAction(ctx, tx, ev, act, only || w.holds(keyOf(act)), only, moved, now); err != nil {
 		return err
 	}
 	return s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now)
@@ -259,6 +280,9 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 		return moved, fmt.Errorf("update outcome of task %d: %w", t.ID, err)
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
+		if !onlyTask(act, t) && !w.holds(keyOf(act)) {
+			return moved, siblingsFirst{keyOf(act)}
+		}
 		if _, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now); err != nil {
 			return moved, fmt.Errorf("exhaust gang siblings of task %d: %w", t.ID, err)
 		}
@@ -272,8 +296,10 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 // survivors. A FAILED job first goes through its step's failure policy
 // (failStep): under on_failure: suspend it waits for a retry or pauses
 // instead of ending. only is onlyTask's answer; moved is set when the
-// task's outcome carried the action's move (onlyTaskMove).
-func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, only, moved bool,
+// task's outcome carried the action's move (onlyTaskMove); held, that the
+// transaction holds every unfinished task of the action (else a kill of
+// survivors is siblingsFirst).
+func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, held, only, moved bool,
 	now time.Time) error {
 	key := keyOf(act)
 	counts := map[domain.TaskState]int{ev.taskState: 1}
@@ -294,7 +320,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 		phase, err := s.failStep(ctx, tx, act, now)
 		if err != nil || phase != "" {
 			ev.ActionPhase = cmp.Or(phase, ev.ActionPhase)
-			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, reason, now))
+			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, held, reason, now))
 		}
 	}
 	if !moved { // else the task's outcome carried this move (onlyTaskMove)
@@ -310,7 +336,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() {
 		return nil
 	}
-	return s.killSurvivors(ctx, tx, ev, key, reason, now)
+	return s.killSurvivors(ctx, tx, ev, key, held, reason, now)
 }
 
 // jobPhase derives an action's phase from its current generation's task
@@ -340,9 +366,14 @@ func onlyTaskMove(act store.Action, state domain.TaskState) *store.PhaseMove {
 // killSurvivors finalizes a job that ended in failure: its unfinished tasks
 // become KILLED and, when any attempt of it is still live, an abort is
 // requested so the reconciler stops those processes (Iris's
-// _mark_remaining_tasks_killed and _finalize_terminal_job).
+// _mark_remaining_tasks_killed and _finalize_terminal_job). held: the
+// transaction holds every unfinished task of the action; else it returns
+// siblingsFirst before locking any.
 func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Evaluation, key domain.ActionKey,
-	reason string, now time.Time) error {
+	held bool, reason string, now time.Time) error {
+	if !held {
+		return siblingsFirst{key}
+	}
 	n, err := tx.Tasks().KillUnfinishedTasks(ctx, key, now)
 	if err != nil {
 		return fmt.Errorf("kill unfinished tasks of %s: %w", key, err)
