@@ -785,7 +785,7 @@ func TestDockerfileChecksFail(t *testing.T) {
 			"USER 10001:10001": "USER root",
 			`ENTRYPOINT ["/usr/local/bin/capstan-service"]`: `ENTRYPOINT ["/usr/local/bin/capstan"]`,
 			"COPY services/ ./services/":                    "COPY services/ cmd/ ./",
-			"-trimpath -ldflags":                            "-ldflags",
+			"-trimpath -tags":                               "-tags",
 		} {
 			require.Contains(t, broken, old, "the breakage applies to the real Dockerfile")
 			broken = strings.Replace(broken, old, repl, 1)

@@ -51,7 +51,8 @@ type config struct {
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
 	// ArchiveURL is the gocloud.dev blob URL of the archive a delete of a
 	// run writes the run to first (file:///var/lib/capstan/archive,
-	// s3://bucket?region=…, gs://bucket, azblob://container), read back by
+	// s3://bucket?region=…; gs:// and azblob:// with the build tags
+	// archive_gcs and archive_azblob), read back by
 	// GET .../archived-runs/{run}. Default unset: the archive is off and a
 	// delete keeps nothing.
 	ArchiveURL string `env:"CAPSTAN_ARCHIVE_URL"`
