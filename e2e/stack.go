@@ -93,6 +93,10 @@ type Options struct {
 	// stack uses (flushed first) instead of a database redistest leases on
 	// the test Redis: the benchmarks run their own server.
 	Redis asynq.RedisClientOpt
+	// DatabaseURL, when set, is the migrated database the stack uses
+	// instead of a fresh one on the test Postgres: a test that pauses
+	// Postgres gives its own (StartPostgres).
+	DatabaseURL string
 }
 
 // testEnv are the settings tests run the services with: debug logs, and
@@ -131,7 +135,11 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	if rdb.Addr == "" {
 		rdb = redistest.New(t)
 	}
-	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: storetest.NewURL(t),
+	dbURL := o.DatabaseURL
+	if dbURL == "" {
+		dbURL = storetest.NewURL(t)
+	}
+	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: dbURL,
 		RedisDB: rdb.DB, RedisAddr: rdb.Addr, procs: map[string]*Proc{}, opts: o}
 	if o.Redis.Addr != "" {
 		s.FlushRedis() // redistest flushes the databases it leases

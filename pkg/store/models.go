@@ -289,7 +289,7 @@ type Worker struct {
 	Version         int64     `json:"version"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
-	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+	LastHeartbeatAt time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
 }
 
 // RunEvent is a row of run_events, the append-only audit trail.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -22,7 +23,9 @@ type config struct {
 	// Default 10.
 	AbortMaxAttempts int `env:"ABORT_MAX_ATTEMPTS"`
 	// WorkerGrace is how long a worker may miss heartbeats before it is
-	// shown as unresponsive. Default 5s.
+	// shown as unresponsive; the api stamps that it serves heartbeats every
+	// min(WorkerGrace/4, 1s) (the scheduler's liveness fence reads it: set
+	// it alike on both). Default 5s.
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE"`
 	// MaxBodyBytes caps request bodies, in bytes, but an attempt report's
 	// (at least 8 MiB: it carries a task's outputs). Default 1048576 (1 MiB).
@@ -77,6 +80,13 @@ func parseConfig(args []string, opts env.Options) (config, error) {
 
 // validate checks what the env tags cannot: the server's ranges.
 func (c config) validate() error { return c.server().Validate() }
+
+// stampEvery is the heartbeat path's stamp period: min(WorkerGrace/4, 1s),
+// the scheduler's liveness tick, so that a stamp is never older than half
+// the grace (its outage limit) while the api serves.
+func (c config) stampEvery() time.Duration {
+	return min(cmp.Or(c.WorkerGrace, server.DefaultWorkerGrace)/4, time.Second)
+}
 
 // server returns the server's part of the config.
 func (c config) server() server.Config {

@@ -52,7 +52,11 @@ type config struct {
 	// Default 5m.
 	ResyncPeriod time.Duration `env:"CAPSTAN_RESYNC_PERIOD" envDefault:"5m"`
 	// WorkerGrace: a worker silent this long is dead: its attempts become
-	// WORKER_FAILED and are requeued. Default 5s (five heartbeats).
+	// WORKER_FAILED and are requeued. Silence counts only while the
+	// scheduler and the api's heartbeat stamps worked (a gap of half the
+	// grace restarts it), and more than half of the workers silent at once
+	// wait a second grace. Set it alike on the api. Default 5s (five
+	// heartbeats).
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"5s"`
 	// HeartbeatInterval is the executors' CAPSTAN_HEARTBEAT_INTERVAL: a
 	// cache reservation lives 3 heartbeats unless its owner still works.

@@ -102,14 +102,14 @@ func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) 
 	return stop, nil, nil
 }
 
-// recordBeat records worker id's heartbeat, arrived at at, in one
-// transaction: of the attempts it holds (held), those to stop (StopList);
-// then the attempts placed on it that it no longer holds, ended
-// WORKER_FAILED as domain.LossOnBeat of its previous heartbeat declares
-// them lost (LoseUnheldAttempts); then its last heartbeat and its sticky
-// draining flag (RecordBeat): attempts before the worker, as the lock
-// order asks. Errors: store.ErrNotFound when the worker is unknown or
-// dead (it must re-register).
+// recordBeat records worker id's heartbeat in one transaction: of the
+// attempts it holds (held), those to stop (StopList); then the attempts
+// placed on it that it no longer holds, ended WORKER_FAILED at at as
+// domain.LossOnBeat of its previous heartbeat declares them lost
+// (LoseUnheldAttempts); then its last heartbeat, stamped with Postgres's
+// clock, and its sticky draining flag (RecordBeat): attempts before the
+// worker, as the lock order asks. Errors: store.ErrNotFound when the
+// worker is unknown or dead (it must re-register).
 func recordBeat(ctx context.Context, st *store.Store, id string, held []int64, draining bool, at time.Time) (
 	stop []int64, lost []store.LostAttempt, err error) {
 	err = st.InTx(ctx, func(tx *store.Store) error {
@@ -123,7 +123,7 @@ func recordBeat(ctx context.Context, st *store.Store, id string, held []int64, d
 		if lost, err = tx.Workers().LoseUnheldAttempts(ctx, id, held, domain.LossOnBeat(previous), at); err != nil {
 			return err
 		}
-		return tx.Workers().RecordBeat(ctx, id, at, draining)
+		return tx.Workers().RecordBeat(ctx, id, draining)
 	})
 	return stop, lost, err
 }

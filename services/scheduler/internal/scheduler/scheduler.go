@@ -66,7 +66,8 @@ func (c Config) Validate() error {
 		"Resync.Period": c.Resync.Period, "Resync.DispatchGrace": c.Resync.DispatchGrace,
 		"Liveness.DeadRetention": c.Liveness.DeadRetention, "Workflow.FailedBackoffCap": c.Workflow.FailedBackoffCap,
 		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap, "Cache.ReservationTTL": c.Cache.ReservationTTL,
-		"Cache.SweepInterval": c.Cache.SweepInterval, "Cache.ReservationRetention": c.Cache.ReservationRetention} {
+		"Cache.SweepInterval": c.Cache.SweepInterval, "Cache.ReservationRetention": c.Cache.ReservationRetention,
+		"Liveness.Outage": c.Liveness.Outage} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is negative", name, d))
 		}
