@@ -23,6 +23,13 @@ type Isolation struct {
 	// SIGTERM, SIGINT or SIGHUP it gets is passed on to every process of the
 	// namespace (kill(-1)).
 	PIDNamespace bool
+	// PrivateTmp, when set, is a directory the attempt's user owns that
+	// the shim mounts (a bind mount, nosuid, nodev) on /tmp, /var/tmp and
+	// /dev/shm, in a mount namespace of its own (CLONE_NEWNS, with every
+	// mount private to it): what the attempt leaves there goes with its
+	// directory, and no later attempt that gets the same uid finds it. The
+	// shim has an IPC namespace of its own (CLONE_NEWIPC) too.
+	PrivateTmp string
 	// NoNetwork gives the shim a new network namespace (CLONE_NEWNET) with
 	// only its loopback interface, brought up: nothing outside it is
 	// reachable, not even the host's loopback services.
@@ -59,10 +66,15 @@ type shimOpts struct {
 	data                int64
 	umask               int // -1: leave it
 	hold                int // files from fd 4 on
+	tmp                 string
 }
 
+// tmpOpt is the last of the shim's options when there is one: the rest of
+// the argument, commas included, is the directory.
+const tmpOpt = "tmp="
+
 // encode is the shim's options argument: a comma list of init, lo, nnp,
-// nproc=N, data=BYTES, umask=OCTAL, hold=N.
+// nproc=N, data=BYTES, umask=OCTAL, hold=N, then tmp=DIR.
 func (iso *Isolation) encode() string {
 	if iso == nil {
 		return ""
@@ -80,6 +92,7 @@ func (iso *Isolation) encode() string {
 	add(iso.MaxData > 0, "data="+strconv.FormatInt(iso.MaxData, 10))
 	add(iso.Umask != nil, "umask="+strconv.FormatInt(int64(deref(iso.Umask)), 8))
 	add(len(iso.Hold) > 0, "hold="+strconv.Itoa(len(iso.Hold)))
+	add(iso.PrivateTmp != "", tmpOpt+iso.PrivateTmp)
 	return strings.Join(opts, ",")
 }
 
@@ -93,6 +106,9 @@ func deref(p *int) int {
 // parseShimOpts reads encode's argument.
 func parseShimOpts(s string) (shimOpts, error) {
 	o := shimOpts{umask: -1}
+	if i := strings.Index(","+s, ","+tmpOpt); i >= 0 {
+		s, o.tmp = strings.TrimSuffix(s[:i], ","), s[i+len(tmpOpt):]
+	}
 	for _, opt := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
 		k, v, _ := strings.Cut(opt, "=")
 		var err error
@@ -139,6 +155,9 @@ func (iso *Isolation) sysProcAttr() *syscall.SysProcAttr {
 	if iso.NoNetwork {
 		attr.Cloneflags |= syscall.CLONE_NEWNET
 	}
+	if iso.PrivateTmp != "" {
+		attr.Cloneflags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+	}
 	if iso.Cgroup != nil {
 		attr.UseCgroupFD, attr.CgroupFD = true, int(iso.Cgroup.Fd())
 	}
@@ -147,8 +166,14 @@ func (iso *Isolation) sysProcAttr() *syscall.SysProcAttr {
 
 // prepare applies to the shim itself what its child inherits: no new
 // privileges, the umask, the process limit (root, the shim, is exempt from
-// it), the loopback interface up and the files it holds closed on exec.
+// it), the loopback interface up, the private temporary directories and
+// the files it holds closed on exec.
 func (o shimOpts) prepare() error {
+	if o.tmp != "" {
+		if err := privateTmp(o.tmp); err != nil {
+			return err
+		}
+	}
 	for fd := shimStatusFD + 1; fd <= shimStatusFD+o.hold; fd++ {
 		syscall.CloseOnExec(fd)
 	}
@@ -184,6 +209,38 @@ func (o shimOpts) limited(argv []string) []string {
 	}
 	script := fmt.Sprintf(`ulimit -d %d && exec "$@"`, max(o.data>>10, 1))
 	return append([]string{Shell, "-c", script, "capstan-limit"}, argv...)
+}
+
+// tmpDirs are where a private temporary directory is mounted, those of
+// them that exist.
+var tmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// privateTmp makes every mount of the shim's mount namespace private (so
+// nothing it mounts reaches the host's) and mounts dir on each of tmpDirs.
+func privateTmp(dir string) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mounts: %w", err)
+	}
+	// dir may be under a target: hold it open, so that each mount finds it.
+	src, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("private tmp: %w", err)
+	}
+	defer unix.Close(src)
+	srcPath := "/proc/self/fd/" + strconv.Itoa(src)
+	for _, target := range tmpDirs {
+		if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount(srcPath, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", dir, target, err)
+		}
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("remount %s: %w", target, err)
+		}
+	}
+	return nil
 }
 
 // loopbackUp brings the network namespace's loopback interface up.

@@ -29,7 +29,7 @@ const (
 	uidMaxProcs
 	uidMaxData
 	uidHold
-	uidUmask
+	uidPrivateTmp
 )
 
 // requireRoot skips a test that needs the executor's privileges: switching
@@ -89,16 +89,23 @@ func TestNamespaceKillEndsEveryProcess(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	require.NoError(t, os.Chmod(dir, 0o777))
+	// The shell ignores SIGTERM only once its child started: a shell
+	// cannot trap a signal that was ignored when it started.
 	p := isolated(t, uidNamespaceKill, runner.Isolation{},
-		`setsid sh -c 'trap "echo got TERM; exit 0" TERM; while :; do sleep 0.05; done' & trap '' TERM; touch `+ready+`; wait`)
-	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, waitFor, tick)
+		`setsid sh -c 'trap "echo got TERM; exit 0" TERM; touch `+ready+`; while :; do sleep 0.05; done' & `+
+			`trap '' TERM; touch `+ready+`-main; wait`)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(ready)
+		_, errMain := os.Stat(ready + "-main")
+		return err == nil && errMain == nil
+	}, waitFor, tick)
 	require.NoError(t, p.Kill(5*time.Second))
 	res := p.Wait()
 	require.Contains(t, string(res.Stdout), "got TERM", "the setsid process got the SIGTERM")
 	requireNoneLeft(t, uidNamespaceKill)
 
 	stubborn := isolated(t, uidNamespaceStubborn, runner.Isolation{},
-		`setsid sh -c 'trap "" TERM; exec sleep 600' & trap '' TERM; touch `+ready+`2; wait`)
+		`trap '' TERM; setsid sh -c 'trap "" TERM; touch `+ready+`2; exec sleep 600' & wait`)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready + "2"); return err == nil }, waitFor, tick)
 	began := time.Now()
 	const grace = 300 * time.Millisecond
@@ -189,6 +196,25 @@ func TestHoldKeepsTheFileFromTheProcess(t *testing.T) {
 	require.Equal(t, "0\n", string(res.Stdout), "the shell does not hold the lock")
 	require.NoError(t, unix.Flock(int(again.Fd()), unix.LOCK_EX|unix.LOCK_NB), "released with the shim")
 	requireNoneLeft(t, uidHold)
+}
+
+// TestPrivateTmpIsTheAttempts: what the process writes to /tmp and
+// /dev/shm lands in its own directory, not the host's.
+func TestPrivateTmpIsTheAttempts(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	tmp := t.TempDir()
+	require.NoError(t, os.Chown(tmp, uidPrivateTmp, uidPrivateTmp))
+	name := fmt.Sprintf("capstan-private-tmp-%d", os.Getpid())
+	res := isolated(t, uidPrivateTmp, runner.Isolation{PrivateTmp: tmp},
+		`echo a > /tmp/`+name+` && echo b > /dev/shm/`+name+`.shm && ls /tmp`).Wait()
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	require.Equal(t, name+"\n"+name+".shm\n", string(res.Stdout), "/tmp and /dev/shm are one directory, the attempt's")
+	_, err := os.Stat("/tmp/" + name)
+	require.ErrorIs(t, err, os.ErrNotExist, "the host's /tmp is untouched")
+	b, err := os.ReadFile(filepath.Join(tmp, name))
+	require.NoError(t, err)
+	require.Equal(t, "a\n", string(b))
 }
 
 // TestIsolationNeedsPrivileges: a failure to make the namespace is the
