@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +32,11 @@ type Isolation struct {
 	// directory, and no later attempt that gets the same uid finds it. The
 	// shim has an IPC namespace of its own (CLONE_NEWIPC) too.
 	PrivateTmp string
+	// KeepPaths are directories under /tmp, /var/tmp or /dev/shm that stay
+	// where they are over PrivateTmp (mounted back on their paths): the
+	// executor's data directory when it is there, so that the attempt's
+	// directories keep their paths.
+	KeepPaths []string
 	// NoNetwork gives the shim a new network namespace (CLONE_NEWNET) with
 	// only its loopback interface, brought up: nothing outside it is
 	// reachable, not even the host's loopback services.
@@ -59,82 +66,42 @@ type Isolation struct {
 	Hold []*os.File
 }
 
-// shimOpts is the shim's view of an Isolation: the flags it acts on itself.
+// shimOpts is the shim's view of an Isolation: what it does itself, as
+// JSON in its options argument.
 type shimOpts struct {
-	init, loopback, nnp bool
-	nproc               int
-	data                int64
-	umask               int // -1: leave it
-	hold                int // files from fd 4 on
-	tmp                 string
+	Init     bool     `json:"init,omitempty"`
+	Loopback bool     `json:"lo,omitempty"`
+	NNP      bool     `json:"nnp,omitempty"`
+	NProc    int      `json:"nproc,omitempty"`
+	Data     int64    `json:"data,omitempty"`
+	Umask    *int     `json:"umask,omitempty"`
+	Hold     int      `json:"hold,omitempty"` // files from fd 4 on
+	Tmp      string   `json:"tmp,omitempty"`
+	Keep     []string `json:"keep,omitempty"`
 }
 
-// tmpOpt is the last of the shim's options when there is one: the rest of
-// the argument, commas included, is the directory.
-const tmpOpt = "tmp="
-
-// encode is the shim's options argument: a comma list of init, lo, nnp,
-// nproc=N, data=BYTES, umask=OCTAL, hold=N, then tmp=DIR.
+// encode is the shim's options argument: shimOpts as JSON, "" for none.
 func (iso *Isolation) encode() string {
 	if iso == nil {
 		return ""
 	}
-	var opts []string
-	add := func(on bool, opt string) {
-		if on {
-			opts = append(opts, opt)
-		}
+	b, err := json.Marshal(shimOpts{Init: iso.PIDNamespace, Loopback: iso.NoNetwork, NNP: iso.NoNewPrivs,
+		NProc: iso.MaxProcs, Data: iso.MaxData, Umask: iso.Umask, Hold: len(iso.Hold), Tmp: iso.PrivateTmp,
+		Keep: iso.KeepPaths})
+	if err != nil {
+		panic(err) // plain fields: it cannot fail
 	}
-	add(iso.PIDNamespace, "init")
-	add(iso.NoNetwork, "lo")
-	add(iso.NoNewPrivs, "nnp")
-	add(iso.MaxProcs > 0, "nproc="+strconv.Itoa(iso.MaxProcs))
-	add(iso.MaxData > 0, "data="+strconv.FormatInt(iso.MaxData, 10))
-	add(iso.Umask != nil, "umask="+strconv.FormatInt(int64(deref(iso.Umask)), 8))
-	add(len(iso.Hold) > 0, "hold="+strconv.Itoa(len(iso.Hold)))
-	add(iso.PrivateTmp != "", tmpOpt+iso.PrivateTmp)
-	return strings.Join(opts, ",")
-}
-
-func deref(p *int) int {
-	if p == nil {
-		return 0
-	}
-	return *p
+	return string(b)
 }
 
 // parseShimOpts reads encode's argument.
 func parseShimOpts(s string) (shimOpts, error) {
-	o := shimOpts{umask: -1}
-	if i := strings.Index(","+s, ","+tmpOpt); i >= 0 {
-		s, o.tmp = strings.TrimSuffix(s[:i], ","), s[i+len(tmpOpt):]
+	var o shimOpts
+	if s == "" {
+		return o, nil
 	}
-	for _, opt := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
-		k, v, _ := strings.Cut(opt, "=")
-		var err error
-		switch k {
-		case "init":
-			o.init = true
-		case "lo":
-			o.loopback = true
-		case "nnp":
-			o.nnp = true
-		case "nproc":
-			o.nproc, err = strconv.Atoi(v)
-		case "data":
-			o.data, err = strconv.ParseInt(v, 10, 64)
-		case "umask":
-			var u int64
-			u, err = strconv.ParseInt(v, 8, 32)
-			o.umask = int(u)
-		case "hold":
-			o.hold, err = strconv.Atoi(v)
-		default:
-			err = fmt.Errorf("unknown option %q", k)
-		}
-		if err != nil {
-			return shimOpts{}, fmt.Errorf("bad shim option %q: %w", opt, err)
-		}
+	if err := json.Unmarshal([]byte(s), &o); err != nil {
+		return shimOpts{}, fmt.Errorf("bad shim options %q: %w", s, err)
 	}
 	return o, nil
 }
@@ -169,29 +136,29 @@ func (iso *Isolation) sysProcAttr() *syscall.SysProcAttr {
 // it), the loopback interface up, the private temporary directories and
 // the files it holds closed on exec.
 func (o shimOpts) prepare() error {
-	if o.tmp != "" {
-		if err := privateTmp(o.tmp); err != nil {
+	if o.Tmp != "" {
+		if err := privateTmp(o.Tmp, o.Keep); err != nil {
 			return err
 		}
 	}
-	for fd := shimStatusFD + 1; fd <= shimStatusFD+o.hold; fd++ {
+	for fd := shimStatusFD + 1; fd <= shimStatusFD+o.Hold; fd++ {
 		syscall.CloseOnExec(fd)
 	}
-	if o.nnp {
+	if o.NNP {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("no_new_privs: %w", err)
 		}
 	}
-	if o.umask >= 0 {
-		syscall.Umask(o.umask)
+	if o.Umask != nil {
+		syscall.Umask(*o.Umask)
 	}
-	if o.nproc > 0 {
-		lim := &unix.Rlimit{Cur: uint64(o.nproc), Max: uint64(o.nproc)}
+	if o.NProc > 0 {
+		lim := &unix.Rlimit{Cur: uint64(o.NProc), Max: uint64(o.NProc)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, lim); err != nil {
 			return fmt.Errorf("RLIMIT_NPROC: %w", err)
 		}
 	}
-	if o.loopback {
+	if o.Loopback {
 		return loopbackUp()
 	}
 	return nil
@@ -204,10 +171,10 @@ func (o shimOpts) prepare() error {
 // which an executor may lack), and os/exec has no hook between fork and
 // exec. Without a data limit argv is returned as it is.
 func (o shimOpts) limited(argv []string) []string {
-	if o.data <= 0 {
+	if o.Data <= 0 {
 		return argv
 	}
-	script := fmt.Sprintf(`ulimit -d %d && exec "$@"`, max(o.data>>10, 1))
+	script := fmt.Sprintf(`ulimit -d %d && exec "$@"`, max(o.Data>>10, 1))
 	return append([]string{Shell, "-c", script, "capstan-limit"}, argv...)
 }
 
@@ -216,29 +183,63 @@ func (o shimOpts) limited(argv []string) []string {
 var tmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
 
 // privateTmp makes every mount of the shim's mount namespace private (so
-// nothing it mounts reaches the host's) and mounts dir on each of tmpDirs.
-func privateTmp(dir string) error {
+// nothing it mounts reaches the host's) and mounts dir on each of tmpDirs,
+// then each of keep that was under one of them back on its path (below
+// dir, on a directory made for it).
+func privateTmp(dir string, keep []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("private mounts: %w", err)
 	}
-	// dir may be under a target: hold it open, so that each mount finds it.
-	src, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// Each is held open, so that a mount on a directory above it leaves it
+	// reachable.
+	src, err := openPath(dir)
 	if err != nil {
 		return fmt.Errorf("private tmp: %w", err)
 	}
 	defer unix.Close(src)
-	srcPath := "/proc/self/fd/" + strconv.Itoa(src)
+	kept := map[string]int{}
+	for _, k := range keep {
+		fd, err := openPath(k)
+		if err != nil {
+			return fmt.Errorf("keep %s: %w", k, err)
+		}
+		defer unix.Close(fd)
+		kept[k] = fd
+	}
 	for _, target := range tmpDirs {
 		if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
 			continue
 		}
-		if err := unix.Mount(srcPath, target, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("mount %s on %s: %w", dir, target, err)
+		if err := bindNoSuid(src, target); err != nil {
+			return err
 		}
-		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
-		if err := unix.Mount("", target, "", flags, ""); err != nil {
-			return fmt.Errorf("remount %s: %w", target, err)
+		for k, fd := range kept {
+			if rel, err := filepath.Rel(target, k); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+				if err := os.MkdirAll(k, 0o755); err != nil { // below dir, now on target
+					return fmt.Errorf("keep %s: %w", k, err)
+				}
+				if err := bindNoSuid(fd, k); err != nil {
+					return err
+				}
+			}
 		}
+	}
+	return nil
+}
+
+func openPath(dir string) (int, error) {
+	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// bindNoSuid bind-mounts the directory open as fd on target, nosuid and
+// nodev.
+func bindNoSuid(fd int, target string) error {
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount on %s: %w", target, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s: %w", target, err)
 	}
 	return nil
 }

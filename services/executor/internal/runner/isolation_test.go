@@ -199,17 +199,20 @@ func TestHoldKeepsTheFileFromTheProcess(t *testing.T) {
 }
 
 // TestPrivateTmpIsTheAttempts: what the process writes to /tmp and
-// /dev/shm lands in its own directory, not the host's.
+// /dev/shm lands in its own directory, not the host's, while a kept
+// directory under /tmp (the data directory) stays on its path.
 func TestPrivateTmpIsTheAttempts(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	tmp := t.TempDir()
+	tmp, kept := t.TempDir(), t.TempDir()
 	require.NoError(t, os.Chown(tmp, uidPrivateTmp, uidPrivateTmp))
+	require.NoError(t, os.WriteFile(filepath.Join(kept, "data"), []byte("kept\n"), 0o644))
 	name := fmt.Sprintf("capstan-private-tmp-%d", os.Getpid())
-	res := isolated(t, uidPrivateTmp, runner.Isolation{PrivateTmp: tmp},
-		`echo a > /tmp/`+name+` && echo b > /dev/shm/`+name+`.shm && ls /tmp`).Wait()
+	res := isolated(t, uidPrivateTmp, runner.Isolation{PrivateTmp: tmp, KeepPaths: []string{kept}},
+		`echo a > /tmp/`+name+` && echo b > /dev/shm/`+name+`.shm && cat `+kept+`/data && ls /tmp | grep capstan`).Wait()
 	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
-	require.Equal(t, name+"\n"+name+".shm\n", string(res.Stdout), "/tmp and /dev/shm are one directory, the attempt's")
+	require.Equal(t, "kept\n"+name+"\n"+name+".shm\n", string(res.Stdout),
+		"the kept directory on its path; /tmp and /dev/shm are one directory, the attempt's")
 	_, err := os.Stat("/tmp/" + name)
 	require.ErrorIs(t, err, os.ErrNotExist, "the host's /tmp is untouched")
 	b, err := os.ReadFile(filepath.Join(tmp, name))

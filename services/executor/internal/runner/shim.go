@@ -95,7 +95,7 @@ func shimMain(args []string) int {
 	// executor died before this shim could hear of it. (An init's parent
 	// is outside its namespace: getppid answers 0; it learns of the death
 	// from its parent-death SIGKILL, or from the status pipe.)
-	if !opts.init && os.Getppid() != parent {
+	if !opts.Init && os.Getppid() != parent {
 		killGroup()
 	}
 	if _, err := exec.LookPath(argv[0]); err != nil { // before a limit's shell would hide it
@@ -114,10 +114,10 @@ func shimMain(args []string) int {
 		fmt.Fprintf(status, "%s%s\n", prefix, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 127
 	}
-	if _, err := fmt.Fprintln(status, "started"); err != nil && opts.init {
+	if _, err := fmt.Fprintln(status, "started"); err != nil && opts.Init {
 		return 1 // the executor is gone: the namespace ends with this shim
 	}
-	if opts.init {
+	if opts.Init {
 		return initLoop(status, cmd.Process.Pid, sigs)
 	}
 	return leaderLoop(status, cmd, parent, sigs)
