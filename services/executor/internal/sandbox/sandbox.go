@@ -178,12 +178,13 @@ var umask = 0o007
 
 // Isolation is how a host process of the attempt (the shell plugin's) is
 // isolated: its PID, mount and IPC namespaces with tmp (a directory the
-// attempt's user owns) as its /tmp, a network namespace of its own when
-// noNetwork, no new privileges, umask 007, its limits, its cgroup, and
-// the shim holding its lease.
-func (a *Attempt) Isolation(noNetwork bool, tmp string) *runner.Isolation {
+// attempt's user owns) as its /tmp, /var/tmp and /dev/shm (keep, the data
+// directory, stays on its path there), a network namespace of its own
+// when noNetwork, no new privileges, umask 007, its limits, its cgroup,
+// and the shim holding its lease.
+func (a *Attempt) Isolation(noNetwork bool, tmp string, keep ...string) *runner.Isolation {
 	iso := a.CLIIsolation()
-	iso.NoNetwork, iso.PrivateTmp, iso.Umask = noNetwork, tmp, &umask
+	iso.NoNetwork, iso.PrivateTmp, iso.KeepPaths, iso.Umask = noNetwork, tmp, keep, &umask
 	iso.MaxProcs, iso.MaxData = a.procs, a.data
 	return iso
 }
@@ -235,7 +236,7 @@ func (s *Sandbox) Probe(dir string) error {
 		return fmt.Errorf("probe: give the attempt's user a directory: %w", err)
 	}
 	p, err := runner.Start(runner.Spec{Command: "exit 0", Dir: tmp, Env: []string{"PATH=/usr/bin:/bin"},
-		RunAs: a.Credential(), Isolation: a.Isolation(true, tmp)})
+		RunAs: a.Credential(), Isolation: a.Isolation(true, tmp, dir)})
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
