@@ -139,6 +139,9 @@ func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
 		removing: map[string]chan struct{}{}}, nil
 }
 
+// DataDir is the data directory, absolute.
+func (s *Supervisor) DataDir() string { return s.cfg.DataDir }
+
 // Start takes the attempt and starts running it in the background; it
 // returns at once. Starting an attempt it already holds does nothing.
 // Errors: ErrFull when every slot is taken, ErrClosed after Close.
