@@ -42,6 +42,10 @@ func (p *Proc) Alive() bool {
 	}
 }
 
+// Sandboxed reports whether the stack's executors sandbox their attempts:
+// only root may (a test user runs them with CAPSTAN_EXECUTOR_INSECURE=1).
+func Sandboxed() bool { return os.Geteuid() == 0 }
+
 // Stack is one Capstan deployment: api, scheduler, abort-reconciler and
 // executors, sharing a fresh database and Redis DB.
 type Stack struct {
@@ -127,6 +131,11 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		o.Executors = 2
 	}
 	dir := t.TempDir()
+	// Sandboxed attempts, each a user of its own, pass through the test's
+	// temporary directory (0700) to the data directory.
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	rdb := o.Redis
 	if rdb.Addr == "" {
 		rdb = redistest.New(t)
@@ -145,6 +154,9 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
 		"CAPSTAN_DATA_DIR=" + s.DataDir,
+	}
+	if !Sandboxed() {
+		s.env = append(s.env, "CAPSTAN_EXECUTOR_INSECURE=1") // only root may sandbox attempts
 	}
 	if !o.Defaults {
 		s.env = append(s.env, testEnv...)
