@@ -42,6 +42,27 @@ func (p *Proc) Alive() bool {
 	}
 }
 
+// SharedDir returns a new directory that the test and every task may read
+// and write (0777), on a path a task sees: under the data directory, which
+// a sandboxed attempt keeps on its path while its /tmp is its own. Each
+// task is a user of its own: one may replace another's files there, but
+// not write into them (make a file per task instead).
+func (s *Stack) SharedDir() string {
+	s.t.Helper()
+	parent := filepath.Join(s.DataDir, "shared")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "dir")
+	if err == nil {
+		err = os.Chmod(dir, 0o777)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return dir
+}
+
 // Sandboxed reports whether the stack's executors sandbox their attempts:
 // only root may (a test user runs them with CAPSTAN_EXECUTOR_INSECURE=1).
 func Sandboxed() bool { return os.Geteuid() == 0 }
