@@ -58,10 +58,13 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	}
 	// The work directory goes with the attempt, once its work is stopped
 	// and finalized (its output is in the final report); the run's shared
-	// one stays. Its user goes back to the sandbox then too.
-	defer s.removeWorkDir(dirs.work)
+	// one stays. Its user goes back to the sandbox after that (deferred
+	// first, so run last): a later attempt of the same uid never finds it.
 	if box != nil {
 		defer s.leave(a, box)
+	}
+	defer s.removeWorkDir(dirs.work)
+	if box != nil {
 		if a.spec.Plugin == domain.PluginContainer {
 			if err := box.MarkContainer(); err != nil {
 				return systemFailure(plugin.CodeWorkDirFailed, err)
