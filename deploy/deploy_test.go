@@ -306,9 +306,11 @@ func TestCompose(t *testing.T) {
 				// advertises its own hostname.
 				delete(want, "CAPSTAN_EXECUTOR_NAME")
 				want["CAPSTAN_EXECUTOR_ADVERTISE_HOST_FROM_HOSTNAME"] = true
-				// The image has the capstan-task user to run attempts as;
-				// make up runs them as whoever runs it.
+				// The image has the capstan-task user to run attempts as,
+				// every one (no sandbox: it needs CAP_SYS_ADMIN); make up
+				// runs them sandboxed as root.
 				want["CAPSTAN_EXECUTOR_RUN_AS"] = true
+				want["CAPSTAN_EXECUTOR_INSECURE"] = true
 			}
 			var wantKeys []string
 			for key, ok := range want {

@@ -177,6 +177,9 @@ type Step struct {
 	Constraints []Constraint `json:"constraints,omitempty"`
 	// Coscheduled places all replicas together or none (a gang).
 	Coscheduled bool `json:"coscheduled,omitempty"`
+	// Network is NetworkNone to run each task with no network, or "" for
+	// the executor's.
+	Network string `json:"network,omitempty"`
 	// Concurrency limits the step's tasks of a key that run at a time,
 	// across runs; nil = no limit.
 	Concurrency *StepConcurrency `json:"concurrency,omitempty"`

@@ -92,6 +92,7 @@ func (s Step) validate(mode string) []FieldError {
 		errs = append(errs, s.validateWait()...)
 	default:
 		errs = append(errs, s.PluginSpec().Validate()...)
+		errs = append(errs, s.validateNetwork()...)
 		if s.Cache != nil {
 			errs = append(errs, s.Cache.validate(s)...)
 		}

@@ -284,7 +284,10 @@ type Worker struct {
 	// LastFailureAt is the latest time in Failures.
 	LastFailureAt *time.Time `json:"last_failure_at"`
 	// Draining: the executor is shutting down and takes no new work.
-	Draining        bool      `json:"draining"`
+	Draining bool `json:"draining"`
+	// Sandbox is how the executor isolates its attempts: "none", or
+	// mechanisms joined with "+" (e.g. "uid+pidns+netns+rlimit").
+	Sandbox         string    `json:"sandbox"`
 	State           string    `json:"state"`
 	Version         int64     `json:"version"`
 	CreatedAt       time.Time `json:"created_at"`

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"time"
@@ -28,6 +29,8 @@ type NewWorker struct {
 	// Resources is what it offers; zero fields are undeclared (unlimited).
 	Resources domain.Resources
 	Labels    map[string]string
+	// Sandbox is how the executor isolates its attempts; "" is "none".
+	Sandbox string
 }
 
 // WorkerLoad is a worker with what its live attempts hold: how many, and
@@ -53,6 +56,7 @@ func (s Workers) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, erro
 	}
 	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots,
 		CPUMillis: nw.Resources.CPUMillis, MemoryBytes: nw.Resources.MemoryBytes, Labels: labels,
+		Sandbox:  cmp.Or(nw.Sandbox, "none"),
 		Failures: map[string]time.Time{}, State: WorkerAlive, Version: 1}
 	return w, mapErr(s.q(ctx).Create(&w).Error)
 }

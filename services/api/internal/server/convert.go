@@ -149,6 +149,7 @@ func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker
 	freeCPU, freeMem := w.CPUMillis-w.UsedCPUMillis, w.MemoryBytes-w.UsedMemoryBytes
 	return api.Worker{Id: w.ID, Name: w.Name, Address: w.Address, Slots: w.Slots, FreeSlots: &free, Labels: labels,
 		Resources: &res, FreeResources: &api.Resources{CpuMillis: &freeCPU, MemoryBytes: &freeMem},
-		State: workerState(w.Worker, grace, now), Draining: w.Draining, Failures: failures, LastFailureAt: w.LastFailureAt,
+		State: workerState(w.Worker, grace, now), Draining: w.Draining, Sandbox: w.Sandbox, Failures: failures,
+		LastFailureAt:  w.LastFailureAt,
 		PlaceableAfter: w.PlaceableAfter, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
 }

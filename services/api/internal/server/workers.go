@@ -40,6 +40,9 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 		labels = *b.Labels
 	}
 	nw := store.NewWorker{Name: b.Name, Address: b.Address, Slots: slots, Labels: labels}
+	if b.Sandbox != nil {
+		nw.Sandbox = *b.Sandbox
+	}
 	if b.Resources != nil {
 		if b.Resources.CpuMillis != nil {
 			nw.Resources.CPUMillis = *b.Resources.CpuMillis
@@ -56,7 +59,8 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	if out.Token, err = h.workerToken(ctx, w); err != nil {
 		return nil, err
 	}
-	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
+	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots,
+		"sandbox", w.Sandbox)
 	return api.RegisterWorker201JSONResponse(out), nil
 }
 

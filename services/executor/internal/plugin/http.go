@@ -103,11 +103,27 @@ func (h *HTTP) send(req *http.Request, spec domain.HTTPSpec, t *Task) (Transitio
 	body = body[:min(len(body), MaxHTTPBody)]
 	tr.Stdout, tr.Stderr = body, []byte(res.Proto+" "+res.Status+"\n")
 	if tr.Phase == PhaseSuccess && slices.Contains(t.Outputs, HTTPBodyOutput) && t.OutputsDir != "" {
-		if err := os.WriteFile(filepath.Join(t.OutputsDir, HTTPBodyOutput), body, 0o644); err != nil {
-			return Transition{}, fmt.Errorf("write the body output: %w", err)
+		if err := writeBody(t, body); err != nil {
+			return Transition{}, err
 		}
 	}
 	return tr, nil
+}
+
+// writeBody writes the body output to t's outputs directory, a file of
+// the attempt's user when it has one (a sandboxed attempt's outputs must
+// be its own). No process of the attempt runs meanwhile.
+func writeBody(t *Task, body []byte) error {
+	path := filepath.Join(t.OutputsDir, HTTPBodyOutput)
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		return fmt.Errorf("write the body output: %w", err)
+	}
+	if t.RunAs != nil {
+		if err := os.Lchown(path, int(t.RunAs.UID), int(t.RunAs.GID)); err != nil {
+			return fmt.Errorf("write the body output: %w", err)
+		}
+	}
+	return nil
 }
 
 // statusTransition classifies a response's status for spec.

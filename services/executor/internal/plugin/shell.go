@@ -2,16 +2,19 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
 // Shell is the shell plugin: the step's command with /bin/sh -c, or its args
-// executed directly (no shell), in the attempt's work directory and its own
-// process group, under the runner's parent-death shim. A program that
-// cannot be executed is a system failure (code ExecFailed); a non-zero exit
-// is a user failure (code NonZeroExit).
+// executed directly (no shell), in the attempt's work directory, under the
+// runner's shim: as the attempt's user, in its own namespaces and limits
+// when sandboxed (Task.Isolation), else in its own process group. A program
+// that cannot be executed is a system failure (code ExecFailed); a
+// non-zero exit is a user failure (code NonZeroExit).
 type Shell struct{}
 
 var _ Plugin = Shell{}
@@ -25,7 +28,11 @@ func (Shell) Handle(ctx context.Context, t *Task) (Transition, error) {
 		return observe(ctx, st.proc, exitTransition)
 	}
 	p, err := runner.Start(runner.Spec{Command: t.Spec.Command, Args: t.Spec.Args, Dir: t.Dir, Env: t.HostEnv,
-		LogLimit: t.LogLimit, OnOutput: t.OnOutput, RunAs: t.RunAs})
+		LogLimit: t.LogLimit, OnOutput: t.OnOutput, RunAs: t.RunAs, Isolation: t.Isolation})
+	if err != nil && t.Isolation != nil && errors.Is(err, syscall.EPERM) {
+		return Transition{}, fmt.Errorf("isolate the attempt (namespaces need CAP_SYS_ADMIN; a network: none "+
+			"step needs an executor that may make them): %w", err)
+	}
 	if err != nil {
 		return Transition{}, err
 	}

@@ -1,6 +1,7 @@
 package supervisor_test
 
 import (
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -137,4 +138,36 @@ func TestNoopReportsDeclaredOutputsEmpty(t *testing.T) {
 	require.NoError(t, s.Start(noop))
 	final := rec.await(t, 7, api.TaskStateSUCCEEDED)
 	require.Equal(t, map[string]string{"count": ""}, *final.Outputs)
+}
+
+// TestOutputsRefuseASymlinkedDirectory: the executor reads outputs through
+// no symlink below the work directory: an outputs directory, or the
+// .capstan directory above it, replaced by a symlink to files elsewhere
+// (another attempt's, the host's) fails the attempt, and nothing of the
+// target is reported.
+func TestOutputsRefuseASymlinkedDirectory(t *testing.T) {
+	t.Parallel()
+	elsewhere := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(elsewhere, "outputs"), 0o755))
+	for _, f := range []string{filepath.Join(elsewhere, "out"), filepath.Join(elsewhere, "outputs", "out")} {
+		require.NoError(t, os.WriteFile(f, []byte("not the attempt's"), 0o644))
+	}
+	cases := []struct{ name, cmd string }{
+		{"outputs directory", `rm -rf "$CAPSTAN_OUTPUTS_DIR" && ln -s ` + elsewhere + ` "$CAPSTAN_OUTPUTS_DIR"`},
+		{".capstan directory", `mv "$CAPSTAN_WORK_DIR/.capstan" "$CAPSTAN_WORK_DIR/old" && ln -s ` + elsewhere +
+			` "$CAPSTAN_WORK_DIR/.capstan"`},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			s := newSupervisor(t, rec, supervisor.Config{})
+			id := int64(i + 1)
+			require.NoError(t, s.Start(withIO(id, c.cmd, []string{"out"}, nil)))
+			final := rec.await(t, id, api.TaskStateFAILED)
+			require.Equal(t, api.User, *final.Cause)
+			require.Contains(t, *final.Error, "$CAPSTAN_OUTPUTS_DIR is not the attempt's directory any more")
+			require.Nil(t, final.Outputs)
+		})
+	}
 }

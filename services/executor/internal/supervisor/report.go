@@ -68,8 +68,9 @@ func stateOf(cause api.AttemptReportCause) api.TaskState {
 // SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure) or permanent
 // (PhasePermanentFailure) and the transition's code. A SUCCEEDED report
 // gets the declared outputs: the transition's, or else those read from
-// t.OutputsDir (see withOutputs).
-func withTransition(tr plugin.Transition, t *plugin.Task) api.AttemptReport {
+// t.OutputsDir (see withOutputs), each a file of owner's when it is not
+// negative.
+func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.AttemptReport {
 	var rep api.AttemptReport
 	switch tr.Phase {
 	case plugin.PhaseSuccess:
@@ -86,7 +87,7 @@ func withTransition(tr plugin.Transition, t *plugin.Task) api.AttemptReport {
 		}
 		return rep
 	}
-	return withOutputs(rep, t.OutputsDir, t.Outputs)
+	return withOutputs(rep, t.Dir, owner, t.Outputs)
 }
 
 // withOutput adds the work's exit code (when a process ran) and output.

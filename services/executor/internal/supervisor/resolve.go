@@ -8,6 +8,8 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
 
 // maxKillGrace bounds an attempt's kill grace: a larger kill_grace_ms is
@@ -50,6 +52,9 @@ func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task,
 	}
 	t := &plugin.Task{ID: spec.Id, Spec: ps, Outputs: declaredOutputs(spec), KillGrace: s.killGrace(spec),
 		LogLimit: s.cfg.LogLimit, RunAs: s.cfg.RunAs}
+	if s.cfg.Sandbox != nil {
+		t.RunAs = nil // the attempt's own, once leased (withDirs)
+	}
 	return p, t, nil
 }
 
@@ -89,11 +94,25 @@ func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
 	return ps
 }
 
-// withDirs gives t its directories and environments.
-func withDirs(t *plugin.Task, spec api.AttemptSpec, d dirs) {
+// withDirs gives t its directories, environments and isolation: box's
+// when sandboxed (its user, namespaces and limits for a host process; a
+// PID namespace and its cgroup for a container runtime's CLI), else
+// Config.RunAs and, for a network: none step, a network namespace only.
+func (s *Supervisor) withDirs(t *plugin.Task, spec api.AttemptSpec, d dirs, box *sandbox.Attempt) {
 	t.Dir, t.Mounts, t.OutputsDir = d.work, []string{d.work, d.run}, d.outputs
 	t.AttemptEnv = attemptEnv(spec, d)
-	t.HostEnv = append(hostEnv(), t.AttemptEnv...)
+	t.RuntimeEnv = append(runtimeEnv(), t.AttemptEnv...)
+	t.Network, t.Resources, t.MaxProcs = deref(spec.Network), resourcesOf(spec), s.cfg.MaxProcs
+	noNetwork := t.Network == domain.NetworkNone
+	if box == nil {
+		t.HostEnv = append(s.baseEnv(""), t.AttemptEnv...)
+		if noNetwork {
+			t.Isolation = &runner.Isolation{NoNetwork: true}
+		}
+		return
+	}
+	t.HostEnv = append(s.baseEnv(d.work), t.AttemptEnv...)
+	t.RunAs, t.Isolation, t.RuntimeIsolation = box.Credential(), box.Isolation(noNetwork, d.tmp, s.cfg.DataDir), box.CLIIsolation()
 }
 
 func deref[T any](p *T) T {
