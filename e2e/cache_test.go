@@ -61,7 +61,7 @@ func testCacheHitThenEvict(t *testing.T, s *Stack) {
 	spec := api.WorkflowSpec{Steps: []api.Step{cachedStep(dir, false, api.CacheSpec{Version: "v1", MaxAge: ptr("1h")})}}
 	first := action(waitPhase(t, s, create(t, s, spec), 60*time.Second, api.PhaseSUCCEEDED), "s")
 	require.Equal(t, "POPULATED", cacheStatus(first))
-	require.Equal(t, map[string]string{"n": "42\n"}, *first.Outputs)
+	require.Equal(t, map[string]string{"n": "42"}, *first.Outputs)
 	second := action(waitPhase(t, s, create(t, s, spec), 60*time.Second, api.PhaseSUCCEEDED), "s")
 	require.Equal(t, "HIT", cacheStatus(second))
 	require.Equal(t, *first.CacheKey, *second.CacheKey)
@@ -79,7 +79,7 @@ func testCacheHitThenEvict(t *testing.T, s *Stack) {
 		}
 	}
 	require.NotNil(t, found, "the entry is listed")
-	require.Equal(t, map[string]string{"n": "42\n"}, found.Outputs)
+	require.Equal(t, map[string]string{"n": "42"}, found.Outputs)
 	require.NotNil(t, found.ExpiresAt, "max_age 1h")
 
 	del, err := s.Client.DeleteCacheEntryWithResponse(ctx, project, domain, *first.CacheKey)

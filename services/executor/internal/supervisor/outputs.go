@@ -191,8 +191,10 @@ func openBeneath(dir int, path string, flags int) (int, error) {
 	return at, nil
 }
 
-// readOutput reads output name from the outputs directory dir (-1: none).
-// It opens the file through no symlink and without blocking on a FIFO, and
+// readOutput reads output name from the outputs directory dir (-1: none),
+// less one trailing newline (Argo's rule for output parameters: `echo v >
+// file` gives "v", as $(...) does in a shell; `printf` writes none). It
+// opens the file through no symlink and without blocking on a FIFO, and
 // reads at most one byte past the bound.
 func readOutput(dir int, name string, owner int) (string, error) {
 	fd, err := -1, error(unix.ENOENT)
@@ -225,7 +227,7 @@ func readOutput(dir int, name string, owner int) (string, error) {
 	case slices.Contains(b, 0):
 		return "", fmt.Errorf("output %q contains a NUL byte", name)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(string(b), "\n"), nil
 }
 
 // declaredOutputs returns the names of the outputs spec's step declares.
