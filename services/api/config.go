@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"time"
 
@@ -78,8 +79,12 @@ func parseConfig(args []string, opts env.Options) (config, error) {
 	return cfg, nil
 }
 
-// validate checks what the env tags cannot: the server's ranges.
-func (c config) validate() error { return c.server().Validate() }
+// validate checks what the env tags cannot: the server's ranges, and that
+// the bootstrap tokens are not placeholders or short (svc.CheckSecrets).
+func (c config) validate() error {
+	return errors.Join(c.server().Validate(),
+		svc.CheckSecrets(map[string]string{"CAPSTAN_ADMIN_TOKEN": c.AdminToken, "CAPSTAN_WORKER_TOKEN": c.WorkerToken}))
+}
 
 // stampEvery is the heartbeat path's stamp period: min(WorkerGrace/4, 1s),
 // the scheduler's liveness tick, so that a stamp is never older than half

@@ -54,4 +54,9 @@ func TestConfigValidate(t *testing.T) {
 	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_API_MAX_BODY_BYTES": "-1"}})
 	require.NoError(t, err, "the env tags accept any number")
 	require.ErrorContains(t, cfg.validate(), "MaxBodyBytes")
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{
+		"CAPSTAN_ADMIN_TOKEN": "compose-admin-token-change-me", "CAPSTAN_WORKER_TOKEN": "short"}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_ADMIN_TOKEN is a placeholder")
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_WORKER_TOKEN is 5 bytes")
 }

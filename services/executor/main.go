@@ -29,6 +29,8 @@ const service = "executor"
 
 func main() {
 	cfg, err := env.ParseAs[Config]()
+	err = errors.Join(err, svc.CheckSecrets(map[string]string{"CAPSTAN_WORKER_TOKEN": cfg.WorkerToken,
+		"CAPSTAN_INTERNAL_TOKEN": cfg.InternalToken}))
 	log := svc.Setup(service, cfg.Common, err)
 	svc.Exit(log, run(cfg, log))
 }
