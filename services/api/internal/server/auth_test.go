@@ -171,6 +171,23 @@ func TestScopedTokensSeeOnlyTheirProjects(t *testing.T) {
 	require.Len(t, body["aborts"], 2, "an unscoped token lists every project's aborts")
 }
 
+// TestScopesOnlyOnReaderAndWriterTokens: projects on an admin or a worker
+// token are a 422 naming the field, since those roles reach every project;
+// a scoped writer is made.
+func TestScopesOnlyOnReaderAndWriterTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, role := range []string{"admin", "worker"} {
+		status, _, p := f.do(t, http.MethodPost, "/v1/tokens", `{"name":"t","role":"`+role+`","projects":["pa"]}`)
+		require.Equal(t, http.StatusUnprocessableEntity, status, p)
+		require.Contains(t, p["detail"], "projects: a "+role+" token reaches every project")
+		status, _, p = f.do(t, http.MethodPost, "/v1/tokens", `{"name":"t","role":"`+role+`"}`)
+		require.Equal(t, http.StatusCreated, status, p)
+	}
+	status, _, p := f.do(t, http.MethodPost, "/v1/tokens", `{"name":"t","role":"writer","projects":["pa"]}`)
+	require.Equal(t, http.StatusCreated, status, p)
+}
+
 // TestRevokedAndExpiredTokensAre401: a revoked token and an expired one
 // answer 401; the same token worked before.
 func TestRevokedAndExpiredTokensAre401(t *testing.T) {
