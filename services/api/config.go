@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -53,6 +54,11 @@ type config struct {
 	// with (CAPSTAN_WORKER_TOKEN on the executors too). Default unset: only
 	// worker tokens made through /v1/tokens register.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// WorkerCIDRs are the networks (comma-separated CIDRs) a worker's
+	// registered address must resolve into. Default loopback and the
+	// private ranges: 127.0.0.0/8, ::1/128, 10.0.0.0/8, 172.16.0.0/12,
+	// 192.168.0.0/16, fc00::/7.
+	WorkerCIDRs []netip.Prefix `env:"CAPSTAN_WORKER_CIDRS" envSeparator:","`
 	// ArchiveURL is the gocloud.dev blob URL of the archive a delete of a
 	// run writes the run to first (file:///var/lib/capstan/archive,
 	// s3://bucket?region=…; gs:// and azblob:// with the build tags
@@ -96,6 +102,6 @@ func (c config) stampEvery() time.Duration {
 // server returns the server's part of the config.
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
-		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken,
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout}
 }

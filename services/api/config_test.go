@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -44,6 +45,21 @@ func TestConfigCommand(t *testing.T) {
 	require.ErrorContains(t, err, `unknown command "serve"`)
 	_, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_WORKER_GRACE": "soon"}})
 	require.ErrorContains(t, err, "WorkerGrace")
+}
+
+// CAPSTAN_WORKER_CIDRS is a comma list of CIDRs; unset, the server's
+// defaults apply; a bad one fails the environment, naming the field.
+func TestWorkerCIDRs(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_WORKER_CIDRS": "10.0.0.0/8,fd00::/8"}})
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
+		cfg.server().WorkerCIDRs)
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.Empty(t, cfg.WorkerCIDRs, "unset: the server's defaults")
+	_, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_WORKER_CIDRS": "10.0.0.0/33"}})
+	require.ErrorContains(t, err, "WorkerCIDRs")
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -27,6 +30,8 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	}
 	if u, err := url.Parse(b.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, domain.FieldError{Field: "address", Message: "must be an http(s) URL with a host"})
+	} else if msg := h.outsideWorkerCIDRs(ctx, u.Hostname()); msg != "" {
+		errs = append(errs, domain.FieldError{Field: "address", Message: msg})
 	}
 	if b.Name == "" {
 		errs = append(errs, domain.FieldError{Field: "name", Message: "is required"})
@@ -182,4 +187,28 @@ func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, er
 		return nil, fmt.Errorf("mint the token of worker %s: %w", w.ID, err)
 	}
 	return &secret, nil
+}
+
+// outsideWorkerCIDRs returns why a worker address's host is refused, or ""
+// when every address it resolves to (an IP literal, or a name looked up
+// with a 2 s bound) is inside the configured worker networks.
+func (h *Handlers) outsideWorkerCIDRs(ctx context.Context, host string) string {
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		addrs, err = net.DefaultResolver.LookupNetIP(lctx, "ip", host)
+		if err != nil || len(addrs) == 0 {
+			return fmt.Sprintf("host %q does not resolve", host)
+		}
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !slices.ContainsFunc(h.cfg.WorkerCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return fmt.Sprintf("%s is outside the worker networks (CAPSTAN_WORKER_CIDRS)", a)
+		}
+	}
+	return ""
 }
