@@ -72,9 +72,11 @@ pg_bindir() {
 # brew_prefix prints Homebrew's prefix, or nothing without Homebrew.
 brew_prefix() {
   if command -v brew >/dev/null; then brew --prefix; return; fi
+  local d
   for d in /opt/homebrew /usr/local /home/linuxbrew/.linuxbrew; do
-    [ -x "$d/bin/brew" ] && { echo "$d"; return; }
+    if [ -x "$d/bin/brew" ]; then echo "$d"; return; fi
   done
+  return 0
 }
 
 # missing stops with what to install where there is no apt-get.
