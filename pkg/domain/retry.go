@@ -138,33 +138,6 @@ func within(count, limit int) RetryResult {
 	return ExceededRetryLimit
 }
 
-// IsFinished reports Iris's is_finished(): SUCCEEDED, KILLED and
-// UNSCHEDULABLE always; FAILED when failure_count > max_retries_failure;
-// WORKER_FAILED and PREEMPTED when preemption_count > max_retries_preemption.
-// It reads the counters alone: a permanent failure (AttemptOutcome.Permanent)
-// ends its task whatever they say. Source: the terminal-state summary of
-// Iris's task-states reference.
-func IsFinished(s TaskState, b Budget) bool {
-	switch s {
-	case TaskSucceeded, TaskKilled, TaskUnschedulable:
-		return true
-	case TaskFailed:
-		return b.FailureCount > b.MaxRetriesFailure || b.SystemFailureCount > b.MaxSystemFailures
-	case TaskWorkerFailed, TaskPreempted:
-		return b.PreemptionCount > b.MaxRetriesPreemption
-	}
-	return false
-}
-
-// CanBeScheduled reports Iris's can_be_scheduled(): a PENDING task, or one in
-// a retriable terminal state with budget remaining.
-func CanBeScheduled(s TaskState, b Budget) bool {
-	if s == TaskPending {
-		return true
-	}
-	return s.IsTerminal() && !IsFinished(s, b)
-}
-
 // RetryNumber returns the counter an outcome charged (before → after), the
 // retry's number for its backoff, or 1 for a free retry.
 func RetryNumber(before, after Budget) int {
