@@ -89,6 +89,7 @@ const (
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
 	User       AttemptReportCause = "user"
+	Waiting    AttemptReportCause = "waiting"
 	WorkerLost AttemptReportCause = "worker_lost"
 )
 
@@ -106,6 +107,8 @@ func (e AttemptReportCause) Valid() bool {
 	case Timeout:
 		return true
 	case User:
+		return true
+	case Waiting:
 		return true
 	case WorkerLost:
 		return true
@@ -251,6 +254,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITING             Phase = "WAITING"
 	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
@@ -276,6 +280,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITING:
 		return true
 	case PhaseWAITINGFORCACHE:
 		return true
@@ -505,7 +511,7 @@ type Action struct {
 	// PausedAt When the step last became PAUSED.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Reason Why the step ended or waits, e.g. rejected.
@@ -554,7 +560,7 @@ type ApprovalRequest struct {
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	// Cause user, system, permanent (a spec that can never run), waiting (the target was not ready), worker_lost, preempted, timeout or aborted.
 	Cause *string `json:"cause,omitempty"`
 
 	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
@@ -634,7 +640,7 @@ type AttemptSpec struct {
 	Domain    string            `json:"domain"`
 	Env       map[string]string `json:"env"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 	Id   int64     `json:"id"`
 
@@ -658,7 +664,10 @@ type AttemptSpec struct {
 	// State Iris task states; the database stores their numeric values.
 	State     TaskState `json:"state"`
 	TaskIndex int       `json:"task_index"`
-	WorkerId  *string   `json:"worker_id,omitempty"`
+
+	// WaitExitCode The shell plugin's "not ready yet" exit status: report FAILED with cause waiting.
+	WaitExitCode *int    `json:"wait_exit_code,omitempty"`
+	WorkerId     *string `json:"worker_id,omitempty"`
 }
 
 // AttemptSpecList defines model for AttemptSpecList.
@@ -753,7 +762,7 @@ type ChildRunRef struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Try How many children of its index started before it (a retry, a restart).
@@ -819,7 +828,7 @@ type ConcurrencySlot struct {
 	// Action A task key's holder or waiter's step.
 	Action *string `json:"action,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase *Phase `json:"phase,omitempty"`
 
 	// Place A waiter's place in line (1 is first).
@@ -986,7 +995,7 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
-// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -995,6 +1004,9 @@ type HTTPSpec struct {
 
 	// Url An absolute http or https URL.
 	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -1061,7 +1073,7 @@ type ParamType string
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
-// Phase The phase of a run or an action.
+// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 type Phase string
 
 // Problem defines model for Problem.
@@ -1238,7 +1250,7 @@ type Run struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1351,7 +1363,7 @@ type RunSummary struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1417,7 +1429,7 @@ type ScheduleList struct {
 type ScheduledRun struct {
 	Name string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase       Phase     `json:"phase"`
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
@@ -1467,7 +1479,7 @@ type Step struct {
 	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
 	ForEach *ForEach `json:"for_each,omitempty"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
 	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
@@ -1497,7 +1509,7 @@ type Step struct {
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
-	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
 	OnFailure *string `json:"on_failure,omitempty"`
 
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
@@ -1529,6 +1541,12 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
 
 	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
@@ -1574,8 +1592,10 @@ type Task struct {
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
-	PendingReason        *string    `json:"pending_reason,omitempty"`
-	PreemptionCount      int        `json:"preemption_count"`
+
+	// PendingReason Why the task waits PENDING; while its step is WAITING, the answer it waits on.
+	PendingReason   *string `json:"pending_reason,omitempty"`
+	PreemptionCount int     `json:"preemption_count"`
 
 	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
 	Reused *bool `json:"reused,omitempty"`
@@ -1584,8 +1604,14 @@ type Task struct {
 	State TaskState `json:"state"`
 
 	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
-	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
-	WorkerId           *string `json:"worker_id,omitempty"`
+	SystemFailureCount *int `json:"system_failure_count,omitempty"`
+
+	// WaitCount How many waits in a row the task made for its target (WAITING); 0 once another answer came.
+	WaitCount *int `json:"wait_count,omitempty"`
+
+	// WaitingSince When the first of those waits was decided; absent when wait_count is 0.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WorkerId     *string    `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -24180,367 +24206,376 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs5lif6KgjeiRDVm6Iol13dRUXHrMpWuTTlsjWS3LX3Nj0ixATFbCUBNoCUzHY44v61D7APcR9s",
-	"nuQGzjlAZpJIMqkP29UzuxNdMpkEkMDB+T6/86kzVrO5kkJa0xl86sy55jNhhYZ/HY1tpuRbPhPuX5ns",
-	"DDpzbqedpCPhsw6HBzpJR4u/F5kWaWdgdSGSjhlPxYy7X/2LFpPOoPN/7ZcT7eO3Zh9G/vw56RxZK2Zz",
-	"e/KqYZ4sXTvHROkZt+45ab9/3kk6s0xms2LWGRwkHbuYC/xKXAsN073k46l4qQW3Iv1RTJSG90uFGets",
-	"Dm806LyT+YLZqWBCWp0Jw+50Zq2Q7Ap+wOw0M8xmM8G6Zz+9ZN99990Pu71Ogqv/eyH0olz+GKe6xJ92",
-	"oktPuRV7brxOWLKxOpPX5YrPCtlinbAwXUh2p5UVTUvShexsfUywinMr5m2XYayY4zpYN5OMy4VbWcIK",
-	"mQtj2EgXcsTcc8Iyq1TjBrpx7rncvwhtYIkbV6wmuOix+xm7xd+xrnvEzb9j2Ai+6tFXo8bl0gO1Fc+5",
-	"tUK7h//jr0d7/w/f+0d/74fe5d6HTwfJ9999/pf4sRfaKL269oupYFJ8tJdjeACXLthci9tMFYbN+XXj",
-	"yeNPamub8Y9vhLy2087gWb8fW8grNeOZbLidKX75YC7whht7fCukPXn1s+CpaHjxLPXvm3NjmXC/gH+O",
-	"88z9qcVYZLciPWR4dFrwGdPCFDNhGJ9YoVlmw+5McabwMm4Re7CKvZNXzbsU26TK+v8d9nxl+bXB2URp",
-	"WrO7LtyyMZdSWbgNuCyD74D/YHeZNOxu6niQslPGtXCPNp2z25xL2JxLYJ9t2GU/yi7fZLPMhrNfnga+",
-	"rA6figkvctsZvOgnbtNw6BeOsDbw5VOt/ibGtoHM5vTtg+nsrFgn05AzPnCK8/FUpEUu1sxj6JGHT/ab",
-	"0jdCP1h4FgU8uUrXbvxJru7WvMwdPfLQl/nsfm/mShoBGsipVle5mLk/x0paIYE4+HyeZ2PuLtX+HJ/4",
-	"H38zyOTbTefHhRnrd/RIMifQf3j+4o+MBu/BNtBvQTG6Utq+yQysZq7VXGib4Yq5+wr+yqyYmU0LgZHO",
-	"xFjptPM5bD7Xmi/cvytMfpWbHF0Zx++ULJmhZ/yrh1gey1/9Gj+E59QV3CyniVXWs/puqO4NPi2Pn3Q4",
-	"anCXY1XgGdWX+krk2a3QC6ZVIVPD4DGRMqPYhOvKigM7KIfM0tXxzoUF9sklo8fYTZbnbqAV7rY68pgX",
-	"RkRfIw1ybuWrm0xGFjLCPRkN4AxgY510cuuCLxiXqRNRemGnmbxmhUxB/hyyES2cfuqW736ppPCv5N5G",
-	"SMcu/1pq2vRd5fDKJarCjtUsosyOUtx/kY4SpjQbSSFSc+m2RDsJ4d4AJcuv/CMp44bdccO0cCpPGqGp",
-	"JDDk2G5pwU0DqThKFMbpw9zGT/ZumuWCZdaphlfCbVtYf+2E1+jMCfDx2PTFPOXl5C317+rtAUJIKuKo",
-	"1H9AdISjQjJbvhu1Fay5grBJcOvSNHMj8vy0chsnPDciWbqg5a4vXz8QyYZZxYad90ZoFk4BiXbYcTtb",
-	"UXEO+nFNML7cc8ttYSIcY5ktrLmM9SXDqkSagI2lCouKOF0q4XjIxcmvx68u372/2AWajrADpxC7f4jU",
-	"PXAHYvIyV8ZGyfkL355HuCEly7n/RVkWDbUDi5JnEAIRwddK3BGxOBY/n2t1y/ONP/PPAb2Mp+LyRkTU",
-	"6yO03VJvr7mHko6SY8dMDMvkvLAG9GYtjMpv3S4NZJHnkePBaUyg6/Uz5UrdFPMB+/nkgnUzy87fv3x5",
-	"fPzq+BW7y5yqLsHKXOwYpgqLq5Ap01wyqZjl5mY3Yb+enJ/Dj3Uhza4jtNN3p+/fHF0cv8KPuUyYKcZj",
-	"IVJ3bWVKprU3Yhe7PUY6AVwGMr8zO3X3B23Xikj5+eSik3TcrJ2kE6aKCpZUzN2Vu8RzD4rNynPL6ouQ",
-	"6VacNulcCyk0t1GL/aK0xMeF1mDrFXLAONPC6oW3CuGt4f21MJZry+B/DXzpFKoEqMHtujsGcRdXP7y8",
-	"X1miJDV49QtlvYtnZe2/OfbAgZml7I5nlnXTAl80weXvAldrL9+IkJolREy9WSLikkxpX2nQhLmXZP/5",
-	"v/8Pu+V5IRLGTWXTAtnNWNdqnuWO80hxl2dSuFs3t7uHVfJjWoDCbtiw6Pe/E+yATblJgEodh4TZEsbZ",
-	"v52/e8uAetxhhgl3cBXuBsMHe5lMxUemdCp0IHlgwFLJqv5bcq0510LGVZW5E0BxVgunFmgKNOwrMXZb",
-	"c3r0/vz4VfvTmk85Srm1Vgk8VJMNy+tZlMuBywWCjWfuyETvuse0cG/cIHLgHmx5Id1Ul45AiabqC/pZ",
-	"3bEZlwsgbLxhd1OV0wonPMtFyrpKXro/Cy2YKYxjJbuo9OpCMth+8mtkzoIxhkYaKznJrgstUkYLiN9U",
-	"RxJNhke5QKBcu8pCSo7jiJJ1+zHmCb/e3TR9m8tY+eEqd1td046/c1cLx8asoHP+NOyEyzvsDH744Yd+",
-	"MuycvX/79uTt66FT3z7jFeRW4B10V8PpCRyuS/SSwEwxT6kAw9IzWFTCwspgdDsVmfbKl0nw/FZ3eJJp",
-	"YxO89JWPM/d/4UoP3L85eordOPAjXEGXWzZTxrJn/d1DNtFqxl4fX7Ber7ePqzL7n/CPz/hb+JVjJOQp",
-	"dVITXFaMmxt30uA+a2OpX3BzE5NxsAmXaw11OtqKp9Y9Xu4pbGO36UX+FX/6Z8dTK6xuBD8boY4ZPADR",
-	"e+8YRCavLyexxf025ZZxYmisqzSKo0xe79IdcOzFbdWAVUWWKYBnk2bG/O82ex9AfibBjAKeV7vE9Svl",
-	"yTKqi1b0xxUvTlgaXfhUjDOTKRm2sZA2y+HjFBnmsu3SnkteLaKiZaxmsyax45fjvgxWPixZoMMOGXlE",
-	"H1vazzCQszTXbtP9jMqrRYxoFG2cYV3cx6PTE2bVjZCGiY+Zu+XAA3ieCw0CHjQIkU92lyzNWMihtnX3",
-	"skrJTbJipjSYm4UROmFmYayYJWwu9Iy768+6nJm5GAf/PJPi1lnPhdxNqhZlUtqapcnq+A2asdFrOVap",
-	"iJkWxvKrXDChtdLMPUQ8/1f+8RwW+BMKU3P8kWwBpdmJvOV5lp7mxXUmz+diHJ+SIpHb0DasI0rC4mPm",
-	"LMVUxOXbJJOZmW45G3r7WjjxnIG/pbkpi9mV0PHF3k834la0kRvn8KDjxEgxWcyyWLrW4IynFfupagf4",
-	"oZnsT141OKdJPtesuBZ7XZd5cZeBWbegN+o64h0yNhU6TlrGpqqIM06rCzl2mxARtLoQKB3RkGFXYqFk",
-	"ihbyRzEurNI7hl2pwhnP3LBUq/m8dj2vlMoFlytvSQtK/KKr61jz4mdiTm6RLThu4FFeLjju5KaG2+8E",
-	"ledPjucjh3ELQrbTCWTmGBOINeJMUdt+7F63iIT0fwPPBTMWtsjrdjuGTTLJc2fTKW1Rj58D19kxDC4c",
-	"KFk/uYeyfwhnOdqpWKD7IpNktbXVul7i6iDp4DOIjRP82Z9WNbFt+WmUZa7G6T+U8foPn/oNwfoKm6yI",
-	"q+f9qGzbwDcfbtnD0QX7AM+ITGj3p1Oo0IhP/EWp2/s99hYENteCCXmbaSWdMN675TqDvQR5foh6vPcQ",
-	"yJRxjGGAZ8Cqa2GnTqp6nf2A/Zr9mDCp2Nv3b3rs5FoqZ9uB/aDco2iumLgBX+OZdca9JRMu2U591350",
-	"bEGkztSqMowGU9rzp/uPUWNkG9mPW/xGRnNGwdNVXjvXyikLqyv+yXEgZJrVFbNZYSxcfrT5ypDUhpX6",
-	"idas1d217aKL+tps53l06iNvcOCNlbQ8k6gJrGU+/kFY8PrwoJC3W13Ylb2ZWjvftKCfLy5O/VpaK0ro",
-	"9n4AN6n4XcmF7t3naIE783CuVVqMhTY7pQ/x7dGvxyVPGSC34Fpnt461GPJbB+7CAneBH3KS25MsF+xf",
-	"Xh6dnl8cvb08eXv6/uL88tXJ2b57qqX3z+mKl9eaj8XlLOLg+DXL88yIsZKpYVfC3gkh2fnJ64vjs19h",
-	"Hecnr385efOGKYkKfcs48zp9s8LkV3fbBwmCry8V45xrYWgTiYFnVhj6QJVb9O79Rdgj8LeOHbdGz2t8",
-	"v9pfKxT0cTdqSwbjA3TAX6Sy4HKQiuVKXgu960yrGJfZFG5GB3N8r5tCwduLDnBMgKsqPtO99fvN0eTK",
-	"1JX3DUdSsjzkRaXJ0JIhb2ExrDW5Kiz+QZbDj3x8M8nyezothEzb23HqVuicb+S+7/CxU5Vn40WwGe+Z",
-	"RYC/hRBZw+vb8VSkLe2HVYetOyzIRGFXbqTEMa7CsjKpZsBEBkoXJ1Wede+m3LLTd+cXbP/2YN+fzv6n",
-	"LP28T89YfiMwOJmra4NB+fG0kDem6YfwHP4sgft+pew05m2rZvtsldGddHJ13Z5C36jrl27FdXvi2Yvv",
-	"V9mdDrvfguTpqJoi6lmLcz4TBjInP223OasbEoyRVklwySNph4fMOgN8opwmD7q9O5gWOmPl/dbzK0jp",
-	"fiVyEc9BSN03sdcIYaCQzS+0YPR4K2m+4nTFmRoXeSwtZgAvmfb3ccB9nGdamOYIZYZH4XNAOJtmlnVn",
-	"/OMlvxZl2ODP6LxsH7SkJItHCT2v7JIWRujbEOpfq4dD9UPl+VKmr+pOupDorZ2reZG7zaZ072hosznL",
-	"oOUgt2V9wYa0MUhGKUsD/CZu9OmV5BQX0UTSrflfhTw3Z5yufyc/deOyz+qHvLTwGl23FNV3sqkuAAkK",
-	"LsCYglSFpGja5qgUDly7bI1v5e3XLUTyr04AMo6aO6r0mRk7xcNZPAOwoW7Egk25mZKXBhU7CD9gLCVY",
-	"XT6RiSwkoqkEPCmZpFIQ0CfhGdQoe+yIgb8Lc4XYDFYULAzyFjFuGSRM+aiuT3Qicl0V3MRm4jzXKfUh",
-	"+wmiz443JYyHUCIzhbMKDRt2nj2fDjsVbjVR2vOr1bsrdMbz7B9u92pFB9Hdf6lkJWPIhEwhPhOw6yjW",
-	"BLw5esvAH2UoU+e3o5OLk7evL396d3b58ujlz8e7IOPcmVHSYNxiuW2qPTrlmCYMib9iMWDjKZcQqHaW",
-	"HIjVwjhKVnkqtBdam4nYTxil3GmWp2eFPHOcIRbiH7sHgH2C2uhT+imfauITNiKq27g5X6s2Su8BGV/V",
-	"bAHLroSjLMOs6jX4PMhEiwTi3WuCKyMVHyHzwFKhWpn6kcnrnJ5sSPpoTALbLtHHxqqEgrICC9BC+mQo",
-	"XDJFqnwhYgZBSoi9J2XOW3TZ8UB8sDC9cVk5EVyhf6soWVUc9NuZaPeKQa6eJ2Rl+fSick9CouRStLnB",
-	"Je91gRCJh2xWiGFCGGNzGJ5qFJvkhudA48WWkuOIvOeOzwLz8hxMSWReU5Wnjmhz5cw7SjIEmigkfGnc",
-	"flRz6gvpQ7Pktpc+Tg2DYjyfvHpjAflYXAt2raTYXb3+Dam4L4/fMNwqJj7OtTBQTukkHoMqY5+xhv/o",
-	"VRyBh4yzsZLGcmkr4iEV81wthh33Bv7dIYMQC0uQM9VO+ofvIyft93HNvfM7zNft74Fj1Qd99/8aeISx",
-	"mltxvajJp87fC1E4Gl/KMYePRwPMe8JtgpweyFXCFJx/f3/8/vhVQvlQGWVTORHkJT9pEYn7HzC63e7b",
-	"QkvTY6Mxl2ORX2bycq7VtTsQKj2R4g4mpTRZEP8gA/NUGJCY0o1DkiHM4UmGMjy5UZKNxiWdjxJIqKP4",
-	"YbkAKe6EsU2vCqn9Rz++O7solZEkOnw1l9lv6uo7lh/ivJsvMirqgUw23OZfRMTKm4LcNg3JVngnkaIS",
-	"v8twlu3DouUCznNlY4p8k/HWUMekCwlH4tTNHcMqG42nPRU5RLXcnhxi8hk+D+K5/B6StapHg25M93E0",
-	"/DzjETkdeB1xsRuxAJ+T+5yy5UiVdt/Eb5+7M9EzuAgphQf9PqPcOAhN55kU28anNx8EzbCG37gnWshr",
-	"ypgL9NlJAqGVr1vOt4Fw34j0Gk2pFXa+hS1ZvwibHL4w9oZ1wTauCQ4uyxlPBjuG4W74lGihd0yz2rmd",
-	"njbP+TiaWxAmgicCEXUPnJQCKmsgz8aYRCbHzfUD9IZWqRvUW5GFOKUVVwJZLeRQaO/ouU8MXc3nUao+",
-	"Cot0vM4thwSFM3KDPoJLX6tqxG0qYCRbkwF8C/pti3vmjqaBSJ1Iz+S2wYhGP1rE/XT87wl7e5yw4/91",
-	"cn5xnrC37y4u/d+vLxL2+jhhby4S9uaYdWUxEzobA2s8eRt3T/G8iBsqmA+yTVQ9KifVvGmvKqHz7TTe",
-	"C8z9x9+XuUXZjF+LhHF9fYtxB/hgx6BzYa4yH9YUs7ld7GLlbalVRuzWrbMKHhzkhyW3iA3CY9F9hasN",
-	"Zny7sNjyPfH2vWSZBFY1chJ/xDA33dmP15mxQouUjbzxPmJWzOY5Vh985GObL0ADp1Sf1Z311vGSk2GO",
-	"qyRgDqGd5kfGpkCdHs5vpUKhWqvjjIWNbNs99Rekb8eriATX/cRjHPi4ZQA0aPm7MzGJJyKHAzMnFoEM",
-	"tgzkBYdMOZIP6TWcI4+d3OohZamYzZV1MjdeThkm3DHspHx47xenDzrLC+By3O0Z0MH5xVY8kPvofazK",
-	"paEEkyGzrHu1AFAg/GIX3ZwQueTS3IEDDt2Q3GI5yIiGGDHYrx47Yu7lNPxoKLWYC24z8jlynWf0FRaD",
-	"hlE5Aa7AVGmW9oayTU76f5N1hKzvWaketcDrl4XhdCZBvzX3/okr5D5doH10abt/T3iWG8Zz76VYZuvl",
-	"4suoL9YTzDLp/71B5jVbhLByD/tyP+Z8XGeto7FWcgRibIS15jwfrV7jseMFxfzyLpMpHuySNIXKvFlm",
-	"jLPVwQskFfPoMxqKkAFKiNyKPta7gE8XqpDXqMxJuO+HjFwZsMyFQPSOytV5Ea3m0DHl/afsVuxNMmc5",
-	"ugdYd9j5w/4L9gf8/8POLnIz/yOlWfd/TlWh80XC/mfKM/jvnRA38MdMSTuFv9yq8kW7OhO/szGdMsQo",
-	"HKO1LBfcGY3GrfOHvhl2dg+p7tHtFM+zaylSZhXwgfcy+8jEXI2nbfbnb5m1sbjWMSR3ZTPhnTPFHCfI",
-	"DJsV4ylxv+6wcwALSsq4Ripy7mjJ+8cwY6jNYuJs7ghygmkrwCP5/Hs2nnLNx87wTJhRnqmij3KHqn4m",
-	"aNxWE6spm7r7170yr/r588/+891//ZfHTNO5F3fFquBYaClik2Qz8Q8lRbQM7eTo7RH7BzAopf2l7g47",
-	"x4W7xvs/Cp1nEmjJX6z3Fy9XwThiZX33ZOaRGEAYqpm3XagbIe+ZjHWPQK8nwuULPMtk2JVmTJoGt4//",
-	"FrPg3QuxGV9gCWUIPCqNFkRCN4d+1NolhFBWS1Imkluk8o0m95l7puHI4Pdrjktn19dC3/PAADaOlMIt",
-	"T2CS5VFWdsToxkBkYDkkMIIpR6z7CbyNWZqwOV/kiqefdylQAE/06NMen6lC2gAo0O/78/PHhriAZZC1",
-	"XXSgLe970a/wvjbc7U9L3G0tt2wCJSk5WZMJuvkNoxkzO6YMykCW9rpDKkvQwVc67AzYsFM/nSwddj5H",
-	"U7EfkWmVVLqBgQHioocgi+ShxIOLHmzB4k0KCpJUAOWFORtI7ainwA6yGQfHmAc/IHQ2pEZwW8DOuikR",
-	"twicX7D3LFWQIDnJEM+yaro1wVs15T+tLLuhAgWe2eyQ8A9Gd/djZpzN9XBjoBV7pRSGp1Hjf+KZPp9y",
-	"RHDZ4g3uRHY9tWuFzo5hxo2csINezy2Ydb3AP2gTracpoqt2KvSxp+L6ykC9jnE0wFqZc2eIS9JZCXeK",
-	"Xal0QZfcGZk9Y8Xc/PXgQw99cVFSmgljWvm2cEHlD6IvpLTTfLe0n37isp5iBTXYt5DinGfGshup7mRA",
-	"GiGNuptJYwUHUNmRz6sf7Q7AvoGx5uRESMriOczE8N6KHXMIpSH1bJcERiizavwwPbZs6E20mnlDzxHw",
-	"qMeOQ5nHtbDoMEe/yJqymRE3o81lM1gSwg1KTuL3uEoP8kN8xwsFGBhjfRDOh8dYZhLw3WDlHniT3Tfu",
-	"xvKxBfLqsUoCTwC+0qKC82OWsD9Y968f8Mykok2/m2bjaUO62vGr3cMQFfQgMwQvaTwLhj2lEwrEgdly",
-	"BOk8wl2AHZ5yU2asUbxb3UnKlAiYUgQwtYw7pQUmD3hwaZgbJX2agezwmSk9hkGLHcP8KZ0dn745eXl0",
-	"zjLDDiL+alPPJDi5OP61ExPoUeqoEQaUeyIWZYRGKm64UK0Vp3DrE6pWiCbKJByhR40k76ur0QoEcjCh",
-	"uQ4MFQpK+4njoxjJSNgQcnB6+GPIJCSyREXLwO6XnqJwZgjR5nMMJJ+5ORvSfYOIiiQiORaDEBdJfIlV",
-	"EyISXXB07PYuz0XMHUEjou0PN29SxTPCuPjR+fnJ67fHrxL24/uTN69O3r52lEq4QGU+BXr7ARfH86dq",
-	"WlDIbnGLDwnkAyjTgiwNqquHoCcEV9hbZcuc0YCXvpSuERFxK7w/1DhuHzSaWjsv40Ukzdw9Qxg/x2rg",
-	"8hkD1demlMBuO599/LjrL6dJypfxgMQgFksEou+fs1+yH3c9RyaSHbmHRmXBRK16D3BfOXvx8SOyD6u5",
-	"NFBWg7XpkB8LPAVuLLGzwwqbpRdBAvbgVAF3Zwm3RaXxsCNhiz8skjUTdqrq/pHO6+OLaHS5uuexgFsj",
-	"0kTSKXQDuM+VUXlh6cyVhv8a9v7szeYsWTdmTOv4WXBtrwS3Z2KeL2JwFbGAbQD8JMgyq1XuLoYU7I5L",
-	"WyZAVf0HD8XcgKVsegcqXWou6Fu9Qbz6MljMiCH7pArzVZbphxdaDi21fMltEw9iNZTNpfHLxJRqnslo",
-	"0sJFtbYpc5p6YSGOlKo7OaDkDqkgVc5tC8M05K6x2fimloFULXFaWdCb7FZ4ermfqdQOwWV9tdz97aa1",
-	"BZuhrm67N0q55ZGgGrJTHvquUBCIvb/4ae9PgfW9ff9mxVX6/E8v/vh9NMlFCz6rJvkuY7q0yPGFIRJc",
-	"9LpNMNtCvoQfPW4N49IL0DSxlb9t8Hy9enu+l/Mrke/l2Y0gqE5QD77/ruIDc/oEebj2PiRoXGEgNmVC",
-	"ghpHelYuLLlM0uwa1azK+X3/3bKHcZNr7fuDTYGDekSgCQHPh8RSDLikClApnbZci2v7x4BN2CzPQ4Js",
-	"90LM5krz3GmwOCWbuzkzYXYHbGRusvmIZTZhN8JZp1Kw7uiqmEyEvlRSjDDcleflpzzPR7tYEuJsDt+8",
-	"hHJvfUVGyM7t+hRbUBZG6F+in8rFHV+w7ojnubrDgatZmm5tnaRTrqb8B8/zMokWRu4knTBMNKkTYinb",
-	"8gGvRqySIGrxzlJ2M40SKCeW1ZwDOCyn3l9nt4KAH8EIWXZ4bkaTa/IBNxpW6G4OtjoaiiNKa18GYBg5",
-	"JfTl8Zs41NBlBWvoch3YUHmnW8Wn4JOqpkYjVc7ffxAQCfzvkw601vjQCtYxxliqgbVGksBeIZFkpeCZ",
-	"ZlcLYj7koQabMJCGs2VIz06ZW0PU+3zqsz4jbjr3FeVAuduuyyYO1YuCSfidpFMtCjs7Pn/3/uzl8fnS",
-	"51As1kk8LmsnKUFbO0nnp6OTN/AHpbt3kk7AtO8knfdvz1/+fPzq/ZujH9+4QX57d/bL8dll+BUidrox",
-	"fzk5PW1A7q40UFkSOOvBsmZ8PM2k2NOCp/BBBTeLki4usTJRKns5UYVMEwDszbNx3HJOheVZHsfOcdZP",
-	"e+FXcXdGlLwMCkfGohHxo2gyPTKbizXGz+pevT87YVpMhDNwhXccUO6T2/VlOmxyrrtv/fxhjYRnFr1R",
-	"6FE+F6Cjmq2bRFhsWrBR7754E1djT4urPDNTCKvcT42N9XTB3l4hzYxlKesCcrP4aNkVKnvBFxFJ7WjW",
-	"Gv5jOPzY73/4A7DSMkcLXYqQadwUcIvmxWERB5/PhRQp3QmsGqDstEMffDHMFFfup1fCSfEVZadVRBtD",
-	"atuxTlhiWIS7xE6VHtWCdKPD4KV69uJ79kv2Y4RlRnJ+PzRThEiBJh4H9oBaWURxxwGSWugQ5CrDvBWs",
-	"Cgi53XHD5n51CcXrsJ7ZHb1hmRznRSpS1pUEiOLYv1SagnSt4/71KGOMM8XhyJqyw1se/CqwQjS1jkKD",
-	"prI1FBlMvGTdBgoqZohjJNYvmxZSO8eNWAenhZmWkd/7cJZ7a3ttUjrK+HsrikA1eHMqyPaZnPGAOIwT",
-	"29YzbkXo4vfwm5n7obapi47lhByYhB3MnK51MI0qDQ9u1kQ747sUzkG1rbzzxm5MYevi4BuP1KAt6Whu",
-	"xSUsc4tQeDjWTfezOvrat7zfpQsEscRzEA7cMeq50JlKyXGAVbN9rD69KsY3wu4YNuZzPs7sAlvjiAn1",
-	"c1ulsXkTAghOMmAbyOrzug14b8S2kQcCPQ8R22o8EICvECaRM3cKFECpJ8mHmHRGhWTpY5ZZn1wcI4wh",
-	"xFkHFdRWDHbSEVSCnWUuVSjM3cFMdnz0YblUzdvQPX2PPRDcI3tIr/uf3Difd+P8QWa27j04aDieEM3H",
-	"E9lYvt3Wuj2jehlswnlPp26aQqnyKpqsM0nfn73x+xRc1EenJ6R4Tq2dD/b3D579sdfv9XsHgx/6/YOV",
-	"LN+Y4AOn3gOjQE1ZmhGHhVGFHovNPC086ARjrpaO93nSVEQbQhfUQSsg2fijfvZ8G1AMOpL4kc+VtgDc",
-	"tuVBT310Bn6X5+8mncFfN0C+LgV0Pn9IGmBWoNAxzJAQDjo2fUkBFx19mVA8hCAKcN/BL1iH/sPhCMAv",
-	"DEkofgOmoT+oSMkhCVzcDbqDSSrGo0qYO1C1CZJIA7jdDgbEeiW8Xnt5V8dEfFgGGE294XybAPnwXe65",
-	"cho0YiHEI4wExF6eg5L5ApuYaTHPF4MqBt+XjUP6fYhvY+XKbyFPX3o9QE0mQD9XC0o8ETrBPjO+dSVV",
-	"Ajm+HimMmReXM0D2jRQanb53ZAlfj5UGgdDv99mfMWdLaSwh2qpTdtKZiZnSi8urhY3ZrL/Ct25aeGDr",
-	"8T/H99gZcfcTO04rudwEgqeYFnvOIoboTaWTbaruJDVXB8VhOf+6xNBbTnzaXJYTfVXKlw8IPekMYG8B",
-	"BlkDJi51ckdSibpDzzBrth3rPSvkeTGbcbDm44AEW+Dijj1y4QpUOaE8rYGrCog0wK+rKVgmwc5gYp5Q",
-	"Gh3keWE+SDsIhwouWAzx+UuVJlJnOBFNVqUvndTKJJsoPRYDH48HQvPlUYAnwKk9VZu2Hm72JJzmKh/7",
-	"gFSzJA2ikN1jhTUCKga/S74lwFlhXco9pGJWCPyNwN0UK/DDp9Z1O4GcMJ+9S8/76OAhlsoGEyPUwJZZ",
-	"d/iLMuOJKmaXCoTjeAzbIs1S3vqGe9fAAmrnYNaK5bi/0B9LJds58Rhw2wG/LNHEgwRlIe8BaeuIDktG",
-	"Smw+4yFtk9BekTruWTx9A8WUQqagETzc77cOBveskMEbHC1rvwQ3pGFa3eF6U265v0Doo98DB0oo5eEy",
-	"uC6d4FkHRdjYob51btK9fNaUzLKVw3ZNV4nWi10Ljt8ANYOI8ulWeuDyUYINSlFSiKAmoVVIGfRsAYTf",
-	"iH9PwTHY2I3u47NCPrWbbstSlVKBuGdFylkhT0Pv2g34moxXyg2cgTfZ6obE6SQCjhMwIxsWTBCj2+KS",
-	"gCpD8HKrCy9vSStPfXkf2jzeQirho6vNbmJk27wvcfK8ZwHUvSnqPLuW7dtBNiljvsd2MRPkVZMKnY7C",
-	"Cm0QDwOSpmd8wa5EpcB29OnzKJqgUbkykZSFkE0eBywpixlX4OvuvPyDbo5TXnvk0VolpmJup3Ggt1SI",
-	"eRDKUhhrBszjzbqPSq1Nq+Ia9TDw8vk7TXWCQtodw/4HOygz0Q+aACjXtivatjM7Vls2Be5DiJUEdKxw",
-	"MqgkDf2wNuLcY+VTKgKDI/UDcAl9VgPr+mPeMczaPGHCqb+EMeYr8Sh1gr4skwKgTyz4Gk213y5hp7o7",
-	"ldChlZy2m1l2DdmCCGvjzwkhqIDybsTctodjaw6iBUmwgUGQyIBgCSRfXm5qKQ4mfg1mFET70kViQ3cn",
-	"02FnwJ5BQAHh7tyOHACi22Ng7a1RZXzyZYPHwqdmgtthieziMOI+5zNKdNUxHTFlMxH2KjOejtudaaXU",
-	"dnUSf1Nar3v7uOj2ldd/QTDxWAF2ROyR39y3c94mxHpeOdSlEpYCXYDl35c8z3dDvk4M6YbgL0vWGtJj",
-	"rXLcg3VrSa4RvX8FUOdRZIOHwFmLQLMGGGa14hYgfS7b4f+A/y0Ah0ODUQT5gUYoAbBREuS/HU/3ijnD",
-	"Mdt2O2viWqB8O3sPwHIaLFnx0bIXSznYhnUlwmc5/ouILLtx//X6u7fk0/pKQDKrzhMtxk6oNmfsVLhP",
-	"zi2hMZuEIZYxwdguKwKttEh/6VLwtkRCETfZfC7Sy8petaUr8kfUUuAXLYmoCqXzVbheG5CcQAklKa2w",
-	"jXDwK/RfP/ame7x6AknJDu/HX4/W9GkgHKsyoU6D6xJbsIWAH3V8JWdr0Gb5TKRshKnunmIx3X0PP3x/",
-	"8RKlJzdssVgsZrM0tdPpbGbMP3xefCFzYUyEcpjbCAjrBmUZPOHYZj7SkaQU6oHhPIhhLLuMl4Zft+VP",
-	"7I3wS2lvPAZZ2/Yt179fSgGVOPznAxXBZeXs/ulftZHWdbM4n4sxlp7dI5a2JowG2Tc2FLYTfMJSwXqv",
-	"s1UxCv5sx8D9G7CDvdV6rEoxSVKy6kotVqjAarWN8JLRbWvT/WPVB+w7y5SwAoc1/A7waJeYHFTiTksv",
-	"sUjiqL6Rk5iKPC/rw7m+vk1865+UpZkWgMrhaws5/aAKEEI9Nne365rqXc++QfvK6t4oeV1ttQC8Uk2o",
-	"0gV/3dA06aA/A6gDGRqrzrkhCmO/nLx5c/wqQD/ApoYSk7jXg4+nolUHMR+3q3Ra3rjl+HXCQjx5/yqT",
-	"+2bK9sbx1dS7pqxlbFbMq01W8NeE1x3rxIDFzZAExSpPHkIFHrQ3nKo83aYRgAcHj7ajvm/L6bEKzGtz",
-	"n6tTqFPmILHx0oQ27Ay67AJsKrvm8noXrprQM2jm7/vnUPAFmnAQMhkQpMmu8kzGezmC28v94jKmXLw6",
-	"es1mKhWQtHJYRqwgeI0GL/aSxOSASB+MjdfL34p1gWM33YBNfUuy0FOFGgZ5VQbcOEqSIxqRPGK37ru+",
-	"qbQqw6EmFX9o3L/1UPTwidKXgnCR1hZIEXzSfbqKT9b43gJT9m2kCfe5kvCRWUbU4LYxVLuxruNBhJxG",
-	"uDy7PTbi+R1fmJEbh1s3TKir6bF3jmzvMiMa0OiAglYKLH0UquFb38YOv7gRCwIQhJzjQvZwaR78Csa4",
-	"KrI8xWHZn//MhlS3N+z0GHZHXYYmwnK8OHyMjDf9RnMRWX6JhFM2U8cIPyEMjYXvoB6rR8W+gJPM/dWI",
-	"8NPeTLRifuIWHW0xE9qqN3ZkWLp3lU5T1PABfPFreq43XMAXptYq8KBvovtdNrvxla/QP2Kl+xK0s2mj",
-	"bxyyEbGUEV37kV/dCJLTqlwgqBJKikM24vO5Vrc8H1UZhmT4sfDhFHfZD6sI7qFqx0MsVb+E/O3SFY15",
-	"JWidjvDSjZDm4NGykhaBPAAxDFjybhJ0VKT0icpzdWdKhKed+A5Dqx4B/Qk9/lZtw/uNCbvB5IRm9lNl",
-	"hFevnGVnjRNXe/8QWjFIbnFTpKzbp7zthpBHdTlzLZxCFCSDzxDvt1xTrowtffqEhqI0o3FFynzWTVFd",
-	"2dq1mYWxYhaQytY0BXJH7SweFlDNupQqf635jI25DAp9EuBanBbrv7pynCkVSUgIxX4aupCgXgKG0K5/",
-	"18oWZ5LwTjz1OqPi2vHtyFlXDuQwaJ4BJs9xyvNKK1GnB/zKP57DJvxE73X8kRr1sVeExlSFWdA7hnW/",
-	"W7OjNeS3lqSHHJzud1mroXLC7C/bCOIbBPMNNCn8GdeCOQZYg9aMuEPrS3gvs78XwqdEV82et7xBbVAy",
-	"erE67sNVTuY+HSGp0KO7qM6FII8/jQAvVXI0OtzwtUjJfHV34m6qckEp378UV+IvIuc7BpxEajKBPQKX",
-	"VzlVmR4+VnKSXRdapAwBBpyoo9niL122mK6/4NtqyhPCqlVKbyAZ1HgM9joG4rv3F0sgiKVeUPGhsl+z",
-	"H8nwkino0l6F3tLqq4D1tko3rfmNP6yG3WupHjvGv3wVxy2AJfSwaZWTWA3+PgC2xA7D3YrNXcY/HUsY",
-	"gf02AvAS+ItEJPHp0bIRBxJw5CzwUbCnD9nIKaEjZkoypEzFTNJ3hwAVhwyqnCN8ALOkauz5r0pnXCYB",
-	"WpeKYsiamHInS0HgSqXcvOitlCqoHO5gPdBbWSaSWSbhE6lKO5+dkwEBxEAC3Bsv/EaATRUPeupM6cwu",
-	"dX+EYA8f2+x2tQfkXKu0GGMMGzq1l5JmN2GVXy5db6WppqPrJd5VLnbbVBnW5z8LdVnVK4WZHZaqqCar",
-	"pWrBZ4NazenxW4AdxFTc0EhiooXoMSrGQvwW97HHbJHARyB3XJYl3DAsbgWeYvv0zGo9X61S5E8RKHbS",
-	"+NYXkpVKQl1siI9zDvaytKpSV9bU9+1+hVAoDTN53exEKvtt477NOHYWdAu6EnRYVYMXDTbDakAjrQxe",
-	"pdmw4z4pNdk1nbrHWtjLbY3fpT4YUUMHAKmEvCXtkRgiZc4Q3WgB/U99J0kzdUrtsPOHP0B/EbjV5DfL",
-	"1bWhHxHvYd1KqWSG1Ta4iYswxGGJ9Rqq84Ibz28yYPj6VlmrMHWb3ILeHRjGg3pShB/XJiiBXnp7RIP1",
-	"HsOqsuYpIfgGS2MgtOVb0XXiMbZ2sq4WbWsh64LpU+Y675hIk3t0LRKOcWkW1SJUupC14JSbovYB1FFQ",
-	"WOrQd9cvbU0My0Awtg7z6VlU69rRZZ/l/RtDE0uC/y1bQyeMj7UyhoLGjt9uxIfF9sZPV36MsguBj31n",
-	"h2EnvdqbZddOOmEYpF0bZ3jfNSZU2A9s5Ayk0b6Bc2NbYJy26UDRW7JlAbDZAm9sGyDnzFYgnLeAZCbc",
-	"+rQYg/d3NYTVJni1DPzuZkrcu8a27uLizZb0/3PFqVTLCrwRc1sx4bJKVQRBh0W44jMnzUCu/fFZfzrs",
-	"VLMqoM2V2R2gQXNJeLbk6il9nJDCjI9469g9AhWKTjPFRZZgvnd84Z93LBIrQLClORYLhaRVdScZ9snK",
-	"jO8jxzw8GsJwxfMby9DPcnYj65ao4xfHby9O3r29PPrp4vjs8g+7wClyvhDaDIjUNCBPc8sMX7hRqQiQ",
-	"X6nCVjiyr4JKxThLhTnEV4C4Q6qESarpc5ATyY4qbDqWRBkJ8C3t2FL9+XfPIlReO5X2P6CT3vyDmLf+",
-	"gjrVtgBwXVs4iD+IWZj0PpcAdx/HY6E+hI15H+X33pCkuk1Svq+Eu2JO/4+rs8DT41Nn1O9yWWT4KIZH",
-	"v0eUf4LRhkmDi7sBhL3B57iNN7C1dy7i2FH2ErlL+4SS1SzciL3o17fuPLUo25JFbfqSHQV4cNRGB6GJ",
-	"BGCtjEG8WL0AhCwA9EsI9NCHIBpogyxnx8ps2W4OOltEo4P3aC5dO4ZyO1aCnUsOUuidXZIR5M5owfN8",
-	"AV0Ou1oYQUpbJV4O3b+EKZUgrDOViuE6/PhNfebBL3wZBfdarnSCy+J3ZPn+RkggTuqNdJ2sB2gu93hl",
-	"L090ZrwTyKm2h6Ee74obp95CjTwGDajrdKWngS/Jfv/2/PT45clPJ4hPiY6ATtLxquZmJExMWIiAXS6D",
-	"YXo91s1zdnz86+lFAwAmeBweB/bqPm3sGjDfmjOkKv3r2rsatbhVN1u+Tfv+c0nH+k2MZHiAeX/oPdqw",
-	"r2AuQZkxGMe9diWA1b52lY3YWPQHJxxPtEOvVWtRi7SyKTOOBo0upUzyfwRyqzbhW9Nmb6vykQ3t4zbn",
-	"IDx1/7ZKbu2mc8fNfuIUSw+i2Z6IiAY2kpEfeM27bdtPuL4H90tzjx36e0gwflh34wuwI0SeQnhmPOXy",
-	"Whx6Q8X3RR3nztKq9DsOBkwwmZhWhUzb9EFu25R4qx7B7Tv5bnrym6lCqObcP1nT2RWawgS8iIFUgqE9",
-	"Tk3m/Zp+HLLMMuqHZCA9yX0AvVCQJn3Bq28JEld+q6ZEE9NtW1sa7ToDSQpK+3DtROkyc2CM4VhFACGo",
-	"qQ6C4pul7D//9/8BfbjHAGTKNzmYVfu/rLxpGdoJeYMUBN4xZFNUY7/AXyEgBy5nVM+v8iXfTPAvlV50",
-	"QtYzjF/zTJKXi8MysjTqSZ9oIS7vF2GBnwa8uYg1G1fkHgNEz21QMHa2wmF1PwywYPdqr7yqI+R8LNzx",
-	"XMIJRgLwFUIIwaSMqiO7SwSx275A8oEIgWt6C9XXz/PsVgxKNDWfDV9JyXC2r+Zj0WOFpO5f8BuT5U5v",
-	"CGQMD2Fi/ULYsv1AKnhKSVa1PBY3sxTGuBFM6WBUUuAnWOdW+xW47nd7MOSgPsMhdJyjO48BYZ7u0for",
-	"5dAHU7eWEC32F5N7VBi6gD12FG48oHYJfwFF6pvn4YRVkw92s5N0qhsFgW2erppjSefjnvvh3i3XkHXm",
-	"RkA5AHbpEQ1W+eh9fdzKN69gimbj5MSjDrqX0CtGySBgylEj8CunVoTm+h5uDptPOr4UCMYkjNADgWfl",
-	"6ppBzmpqMJN5zLXe0ubxMs/Tc+Arpa8giLGKTFkqA1tlBx8a5W5caybcx9a6LsnwTaquH7ZpOU5P+DX0",
-	"o/CpEudWzH9cQGlJSW+1D18dvY7a/FXdYzuVeRswcAoMNpkX6KZBNL9nB8//+PxP333//I9LvblCKHG5",
-	"BcHWOLQ1OLUte0+1r7JYqrCY8Ew7hnZ53+gg60IAkJKWrOCz3YHnxpz5FBp2xWWalN0mfU4KBPZ97jDh",
-	"/1O8rwyFIBYs1A9ClyD/vHcwtAw3Enm2UXmBlNflsF1U4yXuEQpMUT9g72kt078Hy51XkUVTZnBWwQRc",
-	"CX2H1AP/lbqTftj2WeBlWVwtl+b75+vS3iIhRTx0TMW4zm6FOVxun0QhujVtjmmHsBeQ48COyrTgqWnu",
-	"utT6TVtD9rvzaV916fhVxG+3VeYH5l8CgIpP//DetqZMj+lyogeF3u6Z52Ft3rZnTL1rnturdUzrgtI7",
-	"HqtxSK0FxH38Y9vRysP7OdSkSTuEav+D+vtW3GcEbbnBi7Z8BE/sTvOMajsdo0YjbbQNnGLd+1bQTdrX",
-	"L9/7kD7EGusYMS6ceDt3b0qAJ4LrmNF1JCGlDTXV7pjPjeWS/okHDGmgPqR/9OrXk7eXF+9+OX7bo/Ln",
-	"GTgmcPiwGKgO+/wZXFwTtQbZaczOjs8vYA1qwl7i/ElVKjlG8jd1xZQeT0VQuAmHeigBiLrHzkAYa2fg",
-	"qDkm0q0mcfUYNPeCB4eSzyE50w23T321/sffjDNszn56yX54/uKPu75Eh3qXjcYqFaPeUA7lMQgXd7a4",
-	"HlQcRkeFnSqd/QM+HLAfYVsYSg3YVC822OjjHu32nla5GA0lVjACM4V8eFkZHvKHB2yEUMQj1gWxtJuw",
-	"EaIU+0/cyw4l+kBRQxnQMVJrx8QXLiZUSpT4MqHEd6B3owIG8mgouyUuM4pEjFHAxKB7jwjhvcyVHvM8",
-	"HwQfSzKUFeR4NG8SyIjc7bG3igLDhbyR0Aqf4k3uYwyK0YwsM0P5vH8AKcHwgQ9Ch/163v+u/JaowCpy",
-	"73qdDDQBN9JzKpKidJOqaoc1nGXXR1k7rClA2ozYjOsbM5QVy16rwopKh/5Kl2Ofs1mW+nhX2YwvYMd6",
-	"Qxk6tQFSOdzDo9OTyl0fdPq9g14fNMC5kHyedQad73r93nfY83EKN33/9mAfjhr+dS0iSsAIbL8/A1Fd",
-	"og8abfoRGOLklQTsd2gHqoXT5LNcaHbNbwUr5kzJoUSDH3oMXv569L8ujy4ujn89vTj3LsOyP9OgogZg",
-	"ZS5fYI/ToYTkOZkCiZdErzR6Dt0R43JHHv8b10Q5uATYjtsX7stJ6lSdzNgj3AgSXoAeCCmkmduGvxdC",
-	"L7ytPAgGMcqHKiI4JVmULacIfWV5+6K9LJtAiUjqlZ1KxG2mChMkXGyJJCira6xZGP3o/LGRfN+icqBg",
-	"H7/oVwzMF9T9oLHr8+cP4GGDRvZAcc/6fbL9LEHKVRnt3yhLpZx3bYqSOz5QHECWLFuBbqvg6sIpQ2nK",
-	"c5w9NmhYZYkaDejgBArZQVqpZW47ldUgDjqwUPCqIchOvmCEjuORkEFW0KHO+XUmuW/xafk1eKToWn5I",
-	"OnXm3xl4jHm3IrjA5IWHRhmVe1yn8NfC+iSupzwEnIL6g31Omru70wk8v+8JYL9kWXrqsWzGKsTmkZWJ",
-	"KptayUxZZtNOlQsbtLLnd8HJtMQdYmsvH/EbcvIKQdxXzmvfiTdQ/u49bNKZKxPh3NgCHBUdq6gHCuCL",
-	"J+hnFCnAkXsCDrmYb969Bh794/99cXy+OyhdzeSdnCJWm7EwdqqhowfeBRB1QmOC5tSnQIdWE3WSPAKH",
-	"Jb3KG7cPqL4KY39U6eLRiLJsh/65riFbXYjPK7fh+epWnsP+3YNpPIjEjyrUbabZPCD3IAh5iKD5iGAN",
-	"IfRxyT5KuqihPRbx1mkDm9RUOdbj0wWN7jv5tKGN/tNMfkazxHjmWYA9G4FiJNIRNVOwwkmcWtEPdGlX",
-	"82ovni9Ate75Hx6DykNIg024s8YgsTtC6k9C3F7v3/9Ef33eR1PQ7H/CPz7vcz2eZrci3XNXbP+TLuTn",
-	"Rs35TPAUvWRwGvhL1h0F+/js5c8nfzm+fH/2ZrQL4NBasFfHb44vjocS+s+FOdidVtZd7UGZ62qmfA5Y",
-	"dq+PqV1deDwZSnRgYh1nSGYH/yYkdZrgc8Os+md9rFNJvK00lABHYS4r6idgOfgXQcfuFGwfKuTl15Sz",
-	"OZSpGhfgMKWAJjX3Qz5VOluTElcKEZsp0WYoAdq7jj21Y7wteFHZz9B031mFlDC6wDHcAqHcYUBBOJ6y",
-	"O57foAs6dSKqCmGZMKN8J3+MRg4llnZcKzZWztaZQaBZsUkm0x5zlmFoPF6WYZF7Uyo7lH6zIKs5POHX",
-	"Duj4E19Ia3mWo+CEeN9uzE5xWhwNeQYY+E/Gn7D/SVyDq1BA7z7c4kX/u3tzi5CqgYUuMfIvm76V9TfO",
-	"SPcx5grz8Pj0jTr2tvoedUWHXk0bHn2FqMUtnjwrJMb7PmzBqgKIGr52xK8WEIOcIb9jqC216bEjy3JB",
-	"CTP0KRXV5/mfnWAcsYnSQ4kXGZNtlppoVqshCaDEydUBAHoGPgeuGs6e9/u+cb2bYoTuIwOYK5U5ycGG",
-	"C+qxY4mVpuCg81RBiilytUxiTToCFBwk/X6fglw+BmU1lwbZZDKUlQwM0jcOsa7LveCVgCQNnVkrJJsJ",
-	"LknfMiwXE0vtBocydEAqLDNTpS27EWJeZm+FTIczYYS+hbtpnNG4AEaQ6aFUdxLatluAPS1klBVAtx4B",
-	"KHi0E51tiRV+TD7oNnQIzyNUb7tnKeTU7uGXGCP4EataVp0h+MKsFdEdIrFIFcg3I4i3K8EcNTV5TXie",
-	"xz0dFLRe6eT1lC4N2JbQlSnCjY9vs7G9l2FSY6owTG1jqbQTEt+MyAENynqEbAK/hYt0IxYevZJS5Krs",
-	"FXlQjL9SwzwoDovoTsdubFwAOgEzKCdkkmvtAaEc1zos9aH6cvG6jYjNOPkAaxnR9YtYo28yY/+pb1NL",
-	"J+HDnYIQq/5GvILhRBebXYNCEhTQw24TNEwMpW2ZqCeD1CRjXf1E+SYXTJeSod1t+oLaytYqyP6nG7H4",
-	"XFdE1kqyRaeNS+b+rO9BPhlklQhPavVilStS66gHMsUvoXQuXwOkWUBscC81FR/Z+c9He89efA8mONqS",
-	"CF3CqXjTd2QEBjHndlryB6yoqftTqtxi7qw67X73H3/t7/3A9yYfPn3//PO/RFIWtyK5ehpZkyu8mkL2",
-	"lNynnOaNSJHbRU2qHL7tRTiJyZWlr6lp/nI3nEYlCCUnWrRoeTsj1GPlJKVfAJ0lyz4B96T7lPrr9NgR",
-	"TCdVw4AVWIBvzMLahoCwHWSjU+fCqxvUNpJTIhl0FNeCzxLg9nlePROaZcdjoGSSZal3xWNondqYD+Ub",
-	"buwetKzcO3nFulPYJTC+ILPWN8ACjxHaQ6MBWBh7kAU9AtQw6lepF+zgBTM99l4CShGtdOhbJmcYXJ1l",
-	"Bt5C3XnYFmhU44jHDeaOF8O3HPJENSx+wriEePkA0rrAFcnZOM+wVxW3Q0ltmwWPhlx/c5bZMe72tjTg",
-	"Ngl+evLqZ09G2/zo30GXaaF4WPHRIkns4Z5t5UDBzqMNV77aQ5RaWsBHOwZbkLrbxPwgMc5AFOgUFzhq",
-	"EkCrdOeIdKWTqYHaIkSagrTxgDa9enu/yB1tCmOVewV+BGr6D7QPiB4YZV9AKCs0DglyeFC65EKPGPBl",
-	"uI9fHr8ZSugd7DeOBgjOEED6oyRhuBC1dnLGg0nv9tiRZKMsHVV60KHzyV226qNO56Ne+VgHkJkKugnm",
-	"OcEl2fFvW0lucBOUQCqE+aykiN2vU1wI0uDTBFCqU/h6zFZhlGePvQSRbr5r5YbeS2d89uy+OiOtMTQO",
-	"Pgy0aAK3ncNx2jGQCBFZwrhVs2wM2BFBWPt3KC8piax1GuXWAnD/E/x3bT7B0t4/oR7V7pRrp3v/qOty",
-	"G8lANyRxgVUvnxWAGiEnank0X9bD3HwnsjRhTnXfE2bM5+gej+jzosJH4hr9cgXzLJOhivdhSr1vTRYl",
-	"RGfXn2ETqxaJW741YEu6wy5Aqxv4TuYLrHxA1EdAQCPARqqGcKrDgOXqTui9MTdOx3cWj0mw3w1q2yk3",
-	"U2EgjuEhAsGh3eSedP+59PN0muypPey38+HTQfL9d1GT6gtmmj37p8s08w2+1zqTMAfjYZ4kN0uk116b",
-	"9LFvwuxqSu5A3yQGMJdWsdKRm/DgMTG5xA0HGwzwFAlataLm+S7GZRcXNxZaUiWtnaRiNlfWmdF7v4Cz",
-	"oj35fngafSrsy1bK1JPHfI9yRzSLsK9YAw9MbmkTgeCf9Q+eekXk3L6n8++HL6X44TLLdoFcskxCr+Ky",
-	"jm4uxq3u7T00OYiIQwB0+xytx7TgjjHiKmZuD0ZuVSO0bgO9mxOA3xtPxRgy+kvASW7Kp4YSHsD0jSuV",
-	"LgawoxaQIrjFZhJkVjmZahFsDgBfM8lGWpgit2ZEkV5vKbuDKydhd6rIUwRwD3kE3ed93yYdETCxOF0J",
-	"M4QuF6ANhpr5GU/Y82fP6AfQ6x2dKVx6POhCJux5/wd6BGoEJeCRJ4znRjljvIKB5/cOMmncVIgZ7S3K",
-	"zISwNITlM9tjVHMCBQ3w88z4+5uAeyrDJNlKAHzAeABbG0qPoYA/MgifCSFu3F/2ot/vsSNsre9DdG4v",
-	"uMeBhwSYfzt/9zZhUtG5J6zvTGrMo5lyiUF5WKE7Mfb2/ZuyfSDjcgFZUbuVPAE6sB4bwTRASRgo5wgg",
-	"GBSpAZZXnL47vwjoI06nHUoyuWGAmOlc0mXniRm9+Xqc/kf39md4JWI89p2zTOFrME4RILOeHbFj0In5",
-	"UD2H+GQxBzBkoAjQrYlGfUZF92dI5nDTXhX5jTe9dp+Uf4Ycv6Y0mpPIRQq9R8ih7n4hZMollUt3Q2m0",
-	"YWribqypl1YjSG2mzX/+v/+f9/Qi8CFO4b7HfD2f/pgMJWDHQ+cicvDVo5DYaRsSCY3lix4wIKnspW/A",
-	"l1A1GHipFBVyVdPaoMI3vEpwoyFGLgg4N4Iv+p5SXRSk4B3CbFDUcEklMpSv7Ltxed+z2w8oFc8M5dyE",
-	"QhqqAPPZoPSDDDFNeuzIo/0MJfqtY505NLYXz0LeO2bIW5VDCZgWM3UrYAWZxlxAaCGi3BZ6Ny2NuGPc",
-	"zchUmo2ZuRPQFs392pD/myMu0kwY44yCXPBbYaAiMDSzOzo9gSagZT6gbM4QxfL8SUhuNND/H2M1xP+t",
-	"ArRt9CuFJMzu6+MLTCmN5K9S1XpmAS4HOjKW7n/fxKnMZHRzvuh/59d8WUh+y7M8gIJXhFKJ6eLzs5gW",
-	"k8L4YAdma9IiDTaB9y+Cm4XtChqTn54+BXJd8g0BKFTyCp88cfpBqZOUP1UFKk/qOA2Be+gFRIOAY6g7",
-	"uRWDXZfRQ0HkMdfAkSDFGFFmEWOv8oEZsS4sDkKddihLIOAd32TAF1v5FhpYc1V605/1fSQAni/Vvsrt",
-	"p85kOEsVbZhMbbh05cdDmUlSKUH0HbJInjRxTSNsglnRqH9oVVxPWXkXkZPvf8I/Pv8r/vrPBKruw3sH",
-	"fScQ98qGxKSADSU3bMJNuO7h+crDDTnEXy93+H4pw0sO2rA74EYLAhHOdTnHvRJbIc9M+Zz5L5IKXDJ7",
-	"rPb9IubgNu/S5CiCMktPrE9QAATDlxr4Uwaqjsbr5AhqQNUAp6PdO2fWXIlSAep96docWBYoBIdlpJUa",
-	"25WKlTPmzUKOp1pJVeC90yIHpJynV85XGGlzLTtc+hHqWaLKEIiLBMkSERQD0izbSgpWFxTQ+4mcmc5I",
-	"JwAFam64YyKA94b6nyZsmhmr9AK6Vez24rU5ZNSO/L/pxSA3zb1pEvpmlRApfqhmGQz/bRCRO6Vc9Y2T",
-	"0Ry4hmQh8k+DIikV7vY1vxWI8I893hg0pp0MpebSLRHcQhUzP5QFhLfSbAS/HDWVx4yrEDRNjmXfqaC2",
-	"h9GgB+uWX5D6kslI0cnu40ZHlks1oNknnSP0DHrR7zfN+DtJzd3AEccY0vjiJbfVojkeeERQIr1SUXIG",
-	"fzt/L2GZLQTz5kfxEB+mkiyx729TR9lyK9ZqNIFH/bdS89WUGnBnjwmQddlLZ76C1rJP2Er/NIQfSZyt",
-	"dO4prbPQdEvJHvttqpBKptSbtUY7ZqruJBi+NZ2tbGrfY0cepumKSser7XIhWTmT10MJ+cpw5uPMlKi8",
-	"BtyUI6nsJT16OVH6shw/onQc4bk97aWmBXwT9zrsWeVqHy4hRsPc1DzrC19vPI7VswdFFLLVD1fo7itc",
-	"dy3g0v6T33aMyYJihG3H2AhfXKSj3+VtP4PV//dl/zYuO57G5ru+mRa/AgcAe2L/k/vP5wq0Dv1VQkNt",
-	"wPMKyElPi1QD00ATlfU1EcvGbLzeSV2bh/qBkcekCBGTuj+F1j4oGHBFzDQDeKoaOBLrEgDWLjgj0M0i",
-	"Uowj/lcx15Imp8gONhnPxhwdWAmi2PQbMoPdT9YnBnsPQz+GLP+pGSOOyWJ2JTTNf9AwP6+BRG1YwkHb",
-	"JZBXruLPi7Qj9U69Ra0xOri3yL/n8/y9K2730DfBqDnVlGzMrq00T73/pp5jwRdAtyGGWLQmqNL8IzSm",
-	"BFxYX7rARnjj0BGHV24E+SHjaSFvWDfllmP+g2MTCcahueVQQggPuj92qevHSMh0xJRvmOnn9D2KKRaJ",
-	"Ev4OVixt0z7hJd4SvOF+nHxDjeA76SuW5pjrdUm7q9VdrfhvwEZZOhgRLu0dJeOP4OnBCH1Oi7lI2Ai2",
-	"dYQeaF8T5uN+sLNqwv7t/N1bxEYCiAQMsS+VE2JhL089oEu9phDTx7CGz9QyAIywLLO7DPoqk78bTlCK",
-	"O7cIQ2D5C6oYPGysS/SoMViY+M4fPYEm+VSUpUA0ZgbBfvgHcIM9USRQm2jsUNLuMaAskPVAfqNPQ8z9",
-	"H3YGbNgJTfgZfghIy8POZ4KewasMV2acKwNZG/ECRn8YLSTwN1RL+GC5ixWvZQ3sKitJPOgkUEeVZBw5",
-	"wKdJpYdXwOr6OtWHjypkH6s69X7MiQTPNxzjjZTSYM4R9FsJN9xnoMINZV3swpsghrT7I/SPSIay1pk3",
-	"YbXGvbteFpuEidyI0uijz/lVLkaHQ7maj1bhTJhjupSQBkm8Qzmq5bWNkAlXumcJSLdiI6fGXDoVYbQk",
-	"3IYyVXe+KhuiDaxLwmtAbLA0a9IMsqy8I223BM0LHo0rPr5xHJMaHfcgHRmM7OoasNpIqsZMkTPcn6cL",
-	"wPsJvoyhuy4thbS1b8XIfVDZAe0qoGgCuHpo18LhqA8r3dOryaa+I09F+JbQiz4EzbWAMPQXMJgRGeF3",
-	"w8iArXCslQk5tRXt1ufEBjG3ctmKmXjCu1bI8+xafjG30vrbVszEt+pRgrVRzgsUY+ByseyEOmLgvQmN",
-	"JSqNjzD3hZAJkWtj21t2tWBK+habfqAvcI1opt/NPULAYzSZMyBETO80N2aJSqxiHNCYWEZIcOjXHUqE",
-	"KRrRqwMCLEBIcgv3EZM+UbFAu9H02Dk+7AQ8H8rwU7i3vksKZTdj7vyGyz6U5W2PCFea7r/Ehfe35pu8",
-	"8XQQ/spTj2GMVZLaqAspodgfiBAbMie1AGZm2OnR+/PjV0gCPgt+GYn9Ma+437v1pfHn4amt8QwxcamN",
-	"7QIJR0+aLORfY3PhddiWR6m+DqM59g1V/puTfMqD+bYLsP2ePmmR23K//laFbgePTjePX0X8zar/56D8",
-	"U20ZGNTYs87JSc7GWkmqo8J2RDxn3QsxmyvN8x3DAr/YbU/SD2Fe+5/8ny0wImsUuwkh8tW9y3KiZTOB",
-	"FYTsAVPBlMKSuq13LGkM7jW/av+LXI6qC+PhFRt+pLJsI2Bm2mwmoJv1WPjySCdYIfFYaPNNMtbNT/qt",
-	"LXVdX4dfP+n30BfqiTlxfZKvVHLcltgAXBTU7S/EmR+A7wDLrLAGwI0TeQpZB8oIn3J/I8B5JzLNbnle",
-	"CNNjF47sfYMCCAXiYAAE74Mpd0KLL86G96/4+GaS5fk3YjGuXqWoTvMjrfqJ75Kf5ivh3fm3W5+0Azy1",
-	"llD1rV8lVFqCYPXh9PJe4Stlkv0VJG7iDOsPrOuLPrFKcjdhpoDetr5ISd0KnfM5m6s8Gy+g6Wc2E4SM",
-	"S7g2XoRjECLANcqvcPXAVfT7unenbsn/TNrKuVVk+XsLHjU+pEAMEpFLz90wqSwb8+J6alkx//IUQyAY",
-	"vy+aucBFPzGrXprlC7nB2nPoZncYIUVDBqwzMoJbEdlY4FjZN9/d7ZwiUQDKo+5Y178i1OsDJo8RYyXT",
-	"Taz7y9+sQv4OufF7XPQ/Fz8O/gzopVD21AMbsiQod6eelEyI1653uF74h37X/lZ6i83uVr8nj+Jt9YNt",
-	"4Wz9NhB2N3haaTef1NFKc3wlP6t/w/9qbtYS27H0s06Uxhy8JSBpfOxGEF7enFOPe9+7qgpwhj/w92H3",
-	"6eC+/RT7n+ivFm7YKjl/aS8srfKQWlFQCiImvPiom4fayeyW+9bsjm185f6XuEIXZWuCh27kO1kZ6hsE",
-	"Ko8VGNS4ZzzBf93Gosq0VT6lB+NbL+p/C0/9rmW9f40LYmAthD49+UhS34+G+enwp2W32EnPdxpMvE6w",
-	"20IpKI/v29EL6ntJfQLRSZfNZgVkoQZAVfH3gufeEKpvyI5hXQOAsZURE9+lBCqh5mK8G0ocn/X7Hs6G",
-	"h0EOGfdO9qEkEEXK1+ZlsUo4gyru67P+gVtmkHahV7IHsBmrmU9BDTC71dHizUrM1JPhkzUrKaf4SiGQ",
-	"5YvWxOpLEjARAnh0kO02yzqCpJjqCr5gA5UzcZ0ZbEBV4Qq8hEwNxNg90tdqx7DlV0rYSyXTYoyonWBa",
-	"OJqm0Xbb8457aFhhwP1P/s8WOlbtNnwhJQs8n+6cI8kDXY/IO8mz66lNKpkxkAflLbdKqEurO3NYGy+z",
-	"wO+e95/fY8ublbPmvfrydzdyVx9Ya7MqD8tj+SaF3uYn/WZujxsUu0z7tDXtlDUveTvfgEbljtcvvvfg",
-	"zqRCL+JUUm8f8t80U6WZ/U/019pWV0vE8y0wmkfiMM4e/OdlLXGD8rZyimu6WWF99bOD5398/qfvvn/+",
-	"x01Yec0kOeGZ3jNTrsU6IvuJZ/ocHnpC8ionaaCrO+Hke6zhJL3OjmHl+9DjrHtAxZxG2Jpsr7z6k9CO",
-	"s7CKiIH1W2anUE8415nSmV2wKy7ThM1zPhaAig7pj4Qz7s/MGZmgvAwl5nr7zO+50PSqg0ovbzXx7/+M",
-	"WWjGyK9UYZm9y8YIIg/9e02Jbe+fP6BA8pWyU2w2QsCjiEPTY6fgHRzKwmDkj37nYx+Zpgw6wVMAzjry",
-	"T6jCmiwV7KDXO4DeGmYonz97FpA08bEots35Mg0+vhW2RH5fzvZqSfeOfr+0eXMubLVra+x+bXGjeDpz",
-	"nLKZGWluxR5ghG5oqgeKCzz2u3Zvhfdo0bTNWTq4NY/j2aqdamX0LQJc7jwNiKun4Z+tCGX/k/vHJfyj",
-	"hfEatvyrhAjKfQ7QjlfF+EYAGBSVkXELDNtZpI7lstPjt69O3r4mIZZBJTDApCx3719/HJtt1TVb8wQk",
-	"31iBGbboMfTH6mhfjHDjql1Jpg8OFwTFYtlVuXSGT1C558f/Wt2h1pHPmQAVKj2sXqyq28eqGyEho3+S",
-	"5SHRR6AjCAyLx24SuG65D4o+P7j1n9IApcXHS3ypjPTuJs7mcltGe4mlxTueUzkmhTsK2uNUSFRh0+2Z",
-	"UjOnN8I6rXMt2hxdvHP/6FO2e16aqinBiL5fb6v4p1hXzOZ20WCmaOGW/XRStsFKoctkljSF8GZsFBYG",
-	"CP9TdcdyBSFuMZTlD0KlsgkADaFzV6axByH242Ija3NCegqoD2M1E4ehuWFmffslZ8tMeJ6XiCJl9/kd",
-	"M5SEUUIda9w6Ps4zvcC+VB8FAXtmgOiFDRTK43DksRhKq3DZIJKFTIOFI8msueJpWV2fGVaxZWATYM0J",
-	"E73r6m71AP7qEoAujGmydmI0/QSRpxg5fzluvuVt+jYsoPJut72jdbsHWeb6RD185CkzOtwM63y/uMpe",
-	"1JOLMmHGUxHyWahjXKwbtLupRoy1qGOX0zas2a8NiWvu90+btuZm+FpJa/B2zUrDIRvBBobmKrjDCSIT",
-	"Y/aykmPxlZQLLh01IKGgNobrc6ulRp0YtIdGqNuRRe0a7X/K0rVW35m4VTcVYtlk8eHzD7b4cBivPx1C",
-	"eDEAOx+gJJHqbgngu9WdqIv5iKGRpWsNjInSM247g05RwJMrHcRpg++UvtmUUfwbPfPEQYfmbF9wj+Ei",
-	"lnnVUZ4zTeF5J+/9U/XYgVv9Br0qyoR84B+X92QgZNVJvhIrojeM2lt+d79e2oUMzb5YJt0BjqFMl9N5",
-	"tz3uO/+SNdrfyF1eCb1KB5udSnp54x5Qv+70YadxdlPNMynS3XJD0jCROSx7yiJcIEFdQnNVAdipNWTC",
-	"jfs2Vbm7H2Hn1uzptqYJbuXJq84yK4LjCHDkjSC3r48vmPtViVuepZ8h9XnG5aLSXBerlwY1IkIYHWof",
-	"HB7NEM/1b4Wx7Dq7hXa218JOhUZERRJmblMQ+ZaQyc+ddQM9qlPqsu+BhNFSDt2/8Q1DF2vsy6YmLEsN",
-	"IjnPQezDOHIsdg8BJSNlhbyR6k4CZG7TBFxis3U/B1pbWEMaDScLfeT3uEWzMr9JO26xTRDIWWrWCiVo",
-	"s16TTpm03z/vrA9sQsOwE/zpsxffw8P0z/JprjVfPHXDsPK410mqQE8TVcj0S3cQ+w0qiyu0LqHZDZq5",
-	"S/SemgoBZTYpG57z9HfAG/Yde9u+PK4yelN27FFl//LMWMTeK++AW061MTfrIqAzgB2nmUY853Kh+G2W",
-	"4ue7CbubZpVG3oaZKdcA/MZuVV7MBHwgkgA8l9Sa07uD474tvR8MS9Zn4H9RE2T94ai7R+fnJ6/fHr9K",
-	"2I/vT968Onn7OvHorAPkKQtiHbugx/pO4tAiu/KiVBgPvMYk0PYE+agyMG2VmQL42CrnBFy9FLMg05Wl",
-	"JoxDFyxo/o4dx8HCSVYU01tRYWBPoZhVp/hKnnCa/uTVOobTvJkPDSL+VqGs8mhxLkdnbrIECKDCcXYM",
-	"daOntoXLl+UxOUuMPUwF1/ZKcPtIrKFOdz+H0Z+G6ML4Z2KudEO1eP9JpssXcf2/huDxACUWT2nHOF0p",
-	"U2k2BvqRwkC/D6XtU1MGzmKeRGRAf3mn4CDYPU7FundOHJ++O48oq7QcTNzZdbpdrq7N+p/AE/QDTPXZ",
-	"pG1iYT9oXku9aeAGI+xl6lXSK27H0x2DqinybvjItyw+VcZeaycXNJem0r/QfTkTxvBrEdz0AVtzRdP2",
-	"znaR9tiRxG2rtnu4KhfWrbwg6cEIH1dVd3fMgD3vPz8ExFtuIaxOQzkxxqxy3/+wy64FyXLf3zeT8E8t",
-	"TJFjuD5ViLMK4NUVYddj54TOCi/HZ35rsCg8M2zK9SwXxgzK8w9tWchf5t/E0Qihv2So16+cZrlHyTL8",
-	"KwFk87yAqqXwKeQKsCMWOCCb8QXTWSoYh6hNN3yzm1R6nUGnjkAmh9AC+TnGQGaCSxTZuNNu5ZVjSAXH",
-	"RikzZzRpsedtUSylQrK7ExUgoN0Y8rTbqycW5jjJj4CC9qXD2eXUZ0Bn69jsIWngQI9gVFoxQ80c7uSX",
-	"bkhMRI5mZ0XEEy/1CYdLdjRoehUSI8OiwjWenNcX0uyLj5mxmbz+gkaCs7I2WwawOvyGYk70BT0N6ca1",
-	"j3RB/95tMAow+LrOKkAoobbKPVXcUHnd7rKuX2VmhI5RGNGk78P3qDciX3MHA1RNr58wfOcE69k1dAha",
-	"o/4f08meFfKpOEZ1iq+VCFPIMzFZp/tHN/ZR1f7KDHRqG/T9pRvwqBfdLVOMC53ZBdziK8G1++1fP7h7",
-	"iokBeL8LnXcGnam188H+/sGzP/b6vX7vYPCn/p/6cKdpSZ9C4pYjpM9J+Ldf6movM+jfjOVp2FERLuRN",
-	"luemagEnvpIVu7k4VijHmVOHqH0LfDvrVRrJwcCRGd8TfH/wFxyCguI+kam7dhjxqPejiw1E5SMUKKmV",
-	"LiLKuM8LrQxX1l6sjnfWHuS3MmKJi7M64mkdsqLs0hwK/IDMTQ1jeGkfCUsgstxKAuyaLKfqXobEptXR",
-	"flZ3lWx+cNhUNSXD+MzpXD7dqTJqJYM6Piwoa5GcmsoYZTLC5w+f//8AAAD//w==",
+	"7L39chs5lif6KgjeiRDVm6Iol13VRUXHrGyrXJpS2RpJ7tp7ix4RygTJbCUBNpApme1wxP1rH2Af4j7Y",
+	"PMkNnHOAzCSRZFIftqtndie6ZDIJIIGD831+51MnVrO5kkLmpjP41JlzzWciFxr+dRTnqZJv+UzYf6Wy",
+	"M+jMeT7tRB0Jn3U4PNCJOlr8vUi1SDqDXBci6ph4Kmbc/upftBh3Bp3/a7+caB+/Nfsw8ufPUecoz8Vs",
+	"np+8bpgnTdbOMVZ6xnP7nMy/f96JOrNUprNi1hkcRJ18MRf4lZgIDdO94vFUvNKC5yJ5KcZKw/slwsQ6",
+	"ncMbDTrvZLZg+VQwIXOdCsPudJrnQrJr+AHLp6lheToTrHv+0yv23Xff/bjb60S4+r8XQi/K5cc41RX+",
+	"tBNcesJzsWfH6/glm1ynclKu+LyQLdYJC9OFZHda5aJpSbqQna2PCVZxkYt522WYXMxxHaybSsblwq4s",
+	"YoXMhDFspAs5YvY5kbNcqcYNtOPcc7l/FdrAEjeuWI1x0bH9GbvF37GufcTOv2PYCL7q0VejxuXSA7UV",
+	"z3meC20f/o/fj/b+H773j/7ej72rvQ+fDqLvv/v8L+FjL7RRenXtl1PBpPiYX8XwAC5dsLkWt6kqDJvz",
+	"SePJ409qa5vxj6dCTvJpZ/Cs3w8t5LWa8VQ23M4Ev3wwFzjlJj++FTI/ef2z4IloePE0ce+bcZMzYX8B",
+	"/4yz1P6pRSzSW5EcMjw6LfiMaWGKmTCMj3OhWZr73ZniTP5l7CL2YBV7J6+bdym0SZX1/zvs+crya4Oz",
+	"sdK0ZntdeM5iLqXK4Tbgsgy+A/6D3aXSsLup5UEqnzKuhX206Zzt5lzB5lwB+2zDLvtBdnmaztLcn/3y",
+	"NPBldfhEjHmR5Z3Bi35kNw2HfmEJawNfPtPqbyLOG8hsTt8+mM7Oi3UyDTnjA6e4iKciKTKxZh5Djzx8",
+	"st+UvhH6wcKzKODJVbq2448zdbfmZe7okYe+zGf7ezNX0gjQQM60us7EzP4ZK5kLCcTB5/Msjbm9VPtz",
+	"fOJ//M0gk283nRsXZqzf0SPJrED/8fmLHxgN3oNtoN+CYnStdH6aGljNXKu50HmKK+b2K/grzcXMbFoI",
+	"jHQuYqWTzme/+VxrvrD/rjD5VW5ydG0sv1OyZIaO8a8eYnksv7s1fvDPqWu4WVYTq6xn9d1Q3Rt8Wh4/",
+	"6nDU4K5iVeAZ1Zf6WmTprdALplUhE8PgMZEwo9iY68qKPTsoh0yT1fEuRA7sk0tGj7GbNMvsQCvcbXXk",
+	"mBdGBF8j8XJu5aubVAYWMsI9GQ3gDGBjrXSy64IvGJeJFVF6kU9TOWGFTED+HLIRLZx+apdvf6mkcK9k",
+	"30ZIyy5/LzVt+q5yeOUSVZHHahZQZkcJ7r9IRhFTmo2kEIm5sluirYSwb4CS5Vf+kZRxw+64YVpYlScJ",
+	"0FTkGXJot7TgpoFULCUKY/VhnodP9m6aZoKluVUNr4XdNr/+2gmv0Zkj4OOh6Yt5wsvJW+rf1dsDhBBV",
+	"xFGp/4Do8EeFZLZ8N2orWHMFYZPg1iVJakfk2VnlNo55ZkS0dEHLXV++fiCSDcsVG3beG6GZPwUk2mHH",
+	"7mxFxTnohzXB8HIvcp4XJsAxltnCmstYXzKsSiQR2FiqyFERp0slLA+5PPn1+PXVu/eXu0DTAXZgFWL7",
+	"D5HYB+5ATF5lyuRBcv7Ct+cRbkjJcu5/UZZFQ+3AguTphUBA8LUSd0QslsXP51rd8mzjz9xzQC/xVFzd",
+	"iIB6fYS2W+LsNftQ1FEytszEsFTOi9yA3qyFUdmt3aWBLLIscDw4jfF0vX6mTKmbYj5gP59csm6as4v3",
+	"r14dH78+fs3uUquqS7AyFzuGqSLHVciEaS6ZVCzn5mY3Yr+eXFzAj3Uhza4ltLN3Z+9Pjy6PX+PHXEbM",
+	"FHEsRGKvrUzItHZG7GK3x0gngMtA5neaT+39Qdu1IlJ+PrnsRB07ayfq+KmCgiURc3vlrvDcvWKz8tyy",
+	"+iJkshWnjToTIYXmedBivywt8bjQGmy9Qg4YZ1rkeuGsQnhreH8tTM51zuB/DXxpFaoIqMHuuj0GcRdW",
+	"P5y8X1miJDV49QuVOxfPytp/s+yBAzNL2B1Pc9ZNCnzRCJe/C1ytvXwjQmqWECH1ZomISzKlfaVBI2Zf",
+	"kv3n//4/7JZnhYgYN5VN82Q3Y91c8zSznEeKuyyVwt66eb57WCU/pgUo7IYNi37/O8EO2JSbCKjUckiY",
+	"LWKc/dvFu7cMqMcepp9wB1dhbzB8sJfKRHxkSidCe5IHBiyVrOq/Jdeacy1kWFWZWwEUZrVwap6mQMO+",
+	"FrHdmrOj9xfHr9uf1nzKUcqttUrgoZpsWF7PolwOXC4QbDy1RyZ6kx7Twr5xg8iBe7DlhbRTXVkCJZqq",
+	"L+hndcdmXC6AsPGG3U1VRisc8zQTCesqeWX/LLRgpjCWleyi0qsLyWD7ya+RWgvGGBopVnKcTgotEkYL",
+	"CN9USxJNhke5QKDcfJWFlBzHEiXr9kPME369u2n6Npex8sNV7ra6ph13564Xlo3lgs7507DjL++wM/jx",
+	"xx/70bBz/v7t25O3b4ZWffuMV5DnAu+gvRpWT+BwXYKXBGYKeUoFGJaOwaIS5lcGo+dTkWqnfJkIz291",
+	"h8epNnmEl77ycWr/z1/pgf03R0+xHQd+hCvo8pzNlMnZs/7uIRtrNWNvji9Zr9fbx1WZ/U/4x2f8LfzK",
+	"MhLylFqpCS4rxs2NPWlwn7Wx1C+5uQnJONiEq7WGOh1txVNrHy/3FLax2/Qi/4o//YvlqRVWN4KfjVDH",
+	"9B6A4L23DCKVk6txaHG/TXnOODE01lUaxVEqJ7t0Byx7sVs1YFWRZQrg2aSZMfe7zd4HkJ+RN6OA59Uu",
+	"cf1KObIM6qIV/XHFi+OXRhc+EXFqUiX9NhYyTzP4OEGGuWy7tOeS14ugaInVbNYkdtxy7JfeyoclC3TY",
+	"ISMP6GNL++kHspbm2m26n1F5vQgRjaKNM6yL+3h0dsJydSOkYeJjam858ACeZUKDgAcNQmTj3SVLMxRy",
+	"qG3dvaxScpOsmCkN5mZhhI6YWZhczCI2F3rG7fVnXc7MXMTeP8+kuLXWcyF3I0b3Ck3TnOuJtcy4YVLl",
+	"9lomC/tMaXVGpT1amrWWJ6GpG7y6sUpEyPwwOb/OBBNaK83sQyQXfuUfL+AlfkKBa44/kr2gNDuRtzxL",
+	"k7OsmKTyYi7i8JQUrdyG/mEdQTIXH1NrTSYiLAPHqUzNdMvZ0CPYwtF3k2bZliapLGbXQocXez/9ieei",
+	"jWy5gActt0aKSUPWx9LVB4c9rdhNVTvAD81X4+R1gwObZHjN0mux13W5GHYrmHULOlWTgAfJ5InQYdIy",
+	"eaKKMHPNdSFjuwkBYawLgRIUjR12LRZKJmhFfxRxkSu9Y9i1KqyBzQ1LtJrPa9fzWqlMcLnylrSgyC26",
+	"uo41L34u5uQ62YIrez7mZIflYHZquP1WmDkeZuUCchi7IGQ7HU9mljGB6CPO1PHqQtATENsXLwIJAL+B",
+	"n4OZHDbLaYI7ho1TyTNrASqdo9Y/B/6zYxhcPVDJfrIPpf8Q1s7Mp2KBzo5Uko3XVkd7hauDFIXPIGRO",
+	"8Gd/XtXbtuWsQea5GtX/UEb3P3zqN4T2KwyzItye94OScAMHfbgfAI7OWxN4RmRwo2AzN2jyR+7K1L0D",
+	"PfYWxDvXggl5m2olrejeu+U6hb0E6X+IWr/zJ8iEcYx4gB8hVxORT60Mdhr+Afs1fRkxqdjb96c9djKR",
+	"ylqCYG0o+ygaNyZs7te4Z52Fb8mOSwZU37WXlkGIxBpmVdbRYHg7TnX/MWosbSMjsovfyHLOKdS6ynXn",
+	"Wlm1YXXFP1lehOyzumI2K0wOlx8txDKAtWGlbqI1a7V3bbtYpJ6Y7fyUVtnkDe6+WMmcpxJ1grXMxz0I",
+	"C14fTBTydqsLu7I30zyfb1rQz5eXZ24trVUmdJI/gJtUvLTkcHfOdrTXrTE51yopYqHNTulxfHv063HJ",
+	"UwbILbjW6a1lLYa83J67MM9d4IecJPg4zQT7l1dHZxeXR2+vTt6evb+8uHp9cr5vn2rpK7Ra49VE81hc",
+	"zQLukF/TLEuNiJVMDLsW+Z0Qkl2cvLk8Pv8V1nFx8uaXk9NTpiSq9i2j0us0zwqTX91tF1LwnsFExBnX",
+	"wtAmEgNPc2HoA1Vu0bv3l36PwDsbW26NftrwfrW/Vijow07XlgzGhfOAv1i7qqu0lQmZkhOhd60hFuIy",
+	"m4LT6I4O73VT4Hh70QFuDHBshWeyitZVTbwHrtJUZFmpMg073rhkC5EPO9bYhghHXpgBqVnsp6OTUxd7",
+	"AkXRmaphD+a9LY7NMfDKFlT23ZNGyXqRJ5ZGTEvBsIUNs9YIrIiaB9kyL3l8M06ze7pahEzaW5bqVuiM",
+	"b5QC7/CxM5Wl8cJbsffMfcDfQmCv4fXzeCqSlhbNqpvZHhbkz7BrO1JkGWiRszIVaMBECsofd7TevZvy",
+	"nJ29u7hk+7cH++509j+lyed9eibnNwJDqpmaGPTXxNNC3pimH8Jz+LMI+M61yqchH2E1R2mrPPSok6lJ",
+	"ewo9VZNXdsV1u+bZi+9X2a72u9+C5OmomvIA0hbnfC4M5Ht+2m5zVjfEG0WtUveiR9JSD1muCwFRH5OD",
+	"jWEPpoXuWnm/9fwKEtFfi0yEMycS+03oNXzwytcgCC0YPd5Kq1hxFeNMjYs8ljnmLS85G+7jEvw4T7Uw",
+	"zXHVFI/CZa5wNk1z1p3xj1d8Ispgx1/Q5do+1EqpIY8SMF/ZJS2M0Lc+QWGtPQA1G5XnS91iVczrQqKP",
+	"ea7mRWY3m5LUgwHZ5tyIloPcllURG5LdIIWmLGhwm7jRy1iSU1hEE0m35n8V8tycJ7v+ndzUjcs+rx/y",
+	"0sJrdN1SVN/JpmoGJCi4ADGF1gpJMcDNsTQcuHbZGt/K2dFbiORfrQBkHC0INC1SE1vFw1peA7DlbsSC",
+	"TbmZkrcIFTsImmAEyFt/Lv2KLDWiqQi01FRSAQvok/AMapQ9dsTA74YZTmwGK/KWDnmtGM8ZpHm5WLRL",
+	"zyJyXRXcxGbCPNcaFz5nC2LmljdFjPsAKDOFtU6tPv7s+XTYqXCrsdKOX63eXaFTnqX/sLtXK5UI7v4r",
+	"JSt5TsbnN/GZgF1HsSbgzdFrB34xQ/lFvx2dXJ68fXP107vzq1dHr34+3gUZZ8+MUh3DltNtU8XUGcfk",
+	"ZkhXFosBi6dcQnjdWpQgVgtjKVllidBOaG0mYjdhkHKnaZacF/LccoZQYkJsHwD2CWqjK0SgLLCxSzMJ",
+	"qG5xc5ZZbZTeA/LUqjkOObsWlrIMy1WvwfdCpmIgfcC+JrhUEvER8iVyKq8rE1ZSOcnoyYZUlcbUte3S",
+	"k/JQbZNXVmABWkiXwoVLptiZK59MIbQKGQNRmakXXHY4fcBbmM64rJwIrtC9VZCsKoGC7Uy0e0VFV88T",
+	"cslcUlS5Jz69cylG3hAacLqAzx+AHFyIqkI4ZXPyAFVWNskNx4HixZaS44i8+JbPAvNyHExJZF5TlSWW",
+	"aDNlzTtKjQSaKCR8aex+VCsBCumCxRQ+kC5yDoNiFgJ5F2MBWWRcCzZRUuyuXv+GBOJXx6cMt4qJj3Mt",
+	"DBSBWonHoDba5dnhP3oVh+Qh4yxW0uRc5hXxkIh5phbDjn0D9+6Q94jlMMiZaif94/eBk3b7uObeuR3m",
+	"6/b3wLLqg779fw08wuSa52KyqMmnzt8LUVgaX8qMh49HA8zWwm2CTCTIsMLEoX9/f/z++HVEWVwp5YBZ",
+	"EeQkP2kRkf0fMLrt7ueFlqbHRjGXsciuUnk112piD4QKZqS4g0kpuRfEP8jALBEGJKa045Bk8HM4kqG8",
+	"VG6UZKO4pPNRBGmAFMcsFyDFnTB506tCQcLRy3fnl6UyEgWHr2Zgu01dfcfyQ5x380VGRd2TyYbb/IsI",
+	"WHlTkNumIUUM7yRSVOR2Gc6yfXi2XMBFpvKQIt9kvDVUX+lCwpFYdXPHsMpG42lPRQbRNbsnh5gyh8+D",
+	"eC6/hxSz6tGgG9N+HAyDz3hATnteR1zsRizA52Q/pxw/UqXtNw2uWJ7mwTO49ImQB/2+c+dCiDxLpdg2",
+	"Tr75IFwSQDO/sU+0kNeU5+fpsxN5QitfN5R0ECTcU5FM0JRaYedb2JL1i7DJ4Qtjb1gXbOOaIOWynHFk",
+	"sGMY7oZL5BZ6xzSrndvpafOMx8EcBz8RPOGJqHtgpRRQWQN5NsZGUhk3Vz3QG+ZK3aDeiizEKq24Esiz",
+	"IYdCe0fPfWL5aj4PUvWRX6TldXY5JCiskev1EVz6WlUjbFMBI9maDOBb0G9b3DN7NA1EakV6KrcNRjT6",
+	"0QLup+N/j9jb44gd/6+Ti8uLiL19d3nl/n5zGbE3xxE7vYzY6THrymImdBoDazx5G3ZP8awIGyqYl7JN",
+	"dD8oJ9W8aa8qIfztNN5LrFjA35cBu3TGJyJiXE9uMe4AH+wYdC7MVerCq2I2zxe7WC9capUBu3Xr7IYH",
+	"JxvAklvEBuGx4L7C1QYzvl1YbPmeOPteslQCqxpZiT9imFFv7cdJanKhRcJGzngfsVzM5hnWTHzkcZ4t",
+	"QAOnlKPVnXXW8ZKTYY6rJDgRoa3mR8amQJ0ezm+lrqJaYWSNhY1s2z71V6Rvy6uIBNf9xCEzuLilh2Fo",
+	"+btzMQ6nT/sDMyc5wi9sGcjzDplyJBfSazhHHjq51UNKEzGbq9zK3HARqJ9wx7CT8uG9X6w+aC0vAPmx",
+	"t2dAB+cWW/FA7qP3sSqXhhJMhjRn3esFQBnhF7vo5oTIJZfmDhxw6IbkORaxjGiIEYP96rEjZl9Ow4+G",
+	"Uou54JBIziUTXGcpfYUlrH5UTjAxMFWSJr2hbJNJ/99kHSDre9bXBy3w+mVhOJ2J0G/NnX/iGrlPF2gf",
+	"Xdr232OeZobxzHkpltl6ufgy6otVELNUun9vkHnNFiGs3IHV3I85H9dZ6yjWSo5AjI2wQp5no9VrHFte",
+	"UMyv7lKZ4MEuSVOoJ5ylxlhbHbxAUjGHmaOhdBoAkMit6GK9C/h0oQo5QWVOwn0/ZOTKgGUuBGKOVK7O",
+	"i2ANig4p7z+lt2JvnFrL0T7AusPOn/ZfsD/h/x92dpGbuR8pzbr/c6oKnS0i9j8TnsJ/74S4gT9mSuZT",
+	"+MuuKlu0q45xOxvSKX2MwjLanGWCW6PR2HX+2DfDzu4hVWvaneJZOpEiYbkCPvBeph+ZmKt42mZ//pbm",
+	"eSiudQxJZulMOOdMMccJUsNmRTwl7tcddg5gQVEZ10hExi0tOf8YZgy1WUyYzR1BbjJtBXgkn3/P4inX",
+	"PLaGZ8SMckwVfZQ7VKs0RuO2muBNWd3d3/fK/O7nzz+7z3f/9V8eM03nXtwVa5lDoaWATZLOxD+UFMHi",
+	"uZOjt0fsH8CglHaXujvsHBf2Gu+/FDpLJdCSu1jvL1+tQoiEihHvycwDMQA/VDNvu1Q3Qt4zGesegV5H",
+	"hMsXeJZKvyvNSDoNbh/3LWbj2xdiM77Awk8feFQaLYiIbg79qLVLCAG4lqRMILdIZRtN7nP7TMORwe/X",
+	"HJdOJxOh73lgAHZHSuGWJzBOsyArO2J0YyAysBwSGMGUI9b9BN7GNInYnC8yxZPPuxQogCd69GmPz1Qh",
+	"cw+D0O+783PHhmiGZZC1XXSgLe970a/wvjbc7c9L3G0tt2yCUik5WZMJuvkNgxkzO6YMykC2+LpDKgvn",
+	"wVc67AzYsFM/nTQZdj4HU8IfkWmVVLqBgQFOpANOC+ShhIOLDiIix5vkFSSpAIAMczaQ2lFPgR1kMw6O",
+	"MQfZQJhySI3gtoCdtVMi2hI4v2DvWaIgQXKcIgpn1XRrAuVqyn9aWXZDJQw8s9kh4R4M7u7H1Fib6+HG",
+	"QCv2SikMT6PG/8RTfTHliDuzxRvciXQyzdcKnR3DjB05Yge9nl0w6zqBf9AmWk9TBFdtVehjR8X1lYF6",
+	"HeJogBAz59YQl6SzEloWu1bJgi65NTJ7Jhdz8/vBhx764oKkNBPGtPJt4YLKHwRfSGmr+W5pP/3EZT3F",
+	"CqrCbyHFOUtNzm6kupMeH4U06m4qTS44QOGOXF79aHcA9g2MNScnQlQW8WEmhvNW7JhDKFGpZ7tEMEKZ",
+	"VeOG6bFlQ2+s1cwZepaARz127MtNJiJHhzn6RdaU74y4GW0u38HSFG5QchK/x1U6aCLiO04owMAY64Nw",
+	"PjzGUhOB7wYrCMGbbL+xN5bHOZBXj1USeDxclxYVdCKzhFjCur9/wDOTijb9bprG04Z0tePXu4c+Kuig",
+	"cQgU0zgWDHtKJ+SJA7PlCIh6hLsAOzzlpsxYo3i3upOUKeGRsAgWaxktSwtMHnCQ2DA3SvokBdnhMlN6",
+	"DIMWO4a5Uzo/Pjs9eXV0wVLDDgL+alPPJDi5PP61ExLoQeqoEQaUnSKCZoBGKm44XzUWpvDcJVStEE2Q",
+	"SVhCDxpJzldXoxUI5GBCcx3Oyhe29iPLRzGSEbEh5OD08MeQSUhkiYoWokmUniJ/Zggs53IMJJ/ZORvS",
+	"fb2ICiQiWRaDwBxReIlVEyIQXbB0bPcuy0TIHUEjou0PN29cRWHCuPjRxcXJm7fHryP28v3J6euTt28s",
+	"pRKaUZlPgd5+QPNx/KmaFuSzW+zifQL5AMrFIEuDKv0h6AnBFfZW5WXOqEd5X0rXCIi4Fd7vay23DxpN",
+	"83xexotImtl7hkVdltXA5TMGysRMKYHtdj77+HHXXU4TlS/jYJRBLJa4Sd8/Z7+kL3cdRyaSHdmHRmXB",
+	"RK2KENBqeWU1ULaGS1nib5RyyrqgEAIfw4gWYu1NeCoJgf2X4lr8VWR8x3gUlWse36jx2M714uNHZFW5",
+	"5tJACQ/W40MuLvAv4A7EOg8rLJ2WiZfFwXd5ZKIlZBuVhEOchL7+sKjZTORTVffFdN4cXwYj2dXzDQX3",
+	"GnE2ok6hG+CPro3KipzoS2n4r2Hvz08bMaLK+ZcQR2FPLeUd9Pv2ir348ccIAcW4o02ASthFpjUTnLR5",
+	"xMRJK5A4bCFy0tJ+f9H/LmLPn734MChJKDWOiiKwVSfonJSKxNZ1kUzsCBiD5xJPHUMkLnh+RSgXIX96",
+	"ZSdLTfz75xtUb7vJIZXvZ8F1fi14fi7m2SKEXhKKlnuMWEK5y7XKLFeSgt1xmZfZZ9X1PxSCBZay6R2o",
+	"bqy5mnKVffHqy2AlKeZLRFVkuBKrwb/Qclyv5Utum/URKmBtxkdYvl2J5qkMZoxcVgvLUmsmFTnwsUTd",
+	"yQFl1kgFeYp2WxjmgHdNnsY3tfSvan3ZyoJO01vh6OV+dmo7QJ/1pYr3N1rXVsv6osbt3ijhOQ9ENFGW",
+	"cd+qhyJw7P3lT3t/9rLg7fvTFT/18z+/+OH7YIaRFnxWzbBehvhpkWANQ0S46HWbYLZFAPI/etwC0qUX",
+	"oGlCK3/b4HZ8/fZiL+PXItvL0htB6K6gm33/XcUBaZU5ci/ufYjQssUoeMKEBB2alNxM5OSvStIJ6riV",
+	"8/v+u2X37ia/5vcHm6I29XBME2iii0cmGO1KFACZWlOlllTgHgM2kadZ5rOTu5diNleaZ9Z8wCnZ3M6Z",
+	"CrM7YCNzk85HLM0jdiPEHAPIo+tiPBb6SkkxwlhjlpWf8iwb7WI9jjX4XL8bSnx25TA+Nbrr8ptBjo7Q",
+	"uUc/lYs7vmDdEc8ydYcDV1Nk7do6UadcTfkPnmVlBjOM3Ik6fphgRi0EsrblA06vWiVBNKHUmI3sTKMI",
+	"arllNeEDDsuqJZP0VhBWKFiAy97mzQCETQ74RqsWff3eUYJW+ohqCpZROEZW5351fBrGm7qqAE5drUOc",
+	"Ku90q+AgfFJVXWmkyvm7DzwchPt91IFuLB9aIYGGGEs1qtlIEtheJpAp5sMC7HpBzIfCA2CQe9KwhiQZ",
+	"OQmzawi6/s9cym3AR2q/ogQ0e9t12fej57TYQc23dzdVxqvFqLTauTGkUteTu1yi6h4yvCLLfAAZBOA/",
+	"gE3W0UR2qfwiV4B029b2cpjbdg+RB1+Rh2ECLhWom4d1V1kB1nh0ok615vD8+OLd+/NXxxdLn0MtYidy",
+	"YMXlt52oxDTuRB0EMelEHaqr6EQd3/KhE3Xev7149fPx6/enRy9P7XC/vTv/5fj8yv8KAW3tmL+cnJ01",
+	"ANtX+gstCdf16HAzHk9TKfbsUcEHFaA4yu65whJYqfKrsSpkEgGedZbGYRdNInKeZmGwKGv6thf0Fb96",
+	"QKFNoUIpFo0QN0WT3ZnmmVhj+a7u1fvzE6bFWGghY+E8VJRkZ3d9+c41RXHst25+v0YC8AtyDwxdXAjQ",
+	"x83WPVRy7Omx0ca4PA2r7GfFdZaaKcTv7qeyh1oeYes7n8/I0sSyiAXLxcecXaNi651egRyiZg3pP4bD",
+	"j/3+hz+B2CiTAdG3AyntTZHdYAImVgvx+VxIkdCdwPIUSoM8dFE+w0xxbX96LSyfWlHsWqVOYOx2OzEB",
+	"S/SLsJfYmg2jWjR4dOjdoc9efM9+SV8GxEMgufxDM0WIBGjicfA1qNNLEJYfENuF9tHUMp+gAooCsd07",
+	"btjcrS6iwDAWztujt2InzopEJKwrCXnHijqpNEWDWyeY1MPZIc4Uxt9rKkNoefCrCB7BHE6KQZvK1lAI",
+	"OnJaxDbYZyGnA4b83bJpIbVz3AiqcVaYaZlicB/Ocm/Ntk3uUJno0YoiUOXfnHO0fcpwOPMCxglt6znP",
+	"hW9y+fCbmbmhtinADyUfHZiIHcysXnkwDSoND+5lRjvjmnjOQY2vvPPGZmV+68IoL4/UvzDqaJ6LK1jm",
+	"FjkX/lg33c/q6Gvf8n6XzhPEEs9BtHzLqOdCpyohJwmWZ/fRKX5dxDci3zEs5nMep/kCO0eJMbU7XKWx",
+	"eRPUDE4yYBvI6vO6DXhvxLYhLuoJ4FMDqoFnQFhDXFDO7ClQpK5ejeGTH1KqWEwes57/5PIYcTshoD+o",
+	"wBRjVJ2OoBJVL5P2fAX4DpZM4KMPS9pr3obu2XtsEWIf2UN63f9kx/m8G+YPMs3rnpKDhuPxaSN4Ihtx",
+	"Atpa8udUmIU9au/pwE4SqIlfhU+25vf781O3T94df3R2QoqntaAH+/sHz37o9Xv93sHgx37/YCWdPCT4",
+	"wIH5wBBgUzpwwDljVKFjsZmn+QetYMzU0vE+j5qqtX2YhhrMecgkd9TPnm+DvkJHEj7yudI5IARuedBT",
+	"F4mC32XZu3Fn8PsGjOOl4NXnD1EDng9U1PoZImoBgD2REmgJgH5bqFJDtA647+ADrWNM4nCEFOmHJLjI",
+	"AdPQPlck5G4BLm4H3cFsKOPgS8j7Q9hXGlAUdzD41ytxHNvLuzr45sNSDWnqDefbhPyI73LPldOgAQsh",
+	"HE2lzgPlOSiZLbDHnxbzbDGogj1+2Zir24fwNlau/Bby9JXTA9R4DPRzvaAMJ6EjbMPkOrtSyZnl64EK",
+	"rHlxNQMo60BF29l7S5bwdaw0Rf777C+YHKg01qpt1Ug+6szETOnF1fUiD9msv8K3dlp4YOvxP4f32Bpx",
+	"9xM7Viu52oS2qJgWe9YiBhdspdFzou4kxv5QcVhO9C/BGpcz7DbXfwVflQozPBRUMgN8ZcD91gC+zBP4",
+	"A0kl6A49x/Tsdqz3vJAXxWzGwZoPI19sAcAcO4jMFWx+ghNbg4vmoY+AX1dz/UyEjfPEPKJ8TUgoxGSg",
+	"dlghFQC6EMT5l6qBpcaJIpgVTV9aqZVKNlY6FgOXewCE5urwMGmGure16WhjZ4/8aa7ysQ9INUvSIIhR",
+	"HyssRlEhnGfyLQGgD+tSkitVTUOQcwTuplAlKT61rtEPJB+6NHF63kVCD7Em25sYvti6TO/EX5SpdVSa",
+	"vVSJHgb+2BbSmAokNty7BhZQOwezViyH/YXuWCpp9ZEDG9wOYWiJJh4kKAt5D+xkS3RYm1SCQBqHnRz5",
+	"7qPUkDLH0zdQtStkAhrBw/1+6/CWzwvpvcFB/IQrcEMaptUdrjfhOXcXCH30e+BA8TVjXHrXpRU86zAv",
+	"V5umbAvWfS+fNSXubOWwXdNGpfVi13aDaMA0wtYFyVZ64PJRgg1KEWGIFke+N04Z/mzRcaGx0QIFx2Bj",
+	"N7qPzwv51G66LWuiSgXinqVP54U8862dNwC5Ml6pa7EG3nirGxKmkwAKkwcnbVgwYdluC4ADqgzhGK4u",
+	"vLwlrTz15X1o83gLqYSPrnZ3CpFt876EyfOelXb3pqiLdCLbd0ttUsZcC/piJsirJhU6HUUutEHgFcjO",
+	"n/EFuxaVSu7Rp8+jYDJK5coEUhZ82UIYGaesml3BSbxz8g+anU557ZFH6xKaiHk+DSMKJkLMvVCWwuRm",
+	"wBywsf2o1Nq0Kiaoh4GXz91pKkgVMt8x7H+wg7Lk4aAJ6XRtf65k23YHUNbbFLj3IVYS0KEKXa+SNDSA",
+	"29hQAUvsEuEZHKkfAIDpshpY1x3zjmF5nkVMWPWXwOxcySelTtCXZVIAtFEGX6OptqMmkF57pyI6tJLT",
+	"dtOcTSAzEvGT3DlhZQhQ3o2Y5+1x/5qDaF4SbGAQJDIgWFJNcmoupwYTv4ZnC6J96SKxob2TybAzYM8g",
+	"oIC4inZHDgA68DFAHdeoMi7RtMFj4dJQwe2wRHZhvHqX3xokuuqYlpjSmfB7lRpHx+3OtFLTvTqJuymt",
+	"1719XHT7Ev+/Imp9qNI/IPbIb+66nW8TYr2oHOpS/VKBLsDy7yueZbs+XycEqeQy/jxr9anAubLcg3Vr",
+	"Cb0BvX8FuelRZIPDWloLdbQGgWi1tBuwo67aAU2B/80j1GPLNECTgo47HhlUUm+JPJ7uFXOGY7Zt79fE",
+	"tUD5tvYeoDI1WLLiY85eLOWbG9aViNNm+S9C/+yG/dfr796ST+srIRatOk+0iK1Qbc7YqXCfjOcE+20i",
+	"hqDZhJe8rAi00iLdpUvA2xIIRdyk87lIrip71ZauyB9RS/dftCSiKmbTV+F6bdCYPCWUpLTCNvzBr9B/",
+	"/dib7vHqCUQlO7wffz1a0xCEANPKhDoNrkvs9ecDftTimJytXpvlM5GwEab1O4rF1P49/PD95SuUntyw",
+	"xWKxmM2SJJ9OZzNj/uFqAAqZCWMClMPsRkBY1yvL4Aln4mNqQq1vSqHuGc6DGMayy3hp+HVb/sTeCLeU",
+	"9sajl7Vt33L9+yUUUAnjzD5QEVxWzu6f/lUbaV3blIu5iLHM7h6xtDVhNMi+yT2CAuF0LCEj9DpbFd7g",
+	"z3YM3L8BO9hbrT2rFM5EJauu1J35arNW2wgvGdy2Nm1mVn3AroVRiV9xWCsmAY92Cf5CWAq09BL0Jgwf",
+	"vbHTLNeT28j1mEpYkmoB8C+ujtIVoFSRaKiZ6+52bYKd65mqtldXd6rkpNrTA3ilGlNVD/66oTvXQX8G",
+	"mBrSdxKec+OKbX45OT09fu0xRmBTfYlJ2OvB46lo1arOxe0qrcU3bjl+HTEfT96/TuW+mbK9OLyaenue",
+	"tYwtF/NqNx/8NQHDh1p+YCE3JEGxypOHUG0IfTSnKku26TjhUOiD/dfv22M9Vp55bW6odgY12RwkNl4a",
+	"lquJgMgjtJUGfF424XKyC1dN6FkqeeYbNVHwBbq9EAQeEKRJr7NUhpuGgtvL/uIqpFy8PnrDZioRkLRy",
+	"WEasIHhNaArQtBSTAwINVzZeL3cr1gWO7XQDNnW973zzHupM5VQZcOMoSY5ohIwJ3brv+qbSEw+HGlf8",
+	"oWH/1kNh6sdKXwkC4FpbIEU4Xfdpoz9e43vzTNn1TSeA8UrCR5ozoga7jb7ajXUtDyKIPgec0mMjnt3x",
+	"hRnZcXhuh/F1NT32zpLtXWpEA+whUNBKMamLQjV86/ol4hc3YkFIlZBzXMgeLs2hrMEY10WaJTgs+8tf",
+	"2JDq9oadHsM2vMsYWFiOF8YpkuEu92guIssvIZfMTqX1fWoclFUsCPwpWHuLDSjHqf2rEUqqvZmYi/mJ",
+	"XXSwl1GaZVcT3dCDxcvxyr2rtDSjziLgi78W+Z0Qkl2cvLk8Psdk5YuTN1Z8NVzAF6bWk/Kgb4L7XXZV",
+	"clW+0Khkpc0X9E1qo28cshGxlBFd+5Fb3QiS06pcwKsSSopDNuLzuVa3PBtVGYZk+LFw4RR72Q+rrQJ8",
+	"1Y7D8qp+CfnbpSsa80rQOh3hpRshzcGjZdUwgpYANB2w5N3I66hI6WOVZerOlFBiO+Edhp5QAhphOqC3",
+	"2ob3GxN2vclp6QTrhkmXgJpfY8XV3j+EVgySW+wUCev2KW+7IeRRXc5cC6sQecngMsT7LdeUKZOXPn1C",
+	"flGa0bgiYS7rpqiubO3azMLkYuYh8dZ0n7JHbS0e5uHzupQqP9F8xmIuvUIfeWgaq8W6r64tZ0pE5BNC",
+	"sXGLLiSolwAgtevetbLFqSRsF0e9gFJk+XbgrCsHcug1T4/HaDnlRaVnrdUDfuUfL2ATfqL3Ov5IHSHZ",
+	"a4L9qkJK6B3Dut+t2dEaxGBL0kMOTve7rNVQGTWHKPtV4ht48w00KfwZ14JZBljDcA24Q+tLeC/TvxfC",
+	"pURXzZ63vEFtULJ+sWqMy34zQn3NR3HcdnvwsJJl0en5r0VC9qkl+rupysRqCT2VzsMmgE+rnKrM/46V",
+	"HKeTQouEIVqClWU0W6ktLB+sE0y/vTv/5afTd79dvXsL9e3vz49LEDh8x3D9R6XleX1j3lYzoxDmr1Kh",
+	"AzmjxvUEqGNyvnt/uQTKWaoPFVcr+zV9SfaZTEDldpr2lsZhBTy6VVZqzb38YTU6X8sI2THu5au4gh4/",
+	"oodN1Kxga3ALAtAqdrzuVkzzMkxqOccIzLwR4LnAXyRJiZ2Plm09EJQja6iPvNl9yEZWVx0xUxIzJTSm",
+	"kr47BOhC5GPlHP4DmCVRsWPTKplxGXmoZ6qdIaNjyq3IBbkslbLzolNTKq+Z2IN1wINlNUmaMwmfSFW6",
+	"A9gF2RlADCTnnY3DbwSYXuHYqE6VTvOlbqQQE+Jxnt6u9iSda5UUMYa6JejMXiDtRqzySxQYNCjkmGLp",
+	"R9cJxutM7LYpRqzPf+7Lt6pXChNAciq2Gq9WtHnXDio/Z8dvAQYTM3Z9Y5OxFqLHqGYLIW3sxw7GRgI3",
+	"ghRzWVZ6w7C4FXiK7bM4q2V/tYKSPwdaA5BiuL7erNQl6tJFfJxzMKtlrirlZ019CO9XL4W8NZWTZl9T",
+	"2f8d923GsdOlXdC1oMOq2sUOtbCGR9LKLlaaDTv2k1LhXdM5PtYiv9rWRl7qyxK0hwCjS8hbUjKJIVKC",
+	"DdGNFtCP13U2NVOr+w47f/oT9LuBW03utUxNDP2IeA/rVioqUyzKwU1c+CEOS+xhX8TnvX1ukwFT2rVu",
+	"W0Xu2+Q9dF5DPx6UnSIcvjZeV3Q6gAM+WO9YrOp0jhK8C7G0GXybyBWVaAmB0+P3tHIYAvgP4QPhnXn2",
+	"4kUFhNMutIa8OezcA2qTjP+2AK7NjW3vcevG1GuAIJO6gIhUxUFaQj2Klk/Vft9kJK+cYKNW/htP80sC",
+	"FfXqmlTsWhUyAfSVCuTo2iBrOy2mFm5tocV427dMdt/xCV1wgJiJgr5lQkwv7eJaiFIXshadtFPUPoBC",
+	"GopLHrJbzIMpnQ0Yl4NofB1Q2Amf1sXDy07r+7egJ2ED/1s2oY8Yj7UyhrIGrCTdiESNjdSfrv4ctRKE",
+	"4HI9ZIad5Hpvlk6s3oFxsHYN4+F919jQfj+wZTyQRvtW8Y0NyHHapgNFd9mWFeBmC3C9bSDj07wCFr8F",
+	"+Dt1yEiKGNz/qzHMNtHL5RYTdqbIvmto6y4vT7ek/58rXsVaWuiNmOcVGz6tlMUQTl6AWT6zegpoLD88",
+	"60+HnWpaDTTUM7sDFA1XDhEafX2lkxty2PER5x6xj0CJqpVYuMgSyvuOL9zzlkViCRD8hKrFfNayupMM",
+	"O/KlxnWsZA4LEHHYwgmuZexvOb2Vdcv+BpfHby9P3r29Ovrp8vj86k+7wCkyvhDaDIjUNGDc85wZvrCj",
+	"UhUov1ZFXuHIrgwuEXGaCHOIrwCBp0RZcVbJn4SkWHZUYdOhLNpAhHdpx5YACL57FqDy2qm0/wGd9OYf",
+	"hMI1l9QTuwVa8drKUfxByHdA73MFjTXCgDzU8bQx8af83rkIqHCXlIVrYa+YtezCag/w9PDUKXXWXRYZ",
+	"LozlcBixnwgB9sOkPsbR0O6hwem8jTu4tXs24NlT+RVyl/YZRW3TsFct5EOffm5WtdoSrbIMaSrZ4Ghw",
+	"r7+OXLQo+ysGnUElt/O9B9CMGfhuOIDlE4P0slr2HTeIUx0RgKgLcTWQHrlcLKfMy76Z0KInGH2+R5f8",
+	"2imX27ESTF9ywJtUxqI8JsjN0oJn2QLatXa1MIJ0wko+BrQxFKbUsbCOWSqG63Dj766xKxqW6BUdPPkU",
+	"oH/VXbnEGU/EiolB1LN7yPro01pqMhDXPdFLa7FUDBuxJlCM4gJUdWtx4+osHaBYSCqVFcKjvhYSRHW/",
+	"fU49hmSugrh6y0WGwKYcsSxzzsDtCDOZRo4SrceBL8lvZdNOdGqcY9UaFYe+FPaaG2tYADwFxutkMRM6",
+	"jSt9axwawvu3F2fHr05+OkFoWGQdnajjlPwaHG0QhBZzhQI4s8s4tM6CsPOcHx//enbZgD0LXrzHQZy7",
+	"T6vSBrjF5uTESo/S9u57LW7VzZZv077HaNTJ3SYGfCXgMjt0wSTYVzBUqVeIzBa9dtW31d6llY3YWG8L",
+	"JxzOcUVPcGslB2llU1IqDRpcSllf8wjkVm20uqaV6laVWxtahG5O/3nqHp2VtPZN546b/cTZzQ6/tj0R",
+	"EQ1sJCM38Jp327ZnfH0P7ldhEjr095Db/7AO9pcgkkWWQMgznnI5EYfORHS9r+PM2riVnvbedPTGKtOq",
+	"kEmbXvdtG89v1Qe+fbf2TU9+MwVA1XKXJ2ssvkJTmPsaME1LHMLHKYe+X2+hQ2vLUM87A5mB9gNouYQ0",
+	"6WrNXeehsF1QNeKamG7bsu5gcyvID1LaJVJYNdsn7cSYKKEImwc11YG3CdKE/ef//j+g/vYY4Lu5Xiqz",
+	"apuplTctw6U+ZZeCEjuGzK1qVgbwVwhyQxAAzYLrbMkr5j17ZWSKQC1dRAT9ixyWkSbB6NRYC3F1v6gl",
+	"/NRDPQb8CGFF7jHwK+0GeTtwKwhk+0OPyHevFvqrOkLGY2GP5wpOMJDUUiEEH6BNqTC5u0QQu+3tqAeC",
+	"c65pYVZfP8/SWzEogQxdIUolG0poBgmlPVZI6vAIvzFpZvUGT8bwENa0LERedjlJBE8ov7GWaWRnlsIY",
+	"O4IpXbtKCvwEfSy1X0HQZLcHQw7qMxxCV1G685hkwZM9Wn8FieBgatfiMzDcxeQOkIkuYI8d+RsPgHnC",
+	"XUCRuJ4pOGHV5IPd7ESd6kZBsghPVs2xqPNxz/5w75ZrSPi0I6AcALv0iAarfPS+Pm7lm9cwRbNxcuIA",
+	"P+1L6BWjZODhHDFfhIKMkI3leaVrMGz5kicYEzEC7gSelakJg3TxxGARQcy13tLmcTLP0bPnK6WvwIux",
+	"ikxZqsBcZQcfGuVuWGsmyNXWui7J8E2qrhu2aTlWT/jVR+Nd+tFFLuYvF1DVVdJb7cPXR2+CNn9V99hO",
+	"Zd4Gh59Csk3mBbppEEjz2cHzH57/+bvvn/+w1ALQB3GXu39sDQFdQzLcssVd+wKnpeKmMU+1ZWhX943L",
+	"si6EXikRMBd8tjtw3Jgzl5bGrrlMorKjsMvzgmQZl7ZPrTco0loGoTCnAkp3oRmZe945GFoGeok826i8",
+	"QMrr8kIvq5Eq+wiFBKnnu3NCl5UXg+Xu2siiKSk/rcBxriQd+HQe95W6k27Y9gUYZUXqho6uVfMkEMzF",
+	"Q8f0Jmh1dbjcpY2Co2ta2dMOYcsxy4EtlWnBE9Pc3K31m7bulmHPp33Bs+VXAb/dVtlUmBkN2EUu+cZ5",
+	"25qyp6bLqTcU9Lxn7lSeZ23bNdWbc9q9Wse0Limx5rF69tS6r9zHP7YdrTy8lUpNmrQDh3c/qL9vxX1G",
+	"qLIbvGjLR/DE7jTHqLbTMWo00kbbwCnWvW8FWKg9dMC9D+lDqKeVEXFhxduFfVPCGhJch4yuIwlpoqip",
+	"dmM+NzmX9E88YEitdskUR69/PXl7dfnul+O3PUIemIFjAof3i4HCzM+fwcU1VmtA1WJ2fnxxCWtQY/YK",
+	"54+qUskykr+pa6Z0PBVe4SYI+KEEDPgeOwdhrK2Bo+aYnLqaPtdj0FcPHhxKPoeEZzvcPrW0+x9/M9aw",
+	"Of/pFfvx+Ysfdl11HLUNHMUqEaPeUA7lMQgXe7a4HlQcRkdFPlU6/Qd8OGAvYVsYSg3YVCc22OjjHu32",
+	"nlaZGA0lFg8DM4VKFVkZHnLyB2yEKOAj1gWxtBuxEQKEu0/syw4l+kBRQxnQMVIH2cjVDEdUxRe5Cj34",
+	"IOc6t6MC/PhoKLslJDqKRIxRwMSge4+ouUJZfxDzLBt4H0s0lJWmDWjeRJBlvNtjbxXFzAt5I9WdtA9A",
+	"vMl+jEExmpGlZiif9w8gzR4+cPF5v1/P+9+V3xIV5Ircu04nA03AjvSc6hMp0aeq2mGuQdlcVtYOawpo",
+	"UiM24/rGDGXFsteqyMEpRpnQlWbqLg+6rLJzrrIZX8CO9YbSN0mEJgFwD4/OTip3fdDp9w56fdAA50Ly",
+	"edoZdL7r9XvfYWvZKdz0/duDfThq+NdEBJSAEdh+fwGiukIfNNr0IzDEySsJ2RfQdVgLq8mnmdBswm8F",
+	"K+ZMyaFEgx/ae179evS/ro4uL49/Pbu8cC7DsjXaoKIGYHYzX2Ar5aGEtEWZAImXRK80eg7tEeNyRw56",
+	"H9dEee3UKwG3z9+Xk8SqOqnJj3AjSHgBcCck76Z2G/5eCL1wtvLAG8QoH6pg/JTeUnZ7I+Cj5e0Ltsxt",
+	"wgMjqVc2CRK3qSqMl3ChJZKgrK6xZmH0g/OHRnItw8qBvH38ol8xMF9Q45HG5vKfP4CHba6kQUnzrN8n",
+	"2y8nNMcqo/0b5QeV865NDrPHB4oDyJJlK9BuFVxdOGUo93qOs4cG9assAdsBmJ/wWDtIK7VqCKuyGmxB",
+	"ACwUvGqIb5UtGAFTORBykBV0qHM+SSW8MSgrfAIeKbqWH6JOnfl3Bq69g10RXGDywkOPmso9rlP4G5G7",
+	"9LmnPAScglrzfQ6F3xwoNp7A8/ueALZll6WnHkvRcoWwWLIyUWVTK5kpy2zaqnJ+g1b2/M47mZa4Q2jt",
+	"5SNuQ05eY/+ElfPat+INlL97Dxt15soEOPcr6OaPik6uqP0QQPtH6GcUCXQCcATss2BP370BHv3y/748",
+	"vtgdlK5m8k5OESbR5DB2oqGZDt4FEHVCY2rs1OVk+S4vdZI8Aoclvcqp3QdUX4XJX6pk8WhEeaomuBdI",
+	"kqWGnOtCfF65Dc9Xt/IC9u8eTONBJH5UoW4zTeceNAvx/30EzUUEa+C8j0v2QdJFDe2xiLdOG9gfqsqx",
+	"Hp8uaHTXRKsNbfSfZvJzmiXEM8894uAIFCORjKiPSS6sxKkV0uUKmltV22B9Aaq1z//4GFTuQxpszK01",
+	"Bin1AVJ/EuJ2ev/+J/rr8z6agmb/E/7xeZ/reJreimTPXrH9T7qQnxs153PBE/SSwWngL1l35O3j81c/",
+	"n/z1+Or9+eloF3DZtWCvj0+PL4+HElo/+jnYnVa5vdqDMg3YTPkcYCTfHFOnSP94NJTowMTaaF9GAP5N",
+	"SOo03ueGCarP+lghFDlbaSgBCcZcVdRPgFFxL4KO3SnYPlQczyeUszmUiYoLcJhSQJP6aiKfKp2tUQnp",
+	"hmDplGgzlICqX4d92zHOFrys7Ce40635Za1CShhd4Bh2gVBoMqAgHE/YHc9u0AWdWBFVRY+NmFHkFaZo",
+	"5FBiUc1EsVhZW2cGgWbFxqlMesxahr7nf1kAR+5NqfKhdJsFCd/+Cbd2aEwxdsXpOU8zFJwQ79sN2SlW",
+	"i6Mhz6H9xJPxJ2w9FNbgKhTQuw+3eNH/7t7cwqdqYIlRiPzLfotl5ROmXGOMucI8XGuIRh17W33vjPDA",
+	"rS214dHXCBje4snzQmK878MWrMrjF+JrB/xqHqzLGvI7hjrCmx47ylkmKGGGPiWgiiz7ixWMIzZWeijx",
+	"ImOyzVL/2modKmEDWbk6ACxdz+fAVcPZ836fST6DFDyeZSN0HxmAO6rMSQ42XFCPHUus3gYHnaMKUkyR",
+	"q6UScR4Q9OMg6vf7FORyMahcc2mQTUZDWcnAIH3jECvqoERaQJKGTvNcSCi5Jn3LsEyMqXaaD6VvPlbk",
+	"zEyVztmNEPMye8tnOpwLI/Qt3E1jjcYFMIJUD6W6k0IbdHpYOg+yAmiUJQCAknaisy2xwo/JB92GDuF5",
+	"RMlu9yyFnNo9/ApjBC+xnmjVGYIvzFoR3SESi1SefFNCV7wWzFJTk9eEZ1nY00FB65Umek/p0oBt8Q3R",
+	"Atz4+DaN83sZJjWmCsPUNpaKaiHxzYgMgNhyB05PuNNwkW7EwgHHUopclb0iDwrxV+pVCWV5Ad3p2I6N",
+	"C0AnYAqFnExyrR0Wm+Vah6U+VF8uXrcRsRkrH2AtI7p+AWv0NDX5P/VtaukkfLhTEGLV34hX0J/oYrNr",
+	"UODBP/Q2Qa9SX/WXinoySE0y1tVPlG9ywXQpGdrdpi+orWytgux/uhGLz3VFZK0kW3TauGTuz/oe5JNB",
+	"VonIwLlerHJF6tr2QKb4JZTO5WuANAtYGfalpuIju/j5aO/Zi+/BBEdbEuGAONW1umaowCDmPJ+W/AEr",
+	"aur+lCq3mFurTtvf/cfv/b0f+d74w6fvn3/+l0DK4lYkV08ja3KFV1PInpL7lNOcigS5XdCkyuDbXoCT",
+	"mEzl9PUARe5yI6pGJQglJ1q0aHlbI9ThT0WlXwCdJcs+Afuk/ZRaW/XYEUwnVcOAFUCGb8zC2oaAsBNr",
+	"o1Pn0qkb1LGVUyIZNPPXgs8i4PZZVj0TmmXHoc+kkqWJc8VjaD3BlOihPOUm34NusXsnr1l3CrsExhdk",
+	"1rrec+AxQntoNAALYw+yoEeAxEetYvWCHbxgpsfeS0D+opUOXbfyFIOrs9QYKpcmwBzoEWWJxw5mjxfD",
+	"txzyRDUsfuxqpQeQ1gWuSM7iLMViZp4PJXVMFzwYcv3NWmbHuNvb0oDdJPjpyeufHRlt86N/B12mheKR",
+	"i485ksQe7tlWDhRs+ttw5avte6mbDHy0Y7D7r71NzA0S4gxEgVZxgaMmAbRKd5ZIV5oIG6gtQvQ2SBv3",
+	"QO+rt/eL3NGmMFa5V+BHQGc40j5gqWCUfQGhLN+zx8vhQemS8+2ZwJdhP351fDqU0LbbbRwN4J0hgJ5J",
+	"ScJwIWqdHI3Dcd/tsSPJRmkyqrR/ROeTvWzVR63ON6ihVZgKUADmOcEl2XFvW0lusBOUEDYEt66kCN2v",
+	"M1wI0uDTBFCqU7h6zFZhlGePvQSRbL5r5YbeS2d89uy+OiOt0ffsPvS0aDy3ncNx5jGQCBFZxHiuZmkM",
+	"sBpeWLt3KC8piax1GuXWAnD/E/x3bT7B0t4/oR7V7pRrp3v/qOtyB1dPNyRxgVUvnxXASSEnank0X9bD",
+	"3Hwn0iRiVnXfEybmc3SPB/R5UeEjYY1+uYJ5lkpfxfswpd51BQwSorXrz7F/XIvELdeVsyXdYQOu1Q18",
+	"J7MFVj4gkipgzxEIKlVDWNVhwDJ1J/RezI3V8a3FYyJsNYXadsLNVBiIYzhwRnBoN7kn7X+u3DydJntq",
+	"D1tdffh0EH3/XdCk+oKZZs/+6TLNXG/9tc4kzMF4mCfJzhJoc9kmfeybMLuakjvQN4kBzKVVrDTDp1YM",
+	"mJhcQrWCDQZIlgRXXFHzXAPxsoGSHQstqZLWThIxm6vcmtF7v4Czoj35fngafcrvy1bK1JPHfI8yBBV2",
+	"+4o18MDkljYRCP5Z/+CpV0TO7Xs6/378UoofLrPs1MklSyW0CS/r6OYibnVv76HJQUQcAqDb52g9pgV3",
+	"jBFXMbN7MLKrGqF16+ndnADwYTwVMWT0l1Cf3JRPDSU8gOkb1ypZDGBHc0CK4Dn2cSGzysrUHHH4AGo3",
+	"lWykhSmy3Iwo0ussZXtw5STsThVZgk0RfB5B93m/TxiniD2KxelKmCE0mAFt0NfMz3jEnj97Rj+wJ0zO",
+	"FC4dxnohI/a8/yM9AjWCEjD+I8Yzo6wxXoEHdHsHmTR2KsRhdxZlanxYGsLyad5jVHMCBQ3w89S4+xuB",
+	"eyrFJNlKAHzAuAdbG0qHoYA/MghcCiFu3F/2ot/vsSM4Bx+is3vBXW8FSID5t4t3byMmFZ17xPrWpMY8",
+	"mimXGJSHFdoTY2/fn5adOxmXC8iK2q3kCdCB9dgIpgFKwkA5R2xFr0gNsLzi7N3FpUcfsTrtUJLJDQOE",
+	"TOeSLjtPzOjN1+P0L+3bn+OVCPHYd9Yyha/BOEVo0np2xI5BJ+ZD9Rzik8UcYKiBIkC3Jhp1GRXdnyGZ",
+	"w057XWQ3zvTafVL+6XP8mtJoTgIXyXcFIoe6/YWQCZdULt31pdGGqbG9saZeWo3wwKk2//n//n/O04vA",
+	"hziF/R7z9Vz6YzSU0I8BmoaRg68ehcQm95BIaHK+6AEDkiq/cr0vI6oGAy+VokKualobVPj6V/FuNEQn",
+	"BgFnR3BF31Oqi4IUvEOYDYoarqhEhvKVXSM853u2+wGl4qmhnBtfSEMVYC4blH6QIqZJjx05tJ+hRL91",
+	"qNuNxs7+qc97xwz5XGVQAqbFTN0KWEGqMRcQ2vIou4XOTUsj7hh7M1KVpDEzdwI6EtpfG/J/c8RFmglj",
+	"rFGQCX4rDFQEenjQo7MT6L9b5gPK5gxRLM8f++RGY39AsRri/7kCnHP0K/kkzO6b40tMKQ3kr1LVepoD",
+	"XA40Qy3d/65/WpnJaOd80f/OrfmqkPyWp5mHY68IpRLTxeVnMS3GhXHBDszWpEUaZkWtfxHcLGwB0pj8",
+	"9PQpkOuSbwhAoZJX+OSJ0w9KnaT8qSpEfFTHafDcQy8ceO7CamFbMdh1GT0URI65Bo4EKcaIMosYe5UP",
+	"zIh1YXEQ6syHssRI3nHtHVyxlWtLgzVXpTf9Wd9FAuD5Uu2r3H5qCoizVIGYydSGS1d+PJSpJJUSRN8h",
+	"C+RJE9c0Io8wKxr1D62KyZSVdxE5+f4n/OPzv+Kv/0Jw9i68d9C3AnGv7AVOCthQcsPG3Pjr7p+vPNyQ",
+	"Q/z1cofvlzK85KD1uwNuNC8Q4VyXc9wrsRXyzJTPmf8iqcAls8dq3y9iDm7zLk2OIiizdMT6BAVAMHyp",
+	"gT9loOooXidHUAOqBjgt7d5Zs+ZalApQ70vX5sCyQCE4LCOt1CyyVKysMW8WMp5qJVWB906LDJBynl45",
+	"X2GkzbXscOlHqGeJKkMgLuIlS0BQDEizbCspWF1QQD81cmZaI50AFKjt6I4J9AIw1Ho4YtPU5EovoE/I",
+	"bi9cm0NG7cj9m14MctPsm0a+F10JkeKGapbBCEYfFpE7pVx1PcvRHJhAshD5p0GRlAp3e8JvBTY/wL6J",
+	"DHpCj4dSc2mXCG6hipnvywL8W2k2gl+Omspj4ioETZNj2TVxqO1hMOjBuuUXpL6kMlB0svu40ZHlUg3o",
+	"s0vnCN2aXvT7TTP+QVJzN3DEGEMaX7zktlo0xz2P8EqkUypKzuBu5x8lLLOFYN78KB7iw1SSJfb9beoo",
+	"W27FWo3G86j/Vmq+mlID7uyYAFmXvXTmK2gt+4St9E9D+IHE2UpTo9I68+3OlOyx36YKqWRK/Y5rtGOm",
+	"6k6C4VvT2Uauz/Sox44cTNM1lY5XW1C7/qVD6ToBJSJOTYnKa8BNOZIqv3IdfsZKX5XjB5SOIzy3p73U",
+	"tIBv4l77Patc7cMlxGiYm9qWfeHrjcexevagiEK2+uEK3X2F664FXNp/8tuOMVlQjLDhGxvhi4tk9Ie8",
+	"7eew+v++7N/GZcfT2HzXN9PiV+AAYE/sf7L/+VyB1qG/SmioDXheHjnpaZFqYBpoorK+JmLZmA3XO6mJ",
+	"eagfGHlMghAxif1TaO2Cgh5XxExTgKeqgSOxLgFg7YIzAt0sIsE44n8Vcy1qcorsYOP+NObowKJG6/2G",
+	"zGD7k/WJwc7D0A8hy39qxohjsphdC03zHzTMz2sgURuWcNB2CeSVq/jzAo1gnVPPF+EBnwH3Fvn3XJ6/",
+	"c8XtHromGDWnmpKN2bWVtrX339QLLPgC6DbEEAvWBFWaf/ienYAL60oX2AhvHDri8MqNID8knhbyhnUT",
+	"nnPMf7BsIsI4NM85lBDCg/aPXer6MRIyGWHnzeqcrjs0xSJRwt/BimXetE94ibcEb7gfJ99QI/hOuoql",
+	"OeZ6XdHuanVXK/4bsFGaDEaES3tHyfgjeHowQp/TYi4iNoJtHaEH2tWEubgf7Kwas3+7ePcWsZEAIgFD",
+	"7EvlhFjYyxMH6FKvKcT0MazhM7UMACNylua7DDpak78bTlCKO7sIQ2D5C6oYPGysS3SoMViY+M4dPYEm",
+	"uVSUpUA0ZgbBfrgHcIMdUURQm2jyoaTdY0BZIOuB/Eafhpj7P+wM2LCDKMtQeAMfAtLysPOZoGfwKsOV",
+	"iTNlIGsjXMDoDqOFBP6GagkfLHex4rWsgV1lJZEDnQTqqJKMJQf4NKr08PJYXV+n+vBRhexjVafejzmR",
+	"4PmGY7yBUhrMOYJ+K/6GuwxUuKGsi114I8SQtn/4/hHRUNY680as1rh318liEzGRGVEaffQ5v87E6HAo",
+	"V/PRKpwJc0yXEtIgiXcoR7W8thEy4Ur3LAHpVmxk1ZgrqyKMloTbUCbqzlVlQ7SBdUl4DYgNlmZNkkKW",
+	"lXOk7Zaged6jcc3jG8sxqdFxD9KRwciurgGrjaRqzBQ5x/15ugC8m+DLGLrr0lJIW/tWjNwHlR3QrgKK",
+	"JoCr+3YtHI76sNJYvpps6jryVIRvCb3oQtBcCwhDfwGDGZER/jCMDNgKx1oZn1Nb0W5dTqwXcyuXrZiJ",
+	"J7xrhbxIJ/KLuZXW37ZiJr5VjxKsjXJeoBgDl4tlJ9QRA++NbyxRaXyEuS+ETIhcG9vesusFU9K12HQD",
+	"fYFrRDP9Ye4RAh6jyZwCIWJ6p7kxS1SSK8YBjYmlhASHft2hRJiiEb06IMAChCTP4T5i0icqFmg3mh67",
+	"wIetgOdD6X8K99Z1SaHsZsyd33DZh7K87QHhStP9l7jw7tZ8kzeeDsJdeeoxjLFKUht1ISUU+wMRYkPm",
+	"qBbATA07O3p/cfwaScBlwS8jsT/mFXd7t740/sI/tTWeISYutbFdIOHoSZOF3GtsLrz22/Io1dd+NMu+",
+	"ocp/c5JPeTDfdgG229MnLXJb7tffqtDt4NHp5vGriL9Z9f8ClH+qLQODGnvWWTnJWayVpDoqbEfEM9a9",
+	"FLO50jzbMczzi932JP0Q5rX/yf3ZAiOyRrGbECJf37ssJ1g241mBzx4wFUwpLKnbeseixuBe86v2v8jl",
+	"qLowHl6x4UYqyzY8ZmaezgR0s46FK4+0ghUSj4U23yRj3fyk29pS13V1+PWTfg99oZ6YE9cn+Uolx22J",
+	"DcBFQd3+Qpz5AfgOsMwKawDcOJElkHWgjHAp9zcCnHci1eyWZ4UwPXZpyd41KIBQIA4GQPAumHIntPji",
+	"bHj/msc34zTLvhGLcfUqBXWal7TqJ75LbpqvhHfn3m590g7w1FpC1bd+lVBp8YLVhdPLe4WvlEr2O0jc",
+	"yBrWH1jXFX1ileRuxEwBvW1dkZK6FTrjczZXWRovoOlnOhOEjEu4Nk6EYxDCwzXKr3D1wFX0x7p3Z3bJ",
+	"/0zaykWuyPJ3FjxqfEiBGCQil569YVLlLObFZJqzYv7lKYZAMP5YNHOJi35iVr00yxdyg7Xn0M3uMEKK",
+	"hgxYa2R4tyKyMc+x0m++u9sFRaIAlEfdsa57RajXB0weI2Ilk02s+8vfrEL+Abnxe1z0Pxc/9v4M6KVQ",
+	"9tQDG7IkKHunnpRMiNeud7heuof+0P5WeovN7la3J4/ibXWDbeFs/TYQdjd4Wmk3n9TRSnN8JT+re8P/",
+	"am7WEtux9LOOlcYcvCUgaXzsRhBe3pxTj3vXu6oKcIY/cPdh9+ngvt0U+5/orxZu2Co5f2kvLK3ykFpR",
+	"UAoiJry4qJuD2knzLfet2R3b+Mr9L3GFLsvWBA/dyHeyMtQ3CFQeKjCocc9wgv+6jUWVaat8SgfGt17U",
+	"/+af+kPLevcal8TAWgh9evKRpL4bDfPT4c+c3WInPddpMHI6wW4LpaA8vm9HL6jvJfUJRCddOpsVkIXq",
+	"AVXF3wueOUOoviE7hnUNAMZWRoxclxKohJqLeNeXOD7r9x2cDfeDHDLunOxDSSCKlK/Ny2IVfwZV3Ndn",
+	"/QO7TC/tfK9kB2ATq5lLQfUwu9XRws1KzNSR4ZM1Kymn+EohkOWL1sTqSxIwAQJ4dJDtNss6gqSY6gq+",
+	"YAOVczFJDTagqnAFXkKmemLsHumJ2jFs+ZUi9krJpIgRtRNMC0vTNNpue95xDw3LD7j/yf3ZQseq3YYv",
+	"pGSB59OecyB5oOsQecdZOpnmUSUzBvKgnOVWCXVpdWcOa+OlOfC75/3n99jyZuWsea++/N0N3NUH1tqs",
+	"ysPyWL5Jobf5SbeZ2+MGhS7TPm1NO2XNSd7ON6BR2eN1i+89uDOp0IswldTbh/w3zVRpZv8T/bW21dUS",
+	"8XwLjOaROIy1B/95WUvYoLytnOKablZYX/3s4PkPz//83ffPf9iElddMkmOe6j0z5VqsI7KfeKov4KEn",
+	"JK9ykga6uhNWvocaTtLr7BhWvg89zroHVMxpRF6T7ZVXfxLasRZWETCwfkvzKdQTznWqdJov2DWXScTm",
+	"GY8FoKJD+iPhjLszs0YmKC9DibneLvN7LjS96qDSy1uN3fs/Yzk0Y+TXqshZfpfGCCIP/XtNiW3vnj+g",
+	"QPK1yqfYbISARxGHpsfOwDs4lIXByB/9zsU+Uk0ZdIInAJx15J5QRW7SRLCDXu8AemuYoXz+7JlH0sTH",
+	"gtg2F8s0+PhW2BL5fTnbqyXdW/r90ubNhcirXVtD92uLG8WTmeWUzcxI81zsAUbohqZ6oLjAY39o95Z/",
+	"jxZN26ylg1vzOJ6t2qlWRt8iwGXP04C4ehr+2YpQ9j/Zf1zBP1oYr37Lv0qIoNxnD+14XcQ3AsCgqIyM",
+	"58CwrUVqWS47O377+uTtGxJiKVQCA0zKcvf+9cex2VZdszVPQPKNFZh+ix5Df6yO9sUIN6zalWT64HCB",
+	"VyyWXZVLZ/gElXtu/K/VHWod+ZwLUKGSw+rFqrp9cnUjJGT0j9PMJ/oIdASBYfHYTQLXLfdB0ecHt/5T",
+	"GqC0eLzEl8pI725kbS67ZbSXWFq84ziVZVK4o6A9ToVEFTbZnik1c3ojcqt1rkWbo4t34R59ynbPS1M1",
+	"JRjR9+ttFfcU64rZPF80mCla2GU/nZRtsFLoMpklTcG/GRv5hQHC/1TdsUxBiFsMZfkDX6lsPECD79yV",
+	"auxBiP242CjPM0J68qgPsZqJQ9/cMM1d+yVry4x5lpWIImX3+R0zlIRRQh1r7Do+zlO9wL5UHwUBe6aA",
+	"6IUNFMrjsOSxGMpc4bJBJAuZeAtHkllzzZOyuj41rGLLwCbAmiMmepPqbvUA/uoKgC6MabJ2QjT9BJGn",
+	"EDl/OW6+5W36Niyg8m63vaN1uwdZ5vpEPXzkKTM67AzrfL+4yl7Qk4syYcYT4fNZqGNcqBu0valGxFrU",
+	"sctpG9bs14bENfv7p01bszN8raQ1eLtmpeGQjWADfXMV3OEIkYkxe1nJWHwl5YJLSw1IKKiN4frsaqlR",
+	"JwbtoRHqdmRRu0b7n9JkrdV3Lm7VTYVYNll8+PyDLT4cxulPhxBe9MDOByhJpLpbAvhudSfqYj5gaKTJ",
+	"WgNjrPSM551BpyjgyZUO4rTBd0rfbMoo/o2eeeKgQ3O2L7jHcBHLvOooy5im8LyV9+6peuzArn6DXhVk",
+	"Qi7wj8t7MhCy6iRfiRXRGwbtLbe7Xy/tQvpmXyyV9gBjKNPldN5tj/vOvWSN9jdyl9dCr9LBZqeSXt64",
+	"B9SvW33YapzdRPNUimS33JDET2QOy56yCBdIUJfQXFUAdmoNmXDjvk1VZu+H37k1e7qtaYJbefK6s8yK",
+	"4Dg8HHkjyO2b40tmf1XilqfJZ0h9nnG5qDTXxeqlQY2IEEaH2gf7R1PEc/1bYXI2SW+hne1E5FOhEVGR",
+	"hJndFES+JWTyC2vdQI/qhLrsOyBhtJR99298Q9/FGvuyqTFLE4NIznMQ+zCOjMXuIaBkJKyQN1LdSYDM",
+	"bZqAS2y27uZAawtrSIPhZKGP3B63aFbmNmnHLrYJAjlNzFqhBG3Wa9Iplfn3zzvrA5vQMOwEf/rsxffw",
+	"MP2zfJprzRdP3TCsPO51ksrT01gVMvnSHcR+g8riCq1LaHaDZu4SvSemQkBpHpUNz3nyB+AN+5a9bV8e",
+	"Vxm9KTv2qLJ/WWpyxN4r74BdTrUxN+sioDOAHSepRjzncqH4bZrg57sRu5umlUbehpkp1wD8xm5VVswE",
+	"fCAiDzwX1ZrT24Pjri29GwxL1mfgf1FjZP3+qLtHFxcnb94ev47Yy/cnp69P3r6JHDrrAHnKgljHLuix",
+	"rpM4tMiuvCgVxgOvMRG0PUE+qgxMW2WmAD62yjkBVy/BLMhkZakR49AFC5q/Y8dxsHCiFcX0VlQY2FMo",
+	"ZtUpvpInnKY/eb2O4TRv5kODiL9VKKs8WpzL0pmdLAICqHCcHUPd6Klt4fJleUzOEmIPU8F1fi14/kis",
+	"oU53P/vRn4bo/PjnYq50Q7V4/0mmyxZh/b+G4PEAJRZPacdYXSlVSRoD/UhhoN+H0vlTUwbOYp5EZEB/",
+	"eavgINg9TsW6d1Ycn727CCirtBxM3Nm1ul2mJmb9T+AJ+gGm+mzSNrGwHzSvpd40cIMR9jJxKuk1z+Pp",
+	"jkHVFHk3fORaFp8pk0+0lQuaS1PpX2i/nAlj+ER4N73H1lzRtJ2zXSQ9diRx26rtHq7LhXUrL0h6MMLH",
+	"VdXdHTNgz/vPDwHxlucQVqehrBhjubLf/7jLJoJkuevvm0r4pxamyDBcnyjEWQXw6oqw67ELQmeFl+Mz",
+	"tzVYFJ4aNuV6lgljBuX5+7Ys5C9zb2JphNBfUtTrV06z3KNoGf6VALJ5VkDVkv8UcgXYEfMckM34guk0",
+	"EYxD1Kbrv9mNKr3OoFOHJ5NDaIH8HGMgM8ElimzcabvyyjEkgmOjlJk1mrTYc7YollIh2d2JChDQbgh5",
+	"2u7VEwtznOQloKB96XB2OfU50Nk6NntIGjjQIxiVuZihZg538ks3JCYiR7OzIuKJl7qEwyU7GjS9ComR",
+	"YVHhGk/O6wtp9sXH1OSpnHxBI8FaWZstA1gdfkMxJ/qCnoZ049pHuqB/7zYYBRh8XWcVIJRQW+WeKm6o",
+	"vG53WdevMjNCxyiMaNL34XvUG5Gv2YMBqqbXjxi+c4T17Bo6BK1R/4/pZM8L+VQcozrF10qEKeS5GK/T",
+	"/YMb+6hqf2UGOrUN+v7SDXjUi26XKeJCp/kCbvG14Nr+9vcP9p5iYgDe70JnnUFnmufzwf7+wbMfev1e",
+	"v3cw+HP/z32407SkTz5xyxLS58j/2y11tZcZ9G/G8jTsqAgX8ibNMlO1gCNXyYrdXCwrlHFq1SFq3wLf",
+	"znqVRnIwcGDG9wTf7/0Fh6Cg2E9kYq8dRjzq/ehCA1H5CAVKaqWLiDLu8kIrw5W1F6vjnbcH+a2MWOLi",
+	"rI54VoesKLs0+wI/IHNTwxhe2kfCEggst5IAuybLqbqXPrFpdbSf1V0lmx8cNlVNyTA+szqXS3eqjFrJ",
+	"oA4PC8paIKemMkaZjPD5w+f/PwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
