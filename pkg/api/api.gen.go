@@ -89,6 +89,7 @@ const (
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
 	User       AttemptReportCause = "user"
+	Waiting    AttemptReportCause = "waiting"
 	WorkerLost AttemptReportCause = "worker_lost"
 )
 
@@ -106,6 +107,8 @@ func (e AttemptReportCause) Valid() bool {
 	case Timeout:
 		return true
 	case User:
+		return true
+	case Waiting:
 		return true
 	case WorkerLost:
 		return true
@@ -251,6 +254,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITING             Phase = "WAITING"
 	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
@@ -276,6 +280,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITING:
 		return true
 	case PhaseWAITINGFORCACHE:
 		return true
@@ -505,7 +511,7 @@ type Action struct {
 	// PausedAt When the step last became PAUSED.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Reason Why the step ended or waits, e.g. rejected.
@@ -554,7 +560,7 @@ type ApprovalRequest struct {
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	// Cause user, system, permanent (a spec that can never run), waiting (the target was not ready), worker_lost, preempted, timeout or aborted.
 	Cause *string `json:"cause,omitempty"`
 
 	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
@@ -634,7 +640,7 @@ type AttemptSpec struct {
 	Domain    string            `json:"domain"`
 	Env       map[string]string `json:"env"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 	Id   int64     `json:"id"`
 
@@ -664,7 +670,10 @@ type AttemptSpec struct {
 	// State Iris task states; the database stores their numeric values.
 	State     TaskState `json:"state"`
 	TaskIndex int       `json:"task_index"`
-	WorkerId  *string   `json:"worker_id,omitempty"`
+
+	// WaitExitCode The shell plugin's "not ready yet" exit status: report FAILED with cause waiting.
+	WaitExitCode *int    `json:"wait_exit_code,omitempty"`
+	WorkerId     *string `json:"worker_id,omitempty"`
 }
 
 // AttemptSpecList defines model for AttemptSpecList.
@@ -759,7 +768,7 @@ type ChildRunRef struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Try How many children of its index started before it (a retry, a restart).
@@ -825,7 +834,7 @@ type ConcurrencySlot struct {
 	// Action A task key's holder or waiter's step.
 	Action *string `json:"action,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase *Phase `json:"phase,omitempty"`
 
 	// Place A waiter's place in line (1 is first).
@@ -992,7 +1001,7 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
-// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -1001,6 +1010,9 @@ type HTTPSpec struct {
 
 	// Url An absolute http or https URL.
 	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -1067,7 +1079,7 @@ type ParamType string
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
-// Phase The phase of a run or an action.
+// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 type Phase string
 
 // Problem defines model for Problem.
@@ -1247,7 +1259,7 @@ type Run struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1360,7 +1372,7 @@ type RunSummary struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1426,7 +1438,7 @@ type ScheduleList struct {
 type ScheduledRun struct {
 	Name string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase       Phase     `json:"phase"`
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
@@ -1476,7 +1488,7 @@ type Step struct {
 	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
 	ForEach *ForEach `json:"for_each,omitempty"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
 	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
@@ -1509,7 +1521,7 @@ type Step struct {
 	// Network `none` runs each task with no network: its processes get a network namespace of their own with only a loopback interface (a container, `--network none`), so nothing outside the attempt is reachable, not even the executor host's loopback services. Absent: the executor's network. An http step cannot be `none`; an executor without a sandbox (sandbox `none`) that cannot make the namespace fails such a task as a system failure.
 	Network *string `json:"network,omitempty"`
 
-	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
 	OnFailure *string `json:"on_failure,omitempty"`
 
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
@@ -1541,6 +1553,12 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
 
 	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
@@ -1586,8 +1604,10 @@ type Task struct {
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
-	PendingReason        *string    `json:"pending_reason,omitempty"`
-	PreemptionCount      int        `json:"preemption_count"`
+
+	// PendingReason Why the task waits PENDING; while its step is WAITING, the answer it waits on.
+	PendingReason   *string `json:"pending_reason,omitempty"`
+	PreemptionCount int     `json:"preemption_count"`
 
 	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
 	Reused *bool `json:"reused,omitempty"`
@@ -1596,8 +1616,14 @@ type Task struct {
 	State TaskState `json:"state"`
 
 	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
-	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
-	WorkerId           *string `json:"worker_id,omitempty"`
+	SystemFailureCount *int `json:"system_failure_count,omitempty"`
+
+	// WaitCount How many waits in a row the task made for its target (WAITING); 0 once another answer came.
+	WaitCount *int `json:"wait_count,omitempty"`
+
+	// WaitingSince When the first of those waits was decided; absent when wait_count is 0.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WorkerId     *string    `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -24195,379 +24221,388 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37cuM4kjf6KgidjbA0Q8tydVX3tBwT+7nL7m5vu11eX6b3nFGtBYuQxDEFaAjQLk1FRZy/vgf4HuI8",
-	"2D7JCWQmQFICJcqXqurZy0SXLJEECCTynr/82Bqp2VxJIY1u9T+25jzjM2FEBn8djkyi5BmfCftXIlv9",
-	"1pybaStqSfiuxeGCVtTKxN/zJBNxq2+yXEQtPZqKGbd3/Usmxq1+6//aKwbaw1/1Hjz506eodWiMmM3N",
-	"yVHNOEm8doyxymbc2Ouk+fZ1K2rNEpnM8lmrvx+1zGIu8CcxERkM95aPpuJtJrgR8Q9irDJ4v1joUZbM",
-	"4Y36rXcyXTAzFUxIkyVCs4csMUZIdgs3MDNNNDPJTLD2xY9v2TfffPN9p9uKcPZ/z0W2KKY/wqFu8NZW",
-	"cOoxN2LXPq/lp6xNlshJMeOLXDaYJ0wsyyV7yJQRdVPKctnaeptgFpdGzJtOQxsxx3mwdiIZlws7s4jl",
-	"MhVas2GWyyGz1wnDjFK1C2if88jp/kVkGqa4ccZqjJMe2dvYPd7H2vYSO/6OZkP4qUs/DWunSxdUZjzn",
-	"xojMXvyffz3c/X/47j96u993b3bff9yPvv3m07+Etz3PtMpW5341FUyKD+ZmBBfg1AWbZ+I+Ublmcz6p",
-	"3Xm8pTK3Gf9wKuTETFv9V71eaCJHasYTWXM6Y/zxyVzglGtzfC+kOTn6WfBY1Lx4Erv3Tbk2TNg74M9R",
-	"mtiPmRiJ5F7EBwy3LhN8xjKh85nQjI+NyFhi/OpMcST/MnYSuzCL3ZOj+lUKLVJp/v8Oa74y/crD2Vhl",
-	"NGd7XLhhIy6lMnAacFoa3wH/YA+J1OxhanmQMlPGM2Evrdtnuzg3sDg3wD6bsMtekF2eJrPE+L1fHgZ+",
-	"LD8+FmOep6bVf9OL7KLho99YwtrAl88z9TcxMjVkNqdfn0xnF/k6mYac8YlDXI6mIs5TsWYcTZc8fbDf",
-	"VHYnsicLzzyHK1fp2j5/nKqHNS/zQJc89WU+2fv1XEktQAM5z9RtKmb240hJIyQQB5/P02TE7aHam+MV",
-	"f/ybRibfbDj3XBixekYPJbMC/fvXb75j9PAuLAPdC4rRrcrMaaJhNvNMzUVmEpwxtz/Bp8SImd40EXjS",
-	"hRipLG598ovPs4wv7N8lJr/KTQ5vteV3ShbM0DH+1U0stuWvbo7v/XXqFk6W1cRK81l9N1T3+h+Xnx+1",
-	"OGpwNyOV4x5Vp3ok0uReZAuWqVzGmsFlImZasTHPSjP27KB4ZBKvPu9SGGCfXDK6jN0laWoftMLdVp88",
-	"4rkWwdeIvZxb+ekukYGJDHFNhn3YA1hYK53svOAHxmVsRVS2MNNETlguY5A/B2xIE6db7fTtnUoK90r2",
-	"bYS07PKvhaZNv5U2r5iiys1IzQLK7DDG9RfxMGIqY0MpRKxv7JJkVkLYN0DJ8iv/QMq4Zg9cs0xYlScO",
-	"0FTkGXJotTLBdQ2pWEoU2urD3IR39mGapIIlxqqGt8Ium59/ZYfX6MwR8PHQ8Pk85sXgDfXv8ukBQohK",
-	"4qjQf0B0+K1CMls+G5UZrDmCsEhw6uI4sU/k6XnpNI55qkW0dECLVV8+fiCSNTOKDVrXWmTM7wIS7aBl",
-	"V7ak4uz3wppgeLqXhptcBzjGMltYcxirU4ZZiTgCG0vlBhVxOlTC8pCrk1+Pj27eXV91gKYD7MAqxPYP",
-	"EdsLHkBM3qRKmyA5f+bT8wwnpGA5jz8oy6KhsmFB8vRCICD4Gok7IhbL4ufzTN3zdONt7jqgl9FU3NyJ",
-	"gHp9iLZb7Ow1e1HUUnJkmYlmiZznRoPenAmt0nu7Sn2Zp2lge3AY7el6/UipUnf5vM9+Prli7cSwy+u3",
-	"b4+Pj46P2ENiVXUJVuZiRzOVG5yFjFnGJZOKGa7vOhH79eTyEm7Ocqk7ltDO351fnx5eHR/h11xGTOej",
-	"kRCxPbYyJtPaGbGLTpeRTgCHgczvxEzt+UHbtSRSfj65akUtO2oravmhgoIlFnN75G5w371is3Ldsvoi",
-	"ZLwVp41aEyFFxk3QYr8qLPFRnmVg6+WyzzjLhMkWziqEt4b3z4Q2PDMM/qvhR6tQRUANdtXtNoiHsPrh",
-	"5P3KFCWpwas/KONcPCtz/82yBw7MLGYPPDGsHef4ohFOvwNcrbl8I0KqlxAh9WaJiAsypXWlh0bMviT7",
-	"r//9f9g9T3MRMa5Li+bJbsbaJuNJajmPFA9pIoU9dXPTOSiTH8sEKOyaDfJe7xvB9tmU6wio1HJIGC1i",
-	"nP3b5bszBtRjN9MPuIOzsCcYvthNZCw+MJXFIvMkDwxYKlnWfwuuNeeZkGFVZW4FUJjVwq55mgIN+1aM",
-	"7NKcH15fHh813635lKOUW2uVwEUV2bA8n0UxHThcINh4YrdMdCddlgn7xjUiB87BlgfSDnVjCZRoqjqh",
-	"n9UDm3G5AMLGE/YwVSnNcMyTVMSsreSN/ZhngulcW1bSQaU3yyWD5Se/RmItGK3pSSMlx8kkz0TMaALh",
-	"k2pJos7wKCYIlGtWWUjBcSxRsnYvxDzh7s6m4ZscxtKNq9xtdU477szdLiwbM4L2+eOg5Q/voNX//vvv",
-	"e9GgdXF9dnZy9tPAqm+f8AhyI/AM2qNh9QQOxyV4SGCkkKdUgGHpGCwqYX5m8HQzFUnmlC8d4f6trvA4",
-	"ybSJ8NCXvk7s//yR7tu/OXqK7XPgJpxBmxs2U9qwV73OARtnasZ+Or5i3W53D2el9z7ih094L9xlGQl5",
-	"Sq3UBJcV4/rO7jS4z5pY6ldc34VkHCzCzVpDnba25Km1lxdrCsvYrnuRf8Vb/2x5aonVDeG2IeqY3gMQ",
-	"PPeWQSRycjMOTe63KTeME0NjbZWhOErkpENnwLIXu1R9VhZZOgeeTZoZc/dt9j6A/Iy8GQU8r3KIq0fK",
-	"kWVQFy3pjyteHD81OvCxGCU6UdIvYy5NksLXMTLMZdulOZe8XQRFy0jNZnVix03H/uitfJiyQIcdMvKA",
-	"Pra0nv5B1tJcu0yPMypvFyGiUbRwmrVxHQ/PT5hRd0JqJj4k9pQDD+BpKjIQ8KBBiHTcWbI0QyGHytI9",
-	"yiolN8mKmVJjbuZaZBHTC23ELGJzkc24Pf6szZmei5H3zzMp7q31nMtOVLYoo8LWLExWy2/QjA0ey5GK",
-	"Rci00IbfpoKJLFMZsxcRz/+Vf7iECf6IwlQffyBbQGXsRN7zNInP03ySyMu5GIWHpEjkNrQN8wiSsPiQ",
-	"WEsxFmH5Nk5koqdbjobevgZOPGvgb2luynx2K7LwZB+nG3EjmsiNS7jQcmKkmCRkWSwda3DG04zdUJUN",
-	"fF9P9idHNc5pks8VK67BWldlXthloNdN6FRNAt4hbWKRhUlLm1jlYcZpslyO7CIEBG2WC5SOaMiwW7FQ",
-	"MkYL+YMY5UZlO5rdqtwaz1yzOFPzeeV43iqVCi5X3pImFLlJl+ex5sUvxJzcIltwXM+jnFyw3MkODaff",
-	"CirHnyzPRw5jJ4Rsp+XJzDImEGvEmYK2/ci+bh4I6f8GngumDSyR0+12NBsnkqfWplOZQT1+DlxnRzM4",
-	"cKBk/WgvSv4hrOVopmKB7otEktXWVOt6i7ODpINPIDZO8LY/rWpi2/LTIMtcjdO/L+L17z/2aoL1JTZZ",
-	"Eleve0HZtoFvPt2yh63z9gHuEZnQ9qNVqNCIj9xBqdr7XXYGAptnggl5n2RKWmG8e8+zBNYS5PkB6vHO",
-	"QyBjxjGGAZ4BoybCTK1UdTr7Pvs1+SFiUrGz69MuO5lIZW07sB+UvRTNFR024Cs8s8q4t2TCBduprtoP",
-	"li2I2JpaZYZRY0o7/vT4Z1QY2Ub2Yye/kdFcUPB0ldfOM2WVhdUZ/2g5EDLN8ozZLNcGDj/afEVIasNM",
-	"3UBr5mrP2nbRxWyit/M8WvWR1zjwRkoankjUBNYyH3chTHh9eFDI+60O7MraTI2Zb5rQz1dX524ujRUl",
-	"dHs/gZuU/K7kQnfuc7TArXk4z1Scj0Smdwof4tnhr8cFT+kjt+BZltxb1qLJb+25C/PcBW7kJLfHSSrY",
-	"v7w9PL+8Ojy7OTk7v766vDk6udizVzX0/lld8WaS8ZG4mQUcHL8maZpoMVIy1uxWmAchJLs8+enq+OJX",
-	"mMflyU+/nJyeMiVRoW8YZ5bCWEm81pNN1/TZ0M4eA0y8cOJXNZcgG1mn1ZZEyeoMXCjCexRjMUp5JjRt",
-	"FYmJxAhNX6hiI95dX/mdAK/uyMoE9O+Gd6X54UV1IuysbcjGXBgQuJhUBhwbUrFUyYnIOtaAC/GyTUFt",
-	"dGOH19oeijwbiY06zYW/cE2YenuxBk4TcKOF5/do22NzpLs0dGmV/EYW7Bj5ZGHONBQWW1gza83Bkvh5",
-	"klXzAx/djZP0kQ4VIePmNqa6F1nKN0qGd3jZuUqT0cLbs4/McMB7IXxX8/pmNBVxQ9tm1ZlsNwuyZNit",
-	"fVJkmWpuWJHw02ciAYWQk5nB2g9Tbtj5u8srtne/v+d2Z+9jEn/ao2sMvxMYOE3VRGPCwGiayztddyNc",
-	"h7dFwCVulZmGPIHlTKStss2jVqomzSn0VE3e2hlXbZ1Xb75dZZKZX/0GJE9bVRftTxrs84XQkNX5cbvF",
-	"WV0Qbyg1StCLnklzPWAmywXIVG3A7rAb00CfLb3fen4F6eZHIhXh/IjY/hJ6DR+i8pUGIhOMLm+kaaw4",
-	"hHGk2kkeS4PZyUtuh8c4Bz/Mk0zo+uhpglvh8lM4myaGtWf8ww2fiCKk8Wd0rDYPqFICyLOExVdWKRNa",
-	"ZPc+DWGtjQCVGaXrC5m+qnFluURP8lzN89QuNqWiB8Ou9Xpjw4fcF7UPG1LaIFGmKFtwi7jR31iQU1hE",
-	"E0k35n8l8tycDbv+ndzQtdO+qG7y0sQrdN1QVD/IupoFJCg4ACMKoOWSIn2bI2b44Mphq30rZ1tvIZJ/",
-	"tQKQcdT30RBI9MgqHtYa64N9dycWbMr1lDxIqNhBaATjPN4idElWZL0RTUXg5UkklamAPgnXoEbZZYcM",
-	"fHGYx8RmMCNvl5Ani3HDIJnLRZxdEhaR66rgJjYT5rnWFPCZWRAZt7wpYtyHOZnOrcWq2aD16vV00Cpx",
-	"q7HKHL9aPbsiS3ia/MOuXqUgIrj6b5UsZTNpn8XEZwJWHcWagDdHTx74yjRlEf12eHJ1cvbTzY/vLm7e",
-	"Hr79+bgDMs7uGSU0hu2c+7q6qHOOKcyQlCwWfTaacglBdGv/gVjNtaVklcYic0JrMxG7AYOUO03S+CKX",
-	"F5YzhNIPRvYCYJ+gNrpyA8r1GrtkkoDqNqrPJas8pfuEbLRyJoNht8JSlmZGdWv8MWSiBZIE7GuCmyUW",
-	"HyArwlARXZGWkshJSlfWJKTUJqhtl4RkQhVMXlmBCWRCukQtnDJF0VyRZAIBVMgLiIp8vOC0w0kC3sJ0",
-	"xmVpR3CG7q2CZFUKHmxnoj0qPrq6n5Ax5lKfijXxSZxLkfCacIHTBXyWAGTaQnwVQiybUwSofrJObjgO",
-	"NFpsKTkOybNv+SwwL8fBlETmNVVpbIk2Vda8owRIoIlcwo/arkc53z+XLmxMIQXpYujwUMw1II/jSECu",
-	"GM8EmygpOqvHvyZN+O3xKcOlYuLDPBMaSj2txGNQAe2y6fCPbslJecA4GympDZemJB5iMU/VYtCyb+De",
-	"HbIbsegFOVNlp7//NrDTbh3XnDu3wnzd+u5bVr3fs/9XwyO0ybgRk0VFPrX+novc0vhS/jt8PexjThYu",
-	"E+QbQR4Vpgf9+/Xx9fFRRLlaCWV6WRHkJD9pEZH9DxjddvVNnkndZcMRlyOR3iTyZp6pid0QKouR4gEG",
-	"pRReEP8gA9NYaJCY0j6HJIMfw5EMZZ9yrSQbjgo6H0aQ7EexzWICUjwIbepeFcoODn94d3FVKCNR8PHl",
-	"PGu3qKvvWHyJ424+yKioezLZcJp/EQErbwpyW9ckguGZRIqK3CrDXjYP2RYTuEyVCSnydcZbTY1VlkvY",
-	"Eqtu7mhWWmjc7alIIeJm1+QAE+PwehDPxe+QSFbeGnRj2q+DofEZD8hpz+uIi92JBfic7PeUyUeqtP0l",
-	"fPrsmQnuwZVPd9zv9Rjl7UHYPE2k2DZ2vnkjaIQ1/MZe0UBeUzafp89W5AmteN1ivA2EeyriCZpSK+x8",
-	"C1uyehA2OXzh2RvmBcu4JnC5LGccGexohqvh0rVFtqPr1c7t9LR5ykfBvAc/EFzhiai9b6UUUFkNedbG",
-	"JBI5qq9toDc0St2h3oosxCqtOBPIuCGHQnNHz2Pi+2o+D1L1oZ+k5XV2OiQorJHr9RGc+lpVI2xTASPZ",
-	"mgzgV9BvG5wzuzU1RGpFeiK3DUbU+tEC7qfjf4/Y2XHEjv/j5PLqMmJn765u3OefriL203HETq8idnrM",
-	"2jKfiSwZAWs8OQu7p3iahw0VzFXZJuIflJNqXrdWpbD+dhrvFdYl4P1F3lMy4xMRMZ5N7jHuAF/saHQu",
-	"zFXigqFiNjeLDlYFF1plwG7dOuPhyQkIMOUGsUG4LLiucLTBjG8WFls+J86+lyyRwKqGVuIPGebNW/tx",
-	"kmgjMhGzoTPeh8yI2TzFyogPfGTSBWjglIa0urLOOl5yMsxxlgQaIjKr+ZGxKVCnh/1bqZ4o1xFZY2Ej",
-	"27ZX/QXp2/IqIsF1tzj8BRe39GALDe+7EONwkrTfMH1iEGRhy0Ced8gUT3IhvZp95KGdW92kJBazuTJW",
-	"5oZLPf2AO5qdFBfv/mL1QUycSDQEGvu0cW6yJQ/kHnofy3JpIMFkSAxr3y4AsAh/6KCbEyKXXOoHcMCh",
-	"G5IbLFUZ0iOGDNaryw6ZfbkMbhrITMwFNwn5HHmWJvQTFqr6p3ICg4Gh4iTuDmSTfPn/IesAWT+yij5o",
-	"gVcPC8PhdIR+a+78E7fIfdpA++jStn+PeZJqxlPnpVhm68Xki6gv1jrMEun+3iDz6i1CmLmDpHkccz6u",
-	"stbhKFNyCGJsiHXwPB2uHuOR5QX5/OYhkTFu7JI0harBWaK1tdXBCyQVc8g4GRRIA8wRuRVdrHcB3y5U",
-	"LieozEk47weMXBkwzYVAZJHS0XkTrDTJQsr7j8m92B0n1nK0F7D2oPWHvTfsD/j/g1YHuZm7SWWs/b+m",
-	"Ks/SRcT+V8wT+PdBiDv4MFPSTOGTnVW6aFYD41Y2pFP6GIVltIalglujUdt5ft/Tg1bngGoy7UrxNJlI",
-	"ETOjgA9cy+QDE3M1mjZZn78lxoTiWseQEpbMhHPO5HMcINFslo+mxP3ag9Y+TCgq4hqxSLmlJecfw4yh",
-	"JpMJs7lDyFempQCP5Otv2WjKMz6yhmfEtHJMFX2UO1SRNEbjtpz0TZne7b/uFjnfr19/ct93/vVfnjNN",
-	"51HcFSuWQ6GlgE2SzMQ/lBTBErmTw7ND9g9gUCpzh7o9aB3n9hjv/SCyNJFAS+5gXV+9XQUKCZUcPpKZ",
-	"B2IA/lH1vO1K3Qn5yGSsRwR6HREuH+BZIv2q1OPl1Lh93K+YoW9fiM34Ass7feBRZWhBRHRy6KYuu0CI",
-	"OASFAGObavGUTBcgjng8g+oLqlqjIUCH8UNDEPT1q1edxj4mxO1aEluBZCWVbrThL+w1NTQA96/Z/yyZ",
-	"TET2SAoAjDzSMrfc0nGSBnnjIaMjCKGG5RjDEIYcsvZHcF8mccTmfJEqHn/qUOQBrujSt10+U7k0Hj2h",
-	"13ME4egAQRCLqG2zcENTZvqmV2KmTdjln5bY5Vr2W4fAUrDGOpt28xsGU3B2dBHlgZT0dZtU1NuD83XQ",
-	"6rNBq7o7STxofQrmnT8jFyyodANHBHhJh7cWSGwJRysdsoTBk+Q1LqkAtwyTQJDaUfGBFWQzDp42h/RA",
-	"UHRIjeAHgZW1QyJIE3jTYO1ZrCDjcpwgeGfZFqzD8qpLqFqZdk25DVyz2cPhLgyu7odEWyPu6dZFI/ZK",
-	"OREvYxf8yJPscsoRrmaLN3gQyWRq1kqxHc20fXLE9rtdO2HWdhrEfpPwPw0RnLXVyY8dFVdnBvp6iKMB",
-	"sMycW8tekhJMIFvsVsULOuTWau1qI+b6r/vvu+jcC5LSTGjdyFmGEypuCL6QyqwqvaVB9iOX1ZwtKDi/",
-	"h5zpNNGG3Un1ID2sCqno7URqIzgg6A5dov6w0weDCZ41J69EVFQKYmqHc3/s6AOog6mmz0TwhCJNxz2m",
-	"y5Ytx3GmZs5ytAQ87LJjX20yEQY98OhoWVMjNOR6uLlGCCtTuEbJSfweZ+kQjYjvOKEAD8bgIeQHwGUs",
-	"0RE4g7BMEdzT9hd7YvnIAHl1WSkjyKN8ZaIEaqSXgE5Y+6/vcc+kokV/mCajaU3+2/FR58CHGR2iDmFp",
-	"aseCYU1phzxxYPod4VcPcRVghadcFylwFEBXD5JSLzyAFqFpLYNsZQKzERySNoyNkj5OQHa4VJcuwyjI",
-	"jmZuly6Oz09P3h5eWqVzP+AA19XUhJOr419bIYEepI4KYUBtKwJvBmik5NfzpWlhCjcuQ2uFaIJMwhJ6",
-	"0Opyzr8KrUBkCDOkqyhYvnq2F1k+iqGRiA0gqaeLN0NqIpElKloaVr9wPfk9Qzw6l7Qg+cyOWZM/7EVU",
-	"ILPJshjE84jCUyybEIFwhaVju3ZpKkL+DXoiOhPg5I3L4E0YaD+8vDz56ez4KGI/XJ+cHp2c/WQplUCQ",
-	"igQNDB8ACJDjT+U8I58uYyfvM9L7UC0GaR8EIgBRVIjWsDNliiRUDw6/lP8REHErvN8XdG4fhZoaMy8C",
-	"UCTN7DlDzELLauDwaQ2l5rqQwHY5X3340HGHU0fFyzj0ZRCLBdzSt6/ZL8kPHceRiWSH9qJhUYFRKSIE",
-	"kFvO3nz4gOzDZFxqqNPBQnywNYGnwIkldnZQYrP0IkjADonLgwwtgdSoOBzHJCD1p4XGZsJMVdXh0vrp",
-	"+CoYri6veSiCVwurEbXyrAbJ6FarNDe05yqDfzW7vjjdnHZrnxnSOn4WPDO3gpsLMU8XIWyOUATYo5sS",
-	"PpvJVGoPhhTsgUtTZFSV/QdPBRiBqWx6B6qFqq8QXD1BvPwy5BWBHICojGlWYBL4F1qOVTV8yW0zGUJF",
-	"mfU4AMvEFGc8kcEsiKtysVRiNfXcQGAqVg+yT9kiUkHunV0WhnnNbW2S0V0lpalcM7UyodPkXjh6eZyp",
-	"1AyuZn353ePtprUVoL5Qb7s3irnhgSgdslPum8xQVIldX/24+yfP+s6uT1d8r6//9Oa7b4NZM5ngs3LW",
-	"8DKATYOkYXhEhJNetwh6W3wbf9PzFkUuvQANE5r5WY3n6+jscjfltyLdTZM7QbikoB58+03JB2b1CfJw",
-	"7b6P0LjCyG7MhAQ1jvSsVBhymcTJBNWs0v59+82yh3GTa+3b/U2RiGqIoQ7uz8XYYozgxAogOK22XAmU",
-	"u8uATZgkTX3GbftKzOYq46nVYHFINrdjJkJ3+myo75L5kCUmYnfCWqdSsPbwNh+PRXajpBhi/CxNi295",
-	"mg47WGNibQ7XqYWSeV2Jh0/3bbucXVAWhuhfolvl4oEvWHvI01Q94IPLaZ92bq2oVcym+IOnaZGVC09u",
-	"RS3/mGCWKARntuUDTo1YJUHU4q2lbEcaRlCfLMtJDLBZVr2fJPeCUC7BCFl2eG6GzqvzAdcaVuhu9rY6",
-	"GopDypNfxoEYWiX07fFpGFfppgSsdLMOWak4040CXvBNWVOjJ5X2333hIQ7c/VEL+oi8b4RhGWIs5Uhd",
-	"LUlgY5RA9pP3TLPbBTEf8lCDTehJw9oypGfHzM4h6H0+d2mkATed/YmSqnKICvmOFeWDgln9rahVrjK7",
-	"OL58d33x9vhy6XuoPmtFDoS2FRUIta2o9ePhySl8oPz5VtTyAP6tqHV9dvn25+Oj69PDH07tQ357d/HL",
-	"8cWNvwvhSe0zfzk5P6+BKS91i1kSOOuRwWZ8NE2k2M0Ej+GLEkgYZXHcYKmjVOZmrHIZR4BOnCajsOUc",
-	"C8OTNAwUZK2f5sKv5O4MKHkJVKKMRC2ESF5neiQmFWuMn9W1ur44YZkYC2vgCuc4oGQqu+rLdFjnXLe/",
-	"uvH9HAm8LXii0KN8KUBH1Vt3xDDYoWGj3n11GlZjz/PbNNFTCKs8To0NNbDBRmY+b40lMWsDTLX4YNgt",
-	"KnveFxHIFanXGv5zMPjQ673/A7DSIukLXYqQulwXcAsm2mFVCJ/PhRQxnQksQ6B0twMXfNFM57f21lth",
-	"pfiKstMoRI4hte1YJ0zRT8IeYqtKDytBuuGB91K9evMt+yX5IcAyA0nE7+spQsRAE8+Do0B9O4Ig64C/",
-	"LTIf5CrCvCXwCwi5PXDN5m52EcXrsEDabr1miRyleSxi1paEsGLZv1QZBekax/2rUcYQZwpjr9Wlmzfc",
-	"+FWkhmCuHoUGdWlpKDIYOcm6DSJVyBDHSKybNk2kso8bwRPOcz0tIr+P4SyP1vaapHQU8fdGFIFq8OZU",
-	"kO1TQ8MBcXhOaFkvuBG+ZeHTT2bqHrVNoXUoJ2RfR2x/ZnWt/WlQaXhyZypaGdeScQ6qbemdN7ae8ksX",
-	"RvN4pm50USvjRtzANLcIhftt3XQ+y09f+5aPO3SeIJZ4DuZbWUY9F1miYnIcYBluD8tZb/PRnTA7mo34",
-	"nI8Ss8A+QGJMzetWaWxeBymCg/TZBrL6tG4BrrXYNvJACO8+YluOBwKSFmJCcmZ3gQIo1ax7H5NOqDIt",
-	"fs667ZOrY8RshDhrvwRRi8FO2oJSsLPIpfKVvjuYGo+XPi2Xqn4Z2ufX2PDBXrKL9Lr30T7nUyfMH2Ri",
-	"qt6D/Zrt8dF83JGN9eBNrdsLKsDBjqOPdOrGMdQ+r0LnWpP0+uLUrZN3UR+en5DiOTVm3t/b23/1XbfX",
-	"7XX3+9/3evsracMhwQdOvSdGgerSPgMOi8cgQWou41v1oeq7kOidWi3ONVUnvkqhoMOSdNGEhWvojrJ3",
-	"v7+H4Q3N9FQ9aPTmC8FwH7s0cieU2RtwSP6xPRj80f/R+UPQaaNTtUSsr6O6GmMfiKHmZx7oxxHuq9fb",
-	"YIYQgYUJeK4yA7h2W5Lt1MWa4L40fTdu9f+6Aa13KTz16X1Ug0IDdaB+hIgg7LFfTwyQ9uiZhdoqxJiA",
-	"rQYvZxUZkTYa8Q39IwnksM8yaO0qYnKvgkyyD93BlBvtQDf0AxgOhNiUAfbfDob3ugX6YHPpXYWMfFo+",
-	"Gw29YX/r8ArxXR45c3powN4Jx0sJQ7/YByXTBfafy8Q8XfTLEIWfN6rq1iG8jCUGtoV28NZpNWo8Bvq5",
-	"XVAajcgibBHkuo5SoZSVUoG6oXl+MwNQ5kAd1vm1JUv4eaQyEG+9Xo/9GTPQVIYVVls1OY9aMzFT2eLm",
-	"dmFCFviv8KsdFi7Y+vmfwmtsTdLHCVGrY91swghULBO71r6HWFSpCXGsHiT1xQc1aDmbvIAYXE7j2ly1",
-	"FHxVyv73AEbxDFCBsVIBIIOpCT+SStC5e4E5wM1Y70UuL/PZjINvIozXsAVs8MgBO66gzBMI1ho0Lw/Y",
-	"A/y6nFCmI2zqJuYRJQVC1hpmtzRDuCjBpoVgtD9X5SY19RPB1Fv60UqtRLKxykai77ILgNBc9RjALXDq",
-	"LNakI4sdPfK7ucrH3iPVLEmDIA76SGHFgwqhE5OnDGBoWJsyKanWF8KYQ3Ceheof8ap1jWogw83lItP1",
-	"LtZ5gJXE3mDyJcJFDiHeUeRvUUHxUv10GK5iWyBeysLfcO5qWEBlH/RasRz2frptKeVuRw4ibztcnCWa",
-	"eJKgzOUjEH8t0WEBTAFdqB3ib+Q7Y1KzRIO7r6HWVMgYNIKnezHXoQRf5NL7toNV/zfgVNUsUw8435gb",
-	"7g4QRhx2wR3kC5O49I5YK3jWITWutv/YFmL6UR54Ss3Zyv28piFI48mu7ThQg8SDgPvxVnrg8laCRU0x",
-	"X4gHR77LSxHCbdAnoLY9AIX6YGE3OsMvcvnSTsctC28KBeKR9TUXuTz3bYc3wI8yXiqesAbeeKsTEqaT",
-	"AHaQh9SsmTAhsG4L2wKqDKHvrU68OCWN4g7FeWhyeQOphJeu9ikKkW39uoTJ85HlXI+mqMtkIpt38qxT",
-	"xlx79HwmyEcoFbpQhRGZRrgQSAGf8QW7FaX64+HHT8NguknpyAQSMHxufBjPpSjNXEH3e3DyDxpxTnnl",
-	"kmfrchmLuZmGcfBiIeZeKEuhje4zB8drvyq0tkzlE9TDwGfpzjRVPQppdjT7I9sv8ur36/A513aa2rap",
-	"PtaO1qUh+IAxCehQGahXSWpamW1sA4B1XLHwDI7UD4BtdDkarO22eUczY9KICav+EgSbqyukRBD6sUhx",
-	"gBa/4GvU5VbJBC1rz1REm1Zw2nZi2ARyHxH1x+0TInQB5d2JuWmOVlcfEvSSYAODIJEBoR9IJb3Z1A0e",
-	"TPwKCiuI9qWDxAb2TMaDVp+9gvAIogHaFdkHwLvngCJco8q4VNIaj4VLNAW3wxLZhVHWXQZrkOjKz7TE",
-	"lMyEX6tEOzputqelwuHVQdxJaTzv7aO829eR/wWx1kPl5AGxR35z14l7m4DxZWlTlwpycnQBFp9veJp2",
-	"fPZRCAiI0EEL1uqTfY2y3IO1Kym7Ab1/BW/oWWSDQwhaC9CzBjdntX4YEI9umsEjgf/N46pDb1jEQII+",
-	"MR7PUlJHBDOa7uZzhs9s2qiujmuB8m3tPcASqrFkxQfD3ixllGvWloguZvkvAtZ0wv7r9Wdvyaf1hXB2",
-	"Vp0nmRhZoVqff1TiPhCbcyIIoZ4J5XdZEWikRbpDF4O3JRCKuEvmcxHflNaqKV2RP6KS0L9oSERlpKEv",
-	"wvWaYAh5SihIaYVt+I1fof/qtted49UdiAp2+Dj+erimjQXBfBXpgRm4LrFDnQ/4UbNecrZ6bZbPRMyG",
-	"mLjvKBaT93fxy+urtyg9uWaLxWIxm8WxmU5nM63/4bL8c5kKrQOUw+xCQFjXK8vgCWfiQ6JDDVsKoe4Z",
-	"zpMYxrLLeOnx65b8hb0RbirNjUcva5u+5fr3iymgEkZHfaIiuKycPT6ZrfKkdc0+LudihIV0j4ilrQmj",
-	"QS6R8WX6BAaxVH7fbW1VWoO37Wg4f322v7taXVYqjYkKVl2qLPP1ZI2WEV4yuGxNmqOs+oBd450CJOGg",
-	"gkYCHu0CYYQK9mnqBbJKGPQ4sBNTkaZFtTvPJveR64wUszjJBGCMuEpJTjeU4U6oBWlnu1a0zvXseuuv",
-	"zO5UyUm5EwXwSjWmuh28u6an1H5vBsAN0nernXNNFMZ+OTk9PT7yQBawqL5gJuz14KOpaNRgzcXtSk2y",
-	"Ny45/hwxH0/eu03knp6y3VF4NtWmMmsZmxHzcg8avJvgzEONKrBUG1K6WOnKA6gnhO6PU5XG2/RJcNjp",
-	"wU7ij+0WPlKeeW1uA3YOVdccJDYeGt9Bn0HrYkCVZRMuJx04aiKbJZKnvr0QBV+gRwnhrAFB6uQ2TWS4",
-	"1SW4vewdNyHl4ujwJzZTsYCklYMiYgXBazR4sdUmJgcE2oRsPF7uVKwLHNvh+mzqOrb5ljPUT8mpMuDG",
-	"UZIc0YhLEjp13/R0qZMbPmpc8oeG/VtPBVcfq+xGEMrT2nIvAoN6TEP48Rrfm2fKrjc3wWKXEj4Sw4ga",
-	"7DL62j3WtjyIcOAIZajTZUOePvCFHtrncGMf46uEuuydJduHRIsabD2goJVyUReFqvnVdfnDH+7EguAQ",
-	"IYM6l12cmoPygmfc5kka42PZn//MBlSFOGh1GTaPXQZawuLCMBiODHdSR3MRWX6B61P0wccIP+EljYRr",
-	"fh+qrsW2iePEfqrFK2puJhoxP7GTDnbg8R3xaxtWLJ27UiMu6ocBvvg17fJrDuAbXemkuN8Lt7UvegG5",
-	"XFhor7HSnAq6/TTRNw7YkFjKkI790M0O2+6XuYBXJZQUB2zI5/NM3fN0WGYYkuHXwoVT7GE/KAPc+xok",
-	"BxhV/hGy0QtXNOaVoHU6xEM3RJqDS4u6YIQlAfwzYMmdyOuoSOljlabqQRd4VTvhFYZORgLaNzo0scqC",
-	"92oTdr3JaenkYaq0cOqVteyMtuJq9x8iUwySW+wQMWv3KAu9JuRRns48E1Yh8pLB5bv3Gs4pVdoUPn3C",
-	"dlEZo+eKmLmsm7w8s7Vz0wttxMzjrq3pmWS32lo8zGO0tSnxf5LxGRtx6RX6yIPPWC3W/XRrOVMsIp8Q",
-	"iu1GslyCegmISB33rqUlTiShtzjqtUbFxPLtwF6XNuTAa54e9M9yystSp1WrB/zKP1zCIvxI73X8gfoY",
-	"siPCliqDRmQ7mrW/WbOiFRy7hqSHHJzOd1F5olJqaVB0WcQ38OYbaFJ4G88EswywAhQacIdWp3Atk7/n",
-	"wqVEl82eM16jNkhh7HWBlmZWnyP+UNTSwGpDahzc1l9qPjQR1rKhH/Hsz+1mo9MuyRgAPtpnACIfZ6lS",
-	"81s+umPgpx7ba9u8oKeIDXd3/eMAlAOQ0p2sV7nRSSzKKcpIbHw0teIK7VJxv9x/faq0tW396ND6eCRK",
-	"qkf5cmsF4xy67FAixBXsaXEWcLXAUvKDlEw9rF5gbfcBL++ghkpPsYIeGwr6ZUNcMZRLuP7AkfGYu6Mb",
-	"3FYlg/yyZb9cFVD22yFyALq0g1q6j925Q+Yx0ApBRWfW/yxi8krYqT5MVSook/+X/Fb8RaR8R4PvT43H",
-	"QPrgySyGKrL+R0qOk0meiZghCoYlIxot/NJFY/XqC56VM9kQ+69M01lijyWBrlaBOt9dXy0hdRbqXsk1",
-	"zn5NfiB7WsZgIjnLaEtjvoQo3SiLuBIOeL+aTVHJ4NnR7uXLYIMe0aOLrdqsIlLjxgX0Veyr3S65Uoqw",
-	"tj18QzDLh4CwA59I8yHxO1y2zUGxGfJsoofeTXLAhvaUDZkuyJASUBNJvx0AniHyiWIM/wWMEquRE6sq",
-	"nnEZefxnOqRkJE65VZFAj5JK2XHRCS2V1yTtxjo0wqL6JzFMwjdSFe4bdkl2IRAD6WXOJrWnXFb7s5Xx",
-	"9xOVJWap5ynwRj4yyf1qodU8U3E+wtQECTaOVyA6ESvduXS8VUalOm2nyNymotOkFLY6/oUvHiwfKUzY",
-	"cfj+49V6Su+KQ2X1/PgMsDExw9q3TxlnQnQZVQwiyJD92gELSeAjEfJ3jzMAj8WlwF1snnVbLjqtFAD9",
-	"KdAvgBT59dWOhe5X1QbEhzkHN4g0qlT8WNft8HHVeqjkJHJS7xssuszjus049tO0E7oVtFllPwba4ZpV",
-	"0HAa+TFUxgYt+01hoKzpTz/KhLnZ1qex1P0laL8CapqQ92QUEEOkhCiim0xA11/XPxUrEgetP/wBuurA",
-	"qSZlI1UTTTcR72HtUj1vgkVUuIgL/4iDApDYawveO+sWGYCmXYO4VSzFTd5e5+X1z4OiZ8TIz7TX7Z30",
-	"drAb6x3BZR3cUYJ3+RY2ntcHV1TYcOi0mayrBFEbyDpv0RYp7Ds+TQsmi/kl6DEmsO3C2q0EHrNcVmKO",
-	"dojKF1AeQ9HGA3aP2S2FCwGjbRBjr2LROhbVuMB52RX9+HboxJLgv0VD9IjxUaa0plwAy283ghhjU++X",
-	"q5FH2YXo3K79yKAV3+7OkomVThjdata8HN53jWXs1wPblwNpNG9bXtsMG4et21B0gm1Zpa63AMXbBm08",
-	"MSWc8S1ww6m5QpyPwKm/GplsEpNc7k5gR4rsu4aW7urqdEv6/7nkK6wke96JuSlZ5kmp2IXw7QJc8ZWV",
-	"ZiDXvnvVmw5a5WQZaO6mO300aG4IdJk8eIXrGjLT8RLn9LCXQOGp1UxxkgXi9ANfuOsti8TCHmzkjzVg",
-	"PhfZmtrYHS7Rrnsicxh+iBUXTlstInrLSausXUDjXx2fXZ28O7s5/PHq+OLmDx3gFClfiEz3idQygEfn",
-	"hmm+sE+l2k5+a63igiO74rZYjJJY6AN8BQgnxUroqJwVCamu7LDEpkO5sYG47dKKLYEkfPMqQOWVXWl+",
-	"A+305htCQZgr6s/cAGV4bT0o3hCyMOl9bqAnQxg0iLpv1qbzFL87Q5LKcUn5vhX2iFn9P6zOAk8PD51Q",
-	"l9dlkeGCU65FA7aiIKx3GNRHLmo6BdS4krdx8jZ2ugb8dcrcIHdpnie0mlwdsBfd/NbtZyaKZnxBm75g",
-	"Rx7DHrXRvu90AoBAIxAvJlsAjBugTkaEzOkiSzW0QZazZWWmaLII7VeCQd9HtFSvbEOxHCsx7CW/N3SM",
-	"L8gIUqIywdN0Ab0925nQgpS2UhoEeBiFLpQgLB+Wask5V2PQobv/JohAt1zABofFrcjy+Q2QQJjUa+k6",
-	"Wo8iXqzxylqeZIl2TiCr2h74Mstbrq16C9AH6PelXuulxhuu0v767PL8+O3JjycIooqOgFbUcqrmZrhW",
-	"zEMJILIuI7Y6PdaOc3F8/Ov5VQ1KK3gcngeb7THNG2uACesT30pdG5u7GjNxr+62fJvmTRKjlnGLGEjc",
-	"AfP+wAUqYF3BXILqcTCOu80qO8vNF0sLsbGWE3Y4nD+JXqvGohZpZVPCIz00OJWiduMZyK3cKXJNL8it",
-	"qoI29DjcnFry0k0GSynTm/YdF/uFM2cd0mtzIiIa2EhG7sFr3m3bLtrVNXhc9UJo068hb/xpPb2vwI4Q",
-	"aQzhmdGUy4k4cIaK6wY8Sq2lVery7Q0YbzKxTOUybtL9u2kr7q06YzfvX73pyq+muKRcSvFirZZXaArz",
-	"KgMGUoHY9zylto/rTHPAEsOoaZeGrDP7BTTsQZp0dcyub01Y+S2bEnVMt2nJcLA1EuSeqMyFa8cqKxJC",
-	"RhiOVYT7gppqv4iux+y//vf/AX24ywA7zHXimJWbFK28aRHa8emgFATe0WRTlGO/wF8hIAcuZ1TPb9Ml",
-	"34z3LxVedIJ/1IxPeCLJy8VhGkkc9KSPMyFuHhdhgVs9jGDAmg0rcs+B9GgXyBs7W4EF2xs92tujmoqv",
-	"6ggpHwm7PTewg4EAfIkQfDApoaLX9hJBdJrXvT4DjOX2qJV9St8ovGHH/3H89vrq3cXNydnl8dvri+M+",
-	"Za16cxEgIxH1NNcii5bzS1TGVh52cX12c3iJXWPs5TNhBWCiZ3rp6djm5G8qkSKmJL0/DvtsmCfxkLU5",
-	"jAhHZZKpfF7ClcWY0MrA1ydHNxeHZz8dH/jcNIrMq2zBet/1eoVjF5meJldecRX01o1LXfvgd3KuA8Kg",
-	"wyLgxbT8hZ2IDedJLPWQtc9PjiKG3cXtqCfnb4sMGV16GfRVCBlHPhHUrVxpoWPBzRSTW3x/enDMJr7U",
-	"8IBxNs+Se24E2zOzuZ2MFAYmw+Ejpj4hERSxulDiU5Hr5HKN7NMyCJgPWfvi9OTXk6ubs/OLd28BQoq2",
-	"9IDRL0eHV4e4S57Uu2UgQMuIISLO8Fs2wsW8tfqOfSk7HH4Hs6ef71/hzPCm7ox/iNhontsPmJOTxBr+",
-	"gKFLLST9LCIa2f42teLEsuQJnBUlRafLjruTLpDgH2Ej/wgr+Ed68+5aPNY1femq55Wnyb3oF9iVrvao",
-	"lAAnMgY5xF2WS+ocCffoJLXqvJcucBGmiy2EKVrXxILHlNJayRq0I0tLN3OudeH3twccvsGq4spdwAU6",
-	"XXhkvzrCAXQrJVGMeRo83qX5l8An9qd2Lj6Jw8lL7jC4SC522aEXxICRKJxcFLFrvIoDlj0xsJqtqFVe",
-	"KMg34fGqlyRqfdi1N+7e8wzI3T4B1TNwFx3Sw0pfXVefW/rlCIao9xmcOIxX+xLZiq+g7xE8MeUEqR8T",
-	"urwK4xoXWybhCUZHjLBagexTNWFQIRBrrBsZ8Szb0hXhVFFHz17cFy48r10Woqik9C2V367K6/e1inHY",
-	"rCW83cbGKCnZm2xR99i66VhF/lff1cjlMl0aMf9hASV9BeVVvjw6/CnolCsbB9vZtNu0lKDIfZ39j35U",
-	"RFF9tf/6u9d/+ubb198tdXj0sf7lRjZbo5lXYCy37GDYvLptqbJtzJPMsrabx4bvWRsi9JRVaASfdfqO",
-	"L4NohRw3dsutrPY9i13SGGTeuJoN6iJDAfkiVukUqsRgrzl3vfMANswHIPJsYpMCKa9LMr0qBzTtJRQ5",
-	"pq7yLhRSlN30l/t3I7OmioykhMW6kpvic4PcT1aZc9VHjatvinLkSrLbt6/X5aUGYv646ZgrNUnuhT5Y",
-	"bsJHMfQ1zfJphbCjnOXFlsoywWNd37uv8Zs2bvxi96d5tbvlVwHH+lapWZggDcBVLj/LucPrUrGmy5lY",
-	"FBt/ZCKWMWnTzmPV3qt2rdYxrSvKv3qu9lOVRkKPcWBvRytP7wpUkSbNOgO4G6rvW/JvE6TwBjf38ha8",
-	"sL/bMartdIwKjTTRNnCIde9bQpVqjhvx6E16H2rPpsUot+Lt0r4pAU0JnoW8IocSck5RZ22P+FwbLulP",
-	"3OBO2TFwePTrydnN1btfjs+6BDsxA88hPt5PBqpyP30CH/RYrUHUG7GL48srmIMas7c4flSWSpaR/E3d",
-	"MpWNpsKr3oT/P5DQAKDLLkAYZ9bUUXPMdF3NsuwyaBEJFw4kn0P2tH3cHnVn/OPftDVxLn58y75//ea7",
-	"jiuNpA6Yw5GKxbA7kAN5DMLF7i3OBxWH4WFupipL/gFf9tkPsCwMpQYsqhMbbPhhl1Z7N1OpGA4kVo4D",
-	"M4WCFVl6PCT499kQIeCHrA1iyRrWiA7vvrEvO5AYpEANpU/bSA2CI1cwHlEJZ+TKM+ELwzMw1wF7fjiQ",
-	"7QIPH0UiBhFhYNC9h9RZoyhmGPE07XsnaDSQpY4daOhEkLLc6bIzRZkbubyT6kHaCyAgbL/GqDWNyBI9",
-	"kK97+5CzD1+4LBG/Xq973xS/EhUYRfEXp5OBJmCf9JqKUykfrKzaYe180TtYVjZrClBiQzbj2Z0eyJKN",
-	"n6kcXQ+UVl3qle+SqosSS+c3m/EFrFh3IH2/T+gQAefw8PykdNb7rV53v9sDDXAuJJ8nrX7rm26v+w12",
-	"Dp7CSd+739+DrYa/JiKgBAzBCvwzENUNBonQuh+CSU5hAyhoAxdWJqwmn6QiYxN+L1g+Z0oOJJr+0Kn2",
-	"5tfD/7g5vLo6/vX86tL59Isuf/2SGoCICHyBnbIHErJbZQwkXhC9ytC1b7cYpzt0fRdwTpQkT40ycPn8",
-	"eTmJraqTaHOIC0HCC1BbIcc7scvw91xkC2c1971pjPKh3ImBsqCKxoWEerW8fMGOyHVgcCT1in5X4j5R",
-	"ufYSLjRFEpTlOVYsjF5w/NCTXPe74kHePn7TKxmYb6jrTGFZLoun9+ACnyupUdK86vXI9jME5VlmtH+j",
-	"NLJi3LU5hHb7QHEAWbJsBdqlgqMLuwy1Y69x9NBD/SwLtH7oykBgvC2klUpphVVZNfafABYK/jUEN0sX",
-	"jFDJHAI9yAra1DmfJJK7RtGGT8A3RcfyfdSqMv9W3/X2sDOCA0x+fmhQVDrHVQr/SRiXZfmSm4BDUJfJ",
-	"T6H4uENExx14/dgdwK77pfJVrGszCjHRZGmg0qKWUseW2bRV5fwCraz5g3cyLXGH0NyLS9yCnBxh84yV",
-	"/dqz4g2Uv0c/NmrNlQ5w7rfTXFJpNuS2QTE79HWI0OMo4rIPvwgPnb77CXj0D//31fFlp184nclPOUWM",
-	"TG3g2XEGnZTwLICoExlmUE9djYJv8VMlyUNwXdKrnNp1QPVVaPODihfPRpSnaoJrgSRZaMgmy8WnldPw",
-	"enUpL2H9HsE0nkTihyXq1tNk7hHTsPmDD3G7kH0Fmfl5yT5IuqihPRfxVmkDm4OVOdbz0wU93XVQa0Ib",
-	"vZcZ/IJGCfHMCw83OQTFSMRDamJjhJU4lQCwUdDZrAww8Bmo1l7//XNQuQ9usDG31hhUXgRI/UWI2+n9",
-	"ex/p06c9NAX13kf88GmPZ6Npci/iXXvE9j5mufxUqzlfCB4XAUm6k7WH3j6+ePvzyV+Ob64vTocdF588",
-	"Oj49vjoeSOhi6sdgD5ky9mj3i2R0PeVz4RpSVi+PBhIdmFho7atNwL8JWdfa+9yw7OVVD2PdkbOVBhJg",
-	"gPRNSf0EDB33IujYnYLtQ5X2fEJJ1QMZq1EODlMKbVKLWORThbM1KvD8ECmfMuEGEloqVDH/AAADbMGr",
-	"0nqCO92aX9YqpIzuBT7DThDqkfoUjuMxe+DpHbqgYyuiytDBgNSBXmGKSw4k1l5NFBspa+vMIBNEsXEi",
-	"4y6zlqFU5mYMYtHXSZJ7UyozkG6xICnCX+HmDl1Jxq7S3fAkRcEJkb9OyE6xWhw98gJ6j7wYf8K+U2EN",
-	"rkQB3cdwize9bx7NLXwuFVaihci/aLZZFMhZI91Fm0vMw/UFqdWxt9X3zgkM3tpSGy49QrT4Blde5BLj",
-	"fe+3YFUevBJfO+BX80ht1pDfsawgtcN12aFhqaCMNvqWUC/S9M9WMA7ZWGUDiQcZs+GWWjGXy5UJGMrK",
-	"1T4AKXs+B64azl73ekzyGeTI8jQdovtIA9ZVaUxysOGEuuxYYik4OOgcVZBiilwtkQgagXk3+1Gv16Mg",
-	"l4tBmYxLjWwyGshSLgbpG4iQAy94KyBdI0uMEZLNBJekb2mWirGhNq8D6TvP5YbpqcoMuxNiXqRX+pyH",
-	"C6FFdg9nU1ujcQGMIMkGUj1I6CxsAG46l0FWAF3SBKCP0kq0tiVWuJl80E3oEK5HiPRm11LIqdnFbzFG",
-	"8AOWna06Q/CFWSOiO/DIT458E4LWvBXMUlOd14SnadjTQUHrlQ6KL+nSgGXx3fAC3Pj4PhmZRxkmFaYK",
-	"j6ksLNVeQ2aqFimg8BnXmYBAx+Eg3YmFQw2mHNYye0UeFOKv1KgUqjcDutOxfTZOAJ2ACdT7MsmzzAHx",
-	"Wa51UOhD1enicRsSm7HyAeYypOMXsEZPE23+qU9TQyfh052CEKv+SryCfkcXm12DQhJW19NOEzSq9bWn",
-	"iagmg1QkY1X9RPkmFywrJEOz0/QZtZWtVZC9j3di8amqiKyVZItWE5fM41nfk3wyyCoRFtpki1WuSC37",
-	"nsgUP4fSuXwMkGYBUgWyZMUHdvnz4e6rN9+CCY62JGILcaqudp1wgUHMuZkW/AFL3qr+lDK3mFurLrP3",
-	"/edfe7vf893x+4/fvv70L4Hkxa1IrppGVucKL6eQvST3KYY5FTFyu6BJlcKv3QAn0aky9HMfRe5yF7Ja",
-	"JQglJ1q0aHlbI9SBWUWFXwCdJcs+AXul/Zb6mnXZIQwnVc0DS7gdX5mFtQ0BYRveWqfOlVM3qF0vp0Sy",
-	"HU1teCPg9mla3hMaZceBFCWSJbFzxWNoPcbk6IE85drsQqvg3ZMj1p7CKoHxBZm1rvEgeIzQHhr2wcLY",
-	"hXzoIcD6UZ/gbMH23zDdZdcSYMRopgPXqj7B4Oos0fAW6sHhKkGDMMD6VDOAysPwLYc80QwmP2ZcQry8",
-	"D2ld4IrkbJQm2COQm4GkdvmCB0Ouv1nL7BhXe1sasIsEt54c/ezIaJub/h10mQaKhxEfDJLELq7ZVg4U",
-	"7Phcc+TLvZuplRB8taOx9bM9Tcw9JMQZiAKt4gJbTQJole4ska50kNZQ/IdQcJBA7lH+V0/vZzmjdWGs",
-	"Yq3Aj4DOcFeoIlziwAJCWb5hk5fD/cIl5wtmfIXS2+PTgYSe7W7h6AHeGQJQnJQkDAei0sZTO2DfDgDt",
-	"DpN4WOr9ic4ne9jKl1qdDydFFQGJLsEPYZ4THJId97al5AY7QIF0RFj7SorQ+TrHiSANvkwApTyEK5hu",
-	"FEZ59dxTEPHms1Ys6KN0xlevHqsz0hx9w/YDT4vac9s5bKcZAYkQkUWMGzVLRgDu4oW1e4fikJLIWqdR",
-	"bi0A9z7Cv2vzCZbW/gX1qGa7XNndx0ddl9v3erohiQusenmvoFQPOVHDrfm8Hub6M5HEEbOq+67QIz5H",
-	"93hAnxclPhLW6JchBmaJ9GX2T1PqXUvIICFau/4Cmwc2SNxyLVkb0h12X1tdwHcyXWDlA8KyAkQhIapS",
-	"NYRVHfosVQ8i2x1xbXV8a/HoCPuMobYdcz0VGuIYDsMTHNp17kn7z40bp1VnT+1in7P3H/ejb78JmlSf",
-	"MdPs1T9dptlFLjc7kzAH42meJDtKoMdpk/Sxr8LsqkvuQN8kBjCXZrG8nK4PByYmF/XZYIMB4ClhH5fU",
-	"PNc9vuieZZ+FllRBayexmM2VsWb07i/grGhOvu9fRp/y67KVMvXiMd/D1BLNwq8rglQAk1taRCD4V739",
-	"l54RObcf6fz7/nMpfjjNok0rlyyR0CO+qKObi1Gjc/sITQ4i4hAA3T5H6zktuGOMuIqZXYOhndUQrVtP",
-	"7/oE8DFHUzGCjP4CEZbr4qqBhAswfeNWxYs+rKgBKBduqP0ImlVWphpEgwRE5kSyYSZ0nho9pEivs5Tt",
-	"xhWDsAeVpzF2WPB5BO3XvR5B4SJELZapK6EH1AvFjKa+en7GI/b61Su6we6wb5ziANtzGbHXve/pEqgR",
-	"lNAwIGI81coa4yWQSrd2kEljh0JQd2dRJtqHpSEsn5guo5oTKGiA2xPtzm8E7qkEk2RLAfA+4x4NcSAd",
-	"yAnepBHfFkLcuL7sTa/XZYewDz5EZ9eCu0YNkADzb5fvziImFe17xHrWpMY8mimXGJSHGdodY2fXp0Xb",
-	"VsblArKiOqU8AdqwLhvCMEBJGCjniPDpFak+llecv7u88vBAVqcdSDK54QEh07mgy9YLM3r95Tj9D/bt",
-	"L/BIhHjsO2uZws9gnCKCbTU7AoBgYvBbP0nPIT6ZzwGtHCgCdGuiUZdR0f4ZkjnssLd5eudMr86L8k+f",
-	"41eXRnMSOEi+ORA51O0dQsZcUrl025dGa6bG9sTqamk1okgnmf6v//f/c55eRCbFIezvmK/n0h+jgYTm",
-	"DtAxjhx81SgktCnBREJt+KILDEgqc+Man0ZUDQZeKkWFXOW0Nqjw9a/i3WgIYg0Czj7BFX1PqS4KUvAO",
-	"YDQoarihEhnKVy7Ab8ZUew6VUsCxMOfGF9JQBZjLBqUbEkQ36bJDB8c1kOi3DrXOybh0K+ngxTgk9aVQ",
-	"ApaJmboXMIMkw1xAwghKoE4c3LQFPM9cZImKkxHTDwLaUdq7Nfm/OQKXzYTW1ihIBb8XGioCfRPRw/MT",
-	"aL5c5APK+gxRLM8f++RGbW+gWA3xf6MADh/9Sj4Js/3T8RWmlAbyV6lqPTGAZwWdcAv3v2sYVmQy2jHf",
-	"9L5xc77JJb/nSepR+0tCqUB3cflZLBPjXLtgB2Zr0iQ1s6LWvwguFvYTqU1+evkUyHXJNwSgUMorfPHE",
-	"6SelTlL+VLmTQFTFafDcI1tANAg4hnqQWzHYdRk9FEQe8Qw4EqQYIww0gmCWvtBD1obJQajTDGSB1O2B",
-	"uVyxletxgzVXhTf9Vc9FAuD6Qu0rnX7qCImjlOHAydSGQ1d8PZCJJJUSRN8BC+RJE9fUwkSYFY36B+KH",
-	"FWcROfneR/zw6V/x7j9T1wMX3tvvWYG4WzSCJwVsILlmY679cffXly6uySH+crnDj0sZXnLQ+tUBN5oX",
-	"iLCvyznupdgKeWaK6/R/k1Tggtljte9nMQe3eZc6RxGUWTpifYECIHh8oYG/ZKDqcLROjqAGVA5wWtp9",
-	"sGbNrSgUoO7nrs2BaYFCcFBEWqnzZKFYWWNeL+Romimpcjx3mUgBKefllfMVRlpfyw6Hfoh6ligzBOIi",
-	"XrIEBEWfNMumkoJVBQU0ZyNnpjXSCUCBuo/u6EBHCk19pyM2TTSgVN6Juel0w7U5ZNQO3d/0YpCbZt80",
-	"8o3tCogU96h6GQz/1ojInUKuuob1aA5MIFmI/NOgSEqFqz3h9wJbcGATRgYNwccDmXFppwhuoZKZ78sC",
-	"/FtlbEiYjDXlMaMyBE2dY9m1EqmsYTDowdrFD6S+JDJQdNJ53ujIcqkGNFmmfYSmXm96vboRfyepuRs4",
-	"4ghDGp+95LZcNMc9j/BKpFMqCs7gTufvJSyzhWDefClu4tNUkiX2/XXqKFsuxVqNxvOo/1FqvphSA+7s",
-	"EUGzLnvp9BfQWvYIW+mfhvADibOl1lqFdea74inZZb9NFVLJlJonV2hHT9WDBMO3orMNXdPqYZcdOpim",
-	"WyodL/ezhmTlRE4GEvKVYc9HiS7weTW4KYdSmRu69Gasspvi+QGl4xD37WUPNU3gqzjXfs1KR/tgCTsa",
-	"xqbudp/5eON2rO49KKKQrX6wQndf4LhnAg7tP/lpx5gsKEbYF5AN8cVFPPxdnvYLmP3/HPav47Djbmw+",
-	"65tp8QtwALAn9j7afz6VoHXoUwENtQHPyyMnvSxSDQwDXY7W10QsG7Pheic10U/1AyOPiREiJrYfRZa5",
-	"oKDHFdHTBOCpKuBIrE0AWNitBN0sIsY44n8Xcy2qc4pAwjNQCzqwIkSx6dVkBttb1icGOw9DL4Qs/7Ee",
-	"I47JfHYrMhp/v2Z8XgGJ2jCF/aZTIK9cyZ8X6BfsnHq+CA/4DLi3yL/n8vydK65z4NphVJxqStZm15a6",
-	"Gz9+US+x4Aug2xBDLFgTVGoDUm4F1PelC2yIJw4dcXjkhpAfMprm8o61Y2445j9YNhFhHJobDiWEcKH9",
-	"0KH+H0Mh4yFTrqOtG9M1EadYJEr4B5ixNHXrhId4S/CGx3HyDTWC76SrWJpjrtcNrW6mHirFf302TOL+",
-	"kHBpHygZfwhX94foc1rMRcSGsKxD9EC7mjAX94OVVWP2b5fvzhAbCSASMMS+VE6Ihb08doAu1ZpCTB/D",
-	"Gj5dyQDQwrDEdBg0Pid/N+ygFA92EprA8hdUMXhQW5foUGOwMPGd23oCTXKpKEuBaMwMgvVwF+ACO6KI",
-	"oDZRm4Gk1WNAWSDrgfyGHweY+z9o9dmghSjLUHgDXwLS8qD1iaBn8CjDkRmlSkPWRriA0W1GAwn8FdUS",
-	"PlnuYsVrUQO7ykoiBzoJ1FEmGUsO8G1UarLnsbq+TPXhswrZ56pOfRxzIsHzFcd4A6U0mHME/Vb8CXcZ",
-	"qHBCWRvbZEeIIW0/+P4R0UBWWmdHrNJZu+NksY6YSLUojD76nt+mYngwkKv5aCXOhDmmSwlpkMQ7kMNK",
-	"XtsQmXCpj5aAdCs2tGrMjVURhkvCbSBj9eCqsiHawNokvFxrvsKsiRPIsnKOtE4Bmuc9Grd8dGc5JnUi",
-	"70I6MhjZ5TlgtZFUtZkiF7g+LxeAdwN8HkN3XVoKaWtfi5H7pLIDWlVA0QRwdd+uhcNWHzjSoeCzz52h",
-	"jjwl4VtAL7oQNM8EhKE/g8GMyAi/G0YGbIVjrYzPqS1pty4n1ou5lcOWz8QLnrVcXiYT+dncSutPWz4T",
-	"X6tHCeZGOS9QjIHTxbIT6oiB58Y3lig1PsLcF0ImRK6NfanZ7YIp6Xrgugd9hmNEI/1uzhECHqPJnAAh",
-	"YnqnvtNLVGIU44DGxBJCgkO/7kAiTNGQXh0QYAFCkhs4j5j0iYoF2o26yy7xYivg+UD6W+Hcui4plN2M",
-	"ufMbDvtAFqc9IFxpuP8WB96dmq/yxNNGuCNPTcAxVklqY5ZLCcX+QITYMT2qBDATzc4Pry+Pj5AEXBb8",
-	"MhL7cx5xt3brS+Mv/VVb4xli4lIT2wUSjl40Wci9xubCa78sz1J97Z9m2TdU+W9O8ik25usuwHZr+qJF",
-	"bm6QrQrd9p+dbp6/ivirVf8vQfmn2jIwqLFnnZWTnI0yJamOCtsR8ZS1r8RsrjKe7mjm+UWnOUk/hXnt",
-	"fXQfG2BEVih2E0Lk0aPLcoJlM54V+OyBchN2LKnbesWi2uBe/av2PsvhKLswnl6x4Z5UlG14zEyTzAT0",
-	"tR4JVx5pBSskHotMf5WMdfOVbmkLXdfV4Vd3+hr6Qr0wJ64O8oVKjpsSG4CLgrr9mTjzE/AdYJol1gC4",
-	"cSKNIetAaeFS7u8EOO9EkrF7nuZCd9mVJXvXoABCgfgwAIJ3wZQHkYnPzob3bvnobpyk6VdiMa4epaBO",
-	"8wPN+oXPkhvmC+Hdubdbn7QDPLWSUPW1HyVUWrxgdeH04lzhKyWS/RUkbmQN6/es7Yo+sUqyEzGdQ29b",
-	"V6Sk7kWW8jmbqzQZLaDpZzIThIxLuDZOhGMQwsM1yi9w9MBV9Ps6d+d2yv9M2sqlUWT5OwseNT6kQAwS",
-	"kUvPnjCpDBvxfDI1LJ9/foohEIzfF81c4aRfmFUvjfKZ3GDNOXS9O4yQoiED1hoZ3q2IbMxzrOSr7+52",
-	"SZEoAOVRD6ztXhHq9QGTR4uRkvEm1v35T1Yuf4fc+Bon/c/Fj70/A3opFD31wIYsCMqeqRclE+K16x2u",
-	"V+6i37W/ld5is7vVrcmzeFvdw7Zwtn4dCLsbPK20mi/qaKUxvpCf1b3hfzc3a4HtWPhZxyrDHLwlIGm8",
-	"7E4QXt6cU49717uqDHCGN7jz0Hk5uG83xN5H+tTADVsm58/thaVZHlArCkpBxIQXF3VzUDuJ2XLd6t2x",
-	"ta/c+xxH6KpoTfDUhXwnS4/6CoHKQwUGFe4ZTvBft7CoMm2VT+nA+NaL+t/8Vb9rWe9e44oYWAOhT1c+",
-	"k9R3T8P8dPho2D120nOdBiOnE3QaKAXF9n09ekF1LalPIDrpktkshyxUD6gq/p7z1BlC1QXZ0aytATC2",
-	"9MTIdSmBSqi5GHV8ieOrXs/B2XD/kAPGnZN9IAlEkfK1eVGs4vegjPv6qrdvp+mlne+V7ABsRmrmUlA9",
-	"zG75aeFmJXrqyPDFmpUUQ3yhEMjyQatj9QUJ6AABPDvIdpNpHUJSTHkGn7GByoWYJBobUJW4Ai8gUz0x",
-	"tg+zidrRbPmVIvZWyTgfIWonmBaWpulpnea84xEaln/g3kf3sYGOVTkNn0nJAs+n3edA8kDbIfKO02Qy",
-	"NVEpMwbyoJzlVgp1ZepBH1Selxjgd697rx+x5PXKWf1aff6zGzirT6y1WZWHxbZ8lUJv85VuMbfHDQod",
-	"pj1ammbKmpO8ra9Ao7Lb6ybffXJnUpEtwlRSbR/yPzRTppm9j/RpbaurJeL5GhjNM3EYaw/+87KWsEF5",
-	"X9rFNd2ssL761f7r717/6ZtvX3+3CSuvniTHPMl29ZRnYh2R/ciT7BIuekHyKgapoasHYeV7qOEkvc6O",
-	"ZsX70OWsvU/FnFqYimwvvfqL0I61sPKAgfVbYqZQTzjPEpUlZsFuuYwjNk/5SAAqOqQ/Es642zNrZILy",
-	"MpCY6+0yv+cio1ftl3p5q7F7/1fMQDNGfqtyw8xDMkIQeejfqwtse3f9PgWSb5WZYrMRAh5FHJouOwfv",
-	"4EDmGiN/dJ+LfSQZZdAJHgNw1qG7QuVGJ7Fg+93uPvTW0AP5+tUrj6SJlwWxbS6XafD5rbAl8vt8tldD",
-	"urf0+7nNm0thyl1bQ+drixPF45nllPXMKONG7AJG6IameqC4wGW/a/eWf48GTduspYNL8zyercqulp6+",
-	"RYDL7qcGcfUy/LMRoex9tH/cwB8NjFe/5F8kRFCss4d2vM1HdwLAoKiMjBtg2NYitSyXnR+fHZ2c/URC",
-	"LIFKYIBJWe7ev347Ntuqa5bmBUi+tgLTL9Fz6I/lp302wg2rdgWZPjlc4BWLZVfl0h6+QOWee/6X6g61",
-	"jnwuBKhQ8UH5YJXdPkbdCQkZ/eMk9Yk+Ah1BYFg8d5PAddN9UvT5ya3/VAZQWny0xJeKSG8nsjaXXTJa",
-	"Sywt3nGcyjIpXFHQHqdCogobb8+U6jm9FsZqnWvR5ujgXbpLX7Ld89JQdQlG9Pt6W8VdxdpiNjeLGjMl",
-	"E3baLydla6wUOkx6SVPwb8aGfmKA8D9VDyxVEOIWA1nc4CuVtQdo8J27kgx7EGI/LjY0JiWkJ4/6MFIz",
-	"ceCbGybGtV+ytsyYp2mBKFJ0n9/RA0kYJdSxxs7jwzzJFtiX6oMgYM8EEL2wgUKxHZY8FgNpFE4bRLKQ",
-	"sbdwJJk1tzwuqusTzUq2DCwCzDliojspr1YX4K9uAOhC6zprJ0TTLxB5CpHz5+PmW56mr8MCKs520zNa",
-	"tXuQZa5P1MNLXjKjw46wzveLs+wGPbkoE2Y8Fj6fhTrGhbpB25OqxSgTVexyWoY167Uhcc3e/7Jpa3aE",
-	"L5W0Bm9XrzQcsCEsoG+ugiscITIxZi8rORJfSLng0lIDEgpqYzg/O1tq1IlBe2iEuh1ZVI7R3sckXmv1",
-	"XYh7dVcilk0WH17/ZIsPH+P0pwMIL3pg532UJFI9LAF8NzoTVTEfMDSSeK2BMVbZjJtWv5XncOVKB3Fa",
-	"4AeV3W3KKP6NrnnhoEN9ti+4x3ASy7zqME1ZRuF5K+/dVdXYgZ39Br0qyIRc4B+n92IgZOVBvhArojcM",
-	"2ltudb9c2oX0zb5YIu0GjqBMl9N+N93uB/eSFdrfyF2ORLZKB5udStnywj2hft3qw1bjbMcZT6SIO8WC",
-	"xH4gfVD0lEW4QIK6hOaqArBTK8iEG9dtqlJ7PvzKrVnTbU0TXMqTo9YyK4Lt8HDktSC3Px1fMXtXgVue",
-	"xJ8g9XnG5aLUXBerl/oVIkIYHWof7C9NEM/1b7k2bJLcQzvbiTBTkSGiIgkzuyiIfEvI5JfWuoEe1TF1",
-	"2XdAwmgp++7f+Ia+izX2ZVNjlsQakZznIPbhOXIkOgeAkhGzXN5J9SABMrduAC6x2bobA60trCENhpNF",
-	"dujWuEGzMrdIO3aydRDISazXCiVos16RTok0375urQ9sQsOwE7z11Ztv4WL6s7iaZxlfvHTDsGK710kq",
-	"T09jlcv4c3cQ+w0qi0u0LqHZDZq5S/Qe6xIBJSYqGp7z+HfAG/Yse9u+PK709Lrs2MPS+qWJNoi9V5wB",
-	"O51yY27WRkBnADuOkwzxnIuJ4q9JjN93IvYwTUqNvDXTU54B8Bu7V2k+E/CFiDzwXFRpTm83jru29O5h",
-	"WLI+A/+LGiPr91vdPry8PPnp7PgoYj9cn5wenZz9FDl01j7ylAWxjg7osa6TOLTILr0oFcYDr9ERtD1B",
-	"Pqo0DFtmpgA+tso5AVcvxizIeGWqEePQBQuav2PHcbBwohXF9F6UGNhLKGblIb6QJ5yGPzlax3DqF/Op",
-	"QcTfSpRVbC2OZenMDhYBAZQ4zo6mbvTUtnD5sDwnZwmxh6ngmbkV3DwTa6jS3c/+6S9DdP75F2Kusppq",
-	"8d6LDJcuwvp/BcHjCUos7tKOtrpSouJkBPQjhYZ+HyozL00ZOIp+EZEB/eWtgoNg9zgUaz9YcXz+7jKg",
-	"rNJ0MHGnY3W7VE30+lvgCroBU302aZtY2A+a11JvGjjBCHsZO5X0lpvRdEejaoq8G75yLYvPlTaTzMqF",
-	"jEtd6l9of5wJrflEeDe9x9Zc0bSds13EXXYocdnK7R5ui4m1Sy9IejDCx5XV3R3dZ697rw8A8ZYbCKvT",
-	"o6wYY0bZ37/vsIkgWe76+yYS/syEzlMM18cKcVYBvLok7LrsktBZ4eX4zC0NFoUnmk15NkuF1v1i/31b",
-	"FvKXuTexNELoLwnq9Su7WaxRtAz/SgDZPM2hasl/C7kC7JB5DshmfMGyJBaMQ9Sm7X/pRKVeZ9Cpw5PJ",
-	"AbRAfo0xkJngEkU2rrSdeWkbYsGxUcrMGk2Z2HW2KJZSIdk9iBIQUCeEPG3X6oWFOQ7yA6Cgfe5wdjH0",
-	"BdDZOjZ7QBo40CMYlUbMUDOHM/m5GxITkaPZWRLxxEtdwuGSHQ2aXonEyLAocY0X5/W51HviQ6JNIief",
-	"0UiwVtZmywBmh79QzIl+oKsh3bjyVZbT350aowCDr+usAoQSaqrcU8UNldd1lnX9MjMjdIxcizp9H35H",
-	"vRH5mt0YoGp6/YjhO0dYz55Bh6A16v8x7exFLl+KY5SH+FKJMLm8EON1un9wYZ9V7S+NQLu2Qd9fOgHP",
-	"etDtNMUozxKzgFN8K3hm7/3re3tOMTEAz3eepa1+a2rMvL+3t//qu26v2+vu9//U+1MPzjRN6aNP3LKE",
-	"9Cnyf7uprvYyg/7NWJ6GHRXhQN4laarLFnDkKlmxm4tlhXKUWHWI2rfAr7NuqZEcPDgw4jXB93t/wQEo",
-	"KPYbGdtjhxGPaj+60IOofIQCJZXSRUQZd3mhpccVtRerz7toDvJbemKBi7P6xPMqZEXRpdkX+AGZ6wrG",
-	"8NI6EpZAYLqlBNg1WU7ltfSJTatP+1k9lLL5wWFT1pQ04zOrc7l0p9JTSxnU4ceCshbIqSk9o0hG+PT+",
-	"0/8fAAD//w==",
+	"7L39chs5lif6KgjeiRDZnaIol13VRUXHrmyrXNpSyRp9TM29RY8IMUEyW0mAnciUzHY44v61D7APcR9s",
+	"nuQGzjlAIkkkmdSH7eqZ3YkumfkBJHBwvs/vfGqN1GyupJC5bvU/teY84zORiwz+dTjKEyVP+UyYfyWy",
+	"1W/NeT5tRS0Jv7U43NCKWpn4e5FkIm7186wQUUuPpmLGzVP/kolxq9/6v/bKgfbwqt6DN3/+HLUO81zM",
+	"5vnx25pxknjtGGOVzXhu7pP59y9bUWuWyGRWzFr9/aiVL+YCL4mJyGC4N3w0FW8ywXMRvxZjlcH3xUKP",
+	"smQOX9RvvZfpguVTwYTMs0Rodp8leS4ku4EHWD5NNMuTmWDt85/esO++++7HTrcV4ez/XohsUU5/hENd",
+	"46Ot4NRjnotd876Wm7LOs0ROyhmfF7LBPGFiWSHZfaZyUTelrJCtrbcJZnGRi3nTaehczHEerJ1IxuXC",
+	"zCxihUyF1myYFXLIzH0iZ7lStQto3vPA6f6byDRMceOM1RgnPTKPsTt8jrXNLWb8Hc2GcKlLl4a106Ub",
+	"KjOe8zwXmbn5P34/3P1/+O4/ers/dq93P3zaj77/7vO/hLe9yLTKVud+ORVMio/59QhuwKkLNs/EXaIK",
+	"zeZ8Urvz+EhlbjP+8UTIST5t9V/0eqGJvFUznsia0xnjxUdzgROu86M7IfPjtz8LHouaD09i+70p1zkT",
+	"5gn45yhNzJ+ZGInkTsQHDLcuE3zGMqGLmdCMj3ORsSR3qzPFkdzHmEnswix2j9/Wr1Jokbz5/yus+cr0",
+	"Ky9nY5XRnM1x4TkbcSlVDqcBp6XxG/Af7D6Rmt1PDQ9S+ZTxTJhb6/bZLM41LM41sM8m7LIXZJcnySzJ",
+	"3d4vDwMX/dfHYsyLNG/1X/Uis2j46leGsDbw5bNM/U2M8hoym9PVR9PZebFOpiFnfOQQF6OpiItUrBlH",
+	"0y2PH+w3ld2K7NHCsyjgzlW6Nu8fp+p+zcfc0y2P/ZjP5nk9V1IL0EDOMnWTipn5c6RkLiQQB5/P02TE",
+	"zaHam+Mdf/6bRibfbDj7XhixekYPJTMC/ceXr35g9PIuLAM9C4rRjcryk0TDbOaZmossT3DG3FyCv5Jc",
+	"zPSmicCbzsVIZXHrs1t8nmV8Yf7tMflVbnJ4ow2/U7Jkhpbxr25iuS2/2zl+cPepGzhZRhPz5rP6baju",
+	"9T8tvz9qcdTgrkeqwD2qTvWtSJM7kS1YpgoZawa3iZhpxcY882bs2EH5yiRefd+FyIF9csnoNnabpKl5",
+	"0Qp3W33ziBdaBD8jdnJu5dJtIgMTGeKaDPuwB7CwRjqZecEFxmVsRFS2yKeJnLBCxiB/DtiQJk6Pmumb",
+	"J5UU9pPM1whp2OXvpaZN17zNK6eoinykZgFldhjj+ot4GDGVsaEUItbXZkkyIyHMF6Bk+ZV/JGVcs3uu",
+	"WSaMyhMHaCpyDDm0WpnguoZUDCUKbfRhnod39n6apIIluVENb4RZNjf/yg6v0Zkj4OOh4Yt5zMvBG+rf",
+	"/ukBQog8cVTqPyA63FYhmS2fjcoM1hxBWCQ4dXGcmDfy9Mw7jWOeahEtHdBy1ZePH4hkzXLFBq0rLTLm",
+	"dgGJdtAyK+upOPu9sCYYnu5FzvNCBzjGMltYcxirU4ZZiTgCG0sVOSridKiE4SGXx78evb1+f3XZAZoO",
+	"sAOjEJt/iNjccA9i8jpVOg+S8xc+PU9wQkqW8/CDsiwaKhsWJE8nBAKCr5G4I2IxLH4+z9QdTzc+Zu8D",
+	"ehlNxfWtCKjXh2i7xdZeMzdFLSVHhplolsh5kWvQmzOhVXpnVqkvizQNbA8Oox1drx8pVeq2mPfZz8eX",
+	"rJ3k7OLqzZujo7dHb9l9YlR1CVbmYkczVeQ4CxmzjEsmFcu5vu1E7Nfjiwt4OCuk7hhCO3t/dnVyeHn0",
+	"Fn/mMmK6GI2EiM2xlTGZ1taIXXS6jHQCOAxkfif51JwftF09kfLz8WUraplRW1HLDRUULLGYmyN3jfvu",
+	"FJuV+5bVFyHjrTht1JoIKTKeBy32y9ISHxVZBrZeIfuMs0zk2cJahfDV8P2Z0DnPcgb/q+GiUagioAaz",
+	"6mYbxH1Y/bDyfmWKktTg1Qsqty6elbn/ZtgDB2YWs3ue5KwdF/ihEU6/A1ytuXwjQqqXECH1ZomISzKl",
+	"daWXRsx8JPvP//1/2B1PCxExrr1Fc2Q3Y+0840lqOI8U92kihTl187xz4JMfywQo7JoNil7vO8H22ZTr",
+	"CKjUcEgYLWKc/a+L96cMqMdsphtwB2dhTjD8sJvIWHxkKotF5kgeGLBU0td/S64155mQYVVlbgRQmNXC",
+	"rjmaAg37RozM0pwdXl0cvW2+W/MpRym31iqBmyqyYXk+i3I6cLhAsPHEbJnoTrosE+aLa0QOnIMtD6QZ",
+	"6toQKNFUdUI/q3s243IBhI0n7H6qUprhmCepiFlbyWvzZ5EJpgttWEkHld6skAyWn/waibFgtKY3jZQc",
+	"J5MiEzGjCYRPqiGJOsOjnCBQbr7KQkqOY4iStXsh5glPdzYN3+Qweg+ucrfVOe3YM3ezMGwsF7TPnwYt",
+	"d3gHrf6PP/7Yiwat86vT0+PTdwOjvn3GI8hzgWfQHA2jJ3A4LsFDAiOFPKUCDEvLYFEJczODt+dTkWRW",
+	"+dIR7t/qCo+TTOcRHnrv58T8nzvSffNvjp5i8x54CGfQ5jmbKZ2zF73OARtnasbeHV2ybre7h7PSe5/w",
+	"j8/4LDxlGAl5So3UBJcV4/rW7DS4z5pY6pdc34ZkHCzC9VpDnbbW89Sa28s1hWVs133I/8BH/2p4qsfq",
+	"hvDYEHVM5wEInnvDIBI5uR6HJvfblOeME0NjbZWhOErkpENnwLAXs1R95ossXQDPJs2M2ec2ex9AfkbO",
+	"jAKeVznE1SNlyTKoi3r644oXx02NDnwsRolOlHTLWMg8SeHnGBnmsu3SnEveLIKiZaRmszqxY6djLjor",
+	"H6Ys0GGHjDygjy2tp3uRsTTXLtPDjMqbRYhoFC2cZm1cx8OzY5arWyE1Ex8Tc8qBB/A0FRkIeNAgRDru",
+	"LFmaoZBDZekeZJWSm2TFTKkxNwstsojphc7FLGJzkc24Of6szZmei5HzzzMp7oz1XMhOxOhcoWma82xi",
+	"LDOumVS5OZbxwtxTWp1RaY+WZq3hSWjqBo/uSMUiZH7onN+kgoksUxkzN5Fc+JV/vICP+AkFrj76SPaC",
+	"ytixvONpEp+lxSSRF3MxCg9J0cpt6B/mESRz8TEx1mQswjJwnMhET7ccDT2CDRx9t0mabmmSymJ2I7Lw",
+	"ZB+mP/FcNJEtF3Cj4dZIMUnI+lg6+uCwpxnboSob+KH+aBy/rXFgkwyvWHoN1roqF8NuBb1uQidqEvAg",
+	"6TwWWZi0dB6rIsxc86yQI7MIAWGcFQIlKBo77EYslIzRiv4oRkWush3NblRhDGyuWZyp+bxyPG+USgWX",
+	"K19JE4rspP15rPnwczEn18kWXNnxMSs7DAczQ8PpN8LM8jAjF5DDmAkh22k5MjOMCUQfcaaWUxeCnoCR",
+	"+fAikADwG/g5mM5hsawmuKPZOJE8NRagynLU+ufAf3Y0g6MHKtlP5qbkH8LYmflULNDZkUiy8ZrqaG9w",
+	"dpCi8BmEzDE+9pdVvW1bzhpknqtR/Q9ldP/Dp15NaN9jmJ5we9kLSsINHPTxfgDYOmdN4B6RwY2CTd+i",
+	"yR/ZI1P1DnTZKYh3ngkm5F2SKWlE9+4dzxJYS5D+B6j1W3+CjBnHiAf4EXI1EfnUyGCr4e+zX5PXEZOK",
+	"nV6ddNnxRCpjCYK1ocytaNzosLlf4Z5VFr4lOy4ZUHXVXhsGIWJjmPmso8bwtpzq4e+osLSNjMhMfiPL",
+	"OadQ6yrXnWfKqA2rM/7J8CJkn/6M2azQORx+tBDLANaGmdqB1szVnLXtYpHZRG/npzTKJq9x942UzHki",
+	"USdYy3zsjTDh9cFEIe+2OrArazPN8/mmCf18eXlm59JYZUIn+SO4ieelJYe7dbajvW6MyXmm4mIkMr1T",
+	"ehxPD389KnlKH7kFz7LkzrAWTV5ux12Y4y7wICcJPk5Swf7lzeHZxeXh6fXx6dnV5cX12+PzPXNXQ1+h",
+	"0RqvJxkfietZwB3ya5KmiRYjJWPNbkR+L4RkF8fvLo/Of4V5XBy/++X45IQpiap9w6i0FLmRyWv93nRP",
+	"nw3N7DEcxUuXf1WHCbKRdfqtJ0pWZ2ADF87/GItRyjOhaatITCS50PSDKjfi/dWl2wnwAY+MTEBvcHhX",
+	"mh9eVCfCrt2GbMwGDYGLGeutrTIjeVIlJyLrGHMvxMs2hcDR6R1ea3MoimwkNuo05+7GNUHt7cUauFjA",
+	"6Raen1ECryuqR4AopyJNS3Vu0HKGL1uIfNBi5nmGMbQ+qYDsp8PjExsXAyXWmtFh7+qDraHN8XlvCbzd",
+	"cgRVigXk16WB1VBobWFfrTVQPTH4KDvrNR/djpP0gW4gIePmVq+6E1nKN0qo93jbmUqT0cJZ2A/My8Bn",
+	"IehY8/n5aCrihtbWqgvcbBbk9rAb86bIMPciZ2WaUp+JBBRTbmm9fT/lOTt7f3HJ9u729+zu7H1K4s97",
+	"dE/ObwWGe1M10ehLGk0LeavrHoT78LEIuNWNyqch/6WfP7VVjnzUStWkOYWeqMkbM+OqzfXi1ferzDpz",
+	"q9+A5Gmr6nIUkgb7fC405KJ+2m5xVhfEGWyN0gqjJ9KgD1ieFQJku87B/jEb00Cv9r5vPb+CJPm3IhXh",
+	"rI7YXAl9hgusufoIkQlGtzfSeFbc2DhS7SSPZI451UuOkIe4Kz/Ok0zo+phvglths2o4myY5a8/4x2s+",
+	"EWUg5q/oDm4eBqa0lScJ5q+sUia0yO5c8sRaWwXqSbz7S91iVcxnhUT/91zNi9QsNiXQB4PF9fprw5fc",
+	"lRUbGxLxIL2nLLawi7jRA1qSU1hEE0k35n8eeW7O4V3/TXbo2mmfVzd5aeIVum4oqu9lXaUFEhQcgBGF",
+	"/QpJ8cnNcT58ceWw1X6VtfG3EMm/GgHIONodaJAkemQUD2MV9sHOvBULNuV6Sp4sVOwgoIPRKWeZ2tQw",
+	"siKJpiLQUhNJxTWgT8I9qFF22SEDnyBmX7EZzMjZR+RRYzxnkIJm4+Q2dYzIdVVwE5sJ81xjkrh8Mojn",
+	"G94UMe6Cs0wXxnI2+viLl9NBy+NWY5VZfrV6dkWW8DT5h1m9ShlHcPXfKOnlYGmXe8VnAlYdxZqAL0eP",
+	"IvjsNOU+/XZ4fHl8+u76p/fn128O3/x81AEZZ/aM0jDD9tZdXTXXGcfEa0ilFos+G025hNC/sUNBrBba",
+	"ULJKY5FZobWZiO2AQcqdJml8XshzwxlCSRMjcwOwT1AbbZEEZaiNbQpMQHUb1WfAVd7SfUQOnZ9/kbMb",
+	"YShLs1x1a/xCZCoGUhvMZ4K7JxYfIZcjp9K/MpkmkZOU7qxJo6lNq9sudSoP1V05ZQUmkAlp08twyhTX",
+	"s6WdCYR9IZshKrMIg9MOpzY4C9Mal96O4AztVwXJygtibGeiPShiu7qfkOdmE7bKNXGpp0vx+5qwhdUF",
+	"XG4D5AdDxBdCPZsTG6jqs05uWA40WmwpOQ4pwmD4LDAvy8GUROY1VWlsiDZVxryjtE2giULCRW3Ww69S",
+	"KKQNZFNoQ9qoPrwUMyTI8zkSkOHGM8EmSorO6vGvSW5+c3TCcKmY+DjPhIYCVSPxGNRt2xxA/EfXc5Ye",
+	"MM5GSuqcy9wTD7GYp2oxaJkvsN8OOZlYqoOcqbLTP34f2Gm7jmvOnV1hvm599w2r3u+Z/1fDI3Se8VxM",
+	"FhX51Pp7IQpD40tZ+/DzsI+ZZLhMkCUF2V+Y1PSvV0dXR28jyjBLKD/NiCAr+UmLiMz/gNFtVj8vMqm7",
+	"bDjiciTS60RezzM1MRtCxTxS3MOglHgM4h9kYBoLDRJTmveQZHBjWJKhnFmulWTDUUnnwwhSFCnGWk5A",
+	"inuh87pPhWKJw9fvzy9LZSQKvt7PDreLuvqN5Y847uaDjIq6I5MNp/kXEbDypiC3dU36Gp5JpKjIrjLs",
+	"ZfPQcTmBi1TlIUW+znirqQzLCglbYtTNHc28hcbdnooUIn9mTQ4wnQ/vB/FcXof0N39r0I1pfg6G6Gc8",
+	"IKcdryMudisW4HMyv1P+IanS5kqNK5YneXAPLl2S5n6vZ925EL5PEym2jeFv3giboFDPb8wdDeQ15SA6",
+	"+mxFjtDKzw0lRAQJ90TEEzSlVtj5FrZk9SBscvjCuzfMC5ZxTQB1Wc5YMtjRDFfDJpmLbEfXq53b6Wnz",
+	"lI+C+RduILjDEVF730gpoLIa8qyNjSRyVF+RQV+YK3WLeiuyEKO04kwgB4gcCs0dPQ/JM1DzeZCqD90k",
+	"Da8z0yFBYYxcp4/g1NeqGmGbChjJ1mQAV0G/bXDOzNbUEKkR6YncNhhR60cLuJ+O/jVip0cRO/r344vL",
+	"i4idvr+8tn+/u4zYu6OInVxG7OSItWUxE1kyAtZ4fBp2T/G0CBsqmDOzTeZBUE6qed1aeekF22m8l1hN",
+	"gc+XAbtkxiciYjyb3GHcAX7Y0ehcmKvEBmXFbJ4vOljLXGqVAbt168yLRydCwJQbxAbhtuC6wtEGM75Z",
+	"WGz5nFj7XrJEAqsaGok/ZJjtb+zHSaJzkYmYDa3xPmS5mM1TrOf4yEd5ugANnNKhVlfWWsdLToY5zpKg",
+	"TkRmND8yNgXq9LB/KzUffvWTMRY2sm1z178hfRteRSS47hGLGmHjlg4iouFz52IcTu12G6aPc4SG2DKQ",
+	"5xwy5ZtsSK9mH3lo51Y3KYnFbK5yI3PDBapuwB3Njsubd38x+iAmcCQaAo192jg7Wc8DuYfeR18uDSSY",
+	"DEnO2jcLgFnCCx10c0Lkkkt9Dw44dEPyHAtshvSKIYP16rJDZj4ug4cGMhNzwSHJnUsmeJYmdAnLa91b",
+	"OUHYwFBxEncHskmW/3+TdYCsH1j7H7TAq4eF4XA6Qr81t/6JG+Q+baB9dGmbf495kmrGU+ulWGbr5eTL",
+	"qC9WaMwSaf+9QebVW4Qwcwuk8zDmfFRlrcNRpuQQxNgQq/d5Olw9xiPDC4r59X0iY9zYJWkKtY6zRGtj",
+	"q4MXSCpm8XwyKOsGcCZyK9pY7wJ+XahCTlCZk3DeDxi5MmCaC4F4KN7ReRWsj8lCyvtPyZ3YHSfGcjQ3",
+	"sPag9ae9V+xP+P8HrQ5yM/uQylj7f05VkaWLiP3PmCfw33shbuGPmZL5FP4ys0oXzSp37MqGdEoXozCM",
+	"Nmep4MZo1GaeP/b0oNU5oEpSs1I8TSZSxCxXwAeuZPKRibkaTZusz9+SPA/FtY4gNS2ZCeucKeY4QKLZ",
+	"rBhNifu1B619mFBUxjVikXJDS9Y/hhlDTSYTZnOHkDdNSwEeyZffs9GUZ3xkDM+IaWWZKvood6iOaozG",
+	"rZ98Thnn7d93y9zzly8/2987/+NfnjJN50HcFeusQ6GlgE2SzMQ/lBTBwr7jw9ND9g9gUCqzh7o9aB0V",
+	"5hjvvRZZmkigJXuwri7frMKbhAolH8jMAzEA96p63napboV8YDLWAwK9lgiXD/AskW5V6lF+atw+9ipW",
+	"CpgPYjO+wKJUF3hUGVoQEZ0ceqjLzhHYDqEswNimCkIl0wWIIx7PoAqE6uhoCNBh3NAQBH354kWnsY8J",
+	"0caWxFYgWUmlG234c3NPDQ3A82v2P0smE5E9kAIA2Y+0zC23dJykQd54yOgIQqhhOcYwhCGHrP0J3JdJ",
+	"HLE5X6SKx587FHmAO7r0a5fPVCFzh/nQ61mCsHSA0I1l1LZZuKEpM33V85hpE3b5lyV2uZb91uHGlKyx",
+	"zqbd/IXBFJwdXUZ5IDV+3SaVKAHgfB20+mzQqu5OEg9an4P570/IBUsq3cARARTTosQFElvC0UqLh5Hj",
+	"SXIal1SAtoZJIEjtqPjACrIZB0+bxacgAD2kRvCDwMqaIRFaCrxpsPYsVpBxOU4QctS3BesQyOoSqlam",
+	"XVP2A/ds9nDYG4Or+zHRxoh7vHXRiL1STsTz2AU/8SS7mHIE2dniC+5FMpnma6XYjmbavDli+92umTBr",
+	"Ww1iv0n4n4YIztro5EeWiqszA309xNEADmfOjWUvSQkmaDB2o+IFHXJjtXZ1Lub69/0PXXTuBUlpJrRu",
+	"5CzDCZUPBD9IZUaV3tIg+4nLas4WlMDfQc50muic3Up1Lx0YDKno7UTqXHDA/R3aRP1hpw8GE7xrTl6J",
+	"qKxYxNQO6/7Y0QdQj1NNn4ngDWWajn1Nly1bjuNMzazlaAh42GVHruplInL0wKOjZU2t0pDr4eZaJayQ",
+	"4RolJ/F7nKXFYSK+Y4UCvBiDh5AfALexREfgDMJySXBPmyvmxPJRDuTVZV5GkMMmy4QHxaSX4FlY+/cP",
+	"uGdS0aLfT5PRtCb/7eht58CFGS0OECGAasuCYU1phxxxYPodoW4PcRVghadclylwFEBX95JSLxzsF2GA",
+	"LUODZQKzESz+N4yNkj5OQHbYVJcuwyjIjmZ2l86Pzk6O3xxeGKVzP+AA19XUhOPLo19bIYEepI4KYUCN",
+	"LcKFBmjE8+u5Erkwhec2Q2uFaIJMwhB60Oqyzr8KrUBkCDOkq9hdroq3Fxk+iqGRiA0gqaeLD0NqIpEl",
+	"KloInVG6ntyeIYqeTVqQfGbGrMkfdiIqkNlkWAyikEThKfomRCBcYejYrF2aipB/g96IzgQ4eWMfcgoD",
+	"7YcXF8fvTo/eRuz11fHJ2+PTd4ZSCbqpTNDA8AFAF1n+5OcZuXQZM3mXkd6HqjVI+yBYA4iiQrSGnaq8",
+	"TEJ1kPZL+R8BEbfC+11h6fZRqGmez8sAFEkzc86wSsywGjh8WkPdmS4lsFnOFx8/duzh1FH5MRYzGsRi",
+	"CRL1/Uv2S/K6YzkykezQ3DQsKzAqxYwAzcu92UAdHE5lib9RDitrg0IIfAxDZAgsOOGJJLj5X4ob8W8i",
+	"5TvaQcbc8NGtGo/NWK8+fkRWlWdcaqgJQvABsGuBfwF3INZ54LF0miYeFotV5mCYlmB8VByOmRLU/OPC",
+	"cDORT1XVudN6d3QZDI37+xuKFtaCikStIqvBerrRKi1yoi+VwX81uzo/qQXEKsdfgleFNTWUt9/rmSP2",
+	"6scfI0RP45Y2AReig0xrJjhp8wgAlHj4P2whctLSfn/V+y5iL1+8+tAvSSjRlooisFUn6O2UisTWTRFP",
+	"zBswqM8l7jrGXGw0/pogPUIOem8lS038+5cbVG+zyCGV72fBs/xG8PxczNNFCKolFH53gLgE6ZdnKjVc",
+	"SQp2z2VeprP5838s3gxMZdM3UCFafXnmKvvi/seQSwoSMCIfBq8EpnAftBwobPiR26aRhCpi68Eglk9X",
+	"nPFEBlNQLv1KtcSYSUUOfCxW97JPqTpSQeKjWRaGSeVtnSej20o+mV+wtjKhk+ROWHp5mJ3aDL1ofe3j",
+	"w43WteW3rkpyuy+Kec4DIVKUZdz1JaKQHru6/Gn3L04WnF6drDi+X/7l1Q/fB1OWMsFnfsr2Mp5Rg4xt",
+	"eEWEk163CHpbuCP30NNWpC59AA0Tmvlpjdvx7enFbspvRLqbJreCoGxBN/v+O88BaZQ5ci/ufojQssWw",
+	"esyEBB2alNxU5OSvipMJ6rje/n3/3bJ7d5Nf8/v9TWGganynDiHSBjhjDJ/FClBbjalSyVKwtwGbyJM0",
+	"denO7Usxm6uMp8Z8wCHZ3IyZCN3ps6G+TeZDluQRuxVijhHp4U0xHovsWkkxxOBlmpa/8jQddrDAxxh8",
+	"trkPZVLb+hqXa922CdMgR4fo3KNH5eKeL1h7yNNU3eOL/ZxbM7dW1CpnU/6Dp2mZEg1vbkUt95pgii5E",
+	"xrblA1avWiVBNKHUmA3NSMMIisOln0ECm2XUkklyJwgYFSzAZW/zZrTFOgd8rVWLvn7nKEErfUhFCstg",
+	"IEOjc785OgmDa1176FrX6+C1yjPdKNoIv/iqK73J23/7g8OXsM9HLWg986ER7GmIsfhh0lqSwF46gdQz",
+	"FxZgNwtiPhQeAIPckYYxJMnIiZmZQ9D1f2ZzeAM+UnOJMtoKCMm5Jiddq8X2K769+6nSTi1GpdWMjSGV",
+	"qp7c5hJV95DhFRnmA1AjgCcCbLIKT9Kheo5cAaxvU9vLAoybNUQefE0ehgm4VKAQH+btswIsGmlFLb+I",
+	"8fzo4v3V+Zuji6XfobixFVlk5vJqKyoBnFtRC1FRWlGLCjVaUcv1t2hFravTizc/H729Ojl8fWJe99v7",
+	"81+Ozq/dU4jea975y/HZWQ2Kv9dMaUm4rofCm/HRNJFi12wV/OCh4lG60DXW1EqVX49VIeMIwLvTZBR2",
+	"0cQi50kaRsYypm9zQe/51QMKbQIlTyNRi5lT1NmdSZ6KNZbv6lpdnR+zTIxFJuRIWA8VZe2ZVV8+c3VR",
+	"HHPVju/mSGiFQe6BoYsLAfq43rphTI4NTDbaGJcnYZX9rLhJEz2F+N3DVPZQfyfs8+cSJFkSGxaxYLn4",
+	"mLMbVGyd0yuQlFSvIf3HYPCx1/vwJxAbZXYh+nYgR74ushvM6MTyIz6fCyliOhNY70J5lQc2yqeZLm7M",
+	"ozfC8KkVxa5RLgbGbrcTEzBFNwlziI3ZMKxEg4cHzh364tX37JfkdUA8BLLVP9RThIiBJp4GsIPa2gR7",
+	"EAA8vchcNLXMJ/BQViC2e881m9vZRRQYxkp8s/VG7IzSIhYxa0uC8jGiTqqMosGNE0yq4ewQZwqDDdbV",
+	"NTTc+FVIkGBSKMWgtbc0FIKOrBaxDQRbyOmAIX87bZpIZR83onScFXpaphg8hLM8WLNtkjtUJno0oghU",
+	"+TfnHG2fgxzOvID3hJb1nOfCdfR8/MlM7au2qegPJR/t64jtz4xeuT8NKg2PbtxGK2M7ls5Bjfe+eWNn",
+	"Nrd0YdiYJ2rWGLUynotrmOYWORduWzedT//ta7/yYYfOEcQSz8HEPsOo5yJLVExOEqz37qFT/KYY3Yp8",
+	"R7MRn/NRki+wTZYYU2/HVRqb12HX4CB9toGsPq9bgCsttg1xUQMElxrgB54Bsg1BUDkzu0CRump5h0t+",
+	"SKgEMn5KgIDjyyMEKYWAft/DZMaoOm2BF1Uvk/ZcSfkO1mDgrY9L2qtfhvbZFfZDMbfsIr3ufTLv+dwJ",
+	"8weZ5FVPyX7N9ri0EdyRjcADTS35c6r0woa8D3RgxzEU2a9iRRvz++r8xK6Tc8cfnh2T4mks6P7e3v6L",
+	"H7q9bq+73/+x19tfyU8PCT5wYD4yBFiXXxxwzjwE+lRzGd+oj1U/jURP3GoVeF4NWKgUKocMSZc9iriG",
+	"5kF7d/t7GMrRTE/VvcbIhRAM97FLI3dCKeQB5+uf24PBn90/On8KOqh0qpaI9WVUV8zugk7UG9AhSlnC",
+	"ffFyG3AaIrAwAc9VlgOA4pZkO7VxNXguTd+PW/3fN8BTL4XiPn+IauCOoODYjRBR9wZsZxVDNwf0QkMR",
+	"H4KZwFaDR7cKwUkbjUCa7pWEptlnGXQ+FjE5j0AmmZfuYG6Xtugu5MsiaLAMQCZ3MJTZLWEum0vvKjbp",
+	"4xInaegN+1sHjInf8sCZ00sD9k44NkxNI8p9UDJdYHvGTMzTRd/HwvyyEWS7DuFl9BjYFtrBG6vVqPEY",
+	"6OdmQflaIouwg5ZtyksVeUZKBQrU5sX1DFDIAwV/Z1eGLOHySGWUx9Bjf8VUR5VhKV99SLQXDImKmcoW",
+	"1zeLPGSB/wpXzbBww9bv/xxeY2OSPkyIGh3rehMYpWKZ2DX2PTiUvR7dsbqXGMlENWi5bKHEslzOF9xc",
+	"Hhf8VCozcUhZ8Qzgp7EkBrCpeQx/IKkEnbvnmGzejPWeF/KimM04+CbCwCBb4FOPLILoSlsFQltbAxvn",
+	"kKGAX/uZizrCnodiHlH2KaRHYmpTMygVD58vhBv/pUqEqeelCOZ400UjtRLJxiobib7NpABCs2WKmAJE",
+	"jfeaNCMyo0duN1f52AekmiVpEAT+HyksrVEhGGzylAHeEWtTyi4VlUPIdgjOs1ChLd61rkcTpFLapHe6",
+	"38Z1D7Bk3RlMrha9TFbFJ8pEQapcXyrUD+OibIv4TOUeG85dDQuo7INeK5bD3k+7LV6RQGSxGLcDYFqi",
+	"iUcJykI+AFraEB1WWpUYmdpCS0eucSz1Es1x9zUUNQsZg0bweC/mOjjq80I633YQXuIanKqaZeoe5xvz",
+	"nNsDhBGHXXAHuQo4Lp0j1giedZCgq/1utsUyf5AHntKQtnI/r+mA03iya1ts1EA+YWeHeCs9cHkrwaKm",
+	"+DbEviPX1qgM5jZoSFHbh4JCfbCwG53h54V8bqfjlhVepQLxwEKu80Keua7cG3BuGfeqdIyBN97qhITp",
+	"JABS5bBbayZMUL/b4gOBKkMwj6sTL09Jo7hDeR6a3N5AKuGtq425QmRbvy5h8nxg3eCDKeoimcjmjW7r",
+	"lDGqHDKaFvkIpUIXqshFphGXBmoNZnzBboRX6D789HkYTK3xjkwgAcMVYYSBg8oa4BUYyXsr/6BP7ZRX",
+	"bnmyBq+xmOfTMOBiLMTcCWUpdK77zOI+m59KrS1TxQT1MPBZ2jNN5bVC5jua/ZntlwUc+3VAsGtbq8Xb",
+	"doOAIuW6NAQXMCYBHao3dipJTe++jf0msGAwFo7BkfoB+KA2R4O17TbvaJbnacSEUX8J688WsFIiCF0s",
+	"UxygAzb4GrXfSZwwjM2ZimjTSk7bTnI2gTxPhJey+4R1LkB5t2KeN4dFrA8JOkmwgUGQyIDQj5+yVV8c",
+	"DiZ+Be4XRPvSQWIDcybjQavPXkB4BGEnzYrsA7LiU2BerlFlbNpsjcfCJtWC22GJ7MJw/jZbN0h0/jsN",
+	"MSUz4dYq0ZaOm+2pV6G+Oog9KY3nvX2Ud3vAgn9DUP8QbkFA7JHf3Daq3yZgfOFt6lI1VoEuwPLva56m",
+	"HZd9FEKcsvmLjrW6xOZcGe7B2pX05IDevwJs9SSywUJRrUWCWgPQtFqoDtBa181wuMD/5gD8saMcgG1B",
+	"QyIHnCqp9UY+mu4Wc4bvbNqZsY5rgfJt7D0AraqxZMXHnL1ayp7XrC0Rxs7wX0RG6oT91+vP3pJP6ysB",
+	"Oq06TzIxMkK1Pv/I4z4Qm7MiCDHFCU56WRFopEXaQxeDtyUQirhN5nMRX3tr1ZSuyB9RKV5YNCQiH9Lq",
+	"q3C9JmBVjhJKUlphG27jV+i/uu1153h1B6KSHT6Mvx6u6ZdCeHJlemAGrktshegCftSdmpytTpvlMxGz",
+	"IRYpWIrFQoVd/PHq8g1KT67ZYrFYzGZxnE+ns5nW/7AVDYVMhdYBymFmISCs65Rl8IQz8THRoc5ApVB3",
+	"DOdRDGPZZbz0+nVL/szeCDuV5sajk7VNv3L998UUUAnD8D5SEVxWzh6ezFZ507quMhdzMcKiwQfE0taE",
+	"0SCXKHd4EIQ6soTz0G1tVUaEj+1oOH99tr+7WknnlQFFJav2quhc7VyjZYSPDC5bky48qz5g2+GpROM4",
+	"qJTGgEe7hLIhZAiaegnhE0bX3tiIl2eTu8i24IpZnGQCwGxsVagtp/FxdajXbWe73svW9Uw16KuzO1Fy",
+	"4rc8AV6pxlSjhE/XNC/b780AIUS69sxzrm3p0C/HJydHbx1iCiyqK5gJez34aCoadfKzcTuvK/zGJcfL",
+	"EXPx5L2bRO7pKdsdhWdT7V60lrHlYu43O8KnCTc/1BEFy9IhpYt5dx5A7SS0GZ2qNN6mIYcF6Q+2zn9o",
+	"e/yRcsxrc7+5M6gw5yCx8dCwXE0ERB6hVzfAF7MJl5MOHDWRzRLJU9fHioIv0AyHAP2AIHVykyYy3FMV",
+	"3F7mieuQcvH28B2bqVhA0spBGbGC4DVhQ0BPV0wOCPSj2Xi87KlYFzg2w/XZ1LYGdL2NqHGXVWXAjaMk",
+	"OaIRACd06r7raa9lIL5q7PlDw/6tx6L4j1V2LQhObG25F6GOfY5a0zzfaOc4oBpjjI7X+N4cU7bN6Al/",
+	"3Uv4SHJG1GCW0dXusbbhQQQ4aGFgumzI03u+0EPzHp6b17gqoS57b8j2PtGiBsQRKGilNNZGoWqu2naS",
+	"eOFWLAh3EzKoC9nFqVnMOHjHTZGkMb6W/fWvbEBViINWl2GX4mVELywuDKMuSdvAtrrEaC4iyy8BpPSO",
+	"AxuDCD8Bc40EQVkFK4mxP+c4MX/VAmM1NxNzMT82kw62ekrS9HqS1bSocXLcO3dexzdqvAK++BuR3wsh",
+	"2cXxu8ujc0y9vjh+Z8RXzQF8pSstO/d7OrjeZdMpmwsLfVxWuqBBW6km+sYBGxJLGdKxH9rZDSE5zecC",
+	"TpVQUhywIZ/PM3XH06HPMCTDn4UNp5jDfuB3UnA1SBaZzL8I2eilKxrzStA6HeKhGyLNwa1lDTRCsADQ",
+	"HrDkTuR0VKT0sUpTda9LYLSd8ApDyywBfUItbF1lwXu1CbvO5DR0glXQpEtABbM24mr3HyJTDJJbzBAx",
+	"a/coC70m5OFPZ54JoxA5yWDz3XsN55QqnZc+fcKxURmj94qY2aybwp/Z2rnphc7FzAH8rWnOZbbaWDzM",
+	"gQG2KfF/kvEZG3HpFPrIAe0YLdZeujGcKRaRSwjFvjZZIUG9BDisjv1Wb4kTSUg1lnoBc8nw7cBeexty",
+	"4DRPhy5pOOWF19LX6AG/8o8XsAg/0XcdfaSGmewtgZj5ABnZjmbt79asaAUwsSHpIQen811WnqiUemeU",
+	"7TzxC5z5BpoUPsYzwQwDrCDSBtyh1SlcyeTvhbAp0b7Zc8pr1AYpcnNfoHee0eeIP5S1NLDakBoHj/WX",
+	"ulwByoC9iGd/bjYbnXZJxgBZ1LwDoB85S5Wa3/DRLQM/9djc2+YlPUVsuLvrXgcAJADJb2W9KnKdxMJP",
+	"UUZi46OpEVdol4q75Ub/U6WNbetGhx7bI+GpHv7txgrGOXTZoQNJEHPvLOBqgaXkBvFMPaxeYG37B95O",
+	"6GX0FiPosXOlWzYElUO5hOsPHBmPuT26wW1VssovKztrrgxRDXfBOXuKHMJdKYnoULrLIia3g5nL/VSl",
+	"YhXngfAdgLbBVVkOVab1j5QcJ5MiEzFDSA9DJzRadSf882r1jd/en//y08n7367fnwIIw9X5UYlUiN8Y",
+	"LlLyGv1XF+bUT3hDLEqf9LPEnF4CAa4Cx76/ulxCji21Qs+Dzn5NXpPZLWOwpKwBtaXN7yGcN0o2rkQN",
+	"PqwmXVQSfXa0/Xgf/NKBnHSxdaDRV2q8vYAGjH3e257HpYx+mzM6BOt9CKBD8BcpSCSlh8smPOg/Q55N",
+	"9NB5Uw7Y0BzGIdMlMVOeaiLp2gHgayI7KcdwP8AosRpZ6aviGZeRwyOns0y25JQbTQrULamUGRd91VI5",
+	"hdNsrEXHLIuEkpxJ+EWq0svDLsh8BGIg9c2aroYZyGq/QL8fRKKyJF/qwQsslI/y5G61HmueqbgYYQaD",
+	"BFPI6RmdiHlPoh5AL4XUYazoaVt95yYVnSYVs9Xxz12NoX+kMK/H9psYr5ZdOo8d6rRnR6eA1YqJ2K6d",
+	"zzgTosuosBBxl8zPFmtJAjeKUAw4OAJ4LS4F7mLz5Fy/NrVSJ/SXQP8K0vfXF0WWKmJVaRAf5xy8JTJX",
+	"Xo1kXffNhxX1IW9N5KTehfizM7Fw3WYc+7uaCd0I2izf3WGhNSugOY3cHSpjg5b5pbRjzCaFIxRilIn8",
+	"elvXx1I3oqCZC0ByQt6R7UAMkfKmiG4yAV2obT9fLFwctP70J+jyBKeadJJUTTQ9RLyHtb2y3wRrrXAR",
+	"F+4VByVAtlMqnBPXLjIAn9uGhavwkpucwtYZ7N4HtdHYsyHTzgSwOoBF51jvL/ZVdUsJzjNcmoJObVzR",
+	"dJdgYh3IVCM/MCBUEYgVnpkXr155SLFmohV42EHrAXiw5NNpijJc3875AaduTA0xCNerDRqpD9a1BM0V",
+	"Le+quV7n+1jZwVpj6zee5JeEfOvUNanYjSpkDBBBHi7u2th5My2mEkVvoMU4l0ZZw7Dj8vRgAzHBCEMG",
+	"BOtfujsqkeeskJWgsxmi8gPUR1G4+YDdYXpT6UPCcCskWVRRr63waVzhvhyL2DLBlnTRsuk4/i/55rEH",
+	"/ihTWlMyiJGkG+HSOez084EkoFaCOHG20dGgFd/szpKJ0TswvLkZAsF99RrXiFsPDjmJQBr2C7fGKSjb",
+	"7uOwdRuKXtAtYQr0FgiQ2/Q1SHKvo8EWHQqojUtcjCCqsxqabhKUXu6DYkaKzLeGlu7y8mRL+v/ZcxZX",
+	"sn1vxTz3XDOJV+1EYI4BZvnC6CmgsfzwojcdtPxsKWgjqTt9FA3XFrYcXbhl7AJKE/AW6/Uyt0DlsZFY",
+	"OMkSb/6eL+z9hkViZRc8QkWALhld3UuGfSgTbfu0MgtYiWCB4bzlMqS7nLXM2mUTjsuj08vj96fXhz9d",
+	"Hp1f/6kDnCLlC5HpPpFaBo0YeM40X5i3UnEvv1FF7nFkW90Yi1ESC32AnwDxxFgZcealxUKuMzv02HQo",
+	"OToQuF9asSWUjO9eBKi8sivNH6Cd3vxAKAp3SZ3gG0Bqry0IxgdCvgP6nmvo/hJGjaI+v7X5XOV16yKg",
+	"emxSFm6EOWLGsgurPcDTw0Mn1E96WWTY6KQFC8WmN9RVAgZ1oauaniQ1sYRtvPyNve4Bh63Kr5G7NE8U",
+	"a5pdv2ohH7iqAr2q1ZaQqmWkWskaR4P9/HXkkomyq2jQGVRyO9cgA82YvmvZBIBTI5BeRsu+5xrB1CNC",
+	"ubWRyxrSI5eL4ZR52S0W+kgFkwq2BfWPWtVdLpdjJUdiKa6iEzkS5TZByl0meJouoElxOxNakE7opdmA",
+	"B1voUsfC8nSplpy/nTV2Rc0UnaKDO58APjXB9ZCZEYsVE4Oop3PAeujTWuqEMaoGGJbmYqgYFmJN/B/F",
+	"BajqxuLG2Rk6QLEQewUzwkETFxJEda95qQRG2q6D4I/LtaPApiyxLHPOwOkIM5lajhKtb1ZQkt/Koh1n",
+	"ibaOVWNUHLgK5xuujWEBqCMYcpHFTGTJyGuuZEEurk4vzo7eHP90jPjFyDpaUcsq+RXM5CBSMqaABcCQ",
+	"l8GSrQVhxjk/Ovr17LIGIBm8eE8Di/iQBr01mKD1OadeZ97m7vtM3KnbLb+meSPcqJXbRQz4SsBldmBj",
+	"hLCuYKhSQxuZLrrNiqr9BrveQmwso4YdDqcuoye4sZKDtLIp15heGpxKWTb1BOTmdwNe0+93q4K8DX1s",
+	"N2d1PXcjWa9aYdO+42I/c9K6BVluTkREAxvJyL54zbfZxPWHISY9rHAotOlXULKx7WxWmQVYjxDyHE25",
+	"nIgDayLaju+j1Ni4bGirzMrGms5YZZkqZAA/c7WybFMHf1vjthHc0K952/TSsgRu053fTF2XX8X0bO30",
+	"V2gKU5oDpmkJlvk0Ve4Pa4B1YGwZasyoIeHT/AB9wZAmLYSAbY8Vtgt8I66O6Tat1g92YIO0L5XZRAqj",
+	"ZrtcrBEmSiiCXEJNtV8mtsTsP//3/wH1t8sAts82/Jn5vdBWvrQMl7pMbApK7Ggyt/ysDOCvEOSGIACa",
+	"BTfpklfMefbKyBQhr9qICPoXOUwjiYPRqXEmxPXDopbwqEPwDPgRworcU4CsmgVyduBWON3mQQe0uNWj",
+	"9TpCykfCbM817GAgqcUjBBegTajevL1EEJ3mdtQTIMhuDxjbp8yp0g959O9Hb64u359fH59eHL25Oj/q",
+	"U8K4s6QhRoeAw4UWWbSc2qUytvKy86vT68MLbE5lbp8JIwATPdNLb8duSn9TiRQx5cf+edhnwyKJh6zN",
+	"YUQ4KpNMFXMP0hkjcisDXx2/vT4/PH13dODSQinbRWUL1vuh1ytd6sj0NDlRy7ugf3rsdWaF6xTWAHBP",
+	"CwPCy2m5GzsRG86TWOoha58dv43YDIxsM+rx2ZsyOU17H4NuHCHjyOVg25XzFjoWPJ9i2hkuos2ZSVyV",
+	"7wHjbJ4ldzwXbC+fzc1kpMhhMhz+xKxDJIIy/h3KOSzTDG2an3lbBkkoQ9Y+Pzn+9fjy+vTs/P0bQG+j",
+	"LT1gdOXt4eUh7pIj9a6PwWkYMWSZMPyVjXAxIfppPsoMh7/B7Ony3QucGT7UnfGPERvNC/MHZsslsYZ/",
+	"wNBem2A3i4hGNtemRpwYljyBs6Kk6HTZUXfSBRL8M2zkn2EF/0xf3l0Lhbym/WX1vPI0uRP9EjbWlv15",
+	"uaciY5C+32WFpO7A8IxOUqPOO+kCN2Gm5kLkZYesWPCYsskrCYBmZGnoZs61LiMu5oDDL+j6rDwFXKDT",
+	"hVf2qyMcQEdqEsWY+8TjXZq/h/uyPzVzcYlRVl5yC39HcrHLDp0gBnhSYeWiiG2/LRzQ98TAarailr9Q",
+	"kMPF41UvSdT6uGse3L3jGZC7eQOqZ+AuOqSXeT9dVd/rXXkLQ9T7DI4tvLL5iGzFV9B34LmYxkWxf0iS",
+	"dCqMbU5vmIQjGB0xgkkGsk/VhEFxTqyxZGvEs2xLV4RVRS09O3FfuvCcdlmKIk/pW6p8X5XXH2oV47BZ",
+	"S1DXjY1RUrI32aL2tXXTMYr8ry5dxuYHXuRi/noB1bQl5VV+fHv4LuiU842D7Wzabbq5UM5Enf2PflQE",
+	"MH6x//KHl3/57vuXPyw1knVZFss9pLZuJFBBkN2yUWrzwtKlotIxTzLD2q4fmjjB2pAbQZm6ueCzTt/y",
+	"ZRCtkDfKbriR1a4vvU3EhGw2Wy5FDZwoFaKMEluFKsmxpaW933oAG2ZiEHk2sUmBlNclbl/6oWRzC8Xs",
+	"jUjwokRlxVvfqwr3sKSpGCrxYJBXsoJcvp29ZJQ5W/jXuPCtRALY0Bfc9x8Esi1w0zH/EBomHiz3+qTs",
+	"BWo0FUoNoRXCxpWGFxsqywSPdX2L0MZf2rjnktmf5kAThl8FHOtbpTti6QJgxtnsOOsOr0tvnC7nxlFW",
+	"wgOTG/M8bdr0r9ri2azVOqZ1SZlvT9X5rdLD6yEO7O1o5fENuSrSpFlTDvtA9Xs9/zaheW9wcy9vwTP7",
+	"uy2j2k7HqNBIE20Dh1j3vR6gW3PIlgdv0odQZ0QtRoURbxfmSwnjTfAs5BU5lJDHjTpre8TnOueS/okb",
+	"3PEdA4dvfz0+vb58/8vRaZcQX2bgOcTXu8lAQfznz+CDHqs1YJYjdn50cQlzUGP2BsePfKlkGMnf1A1T",
+	"2WgqnOpNrTcGEnpvdNk5COPMmDpqjtnjq/mtXQbdWeHGgeRzqEgwr9ujxqh//ps2Js75T2/Yjy9f/dCx",
+	"VcnUfHY4UrEYdgdyII9AuJi9xfmg4jA8LPKpypJ/wI999hqWhaHUgEW1YoMNP+7Sau9mKhXDgUTQBmCm",
+	"UEomvddD0UyfDbH7wpC1QSwZwxobM9hfzMcOJAYpUEPp0zZSH/LIYjVEVD0d2cpo+CHnGZjr0PZhOJDt",
+	"shUFikQMIsLAoHsPqalNWSA04mnad07QaCC9Zjlo6ERQBtDpslNFSS2FvJXqXpobICBsfsaoNY3IEj2Q",
+	"L3v7UAcDP9gEGrdeL3vflVeJCnJF8Rerk4EmYN70kurCKRPPV+0wGahsUS4rmzUFFL8hm/HsVg+kZ+Nn",
+	"qkDXA5Uq0M/mAVuoUFY3W7/ZjC9gxboD6VrtQnMWOIeHZ8feWe+3et39bg80wLmQfJ60+q3vur3ud9ig",
+	"fAonfe9ufw+2Gv41EQElYAhW4F+BqK4xSITW/RBMcgobQHoUuLAyYTT5JBUZm/A7wYo5U3Ig0fSHJtHX",
+	"vx7++/Xh5eXRr2eXF9anXzbY7HtqAJYf8AU25B9IyCuWMZB4SfQqQ9e+2WKc7tC2PME5UeEJ9ajB5XPn",
+	"5Tg2qk6i80NcCBJeAJgM2fWJWYa/FyJbWKu570xjlA9+ExTKPyt7hhLg3PLyBRuv1+EwktQrW82Ju0QV",
+	"2km40BRJUPpzrFgYveD4oTfZxpPli5x9/KrnGZivqOFTaVkui6cP4AKfK6lR0rzo9cj2ywlF12e0f6ME",
+	"vnLctdmbZvtAcQBZsmwFmqWCowu7DPWYL3H00EvdLMtGGdAQhXCwW0grlXIlo7JqbP0CLBT8a4grmC4Y",
+	"AQLa5g8gK2hT53ySSPhiUFb4BHxTdCw/RK0q82/1bVsdMyM4wOTnh95g3jmuUvg7kdv81ufcBByCGrx+",
+	"DsXHbTMC3IGXD90B6A7tV45jrWiuEI5QegN5i+qlji2zaaPKuQVaWfN752Ra4g6huZe32AU5fot9a1b2",
+	"a8+IN1D+HvzaqDVXOsC530wLSagIkNsGOBLQUiVCj6OIfR9+GR46ef8OePTr//vy6KLTL53O5KecIjyt",
+	"zuHdcQZNzPAsgKgTGeauT23SpOuuVSXJQ3Bd0qecmHVA9VXo/LWKF09GlCdqgmuBJFlqyHlWiM8rp+Hl",
+	"6lJewPo9gGk8isQPPerW02TuwAqx74oLcduQfQUU/WnJPki6qKE9FfFWaQP78vkc6+npgt5umxc2oY3e",
+	"8wx+TqOEeOa5Q3odgmIk4iH1j8qFkTiVAHCuoKmgj+3xBajW3P/jU1C5C26wMTfWGNS8BEj9WYjb6v17",
+	"n+ivz3toCuq9T/jH5z2ejabJnYh3zRHb+5QV8nOt5nwueFwGJOlJ1h46+/j8zc/H/3Z0fXV+MuzY+OTb",
+	"o5Ojy6OBhAbCbgx2n6ncHO1+maevp3wubC/Y6u3RQKIDE8ELXJ0P+Dch61o7nxtmkL/oYaw7srbSQAIC",
+	"l7721E+Ar7Ifgo7dKdg+hF7BJ5RUPZCxGhXgMKXQJnVnRj5VOlujEkoTm1RQJtxAQjeTKtwmYM+ALXjp",
+	"rSe40435ZaxCyuhe4DvMBKESrE/hOB6ze57eogs6NiLKR+0GkBz0ClNcciCx6m2i2EgZW2cGmSCKjRMZ",
+	"d5mxDKXKr8cgFl2FKrk3pcoH0i4WJEW4O+zcoSHQ2KJH5DxJUXBC5K8TslOMFkevPIe2P8/Gn7DlW1iD",
+	"8yig+xBu8ar33YO5hculwhrAEPmXfW7L0kSsicBos8c8bEueWh17W33vjPowGFtqw61vsVFDgzvPC4nx",
+	"vg9bsCqHG4ufHfCrOZBEY8jvGFaQmuG67DBnqaCMNvqVkGTS9K9GMA7ZWGUDiQcZs+GWuqD7heKEyWbk",
+	"ah8wzB2fA1cNZy97PSb5DHJkeZoO0X2kAWbOG5McbDihLjuSCK8ADjpLFaSYIldLJAKxYN7NftTr9SjI",
+	"ZWNQecalRjYZDaSXi0H6BoJTwQfeCEjXyJI8FxIwEUjf0iwVYwI34APpmj4WOdNTleXsVoh5mV7pch7O",
+	"hRbZHZxNbYzGBTCCJBtIdS+hqXcOSO+FDLICaFAoAPiXVqK1LbHCw+SDbkKHcD92J2h2L4Wcmt38BmME",
+	"r7Hgb9UZgh/MGhHdgQNds+SbEKrtjWCGmuq8JjxNw54OClqvNC99TpcGLItrRBngxkd3ySh/kGFSYarw",
+	"msrCUtU7ZKZqkQIAZm6bghDePxykW7GwgN2Uw+qzV+RBIf5KPYKhbjagOx2Zd+ME0AmYQKU1kzzLLAam",
+	"4VoHpT5UnS4etyGxGSMfYC5DOn4Ba/Qk0fk/9Wlq6CR8vFMQYtXfiFfQ7ehis2tQ4MY/9jRBj2hXlpuI",
+	"ajJIRTJW1U+Ub3LBslIyNDtNX1Bb2VoF2ft0Kxafq4rIWkm2aDVxyTyc9T3KJ4OsEhHZ82yxyhWpW+Yj",
+	"meKXUDqXjwHSLIDZQJas+Mgufj7cffHqezDB0ZZEvC5Ohee2CTUwiDnPpyV/wJK3qj/F5xZzY9Vl5rn/",
+	"+L23+yPfHX/49P3Lz/8SSF7ciuSqaWR1rnA/hew5uU85zImIkdsFTaoUrnYDnESnKqfLfRS5yw0Aa5Ug",
+	"lJxo0aLlbYxQCxAXlX4BdJYs+wTMneZXainYZYcwnFQ1L/QQU74xC2sbAsIO2LVOnUurblCnbE6JZDua",
+	"OmBHwO3T1N8TGmXHwkMlkiWxdcVjaD3G5OiBPOE634Uu3bvHb1l7CqsExhdk1tqen+AxQnto2AcLYxfy",
+	"oYcAlUkturMF23/FdJddSYDmo5kOJE4VdGK+YLNEa8IzIEQr6M0HMLtqBvCTGL7lkCeaweTHFsygD2ld",
+	"4IrkbJQmiDbA84HMFcvErtnnkP3ym7HMjnC1t6UBs0jw6PHbny0ZbfPQv4Iu00DxyMXHHEliF9dsKwcK",
+	"NluvOfJ+23Tq4gU/7Wjsum5OE7MvCXEGokCjuMBWkwBapTtDpCvN2zUU/yG8IiSQuwYbq6f3i5zRujBW",
+	"uVbgR0BnuC1UETZxYAGhLNcrzcnhfumScwUzrkLpzdHJQIosKyPr9ALnDAF4W0oShgNR6aCrLaZ2BzCu",
+	"h0k89NruovPJHDb/VqPz9StwMtpD8sA8JzgkO/ZrveQGM0CJMUVtLpQUofN1hhNBGnyeAIo/hC2YbhRG",
+	"efHUUxDx5rNWLuiDdMYXLx6qM9IcwZVkJnLgaFE7bjuH7cxHQCJEZBHjuZolI8C9ccLafkN5SElkrdMo",
+	"txaAe5/gv2vzCZbW/hn1qGa7XNndh0ddlztnO7ohiQusenmvoFQPOVHDrfmyHub6M5HEETOq+67QIz5H",
+	"93hAnxceHwlr9MsQA7NEujL7xyn1thtrkBCNXX+OfTsbJG7ZbsgN6Q4bH64u4HuZLrDyAaGOARySUIqp",
+	"GsKoDn2WqnuR7Y64Njq+sXh0hC3+UNuOuZ4KDXEMi54KDu0696T5z7Udp1VnT+1ii8EPn/aj778LmlRf",
+	"MNPsxT9dptl5ITc7kzAH43GeJDNKoL1wk/Sxb8LsqkvuQN8kBjCXZrG8nLYFDiYml/XZYIMB1CzhiXtq",
+	"HhUbeI3rzLvQkipp7TgWs7nKjRm9+ws4K5qT74fn0afcumylTD17zPcwRdRvu64IUgFMbmkRgeBf9Paf",
+	"e0bk3H6g8+/HL6X44TTLDslcskSmiRReHd1cjBqd2wdochARhwDo9jlaT2nBHWHEVczMGgzNrIZo3Tp6",
+	"18eATDqaihFk9JdYvFyXdw0k3IDpGzcqXvRhRXOAcuE5df5Bs8rI1ByBMgELO5FsmAldpLkeUqTXWspm",
+	"48pB2L0q0hi7lrg8gvbLXo9AiBEcGMvUldADakOUj6auen7GI/byxQt6wOyw61lkmyAUMmIvez/SLVAj",
+	"KKEJR8R4qpUxxj38Trt2kEljhsJGCdaiTLQLS0NYPsm7jGpOoKABHk+0Pb8RuKcSTJL1AuB9xh0a4kBa",
+	"kBN8SCOyMIS4cX3Zq16vyw5hH1yIzqwFt81PIAHmf128P42YVLTvEesZkxrzaKZcYlAeZmh2jJ1enZQd",
+	"kxmXC8iK6nh5ArRhXTaEYYCSMFDOEfzUKVJ9LK84e39x6eCBjE47kGRywwtCpnNJl61nZvT663H61+br",
+	"z/FIhHjse2OZwmUwThE7uJodAUAwMfitH6XnEJ8s5oATDxQBujXRqM2oaP8MyRxm2JsivbWmV+dZ+afL",
+	"8atLozkOHCTXtosc6uYJIWMuqVy67UqjNVNjc2J1tbQa8buTTP/n//v/WU8vIpPiEOY65uvZ9MdoIKFh",
+	"CjRrJAdfNQoJrX8wkVDnfNEFBiRVfm17DkdUDQZeKkWFXH5aG1T4uk9xbjSEDwcBZ95gi76nVBcFKXgH",
+	"MBoUNVxTiQzlK5fgN2OqPYdKKeBYmHPjCmmoAsxmg9IDCaKbdNmhheMaSPRbh9pRZVzalbTwYhyS+lIo",
+	"AcvETN0JmEGSYS4gYQQlUCcObtoSnmcuskTFyYjpewGdYM3TmvzfHIHLZkJrYxSkgt8JDRWBDr/38OwY",
+	"+p6X+YCyPkMUy/PHLrlRmwcoVkP8P1fQiAD9Si4Js/3u6BJTSgP5q1S1nuSAZwVNqEv3v+3VV2YymjFf",
+	"9b6zc74uJL/jSer6JXhCqUR3sflZLBPjQttgB2Zr0iQ1M6LWfQguFvboqU1+ev4UyHXJNwSg4OUVPnvi",
+	"9KNSJyl/yu/hEFVxGhz3yBYW3XphtLCtGOy6jB4KIo94BhwJUowRBhpBML0f9JC1YXIQ6swHsgQxd8Bc",
+	"ttjK9o3CmqvSm/6iZyMBcH+p9nmnn5qx4ig+UjqZ2nDoyp8HMpGkUoLoO2CBPGnimlrkEWZFo/6B+GHl",
+	"WUROvvcJ//j8P/Dpv1K/CRve2+8ZgbjrOgJaBWwguWZjrt1xd/d7N9fkEH+93OGHpQwvOWjd6oAbzQlE",
+	"2NflHHcvtkKemfI+/V8kFbhk9ljt+0XMwW2+pc5RBGWWllifoQAIXl9q4M8ZqDocrZMjqAH5AU5Du/fG",
+	"rLkRpQLU/dK1OTAtUAgOykgrdXMtFStjzOuFHE0zJVWB5y4TKSDlPL9yvsJI62vZ4dAPUc8SPkMgLuIk",
+	"S0BQ9EmzbCopWFVQQMNDcmYaI50AFKgv8I4ONOvQ1PI9YtNEA0rlrZjnnW64NoeM2qH9N30Y5KaZL41c",
+	"s8gSIsW+ql4GY7eIsIjcKeXqlOfg2EBzYALJQuSfBkVSKlztCb8T2J0EG5sy6MU/HsiMSzNFcAt5Zr4r",
+	"C3BflbEhYTLWlMeMfAiaOsey7bJSWcNg0IO1ywukviQyUHTSedroyHKpBvQ3p32Edmqver26Ef8gqbkb",
+	"OOIIQxpfvOTWL5rjjkc4JdIqFSVnsKfzjxKW2UIwb74VN/FxKskS+/42dZQtl2KtRuN41H8rNV9NqQF3",
+	"9oigWZe9dPoraC17hK30T0P4gcRZr+tYaZ25foRKdtlvU4VUMqWG5BXa0VN1L8HwrehsQ9sIfthlhxam",
+	"6YZKx/0e8bbB8EDaVl2xGCW6xOfV4KYcSpVf2xZcY5Vdl+8PKB2HuG/Pe6hpAt/EuXZr5h3tgyXsaBib",
+	"+gp+4eON27G696CIQrb6wQrdfYXjngk4tP/kpx1jsqAYYUdGNsQPF/HwD3naz2H2/33Yv43Djrux+axv",
+	"psWvwAHAntj7ZP7z2YPWob9KaKgNeF4OOel5kWpgGOhytL4mYtmYDdc7qYl+rB8YeUyMEDGx+VNkmQ0K",
+	"OlwRPU0AnqoCjsTaBICF3UrQzSJijCP+VzHXojqnCCQ8A7WgAytCFJteTWaweWR9YrD1MPRCyPKf6jHi",
+	"mCxmNyKj8fdrxucVkKgNU9hvOgXyynn+vECnZuvUc0V4wGfAvUX+PZvnb11xnQPbDqPiVFOyNrvW6yv9",
+	"8EW9wIIvgG5DDLFgTZDXBsRvBdR3pQtsiCcOHXF45IaQHzKaFvKWtWOec8x/MGwiwjg0zzmUEMKN5o8O",
+	"9f8YChkPsTWuP6Zt306xSJTw9zBjmdetEx7iLcEbHsbJN9QIvpe2YmmOuV7XtLqZuq8U//XZMIn7Q8Kl",
+	"vadk/CHc3R+iz2kxFxEbwrIO0QNta8Js3A9WVo3Z/7p4f4rYSACRgCH2pXJCLOzlsQV0qdYUYvoY1vDp",
+	"SgaAFjlL8g6DlvPk74YdlOLeTEITWP6CKgYPausSLWoMFia+t1tPoEk2FWUpEI2ZQbAe9gZcYEsUEdQm",
+	"6nwgafUYUBbIeiC/4acB5v4PWn02aCHKMhTewI+AtDxofSboGTzKcGRGqdKQtREuYLSb0UACf0O1hI+W",
+	"u1jxWtbArrKSyIJOAnX4JGPIAX6NvCZ7Dqvr61QfPqmQfarq1IcxJxI833CMN1BKgzlH0G/FnXCbgQon",
+	"lLWxTXaEGNLmD9c/IhrISuvsiFU6a3esLNYRE6kWpdFHv/ObVAwPBnI1H83jTJhjupSQBkm8Azms5LUN",
+	"kQl7fbQEpFuxoVFjro2KMFwSbgMZq3tblQ3RBtYm4WVb85VmTZxAlpV1pHVK0Dzn0bjho1vDMakTeRfS",
+	"kcHI9ueA1UZS1WaKnOP6PF8A3g7wZQzddWkppK19K0buo8oOaFUBRRPA1V27Fg5bfWBJh4LPLneGOvJ4",
+	"wreEXrQhaJ4JCEN/AYMZkRH+MIwM2ArHWhmXU+tptzYn1om5lcNWzMQznrVCXiQT+cXcSutPWzET36pH",
+	"CeZGOS9QjIHTxbIT6oiB58Y1lvAaH2HuCyETItfGvtTsZsGUtD1w7Yu+wDGikf4w5wgBj9FkToAQMb1T",
+	"3+olKskV44DGxBJCgkO/7kAiTNGQPh0QYAFCkudwHjHpExULtBt1l13gzUbA84F0j8K5tV1SKLsZc+c3",
+	"HPaBLE97QLjScP8lDrw9Nd/kiaeNsEeemoBjrJLUxqyQEor9gQixY3pUCWAmmp0dXl0cvUUSsFnwy0js",
+	"T3nE7dqtL42/cHdtjWeIiUtNbBdIOHrWZCH7GZsLr92yPEn1tXubYd9Q5b85yafcmG+7ANuu6bMWudlB",
+	"tip0239yunn6KuJvVv2/AOWfasvAoMaedUZOcjbKlKQ6KmxHxFPWvhSzucp4uqOZ4xed5iT9GOa198n+",
+	"2QAjskKxmxAi3z64LCdYNuNYgcse8JuwY0nd1isW1Qb36j+190UOh+/CeHzFhn1TWbbhMDPzZCagr/VI",
+	"2PJII1gh8Vhk+ptkrJvvtEtb6rq2Dr+601fQF+qZOXF1kK9UctyU2ABcFNTtL8SZH4HvANP0WAPgxok0",
+	"hqwDpYVNub8V4LwTScbueFoI3WWXhuxtgwIIBeLLAAjeBlPuRSa+OBveu+Gj23GSpt+Ixbh6lII6zWua",
+	"9TOfJTvMV8K7s1+3PmkHeGoloepbP0qotDjBasPp5bnCT0ok+x0kbmQM6w+sbYs+sUqyEzFdQG9bW6Sk",
+	"7kSW8jmbqzQZLaDpZzIThIxLuDZWhGMQwsE1yq9w9MBV9Mc6d2dmyv9M2spFrsjytxY8anxIgRgkIpee",
+	"OWFS5WzEi8k0Z8X8y1MMgWD8sWjmEif9zKx6aZQv5AZrzqHr3WGEFA0ZsMbIcG5FZGOOYyXffHe3C4pE",
+	"ASiPumdt+4lQrw+YPFqMlIw3se4vf7IK+Qfkxlc46X8ufuz8GdBLoeypBzZkSVDmTD0rmRCvXe9wvbQ3",
+	"/aH9rfQVm92tdk2exNtqX7aFs/XbQNjd4Gml1XxWRyuN8ZX8rPYL/6u5WUtsx9LPOlYZ5uAtAUnjbbeC",
+	"8PLmnHrc295VPsAZPmDPQ+f54L7tEHuf6K8GblifnL+0F5ZmeUCtKCgFERNebNTNQu0k+ZbrVu+Orf3k",
+	"3pc4Qpdla4LHLuR76b3qGwQqDxUYVLhnOMF/3cKiyrRVPqUF41sv6n9zd/2hZb39jEtiYA2EPt35RFLf",
+	"vg3z0+HPnN1hJz3baTCyOkGngVJQbt+3oxdU15L6BKKTLpnNCshCdYCq4u8FT60hVF2QHc3aGgBjvTdG",
+	"tksJVELNxajjShxf9HoWzoa7lxwwbp3sA0kgipSvzctiFbcHPu7ri96+maaTdq5XsgWwGamZTUF1MLv+",
+	"28LNSvTUkuGzNSsph/hKIZDlg1bH6ksS0AECeHKQ7SbTOoSkGH8GX7CByrmYJBobUHlcgZeQqY4Y24fZ",
+	"RO1otvxJEXujZFyMELUTTAtD0/S2TnPe8QANy71w75P9s4GOVTkNX0jJAs+n2edA8kDbIvKO02QyzSMv",
+	"MwbyoKzl5oW6MnWvDyrvS3Lgdy97Lx+w5PXKWf1affmzGzirj6y1WZWH5bZ8k0Jv8512MbfHDQodpj1a",
+	"mmbKmpW8rW9AozLbayfffXRnUpEtwlRSbR/y3zTj08zeJ/prbaurJeL5FhjNE3EYYw/+87KWsEF55+3i",
+	"mm5WWF/9Yv/lDy//8t33L3/YhJVXT5JjnmS7esozsY7IfuJJdgE3PSN5lYPU0NW9MPI91HCSPmdHs/J7",
+	"6HbW3qdiTi3yimz3Pv1ZaMdYWEXAwPotyadQTzjPEpUl+YLdcBlHbJ7ykQBUdEh/JJxxu2fGyATlZSAx",
+	"19tmfs9FRp/a93p5q7H9/hcsh2aM/EYVOcvvkxGCyEP/Xl1i29v79ymQfKPyKTYbIeBRxKHpsjPwDg5k",
+	"oTHyR8/Z2EeSUQad4DEAZx3aO1SR6yQWbL/b3YfeGnogX7544ZA08bYgts3FMg0+vRW2RH5fzvZqSPeG",
+	"fr+0eXMhcr9ra+h8bXGieDwznLKeGWU8F7uAEbqhqR4oLnDbH9q95b6jQdM2Y+ng0jyNZ6uyq97btwhw",
+	"mf3UIK6eh382IpS9T+Yf1/CPBsarW/KvEiIo19lBO94Uo1sBYFBURsZzYNjGIjUsl50dnb49Pn1HQiyB",
+	"SmCASVnu3r9+OzbbqmuW5hlIvrYC0y3RU+iP/tu+GOGGVbuSTB8dLnCKxbKrcmkPn6Fyz77/a3WHWkc+",
+	"5wJUqPjAP1i+2ydXt0JCRv84SV2ij0BHEBgWT90kcN10HxV9fnTrP5UBlBYfLfGlMtLbiYzNZZaM1hJL",
+	"i3cspzJMClcUtMepkKjCxtszpXpOr0VutM61aHN08C7src/Z7nlpqLoEI7q+3laxd7G2mM3zRY2Zkgkz",
+	"7eeTsjVWCh0mvaQpuC9jQzcxQPifqnuWKghxi4EsH3CVytoBNLjOXUmGPQixHxcb5nlKSE8O9WGkZuLA",
+	"NTdMctt+ydgyY56mJaJI2X1+Rw8kYZRQxxozj4/zJFtgX6qPgoA9E0D0wgYK5XYY8lgMZK5w2iCShYyd",
+	"hSPJrLnhcVldn2jm2TKwCDDniInuxF+tLsBfXQPQhdZ11k6Ipp8h8hQi5y/Hzbc8Td+GBVSe7aZntGr3",
+	"IMtcn6iHtzxnRocZYZ3vF2fZDXpyUSbMeCxcPgt1jAt1gzYnVYtRJqrY5bQMa9ZrQ+Kaef5509bMCF8r",
+	"aQ2+rl5pOGBDWEDXXAVXOEJkYsxeVnIkvpJywaWhBiQU1MZwfma21KgTg/bQCHU7sqgco71PSbzW6jsX",
+	"d+rWI5ZNFh/e/2iLD19j9acDCC86YOd9lCRS3S8BfDc6E1UxHzA0knitgTFW2YznrX6rKODOlQ7itMD3",
+	"KrvdlFH8G93zzEGH+mxfcI/hJJZ51WGasozC80be27uqsQMz+w16VZAJ2cA/Tu/ZQMj8Qb4SK6IvDNpb",
+	"dnW/XtqFdM2+WCLNBo6gTJfTfjfd7nv7kRXa38hd3opslQ42O5Wy5YV7RP260YeNxtmOM55IEXfKBYnd",
+	"QPqg7CmLcIEEdQnNVQVgp1aQCTeu21Sl5ny4lVuzptuaJriUx29by6wItsPBkdeC3L47umTmqRK3PIk/",
+	"Q+rzjMuF11wXq5f6FSJCGB1qH+xuTRDP9W+FztkkuYN2thORT0WGiIokzMyiIPItIZNfGOsGelTH1GXf",
+	"Agmjpey6f+MXui7W2JdNjVkSa0RynoPYh/fIkegcAEpGzAp5K9W9BMjcugG4xGbrdgy0trCGNBhOFtmh",
+	"XeMGzcrsIu2YydZBICexXiuUoM16RTolMv/+ZWt9YBMahh3joy9efQ830z/Lu3mW8cVzNwwrt3udpHL0",
+	"NFaFjL90B7HfoLLYo3UJzW7QzF2i91h7BJTkUdnwnMd/AN6wZ9jb9uVx3tvrsmMPvfVLE50j9l55Bsx0",
+	"/MbcrI2AzgB2HCcZ4jmXE8WrSYy/dyJ2P028Rt6a6SnPAPiN3am0mAn4QUQOeC6qNKc3G8dtW3r7MixZ",
+	"n4H/RY2R9butbh9eXBy/Oz16G7HXV8cnb49P30UWnbWPPGVBrKMDeqztJA4tsr0PpcJ44DU6grYnyEeV",
+	"hmF9ZgrgY6ucE3D1YsyCjFemGjEOXbCg+Tt2HAcLJ1pRTO+Ex8CeQzHzh/hKnnAa/vjtOoZTv5iPDSL+",
+	"5lFWubU4lqEzM1gEBOBxnB1N3eipbeHyYXlKzhJiD1PBs/xG8PyJWEOV7n52b38eonPvPxdzldVUi/ee",
+	"Zbh0Edb/Kwgej1BicZd2tNGVEhUnI6AfKTT0+1BZ/tyUgaPoZxEZ0F/eKDgIdo9Dsfa9Ecdn7y8CyipN",
+	"BxN3Oka3S9VEr38E7qAHMNVnk7aJhf2geS31poETjLCXsVVJb3g+mu5oVE2Rd8NPtmXxmdL5JDNyIeNS",
+	"e/0LzcWZ0JpPhHPTO2zNFU3bOttF3GWHEpfNb/dwU06s7X0g6cEIH+eruzu6z172Xh4A4i3PIaxOrzJi",
+	"jOXKXP+xwyaCZLnt75tI+GcmdJFiuD5WiLMK4NWesOuyC0JnhY/jM7s0WBSeaDbl2SwVWvfL/XdtWchf",
+	"Zr/E0AihvySo16/sZrlG0TL8KwFk87SAqiX3K+QKsEPmOCCb8QXLklgwDlGbtrvSibxeZ9Cpw5HJAbRA",
+	"fokxkJngEkU2rrSZubcNseDYKGVmjKZM7FpbFEupkOzuhQcE1AkhT5u1emZhjoO8BhS0Lx3OLoc+Bzpb",
+	"x2YPSAMHegSjMhcz1MzhTH7phsRE5Gh2eiKeeKlNOFyyo0HT80iMDAuPazw7ry+k3hMfE50ncvIFjQRj",
+	"ZW22DGB2eIViTnSB7oZ048pPWUH/7tQYBRh8XWcVIJRQU+WeKm6ovK6zrOv7zIzQMQot6vR9uI56I/I1",
+	"szFA1fT5EcNvjrCePYMOQWvU/yPa2fNCPhfH8If4WokwhTwX43W6f3Bhn1Tt90agXdug7y+dgCc96Gaa",
+	"YlRkSb6AU3wjeGae/f2DOaeYGIDnu8jSVr81zfN5f29v/8UP3V63193v/6X3lx6caZrSJ5e4ZQjpc+T+",
+	"bae62ssM+jdjeRp2VIQDeZukqfYt4MhWsmI3F8MK5Sgx6hC1b4Grs67XSA5eHBjxiuD7nb/gABQU84uM",
+	"zbHDiEe1H13oRVQ+QoGSSukioozbvFDvdWXtxer7zpuD/HpvLHFxVt94VoWsKLs0uwI/IHNdwRheWkfC",
+	"EghM10uAXZPl5K+lS2xafdvP6t7L5geHja8pacZnRuey6U7eW70M6vBrQVkL5NR47yiTET5/+Pz/BwAA",
+	"//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -7,8 +7,9 @@ import (
 
 // NewAttemptSpec is what an executor needs to run attempt id (its number,
 // on workerID) of task idx of step's action key: the identity fields, and
-// the step's plugin fields, environment (Env, then SecretEnv), network and
-// resources (the executor's sandbox limits the attempt to them). State is
+// the step's plugin fields (wait_exit_code too), environment (Env, then
+// SecretEnv), network and resources (the executor's sandbox limits the
+// attempt to them). State is
 // ASSIGNED and Proceed true; Inputs are left to the caller, which resolves
 // them from their producers' outputs. Errors: a step's http or container
 // block that does not convert to the API's form.
@@ -25,6 +26,7 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	if len(step.Args) > 0 {
 		out.Args = &step.Args
 	}
+	out.WaitExitCode = step.WaitExitCode
 	grace := step.KillGraceDuration().Milliseconds()
 	out.KillGraceMs = &grace
 	if step.Network != "" {

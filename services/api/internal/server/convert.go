@@ -99,6 +99,10 @@ func toTask(d store.TaskDetail) api.Task {
 		PreemptionCount: t.PreemptionCount, SystemFailureCount: &sys, MaxSystemFailures: &maxSys,
 		MaxRetriesFailure: t.MaxRetriesFailure, MaxRetriesPreemption: t.MaxRetriesPreemption, WorkerId: t.WorkerID,
 		PendingReason: t.PendingReason, NotBefore: t.NotBefore, Item: t.Item, Attempts: make([]api.Attempt, len(d.Attempts))}
+	if t.WaitCount > 0 {
+		waits := t.WaitCount
+		out.WaitCount, out.WaitingSince = &waits, t.WaitingSince
+	}
 	if t.Outputs != nil {
 		out.Reused = &[]bool{true}[0]
 	}

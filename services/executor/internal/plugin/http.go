@@ -24,7 +24,8 @@ const HTTPBodyOutput = "body"
 
 // HTTP is the http plugin: it sends the step's request. A status in its
 // success codes (default any 2xx) succeeds, the body (its first 64 KiB)
-// becoming the output "body" when the step declares it; a 5xx or a
+// becoming the output "body" when the step declares it; one in its wait
+// codes is PhaseWaiting (code NotReady); a 5xx or a
 // transport error is a retryable user failure (codes HTTPServerError,
 // HTTPTransportError); any other status fails without retry (cause
 // permanent, code HTTPClientError for a 4xx, else HTTPUnexpectedStatus).
@@ -132,6 +133,8 @@ func statusTransition(spec domain.HTTPSpec, status int, method string) Transitio
 	switch {
 	case spec.Succeeded(status):
 		return Transition{Phase: PhaseSuccess}
+	case spec.Waits(status):
+		return Transition{Phase: PhaseWaiting, Code: CodeNotReady, Err: msg + " (a wait code: not ready yet)"}
 	case status >= 500:
 		return Transition{Phase: PhaseRetryableFailure, Code: CodeHTTPServerError, Err: msg}
 	case status >= 400:

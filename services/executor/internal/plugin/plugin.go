@@ -118,6 +118,11 @@ const (
 	// PhasePermanentFailure: the work can never succeed as specified
 	// (cause permanent); it is not retried.
 	PhasePermanentFailure
+	// PhaseWaiting: the work answered that its target is not ready yet (an
+	// http wait code, a shell wait exit code; cause waiting): the control
+	// plane runs it again after KubeVela's waiting backoff, charged to no
+	// budget.
+	PhaseWaiting
 )
 
 // Transition is what Handle found.
@@ -159,6 +164,9 @@ const (
 	CodeHTTPClientError       = "HTTPClientError"
 	CodeHTTPUnexpectedStatus  = "HTTPUnexpectedStatus"
 	CodeHTTPBodyNotText       = "HTTPBodyNotText"
+	// CodeNotReady: the work answered that its target is not ready yet
+	// (PhaseWaiting).
+	CodeNotReady = "NotReady"
 )
 
 // SystemError is a system failure with its code: "System failures are

@@ -65,8 +65,9 @@ func stateOf(cause api.AttemptReportCause) api.TaskState {
 }
 
 // withTransition is the final report of work that ended by itself:
-// SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure) or permanent
-// (PhasePermanentFailure) and the transition's code. A SUCCEEDED report
+// SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure), permanent
+// (PhasePermanentFailure) or waiting (PhaseWaiting) and the transition's
+// code. A SUCCEEDED report
 // gets the declared outputs: the transition's, or else those read from
 // t.OutputsDir (see withOutputs), each a file of owner's when it is not
 // negative.
@@ -77,6 +78,8 @@ func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.Attempt
 		rep.State = api.TaskStateSUCCEEDED
 	case plugin.PhasePermanentFailure:
 		rep = failure(api.Permanent, tr.Code, tr.Err)
+	case plugin.PhaseWaiting:
+		rep = failure(api.Waiting, tr.Code, tr.Err)
 	default:
 		rep = failure(api.User, tr.Code, tr.Err)
 	}

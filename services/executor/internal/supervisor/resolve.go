@@ -16,11 +16,6 @@ import (
 // taken as this.
 const maxKillGrace = time.Hour
 
-// codePluginUnavailable: the plugin is one Capstan knows but this executor
-// does not run (container without a runtime): the platform placed the
-// attempt wrongly, a system failure.
-const codePluginUnavailable = "PluginUnavailable"
-
 // resolve is Flyte's first step (validation and plugin resolution): it
 // builds the attempt's plugin spec, validates it and looks its plugin up.
 // "If validation fails or no plugin is found for the TaskType, the
@@ -28,8 +23,10 @@ const codePluginUnavailable = "PluginUnavailable"
 // (Flyte's executor (TaskActionReconciler)): then failed is the final
 // report, FAILED with cause permanent and code UnknownPlugin or
 // InvalidPluginSpec, and nothing ran. A plugin Capstan knows but this
-// executor does not run is a system failure (PluginUnavailable): another
-// executor can run it.
+// executor does not run (container without a runtime) is a system failure
+// with code PluginUnavailable (domain.CodePluginUnavailable): the scheduler
+// retries it while another worker may run it, and never counts it against
+// this one.
 func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task, *api.AttemptReport) {
 	ps := pluginSpecOf(spec)
 	if errs := ps.Validate(); len(errs) > 0 {
@@ -46,7 +43,7 @@ func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task,
 	}
 	p, ok := s.cfg.Plugins.Lookup(ps.Plugin)
 	if !ok {
-		rep := systemFailure(codePluginUnavailable, fmt.Errorf("this executor does not run the %s plugin (it runs %s)",
+		rep := systemFailure(domain.CodePluginUnavailable, fmt.Errorf("this executor does not run the %s plugin (it runs %s)",
 			ps.Plugin, strings.Join(s.cfg.Plugins.Names(), ", ")))
 		return nil, nil, &rep
 	}
@@ -69,7 +66,7 @@ func (s *Supervisor) killGrace(spec api.AttemptSpec) time.Duration {
 
 // pluginSpecOf is the attempt's plugin and its fields in the domain's form.
 func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
-	ps := domain.PluginSpec{Plugin: spec.Plugin, Command: spec.Command, Env: spec.Env}
+	ps := domain.PluginSpec{Plugin: spec.Plugin, Command: spec.Command, Env: spec.Env, WaitExitCode: spec.WaitExitCode}
 	if spec.Args != nil {
 		ps.Args = *spec.Args
 	}
@@ -80,6 +77,9 @@ func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
 		}
 		if h.SuccessCodes != nil {
 			ps.HTTP.SuccessCodes = *h.SuccessCodes
+		}
+		if h.WaitCodes != nil {
+			ps.HTTP.WaitCodes = *h.WaitCodes
 		}
 	}
 	if c := spec.Container; c != nil {
