@@ -73,7 +73,9 @@ func TestSandboxedAttemptsAreApart(t *testing.T) {
 		while [ ! -s "$CAPSTAN_RUN_DIR/other" ]; do sleep 0.01; done
 		cat "$OTHER_WORK/.capstan/inputs/x" 2>&1 | sed 's/.*: //'
 		ls "$OTHER_RUN" 2>&1 | sed 's/.*: //'
-		tr '\0' '\n' < /proc/$(cat "$CAPSTAN_RUN_DIR/other")/environ | grep -c SECRET || true`
+		cat /proc/$(cat "$CAPSTAN_RUN_DIR/other")/environ 2>&1 >/dev/null | sed 's/.*: //'
+		: > "$CAPSTAN_RUN_DIR/done"
+		while [ ! -e "$CAPSTAN_RUN_DIR/go" ]; do sleep 0.01; done`
 	specs := map[int64]api.AttemptSpec{}
 	for id, run := range map[int64]string{1: "run-a", 2: "run-b"} {
 		sp := withIO(id, cmd, nil, map[string]string{"x": "input"})
@@ -102,6 +104,15 @@ func TestSandboxedAttemptsAreApart(t *testing.T) {
 	for id, sp := range specs {
 		require.NoError(t, os.WriteFile(filepath.Join(runDir(sp.Run), "other"), pids[3-id], 0o644))
 	}
+	for _, sp := range specs { // neither ends before both have tried the other
+		require.Eventually(t, func() bool {
+			_, err := os.Stat(filepath.Join(runDir(sp.Run), "done"))
+			return err == nil
+		}, waitFor, tick)
+	}
+	for _, sp := range specs {
+		require.NoError(t, os.WriteFile(filepath.Join(runDir(sp.Run), "go"), nil, 0o644))
+	}
 	uids := map[string]bool{}
 	for id, sp := range specs {
 		final := rec.await(t, id, api.TaskStateSUCCEEDED)
@@ -110,7 +121,7 @@ func TestSandboxedAttemptsAreApart(t *testing.T) {
 		require.Equal(t, uint32(0), uid)
 		require.Equal(t, sandbox.RunDirMode, runMode)
 		require.Equal(t, []string{lines[0], lines[0], lines[0] + " " + strconv.Itoa(int(gid)), work[id], "660",
-			"Permission denied", "Permission denied", "0"}, lines,
+			"Permission denied", "Permission denied", "Permission denied"}, lines,
 			"uid, gid, groups, HOME, the shared file's mode, the other's input, run directory and environment: %s",
 			*final.Stderr)
 		uids[lines[0]] = true
