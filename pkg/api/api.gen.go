@@ -89,6 +89,7 @@ const (
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
 	User       AttemptReportCause = "user"
+	Waiting    AttemptReportCause = "waiting"
 	WorkerLost AttemptReportCause = "worker_lost"
 )
 
@@ -106,6 +107,8 @@ func (e AttemptReportCause) Valid() bool {
 	case Timeout:
 		return true
 	case User:
+		return true
+	case Waiting:
 		return true
 	case WorkerLost:
 		return true
@@ -290,6 +293,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITING             Phase = "WAITING"
 	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
@@ -315,6 +319,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITING:
 		return true
 	case PhaseWAITINGFORCACHE:
 		return true
@@ -544,7 +550,7 @@ type Action struct {
 	// PausedAt When the step last became PAUSED.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Reason Why the step ended or waits, e.g. rejected.
@@ -593,7 +599,7 @@ type ApprovalRequest struct {
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	// Cause user, system, permanent (a spec that can never run), waiting (the target was not ready), worker_lost, preempted, timeout or aborted.
 	Cause *string `json:"cause,omitempty"`
 
 	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
@@ -673,7 +679,7 @@ type AttemptSpec struct {
 	Domain    string            `json:"domain"`
 	Env       map[string]string `json:"env"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 	Id   int64     `json:"id"`
 
@@ -685,7 +691,10 @@ type AttemptSpec struct {
 
 	// Kubernetes The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
 	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
-	Number     int             `json:"number"`
+
+	// Network The step's network: `none`, or absent for the executor's.
+	Network *string `json:"network,omitempty"`
+	Number  int     `json:"number"`
 
 	// Outputs The outputs the step declares: each task writes each to $CAPSTAN_OUTPUTS_DIR/<name>. Absent when none.
 	Outputs *[]string `json:"outputs,omitempty"`
@@ -695,12 +704,18 @@ type AttemptSpec struct {
 	Proceed  bool   `json:"proceed"`
 	Project  string `json:"project"`
 	Replicas int    `json:"replicas"`
-	Run      string `json:"run"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+	Run       string     `json:"run"`
 
 	// State Iris task states; the database stores their numeric values.
 	State     TaskState `json:"state"`
 	TaskIndex int       `json:"task_index"`
-	WorkerId  *string   `json:"worker_id,omitempty"`
+
+	// WaitExitCode The shell plugin's "not ready yet" exit status: report FAILED with cause waiting.
+	WaitExitCode *int    `json:"wait_exit_code,omitempty"`
+	WorkerId     *string `json:"worker_id,omitempty"`
 }
 
 // AttemptSpecList defines model for AttemptSpecList.
@@ -795,7 +810,7 @@ type ChildRunRef struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Try How many children of its index started before it (a retry, a restart).
@@ -861,7 +876,7 @@ type ConcurrencySlot struct {
 	// Action A task key's holder or waiter's step.
 	Action *string `json:"action,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase *Phase `json:"phase,omitempty"`
 
 	// Place A waiter's place in line (1 is first).
@@ -965,7 +980,7 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Name      string     `json:"name"`
 
-	// Projects The projects the token may reach; absent or empty, every project.
+	// Projects The projects the token may reach; absent or empty, every project. Reader and writer tokens only (an admin or worker token with projects is a 422).
 	Projects *[]Name `json:"projects,omitempty"`
 	Role     Role    `json:"role"`
 }
@@ -1028,7 +1043,7 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
-// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -1037,6 +1052,9 @@ type HTTPSpec struct {
 
 	// Url An absolute http or https URL.
 	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -1133,7 +1151,7 @@ type ParamType string
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
-// Phase The phase of a run or an action.
+// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 type Phase string
 
 // Problem defines model for Problem.
@@ -1241,6 +1259,9 @@ type RegisterWorkerRequest struct {
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
 
+	// Sandbox How the executor isolates its attempts, as GET /v1/workers shows it (see Worker.sandbox).
+	Sandbox *string `json:"sandbox,omitempty"`
+
 	// Slots How many attempts it runs at once (1 to 1024).
 	Slots *int `json:"slots,omitempty"`
 }
@@ -1310,7 +1331,7 @@ type Run struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1423,7 +1444,7 @@ type RunSummary struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1489,7 +1510,7 @@ type ScheduleList struct {
 type ScheduledRun struct {
 	Name string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase       Phase     `json:"phase"`
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
@@ -1539,7 +1560,7 @@ type Step struct {
 	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
 	ForEach *ForEach `json:"for_each,omitempty"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
 	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
@@ -1572,7 +1593,10 @@ type Step struct {
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
-	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	// Network `none` runs each task with no network: its processes get a network namespace of their own with only a loopback interface (a container, `--network none`), so nothing outside the attempt is reachable, not even the executor host's loopback services. Absent: the executor's network. An http step cannot be `none`; an executor without a sandbox (sandbox `none`) that cannot make the namespace fails such a task as a system failure.
+	Network *string `json:"network,omitempty"`
+
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
 	OnFailure *string `json:"on_failure,omitempty"`
 
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
@@ -1604,6 +1628,12 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
 
 	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
@@ -1649,8 +1679,10 @@ type Task struct {
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
-	PendingReason        *string    `json:"pending_reason,omitempty"`
-	PreemptionCount      int        `json:"preemption_count"`
+
+	// PendingReason Why the task waits PENDING; while its step is WAITING, the answer it waits on.
+	PendingReason   *string `json:"pending_reason,omitempty"`
+	PreemptionCount int     `json:"preemption_count"`
 
 	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
 	Reused *bool `json:"reused,omitempty"`
@@ -1659,8 +1691,14 @@ type Task struct {
 	State TaskState `json:"state"`
 
 	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
-	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
-	WorkerId           *string `json:"worker_id,omitempty"`
+	SystemFailureCount *int `json:"system_failure_count,omitempty"`
+
+	// WaitCount How many waits in a row the task made for its target (WAITING); 0 once another answer came.
+	WaitCount *int `json:"wait_count,omitempty"`
+
+	// WaitingSince When the first of those waits was decided; absent when wait_count is 0.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WorkerId     *string    `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -1750,7 +1788,10 @@ type Worker struct {
 
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
-	Slots     int        `json:"slots"`
+
+	// Sandbox How the executor isolates its attempts: `none` (CAPSTAN_EXECUTOR_INSECURE: every attempt runs as one user, the executor's or CAPSTAN_EXECUTOR_RUN_AS), or the mechanisms every attempt gets, joined with `+`: `uid` (a user and group of its own from CAPSTAN_EXECUTOR_UID_RANGE; its work directory 0700 and its own; its run's directory shared with the run's tasks only, through a group of the run's), `pidns` (PID, mount and IPC namespaces of its own: its end, an abort or the executor's death ends every process it started; a private /tmp), `netns` (a `network: none` step gets a network namespace with only loopback), `rlimit` (RLIMIT_NPROC per attempt; RLIMIT_DATA from resources.memory_bytes where no memory cgroup bounds it), `cgroup` (a cgroup v2 with memory.max, cpu.max and pids.max from the step's resources, where the host delegates one). E.g. `uid+pidns+netns+rlimit`.
+	Sandbox string `json:"sandbox"`
+	Slots   int    `json:"slots"`
 
 	// State alive: heartbeating within the worker grace. unresponsive: silent past the grace, not yet declared dead by the scheduler's liveness pass (at most one pass while the scheduler runs). dead: declared dead; listed for the dead-worker retention (1h by default) after that, then deleted. A worker that deregistered is not listed.
 	State WorkerState `json:"state"`
@@ -24255,374 +24296,394 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39cts4ti/6KijdXWV7Di3L6aRnWq6pfdyJO+096cTbdqbPva1sCxYhiWMK0ACgHU0qVfev8wDnIe6D",
-	"7Se5hbUWQFICJcofSXr2x1RHlkgQBBbW9/qtT52Rms2VFNKaTv9TZ841nwkrNPx1PLKZkm/5TLi/Mtnp",
-	"d+bcTjtJR8J3HQ4XdJKOFn8vMi3STt/qQiQdM5qKGXd3/YsW406/838dlA86wF/NAYz8+XPSObZWzOb2",
-	"9FXDc7J07TPGSs+4dddJ+/3zTtKZZTKbFbNO/zDp2MVc4E9iIjQ87iUfTcVLLbgV6Y9irDS8XyrMSGdz",
-	"eKN+553MF8xOBRPS6kwYdqcza4Vk13ADs9PMMJvNBNs9/+kl++67737Y63YSnP3fC6EX5fRH+KgrvLUT",
-	"nXrKrdh343XClI3VmZyUMz4vZIt5wsR0IdmdVlY0TUkXsrP1NsEsLqyYt52GsWKO82C7mWRcLtzMElbI",
-	"XBjDhrqQQ+auE5ZZpRoX0I1zz+n+VWgDU9w4YzXGSY/cbewW72O77hL3/B3DhvBTl34aNk6XLqjNeM6t",
-	"Fdpd/B+/He//P3z/H739H7pX+x8+HSbff/f5X+LbXmij9OrcL6eCSfHRXo3gApy6YHMtbjNVGDbnk8ad",
-	"x1tqc5vxj2+EnNhpp/+s14tN5JWa8Uw2nM4Uf3wwF3jDjT25FdKevvpZ8FQ0vHiW+vfNubFMuDvgz1Ge",
-	"uY9ajER2K9IjhlunBZ8xLUwxE4bxsRWaZTaszhSfFF7GTWIfZrF/+qp5lWKLVJn/v8Oar0y/NjgbK01z",
-	"dseFWzbiUioLpwGnZfAd8A92l0nD7qaOByk7ZVwLd2nTPrvFuYLFuQL22YZd9qLs8k02y2zY++XHwI/V",
-	"4VMx5kVuO/0XvcQtGg79whHWBr58ptXfxMg2kNmcfn0wnZ0X62QacsYHPuJiNBVpkYs1zzF0ycMf9qvS",
-	"N0I/WHgWBVy5Stdu/HGu7ta8zB1d8tCX+ezuN3MljQAN5Eyr61zM3MeRklZIIA4+n+fZiLtDdTDHK/7H",
-	"3wwy+XaP8+PCE+tn9FgyJ9B/eP7ij4wG78Iy0L2gGF0rbd9kBmYz12outM1wxtz9BJ8yK2Zm00RgpHMx",
-	"UjrtfA6Lz7XmC/d3hcmvcpPja+P4nZIlM/SMf3UTy235zc/xQ7hOXcPJcppYZT6r74bqXv/T8vhJh6MG",
-	"dzVSBe5RfaqvRJ7dCr1gWhUyNQwuEykzio25rsw4sINyyCxdHe9CWGCfXDK6jN1kee4GWuFuqyOPeGFE",
-	"9DXSIOdWfrrJZGQiQ1yTYR/2ABbWSSc3L/iBcZk6EaUXdprJCStkCvLniA1p4nSrm767U0nhX8m9jZCO",
-	"Xf5Watr0W2Xzyimqwo7ULKLMDlNcf5EOE6Y0G0ohUnPllkQ7CeHeACXLL/wjKeOG3XHDtHAqTxqhqSQw",
-	"5NhqacFNA6k4ShTG6cPcxnf2bprlgmXWqYbXwi1bmH9th9fozAnw8djji3nKy4e31L+rpwcIIamIo1L/",
-	"AdERtgrJbPls1Gaw5gjCIsGpS9PMjcjzs8ppHPPciGTpgJarvnz8QCQbZhUbdN4boVnYBSTaQcetbEXF",
-	"OezFNcH4dC8st4WJcIxltrDmMNanDLMSaQI2liosKuJ0qITjIZenv5y8unr3/nIPaDrCDpxC7P4Qqbvg",
-	"DsTkVa6MjZLzFz49j3BCSpZz/4OyLBpqGxYlzyAEIoKvlbgjYnEsfj7X6pbnG2/z1wG9jKbi6kZE1Otj",
-	"tN1Sb6+5i5KOkiPHTAzL5LywBvRmLYzKb90q9WWR55HtwceYQNfrn5QrdVPM++zn00u2m1l28f7ly5OT",
-	"Vyev2F3mVHUJVuZixzBVWJyFTJnmkknFLDc3ewn75fTiAm7WhTR7jtDO3p29f3N8efIKv+YyYaYYjYRI",
-	"3bGVKZnW3ohd7HUZ6QRwGMj8zuzUnR+0XSsi5efTy07ScU/tJJ3wqKhgScXcHbkr3Peg2Kxct6y+CJlu",
-	"xWmTzkRIobmNWuyXpSU+KrQGW6+QfcaZFlYvvFUIbw3vr4WxXFsG/zXwo1OoEqAGt+puG8RdXP3w8n5l",
-	"ipLU4NUflPUunpW5/+rYAwdmlrI7nlm2mxb4oglOfw+4Wnv5RoTULCFi6s0SEZdkSutKgybMvST7z//9",
-	"f9gtzwuRMG4qixbIbsZ2reZZ7jiPFHd5JoU7dXO7d1QlP6YFKOyGDYpe7zvBDtmUmwSo1HFIeFrCOPu3",
-	"i3dvGVCP28zwwB2chTvB8MV+JlPxkSmdCh1IHhiwVLKq/5Zca861kHFVZe4EUJzVwq4FmgIN+1qM3NKc",
-	"Hb+/OHnVfrfmU45Sbq1VAhfVZMPyfBbldOBwgWDjmdsy0Z10mRbujRtEDpyDLQ+ke9SVI1CiqfqEflZ3",
-	"bMblAggbT9jdVOU0wzHPcpGyXSWv3MdCC2YK41jJHiq9upAMlp/8GpmzYIyhkUZKjrNJoUXKaALxk+pI",
-	"osnwKCcIlGtXWUjJcRxRst1ejHnC3XubHt/mMFZuXOVuq3Pa8WfueuHYmBW0z58GnXB4B53+Dz/80EsG",
-	"nfP3b9+evn09cOrbZzyC3Ao8g+5oOD2Bw3GJHhJ4UsxTKsCw9AwWlbAwMxjdTkWmvfJlEty/1RUeZ9rY",
-	"BA995evM/S8c6b77m6On2I0DN+EMdrllM2Use9bbO2JjrWbs9ckl63a7Bzgrc/AJP3zGe+Eux0jIU+qk",
-	"JrisGDc3bqfBfdbGUr/k5iYm42ARrtYa6rS1FU+tu7xcU1jG3aYX+Ve89c+Op1ZY3RBuG6KOGTwA0XPv",
-	"GEQmJ1fj2OR+nXLLODE0tqs0iqNMTvboDDj24paqz6oiyxTAs0kzY/6+zd4HkJ9JMKOA59UOcf1IebKM",
-	"6qIV/XHFixOmRgc+FaPMZEqGZSykzXL4OkWGuWy7tOeS14uoaBmp2axJ7PjpuB+DlQ9TFuiwQ0Ye0ceW",
-	"1jMM5CzNtct0P6PyehEjGkULZ9guruPx2Smz6kZIw8THzJ1y4AE8z4UGAQ8ahMjHe0uWZizkUFu6e1ml",
-	"5CZZMVMazM3CCJ0wszBWzBI2F3rG3fFnu5yZuRgF/zyT4tZZz4XcS6oWZVLamqXJ6vgNmrHRYzlSqYiZ",
-	"Fsby61wwobXSzF1EPP8X/vECJvgTClNz8pFsAaXZqbzleZae5cUkkxdzMYo/kiKR29A2zCNKwuJj5izF",
-	"VMTl2ziTmZlu+TT09rVw4jkDf0tzUxaza6Hjk72fbsStaCM3LuBCx4mRYrKYZbF0rMEZTzP2j6pt4Idm",
-	"sj991eCcJvlcs+JarHVd5sVdBmbdhN6oScQ7ZGwqdJy0jE1VEWecVhdy5BYhImh1IVA6oiHDrsVCyRQt",
-	"5I9iVFildwy7VoUznrlhqVbzee14XiuVCy5X3pImlPhJV+ex5sXPxZzcIltw3MCjvFxw3Mk9Gk6/E1Se",
-	"PzmejxzGTQjZTieQmWNMINaIM0Vt+5F73SIS0v8VPBfMWFgir9vtGDbOJM+dTae0RT1+DlxnxzA4cKBk",
-	"/eQuyv4hnOVop2KB7otMktXWVut6ibODpIPPIDZO8bY/rWpi2/LTKMtcjdN/KOP1Hz71GoL1FTZZEVfP",
-	"e1HZtoFvPtyyh60L9gHuEZnQ7qNTqNCIT/xBqdv7XfYWBDbXggl5m2klnTDev+U6g7UEeX6Eerz3EMiU",
-	"cYxhgGfAqomwUydVvc5+yH7JfkyYVOzt+zdddjqRytl2YD8odymaKyZuwNd4Zp1xb8mES7ZTX7UfHVsQ",
-	"qTO1qgyjwZT2/On+Y9QY2Ub24ya/kdGcU/B0ldfOtXLKwuqMf3IcCJlmdcZsVhgLhx9tvjIktWGm/kFr",
-	"5urO2nbRRT0x23kenfrIGxx4IyUtzyRqAmuZj78QJrw+PCjk7VYHdmVtptbON03o58vLMz+X1ooSur0f",
-	"wE0qfldyoXv3OVrgzjyca5UWI6HNTulDfHv8y0nJU/rILbjW2a1jLYb81oG7sMBd4EZOcnuc5YL9y8vj",
-	"s4vL47dXp2/P3l9eXL06PT9wV7X0/jld8Wqi+UhczSIOjl+yPM+MGCmZGnYt7J0Qkl2cvr48Of8F5nFx",
-	"+vovp2/eMCVRoW8ZZ74proWWwoqNYu4v4Uq/vet01YqAWN0pH2AIfsJUjHKuhaENIOafWWHoC1Uu77v3",
-	"l2F9wVc7cpwevbbxtW5/JFFJiLtgWzInH9wD3iSVBXeFVCxXciL0njPLYhxqU6gandPxtW4KI28vdsCp",
-	"AW6u+JPubRtsjkRXHl1537AlJbtEPlaaGy2Z+RbWxlpzrSIeHmR1/MhHN+Msv6fDQ8i0vQ2oboXO+UbO",
-	"/Q4vO1N5NloEe/OeGQh4L4TXGl7fjqYibWl7rDp73WZBFgu7diMljukVlpUJOX0mMlDYOJkBbPduyi07",
-	"e3dxyQ5uDw/87hx8ytLPB3SN5TcCA5u5mhgM6I+mhbwxTTfCdXhbAuf9WtlpzFNXzRTaKhs86eRq0p5C",
-	"36jJSzfjui3y7MX3q+xOh9VvQfK0VU3R+KzFPp8LA1mXn7ZbnNUFCYZMqwS65JE0yyNmnfE+Vs4KALvA",
-	"bUwLfbPyfuv5FaSDvxK5iOcvpO6X2GuEEFKoBBBaMLq8lSaw4rDFJzVO8kRazB5ecgvcx3n3cZ5pYZqj",
-	"mxluhc8f4WyaWbY74x+v+ESUIYc/o+OzfcCTEjQeJWy9skpaGKFvQ5rAWh0eKicq15cyfVV30oVET+9c",
-	"zYvcLTalikfDos0ZCi0HuS1rEzaknEEiS1lW4Bdxoz+wJKe4iCaSbs3/KuS5OVt1/Tv5RzdO+7y+yUsT",
-	"r9F1S1F9J5tqCpCg4ACMKMBVSIrEbY5o4cC1w9b4Vt723UIk/+IEIOOouaNKn5mRUzyctdQH++tGLNiU",
-	"myl5eFCxg9AFxmGCxeaToMi6IppKwAuTSSojAX0SrkGNssuOGfjKMM+IzWBGwcIgTxPjlkGylY8I+yQp",
-	"ItdVwU1sJs5znVIfMqcgcu14U8J4CEMyUziL0rBB59nz6aBT4VZjpT2/Wj27Qmc8z/7hVq9WsBBd/ZdK",
-	"VrKNTMgy4jMBq45iTcCbo6cNfFmGsnx+PT69PH37+uqnd+dXL49f/nyyBzLO7RklHMYtltumuqUzjinG",
-	"kDQsFn02mnIJQW5nyYFYLYyjZJWnQnuhtZmI/QOjlDvN8vS8kOeOM8TSA0buAmCfoDb6cgDKxRr7ZI+I",
-	"6jZqzvWqjdJ9QLZYNdPAsmvhKMswq7oN/hIy0SJBfPea4AZJxUfIWrBU5FamjWRyktOVDQkjjQlk2yUJ",
-	"2ViFUVBWYAJaSJ9IhVOmKJcvYswgwAlx+6TMl4tOOx7EDxamNy4rO4Iz9G8VJauKc387E+1e8cvV/YSM",
-	"Lp+aVK5JSLJcilQ3uPO9LhCi+JAJC/FPCIFsDuFTfWOT3PAcaLTYUnIck+fd8VlgXp6DKYnMa6ry1BFt",
-	"rpx5RwmKQBOFhB+NW49qPn4hfViXXP7Sx7hhUMwFII/gSEAuF9eCTZQUe6vHvyGN9+XJG4ZLxcTHuRYG",
-	"SjGdxGNQoeyz3fCPbsWJeMQ4GylpLJe2Ih5SMc/VYtBxb+DfHbIPsSgFOVNtp3/4PrLTfh3XnDu/wnzd",
-	"+h46Vn3Yc//XwCOM1dyKyaImnzp/L0ThaHwpPx2+HvYxZwqXCfKBIM8J03f+/f3J+5NXCeVSZZSJ5USQ",
-	"l/ykRSTuP2B0u9W3hZamy4YjLkciv8rk1VyridsQKluR4g4eSim2IP5BBuapMCAxpRuHJEN4hicZyg7l",
-	"Rkk2HJV0PkwgGY9ij+UEpLgTxja9KpQFHP/47vyyVEaS6PDVPGi/qKvvWH6Jz918kFFRD2Sy4TT/RUSs",
-	"vCnIbdOQqIVnEikq8asMe9k+pFpO4CJXNqbINxlvDTVQupCwJU7d3DGsstC421ORQ0TMrckRJq7h9SCe",
-	"y98h0au6NejGdF9HQ9czHpHTgdcRF7sRC/A5ue8p045UafdL/PS5MxPdg8uQjnjY6zHKq4Owdp5JsW1s",
-	"e/NG0BPW8Bt3RQt5Tdl2gT47SSC08nXL520g3DcinaAptcLOt7Al6wdhk8MXxt4wL1jGNYHFZTnjyWDH",
-	"MFwNn04t9I5pVju309PmOR9F8xLCg+CKQES7h05KAZU1kGdjTCKTo+baA3pDq9QN6q3IQpzSijOBjBhy",
-	"KLR39Nwn/q7m8yhVH4dJOl7npkOCwhm5QR/Bqa9VNeI2FTCSrckAfgX9tsU5c1vTQKROpGdy22BEox8t",
-	"4n46+feEvT1J2Mn/Or24vEjY23eXV/7z68uEvT5J2JvLhL05YbuymAmdjYA1nr6Nu6d4XsQNFcwl2SYi",
-	"H5WTat60VpWw+3Ya7yXWDeD9ZV5SNuMTkTCuJ7cYd4Avdgw6F+Yq82FNMZvbxR5W7ZZaZcRu3Toj4cEJ",
-	"AjDlFrFBuCy6rnC0wYxvFxZbPifevpcsk8Cqhk7iDxnmtTv7cZIZK7RI2dAb70NmxWyeY+XCRz6y+QI0",
-	"cEoTWl1Zbx0vORnmOEsC9RDaaX5kbArU6WH/VqobqnU+zljYyLbdVX9F+na8ikhw3S0eH8HHLQMYQsv7",
-	"zsU4nsQcNsycWgRB2DKQFxwy5Ug+pNewjzy2c6ublKViNlfWydx4KWZ44I5hp+XF+39x+qCzvABqx52e",
-	"Pm2cn2zFA3mA3seqXBpIMBkyy3avFwAohD/soZsTIpdcmjtwwKEbklssJRnSEEMG69Vlx8y9nIabBlKL",
-	"ueA2I58j13lGP2EhaRiVE1gLPCrN0u5Atsln/2+yjpD1PavcoxZ4/bAwfJxJ0G/NvX/iGrnPLtA+urTd",
-	"32Oe5Ybx3Hspltl6Ofky6ou1CLNM+r83yLxmixBm7iFj7secT+qsdTjSSg5BjA2xTp3nw9VjPHK8oJhf",
-	"3WUyxY1dkqZQ1TfLjHG2OniBpGIeuUZDATPAEJFb0cd6F/DtQhVygsqchPN+xMiVAdNcCET+qBydF9FK",
-	"EB1T3n/KbsX+OHOWo7uA7Q46fzh4wf6A/z/o7CE38zcpzXb/51QVOl8k7H+mPIN/74S4gQ8zJe0UPrlZ",
-	"5Yt2NSp+ZWM6ZYhROEZrWS64MxqNm+cPPTPo7B1RzaRbKZ5nEylSZhXwgfcy+8jEXI2mbdbnb5m1sbjW",
-	"CSR3ZTPhnTPFHB+QGTYrRlPifruDziFMKCnjGqnIuaMl7x/DjKE2k4mzuWPIJ6alAI/k8+/ZaMo1HznD",
-	"M2FGeaaKPsodqhgao3FbTcqmTOzd3/bLnOznzz/77/f+9V8eM03nXtwVK4pjoaWITZLNxD+UFNESttPj",
-	"t8fsH8CglPaHenfQOSncMT74Ueg8k0BL/mC9v3y5CuQRKwm8JzOPxADCUM287VLdCHnPZKx7BHo9ES4f",
-	"4Fkmw6o049k0uH38r5hB716IzfgCyy9D4FFptCASOjl0U2uXEMJgLUmZSG6Ryjea3OfumoYtg/vXbJfO",
-	"JhOh77lhADlHSuGWOzDO8igrO2Z0YiAysBwSGMIjh2z3E3gbszRhc77IFU8/71GgAK7o0rddPlOFtAGM",
-	"oNfz++e3DTEFyyBru+hAW973olfhfW2425+WuNtabtkEaFJysiYTdPMbRjNmdkwZlIEM73WbVJavg690",
-	"0OmzQae+O1k66HyOpnE/ItMqqXQDAwO0Rg9fFslDiQcXPVCDxZMUFCSpAAYMczaQ2lFPgRVkMw6OMQ+c",
-	"QMhuSI3gtoCVdY9EzCNwfsHas1RBguQ4QyzMqunWBI3VlP+0Mu2G6hW4ZrNDwl8YXd2PmXE218ONgVbs",
-	"lVIYnkaN/4ln+mLKEf1lize4E9lkatcKnR3DjBs5YYfdrpsw2/UC/7BNtJ4eEZ21U6FPPBXXZwbqdYyj",
-	"AU7LnDtDXJLOSphV7FqlCzrkzsjsGivm5rfDD130xUVJaSaMaeXbwgmVN0RfSGmn+W5pP/3EZT3FCuq3",
-	"byHFOc+MZTdS3cmAUkIa9W4mjRUcAGmHPq9+uNcH+wbGmpMTISkL7zATw3srdswRlJXUs10SGKHMqvHD",
-	"dNmyoTfWauYNPUfAwy47CWUeE2HRYY5+kTUlN0NuhptLbrAkhBuUnMTvcZYeIIj4jhcKMDDG+iCcD5ex",
-	"zCTgu8GqP/Amu1/cieUjC+TVZZUEngCapUUFI8gs4Yaw3d8+4J5JRYt+N81G04Z0tZNXe0chKugBagia",
-	"0ngWDGtKOxSIA7PlCA56iKsAKzzlpsxYo3i3upOUKRHwqAicahmzSgtMHvDA1PBslPRpBrLDZ6Z0GQYt",
-	"dgzzu3R+cvbm9OXxBcsMO4z4q009k+D08uSXTkygR6mjRhhQKoo4lhEaqbjhQqVXnMKtT6haIZook3CE",
-	"HjWSvK+uRisQyMGE5jqoVChG7SWOj2IkI2EDyMHp4s2QSUhkiYqWgdUvPUVhzxDezecYSD5zz2xI9w0i",
-	"KpKI5FgMwmMk8SlWTYhIdMHRsVu7PBcxdwSNiLY/nLxxFQsJ4+LHFxenr9+evErYj+9P37w6ffvaUSph",
-	"CpX5FOjtB0wdz5+qaUEhu8VNPiSQ96FMC7I0qCYfgp4QXGFvlS1zRgPW+lK6RkTErfD+UB+5fdBoau28",
-	"jBeRNHPnDCEAHauBw2cMVG6bUgK75Xz28eOeP5wmKV/GgxmDWCzRi75/zv6S/bjnOTKR7NBdNCwLJmrV",
-	"e4AZy9mLjx+RfVjNpYGyGqxrh/xY4ClwYomdHVXYLL0IErAHtgqYPUuYLyqNhx0Jl/xhkayZsFNV9490",
-	"Xp9cRqPL1TWPBdwaUSqSTqEbgIGujcoLS3uuNPxr2PvzN5uzZN2YMa3jZ8G1vRbcnot5vohBXcQCtgEs",
-	"lODOrFa5OxhSsDsubZkAVfUfPBSvA6ay6R2odKm5oG/1BPHqy2AxI4bskypEWFniH15oObTU8iW3TTyI",
-	"1VA2l9UvE1OqeSajSQuX1dqmzGnqhYU4UqruZJ+SO6SCVDm3LAzTkHeNzUY3tQykaonTyoSWSoS353Bl",
-	"NXLJ585UiqqmUzBpA/sYHMdNo8LQ9UFzZPEYNed6YhKnRQBGmCr0yIlXqVJxZUQuRpZA2KzKKVHYJKRN",
-	"QAnGSFzxEehgkFYFjo25W8HdJRCX6pO77F1FQ7TVHAAn3YSeZRK98WQ5sN2DVNweVH7Zz9VkL2BQ4rJD",
-	"pmwFH8MqUgqqjmzHyR8jP6CCWPANJBWgNwtWvgHrtLKhDy7mQjLZkqbP6b6wN38vuLSZ9ebnJxLips8+",
-	"jeZFnw06L3q92aCTsJmYKb1w3xy+zgadz59XNxB0lQeXqeEEHjJKbNylgxIfpjxfNZLaxpM7HlPNvM/H",
-	"fKsuyq4VZ1qMha599VadYDVMNF2zOZXJzRTJyD/p5O8FzzvkIDLR4co3vCLshpaCoymv6fNGMdA61eZN",
-	"diu8cL+fX6sdVNf60ub7O7nWVteHIujt3ijllkcyIJC/8tBgiyL27P3lT/t/Cnrq2/dvVuJaz//04o/f",
-	"RzMSteCzKjUtg3e1KMiAIRKc9LpF2PZQjcJNj1twvvQC9JjYzN82hClevb3Yz/m1yPfz7EYQJjPYct9/",
-	"VwlYOOFH4Yj9Dwl6wjBrJmVCgs1NRnEuLPm302yCNnFl/77/bjkctCkO8v3hpihvPXzbBHXq8xdSjI6n",
-	"CuCHs1zUk5D8ZaDT2SzPQzXD7qWYzZXm+Y5hFFhmc/fMTJi9Phuam2w+ZJlN2I0Qc0w4GV4X47HQV0qK",
-	"IeYm5Hn5Lc/z4R7W73FtQ5cqKpTw5XOhlGLX10OAZTfEYADdKhd3fMF2hzzP1R0OXE2pd3PrJJ1yNuUf",
-	"PM/LigcYuZN0wjBRHgyB7235gLf5VkkwaFdD96RhAtgPspogBpsllWWT7FYQwi94jJajU5thQ5sCdo1e",
-	"MIwNBscqevWGVIO0jJYzdNrry5M3cUy5qwqo3NU6VLnyTLdKJoBvqmY1jVTZf/9FgI/x9ycd6KH0oRV+",
-	"b4yxVLMgGkkCm0JFMktDGJFdL4j5UDgRNPJAGpk13imSMjeHaKjwzKfoR2Iq7idKWHWnXZfdeqoHBSum",
-	"OkmnWsF7fnLx7v35y5OLpe+hsreTeADuTlKic3eSzk/Hp2/gA9UmdZJOaF7SSTrv3168/Pnk1fs3xz++",
-	"cYP8+u78LyfnV+EuhGZ2Y/7l9OysoUVDpVPWksBZj4o446NpJsW+FjyFLyoAiZQhd4Vl5FLZq7EqZJoA",
-	"MnuejeJuzlRYnuVxkDStlW4v/CqxqYjtk0GVX4N9UjbuiHhHMpuLNbr36lq9Pz9loO0KifYG1MZhfM6t",
-	"+jIdNkVC3a/++WGOBFwZPVEY/rsQ4FAwW3cDstidZqOT5PJNXPs9K67zzEwhBn4/NTbWvAubOIacYJal",
-	"bBcg+sVHy65R2QuO40geXrPW8B+Dwcde78MfgJWWCbUY/4GykKbsiGgSM1bc8flcSJHSmcASL0olPvKR",
-	"csNMce1uvQZLdEXZaZV+hPkP27FOmGKYhDvETpUe1jIqhkfBW/HsxffeX7FqZy4XaHxopgiRAk08DkYN",
-	"9SyKNph4R74pn5FQ5uRUgIUgP+KOGzb3s0souQLBJ9zWG5bJUV6kImW7ktCrHPuXSlNGReskrXpKSIwz",
-	"xXEnm+zflhu/6l6I5kFTHoepLA2lcSResm6D2xfzmmLajJ82TaS2jxuBac4KMy3TdO7DWe6t7bXJvyuT",
-	"pVpRBKrBm/P2tk+7j2cvwTixZT3nVoR2rQ8/mbkfahsQi1gC36FJ2OHM6VqH06jS8OCufLQyvh3tHFTb",
-	"yjtvbLsXli6OlPRInTiTjuZWXJXexXZ5S2FbN53P6uhr3/J+hy4QxBLPwb4PjlHPhc5USo4DhDjoIVTA",
-	"dTG6EXbHsBGf81FmF9gDTYypcecqjc2b4JrwIX22gaw+r1uA90ZsG0Sh7hYhvaaavAEohYiHy5nbBYp2",
-	"1yuaQgJRRlW/6WNiYpxeniBeLSTF9Cvw3JiZQltQyUwpE18DisIOlh3hpQ9LfG1eht2z99jsxl2yj/R6",
-	"8MmN83kvzh9kZuveg8OG7QmpV7gjG7E22lq351TciN2W7+nUTVPAlViFDXcm6fvzN36dQjzx+OyUFM+p",
-	"tfP+wcHhsz92e91e97D/Q693uFKSERN84NR7YCijKaU+4rCoRHPW8rRwoROMuVra3udJE+JBiDNTq8QA",
-	"O+a3+tnzbRCMaEviWz5X2gLK5pYbPfWhdLgvz9+NO/3fNmB7L0XfP39IGjCxIKgZnpBQwwvs7pVCAwz0",
-	"ZUKlJyLewHkHv2AdpxWHI7TVMCRBrvaZhkbQIiWHJHBxN+gOZhQaDwFk7kDVJvw4DUikO5i90C2xUNvL",
-	"uzqA7cPSdenRG/a3CT0V3+WeM6dBIxZCPB2EOm6U+6BkvsBulVrM80W/Cpj6ZZNG/DrEl/F+AdyXXg9Q",
-	"4zHQz/WCsgSFTrChmO9RTGWbjq9HqhjnxdUMINwjVaFn7x1Zws8jpUEg9Ho99mdMsFUa6z2bA2u9aGAN",
-	"4sdX1wsbs1l/gV/dY+GCrcf/HF9jZ8TdT+w4reRqE2KpYlrsO4sYojeVluWpupMYD0PFYblYpgQ8Xc5S",
-	"3VxDGX1VKm4KcGrpDDDKAbNeA4A5T+EDkkrUHXqOJQ7tWO95IS+K2YyDNR9Hj9kCxHzkYWZXMjwIkm8N",
-	"tmCADwN+Xc2XNQm2gBTzhHKeIYsGk/fa4e1UQBxj8Pxfqo6cWoCKaGUB/eikVibZWOmR6PvkKSA0X8sK",
-	"4C+c+hC26d/knp6E3VzlYx+QapakQbS/wkhhQZeKYaWTbwlAsdguJYoT8gAE/obgbopVY+NV69paQQKv",
-	"L7Wg63108AhxDYKJEQALyhRpvKNMTyV4gyU0hzh4zraw4FRktOHcNbCA2j6YtWI57i/021IpTUk8YOd2",
-	"KF1LNPEgQVnIe+CPO6LD+r4SSNV4/PEk9NGl1qoWd99A5buQKWgED/f7rcMsPy9k8AZHMUiuwA1pmFZ3",
-	"ON+UW+4PEPro98GBEuouuQyuSyd41uHGrjYL2hbw/l4+a0pm2cphu6Z9UOvJru1k0oALhu0/0q30wOWt",
-	"BBuUoqQQQU1CT6gy6Nmia0ljsxIKjsHCbnQfnxfyqd10W9YVlgrEPcsHzwt5FpqUbwBDZrxSG+YMvPFW",
-	"JyROJxEkswDw2zBhwoPeFkQKVBnCAl2deHlKWnnqy/PQ5vIWUgkvXe1qFiPb5nWJk+c9q1XvTVEX2US2",
-	"7/vbpIxRvZrTtMirJhU6HYUV2iB4EVS4zPiCXYsKGsLw0+dhNEGjcmQiKQuh9CeOLlVWnq9gjd55+Qdt",
-	"e6e8dsmj9cRNxdxO46icqRDzIJQl5h97cHD3Vam1aVVMUA8DL58/01TULaTdMex/sMOybOiwCS14bV+6",
-	"dNuWIVAa3xS4DyFWEtCxKvegkjQ0PtzYlATLVFMRGBypHwAi67Ma2K7f5h3DrM0TJpz6S4CQvmyaUifo",
-	"xzIpABqCg6/RVBurE9C1O1MJbVrJaXczyyaQLYgYZH6fsPIBKO9GzG177MzmIFqQBBsYBIkMCJZA8uUV",
-	"liI2QxKAiV/DhAbRvnSQ2MCdyXTQ6bNnEFBAbFK3IocAv/kYwKhrVBmffNngsfCpmeB2WCK7eM8Hn/MZ",
-	"JbrqmI6YspkIa5UZT8ft9rSCi7D6EH9SWs97+7jo9jAZf8XODzG0jIjYI7+579u/TYj1orKpS/WGBboA",
-	"y89XPM/3Qr5ODJaMsIpL1hrSY61y3IPt1pJcI3r/CvrZo8gGj1e2Fi5sDYrXKjwC4K9dtQNrA/9b6PIA",
-	"naQRkQ26VgV0XUn9Wexoul/MGY7Zsq1lI9cC5dvZe4Bs1mDJio+WvVjKwTZsVyLWoeO/CJ+1F/dfrz97",
-	"Sz6tr4T6teo80WLkhGpzxk6F++TcEnS+SRgCzxPm+LIi0EqL9IcuBW9LJBRxk83nIr2qrFVbuiJ/RC0F",
-	"ftGSiKq4Z1+F67VBNAuUUJLSCtsIG79C//VtbzrHqzuQlOzwfvz1eE1THQIdLBPqNLgusV9mCPhRa29y",
-	"tgZtls9EyoaY6u4pFtPd9/HL95cvUXpywxaLxWI2S1M7nc5mxvzD58UXMhfGRCiHuYWAsG5QlsETzgQU",
-	"ga1aiqVQDwznQQxj2WW8NPy6JX9ib4SfSnvjMcjatm+5/v1SCqjEsZofqAguK2f3T/+qjbSu9dDFXIyw",
-	"9OwesbQ1YTTIvrEBhYSwbpbQRbqdrYpR8LYdA+evzw73V+uxKsUkScmqK7VYoQKr1TLCS0aXrU2rplUf",
-	"sG8DVmLAHNXAlsCjXQIoER4JTb0EjoqXWEd2YiryvCxy53pym/g+bSlLMy0AQsnXFnK6oYrmRNXYe9u1",
-	"uPauZ0eyqogYGm+UnFT74gCvVGOqdMG7GzrcHfZmgEsjQxfsOTdEYewvp2/enLwKOD2wqKHEJO714KOp",
-	"aNXu0cftKgXqG5ccf05YiCcfXGfywEzZ/ig+m3qLq7WMzYp5tSMW3k3NFWJtcxCJApKgWOXKI6jAg160",
-	"U5Wn23Rt8Z0colX8hDvQYphKkwO4MzCvzU0JzwBUgoPExkPDrJoIiDxCS3TAuGYTLid7cNQQ6CAPzc4o",
-	"+AIdkwhGEgjSZNd5JuONd8Ht5e64iikXr45fs5lKBSStHJURKwheo8GLjX8xOSDStGjj8fKnYl3g2D2u",
-	"z6a+f2RogEXd3bwqA24cJckRjbBLsVP3Xc9U+kriUOOKPzTu33ooKsNY6StBIHZrC6QI6+5z0plau9HO",
-	"CfBIzhgdr/G9Babse/4TSH8l4SOzjKjBLWOodmO7jgcRzCWBqO112ZDnd3xhhm4cbt0woa6my945sr3L",
-	"jGiADgUKWimw9FGohl99z1H84UYsCO0Vco4L2cWpeaRCGOO6yPIUh2V//jMbUN3eoNNl2Mp6GUcOy/Hi",
-	"WF/SdzmuLzGai8jyS9gysxMg7iDCT3BwI0EAatF6VGziOs7cp0Y4tvZmohXzUzfpaD+wLM+vJrqhj1GQ",
-	"45VzV2kLSN15wBd/LeydEJJdnL6+PDnHZOWL09dOfDUcwBem1tf1sGei6112JvOVr9DsZ6VVHvQea6Nv",
-	"HLEhsZQhHfuhn90QktOqXCCoEkqKIzbk87lWtzwfVhmGZPi18OEUd9iPqu02QtWOx8Or/gj526UrGvNK",
-	"0Dod4qEbIs3BpWUlLaIuAbwjsOS9JOioSOljlefqzpRwfDsNKxzggzaR0hJSke+bKKARrQdarG1WrzHZ",
-	"N5irjsbupsqIAEkkPrqXkEru/0NoxSAxxj0iZbs9yvluCJdUpzPXwilTQar47PJeyznlytgyHkCwV0oz",
-	"GlekzGfsFNWZrZ2bWRgrZgGSck33N0cmzlpiAb5yl9LsJ5rP2IjLYAwkAZfLacD+p2vH1VKR1EGTHImB",
-	"agpgcXv+XStLnEkCtvKU7wySieP5kb2ubMhR0FoDHqrjsheVntFOh/iFf7yARfiJ3uvkI3VkZa8Idq8K",
-	"0aB3DNv9bs2K1iA+W5Iecn/iDWWdB6LOCFPpF4tvEEw/0MLwNq4Fc8yzhqEccaXWp/BeZn8vhE+nrppM",
-	"b3mDyqFk9GB13JerXNB9O0RSoUv3UBUMASK/GwFHsOSGtLnhZ5GS6evOxN1U5YLSxR0f+KvI+Y4BB5Ma",
-	"j2GNwF1WPqpMLR8pOc4mhRYpQ3ACJybpafGXpjb4Kwv4tpouhfiZlbIdSCQ1vtlGHez23fvLJbTbUqeo",
-	"+F/ZL9mPZLTJFPRwr35vaTFWUNlbparWfM4fVkP2tTSRHeNfvgrYGYAWutid0Em7Bl8hIBhjK/ndir1e",
-	"xk4dSxiC7TcE4BP4ROKV+PRw2QAE6Tl01vsw2OJHbOgU2CEzJRlSlmMm6bcjwARFBlU+I3wBT0nVyPNf",
-	"lc64TAKGOhXUkCUy5U4Og7Au5ZoftPoNx4KiM5VWIfIiw1aIl8LGeWGs0EdsKJVyb4a+VKmCQuRIx2OG",
-	"lkUsmWUSvpGq9EKwCzJvgNxIvfCmFb8RYPHFQ7I6UzqzS42EIRTFRza7XW0nPNcqLUYYYZegqgdZtpew",
-	"yp1LDERpqjjZ9TL1Ohd7bWogl3DdQtVY9dBi3omlGq/xaiFd8CihznV28hYQbDFROPQkGmshuoxKxRBd",
-	"xn3tEWUkcCrIbJdlgTkMi0uBu9g+ebRabVirY/lTpKsH6aPry9xKNaQumMTHOQdrXlpVqXpraiF6vzIt",
-	"lLeZnDS7uH4OJgCu24xjk1o3oWtBm1U1x9GcNKwGg9LKHFeaDTrum1LPdpsU96CLkRb2alvTfKmlUtQM",
-	"A7gsIW9JPyWWS3k9RDdaQCtt35TYTJ3KPej84Q/QqgpONXn1cjUxdBNxN7ZbKeTMsBYIF3ERhjgqYcND",
-	"7WBwMvpFBjh433VxFepuk9PSOyvDeFDtip0stAlqptcPPN7Cen9mVR30lBA8l6WpEjq8rmhT8QhgO2la",
-	"iwW2kKbBMCszsXdCthFMFtMk0PFJkPil0VaLn+lC1kJn7hG1L6DKg4JmR+wWkzRKSxiDRhAqriNGexbV",
-	"urJ12aO6ZZog6URlf238L3kYsd37SCtjKKTt+O1GqHHslP90xdEouxBD3zcJGnTS6/1ZNnHSCYM0m0uf",
-	"w1uvMdLCenDIrALS8G+4dX1y2WEeH9u0oejL2bI82WyBhrZNT4DMVroBbIHuTy1Q0mIEvunVAFub0Npy",
-	"DxH3pMS9a2zpLi/fbEn/P1dcXrWcxRsxtxUjMavUbBCwWYQrPnPSDOTaH5/1poNONecDOiaavT6aTFcE",
-	"jU7qZumBhQRrvMTb3+4SqJ90ui9OssSFv+MLf71jkVifArdQKVNIqVV3kmHLxcz4lqTMg7chSFg8+7IM",
-	"TC3nXrLdsoHF5cnby9N3b6+Of7o8Ob/6wx5wipwvhDZ9IjUNTQy4ZYYv3KhUosivVWErHNnXaKVilKXC",
-	"HOErQFQkVcIk1eQ+yNhkxxU2HUvxjIQfl1ZsqTr+u2cRKq/tSvsbaKc33xCLJVxS0/MW8LJryxrxhpgN",
-	"S+9ztQxGXFE3qaVtY1ZK+bs3VamqlJTva+GOmNP/4+os8PT4ozNqnbwsMnyMxTdSwYYx1JEBHhoc8A39",
-	"PBq8mtv4G1v7/yKuI2WvkLu0T3dZzRGO2It+fuv2U4uyw2XUa1Cyo9BpArXRfuhHBEgwIxAvVi8Avwvg",
-	"BhOCZPQBkgbaIMvZsTJbdi6FJknR2OW27QKSTn0byuVYCcUuuWBN5gz5QEaQ2aMFz/MFNMzd1cIIj5xf",
-	"RvOhkaQwpRKEVbBSMZyHH7/BoEPP81UUemy5DgsOi1+R5fMbIYE4qTfSdbIePrpc45W1PNWZ8W4mp9oe",
-	"hWrBa26cegsV/BjSkMVM6GxUaY/jC8bfv704O3l5+tMpomeiI6CTdLyquRmnE9MpIlCcy1CdXo91zzk/",
-	"Ofnl7LIBnhM8Do8DynWfjqgNiHTN+VuVVqjtnZla3KqbLd+mfSvTpGP9IkbyT8C8P/I+c1hXMJegCBqM",
-	"4267AsVqi9TKQmwsSYQdjqcBoteqtahFWtmUt0eDRqdSliA8ArlV+7mu6di6VXHLhk6kmzMknroVaCXz",
-	"d9O+42I/cQKoh/hsT0REAxvJyA+85t22bU1fX4P7JeHHNv09pD8/rFH+JdgRIk8hADSacjkRR95Q8S22",
-	"R7mztCqt84MBE0wmplUh0zYt9dv2t9+q3Xz7pvCbrvxmaiSqFQFP1r98haYwPTBiIJVQbY9TMXq//lFH",
-	"LLOMWusZSJ5yX0BbLaRJX47ru0vFld+qKdHEdNtWvkYbmEEahNI+IDxWusxNGGHAVxF8CWqq/aD4Zin7",
-	"z//9f0Af7jKAwPItGGbVVmIrb1qGdkJWI4WZfYsqVo0uA3+FkB+4nFE9v86XfDPBv1R60Qn3zzA+4Zkk",
-	"LxeHaWRp1JM+1kJc3S/CArcGNLyINRtX5B4D4s8tUDB2tkKJdTcG0LJ7depf1RFyPhJue65gByMh/goh",
-	"hGBSRrWbu0sEsde+fPOB+IVr2tTV58/z7Fb0S6w3n6tfSfpwtq/mI9FlhaRGknCPyXKnNwQyhosw7X8h",
-	"bNkcIRU8pRSwWqaMe7IUxrgRTOlghDZw7huswqvdBa77vS4M2a8/4Qial9KZx4AwT/dp/pVi7cOpm0uI",
-	"FvuDyT1mDR3ALjsOJx4wxYQ/gCL1fVjxgVWTD1azk3SqCwWBbZ6ummNJ5+O+u3H/lmvIiXMjoBwAu/SY",
-	"Bqt89b4+buWXV/CIZuPk1GMiupfQK0ZJPyDeYWybXTu1AnNTAq/0fYwdXwoEYxJG2IbAs3I1YZBRmxrM",
-	"sx5xrbe0ebzM8/Qc+ErpKwhirCJTlorUVtnBh0a5G9eaCZWyta5LMnyTquuHbZqO0xN+Cd0yfKrEhRXz",
-	"HxdQ+FLSW+3LV8evozZ/VffYTmXeBqqcAoNN5gW6aRBr8Nnh8z8+/9N33z//41LnsBBKXG6QsDVKbg3s",
-	"bcvOWO1rQJbqP8Y8046hXd03Osh2IQBIaVFW8Nle33NjznwKDbvmMk3KxsU+JwUC+z6zmboTULyvDIUg",
-	"Ui1UN0IPI3+9dzC0DDcSebZReYGU12XJXVbjJe4SCkxRa3nvaS2T0/vLTbyRRVPeclZBLFwJfYfUA/+T",
-	"upN+2PY56mXRXi2X5vvn6xLrIiFF3HRMxZhkt8IcLTd3ohDdmo75tELYqchxYEdlWvDUNPeEav2mrRsK",
-	"uP1pXxPq+FXEb7dV5gdmeAK8i0//8N62pkyP6XKiB4Xe7pnnYW3etqNNvaefW6t1TOuS0jseq61JrUHF",
-	"ffxj29HKw7tN1KRJO/xsf0P9fSvuMwLe3OBFW96CJ3aneUa1nY5Ro5E22gY+Yt37VrBX2ldX33uTPsTa",
-	"/hgxKpx4u3BvSnAsguuY0XUsIaUNNdXdEZ8byyX9iRsMaaA+pH/86pfTt1eX7/5y8rZLxdkzcEzg8GEy",
-	"ULv2+TO4uMZqDe7UiJ2fXFzCHNSYvcTnJ1Wp5BjJ39Q1U3o0FUHhJpTsgQSY7C47B2GsnYGj5phIt5rE",
-	"1WXQegwuHEg+h+RMN9wBdf36H38zzrA5/+kl++H5iz/u+QIi6qw2HKlUDLsDOZAnIFywz62bDyoOw+PC",
-	"TpXO/gFf9tmPsCwMpQYsqhcbbPhxn1Z7X6tcDAcS6yuBmULGvawMD/nDfTZEoOQh2wWxtJewIWIo+2/c",
-	"yw4k+kBRQ+nTNlLjycSXVSZU6JT4Iib4wnJt3aiA0DwcyN0SNTqhJt83QuKDQfceEv58JW2a53k/+FiS",
-	"gazg2qN5k0BG5F6XvVUUGC7kjVR30l0A8Sb3NQbF6IksMwP5vHcIKcHwhQ9Ch/V63vuu/JWowCpy73qd",
-	"DDQBN9JzKuGidJOqaocVpmVPSlnbrCkA7gzZjOsbM5AVy16rwoJTjLI2Kw3zfc5mWUzkXWUzvoAV6w5k",
-	"6CMHOOpwDo/PTitnvd/pdQ+7PWqwLPk86/Q733V73e+wI+UUTvrB7eEBbDX8NRERJWAItt+fgaiu0AeN",
-	"Nv0QDHHySgIyPTQr1cJp8lkuNJvwW8GKOVNyINHghw6IV78c/6+r48vLk1/OLi+8y7DsHtWvqAFYN8wX",
-	"2IF1ICF5TqZA4iXRK42eQ7fFON2hRyfHOVEOLsHJ4/KF83KaOlUnM/YYF4KEF2AbQgpp5pbh74XQC28r",
-	"94NBjPKhildOSRZlQyzChllevminzSbIJJJ6ZR8VcZupwgQJF5siCcrqHGsWRi/6/NhIvqtSOVCwj1/0",
-	"KgbmC+rN0NiT+vMH8LDNlTQoaZ71emT7WQK8qzLav1GWSvnctSlKbvtAcQBZsmwFuqWCowu7DMUvz/Hp",
-	"sUHDLEtMa8AuJ8jKDtJKLXPbqawGUdqBhYJXDSGA8gUj7B6P0wyygjZ1zieZ5L4BqeUT8EjRsfyQdOrM",
-	"v9P3CPhuRnCAyQsPbTwq57hO4a+F9UlcT7kJ+AjqXvY5Fn7zuMG4A8/vuwPYzVmWnnosm7EKkYNk5UGV",
-	"Ra1kpiyzaafKhQVaWfO74GRa4g6xuZeX+AU5fYUQ8yv7deDEGyh/9x426cyViXBubFCOio5V1KEF0M8T",
-	"9DOKWlVTmYv55t1r4NE//t+XJxd7/dLVTN7JKSLJGQtjpxr6jeBZAFEnNCZoTn0KdGiEUSfJY3BY0qu8",
-	"ceuA6qsw9keVLh6NKMtm7Z/rGrLVhfi8chqery7lBazfPZjGg0j8uELdZprNA64QQqSHCJqPCNbwSx+X",
-	"7KOkixraYxFvnTawhU6VYz0+XdDovs9QG9roPc3Dz+kpMZ55HkDZhqAYiXRIrR6scBKnVvQDPeTVvNop",
-	"6AtQrbv+h8eg8hDSYGPurDFI7I6Q+pMQt9f7Dz7Rp88HaAqag0/44fMB16NpdivSfXfEDj7pQn5u1JzP",
-	"BU/RSwa7gXey3WGwj89f/nz615Or9+dvhnsAXa0Fe3Xy5uTyZCChO154BrvTyrqj3S9zXc2UzwFp7/UJ",
-	"NdMLlycDiQ5MrOMMyezg34SkThN8bphV/6yHdSqJt5UGEsAyzFVF/QSkCf8i6Nidgu1DpcJ8QjmbA5mq",
-	"UQEOUwpoUutB5FOlszUpS2oRT5oSbQYSgMfryFg7xtuCl5X1BHe6M7+cVUgJowscw00Qyh36FITjKbvj",
-	"+Q26oFMnoqoAmwkzirzCFI0cSCztmCg2Us7WmUGgWbFxJtMuc5ZhaItelmGRe1MqO5B+sSCrOVzh5w7Y",
-	"/WNfSGt5lqPghHjfXsxOcVocDXkOCP1Pxp+wO0tcg6tQQPc+3OJF77t7c4uQqoGFLjHyL1vSlfU3zkj3",
-	"MeYK8/Do+Y069rb6HvVsh05SGy59hZjKLa48LyTG+z5swaoCxBu+dsSvFvCMnCG/Y6hptumyY8tyQQkz",
-	"9C2V7ef5n51gHLKx0gOJBxmTbZZafFarIQkCxcnVPsCNBj4HrhrOnvd6vq2+e8QQ3UcGUF0qzyQHG06o",
-	"y04kVpqCg85TBSmmyNUyiTXpCIFwmPR6PQpy+RiU1VwaZJPJQFYyMEjfOMK6LveC1wKSNHRmrZBsJrgk",
-	"fcuwXIwtNUMcyNCfqbDMTJW27EaIeZm9FTIdzoUR+hbOpnFG4wIYQaYHUt1JaCpvAZS1kFFWAL2EBGD0",
-	"0Up0tiVWuJl80G3oEK5HIOF211LIqd3FLzFG8CNWtaw6Q/CFWSuiO0JikSqQb0YAdNeCOWpq8prwPI97",
-	"OihovdJn7CldGrAsoWdUhBuf3GYjey/DpMZUYZjawlJpJyS+GZEDVpX1+N0EzQsH6UYsPLYmpchV2Svy",
-	"oBh/pXZ+UBwW0Z1O3Ng4AXQCZlBOyCTX2sNVOa51VOpD9enicRsSm3HyAeYypOMXsUbfZMb+U5+mlk7C",
-	"hzsFIVb9jXgFw44uNrsGhSSwoYedJmjnGErbMlFPBqlJxrr6ifJNLpguJUO70/QFtZWtVZCDTzdi8bmu",
-	"iKyVZItOG5fM/Vnfg3wyyCoRPNXqxSpXpMZWD2SKX0LpXD4GSLOA2OBeaio+soufj/efvfgeTHC0JRG6",
-	"hFPxpu8XCQxizu205A9YUVP3p1S5xdxZddrd9x+/9fZ/4PvjD5++f/75XyIpi1uRXD2NrMkVXk0he0ru",
-	"Uz7mjUiR20VNqhx+7UY4icmVpZ/7KHKXe/U0KkEoOdGiRcvbGaEeKycp/QLoLFn2Cbgr3bfU/afLjuFx",
-	"UjUMWIEF+MYsrG0ICJtVNjp1Lr26QU0tOSWSQb9zLfgsAW6f59U9oafseAyUTLIs9a54DK1Tk/WBfMON",
-	"3YeGmvunr9juFFYJjC/IrPXtucBjhPbQsA8Wxj5kQQ8BNYy6aeoFO3zBTJe9l4BSRDMd+IbOGQZXZ5mB",
-	"t1B3HrYF2ug44nGDue3F8C2HPFENkx8zLiFe3oe0LnBFcjbKM+ykxe1AUlNpwaMh11+dZXaCq70tDbhF",
-	"gltPX/3syWibm/4ddJkWiocVHy2SxD6u2VYOFOyL2nDkqx1OqeEGfLVjsEGqO03MDxLjDESBTnGBrSYB",
-	"tEp3jkhX+qwaqC1CpClIGw9Y2Kun94uc0aYwVrlW4EdAZzjSPiB6YJR9AaGs0NYkyOF+6ZILHWzAl+G+",
-	"fnnyZiChs7FfOBogOEMAS5CShOFA1JrdGQ91vddlx5INs3RY6ZCHzid32KqXOp2POvljHUBmKugmmOcE",
-	"h2THv20lucE9oARSIURqJUXsfJ3hRJAGnyaAUn2Er8dsFUZ59thTEOnms1Yu6L10xmfP7qsz0hxDW+Oj",
-	"QIsmcNs5bKcdAYkQkSWMWzXLRoAdEYS1f4fykJLIWqdRbi0ADz7Bv2vzCZbW/gn1qHa7XNvd+0ddl5tc",
-	"BrohiQusenmvANQIOVHLrfmyHubmM5GlCXOq+74wIz5H93hEnxcVPhLX6JcrmGeZDFW8D1PqfeO0KCE6",
-	"u/4cW2y1SNzyjQtb0h32KFpdwHcyX2DlA6I+AgIaATZSNYRTHfosV3dC74+4cTq+s3hMgt14UNtOuZkK",
-	"A3EMDxEIDu0m96T758o/p9NkT+1jN6APnw6T77+LmlRfMNPs2T9dpplvP77WmYQ5GA/zJLmnRDoBtkkf",
-	"+ybMrqbkDvRNYgBzaRYr/cIJcR4Tk0tkcrDBAE+RoFUrap7vsVz2mHFjoSVV0tppKmZzZZ0Zvf8XcFa0",
-	"J98PT6NPhXXZSpl68pjvce6IZhHWFWvggcktLSIQ/LPe4VPPiJzb93T+/fClFD+cZtnMkEuWSeikXNbR",
-	"zcWo1bm9hyYHEXEIgG6fo/WYFtwJRlzFzK3B0M1qiNZtoHdzCvB7o6kYQUZ/CTjJTXnVQMIFmL5xrdJF",
-	"H1bUAlIEt9iugswqJ1Mtgs0B4Gsm2VALU+TWDCnS6y1lt3HlQ9idKvIUIeJDHsHu855v4o4ImFicroQZ",
-	"QB8N0AZDzfyMJ+z5s2d0A3SiR2cKlx4PupAJe977gS6BGkEJeOQJ47lRzhivYOD5tYNMGvcoxIz2FmVm",
-	"QlgawvKZ7TKqOYGCBrg9M/78JuCeyjBJthIA7zMewNYG0mMo4E0G4TMhxI3ry170el12jI3/fYjOrQX3",
-	"OPCQAPNvF+/eJkwq2veE9ZxJjXk0Uy4xKA8zdDvG3r5/UzY3ZFwuICtqr5InQBvWZUN4DFASBso5AggG",
-	"RaqP5RVn7y4uA/qI02kHkkxuGCBmOpd02XliRm++Hqf/0b39OR6JGI995yxT+BmMUwTIrGdH7Bh0Yj5U",
-	"zyE+WcwBDBkoAnRrolGfUbH7MyRzuMdeF/mNN732npR/hhy/pjSa08hBCt1NyKHu7hAy5ZLKpXdDabRh",
-	"auxOrKmXViNIbabNf/6//5/39CLwIT7C/Y75ej79MRlIwI6H3kjk4KtHIbEPOCQSGssXXWBAUtkr3x4w",
-	"oWow8FIpKuSqprVBhW94leBGQ4xcEHBuBF/0PaW6KEjBO4KnQVHDFZXIUL6y7xXmfc9uPaBUPDOUcxMK",
-	"aagCzGeD0g0ZYpp02bFH+xlI9FvHen9obH6ehbx3zJC3KocSMC1m6lbADDKNuYDQpES5JfRuWhpxx7iT",
-	"kak0GzFzJ6Bpm7vbkP+bIy7STBjjjIJc8FthoCIwtNo7PjuFFqVlPqBszhDF8vxxSG407gaK1RD/twrQ",
-	"ttGvFJIwd1+fXGJKaSR/larWMwtwOdAvsnT/+zZRZSaje+aL3nd+zleF5Lc8ywMoeEUolZguPj+LaTEu",
-	"jA92YLYmTdJgi3r/IrhY2K6gMfnp6VMg1yXfEIBCJa/wyROnH5Q6SflTVaDypI7TELiHXkA0CDiGupNb",
-	"Mdh1GT0URB5xDRwJUowRZRYx9ipfmCHbhclBqNMOZAkEvOObDPhiK99CA2uuSm/6s56PBMD1pdpXOf3U",
-	"+wyfUkUbJlMbDl359UBmklRKEH1HLJInTVzTCJtgVjTqH1oVkykrzyJy8oNP+OHzv+LdfyZQdR/eO+w5",
-	"gbhftksmBWwguWFjbsJxD9dXLm7IIf56ucP3SxlectCG1QE3WhCIsK/LOe6V2Ap5ZsrrzH+RVOCS2WO1",
-	"7xcxB7d5lyZHEZRZemJ9ggIgGL7UwJ8yUHU8WidHUAOqBjgd7d45s+ZalApQ90vX5sC0QCE4KiOt1Dqv",
-	"VKycMW8WcjTVSqoCz50WOSDlPL1yvsJIm2vZ4dAPUc8SVYZAXCRIloig6JNm2VZSsLqggN5P5Mx0RjoB",
-	"KFD7xB0TAbw31J01YdPMWKUX0K1irxuvzSGjduj/pheD3DT3pknom1VCpPihmmUw/NsgIndKuerbOqM5",
-	"MIFkIfJPgyIpFa72hN8KRPjHHm8M2uaOB1Jz6aYIbqGKmR/KAsJbaTaEO4dN5TGjKgRNk2PZdyqorWE0",
-	"6MF2yx9IfclkpOhk73GjI8ulGtBOlPYRega96PWanvg7Sc3dwBFHGNL44iW31aI5HnhEUCK9UlFyBn86",
-	"fy9hmS0E8+ZLcRMfppIsse9vU0fZcinWajSBR/23UvPVlBpwZ48IkHXZS2e+gtZyQNhK/zSEH0mcrXTu",
-	"Ka2z0HRLyS77daqQSqbUm7VGO2aq7iQYvjWdrWy532XHHqbpmkrHq+1yIVk5k5OBhHxl2PNRZkpUXgNu",
-	"yqFU9oouvRorfVWOH1E6jnHfnvZQ0wS+iXMd1qxytI+WEKPh2dQ86wsfb9yO1b0HRRSy1Y9W6O4rHHct",
-	"4ND+k592jMmCYoRtx9gQX1ykw9/laT+H2f/3Yf82DjvuxuazvpkWvwIHAHvi4JP753MFWoc+ldBQG/C8",
-	"AnLS0yLVwGOgicr6mohlYzZe76Qm5qF+YOQxKULEpO6j0NoHBQOuiJlmAE9VA0diuwSAtQfOCHSziBTj",
-	"iP9VzLWkySmyg03GsxFHB1aCKDa9hsxgd8v6xGDvYejFkOU/NWPEMVnMroWm5x82PJ/XQKI2TOGw7RTI",
-	"K1fx50XakXqn3qLWGB3cW+Tf83n+3hW3d+SbYNScako2ZtdWmqfef1EvsOALoNsQQyxaE1Rp/hEaUwIu",
-	"rC9dYEM8ceiIwyM3hPyQ0bSQN2w35ZZj/oNjEwnGobnlUEIIF7oPe9T1YyhkOmTKN8z0z/Q9iikWiRL+",
-	"DmYsbdM64SHeErzhfpx8Q43gO+krluaY63VFq6vVXa34r8+GWdofEi7tHSXjD+Hq/hB9Tou5SNgQlnWI",
-	"HmhfE+bjfrCyasz+7eLdW8RGAogEDLEvlRNiYS9PPaBLvaYQ08ewhs/UMgCMsCyzewz6KpO/G3ZQijs3",
-	"CUNg+QuqGDxqrEv0qDFYmPjObz2BJvlUlKVANGYGwXr4C3CBPVEkUJto7EDS6jGgLJD1QH7DTwPM/R90",
-	"+mzQCU34GX4JSMuDzmeCnsGjDEdmlCsDWRvxAka/GS0k8DdUS/hguYsVr2UN7CorSTzoJFBHlWQcOcC3",
-	"SaWHV8Dq+jrVh48qZB+rOvV+zIkEzzcc442U0mDOEfRbCSfcZ6DCCWW72IU3QQxp9yH0j0gGstaZN2G1",
-	"xr17XhabhInciNLoo+/5dS6GRwO5mo9W4UyYY7qUkAZJvAM5rOW1DZEJV7pnCUi3YkOnxlw5FWG4JNwG",
-	"MlV3viobog1sl4RXn9hgadakGWRZeUfaXgmaFzwa13x04zgmNTruQjoyGNnVOWC1kVSNmSLnuD5PF4D3",
-	"D/gyhu66tBTS1r4VI/dBZQe0qoCiCeDqoV0Lh60+qnRPryab+o48FeFbQi/6EDTXAsLQX8BgRmSE3w0j",
-	"A7bCsVYm5NRWtFufExvE3MphK2biCc9aIS+yifxibqX1p62YiW/VowRzo5wXKMbA6WLZCXXEwHMTGktU",
-	"Gh9h7gshEyLXxra37HrBlPQtNv1AX+AY0ZN+N+cIAY/RZM6AEDG909yYJSqxinFAY2IZIcGhX3cgEaZo",
-	"SK8OCLAAIcktnEdM+kTFAu1G02UXeLET8Hwgw61wbn2XFMpuxtz5DYd9IMvTHhGu9Lj/Egfen5pv8sTT",
-	"RvgjTz2GMVZJaqMupIRifyBCbMic1AKYmWFnx+8vTl4hCfgs+GUk9sc84n7t1pfGX4SrtsYzxMSlNrYL",
-	"JBw9abKQf43NhddhWR6l+jqM5tg3VPlvTvIpN+bbLsD2a/qkRW7L/fpbFbodPjrdPH4V8Ter/l+A8k+1",
-	"ZWBQY886Jyc5G2klqY4K2xHxnO1eitlcaZ7vGBb4xV57kn4I8zr45D+2wIisUewmhMhX9y7LiZbNBFYQ",
-	"sgdMBVMKS+q2XrGkMbjX/Kq9L3I4qi6Mh1ds+JHKso2AmWmzmYBu1iPhyyOdYIXEY6HNN8lYN1/pl7bU",
-	"dX0dfn2n30NfqCfmxPWHfKWS47bEBuCioG5/Ic78AHwHmGaFNQBunMhTyDpQRviU+xsBzjuRaXbL80KY",
-	"Lrt0ZO8bFEAoEAcDIHgfTLkTWnxxNnxwzUc34yzPvxGLcfUoRXWaH2nWT3yW/GO+Et6df7v1STvAU2sJ",
-	"Vd/6UUKlJQhWH04vzxW+UibZbyBxE2dYf2C7vugTqyT3EmYK6G3ri5TUrdA5n7O5yrPRApp+ZjNByLiE",
-	"a+NFOAYhAlyj/ApHD1xFv69zd+am/M+krVxYRZa/t+BR40MKxCARufTcCZPKshEvJlPLivmXpxgCwfh9",
-	"0cwlTvqJWfXSU76QG6w9h252hxFSNGTAOiMjuBWRjQWOlX3z3d0uKBIFoDzqju36V4R6fcDkMWKkZLqJ",
-	"dX/5k1XI3yE3fo+T/ufix8GfAb0Uyp56YEOWBOXO1JOSCfHa9Q7XS3/R79rfSm+x2d3q1+RRvK1+sC2c",
-	"rd8Gwu4GTyut5pM6WukZX8nP6t/wv5qbtcR2LP2sY6UxB28JSBovuxGElzfn1OPe966qApzhDf487D0d",
-	"3Ld/xMEn+tTCDVsl5y/thaVZHlErCkpBxIQXH3XzUDuZ3XLdmt2xja/c+xJH6LJsTfDQhXwnK0N9g0Dl",
-	"sQKDGveMJ/ivW1hUmbbKp/RgfOtF/a/hqt+1rPevcUkMrIXQpysfSer70TA/HT5adoud9HynwcTrBHst",
-	"lIJy+74dvaC+ltQnEJ102WxWQBZqAFQVfy947g2h+oLsGLZrADC2MmLiu5RAJdRcjPZCieOzXs/D2fAw",
-	"yBHj3sk+kASiSPnavCxWCXtQxX191jt00wzSLvRK9gA2IzXzKagBZrc6WrxZiZl6MnyyZiXlI75SCGT5",
-	"oDWx+pIETIQAHh1ku820jiEppjqDL9hA5VxMMoMNqCpcgZeQqYEYd4/1RO0YtvxKCXupZFqMELUTTAtH",
-	"0zTaXnvecQ8NKwx48Ml/bKFj1U7DF1KywPPp9jmSPLDrEXnHeTaZ2qSSGQN5UN5yq4S6tLozR7XxMgv8",
-	"7nnv+T2WvFk5a16rL392I2f1gbU2q/Kw3JZvUuhtvtIv5va4QbHDdEBL005Z85K38w1oVG57/eS7D+5M",
-	"KvQiTiX19iH/TTNVmjn4RJ/WtrpaIp5vgdE8Eodx9uA/L2uJG5S3lV1c080K66ufHT7/4/M/fff98z9u",
-	"wsprJskxz/S+mXIt1hHZTzzTF3DRE5JX+ZAGuroTTr7HGk7S6+wYVr4PXc52D6mY0whbk+2VV38S2nEW",
-	"VhExsH7N7BTqCec6UzqzC3bNZZqwec5HAlDRIf2RcMb9njkjE5SXgcRcb5/5PReaXrVf6eWtxv79nzEL",
-	"zRj5tSoss3fZCEHkoX+vKbHt/fWHFEi+VnaKzUYIeBRxaLrsDLyDA1kYjPzRfT72kWnKoBM8BeCsY3+F",
-	"KqzJUsEOu91D6K1hBvL5s2cBSRMvi2LbXCzT4ONbYUvk9+Vsr5Z07+j3S5s3F8JWu7bGztcWJ4qnM8cp",
-	"m5mR5lbsA0bohqZ6oLjAZb9r91Z4jxZN25ylg0vzOJ6t2q5WRt8iwOX204C4ehr+2YpQDj65P67gjxbG",
-	"a1jyrxIiKNc5QDteF6MbAWBQVEbGLTBsZ5E6lsvOTt6+On37moRYBpXAAJOy3L1//XZstlXXLM0TkHxj",
-	"BWZYosfQH6ujfTHCjat2JZk+OFwQFItlV+XSHj5B5Z4f/2t1h1pHPucCVKj0qHqwqm4fq26EhIz+cZaH",
-	"RB+BjiAwLB67SeC66T4o+vzg1n9KA5QWHy3xpTLSu5c4m8stGa0llhbveE7lmBSuKGiPUyFRhU23Z0rN",
-	"nN4I67TOtWhzdPAu/KVP2e556VFNCUb0+3pbxV/FdsVsbhcNZooWbtpPJ2UbrBQ6TGZJUwhvxoZhYoDw",
-	"P1V3LFcQ4hYDWd4QKpVNAGgInbsyjT0IsR8XG1qbE9JTQH0YqZk4Cs0NM+vbLzlbZszzvEQUKbvP75iB",
-	"JIwS6ljj5vFxnukF9qX6KAjYMwNEL2ygUG6HI4/FQFqF0waRLGQaLBxJZs01T8vq+sywii0DiwBzTpjo",
-	"Tqqr1QX4qysAujCmydqJ0fQTRJ5i5PzluPmWp+nbsIDKs932jNbtHmSZ6xP18JKnzOhwT1jn+8VZdqOe",
-	"XJQJM56KkM9CHeNi3aDdSTVipEUdu5yWYc16bUhcc/c/bdqae8LXSlqDt2tWGo7YEBYwNFfBFU4QmRiz",
-	"l5Ucia+kXHDpqAEJBbUxnJ+bLTXqxKA9NELdjixqx+jgU5autfrOxa26qRDLJosPr3+wxYfDeP3pCMKL",
-	"Adj5ECWJVHdLAN+tzkRdzEcMjSxda2CMlZ5x2+l3igKuXOkgTgt8p/TNpoziX+maJw46NGf7gnsMJ7HM",
-	"q47znGkKzzt576+qxw7c7DfoVVEm5AP/OL0nAyGrPuQrsSJ6w6i95Vf366VdyNDsi2XSbeAIynQ57Xfb",
-	"7b7zL1mj/Y3c5ZXQq3Sw2amklxfuAfXrTh92GuduqnkmRbpXLkgaHmSOyp6yCBdIUJfQXFUAdmoNmXDj",
-	"uk1V7s5HWLk1a7qtaYJLefqqs8yKYDsCHHkjyO3rk0vm7ipxy7P0M6Q+z7hcVJrrYvVSv0ZECKND7YPD",
-	"pRniuf6tMJZNsltoZzsRdio0IiqSMHOLgsi3hEx+4awb6FGdUpd9DySMlnLo/o1vGLpYY182NWZZahDJ",
-	"eQ5iH8aRI7F3BCgZKSvkjVR3EiBzmx7AJTZb989AawtrSKPhZKGP/Rq3aFbmF2nHTbYJAjlLzVqhBG3W",
-	"a9Ipk/b75531gU1oGHaKtz578T1cTH+WV3Ot+eKpG4aV271OUgV6GqtCpl+6g9ivUFlcoXUJzW7QzF2i",
-	"99RUCCizSdnwnKe/A95w4Njb9uVxldGbsmOPK+uXZ8Yi9l55Btx0qo252S4COgPYcZppxHMuJ4q/Zil+",
-	"v5ewu2lWaeRtmJlyDcBv7FblxUzAFyIJwHNJrTm92zju29L7wbBkfQb+FzVG1h+2evf44uL09duTVwn7",
-	"8f3pm1enb18nHp21jzxlQaxjD/RY30kcWmRXXpQK44HXmATaniAfVQYeW2WmAD62yjkBVy/FLMh0ZaoJ",
-	"49AFC5q/Y8dxsHCSFcX0VlQY2FMoZtVHfCVPOD3+9NU6htO8mA8NIv5aoaxya/FZjs7cwxIggArH2THU",
-	"jZ7aFi4flsfkLDH2MBVc22vB7SOxhjrd/RxGfxqiC+Ofi7nSDdXivSd5XL6I6/81BI8HKLG4SzvG6UqZ",
-	"SrMR0I8UBvp9KG2fmjLwKeZJRAb0l3cKDoLd46PY7p0Tx2fvLiLKKk0HE3f2nG6Xq4lZfwtcQTdgqs8m",
-	"bRML+0HzWupNAycYYS9Tr5Jeczua7hhUTZF3w1e+ZfGZMnainVzQXJpK/0L340wYwyciuOkDtuaKpu2d",
-	"7SLtsmOJy1Zt93BdTmy38oKkByN8XFXd3TF99rz3/AgQb7mFsDoN5cQYs8r9/sMemwiS5b6/bybhTy1M",
-	"kWO4PlWIswrg1RVh12UXhM4KL8dnfmmwKDwzbMr1LBfG9Mv9D21ZyF/m38TRCKG/ZKjXr+xmuUbJMvwr",
-	"AWTzvICqpfAt5AqwYxY4IJvxBdNZKhiHqM1u+GUvqfQ6g04dgUyOoAXyc4yBzASXKLJxpd3MK9uQCo6N",
-	"UmbOaNJi39uiWEqFZHcnKkBAezHkabdWTyzM8SE/Agralw5nl48+Bzpbx2aPSAMHegSj0ooZauZwJr90",
-	"Q2IicjQ7KyKeeKlPOFyyo0HTq5AYGRYVrvHkvL6Q5kB8zIzN5OQLGgnOytpsGcDs8BeKOdEPdDWkG9e+",
-	"0gX9vddgFGDwdZ1VgFBCbZV7qrih8rq9ZV2/yswIHaMwoknfh99Rb0S+5jYGqJpeP2H4zgnWs2voELRG",
-	"/T+hnT0v5FNxjOojvlYiTCHPxXid7h9d2EdV+ytPoF3boO8vnYBHPehummJU6Mwu4BRfC67dvb99cOcU",
-	"EwPwfBc67/Q7U2vn/YODw2d/7Pa6ve5h/0+9P/XgTNOUPoXELUdIn5Pwt5/qai8z6N+M5WnYUREO5E2W",
-	"56ZqASe+khW7uThWKEeZU4eofQv8OutWGsnBwJEnvif4/uAvOAIFxX0jU3fsMOJR70cXG4jKRyhQUitd",
-	"RJRxnxdaGa6svVgd77w9yG9lxBIXZ3XEszpkRdmlORT4AZmbGsbw0joSlkBkupUE2DVZTtW1DIlNq6P9",
-	"rO4q2fzgsKlqSobxmdO5fLpTZdRKBnV8WFDWIjk1lTHKZITPHz7//wEAAP//",
+	"7L39chs5ki/6KgjejRA5U6Iot+2epmLiHLWtduu0WtbqY3vvbXpFiAWSNSoCnEKVZI7DEfev8wDnIe6D",
+	"7ZPcQGYChSJRZFEftnt2z9mYlsliFQpIJPLjl7/81Bqp2VxJIXPd6n9qzXnGZyIXGfzrcJQnSp7ymTD/",
+	"SmSr35rzfNqKWhI+a3G4oBW1MvH3IslE3OrnWSGilh5NxYybX/1LJsatfuv/2isftIff6j248+fPUesw",
+	"z8Vsnh+/rXlOEq99xlhlM56b62T++mUras0SmcyKWau/H7XyxVzgV2IiMnjcGz6aijeZ4LmIfxRjlcH7",
+	"xUKPsmQOb9RvvZfpguVTwYTMs0Rodp8leS4ku4EfsHyaaJYnM8Ha5z+9Yd99990PnW4rwtH/vRDZohz+",
+	"CB91jT9tBYce81zsmvu13JB1niVyUo74vJANxgkDywrJ7jOVi7ohZYVsbb1MMIqLXMybDkPnYo7jYO1E",
+	"Mi4XZmQRK2QqtGbDrJBDZq4TOcuVqp1Ac58HDvffRKZhiBtHrMY46JH5GbvD37G2ucQ8f0ezIXzVpa+G",
+	"tcOlCyojnvM8F5m5+D9+P9z9f/juP3q7P3Svdz982o9ef/f5X8LLXmRaZatjv5wKJsXH/HoEF+DQBZtn",
+	"4i5RhWZzPqldefxJZWwz/vFEyEk+bfVf9HqhgbxVM57Imt0Z45eP1gInXOdHd0Lmx29/FjwWNS+exPZ9",
+	"U65zJswv4J+jNDF/ZmIkkjsRHzBcukzwGcuELmZCMz7ORcaS3M3OFJ/kXsYMYhdGsXv8tn6WQpPkjf9f",
+	"Yc5Xhl+5ORurjMZstgvP2YhLqXLYDTgsje+A/2D3idTsfmp0kMqnjGfCXFq3zmZyrmFyrkF9NlGXvaC6",
+	"PElmSe7Wfvkx8KV/+1iMeZHmrf6rXmQmDW/9ygjWBr18lqm/iVFeI2Zz+vbRcnZerDvTUDM+8hEXo6mI",
+	"i1SseY6mSx7/sN9UdiuyRx+eRQFXrsq1uf84VfdrXuaeLnnsy3w2v9dzJbUAC+QsUzepmJk/R0rmQoJw",
+	"8Pk8TUbcbKq9OV7x579pVPLNHmfvC0+s7tFDycyB/sPLV98zunkXpoF+C4bRjcryk0TDaOaZmossT3DE",
+	"3HwFfyW5mOlNA4E7nYuRyuLWZzf5PMv4wvzbU/Kr2uTwRht9p2SpDK3iX13Ecll+t2P84K5TN7CzjCXm",
+	"jWf13dDc639avn/U4mjBXY9UgWtUHepbkSZ3IluwTBUy1gwuEzHTio155o3YqYPylkm8er8LkYP65JLR",
+	"Zew2SVNzoxXttnrnES+0CL5G7M65la9uExkYyBDnZNiHNYCJNaeTGRd8wbiMzRGVLfJpIieskDGcPwds",
+	"SAOnn5rhm18qKewrmbcR0qjL30tLm77zFq8coirykZoFjNlhjPMv4mHEVMaGUohYX5spycwJYd4AT5Zf",
+	"+UcyxjW755plwpg8cUCmIqeQQ7OVCa5rRMVIotDGHuZ5eGXvp0kqWJIb0/BGmGlz46+s8BqbOQI9Hnp8",
+	"MY95+fCG9re/e0AQIu84Ku0fODrcUqGYLe+NygjWbEGYJNh1cZyYO/L0zNuNY55qES1t0HLWl7cfHMma",
+	"5YoNWldaZMytAgrtoGVm1jNx9nthSzA83Iuc54UOaIxltbBmM1aHDKMScQQ+lipyNMRpUwmjQy6Pfz16",
+	"e/3+6rIDMh1QB8YgNv8QsbngHo7J61TpPCjOX3j3PMEOKVXOwzfK8tFQWbCgeLpDIHDwNTruSFiMip/P",
+	"M3XH040/s9eBvIym4vpWBMzrQ/TdYuuvmYuilpIjo0w0S+S8yDXYzZnQKr0zs9SXRZoGlgcfo51cr39S",
+	"qtRtMe+zn48vWTvJ2cXVmzdHR2+P3rL7xJjqErzMxY5mqshxFDJmGZdMKpZzfduJ2K/HFxfw46yQumME",
+	"7ez92dXJ4eXRW/yYy4jpYjQSIjbbVsbkWlsndtHpMrIJYDOQ+53kU7N/0Hf1jpSfjy9bUcs8tRW13KOC",
+	"B0ss5mbLXeO6O8Nm5bpl80XIeCtNG7UmQoqM50GP/bL0xEdFloGvV8g+4ywTebawXiG8Nbx/JnTOs5zB",
+	"/2r40hhUEUiDmXWzDOI+bH7Y835liJLM4NUvVG5DPCtj/82oBw7KLGb3PMlZOy7wRSMcfge0WvPzjQSp",
+	"/oQImTdLQlyKKc0r3TRi5iXZf/7v/8PueFqIiHHtTZoTuxlr5xlPUqN5pLhPEynMrpvnnQNf/FgmwGDX",
+	"bFD0et8Jts+mXEcgpUZDwtMixtn/unh/ykB6zGK6B+7gKMwOhg92ExmLj0xlscicyIMClkr69m+pteY8",
+	"EzJsqszNARRWtbBqTqbAwr4RIzM1Z4dXF0dvm6/WfMrxlFvrlcBFlbNheTyLcjiwueBg44lZMtGddFkm",
+	"zBvXHDmwD7bckOZR10ZASaaqA/pZ3bMZlwsQbNxh91OV0gjHPElFzNpKXps/i0wwXWijSjpo9GaFZDD9",
+	"FNdIjAejNd1ppOQ4mRSZiBkNILxTjUjUOR7lAEFy81UVUmocI5Ss3QspT/h1Z9Pjm2xG74er2m11TDt2",
+	"z90sjBrLBa3zp0HLbd5Bq//DDz/0okHr/Or09Pj03cCYb59xC/Jc4B40W8PYCRy2S3CTwJNCkVIBjqVV",
+	"sGiEuZHB3fOpSDJrfOkI1291hsdJpvMIN733cWL+z23pvvk3x0ixuQ/8CEfQ5jmbKZ2zF73OARtnasbe",
+	"HV2ybre7h6PSe5/wj8/4W/iVUSQUKTWnJoSsGNe3ZqUhfNbEU7/k+jZ0xsEkXK911GlpvUitubycU5jG",
+	"dt2L/A/86V+NTvVU3RB+NkQb00UAgvveKIhETq7HocH9NuU546TQWFtleBwlctKhPWDUi5mqPvOPLF2A",
+	"zibLjNnfbY4+wPkZOTcKdF5lE1e3lBXLoC3q2Y8rURw3NNrwsRglOlHSTWMh8ySFj2NUmMu+S3MtebMI",
+	"Hi0jNZvVHTt2OOZL5+XDkAUG7FCRB+yxpfl0NzKe5tppephTebMICY2iidOsjfN4eHbMcnUrpGbiY2J2",
+	"OegAnqYigwMeLAiRjjtLnmYo5VCZugd5pRQmWXFTatzNQossYnqhczGL2FxkM262P2tzpudi5OLzTIo7",
+	"4z0XshMx2lfomuY8mxjPjGsmVW62Zbww15ReZ1T6o6Vba3QSurrBrTtSsQi5HzrnN6lgIstUxsxFdC78",
+	"yj9ewEv8hAeuPvpI/oLK2LG842kSn6XFJJEXczEKP5KyldvIP4wjKObiY2K8yViEz8BxIhM93fJpGBFs",
+	"EOi7TdJ0S5dUFrMbkYUH+zD7ieeiydlyARcabY0Sk4S8j6WtDwF7GrF9VGUBP9RvjeO3NQFsOsMrnl6D",
+	"ua6ei+Gwgl43oBM1CUSQdB6LLCxaOo9VEVaueVbIkZmEwGGcFQJPUHR22I1YKBmjF/1RjIpcZTua3ajC",
+	"ONhcszhT83lle94olQouV96SBhTZQfvjWPPi52JOoZMttLLTY/bsMBrMPBp2vznMrA4z5wJqGDMgVDst",
+	"J2ZGMcHRR5qp5cyFYCRgZF68CAAAfoM4B9M5TJa1BHc0GyeSp8YDVFmOVv8c9M+OZrD1wCT7yVyU/EMY",
+	"PzOfigUGOxJJPl5TG+0Njg4gCp/hkDnGn/1l1W7bVrMGledqVv9Dmd3/8KlXk9r3FKZ3uL3sBU/CDRr0",
+	"8XEAWDrnTeAakcONB5u+RZc/slumGh3oslM43nkmmJB3SaakObp373iWwFzC6X+AVr+NJ8iYccx4QBwh",
+	"VxORT80ZbC38ffZr8mPEpGKnVydddjyRyniC4G0ocyk6Nzrs7le0Z1WFb6mOSwVUnbUfjYIQsXHMfNVR",
+	"43hbTfXwe1RU2kZFZAa/UeWcU6p1VevOM2XMhtUR/2R0EapPf8RsVugcNj96iGUCa8NI7YPWjNXste1y",
+	"kdlEbxenNMYmrwn3jZTMeSLRJlirfOyFMOD1yUQh77basCtzM83z+aYB/Xx5eWbH0thkwiD5I7SJF6Wl",
+	"gLsNtqO/bpzJeabiYiQyvVNGHE8Pfz0qdUoftQXPsuTOqBZNUW6nXZjTLvBDTif4OEkF+5c3h2cXl4en",
+	"18enZ1eXF9dvj8/3zFUNY4XGaryeZHwkrmeBcMivSZomWoyUjDW7Efm9EJJdHL+7PDr/FcZxcfzul+OT",
+	"E6YkmvYNs9K3xY3IpMjFxmPuF3elXV4pcnOer42Z0zV9NjRvjqksXqYLqvZPUAWts429Y2h1BDbp4WKX",
+	"sRilPBOalpmOmCQXmj5Q5SK+v7p0qwjx45E5TzCSHF7R5hsfTZFwWLihCrQJR9CAxvNrq8ycWqmSE5F1",
+	"jKsY0oOb0ucYMA/PtdlQRTbaLCjn7sI1CfHtj0QIz0DALjw+Y0BeV8yWgFBORZqWpuCg5ZxmthD5oMXM",
+	"7xnm3/pkPrKfDo9PbE4NDGDrgocjsw/2pDbn9r0p8FbLCVR5pKCuL52zhgfeFr7ZWufWO0If5aP9yEe3",
+	"4yR9YAhJyLi5x6zuRJbyjafbe7zsTKXJaOG88wdiOvC3kLCsef18NBVxQ09tNXxuFgtwQezG3CkyB0OR",
+	"sxLi1GciAaOWW1lv3095zs7eX1yyvbv9Pbs6e5+S+PMeXZPzW4Gp4lRNNMahRtNC3uq6H8J1+LMItNWN",
+	"yqeh2KePvdoKXx+1UjVpLqEnavLGjLjqr7149XpVWWdu9huIPC1VHb4habDO50IDjvXTdpOzOiHO2WsE",
+	"SYyeyPo+YHlWCDjbdQ6+k1mYBja5937r9RUA7N+KVIQRIbH5JvQaLinnaitEJhhd3shaWgmB45NqB3kk",
+	"c8RjLwVRHhLq/DhPMqHr88UJLoVF5HA2TXLWnvGP13wiyiTOXzGU3DyFTJCXJwECrMxSJrTI7hzwYq2f",
+	"A7Uo3vWlbbF6zGeFxNj5XM2L1Ew2ge+DieZ6+7XhTe7Kao8NID6ABpWFGnYSN0ZPS3EKH9Ek0o31nyee",
+	"m/G/69/JPrp22OfVRV4aeEWuGx7V97KuSgMFCjbAiFKGhaTc5uYcId64stlq38rGB7Y4kn81ByDj6Heg",
+	"Q5LokTE8jEfZBx/1VizYlOspRcHQsINkEGa2nFdrYWXkgZJMRWClJpIKc8CehGvQouyyQwbxRERusRmM",
+	"yPlHFI1jPGcAX7M5dgs7I3FdPbhJzYR1rnFJHBYNsABGN0WMu8Qu04Xxuo09/uLldNDytNVYZVZfre5d",
+	"kSU8Tf5hZq9SAhKc/TdKevgt7XBbfCZg1vFYE/DmGI2EeJ8m3NRvh8eXx6fvrn96f3795vDNz0cdOOPM",
+	"mhGEM+xv3dVVgp1xBG0DDFss+mw05RJgA8YPhWO10EaSVRqLzB5am4XYPjAoudMkjc8LeW40QwhwMTIX",
+	"gPoEs9EWWBC6bWzhMwHTbVSPnqvcpfsI/J2P3cjZjTCSpVmuujUxJXIVA7AI85oQKorFR8CB5FQ2WAJx",
+	"EjlJ6coaCE4tJG872FUeqtlyxgoMIBPSQtNwyJQTtGWhCaSMAQkRlQjE4LDDsAjnYVrn0lsRHKF9q6BY",
+	"eQmQ7Vy0B2V7V9cTMHIW7FXOiYOtLuX+a1Ie1hZwuAjAFkO2GNJEm0ERVDFad25YDTRabHlyHFJ2wuhZ",
+	"UF5WgymJymuq0tgIbaqMe0eQT5CJQsKX2syHX+FQSJsEp7SItIgAuCmiKyhqOhKAjuOZYBMlRWd1+9cA",
+	"o98cnTCcKiY+zjOhobjVnHgMar4tfhD/0fUCrQeMs5GSOucy946HWMxTtRi0zBvYdwc8J5b5oGaqrPQP",
+	"rwMrbedxzb6zM8zXze++UdX7PfP/anSEzjOei8micj61/l6Iwsj4EuIfPh72EYWG0wQIK0COISDqX6+O",
+	"ro7eRoROSwjbZo4ge/KTFRGZ/wGn28x+XmRSd9lwxOVIpNeJvJ5namIWhAqBpLiHhxJoGY5/OAPTWGg4",
+	"MaW5D50M7hlWZAhvy7WSbDgq5XwYAbyR8rPlAKS4Fzqve1UotDj88f35ZWmMRMHb+8hyO6mr71h+iM/d",
+	"vJHRUHdismE3/yICXt4Uzm1dA33DPYkSFdlZhrVsnnYuB3CRqjxkyNc5bzVVZVkhYUmMubmjmTfRuNpT",
+	"kULW0MzJAUIB8Xo4nsvvATrnLw2GMc3HwfT+jAfOaafrSIvdigXEnMznhF0kU9p8UxOK5UkeXINLB/Dc",
+	"7/VsOBdS/2kixbb5/80LYcEN9frGXNHgvCb8opPPVuQErXzdEJgiKLgnIp6gK7WizrfwJasbYVPAF+69",
+	"YVwwjWuSr8vnjBWDHc1wNixAXWQ7ut7s3M5Om6d8FMRuuAfBFU6I2vvmlAIpqxHP2txIIkf11Rz0hrlS",
+	"t2i3ogoxRiuOBPBDFFBoHuh5CEZBzedBqT50gzS6zgyHDgrj5Dp7BIe+1tQI+1SgSLYWA/gW7NsG+8ws",
+	"TY2QmiM9kdsmI2rjaIHw09G/Ruz0KGJH/358cXkRsdP3l9f273eXEXt3FLGTy4idHLG2LGYiS0agGo9P",
+	"w+EpnhZhRwXxNtugFoLnpJrXzZUHTdjO4r3ESgz8fZmwS2Z8IiLGs8kd5h3ggx2NwYW5SmxSVszm+aKD",
+	"ddClVRnwW7dGbTwaRAFDbpAbhMuC8wpbG9z4Zmmx5X1i/XvJEgmqamhO/CHDSgHjP04SnYtMxGxonfch",
+	"y8VsnmItyEc+ytMFWOAEpVqdWesdLwUZ5jhKokkRmbH8yNkUaNPD+q3Ui/iVU8ZZ2Ki2zVX/hvJtdBWJ",
+	"4LqfWMYJm7d09BINf3cuxmFYuFswfZwjrcSWiTwXkCnvZFN6NevIQyu3ukhJLGZzlZszN1zc6h64o9lx",
+	"efHuL8YeRABHoiHR2KeFs4P1IpB7GH30z6WBBJchyVn7ZgEUTfhFB8OckLnkUt9DAA7DkDzH4pwh3WLI",
+	"YL667JCZl8vgRwOZibngAJDnkgmepQl9haW57q6c6G/gUXESdweySYXAf4t1QKwfyBsQ9MCrm4Xh43SE",
+	"cWtu4xM3qH3aIPsY0jb/HvMk1YynNkqxrNbLwZdZX6zumCXS/nvDmVfvEcLILQnPw5TzUVW1DkeZkkM4",
+	"xoZY+c/T4eo2HhldUMyv7xMZ48IunaZQJzlLtDa+OkSBpGKWCyiDknAgdqKwos31LuDThSrkBI05Cfv9",
+	"gFEoA4a5EMil4m2dV8HamixkvP+U3IndcWI8R3MBaw9af9p7xf6E/3/Q6qA2sz9SGWv/z6kqsnQRsf8Z",
+	"8wT+ey/ELfwxUzKfwl9mVOmiWdWPndmQTelyFEbR5iwV3DiN2ozzh54etDoHVIVqZoqnyUSKmOUK9MCV",
+	"TD4yMVejaZP5+VuS56G81hFA05KZsMGZYo4PSDSbFaMpab/2oLUPA4rKvEYsUm5kycbHEDHUZDBhNXcI",
+	"mGuaCohIvnzNRlOe8ZFxPCOmlVWqGKPcoRqsMTq3PnCd0Ort33dL3PrLl5/t553/8S9PCdN5kHbFGu1Q",
+	"aingkyQz8Q8lRbAo8Pjw9JD9AxSUyuymbg9aR4XZxns/iixNJMiS3VhXl29WqVFCRZYPVOaBHIC7Vb1u",
+	"u1S3Qj4QjPWARK8VwuUNPEukm5V6hqCasI/9FqsMzAuxGV9gQatLPKoMPYiIdg79qMvOkRQPaTDA2abq",
+	"QyXTBRxHPJ5BBQnV4NEjwIZxj4Yk6MsXLzqNY0zIVLZ0bAXASird6MOfm2tqZAB+v2b9s2QyEdkDJQBY",
+	"AcnK3HJJx0ka1I2HjLYgpBqWcwxDeOSQtT9B+DKJIzbni1Tx+HOHMg9wRZc+7fKZKmTu+CJ6PSsQVg6Q",
+	"9rHM2jZLNzRVpq96njJtoi7/sqQu16rfOs6ZUjXW+bSb3zAIwdnRZZYHYPXrFqlkGIDg66DVZ4NWdXWS",
+	"eND6HMTOP6EWLKV0g0YEQk3LMBcAtoSzlZZLI8ed5CwuqYCpDUEgKO1o+MAMshmHSJvltiDyPZRGiIPA",
+	"zJpHIi0VRNNg7lmsAHE5TpCu1PcF69jL6gBVK8OuKRmCazZHOOyFwdn9mGjjxD3eu2ikXgkT8Tx+wU88",
+	"yS6mHAl6tniDe5FMpvnaU2xHM23uHLH9btcMmLWtBbHfJP1PjwiO2tjkR1aKqyMDez2k0YBKZ86NZy/J",
+	"CCZaMXaj4gVtcuO1dnUu5vr3/Q9dDO4FRWkmtG4ULMMBlT8IvpDKjCm9pUP2E5dVzBaUz98BZjpNdM5u",
+	"pbqXjkiGTPR2InUuOHAGDy1Qf9jpg8ME95pTVCIqqx0R2mHDHzv6AGp5qvCZCO5QwnTsbbps2XMcZ2pm",
+	"PUcjwMMuO3JVLxORYwQeAy1r6pyGXA831zlhhQzXeHKSvsdRWg4n0jv2UIAbY/IQ8AFwGUt0BMEgLLWE",
+	"8LT5xuxYPspBvLrMQwQ5XrNMeDROeonahbV//4BrJhVN+v00GU1r8G9HbzsHLs1oOYSIPVRbFQxzSivk",
+	"hAPhd8TYPcRZgBmecl1C4CiBru4lQS8cZRjxhy3TimUC0QiWOxyejSd9nMDZYaEuXYZZkB3N7CqdH52d",
+	"HL85vDBG534gAK6r0ITjy6NfW6EDPSgdFcGA+lykGg3IiBfXc+V1YQnPLUJrRWiCSsIIetDrssG/iqxA",
+	"ZggR0lXeL1cB3IuMHsXUSMQGAOrp4o8BmkhiiYYW0m6UoSe3ZsjAZ0ELks/MM2vww+6ICiCbjIpBBpMo",
+	"PETfhQikK4wcm7lLUxGKb9AdMZgAO2/s01Vhov3w4uL43enR24j9eHV88vb49J2RVKJ9KgEamD4A2iOr",
+	"n3yckYPLmME7RHofqtYA9kGUCJBFhWwNO1V5CUJ1dPhL+I/AEbei+11R6vZZqGmez8sEFJ1mZp9hlZhR",
+	"NbD5tIa6M12ewGY6X3z82LGbU0fly1i+aTgWS4Kp1y/ZL8mPHauRSWSH5qJhWYFRKWYEWl/ujQbq4HAo",
+	"S/qNMKysDQYh6DFMkSEp4YQnkqjqfyluxL+JlO9oRzdzw0e3ajw2z3r18SOqqjzjUkNNEBIXgF8L+gu0",
+	"A6nOA0+l0zBxs1ieM0fhtEQBpOJwzpRo6h+XhpuJfKqqwZ3Wu6PLYGrcX99QtrCWkCRqFVkNT9SNVmmR",
+	"k3ypDP6r2dX5SS2ZVvn8JWpWmFMjefu9ntlir374IULmNW5lEzglOqi0ZoKTNY/kQYnHHcQWIicr7fdX",
+	"ve8i9vLFqw/9UoQSbaUoAl91gtFOqejYuiniibkDJvW5xFXHnIvNxl8THUgoQO/NZGmJv365wfQ2kxwy",
+	"+X4WPMtvBM/PxTxdhGheQul3R6ZLdIB5plKjlaRg91zmJZzNH/9juWpgKJvegQrR6sszV9UX91+GQlIA",
+	"wIh8Cr2S1MK90HKisOFLbgsjCVXE1hNJLO+uOOOJDEJQLv1KtcS4SUUOeixW97JPUB2pAPhopoUhqLyt",
+	"82R0W8GT+QVrKwNaKorf/ngp6+/LQ+ZMxWjnG+ueFrCPUAeqQsYy3/UQCDxfScFnEx0ZEw449LA626iI",
+	"WFxrkYpRTiSFuUoJ9q0jMuWgoGYkrvkIDGAAyUFUaW5msL1EYOQ/ucvee+Z57iM6jGkhslkiMbdCbhtr",
+	"78Xibs/7ZjdVk47jaMVpB9yzxwiTK7LI/LSEOUafAu3hcXR8AxARDCXCzNdwAXsL+ujSvLLafwuZtsX/",
+	"bm3+XnCZJ7n1/T+RBaX77NNoXvTZoPWq15sNWhGbiZnKFuaT/XfJoPX58+oCgqH46KJDHMBj7hK679JG",
+	"Cd+m3F8VkdomjD4eE3+DRdeeqouyq8tZJsYiq3x0qo6wtikIvq0HppmRohjZJx39veBpi6JzOni78g2v",
+	"ia2k4cFRh1L7vPEYaAycOknuhD3cHxZUbEZTt75Q/eERxrVcCa6kfbs3innOA3gW1K/cNaAj/AW7uvxp",
+	"9y/OcD+9OlnJUr78y6vvXwfxpZngM1+alonrGpTXwC0iHPS6Sdh2U43cj56WPmDpBegxoZGf1uSI3p5e",
+	"7Kb8RqS7aXIriLMcHOnX33nZInP4US5o90OEYUjEQMVMSAh4UEQiFTklF+JkggEJb/1ef7eci9uUhHq9",
+	"vylnX03G11EBWzRKjFiHWAE9d5KKKqTMXgY2XZ6kqatNaV+K2VxlPN3RjGACbG6emQjd6bOhvk3mQ5bk",
+	"EbsVYo7woeFNMR6L7FpJMUSkSZqWn/I0HXawGpNnueviRmUvthjSFca0bXULOD1DzMTQT+Xini9Ye8jT",
+	"VN3jjf0CCTO2VtQqR1P+g6dpWb8Cd25FLXeboA4GGMO2esA6wasi6KyroXnSMAImD+nD/WCxjA85Se4E",
+	"MWBDuG45NbiZVrcuW1obgsTErItqY0h1SBVly8xNQ2O9vjk6CbMoXns0itfreBTLPd0IGgKf+HEGupO3",
+	"/vYDRwZkfx+1oMfYh0b81iHF4mNaakUCm6YFcMIuh8tuFqR8KJcLFrkTjSTXNiIVMzOGYJ72zBZcBBJa",
+	"5iuCHxeAn3DdrLo25NCvJGLup0q7GAZGGMyzMf9dDWq0ucQ4SyhKZtwL5IUC8idQk1UuqQ4V3+UK+Nub",
+	"BspsJwkzh6iDrykcPIH4N7CmwLh9VYAVfq2o5Vecnx9dvL86f3N0sfQ5VKK3IkvBX37bikqm/lbUQgqr",
+	"VtSiqrpW1HKNjFpR6+r04s3PR2+vTg5/PDG3++39+S9H59fuV0jTbu75y/HZWU27Fq9r3tLhup7zdMZH",
+	"00SKXbNU8IFHf0rYzmskQJAqvx6rQsYRdGlIk1E4nh6LnCdpmAIxy1TW/KD3kqABPy+B+tQaX6xs4hOI",
+	"BCV5Ktb4GatzdXV+zMCyFxJ9K6jqxESwmfXlPVeXcjff2ue7MRItbVB7YJ75QkDwRG/dGSzHTlUbA0KX",
+	"J2FL/6y4SRM9BbDFw0z2UCM/bOjq0OwsiY2KWLBcfMzZDRq2LkMRQJDWW0j/MRh87PU+/AmOjRIKjoF4",
+	"KGiqg+EE4fdYK8rncyFFTHsCixMJBH9gIRma6eLG/PQGvO4Vw64RcA6BNtsdEzBENwiziY3bMKxAd4YH",
+	"LjLz4tVrG5tZ9amXS4s+1EuEiEEmnoZdifqXBZvNvKc4nIW+lOAvjxILgDj3XLO5HV1EKB6kTTFLb46d",
+	"UVrEImZtSbxr5qiTKiPoTmM0YBV7FNJMYVbZOl+/4cKvhlKCCH4CDGlvaggvFFkrYhu+zFCEGPFZdtg0",
+	"kMo6bqRUOiv0tMSDPUSzPNiybQL0LFF5jSQCTf7NANHtC0bCMDm4T2haz3kuXOvmx+/M1N5qG/qVEFJ0",
+	"X0dsf2bsyv1p0Gh4dIdOmhnbmnoOZrz3zhtbcLqpC3N8PVFX3qiV8Vxcl5HUZgA5t6yb9qd/97Vv+bBN",
+	"5wRiSecgCtso6rnIEhVTkATJOXqYwbwpRrci39FsxOd8lOQL7IcoxtTEd1XG5nVEY/iQPtsgVp/XTcCV",
+	"FtsmjKjTjcNx+Sgh4NdEtmvOzCoQrKJai+eQagnVq8dPyeZyfHmEbNSAvup75PsIgaIl8CBQJcLa8X/s",
+	"YMEcXvo4hHX9NLTPrrDxlblkF+V175O5z+dOWD/IJK9GSvZrlsdh/HBFNrLENPXkz6ksFzuvPzCAHcfA",
+	"iLLaFMC431fnJ3aeXO708OyYDE/jQff39vZffN/tdXvd/f4Pvd7+SjFR6OCDAOYj0zZ1xSCB4MxDeKo1",
+	"l/GN+liN00iMxK1SduTV7LJKoczTiHTZjI5r6BK3d7e/h3l3zfRU3WtMMwvBcB279OROqN4nEHz9c3sw",
+	"+LP7R+dPwQCVTtWSsL6M6phHHEKAmsA6+j8ruC9ebsMkRgIWFuC5ynJgu91SbKcWBAG/S9P341b/9w19",
+	"CJZwE58/RDXcdJCOdk+IqE0P9i2MoW0PRqGh4hqZp2CpIaJb5UumhUbWY3dLoj7uswxa3IuYgkdwJpmb",
+	"7iAQV1sqLoplEY9jBozAO4g76ZacxM1P7yqR9ONQ7vToDetbx2KM7/LAkdNNA/5OGMhD3YHKdVAyXWAf",
+	"3kzM00XfJy7+snAfOw/haXxY6v2NtWrUeAzyc7MgcK3IImyVaLuvU/m0OaUC1cTz4noG7SYC1dlnV0Ys",
+	"4euRygh01mN/RVy6yrDuuj4l2gumRCHzf32zyEMe+K/wrXksXLD1/T+H59i4pA87RI2Ndb2JOVixTOwa",
+	"/x4CypClgBIfACBhJhPNoOUas5J4eBncvbmWOfiqVBPoaA3jGfQKwPpFaCTAY/gDRSUY3D3HyqBmqve8",
+	"kBfFbMYhNhFmcdqimcDI0j2vYHOIGnMNx6ej8QN97cPMdYTNbcU8olIBwD8hDrUZ75VHphpq8vGl+Byo",
+	"ubEIFuTQl+bUSiQbq2wk+hb2BoJma8oRr0kdVpt0nTNPj9xqruqxDyg1S6dBsEvLSGEdpAr1LKBIGZDT",
+	"sTbVVxADCKRshxA8C7Ei4FXrmvEB7t1WKNH1Nq97gPwizmFyxCFlZQH+okR1E83IEqtKmMRqW3p+qs3b",
+	"sO9qVEBlHfTaYzkc/bTL4lV0RZY4dzu2vCWZeNRBWcgH9AEwQodlsSWhsbZ9ACLXIZyaRue4+hoYKISM",
+	"wSJ4fBRzXe+A80K62HaQC+gagqqaZeoexxvznNsNhBmHXQgHuXJlLl0g1hw86/ibVxubbdt44kEReIIh",
+	"bRV+XtPqrPFg1/ZDquHnwzY88VZ24PJSgkdN+W3IfUeuf12ZzG3QPai2aRCl+mBiNwbDzwv53EHHLctx",
+	"SwPigVW354U841lwG62QkjPulVQaB2+81Q4Jy0mAUdARbdcMmHjZtyVzA1OGOHlXB17ukkZ5h3I/NLm8",
+	"wamEl652YAyJbf28hMXzgUXeD5aoi2Qim3c0rzPGqMzTWFoUI5QKQ6giF5lGEjEoDJvxBbsRHivJ8NPn",
+	"YRBa422ZAADDVcyFWd5KwoYVzt97e/5BQ/Ipr1zyZJ28YzHPp2F23FiIuTuUJSLHLUm/+ai02jJVTNAO",
+	"g5il3dPEhSBkvqPZn9l+WW23X8favbaHZrxt6x5glKiDIbiEMR3QIXIIZ5LUNGnd2BwIq7tj4RQcmR9A",
+	"5mwxGqxtl3lHszxPIyaM+UvErJZtgIAg9GUJcdjRlrtIl92GHOG82VMRLVqpadtJziaA80QuQLtOWLMC",
+	"kncr5nlzDtv6lKA7CTYoCDoyIPXjQ7bqmTzAxa9ws8PRvrSR2MDsyXjQ6rMXkB5BjmAzI/tAg/sUBMVr",
+	"TBkLm62JWFhQLYQdlsQu3HvFonWDQuff0whTMhNurhJt5bjZmnp0IqsPsTul8bi3z/Juzy7zb9iBJUQy",
+	"Ezj2KG6OS71dwvjCW9Sl0tkCQ4Dl39c8TTsOfRSiB7T4RadaHbA5V0Z7sHYFnhyw+1dYCJ/kbLC8gWtp",
+	"+9aw6a2yigAP4nUz0kSIv7luK9j+E5gRoXucY7mW1CcpH013iznDezZswVurtcD4Nv4eMAzWeLLiY85e",
+	"LaHnNWtL5Bw1+hdp7Drh+PX6vbcU0/pK7HurwZNMjMyhWo8/8rQP5ObsEYQNIIj7f9kQaGRF2k0XQ7Ql",
+	"kIq4TeZzEV97c9VUrigeUSleWDQUIp9/8KtovSbMgk4SSlFaURtu4Vfkv7rsdft4dQWiUh0+TL8ermlu",
+	"ReSfJTwwg9Al9q11Cb8DREJQsNVZs3wmYjbEIgUrsViosIsfXl2+wdOTa7ZYLBazWRzn0+lspvU/bEVD",
+	"IVOhdUBymJkISOs6Yxki4UxA+d6qp1ge6k7hPEphLIeMl26/bsqfORphh9LceXRnbdO3XP9+MSVUwpzp",
+	"jzQEl42zh4PZKnda1wLsYi5GWDT4gFzamjQaYIlyR95DFFFLpDzd1lZlRPizHQ37r8/2d1cr6bwyoKhU",
+	"1V4VnaudazSN8JLBaWvSMm01Bmzb8ZXUSQeV0hiIaJe8Y0TjQ0Mv+dbCxfEbu6bzbHIX2X6JMYuTTADz",
+	"mK0KteU0Pgka1dF3tmuUb0PPRBiyOroTJSd+fyrQlWpMNUr465pOk/u9GdA5SddLf861LR365fjk5Oit",
+	"o7eCSXUFM+GoBx9NRaO2qzZv51ELbJxy/DpiLp+8d5PIPT1lu6PwaKqt5tYqtlzM/c50+GtqchJqX4Uc",
+	"IgDpYt6VB1A7CT2hpyqNt+meZDuqBPkXiDGiwW28ZiPwS6e8NjcHPQM6EA4nNm4alquJgMyjypBLp83Z",
+	"hMtJB7YaUlSkrukgJV+gcxmxr4JA6uQmTWS4ATaEvcwvrkPGxdvDd2ymYgGglYMyYwXJayLygQbcCA4I",
+	"NA/buL3srliXODaP67Op7ePqGtFRl0VrykAYR0kKRCNbWWjXfdfTXn9XvNXYi4eG41uP5dMYq+xaEPfj",
+	"2nIvooj8HLWmeb7Rz3GsYsYZHa+JvTml3GWHxHqGXWpKwEeSM5IGM42udo+1jQ4idljL2dVlQ57e84Ue",
+	"mvvw3NzGVQl12XsjtveJFjWMuyBBK6WxNgtV863t/Ytf3IoFkSQDgrqQXRyaJfiEe9wUSRrjbdlf/8oG",
+	"VIU4aHUZtpRfpl/E4sIwRZ603carU4zuIqr8ku1P7zhmSMjwE4viSBDvYLCSGJspjxPzVy2LYXM3MRfz",
+	"YzPoYF++JE2vJ1lNPzF3jnv7zmvPSV2yIBZ/I/J7ISS7OH53eXSO0OuL43fm+KrZgK90pb/yfk8H57vs",
+	"EGixsNB0a6VlJfQAbGJvHLAhqZQhbfuhHd0QwGm+FnCmhJLigA35fJ6pO54OfYUhGX4sbDrFbPYDv+2N",
+	"q0GyNJL+l4BGL0PRiCtB73SIm26IMgeXljXQyJcFrKigkjuRs1FR0scqTdW9Llksd2pm2BE/bRKlJY4p",
+	"279UQENoy09aWaxeLdjXuatGxrCC2pJJiY/mJaSSu/8QmWIAjDGPiFm7Rwj2mnSJP5x5Jowx5U4Vi5Xv",
+	"NRxTqnRe5gOIsExljO4rYmYRO4U/srVj0wudi5ljcl3ThdGIifGWmGN9bVPRwCTjMzbi0jkDkWNUMxaw",
+	"/erGaLVYRFW6KyNiYJoC72HHvqs3xYkkSjIr+UCuZ3R+YK29BTlwVqujETZa9sLr3W5siF/5xwuYhJ/o",
+	"vY4+Umdk9pbYKn1yjWxHs/Z3a2a0wozbUPRQ+5NuKKtWkC9IaK9vM76Bc/3ACsOf8Uwwozwr1OOBUGp1",
+	"CFcy+XshLJzad5lOeY3JIUVurgs0STW2IOmWsg4HZhtgdfCz/lI7Q2AosF967GkY8EsyBhTS5h7A8ctZ",
+	"qtT8ho9uGcS4x8C0xkt5ithwd9fdDshLoPeKtRNUkeskFj68GYWNj6bmqEOfVtzZ1KCtZJgqbfxi93Si",
+	"tPLMliW6NxpDlx06ggUx9/YCzhZ4We4hnpuIlQ+sbf/Ay4mmku5ijARsUeymDdlD8UzD+Qdtjtvcbt3g",
+	"sipZ1ZeVlTXfDNGEd4k9u4sclWl5itGmdF+LmEIWZiz3U5WKVY4I4oYA2YYwZ/mosiRgpOQ4mRSZiBnS",
+	"gRg5oadVV8Lfr9ZW+e39+S8/nbz/7fr9KRA4XJ0flZS0+I7hAieymFYn5tQHyyHpsC/6WWJ2L7G9VxnC",
+	"319dLlGElxalF31nvyY/kssuY/DCrPO1ZbzAa2XRCKhcyTh8WAVsVEBCO9q+vM9y7AhSutgj1tg6NZFi",
+	"oH2HC1zrYrqvXZ5EsyF4/kMgLIK/yLiiU3q47P6D7TTk2UQPXSTmgA3NZhwyXQozYVwTSd8dAJEyqpPy",
+	"Ge4DeEqsRvb0VfGMy8g1nqC9TH7olBsrDEy10qqxN/U/4Vgcd6Zin9oycFtvCxBoIC10LrIDoyKUeTOM",
+	"pEvlzGEjOpZouSxhSnIm4ROpyhgUuyDnFsSNjEvrWBt1I6utZ/3WQonKknypnTsoaT7Kk7vVarF5puJi",
+	"hPgKCY6as2Q6EfN+iZYG3RSAzVhv1LYW1U0qOk3qeZf4GF0FpL9pEXVkWxeNV4tCXTwRLe6zo1Og/UaY",
+	"uOsMN86E6DIqe0RWKPOxZYKSoO8iPGgcWQLcFqcCV7E5dNivnK1UMf0l0AqJvJH1JZulEVo1S8THOYdY",
+	"jsyVV8FZ18j5YSWHqL0TOakPcP7sHECctxnHVuFmQDeCFssPxliW5gqlT6NgjMrYoGU+Kb0ss0jh/IkY",
+	"ZSK/3jYws9TYLuiEA82dkHfknZDKJVQXyU0m8iIrW8NjWeWg9ac/QcNA2NVk9aRqoulHpN1Y2ytKTrAS",
+	"DCdx4W5xUPZacGaLCzHbSYYeGrb37SpF5aaQtQ1Vu/tB5Ta2/8m0czKslWG5Q9ZHs31nwEqCi1uXjqoz",
+	"TFds6SXGcUeB1ShKDfxZRLGFe+bFq1ce6bgZaIVpfNB6ALU4RZyaEtaHd6zPQ77FrhtTbyViHWuDzetT",
+	"iS0Rh0XLq2q+r4vMrKxgrTv3G0/ySyJRdwahVOxGFTIGAiOPYn1tZr+ZnVTJ8Tewk1zApayw2HEoQlhA",
+	"hD9hQoM6xJTBmEpePCtkJSVuHlH5AKq3KBl+wO4QfFVGuDAZDBCQagMFe/g0rr9fzpRsCf8la9e6z7a5",
+	"BmUOAGzLR5nSmqAq5iTd2HmDw0o/H4UDWiXIYmd75g1a8c3uLJkYuwOTr5sJGtxbrwm+uPnggJgE0bBv",
+	"uDWLAjIElY+tW1CM0W5JoqC34KfcpkVOknvNcbZodkMdweJiBDmn1cR5k5T5ckst86TIvGto6i4vT7aU",
+	"/5+9UHYFi3wr5rkX/Em8WiyimgwoyxfGTgGL5fsXvemg5WO5oCOx7vTxaLi2HTDQkSgzK1A4gZfYuJq5",
+	"BOqizYmFgyxbl9zzhb3eqEisO4OfUImig8qre8mwpXGibctvZuk0kcowjKouE87LmGrWLvs5XR6dXh6/",
+	"P70+/Ony6Pz6Tx3QFClfiEz3SdQy6OnDc6b5wtyVSo/5jSpyTyPb2stYjJJY6AN8Bch2xsocZx5oF5DY",
+	"7NBT0yHodgBWsDRjSxwe370ISHllVZr/gFZ68w9COcJLrm/XN9doVq6MPwhFJ+h9rpfp4T2zhFrG16LN",
+	"yu9tEIKqxclYuBFmixnPLmz2gE4PP9q8XejIsLlTS2WK/dOoQRE81CXWatpb1WQrtskjNI7rB0LCKr9G",
+	"7dIcxtYU+7/qIR+4mge9atWWhK9lHl3JmkCDff114pKJskF1MNxUajvXawndmL7r/gd0WCM4vYyVfc81",
+	"Ur1HxMFr86o1okchF6Mp87LxOLQkDEIetu0PE7Wqq1xOxwqCYylzoxM5EuUyASAwEzxNF9Dvvp0JLWyr",
+	"lBIEBDFyoUsbC4vnpVoKL3fW+BU1Q3SGDq58AuzZRCZEbkYsVlwMkp7OAethTGupqdKomsJYGouRYpiI",
+	"NegEPC7AVDceN47OyAEeC7FXziMccXIh4ajuNS/kwFzedZCacrmyFdSUFZZlzRnYHWElU6tRovWtFErx",
+	"W5m04yzRNnRrnIoDV399w7VxLIATBZM6spiJLBl5ffosBcfV6cXZ0Zvjn46RXRlVRytqWSO/wugc5HFG",
+	"gFqAqnmZytl6EOY550dHv55d1tA3QxTvaUgbH9LrvYaxtB4R6zV5b54gyMSdut3ybZr3VI9auZ3EQKwE",
+	"QmYHNgsJ8wqOKvVGk+mi26zk2+/V7k3ExiJvWOEwsBojwY2NHJSVTUhoumlwKGVR1xOIm99Yfk3r+K3K",
+	"BTe0RN+MOXvunuReLcWmdcfJfmZIvaWAbi5EJAMbxcjeeM27WVj9w/icHlbWFFr0Kygo2XY0q8oCvEdI",
+	"qo6mXE7EgXUR2XCUKTlko9T4uGxoa+DKHs3OWWWZKmSA3XO17q3C37imAm8j9aJfkbfppmWB3qYrv5mq",
+	"M7/Gapmp8cnqp1ZkCgHXAde0pPJ8mhr8h/VSPDC+DPX41QBHNR9Ai0mUSUtwYDsthv0C34mrU7pNuQSC",
+	"zTwBWKYyC9UwZrZDe40QiqGIEAot1X4JnYnZf/7v/wPmb5cBqaBtRzTz22quvGmZLnU4cUpK2HaNzMd9",
+	"gH6FNDokAdAtuEmXomIusldmpogX1mZEML7IYRhJHMxOjTMhrh+WtYSfOn7RQBwhbMg9BQWsmSDnB27F",
+	"Im5+6Gggt/ppvY2Q8pEwy3MNKxiAzXiC4BK0CVXDt5cEotPcj3oCftvt6Wz7hM0q45BH/3705ury/fn1",
+	"8enF0Zur86M+wdmdJw05OkR8FFpk0TJ4TGVs5WbnV6fXhxfYOstcPhPmAEz0TC/dHXs9/U0lUsSE3v3z",
+	"sM+GRRIPWZvDE2GrTDJVzD3CaczIrTz46vjt9fnh6bujAwc8JTyNyhas932vV4bUUelpCqKWV+kptD8q",
+	"m3zD95TWAOpRS1LCy2G5CzsRG86TWOoha58dv43YDJxs89Tjszcl/E17L4NhHCHjyCHE7cx5Ex0Lnk8R",
+	"2IaTaDEziatBPmCczbPkjueC7eWzuRmMFDkMhsOfiGtEISjz3yFUYwlktEBCc7cMQChD1j4/Of71+PL6",
+	"9Oz8/RsfBnTA6Ju3h5eHuEpO1Ls+Q6hRxIAyoY6hbISTCdlP81LmcfgZjJ6+vnuBI8MfdWf8Y8RG88L8",
+	"gXi8JNbwD3i013He65iLTzbfTc1xYlTyBPaKkqLTZUfdSRdE8M+wkH+GGfwzvXl3LVHzmk7K1f3K0+RO",
+	"9EtSW1uU6KFbRcaguKDLCkmN5uE3OkmNOe9OF7gIsaALkZf9u2LBY8K6VyCG5snSyM2ca11mXKBTsfkE",
+	"Q5+VX4EW6HThlv3qEw5YmgAZ7Zgk1ny4S+P3WGn2p2YsDhhlz0tuyfnoXOyyQ3cQA3mqsOeiiG03MHyg",
+	"H4mB2WxFLX+iAMPF49UoSdT6uGt+uHvHMxB3cwc0zyBcdEg38z66qt7X++YtPKI+ZnBsyZ/NS2QrsYK+",
+	"o/ZFGBfl/gGG6UwYI7DJCPMzTmB0xIjEGcQ+VRMGpUOxxoKyEc+yLUMR1hS18uyO+zKE56zL8ijyjL6l",
+	"uvzV8/pDrWEcdmuJiLuxM0pG9iZf1N62bjjGkP/VwWUsPvAiF/MfF1DrW0pe5cO3h++CQTnfOdjOp92m",
+	"1wxhJur8f4yjIr3yi/2X37/8y3evX36/1ObWoSyWO1xt3eagwm+7ZRvX5mWvSyWvY55kRrVdPxQ4wdqA",
+	"jSAscC74rNO3ehmOVsCNshtuzmqwHQEmQEBMQLPZYi5qL0VQiDJLbA2qJMeGm/Z6GwFsiMQg8Wzik4Io",
+	"r4OGX/qpZHMJ5ezNkeBlicp6vL5Xs+4xXVOpVuKRNK+gghzezn5ljDlblti4LK/kKagASF+/XIcmD6At",
+	"cNERfwjtHA+WO5ESeoHaYIWgITRD2FbT6GIjZZngsa5vYNr4TRt3hDLr05wGw+irQGB9K7gjFkcAo51F",
+	"x9lweB28cbqMjSNUwgPBjXmeNm1JWG1AbeZqndK6JOTbU/Wlq3QYe0gAeztZeXy7sMpp0qxliP1B9X29",
+	"+DZxjW8Icy8vwTPHu62i2s7GqMhIE2sDH7HufT26ueaEMg9epA+hvo1ajApzvF2YNyUGOsGzUFTkUAKO",
+	"G23W9ojPdc4l/RMXuOMHBg7f/np8en35/pej0y7x0cwgcoi3d4OBcv3PnyEGPVZrqDZH7Pzo4hLGoMbs",
+	"DT4/8k8lo0j+pm6YykZT4UxvagwykNAZpMvO4TDOjKuj5ogeX8W3dhn0joULB5LPoSLB3G6P2rb++W/a",
+	"uDjnP71hP7x89X3H1kxTa9zhSMVi2B3IgTyCw8WsLY4HDYfhYZFPVZb8Az7ssx9hWhieGjCp9thgw4+7",
+	"NNu7mUrFcCCRUgKUKRSrSe/2UDTTZ0PsDTFkbTiWjGONbSPsJ+ZlBxKTFGih9GkZqUt6ZJkkIqrtjmzd",
+	"NnyQ8wzcdWhKMRzIdtkoA49ETCLCg8H2HlLLHa9WiKdp3wVBo4H0WvmgoxNBGUCny04VgVoKeSvVvTQX",
+	"QELYfIxZa3oiS/RAvuztQx0MfGABNG6+Xva+K78lKcgV5V+sTQaWgLnTS6paJySeb9ohGKhsoC4rizUF",
+	"jsEhm/HsVg+k5+NnqsDQA5Uq0MfmB7ZQoayftnGzGV/AjHUH0jUChtYxsA8Pz469vd5v9br73R5YgHMh",
+	"+Txp9VvfdXvd77B9+hR2+t7d/h4sNfxrIgJGwBC8wL+CUF1jkgi9+yG45JQ2AHgUhLAyYSz5JBUZm/A7",
+	"wYo5U3Ig0fWHFtbXvx7++/Xh5eXRr2eXFzamX7b/7HtmAJYf8AXTeZKmAwm4YhmDiJdCrzIM7ZslxuEO",
+	"bUMWHBMVnlAHHZw+t1+OY2PqJDo/xImgwwvonAFdn5hp+HshsoX1mvvONcbzwW/RQvizsqMp0eEtT1+w",
+	"LXwdSySdemUjPHGXqEK7Ey40RDoo/TFWPIxe8PmhO9m2mOWNnH/8quc5mK+oHVXpWS4fTx8gBD5XUuNJ",
+	"86LXI98vJ45fX9H+jQB85XPXojfN8oHhAGfJshdopgq2LqwyVHy+xKeHbupGWbbxgHYtxNLdQlmplCsZ",
+	"k1VjYxpQoRBfQ9bDdMGIrtC2poCzghZ1zieJhDcGY4VPIDZF2/JD1Koq/1bfNv0xI4INTHF+6Fzm7eOq",
+	"hL8TucW3Puci4COo/eznUH7ctkrAFXj50BWA3tV+bTrWiuYKyRKl9yBvUj3o2LKaNqacm6CVOb93QaYl",
+	"7RAae3mJnZDjt9hVZ2W99szxBsbfg28bteZKBzT3m2khiXcBsG3AVAENXyKMOIpKKW+ZHjp5/w509I//",
+	"9+XRRadfBp0pTjlF8lydw73jDFqs4V6Ao05kiF2fWtCk6/1VFclDCF3Sq5yYeUDzVej8RxUvnkwoT9QE",
+	"5wJFsrSQ86wQn1d2w8vVqbyA+XuA0niUiB960q2nydxRKWJXGJfitin7CmX704p9UHTRQnsq4a3KBnYN",
+	"9DXW08sF3d22VmwiG73nefg5PSWkM88dD+0QDCMRD6m7VS7MiVNJAOcKWh767CFfQGrN9T88hZS75AYb",
+	"c+ONQc1LQNSfRbit3b/3if76vIeuoN77hH983uPZaJrciXjXbLG9T1khP9dazueCx2VCkn7J2kPnH5+/",
+	"+fn4346ur85Phh2bn3x7dHJ0eTSQ0N7YPYPdZyo3W7tf4vT1lM+F7VRbvTwaSAxgInmBq/OB+CagrrWL",
+	"uSGC/EUPc92R9ZUGEvjB9LVnfgK5ln0RDOxOwfchfgw+IVD1QMZqVEDAlFKb1Dsa9VQZbI1KHglsoUFI",
+	"uIGEXitVMlBgtwFf8NKbTwinG/fLeIWE6F7gPcwAoRKsT+k4HrN7nt5iCDo2R5TPKQ40PBgVprzkQGLV",
+	"20SxkTK+zgyQIIqNExl3mfEMpcqvx3AsugpVCm9KlQ+knSwARbgr7NihXdHYskfkPEnx4ITMXyfkpxgr",
+	"jm55Dk2Jnk0/YUO6sAXnSUD3IdriVe+7B2sLh6XCGsCQ+JddeMvSRKyJwGyzpzxsw6BaG3tbe++MukQY",
+	"X2rDpW+xjUSDK88Lifm+D1uoKsdqi68diKs5CkfjyO8YVZCax3XZYc5SQYg2+pS4atL0r+ZgHLKxygYS",
+	"NzKi4ZZ6tPuF4sT6Zs7VPjCsOz0HoRrOXvZ6TPIZYGR5mg4xfKSByM57JgXYcEBddiSRXgECdFYqyDBF",
+	"rZZIJGJB3M1+1Ov1KMllc1B5xqVGNRkNpIfFIHsD6a/gBW8EwDWyJM+FBE4Esrc0S8WYyA34QLqWlEXO",
+	"9FRlObsVYl7CKx3m4Vxokd3B3tTGaVyAIkiygVT3ElqO58BDX8igKoD2iQJoiWkmWtsKK/yYYtBN5BCu",
+	"x94Jza6llFOzi99gjuBHLPhbDYbgC7NGQnfgaN2s+CbEuXsjmJGmuqgJT9NwpIOS1iutVZ8zpAHT4tpk",
+	"BrTx0V0yyh/kmFSUKtymMrFU9Q7IVC1SoOfMbcsS6kYAG+lWLCydOGFYffWKOiikX6mDMdTNBmynI3Nv",
+	"HAAGAROotGaSZ5ll6DRa66C0h6rDxe02JDVjzgcYy5C2X8AbPUl0/k+9mxoGCR8fFIRc9TcSFXQrutgc",
+	"GhS48I/dTdDB2pXlJqIKBqmcjFXzE883uWBZeTI0201f0FrZ2gTZ+3QrFp+rhsjak2zRahKSebjqe1RM",
+	"BlUl8sXn2WJVK1Ivz0cqxS9hdC5vA5RZILMBlKz4yC5+Ptx98eo1uODoSyJfF6fCc9siGxTEnOfTUj9g",
+	"yVs1nuJri7nx6jLzu//4vbf7A98df/j0+uXnfwmAF7cSuSqMrC4U7kPInlP7lI85ETFqu6BLlcK33YAm",
+	"0anK6es+HrnL7QlrjSA8OdGjRc/bOKGWIC4q4wIYLFmOCZgrzafU8LDLDuFxUtXc0GNM+cY8rG0ECPtz",
+	"1wZ1Lq25QX28OQHJdjT1545A26epvyb0lB1LD5VIlsQ2FI+p9RjB0QN5wnW+Cz3Ed4/fsvYUZgmcL0DW",
+	"2o6kEDFCf2jYBw9jF/DQQ6DKpAbi2YLtv2K6y64kUPPRSAcShwo2MV+wWaI18RkQoxV0DgQiXzUD+klM",
+	"33LAiWYw+LElM+gDrAtCkZyN0gTZBng+kLlimdg16xzyX34zntkRzva2MmAmCX56/PZnK0bb/OhfwZZp",
+	"YHjk4mOOIrGLc7ZVAAVbwddseb+pO/UYg492NPaEN7uJ2ZuENANJoDFcYKnpAFqVOyOkK63lNRT/Ib0i",
+	"AMhd+4/V3ftF9mhdGqucK4gjYDDcFqoICxxYQCrLdXJz53C/DMm5ghlXofTm6GQgRZaVmXW6gQuGAIEu",
+	"gYRhQ1T6+2rL2t0BFu1hEg+9psAYfDKbzb/U2Hz9Cp2M9pg8EOcEm2THvq0HbjAPKDmmqAmHkiK0v85w",
+	"ICiDz5NA8R9hC6YbpVFePPUQRLx5r5UT+iCb8cWLh9qMNEYIJZmBHDhZ1E7bzmE58xGICAlZxHiuZskI",
+	"eG/cYW3fodykdGStsyi3PgD3PsF/1+IJlub+Ge2oZqtcWd2HZ12X+3o7uaETF1T18lpBqR5qooZL82Uj",
+	"zPV7IokjZkz3XaFHfI7h8YA9Lzw9ErbolykGZol0ZfaPM+ptr9igIBq//hy7ijYAbtlezQ3lDtsyrk7g",
+	"e5kusPIBqY6BHJJYiqkawpgOfZaqe5Htjrg2Nr7xeHSEDQjR2o65ngoNeQzLngoB7brwpPnPtX1Oq86f",
+	"2sUGiB8+7Uevvwu6VF8Qafbinw5pdl7IzcEkxGA8LpJknhJoftwEPvZNuF114A6MTWICc2kUy9Npm+wg",
+	"MLmszwYfDKhmiU/cM/Oo2MBrq2fuhZ5UKWvHsZjNVW7c6N1fIFjRXHw/PI895eZlK2Pq2XO+hymyftt5",
+	"RZIKUHJLkwgC/6K3/9wjouD2A4N/P3wpww+HWfZv5pIlMk2k8Oro5mLUaN8+wJKDjDgkQLfHaD2lB3eE",
+	"GVcxM3MwNKMaonfr5F0fAzPpaCpGgOgvuXi5Lq8aSLgA4Rs3Kl70YUZzoHLhOfUWQrfKnKk5EmUCF3Yi",
+	"2TATukhzPaRMr/WUzcKVD2H3qkhj7IvicATtl70ekRAjOTCWqSuhB9ToKB9NXfX8jEfs5YsX9AOzwq4r",
+	"km2CUMiIvez9QJdAjaCEJhwR46lWxhn3+Dvt3AGSxjwKGyVYjzLRLi0Nafkk7zKqOYGCBvh5ou3+jSA8",
+	"lSBI1kuA9xl3bIgDaUlO8EcamYUhxY3zy171el12COvgUnRmLrhtfgIAmP918f40YlLRukesZ1xqxNFM",
+	"ucSkPIzQrBg7vTop+zkzLheAiup4OAFasC4bwmNAkjBRzpH81BlSfSyvOHt/cenogYxNO5DkcsMNQq5z",
+	"KZetZ1b0+utp+h/N25/jlgjp2PfGM4WvwTlF7uAqOgKIYGKIWz/KziE9WcyBJx4kAmxrklGLqGj/DGAO",
+	"89ibIr21rlfnWfWnw/jVwWiOAxvJNQajgLr5hZAxl1Qu3Xal0ZqpsdmxulpajfzdSab/8//9/2ykF5lJ",
+	"8RHme8TrWfhjNJDQMAXaQVKAr5qFhNY/CCTUOV90QQFJlV/bjsgRVYNBlEpRIZcPa4MKX/cqLoyG9OFw",
+	"wJk72KLvKdVFAQTvAJ4GRQ3XVCJDeOWS/GZMtedQKQUaCzE3rpCGKsAsGpR+kCC7SZcdWjqugcS4dajh",
+	"VcalnUlLL8YB1JdCCVgmZupOwAiSDLGAxBGUQJ04hGlLep65yBIVJyOm7wX0qTW/1hT/5khcNhNaG6cg",
+	"FfxOaKgIdPy9h2fH0JW9xAPKeoQoluePHbhRmx9Qrob0f66gEQHGlRwIs/3u6BIhpQH8KlWtJznwWUGL",
+	"7DL8b7sBlkhG88xXve/smK8Lye94krp+Cd6hVLK7WHwWy8S40DbZgWhNGqRm5qh1L4KThT16asFPzw+B",
+	"XAe+IQIFD1f47MDpR0EnCT/l93CIqjwNTntkC8tuvTBW2FYKdh2ih5LII56BRgKIMdJAIwmm94EesjYM",
+	"DlKd+UCWJOaOmMsWW9m+UVhzVUbTX/RsJgCuL80+b/dTu1d8is+UTq42bLry44FMJJmUcPQdsABOmrSm",
+	"FnmEqGi0P5A/rNyLqMn3PuEfn/8H/vqv1G/Cpvf2e+ZA3HU9B60BNpBcszHXbru7672LazDEXw87/DDI",
+	"8FKA1s0OhNHcgQjruoxx93IrFJkpr9P/RaDApbLHat8v4g5u8y51gSIos7TC+gwFQHD70gJ/zkTV4Wjd",
+	"OYIWkJ/gNLJ7b9yaG1EaQN0vXZsDwwKD4KDMtFK/2NKwMs68XsjRNFNSFbjvMpECU87zG+crirS+lh02",
+	"/RDtLOErBNIi7mQJHBR9siybnhSselBAw0MKZhonnQgUqPPwjg4069DUkD5i00QDS+WtmOedbrg2h5za",
+	"of03vRhg08ybRq5ZZEmRYm9VfwZjt4jwEblTnqtTnkNgA92BCYCFKD4NhqRUONsTfiewOwk2NmUKyhkH",
+	"MuPSDBHCQp6b78oC3FtlbEicjDXlMSOfgqYusGy7rFTmMJj0YO3yCzJfEhkoOuk8bXZkuVQDOqjTOkI7",
+	"tVe9Xt0T/yDQ3A0acYQpjS9ecusXzXGnI5wRaY2KUjPY3flHSctscTBvvhQX8XEmyZL6/jZtlC2nYq1F",
+	"43TUfxs1X82ogXD2iKhZl6N0+itYLXvErfRPI/gB4KzXdaz0zlw/QiW77LepQimZUkPyiuzoqbqX4PhW",
+	"bLahbQQ/7LJDS9N0Q6Xjfo9422B4IG2rrliMEl3y82oIUw6lyq9tC66xyq7L+weMjkNct+fd1DSAb2Jf",
+	"uznztvbBEnc0PJv6Cn7h7Y3Lsbr2YIgCWv1gRe6+wnbPBGzaf/LdjjlZMIywIyMb4ouLePiH3O3nMPr/",
+	"3uzfxmbH1di81zfL4lfQAOBP7H0y//nsUevQXyU11AY+L8ec9LxMNfAY6HK0viZi2ZkN1zupiX5sHBh1",
+	"TIwUMbH5U2SZTQo6XhE9TYCeqkKOxNpEgIXdSjDMImLMI/5XcdeiuqAIAJ5BWjCAFSGLTa8GGWx+sh4Y",
+	"bCMMvRCz/Kd6jjgmi9mNyOj5+zXP5xWSqA1D2G86BIrKefG8QKdmG9RzRXigZyC8RfE9i/O3objOgW2H",
+	"UQmqKVmLrvX6Sj98Ui+w4Auo25BDLFgT5LUB8VsB9V3pAhvijsNAHG65IeBDRtNC3rJ2zHOO+AejJiLM",
+	"Q/OcQwkhXGj+6FD/j6GQ8RBb4/rPtO3bKReJJ/w9jFjmdfOEm3hL8oaHafINNYLvpa1YmiPW65pmN1P3",
+	"leK/PhsmcX9IvLT3BMYfwtX9IcacFnMRsSFM6xAj0LYmzOb9YGbVmP2vi/enyI0EFAmYYl8qJ8TCXh5b",
+	"QpdqTSHCx7CGT1cQAFrkLMk7DFrOU7wbVlCKezMITWT5C6oYPKitS7SsMViY+N4uPZEmWSjKUiIakUEw",
+	"H/YCnGArFBHUJup8IGn2GEgWnPUgfsNPA8T+D1p9NmghyzIU3sCHwLQ8aH0m6hncyrBlRqnSgNoIFzDa",
+	"xWhwAn9DtYSPPnex4rWsgV1VJZElnQTp8EXGiAN8GnlN9hxX19epPnzSQ/apqlMfppzo4PmGc7yBUhrE",
+	"HEG/FbfDLQIVdihrY5vsCDmkzR+uf0Q0kJXW2RGrdNbu2LNYR0ykWpROH33Ob1IxPBjIVTyap5kQY7oE",
+	"SAMQ70AOK7i2ISphr4+WALgVGxoz5tqYCMOlw20gY3Vvq7Ih28DadHjZ1nylWxMngLKygbROSZrnIho3",
+	"fHRrNCZ1Iu8CHBmcbH8MWG0kVS1S5Bzn5/kS8PYBX8bRXQdLIWvtW3FyH1V2QLMKLJpAru7atXBY6gMr",
+	"OpR8dtgZ6sjjHb4l9aJNQfNMQBr6CzjMyIzwh1FkoFY41so4TK1n3VpMrDvmVjZbMRPPuNcKeZFM5BcL",
+	"K63fbcVMfKsRJRgbYV6gGAOHi2Un1BED941rLOE1PkLsCzETotbGvtTsZsGUtD1w7Y2+wDaiJ/1h9hES",
+	"HqPLnIAgIrxT3+olKckV48DGxBJigsO47kAiTdGQXh0YYIFCkuewHxH0iYYF+o26yy7wYnPA84F0P4V9",
+	"a7ukELoZsfMbNvtAlrs9cLjS4/5LbHi7a77JHU8LYbc8NQHHXCWZjVkhJRT7gxBix/SoksBMNDs7vLo4",
+	"eosiYFHwy0zsT7nF7dytL42/cFdtzWeIwKUmvgsAjp4VLGRfY3PhtZuWJ6m+dncz6huq/DeDfMqF+bYL",
+	"sO2cPmuRm33IVoVu+08uN09fRfzNmv8XYPxTbRk41NizzpyTnI0yJamOCtsR8ZS1L8VsrjKe7mjm9EWn",
+	"uUg/RnntfbJ/NuCIrEjsJobItw8uywmWzThV4NADfhN2LKnbesai2uRe/av2vsjm8EMYj6/YsHcqyzYc",
+	"Z2aezAT0tR4JWx5pDlYAHotMf5OKdfOVdmpLW9fW4VdX+gr6Qj2zJq4+5CuVHDcVNiAXBXP7C2nmR/A7",
+	"wDA91QC8cSKNAXWgtLCQ+1sBwTuRZOyOp4XQXXZpxN42KIBUIN4MiOBtMuVeZOKLq+G9Gz66HSdp+o14",
+	"jKtbKWjT/Eijfua9ZB/zlfju7NutB+2ATq0Aqr71rYRGiztYbTq93Ff4Solkv8OJGxnH+gNr26JPrJLs",
+	"REwX0NvWFimpO5GlfM7mKk1GC2j6mcwEMeMSr409wjEJ4ega5VfYehAq+mPtuzMz5H8ma+UiV+T5Ww8e",
+	"LT6UQEwSUUjP7DCpcjbixWSas2L+5SWGSDD+WDJziYN+ZlW99JQvFAZrrqHrw2HEFA0IWONkuLAiqjGn",
+	"sZJvvrvbBWWigJRH3bO2fUWo1wdOHi1GSsabVPeX31mF/ANq4ysc9D+XPnbxDOilUPbUAx+yFCizp55V",
+	"TEjXrg+4XtqL/tDxVnqLzeFWOydPEm21N9si2PptMOxuiLTSbD5roJWe8ZXirPYN/6uFWUtuxzLOOlYZ",
+	"YvCWiKTxsltBfHlzTj3ube8qn+AMf2D3Q+f56L7tI/Y+0V8NwrC+OH/pKCyN8oBaURAEEQEvNutmqXaS",
+	"fMt5qw/H1r5y70tsocuyNcFjJ/K99G71DRKVhwoMKtozDPBfN7FoMm2Fp7RkfOuP+t/cVX/os96+xiUp",
+	"sAaHPl35RKe+vRvi0+HPnN1hJz3baTCyNkGngVFQLt+3YxdU55L6BGKQLpnNCkChOkJV8feCp9YRqk7I",
+	"jmZtDYSx3h0j26UEKqHmYtRxJY4vej1LZ8PdTQ4Yt0H2gSQSRcJr87JYxa2Bz/v6ordvhulOO9cr2RLY",
+	"jNTMQlAdza5/t3CzEj21YvhszUrKR3ylFMjyRqtT9aUI6IAAPDnJdpNhHQIoxh/BF2ygci4micYGVJ5W",
+	"4CVlqhPG9mE2UTuaLb9SxN4oGRcjZO0E18LINN2t01x3PMDCcjfc+2T/bGBjVXbDFzKyIPJp1jkAHmhb",
+	"Rt5xmkymeeQhYwAHZT03L9WVqXt9ULlfkoO+e9l7+YAprzfO6ufqy+/dwF59ZK3N6nlYLss3eehtvtJO",
+	"5va8QaHNtEdT08xYsydv6xuwqMzy2sF3H92ZVGSLsJRU24f8t8z4MrP3if5a2+pqSXi+BUXzRBrG+IP/",
+	"vKol7FDeeau4ppsV1le/2H/5/cu/fPf65febuPLqRXLMk2xXT3km1gnZTzzJLuCiZxSv8iE1cnUvzPke",
+	"ajhJr7OjWfk+dDlr71MxpxZ55Wz3Xv1ZZMd4WEXAwfotyadQTzjPEpUl+YLdcBlHbJ7ykQBWdIA/Es+4",
+	"XTPjZILxMpCI9bbI77nI6FX7Xi9vNbbv/4Ll0IyR36giZ/l9MkISeejfq0tue3v9PiWSb1Q+xWYjRDyK",
+	"PDRddgbRwYEsNGb+6Hc295FkhKATPAbirEN7hSpyncSC7Xe7+9BbQw/kyxcvHJMmXhbktrlYlsGn98KW",
+	"xO/L+V4N5d7I75d2by5E7ndtDe2vLXYUj2dGU9Yro4znYhc4Qjc01QPDBS77Q4e33Hs0aNpmPB2cmqeJ",
+	"bFVW1bv7Fgkus54ajqvn0Z+NBGXvk/nHNfyjgfPqpvyrpAjKeXbUjjfF6FYAGRSVkfEcFLbxSI3KZWdH",
+	"p2+PT9/RIZZAJTDQpCx371+/HJt91TVT8wwiX1uB6aboKexH/25fTHDDpl0ppo9OFzjDYjlUubSGz1C5",
+	"Z+//tbpDrROfcwEmVHzgbyw/7JOrWyEB0T9OUgf0ERgIAsfiqZsErhvuo7LPj279pzKg0uKjJb1UZno7",
+	"kfG5zJTRXGJp8Y7VVEZJ4YyC9TgVEk3YeHulVK/ptciN1bmWbY423oW99DnbPS89qg5gRN+v91XsVawt",
+	"ZvN8UeOmZMIM+/lO2RovhTaTXrIU3JuxoRsYMPxP1T1LFaS4xUCWP3CVytoRNLjOXUmGPQixHxcb5nlK",
+	"TE+O9WGkZuLANTdMctt+yfgyY56mJaNI2X1+Rw8kcZRQxxozjo/zJFtgX6qPgog9E2D0wgYK5XIY8VgM",
+	"ZK5w2HAkCxk7D0eSW3PD47K6PtHM82VgEmDMERPdiT9bXaC/ugaiC63rvJ2QTD9D5ikkzl9Om2+5m74N",
+	"D6jc2033aNXvQZW5HqiHlzwnosM8YV3sF0fZDUZy8UyY8Vg4PAt1jAt1gzY7VYtRJqrc5TQNa+ZrA3DN",
+	"/P55YWvmCV8LtAZvV280HLAhTKBrroIzHCEzMaKXlRyJr2RccGmkAQUFrTEcnxktNerEpD00Qt1OLCrb",
+	"aO9TEq/1+s7Fnbr1hGWTx4fXP9rjw9tY++kA0ouO2HkfTxKp7pcIvhvtieoxH3A0knitgzFW2YznrX6r",
+	"KODKlQ7iNMH3KrvdhCj+ja555qRDPdoXwmM4iGVddZimLKP0vDnv7VXV3IEZ/Qa7KqiEbOIfh/dsJGT+",
+	"Q76SKqI3DPpbdna/HuxCumZfLJFmAUdQpstpvZsu9719yYrsb9Qub0W2Kgebg0rZ8sQ9on7d2MPG4mzH",
+	"GU+kiDvlhMTuQfqg7CmLdIFEdQnNVQVwp1aYCTfO21SlZn+4mVszp9u6JjiVx29by6oIlsPRkdeS3L47",
+	"umTmVyVveRJ/BujzjMuF11wXq5f6FSFCGh1qH+wuTZDP9W+FztkkuYN2thORT0WGjIp0mJlJQeZbYia/",
+	"MN4N9KiOqcu+JRJGT9l1/8Y3dF2ssS+bGrMk1sjkPIdjH+4jR6JzACwZMSvkrVT3Eihz6x7AJTZbt89A",
+	"bwtrSIPpZJEd2jlu0KzMTtKOGWwdBXIS67WHErRZr5xOicxfv2ytT2xCw7Bj/OmLV6/hYvpneTXPMr54",
+	"7oZh5XKvO6mcPI1VIeMv3UHsN6gs9mRdQrMbdHOX5D3WngAleVQ2POfxH0A37Bn1tn15nHf3OnTsoTd/",
+	"aaJz5N4r94AZjt+Ym7WR0BnIjuMkQz7ncqD4bRLj552I3U8Tr5G3ZnrKMyB+Y3cqLWYCPhCRI56LKs3p",
+	"zcJx25be3gxL1mcQf1FjVP1uqduHFxfH706P3kbsx6vjk7fHp+8iy87aR52yINXRATvWdhKHFtnei1Jh",
+	"POgaHUHbE9SjSsNjfWUK5GOrmhN49WJEQcYrQ40Yhy5Y0PwdO46DhxOtGKZ3wlNgz2GY+Y/4SpFwevzx",
+	"23UKp34yH5tE/M2TrHJp8VlGzszDIhAAT+PsaOpGT20LlzfLU2qWkHqYCp7lN4LnT6QaqnL3s7v78wid",
+	"u/+5mKusplq89yyPSxdh+7/C4PEIIxZXaUcbWylRcTIC+ZFCQ78PleXPLRn4FP0sRwb0lzcGDpLd46NY",
+	"+94cx2fvLwLGKg0HgTsdY9ulaqLX/wSuoB8g1GeTtYmF/WB5LfWmgR2MtJexNUlveD6a7mg0TVF3w0e2",
+	"ZfGZ0vkkM+dCxqX2+heaL2dCaz4RLkzvuDVXLG0bbBdxlx1KnDa/3cNNObC294JkByN9nG/u7ug+e9l7",
+	"eQCMtzyHtDrdyhxjLFfm+x86bCLoLLf9fRMJ/8yELlJM18cKeVaBvNo77LrsgthZ4eX4zE4NFoUnmk15",
+	"NkuF1v1y/V1bFoqX2TcxMkLsLwna9SurWc5RtEz/SgTZPC2gasl9ClgBdsicBmQzvmBZEgvGIWvTdt90",
+	"Iq/XGXTqcGJyAC2QX2IOZCa4xCMbZ9qM3FuGWHBslDIzTlMmdq0viqVUKHb3wiMC6oSYp81cPfNhjg/5",
+	"EVjQvnQ6u3z0OcjZOjV7QBY4yCM4lbmYoWUOe/JLNyQmIUe30zviSZdawOGSHw2Wnidi5Fh4WuPZdX0h",
+	"9Z74mOg8kZMv6CQYL2uzZwCjw28o50Rf0NUAN658lBX0706NU4DJ13VeAVIJNTXuqeKGyus6y7a+r8yI",
+	"HaPQos7eh+/RbkS9ZhYGpJpeP2L4zhHWs2fQIWiN+X9EK3teyOfSGP4jvhYQppDnYrzO9g9O7JOa/d4T",
+	"aNU22PtLO+BJN7oZphgVWZIvYBffCJ6Z3/7+wexTBAbg/i6ytNVvTfN83t/b23/xfbfX7XX3+3/p/aUH",
+	"e5qG9MkBt4wgfY7cv+1QV3uZQf9mLE/DjoqwIW+TNNW+BxzZSlbs5mJUoRwlxhyi9i3w7azrNZKDGwee",
+	"eEX0/S5ecAAGivlExmbbYcaj2o8udCMqH6FESaV0EVnGLS7Uu11Ze7F6v/PmJL/eHUtenNU7nlUpK8ou",
+	"za7AD8RcVziGl+aRuAQCw/UAsGtQTv5cOmDT6t1+Vvcemh8CNr6lpBmfGZvLwp28u3oI6vBtwVgLYGq8",
+	"e5RghM8fPv//AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
