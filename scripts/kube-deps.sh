@@ -82,7 +82,7 @@ api_get() { api "https://127.0.0.1:$api_port$1"; }
 # $dir/<name>.log and its pid in $dir/<name>.pid.
 launch() {
   local name=$1; shift
-  setsid "$@" >"$dir/$name.log" 2>&1 < /dev/null &
+  setsid "$@" >"$dir/$name.log" 2>&1 < /dev/null 9>&- & # the start lock stays with start
   echo $! >"$dir/$name.pid"
 }
 
@@ -178,6 +178,9 @@ NODE
 }
 
 start() {
+  mkdir -p "$dir"
+  exec 9>"$dir/.lock"
+  flock 9 # one start at a time: test processes start it concurrently
   if pid_alive kube-apiserver && api_get /readyz >/dev/null 2>&1; then log "already running on 127.0.0.1:$api_port"; return; fi
   build
   stop_all 2>/dev/null || true

@@ -120,6 +120,10 @@ func NewKubernetes(ctx context.Context, cfg KubernetesConfig) (*Kubernetes, erro
 	return &Kubernetes{cfg: cfg, watches: newPodWatches(ctx, cfg.Client)}, nil
 }
 
+// Wait returns once the plugin stopped: its context ended and its
+// informers are down.
+func (k *Kubernetes) Wait() { k.watches.shutdown() }
+
 // PodName is the Pod of attempt id: capstan-<id>.
 func PodName(id int64) string { return "capstan-" + strconv.FormatInt(id, 10) }
 
@@ -238,7 +242,7 @@ func (k *Kubernetes) decide(ctx context.Context, t *Task, st *podState, pod *cor
 			Err: fmt.Sprintf("Pod %s/%s was deleted before its container ended", st.namespace, st.name)}), 0, true
 	}
 	if pod.Status.Phase == corev1.PodRunning {
-		st.logs.follow(k.cfg.Client, st.namespace, st.name)
+		st.logs.follow(k.watches.ctx, k.cfg.Client, st.namespace, st.name)
 		return Transition{Phase: PhaseRunning}, 0, false
 	}
 	// Pending.
@@ -447,7 +451,7 @@ func (k *Kubernetes) Abort(ctx context.Context, t *Task) error {
 		}
 		select {
 		case <-ctx.Done():
-			return &SystemError{Code: CodeTerminationFailed, Err: fmt.Errorf("Pod %s/%s still terminating: %w", st.namespace, st.name, ctx.Err())}
+			return &SystemError{Code: CodeTerminationFailed, Err: fmt.Errorf("pod %s/%s still terminating: %w", st.namespace, st.name, ctx.Err())}
 		case <-w:
 		}
 	}
@@ -482,6 +486,7 @@ func (k *Kubernetes) Finalize(ctx context.Context, t *Task) error {
 	ns, name := k.namespaceOf(t), PodName(t.ID)
 	if st, ok := t.State.(*podState); ok {
 		ns, name = st.namespace, st.name
+		st.logs.stop()
 	}
 	return RemovePod(ctx, k.cfg.Client, ns, name, t.KillGrace)
 }
@@ -634,15 +639,16 @@ func (l *podLogs) write(p []byte) {
 }
 
 // follow starts following the Pod's log once (the Pod log API with
-// follow), in the background, until the container's log ends.
-func (l *podLogs) follow(c kubernetes.Interface, ns, name string) {
+// follow), in the background, until the container's log ends, stop is
+// called or parent ends.
+func (l *podLogs) follow(parent context.Context, c kubernetes.Interface, ns, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.started {
 		return
 	}
 	l.started = true
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	l.done, l.cancel = make(chan struct{}), cancel
 	go func() {
 		defer close(l.done)
@@ -666,6 +672,18 @@ func (l *podLogs) read(ctx context.Context, c kubernetes.Interface, ns, name str
 		if err != nil {
 			return
 		}
+	}
+}
+
+// stop ends the following of the log, if any, and waits for its end.
+func (l *podLogs) stop() {
+	l.mu.Lock()
+	l.started = true // no follow after the stop
+	done, cancel := l.done, l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
 	}
 }
 

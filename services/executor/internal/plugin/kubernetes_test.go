@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -30,13 +31,17 @@ type kube struct {
 	p      *plugin.Kubernetes
 }
 
-
+// newKube returns a kubernetes plugin of cfg in a new namespace of the
+// test's, which goes with the test.
 func newKube(t *testing.T, cfg plugin.KubernetesConfig) *kube {
 	t.Helper()
 	rest, err := clientcmd.BuildConfigFromFlags("", kubetest.Kubeconfig(t))
 	require.NoError(t, err)
 	rest.QPS, rest.Burst = 200, 400
-	client, err := kubernetes.NewForConfig(rest)
+	httpClient, err := restclient.HTTPClientFor(rest)
+	require.NoError(t, err)
+	t.Cleanup(httpClient.CloseIdleConnections) // last: after the plugin's informers and log streams stopped
+	client, err := kubernetes.NewForConfigAndClient(rest, httpClient)
 	require.NoError(t, err)
 	ns := "t-" + uuid.NewString()[:8]
 	ctx := context.Background()
@@ -57,10 +62,13 @@ func newKube(t *testing.T, cfg plugin.KubernetesConfig) *kube {
 		return err == nil
 	}, 30*time.Second, 20*time.Millisecond)
 	pctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	cfg.Client, cfg.Namespace = client, ns
 	p, err := plugin.NewKubernetes(pctx, cfg)
 	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		p.Wait()
+	})
 	return &kube{t: t, client: client, ns: ns, p: p}
 }
 
@@ -135,7 +143,7 @@ func TestKubernetesPodSucceedsWithLogsAndOutputs(t *testing.T) {
 	t.Parallel()
 	k := newKube(t, plugin.KubernetesConfig{})
 	tk := task(domain.KubernetesSpec{Image: "busybox:1", Command: []string{"sh", "-c"}, Args: []string{"echo hi"},
-		Env: map[string]string{"KWOK_TERMINATION_MESSAGE": `{"greeting":"hello","n":3}`},
+		Env:       map[string]string{"KWOK_TERMINATION_MESSAGE": `{"greeting":"hello","n":3}`},
 		Resources: &domain.KubernetesResources{Requests: map[string]string{"cpu": "100m", "memory": "64Mi"}}}, "greeting", "n")
 	tr := k.run(tk)
 	require.Equal(t, plugin.PhaseSuccess, tr.Phase, tr.Err)

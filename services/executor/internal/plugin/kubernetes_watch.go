@@ -39,8 +39,9 @@ type podWatches struct {
 }
 
 type nsInformer struct {
-	lister listersv1.PodLister
-	synced cache.InformerSynced
+	factory informers.SharedInformerFactory
+	lister  listersv1.PodLister
+	synced  cache.InformerSynced
 }
 
 func newPodWatches(ctx context.Context, c kubernetes.Interface) *podWatches {
@@ -68,10 +69,22 @@ func (w *podWatches) ensure(ns string) *nsInformer {
 	}
 	_, _ = pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: notify,
 		UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify})
-	inf := &nsInformer{lister: pods.Lister(), synced: pods.Informer().HasSynced}
+	inf := &nsInformer{factory: f, lister: pods.Lister(), synced: pods.Informer().HasSynced}
 	w.listers[ns] = inf
 	f.Start(w.ctx.Done())
 	return inf
+}
+
+// shutdown waits for the informers to stop, once the plugin's context
+// ended.
+func (w *podWatches) shutdown() {
+	<-w.ctx.Done()
+	w.mu.Lock()
+	infs := slices.Collect(maps.Values(w.listers))
+	w.mu.Unlock()
+	for _, inf := range infs {
+		inf.factory.Shutdown()
+	}
 }
 
 // get returns the Pod as the informer last saw it, nil when it has none,

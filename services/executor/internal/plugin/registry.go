@@ -30,15 +30,21 @@ type Config struct {
 	// HTTPClient sends the http plugin's requests. Default a client
 	// without a timeout.
 	HTTPClient *http.Client
+	// Kubernetes, when set, is the kubernetes plugin.
+	Kubernetes *Kubernetes
 }
 
 // NewDefault returns the registry of the plugins this executor runs:
-// shell, http and noop always, container when cfg.Runtime is set.
+// shell, http and noop always, container when cfg.Runtime is set,
+// kubernetes when cfg.Kubernetes is.
 func NewDefault(cfg Config) *Registry {
 	plugins := map[string]Plugin{domain.PluginShell: Shell{}, domain.PluginHTTP: &HTTP{Client: cfg.HTTPClient},
 		domain.PluginNoop: Noop{}}
 	if cfg.Runtime != "" {
 		plugins[domain.PluginContainer] = &Container{Runtime: cfg.Runtime}
+	}
+	if cfg.Kubernetes != nil {
+		plugins[domain.PluginKubernetes] = cfg.Kubernetes
 	}
 	return NewRegistry(plugins)
 }
