@@ -67,8 +67,7 @@ const (
 	DefaultImagePullGrace = 5 * time.Minute
 	DefaultPodSweep       = 30 * time.Second
 	DefaultNamespace      = "default"
-	// logWait bounds how long a final observation waits for the log stream
-	// of an ended container to end.
+	// logWait bounds the final read of an ended container's log.
 	logWait = 5 * time.Second
 	// terminateWait bounds, beyond the kill grace, how long Abort waits for
 	// a deleted Pod's containers to stop.
@@ -613,7 +612,9 @@ type podLogs struct {
 	limit    int
 	onOutput func(stream string, p []byte)
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// total counts the bytes read so far, buf keeps their last limit.
+	total     int64
 	buf       []byte
 	truncated bool
 	started   bool
@@ -631,6 +632,7 @@ func (l *podLogs) write(p []byte) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total += int64(len(p))
 	l.buf = append(l.buf, p...)
 	if l.limit > 0 && len(l.buf) > l.limit {
 		l.buf = append([]byte(nil), l.buf[len(l.buf)-l.limit:]...)
@@ -652,12 +654,13 @@ func (l *podLogs) follow(parent context.Context, c kubernetes.Interface, ns, nam
 	l.done, l.cancel = make(chan struct{}), cancel
 	go func() {
 		defer close(l.done)
-		l.read(ctx, c, ns, name, true)
+		l.read(ctx, c, ns, name, true, 0)
 	}()
 }
 
-// read copies the Pod's log (followed or not) into the buffer.
-func (l *podLogs) read(ctx context.Context, c kubernetes.Interface, ns, name string, follow bool) {
+// read copies the Pod's log (followed or not) into the buffer, but for
+// its first skip bytes (those a follow read already copied).
+func (l *podLogs) read(ctx context.Context, c kubernetes.Interface, ns, name string, follow bool, skip int64) {
 	rc, err := c.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: PodContainer, Follow: follow}).Stream(ctx)
 	if err != nil {
 		return
@@ -666,8 +669,13 @@ func (l *podLogs) read(ctx context.Context, c kubernetes.Interface, ns, name str
 	p := make([]byte, 32<<10)
 	for {
 		n, err := rc.Read(p)
-		if n > 0 {
-			l.write(slices.Clone(p[:n]))
+		b := p[:n]
+		if skip > 0 {
+			cut := min(skip, int64(n))
+			b, skip = b[cut:], skip-cut
+		}
+		if len(b) > 0 {
+			l.write(slices.Clone(b))
 		}
 		if err != nil {
 			return
@@ -687,28 +695,18 @@ func (l *podLogs) stop() {
 	}
 }
 
-// collect returns the log once it ended: the followed stream's (waiting
-// for its end up to logWait), else one read of the whole log.
+// collect returns the log once its container ended: the follow (if any)
+// is stopped, and one read of the whole log (within logWait) adds what it
+// had not copied yet. A follow stream need not end by itself when the
+// container does.
 func (l *podLogs) collect(ctx context.Context, c kubernetes.Interface, ns, name string) ([]byte, bool) {
+	l.stop()
 	l.mu.Lock()
-	started, done, cancel := l.started, l.done, l.cancel
-	l.started = true // no follow after the end
+	copied := l.total
 	l.mu.Unlock()
-	if started && done != nil {
-		select {
-		case <-done:
-		case <-time.After(logWait):
-			cancel()
-			<-done
-		case <-ctx.Done():
-			cancel()
-			<-done
-		}
-	} else {
-		ctx, cancel := context.WithTimeout(ctx, logWait)
-		l.read(ctx, c, ns, name, false)
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, logWait)
+	l.read(ctx, c, ns, name, false, copied)
+	cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.buf), l.truncated

@@ -150,7 +150,7 @@ func TestKubernetesPodSucceedsWithLogsAndOutputs(t *testing.T) {
 	require.Equal(t, map[string]string{"greeting": "hello", "n": "3"}, tr.Outputs)
 	require.NotNil(t, tr.ExitCode)
 	require.Equal(t, 0, *tr.ExitCode)
-	require.Contains(t, string(tr.Stdout), "hello from kwok")
+	require.Equal(t, 1, strings.Count(string(tr.Stdout), "hello from kwok"), "the log once: %q", tr.Stdout)
 
 	pod := k.pod(tk)
 	require.NotNil(t, pod, "the Pod stays until finalized")
@@ -261,7 +261,8 @@ func TestKubernetesAbortDeletesTheRunningPod(t *testing.T) {
 	tr, err := k.p.Handle(context.Background(), tk)
 	require.NoError(t, err)
 	require.True(t, tr.Ended())
-	require.Contains(t, string(tr.Stdout), "hello from kwok", "the last logs are collected before the finalizer goes")
+	require.Equal(t, 1, strings.Count(string(tr.Stdout), "hello from kwok"),
+		"the last logs are collected, once, before the finalizer goes: %q", tr.Stdout)
 	k.finalize(tk)
 	require.NoError(t, k.p.Finalize(context.Background(), tk), "finalize is idempotent")
 }
