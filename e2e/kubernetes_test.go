@@ -247,4 +247,3 @@ func (k *kubeNS) kubePodIDs() []int64 {
 	slices.Sort(ids)
 	return ids
 }
-
