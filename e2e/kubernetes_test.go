@@ -247,3 +247,47 @@ func (k *kubeNS) kubePodIDs() []int64 {
 	slices.Sort(ids)
 	return ids
 }
+
+// TestKubernetesExecutorKilled kills -9 a kubernetes executor with running
+// Pods. Restarted at once, it re-adopts them: each attempt runs and counts
+// once, and ends as its Pod does. Killed again and restarted only once
+// the control plane declared it dead, its attempts are WORKER_FAILED and
+// retried; the sweep deletes their Pods within a sweep period. No Pod is
+// left at the end.
+func TestKubernetesExecutorKilled(t *testing.T) {
+	t.Parallel()
+	k := newKubeNS(t)
+	s := Start(t, bins, Options{Executors: 1, Env: []string{"CAPSTAN_WORKER_GRACE=5s"},
+		ExecutorEnv: func(int) []string { return k.executorEnv() }})
+
+	short := create(t, s, api.WorkflowSpec{Steps: []api.Step{kubeStep("short", map[string]string{"KWOK_RUN_TIME": "6s"})}})
+	long := create(t, s, api.WorkflowSpec{Steps: []api.Step{kubeStep("long", map[string]string{"KWOK_RUN_TIME": "1h"})}})
+	shortAt := kubeAttempt(t, s, short, "short", api.TaskStateRUNNING)
+	longAt := kubeAttempt(t, s, long, "long", api.TaskStateRUNNING)
+
+	s.Kill("executor-1")
+	s.StartExecutor(1)
+	run := waitPhase(t, s, short, 60*time.Second, api.PhaseSUCCEEDED)
+	require.Len(t, action(run, "short").Tasks[0].Attempts, 1, "re-adopted: one attempt, counted once")
+	require.Equal(t, shortAt.Id, action(run, "short").Tasks[0].Attempts[0].Id)
+	s.Eventually(10*time.Second, "the short Pod removed", func() bool { return k.pod(shortAt.Id) == nil })
+	require.Equal(t, api.TaskStateRUNNING, kubeAttempt(t, s, long, "long", api.TaskStateRUNNING).State)
+
+	s.Kill("executor-1")
+	kubeAttempt(t, s, long, "long", api.TaskStateWORKERFAILED) // the killed executor declared dead
+	require.NotNil(t, k.pod(longAt.Id), "its Pod outlived the executor")
+	s.StartExecutor(1)
+	start := time.Now()
+	s.Eventually(1*time.Second+5*time.Second+10*time.Second, "the orphan Pod deleted by the sweep", func() bool {
+		return k.pod(longAt.Id) == nil
+	})
+	t.Logf("orphan Pod deleted %s after the executor started", time.Since(start))
+	retried := kubeAttempt(t, s, long, "long", api.TaskStateRUNNING)
+	require.NotEqual(t, longAt.Id, retried.Id, "the lost attempt is retried")
+	run = getRun(t, s, long)
+	require.Equal(t, api.TaskStateWORKERFAILED, action(run, "long").Tasks[0].Attempts[0].State)
+
+	abortRun(t, s, long, "enough")
+	waitOutcome(t, s, long, 30*time.Second, store.AbortDelivered)
+	k.awaitNoPods(s, 30*time.Second)
+}

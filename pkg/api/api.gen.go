@@ -2121,6 +2121,9 @@ type CreateTokenJSONRequestBody = CreateTokenRequest
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
 
+// AdoptAttemptsJSONRequestBody defines body for AdoptAttempts for application/json ContentType.
+type AdoptAttemptsJSONRequestBody = LiveAttemptsRequest
+
 // LiveAttemptsJSONRequestBody defines body for LiveAttempts for application/json ContentType.
 type LiveAttemptsJSONRequestBody = LiveAttemptsRequest
 
@@ -2900,6 +2903,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptAttemptsWithBody An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttempts(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
 	//
@@ -4494,6 +4515,44 @@ func (c *Client) DeregisterWorker(ctx context.Context, id WorkerID, reqEditors .
 // Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 func (c *Client) GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkerAttemptsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptAttemptsWithBody An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *Client) AdoptAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptAttemptsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *Client) AdoptAttempts(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptAttemptsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -8193,6 +8252,53 @@ func NewGetWorkerAttemptsRequest(server string, id WorkerID, params *GetWorkerAt
 	return req, nil
 }
 
+// NewAdoptAttemptsRequest calls the generic AdoptAttempts builder with application/json body
+func NewAdoptAttemptsRequest(server string, id WorkerID, body AdoptAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAdoptAttemptsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAdoptAttemptsRequestWithBody constructs an http.Request for the AdoptAttempts method, with any body, and a specified content type
+func NewAdoptAttemptsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/attempts/adopt", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewLiveAttemptsRequest calls the generic LiveAttempts builder with application/json body
 func NewLiveAttemptsRequest(server string, id WorkerID, body LiveAttemptsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -9194,6 +9300,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error)
+
+	// AdoptAttemptsWithBodyWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error)
+
+	// AdoptAttemptsWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithResponse(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error)
 
 	// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
 	//
@@ -12367,6 +12491,54 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+type AdoptAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AttemptIDList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdoptAttemptsResponse) GetJSON200() *AttemptIDList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r AdoptAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdoptAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdoptAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdoptAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type LiveAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -13838,6 +14010,36 @@ func (c *ClientWithResponses) GetWorkerAttemptsWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseGetWorkerAttemptsResponse(rsp)
+}
+
+// AdoptAttemptsWithBodyWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *ClientWithResponses) AdoptAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error) {
+	rsp, err := c.AdoptAttemptsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptAttemptsResponse(rsp)
+}
+
+// AdoptAttemptsWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *ClientWithResponses) AdoptAttemptsWithResponse(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error) {
+	rsp, err := c.AdoptAttempts(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptAttemptsResponse(rsp)
 }
 
 // LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
@@ -16168,6 +16370,39 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 	return response, nil
 }
 
+// ParseAdoptAttemptsResponse parses an HTTP response from a AdoptAttemptsWithResponse call
+func ParseAdoptAttemptsResponse(rsp *http.Response) (*AdoptAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdoptAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AttemptIDList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseLiveAttemptsResponse parses an HTTP response from a LiveAttemptsWithResponse call
 func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16492,6 +16727,9 @@ type ServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	// (POST /v1/workers/{id}/attempts/adopt)
+	AdoptAttempts(ctx echo.Context, id WorkerID) error
 	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
 	// (POST /v1/workers/{id}/attempts/live)
 	LiveAttempts(ctx echo.Context, id WorkerID) error
@@ -18411,6 +18649,22 @@ func (w *ServerInterfaceWrapper) GetWorkerAttempts(ctx echo.Context) error {
 	return err
 }
 
+// AdoptAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) AdoptAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.AdoptAttempts(ctx, id)
+	return err
+}
+
 // LiveAttempts converts echo context to params.
 func (w *ServerInterfaceWrapper) LiveAttempts(ctx echo.Context) error {
 	var err error
@@ -18552,6 +18806,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/runs/existing", wrapper.ExistingRuns, options.OperationMiddlewares["ExistingRuns"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/attempts/live", wrapper.LiveAttempts, options.OperationMiddlewares["LiveAttempts"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/attempts/adopt", wrapper.AdoptAttempts, options.OperationMiddlewares["AdoptAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
@@ -21554,6 +21809,45 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
+type AdoptAttemptsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *AdoptAttemptsJSONRequestBody
+}
+
+type AdoptAttemptsResponseObject interface {
+	VisitAdoptAttemptsResponse(w http.ResponseWriter) error
+}
+
+type AdoptAttempts200JSONResponse AttemptIDList
+
+func (response AdoptAttempts200JSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type LiveAttemptsRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *LiveAttemptsJSONRequestBody
@@ -21909,6 +22203,9 @@ type StrictServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx context.Context, request GetWorkerAttemptsRequestObject) (GetWorkerAttemptsResponseObject, error)
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	// (POST /v1/workers/{id}/attempts/adopt)
+	AdoptAttempts(ctx context.Context, request AdoptAttemptsRequestObject) (AdoptAttemptsResponseObject, error)
 	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
 	// (POST /v1/workers/{id}/attempts/live)
 	LiveAttempts(ctx context.Context, request LiveAttemptsRequestObject) (LiveAttemptsResponseObject, error)
@@ -24099,6 +24396,54 @@ func (sh *strictHandler) GetWorkerAttempts(ctx echo.Context, id WorkerID, params
 	return nil
 }
 
+// AdoptAttempts operation middleware
+func (sh *strictHandler) AdoptAttempts(ctx echo.Context, id WorkerID) error {
+	var request AdoptAttemptsRequestObject
+
+	request.Id = id
+
+	var body AdoptAttemptsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.AdoptAttempts(ctx.Request().Context(), request.(AdoptAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AdoptAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(AdoptAttemptsResponseObject); ok {
+		return validResponse.VisitAdoptAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // LiveAttempts operation middleware
 func (sh *strictHandler) LiveAttempts(ctx echo.Context, id WorkerID) error {
 	var request LiveAttemptsRequestObject
@@ -24299,395 +24644,400 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs5lif6KgjeiRDZnaIol+3qoqJjV2WrXNpSyRp9TM29RY8IMUEyW0mAnciUzHY44v61D7APcR9s",
-	"nuQGzjlAIkkkmdSH7eqZ3YkumfkBJHBwvs/vfGqN1GyupJC5bvU/teY84zORiwz+dTjKEyVP+UyYfyWy",
-	"1W/NeT5tRS0Jv7U43NCKWpn4e5FkIm7186wQUUuPpmLGzVP/kolxq9/6v/bKgfbwqt6DN3/+HLUO81zM",
-	"5vnx25pxknjtGGOVzXhu7pP565etqDVLZDIrZq3+ftTKF3OBl8REZDDcGz6aijeZ4LmIfxRjlcH3xUKP",
-	"smQOX9RvvZfpguVTwYTMs0Rodp8leS4ku4EHWD5NNMuTmWDt85/esO++++6HTrcV4ez/XohsUU5/hENd",
-	"46Ot4NRjnotd876Wm7LOs0ROyhmfF7LBPGFiWSHZfaZyUTelrJCtrbcJZnGRi3nTaehczHEerJ1IxuXC",
-	"zCxihUyF1myYFXLIzH0iZ7lStQto3vPA6f6byDRMceOM1RgnPTKPsTt8jrXNLWb8Hc2GcKlLl4a106Ub",
-	"KjOe8zwXmbn5P34/3P1/+O4/ers/dK93P3zaj15/9/lfwtteZFplq3O/nAomxcf8egQ34NQFm2fiLlGF",
-	"ZnM+qd15fKQytxn/eCLkJJ+2+i96vdBE3qoZT2TN6Yzx4qO5wAnX+dGdkPnx258Fj0XNhyex/d6U65wJ",
-	"8wT8c5Qm5s9MjERyJ+IDhluXCT5jmdDFTGjGx7nIWJK71ZniSO5jzCR2YRa7x2/rVym0SN78/xXWfGX6",
-	"lZezscpozua48JyNuJQqh9OA09L4DfgPdp9Ize6nhgepfMp4JsytdftsFucaFuca2GcTdtkLssuTZJbk",
-	"bu+Xh4GL/utjMeZFmrf6r3qRWTR89StDWBv48lmm/iZGeQ2Zzenqo+nsvFgn05AzPnKIi9FUxEUq1oyj",
-	"6ZbHD/abym5F9mjhWRRw5ypdm/ePU3W/5mPu6ZbHfsxn87yeK6kFaCBnmbpJxcz8OVIyFxKIg8/naTLi",
-	"5lDtzfGOP/9NI5NvNpx9L4xYPaOHkhmB/sPLV98zenkXloGeBcXoRmX5SaJhNvNMzUWWJzhjbi7BX0ku",
-	"ZnrTROBN52Kksrj12S0+zzK+MP/2mPwqNzm80YbfKVkyQ8v4Vzex3Jbf7Rw/uPvUDZwso4l581n9NlT3",
-	"+p+W3x+1OGpw1yNV4B5Vp/pWpMmdyBYsU4WMNYPbRMy0YmOeeTN27KB8ZRKvvu9C5MA+uWR0G7tN0tS8",
-	"aIW7rb55xAstgp8ROzm3cuk2kYGJDHFNhn3YA1hYI53MvOAC4zI2Iipb5NNETlghY5A/B2xIE6dHzfTN",
-	"k0oK+0nma4Q07PL3UtOma97mlVNURT5Ss4AyO4xx/UU8jJjK2FAKEetrsySZkRDmC1Cy/Mo/kjKu2T3X",
-	"LBNG5YkDNBU5hhxarUxwXUMqhhKFNvowz8M7ez9NUsGS3KiGN8Ism5t/ZYfX6MwR8PHQ8MU85uXgDfVv",
-	"//QAIUSeOCr1HxAdbquQzJbPRmUGa44gLBKcujhOzBt5euadxjFPtYiWDmi56svHD0SyZrlig9aVFhlz",
-	"u4BEO2iZlfVUnP1eWBMMT/ci53mhAxxjmS2sOYzVKcOsRByBjaWKHBVxOlTC8JDL41+P3l6/v7rsAE0H",
-	"2IFRiM0/RGxuuAcxeZ0qnQfJ+Qufnic4ISXLefhBWRYNlQ0LkqcTAgHB10jcEbEYFj+fZ+qOpxsfs/cB",
-	"vYym4vpWBNTrQ7TdYmuvmZuilpIjw0w0S+S8yDXozZnQKr0zq9SXRZoGtgeH0Y6u14+UKnVbzPvs5+NL",
-	"1k5ydnH15s3R0dujt+w+Maq6BCtzsaOZKnKchYxZxiWTiuVc33Yi9uvxxQU8nBVSdwyhnb0/uzo5vDx6",
-	"iz9zGTFdjEZCxObYyphMa2vELjpdRjoBHAYyv5N8as4P2q6eSPn5+LIVtcyorajlhgoKlljMzZG7xn13",
-	"is3Kfcvqi5DxVpw2ak2EFBnPgxb7ZWmJj4osA1uvkH3GWSbybGGtQvhq+P5M6JxnOYP/1XDRKFQRUINZ",
-	"dbMN4j6sflh5vzJFSWrw6gWVWxfPytx/M+yBAzOL2T1PctaOC/zQCKffAa7WXL4RIdVLiJB6s0TEJZnS",
-	"utJLI2Y+kv3n//4/7I6nhYgY196iObKbsXae8SQ1nEeK+zSRwpy6ed458MmPZQIUds0GRa/3nWD7bMp1",
-	"BFRqOCSMFjHO/tfF+1MG1GM20w24g7MwJxh+2E1kLD4ylcUicyQPDFgq6eu/Jdea80zIsKoyNwIozGph",
-	"1xxNgYZ9I0Zmac4Ory6O3jbfrfmUo5Rba5XATRXZsDyfRTkdOFwg2Hhitkx0J12WCfPFNSIHzsGWB9IM",
-	"dW0IlGiqOqGf1T2bcbkAwsYTdj9VKc1wzJNUxKyt5LX5s8gE04U2rKSDSm9WSAbLT36NxFgwWtObRkqO",
-	"k0mRiZjRBMIn1ZBEneFRThAoN19lISXHMUTJ2r0Q84SnO5uGb3IYvQdXudvqnHbsmbtZGDaWC9rnT4OW",
-	"O7yDVv+HH37oRYPW+dXp6fHpu4FR3z7jEeS5wDNojobREzgcl+AhgZFCnlIBhqVlsKiEuZnB2/OpSDKr",
-	"fOkI9291hcdJpvMID733c2L+zx3pvvk3R0+xeQ88hDNo85zNlM7Zi17ngI0zNWPvji5Zt9vdw1npvU/4",
-	"x2d8Fp4yjIQ8pUZqgsuKcX1rdhrcZ00s9Uuub0MyDhbheq2hTlvreWrN7eWawjK26z7kf+CjfzU81WN1",
-	"Q3hsiDqm8wAEz71hEImcXI9Dk/ttynPGiaGxtspQHCVy0qEzYNiLWao+80WWLoBnk2bG7HObvQ8gPyNn",
-	"RgHPqxzi6pGyZBnURT39ccWL46ZGBz4Wo0QnSrplLGSepPBzjAxz2XZpziVvFkHRMlKzWZ3YsdMxF52V",
-	"D1MW6LBDRh7Qx5bW073IWJprl+lhRuXNIkQ0ihZOszau4+HZMcvVrZCaiY+JOeXAA3iaigwEPGgQIh13",
-	"lizNUMihsnQPskrJTbJiptSYm4UWWcT0QudiFrG5yGbcHH/W5kzPxcj555kUd8Z6LmQnYnSu0DTNeTYx",
-	"lhnXTKrcHMt4Ye4prc6otEdLs9bwJDR1g0d3pGIRMj90zm9SwUSWqYyZm0gu/Mo/XsBH/IQCVx99JHtB",
-	"ZexY3vE0ic/SYpLIi7kYhYekaOU29A/zCJK5+JgYazIWYRk4TmSip1uOhh7BBo6+2yRNtzRJZTG7EVl4",
-	"sg/Tn3gumsiWC7jRcGukmCRkfSwdfXDY04ztUJUN/FB/NI7f1jiwSYZXLL0Ga12Vi2G3gl43oRM1CXiQ",
-	"dB6LLExaOo9VEWaueVbIkVmEgDDOCoESFI0ddiMWSsZoRX8UoyJX2Y5mN6owBjbXLM7UfF45njdKpYLL",
-	"la+kCUV20v481nz4uZiT62QLruz4mJUdhoOZoeH0G2FmeZiRC8hhzISQ7bQcmRnGBKKPOFPLqQtBT8DI",
-	"fHgRSAD4DfwcTOewWFYT3NFsnEieGgtQZTlq/XPgPzuawdEDlewnc1PyD2HszHwqFujsSCTZeE11tDc4",
-	"O0hR+AxC5hgf+8uq3rYtZw0yz9Wo/ocyuv/hU68mtO8xTE+4vewFJeEGDvp4PwBsnbMmcI/I4EbBpm/R",
-	"5I/skal6B7rsFMQ7zwQT8i7JlDSie/eOZwmsJUj/A9T6rT9BxoxjxAP8CLmaiHxqZLDV8PfZr8mPEZOK",
-	"nV6ddNnxRCpjCYK1ocytaNzosLkvZGw03lpD2rzlx6vjk7fHp+/67J7sanMmSN/NFbsxpMpHZtCpyCAg",
-	"kRVSG53gTMVmZlLFZn1uhcZV+6W4EZkUudDMhncNL5kJrflEdCIGeief8ETiakACUZKz0ZTLiaBwv1nw",
-	"Hc2q30DaKthf5OI2k9mwMJupa16RM1Vht6XgKll1dbF/NKxUxMaE9ZlsjYvC8vSHv6PC/DeybDP5jcz5",
-	"nILSq/JpnimjYK3O+CfDtVHQ+DNms0LnwCb9vWwgXOxAa+ZquNJ2Udtsorfz6Bq1nNc4RkdK5jyRqD2t",
-	"ZdP2Rpjw+rCrkHdbsbaVtZnm+XzThH6+vDyzc2msXGI44RF81/NnU2jChiXQs2HY0DxTcTESmd4pfbOn",
-	"h78eldy3j5yEZ1lyZ5iwpniA48PM8WF4kJOuM05Swf7lzeHZxeXh6fXx6dnV5cX12+PzPXNXQ6+q0a+v",
-	"JxkfietZwHH0a5KmiRYjJWPNbkR+L4RkF8fvLo/Of4V5XBy/++X45IQpiUZQw/j9rWOzmza2ZMh2e6XI",
-	"DZdfG12ge/psaL4cg368DKxUNcUgC1pnRXgCe3UGNjzkvLyxGKU8MwIGBQYK48SIGPxBlZv4/urS7SJ4",
-	"2kdG8qLPPbyjzQ8+Km1hB3pDFmjlFnBAYyO3VWakaKrkRGQdI89CfHBTogGGFsJrbQ5UkY02E8q5u3FN",
-	"6sD2IhEcWeDaDM/P6BrXFQUvQJRTkaal0jxoOfcCW4h80GLmeYaRyj4p2uynw+MTG30EU8E6K8I+7Afb",
-	"nJuzILwl8HbLEVQpUpDXl2ZsQ4G3hRW71g3gidBHWbM/8tHtOEkf6GwTMm7uW1B3Ikv5Run2Hm87U2ky",
-	"Wjg/xgOzX/BZCO3WfH5uNN+GNu1qoMFsFmRQsRvzpsgIhiJnZTJYn4kEtFxuab19P+U5O3t/ccn27vb3",
-	"7O7sfUriz3t0DyjpEFRP1USjx240LeStrnsQ7sPHIuBWNyqfhrzEfpbaVpUIUStVk+YUeqImb8yMq5bt",
-	"i1evV5l15la/AcnTVtVlgiQN9vlcaMj4/bTd4qwuiDOLGyVvRk+kfR+wPCsEyHadgzFlNqaBTu5933p+",
-	"BaUIb0UqwrkzsbkS+gwXvnRVKMYQpdsbaUsrwQIcqXaSRzLHzPUld9NDnMIf50kmdH1kPcGtsLlLnE2T",
-	"nLVn/OO1sZZdnOav6HRvHmyn5KAnSZlYWaVMaJHduRSVtXYOVO1495e6xaqYzwqJUYa5mhepWWwqUwiG",
-	"5Ov114YvuSvrYjakO0ISVVnSYhdxo5+5JKewiCaSbsz/PPLcnCm9/pvs0LXTPq9u8tLEK3TdUFTfy7p6",
-	"FiQoOAAjCq4WkqLAm6Op+OLKYav9Kusf2EIk/2oEIONod6BBkuiRUTyMRdkHG/VWLNiU6yn5C1Gxg7AZ",
-	"xgCdVWsT8MgCJZqKQEtNJJUwgT4J96BG2WWHDDyvmOPGZjAjZx+R35LxnEGin81GsAl6RK6rgpvYTJjn",
-	"GpPEZe1B1oThTRHjLgTOdGGsbqOPv3g5HbQ8bjVWmeVXq2dXZAlPk3+Y1asUywRX/42SXqabdhlufCZg",
-	"1VGsCfhy9ECCA1BThtlvh8eXx6fvrn96f3795vDNz0cdkHFmzyjZNWxv3dXVzJ1xTG+HhHWx6JPf0jDy",
-	"XKFYLbShZJXGIrNCazMR2wGDlDtN0vi8kOeGM4RSU0bmBmCfoDbaUhTKAxzbRKOA6jaqzzOsvKX7iExF",
-	"P8slZzfCUJZmuerW+JTIVAwkkJjPBFdRLD5CxkxOBZZlylIiJyndWZOsVJu8uF2CWh6qbnPKCkwgE9Im",
-	"8eGUKXpqC2gTCK5DzkhU5moGpx1OIHEWpjUuvR3BGdqvCpKVFyrazkR7UFx8dT8hm9CmxZVr4hJ8m7nv",
-	"rS7gMkggCxvi6hBQ25w+QrW1dXLDcqDRYkvJcUhxHMNngXlZDqYkMq+pSmNDtKky5h0lxwJNFBIuarMe",
-	"fi1IIW26AAWQpM2dgJdihIS8piMBeYQ8E2yipOisHv+aFPI3RycMl4qJj/NMaCgDNhKPQXW8zbTEf3Q9",
-	"R+sB42ykpM65zD3xEIt5qhaDlvkC++2Q+YoFUciZKjv9w+vATtt1XHPu7Arzdeu7b1j1fs/8vxoeofOM",
-	"52KyqMin1t8LURgaX6qNgJ+HfczXw2WCXDTIscNQ2r9eHV0dvY0ojy+hLEAjgqzkJy0iMv8DRrdZ/bzI",
-	"pO6y4YjLkUivE3k9z9TEbAiVTElxD4NSejeIf5CBaSw0SExp3kOSwY1hSYYykyG4NhyVdD6MIBGUItnl",
-	"BKS4Fzqv+1QoSTn88f35ZamMRMHX+zn4dlFXv7H8EcfdfJBRUXdksuE0/yICVt4U5LauSRLEM4kUFdlV",
-	"hr1sHqAvJ3CRqjykyNcZbzX1d1khYUuMurmjmbfQuNtTkULU0KzJASZN4v0gnsvrkGTobw26Mc3PwUSI",
-	"GQ/IacfriIvdigX4nMzvlOVJqrS5UuOK5Uke3INLlwq73+tZdy4kSaSJFNtmSmzeCJsGUs9vzB0N5DVl",
-	"ejr6bEWO0MrPDaWdBAn3RMQTNKVW2PkWtmT1IGxy+MK7N8wLlnFN8HVZzlgy2NEMV8Om8kPKQK3auZ2e",
-	"BvkLodHdQHCHI6L2vpFSQGU15FkbG0nkqL7uhb4wV+oW9VZkIUZpxZlAphU5FJo7eh6So6Dm8yBVH7pJ",
-	"Gl5npkOCwhi5Th/Bqa9VNcI2FTCSrckAroJ+2+Ccma2pIVIj0hO5bTCi1o8WcD8d/WvETo8idvTvxxeX",
-	"FxE7fX95bf9+dxmxd0cRO7mM2MkRa8tiJrJkBKzx+DTsnuJpETZUMDNpm6yFoJxU87q18lITttN4L7Fm",
-	"BZ8vA3bJjE9ExHg2ucO4A/ywo9G5MFeJDcqK2TxfdLBivNQqA3br1lkbj06igCk3iA3CbcF1haMNZnyz",
-	"sNjyObH2vWSJBFY1NBJ/yLCmwtiPk0TnIhMxG1rjfchyMZunWDXzkY/ydAEaOCWdra6stY6XnAxznCUB",
-	"yojMaH5kbArU6WH/Vipr/BozYyxsZNvmrn9D+ja8ikhw3SMWm8PGLR0QR8PnzsU4nEDvNkwf5wjAsWUg",
-	"zzlkyjfZkF7NPvLQzq1uUhKL2VzlRuaGy4DdgDuaHZc37/5i9EFM4Eg0BBr7tHF2sp4Hcg+9j75cGkgw",
-	"GZKctW8WAGaFFzro5oTIJZf6Hhxw6IbkOZYxDekVQwbr1WWHzHxcBg8NZCbmgkMpAZdM8CxN6BIWMbu3",
-	"cgIKgqHiJO4OZJNaiv8m6wBZPxBhIWiBVw8Lw+F0hH5rbv0TN8h92kD76NI2/x7zJNWMp9ZLsczWy8mX",
-	"UV+sg5kl0v57g8yrtwhh5hau6GHM+ajKWoejTMkhiLEhYiTwdLh6jEeGFxTz6/tExrixS9IUKkpnidaQ",
-	"gJukgklVptVC8TxAYJFb0cZ6F/DrQhVygsqchPN+wMiVAdNcCESd8Y7Oq2AVUhZS3n9K7sTuODGWo7mB",
-	"tQetP+29Yn/C/z9odZCb2YdUxtr/c6qKLF1E7H/GPIH/3gtxC3/MlMyn8JeZVbpoVh9lVzakU7oYhWG0",
-	"OUsFN0ajNvP8oacHrc4B1eualeJpMpEiZrkCPnAlk49MzNVo2mR9/pbkeSiudeSSm8k5U8xxgESzWTGa",
-	"EvdrD1r7MKGojGvEIuWGlqx/DDOGmkwmzOYOITudlgI8ki9fs9GUZ3xkDM+IaWWZKvood6habYzGrZ/i",
-	"T3n97d93ywz/ly8/2987/+NfnjJN50HcFavZQ6GlgE2SzMQ/lBTB8snjw9ND9g9gUCqzh7o9aB0V5hjv",
-	"/SiyNJFAS/ZgXV2+WQWRCZWjPpCZB2IA7lX1vO1S3Qr5wGSsBwR6LREuH+BZIt2q1GMp1bh97FUsDzAf",
-	"xGZ8gaW/LvCoMrQgIjo59FCXnSN8IAKGgLFNdZpKpgsQRzyeQa0NVSvSEKDDuKEhCPryxYtOYx8TYrot",
-	"ia1AspJKN9rw5+aeGhqA59fsf5ZMJiJ7IAUAfiJpmVtu6ThJg7zxkNERhFDDcoxhCEMOWfsTuC+TOGJz",
-	"vkgVjz93KPIAd3Tp1y6fqULmDlmj17MEYekAATLLqG2zcENTZvqq5zHTJuzyL0vsci37rUPnKVljnU27",
-	"+QuDKTg7uozyQFr9uk0qsRjA+Tpo9dmgVd2dJB60Pgdz55+QC5ZUuoEjAvSoxeILJLaEo5UWdSTHk+Q0",
-	"LqkA0w6TQJDaUfGBFWQzDp42iwJCMIVIjeAHgZU1QyKAF3jTYO1ZrCDjcpwgsKtvC9bhvNUlVK1Mu6Zk",
-	"CO7Z7OGwNwZX92OijRH3eOuiEXulnIjnsQt+4kl2MeUIZbTFF9yLZDLN10qxHc20eXPE9rtdM2HWthrE",
-	"fpPwPw0RnLXRyY8sFVdnBvp6iKMB6NCcG8tekhJMAGzsRsULOuTGau3qXMz17/sfuujcC5ISFfttJiWc",
-	"UPlA8INUZlTpLQ2yn7is5mwB0MAd5Eynic7ZrVT30kHukIreTqTOBQd05aFN1B92+mAwwbvm5JWIyrpQ",
-	"TO2w7o8dfQC1PNX0mQjeUKbp2Nd02bLlOM7UzFqOhoCHXXbkql4mIkcPPDpa1tQ5Dbkebq5zwgoZrlFy",
-	"Er/HWVq0K+I7VijAizF4CPkBcBtLdATOIKy9BPe0uWJOLB/lQF5d5mUEOQS4THiAV3oJBIe1f/+AeyYV",
-	"Lfr9NBlNa/Lfjt52DlyY0aItEc6qtiwY1pR2yBEHpt8RtvkQVwFWeMp1mQJHAXR1Lyn1woGrEdLaMgBb",
-	"JjAbwaKsw9go6eMEZIdNdemyQ1vyanfp/Ojs5PjN4YVROvcDDnBdTU04vjz6tRUS6EHqqBAGVDIjKGuA",
-	"Rjy/niuvC1N4bjO0VogmyCQMoQetLuv8q9AKRIYwQ7qKkOZqpXuR4aMYGonYAJJ6uvgwpCYSWaKihQAl",
-	"pevJ7RliFdqkBclnZsya/GEnogKZTYbFINZLFJ6ib0IEwhWGjs3apakI+TfojehMgJM39oG9MNB+eHFx",
-	"/O706G3kyrwNpRJAVpmggeEDAIiy/MnPM3LpMmbyLiO9D1VrkPZB4BEQRYVoDTtVeZmE6hoHLOV/BETc",
-	"Cu93RanbR6GmeT4vA1Akzcw5wyoxw2rg8GkNdWe6lMBmOV98/Nixh1NH5cdYZG4QiyUU1+uX7Jfkx47l",
-	"yESyQ3PTsKzAqBQzAgAy92YDdXA4lSX+RjmsrA0KIfAxDJEhfCOU0iOo/y/Fjfg3kfId7YB5bvjoVo3H",
-	"ZqxXHz8iq8ozLjXUBCHEA9i1wL+AOxDrPPBYOk0TD4tFhHNgV0tgSSoOx0wJ0P9xYbiZyKeq6txpvTu6",
-	"DIbG/f0NRQtroVuiVpHVIGrdaJUWOdGXyuC/ml2dn9TCjpXjL4HYwpoaytvv9cwRe/XDDxFi1HFLm4C+",
-	"0UGmNROctHmEWUo8lCW2EDlpab+/6n0XsZcvXn3olySUaEtFEdiqE/R2SkVi66aIJ+YNGNTnEncdYy42",
-	"Gn9NwCkhB723kqUm/vrlBtXbLHJI5ftZ8Cy/ETw/F/N0EQLECYXfHewwASfmmUoNV5KC3XOZl+ls/vwf",
-	"i+oDU9n0DVSIVl+eucq+uP8x5JKCBIzIBxssUS7cBy0HCht+5LZpJKGK2HogieXTFWc8kcEUlEu/Ui0x",
-	"ZlKRAx+L1b3sU6qOVJD4CFAlmFTe1nkyuq3kk/kFaysTWiqK3168lPX3pZA5UzHq+Ua7pw3sY6oDVSFj",
-	"me/6FAiUr8Tgs4mOjAoHaINYnR0B5Mq1FqkY5QTnmKuU0r51RKocFNSMxDUfgQIMSXLgVZqbFWwvQT35",
-	"I3fZe089z/2MDqNaiGyWSIytkNnG2nuxuNvzruymatJxaLa47JD37GHn5Io0Mj8sYcToU2R7eBgd30CK",
-	"CLoSYeVrUJO9DX10aV5Z7b8FTdvif7c3fy+4zJPc2v6fSIPSffZpNC/6bNB61evNBq2IzcRMZQvzy/67",
-	"ZND6/Hl1A0FRfHTRIU7gMW8JvXfpoIRfU56vCklt40Yfjwm/wWbXnqqLsv/NWSbGIqv8dKqOsLYpmHxb",
-	"n5hmZopkZEc6+nvB0xZ553TwdeUXXhNaSUPBUZel9nmjGGicOHWS3Akr3B/mVGwG6Le+UP3hHsa1WAmu",
-	"pH27L4p5zgP5LMhfuWvVR/kX7Oryp92/OMX99OpkJUr58i+vvn8dzC/NBJ/51LQM8degvAZeEeGk1y3C",
-	"todq5B56WviApQ+gYUIzP62JEb09vdhN+Y1Id9PkVhC6OxjSr7/zokVG+FEsaPdDhG5IzIGKGWKfWY9E",
-	"KnIKLsTJBB0S3v69/m45FrcpCPV6f1PMvhqMrwNNttkoMeY6xAqAzJNUVFPK7G2g0+VJmrralPalmM1V",
-	"xtMdzShNgM3NmInQnT4b6ttkPmRJHrFbIeaYPjS8KcZjkV0rKYaYaZKm5a88TYcdrMbkWe763VHZiy2G",
-	"dIUxbVvdAkbPECMx9Khc3PMFaw95mqp7fLFfIGHm1opa5WzKf/A0LetX4M2tqOVeE+TBkMawLR+wRvAq",
-	"CTrtamhGGkaA5CH9dD/YLGNDTpI7QVjh4K5bDg1uBiCui5bWuiAxMOu82uhSHVJF2TJy09Bor2+OTsJ4",
-	"k9ce4OT1OsTJ8kw3Sg2BX3w/A73J23/7gwMDss9HLejG9qEREniIsfg5LbUkge3lAnnCLobLbhbEfCiW",
-	"Cxq5I40k19YjFTMzh2Cc9swWXAQCWuYSpR8XkD/h+n51rcuhXwnE3E+Vdj4M9DCYsTH+XXVqtLlEP0vI",
-	"S2bMC8SFAvAnYJNVLKlOiWNpRm/qKLM9N1bxJyfg/wbUFJi3zwqwwq8VtfyK8/Oji/dX52+OLpZ+h0r0",
-	"VmSbFZRXW1HZ06AVtRDCqhW1qKquFbVcy6dW1Lo6vXjz89Hbq5PDH0/M6357f/7L0fm1ewoB7c07fzk+",
-	"O6tpbOP1F1wSruvRYWd8NE2k2DVbBT94QLGU23mNAAhS5ddjVcg4gn4WaTIK+9NjkfMkDUMgZpnKmgt6",
-	"LwgasPMSqE+tscXKdkcBT1CSp2KNnbG6Vlfnxww0eyHRtoKqTgwEm1VfPnN1IXdz1Y7v5kgAvkHugXHm",
-	"CwHOE711D7Uce3ptdAhdnoQ1/bPiJk30FJItHqayh1oeYutbl83OktiwiAXLxcec3aBi6yIUgQzSeg3p",
-	"PwaDj73ehz+B2ChTwdERDwVNdWk4wfR7rBXl87mQIqYzgcWJlAR/YFMyNNPFjXn0BqzuFcWuUeIcJtps",
-	"JyZgim4S5hAbs2FYSd0ZHjjPzItXr61vZtWmXi4t+lBPESIGmngadCXq9BZsy/Oe/HA29aVM/vIgsSAR",
-	"555rNreziyiLB2FTzNYbsTNKi1jErC0Jd82IOqkySt1pnA1YzT0KcaYwqmydrd9w41ddKcEMfkoY0t7S",
-	"UL5QZLWIbfAyQx5izM+y06aJVPZxI6TSWaGnZT7YQzjLgzXbJomeZVZeI4pAlX9zguj2BSPhNDl4T2hZ",
-	"z3kuXJPrx5/M1L5qG/iVUKbovo7Y/szolfvToNLw6F6mtDK2ifcc1Hjvmzc2K3VLF8b4eqL+xVEr47m4",
-	"Lj2pzRLk3LZuOp/+29d+5cMOnSOIJZ6DWdiGUc9FlqiYnCQIztHDCOZNMboV+Y5mIz7noyRfYOdIMaZ2",
-	"x6s0Nq8DGsNB+mwDWX1etwBXWmwbMKKeQC6Py88SAnxNRLvmzOwCpVVUa/FcplpC9erxU6K5HF8eIRo1",
-	"ZF/1vTYFmAJFW+ClQJUZ1g7/YwcL5vDWx2VY1y9D++wKW4SZW3aRXvc+mfd87oT5g0zyqqdkv2Z7XI4f",
-	"7shGlJimlvw5leVij/oHOrDjGBBRVpsCGPP76vzErpOLnR6eHZPiaSzo/t7e/ovvu71ur7vf/6HX218p",
-	"JgoJPnBgPjJsU1cMEnDOPASnWnMZ36iPVT+NRE/cKmRHXo0uqxTKPA1Jl237uIZ+ent3+3sYd9dMT9W9",
-	"xjCzEAz3sUsjd0L1PgHn65/bg8Gf3T86fwo6qHSqloj1ZVSHPOIyBGxPDgv/Zwn3xcttkMSIwMIEPFdZ",
-	"Dmi3W5Lt1CZBwHNp+n7c6v++oQ/BUt7E5w9RDTYdhKPdCBE1NMIOjzE0OEIvNFRcI/IUbDV4dKt4ybTR",
-	"iHrsXknQx32WiZGx3mJyHoFMMi/dwURcbaG4yJdFOI4ZIALvYN5Jt8Qkbi69q0DSj8typ6E37G8dijF+",
-	"ywNnTi8N2DvhRB7qo1Tug5LpAjsWZ2KeLvo+cPGXTfex6xBexoeF3t9YrUaNx0A/NwtKrhVZhE0lbZ96",
-	"Kp82UipQTTwvrmfQbiJQnX12ZcgSLo9URklnPfZXzEtXGdZd14dEe8GQKET+r28WecgC/xWummHhhq3f",
-	"/zm8xsYkfZgQNTrW9SbkYMUysWvse3AoQ5QCSnwgAQkjmagGLdeYlcDDy8ndm2uZg59KNYEO1jCeQa8A",
-	"rF+ERgI8hj+QVILO3XOsDGrGes8LeVHMZhx8E2EUpy2aCYws3PNKbg5BY67B+HQwfsCv/TRzHWEbYDGP",
-	"qFQA8p8wD7UZ7pUHphpq8vGl8ByoDbQIFuTQRSO1EsnGKhuJvk17A0KzNeWYr0m9aJv05zOjR243V/nY",
-	"B6SaJWkQ7NIyUlgHqUI9C8hTBuB0rE31FYQAAiHbITjPQqgIeNe6toWQ924rlOh+G9c9QHwRZzA54JCy",
-	"sgCfKLO6CWZkCVUlDGK1LTw/1eZtOHc1LKCyD3qtWA57P+22eBVdkQXO3Q4tb4kmHiUoC/mAPgCG6LAs",
-	"tgQ01rYPQOR6qVN77Rx3XwMChZAxaASP92Ku6x1wXkjn2w5iAV2DU1WzTN3jfGOec3uAMOKwC+4gV67M",
-	"pXPEGsGzDr95tbHZto0nHuSBpzSkrdzPa1qdNZ7s2n5INfh82IYn3koPXN5KsKgpvg2x78j1ryuDuQ26",
-	"B9U2DaJQHyzsRmf4eSGf2+m4ZTluqUA8sOr2vJBnPAseoxVQcsa9kkpj4I23OiFhOgkgCjqg7ZoJEy77",
-	"tmBuoMoQJu/qxMtT0ijuUJ6HJrc3kEp462oHxhDZ1q9LmDwfWOT9YIq6SCayee/3OmWMyjyNpkU+QqnQ",
-	"hSpykVHnUigMm/EFuxEeKsnw0+dhMLXGOzKBBAxXMRdGeSsBG1Ywf++t/IPW7VNeueXJep7HYp5Pw+i4",
-	"sRBzJ5QlZo5bkH7zU6m1ZaqYoB4GPkt7pgkLQch8R7M/s/2y2m6/DrV7bQ/NeNvWPYAoUZeG4ALGJKBD",
-	"4BBOJalp0rqxORBWd8fCMThSPwDM2eZosLbd5h3N8jyNmDDqLwGzWrQBSgShi2WKw4622EW67DbkAOfN",
-	"mYpo00pO205yNoE8T8QCtPuENStAebdinjfHsK0PCTpJsIFBkMho0vaYkDzAxK9gs4NoXzpIbGDOZDxo",
-	"9dkLCI8gRrBZkX2AwX0KgOI1qoxNm63xWNikWnA7LJFduPeKzdYNEp3/TkNMyUy4tUq0peNme+rBiawO",
-	"Yk9K43lvH+XdHl3m37ADSwhkJiD2yG+OW71dwPjC29Sl0tkCXYDl39c8TTsu+ygED2jzFx1rdYnNuTLc",
-	"g7Ur6ckBvX8FhfBJZIPFDVwL27cGTW8VVQRwEK+bgSaC/811W8H2n4CMCN3jHMq1pD5J+Wi6W8wZvrNh",
-	"C95argXKt7H3AGGwxpIVH3P2ail7XrO2RMxRw38Rxq4T9l+vP3tLPq2vhL636jzJxMgI1fr8I4/7QGzO",
-	"iiBsAEHY/8uKQCMt0h66GLwtgVDEbTKfi/jaW6umdEX+iErxwqIhEfn4g1+F6zVBFnSUUJLSCttwG79C",
-	"/9VtrzvHqzsQlezwYfz1cE1zKwL/LNMDM3BdYt9aF/A7wEwIcrY6bZbPRMyGWKRgKRYLFXbxx6vLNyg9",
-	"uWaLxWIxm8VxPp3OZlr/w1Y0FDIVWgcoh5mFgLCuU5bBE84ElO+tWoqlUHcM51EMY9llvPT6dUv+zN4I",
-	"O5XmxqOTtU2/cv33xRRQCWOmP1IRXFbOHp7MVnnTuhZgF3MxwqLBB8TS1oTRIJcod+A9BBG1BMrTbW1V",
-	"RoSP7Wg4f322v7taSeeVAUUlq/aq6FztXKNlhI8MLluTlmmrPmDbjq+ETjqolMaAR7vEHSMYH5p6ibcW",
-	"Lo7f2DWdZ5O7yPZLjFmcZAKQx2xVqC2n8UHQqI6+s12jfOt6JsCQ1dmdKDnx+1MBr1RjqlHCp2s6Te73",
-	"ZgDnJF0v/TnXtnTol+OTk6O3Dt4KFtUVzIS9Hnw0FY3artq4nQctsHHJ8XLEXDx57yaRe3rKdkfh2VRb",
-	"za1lbLmY+53p8GlqchJqX4UYIpDSxbw7D6B2EnpCT1Uab9M9yXZUCeIvEGJEg9d4zUbgSce8NjcHPQM4",
-	"EA4SGw8Ny9VEQORRZYil0+ZswuWkA0cNISpS13SQgi/QuYzQV4EgdXKTJjLcABvcXuaJ65By8fbwHZup",
-	"WEDSykEZsYLgNQH5QANuTA4INA/beLzsqVgXODbD9dnU9nF1jeioy6JVZcCNoyQ5ohGtLHTqvutpr78r",
-	"vmrs+UPD/q3H4mmMVXYtCPtxbbkXQUR+jlrTPN9o5zhUMWOMjtf43hxT7rJDQj3DLjVlwkeSM6IGs4yu",
-	"do+1DQ8idFiL2dVlQ57e84Uemvfw3LzGVQl12XtDtveJFjWIu0BBK6WxNgpVc9X2/sULt2JBIMmQQV3I",
-	"Lk7NAnzCO26KJI3xteyvf2UDqkIctLoMW8ovwy9icWEYIk/abuPVJUZzEVl+ifandxwyJET4CUVxJAh3",
-	"MFhJjM2Ux4n5qxbFsLmZmIv5sZl0sC9fkqbXk6ymn5iT496589pzUpcs8MXfiPxeCMkujt9dHp1j6vXF",
-	"8TsjvmoO4Ctd6a+839PB9S47BNpcWGi6tdKyEnoANtE3DtiQWMqQjv3Qzm4IyWk+F3CqhJLigA35fJ6p",
-	"O54OfYYhGf4sbDjFHPYDv+2Nq0GyMJL+RchGL13RmFeC1ukQD90QaQ5uLWugES8LUFGBJXcip6MipY9V",
-	"mqp7XaJY7tSssAN+2kRKSxhTtn+pgIbQFp+0slm92mRfZ64aGsMKagsmJT6aj5BK7v5DZIpBYowZImbt",
-	"HmWw14RL/OnMM2GUKSdVbK58r+GcUqXzMh5AgGUqY/ReETObsVP4M1s7N73QuZg5JNc1XRgNmRhriTnU",
-	"1zYVDUwyPmMjLp0xEDlENaMB20s3hqvFIqrCXRkSA9UUcA879lu9JU4kQZJZygdwPcPzA3vtbciB01od",
-	"jLDhshde73ajQ/zKP17AIvxE33X0kTojs7eEVumDa2Q7mrW/W7OiFWTchqSH3J94Q1m1gnhBQnt9m/EL",
-	"nOkHWhg+xjPBDPOsQI8HXKnVKVzJ5O+FsOnUvsl0ymtUDilyc1+gSarRBYm3lHU4sNqQVgeP9ZfaGQJC",
-	"gb3ooaehwy/JGEBIm3cAxi9nqVLzGz66ZeDjHgPSGi/pKWLD3V33OgAvgd4rVk9QRa6TWPjpzUhsfDQ1",
-	"og5tWnFnQ4O2kmGqtLGL3egEaeWpLUtwbzSHLjt0AAti7p0FXC2wstwgnpmIlQ+sbf/A2wmmkt5ilARs",
-	"UeyWDdFDUabh+gM3x2Nuj25wW5Ws8svKzporQ1ThXWDPniIHZVpKMTqU7rKIyWVh5nI/ValYxYggbAig",
-	"bXBzlkOVJQEjJcfJpMhEzBAOxNAJjVbdCf+8Wl3lt/fnv/x08v636/enAOBwdX5UQtLiN4YLnEhjWl2Y",
-	"Uz9ZDkGHfdLPEnN6Ce29ihD+/upyCSK81Cg97zv7NfmRTHYZgxVmja8t/QVeK4tGicqViMOH1YSNSpLQ",
-	"jrYf76McO4CULvaINbpOjacYYN/hBte6mN5rtyfRbAiW/xAAi+AvUq5ISg+XzX/QnYY8m+ih88QcsKE5",
-	"jEOmS2KmHNdE0rUDAFJGdlKO4X6AUWI1stJXxTMuI9d4gs4y2aFTbrQwUNVKrca+1P+FY3HcmYp9aMvA",
-	"a70jQEkDaaFzkR0YFqHMl6EnXSqnDhvSsUDLZQlTkjMJv0hV+qDYBRm3QG6kXFrD2rAbWW0967cWSlSW",
-	"5Evt3IFJ81Ge3K1Wi80zFRcjzK+QYKg5TaYTMe9J1DTopZDYjPVGbatR3aSi06SedwmP0VVA+ocWs45s",
-	"66LxalGo8yeixn12dAqw35gm7jrDjTMhuozKHhEVyvxskaAk8LsIBY0DS4DX4lLgLjZPHfYrZytVTH8J",
-	"tEIia2R9yWaphFbVEvFxzsGXI3PlVXDWNXJ+WMkhcu9ETuodnD87AxDXbcaxVbiZ0I2gzfKdMRaluQLp",
-	"08gZozI2aJlfSivLbFI4fiJGmcivt3XMLDW2CxrhAHMn5B1ZJ8RyKauL6CYTeZGVreGxrHLQ+tOfoGEg",
-	"nGrSelI10fQQcTfW9oqSE6wEw0VcuFcclL0WnNriXMx2kaGHhu19uwpRucllbV3V7n1QuY3tfzLtjAyr",
-	"ZVjskPXebN8YsJTg/NaloeoU0xVdeglx3EFgNfJSA34WQWzhmXnx6pUHOm4mWkEaH7QeAC1OHqemgPXh",
-	"E+vjkG9x6sbUW4lQx9qg8/pQYkvAYdHyrprrdZ6ZlR2sNed+40l+SSDqTiGUit2oQsYAYORBrK+N7DfT",
-	"kyox/gZ6knO4lBUWOy6LEDYQ058woEEdYkpnTCUunhWyEhI3Q1R+gOotCoYfsDtMvio9XBgMhhSQagMF",
-	"K3wa198vR0q2TP8lbdeaz7a5BkUOINmWjzKlNaWqGEm6sfMGh51+PggH1EoQxc72zBu04pvdWTIxegcG",
-	"XzcDNLivXuN8cevBIWMSSMN+4dYoCogQVA5bt6Hoo90SREFvgU+5TYucJPea42zR7IY6gsXFCGJOq4Hz",
-	"JiHz5ZZaZqTIfGto6S4vT7ak/589V3YlF/lWzHPP+ZN4tVgENRlgli+MngIay/cvetNBy8/lgo7EutNH",
-	"0XBtO2CgIVFGVqBwAm+xfjVzC9RFG4mFkyxbl9zzhb3fsEisO4NHqETRpcqre8mwpXGibctvZuE0Ecow",
-	"nFVdBpyXc6pZu+zndHl0enn8/vT68KfLo/PrP3WAU6R8ITLdJ1LLoKcPz5nmC/NWKj3mN6rIPY5say9j",
-	"MUpioQ/wEyDaGSsjzrykXcjEZocemw6lbgfSCpZWbAnD47sXASqv7ErzB2inNz8QihFecn27vrlGs3Jl",
-	"fCDknaDvuV6Gh/fUEmoZX5ttVl63TgiqFidl4UaYI2Ysu7DaAzw9PLT5upDIsLFTC2WK/dOoQREM6gJr",
-	"Ne2taqIV28QRGvv1Ay5hlV8jd2mextY093/VQj5wNQ96VastAV/LOLqSNY4G+/nryCUTZYPqoLup5Hau",
-	"1xKaMX3X/Q/gsEYgvYyWfc81Qr1HhMFr46o1pEcuF8Mp87LxOLQkDKY8bNsfJmpVd7lcjpUMjqXIjU7k",
-	"SJTbBAmBmeBpuoB+9+1MaGFbpZRJQOAjF7rUsbB4Xqol93JnjV1RM0Wn6ODOJ4CeTWBCZGbEYsXEIOrp",
-	"HLAe+rSWmiqNqiGMpbkYKoaFWJOdgOICVHVjcePsDB2gWIi9ch7hgJMLCaK617yQA2N510FoyuXKVmBT",
-	"lliWOWfgdISZTC1Hida3UijJb2XRjrNEW9etMSoOXP31DdfGsABMFAzqyGImsmTk9emzEBxXpxdnR2+O",
-	"fzpGdGVkHa2oZZX8CqJzEMcZE9QCUM3LUM7WgjDjnB8d/Xp2WQPfDF68pwFtfEiv9xrE0vqMWK/Je/MA",
-	"QSbu1O2WX9O8p3rUyu0iBnwl4DI7sFFIWFcwVKk3mkwX3WYl336vdm8hNhZ5ww6HE6vRE9xYyUFa2ZQJ",
-	"TS8NTqUs6noCcvMby69pHb9VueCGluibc86euye5V0uxad9xsZ85pd5CQDcnIqKBjWRkX7zm22xa/cPw",
-	"nB5W1hTa9CsoKNl2NqvMAqxHCKqOplxOxIE1EdlwlCk5ZKPU2LhsaGvgyh7NzlhlmSpkAN1zte6tgt+4",
-	"pgJvI/SiX5G36aVlgd6mO7+ZqjO/xmoZqfHJ6qdWaAoTrgOmaQnl+TQ1+A/rpXhgbBnq8ashHdX8AC0m",
-	"kSYtwIHttBi2C3wjro7pNsUSCDbzhMQyldlUDaNmu2yvEaZiKAKEQk21X6bOxOw///f/AfW3ywBU0LYj",
-	"mvltNVe+tAyXujxxCkrYdo3Mz/sA/gphdAgCoFlwky55xZxnr4xMES6sjYigf5HDNJI4GJ0aZ0JcPyxq",
-	"CY86fNGAHyGsyD0FBKxZIGcHboUibh50MJBbPVqvI6R8JMz2XMMOBtJmPEJwAdqEquHbSwTRaW5HPQG+",
-	"7fZwtn3KzSr9kEf/fvTm6vL9+fXx6cXRm6vzoz6lsztLGmJ0mPFRaJFFy8ljKmMrLzu/Or0+vMDWWeb2",
-	"mTACMNEzvfR27PX0N5VIEVP27p+HfTYsknjI2hxGhKMyyVQx9wCnMSK3MvDV8dvr88PTd0cHLvGU8mlU",
-	"tmC973u90qWOTE+TE7W8S0+h/VHZ5BuuU1gDoEctSAkvp+Vu7ERsOE9iqYesfXb8NmIzMLLNqMdnb8r0",
-	"N+19DLpxhIwjlyFuV85b6FjwfIqJbbiINmcmcTXIB4yzeZbc8VywvXw2N5ORIofJcPgT8xqRCMr4dyir",
-	"sUxktImE5m0ZJKEMWfv85PjX48vr07Pz92/8NKADRlfeHl4e4i45Uu/6CKGGEUOWCXUMZSNcTIh+mo8y",
-	"w+FvMHu6fPcCZ4YPdWf8Y8RG88L8gfl4SazhHzC013He65iLI5trUyNODEuewFlRUnS67Kg76QIJ/hk2",
-	"8s+wgn+mL++uBWpe00m5el55mtyJfglqa4sSvexWkTEoLuiyQlKjeXhGJ6lR5510gZswF3Qh8rJ/Vyx4",
-	"TLnulRRDM7I0dDPnWpcRF+hUbH5B12flKeACnS68sl8d4YClCYDRjolizY+7NH8PlWZ/aubiEqOsvOQW",
-	"nI/kYpcdOkEM4KnCykUR225gOKDviYHVbEUtf6Egh4vHq16SqPVx1zy4e8czIHfzBlTPwF10SC/zfrqq",
-	"vte78haGqPcZHFvwZ/MR2YqvoO+gfTGNi2L/kIbpVBhDsMkI4zOOYHTECMQZyD5VEwalQ7HGgrIRz7It",
-	"XRFWFbX07MR96cJz2mUpijylb6kuf1Vef6hVjMNmLQFxNzZGScneZIva19ZNxyjyv7p0GZsfeJGL+Y8L",
-	"qPUtKa/y49vDd0GnnG8cbGfTbtNrhnIm6ux/9KMivPKL/Zffv/zLd69ffr/U5tZlWSx3uNq6zUEF33bL",
-	"Nq7Ny16XSl7HPMkMa7t+aOIEa0NuBOUC54LPOn3Ll0G0Qt4ou+FGVoPuCGkClIgJ2Wy2mIvaS1EqRBkl",
-	"tgpVkmPDTXu/9QA2zMQg8mxikwIpr0sNv/RDyeYWitkbkeBFicp6vL5Xs+4hXVOpVuKBNK9kBbl8O3vJ",
-	"KHO2LLFxWV6JU1BJIH39cl02eSDbAjcd8w+hnePBcidSyl6gNlih1BBaIWyraXixobJM8FjXNzBt/KWN",
-	"O0KZ/WkOg2H4VcCxvlW6IxZHAKKdzY6z7vC69Mbpcm4cZSU8MLkxz9OmLQmrDajNWq1jWpeU+fZUfekq",
-	"HcYe4sDejlYe3y6sIk2atQyxD1S/1/NvE9b4Bjf38hY8s7/bMqrtdIwKjTTRNnCIdd/rwc01B5R58CZ9",
-	"CPVt1GJUGPF2Yb6UEOgEz0JekUMJedyos7ZHfK5zLumfuMEd3zFw+PbX49Pry/e/HJ12CY9mBp5DfL2b",
-	"DJTrf/4MPuixWgO1OWLnRxeXMAc1Zm9w/MiXSoaR/E3dMJWNpsKp3tQYZCChM0iXnYMwzoypo+aYPb6a",
-	"39pl0DsWbhxIPoeKBPO6PWrb+ue/aWPinP/0hv3w8tX3HVszTa1xhyMVi2F3IAfyCISL2VucDyoOw8Mi",
-	"n6os+Qf82Gc/wrIwlBqwqFZssOHHXVrt3UylYjiQCCkBzBSK1aT3eiia6bMh9oYYsjaIJWNYY9sI+4v5",
-	"2IHEIAVqKH3aRuqSHlkkiYhquyNbtw0/5DwDcx2aUgwHsl02ykCRiEFEGBh07yG13PFqhXia9p0TNBpI",
-	"r5UPGjoRlAF0uuxUUVJLIW+lupfmBggIm58xak0jskQP5MvePtTBwA82gcat18ved+VVooJcUfzF6mSg",
-	"CZg3vaSqdcrE81U7TAYqG6jLymZNAWNwyGY8u9UD6dn4mSrQ9UClCvSzecAWKpT109ZvNuMLWLHuQLpG",
-	"wNA6Bs7h4dmxd9b7rV53v9sDDXAuJJ8nrX7ru26v+x22T5/CSd+729+DrYZ/TURACRiCFfhXIKprDBKh",
-	"dT8Ek5zCBpAeBS6sTBhNPklFxib8TrBizpQcSDT9oYX19a+H/359eHl59OvZ5YX16ZftP/ueGoDlB3zB",
-	"dJ6k6UBCXrGMgcRLolcZuvbNFuN0h7YhC86JCk+ogw4unzsvx7FRdRKdH+JCkPACOGfIrk/MMvy9ENnC",
-	"Ws19ZxqjfPBbtFD+WdnRlODwlpcv2Ba+DiWSpF7ZCE/cJarQTsKFpkiC0p9jxcLoBccPvcm2xSxf5Ozj",
-	"Vz3PwHxF7ahKy3JZPH0AF/hcSY2S5kWvR7ZfThi/PqP9GyXwleOuzd402weKA8iSZSvQLBUcXdhlqPh8",
-	"iaOHXupmWbbxgHYthNLdQlqplCsZlVVjYxpgoeBfQ9TDdMEIrtC2pgBZQZs655NEwheDssIn4JuiY/kh",
-	"alWZf6tvm/6YGcEBJj8/dC7zznGVwt+J3Oa3Pucm4BDUfvZzKD5uWyXgDrx86A5A72q/Nh1rRXOFYInS",
-	"G8hbVC91bJlNG1XOLdDKmt87J9MSdwjNvbzFLsjxW+yqs7Jfe0a8gfL34NdGrbnSAc79ZlpIwl2A3DZA",
-	"qoCGLxF6HEWllLcMD528fwc8+sf/+/LootMvnc7kp5wieK7O4d1xBi3W8CyAqBMZ5q5PbdKk6/1VJclD",
-	"cF3Sp5yYdUD1Vej8RxUvnowoT9QE1wJJstSQ86wQn1dOw8vVpbyA9XsA03gUiR961K2nydxBKWJXGBfi",
-	"tiH7CmT705J9kHRRQ3sq4q3SBnYN9DnW09MFvd22VmxCG73nGfycRgnxzHOHQzsExUjEQ+pulQsjcSoB",
-	"4FxBy0MfPeQLUK25/4enoHIX3GBjbqwxqHkJkPqzELfV+/c+0V+f99AU1Huf8I/PezwbTZM7Ee+aI7b3",
-	"KSvk51rN+VzwuAxI0pOsPXT28fmbn4//7ej66vxk2LHxybdHJ0eXRwMJ7Y3dGOw+U7k52v0yT19P+VzY",
-	"TrXV26OBRAcmghe4Oh/wb0LWtXY+N8wgf9HDWHdkbaWBBHwwfe2pnwCuZT8EHbtTsH0IH4NPKKl6IGM1",
-	"KsBhSqFN6h2NfKp0tkYljgS20KBMuIGEXitVMFBAtwFb8NJbT3CnG/PLWIWU0b3Ad5gJQiVYn8JxPGb3",
-	"PL1FF3RsRJSPKQ4wPOgVprjkQGLV20SxkTK2zgwyQRQbJzLuMmMZSpVfj0EsugpVcm9KlQ+kXSxIinB3",
-	"2LlDu6KxRY/IeZKi4ITIXydkpxgtjl55Dk2Jno0/YUO6sAbnUUD3IdziVe+7B3MLl0uFNYAh8i+78Jal",
-	"iVgTgdFmj3nYhkG1Ova2+t4ZdYkwttSGW99iG4kGd54XEuN9H7ZgVQ7VFj874FdzEI7GkN8xrCA1w3XZ",
-	"Yc5SQRlt9Cth1aTpX41gHLKxygYSDzJmwy31aPcLxQn1zcjVPiCsOz4HrhrOXvZ6TPIZ5MjyNB2i+0gD",
-	"kJ03JjnYcEJddiQRXgEcdJYqSDFFrpZIBGLBvJv9qNfrUZDLxqDyjEuNbDIaSC8Xg/QNhL+CD7wRkK6R",
-	"JXkuJGAikL6lWSrGBG7AB9K1pCxypqcqy9mtEPMyvdLlPJwLLbI7OJvaGI0LYARJNpDqXkLL8Rxw6AsZ",
-	"ZAXQPlEALDGtRGtbYoWHyQfdhA7hfuyd0OxeCjk1u/kNxgh+xIK/VWcIfjBrRHQHDtbNkm9CmLs3ghlq",
-	"qvOa8DQNezooaL3SWvU5XRqwLK5NZoAbH90lo/xBhkmFqcJrKgtLVe+QmapFCvCcuW1ZQt0I4CDdioWF",
-	"E6ccVp+9Ig8K8VfqYAx1swHd6ci8GyeATsAEKq2Z5FlmEToN1zoo9aHqdPG4DYnNGPkAcxnS8QtYoyeJ",
-	"zv+pT1NDJ+HjnYIQq/5GvIJuRxebXYMCN/6xpwk6WLuy3ERUk0EqkrGqfqJ8kwuWlZKh2Wn6gtrK1irI",
-	"3qdbsfhcVUTWSrJFq4lL5uGs71E+GWSViBefZ4tVrki9PB/JFL+E0rl8DJBmAcwGsmTFR3bx8+Hui1ev",
-	"wQRHWxLxujgVntsW2cAg5jyflvwBS96q/hSfW8yNVZeZ5/7j997uD3x3/OHT65ef/yWQvLgVyVXTyOpc",
-	"4X4K2XNyn3KYExEjtwuaVClc7QY4iU5VTpf7KHKX2xPWKkEoOdGiRcvbGKEWIC4q/QLoLFn2CZg7za/U",
-	"8LDLDmE4qWpe6CGmfGMW1jYEhP25a506l1bdoD7enBLJdjT1546A26epvyc0yo6Fh0okS2LrisfQeozJ",
-	"0QN5wnW+Cz3Ed4/fsvYUVgmML8istR1JwWOE9tCwDxbGLuRDDwEqkxqIZwu2/4rpLruSAM1HMx1InCro",
-	"xHzBZonWhGdAiFbQORCAfNUM4CcxfMshTzSDyY8tmEEf0rrAFcnZKE0QbYDnA5krlolds88h++U3Y5kd",
-	"4WpvSwNmkeDR47c/WzLa5qF/BV2mgeKRi485ksQurtlWDhRsBV9z5P2m7tRjDH7a0dgT3pwmZl8S4gxE",
-	"gUZxga0mAbRKd4ZIV1rLayj+Q3hFSCB37T9WT+8XOaN1YaxyrcCPgM5wW6gibOLAAkJZrpObk8P90iXn",
-	"CmZchdKbo5OBFFlWRtbpBc4ZAgC6lCQMB6LS31db1O4OoGgPk3joNQVG55M5bP6tRufrV+BktIfkgXlO",
-	"cEh27Nd6yQ1mgBJjippwKClC5+sMJ4I0+DwBFH8IWzDdKIzy4qmnIOLNZ61c0AfpjC9ePFRnpDmCK8lM",
-	"5MDRonbcdg7bmY+ARIjIIsZzNUtGgHvjhLX9hvKQkshap1FuLQD3PsF/1+YTLK39M+pRzXa5srsPj7ou",
-	"9/V2dEMSF1j18l5BqR5yooZb82U9zPVnIokjZlT3XaFHfI7u8YA+Lzw+EtbolyEGZol0ZfaPU+ptr9gg",
-	"IRq7/hy7ijZI3LK9mhvSHbZlXF3A9zJdYOUDQh0DOCShFFM1hFEd+ixV9yLbHXFtdHxj8egIGxCith1z",
-	"PRUa4hgWPRUc2nXuSfOfaztOq86e2sUGiB8+7UevvwuaVF8w0+zFP12m2XkhNzuTMAfjcZ4kM0qg+XGT",
-	"9LFvwuyqS+5A3yQGMJdmsbyctskOJiaX9dlggwHULOGJe2oeFRt4bfXMu9CSKmntOBazucqNGb37Czgr",
-	"mpPvh+fRp9y6bKVMPXvM9zBF1G+7rghSAUxuaRGB4F/09p97RuTcfqDz74cvpfjhNMv+zVyyRKaJFF4d",
-	"3VyMGp3bB2hyEBGHAOj2OVpPacEdYcRVzMwaDM2shmjdOnrXx4BMOpqKEWT0l1i8XJd3DSTcgOkbNype",
-	"9GFFc4By4Tn1FkKzysjUHIEyAQs7kWyYCV2kuR5SpNdaymbjykHYvSrSGPuiuDyC9stej0CIERwYy9SV",
-	"0ANqdJSPpq56fsYj9vLFC3rA7LDrimSbIBQyYi97P9AtUCMooQlHxHiqlTHGPfxOu3aQSWOGwkYJ1qJM",
-	"tAtLQ1g+ybuMak6goAEeT7Q9vxG4pxJMkvUC4H3GHRriQFqQE3xII7IwhLhxfdmrXq/LDmEfXIjOrAW3",
-	"zU8gAeZ/Xbw/jZhUtO8R6xmTGvNoplxiUB5maHaMnV6dlP2cGZcLyIrqeHkCtGFdNoRhgJIwUM4R/NQp",
-	"Un0srzh7f3Hp4IGMTjuQZHLDC0Kmc0mXrWdm9Prrcfofzdef45EI8dj3xjKFy2CcInZwNTsCgGBi8Fs/",
-	"Ss8hPlnMASceKAJ0a6JRm1HR/hmSOcywN0V6a02vzrPyT5fjV5dGcxw4SK4xGDnUzRNCxlxSuXTblUZr",
-	"psbmxOpqaTXidyeZ/s//9/+znl5EJsUhzHXM17Ppj9FAQsMUaAdJDr5qFBJa/2Aioc75ogsMSKr82nZE",
-	"jqgaDLxUigq5/LQ2qPB1n+LcaAgfDgLOvMEWfU+pLgpS8A5gNChquKYSGcpXLsFvxlR7DpVSwLEw58YV",
-	"0lAFmM0GpQcSRDfpskMLxzWQ6LcONbzKuLQraeHFOCT1pVAClomZuhMwgyTDXEDCCEqgThzctCU8z1xk",
-	"iYqTEdP3AvrUmqc1+b85ApfNhNbGKEgFvxMaKgIdfu/h2TF0ZS/zAWV9hiiW549dcqM2D1Cshvh/rqAR",
-	"AfqVXBJm+93RJaaUBvJXqWo9yQHPClpkl+5/2w2wzGQ0Y77qfWfnfF1IfseT1PVL8IRSie5i87NYJsaF",
-	"tsEOzNakSWpmRK37EFws7NFTm/z0/CmQ65JvCEDByyt89sTpR6VOUv6U38MhquI0OO6RLSy69cJoYVsx",
-	"2HUZPRREHvEMOBKkGCMMNIJgej/oIWvD5CDUmQ9kCWLugLlssZXtG4U1V6U3/UXPRgLg/lLt804/tXvF",
-	"UXykdDK14dCVPw9kIkmlBNF3wAJ50sQ1tcgjzIpG/QPxw8qziJx87xP+8fl/4NN/pX4TNry33zMCcdf1",
-	"HLQK2EByzcZcu+Pu7vdurskh/nq5ww9LGV5y0LrVATeaE4iwr8s57l5shTwz5X36v0gqcMnssdr3i5iD",
-	"23xLnaMIyiwtsT5DARC8vtTAnzNQdThaJ0dQA/IDnIZ2741ZcyNKBaj7pWtzYFqgEByUkVbqF1sqVsaY",
-	"1ws5mmZKqgLPXSZSQMp5fuV8hZHW17LDoR+iniV8hkBcxEmWgKDok2bZVFKwqqCAhofkzDRGOgEoUOfh",
-	"HR1o1qGpIX3EpokGlMpbMc873XBtDhm1Q/tv+jDITTNfGrlmkSVEin1VvQzGbhFhEblTytUpz8GxgebA",
-	"BJKFyD8NiqRUuNoTfiewOwk2NmUKyhkHMuPSTBHcQp6Z78oC3FdlbEiYjDXlMSMfgqbOsWy7rFTWMBj0",
-	"YO3yAqkviQwUnXSeNjqyXKoBHdRpH6Gd2qter27EP0hq7gaOOMKQxhcvufWL5rjjEU6JtEpFyRns6fyj",
-	"hGW2EMybb8VNfJxKssS+v00dZculWKvROB7130rNV1NqwJ09ImjWZS+d/gpayx5hK/3TEH4gcdbrOlZa",
-	"Z64foZJd9ttUIZVMqSF5hXb0VN1LMHwrOtvQNoIfdtmhhWm6odJxv0e8bTA8kLZVVyxGiS7xeTW4KYdS",
-	"5de2BddYZdfl+wNKxyHu2/MeaprAN3Gu3Zp5R/tgCTsaxqa+gl/4eON2rO49KKKQrX6wQndf4bhnAg7t",
-	"P/lpx5gsKEbYkZEN8cNFPPxDnvZzmP1/H/Zv47Djbmw+65tp8StwALAn9j6Z/3z2oHXorxIaagOel0NO",
-	"el6kGhgGuhytr4lYNmbD9U5qoh/rB0YeEyNETGz+FFlmg4IOV0RPE4CnqoAjsTYBYGG3EnSziBjjiP9V",
-	"zLWozikCCc9ALejAihDFpleTGWweWZ8YbD0MvRCy/Kd6jDgmi9mNyGj8/ZrxeQUkasMU9ptOgbxynj8v",
-	"0KnZOvVcER7wGXBvkX/P5vlbV1znwLbDqDjVlKzNrvX6Sj98US+w4Aug2xBDLFgT5LUB8VsB9V3pAhvi",
-	"iUNHHB65IeSHjKaFvGXtmOcc8x8Mm4gwDs1zDiWEcKP5o0P9P4ZCxkNsjeuPadu3UywSJfw9zFjmdeuE",
-	"h3hL8IaHcfINNYLvpa1YmmOu1zWtbqbuK8V/fTZM4v6QcGnvKRl/CHf3h+hzWsxFxIawrEP0QNuaMBv3",
-	"g5VVY/a/Lt6fIjYSQCRgiH2pnBALe3lsAV2qNYWYPoY1fLqSAaBFzpK8w6DlPPm7YQeluDeT0ASWv6CK",
-	"wYPaukSLGoOFie/t1hNokk1FWQpEY2YQrIe9ARfYEkUEtYk6H0haPQaUBbIeyG/4aYC5/4NWnw1aiLIM",
-	"hTfwIyAtD1qfCXoGjzIcmVGqNGRthAsY7WY0kMDfUC3ho+UuVryWNbCrrCSyoJNAHT7JGHKAXyOvyZ7D",
-	"6vo61YdPKmSfqjr1YcyJBM83HOMNlNJgzhH0W3En3GagwgllbWyTHSGGtPnD9Y+IBrLSOjtilc7aHSuL",
-	"dcREqkVp9NHv/CYVw4OBXM1H8zgT5pguJaRBEu9ADit5bUNkwl4fLQHpVmxo1JhroyIMl4TbQMbq3lZl",
-	"Q7SBtUl42dZ8pVkTJ5BlZR1pnRI0z3k0bvjo1nBM6kTehXRkMLL9OWC1kVS1mSLnuD7PF4C3A3wZQ3dd",
-	"Wgppa9+KkfuosgNaVUDRBHB1166Fw1YfWNKh4LPLnaGOPJ7wLaEXbQiaZwLC0F/AYEZkhD8MIwO2wrFW",
-	"xuXUetqtzYl1Ym7lsBUz8YxnrZAXyUR+MbfS+tNWzMS36lGCuVHOCxRj4HSx7IQ6YuC5cY0lvMZHmPtC",
-	"yITItbEvNbtZMCVtD1z7oi9wjGikP8w5QsBjNJkTIERM79S3eolKcsU4oDGxhJDg0K87kAhTNKRPBwRY",
-	"gJDkOZxHTPpExQLtRt1lF3izEfB8IN2jcG5tlxTKbsbc+Q2HfSDL0x4QrjTcf4kDb0/NN3niaSPskacm",
-	"4BirJLUxK6SEYn8gQuyYHlUCmIlmZ4dXF0dvkQRsFvwyEvtTHnG7dutL4y/cXVvjGWLiUhPbBRKOnjVZ",
-	"yH7G5sJrtyxPUn3t3mbYN1T5b07yKTfm2y7Atmv6rEVudpCtCt32n5xunr6K+JtV/y9A+afaMjCosWed",
-	"kZOcjTIlqY4K2xHxlLUvxWyuMp7uaOb4Rac5ST+Gee19sn82wIisUOwmhMi3Dy7LCZbNOFbgsgf8JuxY",
-	"Urf1ikW1wb36T+19kcPhuzAeX7Fh31SWbTjMzDyZCehrPRK2PNIIVkg8Fpn+Jhnr5jvt0pa6rq3Dr+70",
-	"FfSFemZOXB3kK5UcNyU2ABcFdfsLceZH4DvAND3WALhxIo0h60BpYVPubwU470SSsTueFkJ32aUhe9ug",
-	"AEKB+DIAgrfBlHuRiS/Ohvdu+Oh2nKTpN2Ixrh6loE7zI836mc+SHeYr4d3Zr1uftAM8tZJQ9a0fJVRa",
-	"nGC14fTyXOEnJZL9DhI3Mob1B9a2RZ9YJdmJmC6gt60tUlJ3Ikv5nM1VmowW0PQzmQlCxiVcGyvCMQjh",
-	"4BrlVzh64Cr6Y527MzPlfyZt5SJXZPlbCx41PqRADBKRS8+cMKlyNuLFZJqzYv7lKYZAMP5YNHOJk35m",
-	"Vr00yhdygzXn0PXuMEKKhgxYY2Q4tyKyMcexkm++u9sFRaIAlEfds7b9RKjXB0weLUZKxptY95c/WYX8",
-	"A3LjK5z0Pxc/dv4M6KVQ9tQDG7IkKHOmnpVMiNeud7he2pv+0P5W+orN7la7Jk/ibbUv28LZ+m0g7G7w",
-	"tNJqPqujlcb4Sn5W+4X/1dysJbZj6Wcdqwxz8JaApPG2W0F4eXNOPe5t7yof4AwfsOeh83xw33aIvU/0",
-	"VwM3rE/OX9oLS7M8oFYUlIKICS826mahdpJ8y3Wrd8fWfnLvSxyhy7I1wWMX8r30XvUNApWHCgwq3DOc",
-	"4L9uYVFl2iqf0oLxrRf1v7m7/tCy3n7GJTGwBkKf7nwiqW/fhvnp8GfO7rCTnu00GFmdoNNAKSi379vR",
-	"C6prSX0C0UmXzGYFZKE6QFXx94Kn1hCqLsiOZm0NgLHeGyPbpQQqoeZi1HElji96PQtnw91LDhi3TvaB",
-	"JBBFytfmZbGK2wMf9/VFb99M00k71yvZAtiM1MymoDqYXf9t4WYlemrJ8NmalZRDfKUQyPJBq2P1JQno",
-	"AAE8Och2k2kdQlKMP4Mv2EDlXEwSjQ2oPK7AS8hUR4ztw2yidjRb/qSIvVEyLkaI2gmmhaFpelunOe94",
-	"gIblXrj3yf7ZQMeqnIYvpGSB59PscyB5oG0RecdpMpnmkZcZA3lQ1nLzQl2ZutcHlfclOfC7l72XD1jy",
-	"euWsfq2+/NkNnNVH1tqsysNyW75Jobf5TruY2+MGhQ7THi1NM2XNSt7WN6BRme21k+8+ujOpyBZhKqm2",
-	"D/lvmvFpZu8T/bW21dUS8XwLjOaJOIyxB/95WUvYoLzzdnFNNyusr36x//L7l3/57vXL7zdh5dWT5Jgn",
-	"2a6e8kysI7KfeJJdwE3PSF7lIDV0dS+MfA81nKTP2dGs/B66nbX3qZhTi7wi271PfxbaMRZWETCwfkvy",
-	"KdQTzrNEZUm+YDdcxhGbp3wkABUd0h8JZ9zumTEyQXkZSMz1tpnfc5HRp/a9Xt5qbL//BcuhGSO/UUXO",
-	"8vtkhCDy0L9Xl9j29v59CiTfqHyKzUYIeBRxaLrsDLyDA1lojPzRczb2kWSUQSd4DMBZh/YOVeQ6iQXb",
-	"73b3obeGHsiXL144JE28LYhtc7FMg09vhS2R35ezvRrSvaHfL23eXIjc79oaOl9bnCgezwynrGdGGc/F",
-	"LmCEbmiqB4oL3PaHdm+572jQtM1YOrg0T+PZquyq9/YtAlxmPzWIq+fhn40IZe+T+cc1/KOB8eqW/KuE",
-	"CMp1dtCON8XoVgAYFJWR8RwYtrFIDctlZ0enb49P35EQS6ASGGBSlrv3r9+OzbbqmqV5BpKvrcB0S/QU",
-	"+qP/ti9GuGHVriTTR4cLnGKx7Kpc2sNnqNyz7/9a3aHWkc+5ABUqPvAPlu/2ydWtkJDRP05Sl+gj0BEE",
-	"hsVTNwlcN91HRZ8f3fpPZQClxUdLfKmM9HYiY3OZJaO1xNLiHcupDJPCFQXtcSokqrDx9kypntNrkRut",
-	"cy3aHB28C3vrc7Z7XhqqLsGIrq+3VexdrC1m83xRY6Zkwkz7+aRsjZVCh0kvaQruy9jQTQwQ/qfqnqUK",
-	"QtxiIMsHXKWydgANrnNXkmEPQuzHxYZ5nhLSk0N9GKmZOHDNDZPctl8ytsyYp2mJKFJ2n9/RA0kYJdSx",
-	"xszj4zzJFtiX6qMgYM8EEL2wgUK5HYY8FgOZK5w2iGQhY2fhSDJrbnhcVtcnmnm2DCwCzDliojvxV6sL",
-	"8FfXAHShdZ21E6LpZ4g8hcj5y3HzLU/Tt2EBlWe76Rmt2j3IMtcn6uEtz5nRYUZY5/vFWXaDnlyUCTMe",
-	"C5fPQh3jQt2gzUnVYpSJKnY5LcOa9dqQuGaef960NTPC10pag6+rVxoO2BAW0DVXwRWOEJkYs5eVHImv",
-	"pFxwaagBCQW1MZyfmS016sSgPTRC3Y4sKsdo71MSr7X6zsWduvWIZZPFh/c/2uLD11j96QDCiw7YeR8l",
-	"iVT3SwDfjc5EVcwHDI0kXmtgjFU243mr3yoKuHOlgzgt8L3KbjdlFP9G9zxz0KE+2xfcYziJZV51mKYs",
-	"o/C8kff2rmrswMx+g14VZEI28I/TezYQMn+Qr8SK6AuD9pZd3a+XdiFdsy+WSLOBIyjT5bTfTbf73n5k",
-	"hfY3cpe3Ilulg81OpWx54R5Rv270YaNxtuOMJ1LEnXJBYjeQPih7yiJcIEFdQnNVAdipFWTCjes2Vak5",
-	"H27l1qzptqYJLuXx29YyK4LtcHDktSC3744umXmqxC1P4s+Q+jzjcuE118XqpX6FiBBGh9oHu1sTxHP9",
-	"W6FzNknuoJ3tRORTkSGiIgkzsyiIfEvI5BfGuoEe1TF12bdAwmgpu+7f+IWuizX2ZVNjlsQakZznIPbh",
-	"PXIkOgeAkhGzQt5KdS8BMrduAC6x2bodA60trCENhpNFdmjXuEGzMrtIO2aydRDISazXCiVos16RTonM",
-	"X79srQ9sQsOwY3z0xavXcDP9s7ybZxlfPHfDsHK710kqR09jVcj4S3cQ+w0qiz1al9DsBs3cJXqPtUdA",
-	"SR6VDc95/AfgDXuGvW1fHue9vS479tBbvzTROWLvlWfATMdvzM3aCOgMYMdxkiGeczlRvJrE+HsnYvfT",
-	"xGvkrZme8gyA39idSouZgB9E5IDnokpzerNx3Lalty/DkvUZ+F/UGFm/2+r24cXF8bvTo7cR+/Hq+OTt",
-	"8em7yKKz9pGnLIh1dECPtZ3EoUW296FUGA+8RkfQ9gT5qNIwrM9MAXxslXMCrl6MWZDxylQjxqELFjR/",
-	"x47jYOFEK4rpnfAY2HMoZv4QX8kTTsMfv13HcOoX87FBxN88yiq3FscydGYGi4AAPI6zo6kbPbUtXD4s",
-	"T8lZQuxhKniW3wiePxFrqNLdz+7tz0N07v3nYq6ymmrx3rMMly7C+n8FweMRSizu0o42ulKi4mQE9COF",
-	"hn4fKsufmzJwFP0sIgP6yxsFB8HucSjWvjfi+Oz9RUBZpelg4k7H6Hapmuj1j8Ad9ACm+mzSNrGwHzSv",
-	"pd40cIIR9jK2KukNz0fTHY2qKfJu+Mm2LD5TOp9kRi5kXGqvf6G5OBNa84lwbnqHrbmiaVtnu4i77FDi",
-	"svntHm7KibW9DyQ9GOHjfHV3R/fZy97LA0C85TmE1elVRoyxXJnrP3TYRJAst/19Ewn/zIQuUgzXxwpx",
-	"VgG82hN2XXZB6KzwcXxmlwaLwhPNpjybpULrfrn/ri0L+cvslxgaIfSXBPX6ld0s1yhahn8lgGyeFlC1",
-	"5H6FXAF2yBwHZDO+YFkSC8YhatN2VzqR1+sMOnU4MjmAFsgvMQYyE1yiyMaVNjP3tiEWHBulzIzRlIld",
-	"a4tiKRWS3b3wgIA6IeRps1bPLMxxkB8BBe1Lh7PLoc+Bztax2QPSwIEewajMxQw1cziTX7ohMRE5mp2e",
-	"iCdeahMOl+xo0PQ8EiPDwuMaz87rC6n3xMdE54mcfEEjwVhZmy0DmB1eoZgTXaC7Id248lNW0L87NUYB",
-	"Bl/XWQUIJdRUuaeKGyqv6yzr+j4zI3SMQos6fR+uo96IfM1sDFA1fX7E8JsjrGfPoEPQGvX/iHb2vJDP",
-	"xTH8Ib5WIkwhz8V4ne4fXNgnVfu9EWjXNuj7SyfgSQ+6maYYFVmSL+AU3wiemWd//2DOKSYG4PkusrTV",
-	"b03zfN7f29t/8X231+119/t/6f2lB2eapvTJJW4ZQvocuX/bqa72MoP+zViehh0V4UDeJmmqfQs4spWs",
-	"2M3FsEI5Sow6RO1b4Oqs6zWSgxcHRrwi+H7nLzgABcX8ImNz7DDiUe1HF3oRlY9QoKRSuogo4zYv1Htd",
-	"WXux+r7z5iC/3htLXJzVN55VISvKLs2uwA/IXFcwhpfWkbAEAtP1EmDXZDn5a+kSm1bf9rO697L5wWHj",
-	"a0qa8ZnRuWy6k/dWL4M6/FpQ1gI5Nd47ymSEzx8+//8BAAD//w==",
+	"7L39chs5ki/6KgjeiRA5U6Iot909TcXEHrWtdmtbLWv1Mb33Nr0ixALJGhUBTqFKMsfhiPvXeYDzEPfB",
+	"9kluIDOBQpEosqgP2z0752xMy2QRQAGJ/M5ffmyN1GyupJC5bvU/tuY84zORiwz+dTjKEyVP+UyYfyWy",
+	"1W/NeT5tRS0Jn7U4PNCKWpn4e5FkIm7186wQUUuPpmLGza/+kIlxq9/6v/bKifbwW70HI3/6FLUO81zM",
+	"5vnxm5p5knjtHGOVzXhunpP5ty9bUWuWyGRWzFr9/aiVL+YCvxITkcF0r/loKl5nguci/kGMVQbvFws9",
+	"ypI5vFG/9U6mC5ZPBRMyzxKh2X2W5LmQ7AZ+wPJpolmezARrn//4mn3zzTffd7qtCFf/90Jki3L5I5zq",
+	"Gn/aCi495rnYNeO13JJ1niVyUq74vJAN1gkLywrJ7jOVi7olZYVsbX1MsIqLXMybLkPnYo7rYO1EMi4X",
+	"ZmURK2QqtGbDrJBDZp4TOcuVqt1AM84Dl/tXkWlY4sYVqzEuemR+xu7wd6xtHjHz72g2hK+69NWwdrn0",
+	"QGXFc57nIjMP/9dvh7v/D9/9R2/3++717vuP+9G333z6Q/jYi0yrbHXtl1PBpPiQX4/gAVy6YPNM3CWq",
+	"0GzOJ7Unjz+prG3GP5wIOcmnrf6LXi+0kDdqxhNZcztj/PLRXOCE6/zoTsj8+M1Pgsei5sWT2L5vynXO",
+	"hPkF/HOUJubPTIxEcifiA4ZHlwk+Y5nQxUxoxse5yFiSu92Z4kzuZcwidmEVu8dv6ncptEne+v8D9nxl",
+	"+ZXB2VhltGZzXXjORlxKlcNtwGVpfAf8B7tPpGb3U8ODVD5lPBPm0bpzNptzDZtzDeyzCbvsBdnlSTJL",
+	"cnf2y9PAl/7wsRjzIs1b/Ve9yGwaDv3KENYGvnyWqb+JUV5DZnP69tF0dl6sk2nIGR85xcVoKuIiFWvm",
+	"0fTI4yf7VWW3Inu08CwKeHKVrs3441Tdr3mZe3rksS/zyfxez5XUAjSQs0zdpGJm/hwpmQsJxMHn8zQZ",
+	"cXOp9ub4xJ/+ppHJN5vOjgszVu/ooWRGoH//8tV3jAbvwjbQb0ExulFZfpJoWM08U3OR5QmumJuv4K8k",
+	"FzO9aSEw0rkYqSxufXKbz7OML8y/PSa/yk0Ob7Thd0qWzNAy/tVDLI/lN7vG9+45dQM3y2hi3npW3w3V",
+	"vf7H5fGjFkcN7nqkCjyj6lLfiDS5E9mCZaqQsWbwmIiZVmzMM2/Fjh2UQybx6ngXIgf2ySWjx9htkqZm",
+	"oBXutjryiBdaBF8jdnJu5avbRAYWMsQ9GfbhDGBjjXQy64IvGJexEVHZIp8mcsIKGYP8OWBDWjj91Czf",
+	"/FJJYV/JvI2Qhl3+Vmra9J13eOUSVZGP1CygzA5j3H8RDyOmMjaUQsT62mxJZiSEeQOULL/wD6SMa3bP",
+	"NcuEUXniAE1FjiGHdisTXNeQiqFEoY0+zPPwyd5Pk1SwJDeq4Y0w2+bWXznhNTpzBHw8NH0xj3k5eUP9",
+	"2789QAiRJ45K/QdEhzsqJLPlu1FZwZorCJsEty6OEzMiT8+82zjmqRbR0gUtd335+oFI1ixXbNC60iJj",
+	"7hSQaActs7OeirPfC2uC4eVe5DwvdIBjLLOFNZexumRYlYgjsLFUkaMiTpdKGB5yefzL0Zvrd1eXHaDp",
+	"ADswCrH5h4jNA/cgJq9TpfMgOX/m2/MEN6RkOQ+/KMuioXJgQfJ0QiAg+BqJOyIWw+Ln80zd8XTjz+xz",
+	"QC+jqbi+FQH1+hBtt9jaa+ahqKXkyDATzRI5L3INenMmtErvzC71ZZGmgePBabSj6/UzpUrdFvM+++n4",
+	"krWTnF1cvX59dPTm6A27T4yqLsHKXOxopoocVyFjlnHJpGI517ediP1yfHEBP84KqTuG0M7enV2dHF4e",
+	"vcGPuYyYLkYjIWJzbWVMprU1YhedLiOdAC4Dmd9JPjX3B21XT6T8dHzZilpm1lbUclMFBUss5ubKXeO5",
+	"O8Vm5bll9UXIeCtOG7UmQoqM50GL/bK0xEdFloGtV8g+4ywTebawViG8Nbx/JnTOs5zB/2r40ihUEVCD",
+	"2XVzDOI+rH5Yeb+yRElq8OoXKrcunpW1/2rYAwdmFrN7nuSsHRf4ohEuvwNcrbl8I0KqlxAh9WaJiEsy",
+	"pX2lQSNmXpL99//+P+yOp4WIGNfepjmym7F2nvEkNZxHivs0kcLcunneOfDJj2UCFHbNBkWv941g+2zK",
+	"dQRUajgkzBYxzv794t0pA+oxh+km3MFVmBsMH+wmMhYfmMpikTmSBwYslfT135JrzXkmZFhVmRsBFGa1",
+	"cGqOpkDDvhEjszVnh1cXR2+an9Z8ylHKrbVK4KGKbFhez6JcDlwuEGw8MUcmupMuy4R54xqRA/dgywtp",
+	"pro2BEo0VV3QT+qezbhcAGHjDbufqpRWOOZJKmLWVvLa/FlkgulCG1bSQaU3KySD7Se/RmIsGK1ppJGS",
+	"42RSZCJmtIDwTTUkUWd4lAsEys1XWUjJcQxRsnYvxDzh151N0ze5jN4PV7nb6pp27J27WRg2lgs654+D",
+	"lru8g1b/+++/70WD1vnV6enx6duBUd8+4RXkucA7aK6G0RM4XJfgJYGZQp5SAYalZbCohLmVwej5VCSZ",
+	"Vb50hOe3usPjJNN5hJfe+zgx/+eudN/8m6On2IwDP8IVtHnOZkrn7EWvc8DGmZqxt0eXrNvt7uGq9N5H",
+	"/OMT/hZ+ZRgJeUqN1ASXFeP61pw0uM+aWOqXXN+GZBxswvVaQ52O1vPUmsfLPYVtbNe9yL/hT/9ieKrH",
+	"6obwsyHqmM4DELz3hkEkcnI9Di3u1ynPGSeGxtoqQ3GUyEmH7oBhL2ar+swXWboAnk2aGbO/2+x9APkZ",
+	"OTMKeF7lElevlCXLoC7q6Y8rXhy3NLrwsRglOlHSbWMh8ySFj2NkmMu2S3MuebMIipaRms3qxI5djvnS",
+	"WfmwZIEOO2TkAX1saT/dQMbSXLtNDzMqbxYholG0cZq1cR8Pz45Zrm6F1Ex8SMwtBx7A01RkIOBBgxDp",
+	"uLNkaYZCDpWte5BVSm6SFTOlxtwstMgiphc6F7OIzUU24+b6szZnei5Gzj/PpLgz1nMhOxGje4Wmac6z",
+	"ibHMuGZS5eZaxgvzTGl1RqU9Wpq1hiehqRu8uiMVi5D5oXN+kwomskxlzDxEcuEX/uECXuJHFLj66APZ",
+	"Cypjx/KOp0l8lhaTRF7MxSg8JUUrt6F/WEeQzMWHxFiTsQjLwHEiEz3dcjb0CDZw9N0mabqlSSqL2Y3I",
+	"wot9mP7Ec9FEtlzAg4ZbI8UkIetj6eqDw55WbKeqHOD7+qtx/KbGgU0yvGLpNdjrqlwMuxX0ugWdqEnA",
+	"g6TzWGRh0tJ5rIowc82zQo7MJgSEcVYIlKBo7LAbsVAyRiv6gxgVucp2NLtRhTGwuWZxpubzyvW8USoV",
+	"XK68JS0osov217Hmxc/FnFwnW3Blx8es7DAczEwNt98IM8vDjFxADmMWhGyn5cjMMCYQfcSZWk5dCHoC",
+	"RubFi0ACwK/g52A6h82ymuCOZuNE8tRYgCrLUeufA//Z0QyuHqhkP5qHkn8IY2fmU7FAZ0ciycZrqqO9",
+	"xtVBisInEDLH+LM/r+pt23LWIPNcjeq/L6P77z/2akL7HsP0hNvLXlASbuCgj/cDwNE5awLPiAxuFGz6",
+	"Fk3+yF6Zqnegy05BvPNMMCHvkkxJI7p373iWwF6C9D9Ard/6E2TMOEY8wI+Qq4nIp0YGWw1/n/2S/BAx",
+	"qdjp1UmXHU+kMpYgWBvKPIrGjQ6b+0LGRuOtNaTNKD9cHZ+8OT5922f3ZFebO0H6bq7YjSFVPjKTTkUG",
+	"AYmskNroBGcqNiuTKjb7cys07trPxY3IpMiFZja8a3jJTGjNJ6ITMdA7+YQnEncDEoiSnI2mXE4EhfvN",
+	"hu9oVn0H0lbB/iIXt1nMho3ZTF3zipypCrstBVfJqqub/YNhpSI2JqzPZGtcFJanP3yMCvPfyLLN4jcy",
+	"53MKSq/Kp3mmjIK1uuIfDddGQeOvmM0KnQOb9M+ygXCxE61Zq+FK20Vts4nezqNr1HJe4xgdKZnzRKL2",
+	"tJZN2wdhwevDrkLebcXaVvZmmufzTQv66fLyzK6lsXKJ4YRH8F3Pn02hCRuWQM+GYUPzTMXFSGR6p/TN",
+	"nh7+clRy3z5yEp5lyZ1hwpriAY4PM8eH4YecdJ1xkgr2h9eHZxeXh6fXx6dnV5cX12+Oz/fMUw29qka/",
+	"vp5kfCSuZwHH0S9JmiZajJSMNbsR+b0Qkl0cv708Ov8F1nFx/Pbn45MTpiQaQQ3j97eOzW462JIh2+OV",
+	"Ijdcfm10gZ7ps6F5cwz68TKwUtUUgyxonRXhCezVFdjwkPPyxmKU8swIGBQYKIwTI2LwA1Ue4rurS3eK",
+	"4GkfGcmLPvfwiTa/+Ki0hR3oDVmglVvAAY2N3FaZkaKpkhORdYw8C/HBTYkGGFoI77W5UEU22kwo5+7B",
+	"NakD24tEcGSBazO8PqNrXFcUvABRTkWalkrzoOXcC2wh8kGLmd8zjFT2SdFmPx4en9joI5gK1lkR9mE/",
+	"2ObcnAXhbYF3Wo6gSpGCvL40YxsKvC2s2LVuAE+EPsqa/YGPbsdJ+kBnm5Bxc9+CuhNZyjdKt3f42JlK",
+	"k9HC+TEemP2Cv4XQbs3r50bzbWjTrgYazGFBBhW7MSNFRjAUOSuTwfpMJKDlckvr7fspz9nZu4tLtne3",
+	"v2dPZ+9jEn/ao2dASYegeqomGj12o2khb3XdD+E5/FkE3OpG5dOQl9jPUtuqEiFqpWrSnEJP1OS1WXHV",
+	"sn3x6ttVZp253W9A8nRUdZkgSYNzPhcaMn4/brc5qxvizOJGyZvRE2nfByzPCgGyXedgTJmDaaCTe++3",
+	"nl9BKcIbkYpw7kxsvgm9hgtfuioUY4jS4420pZVgAc5Uu8gjmWPm+pK76SFO4Q/zJBO6PrKe4FHY3CXO",
+	"pknO2jP+4dpYyy5O8xd0ujcPtlNy0JOkTKzsUia0yO5cispaOweqdrznS91iVcxnhcQow1zNi9RsNpUp",
+	"BEPy9fprw0HuyrqYDemOkERVlrTYTdzoZy7JKSyiiaQb8z+PPDdnSq9/Jzt17bLPq4e8tPAKXTcU1fey",
+	"rp4FCQouwIiCq4WkKPDmaCoOXLlstW9l/QNbiORfjABkHO0ONEgSPTKKh7Eo+2Cj3ooFm3I9JX8hKnYQ",
+	"NsMYoLNqbQIeWaBEUxFoqYmkEibQJ+EZ1Ci77JCB5xVz3NgMVuTsI/JbMp4zSPSz2Qg2QY/IdVVwE5sJ",
+	"81xjkrisPciaMLwpYtyFwJkujNVt9PEXL6eDlsetxiqz/Gr17oos4WnyD7N7lWKZ4O6/VtLLdNMuw43P",
+	"BOw6ijUBb44eSHAAasow+/Xw+PL49O31j+/Or18fvv7pqAMyzpwZJbuG7a27upq5M47p7ZCwLhZ98lsa",
+	"Rp4rFKuFNpSs0lhkVmhtJmI7YZByp0kanxfy3HCGUGrKyDwA7BPURluKQnmAY5toFFDdRvV5hpVRuo/I",
+	"VPSzXHJ2IwxlaZarbo1PiUzFQAKJeU1wFcXiA2TM5FRgWaYsJXKS0pM1yUq1yYvbJajloeo2p6zAAjIh",
+	"bRIfLpmip7aANoHgOuSMRGWuZnDZ4QQSZ2Fa49I7EVyhfasgWXmhou1MtAfFxVfPE7IJbVpcuScuwbeZ",
+	"+97qAi6DBLKwIa4OAbXN6SNUW1snNywHGi22lByHFMcxfBaYl+VgSiLzmqo0NkSbKmPeUXIs0EQh4Utt",
+	"9sOvBSmkTRegAJK0uRMwKEZIyGs6EpBHyDPBJkqKzur1r0khf310wnCrmPgwz4SGMmAj8RhUx9tMS/xH",
+	"13O0HjDORkrqnMvcEw+xmKdqMWiZN7DvDpmvWBCFnKly0t9/Gzhpu49r7p3dYb5uf/cNq97vmf9XwyN0",
+	"nvFcTBYV+dT6eyEKQ+NLtRHw8bCP+Xq4TZCLBjl2GEr7j6ujq6M3EeXxJZQFaESQlfykRUTmf8DoNruf",
+	"F5nUXTYccTkS6XUir+eZmpgDoZIpKe5hUkrvBvEPMjCNhQaJKc04JBncHJZkKDMZgmvDUUnnwwgSQSmS",
+	"XS5Ainuh87pXhZKUwx/enV+WykgUHN7PwbebuvqO5Yc47+aLjIq6I5MNt/lnEbDypiC3dU2SIN5JpKjI",
+	"7jKcZfMAfbmAi1TlIUW+znirqb/LCglHYtTNHc28jcbTnooUooZmTw4waRKfB/Fcfg9Jhv7RoBvTfBxM",
+	"hJjxgJx2vI642K1YgM/JfE5ZnqRKm29qXLE8yYNncOlSYfd7PevOhSSJNJFi20yJzQdh00Dq+Y15ooG8",
+	"pkxPR5+tyBFa+bqhtJMg4Z6IeIKm1Ao738KWrF6ETQ5fGHvDumAb1wRfl+WMJYMdzXA3bCo/pAzUqp3b",
+	"6WmQvxCa3U0ETzgiau8bKQVUVkOetbGRRI7q617oDXOlblFvRRZilFZcCWRakUOhuaPnITkKaj4PUvWh",
+	"W6ThdWY5JCiMkev0EVz6WlUjbFMBI9maDOBb0G8b3DNzNDVEakR6IrcNRtT60QLup6P/iNjpUcSO/vP4",
+	"4vIiYqfvLq/t328vI/b2KGInlxE7OWJtWcxEloyANR6fht1TPC3ChgpmJm2TtRCUk2pet1deasJ2Gu8l",
+	"1qzg78uAXTLjExExnk3uMO4AH+xodC7MVWKDsmI2zxcdrBgvtcqA3bp11sajkyhgyQ1ig/BYcF/haoMZ",
+	"3ywstnxPrH0vWSKBVQ2NxB8yrKkw9uMk0bnIRMyG1ngfslzM5ilWzXzgozxdgAZOSWerO2ut4yUnwxxX",
+	"SYAyIjOaHxmbAnV6OL+Vyhq/xswYCxvZtnnqr0jfhlcRCa77icXmsHFLB8TR8HfnYhxOoHcHpo9zBODY",
+	"MpDnHDLlSDakV3OOPHRyq4eUxGI2V7mRueEyYDfhjmbH5cO7Pxt9EBM4Eg2Bxj4dnF2s54HcQ++jL5cG",
+	"EkyGJGftmwWAWeEXHXRzQuSSS30PDjh0Q/Icy5iGNMSQwX512SEzL5fBjwYyE3PBoZSASyZ4lib0FRYx",
+	"u1E5AQXBVHESdweySS3Fv8g6QNYPRFgIWuDVy8JwOh2h35pb/8QNcp820D66tM2/xzxJNeOp9VIss/Vy",
+	"8WXUF+tgZom0/94g8+otQli5hSt6GHM+qrLW4ShTcghibIgYCTwdrl7jkeEFxfz6PpExHuySNIWK0lmi",
+	"NSTgJqlgUpVptVA8DxBY5Fa0sd4FfLpQhZygMifhvh8wcmXAMhcCUWe8q/MqWIWUhZT3H5M7sTtOjOVo",
+	"HmDtQeuPe6/YH/H/D1od5Gb2Rypj7f81VUWWLiL2v2KewH/vhbiFP2ZK5lP4y6wqXTSrj7I7G9IpXYzC",
+	"MNqcpYIbo1GbdX7f04NW54Dqdc1O8TSZSBGzXAEfuJLJBybmajRtsj9/S/I8FNc6csnN5Jwp5jhBotms",
+	"GE2J+7UHrX1YUFTGNWKRckNL1j+GGUNNFhNmc4eQnU5bAR7Jl9+y0ZRnfGQMz4hpZZkq+ih3qFptjMat",
+	"n+JPef3t33bLDP+XLz/Zzzv/9oenTNN5EHfFavZQaClgkyQz8Q8lRbB88vjw9JD9AxiUyuylbg9aR4W5",
+	"xns/iCxNJNCSvVhXl69XQWRC5agPZOaBGIAbqp63XapbIR+YjPWAQK8lwuULPEuk25V6LKUat4/9FssD",
+	"zAuxGV9g6a8LPKoMLYiIbg79qMvOET4QAUPA2KY6TSXTBYgjHs+g1oaqFWkK0GHc1BAEffniRaexjwkx",
+	"3ZbEViBZSaUbbfhz80wNDcDv15x/lkwmInsgBQB+ImmZWx7pOEmDvPGQ0RWEUMNyjGEIUw5Z+yO4L5M4",
+	"YnO+SBWPP3Uo8gBPdOnTLp+pQuYOWaPXswRh6QABMsuobbNwQ1Nm+qrnMdMm7PLPS+xyLfutQ+cpWWOd",
+	"Tbv5DYMpODu6jPJAWv26QyqxGMD5Omj12aBVPZ0kHrQ+BXPnn5ALllS6gSMC9KjF4gsktoSjlRZ1JMeb",
+	"5DQuqQDTDpNAkNpR8YEdZDMOnjaLAkIwhUiN4AeBnTVTIoAXeNNg71msIONynCCwq28L1uG81SVUrSy7",
+	"pmQIntns4bAPBnf3Q6KNEfd466IRe6WciOexC37kSXYx5QhltMUb3ItkMs3XSrEdzbQZOWL73a5ZMGtb",
+	"DWK/Sfifpgiu2ujkR5aKqysDfT3E0QB0aM6NZS9JCSYANnaj4gVdcmO1dnUu5vq3/fdddO4FSYmK/TaT",
+	"Ei6o/EHwhVRmVOktDbIfuazmbAHQwB3kTKeJztmtVPfSQe6Qit5OpM4FB3TloU3UH3b6YDDBWHPySkRl",
+	"XSimdlj3x44+gFqeavpMBCOUaTp2mC5bthzHmZpZy9EQ8LDLjlzVy0Tk6IFHR8uaOqch18PNdU5YIcM1",
+	"Sk7i97hKi3ZFfMcKBRgYg4eQHwCPsURH4AzC2ktwT5tvzI3loxzIq8u8jCCHAJcJD/BKL4HgsPZv7/HM",
+	"pKJNv58mo2lN/tvRm86BCzNatCXCWdWWBcOe0gk54sD0O8I2H+IuwA5PuS5T4CiAru4lpV44cDVCWlsG",
+	"YMsEZiNYlHWYGyV9nIDssKkuXXZoS17tKZ0fnZ0cvz68MErnfsABrqupCceXR7+0QgI9SB0VwoBKZgRl",
+	"DdCI59dz5XVhCs9thtYK0QSZhCH0oNVlnX8VWoHIEGZIVxHSXK10LzJ8FEMjERtAUk8XfwypiUSWqGgh",
+	"QEnpenJnhliFNmlB8pmZsyZ/2ImoQGaTYTGI9RKFl+ibEIFwhaFjs3dpKkL+DRoRnQlw88Y+sBcG2g8v",
+	"Lo7fnh69iVyZt6FUAsgqEzQwfAAAUZY/+XlGLl3GLN5lpPehag3SPgg8AqKoEK1hpyovk1Bd44Cl/I+A",
+	"iFvh/a4odfso1DTP52UAiqSZuWdYJWZYDVw+raHuTJcS2Gzniw8fOvZy6qh8GYvMDWKxhOL69iX7Ofmh",
+	"YzkykezQPDQsKzAqxYwAgMy91UAdHC5lib9RDitrg0IIfAxDZAjfCKX0COr/c3Ej/ipSvqMdMM8NH92q",
+	"8djM9erDB2RVecalhpoghHgAuxb4F3AHYp0HHkunZeJlsYhwDuxqCSxJxeGYKQH6Py4MNxP5VFWdO623",
+	"R5fB0Lh/vqFoYS10S9QqshpErRut0iIn+lIZ/Fezq/OTWtixcv4lEFvYU0N5+72euWKvvv8+Qow6bmkT",
+	"0Dc6yLRmgpM2jzBLiYeyxBYiJy3tt1e9byL28sWr9/2ShBJtqSgCW3WC3k6pSGzdFPHEjIBBfS7x1DHm",
+	"YqPx1wScEnLQeztZauLfvtygeptNDql8Pwme5TeC5+dini5CgDih8LuDHSbgxDxTqeFKUrB7LvMync1f",
+	"/2NRfWApm96BCtHqyzNX2Rf3X4ZcUpCAEflggyXKhXuh5UBhw5fcNo0kVBFbDySxfLvijCcymIJy6Veq",
+	"JcZMKnLgY7G6l31K1ZEKEh8BqgSTyts6T0a3lXwyv2BtZUFLRfHbi5ey/r4UMmcqRj3faPd0gH1MdaAq",
+	"ZCzzXZ8CgfKVGHw20ZFR4QBtEKuzI4BcudYiFaOc4BxzlVLat45IlYOCmpG45iNQgCFJDrxKc7OD7SWo",
+	"J3/mLnvnqee5n9FhVAuRzRKJsRUy21h7LxZ3e943u6madByaLW475D172Dm5Io3MD0sYMfoU2R4eRsdX",
+	"kCKCrkTY+RrUZO9AH12aV1b7b0HTtvjfnc3fCy7zJLe2/0fSoHSffRzNiz4btF71erNBK2IzMVPZwnyy",
+	"/zYZtD59Wj1AUBQfXXSIC3jMKKFxly5KeJjyflVIahs3+nhM+A02u/ZUXZT9b84yMRZZ5aNTdYS1TcHk",
+	"2/rENLNSJCM709HfC562yDung8OVb3hNaCUNBUddltqnjWKgceLUSXInrHB/mFOxGaDf+kL1h3sY12Il",
+	"uJL27d4o5jkP5LMgf+WuVR/lX7Cryx93/+wU99Ork5Uo5cs/v/ru22B+aSb4zKemZYi/BuU1MESEi163",
+	"CdteqpH70dPCByy9AE0TWvlpTYzozenFbspvRLqbJreC0N3BkP72Gy9aZIQfxYJ230fohsQcqJgh9pn1",
+	"SKQip+BCnEzQIeGd37ffLMfiNgWhvt3fFLOvBuPrQJNtNkqMuQ6xAiDzJBXVlDL7GOh0eZKmrjalfSlm",
+	"c5XxdEczShNgczNnInSnz4b6NpkPWZJH7FaIOaYPDW+K8Vhk10qKIWaapGn5KU/TYQerMXmWu353VPZi",
+	"iyFdYUzbVreA0TPESAz9VC7u+YK1hzxN1T0O7BdImLW1ola5mvIfPE3L+hUYuRW13DBBHgxpDNvyAWsE",
+	"r5Kg066GZqZhBEge0k/3g8MyNuQkuROEFQ7uuuXQ4GYA4rpoaa0LEgOzzquNLtUhVZQtIzcNjfb6+ugk",
+	"jDd57QFOXq9DnCzvdKPUEPjE9zPQSN752w8cGJD9fdSCbmzvGyGBhxiLn9NSSxLYXi6QJ+xiuOxmQcyH",
+	"YrmgkTvSSHJtPVIxM2sIxmnPbMFFIKBlvqL04wLyJ1zfr651OfQrgZj7qdLOh4EeBjM3xr+rTo02l+hn",
+	"CXnJjHmBuFAA/gRssool1SlxLM3sTR1ltufGKv7kBPzfgJoC6/ZZAVb4taKWX3F+fnTx7ur89dHF0udQ",
+	"id6KbLOC8ttWVPY0aEUthLBqRS2qqmtFLdfyqRW1rk4vXv909Obq5PCHEzPcr+/Ofz46v3a/QkB7M+bP",
+	"x2dnNY1tvP6CS8J1PTrsjI+miRS75qjgAw8olnI7rxEAQar8eqwKGUfQzyJNRmF/eixynqRhCMQsU1lz",
+	"Qe8FQQN2XgL1qTW2WNnuKOAJSvJUrLEzVvfq6vyYgWYvJNpWUNWJgWCz68t3ri7kbr6187s1EoBvkHtg",
+	"nPlCgPNEb91DLceeXhsdQpcnYU3/rLhJEz2FZIuHqeyhlofY+tZls7MkNixiwXLxIWc3qNi6CEUgg7Re",
+	"Q/qvweBDr/f+jyA2ylRwdMRDQVNdGk4w/R5rRfl8LqSI6U5gcSIlwR/YlAzNdHFjfnoDVveKYtcocQ4T",
+	"bbYTE7BEtwhziY3ZMKyk7gwPnGfmxatvrW9m1aZeLi16X08RIgaaeBp0Jer0FmzL8478cDb1pUz+8iCx",
+	"IBHnnms2t6uLKIsHYVPM0RuxM0qLWMSsLQl3zYg6qTJK3WmcDVjNPQpxpjCqbJ2t3/DgV10pwQx+ShjS",
+	"3tZQvlBktYht8DJDHmLMz7LLpoVUznEjpNJZoadlPthDOMuDNdsmiZ5lVl4jikCVf3OC6PYFI+E0ORgn",
+	"tK3nPBeuyfXjb2Zqh9oGfiWUKbqvI7Y/M3rl/jSoNDy6lyntjG3iPQc13nvnjc1K3daFMb6eqH9x1Mp4",
+	"Lq5LT2qzBDl3rJvupz/62rd82KVzBLHEczAL2zDqucgSFZOTBME5ehjBvClGtyLf0WzE53yU5AvsHCnG",
+	"1O54lcbmdUBjOEmfbSCrT+s24EqLbQNG1BPI5XH5WUKAr4lo15yZU6C0imotnstUS6hePX5KNJfjyyNE",
+	"o4bsq77XpgBToOgIvBSoMsPa4X/sYMEcPvq4DOv6bWifXWGLMPPILtLr3kczzqdOmD/IJK96SvZrjsfl",
+	"+OGJbESJaWrJn1NZLvaof6ADO44BEWW1KYAxv6/OT+w+udjp4dkxKZ7Ggu7v7e2/+K7b6/a6+/3ve739",
+	"lWKikOADB+YjwzZ1xSAB58xDcKo1l/GN+lD100j0xK1CduTV6LJKoczTkHTZto9r6Ke3d7e/h3F3zfRU",
+	"3WsMMwvB8By7NHMnVO8TcL7+qT0Y/Mn9o/PHoINKp2qJWF9GdcgjLkPA9uSw8H+WcF+83AZJjAgsTMBz",
+	"leWAdrsl2U5tEgT8Lk3fjVv93zb0IVjKm/j0PqrBpoNwtJshooZG2OExhgZH6IWGimtEnoKjBo9uFS+Z",
+	"DhpRj92QBH3cZ5kYGestJucRyCQz6A4m4moLxUW+LMJxzAAReAfzTrolJnFz6V0Fkn5cljtNveF861CM",
+	"8V0euHIaNGDvhBN5qI9SeQ5KpgvsWJyJebro+8DFnzfdx+5DeBsfFnp/bbUaNR4D/dwsKLlWZBE2lbR9",
+	"6ql82kipQDXxvLieQbuJQHX22ZUhS/h6pDJKOuuxv2Beusqw7ro+JNoLhkQh8n99s8hDFvgv8K2ZFh7Y",
+	"evxP4T02JunDhKjRsa43IQcrloldY9+DQxmiFFDiAwlIGMlENWi5xqwEHl5O7t5cyxx8VaoJdLCG8Qx6",
+	"BWD9IjQS4DH8gaQSdO6eY2VQM9Z7XsiLYjbj4JsIozht0UxgZOGeV3JzCBpzDcang/EDfu2nmesI2wCL",
+	"eUSlApD/hHmozXCvPDDVUJOPz4XnQG2gRbAgh740UiuRbKyykejbtDcgNFtTjvma1Iu2SX8+M3vkTnOV",
+	"j71HqlmSBsEuLSOFdZAq1LOAPGUATsfaVF9BCCAQsh2C8yyEioBPrWtbCHnvtkKJnrdx3QPEF3EGkwMO",
+	"KSsL8BdlVjfBjCyhqoRBrLaF56favA33roYFVM5BrxXLYe+nPRavoiuywLnboeUt0cSjBGUhH9AHwBAd",
+	"lsWWgMba9gGIXC91aq+d4+lrQKAQMgaN4PFezHW9A84L6XzbQSyga3Cqapape1xvzHNuLxBGHHbBHeTK",
+	"lbl0jlgjeNbhN682Ntu28cSDPPCUhrSV+3lNq7PGi13bD6kGnw/b8MRb6YHLRwkWNcW3IfYduf51ZTC3",
+	"Qfeg2qZBFOqDjd3oDD8v5HM7Hbcsxy0ViAdW3Z4X8oxnwWu0AkrOuFdSaQy88VY3JEwnAURBB7Rds2DC",
+	"Zd8WzA1UGcLkXV14eUsaxR3K+9Dk8QZSCR9d7cAYItv6fQmT5wOLvB9MURfJRDbv/V6njFGZp9G0yEco",
+	"FbpQRS4y6lwKhWEzvmA3wkMlGX78NAym1nhXJpCA4SrmwihvJWDDCubvvZV/0Lp9yiuPPFnP81jM82kY",
+	"HTcWYu6EssTMcQvSbz4qtbZMFRPUw8Bnae80YSEIme9o9ie2X1bb7dehdq/toRlv27oHECXq0hBcwJgE",
+	"dAgcwqkkNU1aNzYHwuruWDgGR+oHgDnbHA3Wtse8o1mepxETRv0lYFaLNkCJIPRlmeKwoy12kS67DTnA",
+	"eXOnIjq0ktO2k5xNIM8TsQDtOWHNClDerZjnzTFs60OCThJsYBAkMpq0PSYkDzDxK9jsINqXLhIbmDsZ",
+	"D1p99gLCI4gRbHZkH2BwnwKgeI0qY9NmazwWNqkW3A5LZBfuvWKzdYNE549piCmZCbdXibZ03OxMPTiR",
+	"1UnsTWm87u2jvNujy/wVO7CEQGYCYo/85njU2wWML7xDXSqdLdAFWP59zdO047KPQvCANn/RsVaX2Jwr",
+	"wz1Yu5KeHND7V1AIn0Q2WNzAtbB9a9D0VlFFAAfxuhloIvjfXLcVbP8JyIjQPc6hXEvqk5SPprvFnOGY",
+	"DVvw1nItUL6NvQcIgzWWrPiQs1dL2fOatSVijhr+izB2nbD/ev3dW/JpfSH0vVXnSSZGRqjW5x953Adi",
+	"c1YEYQMIwv5fVgQaaZH20sXgbQmEIm6T+VzE195eNaUr8kdUihcWDYnIxx/8IlyvCbKgo4SSlFbYhjv4",
+	"FfqvHnvdPV49gahkhw/jr4drmlsR+GeZHpiB6xL71rqA3wFmQpCz1WmzfCZiNsQiBUuxWKiwix9eXb5G",
+	"6ck1WywWi9ksjvPpdDbT+h+2oqGQqdA6QDnMbASEdZ2yDJ5wJqB8b9VSLIW6YziPYhjLLuOl4ddt+TN7",
+	"I+xSmhuPTtY2fcv17xdTQCWMmf5IRXBZOXt4MltlpHUtwC7mYoRFgw+Ipa0Jo0EuUe7AewgiagmUp9va",
+	"qowIf7aj4f712f7uaiWdVwYUlazaq6JztXONthFeMrhtTVqmrfqAbTu+EjrpoFIaAx7tEneMYHxo6SXe",
+	"Wrg4fmPXdJ5N7iLbLzFmcZIJQB6zVaG2nMYHQaM6+s52jfKt65kAQ1ZXd6LkxO9PBbxSjalGCX9d02ly",
+	"vzcDOCfpeunPubalQz8fn5wcvXHwVrCprmAm7PXgo6lo1HbVxu08aIGNW45fR8zFk/duErmnp2x3FF5N",
+	"tdXcWsaWi7nfmQ5/TU1OQu2rEEMEUrqY9+QB1E5CT+ipSuNtuifZjipB/AVCjGgwjNdsBH7pmNfm5qBn",
+	"AAfCQWLjpWG5mgiIPKoMsXTanE24nHTgqiFEReqaDlLwBTqXEfoqEKRObtJEhhtgg9vL/OI6pFy8OXzL",
+	"ZioWkLRyUEasIHhNQD7QgBuTAwLNwzZeL3sr1gWOzXR9NrV9XF0jOuqyaFUZcOMoSY5oRCsL3bpvetrr",
+	"74pDjT1/aNi/9Vg8jbHKrgVhP64t9yKIyE9Ra5rnG+0chypmjNHxGt+bY8pddkioZ9ilpkz4SHJG1GC2",
+	"0dXusbbhQYQOazG7umzI03u+0EMzDs/NMK5KqMveGbK9T7SoQdwFClopjbVRqJpvbe9f/OJWLAgkGTKo",
+	"C9nFpVmATxjjpkjSGIdlf/kLG1AV4qDVZdhSfhl+EYsLwxB50nYbr24xmovI8ku0P73jkCEhwk8oiiNB",
+	"uIPBSmJspjxOzF+1KIbNzcRczI/NooN9+ZI0vZ5kNf3EnBz37p3XnpO6ZIEv/kbk90JIdnH89vLoHFOv",
+	"L47fGvFVcwFf6Up/5f2eDu532SHQ5sJC062VlpXQA7CJvnHAhsRShnTth3Z1Q0hO87mAUyWUFAdsyOfz",
+	"TN3xdOgzDMnwY2HDKeayH/htb1wNkoWR9L+EbPTSFY15JWidDvHSDZHm4NGyBhrxsgAVFVhyJ3I6KlL6",
+	"WKWputcliuVOzQ474KdNpLSEMWX7lwpoCG3xSSuH1atN9nXmqqExrKC2YFLig3kJqeTuP0SmGCTGmCli",
+	"1u5RBntNuMRfzjwTRplyUsXmyvcarilVOi/jAQRYpjJG44qY2Yydwl/Z2rXphc7FzCG5runCaMjEWEvM",
+	"ob62qWhgkvEZG3HpjIHIIaoZDdh+dWO4WiyiKtyVITFQTQH3sGPf1dviRBIkmaV8ANczPD9w1t6BHDit",
+	"1cEIGy574fVuNzrEL/zDBWzCj/ReRx+oMzJ7Q2iVPrhGtqNZ+5s1O1pBxm1Iesj9iTeUVSuIFyS017cZ",
+	"38CZfqCF4c94JphhnhXo8YArtbqEK5n8vRA2ndo3mU55jcohRW6eCzRJNbog8ZayDgd2G9Lq4Gf9pXaG",
+	"gFBgv/TQ09Dhl2QMIKTNGIDxy1mq1PyGj24Z+LjHgLTGS3qK2HB31w0H4CXQe8XqCarIdRILP70ZiY2P",
+	"pkbUoU0r7mxo0FYyTJU2drGbnSCtPLVlCe6N1tBlhw5gQcy9u4C7BVaWm8QzE7HygbXtH/g4wVTSKEZJ",
+	"wBbFbtsQPRRlGu4/cHO85vbqBo9VySq/rJys+WaIKrwL7Nlb5KBMSylGl9J9LWJyWZi13E9VKlYxIggb",
+	"Amgb3JzlVGVJwEjJcTIpMhEzhAMxdEKzVU/Cv69WV/n13fnPP568+/X63SkAOFydH5WQtPiO4QIn0phW",
+	"N+bUT5ZD0GGf9LPE3F5Ce68ihL+7ulyCCC81Ss/7zn5JfiCTXcZghVnja0t/gdfKolGiciXi8H41YaOS",
+	"JLSj7cv7KMcOIKWLPWKNrlPjKQbYd3jAtS6mce3xJJoNwfIfAmAR/EXKFUnp4bL5D7rTkGcTPXSemAM2",
+	"NJdxyHRJzJTjmkj67gCAlJGdlHO4D2CWWI2s9FXxjMvINZ6gu0x26JQbLQxUtVKrsYP6n3AsjjtTsQ9t",
+	"GRjWuwKUNJAWOhfZgWERyrwZetKlcuqwIR0LtFyWMCU5k/CJVKUPil2QcQvkRsqlNawNu5HV1rN+a6FE",
+	"ZUm+1M4dmDQf5cndarXYPFNxMcL8CgmGmtNkOhHzfomaBg0Kic1Yb9S2GtVNKjpN6nmX8BhdBaR/aTHr",
+	"yLYuGq8WhTp/ImrcZ0enAPuNaeKuM9w4E6LLqOwRUaHMxxYJSgK/i1DQOLAEGBa3Ak+xeeqwXzlbqWL6",
+	"c6AVElkj60s2SyW0qpaID3MOvhyZK6+Cs66R88NKDpF7J3JS7+D8yRmAuG8zjq3CzYJuBB2W74yxKM0V",
+	"SJ9GzhiVsUHLfFJaWeaQwvETMcpEfr2tY2apsV3QCAeYOyHvyDohlktZXUQ3mciLrGwNj2WVg9Yf/wgN",
+	"A+FWk9aTqommHxF3Y22vKDnBSjDcxIUb4qDsteDUFuditpsMPTRs79tViMpNLmvrqnbjQeU2tv/JtDMy",
+	"rJZhsUPWe7N9Y8BSgvNbl4aqU0xXdOklxHEHgdXISw34WQSxhXfmxatXHui4WWgFaXzQegC0OHmcmgLW",
+	"h2+sj0O+xa0bU28lQh1rg87rQ4ktAYdFy6dqvq/zzKycYK059ytP8ksCUXcKoVTsRhUyBgAjD2J9bWS/",
+	"mZ5UifE30JOcw6WssNhxWYRwgJj+hAEN6hBTOmMqcfGskJWQuJmi8gFUb1Ew/IDdYfJV6eHCYDCkgFQb",
+	"KFjh07j+fjlSsmX6L2m71ny2zTUocgDJtnyUKa0pVcVI0o2dNzic9PNBOKBWgih2tmfeoBXf7M6SidE7",
+	"MPi6GaDBvfUa54vbDw4Zk0Aa9g23RlFAhKBy2roDRR/tliAKegt8ym1a5CS51xxni2Y31BEsLkYQc1oN",
+	"nDcJmS+31DIzReZdQ1t3eXmyJf3/5LmyK7nIt2Kee86fxKvFIqjJALN8YfQU0Fi+e9GbDlp+Lhd0JNad",
+	"PoqGa9sBAw2JMrIChRP4iPWrmUegLtpILFxk2brkni/s84ZFYt0Z/IRKFF2qvLqXDFsaJ9q2/GYWThOh",
+	"DMNZ1WXAeTmnmrXLfk6XR6eXx+9Orw9/vDw6v/5jBzhFyhci030itQx6+vCcab4wo1LpMb9RRe5xZFt7",
+	"GYtREgt9gK8A0c5YGXHmJe1CJjY79Nh0KHU7kFawtGNLGB7fvAhQeeVUmv+ATnrzD0Ixwkuub9c312hW",
+	"row/CHkn6H2ul+HhPbWEWsbXZpuV31snBFWLk7JwI8wVM5ZdWO0Bnh6e2rxdSGTY2KmFMsX+adSgCCZ1",
+	"gbWa9lY10Ypt4giN/foBl7DKr5G7NE9ja5r7v2ohH7iaB72q1ZaAr2UcXckaR4N9/XXkkomyQXXQ3VRy",
+	"O9drCc2Yvuv+B3BYI5BeRsu+5xqh3iPC4LVx1RrSI5eL4ZR52XgcWhIGUx627Q8TtaqnXG7HSgbHUuRG",
+	"J3IkymOChMBM8DRdQL/7dia0sK1SyiQg8JELXepYWDwv1ZJ7ubPGrqhZolN08OQTQM8mMCEyM2KxYmIQ",
+	"9XQOWA99WktNlUbVEMbSWgwVw0asyU5AcQGqurG4cXWGDlAsxF45j3DAyYUEUd1rXsiBsbzrIDTlcmUr",
+	"sClLLMucM3A7wkymlqNE61splOS3smnHWaKt69YYFQeu/vqGa2NYACYKBnVkMRNZMvL69FkIjqvTi7Oj",
+	"18c/HiO6MrKOVtSySn4F0TmI44wJagGo5mUoZ2tBmHnOj45+ObusgW8GL97TgDY+pNd7DWJpfUas1+S9",
+	"eYAgE3fqdsu3ad5TPWrldhMDvhJwmR3YKCTsKxiq1BtNpotus5Jvv1e7txEbi7zhhMOJ1egJbqzkIK1s",
+	"yoSmQYNLKYu6noDc/Mbya1rHb1UuuKEl+uacs+fuSe7VUmw6d9zsZ06ptxDQzYmIaGAjGdmB17ybTat/",
+	"GJ7Tw8qaQod+BQUl265mlVmA9QhB1dGUy4k4sCYiG44yJYdslBoblw1tDVzZo9kZqyxThQyge67WvVXw",
+	"G9dU4G2EXvQr8jYNWhbobXryq6k682uslpEan6x+aoWmMOE6YJqWUJ5PU4P/sF6KB8aWoR6/GtJRzQfQ",
+	"YhJp0gIc2E6LYbvAN+LqmG5TLIFgM09ILFOZTdUwarbL9hphKoYiQCjUVPtl6kzM/vt//x9Qf7sMQAVt",
+	"O6KZ31Zz5U3LcKnLE6eghG3XyPy8D+CvEEaHIACaBTfpklfMefbKyBThwtqICPoXOSwjiYPRqXEmxPXD",
+	"opbwU4cvGvAjhBW5p4CANRvk7MCtUMTNDx0M5FY/rdcRUj4S5niu4QQDaTMeIbgAbULV8O0lgug0t6Oe",
+	"AN92ezjbPuVmlX7Io/88en11+e78+vj04uj11flRn9LZnSUNMTrM+Ci0yKLl5DGVsZXBzq9Orw8vsHWW",
+	"eXwmjABM9EwvjY69nv6mEiliyt7907DPhkUSD1mbw4xwVSaZKuYe4DRG5FYmvjp+c31+ePr26MAlnlI+",
+	"jcoWrPddr1e61JHpaXKilk/pKbQ/Kpt8w/cU1gDoUQtSwstluQc7ERvOk1jqIWufHb+J2AyMbDPr8dnr",
+	"Mv1Ney+Dbhwh48hliNud8zY6FjyfYmIbbqLNmUlcDfIB42yeJXc8F2wvn83NYqTIYTEc/sS8RiSCMv4d",
+	"ymosExltIqEZLYMklCFrn58c/3J8eX16dv7utZ8GdMDomzeHl4d4So7Uuz5CqGHEkGVCHUPZCDcTop/m",
+	"pcx0+Bmsnr6+e4Erwx91Z/xDxEbzwvyB+XhJrOEfMLXXcd7rmIszm++mRpwYljyBu6Kk6HTZUXfSBRL8",
+	"Exzkn2AH/0Rv3l0L1Lymk3L1vvI0uRP9EtTWFiV62a0iY1Bc0GWFpEbz8BudpEadd9IFHsJc0IXIy/5d",
+	"seAx5bpXUgzNzNLQzZxrXUZcoFOx+QRdn5VfARfodGHIfnWGA5YmAEY7Joo1H+7S+j1Umv2pWYtLjLLy",
+	"kltwPpKLXXboBDGApworF0Vsu4HhhL4nBnazFbX8jYIcLh6vekmi1odd88PdO54BuZsRUD0Dd9EhDeZ9",
+	"dFUd1/vmDUxR7zM4tuDP5iWyFV9B30H7YhoXxf4hDdOpMIZgkxHGZxzB6IgRiDOQfaomDEqHYo0FZSOe",
+	"ZVu6IqwqaunZifvShee0y1IUeUrfUl3+qrx+X6sYh81aAuJubIySkr3JFrXD1i3HKPK/uHQZmx94kYv5",
+	"Dwuo9S0pr/Lhm8O3QaecbxxsZ9Nu02uGcibq7H/0oyK88ov9l9+9/PM33778bqnNrcuyWO5wtXWbgwq+",
+	"7ZZtXJuXvS6VvI55khnWdv3QxAnWhtwIygXOBZ91+pYvg2iFvFF2w42sBt0R0gQoEROy2WwxF7WXolSI",
+	"MkpsFaokx4ab9nnrAWyYiUHk2cQmBVJelxp+6YeSzSMUszciwYsSlfV4fa9m3UO6plKtxANpXskKcvl2",
+	"9iujzNmyxMZleSVOQSWB9NuX67LJA9kWeOiYfwjtHA+WO5FS9gK1wQqlhtAOYVtNw4sNlWWCx7q+gWnj",
+	"N23cEcqcT3MYDMOvAo71rdIdsTgCEO1sdpx1h9elN06Xc+MoK+GByY15njZtSVhtQG32ah3TuqTMt6fq",
+	"S1fpMPYQB/Z2tPL4dmEVadKsZYj9QfV9Pf82YY1vcHMvH8Ez+7sto9pOx6jQSBNtA6dY974e3FxzQJkH",
+	"H9L7UN9GLUaFEW8X5k0JgU7wLOQVOZSQx406a3vE5zrnkv6JB9zxHQOHb345Pr2+fPfz0WmX8Ghm4DnE",
+	"4d1ioFz/0yfwQY/VGqjNETs/uriENagxe43zR75UMozkb+qGqWw0FU71psYgAwmdQbrsHIRxZkwdNcfs",
+	"8dX81i6D3rHw4EDyOVQkmOH2qG3rn/6mjYlz/uNr9v3LV991bM00tcYdjlQsht2BHMgjEC7mbHE9qDgM",
+	"D4t8qrLkH/Bhn/0A28JQasCmWrHBhh92abd3M5WK4UAipAQwUyhWk97wUDTTZ0PsDTFkbRBLxrDGthH2",
+	"E/OyA4lBCtRQ+nSM1CU9skgSEdV2R7ZuGz7IeQbmOjSlGA5ku2yUgSIRg4gwMejeQ2q549UK8TTtOydo",
+	"NJBeKx80dCIoA+h02amipJZC3kp1L80DEBA2H2PUmmZkiR7Il719qIOBD2wCjduvl71vym+JCnJF8Rer",
+	"k4EmYEZ6SVXrlInnq3aYDFQ2UJeVw5oCxuCQzXh2qwfSs/EzVaDrgUoV6GPzA1uoUNZPW7/ZjC9gx7oD",
+	"6RoBQ+sYuIeHZ8feXe+3et39bg80wLmQfJ60+q1vur3uN9g+fQo3fe9ufw+OGv41EQElYAhW4F+AqK4x",
+	"SITW/RBMcgobQHoUuLAyYTT5JBUZm/A7wYo5U3Ig0fSHFtbXvxz+5/Xh5eXRL2eXF9anX7b/7HtqAJYf",
+	"8AXTeZKmAwl5xTIGEi+JXmXo2jdHjMsd2oYsuCYqPKEOOrh97r4cx0bVSXR+iBtBwgvgnCG7PjHb8PdC",
+	"ZAtrNfedaYzywW/RQvlnZUdTgsNb3r5gW/g6lEiSemUjPHGXqEI7CRdaIglKf40VC6MXnD80km2LWQ7k",
+	"7ONXPc/AfEXtqErLclk8vQcX+FxJjZLmRa9Htl9OGL8+o/0bJfCV867N3jTHB4oDyJJlK9BsFVxdOGWo",
+	"+HyJs4cGdass23hAuxZC6W4hrVTKlYzKqrExDbBQ8K8h6mG6YARXaFtTgKygQ53zSSLhjUFZ4RPwTdG1",
+	"fB+1qsy/1bdNf8yK4AKTnx86l3n3uErhb0Vu81uf8xBwCmo/+ykUH7etEvAEXj70BKB3tV+bjrWiuUKw",
+	"ROlN5G2qlzq2zKaNKuc2aGXP752TaYk7hNZePmI35PgNdtVZOa89I95A+XvwsFFrrnSAc7+eFpJwFyC3",
+	"DZAqoOFLhB5HUSnlLcNDJ+/eAo/+4f++PLro9EunM/kppwieq3MYO86gxRreBRB1IsPc9alNmnS9v6ok",
+	"eQiuS3qVE7MPqL4Knf+g4sWTEeWJmuBeIEmWGnKeFeLTym14ubqVF7B/D2AajyLxQ4+69TSZOyhF7Arj",
+	"Qtw2ZF+BbH9asg+SLmpoT0W8VdrAroE+x3p6uqDRbWvFJrTRe57Jz2mWEM88dzi0Q1CMRDyk7la5MBKn",
+	"EgDOFbQ89NFDPgPVmue/fwoqd8ENNubGGoOalwCpPwtxW71/7yP99WkPTUG99xH/+LTHs9E0uRPxrrli",
+	"ex+zQn6q1ZzPBY/LgCT9krWHzj4+f/3T8V+Prq/OT4YdG598c3RydHk0kNDe2M3B7jOVm6vdL/P09ZTP",
+	"he1UW308Gkh0YCJ4gavzAf8mZF1r53PDDPIXPYx1R9ZWGkjAB9PXnvoJ4Fr2RdCxOwXbh/Ax+ISSqgcy",
+	"VqMCHKYU2qTe0cinSmdrVOJIYAsNyoQbSOi1UgUDBXQbsAUvvf0Ed7oxv4xVSBndCxzDLBAqwfoUjuMx",
+	"u+fpLbqgYyOifExxgOFBrzDFJQcSq94mio2UsXVmkAmi2DiRcZcZy1Cq/HoMYtFVqJJ7U6p8IO1mQVKE",
+	"e8KuHdoVjS16RM6TFAUnRP46ITvFaHE05Dk0JXo2/oQN6cIanEcB3Ydwi1e9bx7MLVwuFdYAhsi/7MJb",
+	"liZiTQRGmz3mYRsG1erY2+p7Z9QlwthSGx59g20kGjx5XkiM973fglU5VFt87YBfzUE4GkN+x7CC1EzX",
+	"ZYc5SwVltNGnhFWTpn8xgnHIxiobSLzImA231KPdLxQn1DcjV/uAsO74HLhqOHvZ6zHJZ5Ajy9N0iO4j",
+	"DUB23pzkYMMFddmRRHgFcNBZqiDFFLlaIhGIBfNu9qNer0dBLhuDyjMuNbLJaCC9XAzSNxD+Cl7wRkC6",
+	"RpbkuZCAiUD6lmapGBO4AR9I15KyyJmeqixnt0LMy/RKl/NwLrTI7uBuamM0LoARJNlAqnsJLcdzwKEv",
+	"ZJAVQPtEAbDEtBOtbYkVfkw+6CZ0CM9j74Rmz1LIqdnDrzFG8AMW/K06Q/CFWSOiO3CwbpZ8E8LcvRHM",
+	"UFOd14SnadjTQUHrldaqz+nSgG1xbTID3PjoLhnlDzJMKkwVhqlsLFW9Q2aqFinAc+a2ZQl1I4CLdCsW",
+	"Fk6cclh99oo8KMRfqYMx1M0GdKcjMzYuAJ2ACVRaM8mzzCJ0Gq51UOpD1eXidRsSmzHyAdYypOsXsEZP",
+	"Ep3/U9+mhk7CxzsFIVb9lXgF3YkuNrsGBR78Y28TdLB2ZbmJqCaDVCRjVf1E+SYXLCslQ7Pb9Bm1la1V",
+	"kL2Pt2LxqaqIrJVki1YTl8zDWd+jfDLIKhEvPs8Wq1yRenk+kil+DqVz+RogzQKYDWTJig/s4qfD3Rev",
+	"vgUTHG1JxOviVHhuW2QDg5jzfFryByx5q/pTfG4xN1ZdZn73X7/1dr/nu+P3H799+ekPgeTFrUiumkZW",
+	"5wr3U8iek/uU05yIGLld0KRK4dtugJPoVOX0dR9F7nJ7wlolCCUnWrRoeRsj1ALERaVfAJ0lyz4B86T5",
+	"lBoedtkhTCdVzYAeYspXZmFtQ0DYn7vWqXNp1Q3q480pkWxHU3/uCLh9mvpnQrPsWHioRLIktq54DK3H",
+	"mBw9kCdc57vQQ3z3+A1rT2GXwPiCzFrbkRQ8RmgPDftgYexCPvQQoDKpgXi2YPuvmO6yKwnQfLTSgcSl",
+	"gk7MF2yWaE14BoRoBZ0DAchXzQB+EsO3HPJEM1j82IIZ9CGtC1yRnI3SBNEGeD6QuWKZ2DXnHLJffjWW",
+	"2RHu9rY0YDYJfnr85idLRtv86D9Al2mgeOTiQ44ksYt7tpUDBVvB11x5v6k79RiDj3Y09oQ3t4nZQUKc",
+	"gSjQKC5w1CSAVunOEOlKa3kNxX8IrwgJ5K79x+rt/Sx3tC6MVe4V+BHQGW4LVYRNHFhAKMt1cnNyuF+6",
+	"5FzBjKtQen10MpAiy8rIOg3gnCEAoEtJwnAhKv19tUXt7gCK9jCJh15TYHQ+mcvmP2p0vn4FTkZ7SB6Y",
+	"5wSXZMe+rZfcYCYoMaaoCYeSInS/znAhSIPPE0Dxp7AF043CKC+eegki3nzXyg19kM744sVDdUZaI7iS",
+	"zEIOHC1qx23ncJz5CEiEiCxiPFezZAS4N05Y23coLymJrHUa5dYCcO8j/HdtPsHS3j+jHtXslCun+/Co",
+	"63Jfb0c3JHGBVS+fFZTqISdqeDSf18NcfyeSOGJGdd8VesTn6B4P6PPC4yNhjX4ZYmCWSFdm/zil3vaK",
+	"DRKisevPsatog8Qt26u5Id1hW8bVDXwn0wVWPiDUMYBDEkoxVUMY1aHPUnUvst0R10bHNxaPjrABIWrb",
+	"MddToSGOYdFTwaFd5540/7m287Tq7KldbID4/uN+9O03QZPqM2aavfinyzQ7L+RmZxLmYDzOk2RmCTQ/",
+	"bpI+9lWYXXXJHeibxADm0iqWt9M22cHE5LI+G2wwgJolPHFPzaNiA6+tnhkLLamS1o5jMZur3JjRuz+D",
+	"s6I5+b5/Hn3K7ctWytSzx3wPU0T9tvuKIBXA5JY2EQj+RW//uVdEzu0HOv++/1yKHy6z7N/MJUtkmkjh",
+	"1dHNxajRvX2AJgcRcQiAbp+j9ZQW3BFGXMXM7MHQrGqI1q2jd30MyKSjqRhBRn+Jxct1+dRAwgOYvnGj",
+	"4kUfdjQHKBeeU28hNKuMTM0RKBOwsBPJhpnQRZrrIUV6raVsDq6chN2rIo2xL4rLI2i/7PUIhBjBgbFM",
+	"XQk9oEZH+WjqqudnPGIvX7ygH5gTdl2RbBOEQkbsZe97egRqBCU04YgYT7UyxriH32n3DjJpzFTYKMFa",
+	"lIl2YWkIyyd5l1HNCRQ0wM8Tbe9vBO6pBJNkvQB4n3GHhjiQFuQEf6QRWRhC3Li/7FWv12WHcA4uRGf2",
+	"gtvmJ5AA8+8X704jJhWde8R6xqTGPJoplxiUhxWaE2OnVydlP2fG5QKyojpengAdWJcNYRqgJAyUcwQ/",
+	"dYpUH8srzt5dXDp4IKPTDiSZ3DBAyHQu6bL1zIxefzlO/4N5+3O8EiEe+85YpvA1GKeIHVzNjgAgmBj8",
+	"1o/Sc4hPFnPAiQeKAN2aaNRmVLR/gmQOM+1Nkd5a06vzrPzT5fjVpdEcBy6SawxGDnXzCyFjLqlcuu1K",
+	"ozVTY3NjdbW0GvG7k0z/9//7/1lPLyKT4hTme8zXs+mP0UBCwxRoB0kOvmoUElr/YCKhzvmiCwxIqvza",
+	"dkSOqBoMvFSKCrn8tDao8HWv4txoCB8OAs6MYIu+p1QXBSl4BzAbFDVcU4kM5SuX4Ddjqj2HSingWJhz",
+	"4wppqALMZoPSDxJEN+myQwvHNZDotw41vMq4tDtp4cU4JPWlUAKWiZm6E7CCJMNcQMIISqBOHNy0JTzP",
+	"XGSJipMR0/cC+tSaX2vyf3MELpsJrY1RkAp+JzRUBDr83sOzY+jKXuYDyvoMUSzPH7vkRm1+QLEa4v+5",
+	"gkYE6FdySZjtt0eXmFIayF+lqvUkBzwraJFduv9tN8Ayk9HM+ar3jV3zdSH5HU9S1y/BE0oluovNz2KZ",
+	"GBfaBjswW5MWqZkRte5FcLOwR09t8tPzp0CuS74hAAUvr/DZE6cflTpJ+VN+D4eoitPguEe2sOjWC6OF",
+	"bcVg12X0UBB5xDPgSJBijDDQCILpfaCHrA2Lg1BnPpAliLkD5rLFVrZvFNZcld70Fz0bCYDnS7XPu/3U",
+	"7hVn8ZHSydSGS1d+PJCJJJUSRN8BC+RJE9fUIo8wKxr1D8QPK+8icvK9j/jHp3/DX/+F+k3Y8N5+zwjE",
+	"Xddz0CpgA8k1G3Ptrrt73nu4Jof4y+UOPyxleMlB63YH3GhOIMK5Lue4e7EV8syUz+n/IanAJbPHat/P",
+	"Yg5u8y51jiIos7TE+gwFQDB8qYE/Z6DqcLROjqAG5Ac4De3eG7PmRpQKUPdz1+bAskAhOCgjrdQvtlSs",
+	"jDGvF3I0zZRUBd67TKSAlPP8yvkKI62vZYdLP0Q9S/gMgbiIkywBQdEnzbKppGBVQQEND8mZaYx0AlCg",
+	"zsM7OtCsQ1ND+ohNEw0olbdinne64docMmqH9t/0YpCbZt40cs0iS4gUO1S9DMZuEWERuVPK1SnPwbGB",
+	"5sAEkoXIPw2KpFS42xN+J7A7CTY2ZQrKGQcy49IsEdxCnpnvygLcW2VsSJiMNeUxIx+Cps6xbLusVPYw",
+	"GPRg7fILUl8SGSg66TxtdGS5VAM6qNM5Qju1V71e3Yy/k9TcDRxxhCGNz15y6xfNcccjnBJplYqSM9jb",
+	"+XsJy2whmDc/iof4OJVkiX1/nTrKlluxVqNxPOpfSs0XU2rAnT0iaNZlL53+AlrLHmEr/dMQfiBx1us6",
+	"Vlpnrh+hkl3261QhlUypIXmFdvRU3UswfCs629A2gh922aGFabqh0nG/R7xtMDyQtlVXLEaJLvF5Nbgp",
+	"h1Ll17YF11hl1+X4AaXjEM/teS81LeCruNduz7yrfbCEHQ1zU1/Bz3y98ThWzx4UUchWP1ihuy9w3TMB",
+	"l/af/LZjTBYUI+zIyIb44iIe/i5v+zms/l+X/eu47Hgam+/6Zlr8AhwA7Im9j+Y/nzxoHfqrhIbagOfl",
+	"kJOeF6kGpoEuR+trIpaN2XC9k5rox/qBkcfECBETmz9FltmgoMMV0dME4Kkq4EisTQBY2K0E3Swixjji",
+	"/xRzLapzikDCM1ALOrAiRLHp1WQGm5+sTwy2HoZeCFn+Yz1GHJPF7EZkNP9+zfy8AhK1YQn7TZdAXjnP",
+	"nxfo1Gydeq4ID/gMuLfIv2fz/K0rrnNg22FUnGpK1mbXen2lH76pF1jwBdBtiCEWrAny2oD4rYD6rnSB",
+	"DfHGoSMOr9wQ8kNG00LesnbMc475D4ZNRBiH5jmHEkJ40PzRof4fQyHjIbbG9ee07dspFokS/h5WLPO6",
+	"fcJLvCV4w8M4+YYawXfSVizNMdfrmnY3U/eV4r8+GyZxf0i4tPeUjD+Ep/tD9Dkt5iJiQ9jWIXqgbU2Y",
+	"jfvBzqox+/eLd6eIjQQQCRhiXyonxMJeHltAl2pNIaaPYQ2frmQAaJGzJO8waDlP/m44QSnuzSI0geUv",
+	"qGLwoLYu0aLGYGHiO3v0BJpkU1GWAtGYGQT7YR/ADbZEEUFtos4HknaPAWWBrAfyG34cYO7/oNVngxai",
+	"LEPhDXwISMuD1ieCnsGrDFdmlCoNWRvhAkZ7GA0k8FdUS/houYsVr2UN7CoriSzoJFCHTzKGHODTyGuy",
+	"57C6vkz14ZMK2aeqTn0YcyLB8xXHeAOlNJhzBP1W3A23GahwQ1kb22RHiCFt/nD9I6KBrLTOjlils3bH",
+	"ymIdMZFqURp99Dm/ScXwYCBX89E8zoQ5pksJaZDEO5DDSl7bEJmw10dLQLoVGxo15tqoCMMl4TaQsbq3",
+	"VdkQbWBtEl62NV9p1sQJZFlZR1qnBM1zHo0bPro1HJM6kXchHRmMbH8NWG0kVW2myDnuz/MF4O0En8fQ",
+	"XZeWQtra12LkPqrsgHYVUDQBXN21a+Fw1AeWdCj47HJnqCOPJ3xL6EUbguaZgDD0ZzCYERnhd8PIgK1w",
+	"rJVxObWedmtzYp2YW7lsxUw8410r5EUykZ/NrbT+thUz8bV6lGBtlPMCxRi4XCw7oY4YeG9cYwmv8RHm",
+	"vhAyIXJt7EvNbhZMSdsD1w70Ga4RzfS7uUcIeIwmcwKEiOmd+lYvUUmuGAc0JpYQEhz6dQcSYYqG9OqA",
+	"AAsQkjyH+4hJn6hYoN2ou+wCHzYCng+k+yncW9slhbKbMXd+w2UfyPK2B4QrTfc/4sLbW/NV3ng6CHvl",
+	"qQk4xipJbcwKKaHYH4gQO6ZHlQBmotnZ4dXF0RskAZsFv4zE/pRX3O7d+tL4C/fU1niGmLjUxHaBhKNn",
+	"TRayr7G58Npty5NUX7vRDPuGKv/NST7lwXzdBdh2T5+1yM1OslWh2/6T083TVxF/ter/BSj/VFsGBjX2",
+	"rDNykrNRpiTVUWE7Ip6y9qWYzVXG0x3NHL/oNCfpxzCvvY/2zwYYkRWK3YQQ+ebBZTnBshnHClz2gN+E",
+	"HUvqtt6xqDa4V/+qvc9yOXwXxuMrNuxIZdmGw8zMk5mAvtYjYcsjjWCFxGOR6a+SsW5+0m5tqevaOvzq",
+	"SV9BX6hn5sTVSb5QyXFTYgNwUVC3PxNnfgS+AyzTYw2AGyfSGLIOlBY25f5WgPNOJBm742khdJddGrK3",
+	"DQogFIiDARC8Dabci0x8dja8d8NHt+MkTb8Si3H1KgV1mh9o1c98l+w0Xwjvzr7d+qQd4KmVhKqv/Sqh",
+	"0uIEqw2nl/cKXymR7DeQuJExrN+zti36xCrJTsR0Ab1tbZGSuhNZyudsrtJktICmn8lMEDIu4dpYEY5B",
+	"CAfXKL/A1QNX0e/r3p2ZJf8zaSsXuSLL31rwqPEhBWKQiFx65oZJlbMRLybTnBXzz08xBILx+6KZS1z0",
+	"M7PqpVk+kxusOYeud4cRUjRkwBojw7kVkY05jpV89d3dLigSBaA86p617StCvT5g8mgxUjLexLo//80q",
+	"5O+QG1/hov+5+LHzZ0AvhbKnHtiQJUGZO/WsZEK8dr3D9dI+9Lv2t9JbbHa32j15Em+rHWwLZ+vXgbC7",
+	"wdNKu/msjlaa4wv5We0b/k9zs5bYjqWfdawyzMFbApLGx24F4eXNOfW4t72rfIAz/IG9D53ng/u2U+x9",
+	"pL8auGF9cv7cXlha5QG1oqAUREx4sVE3C7WT5FvuW707tvaVe5/jCl2WrQkeu5HvpDfUVwhUHiowqHDP",
+	"cIL/uo1FlWmrfEoLxrde1P/qnvpdy3r7GpfEwBoIfXryiaS+HQ3z0+HPnN1hJz3baTCyOkGngVJQHt/X",
+	"oxdU95L6BKKTLpnNCshCdYCq4u8FT60hVN2QHc3aGgBjvREj26UEKqHmYtRxJY4vej0LZ8PdIAeMWyf7",
+	"QBKIIuVr87JYxZ2Bj/v6ordvlumkneuVbAFsRmpmU1AdzK4/WrhZiZ5aMny2ZiXlFF8oBLJ80epYfUkC",
+	"OkAATw6y3WRZh5AU46/gMzZQOReTRGMDKo8r8BIy1RFj+zCbqB3Nll8pYq+VjIsRonaCaWFomkbrNOcd",
+	"D9Cw3IB7H+2fDXSsym34TEoWeD7NOQeSB9oWkXecJpNpHnmZMZAHZS03L9SVqXt9UBkvyYHfvey9fMCW",
+	"1ytn9Xv1+e9u4K4+stZmVR6Wx/JVCr3NT9rN3B43KHSZ9mhrmilrVvK2vgKNyhyvXXz30Z1JRbYIU0m1",
+	"fci/aManmb2P9NfaVldLxPM1MJon4jDGHvznZS1hg/LOO8U13aywvvrF/svvXv75m29ffrcJK6+eJMc8",
+	"yXb1lGdiHZH9yJPsAh56RvIqJ6mhq3th5Huo4SS9zo5m5fvQ46y9T8WcWuQV2e69+rPQjrGwioCB9WuS",
+	"T6GecJ4lKkvyBbvhMo7YPOUjAajokP5IOOP2zIyRCcrLQGKut838nouMXrXv9fJWY/v+L1gOzRj5jSpy",
+	"lt8nIwSRh/69usS2t8/vUyD5RuVTbDZCwKOIQ9NlZ+AdHMhCY+SPfmdjH0lGGXSCxwCcdWifUEWuk1iw",
+	"/W53H3pr6IF8+eKFQ9LEx4LYNhfLNPj0VtgS+X0+26sh3Rv6/dzmzYXI/a6tofu1xY3i8cxwynpmlPFc",
+	"7AJG6IameqC4wGO/a/eWe48GTduMpYNb8zSercqpeqNvEeAy56lBXD0P/2xEKHsfzT+u4R8NjFe35V8k",
+	"RFDus4N2vClGtwLAoKiMjOfAsI1FalguOzs6fXN8+paEWAKVwACTsty9f/1xbLZV12zNM5B8bQWm26Kn",
+	"0B/90T4b4YZVu5JMHx0ucIrFsqty6QyfoXLPjv+lukOtI59zASpUfOBfLN/tk6tbISGjf5ykLtFHoCMI",
+	"DIunbhK4brmPij4/uvWfygBKi4+W+FIZ6e1ExuYyW0Z7iaXFO5ZTGSaFOwra41RIVGHj7ZlSPafXIjda",
+	"51q0Obp4F/bR52z3vDRVXYIRfb/eVrFPsbaYzfNFjZmSCbPs55OyNVYKXSa9pCm4N2NDtzBA+J+qe5Yq",
+	"CHGLgSx/4CqVtQNocJ27kgx7EGI/LjbM85SQnhzqw0jNxIFrbpjktv2SsWXGPE1LRJGy+/yOHkjCKKGO",
+	"NWYdH+ZJtsC+VB8EAXsmgOiFDRTK4zDksRjIXOGyQSQLGTsLR5JZc8Pjsro+0cyzZWATYM0RE92Jv1td",
+	"gL+6BqALreusnRBNP0PkKUTOn4+bb3mbvg4LqLzbTe9o1e5Blrk+UQ8fec6MDjPDOt8vrrIb9OSiTJjx",
+	"WLh8FuoYF+oGbW6qFqNMVLHLaRvW7NeGxDXz++dNWzMzfKmkNXi7eqXhgA1hA11zFdzhCJGJMXtZyZH4",
+	"QsoFl4YakFBQG8P1mdVSo04M2kMj1O3IonKN9j4m8Vqr71zcqVuPWDZZfPj8oy0+HMbqTwcQXnTAzvso",
+	"SaS6XwL4bnQnqmI+YGgk8VoDY6yyGc9b/VZRwJMrHcRpg+9Vdrspo/hXeuaZgw712b7gHsNFLPOqwzRl",
+	"GYXnjby3T1VjB2b1G/SqIBOygX9c3rOBkPmTfCFWRG8YtLfs7n65tAvpmn2xRJoDHEGZLqfzbnrc9/Yl",
+	"K7S/kbu8EdkqHWx2KmXLG/eI+nWjDxuNsx1nPJEi7pQbEruJ9EHZUxbhAgnqEpqrCsBOrSATbty3qUrN",
+	"/XA7t2ZPtzVNcCuP37SWWREch4MjrwW5fXt0ycyvStzyJP4Eqc8zLhdec12sXupXiAhhdKh9sHs0QTzX",
+	"vxU6Z5PkDtrZTkQ+FRkiKpIwM5uCyLeETH5hrBvoUR1Tl30LJIyWsuv+jW/oulhjXzY1ZkmsEcl5DmIf",
+	"xpEj0TkAlIyYFfJWqnsJkLl1E3CJzdbtHGhtYQ1pMJwsskO7xw2aldlN2jGLrYNATmK9VihBm/WKdEpk",
+	"/u3L1vrAJjQMO8afvnj1LTxM/yyf5lnGF8/dMKw87nWSytHTWBUy/twdxH6FymKP1iU0u0Ezd4neY+0R",
+	"UJJHZcNzHv8OeMMej9X8AUCz3vB16bGH7La4EZkUudDlVqaJzhGGb54Wk0TuaHamYh2x+2kymjJV5MBw",
+	"/eaUiNIFSKdRpcE8t23lo+qhQOW50hAZiBVCvgHL6TJoYQy93s0ZU9tx1j68uDh+e3r0JmI/XB2fvDk+",
+	"fRtZ4FXEZp2KFND/qiwCZ3JcyaYlQtNj14EwiY3Fmy/Iv0FwEZzdGumy+32HxIqujoRtnaE1MriC+hTQ",
+	"MK9CkKCurfvKVNi5e5Ryo8/FgscRRVGWsFnI9AHO7E4I/DbYUByAENGzI2bQgpzVUlInYuMEoffQJ2WO",
+	"NcD0ARIw1mym7oRZF/Trgjb12BsdbLGV/kyGSj1e+xw65ElyJ+wUX8hpT9Mfv1nHG83m2WaWluIRCwEq",
+	"2e+rdPTYGOihxwbLfqeFjCGVV4r7kugwewK9jFWdwLsNgHYvxrnNynhKHrmW0ZmL/jx8Toa4WynszXJY",
+	"nGRilCuAFG0jcj2gusdJhsD15ULx2yTGzzuWM5atevWUZ4Bwye5UWswEfCAih7BZZZKGXDxGSWx2jFfa",
+	"kIwaIxN057WOG/ZReVoQfXXAYM+Eucx4tf0XJSoFjqkj6O+ECqPhzWYcT2sElMV6bmH4aryy1Kbsw7/a",
+	"/+IeNZv5WE7xq0dZ5dHiXIbOzGQREICnWu1opu+FmNv+rMuX5bnZw1TwLL8R/KlUoCrd/eRGfx6ic+Of",
+	"i7nKamAxes8yXboIOzoqUEWPsNadRjUXWaLiZAT0I4WGxkYqy5+bMnAW/SwiA7RQY8lhVw+cirXvjRQ/",
+	"e3cRsMppOShjO8aITdVEr/8JPEE/wJzGTWY1IpiAibnUhAtuMOL7xtb2vuH5aLqj0QZH3g0f2d7sZ0rn",
+	"k8zIhYxL7TVqNV/OhNZ8Ilw80oEIr7gUbFRRxF12KHHb/L42N+XC2t4LksGPOJm+0r6j++xl7+UBQHsb",
+	"9TpxQxkxxnJlvv++wybCKS/YyDyR8M9M6CLFvCRnXRiV3BN2XXYhnC7MtDEKcGsQ/SLRbMqzWSq07pfn",
+	"7/pPUWDAvomhEYK5StCBsXKa5R5FyzjX1AmApwWUZ7pPISmKHTLHAdmML1iWxIJxCE+33TedyGvqCC2J",
+	"HJkcQK/3l2g0zARHW8GaR4n2j8EYIrCaWaFz6KhhnZPtkuzuhYd41glB7Ju9emZhjpP8AHCPnztvp5z6",
+	"HOhsHZs9IFcD0CN4z3IxQxcE3MnP3XmdiBz9a56IJ15qM6uXHIag6XkkRh4Uj2s8O68vpN4THxKdJ3Ly",
+	"GY2ErJANLANYHX5DwXX6gp6GuorKR1lB/+7UGAXoBlhnFSBmWlPlnkoLqY64s6zr+8yMfBCFFnX6PnyP",
+	"eiPyNXMwQNX0+hHDd44QuCODVmhr1P8jOtnzQj4Xx/Cn+FIZf4U8F+N1un9wY59U7fdmoFPboO8v3YAn",
+	"vehmmWJUZEm+gFt8I3hmfvvbe3NPMQMK73eRpa1+a5rn8/7e3v6L77q9bq+73/9z7889uNO0pI8uQ9UQ",
+	"0qfI/dsudbVpIzSqxzpcbB0LF/I2SVPtW8CRLdnHtlWGFcpRYtQh6lOFLriu1zETBg7MeEV9Spy/4AAU",
+	"FPOJjM21w9ButfFmaCCqk6OIcKVGG9sp2AR4b7iyyGx1vPPmaObeiCUA2OqIZ1VsnrIdvatkBjLXFTD1",
+	"pX0k0JTAcr1M/zXpnP5eugzO1dF+Uvde2RI4bHxNSTM+MzqXzev0RvVKRcLDgrIWSB70xiizrj69//T/",
+	"BwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"k8s.io/client-go/kubernetes"
@@ -47,18 +48,34 @@ func newKubernetes(ctx context.Context, cfg Config) (*plugin.Kubernetes, error) 
 		ImagePullGrace: cfg.KubernetesImagePullGrace, ServiceAccount: cfg.KubernetesServiceAccount})
 }
 
-// sweepPods runs the kubernetes plugin's sweep of orphan Pods until ctx
-// ends, asking the api as the agent's current worker which attempts live.
+// sweepPods runs the kubernetes plugin's sweep of orphan Pods from the
+// worker's registration until ctx ends, as the agent's current worker:
+// it re-adopts the Pods a previous identity of this executor left running
+// and deletes those whose attempts are no longer live.
 func (e *executor) sweepPods(ctx context.Context, cfg Config, client *agent.Client, log *slog.Logger) {
 	if e.kube == nil {
 		return
 	}
+	tick := time.NewTicker(registeredPoll)
+	for e.agent.WorkerID() == "" {
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
 	live := func(ctx context.Context, ids []int64) (map[int64]bool, error) {
 		id, err := uuid.Parse(e.agent.WorkerID())
 		if err != nil {
-			return nil, fmt.Errorf("not registered yet")
+			return nil, agent.ErrNotRegistered
 		}
 		return client.LiveAttempts(ctx, id, ids)
 	}
-	e.kube.RunSweep(ctx, cfg.KubernetesSweepInterval, live, e.sup.Holds, log)
+	e.kube.RunSweep(ctx, cfg.KubernetesSweepInterval, e.agent.Adopt, live, e.sup.Holds, log)
 }
+
+// registeredPoll is how often sweepPods looks for the worker's first
+// registration.
+const registeredPoll = 50 * time.Millisecond

@@ -320,9 +320,16 @@ func TestKubernetesSweepDeletesOrphanPods(t *testing.T) {
 	alive := func(_ context.Context, ids []int64) (map[int64]bool, error) {
 		return map[int64]bool{live.ID: true}, nil
 	}
-	n, err := k.p.SweepOrphans(context.Background(), alive, func(id int64) bool { return id == held.ID })
+	adopted := task(domain.KubernetesSpec{Image: "busybox:1", Env: map[string]string{"KWOK_RUN_TIME": "1h"}})
+	k.untilRunning(adopted)
+	adopt := func(_ context.Context, ids []int64) (map[int64]bool, error) {
+		require.NotContains(t, ids, held.ID, "a held attempt is not adopted")
+		return map[int64]bool{adopted.ID: true}, nil
+	}
+	n, err := k.p.SweepOrphans(context.Background(), adopt, alive, func(id int64) bool { return id == held.ID })
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+	require.NotNil(t, k.pod(adopted), "an adopted attempt's Pod stays")
 	require.Eventually(t, func() bool { return k.pod(orphan) == nil }, 10*time.Second, 10*time.Millisecond)
 	require.NotNil(t, k.pod(live))
 	require.NotNil(t, k.pod(held))
