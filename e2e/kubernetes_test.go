@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -234,18 +233,6 @@ func TestKubernetes(t *testing.T) {
 			k.awaitNoPods(s, 30*time.Second)
 		}
 	})
-}
-
-// kubePodIDs are the attempt ids of the namespace's Pods, ascending.
-func (k *kubeNS) kubePodIDs() []int64 {
-	var ids []int64
-	for _, p := range k.pods() {
-		if id, err := strconv.ParseInt(p.Labels["capstan.run/attempt"], 10, 64); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // TestKubernetesExecutorKilled kills -9 a kubernetes executor with running
