@@ -279,6 +279,14 @@ func TestCompose(t *testing.T) {
 		rd := p.Services["redis"].HealthCheck
 		require.NotNil(t, rd, "redis needs a health check for depends_on service_healthy")
 		require.Equal(t, types.HealthCheckTest{"CMD", "redis-cli", "ping"}, rd.Test, "redis is healthy when redis-cli ping answers")
+		for _, name := range components {
+			hc := p.Services[name].HealthCheck
+			require.NotNilf(t, hc, "%s needs a health check", name)
+			require.Equalf(t, types.HealthCheckTest{"CMD", "/usr/local/bin/capstan-service", "healthcheck"}, hc.Test,
+				"%s is healthy when its binary's healthcheck (its /readyz) says so", name)
+		}
+		require.Equal(t, types.ServiceConditionHealthy, p.Services["executor"].DependsOn["api"].Condition,
+			"executors register with the api: they wait for it to be healthy")
 		pgVolumes := p.Services["postgres"].Volumes
 		require.Len(t, pgVolumes, 1, "postgres keeps its data in a volume")
 		require.Equal(t, types.VolumeTypeVolume, pgVolumes[0].Type, "postgres keeps its data in a named volume")

@@ -69,19 +69,26 @@ type config struct {
 	// migrate is set by the argument "migrate": apply the database
 	// migrations and exit instead of serving.
 	migrate bool
+	// healthcheck is set by the argument "healthcheck": probe this
+	// configuration's /readyz and exit (svc.ProbeExit).
+	healthcheck bool
 }
 
 // parseConfig reads the environment (opts.Environment, or the process's
-// when nil) and the arguments: none to serve, or "migrate".
+// when nil) and the arguments: none to serve, "migrate" or "healthcheck".
 func parseConfig(args []string, opts env.Options) (config, error) {
 	cfg, err := env.ParseAsWithOptions[config](opts)
 	if err != nil || len(args) == 0 {
 		return cfg, err
 	}
-	if args[0] != "migrate" {
-		return cfg, fmt.Errorf("unknown command %q (want: migrate, or no argument to serve)", args[0])
+	switch args[0] {
+	case "migrate":
+		cfg.migrate = true
+	case svc.HealthcheckArg:
+		cfg.healthcheck = true
+	default:
+		return cfg, fmt.Errorf("unknown command %q (want: migrate, %s, or no argument to serve)", args[0], svc.HealthcheckArg)
 	}
-	cfg.migrate = true
 	return cfg, nil
 }
 

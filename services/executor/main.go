@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/caarlos0/env/v11"
@@ -29,6 +30,7 @@ const service = "executor"
 
 func main() {
 	cfg, err := env.ParseAs[Config]()
+	svc.Healthcheck(os.Args[1:], cfg.Addr)
 	err = errors.Join(err, svc.CheckSecrets(map[string]string{"CAPSTAN_WORKER_TOKEN": cfg.WorkerToken,
 		"CAPSTAN_INTERNAL_TOKEN": cfg.InternalToken}))
 	log := svc.Setup(service, cfg.Common, err)
