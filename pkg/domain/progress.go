@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"maps"
 	"slices"
 )
@@ -26,7 +27,11 @@ type Progress struct {
 	Start []string
 	// Skip lists steps that will never run, in the order decided; Reasons
 	// says why for each.
-	Skip    []string
+	Skip []string
+	// Fail lists steps whose condition exceeded its limits (ErrExprLimit):
+	// they end FAILED without running, in the order decided, and Reasons
+	// says why for each.
+	Fail    []string
 	Reasons map[string]string
 	// Phase is the run's (root action's) phase.
 	Phase Phase
@@ -48,6 +53,12 @@ type Progress struct {
 // starts. The run is RUNNING while a step runs, PAUSED when nothing runs and
 // a step (or the run) is paused, and once every step ended it takes the
 // first failure's phase in spec order, else SUCCEEDED.
+//
+// The conditions of one Evaluate are one decision (exprBudget): together
+// they cost at most about MaxBatchCost and MaxBatchTime, which bounds how
+// long the caller holds the run's locks. A condition that exceeds a limit
+// FAILS its step (a false or failing one SKIPS it), and one is evaluated
+// once per Evaluate unless run.failed changed meanwhile.
 func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, params map[string]any) Progress {
 	p := Progress{Reasons: map[string]string{}}
 	work := maps.Clone(status)
@@ -55,6 +66,8 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, p
 		work = map[string]StepStatus{}
 	}
 	vars := CondVars{Steps: work, Failed: anyFailed(work), Params: params}
+	conds := conditions{held: map[string]condOutcome{}}
+	defer conds.budget.done()
 	for changed := true; changed; {
 		changed = false
 		for i, s := range spec.Steps {
@@ -62,8 +75,13 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, p
 			if st.Started || st.Phase.IsTerminal() {
 				continue
 			}
-			run, why := decide(spec, i, vars)
+			run, why, fail := decide(spec, i, vars, &conds)
 			switch {
+			case fail != "":
+				p.Fail, p.Reasons[s.Name] = append(p.Fail, s.Name), fail
+				work[s.Name] = StepStatus{Phase: PhaseFailed}
+				vars.Failed = true
+				changed = true
 			case why != "":
 				p.Skip, p.Reasons[s.Name] = append(p.Skip, s.Name), why
 				work[s.Name] = StepStatus{Phase: PhaseSkipped}
@@ -89,42 +107,77 @@ func (s Step) startPhase() Phase {
 	return PhaseQueued
 }
 
-// decide returns whether step i runs now, or why it never will ("" while it
-// waits for its dependencies); vars.Steps is the status decided so far.
-func decide(spec WorkflowSpec, i int, vars CondVars) (run bool, skip string) {
+// decide returns whether step i runs now, or why it never will (skip, ""
+// while it waits for its dependencies), or why it fails without running
+// (its condition exceeded its limits); vars.Steps is the status decided so
+// far.
+func decide(spec WorkflowSpec, i int, vars CondVars, conds *conditions) (run bool, skip, fail string) {
 	s, work := spec.Steps[i], vars.Steps
 	if s.If == "" && vars.Failed {
-		return false, "a step of the run failed"
+		return false, "a step of the run failed", ""
 	}
 	deps := spec.Dependencies(i)
 	for _, d := range deps {
 		if !work[d].Phase.IsTerminal() {
-			return false, ""
+			return false, "", ""
 		}
 	}
 	switch s.If {
 	case "":
 		for _, d := range deps {
 			if work[d].Phase != PhaseSucceeded {
-				return false, "step " + d + " did not succeed"
+				return false, "step " + d + " did not succeed", ""
 			}
 		}
-		return true, ""
+		return true, "", ""
 	case IfAlways:
-		return true, ""
+		return true, "", ""
 	}
-	c, err := CompileCondition(s.If)
+	o := conds.outcome(s, vars)
+	return o.run, o.skip, o.fail
+}
+
+// conditions are the conditions one Evaluate evaluated, by step, and the
+// budget they share.
+type conditions struct {
+	budget exprBudget
+	held   map[string]condOutcome
+}
+
+// condOutcome is what a step's condition decided, with the run.failed it
+// read.
+type condOutcome struct {
+	failed     bool
+	run        bool
+	skip, fail string
+}
+
+// outcome evaluates step s's condition, once per value of run.failed: its
+// dependencies ended, so nothing else it reads changes within an Evaluate.
+func (c *conditions) outcome(s Step, vars CondVars) condOutcome {
+	if o, ok := c.held[s.Name]; ok && o.failed == vars.Failed {
+		return o
+	}
+	o := condOutcome{failed: vars.Failed}
+	cond, err := CompileCondition(s.If)
 	if err != nil {
-		return false, "its condition does not compile: " + err.Error()
+		o.skip = "its condition does not compile: " + err.Error()
+		c.held[s.Name] = o
+		return o
 	}
-	ok, err := c.Eval(vars)
+	ok, err := cond.eval(&c.budget, vars)
 	switch {
+	case errors.Is(err, ErrExprLimit):
+		o.fail = "its condition failed: " + err.Error()
 	case err != nil:
-		return false, "its condition failed: " + err.Error()
+		o.skip = "its condition failed: " + err.Error()
 	case !ok:
-		return false, "its condition is false"
+		o.skip = "its condition is false"
+	default:
+		o.run = true
 	}
-	return true, ""
+	c.held[s.Name] = o
+	return o
 }
 
 // anyFailed reports whether a step ended in a failure phase.

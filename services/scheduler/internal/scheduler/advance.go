@@ -175,7 +175,8 @@ func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Adva
 // fresh expansion has (every step QUEUED, not started): the same decision
 // as evaluateSteps makes from the expanded steps. ok is false unless that
 // decision is only plain task steps to start (no SKIPPED step, no wait, no
-// cache); else fr holds the run's steps and the started ones' new tasks.
+// cache, no step FAILED by its condition); else fr holds the run's steps
+// and the started ones' new tasks.
 func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress, fr store.FreshRun, ok bool) {
 	if domain.Phase(run.Phase) != domain.PhaseQueued || len(run.Spec.Steps) == 0 {
 		return p, fr, false
@@ -187,7 +188,7 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 		status[st.Name], byName[st.Name] = domain.StepStatus{Phase: domain.PhaseQueued}, st
 	}
 	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
-	if len(p.Skip) > 0 {
+	if len(p.Skip) > 0 || len(p.Fail) > 0 {
 		return p, fr, false
 	}
 	fr = store.FreshRun{Key: domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}, Steps: steps,
@@ -226,7 +227,10 @@ func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.
 }
 
 // evaluateSteps decides with domain.Evaluate what starts and what is
-// SKIPPED and applies it, adding the started steps to adv.Started; while a
+// SKIPPED or FAILED and applies it, adding the started steps to
+// adv.Started; the run's locks are held meanwhile, for a time its
+// conditions bound (domain.MaxBatchCost, domain.MaxBatchTime a decision);
+// while a
 // started step SUCCEEDED at once (a cache hit), it decides again from the
 // steps as they are now, so its dependents start in the same advance. It
 // returns the last decision.
@@ -250,12 +254,12 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 	}
 }
 
-// apply starts and skips what p decided for run; it returns how many
-// started steps ended at once (from the cache, or a for_each with nothing
-// to run). With later, the plain task steps it
+// apply starts, skips and fails what p decided for run; it returns how
+// many started steps ended at once (from the cache, or a for_each with
+// nothing to run). With later, the plain task steps it
 // starts last join later instead of being created now, when nothing else
-// follows them in this advance (no SKIPPED step, no cache hit, after which
-// evaluateSteps reads the steps again).
+// follows them in this advance (no SKIPPED or FAILED step, no cache hit,
+// after which evaluateSteps reads the steps again).
 func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action, p domain.Progress,
 	adv *Advance, later *taskStarts, now time.Time) (hits int, err error) {
 	key, params := runKeyOf(run), run.Params
@@ -283,7 +287,7 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, s
 			hits++
 		}
 	}
-	if later != nil && hits == 0 && len(p.Skip) == 0 {
+	if later != nil && hits == 0 && len(p.Skip) == 0 && len(p.Fail) == 0 {
 		later.add(key, tasks)
 		return 0, nil
 	}
@@ -293,6 +297,11 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, s
 	for _, name := range p.Skip {
 		if err := tx.Actions().SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
 			return hits, fmt.Errorf("skip step %s: %w", name, err)
+		}
+	}
+	for _, name := range p.Fail {
+		if err := tx.Actions().FailStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
+			return hits, fmt.Errorf("fail step %s: %w", name, err)
 		}
 	}
 	return hits, nil

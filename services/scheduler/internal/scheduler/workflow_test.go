@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +195,29 @@ func TestStepAndRunTimeouts(t *testing.T) {
 	require.Equal(t, string(domain.PhaseTimedOut), f.action(t, step, "s").Phase)
 	require.Equal(t, string(domain.PhaseTimedOut), f.action(t, run, "s").Phase)
 	require.Equal(t, domain.TaskKilled, f.tasks(t, run, "s")[0].Task.State)
+}
+
+// A condition that exceeds its cost limit fails its step without running
+// it (FAILED, its reason naming the limit), and the run fails: the advance
+// returns, having held the run's lock for a bounded time.
+func TestConditionOverItsLimitFailsTheStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	spec := domain.WorkflowSpec{Params: []domain.Param{{Name: "s"}}, Steps: []domain.Step{
+		{Name: "heavy", Command: "true", If: `params.s.contains("zzz")`}, {Name: "after", Command: "true"}}}
+	spec.Normalize()
+	require.Empty(t, spec.Validate("spec"))
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "heavy"}
+	_, _, err := f.st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec,
+		Params: map[string]any{"s": strings.Repeat("a", 2<<20)}})
+	require.NoError(t, err)
+	_, err = f.s.advance(ctx, key)
+	require.NoError(t, err)
+	heavy := f.action(t, key, "heavy")
+	require.Equal(t, string(domain.PhaseFailed), heavy.Phase)
+	require.Equal(t, "its condition failed: expression limit exceeded: it cost more than 100000 units", *heavy.Reason)
+	require.Empty(t, f.tasks(t, key, "heavy"), "nothing ran")
+	require.Equal(t, string(domain.PhaseSkipped), f.action(t, key, "after").Phase)
+	require.Equal(t, domain.PhaseFailed, f.runPhase(t, key))
 }

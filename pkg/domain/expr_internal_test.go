@@ -1,0 +1,84 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The cache holds what its byte budget allows, charging each expression by
+// its length, and evicts the least recently used first.
+func TestExprCacheEvictsByBytes(t *testing.T) {
+	t.Parallel()
+	key := func(i int) string { return fmt.Sprintf("%d:%s", i, strings.Repeat("x", 1000)) }
+	one := exprHeap(key(0))
+	c := newExprCache(3 * one)
+	for i := range 3 {
+		c.put(key(i), i)
+	}
+	n, used := c.size()
+	require.Equal(t, 3, n)
+	require.Equal(t, 3*one, used)
+	_, ok := c.get(key(0)) // 0 is now the most recently used: 1 goes first
+	require.True(t, ok)
+	c.put(key(3), 3)
+	_, ok = c.get(key(1))
+	require.False(t, ok, "the least recently used was evicted")
+	for _, i := range []int{0, 2, 3} {
+		v, ok := c.get(key(i))
+		require.True(t, ok, "key %d", i)
+		require.Equal(t, i, v)
+	}
+	n, used = c.size()
+	require.Equal(t, 3, n)
+	require.LessOrEqual(t, used, 3*one)
+
+	c.put(strings.Repeat("y", 10*int(one)), "huge") // larger than the whole budget: kept by none
+	n, used = c.size()
+	require.Zero(t, n)
+	require.Zero(t, used)
+}
+
+// Compiling 200 distinct expressions near MaxExprBytes (about 128 KiB of
+// heap each) leaves the shared cache within exprCacheBytes, which holds
+// about 130 of them; a bound on the count alone would keep them all.
+func TestExprCacheBoundsLargeExpressions(t *testing.T) {
+	t.Parallel()
+	for i := range 200 {
+		expr := fmt.Sprintf("params.x == %d", i) + strings.Repeat(" || params.y == 1", 230)
+		require.Greater(t, len(expr), 3900)
+		_, err := CompileCondition(expr)
+		require.NoError(t, err)
+	}
+	n, used := exprs.size()
+	require.LessOrEqual(t, used, int64(exprCacheBytes))
+	require.Less(t, n, 200)
+}
+
+// An evaluation past the decision's deadline is interrupted inside its
+// comprehension, and one that would start after it fails at once.
+func TestExprBudgetDeadline(t *testing.T) {
+	t.Parallel()
+	c, err := CompileCondition("params.l.all(a, params.l.all(b, a + b >= 0))")
+	require.NoError(t, err)
+	l := make([]any, 300)
+	for i := range l {
+		l[i] = float64(i)
+	}
+	var b exprBudget
+	b.ctx, b.cancel = context.WithTimeout(context.Background(), time.Millisecond)
+	defer b.done()
+	start := time.Now()
+	_, err = c.eval(&b, CondVars{Params: map[string]any{"l": l}})
+	require.ErrorIs(t, err, ErrExprLimit)
+	require.ErrorContains(t, err, "ran past 100ms together")
+	require.Less(t, time.Since(start), time.Second)
+	c, err = CompileCondition("true")
+	require.NoError(t, err)
+	_, err = c.eval(&b, CondVars{})
+	require.ErrorContains(t, err, "ran past", "a cheap expression after the deadline fails too")
+}
