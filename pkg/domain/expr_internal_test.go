@@ -59,8 +59,30 @@ func TestExprCacheBoundsLargeExpressions(t *testing.T) {
 	require.Less(t, n, 200)
 }
 
+// expiredCtx is a context whose deadline passed, as an evaluation sees it
+// when the deadline passes while it runs: the first Err (the budget's check
+// before it starts) is nil, and its comprehension finds Done closed.
+type expiredCtx struct {
+	context.Context
+	errs int
+}
+
+func (c *expiredCtx) Done() <-chan struct{} {
+	done := make(chan struct{})
+	close(done)
+	return done
+}
+
+func (c *expiredCtx) Err() error {
+	if c.errs++; c.errs == 1 {
+		return nil
+	}
+	return context.DeadlineExceeded
+}
+
 // An evaluation past the decision's deadline is interrupted inside its
-// comprehension, and one that would start after it fails at once.
+// comprehension (long before its cost limit), and one that would start
+// after it fails at once.
 func TestExprBudgetDeadline(t *testing.T) {
 	t.Parallel()
 	c, err := CompileCondition("params.l.all(a, params.l.all(b, a + b >= 0))")
@@ -69,16 +91,21 @@ func TestExprBudgetDeadline(t *testing.T) {
 	for i := range l {
 		l[i] = float64(i)
 	}
-	var b exprBudget
-	b.ctx, b.cancel = context.WithTimeout(context.Background(), time.Millisecond)
-	defer b.done()
-	start := time.Now()
+	b := exprBudget{ctx: &expiredCtx{Context: context.Background()}, cancel: func() {}}
 	_, err = c.eval(&b, CondVars{Params: map[string]any{"l": l}})
 	require.ErrorIs(t, err, ErrExprLimit)
 	require.ErrorContains(t, err, "ran past 100ms together")
-	require.Less(t, time.Since(start), time.Second)
+	require.Less(t, b.spent, uint64(MaxExprCost), "interrupted before its cost limit")
 	c, err = CompileCondition("true")
 	require.NoError(t, err)
 	_, err = c.eval(&b, CondVars{})
 	require.ErrorContains(t, err, "ran past", "a cheap expression after the deadline fails too")
+
+	var fresh exprBudget // a real deadline: the budget's own timer
+	defer fresh.done()
+	_, err = c.eval(&fresh, CondVars{})
+	require.NoError(t, err)
+	deadline, ok := fresh.ctx.Deadline()
+	require.True(t, ok)
+	require.WithinDuration(t, time.Now().Add(MaxBatchTime), deadline, MaxBatchTime)
 }
