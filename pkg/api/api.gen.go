@@ -89,6 +89,7 @@ const (
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
 	User       AttemptReportCause = "user"
+	Waiting    AttemptReportCause = "waiting"
 	WorkerLost AttemptReportCause = "worker_lost"
 )
 
@@ -106,6 +107,8 @@ func (e AttemptReportCause) Valid() bool {
 	case Timeout:
 		return true
 	case User:
+		return true
+	case Waiting:
 		return true
 	case WorkerLost:
 		return true
@@ -251,6 +254,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITING             Phase = "WAITING"
 	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
@@ -276,6 +280,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITING:
 		return true
 	case PhaseWAITINGFORCACHE:
 		return true
@@ -505,7 +511,7 @@ type Action struct {
 	// PausedAt When the step last became PAUSED.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Reason Why the step ended or waits, e.g. rejected.
@@ -554,7 +560,7 @@ type ApprovalRequest struct {
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	// Cause user, system, permanent (a spec that can never run), waiting (the target was not ready), worker_lost, preempted, timeout or aborted.
 	Cause *string `json:"cause,omitempty"`
 
 	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
@@ -634,7 +640,7 @@ type AttemptSpec struct {
 	Domain    string            `json:"domain"`
 	Env       map[string]string `json:"env"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 	Id   int64     `json:"id"`
 
@@ -643,7 +649,10 @@ type AttemptSpec struct {
 
 	// KillGraceMs Milliseconds between SIGTERM and SIGKILL on abort.
 	KillGraceMs *int64 `json:"kill_grace_ms,omitempty"`
-	Number      int    `json:"number"`
+
+	// Network The step's network: `none`, or absent for the executor's.
+	Network *string `json:"network,omitempty"`
+	Number  int     `json:"number"`
 
 	// Outputs The outputs the step declares: each task writes each to $CAPSTAN_OUTPUTS_DIR/<name>. Absent when none.
 	Outputs *[]string `json:"outputs,omitempty"`
@@ -653,12 +662,18 @@ type AttemptSpec struct {
 	Proceed  bool   `json:"proceed"`
 	Project  string `json:"project"`
 	Replicas int    `json:"replicas"`
-	Run      string `json:"run"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+	Run       string     `json:"run"`
 
 	// State Iris task states; the database stores their numeric values.
 	State     TaskState `json:"state"`
 	TaskIndex int       `json:"task_index"`
-	WorkerId  *string   `json:"worker_id,omitempty"`
+
+	// WaitExitCode The shell plugin's "not ready yet" exit status: report FAILED with cause waiting.
+	WaitExitCode *int    `json:"wait_exit_code,omitempty"`
+	WorkerId     *string `json:"worker_id,omitempty"`
 }
 
 // AttemptSpecList defines model for AttemptSpecList.
@@ -753,7 +768,7 @@ type ChildRunRef struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Try How many children of its index started before it (a retry, a restart).
@@ -819,7 +834,7 @@ type ConcurrencySlot struct {
 	// Action A task key's holder or waiter's step.
 	Action *string `json:"action,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase *Phase `json:"phase,omitempty"`
 
 	// Place A waiter's place in line (1 is first).
@@ -923,7 +938,7 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Name      string     `json:"name"`
 
-	// Projects The projects the token may reach; absent or empty, every project.
+	// Projects The projects the token may reach; absent or empty, every project. Reader and writer tokens only (an admin or worker token with projects is a 422).
 	Projects *[]Name `json:"projects,omitempty"`
 	Role     Role    `json:"role"`
 }
@@ -986,7 +1001,7 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
-// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -995,6 +1010,9 @@ type HTTPSpec struct {
 
 	// Url An absolute http or https URL.
 	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -1061,7 +1079,7 @@ type ParamType string
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
-// Phase The phase of a run or an action.
+// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 type Phase string
 
 // Problem defines model for Problem.
@@ -1169,6 +1187,9 @@ type RegisterWorkerRequest struct {
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
 
+	// Sandbox How the executor isolates its attempts, as GET /v1/workers shows it (see Worker.sandbox).
+	Sandbox *string `json:"sandbox,omitempty"`
+
 	// Slots How many attempts it runs at once (1 to 1024).
 	Slots *int `json:"slots,omitempty"`
 }
@@ -1238,7 +1259,7 @@ type Run struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1351,7 +1372,7 @@ type RunSummary struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1417,7 +1438,7 @@ type ScheduleList struct {
 type ScheduledRun struct {
 	Name string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase       Phase     `json:"phase"`
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
@@ -1467,7 +1488,7 @@ type Step struct {
 	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
 	ForEach *ForEach `json:"for_each,omitempty"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
 	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key>, run.failed and params.<name>, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED; an expression that exceeds its limits when it runs (100,000 cost units, or the time a decision has) makes it FAILED. An expression whose estimated cost is over the limit is refused with a 422.
@@ -1497,7 +1518,10 @@ type Step struct {
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
-	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	// Network `none` runs each task with no network: its processes get a network namespace of their own with only a loopback interface (a container, `--network none`), so nothing outside the attempt is reachable, not even the executor host's loopback services. Absent: the executor's network. An http step cannot be `none`; an executor without a sandbox (sandbox `none`) that cannot make the namespace fails such a task as a system failure.
+	Network *string `json:"network,omitempty"`
+
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
 	OnFailure *string `json:"on_failure,omitempty"`
 
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
@@ -1529,6 +1553,12 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
 
 	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
@@ -1574,8 +1604,10 @@ type Task struct {
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
-	PendingReason        *string    `json:"pending_reason,omitempty"`
-	PreemptionCount      int        `json:"preemption_count"`
+
+	// PendingReason Why the task waits PENDING; while its step is WAITING, the answer it waits on.
+	PendingReason   *string `json:"pending_reason,omitempty"`
+	PreemptionCount int     `json:"preemption_count"`
 
 	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
 	Reused *bool `json:"reused,omitempty"`
@@ -1584,8 +1616,14 @@ type Task struct {
 	State TaskState `json:"state"`
 
 	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
-	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
-	WorkerId           *string `json:"worker_id,omitempty"`
+	SystemFailureCount *int `json:"system_failure_count,omitempty"`
+
+	// WaitCount How many waits in a row the task made for its target (WAITING); 0 once another answer came.
+	WaitCount *int `json:"wait_count,omitempty"`
+
+	// WaitingSince When the first of those waits was decided; absent when wait_count is 0.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WorkerId     *string    `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -1675,7 +1713,10 @@ type Worker struct {
 
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
-	Slots     int        `json:"slots"`
+
+	// Sandbox How the executor isolates its attempts: `none` (CAPSTAN_EXECUTOR_INSECURE: every attempt runs as one user, the executor's or CAPSTAN_EXECUTOR_RUN_AS), or the mechanisms every attempt gets, joined with `+`: `uid` (a user and group of its own from CAPSTAN_EXECUTOR_UID_RANGE; its work directory 0700 and its own; its run's directory shared with the run's tasks only, through a group of the run's), `pidns` (PID, mount and IPC namespaces of its own: its end, an abort or the executor's death ends every process it started; a private /tmp), `netns` (a `network: none` step gets a network namespace with only loopback), `rlimit` (RLIMIT_NPROC per attempt; RLIMIT_DATA from resources.memory_bytes where no memory cgroup bounds it), `cgroup` (a cgroup v2 with memory.max, cpu.max and pids.max from the step's resources, where the host delegates one). E.g. `uid+pidns+netns+rlimit`.
+	Sandbox string `json:"sandbox"`
+	Slots   int    `json:"slots"`
 
 	// State alive: heartbeating within the worker grace. unresponsive: silent past the grace, not yet declared dead by the scheduler's liveness pass (at most one pass while the scheduler runs). dead: declared dead; listed for the dead-worker retention (1h by default) after that, then deleted. A worker that deregistered is not listed.
 	State WorkerState `json:"state"`
@@ -24180,369 +24221,389 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs5lif6KgjeiRDVm6Iol13dRUXHrMpWuTTlsjWS3LX3Nj0ixATFbCUBNoCUzHY44v61D7APcR9s",
-	"nuQGzjlAZpJIMqkP29UzuxNdMpkEkMDB+T6/86kzVrO5kkJa0xl86sy55jNhhYZ/HY1tpuRbPhPuX5ns",
-	"DDpzbqedpCPhsw6HBzpJR4u/F5kWaWdgdSGSjhlPxYy7X/2LFpPOoPN/7ZcT7eO3Zh9G/vw56RxZK2Zz",
-	"e/KqYZ4sXTvHROkZt+45ab9/3kk6s0xms2LWGRwkHbuYC/xKXAsN073k46l4qQW3Iv1RTJSG90uFGets",
-	"Dm806LyT+YLZqWBCWp0Jw+50Zq2Q7Ap+wOw0M8xmM8G6Zz+9ZN99990Pu71Ogqv/eyH0olz+GKe6xJ92",
-	"oktPuRV7brxOWLKxOpPX5YrPCtlinbAwXUh2p5UVTUvShexsfUywinMr5m2XYayY4zpYN5OMy4VbWcIK",
-	"mQtj2EgXcsTcc8Iyq1TjBrpx7rncvwhtYIkbV6wmuOix+xm7xd+xrnvEzb9j2Ai+6tFXo8bl0gO1Fc+5",
-	"tUK7h//jr0d7/w/f+0d/74fe5d6HTwfJ9999/pf4sRfaKL269oupYFJ8tJdjeACXLthci9tMFYbN+XXj",
-	"yeNPamub8Y9vhLy2087gWb8fW8grNeOZbLidKX75YC7whht7fCukPXn1s+CpaHjxLPXvm3NjmXC/gH+O",
-	"88z9qcVYZLciPWR4dFrwGdPCFDNhGJ9YoVlmw+5McabwMm4Re7CKvZNXzbsU26TK+v8d9nxl+bXB2URp",
-	"WrO7LtyyMZdSWbgNuCyD74D/YHeZNOxu6niQslPGtXCPNp2z25xL2JxLYJ9t2GU/yi7fZLPMhrNfnga+",
-	"rA6figkvctsZvOgnbtNw6BeOsDbw5VOt/ibGtoHM5vTtg+nsrFgn05AzPnCK8/FUpEUu1sxj6JGHT/ab",
-	"0jdCP1h4FgU8uUrXbvxJru7WvMwdPfLQl/nsfm/mShoBGsipVle5mLk/x0paIYE4+HyeZ2PuLtX+HJ/4",
-	"H38zyOTbTefHhRnrd/RIMifQf3j+4o+MBu/BNtBvQTG6Utq+yQysZq7VXGib4Yq5+wr+yqyYmU0LgZHO",
-	"xFjptPM5bD7Xmi/cvytMfpWbHF0Zx++ULJmhZ/yrh1gey1/9Gj+E59QV3CyniVXWs/puqO4NPi2Pn3Q4",
-	"anCXY1XgGdWX+krk2a3QC6ZVIVPD4DGRMqPYhOvKigM7KIfM0tXxzoUF9sklo8fYTZbnbqAV7rY68pgX",
-	"RkRfIw1ybuWrm0xGFjLCPRkN4AxgY510cuuCLxiXqRNRemGnmbxmhUxB/hyyES2cfuqW736ppPCv5N5G",
-	"SMcu/1pq2vRd5fDKJarCjtUsosyOUtx/kY4SpjQbSSFSc+m2RDsJ4d4AJcuv/CMp44bdccO0cCpPGqGp",
-	"JDDk2G5pwU0DqThKFMbpw9zGT/ZumuWCZdaphlfCbVtYf+2E1+jMCfDx2PTFPOXl5C317+rtAUJIKuKo",
-	"1H9AdISjQjJbvhu1Fay5grBJcOvSNHMj8vy0chsnPDciWbqg5a4vXz8QyYZZxYad90ZoFk4BiXbYcTtb",
-	"UXEO+nFNML7cc8ttYSIcY5ktrLmM9SXDqkSagI2lCouKOF0q4XjIxcmvx68u372/2AWajrADpxC7f4jU",
-	"PXAHYvIyV8ZGyfkL355HuCEly7n/RVkWDbUDi5JnEAIRwddK3BGxOBY/n2t1y/ONP/PPAb2Mp+LyRkTU",
-	"6yO03VJvr7mHko6SY8dMDMvkvLAG9GYtjMpv3S4NZJHnkePBaUyg6/Uz5UrdFPMB+/nkgnUzy87fv3x5",
-	"fPzq+BW7y5yqLsHKXOwYpgqLq5Ap01wyqZjl5mY3Yb+enJ/Dj3Uhza4jtNN3p+/fHF0cv8KPuUyYKcZj",
-	"IVJ3bWVKprU3Yhe7PUY6AVwGMr8zO3X3B23Xikj5+eSik3TcrJ2kE6aKCpZUzN2Vu8RzD4rNynPL6ouQ",
-	"6VacNulcCyk0t1GL/aK0xMeF1mDrFXLAONPC6oW3CuGt4f21MJZry+B/DXzpFKoEqMHtujsGcRdXP7y8",
-	"X1miJDV49QtlvYtnZe2/OfbAgZml7I5nlnXTAl80weXvAldrL9+IkJolREy9WSLikkxpX2nQhLmXZP/5",
-	"v/8Pu+V5IRLGTWXTAtnNWNdqnuWO80hxl2dSuFs3t7uHVfJjWoDCbtiw6Pe/E+yATblJgEodh4TZEsbZ",
-	"v52/e8uAetxhhgl3cBXuBsMHe5lMxUemdCp0IHlgwFLJqv5bcq0510LGVZW5E0BxVgunFmgKNOwrMXZb",
-	"c3r0/vz4VfvTmk85Srm1Vgk8VJMNy+tZlMuBywWCjWfuyETvuse0cG/cIHLgHmx5Id1Ul45AiabqC/pZ",
-	"3bEZlwsgbLxhd1OV0wonPMtFyrpKXro/Cy2YKYxjJbuo9OpCMth+8mtkzoIxhkYaKznJrgstUkYLiN9U",
-	"RxJNhke5QKBcu8pCSo7jiJJ1+zHmCb/e3TR9m8tY+eEqd1td046/c1cLx8asoHP+NOyEyzvsDH744Yd+",
-	"MuycvX/79uTt66FT3z7jFeRW4B10V8PpCRyuS/SSwEwxT6kAw9IzWFTCwspgdDsVmfbKl0nw/FZ3eJJp",
-	"YxO89JWPM/d/4UoP3L85eordOPAjXEGXWzZTxrJn/d1DNtFqxl4fX7Ber7ePqzL7n/CPz/hb+JVjJOQp",
-	"dVITXFaMmxt30uA+a2OpX3BzE5NxsAmXaw11OtqKp9Y9Xu4pbGO36UX+FX/6Z8dTK6xuBD8boY4ZPADR",
-	"e+8YRCavLyexxf025ZZxYmisqzSKo0xe79IdcOzFbdWAVUWWKYBnk2bG/O82ex9AfibBjAKeV7vE9Svl",
-	"yTKqi1b0xxUvTlgaXfhUjDOTKRm2sZA2y+HjFBnmsu3SnkteLaKiZaxmsyax45fjvgxWPixZoMMOGXlE",
-	"H1vazzCQszTXbtP9jMqrRYxoFG2cYV3cx6PTE2bVjZCGiY+Zu+XAA3ieCw0CHjQIkU92lyzNWMihtnX3",
-	"skrJTbJipjSYm4UROmFmYayYJWwu9Iy768+6nJm5GAf/PJPi1lnPhdxNqhZlUtqapcnq+A2asdFrOVap",
-	"iJkWxvKrXDChtdLMPUQ8/1f+8RwW+BMKU3P8kWwBpdmJvOV5lp7mxXUmz+diHJ+SIpHb0DasI0rC4mPm",
-	"LMVUxOXbJJOZmW45G3r7WjjxnIG/pbkpi9mV0PHF3k834la0kRvn8KDjxEgxWcyyWLrW4IynFfupagf4",
-	"oZnsT141OKdJPtesuBZ7XZd5cZeBWbegN+o64h0yNhU6TlrGpqqIM06rCzl2mxARtLoQKB3RkGFXYqFk",
-	"ihbyRzEurNI7hl2pwhnP3LBUq/m8dj2vlMoFlytvSQtK/KKr61jz4mdiTm6RLThu4FFeLjju5KaG2+8E",
-	"ledPjucjh3ELQrbTCWTmGBOINeJMUdt+7F63iIT0fwPPBTMWtsjrdjuGTTLJc2fTKW1Rj58D19kxDC4c",
-	"KFk/uYeyfwhnOdqpWKD7IpNktbXVul7i6iDp4DOIjRP82Z9WNbFt+WmUZa7G6T+U8foPn/oNwfoKm6yI",
-	"q+f9qGzbwDcfbtnD0QX7AM+ITGj3p1Oo0IhP/EWp2/s99hYENteCCXmbaSWdMN675TqDvQR5foh6vPcQ",
-	"yJRxjGGAZ8Cqa2GnTqp6nf2A/Zr9mDCp2Nv3b3rs5FoqZ9uB/aDco2iumLgBX+OZdca9JRMu2U591350",
-	"bEGkztSqMowGU9rzp/uPUWNkG9mPW/xGRnNGwdNVXjvXyikLqyv+yXEgZJrVFbNZYSxcfrT5ypDUhpX6",
-	"idas1d217aKL+tps53l06iNvcOCNlbQ8k6gJrGU+/kFY8PrwoJC3W13Ylb2ZWjvftKCfLy5O/VpaK0ro",
-	"9n4AN6n4XcmF7t3naIE783CuVVqMhTY7pQ/x7dGvxyVPGSC34Fpnt461GPJbB+7CAneBH3KS25MsF+xf",
-	"Xh6dnl8cvb08eXv6/uL88tXJ2b57qqX3z+mKl9eaj8XlLOLg+DXL88yIsZKpYVfC3gkh2fnJ64vjs19h",
-	"Hecnr385efOGKYkKfcs48zp9s8LkV3fbBwmCry8V45xrYWgTiYFnVhj6QJVb9O79Rdgj8LeOHbdGz2t8",
-	"v9pfKxT0cTdqSwbjA3TAX6Sy4HKQiuVKXgu960yrGJfZFG5GB3N8r5tCwduLDnBMgKsqPtO99fvN0eTK",
-	"1JX3DUdSsjzkRaXJ0JIhb2ExrDW5Kiz+QZbDj3x8M8nyezothEzb23HqVuicb+S+7/CxU5Vn40WwGe+Z",
-	"RYC/hRBZw+vb8VSkLe2HVYetOyzIRGFXbqTEMa7CsjKpZsBEBkoXJ1Wede+m3LLTd+cXbP/2YN+fzv6n",
-	"LP28T89YfiMwOJmra4NB+fG0kDem6YfwHP4sgft+pew05m2rZvtsldGddHJ13Z5C36jrl27FdXvi2Yvv",
-	"V9mdDrvfguTpqJoi6lmLcz4TBjInP223OasbEoyRVklwySNph4fMOgN8opwmD7q9O5gWOmPl/dbzK0jp",
-	"fiVyEc9BSN03sdcIYaCQzS+0YPR4K2m+4nTFmRoXeSwtZgAvmfb3ccB9nGdamOYIZYZH4XNAOJtmlnVn",
-	"/OMlvxZl2ODP6LxsH7SkJItHCT2v7JIWRujbEOpfq4dD9UPl+VKmr+pOupDorZ2reZG7zaZ072hosznL",
-	"oOUgt2V9wYa0MUhGKUsD/CZu9OmV5BQX0UTSrflfhTw3Z5yufyc/deOyz+qHvLTwGl23FNV3sqkuAAkK",
-	"LsCYglSFpGja5qgUDly7bI1v5e3XLUTyr04AMo6aO6r0mRk7xcNZPAOwoW7Egk25mZKXBhU7CD9gLCVY",
-	"XT6RiSwkoqkEPCmZpFIQ0CfhGdQoe+yIgb8Lc4XYDFYULAzyFjFuGSRM+aiuT3Qicl0V3MRm4jzXKfUh",
-	"+wmiz443JYyHUCIzhbMKDRt2nj2fDjsVbjVR2vOr1bsrdMbz7B9u92pFB9Hdf6lkJWPIhEwhPhOw6yjW",
-	"BLw5esvAH2UoU+e3o5OLk7evL396d3b58ujlz8e7IOPcmVHSYNxiuW2qPTrlmCYMib9iMWDjKZcQqHaW",
-	"HIjVwjhKVnkqtBdam4nYTxil3GmWp2eFPHOcIRbiH7sHgH2C2uhT+imfauITNiKq27g5X6s2Su8BGV/V",
-	"bAHLroSjLMOs6jX4PMhEiwTi3WuCKyMVHyHzwFKhWpn6kcnrnJ5sSPpoTALbLtHHxqqEgrICC9BC+mQo",
-	"XDJFqnwhYgZBSoi9J2XOW3TZ8UB8sDC9cVk5EVyhf6soWVUc9NuZaPeKQa6eJ2Rl+fSick9CouRStLnB",
-	"Je91gRCJh2xWiGFCGGNzGJ5qFJvkhudA48WWkuOIvOeOzwLz8hxMSWReU5Wnjmhz5cw7SjIEmigkfGnc",
-	"flRz6gvpQ7Pktpc+Tg2DYjyfvHpjAflYXAt2raTYXb3+Dam4L4/fMNwqJj7OtTBQTukkHoMqY5+xhv/o",
-	"VRyBh4yzsZLGcmkr4iEV81wthh33Bv7dIYMQC0uQM9VO+ofvIyft93HNvfM7zNft74Fj1Qd99/8aeISx",
-	"mltxvajJp87fC1E4Gl/KMYePRwPMe8JtgpweyFXCFJx/f3/8/vhVQvlQGWVTORHkJT9pEYn7HzC63e7b",
-	"QkvTY6Mxl2ORX2bycq7VtTsQKj2R4g4mpTRZEP8gA/NUGJCY0o1DkiHM4UmGMjy5UZKNxiWdjxJIqKP4",
-	"YbkAKe6EsU2vCqn9Rz++O7solZEkOnw1l9lv6uo7lh/ivJsvMirqgUw23OZfRMTKm4LcNg3JVngnkaIS",
-	"v8twlu3DouUCznNlY4p8k/HWUMekCwlH4tTNHcMqG42nPRU5RLXcnhxi8hk+D+K5/B6StapHg25M93E0",
-	"/DzjETkdeB1xsRuxAJ+T+5yy5UiVdt/Eb5+7M9EzuAgphQf9PqPcOAhN55kU28anNx8EzbCG37gnWshr",
-	"ypgL9NlJAqGVr1vOt4Fw34j0Gk2pFXa+hS1ZvwibHL4w9oZ1wTauCQ4uyxlPBjuG4W74lGihd0yz2rmd",
-	"njbP+TiaWxAmgicCEXUPnJQCKmsgz8aYRCbHzfUD9IZWqRvUW5GFOKUVVwJZLeRQaO/ouU8MXc3nUao+",
-	"Cot0vM4thwSFM3KDPoJLX6tqxG0qYCRbkwF8C/pti3vmjqaBSJ1Iz+S2wYhGP1rE/XT87wl7e5yw4/91",
-	"cn5xnrC37y4u/d+vLxL2+jhhby4S9uaYdWUxEzobA2s8eRt3T/G8iBsqmA+yTVQ9KifVvGmvKqHz7TTe",
-	"C8z9x9+XuUXZjF+LhHF9fYtxB/hgx6BzYa4yH9YUs7ld7GLlbalVRuzWrbMKHhzkhyW3iA3CY9F9hasN",
-	"Zny7sNjyPfH2vWSZBFY1chJ/xDA33dmP15mxQouUjbzxPmJWzOY5Vh985GObL0ADp1Sf1Z311vGSk2GO",
-	"qyRgDqGd5kfGpkCdHs5vpUKhWqvjjIWNbNs99Rekb8eriATX/cRjHPi4ZQA0aPm7MzGJJyKHAzMnFoEM",
-	"tgzkBYdMOZIP6TWcI4+d3OohZamYzZV1MjdeThkm3DHspHx47xenDzrLC+By3O0Z0MH5xVY8kPvofazK",
-	"paEEkyGzrHu1AFAg/GIX3ZwQueTS3IEDDt2Q3GI5yIiGGDHYrx47Yu7lNPxoKLWYC24z8jlynWf0FRaD",
-	"hlE5Aa7AVGmW9oayTU76f5N1hKzvWaketcDrl4XhdCZBvzX3/okr5D5doH10abt/T3iWG8Zz76VYZuvl",
-	"4suoL9YTzDLp/71B5jVbhLByD/tyP+Z8XGeto7FWcgRibIS15jwfrV7jseMFxfzyLpMpHuySNIXKvFlm",
-	"jLPVwQskFfPoMxqKkAFKiNyKPta7gE8XqpDXqMxJuO+HjFwZsMyFQPSOytV5Ea3m0DHl/afsVuxNMmc5",
-	"ugdYd9j5w/4L9gf8/8POLnIz/yOlWfd/TlWh80XC/mfKM/jvnRA38MdMSTuFv9yq8kW7OhO/szGdMsQo",
-	"HKO1LBfcGY3GrfOHvhl2dg+p7tHtFM+zaylSZhXwgfcy+8jEXI2nbfbnb5m1sbjWMSR3ZTPhnTPFHCfI",
-	"DJsV4ylxv+6wcwALSsq4Ripy7mjJ+8cwY6jNYuJs7ghygmkrwCP5/Hs2nnLNx87wTJhRnqmij3KHqn4m",
-	"aNxWE6spm7r7170yr/r588/+891//ZfHTNO5F3fFquBYaClik2Qz8Q8lRbQM7eTo7RH7BzAopf2l7g47",
-	"x4W7xvs/Cp1nEmjJX6z3Fy9XwThiZX33ZOaRGEAYqpm3XagbIe+ZjHWPQK8nwuULPMtk2JVmTJoGt4//",
-	"FrPg3QuxGV9gCWUIPCqNFkRCN4d+1NolhFBWS1Imkluk8o0m95l7puHI4Pdrjktn19dC3/PAADaOlMIt",
-	"T2CS5VFWdsToxkBkYDkkMIIpR6z7CbyNWZqwOV/kiqefdylQAE/06NMen6lC2gAo0O/78/PHhriAZZC1",
-	"XXSgLe970a/wvjbc7U9L3G0tt2wCJSk5WZMJuvkNoxkzO6YMykCW9rpDKkvQwVc67AzYsFM/nSwddj5H",
-	"U7EfkWmVVLqBgQHioocgi+ShxIOLHmzB4k0KCpJUAOWFORtI7ainwA6yGQfHmAc/IHQ2pEZwW8DOuikR",
-	"twicX7D3LFWQIDnJEM+yaro1wVs15T+tLLuhAgWe2eyQ8A9Gd/djZpzN9XBjoBV7pRSGp1Hjf+KZPp9y",
-	"RHDZ4g3uRHY9tWuFzo5hxo2csINezy2Ydb3AP2gTracpoqt2KvSxp+L6ykC9jnE0wFqZc2eIS9JZCXeK",
-	"Xal0QZfcGZk9Y8Xc/PXgQw99cVFSmgljWvm2cEHlD6IvpLTTfLe0n37isp5iBTXYt5DinGfGshup7mRA",
-	"GiGNuptJYwUHUNmRz6sf7Q7AvoGx5uRESMriOczE8N6KHXMIpSH1bJcERiizavwwPbZs6E20mnlDzxHw",
-	"qMeOQ5nHtbDoMEe/yJqymRE3o81lM1gSwg1KTuL3uEoP8kN8xwsFGBhjfRDOh8dYZhLw3WDlHniT3Tfu",
-	"xvKxBfLqsUoCTwC+0qKC82OWsD9Y968f8Mykok2/m2bjaUO62vGr3cMQFfQgMwQvaTwLhj2lEwrEgdly",
-	"BOk8wl2AHZ5yU2asUbxb3UnKlAiYUgQwtYw7pQUmD3hwaZgbJX2agezwmSk9hkGLHcP8KZ0dn745eXl0",
-	"zjLDDiL+alPPJDi5OP61ExPoUeqoEQaUeyIWZYRGKm64UK0Vp3DrE6pWiCbKJByhR40k76ur0QoEcjCh",
-	"uQ4MFQpK+4njoxjJSNgQcnB6+GPIJCSyREXLwO6XnqJwZgjR5nMMJJ+5ORvSfYOIiiQiORaDEBdJfIlV",
-	"EyISXXB07PYuz0XMHUEjou0PN29SxTPCuPjR+fnJ67fHrxL24/uTN69O3r52lEq4QGU+BXr7ARfH86dq",
-	"WlDIbnGLDwnkAyjTgiwNqquHoCcEV9hbZcuc0YCXvpSuERFxK7w/1DhuHzSaWjsv40Ukzdw9Qxg/x2rg",
-	"8hkD1demlMBuO599/LjrL6dJypfxgMQgFksEou+fs1+yH3c9RyaSHbmHRmXBRK16D3BfOXvx8SOyD6u5",
-	"NFBWg7XpkB8LPAVuLLGzwwqbpRdBAvbgVAF3Zwm3RaXxsCNhiz8skjUTdqrq/pHO6+OLaHS5uuexgFsj",
-	"0kTSKXQDuM+VUXlh6cyVhv8a9v7szeYsWTdmTOv4WXBtrwS3Z2KeL2JwFbGAbQD8JMgyq1XuLoYU7I5L",
-	"WyZAVf0HD8XcgKVsegcqXWou6Fu9Qbz6MljMiCH7pArzVZbphxdaDi21fMltEw9iNZTNpfHLxJRqnslo",
-	"0sJFtbYpc5p6YSGOlKo7OaDkDqkgVc5tC8M05K6x2fimloFULXFaWdCb7FZ4ermfqdQOwWV9tdz97aa1",
-	"BZuhrm67N0q55ZGgGrJTHvquUBCIvb/4ae9PgfW9ff9mxVX6/E8v/vh9NMlFCz6rJvkuY7q0yPGFIRJc",
-	"9LpNMNtCvoQfPW4N49IL0DSxlb9t8Hy9enu+l/Mrke/l2Y0gqE5QD77/ruIDc/oEebj2PiRoXGEgNmVC",
-	"ghpHelYuLLlM0uwa1azK+X3/3bKHcZNr7fuDTYGDekSgCQHPh8RSDLikClApnbZci2v7x4BN2CzPQ4Js",
-	"90LM5krz3GmwOCWbuzkzYXYHbGRusvmIZTZhN8JZp1Kw7uiqmEyEvlRSjDDcleflpzzPR7tYEuJsDt+8",
-	"hHJvfUVGyM7t+hRbUBZG6F+in8rFHV+w7ojnubrDgatZmm5tnaRTrqb8B8/zMokWRu4knTBMNKkTYinb",
-	"8gGvRqySIGrxzlJ2M40SKCeW1ZwDOCyn3l9nt4KAH8EIWXZ4bkaTa/IBNxpW6G4OtjoaiiNKa18GYBg5",
-	"JfTl8Zs41NBlBWvoch3YUHmnW8Wn4JOqpkYjVc7ffxAQCfzvkw601vjQCtYxxliqgbVGksBeIZFkpeCZ",
-	"ZlcLYj7koQabMJCGs2VIz06ZW0PU+3zqsz4jbjr3FeVAuduuyyYO1YuCSfidpFMtCjs7Pn/3/uzl8fnS",
-	"51As1kk8LmsnKUFbO0nnp6OTN/AHpbt3kk7AtO8knfdvz1/+fPzq/ZujH9+4QX57d/bL8dll+BUidrox",
-	"fzk5PW1A7q40UFkSOOvBsmZ8PM2k2NOCp/BBBTeLki4usTJRKns5UYVMEwDszbNx3HJOheVZHsfOcdZP",
-	"e+FXcXdGlLwMCkfGohHxo2gyPTKbizXGz+pevT87YVpMhDNwhXccUO6T2/VlOmxyrrtv/fxhjYRnFr1R",
-	"6FE+F6Cjmq2bRFhsWrBR7754E1djT4urPDNTCKvcT42N9XTB3l4hzYxlKesCcrP4aNkVKnvBFxFJ7WjW",
-	"Gv5jOPzY73/4A7DSMkcLXYqQadwUcIvmxWERB5/PhRQp3QmsGqDstEMffDHMFFfup1fCSfEVZadVRBtD",
-	"atuxTlhiWIS7xE6VHtWCdKPD4KV69uJ79kv2Y4RlRnJ+PzRThEiBJh4H9oBaWURxxwGSWugQ5CrDvBWs",
-	"Cgi53XHD5n51CcXrsJ7ZHb1hmRznRSpS1pUEiOLYv1SagnSt4/71KGOMM8XhyJqyw1se/CqwQjS1jkKD",
-	"prI1FBlMvGTdBgoqZohjJNYvmxZSO8eNWAenhZmWkd/7cJZ7a3ttUjrK+HsrikA1eHMqyPaZnPGAOIwT",
-	"29YzbkXo4vfwm5n7obapi47lhByYhB3MnK51MI0qDQ9u1kQ747sUzkG1rbzzxm5MYevi4BuP1KAt6Whu",
-	"xSUsc4tQeDjWTfezOvrat7zfpQsEscRzEA7cMeq50JlKyXGAVbN9rD69KsY3wu4YNuZzPs7sAlvjiAn1",
-	"c1ulsXkTAghOMmAbyOrzug14b8S2kQcCPQ8R22o8EICvECaRM3cKFECpJ8mHmHRGhWTpY5ZZn1wcI4wh",
-	"xFkHFdRWDHbSEVSCnWUuVSjM3cFMdnz0YblUzdvQPX2PPRDcI3tIr/uf3Difd+P8QWa27j04aDieEM3H",
-	"E9lYvt3Wuj2jehlswnlPp26aQqnyKpqsM0nfn73x+xRc1EenJ6R4Tq2dD/b3D579sdfv9XsHgx/6/YOV",
-	"LN+Y4AOn3gOjQE1ZmhGHhVGFHovNPC086ARjrpaO93nSVEQbQhfUQSsg2fijfvZ8G1AMOpL4kc+VtgDc",
-	"tuVBT310Bn6X5+8mncFfN0C+LgV0Pn9IGmBWoNAxzJAQDjo2fUkBFx19mVA8hCAKcN/BL1iH/sPhCMAv",
-	"DEkofgOmoT+oSMkhCVzcDbqDSSrGo0qYO1C1CZJIA7jdDgbEeiW8Xnt5V8dEfFgGGE294XybAPnwXe65",
-	"cho0YiHEI4wExF6eg5L5ApuYaTHPF4MqBt+XjUP6fYhvY+XKbyFPX3o9QE0mQD9XC0o8ETrBPjO+dSVV",
-	"Ajm+HimMmReXM0D2jRQanb53ZAlfj5UGgdDv99mfMWdLaSwh2qpTdtKZiZnSi8urhY3ZrL/Ct25aeGDr",
-	"8T/H99gZcfcTO04rudwEgqeYFnvOIoboTaWTbaruJDVXB8VhOf+6xNBbTnzaXJYTfVXKlw8IPekMYG8B",
-	"BlkDJi51ckdSibpDzzBrth3rPSvkeTGbcbDm44AEW+Dijj1y4QpUOaE8rYGrCog0wK+rKVgmwc5gYp5Q",
-	"Gh3keWE+SDsIhwouWAzx+UuVJlJnOBFNVqUvndTKJJsoPRYDH48HQvPlUYAnwKk9VZu2Hm72JJzmKh/7",
-	"gFSzJA2ikN1jhTUCKga/S74lwFlhXco9pGJWCPyNwN0UK/DDp9Z1O4GcMJ+9S8/76OAhlsoGEyPUwJZZ",
-	"d/iLMuOJKmaXCoTjeAzbIs1S3vqGe9fAAmrnYNaK5bi/0B9LJds58Rhw2wG/LNHEgwRlIe8BaeuIDktG",
-	"Smw+4yFtk9BekTruWTx9A8WUQqagETzc77cOBveskMEbHC1rvwQ3pGFa3eF6U265v0Doo98DB0oo5eEy",
-	"uC6d4FkHRdjYob51btK9fNaUzLKVw3ZNV4nWi10Ljt8ANYOI8ulWeuDyUYINSlFSiKAmoVVIGfRsAYTf",
-	"iH9PwTHY2I3u47NCPrWbbstSlVKBuGdFylkhT0Pv2g34moxXyg2cgTfZ6obE6SQCjhMwIxsWTBCj2+KS",
-	"gCpD8HKrCy9vSStPfXkf2jzeQirho6vNbmJk27wvcfK8ZwHUvSnqPLuW7dtBNiljvsd2MRPkVZMKnY7C",
-	"Cm0QDwOSpmd8wa5EpcB29OnzKJqgUbkykZSFkE0eBywpixlX4OvuvPyDbo5TXnvk0VolpmJup3Ggt1SI",
-	"eRDKUhhrBszjzbqPSq1Nq+Ia9TDw8vk7TXWCQtodw/4HOygz0Q+aACjXtivatjM7Vls2Be5DiJUEdKxw",
-	"MqgkDf2wNuLcY+VTKgKDI/UDcAl9VgPr+mPeMczaPGHCqb+EMeYr8Sh1gr4skwKgTyz4Gk213y5hp7o7",
-	"ldChlZy2m1l2DdmCCGvjzwkhqIDybsTctodjaw6iBUmwgUGQyIBgCSRfXm5qKQ4mfg1mFET70kViQ3cn",
-	"02FnwJ5BQAHh7tyOHACi22Ng7a1RZXzyZYPHwqdmgtthieziMOI+5zNKdNUxHTFlMxH2KjOejtudaaXU",
-	"dnUSf1Nar3v7uOj2ldd/QTDxWAF2ROyR39y3c94mxHpeOdSlEpYCXYDl35c8z3dDvk4M6YbgL0vWGtJj",
-	"rXLcg3VrSa4RvX8FUOdRZIOHwFmLQLMGGGa14hYgfS7b4f+A/y0Ah0ODUQT5gUYoAbBREuS/HU/3ijnD",
-	"Mdt2O2viWqB8O3sPwHIaLFnx0bIXSznYhnUlwmc5/ouILLtx//X6u7fk0/pKQDKrzhMtxk6oNmfsVLhP",
-	"zi2hMZuEIZYxwdguKwKttEh/6VLwtkRCETfZfC7Sy8petaUr8kfUUuAXLYmoCqXzVbheG5CcQAklKa2w",
-	"jXDwK/RfP/ame7x6AknJDu/HX4/W9GkgHKsyoU6D6xJbsIWAH3V8JWdr0Gb5TKRshKnunmIx3X0PP3x/",
-	"8RKlJzdssVgsZrM0tdPpbGbMP3xefCFzYUyEcpjbCAjrBmUZPOHYZj7SkaQU6oHhPIhhLLuMl4Zft+VP",
-	"7I3wS2lvPAZZ2/Yt179fSgGVOPznAxXBZeXs/ulftZHWdbM4n4sxlp7dI5a2JowG2Tc2FLYTfMJSwXqv",
-	"s1UxCv5sx8D9G7CDvdV6rEoxSVKy6kotVqjAarWN8JLRbWvT/WPVB+w7y5SwAoc1/A7waJeYHFTiTksv",
-	"sUjiqL6Rk5iKPC/rw7m+vk1865+UpZkWgMrhaws5/aAKEEI9Nne365rqXc++QfvK6t4oeV1ttQC8Uk2o",
-	"0gV/3dA06aA/A6gDGRqrzrkhCmO/nLx5c/wqQD/ApoYSk7jXg4+nolUHMR+3q3Ra3rjl+HXCQjx5/yqT",
-	"+2bK9sbx1dS7pqxlbFbMq01W8NeE1x3rxIDFzZAExSpPHkIFHrQ3nKo83aYRgAcHj7ajvm/L6bEKzGtz",
-	"n6tTqFPmILHx0oQ27Ay67AJsKrvm8noXrprQM2jm7/vnUPAFmnAQMhkQpMmu8kzGezmC28v94jKmXLw6",
-	"es1mKhWQtHJYRqwgeI0GL/aSxOSASB+MjdfL34p1gWM33YBNfUuy0FOFGgZ5VQbcOEqSIxqRPGK37ru+",
-	"qbQqw6EmFX9o3L/1UPTwidKXgnCR1hZIEXzSfbqKT9b43gJT9m2kCfe5kvCRWUbU4LYxVLuxruNBhJxG",
-	"uDy7PTbi+R1fmJEbh1s3TKir6bF3jmzvMiMa0OiAglYKLH0UquFb38YOv7gRCw+DpAvZI7wgt9SG8k2P",
-	"igWDXxVZnuJ87M9/ZkMq6Bt2egzbpi5jFmGdHjDrysvAHRAfAXYELh3mvYaAPTZCOegjkszYGXqQ9gq5",
-	"UJZ0d4DJHWcw4JSbXZo7swwX1WNHtUnvpsoIJozNZuB2hmEzs9yNB9IKJoXxbX44e/7sWbvs37LtfJ2a",
-	"0DJG6VaC/pR94zGZgcCUxsI3i4+V3mILxEnm/moEM2pvEVsxP3GLjnbTCR3kG5tPLLGYSlMt6m0BYYc1",
-	"7eUbeM0LU+uKeNA3Ue5S9vXxRb7QKmOl0RR07mmjWh2yEXHPEXG4kV/dCGivyvCC1qSkOGQjPp9rdcvz",
-	"UZU3SoYfCx85cnztsApWHwqUPJpU9UtIVS+97phCg/d0hPxlhDQHj5ZFw4hZAuBoIH12k6CO492dqDxX",
-	"d6YEs9qJ7zB0JRLQitFDjdU2vN+Ymxysa+jbD1eP1CZnxFrjJPPeP4RWeOHcFCnr9ilFvSG6U13OXAun",
-	"+wUh6JPh+y3XlLvrH8IXBPyiNKNxRcp8glFRXdnatZmFsWIWQNnW9D9yR+2MOxYA3LpUFXCt+YyNuQy2",
-	"SxKQaZzC7r+6crw2FUnIfcXWIbqQwBsBLmnXv2tlizNJ0C6eep39dO1EVOSsKwdyGJTsgAjo2Ox5pWuq",
-	"U3l+5R/PYRN+ovc6/kg9CdkrAp6qIkroHcO6363Z0RrIXUvSQ/ZP97ssS1E5tScoOybiGwRLFZRG/BnX",
-	"gjkGWEMRjXh+60t4L7O/F8Jnf1ctvLe8QUNSMnqxOu7DVU7mPh0hqdCju6i5hniWP42ApFVyNDrc8LVI",
-	"yVJ3d+JuqnJB2e2/FFfiLyLnOwb8YWoyIQWhMKKcqsyEHys5ya4LLVKGWApO1NFs8Zcuu2nXX/BtNbsL",
-	"EeQqVUaQ92o83Hwd7vHd+4slvMdSham4i9mv2Y9kY8oUzAZvLWxp4FZwiVtl1tZc5B9WMwxqWS07xr98",
-	"FbIu4EL0sD+Xk1gNrk3A8MRmyt2Ke6EM9TqWMAJTdQQ4LfAXiUji06NlexUk4IjrazMKroNDNnL69oiZ",
-	"kgwpKTOT9N0hoOIhgyrnCB/ALKkae/6r0hmXSUARpvofMpym3MlSELhSKTcvOmalCiqHO1iPaVdWxGSW",
-	"SfhEqtKlwc7JVgJiIAHu7TR+I8B8jMd3daZ0ZpcaXUJci49tdrva7nKuVVqMMVwPTelLSbObsMovl663",
-	"0lS+0vUS7yoXu20KKuvzn4UStOqVwiQWSwVjk9WqvOCeQq3m9PgtICxi1nHomTHRQvQY1Z0hVI372MPT",
-	"SOAjkCYvy2p1GBa3Ak+xfSZqtXSxVhTzpwjqPGl862vmSiWhLjbExzkH14C0qlJC19Ti7n41XygNM3nd",
-	"7C8rW4vjvs04NlF0C7oSdFhV2x5tU8NqmCqtbHul2bDjPik12TVNycda2Mtt7fyllh9RQwewt4S8Je2R",
-	"GCIlCRHdaAGtXn3TTDN1Su2w84c/QCsVuNXkIszVtaEfEe9h3UpVaIaFRbiJizDEYQlrGwoRg8fSbzLA",
-	"FfuuYKuIfJs8oN7zGcaD0llEWtcmKIFeenvwhvXO0aqy5ikhuEFLYyB0IFzRdeLhxHayrhZYbCHrgulT",
-	"pnXvmEg/f/SiEmRzaRbVgnG6kLU4nJui9gGUjFAE7pBR+/jS1sQIFMSd64imnkW1LpNdds/evwc2sST4",
-	"37ILdsL4WCtjKD7u+O1GKFzs5Px0ldYouxDj2TexGHbSq71Zdu2kE0Z82nWshvddY0KF/cCe1UAa7XtV",
-	"N3ZAxmmbDhS9JVvWOpstoNW2wazObAWtegv0aYLoT4sxOLpXo3Vt4nTLGPdupsS9a2zrLi7ebEn/P1ec",
-	"SrUEyBsxtxUTLqsUgBBKWoQrPnPSDOTaH5/1p8NONYEEOnqZ3QEaNJcE3UuuntKdC9na+Ii3jt0jUIwJ",
-	"7kxYZIlbfMcX/nnHIrHYBbu3Y11UyM9Vd5JhS7DM+JZ5zCPBIeJYPJWzjHItJ3KybgmwfnH89uLk3dvL",
-	"o58ujs8u/7ALnCLnC6HNgEhNA8g2t8zwhRuV6h35lSpshSP7gq9UjLNUmEN8BQixpEqYpJopCOmf7KjC",
-	"pmP5opFY5tKOLZXaf/csQuW1U2n/AzrpzT+IBSYuqClvC6zatTWS+IOYhUnvcwnI/nHoGWq52JjiUn7v",
-	"DUkqUSXl+0q4K+b0/7g6Czw9PnVGrT2XRYYP2Higf2xoQIjhMGlwcTfgzTf4HLfxBrb2zkUcO8peIndp",
-	"nzuzmnAcsRf9+tadpxZlB7aoTV+yo4CEjtroIPTLAFiZMYgXqxcABgbYhQnhO/oQRANtkOXsWJktO+tB",
-	"E49oIPQefbRrx1Bux0pcd8lBCm3CSzKCNCEteJ4voKFjVwsjSGmrpAZAozNhSiUIS2qlYrgOP35TS33w",
-	"C19GccyWi7rgsvgdWb6/ERKIk3ojXSfrsajLPV7ZyxOdGe8EcqrtYSg9vOLGqbcAB4BBA2qwXWnf4KvP",
-	"3789Pz1+efLTCUJxoiOgk3S8qrkZ9BNzMyK4nsu4n16PdfOcHR//enrRgPUJHofHQfi6T8e+Bni75mSw",
-	"Squ+9q5GLW7VzZZv077VXtKxfhMjySxg3h96jzbsK5hLUFENxnGvXbVjtYVfZSM21jfCCcdzCtFr1VrU",
-	"Iq1sSgKkQaNLKesZHoHcqv0G13QU3KpSZkOnvM3pFk/dqq6SRrzp3HGznzib1OOFticiooGNZOQHXvNu",
-	"27ZOru/B/TL6Y4f+HnKpH9bI+QLsCJGnEJ4ZT7m8FofeUPEtYMe5s7QqrZ2DARNMJqZVIdM2LZ/b9l/e",
-	"qh1y+6bFm578ZgouquUFT9Zfd4WmMNcwYiCVuG+PU356v/4mhyyzjFo/GcjEch9A2xekSV/b67ufxJXf",
-	"qinRxHTbltFGG+xAkoLSPlw7UbrMHBhjOFYRFgpqqoOg+GYp+8///X9AH+4xwNPy/Rxm1VY3K29ahnZC",
-	"iiQFgXcM2RTV2C/wVwjIgcsZ1fOrfMk3E/xLpRedQAQN49c8k+Tl4rCMLI160idaiMv7RVjgpwFaL2LN",
-	"xhW5x8ALdBsUjJ2tIGfdDwMC2r06Sa/qCDkfC3c8l3CCkQB8hRBCMCmjQtDuEkHstq8FfSAY4po2SvX1",
-	"8zy7FYMSOM4n/ldSMpztq/lY9FghqdEZ/MZkudMbAhnDQ1hDsBC27LSQCp5SklUtj8XNLIUxbgRTOhiV",
-	"FPgJlvTVfgWu+90eDDmoz3AIzfXozmNAmKd7tP5K5ffB1K0lRIv9xeQeAIcuYI8dhRsPAGXCX0CR+j6B",
-	"OGHV5IPd7CSd6kZBYJunq+ZY0vm45364d8s1ZJ25EVAOgF16RINVPnpfH7fyzSuYotk4OfEAi+4l9IpR",
-	"MgjwedTz/MqpFZg5Enil77Pp+FIgGJMwAkoEnpWrawbpuanBpO0x13pLm8fLPE/Pga+UvoIgxioyZani",
-	"bZUdfGiUu3GtmSAuW+u6JMM3qbp+2KblOD3h19B6w6dKnFsx/3EBVTQlvdU+fHX0OmrzV3WP7VTmbXDP",
-	"KTDYZF6gmwaBC58dPP/j8z999/3zPy61IQuhxOVuC1tD7taQ47Zss9W+oGSpmGTCM+0Y2uV9o4OsCwFA",
-	"Slqygs92B54bc+ZTaNgVl2lSNtb0OSkQ2Pe5w9TqgOJ9ZSgEYW8h6xsaIvnnvYOhZbiRyLONygukvC6H",
-	"7aIaL3GPUGCKWh97T2uZ/j1YbjKLLJoyg7MK/OFK6DukHviv1J30w7bPAi8rAGu5NN8/X5f2Fgkp4qFj",
-	"KsZ1divM4XKnKArRrenoTDuEbY8cB3ZUpgVPTXODqdZv2ro7gTuf9gWmjl9F/HZbZX5g/iVgxfj0D+9t",
-	"a8r0mC4nelDo7Z55Htbmbdvj1BsEur1ax7QuKL3jsXqk1Lpd3Mc/th2tPLx1RU2atAPj9j+ov2/FfUYo",
-	"nhu8aMtH8MTuNM+ottMxajTSRtvAKda9bwXIpX2p9r0P6UOsh5AR48KJt3P3poTtIriOGV1HElLaUFPt",
-	"jvncWC7pn3jAkAbqQ/pHr349eXt58e6X47c9qvSegWMChw+LgUK4z5/BxTVRa0Csxuzs+PwC1qAm7CXO",
-	"n1SlkmMkf1NXTOnxVASFmyC3hxIwt3vsDISxdgaOmmMi3WoSV49BHzN4cCj5HJIz3XD71ELsf/zNOMPm",
-	"7KeX7IfnL/6460t0qE3baKxSMeoN5VAeg3BxZ4vrQcVhdFTYqdLZP+DDAfsRtoWh1IBN9WKDjT7u0W7v",
-	"aZWL0VBisSYwU8iHl5XhIX94wEaIujxiXRBLuwkbISCz/8S97FCiDxQ1lAEdI3WxTHyNZkKlRIkvE0p8",
-	"s303KsA9j4ayW0JQo0jEGAVMDLr3iMDsy1zpMc/zQfCxJENZAclH8yaBjMjdHnurKDBcyBsJXf8p3uQ+",
-	"xqAYzcgyM5TP+weQEgwf+CB02K/n/e/Kb4kKrCL3rtfJQBNwIz2nIilKN6mqdliuWja4lLXDmgJ6z4jN",
-	"uL4xQ1mx7LUqLDjFKGuz0tDZ52yWpT7eVTbjC9ix3lCGpnQAyg738Oj0pHLXB51+76DXBw1wLiSfZ51B",
-	"57tev/cdtrecwk3fvz3Yh6OGf12LiBIwAtvvz0BUl+iDRpt+BIY4eSUB5h46n2rhNPksF5pd81vBijlT",
-	"cijR4Id2ipe/Hv2vy6OLi+NfTy/OvcuwbEU1qKgBWITMF9jOdSgheU6mQOIl0SuNnkN3xLjckYc6xzVR",
-	"Di5h0+P2hftykjpVJzP2CDeChBcAJUIKaea24e+F0AtvKw+CQYzyoQp+TkkWZXctAppZ3r5o284m/CWS",
-	"emVTFnGbqcIECRdbIgnK6hprFkY/On9sJN+iqRwo2Mcv+hUD8wU1emhscP35A3jYoGc/UNyzfp9sP0vo",
-	"eVVG+zfKUinnXZui5I4PFAeQJctWoNsquLpwylCa8hxnjw0aVlkCZAMQOuFfdpBWapnbTmU1CPkOLBS8",
-	"aognlC8YAQF50GeQFXSoc36dSe67mVp+DR4pupYfkk6d+XcGHk7frQguMHnhoSdI5R7XKfy1sD6J6ykP",
-	"AaegVmifk+ZG9nQCz+97AtgaWpaeeiybsQphiGRlosqmVjJTltm0U+XCBq3s+V1wMi1xh9jay0f8hpy8",
-	"Qrz6lfPad+INlL97D5t05spEODd2O0dFxypq9wJQ6gn6GUUKyOuegEMu5pt3r4FH//h/Xxyf7w5KVzN5",
-	"J6cIS2csjJ1qaF6CdwFEndCYoDn1KdChq0adJI/AYUmv8sbtA6qvwtgfVbp4NKIsO79/rmvIVhfi88pt",
-	"eL66leewf/dgGg8i8aMKdZtpNg8gRYi3HiJoPiJYA0N9XLKPki5qaI9FvHXawH48VY71+HRBo/umRW1o",
-	"o/80k5/RLDGeeRYQ3kagGIl0RH0jrHASp1b0Aw3p1bzadugLUK17/ofHoPIQ0mAT7qwxSOyOkPqTELfX",
-	"+/c/0V+f99EUNPuf8I/P+1yPp9mtSPfcFdv/pAv5uVFzPhM8RS8ZnAb+knVHwT4+e/nzyV+OL9+fvRnt",
-	"Ag62FuzV8Zvji+OhhFZ7YQ52p5V1V3tQ5rqaKZ8DbN/rY+rMFx5PhhIdmFjHGZLZwb8JSZ0m+Nwwq/5Z",
-	"H+tUEm8rDSXAUZjLivoJWA7+RdCxOwXbhwp5+TXlbA5lqsYFOEwpoEl9DJFPlc7WpITQQnBqSrQZSkAx",
-	"r8Ns7RhvC15U9hPc6c78clYhJYwucAy3QCh3GFAQjqfsjuc36IJOnYiqonUmzCjyClM0ciixtONaAQqL",
-	"YTMINCs2yWTaY84yDD3WyzIscm9KZYfSbxZkNYcn/NqhEcDEF9JanuUoOCHetxuzU5wWR0OeAdz/k/En",
-	"bPUS1+AqFNC7D7d40f/u3twipGpgoUuM/Mv+dmX9jTPSfYy5wjw8FH+jjr2tvkcN4KEt1YZHXyFAc4sn",
-	"zwqJ8b4PW7CqgBeHrx3xqwUMJGfI7xjqwG167MiyXFDCDH1KRfV5/mcnGEdsovRQ4kXGZJulfqHVakgC",
-	"KHFydQDYpYHPgauGs+f9vu/R76YYofvIAOZKZU5ysOGCeuxYYqUpOOg8VZBiilwtk1iTjgAFB0m/36cg",
-	"l49BWc2lQTaZDGUlA4P0DUSEghe8EpCkoTNrhWQzwSXpW4blYmKps+JQhmZPhWVmqrRlN0LMy+ytkOlw",
-	"JozQt3A3jTMaF8AIMj2U6k5Ch3oLCK+FjLICaEwkAPCPdqKzLbHCj8kH3YYO4XlEJW73LIWc2j38EmME",
-	"P2JVy6ozBF+YtSK6QyQWqQL5ZoRmdyWYo6YmrwnP87ing4LWK03LntKlAdsSGlBFuPHxbTa29zJMakwV",
-	"hqltLJV2QuKbETmgQVkPBk44v3CRbsTCA3VSilyVvSIPivFX6g0IxWER3enYjY0LQCdgBuWETHKtPSCU",
-	"41qHpT5UXy5etxGxGScfYC0jun4Ra/RNZuw/9W1q6SR8uFMQYtXfiFcwnOhis2tQSIICethtgt6QobQt",
-	"E/VkkJpkrKufKN/kgulSMrS7TV9QW9laBdn/dCMWn+uKyFpJtui0ccncn/U9yCeDrBKRWK1erHJF6pL1",
-	"QKb4JZTO5WuANAuIDe6lpuIjO//5aO/Zi+/BBEdbEqFLOBVv+uaTwCDm3E5L/oAVNXV/SpVbzJ1Vp93v",
-	"/uOv/b0f+N7kw6fvn3/+l0jK4lYkV08ja3KFV1PInpL7lNO8ESlyu6hJlcO3vQgnMbmy9PUARe5y459G",
-	"JQglJ1q0aHk7I9Rj5SSlXwCdJcs+Afek+5RaCfXYEUwnVcOAFViAb8zC2oaAsPNlo1Pnwqsb1CGTUyIZ",
-	"NE/Xgs8S4PZ5Xj0TmmXHY6BkkmWpd8VjaJ06tg/lG27sHnTn3Dt5xbpT2CUwviCz1vf6Ao8R2kOjAVgY",
-	"e5AFPQLUMGrNqRfs4AUzPfZeAkoRrXTou0NnGFydZQbeQt152BboyeOIxw3mjhfDtxzyRDUsfsK4hHj5",
-	"ANK6wBXJ2TjPsC0Xt0NJHaoFj4Zcf3OW2THu9rY04DYJfnry6mdPRtv86N9Bl2mheFjx0SJJ7OGebeVA",
-	"wSarDVe+2i6VunfARzsGu62628T8IDHOQBToFBc4ahJAq3TniHSlaauB2iJEmoK08QCsvXp7v8gdbQpj",
-	"lXsFfgR0hiPtA6IHRtkXEMoKPVKCHB6ULrnQDifAM788fjOU0CbZbxwNEJwhgPRHScJwIWqd84zHzd4F",
-	"EOdRlo4q7fbQ+eQuW/VRp/PhoqgOIDMVdBPMc4JLsuPftpLc4CYogVQISVpJEbtfp7gQpMGnCaBUp/D1",
-	"mK3CKM8eewki3XzXyg29l8747Nl9dUZaY+iRfBho0QRuO4fjtGMgESKyhHGrZtkYsCOCsPbvUF5SElnr",
-	"NMqtBeD+J/jv2nyCpb1/Qj2q3SnXTvf+UdfljpmBbkjiAqtePisANUJO1PJovqyHuflOZGnCnOq+J8yY",
-	"z9E9HtHnRYWPxDX65QrmWSZDFe/DlHrfhS1KiM6uP8N+XS0St3wXxJZ0hw2PVjfwncwXWPmAqI+AgEaA",
-	"jVQN4VSHAcvVndB7Y26cju8sHpNgax/UtlNupsJAHMNDBIJDu8k96f5z6efpNNlTe9ha6MOng+T776Im",
-	"1RfMNHv2T5dp5nuZr3UmYQ7GwzxJbpZIW8E26WPfhNnVlNyBvkkMYC6tYqX5OOHBY2JyiRsONhjgKRK0",
-	"akXN8w2by4Y1biy0pEpaO0nFbK6sM6P3fgFnRXvy/fA0+lTYl62UqSeP+R7ljmgWYV+xBh6Y3NImAsE/",
-	"6x889YrIuX1P598PX0rxw2WWnRG5ZJmEtsxlHd1cjFvd23tochARhwDo9jlaj2nBHWPEVczcHozcqkZo",
-	"3QZ6NycAvzeeijFk9JeAk9yUTw0lPIDpG1cqXQxgRy0gRXCLzSTIrHIy1SLYHAC+ZpKNtDBFbs2IIr3e",
-	"UnYHV07C7lSRpwjgHvIIus/7viM8ImBicboSZghdLkAbDDXzM56w58+e0Q+grT06U7j0eNCFTNjz/g/0",
-	"CNQISsAjTxjPjXLGeAUDz+8dZNK4qRAz2luUmQlhaQjLZ7bHqOYEChrg55nx9zcB91SGSbKVAPiA8QC2",
-	"NpQeQwF/ZBA+E0LcuL/sRb/fY0dwDiFE5/aCexx4SID5t/N3bxMmFZ17wvrOpMY8mimXGJSHFboTY2/f",
-	"vyk7JTIuF5AVtVvJE6AD67ERTAOUhIFyjgCCQZEaYHnF6bvzi4A+4nTaoSSTGwaImc4lXXaemNGbr8fp",
-	"f3Rvf4ZXIsZj3znLFL4G4xQBMuvZETsGnZgP1XOITxZzAEMGigDdmmjUZ1R0f4ZkDjftVZHfeNNr90n5",
-	"Z8jxa0qjOYlcpNB7hBzq7hdCplz6nmGhNNowNXE31tRLqxGkNtPmP//f/897ehH4EKdw32O+nk9/TIYS",
-	"sOOhcxE5+OpRSGwqDomExvJFDxiQVPbS9xpMqBoMvFSKCrmqaW1Q4RteJbjRECMXBJwbwRd9T6kuClLw",
-	"DmE2KGq4pBIZylf23bi879ntB5SKZ4ZybkIhDVWA+WxQ+kGGmCY9duTRfoYS/daxzhwaO6lnIe8dM+St",
-	"yqEETIuZuhWwgkxjLiC0EFFuC72blkbcMe5mZCrNxszcCWiL5n5tyP/NERdpJoxxRkEu+K0wUBEY+vYd",
-	"nZ5Av9MyH1A2Z4hief4kJDca9wOK1RD/twrQttGvFJIwu6+PLzClNJK/SlXrmQW4HGg+Wbr/fROnMpPR",
-	"zfmi/51f82Uh+S3P8gAKXhFKJaaLz88KLetKYCa/SIP97v2L4GZhu4LG5KenT4Fcl3xDAAqVvMInT5x+",
-	"UOok5U9VgcqTOk5D4B56AdEg4BjqTm7FYNdl9FAQecw1cCRIMUaUWcTYq3xgRqwLi4NQpx3KEgh4xzcZ",
-	"8MVWvoUG1lyV3vRnfR8JgOdLta9y+6kzGc5SRRsmUxsuXfnxUGaSVEoQfYcskidNXNMIm2BWNOofWhXX",
-	"U1beReTk+5/wj8//ir/+M4Gq+/DeAXSX3Ct7L5MCNpTcsAk34bqH5ysPN+QQf73c4fulDC85aMPugBst",
-	"CEQ41+Uc90pshTwz5XPmv0gqcMnssdr3i5iD27xLk6MIyiw9sT5BARAMX2rgTxmoOhqvkyOoAVUDnI52",
-	"75xZcyVKBaj3pWtzYFmgEByWkVZqbFcqVs6YNws5nmolVYH3TosckHKeXjlfYaTNtexw6UeoZ4kqQyAu",
-	"EiRLRFAMSLNsKylYXVBA7ydyZjojnQAUqLnhjokA3hvqf5qwaWas0gvoVrHbi9fmkFE78v+mF4PcNPem",
-	"SeibVUKk+KGaZTD8t0FE7pRy1feIRnPgGpKFyD8NiqRUuNvX/FYgwj+1MYbGtJOh1Fy6JYJbqGLmh7KA",
-	"8FaajeCXo6bymHEVgqbJsew7FdT2MBr0YN3yC1JfMhkpOtl93OjIcqkGNPukc4SeQS/6/aYZfyepuRs4",
-	"4hhDGl+85LZaNMcDjwhKpFcqSs7gb+fvJSyzhWDe/Cge4sNUkiX2/W3qKFtuxVqNJvCo/1ZqvppSA+7s",
-	"MQGyLnvpzFfQWvYJW+mfhvAjibOVzj2ldRaabinZY79NFVLJlHqz1mjHTNWdBMO3prOVTe177MjDNF1R",
-	"6Xi1XS4kK2fyeighXxnOfJyZEpXXgJtyJJW9pEcvJ0pfluNHlI4jPLenvdS0gG/iXoc9q1ztwyXEaJib",
-	"mmd94euNx7F69qCIQrb64QrdfYXrrgVc2n/y244xWVCMsO0YG+GLi3T0u7ztZ7D6/77s38Zlx9PYfNc3",
-	"0+JX4ABgT+x/cv/5XIHWob9KaKgNeF4BOelpkWpgGmiisr4mYtmYjdc7qWvzUD8w8pgUIWJS96fQ2gcF",
-	"A66ImWYAT1UDR2JdAsDaBWcEullEinHE/yrmWtLkFNnBJuPZmKMDK0EUm35DZrD7yfrEYO9h6MeQ5T81",
-	"Y8QxWcyuhKb5Dxrm5zWQqA1LOGi7BPLKVfx5kXak3qm3qDVGB/cW+fd8nr93xe0e+iYYNaeako3ZtZXm",
-	"qfff1HMs+ALoNsQQi9YEVZp/hMaUgAvrSxfYCG8cOuLwyo0gP2Q8LeQN66bccsx/cGwiwTg0txxKCOFB",
-	"98cudf0YCZmOmPINM/2cvkcxxSJRwt/BiqVt2ie8xFuCN9yPk2+oEXwnfcXSHHO9Lml3tbqrFf8N2ChL",
-	"ByPCpb2jZPwRPD0Yoc9pMRcJG8G2jtAD7WvCfNwPdlZN2L+dv3uL2EgAkYAh9qVyQizs5akHdKnXFGL6",
-	"GNbwmVoGgBGWZXaXQV9l8nfDCUpx5xZhCCx/QRWDh411iR41BgsT3/mjJ9Akn4qyFIjGzCDYD/8AbrAn",
-	"igRqE40dSto9BpQFsh7Ib/RpiLn/w86ADTuhCT/DDwFpedj5TNAzeJXhyoxzZSBrI17A6A+jhQT+hmoJ",
-	"Hyx3seK1rIFdZSWJB50E6qiSjCMH+DSp9PAKWF1fp/rwUYXsY1Wn3o85keD5hmO8kVIazDmCfivhhvsM",
-	"VLihrItdeBPEkHZ/hP4RyVDWOvMmrNa4d9fLYpMwkRtRGn30Ob/KxehwKFfz0SqcCXNMlxLSIIl3KEe1",
-	"vLYRMuFK9ywB6VZs5NSYS6cijJaE21Cm6s5XZUO0gXVJeA2IDZZmTZpBlpV3pO2WoHnBo3HFxzeOY1Kj",
-	"4x6kI4ORXV0DVhtJ1Zgpcob783QBeD/BlzF016WlkLb2rRi5Dyo7oF0FFE0AVw/tWjgc9WGle3o12dR3",
-	"5KkI3xJ60YeguRYQhv4CBjMiI/xuGBmwFY61MiGntqLd+pzYIOZWLlsxE0941wp5nl3LL+ZWWn/bipn4",
-	"Vj1KsDbKeYFiDFwulp1QRwy8N6GxRKXxEea+EDIhcm1se8uuFkxJ32LTD/QFrhHN9Lu5Rwh4jCZzBoSI",
-	"6Z3mxixRiVWMAxoTywgJDv26Q4kwRSN6dUCABQhJbuE+YtInKhZoN5oeO8eHnYDnQxl+CvfWd0mh7GbM",
-	"nd9w2YeyvO0R4UrT/Ze48P7WfJM3ng7CX3nqMYyxSlIbdSElFPsDEWJD5qQWwMwMOz16f378CknAZ8Ev",
-	"I7E/5hX3e7e+NP48PLU1niEmLrWxXSDh6EmThfxrbC68DtvyKNXXYTTHvqHKf3OST3kw33YBtt/TJy1y",
-	"W+7X36rQ7eDR6ebxq4i/WfX/HJR/qi0Dgxp71jk5ydlYK0l1VNiOiOeseyFmc6V5vmNY4Be77Un6Icxr",
-	"/5P/swVGZI1iNyFEvrp3WU60bCawgpA9YCqYUlhSt/WOJY3BveZX7X+Ry1F1YTy8YsOPVJZtBMxMm80E",
-	"dLMeC18e6QQrJB4Lbb5Jxrr5Sb+1pa7r6/DrJ/0e+kI9MSeuT/KVSo7bEhuAi4K6/YU48wPwHWCZFdYA",
-	"uHEiTyHrQBnhU+5vBDjvRKbZLc8LYXrswpG9b1AAoUAcDIDgfTDlTmjxxdnw/hUf30yyPP9GLMbVqxTV",
-	"aX6kVT/xXfLTfCW8O/9265N2gKfWEqq+9auESksQrD6cXt4rfKVMsr+CxE2cYf2BdX3RJ1ZJ7ibMFNDb",
-	"1hcpqVuhcz5nc5Vn4wU0/cxmgpBxCdfGi3AMQgS4RvkVrh64in5f9+7ULfmfSVs5t4osf2/Bo8aHFIhB",
-	"InLpuRsmlWVjXlxPLSvmX55iCATj90UzF7joJ2bVS7N8ITdYew7d7A4jpGjIgHVGRnArIhsLHCv75ru7",
-	"nVMkCkB51B3r+leEen3A5DFirGS6iXV/+ZtVyN8hN36Pi/7n4sfBnwG9FMqeemBDlgTl7tSTkgnx2vUO",
-	"1wv/0O/a30pvsdnd6vfkUbytfrAtnK3fBsLuBk8r7eaTOlppjq/kZ/Vv+F/NzVpiO5Z+1onSmIO3BCSN",
-	"j90Iwsubc+px73tXVQHO8Af+Puw+Hdy3n2L/E/3Vwg1bJecv7YWlVR5SKwpKQcSEFx9181A7md1y35rd",
-	"sY2v3P8SV+iibE3w0I18JytDfYNA5bECgxr3jCf4r9tYVJm2yqf0YHzrRf1v4anftaz3r3FBDKyF0Kcn",
-	"H0nq+9EwPx3+tOwWO+n5ToOJ1wl2WygF5fF9O3pBfS+pTyA66bLZrIAs1ACoKv5e8NwbQvUN2TGsawAw",
-	"tjJi4ruUQCXUXIx3Q4njs37fw9nwMMgh497JPpQEokj52rwsVglnUMV9fdY/cMsM0i70SvYANmM18ymo",
-	"AWa3Olq8WYmZejJ8smYl5RRfKQSyfNGaWH1JAiZCAI8Ost1mWUeQFFNdwRdsoHImrjODDagqXIGXkKmB",
-	"GLtH+lrtGLb8Sgl7qWRajBG1E0wLR9M02m573nEPDSsMuP/J/9lCx6rdhi+kZIHn051zJHmg6xF5J3l2",
-	"PbVJJTMG8qC85VYJdWl1Zw5r42UW+N3z/vN7bHmzcta8V1/+7kbu6gNrbVblYXks36TQ2/yk38ztcYNi",
-	"l2mftqadsuYlb+cb0Kjc8frF9x7cmVToRZxK6u1D/ptmqjSz/4n+Wtvqaol4vgVG80gcxtmD/7ysJW5Q",
-	"3lZOcU03K6yvfnbw/I/P//Td98//uAkrr5kkJzzTe2bKtVhHZD/xTJ/DQ09IXuUkDXR1J5x8jzWcpNfZ",
-	"Max8H3qcdQ+omNMIW5PtlVd/EtpxFlYRMbB+y+wU6gnnOlM6swt2xWWasHnOxwJQ0SH9kXDG/Zk5IxOU",
-	"l6HEXG+f+T0Xml51UOnlrSb+/Z8xC80Y+ZUqLLN32RhB5KF/rymx7f3zBxRIvlJ2is1GCHgUcWh67BS8",
-	"g0NZGIz80e987CPTlEEneArAWUf+CVVYk6WCHfR6B9Bbwwzl82fPApImPhbFtjlfpsHHt8KWyO/L2V4t",
-	"6d7R75c2b86FrXZtjd2vLW4UT2eOUzYzI82t2AOM0A1N9UBxgcd+1+6t8B4tmrY5Swe35nE8W7VTrYy+",
-	"RYDLnacBcfU0/LMVoex/cv+4hH+0MF7Dln+VEEG5zwHa8aoY3wgAg6IyMm6BYTuL1LFcdnr89tXJ29ck",
-	"xDKoBAaYlOXu/euPY7OtumZrnoDkGyswwxY9hv5YHe2LEW5ctSvJ9MHhgqBYLLsql87wCSr3/PhfqzvU",
-	"OvI5E6BCpYfVi1V1+1h1IyRk9E+yPCT6CHQEgWHx2E0C1y33QdHnB7f+UxqgtPh4iS+Vkd7dxNlcbsto",
-	"L7G0eMdzKsekcEdBe5wKiSpsuj1Taub0Rlinda5Fm6OLd+4ffcp2z0tTNSUY0ffrbRX/FOuK2dwuGswU",
-	"Ldyyn07KNlgpdJnMkqYQ3oyNwsIA4X+q7liuIMQthrL8QahUNgGgIXTuyjT2IMR+XGxkbU5ITwH1Yaxm",
-	"4jA0N8ysb7/kbJkJz/MSUaTsPr9jhpIwSqhjjVvHx3mmF9iX6qMgYM8MEL2wgUJ5HI48FkNpFS4bRLKQ",
-	"abBwJJk1Vzwtq+szwyq2DGwCrDlhondd3a0ewF9dAtCFMU3WToymnyDyFCPnL8fNt7xN34YFVN7ttne0",
-	"bvcgy1yfqIePPGVGh5thne8XV9mLenJRJsx4KkI+C3WMi3WDdjfViLEWdexy2oY1+7Uhcc39/mnT1twM",
-	"XytpDd6uWWk4ZCPYwNBcBXc4QWRizF5Wciy+knLBpaMGJBTUxnB9brXUqBOD9tAIdTuyqF2j/U9Zutbq",
-	"OxO36qZCLJssPnz+wRYfDuP1p0MILwZg5wOUJFLdLQF8t7oTdTEfMTSydK2BMVF6xm1n0CkKeHKlgzht",
-	"8J3SN5syin+jZ5446NCc7QvuMVzEMq86ynOmKTzv5L1/qh47cKvfoFdFmZAP/OPyngyErDrJV2JF9IZR",
-	"e8vv7tdLu5Ch2RfLpDvAMZTpcjrvtsd951+yRvsbucsroVfpYLNTSS9v3APq150+7DTObqp5JkW6W25I",
-	"GiYyh2VPWYQLJKhLaK4qADu1hky4cd+mKnf3I+zcmj3d1jTBrTx51VlmRXAcAY68EeT29fEFc78qccuz",
-	"9DOkPs+4XFSa62L10qBGRAijQ+2Dw6MZ4rn+rTCWXWe30M72Wtip0IioSMLMbQoi3xIy+bmzbqBHdUpd",
-	"9j2QMFrKofs3vmHoYo192dSEZalBJOc5iH0YR47F7iGgZKSskDdS3UmAzG2agEtstu7nQGsLa0ij4WSh",
-	"j/wet2hW5jdpxy22CQI5S81aoQRt1mvSKZP2++ed9YFNaBh2gj999uJ7eJj+WT7NteaLp24YVh73OkkV",
-	"6GmiCpl+6Q5iv0FlcYXWJTS7QTN3id5TUyGgzCZlw3Oe/g54w75jb9uXx1VGb8qOParsX54Zi9h75R1w",
-	"y6k25mZdBHQGsOM004jnXC4Uv81S/Hw3YXfTrNLI2zAz5RqA39ityouZgA9EEoDnklpzendw3Lel94Nh",
-	"yfoM/C9qgqw/HHX36Pz85PXb41cJ+/H9yZtXJ29fJx6ddYA8ZUGsYxf0WN9JHFpkV16UCuOB15gE2p4g",
-	"H1UGpq0yUwAfW+WcgKuXYhZkurLUhHHoggXN37HjOFg4yYpieisqDOwpFLPqFF/JE07Tn7xax3CaN/Oh",
-	"QcTfKpRVHi3O5ejMTZYAAVQ4zo6hbvTUtnD5sjwmZ4mxh6ng2l4Jbh+JNdTp7ucw+tMQXRj/TMyVbqgW",
-	"7z/JdPkirv/XEDweoMTiKe0YpytlKs3GQD9SGOj3obR9asrAWcyTiAzoL+8UHAS7x6lY986J49N35xFl",
-	"lZaDiTu7TrfL1bVZ/xN4gn6AqT6btE0s7AfNa6k3DdxghL1MvUp6xe14umNQNUXeDR/5lsWnythr7eSC",
-	"5tJU+he6L2fCGH4tgps+YGuuaNre2S7SHjuSuG3Vdg9X5cK6lRckPRjh46rq7o4ZsOf954eAeMsthNVp",
-	"KCfGmFXu+x922bUgWe77+2YS/qmFKXIM16cKcVYBvLoi7HrsnNBZ4eX4zG8NFoVnhk25nuXCmEF5/qEt",
-	"C/nL/Js4GiH0lwz1+pXTLPcoWYZ/JYBsnhdQtRQ+hVwBdsQCB2QzvmA6SwXjELXphm92k0qvM+jUEcjk",
-	"EFogP8cYyExwiSIbd9qtvHIMqeDYKGXmjCYt9rwtiqVUSHZ3ogIEtBtDnnZ79cTCHCf5EVDQvnQ4u5z6",
-	"DOhsHZs9JA0c6BGMSitmqJnDnfzSDYmJyNHsrIh44qU+4XDJjgZNr0JiZFhUuMaT8/pCmn3xMTM2k9df",
-	"0EhwVtZmywBWh99QzIm+oKch3bj2kS7o37sNRgEGX9dZBQgl1Fa5p4obKq/bXdb1q8yM0DEKI5r0ffge",
-	"9Ubka+5ggKrp9ROG75xgPbuGDkFr1P9jOtmzQj4Vx6hO8bUSYQp5JibrdP/oxj6q2l+ZgU5tg76/dAMe",
-	"9aK7ZYpxoTO7gFt8Jbh2v/3rB3dPMTEA73eh886gM7V2PtjfP3j2x16/1+8dDP7U/1Mf7jQt6VNI3HKE",
-	"9DkJ//ZLXe1lBv2bsTwNOyrChbzJ8txULeDEV7JiNxfHCuU4c+oQtW+Bb2e9SiM5GDgy43uC7w/+gkNQ",
-	"UNwnMnXXDiMe9X50sYGofIQCJbXSRUQZ93mhleHK2ovV8c7ag/xWRixxcVZHPK1DVpRdmkOBH5C5qWEM",
-	"L+0jYQlElltJgF2T5VTdy5DYtDraz+quks0PDpuqpmQYnzmdy6c7VUatZFDHhwVlLZJTUxmjTEb4/OHz",
-	"/x8AAP//",
+	"7L39chs5lif6KgjeiRDZnaIol13VRUXHrmyrXNpSyRp9TM29RY8IMUEyW0mAnciUzHY44v61D7APcR9s",
+	"nuQGzjlAIkkkmdSH7eqZ3YkumfkBJHBwvs/vfGqN1GyupJC5bvU/teY84zORiwz+dTjKEyVP+UyYfyWy",
+	"1W/NeT5tRS0Jv7U43NCKWpn4e5FkIm7186wQUUuPpmLGzVP/kolxq9/6v/bKgfbwqt6DN3/+HLUO81zM",
+	"5vnx25pxknjtGGOVzXhu7pP59y9bUWuWyGRWzFr9/aiVL+YCL4mJyGC4N3w0FW8ywXMRvxZjlcH3xUKP",
+	"smQOX9RvvZfpguVTwYTMs0Rodp8leS4ku4EHWD5NNMuTmWDt85/esO++++7HTrcV4ez/XohsUU5/hENd",
+	"46Ot4NRjnotd876Wm7LOs0ROyhmfF7LBPGFiWSHZfaZyUTelrJCtrbcJZnGRi3nTaehczHEerJ1IxuXC",
+	"zCxihUyF1myYFXLIzH0iZ7lStQto3vPA6f6byDRMceOM1RgnPTKPsTt8jrXNLWb8Hc2GcKlLl4a106Ub",
+	"KjOe8zwXmbn5P34/3P1/+O4/ers/dq93P3zaj77/7vO/hLe9yLTKVud+ORVMio/59QhuwKkLNs/EXaIK",
+	"zeZ8Urvz+EhlbjP+8UTIST5t9V/0eqGJvFUznsia0xnjxUdzgROu86M7IfPjtz8LHouaD09i+70p1zkT",
+	"5gn45yhNzJ+ZGInkTsQHDLcuE3zGMqGLmdCMj3ORsSR3qzPFkdzHmEnswix2j9/Wr1Jokbz5/yus+cr0",
+	"Ky9nY5XRnM1x4TkbcSlVDqcBp6XxG/Af7D6Rmt1PDQ9S+ZTxTJhb6/bZLM41LM41sM8m7LIXZJcnySzJ",
+	"3d4vDwMX/dfHYsyLNG/1X/Uis2j46leGsDbw5bNM/U2M8hoym9PVR9PZebFOpiFnfOQQF6OpiItUrBlH",
+	"0y2PH+w3ld2K7NHCsyjgzlW6Nu8fp+p+zcfc0y2P/ZjP5nk9V1IL0EDOMnWTipn5c6RkLiQQB5/P02TE",
+	"zaHam+Mdf/6bRibfbDj7XhixekYPJTMC/ceXr35g9PIuLAM9C4rRjcryk0TDbOaZmossT3DG3FyCv5Jc",
+	"zPSmicCbzsVIZXHrs1t8nmV8Yf7tMflVbnJ4ow2/U7Jkhpbxr25iuS2/2zl+cPepGzhZRhPz5rP6baju",
+	"9T8tvz9qcdTgrkeqwD2qTvWtSJM7kS1YpgoZawa3iZhpxcY882bs2EH5yiRefd+FyIF9csnoNnabpKl5",
+	"0Qp3W33ziBdaBD8jdnJu5dJtIgMTGeKaDPuwB7CwRjqZecEFxmVsRFS2yKeJnLBCxiB/DtiQJk6Pmumb",
+	"J5UU9pPM1whp2OXvpaZN17zNK6eoinykZgFldhjj+ot4GDGVsaEUItbXZkkyIyHMF6Bk+ZV/JGVcs3uu",
+	"WSaMyhMHaCpyDDm0WpnguoZUDCUKbfRhnod39n6apIIluVENb4RZNjf/yg6v0Zkj4OOh4Yt5zMvBG+rf",
+	"/ukBQog8cVTqPyA63FYhmS2fjcoM1hxBWCQ4dXGcmDfy9Mw7jWOeahEtHdBy1ZePH4hkzXLFBq0rLTLm",
+	"dgGJdtAyK+upOPu9sCYYnu5FzvNCBzjGMltYcxirU4ZZiTgCG0sVOSridKiE4SGXx78evb1+f3XZAZoO",
+	"sAOjEJt/iNjccA9i8jpVOg+S8xc+PU9wQkqW8/CDsiwaKhsWJE8nBAKCr5G4I2IxLH4+z9QdTzc+Zu8D",
+	"ehlNxfWtCKjXh2i7xdZeMzdFLSVHhplolsh5kWvQmzOhVXpnVqkvizQNbA8Oox1drx8pVeq2mPfZz8eX",
+	"rJ3k7OLqzZujo7dHb9l9YlR1CVbmYkczVeQ4CxmzjEsmFcu5vu1E7Nfjiwt4OCuk7hhCO3t/dnVyeHn0",
+	"Fn/mMmK6GI2EiM2xlTGZ1taIXXS6jHQCOAxkfif51JwftF09kfLz8WUraplRW1HLDRUULLGYmyN3jfvu",
+	"FJuV+5bVFyHjrTht1JoIKTKeBy32y9ISHxVZBrZeIfuMs0zk2cJahfDV8P2Z0DnPcgb/q+GiUagioAaz",
+	"6mYbxH1Y/bDyfmWKktTg1Qsqty6elbn/ZtgDB2YWs3ue5KwdF/ihEU6/A1ytuXwjQqqXECH1ZomISzKl",
+	"daWXRsx8JPvP//1/2B1PCxExrr1Fc2Q3Y+0840lqOI8U92kihTl187xz4JMfywQo7JoNil7vO8H22ZTr",
+	"CKjUcEgYLWKc/a+L96cMqMdsphtwB2dhTjD8sJvIWHxkKotF5kgeGLBU0td/S64155mQYVVlbgRQmNXC",
+	"rjmaAg37RozM0pwdXl0cvW2+W/MpRym31iqBmyqyYXk+i3I6cLhAsPHEbJnoTrosE+aLa0QOnIMtD6QZ",
+	"6toQKNFUdUI/q3s243IBhI0n7H6qUprhmCepiFlbyWvzZ5EJpgttWEkHld6skAyWn/waibFgtKY3jZQc",
+	"J5MiEzGjCYRPqiGJOsOjnCBQbr7KQkqOY4iStXsh5glPdzYN3+Qweg+ucrfVOe3YM3ezMGwsF7TPnwYt",
+	"d3gHrf6PP/7Yiwat86vT0+PTdwOjvn3GI8hzgWfQHA2jJ3A4LsFDAiOFPKUCDEvLYFEJczODt+dTkWRW",
+	"+dIR7t/qCo+TTOcRHnrv58T8nzvSffNvjp5i8x54CGfQ5jmbKZ2zF73OARtnasbeHV2ybre7h7PSe5/w",
+	"j8/4LDxlGAl5So3UBJcV4/rW7DS4z5pY6pdc34ZkHCzC9VpDnbbW89Sa28s1hWVs133I/8BH/2p4qsfq",
+	"hvDYEHVM5wEInnvDIBI5uR6HJvfblOeME0NjbZWhOErkpENnwLAXs1R95ossXQDPJs2M2ec2ex9AfkbO",
+	"jAKeVznE1SNlyTKoi3r644oXx02NDnwsRolOlHTLWMg8SeHnGBnmsu3SnEveLIKiZaRmszqxY6djLjor",
+	"H6Ys0GGHjDygjy2tp3uRsTTXLtPDjMqbRYhoFC2cZm1cx8OzY5arWyE1Ex8Tc8qBB/A0FRkIeNAgRDru",
+	"LFmaoZBDZekeZJWSm2TFTKkxNwstsojphc7FLGJzkc24Of6szZmei5HzzzMp7oz1XMhOxOhcoWma82xi",
+	"LDOumVS5OZbxwtxTWp1RaY+WZq3hSWjqBo/uSMUiZH7onN+kgoksUxkzN5Fc+JV/vICP+AkFrj76SPaC",
+	"ytixvONpEp+lxSSRF3MxCg9J0cpt6B/mESRz8TEx1mQswjJwnMhET7ccDT2CDRx9t0mabmmSymJ2I7Lw",
+	"ZB+mP/FcNJEtF3Cj4dZIMUnI+lg6+uCwpxnboSob+KH+aBy/rXFgkwyvWHoN1roqF8NuBb1uQidqEvAg",
+	"6TwWWZi0dB6rIsxc86yQI7MIAWGcFQIlKBo77EYslIzRiv4oRkWush3NblRhDGyuWZyp+bxyPG+USgWX",
+	"K19JE4rspP15rPnwczEn18kWXNnxMSs7DAczQ8PpN8LM8jAjF5DDmAkh22k5MjOMCUQfcaaWUxeCnoCR",
+	"+fAikADwG/g5mM5hsawmuKPZOJE8NRagynLU+ufAf3Y0g6MHKtlP5qbkH8LYmflULNDZkUiy8ZrqaG9w",
+	"dpCi8BmEzDE+9pdVvW1bzhpknqtR/Q9ldP/Dp15NaN9jmJ5we9kLSsINHPTxfgDYOmdN4B6RwY2CTd+i",
+	"yR/ZI1P1DnTZKYh3ngkm5F2SKWlE9+4dzxJYS5D+B6j1W3+CjBnHiAf4EXI1EfnUyGCr4e+zX5PXEZOK",
+	"nV6ddNnxRCpjCYK1ocytaNzosLlf4Z5VFr4lOy4ZUHXVXhsGIWJjmPmso8bwtpzq4e+osLSNjMhMfiPL",
+	"OadQ6yrXnWfKqA2rM/7J8CJkn/6M2azQORx+tBDLANaGmdqB1szVnLXtYpHZRG/npzTKJq9x942UzHki",
+	"USdYy3zsjTDh9cFEIe+2OrArazPN8/mmCf18eXlm59JYZUIn+SO4ieelJYe7dbajvW6MyXmm4mIkMr1T",
+	"ehxPD389KnlKH7kFz7LkzrAWTV5ux12Y4y7wICcJPk5Swf7lzeHZxeXh6fXx6dnV5cX12+PzPXNXQ1+h",
+	"0RqvJxkfietZwB3ya5KmiRYjJWPNbkR+L4RkF8fvLo/Of4V5XBy/++X45IQpiap9w6i0FLmRyWv93nRP",
+	"nw3N7DEcxUuXf1WHCbKRdfqtJ0pWZ2ADF87/GItRyjOhaatITCS50PSDKjfi/dWl2wnwAY+MTEBvcHhX",
+	"mh9eVCfCrt2GbMwGDYGLGeutrTIjeVIlJyLrGHMvxMs2hcDR6R1ea3MoimwkNuo05+7GNUHt7cUauFjA",
+	"6Raen1ECryuqR4AopyJNS3Vu0HKGL1uIfNBi5nmGMbQ+qYDsp8PjExsXAyXWmtFh7+qDraHN8XlvCbzd",
+	"cgRVigXk16WB1VBobWFfrTVQPTH4KDvrNR/djpP0gW4gIePmVq+6E1nKN0qo93jbmUqT0cJZ2A/My8Bn",
+	"IehY8/n5aCrihtbWqgvcbBbk9rAb86bIMPciZ2WaUp+JBBRTbmm9fT/lOTt7f3HJ9u729+zu7H1K4s97",
+	"dE/ObwWGe1M10ehLGk0LeavrHoT78LEIuNWNyqch/6WfP7VVjnzUStWkOYWeqMkbM+OqzfXi1ferzDpz",
+	"q9+A5Gmr6nIUkgb7fC405KJ+2m5xVhfEGWyN0gqjJ9KgD1ieFQJku87B/jEb00Cv9r5vPb+CJPm3IhXh",
+	"rI7YXAl9hgusufoIkQlGtzfSeFbc2DhS7SSPZI451UuOkIe4Kz/Ok0zo+phvglths2o4myY5a8/4x2s+",
+	"EWUg5q/oDm4eBqa0lScJ5q+sUia0yO5c8sRaWwXqSbz7S91iVcxnhUT/91zNi9QsNiXQB4PF9fprw5fc",
+	"lRUbGxLxIL2nLLawi7jRA1qSU1hEE0k35n8eeW7O4V3/TXbo2mmfVzd5aeIVum4oqu9lXaUFEhQcgBGF",
+	"/QpJ8cnNcT58ceWw1X6VtfG3EMm/GgHIONodaJAkemQUD2MV9sHOvBULNuV6Sp4sVOwgoIPRKWeZ2tQw",
+	"siKJpiLQUhNJxTWgT8I9qFF22SEDnyBmX7EZzMjZR+RRYzxnkIJm4+Q2dYzIdVVwE5sJ81xjkrh8Mojn",
+	"G94UMe6Cs0wXxnI2+viLl9NBy+NWY5VZfrV6dkWW8DT5h1m9ShlHcPXfKOnlYGmXe8VnAlYdxZqAL0eP",
+	"IvjsNOU+/XZ4fHl8+u76p/fn128O3/x81AEZZ/aM0jDD9tZdXTXXGcfEa0ilFos+G025hNC/sUNBrBba",
+	"ULJKY5FZobWZiO2AQcqdJml8XshzwxlCSRMjcwOwT1AbbZEEZaiNbQpMQHUb1WfAVd7SfUQOnZ9/kbMb",
+	"YShLs1x1a/xCZCoGUhvMZ4K7JxYfIZcjp9K/MpkmkZOU7qxJo6lNq9sudSoP1V05ZQUmkAlp08twyhTX",
+	"s6WdCYR9IZshKrMIg9MOpzY4C9Mal96O4AztVwXJygtibGeiPShiu7qfkOdmE7bKNXGpp0vx+5qwhdUF",
+	"XG4D5AdDxBdCPZsTG6jqs05uWA40WmwpOQ4pwmD4LDAvy8GUROY1VWlsiDZVxryjtE2giULCRW3Ww69S",
+	"KKQNZFNoQ9qoPrwUMyTI8zkSkOHGM8EmSorO6vGvSW5+c3TCcKmY+DjPhIYCVSPxGNRt2xxA/EfXc5Ye",
+	"MM5GSuqcy9wTD7GYp2oxaJkvsN8OOZlYqoOcqbLTP34f2Gm7jmvOnV1hvm599w2r3u+Z/1fDI3Se8VxM",
+	"FhX51Pp7IQpD40tZ+/DzsI+ZZLhMkCUF2V+Y1PSvV0dXR28jyjBLKD/NiCAr+UmLiMz/gNFtVj8vMqm7",
+	"bDjiciTS60RezzM1MRtCxTxS3MOglHgM4h9kYBoLDRJTmveQZHBjWJKhnFmulWTDUUnnwwhSFCnGWk5A",
+	"inuh87pPhWKJw9fvzy9LZSQKvt7PDreLuvqN5Y847uaDjIq6I5MNp/kXEbDypiC3dU36Gp5JpKjIrjLs",
+	"ZfPQcTmBi1TlIUW+znirqQzLCglbYtTNHc28hcbdnooUIn9mTQ4wnQ/vB/FcXof0N39r0I1pfg6G6Gc8",
+	"IKcdryMudisW4HMyv1P+IanS5kqNK5YneXAPLl2S5n6vZ925EL5PEym2jeFv3giboFDPb8wdDeQ15SA6",
+	"+mxFjtDKzw0lRAQJ90TEEzSlVtj5FrZk9SBscvjCuzfMC5ZxTQB1Wc5YMtjRDFfDJpmLbEfXq53b6Wnz",
+	"lI+C+RduILjDEVF730gpoLIa8qyNjSRyVF+RQV+YK3WLeiuyEKO04kwgB4gcCs0dPQ/JM1DzeZCqD90k",
+	"Da8z0yFBYYxcp4/g1NeqGmGbChjJ1mQAV0G/bXDOzNbUEKkR6YncNhhR60cLuJ+O/jVip0cRO/r344vL",
+	"i4idvr+8tn+/u4zYu6OInVxG7OSItWUxE1kyAtZ4fBp2T/G0CBsqmDOzTeZBUE6qed1aeekF22m8l1hN",
+	"gc+XAbtkxiciYjyb3GHcAX7Y0ehcmKvEBmXFbJ4vOljLXGqVAbt168yLRydCwJQbxAbhtuC6wtEGM75Z",
+	"WGz5nFj7XrJEAqsaGok/ZJjtb+zHSaJzkYmYDa3xPmS5mM1TrOf4yEd5ugANnNKhVlfWWsdLToY5zpKg",
+	"TkRmND8yNgXq9LB/KzUffvWTMRY2sm1z178hfRteRSS47hGLGmHjlg4iouFz52IcTu12G6aPc4SG2DKQ",
+	"5xwy5ZtsSK9mH3lo51Y3KYnFbK5yI3PDBapuwB3Njsubd38x+iAmcCQaAo192jg7Wc8DuYfeR18uDSSY",
+	"DEnO2jcLgFnCCx10c0Lkkkt9Dw44dEPyHAtshvSKIYP16rJDZj4ug4cGMhNzwSHJnUsmeJYmdAnLa91b",
+	"OUHYwFBxEncHskmW/3+TdYCsH1j7H7TAq4eF4XA6Qr81t/6JG+Q+baB9dGmbf495kmrGU+ulWGbr5eTL",
+	"qC9WaMwSaf+9QebVW4Qwcwuk8zDmfFRlrcNRpuQQxNgQq/d5Olw9xiPDC4r59X0iY9zYJWkKtY6zRGtj",
+	"q4MXSCpm8XwyKOsGcCZyK9pY7wJ+XahCTlCZk3DeDxi5MmCaC4F4KN7ReRWsj8lCyvtPyZ3YHSfGcjQ3",
+	"sPag9ae9V+xP+P8HrQ5yM/uQylj7f05VkaWLiP3PmCfw33shbuGPmZL5FP4ys0oXzSp37MqGdEoXozCM",
+	"Nmep4MZo1GaeP/b0oNU5oEpSs1I8TSZSxCxXwAeuZPKRibkaTZusz9+SPA/FtY4gNS2ZCeucKeY4QKLZ",
+	"rBhNifu1B619mFBUxjVikXJDS9Y/hhlDTSYTZnOHkDdNSwEeyZffs9GUZ3xkDM+IaWWZKvood6iOaozG",
+	"rZ98Thnn7d93y9zzly8/2987/+NfnjJN50HcFeusQ6GlgE2SzMQ/lBTBwr7jw9ND9g9gUCqzh7o9aB0V",
+	"5hjvvRZZmkigJXuwri7frMKbhAolH8jMAzEA96p63napboV8YDLWAwK9lgiXD/AskW5V6lF+atw+9ipW",
+	"CpgPYjO+wKJUF3hUGVoQEZ0ceqjLzhHYDqEswNimCkIl0wWIIx7PoAqE6uhoCNBh3NAQBH354kWnsY8J",
+	"0caWxFYgWUmlG234c3NPDQ3A82v2P0smE5E9kAIA2Y+0zC23dJykQd54yOgIQqhhOcYwhCGHrP0J3JdJ",
+	"HLE5X6SKx587FHmAO7r0a5fPVCFzh/nQ61mCsHSA0I1l1LZZuKEpM33V85hpE3b5lyV2uZb91uHGlKyx",
+	"zqbd/IXBFJwdXUZ5IDV+3SaVKAHgfB20+mzQqu5OEg9an4P570/IBUsq3cARARTTosQFElvC0UqLh5Hj",
+	"SXIal1SAtoZJIEjtqPjACrIZB0+bxacgAD2kRvCDwMqaIRFaCrxpsPYsVpBxOU4QctS3BesQyOoSqlam",
+	"XVP2A/ds9nDYG4Or+zHRxoh7vHXRiL1STsTz2AU/8SS7mHIE2dniC+5FMpnma6XYjmbavDli+92umTBr",
+	"Ww1iv0n4n4YIztro5EeWiqszA309xNEADmfOjWUvSQkmaDB2o+IFHXJjtXZ1Lub69/0PXXTuBUlpJrRu",
+	"5CzDCZUPBD9IZUaV3tIg+4nLas4WlMDfQc50muic3Up1Lx0YDKno7UTqXHDA/R3aRP1hpw8GE7xrTl6J",
+	"qKxYxNQO6/7Y0QdQj1NNn4ngDWWajn1Nly1bjuNMzazlaAh42GVHruplInL0wKOjZU2t0pDr4eZaJayQ",
+	"4RolJ/F7nKXFYSK+Y4UCvBiDh5AfALexREfgDMJySXBPmyvmxPJRDuTVZV5GkMMmy4QHxaSX4FlY+/cP",
+	"uGdS0aLfT5PRtCb/7eht58CFGS0OECGAasuCYU1phxxxYPodoW4PcRVghadclylwFEBX95JSLxzsF2GA",
+	"LUODZQKzESz+N4yNkj5OQHbYVJcuwyjIjmZ2l86Pzk6O3xxeGKVzP+AA19XUhOPLo19bIYEepI4KYUCN",
+	"LcKFBmjE8+u5Erkwhec2Q2uFaIJMwhB60Oqyzr8KrUBkCDOkq9hdroq3Fxk+iqGRiA0gqaeLD0NqIpEl",
+	"KloInVG6ntyeIYqeTVqQfGbGrMkfdiIqkNlkWAyikEThKfomRCBcYejYrF2aipB/g96IzgQ4eWMfcgoD",
+	"7YcXF8fvTo/eRuz11fHJ2+PTd4ZSCbqpTNDA8AFAF1n+5OcZuXQZM3mXkd6HqjVI+yBYA4iiQrSGnaq8",
+	"TEJ1kPZL+R8BEbfC+11h6fZRqGmez8sAFEkzc86wSsywGjh8WkPdmS4lsFnOFx8/duzh1FH5MRYzGsRi",
+	"CRL1/Uv2S/K6YzkykezQ3DQsKzAqxYwAzcu92UAdHE5lib9RDitrg0IIfAxDZAgsOOGJJLj5X4ob8W8i",
+	"5TvaQcbc8NGtGo/NWK8+fkRWlWdcaqgJQvABsGuBfwF3INZ54LF0miYeFotV5mCYlmB8VByOmRLU/OPC",
+	"cDORT1XVudN6d3QZDI37+xuKFtaCikStIqvBerrRKi1yoi+VwX81uzo/qQXEKsdfgleFNTWUt9/rmSP2",
+	"6scfI0RP45Y2AReig0xrJjhp8wgAlHj4P2whctLSfn/V+y5iL1+8+tAvSSjRlooisFUn6O2UisTWTRFP",
+	"zBswqM8l7jrGXGw0/pogPUIOem8lS038+5cbVG+zyCGV72fBs/xG8PxczNNFCKolFH53gLgE6ZdnKjVc",
+	"SQp2z2VeprP5838s3gxMZdM3UCFafXnmKvvi/seQSwoSMCIfBq8EpnAftBwobPiR26aRhCpi68Eglk9X",
+	"nPFEBlNQLv1KtcSYSUUOfCxW97JPqTpSQeKjWRaGSeVtnSej20o+mV+wtjKhk+ROWHp5mJ3aDL1ofe3j",
+	"w43WteW3rkpyuy+Kec4DIVKUZdz1JaKQHru6/Gn3L04WnF6drDi+X/7l1Q/fB1OWMsFnfsr2Mp5Rg4xt",
+	"eEWEk163CHpbuCP30NNWpC59AA0Tmvlpjdvx7enFbspvRLqbJreCoGxBN/v+O88BaZQ5ci/ufojQssWw",
+	"esyEBB2alNxU5OSvipMJ6rje/n3/3bJ7d5Nf8/v9TWGganynDiHSBjhjDJ/FClBbjalSyVKwtwGbyJM0",
+	"denO7Usxm6uMp8Z8wCHZ3IyZCN3ps6G+TeZDluQRuxVijhHp4U0xHovsWkkxxOBlmpa/8jQddrDAxxh8",
+	"trkPZVLb+hqXa922CdMgR4fo3KNH5eKeL1h7yNNU3eOL/ZxbM7dW1CpnU/6Dp2mZEg1vbkUt95pgii5E",
+	"xrblA1avWiVBNKHUmA3NSMMIisOln0ECm2XUkklyJwgYFSzAZW/zZrTFOgd8rVWLvn7nKEErfUhFCstg",
+	"IEOjc785OgmDa1176FrX6+C1yjPdKNoIv/iqK73J23/7g8OXsM9HLWg986ER7GmIsfhh0lqSwF46gdQz",
+	"FxZgNwtiPhQeAIPckYYxJMnIiZmZQ9D1f2ZzeAM+UnOJMtoKCMm5Jiddq8X2K769+6nSTi1GpdWMjSGV",
+	"qp7c5hJV95DhFRnmA1AjgCcCbLIKT9Kheo5cAaxvU9vLAoybNUQefE0ehgm4VKAQH+btswIsGmlFLb+I",
+	"8fzo4v3V+Zuji6XfobixFVlk5vJqKyoBnFtRC1FRWlGLCjVaUcv1t2hFravTizc/H729Ojl8fWJe99v7",
+	"81+Ozq/dU4jea975y/HZWQ2Kv9dMaUm4rofCm/HRNJFi12wV/OCh4lG60DXW1EqVX49VIeMIwLvTZBR2",
+	"0cQi50kaRsYypm9zQe/51QMKbQIlTyNRi5lT1NmdSZ6KNZbv6lpdnR+zTIxFJuRIWA8VZe2ZVV8+c3VR",
+	"HHPVju/mSGiFQe6BoYsLAfq43rphTI4NTDbaGJcnYZX9rLhJEz2F+N3DVPZQfyfs8+cSJFkSGxaxYLn4",
+	"mLMbVGyd0yuQlFSvIf3HYPCx1/vwJxAbZXYh+nYgR74ushvM6MTyIz6fCyliOhNY70J5lQc2yqeZLm7M",
+	"ozfC8KkVxa5RLgbGbrcTEzBFNwlziI3ZMKxEg4cHzh364tX37JfkdUA8BLLVP9RThIiBJp4GsIPa2gR7",
+	"EAA8vchcNLXMJ/BQViC2e881m9vZRRQYxkp8s/VG7IzSIhYxa0uC8jGiTqqMosGNE0yq4ewQZwqDDdbV",
+	"NTTc+FVIkGBSKMWgtbc0FIKOrBaxDQRbyOmAIX87bZpIZR83onScFXpaphg8hLM8WLNtkjtUJno0oghU",
+	"+TfnHG2fgxzOvID3hJb1nOfCdfR8/MlM7au2qegPJR/t64jtz4xeuT8NKg2PbtxGK2M7ls5Bjfe+eWNn",
+	"Nrd0YdiYJ2rWGLUynotrmOYWORduWzedT//ta7/yYYfOEcQSz8HEPsOo5yJLVExOEqz37qFT/KYY3Yp8",
+	"R7MRn/NRki+wTZYYU2/HVRqb12HX4CB9toGsPq9bgCsttg1xUQMElxrgB54Bsg1BUDkzu0CRump5h0t+",
+	"SKgEMn5KgIDjyyMEKYWAft/DZMaoOm2BF1Uvk/ZcSfkO1mDgrY9L2qtfhvbZFfZDMbfsIr3ufTLv+dwJ",
+	"8weZ5FVPyX7N9ri0EdyRjcADTS35c6r0woa8D3RgxzEU2a9iRRvz++r8xK6Tc8cfnh2T4mks6P7e3v6L",
+	"H7q9bq+73/+x19tfyU8PCT5wYD4yBFiXXxxwzjwE+lRzGd+oj1U/jURP3GoVeF4NWKgUKocMSZc9iriG",
+	"5kF7d/t7GMrRTE/VvcbIhRAM97FLI3dCKeQB5+uf24PBn90/On8KOqh0qpaI9WVUV8zugk7UG9AhSlnC",
+	"ffFyG3AaIrAwAc9VlgOA4pZkO7VxNXguTd+PW/3fN8BTL4XiPn+IauCOoODYjRBR9wZsZxVDNwf0QkMR",
+	"H4KZwFaDR7cKwUkbjUCa7pWEptlnGXQ+FjE5j0AmmZfuYG6Xtugu5MsiaLAMQCZ3MJTZLWEum0vvKjbp",
+	"4xInaegN+1sHjInf8sCZ00sD9k44NkxNI8p9UDJdYHvGTMzTRd/HwvyyEWS7DuFl9BjYFtrBG6vVqPEY",
+	"6OdmQflaIouwg5ZtyksVeUZKBQrU5sX1DFDIAwV/Z1eGLOHySGWUx9Bjf8VUR5VhKV99SLQXDImKmcoW",
+	"1zeLPGSB/wpXzbBww9bv/xxeY2OSPkyIGh3rehMYpWKZ2DX2PTiUvR7dsbqXGMlENWi5bKHEslzOF9xc",
+	"Hhf8VCozcUhZ8Qzgp7EkBrCpeQx/IKkEnbvnmGzejPWeF/KimM04+CbCwCBb4FOPLILoSlsFQltbAxvn",
+	"kKGAX/uZizrCnodiHlH2KaRHYmpTMygVD58vhBv/pUqEqeelCOZ400UjtRLJxiobib7NpABCs2WKmAJE",
+	"jfeaNCMyo0duN1f52AekmiVpEAT+HyksrVEhGGzylAHeEWtTyi4VlUPIdgjOs1ChLd61rkcTpFLapHe6",
+	"38Z1D7Bk3RlMrha9TFbFJ8pEQapcXyrUD+OibIv4TOUeG85dDQuo7INeK5bD3k+7LV6RQGSxGLcDYFqi",
+	"iUcJykI+AFraEB1WWpUYmdpCS0eucSz1Es1x9zUUNQsZg0bweC/mOjjq80I633YQXuIanKqaZeoe5xvz",
+	"nNsDhBGHXXAHuQo4Lp0j1giedZCgq/1utsUyf5AHntKQtnI/r+mA03iya1ts1EA+YWeHeCs9cHkrwaKm",
+	"+DbEviPX1qgM5jZoSFHbh4JCfbCwG53h54V8bqfjlhVepQLxwEKu80Keua7cG3BuGfeqdIyBN97qhITp",
+	"JABS5bBbayZMUL/b4gOBKkMwj6sTL09Jo7hDeR6a3N5AKuGtq425QmRbvy5h8nxg3eCDKeoimcjmjW7r",
+	"lDGqHDKaFvkIpUIXqshFphGXBmoNZnzBboRX6D789HkYTK3xjkwgAcMVYYSBg8oa4BUYyXsr/6BP7ZRX",
+	"bnmyBq+xmOfTMOBiLMTcCWUpdK77zOI+m59KrS1TxQT1MPBZ2jNN5bVC5jua/ZntlwUc+3VAsGtbq8Xb",
+	"doOAIuW6NAQXMCYBHao3dipJTe++jf0msGAwFo7BkfoB+KA2R4O17TbvaJbnacSEUX8J688WsFIiCF0s",
+	"UxygAzb4GrXfSZwwjM2ZimjTSk7bTnI2gTxPhJey+4R1LkB5t2KeN4dFrA8JOkmwgUGQyIDQj5+yVV8c",
+	"DiZ+Be4XRPvSQWIDcybjQavPXkB4BGEnzYrsA7LiU2BerlFlbNpsjcfCJtWC22GJ7MJw/jZbN0h0/jsN",
+	"MSUz4dYq0ZaOm+2pV6G+Oog9KY3nvX2Ud3vAgn9DUP8QbkFA7JHf3Daq3yZgfOFt6lI1VoEuwPLva56m",
+	"HZd9FEKcsvmLjrW6xOZcGe7B2pX05IDevwJs9SSywUJRrUWCWgPQtFqoDtBa181wuMD/5gD8saMcgG1B",
+	"QyIHnCqp9UY+mu4Wc4bvbNqZsY5rgfJt7D0AraqxZMXHnL1ayp7XrC0Rxs7wX0RG6oT91+vP3pJP6ysB",
+	"Oq06TzIxMkK1Pv/I4z4Qm7MiCDHFCU56WRFopEXaQxeDtyUQirhN5nMRX3tr1ZSuyB9RKV5YNCQiH9Lq",
+	"q3C9JmBVjhJKUlphG27jV+i/uu1153h1B6KSHT6Mvx6u6ZdCeHJlemAGrktshegCftSdmpytTpvlMxGz",
+	"IRYpWIrFQoVd/PHq8g1KT67ZYrFYzGZxnE+ns5nW/7AVDYVMhdYBymFmISCs65Rl8IQz8THRoc5ApVB3",
+	"DOdRDGPZZbz0+nVL/szeCDuV5sajk7VNv3L998UUUAnD8D5SEVxWzh6ezFZ507quMhdzMcKiwQfE0taE",
+	"0SCXKHd4EIQ6soTz0G1tVUaEj+1oOH99tr+7WknnlQFFJav2quhc7VyjZYSPDC5bky48qz5g2+GpROM4",
+	"qJTGgEe7hLIhZAiaegnhE0bX3tiIl2eTu8i24IpZnGQCwGxsVagtp/FxdajXbWe73svW9Uw16KuzO1Fy",
+	"4rc8AV6pxlSjhE/XNC/b780AIUS69sxzrm3p0C/HJydHbx1iCiyqK5gJez34aCoadfKzcTuvK/zGJcfL",
+	"EXPx5L2bRO7pKdsdhWdT7V60lrHlYu43O8KnCTc/1BEFy9IhpYt5dx5A7SS0GZ2qNN6mIYcF6Q+2zn9o",
+	"e/yRcsxrc7+5M6gw5yCx8dCwXE0ERB6hVzfAF7MJl5MOHDWRzRLJU9fHioIv0AyHAP2AIHVykyYy3FMV",
+	"3F7mieuQcvH28B2bqVhA0spBGbGC4DVhQ0BPV0wOCPSj2Xi87KlYFzg2w/XZ1LYGdL2NqHGXVWXAjaMk",
+	"OaIRACd06r7raa9lIL5q7PlDw/6tx6L4j1V2LQhObG25F6GOfY5a0zzfaOc4oBpjjI7X+N4cU7bN6Al/",
+	"3Uv4SHJG1GCW0dXusbbhQQQ4aGFgumzI03u+0EPzHp6b17gqoS57b8j2PtGiBsQRKGilNNZGoWqu2naS",
+	"eOFWLCx6WFbILsFsmanWFN5aMDl4+U2RpDGOx/76Vzag8sRBq8uwffEy1BdWHQKz9j4GzoD4CGg9cOgw",
+	"i9cF7LEh0X4PAZhGxtCDJF7IhcpJdwe46lECL5xy3aGxE9tJvssOK4Ni1anQeTIDtzO8NtHLXbEgrWBc",
+	"aNtuCxBkm+UyY7PQVWpCyxilW4mVpXccrhokMxAG2UgQalewaBpbkY4T81ctBlhzizgX82Mz6WBXqyRN",
+	"rydZTTcep7J4LMZrbkc9ZiDscCPyeyEkuzh+d3l0jlnmF8fvjKSu4TWvdKU76X5PB7lL2V/Lpv1Cy5qV",
+	"hm/QQauJanXAhsQ9h8ThhnZ2Q6A9n+E5rUlJccCGfD7P1B1Phz5vlAx/FjZyZPjagd80wpVbWRA2/yIk",
+	"3pded0yhwXM6RP4yRJqDW8tyb0SbAUxBkD6dyKnjeHbHKk3VvS4x4HbCKwzdwQS0RLUIfZUF79XmJjvr",
+	"2tAJHj1Sm6BYWxvJvPsPkSk8cGaImLV7lHBfE93xpzPPhNH9nBC0qf29hnNKzfF34QuC7FEZo/eKmNkE",
+	"o8Kf2dq56YXOxcxhGa7pQ2a22hh3zOEetqnGYZLxGRtx6WyXyGEKGYXdXroxvDYWkct9xRY+WSGBNwLy",
+	"V8d+q7fEiSRQHku9AC9lRFRgr70NOXBKtgPSNGz2wutebFSeX/nHC1iEn+i7jj5Sb1D2lvDafCyQbEez",
+	"9ndrVrSCDdmQ9JD90/kui2xUSm1Cys6l+AXOUgWlER/jmWCGAVbAdwOe3+oUrmTy90LY7G/fwjvlNRqS",
+	"FLm5L9Am0KiuxB/KsiFYbcgChMf6Sw29AFDBXsSzPzebjf7JJGMAomreASiXnKVKzW/46JaBS35s7m3z",
+	"kp4iNtzdda8DrBXoPmDVGlXkOomFn42NxMZHUyOu0AQXdzaSaQsvpkobM96NDu3ER8LTsvzbjcGPcwCZ",
+	"TngQYu6dBVwt0jNoEM+qxUIN1rZ/4O0E1EZvMeoDNul0y4b4eSiXcP2BI+Mxt0c3uK1KVvllZWfNlSFa",
+	"HC4OaU+RA/MrJREdSndZxORhMXO5n6pUrEJaEJQFKXYAW2eHKisYRkqOk0mRiZgheomhExqtuhP+ebX6",
+	"xm/vz3/56eT9b9fvTwFv4ur8qARlxG8M12PZdvwrC3Pq5/Yh7KZP+lliTi/hHVcxct9fXS6B5JYKrBcs",
+	"YL8mr8nDIGMwGq2tuKV7wwNzb5RXXQmQfFjNL6nkNO1o+/E+zqfDc+lil0Sjr9Q4tgH4GFvatz3nUhno",
+	"N2d0CI6KIeArwV+kIJGUHi57K0D/GfJsoofOcXTAhuYwDpkuiZlSchNJ1w4AShTZSTmG+wFGidXISl8V",
+	"z7iMHPQ6nWUym6fcaFKgbkmlzLjolpfKKZxmYy0QaFkPleRMwi9SlQ4tdkGWMhADqW/WSjfMQFZbI/qt",
+	"LxKVJflSu2FgoXyUJ3erpWfzTMXFCJM1JFh9Ts/oRMx7EvUAeilkSWPxUtvqOzep6DQpDq6Of+7KKf0j",
+	"hSlMtrXGeLXC1DknUac9OzoFWFrMOXedi8aZEF1GNZQIMWV+trBSErhRhGLAIS/Aa3EpcBeb5yH7ZbiV",
+	"kqi/BFp1kL6/vv6zVBGrSoP4OOfgGJK58spB6xqNPqx+EXlrIif13tKfnYmF6zbj2MrWTOhG0Gb5nh2L",
+	"IlrBB2rk2VEZG7TML6UdYzYpHIwRo0zk19t6eZYaLwXNXMDME/KObAdiiJQiRnSTCWi4bVsXY43moPWn",
+	"P0FDKzjVpJOkaqLpIeI9rO1VOCdYVoaLuHCvOCixwJ1S4fzVdpEB4932ZlxF0tzk/7Z+b/c+KAPH9hSZ",
+	"diaA1QEsEMl617ivqltKcE7w0hR0auOKpruEiOvwtBq5vAGMi/C68My8ePXKA8U1E60g4Q5aD4C+BQAA",
+	"KHptBOpV37n6AaduTL0/CMKsDRqpj0u2hEIWLe+quV7n+1jZwVpj6zee5JcE8uvUNanYjSpkDGhIHgTw",
+	"2jSBZlpMJWGggRbjXBplucaOS0mEDcRcKoyOUAeD0t1RCbJnhazE180QlR+gFIwi6wfsDjO5Sh8SRpYh",
+	"n6QK8G2FT+Ni/uWwy5a5xKSLlv3V8X8pDIHt/keZ0pryXowk3YgMz2Gnnw8PArUShMSzPZ0Grfhmd5ZM",
+	"jN6BkdzNHlL31WtcI249OKRfAmnYL9waksF1cKdh6zYUvaBbIjLoLcAut2nhkORe84YtmjFQx5q4GEEA",
+	"azUK3yT+vtzyxYwUmW8NLd3l5cmW9P+z5yyuJDbfinnuuWYSr7CLcCsDzPKF0VNAY/nhRW86aPmJYdAx",
+	"U3f6KBquLUI7unDLMA1UYeAt1utlboEiawhTwCRLaP17vrD3GxaJRWzwCNU7urx7dS8ZttxMtG1Jyyw2",
+	"J+IihlO0y+j1coI2a5f9Ri6PTi+P359eH/50eXR+/acOcIqUL0Sm+0RqGfSc4DnTfGHeSnXM/EYVuceR",
+	"bSFnLEZJLPQBfgKETmNlxJmXAQxp3ezQY9OhPPBAjsLSii0Bgnz3IkDllV1p/gDt9OYHQgHHS2p63wA9",
+	"fG3tMz4Q8h3Q91xDo5swQBa1NK5NXSuvWxcBlZ6TsnAjzBEzll1Y7QGeHh46odbZyyLDBmItLir296EG",
+	"GjCoC13VtF+piSVs4+Vv7HUPOGxVfo3cpXlOXNNCglUL+cAVUOhVrbZEjy2D8krWOBrs568jl0yUDVSD",
+	"zqCS27leIGjG9F13KsDWGoH0Mlr2PdeIGx8RoK+NXNaQHrlcDKfMy8a40DIrmD+xbf+CqFXd5XI5VtJB",
+	"luIqOpEjUW4TZBdmgqfpAvoxtzOhBemEXkYReLCFLnUsrMSXasn521ljV9RM0Sk6uPMJQHETMhGZGbFY",
+	"MTGIejoHrIc+raWmH6NqgGFpLoaKYSHWpDqguABV3VjcODtDBygWYq82SDgU5kKCqO41rwrBSNt1EOdy",
+	"uUwW2JQllmXOGTgdYSZTy1Gi9X0ZSvJbWbTjLNHWsWqMigNXzH3DtTEsAGAFQy6ymIksGXl9pCyex9Xp",
+	"xdnRm+OfjhGqGVlHK2pZJb8CDx0EhcZstwDu8zIutLUgzDjnR0e/nl3WYEGDF+9pECAf0ou4Bv60Pr3W",
+	"a0Lc3H2fiTt1u+XXNO/5G7Vyu4gBXwm4zA5sjBDWFQxV6t0j00W3Wf2430vYW4iNFeOww+EsbfQEN1Zy",
+	"kFY2pVXTS4NTKSvEnoDc/MbHa1obb1V7uKFl7+YEtufumesVZmzad1zsZ87Pt3jSzYmIaGAjGdkXr/k2",
+	"m6P/MHCoh9VIhTb9CqpTtp3NKrMA6xFCnqMplxNxYE1E29x+lBoblw1tQV3ZQ9QZqyxThQxAha4W0VXA",
+	"INeU823EcfTL+za9tKz223TnN1PC5hdsLcM+Plkx1gpNYfZ2wDQtcUGfpqD/Yb2+DowtQz0oNeS2mh+g",
+	"BRrSpEVLsJ3AwnaBb8TVMd2mwATBZnOQ9qUym0hh1GyXizXCRAlF6FKoqfbLxJaY/ef//j+g/nYZIBTa",
+	"3kYzv+3bypeW4VKXdE5BiR1N5paflQH8FYLcEARAs+AmXfKKOc9eGZkikFkbEUH/IodpJHEwOjXOhLh+",
+	"WNQSHnVgpQE/QliRewo8WbNAzg7cCpLcPOgwJbd6tF5HSPlImO25hh0MJLV4hOACtAmV1reXCKLT3I56",
+	"ArDc7bFx+5Q5Vfohj/796M3V5fvz6+PTi6M3V+dHfcqNd5Y0xOgQW7nQIouWU7tUxlZedn51en140XH5",
+	"3jNhBGCiZ3rp7dg46m8qkTZfe/jnYZ8NiyQesjaHEeGoTDJVzD30aozIrQx8dfz2+vzw9N3RgUsLpWwX",
+	"lS1Y74der3SpI9PT5EQt74JW8bHXhBauU1gDcEwt4gkvp+Vu7ERsOE9iqYesfXb8NmIzMLLNqMdnb8rk",
+	"NO19DLpxhIwjl4NtV85b6FjwfIppZ7iINmcmcQXNB4yzeZbc8VywvXw2N5ORIofJcPgTsw6RCMr4dyjn",
+	"sEwztGl+5m0ZJKEMWfv85PjX48vr07Pz928AqI629IDRlbeHl4e4S47Uuz7cqGHEkGXC8Fc2wsWE6Kf5",
+	"KDMc/gazp8t3L3Bm+FB3xj9GbDQvzB+YLZfEGv4BQ3sdkd0sIhrZXJsacWJY8gTOipKi02VH3UkXSPDP",
+	"sJF/hhX8M315dy3q85pOn9XzytPkTvRLhFxb4ejlnoqMQfp+lxWSGiHDMzpJjTrvpAvchJmaC5GXzcBi",
+	"wWPKJq8kAJqRpaGbOde6jLiYAw6/oOuz8hRwgU4XXtmvjnAAzbdJFGPuE493af4exM3+1MzFJUZZeckt",
+	"0h/JxS47dIIYkFiFlYsitq3FcEDfEwOr2Ypa/kJBDhePV70kUevjrnlw945nQO7mDaiegbvokF7m/XRV",
+	"fa935S0MUe8zOLZI0uYjshVfQd/hBGMaF8X+IUnSqTC2D79hEo5gdMQIERrIPlUTBnVIscbqtBHPsi1d",
+	"EVYVtfTsxH3pwnPaZSmKPKVvqch/VV5/qFWMw2YtoXo3NkZJyd5ki9rX1k3HKPK/unQZmx94kYv56wUU",
+	"DpeUV/nx7eG7oFPONw62s2m3aVxDORN19j/6URGr+cX+yx9e/uW771/+sNQz12VZLLfL2rpnQgUsd8ue",
+	"sM1raJfqZ8c8yQxru35o4gRrQ24EZermgs86fcuXQbRC3ii74UZWuxb8NhETstlsuRT1qqJUiDJKbBWq",
+	"JMfunfZ+6wFsmIlB5NnEJgVSXpe4femHks0tFLM3IsGLEpUVb32vAN6DzaZiqMRDfF7JCnL5dvaSUeZs",
+	"jWPjwrcS9GBDC3TffxDItsBNx/xD6A15sNzWlLIXqKdWKDWEVgh7dBpebKgsEzzW9d1QG39p4/ZSZn+a",
+	"Y2oYfhVwrG+V7oilCwCPZ7PjrDu8Lr1xupwbR1kJD0xuzPO0aX/Dajdrs1brmNYlZb49VZO7Sruyhziw",
+	"t6OVx/ceq0iTZv1H7APV7/X82wRcvsHNvbwFz+zvtoxqOx2jQiNNtA0cYt33eth1zdFpHrxJH0JNILUY",
+	"FUa8XZgvJTg7wbOQV+RQQh436qztEZ/rnEv6J25wx3cMHL799fj0+vL9L0enXQK3mYHnEF/vJgO1/58/",
+	"gw96rNbgdo7Y+dHFJcxBjdkbHD/ypZJhJH9TN0xlo6lwqjd1GRlIaDPSZecgjDNj6qg5Zo+v5rd2GTSi",
+	"hRsHks+hIsG8bo96wP75b9qYOOc/vWE/vnz1Q8dWJVOf3eFIxWLYHciBPALhYvYW54OKw/CwyKcqS/4B",
+	"P/bZa1gWhlIDFtWKDTb8uEurvZupVAwHEvEpgJlCKZn0Xg9FM302xEYTQ9YGsWQMa+xBYX8xHzuQGKRA",
+	"DaVP20gt1yMLSxFR9XRkK6Phh5xnYK5Dh4vhQLbLrhsoEjGICAOD7j2k/j1lgdCIp2nfOUGjgfT6AqGh",
+	"E0EZQKfLThUltRTyVqp7aW6AgLD5GaPWNCJL9EC+7O1DHQz8YBNo3Hq97H1XXiUqyBXFX6xOBpqAedNL",
+	"qgunTDxftcNkoLIbu6xs1hQAC4dsxrNbPZCejZ+pAl0PVKpAP5sHbKFCWd1s/WYzvoAV6w6k6yoMfWjg",
+	"HB6eHXtnvd/qdfe7PdAA50LyedLqt77r9rrfYS/2KZz0vbv9Pdhq+NdEBJSAIViBfwWiusYgEVr3QzDJ",
+	"KWwA6VHgwsqE0eSTVGRswu8EK+ZMyYFE0x/6YV//evjv14eXl0e/nl1eWJ9+2Uu076kBWH7AF0znSZoO",
+	"JOQVyxhIvCR6laFr32wxTndou7vgnKjwhNrx4PK583IcG1Un0fkhLgQJL8CGhuz6xCzD3wuRLazV3Hem",
+	"McoHv98L5Z+V7VEJW295+YI95usgJ0nqlV31xF2iCu0kXGiKJCj9OVYsjF5w/NCbbI/N8kXOPn7V8wzM",
+	"V9TbqrQsl8XTB3CBz5XUKGle9Hpk++UEGOwz2r9RAl857trsTbN9oDiALFm2As1SwdGFXYZ6zJc4euil",
+	"bpZlTxDo/UKQ3y2klUq5klFZNXa5ARYK/jWEUEwXjLAPbZ8LkBW0qXM+SSR8MSgrfAK+KTqWH6JWlfm3",
+	"+raDkJkRHGDy80MbNO8cVyn8nchtfutzbgIOQb1sP4fi47bvAu7Ay4fuADTC9ivHsVY0V4i8KL2BvEX1",
+	"UseW2bRR5dwCraz5vXMyLXGH0NzLW+yCHL/FFj0r+7VnxBsofw9+bdSaKx3g3G+mhSRUBMhtAxwJ6B4T",
+	"ocdRxL4PvwwPnbx/Bzz69f99eXTR6ZdOZ/JTThGJV+fw7jiDfm14FkDUiQxz16c2adI1EquS5CG4LulT",
+	"Tsw6oPoqdP5axYsnI8oTNcG1QJIsNeQ8K8TnldPwcnUpL2D9HsA0HkXihx5162kyd7iM2GLGhbhtyL6C",
+	"//60ZB8kXdTQnop4q7SBLQh9jvX0dEFvt30am9BG73kGP6dRQjzz3IHaDkExEvGQWmXlwkicSgA4V9A/",
+	"0cf2+AJUa+7/8Smo3AU32JgbawxqXgKk/izEbfX+vU/01+c9NAX13if84/Mez0bT5E7Eu+aI7X3KCvm5",
+	"VnM+FzwuA5L0JGsPnX18/ubn4387ur46Pxl2bHzy7dHJ0eXRQEKvZDcGu89Ubo52v8zT11M+F7btbfX2",
+	"aCDRgYngBa7OB/ybkHWtnc8NM8hf9DDWHVlbaSABgUtfe+onwFfZD0HH7hRsH0Kv4BNKqh7IWI0KcJhS",
+	"aJMaUSOfKp2tUYkaiv04KBNuIKFxSxVZFLBnwBa89NYT3OnG/DJWIWV0L/AdZoJQCdancByP2T1Pb9EF",
+	"HRsR5QOUA0gOeoUpLjmQWPU2UQA8p9kMMkEUGycy7jJjGUqVX49BLLoKVXJvSpUPpF0sSIpwd9i5Q++j",
+	"sUWPyHmSouCEyF8nZKcYLY5eeQ4djp6NP2F3u7AG51FA9yHc4lXvuwdzC5dLhTWAIfIvW/qWpYlYE4HR",
+	"Zo952O5DtTr2tvreGbWcMLbUhlvfYk+KBneeFxLjfR+2YFUOIhc/O+BXc7CPxpDfMawgNcN12WHOUkEZ",
+	"bfQrIcmk6V+NYByyscoGEg8yZsMtNXz3C8UJk83I1T7AtTs+B64azl72ekzyGeTI8jQdovtIA8ycNyY5",
+	"2HBCXXYkEV4BHHSWKkgxRa6WSARiwbyb/ajX61GQy8ag8oxLjWwyGkgvF4P0DQSngg+8EZCukSV5LiRg",
+	"IpC+pVkqxgRuwAfS9bcscqanKsvZrRDzMr3S5TycCy2yOzib2hiNC2AESTaQ6l5C//IcQO0LGWQF0ItR",
+	"AMYxrURrW2KFh8kH3YQO4X5sxNDsXgo5Nbv5DcYIXmPB36ozBD+YNSK6Awe6Zsk3IQDfG8EMNdV5TXia",
+	"hj0dFLRe6dP6nC4NWBbXczPAjY/uklH+IMOkwlThNZWFpap3yEzVIgUAzNz2P6HWBnCQbsXCYpNTDqvP",
+	"XpEHhfgrtUOGutmA7nRk3o0TQCdgApXWTPIssxiYhmsdlPpQdbp43IbEZox8gLkM6fgFrNGTROf/1Kep",
+	"oZPw8U5BiFV/I15Bt6OLza5BgRv/2NME7bBdWW4iqskgFclYVT9RvskFy0rJ0Ow0fUFtZWsVZO/TrVh8",
+	"rioiayXZotXEJfNw1vconwyySgSfz7PFKlekxqCPZIpfQulcPgZIswBmA1my4iO7+Plw98Wr78EER1sS",
+	"8bo4FZ7bftvAIOY8n5b8AUveqv4Un1vMjVWXmef+4/fe7o98d/zh0/cvP/9LIHlxK5KrppHVucL9FLLn",
+	"5D7lMCciRm4XNKlSuNoNcBKdqpwu91HkLvc6rFWCUHKiRYuWtzFCLUBcVPoF0Fmy7BMwd5pfqXtilx3C",
+	"cFLVvNBDTPnGLKxtCAibfdc6dS6tukFNwTklku1oavYdAbdPU39PaJQdCw+VSJbE1hWPofUYk6MH8oTr",
+	"fBcaku8ev2XtKawSGF+QWWvbm4LHCO2hYR8sjF3Ihx4CVCZ1I88WbP8V0112JQGaj2Y6kDhV0In5gs0S",
+	"rQnPgBCtoA0hwOyqGcBPYviWQ55oBpMfWzCDPqR1gSuSs1GaINoAzwcyVywTu2afQ/bLb8YyO8LV3pYG",
+	"zCLBo8dvf7ZktM1D/wq6TAPFIxcfcySJXVyzrRwo2Fe+5sj7HeKpYRn8tKOxwbw5Tcy+JMQZiAKN4gJb",
+	"TQJole4Mka70qddQ/IfwipBA7nqJrJ7eL3JG68JY5VqBHwGd4bZQRdjEgQWEslxbOCeH+6VLzhXMuAql",
+	"N0cnAymyrIys0wucMwTgbSlJGA5EpVmwtpjaHcC4Hibx0OswjM4nc9j8W43O16/AyWgPyQPznOCQ7Niv",
+	"9ZIbzAAlxhQ1z1BShM7XGU4EafB5Aij+ELZgulEY5cVTT0HEm89auaAP0hlfvHiozkhzBFeSmciBo0Xt",
+	"uO0ctjMfAYkQkUWM52qWjAD3xglr+w3lISWRtU6j3FoA7n2C/67NJ1ha+2fUo5rtcmV3Hx51XW4S7uiG",
+	"JC6w6uW9glI95EQNt+bLepjrz0QSR8yo7rtCj/gc3eMBfV54fCSs0S9DDMwS6crsH6fU28azQUI0dv05",
+	"tihtkLhlGz83pDvs8bi6gO9lusDKB4Q6BnBIQimmagijOvRZqu5Ftjvi2uj4xuLREXYzRG075noqNMQx",
+	"LHoqOLTr3JPmP9d2nFadPbWL3RQ/fNqPvv8uaFJ9wUyzF/90mWbnhdzsTMIcjMd5kswogU7KTdLHvgmz",
+	"qy65A32TGMBcmsXyctoWOJiYXNZngw0GULOEJ+6peVRs4PXoM+9CS6qkteNYzOYqN2b07i/grGhOvh+e",
+	"R59y67KVMvXsMd/DFFG/7boiSAUwuaVFBIJ/0dt/7hmRc/uBzr8fv5Tih9Msm0FzyRKZJlJ4dXRzMWp0",
+	"bh+gyUFEHAKg2+doPaUFd4QRVzEzazA0sxqidevoXR8DMuloKkaQ0V9i8XJd3jWQcAOmb9yoeNGHFc0B",
+	"yoXn1PkHzSojU3MEygQs7ESyYSZ0keZ6SJFeaymbjSsHYfeqSGPsWuLyCNovez0CIUZwYCxTV0IPqA1R",
+	"Ppq66vkZj9jLFy/oAbPDrmeRbYJQyIi97P1It0CNoIQmHBHjqVbGGPfwO+3aQSaNGQobJViLMtEuLA1h",
+	"+STvMqo5gYIGeDzR9vxG4J5KMEnWC4D3GXdoiANpQU7wIY3IwhDixvVlr3q9LjuEfXAhOrMW3DY/gQSY",
+	"/3Xx/jRiUtG+R6xnTGrMo5lyiUF5mKHZMXZ6dVI2h2ZcLiArquPlCdCGddkQhgFKwkA5R/BTp0j1sbzi",
+	"7P3FpYMHMjrtQJLJDS8Imc4lXbaemdHrr8fpX5uvP8cjEeKx741lCpfBOEXs4Gp2BADBxOC3fpSeQ3yy",
+	"mANOPFAE6NZEozajov0zJHOYYW+K9NaaXp1n5Z8ux68ujeY4cJBc2y5yqJsnhIy5tG1SXWm0ZmpsTqyu",
+	"llYjfneS6f/8f/8/6+lFZFIcwlzHfD2b/hgNJDRMgWaN5OCrRiGh9Q8mEuqcL7rAgKTKr2175YiqwcBL",
+	"paiQy09rgwpf9ynOjYbw4SDgzBts0feU6qIgBe8ARoOihmsqkaF85RL8Zky151ApBRwLc25cIQ1VgNls",
+	"UHogQXSTLju0cFwDiX7rUDuqjEu7khZejENSXwolYJmYqTsBM0gyzAUkjKAE6sTBTVvC88xFlqg4GTF9",
+	"L6ATrHlak/+bI3DZTGhtjIJU8DuhoSLQ4fcenh1Di/cyH1DWZ4hief7YJTdq8wDFaoj/5woaEaBfySVh",
+	"tt8dXWJKaSB/larWkxzwrKDfdun+t736ykxGM+ar3nd2zteF5Hc8SV2/BE8oleguNj/LdektkdPsJDUz",
+	"otZ9CC4W9uipTX56/hTIdck3BKDg5RU+e+L0o1InKX/K7+EQVXEaHPfIFhbdemG0sK0Y7LqMHgoij3gG",
+	"HAlSjBEGGkEwvR/0kLVhchDqzAeyBDF3wFy22Mr2jcKaq9Kb/qJnIwFwf6n2eaefmrHiKD5SOpnacOjK",
+	"nwcykaRSgug7YIE8aeKaWuQRZkWj/oH4YeVZRE6+9wn/+Pw/8Om/Ur8JG97bh4bau64joFXABpJrNuba",
+	"HXd3v3dzTQ7x18sdfljK8JKD1q0OuNGcQIR9Xc5x92Ir5Jkp79P/RVKBS2aP1b5fxBzc5lvqHEVQZmmJ",
+	"9RkKgOD1pQb+nIGqw9E6OYIakB/gNLR7b8yaG1EqQN0vXZsD0wKF4KCMtFI311KxMsa8XsjRNFNSFXju",
+	"MpECUs7zK+crjLS+lh0O/RD1LOEzBOIiTrIEBEWfNMumkoJVBQU0PCRnpjHSCUCB+gLv6ECzDk0t3yM2",
+	"TTSgVN6Ked7phmtzyKgd2n/Th0FumvnSyDWLLCFS7KvqZTB2iwiLyJ1Srk55Do4NNAcmkCxE/mlQJKXC",
+	"1Z7wO4HdSbCxKYNe/OOBzLg0UwS3kGfmu7IA91UZGxImY015zMiHoKlzLNsuK5U1DAY9WLu8QOpLIgNF",
+	"J52njY4sl2pAf3PaR2in9qrXqxvxD5Kau4EjjjCk8cVLbv2iOe54hFMirVJRcgZ7Ov8oYZktBPPmW3ET",
+	"H6eSLLHvb1NH2XIp1mo0jkf9t1Lz1ZQacGePCJp12Uunv4LWskfYSv80hB9InPW6jpXWmetHqGSX/TZV",
+	"SCVTakheoR09VfcSDN+Kzja0jeCHXXZoYZpuqHTc7xFvGwwPpG3VFYtRokt8Xg1uyqFU+bVtwTVW2XX5",
+	"/oDScYj79ryHmibwTZxrt2be0T5Ywo6Gsamv4Bc+3rgdq3sPiihkqx+s0N1XOO6ZgEP7T37aMSYLihF2",
+	"ZGRD/HARD/+Qp/0cZv/fh/3bOOy4G5vP+mZa/AocAOyJvU/mP589aB36q4SG2oDn5ZCTnhepBoaBLkfr",
+	"ayKWjdlwvZOa6Mf6gZHHxAgRE5s/RZbZoKDDFdHTBOCpKuBIrE0AWNitBN0sIsY44n8Vcy2qc4pAwjNQ",
+	"CzqwIkSx6dVkBptH1icGWw9DL4Qs/6keI47JYnYjMhp/v2Z8XgGJ2jCF/aZTIK+c588LdGq2Tj1XhAd8",
+	"Btxb5N+zef7WFdc5sO0wKk41JWuza72+0g9f1Ass+ALoNsQQC9YEeW1A/FZAfVe6wIZ44tARh0duCPkh",
+	"o2khb1k75jnH/AfDJiKMQ/OcQwkh3Gj+6FD/j6GQ8RBb4/pj2vbtFItECX8PM5Z53TrhId4SvOFhnHxD",
+	"jeB7aSuW5pjrdU2rm6n7SvFfnw2TuD8kXNp7SsYfwt39IfqcFnMRsSEs6xA90LYmzMb9YGXVmP2vi/en",
+	"iI0EEAkYYl8qJ8TCXh5bQJdqTSGmj2ENn65kAGiRsyTvMGg5T/5u2EEp7s0kNIHlL6hi8KC2LtGixmBh",
+	"4nu79QSaZFNRlgLRmBkE62FvwAW2RBFBbaLOB5JWjwFlgawH8ht+GmDu/6DVZ4MWoixD4Q38CEjLg9Zn",
+	"gp7BowxHZpQqDVkb4QJGuxkNJPA3VEv4aLmLFa9lDewqK4ks6CRQh08yhhzg18hrsuewur5O9eGTCtmn",
+	"qk59GHMiwfMNx3gDpTSYcwT9VtwJtxmocEJZG9tkR4ghbf5w/SOigay0zo5YpbN2x8piHTGRalEaffQ7",
+	"v0nF8GAgV/PRPM6EOaZLCWmQxDuQw0pe2xCZsNdHS0C6FRsaNebaqAjDJeE2kLG6t1XZEG1gbRJetjVf",
+	"adbECWRZWUdapwTNcx6NGz66NRyTOpF3IR0ZjGx/DlhtJFVtpsg5rs/zBeDtAF/G0F2XlkLa2rdi5D6q",
+	"7IBWFVA0AVzdtWvhsNUHlnQo+OxyZ6gjjyd8S+hFG4LmmYAw9BcwmBEZ4Q/DyICtcKyVcTm1nnZrc2Kd",
+	"mFs5bMVMPONZK+RFMpFfzK20/rQVM/GtepRgbpTzAsUYOF0sO6GOGHhuXGMJr/ER5r4QMiFybexLzW4W",
+	"TEnbA9e+6AscIxrpD3OOEPAYTeYECBHTO/WtXqKSXDEOaEwsISQ49OsOJMIUDenTAQEWICR5DucRkz5R",
+	"sUC7UXfZBd5sBDwfSPconFvbJYWymzF3fsNhH8jytAeEKw33X+LA21PzTZ542gh75KkJOMYqSW3MCimh",
+	"2B+IEDumR5UAZqLZ2eHVxdFbJAGbBb+MxP6UR9yu3frS+At319Z4hpi41MR2gYSjZ00Wsp+xufDaLcuT",
+	"VF+7txn2DVX+m5N8yo35tguw7Zo+a5GbHWSrQrf9J6ebp68i/mbV/wtQ/qm2DAxq7Fln5CRno0xJqqPC",
+	"dkQ8Ze1LMZurjKc7mjl+0WlO0o9hXnuf7J8NMCIrFLsJIfLtg8tygmUzjhW47AG/CTuW1G29YlFtcK/+",
+	"U3tf5HD4LozHV2zYN5VlGw4zM09mAvpaj4QtjzSCFRKPRaa/Sca6+U67tKWua+vwqzt9BX2hnpkTVwf5",
+	"SiXHTYkNwEVB3f5CnPkR+A4wTY81AG6cSGPIOlBa2JT7WwHOO5Fk7I6nhdBddmnI3jYogFAgvgyA4G0w",
+	"5V5k4ouz4b0bProdJ2n6jViMq0cpqNO8plk/81myw3wlvDv7deuTdoCnVhKqvvWjhEqLE6w2nF6eK/yk",
+	"RLLfQeJGxrD+wNq26BOrJDsR0wX0trVFSupOZCmfs7lKk9ECmn4mM0HIuIRrY0U4BiEcXKP8CkcPXEV/",
+	"rHN3Zqb8z6StXOSKLH9rwaPGhxSIQSJy6ZkTJlXORryYTHNWzL88xRAIxh+LZi5x0s/MqpdG+UJusOYc",
+	"ut4dRkjRkAFrjAznVkQ25jhW8s13d7ugSBSA8qh71rafCPX6gMmjxUjJeBPr/vInq5B/QG58hZP+5+LH",
+	"zp8BvRTKnnpgQ5YEZc7Us5IJ8dr1DtdLe9Mf2t9KX7HZ3WrX5Em8rfZlWzhbvw2E3Q2eVlrNZ3W00hhf",
+	"yc9qv/C/mpu1xHYs/axjlWEO3hKQNN52Kwgvb86px73tXeUDnOED9jx0ng/u2w6x94n+auCG9cn5S3th",
+	"aZYH1IqCUhAx4cVG3SzUTpJvuW717tjaT+59iSN0WbYmeOxCvpfeq75BoPJQgUGFe4YT/NctLKpMW+VT",
+	"WjC+9aL+N3fXH1rW28+4JAbWQOjTnU8k9e3bMD8d/szZHXbSs50GI6sTdBooBeX2fTt6QXUtqU8gOumS",
+	"2ayALFQHqCr+XvDUGkLVBdnRrK0BMNZ7Y2S7lEAl1FyMOq7E8UWvZ+FsuHvJAePWyT6QBKJI+dq8LFZx",
+	"e+Djvr7o7ZtpOmnneiVbAJuRmtkUVAez678t3KxETy0ZPluzknKIrxQCWT5oday+JAEdIIAnB9luMq1D",
+	"SIrxZ/AFG6ici0misQGVxxV4CZnqiLF9mE3UjmbLnxSxN0rGxQhRO8G0MDRNb+s05x0P0LDcC/c+2T8b",
+	"6FiV0/CFlCzwfJp9DiQPtC0i7zhNJtM88jJjIA/KWm5eqCtT9/qg8r4kB373svfyAUter5zVr9WXP7uB",
+	"s/rIWptVeVhuyzcp9DbfaRdze9yg0GHao6VppqxZydv6BjQqs7128t1HdyYV2SJMJdX2If9NMz7N7H2i",
+	"v9a2uloinm+B0TwRhzH24D8vawkblHfeLq7pZoX11S/2X/7w8i/fff/yh01YefUkOeZJtqunPBPriOwn",
+	"nmQXcNMzklc5SA1d3Qsj30MNJ+lzdjQrv4duZ+19KubUIq/Idu/Tn4V2jIVVBAys35J8CvWE8yxRWZIv",
+	"2A2XccTmKR8JQEWH9EfCGbd7ZoxMUF4GEnO9beb3XGT0qX2vl7ca2+9/wXJoxshvVJGz/D4ZIYg89O/V",
+	"Jba9vX+fAsk3Kp9isxECHkUcmi47A+/gQBYaI3/0nI19JBll0AkeA3DWob1DFblOYsH2u9196K2hB/Ll",
+	"ixcOSRNvC2LbXCzT4NNbYUvk9+Vsr4Z0b+j3S5s3FyL3u7aGztcWJ4rHM8Mp65lRxnOxCxihG5rqgeIC",
+	"t/2h3VvuOxo0bTOWDi7N03i2KrvqvX2LAJfZTw3i6nn4ZyNC2ftk/nEN/2hgvLol/yohgnKdHbTjTTG6",
+	"FQAGRWVkPAeGbSxSw3LZ2dHp2+PTdyTEEqgEBpiU5e7967djs626ZmmegeRrKzDdEj2F/ui/7YsRbli1",
+	"K8n00eECp1gsuyqX9vAZKvfs+79Wd6h15HMuQIWKD/yD5bt9cnUrJGT0j5PUJfoIdASBYfHUTQLXTfdR",
+	"0edHt/5TGUBp8dESXyojvZ3I2FxmyWgtsbR4x3Iqw6RwRUF7nAqJKmy8PVOq5/Ra5EbrXIs2Rwfvwt76",
+	"nO2el4aqSzCi6+ttFXsXa4vZPF/UmCmZMNN+PilbY6XQYdJLmoL7MjZ0EwOE/6m6Z6mCELcYyPIBV6ms",
+	"HUCD69yVZNiDEPtxsWGep4T05FAfRmomDlxzwyS37ZeMLTPmaVoiipTd53f0QBJGCXWsMfP4OE+yBfal",
+	"+igI2DMBRC9soFBuhyGPxUDmCqcNIlnI2Fk4ksyaGx6X1fWJZp4tA4sAc46Y6E781eoC/NU1AF1oXWft",
+	"hGj6GSJPIXL+ctx8y9P0bVhA5dluekardg+yzPWJenjLc2Z0mBHW+X5xlt2gJxdlwozHwuWzUMe4UDdo",
+	"c1K1GGWiil1Oy7BmvTYkrpnnnzdtzYzwtZLW4OvqlYYDNoQFdM1VcIUjRCbG7GUlR+IrKRdcGmpAQkFt",
+	"DOdnZkuNOjFoD41QtyOLyjHa+5TEa62+c3Gnbj1i2WTx4f2PtvjwNVZ/OoDwogN23kdJItX9EsB3ozNR",
+	"FfMBQyOJ1xoYY5XNeN7qt4oC7lzpIE4LfK+y200Zxb/RPc8cdKjP9gX3GE5imVcdpinLKDxv5L29qxo7",
+	"MLPfoFcFmZAN/OP0ng2EzB/kK7Ei+sKgvWVX9+ulXUjX7Isl0mzgCMp0Oe130+2+tx9Zof2N3OWtyFbp",
+	"YLNTKVteuEfUrxt92Gic7TjjiRRxp1yQ2A2kD8qesggXSFCX0FxVAHZqBZlw47pNVWrOh1u5NWu6rWmC",
+	"S3n8trXMimA7HBx5Lcjtu6NLZp4qccuT+DOkPs+4XHjNdbF6qV8hIoTRofbB7tYE8Vz/VuicTZI7aGc7",
+	"EflUZIioSMLMLAoi3xIy+YWxbqBHdUxd9i2QMFrKrvs3fqHrYo192dSYJbFGJOc5iH14jxyJzgGgZMSs",
+	"kLdS3UuAzK0bgEtstm7HQGsLa0iD4WSRHdo1btCszC7SjplsHQRyEuu1QgnarFekUyLz71+21gc2oWHY",
+	"MT764tX3cDP9s7ybZxlfPHfDsHK710kqR09jVcj4S3cQ+w0qiz1al9DsBs3cJXqPtUdASR6VDc95/Afg",
+	"DXuGvW1fHue9vS479tBbvzTROWLvlWfATMdvzM3aCOgMYMdxkiGeczlRvJrE+HsnYvfTxGvkrZme8gyA",
+	"39idSouZgB9E5IDnokpzerNx3Lalty/DkvUZ+F/UGFm/2+r24cXF8bvTo7cRe311fPL2+PRdZNFZ+8hT",
+	"FsQ6OqDH2k7i0CLb+1AqjAdeoyNoe4J8VGkY1memAD62yjkBVy/GLMh4ZaoR49AFC5q/Y8dxsHCiFcX0",
+	"TngM7DkUM3+Ir+QJp+GP365jOPWL+dgg4m8eZZVbi2MZOjODRUAAHsfZ0dSNntoWLh+Wp+QsIfYwFTzL",
+	"bwTPn4g1VOnuZ/f25yE69/5zMVdZTbV471mGSxdh/b+C4PEIJRZ3aUcbXSlRcTIC+pFCQ78PleXPTRk4",
+	"in4WkQH95Y2Cg2D3OBRr3xtxfPb+IqCs0nQwcadjdLtUTfT6R+AOegBTfTZpm1jYD5rXUm8aOMEIexlb",
+	"lfSG56PpjkbVFHk3/GRbFp8pnU8yIxcyLrXXv9BcnAmt+UQ4N73D1lzRtK2zXcRddihx2fx2DzflxNre",
+	"B5IejPBxvrq7o/vsZe/lASDe8hzC6vQqI8ZYrsz1HztsIkiW2/6+iYR/ZkIXKYbrY4U4qwBe7Qm7Lrsg",
+	"dFb4OD6zS4NF4YlmU57NUqF1v9x/15aF/GX2SwyNEPpLgnr9ym6WaxQtw78SQDZPC6hacr9CrgA7ZI4D",
+	"shlfsCyJBeMQtWm7K53I63UGnTocmRxAC+SXGAOZCS5RZONKm5l72xALjo1SZsZoysSutUWxlArJ7l54",
+	"QECdEPK0WatnFuY4yGtAQfvS4exy6HOgs3Vs9oA0cKBHMCpzMUPNHM7kl25ITESOZqcn4omX2oTDJTsa",
+	"ND2PxMiw8LjGs/P6Quo98THReSInX9BIMFbWZssAZodXKOZEF+huSDeu/JQV9O9OjVGAwdd1VgFCCTVV",
+	"7qnihsrrOsu6vs/MCB2j0KJO34frqDciXzMbA1RNnx8x/OYI69kz6BC0Rv0/op09L+RzcQx/iK+VCFPI",
+	"czFep/sHF/ZJ1X5vBNq1Dfr+0gl40oNupilGRZbkCzjFN4Jn5tnfP5hziokBeL6LLG31W9M8n/f39vZf",
+	"/NDtdXvd/f5fen/pwZmmKX1yiVuGkD5H7t92qqu9zKB/M5anYUdFOJC3SZpq3wKObCUrdnMxrFCOEqMO",
+	"UfsWuDrreo3k4MWBEa8Ivt/5Cw5AQTG/yNgcO4x4VPvRhV5E5SMUKKmULiLKuM0L9V5X1l6svu+8Ociv",
+	"98YSF2f1jWdVyIqyS7Mr8AMy1xWM4aV1JCyBwHS9BNg1WU7+WrrEptW3/azuvWx+cNj4mpJmfGZ0Lpvu",
+	"5L3Vy6AOvxaUtUBOjfeOMhnh84fP/38AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
