@@ -24,6 +24,10 @@ type Condition struct {
 	// Params names the params the expression reads as params.<name> or
 	// params["<name>"], sorted, once each.
 	Params []string
+	// readsAnySteps is set when the expression reads steps other than as
+	// steps.<name> or steps["<name>"] (a comprehension over steps, an
+	// index it computes): it may read any step, not only Steps.
+	readsAnySteps bool
 }
 
 // CondVars is what a condition reads: each step's phase and outputs,
@@ -64,7 +68,8 @@ func CompileCondition(expr string) (*Condition, error) {
 		return nil, fmt.Errorf("must be a boolean expression, is %s", checked.OutputType())
 	}
 	tree := checked.NativeRep().Expr()
-	c := &Condition{prog: prog, Steps: referencedKeys(tree, "steps"), Params: referencedKeys(tree, "params")}
+	c := &Condition{prog: prog, Steps: referencedKeys(tree, "steps"), Params: referencedKeys(tree, "params"),
+		readsAnySteps: !readsOnlyByKey(tree, "steps")}
 	exprs.put("if:"+expr, c)
 	return c, nil
 }
@@ -94,6 +99,31 @@ func referencedKeys(expr ast.Expr, ident string) []string {
 	}))
 	slices.Sort(names)
 	return slices.Compact(names)
+}
+
+// readsOnlyByKey reports whether expr reads the map variable ident only
+// as <ident>.<key> or <ident>["<key>"] (referencedKeys then names every
+// key it reads).
+func readsOnlyByKey(expr ast.Expr, ident string) bool {
+	var uses, keyed int
+	isVar := func(e ast.Expr) bool { return e.Kind() == ast.IdentKind && e.AsIdent() == ident }
+	ast.PostOrderVisit(expr, ast.NewExprVisitor(func(e ast.Expr) {
+		switch {
+		case isVar(e):
+			uses++
+		case e.Kind() == ast.SelectKind && isVar(e.AsSelect().Operand()):
+			keyed++
+		case e.Kind() == ast.CallKind:
+			call := e.AsCall()
+			if call.FunctionName() == operators.Index && len(call.Args()) == 2 && isVar(call.Args()[0]) &&
+				call.Args()[1].Kind() == ast.LiteralKind {
+				if _, ok := call.Args()[1].AsLiteral().(types.String); ok {
+					keyed++
+				}
+			}
+		}
+	}))
+	return uses == keyed
 }
 
 // Eval evaluates the condition, a decision of its own (exprBudget).

@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"errors"
 	"maps"
 	"slices"
 )
@@ -35,6 +34,10 @@ type Progress struct {
 	Reasons map[string]string
 	// Phase is the run's (root action's) phase.
 	Phase Phase
+	// Unjudged lists, in spec order, the steps whose condition
+	// EvaluateWith had no verdict for; it then decided nothing. Evaluate
+	// leaves it empty.
+	Unjudged []string
 }
 
 // Evaluate decides which steps of spec start now, which are SKIPPED, and the
@@ -55,19 +58,26 @@ type Progress struct {
 // first failure's phase in spec order, else SUCCEEDED.
 //
 // The conditions of one Evaluate are one decision (exprBudget): together
-// they cost at most about MaxBatchCost and MaxBatchTime, which bounds how
-// long the caller holds the run's locks. A condition that exceeds a limit
+// they cost at most about MaxBatchCost and MaxBatchTime. A caller holding
+// the run's locks evaluates them beforehand instead (ConditionVerdicts)
+// and decides with EvaluateWith. A condition that exceeds a limit
 // FAILS its step (a false or failing one SKIPS it), and one is evaluated
 // once per Evaluate unless run.failed changed meanwhile.
 func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, params map[string]any) Progress {
+	conds := newConditions()
+	defer conds.budget.done()
+	return evaluate(spec, status, suspended, params, conds)
+}
+
+// evaluate is Evaluate with its steps' conditions decided by conds.
+func evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, params map[string]any,
+	conds *conditions) Progress {
 	p := Progress{Reasons: map[string]string{}}
 	work := maps.Clone(status)
 	if work == nil {
 		work = map[string]StepStatus{}
 	}
 	vars := CondVars{Steps: work, Failed: anyFailed(work), Params: params}
-	conds := conditions{held: map[string]condOutcome{}}
-	defer conds.budget.done()
 	for changed := true; changed; {
 		changed = false
 		for i, s := range spec.Steps {
@@ -75,7 +85,7 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, p
 			if st.Started || st.Phase.IsTerminal() {
 				continue
 			}
-			run, why, fail := decide(spec, i, vars, &conds)
+			run, why, fail := decide(spec, i, vars, conds)
 			switch {
 			case fail != "":
 				p.Fail, p.Reasons[s.Name] = append(p.Fail, s.Name), fail
@@ -95,6 +105,7 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, p
 	}
 	slices.SortStableFunc(p.Start, func(a, b string) int { return spec.index(a) - spec.index(b) })
 	p.Phase = runPhase(spec, status, work, suspended, len(p.Start) > 0)
+	p.Unjudged = conds.unjudged(spec)
 	return p
 }
 
@@ -135,49 +146,6 @@ func decide(spec WorkflowSpec, i int, vars CondVars, conds *conditions) (run boo
 	}
 	o := conds.outcome(s, vars)
 	return o.run, o.skip, o.fail
-}
-
-// conditions are the conditions one Evaluate evaluated, by step, and the
-// budget they share.
-type conditions struct {
-	budget exprBudget
-	held   map[string]condOutcome
-}
-
-// condOutcome is what a step's condition decided, with the run.failed it
-// read.
-type condOutcome struct {
-	failed     bool
-	run        bool
-	skip, fail string
-}
-
-// outcome evaluates step s's condition, once per value of run.failed: its
-// dependencies ended, so nothing else it reads changes within an Evaluate.
-func (c *conditions) outcome(s Step, vars CondVars) condOutcome {
-	if o, ok := c.held[s.Name]; ok && o.failed == vars.Failed {
-		return o
-	}
-	o := condOutcome{failed: vars.Failed}
-	cond, err := CompileCondition(s.If)
-	if err != nil {
-		o.skip = "its condition does not compile: " + err.Error()
-		c.held[s.Name] = o
-		return o
-	}
-	ok, err := cond.eval(&c.budget, vars)
-	switch {
-	case errors.Is(err, ErrExprLimit):
-		o.fail = "its condition failed: " + err.Error()
-	case err != nil:
-		o.skip = "its condition failed: " + err.Error()
-	case !ok:
-		o.skip = "its condition is false"
-	default:
-		o.run = true
-	}
-	c.held[s.Name] = o
-	return o
 }
 
 // anyFailed reports whether a step ended in a failure phase.
