@@ -6,17 +6,20 @@ import (
 )
 
 // Heap a compiled expression holds, as measured with cel-go v0.31: about
-// 1 KiB for a short one, and up to 32 bytes per byte of source (a 4 KiB
-// expression of many terms holds about 128 KiB).
+// 1 KiB for a short one, and up to 36 bytes per byte of source (a 4 KiB
+// expression of many terms, or a long literal list, holds about 140 KiB);
+// charged with a margin.
 const (
 	exprHeapBase    = 1 << 10
-	exprHeapPerByte = 32
+	exprHeapPerByte = 40
 )
 
 // exprCacheBytes bounds the heap the compiled-expression cache holds, by
-// the estimate above: 16 MiB, e.g. 8,000 expressions of 30 bytes or 125 of
-// 4 KiB.
-const exprCacheBytes = 16 << 20
+// the estimate above: 8 MiB, e.g. 3,600 expressions of 30 bytes or 50 of
+// 4 KiB. The collector lets a service's heap grow to five times what it
+// holds (GOGC=400, pkg/svc), so what the cache holds may count five times
+// in a scheduler's resident memory: 40 MiB at most.
+const exprCacheBytes = 8 << 20
 
 // exprs caches every compiled expression, of every kind (each run's advance
 // compiles its steps' conditions again, each delivery its triggers').
