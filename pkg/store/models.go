@@ -129,10 +129,15 @@ type Action struct {
 	Reason *string `json:"reason"`
 	// Decision is an approval's: domain.DecisionApproved or
 	// domain.DecisionRejected, with who made it, when, and their comment.
-	Decision        *string    `json:"decision"`
-	DecidedBy       *string    `json:"decided_by"`
-	DecidedAt       *time.Time `json:"decided_at"`
-	DecisionComment *string    `json:"decision_comment"`
+	// DecidedByTokenID and DecidedByTokenName are the token the api
+	// authenticated the decision with; DecidedBy is the label its caller
+	// gave (by), unchecked.
+	Decision           *string    `json:"decision"`
+	DecidedBy          *string    `json:"decided_by"`
+	DecidedByTokenID   *string    `json:"decided_by_token_id"`
+	DecidedByTokenName *string    `json:"decided_by_token_name"`
+	DecidedAt          *time.Time `json:"decided_at"`
+	DecisionComment    *string    `json:"decision_comment"`
 	// CacheKey is a discoverable step's catalog key (domain.CacheKey),
 	// recorded when it would start; CacheStatus is domain.CacheHit,
 	// CacheMiss or CachePopulated; nil for other steps.

@@ -126,6 +126,17 @@ type Config struct {
 	// runtime the executor does not advertise plugin.container. Env
 	// CAPSTAN_CONTAINER_RUNTIME, default auto.
 	ContainerRuntime string `env:"CAPSTAN_CONTAINER_RUNTIME" envDefault:"auto"`
+	// HTTPAllow lists, comma-separated, the loopback, link-local
+	// (169.254.0.0/16, fe80::/10: cloud metadata endpoints) and unspecified
+	// targets the http plugin may reach anyway: CIDRs ("127.0.0.0/8"),
+	// addresses ("::1") or host names (every address they resolve to). The
+	// plugin checks the address each connection goes to, redirects
+	// included. Env CAPSTAN_HTTP_ALLOW, default none.
+	HTTPAllow string `env:"CAPSTAN_HTTP_ALLOW"`
+	// HTTPTimeout bounds an http attempt whose step sets neither
+	// attempt_timeout nor timeout: its request, redirects and body. Env
+	// CAPSTAN_HTTP_TIMEOUT, default 5m.
+	HTTPTimeout time.Duration `env:"CAPSTAN_HTTP_TIMEOUT" envDefault:"5m"`
 	// LogLimit is how many bytes of stdout and of stderr are kept per
 	// attempt (the last ones). Env CAPSTAN_LOG_LIMIT, in bytes, default 65536.
 	LogLimit int `env:"CAPSTAN_LOG_LIMIT" envDefault:"65536"`

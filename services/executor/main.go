@@ -120,7 +120,8 @@ func newSupervisor(cfg Config, client *agent.Client, plugins *plugin.Registry,
 // newPlugins returns the registry of the plugins the executor runs: the
 // container plugin only when ContainerRuntime finds a working runtime (a
 // named one that does not work is logged, not fatal: the executor runs the
-// other plugins). Errors: an unknown ContainerRuntime.
+// other plugins). Errors: an unknown ContainerRuntime, an HTTPAllow that
+// does not parse.
 func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
 	rt, err := plugin.DetectRuntime(context.Background(), cfg.ContainerRuntime, 0)
 	if err != nil && !isMode(cfg.ContainerRuntime) {
@@ -129,7 +130,11 @@ func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
 	if err != nil {
 		log.Warn("container runtime does not work; no container plugin", "runtime", cfg.ContainerRuntime, "err", err)
 	}
-	reg := plugin.NewDefault(plugin.Config{Runtime: rt})
+	allow, err := plugin.ParseHTTPAllow(cfg.HTTPAllow)
+	if err != nil {
+		return nil, err
+	}
+	reg := plugin.NewDefault(plugin.Config{Runtime: rt, HTTPAllow: allow, HTTPTimeout: cfg.HTTPTimeout})
 	log.Info("plugins", "plugins", reg.Names(), "container_runtime", rt)
 	return reg, nil
 }
