@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
@@ -89,6 +90,10 @@ type Stack struct {
 	// InternalToken the executors' abort API requires, shared with the
 	// abort reconciler (CAPSTAN_INTERNAL_TOKEN). Each is new per stack.
 	Token, WorkerToken, InternalToken string
+	// ControlPlaneKey is the control plane's CAPSTAN_CONTROL_PLANE_KEY,
+	// which each worker's secrets derive from (ExecutorCredential). New
+	// per stack.
+	ControlPlaneKey workerkey.Key
 
 	opts Options
 
@@ -175,7 +180,10 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		s.FlushRedis() // redistest flushes the databases it leases
 	}
 	s.Token, s.WorkerToken, s.InternalToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
+	key := store.NewTokenSecret()
+	s.ControlPlaneKey = workerkey.New(key)
 	s.env = []string{
+		"CAPSTAN_CONTROL_PLANE_KEY=" + key,
 		"CAPSTAN_ADMIN_TOKEN=" + s.Token,
 		"CAPSTAN_WORKER_TOKEN=" + s.WorkerToken,
 		"CAPSTAN_INTERNAL_TOKEN=" + s.InternalToken,
