@@ -202,7 +202,7 @@ func buildOverlay(dir string) ([]byte, error) {
 // devTokens is what gen-tokens.sh writes, for a checkout that has not run it.
 const devTokens = "CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz\n" +
 	"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz\n" +
-	"CAPSTAN_INTERNAL_TOKEN=cap_internal0123456789abcdefghijklmnopqrstuvwxyz\n"
+	"CAPSTAN_CONTROL_PLANE_KEY=cap_controlplane0123456789abcdefghijklmnopqrstuvwxyz\n"
 
 // overlayFiles copies the k8s tree that holds dir (its parent's parent's,
 // deploy/k8s) into an in-memory filesystem, adding the dev overlay's

@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
@@ -28,8 +29,9 @@ func TestMain(m *testing.M) { proctest.Main(m) }
 const waitFor, tick = 15 * time.Second, 5 * time.Millisecond
 
 type fixture struct {
-	api   *fakeAPI
-	agent *agent.Agent
+	api    *fakeAPI
+	client *agent.Client
+	agent  *agent.Agent
 	sup   *supervisor.Supervisor
 	queue *asynq.Client
 	insp  *asynq.Inspector
@@ -61,7 +63,7 @@ func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture 
 	ag, err := agent.New(client, sup, rdb, cfg, log)
 	require.NoError(t, err)
 
-	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
+	f := &fixture{api: fake, client: client, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
 		rdb: rdb, data: data}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -245,6 +247,7 @@ func TestHeartbeat404ReRegistersAndConsumesTheNewQueue(t *testing.T) {
 	f.enqueue(t, 12)
 	pid := *f.awaitState(t, 12, api.TaskStateRUNNING).Pid
 
+	require.Equal(t, fakeControlPlaneKey.Credential(first), f.client.ExecutorCredential())
 	fake.forget(first)
 	killed := f.awaitState(t, 12, api.TaskStateWORKERFAILED)
 	require.Equal(t, api.WorkerLost, *killed.Cause)
@@ -253,6 +256,10 @@ func TestHeartbeat404ReRegistersAndConsumesTheNewQueue(t *testing.T) {
 	require.Eventually(t, func() bool { return f.agent.WorkerID() == fake.registered()[1] }, waitFor, tick)
 	second := f.agent.WorkerID()
 	require.NotEqual(t, first, second)
+	require.Equal(t, fakeControlPlaneKey.Credential(second), f.client.ExecutorCredential(),
+		"a new registration rotates the executor credential")
+	require.Equal(t, fakeControlPlaneKey.DispatchKey(second), f.client.DispatchKey(uuid.MustParse(second)))
+	require.Nil(t, f.client.DispatchKey(uuid.MustParse(first)), "the old registration's key verifies nothing")
 
 	fake.addAttempt(shell(13, second, "echo again"))
 	f.enqueue(t, 13)
@@ -368,4 +375,24 @@ func TestDrainingWorkerDoesNotRegisterAgain(t *testing.T) {
 	require.Equal(t, api.WorkerLost, *f.awaitState(t, 23, api.TaskStateWORKERFAILED).Cause)
 	require.True(t, proctest.Gone(pid))
 	require.Never(t, func() bool { return len(fake.registered()) > 1 }, 200*time.Millisecond, tick)
+}
+
+// TestRegistrationWithoutSecretsIsRejected: an answer without an executor
+// credential and a dispatch key is no registration: the executor could be
+// aborted by no one.
+func TestRegistrationWithoutSecretsIsRejected(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	t.Cleanup(fake.Close)
+	fake.mu.Lock()
+	fake.withoutSecrets = true
+	fake.mu.Unlock()
+	client, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	slots := 1
+	_, err = client.Register(context.Background(), api.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1",
+		Slots: &slots})
+	require.ErrorIs(t, err, agent.ErrRejected)
+	require.ErrorContains(t, err, "no executor credential")
+	require.Empty(t, client.ExecutorCredential())
 }
