@@ -50,7 +50,7 @@ start() { # name binary [env...]
 
 echo "starting Capstan:"
 start api capstan-api CAPSTAN_ADMIN_TOKEN="$CAPSTAN_ADMIN_TOKEN" CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN" CAPSTAN_CONTROL_PLANE_KEY="$CAPSTAN_CONTROL_PLANE_KEY"
-start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091
+start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091 CAPSTAN_CONTROL_PLANE_KEY="$CAPSTAN_CONTROL_PLANE_KEY"
 start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092 CAPSTAN_CONTROL_PLANE_KEY="$CAPSTAN_CONTROL_PLANE_KEY"
 # As root the executors sandbox each attempt (a user and namespaces of its
 # own); anyone else may not, and runs every attempt as themselves.

@@ -1,15 +1,16 @@
 package agent_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +33,41 @@ type fixture struct {
 	api    *fakeAPI
 	client *agent.Client
 	agent  *agent.Agent
-	sup   *supervisor.Supervisor
-	queue *asynq.Client
-	insp  *asynq.Inspector
-	rdb   asynq.RedisClientOpt
+	sup    *supervisor.Supervisor
+	queue  *asynq.Client
+	insp   *asynq.Inspector
+	rdb    asynq.RedisClientOpt
 	// data is the supervisor's data directory.
 	data string
+	// logs holds what the agent logged at warn and above.
+	logs *logBuffer
+}
+
+// logBuffer is a log destination that tests read while the agent writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// sign signs spec for worker as the scheduler does: under the worker's
+// dispatch key, which the fake api's registration answered.
+func sign(t *testing.T, worker string, spec api.AttemptSpec) queue.SignedSpec {
+	t.Helper()
+	s, err := queue.SignSpec(fakeControlPlaneKey.DispatchKey(worker), spec)
+	require.NoError(t, err)
+	return s
 }
 
 // run starts an executor's agent and supervisor against the fake api and
@@ -51,7 +81,8 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture {
 	t.Helper()
 	rdb := redistest.New(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond, Token: fakeWorkerToken}, log)
 	require.NoError(t, err)
 	sup, err := supervisor.New(client, supervisor.Config{DataDir: data, KillGrace: 500 * time.Millisecond,
@@ -64,7 +95,7 @@ func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture 
 	require.NoError(t, err)
 
 	f := &fixture{api: fake, client: client, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
-		rdb: rdb, data: data}
+		rdb: rdb, data: data, logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()
