@@ -185,7 +185,7 @@ func waitsFor(p *types.Project, from, target, condition string) bool {
 var composeSecrets = []string{
 	"CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz",
 	"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz",
-	"CAPSTAN_INTERNAL_TOKEN=cap_internal0123456789abcdefghijklmnopqrstuvwxyz",
+	"CAPSTAN_CONTROL_PLANE_KEY=cap_controlplane0123456789abcdefghijklmnopqrstuvwxyz",
 	"CAPSTAN_POSTGRES_PASSWORD=pg0123456789abcdefghijklmnopqrstuvwxyz",
 	"CAPSTAN_REDIS_PASSWORD=redis0123456789abcdefghijklmnopqrstuvwxyz",
 }
@@ -215,7 +215,7 @@ func TestCompose(t *testing.T) {
 				pass, _ := composeEnv(svc, "CAPSTAN_REDIS_PASSWORD")
 				require.Equalf(t, want["CAPSTAN_REDIS_PASSWORD"], pass, "%s reaches Redis with its password", name)
 			}
-			for _, k := range []string{"CAPSTAN_ADMIN_TOKEN", "CAPSTAN_WORKER_TOKEN", "CAPSTAN_INTERNAL_TOKEN"} {
+			for _, k := range []string{"CAPSTAN_ADMIN_TOKEN", "CAPSTAN_WORKER_TOKEN", "CAPSTAN_CONTROL_PLANE_KEY"} {
 				if v, ok := composeEnv(svc, k); ok {
 					require.Equalf(t, want[k], v, "%s: %s comes from the environment", name, k)
 				}

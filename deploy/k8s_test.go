@@ -205,7 +205,7 @@ func buildOverlay(dir string) ([]byte, error) {
 var devSecrets = map[string]string{
 	"tokens.env": "CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz\n" +
 		"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz\n" +
-		"CAPSTAN_INTERNAL_TOKEN=cap_internal0123456789abcdefghijklmnopqrstuvwxyz\n",
+		"CAPSTAN_CONTROL_PLANE_KEY=cap_controlplane0123456789abcdefghijklmnopqrstuvwxyz\n",
 	"postgres.env": "POSTGRES_USER=capstan\nPOSTGRES_PASSWORD=pg0123456789abcdefghijklmnopqrstuvwxyz\nPOSTGRES_DB=capstan\n",
 	"db.env":       "CAPSTAN_DATABASE_URL=postgres://capstan:pg0123456789abcdefghijklmnopqrstuvwxyz@capstan-postgres:5432/capstan?sslmode=disable\n",
 	"redis.env":    "CAPSTAN_REDIS_ADDR=capstan-redis:6379\nCAPSTAN_REDIS_PASSWORD=redis0123456789abcdefghijklmnopqrstuvwxyz\n",

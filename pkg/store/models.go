@@ -296,12 +296,17 @@ type Worker struct {
 	Draining bool `json:"draining"`
 	// Sandbox is how the executor isolates its attempts: "none", or
 	// mechanisms joined with "+" (e.g. "uid+pidns+netns+rlimit").
-	Sandbox         string    `json:"sandbox"`
-	State           string    `json:"state"`
-	Version         int64     `json:"version"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	LastHeartbeatAt time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
+	Sandbox string `json:"sandbox"`
+	// CredentialSHA256 is the SHA-256 of the executor credential its
+	// registration answered (workerkey.Digest); nil: none, and its
+	// executor cannot be called until it registers again. Never
+	// serialized.
+	CredentialSHA256 []byte    `gorm:"column:credential_sha256" json:"-"`
+	State            string    `json:"state"`
+	Version          int64     `json:"version"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	LastHeartbeatAt  time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
 }
 
 // RunEvent is a row of run_events, the append-only audit trail.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/api/internal/server"
 )
 
@@ -54,6 +55,12 @@ type config struct {
 	// with (CAPSTAN_WORKER_TOKEN on the executors too). Default unset: only
 	// worker tokens made through /v1/tokens register.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// ControlPlaneKey is the secret the api shares with the scheduler and
+	// the abort reconciler, and with no executor: each worker's executor
+	// credential and dispatch key are derived from it at registration (see
+	// package workerkey). Required to serve; at least 32 bytes. Set it
+	// alike on the three. No default.
+	ControlPlaneKey string `env:"CAPSTAN_CONTROL_PLANE_KEY"`
 	// WorkerCIDRs are the networks (comma-separated CIDRs) a worker's
 	// registered address must resolve into. Default loopback and the
 	// private ranges: 127.0.0.0/8, ::1/128, 10.0.0.0/8, 172.16.0.0/12,
@@ -92,11 +99,18 @@ func parseConfig(args []string, opts env.Options) (config, error) {
 	return cfg, nil
 }
 
-// validate checks what the env tags cannot: the server's ranges, and that
-// the bootstrap tokens are not placeholders or short (svc.CheckSecrets).
+// validate checks what the env tags cannot: the server's ranges, that the
+// bootstrap tokens and the control-plane key are not placeholders or short
+// (svc.CheckSecrets), and that the key is set to serve (migrate needs
+// none).
 func (c config) validate() error {
-	return errors.Join(c.server().Validate(),
-		svc.CheckSecrets(map[string]string{"CAPSTAN_ADMIN_TOKEN": c.AdminToken, "CAPSTAN_WORKER_TOKEN": c.WorkerToken}))
+	var errs []error
+	if c.ControlPlaneKey == "" && !c.migrate {
+		errs = append(errs, errors.New("CAPSTAN_CONTROL_PLANE_KEY is required: workers get their credentials from it"))
+	}
+	return errors.Join(append(errs, c.server().Validate(),
+		svc.CheckSecrets(map[string]string{"CAPSTAN_ADMIN_TOKEN": c.AdminToken, "CAPSTAN_WORKER_TOKEN": c.WorkerToken,
+			"CAPSTAN_CONTROL_PLANE_KEY": c.ControlPlaneKey}))...)
 }
 
 // stampEvery is the heartbeat path's stamp period: min(WorkerGrace/4, 1s),
@@ -110,5 +124,6 @@ func (c config) stampEvery() time.Duration {
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
 		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
-		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout}
+		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout,
+		ControlPlaneKey: workerkey.New(c.ControlPlaneKey)}
 }

@@ -64,9 +64,20 @@ func TestWorkerCIDRs(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig(nil, env.Options{Environment: map[string]string{}})
+	key := map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": testControlPlaneKey}
+	cfg, err := parseConfig(nil, env.Options{Environment: key})
 	require.NoError(t, err)
-	require.NoError(t, cfg.validate(), "the defaults are valid")
+	require.NoError(t, cfg.validate(), "the defaults and a key are valid")
+	require.False(t, cfg.server().ControlPlaneKey.IsZero())
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_CONTROL_PLANE_KEY is required", "the api serves only with a key")
+	cfg, err = parseConfig([]string{"migrate"}, env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.NoError(t, cfg.validate(), "migrate needs no key")
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": "change-me"}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_CONTROL_PLANE_KEY is a placeholder")
 	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_API_MAX_BODY_BYTES": "-1"}})
 	require.NoError(t, err, "the env tags accept any number")
 	require.ErrorContains(t, cfg.validate(), "MaxBodyBytes")
@@ -76,3 +87,7 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, cfg.validate(), "CAPSTAN_ADMIN_TOKEN is a placeholder")
 	require.ErrorContains(t, cfg.validate(), "CAPSTAN_WORKER_TOKEN is 5 bytes")
 }
+
+// testControlPlaneKey is a CAPSTAN_CONTROL_PLANE_KEY that passes
+// svc.CheckSecrets.
+const testControlPlaneKey = "0123456789abcdefghijklmnopqrstuvwxyz"

@@ -70,10 +70,12 @@ type Config struct {
 	// otherwise (HOME is a sandboxed attempt's work directory). Env
 	// CAPSTAN_EXECUTOR_PASS_ENV, default none.
 	PassEnv []string `env:"CAPSTAN_EXECUTOR_PASS_ENV" envSeparator:","`
-	// InternalToken is the bearer secret the executor's own API (abort)
-	// requires, shared with the abort reconciler; unset, every abort is
-	// refused with 401. Env CAPSTAN_INTERNAL_TOKEN, no default.
-	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
+	// MetricsToken is the bearer secret GET /metrics on the executor's API
+	// requires: the operator's scraper's, never sent by the control plane
+	// (whose calls carry the worker's own executor credential, which each
+	// registration answers). Env CAPSTAN_EXECUTOR_METRICS_TOKEN, default
+	// unset: /metrics answers 401.
+	MetricsToken string `env:"CAPSTAN_EXECUTOR_METRICS_TOKEN"`
 	// Addr is the listen address of the executor's API; port 0 picks a free
 	// port. Env CAPSTAN_EXECUTOR_ADDR, default 127.0.0.1:0.
 	Addr string `env:"CAPSTAN_EXECUTOR_ADDR" envDefault:"127.0.0.1:0"`

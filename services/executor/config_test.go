@@ -150,10 +150,10 @@ func TestHostMemory(t *testing.T) {
 func TestRunAs(t *testing.T) {
 	t.Parallel()
 	cfg := parse(t, map[string]string{"CAPSTAN_EXECUTOR_RUN_AS": "10002:10003",
-		"CAPSTAN_WORKER_TOKEN": "w", "CAPSTAN_INTERNAL_TOKEN": "i"})
+		"CAPSTAN_WORKER_TOKEN": "w", "CAPSTAN_EXECUTOR_METRICS_TOKEN": "m"})
 	require.Equal(t, &runner.Credential{UID: 10002, GID: 10003}, cfg.RunAs)
 	require.Equal(t, "w", cfg.WorkerToken)
-	require.Equal(t, "i", cfg.InternalToken)
+	require.Equal(t, "m", cfg.MetricsToken)
 	require.Nil(t, parse(t, nil).RunAs, "unset: the executor's own user")
 	_, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"CAPSTAN_EXECUTOR_RUN_AS": "nobody"}})
 	require.ErrorContains(t, err, "uid:gid")

@@ -32,7 +32,7 @@ func main() {
 	cfg, err := env.ParseAs[Config]()
 	svc.Healthcheck(os.Args[1:], cfg.Addr)
 	err = errors.Join(err, svc.CheckSecrets(map[string]string{"CAPSTAN_WORKER_TOKEN": cfg.WorkerToken,
-		"CAPSTAN_INTERNAL_TOKEN": cfg.InternalToken}))
+		"CAPSTAN_EXECUTOR_METRICS_TOKEN": cfg.MetricsToken}))
 	log := svc.Setup(service, cfg.Common, err)
 	svc.Exit(log, run(cfg, log))
 }
@@ -82,10 +82,9 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	srv.ServeMetrics(newRegistry(sup, cfg.Slots))
 	redis := asynq.NewClient(cfg.Redis())
 	srv.SetDependencies(dependencies(redis, cfg.APIURL))
-	if cfg.InternalToken == "" {
-		log.Warn("CAPSTAN_INTERNAL_TOKEN is unset: the executor refuses every abort")
-	}
-	srv.RequireToken(cfg.InternalToken)
+	// Only the control plane knows the credential of this worker's
+	// current registration: the executor's API takes no other.
+	srv.Guard(client.ExecutorCredential, cfg.MetricsToken)
 	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis}, nil
 }
 

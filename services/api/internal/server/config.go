@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 )
 
 // Config tunes the server. A zero field takes its default; a negative one
@@ -51,6 +52,11 @@ type Config struct {
 	// abort reconciler call that address, so a worker token cannot point
 	// them at anything else. Default DefaultWorkerCIDRs.
 	WorkerCIDRs []netip.Prefix
+	// ControlPlaneKey is CAPSTAN_CONTROL_PLANE_KEY, shared with the
+	// scheduler and the abort reconciler: a registration derives the
+	// worker's executor credential and dispatch key from it (package
+	// workerkey). Zero fails every registration. No default.
+	ControlPlaneKey workerkey.Key
 }
 
 // DefaultWorkerCIDRs are loopback and the private ranges (RFC 1918, RFC
