@@ -33,6 +33,11 @@ type config struct {
 	// LogFollowMax bounds one logs?follow=true stream; the client then
 	// reconnects. Default 1h.
 	LogFollowMax time.Duration `env:"CAPSTAN_LOG_FOLLOW_MAX"`
+	// LogFollowPoll is how often a logs?follow=true stream re-reads its
+	// attempt when no notification woke it, a fallback: the api's LISTEN
+	// connection wakes it when chunks or a state change of the attempt
+	// commit. Default 5s.
+	LogFollowPoll time.Duration `env:"CAPSTAN_LOG_FOLLOW_POLL"`
 	// RateLimit is the requests a second one token (or one address without
 	// a token) may send before 429s. Default 1000.
 	RateLimit float64 `env:"CAPSTAN_API_RATE_LIMIT"`
@@ -80,6 +85,6 @@ func (c config) validate() error { return c.server().Validate() }
 // server returns the server's part of the config.
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
-		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken,
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, LogPollInterval: c.LogFollowPoll, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken,
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout}
 }

@@ -28,6 +28,11 @@ type Config struct {
 	// stream: past it the stream ends without an `end` event and the client
 	// reconnects with Last-Event-ID. Default 1h.
 	LogFollowMax time.Duration
+	// LogPollInterval is how often a logs?follow=true stream re-reads its
+	// attempt when nothing woke it: a fallback, as a commit of the
+	// attempt's chunks or state wakes it through the api's LISTEN
+	// connection (Deps.Feed). Default 5s.
+	LogPollInterval time.Duration
 	// RateLimit is how many requests a second one token (or one address
 	// without a token) may send; past it and RateBurst, 429. Default 1000.
 	RateLimit float64
@@ -54,6 +59,7 @@ const (
 	DefaultMaxBodyBytes     = 1 << 20
 	DefaultLogMaxBytes      = domain.DefaultLogMaxBytes
 	DefaultLogFollowMax     = time.Hour
+	DefaultLogPollInterval  = 5 * time.Second
 	DefaultRateLimit        = 1000
 	DefaultWriteTimeout     = time.Minute
 )
@@ -65,6 +71,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.LogMaxBytes = cmp.Or(c.LogMaxBytes, DefaultLogMaxBytes)
 	c.LogFollowMax = cmp.Or(c.LogFollowMax, DefaultLogFollowMax)
+	c.LogPollInterval = cmp.Or(c.LogPollInterval, DefaultLogPollInterval)
 	c.RateLimit = cmp.Or(c.RateLimit, DefaultRateLimit)
 	c.RateBurst = cmp.Or(c.RateBurst, int(2*c.RateLimit))
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
@@ -90,6 +97,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server config: LogMaxBytes must be positive, got %d", c.LogMaxBytes)
 	case c.LogFollowMax <= 0:
 		return fmt.Errorf("server config: LogFollowMax must be positive, got %s", c.LogFollowMax)
+	case c.LogPollInterval <= 0:
+		return fmt.Errorf("server config: LogPollInterval must be positive, got %s", c.LogPollInterval)
 	case c.RateLimit <= 0 || c.RateBurst < 1:
 		return fmt.Errorf("server config: RateLimit and RateBurst must be positive, got %g and %d", c.RateLimit, c.RateBurst)
 	case c.WriteTimeout <= 0:
