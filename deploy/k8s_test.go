@@ -182,15 +182,57 @@ func (c *cluster) byComponent(t testing.TB, component string) workload {
 var kustomizeMu sync.Mutex
 
 // buildOverlay runs kustomize (the library kubectl apply -k uses) on a
-// directory and returns the YAML stream it would apply.
+// directory and returns the YAML stream it would apply. The files are read
+// from disk into memory first, with the dev overlay's tokens.env (git-ignored,
+// written by its gen-tokens.sh) made up when the checkout has none.
 func buildOverlay(dir string) ([]byte, error) {
 	kustomizeMu.Lock()
 	defer kustomizeMu.Unlock()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	fs, err := overlayFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
 	if err != nil {
 		return nil, err
 	}
 	return m.AsYaml()
+}
+
+// devTokens is what gen-tokens.sh writes, for a checkout that has not run it.
+const devTokens = "CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz\n" +
+	"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz\n" +
+	"CAPSTAN_INTERNAL_TOKEN=cap_internal0123456789abcdefghijklmnopqrstuvwxyz\n"
+
+// overlayFiles copies the k8s tree that holds dir (its parent's parent's,
+// deploy/k8s) into an in-memory filesystem, adding the dev overlay's
+// tokens.env where it is missing.
+func overlayFiles(dir string) (filesys.FileSystem, error) {
+	fs := filesys.MakeFsInMemory()
+	tree := filepath.Dir(filepath.Dir(dir))
+	if filepath.Base(dir) == "base" {
+		tree = filepath.Dir(dir)
+	}
+	err := filepath.WalkDir(tree, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return fs.WriteFile(path, raw)
+	})
+	if err != nil {
+		return nil, err
+	}
+	tokens := filepath.Join(tree, "overlays", "dev", "tokens.env")
+	if !fs.Exists(tokens) {
+		if err := fs.WriteFile(tokens, []byte(devTokens)); err != nil {
+			return nil, err
+		}
+	}
+	return fs, nil
 }
 
 // newCluster indexes strictly decoded objects by kind and name; a second
@@ -509,7 +551,7 @@ func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	reads := serviceEnvVars(t, root)
-	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"))
+	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"), composeSecrets...)
 	require.NoError(t, err)
 	for overlay, replicas := range overlays {
 		t.Run(overlay, func(t *testing.T) {

@@ -116,7 +116,7 @@ func collect(t *testing.T, events <-chan sseEvent, got *[]string, stop func(n in
 func TestEventStreamResume(t *testing.T) {
 	s := Start(t, bins, Options{Executors: 1})
 	db := openDB(t, s)
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	name := create(t, s, gatedSpec(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -168,7 +168,7 @@ func TestEventStream500Watchers(t *testing.T) {
 	const watchers = 500
 	s := Start(t, bins, Options{Executors: 1})
 	db := openDB(t, s)
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	name := create(t, s, gatedSpec(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -102,7 +102,7 @@ func testPluginContainer(t *testing.T, s *Stack, dockerLog string) {
 			Args: &[]string{"sh", "-c", `echo "hi $WHO" > "$CAPSTAN_OUTPUTS_DIR/greeting"`}},
 		Outputs: &[]string{"greeting"}}}})
 	run := waitPhase(t, s, name, 30*time.Second, api.PhaseSUCCEEDED)
-	require.Equal(t, "hi e2e\n", (*action(run, "greet").Outputs)["greeting"])
+	require.Equal(t, "hi e2e", (*action(run, "greet").Outputs)["greeting"], "one trailing newline trimmed")
 	id := strconv.FormatInt(action(run, "greet").Tasks[0].Attempts[0].Id, 10)
 	calls := dockerCalls(t, dockerLog, id)
 	require.NotEmpty(t, calls)

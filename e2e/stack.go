@@ -42,6 +42,31 @@ func (p *Proc) Alive() bool {
 	}
 }
 
+// SharedDir returns a new directory that the test and every task may read
+// and write (0777), on a path a task sees: under the data directory, which
+// a sandboxed attempt keeps on its path while its /tmp is its own. Each
+// task is a user of its own: one may replace another's files there, but
+// not write into them (make a file per task instead).
+func (s *Stack) SharedDir() string {
+	s.t.Helper()
+	parent := filepath.Join(s.DataDir, "shared")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "dir")
+	if err == nil {
+		err = os.Chmod(dir, 0o777)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return dir
+}
+
+// Sandboxed reports whether the stack's executors sandbox their attempts:
+// only root may (a test user runs them with CAPSTAN_EXECUTOR_INSECURE=1).
+func Sandboxed() bool { return os.Geteuid() == 0 }
+
 // Stack is one Capstan deployment: api, scheduler, abort-reconciler and
 // executors, sharing a fresh database and Redis DB.
 type Stack struct {
@@ -93,6 +118,10 @@ type Options struct {
 	// stack uses (flushed first) instead of a database redistest leases on
 	// the test Redis: the benchmarks run their own server.
 	Redis asynq.RedisClientOpt
+	// DatabaseURL, when set, is the migrated database the stack uses
+	// instead of a fresh one on the test Postgres: a test that pauses
+	// Postgres gives its own (StartPostgres).
+	DatabaseURL string
 }
 
 // testEnv are the settings tests run the services with: debug logs, and
@@ -127,11 +156,20 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		o.Executors = 2
 	}
 	dir := t.TempDir()
+	// Sandboxed attempts, each a user of its own, pass through the test's
+	// temporary directory (0700) to the data directory.
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	rdb := o.Redis
 	if rdb.Addr == "" {
 		rdb = redistest.New(t)
 	}
-	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: storetest.NewURL(t),
+	dbURL := o.DatabaseURL
+	if dbURL == "" {
+		dbURL = storetest.NewURL(t)
+	}
+	s := &Stack{t: t, bins: bins, dir: dir, DataDir: filepath.Join(dir, "data"), DBURL: dbURL,
 		RedisDB: rdb.DB, RedisAddr: rdb.Addr, procs: map[string]*Proc{}, opts: o}
 	if o.Redis.Addr != "" {
 		s.FlushRedis() // redistest flushes the databases it leases
@@ -145,6 +183,9 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
 		"CAPSTAN_DATA_DIR=" + s.DataDir,
+	}
+	if !Sandboxed() {
+		s.env = append(s.env, "CAPSTAN_EXECUTOR_INSECURE=1") // only root may sandbox attempts
 	}
 	if !o.Defaults {
 		s.env = append(s.env, testEnv...)

@@ -82,11 +82,12 @@ func allRunningOn(tasks []api.Task, n int, id string) bool {
 	return true
 }
 
-// pidsCommand records, for each attempt, the shell's pid and a background
-// grandchild's in the run directory, then sleeps for secs.
+// pidsCommand records, for each attempt, the shell's host pid and a
+// background grandchild's in the run directory, then sleeps for secs.
 func pidsCommand(secs int) *string {
-	return ptr(fmt.Sprintf(`f="$CAPSTAN_RUN_DIR/pids.$CAPSTAN_TASK_INDEX.$CAPSTAN_ATTEMPT"; sleep 600 & `+
-		`echo "$$ $!" > "$f.tmp" && mv "$f.tmp" "$f"; sleep %d`, secs))
+	return ptr(fmt.Sprintf(`f="$CAPSTAN_RUN_DIR/pids.$CAPSTAN_TASK_INDEX.$CAPSTAN_ATTEMPT"; `+
+		hostPidTo(`"$f.sh"`)+`; `+bgHostPid("sleep 600", `"$f.bg"`)+
+		` while [ ! -s "$f.bg" ]; do sleep 0.01; done; echo "$(cat "$f.sh") $(cat "$f.bg")" > "$f.tmp" && mv "$f.tmp" "$f"; sleep %d`, secs))
 }
 
 // attemptPids returns, for attempt 1 of each of n tasks, the pids of its

@@ -79,6 +79,17 @@ func testOutputs(t *testing.T, s *Stack) {
 	require.Equal(t, "42", (*outputs)["lines"])
 	require.Len(t, (*outputs)["edge"], 64<<10, "an output of exactly 64 KiB is allowed")
 
+	// echo's newline is trimmed, as $(...) trims it: the next step can cd to
+	// the directory the first one wrote.
+	echoed := create(t, s, api.WorkflowSpec{Steps: []api.Step{
+		{Name: "make", Outputs: &[]string{"x", "dir"}, Command: ptr(`echo value > "$CAPSTAN_OUTPUTS_DIR/x"; ` +
+			`mkdir -p "$CAPSTAN_RUN_DIR/src"; echo "$CAPSTAN_RUN_DIR/src" > "$CAPSTAN_OUTPUTS_DIR/dir"`)},
+		{Name: "use", Inputs: &[]api.StepInput{{From: "make.x", As: "X"}, {From: "make.dir", As: "DIR"}},
+			Command: ptr(`cd "$DIR" && [ "$X" = value ] && printf '[%s]' "$X"`)},
+	}})
+	waitPhase(t, s, echoed, 30*time.Second, api.PhaseSUCCEEDED)
+	require.Equal(t, "[value]", logs(t, s, echoed, "use", 0, 1))
+
 	big := create(t, s, api.WorkflowSpec{Steps: []api.Step{
 		{Name: "big", Outputs: &[]string{"blob"}, Command: ptr(`head -c 1048577 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/blob"`)},
 		{Name: "use", Inputs: &[]api.StepInput{{From: "big.blob", As: "BLOB"}}, Command: ptr("echo got it")},

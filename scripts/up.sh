@@ -52,6 +52,12 @@ echo "starting Capstan:"
 start api capstan-api CAPSTAN_ADMIN_TOKEN="$CAPSTAN_ADMIN_TOKEN" CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN"
 start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091
 start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092 CAPSTAN_INTERNAL_TOKEN="$CAPSTAN_INTERNAL_TOKEN"
+# As root the executors sandbox each attempt (a user and namespaces of its
+# own); anyone else may not, and runs every attempt as themselves.
+if [ "$(id -u)" -ne 0 ] && [ -z "${CAPSTAN_EXECUTOR_INSECURE:-}" ]; then
+  echo "  not root: the executors run every attempt as $(id -un), without a sandbox (CAPSTAN_EXECUTOR_INSECURE=1)"
+  export CAPSTAN_EXECUTOR_INSECURE=1
+fi
 for i in $(seq 1 "${CAPSTAN_EXECUTORS:-2}"); do
   start "executor-$i" capstan-executor CAPSTAN_EXECUTOR_NAME="executor-$i" CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0 CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN" CAPSTAN_INTERNAL_TOKEN="$CAPSTAN_INTERNAL_TOKEN"
 done

@@ -89,6 +89,7 @@ const (
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
 	User       AttemptReportCause = "user"
+	Waiting    AttemptReportCause = "waiting"
 	WorkerLost AttemptReportCause = "worker_lost"
 )
 
@@ -106,6 +107,8 @@ func (e AttemptReportCause) Valid() bool {
 	case Timeout:
 		return true
 	case User:
+		return true
+	case Waiting:
 		return true
 	case WorkerLost:
 		return true
@@ -251,6 +254,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITING             Phase = "WAITING"
 	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
@@ -276,6 +280,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITING:
 		return true
 	case PhaseWAITINGFORCACHE:
 		return true
@@ -505,7 +511,7 @@ type Action struct {
 	// PausedAt When the step last became PAUSED.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Reason Why the step ended or waits, e.g. rejected.
@@ -554,7 +560,7 @@ type ApprovalRequest struct {
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	// Cause user, system, permanent (a spec that can never run), waiting (the target was not ready), worker_lost, preempted, timeout or aborted.
 	Cause *string `json:"cause,omitempty"`
 
 	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
@@ -634,7 +640,7 @@ type AttemptSpec struct {
 	Domain    string            `json:"domain"`
 	Env       map[string]string `json:"env"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 	Id   int64     `json:"id"`
 
@@ -643,7 +649,10 @@ type AttemptSpec struct {
 
 	// KillGraceMs Milliseconds between SIGTERM and SIGKILL on abort.
 	KillGraceMs *int64 `json:"kill_grace_ms,omitempty"`
-	Number      int    `json:"number"`
+
+	// Network The step's network: `none`, or absent for the executor's.
+	Network *string `json:"network,omitempty"`
+	Number  int     `json:"number"`
 
 	// Outputs The outputs the step declares: each task writes each to $CAPSTAN_OUTPUTS_DIR/<name>. Absent when none.
 	Outputs *[]string `json:"outputs,omitempty"`
@@ -653,12 +662,18 @@ type AttemptSpec struct {
 	Proceed  bool   `json:"proceed"`
 	Project  string `json:"project"`
 	Replicas int    `json:"replicas"`
-	Run      string `json:"run"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+	Run       string     `json:"run"`
 
 	// State Iris task states; the database stores their numeric values.
 	State     TaskState `json:"state"`
 	TaskIndex int       `json:"task_index"`
-	WorkerId  *string   `json:"worker_id,omitempty"`
+
+	// WaitExitCode The shell plugin's "not ready yet" exit status: report FAILED with cause waiting.
+	WaitExitCode *int    `json:"wait_exit_code,omitempty"`
+	WorkerId     *string `json:"worker_id,omitempty"`
 }
 
 // AttemptSpecList defines model for AttemptSpecList.
@@ -753,7 +768,7 @@ type ChildRunRef struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Try How many children of its index started before it (a retry, a restart).
@@ -819,7 +834,7 @@ type ConcurrencySlot struct {
 	// Action A task key's holder or waiter's step.
 	Action *string `json:"action,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase *Phase `json:"phase,omitempty"`
 
 	// Place A waiter's place in line (1 is first).
@@ -923,7 +938,7 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Name      string     `json:"name"`
 
-	// Projects The projects the token may reach; absent or empty, every project.
+	// Projects The projects the token may reach; absent or empty, every project. Reader and writer tokens only (an admin or worker token with projects is a 422).
 	Projects *[]Name `json:"projects,omitempty"`
 	Role     Role    `json:"role"`
 }
@@ -986,7 +1001,7 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
-// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -995,6 +1010,9 @@ type HTTPSpec struct {
 
 	// Url An absolute http or https URL.
 	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -1061,7 +1079,7 @@ type ParamType string
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
-// Phase The phase of a run or an action.
+// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 type Phase string
 
 // Problem defines model for Problem.
@@ -1169,6 +1187,9 @@ type RegisterWorkerRequest struct {
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
 
+	// Sandbox How the executor isolates its attempts, as GET /v1/workers shows it (see Worker.sandbox).
+	Sandbox *string `json:"sandbox,omitempty"`
+
 	// Slots How many attempts it runs at once (1 to 1024).
 	Slots *int `json:"slots,omitempty"`
 }
@@ -1238,7 +1259,7 @@ type Run struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1351,7 +1372,7 @@ type RunSummary struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1417,7 +1438,7 @@ type ScheduleList struct {
 type ScheduledRun struct {
 	Name string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase       Phase     `json:"phase"`
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
@@ -1467,7 +1488,7 @@ type Step struct {
 	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
 	ForEach *ForEach `json:"for_each,omitempty"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
 	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
@@ -1497,7 +1518,10 @@ type Step struct {
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
-	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	// Network `none` runs each task with no network: its processes get a network namespace of their own with only a loopback interface (a container, `--network none`), so nothing outside the attempt is reachable, not even the executor host's loopback services. Absent: the executor's network. An http step cannot be `none`; an executor without a sandbox (sandbox `none`) that cannot make the namespace fails such a task as a system failure.
+	Network *string `json:"network,omitempty"`
+
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
 	OnFailure *string `json:"on_failure,omitempty"`
 
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
@@ -1529,6 +1553,12 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
 
 	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
@@ -1574,8 +1604,10 @@ type Task struct {
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
-	PendingReason        *string    `json:"pending_reason,omitempty"`
-	PreemptionCount      int        `json:"preemption_count"`
+
+	// PendingReason Why the task waits PENDING; while its step is WAITING, the answer it waits on.
+	PendingReason   *string `json:"pending_reason,omitempty"`
+	PreemptionCount int     `json:"preemption_count"`
 
 	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
 	Reused *bool `json:"reused,omitempty"`
@@ -1584,8 +1616,14 @@ type Task struct {
 	State TaskState `json:"state"`
 
 	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
-	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
-	WorkerId           *string `json:"worker_id,omitempty"`
+	SystemFailureCount *int `json:"system_failure_count,omitempty"`
+
+	// WaitCount How many waits in a row the task made for its target (WAITING); 0 once another answer came.
+	WaitCount *int `json:"wait_count,omitempty"`
+
+	// WaitingSince When the first of those waits was decided; absent when wait_count is 0.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WorkerId     *string    `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -1675,7 +1713,10 @@ type Worker struct {
 
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
-	Slots     int        `json:"slots"`
+
+	// Sandbox How the executor isolates its attempts: `none` (CAPSTAN_EXECUTOR_INSECURE: every attempt runs as one user, the executor's or CAPSTAN_EXECUTOR_RUN_AS), or the mechanisms every attempt gets, joined with `+`: `uid` (a user and group of its own from CAPSTAN_EXECUTOR_UID_RANGE; its work directory 0700 and its own; its run's directory shared with the run's tasks only, through a group of the run's), `pidns` (PID, mount and IPC namespaces of its own: its end, an abort or the executor's death ends every process it started; a private /tmp), `netns` (a `network: none` step gets a network namespace with only loopback), `rlimit` (RLIMIT_NPROC per attempt; RLIMIT_DATA from resources.memory_bytes where no memory cgroup bounds it), `cgroup` (a cgroup v2 with memory.max, cpu.max and pids.max from the step's resources, where the host delegates one). E.g. `uid+pidns+netns+rlimit`.
+	Sandbox string `json:"sandbox"`
+	Slots   int    `json:"slots"`
 
 	// State alive: heartbeating within the worker grace. unresponsive: silent past the grace, not yet declared dead by the scheduler's liveness pass (at most one pass while the scheduler runs). dead: declared dead; listed for the dead-worker retention (1h by default) after that, then deleted. A worker that deregistered is not listed.
 	State WorkerState `json:"state"`
@@ -24180,367 +24221,388 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs5lif6KgjeiRDVm6Iol13dRUXHrMpWuTTlsjWS3LX3Nj0ixATFbCUBNoCUzHY44v61D7APcR9s",
-	"nuQGzjlAZpJIMqkP29UzuxNdMpkEkMDB+T6/86kzVrO5kkJa0xl86sy55jNhhYZ/HY1tpuRbPhPuX5ns",
-	"DDpzbqedpCPhsw6HBzpJR4u/F5kWaWdgdSGSjhlPxYy7X/2LFpPOoPN/7ZcT7eO3Zh9G/vw56RxZK2Zz",
-	"e/KqYZ4sXTvHROkZt+45ab9/3kk6s0xms2LWGRwkHbuYC/xKXAsN073k46l4qQW3Iv1RTJSG90uFGets",
-	"Dm806LyT+YLZqWBCWp0Jw+50Zq2Q7Ap+wOw0M8xmM8G6Zz+9ZN99990Pu71Ogqv/eyH0olz+GKe6xJ92",
-	"oktPuRV7brxOWLKxOpPX5YrPCtlinbAwXUh2p5UVTUvShexsfUywinMr5m2XYayY4zpYN5OMy4VbWcIK",
-	"mQtj2EgXcsTcc8Iyq1TjBrpx7rncvwhtYIkbV6wmuOix+xm7xd+xrnvEzb9j2Ai+6tFXo8bl0gO1Fc+5",
-	"tUK7h//jr0d7/w/f+0d/74fe5d6HTwfJ9999/pf4sRfaKL269oupYFJ8tJdjeACXLthci9tMFYbN+XXj",
-	"yeNPamub8Y9vhLy2087gWb8fW8grNeOZbLidKX75YC7whht7fCukPXn1s+CpaHjxLPXvm3NjmXC/gH+O",
-	"88z9qcVYZLciPWR4dFrwGdPCFDNhGJ9YoVlmw+5McabwMm4Re7CKvZNXzbsU26TK+v8d9nxl+bXB2URp",
-	"WrO7LtyyMZdSWbgNuCyD74D/YHeZNOxu6niQslPGtXCPNp2z25xL2JxLYJ9t2GU/yi7fZLPMhrNfnga+",
-	"rA6figkvctsZvOgnbtNw6BeOsDbw5VOt/ibGtoHM5vTtg+nsrFgn05AzPnCK8/FUpEUu1sxj6JGHT/ab",
-	"0jdCP1h4FgU8uUrXbvxJru7WvMwdPfLQl/nsfm/mShoBGsipVle5mLk/x0paIYE4+HyeZ2PuLtX+HJ/4",
-	"H38zyOTbTefHhRnrd/RIMifQf3j+4o+MBu/BNtBvQTG6Utq+yQysZq7VXGib4Yq5+wr+yqyYmU0LgZHO",
-	"xFjptPM5bD7Xmi/cvytMfpWbHF0Zx++ULJmhZ/yrh1gey1/9Gj+E59QV3CyniVXWs/puqO4NPi2Pn3Q4",
-	"anCXY1XgGdWX+krk2a3QC6ZVIVPD4DGRMqPYhOvKigM7KIfM0tXxzoUF9sklo8fYTZbnbqAV7rY68pgX",
-	"RkRfIw1ybuWrm0xGFjLCPRkN4AxgY510cuuCLxiXqRNRemGnmbxmhUxB/hyyES2cfuqW736ppPCv5N5G",
-	"SMcu/1pq2vRd5fDKJarCjtUsosyOUtx/kY4SpjQbSSFSc+m2RDsJ4d4AJcuv/CMp44bdccO0cCpPGqGp",
-	"JDDk2G5pwU0DqThKFMbpw9zGT/ZumuWCZdaphlfCbVtYf+2E1+jMCfDx2PTFPOXl5C317+rtAUJIKuKo",
-	"1H9AdISjQjJbvhu1Fay5grBJcOvSNHMj8vy0chsnPDciWbqg5a4vXz8QyYZZxYad90ZoFk4BiXbYcTtb",
-	"UXEO+nFNML7cc8ttYSIcY5ktrLmM9SXDqkSagI2lCouKOF0q4XjIxcmvx68u372/2AWajrADpxC7f4jU",
-	"PXAHYvIyV8ZGyfkL355HuCEly7n/RVkWDbUDi5JnEAIRwddK3BGxOBY/n2t1y/ONP/PPAb2Mp+LyRkTU",
-	"6yO03VJvr7mHko6SY8dMDMvkvLAG9GYtjMpv3S4NZJHnkePBaUyg6/Uz5UrdFPMB+/nkgnUzy87fv3x5",
-	"fPzq+BW7y5yqLsHKXOwYpgqLq5Ap01wyqZjl5mY3Yb+enJ/Dj3Uhza4jtNN3p+/fHF0cv8KPuUyYKcZj",
-	"IVJ3bWVKprU3Yhe7PUY6AVwGMr8zO3X3B23Xikj5+eSik3TcrJ2kE6aKCpZUzN2Vu8RzD4rNynPL6ouQ",
-	"6VacNulcCyk0t1GL/aK0xMeF1mDrFXLAONPC6oW3CuGt4f21MJZry+B/DXzpFKoEqMHtujsGcRdXP7y8",
-	"X1miJDV49QtlvYtnZe2/OfbAgZml7I5nlnXTAl80weXvAldrL9+IkJolREy9WSLikkxpX2nQhLmXZP/5",
-	"v/8Pu+V5IRLGTWXTAtnNWNdqnuWO80hxl2dSuFs3t7uHVfJjWoDCbtiw6Pe/E+yATblJgEodh4TZEsbZ",
-	"v52/e8uAetxhhgl3cBXuBsMHe5lMxUemdCp0IHlgwFLJqv5bcq0510LGVZW5E0BxVgunFmgKNOwrMXZb",
-	"c3r0/vz4VfvTmk85Srm1Vgk8VJMNy+tZlMuBywWCjWfuyETvuse0cG/cIHLgHmx5Id1Ul45AiabqC/pZ",
-	"3bEZlwsgbLxhd1OV0wonPMtFyrpKXro/Cy2YKYxjJbuo9OpCMth+8mtkzoIxhkYaKznJrgstUkYLiN9U",
-	"RxJNhke5QKBcu8pCSo7jiJJ1+zHmCb/e3TR9m8tY+eEqd1td046/c1cLx8asoHP+NOyEyzvsDH744Yd+",
-	"MuycvX/79uTt66FT3z7jFeRW4B10V8PpCRyuS/SSwEwxT6kAw9IzWFTCwspgdDsVmfbKl0nw/FZ3eJJp",
-	"YxO89JWPM/d/4UoP3L85eordOPAjXEGXWzZTxrJn/d1DNtFqxl4fX7Ber7ePqzL7n/CPz/hb+JVjJOQp",
-	"dVITXFaMmxt30uA+a2OpX3BzE5NxsAmXaw11OtqKp9Y9Xu4pbGO36UX+FX/6Z8dTK6xuBD8boY4ZPADR",
-	"e+8YRCavLyexxf025ZZxYmisqzSKo0xe79IdcOzFbdWAVUWWKYBnk2bG/O82ex9AfibBjAKeV7vE9Svl",
-	"yTKqi1b0xxUvTlgaXfhUjDOTKRm2sZA2y+HjFBnmsu3SnkteLaKiZaxmsyax45fjvgxWPixZoMMOGXlE",
-	"H1vazzCQszTXbtP9jMqrRYxoFG2cYV3cx6PTE2bVjZCGiY+Zu+XAA3ieCw0CHjQIkU92lyzNWMihtnX3",
-	"skrJTbJipjSYm4UROmFmYayYJWwu9Iy768+6nJm5GAf/PJPi1lnPhdxNqhZlUtqapcnq+A2asdFrOVap",
-	"iJkWxvKrXDChtdLMPUQ8/1f+8RwW+BMKU3P8kWwBpdmJvOV5lp7mxXUmz+diHJ+SIpHb0DasI0rC4mPm",
-	"LMVUxOXbJJOZmW45G3r7WjjxnIG/pbkpi9mV0PHF3k834la0kRvn8KDjxEgxWcyyWLrW4IynFfupagf4",
-	"oZnsT141OKdJPtesuBZ7XZd5cZeBWbegN+o64h0yNhU6TlrGpqqIM06rCzl2mxARtLoQKB3RkGFXYqFk",
-	"ihbyRzEurNI7hl2pwhnP3LBUq/m8dj2vlMoFlytvSQtK/KKr61jz4mdiTm6RLThu4FFeLjju5KaG2+8E",
-	"ledPjucjh3ELQrbTCWTmGBOINeJMUdt+7F63iIT0fwPPBTMWtsjrdjuGTTLJc2fTKW1Rj58D19kxDC4c",
-	"KFk/uYeyfwhnOdqpWKD7IpNktbXVul7i6iDp4DOIjRP82Z9WNbFt+WmUZa7G6T+U8foPn/oNwfoKm6yI",
-	"q+f9qGzbwDcfbtnD0QX7AM+ITGj3p1Oo0IhP/EWp2/s99hYENteCCXmbaSWdMN675TqDvQR5foh6vPcQ",
-	"yJRxjGGAZ8Cqa2GnTqp6nf2A/Zr9mDCp2Nv3b3rs5FoqZ9uB/aDco2iumLgBX+OZdca9JRMu2U591350",
-	"bEGkztSqMowGU9rzp/uPUWNkG9mPW/xGRnNGwdNVXjvXyikLqyv+yXEgZJrVFbNZYSxcfrT5ypDUhpX6",
-	"idas1d217aKL+tps53l06iNvcOCNlbQ8k6gJrGU+/kFY8PrwoJC3W13Ylb2ZWjvftKCfLy5O/VpaK0ro",
-	"9n4AN6n4XcmF7t3naIE783CuVVqMhTY7pQ/x7dGvxyVPGSC34Fpnt461GPJbB+7CAneBH3KS25MsF+xf",
-	"Xh6dnl8cvb08eXv6/uL88tXJ2b57qqX3z+mKl9eaj8XlLOLg+DXL88yIsZKpYVfC3gkh2fnJ64vjs19h",
-	"Hecnr385efOGKYkKfcs48zp9s8LkV3fbBwmCry8V45xrYWgTiYFnVhj6QJVb9O79Rdgj8LeOHbdGz2t8",
-	"v9pfKxT0cTdqSwbjA3TAX6Sy4HKQiuVKXgu960yrGJfZFG5GB3N8r5tCwduLDnBMgKsqPtO99fvN0eTK",
-	"1JX3DUdSsjzkRaXJ0JIhb2ExrDW5Kiz+QZbDj3x8M8nyezothEzb23HqVuicb+S+7/CxU5Vn40WwGe+Z",
-	"RYC/hRBZw+vb8VSkLe2HVYetOyzIRGFXbqTEMa7CsjKpZsBEBkoXJ1Wede+m3LLTd+cXbP/2YN+fzv6n",
-	"LP28T89YfiMwOJmra4NB+fG0kDem6YfwHP4sgft+pew05m2rZvtsldGddHJ13Z5C36jrl27FdXvi2Yvv",
-	"V9mdDrvfguTpqJoi6lmLcz4TBjInP223OasbEoyRVklwySNph4fMOgN8opwmD7q9O5gWOmPl/dbzK0jp",
-	"fiVyEc9BSN03sdcIYaCQzS+0YPR4K2m+4nTFmRoXeSwtZgAvmfb3ccB9nGdamOYIZYZH4XNAOJtmlnVn",
-	"/OMlvxZl2ODP6LxsH7SkJItHCT2v7JIWRujbEOpfq4dD9UPl+VKmr+pOupDorZ2reZG7zaZ072hosznL",
-	"oOUgt2V9wYa0MUhGKUsD/CZu9OmV5BQX0UTSrflfhTw3Z5yufyc/deOyz+qHvLTwGl23FNV3sqkuAAkK",
-	"LsCYglSFpGja5qgUDly7bI1v5e3XLUTyr04AMo6aO6r0mRk7xcNZPAOwoW7Egk25mZKXBhU7CD9gLCVY",
-	"XT6RiSwkoqkEPCmZpFIQ0CfhGdQoe+yIgb8Lc4XYDFYULAzyFjFuGSRM+aiuT3Qicl0V3MRm4jzXKfUh",
-	"+wmiz443JYyHUCIzhbMKDRt2nj2fDjsVbjVR2vOr1bsrdMbz7B9u92pFB9Hdf6lkJWPIhEwhPhOw6yjW",
-	"BLw5esvAH2UoU+e3o5OLk7evL396d3b58ujlz8e7IOPcmVHSYNxiuW2qPTrlmCYMib9iMWDjKZcQqHaW",
-	"HIjVwjhKVnkqtBdam4nYTxil3GmWp2eFPHOcIRbiH7sHgH2C2uhT+imfauITNiKq27g5X6s2Su8BGV/V",
-	"bAHLroSjLMOs6jX4PMhEiwTi3WuCKyMVHyHzwFKhWpn6kcnrnJ5sSPpoTALbLtHHxqqEgrICC9BC+mQo",
-	"XDJFqnwhYgZBSoi9J2XOW3TZ8UB8sDC9cVk5EVyhf6soWVUc9NuZaPeKQa6eJ2Rl+fSick9CouRStLnB",
-	"Je91gRCJh2xWiGFCGGNzGJ5qFJvkhudA48WWkuOIvOeOzwLz8hxMSWReU5Wnjmhz5cw7SjIEmigkfGnc",
-	"flRz6gvpQ7Pktpc+Tg2DYjyfvHpjAflYXAt2raTYXb3+Dam4L4/fMNwqJj7OtTBQTukkHoMqY5+xhv/o",
-	"VRyBh4yzsZLGcmkr4iEV81wthh33Bv7dIYMQC0uQM9VO+ofvIyft93HNvfM7zNft74Fj1Qd99/8aeISx",
-	"mltxvajJp87fC1E4Gl/KMYePRwPMe8JtgpweyFXCFJx/f3/8/vhVQvlQGWVTORHkJT9pEYn7HzC63e7b",
-	"QkvTY6Mxl2ORX2bycq7VtTsQKj2R4g4mpTRZEP8gA/NUGJCY0o1DkiHM4UmGMjy5UZKNxiWdjxJIqKP4",
-	"YbkAKe6EsU2vCqn9Rz++O7solZEkOnw1l9lv6uo7lh/ivJsvMirqgUw23OZfRMTKm4LcNg3JVngnkaIS",
-	"v8twlu3DouUCznNlY4p8k/HWUMekCwlH4tTNHcMqG42nPRU5RLXcnhxi8hk+D+K5/B6StapHg25M93E0",
-	"/DzjETkdeB1xsRuxAJ+T+5yy5UiVdt/Eb5+7M9EzuAgphQf9PqPcOAhN55kU28anNx8EzbCG37gnWshr",
-	"ypgL9NlJAqGVr1vOt4Fw34j0Gk2pFXa+hS1ZvwibHL4w9oZ1wTauCQ4uyxlPBjuG4W74lGihd0yz2rmd",
-	"njbP+TiaWxAmgicCEXUPnJQCKmsgz8aYRCbHzfUD9IZWqRvUW5GFOKUVVwJZLeRQaO/ouU8MXc3nUao+",
-	"Cot0vM4thwSFM3KDPoJLX6tqxG0qYCRbkwF8C/pti3vmjqaBSJ1Iz+S2wYhGP1rE/XT87wl7e5yw4/91",
-	"cn5xnrC37y4u/d+vLxL2+jhhby4S9uaYdWUxEzobA2s8eRt3T/G8iBsqmA+yTVQ9KifVvGmvKqHz7TTe",
-	"C8z9x9+XuUXZjF+LhHF9fYtxB/hgx6BzYa4yH9YUs7ld7GLlbalVRuzWrbMKHhzkhyW3iA3CY9F9hasN",
-	"Zny7sNjyPfH2vWSZBFY1chJ/xDA33dmP15mxQouUjbzxPmJWzOY5Vh985GObL0ADp1Sf1Z311vGSk2GO",
-	"qyRgDqGd5kfGpkCdHs5vpUKhWqvjjIWNbNs99Rekb8eriATX/cRjHPi4ZQA0aPm7MzGJJyKHAzMnFoEM",
-	"tgzkBYdMOZIP6TWcI4+d3OohZamYzZV1MjdeThkm3DHspHx47xenDzrLC+By3O0Z0MH5xVY8kPvofazK",
-	"paEEkyGzrHu1AFAg/GIX3ZwQueTS3IEDDt2Q3GI5yIiGGDHYrx47Yu7lNPxoKLWYC24z8jlynWf0FRaD",
-	"hlE5Aa7AVGmW9oayTU76f5N1hKzvWaketcDrl4XhdCZBvzX3/okr5D5doH10abt/T3iWG8Zz76VYZuvl",
-	"4suoL9YTzDLp/71B5jVbhLByD/tyP+Z8XGeto7FWcgRibIS15jwfrV7jseMFxfzyLpMpHuySNIXKvFlm",
-	"jLPVwQskFfPoMxqKkAFKiNyKPta7gE8XqpDXqMxJuO+HjFwZsMyFQPSOytV5Ea3m0DHl/afsVuxNMmc5",
-	"ugdYd9j5w/4L9gf8/8POLnIz/yOlWfd/TlWh80XC/mfKM/jvnRA38MdMSTuFv9yq8kW7OhO/szGdMsQo",
-	"HKO1LBfcGY3GrfOHvhl2dg+p7tHtFM+zaylSZhXwgfcy+8jEXI2nbfbnb5m1sbjWMSR3ZTPhnTPFHCfI",
-	"DJsV4ylxv+6wcwALSsq4Ripy7mjJ+8cwY6jNYuJs7ghygmkrwCP5/Hs2nnLNx87wTJhRnqmij3KHqn4m",
-	"aNxWE6spm7r7170yr/r588/+891//ZfHTNO5F3fFquBYaClik2Qz8Q8lRbQM7eTo7RH7BzAopf2l7g47",
-	"x4W7xvs/Cp1nEmjJX6z3Fy9XwThiZX33ZOaRGEAYqpm3XagbIe+ZjHWPQK8nwuULPMtk2JVmTJoGt4//",
-	"FrPg3QuxGV9gCWUIPCqNFkRCN4d+1NolhFBWS1Imkluk8o0m95l7puHI4Pdrjktn19dC3/PAADaOlMIt",
-	"T2CS5VFWdsToxkBkYDkkMIIpR6z7CbyNWZqwOV/kiqefdylQAE/06NMen6lC2gAo0O/78/PHhriAZZC1",
-	"XXSgLe970a/wvjbc7U9L3G0tt2wCJSk5WZMJuvkNoxkzO6YMykCW9rpDKkvQwVc67AzYsFM/nSwddj5H",
-	"U7EfkWmVVLqBgQHioocgi+ShxIOLHmzB4k0KCpJUAOWFORtI7ainwA6yGQfHmAc/IHQ2pEZwW8DOuikR",
-	"twicX7D3LFWQIDnJEM+yaro1wVs15T+tLLuhAgWe2eyQ8A9Gd/djZpzN9XBjoBV7pRSGp1Hjf+KZPp9y",
-	"RHDZ4g3uRHY9tWuFzo5hxo2csINezy2Ydb3AP2gTracpoqt2KvSxp+L6ykC9jnE0wFqZc2eIS9JZCXeK",
-	"Xal0QZfcGZk9Y8Xc/PXgQw99cVFSmgljWvm2cEHlD6IvpLTTfLe0n37isp5iBTXYt5DinGfGshup7mRA",
-	"GiGNuptJYwUHUNmRz6sf7Q7AvoGx5uRESMriOczE8N6KHXMIpSH1bJcERiizavwwPbZs6E20mnlDzxHw",
-	"qMeOQ5nHtbDoMEe/yJqymRE3o81lM1gSwg1KTuL3uEoP8kN8xwsFGBhjfRDOh8dYZhLw3WDlHniT3Tfu",
-	"xvKxBfLqsUoCTwC+0qKC82OWsD9Y968f8Mykok2/m2bjaUO62vGr3cMQFfQgMwQvaTwLhj2lEwrEgdly",
-	"BOk8wl2AHZ5yU2asUbxb3UnKlAiYUgQwtYw7pQUmD3hwaZgbJX2agezwmSk9hkGLHcP8KZ0dn745eXl0",
-	"zjLDDiL+alPPJDi5OP61ExPoUeqoEQaUeyIWZYRGKm64UK0Vp3DrE6pWiCbKJByhR40k76ur0QoEcjCh",
-	"uQ4MFQpK+4njoxjJSNgQcnB6+GPIJCSyREXLwO6XnqJwZgjR5nMMJJ+5ORvSfYOIiiQiORaDEBdJfIlV",
-	"EyISXXB07PYuz0XMHUEjou0PN29SxTPCuPjR+fnJ67fHrxL24/uTN69O3r52lEq4QGU+BXr7ARfH86dq",
-	"WlDIbnGLDwnkAyjTgiwNqquHoCcEV9hbZcuc0YCXvpSuERFxK7w/1DhuHzSaWjsv40Ukzdw9Qxg/x2rg",
-	"8hkD1demlMBuO599/LjrL6dJypfxgMQgFksEou+fs1+yH3c9RyaSHbmHRmXBRK16D3BfOXvx8SOyD6u5",
-	"NFBWg7XpkB8LPAVuLLGzwwqbpRdBAvbgVAF3Zwm3RaXxsCNhiz8skjUTdqrq/pHO6+OLaHS5uuexgFsj",
-	"0kTSKXQDuM+VUXlh6cyVhv8a9v7szeYsWTdmTOv4WXBtrwS3Z2KeL2JwFbGAbQD8JMgyq1XuLoYU7I5L",
-	"WyZAVf0HD8XcgKVsegcqXWou6Fu9Qbz6MljMiCH7pArzVZbphxdaDi21fMltEw9iNZTNpfHLxJRqnslo",
-	"0sJFtbYpc5p6YSGOlKo7OaDkDqkgVc5tC8M05K6x2fimloFULXFaWdCb7FZ4ermfqdQOwWV9tdz97aa1",
-	"BZuhrm67N0q55ZGgGrJTHvquUBCIvb/4ae9PgfW9ff9mxVX6/E8v/vh9NMlFCz6rJvkuY7q0yPGFIRJc",
-	"9LpNMNtCvoQfPW4N49IL0DSxlb9t8Hy9enu+l/Mrke/l2Y0gqE5QD77/ruIDc/oEebj2PiRoXGEgNmVC",
-	"ghpHelYuLLlM0uwa1azK+X3/3bKHcZNr7fuDTYGDekSgCQHPh8RSDLikClApnbZci2v7x4BN2CzPQ4Js",
-	"90LM5krz3GmwOCWbuzkzYXYHbGRusvmIZTZhN8JZp1Kw7uiqmEyEvlRSjDDcleflpzzPR7tYEuJsDt+8",
-	"hHJvfUVGyM7t+hRbUBZG6F+in8rFHV+w7ojnubrDgatZmm5tnaRTrqb8B8/zMokWRu4knTBMNKkTYinb",
-	"8gGvRqySIGrxzlJ2M40SKCeW1ZwDOCyn3l9nt4KAH8EIWXZ4bkaTa/IBNxpW6G4OtjoaiiNKa18GYBg5",
-	"JfTl8Zs41NBlBWvoch3YUHmnW8Wn4JOqpkYjVc7ffxAQCfzvkw601vjQCtYxxliqgbVGksBeIZFkpeCZ",
-	"ZlcLYj7koQabMJCGs2VIz06ZW0PU+3zqsz4jbjr3FeVAuduuyyYO1YuCSfidpFMtCjs7Pn/3/uzl8fnS",
-	"51As1kk8LmsnKUFbO0nnp6OTN/AHpbt3kk7AtO8knfdvz1/+fPzq/ZujH9+4QX57d/bL8dll+BUidrox",
-	"fzk5PW1A7q40UFkSOOvBsmZ8PM2k2NOCp/BBBTeLki4usTJRKns5UYVMEwDszbNx3HJOheVZHsfOcdZP",
-	"e+FXcXdGlLwMCkfGohHxo2gyPTKbizXGz+pevT87YVpMhDNwhXccUO6T2/VlOmxyrrtv/fxhjYRnFr1R",
-	"6FE+F6Cjmq2bRFhsWrBR7754E1djT4urPDNTCKvcT42N9XTB3l4hzYxlKesCcrP4aNkVKnvBFxFJ7WjW",
-	"Gv5jOPzY73/4A7DSMkcLXYqQadwUcIvmxWERB5/PhRQp3QmsGqDstEMffDHMFFfup1fCSfEVZadVRBtD",
-	"atuxTlhiWIS7xE6VHtWCdKPD4KV69uJ79kv2Y4RlRnJ+PzRThEiBJh4H9oBaWURxxwGSWugQ5CrDvBWs",
-	"Cgi53XHD5n51CcXrsJ7ZHb1hmRznRSpS1pUEiOLYv1SagnSt4/71KGOMM8XhyJqyw1se/CqwQjS1jkKD",
-	"prI1FBlMvGTdBgoqZohjJNYvmxZSO8eNWAenhZmWkd/7cJZ7a3ttUjrK+HsrikA1eHMqyPaZnPGAOIwT",
-	"29YzbkXo4vfwm5n7obapi47lhByYhB3MnK51MI0qDQ9u1kQ747sUzkG1rbzzxm5MYevi4BuP1KAt6Whu",
-	"xSUsc4tQeDjWTfezOvrat7zfpQsEscRzEA7cMeq50JlKyXGAVbN9rD69KsY3wu4YNuZzPs7sAlvjiAn1",
-	"c1ulsXkTAghOMmAbyOrzug14b8S2kQcCPQ8R22o8EICvECaRM3cKFECpJ8mHmHRGhWTpY5ZZn1wcI4wh",
-	"xFkHFdRWDHbSEVSCnWUuVSjM3cFMdnz0YblUzdvQPX2PPRDcI3tIr/uf3Difd+P8QWa27j04aDieEM3H",
-	"E9lYvt3Wuj2jehlswnlPp26aQqnyKpqsM0nfn73x+xRc1EenJ6R4Tq2dD/b3D579sdfv9XsHgx/6/YOV",
-	"LN+Y4AOn3gOjQE1ZmhGHhVGFHovNPC086ARjrpaO93nSVEQbQhfUQSsg2fijfvZ8G1AMOpL4kc+VtgDc",
-	"tuVBT310Bn6X5+8mncFfN0C+LgV0Pn9IGmBWoNAxzJAQDjo2fUkBFx19mVA8hCAKcN/BL1iH/sPhCMAv",
-	"DEkofgOmoT+oSMkhCVzcDbqDSSrGo0qYO1C1CZJIA7jdDgbEeiW8Xnt5V8dEfFgGGE294XybAPnwXe65",
-	"cho0YiHEI4wExF6eg5L5ApuYaTHPF4MqBt+XjUP6fYhvY+XKbyFPX3o9QE0mQD9XC0o8ETrBPjO+dSVV",
-	"Ajm+HimMmReXM0D2jRQanb53ZAlfj5UGgdDv99mfMWdLaSwh2qpTdtKZiZnSi8urhY3ZrL/Ct25aeGDr",
-	"8T/H99gZcfcTO04rudwEgqeYFnvOIoboTaWTbaruJDVXB8VhOf+6xNBbTnzaXJYTfVXKlw8IPekMYG8B",
-	"BlkDJi51ckdSibpDzzBrth3rPSvkeTGbcbDm44AEW+Dijj1y4QpUOaE8rYGrCog0wK+rKVgmwc5gYp5Q",
-	"Gh3keWE+SDsIhwouWAzx+UuVJlJnOBFNVqUvndTKJJsoPRYDH48HQvPlUYAnwKk9VZu2Hm72JJzmKh/7",
-	"gFSzJA2ikN1jhTUCKga/S74lwFlhXco9pGJWCPyNwN0UK/DDp9Z1O4GcMJ+9S8/76OAhlsoGEyPUwJZZ",
-	"d/iLMuOJKmaXCoTjeAzbIs1S3vqGe9fAAmrnYNaK5bi/0B9LJds58Rhw2wG/LNHEgwRlIe8BaeuIDktG",
-	"Smw+4yFtk9BekTruWTx9A8WUQqagETzc77cOBveskMEbHC1rvwQ3pGFa3eF6U265v0Doo98DB0oo5eEy",
-	"uC6d4FkHRdjYob51btK9fNaUzLKVw3ZNV4nWi10Ljt8ANYOI8ulWeuDyUYINSlFSiKAmoVVIGfRsAYTf",
-	"iH9PwTHY2I3u47NCPrWbbstSlVKBuGdFylkhT0Pv2g34moxXyg2cgTfZ6obE6SQCjhMwIxsWTBCj2+KS",
-	"gCpD8HKrCy9vSStPfXkf2jzeQirho6vNbmJk27wvcfK8ZwHUvSnqPLuW7dtBNiljvsd2MRPkVZMKnY7C",
-	"Cm0QDwOSpmd8wa5EpcB29OnzKJqgUbkykZSFkE0eBywpixlX4OvuvPyDbo5TXnvk0VolpmJup3Ggt1SI",
-	"eRDKUhhrBszjzbqPSq1Nq+Ia9TDw8vk7TXWCQtodw/4HOygz0Q+aACjXtivatjM7Vls2Be5DiJUEdKxw",
-	"MqgkDf2wNuLcY+VTKgKDI/UDcAl9VgPr+mPeMczaPGHCqb+EMeYr8Sh1gr4skwKgTyz4Gk213y5hp7o7",
-	"ldChlZy2m1l2DdmCCGvjzwkhqIDybsTctodjaw6iBUmwgUGQyIBgCSRfXm5qKQ4mfg1mFET70kViQ3cn",
-	"02FnwJ5BQAHh7tyOHACi22Ng7a1RZXzyZYPHwqdmgtthieziMOI+5zNKdNUxHTFlMxH2KjOejtudaaXU",
-	"dnUSf1Nar3v7uOj2ldd/QTDxWAF2ROyR39y3c94mxHpeOdSlEpYCXYDl35c8z3dDvk4M6YbgL0vWGtJj",
-	"rXLcg3VrSa4RvX8FUOdRZIOHwFmLQLMGGGa14hYgfS7b4f+A/y0Ah0ODUQT5gUYoAbBREuS/HU/3ijnD",
-	"Mdt2O2viWqB8O3sPwHIaLFnx0bIXSznYhnUlwmc5/ouILLtx//X6u7fk0/pKQDKrzhMtxk6oNmfsVLhP",
-	"zi2hMZuEIZYxwdguKwKttEh/6VLwtkRCETfZfC7Sy8petaUr8kfUUuAXLYmoCqXzVbheG5CcQAklKa2w",
-	"jXDwK/RfP/ame7x6AknJDu/HX4/W9GkgHKsyoU6D6xJbsIWAH3V8JWdr0Gb5TKRshKnunmIx3X0PP3x/",
-	"8RKlJzdssVgsZrM0tdPpbGbMP3xefCFzYUyEcpjbCAjrBmUZPOHYZj7SkaQU6oHhPIhhLLuMl4Zft+VP",
-	"7I3wS2lvPAZZ2/Yt179fSgGVOPznAxXBZeXs/ulftZHWdbM4n4sxlp7dI5a2JowG2Tc2FLYTfMJSwXqv",
-	"s1UxCv5sx8D9G7CDvdV6rEoxSVKy6kotVqjAarWN8JLRbWvT/WPVB+w7y5SwAoc1/A7waJeYHFTiTksv",
-	"sUjiqL6Rk5iKPC/rw7m+vk1865+UpZkWgMrhaws5/aAKEEI9Nne365rqXc++QfvK6t4oeV1ttQC8Uk2o",
-	"0gV/3dA06aA/A6gDGRqrzrkhCmO/nLx5c/wqQD/ApoYSk7jXg4+nolUHMR+3q3Ra3rjl+HXCQjx5/yqT",
-	"+2bK9sbx1dS7pqxlbFbMq01W8NeE1x3rxIDFzZAExSpPHkIFHrQ3nKo83aYRgAcHj7ajvm/L6bEKzGtz",
-	"n6tTqFPmILHx0oQ27Ay67AJsKrvm8noXrprQM2jm7/vnUPAFmnAQMhkQpMmu8kzGezmC28v94jKmXLw6",
-	"es1mKhWQtHJYRqwgeI0GL/aSxOSASB+MjdfL34p1gWM33YBNfUuy0FOFGgZ5VQbcOEqSIxqRPGK37ru+",
-	"qbQqw6EmFX9o3L/1UPTwidKXgnCR1hZIEXzSfbqKT9b43gJT9m2kCfe5kvCRWUbU4LYxVLuxruNBhJxG",
-	"uDy7PTbi+R1fmJEbh1s3TKir6bF3jmzvMiMa0OiAglYKLH0UquFb38YOv7gRCwIQhJzjQvZwaR78Csa4",
-	"KrI8xWHZn//MhlS3N+z0GHZHXYYmwnK8OHyMjDf9RnMRWX6JhFM2U8cIPyEMjYXvoB6rR8W+gJPM/dWI",
-	"8NPeTLRifuIWHW0xE9qqN3ZkWLp3lU5T1PABfPFreq43XMAXptYq8KBvovtdNrvxla/QP2Kl+xK0s2mj",
-	"bxyyEbGUEV37kV/dCJLTqlwgqBJKikM24vO5Vrc8H1UZhmT4sfDhFHfZD6sI7qFqx0MsVb+E/O3SFY15",
-	"JWidjvDSjZDm4NGykhaBPAAxDFjybhJ0VKT0icpzdWdKhKed+A5Dqx4B/Qk9/lZtw/uNCbvB5IRm9lNl",
-	"hFevnGVnjRNXe/8QWjFIbnFTpKzbp7zthpBHdTlzLZxCFCSDzxDvt1xTrowtffqEhqI0o3FFynzWTVFd",
-	"2dq1mYWxYhaQytY0BXJH7SweFlDNupQqf635jI25DAp9EuBanBbrv7pynCkVSUgIxX4aupCgXgKG0K5/",
-	"18oWZ5LwTjz1OqPi2vHtyFlXDuQwaJ4BJs9xyvNKK1GnB/zKP57DJvxE73X8kRr1sVeExlSFWdA7hnW/",
-	"W7OjNeS3lqSHHJzud1mroXLC7C/bCOIbBPMNNCn8GdeCOQZYg9aMuEPrS3gvs78XwqdEV82et7xBbVAy",
-	"erE67sNVTuY+HSGp0KO7qM6FII8/jQAvVXI0OtzwtUjJfHV34m6qckEp378UV+IvIuc7BpxEajKBPQKX",
-	"VzlVmR4+VnKSXRdapAwBBpyoo9niL122mK6/4NtqyhPCqlVKbyAZ1HgM9joG4rv3F0sgiKVeUPGhsl+z",
-	"H8nwkino0l6F3tLqq4D1tko3rfmNP6yG3WupHjvGv3wVxy2AJfSwaZWTWA3+PgC2xA7D3YrNXcY/HUsY",
-	"gf02AvAS+ItEJPHp0bIRBxJw5CzwUbCnD9nIKaEjZkoypEzFTNJ3hwAVhwyqnCN8ALOkauz5r0pnXCYB",
-	"WpeKYsiamHInS0HgSqXcvOitlCqoHO5gPdBbWSaSWSbhE6lKO5+dkwEBxEAC3Bsv/EaATRUPeupM6cwu",
-	"dX+EYA8f2+x2tQfkXKu0GGMMGzq1l5JmN2GVXy5db6WppqPrJd5VLnbbVBnW5z8LdVnVK4WZHZaqqCar",
-	"pWrBZ4NazenxW4AdxFTc0EhiooXoMSrGQvwW97HHbJHARyB3XJYl3DAsbgWeYvv0zGo9X61S5E8RKHbS",
-	"+NYXkpVKQl1siI9zDvaytKpSV9bU9+1+hVAoDTN53exEKvtt477NOHYWdAu6EnRYVYMXDTbDakAjrQxe",
-	"pdmw4z4pNdk1nbrHWtjLbY3fpT4YUUMHAKmEvCXtkRgiZc4Q3WgB/U99J0kzdUrtsPOHP0B/EbjV5DfL",
-	"1bWhHxHvYd1KqWSG1Ta4iYswxGGJ9Rqq84Ibz28yYPj6VlmrMHWb3ILeHRjGg3pShB/XJiiBXnp7RIP1",
-	"HsOqsuYpIfgGS2MgtOVb0XXiMbZ2sq4WbWsh64LpU+Y675hIk3t0LRKOcWkW1SJUupC14JSbovYB1FFQ",
-	"WOrQd9cvbU0My0Awtg7z6VlU69rRZZ/l/RtDE0uC/y1bQyeMj7UyhoLGjt9uxIfF9sZPV36MsguBj31n",
-	"h2EnvdqbZddOOmEYpF0bZ3jfNSZU2A9s5Ayk0b6Bc2NbYJy26UDRW7JlAbDZAm9sGyDnzFYgnLeAZCbc",
-	"+rQYg/d3NYTVJni1DPzuZkrcu8a27uLizZb0/3PFqVTLCrwRc1sx4bJKVQRBh0W44jMnzUCu/fFZfzrs",
-	"VLMqoM2V2R2gQXNJeLbk6il9nJDCjI9469g9AhWKTjPFRZZgvnd84Z93LBIrQLClORYLhaRVdScZ9snK",
-	"jO8jxzw8GsJwxfMby9DPcnYj65ao4xfHby9O3r29PPrp4vjs8g+7wClyvhDaDIjUNCBPc8sMX7hRqQiQ",
-	"X6nCVjiyr4JKxThLhTnEV4C4Q6qESarpc5ATyY4qbDqWRBkJ8C3t2FL9+XfPIlReO5X2P6CT3vyDmLf+",
-	"gjrVtgBwXVs4iD+IWZj0PpcAdx/HY6E+hI15H+X33pCkuk1Svq+Eu2JO/4+rs8DT41Nn1O9yWWT4KIZH",
-	"v0eUf4LRhkmDi7sBhL3B57iNN7C1dy7i2FH2ErlL+4SS1SzciL3o17fuPLUo25JFbfqSHQV4cNRGB6GJ",
-	"BGCtjEG8WL0AhCwA9EsI9NCHIBpogyxnx8ps2W4OOltEo4P3aC5dO4ZyO1aCnUsOUuidXZIR5M5owfN8",
-	"AV0Ou1oYQUpbJV4O3b+EKZUgrDOViuE6/PhNfebBL3wZBfdarnSCy+J3ZPn+RkggTuqNdJ2sB2gu93hl",
-	"L090ZrwTyKm2h6Ee74obp95CjTwGDajrdKWngS/Jfv/2/PT45clPJ4hPiY6ATtLxquZmJExMWIiAXS6D",
-	"YXo91s1zdnz86+lFAwAmeBweB/bqPm3sGjDfmjOkKv3r2rsatbhVN1u+Tfv+c0nH+k2MZHiAeX/oPdqw",
-	"r2AuQZkxGMe9diWA1b52lY3YWPQHJxxPtEOvVWtRi7SyKTOOBo0upUzyfwRyqzbhW9Nmb6vykQ3t4zbn",
-	"IDx1/7ZKbu2mc8fNfuIUSw+i2Z6IiAY2kpEfeM27bdtPuL4H90tzjx36e0gwflh34wuwI0SeQnhmPOXy",
-	"Whx6Q8X3RR3nztKq9DsOBkwwmZhWhUzb9EFu25R4qx7B7Tv5bnrym6lCqObcP1nT2RWawgS8iIFUgqE9",
-	"Tk3m/Zp+HLLMMuqHZCA9yX0AvVCQJn3Bq28JEld+q6ZEE9NtW1sa7ToDSQpK+3DtROkyc2CM4VhFACGo",
-	"qQ6C4pul7D//9/8BfbjHAGTKNzmYVfu/rLxpGdoJeYMUBN4xZFNUY7/AXyEgBy5nVM+v8iXfTPAvlV50",
-	"QtYzjF/zTJKXi8MysjTqSZ9oIS7vF2GBnwa8uYg1G1fkHgNEz21QMHa2wmF1PwywYPdqr7yqI+R8LNzx",
-	"XMIJRgLwFUIIwaSMqiO7SwSx275A8oEIgWt6C9XXz/PsVgxKNDWfDV9JyXC2r+Zj0WOFpO5f8BuT5U5v",
-	"CGQMD2Fi/ULYsv1AKnhKSVa1PBY3sxTGuBFM6WBUUuAnWOdW+xW47nd7MOSgPsMhdJyjO48BYZ7u0for",
-	"5dAHU7eWEC32F5N7VBi6gD12FG48oHYJfwFF6pvn4YRVkw92s5N0qhsFgW2erppjSefjnvvh3i3XkHXm",
-	"RkA5AHbpEQ1W+eh9fdzKN69gimbj5MSjDrqX0CtGySBgylEj8CunVoTm+h5uDptPOr4UCMYkjNADgWfl",
-	"6ppBzmpqMJN5zLXe0ubxMs/Tc+Arpa8giLGKTFkqA1tlBx8a5W5caybcx9a6LsnwTaquH7ZpOU5P+DX0",
-	"o/CpEudWzH9cQGlJSW+1D18dvY7a/FXdYzuVeRswcAoMNpkX6KZBNL9nB8//+PxP333//I9LvblCKHG5",
-	"BcHWOLQ1OLUte0+1r7JYqrCY8Ew7hnZ53+gg60IAkJKWrOCz3YHnxpz5FBp2xWWalN0mfU4KBPZ97jDh",
-	"/1O8rwyFIBYs1A9ClyD/vHcwtAw3Enm2UXmBlNflsF1U4yXuEQpMUT9g72kt078Hy51XkUVTZnBWwQRc",
-	"CX2H1AP/lbqTftj2WeBlWVwtl+b75+vS3iIhRTx0TMW4zm6FOVxun0QhujVtjmmHsBeQ48COyrTgqWnu",
-	"utT6TVtD9rvzaV916fhVxG+3VeYH5l8CgIpP//DetqZMj+lyogeF3u6Z52Ft3rZnTL1rnturdUzrgtI7",
-	"HqtxSK0FxH38Y9vRysP7OdSkSTuEav+D+vtW3GcEbbnBi7Z8BE/sTvOMajsdo0YjbbQNnGLd+1bQTdrX",
-	"L9/7kD7EGusYMS6ceDt3b0qAJ4LrmNF1JCGlDTXV7pjPjeWS/okHDGmgPqR/9OrXk7eXF+9+OX7bo/Ln",
-	"GTgmcPiwGKgO+/wZXFwTtQbZaczOjs8vYA1qwl7i/ElVKjlG8jd1xZQeT0VQuAmHeigBiLrHzkAYa2fg",
-	"qDkm0q0mcfUYNPeCB4eSzyE50w23T321/sffjDNszn56yX54/uKPu75Eh3qXjcYqFaPeUA7lMQgXd7a4",
-	"HlQcRkeFnSqd/QM+HLAfYVsYSg3YVC822OjjHu32nla5GA0lVjACM4V8eFkZHvKHB2yEUMQj1gWxtJuw",
-	"EaIU+0/cyw4l+kBRQxnQMVJrx8QXLiZUSpT4MqHEd6B3owIG8mgouyUuM4pEjFHAxKB7jwjhvcyVHvM8",
-	"HwQfSzKUFeR4NG8SyIjc7bG3igLDhbyR0Aqf4k3uYwyK0YwsM0P5vH8AKcHwgQ9Ch/163v+u/JaowCpy",
-	"73qdDDQBN9JzKpKidJOqaoc1nGXXR1k7rClA2ozYjOsbM5QVy16rwopKh/5Kl2Ofs1mW+nhX2YwvYMd6",
-	"Qxk6tQFSOdzDo9OTyl0fdPq9g14fNMC5kHyedQad73r93nfY83EKN33/9mAfjhr+dS0iSsAIbL8/A1Fd",
-	"og8abfoRGOLklQTsd2gHqoXT5LNcaHbNbwUr5kzJoUSDH3oMXv569L8ujy4ujn89vTj3LsOyP9OgogZg",
-	"ZS5fYI/ToYTkOZkCiZdErzR6Dt0R43JHHv8b10Q5uATYjtsX7stJ6lSdzNgj3AgSXoAeCCmkmduGvxdC",
-	"L7ytPAgGMcqHKiI4JVmULacIfWV5+6K9LJtAiUjqlZ1KxG2mChMkXGyJJCira6xZGP3o/LGRfN+icqBg",
-	"H7/oVwzMF9T9oLHr8+cP4GGDRvZAcc/6fbL9LEHKVRnt3yhLpZx3bYqSOz5QHECWLFuBbqvg6sIpQ2nK",
-	"c5w9NmhYZYkaDejgBArZQVqpZW47ldUgDjqwUPCqIchOvmCEjuORkEFW0KHO+XUmuW/xafk1eKToWn5I",
-	"OnXm3xl4jHm3IrjA5IWHRhmVe1yn8NfC+iSupzwEnIL6g31Omru70wk8v+8JYL9kWXrqsWzGKsTmkZWJ",
-	"KptayUxZZtNOlQsbtLLnd8HJtMQdYmsvH/EbcvIKQdxXzmvfiTdQ/u49bNKZKxPh3NgCHBUdq6gHCuCL",
-	"J+hnFCnAkXsCDrmYb969Bh794/99cXy+OyhdzeSdnCJWm7EwdqqhowfeBRB1QmOC5tSnQIdWE3WSPAKH",
-	"Jb3KG7cPqL4KY39U6eLRiLJsh/65riFbXYjPK7fh+epWnsP+3YNpPIjEjyrUbabZPCD3IAh5iKD5iGAN",
-	"IfRxyT5KuqihPRbx1mkDm9RUOdbj0wWN7jv5tKGN/tNMfkazxHjmWYA9G4FiJNIRNVOwwkmcWtEPdGlX",
-	"82ovni9Ate75Hx6DykNIg024s8YgsTtC6k9C3F7v3/9Ef33eR1PQ7H/CPz7vcz2eZrci3XNXbP+TLuTn",
-	"Rs35TPAUvWRwGvhL1h0F+/js5c8nfzm+fH/2ZrQL4NBasFfHb44vjocS+s+FOdidVtZd7UGZ62qmfA5Y",
-	"dq+PqV1deDwZSnRgYh1nSGYH/yYkdZrgc8Os+md9rFNJvK00lABHYS4r6idgOfgXQcfuFGwfKuTl15Sz",
-	"OZSpGhfgMKWAJjX3Qz5VOluTElcKEZsp0WYoAdq7jj21Y7wteFHZz9B031mFlDC6wDHcAqHcYUBBOJ6y",
-	"O57foAs6dSKqCmGZMKN8J3+MRg4llnZcKzZWztaZQaBZsUkm0x5zlmFoPF6WYZF7Uyo7lH6zIKs5POHX",
-	"Duj4E19Ia3mWo+CEeN9uzE5xWhwNeQYY+E/Gn7D/SVyDq1BA7z7c4kX/u3tzi5CqgYUuMfIvm76V9TfO",
-	"SPcx5grz8Pj0jTr2tvoedUWHXk0bHn2FqMUtnjwrJMb7PmzBqgKIGr52xK8WEIOcIb9jqC216bEjy3JB",
-	"CTP0KRXV5/mfnWAcsYnSQ4kXGZNtlppoVqshCaDEydUBAHoGPgeuGs6e9/u+cb2bYoTuIwOYK5U5ycGG",
-	"C+qxY4mVpuCg81RBiilytUxiTToCFBwk/X6fglw+BmU1lwbZZDKUlQwM0jcOsa7LveCVgCQNnVkrJJsJ",
-	"LknfMiwXE0vtBocydEAqLDNTpS27EWJeZm+FTIczYYS+hbtpnNG4AEaQ6aFUdxLatluAPS1klBVAtx4B",
-	"KHi0E51tiRV+TD7oNnQIzyNUb7tnKeTU7uGXGCP4EataVp0h+MKsFdEdIrFIFcg3I4i3K8EcNTV5TXie",
-	"xz0dFLRe6eT1lC4N2JbQlSnCjY9vs7G9l2FSY6owTG1jqbQTEt+MyAENynqEbAK/hYt0IxYevZJS5Krs",
-	"FXlQjL9SwzwoDovoTsdubFwAOgEzKCdkkmvtAaEc1zos9aH6cvG6jYjNOPkAaxnR9YtYo28yY/+pb1NL",
-	"J+HDnYIQq/5GvILhRBebXYNCEhTQw24TNEwMpW2ZqCeD1CRjXf1E+SYXTJeSod1t+oLaytYqyP6nG7H4",
-	"XFdE1kqyRaeNS+b+rO9BPhlklQhPavVilStS66gHMsUvoXQuXwOkWUBscC81FR/Z+c9He89efA8mONqS",
-	"CF3CqXjTd2QEBjHndlryB6yoqftTqtxi7qw67X73H3/t7/3A9yYfPn3//PO/RFIWtyK5ehpZkyu8mkL2",
-	"lNynnOaNSJHbRU2qHL7tRTiJyZWlr6lp/nI3nEYlCCUnWrRoeTsj1GPlJKVfAJ0lyz4B96T7lPrr9NgR",
-	"TCdVw4AVWIBvzMLahoCwHWSjU+fCqxvUNpJTIhl0FNeCzxLg9nlePROaZcdjoGSSZal3xWNondqYD+Ub",
-	"buwetKzcO3nFulPYJTC+ILPWN8ACjxHaQ6MBWBh7kAU9AtQw6lepF+zgBTM99l4CShGtdOhbJmcYXJ1l",
-	"Bt5C3XnYFmhU44jHDeaOF8O3HPJENSx+wriEePkA0rrAFcnZOM+wVxW3Q0ltmwWPhlx/c5bZMe72tjTg",
-	"Ngl+evLqZ09G2/zo30GXaaF4WPHRIkns4Z5t5UDBzqMNV77aQ5RaWsBHOwZbkLrbxPwgMc5AFOgUFzhq",
-	"EkCrdOeIdKWTqYHaIkSagrTxgDa9enu/yB1tCmOVewV+BGr6D7QPiB4YZV9AKCs0DglyeFC65EKPGPBl",
-	"uI9fHr8ZSugd7DeOBgjOEED6oyRhuBC1dnLGg0nv9tiRZKMsHVV60KHzyV226qNO56Ne+VgHkJkKugnm",
-	"OcEl2fFvW0lucBOUQCqE+aykiN2vU1wI0uDTBFCqU/h6zFZhlGePvQSRbr5r5YbeS2d89uy+OiOtMTQO",
-	"Pgy0aAK3ncNx2jGQCBFZwrhVs2wM2BFBWPt3KC8piax1GuXWAnD/E/x3bT7B0t4/oR7V7pRrp3v/qOty",
-	"G8lANyRxgVUvnxWAGiEnank0X9bD3HwnsjRhTnXfE2bM5+gej+jzosJH4hr9cgXzLJOhivdhSr1vTRYl",
-	"RGfXn2ETqxaJW741YEu6wy5Aqxv4TuYLrHxA1EdAQCPARqqGcKrDgOXqTui9MTdOx3cWj0mw3w1q2yk3",
-	"U2EgjuEhAsGh3eSedP+59PN0muypPey38+HTQfL9d1GT6gtmmj37p8s08w2+1zqTMAfjYZ4kN0uk116b",
-	"9LFvwuxqSu5A3yQGMJdWsdKRm/DgMTG5xA0HGwzwFAlataLm+S7GZRcXNxZaUiWtnaRiNlfWmdF7v4Cz",
-	"oj35fngafSrsy1bK1JPHfI9yRzSLsK9YAw9MbmkTgeCf9Q+eekXk3L6n8++HL6X44TLLdoFcskxCr+Ky",
-	"jm4uxq3u7T00OYiIQwB0+xytx7TgjjHiKmZuD0ZuVSO0bgO9mxOA3xtPxRgy+kvASW7Kp4YSHsD0jSuV",
-	"LgawoxaQIrjFZhJkVjmZahFsDgBfM8lGWpgit2ZEkV5vKbuDKydhd6rIUwRwD3kE3ed93yYdETCxOF0J",
-	"M4QuF6ANhpr5GU/Y82fP6AfQ6x2dKVx6POhCJux5/wd6BGoEJeCRJ4znRjljvIKB5/cOMmncVIgZ7S3K",
-	"zISwNITlM9tjVHMCBQ3w88z4+5uAeyrDJNlKAHzAeABbG0qPoYA/MgifCSFu3F/2ot/vsSNsre9DdG4v",
-	"uMeBhwSYfzt/9zZhUtG5J6zvTGrMo5lyiUF5WKE7Mfb2/ZuyfSDjcgFZUbuVPAE6sB4bwTRASRgo5wgg",
-	"GBSpAZZXnL47vwjoI06nHUoyuWGAmOlc0mXniRm9+Xqc/kf39md4JWI89p2zTOFrME4RILOeHbFj0In5",
-	"UD2H+GQxBzBkoAjQrYlGfUZF92dI5nDTXhX5jTe9dp+Uf4Ycv6Y0mpPIRQq9R8ih7n4hZMollUt3Q2m0",
-	"YWribqypl1YjSG2mzX/+v/+f9/Qi8CFO4b7HfD2f/pgMJWDHQ+cicvDVo5DYaRsSCY3lix4wIKnspW/A",
-	"l1A1GHipFBVyVdPaoMI3vEpwoyFGLgg4N4Iv+p5SXRSk4B3CbFDUcEklMpSv7Ltxed+z2w8oFc8M5dyE",
-	"QhqqAPPZoPSDDDFNeuzIo/0MJfqtY505NLYXz0LeO2bIW5VDCZgWM3UrYAWZxlxAaCGi3BZ6Ny2NuGPc",
-	"zchUmo2ZuRPQFs392pD/myMu0kwY44yCXPBbYaAiMDSzOzo9gSagZT6gbM4QxfL8SUhuNND/H2M1xP+t",
-	"ArRt9CuFJMzu6+MLTCmN5K9S1XpmAS4HOjKW7n/fxKnMZHRzvuh/59d8WUh+y7M8gIJXhFKJ6eLzs5gW",
-	"k8L4YAdma9IiDTaB9y+Cm4XtChqTn54+BXJd8g0BKFTyCp88cfpBqZOUP1UFKk/qOA2Be+gFRIOAY6g7",
-	"uRWDXZfRQ0HkMdfAkSDFGFFmEWOv8oEZsS4sDkKddihLIOAd32TAF1v5FhpYc1V605/1fSQAni/Vvsrt",
-	"p85kOEsVbZhMbbh05cdDmUlSKUH0HbJInjRxTSNsglnRqH9oVVxPWXkXkZPvf8I/Pv8r/vrPBKruw3sH",
-	"fScQ98qGxKSADSU3bMJNuO7h+crDDTnEXy93+H4pw0sO2rA74EYLAhHOdTnHvRJbIc9M+Zz5L5IKXDJ7",
-	"rPb9IubgNu/S5CiCMktPrE9QAATDlxr4Uwaqjsbr5AhqQNUAp6PdO2fWXIlSAep96docWBYoBIdlpJUa",
-	"25WKlTPmzUKOp1pJVeC90yIHpJynV85XGGlzLTtc+hHqWaLKEIiLBMkSERQD0izbSgpWFxTQ+4mcmc5I",
-	"JwAFam64YyKA94b6nyZsmhmr9AK6Vez24rU5ZNSO/L/pxSA3zb1pEvpmlRApfqhmGQz/bRCRO6Vc9Y2T",
-	"0Ry4hmQh8k+DIikV7vY1vxWI8I893hg0pp0MpebSLRHcQhUzP5QFhLfSbAS/HDWVx4yrEDRNjmXfqaC2",
-	"h9GgB+uWX5D6kslI0cnu40ZHlks1oNknnSP0DHrR7zfN+DtJzd3AEccY0vjiJbfVojkeeERQIr1SUXIG",
-	"fzt/L2GZLQTz5kfxEB+mkiyx729TR9lyK9ZqNIFH/bdS89WUGnBnjwmQddlLZ76C1rJP2Er/NIQfSZyt",
-	"dO4prbPQdEvJHvttqpBKptSbtUY7ZqruJBi+NZ2tbGrfY0cepumKSser7XIhWTmT10MJ+cpw5uPMlKi8",
-	"BtyUI6nsJT16OVH6shw/onQc4bk97aWmBXwT9zrsWeVqHy4hRsPc1DzrC19vPI7VswdFFLLVD1fo7itc",
-	"dy3g0v6T33aMyYJihG3H2AhfXKSj3+VtP4PV//dl/zYuO57G5ru+mRa/AgcAe2L/k/vP5wq0Dv1VQkNt",
-	"wPMKyElPi1QD00ATlfU1EcvGbLzeSV2bh/qBkcekCBGTuj+F1j4oGHBFzDQDeKoaOBLrEgDWLjgj0M0i",
-	"Uowj/lcx15Imp8gONhnPxhwdWAmi2PQbMoPdT9YnBnsPQz+GLP+pGSOOyWJ2JTTNf9AwP6+BRG1YwkHb",
-	"JZBXruLPi7Qj9U69Ra0xOri3yL/n8/y9K2730DfBqDnVlGzMrq00T73/pp5jwRdAtyGGWLQmqNL8IzSm",
-	"BFxYX7rARnjj0BGHV24E+SHjaSFvWDfllmP+g2MTCcahueVQQggPuj92qevHSMh0xJRvmOnn9D2KKRaJ",
-	"Ev4OVixt0z7hJd4SvOF+nHxDjeA76SuW5pjrdUm7q9VdrfhvwEZZOhgRLu0dJeOP4OnBCH1Oi7lI2Ai2",
-	"dYQeaF8T5uN+sLNqwv7t/N1bxEYCiAQMsS+VE2JhL089oEu9phDTx7CGz9QyAIywLLO7DPoqk78bTlCK",
-	"O7cIQ2D5C6oYPGysS/SoMViY+M4fPYEm+VSUpUA0ZgbBfvgHcIM9USRQm2jsUNLuMaAskPVAfqNPQ8z9",
-	"H3YGbNgJTfgZfghIy8POZ4KewasMV2acKwNZG/ECRn8YLSTwN1RL+GC5ixWvZQ3sKitJPOgkUEeVZBw5",
-	"wKdJpYdXwOr6OtWHjypkH6s69X7MiQTPNxzjjZTSYM4R9FsJN9xnoMINZV3swpsghrT7I/SPSIay1pk3",
-	"YbXGvbteFpuEidyI0uijz/lVLkaHQ7maj1bhTJhjupSQBkm8Qzmq5bWNkAlXumcJSLdiI6fGXDoVYbQk",
-	"3IYyVXe+KhuiDaxLwmtAbLA0a9IMsqy8I223BM0LHo0rPr5xHJMaHfcgHRmM7OoasNpIqsZMkTPcn6cL",
-	"wPsJvoyhuy4thbS1b8XIfVDZAe0qoGgCuHpo18LhqA8r3dOryaa+I09F+JbQiz4EzbWAMPQXMJgRGeF3",
-	"w8iArXCslQk5tRXt1ufEBjG3ctmKmXjCu1bI8+xafjG30vrbVszEt+pRgrVRzgsUY+ByseyEOmLgvQmN",
-	"JSqNjzD3hZAJkWtj21t2tWBK+habfqAvcI1opt/NPULAYzSZMyBETO80N2aJSqxiHNCYWEZIcOjXHUqE",
-	"KRrRqwMCLEBIcgv3EZM+UbFAu9H02Dk+7AQ8H8rwU7i3vksKZTdj7vyGyz6U5W2PCFea7r/Ehfe35pu8",
-	"8XQQ/spTj2GMVZLaqAspodgfiBAbMie1AGZm2OnR+/PjV0gCPgt+GYn9Ma+437v1pfHn4amt8QwxcamN",
-	"7QIJR0+aLORfY3PhddiWR6m+DqM59g1V/puTfMqD+bYLsP2ePmmR23K//laFbgePTjePX0X8zar/56D8",
-	"U20ZGNTYs87JSc7GWkmqo8J2RDxn3QsxmyvN8x3DAr/YbU/SD2Fe+5/8ny0wImsUuwkh8tW9y3KiZTOB",
-	"FYTsAVPBlMKSuq13LGkM7jW/av+LXI6qC+PhFRt+pLJsI2Bm2mwmoJv1WPjySCdYIfFYaPNNMtbNT/qt",
-	"LXVdX4dfP+n30BfqiTlxfZKvVHLcltgAXBTU7S/EmR+A7wDLrLAGwI0TeQpZB8oIn3J/I8B5JzLNbnle",
-	"CNNjF47sfYMCCAXiYAAE74Mpd0KLL86G96/4+GaS5fk3YjGuXqWoTvMjrfqJ75Kf5ivh3fm3W5+0Azy1",
-	"llD1rV8lVFqCYPXh9PJe4Stlkv0VJG7iDOsPrOuLPrFKcjdhpoDetr5ISd0KnfM5m6s8Gy+g6Wc2E4SM",
-	"S7g2XoRjECLANcqvcPXAVfT7unenbsn/TNrKuVVk+XsLHjU+pEAMEpFLz90wqSwb8+J6alkx//IUQyAY",
-	"vy+aucBFPzGrXprlC7nB2nPoZncYIUVDBqwzMoJbEdlY4FjZN9/d7ZwiUQDKo+5Y178i1OsDJo8RYyXT",
-	"Taz7y9+sQv4OufF7XPQ/Fz8O/gzopVD21AMbsiQod6eelEyI1653uF74h37X/lZ6i83uVr8nj+Jt9YNt",
-	"4Wz9NhB2N3haaTef1NFKc3wlP6t/w/9qbtYS27H0s06Uxhy8JSBpfOxGEF7enFOPe9+7qgpwhj/w92H3",
-	"6eC+/RT7n+ivFm7YKjl/aS8srfKQWlFQCiImvPiom4fayeyW+9bsjm185f6XuEIXZWuCh27kO1kZ6hsE",
-	"Ko8VGNS4ZzzBf93Gosq0VT6lB+NbL+p/C0/9rmW9f40LYmAthD49+UhS34+G+enwp2W32EnPdxpMvE6w",
-	"20IpKI/v29EL6ntJfQLRSZfNZgVkoQZAVfH3gufeEKpvyI5hXQOAsZURE9+lBCqh5mK8G0ocn/X7Hs6G",
-	"h0EOGfdO9qEkEEXK1+ZlsUo4gyru67P+gVtmkHahV7IHsBmrmU9BDTC71dHizUrM1JPhkzUrKaf4SiGQ",
-	"5YvWxOpLEjARAnh0kO02yzqCpJjqCr5gA5UzcZ0ZbEBV4Qq8hEwNxNg90tdqx7DlV0rYSyXTYoyonWBa",
-	"OJqm0Xbb8457aFhhwP1P/s8WOlbtNnwhJQs8n+6cI8kDXY/IO8mz66lNKpkxkAflLbdKqEurO3NYGy+z",
-	"wO+e95/fY8ublbPmvfrydzdyVx9Ya7MqD8tj+SaF3uYn/WZujxsUu0z7tDXtlDUveTvfgEbljtcvvvfg",
-	"zqRCL+JUUm8f8t80U6WZ/U/019pWV0vE8y0wmkfiMM4e/OdlLXGD8rZyimu6WWF99bOD5398/qfvvn/+",
-	"x01Yec0kOeGZ3jNTrsU6IvuJZ/ocHnpC8ionaaCrO+Hke6zhJL3OjmHl+9DjrHtAxZxG2Jpsr7z6k9CO",
-	"s7CKiIH1W2anUE8415nSmV2wKy7ThM1zPhaAig7pj4Qz7s/MGZmgvAwl5nr7zO+50PSqg0ovbzXx7/+M",
-	"WWjGyK9UYZm9y8YIIg/9e02Jbe+fP6BA8pWyU2w2QsCjiEPTY6fgHRzKwmDkj37nYx+Zpgw6wVMAzjry",
-	"T6jCmiwV7KDXO4DeGmYonz97FpA08bEots35Mg0+vhW2RH5fzvZqSfeOfr+0eXMubLVra+x+bXGjeDpz",
-	"nLKZGWluxR5ghG5oqgeKCzz2u3Zvhfdo0bTNWTq4NY/j2aqdamX0LQJc7jwNiKun4Z+tCGX/k/vHJfyj",
-	"hfEatvyrhAjKfQ7QjlfF+EYAGBSVkXELDNtZpI7lstPjt69O3r4mIZZBJTDApCx3719/HJtt1TVb8wQk",
-	"31iBGbboMfTH6mhfjHDjql1Jpg8OFwTFYtlVuXSGT1C558f/Wt2h1pHPmQAVKj2sXqyq28eqGyEho3+S",
-	"5SHRR6AjCAyLx24SuG65D4o+P7j1n9IApcXHS3ypjPTuJs7mcltGe4mlxTueUzkmhTsK2uNUSFRh0+2Z",
-	"UjOnN8I6rXMt2hxdvHP/6FO2e16aqinBiL5fb6v4p1hXzOZ20WCmaOGW/XRStsFKoctkljSF8GZsFBYG",
-	"CP9TdcdyBSFuMZTlD0KlsgkADaFzV6axByH242Ija3NCegqoD2M1E4ehuWFmffslZ8tMeJ6XiCJl9/kd",
-	"M5SEUUIda9w6Ps4zvcC+VB8FAXtmgOiFDRTK43DksRhKq3DZIJKFTIOFI8msueJpWV2fGVaxZWATYM0J",
-	"E73r6m71AP7qEoAujGmydmI0/QSRpxg5fzluvuVt+jYsoPJut72jdbsHWeb6RD185CkzOtwM63y/uMpe",
-	"1JOLMmHGUxHyWahjXKwbtLupRoy1qGOX0zas2a8NiWvu90+btuZm+FpJa/B2zUrDIRvBBobmKrjDCSIT",
-	"Y/aykmPxlZQLLh01IKGgNobrc6ulRp0YtIdGqNuRRe0a7X/K0rVW35m4VTcVYtlk8eHzD7b4cBivPx1C",
-	"eDEAOx+gJJHqbgngu9WdqIv5iKGRpWsNjInSM247g05RwJMrHcRpg++UvtmUUfwbPfPEQYfmbF9wj+Ei",
-	"lnnVUZ4zTeF5J+/9U/XYgVv9Br0qyoR84B+X92QgZNVJvhIrojeM2lt+d79e2oUMzb5YJt0BjqFMl9N5",
-	"tz3uO/+SNdrfyF1eCb1KB5udSnp54x5Qv+70YadxdlPNMynS3XJD0jCROSx7yiJcIEFdQnNVAdipNWTC",
-	"jfs2Vbm7H2Hn1uzptqYJbuXJq84yK4LjCHDkjSC3r48vmPtViVuepZ8h9XnG5aLSXBerlwY1IkIYHWof",
-	"HB7NEM/1b4Wx7Dq7hXa218JOhUZERRJmblMQ+ZaQyc+ddQM9qlPqsu+BhNFSDt2/8Q1DF2vsy6YmLEsN",
-	"IjnPQezDOHIsdg8BJSNlhbyR6k4CZG7TBFxis3U/B1pbWEMaDScLfeT3uEWzMr9JO26xTRDIWWrWCiVo",
-	"s16TTpm03z/vrA9sQsOwE/zpsxffw8P0z/JprjVfPHXDsPK410mqQE8TVcj0S3cQ+w0qiyu0LqHZDZq5",
-	"S/SemgoBZTYpG57z9HfAG/Yde9u+PK4yelN27FFl//LMWMTeK++AW061MTfrIqAzgB2nmUY853Kh+G2W",
-	"4ue7CbubZpVG3oaZKdcA/MZuVV7MBHwgkgA8l9Sa07uD474tvR8MS9Zn4H9RE2T94ai7R+fnJ6/fHr9K",
-	"2I/vT968Onn7OvHorAPkKQtiHbugx/pO4tAiu/KiVBgPvMYk0PYE+agyMG2VmQL42CrnBFy9FLMg05Wl",
-	"JoxDFyxo/o4dx8HCSVYU01tRYWBPoZhVp/hKnnCa/uTVOobTvJkPDSL+VqGs8mhxLkdnbrIECKDCcXYM",
-	"daOntoXLl+UxOUuMPUwF1/ZKcPtIrKFOdz+H0Z+G6ML4Z2KudEO1eP9JpssXcf2/huDxACUWT2nHOF0p",
-	"U2k2BvqRwkC/D6XtU1MGzmKeRGRAf3mn4CDYPU7FundOHJ++O48oq7QcTNzZdbpdrq7N+p/AE/QDTPXZ",
-	"pG1iYT9oXku9aeAGI+xl6lXSK27H0x2DqinybvjItyw+VcZeaycXNJem0r/QfTkTxvBrEdz0AVtzRdP2",
-	"znaR9tiRxG2rtnu4KhfWrbwg6cEIH1dVd3fMgD3vPz8ExFtuIaxOQzkxxqxy3/+wy64FyXLf3zeT8E8t",
-	"TJFjuD5ViLMK4NUVYddj54TOCi/HZ35rsCg8M2zK9SwXxgzK8w9tWchf5t/E0Qihv2So16+cZrlHyTL8",
-	"KwFk87yAqqXwKeQKsCMWOCCb8QXTWSoYh6hNN3yzm1R6nUGnjkAmh9AC+TnGQGaCSxTZuNNu5ZVjSAXH",
-	"RikzZzRpsedtUSylQrK7ExUgoN0Y8rTbqycW5jjJj4CC9qXD2eXUZ0Bn69jsIWngQI9gVFoxQ80c7uSX",
-	"bkhMRI5mZ0XEEy/1CYdLdjRoehUSI8OiwjWenNcX0uyLj5mxmbz+gkaCs7I2WwawOvyGYk70BT0N6ca1",
-	"j3RB/95tMAow+LrOKkAoobbKPVXcUHnd7rKuX2VmhI5RGNGk78P3qDciX3MHA1RNr58wfOcE69k1dAha",
-	"o/4f08meFfKpOEZ1iq+VCFPIMzFZp/tHN/ZR1f7KDHRqG/T9pRvwqBfdLVOMC53ZBdziK8G1++1fP7h7",
-	"iokBeL8LnXcGnam188H+/sGzP/b6vX7vYPCn/p/6cKdpSZ9C4pYjpM9J+Ldf6movM+jfjOVp2FERLuRN",
-	"luemagEnvpIVu7k4VijHmVOHqH0LfDvrVRrJwcCRGd8TfH/wFxyCguI+kam7dhjxqPejiw1E5SMUKKmV",
-	"LiLKuM8LrQxX1l6sjnfWHuS3MmKJi7M64mkdsqLs0hwK/IDMTQ1jeGkfCUsgstxKAuyaLKfqXobEptXR",
-	"flZ3lWx+cNhUNSXD+MzpXD7dqTJqJYM6Piwoa5GcmsoYZTLC5w+f//8AAAD//w==",
+	"7L39chs5lif6KgjeiRDZnaIol13VRUXHrmyrXNpSyRp9TM29RY8IMUEyW0mAnciUzHY44v61D7APcR9s",
+	"nuQGzjlAIkkkmdSH7eqZ3YkumfkBJHBwvs/vfGqN1GyupJC5bvU/teY84zORiwz+dTjKEyVP+UyYfyWy",
+	"1W/NeT5tRS0Jv7U43NCKWpn4e5FkIm7186wQUUuPpmLGzVP/kolxq9/6v/bKgfbwqt6DN3/+HLUO81zM",
+	"5vnx25pxknjtGGOVzXhu7pP59y9bUWuWyGRWzFr9/aiVL+YCL4mJyGC4N3w0FW8ywXMRvxZjlcH3xUKP",
+	"smQOX9RvvZfpguVTwYTMs0Rodp8leS4ku4EHWD5NNMuTmWDt85/esO++++7HTrcV4ez/XohsUU5/hENd",
+	"46Ot4NRjnotd876Wm7LOs0ROyhmfF7LBPGFiWSHZfaZyUTelrJCtrbcJZnGRi3nTaehczHEerJ1IxuXC",
+	"zCxihUyF1myYFXLIzH0iZ7lStQto3vPA6f6byDRMceOM1RgnPTKPsTt8jrXNLWb8Hc2GcKlLl4a106Ub",
+	"KjOe8zwXmbn5P34/3P1/+O4/ers/dq93P3zaj77/7vO/hLe9yLTKVud+ORVMio/59QhuwKkLNs/EXaIK",
+	"zeZ8Urvz+EhlbjP+8UTIST5t9V/0eqGJvFUznsia0xnjxUdzgROu86M7IfPjtz8LHouaD09i+70p1zkT",
+	"5gn45yhNzJ+ZGInkTsQHDLcuE3zGMqGLmdCMj3ORsSR3qzPFkdzHmEnswix2j9/Wr1Jokbz5/yus+cr0",
+	"Ky9nY5XRnM1x4TkbcSlVDqcBp6XxG/Af7D6Rmt1PDQ9S+ZTxTJhb6/bZLM41LM41sM8m7LIXZJcnySzJ",
+	"3d4vDwMX/dfHYsyLNG/1X/Uis2j46leGsDbw5bNM/U2M8hoym9PVR9PZebFOpiFnfOQQF6OpiItUrBlH",
+	"0y2PH+w3ld2K7NHCsyjgzlW6Nu8fp+p+zcfc0y2P/ZjP5nk9V1IL0EDOMnWTipn5c6RkLiQQB5/P02TE",
+	"zaHam+Mdf/6bRibfbDj7XhixekYPJTMC/ceXr35g9PIuLAM9C4rRjcryk0TDbOaZmossT3DG3FyCv5Jc",
+	"zPSmicCbzsVIZXHrs1t8nmV8Yf7tMflVbnJ4ow2/U7Jkhpbxr25iuS2/2zl+cPepGzhZRhPz5rP6baju",
+	"9T8tvz9qcdTgrkeqwD2qTvWtSJM7kS1YpgoZawa3iZhpxcY882bs2EH5yiRefd+FyIF9csnoNnabpKl5",
+	"0Qp3W33ziBdaBD8jdnJu5dJtIgMTGeKaDPuwB7CwRjqZecEFxmVsRFS2yKeJnLBCxiB/DtiQJk6Pmumb",
+	"J5UU9pPM1whp2OXvpaZN17zNK6eoinykZgFldhjj+ot4GDGVsaEUItbXZkkyIyHMF6Bk+ZV/JGVcs3uu",
+	"WSaMyhMHaCpyDDm0WpnguoZUDCUKbfRhnod39n6apIIluVENb4RZNjf/yg6v0Zkj4OOh4Yt5zMvBG+rf",
+	"/ukBQog8cVTqPyA63FYhmS2fjcoM1hxBWCQ4dXGcmDfy9Mw7jWOeahEtHdBy1ZePH4hkzXLFBq0rLTLm",
+	"dgGJdtAyK+upOPu9sCYYnu5FzvNCBzjGMltYcxirU4ZZiTgCG0sVOSridKiE4SGXx78evb1+f3XZAZoO",
+	"sAOjEJt/iNjccA9i8jpVOg+S8xc+PU9wQkqW8/CDsiwaKhsWJE8nBAKCr5G4I2IxLH4+z9QdTzc+Zu8D",
+	"ehlNxfWtCKjXh2i7xdZeMzdFLSVHhplolsh5kWvQmzOhVXpnVqkvizQNbA8Oox1drx8pVeq2mPfZz8eX",
+	"rJ3k7OLqzZujo7dHb9l9YlR1CVbmYkczVeQ4CxmzjEsmFcu5vu1E7Nfjiwt4OCuk7hhCO3t/dnVyeHn0",
+	"Fn/mMmK6GI2EiM2xlTGZ1taIXXS6jHQCOAxkfif51JwftF09kfLz8WUraplRW1HLDRUULLGYmyN3jfvu",
+	"FJuV+5bVFyHjrTht1JoIKTKeBy32y9ISHxVZBrZeIfuMs0zk2cJahfDV8P2Z0DnPcgb/q+GiUagioAaz",
+	"6mYbxH1Y/bDyfmWKktTg1Qsqty6elbn/ZtgDB2YWs3ue5KwdF/ihEU6/A1ytuXwjQqqXECH1ZomISzKl",
+	"daWXRsx8JPvP//1/2B1PCxExrr1Fc2Q3Y+0840lqOI8U92kihTl187xz4JMfywQo7JoNil7vO8H22ZTr",
+	"CKjUcEgYLWKc/a+L96cMqMdsphtwB2dhTjD8sJvIWHxkKotF5kgeGLBU0td/S64155mQYVVlbgRQmNXC",
+	"rjmaAg37RozM0pwdXl0cvW2+W/MpRym31iqBmyqyYXk+i3I6cLhAsPHEbJnoTrosE+aLa0QOnIMtD6QZ",
+	"6toQKNFUdUI/q3s243IBhI0n7H6qUprhmCepiFlbyWvzZ5EJpgttWEkHld6skAyWn/waibFgtKY3jZQc",
+	"J5MiEzGjCYRPqiGJOsOjnCBQbr7KQkqOY4iStXsh5glPdzYN3+Qweg+ucrfVOe3YM3ezMGwsF7TPnwYt",
+	"d3gHrf6PP/7Yiwat86vT0+PTdwOjvn3GI8hzgWfQHA2jJ3A4LsFDAiOFPKUCDEvLYFEJczODt+dTkWRW",
+	"+dIR7t/qCo+TTOcRHnrv58T8nzvSffNvjp5i8x54CGfQ5jmbKZ2zF73OARtnasbeHV2ybre7h7PSe5/w",
+	"j8/4LDxlGAl5So3UBJcV4/rW7DS4z5pY6pdc34ZkHCzC9VpDnbbW89Sa28s1hWVs133I/8BH/2p4qsfq",
+	"hvDYEHVM5wEInnvDIBI5uR6HJvfblOeME0NjbZWhOErkpENnwLAXs1R95ossXQDPJs2M2ec2ex9AfkbO",
+	"jAKeVznE1SNlyTKoi3r644oXx02NDnwsRolOlHTLWMg8SeHnGBnmsu3SnEveLIKiZaRmszqxY6djLjor",
+	"H6Ys0GGHjDygjy2tp3uRsTTXLtPDjMqbRYhoFC2cZm1cx8OzY5arWyE1Ex8Tc8qBB/A0FRkIeNAgRDru",
+	"LFmaoZBDZekeZJWSm2TFTKkxNwstsojphc7FLGJzkc24Of6szZmei5HzzzMp7oz1XMhOxOhcoWma82xi",
+	"LDOumVS5OZbxwtxTWp1RaY+WZq3hSWjqBo/uSMUiZH7onN+kgoksUxkzN5Fc+JV/vICP+AkFrj76SPaC",
+	"ytixvONpEp+lxSSRF3MxCg9J0cpt6B/mESRz8TEx1mQswjJwnMhET7ccDT2CDRx9t0mabmmSymJ2I7Lw",
+	"ZB+mP/FcNJEtF3Cj4dZIMUnI+lg6+uCwpxnboSob+KH+aBy/rXFgkwyvWHoN1roqF8NuBb1uQidqEvAg",
+	"6TwWWZi0dB6rIsxc86yQI7MIAWGcFQIlKBo77EYslIzRiv4oRkWush3NblRhDGyuWZyp+bxyPG+USgWX",
+	"K19JE4rspP15rPnwczEn18kWXNnxMSs7DAczQ8PpN8LM8jAjF5DDmAkh22k5MjOMCUQfcaaWUxeCnoCR",
+	"+fAikADwG/g5mM5hsawmuKPZOJE8NRagynLU+ufAf3Y0g6MHKtlP5qbkH8LYmflULNDZkUiy8ZrqaG9w",
+	"dpCi8BmEzDE+9pdVvW1bzhpknqtR/Q9ldP/Dp15NaN9jmJ5we9kLSsINHPTxfgDYOmdN4B6RwY2CTd+i",
+	"yR/ZI1P1DnTZKYh3ngkm5F2SKWlE9+4dzxJYS5D+B6j1W3+CjBnHiAf4EXI1EfnUyGCr4e+zX5PXEZOK",
+	"nV6ddNnxRCpjCYK1ocytaNzosLlf4Z5VFr4lOy4ZUHXVXhsGIWJjmPmso8bwtpzq4e+osLSNjMhMfiPL",
+	"OadQ6yrXnWfKqA2rM/7J8CJkn/6M2azQORx+tBDLANaGmdqB1szVnLXtYpHZRG/npzTKJq9x942UzHki",
+	"USdYy3zsjTDh9cFEIe+2OrArazPN8/mmCf18eXlm59JYZUIn+SO4ieelJYe7dbajvW6MyXmm4mIkMr1T",
+	"ehxPD389KnlKH7kFz7LkzrAWTV5ux12Y4y7wICcJPk5Swf7lzeHZxeXh6fXx6dnV5cX12+PzPXNXQ1+h",
+	"0RqvJxkfietZwB3ya5KmiRYjJWPNbkR+L4RkF8fvLo/Of4V5XBy/++X45IQpiap9w6i0FLmRyWv93nRP",
+	"nw3N7DEcxUuXf1WHCbKRdfqtJ0pWZ2ADF87/GItRyjOhaatITCS50PSDKjfi/dWl2wnwAY+MTEBvcHhX",
+	"mh9eVCfCrt2GbMwGDYGLGeutrTIjeVIlJyLrGHMvxMs2hcDR6R1ea3MoimwkNuo05+7GNUHt7cUauFjA",
+	"6Raen1ECryuqR4AopyJNS3Vu0HKGL1uIfNBi5nmGMbQ+qYDsp8PjExsXAyXWmtFh7+qDraHN8XlvCbzd",
+	"cgRVigXk16WB1VBobWFfrTVQPTH4KDvrNR/djpP0gW4gIePmVq+6E1nKN0qo93jbmUqT0cJZ2A/My8Bn",
+	"IehY8/n5aCrihtbWqgvcbBbk9rAb86bIMPciZ2WaUp+JBBRTbmm9fT/lOTt7f3HJ9u729+zu7H1K4s97",
+	"dE/ObwWGe1M10ehLGk0LeavrHoT78LEIuNWNyqch/6WfP7VVjnzUStWkOYWeqMkbM+OqzfXi1ferzDpz",
+	"q9+A5Gmr6nIUkgb7fC405KJ+2m5xVhfEGWyN0gqjJ9KgD1ieFQJku87B/jEb00Cv9r5vPb+CJPm3IhXh",
+	"rI7YXAl9hgusufoIkQlGtzfSeFbc2DhS7SSPZI451UuOkIe4Kz/Ok0zo+phvglths2o4myY5a8/4x2s+",
+	"EWUg5q/oDm4eBqa0lScJ5q+sUia0yO5c8sRaWwXqSbz7S91iVcxnhUT/91zNi9QsNiXQB4PF9fprw5fc",
+	"lRUbGxLxIL2nLLawi7jRA1qSU1hEE0k35n8eeW7O4V3/TXbo2mmfVzd5aeIVum4oqu9lXaUFEhQcgBGF",
+	"/QpJ8cnNcT58ceWw1X6VtfG3EMm/GgHIONodaJAkemQUD2MV9sHOvBULNuV6Sp4sVOwgoIPRKWeZ2tQw",
+	"siKJpiLQUhNJxTWgT8I9qFF22SEDnyBmX7EZzMjZR+RRYzxnkIJm4+Q2dYzIdVVwE5sJ81xjkrh8Mojn",
+	"G94UMe6Cs0wXxnI2+viLl9NBy+NWY5VZfrV6dkWW8DT5h1m9ShlHcPXfKOnlYGmXe8VnAlYdxZqAL0eP",
+	"IvjsNOU+/XZ4fHl8+u76p/fn128O3/x81AEZZ/aM0jDD9tZdXTXXGcfEa0ilFos+G025hNC/sUNBrBba",
+	"ULJKY5FZobWZiO2AQcqdJml8XshzwxlCSRMjcwOwT1AbbZEEZaiNbQpMQHUb1WfAVd7SfUQOnZ9/kbMb",
+	"YShLs1x1a/xCZCoGUhvMZ4K7JxYfIZcjp9K/MpkmkZOU7qxJo6lNq9sudSoP1V05ZQUmkAlp08twyhTX",
+	"s6WdCYR9IZshKrMIg9MOpzY4C9Mal96O4AztVwXJygtibGeiPShiu7qfkOdmE7bKNXGpp0vx+5qwhdUF",
+	"XG4D5AdDxBdCPZsTG6jqs05uWA40WmwpOQ4pwmD4LDAvy8GUROY1VWlsiDZVxryjtE2giULCRW3Ww69S",
+	"KKQNZFNoQ9qoPrwUMyTI8zkSkOHGM8EmSorO6vGvSW5+c3TCcKmY+DjPhIYCVSPxGNRt2xxA/EfXc5Ye",
+	"MM5GSuqcy9wTD7GYp2oxaJkvsN8OOZlYqoOcqbLTP34f2Gm7jmvOnV1hvm599w2r3u+Z/1fDI3Se8VxM",
+	"FhX51Pp7IQpD40tZ+/DzsI+ZZLhMkCUF2V+Y1PSvV0dXR28jyjBLKD/NiCAr+UmLiMz/gNFtVj8vMqm7",
+	"bDjiciTS60RezzM1MRtCxTxS3MOglHgM4h9kYBoLDRJTmveQZHBjWJKhnFmulWTDUUnnwwhSFCnGWk5A",
+	"inuh87pPhWKJw9fvzy9LZSQKvt7PDreLuvqN5Y847uaDjIq6I5MNp/kXEbDypiC3dU36Gp5JpKjIrjLs",
+	"ZfPQcTmBi1TlIUW+znirqQzLCglbYtTNHc28hcbdnooUIn9mTQ4wnQ/vB/FcXof0N39r0I1pfg6G6Gc8",
+	"IKcdryMudisW4HMyv1P+IanS5kqNK5YneXAPLl2S5n6vZ925EL5PEym2jeFv3giboFDPb8wdDeQ15SA6",
+	"+mxFjtDKzw0lRAQJ90TEEzSlVtj5FrZk9SBscvjCuzfMC5ZxTQB1Wc5YMtjRDFfDJpmLbEfXq53b6Wnz",
+	"lI+C+RduILjDEVF730gpoLIa8qyNjSRyVF+RQV+YK3WLeiuyEKO04kwgB4gcCs0dPQ/JM1DzeZCqD90k",
+	"Da8z0yFBYYxcp4/g1NeqGmGbChjJ1mQAV0G/bXDOzNbUEKkR6YncNhhR60cLuJ+O/jVip0cRO/r344vL",
+	"i4idvr+8tn+/u4zYu6OInVxG7OSItWUxE1kyAtZ4fBp2T/G0CBsqmDOzTeZBUE6qed1aeekF22m8l1hN",
+	"gc+XAbtkxiciYjyb3GHcAX7Y0ehcmKvEBmXFbJ4vOljLXGqVAbt168yLRydCwJQbxAbhtuC6wtEGM75Z",
+	"WGz5nFj7XrJEAqsaGok/ZJjtb+zHSaJzkYmYDa3xPmS5mM1TrOf4yEd5ugANnNKhVlfWWsdLToY5zpKg",
+	"TkRmND8yNgXq9LB/KzUffvWTMRY2sm1z178hfRteRSS47hGLGmHjlg4iouFz52IcTu12G6aPc4SG2DKQ",
+	"5xwy5ZtsSK9mH3lo51Y3KYnFbK5yI3PDBapuwB3Njsubd38x+iAmcCQaAo192jg7Wc8DuYfeR18uDSSY",
+	"DEnO2jcLgFnCCx10c0Lkkkt9Dw44dEPyHAtshvSKIYP16rJDZj4ug4cGMhNzwSHJnUsmeJYmdAnLa91b",
+	"OUHYwFBxEncHskmW/3+TdYCsH1j7H7TAq4eF4XA6Qr81t/6JG+Q+baB9dGmbf495kmrGU+ulWGbr5eTL",
+	"qC9WaMwSaf+9QebVW4Qwcwuk8zDmfFRlrcNRpuQQxNgQq/d5Olw9xiPDC4r59X0iY9zYJWkKtY6zRGtj",
+	"q4MXSCpm8XwyKOsGcCZyK9pY7wJ+XahCTlCZk3DeDxi5MmCaC4F4KN7ReRWsj8lCyvtPyZ3YHSfGcjQ3",
+	"sPag9ae9V+xP+P8HrQ5yM/uQylj7f05VkaWLiP3PmCfw33shbuGPmZL5FP4ys0oXzSp37MqGdEoXozCM",
+	"Nmep4MZo1GaeP/b0oNU5oEpSs1I8TSZSxCxXwAeuZPKRibkaTZusz9+SPA/FtY4gNS2ZCeucKeY4QKLZ",
+	"rBhNifu1B619mFBUxjVikXJDS9Y/hhlDTSYTZnOHkDdNSwEeyZffs9GUZ3xkDM+IaWWZKvood6iOaozG",
+	"rZ98Thnn7d93y9zzly8/2987/+NfnjJN50HcFeusQ6GlgE2SzMQ/lBTBwr7jw9ND9g9gUCqzh7o9aB0V",
+	"5hjvvRZZmkigJXuwri7frMKbhAolH8jMAzEA96p63napboV8YDLWAwK9lgiXD/AskW5V6lF+atw+9ipW",
+	"CpgPYjO+wKJUF3hUGVoQEZ0ceqjLzhHYDqEswNimCkIl0wWIIx7PoAqE6uhoCNBh3NAQBH354kWnsY8J",
+	"0caWxFYgWUmlG234c3NPDQ3A82v2P0smE5E9kAIA2Y+0zC23dJykQd54yOgIQqhhOcYwhCGHrP0J3JdJ",
+	"HLE5X6SKx587FHmAO7r0a5fPVCFzh/nQ61mCsHSA0I1l1LZZuKEpM33V85hpE3b5lyV2uZb91uHGlKyx",
+	"zqbd/IXBFJwdXUZ5IDV+3SaVKAHgfB20+mzQqu5OEg9an4P570/IBUsq3cARARTTosQFElvC0UqLh5Hj",
+	"SXIal1SAtoZJIEjtqPjACrIZB0+bxacgAD2kRvCDwMqaIRFaCrxpsPYsVpBxOU4QctS3BesQyOoSqlam",
+	"XVP2A/ds9nDYG4Or+zHRxoh7vHXRiL1STsTz2AU/8SS7mHIE2dniC+5FMpnma6XYjmbavDli+92umTBr",
+	"Ww1iv0n4n4YIztro5EeWiqszA309xNEADmfOjWUvSQkmaDB2o+IFHXJjtXZ1Lub69/0PXXTuBUlpJrRu",
+	"5CzDCZUPBD9IZUaV3tIg+4nLas4WlMDfQc50muic3Up1Lx0YDKno7UTqXHDA/R3aRP1hpw8GE7xrTl6J",
+	"qKxYxNQO6/7Y0QdQj1NNn4ngDWWajn1Nly1bjuNMzazlaAh42GVHruplInL0wKOjZU2t0pDr4eZaJayQ",
+	"4RolJ/F7nKXFYSK+Y4UCvBiDh5AfALexREfgDMJySXBPmyvmxPJRDuTVZV5GkMMmy4QHxaSX4FlY+/cP",
+	"uGdS0aLfT5PRtCb/7eht58CFGS0OECGAasuCYU1phxxxYPodoW4PcRVghadclylwFEBX95JSLxzsF2GA",
+	"LUODZQKzESz+N4yNkj5OQHbYVJcuwyjIjmZ2l86Pzk6O3xxeGKVzP+AA19XUhOPLo19bIYEepI4KYUCN",
+	"LcKFBmjE8+u5Erkwhec2Q2uFaIJMwhB60Oqyzr8KrUBkCDOkq9hdroq3Fxk+iqGRiA0gqaeLD0NqIpEl",
+	"KloInVG6ntyeIYqeTVqQfGbGrMkfdiIqkNlkWAyikEThKfomRCBcYejYrF2aipB/g96IzgQ4eWMfcgoD",
+	"7YcXF8fvTo/eRuz11fHJ2+PTd4ZSCbqpTNDA8AFAF1n+5OcZuXQZM3mXkd6HqjVI+yBYA4iiQrSGnaq8",
+	"TEJ1kPZL+R8BEbfC+11h6fZRqGmez8sAFEkzc86wSsywGjh8WkPdmS4lsFnOFx8/duzh1FH5MRYzGsRi",
+	"CRL1/Uv2S/K6YzkykezQ3DQsKzAqxYwAzcu92UAdHE5lib9RDitrg0IIfAxDZAgsOOGJJLj5X4ob8W8i",
+	"5TvaQcbc8NGtGo/NWK8+fkRWlWdcaqgJQvABsGuBfwF3INZ54LF0miYeFotV5mCYlmB8VByOmRLU/OPC",
+	"cDORT1XVudN6d3QZDI37+xuKFtaCikStIqvBerrRKi1yoi+VwX81uzo/qQXEKsdfgleFNTWUt9/rmSP2",
+	"6scfI0RP45Y2AReig0xrJjhp8wgAlHj4P2whctLSfn/V+y5iL1+8+tAvSSjRlooisFUn6O2UisTWTRFP",
+	"zBswqM8l7jrGXGw0/pogPUIOem8lS038+5cbVG+zyCGV72fBs/xG8PxczNNFCKolFH53gLgE6ZdnKjVc",
+	"SQp2z2VeprP5838s3gxMZdM3UCFafXnmKvvi/seQSwoSMCIfBq8EpnAftBwobPiR26aRhCpi68Eglk9X",
+	"nPFEBlNQLv1KtcSYSUUOfCxW97JPqTpSQeKjWRaGSeVtnSej20o+mV+wtjKhk+ROWHp5mJ3aDL1ofe3j",
+	"w43WteW3rkpyuy+Kec4DIVKUZdz1JaKQHru6/Gn3L04WnF6drDi+X/7l1Q/fB1OWMsFnfsr2Mp5Rg4xt",
+	"eEWEk163CHpbuCP30NNWpC59AA0Tmvlpjdvx7enFbspvRLqbJreCoGxBN/v+O88BaZQ5ci/ufojQssWw",
+	"esyEBB2alNxU5OSvipMJ6rje/n3/3bJ7d5Nf8/v9TWGganynDiHSBjhjDJ/FClBbjalSyVKwtwGbyJM0",
+	"denO7Usxm6uMp8Z8wCHZ3IyZCN3ps6G+TeZDluQRuxVijhHp4U0xHovsWkkxxOBlmpa/8jQddrDAxxh8",
+	"trkPZVLb+hqXa922CdMgR4fo3KNH5eKeL1h7yNNU3eOL/ZxbM7dW1CpnU/6Dp2mZEg1vbkUt95pgii5E",
+	"xrblA1avWiVBNKHUmA3NSMMIisOln0ECm2XUkklyJwgYFSzAZW/zZrTFOgd8rVWLvn7nKEErfUhFCstg",
+	"IEOjc785OgmDa1176FrX6+C1yjPdKNoIv/iqK73J23/7g8OXsM9HLWg986ER7GmIsfhh0lqSwF46gdQz",
+	"FxZgNwtiPhQeAIPckYYxJMnIiZmZQ9D1f2ZzeAM+UnOJMtoKCMm5Jiddq8X2K769+6nSTi1GpdWMjSGV",
+	"qp7c5hJV95DhFRnmA1AjgCcCbLIKT9Kheo5cAaxvU9vLAoybNUQefE0ehgm4VKAQH+btswIsGmlFLb+I",
+	"8fzo4v3V+Zuji6XfobixFVlk5vJqKyoBnFtRC1FRWlGLCjVaUcv1t2hFravTizc/H729Ojl8fWJe99v7",
+	"81+Ozq/dU4jea975y/HZWQ2Kv9dMaUm4rofCm/HRNJFi12wV/OCh4lG60DXW1EqVX49VIeMIwLvTZBR2",
+	"0cQi50kaRsYypm9zQe/51QMKbQIlTyNRi5lT1NmdSZ6KNZbv6lpdnR+zTIxFJuRIWA8VZe2ZVV8+c3VR",
+	"HHPVju/mSGiFQe6BoYsLAfq43rphTI4NTDbaGJcnYZX9rLhJEz2F+N3DVPZQfyfs8+cSJFkSGxaxYLn4",
+	"mLMbVGyd0yuQlFSvIf3HYPCx1/vwJxAbZXYh+nYgR74ushvM6MTyIz6fCyliOhNY70J5lQc2yqeZLm7M",
+	"ozfC8KkVxa5RLgbGbrcTEzBFNwlziI3ZMKxEg4cHzh364tX37JfkdUA8BLLVP9RThIiBJp4GsIPa2gR7",
+	"EAA8vchcNLXMJ/BQViC2e881m9vZRRQYxkp8s/VG7IzSIhYxa0uC8jGiTqqMosGNE0yq4ewQZwqDDdbV",
+	"NTTc+FVIkGBSKMWgtbc0FIKOrBaxDQRbyOmAIX87bZpIZR83onScFXpaphg8hLM8WLNtkjtUJno0oghU",
+	"+TfnHG2fgxzOvID3hJb1nOfCdfR8/MlM7au2qegPJR/t64jtz4xeuT8NKg2PbtxGK2M7ls5Bjfe+eWNn",
+	"Nrd0YdiYJ2rWGLUynotrmOYWORduWzedT//ta7/yYYfOEcQSz8HEPsOo5yJLVExOEqz37qFT/KYY3Yp8",
+	"R7MRn/NRki+wTZYYU2/HVRqb12HX4CB9toGsPq9bgCsttg1xUQMElxrgB54Bsg1BUDkzu0CRump5h0t+",
+	"SKgEMn5KgIDjyyMEKYWAft/DZMaoOm2BF1Uvk/ZcSfkO1mDgrY9L2qtfhvbZFfZDMbfsIr3ufTLv+dwJ",
+	"8weZ5FVPyX7N9ri0EdyRjcADTS35c6r0woa8D3RgxzEU2a9iRRvz++r8xK6Tc8cfnh2T4mks6P7e3v6L",
+	"H7q9bq+73/+x19tfyU8PCT5wYD4yBFiXXxxwzjwE+lRzGd+oj1U/jURP3GoVeF4NWKgUKocMSZc9iriG",
+	"5kF7d/t7GMrRTE/VvcbIhRAM97FLI3dCKeQB5+uf24PBn90/On8KOqh0qpaI9WVUV8zugk7UG9AhSlnC",
+	"ffFyG3AaIrAwAc9VlgOA4pZkO7VxNXguTd+PW/3fN8BTL4XiPn+IauCOoODYjRBR9wZsZxVDNwf0QkMR",
+	"H4KZwFaDR7cKwUkbjUCa7pWEptlnGXQ+FjE5j0AmmZfuYG6Xtugu5MsiaLAMQCZ3MJTZLWEum0vvKjbp",
+	"4xInaegN+1sHjInf8sCZ00sD9k44NkxNI8p9UDJdYHvGTMzTRd/HwvyyEWS7DuFl9BjYFtrBG6vVqPEY",
+	"6OdmQflaIouwg5ZtyksVeUZKBQrU5sX1DFDIAwV/Z1eGLOHySGWUx9Bjf8VUR5VhKV99SLQXDImKmcoW",
+	"1zeLPGSB/wpXzbBww9bv/xxeY2OSPkyIGh3rehMYpWKZ2DX2PTiUvR7dsbqXGMlENWi5bKHEslzOF9xc",
+	"Hhf8VCozcUhZ8Qzgp7EkBrCpeQx/IKkEnbvnmGzejPWeF/KimM04+CbCwCBb4FOPLILoSlsFQltbAxvn",
+	"kKGAX/uZizrCnodiHlH2KaRHYmpTMygVD58vhBv/pUqEqeelCOZ400UjtRLJxiobib7NpABCs2WKmAJE",
+	"jfeaNCMyo0duN1f52AekmiVpEAT+HyksrVEhGGzylAHeEWtTyi4VlUPIdgjOs1ChLd61rkcTpFLapHe6",
+	"38Z1D7Bk3RlMrha9TFbFJ8pEQapcXyrUD+OibIv4TOUeG85dDQuo7INeK5bD3k+7LV6RQGSxGLcDYFqi",
+	"iUcJykI+AFraEB1WWpUYmdpCS0eucSz1Es1x9zUUNQsZg0bweC/mOjjq80I633YQXuIanKqaZeoe5xvz",
+	"nNsDhBGHXXAHuQo4Lp0j1giedZCgq/1utsUyf5AHntKQtnI/r+mA03iya1ts1EA+YWeHeCs9cHkrwaKm",
+	"+DbEviPX1qgM5jZoSFHbh4JCfbCwG53h54V8bqfjlhVepQLxwEKu80Keua7cG3BuGfeqdIyBN97qhITp",
+	"JABS5bBbayZMUL/b4gOBKkMwj6sTL09Jo7hDeR6a3N5AKuGtq425QmRbvy5h8nxg3eCDKeoimcjmjW7r",
+	"lDGqHDKaFvkIpUIXqshFphGXBmoNZnzBboRX6D789HkYTK3xjkwgAcMVYYSBg8oa4BUYyXsr/6BP7ZRX",
+	"bnmyBq+xmOfTMOBiLMTcCWUpdK77zOI+m59KrS1TxQT1MPBZ2jNN5bVC5jua/ZntlwUc+3VAsGtbq8Xb",
+	"doOAIuW6NAQXMCYBHao3dipJTe++jf0msGAwFo7BkfoB+KA2R4O17TbvaJbnacSEUX8J688WsFIiCF0s",
+	"UxygAzb4GrXfSZwwjM2ZimjTSk7bTnI2gTxPhJey+4R1LkB5t2KeN4dFrA8JOkmwgUGQyIDQj5+yVV8c",
+	"DiZ+Be4XRPvSQWIDcybjQavPXkB4BGEnzYrsA7LiU2BerlFlbNpsjcfCJtWC22GJ7MJw/jZbN0h0/jsN",
+	"MSUz4dYq0ZaOm+2pV6G+Oog9KY3nvX2Ud3vAgn9DUP8QbkFA7JHf3Daq3yZgfOFt6lI1VoEuwPLva56m",
+	"HZd9FEKcsvmLjrW6xOZcGe7B2pX05IDevwJs9SSywUJRrUWCWgPQtFqoDtBa181wuMD/5gD8saMcgG1B",
+	"QyIHnCqp9UY+mu4Wc4bvbNqZsY5rgfJt7D0AraqxZMXHnL1ayp7XrC0Rxs7wX0RG6oT91+vP3pJP6ysB",
+	"Oq06TzIxMkK1Pv/I4z4Qm7MiCDHFCU56WRFopEXaQxeDtyUQirhN5nMRX3tr1ZSuyB9RKV5YNCQiH9Lq",
+	"q3C9JmBVjhJKUlphG27jV+i/uu1153h1B6KSHT6Mvx6u6ZdCeHJlemAGrktshegCftSdmpytTpvlMxGz",
+	"IRYpWIrFQoVd/PHq8g1KT67ZYrFYzGZxnE+ns5nW/7AVDYVMhdYBymFmISCs65Rl8IQz8THRoc5ApVB3",
+	"DOdRDGPZZbz0+nVL/szeCDuV5sajk7VNv3L998UUUAnD8D5SEVxWzh6ezFZ507quMhdzMcKiwQfE0taE",
+	"0SCXKHd4EIQ6soTz0G1tVUaEj+1oOH99tr+7WknnlQFFJav2quhc7VyjZYSPDC5bky48qz5g2+GpROM4",
+	"qJTGgEe7hLIhZAiaegnhE0bX3tiIl2eTu8i24IpZnGQCwGxsVagtp/FxdajXbWe73svW9Uw16KuzO1Fy",
+	"4rc8AV6pxlSjhE/XNC/b780AIUS69sxzrm3p0C/HJydHbx1iCiyqK5gJez34aCoadfKzcTuvK/zGJcfL",
+	"EXPx5L2bRO7pKdsdhWdT7V60lrHlYu43O8KnCTc/1BEFy9IhpYt5dx5A7SS0GZ2qNN6mIYcF6Q+2zn9o",
+	"e/yRcsxrc7+5M6gw5yCx8dCwXE0ERB6hVzfAF7MJl5MOHDWRzRLJU9fHioIv0AyHAP2AIHVykyYy3FMV",
+	"3F7mieuQcvH28B2bqVhA0spBGbGC4DVhQ0BPV0wOCPSj2Xi87KlYFzg2w/XZ1LYGdL2NqHGXVWXAjaMk",
+	"OaIRACd06r7raa9lIL5q7PlDw/6tx6L4j1V2LQhObG25F6GOfY5a0zzfaOc4oBpjjI7X+N4cU7bN6Al/",
+	"3Uv4SHJG1GCW0dXusbbhQQQ4aGFgumzI03u+0EPzHp6b17gqoS57b8j2PtGiBsQRKGilNNZGoWqu2naS",
+	"eOFWLAh3EzKoC9nFqVnMOHjHTZGkMb6W/fWvbEBViINWl2GX4mVELywuDKMuSdvAtrrEaC4iyy8BpPSO",
+	"AxuDCD8Bc40EQVkFK4mxP+c4MX/VAmM1NxNzMT82kw62ekrS9HqS1bSocXLcO3dexzdqvAK++BuR3wsh",
+	"2cXxu8ujc0y9vjh+Z8RXzQF8pSstO/d7OrjeZdMpmwsLfVxWuqBBW6km+sYBGxJLGdKxH9rZDSE5zecC",
+	"TpVQUhywIZ/PM3XH06HPMCTDn4UNp5jDfuB3UnA1SBaZzL8I2eilKxrzStA6HeKhGyLNwa1lDTRCsADQ",
+	"HrDkTuR0VKT0sUpTda9LYLSd8ApDyywBfUItbF1lwXu1CbvO5DR0glXQpEtABbM24mr3HyJTDJJbzBAx",
+	"a/coC70m5OFPZ54JoxA5yWDz3XsN55QqnZc+fcKxURmj94qY2aybwp/Z2rnphc7FzAH8rWnOZbbaWDzM",
+	"gQG2KfF/kvEZG3HpFPrIAe0YLdZeujGcKRaRSwjFvjZZIUG9BDisjv1Wb4kTSUg1lnoBc8nw7cBeexty",
+	"4DRPhy5pOOWF19LX6AG/8o8XsAg/0XcdfaSGmewtgZj5ABnZjmbt79asaAUwsSHpIQen811WnqiUemeU",
+	"7TzxC5z5BpoUPsYzwQwDrCDSBtyh1SlcyeTvhbAp0b7Zc8pr1AYpcnNfoHee0eeIP5S1NLDakBoHj/WX",
+	"ulwByoC9iGd/bjYbnXZJxgBZ1LwDoB85S5Wa3/DRLQM/9djc2+YlPUVsuLvrXgcAJADJb2W9KnKdxMJP",
+	"UUZi46OpEVdol4q75Ub/U6WNbetGhx7bI+GpHv7txgrGOXTZoQNJEHPvLOBqgaXkBvFMPaxeYG37B95O",
+	"6GX0FiPosXOlWzYElUO5hOsPHBmPuT26wW1VssovKztrrgxRDXfBOXuKHMJdKYnoULrLIia3g5nL/VSl",
+	"YhXngfAdgLbBVVkOVab1j5QcJ5MiEzFDSA9DJzRadSf882r1jd/en//y08n7367fnwIIw9X5UYlUiN8Y",
+	"LlLyGv1XF+bUT3hDLEqf9LPEnF4CAa4Cx76/ulxCji21Qs+Dzn5NXpPZLWOwpKwBtaXN7yGcN0o2rkQN",
+	"PqwmXVQSfXa0/Xgf/NKBnHSxdaDRV2q8vYAGjH3e257HpYx+mzM6BOt9CKBD8BcpSCSlh8smPOg/Q55N",
+	"9NB5Uw7Y0BzGIdMlMVOeaiLp2gHgayI7KcdwP8AosRpZ6aviGZeRwyOns0y25JQbTQrULamUGRd91VI5",
+	"hdNsrEXHLIuEkpxJ+EWq0svDLsh8BGIg9c2aroYZyGq/QL8fRKKyJF/qwQsslI/y5G61HmueqbgYYQaD",
+	"BFPI6RmdiHlPoh5AL4XUYazoaVt95yYVnSYVs9Xxz12NoX+kMK/H9psYr5ZdOo8d6rRnR6eA1YqJ2K6d",
+	"zzgTosuosBBxl8zPFmtJAjeKUAw4OAJ4LS4F7mLz5Fy/NrVSJ/SXQP8K0vfXF0WWKmJVaRAf5xy8JTJX",
+	"Xo1kXffNhxX1IW9N5KTehfizM7Fw3WYc+7uaCd0I2izf3WGhNSugOY3cHSpjg5b5pbRjzCaFIxRilIn8",
+	"elvXx1I3oqCZC0ByQt6R7UAMkfKmiG4yAV2obT9fLFwctP70J+jyBKeadJJUTTQ9RLyHtb2y3wRrrXAR",
+	"F+4VByVAtlMqnBPXLjIAn9uGhavwkpucwtYZ7N4HtdHYsyHTzgSwOoBF51jvL/ZVdUsJzjNcmoJObVzR",
+	"dJdgYh3IVCM/MCBUEYgVnpkXr155SLFmohV42EHrAXiw5NNpijJc3875AaduTA0xCNerDRqpD9a1BM0V",
+	"Le+quV7n+1jZwVpj6zee5JeEfOvUNanYjSpkDBBBHi7u2th5My2mEkVvoMU4l0ZZw7Dj8vRgAzHBCEMG",
+	"BOtfujsqkeeskJWgsxmi8gPUR1G4+YDdYXpT6UPCcCskWVRRr63waVzhvhyL2DLBlnTRsuk4/i/55rEH",
+	"/ihTWlMyiJGkG+HSOez084EkoFaCOHG20dGgFd/szpKJ0TswvLkZAsF99RrXiFsPDjmJQBr2C7fGKSjb",
+	"7uOwdRuKXtAtYQr0FgiQ2/Q1SHKvo8EWHQqojUtcjCCqsxqabhKUXu6DYkaKzLeGlu7y8mRL+v/ZcxZX",
+	"sn1vxTz3XDOJV+1EYI4BZvnC6CmgsfzwojcdtPxsKWgjqTt9FA3XFrYcXbhl7AJKE/AW6/Uyt0DlsZFY",
+	"OMkSb/6eL+z9hkViZRc8QkWALhld3UuGfSgTbfu0MgtYiWCB4bzlMqS7nLXM2mUTjsuj08vj96fXhz9d",
+	"Hp1f/6kDnCLlC5HpPpFaBo0YeM40X5i3UnEvv1FF7nFkW90Yi1ESC32AnwDxxFgZcealxUKuMzv02HQo",
+	"OToQuF9asSWUjO9eBKi8sivNH6Cd3vxAKAp3SZ3gG0Bqry0IxgdCvgP6nmvo/hJGjaI+v7X5XOV16yKg",
+	"emxSFm6EOWLGsgurPcDTw0Mn1E96WWTY6KQFC8WmN9RVAgZ1oauaniQ1sYRtvPyNve4Bh63Kr5G7NE8U",
+	"a5pdv2ohH7iqAr2q1ZaQqmWkWskaR4P9/HXkkomyq2jQGVRyO9cgA82YvmvZBIBTI5BeRsu+5xrB1CNC",
+	"ubWRyxrSI5eL4ZR52S0W+kgFkwq2BfWPWtVdLpdjJUdiKa6iEzkS5TZByl0meJouoElxOxNakE7opdmA",
+	"B1voUsfC8nSplpy/nTV2Rc0UnaKDO58APjXB9ZCZEYsVE4Oop3PAeujTWuqEMaoGGJbmYqgYFmJN/B/F",
+	"BajqxuLG2Rk6QLEQewUzwkETFxJEda95qQRG2q6D4I/LtaPApiyxLHPOwOkIM5lajhKtb1ZQkt/Koh1n",
+	"ibaOVWNUHLgK5xuujWEBqCMYcpHFTGTJyGuuZEEurk4vzo7eHP90jPjFyDpaUcsq+RXM5CBSMqaABcCQ",
+	"l8GSrQVhxjk/Ovr17LIGIBm8eE8Di/iQBr01mKD1OadeZ97m7vtM3KnbLb+meSPcqJXbRQz4SsBldmBj",
+	"hLCuYKhSQxuZLrrNiqr9BrveQmwso4YdDqcuoye4sZKDtLIp15heGpxKWTb1BOTmdwNe0+93q4K8DX1s",
+	"N2d1PXcjWa9aYdO+42I/c9K6BVluTkREAxvJyL54zbfZxPWHISY9rHAotOlXULKx7WxWmQVYjxDyHE25",
+	"nIgDayLaju+j1Ni4bGirzMrGms5YZZkqZAA/c7WybFMHf1vjthHc0K952/TSsgRu053fTF2XX8X0bO30",
+	"V2gKU5oDpmkJlvk0Ve4Pa4B1YGwZasyoIeHT/AB9wZAmLYSAbY8Vtgt8I66O6Tat1g92YIO0L5XZRAqj",
+	"ZrtcrBEmSiiCXEJNtV8mtsTsP//3/wH1t8sAts82/Jn5vdBWvrQMl7pMbApK7Ggyt/ysDOCvEOSGIACa",
+	"BTfpklfMefbKyBQhr9qICPoXOUwjiYPRqXEmxPXDopbwqEPwDPgRworcU4CsmgVyduBWON3mQQe0uNWj",
+	"9TpCykfCbM817GAgqcUjBBegTajevL1EEJ3mdtQTIMhuDxjbp8yp0g959O9Hb64u359fH59eHL25Oj/q",
+	"U8K4s6QhRoeAw4UWWbSc2qUytvKy86vT68MLbE5lbp8JIwATPdNLb8duSn9TiRQx5cf+edhnwyKJh6zN",
+	"YUQ4KpNMFXMP0hkjcisDXx2/vT4/PH13dODSQinbRWUL1vuh1ytd6sj0NDlRy7ugf3rsdWaF6xTWAHBP",
+	"CwPCy2m5GzsRG86TWOoha58dv43YDIxsM+rx2ZsyOU17H4NuHCHjyOVg25XzFjoWPJ9i2hkuos2ZSVyV",
+	"7wHjbJ4ldzwXbC+fzc1kpMhhMhz+xKxDJIIy/h3KOSzTDG2an3lbBkkoQ9Y+Pzn+9fjy+vTs/P0bQG+j",
+	"LT1gdOXt4eUh7pIj9a6PwWkYMWSZMPyVjXAxIfppPsoMh7/B7Ony3QucGT7UnfGPERvNC/MHZsslsYZ/",
+	"wNBem2A3i4hGNtemRpwYljyBs6Kk6HTZUXfSBRL8M2zkn2EF/0xf3l0Lhbym/WX1vPI0uRP9EjbWlv15",
+	"uaciY5C+32WFpO7A8IxOUqPOO+kCN2Gm5kLkZYesWPCYsskrCYBmZGnoZs61LiMu5oDDL+j6rDwFXKDT",
+	"hVf2qyMcQEdqEsWY+8TjXZq/h/uyPzVzcYlRVl5yC39HcrHLDp0gBnhSYeWiiG2/LRzQ98TAarailr9Q",
+	"kMPF41UvSdT6uGse3L3jGZC7eQOqZ+AuOqSXeT9dVd/rXXkLQ9T7DI4tvLL5iGzFV9B34LmYxkWxf0iS",
+	"dCqMbU5vmIQjGB0xgkkGsk/VhEFxTqyxZGvEs2xLV4RVRS09O3FfuvCcdlmKIk/pW6p8X5XXH2oV47BZ",
+	"S1DXjY1RUrI32aL2tXXTMYr8ry5dxuYHXuRi/noB1bQl5VV+fHv4LuiU842D7Wzabbq5UM5Enf2PflQE",
+	"MH6x//KHl3/57vuXPyw1knVZFss9pLZuJFBBkN2yUWrzwtKlotIxTzLD2q4fmjjB2pAbQZm6ueCzTt/y",
+	"ZRCtkDfKbriR1a4vvU3EhGw2Wy5FDZwoFaKMEluFKsmxpaW933oAG2ZiEHk2sUmBlNclbl/6oWRzC8Xs",
+	"jUjwokRlxVvfqwr3sKSpGCrxYJBXsoJcvp29ZJQ5W/jXuPCtRALY0Bfc9x8Esi1w0zH/EBomHiz3+qTs",
+	"BWo0FUoNoRXCxpWGFxsqywSPdX2L0MZf2rjnktmf5kAThl8FHOtbpTti6QJgxtnsOOsOr0tvnC7nxlFW",
+	"wgOTG/M8bdr0r9ri2azVOqZ1SZlvT9X5rdLD6yEO7O1o5fENuSrSpFlTDvtA9Xs9/zaheW9wcy9vwTP7",
+	"uy2j2k7HqNBIE20Dh1j3vR6gW3PIlgdv0odQZ0QtRoURbxfmSwnjTfAs5BU5lJDHjTpre8TnOueS/okb",
+	"3PEdA4dvfz0+vb58/8vRaZcQX2bgOcTXu8lAQfznz+CDHqs1YJYjdn50cQlzUGP2BsePfKlkGMnf1A1T",
+	"2WgqnOpNrTcGEnpvdNk5COPMmDpqjtnjq/mtXQbdWeHGgeRzqEgwr9ujxqh//ps2Js75T2/Yjy9f/dCx",
+	"VcnUfHY4UrEYdgdyII9AuJi9xfmg4jA8LPKpypJ/wI999hqWhaHUgEW1YoMNP+7Sau9mKhXDgUTQBmCm",
+	"UEomvddD0UyfDbH7wpC1QSwZwxobM9hfzMcOJAYpUEPp0zZSH/LIYjVEVD0d2cpo+CHnGZjr0PZhOJDt",
+	"shUFikQMIsLAoHsPqalNWSA04mnad07QaCC9Zjlo6ERQBtDpslNFSS2FvJXqXpobICBsfsaoNY3IEj2Q",
+	"L3v7UAcDP9gEGrdeL3vflVeJCnJF8Rerk4EmYN70kurCKRPPV+0wGahsUS4rmzUFFL8hm/HsVg+kZ+Nn",
+	"qkDXA5Uq0M/mAVuoUFY3W7/ZjC9gxboD6VrtQnMWOIeHZ8feWe+3et39bg80wLmQfJ60+q3vur3ud9ig",
+	"fAonfe9ufw+2Gv41EQElYAhW4F+BqK4xSITW/RBMcgobQHoUuLAyYTT5JBUZm/A7wYo5U3Ig0fSHJtHX",
+	"vx7++/Xh5eXRr2eXF9anXzbY7HtqAJYf8AU25B9IyCuWMZB4SfQqQ9e+2WKc7tC2PME5UeEJ9ajB5XPn",
+	"5Tg2qk6i80NcCBJeAJgM2fWJWYa/FyJbWKu570xjlA9+ExTKPyt7hhLg3PLyBRuv1+EwktQrW82Ju0QV",
+	"2km40BRJUPpzrFgYveD4oTfZxpPli5x9/KrnGZivqOFTaVkui6cP4AKfK6lR0rzo9cj2ywlF12e0f6ME",
+	"vnLctdmbZvtAcQBZsmwFmqWCowu7DPWYL3H00EvdLMtGGdAQhXCwW0grlXIlo7JqbP0CLBT8a4grmC4Y",
+	"AQLa5g8gK2hT53ySSPhiUFb4BHxTdCw/RK0q82/1bVsdMyM4wOTnh95g3jmuUvg7kdv81ufcBByCGrx+",
+	"DsXHbTMC3IGXD90B6A7tV45jrWiuEI5QegN5i+qlji2zaaPKuQVaWfN752Ra4g6huZe32AU5fot9a1b2",
+	"a8+IN1D+HvzaqDVXOsC530wLSagIkNsGOBLQUiVCj6OIfR9+GR46ef8OePTr//vy6KLTL53O5KecIjyt",
+	"zuHdcQZNzPAsgKgTGeauT23SpOuuVSXJQ3Bd0qecmHVA9VXo/LWKF09GlCdqgmuBJFlqyHlWiM8rp+Hl",
+	"6lJewPo9gGk8isQPPerW02TuwAqx74oLcduQfQUU/WnJPki6qKE9FfFWaQP78vkc6+npgt5umxc2oY3e",
+	"8wx+TqOEeOa5Q3odgmIk4iH1j8qFkTiVAHCuoKmgj+3xBajW3P/jU1C5C26wMTfWGNS8BEj9WYjb6v17",
+	"n+ivz3toCuq9T/jH5z2ejabJnYh3zRHb+5QV8nOt5nwueFwGJOlJ1h46+/j8zc/H/3Z0fXV+MuzY+OTb",
+	"o5Ojy6OBhAbCbgx2n6ncHO1+maevp3wubC/Y6u3RQKIDE8ELXJ0P+Dch61o7nxtmkL/oYaw7srbSQAIC",
+	"l7721E+Ar7Ifgo7dKdg+hF7BJ5RUPZCxGhXgMKXQJnVnRj5VOlujEkoTm1RQJtxAQjeTKtwmYM+ALXjp",
+	"rSe40435ZaxCyuhe4DvMBKESrE/hOB6ze57eogs6NiLKR+0GkBz0ClNcciCx6m2i2EgZW2cGmSCKjRMZ",
+	"d5mxDKXKr8cgFl2FKrk3pcoH0i4WJEW4O+zcoSHQ2KJH5DxJUXBC5K8TslOMFkevPIe2P8/Gn7DlW1iD",
+	"8yig+xBu8ar33YO5hculwhrAEPmXfW7L0kSsicBos8c8bEueWh17W33vjPowGFtqw61vsVFDgzvPC4nx",
+	"vg9bsCqHG4ufHfCrOZBEY8jvGFaQmuG67DBnqaCMNvqVkGTS9K9GMA7ZWGUDiQcZs+GWuqD7heKEyWbk",
+	"ah8wzB2fA1cNZy97PSb5DHJkeZoO0X2kAWbOG5McbDihLjuSCK8ADjpLFaSYIldLJAKxYN7NftTr9SjI",
+	"ZWNQecalRjYZDaSXi0H6BoJTwQfeCEjXyJI8FxIwEUjf0iwVYwI34APpmj4WOdNTleXsVoh5mV7pch7O",
+	"hRbZHZxNbYzGBTCCJBtIdS+hqXcOSO+FDLICaFAoAPiXVqK1LbHCw+SDbkKHcD92J2h2L4Wcmt38BmME",
+	"r7Hgb9UZgh/MGhHdgQNds+SbEKrtjWCGmuq8JjxNw54OClqvNC99TpcGLItrRBngxkd3ySh/kGFSYarw",
+	"msrCUtU7ZKZqkQIAZm6bghDePxykW7GwgN2Uw+qzV+RBIf5KPYKhbjagOx2Zd+ME0AmYQKU1kzzLLAam",
+	"4VoHpT5UnS4etyGxGSMfYC5DOn4Ba/Qk0fk/9Wlq6CR8vFMQYtXfiFfQ7ehis2tQ4MY/9jRBj2hXlpuI",
+	"ajJIRTJW1U+Ub3LBslIyNDtNX1Bb2VoF2ft0Kxafq4rIWkm2aDVxyTyc9T3KJ4OsEhHZ82yxyhWpW+Yj",
+	"meKXUDqXjwHSLIDZQJas+Mgufj7cffHqezDB0ZZEvC5Ohee2CTUwiDnPpyV/wJK3qj/F5xZzY9Vl5rn/",
+	"+L23+yPfHX/49P3Lz/8SSF7ciuSqaWR1rnA/hew5uU85zImIkdsFTaoUrnYDnESnKqfLfRS5yw0Aa5Ug",
+	"lJxo0aLlbYxQCxAXlX4BdJYs+wTMneZXainYZYcwnFQ1L/QQU74xC2sbAsIO2LVOnUurblCnbE6JZDua",
+	"OmBHwO3T1N8TGmXHwkMlkiWxdcVjaD3G5OiBPOE634Uu3bvHb1l7CqsExhdk1tqen+AxQnto2AcLYxfy",
+	"oYcAlUkturMF23/FdJddSYDmo5kOJE4VdGK+YLNEa8IzIEQr6M0HMLtqBvCTGL7lkCeaweTHFsygD2ld",
+	"4IrkbJQmiDbA84HMFcvErtnnkP3ym7HMjnC1t6UBs0jw6PHbny0ZbfPQv4Iu00DxyMXHHEliF9dsKwcK",
+	"NluvOfJ+23Tq4gU/7Wjsum5OE7MvCXEGokCjuMBWkwBapTtDpCvN2zUU/yG8IiSQuwYbq6f3i5zRujBW",
+	"uVbgR0BnuC1UETZxYAGhLNcrzcnhfumScwUzrkLpzdHJQIosKyPr9ALnDAF4W0oShgNR6aCrLaZ2BzCu",
+	"h0k89NruovPJHDb/VqPz9StwMtpD8sA8JzgkO/ZrveQGM0CJMUVtLpQUofN1hhNBGnyeAIo/hC2YbhRG",
+	"efHUUxDx5rNWLuiDdMYXLx6qM9IcwZVkJnLgaFE7bjuH7cxHQCJEZBHjuZolI8C9ccLafkN5SElkrdMo",
+	"txaAe5/gv2vzCZbW/hn1qGa7XNndh0ddlztnO7ohiQusenmvoFQPOVHDrfmyHub6M5HEETOq+67QIz5H",
+	"93hAnxceHwlr9MsQA7NEujL7xyn1thtrkBCNXX+OfTsbJG7ZbsgN6Q4bH64u4HuZLrDyAaGOARySUIqp",
+	"GsKoDn2WqnuR7Y64Njq+sXh0hC3+UNuOuZ4KDXEMi54KDu0696T5z7Udp1VnT+1ii8EPn/aj778LmlRf",
+	"MNPsxT9dptl5ITc7kzAH43GeJDNKoL1wk/Sxb8LsqkvuQN8kBjCXZrG8nLYFDiYml/XZYIMB1CzhiXtq",
+	"HhUbeI3rzLvQkipp7TgWs7nKjRm9+ws4K5qT74fn0afcumylTD17zPcwRdRvu64IUgFMbmkRgeBf9Paf",
+	"e0bk3H6g8+/HL6X44TTLDslcskSmiRReHd1cjBqd2wdochARhwDo9jlaT2nBHWHEVczMGgzNrIZo3Tp6",
+	"18eATDqaihFk9JdYvFyXdw0k3IDpGzcqXvRhRXOAcuE5df5Bs8rI1ByBMgELO5FsmAldpLkeUqTXWspm",
+	"48pB2L0q0hi7lrg8gvbLXo9AiBEcGMvUldADakOUj6auen7GI/byxQt6wOyw61lkmyAUMmIvez/SLVAj",
+	"KKEJR8R4qpUxxj38Trt2kEljhsJGCdaiTLQLS0NYPsm7jGpOoKABHk+0Pb8RuKcSTJL1AuB9xh0a4kBa",
+	"kBN8SCOyMIS4cX3Zq16vyw5hH1yIzqwFt81PIAHmf128P42YVLTvEesZkxrzaKZcYlAeZmh2jJ1enZQd",
+	"kxmXC8iK6nh5ArRhXTaEYYCSMFDOEfzUKVJ9LK84e39x6eCBjE47kGRywwtCpnNJl61nZvT663H61+br",
+	"z/FIhHjse2OZwmUwThE7uJodAUAwMfitH6XnEJ8s5oATDxQBujXRqM2oaP8MyRxm2JsivbWmV+dZ+afL",
+	"8atLozkOHCTXtosc6uYJIWMuqVy67UqjNVNjc2J1tbQa8buTTP/n//v/WU8vIpPiEOY65uvZ9MdoIKFh",
+	"CjRrJAdfNQoJrX8wkVDnfNEFBiRVfm17DkdUDQZeKkWFXH5aG1T4uk9xbjSEDwcBZ95gi76nVBcFKXgH",
+	"MBoUNVxTiQzlK5fgN2OqPYdKKeBYmHPjCmmoAsxmg9IDCaKbdNmhheMaSPRbh9pRZVzalbTwYhyS+lIo",
+	"AcvETN0JmEGSYS4gYQQlUCcObtoSnmcuskTFyYjpewGdYM3TmvzfHIHLZkJrYxSkgt8JDRWBDr/38OwY",
+	"+p6X+YCyPkMUy/PHLrlRmwcoVkP8P1fQiAD9Si4Js/3u6BJTSgP5q1S1nuSAZwVNqEv3v+3VV2YymjFf",
+	"9b6zc74uJL/jSer6JXhCqUR3sflZLBPjQttgB2Zr0iQ1M6LWfQguFvboqU1+ev4UyHXJNwSg4OUVPnvi",
+	"9KNSJyl/yu/hEFVxGhz3yBYW3XphtLCtGOy6jB4KIo94BhwJUowRBhpBML0f9JC1YXIQ6swHsgQxd8Bc",
+	"ttjK9o3CmqvSm/6iZyMBcH+p9nmnn5qx4ig+UjqZ2nDoyp8HMpGkUoLoO2CBPGnimlrkEWZFo/6B+GHl",
+	"WUROvvcJ//j8P/Dpv1K/CRve2+8ZgbjrOgJaBWwguWZjrt1xd/d7N9fkEH+93OGHpQwvOWjd6oAbzQlE",
+	"2NflHHcvtkKemfI+/V8kFbhk9ljt+0XMwW2+pc5RBGWWllifoQAIXl9q4M8ZqDocrZMjqAH5AU5Du/fG",
+	"rLkRpQLU/dK1OTAtUAgOykgrdXMtFStjzOuFHE0zJVWB5y4TKSDlPL9yvsJI62vZ4dAPUc8SPkMgLuIk",
+	"S0BQ9EmzbCopWFVQQMNDcmYaI50AFKgv8I4ONOvQ1PI9YtNEA0rlrZjnnW64NoeM2qH9N30Y5KaZL41c",
+	"s8gSIsW+ql4GY7eIsIjcKeXqlOfg2EBzYALJQuSfBkVSKlztCb8T2J0EG5sy6MU/HsiMSzNFcAt5Zr4r",
+	"C3BflbEhYTLWlMeMfAiaOsey7bJSWcNg0IO1ywukviQyUHTSedroyHKpBvQ3p32Edmqver26Ef8gqbkb",
+	"OOIIQxpfvOTWL5rjjkc4JdIqFSVnsKfzjxKW2UIwb74VN/FxKskS+/42dZQtl2KtRuN41H8rNV9NqQF3",
+	"9oigWZe9dPoraC17hK30T0P4gcRZr+tYaZ25foRKdtlvU4VUMqWG5BXa0VN1L8HwrehsQ9sIfthlhxam",
+	"6YZKx/0e8bbB8EDaVl2xGCW6xOfV4KYcSpVf2xZcY5Vdl+8PKB2HuG/Pe6hpAt/EuXZr5h3tgyXsaBib",
+	"+gp+4eON27G696CIQrb6wQrdfYXjngk4tP/kpx1jsqAYYUdGNsQPF/HwD3naz2H2/33Yv43Djrux+axv",
+	"psWvwAHAntj7ZP7z2YPWob9KaKgNeF4OOel5kWpgGOhytL4mYtmYDdc7qYl+rB8YeUyMEDGx+VNkmQ0K",
+	"OlwRPU0AnqoCjsTaBICF3UrQzSJijCP+VzHXojqnCCQ8A7WgAytCFJteTWaweWR9YrD1MPRCyPKf6jHi",
+	"mCxmNyKj8fdrxucVkKgNU9hvOgXyynn+vECnZuvUc0V4wGfAvUX+PZvnb11xnQPbDqPiVFOyNrvW6yv9",
+	"8EW9wIIvgG5DDLFgTZDXBsRvBdR3pQtsiCcOHXF45IaQHzKaFvKWtWOec8x/MGwiwjg0zzmUEMKN5o8O",
+	"9f8YChkPsTWuP6Zt306xSJTw9zBjmdetEx7iLcEbHsbJN9QIvpe2YmmOuV7XtLqZuq8U//XZMIn7Q8Kl",
+	"vadk/CHc3R+iz2kxFxEbwrIO0QNta8Js3A9WVo3Z/7p4f4rYSACRgCH2pXJCLOzlsQV0qdYUYvoY1vDp",
+	"SgaAFjlL8g6DlvPk74YdlOLeTEITWP6CKgYPausSLWoMFia+t1tPoEk2FWUpEI2ZQbAe9gZcYEsUEdQm",
+	"6nwgafUYUBbIeiC/4acB5v4PWn02aCHKMhTewI+AtDxofSboGTzKcGRGqdKQtREuYLSb0UACf0O1hI+W",
+	"u1jxWtbArrKSyIJOAnX4JGPIAX6NvCZ7Dqvr61QfPqmQfarq1IcxJxI833CMN1BKgzlH0G/FnXCbgQon",
+	"lLWxTXaEGNLmD9c/IhrISuvsiFU6a3esLNYRE6kWpdFHv/ObVAwPBnI1H83jTJhjupSQBkm8Azms5LUN",
+	"kQl7fbQEpFuxoVFjro2KMFwSbgMZq3tblQ3RBtYm4WVb85VmTZxAlpV1pHVK0Dzn0bjho1vDMakTeRfS",
+	"kcHI9ueA1UZS1WaKnOP6PF8A3g7wZQzddWkppK19K0buo8oOaFUBRRPA1V27Fg5bfWBJh4LPLneGOvJ4",
+	"wreEXrQhaJ4JCEN/AYMZkRH+MIwM2ArHWhmXU+tptzYn1om5lcNWzMQznrVCXiQT+cXcSutPWzET36pH",
+	"CeZGOS9QjIHTxbIT6oiB58Y1lvAaH2HuCyETItfGvtTsZsGUtD1w7Yu+wDGikf4w5wgBj9FkToAQMb1T",
+	"3+olKskV44DGxBJCgkO/7kAiTNGQPh0QYAFCkudwHjHpExULtBt1l13gzUbA84F0j8K5tV1SKLsZc+c3",
+	"HPaBLE97QLjScP8lDrw9Nd/kiaeNsEeemoBjrJLUxqyQEor9gQixY3pUCWAmmp0dXl0cvUUSsFnwy0js",
+	"T3nE7dqtL42/cHdtjWeIiUtNbBdIOHrWZCH7GZsLr92yPEn1tXubYd9Q5b85yafcmG+7ANuu6bMWudlB",
+	"tip0239yunn6KuJvVv2/AOWfasvAoMaedUZOcjbKlKQ6KmxHxFPWvhSzucp4uqOZ4xed5iT9GOa198n+",
+	"2QAjskKxmxAi3z64LCdYNuNYgcse8JuwY0nd1isW1Qb36j+190UOh+/CeHzFhn1TWbbhMDPzZCagr/VI",
+	"2PJII1gh8Vhk+ptkrJvvtEtb6rq2Dr+601fQF+qZOXF1kK9UctyU2ABcFNTtL8SZH4HvANP0WAPgxok0",
+	"hqwDpYVNub8V4LwTScbueFoI3WWXhuxtgwIIBeLLAAjeBlPuRSa+OBveu+Gj23GSpt+Ixbh6lII6zWua",
+	"9TOfJTvMV8K7s1+3PmkHeGoloepbP0qotDjBasPp5bnCT0ok+x0kbmQM6w+sbYs+sUqyEzFdQG9bW6Sk",
+	"7kSW8jmbqzQZLaDpZzIThIxLuDZWhGMQwsE1yq9w9MBV9Mc6d2dmyv9M2spFrsjytxY8anxIgRgkIpee",
+	"OWFS5WzEi8k0Z8X8y1MMgWD8sWjmEif9zKx6aZQv5AZrzqHr3WGEFA0ZsMbIcG5FZGOOYyXffHe3C4pE",
+	"ASiPumdt+4lQrw+YPFqMlIw3se4vf7IK+Qfkxlc46X8ufuz8GdBLoeypBzZkSVDmTD0rmRCvXe9wvbQ3",
+	"/aH9rfQVm92tdk2exNtqX7aFs/XbQNjd4Gml1XxWRyuN8ZX8rPYL/6u5WUtsx9LPOlYZ5uAtAUnjbbeC",
+	"8PLmnHrc295VPsAZPmDPQ+f54L7tEHuf6K8GblifnL+0F5ZmeUCtKCgFERNebNTNQu0k+ZbrVu+Orf3k",
+	"3pc4Qpdla4LHLuR76b3qGwQqDxUYVLhnOMF/3cKiyrRVPqUF41sv6n9zd/2hZb39jEtiYA2EPt35RFLf",
+	"vg3z0+HPnN1hJz3baTCyOkGngVJQbt+3oxdU15L6BKKTLpnNCshCdYCq4u8FT60hVF2QHc3aGgBjvTdG",
+	"tksJVELNxajjShxf9HoWzoa7lxwwbp3sA0kgipSvzctiFbcHPu7ri96+maaTdq5XsgWwGamZTUF1MLv+",
+	"28LNSvTUkuGzNSsph/hKIZDlg1bH6ksS0AECeHKQ7SbTOoSkGH8GX7CByrmYJBobUHlcgZeQqY4Y24fZ",
+	"RO1otvxJEXujZFyMELUTTAtD0/S2TnPe8QANy71w75P9s4GOVTkNX0jJAs+n2edA8kDbIvKO02QyzSMv",
+	"MwbyoKzl5oW6MnWvDyrvS3Lgdy97Lx+w5PXKWf1affmzGzirj6y1WZWH5bZ8k0Jv8512MbfHDQodpj1a",
+	"mmbKmpW8rW9AozLbayfffXRnUpEtwlRSbR/y3zTj08zeJ/prbaurJeL5FhjNE3EYYw/+87KWsEF55+3i",
+	"mm5WWF/9Yv/lDy//8t33L3/YhJVXT5JjnmS7esozsY7IfuJJdgE3PSN5lYPU0NW9MPI91HCSPmdHs/J7",
+	"6HbW3qdiTi3yimz3Pv1ZaMdYWEXAwPotyadQTzjPEpUl+YLdcBlHbJ7ykQBUdEh/JJxxu2fGyATlZSAx",
+	"19tmfs9FRp/a93p5q7H9/hcsh2aM/EYVOcvvkxGCyEP/Xl1i29v79ymQfKPyKTYbIeBRxKHpsjPwDg5k",
+	"oTHyR8/Z2EeSUQad4DEAZx3aO1SR6yQWbL/b3YfeGnogX7544ZA08bYgts3FMg0+vRW2RH5fzvZqSPeG",
+	"fr+0eXMhcr9ra+h8bXGieDwznLKeGWU8F7uAEbqhqR4oLnDbH9q95b6jQdM2Y+ng0jyNZ6uyq97btwhw",
+	"mf3UIK6eh382IpS9T+Yf1/CPBsarW/KvEiIo19lBO94Uo1sBYFBURsZzYNjGIjUsl50dnb49Pn1HQiyB",
+	"SmCASVnu3r9+OzbbqmuW5hlIvrYC0y3RU+iP/tu+GOGGVbuSTB8dLnCKxbKrcmkPn6Fyz77/a3WHWkc+",
+	"5wJUqPjAP1i+2ydXt0JCRv84SV2ij0BHEBgWT90kcN10HxV9fnTrP5UBlBYfLfGlMtLbiYzNZZaM1hJL",
+	"i3cspzJMClcUtMepkKjCxtszpXpOr0VutM61aHN08C7src/Z7nlpqLoEI7q+3laxd7G2mM3zRY2Zkgkz",
+	"7eeTsjVWCh0mvaQpuC9jQzcxQPifqnuWKghxi4EsH3CVytoBNLjOXUmGPQixHxcb5nlKSE8O9WGkZuLA",
+	"NTdMctt+ydgyY56mJaJI2X1+Rw8kYZRQxxozj4/zJFtgX6qPgoA9E0D0wgYK5XYY8lgMZK5w2iCShYyd",
+	"hSPJrLnhcVldn2jm2TKwCDDniInuxF+tLsBfXQPQhdZ11k6Ipp8h8hQi5y/Hzbc8Td+GBVSe7aZntGr3",
+	"IMtcn6iHtzxnRocZYZ3vF2fZDXpyUSbMeCxcPgt1jAt1gzYnVYtRJqrY5bQMa9ZrQ+Kaef5509bMCF8r",
+	"aQ2+rl5pOGBDWEDXXAVXOEJkYsxeVnIkvpJywaWhBiQU1MZwfma21KgTg/bQCHU7sqgco71PSbzW6jsX",
+	"d+rWI5ZNFh/e/2iLD19j9acDCC86YOd9lCRS3S8BfDc6E1UxHzA0knitgTFW2YznrX6rKODOlQ7itMD3",
+	"KrvdlFH8G93zzEGH+mxfcI/hJJZ51WGasozC80be27uqsQMz+w16VZAJ2cA/Tu/ZQMj8Qb4SK6IvDNpb",
+	"dnW/XtqFdM2+WCLNBo6gTJfTfjfd7nv7kRXa38hd3opslQ42O5Wy5YV7RP260YeNxtmOM55IEXfKBYnd",
+	"QPqg7CmLcIEEdQnNVQVgp1aQCTeu21Sl5ny4lVuzptuaJriUx29by6wItsPBkdeC3L47umTmqRK3PIk/",
+	"Q+rzjMuF11wXq5f6FSJCGB1qH+xuTRDP9W+FztkkuYN2thORT0WGiIokzMyiIPItIZNfGOsGelTH1GXf",
+	"Agmjpey6f+MXui7W2JdNjVkSa0RynoPYh/fIkegcAEpGzAp5K9W9BMjcugG4xGbrdgy0trCGNBhOFtmh",
+	"XeMGzcrsIu2YydZBICexXiuUoM16RTolMv/+ZWt9YBMahh3joy9efQ830z/Lu3mW8cVzNwwrt3udpHL0",
+	"NFaFjL90B7HfoLLYo3UJzW7QzF2i91h7BJTkUdnwnMd/AN6wZ9jb9uVx3tvrsmMPvfVLE50j9l55Bsx0",
+	"/MbcrI2AzgB2HCcZ4jmXE8WrSYy/dyJ2P028Rt6a6SnPAPiN3am0mAn4QUQOeC6qNKc3G8dtW3r7MixZ",
+	"n4H/RY2R9butbh9eXBy/Oz16G7HXV8cnb49P30UWnbWPPGVBrKMDeqztJA4tsr0PpcJ44DU6grYnyEeV",
+	"hmF9ZgrgY6ucE3D1YsyCjFemGjEOXbCg+Tt2HAcLJ1pRTO+Ex8CeQzHzh/hKnnAa/vjtOoZTv5iPDSL+",
+	"5lFWubU4lqEzM1gEBOBxnB1N3eipbeHyYXlKzhJiD1PBs/xG8PyJWEOV7n52b38eonPvPxdzldVUi/ee",
+	"Zbh0Edb/Kwgej1BicZd2tNGVEhUnI6AfKTT0+1BZ/tyUgaPoZxEZ0F/eKDgIdo9Dsfa9Ecdn7y8CyipN",
+	"BxN3Oka3S9VEr38E7qAHMNVnk7aJhf2geS31poETjLCXsVVJb3g+mu5oVE2Rd8NPtmXxmdL5JDNyIeNS",
+	"e/0LzcWZ0JpPhHPTO2zNFU3bOttF3GWHEpfNb/dwU06s7X0g6cEIH+eruzu6z172Xh4A4i3PIaxOrzJi",
+	"jOXKXP+xwyaCZLnt75tI+GcmdJFiuD5WiLMK4NWesOuyC0JnhY/jM7s0WBSeaDbl2SwVWvfL/XdtWchf",
+	"Zr/E0AihvySo16/sZrlG0TL8KwFk87SAqiX3K+QKsEPmOCCb8QXLklgwDlGbtrvSibxeZ9Cpw5HJAbRA",
+	"fokxkJngEkU2rrSZubcNseDYKGVmjKZM7FpbFEupkOzuhQcE1AkhT5u1emZhjoO8BhS0Lx3OLoc+Bzpb",
+	"x2YPSAMHegSjMhcz1MzhTH7phsRE5Gh2eiKeeKlNOFyyo0HT80iMDAuPazw7ry+k3hMfE50ncvIFjQRj",
+	"ZW22DGB2eIViTnSB7oZ048pPWUH/7tQYBRh8XWcVIJRQU+WeKm6ovK6zrOv7zIzQMQot6vR9uI56I/I1",
+	"szFA1fT5EcNvjrCePYMOQWvU/yPa2fNCPhfH8If4WokwhTwX43W6f3Bhn1Tt90agXdug7y+dgCc96Gaa",
+	"YlRkSb6AU3wjeGae/f2DOaeYGIDnu8jSVr81zfN5f29v/8UP3V63193v/6X3lx6caZrSJ5e4ZQjpc+T+",
+	"bae62ssM+jdjeRp2VIQDeZukqfYt4MhWsmI3F8MK5Sgx6hC1b4Grs67XSA5eHBjxiuD7nb/gABQU84uM",
+	"zbHDiEe1H13oRVQ+QoGSSukioozbvFDvdWXtxer7zpuD/HpvLHFxVt94VoWsKLs0uwI/IHNdwRheWkfC",
+	"EghM10uAXZPl5K+lS2xafdvP6t7L5geHja8pacZnRuey6U7eW70M6vBrQVkL5NR47yiTET5/+Pz/BwAA",
+	"//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -7,7 +7,9 @@ import (
 
 // NewAttemptSpec is what an executor needs to run attempt id (its number,
 // on workerID) of task idx of step's action key: the identity fields, and
-// the step's plugin fields and environment (Env, then SecretEnv). State is
+// the step's plugin fields (wait_exit_code too), environment (Env, then
+// SecretEnv), network and resources (the executor's sandbox limits the
+// attempt to them). State is
 // ASSIGNED and Proceed true; Inputs are left to the caller, which resolves
 // them from their producers' outputs. Errors: a step's http or container
 // block that does not convert to the API's form.
@@ -24,8 +26,15 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	if len(step.Args) > 0 {
 		out.Args = &step.Args
 	}
+	out.WaitExitCode = step.WaitExitCode
 	grace := step.KillGraceDuration().Milliseconds()
 	out.KillGraceMs = &grace
+	if step.Network != "" {
+		out.Network = &step.Network
+	}
+	if r := step.Resources; r != nil && (r.CPUMillis > 0 || r.MemoryBytes > 0) {
+		out.Resources = &Resources{CpuMillis: &r.CPUMillis, MemoryBytes: &r.MemoryBytes}
+	}
 	if step.HTTP != nil {
 		out.Http = new(HTTPSpec)
 		if err := ConvertJSON(step.HTTP, out.Http); err != nil {

@@ -3,8 +3,10 @@
 // reads them back.
 //
 // The bucket is a gocloud.dev blob URL (CAPSTAN_ARCHIVE_URL):
-// file:///var/lib/capstan/archive, s3://bucket?region=…, gs://bucket,
-// azblob://container; each driver reads its credentials as its SDK does.
+// file:///var/lib/capstan/archive or s3://bucket?region=… in every build,
+// gs://bucket with the build tag archive_gcs and azblob://container with
+// archive_azblob (drivers.go); each driver reads its credentials as its
+// SDK does.
 // A run is one object, a gzip'd JSON Document, at
 //
 //	<project>/<domain>/<yyyy>/<mm>/<dd>/<run>.json.gz
@@ -24,11 +26,6 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"gocloud.dev/blob"
-	// The drivers of the URL schemes a bucket may have.
-	_ "gocloud.dev/blob/azureblob"
-	_ "gocloud.dev/blob/fileblob"
-	_ "gocloud.dev/blob/gcsblob"
-	_ "gocloud.dev/blob/s3blob"
 )
 
 // EnvURL is the environment variable that names the bucket.
@@ -53,7 +50,8 @@ const DefaultLogTailBytes = 64 << 10
 // Open opens the bucket of url, a gocloud.dev blob URL; an empty url
 // returns a nil *Archive (the archive is off) and no error. Errors: a url
 // that no driver opens (an unknown scheme, a missing file:// directory, a
-// bad option), naming EnvURL.
+// bad option), naming EnvURL, and for a scheme whose driver this build
+// leaves out, the build tag that adds it.
 func Open(ctx context.Context, url string) (*Archive, error) {
 	if url == "" {
 		return nil, nil
@@ -62,7 +60,12 @@ func Open(ctx context.Context, url string) (*Archive, error) {
 	if err != nil {
 		// The driver's error may quote the URL: it is shown redacted.
 		shown := redacted(url)
-		return nil, fmt.Errorf("%s %s: %s", EnvURL, shown, strings.ReplaceAll(err.Error(), url, shown))
+		msg := fmt.Sprintf("%s %s: %s", EnvURL, shown, strings.ReplaceAll(err.Error(), url, shown))
+		scheme, _, _ := strings.Cut(url, "://")
+		if tag, ok := optionalDrivers[scheme]; ok && !blob.DefaultURLMux().ValidBucketScheme(scheme) {
+			msg += fmt.Sprintf(" (this build has no %s:// driver: build with -tags %s)", scheme, tag)
+		}
+		return nil, errors.New(msg)
 	}
 	return &Archive{bucket: b, logTail: DefaultLogTailBytes}, nil
 }

@@ -63,7 +63,8 @@ func (s Step) validateWorkflowStep() []FieldError {
 		".kill_grace": s.KillGrace != "", ".max_system_failures": s.MaxSystemFailures != nil,
 		".duration": s.Duration != "", ".resources": s.Resources != nil, ".constraints": len(s.Constraints) > 0,
 		".concurrency": s.Concurrency != nil, ".rate_limits": len(s.RateLimits) > 0,
-		".scheduling_timeout": s.SchedulingTimeout != ""}
+		".scheduling_timeout": s.SchedulingTimeout != "", ".network": s.Network != "",
+		".wait_exit_code": s.WaitExitCode != nil, ".wait_timeout": s.WaitTimeout != ""}
 	for _, field := range slices.Sorted(maps.Keys(processOnly)) {
 		if processOnly[field] {
 			add(field, "a workflow step runs a template as a child run, not a process: it takes no %s", field[1:])

@@ -23,13 +23,24 @@ import (
 // after the other (the next level's one-time filter reads the count of the
 // level before), as AssignTasks's do. As a transaction's first statement it
 // begins the transaction on the by-key pool (poolByKey).
-func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.Time) ([]AttemptOwners, error) {
+//
+// whole names actions whose unfinished tasks are all locked with the
+// attempts' own tasks, in the same id order: an evaluation that ends such
+// an action's other tasks (a gang's cascade, a failed job's survivors)
+// then re-locks rows it holds, and never locks a task below one it holds.
+func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now time.Time,
+	whole ...domain.ActionKey) ([]AttemptOwners, error) {
 	s = Attempts{s.prefer(poolByKey)}
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	var wp, wd, wr, wa []string
+	for _, k := range whole {
+		wp, wd, wr, wa = append(wp, k.Project), append(wd, k.Domain), append(wr, k.Run), append(wa, k.Action)
+	}
 	var raw [4][]byte
-	err := scanRow(s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": array(ids), "now": now}), &raw[0], &raw[1], &raw[2], &raw[3])
+	err := scanRow(s.raw(ctx, claimAttemptsSQL, map[string]any{"ids": array(ids), "now": now,
+		"wp": array(wp), "wd": array(wd), "wr": array(wr), "wa": array(wa)}), &raw[0], &raw[1], &raw[2], &raw[3])
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -73,7 +84,9 @@ func (s Attempts) LockAndClaimAttempts(ctx context.Context, ids []int64, now tim
 // on the attempts it updates: conditions there let the plan walk the
 // partial index of the attempts not yet evaluated and match every entry
 // against every locked attempt, on statistics taken while none waited.
-const claimAttemptsSQL = `
+// lt also locks the unfinished tasks of the whole actions, and returns
+// only the attempts' own.
+var claimAttemptsSQL = `
 WITH pick AS (
 	SELECT at.id, at.task_id, t.project, t.domain, t.run_name, t.action_name
 	FROM attempts at JOIN tasks t ON t.id = at.task_id
@@ -88,8 +101,11 @@ WITH pick AS (
 		AND (SELECT count(*) FROM lr) >= 0
 	ORDER BY x.project, x.domain, x.run_name, x.name FOR UPDATE OF x
 ), lt AS (
-	SELECT row_to_json(t) AS j FROM tasks t
-	WHERE t.id IN (SELECT task_id FROM pick) AND (SELECT count(*) FROM lx) >= 0
+	SELECT t.id, row_to_json(t) AS j FROM tasks t
+	WHERE t.id IN (SELECT task_id FROM pick UNION SELECT s.id FROM tasks s
+			JOIN unnest(CAST(@wp AS text[]), CAST(@wd AS text[]), CAST(@wr AS text[]), CAST(@wa AS text[])) w(p, d, r, a)
+			ON (s.project, s.domain, s.run_name, s.action_name) = (w.p, w.d, w.r, w.a) WHERE s.state IN ` + sqlUnfinished + `)
+		AND (SELECT count(*) FROM lx) >= 0
 	ORDER BY t.id FOR UPDATE OF t
 ), la AS (
 	SELECT at.id, at.finished_at, at.evaluated_at FROM attempts at
@@ -101,4 +117,4 @@ WITH pick AS (
 	RETURNING row_to_json(at) AS j
 )
 SELECT (SELECT coalesce(json_agg(j), '[]') FROM lr), (SELECT coalesce(json_agg(j), '[]') FROM lx),
-	(SELECT coalesce(json_agg(j), '[]') FROM lt), (SELECT coalesce(json_agg(j), '[]') FROM c)`
+	(SELECT coalesce(json_agg(j), '[]') FROM lt WHERE id IN (SELECT task_id FROM pick)), (SELECT coalesce(json_agg(j), '[]') FROM c)`

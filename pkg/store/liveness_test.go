@@ -128,3 +128,103 @@ func TestDeregisterWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{other.ID: store.WorkerAlive}, states, "a deregistered worker is unknown")
 }
+
+// A heartbeat and a registration are stamped with Postgres's now(): the
+// transaction's, to the microsecond, whatever the Go clock says.
+func TestHeartbeatsStampedOnPostgresClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	var w store.Worker
+	var txNow time.Time
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		watch, err := tx.Workers().LockLivenessWatch(ctx)
+		txNow = watch.Now
+		if err != nil {
+			return err
+		}
+		w, err = tx.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 1})
+		return err
+	}))
+	require.True(t, w.LastHeartbeatAt.Equal(txNow), "registered at %s, the transaction began at %s", w.LastHeartbeatAt, txNow)
+
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		watch, err := tx.Workers().LockLivenessWatch(ctx)
+		txNow = watch.Now
+		if err != nil {
+			return err
+		}
+		return tx.Workers().RecordBeat(ctx, w.ID, false)
+	}))
+	got, err := st.Workers().LastHeartbeat(ctx, w.ID)
+	require.NoError(t, err)
+	require.True(t, got.Equal(txNow), "beat at %s, the transaction began at %s", got, txNow)
+}
+
+// The liveness watch and the heartbeat path's stamp: unset until written
+// (a migrated database has had no pass and no api), then as written, on
+// Postgres's clock.
+func TestLivenessWatchRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	w, err := st.Workers().LockLivenessWatch(ctx)
+	require.NoError(t, err)
+	require.False(t, w.Now.IsZero())
+	require.True(t, w.CheckedAt.IsZero() && w.Origin.IsZero() && w.DeferredAt.IsZero() && w.ServedAt.IsZero(),
+		"nothing written yet: %+v", w)
+
+	require.NoError(t, st.Workers().StampHeartbeatPath(ctx))
+	origin, deferred := w.Now.Add(-time.Minute), w.Now.Add(-time.Second)
+	require.NoError(t, st.Workers().SaveLivenessWatch(ctx, origin, deferred))
+	again, err := st.Workers().LockLivenessWatch(ctx)
+	require.NoError(t, err)
+	require.True(t, again.Origin.Equal(origin))
+	require.True(t, again.DeferredAt.Equal(deferred))
+	require.False(t, again.CheckedAt.Before(w.Now), "checked at the saving statement's now()")
+	require.False(t, again.ServedAt.Before(w.Now), "stamped at the stamping statement's now()")
+	require.False(t, again.Now.Before(again.CheckedAt))
+
+	require.NoError(t, st.Workers().SaveLivenessWatch(ctx, origin, time.Time{}))
+	again, err = st.Workers().LockLivenessWatch(ctx)
+	require.NoError(t, err)
+	require.True(t, again.DeferredAt.IsZero(), "no deferral: NULL")
+}
+
+// SilentWorkers and MarkWorkersDead judge max(last heartbeat, origin)
+// against now() - grace: a worker silent past the grace is silent only if
+// the origin is older too, and one that beat meanwhile is not marked.
+func TestSilenceCountsFromTheGraceOrigin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openWithDB(t)
+	a, b, fresh := registerWorker(t, st), registerWorker(t, st), registerWorker(t, st)
+	const grace = time.Minute
+	for _, id := range []string{a.ID, b.ID} {
+		require.NoError(t, storetest.Silence(ctx, db, id, 2*grace))
+	}
+	w, err := st.Workers().LockLivenessWatch(ctx)
+	require.NoError(t, err)
+	old, recent := w.Now.Add(-time.Hour), w.Now.Add(-grace/2)
+
+	ids, alive, err := st.Workers().SilentWorkers(ctx, old, grace)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{a.ID, b.ID}, ids)
+	require.Equal(t, 3, alive)
+	ids, alive, err = st.Workers().SilentWorkers(ctx, recent, grace)
+	require.NoError(t, err)
+	require.Empty(t, ids, "silence counts from the origin: under a grace ago")
+	require.Zero(t, alive)
+
+	dead, err := st.Workers().MarkWorkersDead(ctx, []string{a.ID, b.ID, fresh.ID}, recent, grace)
+	require.NoError(t, err)
+	require.Empty(t, dead, "not silent since the origin")
+	require.NoError(t, st.Workers().RecordBeat(ctx, b.ID, false)) // b beats after it was found silent
+	dead, err = st.Workers().MarkWorkersDead(ctx, []string{a.ID, b.ID, fresh.ID}, old, grace)
+	require.NoError(t, err)
+	require.Equal(t, []string{a.ID}, dead)
+	states, err := st.Workers().WorkerStates(ctx, []string{a.ID, b.ID, fresh.ID})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{a.ID: store.WorkerDead, b.ID: store.WorkerAlive, fresh.ID: store.WorkerAlive}, states)
+	require.ErrorIs(t, st.Workers().RecordBeat(ctx, a.ID, false), store.ErrNotFound, "a dead worker re-registers")
+}

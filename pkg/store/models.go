@@ -160,30 +160,34 @@ type Task struct {
 	RunName    string `json:"run_name"`
 	ActionName string `json:"action_name"`
 	// Generation is the action's generation the task belongs to.
-	Generation           int                 `json:"generation"`
-	Idx                  int                 `json:"idx"`
-	State                domain.TaskState    `json:"state"`
-	FailureCount         int                 `json:"failure_count"`
-	MaxRetriesFailure    int                 `json:"max_retries_failure"`
-	PreemptionCount      int                 `json:"preemption_count"`
-	MaxRetriesPreemption int                 `json:"max_retries_preemption"`
-	SystemFailureCount   int                 `json:"system_failure_count"`
-	MaxSystemFailures    int                 `json:"max_system_failures"`
-	AttemptCount         int                 `json:"attempt_count"`
-	WorkerID             *string             `json:"worker_id"`
-	PendingReason        *string             `json:"pending_reason"`
-	NotBefore            *time.Time          `json:"not_before"`
-	SchedulingDeadline   *time.Time          `json:"scheduling_deadline"`
-	Priority             int16               `json:"priority"`
-	CPUMillis            int64               `gorm:"column:cpu_millis" json:"cpu_millis"`
-	MemoryBytes          int64               `json:"memory_bytes"`
-	Constraints          []domain.Constraint `gorm:"serializer:json" json:"constraints"`
-	Coscheduled          bool                `json:"coscheduled"`
-	TimeoutMs            int64               `json:"timeout_ms"`
-	Version              int64               `json:"version"`
-	CreatedAt            time.Time           `json:"created_at"`
-	UpdatedAt            time.Time           `json:"updated_at"`
-	EndedAt              *time.Time          `json:"ended_at"`
+	Generation           int              `json:"generation"`
+	Idx                  int              `json:"idx"`
+	State                domain.TaskState `json:"state"`
+	FailureCount         int              `json:"failure_count"`
+	MaxRetriesFailure    int              `json:"max_retries_failure"`
+	PreemptionCount      int              `json:"preemption_count"`
+	MaxRetriesPreemption int              `json:"max_retries_preemption"`
+	SystemFailureCount   int              `json:"system_failure_count"`
+	MaxSystemFailures    int              `json:"max_system_failures"`
+	// WaitCount and WaitingSince are the task's run of waits for its
+	// target (domain.Wait): 0 and nil when it does not wait.
+	WaitCount          int                 `json:"wait_count"`
+	WaitingSince       *time.Time          `json:"waiting_since"`
+	AttemptCount       int                 `json:"attempt_count"`
+	WorkerID           *string             `json:"worker_id"`
+	PendingReason      *string             `json:"pending_reason"`
+	NotBefore          *time.Time          `json:"not_before"`
+	SchedulingDeadline *time.Time          `json:"scheduling_deadline"`
+	Priority           int16               `json:"priority"`
+	CPUMillis          int64               `gorm:"column:cpu_millis" json:"cpu_millis"`
+	MemoryBytes        int64               `json:"memory_bytes"`
+	Constraints        []domain.Constraint `gorm:"serializer:json" json:"constraints"`
+	Coscheduled        bool                `json:"coscheduled"`
+	TimeoutMs          int64               `json:"timeout_ms"`
+	Version            int64               `json:"version"`
+	CreatedAt          time.Time           `json:"created_at"`
+	UpdatedAt          time.Time           `json:"updated_at"`
+	EndedAt            *time.Time          `json:"ended_at"`
 	// Plugin is the step's plugin (placement honours domain.OptionalPlugins).
 	Plugin string `json:"plugin"`
 	// TraceParent is the W3C traceparent of the trace the task was created
@@ -284,12 +288,15 @@ type Worker struct {
 	// LastFailureAt is the latest time in Failures.
 	LastFailureAt *time.Time `json:"last_failure_at"`
 	// Draining: the executor is shutting down and takes no new work.
-	Draining        bool      `json:"draining"`
+	Draining bool `json:"draining"`
+	// Sandbox is how the executor isolates its attempts: "none", or
+	// mechanisms joined with "+" (e.g. "uid+pidns+netns+rlimit").
+	Sandbox         string    `json:"sandbox"`
 	State           string    `json:"state"`
 	Version         int64     `json:"version"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
-	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+	LastHeartbeatAt time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
 }
 
 // RunEvent is a row of run_events, the append-only audit trail.

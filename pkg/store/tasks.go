@@ -176,6 +176,16 @@ func (s Tasks) CountTaskStates(ctx context.Context, key domain.ActionKey, genera
 	return out, nil
 }
 
+// CountWaitingTasks returns how many tasks of an action's generation are
+// PENDING within a run of waits for their target (wait_count > 0).
+func (s Tasks) CountWaitingTasks(ctx context.Context, key domain.ActionKey, generation int) (int, error) {
+	var n int64
+	err := s.q(ctx).Model(&Task{}).Where(`project = ? AND domain = ? AND run_name = ? AND action_name = ?
+		AND generation = ? AND state = ? AND wait_count > 0`, key.Project, key.Domain, key.Run, key.Action, generation,
+		domain.TaskPending).Count(&n).Error
+	return int(n), mapErr(err)
+}
+
 // ExhaustGangSiblings makes the live tasks of t's action other than t
 // WORKER_FAILED with their preemption budget spent (preemption_count =
 // max_retries_preemption + 1), and writes an "action.gang_cascade" event.
@@ -204,12 +214,15 @@ func (s Tasks) KillUnfinishedTasks(ctx context.Context, key domain.ActionKey, no
 
 // MarkTasksUnschedulable makes an action's PENDING tasks past their
 // scheduling deadline UNSCHEDULABLE, writes a "task.unschedulable" event and
-// returns how many it changed.
+// returns how many it changed. It locks every unfinished task of the
+// action, in id order, so that the kill of its survivors that may follow
+// (KillUnfinishedTasks) locks only rows the transaction holds.
 func (s Tasks) MarkTasksUnschedulable(ctx context.Context, key domain.ActionKey, now time.Time) (int64, error) {
-	res := s.exec(ctx, `WITH l AS (SELECT id FROM tasks WHERE project = ? AND domain = ? AND run_name = ?
-			AND action_name = ? AND state IN `+sqlPending+` AND scheduling_deadline < ? ORDER BY id FOR UPDATE)
+	res := s.exec(ctx, `WITH l AS (SELECT id, state, scheduling_deadline FROM tasks WHERE project = ? AND domain = ?
+			AND run_name = ? AND action_name = ? AND state IN `+sqlUnfinished+` ORDER BY id FOR UPDATE)
 		UPDATE tasks SET state = ?, ended_at = ?, updated_at = ?, version = tasks.version + 1
-		FROM l WHERE tasks.id = l.id`, key.Project, key.Domain, key.Run, key.Action, now, domain.TaskUnschedulable, now, now)
+		FROM l WHERE tasks.id = l.id AND l.state IN `+sqlPending+` AND l.scheduling_deadline < ?`,
+		key.Project, key.Domain, key.Run, key.Action, domain.TaskUnschedulable, now, now, now)
 	if res.Error != nil || res.RowsAffected == 0 {
 		return 0, mapErr(res.Error)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"time"
@@ -28,6 +29,8 @@ type NewWorker struct {
 	// Resources is what it offers; zero fields are undeclared (unlimited).
 	Resources domain.Resources
 	Labels    map[string]string
+	// Sandbox is how the executor isolates its attempts; "" is "none".
+	Sandbox string
 }
 
 // WorkerLoad is a worker with what its live attempts hold: how many, and
@@ -43,7 +46,9 @@ type WorkerLoad struct {
 	LowestPriority *int16 `json:"lowest_priority"`
 }
 
-// RegisterWorker inserts a worker under a new identity.
+// RegisterWorker inserts a worker under a new identity; its first
+// heartbeat is its registration, stamped now() (Postgres's clock, as
+// RecordBeat).
 func (s Workers) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, error) {
 	labels := nw.Labels
 	if labels == nil {
@@ -51,7 +56,8 @@ func (s Workers) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, erro
 	}
 	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots,
 		CPUMillis: nw.Resources.CPUMillis, MemoryBytes: nw.Resources.MemoryBytes, Labels: labels,
-		Failures: map[string]time.Time{}, State: WorkerAlive, Version: 1, LastHeartbeatAt: time.Now().UTC()}
+		Sandbox:  cmp.Or(nw.Sandbox, "none"),
+		Failures: map[string]time.Time{}, State: WorkerAlive, Version: 1}
 	return w, mapErr(s.q(ctx).Create(&w).Error)
 }
 
@@ -158,13 +164,14 @@ func (s Workers) LoseUnheldAttempts(ctx context.Context, workerID string, held [
 		"the worker no longer holds the attempt (its final report was lost)", now)
 }
 
-// RecordBeat sets alive worker id's last_heartbeat_at to at and, when
-// draining, its draining flag, which no beat clears. Errors: ErrNotFound
-// when the worker is unknown or dead (declared dead meanwhile: it must
-// re-register).
-func (s Workers) RecordBeat(ctx context.Context, id string, at time.Time, draining bool) error {
-	res := s.exec(ctx, `UPDATE workers SET last_heartbeat_at = ?, draining = draining OR ? WHERE id = ? AND state = ?`,
-		at, draining, id, WorkerAlive)
+// RecordBeat sets alive worker id's last_heartbeat_at to now() —
+// Postgres's clock, which the liveness pass judges by (SilentWorkers) —
+// and, when draining, its draining flag, which no beat clears. Errors:
+// ErrNotFound when the worker is unknown or dead (declared dead meanwhile:
+// it must re-register).
+func (s Workers) RecordBeat(ctx context.Context, id string, draining bool) error {
+	res := s.exec(ctx, `UPDATE workers SET last_heartbeat_at = now(), draining = draining OR ? WHERE id = ? AND state = ?`,
+		draining, id, WorkerAlive)
 	if res.Error == nil && res.RowsAffected == 0 {
 		return ErrNotFound
 	}
@@ -196,16 +203,6 @@ func (s *core) loseAttempts(ctx context.Context, where string, args []any, reaso
 		FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id IN ?`,
 		"attempt."+domain.TaskWorkerFailed.String(), CauseWorkerLost, reason, now, ids).Error
 	return lost, mapErr(err)
-}
-
-// MarkWorkersDead makes every alive worker whose last heartbeat is older than
-// cutoff dead (a later heartbeat answers ErrNotFound) and returns their ids.
-func (s Workers) MarkWorkersDead(ctx context.Context, cutoff time.Time) ([]string, error) {
-	var dead []string
-	err := s.raw(ctx, `UPDATE workers SET state = ?, updated_at = now(), version = version + 1
-		WHERE state = '`+WorkerAlive+`' AND last_heartbeat_at < ? RETURNING id`, WorkerDead, cutoff.UTC()).
-		Scan(&dead).Error
-	return dead, mapErr(err)
 }
 
 // LoseAttemptsOfGoneWorkers ends WORKER_FAILED (cause worker_lost) every

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/svc"
@@ -54,8 +55,12 @@ type config struct {
 // metricsAddr returns MetricsAddr or its default.
 func (c config) metricsAddr() string { return cmp.Or(c.MetricsAddr, defaultMetricsAddr) }
 
-// validate checks what the env tags cannot: the reconciler's ranges.
-func (c config) validate() error { return c.reconciler().Validate() }
+// validate checks what the env tags cannot: the reconciler's ranges, and
+// that the internal token is not a placeholder or short
+// (svc.CheckSecrets).
+func (c config) validate() error {
+	return errors.Join(c.reconciler().Validate(), svc.CheckSecrets(map[string]string{"CAPSTAN_INTERNAL_TOKEN": c.InternalToken}))
+}
 
 // reconciler returns the reconciler's part of the config.
 func (c config) reconciler() reconciler.Config {

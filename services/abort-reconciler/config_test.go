@@ -65,4 +65,7 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, err, "the env tags accept any number")
 	require.ErrorContains(t, cfg.validate(), "MaxDelay")
 	require.ErrorContains(t, cfg.validate(), "Workers")
+	cfg, err = env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{"CAPSTAN_INTERNAL_TOKEN": "CHANGE_ME"}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_INTERNAL_TOKEN is a placeholder")
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -22,7 +25,9 @@ type config struct {
 	// Default 10.
 	AbortMaxAttempts int `env:"ABORT_MAX_ATTEMPTS"`
 	// WorkerGrace is how long a worker may miss heartbeats before it is
-	// shown as unresponsive. Default 5s.
+	// shown as unresponsive; the api stamps that it serves heartbeats every
+	// min(WorkerGrace/4, 1s) (the scheduler's liveness fence reads it: set
+	// it alike on both). Default 5s.
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE"`
 	// MaxBodyBytes caps request bodies, in bytes, but an attempt report's
 	// (at least 8 MiB: it carries a task's outputs). Default 1048576 (1 MiB).
@@ -54,9 +59,15 @@ type config struct {
 	// with (CAPSTAN_WORKER_TOKEN on the executors too). Default unset: only
 	// worker tokens made through /v1/tokens register.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// WorkerCIDRs are the networks (comma-separated CIDRs) a worker's
+	// registered address must resolve into. Default loopback and the
+	// private ranges: 127.0.0.0/8, ::1/128, 10.0.0.0/8, 172.16.0.0/12,
+	// 192.168.0.0/16, fc00::/7.
+	WorkerCIDRs []netip.Prefix `env:"CAPSTAN_WORKER_CIDRS" envSeparator:","`
 	// ArchiveURL is the gocloud.dev blob URL of the archive a delete of a
 	// run writes the run to first (file:///var/lib/capstan/archive,
-	// s3://bucket?region=…, gs://bucket, azblob://container), read back by
+	// s3://bucket?region=…; gs:// and azblob:// with the build tags
+	// archive_gcs and archive_azblob), read back by
 	// GET .../archived-runs/{run}. Default unset: the archive is off and a
 	// delete keeps nothing.
 	ArchiveURL string `env:"CAPSTAN_ARCHIVE_URL"`
@@ -79,12 +90,24 @@ func parseConfig(args []string, opts env.Options) (config, error) {
 	return cfg, nil
 }
 
-// validate checks what the env tags cannot: the server's ranges.
-func (c config) validate() error { return c.server().Validate() }
+// validate checks what the env tags cannot: the server's ranges, and that
+// the bootstrap tokens are not placeholders or short (svc.CheckSecrets).
+func (c config) validate() error {
+	return errors.Join(c.server().Validate(),
+		svc.CheckSecrets(map[string]string{"CAPSTAN_ADMIN_TOKEN": c.AdminToken, "CAPSTAN_WORKER_TOKEN": c.WorkerToken}))
+}
+
+// stampEvery is the heartbeat path's stamp period: min(WorkerGrace/4, 1s),
+// the scheduler's liveness tick, so that a stamp is never older than half
+// the grace (its outage limit) while the api serves.
+func (c config) stampEvery() time.Duration {
+	return min(cmp.Or(c.WorkerGrace, server.DefaultWorkerGrace)/4, time.Second)
+}
 
 // server returns the server's part of the config.
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
-		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, LogPollInterval: c.LogFollowPoll, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken,
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, LogPollInterval: c.LogFollowPoll, AdminToken: c.AdminToken,
+		WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout}
 }

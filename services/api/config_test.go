@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -46,6 +47,21 @@ func TestConfigCommand(t *testing.T) {
 	require.ErrorContains(t, err, "WorkerGrace")
 }
 
+// CAPSTAN_WORKER_CIDRS is a comma list of CIDRs; unset, the server's
+// defaults apply; a bad one fails the environment, naming the field.
+func TestWorkerCIDRs(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_WORKER_CIDRS": "10.0.0.0/8,fd00::/8"}})
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
+		cfg.server().WorkerCIDRs)
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.Empty(t, cfg.WorkerCIDRs, "unset: the server's defaults")
+	_, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_WORKER_CIDRS": "10.0.0.0/33"}})
+	require.ErrorContains(t, err, "WorkerCIDRs")
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	cfg, err := parseConfig(nil, env.Options{Environment: map[string]string{}})
@@ -54,4 +70,9 @@ func TestConfigValidate(t *testing.T) {
 	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{"CAPSTAN_API_MAX_BODY_BYTES": "-1"}})
 	require.NoError(t, err, "the env tags accept any number")
 	require.ErrorContains(t, cfg.validate(), "MaxBodyBytes")
+	cfg, err = parseConfig(nil, env.Options{Environment: map[string]string{
+		"CAPSTAN_ADMIN_TOKEN": "compose-admin-token-change-me", "CAPSTAN_WORKER_TOKEN": "short"}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_ADMIN_TOKEN is a placeholder")
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_WORKER_TOKEN is 5 bytes")
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	_ "time/tzdata" // schedules' zones, whatever the image holds
 
 	"github.com/caarlos0/env/v11"
@@ -17,6 +18,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/pkg/svc/backing"
+	"github.com/capstan-run/capstan/services/api/internal/beatpath"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/server"
 	"github.com/hibiken/asynqmon"
@@ -68,6 +70,14 @@ func run(cfg config, log *slog.Logger) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		log.Info("api listening", "addr", srv.Addr())
+		// While it serves, the api stamps that heartbeats can reach
+		// Postgres: the scheduler's liveness fence reads it.
+		stamps := beatpath.New(deps.Store, log, beatpath.Config{Every: cfg.stampEvery()})
+		stampCtx, stopStamps := context.WithCancel(ctx)
+		var stamping sync.WaitGroup
+		stamping.Go(func() { stamps.Run(stampCtx) })
+		defer stamping.Wait()
+		defer stopStamps()
 		return srv.Run(ctx)
 	})
 }

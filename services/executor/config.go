@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
 
 // Config is the executor's configuration, read from the environment.
@@ -24,12 +25,51 @@ type Config struct {
 	// registration answers a token bound to the worker for the other calls.
 	// Env CAPSTAN_WORKER_TOKEN, no default.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// Insecure runs attempts without the sandbox: every attempt of every
+	// project as one user (RunAs, or the executor's own), sharing /tmp, the
+	// PID space and the network, unbounded. Without it the executor gives
+	// each attempt a user, namespaces and limits of its own, and refuses to
+	// start where it may not (it needs root). Env CAPSTAN_EXECUTOR_INSECURE,
+	// default false.
+	Insecure bool `env:"CAPSTAN_EXECUTOR_INSECURE" envDefault:"false"`
 	// RunAs, "uid:gid", is the unprivileged user and group attempts' shell
-	// processes run as, so that a task cannot read the executor's
-	// credentials or signal other attempts; the executor then needs root
-	// (or CAP_SETUID, CAP_SETGID and CAP_KILL). Env CAPSTAN_EXECUTOR_RUN_AS,
-	// default unset: the executor's own user.
+	// processes run as with Insecure, so that a task cannot read the
+	// executor's credentials; the executor then needs root (or CAP_SETUID,
+	// CAP_SETGID and CAP_KILL). Env CAPSTAN_EXECUTOR_RUN_AS, default unset:
+	// the executor's own user. Only with CAPSTAN_EXECUTOR_INSECURE=1: the
+	// sandbox gives each attempt its own user.
 	RunAs *runner.Credential `env:"CAPSTAN_EXECUTOR_RUN_AS"`
+	// UIDRange, "first-last", are the users (each also the group) the
+	// sandbox gives attempts, one each while it runs: the 65,536 ids from
+	// 100000 by default, above a host's accounts. Executors of one host
+	// that share it must share LockDir. Env CAPSTAN_EXECUTOR_UID_RANGE,
+	// default 100000-165535.
+	UIDRange sandbox.Range `env:"CAPSTAN_EXECUTOR_UID_RANGE" envDefault:"100000-165535"`
+	// RunGIDRange, "first-last", are the groups the sandbox gives run
+	// directories (the run's tasks share it through its group); it must not
+	// overlap UIDRange. Env CAPSTAN_EXECUTOR_RUN_GID_RANGE, default
+	// 165536-231071.
+	RunGIDRange sandbox.Range `env:"CAPSTAN_EXECUTOR_RUN_GID_RANGE" envDefault:"165536-231071"`
+	// LockDir holds the sandbox's uid leases and run group claims, a lock
+	// file each; every executor of a host must use the same one (on the
+	// host, not in a container of its own), so that no two attempts get
+	// one uid. Env CAPSTAN_EXECUTOR_LOCK_DIR, default /run/capstan.
+	LockDir string `env:"CAPSTAN_EXECUTOR_LOCK_DIR" envDefault:"/run/capstan"`
+	// AttemptProcs bounds each attempt's processes and threads: the
+	// sandbox's RLIMIT_NPROC of its user and pids.max of its cgroup, a
+	// container's --pids-limit. Env CAPSTAN_EXECUTOR_ATTEMPT_PROCS, default
+	// 4096.
+	AttemptProcs int `env:"CAPSTAN_EXECUTOR_ATTEMPT_PROCS" envDefault:"4096"`
+	// Cgroups is auto (each sandboxed attempt gets a cgroup v2 with its
+	// step's limits where the host delegates the executor's cgroup to it,
+	// the executor alone in it) or off. Env CAPSTAN_EXECUTOR_CGROUPS,
+	// default auto.
+	Cgroups string `env:"CAPSTAN_EXECUTOR_CGROUPS" envDefault:"auto"`
+	// PassEnv names variables of the executor's environment that tasks get
+	// too, "NAME,NAME2"; a task gets only PATH, HOME, LANG and TZ of it
+	// otherwise (HOME is a sandboxed attempt's work directory). Env
+	// CAPSTAN_EXECUTOR_PASS_ENV, default none.
+	PassEnv []string `env:"CAPSTAN_EXECUTOR_PASS_ENV" envSeparator:","`
 	// InternalToken is the bearer secret the executor's own API (abort)
 	// requires, shared with the abort reconciler; unset, every abort is
 	// refused with 401. Env CAPSTAN_INTERNAL_TOKEN, no default.

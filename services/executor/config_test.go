@@ -10,6 +10,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,6 +39,13 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, "auto", cfg.ContainerRuntime)
 	require.Equal(t, 64<<10, cfg.LogLimit)
 	require.Empty(t, cfg.Labels)
+	require.False(t, cfg.Insecure, "attempts are sandboxed unless told otherwise")
+	require.Equal(t, sandbox.DefaultUIDs, cfg.UIDRange)
+	require.Equal(t, sandbox.DefaultRunGIDs, cfg.RunGIDRange)
+	require.Equal(t, sandbox.DefaultLockDir, cfg.LockDir)
+	require.Equal(t, sandbox.DefaultMaxProcs, cfg.AttemptProcs)
+	require.Equal(t, "auto", cfg.Cgroups)
+	require.Empty(t, cfg.PassEnv)
 	host, err := os.Hostname()
 	require.NoError(t, err)
 	require.Regexp(t, "^"+host+`-\d+$`, cfg.workerName())
@@ -51,6 +59,14 @@ func TestConfigParsesLabelsAndDurations(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, cfg.KillGrace)
 	require.Equal(t, "exec-1", cfg.workerName())
 	require.Equal(t, 1024, cfg.LogLimit)
+
+	cfg = parse(t, map[string]string{"CAPSTAN_EXECUTOR_UID_RANGE": "300000-300999", "CAPSTAN_EXECUTOR_PASS_ENV": "HTTP_PROXY,NO_PROXY",
+		"CAPSTAN_EXECUTOR_INSECURE": "1"})
+	require.Equal(t, sandbox.Range{First: 300000, Last: 300999}, cfg.UIDRange)
+	require.Equal(t, []string{"HTTP_PROXY", "NO_PROXY"}, cfg.PassEnv)
+	require.True(t, cfg.Insecure)
+	_, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"CAPSTAN_EXECUTOR_UID_RANGE": "5"}})
+	require.ErrorContains(t, err, "first-last")
 }
 
 func TestAdvertiseURL(t *testing.T) {

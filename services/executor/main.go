@@ -18,6 +18,7 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/hibiken/asynq"
@@ -28,6 +29,8 @@ const service = "executor"
 
 func main() {
 	cfg, err := env.ParseAs[Config]()
+	err = errors.Join(err, svc.CheckSecrets(map[string]string{"CAPSTAN_WORKER_TOKEN": cfg.WorkerToken,
+		"CAPSTAN_INTERNAL_TOKEN": cfg.InternalToken}))
 	log := svc.Setup(service, cfg.Common, err)
 	svc.Exit(log, run(cfg, log))
 }
@@ -54,8 +57,7 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
-		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs}, log)
+	sup, box, err := newSupervisor(cfg, client, plugins, log)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +70,8 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, errors.Join(err, ln.Close())
 	}
 	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
-		Slots: cfg.Slots, Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(), HeartbeatInterval: cfg.HeartbeatInterval,
+		Slots: cfg.Slots, Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(),
+		Sandbox: sandboxName(box), HeartbeatInterval: cfg.HeartbeatInterval,
 		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile, SweepInterval: cfg.SweepInterval}, log)
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
@@ -82,6 +85,34 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	}
 	srv.RequireToken(cfg.InternalToken)
 	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis}, nil
+}
+
+// newSupervisor returns the supervisor of the executor's attempts, in its
+// sandbox (nil with Insecure), which a probe attempt must pass first.
+// Errors: ErrNoSandbox, with why; an invalid config.
+func newSupervisor(cfg Config, client *agent.Client, plugins *plugin.Registry,
+	log *slog.Logger) (*supervisor.Supervisor, *sandbox.Sandbox, error) {
+	box, err := newSandbox(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
+		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs, Sandbox: box,
+		PassEnv: cfg.PassEnv, MaxProcs: cfg.AttemptProcs}, log)
+	if err != nil && box != nil {
+		return nil, nil, refusal(err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if box != nil {
+		if err := box.Probe(sup.DataDir()); err != nil {
+			return nil, nil, refusal(err)
+		}
+		log.Info("attempts are sandboxed", "sandbox", box.Name(), "uids", cfg.UIDRange.String(),
+			"lock_dir", cfg.LockDir)
+	}
+	return sup, box, nil
 }
 
 // newPlugins returns the registry of the plugins the executor runs: the

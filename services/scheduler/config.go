@@ -52,7 +52,11 @@ type config struct {
 	// Default 5m.
 	ResyncPeriod time.Duration `env:"CAPSTAN_RESYNC_PERIOD" envDefault:"5m"`
 	// WorkerGrace: a worker silent this long is dead: its attempts become
-	// WORKER_FAILED and are requeued. Default 5s (five heartbeats).
+	// WORKER_FAILED and are requeued. Silence counts only while the
+	// scheduler and the api's heartbeat stamps worked (a gap of half the
+	// grace restarts it), and more than half of the workers silent at once
+	// wait a second grace. Set it alike on the api. Default 5s (five
+	// heartbeats).
 	WorkerGrace time.Duration `env:"CAPSTAN_WORKER_GRACE" envDefault:"5s"`
 	// HeartbeatInterval is the executors' CAPSTAN_HEARTBEAT_INTERVAL: a
 	// cache reservation lives 3 heartbeats unless its owner still works.
@@ -81,9 +85,14 @@ type config struct {
 	// MaxFailedBackoff caps the backoff before a failed step's retry
 	// (KubeVela's). Default 300s.
 	MaxFailedBackoff time.Duration `env:"CAPSTAN_WORKFLOW_MAX_FAILED_BACKOFF" envDefault:"300s"`
-	// MaxWaitBackoff caps the backoff of a step re-checking a condition
-	// (KubeVela's). Default 60s.
+	// MaxWaitBackoff caps the backoff of a step re-checking a condition: a
+	// step WAITING for its target, a cache wait (KubeVela's). Default 60s.
 	MaxWaitBackoff time.Duration `env:"CAPSTAN_WORKFLOW_MAX_WAIT_BACKOFF" envDefault:"60s"`
+	// OnFailure is the failure policy of a step whose spec gives no
+	// on_failure: fail (a failed step fails the run) or suspend (KubeVela's
+	// retry-then-suspend: retried after its backoff, then PAUSED). Default
+	// fail: a CI run is expected to end FAILED, not wait for a resume.
+	OnFailure string `env:"CAPSTAN_WORKFLOW_ON_FAILURE" envDefault:"fail"`
 	// RetryInitialDelay is the first ceiling of the full-jitter task retry
 	// backoff. Default 1s.
 	RetryInitialDelay time.Duration `env:"CAPSTAN_RETRY_INITIAL_DELAY" envDefault:"1s"`
@@ -185,7 +194,7 @@ func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 		Liveness: scheduler.LivenessConfig{Backoff: domain.Table(c.WorkerBackoffTable),
 			DeadRetention: c.DeadWorkerRetention, Queues: queues},
 		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,
-			WaitBackoffCap: c.MaxWaitBackoff},
+			WaitBackoffCap: c.MaxWaitBackoff, OnFailure: c.OnFailure},
 		Cache: scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval, SweepInterval: c.CacheSweepInterval},
 	}
 }

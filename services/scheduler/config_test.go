@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/stretchr/testify/require"
 )
 
@@ -111,4 +112,35 @@ func TestPartitionSettings(t *testing.T) {
 	}
 	negative := parse(t, map[string]string{"CAPSTAN_PARTITION_INTERVAL": "-1m"})
 	require.ErrorContains(t, negative.validate(), "Interval: -1m0s is negative")
+}
+
+// TestDefaultsFromAnEmptyEnvironment: with nothing set, the scheduler runs
+// the reference systems' values: ARC's failedRunnerBackoff table
+// (CAPSTAN_WORKER_BACKOFF_TABLE 0s,5s,10s,20s,40s,80s), KubeVela's 10 step
+// retries, its backoff caps (60 s waiting, 300 s failed) and its 5-minute
+// state keep (CAPSTAN_RESYNC_PERIOD), Flyte's 3 system failures
+// (CAPSTAN_MAX_SYSTEM_FAILURES), and the fail policy for steps that say
+// none (CAPSTAN_WORKFLOW_ON_FAILURE).
+func TestDefaultsFromAnEmptyEnvironment(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, map[string]string{})
+	require.NoError(t, cfg.validate())
+	s := cfg.scheduler(nil)
+	require.Equal(t, domain.Table{0, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second,
+		80 * time.Second}, s.Liveness.Backoff, "ARC's failedRunnerBackoff")
+	require.Equal(t, domain.ARCTable, s.Liveness.Backoff)
+	require.Equal(t, 10, s.Workflow.MaxStepRetries, "KubeVela's --max-workflow-step-error-retry-times")
+	require.Equal(t, 300*time.Second, s.Workflow.FailedBackoffCap, "KubeVela's --max-workflow-failed-backoff-time")
+	require.Equal(t, 60*time.Second, s.Workflow.WaitBackoffCap, "KubeVela's --max-workflow-wait-backoff-time")
+	require.Equal(t, domain.OnFailureFail, s.Workflow.OnFailure, "a CI run is expected to end FAILED")
+	require.Equal(t, 5*time.Minute, s.Resync.Period, "KubeVela's state keep, --application-re-sync-period")
+	require.NotNil(t, s.MaxSystemFailures)
+	require.Equal(t, 3, *s.MaxSystemFailures, "Flyte's DefaultMaxSystemFailures")
+	require.Equal(t, domain.FullJitter{Initial: time.Second, Max: 5 * time.Minute}, s.Retry)
+
+	set := parse(t, map[string]string{"CAPSTAN_WORKFLOW_ON_FAILURE": "suspend"})
+	require.NoError(t, set.validate())
+	require.Equal(t, domain.OnFailureSuspend, set.scheduler(nil).Workflow.OnFailure)
+	bad := parse(t, map[string]string{"CAPSTAN_WORKFLOW_ON_FAILURE": "retry"})
+	require.ErrorContains(t, bad.validate(), `Workflow.OnFailure: "retry" is not "fail" or "suspend"`)
 }

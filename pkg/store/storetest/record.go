@@ -49,8 +49,6 @@ type Beat struct {
 	Held []int64
 	// Draining is true once the executor is shutting down; it is sticky.
 	Draining bool
-	// At is when the beat arrived. Default time.Now().
-	At time.Time
 }
 
 // BeatReply is what a heartbeat changed: the held attempts the worker must
@@ -63,14 +61,11 @@ type BeatReply struct {
 // Heartbeat records worker id's heartbeat b in one transaction: the held
 // attempts to stop (StopList), the attempts lost as domain.LossOnBeat of
 // the previous heartbeat declares them (LoseUnheldAttempts), then the
-// beat (RecordBeat). Errors: store.ErrNotFound when the worker is unknown
-// or dead.
+// beat (RecordBeat, stamped with Postgres's now(): a test makes a worker
+// silent with Silence). Errors: store.ErrNotFound when the worker is
+// unknown or dead.
 func Heartbeat(ctx context.Context, st *store.Store, id string, b Beat) (BeatReply, error) {
-	at := b.At
-	if at.IsZero() {
-		at = time.Now()
-	}
-	at = at.UTC()
+	at := time.Now().UTC()
 	var reply BeatReply
 	err := st.InTx(ctx, func(tx *store.Store) error {
 		previous, err := tx.Workers().LastHeartbeat(ctx, id)
@@ -83,7 +78,7 @@ func Heartbeat(ctx context.Context, st *store.Store, id string, b Beat) (BeatRep
 		if reply.Lost, err = tx.Workers().LoseUnheldAttempts(ctx, id, b.Held, domain.LossOnBeat(previous), at); err != nil {
 			return err
 		}
-		return tx.Workers().RecordBeat(ctx, id, at, b.Draining)
+		return tx.Workers().RecordBeat(ctx, id, b.Draining)
 	})
 	return reply, err
 }

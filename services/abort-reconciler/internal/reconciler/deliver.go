@@ -12,6 +12,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 )
@@ -175,21 +176,32 @@ func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reas
 }
 
 // isAlreadyTerminated reports whether the executor's answer means the
-// attempt no longer runs there (Flyte's isAlreadyTerminated, which treats
-// a NotFound as done): a 404, or a 500 whose problem says "not
-// found" (a not-found forwarded as an internal error).
+// attempt no longer runs there. It takes Flyte's two cases
+// (isAlreadyTerminated: a NotFound, or an Internal error whose message says
+// "not found", a not-found forwarded) and the executor's own, each a
+// problem the executor API describes, never a bare status: a 404 problem
+// with code attempt_not_found (the executor holds no such attempt) or
+// not_found, or a 500 problem with code internal whose detail contains
+// "not found". Any other answer, a 404 page of a server that is no
+// executor included, is a failure to retry: an address that points
+// elsewhere must not end a live attempt. The dead or deregistered worker
+// is a rule of its own (workerGone), decided before any call.
 func isAlreadyTerminated(resp *executorapi.AbortAttemptResponse) bool {
-	switch resp.StatusCode() {
-	case http.StatusNotFound:
-		return true
-	case http.StatusInternalServerError:
-		text := string(resp.Body)
-		if p := resp.ApplicationproblemJSON500; p != nil {
-			text = p.Title + " " + p.Code + " " + deref(p.Detail)
-		}
-		return strings.Contains(strings.ReplaceAll(strings.ToLower(text), "_", " "), "not found")
+	switch p := answerProblem(resp); {
+	case p == nil:
+		return false
+	case resp.StatusCode() == http.StatusNotFound:
+		return p.Code == problem.CodeAttemptNotFound || p.Code == problem.CodeNotFound
+	case resp.StatusCode() == http.StatusInternalServerError:
+		return p.Code == problem.CodeInternal && strings.Contains(deref(p.Detail), "not found")
 	}
 	return false
+}
+
+// answerProblem is the problem an executor's 404 or 500 answer carries, nil
+// for an answer that is not application/problem+json.
+func answerProblem(resp *executorapi.AbortAttemptResponse) *executorapi.Problem {
+	return cmp.Or(resp.ApplicationproblemJSON404, resp.ApplicationproblemJSON500)
 }
 
 // workerGone reports whether a's worker can no longer hold a process, so the
@@ -210,7 +222,7 @@ func workerGone(a store.LiveAttempt, now time.Time, grace time.Duration) bool {
 
 // problemText renders a problem answer as ": title: detail", or "".
 func problemText(resp *executorapi.AbortAttemptResponse) string {
-	p := cmp.Or(resp.ApplicationproblemJSON500, resp.ApplicationproblemJSON404)
+	p := answerProblem(resp)
 	if p == nil {
 		return ""
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -252,6 +253,8 @@ type fakeExecutor struct {
 	detail500 string
 	// latency is how long each kill takes.
 	latency time.Duration
+	// onCall, when set, sees each call's attempt as it arrives.
+	onCall func(attemptID int64)
 
 	mu          sync.Mutex
 	calls       []fakeCall
@@ -286,6 +289,9 @@ func (f *fakeExecutor) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var body executorapi.AbortAttemptJSONBody
 	_ = json.NewDecoder(r.Body).Decode(&body)
+	if f.onCall != nil {
+		f.onCall(id)
+	}
 	if f.latency > 0 {
 		select {
 		case <-time.After(f.latency):
@@ -302,15 +308,15 @@ func (f *fakeExecutor) serve(w http.ResponseWriter, r *http.Request) {
 	case http.StatusOK:
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":%d,"killed":true}`, id)
-	default:
-		detail := "no live attempt " + strconv.FormatInt(id, 10)
-		if status == http.StatusInternalServerError {
-			detail = f.detail500
+	default: // as the executor answers (its server's abort.go)
+		detail, code := "no live attempt "+strconv.FormatInt(id, 10), problem.CodeAttemptNotFound
+		if status != http.StatusNotFound {
+			detail, code = f.detail500, problem.CodeInternal
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(executorapi.Problem{Type: "about:blank", Title: http.StatusText(status),
-			Status: status, Code: "executor_error", Detail: &detail})
+			Status: status, Code: code, Detail: &detail})
 	}
 }
 

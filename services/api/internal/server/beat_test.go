@@ -16,21 +16,26 @@ import (
 func TestRecordBeat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := storetest.New(t)
+	st, db := storetest.NewWithDB(t, store.Config{MaxOpenConns: 4})
 	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
 	require.NoError(t, err)
 	tasks := startedReplicas(t, st, "beat", 3)
 	held := attemptOn(t, st, w, tasks[0], domain.TaskRunning)
 	forgotten := attemptOn(t, st, w, tasks[1], domain.TaskRunning)
 	queued := attemptOn(t, st, w, tasks[2]) // ASSIGNED: may wait in the queue
+	// Beats are stamped with Postgres's now(): the attempts were reported
+	// 10 s ago, on a worker registered before them.
+	_, err = db.ExecContext(ctx, `UPDATE attempts SET updated_at = updated_at - interval '10 seconds'`)
+	require.NoError(t, err)
+	require.NoError(t, storetest.Silence(ctx, db, w.ID, 20*time.Second))
 	t0 := time.Now()
 
-	stop, lost, err := recordBeat(ctx, st, w.ID, []int64{held.ID, 999999}, false, t0.Add(2*time.Second))
+	stop, lost, err := recordBeat(ctx, st, w.ID, []int64{held.ID, 999999}, false, t0)
 	require.NoError(t, err)
 	require.Equal(t, []int64{999999}, stop, "attempts unknown to the control plane are stopped")
 	require.Empty(t, lost, "the attempt may have started after the worker built this beat")
 
-	stop, lost, err = recordBeat(ctx, st, w.ID, []int64{held.ID}, false, t0.Add(5*time.Second))
+	stop, lost, err = recordBeat(ctx, st, w.ID, []int64{held.ID}, false, time.Now())
 	require.NoError(t, err)
 	require.Empty(t, stop)
 	require.Equal(t, []store.LostAttempt{{ID: forgotten.ID, TaskID: tasks[1], WorkerID: w.ID}}, lost,

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -50,7 +51,18 @@ type Config struct {
 	// it may register workers, each answered with a token bound to it. ""
 	// disables it. No default.
 	WorkerToken string
+	// WorkerCIDRs are the networks a worker's address must resolve into
+	// at registration (every address its host resolves to): the api and the
+	// abort reconciler call that address, so a worker token cannot point
+	// them at anything else. Default DefaultWorkerCIDRs.
+	WorkerCIDRs []netip.Prefix
 }
+
+// DefaultWorkerCIDRs are loopback and the private ranges (RFC 1918, RFC
+// 4193).
+var DefaultWorkerCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fc00::/7")}
 
 // Defaults of Config.
 const (
@@ -68,6 +80,9 @@ const (
 func (c Config) withDefaults() Config {
 	c.AbortMaxAttempts = cmp.Or(c.AbortMaxAttempts, DefaultAbortMaxAttempts)
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, DefaultWorkerGrace)
+	if len(c.WorkerCIDRs) == 0 {
+		c.WorkerCIDRs = DefaultWorkerCIDRs
+	}
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.LogMaxBytes = cmp.Or(c.LogMaxBytes, DefaultLogMaxBytes)
 	c.LogFollowMax = cmp.Or(c.LogFollowMax, DefaultLogFollowMax)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -11,10 +12,12 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}.withDefaults()
 	require.Equal(t, Config{AbortMaxAttempts: 10, WorkerGrace: 5 * time.Second, MaxBodyBytes: 1 << 20,
-		LogMaxBytes: 10 << 20, LogFollowMax: time.Hour, RateLimit: 1000, RateBurst: 2000, WriteTimeout: time.Minute}, cfg)
+		LogMaxBytes: 10 << 20, LogFollowMax: time.Hour, RateLimit: 1000, RateBurst: 2000, WriteTimeout: time.Minute,
+		WorkerCIDRs: DefaultWorkerCIDRs}, cfg)
 	require.NoError(t, cfg.validate())
 	set := Config{AbortMaxAttempts: 3, WorkerGrace: time.Second, MaxBodyBytes: 10, LogMaxBytes: 5,
-		LogFollowMax: time.Minute, RateLimit: 5, RateBurst: 1, WriteTimeout: time.Second}
+		LogFollowMax: time.Minute, RateLimit: 5, RateBurst: 1, WriteTimeout: time.Second,
+		WorkerCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
 	require.Equal(t, set, set.withDefaults(), "set fields are kept")
 }
 

@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -27,6 +30,8 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	}
 	if u, err := url.Parse(b.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, domain.FieldError{Field: "address", Message: "must be an http(s) URL with a host"})
+	} else if msg := h.outsideWorkerCIDRs(ctx, u.Hostname()); msg != "" {
+		errs = append(errs, domain.FieldError{Field: "address", Message: msg})
 	}
 	if b.Name == "" {
 		errs = append(errs, domain.FieldError{Field: "name", Message: "is required"})
@@ -40,6 +45,9 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 		labels = *b.Labels
 	}
 	nw := store.NewWorker{Name: b.Name, Address: b.Address, Slots: slots, Labels: labels}
+	if b.Sandbox != nil {
+		nw.Sandbox = *b.Sandbox
+	}
 	if b.Resources != nil {
 		if b.Resources.CpuMillis != nil {
 			nw.Resources.CPUMillis = *b.Resources.CpuMillis
@@ -56,7 +64,8 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	if out.Token, err = h.workerToken(ctx, w); err != nil {
 		return nil, err
 	}
-	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
+	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots,
+		"sandbox", w.Sandbox)
 	return api.RegisterWorker201JSONResponse(out), nil
 }
 
@@ -102,14 +111,14 @@ func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) 
 	return stop, nil, nil
 }
 
-// recordBeat records worker id's heartbeat, arrived at at, in one
-// transaction: of the attempts it holds (held), those to stop (StopList);
-// then the attempts placed on it that it no longer holds, ended
-// WORKER_FAILED as domain.LossOnBeat of its previous heartbeat declares
-// them lost (LoseUnheldAttempts); then its last heartbeat and its sticky
-// draining flag (RecordBeat): attempts before the worker, as the lock
-// order asks. Errors: store.ErrNotFound when the worker is unknown or
-// dead (it must re-register).
+// recordBeat records worker id's heartbeat in one transaction: of the
+// attempts it holds (held), those to stop (StopList); then the attempts
+// placed on it that it no longer holds, ended WORKER_FAILED at at as
+// domain.LossOnBeat of its previous heartbeat declares them lost
+// (LoseUnheldAttempts); then its last heartbeat, stamped with Postgres's
+// clock, and its sticky draining flag (RecordBeat): attempts before the
+// worker, as the lock order asks. Errors: store.ErrNotFound when the
+// worker is unknown or dead (it must re-register).
 func recordBeat(ctx context.Context, st *store.Store, id string, held []int64, draining bool, at time.Time) (
 	stop []int64, lost []store.LostAttempt, err error) {
 	err = st.InTx(ctx, func(tx *store.Store) error {
@@ -123,7 +132,7 @@ func recordBeat(ctx context.Context, st *store.Store, id string, held []int64, d
 		if lost, err = tx.Workers().LoseUnheldAttempts(ctx, id, held, domain.LossOnBeat(previous), at); err != nil {
 			return err
 		}
-		return tx.Workers().RecordBeat(ctx, id, at, draining)
+		return tx.Workers().RecordBeat(ctx, id, draining)
 	})
 	return stop, lost, err
 }
@@ -178,4 +187,28 @@ func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, er
 		return nil, fmt.Errorf("mint the token of worker %s: %w", w.ID, err)
 	}
 	return &secret, nil
+}
+
+// outsideWorkerCIDRs returns why a worker address's host is refused, or ""
+// when every address it resolves to (an IP literal, or a name looked up
+// with a 2 s bound) is inside the configured worker networks.
+func (h *Handlers) outsideWorkerCIDRs(ctx context.Context, host string) string {
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		addrs, err = net.DefaultResolver.LookupNetIP(lctx, "ip", host)
+		if err != nil || len(addrs) == 0 {
+			return fmt.Sprintf("host %q does not resolve", host)
+		}
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !slices.ContainsFunc(h.cfg.WorkerCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return fmt.Sprintf("%s is outside the worker networks (CAPSTAN_WORKER_CIDRS)", a)
+		}
+	}
+	return ""
 }

@@ -72,3 +72,28 @@ func TestWorkerStateShown(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerSandboxShown: GET /v1/workers shows the sandbox a worker
+// registered with, "none" when it gave none; a sandbox that is not
+// mechanisms joined with + is a 400.
+func TestWorkerSandboxShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	status, _, w := f.do(t, http.MethodPost, "/v1/workers",
+		`{"name": "boxed", "address": "http://127.0.0.1:9001", "sandbox": "uid+pidns+netns+rlimit"}`)
+	require.Equal(t, http.StatusCreated, status, w)
+	require.Equal(t, "uid+pidns+netns+rlimit", w["sandbox"])
+	status, _, w = f.do(t, http.MethodPost, "/v1/workers", `{"name": "bare", "address": "http://127.0.0.1:9002"}`)
+	require.Equal(t, http.StatusCreated, status, w)
+	require.Equal(t, "none", w["sandbox"])
+	status, _, p := f.do(t, http.MethodPost, "/v1/workers", `{"name": "odd", "address": "http://127.0.0.1:9003", "sandbox": "uid pidns"}`)
+	require.Equal(t, http.StatusBadRequest, status, p)
+
+	status, _, list := f.do(t, http.MethodGet, "/v1/workers", "")
+	require.Equal(t, http.StatusOK, status)
+	got := map[string]any{}
+	for _, w := range list["workers"].([]any) {
+		got[w.(map[string]any)["name"].(string)] = w.(map[string]any)["sandbox"]
+	}
+	require.Equal(t, map[string]any{"boxed": "uid+pidns+netns+rlimit", "bare": "none"}, got)
+}

@@ -24,7 +24,8 @@ const HTTPBodyOutput = "body"
 
 // HTTP is the http plugin: it sends the step's request. A status in its
 // success codes (default any 2xx) succeeds, the body (its first 64 KiB)
-// becoming the output "body" when the step declares it; a 5xx or a
+// becoming the output "body" when the step declares it; one in its wait
+// codes is PhaseWaiting (code NotReady); a 5xx or a
 // transport error is a retryable user failure (codes HTTPServerError,
 // HTTPTransportError); any other status fails without retry (cause
 // permanent, code HTTPClientError for a 4xx, else HTTPUnexpectedStatus).
@@ -103,11 +104,27 @@ func (h *HTTP) send(req *http.Request, spec domain.HTTPSpec, t *Task) (Transitio
 	body = body[:min(len(body), MaxHTTPBody)]
 	tr.Stdout, tr.Stderr = body, []byte(res.Proto+" "+res.Status+"\n")
 	if tr.Phase == PhaseSuccess && slices.Contains(t.Outputs, HTTPBodyOutput) && t.OutputsDir != "" {
-		if err := os.WriteFile(filepath.Join(t.OutputsDir, HTTPBodyOutput), body, 0o644); err != nil {
-			return Transition{}, fmt.Errorf("write the body output: %w", err)
+		if err := writeBody(t, body); err != nil {
+			return Transition{}, err
 		}
 	}
 	return tr, nil
+}
+
+// writeBody writes the body output to t's outputs directory, a file of
+// the attempt's user when it has one (a sandboxed attempt's outputs must
+// be its own). No process of the attempt runs meanwhile.
+func writeBody(t *Task, body []byte) error {
+	path := filepath.Join(t.OutputsDir, HTTPBodyOutput)
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		return fmt.Errorf("write the body output: %w", err)
+	}
+	if t.RunAs != nil {
+		if err := os.Lchown(path, int(t.RunAs.UID), int(t.RunAs.GID)); err != nil {
+			return fmt.Errorf("write the body output: %w", err)
+		}
+	}
+	return nil
 }
 
 // statusTransition classifies a response's status for spec.
@@ -116,6 +133,8 @@ func statusTransition(spec domain.HTTPSpec, status int, method string) Transitio
 	switch {
 	case spec.Succeeded(status):
 		return Transition{Phase: PhaseSuccess}
+	case spec.Waits(status):
+		return Transition{Phase: PhaseWaiting, Code: CodeNotReady, Err: msg + " (a wait code: not ready yet)"}
 	case status >= 500:
 		return Transition{Phase: PhaseRetryableFailure, Code: CodeHTTPServerError, Err: msg}
 	case status >= 400:

@@ -133,12 +133,14 @@ func TestAbortNeedsTheInternalToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, abort.StatusCode(), "%s", abort.Body)
 }
 
+// The abort of an attempt this executor does not hold is the documented
+// 404 attempt_not_found, what the abort reconciler takes as already gone.
 func TestAbortUnknownAttemptIs404(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	res, err := f.client.AbortAttemptWithResponse(context.Background(), 99, executorapi.AbortAttemptJSONRequestBody{})
 	require.NoError(t, err)
-	requireProblem(t, http.StatusNotFound, problem.CodeNotFound, res.HTTPResponse, res.Body)
+	requireProblem(t, http.StatusNotFound, problem.CodeAttemptNotFound, res.HTTPResponse, res.Body)
 	require.NotNil(t, res.ApplicationproblemJSON404)
 }
 

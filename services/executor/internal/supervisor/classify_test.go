@@ -25,6 +25,8 @@ const (
 	// Capstan's http rule on Flyte's PermanentFailure phase: a status that
 	// is neither success nor 5xx can never succeed as specified.
 	rulePermanent = "PermanentFailure: any other status (4xx) fails without retry"
+	// KubeVela's workflow, on the step a plugin reports not ready.
+	ruleWait = "if the workflow step is unhealthy, the workflow step will be marked as wait but not failed"
 )
 
 // fakeDockerPath is the fake container runtime the plugin tests use.
@@ -102,6 +104,14 @@ func TestFailureClassification(t *testing.T) {
 		{"container: non-zero exit", ruleUser, func(s *api.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "alpine:3", Args: &[]string{"sh", "-c", "exit 4"}}
 		}, false, api.User, "NonZeroExit", "exit status 4", true},
+		{"http: a wait code", ruleWait, func(s *api.AttemptSpec) {
+			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/503", WaitCodes: &[]int{425, 503}}
+		}, false, api.Waiting, "NotReady", "status 503", true},
+		{"shell: the wait exit code", ruleWait, func(s *api.AttemptSpec) { s.Command, s.WaitExitCode = "exit 75", ptr(75) },
+			false, api.Waiting, "NotReady", "exit status 75", true},
+		{"shell: another exit than the wait exit code", ruleUser, func(s *api.AttemptSpec) {
+			s.Command, s.WaitExitCode = "exit 3", ptr(75)
+		}, false, api.User, "NonZeroExit", "exit status 3", true},
 		{"container on an executor without a runtime", ruleSystem, func(s *api.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "alpine:3"}
 		}, true, api.System, "PluginUnavailable", "does not run the container plugin", false},
@@ -144,3 +154,5 @@ func TestUncreatableWorkDirIsSystemFailure(t *testing.T) {
 	require.Contains(t, *final.Error, "create directory")
 	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))
 }
+
+func ptr[T any](v T) *T { return &v }

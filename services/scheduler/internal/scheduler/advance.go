@@ -59,7 +59,7 @@ func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advanc
 		if err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
-		adv, err = s.progressFrom(ctx, tx, run, nil, nil, time.Now().UTC())
+		adv, err = s.progressFrom(ctx, tx, run, nil, nil, s.now())
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {

@@ -18,10 +18,12 @@ import (
 // transaction holds, or the catalog's, which no holder of a run's row
 // waits on. The runs' root moves wait for the commit, made in one
 // statement with all the events (store.SetRootPhase). wasAssigned is true
-// for an attempt preempted while still ASSIGNED (Iris's preempt_task).
+// for an attempt preempted while still ASSIGNED (Iris's preempt_task);
+// whole are the actions whose unfinished tasks the transaction holds
+// (siblingsFirst).
 func (s *Scheduler) decideAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
-	wasAssigned bool, now time.Time) error {
-	if err := s.settleAll(ctx, tx, claimed, evs, wasAssigned, now); err != nil {
+	wasAssigned bool, whole holding, now time.Time) error {
+	if err := s.settleAll(ctx, tx, claimed, evs, wasAssigned, whole, now); err != nil {
 		return err
 	}
 	return s.advanceAll(ctx, tx, claimed, evs, now)
@@ -53,11 +55,11 @@ var errSettleAlone = errors.New("an action moved before its other attempts of th
 // was written in turn, and the events keep their order. A batch of 100
 // replicas' successes so writes 99 of its tasks in one statement.
 func (s *Scheduler) settleAll(ctx context.Context, tx *store.Store, claimed []store.AttemptOwners, evs []Evaluation,
-	wasAssigned bool, now time.Time) error {
+	wasAssigned bool, whole holding, now time.Time) error {
 	var deferred []store.OutcomeWrite
 	for i, o := range claimed {
 		later := slices.ContainsFunc(claimed[i+1:], func(n store.AttemptOwners) bool { return keyOf(n.Action) == keyOf(o.Action) })
-		w := settlement{deriveLater: later && o.Attempt.State == domain.TaskSucceeded}
+		w := settlement{deriveLater: later && o.Attempt.State == domain.TaskSucceeded, whole: whole}
 		if defers(o, w.deriveLater) {
 			w.deferred = &deferred
 		} else {
@@ -89,7 +91,17 @@ type settlement struct {
 	// deferred, when not nil, takes the task's outcome for
 	// store.UpdateTaskOutcomes instead of decideTask writing it.
 	deferred *[]store.OutcomeWrite
+	// whole are the actions whose unfinished tasks the transaction holds.
+	whole holding
 }
+
+// holds reports whether the transaction holds every unfinished task of
+// the action.
+func (w settlement) holds(key domain.ActionKey) bool { return slices.Contains(w.whole, key) }
+
+// holding names actions whose unfinished tasks a transaction locked with
+// its own (store.LockAndClaimAttempts's whole).
+type holding []domain.ActionKey
 
 // defers reports whether the settle of a claimed attempt writes nothing
 // but its task's outcome: it SUCCEEDED, and it settles alone

@@ -99,24 +99,34 @@ func (s *Scheduler) evaluate(ctx context.Context, attemptID int64) (Evaluation, 
 // applied, and the evaluation runs again. Idempotent: an evaluated attempt
 // is skipped. It returns the evaluations of the attempts it claimed.
 func (s *Scheduler) evaluateAttempts(ctx context.Context, ids []int64) ([]Evaluation, error) {
-	evs, err := s.evaluateOnce(ctx, ids, nil)
-	var first workerFailuresFirst
-	if errors.As(err, &first) {
-		for _, id := range first.attempts {
-			if err := s.recordWorkerFailure(ctx, id); err != nil {
-				return nil, fmt.Errorf("%s: record worker failure of attempt %d: %w", evaluating(ids), id, err)
+	var recorded []int64
+	var whole []domain.ActionKey
+	evs, err := s.evaluateOnce(ctx, ids, recorded, whole)
+	for {
+		var first workerFailuresFirst
+		var siblings siblingsFirst
+		switch {
+		case errors.As(err, &first):
+			for _, id := range first.attempts {
+				if err := s.recordWorkerFailure(ctx, id); err != nil {
+					return nil, fmt.Errorf("%s: record worker failure of attempt %d: %w", evaluating(ids), id, err)
+				}
 			}
+			recorded = append(recorded, first.attempts...)
+		case errors.As(err, &siblings) && !slices.Contains(whole, siblings.action):
+			whole = append(whole, siblings.action)
+		default:
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", evaluating(ids), err)
+			}
+			for _, ev := range evs {
+				s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
+				s.afterEvaluation(ctx, ev)
+			}
+			return evs, nil
 		}
-		evs, err = s.evaluateOnce(ctx, ids, first.attempts)
+		evs, err = s.evaluateOnce(ctx, ids, recorded, whole)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", evaluating(ids), err)
-	}
-	for _, ev := range evs {
-		s.metrics.evaluated.WithLabelValues(ev.Result.String()).Inc()
-		s.afterEvaluation(ctx, ev)
-	}
-	return evs, nil
 }
 
 // workerFailuresFirst: the attempts are platform failures whose workers
@@ -127,18 +137,29 @@ func (e workerFailuresFirst) Error() string {
 	return fmt.Sprintf("the worker failures of attempts %v are recorded first", e.attempts)
 }
 
+// siblingsFirst: the evaluation ends the other unfinished tasks of action
+// (a gang's cascade, a failed job's survivors) without holding their locks;
+// taking them now could lock a task below one it holds. The transaction
+// rolls back and runs again with the action's unfinished tasks locked with
+// its own (store.LockAndClaimAttempts's whole).
+type siblingsFirst struct{ action domain.ActionKey }
+
+func (e siblingsFirst) Error() string {
+	return fmt.Sprintf("the unfinished tasks of %s are locked first", e.action)
+}
+
 // evaluateOnce is evaluateAttempts' transaction: it locks the attempts'
 // runs, actions and tasks (the lock order) and claims the attempts
 // (store.LockAndClaimAttempts), then settles and advances them
 // (decideAll). recorded are the attempts whose workers were through ARC's
 // rule (else a platform failure returns workerFailuresFirst). A batch of
 // one whose attempt is missing is asynq.SkipRetry.
-func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64) ([]Evaluation, error) {
+func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64, whole []domain.ActionKey) ([]Evaluation, error) {
 	var evs []Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		evs = nil
-		now := time.Now().UTC()
-		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now)
+		now := s.now()
+		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now, whole...)
 		if err != nil {
 			return fmt.Errorf("lock and claim attempts: %w", err)
 		}
@@ -158,7 +179,7 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64) ([]
 			return workerFailuresFirst{first} // rolls the claims back
 		}
 		evs = make([]Evaluation, len(claimed))
-		return s.decideAll(ctx, tx, claimed, evs, false, now)
+		return s.decideAll(ctx, tx, claimed, evs, false, whole, now)
 	})
 	return evs, err
 }
@@ -192,7 +213,7 @@ func (s *Scheduler) settle(ctx context.Context, tx *store.Store, ev *Evaluation,
 	}
 	if w.deriveLater && !only {
 		ev.ActionPhase = domain.Phase(act.Phase)
-	} else if err := s.deriveAction(ctx, tx, ev, act, only, moved, now); err != nil {
+	} else if err := s.deriveAction(ctx, tx, ev, act, only || w.holds(keyOf(act)), only, moved, now); err != nil {
 		return err
 	}
 	return s.finalizeCache(ctx, tx, ev, act, ev.ActionPhase, now)
@@ -228,29 +249,37 @@ func knownSteps(run store.Run, act store.Action, phase domain.Phase) []store.Act
 // the charged counter) and a terminal state; a system failure is retried in
 // place up to max_system_failures, past it the attempt gets the code
 // MaxSystemFailuresExceeded, and a permanent one ends the task at once
-// (Flyte's executor (TaskActionReconciler)); a coscheduled task that fails
-// for good exhausts its live siblings (domain.CascadesGang). The only task
-// of its action (onlyTask) moves the action in the same statement
-// (onlyTaskMove), and moved reports that it did.
+// (Flyte's executor (TaskActionReconciler)); a waiting one is requeued
+// after KubeVela's waiting backoff, charged to no budget, until its step's
+// wait_timeout (decideWait); a coscheduled task that fails for good
+// exhausts its live siblings (domain.CascadesGang). The only task of its
+// action (onlyTask) moves the action in the same statement (onlyTaskMove),
+// and moved reports that it did.
 func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, t store.Task,
 	a store.Attempt, wasAssigned bool, w settlement, now time.Time) (moved bool, err error) {
 	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
 		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
 		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
-	out := outcome(a, wasAssigned)
-	nb, result := domain.HandleAttemptResult(b, out)
-	ev.Result, ev.Code = result, failureCode(a, out, result)
-	o := store.TaskOutcome{Budget: nb, Result: result.String(), State: a.State, Code: domain.FailureCode(out, result)}
-	if result == domain.ShouldRetry {
-		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
-		ev.NotBefore = &o.NotBefore
+	out, err := s.outcomeOf(ctx, tx, act, a, wasAssigned)
+	if err != nil {
+		return false, err
 	}
+	nb, result := domain.HandleAttemptResult(b, out)
+	o := store.TaskOutcome{Budget: nb, State: a.State}
+	switch result {
+	case domain.ShouldRetry:
+		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
+	case domain.ShouldWait:
+		result = s.decideWait(&o, act, t, a, now)
+	}
+	ev.Result, ev.Code = result, failureCode(a, out, result)
+	o.Result, o.Code = result.String(), domain.FailureCode(out, result)
 	ev.taskState = o.State
 	if o.Requeue {
-		ev.taskState = domain.TaskPending
+		ev.NotBefore, ev.taskState = &o.NotBefore, domain.TaskPending
 	}
 	if onlyTask(act, t) && !t.Coscheduled {
-		o.Phase = onlyTaskMove(act, ev.taskState)
+		o.Phase = onlyTaskMove(act, ev.taskState, result == domain.ShouldWait)
 		moved = o.Phase != nil
 	}
 	if w.deferred != nil && !o.Requeue && o.Code == "" {
@@ -259,11 +288,51 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 		return moved, fmt.Errorf("update outcome of task %d: %w", t.ID, err)
 	}
 	if t.Coscheduled && domain.CascadesGang(a.State, result) {
+		if !onlyTask(act, t) && !w.holds(keyOf(act)) {
+			return moved, siblingsFirst{keyOf(act)}
+		}
 		if _, err := tx.Tasks().ExhaustGangSiblings(ctx, t, now); err != nil {
 			return moved, fmt.Errorf("exhaust gang siblings of task %d: %w", t.ID, err)
 		}
 	}
 	return moved, nil
+}
+
+// decideWait times the task of a waiting attempt a (domain.DecideWait, over
+// its run of waits, the step's wait_timeout and the waiting cap) into o: a
+// requeue after KubeVela's waiting backoff, with the answer waited on as
+// the task's pending_reason; or, past wait_timeout, ExceededRetryLimit (the
+// task ends FAILED, its run of waits too).
+func (s *Scheduler) decideWait(o *store.TaskOutcome, act store.Action, t store.Task, a store.Attempt,
+	now time.Time) domain.RetryResult {
+	wait, r, notBefore := domain.DecideWait(domain.Wait{Count: t.WaitCount, Since: t.WaitingSince},
+		domain.WaitPolicy{Timeout: act.Spec.WaitTimeoutDuration(), Cap: s.cfg.Workflow.WaitBackoffCap}, now)
+	if r == domain.ShouldWait {
+		o.Requeue, o.NotBefore, o.Wait = true, notBefore, wait
+		o.WaitReason = "not ready: " + cmp.Or(deref(a.Error), "the target said to wait")
+	}
+	return r
+}
+
+// outcomeOf is outcome(a, wasAssigned) for the settle of a, the attempt of
+// a task of act: an attempt whose executor lacks the step's plugin
+// (CodePluginUnavailable, a system failure) is a permanent failure when no
+// other alive worker runs the plugin (domain.PluginOffered): no placement
+// can find it a worker. Reads workers (no lock).
+func (s *Scheduler) outcomeOf(ctx context.Context, tx *store.Store, act store.Action, a store.Attempt,
+	wasAssigned bool) (domain.AttemptOutcome, error) {
+	out := outcome(a, wasAssigned)
+	if !out.System || deref(a.Code) != domain.CodePluginUnavailable {
+		return out, nil
+	}
+	labels, err := tx.Workers().AliveWorkerLabels(ctx, deref(a.WorkerID))
+	if err != nil {
+		return out, fmt.Errorf("read the labels of alive workers: %w", err)
+	}
+	if !domain.PluginOffered(act.Spec.Plugin, labels) {
+		out.System, out.Permanent = false, true
+	}
+	return out, nil
 }
 
 // deriveAction recomputes an action's phase from its current generation's
@@ -272,19 +341,25 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 // survivors. A FAILED job first goes through its step's failure policy
 // (failStep): under on_failure: suspend it waits for a retry or pauses
 // instead of ending. only is onlyTask's answer; moved is set when the
-// task's outcome carried the action's move (onlyTaskMove).
-func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, only, moved bool,
+// task's outcome carried the action's move (onlyTaskMove); held, that the
+// transaction holds every unfinished task of the action (else a kill of
+// survivors is siblingsFirst).
+func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, held, only, moved bool,
 	now time.Time) error {
 	key := keyOf(act)
 	counts := map[domain.TaskState]int{ev.taskState: 1}
+	waiting := ev.Result == domain.ShouldWait
 	if !only {
 		var err error
 		if counts, err = tx.Tasks().CountTaskStates(ctx, key, act.Generation); err != nil {
 			return fmt.Errorf("count task states of %s generation %d: %w", key, act.Generation, err)
 		}
+		if waiting, err = s.othersWait(ctx, tx, key, act.Generation, counts, waiting); err != nil {
+			return err
+		}
 	}
 	from := domain.Phase(act.Phase)
-	ev.ActionPhase = jobPhase(act, counts)
+	ev.ActionPhase = jobPhase(act, counts, waiting)
 	if !domain.CanMovePhase(from, ev.ActionPhase) {
 		ev.ActionPhase = from
 		return nil
@@ -294,7 +369,7 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 		phase, err := s.failStep(ctx, tx, act, now)
 		if err != nil || phase != "" {
 			ev.ActionPhase = cmp.Or(phase, ev.ActionPhase)
-			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, reason, now))
+			return errors.Join(err, s.killSurvivors(ctx, tx, ev, key, held, reason, now))
 		}
 	}
 	if !moved { // else the task's outcome carried this move (onlyTaskMove)
@@ -310,13 +385,31 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	if !ev.ActionPhase.IsTerminal() || ev.ActionPhase.IsSuccess() {
 		return nil
 	}
-	return s.killSurvivors(ctx, tx, ev, key, reason, now)
+	return s.killSurvivors(ctx, tx, ev, key, held, reason, now)
+}
+
+// othersWait reports whether a task of the action's generation waits for
+// its target: waiting (the evaluated task does), else, when no task is live
+// and some is PENDING (so the wait decides between WAITING and RUNNING), a
+// count of them (store.CountWaitingTasks).
+func (s *Scheduler) othersWait(ctx context.Context, tx *store.Store, key domain.ActionKey, generation int,
+	counts map[domain.TaskState]int, waiting bool) (bool, error) {
+	live := counts[domain.TaskAssigned] + counts[domain.TaskBuilding] + counts[domain.TaskRunning]
+	if waiting || live > 0 || counts[domain.TaskPending] == 0 {
+		return waiting, nil
+	}
+	n, err := tx.Tasks().CountWaitingTasks(ctx, key, generation)
+	if err != nil {
+		return false, fmt.Errorf("count waiting tasks of %s generation %d: %w", key, generation, err)
+	}
+	return n > 0, nil
 }
 
 // jobPhase derives an action's phase from its current generation's task
-// counts (Iris's _compute_job_state, domain.DeriveJobPhase).
-func jobPhase(act store.Action, counts map[domain.TaskState]int) domain.Phase {
-	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed()}
+// counts (Iris's _compute_job_state, domain.DeriveJobPhase); waiting: a
+// PENDING task waits for its target.
+func jobPhase(act store.Action, counts map[domain.TaskState]int, waiting bool) domain.Phase {
+	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed(), Waiting: waiting}
 	for st, n := range counts {
 		if int(st) >= 0 && int(st) < len(v.Counts) {
 			v.Counts[st] = n
@@ -326,11 +419,11 @@ func jobPhase(act store.Action, counts map[domain.TaskState]int) domain.Phase {
 }
 
 // onlyTaskMove is the move of action act that its only task's new state
-// decides, for the task's outcome to carry (store.TaskOutcome.Phase); nil
-// when the action stays, or fails: a failed job first goes through its
-// step's failure policy (deriveAction).
-func onlyTaskMove(act store.Action, state domain.TaskState) *store.PhaseMove {
-	from, to := domain.Phase(act.Phase), jobPhase(act, map[domain.TaskState]int{state: 1})
+// (waiting: it waits for its target) decides, for the task's outcome to
+// carry (store.TaskOutcome.Phase); nil when the action stays, or fails: a
+// failed job first goes through its step's failure policy (deriveAction).
+func onlyTaskMove(act store.Action, state domain.TaskState, waiting bool) *store.PhaseMove {
+	from, to := domain.Phase(act.Phase), jobPhase(act, map[domain.TaskState]int{state: 1}, waiting)
 	if !domain.CanMovePhase(from, to) || to == domain.PhaseFailed {
 		return nil
 	}
@@ -340,9 +433,14 @@ func onlyTaskMove(act store.Action, state domain.TaskState) *store.PhaseMove {
 // killSurvivors finalizes a job that ended in failure: its unfinished tasks
 // become KILLED and, when any attempt of it is still live, an abort is
 // requested so the reconciler stops those processes (Iris's
-// _mark_remaining_tasks_killed and _finalize_terminal_job).
+// _mark_remaining_tasks_killed and _finalize_terminal_job). held: the
+// transaction holds every unfinished task of the action; else it returns
+// siblingsFirst before locking any.
 func (s *Scheduler) killSurvivors(ctx context.Context, tx *store.Store, ev *Evaluation, key domain.ActionKey,
-	reason string, now time.Time) error {
+	held bool, reason string, now time.Time) error {
+	if !held {
+		return siblingsFirst{key}
+	}
 	n, err := tx.Tasks().KillUnfinishedTasks(ctx, key, now)
 	if err != nil {
 		return fmt.Errorf("kill unfinished tasks of %s: %w", key, err)

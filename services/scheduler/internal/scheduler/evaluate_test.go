@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
@@ -91,6 +92,66 @@ func TestGangCascadeAndMaxTaskFailures(t *testing.T) {
 // WORKER_FAILED reported via heartbeat, preempt_task does not directly
 // cascade coscheduled siblings — the cascade only occurs through job
 // finalization."
+// TestEndingSiblingsLocksThemInOrder: an evaluation that ends the other
+// tasks of its action (a gang's cascade, a failed job's survivors) takes
+// their locks in id order with its own task's, never after it. A
+// transaction that holds a sibling below the failed task and then asks for
+// the failed task's row (as a report batch locks its tasks in id order)
+// gets it, instead of a deadlock Postgres has to break.
+func TestEndingSiblingsLocksThemInOrder(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		coscheduled bool
+		siblings    domain.TaskState
+	}{
+		{"a gang's cascade", true, domain.TaskWorkerFailed},
+		{"a failed job's survivors", false, domain.TaskKilled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := newRunFixture(t, domain.ARCTable)
+			w := f.register(t)
+			key := f.newRun(t, "siblings", domain.WorkflowSpec{Steps: []domain.Step{{Name: "g", Command: "sleep 600",
+				Replicas: iptr(3), Coscheduled: tt.coscheduled, MaxRetriesFailure: iptr(0)}}})
+			_, err := f.s.advance(ctx, key)
+			require.NoError(t, err)
+			tasks := f.tasks(t, key, "g")
+			f.attemptIn(t, w, tasks[0].Task.ID, reportRunning)
+			f.attemptIn(t, w, tasks[1].Task.ID, reportRunning)
+			victim := f.attemptIn(t, w, tasks[2].Task.ID, reportRunning)
+			_, err = storetest.ReportAttempt(ctx, f.st, victim.ID, reportUserFail)
+			require.NoError(t, err)
+
+			holder, err := f.db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer holder.Rollback()
+			_, err = holder.ExecContext(ctx, `SET LOCAL lock_timeout = '20s'`)
+			require.NoError(t, err)
+			_, err = holder.ExecContext(ctx, `SELECT id FROM tasks WHERE id = $1 FOR UPDATE`, tasks[0].Task.ID)
+			require.NoError(t, err)
+
+			done := make(chan error, 1)
+			go func() { _, err := f.s.evaluate(ctx, victim.ID); done <- err }()
+			require.Eventually(t, func() bool {
+				var n int
+				err := f.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+				return err == nil && n > 0
+			}, 10*time.Second, 5*time.Millisecond, "the evaluation waits for the sibling the holder locked")
+			_, err = holder.ExecContext(ctx, `SELECT id FROM tasks WHERE id = $1 FOR UPDATE`, tasks[2].Task.ID)
+			require.NoError(t, err, "the failed task's row is free while its evaluation waits for a sibling below it")
+			require.NoError(t, holder.Commit())
+			require.NoError(t, <-done)
+			for _, td := range f.tasks(t, key, "g")[:2] {
+				require.Equal(t, tt.siblings, td.Task.State)
+			}
+		})
+	}
+}
+
 func TestGangCascadeSparesPreemptedTasks(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

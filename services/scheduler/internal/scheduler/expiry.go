@@ -87,7 +87,7 @@ func (s *Scheduler) expireDeadline(ctx context.Context, key domain.ActionKey) (b
 			return nil
 		}
 		ev.Done, ev.Run = true, key.RunKey
-		if err := s.deriveAction(ctx, tx, &ev, act, false, false, now); err != nil || !ev.ActionPhase.IsTerminal() {
+		if err := s.deriveAction(ctx, tx, &ev, act, true, false, false, now); err != nil || !ev.ActionPhase.IsTerminal() {
 			return err
 		}
 		if err := s.finalizeCache(ctx, tx, &ev, act, ev.ActionPhase, now); err != nil {

@@ -25,7 +25,6 @@ import (
 // statements by operation (statements, see statementCounts).
 type runFixture struct {
 	*liveFixture
-	db         *sql.DB
 	statements *prometheus.HistogramVec
 }
 
@@ -41,12 +40,12 @@ func newRunFixture(t *testing.T, table domain.Table) *runFixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	redis := redistest.New(t)
-	lf := &liveFixture{st: st, queue: asynq.NewClient(redis), insp: asynq.NewInspector(redis)}
+	lf := &liveFixture{st: st, db: db, queue: asynq.NewClient(redis), insp: asynq.NewInspector(redis)}
 	t.Cleanup(func() { lf.queue.Close(); lf.insp.Close() })
 	log := slog.New(slog.DiscardHandler)
 	lf.s = New(st, queue.NewEnqueuer(lf.queue, log), log, prometheus.NewRegistry(), Config{
 		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: LivenessConfig{Backoff: table}})
-	return &runFixture{liveFixture: lf, db: db, statements: statements}
+	return &runFixture{liveFixture: lf, statements: statements}
 }
 
 // Reports an executor makes.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -38,6 +39,13 @@ type LivenessConfig struct {
 	// DeadRetention is how long after it was declared dead a worker's row
 	// stays listed (state dead) before the pass deletes it. Default 1h.
 	DeadRetention time.Duration
+	// Outage is the longest gap between two liveness passes, or since the
+	// heartbeat path's latest stamp, that is not an outage of the control
+	// plane: past it every worker's grace restarts (domain.GraceOrigin).
+	// Keep it under WorkerGrace less the heartbeat interval, and over the
+	// pass period and the api's stamp period (min(grace/4, 1s) both).
+	// Default WorkerGrace/2.
+	Outage time.Duration
 	// Queues deletes the asynq queues of workers that are not alive. Nil
 	// leaves them in Redis.
 	Queues QueueAdmin
@@ -49,15 +57,23 @@ func (c *LivenessConfig) defaults(grace time.Duration) {
 		c.Backoff = domain.ARCTable
 	}
 	c.DeadRetention = cmp.Or(c.DeadRetention, time.Hour)
+	c.Outage = cmp.Or(c.Outage, grace/2)
 }
 
-// liveness is the state of the dead-worker pass: its metrics and the worker
-// queues it could not delete (retried after ResyncPeriod).
+// liveness is the state of the dead-worker pass: its metrics, whether its
+// last pass failed, the grace restart of its last judgement, and the
+// worker queues it could not delete (retried after ResyncPeriod).
 type liveness struct {
-	dead, deleted, lost prometheus.Counter
+	dead, deleted, lost, suspected prometheus.Counter
+	restarts                       *prometheus.CounterVec
 
-	mu    sync.Mutex
-	stuck map[string]time.Time // queue → when its deletion last failed
+	// failed is set by a pass that failed, cleared by the judgement that
+	// restarted the grace for it.
+	failed atomic.Bool
+
+	mu      sync.Mutex
+	stuck   map[string]time.Time // queue → when its deletion last failed
+	restart domain.GraceRestart  // the last judgement's
 }
 
 func newLiveness(reg prometheus.Registerer) *liveness {
@@ -68,8 +84,13 @@ func newLiveness(reg prometheus.Registerer) *liveness {
 			Help: "Worker registrations deleted after too many failures (ARC)."}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_attempts_worker_lost_total",
 			Help: "Live attempts ended WORKER_FAILED because their worker died or was deleted."}),
+		suspected: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_scheduler_outages_suspected_total",
+			Help: "Liveness passes that found more than half of the alive workers silent and deferred their death one more grace (a suspected control-plane outage)."}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_worker_grace_restarts_total",
+			Help: "Outages after which every worker got a fresh grace, by reason: first_pass, round_trip_failed, scheduler_gap, heartbeat_path_down."},
+			[]string{"reason"}),
 	}
-	reg.MustRegister(l.dead, l.deleted, l.lost)
+	reg.MustRegister(l.dead, l.deleted, l.lost, l.suspected, l.restarts)
 	return l
 }
 
@@ -83,6 +104,12 @@ type LivenessResult struct {
 	QueuesDeleted int
 	// Purged counts the dead worker rows deleted after DeadRetention.
 	Purged int64
+	// Deferred counts the silent workers whose death waits for a second
+	// grace (a suspected control-plane outage).
+	Deferred int
+	// Restart is why the pass restarted every worker's grace; "" when it
+	// did not.
+	Restart domain.GraceRestart
 }
 
 // livenessPass runs livenessOnce, logs what it did and reports whether it
@@ -91,30 +118,40 @@ func (s *Scheduler) livenessPass(ctx context.Context) bool {
 	res, err := s.livenessOnce(ctx)
 	s.extendReservations(ctx)
 	if err != nil {
+		s.live.failed.Store(true) // the next pass gives every worker a fresh grace
 		s.log.Warn("liveness pass failed", "err", err)
 	}
 	if res.Dead > 0 || res.Lost > 0 || res.QueuesDeleted > 0 || res.Purged > 0 {
 		s.log.Info("liveness pass", "dead", res.Dead, "lost", res.Lost, "queues_deleted", res.QueuesDeleted,
-			"purged", res.Purged)
+			"purged", res.Purged, "deferred", res.Deferred)
 	}
 	return res.Lost > 0
 }
 
 // livenessOnce is one dead-worker pass (Iris's worker-death cascade): workers
-// silent for WorkerGrace become dead; then, in a second transaction, the
-// live attempts of workers that are not alive become WORKER_FAILED (the
-// newly dead workers' join their failures) and are evaluated at once (the
-// preemption budget requeues them); the queues of workers that are not alive
-// are deleted, and dead rows past DeadRetention are purged. Each transaction
-// follows the lock order: workers alone, then attempts before workers.
+// silent for WorkerGrace become dead, as judgeSilence fences silence
+// (counted only while the control plane worked; a mass death waits a
+// second grace); then, in a second transaction, the live attempts of
+// workers that are not alive become WORKER_FAILED (the newly dead workers'
+// join their failures) and are evaluated at once (the preemption budget
+// requeues them); the queues of workers that are not alive are deleted,
+// and dead rows past DeadRetention are purged. Each transaction follows
+// the lock order: the liveness watch, then workers; then attempts before
+// workers.
 func (s *Scheduler) livenessOnce(ctx context.Context) (LivenessResult, error) {
 	var res LivenessResult
-	dead, err := s.store.Workers().MarkWorkersDead(ctx, time.Now().Add(-s.cfg.WorkerGrace))
+	failed := s.live.failed.Load()
+	j, err := s.judgeSilence(ctx, failed)
 	if err != nil {
 		return res, fmt.Errorf("mark silent workers dead: %w", err)
 	}
-	for _, id := range dead {
-		s.log.Warn("worker declared dead", "worker_id", id, "grace", s.cfg.WorkerGrace.String())
+	if failed {
+		s.live.failed.Store(false)
+	}
+	dead := j.Dead
+	res.Restart = j.Restart
+	if !j.Verdict.DeferredAt.IsZero() {
+		res.Deferred = j.Silent
 	}
 	var lost []store.LostAttempt
 	err = s.store.InTx(ctx, func(tx *store.Store) error {
@@ -227,7 +264,7 @@ func platformFailure(a store.Attempt) bool {
 	if a.Cause != nil {
 		cause = *a.Cause
 	}
-	return a.WorkerID != nil && a.FinishedAt != nil && domain.IsPlatformFailure(a.State, cause)
+	return a.WorkerID != nil && a.FinishedAt != nil && domain.IsPlatformFailure(a.State, cause, deref(a.Code))
 }
 
 // latest returns the latest time in m.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -19,9 +20,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// liveFixture is a scheduler on a fresh database, also open through
+// database/sql (db) for the statements a test makes itself: the liveness
+// watch and the heartbeats it moves on Postgres's clock.
 type liveFixture struct {
 	s     *Scheduler
 	st    *store.Store
+	db    *sql.DB
 	queue *asynq.Client
 	insp  *asynq.Inspector
 }
@@ -36,7 +41,8 @@ func newLiveFixture(t *testing.T, table domain.Table) *liveFixture {
 func newLiveFixtureWith(t *testing.T, live LivenessConfig) *liveFixture {
 	t.Helper()
 	redis := redistest.New(t)
-	f := &liveFixture{st: storetest.New(t), queue: asynq.NewClient(redis), insp: asynq.NewInspector(redis)}
+	f := &liveFixture{queue: asynq.NewClient(redis), insp: asynq.NewInspector(redis)}
+	f.st, f.db = storetest.NewWithDB(t, store.Config{MaxOpenConns: 10})
 	t.Cleanup(func() { f.queue.Close(); f.insp.Close() })
 	log := slog.New(slog.DiscardHandler)
 	live.Queues = f.insp
@@ -67,6 +73,19 @@ func (f *liveFixture) running(t *testing.T, w store.Worker, name string) store.A
 	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(w.ID, a.ID, nil))
 	require.NoError(t, err)
 	return a
+}
+
+// watched writes the liveness watch of a control plane that has worked
+// for an hour: silence counts from before any worker registered.
+func (f *liveFixture) watched(t *testing.T) {
+	t.Helper()
+	require.NoError(t, storetest.Watched(context.Background(), f.db, time.Hour))
+}
+
+// silence makes worker id's last heartbeat d old, on Postgres's clock.
+func (f *liveFixture) silence(t *testing.T, id string, d time.Duration) {
+	t.Helper()
+	require.NoError(t, storetest.Silence(context.Background(), f.db, id, d))
 }
 
 func (f *liveFixture) register(t *testing.T) store.Worker {
@@ -100,8 +119,10 @@ func TestLivenessPassDeclaresSilentWorkersDead(t *testing.T) {
 	f := newLiveFixture(t, domain.ARCTable)
 	silent, alive := f.register(t), f.register(t)
 	lost, kept := f.running(t, silent, "lost"), f.running(t, alive, "kept")
-	_, err := storetest.Heartbeat(ctx, f.st, silent.ID, storetest.Beat{Held: []int64{lost.ID}, At: time.Now().Add(-2 * time.Minute)})
+	_, err := storetest.Heartbeat(ctx, f.st, silent.ID, storetest.Beat{Held: []int64{lost.ID}})
 	require.NoError(t, err)
+	f.silence(t, silent.ID, 2*time.Minute)
+	f.watched(t)
 	require.True(t, f.hasQueue(t, silent.ID))
 	stranger := uuid.NewString() // a worker of another Capstan on this Redis
 	_, err = f.queue.Enqueue(queue.NewAttemptRunTask(stranger, 1, nil))
@@ -308,11 +329,12 @@ func TestReapDeadWorkers(t *testing.T) {
 	assignedOnDead := f.attemptIn(t, dead, tasks[1])
 	onAlive := f.attemptIn(t, alive, tasks[2], reportRunning)
 
-	_, err := storetest.Heartbeat(ctx, f.st, dead.ID, storetest.Beat{Held: []int64{runningOnDead.ID},
-		At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
+	_, err := storetest.Heartbeat(ctx, f.st, dead.ID, storetest.Beat{Held: []int64{runningOnDead.ID}})
 	require.NoError(t, err)
+	f.silence(t, dead.ID, 2*f.s.cfg.WorkerGrace)
 	_, err = storetest.Heartbeat(ctx, f.st, alive.ID, storetest.Beat{Held: []int64{onAlive.ID}})
 	require.NoError(t, err)
+	f.watched(t)
 	r, err := f.s.livenessOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, r.Dead)
@@ -366,8 +388,8 @@ func TestDeadWorkerListedUntilRetention(t *testing.T) {
 	const retention = time.Second
 	f := newLiveFixtureWith(t, LivenessConfig{Backoff: domain.ARCTable, DeadRetention: retention})
 	silent, alive := f.register(t), f.register(t)
-	_, err := storetest.Heartbeat(ctx, f.st, silent.ID, storetest.Beat{At: time.Now().Add(-2 * f.s.cfg.WorkerGrace)})
-	require.NoError(t, err)
+	f.silence(t, silent.ID, 2*f.s.cfg.WorkerGrace)
+	f.watched(t)
 
 	beforeDeath := time.Now()
 	res, err := f.s.livenessOnce(ctx)

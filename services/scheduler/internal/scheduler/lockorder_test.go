@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,7 @@ func TestLockOrderUnderRace(t *testing.T) {
 type racer struct {
 	s    *Scheduler
 	st   *store.Store
+	db   *sql.DB
 	runs []domain.RunKey
 	wg   sync.WaitGroup
 
@@ -78,7 +80,8 @@ func newRacer(t *testing.T) *racer {
 	redis := redistest.New(t)
 	client := asynq.NewClient(redis)
 	t.Cleanup(func() { client.Close() })
-	r := &racer{st: storetest.New(t)}
+	r := &racer{}
+	r.st, r.db = storetest.NewWithDB(t, store.Config{MaxOpenConns: 10})
 	// A batched evaluation that fails is retried one by one and only
 	// logged: its deadlocks are caught here.
 	log := slog.New(deadlockLog{r})
@@ -97,6 +100,7 @@ func newRacer(t *testing.T) *racer {
 	for range 3 {
 		r.register(t)
 	}
+	require.NoError(t, storetest.Watched(ctx, r.db, time.Hour))
 	return r
 }
 
@@ -309,8 +313,7 @@ func (r *racer) reapSome(ctx context.Context, rng *rand.Rand) error {
 		r.mu.Lock()
 		id := r.workers[rng.IntN(len(r.workers))]
 		r.mu.Unlock()
-		if _, err := storetest.Heartbeat(ctx, r.st, id, storetest.Beat{At: time.Now().Add(-time.Hour)}); err != nil &&
-			!errors.Is(err, store.ErrNotFound) {
+		if err := storetest.Silence(ctx, r.db, id, time.Hour); err != nil {
 			return err
 		}
 		w, err := r.st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w", Address: "http://127.0.0.1:1", Slots: 8})
@@ -320,6 +323,9 @@ func (r *racer) reapSome(ctx context.Context, rng *rand.Rand) error {
 		r.mu.Lock()
 		r.workers = append(r.workers, w.ID)
 		r.mu.Unlock()
+	}
+	if err := r.st.Workers().StampHeartbeatPath(ctx); err != nil { // the api's, while it serves
+		return err
 	}
 	_, err := r.s.livenessOnce(ctx)
 	return err

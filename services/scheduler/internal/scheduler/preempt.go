@@ -33,7 +33,7 @@ func (s *Scheduler) preemptAttempt(ctx context.Context, attemptID int64) (ev Eva
 		}
 		if ok {
 			evs := make([]Evaluation, 1)
-			err := s.decideAll(ctx, tx, []store.AttemptOwners{{Run: run, Action: act, Task: t, Attempt: claimed}}, evs, true, now)
+			err := s.decideAll(ctx, tx, []store.AttemptOwners{{Run: run, Action: act, Task: t, Attempt: claimed}}, evs, true, nil, now)
 			ev = evs[0]
 			return err
 		}

@@ -55,6 +55,9 @@ type Config struct {
 	// BatchWorkers is how many start transactions (each of up to 64 new
 	// runs, see startRuns) a replica makes at once. Default 4.
 	BatchWorkers int
+	// Now is the clock of evaluations and advances: a retry's, a wait's and
+	// a step's backoff are due from its time. Default time.Now.
+	Now func() time.Time
 }
 
 // Validate reports the settings that cannot work: a negative duration,
@@ -66,7 +69,8 @@ func (c Config) Validate() error {
 		"Resync.Period": c.Resync.Period, "Resync.DispatchGrace": c.Resync.DispatchGrace,
 		"Liveness.DeadRetention": c.Liveness.DeadRetention, "Workflow.FailedBackoffCap": c.Workflow.FailedBackoffCap,
 		"Workflow.WaitBackoffCap": c.Workflow.WaitBackoffCap, "Cache.ReservationTTL": c.Cache.ReservationTTL,
-		"Cache.SweepInterval": c.Cache.SweepInterval, "Cache.ReservationRetention": c.Cache.ReservationRetention} {
+		"Cache.SweepInterval": c.Cache.SweepInterval, "Cache.ReservationRetention": c.Cache.ReservationRetention,
+		"Liveness.Outage": c.Liveness.Outage} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is negative", name, d))
 		}
@@ -78,6 +82,10 @@ func (c Config) Validate() error {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
 		}
+	}
+	if p := c.Workflow.OnFailure; p != "" && p != domain.OnFailureFail && p != domain.OnFailureSuspend {
+		errs = append(errs, fmt.Errorf("Workflow.OnFailure: %q is not %q or %q", p, domain.OnFailureFail,
+			domain.OnFailureSuspend))
 	}
 	if c.Cache.SweepBatch > 1000 {
 		errs = append(errs, fmt.Errorf("Cache.SweepBatch: %d is more than 1000", c.Cache.SweepBatch))
@@ -98,6 +106,9 @@ func (c *Config) defaults() {
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, 5*time.Second)
 	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, queue.AbortTaskRetries(10))
 	c.BatchWorkers = cmp.Or(c.BatchWorkers, 4)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.MaxSystemFailures == nil {
 		c.MaxSystemFailures = new(int)
 		*c.MaxSystemFailures = domain.DefaultMaxSystemFailures
@@ -141,6 +152,9 @@ func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Re
 	return &Scheduler{store: st, queue: q, log: log, cfg: cfg, kick: make(chan struct{}, 1), metrics: newMetrics(reg),
 		live: newLiveness(reg), starts: startGate{tokens: make(chan struct{}, cfg.BatchWorkers)}}
 }
+
+// now is the time of an evaluation or an advance, in UTC (Config.Now).
+func (s *Scheduler) now() time.Time { return s.cfg.Now().UTC() }
 
 // Register adds the scheduler's queue handlers to mux: any replica applies
 // evaluations and progression.

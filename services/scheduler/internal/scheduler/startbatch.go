@@ -154,7 +154,7 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 		return fmt.Errorf("try to lock %d runs: %w", len(keys), err)
 	}
 	fp.lockedPlacement(locked)
-	now := time.Now().UTC()
+	now := s.now()
 	if *after, err = s.admitLocked(ctx, tx, keys, runs, advs, now); err != nil {
 		return fmt.Errorf("admit runs: %w", err)
 	}

@@ -7,8 +7,8 @@ import {base, badge, enc, esc, fmtTime, span, showError} from './dom.js';
 import {watch, every} from './live.js';
 import {originShort} from './origin.js';
 
-const PHASES = ['QUEUED', 'WAITING_FOR_RESOURCES', 'WAITING_FOR_CACHE', 'RUNNING', 'PAUSED', 'SUCCEEDED', 'FAILED',
-  'ABORTED', 'TIMED_OUT', 'UNSCHEDULABLE', 'WORKER_FAILED', 'SKIPPED'];
+const PHASES = ['QUEUED', 'WAITING_FOR_RESOURCES', 'WAITING_FOR_CACHE', 'RUNNING', 'WAITING', 'PAUSED', 'SUCCEEDED',
+  'FAILED', 'ABORTED', 'TIMED_OUT', 'UNSCHEDULABLE', 'WORKER_FAILED', 'SKIPPED'];
 const PAGE = 50;
 
 export function mount(view) {

@@ -1,0 +1,5 @@
+//go:build archive_gcs
+
+package archive
+
+import _ "gocloud.dev/blob/gcsblob" // gs://bucket
