@@ -49,6 +49,14 @@ type config struct {
 	// RateBurst is the requests over RateLimit a token may send at once.
 	// Default 2×RateLimit.
 	RateBurst int `env:"CAPSTAN_API_RATE_BURST"`
+	// TokenCacheTTL is how long the api remembers a token it looked up (at
+	// most 10,000): a revocation through another api replica, or in the
+	// database, takes effect within it. Default 5s.
+	TokenCacheTTL time.Duration `env:"CAPSTAN_API_TOKEN_CACHE_TTL"`
+	// UnknownTokenTTL is how long the api remembers that a bearer secret
+	// names no token (at most 100,000), so that repeating it costs no
+	// statement. Default 30s.
+	UnknownTokenTTL time.Duration `env:"CAPSTAN_API_UNKNOWN_TOKEN_TTL"`
 	// WriteTimeout bounds writing an answer but a stream's. Default 1m.
 	WriteTimeout time.Duration `env:"CAPSTAN_API_WRITE_TIMEOUT"`
 	// AdminToken is the bootstrap admin bearer secret. Default unset: only
@@ -109,5 +117,6 @@ func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
 		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, LogPollInterval: c.LogFollowPoll, AdminToken: c.AdminToken,
 		WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
-		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout}
+		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout,
+		TokenCacheTTL: c.TokenCacheTTL, UnknownTokenTTL: c.UnknownTokenTTL}
 }

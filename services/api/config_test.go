@@ -15,14 +15,16 @@ func TestConfigFromEnv(t *testing.T) {
 	vars := map[string]string{"CAPSTAN_API_ADDR": "0.0.0.0:8080", "ABORT_MAX_ATTEMPTS": "3",
 		"CAPSTAN_WORKER_GRACE": "30s", "CAPSTAN_API_MAX_BODY_BYTES": "1024",
 		"CAPSTAN_LOG_MAX_BYTES": "2048", "CAPSTAN_LOG_FOLLOW_MAX": "10m",
-		"CAPSTAN_ARCHIVE_URL": "file:///var/lib/capstan/archive"}
+		"CAPSTAN_ARCHIVE_URL": "file:///var/lib/capstan/archive", "CAPSTAN_API_TOKEN_CACHE_TTL": "1s",
+		"CAPSTAN_API_UNKNOWN_TOKEN_TTL": "2m"}
 	cfg, err := parseConfig(nil, env.Options{Environment: vars})
 	require.NoError(t, err)
 	require.Equal(t, "0.0.0.0:8080", cfg.Addr)
 	require.Equal(t, "file:///var/lib/capstan/archive", cfg.ArchiveURL)
 	require.False(t, cfg.migrate)
 	require.Equal(t, server.Config{AbortMaxAttempts: 3, WorkerGrace: 30 * time.Second, MaxBodyBytes: 1024,
-		LogMaxBytes: 2048, LogFollowMax: 10 * time.Minute}, cfg.server())
+		LogMaxBytes: 2048, LogFollowMax: 10 * time.Minute, TokenCacheTTL: time.Second, UnknownTokenTTL: 2 * time.Minute},
+		cfg.server())
 }
 
 func TestConfigDefaults(t *testing.T) {

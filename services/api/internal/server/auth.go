@@ -9,12 +9,15 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 )
 
 // Roles of API tokens. Admin may do everything; a writer what a reader may
@@ -79,12 +82,26 @@ type authenticator struct {
 	// admin and worker are the SHA-256 of the bootstrap secrets (nil: none).
 	admin, worker []byte
 	now           func() time.Time
-	// tokens remembers TokenByHash's answers for tokenCacheTTL, so that an
-	// executor's every report does not cost a statement. A revocation
-	// through this api forgets them at once (forgetTokens); on another api
-	// replica it takes effect within tokenCacheTTL. Expiry is checked on
-	// every request.
+	// tokens remembers TokenByHash's rows for Config.TokenCacheTTL, so
+	// that an executor's every report does not cost a statement. A
+	// revocation through this api forgets them at once (forgetTokens); on
+	// another api replica it takes effect within the TTL. Expiry is
+	// checked on every request.
 	tokens *expirable.LRU[[sha256.Size]byte, store.Token]
+	// unknown remembers the hashes TokenByHash found no row for, for
+	// Config.UnknownTokenTTL: a client repeating a wrong secret costs no
+	// statement. Secrets are made by the api at random, so a hash that was
+	// unknown does not become a token meanwhile.
+	unknown *expirable.LRU[[sha256.Size]byte, struct{}]
+	// lookups makes concurrent lookups of one hash share one statement.
+	lookups singleflight.Group
+	// mu guards forgotten, the count of forgetTokens calls, and orders
+	// them with the adds to tokens: a lookup that began before a call does
+	// not remember its row.
+	mu        sync.Mutex
+	forgotten uint64
+	// lookupsTotal counts TokenByHash statements by result.
+	lookupsTotal *prometheus.CounterVec
 	// holders remembers the worker of an attempt, which never changes once
 	// the attempt is placed.
 	holders *lru.Cache[int64, string]
@@ -92,20 +109,27 @@ type authenticator struct {
 
 // Bounds of the authenticator's caches.
 const (
-	tokenCacheTTL  = 5 * time.Second
-	tokenCacheSize = 10_000
-	holderCacheLen = 100_000
+	tokenCacheSize   = 10_000
+	unknownCacheSize = 100_000
+	holderCacheLen   = 100_000
+	// tokenLookupTimeout bounds one TokenByHash statement, which runs
+	// apart from the requests waiting for it.
+	tokenLookupTimeout = 10 * time.Second
 )
 
-func newAuthenticator(st *store.Store, adminSecret, workerSecret string) *authenticator {
+// newAuthenticator reads cfg's bootstrap secrets and cache TTLs;
+// lookups counts its TokenByHash statements by result (found, unknown,
+// error).
+func newAuthenticator(st *store.Store, cfg Config, lookups *prometheus.CounterVec) *authenticator {
 	holders, _ := lru.New[int64, string](holderCacheLen) // only a non-positive size fails
-	a := &authenticator{store: st, now: time.Now, holders: holders,
-		tokens: expirable.NewLRU[[sha256.Size]byte, store.Token](tokenCacheSize, nil, tokenCacheTTL)}
-	if adminSecret != "" {
-		a.admin = store.HashToken(adminSecret)
+	a := &authenticator{store: st, now: time.Now, holders: holders, lookupsTotal: lookups,
+		tokens:  expirable.NewLRU[[sha256.Size]byte, store.Token](tokenCacheSize, nil, cfg.TokenCacheTTL),
+		unknown: expirable.NewLRU[[sha256.Size]byte, struct{}](unknownCacheSize, nil, cfg.UnknownTokenTTL)}
+	if cfg.AdminToken != "" {
+		a.admin = store.HashToken(cfg.AdminToken)
 	}
-	if workerSecret != "" {
-		a.worker = store.HashToken(workerSecret)
+	if cfg.WorkerToken != "" {
+		a.worker = store.HashToken(cfg.WorkerToken)
 	}
 	return a
 }
@@ -117,8 +141,14 @@ var (
 	errForbidden = errors.New("the token's role does not allow this operation")
 )
 
-// forgetTokens drops every remembered token (after a revocation).
-func (a *authenticator) forgetTokens() { a.tokens.Purge() }
+// forgetTokens drops every remembered token (after a revocation), and
+// what lookups under way would remember.
+func (a *authenticator) forgetTokens() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.forgotten++
+	a.tokens.Purge()
+}
 
 // authenticate reads the Authorization header of req.
 func (a *authenticator) authenticate(req *http.Request) (principal, error) {
@@ -134,17 +164,12 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 	if a.worker != nil && subtle.ConstantTimeCompare(hash[:], a.worker) == 1 {
 		return principal{tokenID: "worker", name: "worker", role: RoleWorker}, nil
 	}
-	t, ok := a.tokens.Get(hash)
-	if !ok {
-		var err error
-		t, err = a.store.Tokens().TokenByHash(req.Context(), hash[:])
-		if errors.Is(err, store.ErrNotFound) {
-			return principal{}, errBadToken
-		}
-		if err != nil {
-			return principal{}, fmt.Errorf("look up bearer token: %w", err)
-		}
-		a.tokens.Add(hash, t)
+	t, err := a.lookup(req.Context(), hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return principal{}, errBadToken
+	}
+	if err != nil {
+		return principal{}, fmt.Errorf("look up bearer token: %w", err)
 	}
 	if t.RevokedAt != nil || (t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt)) {
 		return principal{}, errBadToken
@@ -154,6 +179,64 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 		p.workerID = *t.WorkerID
 	}
 	return p, nil
+}
+
+// lookup returns the api_tokens row of hash (revoked and expired ones
+// too): from the caches, else from one TokenByHash statement that
+// concurrent lookups of the same hash share and whose answer, a row or
+// store.ErrNotFound, the caches then keep. So Postgres sees at most one
+// statement per hash per Config.TokenCacheTTL (a token) or UnknownTokenTTL
+// (an unknown secret), while the hash stays in its bounded cache. Errors:
+// store.ErrNotFound, the statement's, or ctx's while it waits.
+func (a *authenticator) lookup(ctx context.Context, hash [sha256.Size]byte) (store.Token, error) {
+	if t, ok := a.tokens.Get(hash); ok {
+		return t, nil
+	}
+	if a.unknown.Contains(hash) {
+		return store.Token{}, store.ErrNotFound
+	}
+	ch := a.lookups.DoChan(string(hash[:]), func() (any, error) {
+		return a.lookupOnce(context.WithoutCancel(ctx), hash)
+	})
+	select {
+	case r := <-ch:
+		t, _ := r.Val.(store.Token)
+		return t, r.Err
+	case <-ctx.Done():
+		return store.Token{}, ctx.Err()
+	}
+}
+
+// lookupOnce reads hash's row with TokenByHash, unless a lookup that ended
+// after lookup's checks left it in a cache, and remembers the answer.
+func (a *authenticator) lookupOnce(ctx context.Context, hash [sha256.Size]byte) (store.Token, error) {
+	if t, ok := a.tokens.Get(hash); ok {
+		return t, nil
+	}
+	if a.unknown.Contains(hash) {
+		return store.Token{}, store.ErrNotFound
+	}
+	a.mu.Lock()
+	forgotten := a.forgotten
+	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, tokenLookupTimeout)
+	defer cancel()
+	t, err := a.store.Tokens().TokenByHash(ctx, hash[:])
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a.lookupsTotal.WithLabelValues("unknown").Inc()
+		a.unknown.Add(hash, struct{}{})
+	case err != nil:
+		a.lookupsTotal.WithLabelValues("error").Inc()
+	default:
+		a.lookupsTotal.WithLabelValues("found").Inc()
+		a.mu.Lock()
+		if a.forgotten == forgotten {
+			a.tokens.Add(hash, t)
+		}
+		a.mu.Unlock()
+	}
+	return t, err
 }
 
 // operationRole is the role an operation of the spec needs: its

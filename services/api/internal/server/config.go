@@ -40,6 +40,17 @@ type Config struct {
 	// RateBurst is how many requests over RateLimit one token may send at
 	// once. Default 2×RateLimit.
 	RateBurst int
+	// TokenCacheTTL is how long the api remembers a token's row, for at
+	// most 10,000 tokens, so that a client's every request does not cost a
+	// statement: a revocation through this api replica takes effect at
+	// once, one through another replica (or in the database) within
+	// TokenCacheTTL. Expiry is checked on every request. Default 5s.
+	TokenCacheTTL time.Duration
+	// UnknownTokenTTL is how long the api remembers that a bearer secret
+	// names no token, so that a client repeating it costs no statement,
+	// for at most 100,000 secrets (the least recently seen forgotten
+	// first). Default 30s.
+	UnknownTokenTTL time.Duration
 	// WriteTimeout bounds writing an answer, but for streams (logs
 	// follow, events). Default 1m.
 	WriteTimeout time.Duration
@@ -73,6 +84,8 @@ const (
 	DefaultLogFollowMax     = time.Hour
 	DefaultLogPollInterval  = 5 * time.Second
 	DefaultRateLimit        = 1000
+	DefaultTokenCacheTTL    = 5 * time.Second
+	DefaultUnknownTokenTTL  = 30 * time.Second
 	DefaultWriteTimeout     = time.Minute
 )
 
@@ -89,6 +102,8 @@ func (c Config) withDefaults() Config {
 	c.LogPollInterval = cmp.Or(c.LogPollInterval, DefaultLogPollInterval)
 	c.RateLimit = cmp.Or(c.RateLimit, DefaultRateLimit)
 	c.RateBurst = cmp.Or(c.RateBurst, int(2*c.RateLimit))
+	c.TokenCacheTTL = cmp.Or(c.TokenCacheTTL, DefaultTokenCacheTTL)
+	c.UnknownTokenTTL = cmp.Or(c.UnknownTokenTTL, DefaultUnknownTokenTTL)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	return c
 }
@@ -116,6 +131,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("server config: LogPollInterval must be positive, got %s", c.LogPollInterval)
 	case c.RateLimit <= 0 || c.RateBurst < 1:
 		return fmt.Errorf("server config: RateLimit and RateBurst must be positive, got %g and %d", c.RateLimit, c.RateBurst)
+	case c.TokenCacheTTL <= 0 || c.UnknownTokenTTL <= 0:
+		return fmt.Errorf("server config: TokenCacheTTL and UnknownTokenTTL must be positive, got %s and %s",
+			c.TokenCacheTTL, c.UnknownTokenTTL)
 	case c.WriteTimeout <= 0:
 		return fmt.Errorf("server config: WriteTimeout must be positive, got %s", c.WriteTimeout)
 	}

@@ -20,6 +20,9 @@ type metrics struct {
 	payloads *obs.PayloadSizes
 	// dispatch is capstan_dispatch_latency_seconds: see observeDispatch.
 	dispatch prometheus.Histogram
+	// tokenLookups counts the statements reading a token by its secret's
+	// hash, by result: what the authenticator's caches did not spare.
+	tokenLookups *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -35,7 +38,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.dispatch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_dispatch_latency_seconds",
 		Help:    "Time in seconds from a task becoming PENDING to its attempt reporting RUNNING.",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)})
-	reg.MustRegister(m.requests, m.latency, m.dispatch)
+	m.tokenLookups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_api_token_lookups_total",
+		Help: "Statements reading an API token by its secret's hash (token cache misses), by result: found, unknown, error."},
+		[]string{"result"})
+	reg.MustRegister(m.requests, m.latency, m.dispatch, m.tokenLookups)
 	payloads, err := obs.NewPayloadSizes(reg)
 	if err != nil {
 		panic(err) // a second server on one registry: the caller's bug

@@ -101,7 +101,7 @@ func New(d Deps, cfg Config) *echo.Echo {
 	// otelecho restores the request it was given once the handler returns:
 	// the access log, which reads the caller's token from the request the
 	// validator left, runs inside it.
-	auth := newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)
+	auth := newAuthenticator(d.Store, cfg, m.tokenLookups)
 	e.Use(middleware.Recover(), middleware.RequestID(),
 		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), accessLog(d.Log), m.middleware(),
 		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
