@@ -43,12 +43,24 @@ type config struct {
 	// connection wakes it when chunks or a state change of the attempt
 	// commit. Default 5s.
 	LogFollowPoll time.Duration `env:"CAPSTAN_LOG_FOLLOW_POLL"`
-	// RateLimit is the requests a second one token (or one address without
-	// a token) may send before 429s. Default 1000.
+	// RateLimit is the requests a second one token may send before 429s,
+	// counted by token id once it authenticated. Default 1000.
 	RateLimit float64 `env:"CAPSTAN_API_RATE_LIMIT"`
 	// RateBurst is the requests over RateLimit a token may send at once.
 	// Default 2×RateLimit.
 	RateBurst int `env:"CAPSTAN_API_RATE_BURST"`
+	// IPRateLimit is the requests a second one client address may send
+	// without a token the api holds in memory (none, an unknown one, or
+	// one not looked up within CAPSTAN_API_TOKEN_CACHE_TTL), counted before
+	// any lookup. Default 1000.
+	IPRateLimit float64 `env:"CAPSTAN_API_IP_RATE_LIMIT"`
+	// IPRateBurst is the requests over IPRateLimit one address may send
+	// at once. Default 2×IPRateLimit.
+	IPRateBurst int `env:"CAPSTAN_API_IP_RATE_BURST"`
+	// TrustedProxies are the proxies (comma-separated CIDRs) whose
+	// X-Forwarded-For names the client address. Default none: the
+	// connection's peer is the client.
+	TrustedProxies []netip.Prefix `env:"CAPSTAN_API_TRUSTED_PROXIES" envSeparator:","`
 	// TokenCacheTTL is how long the api remembers a token it looked up (at
 	// most 10,000): a revocation through another api replica, or in the
 	// database, takes effect within it. Default 5s.
@@ -118,5 +130,6 @@ func (c config) server() server.Config {
 		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, LogPollInterval: c.LogFollowPoll, AdminToken: c.AdminToken,
 		WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout,
+		IPRateLimit: c.IPRateLimit, IPRateBurst: c.IPRateBurst, TrustedProxies: c.TrustedProxies,
 		TokenCacheTTL: c.TokenCacheTTL, UnknownTokenTTL: c.UnknownTokenTTL}
 }

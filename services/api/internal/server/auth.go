@@ -102,6 +102,8 @@ type authenticator struct {
 	forgotten uint64
 	// lookupsTotal counts TokenByHash statements by result.
 	lookupsTotal *prometheus.CounterVec
+	// limits is the per-token request limit, by token id.
+	limits *buckets
 	// holders remembers the worker of an attempt, which never changes once
 	// the attempt is placed.
 	holders *lru.Cache[int64, string]
@@ -117,12 +119,14 @@ const (
 	tokenLookupTimeout = 10 * time.Second
 )
 
-// newAuthenticator reads cfg's bootstrap secrets and cache TTLs;
+// newAuthenticator reads cfg's bootstrap secrets, cache TTLs and per-token
+// rate limit;
 // lookups counts its TokenByHash statements by result (found, unknown,
 // error).
 func newAuthenticator(st *store.Store, cfg Config, lookups *prometheus.CounterVec) *authenticator {
 	holders, _ := lru.New[int64, string](holderCacheLen) // only a non-positive size fails
 	a := &authenticator{store: st, now: time.Now, holders: holders, lookupsTotal: lookups,
+		limits:  newBuckets(cfg.RateLimit, cfg.RateBurst),
 		tokens:  expirable.NewLRU[[sha256.Size]byte, store.Token](tokenCacheSize, nil, cfg.TokenCacheTTL),
 		unknown: expirable.NewLRU[[sha256.Size]byte, struct{}](unknownCacheSize, nil, cfg.UnknownTokenTTL)}
 	if cfg.AdminToken != "" {
@@ -150,28 +154,47 @@ func (a *authenticator) forgetTokens() {
 	a.tokens.Purge()
 }
 
-// authenticate reads the Authorization header of req.
+// authenticate reads the Authorization header of req and charges one
+// request to the token's bucket (rateLimitError when it is empty).
 func (a *authenticator) authenticate(req *http.Request) (principal, error) {
-	h := req.Header.Get("Authorization")
-	scheme, secret, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+	hash, ok := bearerHash(req)
+	if !ok {
 		return principal{}, errNoToken
 	}
-	hash := sha256.Sum256([]byte(strings.TrimSpace(secret)))
-	if a.admin != nil && subtle.ConstantTimeCompare(hash[:], a.admin) == 1 {
-		return principal{tokenID: "admin", name: "admin", role: RoleAdmin}, nil
+	p, err := a.principal(req.Context(), hash)
+	if err != nil {
+		return principal{}, err
 	}
-	if a.worker != nil && subtle.ConstantTimeCompare(hash[:], a.worker) == 1 {
-		return principal{tokenID: "worker", name: "worker", role: RoleWorker}, nil
+	if ok, wait := a.limits.take(p.tokenID); !ok {
+		return principal{}, &rateLimitError{wait: wait, detail: "too many requests for this token"}
 	}
-	t, err := a.lookup(req.Context(), hash)
+	return p, nil
+}
+
+// bearerHash is the SHA-256 of req's bearer secret; false without one.
+func bearerHash(req *http.Request) ([sha256.Size]byte, bool) {
+	scheme, secret, ok := strings.Cut(req.Header.Get("Authorization"), " ")
+	secret = strings.TrimSpace(secret)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return [sha256.Size]byte{}, false
+	}
+	return sha256.Sum256([]byte(secret)), true
+}
+
+// principal is who the secret of hash speaks for: a bootstrap token, or a
+// row of api_tokens neither revoked nor expired (errBadToken otherwise).
+func (a *authenticator) principal(ctx context.Context, hash [sha256.Size]byte) (principal, error) {
+	if p, ok := a.bootstrap(hash); ok {
+		return p, nil
+	}
+	t, err := a.lookup(ctx, hash)
 	if errors.Is(err, store.ErrNotFound) {
 		return principal{}, errBadToken
 	}
 	if err != nil {
 		return principal{}, fmt.Errorf("look up bearer token: %w", err)
 	}
-	if t.RevokedAt != nil || (t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt)) {
+	if !a.valid(t) {
 		return principal{}, errBadToken
 	}
 	p := principal{tokenID: t.ID, name: t.Name, role: t.Role, projects: t.Projects}
@@ -179,6 +202,38 @@ func (a *authenticator) authenticate(req *http.Request) (principal, error) {
 		p.workerID = *t.WorkerID
 	}
 	return p, nil
+}
+
+// bootstrap returns the principal of a bootstrap secret's hash, compared
+// in constant time.
+func (a *authenticator) bootstrap(hash [sha256.Size]byte) (principal, bool) {
+	if a.admin != nil && subtle.ConstantTimeCompare(hash[:], a.admin) == 1 {
+		return principal{tokenID: "admin", name: "admin", role: RoleAdmin}, true
+	}
+	if a.worker != nil && subtle.ConstantTimeCompare(hash[:], a.worker) == 1 {
+		return principal{tokenID: "worker", name: "worker", role: RoleWorker}, true
+	}
+	return principal{}, false
+}
+
+// valid reports whether t is neither revoked nor expired.
+func (a *authenticator) valid(t store.Token) bool {
+	return t.RevokedAt == nil && (t.ExpiresAt == nil || a.now().Before(*t.ExpiresAt))
+}
+
+// known reports whether req carries a token the api holds in memory, a
+// bootstrap one or a valid row it remembers, which it authenticates
+// without a statement; it looks nothing up.
+func (a *authenticator) known(req *http.Request) bool {
+	hash, ok := bearerHash(req)
+	if !ok {
+		return false
+	}
+	if _, ok := a.bootstrap(hash); ok {
+		return true
+	}
+	t, ok := a.tokens.Peek(hash)
+	return ok && a.valid(t)
 }
 
 // lookup returns the api_tokens row of hash (revoked and expired ones

@@ -73,10 +73,14 @@ func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, 
 }
 
 // authProblem turns an authentication or authorization error into its
-// answer: 401 (with WWW-Authenticate), 403 or 404; other errors (the
-// database) pass as they are.
+// answer: 401 (with WWW-Authenticate), 403, 404 or 429 (a token past its
+// rate limit, with Retry-After); other errors (the database) pass as they
+// are.
 func authProblem(c echo.Context, err error) error {
+	var limited *rateLimitError
 	switch {
+	case errors.As(err, &limited):
+		return tooManyRequests(c, limited.wait, limited.detail)
 	case errors.Is(err, errNoToken), errors.Is(err, errBadToken):
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="capstan"`)
 		return problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, err.Error())

@@ -34,12 +34,27 @@ type Config struct {
 	// attempt's chunks or state wakes it through the api's LISTEN
 	// connection (Deps.Feed). Default 5s.
 	LogPollInterval time.Duration
-	// RateLimit is how many requests a second one token (or one address
-	// without a token) may send; past it and RateBurst, 429. Default 1000.
+	// RateLimit is how many requests a second one token may send, counted
+	// once it authenticated, by token id; past it and RateBurst, 429.
+	// Default 1000.
 	RateLimit float64
 	// RateBurst is how many requests over RateLimit one token may send at
 	// once. Default 2×RateLimit.
 	RateBurst int
+	// IPRateLimit is how many requests a second one client address may
+	// send without a token the api holds in memory (none, an unknown or
+	// revoked one, or one it has not looked up within TokenCacheTTL),
+	// counted before the token is looked up; past it and IPRateBurst, 429.
+	// The probes are free. Default 1000.
+	IPRateLimit float64
+	// IPRateBurst is how many requests over IPRateLimit one address may
+	// send at once. Default 2×IPRateLimit.
+	IPRateBurst int
+	// TrustedProxies are the proxies whose X-Forwarded-For the api
+	// believes for the client address: when the connection comes from one,
+	// the client is the rightmost entry that is not one of them. Default
+	// none: the client is the connection's peer, X-Forwarded-For ignored.
+	TrustedProxies []netip.Prefix
 	// TokenCacheTTL is how long the api remembers a token's row, for at
 	// most 10,000 tokens, so that a client's every request does not cost a
 	// statement: a revocation through this api replica takes effect at
@@ -84,6 +99,7 @@ const (
 	DefaultLogFollowMax     = time.Hour
 	DefaultLogPollInterval  = 5 * time.Second
 	DefaultRateLimit        = 1000
+	DefaultIPRateLimit      = 1000
 	DefaultTokenCacheTTL    = 5 * time.Second
 	DefaultUnknownTokenTTL  = 30 * time.Second
 	DefaultWriteTimeout     = time.Minute
@@ -102,6 +118,8 @@ func (c Config) withDefaults() Config {
 	c.LogPollInterval = cmp.Or(c.LogPollInterval, DefaultLogPollInterval)
 	c.RateLimit = cmp.Or(c.RateLimit, DefaultRateLimit)
 	c.RateBurst = cmp.Or(c.RateBurst, int(2*c.RateLimit))
+	c.IPRateLimit = cmp.Or(c.IPRateLimit, DefaultIPRateLimit)
+	c.IPRateBurst = cmp.Or(c.IPRateBurst, int(2*c.IPRateLimit))
 	c.TokenCacheTTL = cmp.Or(c.TokenCacheTTL, DefaultTokenCacheTTL)
 	c.UnknownTokenTTL = cmp.Or(c.UnknownTokenTTL, DefaultUnknownTokenTTL)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
@@ -131,6 +149,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("server config: LogPollInterval must be positive, got %s", c.LogPollInterval)
 	case c.RateLimit <= 0 || c.RateBurst < 1:
 		return fmt.Errorf("server config: RateLimit and RateBurst must be positive, got %g and %d", c.RateLimit, c.RateBurst)
+	case c.IPRateLimit <= 0 || c.IPRateBurst < 1:
+		return fmt.Errorf("server config: IPRateLimit and IPRateBurst must be positive, got %g and %d",
+			c.IPRateLimit, c.IPRateBurst)
 	case c.TokenCacheTTL <= 0 || c.UnknownTokenTTL <= 0:
 		return fmt.Errorf("server config: TokenCacheTTL and UnknownTokenTTL must be positive, got %s and %s",
 			c.TokenCacheTTL, c.UnknownTokenTTL)

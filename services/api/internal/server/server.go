@@ -102,9 +102,10 @@ func New(d Deps, cfg Config) *echo.Echo {
 	// the access log, which reads the caller's token from the request the
 	// validator left, runs inside it.
 	auth := newAuthenticator(d.Store, cfg, m.tokenLookups)
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
 	e.Use(middleware.Recover(), middleware.RequestID(),
 		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), accessLog(d.Log), m.middleware(),
-		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
+		writeDeadline(cfg.WriteTimeout), ipRateLimit(newBuckets(cfg.IPRateLimit, cfg.IPRateBurst), auth.known),
 		bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
 		validator(openAPISpec(), auth))
 
