@@ -69,6 +69,12 @@ type config struct {
 	// names no token (at most 100,000), so that repeating it costs no
 	// statement. Default 30s.
 	UnknownTokenTTL time.Duration `env:"CAPSTAN_API_UNKNOWN_TOKEN_TTL"`
+	// MaxStreams bounds the server-sent event streams (events, and
+	// logs?follow=true) open on this api; past it, 429. Default 2000.
+	MaxStreams int `env:"CAPSTAN_API_MAX_STREAMS"`
+	// MaxStreamsPerToken bounds the streams one token holds open on this
+	// api; past it, 429. Default 100.
+	MaxStreamsPerToken int `env:"CAPSTAN_API_MAX_STREAMS_PER_TOKEN"`
 	// WriteTimeout bounds writing an answer but a stream's. Default 1m.
 	WriteTimeout time.Duration `env:"CAPSTAN_API_WRITE_TIMEOUT"`
 	// AdminToken is the bootstrap admin bearer secret. Default unset: only
@@ -131,5 +137,6 @@ func (c config) server() server.Config {
 		WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout,
 		IPRateLimit: c.IPRateLimit, IPRateBurst: c.IPRateBurst, TrustedProxies: c.TrustedProxies,
-		TokenCacheTTL: c.TokenCacheTTL, UnknownTokenTTL: c.UnknownTokenTTL}
+		TokenCacheTTL: c.TokenCacheTTL, UnknownTokenTTL: c.UnknownTokenTTL,
+		MaxStreams: c.MaxStreams, MaxStreamsPerToken: c.MaxStreamsPerToken}
 }

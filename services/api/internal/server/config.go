@@ -66,6 +66,13 @@ type Config struct {
 	// for at most 100,000 secrets (the least recently seen forgotten
 	// first). Default 30s.
 	UnknownTokenTTL time.Duration
+	// MaxStreams bounds the server-sent event streams (a project's or a
+	// run's events, logs?follow=true) open on this process; past it, 429
+	// with Retry-After. Default 2000.
+	MaxStreams int
+	// MaxStreamsPerToken bounds the streams one token holds open on this
+	// process; past it, 429 with Retry-After. Default 100.
+	MaxStreamsPerToken int
 	// WriteTimeout bounds writing an answer, but for streams (logs
 	// follow, events). Default 1m.
 	WriteTimeout time.Duration
@@ -102,6 +109,8 @@ const (
 	DefaultIPRateLimit      = 1000
 	DefaultTokenCacheTTL    = 5 * time.Second
 	DefaultUnknownTokenTTL  = 30 * time.Second
+	DefaultMaxStreams       = 2000
+	DefaultMaxStreamsToken  = 100
 	DefaultWriteTimeout     = time.Minute
 )
 
@@ -122,6 +131,8 @@ func (c Config) withDefaults() Config {
 	c.IPRateBurst = cmp.Or(c.IPRateBurst, int(2*c.IPRateLimit))
 	c.TokenCacheTTL = cmp.Or(c.TokenCacheTTL, DefaultTokenCacheTTL)
 	c.UnknownTokenTTL = cmp.Or(c.UnknownTokenTTL, DefaultUnknownTokenTTL)
+	c.MaxStreams = cmp.Or(c.MaxStreams, DefaultMaxStreams)
+	c.MaxStreamsPerToken = cmp.Or(c.MaxStreamsPerToken, DefaultMaxStreamsToken)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	return c
 }
@@ -155,6 +166,9 @@ func (c Config) validate() error {
 	case c.TokenCacheTTL <= 0 || c.UnknownTokenTTL <= 0:
 		return fmt.Errorf("server config: TokenCacheTTL and UnknownTokenTTL must be positive, got %s and %s",
 			c.TokenCacheTTL, c.UnknownTokenTTL)
+	case c.MaxStreams < 1 || c.MaxStreamsPerToken < 1:
+		return fmt.Errorf("server config: MaxStreams and MaxStreamsPerToken must be positive, got %d and %d",
+			c.MaxStreams, c.MaxStreamsPerToken)
 	case c.WriteTimeout <= 0:
 		return fmt.Errorf("server config: WriteTimeout must be positive, got %s", c.WriteTimeout)
 	}

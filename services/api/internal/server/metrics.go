@@ -23,6 +23,8 @@ type metrics struct {
 	// tokenLookups counts the statements reading a token by its secret's
 	// hash, by result: what the authenticator's caches did not spare.
 	tokenLookups *prometheus.CounterVec
+	// streams is the server-sent event streams open.
+	streams prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -41,7 +43,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.tokenLookups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_api_token_lookups_total",
 		Help: "Statements reading an API token by its secret's hash (token cache misses), by result: found, unknown, error."},
 		[]string{"result"})
-	reg.MustRegister(m.requests, m.latency, m.dispatch, m.tokenLookups)
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_api_streams_open",
+		Help: "Server-sent event streams open (events, logs?follow=true)."})
+	reg.MustRegister(m.requests, m.latency, m.dispatch, m.tokenLookups, m.streams)
 	payloads, err := obs.NewPayloadSizes(reg)
 	if err != nil {
 		panic(err) // a second server on one registry: the caller's bug

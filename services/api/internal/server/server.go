@@ -132,7 +132,8 @@ func New(d Deps, cfg Config) *echo.Echo {
 	if h.feed == nil {
 		h.feed = feed.New("", 0, 0, d.Log)
 	}
-	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
+	api.RegisterHandlers(e, streamGate{ServerInterface: api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}),
+		slots: newStreamSlots(cfg.MaxStreams, cfg.MaxStreamsPerToken, m.streams)})
 	return e
 }
 
