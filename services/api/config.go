@@ -63,11 +63,11 @@ type config struct {
 	TrustedProxies []netip.Prefix `env:"CAPSTAN_API_TRUSTED_PROXIES" envSeparator:","`
 	// TokenCacheTTL is how long the api remembers a token it looked up (at
 	// most 10,000): a revocation through another api replica, or in the
-	// database, takes effect within it. Default 5s.
+	// database, takes effect within it. At least 1ms. Default 5s.
 	TokenCacheTTL time.Duration `env:"CAPSTAN_API_TOKEN_CACHE_TTL"`
 	// UnknownTokenTTL is how long the api remembers that a bearer secret
 	// names no token (at most 100,000), so that repeating it costs no
-	// statement. Default 30s.
+	// statement. At least 1ms. Default 30s.
 	UnknownTokenTTL time.Duration `env:"CAPSTAN_API_UNKNOWN_TOKEN_TTL"`
 	// MaxStreams bounds the server-sent event streams (events, and
 	// logs?follow=true) open on this api; past it, 429. Default 2000.

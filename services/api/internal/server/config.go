@@ -59,12 +59,13 @@ type Config struct {
 	// most 10,000 tokens, so that a client's every request does not cost a
 	// statement: a revocation through this api replica takes effect at
 	// once, one through another replica (or in the database) within
-	// TokenCacheTTL. Expiry is checked on every request. Default 5s.
+	// TokenCacheTTL. Expiry is checked on every request. At least 1ms.
+	// Default 5s.
 	TokenCacheTTL time.Duration
 	// UnknownTokenTTL is how long the api remembers that a bearer secret
 	// names no token, so that a client repeating it costs no statement,
 	// for at most 100,000 secrets (the least recently seen forgotten
-	// first). Default 30s.
+	// first). At least 1ms. Default 30s.
 	UnknownTokenTTL time.Duration
 	// MaxStreams bounds the server-sent event streams (a project's or a
 	// run's events, logs?follow=true) open on this process; past it, 429
@@ -163,8 +164,9 @@ func (c Config) validate() error {
 	case c.IPRateLimit <= 0 || c.IPRateBurst < 1:
 		return fmt.Errorf("server config: IPRateLimit and IPRateBurst must be positive, got %g and %d",
 			c.IPRateLimit, c.IPRateBurst)
-	case c.TokenCacheTTL <= 0 || c.UnknownTokenTTL <= 0:
-		return fmt.Errorf("server config: TokenCacheTTL and UnknownTokenTTL must be positive, got %s and %s",
+	case c.TokenCacheTTL < time.Millisecond || c.UnknownTokenTTL < time.Millisecond:
+		// The caches sweep every TTL/100: a shorter TTL would stop them.
+		return fmt.Errorf("server config: TokenCacheTTL and UnknownTokenTTL must be at least 1ms, got %s and %s",
 			c.TokenCacheTTL, c.UnknownTokenTTL)
 	case c.MaxStreams < 1 || c.MaxStreamsPerToken < 1:
 		return fmt.Errorf("server config: MaxStreams and MaxStreamsPerToken must be positive, got %d and %d",

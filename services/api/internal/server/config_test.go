@@ -40,6 +40,7 @@ func TestConfigRejectsNegatives(t *testing.T) {
 		{Config{IPRateLimit: -1}, "IPRateLimit"},
 		{Config{UnknownTokenTTL: -time.Second}, "UnknownTokenTTL"},
 		{Config{TokenCacheTTL: -time.Second}, "TokenCacheTTL"},
+		{Config{UnknownTokenTTL: time.Nanosecond}, "UnknownTokenTTL"},
 		{Config{MaxStreamsPerToken: -1}, "MaxStreamsPerToken"},
 	}
 	for _, tt := range tests {
