@@ -120,9 +120,8 @@ const (
 )
 
 // newAuthenticator reads cfg's bootstrap secrets, cache TTLs and per-token
-// rate limit;
-// lookups counts its TokenByHash statements by result (found, unknown,
-// error).
+// rate limit; lookups counts its TokenByHash statements by result (found,
+// unknown, error).
 func newAuthenticator(st *store.Store, cfg Config, lookups *prometheus.CounterVec) *authenticator {
 	holders, _ := lru.New[int64, string](holderCacheLen) // only a non-positive size fails
 	a := &authenticator{store: st, now: time.Now, holders: holders, lookupsTotal: lookups,

@@ -45,7 +45,8 @@ type Config struct {
 	// send without a token the api holds in memory (none, an unknown or
 	// revoked one, or one it has not looked up within TokenCacheTTL),
 	// counted before the token is looked up; past it and IPRateBurst, 429.
-	// The probes are free. Default 1000.
+	// An IPv6 client is counted by its /64. The probes are free. Default
+	// 1000.
 	IPRateLimit float64
 	// IPRateBurst is how many requests over IPRateLimit one address may
 	// send at once. Default 2×IPRateLimit.

@@ -83,21 +83,36 @@ func tooManyRequests(c echo.Context, wait time.Duration, detail string) error {
 
 // ipRateLimit charges each request but the probes, and those whose token
 // known reports the api holds in memory (they pay the token's bucket
-// instead), to its client address's bucket in b: past it, 429. The
-// address is echo's RealIP, which the server's IPExtractor decides
-// (ipExtractor).
+// instead), to its client address's bucket in b (addressKey): past it,
+// 429. The address is echo's RealIP, which the server's IPExtractor
+// decides (ipExtractor).
 func ipRateLimit(b *buckets, known func(*http.Request) bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if isProbe(c.Request().URL.Path) || known(c.Request()) {
 				return next(c)
 			}
-			if ok, wait := b.take(c.RealIP()); !ok {
+			if ok, wait := b.take(addressKey(c.RealIP())); !ok {
 				return tooManyRequests(c, wait, "too many requests from this address without a known token")
 			}
 			return next(c)
 		}
 	}
+}
+
+// addressKey is the bucket of a client address: an IPv4 address itself,
+// an IPv6 one by its /64, the least a host is given and may fill with
+// addresses at will.
+func addressKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || a.Is4() || a.Is4In6() {
+		return ip
+	}
+	p, err := a.Prefix(64)
+	if err != nil {
+		return ip
+	}
+	return p.String()
 }
 
 // ipExtractor is how the server tells a request's client address (echo's

@@ -137,6 +137,18 @@ func TestIPExtractor(t *testing.T) {
 	}
 }
 
+// TestAddressKey: an IPv6 client is counted by its /64, an IPv4 one by its
+// address.
+func TestAddressKey(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "2001:db8:1:2::/64", addressKey("2001:db8:1:2:aaaa::1"))
+	require.Equal(t, addressKey("2001:db8:1:2::1"), addressKey("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+	require.NotEqual(t, addressKey("2001:db8:1:2::1"), addressKey("2001:db8:1:3::1"))
+	require.Equal(t, "203.0.113.9", addressKey("203.0.113.9"))
+	require.Equal(t, "::ffff:203.0.113.9", addressKey("::ffff:203.0.113.9"))
+	require.Empty(t, addressKey(""))
+}
+
 // TestBucketsWait: an empty bucket charges nothing and says how long until
 // it holds a request again; it refills at its rate.
 func TestBucketsWait(t *testing.T) {

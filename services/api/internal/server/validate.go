@@ -119,9 +119,9 @@ func validateRoute(c echo.Context, route *routers.Route, params map[string]strin
 // public route (publicRoute) is served to anyone; an operator route
 // (adminRoute) only to an admin token; anything else needs a valid token
 // and is then answered 405 (another method serves the path, by echo's
-// routes or the spec's) or 404, never handed to a handler: every other route of the server is an operation of
-// the spec, which a request reaches only through authorizeRoute and
-// validateRoute.
+// routes or the spec's) or 404, never handed to a handler: every other
+// route of the server is an operation of the spec, which a request
+// reaches only through authorizeRoute and validateRoute.
 func outsideSpec(c echo.Context, auth *authenticator, routeErr error, next echo.HandlerFunc) error {
 	if publicRoute(c.Path()) {
 		return next(c)
