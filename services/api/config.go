@@ -39,12 +39,43 @@ type config struct {
 	// LogFollowMax bounds one logs?follow=true stream; the client then
 	// reconnects. Default 1h.
 	LogFollowMax time.Duration `env:"CAPSTAN_LOG_FOLLOW_MAX"`
-	// RateLimit is the requests a second one token (or one address without
-	// a token) may send before 429s. Default 1000.
+	// LogFollowPoll is how often a logs?follow=true stream re-reads its
+	// attempt when no notification woke it, a fallback: the api's LISTEN
+	// connection wakes it when chunks or a state change of the attempt
+	// commit. Default 5s.
+	LogFollowPoll time.Duration `env:"CAPSTAN_LOG_FOLLOW_POLL"`
+	// RateLimit is the requests a second one token may send before 429s,
+	// counted by token id once it authenticated. Default 1000.
 	RateLimit float64 `env:"CAPSTAN_API_RATE_LIMIT"`
 	// RateBurst is the requests over RateLimit a token may send at once.
 	// Default 2×RateLimit.
 	RateBurst int `env:"CAPSTAN_API_RATE_BURST"`
+	// IPRateLimit is the requests a second one client address may send
+	// without a token the api holds in memory (none, an unknown one, or
+	// one not looked up within CAPSTAN_API_TOKEN_CACHE_TTL), counted before
+	// any lookup. Default 1000.
+	IPRateLimit float64 `env:"CAPSTAN_API_IP_RATE_LIMIT"`
+	// IPRateBurst is the requests over IPRateLimit one address may send
+	// at once. Default 2×IPRateLimit.
+	IPRateBurst int `env:"CAPSTAN_API_IP_RATE_BURST"`
+	// TrustedProxies are the proxies (comma-separated CIDRs) whose
+	// X-Forwarded-For names the client address. Default none: the
+	// connection's peer is the client.
+	TrustedProxies []netip.Prefix `env:"CAPSTAN_API_TRUSTED_PROXIES" envSeparator:","`
+	// TokenCacheTTL is how long the api remembers a token it looked up (at
+	// most 10,000): a revocation through another api replica, or in the
+	// database, takes effect within it. At least 1ms. Default 5s.
+	TokenCacheTTL time.Duration `env:"CAPSTAN_API_TOKEN_CACHE_TTL"`
+	// UnknownTokenTTL is how long the api remembers that a bearer secret
+	// names no token (at most 100,000), so that repeating it costs no
+	// statement. At least 1ms. Default 30s.
+	UnknownTokenTTL time.Duration `env:"CAPSTAN_API_UNKNOWN_TOKEN_TTL"`
+	// MaxStreams bounds the server-sent event streams (events, and
+	// logs?follow=true) open on this api; past it, 429. Default 2000.
+	MaxStreams int `env:"CAPSTAN_API_MAX_STREAMS"`
+	// MaxStreamsPerToken bounds the streams one token holds open on this
+	// api; past it, 429. Default 100.
+	MaxStreamsPerToken int `env:"CAPSTAN_API_MAX_STREAMS_PER_TOKEN"`
 	// WriteTimeout bounds writing an answer but a stream's. Default 1m.
 	WriteTimeout time.Duration `env:"CAPSTAN_API_WRITE_TIMEOUT"`
 	// AdminToken is the bootstrap admin bearer secret. Default unset: only
@@ -123,7 +154,11 @@ func (c config) stampEvery() time.Duration {
 // server returns the server's part of the config.
 func (c config) server() server.Config {
 	return server.Config{AbortMaxAttempts: c.AbortMaxAttempts, WorkerGrace: c.WorkerGrace, MaxBodyBytes: c.MaxBodyBytes,
-		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, AdminToken: c.AdminToken, WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
+		LogMaxBytes: c.LogMaxBytes, LogFollowMax: c.LogFollowMax, LogPollInterval: c.LogFollowPoll, AdminToken: c.AdminToken,
+		WorkerToken: c.WorkerToken, WorkerCIDRs: c.WorkerCIDRs,
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, WriteTimeout: c.WriteTimeout,
+		IPRateLimit: c.IPRateLimit, IPRateBurst: c.IPRateBurst, TrustedProxies: c.TrustedProxies,
+		TokenCacheTTL: c.TokenCacheTTL, UnknownTokenTTL: c.UnknownTokenTTL,
+		MaxStreams: c.MaxStreams, MaxStreamsPerToken: c.MaxStreamsPerToken,
 		ControlPlaneKey: workerkey.New(c.ControlPlaneKey)}
 }
