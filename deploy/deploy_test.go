@@ -185,7 +185,7 @@ func waitsFor(p *types.Project, from, target, condition string) bool {
 var composeSecrets = []string{
 	"CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz",
 	"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz",
-	"CAPSTAN_INTERNAL_TOKEN=cap_internal0123456789abcdefghijklmnopqrstuvwxyz",
+	"CAPSTAN_CONTROL_PLANE_KEY=cap_controlplane0123456789abcdefghijklmnopqrstuvwxyz",
 	"CAPSTAN_POSTGRES_PASSWORD=pg0123456789abcdefghijklmnopqrstuvwxyz",
 	"CAPSTAN_REDIS_PASSWORD=redis0123456789abcdefghijklmnopqrstuvwxyz",
 }
@@ -215,7 +215,7 @@ func TestCompose(t *testing.T) {
 				pass, _ := composeEnv(svc, "CAPSTAN_REDIS_PASSWORD")
 				require.Equalf(t, want["CAPSTAN_REDIS_PASSWORD"], pass, "%s reaches Redis with its password", name)
 			}
-			for _, k := range []string{"CAPSTAN_ADMIN_TOKEN", "CAPSTAN_WORKER_TOKEN", "CAPSTAN_INTERNAL_TOKEN"} {
+			for _, k := range []string{"CAPSTAN_ADMIN_TOKEN", "CAPSTAN_WORKER_TOKEN", "CAPSTAN_CONTROL_PLANE_KEY"} {
 				if v, ok := composeEnv(svc, k); ok {
 					require.Equalf(t, want[k], v, "%s: %s comes from the environment", name, k)
 				}
@@ -279,6 +279,14 @@ func TestCompose(t *testing.T) {
 		rd := p.Services["redis"].HealthCheck
 		require.NotNil(t, rd, "redis needs a health check for depends_on service_healthy")
 		require.Equal(t, types.HealthCheckTest{"CMD", "redis-cli", "ping"}, rd.Test, "redis is healthy when redis-cli ping answers")
+		for _, name := range components {
+			hc := p.Services[name].HealthCheck
+			require.NotNilf(t, hc, "%s needs a health check", name)
+			require.Equalf(t, types.HealthCheckTest{"CMD", "/usr/local/bin/capstan-service", "healthcheck"}, hc.Test,
+				"%s is healthy when its binary's healthcheck (its /readyz) says so", name)
+		}
+		require.Equal(t, types.ServiceConditionHealthy, p.Services["executor"].DependsOn["api"].Condition,
+			"executors register with the api: they wait for it to be healthy")
 		pgVolumes := p.Services["postgres"].Volumes
 		require.Len(t, pgVolumes, 1, "postgres keeps its data in a volume")
 		require.Equal(t, types.VolumeTypeVolume, pgVolumes[0].Type, "postgres keeps its data in a named volume")

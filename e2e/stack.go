@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
@@ -86,9 +87,13 @@ type Stack struct {
 	Client *api.ClientWithResponses
 	// Token is the stack's admin bearer secret (CAPSTAN_ADMIN_TOKEN);
 	// WorkerToken the executors register with (CAPSTAN_WORKER_TOKEN);
-	// InternalToken the executors' abort API requires, shared with the
-	// abort reconciler (CAPSTAN_INTERNAL_TOKEN). Each is new per stack.
-	Token, WorkerToken, InternalToken string
+	// MetricsToken the executors' /metrics requires
+	// (CAPSTAN_EXECUTOR_METRICS_TOKEN). Each is new per stack.
+	Token, WorkerToken, MetricsToken string
+	// ControlPlaneKey is the control plane's CAPSTAN_CONTROL_PLANE_KEY,
+	// which each worker's secrets derive from (ExecutorCredential). New
+	// per stack.
+	ControlPlaneKey workerkey.Key
 
 	opts Options
 
@@ -174,11 +179,14 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	if o.Redis.Addr != "" {
 		s.FlushRedis() // redistest flushes the databases it leases
 	}
-	s.Token, s.WorkerToken, s.InternalToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
+	s.Token, s.WorkerToken, s.MetricsToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
+	key := store.NewTokenSecret()
+	s.ControlPlaneKey = workerkey.New(key)
 	s.env = []string{
+		"CAPSTAN_CONTROL_PLANE_KEY=" + key,
 		"CAPSTAN_ADMIN_TOKEN=" + s.Token,
 		"CAPSTAN_WORKER_TOKEN=" + s.WorkerToken,
-		"CAPSTAN_INTERNAL_TOKEN=" + s.InternalToken,
+		"CAPSTAN_EXECUTOR_METRICS_TOKEN=" + s.MetricsToken,
 		"CAPSTAN_DATABASE_URL=" + s.DBURL,
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
@@ -228,6 +236,10 @@ func (s *Stack) NewClient(url string, opts ...api.ClientOption) *api.ClientWithR
 func (s *Stack) Authorize(req *http.Request) {
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 }
+
+// ExecutorCredential is the credential worker id's executor API requires,
+// as the control plane derives it: what the abort reconciler sends it.
+func (s *Stack) ExecutorCredential(id string) string { return s.ControlPlaneKey.Credential(id) }
 
 // AliveWorkers counts workers the api reports alive.
 func (s *Stack) AliveWorkers() int {

@@ -265,7 +265,7 @@ func TestLostAttemptsBackOffThenReplaceTheWorker(t *testing.T) {
 			return attempt.State == api.TaskStateRUNNING
 		})
 		require.Equal(t, first, *attempt.WorkerId)
-		loseAttempt(t, s, address, attempt.Id)
+		loseAttempt(t, s, first, address, attempt.Id)
 		if n == len(table) {
 			break
 		}
@@ -301,15 +301,15 @@ func TestLostAttemptsBackOffThenReplaceTheWorker(t *testing.T) {
 	require.Zero(t, task.FailureCount)
 }
 
-// loseAttempt makes the executor at address drop attempt id as if its
-// worker lost it: it is killed and reported WORKER_FAILED.
-func loseAttempt(t *testing.T, s *Stack, address string, id int64) {
+// loseAttempt makes the executor of worker at address drop attempt id as
+// if its worker lost it: it is killed and reported WORKER_FAILED.
+func loseAttempt(t *testing.T, s *Stack, worker, address string, id int64) {
 	t.Helper()
 	body := bytes.NewBufferString(`{"cause": "worker_lost", "reason": "test: the worker lost it"}`)
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/v1/attempts/%d/abort", address, id), body)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.InternalToken)
+	req.Header.Set("Authorization", "Bearer "+s.ExecutorCredential(worker))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -123,7 +123,8 @@ func waitGate(t *testing.T, s *Stack, name string) *api.Run {
 }
 
 // testApproval: an approval step holds the run PAUSED until approved, then
-// the run SUCCEEDS showing who approved and why; a reject ends a run FAILED
+// the run SUCCEEDS showing who approved (the token, and the label by) and
+// why; a reject ends a run FAILED
 // with reason rejected.
 func testApproval(t *testing.T, s *Stack) {
 	name := create(t, s, approvalSpec)
@@ -138,7 +139,9 @@ func testApproval(t *testing.T, s *Stack) {
 	require.Equal(t, api.PhaseSUCCEEDED, gate.Phase)
 	require.NotNil(t, gate.Approval)
 	require.Equal(t, api.Approved, gate.Approval.Decision)
-	require.Equal(t, "ann", *gate.Approval.By)
+	require.Equal(t, "ann", *gate.Approval.By, "the label the request gave")
+	require.Equal(t, "admin", *gate.Approval.TokenId, "recorded as the token that asked: the stack's admin")
+	require.Equal(t, "admin", *gate.Approval.TokenName)
 	require.Equal(t, "ship it", *gate.Approval.Comment)
 	require.WithinDuration(t, before, gate.Approval.At, 10*time.Second)
 	require.Equal(t, api.PhaseSUCCEEDED, action(run, "ship").Phase)

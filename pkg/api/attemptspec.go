@@ -1,15 +1,17 @@
 package api
 
 import (
+	"cmp"
+
 	"github.com/capstan-run/capstan/pkg/domain"
 	gojson "github.com/goccy/go-json"
 )
 
 // NewAttemptSpec is what an executor needs to run attempt id (its number,
 // on workerID) of task idx of step's action key: the identity fields, and
-// the step's plugin fields (wait_exit_code too), environment (Env, then
-// SecretEnv), network and resources (the executor's sandbox limits the
-// attempt to them). State is
+// the step's plugin fields (wait_exit_code too), time limit, environment
+// (Env, then SecretEnv), network and resources (the executor's sandbox
+// limits the attempt to them). State is
 // ASSIGNED and Proceed true; Inputs are left to the caller, which resolves
 // them from their producers' outputs. Errors: a step's http or container
 // block that does not convert to the API's form.
@@ -34,6 +36,10 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	}
 	if r := step.Resources; r != nil && (r.CPUMillis > 0 || r.MemoryBytes > 0) {
 		out.Resources = &Resources{CpuMillis: &r.CPUMillis, MemoryBytes: &r.MemoryBytes}
+	}
+	if d := cmp.Or(step.AttemptTimeoutDuration(), step.TimeoutDuration()); d > 0 {
+		ms := d.Milliseconds()
+		out.TimeoutMs = &ms
 	}
 	if step.HTTP != nil {
 		out.Http = new(HTTPSpec)

@@ -25,3 +25,25 @@ func TestNewAttemptSpecCarriesTheSandboxFields(t *testing.T) {
 	require.Nil(t, spec.Network)
 	require.Nil(t, spec.Resources)
 }
+
+// TestNewAttemptSpecCarriesTheTimeLimit: timeout_ms is the step's
+// attempt_timeout, else its timeout, absent when it has neither.
+func TestNewAttemptSpecCarriesTheTimeLimit(t *testing.T) {
+	t.Parallel()
+	key := domain.ActionKey{RunKey: domain.RunKey{Project: "p", Domain: "d", Run: "r"}, Action: "s"}
+	for _, c := range []struct {
+		attempt, step string
+		want          *int64
+	}{
+		{"", "", nil},
+		{"1500ms", "1h", ptr(int64(1500))},
+		{"", "2s", ptr(int64(2000))},
+	} {
+		spec, err := api.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginHTTP,
+			HTTP: &domain.HTTPSpec{URL: "http://x"}, AttemptTimeout: c.attempt, Timeout: c.step})
+		require.NoError(t, err)
+		require.Equal(t, c.want, spec.TimeoutMs, "attempt_timeout %q, timeout %q", c.attempt, c.step)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -129,10 +129,15 @@ type Action struct {
 	Reason *string `json:"reason"`
 	// Decision is an approval's: domain.DecisionApproved or
 	// domain.DecisionRejected, with who made it, when, and their comment.
-	Decision        *string    `json:"decision"`
-	DecidedBy       *string    `json:"decided_by"`
-	DecidedAt       *time.Time `json:"decided_at"`
-	DecisionComment *string    `json:"decision_comment"`
+	// DecidedByTokenID and DecidedByTokenName are the token the api
+	// authenticated the decision with; DecidedBy is the label its caller
+	// gave (by), unchecked.
+	Decision           *string    `json:"decision"`
+	DecidedBy          *string    `json:"decided_by"`
+	DecidedByTokenID   *string    `json:"decided_by_token_id"`
+	DecidedByTokenName *string    `json:"decided_by_token_name"`
+	DecidedAt          *time.Time `json:"decided_at"`
+	DecisionComment    *string    `json:"decision_comment"`
 	// CacheKey is a discoverable step's catalog key (domain.CacheKey),
 	// recorded when it would start; CacheStatus is domain.CacheHit,
 	// CacheMiss or CachePopulated; nil for other steps.
@@ -291,12 +296,17 @@ type Worker struct {
 	Draining bool `json:"draining"`
 	// Sandbox is how the executor isolates its attempts: "none", or
 	// mechanisms joined with "+" (e.g. "uid+pidns+netns+rlimit").
-	Sandbox         string    `json:"sandbox"`
-	State           string    `json:"state"`
-	Version         int64     `json:"version"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	LastHeartbeatAt time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
+	Sandbox string `json:"sandbox"`
+	// CredentialSHA256 is the SHA-256 of the executor credential its
+	// registration answered (workerkey.Digest); nil: none, and its
+	// executor cannot be called until it registers again. Never
+	// serialized.
+	CredentialSHA256 []byte    `gorm:"column:credential_sha256" json:"-"`
+	State            string    `json:"state"`
+	Version          int64     `json:"version"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	LastHeartbeatAt  time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
 }
 
 // RunEvent is a row of run_events, the append-only audit trail.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/abort-reconciler/internal/reconciler"
 )
 
@@ -47,19 +48,26 @@ type config struct {
 	// CallConcurrency bounds the concurrent executor calls of one abort.
 	// Default 32.
 	CallConcurrency int `env:"ABORT_CALL_CONCURRENCY"`
-	// InternalToken is the bearer secret of the executors' API, shared
-	// with them. Env CAPSTAN_INTERNAL_TOKEN, no default.
-	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
+	// ControlPlaneKey is the api's CAPSTAN_CONTROL_PLANE_KEY (set it alike
+	// on the api, the scheduler and the reconciler): each call to a
+	// worker's executor carries that worker's own executor credential,
+	// derived from it. Required; at least 32 bytes. No default.
+	ControlPlaneKey string `env:"CAPSTAN_CONTROL_PLANE_KEY"`
 }
 
 // metricsAddr returns MetricsAddr or its default.
 func (c config) metricsAddr() string { return cmp.Or(c.MetricsAddr, defaultMetricsAddr) }
 
 // validate checks what the env tags cannot: the reconciler's ranges, and
-// that the internal token is not a placeholder or short
+// that the control-plane key is set and not a placeholder or short
 // (svc.CheckSecrets).
 func (c config) validate() error {
-	return errors.Join(c.reconciler().Validate(), svc.CheckSecrets(map[string]string{"CAPSTAN_INTERNAL_TOKEN": c.InternalToken}))
+	var errs []error
+	if c.ControlPlaneKey == "" {
+		errs = append(errs, errors.New("CAPSTAN_CONTROL_PLANE_KEY is required: calls to executors carry credentials derived from it"))
+	}
+	return errors.Join(append(errs, c.reconciler().Validate(),
+		svc.CheckSecrets(map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": c.ControlPlaneKey}))...)
 }
 
 // reconciler returns the reconciler's part of the config.
@@ -75,6 +83,6 @@ func (c config) reconciler() reconciler.Config {
 		WorkerGrace:              c.WorkerGrace,
 		DelayedTaskCheckInterval: c.DelayedTaskCheckInterval,
 		TaskCheckInterval:        c.TaskCheckInterval,
-		InternalToken:            c.InternalToken,
+		ControlPlaneKey:          workerkey.New(c.ControlPlaneKey),
 	}
 }

@@ -70,10 +70,12 @@ type Config struct {
 	// otherwise (HOME is a sandboxed attempt's work directory). Env
 	// CAPSTAN_EXECUTOR_PASS_ENV, default none.
 	PassEnv []string `env:"CAPSTAN_EXECUTOR_PASS_ENV" envSeparator:","`
-	// InternalToken is the bearer secret the executor's own API (abort)
-	// requires, shared with the abort reconciler; unset, every abort is
-	// refused with 401. Env CAPSTAN_INTERNAL_TOKEN, no default.
-	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
+	// MetricsToken is the bearer secret GET /metrics on the executor's API
+	// requires: the operator's scraper's, never sent by the control plane
+	// (whose calls carry the worker's own executor credential, which each
+	// registration answers). Env CAPSTAN_EXECUTOR_METRICS_TOKEN, default
+	// unset: /metrics answers 401.
+	MetricsToken string `env:"CAPSTAN_EXECUTOR_METRICS_TOKEN"`
 	// Addr is the listen address of the executor's API; port 0 picks a free
 	// port. Env CAPSTAN_EXECUTOR_ADDR, default 127.0.0.1:0.
 	Addr string `env:"CAPSTAN_EXECUTOR_ADDR" envDefault:"127.0.0.1:0"`
@@ -126,6 +128,17 @@ type Config struct {
 	// runtime the executor does not advertise plugin.container. Env
 	// CAPSTAN_CONTAINER_RUNTIME, default auto.
 	ContainerRuntime string `env:"CAPSTAN_CONTAINER_RUNTIME" envDefault:"auto"`
+	// HTTPAllow lists, comma-separated, the loopback, link-local
+	// (169.254.0.0/16, fe80::/10: cloud metadata endpoints) and unspecified
+	// targets the http plugin may reach anyway: CIDRs ("127.0.0.0/8"),
+	// addresses ("::1") or host names (every address they resolve to). The
+	// plugin checks the address each connection goes to, redirects
+	// included. Env CAPSTAN_HTTP_ALLOW, default none.
+	HTTPAllow string `env:"CAPSTAN_HTTP_ALLOW"`
+	// HTTPTimeout bounds an http attempt whose step sets neither
+	// attempt_timeout nor timeout: its request, redirects and body. Env
+	// CAPSTAN_HTTP_TIMEOUT, default 5m.
+	HTTPTimeout time.Duration `env:"CAPSTAN_HTTP_TIMEOUT" envDefault:"5m"`
 	// LogLimit is how many bytes of stdout and of stderr are kept per
 	// attempt (the last ones). Env CAPSTAN_LOG_LIMIT, in bytes, default 65536.
 	LogLimit int `env:"CAPSTAN_LOG_LIMIT" envDefault:"65536"`

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/caarlos0/env/v11"
@@ -29,8 +30,9 @@ const service = "executor"
 
 func main() {
 	cfg, err := env.ParseAs[Config]()
+	svc.Healthcheck(os.Args[1:], cfg.Addr)
 	err = errors.Join(err, svc.CheckSecrets(map[string]string{"CAPSTAN_WORKER_TOKEN": cfg.WorkerToken,
-		"CAPSTAN_INTERNAL_TOKEN": cfg.InternalToken}))
+		"CAPSTAN_EXECUTOR_METRICS_TOKEN": cfg.MetricsToken}))
 	log := svc.Setup(service, cfg.Common, err)
 	svc.Exit(log, run(cfg, log))
 }
@@ -97,10 +99,9 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	srv.ServeMetrics(newRegistry(sup, cfg.slots()))
 	redis := asynq.NewClient(cfg.Redis())
 	srv.SetDependencies(dependencies(redis, cfg.APIURL))
-	if cfg.InternalToken == "" {
-		log.Warn("CAPSTAN_INTERNAL_TOKEN is unset: the executor refuses every abort")
-	}
-	srv.RequireToken(cfg.InternalToken)
+	// Only the control plane knows the credential of this worker's
+	// current registration: the executor's API takes no other.
+	srv.Guard(client.ExecutorCredential, cfg.MetricsToken)
 	built = true
 	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis, client: client,
 		kube: kube, stopKube: stopKube}, nil
@@ -137,7 +138,8 @@ func newSupervisor(cfg Config, client *agent.Client, plugins *plugin.Registry,
 // newPlugins returns the registry of the plugins the executor runs: the
 // container plugin only when ContainerRuntime finds a working runtime (a
 // named one that does not work is logged, not fatal: the executor runs the
-// other plugins). Errors: an unknown ContainerRuntime.
+// other plugins). Errors: an unknown ContainerRuntime, an HTTPAllow that
+// does not parse.
 func newPlugins(cfg Config, kube *plugin.Kubernetes, log *slog.Logger) (*plugin.Registry, error) {
 	rt, err := plugin.DetectRuntime(context.Background(), cfg.ContainerRuntime, 0)
 	if err != nil && !isMode(cfg.ContainerRuntime) {
@@ -146,7 +148,11 @@ func newPlugins(cfg Config, kube *plugin.Kubernetes, log *slog.Logger) (*plugin.
 	if err != nil {
 		log.Warn("container runtime does not work; no container plugin", "runtime", cfg.ContainerRuntime, "err", err)
 	}
-	reg := plugin.NewDefault(plugin.Config{Runtime: rt, Kubernetes: kube})
+	allow, err := plugin.ParseHTTPAllow(cfg.HTTPAllow)
+	if err != nil {
+		return nil, err
+	}
+	reg := plugin.NewDefault(plugin.Config{Runtime: rt, HTTPAllow: allow, HTTPTimeout: cfg.HTTPTimeout, Kubernetes: kube})
 	log.Info("plugins", "plugins", reg.Names(), "container_runtime", rt)
 	return reg, nil
 }

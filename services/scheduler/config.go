@@ -10,6 +10,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
 	"github.com/capstan-run/capstan/services/scheduler/internal/history"
 	"github.com/capstan-run/capstan/services/scheduler/internal/retention"
@@ -141,12 +142,24 @@ type config struct {
 	// PartitionAhead is how many days after today get their partitions of
 	// the history tables ahead of time, 1 to 90. Default 3.
 	PartitionAhead int `env:"CAPSTAN_PARTITION_AHEAD" envDefault:"3"`
+	// ControlPlaneKey is the api's CAPSTAN_CONTROL_PLANE_KEY (set it alike
+	// on the api, the scheduler and the abort reconciler): every spec the
+	// placement dispatches through Redis is signed under its worker's
+	// dispatch key, derived from it, and an executor runs no spec that
+	// does not verify. Required; at least 32 bytes. No default.
+	ControlPlaneKey string `env:"CAPSTAN_CONTROL_PLANE_KEY"`
 }
 
-// scheduler returns the scheduler's part of the config; queues is the
-// asynq inspector the liveness pass reads worker queues with.
-// validate checks the settings before anything connects.
+// validate checks the settings before anything connects, the
+// control-plane key (set, not a placeholder or short: svc.CheckSecrets)
+// first.
 func (c config) validate() error {
+	if c.ControlPlaneKey == "" {
+		return errors.New("CAPSTAN_CONTROL_PLANE_KEY is required: dispatched specs are signed under keys derived from it")
+	}
+	if err := svc.CheckSecrets(map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": c.ControlPlaneKey}); err != nil {
+		return err
+	}
 	if c.MetricsRefresh < 0 {
 		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
 	}
@@ -185,6 +198,8 @@ func (c config) firing() firing.Config {
 		AbortMaxRetry: queue.AbortTaskRetries(c.AbortMaxAttempts)}
 }
 
+// scheduler returns the scheduler's part of the config; queues is the
+// asynq inspector the liveness pass reads worker queues with.
 func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 	return scheduler.Config{
 		Tick: c.Tick, WorkerGrace: c.WorkerGrace,
@@ -195,7 +210,8 @@ func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 			DeadRetention: c.DeadWorkerRetention, Queues: queues},
 		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,
 			WaitBackoffCap: c.MaxWaitBackoff, OnFailure: c.OnFailure},
-		Cache: scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval, SweepInterval: c.CacheSweepInterval},
+		Cache:           scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval, SweepInterval: c.CacheSweepInterval},
+		ControlPlaneKey: workerkey.New(c.ControlPlaneKey),
 	}
 }
 

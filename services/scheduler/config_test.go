@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -9,11 +10,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// parse reads vars as the environment, with a control-plane key unless
+// vars name one.
 func parse(t *testing.T, vars map[string]string) config {
 	t.Helper()
+	vars = maps.Clone(vars)
+	if _, ok := vars["CAPSTAN_CONTROL_PLANE_KEY"]; !ok {
+		vars["CAPSTAN_CONTROL_PLANE_KEY"] = "0123456789abcdefghijklmnopqrstuvwxyz"
+	}
 	cfg, err := env.ParseAsWithOptions[config](env.Options{Environment: vars}) // never the process's environment
 	require.NoError(t, err)
 	return cfg
+}
+
+// TestControlPlaneKey: the scheduler signs dispatched specs under keys
+// derived from CAPSTAN_CONTROL_PLANE_KEY, which it requires, and refuses a
+// placeholder.
+func TestControlPlaneKey(t *testing.T) {
+	t.Parallel()
+	require.False(t, parse(t, map[string]string{}).scheduler(nil).ControlPlaneKey.IsZero())
+	require.ErrorContains(t, parse(t, map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": ""}).validate(),
+		"CAPSTAN_CONTROL_PLANE_KEY is required")
+	require.ErrorContains(t, parse(t, map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": "change-me"}).validate(),
+		"CAPSTAN_CONTROL_PLANE_KEY is a placeholder")
 }
 
 // TestDeadWorkerRetention: CAPSTAN_DEAD_WORKER_RETENTION (a Go duration,

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 )
 
 // maxReasonRunes is the executor API's maxLength for an abort reason; a
@@ -149,12 +151,20 @@ func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reas
 }
 
 // abortAttempt calls POST {address}/v1/attempts/{id}/abort {reason, cause} within
-// CallTimeout. 200 means killed; a not-found answer means already gone;
-// anything else (5xx, refused, timeout) is a failure.
+// CallTimeout, authenticated to a's worker alone (credential). 200 means
+// killed; a not-found answer means already gone; anything else (5xx,
+// refused, 401, timeout), or no credential to send, is a failure.
 func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reason, cause string) (outcome, error) {
 	addr := *a.Address
+	bearer, err := r.credential(a)
+	if err != nil {
+		return outcomeFailed, fmt.Errorf("attempt %d: %w", a.ID, err)
+	}
 	c, err := executorapi.NewClientWithResponses(addr, executorapi.WithHTTPClient(r.http),
-		executorapi.WithRequestEditorFn(r.authorize))
+		executorapi.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+			return nil
+		}))
 	if err != nil {
 		return outcomeFailed, fmt.Errorf("attempt %d: executor client for %q: %w", a.ID, addr, err)
 	}
@@ -250,10 +260,29 @@ func deref(s *string) string {
 	return *s
 }
 
-// authorize sets the bearer internal token on a call to an executor.
-func (r *Reconciler) authorize(_ context.Context, req *http.Request) error {
-	if r.cfg.InternalToken != "" {
-		req.Header.Set("Authorization", "Bearer "+r.cfg.InternalToken)
+// errNoCredential fails a call to an executor the reconciler holds no
+// credential of.
+var errNoCredential = errors.New("no executor credential")
+
+// credential returns the executor credential of a's worker, derived from
+// the control-plane key and checked against the digest its registration
+// stored, so that a call carries no secret but the one that worker's
+// executor expects. Errors (wrapping errNoCredential): the reconciler has
+// no key; the worker has no stored digest, or one another key derives (its
+// executor must register again, or this reconciler's
+// CAPSTAN_CONTROL_PLANE_KEY is not the api's).
+func (r *Reconciler) credential(a store.LiveAttempt) (string, error) {
+	switch {
+	case r.cfg.ControlPlaneKey.IsZero():
+		return "", fmt.Errorf("%w: the reconciler has no control-plane key", errNoCredential)
+	case a.WorkerID == nil || len(a.CredentialSHA256) == 0:
+		return "", fmt.Errorf("%w: worker %s registered none (its executor must register again)", errNoCredential,
+			deref(a.WorkerID))
 	}
-	return nil
+	c := r.cfg.ControlPlaneKey.Credential(*a.WorkerID)
+	if subtle.ConstantTimeCompare(workerkey.Digest(c), a.CredentialSHA256) != 1 {
+		return "", fmt.Errorf("%w: worker %s registered under another control-plane key (CAPSTAN_CONTROL_PLANE_KEY "+
+			"must be the api's; or its executor must register again)", errNoCredential, *a.WorkerID)
+	}
+	return c, nil
 }

@@ -294,7 +294,7 @@ func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status, "a worker token reads no user route")
 
 	// Deleted elsewhere (the scheduler's ARC rule), its token goes with it:
-	// 404 while this api still remembers the token (tokenCacheTTL), 401
+	// 404 while this api still remembers the token (TokenCacheTTL), 401
 	// after; an executor registers again on either.
 	require.NoError(t, f.store.Workers().DeleteWorker(context.Background(), idA))
 	status, _, _ = f.doAs(t, tokA, http.MethodPost, "/v1/workers/"+idA+"/heartbeat", `{}`)

@@ -88,8 +88,8 @@ func approval(a store.Action) *api.Approval {
 	if a.DecidedAt != nil {
 		at = *a.DecidedAt
 	}
-	return &api.Approval{Decision: api.ApprovalDecision(*a.Decision), By: a.DecidedBy, At: at,
-		Comment: a.DecisionComment}
+	return &api.Approval{Decision: api.ApprovalDecision(*a.Decision), By: a.DecidedBy, TokenId: a.DecidedByTokenID,
+		TokenName: a.DecidedByTokenName, At: at, Comment: a.DecisionComment}
 }
 
 func toTask(d store.TaskDetail) api.Task {

@@ -89,6 +89,10 @@ type Task struct {
 	// MaxProcs, when positive, bounds a container's processes
 	// (--pids-limit).
 	MaxProcs int
+	// Timeout bounds the attempt's work where the plugin bounds it itself
+	// (http): the step's attempt_timeout, else its timeout; 0 for none
+	// (the plugin's default).
+	Timeout time.Duration
 	// LogLimit is how many bytes of stdout and of stderr are kept.
 	LogLimit int
 	// OnOutput, when set, sees the process's output as it is read (see
@@ -173,6 +177,9 @@ const (
 	CodeHTTPClientError       = "HTTPClientError"
 	CodeHTTPUnexpectedStatus  = "HTTPUnexpectedStatus"
 	CodeHTTPBodyNotText       = "HTTPBodyNotText"
+	CodeHTTPTargetRefused     = "HTTPTargetRefused"
+	CodeHTTPTooManyRedirects  = "HTTPTooManyRedirects"
+	CodeHTTPTimeout           = "HTTPTimeout"
 	// CodeNotReady: the work answered that its target is not ready yet
 	// (PhaseWaiting).
 	CodeNotReady = "NotReady"

@@ -56,7 +56,9 @@ func TestFailureClassification(t *testing.T) {
 	defer srv.Close()
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	withRuntime := plugin.NewDefault(plugin.Config{Runtime: fakeDockerPath(t)})
+	loopback, err := plugin.ParseHTTPAllow("127.0.0.0/8") // the test's servers
+	require.NoError(t, err)
+	withRuntime := plugin.NewDefault(plugin.Config{Runtime: fakeDockerPath(t), HTTPAllow: loopback})
 
 	cases := []struct {
 		name, rule string
@@ -90,6 +92,9 @@ func TestFailureClassification(t *testing.T) {
 			false, api.User, "HTTPServerError", "503", true},
 		{"http: transport error", ruleUser, func(s *api.AttemptSpec) { s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: closed.URL} },
 			false, api.User, "HTTPTransportError", "connect", true},
+		{"http: a refused target", ruleUser, func(s *api.AttemptSpec) {
+			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: "http://169.254.169.254/latest/meta-data/"}
+		}, false, api.User, "HTTPTargetRefused", "refused to connect to 169.254.169.254:80: a link-local address", true},
 		{"http: 4xx", rulePermanent, func(s *api.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/404"}
 		},

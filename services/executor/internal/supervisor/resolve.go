@@ -48,11 +48,20 @@ func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task,
 		return nil, nil, &rep
 	}
 	t := &plugin.Task{ID: spec.Id, Spec: ps, Outputs: declaredOutputs(spec), KillGrace: s.killGrace(spec),
-		LogLimit: s.cfg.LogLimit, RunAs: s.cfg.RunAs}
+		Timeout: attemptTimeout(spec), LogLimit: s.cfg.LogLimit, RunAs: s.cfg.RunAs}
 	if s.cfg.Sandbox != nil {
 		t.RunAs = nil // the attempt's own, once leased (withDirs)
 	}
 	return p, t, nil
+}
+
+// attemptTimeout is the attempt's timeout_ms; 0 when absent or not
+// positive.
+func attemptTimeout(spec api.AttemptSpec) time.Duration {
+	if spec.TimeoutMs == nil || *spec.TimeoutMs <= 0 {
+		return 0
+	}
+	return time.Duration(*spec.TimeoutMs) * time.Millisecond
 }
 
 // killGrace is the attempt's kill_grace_ms, at most maxKillGrace; absent or

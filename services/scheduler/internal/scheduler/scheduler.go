@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -58,6 +59,12 @@ type Config struct {
 	// Now is the clock of evaluations and advances: a retry's, a wait's and
 	// a step's backoff are due from its time. Default time.Now.
 	Now func() time.Time
+	// ControlPlaneKey is CAPSTAN_CONTROL_PLANE_KEY, the api's: the specs a
+	// placement dispatches are signed under each worker's dispatch key,
+	// derived from it (package workerkey). Zero: dispatches carry ids
+	// alone, and each executor reads its attempts from the api. No
+	// default.
+	ControlPlaneKey workerkey.Key
 }
 
 // Validate reports the settings that cannot work: a negative duration,

@@ -131,7 +131,7 @@ function notes(a) {
   if (a.reason) n.push(`reason: ${esc(a.reason)}`);
   if (a.step_retries) n.push(`step retries ${a.step_retries}`);
   if (a.abort) n.push(`abort: ${a.abort.outcome === 'needs_intervention' ? '<b>manual intervention may be required</b>' : esc(a.abort.outcome || 'delivering')} (${a.abort.attempt_count} attempt(s))`);
-  if (a.approval) n.push(`<span class="approval">${esc(a.approval.decision)}${a.approval.by ? ' by ' + esc(a.approval.by) : ''}${a.approval.comment ? ': “' + esc(a.approval.comment) + '”' : ''}</span>`);
+  if (a.approval) n.push(`<span class="approval">${esc(a.approval.decision)}${a.approval.token_name ? ' by token ' + esc(a.approval.token_name) : ''}${a.approval.by ? ' as ' + esc(a.approval.by) : ''}${a.approval.comment ? ': “' + esc(a.approval.comment) + '”' : ''}</span>`);
   return n.join('<br>');
 }
 
