@@ -297,8 +297,11 @@ func TestKubernetesDisruptedPodIsALostAttempt(t *testing.T) {
 	tk := task(domain.KubernetesSpec{Image: "busybox:1", Env: map[string]string{"KWOK_RUN_TIME": "1h"}})
 	k.untilRunning(tk)
 	pod := k.pod(tk)
+	// A transition time of now: the disruption controller resets to False a
+	// DisruptionTarget older than its timeout on a Pod not being deleted.
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget,
-		Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager", Message: "Taint manager: deleting due to NoExecute taint"})
+		Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now(), Reason: "DeletionByTaintManager",
+		Message: "Taint manager: deleting due to NoExecute taint"})
 	_, err := k.client.CoreV1().Pods(k.ns).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	tr := k.run(tk)
