@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -59,6 +60,11 @@ var kinds = map[string]func() any{
 	"batch/v1/Job":                       func() any { return &batchv1.Job{} },
 	"policy/v1/PodDisruptionBudget":      func() any { return &policyv1.PodDisruptionBudget{} },
 	"networking.k8s.io/v1/NetworkPolicy": func() any { return &networkingv1.NetworkPolicy{} },
+	"v1/ServiceAccount":                  func() any { return &corev1.ServiceAccount{} },
+	"rbac.authorization.k8s.io/v1/Role":  func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any {
+		return &rbacv1.RoleBinding{}
+	},
 	"autoscaling/v2/HorizontalPodAutoscaler": func() any {
 		return &autoscalingv2.HorizontalPodAutoscaler{}
 	},
@@ -577,6 +583,7 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Run("environment", func(t *testing.T) { checkEnvironment(t, c, reads) })
 			t.Run("migrate job", func(t *testing.T) { checkMigrateJob(t, c) })
 			t.Run("executor", func(t *testing.T) { checkExecutor(t, c, reads) })
+			t.Run("executor rbac", func(t *testing.T) { checkExecutorRBAC(t, c) })
 			t.Run("disruption budgets", func(t *testing.T) { checkPDBs(t, c) })
 			t.Run("autoscalers", func(t *testing.T) { checkHPAs(t, c, overlay) })
 			t.Run("network policy", func(t *testing.T) { checkNetworkPolicy(t, c) })
@@ -1159,4 +1166,37 @@ func TestSwitchesUser(t *testing.T) {
 	require.False(t, switchesUser(corev1.Container{Env: runAs("10002:10002")}, caps("SETUID", "SYS_ADMIN")), "a cap too many")
 	require.False(t, switchesUser(corev1.Container{Env: runAs("10002:10002")},
 		&corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SETUID"}}}), "ALL kept")
+}
+
+// checkExecutorRBAC: the executor runs under its service account, whose
+// only grant is a Role of its namespace over pods, pods/log and events (the
+// kubernetes plugin's needs), never a ClusterRole.
+func checkExecutorRBAC(t *testing.T, c *cluster) {
+	var roles []*rbacv1.Role
+	var bindings []*rbacv1.RoleBinding
+	for _, obj := range c.objects {
+		switch o := obj.(type) {
+		case *rbacv1.Role:
+			roles = append(roles, o)
+		case *rbacv1.RoleBinding:
+			bindings = append(bindings, o)
+		}
+	}
+	require.Len(t, roles, 1, "one Role: the executor's")
+	role := roles[0]
+	require.Equal(t, namespace, role.Namespace)
+	allowed := map[string]bool{"pods": true, "pods/log": true, "events": true}
+	for _, r := range role.Rules {
+		require.Equal(t, []string{""}, r.APIGroups, "core resources only")
+		for _, res := range r.Resources {
+			require.Truef(t, allowed[res], "the Role grants %s: only pods, pods/log and events", res)
+		}
+		require.NotContains(t, r.Verbs, "*")
+	}
+	require.Len(t, bindings, 1)
+	b := bindings[0]
+	require.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}, b.RoleRef)
+	w := c.byComponent(t, "executor")
+	require.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: w.spec.ServiceAccountName, Namespace: namespace}},
+		b.Subjects, "bound to the executor's service account")
 }

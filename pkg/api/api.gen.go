@@ -174,6 +174,45 @@ func (e ConcurrencyKeyKind) Valid() bool {
 	}
 }
 
+// Defines values for KubernetesSpecTolerationsEffect.
+const (
+	NoExecute        KubernetesSpecTolerationsEffect = "NoExecute"
+	NoSchedule       KubernetesSpecTolerationsEffect = "NoSchedule"
+	PreferNoSchedule KubernetesSpecTolerationsEffect = "PreferNoSchedule"
+)
+
+// Valid indicates whether the value is a known member of the KubernetesSpecTolerationsEffect enum.
+func (e KubernetesSpecTolerationsEffect) Valid() bool {
+	switch e {
+	case NoExecute:
+		return true
+	case NoSchedule:
+		return true
+	case PreferNoSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KubernetesSpecTolerationsOperator.
+const (
+	Equal  KubernetesSpecTolerationsOperator = "Equal"
+	Exists KubernetesSpecTolerationsOperator = "Exists"
+)
+
+// Valid indicates whether the value is a known member of the KubernetesSpecTolerationsOperator enum.
+func (e KubernetesSpecTolerationsOperator) Valid() bool {
+	switch e {
+	case Equal:
+		return true
+	case Exists:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LogChunkStream.
 const (
 	Stderr LogChunkStream = "stderr"
@@ -615,7 +654,10 @@ type AttemptReport struct {
 
 	// Outputs With SUCCEEDED: the values the task wrote, output name → value. Names are environment-variable names; each value, and all of them together, at most 1 MiB, no NUL. Ignored with other states.
 	Outputs *map[string]string `json:"outputs,omitempty"`
-	Pid     *int               `json:"pid,omitempty"`
+
+	// PendingReason With BUILDING: why the work waits to be placed where it runs (a Pod no node takes: the Kubernetes scheduler's message), sent again each time it changes; the task's pending_reason until the attempt runs. Ignored with other states.
+	PendingReason *string `json:"pending_reason,omitempty"`
+	Pid           *int    `json:"pid,omitempty"`
 
 	// State Iris task states; the database stores their numeric values.
 	State TaskState `json:"state"`
@@ -657,6 +699,9 @@ type AttemptSpec struct {
 
 	// KillGraceMs Milliseconds between SIGTERM and SIGKILL on abort.
 	KillGraceMs *int64 `json:"kill_grace_ms,omitempty"`
+
+	// Kubernetes The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
 
 	// Network The step's network: `none`, or absent for the executor's.
 	Network *string `json:"network,omitempty"`
@@ -1045,6 +1090,36 @@ type HeartbeatReport struct {
 	// Draining The executor is shutting down: place no new work on it (sticky).
 	Draining *bool `json:"draining,omitempty"`
 }
+
+// KubernetesSpec The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+type KubernetesSpec struct {
+	Args         *[]string          `json:"args,omitempty"`
+	Command      *[]string          `json:"command,omitempty"`
+	Env          *map[string]string `json:"env,omitempty"`
+	Image        string             `json:"image"`
+	Namespace    *string            `json:"namespace,omitempty"`
+	NodeSelector *map[string]string `json:"node_selector,omitempty"`
+
+	// Resources Resource name to quantity, e.g. {requests: {cpu: "500m", memory: "1Gi"}}.
+	Resources *struct {
+		Limits   *map[string]string `json:"limits,omitempty"`
+		Requests *map[string]string `json:"requests,omitempty"`
+	} `json:"resources,omitempty"`
+	ServiceAccount *string `json:"service_account,omitempty"`
+	Tolerations    *[]struct {
+		Effect            *KubernetesSpecTolerationsEffect   `json:"effect,omitempty"`
+		Key               *string                            `json:"key,omitempty"`
+		Operator          *KubernetesSpecTolerationsOperator `json:"operator,omitempty"`
+		TolerationSeconds *int64                             `json:"toleration_seconds,omitempty"`
+		Value             *string                            `json:"value,omitempty"`
+	} `json:"tolerations,omitempty"`
+}
+
+// KubernetesSpecTolerationsEffect defines model for KubernetesSpec.Tolerations.Effect.
+type KubernetesSpecTolerationsEffect string
+
+// KubernetesSpecTolerationsOperator defines model for KubernetesSpec.Tolerations.Operator.
+type KubernetesSpecTolerationsOperator string
 
 // LiveAttemptsRequest defines model for LiveAttemptsRequest.
 type LiveAttemptsRequest struct {
@@ -1514,6 +1589,9 @@ type Step struct {
 	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject; `workflow` runs the template `workflow` as a child run with `params` (and `inputs` as params by their `as` names), and its phase follows the child's.
 	Kind *string `json:"kind,omitempty"`
 
+	// Kubernetes The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
+
 	// MaxRetriesFailure How many times a task whose command exits non-zero is retried (0 to 100).
 	MaxRetriesFailure *int `json:"max_retries_failure,omitempty"`
 
@@ -1541,7 +1619,7 @@ type Step struct {
 	// Params A workflow step's values of its child's params.
 	Params *ParamValues `json:"params,omitempty"`
 
-	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
+	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `kubernetes` runs `kubernetes` as one Pod per attempt, on the executors configured for a cluster; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
 	Plugin *string `json:"plugin,omitempty"`
 
 	// Priority production (never preempted), interactive (the default) or batch (preemptible).
@@ -2059,6 +2137,9 @@ type CreateTokenJSONRequestBody = CreateTokenRequest
 
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
+
+// AdoptAttemptsJSONRequestBody defines body for AdoptAttempts for application/json ContentType.
+type AdoptAttemptsJSONRequestBody = LiveAttemptsRequest
 
 // LiveAttemptsJSONRequestBody defines body for LiveAttempts for application/json ContentType.
 type LiveAttemptsJSONRequestBody = LiveAttemptsRequest
@@ -2839,6 +2920,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptAttemptsWithBody An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttempts(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
 	//
@@ -4433,6 +4532,44 @@ func (c *Client) DeregisterWorker(ctx context.Context, id WorkerID, reqEditors .
 // Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 func (c *Client) GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkerAttemptsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptAttemptsWithBody An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *Client) AdoptAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptAttemptsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *Client) AdoptAttempts(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptAttemptsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -8132,6 +8269,53 @@ func NewGetWorkerAttemptsRequest(server string, id WorkerID, params *GetWorkerAt
 	return req, nil
 }
 
+// NewAdoptAttemptsRequest calls the generic AdoptAttempts builder with application/json body
+func NewAdoptAttemptsRequest(server string, id WorkerID, body AdoptAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAdoptAttemptsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAdoptAttemptsRequestWithBody constructs an http.Request for the AdoptAttempts method, with any body, and a specified content type
+func NewAdoptAttemptsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/attempts/adopt", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewLiveAttemptsRequest calls the generic LiveAttempts builder with application/json body
 func NewLiveAttemptsRequest(server string, id WorkerID, body LiveAttemptsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -9133,6 +9317,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error)
+
+	// AdoptAttemptsWithBodyWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error)
+
+	// AdoptAttemptsWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithResponse(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error)
 
 	// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
 	//
@@ -12306,6 +12508,54 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+type AdoptAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AttemptIDList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdoptAttemptsResponse) GetJSON200() *AttemptIDList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r AdoptAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdoptAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdoptAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdoptAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type LiveAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -13777,6 +14027,36 @@ func (c *ClientWithResponses) GetWorkerAttemptsWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseGetWorkerAttemptsResponse(rsp)
+}
+
+// AdoptAttemptsWithBodyWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *ClientWithResponses) AdoptAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error) {
+	rsp, err := c.AdoptAttemptsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptAttemptsResponse(rsp)
+}
+
+// AdoptAttemptsWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *ClientWithResponses) AdoptAttemptsWithResponse(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error) {
+	rsp, err := c.AdoptAttempts(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptAttemptsResponse(rsp)
 }
 
 // LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
@@ -16107,6 +16387,39 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 	return response, nil
 }
 
+// ParseAdoptAttemptsResponse parses an HTTP response from a AdoptAttemptsWithResponse call
+func ParseAdoptAttemptsResponse(rsp *http.Response) (*AdoptAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdoptAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AttemptIDList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseLiveAttemptsResponse parses an HTTP response from a LiveAttemptsWithResponse call
 func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16431,6 +16744,9 @@ type ServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	// (POST /v1/workers/{id}/attempts/adopt)
+	AdoptAttempts(ctx echo.Context, id WorkerID) error
 	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
 	// (POST /v1/workers/{id}/attempts/live)
 	LiveAttempts(ctx echo.Context, id WorkerID) error
@@ -18350,6 +18666,22 @@ func (w *ServerInterfaceWrapper) GetWorkerAttempts(ctx echo.Context) error {
 	return err
 }
 
+// AdoptAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) AdoptAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.AdoptAttempts(ctx, id)
+	return err
+}
+
 // LiveAttempts converts echo context to params.
 func (w *ServerInterfaceWrapper) LiveAttempts(ctx echo.Context) error {
 	var err error
@@ -18491,6 +18823,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/runs/existing", wrapper.ExistingRuns, options.OperationMiddlewares["ExistingRuns"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/attempts/live", wrapper.LiveAttempts, options.OperationMiddlewares["LiveAttempts"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/attempts/adopt", wrapper.AdoptAttempts, options.OperationMiddlewares["AdoptAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
@@ -21493,6 +21826,45 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
+type AdoptAttemptsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *AdoptAttemptsJSONRequestBody
+}
+
+type AdoptAttemptsResponseObject interface {
+	VisitAdoptAttemptsResponse(w http.ResponseWriter) error
+}
+
+type AdoptAttempts200JSONResponse AttemptIDList
+
+func (response AdoptAttempts200JSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type LiveAttemptsRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *LiveAttemptsJSONRequestBody
@@ -21848,6 +22220,9 @@ type StrictServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx context.Context, request GetWorkerAttemptsRequestObject) (GetWorkerAttemptsResponseObject, error)
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	// (POST /v1/workers/{id}/attempts/adopt)
+	AdoptAttempts(ctx context.Context, request AdoptAttemptsRequestObject) (AdoptAttemptsResponseObject, error)
 	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
 	// (POST /v1/workers/{id}/attempts/live)
 	LiveAttempts(ctx context.Context, request LiveAttemptsRequestObject) (LiveAttemptsResponseObject, error)
@@ -24038,6 +24413,54 @@ func (sh *strictHandler) GetWorkerAttempts(ctx echo.Context, id WorkerID, params
 	return nil
 }
 
+// AdoptAttempts operation middleware
+func (sh *strictHandler) AdoptAttempts(ctx echo.Context, id WorkerID) error {
+	var request AdoptAttemptsRequestObject
+
+	request.Id = id
+
+	var body AdoptAttemptsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.AdoptAttempts(ctx.Request().Context(), request.(AdoptAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AdoptAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(AdoptAttemptsResponseObject); ok {
+		return validResponse.VisitAdoptAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // LiveAttempts operation middleware
 func (sh *strictHandler) LiveAttempts(ctx echo.Context, id WorkerID) error {
 	var request LiveAttemptsRequestObject
@@ -24238,397 +24661,409 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P39chs5licM3wqC70SI7E5RlMt2dVHRsauyVS5tqWSNPqZm36JHhJggma0kkp1ASmY7HPH8tRewF/Fc",
-	"2FzJEzjnAIkkkWRSH7arZ3YnumTmB5DAwfk+v/OpNcpm80wKqVWr/6k15zmfCS1y+NfhSCeZPOUzYf6V",
-	"yFa/Ned62opaEn5rcbihFbVy8fciyUXc6uu8EFFLjaZixs1T/5KLcavf+v/tlQPt4VW1B2/+/DlqHWot",
-	"ZnN9/LZmnCReO8Y4y2dcm/ukfv2yFbVmiUxmxazV349aejEXeElMRA7DveGjqXiTC65F/KMYZzl8XyzU",
-	"KE/m8EX91nuZLpieCiakzhOh2H2eaC0ku4EHmJ4miulkJlj7/Kc37Lvvvvuh021FOPu/FyJflNMf4VDX",
-	"+GgrOPWYa7Fr3tdyU1Y6T+SknPF5IRvMEyaWF5Ld55kWdVPKC9naeptgFhdazJtOQ2kxx3mwdiIZlwsz",
-	"s4gVMhVKsWFeyCEz9wnNdJbVLqB5zwOn+28iVzDFjTPOxjjpkXmM3eFzrG1uMePvKDaES126NKydLt1Q",
-	"mfGcay1yc/N//H64+//nu//o7f7Qvd798Gk/ev3d538Jb3uRqyxfnfvlVDApPurrEdyAUxdsnou7JCsU",
-	"m/NJ7c7jI5W5zfjHEyEnetrqv+j1QhN5m814ImtOZ4wXH80FTrjSR3dC6uO3Pwsei5oPT2L7vSlXmgnz",
-	"BPxzlCbmz1yMRHIn4gOGW5cLPmO5UMVMKMbHWuQs0W51pjiS+xgziV2Yxe7x2/pVCi2SN/9/hTVfmX7l",
-	"5Wyc5TRnc1y4ZiMuZabhNOC0FH4D/oPdJ1Kx+6nhQZmeMp4Lc2vdPpvFuYbFuQb22YRd9oLs8iSZJdrt",
-	"/fIwcNF/fSzGvEh1q/+qF5lFw1e/MoS1gS+f5dnfxEjXkNmcrj6azs6LdTINOeMjh7gYTUVcpGLNOIpu",
-	"efxgv2X5rcgfLTyLAu5cpWvz/nGa3a/5mHu65bEf89k8r+aZVAI0kLM8u0nFzPw5yqQWEoiDz+dpMuLm",
-	"UO3N8Y4//00hk282nH0vjFg9o4eSGYH+w8tX3zN6eReWgZ4Fxegmy/VJomA28zybi1wnOGNuLsFfiRYz",
-	"tWki8KZzMcryuPXZLT7Pc74w//aY/Co3ObxRht9lsmSGlvGvbmK5Lb/bOX5w92U3cLKMJubNZ/XbUN3r",
-	"f1p+f9TiqMFdj7IC96g61bciTe5EvmB5VshYMbhNxExlbMxzb8aOHZSvTOLV910IDeyTS0a3sdskTc2L",
-	"Vrjb6ptHvFAi+Bmxk3Mrl24TGZjIENdk2Ic9gIU10snMCy4wLmMjovKFniZywgoZg/w5YEOaOD1qpm+e",
-	"zKSwn2S+RkjDLn8vNW265m1eOcWs0KNsFlBmhzGuv4iHEctyNpRCxOraLEluJIT5ApQsv/KPpIwrds8V",
-	"y4VReeIATUWOIYdWKxdc1ZCKoUShjD7MdXhn76dJKliijWp4I8yyuflXdniNzhwBHw8NX8xjXg7eUP/2",
-	"Tw8QQuSJo1L/AdHhtgrJbPlsVGaw5gjCIsGpi+PEvJGnZ95pHPNUiWjpgJarvnz8QCQrpjM2aF0pkTO3",
-	"C0i0g5ZZWU/F2e+FNcHwdC8014UKcIxltrDmMFanDLMScQQ2VlZoVMTpUAnDQy6Pfz16e/3+6rIDNB1g",
-	"B0YhNv8QsbnhHsTkdZopHSTnL3x6nuCElCzn4QdlWTRUNixInk4IBARfI3FHxGJY/HyeZ3c83fiYvQ/o",
-	"ZTQV17cioF4fou0WW3vN3BS1MjkyzESxRM4LrUBvzoXK0juzSn1ZpGlge3AY5eh6/Uhplt0W8z77+fiS",
-	"tRPNLq7evDk6env0lt0nRlWXYGUudhTLCo2zkDHLuWQyY5qr207Efj2+uICH80KqjiG0s/dnVyeHl0dv",
-	"8WcuI6aK0UiI2BxbGZNpbY3YRafLSCeAw0Dmd6Kn5vyg7eqJlJ+PL1tRy4zailpuqKBgicXcHLlr3Hen",
-	"2Kzct6y+CBlvxWmj1kRIkXMdtNgvS0t8VOQ52HqF7DPOcqHzhbUK4avh+3OhNM81g/9VcNEoVBFQg1l1",
-	"sw3iPqx+WHm/MkVJavDqhUxbF8/K3H8z7IEDM4vZPU80a8cFfmiE0+8AV2su34iQ6iVESL1ZIuKSTGld",
-	"6aURMx/J/vP//F92x9NCRIwrb9Ec2c1YW+c8SQ3nkeI+TaQwp26uOwc++bFcgMKu2KDo9b4TbJ9NuYqA",
-	"Sg2HhNEixtn/unh/yoB6zGa6AXdwFuYEww+7iYzFR5blscgdyQMDlpn09d+Sa815LmRYVZkbARRmtbBr",
-	"jqZAw74RI7M0Z4dXF0dvm+/WfMpRyq21SuCmimxYns+inA4cLhBsPDFbJrqTLsuF+eIakQPnYMsDaYa6",
-	"NgRKNFWd0M/ZPZtxuQDCxhN2P81SmuGYJ6mIWTuT1+bPIhdMFcqwkg4qvXkhGSw/+TUSY8EoRW8aZXKc",
-	"TIpcxIwmED6phiTqDI9ygkC5epWFlBzHECVr90LME57ubBq+yWH0Hlzlbqtz2rFn7mZh2JgWtM+fBi13",
-	"eAet/g8//NCLBq3zq9PT49N3A6O+fcYjyLXAM2iOhtETOByX4CGBkUKeUgGGpWWwqIS5mcHb9VQkuVW+",
-	"VIT7t7rC4yRXOsJD7/2cmP9zR7pv/s3RU2zeAw/hDNpcs1mmNHvR6xywcZ7N2LujS9btdvdwVmrvE/7x",
-	"GZ+FpwwjIU+pkZrgsmJc3ZqdBvdZE0v9kqvbkIyDRbhea6jT1nqeWnN7uaawjO26D/kf+OhfDU/1WN0Q",
-	"Hhuijuk8AMFzbxhEIifX49DkfptyzTgxNNbOchRHiZx06AwY9mKWqs98kaUK4NmkmTH73GbvA8jPyJlR",
-	"wPMqh7h6pCxZBnVRT39c8eK4qdGBj8UoUUkm3TIWUicp/Bwjw1y2XZpzyZtFeNdTfiNSZHWo07MJvxNG",
-	"nVNseLMYdiJWyNFUjG5FXN3ehG5dkmiegprNZnUizX6queg8CLAcAp2BKCSCup7OboUMOl2qzne4D/6y",
-	"o4HJwws9NTbRyJi4yBvaQx7PEjkExmoeuMkyrXTO5/iSJcIu5K3M7mUXJsrj9zJdWF9izWStRrY8Xa5x",
-	"gB2F+oxdWG/LN4ywRLpuXY1Rv5YiH2a/3wSNGiQis3j304wmr8wRHBl2GRvdbJLcCfQ1yUwzR1CV3UlU",
-	"5RHg5JXNsmuFljZ9iGHzRBHw/nLFO0seg1DoqEKmD/IukLtrxdyscRsUSuQRUwulxSxic5HPuGHjrM2Z",
-	"mouRi7MwKe5EbmRMJ2LEH/HDNc8nxsLmCtbSEMjC3FN6D6LSr1C6J4xsQZdFzWmNRWhvleY3qWAiz7Oc",
-	"mZtIvv/KP17AR/yEipM6+kh2X5azY3nH0yQ+S4tJIi/mYhQekqLO2/AxmEeQpYiPib62X7Gqy4wTmajp",
-	"lqMhk2ngsL1N0nRL14IsZjciD0/2YXow16KJjnABNxqpixSThKzIJb4CgReasR2qsoEf6o/G8duaQATp",
-	"YhWLvcFaV/WbsHtIrZvQSTYJeAKVjkUeJi2l46wICzKdFxKYU4C95wVxdDRa2Y1YZIZBTQUTH8Wo0Fm+",
-	"o9hNVsgYTnOcZ/N55XjeZFkquFz5SppQZCftz2PNh5+LObnAtmD5jo9ZOW04mBkaTr9RSiwPM0IHOYyZ",
-	"ELKdliMzw5hAhSHO1HJqX1DKj8yHF4FEjt/AX8WUhsWyGv2OYuNE8tRY8lmu0XqbA//ZUQyOHkiHn8xN",
-	"yT8ECZgFOq0SSbZ6U137Dc4OUk0+g5A5xsf+sqp/b8tZg8xzNTvjQ5ml8eFTryZFw2OYnnB72QtKwg0c",
-	"9PH+HNg6ZxXiHpHjBAWbukXXTWSPTNXL02WnHHIkcsGEvEvyTBrRvXvH8wTW0tyuDtB6s34hGTOOkSvw",
-	"B+lsIvTUyGBrqe2zX5MfIyYzdnp10mXHE5nlVjPMzK1opKqw26bCPassfEt2XDKg6qr9aBiEiI2B7bOO",
-	"GgeK5VQPf0eFpW1kRGbyG1nOOYXMV7nuPM+M2rA6458ML0L26c+YzQql4fCjflgGIjfM1A60Zq7mrG0X",
-	"U84najt/s1E2eY3bdpRJzROJOsFa5mNvhAmvDwoLebfVgV1Zm6nW800T+vny8szOpbHKhMGOR3ATz9tO",
-	"gRMbNEG/izFh53kWFyORq53Sc3x6+OtRyVP6yC14nid3hrUoilY47sIcd4EHOUnwcZIK9i9vDs8uLg9P",
-	"r49Pz64uL67fHp/vmbsa+nyN1ng9yflIXM8Cbq1fkzRNlBhlMlbsRuh7ISS7OH53eXT+K8zj4vjdL8cn",
-	"JyyTqNo3zC6QQhuZvDZ+Qff02dDMHsOKvAzdVHWYIBtZp996omR1BjYA5fzIsRilPBeKtorERKKFoh+y",
-	"ciPeX126nQBf/sjIBPTqh3el+eFFdSLsom/IxmzwF7iYsd7aWW4kT5rJicg7xtwL8bJNqQwYvAivtTkU",
-	"RT4SG3Wac3fjmuSE7cUauMrAeRqeHymKm09AZf34AkNrnr/cRobphRETZukhRoO/rPivpsaEFomR8V12",
-	"SOoiWuA3mAZkns7uJRjXrG14YYdpfivMFRtyAm/tgQ0I6DxL2Tzl0jCRcWbW09yLo7B7vmh4SI1ufF3R",
-	"yAJndSrStNRyBy3nD2ALoQctZp5nGCLuk2bMfjo8PrFhX9DtrXchHDx4sJG4Of3EowyPiN05K6UlirHS",
-	"7mwoy7cwO9fa7Z528Cjz80c+uh0n6QNdb0LGzZ0B2Z3IU75RcL/H286yNBktnOPhgWlH+CzE1Gs+X4+m",
-	"Im5ohK5GeMxmQeoauzFviozMKzQrs/D69pRxS+vte3OWz95fXLK9u/09uzt7n5L48x7dA8cZshnSbEK+",
-	"xdG0kLeq7kG4Dx+LgInfZHoacs/76YFblYBErTSbNKfQk2zyxsy4aoq+ePV6VYblbvUbkDxtVV0KTtJg",
-	"n8+FglTrT9stzuqCODu2UdZs9ESGxQHTeSFA5VEazEKzMQ3MDe/71vMrqAF5K1IRTlqKzZXQZ7i4sSv/",
-	"EblgdHsjGbMSOsCRaid5JDWWDCz5hx7ixf04T3Kh6lMaEtwKmzTG2TTRrD3jH6/5RJThmL+il7x5lgNl",
-	"ZT1JrsrKKuVCifzO5QatNeGgXMq7v1S5VsV8XpBSMs/mRQqRkER363Ih6tX6hi+5KwuSNuSZQvZaWUtk",
-	"F3GjY7gkp7CIJpJuzP888tycor7+m+zQtdM+r27y0sQrdN1QVN/LukIiJCg4ACOKaheSwu+bw9j44sph",
-	"q/0q6/rYQiT/CmowR3MM7bREjYziYYzlPqjGt2JhlOwpOfhIwVZzMYoo5kwGu818JOOaaCoCLTWRVDsG",
-	"+iTcgxql0dnBVYrJhWwGM3JmIzkaGdcMMixtGojNjCRyXRXcxGbCPNdYai5dEtJVDG+KGHe5B0wVo6kx",
-	"DgatFy+ng5bHrcZZbvnV6tkVecLT5B9m9SpVSsHVf5NJL8VQudRCPhOw6ijWBHw5WkngylSU2vfb4fHl",
-	"8em765/en1+/OXzz81EHZByYO5hlHDZD7+qKFc841hVApYBY9NloyiVkthjzHMRqoQwlZ2ksciu0NhOx",
-	"HTBIudMkjc8LeW44QygnaGRuAPYJaqOtAaIEzLHN8AqobqP6BM/KW7qPSBH104s0uxGGshTTWbfGXUYW",
-	"dCBzx3wmeMFi8RFSlTRVtpa5YomcpHRnTZZYbdbodpmBOlRW6JQVmEAupM2exClTuNNWLicQDYdknahM",
-	"kg1OO5y54yxMa1x6O4IztF8VJCsvtrOdifagQHYoJ0dpZvMRyzVxmdVLaQ010RyrC7j0Gkh/h0A4RMAC",
-	"UbcVgw6KmuvkhuVAo8WWkuOQAi+GzwLzshwsk8i8plkaG6JNM2PeUVYy0EQh4SK4VPwinELa+D5FfKRN",
-	"doCXYiIVOYRHAhI4eS7YJJOYJVLdx5rc/TdHJwyXiomP81woyFoxEo8BLIFNccV/dD0f8gHjbJRJpbnU",
-	"nniIxTzNFoOW+QL77ZByjJVoyJkqO/3D68BO23Vcc+7sCvN167tvWPV+z/y/Gh6hdM61mCwq8qn190IU",
-	"hsaXilLg52EfEyVxmSAJEJIbMWfvX6+Oro7eRpRAmVD6pRFBVvKTFhGZ/wGj26y+LnKpumw44nIk0utE",
-	"Xs/zbGI2hGrVpLiHQSmvHsQ/yMA0FgokpjTvIcngxrAkQynhXGWSDUclnQ8jcBlS6LmcgBT3Qum6T4Va",
-	"oMMf359flspIFHy9X/xgF3X1G8sfcdzNBxkVdUcmG07zLyJg5U1Bbqua7Ew8k0hRkV1l2MvmEfVyAhdp",
-	"pkOKfJ3xVlP4mBcStsSomzuKeQuNuz0VKQREzZocYLYq3g/iubwO2Z3+1qAb0/wczFyY8YCcdryOuNit",
-	"WIDPyfxO6bWkSpsr3VqXcHAPLl0O8n6vZ925kNWQJlJsm9qweSNs3kY9vzF3NJDXlGLr6LMVOUIrPzeU",
-	"JxIk3BMRT9CUWmHnW9iS1YOwyeEL794wL1jGNXHlZTljyWBHMVwNW0Mh8h1Vr3Zup6fNUz4KpqW4geAO",
-	"R0TtfSOlgMpqyLM2ZJTIUX3BEX2hzrJb1FuRhRilFWcCqVHkUGju6HlI+kU2nwep+tBN0vA6yCFGQdGH",
-	"IBLpIzj1tapG2KYCRrI1GcBV0G8bnDOzNTVEakR6IrcNRtT60QLup6N/jdjpUcSO/v344vIiYqfvL6/t",
-	"3+8uI/buKGInlxE7OWJtWcxEnoyANR6fht1TPC3ChgqmEm2TkBGUk9m8bq28rIvtNN5Lig3C82XALpnx",
-	"iYgYzyd3GHeAH3YUOhfmWWJjlWI214sOluqXWmXAbt06IeXR+SEw5QaxQbgtuK5wtMGMbxYWWz4n1r6X",
-	"LJHAqoZG4g8ZFrMY+3GSKC1yEbOhNd6HTIvZPMVypY98pNMFaOCUJba6suEM/vdznCUh+YjcaH5kbArU",
-	"6WH/Vkqa/OI+YyxsZNvmrn9D+ja8ikhw3SMWFMXGLR0CSsPnzsU4nPHuNkwda0Q+2TKQ5xwy5ZtsSK9m",
-	"H3lo51Y3KYnFbJ5pI3PD9dduwB3Fjsubd38x+iDmtSQKAo192jg7Wc8DuYfeR18uDSSYDIlm7ZsFoIjh",
-	"hQ66OSFyyaW6BwccuiG5xvqxIb1iyGC9uuyQmY/L4aGBzMVccMj955IJnqcJXcLqcfdWTghNMFScxN2B",
-	"bFL88N9kHSDrB0JbBC3w6mFhOJyK0G/NrX/iBrlPG2gfXdrm32OepIrx1Hopltl6Ofky6ouFK7NE2n9v",
-	"kHn1FiHM3OJEPYw5H1VZ63CUZ3IIYmyI4BQ8Ha4e45HhBcX8+j6RMW7skjSFUt5ZopSx1cELJDNm4apy",
-	"QC0A7DFyK9pY7wJ+XWSFnKAyJ+G8HzByZcA0FwLhfryj8ypYNpSHlPefkjuxO06M5WhuYO1B6097r9if",
-	"8P8PWh3kZvahLGft/znNijxdROx/xjyB/94LcQt/zDKpp/CXmVW6aFbQZFc2pFO6GIVhtJqlghujUZl5",
-	"/tBTg1bngAqlzUrxNJlIKLsCPnAlk49MzLPRtMn6/C3ROhTXOoKMvWQmrHOmmOMAiWKzYjQl7tcetPZh",
-	"QlEZ14hFyg0tWf8YZgw1mUyYzR1COjktBXgkX75moynP+cgYnhFTmWWq6KPcwQRzNkbj1s/Jp0T89u+7",
-	"ZUr+y5ef7e+d//EvT5mm8yDuijACodBSwCZJZuIfmRTButXjw9ND9g9gUFluD3V70DoqzDHe+1HkaSKB",
-	"luzBurp8s4reE6oDfiAzD8QA3KvqedtldivkA5OxHhDotUS4fIBniXSrUg9iVeP2sVe9ilfIjRR8NHWB",
-	"xyxHCyKik0MPddk54jYiUgsY2/AKI+LTBYgjKIwtwYloCNBh3NAQBH354kWnsY8JwfSWxFYgWSlLN9rw",
-	"5+aeGhqA59fsf55MJiJ/IAUAcCVpmVtu6ThJg7zxkNERhFDDcoxhCEMOWfsTuC+TOGJzvkgzHn/uUOQB",
-	"7ujSr10+ywqpHaRJr2cJwtIBIpOWUdtm4YamzPRVz2OmTdjlX5bY5Vr2WweLVLLGOpt28xcGU3B2VBnl",
-	"gYqBdZtUgmCA83XQ6rNBq7o7STxofQ6WBTwhFyypdANHBMxXC4IYSGwJRyst3IvGk+Q0LpkBmCAmgSC1",
-	"o+IDK8hmHDxtFn6F8CGRGsEPAitrhkTkNPCmwdqzOIOMy3GCiLq+LVgHsFeXULUy7ZpqKLhns4fD3hhc",
-	"3Y+JMkbc462LRuyVciKexy74iSf5xZQjhtQWX3AvkslUr5ViO4op8+aI7Xe7ZsKsbTWI/SbhfxoiOGuj",
-	"kx9ZKq7ODPT1EEcDtKc5N5a9JCXYomTcZPGCDrmxWrtKi7n6ff9DF517QVKaCaUaOctwQuUDwQ/KcqNK",
-	"b2mQ/cRlNWcLkAHuIGc6TZRmgGzhCiRIRW8nUmnBAVljaBP1h50+GEzwrjl5JaKykBNTO6z7Y0cdQJlS",
-	"NX0mgjeUaTr2NV22bDmO82xmLUdDwMMuO3LFQBOh0QOPjpY1JVxDroabS7iwcIgrlJzE73GWFmaM+I4V",
-	"CvBiDB5CfgDcxhIVgTMIq0jBPW2umBPLRxrIq8u8jCAHvZcLD2lMLaEPsfbvH3DPZEaLfj9NRtOa/Lej",
-	"t50DF2a0MFcEcKssC4Y1pR1yxIHpdwQqP8RVgBWeclWmwFEAPbuXlHrhUO0I4m4Z+S4XmI1g4e1hbJT0",
-	"cYL4IJTq0mUYBdlRzO7S+dHZyfGbwwujdO4HHOCqmppwfHn0aysk0IPUUSEMKD1GNNwAjXh+PVc5GKZw",
-	"bTO0VogmyCQMoQetLuv8q9AKRIYwQ7oKTeeKm3uR4aMYGonYAJJ6uvgwpCYSWaKihYgipevJ7RmCRNqk",
-	"BclnZsya/GEnogKZTYbFJFqJdByFp+ibEIFwhaFjs3ZpKkL+DXojOhPg5I39CjEMtB9eXBy/Oz16G7Ef",
-	"r45P3h6fvjOUSshkZYIGhg8AmcvyJz/PyKXLmMm7jPQ+FPNB2gehPUAUFaI17DTTZRKq69iwlP8REHEr",
-	"vN/V224fhZpqPS8DUCTNzDnDKjHDauDwKQV1Z6qUwGY5X3z82LGHU0Xlx1hIdBCLJQba65fsl+THjuXI",
-	"RLJDc9OwrMCo1HgC8jT3ZgN1cDiVJf5GOaysDQoh8DEMkSFu5oQnkrop/FLciH8TKd9RDknnho9us/HY",
-	"jPXq40dkVTrnUkFNEGIygF0L/Au4A7HOA4+l0zTxsFgoPocytgSdlMXhmCl1UnhcGG4m9DSrOnda744u",
-	"g6Fxf39D0cJarJWoVeQ1UGY3KksLTfSV5fBfxa7OT2rx3srxl9CDYU0N5e33euaIvfrhhwjBAbmlTYDL",
-	"6CDTmglO2jziIiUeLBJbCE1a2u+vet9F7OWLVx/KolFzL1FRBLbqBL2dMiOxdVPEE/MGDOpzibuOMRcb",
-	"jbf1piEHvbeSpSb++uUG1dssckjl+1nwXN8Irs/FPF2EEGxC4XeH97xaoHrPpS7T2fz5PxaGB6ay6Ruo",
-	"EK2+PHOVfXH/Y8glBQkYkY/yWOJ1uA9aDhQ2/Mht00hCFbH1GBnLpyvOeSKDKSiXfqVaYsykQgMfi7N7",
-	"2adUHZlB4iPUKmNSeVvpZHRbySfzC9ZWJnSS3AlLLw+zU5uBOq2vfXy40bq2/NZVSW73RTHXPBAiRVnG",
-	"XdstCumxq8ufdv/iZMHp1cmK4/vlX159/zqYspQLPvNTtpdhnhpkbMMrIpz0ukVQ26JAuYeetiJ16QNo",
-	"mNDMT2vcjm9PL3YBgHA3TW4FITWDbvb6O88BaZQ5ci/ufojQssWwesyEBB2alNxUaPJXxckEdVxv/15/",
-	"t+ze3eTXfL2/KQxUje/UAaDaAGeM4bM4A1BiY6pUshTsbcAmdJKmLt25fSlm8ywHyESKPLG5GTMRqtNn",
-	"Q3WbzIcs0RG7FWKOEenhTTEei/w6k2KIwcs0LX/laTrsYIGPMfhs7yrKpLb1NS7Xum0TpkGODtG5R4/K",
-	"xT1fsPaQp2l2jy/2c27N3FpRq5xN+Q+epmVKNLy5FbXca4IpuhAZ25YPWL1qlQTRhMrGbGhGGkZQHC79",
-	"DBLYLKOWTJI7Qbi/YAEue5s3g1DWOeBrrVr09TtHCVrpQypSWMZIGRqd+83RSRhz7NoDHbtehzpWnulG",
-	"0Ub4xVdd6U3e/tsfHL6EfT5qQWelD41QfUOMxQ+T1pIEgq8GUs9cWIDdLIj5UHgADHJHGsaQJCMnZmYO",
-	"Qdf/mc3hDfhIzSXKaCsgJOd6+HStFtuv+Pbup5lyajEqrWZsDKlU9eQ2l6i6hwyvyDAfgBoBPBFgk1V4",
-	"kg7Vc+gMUKub2l4WP9+sIfLga/IwTMClAoX4MG+fFWDRSCtq+UWM50cX76/O3xxdLP0OxY2tyAKPl1db",
-	"UYlP3opaiIrSilpUqNGKWq59SytqXZ1evPn56O3VyeGPJ+Z1v70//+Xo/No9heDU5p2/HJ+d1TSp8HqF",
-	"LQnX9QiBMz6aJlLsmq2CHzywQEoXusaaWpnp63FWyDgCbPo0GYVdNLHQPEnDgGHG9G0u6D2/ekChTaDk",
-	"aSRqoYSKOrsz0alYY/murtXV+THLxVjkQo6E9VBR1p5Z9eUzVxfFMVft+G6OBOIY5B4YurgQoI+rrfsh",
-	"aezPs9HGuDwJq+xnxU2aqCnE7x6mstcjabsESZbEhkUsmBYfNbtBxdY5vQJJSfUa0n8MBh97vQ9/ArFR",
-	"Zheibwdy5Osiu8GMTiw/4vO5kCKmM4H1LpRXeWCjfIqp4sY8eiMMn1pR7BrlYmDsdjsxAVN0kzCH2JgN",
-	"w0o0eHjg3KEvXr1mvyQ/BsRDIFv9Qz1FiBho4mkAO6hrU7DFBnRfELmLppb5BB7KCsR277liczu7iALD",
-	"WIlvtt6InVFaxCJmbYLlAlEns5yiwY0TTKrh7BBnCmMw1tU1NNz4VUiQYFIoxaCVtzQUgo6sFrENMl3I",
-	"6YAhfzttmkhlHzeidJwValqmGDyEszxYs22SO1QmejSiCFT5N+ccbZ+DHM68gPeElvWca+Ea1j7+ZKb2",
-	"VdtU9IeSj/ZVxPZnRq/cnwaVhkf3JaSVsQ1556DGe9+8sfGgW7owbMwT9SKNWjnX4hqmuUXOhdvWTefT",
-	"f/var3zYoXMEscRzMLHPMOq5yJMsJicJ1nv30Cl+U4xuhd5RbMTnfJToBXaBE2NqXbpKY/M67BocpM82",
-	"kNXndQtwpcS2IS78yhIn1A88I3AjYMNyZnaBInXV8g6X/JBQCWT8lAABx5dHiN0KAf2+B1WNUXXaAi+q",
-	"XibtuZLyHazBwFsfl7RXvwztsyts92Nu2UV63ftk3vO5E+YPMtFVT8l+zfa4tBHckY3AA00t+XOq9MJ+",
-	"0w90YMcxFNmvQmgb8/vq/MSuk3PHH54dk+JpLOj+3t7+i++7vW6vu9//odfbX8lPDwk+cGA+MgRYl18c",
-	"cM48BBFWcRnfZB+rfhqJnrjVKnBdDVhkKVQOGZIuW3BxBb2x9u729zCUo5iaZvcKIxdCMNzHLo3cCaWQ",
-	"B5yvf24PBn92/+j8KeigUmm2RKwvo7pidhd0otaXDlHKEu6Ll9uA0xCBhQl4nuUaABS3JNupjavBc2n6",
-	"ftzq/74BtXspFPf5Q1QDdwQFx26EiJpaYLe2GJpcoBcaivgQzAS2Gjy6VQhO2mgE0nSvJDTNvtf/B5xH",
-	"IJPMS3cwt0tZdBfyZRE0WA4gkzsYyuyWMJfNpXcVm/RxiZM09Ib9rQPGxG954MzppQF7Jxwbpl4a5T5k",
-	"Ml1g99FczNNF38fC/LIRZLsO4WX0GNgW2sEbq9Vk4zHQz82C8rVEHmGDONtzmiryjJQKFKjNi+sZQFMH",
-	"Cv7OrgxZwuVRllMeQ4/9FVMdsxxL+epDor1gSFTMsnxxfbPQIQv8V7hqhoUbtn7/5/AaG5P0YULU6FjX",
-	"m8AoM5aLXWPfg0PZa0EfZ/cSI5moBi2XLZRYlsv5gpvL44KfSmUmDikrngH8NJbEUA82+ANJJejcPcdk",
-	"82as97yQF8VsxsE3EQYG2QKfemQRRFe6TRDa2hrYOIcMBfzaz1xUEbb0FPOIsk8hPRJTm5pBqXj4fCE4",
-	"/S9VIkwtXUUwx5suGqmVSAaA7X2bSQGEZssUMQWI+ko26dFkRo/cbq7ysQ9INUvSINgPYZRhaU0WgsEm",
-	"TxngHbE2pexSUTmEbIfgPAsV2uJd61pXQSqlTXqn+21c9wBL1p3B5GrRy2RVfKJMFKTK9aVC/TAuyraI",
-	"z1TuseHc1bCAyj6otWI57P202+IVCUQWi3E7AKYlmniUoCzkA6ClDdFhpVWJkakstHTk+iJTq1yNu6+g",
-	"qFnIGDSCx3sx18FRnxfS+baD8BLX4FRVLM/ucb4x19weIIw47II7yFXAcekcsUbwrIMEXW0DtC2W+YM8",
-	"8JSGtJX7eU1joMaTXdt5pAbyCTs7xFvpgctbCRY1xbch9h25bk9lMLdBQ4raPhQU6oOF3egMPy/kczsd",
-	"t6zwKhWIBxZynRfyzDWd34Bzy7hXpWMMvPFWJyRMJwGQKofdWjNhgvrdFh8IVBmCeVydeHlKGsUdyvPQ",
-	"5PYGUglvXe1XFiLb+nUJk+cD6wYfTFEXyUQ2by5cp4xR5ZDRtMhHKDN0oQotcnVATZrjBRS73wiv0H34",
-	"6fMwmFrjHZlAAoYrwggDB5U1wCswkvdW/kH73imv3PJkfW9jMdfTMOBiLMTcCWUplFZ9ZnGfzU+l1pZn",
-	"xQT1MPBZ2jNN5bVC6h3F/sz2ywKO/Tog2LUd5+Jtu0FAkXJdGoILGJOADtUbO5WkpqXhxn4TWDAYC8fg",
-	"SP0AfFCbo4Fd0QlOVOvU6zDlFbBSIghdLFMcoME7+BqV30+cMIzNmYpo00pO2040m0CeJ8JL2X3COheg",
-	"vFsx181hEetDgk4SbGAQJDIg9OOnbNUXh4OJX4H7BdG+dJDYwJzJeNDqsxcQHkHYSbMi+4Cs+BSYl2tU",
-	"GZs2W+OxsEm14HZYIrswnL/N1g0Snf/OHWxQ5tYqUZaOm+2pV6G+Oog9KY3nvX2Ud3vAgn9DUP8QbkFA",
-	"7JHfHLd6u4DxhbepS9VYBboAy7+veZp2XPZRCHHK5i861uoSm3VmuAdrV9KTA3r/CrDVk8gGC0W1Fglq",
-	"DUDTaqE6QGtdN8PhAv+bA/DHjnIAtgUNiRxwqqTWG3o03S3mDN/ZtGFlHdcC5dvYewBaVWPJio+avVrK",
-	"nlesLRHGzvBfREbqhP3X68/ekk/rKwE6rTpPcjEyQrU+/8jjPhCbsyIIMcUJTnpZEWikRdpDF4O3JRCK",
-	"uE3mcxFfe2vVlK7IH1EpXmjaUNGHtPoqXK8JWJWjhJKUVtiG2/gV+q9ue905Xt2BqGSHD+Ovh2v6pRCe",
-	"XJkemIPrElshuoAfNe0mZ6vTZvlMxGyIRQqWYrFQYRd/vLp8g9KTK7ZYLBazWRzr6XQ2U+oftqKhkKlQ",
-	"KkA5zCwEhHWdsgyecCY+JirUGagU6o7hPIphLLuMl16/bsmf2Rthp9LceHSytulXrv++mAIqYRjeRyqC",
-	"y8rZw5PZKm9a11XmYi5GWDT4gFjamjAa5BJphwdBqCNLOA/d1lZlRPjYjoLz12f7u6uVdF4ZUFSyaq+K",
-	"ztXONVpG+MjgsjXpwrPqA7Ydnko0joNKaQx4tEsoG0KGoKmXED5hdO2NjXh5PrmLbAuumMVJLgDMxlaF",
-	"2nIaH1eHet12tmtJvdTzeHV2J5mc+C1PgFdmY6pRwqdrmpft92aAECJd1+U5V7Z06Jfjk5Ojtw4xBRbV",
-	"FcyEvR58NBWNOvnZuJ3XLH/jkuPliLl48t5NIvfUlO2OwrOpdi9ay9i0mPvNjvBpws0PdUTBsnRI6WLe",
-	"nQdQOwltRqdZGm/TkMOC9IdivBZWvsFrPPx6eNIxr8395s6gwpyDxMZDw3Q2ERB5hBbmAF/MJlxOOnDU",
-	"RD5LJE9dHysKvgjbVdsSpEpu0kSGe6qC28s8cR1SLt4evmOzLBaQtHJQRqwgeE3YENDTFZMDAv1oNh4v",
-	"eyrWBY7NcH02ta0BXW8jatxlVRlw42SSHNEIgBM6dd/1lNcyEF819vyhYf/WY1H8x1l+LQhObG25F6GO",
-	"fY5aU6032jkOqMYYo+M1vjfHlG2PfsJf9xI+Es2IGswyuto91jY8iAAHLQxMlw15es8Xamjew7V5jasS",
-	"6rL3hmzvEyVqQByBglZKY20UquaqbSeJF27FwqKH5YXsEsyWmWpN4a0Fk4OX3xRJGuN47K9/ZQMqTxy0",
-	"ugzbFy9DfWHVITBr72PgDIiPgNZTtqpXLmCPDYn2ewjANDKGHiTxQi6UJt0d4KpHCbxwylWHxk5sJ/ku",
-	"O6wMilWnQulkBm5neG2ilrtiQVrBuFC23RYgyDbLZcZmoavUhJYxSrcSK0vtOFw1SGYgDLKRINSuYNE0",
-	"tiIdJ+avWgyw5haxFvNjM+lgV6skTa8neU03HqeyeCzGa25HPWYg7HAj9L0Qkl0cv7s8Oscs84vjd0ZS",
-	"1/CaV6rSnXS/p4LcpeyvZdN+oWXNSsM36KDVRLU6YEPinkPicEM7uyHQns/wnNaUSXHAhnw+z7M7ng59",
-	"3igZ/ixs5MjwtQO/aYQrt7IgbP5FSLwvve6YQoPndIj8ZYg0B7eW5d6INgOYgiB9OpFTx/HsjrM0ze5V",
-	"iQG3E15h6A4moCWqReirLHivNjfZWdeGTvDokdoExdrKSObdf4g8wwNnhohZu0cJ9zXRHX8681wY3c8J",
-	"QZva32s4p9Qcfxe+IMieLGf0XhEzm2BU+DNbOze1UFrMHJbhmj5kZquNcccc7mGbahwmOZ+xEZfOdokc",
-	"ppBR2O2lG8NrYxG53Fds4ZMXEngjIH917Ld6S5xIAuWx1AvwUkZEBfba25ADp2Q7IE3DZi+87sVG5fmV",
-	"f7yARfiJvuvoI/UGZW8Jr83HAsl3FGt/t2ZFK9iQDUkP2T+d77LIJkupTUjZuRS/wFmqoDTiYzwXzDDA",
-	"CvhuwPNbncKVTP5eCJv97Vt4p7xGQ5JCm/sCbQKN6kr8oSwbgtWGLEB4rL/U0AsAFexFPPtzs9non0xy",
-	"BiCq5h2AcslZmmXzGz66ZeCSH5t727ykp4gNd3fd6wBrBboPWLUmK7RKYuFnYyOx8dHUiCs0wcWdjWTa",
-	"wotppowZ70aHduIj4WlZ/u3G4Mc5gEwnPAgx984CrhbpGTSIZ9VioQZr2z/wdgJqo7cY9QGbdLplQ/w8",
-	"lEu4/sCR8Zjboxvc1kxW+WVlZ82VIVocLg5pT5ED8yslER1Kd1nE5GExc7mfZqlYhbQgKAtS7AC2zg5V",
-	"VjCMMjlOJkUuYoboJYZOaLTqTvjn1eobv70//+Wnk/e/Xb8/BbyJq/OjEpQRvzFcj2Xb8a8szKmf24ew",
-	"mz7p54k5vYR3XMXIfX91uQSSWyqwXrCA/Zr8SB4GGYPRaG3FLd0bHph7o7zqSoDkw2p+SSWnaUfZj/dx",
-	"Ph2eSxe7JBp9pcaxDcDH2NK+7TmXykC/OaNDcFQMAV8J/iIFiaT0cNlbAfrPkOcTNXSOowM2NIdxyFRJ",
-	"zJSSm0i6dgBQoshOyjHcDzBKnI2s9M3iGZeRg16ns0xm85QbTQrULZllZlx0y8vMKZxmYy0QaFkPlWgm",
-	"4ReZlQ4tdkGWMhADqW/WSjfMQFZbI/qtL5IsT/RSu2FgoXykk7vV0rN5nsXFCJM1JFh9Ts/oRMx7EvUA",
-	"eilkSWPxUtvqOzep6DQpDq6Of+7KKf0jhSlMtrXGeLXC1DknUac9OzoFWFrMOXedi8a5EF1GNZQIMWV+",
-	"trBSErhRhGLAIS/Aa3EpcBeb5yH7ZbiVkqi/BFp1kL6/vv6zVBGrSoP4OOfgGJI688pB6xqNPqx+EXlr",
-	"Iif13tKfnYmF6zbj2MrWTOhG0Gb5nh2LIlrBB2rk2clyNmiZX0o7xmxSOBgjRrnQ19t6eZYaLwXNXMDM",
-	"E/KObAdiiJQiRnSTC2i4bVsXY43moPWnP0FDKzjVpJOk2UTRQ8R7WNurcE6wrAwXceFecVBigTulwvmr",
-	"7SIDxrvtzbiKpLnJ/2393u59UAaO7Sly5UwAqwNYIJL1rnFfVbeU4JzgpSno1MYVTXcJEdfhaTVyeQMY",
-	"F+F14Zl58eqVB4prJlpBwh20HgB9CwAAUPTaCNSrvnP1A07dmHp/EIRZGzRSH5dsCYUsWt5Vc73O97Gy",
-	"g7XG1m880ZcE8uvUNZmxm6yQMaAheRDAa9MEmmkxlYSBBlqMc2mU5Ro7LiURNhBzqTA6Qh0MSndHJcie",
-	"F7ISXzdDVH6AUjCKrB+wO8zkKn1IGFmGfJIqwLcVPo2L+ZfDLlvmEpMuWvZXx/+lMAS2+x/lmVKU92Ik",
-	"6UZkeA47/Xx4EKiVICSe7ek0aMU3u7NkYvQOjORu9pC6r17jGnHrwSH9EkjDfuHWkAyugzsNW7eh6AXd",
-	"EpFBbQF2uU0Lh0R7zRu2aMZAHWviYgQBrNUofJP4+3LLFzNSZL41tHSXlydb0v/PnrO4kth8K+bac80k",
-	"XmEX4VYGmOULo6eAxvL9i9500PITw6Bjpur0UTRcW4R2dOGWYRqowsBbrNfL3AJF1hCmgEmW0Pr3fGHv",
-	"NywSi9jgEap3dHn32b1k2HIzUbYlLbPYnIiLGE7RLqPXywnarF32G7k8Or08fn96ffjT5dH59Z86wClS",
-	"vhC56hOp5dBzgmum+MK8leqY+U1WaI8j20LOWIySWKgD/AQIncaZEWdeBjCkdbNDj02H8sADOQpLK7YE",
-	"CPLdiwCVV3al+QO005sfCAUcL6npfQP08LW1z/hAyHdA33MNjW7CAFnU0rg2da28bl0EVHpOysKNMEfM",
-	"WHZhtQd4enjohFpnL4sMG4i1uKjY34caaMCgLnRV036lJpawjZe/sdc94LDN9DVyl+Y5cU0LCVYt5ANX",
-	"QKFWtdoSPbYMymeyxtFgP38dueSibKAadAaV3M71AkEzpu+6UwG21gikl9Gy77lC3PiIAH1t5LKG9Mjl",
-	"YjilLhvjQsusYP7Etv0LolZ1l8vlWEkHWYqrqESORLlNkF2YC56mC+jH3M6FEqQTehlF4MEWqtSxsBJf",
-	"ZkvO384au6Jmik7RwZ1PAIqbkInIzIjFiolB1NM5YD30aS01/RhVAwxLczFUDAuxJtUBxQWo6sbixtkZ",
-	"OkCxEHu1QcKhMBcSRHWveVUIRtqugziXy2WywKYssSxzzsDpCDOZWo4Sre/LUJLfyqId54myjlVjVBy4",
-	"Yu4broxhAQArGHKRxUzkycjrI2XxPK5OL86O3hz/dIxQzcg6WlHLKvkVeOggKDRmuwVwn5dxoa0FYcY5",
-	"Pzr69eyyBgsavHhPgwD5kF7ENfCn9em1XhPi5u77XNxlt1t+TfOev1FL20UM+ErAZXZgY4SwrmCoUu8e",
-	"mS66zerH/V7C3kJsrBiHHQ5naaMnuLGSg7SyKa2aXhqcSlkh9gTk5jc+XtPaeKvaww0tezcnsD13z1yv",
-	"MGPTvuNiP3N+vsWTbk5ERAMbyci+eM232Rz9h4FDPaxGKrTpV1Cdsu1sVpkFWI8Q8hxNuZyIA2si2ub2",
-	"o9TYuGxoC+rKHqLOWGV5VsgAVOhqEV0FDHJNOd9GHEe/vG/TS8tqv013fjMlbH7B1jLs45MVY63QFGZv",
-	"B0zTEhf0aQr6EzU3pBHGGzi2wIaTROl8RXT1HcJ6+7sXCPoWMaMSvX5Z5KmzPubmHMhJxzqGf/718M3u",
-	"xc+HL169rqYbMEiPzGy+rdXOAdEg0czO1aYFJKqEhYTELexi6wdvFJSA0GMxvgmiPM5t8+vhG3Yn8mSc",
-	"uBxLePOtWBxAcqrgsfIcQnZS4OIH226edNlbkSd3IqY4Fk3gepSLWEid8JQAIxWbFcaorkydp3WB5wc2",
-	"YoN5U4NQBYnH5gfoT4cMw0JZ2DZtNcBXq5/xQAq5ETwXOSlDAfjGubHKpA5sq49uy9qHhZ5mefIPGKbP",
-	"foTXdmzf4WrgDmUJpuECNY0wAYQlusuOwYwJbENEnacxEpgF5trGwWKRk/ejpATKKkxioiPrvHvz/vTy",
-	"/P3J9dnJ4enR9S9H/xvTFtBqgJEMIV78fLj74tVrjGTS0PZzDiDN676yzBGNgleM6Q6xSfxnHUX5XpM6",
-	"LacpEkiwuyPkWWa5zVwydq1LfhxhZlIm/ZXvl5lkMfvP//N/4WR2GUCC2mZileVdod4yP8FVeVAU0BAQ",
-	"+Df8NChQaCCrBKJuaIffpEtuaOdK9ygKUZ1tCLK6+sFw8DgX4vphaQLwqEMHDjjuwpbTUwA4mwVyjpet",
-	"egCYBx2I61aP1ivlKR8Jsz3XsIOBLDKPEFxGREJYFu0lgug0d1w8ATr19mDUfUpVLB3/R/9+9Obq8v35",
-	"9fHpxdGbq/Oj/pJwRCGHYOaFEnm0nEuZlYzIvez86vT68KLjCixmwmiciZqppbdjp7a/ZYm0BRLDPw/7",
-	"bFgk8ZC1OYwIR2WSZ8Xcg4tHrrgy8NXx2+vzw9N3RwcuD5vSy7J8wXrf93plDAsFmaKoRXmXmkLzsrLr",
-	"M1ynOCIAB1uIIV5Oy93YidhwnsRSDVn77PhtxGbg1TKjHp+9KbNBlfcx6DcVMo5c0YNdOW+hY8H1FPM8",
-	"cRFtklriEAQMH5/nyR3Xgu3p2dxMRgoNk+HwJ6b5IhGUCSehJN8yr9fm1Zq35ZD1NWTt85PjX48vr0/P",
-	"zt+/AWRI2tIDRlfeHl4e4i45Uu/6+L6GEUNaF8Nf2QgXE9INzEeZ4fA3mD1dvnuBM8OHujP+MWKjeWH+",
-	"wPTUJFbwDyc2KX3AzSKikc21qREnhiVP4KxkUnS67Kg76QIJ/hk28s+wgn+mL++uhVlf01q3el55mtyJ",
-	"fglJbUuKvWRvkTOol+myQlLncXhGJamxn510gZswNXohdNl9LxY8pvKNSsatGVkauplzpcoQpzng8AvG",
-	"GqqKs+ECnS68sl8d4QC63ZMoxmRDHu/S/D1Mqf2pmYvLRLTykltoTZKLXXboBDFAHwsrF0Vse/nhgL7r",
-	"E1azFbX8hYKkSR6vuiWj1sdd8+DuHc+B3M0b0B4C/+whvcz76ar6Xu/KWxii3km3UX/l7nPNCyjZpqqn",
-	"WgXUMAlHMCpiBMEOZJ9mEwaFf7HCctARz/MtfX/W9rP07MR96TN3FkMpijylbwlVY1Vef6i1RMN+JILR",
-	"b+z9Iat2k/PHvrZuOsZy/tXlp9mE3Ast5j8uoFK/pLzKj28P3wW94L41vp0TaZtOUZSkVOdww8AFgqO/",
-	"2H/5/cu/fPf65fdLTapdWtNyf7qtm5RU0Km3bMLcvGh9qWB9zJPcsLbrh2YqsTYkI1FqvBZ81ulbvgyi",
-	"FRK12Q03shp0R8jLocxnSB+19YnkuqDcozItwypUicZ2ufZ+63JvmPpE5NnECQSkvK5S4tLP3TC3UJKM",
-	"EQleWLYsMe17iBMeTj1VHyYexPpKGp5LcLWXwBymouLGlaYlykglY/v1y3XFFYH0Jtx0TPiFZqwHy32E",
-	"KV2ImtiFcrFohbApruHFhsrQrVPbfrjxlzbu52b2pzmIjeFXgUjWVvnFWCsEeJQ2HdXGn+ryiafLyaiU",
-	"BvTAbGKt06YNRavt481arWNal5Rq+lRdJSv9AR8SMdqOVh7f7K8iTZo1/LEPVL/XCyhRp4ANcaXlLXjm",
-	"AJNlVNvpGBUaaaJt4BDrvtcDi2wOB/XgTfoQ6rqqxKgw4u3CfCnhR4ILNLDEEjymqLO2R3yuNJf0T9zg",
-	"ju8YOHz76/Hp9eX7X45Ou4QmNQNvML7eTQbANj5/hqDPOFsDlDti50cXlzCHbMze4PiRL5UMI/lbdsOy",
-	"fDQVTvUmX+tAgrO1y85BGOfG1MnmWK6xmlDeZdD5GW4cSD6HEiDzuj1quvznvylj4pz/9Ib98PLV9x0L",
-	"A0CNrYejLBbD7kAO5BEIF7O3OB9UHIZBxzNDqQGLasUGG37cpdXezbNUDAcSAWGAmULtpvReD1VqfTbE",
-	"zi5D1gaxZAxrbPpifzEfO5AYFUQNpU/bGKE7IrI4MBHBFUQWigB+0DwHcx1aygwHsl22uYnI33wrJA4M",
-	"uveQGmaVFXkjnqZ95wSNBtJrxIWGTgR1N50uO80oi6yQ4E03N0AGhvkZ00RoRJaogXzZ24fCM/jBxozc",
-	"er3sfVdeJSrQGQVjrE4GmoB500sCYqDUV1+1w+w7VdapVTZrCgihQzbj+a0aSM/Gz7NCWz+997N5wFYG",
-	"lXAC1m824xhw6A6ka+MNjZ/gHB6eHXtnvd/qdfe7PdAA50LyedLqt77r9rrfAXfWUzjpe3f7e7DV8K+J",
-	"CCgBQ7AC/wpEdY1RWbTuh2CSUygIYlbgwsqF0eSTVORswu8EK+YskwOJpj80oL/+9fDfrw8vL49+Pbu8",
-	"sD79snlv31MDsN6HL5jSSZoOJCTyyxhIvCT6LEfXvtlinO7QtlPCOVGlF/W/wuVz5+U4NqpOovQhLgQJ",
-	"LwBjh3KWxCzD3wuRL6zV3HemMcoHv8ESJXyW/YgJzHJ5+QI24+eoDuOVpF7ZxlLcJVmhnIQLTZEEpT/H",
-	"ioXRC44fepNtalu+yNnHr3qegfmKmsmVluWyePoALvB5JhVKmhe9Htl+mhC6fUb7N8qYLcddmy5ttg8U",
-	"B5Aly1agWSo4urDLUAD9EkcPvdTNsmzCA82WCGO/hbRSqQ80KqvCtlLAQsG/hpil6YIR2KhtLAOygjZ1",
-	"zieJhC8GZYVPwDdFx/JD1Koy/1bftuwyM4IDTH5+6DvoneMqhb8T2iaUP+cm4BDUPPpzKCHFNjrBHXj5",
-	"0B2AzvM+VAMWZ+sMoU6lN5C3qF6u5jKbNqqcW6CVNb93TqYl7hCae3mLXZDjt9gTa2W/9ox4A+Xvwa+N",
-	"WvNMBTj3m2khCYYEwsIA3ALtmiL0OIrY9+GX4aGT9++AR//4vy+PLjr90ulMfsopQl8rDe+Oc2iQiGcB",
-	"RJ3IsVhkarOUXee+KkkeguuSPuXErAOqr0LpH7N48WREeZJNcC2QJEsNWeeF+LxyGl6uLuUFrN8DmMaj",
-	"SPzQo241TeYOCBV7OrkQt03DqDRceFqyD5IuamhPRbxV2sCenz7Henq6oLfbxqhNaKP3PIOf0yghnnnu",
-	"UKSHoBiJeEi96bQwEqcSANYZNCz1wXS+ANWa+394Cip3wQ025sYagyKzAKk/C3FbvX/vE/31eQ9NQbX3",
-	"Cf/4vMfz0TS5E/GuOWJ7n/JCfq7VnM8Fj72MLnyStYfOPj5/8/Pxvx1dX52fDDs2Pvn26OTo8mggoTm5",
-	"G4Pd55k2R7tfFsaoKZ8L22e6ens0kOjARLQQV1gH/k0oc1DO54YlGy96GOuOrK00kAB5p6499RPw4uyH",
-	"oGN3CrYPwcXwCVUxDGScjQpwmFJokzq/I58qna1RCdOLDXAo9XQgoVNSFcoXwJ7AFrz01hPc6cb8MlYh",
-	"lVAs8B1mglB62adwHI/ZPU9v0QUdGxHldwQAVCr0ClNcciCxzHSSAdKjYjPIBMnYOJFxlxnLUGb6egxi",
-	"0ZWEk3tTZnog7WJBUoS7w84dmo2NLVyL5kmKghMif52QnWK0OHrlObQUezb+hO0kwxqcRwHdh3CLV73v",
-	"HswtXC4VFt2GyL/soV3WAmMREkabPeZh233V6tjb6ntn1OPF2FIbbn2LTWAa3HleSIz3fdiCVTlMavzs",
-	"gF/N4awaQ37HsILUDNdlh5qlgjLa6FeCbkrTvxrBOGTjLB9IPMiYDedM01VkBgJBNHK1D/0RHJ8DVw1n",
-	"L3s9JvkMktJ5mg7RfaQA19EbkxxsOKEuO5KIZwIOOksVpJgiV0skIh9h3s1+1Ov1KMhlY1A651Ihm4wG",
-	"0svFIH0D0eDgA28EpGvkidZCAggJ6VuKpWJMaCJ8IF1D2UIzNc1yzW6FmJcpsy7n4Vwokd/B2VTGaFwA",
-	"I0jygczupcgVOj0MnQdZATQ/FQAqTivR2pZY4WHyQTehQ7gfO580u5dCTs1ufoMxgh+xwnbVGYIfzBoR",
-	"3YFDObTkmxBi9o1ghprqvCY8TcOeDgparzRGfk6XBiyLa3Ib4MZHd8lIP8gwqTBVeE1lYQlmAjJTlUgB",
-	"cVbbhkPUSwQO0q1Y2GYAlMPqs1fkQSH+Sv3HoVA9oDsdmXfjBNAJmAC0AZM8zy3orOFaB6U+VJ0uHrch",
-	"sRkjH2AuQzp+AWv0JFH6n/o0NXQSPt4pCLHqb8Qr6HZ0sdk1KHDjH3uaoP+8q4NPRDUZpCIZq+onyje5",
-	"YHkpGZqdpi+orWytgux9uhWLz1VFZK0kW7SauGQezvoe5ZNBVondHnS+WOWK1In3kUzxSyidy8cAaRbQ",
-	"oyBLVny05SNggqMtiQB5nJAebIN7YBBzrqclf8Aa06o/xecWc2PV5ea5//i9t/sD3x1/+PT65ed/CSQv",
-	"bkVy1TSyOle4n0L2nNynHOZExMjtgiZVCle7AU6i0kzT5T6K3OXmorVKEEpOtGjR8jZGqEVkjEq/ADpL",
-	"ln0C5k7zK7Ur7bJDGE5mNS/0IIq+MQtrGwLC7vq1Tp1Lq25QF35OiWQ7irrrR8Dt09TfExplx+KxJZIl",
-	"sXXFY2g9xuTogTzhSu8emZfvHr9l7SmsEhhfkFlr+wmDxwjtoWEfLIxdyIceAjYttf/PF2z/FVNddiWh",
-	"hpBmOpA4VdCJ+YLNEqUIQIQg5KDvJ+BaZzPAe8XwLYc8UShGAxc0xMv7kNYFrkjORmmC8B5cD6TOWC52",
-	"zT6H7JffjGV2hKu9LQ2YRYJHj9/+bMlom4f+FXSZBoqHFh81ksQurtlWDhQYre7Io8ML30odAuGnHQUg",
-	"IHCamH1JiDMQBbpaRBJAq3RniBRhwHYVUQa0bAJE4zuRY3mJa96zenq/yBmtC2OVawV+BHSG20IVYRMH",
-	"FhDKcn0YnRzuly45VzDjKpTeHJ0MpMjzMrJOL3DOEMCTpiRhOBCV7tzKgth3AFR+mMRDr6U3Op/MYfNv",
-	"NTpfv4LfpDzoHMxzgkOyY7/WS24wA5SgbtStJpMidL7OcCJIg88TQPGHsAgFjcIoL556CiLefNbKBX2Q",
-	"zvjixUN1RpojuJLMRA4cLSrHbeewnXoEJEJEFjGus1kyAqApJ6ztN5SHlETWOo1yawG49wn+uzafYGnt",
-	"n1GParbLld19eNR1uSu/oxuSuMCql/cKSvWQEzXcmi/rYa4/E0kcMaO67wo14nN0jwf0eeHxkbBGv4zp",
-	"MUukw7V4nFJvOz0HCdHY9efYE7hB4pbttN6Q7rCp6uoCvpfpAisfEFsc0FgJFpyqIYzq0Gdpdi/y3RFX",
-	"Rsc3Fo+KsH0oatsxV1OhII5h4YrBoV3nnjT/ubbjtOrsqV1sX/rh0370+rugSfUFM81e/NNlmp0XcrMz",
-	"CXMwHudJMqMEWpc3SR/7JsyuuuQO9E1iAHNpFsvLaXtOYWJyWZ8NNhhgOxOAv6fmUbGB1xTTvAstqZLW",
-	"jmMxm2famNG7v4Czojn5fngefcqty1bK1LPHfA9ThNm36+oB2iwtIhD8i97+c8+InNsPdP798KUUP5xm",
-	"2X2dS5bINJHCq6Obi1Gjc/sATQ4i4hAA3T5H6yktuCOMuIqZWYOhmdUQrVtH7+oYoIBHUzGCjP4S/Jqr",
-	"8q6BhBswfeMmixd9WFENUC5cU6stNKuMTNWITAvg84lkw1yoItVqSJFeaymbjSsHYfdZkcbYJsjlEbRf",
-	"9nqE+o1o3Fimngk1oL5fmrCCkHAj9vLFC3oA4KFskzDbdaSQEXvZ+4FugRpBCV1vIsZTlRlj3APMtWsH",
-	"mTRmKMTzsRZlolxYGsLyie4yqjmBggZ4PFH2/EbgnkowSdYLgPcZd/CjA2lBTvAhhVDeEOLG9WWver0u",
-	"O4R9cCE6sxbcdhuCBJj/dfH+NGIyo32PWM+Y1JhHM+USg/IwQ7Nj7PTqpOzGzrhcQFZUx8sToA3rsiEM",
-	"A5SEgXKOaMNOkepjecXZ+4tLBw9kdNqBJJMbXhAynUu6bD0zo1dfj9P/aL7+HI9EiMe+N5YpXAbjFMG6",
-	"q9kRAAQTg9/6UXoO8cliDo0ZgCJAtyYatRkV7Z8hmcMMe1Okt9b06jwr/3Q5fnVpNMeBg+T65JFD3Twh",
-	"ZMyl7UvsSqMVy8bmxKpqaTUC5ie5+s//5/+1nl6EAsYhzHXM17Ppj9FAQoci6I5KDr5qFBJ6bWEiodJ8",
-	"0QUGJDN9bfuZR1QNBl6qjAq5/LQ2qPB1n+LcaIjXDwLOvMEWfU+pLgpS8A5gNChquKYSGcpXLsFvxlR7",
-	"DpVSwLEw58YV0lAFmM0GpQcSRDfpskMLxzWQ6LcO9X/LubQraeHFOCT1pVAClotZdidgBkmOuYCEEZRA",
-	"nTi4aUt4nrnIkyxORkzdC2i9bJ5W5P/mCFw2E0oZoyAV/E4oqAh0gNmHZ8c7qpIPKOszRLE8f+ySG5V5",
-	"gGI1xP8Bis4iN7kkzPa7o0tMKQ3kr1LVeqIBzwoa3Jfuf9scs8xkNGO+6n1n53xdSH7Hk9Q1KPGEUonu",
-	"YvOzXFvsEjnNTlIxI2rdh+BiYVOs2uSn50+BXJd8QwAKXl7hsydOPyp1kvKn/KYpURWnwXGPfGHh5BdG",
-	"C9uKwa7L6KEg8ojnwJEgxRhx1xF11vtBDVkbJgehTj2QZdcAB8xli61sozasuSq96S96NhIA95dqn3f6",
-	"qfsxjuK3JiBTGw5d+fNAJpJUShB9ByyQJ01cUwkdYVY06h+IH1aeReTke5/wj8//A5/+KzV4seG9fehg",
-	"v+tacFoFbCC5YmOu3HF393s31+QQf73c4YelDC85aN3qgBvNCUTY1+Ucdy+2Qp6Z8j71XyQVuGT2WO37",
-	"RczBbb6lzlEEZZaWWJ+hAAheX2rgzxmoOhytkyOoAfkBTkO798asuRGlAtT90rU5MC1QCA7KSOsSjiyo",
-	"IVwt5GiaZzIr8NzlIgWknOdXzlcYaX0tOxz6IepZwmcIxEWcZAkIij5plk0lBasKCugwSs5MY6QTgAI1",
-	"4t5Rge44io2zNM3uIzZNFKBU3oq57nTDtTlk1A7tv+nDIDfNfGnkurOWECn2VfUyGNuzhEXkTilXp1yD",
-	"YwPNgQkkC5F/GhRJmeFqT/idwHZA2EmYZVDOOJA5l2aK4BbyzHxXFuC+KmdDwmSsKY8Z+RA0dY5l29ao",
-	"sobBoAdrlxdIfUlkoOik87TRkeVSDUOUnPYR+he+6vXqRvyDpOZu4IgjDGl88ZJbv2iOOx7hlEirVJSc",
-	"wZ7OP0pYZgvBvPlW3MTHqSRL7Pvb1FG2XIq1Go3jUf+t1Hw1pQbc2SOCZl320qmvoLXsEbbSPw3hBxJn",
-	"vTZ/pXXmGoBmsst+m2ZIJdBMLxdV2lHT7F6C4VvR2Ya4dDwddtmhhWm6odJxuoSDUyO7gbS98WIxSlSJ",
-	"z6vATTmUmb62Pe/GWX5dvj+gdBzivj3voaYJfBPn2q2Zd7QPlrCjYWxq5PmFjzdux+regyIK2eoHK3T3",
-	"FY57LuDQ/pOfdozJgmKELVDZED9cxMM/5Gk/h9n/92H/Ng477sbms76ZFr8CBwB7Yu+T+c9nD1qH/iqh",
-	"oTbgeTnkpOdFqoFhoK3Y+pqIZWM2XO+UTdRj/cDIY2KEiInNnyLPbVDQ4YqoaQLwVBVwJNYmACzsVoJu",
-	"Fui0dSf+y5hrUZ1TBBKegVrQgRUhik2vJjPYPLI+Mdh6GHohZPlP9RhxTBazG5HT+Ps14/MKSNSGKew3",
-	"nQJ55Tx/XqA1unXquSI84DPg3iL/ns3zt664zoFth1FxqlFrrZA3x2vk/vBFvcCCL4BuQwyxYE2Q1wbE",
-	"bwXUd6ULbIgnDh1xeOSGkB8ymhbylrVjrjnmPxg2EWEcmmsOJYRwo/mjQ/0/hkLGQ+xF7Y+J8UkXi0QJ",
-	"fw8zlrpunfAQbwne8DBOvqFG8L20FUtzzPW6ptXNs/tK8V+fDZO4PyRc2ntKxh/C3f0h+pwWcxGxISzr",
-	"ED3QtibMxv1gZbMx+18X708RGwkgEjDEvlROiIW9PLaALtWaQkwfwxo+VckAUEKzRHfYKJsJ6++GHaS+",
-	"cIrA8hdUMXhQW5doUWOwMPG93XoCTbKpKEuBaMwMgvWwN+ACW6KIoDZR6YGk1WNAWSDrgfyGnwaY+z9o",
-	"9dmghSjLUHgDPwLS8qD1maBn8CjDkRmlmYKsjXABo92MBhL4G6olfLTcxYrXsgZ2lZVEFnQSqMMnGUMO",
-	"8GvkNdlzWF1fp/rwSYXsU1WnPow5keD5hmO8gVIazDmCfivuhNsMVDihrI196SPEkDZ/uP4R0UBWetVH",
-	"rNLKvmNlsYqYSJUojT76nd+kYngwkKv5aB5nwhzTpYQ0SOIdyGElr22ITNjroyUg3YoNjRpzbVSE4ZJw",
-	"G8g4u7dV2RBtYG0SXrY1X2nWxAlkWVlHWqcEzXMejRs+ujUck1r/dyEdGYxsfw5YbSSz2kyRc1yf5wvA",
-	"2wG+jKG7Li2FtLVvxch9VNkBrSqgaAK4umvXwmGrDyzpUPDZ5c5QRx5P+JbQizYEzXMBYegvYDAjMsIf",
-	"hpEBW+FYK+Nyaj3t1ubEOjG3ctiKmXjGs1bIi2Qiv5hbaf1pK2biW/Uowdwo5wWKMXC6WHZCHTHw3LjG",
-	"El7jI8x9IWRC5NrYCJ7dLFgmbQ9c+6IvcIxopD/MOULAYzSZEyBE6nN+q5aoRGeMAxoTSwgJDv26A4kw",
-	"RUP6dECABQhJruE8YtInKhZoN6ouu8CbjYDnA+kehXNru6RQdjPmzm847ANZnvaAcKXh/ksceHtqvskT",
-	"Txthjzw1AcdYJamNeSElFPsDEWIX/KgSwEwUOzu8ujh6iyRgs+CXkdif8ojbtVtfGn/h7toazxATl5rY",
-	"LpBw9KzJQvYzNhdeu2V5kupr9zbDvqHKf3OST7kx33YBtl3TZy1ys4NsVei2/+R08/RVxN+s+n8Byj/V",
-	"loFBjT3rjJzkbJRnkuqosB0RT1n7UszmWc7THcUcv+g0J+nHMK+9T/bPBhiRFYrdhBD59sFlOcGyGccK",
-	"XPaA34QdS+q2XrGoNrhX/6m9L3I4fBfG4ys27JvKsg2HmamTmYC+1iNhyyONYIXEY5Grb5Kxbr7TLm2p",
-	"69o6/OpOX0FfqGfmxNVBvlLJcVNiA3BRULe/EGd+BL4DTNNjDYAbJ9IYsg4yJWzK/a0A551IcnbH00Ko",
-	"Lrs0ZG8bFEAoEF8GQPA2mHIvcvHF2fDeDR/djpM0/UYsxtWjFNRpfqRZP/NZssN8Jbw7+3Xrk3aAp1YS",
-	"qr71o4RKixOsNpxeniv8pESy30HiRsaw/sDatugTqyQ7EVMF9La1RUrZnchTPmfzLE1GC2j6mcwEIeMS",
-	"ro0V4RiEcHCN8iscPXAV/bHO3ZmZ8j+TtnKhM7L8rQWPGh9SIAaJyKVnTpjMNBvxYjLVrJh/eYohEIw/",
-	"Fs1c4qSfmVUvjfKF3GDNOXS9O4yQoiED1hgZzq2IbMxxrOSb7+52QZEoAOXJ7lnbfiLU6wMmjxKjTMab",
-	"WPeXP1mF/ANy4yuc9D8XP3b+DOilUPbUAxuyJChzpp6VTIjXrne4Xtqb/tD+VvqKze5WuyZP4m21L9vC",
-	"2fptIOxu8LTSaj6ro5XG+Ep+VvuF/9XcrCW2Y+lnHWc55uAtAUnjbbeC8PLmnHrc295VPsAZPmDPQ+f5",
-	"4L7tEHuf6K8GblifnL+0F5ZmeUCtKCgFERNebNTNQu0kest1q3fH1n5y70scocuyNcFjF/K99F71DQKV",
-	"hwoMKtwznOC/bmFRZdoqn9KC8a0X9b+5u/7Qst5+xiUxsAZCn+58Iqlv34b56fCnZnfYSc92GoysTtBp",
-	"oBSU2/ft6AXVtaQ+geikS2azArJQHaCq+HvBU2sIVRdkR7G2AsBY742R7VIClVBzMeq4EscXvZ6Fs+Hu",
-	"JQeMWyf7QBKIIuVr87JYxe2Bj/v6ordvpumkneuVbAFsRtnMpqA6mF3/beFmJWpqyfDZmpWUQ3ylEMjy",
-	"Qatj9SUJqAABPDnIdpNpHUJSjD+DL9hA5VxMEoUNqDyuwEvIVEeM7cN8ku0otvxJEXuTybgYIWonmBaG",
-	"pultnea84wEalnvh3if7ZwMdq3IavpCSBZ5Ps8+B5IG2ReQdp8lkqiMvMwbyoKzl5oW68uxeHVTel2jg",
-	"dy97Lx+w5PXKWf1affmzGzirj6y1WZWH5bZ8k0Jv8512MbfHDQodpj1ammbKmpW8rW9AozLbayfffXRn",
-	"UpEvwlRSbR/y3zTj08zeJ/prbaurJeL5FhjNE3EYYw/+87KWsEF55+3imm5WWF/9Yv/l9y//8t3rl99v",
-	"wsqrJ8kxT/JdNeW5WEdkP/Ekv4CbnpG8ykFq6OpeGPkeajhJn7OjWPk9dDtr71MxpxK6Itu9T38W2jEW",
-	"VhEwsH5L9BTqCed5kuWJXrAbLuOIzVM+EoCKDumPhDNu98wYmaC8DCTmetvM77nI6VP7Xi/vbGy//wXT",
-	"0IyR32SFZvo+GSGIPPTvVSW2vb1/nwLJN5meYrMRAh5FHJouOwPv4EAWCiN/9JyNfSQ5ZdAJHgNw1qG9",
-	"Iyu0SmLB9rvdfeitoQby5YsXDkkTbwti21ws0+DTW2FL5PflbK+GdG/o90ubNxdC+11bQ+drixPF45nh",
-	"lPXMKOda7AJG6IameqC4wG1/aPeW+44GTduMpYNL8zSercquem/fIsBl9lOBuHoe/tmIUPY+mX9cwz8a",
-	"GK9uyb9KiKBcZwfteFOMbgWAQVEZGdfAsI1FalguOzs6fXt8+o6EWAKVwACTsty9f/12bLZV1yzNM5B8",
-	"bQWmW6Kn0B/9t30xwg2rdiWZPjpc4BSLZVfl0h4+Q+Weff/X6g61jnzOBahQ8YF/sHy3j85uhYSM/nGS",
-	"ukQfgY4gMCyeuknguuk+Kvr86NZ/WQ5QWny0xJfKSG8nMjaXWTJaSywt3rGcyjApXFHQHqdCogobb8+U",
-	"6jm9EtponWvR5ujgXdhbn7Pd89JQdQlGdH29rWLvYm0xm+tFjZmSCzPt55OyNVYKHSa1pCm4L2NDNzFA",
-	"+J9m9yzNIMQtBrJ8wFUqKwfQ4Dp3JTn2IMR+XGyodUpITw71YZTNxIFrbpho237J2DJjnqYlokjZfX5H",
-	"DSRhlFDHGjOPj/MkX2Bfqo+CgD0TQPTCBgrldhjyWAykznDaIJKFjJ2FI8msueFxWV2fKObZMrAIMOeI",
-	"ie7EX60uwF9dA9CFUnXWToimnyHyFCLnL8fNtzxN34YFVJ7tpme0avcgy1yfqIe3PGdGhxlhne8XZ9kN",
-	"enJRJsx4LFw+C3WMC3WDNidViVEuqtjltAxr1mtD4pp5/nnT1swIXytpDb6uXmk4YENYQNdcBVc4QmRi",
-	"zF7O5Eh8JeWCS0MNSCiojeH8zGypUScG7aER6nZkUTlGe5+SeK3Vdy7usluPWDZZfHj/oy0+fI3Vnw4g",
-	"vOiAnfdRksjsfgngu9GZqIr5gKGRxGsNjHGWz7hu9VtFAXeudBCnBb7P8ttNGcW/0T3PHHSoz/YF9xhO",
-	"YplXHaYpyyk8b+S9vasaOzCz36BXBZmQDfzj9J4NhMwf5CuxIvrCoL1lV/frpV1I1+yLJdJs4AjKdDnt",
-	"d9PtvrcfWaH9jdzlrchX6WCzUylfXrhH1K8bfdhonO0454kUcadckNgNpA7KnrIIF0hQl9BcVQB2agWZ",
-	"cOO6TbPUnA+3cmvWdFvTBJfy+G1rmRXBdjg48lqQ23dHl8w8VeKWJ/FnSH2ecbnwmuti9VK/QkQIo0Pt",
-	"g92tCeK5/q1Qmk2SO2hnOxF6KnJEVCRhZhYFkW8JmfzCWDfQozqmLvsWSBgtZdf9G7/QdbHGvmzZmCWx",
-	"QiTnOYh9eI8cic4BoGTErJC3MruXAJlbNwCX2GzdjoHWFtaQBsPJIj+0a9ygWZldpB0z2ToI5CRWa4US",
-	"tFmvSKdE6tcvW+sDm9Aw7BgfffHqNdxM/yzv5nnOF8/dMKzc7nWSytHTOCtk/KU7iP0GlcUerUtodoNm",
-	"7hK9x8ojoERHZcNzHv8BeMOeYW/bl8d5b6/Ljj301i9NlEbsvfIMmOn4jblZGwGdAew4TnLEcy4nileT",
-	"GH/vROx+mniNvBVTU54D8Bu7y9JiJuAHETnguajSnN5sHLdt6e3LsGR9Bv6XbIys3211+/Di4vjd6dHb",
-	"iP14dXzy9vj0XWTRWfvIUxbEOjqgx9pO4tAi2/tQKowHXqMiaHuCfDRTMKzPTAF8bJVzAq5ejFmQ8cpU",
-	"I8ahCxY0f8eO42DhRCuK6Z3wGNhzKGb+EF/JE07DH79dx3DqF/OxQcTfPMoqtxbHMnRmBouAADyOs6Oo",
-	"Gz21LVw+LE/JWULsYSp4rm8E10/EGqp097N7+/MQnXv/uZhneU21eO9ZhksXYf2/guDxCCUWd2lHGV0p",
-	"yeJkBPQjhYJ+H1mun5sycBT1LCID+ssbBQfB7nEo1r434vjs/UVAWaXpYOJOx+h2aTZR6x+BO+gBTPXZ",
-	"pG1iYT9oXku9aeAEI+xlbFXSG65H0x2FqinybvjJtiw+y5Se5EYu5Fwqr3+huTgTSvGJcG56h625omlb",
-	"Z7uIu+xQ4rL57R5uyom1vQ8kPRjh43x1d0f12cveywNAvOUawur0KiPGmM7M9R86bCJIltv+vomEf+ZC",
-	"FSmG6+MMcVYBvNoTdl12Qeis8HF8ZpcGi8ITxaY8n6VCqX65/64tC/nL7JcYGiH0lwT1+pXdLNcoWoZ/",
-	"JYBsnhZQteR+hVwBdsgcB2QzvmB5EgvGIWrTdlc6kdfrDDp1ODI5gBbILzEGMhNcosjGlTYz97YhFhwb",
-	"pcyM0ZSLXWuLYikVkt298ICAOiHkabNWzyzMcZAfAQXtS4ezy6HPgc7WsdkD0sCBHsGo1GKGmjmcyS/d",
-	"kJiIHM1OT8QTL7UJh0t2NGh6HomRYeFxjWfn9YVUe+JjonQiJ1/QSDBW1mbLAGaHVyjmRBfobkg3rvyU",
-	"F/TvTo1RgMHXdVYBQgk1Ve6p4obK6zrLur7PzAgdo1CiTt+H66g3Il8zGwNUTZ8fMfzmCOvZc+gQtEb9",
-	"P6KdPS/kc3EMf4ivlQhTyHMxXqf7Bxf2SdV+bwTatQ36/tIJeNKDbqYpRkWe6AWc4hvBc/Ps7x/MOcXE",
-	"ADzfRZ62+q2p1vP+3t7+i++7vW6vu9//S+8vPTjTNKVPLnHLENLnyP3bTnW1lxn0b8byNOyoCAfyNklT",
-	"5VvAka1kxW4uhhXKUWLUIWrfAldnXa+RHLw4MOIVwfc7f8EBKCjmFxmbY4cRj2o/utCLqHyEAiWV0kVE",
-	"Gbd5od7rytqL1fedNwf59d5Y4uKsvvGsCllRdml2BX5A5qqCMby0joQlEJiulwC7JsvJX0uX2LT6tp+z",
-	"ey+bHxw2vqakGJ8ZncumO3lv9TKow68FZS2QU+O9o0xG+Pzh8/8XAAD//w==",
+	"7P39chs5licM3wqC70SI7E5RlMt2dVHRsauyVS5tqWSNPqZm36JHhJggiVYSYCeQktkORzx/7QXsRTwX",
+	"NlfyBM4BkEgSSSb1Ybt6ZneiSyaTABI4ON/ndz61RnI2l4IJrVr9T605zemMaZbDvw5HmktxSmfM/IuL",
+	"Vr81p3raSloCPmtReKCVtHL294LnLG31dV6wpKVGUzaj5lf/krNxq9/6/+2VE+3ht2oPRv78OWkdas1m",
+	"c338tmYenq6dYyzzGdXmOaFfv2wlrRkXfFbMWv39pKUXc4ZfsQnLYbo3dDRlb3JGNUt/ZGOZw/ulTI1y",
+	"Poc36rfei2xB9JQRJnTOmSL3OdeaCXIDPyB6yhXRfMZI+/ynN+S77777odNtJbj6vxcsX5TLH+FU1/jT",
+	"VnTpKdVs14zX8ktWOudiUq74vBAN1gkLywtB7nOpWd2S8kK0tj4mWMWFZvOmy1CazXEdpM0FoWJhVpaQ",
+	"QmRMKTLMCzEk5jmmiZaydgPNOA9c7r+xXMESN65YjnHRI/Mzcoe/I23ziJl/R5EhfNW1Xw1rl2sfqKx4",
+	"TrVmuXn4P34/3P3/091/9HZ/6F7vfvi0n7z+7vO/xI+9yJXMV9d+OWVEsI/6egQP4NIZmefsjstCkTmd",
+	"1J48/qSythn9eMLERE9b/Re9Xmwhb+WMclFzO1P88tFc4IQqfXTHhD5++zOjKat5cZ66982o0oSZX8A/",
+	"Rxk3f+ZsxPgdSw8IHl3O6IzkTBUzpggda5YTrv3uTHEm/zJmEbuwit3jt/W7FNukYP3/Cnu+svzK4GQs",
+	"c7tmc12oJiMqhNRwG3BZCt8B/0HuuVDkfmp4kNRTQnNmHq07Z7M517A518A+m7DLXpRdnvAZ1/7sl6eB",
+	"L8PhUzamRaZb/Ve9xGwaDv3KENYGvnyWy7+xka4hs7n99tF0dl6sk2nIGR85xcVoytIiY2vmUfaRx0/2",
+	"m8xvWf5o4VkU8OQqXZvxx5m8X/My9/aRx77MZ/N7NZdCMdBAznJ5k7GZ+XMkhWYCiIPO5xkfUXOp9ub4",
+	"xJ//ppDJN5vOjQszVu/ooSBGoP/w8tX3xA7ehW2wvwXF6Ebm+oQrWM08l3OWa44rpuYr+ItrNlObFgIj",
+	"nbORzNPWZ7/5NM/pwvw7YPKr3OTwRhl+J0XJDB3jXz3E8lh+d2v84J+TN3CzjCYWrGf13VDd639aHj9p",
+	"UdTgrkeywDOqLvUty/gdyxckl4VIFYHHWEqUJGOaByv27KAckqer410wDeyTCmIfI7c8y8xAK9xtdeQR",
+	"LRSLvkbq5dzKV7dcRBYyxD0Z9uEMYGONdDLrgi8IFakRUflCT7mYkEKkIH8OyNAu3P7ULN/8UgrmXsm8",
+	"DROGXf5eatr2u+DwyiXKQo/kLKLMDlPcf5YOEyJzMhSMperabEluJIR5A5Qsv9KPVhlX5J4qkjOj8qQR",
+	"mko8Q47tVs6oqiEVQ4lMGX2Y6vjJ3k95xgjXRjW8YWbb/PorJ7xGZ06Aj8emL+YpLSdvqH+HtwcIIQnE",
+	"Uan/gOjwR4Vktnw3KitYcwVhk+DWpSk3I9LsLLiNY5oplixd0HLXl68fiGRFtCSD1pViOfGngEQ7aJmd",
+	"DVSc/V5cE4wv90JTXagIx1hmC2suY3XJsCqWJmBjyUKjIm4vFTM85PL416O31++vLjtA0xF2YBRi8w+W",
+	"mgfuQUxeZ1LpKDl/4dvzBDekZDkPvyjLoqFyYFHy9EIgIvgaiTtLLIbFz+e5vKPZxp+554BeRlN2fcsi",
+	"6vUh2m6ps9fMQ0lLipFhJopwMS+0Ar05Z0pmd2aX+qLIssjx4DTK0/X6mTIpb4t5n/x8fEnaXJOLqzdv",
+	"jo7eHr0l99yo6gKszMWOIrLQuAqRkpwKIiTRVN12EvLr8cUF/DgvhOoYQjt7f3Z1cnh59BY/piIhqhiN",
+	"GEvNtRWpNa2dEbvodInVCeAyWPOb66m5P2i7BiLl5+PLVtIys7aSlp8qKlhSNjdX7hrP3Ss2K88tqy9M",
+	"pFtx2qQ1YYLlVEct9svSEh8VeQ62XiH6hJKc6XzhrEJ4a3j/nClNc03gfxV8aRSqBKjB7Lo5BnYfVz+c",
+	"vF9ZorBq8OoXUjsXz8rafzPsgQIzS8k95Zq00wJfNMHld4CrNZdvlpDqJURMvVki4pJM7b7aQRNiXpL8",
+	"5//5v+SOZgVLCFXBpnmym5G2zinPDOcR7D7jgplbN9edg5D8SM5AYVdkUPR63zGyT6ZUJUClhkPCbAmh",
+	"5H9dvD8lQD3mMP2EO7gKc4Phg10uUvaRyDxluSd5YMBCilD/LbnWnOZMxFWVuRFAcVYLp+ZpCjTsGzYy",
+	"W3N2eHVx9Lb5ac2nFKXcWqsEHqrIhuX1LMrlwOUCwUa5OTLWnXRJzswb14gcuAdbXkgz1bUhUEtT1QX9",
+	"LO/JjIoFEDbesPupzOwKx5RnLCVtKa7Nn0XOiCqUYSUdVHrzQhDYfuvX4MaCUcqONJJizCdFzlJiFxC/",
+	"qYYk6gyPcoFAuXqVhZQcxxAlafdizBN+3dk0fZPLGPxwlbutrmnH3bmbhWFjmtlz/jRo+cs7aPV/+OGH",
+	"XjJonV+dnh6fvhsY9e0zXkGqGd5BczWMnkDhukQvCcwU85QyMCwdg0UlzK8MRtdTxnOnfKkEz291h8c8",
+	"VzrBSx98zM3/+SvdN/+m6Ck248CPcAVtqslMKk1e9DoHZJzLGXl3dEm63e4erkrtfcI/PuNv4VeGkVhP",
+	"qZGa4LIiVN2akwb3WRNL/ZKq25iMg024Xmuo26MNPLXm8XJPYRvbdS/yP/CnfzU8NWB1Q/jZEHVM7wGI",
+	"3nvDILiYXI9ji/ttSjWhlqGRtsxRHHEx6dg7YNiL2ao+CUWWKoBnW82MuN9t9j6A/Ey8GQU8r3KJq1fK",
+	"kWVUFw30xxUvjl+avfApG3HFpfDbWAjNM/g4RYa5bLs055I3i/ipZ/SGZcjqUKcnE3rHjDqnyPBmMewk",
+	"pBCjKRvdsrR6vNw+uiTRAgVVzmZ1Is29qvnSexBgOxg6A1FIRHU9LW+ZiDpdqs53eA7+crOByUMLPTU2",
+	"0ciYuMgb2kOazrgYAmM1P7iRUiud0zkOskTYhbgV8l50YaE0fS+yhfMl1izWaWTLy6UaJ9hRqM+4jQ2O",
+	"fMMMS6Tr99UY9Wsp8mH2+03UqEEiMpt3P5V28cpcwZFhl6nRzSb8jqGvSUhNPEFVToeryk+Ak1cOy+0V",
+	"Wtr2RQybtxQB45c73lnyGMRCRxUyfZB3wbq7VszNGrdBoVieELVQms0SMmf5jBo2TtqUqDkb+TgLEeyO",
+	"5UbGdBJi+SO+uKb5xFjYVMFeGgJZmGdK70FS+hVK94SRLeiyqLmtKYudrdL0JmOE5bnMiXnIyvdf6ccL",
+	"eImfUHFSRx+t3SdzcizuaMbTs6yYcHExZ6P4lDbqvA0fg3VEWQr7yPW1e4tVXWbMBVfTLWdDJtPAYXvL",
+	"s2xL14IoZjcsjy/2YXow1ayJjnABDxqpixTDY1bkEl+BwItdsZuqcoAf6q/G8duaQITVxSoWe4O9ruo3",
+	"cfeQWregEzmJeAKVTlkeJy2lU1nEBZnOCwHMKcLe88JydDRayQ1bSMOgpoywj2xUaJnvKHIjC5HCbU5z",
+	"OZ9XrueNlBmjYuUt7YISt+hwHWte/JzNrQtsC5bv+ZiT04aDmanh9hulxPEwI3SQw5gFIdtpeTIzjAlU",
+	"GMuZWl7ti0r5kXnxIpLI8Rv4q4jSsFlOo99RZMwFzYwlL3ON1tsc+M+OInD1QDr8ZB7i/2BWwCzQacWF",
+	"tdWb6tpvcHWQavIZhMwx/uwvq/r3tpw1yjxXszM+lFkaHz71alI0AoYZCLeXvagk3MBBH+/PgaPzViGe",
+	"kXWcoGBTt+i6SdyVqXp5uuSUQo5EzggTdzyXwoju3Tuac9hL87g6QOvN+YVESihGrsAfpOWE6amRwc5S",
+	"2ye/8h8TIiQ5vTrpkuOJkLnTDKV5FI1UFXfbMJEay6XWIWJG+fHq+OTt8em7Prm3/hFzJ6zdoiW5MaRK",
+	"R2bSKcshsJQXQhmd4EwajYkImZr9uWUKd+2X4oblgmmmiAvTG14yY0rRCeskBLRVOqFc4G5AIhg3mhcV",
+	"E2bTNsyG7yhSfQdrdYCKZUMVZjEbNmYzdc0rcqYq7LYUXCWrrm72j4aVspTcLCpMtsbV5Hj6w8eoMP+N",
+	"LNssfiNzPrfJBavyaZ5Lo2Ctrvgnw7VR0IQrJrNCaWCT4Vk2EC5uojVrNVxpu+h7PlHbeeaNWk5rHNwj",
+	"KTTlArWntWzaPQgLXh8+Z+JuK9a2sjdTreebFvTz5eWZW0tj5RLDQo/gu0FcwoaYXHgJPVSGDc1zmRYj",
+	"lqud0sd+evjrUcl9+8hJaJ7zO8OElY3reD5MPB+GH1Kr64x5xsi/vDk8u7g8PL0+Pj27ury4fnt8vmee",
+	"augdN/r19SSnI3Y9izgAf+VZxhUbSZEqcsP0PWOCXBy/uzw6/xXWcXH87pfjkxMiBRpBDfMwbj2b3XSw",
+	"JUN2xyuYNlx+bZTIPtMnQ/PmGLylZYCsqilGWdA6KyIQ2KsrcGE+761P2SijuREwKDBQGHMjYvADWR7i",
+	"+6tLf4oQMRkZyYuxk/iJNr/4qLTFAyENWaCTW8ABjY3clrmRopkUE5Z3jDyL8cFNCSMYIorvtblQRT7a",
+	"TCjn/sE1KSDbi0RwSIKLOr4+q45vvj2V/aMLDGAGUQkXf7cDJoSZrQdFBj9Z8RJOqSF0bhSGLjm0Sjn6",
+	"OW4w2cr8Wt4L1Iraho92UNkh4AaH78EnfuDCLjqXmdGZhGFAY2n20zyLs5B7umh4wY0Kdl3ReyN3dcqy",
+	"rLQlBi3vdSELpgctYn5PMBDft/YH+enw+MQF18GCcj6ceIjmwab45iSfgDICIvb3rJS0KAJL676hHrCF",
+	"cb/WOxJoFo8y8n+ko9sxzx7o4GQibe5ykXcsz+hGof8eHzuTGR8tvHvngcld+FvIXKh5fW0Mgoam/moc",
+	"zRwWJAiSGzNSYuRloUmZ69h3t4w6Wm/fm7t89v7ikuzd7e+509n7xNPPe/YZuM6QM5LJifXgjqaFuFV1",
+	"P4Tn8GcJMPEbqaexIEiYhLlVoU3SyuSkOYWeyMkbs+Kqwf/i1etVGZb73W9A8vao6hKdeINzPmcKEto/",
+	"bbc5qxvivQWNcpOTJzJKDojOCwYqj9JgY5qDaWCqBO+3nl9Bpc1blrF4alhqvom9ho/O+yIrY5/bxxvJ",
+	"mJUADc5Uu8gjobEwY8kL9xBf+cc5z5mqTxzheBQuNY+SKdekPaMfr+mElUGvv2Isonkuic19e5KMoJVd",
+	"ypli+Z3PwFpr/kFRWvB8qXKtivm8sErJXM6LDOJNXHfrMk7q1fqGg9yVZV8bsnkhR7Cs2HKbuNH9XpJT",
+	"XERbkm7M/wLy3FwIsP6d3NS1yz6vHvLSwit03VBU34u6ci0kKLgAI5s7UAib5LA5WQAHrly22rdybpMt",
+	"RPKvoAZTNMfQTuNqZBQPY2j3QTW+ZQujZE+tG9Uq2GrORomN7Ftj3+WXWsPc0lQCWioXtkIP9El4BjVK",
+	"o7ODQxpTOMkMVuTNRuvOJVQTyGN1yTYu/9SS66rgtmwmznONpeaTUiEpyPCmhFCf4UFUMZoa42DQevFy",
+	"OmgF3Gosc8evVu8uyznN+D/M7lVqwaK7/0aKIJFT+QROOmOw6yjWGLw5WkngF1U2gfK3w+PL49N31z+9",
+	"P79+c/jm56MOyDgwdzCXO26G3tWVhJ5RrN6Aegy26Ft3rmHkWqJYLZShZJmlLHdCazMRuwmjlDvlWXpe",
+	"iHPDGWKZVyPzALBPUBtdpZVNcx27PLqI6jaqT6OtjNJ9RCJumMSlyQ0zlKWIlt0aV5u1oCP5UeY1wYOW",
+	"so+QEKZt/XCZkcfFJLNP1uTi1ebmbpd/qWPFm15ZgQXkTLgcVVyyDSq7+nAOOQeQEpWUqcjRZcfzo7yF",
+	"6YzL4ERwhe6tomQVRNC2M9EelC4Qy3xSmrisz3JPfP56s6iG0wV8EhMUGUC6AcQZI7HNFYMOSsfr5Ibj",
+	"QKPFlpLj0Ia3DJ8F5uU4mBTIvKYySw3RZtKYdzb3G2iiEPAluFTCUqdCuCwKG1cTLqUEBsXAkXUmjxik",
+	"ydKckYkUmItTPceaCok3RycEt4qwj/OcKcgNMhKPAPiDSyTGf3QD//MBoWQkhdJU6EA8pGyeycWgZd7A",
+	"vTskdmO9H3Kmykn/8Dpy0m4f19w7t8N03f7uG1a93zP/r4ZHKJ1TzSaLinxq/b1ghaHxpdIf+HjYx3RU",
+	"3CZItYQUUoww/uvV0dXR28SmqXKb5GpEkJP8VotIzP+A0W12Xxe5UF0yHFExYtk1F9fzXE7MgdiKQMHu",
+	"YVJbvQDiH2RgljIFElOYcaxk8HM4krGJ9xBzHI5KOh8m4DK0Af5yAYLdM6XrXhUqrg5/fH9+WSojSXT4",
+	"sMTEberqO5Yf4rybLzIq6p5MNtzmX1jEypuC3FY1ObB4J5GiErfLcJbN8xbKBVxkUscU+Trjraa8NC8E",
+	"HIlRN3cUCTYaT3vKMgimmj05wJxgfB7Ec/k95NCGR4NuTPNxND9kRiNy2vM6y8Vu2QJ8TuZzm8RsVWnz",
+	"TbfWJRw9g0uf6b3f6zl3LuSOZFywbRNINh+Ey46p5zfmiQby2iYye/psJZ7QyteNZeNECfeEpRM0pVbY",
+	"+Ra2ZPUibHL4wtgb1gXbuCYmvSxnHBnsKIK74SpVIJOiVu3cTk+DtI7Y7H4ieMITUXvfSCmgshryrA0Z",
+	"cTGqL+uyb6ilvEW9FVmIUVpxJZCAZh0KzR09D0ndkPN5lKoP/SINr4NMbRQUfQgiWX0El75W1YjbVMBI",
+	"tiYD+Bb02wb3zBxNDZEakc7FtsGIWj9axP109K8JOT1KyNG/H19cXiTk9P3ltfv73WVC3h0l5OQyISdH",
+	"pC2KGcv5CFjj8WncPUWzIm6oYMLWNskcUTkp53V7FWRsbKfxXtrYIPy+DNjxGZ2whNB8codxB/hgR6Fz",
+	"YS65i1Wy2VwvOgiIUGqVEbt162SWR+eWwJIbxAbhsei+wtUGM75ZWGz5njj7XhAugFUNjcQfEiwZMvbj",
+	"hCvNcpaSoTPeh0Sz2TzDorCPdKSzBWjgNhdvdWfjdRLv57hKi5fEcqP5WWOToU4P57dSOBaWUBpjYSPb",
+	"Nk/9G9K34VWWBNf9xEHPuLilx5lp+LtzNo7XFfgDU8ca8WW2DOR5h0w5kgvp1ZwjjZ3c6iHxlM3mUhuZ",
+	"G69y9xPuKHJcPrz7i9EHMa+FKwg09u3BucUGHsg99D6GcmkgwGTgmrRvFoDVhl900M0JkUsq1D044NAN",
+	"STVW6Q3tEEMC+9Ulh8S8XA4/GoiczRmFCgsqCKN5xu1XWKPvR6UWBwumSnnaHYgmJSb/TdYRsn4ggEjU",
+	"Aq9eFoLTqQT91tT5J26Q+7SB9tGlbf49pjxThGbOS7HM1svFl1FfLA+aceH+vUHm1VuEsHKHxvUw5nxU",
+	"Za3DUS7FEMTYECFAaDZcvcYjwwuK+fU9Fyke7JI0hYLpGVcK8pJ5xoiQZbYxYEMAwpt1K7pY7wI+XchC",
+	"TFCZE3DfD4h1ZcAyFwxBlYKr8ypanJXHlPef+B3bHXNjOZoHSHvQ+tPeK/In/P+DVge5mfuRzEn7f05l",
+	"kWeLhPzPlHL47z1jt/DHTAo9hb/MqrJFs7Ixt7MxndLHKAyj1SRj1BiNyqzzh54atDoHthzd7BTN+ERA",
+	"cRvwgSvBPxI2l6Npk/35G9c6Ftc68jnf1jlTzHECrsisGE0t92sPWvuwoKSMa6Qso4aWnH8MM4aaLCbO",
+	"5g4had9uBXgkX74moynN6cgYnglR0jFV9FHuYBo/GaNxG1Y+2HKH9u+7ZeHDy5ef3eed//EvT5mm8yDu",
+	"imANsdBSxCbhM/YPKVi0Ovj48PSQ/AMYlMzdpW4PWkeFucZ7P7I84wJoyV2sq8s3qxhJsWrrBzLzSAzA",
+	"D1XP2y7lLRMPTMZ6QKDXEeHyBZ5x4XelHiqsxu3jvg3qiiE3ktHR1AceZY4WRGJvjv1Rl5wjOibi4YCx",
+	"DUMYEZ8tQBxB+XEJAWWnAB3GTw1B0JcvXnQa+5gQsnBJbEWSlWS20YY/N8/U0AD8fs3553wyYfkDKQDg",
+	"Qa2WueWRjnkW5Y2HxF5BCDUsxxiGMOWQtD+B+5KnCZnTRSZp+rljIw/wRNd+2qUzWQjtgWN6PUcQjg4Q",
+	"/7WM2jYLNzRlpq96ATNtwi7/ssQu17LfOvCpkjXW2bSb3zCagrOjyigPVBusO6QSagScr4NWnwxa1dPh",
+	"6aD1OVpS8IRcsKTSDRwRkHUd1GQksSUerXSgOhpvkte4hATIRkwCQWpHxQd2kMwoeNocyI1F4URqBD8I",
+	"7KyZEvHpwJsGe09SCRmXY464xaEtWAdjWJdQtbLsmkoqeGazh8M9GN3dj1wZI+7x1kUj9mpzIp7HLviJ",
+	"8vxiShGpa4s3uGd8MtVrpdiOIsqMnJD9btcsmLSdBrHfJPxvp4iu2ujkR46KqysDfT3G0QBTa06NZS+s",
+	"EuywSG5kurCX3FitXaXZXP2+/6GLzr0oKdkayM2khAsqfxB9IZkbVXpLg+wnKqo5W4C/cAc50xlXmgB+",
+	"iC+QsCp6mwulGQX8kqFL1B92+mAwwVhz65VIynJZTO1w7o8ddQAlTtX0mQRGKNN03DBdsmw5jnM5c5aj",
+	"IeBhlxz5YqAJ0+iBR0fLmvKvIVXDzeVfWDhEFUpOy+9xlQ7MzfIdJxRgYAweQn4APEa4SsAZhCWp4J42",
+	"35gbS0cayKtLgowgD3CYswDPTS1hPJH27x/wzIS0m34/5aNpTf7b0dvOgQ8zOjAxCyOsHAuGPbUn5IkD",
+	"0+8sdP8QdwF2eEpVmQJnA+jyXtjUC48daIEEl/EFc4bZCK6JAMyNkj7liMJiU1265NBVArtTOj86Ozl+",
+	"c3hhlM79iANcVVMTji+Pfm3FBHqUOiqEAQXeiDkcoZHAr+erDuMUrl2G1grRRJmEIfSo1eWcfxVagcgQ",
+	"ZkhXAQB9CXkvMXwUQyMJGUBSTxd/DKmJlixR0ULcltL15M8MoThd0oKgMzNnTf6wF1GRzCbDYrhWLBsn",
+	"8SWGJkQkXGHo2OxdlrGYf8OOiM4EuHnjsEIMA+2HFxfH706P3ia++t1QqsV/KxM0MHwA+GeOP4V5Rj5d",
+	"xizeZ6T3oZgP0j4spgZEUSFaQ06lLpNQfV+MpfyPiIhb4f2+Vnf7KNRU63kZgLLSzNwzrBIzrAYun1JQ",
+	"d6ZKCWy288XHjx13OVVSvowDngexWCLNvX5JfuE/dhxHtiQ7NA8NywqMSo0n4HvTYDVQB4dLWeJvNoeV",
+	"tEEhBD6GITJEJwWEAexZ8Utxw/6NZXRHebyiGzq6leOxmevVx4/IqnROhYKaIES+ALsW+BdwB8s6DwKW",
+	"bpeJl8UBHnostyWAKpnGY6a2X8XjwnAzpqey6txpvTu6jIbGw/ONRQtrEW2SVpHXAMbdKJkV2tKXzOG/",
+	"ilydn9Si6pXzL2E0w54aytvv9cwVe/XDDwlCMFJHmwBK0kGmNWPUavOIPsUD8CmyYNpqab+/6n2XkJcv",
+	"Xn0oi0bNs5aKErBVJ+jtFNKKrZsinZgRMKhPBZ46xlxcNN7Vm8Yc9MFOlpr465cbVG+zyTGV72dGc33D",
+	"qD5n82wRwwmKhd89qvZqgeo9FbpMZwvX/1iwI1jKpnewhWj15Zmr7IuGL2NdUpCAkYRYmiX4h3+h5UBh",
+	"w5fcNo0kVhFbj6+xfLvSnHIRTUG5DCvVuDGTCg18LJX3om9TdYSExEeoVcak8rbSfHRbyScLC9ZWFrSE",
+	"FbC9eClhCUohcyZT1PONdm8PsI+pDrYKGct816dAoHy1DD6fqMSocACmiUXrCSDRXCuWsZG2aKVaZjbt",
+	"WyVWlYOCmhG7piNQgCFJDrxKc7OD7SUErHDmLnkfqOc6zOgwqgXLZ1xgbMWabaS9l7K7veCb3UxOOh6s",
+	"Gbcd8p4DSCEtrUYWhiWMGH2KbI8AuuQbSBFBVyLsfA0oeHCgjy7NK0EQtqBph4ngz+bvBRWaa2f7f7Ia",
+	"lOqTT6N50SeD1qtebzZoJWTGZjJfmE/23/FB6/Pn1QMERfHRRYe4gMeMEht36aLEhynvV4WktnGjj8cW",
+	"1sJl157Ki7K901nOxiyvfHQqj7C2KZp8W5+YZlaKZORmOvp7QbOW9c6pGkRX94bXFoaioeCoy1L7vFEM",
+	"NE6cOuF3zAn3hzkVm+Ecri9Uf7iHcS1Wgi9p3+6NUqppJJ8F+Sv1nSht/gW5uvxp9y9ecT+9OlmJUr78",
+	"y6vvX0fzS3NGZyE1LSMfNiivgSESXPS6Tdj2Uo38j54WPmDpBew0sZWf1sSI3p5e7AIm727Gb5ltXgCG",
+	"9OvvgmiREX42FrT7IUE3JOZApQQh4ZxHImPaBhdSPkGHRHB+r79bjsVtCkK93t8Us68G4+swwV02Soq5",
+	"DqkEnH6esWpKmXsMdDrNs8zXprQv2Wwuc0ARtmkCZG7m5Ex1+mSobvl8SLhOyC1jc0wfGt4U4zHLr6Vg",
+	"Q8w0ybLyU5plww5WY9Jc+3aOtuzFFUP6wpi2q24Bo2eIkRj7U7G4pwvSHtIsk/c4cFggYdbWSlrlasp/",
+	"0Cwr61dg5FbS8sNEeTCkMWzLB5wRvEqCXrsampmGCSB5iDDdDw7L2JATfscsFD6465ZDg5txmeuipbUu",
+	"SAzMeq82ulSHtqJsGdBqaLTXN0cncRjO6wCH83odEGd5pxulhsAnoZ/BjhScv/vAgwG53yctaDb4oRHQ",
+	"fYyxhDkttSSBeOSRPGEfwyU3C8t8bCwXNHJPGlwr55FKiVlDNE575gouIgEt85VNPy4gf8K3tes6l0O/",
+	"Eoi5n0rlfRjoYTBzY/y76tRoU4F+lpiXzJgXiAsF4E/AJqtYUp0S3tPM3tRR5lrKrMJyTsD/DagpsO6Q",
+	"FWCFXytphRXn50cX76/O3xxdLH0OleitxPXiKL9tJWXLjlbSQgirVtKyVXWtpOU7mrWS1tXpxZufj95e",
+	"nRz+eGKG++39+S9H59f+V9ivwYz5y/HZWU3fpqB95pJwXQ+aO6OjKRds1xwVfBDg59rczmsEQBBSX49l",
+	"IdIE2rVkfBT3p6dMU57FkSHzXObNBX0QBI3YeRzqU2tssbKbVwzBTWdsjZ2xuldX58cENHsm0LaCqk4M",
+	"BJtdX75zdSF3862b36/R4hpHuQfGmS8YOE/U1i0CNbas2+gQujyJa/pnxU3G1RSSLR6mstc3l/DZ7ISn",
+	"hkUsiGYfNblBxdZHKCIZpPUa0n8MBh97vQ9/ArFRpoKjIx4KmurScKLp91grSudzJlhq7wQWJ9ok+AOX",
+	"kqGIKm7MT2/A6l5R7BolzmGizXZiApboF2EusTEbhpXUneGB98y8ePXa+WZWberl0qIP9RTBUqCJp0FX",
+	"so0Mo12n3ls/nEt9KZO/AkgsSMS5p4rM3eoSm8WDsCnm6I3YGWVFylLSthiKIOqEzG3qTuNswGruUYwz",
+	"xcF262z9hge/6kqJZvDbhCEVbI3NF0qcFrENjGjMQ4z5WW7ZdiGVc9wIqXRWqGmZD/YQzvJgzbZJomeZ",
+	"ldeIIlDl35wgun3BSDxNDsaJbes51cz3cH/8zczcUNvAr8QyRfdVQvZnRq/cn0aVhke36rU743rUz0GN",
+	"D955Yy9ev3VxjK8nas+dtHKq2XXpSW2WIOePddP9DEdf+5YPu3SeIJZ4DmZhG0Y9ZzmXqXWSIDhHDyOY",
+	"N8XolukdRUZ0TkdcL7AxKhvbbt6rNDavAxrDSfpkA1l9XrcBV4ptGzDCtyxBncMsIUTZBRBwSswp2LSK",
+	"ai2ez1Tjtl49fUo0l+PLIwTphuyrftC9AVOg7BEEKVBlhrXH/9jBgjl89HEZ1vXb0D67wg545pFdpNe9",
+	"T2acz504fxBcVz0l+zXH43P88EQ2osQ0teTPbVnubxDFfaADO00BEWW1V4Ixv6/OT9w++djp4dmxVTyN",
+	"Bd3f29t/8X231+119/s/9Hr7K8VEMcEHDsxHhm3qikEizpmHwHcrKtIb+bHqpxHoiVuF7NDV6LLMoMzT",
+	"kHTZlZIqaBe5d7e/h3F3RdRU3isMMzNG8By7duZOrN4n4nz9c3sw+LP/R+dPUQeVyuQSsb5M6pBHfIaA",
+	"a1Xi4P8c4b54uQ2SmCWwOAHPZa4B7XZLsp26JAj4XZa9H7f6v29oz7CUN/H5Q1KDTQfhaD9DYvs8YQPT",
+	"FPo+oRcaKq4ReQqOGjy6Vbxke9CIeuyHtNDH/aAlHjiPQCaZQXcwEVc5KC7ry7I4jjkgAu9g3km3xCRu",
+	"Lr2rQNKPy3K3U2843zoUY3yXB67cDhqxd+KJPLa9VHkOUmQLbMids3m26IfAxV823cftQ3wbHxZ6f+O0",
+	"GjkeA/3cLGxyLcsT7JlqW/278mkjpSLVxPPiegZ9BCLV2WdXhizh65HMbdJZj/wV89JljnXX9SHRXjQk",
+	"CpH/65uFjlngv8K3Zlp4YOvxP8f32JikDxOiRse63oQcLEnOdo19Dw5liFJAiQ8kIGEkE9Wg5RqzEnh4",
+	"Obl7cy1z9FVtTaCHNUxn0CsA6xdtW1L4A0kl6tw9x8qgZqz3vBAXxWxGwTcRR3HaopnAyME9r+TmWGjM",
+	"NRifHsYP+HWYZq4S7HLN5oktFYD8J8xDbYZ7FYCpxnqffCk8B9vlnEULcuyXRmpxQaC7Rt+lvQGhuZpy",
+	"zNe0rZabtC00syf+NFf52AekmiVpEG1eM5JYByljPQuspwzA6Ujb1ldYBBAI2Q7BeRZDRcCn1nVzhLx3",
+	"V6Fkn3dx3QPEF/EGkwcOKSsL8BdlVreFGVlCVYmDWG0Lz29r8zbcuxoWUDkHtVYsx72f7liCiq7EAedu",
+	"h5a3RBOPEpSFeEAfAEN0WBZbAhor1wcgcZ+47vEaT18BAgUTKWgEj/dirusdcF4I79uOYgFdg1NVkVze",
+	"43pTqqm7QBhx2AV3kC9XpsI7Yo3gWYffvNrvbdvGEw/ywNs0pK3cz2s6wDVe7No2UTX4fNiGJ91KD1w+",
+	"SrCobXwbYt+Jb+tXBnMbdA+qbRpkQ32wsRud4eeFeG6n45bluKUC8cCq2/NCnNE8eo1WQMkJDUoqjYE3",
+	"3uqGxOkkgijogbZrFmxx2bcFcwNVxmLyri68vCWN4g7lfWjyeAOphI+uNqaMkW39vsTJ84FF3g+mqAs+",
+	"Ec377dcpY7bM02ha1kcoJLpQmWa5begKhWEzuiA3LEAlGX76PIym1gRXJpKA4Svm4ihvJWDDCubvvZN/",
+	"0NF+SiuPPFkr+JTN9TSOjpsyNvdCWWDmuAPpNx+VWlsuiwnqYeCzdHfaYiEwoXcU+TPZL6vt9utQu9e2",
+	"Fk23bd0DiBJ1aQg+YGwFdAwcwqskNb1rNzYHwurulHkGZ9UPAHN2ORqk7Y55RxGts6AdYIA2YBNB7Jdl",
+	"isOOcthFqhO0DbSA8+ZOJfbQSk7b5ppMIM8TsQDdOWHNClDeLZvr5hi29SFBLwk2MAgrMpp0g7ZIHmDi",
+	"V7DZQbQvXSQyMHcyHbT65AWERxAj2OzIPsDgPgVA8RpVxqXN1ngsXFItuB2WyC7ee8Vl60aJLhxzB7tJ",
+	"+r3iytFxszMN4ERWJ3E3pfG6t4/ybo8u82/YgSUGMhMRe9Zvjke9XcD4IjjUpdLZAl2A5d/XNMs6Pvso",
+	"Bg/o8hc9a/WJzVoa7kHalfTkiN6/gkL4JLLB4Qauhe1bg6a3iioCOIjXzUATwf/mu61g+09ARoTucR7l",
+	"Wtg+SXo03S3mBMds2Li0lmuB8m3sPUAYrLFk2UdNXi1lzyvSFog5avgvwth14v7r9Xdvyaf1ldD3Vp0n",
+	"ORsZoVqffxRwH4jNORGEDSAs9v+yItBIi3SXLgVvSyQUccvnc5ZeB3vVlK6sP6JSvNC0+22IP/hVuF4T",
+	"ZEFPCSUprbANf/Ar9F899rp7vHoCSckOH8ZfD9c0t7Lgn2V6YA6uS+xb6wN+B5gJYZ2tXpulM5aSIRYp",
+	"OIrFQoVd/PDq8g1KT6rIYrFYzGZpqqfT2Uypf7iKhkJkTKkI5RCzERDW9coyeMIJg/K9VUuxFOqe4TyK",
+	"YSy7jJeGX7flz+yNcEtpbjx6Wdv0Lde/X2oDKnHM9EcqgsvK2cOT2SojrWsBdjFnIywafEAsbU0YDXKJ",
+	"tAfvsRBRS6A83dZWZUT4sx0F969P9ndXK+mCMqCkZNVBFZ2vnWu0jfCS0W1r0jJt1Qfs2vGV0EkHldIY",
+	"8GiXuGMWxscuvcRbixfHb+yaTvPJXeL6JaYk5TkD5DFXFerKaUIQNFtH39nGZV66ni1gyOrqTqSYhP2p",
+	"gFfKsa1Rwl/XdJrc780Azkn4Fvlzqlzp0C/HJydHbz28FWyqL5iJez3oaMoatV11cbsAWmDjluPXCfHx",
+	"5L0bLvbUlOyO4quptppby9g0m4ed6fDXtslJrH0VYohAShcJnjyA2knoCT2VWbpN9yTXUSWKv2ARIxoM",
+	"EzQbgV965rW5OegZwIFQkNh4aYiWEwaRR5kjlk6bkgkVkw5cNYSoyHzTQRt8gc5lFn0VCFLxm4yLeANs",
+	"cHuZX1zHlIu3h+/ITKYMklYOyogVBK8tkA804MbkgEjzsI3Xy92KdYFjM12fTF0fV9+IznZZdKoMuHGk",
+	"sI5oRCuL3brveiro74pDjQN/aNy/9Vg8jbHMr5nFflxb7mUhIj8nranWG+0cjypmjNHxGt+bZ8pdcmhR",
+	"z7BLTZnwwTWx1GC20dfukbbhQRYd1mF2dcmQZvd0oYZmHKrNML5KqEveG7K954rVIO4CBa2UxrooVM23",
+	"rvcvfnHLFg7qMS9E12IimqXWFN465E8Y/KbgWYrzkb/+lQxseeKg1SXYa34ZlxGrDoFZBy8Dd4B9BGg1",
+	"uHSYxesD9tg9br+HaHkjY+hBEi/kQmmru0NvgRGHAadUdezcXBNcVJccVibFqlOmNJ+B2xmG5Wq5hSGk",
+	"FYwL5XojAtx3s1xm7Oy8Sk1oGaN0K4EN1Y4HwYRkBgsYOWIWYjFaNI19o8fc/FUL2NjcItZsfmwWHW1B",
+	"yLPsepLXtE7zKkvAYoJOpLYhGIQdbpi+Z0yQi+N3l0fnmGV+cfzOSOoaXvNKVVpJ7/dUlLuUzRBd2i/0",
+	"F1vpzgntDpuoVgdkaLnn0HK4oVvdEGgvZHhea5KCHZAhnc9zeUezYcgbBcGPmYscGb52EHb48eVWDjEz",
+	"/BIS70uvO6bQ4D0dIn8ZIs3Bo2W5N0KDAQAsSJ9O4tVxvLtjmWXyXpWAnTs1O+wxrjaR0hKclmvVyqD3",
+	"tYNirRxWrzav2Vvmhsbw2jrcLPbRvISQYvcfLJd4Wc0UKWn3bLJ+TWQoXM48Z0Zv9ALUlQX0Gq4pM6zD",
+	"hz4sNpvMiR2XpcQlJxXhytauTS2UZjMPWrum4aQhE2MYEg9w27b1EZOczsiICm/3JB48zij77qsbw6dT",
+	"llSRvQyJAV8FiMeOe9dgi7mw6GuO8gFH0Ii3yFkHB3LgFXSPmGxY9EXQpt6oS7/SjxewCT/Z9zr6aJtA",
+	"k7cWmDPEEcl3FGl/t2ZHKyDADUkPRYflDWWBDkIjMRW0qMY38FYuKJz4M5ozYphnBWU94jWuLuFK8L8X",
+	"zGWOh9bhKa3RrgTT5rlIP1ij9lreUpYcwW5DBiH8rL/UuRHAGNyXAVAc+jZ5TgAt24wBcMaUZFLOb+jo",
+	"loA7fwygcrSkp4QMd3f9cIDTAm1mnEokC614ysJMbiQ2OpoaUYfmO7tzUVBXtDGVSu+ocnaL3hVoaEvI",
+	"dnYNoA9YLAk2D+4C7pbVUewkgUWMRR6k7f7Axy0ipx3FqB7YjdlvGwKlokzD/QdujtfcXd3osUpR5ZeV",
+	"kzXfDNFa8TFMd4s8amspxeyl9F+z1HpnzFrupzJjq3AYFgbDKoWAT+qmKqsfRlKM+aTIWUoQ+cTQiZ2t",
+	"ehLhfXW6ym/vz3/56eT9b9fvTwGr4ur8qETfxXeM13JZjWl1Y07DvEDEVw5JP+fm9lpg+yoY+vuryyU0",
+	"9FL5DQIN5Ff+o/VOiBQMTmdnbukaCbp2NMrJrgRXPqzmplTyoXaUe/kQ0NljwXSxHa7RdWqc4oBwDw/4",
+	"Ls12XHc8XJEhODmGgM0Ef1nlykrp4bKnA3SnIc0nauidTgdkaC7jkKiSmG06Lxf2uwPAjEZ2Us7hP4BZ",
+	"Ujly0lemMyoS32PD3mVrck+p0cJAVSu1Gjdo+AnFOsAzmYYonpFhgytg8yOyQmmWHxgWIc2bYdBASK8O",
+	"G9JxmNJltRbXRMAnQpbuNnJh7XggN6tcOh+CYTei2mU37KLEZc71Uud6YNJ0pPndamHcPJdpMcJUEgE2",
+	"qddkOgkJfomahh0UcrixtKrtNKqbjHWalC4vQU/6Ys/w0mKClevSNF6tf/WuU9S4z45OAeEcM+J9E7xx",
+	"zliX2ApPBMAyHzvQKwH8LkFB43EhYFjcCjzF5lnSYZFwpWDrL5GuT9YaWV+dWiqhVbWEfZxTcFsJLYNi",
+	"1bqe1Q+rrkTuzcWk3pf7szcAcd9mFLuimwXdMHtYod/JAVJX0Isa+Z1kTgYt80lpZZlDioeK2Chn+npb",
+	"H9RSD7+oEQ6IfkzcWevEslybwGbpJme6yMsu+FhBOmj96U/QGxFutdV6MjlR9keWu5F2UH/NsegNN3Hh",
+	"hzgo20p4tcV7090mQ7sQ1+Z3FY1zk3feeeX9eFCkjp2OcuWNDKdlOJiU9Y770BhwlOBd9KWh6hXTFV16",
+	"CVzdo301csgDVJhFE8M78+LVqwBf3Sy0Aqo+aD0ARR3gCaAktxHkWPzGhpDrW9y6sW0jZQHW2qDzhqhp",
+	"SxhpyfKpmu/rPDMrJ1hrzv1Gub60ePFeIRSS3MhCpIDVFKDJr01iaKYnVdIZGuhJ3uFSFpPs+IRJOEDM",
+	"9MLYjW2GUzpjKikAeSEq0X8zReUDKFSzcf8Dcod5ZqWHC+PekO1S7RXhhE9jqIHloNCWmc5W23Xms+sj",
+	"YoMkkFdMR7lUymblGEm6sckIhZN+PrQK1EoQsM+1Bxy00pvdGZ8YvQPjzJv9t/6t1zhf/H5QSA4F0nBv",
+	"uDVgBIIhldPWHSj6aLfEi1BbQHFu0w2I66AP0BZ9fWzzs7QYQXhtNUegSXbAcvcwM1Ni3jW2dZeXJ1vS",
+	"/8+BK7uSdn3L5jpw/vCg7MyiakaY5Qujp4DG8v2L3nTQCtPWoPmy6vRRNFy7Zh9oSJRBJKgRwUecX808",
+	"AiXgEESBRZZdWu7pwj1vWCSW2MFPbDWmrwqQ94Jg92auXHdz4pBDEbUxnkBextaX08dJu2xddXl0enn8",
+	"/vT68KfLo/PrP3WAU2R0wXLVt6SWQ/siqomiCzOqrbKmN7LQAUd2ZaYpG/GUqQN8BQjsptKIsyA/GZLO",
+	"yWHApmNZ6pEMiqUdW4Ir+e5FhMorp9L8B/akN/8gFg69pOp2fR+RZpXZ+IOYd8K+z/UyEn6gltju+LWJ",
+	"deX3zglhC+OtsnDDzBUzll1c7QGeHp/avF1MZLgwsUNtxVZxthcTTOoDazWdvGqiFdvEERr79SMuYamv",
+	"kbs0z9hrWuawaiEf+PIOtarVlti2ZcqAFDWOBvf668glZ2Uv7qi7qeR2vq0UmjF93+gQkL9GIL2Mln1P",
+	"FaLaJxZu2MVVa0jPulwMp9Rlj3XovhjN7ti2FU7Sqp5yuR0rySpLkRvFxYiVxwS5jzmjWbaA1v7tnCnm",
+	"usKU+U7gI2eq1LEQJ0DIJfdyZ41dUbNEr+jgyXMACre4SdbMSNmKiWGpp3NAeujTWuofNaqGMJbWYqgY",
+	"NmJNIgaKC1DVjcWNqzN0gGIhDSqXmMeILgSI6l7zmhWM5V1HUTiXi3iBTTliWeackdsRZzK1HCVZ3zWi",
+	"JL+VTTvOuXKuW2NUHPhS8xuqjGEB8C8Y1BHFjOV8FLQkdGgjV6cXZ0dvjn86RiBpZB2tpOWU/Ap4dRSy",
+	"GnPxIqjUy6jVzoIw85wfHf16dlmDVA1evKfBp3xIW/sacNb65N+gn33zAEHO7uTtlm/TvH180tJuEyO+",
+	"EnCZHbgoJOwrGKq2DZzIFt1m1e1hW/pgIzbWs8MJx3PI0RPcWMlBWtmU9G0HjS6lrF97AnILe+iv6ZK/",
+	"VWXkhu7vm9Prnrv9elA2sunccbOfuXrAoV03JyJLAxvJyA285t1cBcHDoKseVsEVO/QrqJ3ZdjWrzAKs",
+	"RwiqjqZUTNiBMxHJcJRLMSSjzNi4ZOjK/cp21N5YJbksRATIdLXErwJVuabYcCPKZFh8uGnQshZx05Pf",
+	"TIFdWE62DEr5ZKViKzSFueUR07RELX0auAGu5oY04mgIxw52ccKVzldEV9/jv7e/e4GQdAkxKtHrl0We",
+	"eetjbu6BmHScY/jnXw/f7F78fPji1etqQgOB5E3psoGddg54C1wTt1aXeMBVCVoJqWHYED0M3igoULE/",
+	"S3EkiPJ4t82vh2/IHcv5mPsMUBj5li0OIHWW0VQFDiG3KHDxg203513yluX8jqU2jmUXcD3KWcqE5jSz",
+	"cJaKzApjVFeWTrO6wPMDe3rCum2vaQVp0eYDaHWKDMMBbbiOnzWwXKuv8UAKuWE0h/6ZRhmKgEvOjVUm",
+	"dORYQ+xd0j4s9FTm/B8wTZ/8CMN2XAv7auAOZQkmCQM1jTDFhHDdJcdgxkSOISG3Qt4LGwmUkbW2cbKU",
+	"5db7UVKCzVvkqaUj57x78/708vz9yfXZyeHp0fUvR/8b0xbQaoCZDCFe/Hy4++LV647tPlp5nQNIJLuv",
+	"bLPrSorfGNMdYpP4zzqKCr0mdVpOU5ySaKNgyOSUucuNMnatT68cYe6TFOHO98tctZT85//5v3AzuwQA",
+	"S12rs8r2rlBvmZ/ga1BsFNC1giVhohUoNJC3AlE3tMNvsiU3tHelBxSFmNMuBFnd/Wg4eJwzdv2wNAH4",
+	"qccujjju4pbTU8BLmw3yjpetOhSYH3qI2a1+Wq+UZ3TEzPFcwwlG8tQCQvAZEdwibbSXCKLT3HHxBNjZ",
+	"20Nl920yZOn4P/r3ozdXl+/Pr49PL47eXJ0f9ZeEIwo5TLEqFMuT5WxNWTIiP9j51en14UXHl3/MmNE4",
+	"uZqppdGxj9zfJBeufGP452GfDAueDkmbwoxwVSa5LOYBmD1yxZWJr47fXp8fnr47OvCZ3jaBTeYL0vu+",
+	"1ytjWCjIlI1alE+pKbRW88Fx/N7GEQHW2AEg0XJZ/sFOQoZzngo1JO2z47cJmYFXy8x6fPamzDdVwcug",
+	"35SJNPElGW7ngo1OGdVTzCTFTXRJatzjGxg+Ps/5HdWM7OnZ3CxGMA2LofAnJhIjEZQJJ7E04jJz2GXu",
+	"mtFyyPoakvb5yfGvx5fXp2fn79+EeXcHxH7z9vDyEE/Jk3o3RB82jBjSumw3YjLCzYR0A/NSZjr8DFZv",
+	"v757gSvDH3Vn9GNCRvPC/IEJsDxV8A8vNm36QNCNG2c2302NODEseQJ3RQrW6ZKj7qQLJPhnOMg/ww7+",
+	"2b55dy0I/Jou7dX7SjN+x/olYLYreA7SyVlOoJqnSwqRMzWXQsFvFM+M/eylCzyEydcLpsvegCmjqS0u",
+	"qeT0mpmFoZs5VaoMcUIXdPMJxhqqirPhAp0uDNmvznBAMg5A12NLsebDXbv+APFqf2rW4jMRnbykDvjT",
+	"ysUuOfSCGICZmZOLLHWdBnHC0PUJu9lKWuFGQdIkTVfdkknr46754e4dzYHczQhoD4F/9tAOFnx0VR03",
+	"+OYtTFHvpNuov1L/umYAm2xT1VOdAmqYhCcYlRALEA9kn8kJgbLEVGGx6ojm+Za+P2f7OXr24r70mXuL",
+	"oRRFgdK3hPmxKq8/1FqicT+SBflv7P2xVu0m548btm45xnL+1eenuYTcC83mPy4AR6CkvMqHbw/fRb3g",
+	"oTW+nRNpmz5WNkmpzuGGgQuEbn+x//L7l3/57vXL75daaPu0puXueVu3UKlgZ2/ZIrp5Sf1SOf2Y8tyw",
+	"tuuHZiqRNiQj2eR7zeis03d8GUQrJGqTG2pkNeiOkJdjM58hfdRVT1rXhc09KtMynELFNTbzdc87l3vD",
+	"1CdLnk2cQEDK62oxLsPcDfOITZIxIiEIy5YFsP0ADyNA0be1kTwAgF9Jw/MJru4rMIdtyXPjOtgSA6WS",
+	"sf365bryjUh6Ex46JvxCq9iD5S7HNl3IttiL5WLZHcKWvYYXGypDt05tc+TGb9q425w5n+YQO4ZfRSJZ",
+	"W+UXYzUSoGW6dFQXf6rLJ54uJ6PaNKAHZhNrnTVtd1ptbm/2ah3TurSppk/V87LSvfAhEaPtaOXxrQgr",
+	"0qRZOyL3g+r7BgEl28dgQ1xp+QieOcDkGNV2OkaFRppoGzjFuvcNoCybg1U9+JA+xHrCKjYqjHi7MG9q",
+	"0S3BBRrZYgEeU9RZ2yM6V5oK+0884E7oGDh8++vx6fXl+1+OTrsW62oG3mAc3i8GoEA+f4agz1iugfEd",
+	"kfOji0tYgxyTNzh/Ekolw0j+Jm+IzEdT5lVv62sdCHC2dsk5COPcmDpyjuUaqwnlXQJ9qeHBgaBzKAEy",
+	"w+3ZltB//psyJs75T2/IDy9ffd9xIAW27fZwJFM27A7EQByBcDFni+tBxWEYdTwTlBqwqU5skOHHXbvb",
+	"u7nM2HAgEK4GmClUh4pgeKhS65Mh9p0ZkjaIJWNYY0sa94l52YHAqCBqKH17jAm6IxKHUpNYMIXEASXA",
+	"B5rmYK5Dw5vhQLTLJjyJ9TffMoETg+49tO28guI8mmV97wRNBiJoE4aGTgJ1N50uOZU2i6wQ4E03D0AG",
+	"hvkY00TsjISrgXjZ24fCM/jAxYz8fr3sfVd+a6lASxuMcToZaAJmpJcWJsKmvoaqHWbfqbJOrXJYU8Av",
+	"HZIZzW/VQAQ2fi4L7fz0wcfmB64yqAQscH6zGcWAQ3cgfJNxaEsF9/Dw7Di46/1Wr7vf7YEGOGeCznmr",
+	"3/qu2+t+B9xZT+Gm793t78FRw78mLKIEDMEK/CsQ1TVGZdG6H4JJbkNBELMCF1bOjCbPM5aTCb1jpJgT",
+	"KQYCTX9oj3/96+G/Xx9eXh79enZ54Xz6ZWvhfqAGYL0PXRCleZYNBCTyixRIvCR6maNr3xwxLnfomj3h",
+	"mmyll+3Ohdvn78txalQdrvQhboQVXgAVD+Us3GzD3wuWL5zV3PemMcqHsP2TTfgsuyVbqM3l7YvYjJ+T",
+	"OgRaK/XKJpvsjstCeQkXW6IVlOEaKxZGLzp/bCTXcrccyNvHr3qBgfnKtrorLctl8fQBXOBzKRRKmhe9",
+	"nrX9tMUPDxnt32zGbDnv2nRpc3ygOIAsWbYCzVbB1YVThhLrlzh7bFC/yrJFELSCsh0AWkgrlfpAo7Iq",
+	"bHoFLBT8a4iomi2IhUJ1bW9AVthDndMJF/DGoKzQCfim7LX8kLSqzL/Vdw3FzIrgAls/P3RFDO5xlcLf",
+	"Me0Syp/zEHAK29r6cywhxbVhwRN4+dATgL74IRgEFmdriUCsIpgo2NQgV3OZTRtVzm/Qyp7feyfTEneI",
+	"rb18xG3I8Vvs2LVyXntGvIHy9+Bhk9ZcqgjnfjMthAU6gbAwQMNAM6kEPY6sUjtfhodO3r8DHv3j/748",
+	"uuj0S6ez9VNOEZhbaRg7zaF9I94FEHUsx2KRqctS9n0FqyR5CK5L+yonZh9QfWVK/yjTxZMR5Ymc4F4g",
+	"SZYass4L9nnlNrxc3coL2L8HMI1HkfhhQN1qyucephU7TvkQt0vDqLSDeFqyj5IuamhPRbxV2sCOpCHH",
+	"enq6sKO7tq1NaKP3PJOf21liPPPcY1wPQTFi6dB2ztPMSJxKAFhLaKcawvV8Aao1z//wFFTugxtkTI01",
+	"BkVmEVJ/FuJ2ev/eJ/vX5z00BdXeJ/zj8x7NR1N+x9Jdc8X2PuWF+FyrOZ8zmgYZXfhL0h56+/j8zc/H",
+	"/3Z0fXV+Muy4+OTbo5Ojy6OBgNbpfg5yn0ttrna/LIxRUzpnrgt29fFkINCBiWghvrAO/JtQ5qC8zw1L",
+	"Nl70MNadOFtpIACQT10H6ieg2bkXQcfuFGwfC0hDJ7aKYSBSOSrAYWpDm7YvPfKp0tmalMAt2J7Hpp4O",
+	"BPRxqgINA5wU2IKXwX6CO92YX8YqtCUUCxzDLBBKL/s2HEdTck+zW3RBp0ZEhf0KAPcKvcI2LjkQWGY6",
+	"kYBDqcgMMkEkGXORdomxDIXU12MQi74k3Lo3hdQD4TYLkiL8E27t0Apt7OBaNOUZCk6I/HVidorR4uyQ",
+	"59Dw7Nn4Eza7jGtwAQV0H8ItXvW+ezC38LlUWHQbI/+yw3dZC4xFSBhtDpiHa0ZWq2Nvq++d2Q40xpba",
+	"8OhbbFHT4MnzQmC878MWrMojZuNrR/xqHgXWGPI7hhVkZrouOdQkYzajzX5qwaGy7K9GMA7JWOYDgRcZ",
+	"s+G8abqKzGBhFo1c7UP3Bs/nwFVDyctejwg6g6R0mmVDdB8pQI4M5rQONlxQlxwJxDMBB52jCquYIlfj",
+	"ApGPMO9mP+n1ejbI5WJQOqdCIZtMBiLIxbD6BuLNwQveMEjXyLnWTAAIidW3FMnY2KKJ0IHw7W4LTdRU",
+	"5prcMjYvU2Z9zsM5Uyy/g7upjNG4AEbA84GQ94LlCp0ehs6jrABaszKAPLc70dqWWOHH1gfdhA7heezL",
+	"0uxZG3Jq9vAbjBH8iBW2q84QfGHSiOgOPI6iI19u8bxvGDHUVOc1oVkW93TYoPVK2+bndGnAtvgWvBFu",
+	"fHTHR/pBhkmFqcIwlY21MBOQmapYBni42rVDsp1O4CLdsoVrVWBzWEP2ijwoxl9td3QoVI/oTkdmbFwA",
+	"OgE5QBsQQfPcQeIarnVQ6kPV5eJ1G1o2Y+QDrGVor1/EGj3hSv9T36aGTsLHOwUhVv2NeAX9iS42uwYZ",
+	"HvxjbxN0x/d18JxVk0EqkrGqfqJ8EwuSl5Kh2W36gtrK1irI3qdbtvhcVUTWSrJFq4lL5uGs71E+GWSV",
+	"2ItC54tVrmj7BD+SKX4JpXP5GiDNAnoUZMmyj658BExwtCURII9apAfXfh8YxJzqackfsMa06k8JucXc",
+	"WHW5+d1//N7b/YHujj98ev3y879Ekhe3IrlqGlmdKzxMIXtO7lNOc8JS5HZRkyqDb7sRTqIyqe3XfRS5",
+	"y61Pa5UglJxo0aLlbYxQh8iYlH4BdJYs+wTMk+ZT20y1Sw5hOiFrBgwgir4xC2sbAsLe/7VOnUunbuBz",
+	"CNFs4Zig938C3D7LwjOxs+w4PDYuCE+dKx5D6ykmRw/ECVV698gMvnv8lrSnsEtgfEFmret2DB4jtIeG",
+	"fbAwdiEfegjYtEw4dW7/FVFdciWghtCudCBwqaAT0wWZcaUsgIiFkIOupICcLWeA94rhWwp5olCMBi5o",
+	"iJf3Ia0LXJGUjDKO8B5UD4SWJGe75pxj9stvxjI7wt3elgbMJsFPj9/+7Mhomx/9K+gyDRQPzT5qJIld",
+	"3LOtHCgwW92VR4cXjmr7F8JHOwpAQOA2ETdIjDNYCvS1iFYArdKdIVKEAdtVljKgoRQgGt+xHMtLfGuh",
+	"1dv7Re5oXRir3CvwI6Az3BWqMJc4sIBQlu8S6eVwv3TJ+YIZX6H05uhkIFiel5F1O4B3hgBitU0ShgtR",
+	"6R2uHEx+B2DrhzwdBg3H0flkLlv4qNH5+hX8JhVA52CeE1ySHfe2QXKDmaAEdbO9dKRgsft1hgtBGnye",
+	"AEo4hUMoaBRGefHUS2Dp5rtWbuiDdMYXLx6qM9o1givJLOTA06Ly3HYOx6lHQCKWyBJCtZzxEQBNeWHt",
+	"3qG8pFZkrdMotxaAe5/gv2vzCZb2/hn1qGanXDndh0ddgytcpRsrcYFVL58VlOohJ2p4NF/Ww1x/J3ia",
+	"EKO67zI1onN0j0f0eRbwkbhGv4zpMePC41o8Tql3faijhGjs+nPsWNwgccv1gW9Id9jydXUD34tsgZUP",
+	"iC0OaKwWFtxWQxjVoU8yec/y3RFVRsc3Fo9KsLkpatspVVOmII7h4IrBoV3nnjT/uXbztOrsqV1srvrh",
+	"037y+ruoSfUFM81e/NNlmp0XYrMzCXMwHudJMrNEGqs3SR/7JsyuuuQO9E1iAHNpFcvb6bpaYWJyWZ8N",
+	"NhhgO1sA/0DNs8UGQctOMxZaUiWtHadsNpfamNG7v4Czojn5fngefcrvy1bK1LPHfA8zhNl3+xoA2ixt",
+	"IhD8i97+c6/IOrcf6Pz74UspfrjMsjc8FYSLjAsW1NHN2ajRvX2AJgcRcQiAbp+j9ZQW3BFGXNnM7MHQ",
+	"rGqI1q2nd3UMUMCjKRtBRn8Jfk1V+dRAwAOYvnEj00UfdlQDlAvVtpkXmlVGpmpEpgXweS7IMGeqyLQa",
+	"2kivs5TNwZWTkHtZZCk2IvJ5BO2XvZ5F/UY0bixTl0wNbGcxbbGCkHAT8vLFC/sDgIdybchc15FCJORl",
+	"7wf7CNQICuh6kxCaKWmM8QAw1+0dZNKYqRDPx1mUXPmwNITlue4SW3MCBQ3wc67c/U3APcUxSTYIgPcJ",
+	"9fCjA+FATvBHCqG8IcSN+0te9Xpdcgjn4EN0Zi+o6zYECTD/6+L9aUKEtOeekJ4xqTGPZkoFBuVhhebE",
+	"yOnVSdkrnlCxgKyoTpAnYA+sS4YwDVASBsopog17RaqP5RVn7y8uPTyQ0WkHwprcMEDMdC7psvXMjF59",
+	"PU7/o3n7c7wSMR773lim8DUYpwjWXc2OACCYFPzWj9JzLJ8s5tCYASgCdGtLoy6jov0zJHOYaW+K7NaZ",
+	"Xp1n5Z8+x68ujeY4cpF8Jz7rUDe/YCKlwnVN9qXRisixubGqWlqNgPk8V//5//y/ztOLUMA4hfke8/Vc",
+	"+mMyENChCPqvWgdfNQoJvbYwkVBpuugCAxJSX7tu64mtBgMvlbSFXGFaG1T4+lfxbjTE6wcBZ0ZwRd9T",
+	"WxcFKXgHMBsUNVzbEhmbr1yC34xt7TlUSgHHwpwbX0hjK8BcNqj9AUd0ky45dHBcA4F+61iHuZwKt5MO",
+	"XoxCUl8GJWA5m8k7BivgOeYCWowgDnXi4KYt4XnmLOcy5SOi7hk0hja/Vtb/TRG4bMaUMkZBxugdU1AR",
+	"6AGzD8+Od1QlH1DUZ4hief7YJzcq8wMbq7H8H6DoHHKTT8Jsvzu6xJTSSP6qrVrnGvCsoP1+6f537TfL",
+	"TEYz56ved27N14Wgd5RnvkFJIJRKdBeXn+WbdpfIaW6RihhR618ENwubYtUmPz1/CuS65BsLoBDkFT57",
+	"4vSjUidt/lTYNCWp4jR47pEvHJz8wmhhWzHYdRk9Nog8ojlwJEgxRtx1RJ0NPlBD0obFQahTD0TZNcAD",
+	"c7liK9eoDWuuSm/6i56LBMDzpdoX3H7bXxlnCVsTWFMbLl358UBwYVVKEH0HJJInbbmmYjrBrGjUPxA/",
+	"rLyLyMn3PuEfn/8H/vqvtsGLC+/tQ3/9Xd/k0ylgA0EVGVPlr7t/Pni4Jof46+UOPyxleMlB63cH3Ghe",
+	"IMK5Lue4B7EV65kpn1P/RVKBS2aP1b5fxBzc5l3qHEVQZumI9RkKgGD4UgN/zkDV4WidHEENKAxwGtq9",
+	"N2bNDSsVoO6Xrs2BZYFCcFBGWpdwZEENoWohRtNcClngvctZBkg5z6+crzDS+lp2uPRD1LNYyBAsF/GS",
+	"JSIo+lazbCopSFVQQIdR68w0RroFULCtvndUpDuOImOZZfI+IVOuAKXyls11pxuvzbFG7dD9274Y5KaZ",
+	"N018d9YSIsUNVS+DsT1LXETulHJ1SjU4NtAcmECykPVPgyIpJO72hN4xbAeEnYSJhHLGgcipMEsEt1Bg",
+	"5vuyAP9WORlaTMaa8phRCEFT51h2bY0qexgNepB2+YVVX7iIFJ10njY6slyqYYiS2nOE/oWver26Gf8g",
+	"qbkbOOIIQxpfvOQ2LJqjnkd4JdIpFSVncLfzjxKW2UIwb34UD/FxKskS+/42dZQtt2KtRuN51H8rNV9N",
+	"qQF39shCsy576dRX0Fr2LLbSPw3hRxJngzZ/pXXmG4BK0SW/TSVSCTTTy1mVdtRU3gswfCs62xC3jmbD",
+	"Ljl0ME03tnTcfoWT20Z2A+F646VsxFWJz6vATTkUUl+7nndjmV+X40eUjkM8t+e91HYB38S99nsWXO2D",
+	"JexomNs28vzC1xuPY/XsQRGFbPWDFbr7Ctc9Z3Bp/8lvO8ZkQTHCFqhkiC/O0uEf8rafw+r/+7J/G5cd",
+	"T2PzXd9Mi1+BA4A9sffJ/OdzAK1j/yqhoTbgeXnkpOdFqoFpoK3Y+pqIZWM2Xu8kJ+qxfmDkMSlCxKTm",
+	"T5bnLijocUXUlAM8VQUcibQtABZ2K0E3C3TaumP/Zcy1pM4pAgnPQC3owEoQxaZXkxlsfrI+Mdh5GHox",
+	"ZPlP9RhxRBSzG5bb+fdr5qcVkKgNS9hvugTrlQv8eZHW6M6p54vwgM+Ae8v691yev3PFdQ5cO4yKU822",
+	"1op5c4JG7g/f1Ass+ALoNsQQi9YEBW1AwlZAfV+6QIZ449ARh1duCPkho2khbkk7pZpi/oNhEwnGoamm",
+	"UEIID5o/Orb/x5CJdIi9qMM5MT7pY5Eo4e9hxULX7RNe4i3BGx7GyTfUCL4XrmJpjrle13Z3c3lfKf7r",
+	"kyFP+0OLS3tvk/GH8HR/iD6nxZwlZAjbOkQPtKsJc3E/2Fk5Jv/r4v0pYiMBRAKG2JfKCbGwl6YO0KVa",
+	"U4jpY1jDpyoZAIppwnWHjOSMOX83nKDtC6csWP7CVgwe1NYlOtQYLEx8747egia5VJSlQDRmBsF+uAdw",
+	"gx1RJFCbqPRA2N0jQFkg64H8hp8GmPs/aPXJoIUoy1B4Ax8C0vKg9dlCz+BVhiszyqSCrI14AaM7jAYS",
+	"+BuqJXy03MWK17IGdpWVJA50EqgjJBlDDvBpEjTZ81hdX6f68EmF7FNVpz6MOVnB8w3HeCOlNJhzBP1W",
+	"/A13GahwQ0kb+9IniCFt/vD9I5KBqPSqT0illX3HyWKVEJYpVhp99nN6k7HhwUCs5qMFnAlzTJcS0iCJ",
+	"dyCGlby2ITLhoI8Wg3QrMjRqzLVREYZLwm0gUnnvqrIh2kDaVni51nylWZNyyLJyjrROCZrnPRo3dHRr",
+	"OKZt/d+FdGQwssM1YLWRkLWZIue4P88XgHcTfBlDd11aitXWvhUj91FlB3ZXAUUTwNV9uxYKR33gSMcG",
+	"n33ujO3IEwjfEnrRhaBpziAM/QUMZkRG+MMwMmArFGtlfE5toN26nFgv5lYuWzFjz3jXCnHBJ+KLuZXW",
+	"37Zixr5VjxKszea8QDEGLhfLTmxHDLw3vrFE0PgIc18sMiFybWwET24WRArXA9cN9AWukZ3pD3OPEPAY",
+	"TWYOhGj7nN+qJSrRklBAYyLcIsGhX3cgEKZoaF8dEGABQpJquI+Y9ImKBdqNqksu8GEj4OlA+J/CvXVd",
+	"Umx2M+bOb7jsA1He9ohwtdP9l7jw7tZ8kzfeHoS78rYJOMYqrdqYF0JAsT8QIXbBTyoBTK7I2eHVxdFb",
+	"JAGXBb+MxP6UV9zt3frS+Av/1NZ4hpi41MR2gYSjZ00Wcq+xufDab8uTVF/70Qz7hir/zUk+5cF82wXY",
+	"bk+ftcjNTbJVodv+k9PN01cRf7Pq/wUo/7a2DAxq7Fln5CQlo1wKW0eF7YhoRtqXbDaXOc12FPH8otOc",
+	"pB/DvPY+uT8bYERWKHYTQuTbB5flRMtmPCvw2QNhE3Ysqdt6x5La4F79q/a+yOUIXRiPr9hwI5VlGx4z",
+	"U/MZg77WI+bKI41ghcRjlqtvkrFuftJtbanrujr86klfQV+oZ+bE1Um+UslxU2IDcFFQt78QZ34EvgMs",
+	"M2ANgBvHshSyDqRiLuX+loHzjvGc3NGsYKpLLg3ZuwYFEArEwQAI3gVT7lnOvjgb3ruho9sxz7JvxGJc",
+	"vUpRneZHu+pnvktumq+Ed+febn3SDvDUSkLVt36VUGnxgtWF08t7ha/EBfkdJG5iDOsPpO2KPrFKspMQ",
+	"VUBvW1ekJO9YntE5mcuMjxbQ9JPPmEXGtbg2ToRjEMLDNYqvcPXAVfTHundnZsn/TNrKhZbW8ncWPGp8",
+	"SIEYJLIuPXPDhNRkRIvJVJNi/uUpxoJg/LFo5hIX/cysemmWL+QGa86h691hFikaMmCNkeHdisjGPMfi",
+	"33x3twsbiQJQHnlP2u4VoV4fMHkUG0mRbmLdX/5mFeIPyI2vcNH/XPzY+zOgl0LZUw9syJKgzJ16VjKx",
+	"vHa9w/XSPfSH9rfat9jsbnV78iTeVjfYFs7WbwNhd4On1e7mszpa7Rxfyc/q3vC/mpu1xHYs/axjmWMO",
+	"3hKQND52yyxe3pzaHveud1UIcIY/cPeh83xw326KvU/2rwZu2JCcv7QX1q7ywLaisCmImPDiom4Oaofr",
+	"Lfet3h1b+8q9L3GFLsvWBI/dyPciGOobBCqPFRhUuGc8wX/dxqLKtFU+pQPjWy/qf/NP/aFlvXuNS8vA",
+	"Ggh9++QTSX03Guanw5+a3GEnPddpMHE6QaeBUlAe37ejF1T30vYJRCcdn80KyEL1gKrs7wXNnCFU3ZAd",
+	"RdoKAGODERPXpQQqoeZs1PElji96PQdnQ/0gB4Q6J/tAWBBFm69Ny2IVfwYh7uuL3r5Zppd2vleyA7AZ",
+	"yZlLQfUwu+Fo8WYlaurI8NmalZRTfKUQyPJFq2P1JQmoCAE8Och2k2UdQlJMuIIv2EDlnE24wgZUAVeg",
+	"JWSqJ8b2YT6RO4osv1JC3kiRFiNE7QTTwtC0Ha3TnHc8QMPyA+59cn820LEqt+ELKVng+TTnHEkeaDtE",
+	"3nHGJ1OdBJkxkAflLLcg1JXLe3VQGY9r4Hcvey8fsOX1yln9Xn35uxu5q4+stVmVh+WxfJNCb/OTbjO3",
+	"xw2KXaY9uzXNlDUneVvfgEZljtctvvvozqQsX8SppNo+5L9pJqSZvU/2r7WtrpaI51tgNE/EYYw9+M/L",
+	"WuIG5V1wimu6WWF99Yv9l9+//Mt3r19+vwkrr54kx5Tnu2pKc7aOyH6iPL+Ah56RvMpJaujqnhn5Hms4",
+	"aV9nR5HyfezjpL1vizkV0xXZHrz6s9COsbCKiIH1G9dTqCec51zmXC/IDRVpQuYZHTFARYf0R4sz7s7M",
+	"GJmgvAwE5nq7zO85y+2r9oNe3nLs3v8F0dCMkd7IQhN9z0cIIg/9e1WJbe+e37eB5Bupp9hsxAKPIg5N",
+	"l5yBd3AgCoWRP/s7F/vguc2gYzQF4KxD94QstOIpI/vd7j701lAD8fLFC4+kiY9FsW0ulmnw6a2wJfL7",
+	"crZXQ7o39PulzZsLpsOurbH7tcWNounMcMp6ZpRTzXYBI3RDUz1QXOCxP7R7y79Hg6ZtxtLBrXkaz1bl",
+	"VIPRtwhwmfNUIK6eh382IpS9T+Yf1/CPBsar3/KvEiIo99lDO94Uo1sGYFC2jIxqYNjGIjUsl5wdnb49",
+	"Pn1nhRiHSmCASVnu3r/+ODbbqmu25hlIvrYC02/RU+iP4WhfjHDjql1Jpo8OF3jFYtlVuXSGz1C558b/",
+	"Wt2h1pHPOQMVKj0IL1bo9tHylgnI6B/zzCf6MHQEgWHx1E0C1y33UdHnR7f+kzlAadHREl8qI72dxNhc",
+	"ZsvsXmJp8Y7jVIZJ4Y6C9jhlAlXYdHumVM/pFdNG61yLNmcv3oV79DnbPS9NVZdgZL9fb6u4p0ibzeZ6",
+	"UWOm5Mws+/mkbI2VYi+TWtIU/JuRoV8YIPxP5T3JJIS42UCUP/CVysoDNPjOXTzHHoTYj4sMtc4s0pNH",
+	"fRjJGTvwzQ25du2XjC0zpllWIoqU3ed31EBYjBLbscas4+Oc5wvsS/WRWWBPDohe2EChPA5DHouB0BKX",
+	"DSKZidRbOMKaNTc0LavruSKBLQObAGtOCOtOwt3qAvzVNQBdKFVn7cRo+hkiTzFy/nLcfMvb9G1YQOXd",
+	"bnpHq3YPssz1iXr4yHNmdJgZ1vl+cZXdqCcXZcKMpszns9iOcbFu0OamKjbKWRW73G7Dmv3akLhmfv+8",
+	"aWtmhq+VtAZvV680HJAhbKBvroI7nCAyMWYvSzFiX0m5oMJQAxIKamO4PrNa26gTg/bQCHU7sqhco71P",
+	"PF1r9Z2zO3kbEMsmiw+ff7TFh8M4/ekAwose2HkfJYmQ90sA343uRFXMRwwNnq41MMYyn1Hd6reKAp5c",
+	"6SBuN/he5rebMop/s888c9ChPtsX3GO4iGVedZhlJLfheSPv3VPV2IFZ/Qa9KsqEXOAfl/dsIGThJF+J",
+	"Fdk3jNpbbne/XtqF8M2+CBfmAEdQpkvteTc97nv3khXa38hd3rJ8lQ42O5Xy5Y17RP260YeNxtlOc8oF",
+	"SzvlhqR+InVQ9pRFuEALdQnNVRlgp1aQCTfu21Rm5n74nVuzp9uaJriVx29by6wIjsPDkdeC3L47uiTm",
+	"VyVuOU8/Q+rzjIpF0FwXq5f6FSJCGB3bPtg/yhHP9W+F0mTC76Cd7YTpKcsRUdEKM7MpiHxrkckvjHUD",
+	"PapT22XfAQmjpey7f+Mb+i7W2JdNjglPFSI5z0HswzhixDoHgJKRkkLcCnkvADK3bgIqsNm6mwOtLawh",
+	"jYaTWX7o9rhBszK3STtmsXUQyDxVa4UStFmvSCcu9OuXrfWBTWgYdow/ffHqNTxs/1k+TfOcLp67YVh5",
+	"3OsklaensSxE+qU7iP0GlcUBrQtodoNm7hK9pyogIK6TsuE5Tf8AvGGPpnL+AKDZYPi69NhDclvcsFww",
+	"zVS5lRlXGmH45lkx4WJHkTOZqoTcT/loSmShgeGGzSkRpQuQTpNKg3nq2son1UOBynOpIDKQSoR8A5bT",
+	"JdDCGHq9mzO2bcdJ+/Di4vjd6dHbhPx4dXzy9vj0XeKAVxGbdcoyQP+rsgicyXMll5YITY99B0KeGotX",
+	"L6x/w8JFUHJrpMvuDx0rVlR1JGzrDK2RwRXUtwEN8yoWEtS3dV+ZCjt3jzJq9LmU0TSxUZQlbBZr+gBn",
+	"9icEfhtsKA5AiOjZYTNoQU5qKamTkDFH6D30SZljjTB9gARMFZnJO2bWBf26oE099kYHW2ylP5Oh0oDX",
+	"PocOecLvmJviKznt7fTHb9fxRrN5rpmlo3jEQoBK9vsqHT02BnoYsMGy32khUkjlFey+JDrMnkAvY1Un",
+	"CG4DoN2zsXZZGU/JI9cyOnPRn4fPiRh3K4W9WQ5Jec5GWgKkaBuR6wHVPeU5AteXC8VveYqfdxxnLFv1",
+	"qinNAeGS3MmsmDH4gCUeYbPKJA25BIzSstkxXmlDMnKMTNCf1zpu2EflaWHpqwMGe87MZcarHb6opVLg",
+	"mCqB/k6oMBrebMYJtEZAWaznFoavpitLbco+wqv939yjZjMfyyl+CyirPFqcy9CZmSwBAghUqx1F1D1j",
+	"c9efdfmyPDd7mDKa6xtGn0oFqtLdz3705yE6P/45m8u8Bhaj9yzTZYu4o6MCVfQIa91rVHOWc5nyEdCP",
+	"YAoaG8lcPzdl4CzqWUQGaKHGksOuHjgVad8bKX72/iJildvloIztGCM2kxO1/ifwhP0B5jRuMqsRwQRM",
+	"zKUmXHCDEd83dbb3DdWj6Y5CGxx5N3zkerOfSaUnuZELORUqaNRqvpwxpeiE+XikBxFecSm4qCJLu+RQ",
+	"4LaFfW1uyoW1gxe0Bj/iZIZK+47qk5e9lwcA7W3Ua+6HMmKMaGm+/6FDJswrL9jInAv4Z85UkWFekrcu",
+	"jEoeCLsuuWBeFybKGAW4NYh+wRWZ0nyWMaX65fn7/lM2MODexNCIhbni6MBYOc1yj5JlnGvbCYBmBZRn",
+	"+k8hKYocEs8ByYwuSM5TRiiEp9v+m04SNHWElkSeTA6g1/tLNBpmjKKt4MwjrsJjMIYIrGZWKA0dNZxz",
+	"sl2S3T0LEM86MYh9s1fPLMxxkh8B7vFL5+2UU58Dna1jswfW1QD0CN4zzWbogoA7+aU7r1siR/9aIOIt",
+	"L3WZ1UsOQ9D0AhKzHpSAazw7ry+E2mMfudJcTL6gkZAXooFlAKvDb2xw3X5hn4a6ispHeWH/3akxCtAN",
+	"sM4qQMy0psq9LS20dcSdZV0/ZGbWB1EoVqfvw/eoNyJfMwcDVG1fPyH4zgkCd+TQCm2N+n9kT/a8EM/F",
+	"McIpvlbGXyHO2Xid7h/d2CdV+4MZ7Klt0PeXbsCTXnSzTDYqcq4XcItvGM3Nb3//YO4pZkDh/S7yrNVv",
+	"TbWe9/f29l983+11e939/l96f+nBnbZL+uQzVA0hfU78v91SV5s2QqN6rMPF1rFwIW95lqnQAk5cyT62",
+	"rTKsUIy4UYdsnyp0wXWDjpkwcGTGK9unxPsLDkBBMZ+I1Fw7DO1WG2/GBrJ1cjYiXKnRxnYKLgE+GK4s",
+	"Mlsd77w5mnkwYgkAtjriWRWbp2xH7yuZgcxVBUx9aR8taEpkuUGm/5p0znAvfQbn6mg/y/ugbAkcNqGm",
+	"pAidGZ3L5XUGowalIvFhQVmLJA8GY5RZV58/fP7/AgAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -53,6 +53,12 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 			return AttemptSpec{}, err
 		}
 	}
+	if step.Kubernetes != nil {
+		out.Kubernetes = new(KubernetesSpec)
+		if err := ConvertJSON(step.Kubernetes, out.Kubernetes); err != nil {
+			return AttemptSpec{}, err
+		}
+	}
 	return out, nil
 }
 

@@ -22,6 +22,10 @@ const (
 	// executors that found a working runtime run it: they advertise the
 	// worker label PluginLabel(PluginContainer)=true.
 	PluginContainer = "container"
+	// PluginKubernetes runs Step.Kubernetes as one Kubernetes Pod per
+	// attempt. Only the executors configured for a cluster run it: they
+	// advertise the worker label PluginLabel(PluginKubernetes)=true.
+	PluginKubernetes = "kubernetes"
 	// PluginNoop starts no process: the executor reports the attempt RUNNING
 	// and then SUCCEEDED at once. It needs no command (one given is
 	// ignored); it tests a workflow's shape and measures the control plane.
@@ -29,12 +33,12 @@ const (
 )
 
 // KnownPlugins lists the plugin names a spec may use.
-var KnownPlugins = []string{PluginShell, PluginHTTP, PluginContainer, PluginNoop}
+var KnownPlugins = []string{PluginShell, PluginHTTP, PluginContainer, PluginKubernetes, PluginNoop}
 
 // OptionalPlugins are the plugins only some executors run: a task of one is
 // placed only on a worker labelled PluginLabel(plugin)=true. The others run
 // on every executor.
-var OptionalPlugins = []string{PluginContainer}
+var OptionalPlugins = []string{PluginContainer, PluginKubernetes}
 
 // PluginLabel is the worker label an executor sets to "true" when it runs
 // plugin, e.g. "plugin.container".
@@ -121,12 +125,13 @@ type ContainerSpec struct {
 // as the API hands them to the executor. Its JSON is canonical (struct
 // fields in order, map keys sorted), so it is also a cache key's part.
 type PluginSpec struct {
-	Plugin    string            `json:"plugin"`
-	Command   string            `json:"command,omitempty"`
-	Args      []string          `json:"args,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	HTTP      *HTTPSpec         `json:"http,omitempty"`
-	Container *ContainerSpec    `json:"container,omitempty"`
+	Plugin     string            `json:"plugin"`
+	Command    string            `json:"command,omitempty"`
+	Args       []string          `json:"args,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	HTTP       *HTTPSpec         `json:"http,omitempty"`
+	Container  *ContainerSpec    `json:"container,omitempty"`
+	Kubernetes *KubernetesSpec   `json:"kubernetes,omitempty"`
 	// WaitExitCode is the shell plugin's "not ready yet" exit status.
 	WaitExitCode *int `json:"wait_exit_code,omitempty"`
 }
@@ -134,7 +139,7 @@ type PluginSpec struct {
 // PluginSpec returns the step's plugin and its fields.
 func (s Step) PluginSpec() PluginSpec {
 	return PluginSpec{Plugin: s.Plugin, Command: s.Command, Args: s.Args, Env: s.Env, HTTP: s.HTTP,
-		Container: s.Container, WaitExitCode: s.WaitExitCode}
+		Container: s.Container, Kubernetes: s.Kubernetes, WaitExitCode: s.WaitExitCode}
 }
 
 // Waits reports whether the plugin may answer that its target is not ready
@@ -165,9 +170,9 @@ func (p PluginSpec) Validate() []FieldError {
 		return errs
 	}
 	fields := map[string]bool{".command": p.Command != "", ".args": len(p.Args) > 0, ".http": p.HTTP != nil,
-		".container": p.Container != nil, ".wait_exit_code": p.WaitExitCode != nil}
+		".container": p.Container != nil, ".kubernetes": p.Kubernetes != nil, ".wait_exit_code": p.WaitExitCode != nil}
 	allowed := map[string][]string{PluginShell: {".command", ".args", ".wait_exit_code"}, PluginHTTP: {".http"},
-		PluginContainer: {".container"}, PluginNoop: {".command"}}[p.Plugin]
+		PluginContainer: {".container"}, PluginKubernetes: {".kubernetes"}, PluginNoop: {".command"}}[p.Plugin]
 	for _, f := range slices.Sorted(maps.Keys(fields)) {
 		if fields[f] && !slices.Contains(allowed, f) {
 			add(f, "the %s plugin does not take it", p.Plugin)
@@ -180,6 +185,8 @@ func (p PluginSpec) Validate() []FieldError {
 		errs = append(errs, p.HTTP.validate()...)
 	case PluginContainer:
 		errs = append(errs, p.Container.validate()...)
+	case PluginKubernetes:
+		errs = append(errs, p.Kubernetes.validate()...)
 	}
 	return errs
 }

@@ -129,6 +129,8 @@ type Step struct {
 	HTTP *HTTPSpec `json:"http,omitempty"`
 	// Container is the container plugin's image and command.
 	Container *ContainerSpec `json:"container,omitempty"`
+	// Kubernetes is the kubernetes plugin's Pod.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
 	// KillGrace is how long an aborted process has between SIGTERM and
 	// SIGKILL, a Go duration; "" = DefaultKillGrace.
 	KillGrace string `json:"kill_grace,omitempty"`

@@ -154,6 +154,33 @@ type Config struct {
 	// orchestrator's stop grace (Kubernetes' terminationGracePeriodSeconds).
 	// Env CAPSTAN_DRAIN_TIMEOUT, default 60s.
 	DrainTimeout time.Duration `env:"CAPSTAN_DRAIN_TIMEOUT" envDefault:"60s"`
+	// Kubernetes turns on the kubernetes plugin: each of its attempts runs
+	// as a Pod of the cluster that $KUBECONFIG names, or else the one the
+	// executor runs in (its service account). The executor then registers
+	// KubernetesMaxPods slots and no host resources: Kubernetes places the
+	// Pods. Env CAPSTAN_KUBERNETES, default false.
+	Kubernetes bool `env:"CAPSTAN_KUBERNETES" envDefault:"false"`
+	// KubernetesNamespace holds the Pods of the steps that name no
+	// namespace. Env CAPSTAN_KUBERNETES_NAMESPACE, default the executor's
+	// own namespace in a cluster, else "default".
+	KubernetesNamespace string `env:"CAPSTAN_KUBERNETES_NAMESPACE"`
+	// KubernetesMaxPods is how many Pods the executor runs at once (its
+	// slots, 1 to 1024, instead of CAPSTAN_EXECUTOR_SLOTS). Env
+	// CAPSTAN_KUBERNETES_MAX_PODS, default 1000.
+	KubernetesMaxPods int `env:"CAPSTAN_KUBERNETES_MAX_PODS" envDefault:"1000"`
+	// KubernetesImagePullGrace is how long a Pod's image may fail to pull
+	// before its attempt fails with ImagePullBackOff. Env
+	// CAPSTAN_KUBERNETES_IMAGE_PULL_GRACE, default 5m.
+	KubernetesImagePullGrace time.Duration `env:"CAPSTAN_KUBERNETES_IMAGE_PULL_GRACE" envDefault:"5m"`
+	// KubernetesSweepInterval is the time between sweeps of orphan Pods:
+	// the executor deletes the Pods whose attempts are no longer live (an
+	// executor killed mid-attempt, an attempt that ended while its executor
+	// was down). Env CAPSTAN_KUBERNETES_SWEEP_INTERVAL, default 30s.
+	KubernetesSweepInterval time.Duration `env:"CAPSTAN_KUBERNETES_SWEEP_INTERVAL" envDefault:"30s"`
+	// KubernetesServiceAccount is the Pods' service account when a step
+	// names none. Env CAPSTAN_KUBERNETES_SERVICE_ACCOUNT, default unset: the
+	// namespace's default service account.
+	KubernetesServiceAccount string `env:"CAPSTAN_KUBERNETES_SERVICE_ACCOUNT"`
 	// CPUMillis is the CPU the worker offers, in millicores (1000 = one
 	// core). Env CAPSTAN_EXECUTOR_CPU_MILLIS, default runtime.NumCPU()*1000.
 	CPUMillis int64 `env:"CAPSTAN_EXECUTOR_CPU_MILLIS"`
@@ -164,8 +191,12 @@ type Config struct {
 }
 
 // resources returns the capacity to register: CPUMillis and MemoryBytes, or
-// their defaults.
+// their defaults; none for a kubernetes executor (Kubernetes places its
+// Pods).
 func (c Config) resources() api.Resources {
+	if c.Kubernetes {
+		return api.Resources{}
+	}
 	cpu := c.CPUMillis
 	if cpu <= 0 {
 		cpu = int64(runtime.NumCPU()) * 1000
@@ -235,4 +266,13 @@ func (c Config) advertiseURL(ln net.Addr) (string, error) {
 		}
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// slots returns how many attempts run at once: KubernetesMaxPods for a
+// kubernetes executor, else Slots.
+func (c Config) slots() int {
+	if c.Kubernetes {
+		return c.KubernetesMaxPods
+	}
+	return c.Slots
 }

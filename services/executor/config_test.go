@@ -163,9 +163,9 @@ func TestRunAs(t *testing.T) {
 func TestBadHTTPAllowStopsTheExecutor(t *testing.T) {
 	t.Parallel()
 	cfg := parse(t, map[string]string{"CAPSTAN_CONTAINER_RUNTIME": "none", "CAPSTAN_HTTP_ALLOW": "127.0.0.1/8,10.0.0.0/99"})
-	_, err := newPlugins(cfg, slog.New(slog.DiscardHandler))
+	_, err := newPlugins(cfg, nil, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, `"10.0.0.0/99" is not a CIDR`)
 	cfg.HTTPAllow = "127.0.0.1/8"
-	_, err = newPlugins(cfg, slog.New(slog.DiscardHandler))
+	_, err = newPlugins(cfg, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 }

@@ -46,6 +46,12 @@ type executor struct {
 	advertise string
 	// redis answers the readiness check's PING.
 	redis *asynq.Client
+	// client talks to the api as the worker.
+	client *agent.Client
+	// kube is the kubernetes plugin, nil when it is off.
+	kube *plugin.Kubernetes
+	// stopKube stops the kubernetes plugin's informers.
+	stopKube context.CancelFunc
 }
 
 // build wires the executor; it listens at once, so the advertised address
@@ -55,7 +61,18 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	plugins, err := newPlugins(cfg, log)
+	kubeCtx, stopKube := context.WithCancel(context.Background())
+	built := false
+	defer func() {
+		if !built {
+			stopKube()
+		}
+	}()
+	kube, err := newKubernetes(kubeCtx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	plugins, err := newPlugins(cfg, kube, log)
 	if err != nil {
 		return nil, err
 	}
@@ -72,20 +89,22 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, errors.Join(err, ln.Close())
 	}
 	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
-		Slots: cfg.Slots, Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(),
+		Slots: cfg.slots(), Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(),
 		Sandbox: sandboxName(box), HeartbeatInterval: cfg.HeartbeatInterval,
 		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile, SweepInterval: cfg.SweepInterval}, log)
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
 	}
 	srv := server.New(sup, log)
-	srv.ServeMetrics(newRegistry(sup, cfg.Slots))
+	srv.ServeMetrics(newRegistry(sup, cfg.slots()))
 	redis := asynq.NewClient(cfg.Redis())
 	srv.SetDependencies(dependencies(redis, cfg.APIURL))
 	// Only the control plane knows the credential of this worker's
 	// current registration: the executor's API takes no other.
 	srv.Guard(client.ExecutorCredential, cfg.MetricsToken)
-	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis}, nil
+	built = true
+	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis, client: client,
+		kube: kube, stopKube: stopKube}, nil
 }
 
 // newSupervisor returns the supervisor of the executor's attempts, in its
@@ -97,7 +116,7 @@ func newSupervisor(cfg Config, client *agent.Client, plugins *plugin.Registry,
 	if err != nil {
 		return nil, nil, err
 	}
-	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
+	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.slots(), DataDir: cfg.DataDir,
 		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs, Sandbox: box,
 		PassEnv: cfg.PassEnv, MaxProcs: cfg.AttemptProcs}, log)
 	if err != nil && box != nil {
@@ -121,7 +140,7 @@ func newSupervisor(cfg Config, client *agent.Client, plugins *plugin.Registry,
 // named one that does not work is logged, not fatal: the executor runs the
 // other plugins). Errors: an unknown ContainerRuntime, an HTTPAllow that
 // does not parse.
-func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
+func newPlugins(cfg Config, kube *plugin.Kubernetes, log *slog.Logger) (*plugin.Registry, error) {
 	rt, err := plugin.DetectRuntime(context.Background(), cfg.ContainerRuntime, 0)
 	if err != nil && !isMode(cfg.ContainerRuntime) {
 		return nil, err
@@ -133,7 +152,7 @@ func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := plugin.NewDefault(plugin.Config{Runtime: rt, HTTPAllow: allow, HTTPTimeout: cfg.HTTPTimeout})
+	reg := plugin.NewDefault(plugin.Config{Runtime: rt, HTTPAllow: allow, HTTPTimeout: cfg.HTTPTimeout, Kubernetes: kube})
 	log.Info("plugins", "plugins", reg.Names(), "container_runtime", rt)
 	return reg, nil
 }
@@ -158,6 +177,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer e.redis.Close()
+	defer e.stopKube()
 	reapCtx, stopReaping := context.WithCancel(context.Background())
 	defer stopReaping() // reap until the very end: shutdown kills orphan grandchildren
 	go func() {
@@ -180,6 +200,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer stopAgent()
 	ran := make(chan error, 1)
 	go func() { ran <- e.agent.Run(agentCtx) }()
+	go e.sweepPods(agentCtx, cfg, e.client, log)
 	var runErr error
 	select {
 	case <-ctx.Done():

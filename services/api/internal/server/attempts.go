@@ -198,6 +198,9 @@ func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store
 	if b.Outputs != nil {
 		rep.Outputs = *b.Outputs
 	}
+	if b.PendingReason != nil && state == domain.TaskBuilding {
+		rep.PendingReason = *b.PendingReason
+	}
 	withFailure(&rep, b)
 	return rep
 }

@@ -98,6 +98,10 @@ type Task struct {
 	// OnOutput, when set, sees the process's output as it is read (see
 	// runner.Spec.OnOutput): the supervisor ships it while the attempt runs.
 	OnOutput func(stream string, p []byte)
+	// OnPending, when set, hears why work that waits to be placed (a Pod
+	// no node takes) waits, each time the reason changes: the supervisor
+	// reports it as the task's pending_reason.
+	OnPending func(reason string)
 	// State is the plugin's own state of the attempt (Flyte's PluginState):
 	// nil before the first Handle; Reset clears it.
 	State any
@@ -127,6 +131,11 @@ const (
 	// plane runs it again after KubeVela's waiting backoff, charged to no
 	// budget.
 	PhaseWaiting
+	// PhaseLost: the work was lost with the machine it ran on, not by its
+	// own fault (a Pod evicted or gone with its node): WORKER_FAILED, cause
+	// worker_lost, which the control plane retries under the preemption
+	// budget.
+	PhaseLost
 )
 
 // Transition is what Handle found.

@@ -32,15 +32,21 @@ type Config struct {
 	// HTTPTimeout bounds an http attempt whose step gives no timeout.
 	// Default DefaultHTTPTimeout.
 	HTTPTimeout time.Duration
+	// Kubernetes, when set, is the kubernetes plugin.
+	Kubernetes *Kubernetes
 }
 
 // NewDefault returns the registry of the plugins this executor runs:
-// shell, http and noop always, container when cfg.Runtime is set.
+// shell, http and noop always, container when cfg.Runtime is set,
+// kubernetes when cfg.Kubernetes is.
 func NewDefault(cfg Config) *Registry {
 	plugins := map[string]Plugin{domain.PluginShell: Shell{}, domain.PluginHTTP: &HTTP{Allow: cfg.HTTPAllow, Timeout: cfg.HTTPTimeout},
 		domain.PluginNoop: Noop{}}
 	if cfg.Runtime != "" {
 		plugins[domain.PluginContainer] = &Container{Runtime: cfg.Runtime}
+	}
+	if cfg.Kubernetes != nil {
+		plugins[domain.PluginKubernetes] = cfg.Kubernetes
 	}
 	return NewRegistry(plugins)
 }

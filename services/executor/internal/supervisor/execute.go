@@ -30,6 +30,7 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	p, t, failed := s.resolve(a.spec)
 	if t != nil {
 		t.OnOutput = a.logs.write
+		t.OnPending = func(reason string) { s.pending(a, reason) }
 	}
 	if failed != nil {
 		return *failed
@@ -148,6 +149,19 @@ func (s *Supervisor) running(a *attempt, pid int) {
 		rep.Pid = &pid
 		s.log.Info("attempt started", "attempt_id", a.spec.Id, "pid", pid)
 	}
+	wait := s.rep.Submit(a.ctx, a.spec.Id, rep)
+	a.answers.Go(func() {
+		if !s.proceed(a, rep, wait) {
+			a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+		}
+	})
+}
+
+// pending reports BUILDING again with why the work waits to be placed (the
+// task's pending_reason), without waiting for the answer, as running
+// does: an answer that the attempt must stop stops it then.
+func (s *Supervisor) pending(a *attempt, reason string) {
+	rep := api.AttemptReport{State: api.TaskStateBUILDING, PendingReason: &reason}
 	wait := s.rep.Submit(a.ctx, a.spec.Id, rep)
 	a.answers.Go(func() {
 		if !s.proceed(a, rep, wait) {

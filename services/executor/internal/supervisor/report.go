@@ -67,9 +67,9 @@ func stateOf(cause api.AttemptReportCause) api.TaskState {
 // withTransition is the final report of work that ended by itself:
 // SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure), permanent
 // (PhasePermanentFailure) or waiting (PhaseWaiting) and the transition's
-// code. A SUCCEEDED report
-// gets the declared outputs: the transition's, or else those read from
-// t.OutputsDir (see withOutputs), each a file of owner's when it is not
+// code, or WORKER_FAILED with cause worker_lost (PhaseLost). A SUCCEEDED
+// report gets the declared outputs: the transition's, or else those read
+// from t.OutputsDir (see withOutputs), each a file of owner's when it is not
 // negative.
 func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.AttemptReport {
 	var rep api.AttemptReport
@@ -80,6 +80,9 @@ func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.Attempt
 		rep = failure(api.Permanent, tr.Code, tr.Err)
 	case plugin.PhaseWaiting:
 		rep = failure(api.Waiting, tr.Code, tr.Err)
+	case plugin.PhaseLost:
+		rep = failure(api.WorkerLost, tr.Code, tr.Err)
+		rep.State = api.TaskStateWORKERFAILED
 	default:
 		rep = failure(api.User, tr.Code, tr.Err)
 	}

@@ -100,6 +100,10 @@ func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
 			ps.Container.Env = *c.Env
 		}
 	}
+	if k := spec.Kubernetes; k != nil {
+		ps.Kubernetes = new(domain.KubernetesSpec)
+		_ = api.ConvertJSON(k, ps.Kubernetes) // the API type mirrors the domain's
+	}
 	return ps
 }
 
