@@ -181,6 +181,11 @@ type Config struct {
 	// names none. Env CAPSTAN_KUBERNETES_SERVICE_ACCOUNT, default unset: the
 	// namespace's default service account.
 	KubernetesServiceAccount string `env:"CAPSTAN_KUBERNETES_SERVICE_ACCOUNT"`
+	// KubernetesServiceAccounts lists, comma-separated, the other service
+	// accounts a step's kubernetes.service_account may name; a step naming
+	// one not listed fails (InvalidPluginSpec). Env
+	// CAPSTAN_KUBERNETES_SERVICE_ACCOUNTS, default none.
+	KubernetesServiceAccounts []string `env:"CAPSTAN_KUBERNETES_SERVICE_ACCOUNTS" envSeparator:","`
 	// CPUMillis is the CPU the worker offers, in millicores (1000 = one
 	// core). Env CAPSTAN_EXECUTOR_CPU_MILLIS, default runtime.NumCPU()*1000.
 	CPUMillis int64 `env:"CAPSTAN_EXECUTOR_CPU_MILLIS"`

@@ -45,7 +45,8 @@ func newKubernetes(ctx context.Context, cfg Config) (*plugin.Kubernetes, error) 
 		}
 	}
 	return plugin.NewKubernetes(ctx, plugin.KubernetesConfig{Client: client, Namespace: cmp.Or(ns, plugin.DefaultNamespace),
-		ImagePullGrace: cfg.KubernetesImagePullGrace, ServiceAccount: cfg.KubernetesServiceAccount})
+		ImagePullGrace: cfg.KubernetesImagePullGrace, ServiceAccount: cfg.KubernetesServiceAccount,
+		ServiceAccounts: cfg.KubernetesServiceAccounts})
 }
 
 // sweepPods runs the kubernetes plugin's sweep of orphan Pods from the

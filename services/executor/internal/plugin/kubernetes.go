@@ -87,6 +87,10 @@ type KubernetesConfig struct {
 	// ServiceAccount is the Pods' service account when the step names none;
 	// empty: the namespace's default.
 	ServiceAccount string
+	// ServiceAccounts lists the other service accounts a step may name.
+	// Default none: a step that names one not listed (the executor's own,
+	// which may create Pods, above all) fails with InvalidPluginSpec.
+	ServiceAccounts []string
 }
 
 // Kubernetes is the kubernetes plugin: one Pod per attempt, named
@@ -534,6 +538,9 @@ var attemptEnvSkipped = []string{"CAPSTAN_RUN_DIR", "CAPSTAN_WORK_DIR", "CAPSTAN
 // does not parse.
 func (k *Kubernetes) PodFor(t *Task) (*corev1.Pod, error) {
 	spec := t.Spec.Kubernetes
+	if sa := spec.ServiceAccount; sa != "" && sa != k.cfg.ServiceAccount && !slices.Contains(k.cfg.ServiceAccounts, sa) {
+		return nil, fmt.Errorf("kubernetes.service_account: %q is not one this executor's Pods may run as (CAPSTAN_KUBERNETES_SERVICE_ACCOUNTS)", sa)
+	}
 	env := map[string]string{}
 	for _, kv := range t.AttemptEnv {
 		name, value, _ := strings.Cut(kv, "=")

@@ -337,3 +337,22 @@ func TestKubernetesSweepDeletesOrphanPods(t *testing.T) {
 	require.NotNil(t, k.pod(live))
 	require.NotNil(t, k.pod(held))
 }
+
+// A step runs as the executor's default service account or one it lists,
+// never another (the executor's own, which may create Pods): that Pod is
+// refused before it is created, an invalid spec.
+func TestKubernetesServiceAccountOutsideTheListIsRefused(t *testing.T) {
+	t.Parallel()
+	k := newKube(t, plugin.KubernetesConfig{ServiceAccount: "runner", ServiceAccounts: []string{"trainer"}})
+	for sa, want := range map[string]string{"": "runner", "runner": "runner", "trainer": "trainer"} {
+		pod, err := k.p.PodFor(task(domain.KubernetesSpec{Image: "busybox:1", ServiceAccount: sa}))
+		require.NoError(t, err, sa)
+		require.Equal(t, want, pod.Spec.ServiceAccountName)
+	}
+	tk := task(domain.KubernetesSpec{Image: "busybox:1", ServiceAccount: "capstan-executor"})
+	tr := k.run(tk)
+	require.Equal(t, plugin.PhasePermanentFailure, tr.Phase)
+	require.Equal(t, plugin.CodeInvalidPluginSpec, tr.Code)
+	require.Contains(t, tr.Err, `kubernetes.service_account: "capstan-executor"`)
+	require.Nil(t, k.pod(tk), "no Pod is created")
+}
