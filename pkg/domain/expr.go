@@ -48,6 +48,10 @@ const (
 // checks of the decision's deadline.
 const exprInterruptEvery = 100
 
+// batchTime is the deadline of one decision's evaluations, MaxBatchTime
+// but in tests of cost alone, which raise it (export_test.go).
+var batchTime = MaxBatchTime
+
 // ErrExprLimit: an evaluation exceeded MaxExprCost, MaxBatchCost or
 // MaxBatchTime. It wraps as "<ErrExprLimit>: <which>".
 var ErrExprLimit = errors.New("expression limit exceeded")
@@ -120,7 +124,7 @@ func (b *exprBudget) eval(prog cel.Program, vars map[string]any) (ref.Val, error
 		return nil, fmt.Errorf("%w: the expressions of one decision cost more than %d together", ErrExprLimit, MaxBatchCost)
 	}
 	if b.ctx == nil {
-		b.ctx, b.cancel = context.WithTimeout(context.Background(), MaxBatchTime)
+		b.ctx, b.cancel = context.WithTimeout(context.Background(), batchTime)
 	}
 	if b.ctx.Err() != nil {
 		return nil, b.timeUp()
