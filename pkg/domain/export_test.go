@@ -1,14 +1,15 @@
 package domain
 
 import (
+	"os"
 	"testing"
 	"time"
 )
 
-// RaiseBatchTime sets the deadline of one decision's evaluations to d for
-// t, a test of cost alone that must not fail on a starved machine. t must
-// not be parallel: parallel tests start after it ends, and see the default.
-func RaiseBatchTime(t *testing.T, d time.Duration) {
-	batchTime = d
-	t.Cleanup(func() { batchTime = MaxBatchTime })
+// TestMain bounds the package's decisions by cost alone, with a deadline a
+// starved machine does not reach, so that their verdicts do not depend on
+// how busy it is; TestExprBudgetDeadline tests MaxBatchTime itself.
+func TestMain(m *testing.M) {
+	batchTime = time.Minute
+	os.Exit(m.Run())
 }

@@ -98,9 +98,11 @@ func (c *expiredCtx) Err() error {
 
 // An evaluation past the decision's deadline is interrupted inside its
 // comprehension (long before its cost limit), and one that would start
-// after it fails at once.
+// after it fails at once. Not parallel: it restores MaxBatchTime, which
+// TestMain raises, while no other test runs.
 func TestExprBudgetDeadline(t *testing.T) {
-	t.Parallel()
+	batchTime = MaxBatchTime
+	t.Cleanup(func() { batchTime = time.Minute })
 	c, err := CompileCondition("params.l.all(a, params.l.all(b, a + b >= 0))")
 	require.NoError(t, err)
 	l := make([]any, 300)
