@@ -102,6 +102,9 @@ type rig struct {
 	Redis *redisServer
 	pprof map[string]string
 	db    *sql.DB // for the benchmark's own reads: counts, CPU of backends
+	// outside are processes the stack uses but did not start, by name (the
+	// test Kubernetes cluster's): cpuMeter measures them too.
+	outside map[string]int
 }
 
 // benchStack starts a stack of n executors with slots each, on a private
@@ -356,10 +359,14 @@ func newCPUMeter(r *rig) *cpuMeter {
 }
 
 // procCPU returns the CPU seconds each service, the Redis, this benchmark
-// process (the load generator: "harness") and the Postgres backends serving
-// the stack's database ("postgres:<pid>") have used.
+// process (the load generator: "harness"), the Postgres backends serving
+// the stack's database ("postgres:<pid>") and the rig's outside processes
+// have used.
 func procCPU(r *rig) map[string]float64 {
 	out := map[string]float64{"redis": cpuSeconds(r.Redis.Pid), "harness": cpuSeconds(os.Getpid())}
+	for name, pid := range r.outside {
+		out[name] = cpuSeconds(pid)
+	}
 	for _, pid := range r.backends() {
 		out["postgres:"+strconv.Itoa(pid)] = cpuSeconds(pid)
 	}

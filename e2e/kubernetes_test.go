@@ -28,7 +28,7 @@ import (
 
 // kubeNS is a namespace of the test's own on the test cluster.
 type kubeNS struct {
-	t          *testing.T
+	t          testing.TB
 	client     kubernetes.Interface
 	kubeconfig string
 	ns         string
@@ -36,7 +36,7 @@ type kubeNS struct {
 
 // newKubeNS makes a namespace for t, removed (with whatever Pods t left,
 // their finalizers dropped) when t ends, after the stack t starts next.
-func newKubeNS(t *testing.T) *kubeNS {
+func newKubeNS(t testing.TB) *kubeNS {
 	t.Helper()
 	kc := kubetest.Kubeconfig(t)
 	rest, err := clientcmd.BuildConfigFromFlags("", kc)

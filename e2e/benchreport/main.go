@@ -20,7 +20,8 @@ import (
 // scenarios are the keys in the table's order; others follow by name.
 var scenarios = []string{"throughput", "diamond", "concurrency_keys", "for_each", "dispatch_latency", "e2e_latency", "abort_latency",
 	"dead_worker_recovery", "scale", "api_get_run", "api_get_large_run", "accept_bulk", "event_publish", "idle_executor", "create_from_template",
-	"schedules", "rate_limit", "fair_share", "sub_workflows", "sub_workflow_abort", "history", peakRSSKey}
+	"schedules", "rate_limit", "fair_share", "sub_workflows", "sub_workflow_abort", "history", "kubernetes_throughput",
+	"kubernetes_abort", "kubernetes_orphan_sweep", peakRSSKey}
 
 // summary is one scenario's summary as the benchmarks write it.
 type summary struct {

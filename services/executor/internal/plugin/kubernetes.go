@@ -18,8 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 )
 
 // Labels, annotations and the finalizer Capstan puts on the Pods of the
@@ -494,37 +494,33 @@ func (k *Kubernetes) Finalize(ctx context.Context, t *Task) error {
 	return RemovePod(ctx, k.cfg.Client, ns, name, t.KillGrace)
 }
 
-// RemovePod deletes a Pod of the plugin (grace: its containers' stop
-// grace, at least 1s) unless it is being deleted, then removes Finalizer.
-// Not found is success. Errors: the API's.
+// RemovePod removes Finalizer from a Pod of the plugin and then deletes it
+// unless it is being deleted already: two requests, neither a read nor a
+// conflict (the finalizer goes by a strategic merge patch, which needs no
+// resourceVersion). A Pod that ended (Succeeded, Failed) is deleted at
+// once (grace 0: no container is left for its node to stop, so the API
+// server removes it without waiting for the node); any other with grace,
+// its containers' stop grace, at least 1s. Not found is success. Errors:
+// the API's.
 func RemovePod(ctx context.Context, c kubernetes.Interface, ns, name string, grace time.Duration) error {
 	pods := c.CoreV1().Pods(ns)
-	secs := max(int64(1), int64(math.Ceil(grace.Seconds())))
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	pod, err := pods.Patch(ctx, name, types.StrategicMergePatchType, dropFinalizer, metav1.PatchOptions{})
+	if err == nil && pod.DeletionTimestamp == nil {
+		secs := max(int64(1), int64(math.Ceil(grace.Seconds())))
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			secs = 0
 		}
-		if pod.DeletionTimestamp == nil {
-			if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &secs}); err != nil {
-				return err
-			}
-		}
-		if !slices.Contains(pod.Finalizers, Finalizer) {
-			return nil
-		}
-		pod.Finalizers = slices.DeleteFunc(slices.Clone(pod.Finalizers), func(f string) bool { return f == Finalizer })
-		_, err = pods.Update(ctx, pod, metav1.UpdateOptions{})
-		return err
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
+		err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &secs})
 	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove Pod %s/%s: %w", ns, name, err)
 	}
 	return nil
 }
+
+// dropFinalizer is the strategic merge patch that removes Finalizer from a
+// Pod's finalizers (a list merged as a set), whatever else it holds.
+var dropFinalizer = []byte(`{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + Finalizer + `"]}}`)
 
 // attemptEnvSkipped are the attempt variables that name the executor's own
 // directories: a Pod has none of them.
