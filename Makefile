@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 FUZZTIME ?= 3s
 export PATH := $(shell go env GOROOT)/bin:$(PATH)
 
-.PHONY: deps deps-stop generate check-generate build migrate up down demo test fuzz bench chaos lint
+.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build migrate up down demo test fuzz bench chaos lint
 
 deps: ## install (if missing) and start Postgres and Redis on loopback
 	@scripts/dev-deps.sh start >/dev/null
@@ -15,11 +15,11 @@ deps: ## install (if missing) and start Postgres and Redis on loopback
 deps-stop:
 	@scripts/dev-deps.sh stop
 
-generate: ## regenerate the OpenAPI server and clients
+generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files)
 	cd pkg && go generate ./api ./executorapi
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/executorapi schema && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)
@@ -39,9 +39,16 @@ down: ## stop what `make up` started
 demo: ## start everything and run the example workflows
 	@scripts/demo.sh
 
-test: deps ## the whole suite, with the race detector, against real Postgres and Redis
-	@go test -race -count=1 -timeout 20m $(PACKAGES)
+test: deps ## the whole suite, with the race detector, against real Postgres, Redis and a Kubernetes API server
+	@scripts/kube-deps.sh start >/dev/null || { echo "the test Kubernetes cluster did not start (scripts/kube-deps.sh): the kubernetes plugin's tests need it"; exit 1; }
+	@status=0; go test -race -count=1 -timeout 20m $(PACKAGES) || status=$$?; scripts/kube-deps.sh stop; exit $$status
 	@$(MAKE) --no-print-directory fuzz
+
+kube-deps: ## build (first time: minutes) and start the test Kubernetes cluster: API server, scheduler, controller manager, kwok
+	@scripts/kube-deps.sh start
+
+kube-deps-stop:
+	@scripts/kube-deps.sh stop
 
 # A run that fails without writing a failing input (go test says "Failing
 # input written to ..." when the code fails) is the fuzzing engine's own

@@ -180,12 +180,57 @@ func waitsFor(p *types.Project, from, target, condition string) bool {
 	return visit(from)
 }
 
+// composeSecrets is the environment scripts/compose-env.sh writes into
+// .env: every secret docker-compose.yml requires.
+var composeSecrets = []string{
+	"CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz",
+	"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz",
+	"CAPSTAN_CONTROL_PLANE_KEY=cap_controlplane0123456789abcdefghijklmnopqrstuvwxyz",
+	"CAPSTAN_POSTGRES_PASSWORD=pg0123456789abcdefghijklmnopqrstuvwxyz",
+	"CAPSTAN_REDIS_PASSWORD=redis0123456789abcdefghijklmnopqrstuvwxyz",
+}
+
 func TestCompose(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	composePath := filepath.Join(root, "docker-compose.yml")
-	p, err := loadCompose(t.Context(), composePath)
-	require.NoError(t, err, "docker-compose.yml must load with compose-go and no .env file")
+	p, err := loadCompose(t.Context(), composePath, composeSecrets...)
+	require.NoError(t, err, "docker-compose.yml must load with compose-go and the secrets of scripts/compose-env.sh")
+
+	t.Run("secrets", func(t *testing.T) {
+		t.Parallel()
+		for i := range composeSecrets {
+			name, _, _ := strings.Cut(composeSecrets[i], "=")
+			env := slices.Delete(slices.Clone(composeSecrets), i, i+1)
+			_, err := loadCompose(t.Context(), composePath, env...)
+			require.ErrorContainsf(t, err, "run scripts/compose-env.sh first", "without %s compose refuses to start", name)
+		}
+		want := map[string]string{}
+		for _, kv := range composeSecrets {
+			k, v, _ := strings.Cut(kv, "=")
+			want[k] = v
+		}
+		for name, svc := range p.Services {
+			if _, ok := composeEnv(svc, "CAPSTAN_REDIS_ADDR"); ok {
+				pass, _ := composeEnv(svc, "CAPSTAN_REDIS_PASSWORD")
+				require.Equalf(t, want["CAPSTAN_REDIS_PASSWORD"], pass, "%s reaches Redis with its password", name)
+			}
+			for _, k := range []string{"CAPSTAN_ADMIN_TOKEN", "CAPSTAN_WORKER_TOKEN", "CAPSTAN_CONTROL_PLANE_KEY"} {
+				if v, ok := composeEnv(svc, k); ok {
+					require.Equalf(t, want[k], v, "%s: %s comes from the environment", name, k)
+				}
+			}
+		}
+		redis := p.Services["redis"]
+		require.Contains(t, strings.Join(redis.Command, " "), "--requirepass", "Redis requires its password")
+		pass, _ := composeEnv(redis, "REDIS_PASSWORD")
+		require.Equal(t, want["CAPSTAN_REDIS_PASSWORD"], pass)
+		for name, svc := range p.Services {
+			for _, port := range svc.Ports {
+				require.Equalf(t, "127.0.0.1", port.HostIP, "%s publishes %s on loopback only", name, port.Published)
+			}
+		}
+	})
 
 	t.Run("services", func(t *testing.T) {
 		t.Parallel()
@@ -234,6 +279,14 @@ func TestCompose(t *testing.T) {
 		rd := p.Services["redis"].HealthCheck
 		require.NotNil(t, rd, "redis needs a health check for depends_on service_healthy")
 		require.Equal(t, types.HealthCheckTest{"CMD", "redis-cli", "ping"}, rd.Test, "redis is healthy when redis-cli ping answers")
+		for _, name := range components {
+			hc := p.Services[name].HealthCheck
+			require.NotNilf(t, hc, "%s needs a health check", name)
+			require.Equalf(t, types.HealthCheckTest{"CMD", "/usr/local/bin/capstan-service", "healthcheck"}, hc.Test,
+				"%s is healthy when its binary's healthcheck (its /readyz) says so", name)
+		}
+		require.Equal(t, types.ServiceConditionHealthy, p.Services["executor"].DependsOn["api"].Condition,
+			"executors register with the api: they wait for it to be healthy")
 		pgVolumes := p.Services["postgres"].Volumes
 		require.Len(t, pgVolumes, 1, "postgres keeps its data in a volume")
 		require.Equal(t, types.VolumeTypeVolume, pgVolumes[0].Type, "postgres keeps its data in a named volume")
@@ -301,14 +354,19 @@ func TestCompose(t *testing.T) {
 			for key := range up[name] {
 				want[key] = !isNotUsed(name, key)
 			}
+			// Compose's Redis has a password; make up's private one, on
+			// loopback, has none.
+			want["CAPSTAN_REDIS_PASSWORD"] = true
 			if name == "executor" {
 				// Replicas share one environment: each names itself and
 				// advertises its own hostname.
 				delete(want, "CAPSTAN_EXECUTOR_NAME")
 				want["CAPSTAN_EXECUTOR_ADVERTISE_HOST_FROM_HOSTNAME"] = true
-				// The image has the capstan-task user to run attempts as;
-				// make up runs them as whoever runs it.
+				// The image has the capstan-task user to run attempts as,
+				// every one (no sandbox: it needs CAP_SYS_ADMIN); make up
+				// runs them sandboxed as root.
 				want["CAPSTAN_EXECUTOR_RUN_AS"] = true
+				want["CAPSTAN_EXECUTOR_INSECURE"] = true
 			}
 			var wantKeys []string
 			for key, ok := range want {
@@ -414,7 +472,8 @@ func TestCompose(t *testing.T) {
 
 	t.Run("interpolation", func(t *testing.T) {
 		t.Parallel()
-		p, err := loadCompose(t.Context(), composePath, "CAPSTAN_POSTGRES_PASSWORD=s3cret")
+		p, err := loadCompose(t.Context(), composePath, append(slices.Clone(composeSecrets[:3]),
+			"CAPSTAN_POSTGRES_PASSWORD=s3cret", composeSecrets[4])...)
 		require.NoError(t, err)
 		require.Equal(t, "s3cret", *p.Services["postgres"].Environment["POSTGRES_PASSWORD"],
 			"CAPSTAN_POSTGRES_PASSWORD sets the postgres password")
@@ -880,7 +939,7 @@ func TestImageNames(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, title, "the final stage labels org.opencontainers.image.title")
-	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"))
+	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"), composeSecrets...)
 	require.NoError(t, err)
 	lex := shell.NewLex(df.escape)
 	for name, svc := range p.Services {

@@ -119,7 +119,7 @@ var notUsed = map[string][]string{"executor": {"CAPSTAN_DATABASE_URL"}}
 
 // sharedVars are read by several services that must agree on their value:
 // a deployment that sets one sets it alike for all of them.
-var sharedVars = []string{"CAPSTAN_WORKER_GRACE", "ABORT_MAX_ATTEMPTS"}
+var sharedVars = []string{"CAPSTAN_WORKER_GRACE", "ABORT_MAX_ATTEMPTS", "CAPSTAN_CONTROL_PLANE_KEY"}
 
 // envProblems lists what is wrong with the environments a deployment gives
 // the components (component → variable → value): a variable a component

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -58,6 +60,11 @@ var kinds = map[string]func() any{
 	"batch/v1/Job":                       func() any { return &batchv1.Job{} },
 	"policy/v1/PodDisruptionBudget":      func() any { return &policyv1.PodDisruptionBudget{} },
 	"networking.k8s.io/v1/NetworkPolicy": func() any { return &networkingv1.NetworkPolicy{} },
+	"v1/ServiceAccount":                  func() any { return &corev1.ServiceAccount{} },
+	"rbac.authorization.k8s.io/v1/Role":  func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any {
+		return &rbacv1.RoleBinding{}
+	},
 	"autoscaling/v2/HorizontalPodAutoscaler": func() any {
 		return &autoscalingv2.HorizontalPodAutoscaler{}
 	},
@@ -182,15 +189,66 @@ func (c *cluster) byComponent(t testing.TB, component string) workload {
 var kustomizeMu sync.Mutex
 
 // buildOverlay runs kustomize (the library kubectl apply -k uses) on a
-// directory and returns the YAML stream it would apply.
+// directory and returns the YAML stream it would apply. The files are read
+// from disk into memory first, with the dev overlay's *.env files
+// (git-ignored, written by its gen-secrets.sh) made up where the checkout
+// has none.
 func buildOverlay(dir string) ([]byte, error) {
 	kustomizeMu.Lock()
 	defer kustomizeMu.Unlock()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	fs, err := overlayFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
 	if err != nil {
 		return nil, err
 	}
 	return m.AsYaml()
+}
+
+// devSecrets is what gen-secrets.sh writes, for a checkout that has not run it.
+var devSecrets = map[string]string{
+	"tokens.env": "CAPSTAN_ADMIN_TOKEN=cap_admin0123456789abcdefghijklmnopqrstuvwxyz\n" +
+		"CAPSTAN_WORKER_TOKEN=cap_worker0123456789abcdefghijklmnopqrstuvwxyz\n" +
+		"CAPSTAN_CONTROL_PLANE_KEY=cap_controlplane0123456789abcdefghijklmnopqrstuvwxyz\n",
+	"postgres.env": "POSTGRES_USER=capstan\nPOSTGRES_PASSWORD=pg0123456789abcdefghijklmnopqrstuvwxyz\nPOSTGRES_DB=capstan\n",
+	"db.env":       "CAPSTAN_DATABASE_URL=postgres://capstan:pg0123456789abcdefghijklmnopqrstuvwxyz@capstan-postgres:5432/capstan?sslmode=disable\n",
+	"redis.env":    "CAPSTAN_REDIS_ADDR=capstan-redis:6379\nCAPSTAN_REDIS_PASSWORD=redis0123456789abcdefghijklmnopqrstuvwxyz\n",
+}
+
+// overlayFiles copies the k8s tree that holds dir (its parent's parent's,
+// deploy/k8s) into an in-memory filesystem, adding the dev overlay's
+// secret files where they are missing.
+func overlayFiles(dir string) (filesys.FileSystem, error) {
+	fs := filesys.MakeFsInMemory()
+	tree := filepath.Dir(filepath.Dir(dir))
+	if filepath.Base(dir) == "base" {
+		tree = filepath.Dir(dir)
+	}
+	err := filepath.WalkDir(tree, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return fs.WriteFile(path, raw)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for name, content := range devSecrets {
+		path := filepath.Join(tree, "overlays", "dev", name)
+		if fs.Exists(path) {
+			continue
+		}
+		if err := fs.WriteFile(path, []byte(content)); err != nil {
+			return nil, err
+		}
+	}
+	return fs, nil
 }
 
 // newCluster indexes strictly decoded objects by kind and name; a second
@@ -388,19 +446,21 @@ var envVarRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // the downward API read "fieldRef:<path>". It returns the values and what is
 // wrong: a missing ConfigMap, Secret or key, or a $(NAME) reference to a
 // variable not defined before it (Kubernetes would leave it unexpanded).
+// secretData is a Secret's keys and values, from data and stringData.
+func secretData(s *corev1.Secret) map[string]string {
+	data := map[string]string{}
+	for k, v := range s.Data {
+		data[k] = string(v)
+	}
+	for k, v := range s.StringData {
+		data[k] = v
+	}
+	return data
+}
+
 func (c *cluster) containerEnv(ctr corev1.Container) (map[string]string, []string) {
 	env := map[string]string{}
 	var problems []string
-	secretData := func(s *corev1.Secret) map[string]string {
-		data := map[string]string{}
-		for k, v := range s.Data {
-			data[k] = string(v)
-		}
-		for k, v := range s.StringData {
-			data[k] = v
-		}
-		return data
-	}
 	for _, from := range ctr.EnvFrom {
 		switch {
 		case from.ConfigMapRef != nil:
@@ -509,7 +569,7 @@ func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	reads := serviceEnvVars(t, root)
-	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"))
+	p, err := loadCompose(t.Context(), filepath.Join(root, "docker-compose.yml"), composeSecrets...)
 	require.NoError(t, err)
 	for overlay, replicas := range overlays {
 		t.Run(overlay, func(t *testing.T) {
@@ -523,6 +583,7 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Run("environment", func(t *testing.T) { checkEnvironment(t, c, reads) })
 			t.Run("migrate job", func(t *testing.T) { checkMigrateJob(t, c) })
 			t.Run("executor", func(t *testing.T) { checkExecutor(t, c, reads) })
+			t.Run("executor rbac", func(t *testing.T) { checkExecutorRBAC(t, c) })
 			t.Run("disruption budgets", func(t *testing.T) { checkPDBs(t, c) })
 			t.Run("autoscalers", func(t *testing.T) { checkHPAs(t, c, overlay) })
 			t.Run("network policy", func(t *testing.T) { checkNetworkPolicy(t, c) })
@@ -734,8 +795,7 @@ func checkEnvironment(t *testing.T, c *cluster, reads map[string]map[string]envV
 	require.False(t, dbInExecutor, "the executor never opens Postgres: it gets no database credentials")
 	s, ok := c.secrets["capstan-db"]
 	require.True(t, ok, "the overlay defines the Secret capstan-db")
-	require.Contains(t, s.StringData, "CAPSTAN_DATABASE_URL", "the database URL is given as stringData")
-	require.Empty(t, s.Data, "no base64 data to keep in sync")
+	require.Contains(t, secretData(s), "CAPSTAN_DATABASE_URL", "the Secret capstan-db gives the database URL")
 	require.Contains(t, c.secrets, "capstan-redis", "the overlay defines the Secret capstan-redis")
 }
 
@@ -853,60 +913,111 @@ func checkHPAs(t *testing.T, c *cluster, overlay string) {
 	require.ElementsMatch(t, want, scaled, "overlays/%s autoscales these", overlay)
 }
 
-// podPeer is a pod of the capstan namespace with labels.
-func podPeer(l map[string]string) peerPod {
-	return peerPod{labels: l, nsLabels: map[string]string{"kubernetes.io/metadata.name": namespace}, namespace: namespace}
+// podIn is a pod of namespace ns, with labels, IP and named ports.
+func podIn(ns string, l map[string]string, ip string, ports map[string]int32) endpoint {
+	return endpoint{labels: l, nsLabels: map[string]string{"kubernetes.io/metadata.name": ns}, namespace: ns,
+		ip: netip.MustParseAddr(ip), ports: ports}
 }
 
+// reaches is what each component's pods may open to another's, by target
+// component and port name; every other connection between the overlay's
+// pods must be refused.
+var reaches = map[string]map[string][]string{
+	"api":      {"http": {"executor"}},
+	"executor": {"http": {"abort-reconciler"}},
+	"postgres": {"postgres": {"api", "scheduler", "abort-reconciler", "migrate"}},
+	"redis":    {"redis": {"api", "scheduler", "abort-reconciler", "executor"}},
+}
+
+// checkNetworkPolicy evaluates the overlay's NetworkPolicies for every
+// connection between its pods, on every port they declare, and for the
+// addresses and labelled clients outside them: exactly what reaches lists
+// (and base/networkpolicy.yaml's comment says) is allowed.
 func checkNetworkPolicy(t *testing.T, c *cluster) {
 	var policies []*networkingv1.NetworkPolicy
 	for _, p := range c.netpols {
 		policies = append(policies, p)
-		comp := p.Labels[componentLabel]
-		w := c.byComponent(t, comp)
-		for _, other := range c.workloads() {
-			require.Equalf(t, other.name == w.name, selects(&p.Spec.PodSelector, other.labels),
-				"NetworkPolicy %s selects the %s pods and only them (checked against %s)", p.Name, comp, other.name)
+		if comp := p.Labels[componentLabel]; comp != "" {
+			w := c.byComponent(t, comp)
+			for _, other := range c.workloads() {
+				require.Equalf(t, other.name == w.name, selects(&p.Spec.PodSelector, other.labels),
+					"NetworkPolicy %s selects the %s pods and only them (checked against %s)", p.Name, comp, other.name)
+			}
 		}
 		for _, rule := range p.Spec.Ingress {
-			for _, peer := range rule.From {
-				if peer.PodSelector == nil || peer.PodSelector.MatchLabels[componentLabel] == "" {
-					continue
-				}
-				named := c.byComponent(t, peer.PodSelector.MatchLabels[componentLabel])
-				require.Truef(t, selects(peer.PodSelector, named.labels), "NetworkPolicy %s: a peer selects the %s pods it names", p.Name, named.component())
-			}
 			for _, port := range rule.Ports {
 				require.NotNilf(t, port.Port, "NetworkPolicy %s names its ports", p.Name)
-				require.NotZerof(t, containerPort(w.spec.Containers[0], *port.Port), "NetworkPolicy %s: port %s is one the %s pods declare", p.Name, port.Port.String(), comp)
 			}
 		}
 	}
-	outsider := peerPod{labels: map[string]string{"app": "other"}, nsLabels: map[string]string{"kubernetes.io/metadata.name": "other"}, namespace: "other"}
-	for target, allowed := range map[string][]string{"executor": {"abort-reconciler"}, "api": {"executor"}} {
-		w := c.byComponent(t, target)
-		ctr := w.spec.Containers[0]
-		env, _ := c.containerEnv(ctr)
-		port, err := strconv.Atoi(addrPort(t, env[listenVar[target]]))
-		require.NoError(t, err)
-		var portName string
-		for _, p := range ctr.Ports {
-			if p.ContainerPort == int32(port) {
-				portName = p.Name
-			}
+	pods := map[string]endpoint{}
+	for i, w := range c.workloads() {
+		ports := map[string]int32{}
+		for _, p := range w.spec.Containers[0].Ports {
+			ports[p.Name] = p.ContainerPort
 		}
-		for _, src := range c.workloads() {
-			require.Equalf(t, slices.Contains(allowed, src.component()),
-				ingressAllowed(policies, namespace, w.labels, int32(port), portName, podPeer(src.labels)),
-				"%s pods may reach the %s's port %d only if they are %v", src.component(), target, port, allowed)
-		}
-		require.Falsef(t, ingressAllowed(policies, namespace, w.labels, int32(port), portName, outsider), "an unlabelled pod elsewhere cannot reach the %s", target)
+		pods[w.component()] = podIn(namespace, w.labels, fmt.Sprintf("10.244.0.%d", i+2), ports)
 	}
-	w := c.byComponent(t, "api")
+	tcp := corev1.ProtocolTCP
+	for target, dst := range pods {
+		for name, port := range dst.ports {
+			for source, src := range pods {
+				if source == target {
+					continue
+				}
+				want := slices.Contains(reaches[target][name], source)
+				require.Equalf(t, want, allowed(policies, namespace, src, dst, port, tcp),
+					"%s pods reach the %s's port %s (%d): %v", source, target, name, port, want)
+			}
+			outsider := podIn("other", map[string]string{"app": "other"}, "10.244.9.9", nil)
+			require.Falsef(t, allowed(policies, namespace, outsider, dst, port, tcp),
+				"an unlabelled pod elsewhere cannot reach the %s's port %s", target, name)
+		}
+	}
+	dns := podIn("kube-system", map[string]string{"k8s-app": "kube-dns"}, "10.244.5.5", map[string]int32{"dns": 53})
+	for comp, src := range pods {
+		require.Truef(t, allowed(policies, namespace, src, dns, 53, corev1.ProtocolUDP), "%s asks the cluster DNS", comp)
+	}
+	outside := map[string]struct {
+		addr  string
+		port  int32
+		comps []string
+	}{
+		"a task's download":           {"203.0.113.7", 443, []string{"api", "scheduler", "abort-reconciler", "executor"}},
+		"a task's plain HTTP":         {"203.0.113.7", 80, []string{"executor"}},
+		"the cloud metadata service":  {"169.254.169.254", 80, nil},
+		"a managed Postgres":          {"10.20.0.5", 5432, []string{"api", "scheduler", "abort-reconciler", "migrate"}},
+		"a managed Redis":             {"10.20.0.6", 6379, []string{"api", "scheduler", "abort-reconciler", "executor"}},
+		"a private service elsewhere": {"10.30.0.9", 8443, nil},
+		"an OTLP collector":           {"10.40.0.2", 4318, []string{"api", "scheduler", "abort-reconciler"}},
+	}
+	for what, o := range outside {
+		for comp, src := range pods {
+			if comp == "postgres" || comp == "redis" {
+				continue
+			}
+			want := slices.Contains(o.comps, comp)
+			require.Equalf(t, want, allowed(policies, namespace, src, external(o.addr), o.port, tcp),
+				"%s reaches %s (%s:%d): %v", comp, what, o.addr, o.port, want)
+		}
+	}
 	client := map[string]string{"capstan.run/api-client": "true"}
-	require.True(t, ingressAllowed(policies, namespace, w.labels, 8080, "http", podPeer(client)), "a pod labelled as an api client reaches the api")
-	require.True(t, ingressAllowed(policies, namespace, w.labels, 8080, "http",
-		peerPod{labels: map[string]string{"app": "ingress"}, nsLabels: client, namespace: "ingress"}), "so does any pod of a namespace labelled as an api client")
+	api := pods["api"]
+	require.True(t, allowed(policies, namespace, podIn(namespace, client, "10.244.7.1", nil), api, 8080, tcp),
+		"a pod labelled as an api client reaches the api")
+	ingress := podIn("ingress", map[string]string{"app": "ingress"}, "10.244.7.2", nil)
+	ingress.nsLabels = client
+	require.True(t, allowed(policies, namespace, ingress, api, 8080, tcp), "so does any pod of a namespace labelled as an api client")
+	scraper := podIn("monitoring", map[string]string{"app": "prometheus"}, "10.244.7.3", nil)
+	scraper.nsLabels = map[string]string{"capstan.run/metrics-client": "true"}
+	localScraper := podIn(namespace, map[string]string{"capstan.run/metrics-client": "true"}, "10.244.7.4", nil)
+	for _, comp := range []string{"scheduler", "abort-reconciler"} {
+		require.Truef(t, allowed(policies, namespace, scraper, pods[comp], pods[comp].ports["metrics"], tcp),
+			"a namespace labelled as a metrics client scrapes the %s", comp)
+		require.Truef(t, allowed(policies, namespace, localScraper, pods[comp], pods[comp].ports["metrics"], tcp),
+			"so does a pod of this namespace labelled as one")
+		require.Falsef(t, allowed(policies, namespace, localScraper, pods[comp], 5432, tcp), "on no other port")
+	}
 }
 
 func checkBackends(t *testing.T, c *cluster, overlay string) {
@@ -933,6 +1044,17 @@ func checkBackends(t *testing.T, c *cluster, overlay string) {
 		require.True(t, ok, "dev: CAPSTAN_REDIS_ADDR names the in-cluster Redis Service")
 		require.Equal(t, "redis", redisSvc.Spec.Selector[componentLabel])
 		require.Equal(t, strconv.Itoa(int(redisSvc.Spec.Ports[0].Port)), redisPort)
+		redisPod := c.byComponent(t, "redis")
+		redisEnv, problems := c.containerEnv(redisPod.spec.Containers[0])
+		require.Empty(t, problems)
+		require.NotEmpty(t, env["CAPSTAN_REDIS_PASSWORD"], "dev: the services reach Redis with a password")
+		require.Equal(t, env["CAPSTAN_REDIS_PASSWORD"], redisEnv["REDIS_PASSWORD"], "dev: Redis requires the password the services are given")
+		args := redisPod.spec.Containers[0].Args
+		i := slices.Index(args, "--requirepass")
+		require.True(t, i >= 0 && i+1 < len(args) && args[i+1] == "$(REDIS_PASSWORD)", "dev: Redis runs with --requirepass $(REDIS_PASSWORD): %v", args)
+		for _, s := range []string{"capstan-db", "capstan-postgres", "capstan-redis", "capstan-tokens"} {
+			require.Emptyf(t, c.secrets[s].StringData, "dev: %s is generated from a git-ignored file, not written in the repository", s)
+		}
 	case "prod":
 		require.False(t, dbInCluster, "prod: Postgres is outside the overlay")
 		require.Equal(t, "require", db.Query().Get("sslmode"), "prod: the database connection uses TLS")
@@ -1044,4 +1166,37 @@ func TestSwitchesUser(t *testing.T) {
 	require.False(t, switchesUser(corev1.Container{Env: runAs("10002:10002")}, caps("SETUID", "SYS_ADMIN")), "a cap too many")
 	require.False(t, switchesUser(corev1.Container{Env: runAs("10002:10002")},
 		&corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SETUID"}}}), "ALL kept")
+}
+
+// checkExecutorRBAC: the executor runs under its service account, whose
+// only grant is a Role of its namespace over pods, pods/log and events (the
+// kubernetes plugin's needs), never a ClusterRole.
+func checkExecutorRBAC(t *testing.T, c *cluster) {
+	var roles []*rbacv1.Role
+	var bindings []*rbacv1.RoleBinding
+	for _, obj := range c.objects {
+		switch o := obj.(type) {
+		case *rbacv1.Role:
+			roles = append(roles, o)
+		case *rbacv1.RoleBinding:
+			bindings = append(bindings, o)
+		}
+	}
+	require.Len(t, roles, 1, "one Role: the executor's")
+	role := roles[0]
+	require.Equal(t, namespace, role.Namespace)
+	allowed := map[string]bool{"pods": true, "pods/log": true, "events": true}
+	for _, r := range role.Rules {
+		require.Equal(t, []string{""}, r.APIGroups, "core resources only")
+		for _, res := range r.Resources {
+			require.Truef(t, allowed[res], "the Role grants %s: only pods, pods/log and events", res)
+		}
+		require.NotContains(t, r.Verbs, "*")
+	}
+	require.Len(t, bindings, 1)
+	b := bindings[0]
+	require.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}, b.RoleRef)
+	w := c.byComponent(t, "executor")
+	require.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: w.spec.ServiceAccountName, Namespace: namespace}},
+		b.Subjects, "bound to the executor's service account")
 }

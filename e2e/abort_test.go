@@ -52,8 +52,8 @@ type sleepers struct {
 func startSleepers(t *testing.T, s *Stack, replicas int) sleepers {
 	t.Helper()
 	run := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "s", Replicas: ptr(replicas),
-		Command: ptr(`echo $$ > "$CAPSTAN_RUN_DIR/sh-$CAPSTAN_TASK_INDEX.pid"; ` +
-			`sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/sleep-$CAPSTAN_TASK_INDEX.pid"; wait`)}}})
+		Command: ptr(hostPidTo(`"$CAPSTAN_RUN_DIR/sh-$CAPSTAN_TASK_INDEX.pid"`) + "; " +
+			bgHostPid("sleep 600", `"$CAPSTAN_RUN_DIR/sleep-$CAPSTAN_TASK_INDEX.pid"`) + " wait")}}})
 	out := sleepers{run: run}
 	for i := range replicas {
 		for _, f := range []string{"sh", "sleep"} {

@@ -122,7 +122,7 @@ func ledger(t *testing.T, s *Stack) []api.ConcurrencyKey {
 // ends ABORTED at once with reason concurrency, and the holder runs on.
 func TestConcurrencyCancelNewest(t *testing.T) {
 	s := Start(t, bins, Options{})
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	spec := keyedSpec(1, "cancel_newest", fmt.Sprintf(`while [ ! -e %s/go ]; do sleep 0.05; done`, dir))
 	first := createKeyed(t, s, spec, "prod")
 	waitStep(t, s, first, "work", 30*time.Second, api.PhaseRUNNING)
@@ -139,7 +139,7 @@ func TestConcurrencyCancelNewest(t *testing.T) {
 // only once the old run's process is gone.
 func TestConcurrencyCancelInProgress(t *testing.T) {
 	s := Start(t, bins, Options{})
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	// The old run's process traps SIGTERM and takes 0.5 s to exit; it
 	// records its exit, and the new run's task records its start.
 	spec := keyedSpec(1, "cancel_in_progress", fmt.Sprintf(`if [ -e %[1]s/first ]; then date +%%s%%N > %[1]s/started; exit 0; fi

@@ -13,9 +13,9 @@ import (
 
 // TestAuthAcrossTheStack: on the real services, the api refuses a request
 // without a token (401) and a scoped token's view of another project
-// (404); an executor's abort API refuses a call without the internal
-// token; and the executors, which registered with the worker token, ran
-// the admin's run to SUCCEEDED.
+// (404); an executor's abort API refuses a call without its worker's
+// executor credential (any other token: 401); and the executors, which
+// registered with the worker token, ran the admin's run to SUCCEEDED.
 func TestAuthAcrossTheStack(t *testing.T) {
 	t.Parallel()
 	s := Start(t, bins, Options{Executors: 1})
@@ -50,8 +50,11 @@ func TestAuthAcrossTheStack(t *testing.T) {
 	workers, err := s.Client.ListWorkersWithResponse(context.Background())
 	require.NoError(t, err)
 	require.NotEmpty(t, workers.JSON200.Workers)
-	abort := workers.JSON200.Workers[0].Address + "/v1/attempts/1/abort"
+	w := workers.JSON200.Workers[0]
+	abort := w.Address + "/v1/attempts/1/abort"
 	require.Equal(t, http.StatusUnauthorized, status(http.MethodPost, abort, ""))
-	require.Equal(t, http.StatusUnauthorized, status(http.MethodPost, abort, s.Token), "the admin token is not the internal one")
-	require.Equal(t, http.StatusNotFound, status(http.MethodPost, abort, s.InternalToken))
+	require.Equal(t, http.StatusUnauthorized, status(http.MethodPost, abort, s.Token), "the admin token is not the worker's credential")
+	require.Equal(t, http.StatusUnauthorized, status(http.MethodPost, abort, s.WorkerToken))
+	require.Equal(t, http.StatusUnauthorized, status(http.MethodPost, abort, s.MetricsToken))
+	require.Equal(t, http.StatusNotFound, status(http.MethodPost, abort, s.ExecutorCredential(w.Id)))
 }

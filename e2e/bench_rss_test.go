@@ -31,7 +31,15 @@ func (s *Stack) PeakRSS() map[string]float64 {
 
 // vmHWM reads VmHWM (peak RSS, KiB) from /proc/<pid>/status; ok is false
 // when the process is gone or the line is missing.
-func vmHWM(pid int) (kib int64, ok bool) {
+func vmHWM(pid int) (kib int64, ok bool) { return procStatusKiB(pid, "VmHWM:") }
+
+// vmRSS reads VmRSS (the resident set size now, KiB) as vmHWM reads VmHWM.
+func vmRSS(pid int) (kib int64, ok bool) { return procStatusKiB(pid, "VmRSS:") }
+
+// procStatusKiB reads the field (e.g. "VmHWM:", a size in kB) of
+// /proc/<pid>/status; ok is false when the process is gone or the line is
+// missing.
+func procStatusKiB(pid int, field string) (kib int64, ok bool) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, false
@@ -39,7 +47,7 @@ func vmHWM(pid int) (kib int64, ok bool) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		v, found := strings.CutPrefix(sc.Text(), "VmHWM:")
+		v, found := strings.CutPrefix(sc.Text(), field)
 		if !found {
 			continue
 		}

@@ -26,25 +26,22 @@ func TestCache(t *testing.T) {
 }
 
 // cachedStep is a step "s" that, once file dir/go exists (at once when
-// gate is false), appends a line to dir/count (one line per execution) and
+// gate is false), makes a file dir/ran.<attempt id> (one per execution) and
 // writes the output n; its cache spec is cache.
 func cachedStep(dir string, gate bool, cache api.CacheSpec) api.Step {
-	cmd := `echo x >> ` + dir + `/count; echo 42 > "$CAPSTAN_OUTPUTS_DIR/n"`
+	cmd := `touch ` + dir + `/ran.$CAPSTAN_ATTEMPT_ID; echo 42 > "$CAPSTAN_OUTPUTS_DIR/n"`
 	if gate {
 		cmd = `while [ ! -e ` + dir + `/go ]; do sleep 0.05; done; ` + cmd
 	}
 	return api.Step{Name: "s", Command: &cmd, Outputs: &[]string{"n"}, Cache: &cache}
 }
 
-// executions counts the lines of dir/count.
+// executions counts the files dir/ran.*.
 func executions(t *testing.T, dir string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "count"))
-	if os.IsNotExist(err) {
-		return 0
-	}
+	ran, err := filepath.Glob(filepath.Join(dir, "ran.*"))
 	require.NoError(t, err)
-	return strings.Count(string(b), "\n")
+	return len(ran)
 }
 
 // cacheStatus is a step's cache status, "" when absent.
@@ -60,11 +57,11 @@ func cacheStatus(a api.Action) string {
 // evicted.
 func testCacheHitThenEvict(t *testing.T, s *Stack) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	spec := api.WorkflowSpec{Steps: []api.Step{cachedStep(dir, false, api.CacheSpec{Version: "v1", MaxAge: ptr("1h")})}}
 	first := action(waitPhase(t, s, create(t, s, spec), 60*time.Second, api.PhaseSUCCEEDED), "s")
 	require.Equal(t, "POPULATED", cacheStatus(first))
-	require.Equal(t, map[string]string{"n": "42\n"}, *first.Outputs)
+	require.Equal(t, map[string]string{"n": "42"}, *first.Outputs)
 	second := action(waitPhase(t, s, create(t, s, spec), 60*time.Second, api.PhaseSUCCEEDED), "s")
 	require.Equal(t, "HIT", cacheStatus(second))
 	require.Equal(t, *first.CacheKey, *second.CacheKey)
@@ -82,7 +79,7 @@ func testCacheHitThenEvict(t *testing.T, s *Stack) {
 		}
 	}
 	require.NotNil(t, found, "the entry is listed")
-	require.Equal(t, map[string]string{"n": "42\n"}, found.Outputs)
+	require.Equal(t, map[string]string{"n": "42"}, found.Outputs)
 	require.NotNil(t, found.ExpiresAt, "max_age 1h")
 
 	del, err := s.Client.DeleteCacheEntryWithResponse(ctx, project, domain, *first.CacheKey)
@@ -114,7 +111,7 @@ func ownerAndWaiter(t *testing.T, s *Stack, dir string) (owner, waiter string) {
 // testSerializableHit: two concurrent runs of a serializable cached step
 // execute it once: the second waits WAITING_FOR_CACHE, then is a HIT.
 func testSerializableHit(t *testing.T, s *Stack) {
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	owner, waiter := ownerAndWaiter(t, s, dir)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 	o := action(waitPhase(t, s, owner, 60*time.Second, api.PhaseSUCCEEDED), "s")
@@ -128,7 +125,7 @@ func testSerializableHit(t *testing.T, s *Stack) {
 // testSerializableOwnerAborted: when the owner is aborted, its reservation
 // is released and the waiter takes it and runs the step itself.
 func testSerializableOwnerAborted(t *testing.T, s *Stack) {
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	owner, waiter := ownerAndWaiter(t, s, dir)
 	abortRun(t, s, owner, "test abort")
 	waitPhase(t, s, owner, 60*time.Second, api.PhaseABORTED)

@@ -154,7 +154,7 @@ func TestWalkingSkeleton(t *testing.T) {
 
 	t.Run("abort kills the running process within 5s", func(t *testing.T) {
 		name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "sleeper",
-			Command: ptr(`sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/sleep.pid"; wait`)}}})
+			Command: ptr(bgHostPid("sleep 600", `"$CAPSTAN_RUN_DIR/sleep.pid"`) + " wait")}}})
 		pidFile := filepath.Join(s.DataDir, "runs", project, domain, name, "sleep.pid")
 		var pid int
 		s.Eventually(30*time.Second, "sleep started", func() bool {

@@ -116,7 +116,7 @@ func collect(t *testing.T, events <-chan sseEvent, got *[]string, stop func(n in
 func TestEventStreamResume(t *testing.T) {
 	s := Start(t, bins, Options{Executors: 1})
 	db := openDB(t, s)
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	name := create(t, s, gatedSpec(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -163,12 +163,13 @@ func TestEventStreamResume(t *testing.T) {
 }
 
 // TestEventStream500Watchers: 500 watchers of one run on one api process
-// each get every event, in order, and the end.
+// each get every event, in order, and the end. They share the admin token,
+// which the api lets hold them all.
 func TestEventStream500Watchers(t *testing.T) {
 	const watchers = 500
-	s := Start(t, bins, Options{Executors: 1})
+	s := Start(t, bins, Options{Executors: 1, Env: []string{fmt.Sprintf("CAPSTAN_API_MAX_STREAMS_PER_TOKEN=%d", watchers)}})
 	db := openDB(t, s)
-	dir := t.TempDir()
+	dir := s.SharedDir()
 	name := create(t, s, gatedSpec(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capstan-run/capstan/pkg/problem"
 )
 
 // FaultPlan is what a FaultProxy does to the abort calls of one attempt.
@@ -171,12 +173,12 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(call.Status)
-	detail := "injected fault: kill failed"
-	if call.Status == http.StatusNotFound {
-		detail = fmt.Sprintf("this executor holds no attempt %d", id)
+	detail, code := "injected fault: kill failed", "injected"
+	if call.Status == http.StatusNotFound { // as the executor answers it
+		detail, code = fmt.Sprintf("this executor holds no attempt %d", id), problem.CodeAttemptNotFound
 	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(call.Status),
-		"status": call.Status, "code": "injected", "detail": detail})
+		"status": call.Status, "code": code, "detail": detail})
 }
 
 // statusRecorder remembers the status the executor answered.

@@ -23,8 +23,8 @@ func TestAbortFinalizes(t *testing.T) {
 	s := Start(t, bins, Options{Executors: 1})
 	name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "tree", KillGrace: ptr("1s"),
 		Cache: &api.CacheSpec{Version: "v1", Serializable: ptr(true)},
-		Command: ptr(`sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/a"
-		(sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/b"; wait) & echo $! > "$CAPSTAN_RUN_DIR/c"
+		Command: ptr(bgHostPid("sleep 600", `"$CAPSTAN_RUN_DIR/a"`) + `
+		(` + hostPidTo(`"$CAPSTAN_RUN_DIR/c"`) + "; " + bgHostPid("sleep 600", `"$CAPSTAN_RUN_DIR/b"`) + ` wait) &
 		wait`)}}})
 	var pids []int
 	for _, f := range []string{"a", "b", "c"} {

@@ -23,18 +23,25 @@ import (
 func TestForEachCountsLinesOfAModule(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/google/uuid").Output()
 	require.NoError(t, err, "go list the module's directory")
-	dir := strings.TrimSpace(string(out))
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	cached, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "*.go"))
 	require.NoError(t, err)
-	require.Greater(t, len(files), 5, "a module with files to count")
+	require.Greater(t, len(cached), 5, "a module with files to count")
+	s := Start(t, bins, Options{})
+	// The tasks read a copy any user may read, where a sandboxed attempt
+	// sees it: its user cannot enter the module cache under the test
+	// user's home, and its /tmp is its own (the data directory stays).
+	dir := filepath.Join(s.DataDir, "module")
+	require.NoError(t, os.Mkdir(dir, 0o755))
 	want := 0
-	for _, f := range files {
+	var files []string
+	for _, f := range cached {
 		raw, err := os.ReadFile(f)
 		require.NoError(t, err)
 		want += bytes.Count(raw, []byte("\n"))
+		files = append(files, filepath.Join(dir, filepath.Base(f)))
+		require.NoError(t, os.WriteFile(files[len(files)-1], raw, 0o644))
 	}
 
-	s := Start(t, bins, Options{})
 	list := `sep=''; printf '[' > "$CAPSTAN_OUTPUTS_DIR/files"
 for f in "$DIR"/*.go; do printf '%s"%s"' "$sep" "$f" >> "$CAPSTAN_OUTPUTS_DIR/files"; sep=','; done
 printf ']' >> "$CAPSTAN_OUTPUTS_DIR/files"`

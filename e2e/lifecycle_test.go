@@ -31,10 +31,10 @@ func runDir(s *Stack, run string) string {
 	return filepath.Join(s.DataDir, "runs", project, domain, run)
 }
 
-// sleeper starts `sleep 600` in the background, records its pid in file, and
-// waits for it.
+// sleeper starts `sleep 600` in the background, records its host pid in
+// file, and waits for it.
 func sleeper(file string) *string {
-	return ptr(`sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/` + file + `"; wait`)
+	return ptr(bgHostPid("sleep 600", `"$CAPSTAN_RUN_DIR/`+file+`"`) + " wait")
 }
 
 // TestTaskLifecycle covers Iris's task rules end to end on one stack of two
@@ -63,7 +63,7 @@ func TestTaskLifecycle(t *testing.T) {
 			Command: ptr(`if [ "$CAPSTAN_TASK_INDEX" = 0 ]; then
 				while [ ! -s "$CAPSTAN_RUN_DIR/sibling.pid" ]; do sleep 0.05; done; exit 9
 			fi
-			sleep 600 & echo $! > "$CAPSTAN_RUN_DIR/sibling.pid"; wait`)}}})
+			` + bgHostPid("sleep 600", `"$CAPSTAN_RUN_DIR/sibling.pid"`) + ` wait`)}}})
 		pid := pidIn(t, s, filepath.Join(runDir(s, name), "sibling.pid"))
 		run := waitPhase(t, s, name, 20*time.Second, api.PhaseFAILED)
 		s.Eventually(5*time.Second, "sibling process gone", func() bool { return ProcessGone(pid) })

@@ -75,7 +75,7 @@ func TestMetricsOfEveryService(t *testing.T) {
 	require.Equal(t, 0.0, sample(t, abortM, `capstan_aborts_requested_total{kind="action"}`), "nothing was aborted")
 	require.True(t, anyPositive(abortM, "capstan_db_operation_duration_seconds_count{"), "the resync's statements are timed")
 
-	exM := metricsOf(t, services["executor"], s.InternalToken)
+	exM := metricsOf(t, services["executor"], s.MetricsToken)
 	require.Equal(t, 0.0, sample(t, exM, `capstan_executor_attempts_held`))
 	require.Positive(t, sample(t, exM, `capstan_executor_slots`))
 }
@@ -91,7 +91,7 @@ func executorURL(t *testing.T, s *Stack) string {
 }
 
 // scrape GETs url with the bearer token ("" none): the api's operator pages
-// want the admin's, the executor's /metrics the internal one.
+// want the admin's, the executor's /metrics its metrics token.
 func scrape(t *testing.T, url, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)

@@ -31,16 +31,19 @@ func fakeDockerDir(t *testing.T) string {
 
 // TestPlugins runs the http and container plugins end to end on one stack
 // whose executors find the fake docker on their PATH (so they run the
-// container plugin).
+// container plugin) and may reach loopback targets (the test's servers),
+// not link-local ones.
 func TestPlugins(t *testing.T) {
 	t.Parallel()
 	dockerLog := filepath.Join(t.TempDir(), "docker.log")
 	path := fakeDockerDir(t) + ":" + os.Getenv("PATH")
 	s := Start(t, bins, Options{ExecutorEnv: func(int) []string {
-		return []string{"PATH=" + path, "FAKE_DOCKER_LOG=" + dockerLog, "CAPSTAN_CONTAINER_RUNTIME=docker"}
+		return []string{"PATH=" + path, "FAKE_DOCKER_LOG=" + dockerLog, "CAPSTAN_CONTAINER_RUNTIME=docker",
+			"CAPSTAN_HTTP_ALLOW=127.0.0.1/8"}
 	}})
 
 	t.Run("HTTP", func(t *testing.T) { t.Parallel(); testPluginHTTP(t, s) })
+	t.Run("HTTPMetadataRefused", func(t *testing.T) { t.Parallel(); testPluginHTTPMetadataRefused(t, s) })
 	t.Run("Container", func(t *testing.T) { t.Parallel(); testPluginContainer(t, s, dockerLog) })
 }
 
@@ -93,6 +96,21 @@ func testPluginHTTP(t *testing.T, s *Stack) {
 	require.Contains(t, *a.Tasks[0].Attempts[0].Error, "404")
 }
 
+// testPluginHTTPMetadataRefused: an http step to the cloud metadata
+// endpoint (link-local, which CAPSTAN_HTTP_ALLOW does not list) fails with
+// cause user, code HTTPTargetRefused and an error naming the address.
+func testPluginHTTPMetadataRefused(t *testing.T, s *Stack) {
+	name := create(t, s, api.WorkflowSpec{Steps: []api.Step{{Name: "metadata", Plugin: ptr("http"),
+		Http: &api.HTTPSpec{Url: "http://169.254.169.254/latest/meta-data/"}}}})
+	run := waitPhase(t, s, name, 30*time.Second, api.PhaseFAILED)
+	a := action(run, "metadata")
+	require.Equal(t, map[int][]api.TaskState{0: {api.TaskStateFAILED}}, attemptStates(a))
+	at := a.Tasks[0].Attempts[0]
+	require.Equal(t, "user", *at.Cause)
+	require.Equal(t, "HTTPTargetRefused", *at.Code)
+	require.Contains(t, *at.Error, "refused to connect to 169.254.169.254:80: a link-local address")
+}
+
 // testPluginContainer: a container step runs through the runtime (its
 // command line checked in the recorded calls) with its outputs directory
 // mounted; an aborted one is stopped with the step's kill grace and removed.
@@ -102,7 +120,7 @@ func testPluginContainer(t *testing.T, s *Stack, dockerLog string) {
 			Args: &[]string{"sh", "-c", `echo "hi $WHO" > "$CAPSTAN_OUTPUTS_DIR/greeting"`}},
 		Outputs: &[]string{"greeting"}}}})
 	run := waitPhase(t, s, name, 30*time.Second, api.PhaseSUCCEEDED)
-	require.Equal(t, "hi e2e\n", (*action(run, "greet").Outputs)["greeting"])
+	require.Equal(t, "hi e2e", (*action(run, "greet").Outputs)["greeting"], "one trailing newline trimmed")
 	id := strconv.FormatInt(action(run, "greet").Tasks[0].Attempts[0].Id, 10)
 	calls := dockerCalls(t, dockerLog, id)
 	require.NotEmpty(t, calls)

@@ -33,9 +33,11 @@ type Postgres struct {
 // StartPostgres starts a private server (initdb and postgres from PATH, or
 // Debian's /usr/lib/postgresql/<major>/bin), creates and migrates the
 // capstan database, and stops the server and removes its files when t ends.
-// Run as root, the server runs as the user postgres, since initdb refuses
+// Each of settings ("name=value") is passed to the server with -c, after
+// the defaults (e.g. "shared_preload_libraries=pg_stat_statements"). Run
+// as root, the server runs as the user postgres, since initdb refuses
 // root. Whatever it lacks fails t: it never skips.
-func StartPostgres(t testing.TB) *Postgres {
+func StartPostgres(t testing.TB, settings ...string) *Postgres {
 	t.Helper()
 	bin := pgBinDir(t)
 	dir, err := os.MkdirTemp("", "capstan-e2e-pg-")
@@ -58,9 +60,13 @@ func StartPostgres(t testing.TB) *Postgres {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+	args := []string{"-D", data, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "fsync=off",
-		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=100")
+		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=100"}
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	p.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
@@ -42,6 +43,31 @@ func (p *Proc) Alive() bool {
 	}
 }
 
+// SharedDir returns a new directory that the test and every task may read
+// and write (0777), on a path a task sees: under the data directory, which
+// a sandboxed attempt keeps on its path while its /tmp is its own. Each
+// task is a user of its own: one may replace another's files there, but
+// not write into them (make a file per task instead).
+func (s *Stack) SharedDir() string {
+	s.t.Helper()
+	parent := filepath.Join(s.DataDir, "shared")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "dir")
+	if err == nil {
+		err = os.Chmod(dir, 0o777)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return dir
+}
+
+// Sandboxed reports whether the stack's executors sandbox their attempts:
+// only root may (a test user runs them with CAPSTAN_EXECUTOR_INSECURE=1).
+func Sandboxed() bool { return os.Geteuid() == 0 }
+
 // Stack is one Capstan deployment: api, scheduler, abort-reconciler and
 // executors, sharing a fresh database and Redis DB.
 type Stack struct {
@@ -61,9 +87,13 @@ type Stack struct {
 	Client *api.ClientWithResponses
 	// Token is the stack's admin bearer secret (CAPSTAN_ADMIN_TOKEN);
 	// WorkerToken the executors register with (CAPSTAN_WORKER_TOKEN);
-	// InternalToken the executors' abort API requires, shared with the
-	// abort reconciler (CAPSTAN_INTERNAL_TOKEN). Each is new per stack.
-	Token, WorkerToken, InternalToken string
+	// MetricsToken the executors' /metrics requires
+	// (CAPSTAN_EXECUTOR_METRICS_TOKEN). Each is new per stack.
+	Token, WorkerToken, MetricsToken string
+	// ControlPlaneKey is the control plane's CAPSTAN_CONTROL_PLANE_KEY,
+	// which each worker's secrets derive from (ExecutorCredential). New
+	// per stack.
+	ControlPlaneKey workerkey.Key
 
 	opts Options
 
@@ -131,6 +161,11 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 		o.Executors = 2
 	}
 	dir := t.TempDir()
+	// Sandboxed attempts, each a user of its own, pass through the test's
+	// temporary directory (0700) to the data directory.
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	rdb := o.Redis
 	if rdb.Addr == "" {
 		rdb = redistest.New(t)
@@ -144,15 +179,21 @@ func Start(t testing.TB, bins Binaries, o Options) *Stack {
 	if o.Redis.Addr != "" {
 		s.FlushRedis() // redistest flushes the databases it leases
 	}
-	s.Token, s.WorkerToken, s.InternalToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
+	s.Token, s.WorkerToken, s.MetricsToken = store.NewTokenSecret(), store.NewTokenSecret(), store.NewTokenSecret()
+	key := store.NewTokenSecret()
+	s.ControlPlaneKey = workerkey.New(key)
 	s.env = []string{
+		"CAPSTAN_CONTROL_PLANE_KEY=" + key,
 		"CAPSTAN_ADMIN_TOKEN=" + s.Token,
 		"CAPSTAN_WORKER_TOKEN=" + s.WorkerToken,
-		"CAPSTAN_INTERNAL_TOKEN=" + s.InternalToken,
+		"CAPSTAN_EXECUTOR_METRICS_TOKEN=" + s.MetricsToken,
 		"CAPSTAN_DATABASE_URL=" + s.DBURL,
 		"CAPSTAN_REDIS_ADDR=" + s.RedisAddr,
 		fmt.Sprintf("CAPSTAN_REDIS_DB=%d", s.RedisDB),
 		"CAPSTAN_DATA_DIR=" + s.DataDir,
+	}
+	if !Sandboxed() {
+		s.env = append(s.env, "CAPSTAN_EXECUTOR_INSECURE=1") // only root may sandbox attempts
 	}
 	if !o.Defaults {
 		s.env = append(s.env, testEnv...)
@@ -195,6 +236,10 @@ func (s *Stack) NewClient(url string, opts ...api.ClientOption) *api.ClientWithR
 func (s *Stack) Authorize(req *http.Request) {
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 }
+
+// ExecutorCredential is the credential worker id's executor API requires,
+// as the control plane derives it: what the abort reconciler sends it.
+func (s *Stack) ExecutorCredential(id string) string { return s.ControlPlaneKey.Credential(id) }
 
 // AliveWorkers counts workers the api reports alive.
 func (s *Stack) AliveWorkers() int {

@@ -55,7 +55,7 @@ func TestSubWorkflows(t *testing.T) {
 			{Name: "show", Inputs: &[]api.StepInput{{From: "child.result", As: "R"}}, Command: ptr(`test "$(echo $R)" = 42`)},
 		}})
 		run := waitPhase(t, s, name, 60*time.Second, api.PhaseSUCCEEDED)
-		require.Equal(t, map[string]string{"result": "42\n"}, *action(run, "child").Outputs)
+		require.Equal(t, map[string]string{"result": "42"}, *action(run, "child").Outputs)
 		require.Equal(t, []string{name + "-child-0"}, childNames(run))
 		kid := getRun(t, s, name+"-child-0")
 		require.Equal(t, &api.RunParent{Run: name, Action: "child"}, kid.Parent)
@@ -315,7 +315,7 @@ func TestSubWorkflowForEach(t *testing.T) {
 			want = append(want, fmt.Sprintf("%s-each-%d", name, i))
 		}
 		require.ElementsMatch(t, want, childNames(run), "a child per item")
-		require.Equal(t, `["1\n","4\n","9\n","16\n","25\n","36\n"]`, (*action(run, "each").Outputs)["result"],
+		require.Equal(t, `["1","4","9","16","25","36"]`, (*action(run, "each").Outputs)["result"],
 			"outputs in index order")
 		require.Equal(t, api.ParamValues{"N": float64(2)}, *getRun(t, s, name+"-each-1").Params, "item 1 as param N")
 	})

@@ -82,11 +82,12 @@ func allRunningOn(tasks []api.Task, n int, id string) bool {
 	return true
 }
 
-// pidsCommand records, for each attempt, the shell's pid and a background
-// grandchild's in the run directory, then sleeps for secs.
+// pidsCommand records, for each attempt, the shell's host pid and a
+// background grandchild's in the run directory, then sleeps for secs.
 func pidsCommand(secs int) *string {
-	return ptr(fmt.Sprintf(`f="$CAPSTAN_RUN_DIR/pids.$CAPSTAN_TASK_INDEX.$CAPSTAN_ATTEMPT"; sleep 600 & `+
-		`echo "$$ $!" > "$f.tmp" && mv "$f.tmp" "$f"; sleep %d`, secs))
+	return ptr(fmt.Sprintf(`f="$CAPSTAN_RUN_DIR/pids.$CAPSTAN_TASK_INDEX.$CAPSTAN_ATTEMPT"; `+
+		hostPidTo(`"$f.sh"`)+`; `+bgHostPid("sleep 600", `"$f.bg"`)+
+		` while [ ! -s "$f.bg" ]; do sleep 0.01; done; echo "$(cat "$f.sh") $(cat "$f.bg")" > "$f.tmp" && mv "$f.tmp" "$f"; sleep %d`, secs))
 }
 
 // attemptPids returns, for attempt 1 of each of n tasks, the pids of its
@@ -264,7 +265,7 @@ func TestLostAttemptsBackOffThenReplaceTheWorker(t *testing.T) {
 			return attempt.State == api.TaskStateRUNNING
 		})
 		require.Equal(t, first, *attempt.WorkerId)
-		loseAttempt(t, s, address, attempt.Id)
+		loseAttempt(t, s, first, address, attempt.Id)
 		if n == len(table) {
 			break
 		}
@@ -300,15 +301,15 @@ func TestLostAttemptsBackOffThenReplaceTheWorker(t *testing.T) {
 	require.Zero(t, task.FailureCount)
 }
 
-// loseAttempt makes the executor at address drop attempt id as if its
-// worker lost it: it is killed and reported WORKER_FAILED.
-func loseAttempt(t *testing.T, s *Stack, address string, id int64) {
+// loseAttempt makes the executor of worker at address drop attempt id as
+// if its worker lost it: it is killed and reported WORKER_FAILED.
+func loseAttempt(t *testing.T, s *Stack, worker, address string, id int64) {
 	t.Helper()
 	body := bytes.NewBufferString(`{"cause": "worker_lost", "reason": "test: the worker lost it"}`)
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/v1/attempts/%d/abort", address, id), body)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.InternalToken)
+	req.Header.Set("Authorization", "Bearer "+s.ExecutorCredential(worker))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

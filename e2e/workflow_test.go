@@ -79,6 +79,17 @@ func testOutputs(t *testing.T, s *Stack) {
 	require.Equal(t, "42", (*outputs)["lines"])
 	require.Len(t, (*outputs)["edge"], 64<<10, "an output of exactly 64 KiB is allowed")
 
+	// echo's newline is trimmed, as $(...) trims it: the next step can cd to
+	// the directory the first one wrote.
+	echoed := create(t, s, api.WorkflowSpec{Steps: []api.Step{
+		{Name: "make", Outputs: &[]string{"x", "dir"}, Command: ptr(`echo value > "$CAPSTAN_OUTPUTS_DIR/x"; ` +
+			`mkdir -p "$CAPSTAN_RUN_DIR/src"; echo "$CAPSTAN_RUN_DIR/src" > "$CAPSTAN_OUTPUTS_DIR/dir"`)},
+		{Name: "use", Inputs: &[]api.StepInput{{From: "make.x", As: "X"}, {From: "make.dir", As: "DIR"}},
+			Command: ptr(`cd "$DIR" && [ "$X" = value ] && printf '[%s]' "$X"`)},
+	}})
+	waitPhase(t, s, echoed, 30*time.Second, api.PhaseSUCCEEDED)
+	require.Equal(t, "[value]", logs(t, s, echoed, "use", 0, 1))
+
 	big := create(t, s, api.WorkflowSpec{Steps: []api.Step{
 		{Name: "big", Outputs: &[]string{"blob"}, Command: ptr(`head -c 1048577 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/blob"`)},
 		{Name: "use", Inputs: &[]api.StepInput{{From: "big.blob", As: "BLOB"}}, Command: ptr("echo got it")},
@@ -112,7 +123,8 @@ func waitGate(t *testing.T, s *Stack, name string) *api.Run {
 }
 
 // testApproval: an approval step holds the run PAUSED until approved, then
-// the run SUCCEEDS showing who approved and why; a reject ends a run FAILED
+// the run SUCCEEDS showing who approved (the token, and the label by) and
+// why; a reject ends a run FAILED
 // with reason rejected.
 func testApproval(t *testing.T, s *Stack) {
 	name := create(t, s, approvalSpec)
@@ -127,7 +139,9 @@ func testApproval(t *testing.T, s *Stack) {
 	require.Equal(t, api.PhaseSUCCEEDED, gate.Phase)
 	require.NotNil(t, gate.Approval)
 	require.Equal(t, api.Approved, gate.Approval.Decision)
-	require.Equal(t, "ann", *gate.Approval.By)
+	require.Equal(t, "ann", *gate.Approval.By, "the label the request gave")
+	require.Equal(t, "admin", *gate.Approval.TokenId, "recorded as the token that asked: the stack's admin")
+	require.Equal(t, "admin", *gate.Approval.TokenName)
 	require.Equal(t, "ship it", *gate.Approval.Comment)
 	require.WithinDuration(t, before, gate.Approval.At, 10*time.Second)
 	require.Equal(t, api.PhaseSUCCEEDED, action(run, "ship").Phase)

@@ -3,22 +3,27 @@
 #
 # Starts a private Postgres cluster and a private Redis for Capstan on loopback
 # ports of our own, with all data under .data/ (ignored by git). Idempotent: a
-# second `start` is a no-op. On a fresh machine it installs what is missing
-# from Debian's packages: postgresql (when no Postgres server binaries are on
-# PATH or under /usr/lib/postgresql), redis-server, and redis-sentinel (the
-# e2e Sentinel test runs one). initdb refuses to run as root, so when run as
+# second `start` is a no-op. It uses the Postgres server binaries (initdb,
+# pg_ctl, postgres) on PATH, else Debian's /usr/lib/postgresql/<major>/bin,
+# else Homebrew's (postgresql@<major> under `brew --prefix`), and
+# redis-server and redis-sentinel (the e2e Sentinel test runs one) on PATH
+# or Homebrew's. What is missing it installs from Debian's packages where
+# apt-get exists; elsewhere it stops with a message naming what to install.
+# initdb refuses to run as root, so when run as
 # root the cluster belongs to an unprivileged user (postgres if it exists,
 # else a system user created for the purpose).
 #
 # Environment (defaults):
 #   CAPSTAN_PG_PORT=55432     CAPSTAN_REDIS_PORT=56379
 #   CAPSTAN_DATA_DIR=<repo>/.data
+#   CAPSTAN_PG_LIBDIR=/usr/lib/postgresql   (where Debian keeps server binaries)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 data=${CAPSTAN_DATA_DIR:-$root/.data}
 pg_port=${CAPSTAN_PG_PORT:-55432}
 redis_port=${CAPSTAN_REDIS_PORT:-56379}
+pg_libdir=${CAPSTAN_PG_LIBDIR:-/usr/lib/postgresql}
 pg_dir=$data/postgres
 redis_dir=$data/redis
 # Each test leases a database of its own (pkg/redistest; database 0 holds the
@@ -58,15 +63,35 @@ pg_bindir() {
   if b=$(command -v initdb) && [ -x "$(dirname "$b")/pg_ctl" ] && [ -x "$(dirname "$b")/postgres" ]; then
     dirname "$b"; return
   fi
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -n -r); do
+  for d in $(ls -d "$pg_libdir"/*/bin 2>/dev/null | sort -t/ -k"$(($(tr -cd / <<<"$pg_libdir" | wc -c) + 2))" -n -r) \
+    $(ls -d "$(brew_prefix)"/opt/postgresql@*/bin 2>/dev/null | sort -t@ -k2 -n -r); do
     [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ] && { echo "$d"; return; }
   done
+}
+
+# brew_prefix prints Homebrew's prefix, or nothing without Homebrew.
+brew_prefix() {
+  if command -v brew >/dev/null; then brew --prefix; return; fi
+  local d
+  for d in /opt/homebrew /usr/local /home/linuxbrew/.linuxbrew; do
+    if [ -x "$d/bin/brew" ]; then echo "$d"; return; fi
+  done
+  return 0
+}
+
+# missing stops with what to install where there is no apt-get.
+missing() { # what
+  log "no $1 found on PATH, under /usr/lib/postgresql or Homebrew's prefix, and no apt-get to install it."
+  log "install it, then run this again: macOS 'brew install postgresql@15 redis'," \
+    "Fedora 'dnf install postgresql-server redis', Alpine 'apk add postgresql redis', Arch 'pacman -S postgresql redis'"
+  exit 1
 }
 
 # apt_install installs Debian packages, then stops the system-wide instance
 # a package may have started: we run private ones on our own ports.
 apt_install() { # service-to-stop package...
   local svc=$1; shift
+  command -v apt-get >/dev/null || missing "$*"
   log "installing $* from Debian's packages"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
@@ -93,6 +118,8 @@ pg_ctl_as_pg() {
 }
 
 ensure_redis() {
+  local b; b=$(brew_prefix)
+  if ! command -v redis-server >/dev/null && [ -n "$b" ] && [ -x "$b/bin/redis-server" ]; then PATH=$b/bin:$PATH; fi
   command -v redis-server >/dev/null || apt_install redis-server redis-server
   command -v redis-sentinel >/dev/null || apt_install redis-sentinel redis-sentinel
 }

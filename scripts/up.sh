@@ -27,15 +27,15 @@ export CAPSTAN_API_ADDR=127.0.0.1:$api_port
 export CAPSTAN_API_URL=http://127.0.0.1:$api_port
 export CAPSTAN_DATA_DIR=$root/.data/executor
 
-# The bootstrap admin token, the token executors register with and the one
-# the executors' abort API shares with the abort reconciler: generated once
-# into .data/tokens (mode 600), reused by every later `make up`.
+# The bootstrap admin token, the token executors register with and the
+# control plane's key (which each worker's own credentials derive from):
+# generated once into .data/tokens (mode 600), reused by every later `make
+# up`; a secret the file lacks is added.
 tokens=$root/.data/tokens
-if [ ! -f "$tokens" ]; then
-  (umask 077; for v in CAPSTAN_ADMIN_TOKEN CAPSTAN_WORKER_TOKEN CAPSTAN_INTERNAL_TOKEN; do
-    echo "$v=cap_$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
-  done >"$tokens")
-fi
+(umask 077; for v in CAPSTAN_ADMIN_TOKEN CAPSTAN_WORKER_TOKEN CAPSTAN_CONTROL_PLANE_KEY; do
+  [ -f "$tokens" ] && grep -q "^$v=" "$tokens" && continue
+  echo "$v=cap_$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" >>"$tokens"
+done)
 . "$tokens" # each service gets only the tokens it needs, below
 
 alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
@@ -49,11 +49,17 @@ start() { # name binary [env...]
 }
 
 echo "starting Capstan:"
-start api capstan-api CAPSTAN_ADMIN_TOKEN="$CAPSTAN_ADMIN_TOKEN" CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN"
-start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091
-start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092 CAPSTAN_INTERNAL_TOKEN="$CAPSTAN_INTERNAL_TOKEN"
+start api capstan-api CAPSTAN_ADMIN_TOKEN="$CAPSTAN_ADMIN_TOKEN" CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN" CAPSTAN_CONTROL_PLANE_KEY="$CAPSTAN_CONTROL_PLANE_KEY"
+start scheduler capstan-scheduler CAPSTAN_METRICS_ADDR=127.0.0.1:9091 CAPSTAN_CONTROL_PLANE_KEY="$CAPSTAN_CONTROL_PLANE_KEY"
+start abort-reconciler capstan-abort-reconciler CAPSTAN_METRICS_ADDR=127.0.0.1:9092 CAPSTAN_CONTROL_PLANE_KEY="$CAPSTAN_CONTROL_PLANE_KEY"
+# As root the executors sandbox each attempt (a user and namespaces of its
+# own); anyone else may not, and runs every attempt as themselves.
+if [ "$(id -u)" -ne 0 ] && [ -z "${CAPSTAN_EXECUTOR_INSECURE:-}" ]; then
+  echo "  not root: the executors run every attempt as $(id -un), without a sandbox (CAPSTAN_EXECUTOR_INSECURE=1)"
+  export CAPSTAN_EXECUTOR_INSECURE=1
+fi
 for i in $(seq 1 "${CAPSTAN_EXECUTORS:-2}"); do
-  start "executor-$i" capstan-executor CAPSTAN_EXECUTOR_NAME="executor-$i" CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0 CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN" CAPSTAN_INTERNAL_TOKEN="$CAPSTAN_INTERNAL_TOKEN"
+  start "executor-$i" capstan-executor CAPSTAN_EXECUTOR_NAME="executor-$i" CAPSTAN_EXECUTOR_ADDR=127.0.0.1:0 CAPSTAN_WORKER_TOKEN="$CAPSTAN_WORKER_TOKEN"
 done
 
 wait_for() { # description command...

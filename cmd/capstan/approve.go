@@ -25,7 +25,7 @@ func (f *decideFlags) body() api.ApprovalRequest {
 
 func (f *decideFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.comment, "comment", "", "why, shown with the decision")
-	cmd.Flags().StringVar(&f.by, "by", "", "who decides, shown with the decision")
+	cmd.Flags().StringVar(&f.by, "by", "", "a label for who decides, shown with the decision (the decision is recorded as your token's)")
 }
 
 func newApprove(g *globals) *cobra.Command {

@@ -101,8 +101,11 @@ func actionNote(a api.Action) string {
 	}
 	if ap := a.Approval; ap != nil {
 		s := string(ap.Decision)
+		if ap.TokenName != nil {
+			s += " by token " + *ap.TokenName
+		}
 		if ap.By != nil {
-			s += " by " + *ap.By
+			s += " as " + *ap.By
 		}
 		if ap.Comment != nil {
 			s += fmt.Sprintf(" (%q)", *ap.Comment)

@@ -121,10 +121,10 @@ func newWorkers(g *globals) *cobra.Command {
 				return apiError(resp.StatusCode(), resp.Body)
 			}
 			return g.printOut(cmd.OutOrStdout(), resp.JSON200, func(w io.Writer) {
-				fmt.Fprintln(w, "ID\tNAME\tSTATE\tSLOTS\tFREE\tFAILURES\tHEARTBEAT\tADDRESS")
+				fmt.Fprintln(w, "ID\tNAME\tSTATE\tSLOTS\tFREE\tFAILURES\tHEARTBEAT\tSANDBOX\tADDRESS")
 				for _, x := range resp.JSON200.Workers {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Id, x.Name, workerState(x), x.Slots,
-						deref(x.FreeSlots), len(x.Failures), heartbeatAge(x), x.Address)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", x.Id, x.Name, workerState(x), x.Slots,
+						deref(x.FreeSlots), len(x.Failures), heartbeatAge(x), x.Sandbox, x.Address)
 				}
 			})
 		},

@@ -89,6 +89,7 @@ const (
 	System     AttemptReportCause = "system"
 	Timeout    AttemptReportCause = "timeout"
 	User       AttemptReportCause = "user"
+	Waiting    AttemptReportCause = "waiting"
 	WorkerLost AttemptReportCause = "worker_lost"
 )
 
@@ -106,6 +107,8 @@ func (e AttemptReportCause) Valid() bool {
 	case Timeout:
 		return true
 	case User:
+		return true
+	case Waiting:
 		return true
 	case WorkerLost:
 		return true
@@ -165,6 +168,45 @@ func (e ConcurrencyKeyKind) Valid() bool {
 	case ConcurrencyKeyKindRun:
 		return true
 	case ConcurrencyKeyKindTask:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KubernetesSpecTolerationsEffect.
+const (
+	NoExecute        KubernetesSpecTolerationsEffect = "NoExecute"
+	NoSchedule       KubernetesSpecTolerationsEffect = "NoSchedule"
+	PreferNoSchedule KubernetesSpecTolerationsEffect = "PreferNoSchedule"
+)
+
+// Valid indicates whether the value is a known member of the KubernetesSpecTolerationsEffect enum.
+func (e KubernetesSpecTolerationsEffect) Valid() bool {
+	switch e {
+	case NoExecute:
+		return true
+	case NoSchedule:
+		return true
+	case PreferNoSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KubernetesSpecTolerationsOperator.
+const (
+	Equal  KubernetesSpecTolerationsOperator = "Equal"
+	Exists KubernetesSpecTolerationsOperator = "Exists"
+)
+
+// Valid indicates whether the value is a known member of the KubernetesSpecTolerationsOperator enum.
+func (e KubernetesSpecTolerationsOperator) Valid() bool {
+	switch e {
+	case Equal:
+		return true
+	case Exists:
 		return true
 	default:
 		return false
@@ -251,6 +293,7 @@ const (
 	PhaseSUCCEEDED           Phase = "SUCCEEDED"
 	PhaseTIMEDOUT            Phase = "TIMED_OUT"
 	PhaseUNSCHEDULABLE       Phase = "UNSCHEDULABLE"
+	PhaseWAITING             Phase = "WAITING"
 	PhaseWAITINGFORCACHE     Phase = "WAITING_FOR_CACHE"
 	PhaseWAITINGFORRESOURCES Phase = "WAITING_FOR_RESOURCES"
 	PhaseWORKERFAILED        Phase = "WORKER_FAILED"
@@ -276,6 +319,8 @@ func (e Phase) Valid() bool {
 	case PhaseTIMEDOUT:
 		return true
 	case PhaseUNSCHEDULABLE:
+		return true
+	case PhaseWAITING:
 		return true
 	case PhaseWAITINGFORCACHE:
 		return true
@@ -505,7 +550,7 @@ type Action struct {
 	// PausedAt When the step last became PAUSED.
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Reason Why the step ended or waits, e.g. rejected.
@@ -536,10 +581,18 @@ type ActionCacheStatus string
 
 // Approval An approval step's decision; absent until decided.
 type Approval struct {
-	At       time.Time        `json:"at"`
+	At time.Time `json:"at"`
+
+	// By The label the request gave (its `by`), unchecked; absent when it gave none.
 	By       *string          `json:"by,omitempty"`
 	Comment  *string          `json:"comment,omitempty"`
 	Decision ApprovalDecision `json:"decision"`
+
+	// TokenId The id of the token the decision was authenticated with (`admin` for the bootstrap token); absent when unknown.
+	TokenId *string `json:"token_id,omitempty"`
+
+	// TokenName That token's name when it decided.
+	TokenName *string `json:"token_name,omitempty"`
 }
 
 // ApprovalDecision defines model for Approval.Decision.
@@ -547,14 +600,14 @@ type ApprovalDecision string
 
 // ApprovalRequest defines model for ApprovalRequest.
 type ApprovalRequest struct {
-	// By Who decides (until API tokens exist, the caller names itself).
+	// By A label for who decides, recorded as given and not checked; the decision is recorded as the authenticated token's (the approval's token_id and token_name).
 	By      *string `json:"by,omitempty"`
 	Comment *string `json:"comment,omitempty"`
 }
 
 // Attempt defines model for Attempt.
 type Attempt struct {
-	// Cause user, system, permanent (a spec that can never run), worker_lost, preempted, timeout or aborted.
+	// Cause user, system, permanent (a spec that can never run), waiting (the target was not ready), worker_lost, preempted, timeout or aborted.
 	Cause *string `json:"cause,omitempty"`
 
 	// Code A stable error code, e.g. MaxSystemFailuresExceeded or InvalidPluginSpec.
@@ -601,7 +654,10 @@ type AttemptReport struct {
 
 	// Outputs With SUCCEEDED: the values the task wrote, output name → value. Names are environment-variable names; each value, and all of them together, at most 1 MiB, no NUL. Ignored with other states.
 	Outputs *map[string]string `json:"outputs,omitempty"`
-	Pid     *int               `json:"pid,omitempty"`
+
+	// PendingReason With BUILDING: why the work waits to be placed where it runs (a Pod no node takes: the Kubernetes scheduler's message), sent again each time it changes; the task's pending_reason until the attempt runs. Ignored with other states.
+	PendingReason *string `json:"pending_reason,omitempty"`
+	Pid           *int    `json:"pid,omitempty"`
 
 	// State Iris task states; the database stores their numeric values.
 	State TaskState `json:"state"`
@@ -634,7 +690,7 @@ type AttemptSpec struct {
 	Domain    string            `json:"domain"`
 	Env       map[string]string `json:"env"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 	Id   int64     `json:"id"`
 
@@ -643,7 +699,13 @@ type AttemptSpec struct {
 
 	// KillGraceMs Milliseconds between SIGTERM and SIGKILL on abort.
 	KillGraceMs *int64 `json:"kill_grace_ms,omitempty"`
-	Number      int    `json:"number"`
+
+	// Kubernetes The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
+
+	// Network The step's network: `none`, or absent for the executor's.
+	Network *string `json:"network,omitempty"`
+	Number  int     `json:"number"`
 
 	// Outputs The outputs the step declares: each task writes each to $CAPSTAN_OUTPUTS_DIR/<name>. Absent when none.
 	Outputs *[]string `json:"outputs,omitempty"`
@@ -653,12 +715,21 @@ type AttemptSpec struct {
 	Proceed  bool   `json:"proceed"`
 	Project  string `json:"project"`
 	Replicas int    `json:"replicas"`
-	Run      string `json:"run"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+	Run       string     `json:"run"`
 
 	// State Iris task states; the database stores their numeric values.
 	State     TaskState `json:"state"`
 	TaskIndex int       `json:"task_index"`
-	WorkerId  *string   `json:"worker_id,omitempty"`
+
+	// TimeoutMs Milliseconds the attempt may run: the step's attempt_timeout, else its timeout; absent when it has neither. A plugin that bounds its own work (http) takes it as its limit; the control plane enforces it either way.
+	TimeoutMs *int64 `json:"timeout_ms,omitempty"`
+
+	// WaitExitCode The shell plugin's "not ready yet" exit status: report FAILED with cause waiting.
+	WaitExitCode *int    `json:"wait_exit_code,omitempty"`
+	WorkerId     *string `json:"worker_id,omitempty"`
 }
 
 // AttemptSpecList defines model for AttemptSpecList.
@@ -753,7 +824,7 @@ type ChildRunRef struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase Phase `json:"phase"`
 
 	// Try How many children of its index started before it (a retry, a restart).
@@ -819,7 +890,7 @@ type ConcurrencySlot struct {
 	// Action A task key's holder or waiter's step.
 	Action *string `json:"action,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase *Phase `json:"phase,omitempty"`
 
 	// Place A waiter's place in line (1 is first).
@@ -923,7 +994,7 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Name      string     `json:"name"`
 
-	// Projects The projects the token may reach; absent or empty, every project.
+	// Projects The projects the token may reach; absent or empty, every project. Reader and writer tokens only (an admin or worker token with projects is a 422).
 	Projects *[]Name `json:"projects,omitempty"`
 	Role     Role    `json:"role"`
 }
@@ -986,7 +1057,7 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
-// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+// HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -995,6 +1066,9 @@ type HTTPSpec struct {
 
 	// Url An absolute http or https URL.
 	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
 }
 
 // HeartbeatReply defines model for HeartbeatReply.
@@ -1016,6 +1090,36 @@ type HeartbeatReport struct {
 	// Draining The executor is shutting down: place no new work on it (sticky).
 	Draining *bool `json:"draining,omitempty"`
 }
+
+// KubernetesSpec The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+type KubernetesSpec struct {
+	Args         *[]string          `json:"args,omitempty"`
+	Command      *[]string          `json:"command,omitempty"`
+	Env          *map[string]string `json:"env,omitempty"`
+	Image        string             `json:"image"`
+	Namespace    *string            `json:"namespace,omitempty"`
+	NodeSelector *map[string]string `json:"node_selector,omitempty"`
+
+	// Resources Resource name to quantity, e.g. {requests: {cpu: "500m", memory: "1Gi"}}.
+	Resources *struct {
+		Limits   *map[string]string `json:"limits,omitempty"`
+		Requests *map[string]string `json:"requests,omitempty"`
+	} `json:"resources,omitempty"`
+	ServiceAccount *string `json:"service_account,omitempty"`
+	Tolerations    *[]struct {
+		Effect            *KubernetesSpecTolerationsEffect   `json:"effect,omitempty"`
+		Key               *string                            `json:"key,omitempty"`
+		Operator          *KubernetesSpecTolerationsOperator `json:"operator,omitempty"`
+		TolerationSeconds *int64                             `json:"toleration_seconds,omitempty"`
+		Value             *string                            `json:"value,omitempty"`
+	} `json:"tolerations,omitempty"`
+}
+
+// KubernetesSpecTolerationsEffect defines model for KubernetesSpec.Tolerations.Effect.
+type KubernetesSpecTolerationsEffect string
+
+// KubernetesSpecTolerationsOperator defines model for KubernetesSpec.Tolerations.Operator.
+type KubernetesSpecTolerationsOperator string
 
 // LiveAttemptsRequest defines model for LiveAttemptsRequest.
 type LiveAttemptsRequest struct {
@@ -1061,7 +1165,7 @@ type ParamType string
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
-// Phase The phase of a run or an action.
+// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 type Phase string
 
 // Problem defines model for Problem.
@@ -1169,6 +1273,9 @@ type RegisterWorkerRequest struct {
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
 
+	// Sandbox How the executor isolates its attempts, as GET /v1/workers shows it (see Worker.sandbox).
+	Sandbox *string `json:"sandbox,omitempty"`
+
 	// Slots How many attempts it runs at once (1 to 1024).
 	Slots *int `json:"slots,omitempty"`
 }
@@ -1238,7 +1345,7 @@ type Run struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1351,7 +1458,7 @@ type RunSummary struct {
 	// PendingReason Why the run waits QUEUED, e.g. concurrency key "prod": 2nd in line for 1 slot.
 	PendingReason *string `json:"pending_reason,omitempty"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase   Phase  `json:"phase"`
 	Project string `json:"project"`
 
@@ -1417,7 +1524,7 @@ type ScheduleList struct {
 type ScheduledRun struct {
 	Name string `json:"name"`
 
-	// Phase The phase of a run or an action.
+	// Phase The phase of a run or an action. WAITING: a task step whose target answered that it is not ready (an http status in wait_codes, a shell exit with wait_exit_code) waits to ask again after KubeVela's waiting backoff; its task's pending_reason gives the answer.
 	Phase       Phase     `json:"phase"`
 	ScheduledAt time.Time `json:"scheduled_at"`
 }
@@ -1467,10 +1574,10 @@ type Step struct {
 	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
 	ForEach *ForEach `json:"for_each,omitempty"`
 
-	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 	Http *HTTPSpec `json:"http,omitempty"`
 
-	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key> and run.failed, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED.
+	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key>, run.failed and params.<name>, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED; an expression that exceeds its limits when it runs (100,000 cost units, or the time a decision has) makes it FAILED. An expression whose estimated cost is over the limit is refused with a 422.
 	If *string `json:"if,omitempty"`
 
 	// Inputs Values of earlier steps' outputs this step receives as environment variables and files under $CAPSTAN_INPUTS_DIR.
@@ -1481,6 +1588,9 @@ type Step struct {
 
 	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject; `workflow` runs the template `workflow` as a child run with `params` (and `inputs` as params by their `as` names), and its phase follows the child's.
 	Kind *string `json:"kind,omitempty"`
+
+	// Kubernetes The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
 
 	// MaxRetriesFailure How many times a task whose command exits non-zero is retried (0 to 100).
 	MaxRetriesFailure *int `json:"max_retries_failure,omitempty"`
@@ -1497,7 +1607,10 @@ type Step struct {
 	// Name Unique in the workflow; a Name.
 	Name string `json:"name"`
 
-	// OnFailure `fail` (the default) ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries.
+	// Network `none` runs each task with no network: its processes get a network namespace of their own with only a loopback interface (a container, `--network none`), so nothing outside the attempt is reachable, not even the executor host's loopback services. Absent: the executor's network. An http step cannot be `none`; an executor without a sandbox (sandbox `none`) that cannot make the namespace fails such a task as a system failure.
+	Network *string `json:"network,omitempty"`
+
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
 	OnFailure *string `json:"on_failure,omitempty"`
 
 	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
@@ -1506,7 +1619,7 @@ type Step struct {
 	// Params A workflow step's values of its child's params.
 	Params *ParamValues `json:"params,omitempty"`
 
-	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
+	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `kubernetes` runs `kubernetes` as one Pod per attempt, on the executors configured for a cluster; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
 	Plugin *string `json:"plugin,omitempty"`
 
 	// Priority production (never preempted), interactive (the default) or batch (preemptible).
@@ -1529,6 +1642,12 @@ type Step struct {
 
 	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
 
 	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
@@ -1574,8 +1693,10 @@ type Task struct {
 	MaxRetriesPreemption int        `json:"max_retries_preemption"`
 	MaxSystemFailures    *int       `json:"max_system_failures,omitempty"`
 	NotBefore            *time.Time `json:"not_before,omitempty"`
-	PendingReason        *string    `json:"pending_reason,omitempty"`
-	PreemptionCount      int        `json:"preemption_count"`
+
+	// PendingReason Why the task waits PENDING; while its step is WAITING, the answer it waits on.
+	PendingReason   *string `json:"pending_reason,omitempty"`
+	PreemptionCount int     `json:"preemption_count"`
 
 	// Reused The task SUCCEEDED without running: its item's cache entry was valid, or an earlier generation of its step succeeded at the same item.
 	Reused *bool `json:"reused,omitempty"`
@@ -1584,8 +1705,14 @@ type Task struct {
 	State TaskState `json:"state"`
 
 	// SystemFailureCount Platform failures since the task last really ran (reset when an attempt reaches RUNNING and is no system failure).
-	SystemFailureCount *int    `json:"system_failure_count,omitempty"`
-	WorkerId           *string `json:"worker_id,omitempty"`
+	SystemFailureCount *int `json:"system_failure_count,omitempty"`
+
+	// WaitCount How many waits in a row the task made for its target (WAITING); 0 once another answer came.
+	WaitCount *int `json:"wait_count,omitempty"`
+
+	// WaitingSince When the first of those waits was decided; absent when wait_count is 0.
+	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	WorkerId     *string    `json:"worker_id,omitempty"`
 }
 
 // TaskState Iris task states; the database stores their numeric values.
@@ -1655,8 +1782,14 @@ type Worker struct {
 	Address   string    `json:"address"`
 	CreatedAt time.Time `json:"created_at"`
 
+	// DispatchKey In the registration answer only: the key (32 bytes, base64url without padding) of the HMAC-SHA256 the scheduler puts on every attempt spec it dispatches to this worker's queue. The executor runs a dispatched spec only when its MAC verifies under this key; it reads any other attempt from the api. Derived like executor_credential, and as much this worker's alone.
+	DispatchKey *string `json:"dispatch_key,omitempty"`
+
 	// Draining The executor is shutting down; it finishes what it holds and takes no new work.
 	Draining bool `json:"draining"`
+
+	// ExecutorCredential In the registration answer only: the bearer secret the control plane presents to this worker's executor API (Authorization: Bearer), which the executor requires of every call to it. It is this worker's alone, known only to the control plane (which derives it from the worker id under CAPSTAN_CONTROL_PLANE_KEY and stores only its SHA-256) and to the executor; a new registration, under a new id, gets a new one.
+	ExecutorCredential *string `json:"executor_credential,omitempty"`
 
 	// Failures Attempts lost or failed for platform causes on this worker: attempt id → when. With n of them the worker takes no new work until the failure backoff's entry n after the last one; past the table it is deleted and its executor registers again under a new id.
 	Failures map[string]time.Time `json:"failures"`
@@ -1675,7 +1808,10 @@ type Worker struct {
 
 	// Resources Capacity offered by a worker, or requested by one task.
 	Resources *Resources `json:"resources,omitempty"`
-	Slots     int        `json:"slots"`
+
+	// Sandbox How the executor isolates its attempts: `none` (CAPSTAN_EXECUTOR_INSECURE: every attempt runs as one user, the executor's or CAPSTAN_EXECUTOR_RUN_AS), or the mechanisms every attempt gets, joined with `+`: `uid` (a user and group of its own from CAPSTAN_EXECUTOR_UID_RANGE; its work directory 0700 and its own; its run's directory shared with the run's tasks only, through a group of the run's), `pidns` (PID, mount and IPC namespaces of its own: its end, an abort or the executor's death ends every process it started; a private /tmp), `netns` (a `network: none` step gets a network namespace with only loopback), `rlimit` (RLIMIT_NPROC per attempt; RLIMIT_DATA from resources.memory_bytes where no memory cgroup bounds it), `cgroup` (a cgroup v2 with memory.max, cpu.max and pids.max from the step's resources, where the host delegates one). E.g. `uid+pidns+netns+rlimit`.
+	Sandbox string `json:"sandbox"`
+	Slots   int    `json:"slots"`
 
 	// State alive: heartbeating within the worker grace. unresponsive: silent past the grace, not yet declared dead by the scheduler's liveness pass (at most one pass while the scheduler runs). dead: declared dead; listed for the dead-worker retention (1h by default) after that, then deleted. A worker that deregistered is not listed.
 	State WorkerState `json:"state"`
@@ -2010,6 +2146,9 @@ type CreateTokenJSONRequestBody = CreateTokenRequest
 
 // RegisterWorkerJSONRequestBody defines body for RegisterWorker for application/json ContentType.
 type RegisterWorkerJSONRequestBody = RegisterWorkerRequest
+
+// AdoptAttemptsJSONRequestBody defines body for AdoptAttempts for application/json ContentType.
+type AdoptAttemptsJSONRequestBody = LiveAttemptsRequest
 
 // LiveAttemptsJSONRequestBody defines body for LiveAttempts for application/json ContentType.
 type LiveAttemptsJSONRequestBody = LiveAttemptsRequest
@@ -2792,6 +2931,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptAttemptsWithBody An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttempts(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// LiveAttemptsWithBody Which of the attempts named are live, for an executor's sweep of its work directories.
 	//
@@ -4388,6 +4545,44 @@ func (c *Client) DeregisterWorker(ctx context.Context, id WorkerID, reqEditors .
 // Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 func (c *Client) GetWorkerAttempts(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkerAttemptsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptAttemptsWithBody An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *Client) AdoptAttemptsWithBody(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptAttemptsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *Client) AdoptAttempts(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdoptAttemptsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -8123,6 +8318,53 @@ func NewGetWorkerAttemptsRequest(server string, id WorkerID, params *GetWorkerAt
 	return req, nil
 }
 
+// NewAdoptAttemptsRequest calls the generic AdoptAttempts builder with application/json body
+func NewAdoptAttemptsRequest(server string, id WorkerID, body AdoptAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAdoptAttemptsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAdoptAttemptsRequestWithBody constructs an http.Request for the AdoptAttempts method, with any body, and a specified content type
+func NewAdoptAttemptsRequestWithBody(server string, id WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/attempts/adopt", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewLiveAttemptsRequest calls the generic LiveAttempts builder with application/json body
 func NewLiveAttemptsRequest(server string, id WorkerID, body LiveAttemptsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -9126,6 +9368,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/workers/{id}/attempts (the `GetWorkerAttempts` operationId).
 	GetWorkerAttemptsWithResponse(ctx context.Context, id WorkerID, params *GetWorkerAttemptsParams, reqEditors ...RequestEditorFn) (*GetWorkerAttemptsResponse, error)
+
+	// AdoptAttemptsWithBodyWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error)
+
+	// AdoptAttemptsWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+	//
+	// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+	AdoptAttemptsWithResponse(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error)
 
 	// LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
 	//
@@ -12299,6 +12559,54 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+type AdoptAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AttemptIDList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdoptAttemptsResponse) GetJSON200() *AttemptIDList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetBody returns the raw response body bytes
+func (r AdoptAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdoptAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdoptAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdoptAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type LiveAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -13772,6 +14080,36 @@ func (c *ClientWithResponses) GetWorkerAttemptsWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseGetWorkerAttemptsResponse(rsp)
+}
+
+// AdoptAttemptsWithBodyWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *ClientWithResponses) AdoptAttemptsWithBodyWithResponse(ctx context.Context, id WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error) {
+	rsp, err := c.AdoptAttemptsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptAttemptsResponse(rsp)
+}
+
+// AdoptAttemptsWithResponse An executor restarted under a new identity takes back the attempts its previous one left running.
+//
+// A kubernetes executor lists its plugin's Pods, which outlive the executor, and names, up to 1,000 a request, the attempts of those it does not hold. Each one that is live (ASSIGNED, BUILDING, RUNNING) and held by another worker of this worker's name (its previous identity, e.g. before a kill -9) becomes this worker's, its state kept: it is not failed when the previous identity is declared dead, and it runs and counts once. The executor then reads and runs them (GET /v1/workers/{id}/attempts), finding their Pods. The answer holds the ids moved, ascending, each once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{id}/attempts/adopt (the `AdoptAttempts` operationId).
+func (c *ClientWithResponses) AdoptAttemptsWithResponse(ctx context.Context, id WorkerID, body AdoptAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*AdoptAttemptsResponse, error) {
+	rsp, err := c.AdoptAttempts(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdoptAttemptsResponse(rsp)
 }
 
 // LiveAttemptsWithBodyWithResponse Which of the attempts named are live, for an executor's sweep of its work directories.
@@ -16102,6 +16440,39 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 	return response, nil
 }
 
+// ParseAdoptAttemptsResponse parses an HTTP response from a AdoptAttemptsWithResponse call
+func ParseAdoptAttemptsResponse(rsp *http.Response) (*AdoptAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdoptAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AttemptIDList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseLiveAttemptsResponse parses an HTTP response from a LiveAttemptsWithResponse call
 func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16426,6 +16797,9 @@ type ServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx echo.Context, id WorkerID, params GetWorkerAttemptsParams) error
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	// (POST /v1/workers/{id}/attempts/adopt)
+	AdoptAttempts(ctx echo.Context, id WorkerID) error
 	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
 	// (POST /v1/workers/{id}/attempts/live)
 	LiveAttempts(ctx echo.Context, id WorkerID) error
@@ -18366,6 +18740,22 @@ func (w *ServerInterfaceWrapper) GetWorkerAttempts(ctx echo.Context) error {
 	return err
 }
 
+// AdoptAttempts converts echo context to params.
+func (w *ServerInterfaceWrapper) AdoptAttempts(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.AdoptAttempts(ctx, id)
+	return err
+}
+
 // LiveAttempts converts echo context to params.
 func (w *ServerInterfaceWrapper) LiveAttempts(ctx echo.Context) error {
 	var err error
@@ -18507,6 +18897,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/workers/:id/reports", wrapper.ReportAttempts, options.OperationMiddlewares["ReportAttempts"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/runs/existing", wrapper.ExistingRuns, options.OperationMiddlewares["ExistingRuns"]...)
 	router.POST(options.BaseURL+"/v1/workers/:id/attempts/live", wrapper.LiveAttempts, options.OperationMiddlewares["LiveAttempts"]...)
+	router.POST(options.BaseURL+"/v1/workers/:id/attempts/adopt", wrapper.AdoptAttempts, options.OperationMiddlewares["AdoptAttempts"]...)
 	router.GET(options.BaseURL+"/v1/attempts/:id", wrapper.GetAttempt, options.OperationMiddlewares["GetAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/report", wrapper.ReportAttempt, options.OperationMiddlewares["ReportAttempt"]...)
 	router.POST(options.BaseURL+"/v1/attempts/:id/logs", wrapper.AppendAttemptLogs, options.OperationMiddlewares["AppendAttemptLogs"]...)
@@ -21509,6 +21900,45 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
+type AdoptAttemptsRequestObject struct {
+	Id   WorkerID `json:"id"`
+	Body *AdoptAttemptsJSONRequestBody
+}
+
+type AdoptAttemptsResponseObject interface {
+	VisitAdoptAttemptsResponse(w http.ResponseWriter) error
+}
+
+type AdoptAttempts200JSONResponse AttemptIDList
+
+func (response AdoptAttempts200JSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type LiveAttemptsRequestObject struct {
 	Id   WorkerID `json:"id"`
 	Body *LiveAttemptsJSONRequestBody
@@ -21864,6 +22294,9 @@ type StrictServerInterface interface {
 	// GetWorkerAttempts What an executor needs to run the attempts ids placed on it, in one read.
 	// (GET /v1/workers/{id}/attempts)
 	GetWorkerAttempts(ctx context.Context, request GetWorkerAttemptsRequestObject) (GetWorkerAttemptsResponseObject, error)
+	// AdoptAttempts An executor restarted under a new identity takes back the attempts its previous one left running.
+	// (POST /v1/workers/{id}/attempts/adopt)
+	AdoptAttempts(ctx context.Context, request AdoptAttemptsRequestObject) (AdoptAttemptsResponseObject, error)
 	// LiveAttempts Which of the attempts named are live, for an executor's sweep of its work directories.
 	// (POST /v1/workers/{id}/attempts/live)
 	LiveAttempts(ctx context.Context, request LiveAttemptsRequestObject) (LiveAttemptsResponseObject, error)
@@ -24054,6 +24487,54 @@ func (sh *strictHandler) GetWorkerAttempts(ctx echo.Context, id WorkerID, params
 	return nil
 }
 
+// AdoptAttempts operation middleware
+func (sh *strictHandler) AdoptAttempts(ctx echo.Context, id WorkerID) error {
+	var request AdoptAttemptsRequestObject
+
+	request.Id = id
+
+	var body AdoptAttemptsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.AdoptAttempts(ctx.Request().Context(), request.(AdoptAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AdoptAttempts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(AdoptAttemptsResponseObject); ok {
+		return validResponse.VisitAdoptAttemptsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // LiveAttempts operation middleware
 func (sh *strictHandler) LiveAttempts(ctx echo.Context, id WorkerID) error {
 	var request LiveAttemptsRequestObject
@@ -24254,371 +24735,413 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37chs5kjf6KgiejRA1X4mifOmZpmJiP7Wt7ta22/bqMv2dM/SKEAsUa1QEOABKMsfhiPPX9wDfQ5wH",
-	"2yc5gcwEqopEkUVdbPfsZaJNkVW4JhJ5/eWnzljN5koKaU1n8Kkz55rPhBUa/joa20zJt3wm3F+Z7Aw6",
-	"c26nnaQj4bsOhwc6SUeLvxeZFmlnYHUhko4ZT8WMu7f+RYtJZ9D5v/bLjvbxV7MPLX/+nHSOrBWzuT15",
-	"3dBPlq7tY6L0jFv3nLTfvegknVkms1kx6wwOko5dzAX+JK6Fhu5e8fFUvNKCW5H+ICZKw/xSYcY6m8OM",
-	"Bp13Ml8wOxVMSKszYdidzqwVkl3BC8xOM8NsNhOse/rjK/b8+fPvd3udBEf/90LoRTn8MXZ1ia92okNP",
-	"uRV7rr1OGLKxOpPX5YhPC9linDAwXUh2p5UVTUPShexsvU0wijMr5m2HYayY4zhYN5OMy4UbWcIKmQtj",
-	"2EgXcsTcc8Iyq1TjArp27jncvwhtYIgbR6wmOOixe43d4nus6x5x/e8YNoKfevTTqHG49EBtxHNurdDu",
-	"4f/469He/8P3/tHf+753uffh00Hy3fPP/xLf9kIbpVfHfj4VTIqP9nIMD+DQBZtrcZupwrA5v27ceXyl",
-	"NrYZ//hGyGs77Qye9fuxgbxWM57JhtOZ4o8P5gJvuLHHt0Lak9c/C56KholnqZ9vzo1lwr0Bf47zzH3U",
-	"YiyyW5EeMtw6LfiMaWGKmTCMT6zQLLNhdabYU5iMG8QejGLv5HXzKsUWqTL+f4c1Xxl+rXE2UZrG7I4L",
-	"t2zMpVQWTgMOy+Ac8A92l0nD7qaOByk7ZVwL92jTPrvFuYTFuQT22YZd9qPs8k02y2zY++Vu4Mdq86mY",
-	"8CK3ncHLfuIWDZt+6QhrA19+r9XfxNg2kNmcfn0wnZ0W6+405IwP7OJsPBVpkYs1/Rh65OGd/ab0jdAP",
-	"vjyLAp5cpWvX/iRXd2smc0ePPHQyn937Zq6kESCBvNfqKhcz93GspBUSiIPP53k25u5Q7c/xif/xN4NM",
-	"vl13vl3osX5GjyRzF/r3L17+kVHjPVgGehcEoyul7ZvMwGjmWs2FthmOmLuf4FNmxcxsGgi0dCrGSqed",
-	"z2HxudZ84f6uMPlVbnJ0ZRy/U7Jkhp7xr25iuS1/9WP8EJ5TV3CynCRWGc/q3FDcG3xabj/pcJTgLseq",
-	"wD2qD/W1yLNboRdMq0KmhsFjImVGsQnXlREHdlA2maWr7Z0JC+yTS0aPsZssz11DK9xtteUxL4yITiMN",
-	"99zKTzeZjAxkhGsyGsAewMK628mNC35gXKbuitILO83kNStkCvfPIRvRwOlVN3z3ppLCT8nNRkjHLv9a",
-	"Str0W2XzyiGqwo7VLCLMjlJcf5GOEqY0G0khUnPplkS7G8LNAG+WX/lHEsYNu+OGaeFEnjRCU0lgyLHV",
-	"0oKbBlJxlCiMk4e5je/s3TTLBcusEw2vhFu2MP7aDq+RmRPg47Hui3nKy85byt/V0wOEkFSuo1L+gasj",
-	"bBWS2fLZqI1gzRGERYJTl6aZa5Hn7yunccJzI5KlA1qu+vLxgyvZMKvYsHNhhGZhF5Bohx23shUR56Af",
-	"lwTjwz2z3BYmwjGW2cKaw1gfMoxKpAnoWKqwKIjToRKOh5yf/Hr8+vLdxfku0HSEHTiB2P0hUvfAHVyT",
-	"l7kyNkrOX/j0PMIJKVnO/Q/K8tVQ27AoeYZLIHLxtbruiFgci5/Ptbrl+cbX/HNAL+OpuLwREfH6CHW3",
-	"1Otr7qGko+TYMRPDMjkvrAG5WQuj8lu3SgNZ5Hlke7AbE+h6fU+5UjfFfMB+Pjln3cyys4tXr46PXx+/",
-	"ZneZE9UlaJmLHcNUYXEUMmWaSyYVs9zc7Cbs15OzM3hZF9LsOkJ7/+79xZuj8+PX+DWXCTPFeCxE6o6t",
-	"TEm19krsYrfHSCaAw0Dqd2an7vyg7lq5Un4+Oe8kHddrJ+mErqIXSyrm7shd4r4HwWbluWXxRch0K06b",
-	"dK6FFJrbqMZ+Xmri40Jr0PUKOWCcaWH1wmuFMGuYvxbGcm0Z/NfAj06gSoAa3Kq7bRB3cfHD3/crQ5Qk",
-	"Bq/+oKw38ayM/TfHHjgws5Td8cyyblrgRBMc/i5wtfb3GxFS8w0RE2+WiLgkU1pXajRhbpLsP//3/2G3",
-	"PC9EwripLFoguxnrWs2z3HEeKe7yTAp36uZ297BKfkwLENgNGxb9/nPBDtiUmwSo1HFI6C1hnP3b2bu3",
-	"DKjHbWbocAdH4U4wfLGXyVR8ZEqnQgeSBwYslazKvyXXmnMtZFxUmbsLKM5qYdcCTYGEfSXGbmneH12c",
-	"Hb9uv1vzKcdbbq1WAg/V7obl8SzK4cDhgouNZ27LRO+6x7RwM264cuAcbHkgXVeXjkCJpuoD+lndsRmX",
-	"CyBsPGF3U5XTCCc8y0XKukpeuo+FFswUxrGSXRR6dSEZLD/ZNTKnwRhDLY2VnGTXhRYpowHET6ojiSbF",
-	"oxwgUK5dZSElx3FEybr9GPOEt3c3dd/mMFZeXOVuq2Pa8WfuauHYmBW0z5+GnXB4h53B999/30+GndOL",
-	"t29P3v40dOLbZzyC3Ao8g+5oODmBw3GJHhLoKWYpFaBYegaLQlgYGbRupyLTXvgyCe7f6gpPMm1sgoe+",
-	"8nXm/heO9MD9zdFS7NqBl3AEXW7ZTBnLnvV3D9lEqxn76fic9Xq9fRyV2f+EHz7ju/CWYyRkKXW3Jpis",
-	"GDc3bqfBfNZGUz/n5iZ2x8EiXK5V1GlrK5Za93i5prCM3aaJ/Cu++mfHUyusbgSvjVDGDBaA6Ll3DCKT",
-	"15eT2OB+m3LLODE01lUar6NMXu/SGXDsxS3VgFWvLFMAzybJjPn3Nlsf4P5MghoFPK92iOtHypNlVBat",
-	"yI8rVpwwNDrwqRhnJlMyLGMhbZbD1ykyzGXdpT2XvFpEr5axms2arh0/HPdj0PJhyAINdsjII/LY0nqG",
-	"hpymuXaZ7qdUXi1iRKNo4Qzr4joevT9hVt0IaZj4mLlTDjyA57nQcMGDBCHyye6SphlzOdSW7l5aKZlJ",
-	"VtSUBnWzMEInzCyMFbOEzYWecXf8WZczMxfjYJ9nUtw67bmQu0lVo0xKXbNUWR2/QTU2eizHKhUx1cJY",
-	"fpULJrRWmrmHiOf/yj+ewQB/xMvUHH8kXUBpdiJveZ6l7/PiOpNnczGOd0meyG1oG8YRJWHxMXOaYiri",
-	"99skk5mZbtkbWvtaGPGcgr+luimL2ZXQ8cHeTzbiVrS5N87gQceJkWKymGaxdKzBGE8j9l3VNvBDM9mf",
-	"vG4wTtP9XNPiWqx1/c6LmwzMugG9UdcR65CxqdBx0jI2VUWccVpdyLFbhMhFqwuBtyMqMuxKLJRMUUP+",
-	"KMaFVXrHsCtVOOWZG5ZqNZ/XjueVUrngcmWWNKDED7o6jjUTPxVzMotswXEDj/L3guNOrms4/e6i8vzJ",
-	"8XzkMG5AyHY6gcwcY4JrjThTVLcfu+kWEZf+b2C5YMbCEnnZbsewSSZ57nQ6pS3K8XPgOjuGwYEDIetH",
-	"91D2D+E0RzsVCzRfZJK0trZS1yscHQQdfIZr4wRf+9OqJLYtP42yzFU//YfSX//hU7/BWV9hk5Xr6kU/",
-	"erdt4JsP1+xh64J+gHtEKrT76AQqVOITf1Dq+n6PvYULm2vBhLzNtJLuMt675TqDtYT7/BDleG8hkCnj",
-	"6MMAy4BV18JO3a3qZfYD9mv2Q8KkYm8v3vTYybVUTrcD/UG5R1FdMXEFvsYz64x7SyZcsp36qv3g2IJI",
-	"napVZRgNqrTnT/dvo8bINrIfN/iNjOaUnKervHaulRMWVkf8o+NAyDSrI2azwlg4/KjzlS6pDSP1Ha0Z",
-	"qztr23kX9bXZzvLoxEfeYMAbK2l5JlESWMt8/IMw4PXuQSFvtzqwK2sztXa+aUA/n5+/92NpLSih2fsB",
-	"3KRidyUTujefowbu1MO5VmkxFtrslDbEt0e/Hpc8ZYDcgmud3TrWYshuHbgLC9wFXuR0b0+yXLB/eXX0",
-	"/uz86O3lydv3F+dnl69PTvfdUy2tf05WvLzWfCwuZxEDx69ZnmdGjJVMDbsS9k4Iyc5Ofjo/Pv0VxnF2",
-	"8tMvJ2/eMCVRoG/pZ14nb1aY/OpqeydBsPWlYpxzLQwtIjHwzApDX6hyid5dnIc1Anvr2HFrtLzG16v9",
-	"scKLPm5GbclgvIMO+ItUFkwOUrFcyWuhd51qFeMym9zNaGCOr3WTK3j7qwMME2Cqivd0b/l+sze50nVl",
-	"vmFLSpaHvKhUGVoy5C00hrUqV4XFP0hz+IGPbyZZfk+jhZBpez1O3Qqd843c9x0+9l7l2XgRdMZ7RhHg",
-	"u+Aia5i+HU9F2lJ/WDXYus2CSBR25VpKHOMqLCuDagZMZCB0cRLlWfduyi17/+7snO3fHuz73dn/lKWf",
-	"9+kZy28EOidzdW3QKT+eFvLGNL0Iz+FrCZz3K2WnMWtbNdpnq4jupJOr6/YU+kZdv3IjrusTz15+t8ru",
-	"dFj9FiRPW9XkUc9a7POpMBA5+Wm7xVldkKCMtAqCSx5JOjxk1ingE+UkeZDt3ca0kBkr81vPryCk+7XI",
-	"RTwGIXW/xKYR3EAhml9owejxVrf5itEVe2oc5LG0GAG8pNrfxwD3cZ5pYZo9lBluhY8B4WyaWdad8Y+X",
-	"/FqUboM/o/GyvdOSgiwexfW8skpaGKFvg6t/rRwO2Q+V58s7fVV20oVEa+1czYvcLTaFe0ddm81RBi0b",
-	"uS3zCzaEjUEwSpka4Bdxo02vJKf4FU0k3Zr/Vchzc8Tp+jn5rhuHfVrf5KWB1+i65VV9J5vyApCg4ACM",
-	"yUlVSPKmbfZKYcO1w9Y4K6+/bnEl/+ouQMZRckeRPjNjJ3g4jWcAOtSNWLApN1Oy0qBgB+4H9KUErcsH",
-	"MpGGRDSVgCUlk5QKAvIkPIMSZY8dMbB3YawQm8GIgoZB1iLGLYOAKe/V9YFORK6rFzexmTjPdUJ9iH4C",
-	"77PjTQnjwZXITOG0QsOGnWcvpsNOhVtNlPb8avXsCp3xPPuHW71a0kF09V8pWYkYMiFSiM8ErDpeawJm",
-	"jtYysEcZitT57ejk/OTtT5c/vju9fHX06ufjXbjj3J5R0GBcY7ltyj16zzFMGAJ/xWLAxlMuwVHtNDm4",
-	"VgvjKFnlqdD+0tpMxL7DKOVOszw9LeSp4wwxF//YPQDsE8RGH9JP8VQTH7AREd3GzfFatVZ6D4j4qkYL",
-	"WHYlHGUZZlWvweZBKlrEEe+mCaaMVHyEyANLiWpl6Ecmr3N6siHoozEIbLtAHxvLEgrCCgxAC+mDoXDI",
-	"5KnyiYgZOCnB956UMW/RYccd8UHD9MplZUdwhH5WUbKqGOi3U9Hu5YNc3U+IyvLhReWahEDJJW9zg0ne",
-	"ywLBEw/RrODDBDfGZjc85Sg23RueA40XW94cR2Q9d3wWmJfnYEoi85qqPHVEmyun3lGQIdBEIeFH49aj",
-	"GlNfSO+aJbO99H5qaBT9+WTVGwuIx+JasGslxe7q8W8IxX11/IbhUjHxca6FgXRKd+MxyDL2EWv4R69i",
-	"CDxknI2VNJZLW7keUjHP1WLYcTPwc4cIQkwsQc5U2+nvv4vstF/HNefOrzBft74HjlUf9N3/NfAIYzW3",
-	"4npRu586fy9E4Wh8KcYcvh4NMO4JlwlieiBWCUNw/v3i+OL4dULxUBlFU7kryN/8JEUk7j+gdLvVt4WW",
-	"psdGYy7HIr/M5OVcq2u3IZR6IsUddEphsnD9wx2Yp8LAjSldO3QzhD48yVCEJzdKstG4pPNRAgF15D8s",
-	"ByDFnTC2aaoQ2n/0w7vT81IYSaLNV2OZ/aKuzrH8EvvdfJBRUA9ksuE0/yIiWt4U7m3TEGyFZxIpKvGr",
-	"DHvZ3i1aDuAsVzYmyDcpbw15TLqQsCVO3NwxrLLQuNtTkYNXy63JIQaf4fNwPZe/Q7BWdWvQjOm+jrqf",
-	"ZzxyTwdeR1zsRizA5uS+p2g5EqXdL/HT585MdA/OQ0jhQb/PKDYOXNN5JsW2/unNG0E9rOE37okW9zVF",
-	"zAX67CSB0Mrplv1tINw3Ir1GVWqFnW+hS9YPwiaDL7S9YVywjGucg8v3jCeDHcNwNXxItNA7plns3E5O",
-	"m+d8HI0tCB3BE4GIugfulgIqayDPRp9EJsfN+QM0Q6vUDcqtyEKc0IojgagWMii0N/Tcx4eu5vMoVR+F",
-	"QTpe54ZDF4VTcoM8gkNfK2rEdSpgJFuTAfwK8m2Lc+a2poFI3ZWeyW2dEY12tIj56fjfE/b2OGHH/+vk",
-	"7PwsYW/fnV/6zz+dJ+yn44S9OU/Ym2PWlcVM6GwMrPHkbdw8xfMirqhgPMg2XvXoPanmTWtVcZ1vJ/Ge",
-	"Y+w/vl/GFmUzfi0SxvX1Lfod4Isdg8aFucq8W1PM5naxi5m3pVQZ0Vu3jip4sJMfhtzCNwiPRdcVjjao",
-	"8e3cYsvnxOv3kmUSWNXI3fgjhrHpTn+8zowVWqRs5JX3EbNiNs8x++AjH9t8ARI4hfqsrqzXjpeMDHMc",
-	"JQFzCO0kP1I2Bcr0sH8rGQrVXB2nLGxk2+6pvyB9O15FJLjuFY9x4P2WAdCg5XunYhIPRA4bZk4sAhls",
-	"6cgLBpmyJe/Sa9hHHtu51U3KUjGbK+vu3Hg6Zehwx7CT8uG9X5w86DQvgMtxp2dAG+cHW7FA7qP1sXov",
-	"DSWoDJll3asFgALhD7to5gTPJZfmDgxwaIbkFtNBRtTEiMF69dgRc5PT8NJQajEX3GZkc+Q6z+gnTAYN",
-	"rXICXIGu0iztDWWbmPT/JusIWd8zUz2qgdcPC8PuTIJ2a+7tE1fIfbpA+2jSdn9PeJYbxnNvpVhm6+Xg",
-	"S68v5hPMMun/3nDnNWuEMHIP+3I/5nxcZ62jsVZyBNfYCHPNeT5aPcZjxwuK+eVdJlPc2KXbFDLzZpkx",
-	"TlcHK5BUzKPPaEhCBighMit6X+8Cvl2oQl6jMCfhvB8yMmXAMBcC0TsqR+dlNJtDx4T3H7NbsTfJnObo",
-	"HmDdYecP+y/ZH/D/h51d5Gb+JaVZ939OVaHzRcL+Z8oz+PdOiBv4MFPSTuGTG1W+aJdn4lc2JlMGH4Vj",
-	"tJblgjul0bhxft83w87uIeU9upXieXYtRcqsAj5wIbOPTMzVeNpmff6WWRvzax1DcFc2E944U8yxg8yw",
-	"WTGeEvfrDjsHMKCk9GukIueOlrx9DCOG2gwmzuaOICaYlgIski++Y+Mp13zsFM+EGeWZKtoodyjrZ4LK",
-	"bTWwmqKpu3/dK+OqX7z47L/f/dd/ecwwnXtxV8wKjrmWIjpJNhP/UFJE09BOjt4esX8Ag1LaH+rusHNc",
-	"uGO8/4PQeSaBlvzBujh/tQrGEUvruyczj/gAQlPNvO1c3Qh5z2Csezh6PREuH+BZJsOqNGPSNJh9/K8Y",
-	"Be8mxGZ8gSmUwfGoNGoQCZ0ceqm1SQihrJZumUhskco3qtyn7pmGLYP312yXzq6vhb7nhgFsHAmFW+7A",
-	"JMujrOyI0YkBz8CyS2AEXY5Y9xNYG7M0YXO+yBVPP++SowCe6NG3PT5ThbQBUKDf9/vntw1xAUsnazvv",
-	"QFve97Jf4X1tuNuflrjbWm7ZBEpScrImFXTzDKMRMzumdMpAlPa6TSpT0MFWOuwM2LBT350sHXY+R0Ox",
-	"H5FplVS6gYEB4qKHIIvEocSdix5sweJJCgKSVADlhTEbSO0op8AKshkHw5gHPyB0NqRGMFvAyrouEbcI",
-	"jF+w9ixVECA5yRDPsqq6NcFbNcU/rQy7IQMFntlskPAPRlf3Y2aczvVwZaAVe6UQhqcR43/kmT6bckRw",
-	"2WIGdyK7ntq1l86OYca1nLCDXs8NmHX9hX/QxltPXURH7UToY0/F9ZGBeB3jaIC1MudOEZcksxLuFLtS",
-	"6YIOuVMye8aKufnrwYce2uKipDQTxrSybeGAyheiE1LaSb5b6k8/clkPsYIc7FsIcc4zY9mNVHcyII2Q",
-	"RN3NpLGCA6jsyMfVj3YHoN9AW3MyIiRl8hxGYnhrxY45hNSQerRLAi2UUTW+mR5bVvQmWs28oucIeNRj",
-	"xyHN41pYNJijXWRN2syIm9HmtBlMCeEGb07i9zhKD/JDfMdfCtAw+vrAnQ+PscwkYLvBzD2wJrtf3Inl",
-	"Ywvk1WOVAJ4AfKVFBefHLGF/sO5fP+CeSUWLfjfNxtOGcLXj17uHwSvoQWYIXtJ4FgxrSjsUiAOj5QjS",
-	"eYSrACs85aaMWCN/t7qTFCkRMKUIYGoZd0oLDB7w4NLQN970aQZ3h49M6TF0WuwY5nfp9Pj9m5NXR2cs",
-	"M+wgYq829UiCk/PjXzuxCz1KHTXCgHRPxKKM0EjFDBeyteIUbn1A1QrRRJmEI/SokuRtdTVaAUcOBjTX",
-	"gaFCQmk/cXwUPRkJG0IMTg9fhkhCIksUtAysfmkpCnuGEG0+xkDymeuzIdw3XFGRQCTHYhDiIokPsapC",
-	"RLwLjo7d2uW5iJkjqEXU/eHkTap4RugXPzo7O/np7fHrhP1wcfLm9cnbnxylEi5QGU+B1n7AxfH8qRoW",
-	"FKJb3OBDAPkA0rQgSoPy6sHpCc4V9lbZMmY04KUvhWtErrgV3h9yHLd3Gk2tnZf+IrrN3DlDGD/HauDw",
-	"GQPZ16a8gd1yPvv4cdcfTpOUk/GAxHAtlghE371gv2Q/7HqOTCQ7cg+NyoSJWvYe4L5y9vLjR2QfVnNp",
-	"IK0Gc9MhPhZ4CpxYYmeHFTZLE0EC9uBUAXdnCbdFpXG3I2GLP8yTNRN2qur2kc5Px+dR73J1zWMOt0ak",
-	"iaRT6AZwnyuj8sLSnisN/xp2cfpmc5SsazMmdfwsuLZXgttTMc8XMbiKmMM2AH4SZJnVKncHQwp2x6Ut",
-	"A6Cq9oOHYm7AUDbNgVKXmhP6Vk8Qr04GkxnRZZ9UYb7KNP0woWXXUstJbht4EMuhbE6NXyamVPNMRoMW",
-	"zqu5TZmT1AsLfqRU3ckBBXdIBaFyblkYhiF3jc3GN7UIpGqK08qA3mS3wtPL/VSldggu67Pl7q83rU3Y",
-	"DHl1280o5ZZHnGrITnmou0JOIHZx/uPenwLre3vxZsVU+uJPL//4XTTIRQs+qwb5LmO6tIjxhSYSHPS6",
-	"RTDbQr6Elx43h3FpAtRNbORvGyxfr9+e7eX8SuR7eXYjCKoTxIPvnldsYE6eIAvX3ocElSt0xKZMSBDj",
-	"SM7KhSWTSZpdo5hV2b/vni9bGDeZ1r472OQ4qHsEmhDwvEssRYdLqgCV0knLNb+2fwzYhM3yPATIds/F",
-	"bK40z50Ei12yueszE2Z3wEbmJpuPWGYTdiOcdioF646uislE6EslxQjdXXlefsvzfLSLKSFO5/DFSyj2",
-	"1mdkhOjcrg+xBWFhhPYlelUu7viCdUc8z9UdNlyN0nRj6ySdcjTlHzzPyyBaaLmTdEIz0aBO8KVsywe8",
-	"GLFKgijFO03Z9TRKIJ1YVmMOYLOceH+d3QoCfgQlZNnguRlNrskG3KhYobk56OqoKI4orH0ZgGHkhNBX",
-	"x2/iUEOXFayhy3VgQ+WZbuWfgm+qkhq1VNl//0VAJPDvJx0orfGhFaxjjLFUHWuNJIG1QiLBSsEyza4W",
-	"xHzIQg06YSANp8uQnJ0yN4ao9fm9j/qMmOncTxQD5U67Los4VA8KBuF3kk41Kez0+Ozdxemr47Ol7yFZ",
-	"rJN4XNZOUoK2dpLOj0cnb+ADhbt3kk7AtO8knYu3Z69+Pn598ebohzeukd/enf5yfHoZ3kLETtfmLyfv",
-	"3zcgd1cKqCxdOOvBsmZ8PM2k2NOCp/BFBTeLgi4uMTNRKns5UYVMEwDszbNxXHNOheVZHsfOcdpP+8uv",
-	"Yu6MCHkZJI6MRSPiR9GkemQ2F2uUn9W1ujg9YVpMhFNwhTccUOyTW/VlOmwyrrtfff9hjIRnFj1RaFE+",
-	"EyCjmq2LRFgsWrBR7j5/Exdj3xdXeWam4Fa5nxgbq+mCtb1CmBnLUtYF5Gbx0bIrFPaCLSIS2tEsNfzH",
-	"cPix3//wB2ClZYwWmhQh0rjJ4RaNi8MkDj6fCylSOhOYNUDRaYfe+WKYKa7cq1fC3eIrwk4rjza61LZj",
-	"nTDEMAh3iJ0oPao56UaHwUr17OV37JfshwjLjMT8fmimCJECTTwO7AGVsojijgMktdDByVW6eStYFeBy",
-	"u+OGzf3oEvLXYT6z23rDMjnOi1SkrCsJEMWxf6k0Oela+/3rXsYYZ4rDkTVFh7fc+FVghWhoHbkGTWVp",
-	"yDOY+Jt1GyiomCKOnlg/bBpIbR83Yh28L8y09Pzeh7PcW9prE9JR+t9bUQSKwZtDQbaP5Iw7xKGd2LKe",
-	"citCFb+Hn8zcN7VNXnQsJuTAJOxg5mStg2lUaHhwsSZaGV+lcA6ibWXOG6sxhaWLg288UoG2pKO5FZcw",
-	"zC1c4WFbN53PautrZ3m/QxcIYonnIBy4Y9RzoTOVkuEAs2b7mH16VYxvhN0xbMznfJzZBZbGEROq57ZK",
-	"Y/MmBBDsZMA2kNXndQtwYcS2ngcCPQ8e26o/EICvECaRM7cL5ECpB8kHn3RGiWTpY6ZZn5wfI4wh+FkH",
-	"FdRWdHbSFlScnWUsVUjM3cFIdnz0YbFUzcvQfX+BNRDcI3tIr/ufXDufd+P8QWa2bj04aNie4M3HHdmY",
-	"vt1Wuz2lfBkswnlPo26aQqryKpqsU0kvTt/4dQom6qP3JyR4Tq2dD/b3D579sdfv9XsHg+/7/YOVKN/Y",
-	"xQdGvQd6gZqiNCMGC6MKPRabeVp40F2MuVra3hdJUxJtcF1QBa2AZOO3+tmLbUAxaEviWz5X2gJw25Yb",
-	"PfXeGXgvz99NOoO/boB8XXLofP6QNMCsQKJj6CEhHHQs+pICLjraMiF5CEEU4LyDXbAO/YfNEYBfaJJQ",
-	"/AZMQ31QkZJBEri4a3QHg1SMR5UwdyBqEySRBnC7HXSI9Up4vfb3XR0T8WERYNT1hv1tAuTDudxz5NRo",
-	"REOIexgJiL3cByXzBRYx02KeLwZVDL4v64f06xBfxsqR3+I+feXlADWZAP1cLSjwROgE68z40pWUCeT4",
-	"eiQxZl5czgDZN5Jo9P7CkSX8PFYaLoR+v8/+jDFbSmMK0VaVspPOTMyUXlxeLWxMZ/0VfnXdwgNbt/85",
-	"vsZOibvfteOkkstNIHiKabHnNGLw3lQq2abqTlJxdRAcluOvSwy95cCnzWk50alSvHxA6ElnAHsLMMga",
-	"MHGpkjuSStQceopRs+1Y72khz4rZjIM2Hwck2AIXd+yRC1egygnlaQ1cVUCkAX5dDcEyCVYGE/OEwugg",
-	"zgvjQdpBOFRwwWKIz18qNZEqw4losCr96G6tTLKJ0mMx8P54IDSfHgV4ApzKU7Up6+F6T8JurvKxD0g1",
-	"S7dBFLJ7rDBHQMXgd8m2BDgrrEuxh5TMCo6/EZibYgl++NS6aicQE+ajd+l57x08xFTZoGKEHNgy6g7f",
-	"KCOeKGN2KUE4jsewLdIsxa1vOHcNLKC2D2bttRy3F/ptqUQ7Jx4DbjvglyWaeNBFWch7QNo6osOUkRKb",
-	"z3hI2ySUV6SKexZ330AypZApSAQPt/utg8E9LWSwBkfT2i/BDGmYVnc43pRb7g8Q2uj3wIASUnm4DKZL",
-	"d/GsgyJsrFDfOjbpXjZrCmbZymC7pqpE68GuBcdvgJpBRPl0KzlweStBByUvKXhQk1AqpHR6tgDCb8S/",
-	"J+cYLOxG8/FpIZ/aTLdlqkopQNwzI+W0kO9D7doN+JqMV9INnII32eqExOkkAo4TMCMbBkwQo9vikoAo",
-	"Q/ByqwMvT0krS315Hto83uJWwkdXi93EyLZ5XeLkec8EqHtT1Fl2LduXg2wSxnyN7WImyKomFRodhRXa",
-	"IB4GBE3P+IJdiUqC7ejT51E0QKNyZCIhCyGaPA5YUiYzrsDX3fn7D6o5TnntkUcrlZiKuZ3Ggd5SIebh",
-	"UpbCWDNgHm/WfVVKbVoV1yiHgZXPn2nKExTS7hj2P9hBGYl+0ARAubZc0baV2THbsslxH1ysdEHHEieD",
-	"SNJQD2sjzj1mPqUiMDgSPwCX0Ec1sK7f5h3DrM0TJpz4SxhjPhOPQifoxzIoAOrEgq3RVOvtEnaqO1MJ",
-	"bVrJabuZZdcQLYiwNn6fEIIKKO9GzG17OLZmJ1q4CTYwCLoywFkCwZeXm0qKg4pfgxmFq33pILGhO5Pp",
-	"sDNgz8ChgHB3bkUOANHtMbD21ogyPviywWLhQzPB7LBEdnEYcR/zGSW6apuOmLKZCGuVGU/H7fa0kmq7",
-	"2ok/Ka3Hvb1fdPvM678gmHgsATty7ZHd3Jdz3sbFelbZ1KUUlgJNgOXnS57nuyFeJ4Z0Q/CXJWsN4bFW",
-	"Oe7BurUg14jcvwKo8yh3g4fAWYtAswYYZjXjFiB9Ltvh/4D9LQCHQ4FRBPmBQigBsFES5L8dT/eKOcM2",
-	"21Y7a+JaIHw7fQ/Acho0WfHRspdLMdiGdSXCZzn+i4gsu3H79fqzt2TT+kpAMqvGEy3G7lJtjtipcJ+c",
-	"W0JjNglDLGOCsV0WBFpJkf7QpWBtibgibrL5XKSXlbVqS1dkj6iFwC9aElEVSuercL02IDmBEkpSWmEb",
-	"YeNX6L++7U3neHUHkpId3o+/Hq2p00A4VmVAnQbTJZZgCw4/qvhKxtYgzfKZSNkIQ909xWK4+x5+eXH+",
-	"Cm9PbthisVjMZmlqp9PZzJh/+Lj4QubCmAjlMLcQ4NYNwjJYwrHMfKQiSXmpB4bzIIaxbDJean7dkj+x",
-	"NcIPpb3yGO7atrNcP7+UHCpx+M8HCoLLwtn9w79qLa2rZnE2F2NMPbuHL22NGw2ib2xIbCf4hKWE9V5n",
-	"q2QUfG3HwPkbsIO91XysSjJJUrLqSi5WyMBqtYwwyeiytan+sWoD9pVlSliBwxp+B1i0S0wOSnGnoZdY",
-	"JHFU38hOTEWel/nhXF/fJr70T8rSTAtA5fC5hZxeqAKEUI3N3e2qpnrTsy/QvjK6N0peV0stAK9UE8p0",
-	"wbcbiiYd9GcAdSBDYdU5N0Rh7JeTN2+OXwfoB1jUkGISt3rw8VS0qiDm/XaVSssblxx/TljwJ+9fZXLf",
-	"TNneOD6aetWUtYzNinm1yAq+TXjdsUoMmNwMQVCs8uQhZOBBecOpytNtCgF4cPBoOer7lpweq8C8Nte5",
-	"eg95yhxubDw0oQw7gyq7AJvKrrm83oWjJvQMivn7+jnkfIEiHIRMBgRpsqs8k/FajmD2cm9cxoSL10c/",
-	"sZlKBQStHJYeK3Beo8KLtSQxOCBSB2Pj8fKnYp3j2HU3YFNfkizUVKGCQV6UATOOkmSIRiSP2Kl73jeV",
-	"UmXY1KRiD43btx6KHj5R+lIQLtLaBCmCT7pPVfHJGttbYMq+jDThPlcCPjLLiBrcMoZsN9Z1PIiQ0wiX",
-	"Z7fHRjy/4wszcu1w65oJeTU99s6R7V1mRAMaHVDQSoKl90I1/OrL2OEPN2JBAIIQc1zIHg7Ng19BG1dF",
-	"lqfYLPvzn9mQ8vaGnR7D6qjL0ESYjheHj5Hxot+oLiLLL5FwymLq6OEnhKGx8BXUY/moWBdwkrlPjQg/",
-	"7dVEK+YnbtDREjOhrHpjRYalc1epNEUFH8AWv6bmesMBfGlqpQIP+ia63mWxG5/5CvUjVqovQTmbNvLG",
-	"IRsRSxnRsR/50Y0gOK3KBYIooaQ4ZCM+n2t1y/NRlWFIhl8L705xh/2wiuAesnY8xFL1R4jfLk3RGFeC",
-	"2ukID90IaQ4eLTNpEcgDEMOAJe8mQUZFSp+oPFd3pkR42omvMJTqEVCf0ONv1Ra83xiwG1ROKGY/VUZ4",
-	"8cppdta462rvH0IrBsEtrouUdfsUt93g8qgOZ66FE4jCzeAjxPstx5QrY0ubPqGhKM2oXZEyH3VTVEe2",
-	"dmxmYayYBaSyNUWB3FY7jYcFVLMuhcpfaz5jYy6DQJ8EuBYnxfqfrhxnSkUSAkKxnoYuJIiXgCG06+da",
-	"WeJMEt6Jp16nVFw7vh3Z68qGHAbJM8DkOU55Vikl6uSAX/nHM1iEH2lexx+pUB97TWhMVZgFvWNY9/ma",
-	"Fa0hv7UkPeTgdL7LXA2VE2Z/WUYQZxDUN5Ck8DWuBXMMsAatGTGH1odwIbO/F8KHRFfVnre8QWxQMnqw",
-	"Ou7LVU7mvh0hqdCjuyjOBSeP340AL1VyNNrc8LNISX11Z+JuqnJBId+/FFfiLyLnOwaMRGoygTUCk1fZ",
-	"VRkePlZykl0XWqQMAQbcVUe9xSddlpiuT/BtNeQJYdUqqTcQDGo8BnsdA/HdxfkSCGIpF1RsqOzX7AdS",
-	"vGQKsrQXobfU+ipgva3CTWt24w+rbvdaqMeO8ZOv4rgFsIQeFq1yN1aDvQ+ALbHCcLeic5f+T8cSRqC/",
-	"jQC8BD7RFUl8erSsxMENOHIa+Cjo04ds5ITQETMlGVKkYibpt0OAikMGVfYRvoBeUjX2/FelMy6TAK1L",
-	"STGkTUy5u0vhwpVKuX7RWilVEDncxnqgtzJNJLNMwjdSlXo+OyMFAoiBLnCvvPAbATpV3OmpM6Uzu1T9",
-	"EZw9fGyz29UakHOt0mKMPmyo1F7eNLsJq7y5dLyVppyOrr/xrnKx2ybLsN7/acjLqh4pjOywlEU1WU1V",
-	"CzYblGreH78F2EEMxQ2FJCZaiB6jZCzEb3Ffe8wWCXwEYsdlmcINzeJS4C62D8+s5vPVMkX+FIFiJ4lv",
-	"fSJZKSTUrw3xcc5BX5ZWVfLKmuq+3S8RCm/DTF43G5HKetu4bjOOlQXdgK4EbVZV4UWFzbAa0EgrhVdp",
-	"Nuy4b0pJdk2l7rEW9nJb5XepDkZU0QFAKiFvSXokhkiRM0Q3WkD9U19J0kydUDvs/OEPUF8ETjXZzXJ1",
-	"begl4j2sW0mVzDDbBhdxEZo4LLFeQ3ZeMOP5RQYMX18qaxWmbpNZ0JsDQ3uQT4rw49oEIdDf3h7RYL3F",
-	"sCqseUoItsFSGQhl+VZknbiPrd1dV/O2tbjrgupTxjrvmEiRezQtEo5xqRbVPFS6kDXnlOui9gXkUZBb",
-	"6tBX1y91TXTLgDO2DvPpWVTr3NFlm+X9C0MTS4L/lqWhE8bHWhlDTmPHbzfiw2J546dLP8a7C4GPfWWH",
-	"YSe92ptl1+52QjdIuzLOMN81KlRYDyzkDKTRvoBzY1lg7LZpQ9FasmUCsNkCb2wbIOfMViCct4BkJtz6",
-	"tBiD9XfVhdXGebUM/O56StxcY0t3fv5mS/r/uWJUqkUF3oi5rahwWSUrgqDDIlzxmbvN4F7747P+dNip",
-	"RlVAmSuzO0CF5pLwbMnUU9o4IYQZH/HasXsEMhSdZIqDLMF87/jCP+9YJGaAYElzTBYKQavqTjKsk5UZ",
-	"X0eOeXg0hOGKxzeWrp/l6EbWLVHHz4/fnp+8e3t59OP58enlH3aBU+R8IbQZEKlpQJ7mlhm+cK1SEiC/",
-	"UoWtcGSfBZWKcZYKc4hTAL9DqoRJquFzEBPJjipsOhZEGXHwLa3YUv7582cRKq/tSvsXaKc3vxCz1p9T",
-	"pdoWAK5rEwfxhZiGSfO5BLj7OB4L1SFsjPsof/eKJOVtkvB9JdwRc/J/XJwFnh7vOqN6l8tXhvdiePR7",
-	"RPknGG3oNJi4G0DYG2yO21gDW1vnIoYdZS+Ru7QPKFmNwo3oi3586/ZTi7IsWVSnL9lRgAdHaXQQikgA",
-	"1soYrherF4CQBYB+CYEeehdEA22Q5uxYmS3LzUFli6h38B7FpWvbUC7HirNzyUAKtbNLMoLYGS14ni+g",
-	"ymFXCyNIaKv4y6H6lzClEIR5plIxHIdvv6nOPNiFL6PgXsuZTnBY/Iosn98ICcRJvZGuk/UAzeUar6zl",
-	"ic6MNwI50fYw5ONdcePEW8iRR6cBVZ2u1DTwKdkXb8/eH786+fEE8SnRENBJOl7U3IyEiQELEbDLZTBM",
-	"L8e6fk6Pj399f94AgAkWh8eBvbpPGbsGzLfmCKlK/br2pkYtbtXNlrNpX38u6Vi/iJEID1DvD71FG9YV",
-	"1CVIMwbluNcuBbBa166yEBuT/mCH44F2aLVqfdUirWyKjKNGo0Mpg/wfgdyqRfjWlNnbKn1kQ/m4zTEI",
-	"T12/rRJbu2nfcbGfOMTSg2i2JyKigY1k5BteM7dt6wnX1+B+Ye6xTb+AAOOHVTc+Bz1C5Cm4Z8ZTLq/F",
-	"oVdUfF3Uce40rUq946DABJWJaVXItE0d5LZFibeqEdy+ku+mJ7+ZLIRqzP2TFZ1doSkMwIsoSCUY2uPk",
-	"ZN6v6MchyyyjekgGwpPcF1ALBWnSJ7z6kiBx4beqSjQx3ba5pdGqMxCkoLR3106ULiMHxuiOVQQQgpLq",
-	"IAi+Wcr+83//H5CHewxApnyRg1m1/svKTEvXTogbJCfwjiGdour7Bf4KDjkwOaN4fpUv2WaCfam0ohOy",
-	"nmH8mmeSrFwchpGlUUv6RAtxeT8PC7wa8OYi2mxckHsMED23QEHZ2QqH1b0YYMHuVV55VUbI+Vi47bmE",
-	"HYw44CuEEJxJGWVHdpcIYrd9guQDEQLX1Baqj5/n2a0YlGhqPhq+EpLhdF/Nx6LHCknVv+Adk+VObghk",
-	"DA9hYP1C2LL8QCp4SkFWtTgW17MUxrgWTGlgVFLgN5jnVnsLTPe7PWhyUO/hECrO0ZlHhzBP92j8lXTo",
-	"g6kbS/AW+4PJPSoMHcAeOwonHlC7hD+AIvXF87DDqsoHq9lJOtWFAsc2T1fVsaTzcc+9uHfLNUSduRbw",
-	"HgC99Igaq3x1UW+38str6KJZOTnxqINuEnpFKRkETDkqBH7lxIpQXN/DzWHxSceXAsGYhBF6IPCsXF0z",
-	"iFlNDUYyj7nWW+o8/s7z9Bz4SmkrCNdY5U5ZSgNbZQcfGu/duNRMuI+tZV26wzeJur7ZpuE4OeHXUI/C",
-	"h0qcWTH/YQGpJSW91b58ffRTVOevyh7biczbgIGTY7BJvUAzDaL5PTt48ccXf3r+3Ys/LtXmCq7E5RIE",
-	"W+PQ1uDUtqw91T7LYinDYsIz7Rja5X29g6wLDkAKWrKCz3YHnhtz5kNo2BWXaVJWm/QxKeDY97HDhP9P",
-	"/r7SFYJYsJA/CFWC/PPewNDS3Ujk2UbkBVJeF8N2XvWXuEfIMUX1gL2ltQz/HixXXkUWTZHBWQUTcMX1",
-	"HUIP/E/qTvpm20eBl2lxtVia716sC3uLuBRx0zEU4zq7FeZwuXwSuejWlDmmFcJaQI4DOyrTgqemuepS",
-	"65m2hux3+9M+69Lxq4jdbqvID4y/BAAVH/7hrW1NkR7T5UAPcr3dM87D2rxtzZh61Ty3VuuY1jmFdzxW",
-	"4ZBaCYj72Me2o5WH13Oo3SbtEKr9C/X5VsxnBG25wYq2vAVPbE7zjGo7GaNGI22kDexi3Xwr6Cbt85fv",
-	"vUkfYoV1jBgX7no7czMlwBPBdUzpOpIQ0oaSanfM58ZySX/iBkMYqHfpH73+9eTt5fm7X47f9ij9eQaG",
-	"CWw+DAaywz5/BhPXRK1Bdhqz0+OzcxiDmrBX2H9SvZUcI/mbumJKj6ciCNyEQz2UAETdY6dwGWun4Kg5",
-	"BtKtBnH1GBT3ggeHks8hONM1t091tf7H34xTbE5/fMW+f/Hyj7s+RYdql43GKhWj3lAO5TFcLm5vcTwo",
-	"OIyOCjtVOvsHfDlgP8CyMLw1YFH9tcFGH/dotfe0ysVoKDGDEZgpxMPLSvMQPzxgI4QiHrEuXEu7CRsh",
-	"SrH/xk12KNEGihLKgLaRSjsmPnExoVSixKcJJb4CvWsVMJBHQ9ktcZnxSkQfBXQMsveIEN7LWOkxz/NB",
-	"sLEkQ1lBjkf1JoGIyN0ee6vIMVzIGwml8Mnf5L5Gpxj1yDIzlC/6BxASDF94J3RYrxf95+WvRAVWkXnX",
-	"y2QgCbiWXlCSFIWbVEU7zOEsqz7K2mZNAdJmxGZc35ihrGj2WhVWVCr0V6oc+5jNMtXHm8pmfAEr1hvK",
-	"UKkNkMrhHB69P6mc9UGn3zvo9UECnAvJ51ln0Hne6/eeY83HKZz0/duDfdhq+OtaRISAEeh+fwaiukQb",
-	"NOr0I1DEySoJ2O9QDlQLJ8lnudDsmt8KVsyZkkOJCj/UGLz89eh/XR6dnx//+v78zJsMy/pMg4oYgJm5",
-	"fIE1TocSgudkCiReEr3SaDl0W4zDHXn8bxwTxeASYHtvKEe0fWjZH+GJH2FFVAthvBS/6LeZIqjoz318",
-	"YSi7gRD2AhUBSQlhqsFQZgdHYgg1PySaZpZxc2N2cUvDGT5JnfiVGXuEm0MXKiAaQlhr5rbm74XQC6+/",
-	"D4KSjndWFaWcAj/KMliECLO8pdH6mqu4uUSzfkYTlP5pqiDkRkZXonWV42uDdNm2e9wS1lUT2nq/dYgl",
-	"lTuCdNsC8SVqwgIJ7DaNOKCKPWzAHliKJJey2oy4zVRhgpQSGwIJO9Uh1LTEfnS/Yi352lNlQ8HG8bJf",
-	"MRK8pAoWjZW7P38AK+lcSYPSwrN+n/R3S7CA1cvybxRp1G4NgdxB+AN5YFmTd0sF7Be2HtKLXmDvsUbD",
-	"KEvkb0B4J2DPDp6tWvS9UzsMYtnDNQiWUQRKyheMEI48mjXc97Spc36dSe7LtFp+DVZFYq0fkk79Au8M",
-	"fJ0ANyJgwuRJgWInFV5c5wg/CesD8Z5yE7ALqvH2OWmu0E878OK+O4A1r2XpbcHUJ6sQX0lWOqosaiW6",
-	"aPmqdeJ4WKCVNb8LhsIlbhobe/mIX5CT1wjEv7Jf+05EAQH+3s0mnbkykdsXy7ijsGoV1bEBjPgEbcUi",
-	"BUh5T8AhnvbNu5/gnv3h/z4/PtsdlO4CsjBPEW/PWGg71VCVBc8CiCuOW/KFgaR5CGMP5ULqJHkERmea",
-	"yhu3DqiCCGN/UOni0YiyLGn/ua7lWF2Izyun4cXqUp7B+t2DaTyIxI8q1G2m2TygLyGQfPCCeq9uDeX1",
-	"cck+SrooZT8W8dZpAwsNVTnW49MFte6rMbWhjf7TdH5KvcR45mmArhuBcCvSERXEsMLdOLXELai0r+bV",
-	"ekpfgGrd898/BpUHtxSbcKdRQ3B+hNSfhLi9vL3/iT59Jlnd7H/CD5/3uR5Ps1uR7rkjtv9JF/Jzo/Zz",
-	"KniKlk7YDXyTdUfBxnH66ueTvxxfXpy+Ge0CwLcW7PXxm+Pz46GEGoKhD3anlXVHe1DGK5spnwMe4U/H",
-	"VHIwPJ4MJRqhMRc3JCSAjRoCc02wm2JmxLM+5holXt8dSoAUMZcV8RPwOPxE0Dg/Bf2VkrH5NcXdDmWq",
-	"xgUYvckpTQUakU+VBvOkxAZD1G0KlhpKgGev44ftGK/Pn1fWE1wiToV2mj0F/S6wDTdASFkZkCOVp+yO",
-	"5zeoXqXuiqrCkCbMKLLsk0d5KDE951qxsXL66gyCBRSbZDLtMafdh+LxZSodmailskPpFws0h/CEHztU",
-	"OJj4ZGjLsxwvTvDZRvU6J8VRk6dQx+DJ+BPWsIlLcBUK6N2HW7zsP783twjhNpisFCP/snBfmUN1x0Og",
-	"TpV5+BoDjTL2tvIeVbaHelsbHn2NOmKLJ08LiRrihy1YVQDCw2lHbKMB9SnPjDtdGJFreuzIslxQ0BN9",
-	"S8AIef5ndzGO2ETpocSDjAFTS4VQqxmtBDLj7tUBgLIGPgfmNs5e9PtM8hmEUfI8H6EJ0ABuTqVPMpLi",
-	"gHrsWGK2MBhZPVWQYIpcLZOIK4AgEwdJv98nR6X3I1rNpUE2mQxlJYqG5I1DzM1zE7wSEGijM2uFZDPB",
-	"JclbhuViYqlk5FCGKlaFZWaqtAXTUBmBF6JVToUR+hbOpnFK4wIYQaaHUt1JKL1vAbq2kFFWABWXBCAZ",
-	"0kp0tiVWeJn8CG3oEJ5HuOV2z5LbsN3Dr9DP8wNmJq0aQ3DCrBXRHSKxSBXINyOYvivBHDU1WU14nsct",
-	"HRR4sFKN7SlNGrAsobJWhBsf32Zjey/FpMZUoZnawlJ6LgQvGpEDopf1KOcEYAwH6UYsPAIphTlW2Svy",
-	"oBh/paKHkOAXkZ2OXds4ADTkZpASyiTX2oN6Oa51WMpD9eHicRsRm3H3A4xlRMcvoo2+yYz9pz5NLY2E",
-	"DzcKQrzBN2IVDDu62GwaFJLgnB52mqDoZUhPzEQ9oKd2M9bFT7zf5ILp8mZod5q+oLSytQiy/+lGLD7X",
-	"BZG1N9mi08Ykc3/W9yCbDLJKhJi1erHKFan81wOZ4pcQOpePAdIsoG64SU3FR3b289Hes5ffgQqOuiTC",
-	"z3BKwPVVNYFBzLmdlvwBs6Lq9pQqt5g7rU679/7jr/297/ne5MOn7158/pdI2OlWJFcPBWwyhVfDAJ+S",
-	"+5TdvBEpcruoSpXDr70IJzG5svTzAK/c5YpGjUIQ3pyo0aLm7ZRQj3eUlHYBNJYs2wTck+5bqpHUY0fQ",
-	"nVQNDVagHb4xDWsbAsKSno1GnXMvblDpT07BgFAVXgs+S4Db53l1T6iXHY9jk0mWpd4Uj+ERVIp+KN9w",
-	"Y/eg7OjeyWvWncIqgfIF0dG+iBlYjFAfGg1Aw9iDSPYRIL9RzVG9YAcvmemxCwlIUzTSoS97naGDfJYZ",
-	"mIW6865rKDbkiMc15rYXXfAcYn01DH7CuISYhwGE5oEpkrNxnmG9MW6HkkpvC57G9JffnGZ2jKu9LQ24",
-	"RYJXT17/7Mlom5f+HWSZFoKHFR8tksQertlWBhSsHttw5Kt1YKksCXy1Y7CMrDtNzDcS4wxEgcFpTRfQ",
-	"Kt05Il2pRmsgPwzRwiD0PyCGr57eL3JGm9xY5VqBHQGN4Uj7gMqCUQkLcGWF4i/hHh6UJrlQ5wdsGe7r",
-	"V8dvhhLqP/uFowaCMQTQGinQGw5ErSSg8YDguz12JNkoS0eVOoJofHKHrfqok/lwUJTLkZkKQg3GqsEh",
-	"2fGzrQSouA5KMBzC7VZSxM7XexwI0uDTOFCqXfic2lZulGePPQSRbj5r5YLeS2Z89uy+MiONMRR/Pgy0",
-	"aAK3ncN22jGQCBFZwrhVs2wM+B/hsvZzKA8pXVnrJMqtL8D9T/Dv2niCpbV/Qjmq3S7Xdvf+XtflUqCB",
-	"bujGBVa9vFcATIWcqOXWfFkLc/OZyNKEOdF9T5gxn6N5PCLPiwofiUv0y1nos0yGTOyHCfW+vFyUEJ1e",
-	"f4qFyFoEuvnyji3pDis5NUSSQfYKIncCih2BblJGixMdBixXd0LvjblxMr7TeEyCNYtQ2k65mQoDfgwP",
-	"8wgG7SbzpPvn0vfTadKn9rBm0odPB8l3z6Mq1ReMNHv2Txdp5ou0rzUmYQzGwyxJrpdIvcQ24WPfhNrV",
-	"FNyBtkl0YC6NYqWqOmH6Y3B5if0OOhhgYhI8bkXM85Woy0o8ri3UpEpaO0nFbK6sU6P3fgFjRXvy/fA0",
-	"8lRYl62EqSf3+R7ljmgWYV0RxwCY3NIiAsE/6x889YjIuH1P49/3X0rww2GWJR+5ZJmEetNlLuRcjFud",
-	"23tIcuARBwfo9jFaj6nBHaPHVcwgdtqNaoTabaB3cwIQiuOpGENWRgkayk351FDCAxi+caXSxQBW1ALa",
-	"B7dYEITUKnenWgQMBNDeTLKRFqbIrRmRp9drym7jyk7YnSryFEH4QxxB90Xfl7pHFFMEGFDCDKFSCUiD",
-	"AfdgxhP24tkzegHq9aMxhUuP6V3IhL3of0+PQJ6nBEz5hPHcKKeMV3AM/dpBJI3rCnG/vUaZmeCWBrd8",
-	"ZnuM8oYgKQVez4w/vwmYpzIMkq04wAeMB8C8ofQ4GPiSQQhUcHHj+rKX/X6PHcE+BBedWwvusfwhAObf",
-	"zt69TZhUtO8J6zuVGuNoplyiUx5G6HaMvb14U5aAZFwuICpqtxInQBvWYyPoBigJHeUcQSCDIDXAFJn3",
-	"787OA4KMk2mHklRuaCCmOpd02XliRm++Hqf/wc3+FI9EjMe+c5op/AzKKYKc1qMjdgwaMR8q5xCfLOYA",
-	"aA0UAbI10aiPqOj+DMEcrturIr/xqtfuk/LPEOPXFEZzEjlIoX4MGdTdG0KmXFLKezektxumJu7Emnp6",
-	"PAINZ9r85//7/3lLL4JXYhfud4zX8+GPyVAC/j9UnyIDX90LidXSIZDQWL7oAQOSyl76IooJZfSBlUpR",
-	"Ml41rA2ytMNUghkNcY7hgnMt+MT9KeW2QQjeIfQGSQ2XlFJE8cq+opq3Pbv1gHT/zFDMTUg8oiw+Hw1K",
-	"L2SIS9NjRx6xaSjRbh2rrqKxRHwW4t4xQt6qHNL4tJipWwEjyDTGAkIZGOWW0JtpqcUd405GptJszMyd",
-	"gNJ27m1D9m+O2FYzYYxTCnLBb4WBrM5QkPDo/QkUci3jAWVzhChCLExCcKNxL5Cvhvi/VZgWhqZRH4TZ",
-	"/en4HENKI/GrhDyQWYA8gqqapfnfF+IqIxldny/7z/2YLwvJb3mWB2D3yqVU4vL4+CymxaQw3tmB0Zo0",
-	"SIOF/P1EcLGw5ERj8NPTh0CuC74hEIxKXOGTB04/KHSS4qeqYPNJHWsjcA+9AG8QcAx1J7disOsiesiJ",
-	"POYaOBKEGCNSMGVTll+YEevC4MDVaYeyBHPe8YUifLKVL4OCOVelNf1Z33sC4PlS7Kucfqouh71UEaNJ",
-	"1YZDV349lJkkkRKuvkMWiZMmrmmETTAqGuUPrYrrKSvPInLy/U/44fO/4tt/JmB879476LsLca8sKk0C",
-	"2FBywybchOMenq883BBD/PVih+8XMrxkoA2rA2a0cCHCvi7HuFd8K2SZKZ8z/0VCgUtmjxnbX0Qd3GYu",
-	"TYYiSLP0xPoECUDQfCmBP6Wj6mi87h5BCajq4HS0e+fUmitRCkC9L52bA8MCgeCw9LRSccJSsHLKvFnI",
-	"8VQrqQo8d1rkgHb09ML5CiNtxiOAQz9COUtUGQJxkXCzRC6KAUmWbW8KVr8ooH4XGTOdkk4gGFSgcsdE",
-	"ihYYqmGbsGlmrNILqDiy24vn5pBSO/J/08QgNs3NNAm1z0qYG99U8x0M/zZckTvlveoxCVAduIZgIbJP",
-	"gyApFa72Nb8VWKUB6/QxKC48GUrNpRsimIUqan5ICwiz0mwEb46a0mPGVRihJsOyrzZRW8Oo04N1yx9I",
-	"fMlkJOlk93G9I8upGlCwlfYR6j697PebevydhOZu4IhjdGl88ZTbatIcDzwiCJFeqCg5gz+dvxe3zBYX",
-	"8+ZHcRMfJpIsse9vU0bZcinWSjSBR/23UPPVhBowZ48JVHfZSme+gtSyT/hY/zSEHwmcrVRfKrWzUDhN",
-	"yR77baqQSqZUX7dGO2aq7iQovjWZbeTrGo967MhDbV1R6ni15DEEK2fyeighXhn2fJyZElnZgJlyJJW9",
-	"pEcvJ0pflu1HhI4j3LenPdQ0gG/iXIc1qxztwyXUb+ibCqB94eON27G69yCIQrT64QrdfYXjrgUc2n/y",
-	"044+WRCMsHQcG+HERTr6XZ72Uxj9fx/2b+Ow425sPuubafErcADQJ/Y/uX8+V6B16FMJDbUBzysgJz0t",
-	"Ug10A4Vw1udELCuz8XwndW0eagdGHpMiREzqPgqtvVMw4IqYaQbwVDVwJNYlAKxdMEagmUWk6Ef8r6Ku",
-	"JU1GkR0sFJ+NORqwEkSx6TdEBrtX1gcGewtDP1Yd4FMzRhyTxexKaOr/oKF/XgOJ2jCEg7ZDIKtcxZ4X",
-	"KSnrjXqLWnF7MG+Rfc/H+XtT3O6hL2RSM6op2RhdWymAe/9FPcOEL4BuQwyxaE5QpYBLKC4K2L4+dYGN",
-	"8MShIQ6P3AjiQ8bTQt6wbsotx/gHxyYS9ENzyyGFEB50H3apcstIyHTElC966vv0dabJF4k3/B2MWDaC",
-	"hOIh3g68YWWdoIgUtgSgI2TVDbMGA6mfto+gdzP1+xwCywD4Hr2rbmFg9IjCB7DPz58//55lkl2cvyKo",
-	"Ci6VEWMlUwwHH90UV2Jsc2CVbA+w4o3ls7kZgZMcrlt0fLo1NnMo93NyLaEPj1qMU2lasrLNLTEv7ncB",
-	"bkitfCd9otccQ+QuiSi1uqvlTA7YKEsHI4JkvqMchhE8PRihqW4xFwkbATWO0HDvU+m8uxQIUk3Yv529",
-	"e4uQUoAsgZEJS1mYmA/NU4+DU0/FxKg7TH00tcAJIyzsEpQUJzcBEL4Ud24QhupELCjR8rAxndOD7WA+",
-	"5zt/YghrykfwLPnvMaAK1sM/gAvsz1ICKZ3GDiWtHoMDCQQJp3b0aYgpE8POgA07CDAO+UrwJYCMDzuf",
-	"CbEHOSBwmnGuDAS7xPM+/Wa0EFy+oRTMB4srmChcpg6vcuDEcwmgjirJOHKAb5NK+boAcfZ1kjYfVTZ5",
-	"rKTe+zEnuq+/Ydd4JAMJQ7Wg1FA44T5wF04o62IB6gTh092HUDolGcpaUeqE1WpW73oRxiRM5EaUujJ9",
-	"z69yMTocytUwvgpnwtDcpTg+iH0eylEtHHCETLhSOE5AlBobOenv0klWoyWZYChTdeeT2cFJw7p0eQ2I",
-	"DZbaYJpBcJq3P+6WWIPBEHTFxzeOY1KN7x5EcYNtojoGTNKSqjHA5hTX5+niFnwHX8Y+sC6ah4Tcb8U2",
-	"8KBsDVpVAB+FugKhUhGHrT70pEM++xByRMWoKpdviVjpPfdcC/DefwE7AwJK/G4YGbAVjilGIRS5ohT4",
-	"UOJwza0ctmImnvCsFfIsu5ZfzBq3/rQVM/GtGuJgbBQqBDksOFzM1qFiMHhugnZSqfmFIUME6IhcGys+",
-	"s6sFU9JXl/UNfYFjRD39bs4R4kSjpSEDQsSoWHNjlqjEKsYBxIplBKCH5vChRHSnEU0dgHMBeZNbOI8Y",
-	"K4uCBWqWpsfO8GF3wfOhDK/CufUFgigoHFMONhz2oSxPe+Rype7+Sxx4f2q+yRNPG+GPPJXXRhcviY26",
-	"kBIwEoAIsRZ5UvP7Zoa9P7o4O36NJOCTB5YB7B/ziPu1W48ocBae2hoGEuO92uguEKf1pDFWfhqb89XD",
-	"sjxK0npozbFvAEfYHBtVbsy3nbfu1/RJcwN9J1vlBx48Ot08fvL1Nyv+n4HwTyl5oFBjuUZ3T3I21kpS",
-	"+hlWveI5656L2Vxpnu8YFvjFbnuSfgjz2v/kP7aA1qxR7CZgzdf3zmaKZhsFVhCCLkwFigszEbdesaTR",
-	"J9o81f4XORxVE8bDE118S2W2S4AaBdt9QgWmyuQtiNcW2nyTjHXzk35pS1nXwxfUd/oCymk9MSeud/KV",
-	"MrXbEhtgsoK4/YU48wNgMWCYFdYAcHsiTyFYQxnhMxWopqLINLvleSFMj507svd1HcCDio0Bfr53ptwJ",
-	"Lb44G96/4uObSZbn34jGuHqUojLNDzTqJz5LvpuvBBPoZ7c+1gl4ai0O7Vs/Sii0hIvVRyGU5wqnlEn2",
-	"V7hxE6dYf2BdnyuLyaW7CTPFFVa8xNwudSt0zudsrvJsvIB6t9lMEKAwwQH5KxydEAHlUn6Fowemot/X",
-	"uXvvhvzPJK2cWUWav9fgD0MghA8sIZOeO2FSWTbmxfXUsmL+5SmGsEN+XzRzjoN+Yla91MsXMoO159DN",
-	"5jAC2IbAYadkBLMisrHAsbJvvijeGXmiAMtI3bGunyLAHACUEQYLbWLdX/5kFfJ3yI0vcND/XPw42DOg",
-	"BEVZihB0yJKg3Jl6UjIhXrve4HruH/pd21tpFpvNrX5NHsXa6hvbwtj6bQATb7C00mo+qaGV+vhKdlY/",
-	"w/9qZtYSErO0s06Uxhi8JfxtfOxGEMzgnBsjTKVCWRUXDl/w52H36VDSfRf7n+hTCzNslZy/tBWWRnlI",
-	"FTwoBBEDXrzXzSMUZXbLdWs2xzZOuf8ljtB5WdHhoQv5Tlaa+gbx3WN5GTXuGc+LWLewKDJtFU/pMQzX",
-	"X/W/had+13e9n8Y5MbAWlz49+Ui3vm8N49Pho2W3WIDQF2hMvEyw20IoKLfv25EL6mtJ5RXRSJfNZgVE",
-	"oQYcWvH3gudeEaovyI5hXQM4u5UWE1/cBRLI5mK8GzJDn/X7PpmDh0YOGfdG9qEk7EmK1+Zljk/Ygypc",
-	"7rP+gRtmuO1CiWmP+zNWMx+CGpJIqq3Fa7yYqSfDJ6vxUnbxlVwgywetidWXJGAiBPDo2ORthnUEQTHV",
-	"EXzBujOn4jozWLerwhV4iTQbiLF7pK/VjmHLU0rYKyXTYoxgp6BaOJqm1nbb8457SFihwf1P/mMLGat2",
-	"Gr6QkAWWT7fPkeCBrgcynuTZ9dQmlcgYiIPymlvF1aXVnTmstZdZ4Hcv+i/useTNwlnzWn35sxs5qw/M",
-	"tVm9D8tt+SYvvc1P+sXcHm4pdpj2aWnaCWv+5u18AxKV214/+N6DC7oKvYhTSb3qyn/TTJVm9j/Rp7UV",
-	"wpaI51tgNI/EYZw++M/LWuIK5W1lF9cUAcO09GcHL/744k/Pv3vxx00Qg80kOeGZ3jNTrsU6IvuRZ/oM",
-	"HnpC8io7aaCrO+Hu91idTprOjmHlfOhx1j2gZE4jbO1ur0z9SWjHaVhFRMH6LbNTyCec60zpzC7YFZdp",
-	"wuY5HwsAk4fwR4Jn93vmlEwQXoYSY7195PdcaJrqoFICXU38/J8xCzUs+ZUqLLN32Rix96HssSlLAvjn",
-	"D8iRfKXsFGu0EF4rwvf02HuwDg5lYdDzR+9530emKYJO8BTwxo78E6qwJksFO+j1DqAkiRnKF8+eBQBS",
-	"fCwKCXS2TIOPr4Utkd+X071a0r2j3y+t3pwJWy12GztfW5wons4yuU5B0dyKPYBW3VCLEAQXeOx3bd4K",
-	"82hR685pOrg0j2PZqu1qpfUtHFxuPw1cV0/DP1sRyv4n98cl/NFCeQ1L/lVcBOU6B0TMq2J8IwBDi9LI",
-	"uAWG7TRSx3LZ++O3r0/e/kSXWAaZwIAuc82zLbZjs666ZmmegOQbMzDDEj2G/Fht7YsRbly0K8n0we6C",
-	"IFgsmyqX9vAJMvd8+1+rqNY68jkVIEKlh9WDVTX7WHUjJET0T7I8BPoINASBYvHYtRXXDfdB3ucHV0xU",
-	"GhDI+HiJL5We3t3E6VxuyWgtMbV4x3Mqx6RwRUF6nAqJImy6PVNq5vRGWCd1rgXpo4N35h99yirZS101",
-	"BRjR7+t1Ff8U64rZ3C4a1BQt3LCf7pZt0FLoMJklSSHMjI3CwKAwwlTdsVyBi1sMZflCyFQ2AaAhFDzL",
-	"NJZuxDJmbGRtTkhPAfVhrGbiMNSEzKyvWgXIWzzPS0SRsmj/jhlKwiihQj9uHB/nmV5gOa+PgvBQMwBC",
-	"w7oT5XY48lgMpVU4bLiShUyDhiNJrbniaZldnxlW0WVgEWDMCRO96+pq9QD+6hKALoxp0nZiNP0EnqcY",
-	"OX85br7lafo2NKDybLc9o3W9B1nm+kA9fOQpIzpcD+tsvzjKXtSSi3fCjKcixLNQob1YEW13Uo0Ya1GH",
-	"fKdlWLNeGwLX3PtPG7bmevhaQWswu2ah4ZCNYAFDTRpc4QQBnTF6Wcmx+ErCBZeOGpBQUBrD8bnRUn1T",
-	"dNpD/djtyKJ2jPY/Zelare9U3KqbCrFs0vjw+QdrfNiMl58Owb0Y8LAP8CaR6m4JF73Vmahf8xFFI0vX",
-	"KhgTpWfcdgadooAnVwqv0wLfKX2zKaL4N3rmiZ0OzdG+YB7DQSzzqqM8Z5rc8+6+90/VfQdu9BvkqigT",
-	"8o5/HN6TgZBVO/lKrIhmGNW3/Op+vbALGWqksUy6DRxDmi6n/W673Xd+kjXa38hdXgu9SgebjUp6eeEe",
-	"kL/u5GEncXZTzTMp0t1yQdLQkTksS/EiXCBBXUJNWgHYqTVkwo3rNlW5Ox9h5das6baqCS7lyevOMiuC",
-	"7Qgo7o0gtz8dnzP3Vgn3nqWfIfR5xuWiUpMYs5cGNSJCGB2quhwezRDP9W+Fsew6u4UqwNfCToVGREW6",
-	"zNyiIPItAbqfOe0GSnun4MIsCyujphyKpuMMQ/FvLGenJixLDQJgz+Hah3bkWOweAkpGygp5I9WdBMjc",
-	"pg64xBr1vg/UtjCHNOpOFvrIr3GLGm9+kXbcYJtgkLPUrL2UoDp97XbKpP3uRWe9YxPqrJ3gq89efgcP",
-	"05/l01xrvnjqOmvldq+7qQI9TVQh0y9deO03yCyu0LqEGkGo5i7Re2oqBJTZpKwTz9PfAW/Yd+xt+/S4",
-	"SutN0bFHlfXLM2MRe688A2441XrmrIuAzgB2nGYa8ZzLgeKvWYrf7ybsbppV6p8bZqZcA/Abu1V5MRPw",
-	"hUgC8FxSq+nvNo77av6+MUxZn4H9RU2Q9Yet7h6dnZ389Pb4dcJ+uDh58/rk7U+JR2cdIE9ZEOvYBTnW",
-	"F2CHyuKViVJiPPAak0C1GOSjykC3VWYK4GOrnBNw9VKMgkxXhpowDsXDoGY+FmoHDSdZEUxvRYWBPYVg",
-	"Vu3iK1nCqfuT1+sYTvNiPtSJ+FuFssqtxb4cnbnOEiCACsfZMVTEn6o9Lh+Wx+QsMfYwFVzbK8HtI7GG",
-	"Ot39HFp/GqIL7Z+KudIN2eL9J+kuX8Tl/xqCxwOEWNylHeNkpUyl2RjoRwoDZVKUtk9NGdiLeZIrA8ry",
-	"OwEHwe6xK9a9c9fx+3dnEWGVhoOBO7tOtoMKFWtfgSfoBQz12SRtYmI/SF5LJX3gBCPsZepF0itux9Md",
-	"g6Ip8m74yld6fq+MvdbuXtBcmkrZR/fjTBjDr0Uw0wdszRVJ2xvbRdpjRxKXrVru4aocWLcyQZKDET6u",
-	"Ku7umAF70X9xCIi33IJbnZpy1xizyv3+/S67FnSX+7LImYQ/tTBFju76VCHOKoBXVy67HjsjdFaYHJ/5",
-	"pcGk8MywKdezXBgzKPc/VLMhe5mfiaMRQn/JUK5f2c1yjZJl+FcCyOZ5AVlL4VuIFWBHLHBANuMLprNU",
-	"MA5em274ZTeplIiDSh2BTA6hcvQL9IHMBJd4ZeNKu5FXtiEVHOvLzJzSpMWe10UxlQrJ7k5UgIB2Y8jT",
-	"bq2e+DLHTn4AFLQv7c4uuz4FOlvHZg9JAgd6BKXSihlK5nAmv3QdZyJyVDsrVzzxUh9wuKRHg6RXITFS",
-	"LCpc48l5fSHNvviYGZvJ6y+oJDgta7NmAKPDX8jnRD/Q0xBuXPtKF/T3boNSgM7XdVoBQgm1Fe4p44bS",
-	"63aXZf0qMyN0jMKIJnkffke5Efma2xigapp+wnDOCeaza6gQtEb8P6adPS3kU3GMahdfKxCmkKdisk72",
-	"jy7so4r9lR5o1zbI+0sn4FEPuhumGBc6sws4xVeCa/fuXz+4c4qBAXi+C513Bp2ptfPB/v7Bsz/2+r1+",
-	"72Dwp/6f+nCmaUifQuCWI6TPSfjbD3W1tBmUvcb0NCxECQfyJstzU9WAE5/JitVcHCuU48yJQ1S+BX6d",
-	"9Sr196DhSI8XBN8f7AWHIKC4b2Tqjh16POpl/GINUfoIOUpqqYuIMu7jQivNlbkXq+2dtgf5rbRY4uKs",
-	"tvi+DllRFrcOCX5A5qaGMby0joQlEBluJQB2TZRTdS1DYNNqaz+ru0o0PxhsqpKSYXzmZC4f7lRptRJB",
-	"HW8WhLVITE2ljTIY4fOHz/9/AAAA//8=",
+	"7P39cuM4licM3wpC70RY6qZlOT+qu+To2HWlXVnecjk9/piafVs5FixCEtsUoCZIO9UZGfH8tRewF/Fc",
+	"2FzJEzjnAAQlUKL8kZXVM7sTXU6JIkHg4OB8/M7vfG6N1GyupJC5bvU/t+Y84zORiwz+dTjKEyXP+EyY",
+	"fyWy1W/NeT5tRS0Jn7U4XNCKWpn4e5FkIm7186wQUUuPpmLGza/+JRPjVr/1/9srH7SH3+o9uPOXL1Hr",
+	"MM/FbJ6fHNU8J4nXPmOsshnPzXUy/+5NK2rNEpnMilmrvx+18sVc4FdiIjJ43Ds+mop3meC5iH8QY5XB",
+	"+8VCj7JkDm/Ub32Q6YLlU8GEzLNEaPaQJXkuJLuFH7B8mmiWJzPB2hc/vmOvX7/+vtNtRTj6vxciW5TD",
+	"H+GjbvCnreDQY56LXXO/lhuyzrNETsoRXxSywThhYFkh2UOmclE3pKyQra2XCUZxmYt502HoXMxxHKyd",
+	"SMblwowsYoVMhdZsmBVyyMx1Ime5UrUTaO7zyOH+m8g0DHHjiNUYBz0yP2P3+DvWNpeY5+9oNoSvuvTV",
+	"sHa4dEFlxHOe5yIzF//HXw93//989x+93e+7N7sfP+9H373+8i/hZS8yrbLVsV9NBZPiU34zggtw6ILN",
+	"M3GfqEKzOZ/Urjz+pDK2Gf90KuQkn7b6r3q90ECO1IwnsmZ3xvjlk7XAKdf58b2Q+cnRT4LHoubFk9i+",
+	"b8p1zoT5BfxzlCbmz0yMRHIv4gOGS5cJPmOZ0MVMaMbHuchYkrvZmeKT3MuYQezCKHZPjupnKTRJ3vj/",
+	"FeZ8ZfiVm7OxymjMZrvwnI24lCqH3YDD0vgO+A/2kEjNHqZGB6l8yngmzKV162wm5wYm5wbUZxN12Quq",
+	"y9NkluRu7ZcfA1/6t4/FmBdp3uq/7UVm0vDWb41gbdDL55n6mxjlNWI2p2+fLGcXxbozDTXjEx9xOZqK",
+	"uEjFmudouuTpD/tVZXcie/LhWRRw5apcm/uPU/Ww5mUe6JKnvswX83s9V1ILsEDOM3Wbipn5c6RkLiQI",
+	"B5/P02TEzabam+MVf/ybRiXf7HH2vvDE6h49lMwc6N+/efsnRjfvwjTQb8EwulVZfppoGM08U3OR5QmO",
+	"mJuv4K8kFzO9aSBwpwsxUlnc+uImn2cZX5h/e0p+VZsc3mqj75QslaFV/KuLWC7LX+0YP7rr1C3sLGOJ",
+	"eeNZfTc09/qfl+8ftThacDcjVeAaVYd6JNLkXmQLlqlCxprBZSJmWrExz7wRO3VQ3jKJV+93KXJQn1wy",
+	"uozdJWlqbrSi3VbvPOKFFsHXiN05t/LVXSIDAxninAz7sAYwseZ0MuOCLxiXsTmiskU+TeSEFTKG8+eA",
+	"DWng9FMzfPNLJYV9JfM2Qhp1+dfS0qbvvMUrh6iKfKRmAWN2GOP8i3gYMZWxoRQi1jdmSjJzQpg3wJPl",
+	"F/6JjHHNHrhmmTAmTxyQqcgp5NBsZYLrGlExkii0sYd5Hl7Zh2mSCpbkxjS8FWba3PgrK7zGZo5Aj4ce",
+	"X8xjXj68of3t7x4QhMg7jkr7B44Ot1QoZst7ozKCNVsQJgl2XRwn5o48Pfd245inWkRLG7Sc9eXtB0ey",
+	"Zrlig9a1Fhlzq4BCO2iZmfVMnP1e2BIMD/cy53mhAxpjWS2s2YzVIcOoRByBj6WKHA1x2lTC6JCrk1+O",
+	"j24+XF91QKYD6sAYxOYfIjYXPMAxeZMqnQfF+SvvnmfYIaXKefxGWT4aKgsWFE93CAQOvkbHHQmLUfHz",
+	"eabuebrxZ/Y6kJfRVNzciYB5fYi+W2z9NXNR1FJyZJSJZomcF7kGuzkTWqX3Zpb6skjTwPLgY7ST6/VP",
+	"SpW6K+Z99tPJFWsnObu8fvfu+Pjo+Ig9JMZUl+BlLnY0U0WOo5Axy7hkUrGc67tOxH45ubyEH2eF1B0j",
+	"aOcfzq9PD6+Oj/BjLiOmi9FIiNhsWxmTa22d2EWny8gmgM1A7neST83+Qd/VO1J+OrlqRS3z1FbUco8K",
+	"HiyxmJstd4Pr7gybleuWzRch4600bdSaCCkyngc99qvSEx8VWQa+XiH7jLNM5NnCeoXw1vD+mdA5z3IG",
+	"/6vhS2NQRSANZtbNMoiHsPlhz/uVIUoyg1e/ULkN8ayM/VejHjgos5g98CRn7bjAF41w+B3Qas3PNxKk",
+	"+hMiZN4sCXEppjSvdNOImZdk//l//i+752khIsa1N2lO7GasnWc8SY3mkeIhTaQwu26edw588WOZAINd",
+	"s0HR670WbJ9NuY5ASo2GhKdFjLP/dfnhjIH0mMV0D9zBUZgdDB/sJjIWn5jKYpE5kQcFLJX07d9Sa815",
+	"JmTYVJmbAyisamHVnEyBhX0rRmZqzg+vL4+Pmq/WfMrxlFvrlcBFlbNheTyLcjiwueBg44lZMtGddFkm",
+	"zBvXHDmwD7bckOZRN0ZASaaqA/pJPbAZlwsQbNxhD1OV0gjHPElFzNpK3pg/i0wwXWijSjpo9GaFZDD9",
+	"FNdIjAejNd1ppOQ4mRSZiBkNILxTjUjUOR7lAEFy81UVUmocI5Ss3QspT/h1Z9Pjm2xG74er2m11TDt2",
+	"z90ujBrLBa3z50HLbd5Bq//999/3okHr4vrs7OTs/cCYb19wC/Jc4B40W8PYCRy2S3CTwJNCkVIBjqVV",
+	"sGiEuZHB3fOpSDJrfOkI1291hsdJpvMIN733cWL+z23pvvk3x0ixuQ/8CEfQ5jmbKZ2zV73OARtnasbe",
+	"H1+xbre7h6PSe5/xjy/4W/iVUSQUKTWnJoSsGNd3ZqUhfNbEU7/i+i50xsEk3Kx11GlpvUitubycU5jG",
+	"dt2L/A/86V+MTvVU3RB+NkQb00UAgvveKIhETm7GocH9OuU546TQWFtleBwlctKhPWDUi5mqPvOPLF2A",
+	"zibLjNnfbY4+wPkZOTcKdF5lE1e3lBXLoC3q2Y8rURw3NNrwsRglOlHSTWMh8ySFj2NUmMu+S3MtebsI",
+	"r3rKb0WKqg5tejbh98KYc5oNbxfDTsQKOZqK0Z2Iq8ub0KVLJ5pnoKrZrO5Is69qvnQRBJgOgcFAPCSC",
+	"tl6u7oQMBl2qwXe4Dv6yTwOXhxf51PhEI+Piom5oD3k8S+QQFKv5wa1Suc4zPsebLAl2Ie+kepBdGCiP",
+	"P8h0YWOJNYO1FtnycHmOD9jRaM/YifWWfMMTlkTXzatx6tdK5OP899ugU4NCZCbvYapo8NpswZFRl7Gx",
+	"zSbJvcBYk1Q5cwJVWZ1EV34CmryyWHau0NOmFzFqniQC7l/OeGcpYhBKHVXE9FHRBQp3rbibNWGDQoss",
+	"YnqhczGL2FxkM27UOGtzpudi5PIsTIp7kZkzphMx0o/44jnPJsbD5hrm0gjIwlxTRg+iMq5QhifM2YIh",
+	"i5rdGovQ2uqc36aCiSxTGTMX0fn+C/90CS/xIxpO+vgT+X0qYyfynqdJfJ4Wk0RezsUo/EjKOm+jx2Ac",
+	"QZUiPiX5jX2LVVtmnMhET7d8GiqZBgHbuyRNtwwtyGJ2K7LwYB9nB/NcNLERLuFCc+qixCQhL3JJr0Di",
+	"hUZsH1VZwI/1W+PkqCYRQbZYxWNvMNdV+yYcHtLrBnSqJoFIoM5jkYVFS+exKsIHWZ4VEpRTQL1nBWl0",
+	"dFrZrVgoo6CmgolPYlTkKtvR7FYVMobdHGdqPq9sz1ulUsHlylvSgCI7aH8ca178QswpBLaFynd6zJ7T",
+	"RoOZR8PuN0aJ1WHm0EENYwaEaqflxMwoJjBhSDO1nNkXPOVH5sWLAJDjV4hXMZ3DZFmLfkezcSJ5ajx5",
+	"leXovc1B/+xoBlsPTocfzUXJPwQdMAsMWiWSfPWmtvY7HB1ATb7AIXOCP/vzqv29rWYNKs9VdMbHEqXx",
+	"8XOvBqLhKUzvcHvTC56EGzTo0+M5sHTOK8Q1osAJHmz6DkM3kd0y1ShPl51xwEhkggl5n2RKmqN7955n",
+	"CcyluVwfoPdm40IyZhwzVxAPytVE5FNzBltPbZ/9kvwQManY2fVpl51MpMqsZajMpeik6nDYRsjYeC61",
+	"ARFzlx+uT06PTs7e99kDxUfMniC/JVfs1ogqH5mHTkUGiaWskNrYBOfKWExMqtjMz53QOGs/F7cikyIX",
+	"mtk0vdElM6E1n4hOxMBa5ROeSJwNAIIlxvLiciIItmEmfEez6juQ1wEmFqUqzGA2TMxm6ZpXzpnqYbfl",
+	"wVWq6upk/2BUqYjZ7aKiZGtCTVanP/4eFeW/UWWbwW9UzhcELlg9n+aZMgbW6oh/NFobDxp/xGxW6BzU",
+	"pL+WDQ4X+6A1YzVaabvsezbR20XmjVnOawLcIyVznki0ntaqaXshDHh9+lzI+61U28rcTPN8vmlAP11d",
+	"nduxNDYuMS30BL3r5SUoxWTTSxihMmponqm4GIlM75Qx9rPDX45L7dtHTcKzLLk3SlhTXsfpYeb0MPyQ",
+	"k60zTlLB/uXd4fnl1eHZzcnZ+fXV5c3RycWeuaphdNzY1zeTjI/EzSwQAPwlSdNEi5GSsWa3In8QQrLL",
+	"k/dXxxe/wDguT97/fHJ6ypREJ6ghDuPOqdlNC1sqZLu8UuRGy6/NEtE1fTY0b47JW14myKqWYlAFrfMi",
+	"vAN7dQQ2zeei9bEYpTwzBwweGHgYJ+aIwQ9UuYgfrq/cKkLGZGROXsydhFe0+cZHoy2cCGmoAu25BRrQ",
+	"+MhtlZlTNFVyIrKOOc9CenATYARTROG5NhuqyEabBeXCXbgGArL9kQgBSQhRh8dH5vjm3VOZP77ABKaX",
+	"lbD5d7phxISZejBk8JOVKOGUG0FPjMHQZYdklGOc4xbBVubX6kGiVdQ2erSDxg6DMDh8DzHxA5t2yTOV",
+	"GptJGgU0VmY+zbX4FPbAFw03uDHBbip2b2CvTkWalr7EoOWiLmwh8kGLmd8zTMT3yf9gPx6enNrkOnhQ",
+	"NoYTTtE82hXfDPLxJMMTYrfPypMWj8DSu29oB2zh3K+NjniWxZOc/B/46G6cpI8McAoZNw+5qHuRpXzj",
+	"of8BLztXaTJauPDOI8Fd+FtALtS8fm4cgoau/moezSwWAATZrblTZM7LImcl1rFvdxm3st5+MHv5/MPl",
+	"Fdu739+zq7P3OYm/7NE1sJ0BM5KqCUVwR9NC3um6H8J1+LMIlPityqehJIgPwtyq0CZqpWrSXEJP1eSd",
+	"GXHV4X/19rvVMyxzs99A5Gmp6oBOSYN1vhAaAO2ft5uc1Qlx0YJG2OTomZySA5ZnhQCTR+fgY5qFaeCq",
+	"eO+3Xl9Bpc2RSEUYGhabb0Kv4bLzrsjK+Od0eaMzZiVBg0+qHeSxzLEwYykK95hY+ad5kgldDxxJcCks",
+	"NI+zaZKz9ox/uuETUSa9/oK5iOZYEsK+PQsiaGWWMqFFdu8QWGvdPyhK864vTa7VYz4ryCiZq3mRQr4p",
+	"ybt1iJN6s77hTe7Lsq8NaF7ACJYVW3YSN4bfS3EKH9Ek0o31nyeemwsB1r+TfXTtsC+qi7w08IpcNzyq",
+	"H2RduRYKFGyAEWEHCkkgh81gAbxxZbPVvpUNm2xxJP8CZjBHdwz9tESPjOFhHO0+mMZ3YmGM7CmFUcnA",
+	"1nMxiiizT86+xZeSY04yFYGVmkiq0AN7Eq5Bi9LY7BCQRggnm8GInNtI4VzGcwY4Vgu2sfhTEtfVg5vU",
+	"TFjnGk/NgVIBFGR0U8S4Q3gwXYymxjkYtF69mQ5anrYaq8zqq9W9K7KEp8k/zOxVasGCs/9OSQ/IqR2A",
+	"k88EzDoeawLeHL0kiItqAlD+enhydXL2/ubHDxc37w7f/XTcgTMO3B3Ecofd0Pu6ktBzjtUbUI8hFn0K",
+	"5xpFnis8VgttJFmlscjsobVZiO0Dg5I7TdL4opAXRjOEkFcjcwGoTzAbbaUVwVzHFkcXMN1G9TDayl26",
+	"TwDi+iCunN0KI1ma5apbE2ojDzqAjzKvCRG0WHwCQFhO9cMlIi+Rk5SurMHi1WJzt8Nf5qHiTWeswAAy",
+	"IS1GFYdMSWVbH54A5gAgUVEJRQ4OO4yPch6mdS69FcER2rcKipWXQdvORXsUXCCEfNI5s6jPck4cfr1Z",
+	"VsPaAg7EBEUGADeAPGMgt7ni0EHpeN25YTXQaLHlyXFI6S2jZ0F5WQ2mJCqvqUpjI7SpMu4dYb9BJgoJ",
+	"X0JIxS91KqRFUVBeTVpICdwUE0cUTB4JgMnyTLCJkojFqa5jTYXEu+NThlPFxKd5JjRgg8yJx4D8wQKJ",
+	"8R9dL/58wDgbKalzLnPveIjFPFWLQcu8gX13AHZjvR9qpspKf/9dYKXtPK7Zd3aG+br53Teqer9n/l+N",
+	"jtB5xnMxWVTOp9bfC1EYGV8q/YGPh32Eo+I0AdQSIKSYYfzX6+Pr46OIYKoJgVzNEWRPfrIiIvM/4HSb",
+	"2c+LTOouG464HIn0JpE380xNzIJQRaAUD/BQql6A4x/OwDQWGk5Mae5DJ4N7hhUZAt5DznE4KuV8GEHI",
+	"kBL85QCkeBA6r3tVqLg6/OHDxVVpjETB2/slJnZSV9+x/BCfu3kjo6HuxGTDbv5ZBLy8KZzbugYDi3sS",
+	"JSqyswxr2Ry3UA7gMlV5yJCvc95qykuzQsKSGHNzRzNvonG1pyKFZKqZkwPEBOP1cDyX3wOG1l8aDGOa",
+	"j4P4kBkPnNNO15EWuxMLiDmZzwnETKa0+aZbGxIOrsGVQ3rv93o2nAvYkTSRYlsAyeaFsOiYen1jrmhw",
+	"XhOQ2clnK3KCVr5uCI0TFNxTEU/QlVpR51v4ktWNsCngC/feMC6YxjU56eVzxorBjmY4G7ZSBZAUtWbn",
+	"dnYawDpCT3cPgiucELX3zSkFUlYjnrUpo0SO6su66A1zpe7QbkUVYoxWHAkA0Cig0DzQ8xjohprPg1J9",
+	"6AZpdB0gtfGg6EMSiewRHPpaUyPsU4Ei2VoM4FuwbxvsM7M0NUJqjvREbpuMqI2jBcJPx/8asbPjiB3/",
+	"+8nl1WXEzj5c3di/319F7P1xxE6vInZ6zNqymIksGYFqPDkLh6d4WoQdFQRsbQPmCJ6Tal43Vx5iYzuL",
+	"94pyg/D7MmGXzPhERIxnk3vMO8AHOxqDC3OV2FylmM3zRQcJEUqrMuC3bg1meTK2BIbcIDcIlwXnFbY2",
+	"uPHN0mLL+8T695IlElTV0Jz4Q4YlQ8Z/nCQ6F5mI2dA670OWi9k8xaKwT3yUpwuwwAmLtzqz4TqJD3Mc",
+	"JfElicxYfuRsCrTpYf1WCsf8EkrjLGxU2+aqf0P5NrqKRHDdTyz1jM1bOp6Zhr+7EONwXYFbMH2SI7/M",
+	"lok8F5Ap72RTejXryEMrt7pISSxmc5WbMzdc5e4euKPZSXnx7s/GHkRcS6Ih0dinhbOD9SKQexh99M+l",
+	"gQSXIclZ+3YBXG34RQfDnJC55FI/QAAOw5A8xyq9Id1iyGC+uuyQmZfL4EcDmYm54FBhwSUTPEsT+gpr",
+	"9N1dOfFgwaPiJO4OZJMSk/8W64BYP5JAJOiBVzcLw8fpCOPW3MYnblH7tEH2MaRt/j3mSaoZT22UYlmt",
+	"l4Mvs75YHjRLpP33hjOv3iOEkVs2rscp5+Oqah2OMiWHcIwNkQKEp8PVbTwyuqCY3zwkMsaFXTpNoWB6",
+	"lmgNuOQkFUyqEm0M3BDA8EZhRZvrXcCnC1XICRpzEvb7AaNQBgxzIZBUyds6b4PFWVnIeP8xuRe748R4",
+	"juYC1h60/rD3lv0B//+g1UFtZn+kMtb+n1NVZOkiYv8z5gn890GIO/hjpmQ+hb/MqNJFs7IxO7Mhm9Ll",
+	"KIyizVkquHEatRnn9z09aHUOqBzdzBRPk4mE4jbQA9cy+cTEXI2mTebnb0meh/Jaxw7zTcGZYo4PSDSb",
+	"FaMpab/2oLUPA4rKvEYsUm5kycbHEDHUZDBhNXcIoH2aCohIvvmOjaY84yPjeEZMK6tUMUa5gzB+Nkbn",
+	"1q98oHKH9l93y8KHN2++2M87/+NfnhOm8yjtimQNodRSwCdJZuIfSopgdfDJ4dkh+wcoKJXZTd0etI4L",
+	"s433fhBZmkiQJbuxrq/erXIkhaqtH6nMAzkAd6t63Xal7oR8JBjrEYleK4TLG3iWSDcr9VRhNWEf+61X",
+	"VwzYSMFHU5d4VBl6EBHtHPpRl10gOyby4YCzDbcwR3y6gOMIyo9LCih6BNgw7tGQBH3z6lWncYwJKQuX",
+	"jq0AWEmlG334C3NNjQzA79esf5ZMJiJ7pAQAPShZmVsu6ThJg7rxkNEWhFTDco5hCI8csvZnCF8mccTm",
+	"fJEqHn/pUOYBrujSp10+U4XMHXFMr2cFwsoB8r+WWdtm6YamyvRtz1OmTdTln5fU5Vr1W0c+VarGOp92",
+	"8xsGITg7uszyQLXBukUqqUYg+Dpo9dmgVV2dJB60vgRLCp5RC5ZSukEjArOupZoMAFvC2UpLqpPjTnIW",
+	"l1RA2YggEJR2NHxgBtmMQ6TNktwQCydKI8RBYGbNI5GfDqJpMPcsVoC4HCfIW+z7gnU0hnWAqpVh11RS",
+	"wTWbIxz2wuDsfkq0ceKe7l00Uq+EiXgZv+BHnmSXU45MXVu8wYNIJtN87Sm2o5k2d47YfrdrBsza1oLY",
+	"b5L+p0cER21s8mMrxdWRgb0e0mjAqTXnxrOXZARbLpJbFS9okxuvtatzMdd/3f/YxeBeUJSoBnKzKOGA",
+	"yh8EX0hlxpTe0iH7kcsqZgv4F+4BM50mOmfAH+IKJMhEbydS54IDf8nQAvWHnT44THCvOUUlorJcFqEd",
+	"Nvyxow+gxKkKn4ngDiVMx96my5Y9x3GmZtZzNAI87LJjVww0ETlG4DHQsqb8a8j1cHP5FxYOcY0nJ+l7",
+	"HKUlcyO9Yw8FuDEmDwEfAJexREcQDMKSVAhPm2/MjuWjHMSryzxEkCM4zITH56aXOJ5Y+68fcc2kokl/",
+	"mCajaQ3+7fioc+DSjJZMjGiEtVXBMKe0Qk44EH5H1P1DnAWY4SnXJQSOEujqQRL0wnEHEpHgMr9gJhCN",
+	"YJsIwLPxpI8TZGEhqEuXHdpKYLtKF8fnpyfvDi+N0bkfCIDrKjTh5Or4l1boQA9KR0UwoMAbOYcDMuLF",
+	"9VzVYVjCc4vQWhGaoJIwgh70umzwryIrkBlChHSVANCVkPcio0cxNRKxAYB6uvhjgCaSWKKhhbwtZejJ",
+	"rRlScVrQguQz88wa/LA7ogLIJqNiklyLdByFh+i7EIF0hZFjM3dpKkLxDbojBhNg5439CjFMtB9eXp68",
+	"Pzs+ilz1u5FU4n8rARqYPgD+M6uffJyRg8uYwTtEeh+K+QD2QZwakEWFbA07U3kJQnV9MZbwH4EjbkX3",
+	"u1rd7bNQ0zyflwkoOs3MPsMqMaNqYPNpDXVnujyBzXS++vSpYzenjsqXscTzcCyWTHPfvWE/Jz90rEYm",
+	"kR2ai4ZlBUalxhP4vbk3GqiDw6Es6TfCsLI2GISgxzBFhuykwDCAPSt+Lm7Fv4mU72jHV3TLR3dqPDbP",
+	"evvpE6qqPONSQ00QMl+AXwv6C7QDqc4DT6XTMHGzWMJDx+W2RFCl4nDOlPpVPC0NNxP5VFWDO633x1fB",
+	"1Li/vqFsYS2jTdQqshrCuFut0iIn+VIZ/Fez64vTWla98vlLHM0wp0by9ns9s8Xefv99hBSM3MomkJJ0",
+	"UGnNBCdrHtmnEo98ii1ETlbaX9/2Xkfszau3H8uiUXMtSVEEvuoEo51S0bF1W8QTcwdM6nOJq445F5uN",
+	"t/WmoQC9N5OlJf7dmw2mt5nkkMn3k+BZfit4fiHm6SLEExRKvztW7dUC1Qcu8xLO5o//qWRHMJRN70CF",
+	"aPXlmavqi/svQyEpAGBEPpdmSf7hXmg5UdjwJbeFkYQqYuv5NZZ3V5zxRAYhKFd+pVpi3KQiBz0WqwfZ",
+	"J6iOVAB8hFplBJW3dZ6M7ip4Mr9gbWVAS1wB2x8vJS1BecicqxjtfGPd0wL2EepAVchY5rseAoHnKyn4",
+	"bKIjY8IBmSYWrUfARHOjRSpGObGV5iol2LeOyJSDgpqRuOEjMIABJAdRpbmZwfYSA5b/5C774JnnuY/o",
+	"MKaFyGaJxNwKuW2svReL+z3vm91UTTqOrBmnHXDPHqVQrsgi89MS5hh9DrSHR13yDUBEMJQIM19DCu4t",
+	"6JNL80oShC1k2nIiuLX5e8FlnuTW9/9MFpTus8+jedFng9bbXm82aEVsJmYqW5hP9t8ng9aXL6sLCIbi",
+	"k4sOcQBPuUvovksbJXybcn9VRGqbMPp4TLQWFl17pi7L9k7nmRiLrPLRmTrG2qYg+LYemGZGimJkn3T8",
+	"94KnLYrO6RpGV/uGN0RD0fDgqEOpfdl4DDQGTp0m98Ie7o8LKjbjOVxfqP74CONargRX0r7dG8U85wE8",
+	"C+pX7jpREv6CXV/9uPtnZ7ifXZ+uZCnf/Pntn74L4kszwWe+NC0zHzYor4FbRDjodZOw7aYauR89L33A",
+	"0gvQY0IjP6vJER2dXe4CJ+9umtwJal4AjvR3r71skTn8KBe0+zHCMCRioGKGlHA2IpGKnJILcTLBgIS3",
+	"ft+9Xs7FbUpCfbe/KWdfTcbXcYJbNEqMWIdYAU9/kooqpMxeBjZdnqSpq01pX4nZXGXAIkwwATY3z0yE",
+	"7vTZUN8l8yFL8ojdCTFH+NDwthiPRXajpBgi0iRNy095mg47WI3Js9y1c6SyF1sM6Qpj2ra6BZyeIWZi",
+	"6Kdy8cAXrD3kaaoe8MZ+gYQZWytqlaMp/8HTtKxfgTu3opa7TVAHA4xhWz1gneBVEXTW1dA8aRgBk4f0",
+	"4X6wWMaHnCT3gqjwIVy3nBrczMtcly2tDUFiYtZFtTGkOqSKsmVCq6GxXt8dn4ZpOG88Hs6bdUSc5Z5u",
+	"BA2BT/w4A93JW3/7gSMDsr+PWtBs8GMjovuQYvExLbUigXzkAZywy+Gy2wUpH8rlgkXuRCPJtY1IxcyM",
+	"IZinPbcFF4GElvmK4McF4CdcW7uuDTn0K4mYh6nSLoaBEQbzbMx/V4MabS4xzhKKkhn3AnmhgPwJ1GSV",
+	"S6pT0nuapzcNlNmWMqu0nBOIfwNrCozbVwVY4deKWn7F+cXx5Yfri3fHl0ufQyV6K7K9OMpvW1HZsqMV",
+	"tZDCqhW1qKquFbVcR7NW1Lo+u3z30/HR9enhD6fmdr9+uPj5+OLG/Qr7NZh7/nxyfl7Tt8lrn7l0uK4n",
+	"zZ3x0TSRYtcsFXzg8ecStvMGCRCkym/GqpBxBO1a0mQUjqfHIudJGmaGzDKVNT/ovSRowM9LoD61xhcr",
+	"u3mFGNzyVKzxM1bn6vrihIFlLyT6VlDViYlgM+vLe64u5W6+tc93YyRe46D2wDzzpYDgid66RWCOLes2",
+	"BoSuTsOW/nlxmyZ6CmCLx5ns9c0lHJqdJbFREQuWi085u0XD1mUoAgjSegvpPwaDT73exz/AsVFCwTEQ",
+	"DwVNdTCcIPwea0X5fC6kiGlPYHEigeAPLCRDM13cmp/egte9Ytg1As4h0Ga7YwKG6AZhNrFxG4YV6M7w",
+	"wEVmXr39zsZmVn3q5dKij/USIWKQiedhV6JGhsGuUx8oDmehLyX4y6PEAiDOA9dsbkcXEYoHaVPM0ptj",
+	"Z5QWsYhZmzgU4aiTKiPoTmM0YBV7FNJMYbLdOl+/4cKvhlKCCH4CDGlvaggvFFkrYhsa0VCEGPFZdtg0",
+	"kMo6bqRUOi/0tMSDPUazPNqybQL0LFF5jSQCTf7NANHtC0bCMDm4T2haL3guXA/3p+/M1N5qG/qVEFJ0",
+	"X0dsf2bsyv1p0Gh4cqtemhnbo34OZrz3zht78bqpC3N8PVN77qiV8VzclJHUZgA5t6yb9qd/97Vv+bhN",
+	"5wRiSecgCtso6rnIEhVTkATJOXqYwbwtRnci39FsxOd8lOQLbIwqxtTNe1XG5nVEY/iQPtsgVl/WTcC1",
+	"FtsmjPAtS1JnHyWELLtAAs6ZWQWCVVRr8RxSLaF69fg52VxOro6RpBvQV32vewNCoGgJPAhUibB2/B87",
+	"WDCHlz4NYV0/De3za+yAZy7ZRXnd+2zu86UT1g8yyauRkv2a5XEYP1yRjSwxTT35CyrL/RWyuI8MYMcx",
+	"MKKs9kow7vf1xamdJ5c7PTw/IcPTeND9vb39V3/q9rq97n7/+15vf6WYKHTwQQDziWmbumKQQHDmMfTd",
+	"msv4Vn2qxmkkRuJWKTvyanZZpVDmaUS67ErJNbSL3Lvf38O8u2Z6qh40ppmFYLiOXXpyJ1TvEwi+/rE9",
+	"GPzR/aPzh2CASqdqSVjfRHXMIw4hYFuVWPo/K7iv3mzDJEYCFhbgucpyYLvdUmynFgQBv0vTD+NW/68b",
+	"2jMs4Sa+fIxquOkgHe2eEFGfJ2xgGkPfJ4xCQ8U1Mk/BUkNEt8qXTAuNrMfulkR93Pda4kHwCM4kc9Md",
+	"BOJqS8VFsSziccyAEXgHcSfdkpO4+eldJZJ+GsqdHr1hfetYjPFdHjlyumnA3wkDeai9VLkOSqYLbMid",
+	"iXm66PvExV8X7mPnITyNj0u9v7NWjRqPQX5uFwSuFVmEPVOp1b8tnzanVKCaeF7czKCPQKA6+/zaiCV8",
+	"PVIZgc567C+IS1cZ1l3Xp0R7wZQoZP5vbhd5yAP/Bb41j4ULtr7/l/AcG5f0cYeosbFuNjEHK5aJXePf",
+	"Q0AZshRQ4gMAJMxkohm0XGNWEg8vg7s31zIHX5VqAh2tYTyDXgFYv0htSeEPFJVgcPcCK4Oaqd6LQl4W",
+	"sxmH2ESYxWmLZgIjS/e8gs0hasw1HJ+Oxg/0tQ8z1xF2uRbziEoFAP+EONRmvFcemWqo98nX4nOgLuci",
+	"WJBDX5pTK5EMumv0LewNBM3WlCNek1otN2lbaJ4eudVc1WMfUWqWToNg85qRwjpIFepZQJEyIKdjbaqv",
+	"IAYQSNkOIXgWYkXAq9Z1cwTcu61QouttXvcA+UWcw+SIQ8rKAvxFieommpElVpUwidW29PxUm7dh39Wo",
+	"gMo66LXHcjj6aZfFq+iKLHHudmx5SzLxpIOykI/oA2CEDstiS0JjbfsARPYT2z0+x9XXwEAhZAwWwdOj",
+	"mOt6B1wU0sW2g1xANxBU1SxTDzjemOfcbiDMOOxCOMiVK3PpArHm4FnH37za723bxhOPisATDGmr8POa",
+	"DnCNB7u2TVQNPx+24Ym3sgOXlxI8aspvQ+47cm39ymRug+5BtU2DKNUHE7sxGH5RyJcOOm5ZjlsaEI+s",
+	"ur0o5DnPgttohZScca+k0jh44612SFhOAoyCjmi7ZsDEy74tmRuYMsTJuzrwcpc0yjuU+6HJ5Q1OJbx0",
+	"tTFlSGzr5yUsno8s8n60RF0mE9m8336dMUZlnsbSohihVBhCFbnIqKErFIbN+ILdCo+VZPj5yzAIrfG2",
+	"TACA4SrmwixvJWHDCufvgz3/oKP9lFcuebZW8LGY59MwO24sxNwdyhKR45ak33xUWm2ZKiZoh0HM0u5p",
+	"4kIQMt/R7I9sv6y2269j7V7bWjTetnUPMErUwRBcwpgO6BA5hDNJanrXbmwOhNXdsXAKjswPIHO2GA3W",
+	"tsu8o1mep147QI9tgIAg9GUJcdjRlrtId7y2gUQ4b/ZURItWatp2krMJ4DyRC9CuE9asgOTdiXnenMO2",
+	"PiXoToINCoKOjCbdoInJA1z8Cjc7HO1LG4kNzJ6MB60+ewXpEeQINjOyDzS4z0FQvMaUsbDZmoiFBdVC",
+	"2GFJ7MK9VyxaNyh0/j13sJukm6tEWzlutqYencjqQ+xOaTzu7bO827PL/Bt2YAmRzASOPYqb41JvlzC+",
+	"9BZ1qXS2wBBg+fcNT9OOQx+F6AEtftGpVgdszpXRHqxdgScH7P4VFsJnORssb+Ba2r41bHqrrCLAg3jT",
+	"jDQR4m+u2wq2/wRmROge51iuJfVJykfT3WLO8J4NG5fWai0wvo2/BwyDNZ6s+JSzt0voec3aEjlHjf5F",
+	"GrtOOH69fu8txbR+I/a91eBJJkbmUK3HH3naB3Jz9gjCBhDE/b9sCDSyIu2miyHaEkhF3CXzuYhvvLlq",
+	"KlcUj6gULzTtfuvzD/4mWq8Js6CThFKUVtSGW/gV+a8ue90+Xl2BqFSHj9Ovh2uaWxH5ZwkPzCB0iX1r",
+	"XcLvAJEQFGx11iyfiZgNsUjBSiwWKuzih9dX7/D05JotFovFbBbH+XQ6m2n9D1vRUMhUaB2QHGYmAtK6",
+	"zliGSDgTUL636imWh7pTOE9SGMsh46Xbr5vyF45G2KE0dx7dWdv0Lde/X0wJlTBn+hMNwWXj7PFgtsqd",
+	"1rUAu5yLERYNPiKXtiaNBlii3JH3EEXUEilPt7VVGRH+bEfD/uuz/d3VSjqvDCgqVbVXRedq5xpNI7xk",
+	"cNqatExbjQHbdnwlddJBpTQGItol7xjR+NDQS761cHH8xq7pPJvcR7ZfYsziJBPAPGarQm05jU+CRnX0",
+	"nW1C5mXomQhDVkd3quTE708FulKNqUYJf13TaXK/NwM6J+la5M+5tqVDP5+cnh4fOXormFRXMBOOevDR",
+	"VDRqu2rzdh61wMYpx68j5vLJe7eJ3NNTtjsKj6baam6tYsvF3O9Mh7+mJieh9lXIIQKQLuZdeQC1k9AT",
+	"eqrSeJvuSbajSpB/gRgjGtzGazYCv3TKa3Nz0HOgA+FwYuOmYbmaCMg8qgy5dNqcTbicdGCrIUVF6poO",
+	"UvIFOpcR+yoIpE5u00SGG2BD2Mv84iZkXBwdvmczFQsArRyUGStIXhORDzTgRnBAoHnYxu1ld8W6xLF5",
+	"XJ9NbR9X14iOuixaUwbCOEpSIBrZykK77nVPe/1d8VZjLx4ajm89lU9jrLIbQdyPa8u9iCLyS9Sa5vlG",
+	"P8exihlndLwm9uaUcpcdEusZdqkpAR9JzkgazDS62j3WNjqI2GEtZ1eXDXn6wBd6aO7Dc3MbVyXUZR+M",
+	"2D4kWtQw7oIErZTG2ixUzbe29y9+cScWluoxK2SXOBHNUGsKby3zJ9z8tkjSGJ/H/vIXNqDyxEGry7DX",
+	"/DIvI1YdgrL2Xgb2gPgE1Gqw6RDF6xL22D1uv4dseSPj6AGIF7BQOdnu0FtglMANp1x36NlJznBQXXZY",
+	"eShWnQqdJzMIO8NtE73cwhBgBeNC296IQPfdDMuMnZ1XpQk9YzzdSmJDveNIMAHMQISRI0EUi8Giaewb",
+	"PU7MX7WEjc094lzMT8yggy0IkzS9mWQ1rdOcyeKpGK8TKTUEg7TDrcgfhJDs8uT91fEFoswvT96bk7pG",
+	"17zVlVbS+z0d1C5lM0QL+4X+YivdOaHdYRPT6oANSXsOScMN7eiGIHu+wnNWk5LigA35fJ6pe54Ofd0o",
+	"GX4sbObI6LUDv8OPK7eyjJn+lwC8L6PuCKHBfTpE/TJEmYNLy3JvpAYDAlg4fTqRM8dx745VmqoHXRJ2",
+	"7tTMsOO42iRKS3RatlWrgN7Xloq1sli9Wlyz88yNjOG2tbxZ4pN5Cank7j9EpnCzmkfErN0jsH5NZsgf",
+	"zjwTxm50B6gtC+g1HFNqVIdLfRA3m8oY3VfEzIKTCn9ka8emFzoXM0dau6bhpBET4xgyR3DbpvqIScZn",
+	"bMSl83siRx5njH371a3R07GIqsxeRsRArwLFY8e+qzfFiST2NSv5wCNojrfAWnsLcuAMdMeYbFT0pdem",
+	"3phLv/BPlzAJP9J7HX+iJtDsiIg5fR6RbEez9us1M1ohAW4oenh0kG4oC3SQGklor0U1voHzcsHgxJ/x",
+	"TDCjPCss64GocXUI1zL5eyEsctz3Ds94jXUlRW6uC/SDNWYv6Zay5AhmGxCE8LP+UudGIGOwX3pEcRjb",
+	"TDIGbNnmHkBnzFmq1PyWj+4YhPPHQCrHS3mK2HB3190OeFqgzYw1iVSR6yQWPpIbhY2PpuaoQ/dd3Nss",
+	"qC3amCqd7+jy6cTe5VloS8x2NAawB4hLQsy9vYCzRTYKPcTziLHIg7XtH3g5MXLSXYzpgd2Y3bQhUSqe",
+	"aTj/oM1xm9utG1xWJav6srKy5psheisuh2l3kWNtLU8x2pTuaxFTdMaM5WGqUrFKh0E0GGQUAj+pfVRZ",
+	"/TBScpxMikzEDJlPjJzQ06or4e9Xa6v8+uHi5x9PP/x68+EMuCquL45L9l18x3AtF1lMqxNz5uMCkV/Z",
+	"F/0sMbuXiO2rZOgfrq+W2NBL49dLNLBfkh8oOiFjcDitn7llaMTr2tEIk11JrnxcxaZU8FA72r68T+js",
+	"uGC62A7X2Do1QXFguIcLXJdmuq9dnkSzIQQ5hsDNBH+RcUWn9HA50gG205BnEz10QacDNjSbcch0KcwE",
+	"500kfXcAnNGoTspnuA/gKbEa2dNXxTMuI9djg/YyudxTbqwwMNVKq8be1P+EYx3guYp9Fs/Abb0tQPiI",
+	"tNC5yA6MilDmzTBpIJUzh43oWE7psloryZmET6Qqw23skvx4EDcyLm0MwagbWe2y63dRSlSW5Eud60FJ",
+	"81Ge3K8Wxs0zFRcjhJJI8EmdJdOJmPdLtDTopoDhxtKqtrWoblPRaVK6vEQ96Yo9/U2LACvbpWm8Wv/q",
+	"QqdocZ8fnwHDOSLiXRO8cSZEl1GFJxJgmY8t6ZUEfRfhQeN4IeC2OBW4is1R0n6RcKVg68+Brk/kjayv",
+	"Ti2N0KpZIj7NOYStZK68YtW6ntWPq65E7Z3ISX0s9yfnAOK8zTh2RTcDuhW0WH7cyRJSV9iLGsWdVMYG",
+	"LfNJ6WWZRQqnisQoE/nNtjGopR5+QSccGP2EvCfvhFQuAdhIbjKRF1nZBR8rSAetP/wBeiPCriarJ1UT",
+	"TT8i7cbaXv11gkVvOIkLd4uDsq2EM1tcNN1OMrQLsW1+V9k4N0XnbVTe3Q+K1LHTUaadk2GtDEuTsj5w",
+	"7zsDVhJciL50VJ1humJLL5GrO7avRgF5oAojNjHcM6/evvX41c1AK6Tqg9YjWNSBngBKchtRjoV3rE+5",
+	"vsWuG1MbKSJYa4PN67OmLXGkRcurar6vi8ysrGCtO/crT/Ir4ot3BqFU7FYVMgauJo9Nfi2IoZmdVIEz",
+	"NLCTXMClLCbZcYBJWEBEemHuhprhlMGYCgQgK2Ql+28eUfkACtUo73/A7hFnVka4MO8NaJdqrwh7+DSm",
+	"GlhOCm2JdCZr17rPto8IJUkAV8xHmdKaUDnmJN3YZITDSr8cWwVaJUjYZ9sDDlrx7e4smRi7A/PMm+O3",
+	"7q3XBF/cfHAAh4Jo2DfcmjACyZDKx9YtKMZot+SL0FtQcW7TDSjJvT5AW/T1oeZncTGC9NoqRqAJOmC5",
+	"e5h5UmTeNTR1V1enW8r/T14ouwK7vhPz3Av+JF7ZGbFqBpTlK2OngMXyp1e96aDlw9ag+bLu9PFouLHN",
+	"PtCRKJNIUCOCl9i4mrkESsAhiQKDLLu0PPCFvd6oSCyxg59QNaarClAPkmH35kTb7ubMMocia2MYQF7m",
+	"1pfh46xdtq66Oj67OvlwdnP449Xxxc0fOqApUr4Qme6TqGXQvojnTPOFuStVWfNbVeSeRrZlprEYJbHQ",
+	"B/gKkNiNlTnOPHwygM7ZoaemQyj1AIJiacaW6EpevwpIeWVVmv+AVnrzD0Lp0Cuu79b3EWlWmY0/CEUn",
+	"6H1ulpnwPbOEuuPXAuvK720QggrjyVi4FWaLGc8ubPaATg8/2rxd6MiwaWLL2oqt4qgXEzzUJdZqOnnV",
+	"ZCu2ySM0jusHQsIqv0Ht0hyx17TMYdVDPnDlHXrVqi25bUvIgJI1gQb7+uvEJRNlL+5guKnUdq6tFLox",
+	"fdfoEJi/RnB6GSv7gWtktY+IbtjmVWtEj0IuRlPmZY916L4YRHds2wonalVXuZyOFbDKUuZGJ3IkymUC",
+	"7GMmeJouoLV/OxNa2K4wJd4JYuRClzYW8gRItRRe7qzxK2qG6AwdXPkEiMKJN4ncjFisuBgkPZ0D1sOY",
+	"1lL/qFE1hbE0FiPFMBFrgBh4XICpbjxuHJ2RAzwWYq9ySTiO6ELCUd1rXrOCubybIAvnchEvqCkrLMua",
+	"M7A7wkqmVqNE67tGlOK3MmknWaJt6NY4FQeu1PyWa+NYAP0LJnVkMRNZMvJaElq2keuzy/Pjdyc/niCR",
+	"NKqOVtSyRn6FvDpIWY1YvAAr9TJrtfUgzHMujo9/Ob+qYaqGKN7z8FM+pq19DTlrPfjX62ffPEGQiXt1",
+	"t+XbNG8fH7VyO4mBWAmEzA5sFhLmFRxVagMn00W3WXW735bem4iN9eywwmEMOUaCGxs5KCubQN900+BQ",
+	"yvq1ZxA3v4f+mi75W1VGbuj+vhle99Lt172ykU3rjpP9wtUDlu26uRCRDGwUI3vjNe9mKwgeR131uAqu",
+	"0KJfQ+3MtqNZVRbgPUJSdTTlciIOrIvIhqNMySEbpcbHZUNb7le2o3bOKstUIQNEpqslfhWqyjXFhhtZ",
+	"Jv3iw003LWsRN135zRTY+eVky6SUz1YqtiJTiC0PuKYla+nz0A0kem5EI8yGcGJpFyeJzrOVo6vv+N/b",
+	"r18hJV3EjEn03ZsiS533MTf7QE46NjD80y+H73Yvfzp89fa7KqCBAXhTWTSwtc6BbyHJmR2rBR4kuiSt",
+	"BGgYNkT3kzcaClToZzHeCbI8Lmzzy+E7di+yZJw4BCjc+U4sDgA6K3isvYCQHRSE+MG3mydddiSy5F7E",
+	"lMeiAdyMMhELmSc8JTpLzWaFcaorQ+dpXeL5kT09YdzUa1oDLNp8AK1OUWFYog3b8bOGlmv1NR4pIbeC",
+	"Z9A/0xhDAXLJufHKZB5YVp97l7UPi3yqsuQf8Jg++wFu27Et7KuJOzxLECQM0jRCiAlL8i47ATcmsAwR",
+	"u5PqQVImUAXG2saHxSKj6EcpCYRbTGKSIxu8e/fh7Oriw+nN+enh2fHNz8f/G2EL6DXAk4wgXv50uPvq",
+	"7Xcd6j5aeZ0DAJI9VKbZdiXFb4zrDrlJ/GedRPlRkzorpylPSbBRMCA5VWaxUcavdfDKEWKflPRnvl9i",
+	"1WL2n//n/8LO7DIgLLWtzirTuyK9JT7B1aBQFtC2gmU+0AoMGsCtQNYN/fDbdCkM7ULpnkQh57RNQVZn",
+	"P5gOHmdC3DwOJgA/ddzFgcBd2HN6DnppM0Eu8LJVhwLzQ0cxu9VP643ylI+EWZ4bWMEATs0TBIeISIhp",
+	"o70kEJ3mgYtn4M7eniq7T2DIMvB//O/H766vPlzcnJxdHr+7vjjuLx2OeMghxKrQIouW0ZqqVETuZhfX",
+	"ZzeHlx1X/jETxuJM9Ewv3R37yP1NJdKWbwz/OOyzYZHEQ9bm8ETYKpNMFXOPzB614sqDr0+Obi4Oz94f",
+	"HzikNwHYVLZgvT/1emUOCw8yTVmL8io9hdZqLjmO31MeEWiNLQESL4flLuxEbDhPYqmHrH1+chSxGUS1",
+	"zFNPzt+VeFPtvQzGTYWMI1eSYWfOm+hY8HyKSFKcRAtSSxy/gdHj8yy557lge/lsbgYjRQ6D4fAnAolR",
+	"CErASQhGXCKHLXLX3C0D1NeQtS9OT345ubo5O7/48M7H3R0w+ubo8OoQV8mJetdnHzaKGGBd1I2YjXAy",
+	"AW5gXso8Dj+D0dPX969wZPij7ox/ithoXpg/EACbxBr+4Y5Ngg943bjxyea7qTlOjEqewF5RUnS67Lg7",
+	"6YII/hEW8o8wg3+kN++uJYFf06W9ul95mtyLfkmYbQuePTi5yBhU83RZITOh50pq+I1OUuM/u9MFLkLw",
+	"9ULkZW/AWPCYiksqmF7zZGnkZs61LlOc0AXdfIK5hqrhbLRApwu37FefcMDSBIiuxySx5sNdGr/HeLU/",
+	"NWNxSER7XnJL/EnnYpcduoMYiJmFPRdFbDsN4gP90CfMZitq+RMFoEker4Ylo9anXfPD3XuegbibO6A/",
+	"BPHZQ7qZ99F19b7eN0fwiPog3Ub7lbvXNTcgsE3VTrUGqFESTmB0xIggHsQ+VRMGZYmxxmLVEc+yLWN/",
+	"1vez8uyO+zJm7jyG8ijyjL4lzo/V8/pjrScajiMRyX/j6A95tZuCP/a2dcMxnvMvDp9mAbmXuZj/sAAe",
+	"gVLyKh8eHb4PRsF9b3y7INI2fawIpFQXcMPEBVK3v9p/86c3f3793Zs/LbXQdrCm5e55W7dQqXBnb9ki",
+	"unlJ/VI5/ZgnmVFtN49FKrE2gJEIfJ8LPuv0rV6GoxWA2uyWm7MabEfA5RDyGeCjtnqSQheEPSphGdag",
+	"SnJs5muvtyH3htAnEs8mQSAQ5XW1GFc+dsNcQiAZcyR4admyALbv8WF4LPpUG5l4BPArMDwHcLVfgTtM",
+	"Jc+N62BLDpQKYvu7N+vKNwLwJlx0BPxCq9iD5S7HBBeiFnshLBbNELbsNbrYSBmGdWqbIzd+08bd5sz6",
+	"NKfYMfoqkMnaCl+M1UjAlmnhqDb/VIcnni6DUQkG9Eg0cZ6nTdudVpvbm7lap7SuCGr6XD0vK90LH5Mx",
+	"2k5Wnt6KsHKaNGtHZH9QfV8voUR9DDbklZaX4IUTTFZRbWdjVGSkibWBj1j3vh6VZXOyqkcv0sdQT1gt",
+	"RoU53i7NmxK7JYRAA1MsIWKKNmt7xOc655L+iQvc8QMDh0e/nJzdXH34+fisS1xXM4gG4+3dYIAK5MsX",
+	"SPqM1Roa3xG7OL68gjGoMXuHz4/8U8kokr+pW6ay0VQ405tirQMJwdYuu4DDODOujppjucYqoLzLoC81",
+	"XDiQfA4lQOZ2e9QS+o9/08bFufjxHfv+zds/dSxJAbXdHo5ULIbdgRzIYzhczNrieNBwGAYDzwxPDZhU",
+	"e2yw4addmu3dTKViOJBIVwPKFKpDpXd7qFLrsyH2nRmyNhxLxrHGljT2E/OyA4lZQbRQ+rSMEYYjIstS",
+	"ExGZQmSJEuCDnGfgrkPDm+FAtssmPBHFm++ExAeD7T2kdl5ecR5P074LgkYD6bUJQ0cngrqbTpedKUKR",
+	"FRKi6eYCQGCYjxEmQk9kiR7IN719KDyDD2zOyM3Xm97r8luSglxRMsbaZGAJmDu9IZoIgr76ph2i73RZ",
+	"p1ZZrCnwlw7ZjGd3eiA9Hz9TRW7j9N7H5ge2MqgkLLBxsxnHhEN3IF2TcWhLBfvw8PzE2+v9Vq+73+2B",
+	"BTgXks+TVr/1utvrvgbtnE9hp+/d7+/BUsO/JiJgBAzBC/wLCNUNZmXRux+CS06pIMhZQQgrE8aST1KR",
+	"sQm/F6yYMyUHEl1/aI9/88vhv98cXl0d/3J+dWlj+mVr4b5nBmC9D18wnSdpOpAA5JcxiHgp9CrD0L5Z",
+	"Yhzu0DZ7wjFRpRd15+oO5JCWD3PdQ9zxQ3aHXOhKO8Ipu8yE5qZ/7uEPBrLtBGHXSRGIlKAYrJWlHRyJ",
+	"jSU6VqEkZ1zf6Q4uqdvDJ7ExvxKdH+Li0IEK9PVQYpOYpfl7IbKF9eT7zl3HM8tvSUUg1LKDM9F/Li9p",
+	"wI/9Eq02SSGZtW80RuufXhWM3MDoSmrmcnxN2ho0fTwuCWu71JxdOiQOTlPIFQpkJ1Jj5kSgUzdiRyH9",
+	"tAFbFmGyXMpGqeI+UYV2VkpoCGTs+EOoeIm94HqF7mTbJpc3cjGOtz0vSPCW2hWW0YFlE+MjpDHmSmq0",
+	"Fl71euS/58QB7x+WfyPUc7M5BHEH4w/sgWVP3kwVqF9YeiiTf4NPD93UjbJs8wTtvKiLQwv3VqXG07gd",
+	"GhuXwTEIMVJkxU0XjOhsbesiOO9pUed8kkh4YzA4+QTii6RaP0at6gHe6tumcGZEoIQpVwOdLT1dXNUI",
+	"70VuiwJechHwEdSe/EsIVGRb6eAKvHnsCvxq1LtP6IEF9rlCMl3pPcibVA9vu3zUGnPcTdDKnD+4QOGS",
+	"Ng2NvbzETsjJEXZdW1mvPWOigAH/6NtGrbnSgdP33bSQRFYDqX2g94GGYBFGjUWF/6BM8Z1+eA/n7A//",
+	"++r4stMvEwcUa54iubrO4d5xBi04cS+AuWK0JV9ooA0DpLnrDVkVyUMIP9OrnJp5QBdE6PwHFS+eTShP",
+	"1QTnAkWy9HLyrBBfVnbDm9WpvIT5e4TSeJKIH3rSrafJ3FHtYtcwB1OwUJpKS4/nFfug6KKV/VzCW5UN",
+	"7Crra6znlwu6u22920Q2ei/z8At6SkhnXjie8iEYtyIeUvfDXJgTp5LEzxW0xPUpl76C1Jrrv38OKXcJ",
+	"KjbmxqOGQsGAqL+IcFt7e+8z/fWFbHW99xn/+LLHs9E0uRfxrtlie5+zQn6p9X4uBI89VB7+krWHLsZx",
+	"8e6nk387vrm+OB12bI756Pj0+Op4IKH9vXsGe8hUbrZ2vyxu0lM+F7aTefXyaCAxCI2ML644EmLUUKqi",
+	"XdwUy25e9RCvEFl/dyCBVFHfeOYnMBLaF8Hg/BT8VyIV4hOqRBnIWI0KCHpTevq2GN0Jq6fKgHlUku9g",
+	"iyWCDw8k9OKqkkUDJRj481fefEJKxLjQxrOnMpgF3sMMEMpn+5RS5TF74OkdulexOaL8nhPAXYaRfcot",
+	"DySWCk8UcIlqNgM0j2LjRMZdZrx7qfKbMRyLrqyfQtRS5QNpJws8B3eFHTu0sxtbyp2cJykenJC9Dfp1",
+	"xoqjW15A07oX00/YsDRswXkS0H2Mtnjbe/1obeHwcFg4HRL/skt7Wc+NhWSIGPCUh20oV2tjb2vvnZOr",
+	"anypDZceoY/Y4MqLQqKH+HELVeVYz/G1A7FRx+SbJkC4hzUqussOc5YKQiXSp0TwlaZ/MQfjkI1VNpC4",
+	"kRHR6FzTVXYNoso052ofOnA4PQfhNs7e9HpM8hkUFvA0HWIIUAP7p/dMCpLigLrsWCInDQRZrVSQYYpa",
+	"LZHIXoXYqf2o1+tRotLmEfOMS41qMhpID09D9gZyBsIL3gqA3GRJngsJRDJkb2mWijExwvCBdC2Li5zp",
+	"qcpyCA2VsGeHW7kQWmT3sDe1cRoXoAiSbCDVgxSZxsCVkfOgKoD2ugJo62kmWtsKK/yY8ghN5BCux946",
+	"za6ltGGzi99hnucHrJJeDYbgC7NGQnfguDCt+CbEyX4rmJGmuqgJT9NwpIOAByutt18ypAHT4tooB7Tx",
+	"8X0yyh/lmFSUKtymMrFEFQLoYi1S4DTObUsr6lYDG+lOLGy7CcIh++oVdVBIv1KHeyAbCNhOx+beOAAM",
+	"5CZAT8EkzzJLa2y01kFpD1WHi9ttSGrGnA8wliFtv4A3epro/J96NzUMEj49KAh4g28kKuhWdLE5NChw",
+	"4Z+6m64gaGy5DBJRBfRUTsaq+Ynnm1ywrDwZmu2mr2itbG2C7H2+E4svVUNk7Um2aDUJyTxe9T0pJoOq",
+	"EvuJ5NliVStSr+cnKsWvYXQubwOUWWAAA6Sz+GRLgMAFR18SSQ45sXXcUFdrUBBznk9L/YB1wtV4iq8t",
+	"5sary8zv/uOvvd3v+e744+fv3nz5lwAAdSuRq0IB60LhPgzwJbVP+ZhTEaO2C7pUKXzbDWgSnaqcvu7j",
+	"kbvcvrbWCMKTEz1a9LyNE2pZNaMyLoDBkuWYgLnSfEoNcbvsEB4nVc0NPZqpb8zD2kaAIA5Rn9K+suYG",
+	"Xoc020SplWeCzyLQ9mnqrwk9Zcdy6iWSJbENxSM8IkaA+0Cecp3vHpub754csfYUZgmcL0BH247VEDFC",
+	"f2jYBw9jFzDtQ+AXFtKac/tvme6yawl1oDTSgcShgk3MF2yWaE0kMJS6hs6ywH6uZsDZiyl4DlhfKCiE",
+	"EDRgHvoAzYNQJGejNEGKFp4PZK5YJnbNOof8l1+NZ3aMs72tDJhJgp+eHP1kxWibH/0r2DINDI9cfMpR",
+	"JHZxzrYKoMDT6rY8BrzwrtSDEj7a0UDkAruJ2ZuENANJoEta0wG0KndGSJHKbVeTZEBTMGClvhcZlgi5",
+	"9lCru/er7NG6NFY5VxBHwGC4LTYSFvyxgFSW6/TpzuF+GZJzRU+uyuzd8elAiiwrM+t0AxcMAdZxAnrD",
+	"hqj0f9e21UEHWg8Mk3joNY3H4JPZbP6lxubrVzi4tEd/hFg12CQ79m09gIp5QEnMR/2QlBSh/XWOA0EZ",
+	"fJkEiv8IyzLRKI3y6rmHIOLNe62c0EfZjK9ePdZmpDFCKMkM5MDJonbadg7LmY9AREjIIsZzNUtGQBbm",
+	"Dmv7DuUmpSNrnUW59QG49xn+uxZPsDT3L2hHNVvlyuo+PuvqbeGq3NCJC6p6ea2g3BI1UcOl+boR5vo9",
+	"kcQRM6b7rtAjPsfweMCeF54eCVv0y7wss0Q6bpKnGfW2l3hQEI1ff4FdpxsA3Wwv/4Zyh217a5BkUL2C",
+	"/PDAqEvU7lTRYkyHPkvVg8h2R1wbG994PDrCBrVobcdcT4WGPIalnIaAdl140vznxj6nVedP7WKD3I+f",
+	"96PvXgddqq+INHv1T4c0uyjk5mASYjCeFkkyTwk0x28CH/sm3K46cAfGJjGBuTSK5em0nckQXF7W2IMP",
+	"Bvzc1ITBM/OoYMRru2ruhZ5UKWsnsZjNVW7c6N2fIVjRXHw/vow95eZlK2PqxXO+hym2SrDz6pESLU0i",
+	"CPyr3v5Lj4iC248M/n3/tQw/HGbZ359Llsg0kcKrhZyLUaN9+whLDjLikADdHqP1nB7cMWZcxQyw02ZU",
+	"Q/RunbzrE6BzHk3FCKoySgJzrsurBhIuQPjGrYoXfZjRHOh4eE4N2dCtMmdqjuzC0EAgkWyYCV2kuR5S",
+	"ptd6ymbhyoewB1WkMTaTcjiC9ptej5jbkVEdqQaU0APqDpcT3xMKbsTevHpFPwCKL9tKznaOKWTE3vS+",
+	"p0ugzlNC56KI8VQr44x7pMd27gBJYx6FnEzWo0y0S0tDWj7Ju4zqhqAoBX6eaLt/IwhPJQiS9RLgfcYd",
+	"hexAWqIa/JFGOnZIceP8sre9Xpcdwjq4FJ2ZC247RgEA5n9dfjiLmFS07hHrGZcacTRTLjEpDyM0K8bO",
+	"rk/Lfv+MywWgojoeToAWrMuG8BiQJEyUc2SMdoZUH0tkzj9cXjmKJ2PTDiS53HCDkOtcymXrhRW9/u00",
+	"/Q/m7S9wS4R07AfjmcLX4Jwi4XoVHQFkPjHErZ9k55CeLObQXAMkAmxrklGLqGj/BGAO89jbIr2zrlfn",
+	"RfWnw/jVwWhOAhvJdVOkgLr5hZAxl7bztStv10yNzY7V1fJ4bHqQZPo//5//10Z6kc4ZH2G+R7yehT9G",
+	"AwldpqCHLgX4qllI6JeGQEKd80UXFJBU+Y3tmB9RRR9EqRQV4/mwNqjSdq/iwmjYcwEOOHMHW7g/pdo2",
+	"gOAdwNOgqOGGSooIr1wSGI2JPwCq3UBjIebGFR5RFZ9Fg9IPEmSo6bJDS6k2kBi3DnUJzLi0M2kp4jiA",
+	"+lIo48vETN0LGEGSIRaQeJ4SqPWHMG1JsTQXWaLiZMT0g4Dm3ubXmuLfHMnnZkJr4xSkgt8LDVWdjvT8",
+	"8PxkR1fwgLIeIYoUC2MHbtTmB5SrIf0PdIKWfcuBMNvvj68QUhrArxLzQJIDJ1nngMwVv/nprSiRjOaZ",
+	"b3uv7ZhvCsnveZK6JjPeoVQy9Fh8lmu8XrLf2UFqZo5a9yI4WdjYrBb89PIQyHXgGyLB8HCFLw6cfhJ0",
+	"kvBTfuObqMq14bRHtrAtARbGCttKwa5D9FASecQz0EgAMUbufKqmLD/QQ9aGwUGqMx/IsvODI1ezxVa2",
+	"2R7WXJXR9Fc9mwmA60uzz9v91CMbn+K3lyBXGzZd+fFAJpJMSjj6DlgAJ01aU4s8QlQ02h/IAVfuRdTk",
+	"e5/xjy//A3/9F2rSY9N7+z1zIO66Rq3WABtIrtmYa7fd3fXexTUY4t8OO/w4yPBSgNbNDoTR3IEI67qM",
+	"cfdyKxSZKa/T/0WgwKWyx4rtr+IObvMudYEiKLO0wvoCBUBw+9ICf8lE1eFo3TmCFpCf4DSy+2DcmltR",
+	"GkDdr12bA8MCg+CgzLQucQGDGcL1Qo6mmZKqwH2XiRTYjl7eOF9RpPV8BLDph2hnCV8hkBZxJ0vgoOiT",
+	"Zdn0pGDVgwK6xFIw0zjpRIJB7dp3dKDDkWZjlabqIWLTRAPT6J2Y551uuDaHnNqh/Te9GGDTzJtGrsNu",
+	"SXNjb1V/BmOLnfARuVOeq5aTAN2BCYCFKD4NhqRUONsTfi+wpRN2g2YKyhkHMuPSDBHCQp6b78oC3Ftl",
+	"bEi8mjXlMSOfRqgusGxbU1XmMJj0YO3yCzJfEhkoOuk8b3ZkuVTDCCWndYQelG97vbon/k6guRs04ghT",
+	"Gl+95NYvmuNORzgj0hoVpWawu/P3kpbZ4mDefCku4tNMkiX1/W3aKFtOxVqLxumo/zZqfjOjBsLZI6LX",
+	"XY7S6d/Aatkjfqx/GsEPAGe9Vo2ld+aauCrZZb9OFUoJNETMRFV29FQ9SHB8KzbbEKeOp8MuO7RUW7dU",
+	"Ok5f4cOpGeFA2v6GsRgluuRY1hCmHEqV39i+hWOV3ZT3Dxgdh7huL7upaQDfxL52c+Zt7YMl/m94NjVj",
+	"/crbG5djde3BEAW0+sGK3P0G2z0TsGn/yXc75mTBMMI2tmyILy7i4e9yt1/A6P97s38bmx1XY/Ne3yyL",
+	"v4EGAH9i77P5zxePWof+KqmhNvB5Oeakl2WqgcdAa7j1NRHLzmy43klN9FPjwKhjYqSIic2fIstsUtDx",
+	"iuhpAvRUFXIk1iYCLOw4g2EW6JZ2L/7LuGtRXVAEAM8gLRjAipDFpleDDDY/WQ8MthGGXqg7wOd6jjgm",
+	"i9mtyOj5+zXP5xWSqA1D2G86BIrKefG8QHt7G9RzRXigZyC8RfE9i/O3objOgW1pUgmqUXu0UDTHa8b/",
+	"+Em9xIIvoG5DDrFgTZDXysVv59R3pQtsiDsOA3G45YaADxlNC3nH2jHPOeIfjJqIMA/Ncw4lhHCh+aND",
+	"PVyGQsZD7CfuPxPzky4XiSf8A4xY1pKE4ibejrxhZZ6gyxveCUhHKKrr3hoCpPa1LYLevKldZwcsA+J7",
+	"zK6aiYHRIwsf0D6/fv36e5ZIdn31jqgquFRajJSMEQ4+vCtuxShPQVWyXeCK1zmfzfUQkuRw3GLi08wx",
+	"tGDqspOJVLYXlVGM+Cp1U1bec0vOi8cdgBtKKz9IW+g1R4jcDQllph4qNZN9Nkzi/pAomR+ohmEIV/eH",
+	"GKpbzEXEhiCNQwzc21I6my4FgVRj9r8uP5whpRQwSyAyYakKE+uheWx5cKqlmIi6w9JHXQFOaJHDKo3U",
+	"TNg0AQg+tUTU1CdiQYWWB7XlnJZsB+s5P9gdQ1xTFsGzlL9HQBXMh70AJ9jupQhKOnU+kDR7DDYkCCTs",
+	"2uHnAZZMDFp9NmghwTjUK8GHQDI+aH0hxh7UgKBpRqnSAHYJ133axWhguHxDJZhPNlewULgsHV7VwJHV",
+	"EiAdvsgYcYBPI6+/pKM4+22KNp/VNnmuot7HKSc6r7/h1HigAgmhWtBqyO1wC9yFHcraPx6enB4fRUif",
+	"bv5wrVOigbw+u3z30/HR9enhD6fHEfv1w8XPxxc3+JOONWF0xESqRekr0+f8NhXDg4FchfF5mgmhuUs4",
+	"PsA+D+SwAgccohL2WsgJQKmxobH+boxlNVyyCQYyVg+2mB2SNKxNh5ftSll6g3EC4DQbf+yUXIMuEHTL",
+	"R3dGY15cn52dnL3vAoobYhP+GLBIS6pagM0Fzs/L4RbsA75OfGAdmoeM3G8lNvCkag2aVSAfhb4CrlMR",
+	"h6U+sKJDOXsHOaJmVN7hWzJW2sw9zwRk779CnAEJJX43igzUCscSIwdF9pwCCyV2x9zKZitm4gX3WiEv",
+	"k4n8atG49butmIlvNRAHYyOoENSw4HCxWoeaweC+cd6J1/MLIUNE6Ihae84BKny7YEra9s/2Rl9hG9GT",
+	"fjf7CHmiMdKQgCBSi/87vSQluWIcSKxYQgR6GA4fSGR3GtKrA3EuMG/yHPYjYmXRsEDPUnfZJV5sDng+",
+	"kO6nsG9tgyAChWPJwYbNPpDlbg8crvS4/xIb3u6ab3LH00LYLU/97zHFS2ZjVkgJHAkghONEJnoaVfK+",
+	"iWbnh9eXx0coArZ4YJnA/jm3uJ279YwCl+6qrWkgEe/VxHcBnNaLYqzsa2yuV3fT8ixF6+5uRn0DOcJm",
+	"bFS5MN923bqd0xetDbQP2ao+cP/Z5eb5i6+/WfP/Eox/KskDhxrbNZpzkrNRpiSVn2HXK56y9pWYzVXG",
+	"0x3NnL7oNBfppyivvc/2zwbUmhWJ3USsefToaqZgtZFTBQ50oT0qLqxE3HrGotqcaP2r9r7K5vBDGE8v",
+	"dLF3KqtdHNUoxO4jajBVFm8BXltk+ptUrJuvtFNb2rqWvqC60tfQTuuFNXH1Ib9RpXZTYQNOVjC3v5Jm",
+	"fgItBgzTUw1AtyfSGMAaSgtbqUA9FUWSsXueFkJ32ZURe9vXATKoeDPgz7fJlAeRia+uhvdu+ehunKTp",
+	"N+Ixrm6loE3zA436hfeSfcxvRBNo32491gl0agWH9q1vJTRa3MFqUQjlvsJXSiT7K5y4kXGsP7K2rZXF",
+	"4tJOxHRxix0vsbZL3Yss5XM2V2kyWkC/22QmiFCY6IDsEY5JCMdyKX+DrQehot/Xvjs3Q/5nslYuc0We",
+	"v/XgDxwQwgJLKKRndphUORvxYjLNWTH/+hJD3CG/L5m5wkG/sKpeespXCoM119D14TAi2AbgsHEyXFgR",
+	"1ZjTWMk33xTvkjJRwGWkHljbviLQHACVEYKFNqnur7+zCvk71MbXOOh/Ln3s4hnQgqJsRQg+ZClQZk+9",
+	"qJiQrl0fcL2yF/2u4630FpvDrXZOniXaam+2RbD12yAm3hBppdl80UArPeM3irPaN/yvFmYtKTHLOOtY",
+	"ZYjBW+LfxsvuBNEMzrnWQnsdynxeOPyB3Q+dl2NJt4/Y+0x/NQjD+uL8taOwNMoD6uBBEEQEvNism2Uo",
+	"SvIt560+HFv7yr2vsYWuyo4OT53ID9K71TfI7x6qy6hoz3BdxLqJRZNpKzyl5TBcf9T/6q76XZ/19jWu",
+	"SIE1OPTpymc69e3dEJ8Of+bsHhsQ2gaNkbUJOg2MgnL5vh27oDqX1F4Rg3TJbFYACtXx0Iq/Fzy1jlB1",
+	"QnY0a2vg2fXuGNnmLlBANhejjqsMfdXr2WIO7m5ywLgNsg8kcU8SXpuXNT5uDXy63Fe9fTNMd9q5FtOW",
+	"92ekZhaC6opI/LuFe7zoqRXDF+vxUj7iN0qBLG+0OlVfioAOCMCzc5M3GdYhgGL8EXzFvjMXYpJo7Nvl",
+	"aQVeMs06YWwfZhO1o9nyK0XsnZJxMUKyU3AtjEzT3TrNdccjLCx3w73P9s8GNlZlN3wlIwsin2adA+CB",
+	"tiUyHqfJZJpHHjIGcFDWc/NSXZl60AeV+yU56Ls3vTePmPJ646x+rr7+3g3s1SfW2qyeh+WyfJOH3uYr",
+	"7WRuT7cU2kx7NDXNjDV78ra+AYvKLK8dfPfJDV1FtghLSbXryn/LjC8ze5/pr7UdwpaE51tQNM+kYYw/",
+	"+M+rWsIO5b23imuagGFZ+qv9N3968+fX37350yaKwXqRHPMk29VTnol1QvYjT7JLuOgFxat8SI1cPQhz",
+	"vof6dNLr7GhWvg9dztr7VMypRV45271XfxHZMR5WEXCwfk3yKdQTzrNEZUm+YLdcxhGbp3wkgEwe4I9E",
+	"z27XzDiZYLwMJGK9LfJ7LjJ61b7XAl2N7fu/Yjn0sOS3qshZ/pCMkHsf2h7rsiWAvX6fEsm3Kp9ijxbi",
+	"a0X6ni47h+jgQBYaM3/0O5v7SDJC0AkeA9/Yob1CFblOYsH2u919aEmiB/LNq1eOgBQvC1ICXS7L4PN7",
+	"YUvi9/V8r4Zyb+T3a7s3lyL3m92G9tcWO4rHs0Suc1AynotdoFbd0IsQDBe47Hcd3nLv0aDXnfF0cGqe",
+	"J7JVWVXv7lskuMx6ajiuXkZ/NhKUvc/mHzfwjwbOq5vy3yRFUM6zY8S8LUZ3Aji0qIyM56CwjUdqVC47",
+	"Pz47Ojl7T4dYApXAwC4z4ckWy7HZV10zNS8g8rUVmG6KnsN+9O/21QQ3bNqVYvrkdIEzLJZDlUtr+AKV",
+	"e/b+v1VTrXXicyHAhIoP/I3lh31ydSckIPrHSeqAPgIDQeBYPHdvxXXDfVL2+ckdE1UGDGR8tKSXykxv",
+	"JzI+l5kymkssLd6xmsooKZxRsB6nQqIJG2+vlOo1vRa5sTrXkvTRxru0l75kl+ylR9UBjOj79b6KvYq1",
+	"xWyeL2rclEyYYb/cKVvjpdBm0kuWgnszNnQDg8YIU/XAUgUpbjGQ5Q9cpbJ2BA2u4VmSYetGbGPGhnme",
+	"EtOTY30YqZk4cD0hk9x2rQLmLZ6mJaNI2bR/Rw8kcZRQox8zjk/zJFtgO69PgvhQEyBCw74T5XIY8VgM",
+	"ZK5w2HAkCxk7D0eSW3PL47K6PtHM82VgEmDMERPdiT9bXaC/ugGiC63rvJ2QTL9A5ikkzl9Pm2+5m74N",
+	"D6jc2033aNXvQZW5HqiHl7wkosM8YV3sF0fZDUZy8UyY8Vg4PAs12gs10TY7VYtRJqqU7zQNa+ZrA3DN",
+	"/P5lYWvmCb8VaA3ert5oOGBDmEDXkwZnOEJCZ0QvKzkSv5FxwaWRBhQUtMZwfGa01N8Uk/bQP3Y7sahs",
+	"o73PSbzW67sQ9+rOE5ZNHh9e/2SPD29j7acDSC86Pux9PEmkeljiRW+0J6rHfMDRSOK1DsZYZTOet/qt",
+	"ooArVxqv0wQ/qOxuE6L4V7rmhZMO9WhfCI/hIJZ11WGasozS8+a8t1dVcwdm9BvsqqASsol/HN6LkZD5",
+	"D/mNVBG9YdDfsrP728EupOuRxhJpFnAEZbqc1rvpcj/Yl6zI/kbtciSyVTnYHFTKlifuCfXrxh42Fmc7",
+	"zngiRdwpJyR2D9IHZStepAskqkvoSSuAO7XCTLhx3qYqNfvDzdyaOd3WNcGpPDlqLasiWA7H4l5Lcvv+",
+	"+IqZX5V070n8BaDPMy4XXk9irF7qV4QIaXSo67K7NEE+178VOmeT5B66AE9EPhUZMirSYWYmBZlvidD9",
+	"0ng30No7hhRm2VgZPWXXNB3f0DX/xnZ2asySWCMB9hyOfbiPHInOAbBkxKyQd1I9SKDMrXsAl9ij3j4D",
+	"vS2sIQ2mk0V2aOe4QY83O0k7ZrB1NMhJrNceStCdvnI6JTL/7k1rfWIT+qyd4E9fvf0OLqZ/llfzLOOL",
+	"l+6zVi73upPKydNYFTL+2o3XfoXKYk/WJfQIQjd3Sd5j7QlQkkdln3ge/w50wx6P1fwRRLPe7evgsYfs",
+	"rrgVmRS50OVUponOkYZvnhaTRO5odq5iHbGHaTKaMlXkoHD9np7I0gVMp1GlLz+33fij6qJA5bnSkBmI",
+	"FVK+gcrpMuj8DC3yzRpTt3bWPry8PHl/dnwUsR+uT06PTs7eR5Z4FblZpyIF9r+qisAnOa1kYYnQK9o1",
+	"bkxi4/HmC4pvEF0EZ3fmdNn9vkPHiq7eCbthQ0dpCAX1KaFhXoUoQV03/JVHYcPzUcqNPRcLHkeURVni",
+	"ZiHXBzSzWyGI22AfdiBCxMiOmEHndlYrSZ2IjROk3sOYlFnWgNIHSsBYs5m6F2Zc0OYMuvtjS3nwxVba",
+	"Whkp9XTtS9iQp8m9sI/4jYL29PiTo3W60Uye7QFqJR65EKCS/aEqR0/NgR56arBsE1vIGKC8UjyUQofo",
+	"CYwyVm0CbzcA270Y5xaV8Zw6cq2iMxv9ZfScDGm38rA3w2FxkolRroBStI3M9cDqHicZEteXA8Vvkxg/",
+	"71jNWHY41lOeAcMlu1dpMRPwgYgcw2ZVSRpx8RQlqdkxbmkjMmqMStCt1zpt2EfjaUHy1QGHPRNmM+PW",
+	"9l+UpBQ0po6gLRYajEY3m/t4ViOwLNZrC6NX45WhNlUf/tb+b+1RM5lP1RS/epJVLi0+y8iZeVgEAuCZ",
+	"Vjua6Qch5rat7fJmeWn1MBU8y28Ffy4TqCp3P7m7v4zQuftfiLnKamgxei/yuHQRDnRUqIqe4K07i2ou",
+	"skTFyQjkRwoN/aBUlr+0ZOBT9IscGWCFGk8Ou3rgo1j7wZzi5x8uA145DQfP2I5xYqEVz9qfwBX0A8Q0",
+	"bnKrkcEEXMyl3mWwg5HfN7a+9y3PR9MdjT446m74yLa0P1c6n2TmXMi41F5/W/PlTGjNJ8LlIx2J8EpI",
+	"wWYVRdxlhxKnze9rc1sOrO29IDn8yJPpG+07us/e9N4cALW3Ma8TdytzjLFcme+/77CJcMYL9n9PJPwz",
+	"E7pIEZfkvAtjknuHXZddCmcLM22cApwaZL9INJvybJYKrfvl+ru2XZQYsG9iZIRorhIMYKysZjlH0TLP",
+	"NXUC4GkB5ZnuUwBFsUPmNCCb8QXLklgwDunptvumE3m9MKElkROTA2iR/wadhpng6CtY9yjR/jIYRwRG",
+	"Myt0Dh01bHCyXYrdg/AYzzohin0zVy98mONDfgC6x6+N2ykffQFytk7NHlCoAeQRome5mGEIAvbk125Y",
+	"T0KO8TXviCddapHVSwFDsPQ8EaMIiqc1XlzXF1LviU+JzhM5+YpOQlbIBp4BjA6/oeQ6fUFXQ11F5aOs",
+	"oH93apwCDAOs8wqQM62pcU+lhVRH3Fm29X1lRjGIQos6ex++R7sR9ZpZGJBqev2I4TtHSNyRQSu0Neb/",
+	"Ma3sRSFfSmP4j/itEH+FvBDjdbZ/cGKf1ez3nkCrtsHeX9oBz7rRzTDFqMiSfAG7+FbwzPz2rx/NPkUE",
+	"FO7vIktb/dY0z+f9vb39V3/q9rq97n7/z70/92BP05A+O4SqEaQvkfu3HepqD0fo7491uNhxFzbkXZKm",
+	"2veAI1uyj22rjCqUo8SYQ9SnCkNwXa/RKNw48MRr6lPi4gUHYKCYT2Rsth2mdqv9SkM3ojo5yghXarSx",
+	"nYIFwHu3K4vMVu930ZzN3LtjSQC2esfzKjdP2cXfVTKDmOsKmfrSPBJpSmC4HtJ/DZzTn0uH4Fy920/q",
+	"wStbgoCNbylpxmfG5rK4Tu+uXqlI+LZgrAXAg949StTVl49f/r8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,13 +1,17 @@
 package api
 
 import (
+	"cmp"
+
 	"github.com/capstan-run/capstan/pkg/domain"
 	gojson "github.com/goccy/go-json"
 )
 
 // NewAttemptSpec is what an executor needs to run attempt id (its number,
 // on workerID) of task idx of step's action key: the identity fields, and
-// the step's plugin fields and environment (Env, then SecretEnv). State is
+// the step's plugin fields (wait_exit_code too), time limit, environment
+// (Env, then SecretEnv), network and resources (the executor's sandbox
+// limits the attempt to them). State is
 // ASSIGNED and Proceed true; Inputs are left to the caller, which resolves
 // them from their producers' outputs. Errors: a step's http or container
 // block that does not convert to the API's form.
@@ -24,8 +28,19 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	if len(step.Args) > 0 {
 		out.Args = &step.Args
 	}
+	out.WaitExitCode = step.WaitExitCode
 	grace := step.KillGraceDuration().Milliseconds()
 	out.KillGraceMs = &grace
+	if step.Network != "" {
+		out.Network = &step.Network
+	}
+	if r := step.Resources; r != nil && (r.CPUMillis > 0 || r.MemoryBytes > 0) {
+		out.Resources = &Resources{CpuMillis: &r.CPUMillis, MemoryBytes: &r.MemoryBytes}
+	}
+	if d := cmp.Or(step.AttemptTimeoutDuration(), step.TimeoutDuration()); d > 0 {
+		ms := d.Milliseconds()
+		out.TimeoutMs = &ms
+	}
 	if step.HTTP != nil {
 		out.Http = new(HTTPSpec)
 		if err := ConvertJSON(step.HTTP, out.Http); err != nil {
@@ -35,6 +50,12 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	if step.Container != nil {
 		out.Container = new(ContainerSpec)
 		if err := ConvertJSON(step.Container, out.Container); err != nil {
+			return AttemptSpec{}, err
+		}
+	}
+	if step.Kubernetes != nil {
+		out.Kubernetes = new(KubernetesSpec)
+		if err := ConvertJSON(step.Kubernetes, out.Kubernetes); err != nil {
 			return AttemptSpec{}, err
 		}
 	}

@@ -4,3 +4,4 @@
 package api
 
 //go:generate go tool oapi-codegen -config ../../openapi/api.cfg.yaml ../../openapi/capstan.yaml
+//go:generate go run ./schemagen ../../openapi/capstan.yaml ../../schema

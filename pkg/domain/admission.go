@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -33,13 +32,8 @@ const AbortReasonConcurrency = "concurrency"
 
 // Limits of admission fields.
 const (
-	// MaxKeyExprBytes bounds a key expression's source.
-	MaxKeyExprBytes = 4096
 	// MaxKeyBytes bounds an evaluated key.
 	MaxKeyBytes = 255
-	// MaxKeyCost bounds one evaluation of a key expression, in CEL cost
-	// units.
-	MaxKeyCost = 100_000
 	// MaxSlots bounds max_runs and max_tasks.
 	MaxSlots = 100_000
 	// MaxRateLimits bounds the rate limits one step takes.
@@ -123,15 +117,9 @@ var (
 	})
 )
 
-// keyExprs caches compiled key expressions; at most maxCachedConditions.
-var (
-	keyExprs       sync.Map // "run:"/"task:" + expression → *KeyExpr
-	cachedKeyExprs atomic.Int64
-)
-
 // CompileRunKey compiles a run-level key expression (over params).
-// Errors: longer than MaxKeyExprBytes, does not compile, is not a string
-// (nor dyn, checked when evaluated).
+// Errors: compileExpr's (too long, does not compile, may cost too much),
+// or it is not a string (nor dyn, checked when evaluated).
 func CompileRunKey(expr string) (*KeyExpr, error) { return compileKey("run:", runKeyEnv, expr) }
 
 // CompileTaskKey compiles a task-level key expression (over params, ITEM
@@ -139,45 +127,43 @@ func CompileRunKey(expr string) (*KeyExpr, error) { return compileKey("run:", ru
 func CompileTaskKey(expr string) (*KeyExpr, error) { return compileKey("task:", taskKeyEnv, expr) }
 
 func compileKey(kind string, envOf func() (*cel.Env, error), expr string) (*KeyExpr, error) {
-	if len(expr) > MaxKeyExprBytes {
-		return nil, fmt.Errorf("is %d bytes; at most %d", len(expr), MaxKeyExprBytes)
-	}
-	if x, ok := keyExprs.Load(kind + expr); ok {
+	if x, ok := exprs.get(kind + expr); ok {
 		return x.(*KeyExpr), nil
 	}
 	env, err := envOf()
 	if err != nil {
 		return nil, err
 	}
-	checked, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, fmt.Errorf("does not compile: %s", oneLine(iss.Err().Error()))
+	checked, prog, err := compileExpr(env, expr)
+	if err != nil {
+		return nil, err
 	}
 	if t := checked.OutputType(); !t.IsExactType(cel.StringType) && !t.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("must be a string expression, is %s", t)
 	}
-	prog, err := env.Program(checked, cel.CostLimit(MaxKeyCost))
-	if err != nil {
-		return nil, fmt.Errorf("does not compile: %s", oneLine(err.Error()))
-	}
 	x := &KeyExpr{prog: prog}
-	if cachedKeyExprs.Load() < maxCachedConditions {
-		cachedKeyExprs.Add(1)
-		keyExprs.Store(kind+expr, x)
-	}
+	exprs.put(kind+expr, x)
 	return x, nil
 }
 
-// Eval evaluates the key. An empty string is the key "". Errors: the
-// expression failed at run time (it read a param the run does not have,
-// or cost more than MaxKeyCost), its value is not a string, or it is
-// longer than MaxKeyBytes.
+// Eval evaluates the key, a decision of its own (exprBudget). An empty
+// string is the key "". Errors: the expression failed at run time (it
+// read a param the run does not have, or exceeded its limits:
+// ErrExprLimit, wrapped), its value is not a string, or it is longer than
+// MaxKeyBytes.
 func (k *KeyExpr) Eval(v KeyVars) (string, error) {
+	var b exprBudget
+	defer b.done()
+	return k.eval(&b, v)
+}
+
+// eval is Eval within budget b.
+func (k *KeyExpr) eval(b *exprBudget, v KeyVars) (string, error) {
 	params := v.Params
 	if params == nil {
 		params = map[string]any{}
 	}
-	out, _, err := k.prog.Eval(map[string]any{"params": params, "ITEM": v.Item, "index": v.Index})
+	out, err := b.eval(k.prog, map[string]any{"params": params, "ITEM": v.Item, "index": v.Index})
 	if err != nil {
 		return "", fmt.Errorf("fails: %s", oneLine(err.Error()))
 	}
@@ -202,15 +188,17 @@ type AdmissionKeys struct {
 // AdmissionKeys evaluates the spec's concurrency key and fairness key over
 // a run's resolved params. Errors, FieldErrors naming prefix +
 // ".concurrency.key" or prefix + ".fairness_key": the expression does not
-// compile or fails (KeyExpr.Eval).
+// compile or fails (KeyExpr.Eval). The two are one decision (exprBudget).
 func (w WorkflowSpec) AdmissionKeys(params map[string]any, prefix string) (AdmissionKeys, []FieldError) {
 	var keys AdmissionKeys
 	var errs []FieldError
+	var b exprBudget
+	defer b.done()
 	eval := func(field, expr string) string {
 		x, err := CompileRunKey(expr)
 		if err == nil {
 			var key string
-			if key, err = x.Eval(KeyVars{Params: params}); err == nil {
+			if key, err = x.eval(&b, KeyVars{Params: params}); err == nil {
 				return key
 			}
 		}

@@ -23,7 +23,17 @@ const (
 	CausePreempted = "preempted"
 	// CauseWorkerLost: the attempt's worker died, deregistered or lost it.
 	CauseWorkerLost = "worker_lost"
+	// CauseWaiting: the work answered that its target is not ready yet (an
+	// http status in the step's wait_codes, a shell exit with its
+	// wait_exit_code): the task waits and asks again after KubeVela's
+	// waiting backoff, charged to no budget (DecideWait).
+	CauseWaiting = "waiting"
 )
+
+// CodePluginUnavailable is the code of an attempt whose executor does not
+// run the step's plugin (a container step on an executor without a
+// runtime): the platform placed it where it cannot run.
+const CodePluginUnavailable = "PluginUnavailable"
 
 // MaxCodeBytes bounds an attempt's error code.
 const MaxCodeBytes = 64
@@ -77,10 +87,11 @@ func GoneState(cause string) TaskState {
 }
 
 // IsPlatformFailure reports whether an attempt that ended in state with cause
-// counts against its worker (ARC's failures): WORKER_FAILED, or FAILED with
-// cause system.
-func IsPlatformFailure(state TaskState, cause string) bool {
-	return state == TaskWorkerFailed || state == TaskFailed && cause == CauseSystem
+// and code counts against its worker (ARC's failures): WORKER_FAILED, or
+// FAILED with cause system, except CodePluginUnavailable: a worker that
+// lacks a plugin is not failing, the attempt was placed where it cannot run.
+func IsPlatformFailure(state TaskState, cause, code string) bool {
+	return state == TaskWorkerFailed || state == TaskFailed && cause == CauseSystem && code != CodePluginUnavailable
 }
 
 // CascadesGang reports whether a coscheduled task whose attempt ended in

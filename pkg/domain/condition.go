@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
@@ -25,6 +24,10 @@ type Condition struct {
 	// Params names the params the expression reads as params.<name> or
 	// params["<name>"], sorted, once each.
 	Params []string
+	// readsAnySteps is set when the expression reads steps other than as
+	// steps.<name> or steps["<name>"] (a comprehension over steps, an
+	// index it computes): it may read any step, not only Steps.
+	readsAnySteps bool
 }
 
 // CondVars is what a condition reads: each step's phase and outputs,
@@ -46,42 +49,28 @@ var conditionEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.CrossTypeNumericComparisons(true))
 })
 
-// conditions caches compiled expressions (each run's advance evaluates its
-// steps' conditions again); at most maxCachedConditions are kept.
-var (
-	conditions       sync.Map // expression → *Condition
-	cachedConditions atomic.Int64
-)
-
-const maxCachedConditions = 10000
-
-// CompileCondition compiles a CEL condition. Errors: the expression does not
-// parse or type-check, or is not a boolean.
+// CompileCondition compiles a CEL condition (compileExpr's limits), from
+// the cache when it holds it. Errors: longer than MaxExprBytes, does not
+// compile, may cost more than MaxExprCost, or is not a boolean.
 func CompileCondition(expr string) (*Condition, error) {
-	if c, ok := conditions.Load(expr); ok {
+	if c, ok := exprs.get("if:" + expr); ok {
 		return c.(*Condition), nil
 	}
 	env, err := conditionEnv()
 	if err != nil {
 		return nil, err
 	}
-	checked, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, iss.Err()
+	checked, prog, err := compileExpr(env, expr)
+	if err != nil {
+		return nil, err
 	}
 	if t := checked.OutputType(); t != cel.BoolType && t != cel.DynType {
 		return nil, fmt.Errorf("must be a boolean expression, is %s", checked.OutputType())
 	}
-	prog, err := env.Program(checked)
-	if err != nil {
-		return nil, err
-	}
 	tree := checked.NativeRep().Expr()
-	c := &Condition{prog: prog, Steps: referencedKeys(tree, "steps"), Params: referencedKeys(tree, "params")}
-	if cachedConditions.Load() < maxCachedConditions {
-		cachedConditions.Add(1)
-		conditions.Store(expr, c)
-	}
+	c := &Condition{prog: prog, Steps: referencedKeys(tree, "steps"), Params: referencedKeys(tree, "params"),
+		readsAnySteps: !readsOnlyByKey(tree, "steps")}
+	exprs.put("if:"+expr, c)
 	return c, nil
 }
 
@@ -112,9 +101,42 @@ func referencedKeys(expr ast.Expr, ident string) []string {
 	return slices.Compact(names)
 }
 
-// Eval evaluates the condition. Errors: the expression failed at run time,
-// e.g. it read an output the step did not write.
+// readsOnlyByKey reports whether expr reads the map variable ident only
+// as <ident>.<key> or <ident>["<key>"] (referencedKeys then names every
+// key it reads).
+func readsOnlyByKey(expr ast.Expr, ident string) bool {
+	var uses, keyed int
+	isVar := func(e ast.Expr) bool { return e.Kind() == ast.IdentKind && e.AsIdent() == ident }
+	ast.PostOrderVisit(expr, ast.NewExprVisitor(func(e ast.Expr) {
+		switch {
+		case isVar(e):
+			uses++
+		case e.Kind() == ast.SelectKind && isVar(e.AsSelect().Operand()):
+			keyed++
+		case e.Kind() == ast.CallKind:
+			call := e.AsCall()
+			if call.FunctionName() == operators.Index && len(call.Args()) == 2 && isVar(call.Args()[0]) &&
+				call.Args()[1].Kind() == ast.LiteralKind {
+				if _, ok := call.Args()[1].AsLiteral().(types.String); ok {
+					keyed++
+				}
+			}
+		}
+	}))
+	return uses == keyed
+}
+
+// Eval evaluates the condition, a decision of its own (exprBudget).
+// Errors: the expression failed at run time, e.g. it read an output the
+// step did not write; ErrExprLimit (wrapped) past its limits.
 func (c *Condition) Eval(v CondVars) (bool, error) {
+	var b exprBudget
+	defer b.done()
+	return c.eval(&b, v)
+}
+
+// eval is Eval within budget b.
+func (c *Condition) eval(b *exprBudget, v CondVars) (bool, error) {
 	steps := make(map[string]any, len(v.Steps))
 	for name, st := range v.Steps {
 		outputs := make(map[string]any, len(st.Outputs))
@@ -127,13 +149,13 @@ func (c *Condition) Eval(v CondVars) (bool, error) {
 	if params == nil {
 		params = map[string]any{}
 	}
-	out, _, err := c.prog.Eval(map[string]any{"steps": steps, "run": map[string]any{"failed": v.Failed}, "params": params})
+	out, err := b.eval(c.prog, map[string]any{"steps": steps, "run": map[string]any{"failed": v.Failed}, "params": params})
 	if err != nil {
 		return false, err
 	}
-	b, ok := out.Value().(bool)
+	bv, ok := out.Value().(bool)
 	if !ok {
 		return false, errors.New("the condition is not a boolean")
 	}
-	return b, nil
+	return bv, nil
 }

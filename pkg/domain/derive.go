@@ -13,6 +13,9 @@ type JobView struct {
 	PendingReason bool
 	// Started is true when any task of the job ever started.
 	Started bool
+	// Waiting is true when a PENDING task waits for its target to be ready
+	// (its last attempt answered waiting: DecideWait).
+	Waiting bool
 }
 
 // Total is the number of tasks.
@@ -43,8 +46,11 @@ func (v JobView) Count(s TaskState) int {
 //  5. all finished, any WORKER_FAILED/PREEMPTED -> WORKER_FAILED
 //  6. all finished, the rest SUCCEEDED or tolerated FAILED -> SUCCEEDED
 //     (Capstan's addition: Iris leaves this case to fall through to PENDING)
-//  7. any ASSIGNED/BUILDING/RUNNING, or started before -> RUNNING
-//  8. else QUEUED (WAITING_FOR_RESOURCES when a pending_reason is known)
+//  7. any ASSIGNED/BUILDING/RUNNING -> RUNNING
+//  8. a task waits for its target -> WAITING (Capstan's, KubeVela's
+//     waiting step: nothing runs, it asks again after the backoff)
+//  9. started before -> RUNNING
+//  10. else QUEUED (WAITING_FOR_RESOURCES when a pending_reason is known)
 //
 // Tasks in FAILED, WORKER_FAILED or PREEMPTED are counted here only once
 // their budget is spent: a retried task is back in PENDING.
@@ -71,7 +77,12 @@ func DeriveJobPhase(v JobView) Phase {
 		}
 		return PhaseSucceeded
 	}
-	if v.Count(TaskAssigned)+v.Count(TaskBuilding)+v.Count(TaskRunning) > 0 || v.Started {
+	switch {
+	case v.Count(TaskAssigned)+v.Count(TaskBuilding)+v.Count(TaskRunning) > 0:
+		return PhaseRunning
+	case v.Waiting && v.Count(TaskPending) > 0:
+		return PhaseWaiting
+	case v.Started:
 		return PhaseRunning
 	}
 	if v.PendingReason {

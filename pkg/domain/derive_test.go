@@ -117,14 +117,24 @@ func TestDeriveJobPhase(t *testing.T) {
 		{"7. RUNNING: Any task is ASSIGNED", jobOf(assign, pend), domain.PhaseRunning},
 		{"7. RUNNING: Any task is BUILDING", jobOf(build, pend, pend), domain.PhaseRunning},
 		{"7. RUNNING: Any task is RUNNING", jobOf(run), domain.PhaseRunning},
-		{"7. RUNNING: started before, all tasks back in PENDING after a retry",
+		{"9. RUNNING: started before, all tasks back in PENDING after a retry",
 			with(jobOf(pend, pend), func(v *domain.JobView) { v.Started = true }), domain.PhaseRunning},
 		{"7. RUNNING wins over a known pending_reason",
 			with(jobOf(run, pend), func(v *domain.JobView) { v.PendingReason = true }), domain.PhaseRunning},
 
-		// Rule 8.
-		{"8. PENDING: Default (no tasks have started) -> QUEUED", jobOf(pend, pend), domain.PhaseQueued},
-		{"8. WAITING_FOR_RESOURCES when a pending_reason is known",
+		// Rule 8 (Capstan's: KubeVela's waiting step).
+		{"8. WAITING: a task waits for its target and none runs",
+			with(jobOf(pend), func(v *domain.JobView) { v.Started, v.Waiting = true, true }), domain.PhaseWaiting},
+		{"8. WAITING: a task waits while its sibling succeeded",
+			with(jobOf(pend, succ), func(v *domain.JobView) { v.Started, v.Waiting = true, true }), domain.PhaseWaiting},
+		{"7 before 8. a running sibling makes the job RUNNING, not WAITING",
+			with(jobOf(pend, run), func(v *domain.JobView) { v.Started, v.Waiting = true, true }), domain.PhaseRunning},
+		{"2 before 8. a failure beyond tolerance wins over a wait",
+			with(jobOf(pend, fail), func(v *domain.JobView) { v.Started, v.Waiting = true, true }), domain.PhaseFailed},
+
+		// Rules 9 and 10.
+		{"10. PENDING: Default (no tasks have started) -> QUEUED", jobOf(pend, pend), domain.PhaseQueued},
+		{"10. WAITING_FOR_RESOURCES when a pending_reason is known",
 			with(jobOf(pend), func(v *domain.JobView) { v.PendingReason = true }), domain.PhaseWaitingForResources},
 	}
 	for _, tc := range tests {

@@ -28,8 +28,9 @@ func (s Step) validateWait() []FieldError {
 		".replicas":   s.Replicas != nil && *s.Replicas != 1, ".outputs": len(s.Outputs) > 0,
 		".inputs": len(s.Inputs) > 0, ".on_failure": s.OnFailure != "" && s.OnFailure != OnFailureFail,
 		".attempt_timeout": s.AttemptTimeout != "", ".coscheduled": s.Coscheduled, ".args": len(s.Args) > 0,
-		".http": s.HTTP != nil, ".container": s.Container != nil, ".cache": s.Cache != nil,
-		".kill_grace": s.KillGrace != "", ".max_system_failures": s.MaxSystemFailures != nil}
+		".http": s.HTTP != nil, ".container": s.Container != nil, ".kubernetes": s.Kubernetes != nil, ".cache": s.Cache != nil,
+		".kill_grace": s.KillGrace != "", ".max_system_failures": s.MaxSystemFailures != nil, ".network": s.Network != "",
+		".wait_exit_code": s.WaitExitCode != nil, ".wait_timeout": s.WaitTimeout != ""}
 	for _, field := range slices.Sorted(maps.Keys(taskOnly)) {
 		if taskOnly[field] {
 			add(field, "only a task step takes it; this step is a %s", s.Kind)

@@ -14,14 +14,20 @@ const (
 	// PhaseWaitingForCache).
 	PhaseWaitingForCache Phase = "WAITING_FOR_CACHE"
 	PhaseRunning         Phase = "RUNNING"
-	PhaseSucceeded       Phase = "SUCCEEDED"
-	PhaseFailed          Phase = "FAILED"
-	PhaseAborted         Phase = "ABORTED"
-	PhaseTimedOut        Phase = "TIMED_OUT"
-	PhaseUnschedulable   Phase = "UNSCHEDULABLE"
-	PhaseWorkerFailed    Phase = "WORKER_FAILED"
-	PhasePaused          Phase = "PAUSED"
-	PhaseSkipped         Phase = "SKIPPED"
+	// PhaseWaiting: a task step whose target answered that it is not ready
+	// (an http wait code, a shell wait exit code) waits to ask again after
+	// KubeVela's waiting backoff, and nothing of it runs meanwhile
+	// (KubeVela: an unhealthy step "will be marked as wait but not failed
+	// and it will wait for healthy").
+	PhaseWaiting       Phase = "WAITING"
+	PhaseSucceeded     Phase = "SUCCEEDED"
+	PhaseFailed        Phase = "FAILED"
+	PhaseAborted       Phase = "ABORTED"
+	PhaseTimedOut      Phase = "TIMED_OUT"
+	PhaseUnschedulable Phase = "UNSCHEDULABLE"
+	PhaseWorkerFailed  Phase = "WORKER_FAILED"
+	PhasePaused        Phase = "PAUSED"
+	PhaseSkipped       Phase = "SKIPPED"
 )
 
 // IsTerminal reports whether an action in phase p will never change again.
@@ -41,7 +47,7 @@ func (p Phase) rank() int {
 	switch p {
 	case PhaseQueued, PhaseWaitingForResources, PhaseWaitingForCache:
 		return 0
-	case PhaseRunning, PhasePaused:
+	case PhaseRunning, PhasePaused, PhaseWaiting:
 		return 1
 	}
 	if p.IsTerminal() {
@@ -51,9 +57,11 @@ func (p Phase) rank() int {
 }
 
 // CanMovePhase reports whether an action may move from phase from to phase to.
-// Phases only move forward (QUEUED and WAITING_FOR_RESOURCES, then RUNNING or
-// PAUSED, then a terminal phase), except that PAUSED -> RUNNING is a resume
-// (Flyte's UpdateActionPhase guard); a terminal phase never changes.
+// Phases only move forward (QUEUED, WAITING_FOR_RESOURCES and
+// WAITING_FOR_CACHE, then RUNNING, PAUSED or WAITING, then a terminal
+// phase), except that PAUSED -> RUNNING is a resume (Flyte's
+// UpdateActionPhase guard) and RUNNING and WAITING alternate while a step
+// waits for its target; a terminal phase never changes.
 func CanMovePhase(from, to Phase) bool {
 	if from == to {
 		return false
@@ -61,8 +69,8 @@ func CanMovePhase(from, to Phase) bool {
 	if from.IsTerminal() || to.rank() < 0 || from.rank() < 0 {
 		return false
 	}
-	// Same rank: QUEUED, WAITING_FOR_RESOURCES and WAITING_FOR_CACHE; RUNNING
-	// and PAUSED.
+	// Same rank: QUEUED, WAITING_FOR_RESOURCES and WAITING_FOR_CACHE; RUNNING,
+	// PAUSED and WAITING.
 	return to.rank() >= from.rank()
 }
 

@@ -22,6 +22,10 @@ const (
 	// executors that found a working runtime run it: they advertise the
 	// worker label PluginLabel(PluginContainer)=true.
 	PluginContainer = "container"
+	// PluginKubernetes runs Step.Kubernetes as one Kubernetes Pod per
+	// attempt. Only the executors configured for a cluster run it: they
+	// advertise the worker label PluginLabel(PluginKubernetes)=true.
+	PluginKubernetes = "kubernetes"
 	// PluginNoop starts no process: the executor reports the attempt RUNNING
 	// and then SUCCEEDED at once. It needs no command (one given is
 	// ignored); it tests a workflow's shape and measures the control plane.
@@ -29,12 +33,12 @@ const (
 )
 
 // KnownPlugins lists the plugin names a spec may use.
-var KnownPlugins = []string{PluginShell, PluginHTTP, PluginContainer, PluginNoop}
+var KnownPlugins = []string{PluginShell, PluginHTTP, PluginContainer, PluginKubernetes, PluginNoop}
 
 // OptionalPlugins are the plugins only some executors run: a task of one is
 // placed only on a worker labelled PluginLabel(plugin)=true. The others run
 // on every executor.
-var OptionalPlugins = []string{PluginContainer}
+var OptionalPlugins = []string{PluginContainer, PluginKubernetes}
 
 // PluginLabel is the worker label an executor sets to "true" when it runs
 // plugin, e.g. "plugin.container".
@@ -48,6 +52,20 @@ func (w WorkerView) RunsPlugin(plugin string) bool {
 	return !slices.Contains(OptionalPlugins, plugin) || w.Labels[PluginLabel(plugin)] == "true"
 }
 
+// PluginOffered reports whether any of the workers whose labels are given
+// runs plugin (RunsPlugin): while one does, placement may still find the
+// plugin's task a worker; when none does, a task its executor could not run
+// (CodePluginUnavailable) fails for good (Flyte: "no plugin is found for
+// the TaskType" fails the action).
+func PluginOffered(plugin string, labels []map[string]string) bool {
+	for _, l := range labels {
+		if (WorkerView{Labels: l}).RunsPlugin(plugin) {
+			return true
+		}
+	}
+	return false
+}
+
 // DefaultKillGrace is how long an aborted process has between SIGTERM and
 // SIGKILL when its step sets no kill_grace.
 const DefaultKillGrace = 10 * time.Second
@@ -58,19 +76,26 @@ const (
 	MaxHTTPBodyBytes = 1 << 20
 	MaxHeaders       = 64
 	MaxURLBytes      = 8 << 10
+	MaxWaitCodes     = 64
 )
 
 // HTTPSpec is the http plugin's request: Method (default GET) to URL with
-// Headers and Body. A status in SuccessCodes (default any 2xx) succeeds; a
-// 5xx or a transport error is a retryable user failure; any other status
-// fails without retry.
+// Headers and Body. A status in SuccessCodes (default any 2xx) succeeds; one
+// in WaitCodes means the target is not ready yet (the step waits, KubeVela's
+// wait for healthy); a 5xx or a transport error is a retryable user
+// failure; any other status fails without retry.
 type HTTPSpec struct {
 	URL          string            `json:"url"`
 	Method       string            `json:"method,omitempty"`
 	Headers      map[string]string `json:"headers,omitempty"`
 	Body         string            `json:"body,omitempty"`
 	SuccessCodes []int             `json:"success_codes,omitempty"`
+	WaitCodes    []int             `json:"wait_codes,omitempty"`
 }
+
+// Waits reports whether status means the target is not ready yet: it is in
+// WaitCodes (and so, by validation, no success code).
+func (h HTTPSpec) Waits(status int) bool { return slices.Contains(h.WaitCodes, status) }
 
 // Succeeded reports whether status counts as success.
 func (h HTTPSpec) Succeeded(status int) bool {
@@ -100,18 +125,27 @@ type ContainerSpec struct {
 // as the API hands them to the executor. Its JSON is canonical (struct
 // fields in order, map keys sorted), so it is also a cache key's part.
 type PluginSpec struct {
-	Plugin    string            `json:"plugin"`
-	Command   string            `json:"command,omitempty"`
-	Args      []string          `json:"args,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	HTTP      *HTTPSpec         `json:"http,omitempty"`
-	Container *ContainerSpec    `json:"container,omitempty"`
+	Plugin     string            `json:"plugin"`
+	Command    string            `json:"command,omitempty"`
+	Args       []string          `json:"args,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	HTTP       *HTTPSpec         `json:"http,omitempty"`
+	Container  *ContainerSpec    `json:"container,omitempty"`
+	Kubernetes *KubernetesSpec   `json:"kubernetes,omitempty"`
+	// WaitExitCode is the shell plugin's "not ready yet" exit status.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
 }
 
 // PluginSpec returns the step's plugin and its fields.
 func (s Step) PluginSpec() PluginSpec {
 	return PluginSpec{Plugin: s.Plugin, Command: s.Command, Args: s.Args, Env: s.Env, HTTP: s.HTTP,
-		Container: s.Container}
+		Container: s.Container, Kubernetes: s.Kubernetes, WaitExitCode: s.WaitExitCode}
+}
+
+// Waits reports whether the plugin may answer that its target is not ready
+// (http wait_codes, a shell wait_exit_code).
+func (p PluginSpec) Waits() bool {
+	return p.WaitExitCode != nil || p.HTTP != nil && len(p.HTTP.WaitCodes) > 0
 }
 
 // KillGraceDuration parses KillGrace, default DefaultKillGrace.
@@ -136,9 +170,9 @@ func (p PluginSpec) Validate() []FieldError {
 		return errs
 	}
 	fields := map[string]bool{".command": p.Command != "", ".args": len(p.Args) > 0, ".http": p.HTTP != nil,
-		".container": p.Container != nil}
-	allowed := map[string][]string{PluginShell: {".command", ".args"}, PluginHTTP: {".http"},
-		PluginContainer: {".container"}, PluginNoop: {".command"}}[p.Plugin]
+		".container": p.Container != nil, ".kubernetes": p.Kubernetes != nil, ".wait_exit_code": p.WaitExitCode != nil}
+	allowed := map[string][]string{PluginShell: {".command", ".args", ".wait_exit_code"}, PluginHTTP: {".http"},
+		PluginContainer: {".container"}, PluginKubernetes: {".kubernetes"}, PluginNoop: {".command"}}[p.Plugin]
 	for _, f := range slices.Sorted(maps.Keys(fields)) {
 		if fields[f] && !slices.Contains(allowed, f) {
 			add(f, "the %s plugin does not take it", p.Plugin)
@@ -151,11 +185,16 @@ func (p PluginSpec) Validate() []FieldError {
 		errs = append(errs, p.HTTP.validate()...)
 	case PluginContainer:
 		errs = append(errs, p.Container.validate()...)
+	case PluginKubernetes:
+		errs = append(errs, p.Kubernetes.validate()...)
 	}
 	return errs
 }
 
 func (p PluginSpec) validateShell() []FieldError {
+	if c := p.WaitExitCode; c != nil && (*c < 1 || *c > 255) {
+		return []FieldError{{".wait_exit_code", fmt.Sprintf("must be an exit status from 1 to 255; got %d", *c)}}
+	}
 	switch {
 	case p.Command != "" && len(p.Args) > 0:
 		return []FieldError{{".args", "give command (run by /bin/sh -c) or args (an argv), not both"}}
@@ -190,7 +229,7 @@ func validateArgv(field string, argv []string, first bool) []FieldError {
 
 func (h *HTTPSpec) validate() []FieldError {
 	if h == nil {
-		return []FieldError{{".http", "the http plugin needs http: {url, method, headers, body, success_codes}"}}
+		return []FieldError{{".http", "the http plugin needs http: {url, method, headers, body, success_codes, wait_codes}"}}
 	}
 	var errs []FieldError
 	add := func(field, format string, a ...any) {
@@ -217,6 +256,17 @@ func (h *HTTPSpec) validate() []FieldError {
 	for i, c := range h.SuccessCodes {
 		if c < 100 || c > 599 {
 			add(fmt.Sprintf(".http.success_codes[%d]", i), "must be an HTTP status from 100 to 599; got %d", c)
+		}
+	}
+	if len(h.WaitCodes) > MaxWaitCodes {
+		add(".http.wait_codes", "has %d codes; at most %d", len(h.WaitCodes), MaxWaitCodes)
+	}
+	for i, c := range h.WaitCodes {
+		switch {
+		case c < 100 || c > 599:
+			add(fmt.Sprintf(".http.wait_codes[%d]", i), "must be an HTTP status from 100 to 599; got %d", c)
+		case h.Succeeded(c):
+			add(fmt.Sprintf(".http.wait_codes[%d]", i), "%d is a success code; a wait code means not ready yet", c)
 		}
 	}
 	return errs

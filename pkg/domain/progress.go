@@ -26,10 +26,18 @@ type Progress struct {
 	Start []string
 	// Skip lists steps that will never run, in the order decided; Reasons
 	// says why for each.
-	Skip    []string
+	Skip []string
+	// Fail lists steps whose condition exceeded its limits (ErrExprLimit):
+	// they end FAILED without running, in the order decided, and Reasons
+	// says why for each.
+	Fail    []string
 	Reasons map[string]string
 	// Phase is the run's (root action's) phase.
 	Phase Phase
+	// Unjudged lists, in spec order, the steps whose condition
+	// EvaluateWith had no verdict for; it then decided nothing. Evaluate
+	// leaves it empty.
+	Unjudged []string
 }
 
 // Evaluate decides which steps of spec start now, which are SKIPPED, and the
@@ -48,7 +56,22 @@ type Progress struct {
 // starts. The run is RUNNING while a step runs, PAUSED when nothing runs and
 // a step (or the run) is paused, and once every step ended it takes the
 // first failure's phase in spec order, else SUCCEEDED.
+//
+// The conditions of one Evaluate are one decision (exprBudget): together
+// they cost at most about MaxBatchCost and MaxBatchTime. A caller holding
+// the run's locks evaluates them beforehand instead (ConditionVerdicts)
+// and decides with EvaluateWith. A condition that exceeds a limit
+// FAILS its step (a false or failing one SKIPS it), and one is evaluated
+// once per Evaluate unless run.failed changed meanwhile.
 func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, params map[string]any) Progress {
+	conds := newConditions()
+	defer conds.budget.done()
+	return evaluate(spec, status, suspended, params, conds)
+}
+
+// evaluate is Evaluate with its steps' conditions decided by conds.
+func evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, params map[string]any,
+	conds *conditions) Progress {
 	p := Progress{Reasons: map[string]string{}}
 	work := maps.Clone(status)
 	if work == nil {
@@ -62,8 +85,13 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, p
 			if st.Started || st.Phase.IsTerminal() {
 				continue
 			}
-			run, why := decide(spec, i, vars)
+			run, why, fail := decide(spec, i, vars, conds)
 			switch {
+			case fail != "":
+				p.Fail, p.Reasons[s.Name] = append(p.Fail, s.Name), fail
+				work[s.Name] = StepStatus{Phase: PhaseFailed}
+				vars.Failed = true
+				changed = true
 			case why != "":
 				p.Skip, p.Reasons[s.Name] = append(p.Skip, s.Name), why
 				work[s.Name] = StepStatus{Phase: PhaseSkipped}
@@ -77,6 +105,7 @@ func Evaluate(spec WorkflowSpec, status map[string]StepStatus, suspended bool, p
 	}
 	slices.SortStableFunc(p.Start, func(a, b string) int { return spec.index(a) - spec.index(b) })
 	p.Phase = runPhase(spec, status, work, suspended, len(p.Start) > 0)
+	p.Unjudged = conds.unjudged(spec)
 	return p
 }
 
@@ -89,42 +118,34 @@ func (s Step) startPhase() Phase {
 	return PhaseQueued
 }
 
-// decide returns whether step i runs now, or why it never will ("" while it
-// waits for its dependencies); vars.Steps is the status decided so far.
-func decide(spec WorkflowSpec, i int, vars CondVars) (run bool, skip string) {
+// decide returns whether step i runs now, or why it never will (skip, ""
+// while it waits for its dependencies), or why it fails without running
+// (its condition exceeded its limits); vars.Steps is the status decided so
+// far.
+func decide(spec WorkflowSpec, i int, vars CondVars, conds *conditions) (run bool, skip, fail string) {
 	s, work := spec.Steps[i], vars.Steps
 	if s.If == "" && vars.Failed {
-		return false, "a step of the run failed"
+		return false, "a step of the run failed", ""
 	}
 	deps := spec.Dependencies(i)
 	for _, d := range deps {
 		if !work[d].Phase.IsTerminal() {
-			return false, ""
+			return false, "", ""
 		}
 	}
 	switch s.If {
 	case "":
 		for _, d := range deps {
 			if work[d].Phase != PhaseSucceeded {
-				return false, "step " + d + " did not succeed"
+				return false, "step " + d + " did not succeed", ""
 			}
 		}
-		return true, ""
+		return true, "", ""
 	case IfAlways:
-		return true, ""
+		return true, "", ""
 	}
-	c, err := CompileCondition(s.If)
-	if err != nil {
-		return false, "its condition does not compile: " + err.Error()
-	}
-	ok, err := c.Eval(vars)
-	switch {
-	case err != nil:
-		return false, "its condition failed: " + err.Error()
-	case !ok:
-		return false, "its condition is false"
-	}
-	return true, ""
+	o := conds.outcome(s, vars)
+	return o.run, o.skip, o.fail
 }
 
 // anyFailed reports whether a step ended in a failure phase.

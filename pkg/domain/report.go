@@ -30,9 +30,11 @@ type ReportVerdict uint8
 // Report verdicts. The zero verdict writes nothing.
 const (
 	// ReportIgnore: the report changes nothing and is no error: the
-	// attempt ended already (a late or duplicate report), or, from a named
-	// worker, the attempt is in the reported state already, or RUNNING
-	// and reported BUILDING (a batch resent after a lost answer).
+	// attempt ended already (a late or duplicate report), PENDING was
+	// reported (Iris's controller ignores it, so that an ASSIGNED task does
+	// not regress), or, from a named worker, the attempt is in the reported
+	// state already, or RUNNING and reported BUILDING (a batch resent after
+	// a lost answer).
 	ReportIgnore ReportVerdict = iota
 	// ReportApply: the attempt takes the reported state.
 	ReportApply
@@ -71,10 +73,12 @@ func (d ReportDecision) Refused() bool { return d.Verdict >= ReportUnknown }
 // f, made by worker ("" when the reporter is not named: it is then
 // neither checked to hold the attempt nor taken to resend what it sent
 // already). In order: an attempt on another worker is ReportNotHeld; one
-// that ended ignores the report; a named worker's report of the state the
-// attempt is in, or of BUILDING when it runs, is ignored (resent); a state
-// that cannot follow is ReportCannotFollow; else the report applies.
-// Iris: worker-reported transitions only move an attempt forward.
+// that ended ignores the report; a PENDING report is ignored (Iris: "if the
+// worker reports PENDING, the controller ignores it"); a named worker's
+// report of the state the attempt is in, or of BUILDING when it runs, is
+// ignored (resent); a state that cannot follow is ReportCannotFollow; else
+// the report applies. Iris: worker-reported transitions only move an
+// attempt forward.
 func DecideReport(f AttemptFacts, worker string, next TaskState) ReportDecision {
 	if worker != "" && f.WorkerID != worker {
 		return ReportDecision{Verdict: ReportNotHeld}
@@ -84,7 +88,7 @@ func DecideReport(f AttemptFacts, worker string, next TaskState) ReportDecision 
 	}
 	live := IsCurrentAttempt(f.State, f.TaskState, f.Number, f.AttemptCount)
 	proceed := live && !next.IsTerminal()
-	if worker != "" && (f.State == next || f.State == TaskRunning && next == TaskBuilding) {
+	if next == TaskPending || worker != "" && (f.State == next || f.State == TaskRunning && next == TaskBuilding) {
 		return ReportDecision{Verdict: ReportIgnore, Proceed: proceed}
 	}
 	if !CanReport(f.State, next) {

@@ -55,8 +55,12 @@ func TestDecideReport(t *testing.T) {
 			domain.TaskRunning, apply(true, false)},
 		{"a lone report of BUILDING when it runs cannot follow", current(domain.TaskRunning), "",
 			domain.TaskBuilding, domain.ReportDecision{Verdict: domain.ReportCannotFollow}},
-		{"a PENDING report is never taken", current(domain.TaskAssigned), me, domain.TaskPending,
-			domain.ReportDecision{Verdict: domain.ReportCannotFollow}},
+		{"a PENDING report is ignored, so that an ASSIGNED task does not regress (Iris)", current(domain.TaskAssigned), me,
+			domain.TaskPending, domain.ReportDecision{Verdict: domain.ReportIgnore, Proceed: true}},
+		{"a PENDING report of a running attempt is ignored (lone report)", current(domain.TaskRunning), "",
+			domain.TaskPending, domain.ReportDecision{Verdict: domain.ReportIgnore, Proceed: true}},
+		{"a PENDING report of a superseded attempt is ignored, and it must stop", superseded, me,
+			domain.TaskPending, domain.ReportDecision{Verdict: domain.ReportIgnore}},
 		{"ASSIGNED -> BUILDING moves the task and proceeds", current(domain.TaskAssigned), me,
 			domain.TaskBuilding, apply(true, false)},
 		{"ASSIGNED -> RUNNING moves the task and proceeds", current(domain.TaskAssigned), me, domain.TaskRunning,
@@ -81,6 +85,55 @@ func TestDecideReport(t *testing.T) {
 			d := domain.DecideReport(tc.facts, tc.worker, tc.next)
 			require.Equal(t, tc.want, d)
 			require.Equal(t, tc.want.Verdict >= domain.ReportUnknown, d.Refused())
+		})
+	}
+}
+
+// CanReport is Iris's worker-reported transitions: an attempt moves
+// forward only, ASSIGNED → BUILDING → RUNNING → a terminal state; BUILDING
+// may come again while building ("Later, BUILDING again when dependency
+// sync starts") but never after RUNNING; an attempt that ended takes no
+// report; PENDING is never taken (the controller ignores it).
+func TestCanReport(t *testing.T) {
+	t.Parallel()
+	terminal := []domain.TaskState{domain.TaskSucceeded, domain.TaskFailed, domain.TaskKilled,
+		domain.TaskWorkerFailed, domain.TaskUnschedulable, domain.TaskPreempted}
+	cases := []struct {
+		rule      string
+		cur, next domain.TaskState
+		want      bool
+	}{
+		{"ASSIGNED -> BUILDING: the worker starts the task", domain.TaskAssigned, domain.TaskBuilding, true},
+		{"ASSIGNED -> RUNNING: a task with nothing to build", domain.TaskAssigned, domain.TaskRunning, true},
+		{"BUILDING -> BUILDING: dependency sync after the bundle download", domain.TaskBuilding, domain.TaskBuilding, true},
+		{"BUILDING -> RUNNING: the user command starts", domain.TaskBuilding, domain.TaskRunning, true},
+		{"RUNNING -> RUNNING: a repeated report", domain.TaskRunning, domain.TaskRunning, true},
+		{"RUNNING -> BUILDING: never backwards", domain.TaskRunning, domain.TaskBuilding, false},
+		{"ASSIGNED -> PENDING: ignored, an ASSIGNED task must not regress", domain.TaskAssigned, domain.TaskPending, false},
+		{"RUNNING -> PENDING: never backwards", domain.TaskRunning, domain.TaskPending, false},
+		{"ASSIGNED -> ASSIGNED: the scheduler's state, not a worker's", domain.TaskAssigned, domain.TaskAssigned, false},
+		{"RUNNING -> UNSPECIFIED: never used in practice", domain.TaskRunning, domain.TaskUnspecified, false},
+	}
+	for _, end := range terminal {
+		for _, from := range []domain.TaskState{domain.TaskAssigned, domain.TaskBuilding, domain.TaskRunning} {
+			cases = append(cases, struct {
+				rule      string
+				cur, next domain.TaskState
+				want      bool
+			}{from.String() + " -> " + end.String() + ": the attempt ends", from, end, true})
+		}
+		for _, next := range []domain.TaskState{domain.TaskBuilding, domain.TaskRunning, domain.TaskFailed, domain.TaskSucceeded} {
+			cases = append(cases, struct {
+				rule      string
+				cur, next domain.TaskState
+				want      bool
+			}{end.String() + " -> " + next.String() + ": an attempt that ended takes no report", end, next, false})
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.rule, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, domain.CanReport(tc.cur, tc.next))
 		})
 	}
 }

@@ -35,6 +35,10 @@ const (
 	ShouldRetry
 	// ExceededRetryLimit: the task stays in its failure state, terminal.
 	ExceededRetryLimit
+	// ShouldWait: the work's target is not ready (cause waiting): requeue
+	// the task to PENDING after KubeVela's waiting backoff, charging
+	// nothing (DecideWait).
+	ShouldWait
 )
 
 // String names the result as Iris does.
@@ -44,6 +48,8 @@ func (r RetryResult) String() string {
 		return "SHOULD_RETRY"
 	case ExceededRetryLimit:
 		return "EXCEEDED_RETRY_LIMIT"
+	case ShouldWait:
+		return "SHOULD_WAIT"
 	}
 	return "NO_RETRY"
 }
@@ -64,6 +70,9 @@ type AttemptOutcome struct {
 	// Permanent is true for a FAILED attempt whose spec can never run (cause
 	// permanent: an unknown plugin, invalid fields, an http 4xx).
 	Permanent bool
+	// Waiting is true for a FAILED attempt whose work answered that its
+	// target is not ready (cause waiting).
+	Waiting bool
 }
 
 // Progressed reports whether the attempt really progressed: it reached
@@ -83,9 +92,15 @@ const CodeMaxSystemFailuresExceeded = "MaxSystemFailuresExceeded"
 
 // FailureCode returns the error code the decision r on outcome o gives the
 // attempt: CodeMaxSystemFailuresExceeded when a system failure exceeded its
-// budget, else "" (the executor's own code, if any, stands).
+// budget, CodeWaitTimeout when a wait outlasted its step's wait_timeout
+// (DecideWait), else "" (the executor's own code, if any, stands).
 func FailureCode(o AttemptOutcome, r RetryResult) string {
-	if r == ExceededRetryLimit && o.State == TaskFailed && o.System && !o.Permanent {
+	switch {
+	case r != ExceededRetryLimit || o.State != TaskFailed:
+		return ""
+	case o.Waiting:
+		return CodeWaitTimeout
+	case o.System && !o.Permanent:
 		return CodeMaxSystemFailuresExceeded
 	}
 	return ""
@@ -99,16 +114,22 @@ func FailureCode(o AttemptOutcome, r RetryResult) string {
 // (Flyte executor) charges system_failure_count against max_system_failures
 // instead of the user's budget; an attempt that progressed (Progressed)
 // first resets system_failure_count to 0. A permanent failure (the spec can
-// never run) is terminal at once and charges nothing. KILLED, UNSCHEDULABLE
-// and SUCCEEDED are never retried. Other counters never decrease. Source:
-// the retry semantics of Iris's task-states reference; system failures from
-// Flyte's executor (TaskActionReconciler).
+// never run) is terminal at once and charges nothing, and a waiting one
+// (its target not ready) is ShouldWait and charges nothing either: KubeVela
+// marks an unhealthy step "as wait but not failed" (DecideWait times it).
+// KILLED, UNSCHEDULABLE and SUCCEEDED are never retried. Other counters
+// never decrease. Source: the retry semantics of Iris's task-states
+// reference; system failures from Flyte's executor (TaskActionReconciler);
+// waits from KubeVela's workflow.
 func HandleAttemptResult(b Budget, o AttemptOutcome) (Budget, RetryResult) {
 	if o.Progressed() {
 		b.SystemFailureCount = 0
 	}
 	switch o.State {
 	case TaskFailed:
+		if o.Waiting {
+			return b, ShouldWait
+		}
 		if o.Permanent {
 			return b, ExceededRetryLimit
 		}
@@ -136,33 +157,6 @@ func within(count, limit int) RetryResult {
 		return ShouldRetry
 	}
 	return ExceededRetryLimit
-}
-
-// IsFinished reports Iris's is_finished(): SUCCEEDED, KILLED and
-// UNSCHEDULABLE always; FAILED when failure_count > max_retries_failure;
-// WORKER_FAILED and PREEMPTED when preemption_count > max_retries_preemption.
-// It reads the counters alone: a permanent failure (AttemptOutcome.Permanent)
-// ends its task whatever they say. Source: the terminal-state summary of
-// Iris's task-states reference.
-func IsFinished(s TaskState, b Budget) bool {
-	switch s {
-	case TaskSucceeded, TaskKilled, TaskUnschedulable:
-		return true
-	case TaskFailed:
-		return b.FailureCount > b.MaxRetriesFailure || b.SystemFailureCount > b.MaxSystemFailures
-	case TaskWorkerFailed, TaskPreempted:
-		return b.PreemptionCount > b.MaxRetriesPreemption
-	}
-	return false
-}
-
-// CanBeScheduled reports Iris's can_be_scheduled(): a PENDING task, or one in
-// a retriable terminal state with budget remaining.
-func CanBeScheduled(s TaskState, b Budget) bool {
-	if s == TaskPending {
-		return true
-	}
-	return s.IsTerminal() && !IsFinished(s, b)
 }
 
 // RetryNumber returns the counter an outcome charged (before → after), the

@@ -256,8 +256,7 @@ func TestFailureBudgetSequence(t *testing.T) {
 		results = append(results, r)
 	}
 	require.Equal(t, []domain.RetryResult{domain.ShouldRetry, domain.ShouldRetry, domain.ExceededRetryLimit}, results)
-	require.True(t, domain.IsFinished(domain.TaskFailed, b), "is_finished() returns True")
-	require.False(t, domain.CanBeScheduled(domain.TaskFailed, b))
+	require.Greater(t, b.FailureCount, b.MaxRetriesFailure, "finished: failure_count > max_retries_failure")
 }
 
 // "a job can survive unlimited preemptions as long as the per-task
@@ -278,99 +277,18 @@ func TestInterleavedBudgetsAreIndependent(t *testing.T) {
 	require.Equal(t, 100, b.PreemptionCount)
 	require.Equal(t, 0, b.FailureCount)
 	require.Equal(t, 0, b.SystemFailureCount)
-	require.False(t, domain.IsFinished(domain.TaskPreempted, b))
 	b, r := domain.HandleAttemptResult(b, domain.AttemptOutcome{State: domain.TaskPreempted})
 	require.Equal(t, domain.ExceededRetryLimit, r, "101st charged preemption exceeds max_retries_preemption=100")
-	require.True(t, domain.IsFinished(domain.TaskPreempted, b))
-}
-
-// The terminal-state summary of Iris's task-states reference: a task is
-// finished when ...
-func TestIsFinished(t *testing.T) {
-	t.Parallel()
-	spent := domain.Budget{FailureCount: 3, MaxRetriesFailure: 2, PreemptionCount: 6, MaxRetriesPreemption: 5, SystemFailureCount: 4, MaxSystemFailures: 3}
-	atLimit := domain.Budget{FailureCount: 2, MaxRetriesFailure: 2, PreemptionCount: 5, MaxRetriesPreemption: 5, SystemFailureCount: 3, MaxSystemFailures: 3}
-	fresh := defaultBudget()
-	tests := []struct {
-		name  string
-		state domain.TaskState
-		b     domain.Budget
-		want  bool
-	}{
-		{"SUCCEEDED: Always finished (fresh budget)", domain.TaskSucceeded, fresh, true},
-		{"SUCCEEDED: Always finished (budget left)", domain.TaskSucceeded, atLimit, true},
-		{"KILLED: Always finished (fresh budget)", domain.TaskKilled, fresh, true},
-		{"KILLED: Always finished (budget left)", domain.TaskKilled, atLimit, true},
-		{"UNSCHEDULABLE: Always finished (fresh budget)", domain.TaskUnschedulable, fresh, true},
-		{"UNSCHEDULABLE: Always finished (budget left)", domain.TaskUnschedulable, atLimit, true},
-		{"FAILED: Finished when failure_count > max_retries_failure", domain.TaskFailed, domain.Budget{FailureCount: 3, MaxRetriesFailure: 2, MaxSystemFailures: 3}, true},
-		{"FAILED: not finished when failure_count == max_retries_failure (terminal at attempt level, not task level)", domain.TaskFailed, atLimit, false},
-		{"FAILED: not finished when failure_count < max_retries_failure", domain.TaskFailed, domain.Budget{FailureCount: 1, MaxRetriesFailure: 2, MaxSystemFailures: 3}, false},
-		{"FAILED: finished when system_failure_count > max_system_failures (PermanentFailure)", domain.TaskFailed, domain.Budget{MaxRetriesFailure: 2, SystemFailureCount: 4, MaxSystemFailures: 3}, true},
-		{"FAILED: preemption budget spent does not finish a FAILED task", domain.TaskFailed, domain.Budget{MaxRetriesFailure: 1, PreemptionCount: 9, MaxRetriesPreemption: 1, MaxSystemFailures: 3}, false},
-		{"WORKER_FAILED: Finished when preemption_count > max_retries_preemption", domain.TaskWorkerFailed, domain.Budget{PreemptionCount: 6, MaxRetriesPreemption: 5}, true},
-		{"WORKER_FAILED: not finished when preemption_count == max_retries_preemption", domain.TaskWorkerFailed, atLimit, false},
-		{"WORKER_FAILED: failure budget spent does not finish a WORKER_FAILED task", domain.TaskWorkerFailed, domain.Budget{FailureCount: 9, MaxRetriesFailure: 0, PreemptionCount: 1, MaxRetriesPreemption: 5}, false},
-		{"PREEMPTED: Finished when preemption_count > max_retries_preemption", domain.TaskPreempted, domain.Budget{PreemptionCount: 6, MaxRetriesPreemption: 5}, true},
-		{"PREEMPTED: not finished when preemption_count == max_retries_preemption", domain.TaskPreempted, atLimit, false},
-		{"PREEMPTED: fresh budget -> not finished", domain.TaskPreempted, fresh, false},
-		{"PENDING: not in the summary -> not finished", domain.TaskPending, spent, false},
-		{"ASSIGNED: not in the summary -> not finished", domain.TaskAssigned, spent, false},
-		{"BUILDING: not in the summary -> not finished", domain.TaskBuilding, spent, false},
-		{"RUNNING: not in the summary -> not finished", domain.TaskRunning, spent, false},
-		{"UNSPECIFIED: not in the summary -> not finished", domain.TaskUnspecified, spent, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			require.Equal(t, tc.want, domain.IsFinished(tc.state, tc.b))
-		})
-	}
-}
-
-// Iris: "a task in FAILED state with retry budget remaining is in a
-// terminal state at the attempt level but is not finished at the task level.
-// can_be_scheduled() returns True for such tasks."
-func TestCanBeScheduled(t *testing.T) {
-	t.Parallel()
-	left := domain.Budget{FailureCount: 1, MaxRetriesFailure: 2, PreemptionCount: 1, MaxRetriesPreemption: 2, MaxSystemFailures: 3}
-	spent := domain.Budget{FailureCount: 3, MaxRetriesFailure: 2, PreemptionCount: 3, MaxRetriesPreemption: 2, MaxSystemFailures: 3}
-	tests := []struct {
-		name  string
-		state domain.TaskState
-		b     domain.Budget
-		want  bool
-	}{
-		{"PENDING: initial state for every task -> schedulable", domain.TaskPending, domain.Budget{}, true},
-		{"PENDING: schedulable even with budgets spent (retry requeue)", domain.TaskPending, spent, true},
-		{"FAILED with retry budget remaining -> can_be_scheduled() True", domain.TaskFailed, left, true},
-		{"FAILED with failure budget spent -> not schedulable", domain.TaskFailed, spent, false},
-		{"WORKER_FAILED with preemption budget remaining -> schedulable", domain.TaskWorkerFailed, left, true},
-		{"WORKER_FAILED with preemption budget spent -> not schedulable", domain.TaskWorkerFailed, spent, false},
-		{"PREEMPTED with preemption budget remaining -> schedulable", domain.TaskPreempted, left, true},
-		{"PREEMPTED with preemption budget spent -> not schedulable", domain.TaskPreempted, spent, false},
-		{"SUCCEEDED never schedulable", domain.TaskSucceeded, left, false},
-		{"KILLED never schedulable", domain.TaskKilled, left, false},
-		{"UNSCHEDULABLE never schedulable", domain.TaskUnschedulable, left, false},
-		{"ASSIGNED already bound to a worker -> not schedulable", domain.TaskAssigned, left, false},
-		{"BUILDING already on a worker -> not schedulable", domain.TaskBuilding, left, false},
-		{"RUNNING already on a worker -> not schedulable", domain.TaskRunning, left, false},
-		{"UNSPECIFIED never used in practice -> not schedulable", domain.TaskUnspecified, left, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			require.Equal(t, tc.want, domain.CanBeScheduled(tc.state, tc.b))
-		})
-	}
+	require.Greater(t, b.PreemptionCount, b.MaxRetriesPreemption)
 }
 
 // FuzzHandleAttemptResult checks the retry invariants on consistent budgets
 // (every counter within its limit, i.e. a task that may still be attempted):
 // counters never decrease and at most one rises by exactly 1; limits never
-// change; after EXCEEDED_RETRY_LIMIT the task is finished; after SHOULD_RETRY
-// it is not finished and can be scheduled; NO_RETRY only for states that are
-// never retried, and then the task is finished (for terminal states).
+// change; after EXCEEDED_RETRY_LIMIT a counter is past its limit (Iris's
+// is_finished); after SHOULD_RETRY every counter is within its limit (the
+// task can be scheduled again); NO_RETRY only for states that are never
+// retried.
 func FuzzHandleAttemptResult(f *testing.F) {
 	f.Add(int8(domain.TaskFailed), false, false, uint16(0), uint16(0), uint16(0), uint16(100), uint16(0), uint16(3), false, false)
 	f.Add(int8(domain.TaskFailed), false, false, uint16(2), uint16(2), uint16(0), uint16(100), uint16(0), uint16(3), false, false)
@@ -432,19 +350,14 @@ func FuzzHandleAttemptResult(f *testing.F) {
 
 		switch res {
 		case domain.ExceededRetryLimit:
-			require.True(t, domain.IsFinished(s, out), "after EXCEEDED_RETRY_LIMIT is_finished() returns True (%v %+v -> %+v)", s, in, out)
-			require.False(t, domain.CanBeScheduled(s, out))
+			require.True(t, overLimit(out), "after EXCEEDED_RETRY_LIMIT a counter is past its limit (%v %+v -> %+v)", s, in, out)
 			require.Equal(t, 1, dF+dP+dS, "exceeding a limit means a counter was charged")
 		case domain.ShouldRetry:
-			require.False(t, domain.IsFinished(s, out), "after SHOULD_RETRY the task is not finished (%v %+v -> %+v)", s, in, out)
-			require.True(t, domain.CanBeScheduled(s, out), "a retriable terminal state with budget remaining can be scheduled")
+			require.False(t, overLimit(out), "after SHOULD_RETRY every counter is within its limit (%v %+v -> %+v)", s, in, out)
 		case domain.NoRetry:
 			require.NotContains(t, []domain.TaskState{domain.TaskFailed, domain.TaskWorkerFailed, domain.TaskPreempted}, s,
 				"retriable states always consult a budget")
 			require.Equal(t, in, out, "a state that is never retried charges nothing")
-			if s.IsTerminal() {
-				require.True(t, domain.IsFinished(s, out), "SUCCEEDED, KILLED, UNSCHEDULABLE: always finished")
-			}
 		default:
 			t.Fatalf("unknown RetryResult %d", res)
 		}
@@ -466,4 +379,11 @@ func FuzzHandleAttemptResult(f *testing.F) {
 			require.Equal(t, domain.NoRetry, res)
 		}
 	})
+}
+
+// overLimit reports whether a counter of b is past its limit: what Iris's
+// is_finished() reads of a FAILED, WORKER_FAILED or PREEMPTED task.
+func overLimit(b domain.Budget) bool {
+	return b.FailureCount > b.MaxRetriesFailure || b.PreemptionCount > b.MaxRetriesPreemption ||
+		b.SystemFailureCount > b.MaxSystemFailures
 }

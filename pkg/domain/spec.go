@@ -116,10 +116,21 @@ type Step struct {
 	// Args is the shell plugin's argv, executed directly without a shell
 	// (instead of Command).
 	Args []string `json:"args,omitempty"`
+	// WaitExitCode is the shell plugin's exit status (1 to 255) that means
+	// "not ready yet": the step waits (PhaseWaiting) and runs again after
+	// KubeVela's waiting backoff instead of failing; nil = none.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+	// WaitTimeout bounds how long a task waits for its target (an http wait
+	// code, the wait exit code), from its first wait, a Go duration; "" = no
+	// bound but the step's timeout. Past it the task fails with code
+	// WaitTimeout.
+	WaitTimeout string `json:"wait_timeout,omitempty"`
 	// HTTP is the http plugin's request.
 	HTTP *HTTPSpec `json:"http,omitempty"`
 	// Container is the container plugin's image and command.
 	Container *ContainerSpec `json:"container,omitempty"`
+	// Kubernetes is the kubernetes plugin's Pod.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
 	// KillGrace is how long an aborted process has between SIGTERM and
 	// SIGKILL, a Go duration; "" = DefaultKillGrace.
 	KillGrace string `json:"kill_grace,omitempty"`
@@ -177,6 +188,9 @@ type Step struct {
 	Constraints []Constraint `json:"constraints,omitempty"`
 	// Coscheduled places all replicas together or none (a gang).
 	Coscheduled bool `json:"coscheduled,omitempty"`
+	// Network is NetworkNone to run each task with no network, or "" for
+	// the executor's.
+	Network string `json:"network,omitempty"`
 	// Concurrency limits the step's tasks of a key that run at a time,
 	// across runs; nil = no limit.
 	Concurrency *StepConcurrency `json:"concurrency,omitempty"`
@@ -213,6 +227,9 @@ func (s Step) SchedulingTimeoutDuration() time.Duration { return parseDuration(s
 
 // TimeoutDuration parses Timeout, the step's (0 when unset or invalid).
 func (s Step) TimeoutDuration() time.Duration { return parseDuration(s.Timeout) }
+
+// WaitTimeoutDuration parses WaitTimeout (0 when unset or invalid).
+func (s Step) WaitTimeoutDuration() time.Duration { return parseDuration(s.WaitTimeout) }
 
 // AttemptTimeoutDuration parses AttemptTimeout (0 when unset or invalid).
 func (s Step) AttemptTimeoutDuration() time.Duration { return parseDuration(s.AttemptTimeout) }

@@ -95,6 +95,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"1000 steps", domain.WorkflowSpec{Steps: manySteps(domain.MaxSteps)}},
 		{"noop: needs no command", domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Plugin: domain.PluginNoop, Replicas: intp(3)}}}},
 		{"noop: a command is allowed (and ignored)", domain.WorkflowSpec{Steps: []domain.Step{{Name: "a", Plugin: domain.PluginNoop, Command: "x"}}}},
+		{"network: none for a shell and a container step", domain.WorkflowSpec{Steps: []domain.Step{
+			{Name: "a", Command: "x", Network: domain.NetworkNone},
+			{Name: "b", Plugin: domain.PluginContainer, Container: &domain.ContainerSpec{Image: "alpine"}, Network: domain.NetworkNone}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,6 +190,15 @@ func TestValidateRejects(t *testing.T) {
 		{"DAG: cycle of two",
 			withStep(domain.ModeDAG, shellStep("x", "y"), shellStep("y", "x")),
 			[]string{"spec.steps[0].depends_on"}, "dependency cycle: x -> y -> x"},
+		{"network: none or absent",
+			withStep("", domain.Step{Name: "a", Command: "x", Network: "host"}),
+			[]string{"spec.steps[0].network"}, `must be "none" or absent; got "host"`},
+		{"network: none cannot send an http step's request",
+			withStep("", domain.Step{Name: "a", Plugin: domain.PluginHTTP, HTTP: &domain.HTTPSpec{URL: "http://x"}, Network: domain.NetworkNone}),
+			[]string{"spec.steps[0].network"}, "cannot be none"},
+		{"network: a suspend step runs nothing",
+			withStep("", domain.Step{Name: "a", Kind: domain.KindSuspend, Network: domain.NetworkNone}),
+			[]string{"spec.steps[0].network"}, "only a task step takes it"},
 		{"several problems are all reported, each under its own field",
 			withStep("", domain.Step{Name: "a", Plugin: "docker", Command: "x"}, domain.Step{Name: "B"}, domain.Step{Name: "c", Command: "x", Replicas: intp(0)}),
 			[]string{"spec.steps[0].plugin", "spec.steps[1].name", "spec.steps[1].command", "spec.steps[2].replicas"}, "docker"},

@@ -92,6 +92,10 @@ func (s Step) validate(mode string) []FieldError {
 		errs = append(errs, s.validateWait()...)
 	default:
 		errs = append(errs, s.PluginSpec().Validate()...)
+		errs = append(errs, s.validateNetwork()...)
+		if s.WaitTimeout != "" && !s.PluginSpec().Waits() {
+			add(".wait_timeout", "bounds a wait: give http.wait_codes or wait_exit_code with it")
+		}
 		if s.Cache != nil {
 			errs = append(errs, s.Cache.validate(s)...)
 		}
@@ -137,7 +141,7 @@ func (s Step) validateScheduling() []FieldError {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, a...)})
 	}
 	for field, v := range map[string]string{".scheduling_timeout": s.SchedulingTimeout, ".timeout": s.Timeout,
-		".attempt_timeout": s.AttemptTimeout} {
+		".attempt_timeout": s.AttemptTimeout, ".wait_timeout": s.WaitTimeout} {
 		if msg := durationProblem(v); msg != "" {
 			add(field, "%s", msg)
 		}

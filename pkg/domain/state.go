@@ -60,8 +60,8 @@ func ParseTaskState(name string) (TaskState, bool) {
 }
 
 // IsTerminal reports whether an attempt in state s has ended (Iris
-// TERMINAL_TASK_STATES). A task in a retriable terminal state may still be
-// requeued: see Task.IsFinished.
+// TERMINAL_TASK_STATES). A task whose attempt ended in a retriable state
+// with budget left is requeued to PENDING instead (HandleAttemptResult).
 func (s TaskState) IsTerminal() bool {
 	switch s {
 	case TaskSucceeded, TaskFailed, TaskKilled, TaskWorkerFailed, TaskUnschedulable, TaskPreempted:

@@ -59,11 +59,12 @@ func (s Step) validateWorkflowStep() []FieldError {
 	processOnly := map[string]bool{".plugin": s.Plugin != "", ".command": s.Command != "", ".env": len(s.Env) > 0,
 		".secret_env": len(s.SecretEnv) > 0, ".replicas": s.Replicas != nil && *s.Replicas != 1,
 		".attempt_timeout": s.AttemptTimeout != "", ".coscheduled": s.Coscheduled, ".args": len(s.Args) > 0,
-		".http": s.HTTP != nil, ".container": s.Container != nil, ".cache": s.Cache != nil,
+		".http": s.HTTP != nil, ".container": s.Container != nil, ".kubernetes": s.Kubernetes != nil, ".cache": s.Cache != nil,
 		".kill_grace": s.KillGrace != "", ".max_system_failures": s.MaxSystemFailures != nil,
 		".duration": s.Duration != "", ".resources": s.Resources != nil, ".constraints": len(s.Constraints) > 0,
 		".concurrency": s.Concurrency != nil, ".rate_limits": len(s.RateLimits) > 0,
-		".scheduling_timeout": s.SchedulingTimeout != ""}
+		".scheduling_timeout": s.SchedulingTimeout != "", ".network": s.Network != "",
+		".wait_exit_code": s.WaitExitCode != nil, ".wait_timeout": s.WaitTimeout != ""}
 	for _, field := range slices.Sorted(maps.Keys(processOnly)) {
 		if processOnly[field] {
 			add(field, "a workflow step runs a template as a child run, not a process: it takes no %s", field[1:])

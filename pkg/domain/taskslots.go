@@ -34,6 +34,8 @@ func (s Step) HasAdmission() bool { return s.Concurrency != nil || len(s.RateLim
 // to "" is the key "". A key that fails is "" in the result, with a
 // FieldError naming prefix + ".concurrency.key" or prefix +
 // ".rate_limits[j].key" and the first index it fails at (one per field).
+// The keys of the n tasks are one decision (exprBudget): past its budget
+// every key left fails.
 func (s Step) TaskAdmissions(params map[string]any, n int, prefix string) ([]TaskAdmission, []FieldError) {
 	return s.taskAdmissions(params, nil, n, prefix)
 }
@@ -51,6 +53,8 @@ func (s Step) taskAdmissions(params map[string]any, items []any, n int, prefix s
 	out := make([]TaskAdmission, n)
 	var errs []FieldError
 	failed := map[string]bool{}
+	var b exprBudget
+	defer b.done()
 	eval := func(field, expr string, idx int) string {
 		x, err := CompileTaskKey(expr)
 		if err == nil {
@@ -59,7 +63,7 @@ func (s Step) taskAdmissions(params map[string]any, items []any, n int, prefix s
 			if items != nil {
 				v.Item = celItem(items[idx])
 			}
-			if key, err = x.Eval(v); err == nil {
+			if key, err = x.eval(&b, v); err == nil {
 				return key
 			}
 		}

@@ -6,23 +6,11 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
-)
-
-// Limits on a trigger's CEL.
-const (
-	// MaxTriggerExprBytes bounds each of a trigger's expressions (its filter
-	// and each param's), in bytes.
-	MaxTriggerExprBytes = 4 << 10
-	// MaxTriggerCost bounds one evaluation of one trigger expression, in
-	// CEL's runtime cost units (about one per operation, and one per element
-	// a macro such as exists visits); past it the evaluation fails.
-	MaxTriggerCost = 100_000
 )
 
 // TriggerEvent is what a trigger's CEL reads as `event`: event.key (the
@@ -67,13 +55,6 @@ var triggerEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)),
 		cel.CrossTypeNumericComparisons(true))
 })
-
-// triggerExprs caches compiled expressions (every delivery of an event
-// evaluates its triggers); at most maxCachedConditions are kept.
-var (
-	triggerExprs       sync.Map // expression → *triggerExpr
-	cachedTriggerExprs atomic.Int64
-)
 
 // CompileTrigger compiles a trigger's filter ("" = every event of the
 // trigger's key) and params (run param name → CEL expression over event,
@@ -128,37 +109,27 @@ func CompileTrigger(filter string, params map[string]string, prefix string) (*Tr
 }
 
 // compileTriggerExpr compiles one trigger expression, from the cache when
-// it holds it. Errors: too long, does not compile, reads an unknown field
-// of event.
+// it holds it. Errors: compileExpr's, or it reads an unknown field of
+// event.
 func compileTriggerExpr(expr string) (*triggerExpr, error) {
-	if len(expr) > MaxTriggerExprBytes {
-		return nil, fmt.Errorf("is %d bytes; at most %d", len(expr), MaxTriggerExprBytes)
-	}
-	if x, ok := triggerExprs.Load(expr); ok {
+	if x, ok := exprs.get("trigger:" + expr); ok {
 		return x.(*triggerExpr), nil
 	}
 	env, err := triggerEnv()
 	if err != nil {
 		return nil, err
 	}
-	checked, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		return nil, fmt.Errorf("does not compile: %s", oneLine(iss.Err().Error()))
+	checked, prog, err := compileExpr(env, expr)
+	if err != nil {
+		return nil, err
 	}
 	for _, f := range referencedKeys(checked.NativeRep().Expr(), "event") {
 		if !slices.Contains(eventFields, f) {
 			return nil, fmt.Errorf("reads event.%s; an event has key, id and payload", clipText(f))
 		}
 	}
-	prog, err := env.Program(checked, cel.CostLimit(MaxTriggerCost))
-	if err != nil {
-		return nil, fmt.Errorf("does not compile: %s", oneLine(err.Error()))
-	}
 	x := &triggerExpr{prog: prog, out: checked.OutputType()}
-	if cachedTriggerExprs.Load() < maxCachedConditions {
-		cachedTriggerExprs.Add(1)
-		triggerExprs.Store(expr, x)
-	}
+	exprs.put("trigger:"+expr, x)
 	return x, nil
 }
 
@@ -167,15 +138,18 @@ func compileTriggerExpr(expr string) (*triggerExpr, error) {
 // (int, uint and double → float64, string, bool, list → []any, map with
 // string keys → map[string]any, null → nil). Errors, a FieldError naming
 // "filter" or "params.<name>": the expression failed at run time (e.g. it
-// read a key the payload does not have, or cost more than MaxTriggerCost),
+// read a key the payload does not have, or exceeded its limits:
+// ErrExprLimit; the filter and the params are one decision, exprBudget),
 // the filter is not a boolean, or a param's value has no JSON form (bytes,
 // a timestamp, a map with a non-string key, a non-finite number). On error
 // match is false and params nil: the caller records the error as the
 // delivery's failure and starts nothing.
 func (r *TriggerRule) Apply(ev TriggerEvent) (match bool, params map[string]any, err error) {
 	vars := map[string]any{"event": map[string]any{"key": ev.Key, "id": ev.ID, "payload": ev.Payload}}
+	var b exprBudget
+	defer b.done()
 	if r.filter != nil {
-		out, _, evalErr := r.filter.Eval(vars)
+		out, evalErr := b.eval(r.filter, vars)
 		if evalErr != nil {
 			return false, nil, FieldError{"filter", oneLine(evalErr.Error())}
 		}
@@ -189,7 +163,7 @@ func (r *TriggerRule) Apply(ev TriggerEvent) (match bool, params map[string]any,
 	}
 	params = make(map[string]any, len(r.params))
 	for _, p := range r.params {
-		out, _, evalErr := p.prog.Eval(vars)
+		out, evalErr := b.eval(p.prog, vars)
 		if evalErr != nil {
 			return false, nil, FieldError{"params." + p.name, oneLine(evalErr.Error())}
 		}

@@ -616,17 +616,17 @@ func (sh *strictHandler) AbortAttempt(ctx echo.Context, id int64) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"tFTBbtNAEP2V1YAECMt2aOFgTgGBVMGhB25tDxPvJN6y3l12xmmjyP+O1k6aVLZ6QZyyynjfvH3vzeyh",
-	"9m3wjpwwVHvguqEWh+N19CtLbTqG6ANFMTQUaq8p/couEFTAEo3bQJ+BJkFjZ0ssKB2flYwT2lBMNTFi",
-	"5wHHPyaFPoNIfzoTSUN1M1aPME+tspHn3REF/OqeaoE+XTdu7ROwJq6jCWK8gwp+NaS4RWvV8vpKEdaN",
-	"okeqO/FRMcUtsRKvpCFVeyfRWxUsOqqUEfXbWMu3DkWoDcLKO5U4EkuuvsXoIyuMpDAEa2pMDYswCvz+",
-	"nr3Lb93TEyr4ioEF3an78voKMthS5JFpmS/yMinkAzkMBiq4yMv8AjIIKM0gdLFdFEc6xd7ovsCVjzL4",
-	"iRFbEooM1c0eTIJM9yADh+1gj4ZzkSV2lB3CkQDWPrYoo42fLiGD1jjTdi1Ui2zicH+XQfA8dE45Gl5/",
-	"paGCZSK0HDke+hHLF693Y86ckBuuncuW5DpFdSae2DFNzR0eT1q91bTGzsq7TIlpyXeifFQhUiJBOods",
-	"msNIeGja4uNPchtpoFqUZZnNRHMStwGAg3c8EvxQlv/wPKNnDZiOVUok6akQ39EyqYeGXMptg1qhjYR6",
-	"p+jRPFdg5b0ldJOJG9JxwJ8fsOlgHaL4hlWIviZmGidi4x3lie9lefmCLOfD8lye15HWUMGr4rTJisMa",
-	"K447bJaT4dOANd5qVs4r7upGWbN9Ijxw+/iiZf+BGw0LRa3R2ORI+oS7tsW4gwp+pJLMaao20Xfhs0LH",
-	"DxTTFqopuWz4qHPf938DAAD//w==",
+	"tFTNjttGDH4Vgi2QFhUkudn2oJ7cogUW7WEPvSVBMNbQ1qSj4XRIOWsYevdiJHvtQMJeipxWWHrIj98P",
+	"z9hyHzlQUMHmjNJ21Jvp8ynxzlOfP2PiSEkdTYWWLeW/eoqEDYomFw44FmhJjfOrJVGjg9yVXFA6UMo1",
+	"derXG87/WBTGAhP9O7hEFpt3c/Xa5mVUMeP8cO2CvPtEreKYn7uw59zYkrTJRXUcsMG/OwLpjfewfXoE",
+	"Mm0H9EztoJxAKB1JQBm0I2g5aGIP0ZtADTiFf5z38j4YVeqjCnCAjJFES/g9JU4CJhGYGL1rTR5YxZng",
+	"Hz4Jh/J9eFmhwd9MFDXhNn379IgFHinJjLQuN2WdGeJIwUSHDb4t6/ItFhiNdhPR1XFTXeFUZ2fHyuw4",
+	"6aSnSaYnpSTYvDujyy3zOywwmH6Sx+I9yZoGKi7myA32nHqjs4w/P2CBvQuuH3psNsVC4fFDgZFlmpx9",
+	"NG3/aLHBbQa0nTFe5pHor2xPs8+CUpie3dOW6bpZdcWeZhBaijstTxa+s7Q3g9fvC1DXEw8KnCAmyiDI",
+	"llgsfZjIXIb25vkvCgftsNnUdV2sWHNht6mBRA4yA/yxrv/Hes6uCrCMVXYk2SURfxgvBJ87Ctm3nbFg",
+	"fCJjT0DP7ksGdsyeTFgkbnLHpf96wJbBuljxjUBM3JIIzYk4cKAy432oH16h5T4sX9LzbaI9NvhNdbtk",
+	"1eWMVdcbtorJyS1gHXsrEBhkaDvw7vgCuJkCfxn/RiBfFXByLX8MrB/3PAQ7LfHTq9p+hSVoujywN85n",
+	"6fJPZOh7k07Y4J+5pGvkwyHxEH8BE+QzpXyuWsp2cHIVZBzH/wIAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -45,6 +45,9 @@ const (
 	// CodeArchiveUnavailable: the archive (CAPSTAN_ARCHIVE_URL) could not
 	// be written or read; a delete that needed it deleted nothing.
 	CodeArchiveUnavailable = "archive_unavailable"
+	// CodeAttemptNotFound: an executor holds no live attempt of that id (its
+	// abort API's 404): the attempt's process is gone.
+	CodeAttemptNotFound = "attempt_not_found"
 )
 
 // Problem is an RFC 9457 problem document.

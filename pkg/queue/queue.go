@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/hibiken/asynq"
@@ -100,10 +99,11 @@ func (p RunsPayload) Keys() []domain.RunKey {
 }
 
 // AttemptPayload names an attempt. Spec, on the attempt:run a placement
-// pass sends, is what the executor needs to run it (see NewAttemptsRunTask).
+// pass sends, is what the executor needs to run it, signed for its worker
+// (see NewAttemptsRunTask).
 type AttemptPayload struct {
-	AttemptID int64            `json:"attempt_id"`
-	Spec      *api.AttemptSpec `json:"spec,omitempty"`
+	AttemptID int64       `json:"attempt_id"`
+	Spec      *SignedSpec `json:"signed_spec,omitempty"`
 }
 
 // AbortPayload names the action to abort.
@@ -147,11 +147,11 @@ func NewRunAdvanceTask(key domain.RunKey) *asynq.Task {
 }
 
 // AttemptsPayload names attempts. Specs, on the attempts:run a placement
-// pass sends, are what the executor needs to run some of them, by their Id
-// (see NewAttemptsRunTask).
+// pass sends, are what the executor needs to run some of them, each signed
+// for its worker (see NewAttemptsRunTask).
 type AttemptsPayload struct {
-	AttemptIDs []int64           `json:"attempt_ids"`
-	Specs      []api.AttemptSpec `json:"specs,omitempty"`
+	AttemptIDs []int64      `json:"attempt_ids"`
+	Specs      []SignedSpec `json:"signed_specs,omitempty"`
 }
 
 // HeaderPutBack marks a task a WakeConsumer put back on its queue after its
@@ -191,24 +191,26 @@ func NewTaskEvaluateTask(attemptID int64) *asynq.Task {
 }
 
 // NewAttemptRunTask builds attempt:run on the worker's queue, with the
-// attempt's spec when not nil (see NewAttemptsRunTask).
-func NewAttemptRunTask(workerID string, attemptID int64, spec *api.AttemptSpec) *asynq.Task {
+// attempt's signed spec when not nil (see NewAttemptsRunTask).
+func NewAttemptRunTask(workerID string, attemptID int64, spec *SignedSpec) *asynq.Task {
 	return newTask(TypeAttemptRun, mustJSON(AttemptPayload{attemptID, spec}), asynq.Queue(WorkerQueue(workerID)),
 		asynq.TaskID("attempt:"+strconv.FormatInt(attemptID, 10)), asynq.MaxRetry(10))
 }
 
 // NewAttemptsRunTask builds the one message for the attempts a pass placed
 // on the worker together: attempt:run for one, attempts:run for several
-// (about 8 bytes an id). The TaskID digests the ids. specs, by Id, are
-// what the executor needs to run those attempts it names, as the pass
-// bound them: on the message's first delivery (FirstDelivery) the executor
-// starts them without reading them from the api; it reads the others, and
-// all of them on a later delivery. Only the pass, which sends each attempt
+// (about 8 bytes an id). The TaskID digests the ids. specs are what the
+// executor needs to run some of those attempts, as the pass bound them,
+// each signed under the worker's dispatch key (SignSpec): on the message's
+// first delivery (FirstDelivery) the executor starts the attempt of each
+// spec that verifies without reading it from the api, and runs nothing of
+// one that does not; it reads the attempts named without a spec, and all
+// of them on a later delivery. Only the pass, which sends each attempt
 // once, may give specs: a re-dispatch (the resync) names ids alone.
-func NewAttemptsRunTask(workerID string, ids []int64, specs []api.AttemptSpec) *asynq.Task {
+func NewAttemptsRunTask(workerID string, ids []int64, specs []SignedSpec) *asynq.Task {
 	if len(ids) == 1 {
-		var spec *api.AttemptSpec
-		if len(specs) == 1 && specs[0].Id == ids[0] {
+		var spec *SignedSpec
+		if len(specs) == 1 {
 			spec = &specs[0]
 		}
 		return NewAttemptRunTask(workerID, ids[0], spec)

@@ -187,6 +187,9 @@ type LiveAttempt struct {
 	Address         *string
 	WorkerState     *string
 	LastHeartbeatAt *time.Time
+	// CredentialSHA256 is the worker's stored credential digest
+	// (Worker.CredentialSHA256); nil when it has none or its row is gone.
+	CredentialSHA256 []byte `gorm:"column:credential_sha256"`
 }
 
 // LiveAttemptsUnder returns the live attempts (ASSIGNED, BUILDING, RUNNING)
@@ -198,8 +201,8 @@ func (s Aborts) LiveAttemptsUnder(ctx context.Context, key domain.ActionKey) ([]
 	var out []LiveAttempt
 	args := append([]any{}, subtreeArgs(key)...)
 	args = append(args, key.Project, key.Domain, key.Run)
-	err := s.raw(ctx, `SELECT at.id, at.worker_id, w.address, w.state AS worker_state, w.last_heartbeat_at
-		FROM attempts at JOIN tasks t ON t.id = at.task_id LEFT JOIN workers w ON w.id = at.worker_id
+	err := s.raw(ctx, `SELECT at.id, at.worker_id, w.address, w.state AS worker_state, w.last_heartbeat_at,
+		w.credential_sha256 FROM attempts at JOIN tasks t ON t.id = at.task_id LEFT JOIN workers w ON w.id = at.worker_id
 		WHERE t.action_name IN (`+subtreeSQL+`) AND t.project = ? AND t.domain = ? AND t.run_name = ?
 		AND at.state IN `+sqlLive+` AND t.state NOT IN `+sqlUnfinished+` ORDER BY at.id`, args...).Scan(&out).Error
 	return out, mapErr(err)

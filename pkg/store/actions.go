@@ -123,25 +123,36 @@ func (s Actions) RequestActionAbort(ctx context.Context, key domain.ActionKey, r
 	return s.event(ctx, key.RunKey, key.Action, "action.survivors_killed", data)
 }
 
+// Decider is who decides an approval: the token the api authenticated
+// the call with (TokenID, TokenName; "" when there was none) and the label
+// the caller gave (Label, its by; "" for none), which nothing checks.
+type Decider struct {
+	TokenID, TokenName, Label string
+}
+
 // RecordApproval records the decision (domain.DecisionApproved or
 // domain.DecisionRejected) on approval step act, as its caller locked it
-// (LockRunAction), with who made it (by, "" for nobody named), when (now)
-// and comment ("" for none), writes an "action.approved" or
-// "action.rejected" event, and returns act as written. It changes no
-// phase: the scheduler, advancing the run, ends the step
+// (LockRunAction), with who made it (decided_by_token_id and _name from
+// who's token, decided_by from its label), when (now) and comment (""
+// for none), writes an "action.approved" or "action.rejected" event
+// ({by, token_id, token_name, comment}), and returns act as written. It
+// changes no phase: the scheduler, advancing the run, ends the step
 // (domain.ApprovalOutcome).
-func (s Actions) RecordApproval(ctx context.Context, act Action, decision, by, comment string) (Action, error) {
+func (s Actions) RecordApproval(ctx context.Context, act Action, decision string, who Decider, comment string) (Action, error) {
 	now := dbNow()
-	act.Decision, act.DecidedBy, act.DecidedAt, act.DecisionComment = &decision, strPtr(by), &now, strPtr(comment)
+	act.Decision, act.DecidedBy, act.DecidedAt, act.DecisionComment = &decision, strPtr(who.Label), &now, strPtr(comment)
+	act.DecidedByTokenID, act.DecidedByTokenName = strPtr(who.TokenID), strPtr(who.TokenName)
 	act.UpdatedAt, act.Version = now, act.Version+1
 	key := domain.RunKey{Project: act.Project, Domain: act.Domain, Run: act.RunName}
 	if err := s.q(ctx).Model(&Action{}).Where("project = ? AND domain = ? AND run_name = ? AND name = ?",
 		key.Project, key.Domain, key.Run, act.Name).
-		Updates(map[string]any{"decision": decision, "decided_by": act.DecidedBy, "decided_at": now,
+		Updates(map[string]any{"decision": decision, "decided_by": act.DecidedBy,
+			"decided_by_token_id": act.DecidedByTokenID, "decided_by_token_name": act.DecidedByTokenName, "decided_at": now,
 			"decision_comment": act.DecisionComment, "updated_at": now, "version": gorm.Expr("version + 1")}).Error; err != nil {
 		return Action{}, mapErr(err)
 	}
-	return act, s.event(ctx, key, act.Name, "action."+decision, map[string]any{"by": by, "comment": comment})
+	return act, s.event(ctx, key, act.Name, "action."+decision, map[string]any{"by": who.Label,
+		"token_id": who.TokenID, "token_name": who.TokenName, "comment": comment})
 }
 
 // ErrAbortPending: an abort of one of the run's actions is still being

@@ -87,15 +87,15 @@ func waitForApproval(t *testing.T, db *sql.DB, key domain.RunKey, name string) {
 	require.NoError(t, err)
 }
 
-// RecordApproval writes a decision with who, when and the comment on the
-// action as locked, and its event, and returns the action as written; it
-// moves no phase. (Whether a decision may be recorded is
-// domain.CheckApproval's, composed by the api.)
+// RecordApproval writes a decision with who (the token, and the label),
+// when and the comment on the action as locked, and its event, and returns
+// the action as written; it moves no phase. (Whether a decision may be
+// recorded is domain.CheckApproval's, composed by the api.)
 func TestRecordApproval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openWithDB(t)
-	record := func(key domain.ActionKey, decision, by, comment string) store.Action {
+	record := func(key domain.ActionKey, decision string, by store.Decider, comment string) store.Action {
 		t.Helper()
 		var act store.Action
 		require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
@@ -113,25 +113,33 @@ func TestRecordApproval(t *testing.T) {
 	waitForApproval(t, db, key, "b")
 
 	before := time.Now().UTC()
-	a := record(key.Action("b"), domain.DecisionApproved, "ann", "looks good")
+	a := record(key.Action("b"), domain.DecisionApproved, store.Decider{TokenID: "t-1", TokenName: "ops", Label: "ann"},
+		"looks good")
 	got, err := st.Actions().GetAction(ctx, key.Action("b"))
 	require.NoError(t, err)
 	for _, act := range []store.Action{a, got.Action} {
 		require.Equal(t, domain.DecisionApproved, *act.Decision)
 		require.Equal(t, "ann", *act.DecidedBy)
+		require.Equal(t, "t-1", *act.DecidedByTokenID)
+		require.Equal(t, "ops", *act.DecidedByTokenName)
 		require.Equal(t, "looks good", *act.DecisionComment)
 		require.WithinDuration(t, before, *act.DecidedAt, time.Minute)
 		require.Equal(t, string(domain.PhasePaused), act.Phase, "the scheduler moves the phase")
 	}
 	require.Equal(t, a.Version, got.Action.Version)
 	require.Contains(t, events(t, db, key), "action.approved")
+	var data string
+	require.NoError(t, db.QueryRow(`SELECT data FROM run_events WHERE run_name = $1 AND type = 'action.approved'`,
+		key.Run).Scan(&data))
+	require.JSONEq(t, `{"by": "ann", "token_id": "t-1", "token_name": "ops", "comment": "looks good"}`, data)
 
 	other := newRun(t, st, "r2", twoSteps())
 	storetest.StartSteps(t, st, other, "a")
 	waitForApproval(t, db, other, "b")
-	r := record(other.Action("b"), domain.DecisionRejected, "", "")
+	r := record(other.Action("b"), domain.DecisionRejected, store.Decider{}, "")
 	require.Equal(t, domain.DecisionRejected, *r.Decision)
 	require.Nil(t, r.DecidedBy, "nobody named")
+	require.Nil(t, r.DecidedByTokenID)
 	require.Nil(t, r.DecisionComment)
 	require.Contains(t, events(t, db, other), "action.rejected")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -47,14 +49,24 @@ func (s *core) eventFull(ctx context.Context, e RunEvent, data any) error {
 
 // eventsStatement returns the statement, not yet run, that inserts the
 // transaction's buffered events in the order they were written, with
-// their runs' feed locks and notifications (eventNotices): the locks are
-// an InitPlan of the insert's WHERE, so Postgres takes them before the
+// their runs' feed locks and notifications (eventNotices) and those of the
+// attempts they are about or whose output grew (attemptNotices): the locks
+// are an InitPlan of the insert's WHERE, so Postgres takes them before the
 // first row draws its id from the sequence. The root moves left by
-// SetRootPhase are made by the same statement (rootMoveSQL). Nil when the
-// transaction wrote no event. InTx's flushEvents runs it with the COMMIT.
+// SetRootPhase are made by the same statement (rootMoveSQL). A transaction
+// that wrote no event but grew output gets notifyAttemptsSQL alone. Nil
+// when there is nothing to write or send. InTx's flushEvents runs it with
+// the COMMIT.
 func (s *core) eventsStatement(ctx context.Context) (*gorm.DB, error) {
-	if s.tx == nil || len(s.tx.events) == 0 {
+	if s.tx == nil || len(s.tx.events) == 0 && len(s.tx.grown) == 0 {
 		return nil, nil
+	}
+	attempts := attemptNotices(s.tx.events, s.tx.grown)
+	s.tx.grown = nil
+	if len(s.tx.events) == 0 {
+		q := s.raw(ctx, notifyAttemptsSQL, map[string]any{"attempt_channel": AttemptLogsChannel,
+			"attempts": Strings(attempts)})
+		return q, q.Error
 	}
 	events, moves := s.tx.events, s.tx.roots
 	s.tx.events, s.tx.roots = nil, nil
@@ -73,7 +85,7 @@ func (s *core) eventsStatement(ctx context.Context) (*gorm.DB, error) {
 		return nil, err
 	}
 	args := map[string]any{"rows": string(rows), "scopes": Strings(scopes), "channel": EventsChannel,
-		"notices": Strings(notices)}
+		"notices": Strings(notices), "attempt_channel": AttemptLogsChannel, "attempts": Strings(attempts)}
 	text := insertEventsSQL
 	if len(moves) > 0 {
 		maps.Copy(args, rootMovesArgs(moves))
@@ -94,7 +106,8 @@ const insertEventsSQL = eventsInsert + `
 // rootMoveSQL share: the insert and what it selects from e, the columns of
 // a record of @rows, and the feed locks and notifications (an InitPlan of
 // the WHERE, taken before the first row draws its id), the notifications
-// only while a listener is registered (listenersLive).
+// (of the runs on @channel, of the attempts on @attempt_channel) only while
+// a listener is registered (listenersLive).
 const (
 	eventsInsert = `INSERT INTO run_events (project, domain, run_name, action_name, task_id, attempt_id, type, data, created_at)
 SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, e.type,
@@ -104,8 +117,47 @@ SELECT e.project, e.domain, e.run_name, e.action_name, e.task_id, e.attempt_id, 
 	eventsLocksAndNotices = `(SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
         FROM unnest(CAST(CAST(@scopes AS text) AS text[])) AS k) >= 0
    AND (SELECT count(pg_notify(@channel, n)) FROM unnest(CAST(CAST(@notices AS text) AS text[])) AS n
+         WHERE ` + listenersLive + `) >= 0
+   AND (SELECT count(pg_notify(@attempt_channel, n)) FROM unnest(CAST(CAST(@attempts AS text) AS text[])) AS n
          WHERE ` + listenersLive + `) >= 0`
 )
+
+// notifyAttemptsSQL sends the notifications of @attempts on
+// @attempt_channel, while a listener is registered (listenersLive): the
+// end of a transaction that grew output and wrote no event.
+const notifyAttemptsSQL = `SELECT count(pg_notify(@attempt_channel, n))
+  FROM unnest(CAST(CAST(@attempts AS text) AS text[])) AS n WHERE ` + listenersLive
+
+// outputGrew notes that attempt id's output grew: the commit of s's
+// transaction notifies AttemptLogsChannel of it (eventsStatement); outside
+// a transaction a statement of its own does at once.
+func (s *core) outputGrew(ctx context.Context, id int64) error {
+	if s.tx != nil {
+		s.tx.grown = append(s.tx.grown, id)
+		return nil
+	}
+	return mapErr(s.exec(ctx, notifyAttemptsSQL, map[string]any{"attempt_channel": AttemptLogsChannel,
+		"attempts": Strings{strconv.FormatInt(id, 10)}}).Error)
+}
+
+// attemptNotices returns the payloads of AttemptLogsChannel for a
+// transaction's events and the attempts whose output it grew: the id, in
+// decimal, of each attempt an event is about or in grown, sorted and
+// without repeats.
+func attemptNotices(events []RunEvent, grown []int64) []string {
+	ids := slices.Clone(grown)
+	for _, e := range events {
+		if e.AttemptID != nil {
+			ids = append(ids, *e.AttemptID)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]string, 0, len(ids))
+	for _, id := range slices.Compact(ids) {
+		out = append(out, strconv.FormatInt(id, 10))
+	}
+	return out
+}
 
 // listenersLive is true while some connection is registered in
 // event_listeners (ListenEvents): NOTIFY takes one database-wide lock at

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The run_events feed: watchers read rows by id after the last they saw and
@@ -38,6 +40,14 @@ var beforeCommit = func(context.Context) func() { return nil }
 // transaction that inserts rows sends, at its commit, one notification per
 // run it wrote about, its payload the JSON EventNotice of the run.
 const EventsChannel = "capstan_run_events"
+
+// AttemptLogsChannel is the Postgres NOTIFY channel of attempts whose
+// followed output changed: each transaction that appends log chunks of an
+// attempt (AppendLogChunks) or writes a run_events row about one (its
+// state changed) sends, at its commit, one notification per such attempt,
+// its payload the attempt's id in decimal; like EventsChannel's, only
+// while a listener is registered.
+const AttemptLogsChannel = "capstan_attempt_logs"
 
 // EventNotice is the payload of a notification on EventsChannel: the run
 // whose run_events grew.
@@ -122,7 +132,7 @@ func eventNotices(events []RunEvent) (scopes, notices []string, err error) {
 	return slices.Compact(scopes), slices.Compact(notices), nil
 }
 
-// ListenerApplicationName is the application_name of ListenEvents'
+// ListenerApplicationName is the application_name of ListenFeed's
 // connections (pg_stat_activity).
 const ListenerApplicationName = "capstan-event-listener"
 
@@ -132,24 +142,40 @@ const ListenerApplicationName = "capstan-event-listener"
 // shrink it.
 var listenerTTL = time.Minute
 
-// ListenEvents holds one connection to dsn LISTENing on EventsChannel until
-// ctx ends: it registers the connection in event_listeners (writers notify
-// only while a registration is live, see listenersLive) and renews it,
-// calls notice for each notification, and connected each time the LISTEN
+// FeedHandlers are what ListenFeed calls: Connected each time the LISTEN
 // and the registration are in place (first and after every reconnection;
 // notifications sent while it was away are lost, so the caller re-reads
-// then). When the connection fails, or its registration lapsed, it calls
-// lost with the error and dials again after retry (at least 10 ms). It
-// returns ctx's error.
+// then), Lost with the error when the connection failed or its
+// registration lapsed, Event for each notification on EventsChannel and
+// Attempt, with the attempt's id, for each on AttemptLogsChannel. Attempt
+// nil: the connection does not LISTEN on AttemptLogsChannel.
+type FeedHandlers struct {
+	Connected func()
+	Lost      func(error)
+	Event     func(EventNotice)
+	Attempt   func(id int64)
+}
+
+// ListenEvents is ListenFeed without AttemptLogsChannel.
 func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connected func(), lost func(error),
 	notice func(EventNotice)) error {
+	return ListenFeed(ctx, dsn, retry, FeedHandlers{Connected: connected, Lost: lost, Event: notice})
+}
+
+// ListenFeed holds one connection to dsn LISTENing on EventsChannel (and
+// AttemptLogsChannel) until ctx ends: it registers the connection in
+// event_listeners (writers notify only while a registration is live, see
+// listenersLive) and renews it, and calls h's handlers (FeedHandlers).
+// When the connection fails, or its registration lapsed, it calls h.Lost
+// and dials again after retry (at least 10 ms). It returns ctx's error.
+func ListenFeed(ctx context.Context, dsn string, retry time.Duration, h FeedHandlers) error {
 	retry = max(retry, 10*time.Millisecond)
 	for {
-		err := listenOnce(ctx, dsn, connected, notice)
+		err := listenOnce(ctx, dsn, h)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		lost(err)
+		h.Lost(err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -160,7 +186,7 @@ func ListenEvents(ctx context.Context, dsn string, retry time.Duration, connecte
 
 // listenOnce LISTENs on one connection, registered, until it fails or ctx
 // ends, and removes its registration then when it can.
-func listenOnce(ctx context.Context, dsn string, connected func(), notice func(EventNotice)) error {
+func listenOnce(ctx context.Context, dsn string, h FeedHandlers) error {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return err
@@ -171,8 +197,14 @@ func listenOnce(ctx context.Context, dsn string, connected func(), notice func(E
 		return err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{EventsChannel}.Sanitize()); err != nil {
-		return err
+	channels := []string{EventsChannel}
+	if h.Attempt != nil {
+		channels = append(channels, AttemptLogsChannel)
+	}
+	for _, ch := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	id := uuid.New()
 	if err := registerListener(ctx, conn, id); err != nil {
@@ -183,7 +215,7 @@ func listenOnce(ctx context.Context, dsn string, connected func(), notice func(E
 		defer cancel()
 		_, _ = conn.Exec(dctx, `DELETE FROM event_listeners WHERE id = $1`, id)
 	}()
-	connected()
+	h.Connected()
 	renewAt := time.Now().Add(listenerTTL / 4)
 	for {
 		wctx, cancel := context.WithDeadline(ctx, renewAt)
@@ -201,12 +233,29 @@ func listenOnce(ctx context.Context, dsn string, connected func(), notice func(E
 			renewAt = time.Now().Add(listenerTTL / 4)
 			continue
 		}
-		var en EventNotice
-		if err := json.Unmarshal([]byte(n.Payload), &en); err != nil {
-			return errors.Join(fmt.Errorf("event notice %q", n.Payload), err)
+		if err := dispatch(n, h); err != nil {
+			return err
 		}
-		notice(en)
 	}
+}
+
+// dispatch hands notification n to its channel's handler. Errors: a
+// payload that does not decode.
+func dispatch(n *pgconn.Notification, h FeedHandlers) error {
+	if n.Channel == AttemptLogsChannel {
+		id, err := strconv.ParseInt(n.Payload, 10, 64)
+		if err != nil {
+			return fmt.Errorf("attempt notice %q: %w", n.Payload, err)
+		}
+		h.Attempt(id)
+		return nil
+	}
+	var en EventNotice
+	if err := json.Unmarshal([]byte(n.Payload), &en); err != nil {
+		return errors.Join(fmt.Errorf("event notice %q", n.Payload), err)
+	}
+	h.Event(en)
+	return nil
 }
 
 // registerListener inserts id's registration (and deletes the expired

@@ -459,8 +459,72 @@ func TestEventsInsertReadsListenersByIndex(t *testing.T) {
 	_, err := storetest.ReportAttempts(ctx, st, w.ID, []store.BatchedReport{{AttemptID: attempts[0],
 		Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}}, 1<<20)
 	require.NoError(t, err)
-	plan := explainPrepared(t, store.ByKeyPool(st), "FROM event_listeners", `'[]', '{}', 'c', '{}'`)
+	plan := explainPrepared(t, store.ByKeyPool(st), "FROM event_listeners", `'[]', '{}', 'c', '{}', 'c', '{}'`)
 	require.Contains(t, plan, "event_listeners_expiry")
 	require.NotContains(t, plan, "Seq Scan")
 	require.NotContains(t, plan, "JIT")
+}
+
+// ListenFeed hands each attempt whose output grew, or about which an event
+// was written, to its Attempt handler once its transaction committed: an
+// append of chunks (in InTx, and outside one), and a report of the attempt;
+// a savepoint that failed sends nothing of its appends.
+func TestListenFeedNotifiesAttemptsWhoseOutputGrew(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewURL(t)
+	st, err := store.Open(ctx, url, store.Config{MaxOpenConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	first, second := runningAttempt(t, st, "first"), runningAttempt(t, st, "second")
+
+	lctx, cancel := context.WithCancel(ctx)
+	connected := make(chan struct{}, 1)
+	attempts := make(chan int64, 16)
+	stopped := make(chan error)
+	go func() {
+		stopped <- store.ListenFeed(lctx, url, time.Second, store.FeedHandlers{
+			Connected: func() { connected <- struct{}{} }, Lost: func(error) {}, Event: func(store.EventNotice) {},
+			Attempt: func(id int64) { attempts <- id }})
+	}()
+	<-connected
+	next := func(what string) int64 {
+		t.Helper()
+		select {
+		case id := <-attempts:
+			return id
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "no attempt notice: "+what)
+			return 0
+		}
+	}
+
+	appendBounded(t, st, first.ID, 1<<20, out("one\n"))
+	require.Equal(t, first.ID, next("an append in InTx"))
+	_, err = st.Logs().AppendLogChunks(ctx, second.ID, []store.NewLogChunk{out("two\n")})
+	require.NoError(t, err)
+	require.Equal(t, second.ID, next("an append outside a transaction"))
+
+	require.NoError(t, st.InTx(ctx, func(tx *store.Store) error {
+		require.Error(t, tx.InTx(ctx, func(inner *store.Store) error {
+			_, err := inner.Logs().AppendLogChunks(ctx, first.ID, []store.NewLogChunk{out("dropped\n")})
+			require.NoError(t, err)
+			return errors.New("the savepoint fails")
+		}))
+		_, err := tx.Logs().AppendLogChunks(ctx, second.ID, []store.NewLogChunk{out("kept\n")})
+		return err
+	}))
+	require.Equal(t, second.ID, next("the append that committed, alone"))
+
+	_, err = storetest.ReportAttempts(ctx, st, *first.WorkerID, []store.BatchedReport{{AttemptID: first.ID,
+		Report: store.Report{State: domain.TaskRunning, Pid: intp(7)}}}, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, first.ID, next("a report of the attempt"))
+	select {
+	case id := <-attempts:
+		require.FailNow(t, "an extra notice", "attempt %d", id)
+	default:
+	}
+	cancel()
+	require.ErrorIs(t, <-stopped, context.Canceled)
 }

@@ -89,7 +89,7 @@ func (s Aborts) GetKillTarget(ctx context.Context, attemptID int64) (KillTarget,
 		KillRequestedAt *time.Time
 	}
 	err := s.raw(ctx, `SELECT at.id, at.worker_id, at.state, at.kill_cause, at.kill_requested_at, w.address,
-		w.state AS worker_state, w.last_heartbeat_at
+		w.state AS worker_state, w.last_heartbeat_at, w.credential_sha256
 		FROM attempts at LEFT JOIN workers w ON w.id = at.worker_id WHERE at.id = ?`, attemptID).Scan(&rows).Error
 	if err != nil {
 		return KillTarget{}, mapErr(err)

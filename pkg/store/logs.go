@@ -45,8 +45,10 @@ type NewLogChunk struct {
 // appends of one attempt are serialized and its seqs commit in order: a
 // reader paging by seq misses none), appends chunks after its stored
 // output in order and returns the bytes of output the attempt shipped in
-// all, dropped ones included. Run it in InTx with DropLogChunksBefore to
-// bound what is kept. Errors: ErrNotFound (no such attempt).
+// all, dropped ones included; the commit notifies AttemptLogsChannel of
+// the attempt when it appended any. Run it in InTx with
+// DropLogChunksBefore to bound what is kept. Errors: ErrNotFound (no such
+// attempt).
 func (s Logs) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogChunk) (int64, error) {
 	var locked []int64
 	if err := s.raw(ctx, `SELECT id FROM attempts WHERE id = ? FOR NO KEY UPDATE`, id).
@@ -76,7 +78,10 @@ func (s Logs) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogChun
 	if len(rows) == 0 {
 		return total, nil
 	}
-	return total, mapErr(s.q(ctx).Create(&rows).Error)
+	if err := mapErr(s.q(ctx).Create(&rows).Error); err != nil {
+		return 0, err
+	}
+	return total, s.outputGrew(ctx, id)
 }
 
 // droppedRow is a deleted chunk as DropLogChunksBefore tallies it.

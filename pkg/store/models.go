@@ -129,10 +129,15 @@ type Action struct {
 	Reason *string `json:"reason"`
 	// Decision is an approval's: domain.DecisionApproved or
 	// domain.DecisionRejected, with who made it, when, and their comment.
-	Decision        *string    `json:"decision"`
-	DecidedBy       *string    `json:"decided_by"`
-	DecidedAt       *time.Time `json:"decided_at"`
-	DecisionComment *string    `json:"decision_comment"`
+	// DecidedByTokenID and DecidedByTokenName are the token the api
+	// authenticated the decision with; DecidedBy is the label its caller
+	// gave (by), unchecked.
+	Decision           *string    `json:"decision"`
+	DecidedBy          *string    `json:"decided_by"`
+	DecidedByTokenID   *string    `json:"decided_by_token_id"`
+	DecidedByTokenName *string    `json:"decided_by_token_name"`
+	DecidedAt          *time.Time `json:"decided_at"`
+	DecisionComment    *string    `json:"decision_comment"`
 	// CacheKey is a discoverable step's catalog key (domain.CacheKey),
 	// recorded when it would start; CacheStatus is domain.CacheHit,
 	// CacheMiss or CachePopulated; nil for other steps.
@@ -160,30 +165,34 @@ type Task struct {
 	RunName    string `json:"run_name"`
 	ActionName string `json:"action_name"`
 	// Generation is the action's generation the task belongs to.
-	Generation           int                 `json:"generation"`
-	Idx                  int                 `json:"idx"`
-	State                domain.TaskState    `json:"state"`
-	FailureCount         int                 `json:"failure_count"`
-	MaxRetriesFailure    int                 `json:"max_retries_failure"`
-	PreemptionCount      int                 `json:"preemption_count"`
-	MaxRetriesPreemption int                 `json:"max_retries_preemption"`
-	SystemFailureCount   int                 `json:"system_failure_count"`
-	MaxSystemFailures    int                 `json:"max_system_failures"`
-	AttemptCount         int                 `json:"attempt_count"`
-	WorkerID             *string             `json:"worker_id"`
-	PendingReason        *string             `json:"pending_reason"`
-	NotBefore            *time.Time          `json:"not_before"`
-	SchedulingDeadline   *time.Time          `json:"scheduling_deadline"`
-	Priority             int16               `json:"priority"`
-	CPUMillis            int64               `gorm:"column:cpu_millis" json:"cpu_millis"`
-	MemoryBytes          int64               `json:"memory_bytes"`
-	Constraints          []domain.Constraint `gorm:"serializer:json" json:"constraints"`
-	Coscheduled          bool                `json:"coscheduled"`
-	TimeoutMs            int64               `json:"timeout_ms"`
-	Version              int64               `json:"version"`
-	CreatedAt            time.Time           `json:"created_at"`
-	UpdatedAt            time.Time           `json:"updated_at"`
-	EndedAt              *time.Time          `json:"ended_at"`
+	Generation           int              `json:"generation"`
+	Idx                  int              `json:"idx"`
+	State                domain.TaskState `json:"state"`
+	FailureCount         int              `json:"failure_count"`
+	MaxRetriesFailure    int              `json:"max_retries_failure"`
+	PreemptionCount      int              `json:"preemption_count"`
+	MaxRetriesPreemption int              `json:"max_retries_preemption"`
+	SystemFailureCount   int              `json:"system_failure_count"`
+	MaxSystemFailures    int              `json:"max_system_failures"`
+	// WaitCount and WaitingSince are the task's run of waits for its
+	// target (domain.Wait): 0 and nil when it does not wait.
+	WaitCount          int                 `json:"wait_count"`
+	WaitingSince       *time.Time          `json:"waiting_since"`
+	AttemptCount       int                 `json:"attempt_count"`
+	WorkerID           *string             `json:"worker_id"`
+	PendingReason      *string             `json:"pending_reason"`
+	NotBefore          *time.Time          `json:"not_before"`
+	SchedulingDeadline *time.Time          `json:"scheduling_deadline"`
+	Priority           int16               `json:"priority"`
+	CPUMillis          int64               `gorm:"column:cpu_millis" json:"cpu_millis"`
+	MemoryBytes        int64               `json:"memory_bytes"`
+	Constraints        []domain.Constraint `gorm:"serializer:json" json:"constraints"`
+	Coscheduled        bool                `json:"coscheduled"`
+	TimeoutMs          int64               `json:"timeout_ms"`
+	Version            int64               `json:"version"`
+	CreatedAt          time.Time           `json:"created_at"`
+	UpdatedAt          time.Time           `json:"updated_at"`
+	EndedAt            *time.Time          `json:"ended_at"`
 	// Plugin is the step's plugin (placement honours domain.OptionalPlugins).
 	Plugin string `json:"plugin"`
 	// TraceParent is the W3C traceparent of the trace the task was created
@@ -284,12 +293,20 @@ type Worker struct {
 	// LastFailureAt is the latest time in Failures.
 	LastFailureAt *time.Time `json:"last_failure_at"`
 	// Draining: the executor is shutting down and takes no new work.
-	Draining        bool      `json:"draining"`
-	State           string    `json:"state"`
-	Version         int64     `json:"version"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	LastHeartbeatAt time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
+	Draining bool `json:"draining"`
+	// Sandbox is how the executor isolates its attempts: "none", or
+	// mechanisms joined with "+" (e.g. "uid+pidns+netns+rlimit").
+	Sandbox string `json:"sandbox"`
+	// CredentialSHA256 is the SHA-256 of the executor credential its
+	// registration answered (workerkey.Digest); nil: none, and its
+	// executor cannot be called until it registers again. Never
+	// serialized.
+	CredentialSHA256 []byte    `gorm:"column:credential_sha256" json:"-"`
+	State            string    `json:"state"`
+	Version          int64     `json:"version"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	LastHeartbeatAt  time.Time `gorm:"default:now()" json:"last_heartbeat_at"`
 }
 
 // RunEvent is a row of run_events, the append-only audit trail.

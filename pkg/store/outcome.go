@@ -27,6 +27,24 @@ type TaskOutcome struct {
 	// SetActionPhase would: the task is its action's only one, so its
 	// outcome alone decides the action's phase.
 	Phase *PhaseMove
+	// Wait is the task's run of waits after the outcome: the zero Wait
+	// ends it. With a requeue and a Count, WaitReason is the answer waited
+	// on, the task's pending_reason.
+	Wait       domain.Wait
+	WaitReason string
+}
+
+// waitArgs returns the wait columns' values of o: wait_count,
+// waiting_since and pending_reason (nil unless o requeues a wait).
+func (o TaskOutcome) waitArgs() (int, *time.Time, *string) {
+	if o.Wait.Count == 0 {
+		return 0, nil, nil
+	}
+	var reason *string
+	if o.Requeue {
+		reason = &o.WaitReason
+	}
+	return o.Wait.Count, o.Wait.Since, reason
 }
 
 // PhaseMove is an action's move from phase From to phase To.
@@ -39,6 +57,7 @@ const updateTaskOutcomeSQL = `WITH a AS (UPDATE actions SET phase = @to, updated
 	  ended_at = CASE WHEN @terminal THEN @now ELSE ended_at END
 	  WHERE @move AND project = @p AND domain = @d AND run_name = @r AND name = @n AND phase = @from RETURNING 1)
 	UPDATE tasks SET failure_count = @failures, preemption_count = @preemptions, system_failure_count = @system_failures,
+	  wait_count = @wait_count, waiting_since = @waiting_since, pending_reason = @pending_reason,
 	  updated_at = @now, version = version + 1, state = @state,
 	  worker_id = CASE WHEN @requeue THEN NULL ELSE worker_id END,
 	  not_before = CASE WHEN @requeue THEN @not_before ELSE not_before END,
@@ -47,16 +66,23 @@ const updateTaskOutcomeSQL = `WITH a AS (UPDATE actions SET phase = @to, updated
 
 // UpdateTaskOutcome writes an evaluation's decision on task t, the one of
 // attempt a (claimed, so locked), and o.Phase's move of its action (locked
-// too) when set, in one statement; then o.Code on the attempt when set. It
-// writes a "task.<Result>" event (data: attempt_state, not_before, and code
-// with the attempt's former code when o.Code is set), then the action's
-// "action.phase" event when it moved.
+// too) when set, in one statement; then o.Code on the attempt when set. The
+// task's run of waits becomes o.Wait, and its pending_reason o.WaitReason
+// when it requeues a wait (else none: the task was placed). It writes a
+// "task.<Result>" event (data: attempt_state, not_before, wait and reason
+// for a wait, and code with the attempt's former code when o.Code is set),
+// then the action's "action.phase" event when it moved.
 func (s Tasks) UpdateTaskOutcome(ctx context.Context, t Task, a Attempt, o TaskOutcome, now time.Time) error {
+	waits, since, reason := o.waitArgs()
 	args := map[string]any{"id": t.ID, "failures": o.Budget.FailureCount, "preemptions": o.Budget.PreemptionCount,
 		"system_failures": o.Budget.SystemFailureCount, "now": now, "state": o.State, "requeue": o.Requeue,
 		"not_before": nil, "move": o.Phase != nil, "from": "", "to": "", "terminal": false,
-		"p": t.Project, "d": t.Domain, "r": t.RunName, "n": t.ActionName}
+		"p": t.Project, "d": t.Domain, "r": t.RunName, "n": t.ActionName,
+		"wait_count": waits, "waiting_since": since, "pending_reason": reason}
 	data := map[string]any{"attempt_state": a.State.String(), "not_before": nil}
+	if reason != nil {
+		data["wait"], data["reason"] = waits, *reason
+	}
 	if o.Requeue {
 		args["state"], args["not_before"], data["not_before"] = domain.TaskPending, o.NotBefore, o.NotBefore
 	}
@@ -89,13 +115,14 @@ type OutcomeWrite struct {
 }
 
 // UpdateTaskOutcomes writes the outcomes of several tasks as
-// UpdateTaskOutcome writes one, in one statement: the tasks, and the
-// actions of those with a Phase move; then the events, in ws's order,
-// each task's "task.<Result>" then its action's "action.phase" when it
-// moved. It takes only outcomes that end their task without a Code (an
-// evaluation's successes): the caller holds the locks of every task and
-// action written. Errors: ErrBadOutcome for an outcome with Requeue or a
-// Code (UpdateTaskOutcome writes those); Postgres's. No outcomes: nothing.
+// UpdateTaskOutcome writes one (each ends its task's run of waits), in one
+// statement: the tasks, and the actions of those with a Phase move; then
+// the events, in ws's order, each task's "task.<Result>" then its action's
+// "action.phase" when it moved. It takes only outcomes that end their task
+// without a Code (an evaluation's successes): the caller holds the locks of
+// every task and action written. Errors: ErrBadOutcome for an outcome with
+// Requeue, a Code or a Wait (UpdateTaskOutcome writes those); Postgres's.
+// No outcomes: nothing.
 func (s Tasks) UpdateTaskOutcomes(ctx context.Context, now time.Time, ws ...OutcomeWrite) error {
 	if len(ws) == 0 {
 		return nil
@@ -146,8 +173,8 @@ func outcomeArrays(ws []OutcomeWrite) (map[string]any, error) {
 	from, to, terminal, p, d, r, n := make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)),
 		make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws)), make(Strings, len(ws))
 	for i, w := range ws {
-		if w.O.Requeue || w.O.Code != "" {
-			return nil, fmt.Errorf("%w: task %d requeues or has a code", ErrBadOutcome, w.T.ID)
+		if w.O.Requeue || w.O.Code != "" || w.O.Wait.Count > 0 {
+			return nil, fmt.Errorf("%w: task %d requeues, waits or has a code", ErrBadOutcome, w.T.ID)
 		}
 		ids[i], failures[i], preemptions[i] = w.T.ID, int64(w.O.Budget.FailureCount), int64(w.O.Budget.PreemptionCount)
 		systemFailures[i], states[i] = int64(w.O.Budget.SystemFailureCount), int64(w.O.State)
@@ -184,5 +211,6 @@ a AS (UPDATE actions x SET phase = v.mto, updated_at = @now, version = x.version
 		AND x.phase = v.mfrom
 	RETURNING v.id)
 UPDATE tasks t SET failure_count = v.failures, preemption_count = v.preemptions,
-	system_failure_count = v.system_failures, updated_at = @now, version = t.version + 1, state = v.state, ended_at = @now
+	system_failure_count = v.system_failures, wait_count = 0, waiting_since = NULL,
+	updated_at = @now, version = t.version + 1, state = v.state, ended_at = @now
 FROM v WHERE t.id = v.id RETURNING t.id, t.id IN (SELECT id FROM a)`

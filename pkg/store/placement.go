@@ -329,7 +329,7 @@ type Assigned struct {
 	TaskItem *string     `gorm:"column:task_item"`
 	Step     domain.Step `gorm:"column:step;serializer:json"`
 	// FromPhase is the action's phase before the bind: it moved to
-	// RUNNING when that was QUEUED or WAITING_FOR_RESOURCES.
+	// RUNNING when that was QUEUED, WAITING_FOR_RESOURCES or WAITING.
 	FromPhase domain.Phase `gorm:"column:from_phase"`
 }
 
@@ -339,11 +339,11 @@ func (a Assigned) Action() domain.ActionKey {
 }
 
 // AssignTasks binds PENDING tasks to workers in one statement
-// (assignTasksSQL): it locks the tasks' actions still QUEUED or
-// WAITING_FOR_RESOURCES (key order), then each task still PENDING (id
-// order), which becomes ASSIGNED to its worker with a new attempt
-// (ASSIGNED); its action moves from QUEUED or WAITING_FOR_RESOURCES to
-// RUNNING. A task no longer PENDING (aborted, or assigned by another pass)
+// (assignTasksSQL): it locks the tasks' actions still QUEUED,
+// WAITING_FOR_RESOURCES or WAITING (key order), then each task still
+// PENDING (id order), which becomes ASSIGNED to its worker with a new
+// attempt (ASSIGNED); its action moves from QUEUED, WAITING_FOR_RESOURCES
+// or WAITING (a waiting step's next check) to RUNNING. A task no longer PENDING (aborted, or assigned by another pass)
 // is left alone. It returns the attempts created, by id, each with its
 // task's action and index and its step, and appends their events to the
 // transaction's, after those it holds: task.assigned for each attempt, by
@@ -373,7 +373,7 @@ func (s Placement) AssignTasks(ctx context.Context, as []Assignment) ([]Assigned
 		"ids": array(ids), "workers": array(workers),
 		"now": time.Now().UTC(), "pending": domain.TaskPending, "assigned": domain.TaskAssigned,
 		"running": string(domain.PhaseRunning), "waiting": []string{string(domain.PhaseQueued),
-			string(domain.PhaseWaitingForResources)},
+			string(domain.PhaseWaitingForResources), string(domain.PhaseWaiting)},
 	}).Scan(&out).Error
 	if err != nil {
 		return nil, mapErr(err)
@@ -392,7 +392,7 @@ func (s Placement) assignedEvents(ctx context.Context, out []Assigned) error {
 			return err
 		}
 		k := a.Action()
-		if _, ok := from[k]; !ok && (a.FromPhase == domain.PhaseQueued || a.FromPhase == domain.PhaseWaitingForResources) {
+		if _, ok := from[k]; !ok && assignMoves(a.FromPhase) {
 			from[k] = a.FromPhase
 			moved = append(moved, k)
 		}
@@ -406,11 +406,17 @@ func (s Placement) assignedEvents(ctx context.Context, out []Assigned) error {
 	return nil
 }
 
+// assignMoves reports whether binding a task moves its action from phase
+// to RUNNING (assignTasksSQL's @waiting).
+func assignMoves(phase domain.Phase) bool {
+	return phase == domain.PhaseQueued || phase == domain.PhaseWaitingForResources || phase == domain.PhaseWaiting
+}
+
 // assignTasksSQL is AssignTasks' statement. Its data-modifying parts run to
 // completion whatever the final SELECT reads, in one snapshot. The lock
 // order holds within it: the only actions it updates, and so locks, are
-// those still QUEUED or WAITING_FOR_RESOURCES, and `acts` locks them first:
-// `locked` reads the count of `acts` in its filter, an uncorrelated subquery
+// those still QUEUED, WAITING_FOR_RESOURCES or WAITING, and `acts` locks
+// them first: `locked` reads the count of `acts` in its filter, an uncorrelated subquery
 // Postgres runs once as a one-time filter before the first task row is read
 // (EXPLAIN shows it), and `locked`'s rows are sorted before they are locked.
 // A RUNNING action is not locked at all, so a pass never waits for an

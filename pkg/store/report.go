@@ -31,6 +31,10 @@ type Report struct {
 	// Cleanup is a stopped attempt's plugin Abort and Finalize as they ran,
 	// each recorded as a run event (cleanupEvents) with a terminal state.
 	Cleanup []CleanupStep
+	// PendingReason, with BUILDING, is why the work waits to be placed (a
+	// Pod no node takes): the task's pending_reason while the attempt is
+	// the task's live one (setBuildingReason).
+	PendingReason string
 }
 
 // ReportResult tells the caller what a report changed.
@@ -61,6 +65,11 @@ func (s *core) applyDecided(ctx context.Context, locked lockedRows, id int64, re
 		return ReportResult{}, ErrNotFound
 	}
 	res := ReportResult{Proceed: d.Proceed, Evaluate: d.Evaluate, Task: ta.task, Attempt: ta.attempt}
+	if rep.State == domain.TaskBuilding && rep.PendingReason != "" && d.Proceed && d.Verdict != domain.ReportCannotFollow {
+		if err := s.setBuildingReason(ctx, ta.task.ID, rep.PendingReason); err != nil {
+			return res, err
+		}
+	}
 	switch d.Verdict {
 	case domain.ReportCannotFollow:
 		return res, ErrBadReport
@@ -107,6 +116,19 @@ func (s *core) applyReport(ctx context.Context, locked lockedRows, t Task, a Att
 	locked[id] = after
 	return s.taskEvent(ctx, t, id, "attempt."+rep.State.String(),
 		map[string]any{"exit_code": rep.ExitCode, "cause": rep.Cause, "error": rep.Error})
+}
+
+// buildingReasonSQL sets task @id's pending_reason to @reason while the
+// task is BUILDING (its attempt placed, its work not yet running), bumping
+// its version when it changes. The report's transaction holds the task's
+// lock already.
+var buildingReasonSQL = `UPDATE tasks SET pending_reason = @reason, updated_at = now(), version = version + 1
+WHERE id = @id AND state IN ` + sqlStates(domain.TaskBuilding) + ` AND pending_reason IS DISTINCT FROM @reason`
+
+// setBuildingReason records why a live attempt's work waits to be placed
+// as its task's pending_reason (buildingReasonSQL). Errors: Postgres's.
+func (s *core) setBuildingReason(ctx context.Context, task int64, reason string) error {
+	return mapErr(s.exec(ctx, buildingReasonSQL, map[string]any{"id": task, "reason": reason}).Error)
 }
 
 // taskAttempt is an attempt and its task as locked in a transaction, with

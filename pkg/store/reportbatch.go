@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -230,11 +231,13 @@ var reportColumns = []string{"state", "updated_at", "pid", "started_at", "finish
 // a JSON array of writeReports's rows) in one statement: each attempt's
 // columns as its patch has them over the row as it is (jsonb_populate_record
 // keeps a column the patch does not name), and the state of the tasks a
-// live report moved. Both are reached by their keys; the transaction
+// live report moved (a task that runs has no pending_reason left). Both
+// are reached by their keys; the transaction
 // holds their locks already.
 var writeReportsSQL = `WITH w AS (SELECT * FROM jsonb_to_recordset(CAST(@rows AS jsonb))
 	  AS w(id bigint, patch jsonb, task_id bigint, task_state smallint, at timestamptz)),
-	t AS (UPDATE tasks t SET state = w.task_state, updated_at = w.at, version = t.version + 1
+	t AS (UPDATE tasks t SET state = w.task_state, updated_at = w.at, version = t.version + 1,
+	    pending_reason = CASE WHEN w.task_state = ` + strconv.Itoa(int(domain.TaskRunning)) + ` THEN NULL ELSE t.pending_reason END
 	  FROM w WHERE t.id = w.task_id AND w.task_state IS NOT NULL)
 UPDATE attempts a SET (` + strings.Join(reportColumns, ", ") + `) =
 	(SELECT p.` + strings.Join(reportColumns, ", p.") + ` FROM jsonb_populate_record(a, w.patch) p)

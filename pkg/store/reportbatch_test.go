@@ -205,3 +205,30 @@ func TestGetAttemptRunsReadsEachAttemptOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, generic, "the main pool's kept plan of one attempt")
 }
+
+func TestBuildingReportCarriesThePendingReasonUntilTheAttemptRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openWithDB(t)
+	w := registerWorker(t, st)
+	id := assignedAttempts(t, st, w, "placing", 1)[0]
+	reason := func() sql.NullString {
+		var r sql.NullString
+		require.NoError(t, db.QueryRow(`SELECT t.pending_reason FROM attempts at JOIN tasks t ON t.id = at.task_id
+			WHERE at.id = $1`, id).Scan(&r))
+		return r
+	}
+	report := func(rep store.Report) {
+		res, err := storetest.ReportAttempts(ctx, st, w.ID, []store.BatchedReport{{AttemptID: id, Report: rep}}, 1<<20)
+		require.NoError(t, err)
+		require.NoError(t, res[0].Err)
+		require.True(t, res[0].Proceed)
+	}
+	report(store.Report{State: domain.TaskBuilding})
+	require.False(t, reason().Valid)
+	const msg = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+	report(store.Report{State: domain.TaskBuilding, PendingReason: msg})
+	require.Equal(t, msg, reason().String, "a BUILDING report again, with the reason: the task's pending_reason")
+	report(store.Report{State: domain.TaskRunning})
+	require.False(t, reason().Valid, "a task that runs waits for nothing")
+}

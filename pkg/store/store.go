@@ -74,6 +74,9 @@ type txState struct {
 	// roots are the a0 moves SetRootPhase left for that statement to make
 	// (rootMove); the transaction's next statement makes them first.
 	roots []rootMove
+	// grown are the attempts whose output its appends grew (outputGrew);
+	// the commit notifies AttemptLogsChannel of each with its events.
+	grown []int64
 	// pool is the pool the transaction begins on; db is the transaction,
 	// nil until its first statement begins it (begin); done is set once
 	// it committed.

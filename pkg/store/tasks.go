@@ -176,6 +176,16 @@ func (s Tasks) CountTaskStates(ctx context.Context, key domain.ActionKey, genera
 	return out, nil
 }
 
+// CountWaitingTasks returns how many tasks of an action's generation are
+// PENDING within a run of waits for their target (wait_count > 0).
+func (s Tasks) CountWaitingTasks(ctx context.Context, key domain.ActionKey, generation int) (int, error) {
+	var n int64
+	err := s.q(ctx).Model(&Task{}).Where(`project = ? AND domain = ? AND run_name = ? AND action_name = ?
+		AND generation = ? AND state = ? AND wait_count > 0`, key.Project, key.Domain, key.Run, key.Action, generation,
+		domain.TaskPending).Count(&n).Error
+	return int(n), mapErr(err)
+}
+
 // ExhaustGangSiblings makes the live tasks of t's action other than t
 // WORKER_FAILED with their preemption budget spent (preemption_count =
 // max_retries_preemption + 1), and writes an "action.gang_cascade" event.

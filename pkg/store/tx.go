@@ -25,10 +25,10 @@ func (s *core) inTx(ctx context.Context, fn func(tx *Store) error) error {
 		if err != nil {
 			return err
 		}
-		n, r := len(s.tx.events), len(s.tx.roots)
+		n, r, g := len(s.tx.events), len(s.tx.roots), len(s.tx.grown)
 		err = db.WithContext(ctx).Transaction(func(*gorm.DB) error { return fn(&Store{s}) })
 		if err != nil {
-			s.tx.events, s.tx.roots = s.tx.events[:n], s.tx.roots[:r]
+			s.tx.events, s.tx.roots, s.tx.grown = s.tx.events[:n], s.tx.roots[:r], s.tx.grown[:g]
 		}
 		return err
 	}
@@ -70,8 +70,9 @@ func (ts *core) commit(ctx context.Context) error {
 	return mapErr(ts.tx.db.Commit().Error)
 }
 
-// flushEvents inserts the run_events rows ts left, and makes the root moves
-// it left, in one statement (eventsStatement). Errors: the insert's,
+// flushEvents inserts the run_events rows ts left, makes the root moves it
+// left and sends the notifications of both and of the attempts whose
+// output grew, in one statement (eventsStatement). Errors: the insert's,
 // mapped (mapErr).
 func (ts *core) flushEvents(ctx context.Context) error {
 	ins, err := ts.eventsStatement(ctx)

@@ -96,7 +96,8 @@ func (s Actions) ResetSteps(ctx context.Context, key domain.RunKey, names []stri
 		key.Project, key.Domain, key.Run, names).Updates(map[string]any{
 		"phase": string(domain.PhaseQueued), "generation": gorm.Expr("generation + 1"), "started_at": nil,
 		"ended_at": nil, "failed_times": 0, "waiting_for": nil, "not_before": nil, "paused_at": nil, "reason": nil,
-		"decision": nil, "decided_by": nil, "decided_at": nil, "decision_comment": nil, "cache_key": nil,
+		"decision": nil, "decided_by": nil, "decided_by_token_id": nil, "decided_by_token_name": nil, "decided_at": nil,
+		"decision_comment": nil, "cache_key": nil,
 		"cache_status": nil, "outputs": nil, "cache_waits": 0, "updated_at": now,
 		"version": gorm.Expr("version + 1")}).Error; err != nil {
 		return mapErr(err)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"time"
@@ -21,6 +22,8 @@ const (
 
 // NewWorker is what RegisterWorker inserts.
 type NewWorker struct {
+	// ID is the new worker's id, a UUID; "" makes a new one.
+	ID      string
 	Name    string
 	Address string
 	// Slots is how many attempts the worker runs at once.
@@ -28,6 +31,11 @@ type NewWorker struct {
 	// Resources is what it offers; zero fields are undeclared (unlimited).
 	Resources domain.Resources
 	Labels    map[string]string
+	// Sandbox is how the executor isolates its attempts; "" is "none".
+	Sandbox string
+	// CredentialSHA256 is the SHA-256 of the executor credential its
+	// registration answers (workerkey.Digest).
+	CredentialSHA256 []byte
 }
 
 // WorkerLoad is a worker with what its live attempts hold: how many, and
@@ -51,8 +59,9 @@ func (s Workers) RegisterWorker(ctx context.Context, nw NewWorker) (Worker, erro
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	w := Worker{ID: uuid.NewString(), Name: nw.Name, Address: nw.Address, Slots: nw.Slots,
+	w := Worker{ID: cmp.Or(nw.ID, uuid.NewString()), Name: nw.Name, Address: nw.Address, Slots: nw.Slots,
 		CPUMillis: nw.Resources.CPUMillis, MemoryBytes: nw.Resources.MemoryBytes, Labels: labels,
+		Sandbox: cmp.Or(nw.Sandbox, "none"), CredentialSHA256: nw.CredentialSHA256,
 		Failures: map[string]time.Time{}, State: WorkerAlive, Version: 1}
 	return w, mapErr(s.q(ctx).Create(&w).Error)
 }

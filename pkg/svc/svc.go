@@ -8,11 +8,13 @@ package svc
 import (
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -71,11 +73,12 @@ func Setup(service string, c Common, err error) *slog.Logger {
 		log.Error("invalid configuration", "err", err)
 		os.Exit(ExitConfig)
 	}
-	if percent, limit := gcDefaults(os.LookupEnv); percent > 0 {
+	if percent, limit := gcDefaults(os.LookupEnv, memlimit.FromCgroup); percent > 0 {
 		debug.SetGCPercent(percent)
 		if limit > 0 {
 			debug.SetMemoryLimit(limit)
 		}
+		log.Debug("collector", "gc_percent", percent, "memory_limit_bytes", limit)
 	}
 	c.StartPprof(log)
 	return log
@@ -84,25 +87,32 @@ func Setup(service string, c Common, err error) *slog.Logger {
 // GC defaults of a service whose environment sets neither GOGC nor
 // GOMEMLIMIT, Go's own settings of its collector: collect when the heap has
 // grown by 400 % of what the last collection left (Go's default is 100),
-// and more often as it nears a soft limit of 100 MiB: the services
-// allocate short-lived rows at a high rate, and the limit keeps the api's
-// peak RSS when it accepts runs in bulk within its target
-// (docs/benchmarks.md).
+// and more often as it nears a soft limit: 90 % of its cgroup's memory
+// limit (a container's or a pod's, read as automemlimit reads it), or 100
+// MiB where the cgroup has none. The services allocate short-lived rows at
+// a high rate; without a cgroup limit, 100 MiB keeps the api's peak RSS
+// when it accepts runs in bulk within its target (docs/benchmarks.md).
 const (
 	defaultGCPercent   = 400
 	defaultMemoryLimit = 100 << 20 // bytes
+	cgroupLimitRatio   = 0.9
 )
 
 // gcDefaults returns the GC percent and soft memory limit (bytes) a service
-// sets, from its environment (lookup): none (0, 0) when GOGC is set, which
-// Go applies itself with any GOMEMLIMIT; the percent alone when only
-// GOMEMLIMIT is; both otherwise.
-func gcDefaults(lookup func(string) (string, bool)) (percent int, limit int64) {
+// sets, from its environment (lookup) and its cgroup's memory limit
+// (cgroup, memlimit.FromCgroup: bytes, or an error when there is none or
+// it cannot be read): none (0, 0) when GOGC is set, which Go applies
+// itself with any GOMEMLIMIT; the percent alone when only GOMEMLIMIT is;
+// both otherwise.
+func gcDefaults(lookup func(string) (string, bool), cgroup func() (uint64, error)) (percent int, limit int64) {
 	if _, ok := lookup("GOGC"); ok {
 		return 0, 0
 	}
 	if _, ok := lookup("GOMEMLIMIT"); ok {
 		return defaultGCPercent, 0
+	}
+	if l, err := cgroup(); err == nil && l > 0 && l < math.MaxInt64 {
+		return defaultGCPercent, int64(float64(l) * cgroupLimitRatio)
 	}
 	return defaultGCPercent, defaultMemoryLimit
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/abort-reconciler/internal/reconciler"
 )
 
@@ -46,16 +48,27 @@ type config struct {
 	// CallConcurrency bounds the concurrent executor calls of one abort.
 	// Default 32.
 	CallConcurrency int `env:"ABORT_CALL_CONCURRENCY"`
-	// InternalToken is the bearer secret of the executors' API, shared
-	// with them. Env CAPSTAN_INTERNAL_TOKEN, no default.
-	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
+	// ControlPlaneKey is the api's CAPSTAN_CONTROL_PLANE_KEY (set it alike
+	// on the api, the scheduler and the reconciler): each call to a
+	// worker's executor carries that worker's own executor credential,
+	// derived from it. Required; at least 32 bytes. No default.
+	ControlPlaneKey string `env:"CAPSTAN_CONTROL_PLANE_KEY"`
 }
 
 // metricsAddr returns MetricsAddr or its default.
 func (c config) metricsAddr() string { return cmp.Or(c.MetricsAddr, defaultMetricsAddr) }
 
-// validate checks what the env tags cannot: the reconciler's ranges.
-func (c config) validate() error { return c.reconciler().Validate() }
+// validate checks what the env tags cannot: the reconciler's ranges, and
+// that the control-plane key is set and not a placeholder or short
+// (svc.CheckSecrets).
+func (c config) validate() error {
+	var errs []error
+	if c.ControlPlaneKey == "" {
+		errs = append(errs, errors.New("CAPSTAN_CONTROL_PLANE_KEY is required: calls to executors carry credentials derived from it"))
+	}
+	return errors.Join(append(errs, c.reconciler().Validate(),
+		svc.CheckSecrets(map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": c.ControlPlaneKey}))...)
+}
 
 // reconciler returns the reconciler's part of the config.
 func (c config) reconciler() reconciler.Config {
@@ -70,6 +83,6 @@ func (c config) reconciler() reconciler.Config {
 		WorkerGrace:              c.WorkerGrace,
 		DelayedTaskCheckInterval: c.DelayedTaskCheckInterval,
 		TaskCheckInterval:        c.TaskCheckInterval,
-		InternalToken:            c.InternalToken,
+		ControlPlaneKey:          workerkey.New(c.ControlPlaneKey),
 	}
 }

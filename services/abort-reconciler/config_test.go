@@ -57,12 +57,21 @@ func TestConfigRejectsBadValues(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	cfg, err := env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{}})
+	key := "CAPSTAN_CONTROL_PLANE_KEY"
+	cfg, err := env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{
+		key: "0123456789abcdefghijklmnopqrstuvwxyz"}})
 	require.NoError(t, err)
-	require.NoError(t, cfg.validate(), "the defaults are valid")
+	require.NoError(t, cfg.validate(), "the defaults and a key are valid")
+	require.False(t, cfg.reconciler().ControlPlaneKey.IsZero())
+	cfg, err = env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_CONTROL_PLANE_KEY is required")
 	cfg, err = env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{
 		"ABORT_INITIAL_DELAY": "1m", "ABORT_MAX_DELAY": "1s", "ABORT_WORKERS": "-1"}})
 	require.NoError(t, err, "the env tags accept any number")
 	require.ErrorContains(t, cfg.validate(), "MaxDelay")
 	require.ErrorContains(t, cfg.validate(), "Workers")
+	cfg, err = env.ParseAsWithOptions[config](env.Options{Environment: map[string]string{key: "CHANGE_ME"}})
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.validate(), "CAPSTAN_CONTROL_PLANE_KEY is a placeholder")
 }

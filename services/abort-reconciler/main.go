@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/pkg/svc"
@@ -26,6 +27,7 @@ const service = "abort-reconciler"
 
 func main() {
 	cfg, err := env.ParseAs[config]()
+	svc.Healthcheck(os.Args[1:], cfg.metricsAddr())
 	log := svc.Setup(service, cfg.Common, errors.Join(err, cfg.validate()))
 	svc.Exit(log, run(cfg, log))
 }

@@ -29,6 +29,9 @@ const service = "api"
 
 func main() {
 	cfg, err := parseConfig(os.Args[1:], env.Options{})
+	if cfg.healthcheck {
+		os.Exit(svc.ProbeExit(cfg.Addr, os.Stderr))
+	}
 	log := svc.Setup(service, cfg.Common, errors.Join(err, cfg.validate()))
 	svc.Exit(log, run(cfg, log))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/svc"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
 
 // Config is the executor's configuration, read from the environment.
@@ -24,16 +25,57 @@ type Config struct {
 	// registration answers a token bound to the worker for the other calls.
 	// Env CAPSTAN_WORKER_TOKEN, no default.
 	WorkerToken string `env:"CAPSTAN_WORKER_TOKEN"`
+	// Insecure runs attempts without the sandbox: every attempt of every
+	// project as one user (RunAs, or the executor's own), sharing /tmp, the
+	// PID space and the network, unbounded. Without it the executor gives
+	// each attempt a user, namespaces and limits of its own, and refuses to
+	// start where it may not (it needs root). Env CAPSTAN_EXECUTOR_INSECURE,
+	// default false.
+	Insecure bool `env:"CAPSTAN_EXECUTOR_INSECURE" envDefault:"false"`
 	// RunAs, "uid:gid", is the unprivileged user and group attempts' shell
-	// processes run as, so that a task cannot read the executor's
-	// credentials or signal other attempts; the executor then needs root
-	// (or CAP_SETUID, CAP_SETGID and CAP_KILL). Env CAPSTAN_EXECUTOR_RUN_AS,
-	// default unset: the executor's own user.
+	// processes run as with Insecure, so that a task cannot read the
+	// executor's credentials; the executor then needs root (or CAP_SETUID,
+	// CAP_SETGID and CAP_KILL). Env CAPSTAN_EXECUTOR_RUN_AS, default unset:
+	// the executor's own user. Only with CAPSTAN_EXECUTOR_INSECURE=1: the
+	// sandbox gives each attempt its own user.
 	RunAs *runner.Credential `env:"CAPSTAN_EXECUTOR_RUN_AS"`
-	// InternalToken is the bearer secret the executor's own API (abort)
-	// requires, shared with the abort reconciler; unset, every abort is
-	// refused with 401. Env CAPSTAN_INTERNAL_TOKEN, no default.
-	InternalToken string `env:"CAPSTAN_INTERNAL_TOKEN"`
+	// UIDRange, "first-last", are the users (each also the group) the
+	// sandbox gives attempts, one each while it runs: the 65,536 ids from
+	// 100000 by default, above a host's accounts. Executors of one host
+	// that share it must share LockDir. Env CAPSTAN_EXECUTOR_UID_RANGE,
+	// default 100000-165535.
+	UIDRange sandbox.Range `env:"CAPSTAN_EXECUTOR_UID_RANGE" envDefault:"100000-165535"`
+	// RunGIDRange, "first-last", are the groups the sandbox gives run
+	// directories (the run's tasks share it through its group); it must not
+	// overlap UIDRange. Env CAPSTAN_EXECUTOR_RUN_GID_RANGE, default
+	// 165536-231071.
+	RunGIDRange sandbox.Range `env:"CAPSTAN_EXECUTOR_RUN_GID_RANGE" envDefault:"165536-231071"`
+	// LockDir holds the sandbox's uid leases and run group claims, a lock
+	// file each; every executor of a host must use the same one (on the
+	// host, not in a container of its own), so that no two attempts get
+	// one uid. Env CAPSTAN_EXECUTOR_LOCK_DIR, default /run/capstan.
+	LockDir string `env:"CAPSTAN_EXECUTOR_LOCK_DIR" envDefault:"/run/capstan"`
+	// AttemptProcs bounds each attempt's processes and threads: the
+	// sandbox's RLIMIT_NPROC of its user and pids.max of its cgroup, a
+	// container's --pids-limit. Env CAPSTAN_EXECUTOR_ATTEMPT_PROCS, default
+	// 4096.
+	AttemptProcs int `env:"CAPSTAN_EXECUTOR_ATTEMPT_PROCS" envDefault:"4096"`
+	// Cgroups is auto (each sandboxed attempt gets a cgroup v2 with its
+	// step's limits where the host delegates the executor's cgroup to it,
+	// the executor alone in it) or off. Env CAPSTAN_EXECUTOR_CGROUPS,
+	// default auto.
+	Cgroups string `env:"CAPSTAN_EXECUTOR_CGROUPS" envDefault:"auto"`
+	// PassEnv names variables of the executor's environment that tasks get
+	// too, "NAME,NAME2"; a task gets only PATH, HOME, LANG and TZ of it
+	// otherwise (HOME is a sandboxed attempt's work directory). Env
+	// CAPSTAN_EXECUTOR_PASS_ENV, default none.
+	PassEnv []string `env:"CAPSTAN_EXECUTOR_PASS_ENV" envSeparator:","`
+	// MetricsToken is the bearer secret GET /metrics on the executor's API
+	// requires: the operator's scraper's, never sent by the control plane
+	// (whose calls carry the worker's own executor credential, which each
+	// registration answers). Env CAPSTAN_EXECUTOR_METRICS_TOKEN, default
+	// unset: /metrics answers 401.
+	MetricsToken string `env:"CAPSTAN_EXECUTOR_METRICS_TOKEN"`
 	// Addr is the listen address of the executor's API; port 0 picks a free
 	// port. Env CAPSTAN_EXECUTOR_ADDR, default 127.0.0.1:0.
 	Addr string `env:"CAPSTAN_EXECUTOR_ADDR" envDefault:"127.0.0.1:0"`
@@ -86,6 +128,17 @@ type Config struct {
 	// runtime the executor does not advertise plugin.container. Env
 	// CAPSTAN_CONTAINER_RUNTIME, default auto.
 	ContainerRuntime string `env:"CAPSTAN_CONTAINER_RUNTIME" envDefault:"auto"`
+	// HTTPAllow lists, comma-separated, the loopback, link-local
+	// (169.254.0.0/16, fe80::/10: cloud metadata endpoints) and unspecified
+	// targets the http plugin may reach anyway: CIDRs ("127.0.0.0/8"),
+	// addresses ("::1") or host names (every address they resolve to). The
+	// plugin checks the address each connection goes to, redirects
+	// included. Env CAPSTAN_HTTP_ALLOW, default none.
+	HTTPAllow string `env:"CAPSTAN_HTTP_ALLOW"`
+	// HTTPTimeout bounds an http attempt whose step sets neither
+	// attempt_timeout nor timeout: its request, redirects and body. Env
+	// CAPSTAN_HTTP_TIMEOUT, default 5m.
+	HTTPTimeout time.Duration `env:"CAPSTAN_HTTP_TIMEOUT" envDefault:"5m"`
 	// LogLimit is how many bytes of stdout and of stderr are kept per
 	// attempt (the last ones). Env CAPSTAN_LOG_LIMIT, in bytes, default 65536.
 	LogLimit int `env:"CAPSTAN_LOG_LIMIT" envDefault:"65536"`
@@ -101,6 +154,38 @@ type Config struct {
 	// orchestrator's stop grace (Kubernetes' terminationGracePeriodSeconds).
 	// Env CAPSTAN_DRAIN_TIMEOUT, default 60s.
 	DrainTimeout time.Duration `env:"CAPSTAN_DRAIN_TIMEOUT" envDefault:"60s"`
+	// Kubernetes turns on the kubernetes plugin: each of its attempts runs
+	// as a Pod of the cluster that $KUBECONFIG names, or else the one the
+	// executor runs in (its service account). The executor then registers
+	// KubernetesMaxPods slots and no host resources: Kubernetes places the
+	// Pods. Env CAPSTAN_KUBERNETES, default false.
+	Kubernetes bool `env:"CAPSTAN_KUBERNETES" envDefault:"false"`
+	// KubernetesNamespace holds the Pods of the steps that name no
+	// namespace. Env CAPSTAN_KUBERNETES_NAMESPACE, default the executor's
+	// own namespace in a cluster, else "default".
+	KubernetesNamespace string `env:"CAPSTAN_KUBERNETES_NAMESPACE"`
+	// KubernetesMaxPods is how many Pods the executor runs at once (its
+	// slots, 1 to 1024, instead of CAPSTAN_EXECUTOR_SLOTS). Env
+	// CAPSTAN_KUBERNETES_MAX_PODS, default 1000.
+	KubernetesMaxPods int `env:"CAPSTAN_KUBERNETES_MAX_PODS" envDefault:"1000"`
+	// KubernetesImagePullGrace is how long a Pod's image may fail to pull
+	// before its attempt fails with ImagePullBackOff. Env
+	// CAPSTAN_KUBERNETES_IMAGE_PULL_GRACE, default 5m.
+	KubernetesImagePullGrace time.Duration `env:"CAPSTAN_KUBERNETES_IMAGE_PULL_GRACE" envDefault:"5m"`
+	// KubernetesSweepInterval is the time between sweeps of orphan Pods:
+	// the executor deletes the Pods whose attempts are no longer live (an
+	// executor killed mid-attempt, an attempt that ended while its executor
+	// was down). Env CAPSTAN_KUBERNETES_SWEEP_INTERVAL, default 30s.
+	KubernetesSweepInterval time.Duration `env:"CAPSTAN_KUBERNETES_SWEEP_INTERVAL" envDefault:"30s"`
+	// KubernetesServiceAccount is the Pods' service account when a step
+	// names none. Env CAPSTAN_KUBERNETES_SERVICE_ACCOUNT, default unset: the
+	// namespace's default service account.
+	KubernetesServiceAccount string `env:"CAPSTAN_KUBERNETES_SERVICE_ACCOUNT"`
+	// KubernetesServiceAccounts lists, comma-separated, the other service
+	// accounts a step's kubernetes.service_account may name; a step naming
+	// one not listed fails (InvalidPluginSpec). Env
+	// CAPSTAN_KUBERNETES_SERVICE_ACCOUNTS, default none.
+	KubernetesServiceAccounts []string `env:"CAPSTAN_KUBERNETES_SERVICE_ACCOUNTS" envSeparator:","`
 	// CPUMillis is the CPU the worker offers, in millicores (1000 = one
 	// core). Env CAPSTAN_EXECUTOR_CPU_MILLIS, default runtime.NumCPU()*1000.
 	CPUMillis int64 `env:"CAPSTAN_EXECUTOR_CPU_MILLIS"`
@@ -111,8 +196,12 @@ type Config struct {
 }
 
 // resources returns the capacity to register: CPUMillis and MemoryBytes, or
-// their defaults.
+// their defaults; none for a kubernetes executor (Kubernetes places its
+// Pods).
 func (c Config) resources() api.Resources {
+	if c.Kubernetes {
+		return api.Resources{}
+	}
 	cpu := c.CPUMillis
 	if cpu <= 0 {
 		cpu = int64(runtime.NumCPU()) * 1000
@@ -182,4 +271,13 @@ func (c Config) advertiseURL(ln net.Addr) (string, error) {
 		}
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// slots returns how many attempts run at once: KubernetesMaxPods for a
+// kubernetes executor, else Slots.
+func (c Config) slots() int {
+	if c.Kubernetes {
+		return c.KubernetesMaxPods
+	}
+	return c.Slots
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,8 +38,17 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 10*time.Minute, cfg.SweepInterval)
 	require.Zero(t, cfg.KillGrace, "unset: the supervisor's default, domain.DefaultKillGrace; a spec's kill_grace_ms wins")
 	require.Equal(t, "auto", cfg.ContainerRuntime)
+	require.Empty(t, cfg.HTTPAllow, "the http plugin reaches no loopback or link-local target")
+	require.Equal(t, 5*time.Minute, cfg.HTTPTimeout)
 	require.Equal(t, 64<<10, cfg.LogLimit)
 	require.Empty(t, cfg.Labels)
+	require.False(t, cfg.Insecure, "attempts are sandboxed unless told otherwise")
+	require.Equal(t, sandbox.DefaultUIDs, cfg.UIDRange)
+	require.Equal(t, sandbox.DefaultRunGIDs, cfg.RunGIDRange)
+	require.Equal(t, sandbox.DefaultLockDir, cfg.LockDir)
+	require.Equal(t, sandbox.DefaultMaxProcs, cfg.AttemptProcs)
+	require.Equal(t, "auto", cfg.Cgroups)
+	require.Empty(t, cfg.PassEnv)
 	host, err := os.Hostname()
 	require.NoError(t, err)
 	require.Regexp(t, "^"+host+`-\d+$`, cfg.workerName())
@@ -51,6 +62,14 @@ func TestConfigParsesLabelsAndDurations(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, cfg.KillGrace)
 	require.Equal(t, "exec-1", cfg.workerName())
 	require.Equal(t, 1024, cfg.LogLimit)
+
+	cfg = parse(t, map[string]string{"CAPSTAN_EXECUTOR_UID_RANGE": "300000-300999", "CAPSTAN_EXECUTOR_PASS_ENV": "HTTP_PROXY,NO_PROXY",
+		"CAPSTAN_EXECUTOR_INSECURE": "1"})
+	require.Equal(t, sandbox.Range{First: 300000, Last: 300999}, cfg.UIDRange)
+	require.Equal(t, []string{"HTTP_PROXY", "NO_PROXY"}, cfg.PassEnv)
+	require.True(t, cfg.Insecure)
+	_, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"CAPSTAN_EXECUTOR_UID_RANGE": "5"}})
+	require.ErrorContains(t, err, "first-last")
 }
 
 func TestAdvertiseURL(t *testing.T) {
@@ -131,11 +150,22 @@ func TestHostMemory(t *testing.T) {
 func TestRunAs(t *testing.T) {
 	t.Parallel()
 	cfg := parse(t, map[string]string{"CAPSTAN_EXECUTOR_RUN_AS": "10002:10003",
-		"CAPSTAN_WORKER_TOKEN": "w", "CAPSTAN_INTERNAL_TOKEN": "i"})
+		"CAPSTAN_WORKER_TOKEN": "w", "CAPSTAN_EXECUTOR_METRICS_TOKEN": "m"})
 	require.Equal(t, &runner.Credential{UID: 10002, GID: 10003}, cfg.RunAs)
 	require.Equal(t, "w", cfg.WorkerToken)
-	require.Equal(t, "i", cfg.InternalToken)
+	require.Equal(t, "m", cfg.MetricsToken)
 	require.Nil(t, parse(t, nil).RunAs, "unset: the executor's own user")
 	_, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"CAPSTAN_EXECUTOR_RUN_AS": "nobody"}})
 	require.ErrorContains(t, err, "uid:gid")
+}
+
+// An allow list that does not parse stops the executor, naming the item.
+func TestBadHTTPAllowStopsTheExecutor(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, map[string]string{"CAPSTAN_CONTAINER_RUNTIME": "none", "CAPSTAN_HTTP_ALLOW": "127.0.0.1/8,10.0.0.0/99"})
+	_, err := newPlugins(cfg, nil, slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, `"10.0.0.0/99" is not a CIDR`)
+	cfg.HTTPAllow = "127.0.0.1/8"
+	_, err = newPlugins(cfg, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/caarlos0/env/v11"
@@ -18,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/hibiken/asynq"
@@ -28,6 +30,9 @@ const service = "executor"
 
 func main() {
 	cfg, err := env.ParseAs[Config]()
+	svc.Healthcheck(os.Args[1:], cfg.Addr)
+	err = errors.Join(err, svc.CheckSecrets(map[string]string{"CAPSTAN_WORKER_TOKEN": cfg.WorkerToken,
+		"CAPSTAN_EXECUTOR_METRICS_TOKEN": cfg.MetricsToken}))
 	log := svc.Setup(service, cfg.Common, err)
 	svc.Exit(log, run(cfg, log))
 }
@@ -41,6 +46,12 @@ type executor struct {
 	advertise string
 	// redis answers the readiness check's PING.
 	redis *asynq.Client
+	// client talks to the api as the worker.
+	client *agent.Client
+	// kube is the kubernetes plugin, nil when it is off.
+	kube *plugin.Kubernetes
+	// stopKube stops the kubernetes plugin's informers.
+	stopKube context.CancelFunc
 }
 
 // build wires the executor; it listens at once, so the advertised address
@@ -50,12 +61,22 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	plugins, err := newPlugins(cfg, log)
+	kubeCtx, stopKube := context.WithCancel(context.Background())
+	built := false
+	defer func() {
+		if !built {
+			stopKube()
+		}
+	}()
+	kube, err := newKubernetes(kubeCtx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.Slots, DataDir: cfg.DataDir,
-		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs}, log)
+	plugins, err := newPlugins(cfg, kube, log)
+	if err != nil {
+		return nil, err
+	}
+	sup, box, err := newSupervisor(cfg, client, plugins, log)
 	if err != nil {
 		return nil, err
 	}
@@ -68,27 +89,58 @@ func build(cfg Config, log *slog.Logger) (*executor, error) {
 		return nil, errors.Join(err, ln.Close())
 	}
 	ag, err := agent.New(client, sup, cfg.Redis(), agent.Config{Name: cfg.workerName(), Address: advertise,
-		Slots: cfg.Slots, Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(), HeartbeatInterval: cfg.HeartbeatInterval,
+		Slots: cfg.slots(), Labels: cfg.Labels, Plugins: plugins.Names(), Resources: cfg.resources(),
+		Sandbox: sandboxName(box), HeartbeatInterval: cfg.HeartbeatInterval,
 		PollInterval: cfg.PollInterval, IDFile: cfg.IDFile, SweepInterval: cfg.SweepInterval}, log)
 	if err != nil {
 		return nil, errors.Join(err, ln.Close())
 	}
 	srv := server.New(sup, log)
-	srv.ServeMetrics(newRegistry(sup, cfg.Slots))
+	srv.ServeMetrics(newRegistry(sup, cfg.slots()))
 	redis := asynq.NewClient(cfg.Redis())
 	srv.SetDependencies(dependencies(redis, cfg.APIURL))
-	if cfg.InternalToken == "" {
-		log.Warn("CAPSTAN_INTERNAL_TOKEN is unset: the executor refuses every abort")
+	// Only the control plane knows the credential of this worker's
+	// current registration: the executor's API takes no other.
+	srv.Guard(client.ExecutorCredential, cfg.MetricsToken)
+	built = true
+	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis, client: client,
+		kube: kube, stopKube: stopKube}, nil
+}
+
+// newSupervisor returns the supervisor of the executor's attempts, in its
+// sandbox (nil with Insecure), which a probe attempt must pass first.
+// Errors: ErrNoSandbox, with why; an invalid config.
+func newSupervisor(cfg Config, client *agent.Client, plugins *plugin.Registry,
+	log *slog.Logger) (*supervisor.Supervisor, *sandbox.Sandbox, error) {
+	box, err := newSandbox(cfg, log)
+	if err != nil {
+		return nil, nil, err
 	}
-	srv.RequireToken(cfg.InternalToken)
-	return &executor{sup: sup, agent: ag, server: srv, ln: ln, advertise: advertise, redis: redis}, nil
+	sup, err := supervisor.New(client, supervisor.Config{Slots: cfg.slots(), DataDir: cfg.DataDir,
+		KillGrace: cfg.KillGrace, LogLimit: cfg.LogLimit, Plugins: plugins, RunAs: cfg.RunAs, Sandbox: box,
+		PassEnv: cfg.PassEnv, MaxProcs: cfg.AttemptProcs}, log)
+	if err != nil && box != nil {
+		return nil, nil, refusal(err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if box != nil {
+		if err := box.Probe(sup.DataDir()); err != nil {
+			return nil, nil, refusal(err)
+		}
+		log.Info("attempts are sandboxed", "sandbox", box.Name(), "uids", cfg.UIDRange.String(),
+			"lock_dir", cfg.LockDir)
+	}
+	return sup, box, nil
 }
 
 // newPlugins returns the registry of the plugins the executor runs: the
 // container plugin only when ContainerRuntime finds a working runtime (a
 // named one that does not work is logged, not fatal: the executor runs the
-// other plugins). Errors: an unknown ContainerRuntime.
-func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
+// other plugins). Errors: an unknown ContainerRuntime, an HTTPAllow that
+// does not parse.
+func newPlugins(cfg Config, kube *plugin.Kubernetes, log *slog.Logger) (*plugin.Registry, error) {
 	rt, err := plugin.DetectRuntime(context.Background(), cfg.ContainerRuntime, 0)
 	if err != nil && !isMode(cfg.ContainerRuntime) {
 		return nil, err
@@ -96,7 +148,11 @@ func newPlugins(cfg Config, log *slog.Logger) (*plugin.Registry, error) {
 	if err != nil {
 		log.Warn("container runtime does not work; no container plugin", "runtime", cfg.ContainerRuntime, "err", err)
 	}
-	reg := plugin.NewDefault(plugin.Config{Runtime: rt})
+	allow, err := plugin.ParseHTTPAllow(cfg.HTTPAllow)
+	if err != nil {
+		return nil, err
+	}
+	reg := plugin.NewDefault(plugin.Config{Runtime: rt, HTTPAllow: allow, HTTPTimeout: cfg.HTTPTimeout, Kubernetes: kube})
 	log.Info("plugins", "plugins", reg.Names(), "container_runtime", rt)
 	return reg, nil
 }
@@ -121,6 +177,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer e.redis.Close()
+	defer e.stopKube()
 	reapCtx, stopReaping := context.WithCancel(context.Background())
 	defer stopReaping() // reap until the very end: shutdown kills orphan grandchildren
 	go func() {
@@ -143,6 +200,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer stopAgent()
 	ran := make(chan error, 1)
 	go func() { ran <- e.agent.Run(agentCtx) }()
+	go e.sweepPods(agentCtx, cfg, e.client, log)
 	var runErr error
 	select {
 	case <-ctx.Done():

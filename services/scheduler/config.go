@@ -10,6 +10,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/scheduler/internal/firing"
 	"github.com/capstan-run/capstan/services/scheduler/internal/history"
 	"github.com/capstan-run/capstan/services/scheduler/internal/retention"
@@ -85,9 +86,14 @@ type config struct {
 	// MaxFailedBackoff caps the backoff before a failed step's retry
 	// (KubeVela's). Default 300s.
 	MaxFailedBackoff time.Duration `env:"CAPSTAN_WORKFLOW_MAX_FAILED_BACKOFF" envDefault:"300s"`
-	// MaxWaitBackoff caps the backoff of a step re-checking a condition
-	// (KubeVela's). Default 60s.
+	// MaxWaitBackoff caps the backoff of a step re-checking a condition: a
+	// step WAITING for its target, a cache wait (KubeVela's). Default 60s.
 	MaxWaitBackoff time.Duration `env:"CAPSTAN_WORKFLOW_MAX_WAIT_BACKOFF" envDefault:"60s"`
+	// OnFailure is the failure policy of a step whose spec gives no
+	// on_failure: fail (a failed step fails the run) or suspend (KubeVela's
+	// retry-then-suspend: retried after its backoff, then PAUSED). Default
+	// fail: a CI run is expected to end FAILED, not wait for a resume.
+	OnFailure string `env:"CAPSTAN_WORKFLOW_ON_FAILURE" envDefault:"fail"`
 	// RetryInitialDelay is the first ceiling of the full-jitter task retry
 	// backoff. Default 1s.
 	RetryInitialDelay time.Duration `env:"CAPSTAN_RETRY_INITIAL_DELAY" envDefault:"1s"`
@@ -136,12 +142,24 @@ type config struct {
 	// PartitionAhead is how many days after today get their partitions of
 	// the history tables ahead of time, 1 to 90. Default 3.
 	PartitionAhead int `env:"CAPSTAN_PARTITION_AHEAD" envDefault:"3"`
+	// ControlPlaneKey is the api's CAPSTAN_CONTROL_PLANE_KEY (set it alike
+	// on the api, the scheduler and the abort reconciler): every spec the
+	// placement dispatches through Redis is signed under its worker's
+	// dispatch key, derived from it, and an executor runs no spec that
+	// does not verify. Required; at least 32 bytes. No default.
+	ControlPlaneKey string `env:"CAPSTAN_CONTROL_PLANE_KEY"`
 }
 
-// scheduler returns the scheduler's part of the config; queues is the
-// asynq inspector the liveness pass reads worker queues with.
-// validate checks the settings before anything connects.
+// validate checks the settings before anything connects, the
+// control-plane key (set, not a placeholder or short: svc.CheckSecrets)
+// first.
 func (c config) validate() error {
+	if c.ControlPlaneKey == "" {
+		return errors.New("CAPSTAN_CONTROL_PLANE_KEY is required: dispatched specs are signed under keys derived from it")
+	}
+	if err := svc.CheckSecrets(map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": c.ControlPlaneKey}); err != nil {
+		return err
+	}
 	if c.MetricsRefresh < 0 {
 		return fmt.Errorf("CAPSTAN_METRICS_REFRESH: %s is negative", c.MetricsRefresh)
 	}
@@ -180,6 +198,8 @@ func (c config) firing() firing.Config {
 		AbortMaxRetry: queue.AbortTaskRetries(c.AbortMaxAttempts)}
 }
 
+// scheduler returns the scheduler's part of the config; queues is the
+// asynq inspector the liveness pass reads worker queues with.
 func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 	return scheduler.Config{
 		Tick: c.Tick, WorkerGrace: c.WorkerGrace,
@@ -189,8 +209,9 @@ func (c config) scheduler(queues *asynq.Inspector) scheduler.Config {
 		Liveness: scheduler.LivenessConfig{Backoff: domain.Table(c.WorkerBackoffTable),
 			DeadRetention: c.DeadWorkerRetention, Queues: queues},
 		Workflow: scheduler.WorkflowConfig{MaxStepRetries: c.MaxStepRetries, FailedBackoffCap: c.MaxFailedBackoff,
-			WaitBackoffCap: c.MaxWaitBackoff},
-		Cache: scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval, SweepInterval: c.CacheSweepInterval},
+			WaitBackoffCap: c.MaxWaitBackoff, OnFailure: c.OnFailure},
+		Cache:           scheduler.CacheConfig{ReservationTTL: 3 * c.HeartbeatInterval, SweepInterval: c.CacheSweepInterval},
+		ControlPlaneKey: workerkey.New(c.ControlPlaneKey),
 	}
 }
 

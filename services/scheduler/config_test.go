@@ -1,18 +1,38 @@
 package main
 
 import (
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/stretchr/testify/require"
 )
 
+// parse reads vars as the environment, with a control-plane key unless
+// vars name one.
 func parse(t *testing.T, vars map[string]string) config {
 	t.Helper()
+	vars = maps.Clone(vars)
+	if _, ok := vars["CAPSTAN_CONTROL_PLANE_KEY"]; !ok {
+		vars["CAPSTAN_CONTROL_PLANE_KEY"] = "0123456789abcdefghijklmnopqrstuvwxyz"
+	}
 	cfg, err := env.ParseAsWithOptions[config](env.Options{Environment: vars}) // never the process's environment
 	require.NoError(t, err)
 	return cfg
+}
+
+// TestControlPlaneKey: the scheduler signs dispatched specs under keys
+// derived from CAPSTAN_CONTROL_PLANE_KEY, which it requires, and refuses a
+// placeholder.
+func TestControlPlaneKey(t *testing.T) {
+	t.Parallel()
+	require.False(t, parse(t, map[string]string{}).scheduler(nil).ControlPlaneKey.IsZero())
+	require.ErrorContains(t, parse(t, map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": ""}).validate(),
+		"CAPSTAN_CONTROL_PLANE_KEY is required")
+	require.ErrorContains(t, parse(t, map[string]string{"CAPSTAN_CONTROL_PLANE_KEY": "change-me"}).validate(),
+		"CAPSTAN_CONTROL_PLANE_KEY is a placeholder")
 }
 
 // TestDeadWorkerRetention: CAPSTAN_DEAD_WORKER_RETENTION (a Go duration,
@@ -111,4 +131,35 @@ func TestPartitionSettings(t *testing.T) {
 	}
 	negative := parse(t, map[string]string{"CAPSTAN_PARTITION_INTERVAL": "-1m"})
 	require.ErrorContains(t, negative.validate(), "Interval: -1m0s is negative")
+}
+
+// TestDefaultsFromAnEmptyEnvironment: with nothing set, the scheduler runs
+// the reference systems' values: ARC's failedRunnerBackoff table
+// (CAPSTAN_WORKER_BACKOFF_TABLE 0s,5s,10s,20s,40s,80s), KubeVela's 10 step
+// retries, its backoff caps (60 s waiting, 300 s failed) and its 5-minute
+// state keep (CAPSTAN_RESYNC_PERIOD), Flyte's 3 system failures
+// (CAPSTAN_MAX_SYSTEM_FAILURES), and the fail policy for steps that say
+// none (CAPSTAN_WORKFLOW_ON_FAILURE).
+func TestDefaultsFromAnEmptyEnvironment(t *testing.T) {
+	t.Parallel()
+	cfg := parse(t, map[string]string{})
+	require.NoError(t, cfg.validate())
+	s := cfg.scheduler(nil)
+	require.Equal(t, domain.Table{0, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second,
+		80 * time.Second}, s.Liveness.Backoff, "ARC's failedRunnerBackoff")
+	require.Equal(t, domain.ARCTable, s.Liveness.Backoff)
+	require.Equal(t, 10, s.Workflow.MaxStepRetries, "KubeVela's --max-workflow-step-error-retry-times")
+	require.Equal(t, 300*time.Second, s.Workflow.FailedBackoffCap, "KubeVela's --max-workflow-failed-backoff-time")
+	require.Equal(t, 60*time.Second, s.Workflow.WaitBackoffCap, "KubeVela's --max-workflow-wait-backoff-time")
+	require.Equal(t, domain.OnFailureFail, s.Workflow.OnFailure, "a CI run is expected to end FAILED")
+	require.Equal(t, 5*time.Minute, s.Resync.Period, "KubeVela's state keep, --application-re-sync-period")
+	require.NotNil(t, s.MaxSystemFailures)
+	require.Equal(t, 3, *s.MaxSystemFailures, "Flyte's DefaultMaxSystemFailures")
+	require.Equal(t, domain.FullJitter{Initial: time.Second, Max: 5 * time.Minute}, s.Retry)
+
+	set := parse(t, map[string]string{"CAPSTAN_WORKFLOW_ON_FAILURE": "suspend"})
+	require.NoError(t, set.validate())
+	require.Equal(t, domain.OnFailureSuspend, set.scheduler(nil).Workflow.OnFailure)
+	bad := parse(t, map[string]string{"CAPSTAN_WORKFLOW_ON_FAILURE": "retry"})
+	require.ErrorContains(t, bad.validate(), `Workflow.OnFailure: "retry" is not "fail" or "suspend"`)
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	_ "time/tzdata" // schedules' zones, whatever the image holds
 
@@ -33,6 +34,7 @@ const service = "scheduler"
 
 func main() {
 	cfg, err := env.ParseAs[config]()
+	svc.Healthcheck(os.Args[1:], cfg.MetricsAddr)
 	log := svc.Setup(service, cfg.Common, errors.Join(err, cfg.validate()))
 	svc.Exit(log, run(cfg, log))
 }

@@ -54,7 +54,7 @@ capstan_tasks_active{state="WORKER_FAILED"} 0
 `), "capstan_tasks_active"))
 	n, err := testutil.GatherAndCount(reg, "capstan_actions_active", "capstan_workers")
 	require.NoError(t, err)
-	require.Equal(t, 12+2, n)
+	require.Equal(t, 13+2, n)
 }
 
 func TestStateCollectorRefreshesWhenStale(t *testing.T) {

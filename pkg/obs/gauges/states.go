@@ -118,7 +118,7 @@ func (c *StateCollector) counts() store.StateCounts {
 
 // allPhases are the action phases exported even at zero.
 var allPhases = []domain.Phase{domain.PhaseQueued, domain.PhaseWaitingForResources, domain.PhaseWaitingForCache,
-	domain.PhaseRunning, domain.PhaseSucceeded, domain.PhaseFailed, domain.PhaseAborted, domain.PhaseTimedOut,
+	domain.PhaseRunning, domain.PhaseWaiting, domain.PhaseSucceeded, domain.PhaseFailed, domain.PhaseAborted, domain.PhaseTimedOut,
 	domain.PhaseUnschedulable, domain.PhaseWorkerFailed, domain.PhasePaused, domain.PhaseSkipped}
 
 // Refreshes returns how many grouped counts the collector has taken.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 )
 
 // Config tunes the reconciler. A zero field takes its default; a negative
@@ -51,10 +52,10 @@ type Config struct {
 	// polling its queue again (it sleeps TaskCheckInterval/2 plus up to
 	// TaskCheckInterval). Default 100ms: about 10 cheap polls a second.
 	TaskCheckInterval time.Duration
-	// InternalToken is the bearer secret the executors' API requires
-	// (CAPSTAN_INTERNAL_TOKEN), sent with every abort call; "" sends none.
-	// No default.
-	InternalToken string
+	// ControlPlaneKey is CAPSTAN_CONTROL_PLANE_KEY, the api's: a call to a
+	// worker's executor carries that worker's executor credential, derived
+	// from it (package workerkey). Zero fails every call. No default.
+	ControlPlaneKey workerkey.Key
 }
 
 // Defaults: the first four are Flyte's AbortReconcilerConfig, ResyncPeriod

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,8 +13,10 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 )
 
 // maxReasonRunes is the executor API's maxLength for an abort reason; a
@@ -148,12 +151,20 @@ func (r *Reconciler) callAll(ctx context.Context, live []store.LiveAttempt, reas
 }
 
 // abortAttempt calls POST {address}/v1/attempts/{id}/abort {reason, cause} within
-// CallTimeout. 200 means killed; a not-found answer means already gone;
-// anything else (5xx, refused, timeout) is a failure.
+// CallTimeout, authenticated to a's worker alone (credential). 200 means
+// killed; a not-found answer means already gone; anything else (5xx,
+// refused, 401, timeout), or no credential to send, is a failure.
 func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reason, cause string) (outcome, error) {
 	addr := *a.Address
+	bearer, err := r.credential(a)
+	if err != nil {
+		return outcomeFailed, fmt.Errorf("attempt %d: %w", a.ID, err)
+	}
 	c, err := executorapi.NewClientWithResponses(addr, executorapi.WithHTTPClient(r.http),
-		executorapi.WithRequestEditorFn(r.authorize))
+		executorapi.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+			return nil
+		}))
 	if err != nil {
 		return outcomeFailed, fmt.Errorf("attempt %d: executor client for %q: %w", a.ID, addr, err)
 	}
@@ -175,21 +186,32 @@ func (r *Reconciler) abortAttempt(ctx context.Context, a store.LiveAttempt, reas
 }
 
 // isAlreadyTerminated reports whether the executor's answer means the
-// attempt no longer runs there (Flyte's isAlreadyTerminated, which treats
-// a NotFound as done): a 404, or a 500 whose problem says "not
-// found" (a not-found forwarded as an internal error).
+// attempt no longer runs there. It takes Flyte's two cases
+// (isAlreadyTerminated: a NotFound, or an Internal error whose message says
+// "not found", a not-found forwarded) and the executor's own, each a
+// problem the executor API describes, never a bare status: a 404 problem
+// with code attempt_not_found (the executor holds no such attempt) or
+// not_found, or a 500 problem with code internal whose detail contains
+// "not found". Any other answer, a 404 page of a server that is no
+// executor included, is a failure to retry: an address that points
+// elsewhere must not end a live attempt. The dead or deregistered worker
+// is a rule of its own (workerGone), decided before any call.
 func isAlreadyTerminated(resp *executorapi.AbortAttemptResponse) bool {
-	switch resp.StatusCode() {
-	case http.StatusNotFound:
-		return true
-	case http.StatusInternalServerError:
-		text := string(resp.Body)
-		if p := resp.ApplicationproblemJSON500; p != nil {
-			text = p.Title + " " + p.Code + " " + deref(p.Detail)
-		}
-		return strings.Contains(strings.ReplaceAll(strings.ToLower(text), "_", " "), "not found")
+	switch p := answerProblem(resp); {
+	case p == nil:
+		return false
+	case resp.StatusCode() == http.StatusNotFound:
+		return p.Code == problem.CodeAttemptNotFound || p.Code == problem.CodeNotFound
+	case resp.StatusCode() == http.StatusInternalServerError:
+		return p.Code == problem.CodeInternal && strings.Contains(deref(p.Detail), "not found")
 	}
 	return false
+}
+
+// answerProblem is the problem an executor's 404 or 500 answer carries, nil
+// for an answer that is not application/problem+json.
+func answerProblem(resp *executorapi.AbortAttemptResponse) *executorapi.Problem {
+	return cmp.Or(resp.ApplicationproblemJSON404, resp.ApplicationproblemJSON500)
 }
 
 // workerGone reports whether a's worker can no longer hold a process, so the
@@ -210,7 +232,7 @@ func workerGone(a store.LiveAttempt, now time.Time, grace time.Duration) bool {
 
 // problemText renders a problem answer as ": title: detail", or "".
 func problemText(resp *executorapi.AbortAttemptResponse) string {
-	p := cmp.Or(resp.ApplicationproblemJSON500, resp.ApplicationproblemJSON404)
+	p := answerProblem(resp)
 	if p == nil {
 		return ""
 	}
@@ -238,10 +260,29 @@ func deref(s *string) string {
 	return *s
 }
 
-// authorize sets the bearer internal token on a call to an executor.
-func (r *Reconciler) authorize(_ context.Context, req *http.Request) error {
-	if r.cfg.InternalToken != "" {
-		req.Header.Set("Authorization", "Bearer "+r.cfg.InternalToken)
+// errNoCredential fails a call to an executor the reconciler holds no
+// credential of.
+var errNoCredential = errors.New("no executor credential")
+
+// credential returns the executor credential of a's worker, derived from
+// the control-plane key and checked against the digest its registration
+// stored, so that a call carries no secret but the one that worker's
+// executor expects. Errors (wrapping errNoCredential): the reconciler has
+// no key; the worker has no stored digest, or one another key derives (its
+// executor must register again, or this reconciler's
+// CAPSTAN_CONTROL_PLANE_KEY is not the api's).
+func (r *Reconciler) credential(a store.LiveAttempt) (string, error) {
+	switch {
+	case r.cfg.ControlPlaneKey.IsZero():
+		return "", fmt.Errorf("%w: the reconciler has no control-plane key", errNoCredential)
+	case a.WorkerID == nil || len(a.CredentialSHA256) == 0:
+		return "", fmt.Errorf("%w: worker %s registered none (its executor must register again)", errNoCredential,
+			deref(a.WorkerID))
 	}
-	return nil
+	c := r.cfg.ControlPlaneKey.Credential(*a.WorkerID)
+	if subtle.ConstantTimeCompare(workerkey.Digest(c), a.CredentialSHA256) != 1 {
+		return "", fmt.Errorf("%w: worker %s registered under another control-plane key (CAPSTAN_CONTROL_PLANE_KEY "+
+			"must be the api's; or its executor must register again)", errNoCredential, *a.WorkerID)
+	}
+	return c, nil
 }

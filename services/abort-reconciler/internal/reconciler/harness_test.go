@@ -15,10 +15,12 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/executorapi"
+	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,12 +45,24 @@ func testConfig() Config {
 		CallTimeout:              2 * time.Second,
 		DelayedTaskCheckInterval: 5 * time.Millisecond,
 		TaskCheckInterval:        5 * time.Millisecond,
-		InternalToken:            testInternalToken,
+		ControlPlaneKey:          testControlPlaneKey,
 	}
 }
 
-// testInternalToken is testConfig's InternalToken.
-const testInternalToken = "internal-test-token"
+// testControlPlaneKey is testConfig's ControlPlaneKey, the api's in the
+// harness: registerWorker derives each worker's credential from it.
+var testControlPlaneKey = workerkey.New("test-control-plane-key-0123456789abcdef")
+
+// registerWorker registers a worker at addr as the api does: under a new
+// id, with the digest of its executor credential under key.
+func (h *harness) registerWorker(addr string, slots int, key workerkey.Key) store.Worker {
+	h.t.Helper()
+	id := uuid.NewString()
+	w, err := h.st.Workers().RegisterWorker(h.ctx, store.NewWorker{ID: id, Name: "w1", Address: addr, Slots: slots,
+		CredentialSHA256: workerkey.Digest(key.Credential(id))})
+	require.NoError(h.t, err)
+	return w
+}
 
 // harness is one reconciler on a fresh database, its own Redis database and
 // its own queue.
@@ -158,6 +172,12 @@ func (h *harness) seedKill(addr, cause string) seeded {
 // at addr, assigns every task to it and reports them RUNNING.
 func (h *harness) seedRunning(addr string, replicas int) seeded {
 	h.t.Helper()
+	return h.seedRunningOn(h.registerWorker(addr, replicas, testControlPlaneKey), replicas)
+}
+
+// seedRunningOn is seedRunning on worker w.
+func (h *harness) seedRunningOn(w store.Worker, replicas int) seeded {
+	h.t.Helper()
 	t, ctx, st := h.t, h.ctx, h.st
 	rk := domain.RunKey{Project: "proj", Domain: "dev", Run: "r-" + uuid.NewString()[:8]}
 	spec := domain.WorkflowSpec{Steps: []domain.Step{{Name: "s1", Command: "sleep 600", Replicas: &replicas}}}
@@ -165,8 +185,6 @@ func (h *harness) seedRunning(addr string, replicas int) seeded {
 	_, _, err := st.Runs().CreateRun(ctx, store.NewRun{Key: rk, Spec: spec})
 	require.NoError(t, err)
 	storetest.StartSteps(t, st, rk)
-	w, err := st.Workers().RegisterWorker(ctx, store.NewWorker{Name: "w1", Address: addr, Slots: replicas})
-	require.NoError(t, err)
 	step, err := st.Actions().GetAction(ctx, rk.Action("s1"))
 	require.NoError(t, err)
 	require.Len(t, step.Tasks, replicas)
@@ -252,6 +270,8 @@ type fakeExecutor struct {
 	detail500 string
 	// latency is how long each kill takes.
 	latency time.Duration
+	// onCall, when set, sees each call's attempt as it arrives.
+	onCall func(attemptID int64)
 
 	mu          sync.Mutex
 	calls       []fakeCall
@@ -286,6 +306,9 @@ func (f *fakeExecutor) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var body executorapi.AbortAttemptJSONBody
 	_ = json.NewDecoder(r.Body).Decode(&body)
+	if f.onCall != nil {
+		f.onCall(id)
+	}
 	if f.latency > 0 {
 		select {
 		case <-time.After(f.latency):
@@ -302,15 +325,15 @@ func (f *fakeExecutor) serve(w http.ResponseWriter, r *http.Request) {
 	case http.StatusOK:
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":%d,"killed":true}`, id)
-	default:
-		detail := "no live attempt " + strconv.FormatInt(id, 10)
-		if status == http.StatusInternalServerError {
-			detail = f.detail500
+	default: // as the executor answers (its server's abort.go)
+		detail, code := "no live attempt "+strconv.FormatInt(id, 10), problem.CodeAttemptNotFound
+		if status != http.StatusNotFound {
+			detail, code = f.detail500, problem.CodeInternal
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(executorapi.Problem{Type: "about:blank", Title: http.StatusText(status),
-			Status: status, Code: "executor_error", Detail: &detail})
+			Status: status, Code: code, Detail: &detail})
 	}
 }
 

@@ -147,9 +147,11 @@ func New(deps Deps, cfg Config) (*Reconciler, error) {
 // Config returns the effective configuration, defaults applied.
 func (r *Reconciler) Config() Config { return r.cfg }
 
-// Start starts the asynq consumers first, then the resync loop, whose first
-// pass is the startup scan (as in Flyte's AbortReconciler, workers start
-// before the scan). It returns at once. ctx bounds the resync loop; Stop ends
+// Start starts the asynq consumers first, then runs the startup scan (a
+// resync pass: as in Flyte's AbortReconciler, the workers start before the
+// scan, so that what it pushes is taken at once), then the resync loop. It
+// returns once the scan is done; a scan that fails is logged and left to
+// the loop's next pass. ctx bounds the scan and the loop; Stop ends
 // everything. A reconciler starts at most once.
 func (r *Reconciler) Start(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
@@ -174,6 +176,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 		return fmt.Errorf("start consuming queue %s: %w", r.cfg.Queue, err)
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
+	r.resync(ctx)
 	r.wg.Go(func() { r.resyncLoop(ctx) })
 	r.log.Info("abort reconciler started", "queue", r.cfg.Queue, "workers", r.cfg.Workers,
 		"max_attempts", r.cfg.MaxAttempts, "initial_delay", r.cfg.InitialDelay, "max_delay", r.cfg.MaxDelay,
@@ -201,29 +204,34 @@ func (r *Reconciler) Stop() {
 	r.http.CloseIdleConnections()
 }
 
-// resyncLoop runs runOnce now and then every ResyncPeriod until ctx ends.
+// resyncLoop runs resync every ResyncPeriod until ctx ends.
 func (r *Reconciler) resyncLoop(ctx context.Context) {
 	ticker := time.NewTicker(r.cfg.ResyncPeriod)
 	defer ticker.Stop()
 	for {
-		r.due.prune(time.Now().Add(-time.Minute))
-		res, err := r.runOnce(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			r.log.Error("abort resync failed", "err", err, "pending", res.Pending, "enqueued", res.Enqueued,
-				"failed", res.Failed)
-		case res.Enqueued+res.Revived > 0:
-			r.log.Info("abort resync enqueued", "pending", res.Pending, "enqueued", res.Enqueued,
-				"duplicates", res.Duplicates, "revived", res.Revived)
-		default:
-			r.log.Debug("abort resync done", "pending", res.Pending, "duplicates", res.Duplicates)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
+		r.resync(ctx)
+	}
+}
+
+// resync runs one resync pass (runOnce) and logs what it did, after
+// forgetting the retries due long ago (dueTimes.prune).
+func (r *Reconciler) resync(ctx context.Context) {
+	r.due.prune(time.Now().Add(-time.Minute))
+	res, err := r.runOnce(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		r.log.Error("abort resync failed", "err", err, "pending", res.Pending, "enqueued", res.Enqueued,
+			"failed", res.Failed)
+	case res.Enqueued+res.Revived > 0:
+		r.log.Info("abort resync enqueued", "pending", res.Pending, "enqueued", res.Enqueued,
+			"duplicates", res.Duplicates, "revived", res.Revived)
+	default:
+		r.log.Debug("abort resync done", "pending", res.Pending, "duplicates", res.Duplicates)
 	}
 }

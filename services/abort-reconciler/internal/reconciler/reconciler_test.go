@@ -124,7 +124,8 @@ func TestTimeoutCauseIsDelivered(t *testing.T) {
 	require.Len(t, calls, 2)
 	for _, c := range calls {
 		require.Equal(t, store.CauseTimeout, c.Cause)
-		require.Equal(t, "Bearer "+testInternalToken, c.Auth, "every call carries the internal token")
+		require.Equal(t, "Bearer "+testControlPlaneKey.Credential(s.workerID), c.Auth,
+			"every call carries the worker's own credential")
 	}
 	for _, id := range s.attempts {
 		at := h.attempt(s.key, id)

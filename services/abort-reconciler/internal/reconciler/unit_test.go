@@ -44,22 +44,34 @@ func TestWorkerGone(t *testing.T) {
 	}
 }
 
+// Already terminated is Flyte's isAlreadyTerminated — "connectErr.Code() ==
+// connect.CodeNotFound", or "connectErr.Code() == connect.CodeInternal &&
+// strings.Contains(connectErr.Message(), "not found")" — over the executor
+// API's problems, plus the executor's own attempt_not_found. Nothing else:
+// a 404 of a server that is no executor must not end a live attempt.
 func TestIsAlreadyTerminated(t *testing.T) {
 	t.Parallel()
-	problem := func(title, code, detail string) *executorapi.Problem {
-		return &executorapi.Problem{Title: title, Code: code, Detail: &detail}
+	p := func(code, detail string) *executorapi.Problem {
+		return &executorapi.Problem{Title: "t", Code: code, Detail: &detail}
 	}
 	for name, tc := range map[string]struct {
 		resp executorapi.AbortAttemptResponse
 		want bool
 	}{
-		"200 is a kill, not already terminated": {resp(200, nil, ""), false},
-		"404 -> terminated (CodeNotFound)":      {resp(404, nil, ""), true},
-		"500 detail says not found -> terminated": {resp(500, problem("Internal Server Error", "kill_failed",
-			"process group 12 not found"), ""), true},
-		"500 code attempt_not_found -> terminated":                    {resp(500, problem("Internal Server Error", "attempt_not_found", ""), ""), true},
-		"500 plain body says Not Found -> terminated":                 {resp(500, nil, "pod Not Found"), true},
-		"500 other error -> failure":                                  {resp(500, problem("Internal Server Error", "kill_failed", "permission denied"), ""), false},
+		"200 is a kill, not already terminated":                     {resp(200, nil, ""), false},
+		"404 attempt_not_found: the executor holds no such attempt": {resp(404, p("attempt_not_found", "no attempt 7"), ""), true},
+		"404 not_found: Flyte's CodeNotFound":                       {resp(404, p("not_found", ""), ""), true},
+		"404 without a problem: some other server's page":           {resp(404, nil, "404 page not found"), false},
+		"404 problem of another code: not the executor's answer":    {resp(404, p("route_missing", "not found"), ""), false},
+		"500 internal whose message says not found: Flyte's CodeInternal": {resp(500, p("internal",
+			"kill: process group 12 not found"), ""), true},
+		"500 internal, Not Found in another case: Flyte's check is exact": {resp(500, p("internal", "pod Not Found"), ""), false},
+		"500 of another code saying not found: not internal":              {resp(500, p("kill_failed", "group not found"), ""), false},
+		"500 internal, not found only in the title: not the message": {resp(500, &executorapi.Problem{Title: "not found",
+			Code: "internal"}, ""), false},
+		"500 attempt_not_found: not documented there":                 {resp(500, p("attempt_not_found", ""), ""), false},
+		"500 plain body says not found: no problem":                   {resp(500, nil, "not found"), false},
+		"500 other error -> failure":                                  {resp(500, p("internal", "permission denied"), ""), false},
 		"502 says not found -> failure (only 500 forwards not-found)": {resp(502, nil, "not found"), false},
 		"400 -> failure": {resp(400, nil, ""), false},
 	} {
@@ -72,7 +84,10 @@ func TestIsAlreadyTerminated(t *testing.T) {
 
 func resp(status int, p *executorapi.Problem, body string) executorapi.AbortAttemptResponse {
 	r := executorapi.AbortAttemptResponse{HTTPResponse: &http.Response{StatusCode: status}, Body: []byte(body)}
-	if status == 500 {
+	switch status {
+	case 404:
+		r.ApplicationproblemJSON404 = p
+	case 500:
 		r.ApplicationproblemJSON500 = p
 	}
 	return r

@@ -1,10 +1,10 @@
-// Package feed fans the run_events notifications of Postgres out to the
-// api's event-stream watchers: one LISTEN connection per api process
-// (store.ListenEvents), however many watchers, each woken by a signal and
-// then reading its new rows by id from the store's pool. The connection is
-// open only while the process has watchers, and for a linger after the
-// last one stops: writers notify only while some listener is registered
-// (store.ListenEvents), each notifying commit takes Postgres's one
+// Package feed fans the run_events and attempt notifications of Postgres
+// out to the api's event streams and log followers: one LISTEN connection
+// per api process (store.ListenFeed), however many watchers, each woken by
+// a signal and then reading its new rows from the store's pool. The
+// connection is open only while the process has watchers, and for a linger
+// after the last one stops: writers notify only while some listener is
+// registered (store.ListenFeed), each notifying commit takes Postgres's one
 // database-wide NOTIFY lock, and a listener nobody reads from costs its
 // backend and the api a wake-up per notification (0.04 of a core at 200
 // single-task runs a second).
@@ -34,14 +34,17 @@ type Hub struct {
 	changed chan struct{}
 
 	mu sync.Mutex
-	// byScope holds the watchers by "project/domain" and by
-	// "project/domain/run".
+	// byScope holds the watchers by "project/domain", by
+	// "project/domain/run" and by attempt.
 	byScope map[scope]map[*Watcher]struct{}
 }
 
 // scope is what a watcher follows: a project/domain, or one run of it when
-// run is not "".
-type scope struct{ project, domain, run string }
+// run is not "", or one attempt's output and state when attempt is not 0.
+type scope struct {
+	project, domain, run string
+	attempt              int64
+}
 
 // Watcher is one subscription. C receives a value (coalesced: it holds at
 // most one) whenever the watcher's rows may have grown; the watcher then
@@ -79,8 +82,18 @@ func New(dsn string, retry, linger time.Duration, log *slog.Logger) *Hub {
 // connection signals every watcher once it listens: a commit made before
 // that is found by the read that signal starts.
 func (h *Hub) Watch(f store.EventFilter) *Watcher {
+	return h.watch(scope{project: f.Project, domain: f.Domain, run: f.Run})
+}
+
+// WatchAttempt subscribes to attempt id's notifications
+// (store.AttemptLogsChannel): its output grew or an event about it was
+// written. Subscribe before the first read, as Watch; Stop when done.
+func (h *Hub) WatchAttempt(id int64) *Watcher { return h.watch(scope{attempt: id}) }
+
+// watch subscribes a new watcher to sc.
+func (h *Hub) watch(sc scope) *Watcher {
 	c := make(chan struct{}, 1)
-	w := &Watcher{C: c, c: c, scope: scope{f.Project, f.Domain, f.Run}}
+	w := &Watcher{C: c, c: c, scope: sc}
 	defer h.change()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -189,17 +202,19 @@ func (h *Hub) cancelWhenIdle(ctx context.Context, cancel context.CancelFunc) {
 // after each loss.
 func (h *Hub) listen(ctx context.Context) {
 	first := true
-	_ = store.ListenEvents(ctx, h.dsn, h.retry, func() {
+	_ = store.ListenFeed(ctx, h.dsn, h.retry, store.FeedHandlers{Connected: func() {
 		if !first {
 			h.log.Info("event listener reconnected")
 		}
 		first = false
 		h.wakeAll()
-	}, func(err error) {
+	}, Lost: func(err error) {
 		h.log.Warn("event listener lost its connection", "err", err, "retry_in", h.retry)
-	}, func(n store.EventNotice) {
-		h.wake(scope{n.Project, n.Domain, ""}, scope{n.Project, n.Domain, n.Run})
-	})
+	}, Event: func(n store.EventNotice) {
+		h.wake(scope{project: n.Project, domain: n.Domain}, scope{project: n.Project, domain: n.Domain, run: n.Run})
+	}, Attempt: func(id int64) {
+		h.wake(scope{attempt: id})
+	}})
 }
 
 // wake signals the watchers of the scopes.

@@ -128,3 +128,30 @@ func TestHubListensOnlyWhileWatched(t *testing.T) {
 	cancel()
 	require.NoError(t, <-stopped)
 }
+
+// A notification on the attempts' channel signals the watchers of that
+// attempt alone.
+func TestHubSignalsAttemptWatchers(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewURL(t)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+
+	h := New(url, 20*time.Millisecond, 0, slog.New(slog.DiscardHandler))
+	mine, other := h.WatchAttempt(42), h.WatchAttempt(43)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- h.Run(ctx) }()
+	signalled(t, mine, "the first connection")
+	signalled(t, other, "the first connection")
+
+	_, err = db.Exec(`SELECT pg_notify($1, '42')`, store.AttemptLogsChannel)
+	require.NoError(t, err)
+	signalled(t, mine, "the attempt's watcher")
+	quiet(t, other, "another attempt's watcher")
+	h.Stop(mine)
+	h.Stop(other)
+	cancel()
+	require.NoError(t, <-stopped)
+}

@@ -44,21 +44,24 @@ func (h *Handlers) RejectAction(ctx context.Context, req api.RejectActionRequest
 	return api.RejectAction202JSONResponse(a), nil
 }
 
-// decide records decision on the action with the body's by and comment,
-// pushes the run's advance and returns the action as it now reads; p is the
-// problem that answers a store sentinel (err is then set too).
+// decide records decision on the action, by the authenticated token (its
+// id and name) with the body's by as a label and its comment, pushes the
+// run's advance and returns the action as it now reads; p is the problem
+// that answers a store sentinel (err is then set too).
 func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision string, body *api.ApprovalRequest) (
 	api.Action, *api.Problem, error) {
-	var by, comment string
+	var who store.Decider
+	if p, ok := principalFrom(ctx); ok {
+		who.TokenID, who.TokenName = p.tokenID, p.name
+	}
+	var comment string
 	if body != nil && body.By != nil {
-		by = *body.By
-	} else if who, ok := principalFrom(ctx); ok {
-		by = "token:" + who.name // who decided, when the body does not say
+		who.Label = *body.By
 	}
 	if body != nil && body.Comment != nil {
 		comment = *body.Comment
 	}
-	_, err := decideApproval(ctx, h.store, key, decision, by, comment)
+	_, err := decideApproval(ctx, h.store, key, decision, who, comment)
 	if p, ok := problemFor(err, subject{kind: "action", name: key.String()}); ok {
 		return api.Action{}, &p, err
 	}
@@ -73,14 +76,14 @@ func (h *Handlers) decide(ctx context.Context, key domain.ActionKey, decision st
 	return toAction(d), nil, nil
 }
 
-// decideApproval records decision on approval step key, by who (by, "" for
-// nobody named) with comment, in one transaction: it locks the run, then
-// the action (LockRunAction), checks that the decision may be recorded
+// decideApproval records decision on approval step key, by who with
+// comment, in one transaction: it locks the run, then the action
+// (LockRunAction), checks that the decision may be recorded
 // (domain.CheckApproval) and records it (RecordApproval). It returns the
 // action as written. Errors: store.ErrNotFound, domain.ErrNotWaiting (also
 // for a decision already made), domain.ErrUnknownDecision.
-func decideApproval(ctx context.Context, st *store.Store, key domain.ActionKey, decision, by, comment string) (
-	store.Action, error) {
+func decideApproval(ctx context.Context, st *store.Store, key domain.ActionKey, decision string, who store.Decider,
+	comment string) (store.Action, error) {
 	var act store.Action
 	err := st.InTx(ctx, func(tx *store.Store) error {
 		_, locked, err := tx.Actions().LockRunAction(ctx, key)
@@ -90,7 +93,7 @@ func decideApproval(ctx context.Context, st *store.Store, key domain.ActionKey, 
 		if err := domain.CheckApproval(approvalWait(locked), decision); err != nil {
 			return err
 		}
-		act, err = tx.Actions().RecordApproval(ctx, locked, decision, by, comment)
+		act, err = tx.Actions().RecordApproval(ctx, locked, decision, who, comment)
 		return err
 	})
 	return act, err

@@ -20,19 +20,22 @@ func TestDecideApproval(t *testing.T) {
 	key := f.startedRun(t)
 	f.waitForApproval(t, key, "b")
 
-	_, err := decideApproval(ctx, st, key.Action("a"), domain.DecisionApproved, "ann", "")
+	ann := store.Decider{TokenID: "t-1", TokenName: "ops", Label: "ann"}
+	_, err := decideApproval(ctx, st, key.Action("a"), domain.DecisionApproved, ann, "")
 	require.ErrorIs(t, err, domain.ErrNotWaiting, "a task step")
-	_, err = decideApproval(ctx, st, key.Action("b"), "maybe", "ann", "")
+	_, err = decideApproval(ctx, st, key.Action("b"), "maybe", ann, "")
 	require.Error(t, err)
 
 	before := time.Now().UTC()
-	a, err := decideApproval(ctx, st, key.Action("b"), domain.DecisionApproved, "ann", "looks good")
+	a, err := decideApproval(ctx, st, key.Action("b"), domain.DecisionApproved, ann, "looks good")
 	require.NoError(t, err)
 	got, err := st.Actions().GetAction(ctx, key.Action("b"))
 	require.NoError(t, err)
 	for _, act := range []store.Action{a, got.Action} {
 		require.Equal(t, domain.DecisionApproved, *act.Decision)
 		require.Equal(t, "ann", *act.DecidedBy)
+		require.Equal(t, "t-1", *act.DecidedByTokenID)
+		require.Equal(t, "ops", *act.DecidedByTokenName)
 		require.Equal(t, "looks good", *act.DecisionComment)
 		require.WithinDuration(t, before, *act.DecidedAt, time.Minute)
 		require.Equal(t, string(domain.PhasePaused), act.Phase, "the scheduler moves the phase")
@@ -40,14 +43,14 @@ func TestDecideApproval(t *testing.T) {
 	require.Equal(t, a.Version, got.Action.Version)
 	require.Contains(t, f.events(t, key), "action.approved")
 
-	_, err = decideApproval(ctx, st, key.Action("b"), domain.DecisionRejected, "bob", "")
+	_, err = decideApproval(ctx, st, key.Action("b"), domain.DecisionRejected, store.Decider{Label: "bob"}, "")
 	require.ErrorIs(t, err, domain.ErrNotWaiting, "already decided")
-	_, err = decideApproval(ctx, st, key.Action("nope"), domain.DecisionRejected, "", "")
+	_, err = decideApproval(ctx, st, key.Action("nope"), domain.DecisionRejected, store.Decider{}, "")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	other := f.startedRun(t)
 	f.waitForApproval(t, other, "b")
-	r, err := decideApproval(ctx, st, other.Action("b"), domain.DecisionRejected, "", "")
+	r, err := decideApproval(ctx, st, other.Action("b"), domain.DecisionRejected, store.Decider{}, "")
 	require.NoError(t, err)
 	require.Equal(t, domain.DecisionRejected, *r.Decision)
 	require.Nil(t, r.DecidedBy, "nobody named")

@@ -122,8 +122,9 @@ func (h *Handlers) recordReport(ctx context.Context, id int64, rep store.Report)
 // reading the secrets.
 func (h *Handlers) checkReport(ctx context.Context, id int64, b *api.AttemptReport) (rep store.Report, bad *api.Problem, err error) {
 	state, _ := domain.ParseTaskState(string(b.State))
-	if !state.IsTerminal() && state != domain.TaskBuilding && state != domain.TaskRunning || state == domain.TaskUnschedulable {
-		const msg = "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED or KILLED"
+	if !state.IsTerminal() && state != domain.TaskPending && state != domain.TaskBuilding && state != domain.TaskRunning ||
+		state == domain.TaskUnschedulable {
+		const msg = "an executor reports BUILDING, RUNNING, SUCCEEDED, FAILED, KILLED, WORKER_FAILED or PREEMPTED (PENDING is ignored)"
 		p := apiProblem(http.StatusBadRequest, problem.CodeInvalid, "state: "+msg, domain.FieldError{Field: "state", Message: msg})
 		return rep, &p, nil
 	}
@@ -196,6 +197,9 @@ func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store
 	}
 	if b.Outputs != nil {
 		rep.Outputs = *b.Outputs
+	}
+	if b.PendingReason != nil && state == domain.TaskBuilding {
+		rep.PendingReason = *b.PendingReason
 	}
 	withFailure(&rep, b)
 	return rep

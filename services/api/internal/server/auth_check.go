@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,10 +73,14 @@ func (a *authenticator) checkHolder(rvi *openapi3filter.RequestValidationInput, 
 }
 
 // authProblem turns an authentication or authorization error into its
-// answer: 401 (with WWW-Authenticate), 403 or 404; other errors (the
-// database) pass as they are.
+// answer: 401 (with WWW-Authenticate), 403, 404 or 429 (a token past its
+// rate limit, with Retry-After); other errors (the database) pass as they
+// are.
 func authProblem(c echo.Context, err error) error {
+	var limited *rateLimitError
 	switch {
+	case errors.As(err, &limited):
+		return tooManyRequests(c, limited.wait, limited.detail)
 	case errors.Is(err, errNoToken), errors.Is(err, errBadToken):
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="capstan"`)
 		return problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, err.Error())
@@ -87,13 +92,23 @@ func authProblem(c echo.Context, err error) error {
 	return err
 }
 
-// adminPrefixes are the paths outside the spec only an admin may reach.
-var adminPrefixes = []string{"/metrics", "/debug/pprof", "/queues"}
+// publicRoutes are the routes outside the spec anyone may reach: the
+// probes and the dashboard's static files (its API calls carry a token).
+var publicRoutes = []string{"/healthz", "/readyz", "/", "/ui", "/ui/*"}
 
-// adminOnly reports whether path is under one of adminPrefixes.
-func adminOnly(path string) bool {
+// publicRoute reports whether route (echo's, c.Path()) is one of
+// publicRoutes.
+func publicRoute(route string) bool { return slices.Contains(publicRoutes, route) }
+
+// adminPrefixes are the routes outside the spec only an admin may reach:
+// /metrics, the profiler and the queue UI.
+var adminPrefixes = []string{"/metrics", PprofPath, QueuesPath}
+
+// adminRoute reports whether route (echo's, c.Path()) is under one of
+// adminPrefixes.
+func adminRoute(route string) bool {
 	for _, p := range adminPrefixes {
-		if path == p || strings.HasPrefix(path, p+"/") {
+		if route == p || strings.HasPrefix(route, p+"/") {
 			return true
 		}
 	}

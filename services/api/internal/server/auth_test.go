@@ -171,6 +171,23 @@ func TestScopedTokensSeeOnlyTheirProjects(t *testing.T) {
 	require.Len(t, body["aborts"], 2, "an unscoped token lists every project's aborts")
 }
 
+// TestScopesOnlyOnReaderAndWriterTokens: projects on an admin or a worker
+// token are a 422 naming the field, since those roles reach every project;
+// a scoped writer is made.
+func TestScopesOnlyOnReaderAndWriterTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, role := range []string{"admin", "worker"} {
+		status, _, p := f.do(t, http.MethodPost, "/v1/tokens", `{"name":"t","role":"`+role+`","projects":["pa"]}`)
+		require.Equal(t, http.StatusUnprocessableEntity, status, p)
+		require.Contains(t, p["detail"], "projects: a "+role+" token reaches every project")
+		status, _, p = f.do(t, http.MethodPost, "/v1/tokens", `{"name":"t","role":"`+role+`"}`)
+		require.Equal(t, http.StatusCreated, status, p)
+	}
+	status, _, p := f.do(t, http.MethodPost, "/v1/tokens", `{"name":"t","role":"writer","projects":["pa"]}`)
+	require.Equal(t, http.StatusCreated, status, p)
+}
+
 // TestRevokedAndExpiredTokensAre401: a revoked token and an expired one
 // answer 401; the same token worked before.
 func TestRevokedAndExpiredTokensAre401(t *testing.T) {
@@ -202,6 +219,38 @@ func TestRevokedAndExpiredTokensAre401(t *testing.T) {
 // TestAWorkerTokenReachesOnlyItsOwnAttempts: two workers register with the
 // bootstrap worker token; each gets its own token, which may heartbeat its
 // worker and report, read and log its attempts, and not the other's.
+// TestWorkerAddressesInsideTheWorkerNetworks: a worker registers only with
+// an address whose host is, or resolves only to, an address inside
+// WorkerCIDRs (default loopback and the private ranges); any other is a 422
+// naming the field, and no worker is made.
+func TestWorkerAddressesInsideTheWorkerNetworks(t *testing.T) {
+	t.Parallel()
+	const bootstrap = "test-worker-token-0123456789abcdef0123456789abcdef"
+	f := newFixtureConfig(t, Config{WorkerToken: bootstrap})
+	for _, c := range []struct {
+		address string
+		status  int
+	}{
+		{"http://127.0.0.1:1", http.StatusCreated},
+		{"http://10.1.2.3:9090", http.StatusCreated},
+		{"http://[::1]:9090", http.StatusCreated},
+		{"http://localhost:9090", http.StatusCreated},
+		{"http://169.254.169.254:80", http.StatusUnprocessableEntity},
+		{"http://8.8.8.8:9090", http.StatusUnprocessableEntity},
+		{"http://no-such-host.invalid:9090", http.StatusUnprocessableEntity},
+	} {
+		status, _, p := f.doAs(t, bootstrap, http.MethodPost, "/v1/workers",
+			`{"name":"w","address":"`+c.address+`","slots":1}`)
+		require.Equal(t, c.status, status, "%s: %v", c.address, p)
+		if c.status != http.StatusCreated {
+			require.Contains(t, p["detail"], "address: ", c.address)
+		}
+	}
+	status, _, p := f.do(t, http.MethodGet, "/v1/workers", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Len(t, p["workers"], 4, "the refused ones made no worker")
+}
+
 func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	t.Parallel()
 	const bootstrap = "test-worker-token-0123456789abcdef0123456789abcdef"
@@ -245,7 +294,7 @@ func TestAWorkerTokenReachesOnlyItsOwnAttempts(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status, "a worker token reads no user route")
 
 	// Deleted elsewhere (the scheduler's ARC rule), its token goes with it:
-	// 404 while this api still remembers the token (tokenCacheTTL), 401
+	// 404 while this api still remembers the token (TokenCacheTTL), 401
 	// after; an executor registers again on either.
 	require.NoError(t, f.store.Workers().DeleteWorker(context.Background(), idA))
 	status, _, _ = f.doAs(t, tokA, http.MethodPost, "/v1/workers/"+idA+"/heartbeat", `{}`)

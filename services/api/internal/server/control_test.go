@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -193,7 +194,9 @@ func TestApproveAndRejectAction(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, a)
 	ap = a["approval"].(map[string]any)
 	require.Equal(t, "rejected", ap["decision"])
-	require.Equal(t, "token:admin", ap["by"], "nobody named: the token that decided")
+	require.Nil(t, ap["by"], "no label given")
+	require.Equal(t, "admin", ap["token_id"], "the token that decided: the bootstrap admin's")
+	require.Equal(t, "admin", ap["token_name"])
 	require.Contains(t, f.events(t, other), "action.rejected")
 
 	status, _, got := f.do(t, http.MethodGet, runPath(key), "")
@@ -207,6 +210,39 @@ func TestApproveAndRejectAction(t *testing.T) {
 	}
 	status, _, p = f.do(t, http.MethodPost, runPath(key)+"/actions/b/approve", `{"by":"ann","role":"admin"}`)
 	require.Equal(t, http.StatusBadRequest, status, p)
+}
+
+// An approval and a rejection are recorded as the authenticated token's
+// (its id and name, in the action's approval and the event), whatever the
+// request's by says: by is kept as an unchecked label.
+func TestApprovalRecordsTheTokensIdentity(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	status, _, tok := f.do(t, http.MethodPost, "/v1/tokens", `{"name":"ci-deployer","role":"writer"}`)
+	require.Equal(t, http.StatusCreated, status, tok)
+	id, secret := tok["id"].(string), tok["token"].(string)
+
+	for _, decision := range []string{"approve", "reject"} {
+		key := f.startedRun(t)
+		f.waitForApproval(t, key, "b")
+		status, _, a := f.doAs(t, secret, http.MethodPost, runPath(key)+"/actions/b/"+decision,
+			`{"by":"token:admin","comment":"as someone else"}`)
+		require.Equal(t, http.StatusAccepted, status, a)
+		ap := a["approval"].(map[string]any)
+		require.Equal(t, id, ap["token_id"], "the caller's token, not the by it claims")
+		require.Equal(t, "ci-deployer", ap["token_name"])
+		require.Equal(t, "token:admin", ap["by"], "kept as a label")
+
+		act, err := f.store.Actions().GetAction(context.Background(), key.Action("b"))
+		require.NoError(t, err)
+		require.Equal(t, id, *act.Action.DecidedByTokenID)
+		require.Equal(t, "ci-deployer", *act.Action.DecidedByTokenName)
+		var data string
+		require.NoError(t, f.db.QueryRow(`SELECT data FROM run_events WHERE run_name = $1
+			AND type IN ('action.approved', 'action.rejected')`, key.Run).Scan(&data))
+		require.JSONEq(t, fmt.Sprintf(`{"by": "token:admin", "token_id": %q, "token_name": "ci-deployer",
+			"comment": "as someone else"}`, id), data)
+	}
 }
 
 // Restart is recorded only for a run that ended in failure (409

@@ -88,8 +88,8 @@ func approval(a store.Action) *api.Approval {
 	if a.DecidedAt != nil {
 		at = *a.DecidedAt
 	}
-	return &api.Approval{Decision: api.ApprovalDecision(*a.Decision), By: a.DecidedBy, At: at,
-		Comment: a.DecisionComment}
+	return &api.Approval{Decision: api.ApprovalDecision(*a.Decision), By: a.DecidedBy, TokenId: a.DecidedByTokenID,
+		TokenName: a.DecidedByTokenName, At: at, Comment: a.DecisionComment}
 }
 
 func toTask(d store.TaskDetail) api.Task {
@@ -99,6 +99,10 @@ func toTask(d store.TaskDetail) api.Task {
 		PreemptionCount: t.PreemptionCount, SystemFailureCount: &sys, MaxSystemFailures: &maxSys,
 		MaxRetriesFailure: t.MaxRetriesFailure, MaxRetriesPreemption: t.MaxRetriesPreemption, WorkerId: t.WorkerID,
 		PendingReason: t.PendingReason, NotBefore: t.NotBefore, Item: t.Item, Attempts: make([]api.Attempt, len(d.Attempts))}
+	if t.WaitCount > 0 {
+		waits := t.WaitCount
+		out.WaitCount, out.WaitingSince = &waits, t.WaitingSince
+	}
 	if t.Outputs != nil {
 		out.Reused = &[]bool{true}[0]
 	}
@@ -149,6 +153,7 @@ func toWorker(w store.WorkerLoad, grace time.Duration, now time.Time) api.Worker
 	freeCPU, freeMem := w.CPUMillis-w.UsedCPUMillis, w.MemoryBytes-w.UsedMemoryBytes
 	return api.Worker{Id: w.ID, Name: w.Name, Address: w.Address, Slots: w.Slots, FreeSlots: &free, Labels: labels,
 		Resources: &res, FreeResources: &api.Resources{CpuMillis: &freeCPU, MemoryBytes: &freeMem},
-		State: workerState(w.Worker, grace, now), Draining: w.Draining, Failures: failures, LastFailureAt: w.LastFailureAt,
+		State: workerState(w.Worker, grace, now), Draining: w.Draining, Sandbox: w.Sandbox, Failures: failures,
+		LastFailureAt:  w.LastFailureAt,
 		PlaceableAfter: w.PlaceableAfter, CreatedAt: w.CreatedAt, LastHeartbeatAt: w.LastHeartbeatAt}
 }

@@ -24,6 +24,13 @@ import (
 // newFeedFixture is newFixture with a feed hub listening on its database.
 func newFeedFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFeedFixtureConfig(t, Config{})
+}
+
+// newFeedFixtureConfig is newFeedFixture with the server's config.
+func newFeedFixtureConfig(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	cfg.AdminToken = testAdminToken
 	url := storetest.NewURL(t)
 	st, err := store.Open(context.Background(), url, store.Config{MaxOpenConns: 8})
 	require.NoError(t, err)
@@ -38,7 +45,7 @@ func newFeedFixture(t *testing.T) *fixture {
 	go func() { defer close(stopped); _ = hub.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
 	e := New(Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, log), Log: log, Registry: prometheus.NewRegistry(),
-		Ready: func(context.Context) error { return nil }, Feed: hub}, Config{AdminToken: testAdminToken})
+		Ready: func(context.Context) error { return nil }, Feed: hub}, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, store: st, redis: rdb, url: url}

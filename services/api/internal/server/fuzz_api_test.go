@@ -134,7 +134,7 @@ func newFuzzFixture(t *testing.T) *fuzzFixture {
 		Ready: func(context.Context) error { return nil }},
 		// An event stream lasts until its run ends or LogFollowMax:
 		// events_test.go covers them; here they end soon.
-		Config{AdminToken: testAdminToken, RateLimit: 1e6, LogFollowMax: 300 * time.Millisecond})
+		Config{AdminToken: testAdminToken, ControlPlaneKey: testControlPlaneKey, RateLimit: 1e6, LogFollowMax: 300 * time.Millisecond})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	_, reader, err := st.Tokens().CreateToken(context.Background(), store.NewToken{Name: "r", Role: RoleReader, Projects: []string{"elsewhere"}})

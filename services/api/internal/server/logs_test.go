@@ -155,9 +155,12 @@ func (f *fixture) follow(t *testing.T, path, lastID string) *http.Response {
 	return resp
 }
 
+// A follower streams the chunks stored, then each chunk as it is shipped,
+// then `end` once the attempt ended, woken by the api's LISTEN connection:
+// its fallback poll is an hour.
 func TestFollowStreamsChunksUntilTheAttemptEnds(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFeedFixtureConfig(t, Config{LogPollInterval: time.Hour})
 	id, path := logsRun(t, f, "logs-follow")
 	f.report(t, id, `{"state":"RUNNING"}`)
 	f.appendLogs(t, id, http.StatusNoContent, `{"stream":"stdout","data":"one\ntwo\n"}`)

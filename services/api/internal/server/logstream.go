@@ -12,22 +12,22 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/services/api/internal/feed"
 )
 
-// A logs?follow=true stream polls Postgres rather than waiting on
-// LISTEN/NOTIFY: a poll is one index range scan (attempt, seq > last) per
-// follower, executors ship at most once a second so a 250 ms poll adds
-// little delay, and polling needs no connection held outside the pool nor a
-// fan-out of notifications, and misses nothing across reconnects.
+// A logs?follow=true stream waits on the api's one LISTEN connection
+// (feed.Hub.WatchAttempt): the commit of chunks of its attempt, or of an
+// event about it (its state changed), wakes it to read what is new. The
+// hub wakes every watcher when it (re)connects, so nothing committed while
+// it was away is missed; Config.LogPollInterval (5 s) re-reads anyway, a
+// fallback for a hub that cannot listen, never the way output arrives.
 const (
-	// logPollInterval is how often a stream looks for new chunks.
-	logPollInterval = 250 * time.Millisecond
 	// logHeartbeat is how long a stream may stay silent: then it writes a
 	// comment line, so proxies keep it open and a gone client is noticed.
 	logHeartbeat = 15 * time.Second
 	// logWriteTimeout bounds one write to a client that stopped reading.
 	logWriteTimeout = 30 * time.Second
-	// logPage is how many chunks a poll reads at most.
+	// logPage is how many chunks a read takes at most.
 	logPage = 256
 )
 
@@ -42,12 +42,15 @@ const (
 type logStream struct {
 	ctx     context.Context
 	store   *store.Store
+	hub     *feed.Hub
 	log     *slog.Logger
 	attempt int64
 	after   int64
 	maxFor  time.Duration
 	// timestamps starts each event's text with its chunk's time (logTime).
 	timestamps bool
+	// poll is the fallback re-read's period (Config.LogPollInterval).
+	poll time.Duration
 	// stopping ends the stream when the api shuts down.
 	stopping <-chan struct{}
 }
@@ -55,8 +58,8 @@ type logStream struct {
 var _ api.GetAttemptLogsResponseObject = (*logStream)(nil)
 
 func (h *Handlers) newLogStream(ctx context.Context, attempt int64, timestamps bool) *logStream {
-	return &logStream{ctx: ctx, store: h.store, log: h.log, attempt: attempt, after: lastEventID(ctx),
-		maxFor: h.cfg.LogFollowMax, timestamps: timestamps, stopping: h.stopping}
+	return &logStream{ctx: ctx, store: h.store, hub: h.feed, log: h.log, attempt: attempt, after: lastEventID(ctx),
+		maxFor: h.cfg.LogFollowMax, poll: h.cfg.LogPollInterval, timestamps: timestamps, stopping: h.stopping}
 }
 
 // VisitGetAttemptLogsResponse writes the stream; it returns nil once the
@@ -93,17 +96,23 @@ func startEventStream(w http.ResponseWriter) (send func(text string) error, done
 	return send, func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
 
-// follow polls for chunks and sends them until the attempt ended and all
-// were sent (then `end`), the context ends or maxFor passed.
+// follow sends the chunks, then waits for the hub's signal (or the
+// fallback poll) and sends the new ones, until the attempt ended and all
+// were sent (then `end`), the context ends, maxFor passed or the api
+// stops. It subscribes before its first read: a commit between the two is
+// then signalled.
 func (s *logStream) follow(send func(string) error) error {
-	poll := time.NewTicker(logPollInterval)
+	watcher := s.hub.WatchAttempt(s.attempt)
+	defer s.hub.Stop(watcher)
+	poll := time.NewTicker(s.poll)
 	defer poll.Stop()
+	keepAlive := time.NewTicker(logHeartbeat)
+	defer keepAlive.Stop()
 	deadline := time.NewTimer(s.maxFor)
 	defer deadline.Stop()
 	if err := send(": following attempt logs\n\n"); err != nil {
 		return err
 	}
-	silent := time.Now()
 	for {
 		// The state first: an executor ships its last chunks before its
 		// final report, so once the attempt ended every chunk is stored.
@@ -112,30 +121,29 @@ func (s *logStream) follow(send func(string) error) error {
 			return fmt.Errorf("read attempt: %w", err)
 		}
 		n, err := s.sendChunks(send)
-		if err != nil {
-			return err
-		}
 		switch {
+		case err != nil:
+			return err
 		case n == logPage:
 			continue // more to read at once
 		case a.State.IsTerminal():
 			return s.end(send, a.State.String())
 		case n > 0:
-			silent = time.Now()
-		case time.Since(silent) >= logHeartbeat:
+			keepAlive.Reset(logHeartbeat)
+		}
+		select {
+		case <-watcher.C:
+		case <-poll.C:
+		case <-keepAlive.C:
 			if err := send(": heartbeat\n\n"); err != nil {
 				return err
 			}
-			silent = time.Now()
-		}
-		select {
 		case <-s.ctx.Done():
 			return nil
 		case <-deadline.C:
 			return nil
 		case <-s.stopping:
 			return nil
-		case <-poll.C:
 		}
 	}
 }

@@ -20,6 +20,11 @@ type metrics struct {
 	payloads *obs.PayloadSizes
 	// dispatch is capstan_dispatch_latency_seconds: see observeDispatch.
 	dispatch prometheus.Histogram
+	// tokenLookups counts the statements reading a token by its secret's
+	// hash, by result: what the authenticator's caches did not spare.
+	tokenLookups *prometheus.CounterVec
+	// streams is the server-sent event streams open.
+	streams prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -35,7 +40,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.dispatch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_dispatch_latency_seconds",
 		Help:    "Time in seconds from a task becoming PENDING to its attempt reporting RUNNING.",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)})
-	reg.MustRegister(m.requests, m.latency, m.dispatch)
+	m.tokenLookups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_api_token_lookups_total",
+		Help: "Statements reading an API token by its secret's hash (token cache misses), by result: found, unknown, error."},
+		[]string{"result"})
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_api_streams_open",
+		Help: "Server-sent event streams open (events, logs?follow=true)."})
+	reg.MustRegister(m.requests, m.latency, m.dispatch, m.tokenLookups, m.streams)
 	payloads, err := obs.NewPayloadSizes(reg)
 	if err != nil {
 		panic(err) // a second server on one registry: the caller's bug

@@ -23,7 +23,7 @@ func checkReport(b *api.ReportAttemptJSONRequestBody) []domain.FieldError {
 	var errs []domain.FieldError
 	if b.Cause != nil && !b.Cause.Valid() {
 		errs = append(errs, domain.FieldError{Field: "cause",
-			Message: "must be user, system, permanent, aborted, timeout, worker_lost or preempted"})
+			Message: "must be user, system, permanent, waiting, aborted, timeout, worker_lost or preempted"})
 	}
 	if b.Code != nil && !domain.ValidCode(*b.Code) {
 		errs = append(errs, domain.FieldError{Field: "code", Message: fmt.Sprintf(

@@ -125,6 +125,30 @@ func TestReportRejectsBadCodeAndCleanup(t *testing.T) {
 	require.Equal(t, domain.TaskAssigned, d.Tasks[0].Attempts[0].State, "a rejected report changes nothing")
 }
 
+// Iris: "if the worker reports PENDING, the controller ignores it to
+// prevent regressing an ASSIGNED task": 200, proceed, nothing written; a
+// state no executor reports (ASSIGNED, UNSCHEDULABLE) is still 400.
+func TestReportPendingIsIgnored(t *testing.T) {
+	t.Parallel()
+	f := newControlFixture(t)
+	key := f.startedRun(t)
+	id := f.assignA(t, key)
+	before := f.events(t, key)
+	path := fmt.Sprintf("/v1/attempts/%d/report", id)
+	status, _, out := f.do(t, http.MethodPost, path, `{"state":"PENDING"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, true, out["proceed"], "the attempt goes on")
+	d, err := f.store.Actions().GetAction(context.Background(), key.Action("a"))
+	require.NoError(t, err)
+	require.Equal(t, domain.TaskAssigned, d.Tasks[0].Attempts[0].State, "the ASSIGNED attempt does not regress")
+	require.Equal(t, domain.TaskAssigned, d.Tasks[0].Task.State)
+	require.Equal(t, before, f.events(t, key), "no event")
+	for _, state := range []string{"ASSIGNED", "UNSCHEDULABLE", "UNSPECIFIED"} {
+		status, _, p := f.do(t, http.MethodPost, path, `{"state":"`+state+`"}`)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %v", state, p)
+	}
+}
+
 // checkReport is the handler's own check, behind the request validator.
 func TestCheckReport(t *testing.T) {
 	t.Parallel()

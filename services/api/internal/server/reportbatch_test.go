@@ -16,8 +16,8 @@ import (
 )
 
 // A batch of reports is recorded in order, each item on its own: another
-// worker's attempt is 404, a state an executor does not report is 400, and
-// neither stops the others. The attempt that ended is handed to the
+// worker's attempt is 404, a PENDING report is ignored (Iris's controller
+// ignores it), and neither stops the others. The attempt that ended is handed to the
 // scheduler once. The same batch sent again changes nothing.
 func TestReportBatchRecordsInOrderAndIsIdempotent(t *testing.T) {
 	t.Parallel()
@@ -49,13 +49,13 @@ func TestReportBatchRecordsInOrderAndIsIdempotent(t *testing.T) {
 		}
 		return got
 	}
-	require.Equal(t, []result{{true, 0}, {true, 0}, {false, 404}, {false, 400}, {false, 0}}, post())
+	require.Equal(t, []result{{true, 0}, {true, 0}, {false, 404}, {true, 0}, {false, 0}}, post())
 	want := []string{"attempt.BUILDING", "attempt.RUNNING", "attempt.SUCCEEDED"}
 	evs := f.events(t, key)
 	require.Equal(t, want, evs[len(evs)-3:])
 	require.Equal(t, 1, f.pendingEvaluations(t))
 
-	require.Equal(t, []result{{false, 0}, {false, 0}, {false, 404}, {false, 400}, {false, 0}}, post(),
+	require.Equal(t, []result{{false, 0}, {false, 0}, {false, 404}, {false, 0}, {false, 0}}, post(),
 		"resent: the attempt ended; nothing moves")
 	require.Equal(t, evs, f.events(t, key), "no event twice")
 	require.Equal(t, 1, f.pendingEvaluations(t), "no second evaluation")

@@ -101,10 +101,11 @@ func New(d Deps, cfg Config) *echo.Echo {
 	// otelecho restores the request it was given once the handler returns:
 	// the access log, which reads the caller's token from the request the
 	// validator left, runs inside it.
-	auth := newAuthenticator(d.Store, cfg.AdminToken, cfg.WorkerToken)
+	auth := newAuthenticator(d.Store, cfg, m.tokenLookups)
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
 	e.Use(middleware.Recover(), middleware.RequestID(),
 		otelecho.Middleware("capstan-api", otelecho.WithSkipper(untraced)), accessLog(d.Log), m.middleware(),
-		writeDeadline(cfg.WriteTimeout), rateLimit(cfg.RateLimit, cfg.RateBurst),
+		writeDeadline(cfg.WriteTimeout), ipRateLimit(newBuckets(cfg.IPRateLimit, cfg.IPRateBurst), auth.known),
 		bodyLimit(cfg.MaxBodyBytes, max(cfg.MaxBodyBytes, maxReportBodyBytes)),
 		validator(openAPISpec(), auth))
 
@@ -131,7 +132,8 @@ func New(d Deps, cfg Config) *echo.Echo {
 	if h.feed == nil {
 		h.feed = feed.New("", 0, 0, d.Log)
 	}
-	api.RegisterHandlers(e, api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}))
+	api.RegisterHandlers(e, streamGate{ServerInterface: api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}),
+		slots: newStreamSlots(cfg.MaxStreams, cfg.MaxStreamsPerToken, m.streams)})
 	return e
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,9 @@ import (
 
 // testAdminToken is the bootstrap admin secret of every fixture's server.
 const testAdminToken = "test-admin-token-0123456789abcdef0123456789abcdef"
+
+// testControlPlaneKey is the fixtures' CAPSTAN_CONTROL_PLANE_KEY.
+var testControlPlaneKey = workerkey.New("test-control-plane-key-0123456789abcdef")
 
 type fixture struct {
 	srv   *httptest.Server
@@ -57,6 +61,9 @@ func newFixtureOn(t testing.TB, st *store.Store, cfg Config, stopping <-chan str
 	t.Helper()
 	rdb := redistest.New(t)
 	cfg.AdminToken = cmp.Or(cfg.AdminToken, testAdminToken)
+	if cfg.ControlPlaneKey.IsZero() {
+		cfg.ControlPlaneKey = testControlPlaneKey
+	}
 	client := asynq.NewClient(rdb)
 	t.Cleanup(func() { client.Close() })
 	d := Deps{Store: st, Enqueuer: queue.NewEnqueuer(client, slog.New(slog.DiscardHandler)),

@@ -16,12 +16,19 @@ import (
 // and revoke API tokens.
 
 // CreateToken makes a token and answers its secret, this once. An expiry in
-// the past is a 422.
+// the past is a 422, and so are projects on an admin or worker token: those
+// roles reach every project (an admin manages tokens and weights across
+// them, a worker runs any project's attempts), so a scope would only
+// promise a limit that does not hold.
 func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestObject) (api.CreateTokenResponseObject, error) {
 	b := req.Body
 	if b.ExpiresAt != nil && !b.ExpiresAt.After(time.Now()) {
 		return api.CreateToken422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
 			problem.CodeInvalid, "expires_at: must be in the future")), nil
+	}
+	if b.Projects != nil && len(*b.Projects) > 0 && (b.Role == api.RoleAdmin || b.Role == api.RoleWorker) {
+		return api.CreateToken422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+			problem.CodeInvalid, fmt.Sprintf("projects: a %s token reaches every project; scopes are for reader and writer tokens", b.Role))), nil
 	}
 	nt := store.NewToken{Name: b.Name, Role: string(b.Role), ExpiresAt: b.ExpiresAt}
 	if b.Projects != nil {

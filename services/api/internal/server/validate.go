@@ -26,8 +26,8 @@ import (
 // scheme, through kin-openapi's AuthenticationFunc: auth.authorize), then
 // its parameters, content type and body schema, answering 400 problem+json
 // naming each offending field. The principal goes into the request's
-// context for the handlers. Requests that match no operation pass through
-// (health, dashboard, 404s) but for adminPrefixes, which need an admin.
+// context for the handlers. A request that matches no operation is
+// answered by outsideSpec, which denies by default.
 func validator(spec *openapi3.T, auth *authenticator) echo.MiddlewareFunc {
 	router, err := newSpecRouter(spec)
 	if err != nil {
@@ -37,11 +37,8 @@ func validator(spec *openapi3.T, auth *authenticator) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
 			route, params, err := router.FindRoute(req)
-			if errors.Is(err, routers.ErrMethodNotAllowed) {
-				return echo.NewHTTPError(http.StatusMethodNotAllowed)
-			}
 			if err != nil {
-				return adminGate(c, auth, next)
+				return outsideSpec(c, auth, err, next)
 			}
 			who, err := authorizeRoute(req, route, params, auth)
 			if err != nil {
@@ -117,19 +114,38 @@ func validateRoute(c echo.Context, route *routers.Route, params map[string]strin
 	return next(c)
 }
 
-// adminGate lets a request outside the spec through, but under
-// adminPrefixes (/metrics, /debug/pprof, /queues/) only with an admin token.
-func adminGate(c echo.Context, auth *authenticator, next echo.HandlerFunc) error {
-	if !adminOnly(c.Request().URL.Path) {
+// outsideSpec answers a request that matches no operation of the spec
+// (routeErr is FindRoute's), by the route echo matched (c.Path()): a
+// public route (publicRoute) is served to anyone; an operator route
+// (adminRoute) only to an admin token; anything else needs a valid token
+// and is then answered 405 (another method serves the path, by echo's
+// routes or the spec's) or 404, never handed to a handler: every other
+// route of the server is an operation of the spec, which a request
+// reaches only through authorizeRoute and validateRoute.
+func outsideSpec(c echo.Context, auth *authenticator, routeErr error, next echo.HandlerFunc) error {
+	if publicRoute(c.Path()) {
 		return next(c)
 	}
-	p, err := auth.authenticate(c.Request())
-	if err == nil && p.role != RoleAdmin {
+	req := c.Request()
+	p, err := auth.authenticate(req)
+	admin := adminRoute(c.Path())
+	if err == nil && admin && p.role != RoleAdmin {
 		err = errForbidden
 	}
 	if err != nil {
 		return authProblem(c, err)
 	}
+	if !admin {
+		allow, routed := c.Get(echo.ContextKeyHeaderAllow).(string) // echo knows the path, not the method
+		if routed {
+			c.Response().Header().Set(echo.HeaderAllow, allow)
+		}
+		if routed || errors.Is(routeErr, routers.ErrMethodNotAllowed) {
+			return echo.ErrMethodNotAllowed
+		}
+		return echo.ErrNotFound
+	}
+	c.SetRequest(req.WithContext(context.WithValue(req.Context(), principalKey{}, p)))
 	return next(c)
 }
 

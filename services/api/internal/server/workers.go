@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -12,11 +16,44 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerkey"
+	"github.com/google/uuid"
 )
 
-// RegisterWorker registers an executor under a new identity.
+// RegisterWorker registers an executor under a new identity. The answer,
+// and no other, carries the worker's secrets: its token, and its executor
+// credential and dispatch key, derived from the worker's new id under the
+// control-plane key (package workerkey), of which Postgres keeps only the
+// credential's SHA-256.
 func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerRequestObject) (api.RegisterWorkerResponseObject, error) {
-	b := req.Body
+	nw, errs := h.newWorker(ctx, req.Body)
+	if len(errs) > 0 {
+		return api.RegisterWorker422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+			problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...)), nil
+	}
+	if h.cfg.ControlPlaneKey.IsZero() {
+		return nil, errNoControlPlaneKey
+	}
+	credential := h.cfg.ControlPlaneKey.Credential(nw.ID)
+	nw.CredentialSHA256 = workerkey.Digest(credential)
+	w, err := h.store.Workers().RegisterWorker(ctx, nw)
+	if err != nil {
+		return nil, fmt.Errorf("register worker %q: %w", nw.Name, err)
+	}
+	out := toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())
+	if out.Token, err = h.workerToken(ctx, w); err != nil {
+		return nil, err
+	}
+	dispatchKey := workerkey.EncodeDispatchKey(h.cfg.ControlPlaneKey.DispatchKey(w.ID))
+	out.ExecutorCredential, out.DispatchKey = &credential, &dispatchKey
+	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots,
+		"sandbox", w.Sandbox)
+	return api.RegisterWorker201JSONResponse(out), nil
+}
+
+// newWorker checks registration b and returns the worker it inserts, under
+// a new id, or the fields that are invalid.
+func (h *Handlers) newWorker(ctx context.Context, b *api.RegisterWorkerRequest) (store.NewWorker, []domain.FieldError) {
 	slots := 4
 	if b.Slots != nil {
 		slots = *b.Slots
@@ -27,19 +64,22 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	}
 	if u, err := url.Parse(b.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, domain.FieldError{Field: "address", Message: "must be an http(s) URL with a host"})
+	} else if msg := h.outsideWorkerCIDRs(ctx, u.Hostname()); msg != "" {
+		errs = append(errs, domain.FieldError{Field: "address", Message: msg})
 	}
 	if b.Name == "" {
 		errs = append(errs, domain.FieldError{Field: "name", Message: "is required"})
 	}
 	if len(errs) > 0 {
-		return api.RegisterWorker422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
-			problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...)), nil
+		return store.NewWorker{}, errs
 	}
-	var labels map[string]string
+	nw := store.NewWorker{ID: uuid.NewString(), Name: b.Name, Address: b.Address, Slots: slots}
 	if b.Labels != nil {
-		labels = *b.Labels
+		nw.Labels = *b.Labels
 	}
-	nw := store.NewWorker{Name: b.Name, Address: b.Address, Slots: slots, Labels: labels}
+	if b.Sandbox != nil {
+		nw.Sandbox = *b.Sandbox
+	}
 	if b.Resources != nil {
 		if b.Resources.CpuMillis != nil {
 			nw.Resources.CPUMillis = *b.Resources.CpuMillis
@@ -48,16 +88,7 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 			nw.Resources.MemoryBytes = *b.Resources.MemoryBytes
 		}
 	}
-	w, err := h.store.Workers().RegisterWorker(ctx, nw)
-	if err != nil {
-		return nil, fmt.Errorf("register worker %q: %w", nw.Name, err)
-	}
-	out := toWorker(store.WorkerLoad{Worker: w}, h.cfg.WorkerGrace, time.Now())
-	if out.Token, err = h.workerToken(ctx, w); err != nil {
-		return nil, err
-	}
-	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots)
-	return api.RegisterWorker201JSONResponse(out), nil
+	return nw, nil
 }
 
 // Heartbeat records a worker's liveness and its draining flag, answers which
@@ -170,6 +201,10 @@ func (h *Handlers) ListWorkers(ctx context.Context, _ api.ListWorkersRequestObje
 	return api.ListWorkers200JSONResponse(out), nil
 }
 
+// errNoControlPlaneKey fails a registration on an api without
+// CAPSTAN_CONTROL_PLANE_KEY: it could give the worker no secrets.
+var errNoControlPlaneKey = errors.New("register worker: the api has no control-plane key (CAPSTAN_CONTROL_PLANE_KEY)")
+
 // workerToken mints the token a registered worker's heartbeats, reports and
 // log appends carry: role worker, bound to w (deleted with it).
 func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, error) {
@@ -178,4 +213,28 @@ func (h *Handlers) workerToken(ctx context.Context, w store.Worker) (*string, er
 		return nil, fmt.Errorf("mint the token of worker %s: %w", w.ID, err)
 	}
 	return &secret, nil
+}
+
+// outsideWorkerCIDRs returns why a worker address's host is refused, or ""
+// when every address it resolves to (an IP literal, or a name looked up
+// with a 2 s bound) is inside the configured worker networks.
+func (h *Handlers) outsideWorkerCIDRs(ctx context.Context, host string) string {
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		addrs, err = net.DefaultResolver.LookupNetIP(lctx, "ip", host)
+		if err != nil || len(addrs) == 0 {
+			return fmt.Sprintf("host %q does not resolve", host)
+		}
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !slices.ContainsFunc(h.cfg.WorkerCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return fmt.Sprintf("%s is outside the worker networks (CAPSTAN_WORKER_CIDRS)", a)
+		}
+	}
+	return ""
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// Resources is the capacity the worker offers (cpu millicores, memory
 	// bytes); nil fields are undeclared.
 	Resources api.Resources
+	// Sandbox is how the executor isolates its attempts, as the worker
+	// registers it ("none", or mechanisms joined with "+"). Default none.
+	Sandbox string
 	// HeartbeatInterval is the time between heartbeats. Default 1s.
 	HeartbeatInterval time.Duration
 	// PollInterval is asynq's TaskCheckInterval: an idle consumer polls its
@@ -79,6 +82,7 @@ type Agent struct {
 // New returns an Agent that talks to the api through client, consumes from
 // redis and runs attempts with sup. Errors: an invalid config.
 func New(client *Client, sup *supervisor.Supervisor, redis asynq.RedisConnOpt, cfg Config, log *slog.Logger) (*Agent, error) {
+	cfg.Sandbox = cmp.Or(cfg.Sandbox, "none")
 	cfg.Slots = cmp.Or(cfg.Slots, 4)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)

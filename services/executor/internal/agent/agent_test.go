@@ -1,15 +1,16 @@
 package agent_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
@@ -28,14 +30,44 @@ func TestMain(m *testing.M) { proctest.Main(m) }
 const waitFor, tick = 15 * time.Second, 5 * time.Millisecond
 
 type fixture struct {
-	api   *fakeAPI
-	agent *agent.Agent
-	sup   *supervisor.Supervisor
-	queue *asynq.Client
-	insp  *asynq.Inspector
-	rdb   asynq.RedisClientOpt
+	api    *fakeAPI
+	client *agent.Client
+	agent  *agent.Agent
+	sup    *supervisor.Supervisor
+	queue  *asynq.Client
+	insp   *asynq.Inspector
+	rdb    asynq.RedisClientOpt
 	// data is the supervisor's data directory.
 	data string
+	// logs holds what the agent logged at warn and above.
+	logs *logBuffer
+}
+
+// logBuffer is a log destination that tests read while the agent writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// sign signs spec for worker as the scheduler does: under the worker's
+// dispatch key, which the fake api's registration answered.
+func sign(t *testing.T, worker string, spec api.AttemptSpec) queue.SignedSpec {
+	t.Helper()
+	s, err := queue.SignSpec(fakeControlPlaneKey.DispatchKey(worker), spec)
+	require.NoError(t, err)
+	return s
 }
 
 // run starts an executor's agent and supervisor against the fake api and
@@ -49,7 +81,8 @@ func run(t *testing.T, fake *fakeAPI, cfg agent.Config) *fixture {
 func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture {
 	t.Helper()
 	rdb := redistest.New(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client, err := agent.NewClient(fake.URL, agent.ClientConfig{ReportBackoff: 10 * time.Millisecond, Token: fakeWorkerToken}, log)
 	require.NoError(t, err)
 	sup, err := supervisor.New(client, supervisor.Config{DataDir: data, KillGrace: 500 * time.Millisecond,
@@ -61,8 +94,8 @@ func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture 
 	ag, err := agent.New(client, sup, rdb, cfg, log)
 	require.NoError(t, err)
 
-	f := &fixture{api: fake, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
-		rdb: rdb, data: data}
+	f := &fixture{api: fake, client: client, agent: ag, sup: sup, queue: asynq.NewClient(rdb), insp: asynq.NewInspector(rdb),
+		rdb: rdb, data: data, logs: logs}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()
@@ -245,6 +278,7 @@ func TestHeartbeat404ReRegistersAndConsumesTheNewQueue(t *testing.T) {
 	f.enqueue(t, 12)
 	pid := *f.awaitState(t, 12, api.TaskStateRUNNING).Pid
 
+	require.Equal(t, fakeControlPlaneKey.Credential(first), f.client.ExecutorCredential())
 	fake.forget(first)
 	killed := f.awaitState(t, 12, api.TaskStateWORKERFAILED)
 	require.Equal(t, api.WorkerLost, *killed.Cause)
@@ -253,6 +287,10 @@ func TestHeartbeat404ReRegistersAndConsumesTheNewQueue(t *testing.T) {
 	require.Eventually(t, func() bool { return f.agent.WorkerID() == fake.registered()[1] }, waitFor, tick)
 	second := f.agent.WorkerID()
 	require.NotEqual(t, first, second)
+	require.Equal(t, fakeControlPlaneKey.Credential(second), f.client.ExecutorCredential(),
+		"a new registration rotates the executor credential")
+	require.Equal(t, fakeControlPlaneKey.DispatchKey(second), f.client.DispatchKey(uuid.MustParse(second)))
+	require.Nil(t, f.client.DispatchKey(uuid.MustParse(first)), "the old registration's key verifies nothing")
 
 	fake.addAttempt(shell(13, second, "echo again"))
 	f.enqueue(t, 13)
@@ -368,4 +406,24 @@ func TestDrainingWorkerDoesNotRegisterAgain(t *testing.T) {
 	require.Equal(t, api.WorkerLost, *f.awaitState(t, 23, api.TaskStateWORKERFAILED).Cause)
 	require.True(t, proctest.Gone(pid))
 	require.Never(t, func() bool { return len(fake.registered()) > 1 }, 200*time.Millisecond, tick)
+}
+
+// TestRegistrationWithoutSecretsIsRejected: an answer without an executor
+// credential and a dispatch key is no registration: the executor could be
+// aborted by no one.
+func TestRegistrationWithoutSecretsIsRejected(t *testing.T) {
+	t.Parallel()
+	fake := newFakeAPI()
+	t.Cleanup(fake.Close)
+	fake.mu.Lock()
+	fake.withoutSecrets = true
+	fake.mu.Unlock()
+	client, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	slots := 1
+	_, err = client.Register(context.Background(), api.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1",
+		Slots: &slots})
+	require.ErrorIs(t, err, agent.ErrRejected)
+	require.ErrorContains(t, err, "no executor credential")
+	require.Empty(t, client.ExecutorCredential())
 }

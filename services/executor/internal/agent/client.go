@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/google/uuid"
 )
@@ -73,6 +74,8 @@ type Client struct {
 	bound atomic.Pointer[string]
 	// worker is the id of the current registration (nil before one).
 	worker atomic.Pointer[uuid.UUID]
+	// secrets are the current registration's (nil before one).
+	secrets atomic.Pointer[workerSecrets]
 	// batch gathers reports into batches (see Report).
 	batch reportBatcher
 	// reads gathers reads of attempts (see Attempt).
@@ -116,25 +119,67 @@ func (c *Client) authorize(_ context.Context, req *http.Request) error {
 // heartbeat or a registration starts no trace of its own.
 func inTrace(r *http.Request) bool { return trace.SpanContextFromContext(r.Context()).IsValid() }
 
-// Register registers the executor as a new worker and returns its id.
-// Errors: ErrRejected (the request is invalid), a transport error or a 5xx.
+// workerSecrets are what a registration answered worker, besides its
+// token: the executor credential every call to this executor's API must
+// carry, and the dispatch key its dispatched specs' MACs verify under.
+type workerSecrets struct {
+	worker      uuid.UUID
+	credential  string
+	dispatchKey []byte
+}
+
+// Register registers the executor as a new worker and returns its id; from
+// then on the executor's API takes the registration's executor credential
+// (ExecutorCredential) and its dispatched specs verify under its dispatch
+// key (DispatchKey). Errors: ErrRejected (the request is invalid, or the
+// answer carries no executor credential or no valid dispatch key: an api
+// older than the executor), a transport error or a 5xx.
 func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (uuid.UUID, error) {
 	res, err := c.api.RegisterWorkerWithResponse(ctx, req)
 	if err != nil {
 		return uuid.UUID{}, fmt.Errorf("register: %w", err)
 	}
-	if res.JSON201 == nil {
+	w := res.JSON201
+	if w == nil {
 		return uuid.UUID{}, &StatusError{"register", res.StatusCode(), string(res.Body)}
 	}
-	id, err := uuid.Parse(res.JSON201.Id)
+	id, err := uuid.Parse(w.Id)
 	if err != nil {
-		return uuid.UUID{}, fmt.Errorf("register: worker id %q: %w", res.JSON201.Id, err)
+		return uuid.UUID{}, fmt.Errorf("register: worker id %q: %w", w.Id, err)
 	}
-	if t := res.JSON201.Token; t != nil {
+	if w.ExecutorCredential == nil || *w.ExecutorCredential == "" || w.DispatchKey == nil {
+		return uuid.UUID{}, fmt.Errorf("register: %w: the answer carries no executor credential or dispatch key",
+			ErrRejected)
+	}
+	key, err := workerkey.DecodeDispatchKey(*w.DispatchKey)
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("register: %w: %w", ErrRejected, err)
+	}
+	c.secrets.Store(&workerSecrets{worker: id, credential: *w.ExecutorCredential, dispatchKey: key})
+	if t := w.Token; t != nil {
 		c.bound.Store(t)
 	}
 	c.worker.Store(&id)
 	return id, nil
+}
+
+// ExecutorCredential returns the executor credential of the current
+// registration, "" before the first one: the bearer secret the executor's
+// API requires of the control plane.
+func (c *Client) ExecutorCredential() string {
+	if s := c.secrets.Load(); s != nil {
+		return s.credential
+	}
+	return ""
+}
+
+// DispatchKey returns the dispatch key of worker's registration while it
+// is the current one, else nil.
+func (c *Client) DispatchKey(worker uuid.UUID) []byte {
+	if s := c.secrets.Load(); s != nil && s.worker == worker {
+		return s.dispatchKey
+	}
+	return nil
 }
 
 // Heartbeat reports the held attempts and whether the worker is draining,

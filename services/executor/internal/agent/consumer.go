@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,33 +81,40 @@ var errSpecsUsed = errors.New("started from the message's specs")
 
 // handleAttemptRun takes attempt:run, from the queue or claimed off it by
 // the wake list's consumer, and starts its attempt (startAttempt): from the
-// message's spec on its first delivery, else as the api reads it.
+// message's spec on its first delivery, once it verifies (dispatched), else
+// as the api reads it. A message whose spec does not verify runs nothing.
 func (a *Agent) handleAttemptRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	if p.Spec == nil || p.Spec.Id != p.AttemptID || !queue.FirstDelivery(ctx, t) {
+	if p.Spec == nil || !queue.FirstDelivery(ctx, t) {
 		return a.startAttempt(ctx, worker, p.AttemptID, nil)
 	}
-	return specsUsed(a.startAttempt(ctx, worker, p.AttemptID, p.Spec))
+	specs, ok := a.dispatched(worker, []int64{p.AttemptID}, []queue.SignedSpec{*p.Spec})
+	if !ok {
+		return nil
+	}
+	return specsUsed(a.startAttempt(ctx, worker, p.AttemptID, specs[p.AttemptID]))
 }
 
 // handleAttemptsRun takes attempts:run and starts each of its attempts
 // (startAttempt) at once, so that their reads share requests: those the
-// message carries a spec of from it on its first delivery. Errors: those
-// of the attempts, joined: the message is retried whole, which starts
-// nothing twice (an attempt held, or ended, is dropped then: a retry reads
-// every attempt).
+// message carries a spec of from it on its first delivery, once every spec
+// verifies (dispatched). A message with a spec that does not verify runs
+// nothing. Errors: those of the attempts, joined: the message is retried
+// whole, which starts nothing twice (an attempt held, or ended, is dropped
+// then: a retry reads every attempt).
 func (a *Agent) handleAttemptsRun(ctx context.Context, worker uuid.UUID, t *asynq.Task) error {
 	var p queue.AttemptsPayload
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
 	specs := map[int64]*api.AttemptSpec{}
-	if queue.FirstDelivery(ctx, t) {
-		for i := range p.Specs {
-			specs[p.Specs[i].Id] = &p.Specs[i]
+	if len(p.Specs) > 0 && queue.FirstDelivery(ctx, t) {
+		var ok bool
+		if specs, ok = a.dispatched(worker, p.AttemptIDs, p.Specs); !ok {
+			return nil
 		}
 	}
 	errs := make([]error, len(p.AttemptIDs))
@@ -122,6 +130,33 @@ func (a *Agent) handleAttemptsRun(ctx context.Context, worker uuid.UUID, t *asyn
 	return err
 }
 
+// dispatched returns the specs a dispatch message to worker carries, by
+// attempt id, once each verifies under the worker's dispatch key (the
+// scheduler signed it for this worker: queue.SignedSpec) and is of one of
+// the attempts ids the message names. ok is false, and the message must
+// run nothing, when one does not: it was forged or altered in Redis, or
+// signed for another worker or registration. The attempts it named that
+// Postgres still holds ASSIGNED here are dispatched again, by id, by the
+// scheduler's resync.
+func (a *Agent) dispatched(worker uuid.UUID, ids []int64, signed []queue.SignedSpec) (map[int64]*api.AttemptSpec,
+	bool) {
+	key := a.client.DispatchKey(worker)
+	specs := make(map[int64]*api.AttemptSpec, len(signed))
+	for _, s := range signed {
+		spec, err := s.Verify(key)
+		if err == nil && !slices.Contains(ids, spec.Id) {
+			err = fmt.Errorf("a spec of attempt %d, which the message does not name", spec.Id)
+		}
+		if err != nil {
+			a.log.Error("dispatch refused: nothing of the message runs", "worker_id", worker, "attempt_ids", ids,
+				"err", err)
+			return nil, false
+		}
+		specs[spec.Id] = &spec
+	}
+	return specs, true
+}
+
 // specsUsed marks err, when not nil, with errSpecsUsed.
 func specsUsed(err error) error {
 	if err == nil {
@@ -131,7 +166,8 @@ func specsUsed(err error) error {
 }
 
 // startAttempt starts attempt id, as spec says when not nil (what the
-// placement pass bound, carried by its first message: the attempt starts
+// placement pass bound, carried by its first message and verified as the
+// scheduler's for this worker, see dispatched: the attempt starts
 // unread, and its BUILDING report's answer confirms it may run, see
 // supervisor.StartDispatched), else as the api reads it. It drops an
 // attempt the control plane does not know, does not want run, or gave to

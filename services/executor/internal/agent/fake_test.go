@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/google/uuid"
 )
 
@@ -44,6 +45,9 @@ type fakeAPI struct {
 	// is closed; holding counts those it keeps.
 	hold    chan struct{}
 	holding int
+	// withoutSecrets answers registrations without an executor credential
+	// and a dispatch key.
+	withoutSecrets bool
 	// failRegistrations and failReports answer 503 that many times first.
 	failRegistrations, failReports int
 	// logs holds the chunks appended per attempt, and appendedAfter how
@@ -76,6 +80,10 @@ func newFakeAPI() *fakeAPI {
 	f.Server = httptest.NewServer(f.authorize(mux))
 	return f
 }
+
+// fakeControlPlaneKey is the key the fake derives each worker's executor
+// credential and dispatch key from, as the api does.
+var fakeControlPlaneKey = workerkey.New("fake-control-plane-key-0123456789abcdef")
 
 // fakeWorkerToken is the bootstrap worker token the fake accepts for
 // registrations; every other call must carry the token a registration
@@ -116,8 +124,15 @@ func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
 	f.workers = append(f.workers, id)
 	f.regs = append(f.regs, req)
 	token := "bound-" + id
-	writeJSON(w, http.StatusCreated, api.Worker{Id: id, Name: req.Name, Address: req.Address, Slots: *req.Slots,
-		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now(), Token: &token})
+	credential := fakeControlPlaneKey.Credential(id)
+	dispatchKey := workerkey.EncodeDispatchKey(fakeControlPlaneKey.DispatchKey(id))
+	out := api.Worker{Id: id, Name: req.Name, Address: req.Address, Slots: *req.Slots,
+		State: "alive", CreatedAt: time.Now(), LastHeartbeatAt: time.Now(), Token: &token,
+		ExecutorCredential: &credential, DispatchKey: &dispatchKey}
+	if f.withoutSecrets {
+		out.ExecutorCredential, out.DispatchKey = nil, nil
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {

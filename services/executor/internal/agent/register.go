@@ -22,7 +22,8 @@ const maxRegisterBackoff = 5 * time.Second
 // may start after the executor). It records the id and writes IDFile.
 // Errors: ErrRejected, ctx's error.
 func (a *Agent) register(ctx context.Context) (uuid.UUID, error) {
-	req := api.RegisterWorkerRequest{Name: a.cfg.Name, Address: a.cfg.Address, Slots: &a.cfg.Slots}
+	req := api.RegisterWorkerRequest{Name: a.cfg.Name, Address: a.cfg.Address, Slots: &a.cfg.Slots,
+		Sandbox: &a.cfg.Sandbox}
 	if labels := a.labels(); len(labels) > 0 {
 		req.Labels = &labels
 	}
@@ -33,7 +34,8 @@ func (a *Agent) register(ctx context.Context) (uuid.UUID, error) {
 	for try := 1; ; try++ {
 		id, err := a.client.Register(ctx, req)
 		if err == nil {
-			a.log.Info("registered", "worker_id", id, "address", a.cfg.Address, "slots", a.cfg.Slots)
+			a.log.Info("registered", "worker_id", id, "address", a.cfg.Address, "slots", a.cfg.Slots,
+				"sandbox", a.cfg.Sandbox)
 			err = a.writeIDFile(id)
 			a.setID(id)
 			return id, err

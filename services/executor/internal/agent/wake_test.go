@@ -56,14 +56,14 @@ func TestStartsFromTheMessagesSpecOnItsFirstDeliveryOnly(t *testing.T) {
 
 	spec := shell(30, worker, "true")
 	fake.addAttempt(spec) // the fake api records reports of attempts it knows
-	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{30}, []api.AttemptSpec{spec})))
+	require.NoError(t, enq.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{30}, []queue.SignedSpec{sign(t, worker, spec)})))
 	f.awaitState(t, 30, api.TaskStateSUCCEEDED)
 	require.Eventually(t, func() bool { return !f.sup.Holds(30) }, waitFor, tick)
 	require.Zero(t, fake.reads(30), "started from the message")
 
 	// The same message again, put back after a failure: read, and dropped
 	// (the attempt ended).
-	again := queue.NewAttemptsRunTask(worker, []int64{30}, []api.AttemptSpec{spec})
+	again := queue.NewAttemptsRunTask(worker, []int64{30}, []queue.SignedSpec{sign(t, worker, spec)})
 	_, err := f.queue.Enqueue(asynq.NewTaskWithHeaders(again.Type(), again.Payload(), map[string]string{queue.HeaderPutBack: "1"}),
 		asynq.Queue(queue.WorkerQueue(worker)), asynq.TaskID("again"))
 	require.NoError(t, err)
@@ -77,9 +77,9 @@ func TestStartsFromTheMessagesSpecOnItsFirstDeliveryOnly(t *testing.T) {
 	busy, next := shell(31, worker, "sleep 600"), shell(32, worker, "true")
 	fake.addAttempt(busy)
 	fake.addAttempt(next)
-	require.NoError(t, poll.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{31}, []api.AttemptSpec{busy})))
+	require.NoError(t, poll.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{31}, []queue.SignedSpec{sign(t, worker, busy)})))
 	require.Eventually(t, func() bool { return f.sup.Holds(31) }, waitFor, tick)
-	require.NoError(t, poll.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{32}, []api.AttemptSpec{next})))
+	require.NoError(t, poll.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{32}, []queue.SignedSpec{sign(t, worker, next)})))
 	require.Eventually(t, func() bool { return fake.reads(32) > 0 }, waitFor, tick, "the retry reads the attempt")
 	require.Zero(t, fake.reads(31))
 	killed, err := f.sup.Abort(ctx, 31, api.Preempted, "")

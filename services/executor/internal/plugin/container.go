@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
@@ -25,8 +27,12 @@ const runtimeCommandTimeout = 30 * time.Second
 // image, args and env, named ContainerName, labelled capstan.attempt=<id>,
 // with the work and run directories mounted at the same paths (so
 // $CAPSTAN_OUTPUTS_DIR and $CAPSTAN_INPUTS_DIR work inside) and the work
-// directory as its working directory. The runtime's CLI runs under the
-// runner's shim like a shell attempt. Exit status 125 (the runtime failed
+// directory as its working directory, as the attempt's user (and its run's
+// group), with no capability and no new privileges, its processes, memory
+// and CPU bounded, and no network for a network: none step (RunArgs). The
+// runtime's CLI runs under the runner's shim like a shell attempt, as the
+// executor's user (it talks to the runtime's daemon), in the attempt's PID
+// namespace when sandboxed (Task.RuntimeIsolation). Exit status 125 (the runtime failed
 // before the container started) or a runtime that cannot be executed is a
 // system failure (code ContainerRuntimeError); another non-zero exit is a
 // user failure.
@@ -49,6 +55,7 @@ func (c *Container) RunArgs(t *Task) []string {
 	}
 	argv := []string{c.Runtime, "run", "--rm", "--name", ContainerName(t.ID),
 		"--label", "capstan.attempt=" + strconv.FormatInt(t.ID, 10), "--label", "capstan.managed=true"}
+	argv = append(argv, confinement(t)...)
 	for _, m := range t.Mounts {
 		argv = append(argv, "-v", m+":"+m)
 	}
@@ -67,6 +74,38 @@ func (c *Container) RunArgs(t *Task) []string {
 	return append(append(argv, spec.Image), spec.Args...)
 }
 
+// confinement are the run flags that confine t's container: no capability
+// and no new privileges (setuid programs gain nothing); the attempt's user
+// and its groups (RunAs), or the executor's own when it is not root (the
+// attempt's directories are its); --pids-limit from MaxProcs; --memory
+// (bytes) and --cpus from the step's resources; --network none for a
+// network: none step.
+func confinement(t *Task) []string {
+	flags := []string{"--cap-drop=ALL", "--security-opt=no-new-privileges"}
+	switch {
+	case t.RunAs != nil:
+		flags = append(flags, "--user="+t.RunAs.String())
+		for _, g := range t.RunAs.Groups {
+			flags = append(flags, "--group-add="+strconv.FormatUint(uint64(g), 10))
+		}
+	case os.Geteuid() != 0:
+		flags = append(flags, fmt.Sprintf("--user=%d:%d", os.Geteuid(), os.Getegid()))
+	}
+	if t.MaxProcs > 0 {
+		flags = append(flags, "--pids-limit="+strconv.Itoa(t.MaxProcs))
+	}
+	if m := t.Resources.MemoryBytes; m > 0 {
+		flags = append(flags, "--memory="+strconv.FormatInt(m, 10))
+	}
+	if c := t.Resources.CPUMillis; c > 0 {
+		flags = append(flags, "--cpus="+strconv.FormatFloat(float64(c)/1000, 'f', -1, 64))
+	}
+	if t.Network == domain.NetworkNone {
+		flags = append(flags, "--network=none")
+	}
+	return flags
+}
+
 // Handle starts `<runtime> run`, then observes it.
 func (c *Container) Handle(ctx context.Context, t *Task) (Transition, error) {
 	if st, ok := t.State.(*process); ok {
@@ -75,8 +114,8 @@ func (c *Container) Handle(ctx context.Context, t *Task) (Transition, error) {
 	if t.Spec.Container == nil {
 		return Transition{}, errors.New("container plugin without a container")
 	}
-	p, err := runner.Start(runner.Spec{Args: c.RunArgs(t), Dir: t.Dir, Env: t.HostEnv, LogLimit: t.LogLimit,
-		OnOutput: t.OnOutput})
+	p, err := runner.Start(runner.Spec{Args: c.RunArgs(t), Dir: t.Dir, Env: t.RuntimeEnv, LogLimit: t.LogLimit,
+		OnOutput: t.OnOutput, Isolation: t.RuntimeIsolation})
 	if err != nil {
 		return Transition{}, &SystemError{Code: CodeContainerRuntimeError, Err: fmt.Errorf("%s run: %w", c.Runtime, err)}
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
+	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,7 +21,7 @@ func containerTask(t *testing.T, id int64, c domain.ContainerSpec) *plugin.Task 
 	outputs := filepath.Join(work, "outputs")
 	require.NoError(t, os.Mkdir(outputs, 0o755))
 	return &plugin.Task{ID: id, Spec: domain.PluginSpec{Plugin: domain.PluginContainer, Container: &c},
-		Dir: work, Mounts: []string{work, run}, HostEnv: os.Environ(), OutputsDir: outputs,
+		Dir: work, Mounts: []string{work, run}, RuntimeEnv: os.Environ(), OutputsDir: outputs,
 		AttemptEnv: []string{"GREETING=hi", "CAPSTAN_OUTPUTS_DIR=" + outputs},
 		KillGrace:  3 * time.Second, LogLimit: 64 << 10}
 }
@@ -51,6 +53,7 @@ func TestContainerCommandLine(t *testing.T) {
 
 	require.Equal(t, []string{
 		"run --rm --name capstan-7 --label capstan.attempt=7 --label capstan.managed=true" +
+			" --cap-drop=ALL --security-opt=no-new-privileges" +
 			" -v " + task.Mounts[0] + ":" + task.Mounts[0] + " -v " + task.Mounts[1] + ":" + task.Mounts[1] +
 			" -w " + task.Dir + " -e GREETING=hi -e CAPSTAN_OUTPUTS_DIR=" + task.OutputsDir + " -e B=2" +
 			" alpine:3 sh -c echo \"$GREETING $B\" > \"$CAPSTAN_OUTPUTS_DIR/msg\"; echo out",
@@ -135,4 +138,31 @@ func must(s string, err error) string {
 		panic(err)
 	}
 	return s
+}
+
+// TestContainerConfinement checks the run flags that confine a sandboxed
+// attempt's container: no capability, no new privileges, the attempt's
+// user and its run's group, its process, memory and CPU limits, and no
+// network for a network: none step; a step without them gets none of the
+// limits.
+func TestContainerConfinement(t *testing.T) {
+	t.Parallel()
+	task := containerTask(t, 9, domain.ContainerSpec{Image: "alpine:3", Args: []string{"true"}})
+	task.AttemptEnv = nil
+	task.RunAs = &runner.Credential{UID: 100007, GID: 100007, Groups: []uint32{165540}}
+	task.MaxProcs, task.Network = 4096, domain.NetworkNone
+	task.Resources = domain.Resources{CPUMillis: 1500, MemoryBytes: 256 << 20}
+	c := &plugin.Container{Runtime: "docker"}
+	require.Equal(t, []string{"docker", "run", "--rm", "--name", "capstan-9", "--label", "capstan.attempt=9",
+		"--label", "capstan.managed=true",
+		"--cap-drop=ALL", "--security-opt=no-new-privileges", "--user=100007:100007", "--group-add=165540",
+		"--pids-limit=4096", "--memory=268435456", "--cpus=1.5", "--network=none",
+		"-v", task.Mounts[0] + ":" + task.Mounts[0], "-v", task.Mounts[1] + ":" + task.Mounts[1], "-w", task.Dir,
+		"alpine:3", "true"}, c.RunArgs(task))
+
+	task.MaxProcs, task.Network, task.Resources = 0, "", domain.Resources{}
+	args := strings.Join(c.RunArgs(task), " ")
+	for _, flag := range []string{"--pids-limit", "--memory", "--cpus", "--network"} {
+		require.NotContains(t, args, flag)
+	}
 }

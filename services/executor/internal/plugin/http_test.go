@@ -15,6 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// loopbackHTTP is the http plugin allowed to reach httptest's servers on
+// 127.0.0.1.
+func loopbackHTTP(t *testing.T) *plugin.HTTP {
+	t.Helper()
+	allow, err := plugin.ParseHTTPAllow("127.0.0.0/8")
+	require.NoError(t, err)
+	return &plugin.HTTP{Allow: allow}
+}
+
 func httpTask(t *testing.T, h domain.HTTPSpec, outputs ...string) *plugin.Task {
 	t.Helper()
 	dir := t.TempDir()
@@ -33,7 +42,7 @@ func TestHTTPRequestAndBodyOutput(t *testing.T) {
 	defer srv.Close()
 	task := httpTask(t, domain.HTTPSpec{URL: srv.URL, Method: "POST", Headers: map[string]string{"X-Token": "t1"},
 		Body: "payload"}, "body")
-	tr, err := until(t, &plugin.HTTP{}, task)
+	tr, err := until(t, loopbackHTTP(t), task)
 	require.NoError(t, err)
 	require.Equal(t, plugin.PhaseSuccess, tr.Phase)
 	require.Nil(t, tr.ExitCode, "no process ran")
@@ -51,7 +60,7 @@ func TestHTTPBodyIsBounded(t *testing.T) {
 		_, _ = io.WriteString(w, strings.Repeat("x", plugin.MaxHTTPBody+10))
 	}))
 	defer srv.Close()
-	tr, err := until(t, &plugin.HTTP{}, httpTask(t, domain.HTTPSpec{URL: srv.URL}, "body"))
+	tr, err := until(t, loopbackHTTP(t), httpTask(t, domain.HTTPSpec{URL: srv.URL}, "body"))
 	require.NoError(t, err)
 	require.Len(t, tr.Stdout, plugin.MaxHTTPBody)
 	require.True(t, tr.Truncated)
@@ -67,7 +76,7 @@ func TestHTTPAbortCancelsTheRequest(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	h, task := &plugin.HTTP{}, httpTask(t, domain.HTTPSpec{URL: srv.URL})
+	h, task := loopbackHTTP(t), httpTask(t, domain.HTTPSpec{URL: srv.URL})
 	tr, err := h.Handle(context.Background(), task)
 	require.NoError(t, err)
 	require.Equal(t, plugin.PhaseRunning, tr.Phase)

@@ -56,8 +56,12 @@ type Task struct {
 	// Mounts are directories a containerised process must see at the same
 	// path: the work directory and the run's shared one.
 	Mounts []string
-	// HostEnv is a host process's complete environment, "KEY=value" each.
+	// HostEnv is a host process's complete environment, "KEY=value" each:
+	// the executor's allowed variables, then AttemptEnv.
 	HostEnv []string
+	// RuntimeEnv is a container runtime CLI's complete environment: the
+	// executor's own (less its CAPSTAN_* settings), then AttemptEnv.
+	RuntimeEnv []string
 	// AttemptEnv is the attempt's own environment (the step's env, the
 	// inputs, the CAPSTAN_* variables), without the executor's: what a
 	// container gets.
@@ -69,14 +73,35 @@ type Task struct {
 	Outputs []string
 	// KillGrace is how long aborted work has between SIGTERM and SIGKILL.
 	KillGrace time.Duration
-	// RunAs, when set, is the user a host process (shell) runs as; the
-	// container plugin's docker client keeps the executor's.
+	// RunAs, when set, is the user a host process (shell) runs as, and a
+	// container's (--user); the container runtime's CLI keeps the
+	// executor's.
 	RunAs *runner.Credential
+	// Isolation, when set, is how a host process (shell) is isolated.
+	Isolation *runner.Isolation
+	// RuntimeIsolation, when set, is how a container runtime's CLI is.
+	RuntimeIsolation *runner.Isolation
+	// Network is the step's network: domain.NetworkNone, or "" for the
+	// executor's.
+	Network string
+	// Resources are the step's; a container gets them as its limits.
+	Resources domain.Resources
+	// MaxProcs, when positive, bounds a container's processes
+	// (--pids-limit).
+	MaxProcs int
+	// Timeout bounds the attempt's work where the plugin bounds it itself
+	// (http): the step's attempt_timeout, else its timeout; 0 for none
+	// (the plugin's default).
+	Timeout time.Duration
 	// LogLimit is how many bytes of stdout and of stderr are kept.
 	LogLimit int
 	// OnOutput, when set, sees the process's output as it is read (see
 	// runner.Spec.OnOutput): the supervisor ships it while the attempt runs.
 	OnOutput func(stream string, p []byte)
+	// OnPending, when set, hears why work that waits to be placed (a Pod
+	// no node takes) waits, each time the reason changes: the supervisor
+	// reports it as the task's pending_reason.
+	OnPending func(reason string)
 	// State is the plugin's own state of the attempt (Flyte's PluginState):
 	// nil before the first Handle; Reset clears it.
 	State any
@@ -101,6 +126,16 @@ const (
 	// PhasePermanentFailure: the work can never succeed as specified
 	// (cause permanent); it is not retried.
 	PhasePermanentFailure
+	// PhaseWaiting: the work answered that its target is not ready yet (an
+	// http wait code, a shell wait exit code; cause waiting): the control
+	// plane runs it again after KubeVela's waiting backoff, charged to no
+	// budget.
+	PhaseWaiting
+	// PhaseLost: the work was lost with the machine it ran on, not by its
+	// own fault (a Pod evicted or gone with its node): WORKER_FAILED, cause
+	// worker_lost, which the control plane retries under the preemption
+	// budget.
+	PhaseLost
 )
 
 // Transition is what Handle found.
@@ -142,6 +177,12 @@ const (
 	CodeHTTPClientError       = "HTTPClientError"
 	CodeHTTPUnexpectedStatus  = "HTTPUnexpectedStatus"
 	CodeHTTPBodyNotText       = "HTTPBodyNotText"
+	CodeHTTPTargetRefused     = "HTTPTargetRefused"
+	CodeHTTPTooManyRedirects  = "HTTPTooManyRedirects"
+	CodeHTTPTimeout           = "HTTPTimeout"
+	// CodeNotReady: the work answered that its target is not ready yet
+	// (PhaseWaiting).
+	CodeNotReady = "NotReady"
 )
 
 // SystemError is a system failure with its code: "System failures are

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"time"
 
@@ -27,18 +26,27 @@ type Config struct {
 	// Runtime is the container runtime's program found by DetectRuntime;
 	// empty: no container plugin.
 	Runtime string
-	// HTTPClient sends the http plugin's requests. Default a client
-	// without a timeout.
-	HTTPClient *http.Client
+	// HTTPAllow lists the loopback, link-local and unspecified targets the
+	// http plugin may reach anyway. Default none.
+	HTTPAllow HTTPAllow
+	// HTTPTimeout bounds an http attempt whose step gives no timeout.
+	// Default DefaultHTTPTimeout.
+	HTTPTimeout time.Duration
+	// Kubernetes, when set, is the kubernetes plugin.
+	Kubernetes *Kubernetes
 }
 
 // NewDefault returns the registry of the plugins this executor runs:
-// shell, http and noop always, container when cfg.Runtime is set.
+// shell, http and noop always, container when cfg.Runtime is set,
+// kubernetes when cfg.Kubernetes is.
 func NewDefault(cfg Config) *Registry {
-	plugins := map[string]Plugin{domain.PluginShell: Shell{}, domain.PluginHTTP: &HTTP{Client: cfg.HTTPClient},
+	plugins := map[string]Plugin{domain.PluginShell: Shell{}, domain.PluginHTTP: &HTTP{Allow: cfg.HTTPAllow, Timeout: cfg.HTTPTimeout},
 		domain.PluginNoop: Noop{}}
 	if cfg.Runtime != "" {
 		plugins[domain.PluginContainer] = &Container{Runtime: cfg.Runtime}
+	}
+	if cfg.Kubernetes != nil {
+		plugins[domain.PluginKubernetes] = cfg.Kubernetes
 	}
 	return NewRegistry(plugins)
 }

@@ -2,16 +2,20 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
 
 // Shell is the shell plugin: the step's command with /bin/sh -c, or its args
-// executed directly (no shell), in the attempt's work directory and its own
-// process group, under the runner's parent-death shim. A program that
-// cannot be executed is a system failure (code ExecFailed); a non-zero exit
-// is a user failure (code NonZeroExit).
+// executed directly (no shell), in the attempt's work directory, under the
+// runner's shim: as the attempt's user, in its own namespaces and limits
+// when sandboxed (Task.Isolation), else in its own process group. A program
+// that cannot be executed is a system failure (code ExecFailed); an exit
+// with the step's wait_exit_code is PhaseWaiting (code NotReady); another
+// non-zero exit is a user failure (code NonZeroExit).
 type Shell struct{}
 
 var _ Plugin = Shell{}
@@ -22,10 +26,17 @@ type process struct{ proc *runner.Process }
 // Handle starts the process, then observes it.
 func (Shell) Handle(ctx context.Context, t *Task) (Transition, error) {
 	if st, ok := t.State.(*process); ok {
-		return observe(ctx, st.proc, exitTransition)
+		return observe(ctx, st.proc, func(res runner.Result) (Transition, error) {
+			tr, err := exitTransition(res)
+			return waitingExit(tr, t.Spec.WaitExitCode, res), err
+		})
 	}
 	p, err := runner.Start(runner.Spec{Command: t.Spec.Command, Args: t.Spec.Args, Dir: t.Dir, Env: t.HostEnv,
-		LogLimit: t.LogLimit, OnOutput: t.OnOutput, RunAs: t.RunAs})
+		LogLimit: t.LogLimit, OnOutput: t.OnOutput, RunAs: t.RunAs, Isolation: t.Isolation})
+	if err != nil && t.Isolation != nil && errors.Is(err, syscall.EPERM) {
+		return Transition{}, fmt.Errorf("isolate the attempt (namespaces need CAP_SYS_ADMIN; a network: none "+
+			"step needs an executor that may make them): %w", err)
+	}
 	if err != nil {
 		return Transition{}, err
 	}
@@ -68,6 +79,15 @@ func exitTransition(res runner.Result) (Transition, error) {
 		tr.Phase, tr.Code, tr.Err = PhaseRetryableFailure, CodeNonZeroExit, exitMessage(res)
 	}
 	return tr, nil
+}
+
+// waitingExit makes tr, a process's end, PhaseWaiting (code NotReady) when
+// it exited with the step's wait_exit_code (nil: none): "not ready yet".
+func waitingExit(tr Transition, code *int, res runner.Result) Transition {
+	if code != nil && res.Signal == 0 && res.ExitCode == *code {
+		tr.Phase, tr.Code, tr.Err = PhaseWaiting, CodeNotReady, exitMessage(res)+" (the wait_exit_code: not ready yet)"
+	}
+	return tr
 }
 
 func exitMessage(res runner.Result) string {

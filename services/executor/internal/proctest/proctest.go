@@ -4,6 +4,9 @@ package proctest
 
 import (
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -25,4 +28,36 @@ func Gone(pid int) bool {
 	var ws syscall.WaitStatus
 	_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// UserProcs lists the processes, zombies aside, whose real or effective
+// user is uid, read from /proc/<pid>/status.
+func UserProcs(uid uint32) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var state string
+		var ids []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				state = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				ids = strings.Fields(v) // real, effective, saved, filesystem
+			}
+		}
+		want := strconv.FormatUint(uint64(uid), 10)
+		if !strings.HasPrefix(state, "Z") && len(ids) >= 2 && (ids[0] == want || ids[1] == want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

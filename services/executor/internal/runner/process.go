@@ -1,8 +1,10 @@
 // Package runner starts and kills the operating-system processes of attempts:
-// `/bin/sh -c <command>`, or an argv executed directly, in its own process group, with the last N bytes of
-// stdout and stderr kept, killed by process group (SIGTERM, a grace period,
-// then SIGKILL), and tied to the executor's life by a shim that kills the
-// whole group when the executor dies (see shimArg0).
+// `/bin/sh -c <command>`, or an argv executed directly, under a shim that
+// leads its own process group or, isolated (Isolation), is the init of its
+// own PID namespace, with the last N bytes of stdout and stderr kept, killed
+// as a whole (SIGTERM, a grace period, then SIGKILL), and tied to the
+// executor's life by the shim, which ends them all when the executor dies
+// (see shimArg0).
 package runner
 
 import (
@@ -24,7 +26,8 @@ import (
 const Shell = "/bin/sh"
 
 // drainTimeout bounds how long output is read after the process group is
-// gone: only a process that left the group (setsid) can still hold the pipes.
+// gone: only a process that left the group (setsid) without a PID namespace
+// can still hold the pipes.
 const drainTimeout = time.Second
 
 // stuckTimeout bounds how long Kill waits after SIGKILL before giving up (a
@@ -61,10 +64,13 @@ type Spec struct {
 	// stream: it must not block, and p is valid only during the call.
 	OnOutput func(stream string, p []byte)
 	// RunAs, when set, is the user and group the process (not the shim)
-	// runs as, with no supplementary groups; the executor needs the
+	// runs as, with only its supplementary groups; the executor needs the
 	// privilege to switch to it (root, or CAP_SETUID and CAP_SETGID). Nil:
 	// the executor's own.
 	RunAs *Credential
+	// Isolation, when set, is how the process is separated from the rest
+	// of the host (see Isolation); nil: a process group of its own only.
+	Isolation *Isolation
 }
 
 // Result is how a process ended and what it wrote.
@@ -82,6 +88,7 @@ type Result struct {
 // Process is a started command. Its process group is the command's pid.
 type Process struct {
 	pid    int
+	init   bool          // the shim is its PID namespace's init: signal it, it passes them on
 	exited chan struct{} // the group leader exited and its group was swept
 	done   chan struct{} // result holds the outcome and the output
 
@@ -91,15 +98,17 @@ type Process struct {
 	result Result
 }
 
-// Start runs spec.Args, or spec.Command with /bin/sh -c, under a shim (see shimArg0) that
-// leads a new process group and kills the whole group with SIGKILL if the
-// executor dies, however it dies: nothing an attempt started outlives the
-// executor. The fork happens on an OS thread locked to a goroutine that
+// Start runs spec.Args, or spec.Command with /bin/sh -c, under a shim (see
+// shimArg0) that leads a new process group, or is the init of a new PID
+// namespace (spec.Isolation), and ends everything the attempt started if
+// the executor dies, however it dies: nothing an attempt started outlives
+// the executor. The fork happens on an OS thread locked to a goroutine that
 // lives until the process is reaped, because the parent-death signal fires
 // when the forking thread, not the process, dies. When the shell exits,
-// whatever is left of its process group is SIGKILLed: nothing an attempt
-// started outlives it either. Errors: *ExecError when the program could not
-// be executed; others when the shim could not start.
+// whatever is left of its process group (of its namespace, when it has
+// one) is SIGKILLed: nothing an attempt started outlives it either.
+// Errors: *ExecError when the program could not be executed; others when
+// the shim could not start.
 func Start(spec Spec) (*Process, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -116,12 +125,16 @@ func Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("status pipe: %w", err)
 	}
 	cmd := exec.Command(selfExe)
-	cmd.Args = shimArgs(spec.RunAs, spec.argv())
+	cmd.Args = shimArgs(spec.RunAs, spec.Isolation, spec.argv())
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = spec.Dir, spec.Env, outW, errW
-	cmd.ExtraFiles = []*os.File{statW} // the shim's fd 3
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.ExtraFiles = []*os.File{statW} // the shim's fd 3, then what it holds
+	if spec.Isolation != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, spec.Isolation.Hold...)
+	}
+	cmd.SysProcAttr = spec.Isolation.sysProcAttr()
 
-	p := &Process{exited: make(chan struct{}), done: make(chan struct{})}
+	p := &Process{exited: make(chan struct{}), done: make(chan struct{}),
+		init: spec.Isolation != nil && spec.Isolation.PIDNamespace}
 	out := &output{stdout: newTail(spec.LogLimit), stderr: newTail(spec.LogLimit), files: []*os.File{outR, errR}}
 	out.stdout.on, out.stderr.on = hook(spec.OnOutput, "stdout"), hook(spec.OnOutput, "stderr")
 	out.copying.Add(2)
@@ -221,22 +234,29 @@ func (p *Process) Wait() Result {
 }
 
 // Signal sends sig to the process group while its leader is not reaped; it
-// is a no-op afterwards (the group is gone and its id may be reused).
+// is a no-op afterwards (the group is gone and its id may be reused). With
+// a PID namespace, sig goes to the shim alone, which passes SIGTERM, SIGINT
+// and SIGHUP on to every process of its namespace (setsid or not) and dies
+// of SIGKILL, with all of them.
 func (p *Process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.reaped {
 		return nil
 	}
-	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %v to group %d: %w", sig, p.pid, err)
+	target := -p.pid
+	if p.init {
+		target = p.pid
+	}
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to %d: %w", sig, target, err)
 	}
 	return nil
 }
 
-// Kill sends SIGTERM to the process group, waits up to grace for the shell to
-// exit, then sends SIGKILL, and returns once the shell has exited (its group
-// is then swept). Errors: ErrStuck when it is still there stuckTimeout after
+// Kill sends SIGTERM to the process group (see Signal), waits up to grace
+// for the shell to exit, then sends SIGKILL, and returns once the shell has
+// exited (its group, or namespace, is then swept). Errors: ErrStuck when it is still there stuckTimeout after
 // SIGKILL, or a signal that could not be sent.
 func (p *Process) Kill(grace time.Duration) error {
 	if err := p.Signal(syscall.SIGTERM); err != nil {

@@ -23,6 +23,10 @@ import (
 // runner, prints the process's pid and blocks.
 const helperEnv = "RUNNER_TEST_PDEATHSIG_HELPER"
 
+// isolatedHelperEnv, set to a uid, makes the helper run the command as
+// that user in a PID namespace of its own.
+const isolatedHelperEnv = "RUNNER_TEST_ISOLATED_UID"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		pdeathsigHelper()
@@ -32,7 +36,14 @@ func TestMain(m *testing.M) {
 }
 
 func pdeathsigHelper() {
-	p, err := runner.Start(runner.Spec{Command: os.Getenv(helperEnv), Dir: os.TempDir(), LogLimit: 10})
+	spec := runner.Spec{Command: os.Getenv(helperEnv), Dir: os.TempDir(), LogLimit: 10}
+	if v := os.Getenv(isolatedHelperEnv); v != "" {
+		uid, _ := strconv.ParseUint(v, 10, 32)
+		spec.RunAs = &runner.Credential{UID: uint32(uid), GID: uint32(uid)}
+		spec.Isolation = &runner.Isolation{PIDNamespace: true}
+		spec.Dir = "/"
+	}
+	p, err := runner.Start(spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -182,10 +193,10 @@ func TestKillAfterExitIsNoop(t *testing.T) {
 
 // startHelper starts the test binary as a tiny executor running command and
 // returns it with the pid of the attempt's process (its group leader).
-func startHelper(t *testing.T, command string) (*exec.Cmd, int) {
+func startHelper(t *testing.T, command string, env ...string) (*exec.Cmd, int) {
 	t.Helper()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), helperEnv+"="+command)
+	helper.Env = append(append(os.Environ(), helperEnv+"="+command), env...)
 	stdout, err := helper.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, helper.Start())

@@ -18,17 +18,27 @@ import (
 // parent-death signal only reaches the process it is set on: with the shell
 // started directly, a background grandchild (`sleep 600 &`) survived kill -9
 // of the executor. So each attempt runs under a shim, this very binary
-// re-executed with argv[0] shimArg0: the shim leads the attempt's process
-// group, gets SIGTERM when the executor dies (PR_SET_PDEATHSIG, catchable,
-// unlike the SIGKILL a shell would get) and then SIGKILLs its whole group.
-// It runs the shell as its child, in the same group, and tells the runner on
-// fd 3 that the shell started and, at the end, the shell's wait status.
+// re-executed with argv[0] shimArg0. It runs the attempt's process as its
+// child and tells the runner on fd 3 that the process started and, at the
+// end, its wait status. The shim keeps the executor's user, so that it can
+// always end what the attempt started, and works in one of two ways:
+//
+//   - the init of the attempt's own PID namespace (Isolation.PIDNamespace):
+//     it reaps every orphan of the namespace, passes SIGTERM, SIGINT and
+//     SIGHUP on to all its processes, and exits when its child does; the
+//     kernel then kills whatever is left. The executor's death SIGKILLs it
+//     (PR_SET_PDEATHSIG), which ends the namespace the same way.
+//   - without one, the leader of the attempt's process group: it gets
+//     SIGTERM when the executor dies (catchable, unlike the SIGKILL a shell
+//     would get) and then SIGKILLs its whole group. A process that leaves
+//     the group (setsid) escapes it.
 //
 // Any binary that imports this package becomes the shim when started that
 // way: init runs it and exits before main (or a test's TestMain) starts.
 const shimArg0 = "capstan-attempt-shim"
 
-// shimStatusFD is the shim's end of the status pipe.
+// shimStatusFD is the shim's end of the status pipe; the files it holds
+// (Isolation.Hold) follow it.
 const shimStatusFD = 3
 
 func init() {
@@ -38,15 +48,15 @@ func init() {
 }
 
 // shimArgs are the shim's arguments: the executor's pid, the user the
-// attempt's process runs as ("uid:gid", or "" for the executor's own), then
-// the argv of the attempt's process. The shim itself keeps the executor's
-// user, so that it can always kill its group.
-func shimArgs(runAs *Credential, argv []string) []string {
+// attempt's process runs as (Credential.shimForm, or "" for the executor's
+// own), the isolation options (Isolation.encode), then the argv of the
+// attempt's process.
+func shimArgs(runAs *Credential, iso *Isolation, argv []string) []string {
 	user := ""
 	if runAs != nil {
-		user = runAs.String()
+		user = runAs.shimForm()
 	}
-	return append([]string{shimArg0, strconv.Itoa(os.Getpid()), user}, argv...)
+	return append([]string{shimArg0, strconv.Itoa(os.Getpid()), user, iso.encode()}, argv...)
 }
 
 // execFailed is the shim's status line prefix when the program itself could
@@ -63,24 +73,36 @@ func isExecFailure(err error) bool {
 }
 
 // shimMain is the shim: args are shimArgs' (the executor's pid, the user to
-// run as, the command line). Its exit code only matters when it fails; the runner takes the
-// shell's status from the status pipe.
+// run as, the isolation options, the command line). Its exit code only
+// matters when it fails; the runner takes the process's status from the
+// status pipe.
 func shimMain(args []string) int {
-	// The shell's parent-death signal fires when this thread exits: keep it.
+	// The child's parent-death signal fires when this thread exits: keep it.
 	runtime.LockOSThread()
 	status := os.NewFile(shimStatusFD, "status")
-	syscall.CloseOnExec(shimStatusFD) // the shell must not hold the pipe open
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	parent, attr, argv, err := parseShimArgs(args)
+	syscall.CloseOnExec(shimStatusFD) // the child must not hold the pipe open
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
+	parent, attr, opts, argv, err := parseShimArgs(args)
+	if err == nil {
+		err = opts.prepare()
+	}
 	if err != nil {
-		fmt.Fprintf(status, "error %s\n", err)
+		fmt.Fprintf(status, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 2
 	}
-	orphaned := func() bool { return os.Getppid() != parent }
-	if orphaned() { // the executor died before this shim could hear of it
+	// Without a namespace of its own, the shim sees its parent: the
+	// executor died before this shim could hear of it. (An init's parent
+	// is outside its namespace: getppid answers 0; it learns of the death
+	// from its parent-death SIGKILL, or from the status pipe.)
+	if !opts.Init && os.Getppid() != parent {
 		killGroup()
 	}
+	if _, err := exec.LookPath(argv[0]); err != nil { // before a limit's shell would hide it
+		fmt.Fprintf(status, "%s%s\n", execFailed, strings.ReplaceAll(err.Error(), "\n", " "))
+		return 127
+	}
+	argv = opts.limited(argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = attr
@@ -92,7 +114,18 @@ func shimMain(args []string) int {
 		fmt.Fprintf(status, "%s%s\n", prefix, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 127
 	}
-	fmt.Fprintln(status, "started")
+	if _, err := fmt.Fprintln(status, "started"); err != nil && opts.Init {
+		return 1 // the executor is gone: the namespace ends with this shim
+	}
+	if opts.Init {
+		return initLoop(status, cmd.Process.Pid, sigs)
+	}
+	return leaderLoop(status, cmd, parent, sigs)
+}
+
+// leaderLoop is the process group leader's life: it waits for its child
+// and writes its status; a signal from the executor's death ends the group.
+func leaderLoop(status *os.File, cmd *exec.Cmd, parent int, sigs <-chan os.Signal) int {
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -104,34 +137,70 @@ func shimMain(args []string) int {
 			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			fmt.Fprintf(status, "exit %d\n", uint32(ws))
 			return 0
-		case <-sigs:
-			// From the executor killing the group (the shell got it too:
+		case sig := <-sigs:
+			// From the executor killing the group (the child got it too:
 			// wait for it), or the executor's death: end the group.
-			if orphaned() {
+			if sig != syscall.SIGCHLD && os.Getppid() != parent {
 				killGroup()
 			}
 		}
 	}
 }
 
+// initLoop is the namespace init's life: it reaps every process that ends
+// in the namespace, passes a stop signal on to all of them, and returns
+// once its child, pid, has ended, with its status written.
+func initLoop(status *os.File, pid int, sigs <-chan os.Signal) int {
+	for {
+		if ws, ok := reapAll(pid); ok {
+			fmt.Fprintf(status, "exit %d\n", uint32(ws))
+			return 0
+		}
+		if sig := <-sigs; sig != syscall.SIGCHLD {
+			_ = syscall.Kill(-1, sig.(syscall.Signal)) // every process of the namespace but this one
+		}
+	}
+}
+
+// reapAll reaps every child that has ended; ok once one of them was pid.
+func reapAll(pid int) (ws syscall.WaitStatus, ok bool) {
+	for {
+		var st syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if got <= 0 {
+			return ws, ok
+		}
+		if got == pid {
+			ws, ok = st, true
+		}
+	}
+}
+
 // parseShimArgs reads shimArgs: the executor's pid, the user to run as
-// ("" or "uid:gid": the child's credential) and the argv.
-func parseShimArgs(args []string) (parent int, attr *syscall.SysProcAttr, argv []string, err error) {
-	if len(args) < 3 {
-		return 0, nil, nil, fmt.Errorf("bad shim arguments %q", args)
+// ("" or Credential.shimForm: the child's credential), the isolation
+// options and the argv.
+func parseShimArgs(args []string) (parent int, attr *syscall.SysProcAttr, opts shimOpts, argv []string, err error) {
+	if len(args) < 4 {
+		return 0, nil, opts, nil, fmt.Errorf("bad shim arguments %q", args)
 	}
 	if parent, err = strconv.Atoi(args[0]); err != nil {
-		return 0, nil, nil, fmt.Errorf("bad shim arguments %q", args)
+		return 0, nil, opts, nil, fmt.Errorf("bad shim arguments %q", args)
 	}
 	attr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if args[1] != "" {
-		runAs, err := ParseCredential(args[1])
+		runAs, err := parseShimForm(args[1])
 		if err != nil {
-			return 0, nil, nil, err
+			return 0, nil, opts, nil, err
 		}
 		attr.Credential = runAs.sys()
 	}
-	return parent, attr, args[2:], nil
+	if opts, err = parseShimOpts(args[2]); err != nil {
+		return 0, nil, opts, nil, err
+	}
+	return parent, attr, opts, args[3:], nil
 }
 
 // killGroup SIGKILLs the caller's process group, the caller included.

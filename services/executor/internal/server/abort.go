@@ -17,7 +17,8 @@ var abortCauses = []api.AttemptReportCause{api.Aborted, api.Timeout, api.Preempt
 
 // AbortAttempt kills the attempt's process group and answers once it is
 // gone: 200 killed=true, or killed=false when it had already exited; 404
-// when this executor holds no such attempt; 400 for an unknown cause.
+// (code attempt_not_found) when this executor holds no such attempt; 400
+// for an unknown cause.
 func (h *handlers) AbortAttempt(ctx context.Context, req executorapi.AbortAttemptRequestObject) (executorapi.AbortAttemptResponseObject, error) {
 	cause, reason := api.Aborted, ""
 	if b := req.Body; b != nil {
@@ -35,7 +36,7 @@ func (h *handlers) AbortAttempt(ctx context.Context, req executorapi.AbortAttemp
 	killed, err := h.ab.Abort(ctx, req.Id, cause, reason)
 	if errors.Is(err, supervisor.ErrNotHeld) {
 		return executorapi.AbortAttempt404ApplicationProblemPlusJSONResponse(problemOf(problem.New(
-			http.StatusNotFound, problem.CodeNotFound, fmt.Sprintf("this executor holds no attempt %d", req.Id)))), nil
+			http.StatusNotFound, problem.CodeAttemptNotFound, fmt.Sprintf("this executor holds no attempt %d", req.Id)))), nil
 	}
 	if err != nil {
 		h.log.Error("abort failed", "attempt_id", req.Id, "err", err)

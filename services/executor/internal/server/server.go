@@ -63,29 +63,48 @@ func New(ab Aborter, log *slog.Logger) *Server {
 	return s
 }
 
-// RequireToken makes every route under /v1/ and /debug/, and /metrics, answer 401
-// problem+json unless the request carries Authorization: Bearer token
-// (CAPSTAN_INTERNAL_TOKEN, shared with the abort reconciler), compared in
-// constant time. /healthz and /readyz stay open. An empty token refuses
-// every such request.
-func (s *Server) RequireToken(token string) {
-	want := sha256.Sum256([]byte(token))
+// Guard makes the executor's API answer 401 problem+json to a request
+// without the bearer secret its route needs, compared as SHA-256 digests in
+// constant time:
+//   - every route under /v1/ (the abort) needs the worker's executor
+//     credential, as credential returns it at the request: the current
+//     registration's, which only the control plane also knows (it derives
+//     it from the worker id, package workerkey), so that no other worker
+//     can call this executor; "" (before the first registration) refuses
+//     them all;
+//   - /metrics and /debug/ need metricsToken, the operator's
+//     (CAPSTAN_EXECUTOR_METRICS_TOKEN); "" refuses them.
+//
+// /healthz and /readyz stay open.
+func (s *Server) Guard(credential func() string, metricsToken string) {
 	s.echo.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			path := c.Request().URL.Path
-			if !strings.HasPrefix(path, "/v1/") && !strings.HasPrefix(path, "/debug/") && path != "/metrics" {
+			var want, name string
+			switch {
+			case strings.HasPrefix(path, "/v1/"):
+				want, name = credential(), "the worker's executor credential"
+			case strings.HasPrefix(path, "/debug/") || path == "/metrics":
+				want, name = metricsToken, "the metrics token (CAPSTAN_EXECUTOR_METRICS_TOKEN)"
+			default:
 				return next(c)
 			}
-			scheme, got, _ := strings.Cut(c.Request().Header.Get("Authorization"), " ")
-			sum := sha256.Sum256([]byte(got))
-			if token == "" || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			if !bearerIs(c.Request().Header.Get("Authorization"), want) {
 				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="capstan-executor"`)
 				return problem.New(http.StatusUnauthorized, problem.CodeUnauthorized,
-					"the executor's API needs the internal token (Authorization: Bearer $CAPSTAN_INTERNAL_TOKEN)")
+					"this route of the executor's API needs "+name+" (Authorization: Bearer)")
 			}
 			return next(c)
 		}
 	})
+}
+
+// bearerIs reports whether the Authorization header auth is "Bearer
+// <want>", want not empty, comparing digests in constant time.
+func bearerIs(auth, want string) bool {
+	scheme, got, _ := strings.Cut(auth, " ")
+	gotSum, wantSum := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return want != "" && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(gotSum[:], wantSum[:]) == 1
 }
 
 // maxBodyBytes caps a request body of the executor's API: an abort carries

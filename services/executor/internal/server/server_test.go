@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -60,6 +62,9 @@ type fixture struct {
 	rec    *reports
 	url    string
 	client *executorapi.ClientWithResponses
+	// credential is what the server's Guard reads as the current
+	// registration's executor credential: testCredential at first.
+	credential *atomic.Pointer[string]
 }
 
 func setup(t *testing.T) fixture {
@@ -69,11 +74,14 @@ func setup(t *testing.T) fixture {
 	sup, err := supervisor.New(rec, supervisor.Config{DataDir: t.TempDir(), KillGrace: time.Second}, log)
 	require.NoError(t, err)
 	es := server.New(sup, log)
-	es.RequireToken(testInternalToken)
+	credential := new(atomic.Pointer[string])
+	credential.Store(ptr(testCredential))
+	es.Guard(func() string { return *credential.Load() }, testMetricsToken)
+	es.ServeMetrics(prometheus.NewRegistry())
 	srv := httptest.NewServer(es.Handler())
 	client, err := executorapi.NewClientWithResponses(srv.URL, executorapi.WithRequestEditorFn(
 		func(_ context.Context, req *http.Request) error {
-			req.Header.Set("Authorization", "Bearer "+testInternalToken)
+			req.Header.Set("Authorization", "Bearer "+testCredential)
 			return nil
 		}))
 	require.NoError(t, err)
@@ -81,7 +89,7 @@ func setup(t *testing.T) fixture {
 		srv.Close()
 		require.NoError(t, sup.Close(context.Background()))
 	})
-	return fixture{sup: sup, rec: rec, url: srv.URL, client: client}
+	return fixture{sup: sup, rec: rec, url: srv.URL, client: client, credential: credential}
 }
 
 func requireProblem(t *testing.T, status int, code string, res *http.Response, body []byte) {
@@ -94,51 +102,78 @@ func requireProblem(t *testing.T, status int, code string, res *http.Response, b
 	require.Equal(t, status, p.Status)
 }
 
-// testInternalToken is the fixture's CAPSTAN_INTERNAL_TOKEN.
-const testInternalToken = "internal-0123456789abcdef0123456789abcdef"
+// testCredential is the fixture's executor credential, and
+// testMetricsToken its CAPSTAN_EXECUTOR_METRICS_TOKEN.
+const (
+	testCredential   = "capx_credential-0123456789abcdef0123456789abcdef"
+	testMetricsToken = "metrics-0123456789abcdef0123456789abcdef"
+)
 
-// TestAbortNeedsTheInternalToken: without the token, or with another, an
-// abort (or /metrics) is 401 and the attempt keeps running; health stays
-// open.
-func TestAbortNeedsTheInternalToken(t *testing.T) {
+func ptr[T any](v T) *T { return &v }
+
+// status sends method path with Authorization auth ("" none) and returns
+// the answer's status, checking that a 401 is a problem.
+func (f fixture) status(t *testing.T, method, path, auth string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, f.url+path, strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode == http.StatusUnauthorized {
+		requireProblem(t, http.StatusUnauthorized, problem.CodeUnauthorized, res, body)
+	}
+	return res.StatusCode
+}
+
+// TestAbortNeedsTheWorkersCredential: an abort without the worker's
+// current executor credential — none, another secret, the metrics token,
+// another scheme, a credential the worker no longer has — is 401 and the
+// attempt keeps running; /metrics takes the metrics token alone; health
+// stays open.
+func TestAbortNeedsTheWorkersCredential(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	require.NoError(t, f.sup.Start(api.AttemptSpec{Id: 8, Number: 1, Project: "p", Domain: "d", Run: "r",
 		Action: "a", Replicas: 1, Plugin: "shell", Command: "sleep 600", Proceed: true}))
 	require.Eventually(t, func() bool { return f.rec.find(8, api.TaskStateRUNNING) != nil }, 10*time.Second, 5*time.Millisecond)
-	for _, auth := range []string{"", "Bearer wrong", "Basic " + testInternalToken, testInternalToken} {
-		req, err := http.NewRequest(http.MethodPost, f.url+"/v1/attempts/8/abort", strings.NewReader(`{}`))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		res, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		requireProblem(t, http.StatusUnauthorized, problem.CodeUnauthorized, res, body)
+	const abort = "/v1/attempts/8/abort"
+	for _, auth := range []string{"", "Bearer", "Bearer ", "Bearer wrong", "Bearer " + testMetricsToken,
+		"Basic " + testCredential, testCredential} {
+		require.Equal(t, http.StatusUnauthorized, f.status(t, http.MethodPost, abort, auth), "%q", auth)
 	}
+	require.Equal(t, http.StatusUnauthorized, f.status(t, http.MethodGet, "/metrics", ""))
+	require.Equal(t, http.StatusUnauthorized, f.status(t, http.MethodGet, "/metrics", "Bearer "+testCredential),
+		"metrics are the operator's")
+	require.Equal(t, http.StatusOK, f.status(t, http.MethodGet, "/metrics", "Bearer "+testMetricsToken))
+	require.Equal(t, http.StatusOK, f.status(t, http.MethodGet, "/healthz", ""))
+
+	f.credential.Store(ptr("capx_rotated-0123456789abcdef0123456789abcdef")) // registered again
+	require.Equal(t, http.StatusUnauthorized, f.status(t, http.MethodPost, abort, "Bearer "+testCredential),
+		"the credential of a former registration opens nothing")
+	f.credential.Store(ptr("")) // no registration
+	require.Equal(t, http.StatusUnauthorized, f.status(t, http.MethodPost, abort, "Bearer "))
 	require.Nil(t, f.rec.find(8, api.TaskStateKILLED), "the attempt still runs")
-	res, err := http.Get(f.url + "/healthz")
+
+	f.credential.Store(ptr(testCredential))
+	abortRes, err := f.client.AbortAttemptWithResponse(context.Background(), 8, executorapi.AbortAttemptJSONRequestBody{})
 	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	res, err = http.Get(f.url + "/metrics")
-	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "metrics are the operator's")
-	abort, err := f.client.AbortAttemptWithResponse(context.Background(), 8, executorapi.AbortAttemptJSONRequestBody{})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, abort.StatusCode(), "%s", abort.Body)
+	require.Equal(t, http.StatusOK, abortRes.StatusCode(), "%s", abortRes.Body)
 }
 
+// The abort of an attempt this executor does not hold is the documented
+// 404 attempt_not_found, what the abort reconciler takes as already gone.
 func TestAbortUnknownAttemptIs404(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	res, err := f.client.AbortAttemptWithResponse(context.Background(), 99, executorapi.AbortAttemptJSONRequestBody{})
 	require.NoError(t, err)
-	requireProblem(t, http.StatusNotFound, problem.CodeNotFound, res.HTTPResponse, res.Body)
+	requireProblem(t, http.StatusNotFound, problem.CodeAttemptNotFound, res.HTTPResponse, res.Body)
 	require.NotNil(t, res.ApplicationproblemJSON404)
 }
 
@@ -199,7 +234,7 @@ func TestErrorsAreProblems(t *testing.T) {
 			req, err := http.NewRequest(tt.method, f.url+tt.path, strings.NewReader(tt.body))
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+testInternalToken)
+			req.Header.Set("Authorization", "Bearer "+testCredential)
 			res, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			defer res.Body.Close()

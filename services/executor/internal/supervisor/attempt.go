@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 )
 
 // stopReason is why an attempt was stopped: the report's cause and error.
@@ -37,12 +38,26 @@ type attempt struct {
 	// run (StartDispatched); dropped: that answer was lost, so it never
 	// started and sends no final report. Its goroutine's alone.
 	unconfirmed, dropped bool
+	// finalized: the plugin's Finalize succeeded (finalizer). Its
+	// goroutine's alone.
+	finalized bool
 
 	stuckOnce   sync.Once
 	mu          sync.Mutex
 	state       api.TaskState
 	stopped     *stopReason
 	processDone bool
+}
+
+// finalizer is p's Finalize, recording in a when it succeeds.
+func (a *attempt) finalizer(p plugin.Plugin) func(context.Context, *plugin.Task) error {
+	return func(ctx context.Context, t *plugin.Task) error {
+		err := p.Finalize(ctx, t)
+		if err == nil {
+			a.finalized = true
+		}
+		return err
+	}
 }
 
 func newAttempt(ctx context.Context, spec api.AttemptSpec) *attempt {

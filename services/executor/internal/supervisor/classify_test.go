@@ -25,6 +25,8 @@ const (
 	// Capstan's http rule on Flyte's PermanentFailure phase: a status that
 	// is neither success nor 5xx can never succeed as specified.
 	rulePermanent = "PermanentFailure: any other status (4xx) fails without retry"
+	// KubeVela's workflow, on the step a plugin reports not ready.
+	ruleWait = "if the workflow step is unhealthy, the workflow step will be marked as wait but not failed"
 )
 
 // fakeDockerPath is the fake container runtime the plugin tests use.
@@ -54,7 +56,9 @@ func TestFailureClassification(t *testing.T) {
 	defer srv.Close()
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	withRuntime := plugin.NewDefault(plugin.Config{Runtime: fakeDockerPath(t)})
+	loopback, err := plugin.ParseHTTPAllow("127.0.0.0/8") // the test's servers
+	require.NoError(t, err)
+	withRuntime := plugin.NewDefault(plugin.Config{Runtime: fakeDockerPath(t), HTTPAllow: loopback})
 
 	cases := []struct {
 		name, rule string
@@ -88,6 +92,9 @@ func TestFailureClassification(t *testing.T) {
 			false, api.User, "HTTPServerError", "503", true},
 		{"http: transport error", ruleUser, func(s *api.AttemptSpec) { s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: closed.URL} },
 			false, api.User, "HTTPTransportError", "connect", true},
+		{"http: a refused target", ruleUser, func(s *api.AttemptSpec) {
+			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: "http://169.254.169.254/latest/meta-data/"}
+		}, false, api.User, "HTTPTargetRefused", "refused to connect to 169.254.169.254:80: a link-local address", true},
 		{"http: 4xx", rulePermanent, func(s *api.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/404"}
 		},
@@ -102,6 +109,14 @@ func TestFailureClassification(t *testing.T) {
 		{"container: non-zero exit", ruleUser, func(s *api.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "alpine:3", Args: &[]string{"sh", "-c", "exit 4"}}
 		}, false, api.User, "NonZeroExit", "exit status 4", true},
+		{"http: a wait code", ruleWait, func(s *api.AttemptSpec) {
+			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/503", WaitCodes: &[]int{425, 503}}
+		}, false, api.Waiting, "NotReady", "status 503", true},
+		{"shell: the wait exit code", ruleWait, func(s *api.AttemptSpec) { s.Command, s.WaitExitCode = "exit 75", ptr(75) },
+			false, api.Waiting, "NotReady", "exit status 75", true},
+		{"shell: another exit than the wait exit code", ruleUser, func(s *api.AttemptSpec) {
+			s.Command, s.WaitExitCode = "exit 3", ptr(75)
+		}, false, api.User, "NonZeroExit", "exit status 3", true},
 		{"container on an executor without a runtime", ruleSystem, func(s *api.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "alpine:3"}
 		}, true, api.System, "PluginUnavailable", "does not run the container plugin", false},
@@ -144,3 +159,5 @@ func TestUncreatableWorkDirIsSystemFailure(t *testing.T) {
 	require.Contains(t, *final.Error, "create directory")
 	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
 
 // collectTimeout bounds the last observation of a stopped attempt's work,
@@ -28,6 +30,7 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	p, t, failed := s.resolve(a.spec)
 	if t != nil {
 		t.OnOutput = a.logs.write
+		t.OnPending = func(reason string) { s.pending(a, reason) }
 	}
 	if failed != nil {
 		return *failed
@@ -50,16 +53,36 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 	if err := checkIONames(a.spec); err != nil {
 		return userFailure(codeInvalidOutputs, err)
 	}
-	dirs, err := s.prepare(a.spec)
+	dirs, box, err := s.prepare(a.spec)
 	if err != nil {
 		return systemFailure(plugin.CodeWorkDirFailed, err)
 	}
 	// The work directory goes with the attempt, once its work is stopped
 	// and finalized (its output is in the final report); the run's shared
-	// one stays.
+	// one stays. Its user goes back to the sandbox after that (deferred
+	// first, so run last): a later attempt of the same uid never finds it.
+	if box != nil {
+		defer s.leave(a, box)
+	}
 	defer s.removeWorkDir(dirs.work)
-	withDirs(t, a.spec, dirs)
+	if box != nil {
+		if a.spec.Plugin == domain.PluginContainer {
+			if err := box.MarkContainer(); err != nil {
+				return systemFailure(plugin.CodeWorkDirFailed, err)
+			}
+		}
+	}
+	s.withDirs(t, a.spec, dirs, box)
 	return s.drive(a, p, t)
+}
+
+// leave gives a's user and cgroup back to the sandbox, its processes gone:
+// a container's user is known free of it only once its Finalize removed it.
+func (s *Supervisor) leave(a *attempt, box *sandbox.Attempt) {
+	gone := a.spec.Plugin != domain.PluginContainer || a.finalized
+	if err := box.Close(gone); err != nil {
+		s.log.Warn("attempt's cgroup not removed", "attempt_id", a.spec.Id, "err", err)
+	}
 }
 
 // light runs an attempt of a WorkDirless plugin: it is RUNNING at once and,
@@ -99,10 +122,19 @@ func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.Atte
 		return s.stopped(a, p, t, *r)
 	}
 	if err != nil {
-		return s.systemFailed(p, t, err)
+		return s.systemFailed(a, p, t, err)
 	}
-	s.finalize(p, t)
-	return withTransition(tr, t)
+	s.finalize(a, p, t)
+	return withTransition(tr, t, s.outputsOwner(t))
+}
+
+// outputsOwner is the uid t's output files must belong to: a sandboxed
+// attempt's own; -1 (any) without a sandbox.
+func (s *Supervisor) outputsOwner(t *plugin.Task) int {
+	if s.cfg.Sandbox == nil || t.RunAs == nil {
+		return -1
+	}
+	return int(t.RunAs.UID)
 }
 
 // running reports RUNNING, with the work's process group when it has one,
@@ -125,6 +157,19 @@ func (s *Supervisor) running(a *attempt, pid int) {
 	})
 }
 
+// pending reports BUILDING again with why the work waits to be placed (the
+// task's pending_reason), without waiting for the answer, as running
+// does: an answer that the attempt must stop stops it then.
+func (s *Supervisor) pending(a *attempt, reason string) {
+	rep := api.AttemptReport{State: api.TaskStateBUILDING, PendingReason: &reason}
+	wait := s.rep.Submit(a.ctx, a.spec.Id, rep)
+	a.answers.Go(func() {
+		if !s.proceed(a, rep, wait) {
+			a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+		}
+	})
+}
+
 // stopped finishes a stopped attempt as Flyte's executor
 // (TaskActionReconciler) handles an aborted task (handleAbortAndFinalize):
 // the plugin's Abort stops the work, then its Finalize cleans up, each
@@ -133,7 +178,7 @@ func (s *Supervisor) running(a *attempt, pid int) {
 func (s *Supervisor) stopped(a *attempt, p plugin.Plugin, t *plugin.Task, r stopReason) api.AttemptReport {
 	cleanup := []api.CleanupStep{
 		s.retry(a, api.Abort, p.Abort, t),
-		s.retry(a, api.Finalize, p.Finalize, t),
+		s.retry(a, api.Finalize, a.finalizer(p), t),
 	}
 	var last *plugin.Transition
 	if t.State != nil { // the work started: collect its exit and output
@@ -153,23 +198,23 @@ func (s *Supervisor) stopped(a *attempt, p plugin.Plugin, t *plugin.Task, r stop
 // Abort, as Flyte's executor (TaskActionReconciler) does on a system error
 // (resetPluginResource), then its Finalize, once each (their failures are
 // logged), and its state is cleared.
-func (s *Supervisor) systemFailed(p plugin.Plugin, t *plugin.Task, err error) api.AttemptReport {
+func (s *Supervisor) systemFailed(a *attempt, p plugin.Plugin, t *plugin.Task, err error) api.AttemptReport {
 	log := s.log.With("attempt_id", t.ID)
 	log.Warn("system failure", "err", err)
 	if aerr := p.Abort(s.ctx, t); aerr != nil {
 		log.Error("abort after a system failure failed", "err", aerr)
 	}
-	s.finalize(p, t)
+	s.finalize(a, p, t)
 	t.Reset()
 	return systemFailure(plugin.SystemCode(err), err)
 }
 
 // finalize runs the plugin's Finalize once, within finalizeTimeout; a
 // failure is logged.
-func (s *Supervisor) finalize(p plugin.Plugin, t *plugin.Task) {
+func (s *Supervisor) finalize(a *attempt, p plugin.Plugin, t *plugin.Task) {
 	ctx, cancel := context.WithTimeout(s.ctx, finalizeTimeout)
 	defer cancel()
-	if err := p.Finalize(ctx, t); err != nil {
+	if err := a.finalizer(p)(ctx, t); err != nil {
 		s.log.Error("finalize failed", "attempt_id", t.ID, "err", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"golang.org/x/sys/unix"
 )
 
 // A step's outputs and inputs (KubeVela's): each task writes each declared
@@ -87,14 +87,15 @@ func inputEnv(inputs map[string]string) []string {
 }
 
 // withOutputs adds the declared outputs to a SUCCEEDED report, read from
-// dir. An output missing, unreadable or out of bounds turns the report into
-// FAILED with cause user and an error naming each such output (exit code and
-// logs stay). Other reports are returned as they are.
-func withOutputs(rep api.AttemptReport, dir string, names []string) api.AttemptReport {
+// the work directory work's $CAPSTAN_OUTPUTS_DIR (see readOutputs). An
+// output missing, unreadable or out of bounds turns the report into FAILED
+// with cause user and an error naming each such output (exit code and logs
+// stay). Other reports are returned as they are.
+func withOutputs(rep api.AttemptReport, work string, owner int, names []string) api.AttemptReport {
 	if rep.State != api.TaskStateSUCCEEDED || len(names) == 0 {
 		return rep
 	}
-	outs, err := readOutputs(dir, names)
+	outs, err := readOutputs(work, owner, names)
 	if err != nil {
 		rep.State, rep.Cause, rep.Code, rep.Error = api.TaskStateFAILED, ptr(api.User), ptr(codeInvalidOutputs),
 			ptr(clip(err.Error()))
@@ -104,16 +105,32 @@ func withOutputs(rep api.AttemptReport, dir string, names []string) api.AttemptR
 	return rep
 }
 
-// readOutputs reads each named output from dir. Errors: one per output not
-// written, not a regular file, over MaxOutputValueBytes, not UTF-8 text or
-// holding NUL (Postgres's jsonb takes neither), and one when the values
-// together pass MaxTaskOutputBytes (the outputs after it are not read).
-func readOutputs(dir string, names []string) (map[string]string, error) {
+// readOutputs reads each named output from work's outputs directory,
+// work/.capstan/outputs, which the attempt's process may have changed: no
+// component of the path below work may be a symlink (openat2 with
+// RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS), so the executor reads nothing
+// but the attempt's own files. owner, when not negative, is the uid each
+// file must belong to (a sandboxed attempt's: a hard link to another's
+// file is refused). Errors: one per output not written, not a regular
+// file, not owner's, over MaxOutputValueBytes, not UTF-8 text or holding
+// NUL (Postgres's jsonb takes neither), and one when the values together
+// pass MaxTaskOutputBytes (the outputs after it are not read); or the
+// outputs directory is not the attempt's any more.
+func readOutputs(work string, owner int, names []string) (map[string]string, error) {
+	dir, err := openOutputsDir(work)
+	if errors.Is(err, unix.ENOENT) {
+		dir = -1 // every output is missing
+	} else if err != nil {
+		return nil, fmt.Errorf("$CAPSTAN_OUTPUTS_DIR is not the attempt's directory any more: %v", err)
+	}
+	if dir >= 0 {
+		defer unix.Close(dir)
+	}
 	outs := make(map[string]string, len(names))
 	var errs []string
 	total := 0
 	for _, name := range names {
-		v, err := readOutput(dir, name)
+		v, err := readOutput(dir, name, owner)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -131,20 +148,73 @@ func readOutputs(dir string, names []string) (map[string]string, error) {
 	return outs, nil
 }
 
-// readOutput reads output name from dir. It opens the file without
-// following a symlink and without blocking on a FIFO, and reads at most one
-// byte past the bound.
-func readOutput(dir, name string) (string, error) {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+// beneath is how an output's path resolves: below the directory it starts
+// from, through no symlink.
+const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// openOutputsDir opens work's outputs directory (O_PATH) through no
+// symlink; work itself is the executor's to name (its parent is not the
+// attempt's).
+func openOutputsDir(work string) (int, error) {
+	wd, err := unix.Open(work, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(wd)
+	return openBeneath(wd, outputsDir, unix.O_PATH|unix.O_DIRECTORY)
+}
+
+// openBeneath opens path below dir with flags, through no symlink: with
+// openat2, or one component at a time with O_NOFOLLOW where the kernel has
+// no openat2 (before Linux 5.6).
+func openBeneath(dir int, path string, flags int) (int, error) {
+	fd, err := unix.Openat2(dir, path, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: beneath})
+	if !errors.Is(err, unix.ENOSYS) {
+		return fd, err
+	}
+	parts := strings.Split(path, "/")
+	at := dir
+	for i, part := range parts {
+		f := unix.O_PATH | unix.O_DIRECTORY
+		if i == len(parts)-1 {
+			f = flags
+		}
+		fd, err = unix.Openat(at, part, f|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if at != dir {
+			unix.Close(at)
+		}
+		if err != nil {
+			return -1, err
+		}
+		at = fd
+	}
+	return at, nil
+}
+
+// readOutput reads output name from the outputs directory dir (-1: none),
+// less one trailing newline (Argo's rule for output parameters: `echo v >
+// file` gives "v", as $(...) does in a shell; `printf` writes none). It
+// opens the file through no symlink and without blocking on a FIFO, and
+// reads at most one byte past the bound.
+func readOutput(dir int, name string, owner int) (string, error) {
+	fd, err := -1, error(unix.ENOENT)
+	if dir >= 0 {
+		fd, err = openBeneath(dir, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW)
+	}
+	if errors.Is(err, unix.ENOENT) {
 		return "", fmt.Errorf("output %q was not written to $CAPSTAN_OUTPUTS_DIR/%s", name, name)
 	}
 	if err != nil {
 		return "", fmt.Errorf("output %q is not a readable regular file in $CAPSTAN_OUTPUTS_DIR", name)
 	}
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("output %q is not a regular file in $CAPSTAN_OUTPUTS_DIR", name)
+	}
+	if owner >= 0 && fi.Sys().(*syscall.Stat_t).Uid != uint32(owner) {
+		return "", fmt.Errorf("output %q is not a file of the attempt's own in $CAPSTAN_OUTPUTS_DIR", name)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, domain.MaxOutputValueBytes+1))
 	switch {
@@ -157,7 +227,7 @@ func readOutput(dir, name string) (string, error) {
 	case slices.Contains(b, 0):
 		return "", fmt.Errorf("output %q contains a NUL byte", name)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(string(b), "\n"), nil
 }
 
 // declaredOutputs returns the names of the outputs spec's step declares.

@@ -1,6 +1,7 @@
 package supervisor_test
 
 import (
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,15 +31,19 @@ func TestOutputsAreReadAndReportedAsWritten(t *testing.T) {
 	s := newSupervisor(t, rec, supervisor.Config{DataDir: data})
 	cmd := `printf 3 > "$CAPSTAN_OUTPUTS_DIR/count"
 		echo hello > "$CAPSTAN_OUTPUTS_DIR/msg"
+		printf 'two\n\n' > "$CAPSTAN_OUTPUTS_DIR/lines"
 		: > "$CAPSTAN_OUTPUTS_DIR/empty"
 		head -c 1048000 /dev/zero | tr '\0' x > "$CAPSTAN_OUTPUTS_DIR/max"
 		echo "$CAPSTAN_OUTPUTS_DIR $CAPSTAN_INPUTS_DIR"`
-	require.NoError(t, s.Start(withIO(1, cmd, []string{"count", "msg", "empty", "max"}, nil)))
+	require.NoError(t, s.Start(withIO(1, cmd, []string{"count", "msg", "lines", "empty", "max"}, nil)))
 
 	final := rec.await(t, 1, api.TaskStateSUCCEEDED)
 	require.NotNil(t, final.Outputs)
-	require.Equal(t, map[string]string{"count": "3", "msg": "hello\n", "empty": "", "max": strings.Repeat("x", 1048000)},
-		*final.Outputs, "values are kept exactly as written, trailing newline included; a value near 1 MiB is allowed")
+	outs := *final.Outputs
+	require.Equal(t, strings.Repeat("x", 1048000), outs["max"], "a value near 1 MiB is allowed")
+	delete(outs, "max")
+	require.Equal(t, map[string]string{"count": "3", "msg": "hello", "lines": "two\n", "empty": ""},
+		outs, "values are kept as written less one trailing newline")
 	work := filepath.Join(data, "attempts", "1")
 	require.Equal(t, filepath.Join(work, ".capstan", "outputs")+" "+filepath.Join(work, ".capstan", "inputs")+"\n",
 		*final.Stdout, "the directories are the attempt's own, inside its work directory")
@@ -137,4 +142,36 @@ func TestNoopReportsDeclaredOutputsEmpty(t *testing.T) {
 	require.NoError(t, s.Start(noop))
 	final := rec.await(t, 7, api.TaskStateSUCCEEDED)
 	require.Equal(t, map[string]string{"count": ""}, *final.Outputs)
+}
+
+// TestOutputsRefuseASymlinkedDirectory: the executor reads outputs through
+// no symlink below the work directory: an outputs directory, or the
+// .capstan directory above it, replaced by a symlink to files elsewhere
+// (another attempt's, the host's) fails the attempt, and nothing of the
+// target is reported.
+func TestOutputsRefuseASymlinkedDirectory(t *testing.T) {
+	t.Parallel()
+	elsewhere := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(elsewhere, "outputs"), 0o755))
+	for _, f := range []string{filepath.Join(elsewhere, "out"), filepath.Join(elsewhere, "outputs", "out")} {
+		require.NoError(t, os.WriteFile(f, []byte("not the attempt's"), 0o644))
+	}
+	cases := []struct{ name, cmd string }{
+		{"outputs directory", `rm -rf "$CAPSTAN_OUTPUTS_DIR" && ln -s ` + elsewhere + ` "$CAPSTAN_OUTPUTS_DIR"`},
+		{".capstan directory", `mv "$CAPSTAN_WORK_DIR/.capstan" "$CAPSTAN_WORK_DIR/old" && ln -s ` + elsewhere +
+			` "$CAPSTAN_WORK_DIR/.capstan"`},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			s := newSupervisor(t, rec, supervisor.Config{})
+			id := int64(i + 1)
+			require.NoError(t, s.Start(withIO(id, c.cmd, []string{"out"}, nil)))
+			final := rec.await(t, id, api.TaskStateFAILED)
+			require.Equal(t, api.User, *final.Cause)
+			require.Contains(t, *final.Error, "$CAPSTAN_OUTPUTS_DIR is not the attempt's directory any more")
+			require.Nil(t, final.Outputs)
+		})
+	}
 }

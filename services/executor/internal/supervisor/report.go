@@ -65,17 +65,24 @@ func stateOf(cause api.AttemptReportCause) api.TaskState {
 }
 
 // withTransition is the final report of work that ended by itself:
-// SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure) or permanent
-// (PhasePermanentFailure) and the transition's code. A SUCCEEDED report
-// gets the declared outputs: the transition's, or else those read from
-// t.OutputsDir (see withOutputs).
-func withTransition(tr plugin.Transition, t *plugin.Task) api.AttemptReport {
+// SUCCEEDED, or FAILED with cause user (PhaseRetryableFailure), permanent
+// (PhasePermanentFailure) or waiting (PhaseWaiting) and the transition's
+// code, or WORKER_FAILED with cause worker_lost (PhaseLost). A SUCCEEDED
+// report gets the declared outputs: the transition's, or else those read
+// from t.OutputsDir (see withOutputs), each a file of owner's when it is not
+// negative.
+func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.AttemptReport {
 	var rep api.AttemptReport
 	switch tr.Phase {
 	case plugin.PhaseSuccess:
 		rep.State = api.TaskStateSUCCEEDED
 	case plugin.PhasePermanentFailure:
 		rep = failure(api.Permanent, tr.Code, tr.Err)
+	case plugin.PhaseWaiting:
+		rep = failure(api.Waiting, tr.Code, tr.Err)
+	case plugin.PhaseLost:
+		rep = failure(api.WorkerLost, tr.Code, tr.Err)
+		rep.State = api.TaskStateWORKERFAILED
 	default:
 		rep = failure(api.User, tr.Code, tr.Err)
 	}
@@ -86,7 +93,7 @@ func withTransition(tr plugin.Transition, t *plugin.Task) api.AttemptReport {
 		}
 		return rep
 	}
-	return withOutputs(rep, t.OutputsDir, t.Outputs)
+	return withOutputs(rep, t.Dir, owner, t.Outputs)
 }
 
 // withOutput adds the work's exit code (when a process ran) and output.

@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
+	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
 
 // Sentinels callers branch on.
@@ -61,10 +62,21 @@ type Config struct {
 	// LogLimit is how many bytes of stdout and of stderr are kept per attempt:
 	// the last ones. Default 64 KiB.
 	LogLimit int
-	// RunAs, when set, is the user and group attempts' processes run as
-	// (CAPSTAN_EXECUTOR_RUN_AS); their work and run directories are made
-	// theirs. Default nil: the executor's own user.
+	// RunAs, when set and without a Sandbox, is the user and group
+	// attempts' processes run as (CAPSTAN_EXECUTOR_RUN_AS); their work and
+	// run directories are made theirs. Default nil: the executor's own user.
 	RunAs *runner.Credential
+	// Sandbox, when set, gives each attempt a user, namespaces and limits
+	// of its own (see sandbox.Sandbox); the data directory and every
+	// directory above it must then be searchable by any user (o+x). Default
+	// nil: none.
+	Sandbox *sandbox.Sandbox
+	// PassEnv names variables of the executor's environment that tasks get,
+	// besides PATH, HOME, LANG and TZ. Default none.
+	PassEnv []string
+	// MaxProcs bounds a container's processes (--pids-limit); the
+	// Sandbox's bounds a host process's. Default sandbox.DefaultMaxProcs.
+	MaxProcs int
 }
 
 // Held is an attempt this executor holds and its state, as a heartbeat
@@ -103,6 +115,7 @@ func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
 		cfg.Plugins = plugin.NewDefault(plugin.Config{})
 	}
 	cfg.LogLimit = cmp.Or(cfg.LogLimit, 64<<10)
+	cfg.MaxProcs = cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)
 	switch {
 	case cfg.Slots < 1 || cfg.Slots > 1024:
 		return nil, fmt.Errorf("slots must be 1 to 1024, got %d", cfg.Slots)
@@ -116,10 +129,18 @@ func New(rep Reporter, cfg Config, log *slog.Logger) (*Supervisor, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	cfg.DataDir = dir
+	if cfg.Sandbox != nil {
+		if err := prepareSandboxed(dir); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{cfg: cfg, rep: rep, log: log, ctx: ctx, cancel: cancel, held: map[int64]*attempt{},
 		removing: map[string]chan struct{}{}}, nil
 }
+
+// DataDir is the data directory, absolute.
+func (s *Supervisor) DataDir() string { return s.cfg.DataDir }
 
 // Start takes the attempt and starts running it in the background; it
 // returns at once. Starting an attempt it already holds does nothing.

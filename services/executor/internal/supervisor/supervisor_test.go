@@ -151,19 +151,35 @@ func TestRunReportsEachStateWithEnv(t *testing.T) {
 	require.Eventually(t, func() bool { return !s.Holds(41) }, waitFor, tick)
 }
 
-// TestExecutorSettingsDoNotLeak checks that an attempt inherits the
-// executor's environment but not its CAPSTAN_* settings. It sets variables,
-// so it does not run in parallel.
-func TestExecutorSettingsDoNotLeak(t *testing.T) {
+// TestTaskEnvIsAnAllowlist checks that an attempt gets of the executor's
+// environment only PATH, HOME, LANG, TZ and the names of PassEnv: neither
+// its CAPSTAN_* settings nor anything else (a credential). It sets
+// variables, so it does not run in parallel.
+func TestTaskEnvIsAnAllowlist(t *testing.T) {
 	t.Setenv("CAPSTAN_REDIS_ADDR", "10.0.0.9:6379")
-	t.Setenv("CAPSTAN_TEST_INHERITED", "yes")
-	t.Setenv("KEEP_ME", "kept")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "executor's own")
+	t.Setenv("PASSED", "passed")
+	t.Setenv("LANG", "C.UTF-8")
+	t.Setenv("TZ", "Europe/Berlin")
+	t.Setenv("HOME", "/home/executor")
 	rec := &recorder{}
-	s := newSupervisor(t, rec, supervisor.Config{DataDir: t.TempDir()})
-	require.NoError(t, s.Start(spec(43, `echo "[${CAPSTAN_REDIS_ADDR-unset}] [${CAPSTAN_TEST_INHERITED-unset}] [$KEEP_ME] [$CAPSTAN_RUN]"`)))
+	data := t.TempDir()
+	s := newSupervisor(t, rec, supervisor.Config{DataDir: data, PassEnv: []string{"PASSED", "UNSET_HERE"}})
+	env := spec(43, `env | grep -v '^CAPSTAN_' | sort; echo "[$CAPSTAN_RUN]"`)
+	env.Env = map[string]string{"STEP": "mine", "TZ": "UTC"}
+	require.NoError(t, s.Start(env))
 	final := rec.await(t, 43, api.TaskStateSUCCEEDED)
-	require.Equal(t, "[unset] [unset] [kept] [run-1]\n", *final.Stdout)
+	require.Equal(t, "HOME=/home/executor\nLANG=C.UTF-8\nPASSED=passed\nPATH="+os.Getenv("PATH")+"\nPWD="+
+		filepath.Join(data, "attempts", "43")+"\nSTEP=mine\nTZ=UTC\n[run-1]\n", *final.Stdout,
+		"the step's env wins over the executor's; the shell adds PWD")
 	require.Eventually(t, func() bool { return !s.Holds(43) }, waitFor, tick)
+
+	t.Setenv("PATH", "")
+	os.Unsetenv("PATH")
+	require.NoError(t, s.Start(spec(44, `echo "$PATH"`)))
+	final = rec.await(t, 44, api.TaskStateSUCCEEDED)
+	require.Equal(t, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n", *final.Stdout,
+		"an executor without PATH gives tasks the usual one")
 }
 
 func TestNonZeroExitIsUserFailure(t *testing.T) {

@@ -28,6 +28,10 @@ type Advance struct {
 	// kin is what the advance leaves for after the commit about child runs
 	// (afterKin): children to start and abort, a parent to advance.
 	kin kinWork
+	// judge, when set, are the conditions the advance needed and had no
+	// verdict for: after the commit, afterAdvance evaluates them and
+	// advances the run again (judgeAndAdvance).
+	judge *judgement
 }
 
 // handleRun is the run:start and run:advance handler: it advances the run.
@@ -53,13 +57,18 @@ func (s *Scheduler) advance(ctx context.Context, key domain.RunKey) (Advance, er
 // on its first advance and applies progress, as progressFrom does. A run
 // that does not exist is a permanent failure (asynq.SkipRetry).
 func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advance, error) {
+	return s.advanceJudged(ctx, key, judging{})
+}
+
+// advanceJudged is advanceAlone deciding the run's conditions as j says.
+func (s *Scheduler) advanceJudged(ctx context.Context, key domain.RunKey, j judging) (Advance, error) {
 	var adv Advance
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		run, err := tx.Runs().LockRun(ctx, key)
 		if err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
-		adv, err = s.progressFrom(ctx, tx, run, nil, nil, time.Now().UTC())
+		adv, err = s.progressFrom(ctx, tx, run, nil, nil, j, s.now())
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -68,14 +77,15 @@ func (s *Scheduler) advanceAlone(ctx context.Context, key domain.RunKey) (Advanc
 	if err != nil {
 		return adv, fmt.Errorf("advance run %s: %w", key, err)
 	}
-	s.afterAdvance(ctx, adv)
-	return adv, nil
+	return s.afterAdvance(ctx, adv), nil
 }
 
 // afterAdvance kicks a placement pass for started steps whose tasks are
-// not all bound yet, does what an admission left (finishAdmission) and
-// counts ended runs.
-func (s *Scheduler) afterAdvance(ctx context.Context, adv Advance) {
+// not all bound yet, does what an admission left (finishAdmission), counts
+// ended runs, and, when the advance needed conditions it had no verdict
+// for, evaluates them and advances the run again (judgeAndAdvance). It
+// returns the advance with what that next one did.
+func (s *Scheduler) afterAdvance(ctx context.Context, adv Advance) Advance {
 	s.finishAdmission(ctx, adv.after)
 	s.afterKin(ctx, adv.kin)
 	if len(adv.Started) > 0 && !adv.placed {
@@ -84,6 +94,10 @@ func (s *Scheduler) afterAdvance(ctx context.Context, adv Advance) {
 	if adv.Phase.IsTerminal() {
 		s.metrics.runsEnded.WithLabelValues(string(adv.Phase)).Inc()
 	}
+	if adv.judge != nil {
+		return s.judgeAndAdvance(ctx, adv)
+	}
+	return adv
 }
 
 // progress moves a run (locked by the caller, in tx) forward: it applies a
@@ -93,17 +107,18 @@ func (s *Scheduler) afterAdvance(ctx context.Context, adv Advance) {
 // that: the started steps, the SKIPPED ones, a0's and the run's phase
 // (forward only).
 func (s *Scheduler) progress(ctx context.Context, tx *store.Store, run store.Run, now time.Time) (Advance, error) {
-	return s.progressFrom(ctx, tx, run, nil, nil, now)
+	return s.progressFrom(ctx, tx, run, nil, nil, judging{}, now)
 }
 
 // progressFrom is progress from the run's step actions as the caller knows
 // them (steps), or as read when steps is nil or the run restarts; later,
-// when not nil, gathers the plain task steps it starts (evaluateSteps). A
+// when not nil, gathers the plain task steps it starts (evaluateSteps); j
+// is how it decides the steps' conditions. A
 // run that waits for a slot of its concurrency key (waitsForSlot) is
 // admitted first (admit), and left as it is while it waits; a run that
 // holds one and is terminal afterwards lets its key's line move on.
 func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	later *taskStarts, now time.Time) (adv Advance, err error) {
+	later *taskStarts, j judging, now time.Time) (adv Advance, err error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	if waitsForSlot(run) {
 		a, err := s.admit(ctx, tx, []*store.Run{&run}, now)
@@ -149,7 +164,7 @@ func (s *Scheduler) progressFrom(ctx context.Context, tx *store.Store, run store
 	if err := s.followChildren(ctx, tx, run, steps, &adv, now); err != nil {
 		return adv, err
 	}
-	p, err := s.evaluateSteps(ctx, tx, run, steps, &adv, later, now)
+	p, err := s.evaluateSteps(ctx, tx, run, steps, &adv, later, j, now)
 	if err != nil {
 		return adv, err
 	}
@@ -175,7 +190,9 @@ func moveRoot(ctx context.Context, tx *store.Store, key domain.RunKey, adv *Adva
 // fresh expansion has (every step QUEUED, not started): the same decision
 // as evaluateSteps makes from the expanded steps. ok is false unless that
 // decision is only plain task steps to start (no SKIPPED step, no wait, no
-// cache); else fr holds the run's steps and the started ones' new tasks.
+// cache, no step FAILED by its condition, no CEL condition to evaluate:
+// none is evaluated here, under the run's lock); else fr holds the run's
+// steps and the started ones' new tasks.
 func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress, fr store.FreshRun, ok bool) {
 	if domain.Phase(run.Phase) != domain.PhaseQueued || len(run.Spec.Steps) == 0 {
 		return p, fr, false
@@ -186,8 +203,8 @@ func (s *Scheduler) freshStart(run store.Run, now time.Time) (p domain.Progress,
 	for _, st := range steps {
 		status[st.Name], byName[st.Name] = domain.StepStatus{Phase: domain.PhaseQueued}, st
 	}
-	p = domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
-	if len(p.Skip) > 0 {
+	p = domain.EvaluateWith(run.Spec, status, run.SuspendRequestedAt != nil, run.Params, domain.Verdicts{})
+	if len(p.Skip) > 0 || len(p.Fail) > 0 || len(p.Unjudged) > 0 {
 		return p, fr, false
 	}
 	fr = store.FreshRun{Key: domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}, Steps: steps,
@@ -226,19 +243,25 @@ func (s *Scheduler) stepActions(ctx context.Context, tx *store.Store, run store.
 }
 
 // evaluateSteps decides with domain.Evaluate what starts and what is
-// SKIPPED and applies it, adding the started steps to adv.Started; while a
-// started step SUCCEEDED at once (a cache hit), it decides again from the
-// steps as they are now, so its dependents start in the same advance. It
-// returns the last decision.
+// SKIPPED or FAILED (its conditions as j decides them: from verdicts, with
+// none evaluated under the run's locks, until its last round) and applies
+// it, adding the started steps to adv.Started. When a condition had no
+// verdict it decides nothing and sets adv.judge for after the commit.
+// While a started step SUCCEEDED at once (a cache hit), it decides again
+// from the steps as they are now, so its dependents start in the same
+// advance. It returns the last decision.
 func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action,
-	adv *Advance, later *taskStarts, now time.Time) (domain.Progress, error) {
+	adv *Advance, later *taskStarts, j judging, now time.Time) (domain.Progress, error) {
 	key := domain.RunKey{Project: run.Project, Domain: run.Domain, Run: run.Name}
 	for {
 		status, err := stepStatus(ctx, tx, key, run.Spec, steps)
 		if err != nil {
 			return domain.Progress{}, err
 		}
-		p := domain.Evaluate(run.Spec, status, run.SuspendRequestedAt != nil, run.Params)
+		p := j.evaluate(run, status)
+		if len(p.Unjudged) > 0 {
+			adv.judge = &judgement{key: key, run: run, status: status, round: j.round}
+		}
 		hits, err := s.apply(ctx, tx, run, steps, p, adv, later, now)
 		adv.Started = append(adv.Started, p.Start...)
 		if err != nil || hits == 0 {
@@ -250,12 +273,12 @@ func (s *Scheduler) evaluateSteps(ctx context.Context, tx *store.Store, run stor
 	}
 }
 
-// apply starts and skips what p decided for run; it returns how many
-// started steps ended at once (from the cache, or a for_each with nothing
-// to run). With later, the plain task steps it
+// apply starts, skips and fails what p decided for run; it returns how
+// many started steps ended at once (from the cache, or a for_each with
+// nothing to run). With later, the plain task steps it
 // starts last join later instead of being created now, when nothing else
-// follows them in this advance (no SKIPPED step, no cache hit, after which
-// evaluateSteps reads the steps again).
+// follows them in this advance (no SKIPPED or FAILED step, no cache hit,
+// after which evaluateSteps reads the steps again).
 func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, steps []store.Action, p domain.Progress,
 	adv *Advance, later *taskStarts, now time.Time) (hits int, err error) {
 	key, params := runKeyOf(run), run.Params
@@ -283,7 +306,7 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, s
 			hits++
 		}
 	}
-	if later != nil && hits == 0 && len(p.Skip) == 0 {
+	if later != nil && hits == 0 && len(p.Skip) == 0 && len(p.Fail) == 0 {
 		later.add(key, tasks)
 		return 0, nil
 	}
@@ -293,6 +316,11 @@ func (s *Scheduler) apply(ctx context.Context, tx *store.Store, run store.Run, s
 	for _, name := range p.Skip {
 		if err := tx.Actions().SkipStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
 			return hits, fmt.Errorf("skip step %s: %w", name, err)
+		}
+	}
+	for _, name := range p.Fail {
+		if err := tx.Actions().FailStep(ctx, key.Action(name), domain.Phase(byName[name].Phase), p.Reasons[name], now); err != nil {
+			return hits, fmt.Errorf("fail step %s: %w", name, err)
 		}
 	}
 	return hits, nil

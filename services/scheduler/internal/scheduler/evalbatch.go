@@ -163,7 +163,7 @@ func (s *Scheduler) advanceAll(ctx context.Context, tx *store.Store, claimed []s
 		if read := steps[runKeyOf(run)]; known == nil && len(read) == len(run.Spec.Steps) {
 			known = read
 		}
-		adv, err := s.progressFrom(ctx, tx, run, known, &later, now)
+		adv, err := s.progressFrom(ctx, tx, run, known, &later, judging{}, now)
 		evs[j].Advance = &adv
 		if err != nil {
 			return fmt.Errorf("advance run %s: %w", runKeyOf(run), err)

@@ -158,7 +158,7 @@ func (s *Scheduler) evaluateOnce(ctx context.Context, ids, recorded []int64, who
 	var evs []Evaluation
 	err := s.store.InTx(ctx, func(tx *store.Store) error {
 		evs = nil
-		now := time.Now().UTC()
+		now := s.now()
 		claimed, err := tx.Attempts().LockAndClaimAttempts(ctx, ids, now, whole...)
 		if err != nil {
 			return fmt.Errorf("lock and claim attempts: %w", err)
@@ -249,29 +249,37 @@ func knownSteps(run store.Run, act store.Action, phase domain.Phase) []store.Act
 // the charged counter) and a terminal state; a system failure is retried in
 // place up to max_system_failures, past it the attempt gets the code
 // MaxSystemFailuresExceeded, and a permanent one ends the task at once
-// (Flyte's executor (TaskActionReconciler)); a coscheduled task that fails
-// for good exhausts its live siblings (domain.CascadesGang). The only task
-// of its action (onlyTask) moves the action in the same statement
-// (onlyTaskMove), and moved reports that it did.
+// (Flyte's executor (TaskActionReconciler)); a waiting one is requeued
+// after KubeVela's waiting backoff, charged to no budget, until its step's
+// wait_timeout (decideWait); a coscheduled task that fails for good
+// exhausts its live siblings (domain.CascadesGang). The only task of its
+// action (onlyTask) moves the action in the same statement (onlyTaskMove),
+// and moved reports that it did.
 func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluation, act store.Action, t store.Task,
 	a store.Attempt, wasAssigned bool, w settlement, now time.Time) (moved bool, err error) {
 	b := domain.Budget{FailureCount: t.FailureCount, MaxRetriesFailure: t.MaxRetriesFailure,
 		PreemptionCount: t.PreemptionCount, MaxRetriesPreemption: t.MaxRetriesPreemption,
 		SystemFailureCount: t.SystemFailureCount, MaxSystemFailures: t.MaxSystemFailures}
-	out := outcome(a, wasAssigned)
-	nb, result := domain.HandleAttemptResult(b, out)
-	ev.Result, ev.Code = result, failureCode(a, out, result)
-	o := store.TaskOutcome{Budget: nb, Result: result.String(), State: a.State, Code: domain.FailureCode(out, result)}
-	if result == domain.ShouldRetry {
-		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
-		ev.NotBefore = &o.NotBefore
+	out, err := s.outcomeOf(ctx, tx, act, a, wasAssigned)
+	if err != nil {
+		return false, err
 	}
+	nb, result := domain.HandleAttemptResult(b, out)
+	o := store.TaskOutcome{Budget: nb, State: a.State}
+	switch result {
+	case domain.ShouldRetry:
+		o.Requeue, o.NotBefore = true, now.Add(s.cfg.Retry.Delay(domain.RetryNumber(b, nb)))
+	case domain.ShouldWait:
+		result = s.decideWait(&o, act, t, a, now)
+	}
+	ev.Result, ev.Code = result, failureCode(a, out, result)
+	o.Result, o.Code = result.String(), domain.FailureCode(out, result)
 	ev.taskState = o.State
 	if o.Requeue {
-		ev.taskState = domain.TaskPending
+		ev.NotBefore, ev.taskState = &o.NotBefore, domain.TaskPending
 	}
 	if onlyTask(act, t) && !t.Coscheduled {
-		o.Phase = onlyTaskMove(act, ev.taskState)
+		o.Phase = onlyTaskMove(act, ev.taskState, result == domain.ShouldWait)
 		moved = o.Phase != nil
 	}
 	if w.deferred != nil && !o.Requeue && o.Code == "" {
@@ -290,6 +298,43 @@ func (s *Scheduler) decideTask(ctx context.Context, tx *store.Store, ev *Evaluat
 	return moved, nil
 }
 
+// decideWait times the task of a waiting attempt a (domain.DecideWait, over
+// its run of waits, the step's wait_timeout and the waiting cap) into o: a
+// requeue after KubeVela's waiting backoff, with the answer waited on as
+// the task's pending_reason; or, past wait_timeout, ExceededRetryLimit (the
+// task ends FAILED, its run of waits too).
+func (s *Scheduler) decideWait(o *store.TaskOutcome, act store.Action, t store.Task, a store.Attempt,
+	now time.Time) domain.RetryResult {
+	wait, r, notBefore := domain.DecideWait(domain.Wait{Count: t.WaitCount, Since: t.WaitingSince},
+		domain.WaitPolicy{Timeout: act.Spec.WaitTimeoutDuration(), Cap: s.cfg.Workflow.WaitBackoffCap}, now)
+	if r == domain.ShouldWait {
+		o.Requeue, o.NotBefore, o.Wait = true, notBefore, wait
+		o.WaitReason = "not ready: " + cmp.Or(deref(a.Error), "the target said to wait")
+	}
+	return r
+}
+
+// outcomeOf is outcome(a, wasAssigned) for the settle of a, the attempt of
+// a task of act: an attempt whose executor lacks the step's plugin
+// (CodePluginUnavailable, a system failure) is a permanent failure when no
+// other alive worker runs the plugin (domain.PluginOffered): no placement
+// can find it a worker. Reads workers (no lock).
+func (s *Scheduler) outcomeOf(ctx context.Context, tx *store.Store, act store.Action, a store.Attempt,
+	wasAssigned bool) (domain.AttemptOutcome, error) {
+	out := outcome(a, wasAssigned)
+	if !out.System || deref(a.Code) != domain.CodePluginUnavailable {
+		return out, nil
+	}
+	labels, err := tx.Workers().AliveWorkerLabels(ctx, deref(a.WorkerID))
+	if err != nil {
+		return out, fmt.Errorf("read the labels of alive workers: %w", err)
+	}
+	if !domain.PluginOffered(act.Spec.Plugin, labels) {
+		out.System, out.Permanent = false, true
+	}
+	return out, nil
+}
+
 // deriveAction recomputes an action's phase from its current generation's
 // task counts (Iris's _compute_job_state, domain.DeriveJobPhase) and applies
 // it forward-only; an action that newly ended in failure kills its
@@ -303,14 +348,18 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	now time.Time) error {
 	key := keyOf(act)
 	counts := map[domain.TaskState]int{ev.taskState: 1}
+	waiting := ev.Result == domain.ShouldWait
 	if !only {
 		var err error
 		if counts, err = tx.Tasks().CountTaskStates(ctx, key, act.Generation); err != nil {
 			return fmt.Errorf("count task states of %s generation %d: %w", key, act.Generation, err)
 		}
+		if waiting, err = s.othersWait(ctx, tx, key, act.Generation, counts, waiting); err != nil {
+			return err
+		}
 	}
 	from := domain.Phase(act.Phase)
-	ev.ActionPhase = jobPhase(act, counts)
+	ev.ActionPhase = jobPhase(act, counts, waiting)
 	if !domain.CanMovePhase(from, ev.ActionPhase) {
 		ev.ActionPhase = from
 		return nil
@@ -339,10 +388,28 @@ func (s *Scheduler) deriveAction(ctx context.Context, tx *store.Store, ev *Evalu
 	return s.killSurvivors(ctx, tx, ev, key, held, reason, now)
 }
 
+// othersWait reports whether a task of the action's generation waits for
+// its target: waiting (the evaluated task does), else, when no task is live
+// and some is PENDING (so the wait decides between WAITING and RUNNING), a
+// count of them (store.CountWaitingTasks).
+func (s *Scheduler) othersWait(ctx context.Context, tx *store.Store, key domain.ActionKey, generation int,
+	counts map[domain.TaskState]int, waiting bool) (bool, error) {
+	live := counts[domain.TaskAssigned] + counts[domain.TaskBuilding] + counts[domain.TaskRunning]
+	if waiting || live > 0 || counts[domain.TaskPending] == 0 {
+		return waiting, nil
+	}
+	n, err := tx.Tasks().CountWaitingTasks(ctx, key, generation)
+	if err != nil {
+		return false, fmt.Errorf("count waiting tasks of %s generation %d: %w", key, generation, err)
+	}
+	return n > 0, nil
+}
+
 // jobPhase derives an action's phase from its current generation's task
-// counts (Iris's _compute_job_state, domain.DeriveJobPhase).
-func jobPhase(act store.Action, counts map[domain.TaskState]int) domain.Phase {
-	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed()}
+// counts (Iris's _compute_job_state, domain.DeriveJobPhase); waiting: a
+// PENDING task waits for its target.
+func jobPhase(act store.Action, counts map[domain.TaskState]int, waiting bool) domain.Phase {
+	v := domain.JobView{Started: true, MaxTaskFailures: act.Spec.TaskFailuresAllowed(), Waiting: waiting}
 	for st, n := range counts {
 		if int(st) >= 0 && int(st) < len(v.Counts) {
 			v.Counts[st] = n
@@ -352,11 +419,11 @@ func jobPhase(act store.Action, counts map[domain.TaskState]int) domain.Phase {
 }
 
 // onlyTaskMove is the move of action act that its only task's new state
-// decides, for the task's outcome to carry (store.TaskOutcome.Phase); nil
-// when the action stays, or fails: a failed job first goes through its
-// step's failure policy (deriveAction).
-func onlyTaskMove(act store.Action, state domain.TaskState) *store.PhaseMove {
-	from, to := domain.Phase(act.Phase), jobPhase(act, map[domain.TaskState]int{state: 1})
+// (waiting: it waits for its target) decides, for the task's outcome to
+// carry (store.TaskOutcome.Phase); nil when the action stays, or fails: a
+// failed job first goes through its step's failure policy (deriveAction).
+func onlyTaskMove(act store.Action, state domain.TaskState, waiting bool) *store.PhaseMove {
+	from, to := domain.Phase(act.Phase), jobPhase(act, map[domain.TaskState]int{state: 1}, waiting)
 	if !domain.CanMovePhase(from, to) || to == domain.PhaseFailed {
 		return nil
 	}

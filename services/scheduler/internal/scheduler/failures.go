@@ -32,15 +32,14 @@ func (s *Scheduler) newTasks(key domain.ActionKey, step domain.Step, generation 
 }
 
 // outcome is what ended attempt a, as the retry rules read it: its state,
-// its cause (system, permanent), whether it was still ASSIGNED when
-// preempted, and whether it reached RUNNING (started_at set).
+// its cause (system, permanent, waiting), whether it was still ASSIGNED
+// when preempted, and whether it reached RUNNING (started_at set).
 func outcome(a store.Attempt, wasAssigned bool) domain.AttemptOutcome {
-	cause := ""
-	if a.Cause != nil {
-		cause = *a.Cause
-	}
+	cause := deref(a.Cause)
+	failed := a.State == domain.TaskFailed
 	return domain.AttemptOutcome{State: a.State, System: cause == domain.CauseSystem, WasAssigned: wasAssigned,
-		Started: a.StartedAt != nil, Permanent: a.State == domain.TaskFailed && cause == domain.CausePermanent}
+		Started: a.StartedAt != nil, Permanent: failed && cause == domain.CausePermanent,
+		Waiting: failed && cause == domain.CauseWaiting}
 }
 
 // failureCode is the code a terminal decision r on attempt a leaves for a

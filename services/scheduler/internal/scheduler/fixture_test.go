@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,8 +46,26 @@ func newRunFixture(t *testing.T, table domain.Table) *runFixture {
 	t.Cleanup(func() { lf.queue.Close(); lf.insp.Close() })
 	log := slog.New(slog.DiscardHandler)
 	lf.s = New(st, queue.NewEnqueuer(lf.queue, log), log, prometheus.NewRegistry(), Config{
-		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: LivenessConfig{Backoff: table}})
+		WorkerGrace: time.Minute, Retry: domain.Table{0}, Liveness: LivenessConfig{Backoff: table},
+		ControlPlaneKey: testControlPlaneKey})
 	return &runFixture{liveFixture: lf, statements: statements}
+}
+
+// testControlPlaneKey is the run fixture's ControlPlaneKey, which its
+// dispatched specs are signed under (verifiedSpecs).
+var testControlPlaneKey = workerkey.New("test-control-plane-key-0123456789abcdef")
+
+// verifiedSpecs returns the specs of a dispatch message to worker, each
+// verified under that worker's dispatch key.
+func verifiedSpecs(t *testing.T, worker string, signed []queue.SignedSpec) []api.AttemptSpec {
+	t.Helper()
+	out := make([]api.AttemptSpec, len(signed))
+	for i, s := range signed {
+		var err error
+		out[i], err = s.Verify(testControlPlaneKey.DispatchKey(worker))
+		require.NoError(t, err)
+	}
+	return out
 }
 
 // Reports an executor makes.

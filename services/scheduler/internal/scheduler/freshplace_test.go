@@ -54,7 +54,7 @@ func TestFreshRunIsPlacedInItsStartTransaction(t *testing.T) {
 	for _, m := range pending {
 		var p queue.AttemptsPayload
 		require.NoError(t, json.Unmarshal(m.Payload, &p))
-		if len(p.Specs) > 0 && p.Specs[0].Run == key.Run {
+		if specs := verifiedSpecs(t, w.ID, p.Specs); len(specs) > 0 && specs[0].Run == key.Run {
 			dispatched = append(dispatched, p.AttemptIDs...)
 			require.Len(t, p.Specs, 2)
 		}

@@ -264,7 +264,7 @@ func platformFailure(a store.Attempt) bool {
 	if a.Cause != nil {
 		cause = *a.Cause
 	}
-	return a.WorkerID != nil && a.FinishedAt != nil && domain.IsPlatformFailure(a.State, cause)
+	return a.WorkerID != nil && a.FinishedAt != nil && domain.IsPlatformFailure(a.State, cause, deref(a.Code))
 }
 
 // latest returns the latest time in m.

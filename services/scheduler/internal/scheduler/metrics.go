@@ -17,6 +17,9 @@ type metrics struct {
 	// cacheSwept counts the catalog rows the cache sweep deleted, by kind
 	// (entry, reservation).
 	cacheSwept *prometheus.CounterVec
+	// conditionSeconds times the evaluations of a run's step conditions
+	// outside its transaction (judgeAndAdvance).
+	conditionSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,8 +43,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cacheSwept: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "capstan_scheduler_cache_swept_total",
 			Help: "Cache entries past their max_age and long-expired reservations deleted by the cache sweep, by kind."},
 			[]string{"kind"}),
+		conditionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_scheduler_condition_seconds",
+			Help:    "Duration of evaluating one run's step conditions, outside its transaction.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 12)}),
 	}
 	reg.MustRegister(m.placed, m.preempted, m.timedOut, m.evaluated, m.runsEnded, m.passSeconds, m.admissions,
-		m.concurrencyCancels, m.cacheSwept)
+		m.concurrencyCancels, m.cacheSwept, m.conditionSeconds)
 	return m
 }

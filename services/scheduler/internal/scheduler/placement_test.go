@@ -67,7 +67,7 @@ func TestPlacementHonoursConstraintsAndSlots(t *testing.T) {
 	// The message carries what the executor needs to run each attempt, as
 	// the api's read of it would answer.
 	require.Len(t, p.Specs, 2)
-	for _, spec := range p.Specs {
+	for _, spec := range verifiedSpecs(t, wb.ID, p.Specs) {
 		run, err := f.st.Attempts().GetAttemptRun(ctx, spec.Id)
 		require.NoError(t, err)
 		require.Equal(t, key.Action("s"), domain.RunKey{Project: spec.Project, Domain: spec.Domain, Run: spec.Run}.Action(spec.Action))

@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -55,6 +56,15 @@ type Config struct {
 	// BatchWorkers is how many start transactions (each of up to 64 new
 	// runs, see startRuns) a replica makes at once. Default 4.
 	BatchWorkers int
+	// Now is the clock of evaluations and advances: a retry's, a wait's and
+	// a step's backoff are due from its time. Default time.Now.
+	Now func() time.Time
+	// ControlPlaneKey is CAPSTAN_CONTROL_PLANE_KEY, the api's: the specs a
+	// placement dispatches are signed under each worker's dispatch key,
+	// derived from it (package workerkey). Zero: dispatches carry ids
+	// alone, and each executor reads its attempts from the api. No
+	// default.
+	ControlPlaneKey workerkey.Key
 }
 
 // Validate reports the settings that cannot work: a negative duration,
@@ -80,6 +90,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", name, n))
 		}
 	}
+	if p := c.Workflow.OnFailure; p != "" && p != domain.OnFailureFail && p != domain.OnFailureSuspend {
+		errs = append(errs, fmt.Errorf("Workflow.OnFailure: %q is not %q or %q", p, domain.OnFailureFail,
+			domain.OnFailureSuspend))
+	}
 	if c.Cache.SweepBatch > 1000 {
 		errs = append(errs, fmt.Errorf("Cache.SweepBatch: %d is more than 1000", c.Cache.SweepBatch))
 	}
@@ -99,6 +113,9 @@ func (c *Config) defaults() {
 	c.WorkerGrace = cmp.Or(c.WorkerGrace, 5*time.Second)
 	c.AbortMaxRetry = cmp.Or(c.AbortMaxRetry, queue.AbortTaskRetries(10))
 	c.BatchWorkers = cmp.Or(c.BatchWorkers, 4)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.MaxSystemFailures == nil {
 		c.MaxSystemFailures = new(int)
 		*c.MaxSystemFailures = domain.DefaultMaxSystemFailures
@@ -142,6 +159,9 @@ func New(st *store.Store, q *queue.Enqueuer, log *slog.Logger, reg prometheus.Re
 	return &Scheduler{store: st, queue: q, log: log, cfg: cfg, kick: make(chan struct{}, 1), metrics: newMetrics(reg),
 		live: newLiveness(reg), starts: startGate{tokens: make(chan struct{}, cfg.BatchWorkers)}}
 }
+
+// now is the time of an evaluation or an advance, in UTC (Config.Now).
+func (s *Scheduler) now() time.Time { return s.cfg.Now().UTC() }
 
 // Register adds the scheduler's queue handlers to mux: any replica applies
 // evaluations and progression.

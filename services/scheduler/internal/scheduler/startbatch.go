@@ -127,8 +127,7 @@ func (s *Scheduler) advanceRuns(ctx context.Context, keys []domain.RunKey) ([]Ad
 	out, errs := make([]Advance, len(keys)), make([]error, len(keys))
 	for i, adv := range advs {
 		if adv != nil {
-			out[i] = *adv
-			s.afterAdvance(ctx, *adv)
+			out[i] = s.afterAdvance(ctx, *adv)
 			continue
 		}
 		out[i], errs[i] = s.advanceAlone(ctx, keys[i])
@@ -154,7 +153,7 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 		return fmt.Errorf("try to lock %d runs: %w", len(keys), err)
 	}
 	fp.lockedPlacement(locked)
-	now := time.Now().UTC()
+	now := s.now()
 	if *after, err = s.admitLocked(ctx, tx, keys, runs, advs, now); err != nil {
 		return fmt.Errorf("admit runs: %w", err)
 	}
@@ -177,7 +176,7 @@ func (s *Scheduler) advanceLocked(ctx context.Context, tx *store.Store, keys []d
 			advs[i] = &Advance{Phase: domain.Phase(run.Phase), Started: p.Start, kin: kinWork{parent: parentRun(run)}}
 			continue
 		}
-		adv, err := s.progressFrom(ctx, tx, run, nil, nil, now)
+		adv, err := s.progressFrom(ctx, tx, run, nil, nil, judging{}, now)
 		if err != nil {
 			return fmt.Errorf("advance run %s: %w", keys[i], err)
 		}

@@ -19,12 +19,19 @@ type WorkflowConfig struct {
 	// FailedBackoffCap caps the backoff before a failed step's retry.
 	// Default 300s (KubeVela's --max-workflow-failed-backoff-time).
 	FailedBackoffCap time.Duration
-	// WaitBackoffCap caps the backoff of a step re-checking a condition.
-	// Default 60s (KubeVela's --max-workflow-wait-backoff-time).
+	// WaitBackoffCap caps the backoff of a step re-checking a condition:
+	// a step waiting for its target (WAITING), a cache wait. Default 60s
+	// (KubeVela's --max-workflow-wait-backoff-time).
 	WaitBackoffCap time.Duration
+	// OnFailure is the failure policy of a step whose spec gives no
+	// on_failure: domain.OnFailureFail (the default) or
+	// domain.OnFailureSuspend (KubeVela's retry-then-suspend, which
+	// KubeVela applies to every step).
+	OnFailure string
 }
 
 func (c *WorkflowConfig) defaults() {
+	c.OnFailure = cmp.Or(c.OnFailure, domain.OnFailureFail)
 	c.MaxStepRetries = cmp.Or(c.MaxStepRetries, domain.KubeVelaMaxRetries)
 	c.FailedBackoffCap = cmp.Or(c.FailedBackoffCap, domain.KubeVelaFailedCap)
 	c.WaitBackoffCap = cmp.Or(c.WaitBackoffCap, domain.KubeVelaWaitCap)
@@ -127,13 +134,14 @@ func (s *Scheduler) retryStep(ctx context.Context, tx *store.Store, run store.Ru
 	return nil
 }
 
-// failStep applies a task step's failure policy once its job FAILED: with
-// on_failure: suspend (KubeVela's retry-then-suspend) it waits for a retry
-// after KubeVela's backoff while failed retries remain (RUNNING), else it
-// pauses until a resume (PAUSED); it returns the phase the step is in, or
-// "" when the policy is fail and the FAILED phase applies.
+// failStep applies a step's failure policy (its on_failure, else
+// WorkflowConfig.OnFailure) once its job FAILED: with suspend (KubeVela's
+// retry-then-suspend) it waits for a retry after KubeVela's backoff while
+// failed retries remain (RUNNING), else it pauses until a resume (PAUSED);
+// it returns the phase the step is in, or "" when the policy is fail and
+// the FAILED phase applies.
 func (s *Scheduler) failStep(ctx context.Context, tx *store.Store, act store.Action, now time.Time) (domain.Phase, error) {
-	if act.Spec.OnFailure != domain.OnFailureSuspend {
+	if cmp.Or(act.Spec.OnFailure, s.cfg.Workflow.OnFailure) != domain.OnFailureSuspend {
 		return "", nil
 	}
 	key, n := keyOf(act), act.FailedTimes+1

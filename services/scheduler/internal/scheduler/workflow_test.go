@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +195,77 @@ func TestStepAndRunTimeouts(t *testing.T) {
 	require.Equal(t, string(domain.PhaseTimedOut), f.action(t, step, "s").Phase)
 	require.Equal(t, string(domain.PhaseTimedOut), f.action(t, run, "s").Phase)
 	require.Equal(t, domain.TaskKilled, f.tasks(t, run, "s")[0].Task.State)
+}
+
+// A condition that exceeds its cost limit fails its step without running
+// it (FAILED, its reason naming the limit), and the run fails: the advance
+// returns, having held the run's lock for a bounded time.
+func TestConditionOverItsLimitFailsTheStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	spec := domain.WorkflowSpec{Params: []domain.Param{{Name: "s"}}, Steps: []domain.Step{
+		{Name: "heavy", Command: "true", If: `params.s.contains("zzz")`}, {Name: "after", Command: "true"}}}
+	spec.Normalize()
+	require.Empty(t, spec.Validate("spec"))
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "heavy"}
+	_, _, err := f.st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec,
+		Params: map[string]any{"s": strings.Repeat("a", 2<<20)}})
+	require.NoError(t, err)
+	_, err = f.s.advance(ctx, key)
+	require.NoError(t, err)
+	heavy := f.action(t, key, "heavy")
+	require.Equal(t, string(domain.PhaseFailed), heavy.Phase)
+	require.Equal(t, "its condition failed: expression limit exceeded: it cost more than 100000 units", *heavy.Reason)
+	require.Empty(t, f.tasks(t, key, "heavy"), "nothing ran")
+	require.Equal(t, string(domain.PhaseSkipped), f.action(t, key, "after").Phase)
+	require.Equal(t, domain.PhaseFailed, f.runPhase(t, key))
+}
+
+// The advance that holds a run's lock evaluates no condition: one that
+// would fail at its cost limit leaves its step undecided (QUEUED), and the
+// advance leaves it for after its commit (judge). The whole advance then
+// evaluates it outside the transaction and decides from its verdict in a
+// second one: FAILED, with the limit as its reason. Only a run whose steps
+// kept changing under it, maxJudgeRounds advances in a row, evaluates
+// under the lock.
+func TestConditionsAreEvaluatedOutsideTheRunLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRunFixture(t, domain.ARCTable)
+	spec := domain.WorkflowSpec{Params: []domain.Param{{Name: "s"}}, Steps: []domain.Step{
+		{Name: "heavy", Command: "true", If: `params.s.contains("zzz")`}, {Name: "after", Command: "true"}}}
+	spec.Normalize()
+	require.Empty(t, spec.Validate("spec"))
+	key := domain.RunKey{Project: "p", Domain: "d", Run: "judged"}
+	_, _, err := f.st.Runs().CreateRun(ctx, store.NewRun{Key: key, Spec: spec,
+		Params: map[string]any{"s": strings.Repeat("a", 2<<20)}})
+	require.NoError(t, err)
+
+	var locked Advance
+	var run store.Run
+	require.NoError(t, f.st.InTx(ctx, func(tx *store.Store) error {
+		if run, err = tx.Runs().LockRun(ctx, key); err != nil {
+			return err
+		}
+		locked, err = f.s.progress(ctx, tx, run, time.Now())
+		return err
+	}))
+	require.NotNil(t, locked.judge, "the condition is left for after the commit")
+	require.Empty(t, locked.Started)
+	require.Equal(t, string(domain.PhaseQueued), f.action(t, key, "heavy").Phase, "not evaluated under the lock")
+
+	status := map[string]domain.StepStatus{"heavy": {Phase: domain.PhaseQueued}, "after": {Phase: domain.PhaseQueued}}
+	require.Equal(t, []string{"heavy"}, judging{round: maxJudgeRounds - 1}.evaluate(run, status).Unjudged)
+	require.Equal(t, []string{"heavy"}, judging{round: maxJudgeRounds}.evaluate(run, status).Fail,
+		"the last round evaluates under the lock")
+
+	adv, err := f.s.advance(ctx, key)
+	require.NoError(t, err)
+	require.Nil(t, adv.judge)
+	require.Equal(t, domain.PhaseFailed, adv.Phase, "the advance returns what its judged advance did")
+	heavy := f.action(t, key, "heavy")
+	require.Equal(t, string(domain.PhaseFailed), heavy.Phase)
+	require.Equal(t, "its condition failed: expression limit exceeded: it cost more than 100000 units", *heavy.Reason)
+	require.Equal(t, string(domain.PhaseSkipped), f.action(t, key, "after").Phase)
 }

@@ -239,7 +239,7 @@ function notes(a) {
     n.push(html`abort: ${a.abort.outcome === 'needs_intervention' ? html`<b>manual intervention may be required</b>` : a.abort.outcome || 'delivering'} (${a.abort.attempt_count} attempt(s))`);
   }
   if (a.approval) {
-    n.push(html`<span class="approval">${a.approval.decision}${a.approval.by ? ` by ${a.approval.by}` : ''}${a.approval.comment ? `: “${a.approval.comment}”` : ''}</span>`);
+    n.push(html`<span class="approval">${a.approval.decision}${a.approval.token_name ? ` by token ${a.approval.token_name}` : ''}${a.approval.by ? ` as ${a.approval.by}` : ''}${a.approval.comment ? `: “${a.approval.comment}”` : ''}</span>`);
   }
   return joined(n, html`<br>`);
 }

@@ -11,8 +11,8 @@ import {originShort} from './origin.js';
 import {onPrefs} from './prefs.js';
 import {param, setParams} from './url.js';
 
-const PHASES = ['QUEUED', 'WAITING_FOR_RESOURCES', 'WAITING_FOR_CACHE', 'RUNNING', 'PAUSED', 'SUCCEEDED', 'FAILED',
-  'ABORTED', 'TIMED_OUT', 'UNSCHEDULABLE', 'WORKER_FAILED', 'SKIPPED'];
+const PHASES = ['QUEUED', 'WAITING_FOR_RESOURCES', 'WAITING_FOR_CACHE', 'RUNNING', 'WAITING', 'PAUSED', 'SUCCEEDED',
+  'FAILED', 'ABORTED', 'TIMED_OUT', 'UNSCHEDULABLE', 'WORKER_FAILED', 'SKIPPED'];
 const PAGE = 50;
 
 export function mount(view) {
