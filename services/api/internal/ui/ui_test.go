@@ -1,10 +1,12 @@
 package ui
 
 import (
+	"bytes"
 	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path"
 	"regexp"
 	"strings"
@@ -83,6 +85,10 @@ func TestServesModules(t *testing.T) {
 		"vendor/js-yaml/js-yaml.mjs":           "text/javascript",
 		"vendor/js-yaml/LICENSE":               "text/plain",
 		"js/theme.js":                          "text/javascript",
+		"vendor/json-schema/index.js":          "text/javascript",
+		"vendor/json-schema/LICENSE":           "text/plain",
+		"schema/workflow.json":                 "application/json",
+		"favicon.svg":                          "image/svg+xml",
 	} {
 		resp, err := http.Get(srv.URL + "/ui/" + file)
 		require.NoError(t, err)
@@ -92,4 +98,15 @@ func TestServesModules(t *testing.T) {
 		require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), ctype), "%s: %s", file, resp.Header.Get("Content-Type"))
 		require.NotEmpty(t, body, file)
 	}
+}
+
+// TestSchemaIsCurrent: the form checks specs against the copy of
+// schema/workflow.json the dashboard serves; `make generate` writes both.
+func TestSchemaIsCurrent(t *testing.T) {
+	t.Parallel()
+	want, err := os.ReadFile("../../../../schema/workflow.json")
+	require.NoError(t, err)
+	got, err := fs.ReadFile(static, "static/schema/workflow.json")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "static/schema/workflow.json differs from schema/workflow.json: run make generate")
 }

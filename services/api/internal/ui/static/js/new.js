@@ -2,8 +2,9 @@
 // declared param, typed as it is declared), or of a workflow spec written
 // as YAML (a run request: `spec`, and optionally `params` and `name`; a
 // document of `steps` alone is taken as the spec). The form checks what it
-// can before it sends (YAML that parses, steps with names, required
-// params, values of their type, a run name the API accepts), and shows the
+// can before it sends (YAML that parses, a spec the spec's JSON Schema
+// accepts, required params, values of their type, a run name the API
+// accepts), and shows the
 // API's refusal next to the field it names (spec.steps[1].plugin,
 // params.WHO, name). The URL holds the mode, template and version, and
 // the run whose spec to start again (from).
@@ -11,6 +12,7 @@
 import {getJSON, postJSON} from './api.js';
 import {base, enc, html, nothing, render, showError} from './dom.js';
 import {decls, valueText} from './origin.js';
+import {specErrors} from './schema.js';
 import {param, setParams} from './url.js';
 import {YAMLError, fromYAML, toYAML} from './yaml.js';
 
@@ -31,6 +33,8 @@ export function mount(view) {
   const st = {
     mode: param('mode'), templates: null, workflow: param('workflow'), version: param('version'), versions: [],
     values: {}, name: '', yaml: EXAMPLE, errors: {}, problem: null, sending: false,
+    parsed: null, // the YAML document last parsed, for the schema check
+    checked: false, // Check found nothing to refuse in the YAML as it is
   };
   let left = false;
   const draw = () => { if (!left) render(page(st, ui), view); };
@@ -54,14 +58,24 @@ export function mount(view) {
     setVersion: (v) => { st.version = v; st.errors = {}; setParams({version: v}); draw(); },
     setValue: (k, v) => { st.values[k] = v; },
     setName: (v) => { st.name = v; },
-    setYAML: (v) => { st.yaml = v; },
-    check: () => { st.errors = {}; st.problem = null; prepare(st, shownTemplate()); draw(); },
+    setYAML: (v) => { st.yaml = v; if (st.checked) { st.checked = false; draw(); } },
+    check: async () => {
+      st.errors = {};
+      st.problem = null;
+      const body = prepare(st, shownTemplate());
+      await schemaCheck(st);
+      st.checked = !!body && !Object.keys(st.errors).length;
+      draw();
+      focusError(view);
+    },
     submit: async (ev) => {
       ev.preventDefault();
       st.errors = {};
       st.problem = null;
+      st.checked = false;
       const body = prepare(st, shownTemplate());
-      if (!body) { draw(); focusError(view); return; }
+      await schemaCheck(st);
+      if (!body || Object.keys(st.errors).length) { draw(); focusError(view); return; }
       st.sending = true;
       draw();
       try {
@@ -105,6 +119,7 @@ export function mount(view) {
 function prepare(st, tmpl) {
   const errs = st.errors;
   const body = {};
+  st.parsed = null;
   const name = st.name.trim();
   if (name) {
     if (NAME_RE.test(name)) body.name = name;
@@ -139,8 +154,9 @@ function prepare(st, tmpl) {
       return null;
     }
     if (!('spec' in doc) && 'steps' in doc) doc = {spec: doc};
+    st.parsed = doc;
     for (const k of Object.keys(doc)) if (!['spec', 'params', 'name', 'workflow'].includes(k)) errs[k] = `unknown field: a run request has spec, params and name`;
-    checkSpec(doc, errs);
+    if (doc.workflow === undefined && doc.spec === undefined) errs.spec = 'required: a mapping with steps';
     if (doc.params !== undefined && (typeof doc.params !== 'object' || doc.params === null || Array.isArray(doc.params))) errs.params = 'a mapping of param names to values';
     if (doc.name !== undefined && body.name === undefined) body.name = doc.name;
     Object.assign(body, {...doc, name: body.name});
@@ -149,11 +165,26 @@ function prepare(st, tmpl) {
   return Object.keys(errs).length ? null : body;
 }
 
-// checkSpec checks what the API would refuse first in doc.spec: a
-// mapping whose steps are a list of mappings, each with a name.
-function checkSpec(doc, errs) {
-  if (doc.workflow !== undefined) return; // a template's run: the API checks it
-  const spec = doc.spec;
+// schemaCheck adds to st.errors what the spec's JSON Schema refuses in
+// the spec of the YAML document prepare parsed (a template's run is the
+// API's to check). When the schema cannot be had, it checks what the API
+// would refuse first (checkSpec) and leaves the rest to the API.
+async function schemaCheck(st) {
+  const doc = st.parsed;
+  if (st.mode !== 'yaml' || !doc || doc.workflow !== undefined || doc.spec === undefined) return;
+  try {
+    for (const {field, message} of await specErrors(doc.spec)) {
+      st.errors[field] = st.errors[field] ? st.errors[field] + '; ' + message : message;
+    }
+  } catch (e) {
+    console.warn('schema', e);
+    checkSpec(doc.spec, st.errors);
+  }
+}
+
+// checkSpec checks what the API would refuse first in spec: a mapping
+// whose steps are a list of mappings, each with a name.
+function checkSpec(spec, errs) {
   if (!spec || typeof spec !== 'object' || Array.isArray(spec)) { errs.spec = 'required: a mapping with steps'; return; }
   if (!Array.isArray(spec.steps) || !spec.steps.length) { errs['spec.steps'] = 'a list of at least one step'; return; }
   spec.steps.forEach((s, i) => {
@@ -228,7 +259,8 @@ function page(st, ui) {
       <div id="new-problem" role="alert">${st.problem ? html`<p class="field-error">${st.problem.message}${st.problem.status ? ` (${st.problem.status}${st.problem.code ? ' ' + st.problem.code : ''})` : ''}</p>` : nothing}
         ${unplaced.length ? html`<ul class="field-error">${unplaced.map(([f, m]) => html`<li><code>${f}</code>: ${m}</li>`)}</ul>` : nothing}</div>
       <p><button class="primary" id="new-submit" ?disabled=${st.sending || !st.mode}>${st.sending ? 'Starting…' : 'Start run'}</button>
-        ${st.mode === 'yaml' ? html`<button type="button" id="new-check" @click=${ui.check}>Check</button>` : nothing}</p>
+        ${st.mode === 'yaml' ? html`<button type="button" id="new-check" @click=${ui.check}>Check</button>
+          <span id="new-checked" class="muted" role="status">${st.checked ? 'The spec matches its schema.' : ''}</span>` : nothing}</p>
     </form>`;
 }
 
