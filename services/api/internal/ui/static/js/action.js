@@ -113,7 +113,7 @@ function page(runName, st, ui) {
         <label><input id="logs-stamps" type="checkbox" .checked=${st.stamps} @change=${ui.stamps}> timestamps</label>
         <button id="logs-download" @click=${ui.download} ?disabled=${!lg.key}>Download</button>
       </div>
-      <pre class="logs ${st.stamps ? 'stamped' : ''}" id="logs" tabindex="0" aria-label="log output"></pre>
+      <pre class="logs ${st.stamps ? 'stamped' : ''}" id="logs" role="log" tabindex="0" aria-label="log output"></pre>
     </section>`;
 }
 

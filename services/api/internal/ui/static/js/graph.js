@@ -95,14 +95,17 @@ export function graph(run, open) {
     const ph = a?.phase || 'QUEUED';
     const tasks = a?.task_count || 0;
     const counts = countsText(a);
-    const label = `step ${s.name}: ${stateName(ph)}${tasks ? `, ${tasks} tasks: ${counts}` : ''}`;
+    // The lines the node shows; its accessible name starts with them, so
+    // what a reader sees is what a voice-control user says.
+    const lines = [s.name.slice(0, 20), `${stateName(ph)}${tasks > 1 ? ` · ${tasks} tasks` : ''}`, counts.slice(0, 26)];
+    const label = `${lines.filter(Boolean).join(' ')}${counts.length > 26 ? ` (${counts})` : ''}, step of the workflow`;
     return svg`<g class="node status-${stateName(ph)}" data-step=${s.name} data-phase=${ph} data-tasks=${tasks} tabindex="0" role="link"
         aria-label=${label} transform="translate(${n.x - W / 2},${n.y - H / 2})" @click=${() => open(s.name)} @keydown=${(ev) => key(ev, s.name)}>
       <title>${s.name}: ${ph}${tasks ? ` · ${tasks} tasks: ${counts}` : ''}</title>
       <rect class="status-${stateName(ph)}" width=${W} height=${H} rx="6"></rect>
-      <text x="8" y="15">${s.name.slice(0, 20)}</text>
-      <text x="8" y="29" opacity=".85">${stateName(ph)}${tasks > 1 ? ` · ${tasks} tasks` : ''}</text>
-      <text class="counts" x="8" y="41" opacity=".85">${counts.slice(0, 26)}</text>
+      <text x="8" y="15">${lines[0]}</text>
+      <text x="8" y="29" opacity=".85">${lines[1]}</text>
+      <text class="counts" x="8" y="41" opacity=".85">${lines[2]}</text>
       ${countsBar(a, 8, 44, W - 16)}</g>`;
   };
   return html`<svg width=${width} height=${height} role="group" aria-label="workflow graph: ${steps.length} steps">

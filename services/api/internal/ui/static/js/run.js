@@ -141,7 +141,7 @@ function specPanel(run, ui) {
   return html`<div class="toolbar">
       <a class="button" id="spec-rerun" href=${href('#/new', {from: run.name})}>Start a run of this spec…</a>
       <button id="spec-download" @click=${ui.downloadSpec}>Download YAML</button></div>
-    <pre class="spec" id="run-spec" tabindex="0" aria-label="the run's spec as YAML">${specYAML(run)}</pre>`;
+    <pre class="spec" id="run-spec" role="region" tabindex="0" aria-label="the run's spec as YAML">${specYAML(run)}</pre>`;
 }
 
 // eventsPanel is the run's event history: every run_events row in id

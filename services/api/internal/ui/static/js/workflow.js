@@ -37,7 +37,7 @@ function page(name, t, versions) {
     <p><a class="button primary" id="workflow-run" href=${href('#/new', {workflow: t.name, version: latest ? '' : t.version})}>Start a run…</a></p>
     <h3>Params</h3><table><thead><tr><th scope="col">param</th><th scope="col">type</th><th scope="col">required</th><th scope="col">default</th><th scope="col">description</th></tr></thead>
     <tbody id="workflow-params">${t.params.length ? t.params.map(paramRow) : html`<tr><td colspan="5" class="muted">No params.</td></tr>`}</tbody></table>
-    <h3>Spec</h3><pre class="spec" id="workflow-spec" tabindex="0" aria-label="the template's spec as YAML">${toYAML(t.spec)}</pre>
+    <h3>Spec</h3><pre class="spec" id="workflow-spec" role="region" tabindex="0" aria-label="the template's spec as YAML">${toYAML(t.spec)}</pre>
     <h3>Versions</h3><table><thead><tr><th scope="col">version</th><th scope="col">created</th><th scope="col">params</th><th scope="col">description</th></tr></thead>
     <tbody id="workflow-versions">${versions.map((v) => html`<tr data-version=${v.version} class=${v.version === t.version ? 'current' : ''}>
       <td><a href="#/workflows/${enc(v.name)}/versions/${v.version}">${v.version}</a></td><td class="muted">${time(v.created_at)}</td>
