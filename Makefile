@@ -15,11 +15,12 @@ deps: ## install (if missing) and start Postgres and Redis on loopback
 deps-stop:
 	@scripts/dev-deps.sh stop
 
-generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files)
+generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json)
 	cd pkg && go generate ./api ./executorapi
+	cp schema/workflow.json services/api/internal/ui/static/schema/workflow.json
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi schema && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)

@@ -13,7 +13,8 @@ import (
 
 // TestBrowserDashboard runs the dashboard's browser test
 // (e2e/browser/dashboard.test.mjs: headless Chromium driven by
-// playwright-core) against a real stack. Debian's chromium and the npm
+// playwright-core, with axe-core injected for the accessibility check)
+// against a real stack. Debian's chromium and the npm
 // packages of e2e/browser are installed first when missing; screenshots are
 // kept under .data/browser/.
 func TestBrowserDashboard(t *testing.T) {
@@ -73,13 +74,19 @@ func ensureChromium(t *testing.T) string {
 }
 
 // ensurePlaywright installs e2e/browser's locked npm packages (npm ci) when
-// playwright-core is missing.
+// playwright-core or axe-core is missing.
 func ensurePlaywright(t *testing.T, dir string) {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatal("node is missing: the browser test needs Node.js 20 or later and npm")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err == nil {
+	installed := true
+	for _, pkg := range []string{"playwright-core", "axe-core"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			installed = false
+		}
+	}
+	if installed {
 		return
 	}
 	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")

@@ -6,8 +6,18 @@
 // computed style; follows a live log; renders a run of 2 × 1,000 tasks
 // within a bound, one node a step with its counts, and pages its tasks; shows a template run's origin and the
 // template's versions and params; and shows a schedule's next times, pauses
-// and unpauses it and triggers a run of it. Every wait is on a condition
-// with a timeout. Screenshots go to $CAPSTAN_SCREENSHOTS.
+// and unpauses it and triggers a run of it. And the dashboard's own
+// contracts: a link copied from a filtered page opens the same project,
+// run, tab and filters in a fresh browser context (whatever that browser
+// remembers); a focused run link keeps the focus across 5 s of live
+// updates; the graph opens a step by keyboard alone; dark mode (the
+// system's and the toggle); a finished DAG run's event history lists
+// every event of its stream in order; the new-run form refuses what the
+// spec's JSON Schema refuses before sending, and starts runs of a YAML
+// spec and of a template that succeed; and axe-core finds no serious or
+// critical violation on the runs, run, action, workers and aborts pages.
+// Every wait is on a condition with a timeout. Screenshots go to
+// $CAPSTAN_SCREENSHOTS.
 //
 // Environment: CAPSTAN_API (base URL), CAPSTAN_TOKEN (optional bearer token),
 // CAPSTAN_DATA_DIR (the stack's data dir: run directories hold the files
@@ -17,7 +27,11 @@
 import {chromium} from 'playwright-core';
 import assert from 'node:assert/strict';
 import {mkdirSync, writeFileSync} from 'node:fs';
+import {createRequire} from 'node:module';
 import {join} from 'node:path';
+
+// AXE is axe-core's browser script, injected into the page under test.
+const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
 
 const api = process.env.CAPSTAN_API;
 const token = process.env.CAPSTAN_TOKEN || '';
@@ -90,6 +104,45 @@ async function step(name, fn) {
   console.log(`ok   ${name} (${Date.now() - t0} ms)`);
 }
 
+// login answers the token prompt of a page just opened (the stack
+// requires a token; a fresh browser context has none).
+async function login(page) {
+  if (!token) return;
+  await page.locator('#token').waitFor({state: 'visible'});
+  await page.fill('#token-input', token);
+  await page.click('#token button');
+}
+
+// runEvents reads run's whole event stream (a terminal run's ends with
+// `end`) and returns its events' ids and types, in the stream's order.
+async function runEvents(name) {
+  const r = await fetch(`${runs}/${name}/events`, {headers: {...authz, Accept: 'text/event-stream'}});
+  assert.equal(r.status, 200);
+  const out = [];
+  for (const block of (await r.text()).split('\n\n')) {
+    const ev = {};
+    for (const line of block.split('\n')) {
+      const c = line.indexOf(':');
+      if (c > 0) ev[line.slice(0, c)] = line.slice(c + 1).trim();
+    }
+    if (ev.id && ev.event !== 'end') out.push({id: ev.id, type: ev.event, step: JSON.parse(ev.data).action || ''});
+  }
+  return out;
+}
+
+// succeeded waits until run's phase is SUCCEEDED through the API.
+async function succeeded(name) {
+  const deadline = Date.now() + T;
+  for (;;) {
+    const r = await fetch(`${runs}/${name}`, {headers: authz});
+    const run = await r.json();
+    if (run.phase === 'SUCCEEDED') return;
+    assert.ok(!run.ended_at, `${name} ended ${run.phase}`);
+    assert.ok(Date.now() < deadline, `${name} is still ${run.phase}`);
+    await new Promise((done) => setTimeout(done, 100));
+  }
+}
+
 async function main() {
   await createRun('live-dag', {mode: 'DAG', steps: [
     {name: 'first', command: `${waitFile('go')}; echo first done`},
@@ -111,7 +164,7 @@ async function main() {
   page.on('pageerror', (e) => console.error('page error:', e.message));
   page.on('dialog', (d) => { throw new Error('unexpected native dialog: ' + d.message()); });
   try {
-    await scenario(page);
+    await scenario(page, browser);
   } catch (e) {
     await shot(page, 'failure').catch(() => {});
     throw e;
@@ -120,14 +173,10 @@ async function main() {
   }
 }
 
-async function scenario(page) {
+async function scenario(page, browser) {
   await step('runs list', async () => {
     await page.goto(`${api}/ui/?project=${project}&domain=${domain}#/runs`);
-    if (token) {
-      await page.locator('#token').waitFor({state: 'visible'});
-      await page.fill('#token-input', token);
-      await page.click('#token button');
-    }
+    await login(page);
     for (const r of ['live-dag', 'to-abort', 'needs-approval', 'retried', 'no-gpu', 'talker']) {
       await page.locator(`tr[data-run="${r}"] .badge`).waitFor();
     }
@@ -160,6 +209,12 @@ async function scenario(page) {
     assert.equal(await page.locator('g.node rect.status-succeeded').count(), 3);
     await shot(page, '3-dag-succeeded');
   });
+
+  await step("a finished DAG run's event history lists every event in order, filtered by type and step", () => eventHistory(page));
+  await step('the graph opens a step by keyboard alone', () => graphByKeyboard(page));
+  await step('a focused run link keeps the focus across 5 s of live updates', () => keepsFocus(page));
+  await step('a copied link opens the same project, run and filters in a fresh browser context', () => deepLinks(page, browser));
+  await step('dark mode: the system scheme, the toggle, remembered', () => darkMode(page));
 
   await step('abort a run through the confirmation', async () => {
     await page.evaluate(() => { location.hash = '#/runs/to-abort'; });
@@ -248,6 +303,8 @@ async function scenario(page) {
 
   await step("a template's run shows its origin; the Workflows page lists the template with its params", () => templates(page));
 
+  await step('the new-run form checks a YAML spec against its schema, and starts runs that succeed', () => newRunForm(page));
+
   await step("a run waiting for its concurrency key shows why; the Concurrency page shows the key's holder and line", async () => {
     const keyed = {concurrency: {key: '"deploy"', max_runs: 1}, steps: [{name: 'deploy', command: waitFile('go')}]};
     await createRun('deploy-1', keyed);
@@ -275,6 +332,7 @@ async function scenario(page) {
     await shot(page, '11-aborts');
   });
 
+  await step('axe-core: no serious or critical violation on the runs, run, action, workers and aborts pages', () => accessible(page));
   await step('the event stream client resumes with Last-Event-ID and stops at end', () => streamContract(page));
   if (!token) await step('a 401 asks for a token once and sends it after', () => tokenPrompt(page));
   // Last: it needs the schedules API and the scheduler's firing of a
@@ -517,6 +575,250 @@ async function streamContract(page) {
     page.off('request', onRequest);
     await page.unrouteAll();
   }
+}
+
+// fresh opens url in a new browser context, which shares nothing with the
+// page the link was copied from, and whose localStorage names another
+// project and domain: the URL's must win.
+async function fresh(browser, url) {
+  const ctx = await browser.newContext({viewport: {width: 1400, height: 900}});
+  await ctx.addInitScript(() => {
+    localStorage.setItem('capstan.project', 'elsewhere');
+    localStorage.setItem('capstan.domain', 'nowhere');
+  });
+  const p = await ctx.newPage();
+  p.setDefaultTimeout(T);
+  p.on('pageerror', (e) => console.error('page error (fresh context):', e.message));
+  await p.goto(url);
+  await login(p);
+  return {p, close: () => ctx.close()};
+}
+
+// deepLinks filters the runs list and a run's event history through the
+// page's controls, copies each page's URL and opens it in a fresh browser
+// context: the same project, domain, run, tab and filters show.
+async function deepLinks(page, browser) {
+  await page.evaluate(() => { location.hash = '#/runs'; });
+  await page.selectOption('#runs-phase', 'SUCCEEDED');
+  await page.fill('#runs-search', 'live');
+  await page.waitForURL(/[#&?]q=live/);
+  await page.locator('tr[data-run="to-abort"]').waitFor({state: 'detached'});
+  const listURL = page.url();
+  assert.match(listURL, /phase=SUCCEEDED/);
+  let f = await fresh(browser, listURL);
+  try {
+    await f.p.locator('tr[data-run="live-dag"]').waitFor();
+    assert.equal(await f.p.inputValue('#project'), project);
+    assert.equal(await f.p.inputValue('#domain'), domain);
+    assert.equal(await f.p.inputValue('#runs-phase'), 'SUCCEEDED');
+    assert.equal(await f.p.inputValue('#runs-search'), 'live');
+    assert.equal(await f.p.locator('tbody#runs tr[data-run]').count(), 1, 'only the filtered runs');
+    await shot(f.p, '18-deep-link-runs');
+  } finally { await f.close(); }
+
+  await page.click('tr[data-run="live-dag"] a');
+  await page.click('#run-tab-events');
+  await page.locator('#run-events tr[data-event]').first().waitFor();
+  await page.selectOption('#events-step', 'first');
+  const type = await page.locator('#run-events tr[data-event]').first().getAttribute('data-type');
+  await page.selectOption('#events-type', type);
+  await page.waitForURL(/[#&?]type=/);
+  const runURL = page.url();
+  const want = await page.locator('#run-events tr[data-event]').evaluateAll((rows) => rows.map((r) => r.dataset.event));
+  assert.ok(want.length > 0);
+  f = await fresh(browser, runURL);
+  try {
+    await f.p.locator('#run-title', {hasText: 'live-dag'}).waitFor();
+    assert.equal(await f.p.getAttribute('#run-tab-events', 'aria-selected'), 'true');
+    assert.equal(await f.p.inputValue('#events-step'), 'first');
+    assert.equal(await f.p.inputValue('#events-type'), type);
+    await f.p.locator(`#run-events tr[data-event="${want.at(-1)}"]`).waitFor();
+    const got = await f.p.locator('#run-events tr[data-event]').evaluateAll((rows) => rows.map((r) => r.dataset.event));
+    assert.deepEqual(got, want, 'the same filtered events');
+    assert.equal(await f.p.inputValue('#project'), project);
+    await shot(f.p, '19-deep-link-run-events');
+  } finally { await f.close(); }
+}
+
+// FOCUS_MS is how long a focused run link is watched while the list
+// updates live.
+const FOCUS_MS = 5000;
+
+// keepsFocus focuses a run link of the runs list while a run steps
+// through its steps (each step an event, each event a re-fetch and a
+// redraw), and checks every 50 ms for FOCUS_MS that the same element, still
+// in the page, has the focus, and that the list did change meanwhile.
+async function keepsFocus(page) {
+  await createRun('ticker', {steps: Array.from({length: 8}, (_, i) => ({name: `s${i}`, command: 'sleep 0.7'}))});
+  await page.evaluate(() => { location.hash = '#/runs'; });
+  await page.locator('tr[data-run="ticker"] .badge').waitFor();
+  const link = page.locator('tr[data-run="live-dag"] a');
+  await link.focus();
+  await page.evaluate(() => {
+    window.focusedLink = document.activeElement;
+    window.listChanges = 0;
+    new MutationObserver((m) => { window.listChanges += m.length; })
+      .observe(document.getElementById('runs'), {subtree: true, childList: true, characterData: true, attributes: true});
+  });
+  const t0 = Date.now();
+  while (Date.now() - t0 < FOCUS_MS) {
+    const ok = await page.evaluate(() => document.activeElement === window.focusedLink && window.focusedLink.isConnected);
+    assert.ok(ok, `the run link lost the focus after ${Date.now() - t0} ms`);
+    await page.waitForTimeout(50); // the observation window's sampling period
+  }
+  const changes = await page.evaluate(() => window.listChanges);
+  console.log(`     ${changes} changes to the list while the link kept the focus`);
+  assert.ok(changes > 0, 'the list did not change during the window');
+  assert.equal(await page.evaluate(() => document.activeElement.closest('tr')?.dataset.run), 'live-dag');
+}
+
+// graphByKeyboard opens a step from the graph with the keyboard alone:
+// Tab from the top of the run page until a node has the focus, then Enter.
+async function graphByKeyboard(page) {
+  await page.evaluate(() => { location.hash = '#/runs/live-dag'; });
+  await page.locator('g.node[data-step="second"][data-phase="SUCCEEDED"]').waitFor();
+  await page.evaluate(() => document.activeElement?.blur());
+  let on = '';
+  for (let i = 0; i < 80 && on !== 'second'; i++) {
+    await page.keyboard.press('Tab');
+    on = await page.evaluate(() => document.activeElement?.closest?.('g.node')?.dataset.step || '');
+  }
+  assert.equal(on, 'second', 'Tab never reached the node of step second');
+  await shot(page, '20-graph-node-focused');
+  await page.keyboard.press('Enter');
+  await page.waitForURL(/#\/runs\/live-dag\/actions\/second$/);
+  await page.locator('#action-title', {hasText: 'second'}).waitFor();
+}
+
+const bodyBackground = (page) => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+const DARK_BG = 'rgb(13, 17, 23)';
+const LIGHT_BG = 'rgb(255, 255, 255)';
+
+// darkMode checks the theme: the system's dark scheme when the toggle
+// says system, the toggle's choice over the system's, remembered across a
+// reload; and takes the dark-mode screenshots.
+async function darkMode(page) {
+  await page.evaluate(() => { location.hash = '#/runs/live-dag'; });
+  await page.locator('g.node[data-step="second"]').waitFor();
+  assert.equal(await page.inputValue('#theme'), 'auto');
+  assert.equal(await bodyBackground(page), LIGHT_BG);
+  await page.emulateMedia({colorScheme: 'dark'});
+  await page.waitForFunction((bg) => getComputedStyle(document.body).backgroundColor === bg, DARK_BG);
+  await shot(page, '21-dark-run');
+  await page.selectOption('#theme', 'light');
+  assert.equal(await bodyBackground(page), LIGHT_BG, 'the toggle wins over the system');
+  await page.emulateMedia({colorScheme: 'light'});
+  await page.selectOption('#theme', 'dark');
+  assert.equal(await bodyBackground(page), DARK_BG);
+  await page.reload(); // the tab keeps its token (sessionStorage): no prompt
+  await page.locator('g.node[data-step="second"]').waitFor();
+  assert.equal(await page.inputValue('#theme'), 'dark', 'the theme is remembered');
+  assert.equal(await bodyBackground(page), DARK_BG);
+  await page.evaluate(() => { location.hash = '#/runs'; });
+  await page.locator('tr[data-run="live-dag"]').waitFor();
+  await shot(page, '22-dark-runs');
+  await page.selectOption('#theme', 'auto');
+  assert.equal(await bodyBackground(page), LIGHT_BG);
+}
+
+// eventHistory checks that the event history of the finished DAG run
+// lists every event of its stream, in order, and filters by type and step.
+async function eventHistory(page) {
+  const all = await runEvents('live-dag');
+  assert.ok(all.length >= 10, `live-dag has ${all.length} events`);
+  await page.evaluate(() => { location.hash = '#/runs/live-dag?tab=events'; });
+  await page.locator('#events-count', {hasText: `${all.length} of ${all.length} events`}).waitFor();
+  const rows = () => page.locator('#run-events tr[data-event]').evaluateAll((trs) => trs.map((r) => r.dataset.event));
+  assert.deepEqual(await rows(), all.map((e) => e.id), 'every event, in order');
+  await shot(page, '23-event-history');
+  const type = all.find((e) => e.step === 'second').type;
+  await page.selectOption('#events-type', type);
+  await page.selectOption('#events-step', 'second');
+  const want = all.filter((e) => e.type === type && e.step === 'second').map((e) => e.id);
+  await page.locator('#events-count', {hasText: `${want.length} of ${all.length} events`}).waitFor();
+  assert.deepEqual(await rows(), want, 'the filtered events, in order');
+  await page.selectOption('#events-type', '');
+  await page.selectOption('#events-step', '');
+  await page.click('#run-tab-spec');
+  await page.locator('#run-spec', {hasText: 'depends_on'}).waitFor();
+  assert.match(await page.textContent('#run-spec'), /mode: DAG/);
+}
+
+// newRunForm checks that the form refuses, before sending anything, a spec
+// its JSON Schema refuses (naming the field), then starts a run of a YAML
+// spec and one of the greeter template with a param, each to SUCCEEDED.
+async function newRunForm(page) {
+  const posts = [];
+  const onRequest = (r) => { if (r.method() === 'POST' && new URL(r.url()).pathname.endsWith('/runs')) posts.push(r.url()); };
+  page.on('request', onRequest);
+  try {
+    await page.evaluate(() => { location.hash = '#/new?mode=yaml'; });
+    await page.locator('#new-yaml').waitFor();
+    await page.fill('#new-yaml', 'spec:\n  mode: Sideways\n  steps:\n    - name: a\n      comand: echo a\n      replicas: many\n');
+    await page.click('#new-submit');
+    const err = page.locator('#new-yaml-error');
+    await page.locator('#new-yaml-error', {hasText: 'spec.steps[0].comand: unknown field'}).waitFor();
+    assert.match(await err.innerText(), /spec\.mode: .*StepByStep/);
+    assert.match(await err.innerText(), /spec\.steps\[0\]\.replicas: .*integer/);
+    assert.equal(await page.getAttribute('#new-yaml', 'aria-invalid'), 'true');
+    await shot(page, '24-new-run-refused');
+    assert.equal(posts.length, 0, 'nothing was sent');
+
+    await page.fill('#new-yaml', 'spec:\n  mode: DAG\n  steps:\n    - name: a\n      command: echo a\n    - name: b\n      depends_on: [a]\n      command: echo b\n');
+    await page.click('#new-check');
+    await page.locator('#new-checked', {hasText: 'matches its schema'}).waitFor();
+    await page.fill('#new-name', 'from-form');
+    await page.click('#new-submit');
+    await page.waitForURL(/#\/runs\/from-form$/);
+    await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+    assert.equal(posts.length, 1);
+
+    await page.evaluate(() => { location.hash = '#/new?mode=template&workflow=greeter'; });
+    await page.locator('#new-param-WHO').waitFor();
+    await page.fill('#new-param-WHO', 'the form');
+    await page.fill('#new-name', 'from-form-template');
+    await shot(page, '25-new-run-template');
+    await page.click('#new-submit');
+    await page.waitForURL(/#\/runs\/from-form-template$/);
+    await page.locator('#run-origin [data-origin="workflow"]', {hasText: 'greeter'}).waitFor();
+    await page.locator('#run-params [data-param="WHO"]', {hasText: 'WHO=the form'}).waitFor();
+    await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
+    await succeeded('from-form-template');
+  } finally {
+    page.off('request', onRequest);
+  }
+}
+
+// AXE_PAGES are the pages axe-core checks: [name, fragment, what shows
+// once the page is drawn].
+const AXE_PAGES = [
+  ['runs', '#/runs', 'tr[data-run="live-dag"]'],
+  ['run', '#/runs/live-dag', 'g.node[data-step="second"]'],
+  ['run events', '#/runs/live-dag?tab=events', '#run-events tr[data-event]'],
+  ['action', '#/runs/retried/actions/flaky', 'tr.attempt[data-attempt="2"]'],
+  ['workers', '#/workers', 'tbody#workers tr[data-worker]'],
+  ['aborts', '#/aborts?state=all', 'tbody#aborts tr[data-run]'],
+];
+
+// accessible runs axe-core on each of AXE_PAGES, light and dark, and
+// fails on any serious or critical violation, listing them.
+async function accessible(page) {
+  for (const scheme of ['light', 'dark']) {
+    await page.emulateMedia({colorScheme: scheme});
+    for (const [name, hash, ready] of AXE_PAGES) {
+      await page.evaluate((h) => { location.hash = h; }, hash);
+      await page.locator(ready).first().waitFor();
+      if (!await page.evaluate(() => !!window.axe)) await page.addScriptTag({path: AXE});
+      const violations = await page.evaluate(async () => {
+        const r = await window.axe.run(document, {resultTypes: ['violations']});
+        return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+          .map((v) => ({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' '))}));
+      });
+      assert.deepEqual(violations, [], `axe-core on the ${name} page (${scheme}):\n${JSON.stringify(violations, null, 2)}`);
+      console.log(`     axe-core: no serious or critical violation on the ${name} page (${scheme})`);
+    }
+  }
+  await page.emulateMedia({colorScheme: 'light'});
 }
 
 main().catch((e) => {

@@ -288,6 +288,9 @@ type AbortFilter struct {
 	// Projects, when not empty, keeps only the aborts of these projects
 	// (a project-scoped token's view).
 	Projects []string
+	// Project and Domain, when set, keep only the aborts of that project
+	// and of that domain (each on its own, and with Projects).
+	Project, Domain string
 }
 
 // abortsSQL lists action aborts and attempt kills with common columns; the
@@ -329,6 +332,14 @@ func (s Aborts) ListAborts(ctx context.Context, f AbortFilter) ([]AbortRecord, s
 	if len(f.Projects) > 0 {
 		q += " AND project = ANY(?)"
 		args = append(args, Strings(f.Projects))
+	}
+	if f.Project != "" {
+		q += " AND project = ?"
+		args = append(args, f.Project)
+	}
+	if f.Domain != "" {
+		q += " AND domain = ?"
+		args = append(args, f.Domain)
 	}
 	if f.Cursor != "" {
 		at, key, err := decodeCursor(f.Cursor)

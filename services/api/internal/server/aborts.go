@@ -24,6 +24,12 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 	if req.Params.Limit != nil {
 		f.Limit = *req.Params.Limit
 	}
+	if req.Params.Project != nil {
+		f.Project = *req.Params.Project
+	}
+	if req.Params.Domain != nil {
+		f.Domain = *req.Params.Domain
+	}
 	if who, ok := principalFrom(ctx); ok {
 		f.Projects = who.projects // a scoped token sees its projects' aborts only
 	}

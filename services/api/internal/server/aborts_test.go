@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/domain"
@@ -134,4 +135,42 @@ func TestAttemptShowsKill(t *testing.T) {
 	kill := attempt["kill"].(map[string]any)
 	require.Equal(t, store.CausePreempted, kill["cause"])
 	require.NotEmpty(t, kill["requested_at"])
+}
+
+// GET /v1/aborts?project=&domain= keeps one project's, one domain's or one
+// project/domain's aborts: the dashboard's page of a project/domain lists
+// no other's. A name that is not one is a 400.
+func TestListAbortsScoped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, scope := range []string{"demo/dev", "demo/prod", "other/dev"} {
+		path := "/v1/projects/" + strings.Replace(scope, "/", "/domains/", 1) + "/runs"
+		status, _, body := f.do(t, http.MethodPost, path, `{"name":"r","spec":{"steps":[{"name":"a","command":"x"}]}}`)
+		require.Equal(t, http.StatusCreated, status, body)
+		status, _, body = f.do(t, http.MethodPost, path+"/r/abort", "")
+		require.Equal(t, http.StatusAccepted, status, body)
+	}
+	for q, want := range map[string][]string{
+		"":                             {"demo/dev", "demo/prod", "other/dev"},
+		"?project=demo":                {"demo/dev", "demo/prod"},
+		"?domain=dev":                  {"demo/dev", "other/dev"},
+		"?project=demo&domain=dev":     {"demo/dev"},
+		"?project=other&domain=prod":   nil,
+		"?project=demo&state=pending":  {"demo/dev", "demo/prod"},
+		"?project=nobody&domain=dev":   nil,
+		"?domain=prod&state=delivered": nil,
+	} {
+		status, _, list := f.do(t, http.MethodGet, "/v1/aborts"+q, "")
+		require.Equal(t, http.StatusOK, status, "%s: %v", q, list)
+		var got []string
+		for _, a := range list["aborts"].([]any) {
+			rec := a.(map[string]any)
+			got = append(got, rec["project"].(string)+"/"+rec["domain"].(string))
+		}
+		require.ElementsMatch(t, want, got, q)
+	}
+	for _, q := range []string{"?project=Not_A_Name", "?domain=-dev"} {
+		status, _, p := f.do(t, http.MethodGet, "/v1/aborts"+q, "")
+		require.Equal(t, http.StatusBadRequest, status, "%s: %v", q, p)
+	}
 }

@@ -85,7 +85,7 @@ func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsReq
 		return nil, fmt.Errorf("find attempt %d of task %d of action %s: %w", req.Attempt, req.Task, key, err)
 	}
 	if req.Params.Follow != nil && *req.Params.Follow {
-		return h.newLogStream(ctx, a.ID), nil
+		return h.newLogStream(ctx, a.ID, req.Params.Timestamps != nil && *req.Params.Timestamps), nil
 	}
 	chunks, err := h.store.Logs().LogChunksAfter(ctx, a.ID, 0, 0)
 	if err != nil {

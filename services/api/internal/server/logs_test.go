@@ -131,12 +131,17 @@ func next(t *testing.T, ch <-chan sseEvent) sseEvent {
 	return sseEvent{}
 }
 
-// follow opens path?follow=true, resuming after lastID when set.
+// follow opens path with follow=true added to its query, resuming after
+// lastID when set.
 func (f *fixture) follow(t *testing.T, path, lastID string) *http.Response {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+path+"?follow=true", nil)
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+path+sep+"follow=true", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	if lastID != "" {
@@ -175,6 +180,42 @@ func TestFollowStreamsChunksUntilTheAttemptEnds(t *testing.T) {
 	resumed := readEvents(t, f.follow(t, path, first.id))
 	require.Equal(t, "stderr", next(t, resumed).event, "Last-Event-ID resumes after that chunk")
 	require.Equal(t, "end", next(t, resumed).event, "an ended attempt ends the stream at once")
+}
+
+// With timestamps=true each chunk's text starts with the time it was
+// stored, in UTC with nanoseconds, and a space; the final report's output
+// of an attempt that shipped no chunk carries its report's time.
+func TestFollowWithTimestamps(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id, path := logsRun(t, f, "logs-stamped")
+	f.report(t, id, `{"state":"RUNNING"}`)
+	before := time.Now().Add(-time.Minute)
+	f.appendLogs(t, id, http.StatusNoContent, `{"stream":"stdout","data":"one\ntwo\n"}`)
+	f.report(t, id, `{"state":"SUCCEEDED","exit_code":0}`)
+
+	stamped := func(ev sseEvent, text string) {
+		t.Helper()
+		at, rest, ok := strings.Cut(ev.data, " ")
+		require.True(t, ok, ev.data)
+		require.Len(t, at, len(logTime), "fixed width: %s", at)
+		tm, err := time.Parse(time.RFC3339Nano, at)
+		require.NoError(t, err)
+		require.True(t, tm.After(before) && tm.Before(time.Now().Add(time.Minute)), "%s is the chunk's time", tm)
+		require.Equal(t, text, rest)
+	}
+	events := readEvents(t, f.follow(t, path+"?timestamps=true", ""))
+	stamped(next(t, events), "one\ntwo\n")
+	require.Equal(t, "end", next(t, events).event)
+	plain := readEvents(t, f.follow(t, path, ""))
+	require.Equal(t, "one\ntwo\n", next(t, plain).data, "without timestamps the text is as shipped")
+
+	id2, path2 := logsRun(t, f, "logs-stamped-final")
+	f.report(t, id2, `{"state":"FAILED","exit_code":1,"stderr":"only at the end\n"}`)
+	final := readEvents(t, f.follow(t, path2+"?timestamps=true", ""))
+	ev := next(t, final)
+	require.Equal(t, "stderr", ev.event)
+	stamped(ev, "only at the end\n")
 }
 
 func TestFollowEndsWithoutEndAtItsBoundAndOnShutdown(t *testing.T) {

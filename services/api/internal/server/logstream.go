@@ -34,7 +34,8 @@ const (
 // logStream is GetAttemptLogs' answer with follow=true: server-sent
 // events, one per chunk after the request's Last-Event-ID (`id:` the chunk's
 // seq, `event:` stdout or stderr, a `data:` line per line of its text; a
-// carriage return is sent as a line break), then `event: end` with the
+// carriage return is sent as a line break; with timestamps the text starts
+// with the time the chunk was stored and a space), then `event: end` with the
 // attempt's final state as data once the attempt ended and every chunk was
 // sent. It stops early when the client goes away, after LogFollowMax or
 // when the api shuts down; the client then resumes with Last-Event-ID.
@@ -46,6 +47,8 @@ type logStream struct {
 	attempt int64
 	after   int64
 	maxFor  time.Duration
+	// timestamps starts each event's text with its chunk's time (logTime).
+	timestamps bool
 	// poll is the fallback re-read's period (Config.LogPollInterval).
 	poll time.Duration
 	// stopping ends the stream when the api shuts down.
@@ -54,9 +57,9 @@ type logStream struct {
 
 var _ api.GetAttemptLogsResponseObject = (*logStream)(nil)
 
-func (h *Handlers) newLogStream(ctx context.Context, attempt int64) *logStream {
+func (h *Handlers) newLogStream(ctx context.Context, attempt int64, timestamps bool) *logStream {
 	return &logStream{ctx: ctx, store: h.store, hub: h.feed, log: h.log, attempt: attempt, after: lastEventID(ctx),
-		maxFor: h.cfg.LogFollowMax, poll: h.cfg.LogPollInterval, stopping: h.stopping}
+		maxFor: h.cfg.LogFollowMax, poll: h.cfg.LogPollInterval, timestamps: timestamps, stopping: h.stopping}
 }
 
 // VisitGetAttemptLogsResponse writes the stream; it returns nil once the
@@ -155,9 +158,10 @@ func (s *logStream) end(send func(string) error, state string) error {
 			return fmt.Errorf("read final logs: %w", err)
 		}
 		var b strings.Builder
-		for _, c := range []store.LogChunk{{Stream: "stdout", Data: l.Stdout}, {Stream: "stderr", Data: l.Stderr}} {
+		for _, c := range []store.LogChunk{{Stream: "stdout", Data: l.Stdout, CreatedAt: l.CreatedAt},
+			{Stream: "stderr", Data: l.Stderr, CreatedAt: l.CreatedAt}} {
 			if c.Data != "" {
-				writeEvent(&b, c)
+				writeEvent(&b, c, s.timestamps)
 			}
 		}
 		if err := send(b.String()); err != nil {
@@ -179,7 +183,7 @@ func (s *logStream) sendChunks(send func(string) error) (int, error) {
 	}
 	var b strings.Builder
 	for _, c := range chunks {
-		writeEvent(&b, c)
+		writeEvent(&b, c, s.timestamps)
 		s.after = c.Seq
 	}
 	return len(chunks), send(b.String())
@@ -189,14 +193,22 @@ func (s *logStream) sendChunks(send func(string) error) (int, error) {
 // cannot hold a CR.
 var crlf = strings.NewReplacer("\r\n", "\n", "\r", "\n")
 
+// logTime is the form of a chunk's time in a stream with timestamps:
+// RFC 3339 in UTC with nanoseconds, fixed width.
+const logTime = "2006-01-02T15:04:05.000000000Z"
+
 // writeEvent writes chunk c as one server-sent event (without id when its
-// seq is 0).
-func writeEvent(b *strings.Builder, c store.LogChunk) {
+// seq is 0), its text after its time and a space when stamp is set.
+func writeEvent(b *strings.Builder, c store.LogChunk, stamp bool) {
 	if c.Seq > 0 {
 		fmt.Fprintf(b, "id: %d\n", c.Seq)
 	}
 	fmt.Fprintf(b, "event: %s\n", c.Stream)
-	for line := range strings.SplitSeq(crlf.Replace(chunkText(c)), "\n") {
+	text := chunkText(c)
+	if stamp {
+		text = c.CreatedAt.UTC().Format(logTime) + " " + text
+	}
+	for line := range strings.SplitSeq(crlf.Replace(text), "\n") {
 		b.WriteString("data: ")
 		b.WriteString(line)
 		b.WriteByte('\n')

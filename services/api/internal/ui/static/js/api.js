@@ -5,12 +5,15 @@
 
 const TOKEN_KEY = 'capstan.token';
 
-// ProblemError is a refused request: status, the problem's code and detail.
+// ProblemError is a refused request: status, the problem's code and
+// detail, and the fields it names ([{field, message}], field a JSON path
+// into the request body such as spec.steps[1].plugin).
 export class ProblemError extends Error {
   constructor(status, problem) {
     super(problem.detail || problem.title || `HTTP ${status}`);
     this.status = status;
     this.code = problem.code || '';
+    this.errors = Array.isArray(problem.errors) ? problem.errors : [];
   }
 }
 

@@ -34,15 +34,17 @@ const pause = (ms, signal) => new Promise((resolve) => {
   signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, {once: true});
 });
 
-// watch follows the event stream at path and calls refresh on each event;
-// it stops after an `end` event (a terminal run) or when the returned stop
-// function is called.
-export function watch(path, refresh) {
+// watch follows the event stream at path and calls refresh on each event
+// (coalesced) and onEvent(ev) with each event itself ({id, event, data},
+// `end` included); it starts after lastEventId when given, and stops after
+// an `end` event (a terminal run) or when the returned stop function is
+// called.
+export function watch(path, refresh, {onEvent = null, lastEventId = ''} = {}) {
   const ctl = new AbortController();
   const signal = ctl.signal;
   const run = coalesce(refresh);
   (async () => {
-    let lastId = '';
+    let lastId = lastEventId;
     let ended = false;
     while (!signal.aborted && !ended) {
       indicator('on', 'live: ' + path);
@@ -51,6 +53,7 @@ export function watch(path, refresh) {
         status = await stream(path, (ev) => {
           if (ev.id) lastId = ev.id;
           if (ev.event === 'end') ended = true;
+          if (onEvent) onEvent(ev);
           run();
         }, {signal, lastEventId: lastId});
       } catch (e) {

@@ -4,52 +4,56 @@
 // change there) and a re-fetch every 5 s (the next times move on).
 
 import {getJSON} from './api.js';
-import {badge, base, enc, esc, fmtTime, showError} from './dom.js';
+import {badge, base, enc, html, nothing, pager, render, repeat, showError, time} from './dom.js';
 import {every, watch} from './live.js';
 import {workflowLink} from './origin.js';
+import {onPrefs} from './prefs.js';
+import {param, setParams} from './url.js';
 
 const PAGE = 100;
 
 export function mount(view) {
-  view.innerHTML = `<div class="toolbar"><h2 style="margin:0">Schedules</h2>
-      <button id="schedules-first">First</button><button id="schedules-next">Next →</button></div>
-    <table><thead><tr><th>schedule</th><th>workflow</th><th>when</th><th>overlap</th><th>state</th><th>next run</th><th>latest run</th></tr></thead>
-    <tbody id="schedules"></tbody></table>`;
-  const st = {cursors: [''], page: 0, list: null};
-  const q = (id) => view.querySelector('#' + id);
+  const st = {cursor: param('cursor'), page: Math.max(+param('page', '1') - 1, 0) || 0, list: null};
   const load = async () => {
     const params = new URLSearchParams({limit: PAGE});
-    if (st.cursors[st.page]) params.set('cursor', st.cursors[st.page]);
+    if (st.cursor) params.set('cursor', st.cursor);
     try {
       st.list = await getJSON(`${base()}/schedules?${params}`);
-      q('schedules').innerHTML = st.list.schedules.map(row).join('') || '<tr><td colspan="7" class="muted">No schedules.</td></tr>';
-      q('schedules-next').disabled = !st.list.next_cursor;
-      q('schedules-first').disabled = st.page === 0;
+      draw();
     } catch (e) { showError(e); }
   };
-  q('schedules-first').onclick = () => { st.page = 0; load(); };
-  q('schedules-next').onclick = () => {
+  const first = () => { st.page = 0; st.cursor = ''; setParams({cursor: '', page: ''}, {push: true}); load(); };
+  const next = () => {
     if (!st.list?.next_cursor) return;
-    st.cursors[st.page + 1] = st.list.next_cursor;
     st.page++;
+    st.cursor = st.list.next_cursor;
+    setParams({cursor: st.cursor, page: st.page + 1}, {push: true});
     load();
   };
+  const draw = () => render(html`<div class="toolbar"><h2>Schedules</h2>
+      ${pager('schedules', {page: st.page, hasNext: !!st.list?.next_cursor, first, next, firstLabel: 'First', nextLabel: 'Next →'})}</div>
+    <table><thead><tr><th scope="col">schedule</th><th scope="col">workflow</th><th scope="col">when</th><th scope="col">overlap</th><th scope="col">state</th>
+      <th scope="col">next run</th><th scope="col">latest run</th></tr></thead>
+    <tbody id="schedules">${!st.list ? nothing : st.list.schedules.length ? repeat(st.list.schedules, (s) => s.name, row)
+      : html`<tr><td colspan="7" class="muted">No schedules.</td></tr>`}</tbody></table>`, view);
+  draw();
   load();
   const stopWatch = watch(`${base()}/events`, load);
   const stopTick = every(5000, load);
-  return () => { stopWatch(); stopTick(); };
+  const stopPrefs = onPrefs(draw);
+  return () => { stopWatch(); stopTick(); stopPrefs(); };
 }
 
 // when is a schedule's cron with its time zone, or its interval.
-export const when = (s) => (s.cron ? `cron <code>${esc(s.cron)}</code> ${esc(s.timezone || 'UTC')}` : `every ${esc(s.interval || '')}`);
+export const when = (s) => (s.cron ? html`cron <code>${s.cron}</code> ${s.timezone || 'UTC'}` : html`every ${s.interval || ''}`);
 
 // stateBadge is "paused" or "active" as a badge.
-export const stateBadge = (s) => (s.paused ? '<span class="badge status-paused">paused</span>' : '<span class="badge status-running">active</span>');
+export const stateBadge = (s) => (s.paused ? html`<span class="badge status-paused">paused</span>` : html`<span class="badge status-running">active</span>`);
 
 function row(s) {
   const last = s.recent_runs?.[0];
-  return `<tr data-schedule="${esc(s.name)}"><td><a href="#/schedules/${enc(s.name)}">${esc(s.name)}</a></td>
-    <td>${workflowLink(s.workflow)}</td><td>${when(s)}</td><td>${esc(s.overlap)}</td><td>${stateBadge(s)}</td>
-    <td class="muted">${s.next_run_times.length ? fmtTime(s.next_run_times[0]) : '—'}</td>
-    <td>${last ? `<a href="#/runs/${enc(last.name)}">${esc(last.name)}</a> ${badge(last.phase)}` : '<span class="muted">none yet</span>'}</td></tr>`;
+  return html`<tr data-schedule=${s.name}><td><a href="#/schedules/${enc(s.name)}">${s.name}</a></td>
+    <td>${workflowLink(s.workflow)}</td><td>${when(s)}</td><td>${s.overlap}</td><td>${stateBadge(s)}</td>
+    <td class="muted">${s.next_run_times.length ? time(s.next_run_times[0]) : '—'}</td>
+    <td>${last ? html`<a href="#/runs/${enc(last.name)}">${last.name}</a> ${badge(last.phase)}` : html`<span class="muted">none yet</span>`}</td></tr>`;
 }

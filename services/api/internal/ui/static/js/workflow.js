@@ -1,47 +1,50 @@
 // workflow.js: one workflow template: a version (the latest, or the one the
-// URL names) with its params and its spec, and every version of it, newest
-// first. Versions are immutable, so the page reads them once.
+// URL names) with its params and its spec as YAML, every version of it,
+// newest first, and a link to start a run of it. Versions are immutable,
+// so the page reads them once.
 
 import {getJSON} from './api.js';
-import {base, enc, esc, fmtTime, showError} from './dom.js';
+import {base, enc, html, nothing, render, showError, time} from './dom.js';
 import {valueText} from './origin.js';
+import {onPrefs} from './prefs.js';
+import {href} from './url.js';
+import {toYAML} from './yaml.js';
 
 export function mount(view, {workflow: name, version}) {
-  view.innerHTML = `<p><a href="#/workflows">← workflows</a></p>
-    <h2 id="workflow-title"></h2><p id="workflow-meta" class="muted"></p>
-    <h3>Params</h3><table><thead><tr><th>param</th><th>type</th><th>required</th><th>default</th><th>description</th></tr></thead>
-    <tbody id="workflow-params"></tbody></table>
-    <h3>Spec</h3><pre class="spec" id="workflow-spec"></pre>
-    <h3>Versions</h3><table><thead><tr><th>version</th><th>created</th><th>params</th><th>description</th></tr></thead>
-    <tbody id="workflow-versions"></tbody></table>`;
+  let shown = null;
+  let versions = [];
+  const draw = () => render(page(name, shown, versions), view);
+  draw();
   (async () => {
     try {
       const list = await getJSON(`${base()}/workflows/${enc(name)}/versions`);
-      const shown = version ? list.workflows.find((t) => t.version === +version) : list.workflows[0];
+      shown = version ? list.workflows.find((t) => t.version === +version) : list.workflows[0];
       if (!shown) throw new Error(`workflow ${name} has no version ${version}`);
-      draw(view, shown, list.workflows);
+      versions = list.workflows;
+      draw();
     } catch (e) { showError(e); }
   })();
-  return () => {};
+  return onPrefs(draw);
 }
 
-function draw(view, t, versions) {
-  const q = (id) => view.querySelector('#' + id);
+function page(name, t, versions) {
+  const back = html`<p><a href="#/workflows">← workflows</a></p>`;
+  if (!t) return html`${back}<h2 id="workflow-title">${name}</h2>`;
   const latest = versions[0].version === t.version;
-  q('workflow-title').innerHTML = `${esc(t.name)} <span id="workflow-version" data-version="${t.version}">version ${t.version}</span>` +
-    `${latest ? ' <span class="muted">(latest)</span>' : ''}`;
-  q('workflow-meta').textContent = `${t.description ? t.description + ' · ' : ''}pushed ${fmtTime(t.created_at)} · ` +
-    `mode ${t.spec.mode || 'StepByStep'} · ${t.spec.steps.length} step(s)`;
-  q('workflow-params').innerHTML = t.params.map(paramRow).join('') || '<tr><td colspan="5" class="muted">No params.</td></tr>';
-  q('workflow-spec').textContent = JSON.stringify(t.spec, null, 2);
-  q('workflow-versions').innerHTML = versions.map((v) => `<tr data-version="${v.version}"${v.version === t.version ? ' class="current"' : ''}>
-    <td><a href="#/workflows/${enc(v.name)}/versions/${v.version}">${v.version}</a></td><td class="muted">${fmtTime(v.created_at)}</td>
-    <td>${v.params.map((p) => esc(p.name)).join(', ') || '<span class="muted">none</span>'}</td><td>${esc(v.description)}</td></tr>`).join('');
+  return html`${back}
+    <h2 id="workflow-title">${t.name} <span id="workflow-version" data-version=${t.version}>version ${t.version}</span>${latest ? html` <span class="muted">(latest)</span>` : nothing}</h2>
+    <p id="workflow-meta" class="muted">${t.description ? t.description + ' · ' : ''}pushed ${time(t.created_at)} · mode ${t.spec.mode || 'StepByStep'} · ${t.spec.steps.length} step(s)</p>
+    <p><a class="button primary" id="workflow-run" href=${href('#/new', {workflow: t.name, version: latest ? '' : t.version})}>Start a run…</a></p>
+    <h3>Params</h3><table><thead><tr><th scope="col">param</th><th scope="col">type</th><th scope="col">required</th><th scope="col">default</th><th scope="col">description</th></tr></thead>
+    <tbody id="workflow-params">${t.params.length ? t.params.map(paramRow) : html`<tr><td colspan="5" class="muted">No params.</td></tr>`}</tbody></table>
+    <h3>Spec</h3><pre class="spec" id="workflow-spec" role="region" tabindex="0" aria-label="the template's spec as YAML">${toYAML(t.spec)}</pre>
+    <h3>Versions</h3><table><thead><tr><th scope="col">version</th><th scope="col">created</th><th scope="col">params</th><th scope="col">description</th></tr></thead>
+    <tbody id="workflow-versions">${versions.map((v) => html`<tr data-version=${v.version} class=${v.version === t.version ? 'current' : ''}>
+      <td><a href="#/workflows/${enc(v.name)}/versions/${v.version}">${v.version}</a></td><td class="muted">${time(v.created_at)}</td>
+      <td>${v.params.map((p) => p.name).join(', ') || html`<span class="muted">none</span>`}</td><td>${v.description}</td></tr>`)}</tbody></table>`;
 }
 
-function paramRow(p) {
-  return `<tr data-param="${esc(p.name)}"><td><code>${esc(p.name)}</code></td><td class="param-type">${esc(p.type || 'string')}</td>
+const paramRow = (p) => html`<tr data-param=${p.name}><td><code>${p.name}</code></td><td class="param-type">${p.type || 'string'}</td>
     <td class="param-required">${p.required ? 'yes' : 'no'}</td>
-    <td class="param-default">${p.default !== undefined ? `<code>${esc(valueText(p.default))}</code>` : '<span class="muted">—</span>'}</td>
-    <td>${esc(p.description || '')}</td></tr>`;
-}
+    <td class="param-default">${p.default !== undefined ? html`<code>${valueText(p.default)}</code>` : html`<span class="muted">—</span>`}</td>
+    <td>${p.description || ''}</td></tr>`;
