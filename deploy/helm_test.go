@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/url"
@@ -59,7 +60,7 @@ type helmRender struct {
 // renders every template, hooks included, in strict mode (a missing value is
 // an error; lookup finds nothing). It returns the rendered templates' YAML,
 // in file order, NOTES.txt left out.
-func renderChart(root string, files []string, overrides ...map[string]any) (string, map[string]any, error) {
+func renderChart(ctx context.Context, root string, files []string, overrides ...map[string]any) (string, map[string]any, error) {
 	dir := filepath.Join(root, chartPath)
 	ch, err := loader.LoadDir(dir)
 	if err != nil {
@@ -81,7 +82,7 @@ func renderChart(root string, files []string, overrides ...map[string]any) (stri
 	if err != nil {
 		return "", nil, err
 	}
-	out, err := engine.Engine{Strict: true}.Render(ch, top)
+	out, err := engine.Engine{Strict: true}.RenderWithContext(ctx, ch, top)
 	if err != nil {
 		return "", nil, err
 	}
@@ -101,7 +102,7 @@ func renderChart(root string, files []string, overrides ...map[string]any) (stri
 // into its Kubernetes type, failing the test on any error.
 func loadChart(t testing.TB, root string, files []string, overrides ...map[string]any) *helmRender {
 	t.Helper()
-	out, vals, err := renderChart(root, files, overrides...)
+	out, vals, err := renderChart(t.Context(), root, files, overrides...)
 	require.NoError(t, err, "the chart renders")
 	objs, err := decodeManifests(strings.NewReader(out))
 	require.NoErrorf(t, err, "every object the chart renders decodes strictly into its Kubernetes type:\n%s", out)
@@ -633,7 +634,7 @@ func TestHelmKubernetesPlugin(t *testing.T) {
 	require.False(t, allowed(policies, namespace, podIn(namespace, w.labels, "10.244.0.2", nil), external("10.0.0.11"), 6443, corev1.ProtocolTCP),
 		"only the addresses given")
 
-	_, _, err := renderChart(root, nil, map[string]any{"executor": map[string]any{"kubernetes": map[string]any{"enabled": true}}})
+	_, _, err := renderChart(t.Context(), root, nil, map[string]any{"executor": map[string]any{"kubernetes": map[string]any{"enabled": true}}})
 	require.ErrorContains(t, err, "executor.kubernetes.apiServerCIDRs")
 }
 
@@ -647,7 +648,7 @@ func TestHelmValuesSchema(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("api:\n  replicas: two\n"), 0o600))
 	rel, err := filepath.Rel(filepath.Join(root, chartPath), bad)
 	require.NoError(t, err)
-	_, _, err = renderChart(root, []string{rel})
+	_, _, err = renderChart(t.Context(), root, []string{rel})
 	require.Error(t, err, "replicas: two")
 	require.ErrorContains(t, err, "values don't meet the specifications of the schema")
 	require.ErrorContains(t, err, "/api/replicas")
@@ -670,14 +671,14 @@ func TestHelmValuesSchema(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, _, err := renderChart(root, nil, tc.values)
+			_, _, err := renderChart(t.Context(), root, nil, tc.values)
 			require.Error(t, err)
 			require.ErrorContains(t, err, tc.path)
 		})
 	}
 	t.Run("control", func(t *testing.T) {
 		t.Parallel()
-		_, _, err := renderChart(root, nil, map[string]any{"api": map[string]any{"replicas": 3}})
+		_, _, err := renderChart(t.Context(), root, nil, map[string]any{"api": map[string]any{"replicas": 3}})
 		require.NoError(t, err)
 	})
 }
@@ -700,7 +701,7 @@ func TestHelmTemplateErrors(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, _, err := renderChart(root, nil, tc.values)
+			_, _, err := renderChart(t.Context(), root, nil, tc.values)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
