@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -60,8 +61,12 @@ var kinds = map[string]func() any{
 	"batch/v1/Job":                       func() any { return &batchv1.Job{} },
 	"policy/v1/PodDisruptionBudget":      func() any { return &policyv1.PodDisruptionBudget{} },
 	"networking.k8s.io/v1/NetworkPolicy": func() any { return &networkingv1.NetworkPolicy{} },
-	"v1/ServiceAccount":                  func() any { return &corev1.ServiceAccount{} },
-	"rbac.authorization.k8s.io/v1/Role":  func() any { return &rbacv1.Role{} },
+	"networking.k8s.io/v1/Ingress":       func() any { return &networkingv1.Ingress{} },
+	"monitoring.coreos.com/v1/ServiceMonitor": func() any {
+		return &monitoringv1.ServiceMonitor{}
+	},
+	"v1/ServiceAccount":                 func() any { return &corev1.ServiceAccount{} },
+	"rbac.authorization.k8s.io/v1/Role": func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding": func() any {
 		return &rbacv1.RoleBinding{}
 	},
