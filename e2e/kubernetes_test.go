@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,7 +238,8 @@ func TestKubernetes(t *testing.T) {
 
 // TestKubernetesExecutorKilled kills -9 a kubernetes executor with running
 // Pods. Restarted at once, it re-adopts them: each attempt runs and counts
-// once, and ends as its Pod does. Killed again and restarted only once
+// once, its log holds each line of its Pod's once, and it ends as its Pod
+// does. Killed again and restarted only once
 // the control plane declared it dead, its attempts are WORKER_FAILED and
 // retried; the sweep deletes their Pods within a sweep period. No Pod is
 // left at the end.
@@ -251,12 +253,18 @@ func TestKubernetesExecutorKilled(t *testing.T) {
 	long := create(t, s, api.WorkflowSpec{Steps: []api.Step{kubeStep("long", map[string]string{"KWOK_RUN_TIME": "1h"})}})
 	shortAt := kubeAttempt(t, s, short, "short", api.TaskStateRUNNING)
 	longAt := kubeAttempt(t, s, long, "long", api.TaskStateRUNNING)
+	podLog := []string{"hello from kwok\n", "warning from kwok\n"} // every Pod's log (scripts/kube-deps.sh)
+	s.Eventually(10*time.Second, "the short Pod's log shipped", func() bool {
+		return strings.HasSuffix(logs(t, s, short, "short", 0, 1), podLog[1])
+	})
 
 	s.Kill("executor-1")
 	s.StartExecutor(1)
 	run := waitPhase(t, s, short, 60*time.Second, api.PhaseSUCCEEDED)
 	require.Len(t, action(run, "short").Tasks[0].Attempts, 1, "re-adopted: one attempt, counted once")
 	require.Equal(t, shortAt.Id, action(run, "short").Tasks[0].Attempts[0].Id)
+	require.Equal(t, strings.Join(podLog, ""), logs(t, s, short, "short", 0, 1),
+		"the re-adopted Pod's log shipped from where the api's ends: each line once")
 	s.Eventually(10*time.Second, "the short Pod removed", func() bool { return k.pod(shortAt.Id) == nil })
 	require.Equal(t, api.TaskStateRUNNING, kubeAttempt(t, s, long, "long", api.TaskStateRUNNING).State)
 

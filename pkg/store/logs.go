@@ -84,6 +84,28 @@ func (s Logs) AppendLogChunks(ctx context.Context, id int64, chunks []NewLogChun
 	return total, s.outputGrew(ctx, id)
 }
 
+// LogEnds returns, by attempt id, the bytes of output each of ids shipped
+// (the end of its last chunk, dropped ones included: where AppendLogChunks
+// would append next); an attempt with no chunk has no entry. One
+// statement: a probe of the newest chunk per id.
+func (s Logs) LogEnds(ctx context.Context, ids []int64) (map[int64]int64, error) {
+	var rows []struct {
+		AttemptID int64
+		End       int64
+	}
+	if err := s.raw(ctx, `SELECT i.id AS attempt_id, c.byte_offset + octet_length(c.data) AS "end"
+		FROM unnest(CAST(? AS bigint[])) AS i(id)
+		CROSS JOIN LATERAL (SELECT byte_offset, data FROM attempt_log_chunks
+			WHERE attempt_id = i.id ORDER BY seq DESC LIMIT 1) AS c`, array(ids)).Scan(&rows).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[int64]int64, len(rows))
+	for _, r := range rows {
+		out[r.AttemptID] = r.End
+	}
+	return out, nil
+}
+
 // droppedRow is a deleted chunk as DropLogChunksBefore tallies it.
 type droppedRow struct {
 	Seq       int64

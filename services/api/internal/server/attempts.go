@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,24 +32,46 @@ func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObje
 
 // GetWorkerAttempts gives an executor what it needs to run the attempts it
 // was given together, in one read: the attempts of ids placed on its
-// worker, by id; the others (unknown, or another worker's) are left out.
+// worker, by id, each with the bytes of output it shipped (log_bytes); the
+// others (unknown, or another worker's) are left out.
 func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttemptsRequestObject) (api.GetWorkerAttemptsResponseObject, error) {
 	runs, err := h.store.Attempts().GetAttemptRuns(ctx, req.Params.Ids)
 	if err != nil {
 		return nil, fmt.Errorf("read %d attempts of worker %s: %w", len(req.Params.Ids), req.Id, err)
 	}
+	runs = slices.DeleteFunc(runs, func(r store.AttemptRun) bool {
+		return r.Attempt.WorkerID == nil || !strings.EqualFold(*r.Attempt.WorkerID, req.Id.String())
+	})
+	ends, err := h.logEnds(ctx, runs)
+	if err != nil {
+		return nil, fmt.Errorf("read the output of %d attempts of worker %s: %w", len(runs), req.Id, err)
+	}
 	out := api.GetWorkerAttempts200JSONResponse{Attempts: make([]api.AttemptSpec, 0, len(runs))}
 	for _, r := range runs {
-		if r.Attempt.WorkerID == nil || !strings.EqualFold(*r.Attempt.WorkerID, req.Id.String()) {
-			continue
-		}
 		spec, err := h.attemptSpec(ctx, r)
 		if err != nil {
 			return nil, err
 		}
+		spec.LogBytes = ptrTo(ends[r.Attempt.ID])
 		out.Attempts = append(out.Attempts, spec)
 	}
 	return out, nil
+}
+
+// logEnds is the bytes of output each of runs shipped (store.LogEnds), by
+// attempt id; it reads nothing when every one is ASSIGNED (not started: no
+// output yet), as a dispatched attempt's read is.
+func (h *Handlers) logEnds(ctx context.Context, runs []store.AttemptRun) (map[int64]int64, error) {
+	var ids []int64
+	for _, r := range runs {
+		if r.Attempt.State != domain.TaskAssigned {
+			ids = append(ids, r.Attempt.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return h.store.Logs().LogEnds(ctx, ids)
 }
 
 // attemptSpec is what an executor needs to run attempt r: its step's

@@ -351,7 +351,8 @@ func TestWorkerAttemptReadIsOneStatement(t *testing.T) {
 
 // TestWorkerReadsItsAttemptsTogether: GET /v1/workers/{id}/attempts answers,
 // in one statement, the attempts of the ids placed on that worker (a
-// repeated id once), and none of another worker's or of an unknown id; a
+// repeated id once), and none of another worker's or of an unknown id,
+// each with the bytes of output it shipped (read only for a started one); a
 // worker's token reads no other worker's list, and bad ids are a 400.
 func TestWorkerReadsItsAttemptsTogether(t *testing.T) {
 	t.Parallel()
@@ -384,11 +385,12 @@ func TestWorkerReadsItsAttemptsTogether(t *testing.T) {
 		ids = append(ids, a.ID)
 	}
 
-	reads := func() uint64 {
+	count := func(ops *prometheus.HistogramVec, op string) uint64 {
 		m := &dto.Metric{}
-		require.NoError(t, ops.WithLabelValues("GetAttemptRuns").(prometheus.Histogram).Write(m))
+		require.NoError(t, ops.WithLabelValues(op).(prometheus.Histogram).Write(m))
 		return m.GetHistogram().GetSampleCount()
 	}
+	reads := func() uint64 { return count(ops, "GetAttemptRuns") }
 	before := reads()
 	path := fmt.Sprintf("/v1/workers/%s/attempts?ids=%d&ids=%d&ids=%d&ids=%d&ids=999999", idA, ids[1], ids[0], ids[2], ids[0])
 	status, _, got := f.doAs(t, tokA, http.MethodGet, path, "")
@@ -403,7 +405,18 @@ func TestWorkerReadsItsAttemptsTogether(t *testing.T) {
 		require.Equal(t, "true", spec["command"])
 		require.Equal(t, "v", spec["env"].(map[string]any)["K"])
 		require.Equal(t, true, spec["proceed"])
+		require.Equal(t, float64(0), spec["log_bytes"], "no output yet")
 	}
+	require.Zero(t, count(ops, "LogEnds"), "ASSIGNED attempts: no read of their output")
+
+	f.report(t, ids[0], `{"state":"RUNNING"}`)
+	f.appendLogs(t, ids[0], http.StatusNoContent, `{"stream":"stdout","data":"one\n"}`, `{"stream":"stderr","data":"é\n"}`)
+	status, _, got = f.doAs(t, tokA, http.MethodGet, path, "")
+	require.Equal(t, http.StatusOK, status, got)
+	list = got["attempts"].([]any)
+	require.Equal(t, float64(len("one\n")+len("é\n")), list[0].(map[string]any)["log_bytes"], "both streams, in bytes")
+	require.Equal(t, float64(0), list[1].(map[string]any)["log_bytes"])
+	require.Equal(t, uint64(1), count(ops, "LogEnds"), "one statement for the output")
 
 	status, _, _ = f.doAs(t, tokB, http.MethodGet, path, "")
 	require.Equal(t, http.StatusForbidden, status, "another worker's list")

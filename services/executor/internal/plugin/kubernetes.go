@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -177,7 +178,7 @@ func (k *Kubernetes) Handle(ctx context.Context, t *Task) (Transition, error) {
 		case err != nil:
 			return Transition{}, &SystemError{Code: CodeKubernetesError, Err: fmt.Errorf("create Pod %s/%s: %w", st.namespace, st.name, err)}
 		}
-		st.logs = newPodLogs(t.LogLimit, t.OnOutput)
+		st.logs = newPodLogs(t.LogLimit, t.LogSkip, t.OnOutput)
 		t.State = st
 		return k.observe(ctx, t, st, true)
 	}
@@ -610,7 +611,8 @@ func clipString(s string, n int) string {
 	return s
 }
 
-// podLogs follows a Pod's log and keeps its last bytes.
+// podLogs follows a Pod's log, hands it to onOutput but for its first
+// skip bytes as shipped, and keeps its last bytes.
 type podLogs struct {
 	limit    int
 	onOutput func(stream string, p []byte)
@@ -623,15 +625,20 @@ type podLogs struct {
 	started   bool
 	done      chan struct{}
 	cancel    context.CancelFunc
+	// skip is how many bytes, as shipped (shippedPrefix), are still kept
+	// from onOutput; held is the start of a rune cut by a read while
+	// skipping.
+	skip int64
+	held []byte
 }
 
-func newPodLogs(limit int, onOutput func(string, []byte)) *podLogs {
-	return &podLogs{limit: limit, onOutput: onOutput}
+func newPodLogs(limit int, skip int64, onOutput func(string, []byte)) *podLogs {
+	return &podLogs{limit: limit, skip: skip, onOutput: onOutput}
 }
 
 func (l *podLogs) write(p []byte) {
-	if l.onOutput != nil {
-		l.onOutput("stdout", p)
+	if out := l.unshipped(p); l.onOutput != nil && len(out) > 0 {
+		l.onOutput("stdout", out)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -641,6 +648,59 @@ func (l *podLogs) write(p []byte) {
 		l.buf = append([]byte(nil), l.buf[len(l.buf)-l.limit:]...)
 		l.truncated = true
 	}
+}
+
+// unshipped is what of p the control plane does not hold yet: p less
+// what is left of the skip.
+func (l *podLogs) unshipped(p []byte) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.skip <= 0 {
+		return p
+	}
+	b := append(l.held, p...)
+	cut, left := shippedPrefix(b, l.skip)
+	l.skip, l.held = left, nil
+	if left > 0 {
+		l.held = slices.Clone(b[cut:])
+		return nil
+	}
+	return b[cut:]
+}
+
+// shippedPrefix returns the length of the start of b that the supervisor
+// ships as skip bytes (its logText: a run of invalid UTF-8 as one U+FFFD,
+// NUL dropped), at most all of b but for a rune b cuts, and the skip left
+// past it. The count is exact but where the previous shipper cut a run of
+// invalid bytes between two writes (two U+FFFD), where it shipped a marker
+// of output it dropped (its bytes counted, none of the Pod's log), and
+// where the api masked a secret value (SecretMask's length counted, not
+// the value's): there the skip falls a few bytes off, and a line at the
+// cut is shipped twice or partly lost.
+func shippedPrefix(b []byte, skip int64) (int, int64) {
+	cut := 0
+	for cut < len(b) && skip > 0 && utf8.FullRune(b[cut:]) {
+		switch r, n := utf8.DecodeRune(b[cut:]); {
+		case r == utf8.RuneError && n == 1:
+			for cut < len(b) && invalidAt(b[cut:]) {
+				cut++
+			}
+			skip -= int64(utf8.RuneLen(utf8.RuneError))
+		case r == 0:
+			cut++
+		default:
+			cut += n
+			skip -= int64(n)
+		}
+	}
+	return cut, max(skip, 0)
+}
+
+// invalidAt reports whether b starts with a byte that is no UTF-8
+// encoding (a rune b cuts is not).
+func invalidAt(b []byte) bool {
+	r, n := utf8.DecodeRune(b)
+	return r == utf8.RuneError && n == 1 && utf8.FullRune(b)
 }
 
 // follow starts following the Pod's log once (the Pod log API with

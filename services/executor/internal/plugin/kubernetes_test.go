@@ -172,6 +172,30 @@ func TestKubernetesPodSucceedsWithLogsAndOutputs(t *testing.T) {
 	k.finalize(tk)
 }
 
+// TestKubernetesLogSkipShipsOnlyWhatFollows: an attempt whose output the
+// control plane partly holds (LogSkip, a Pod adopted again) hands on only
+// the rest of the Pod's log, and keeps the whole in its transition.
+func TestKubernetesLogSkipShipsOnlyWhatFollows(t *testing.T) {
+	t.Parallel()
+	k := newKube(t, plugin.KubernetesConfig{})
+	var mu sync.Mutex
+	var shipped []byte
+	tk := task(domain.KubernetesSpec{Image: "busybox:1"})
+	tk.LogSkip = int64(len("hello from kwok\n"))
+	tk.OnOutput = func(_ string, p []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		shipped = append(shipped, p...)
+	}
+	tr := k.run(tk)
+	require.Equal(t, plugin.PhaseSuccess, tr.Phase, tr.Err)
+	require.True(t, strings.HasPrefix(string(tr.Stdout), "hello from kwok\n"), "the whole log: %q", tr.Stdout)
+	mu.Lock()
+	require.Equal(t, strings.TrimPrefix(string(tr.Stdout), "hello from kwok\n"), string(shipped))
+	mu.Unlock()
+	k.finalize(tk)
+}
+
 func TestKubernetesPodFailsWithItsExitCode(t *testing.T) {
 	t.Parallel()
 	k := newKube(t, plugin.KubernetesConfig{})

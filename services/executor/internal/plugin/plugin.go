@@ -95,6 +95,13 @@ type Task struct {
 	Timeout time.Duration
 	// LogLimit is how many bytes of stdout and of stderr are kept.
 	LogLimit int
+	// LogSkip is how many bytes of the attempt's output the control plane
+	// already holds, counted as the supervisor ships them (invalid UTF-8
+	// runs as one U+FFFD, NUL dropped): a plugin that reads its work's
+	// output again from the start (kubernetes, a Pod adopted from a
+	// previous identity of the executor) does not hand them to OnOutput
+	// again. 0 for an attempt that never ran.
+	LogSkip int64
 	// OnOutput, when set, sees the process's output as it is read (see
 	// runner.Spec.OnOutput): the supervisor ships it while the attempt runs.
 	OnOutput func(stream string, p []byte)

@@ -48,7 +48,7 @@ func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task,
 		return nil, nil, &rep
 	}
 	t := &plugin.Task{ID: spec.Id, Spec: ps, Outputs: declaredOutputs(spec), KillGrace: s.killGrace(spec),
-		Timeout: attemptTimeout(spec), LogLimit: s.cfg.LogLimit, RunAs: s.cfg.RunAs}
+		Timeout: attemptTimeout(spec), LogLimit: s.cfg.LogLimit, LogSkip: max(deref(spec.LogBytes), 0), RunAs: s.cfg.RunAs}
 	if s.cfg.Sandbox != nil {
 		t.RunAs = nil // the attempt's own, once leased (withDirs)
 	}
