@@ -1777,6 +1777,20 @@ type UpdateScheduleRequest struct {
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
 }
 
+// Version defines model for Version.
+type Version struct {
+	// Commit The VCS revision, with "-dirty" when the tree had changes; empty when unknown.
+	//
+	// Example: 9bc1cd1e0c2a
+	Commit string `json:"commit"`
+
+	// GoVersion Example: go1.26.0
+	GoVersion string `json:"go_version"`
+
+	// Version Example: v0.4.0
+	Version string `json:"version"`
+}
+
 // Worker defines model for Worker.
 type Worker struct {
 	Address   string    `json:"address"`
@@ -2889,6 +2903,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVersion The build of the API server.
+	//
+	// The server's release version (a module version or `git describe`
+	// of its build; `(devel)` for an unstamped build), the VCS commit it
+	// was built from (empty when unknown) and its Go version.
+	//
+	// Corresponds with GET /v1/version (the `GetVersion` operationId).
+	GetVersion(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkers All registered workers.
 	//
@@ -4451,6 +4474,25 @@ func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBod
 // Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 func (c *Client) RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRevokeTokenRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVersion The build of the API server.
+//
+// The server's release version (a module version or `git describe`
+// of its build; `(devel)` for an unstamped build), the VCS commit it
+// was built from (empty when unknown) and its Go version.
+//
+// Corresponds with GET /v1/version (the `GetVersion` operationId).
+func (c *Client) GetVersion(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVersionRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -8107,6 +8149,33 @@ func NewRevokeTokenRequest(server string, id openapi_types.UUID) (*http.Request,
 	return req, nil
 }
 
+// NewGetVersionRequest constructs an http.Request for the GetVersion method
+func NewGetVersionRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/version")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListWorkersRequest constructs an http.Request for the ListWorkers method
 func NewListWorkersRequest(server string) (*http.Request, error) {
 	var err error
@@ -9280,6 +9349,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeTokenWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
+
+	// GetVersionWithResponse The build of the API server.
+	//
+	// The server's release version (a module version or `git describe`
+	// of its build; `(devel)` for an unstamped build), the VCS commit it
+	// was built from (empty when unknown) and its Go version.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/version (the `GetVersion` operationId).
+	GetVersionWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetVersionResponse, error)
 
 	// ListWorkersWithResponse All registered workers.
 	//
@@ -12316,6 +12396,47 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
+type GetVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Version
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVersionResponse) GetJSON200() *Version {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListWorkersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -13960,6 +14081,23 @@ func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id op
 		return nil, err
 	}
 	return ParseRevokeTokenResponse(rsp)
+}
+
+// GetVersionWithResponse The build of the API server.
+//
+// The server's release version (a module version or `git describe`
+// of its build; `(devel)` for an unstamped build), the VCS commit it
+// was built from (empty when unknown) and its Go version.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/version (the `GetVersion` operationId).
+func (c *ClientWithResponses) GetVersionWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetVersionResponse, error) {
+	rsp, err := c.GetVersion(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVersionResponse(rsp)
 }
 
 // ListWorkersWithResponse All registered workers.
@@ -16252,6 +16390,32 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 	return response, nil
 }
 
+// ParseGetVersionResponse parses an HTTP response from a GetVersionWithResponse call
+func ParseGetVersionResponse(rsp *http.Response) (*GetVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Version
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListWorkersResponse parses an HTTP response from a ListWorkersWithResponse call
 func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16732,6 +16896,9 @@ type ServerInterface interface {
 	// RevokeToken Revoke a token; it answers 401 from now on.
 	// (DELETE /v1/tokens/{id})
 	RevokeToken(ctx echo.Context, id openapi_types.UUID) error
+	// GetVersion The build of the API server.
+	// (GET /v1/version)
+	GetVersion(ctx echo.Context) error
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx echo.Context) error
@@ -18607,6 +18774,15 @@ func (w *ServerInterfaceWrapper) RevokeToken(ctx echo.Context) error {
 	return err
 }
 
+// GetVersion converts echo context to params.
+func (w *ServerInterfaceWrapper) GetVersion(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetVersion(ctx)
+	return err
+}
+
 // ListWorkers converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkers(ctx echo.Context) error {
 	var err error
@@ -18859,6 +19035,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.PUT(options.BaseURL+"/v1/projects/:project/settings", wrapper.SetProjectSettings, options.OperationMiddlewares["SetProjectSettings"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.GetFairShare, options.OperationMiddlewares["GetFairShare"]...)
 	router.PUT(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.SetFairShare, options.OperationMiddlewares["SetFairShare"]...)
+	router.GET(options.BaseURL+"/v1/version", wrapper.GetVersion, options.OperationMiddlewares["GetVersion"]...)
 
 }
 
@@ -21668,6 +21845,27 @@ func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	return err
 }
 
+type GetVersionRequestObject struct {
+}
+
+type GetVersionResponseObject interface {
+	VisitGetVersionResponse(w http.ResponseWriter) error
+}
+
+type GetVersion200JSONResponse Version
+
+func (response GetVersion200JSONResponse) VisitGetVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 }
 
@@ -22208,6 +22406,9 @@ type StrictServerInterface interface {
 	// RevokeToken Revoke a token; it answers 401 from now on.
 	// (DELETE /v1/tokens/{id})
 	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
+	// GetVersion The build of the API server.
+	// (GET /v1/version)
+	GetVersion(ctx context.Context, request GetVersionRequestObject) (GetVersionResponseObject, error)
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -24293,6 +24494,29 @@ func (sh *strictHandler) RevokeToken(ctx echo.Context, id openapi_types.UUID) er
 	return nil
 }
 
+// GetVersion operation middleware
+func (sh *strictHandler) GetVersion(ctx echo.Context) error {
+	var request GetVersionRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetVersion(ctx.Request().Context(), request.(GetVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetVersion")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetVersionResponseObject); ok {
+		return validResponse.VisitGetVersionResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(ctx echo.Context) error {
 	var request ListWorkersRequestObject
@@ -24661,409 +24885,414 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P39chs5licM3wqC70SI7E5RlMt2dVHRsauyVS5tqWSNPqZm36JHhJggiVYSYCeQktkORzx/7QXsRTwX",
-	"NlfyBM4BkEgSSSb1Ybt6ZneiSyaTABI4ON/ndz61RnI2l4IJrVr9T605zemMaZbDvw5HmktxSmfM/IuL",
-	"Vr81p3raSloCPmtReKCVtHL294LnLG31dV6wpKVGUzaj5lf/krNxq9/6/+2VE+3ht2oPRv78OWkdas1m",
-	"c338tmYenq6dYyzzGdXmOaFfv2wlrRkXfFbMWv39pKUXc4ZfsQnLYbo3dDRlb3JGNUt/ZGOZw/ulTI1y",
-	"Poc36rfei2xB9JQRJnTOmSL3OdeaCXIDPyB6yhXRfMZI+/ynN+S77777odNtJbj6vxcsX5TLH+FU1/jT",
-	"VnTpKdVs14zX8ktWOudiUq74vBAN1gkLywtB7nOpWd2S8kK0tj4mWMWFZvOmy1CazXEdpM0FoWJhVpaQ",
-	"QmRMKTLMCzEk5jmmiZaydgPNOA9c7r+xXMESN65YjnHRI/Mzcoe/I23ziJl/R5EhfNW1Xw1rl2sfqKx4",
-	"TrVmuXn4P34/3P3/091/9HZ/6F7vfvi0n7z+7vO/xI+9yJXMV9d+OWVEsI/6egQP4NIZmefsjstCkTmd",
-	"1J48/qSythn9eMLERE9b/Re9Xmwhb+WMclFzO1P88tFc4IQqfXTHhD5++zOjKat5cZ66982o0oSZX8A/",
-	"Rxk3f+ZsxPgdSw8IHl3O6IzkTBUzpggda5YTrv3uTHEm/zJmEbuwit3jt/W7FNukYP3/Cnu+svzK4GQs",
-	"c7tmc12oJiMqhNRwG3BZCt8B/0HuuVDkfmp4kNRTQnNmHq07Z7M517A518A+m7DLXpRdnvAZ1/7sl6eB",
-	"L8PhUzamRaZb/Ve9xGwaDv3KENYGvnyWy7+xka4hs7n99tF0dl6sk2nIGR85xcVoytIiY2vmUfaRx0/2",
-	"m8xvWf5o4VkU8OQqXZvxx5m8X/My9/aRx77MZ/N7NZdCMdBAznJ5k7GZ+XMkhWYCiIPO5xkfUXOp9ub4",
-	"xJ//ppDJN5vOjQszVu/ooSBGoP/w8tX3xA7ehW2wvwXF6Ebm+oQrWM08l3OWa44rpuYr+ItrNlObFgIj",
-	"nbORzNPWZ7/5NM/pwvw7YPKr3OTwRhl+J0XJDB3jXz3E8lh+d2v84J+TN3CzjCYWrGf13VDd639aHj9p",
-	"UdTgrkeywDOqLvUty/gdyxckl4VIFYHHWEqUJGOaByv27KAckqer410wDeyTCmIfI7c8y8xAK9xtdeQR",
-	"LRSLvkbq5dzKV7dcRBYyxD0Z9uEMYGONdDLrgi8IFakRUflCT7mYkEKkIH8OyNAu3P7ULN/8UgrmXsm8",
-	"DROGXf5eatr2u+DwyiXKQo/kLKLMDlPcf5YOEyJzMhSMperabEluJIR5A5Qsv9KPVhlX5J4qkjOj8qQR",
-	"mko8Q47tVs6oqiEVQ4lMGX2Y6vjJ3k95xgjXRjW8YWbb/PorJ7xGZ06Aj8emL+YpLSdvqH+HtwcIIQnE",
-	"Uan/gOjwR4Vktnw3KitYcwVhk+DWpSk3I9LsLLiNY5oplixd0HLXl68fiGRFtCSD1pViOfGngEQ7aJmd",
-	"DVSc/V5cE4wv90JTXagIx1hmC2suY3XJsCqWJmBjyUKjIm4vFTM85PL416O31++vLjtA0xF2YBRi8w+W",
-	"mgfuQUxeZ1LpKDl/4dvzBDekZDkPvyjLoqFyYFHy9EIgIvgaiTtLLIbFz+e5vKPZxp+554BeRlN2fcsi",
-	"6vUh2m6ps9fMQ0lLipFhJopwMS+0Ar05Z0pmd2aX+qLIssjx4DTK0/X6mTIpb4t5n/x8fEnaXJOLqzdv",
-	"jo7eHr0l99yo6gKszMWOIrLQuAqRkpwKIiTRVN12EvLr8cUF/DgvhOoYQjt7f3Z1cnh59BY/piIhqhiN",
-	"GEvNtRWpNa2dEbvodInVCeAyWPOb66m5P2i7BiLl5+PLVtIys7aSlp8qKlhSNjdX7hrP3Ss2K88tqy9M",
-	"pFtx2qQ1YYLlVEct9svSEh8VeQ62XiH6hJKc6XzhrEJ4a3j/nClNc03gfxV8aRSqBKjB7Lo5BnYfVz+c",
-	"vF9ZorBq8OoXUjsXz8rafzPsgQIzS8k95Zq00wJfNMHld4CrNZdvlpDqJURMvVki4pJM7b7aQRNiXpL8",
-	"5//5v+SOZgVLCFXBpnmym5G2zinPDOcR7D7jgplbN9edg5D8SM5AYVdkUPR63zGyT6ZUJUClhkPCbAmh",
-	"5H9dvD8lQD3mMP2EO7gKc4Phg10uUvaRyDxluSd5YMBCilD/LbnWnOZMxFWVuRFAcVYLp+ZpCjTsGzYy",
-	"W3N2eHVx9Lb5ac2nFKXcWqsEHqrIhuX1LMrlwOUCwUa5OTLWnXRJzswb14gcuAdbXkgz1bUhUEtT1QX9",
-	"LO/JjIoFEDbesPupzOwKx5RnLCVtKa7Nn0XOiCqUYSUdVHrzQhDYfuvX4MaCUcqONJJizCdFzlJiFxC/",
-	"qYYk6gyPcoFAuXqVhZQcxxAlafdizBN+3dk0fZPLGPxwlbutrmnH3bmbhWFjmtlz/jRo+cs7aPV/+OGH",
-	"XjJonV+dnh6fvhsY9e0zXkGqGd5BczWMnkDhukQvCcwU85QyMCwdg0UlzK8MRtdTxnOnfKkEz291h8c8",
-	"VzrBSx98zM3/+SvdN/+m6Ck248CPcAVtqslMKk1e9DoHZJzLGXl3dEm63e4erkrtfcI/PuNv4VeGkVhP",
-	"qZGa4LIiVN2akwb3WRNL/ZKq25iMg024Xmuo26MNPLXm8XJPYRvbdS/yP/CnfzU8NWB1Q/jZEHVM7wGI",
-	"3nvDILiYXI9ji/ttSjWhlqGRtsxRHHEx6dg7YNiL2ao+CUWWKoBnW82MuN9t9j6A/Ey8GQU8r3KJq1fK",
-	"kWVUFw30xxUvjl+avfApG3HFpfDbWAjNM/g4RYa5bLs055I3i/ipZ/SGZcjqUKcnE3rHjDqnyPBmMewk",
-	"pBCjKRvdsrR6vNw+uiTRAgVVzmZ1Is29qvnSexBgOxg6A1FIRHU9LW+ZiDpdqs53eA7+crOByUMLPTU2",
-	"0ciYuMgb2kOazrgYAmM1P7iRUiud0zkOskTYhbgV8l50YaE0fS+yhfMl1izWaWTLy6UaJ9hRqM+4jQ2O",
-	"fMMMS6Tr99UY9Wsp8mH2+03UqEEiMpt3P5V28cpcwZFhl6nRzSb8jqGvSUhNPEFVToeryk+Ak1cOy+0V",
-	"Wtr2RQybtxQB45c73lnyGMRCRxUyfZB3wbq7VszNGrdBoVieELVQms0SMmf5jBo2TtqUqDkb+TgLEeyO",
-	"5UbGdBJi+SO+uKb5xFjYVMFeGgJZmGdK70FS+hVK94SRLeiyqLmtKYudrdL0JmOE5bnMiXnIyvdf6ccL",
-	"eImfUHFSRx+t3SdzcizuaMbTs6yYcHExZ6P4lDbqvA0fg3VEWQr7yPW1e4tVXWbMBVfTLWdDJtPAYXvL",
-	"s2xL14IoZjcsjy/2YXow1ayJjnABDxqpixTDY1bkEl+BwItdsZuqcoAf6q/G8duaQITVxSoWe4O9ruo3",
-	"cfeQWregEzmJeAKVTlkeJy2lU1nEBZnOCwHMKcLe88JydDRayQ1bSMOgpoywj2xUaJnvKHIjC5HCbU5z",
-	"OZ9XrueNlBmjYuUt7YISt+hwHWte/JzNrQtsC5bv+ZiT04aDmanh9hulxPEwI3SQw5gFIdtpeTIzjAlU",
-	"GMuZWl7ti0r5kXnxIpLI8Rv4q4jSsFlOo99RZMwFzYwlL3ON1tsc+M+OInD1QDr8ZB7i/2BWwCzQacWF",
-	"tdWb6tpvcHWQavIZhMwx/uwvq/r3tpw1yjxXszM+lFkaHz71alI0AoYZCLeXvagk3MBBH+/PgaPzViGe",
-	"kXWcoGBTt+i6SdyVqXp5uuSUQo5EzggTdzyXwoju3Tuac9hL87g6QOvN+YVESihGrsAfpOWE6amRwc5S",
-	"2ye/8h8TIiQ5vTrpkuOJkLnTDKV5FI1UFXfbMJEay6XWIWJG+fHq+OTt8em7Prm3/hFzJ6zdoiW5MaRK",
-	"R2bSKcshsJQXQhmd4EwajYkImZr9uWUKd+2X4oblgmmmiAvTG14yY0rRCeskBLRVOqFc4G5AIhg3mhcV",
-	"E2bTNsyG7yhSfQdrdYCKZUMVZjEbNmYzdc0rcqYq7LYUXCWrrm72j4aVspTcLCpMtsbV5Hj6w8eoMP+N",
-	"LNssfiNzPrfJBavyaZ5Lo2Ctrvgnw7VR0IQrJrNCaWCT4Vk2EC5uojVrNVxpu+h7PlHbeeaNWk5rHNwj",
-	"KTTlArWntWzaPQgLXh8+Z+JuK9a2sjdTreebFvTz5eWZW0tj5RLDQo/gu0FcwoaYXHgJPVSGDc1zmRYj",
-	"lqud0sd+evjrUcl9+8hJaJ7zO8OElY3reD5MPB+GH1Kr64x5xsi/vDk8u7g8PL0+Pj27ury4fnt8vmee",
-	"augdN/r19SSnI3Y9izgAf+VZxhUbSZEqcsP0PWOCXBy/uzw6/xXWcXH87pfjkxMiBRpBDfMwbj2b3XSw",
-	"JUN2xyuYNlx+bZTIPtMnQ/PmGLylZYCsqilGWdA6KyIQ2KsrcGE+761P2SijuREwKDBQGHMjYvADWR7i",
-	"+6tLf4oQMRkZyYuxk/iJNr/4qLTFAyENWaCTW8ABjY3clrmRopkUE5Z3jDyL8cFNCSMYIorvtblQRT7a",
-	"TCjn/sE1KSDbi0RwSIKLOr4+q45vvj2V/aMLDGAGUQkXf7cDJoSZrQdFBj9Z8RJOqSF0bhSGLjm0Sjn6",
-	"OW4w2cr8Wt4L1Iraho92UNkh4AaH78EnfuDCLjqXmdGZhGFAY2n20zyLs5B7umh4wY0Kdl3ReyN3dcqy",
-	"rLQlBi3vdSELpgctYn5PMBDft/YH+enw+MQF18GCcj6ceIjmwab45iSfgDICIvb3rJS0KAJL676hHrCF",
-	"cb/WOxJoFo8y8n+ko9sxzx7o4GQibe5ykXcsz+hGof8eHzuTGR8tvHvngcld+FvIXKh5fW0Mgoam/moc",
-	"zRwWJAiSGzNSYuRloUmZ69h3t4w6Wm/fm7t89v7ikuzd7e+509n7xNPPe/YZuM6QM5LJifXgjqaFuFV1",
-	"P4Tn8GcJMPEbqaexIEiYhLlVoU3SyuSkOYWeyMkbs+Kqwf/i1etVGZb73W9A8vao6hKdeINzPmcKEto/",
-	"bbc5qxvivQWNcpOTJzJKDojOCwYqj9JgY5qDaWCqBO+3nl9Bpc1blrF4alhqvom9ho/O+yIrY5/bxxvJ",
-	"mJUADc5Uu8gjobEwY8kL9xBf+cc5z5mqTxzheBQuNY+SKdekPaMfr+mElUGvv2Isonkuic19e5KMoJVd",
-	"ypli+Z3PwFpr/kFRWvB8qXKtivm8sErJXM6LDOJNXHfrMk7q1fqGg9yVZV8bsnkhR7Cs2HKbuNH9XpJT",
-	"XERbkm7M/wLy3FwIsP6d3NS1yz6vHvLSwit03VBU34u6ci0kKLgAI5s7UAib5LA5WQAHrly22rdybpMt",
-	"RPKvoAZTNMfQTuNqZBQPY2j3QTW+ZQujZE+tG9Uq2GrORomN7Ftj3+WXWsPc0lQCWioXtkIP9El4BjVK",
-	"o7ODQxpTOMkMVuTNRuvOJVQTyGN1yTYu/9SS66rgtmwmznONpeaTUiEpyPCmhFCf4UFUMZoa42DQevFy",
-	"OmgF3Gosc8evVu8uyznN+D/M7lVqwaK7/0aKIJFT+QROOmOw6yjWGLw5WkngF1U2gfK3w+PL49N31z+9",
-	"P79+c/jm56MOyDgwdzCXO26G3tWVhJ5RrN6Aegy26Ft3rmHkWqJYLZShZJmlLHdCazMRuwmjlDvlWXpe",
-	"iHPDGWKZVyPzALBPUBtdpZVNcx27PLqI6jaqT6OtjNJ9RCJumMSlyQ0zlKWIlt0aV5u1oCP5UeY1wYOW",
-	"so+QEKZt/XCZkcfFJLNP1uTi1ebmbpd/qWPFm15ZgQXkTLgcVVyyDSq7+nAOOQeQEpWUqcjRZcfzo7yF",
-	"6YzL4ERwhe6tomQVRNC2M9EelC4Qy3xSmrisz3JPfP56s6iG0wV8EhMUGUC6AcQZI7HNFYMOSsfr5Ibj",
-	"QKPFlpLj0Ia3DJ8F5uU4mBTIvKYySw3RZtKYdzb3G2iiEPAluFTCUqdCuCwKG1cTLqUEBsXAkXUmjxik",
-	"ydKckYkUmItTPceaCok3RycEt4qwj/OcKcgNMhKPAPiDSyTGf3QD//MBoWQkhdJU6EA8pGyeycWgZd7A",
-	"vTskdmO9H3Kmykn/8Dpy0m4f19w7t8N03f7uG1a93zP/r4ZHKJ1TzSaLinxq/b1ghaHxpdIf+HjYx3RU",
-	"3CZItYQUUoww/uvV0dXR28SmqXKb5GpEkJP8VotIzP+A0W12Xxe5UF0yHFExYtk1F9fzXE7MgdiKQMHu",
-	"YVJbvQDiH2RgljIFElOYcaxk8HM4krGJ9xBzHI5KOh8m4DK0Af5yAYLdM6XrXhUqrg5/fH9+WSojSXT4",
-	"sMTEberqO5Yf4rybLzIq6p5MNtzmX1jEypuC3FY1ObB4J5GiErfLcJbN8xbKBVxkUscU+Trjraa8NC8E",
-	"HIlRN3cUCTYaT3vKMgimmj05wJxgfB7Ec/k95NCGR4NuTPNxND9kRiNy2vM6y8Vu2QJ8TuZzm8RsVWnz",
-	"TbfWJRw9g0uf6b3f6zl3LuSOZFywbRNINh+Ey46p5zfmiQby2iYye/psJZ7QyteNZeNECfeEpRM0pVbY",
-	"+Ra2ZPUibHL4wtgb1gXbuCYmvSxnHBnsKIK74SpVIJOiVu3cTk+DtI7Y7H4ieMITUXvfSCmgshryrA0Z",
-	"cTGqL+uyb6ilvEW9FVmIUVpxJZCAZh0KzR09D0ndkPN5lKoP/SINr4NMbRQUfQgiWX0El75W1YjbVMBI",
-	"tiYD+Bb02wb3zBxNDZEakc7FtsGIWj9axP109K8JOT1KyNG/H19cXiTk9P3ltfv73WVC3h0l5OQyISdH",
-	"pC2KGcv5CFjj8WncPUWzIm6oYMLWNskcUTkp53V7FWRsbKfxXtrYIPy+DNjxGZ2whNB8codxB/hgR6Fz",
-	"YS65i1Wy2VwvOgiIUGqVEbt162SWR+eWwJIbxAbhsei+wtUGM75ZWGz5njj7XhAugFUNjcQfEiwZMvbj",
-	"hCvNcpaSoTPeh0Sz2TzDorCPdKSzBWjgNhdvdWfjdRLv57hKi5fEcqP5WWOToU4P57dSOBaWUBpjYSPb",
-	"Nk/9G9K34VWWBNf9xEHPuLilx5lp+LtzNo7XFfgDU8ca8WW2DOR5h0w5kgvp1ZwjjZ3c6iHxlM3mUhuZ",
-	"G69y9xPuKHJcPrz7i9EHMa+FKwg09u3BucUGHsg99D6GcmkgwGTgmrRvFoDVhl900M0JkUsq1D044NAN",
-	"STVW6Q3tEEMC+9Ulh8S8XA4/GoiczRmFCgsqCKN5xu1XWKPvR6UWBwumSnnaHYgmJSb/TdYRsn4ggEjU",
-	"Aq9eFoLTqQT91tT5J26Q+7SB9tGlbf49pjxThGbOS7HM1svFl1FfLA+aceH+vUHm1VuEsHKHxvUw5nxU",
-	"Za3DUS7FEMTYECFAaDZcvcYjwwuK+fU9Fyke7JI0hYLpGVcK8pJ5xoiQZbYxYEMAwpt1K7pY7wI+XchC",
-	"TFCZE3DfD4h1ZcAyFwxBlYKr8ypanJXHlPef+B3bHXNjOZoHSHvQ+tPeK/In/P+DVge5mfuRzEn7f05l",
-	"kWeLhPzPlHL47z1jt/DHTAo9hb/MqrJFs7Ixt7MxndLHKAyj1SRj1BiNyqzzh54atDoHthzd7BTN+ERA",
-	"cRvwgSvBPxI2l6Npk/35G9c6Ftc68jnf1jlTzHECrsisGE0t92sPWvuwoKSMa6Qso4aWnH8MM4aaLCbO",
-	"5g4had9uBXgkX74moynN6cgYnglR0jFV9FHuYBo/GaNxG1Y+2HKH9u+7ZeHDy5ef3eed//EvT5mm8yDu",
-	"imANsdBSxCbhM/YPKVi0Ovj48PSQ/AMYlMzdpW4PWkeFucZ7P7I84wJoyV2sq8s3qxhJsWrrBzLzSAzA",
-	"D1XP2y7lLRMPTMZ6QKDXEeHyBZ5x4XelHiqsxu3jvg3qiiE3ktHR1AceZY4WRGJvjv1Rl5wjOibi4YCx",
-	"DUMYEZ8tQBxB+XEJAWWnAB3GTw1B0JcvXnQa+5gQsnBJbEWSlWS20YY/N8/U0AD8fs3553wyYfkDKQDg",
-	"Qa2WueWRjnkW5Y2HxF5BCDUsxxiGMOWQtD+B+5KnCZnTRSZp+rljIw/wRNd+2qUzWQjtgWN6PUcQjg4Q",
-	"/7WM2jYLNzRlpq96ATNtwi7/ssQu17LfOvCpkjXW2bSb3zCagrOjyigPVBusO6QSagScr4NWnwxa1dPh",
-	"6aD1OVpS8IRcsKTSDRwRkHUd1GQksSUerXSgOhpvkte4hATIRkwCQWpHxQd2kMwoeNocyI1F4URqBD8I",
-	"7KyZEvHpwJsGe09SCRmXY464xaEtWAdjWJdQtbLsmkoqeGazh8M9GN3dj1wZI+7x1kUj9mpzIp7HLviJ",
-	"8vxiShGpa4s3uGd8MtVrpdiOIsqMnJD9btcsmLSdBrHfJPxvp4iu2ujkR46KqysDfT3G0QBTa06NZS+s",
-	"EuywSG5kurCX3FitXaXZXP2+/6GLzr0oKdkayM2khAsqfxB9IZkbVXpLg+wnKqo5W4C/cAc50xlXmgB+",
-	"iC+QsCp6mwulGQX8kqFL1B92+mAwwVhz65VIynJZTO1w7o8ddQAlTtX0mQRGKNN03DBdsmw5jnM5c5aj",
-	"IeBhlxz5YqAJ0+iBR0fLmvKvIVXDzeVfWDhEFUpOy+9xlQ7MzfIdJxRgYAweQn4APEa4SsAZhCWp4J42",
-	"35gbS0cayKtLgowgD3CYswDPTS1hPJH27x/wzIS0m34/5aNpTf7b0dvOgQ8zOjAxCyOsHAuGPbUn5IkD",
-	"0+8sdP8QdwF2eEpVmQJnA+jyXtjUC48daIEEl/EFc4bZCK6JAMyNkj7liMJiU1265NBVArtTOj86Ozl+",
-	"c3hhlM79iANcVVMTji+Pfm3FBHqUOiqEAQXeiDkcoZHAr+erDuMUrl2G1grRRJmEIfSo1eWcfxVagcgQ",
-	"ZkhXAQB9CXkvMXwUQyMJGUBSTxd/DKmJlixR0ULcltL15M8MoThd0oKgMzNnTf6wF1GRzCbDYrhWLBsn",
-	"8SWGJkQkXGHo2OxdlrGYf8OOiM4EuHnjsEIMA+2HFxfH706P3ia++t1QqsV/KxM0MHwA+GeOP4V5Rj5d",
-	"xizeZ6T3oZgP0j4spgZEUSFaQ06lLpNQfV+MpfyPiIhb4f2+Vnf7KNRU63kZgLLSzNwzrBIzrAYun1JQ",
-	"d6ZKCWy288XHjx13OVVSvowDngexWCLNvX5JfuE/dhxHtiQ7NA8NywqMSo0n4HvTYDVQB4dLWeJvNoeV",
-	"tEEhBD6GITJEJwWEAexZ8Utxw/6NZXRHebyiGzq6leOxmevVx4/IqnROhYKaIES+ALsW+BdwB8s6DwKW",
-	"bpeJl8UBHnostyWAKpnGY6a2X8XjwnAzpqey6txpvTu6jIbGw/ONRQtrEW2SVpHXAMbdKJkV2tKXzOG/",
-	"ilydn9Si6pXzL2E0w54aytvv9cwVe/XDDwlCMFJHmwBK0kGmNWPUavOIPsUD8CmyYNpqab+/6n2XkJcv",
-	"Xn0oi0bNs5aKErBVJ+jtFNKKrZsinZgRMKhPBZ46xlxcNN7Vm8Yc9MFOlpr465cbVG+zyTGV72dGc33D",
-	"qD5n82wRwwmKhd89qvZqgeo9FbpMZwvX/1iwI1jKpnewhWj15Zmr7IuGL2NdUpCAkYRYmiX4h3+h5UBh",
-	"w5fcNo0kVhFbj6+xfLvSnHIRTUG5DCvVuDGTCg18LJX3om9TdYSExEeoVcak8rbSfHRbyScLC9ZWFrSE",
-	"FbC9eClhCUohcyZT1PONdm8PsI+pDrYKGct816dAoHy1DD6fqMSocACmiUXrCSDRXCuWsZG2aKVaZjbt",
-	"WyVWlYOCmhG7piNQgCFJDrxKc7OD7SUErHDmLnkfqOc6zOgwqgXLZ1xgbMWabaS9l7K7veCb3UxOOh6s",
-	"Gbcd8p4DSCEtrUYWhiWMGH2KbI8AuuQbSBFBVyLsfA0oeHCgjy7NK0EQtqBph4ngz+bvBRWaa2f7f7Ia",
-	"lOqTT6N50SeD1qtebzZoJWTGZjJfmE/23/FB6/Pn1QMERfHRRYe4gMeMEht36aLEhynvV4WktnGjj8cW",
-	"1sJl157Ki7K901nOxiyvfHQqj7C2KZp8W5+YZlaKZORmOvp7QbOW9c6pGkRX94bXFoaioeCoy1L7vFEM",
-	"NE6cOuF3zAn3hzkVm+Ecri9Uf7iHcS1Wgi9p3+6NUqppJJ8F+Sv1nSht/gW5uvxp9y9ecT+9OlmJUr78",
-	"y6vvX0fzS3NGZyE1LSMfNiivgSESXPS6Tdj2Uo38j54WPmDpBew0sZWf1sSI3p5e7AIm727Gb5ltXgCG",
-	"9OvvgmiREX42FrT7IUE3JOZApQQh4ZxHImPaBhdSPkGHRHB+r79bjsVtCkK93t8Us68G4+swwV02Soq5",
-	"DqkEnH6esWpKmXsMdDrNs8zXprQv2Wwuc0ARtmkCZG7m5Ex1+mSobvl8SLhOyC1jc0wfGt4U4zHLr6Vg",
-	"Q8w0ybLyU5plww5WY9Jc+3aOtuzFFUP6wpi2q24Bo2eIkRj7U7G4pwvSHtIsk/c4cFggYdbWSlrlasp/",
-	"0Cwr61dg5FbS8sNEeTCkMWzLB5wRvEqCXrsampmGCSB5iDDdDw7L2JATfscsFD6465ZDg5txmeuipbUu",
-	"SAzMeq82ulSHtqJsGdBqaLTXN0cncRjO6wCH83odEGd5pxulhsAnoZ/BjhScv/vAgwG53yctaDb4oRHQ",
-	"fYyxhDkttSSBeOSRPGEfwyU3C8t8bCwXNHJPGlwr55FKiVlDNE575gouIgEt85VNPy4gf8K3tes6l0O/",
-	"Eoi5n0rlfRjoYTBzY/y76tRoU4F+lpiXzJgXiAsF4E/AJqtYUp0S3tPM3tRR5lrKrMJyTsD/DagpsO6Q",
-	"FWCFXytphRXn50cX76/O3xxdLH0OleitxPXiKL9tJWXLjlbSQgirVtKyVXWtpOU7mrWS1tXpxZufj95e",
-	"nRz+eGKG++39+S9H59f+V9ivwYz5y/HZWU3fpqB95pJwXQ+aO6OjKRds1xwVfBDg59rczmsEQBBSX49l",
-	"IdIE2rVkfBT3p6dMU57FkSHzXObNBX0QBI3YeRzqU2tssbKbVwzBTWdsjZ2xuldX58cENHsm0LaCqk4M",
-	"BJtdX75zdSF3862b36/R4hpHuQfGmS8YOE/U1i0CNbas2+gQujyJa/pnxU3G1RSSLR6mstc3l/DZ7ISn",
-	"hkUsiGYfNblBxdZHKCIZpPUa0n8MBh97vQ9/ArFRpoKjIx4KmurScKLp91grSudzJlhq7wQWJ9ok+AOX",
-	"kqGIKm7MT2/A6l5R7BolzmGizXZiApboF2EusTEbhpXUneGB98y8ePXa+WZWberl0qIP9RTBUqCJp0FX",
-	"so0Mo12n3ls/nEt9KZO/AkgsSMS5p4rM3eoSm8WDsCnm6I3YGWVFylLSthiKIOqEzG3qTuNswGruUYwz",
-	"xcF262z9hge/6kqJZvDbhCEVbI3NF0qcFrENjGjMQ4z5WW7ZdiGVc9wIqXRWqGmZD/YQzvJgzbZJomeZ",
-	"ldeIIlDl35wgun3BSDxNDsaJbes51cz3cH/8zczcUNvAr8QyRfdVQvZnRq/cn0aVhke36rU743rUz0GN",
-	"D955Yy9ev3VxjK8nas+dtHKq2XXpSW2WIOePddP9DEdf+5YPu3SeIJZ4DmZhG0Y9ZzmXqXWSIDhHDyOY",
-	"N8XolukdRUZ0TkdcL7AxKhvbbt6rNDavAxrDSfpkA1l9XrcBV4ptGzDCtyxBncMsIUTZBRBwSswp2LSK",
-	"ai2ez1Tjtl49fUo0l+PLIwTphuyrftC9AVOg7BEEKVBlhrXH/9jBgjl89HEZ1vXb0D67wg545pFdpNe9",
-	"T2acz504fxBcVz0l+zXH43P88EQ2osQ0teTPbVnubxDFfaADO00BEWW1V4Ixv6/OT9w++djp4dmxVTyN",
-	"Bd3f29t/8X231+119/s/9Hr7K8VEMcEHDsxHhm3qikEizpmHwHcrKtIb+bHqpxHoiVuF7NDV6LLMoMzT",
-	"kHTZlZIqaBe5d7e/h3F3RdRU3isMMzNG8By7duZOrN4n4nz9c3sw+LP/R+dPUQeVyuQSsb5M6pBHfIaA",
-	"a1Xi4P8c4b54uQ2SmCWwOAHPZa4B7XZLsp26JAj4XZa9H7f6v29oz7CUN/H5Q1KDTQfhaD9DYvs8YQPT",
-	"FPo+oRcaKq4ReQqOGjy6Vbxke9CIeuyHtNDH/aAlHjiPQCaZQXcwEVc5KC7ry7I4jjkgAu9g3km3xCRu",
-	"Lr2rQNKPy3K3U2843zoUY3yXB67cDhqxd+KJPLa9VHkOUmQLbMids3m26IfAxV823cftQ3wbHxZ6f+O0",
-	"GjkeA/3cLGxyLcsT7JlqW/278mkjpSLVxPPiegZ9BCLV2WdXhizh65HMbdJZj/wV89JljnXX9SHRXjQk",
-	"CpH/65uFjlngv8K3Zlp4YOvxP8f32JikDxOiRse63oQcLEnOdo19Dw5liFJAiQ8kIGEkE9Wg5RqzEnh4",
-	"Obl7cy1z9FVtTaCHNUxn0CsA6xdtW1L4A0kl6tw9x8qgZqz3vBAXxWxGwTcRR3HaopnAyME9r+TmWGjM",
-	"NRifHsYP+HWYZq4S7HLN5oktFYD8J8xDbYZ7FYCpxnqffCk8B9vlnEULcuyXRmpxQaC7Rt+lvQGhuZpy",
-	"zNe0rZabtC00syf+NFf52AekmiVpEG1eM5JYByljPQuspwzA6Ujb1ldYBBAI2Q7BeRZDRcCn1nVzhLx3",
-	"V6Fkn3dx3QPEF/EGkwcOKSsL8BdlVreFGVlCVYmDWG0Lz29r8zbcuxoWUDkHtVYsx72f7liCiq7EAedu",
-	"h5a3RBOPEpSFeEAfAEN0WBZbAhor1wcgcZ+47vEaT18BAgUTKWgEj/dirusdcF4I79uOYgFdg1NVkVze",
-	"43pTqqm7QBhx2AV3kC9XpsI7Yo3gWYffvNrvbdvGEw/ywNs0pK3cz2s6wDVe7No2UTX4fNiGJ91KD1w+",
-	"SrCobXwbYt+Jb+tXBnMbdA+qbRpkQ32wsRud4eeFeG6n45bluKUC8cCq2/NCnNE8eo1WQMkJDUoqjYE3",
-	"3uqGxOkkgijogbZrFmxx2bcFcwNVxmLyri68vCWN4g7lfWjyeAOphI+uNqaMkW39vsTJ84FF3g+mqAs+",
-	"Ec377dcpY7bM02ha1kcoJLpQmWa5begKhWEzuiA3LEAlGX76PIym1gRXJpKA4Svm4ihvJWDDCubvvZN/",
-	"0NF+SiuPPFkr+JTN9TSOjpsyNvdCWWDmuAPpNx+VWlsuiwnqYeCzdHfaYiEwoXcU+TPZL6vt9utQu9e2",
-	"Fk23bd0DiBJ1aQg+YGwFdAwcwqskNb1rNzYHwurulHkGZ9UPAHN2ORqk7Y55RxGts6AdYIA2YBNB7Jdl",
-	"isOOcthFqhO0DbSA8+ZOJfbQSk7b5ppMIM8TsQDdOWHNClDeLZvr5hi29SFBLwk2MAgrMpp0g7ZIHmDi",
-	"V7DZQbQvXSQyMHcyHbT65AWERxAj2OzIPsDgPgVA8RpVxqXN1ngsXFItuB2WyC7ee8Vl60aJLhxzB7tJ",
-	"+r3iytFxszMN4ERWJ3E3pfG6t4/ybo8u82/YgSUGMhMRe9Zvjke9XcD4IjjUpdLZAl2A5d/XNMs6Pvso",
-	"Bg/o8hc9a/WJzVoa7kHalfTkiN6/gkL4JLLB4Qauhe1bg6a3iioCOIjXzUATwf/mu61g+09ARoTucR7l",
-	"Wtg+SXo03S3mBMds2Li0lmuB8m3sPUAYrLFk2UdNXi1lzyvSFog5avgvwth14v7r9Xdvyaf1ldD3Vp0n",
-	"ORsZoVqffxRwH4jNORGEDSAs9v+yItBIi3SXLgVvSyQUccvnc5ZeB3vVlK6sP6JSvNC0+22IP/hVuF4T",
-	"ZEFPCSUprbANf/Ar9F899rp7vHoCSckOH8ZfD9c0t7Lgn2V6YA6uS+xb6wN+B5gJYZ2tXpulM5aSIRYp",
-	"OIrFQoVd/PDq8g1KT6rIYrFYzGZpqqfT2Uypf7iKhkJkTKkI5RCzERDW9coyeMIJg/K9VUuxFOqe4TyK",
-	"YSy7jJeGX7flz+yNcEtpbjx6Wdv0Lde/X2oDKnHM9EcqgsvK2cOT2SojrWsBdjFnIywafEAsbU0YDXKJ",
-	"tAfvsRBRS6A83dZWZUT4sx0F969P9ndXK+mCMqCkZNVBFZ2vnWu0jfCS0W1r0jJt1Qfs2vGV0EkHldIY",
-	"8GiXuGMWxscuvcRbixfHb+yaTvPJXeL6JaYk5TkD5DFXFerKaUIQNFtH39nGZV66ni1gyOrqTqSYhP2p",
-	"gFfKsa1Rwl/XdJrc780Azkn4Fvlzqlzp0C/HJydHbz28FWyqL5iJez3oaMoatV11cbsAWmDjluPXCfHx",
-	"5L0bLvbUlOyO4quptppby9g0m4ed6fDXtslJrH0VYohAShcJnjyA2knoCT2VWbpN9yTXUSWKv2ARIxoM",
-	"EzQbgV965rW5OegZwIFQkNh4aYiWEwaRR5kjlk6bkgkVkw5cNYSoyHzTQRt8gc5lFn0VCFLxm4yLeANs",
-	"cHuZX1zHlIu3h+/ITKYMklYOyogVBK8tkA804MbkgEjzsI3Xy92KdYFjM12fTF0fV9+IznZZdKoMuHGk",
-	"sI5oRCuL3brveiro74pDjQN/aNy/9Vg8jbHMr5nFflxb7mUhIj8nranWG+0cjypmjNHxGt+bZ8pdcmhR",
-	"z7BLTZnwwTWx1GC20dfukbbhQRYd1mF2dcmQZvd0oYZmHKrNML5KqEveG7K954rVIO4CBa2UxrooVM23",
-	"rvcvfnHLFg7qMS9E12IimqXWFN465E8Y/KbgWYrzkb/+lQxseeKg1SXYa34ZlxGrDoFZBy8Dd4B9BGg1",
-	"uHSYxesD9tg9br+HaHkjY+hBEi/kQmmru0NvgRGHAadUdezcXBNcVJccVibFqlOmNJ+B2xmG5Wq5hSGk",
-	"FYwL5XojAtx3s1xm7Oy8Sk1oGaN0K4EN1Y4HwYRkBgsYOWIWYjFaNI19o8fc/FUL2NjcItZsfmwWHW1B",
-	"yLPsepLXtE7zKkvAYoJOpLYhGIQdbpi+Z0yQi+N3l0fnmGV+cfzOSOoaXvNKVVpJ7/dUlLuUzRBd2i/0",
-	"F1vpzgntDpuoVgdkaLnn0HK4oVvdEGgvZHhea5KCHZAhnc9zeUezYcgbBcGPmYscGb52EHb48eVWDjEz",
-	"/BIS70uvO6bQ4D0dIn8ZIs3Bo2W5N0KDAQAsSJ9O4tVxvLtjmWXyXpWAnTs1O+wxrjaR0hKclmvVyqD3",
-	"tYNirRxWrzav2Vvmhsbw2jrcLPbRvISQYvcfLJd4Wc0UKWn3bLJ+TWQoXM48Z0Zv9ALUlQX0Gq4pM6zD",
-	"hz4sNpvMiR2XpcQlJxXhytauTS2UZjMPWrum4aQhE2MYEg9w27b1EZOczsiICm/3JB48zij77qsbw6dT",
-	"llSRvQyJAV8FiMeOe9dgi7mw6GuO8gFH0Ii3yFkHB3LgFXSPmGxY9EXQpt6oS7/SjxewCT/Z9zr6aJtA",
-	"k7cWmDPEEcl3FGl/t2ZHKyDADUkPRYflDWWBDkIjMRW0qMY38FYuKJz4M5ozYphnBWU94jWuLuFK8L8X",
-	"zGWOh9bhKa3RrgTT5rlIP1ij9lreUpYcwW5DBiH8rL/UuRHAGNyXAVAc+jZ5TgAt24wBcMaUZFLOb+jo",
-	"loA7fwygcrSkp4QMd3f9cIDTAm1mnEokC614ysJMbiQ2OpoaUYfmO7tzUVBXtDGVSu+ocnaL3hVoaEvI",
-	"dnYNoA9YLAk2D+4C7pbVUewkgUWMRR6k7f7Axy0ipx3FqB7YjdlvGwKlokzD/QdujtfcXd3osUpR5ZeV",
-	"kzXfDNFa8TFMd4s8amspxeyl9F+z1HpnzFrupzJjq3AYFgbDKoWAT+qmKqsfRlKM+aTIWUoQ+cTQiZ2t",
-	"ehLhfXW6ym/vz3/56eT9b9fvTwGr4ur8qETfxXeM13JZjWl1Y07DvEDEVw5JP+fm9lpg+yoY+vuryyU0",
-	"9FL5DQIN5Ff+o/VOiBQMTmdnbukaCbp2NMrJrgRXPqzmplTyoXaUe/kQ0NljwXSxHa7RdWqc4oBwDw/4",
-	"Ls12XHc8XJEhODmGgM0Ef1nlykrp4bKnA3SnIc0nauidTgdkaC7jkKiSmG06Lxf2uwPAjEZ2Us7hP4BZ",
-	"Ujly0lemMyoS32PD3mVrck+p0cJAVSu1Gjdo+AnFOsAzmYYonpFhgytg8yOyQmmWHxgWIc2bYdBASK8O",
-	"G9JxmNJltRbXRMAnQpbuNnJh7XggN6tcOh+CYTei2mU37KLEZc71Uud6YNJ0pPndamHcPJdpMcJUEgE2",
-	"qddkOgkJfomahh0UcrixtKrtNKqbjHWalC4vQU/6Ys/w0mKClevSNF6tf/WuU9S4z45OAeEcM+J9E7xx",
-	"zliX2ApPBMAyHzvQKwH8LkFB43EhYFjcCjzF5lnSYZFwpWDrL5GuT9YaWV+dWiqhVbWEfZxTcFsJLYNi",
-	"1bqe1Q+rrkTuzcWk3pf7szcAcd9mFLuimwXdMHtYod/JAVJX0Isa+Z1kTgYt80lpZZlDioeK2Chn+npb",
-	"H9RSD7+oEQ6IfkzcWevEslybwGbpJme6yMsu+FhBOmj96U/QGxFutdV6MjlR9keWu5F2UH/NsegNN3Hh",
-	"hzgo20p4tcV7090mQ7sQ1+Z3FY1zk3feeeX9eFCkjp2OcuWNDKdlOJiU9Y770BhwlOBd9KWh6hXTFV16",
-	"CVzdo301csgDVJhFE8M78+LVqwBf3Sy0Aqo+aD0ARR3gCaAktxHkWPzGhpDrW9y6sW0jZQHW2qDzhqhp",
-	"SxhpyfKpmu/rPDMrJ1hrzv1Gub60ePFeIRSS3MhCpIDVFKDJr01iaKYnVdIZGuhJ3uFSFpPs+IRJOEDM",
-	"9MLYjW2GUzpjKikAeSEq0X8zReUDKFSzcf8Dcod5ZqWHC+PekO1S7RXhhE9jqIHloNCWmc5W23Xms+sj",
-	"YoMkkFdMR7lUymblGEm6sckIhZN+PrQK1EoQsM+1Bxy00pvdGZ8YvQPjzJv9t/6t1zhf/H5QSA4F0nBv",
-	"uDVgBIIhldPWHSj6aLfEi1BbQHFu0w2I66AP0BZ9fWzzs7QYQXhtNUegSXbAcvcwM1Ni3jW2dZeXJ1vS",
-	"/8+BK7uSdn3L5jpw/vCg7MyiakaY5Qujp4DG8v2L3nTQCtPWoPmy6vRRNFy7Zh9oSJRBJKgRwUecX808",
-	"AiXgEESBRZZdWu7pwj1vWCSW2MFPbDWmrwqQ94Jg92auXHdz4pBDEbUxnkBextaX08dJu2xddXl0enn8",
-	"/vT68KfLo/PrP3WAU2R0wXLVt6SWQ/siqomiCzOqrbKmN7LQAUd2ZaYpG/GUqQN8BQjsptKIsyA/GZLO",
-	"yWHApmNZ6pEMiqUdW4Ir+e5FhMorp9L8B/akN/8gFg69pOp2fR+RZpXZ+IOYd8K+z/UyEn6gltju+LWJ",
-	"deX3zglhC+OtsnDDzBUzll1c7QGeHp/avF1MZLgwsUNtxVZxthcTTOoDazWdvGqiFdvEERr79SMuYamv",
-	"kbs0z9hrWuawaiEf+PIOtarVlti2ZcqAFDWOBvf668glZ2Uv7qi7qeR2vq0UmjF93+gQkL9GIL2Mln1P",
-	"FaLaJxZu2MVVa0jPulwMp9Rlj3XovhjN7ti2FU7Sqp5yuR0rySpLkRvFxYiVxwS5jzmjWbaA1v7tnCnm",
-	"usKU+U7gI2eq1LEQJ0DIJfdyZ41dUbNEr+jgyXMACre4SdbMSNmKiWGpp3NAeujTWuofNaqGMJbWYqgY",
-	"NmJNIgaKC1DVjcWNqzN0gGIhDSqXmMeILgSI6l7zmhWM5V1HUTiXi3iBTTliWeackdsRZzK1HCVZ3zWi",
-	"JL+VTTvOuXKuW2NUHPhS8xuqjGEB8C8Y1BHFjOV8FLQkdGgjV6cXZ0dvjn86RiBpZB2tpOWU/Ap4dRSy",
-	"GnPxIqjUy6jVzoIw85wfHf16dlmDVA1evKfBp3xIW/sacNb65N+gn33zAEHO7uTtlm/TvH180tJuEyO+",
-	"EnCZHbgoJOwrGKq2DZzIFt1m1e1hW/pgIzbWs8MJx3PI0RPcWMlBWtmU9G0HjS6lrF97AnILe+iv6ZK/",
-	"VWXkhu7vm9Prnrv9elA2sunccbOfuXrAoV03JyJLAxvJyA285t1cBcHDoKseVsEVO/QrqJ3ZdjWrzAKs",
-	"RwiqjqZUTNiBMxHJcJRLMSSjzNi4ZOjK/cp21N5YJbksRATIdLXErwJVuabYcCPKZFh8uGnQshZx05Pf",
-	"TIFdWE62DEr5ZKViKzSFueUR07RELX0auAGu5oY04mgIxw52ccKVzldEV9/jv7e/e4GQdAkxKtHrl0We",
-	"eetjbu6BmHScY/jnXw/f7F78fPji1etqQgOB5E3psoGddg54C1wTt1aXeMBVCVoJqWHYED0M3igoULE/",
-	"S3EkiPJ4t82vh2/IHcv5mPsMUBj5li0OIHWW0VQFDiG3KHDxg203513yluX8jqU2jmUXcD3KWcqE5jSz",
-	"cJaKzApjVFeWTrO6wPMDe3rCum2vaQVp0eYDaHWKDMMBbbiOnzWwXKuv8UAKuWE0h/6ZRhmKgEvOjVUm",
-	"dORYQ+xd0j4s9FTm/B8wTZ/8CMN2XAv7auAOZQkmCQM1jTDFhHDdJcdgxkSOISG3Qt4LGwmUkbW2cbKU",
-	"5db7UVKCzVvkqaUj57x78/708vz9yfXZyeHp0fUvR/8b0xbQaoCZDCFe/Hy4++LV647tPlp5nQNIJLuv",
-	"bLPrSorfGNMdYpP4zzqKCr0mdVpOU5ySaKNgyOSUucuNMnatT68cYe6TFOHO98tctZT85//5v3AzuwQA",
-	"S12rs8r2rlBvmZ/ga1BsFNC1giVhohUoNJC3AlE3tMNvsiU3tHelBxSFmNMuBFnd/Wg4eJwzdv2wNAH4",
-	"qccujjju4pbTU8BLmw3yjpetOhSYH3qI2a1+Wq+UZ3TEzPFcwwlG8tQCQvAZEdwibbSXCKLT3HHxBNjZ",
-	"20Nl920yZOn4P/r3ozdXl+/Pr49PL47eXJ0f9ZeEIwo5TLEqFMuT5WxNWTIiP9j51en14UXHl3/MmNE4",
-	"uZqppdGxj9zfJBeufGP452GfDAueDkmbwoxwVSa5LOYBmD1yxZWJr47fXp8fnr47OvCZ3jaBTeYL0vu+",
-	"1ytjWCjIlI1alE+pKbRW88Fx/N7GEQHW2AEg0XJZ/sFOQoZzngo1JO2z47cJmYFXy8x6fPamzDdVwcug",
-	"35SJNPElGW7ngo1OGdVTzCTFTXRJatzjGxg+Ps/5HdWM7OnZ3CxGMA2LofAnJhIjEZQJJ7E04jJz2GXu",
-	"mtFyyPoakvb5yfGvx5fXp2fn79+EeXcHxH7z9vDyEE/Jk3o3RB82jBjSumw3YjLCzYR0A/NSZjr8DFZv",
-	"v757gSvDH3Vn9GNCRvPC/IEJsDxV8A8vNm36QNCNG2c2302NODEseQJ3RQrW6ZKj7qQLJPhnOMg/ww7+",
-	"2b55dy0I/Jou7dX7SjN+x/olYLYreA7SyVlOoJqnSwqRMzWXQsFvFM+M/eylCzyEydcLpsvegCmjqS0u",
-	"qeT0mpmFoZs5VaoMcUIXdPMJxhqqirPhAp0uDNmvznBAMg5A12NLsebDXbv+APFqf2rW4jMRnbykDvjT",
-	"ysUuOfSCGICZmZOLLHWdBnHC0PUJu9lKWuFGQdIkTVfdkknr46754e4dzYHczQhoD4F/9tAOFnx0VR03",
-	"+OYtTFHvpNuov1L/umYAm2xT1VOdAmqYhCcYlRALEA9kn8kJgbLEVGGx6ojm+Za+P2f7OXr24r70mXuL",
-	"oRRFgdK3hPmxKq8/1FqicT+SBflv7P2xVu0m548btm45xnL+1eenuYTcC83mPy4AR6CkvMqHbw/fRb3g",
-	"oTW+nRNpmz5WNkmpzuGGgQuEbn+x//L7l3/57vXL75daaPu0puXueVu3UKlgZ2/ZIrp5Sf1SOf2Y8tyw",
-	"tuuHZiqRNiQj2eR7zeis03d8GUQrJGqTG2pkNeiOkJdjM58hfdRVT1rXhc09KtMynELFNTbzdc87l3vD",
-	"1CdLnk2cQEDK62oxLsPcDfOITZIxIiEIy5YFsP0ADyNA0be1kTwAgF9Jw/MJru4rMIdtyXPjOtgSA6WS",
-	"sf365bryjUh6Ex46JvxCq9iD5S7HNl3IttiL5WLZHcKWvYYXGypDt05tc+TGb9q425w5n+YQO4ZfRSJZ",
-	"W+UXYzUSoGW6dFQXf6rLJ54uJ6PaNKAHZhNrnTVtd1ptbm/2ah3TurSppk/V87LSvfAhEaPtaOXxrQgr",
-	"0qRZOyL3g+r7BgEl28dgQ1xp+QieOcDkGNV2OkaFRppoGzjFuvcNoCybg1U9+JA+xHrCKjYqjHi7MG9q",
-	"0S3BBRrZYgEeU9RZ2yM6V5oK+0884E7oGDh8++vx6fXl+1+OTrsW62oG3mAc3i8GoEA+f4agz1iugfEd",
-	"kfOji0tYgxyTNzh/Ekolw0j+Jm+IzEdT5lVv62sdCHC2dsk5COPcmDpyjuUaqwnlXQJ9qeHBgaBzKAEy",
-	"w+3ZltB//psyJs75T2/IDy9ffd9xIAW27fZwJFM27A7EQByBcDFni+tBxWEYdTwTlBqwqU5skOHHXbvb",
-	"u7nM2HAgEK4GmClUh4pgeKhS65Mh9p0ZkjaIJWNYY0sa94l52YHAqCBqKH17jAm6IxKHUpNYMIXEASXA",
-	"B5rmYK5Dw5vhQLTLJjyJ9TffMoETg+49tO28guI8mmV97wRNBiJoE4aGTgJ1N50uOZU2i6wQ4E03D0AG",
-	"hvkY00TsjISrgXjZ24fCM/jAxYz8fr3sfVd+a6lASxuMcToZaAJmpJcWJsKmvoaqHWbfqbJOrXJYU8Av",
-	"HZIZzW/VQAQ2fi4L7fz0wcfmB64yqAQscH6zGcWAQ3cgfJNxaEsF9/Dw7Di46/1Wr7vf7YEGOGeCznmr",
-	"3/qu2+t+B9xZT+Gm793t78FRw78mLKIEDMEK/CsQ1TVGZdG6H4JJbkNBELMCF1bOjCbPM5aTCb1jpJgT",
-	"KQYCTX9oj3/96+G/Xx9eXh79enZ54Xz6ZWvhfqAGYL0PXRCleZYNBCTyixRIvCR6maNr3xwxLnfomj3h",
-	"mmyll+3Ohdvn78txalQdrvQhboQVXgAVD+Us3GzD3wuWL5zV3PemMcqHsP2TTfgsuyVbqM3l7YvYjJ+T",
-	"OgRaK/XKJpvsjstCeQkXW6IVlOEaKxZGLzp/bCTXcrccyNvHr3qBgfnKtrorLctl8fQBXOBzKRRKmhe9",
-	"nrX9tMUPDxnt32zGbDnv2nRpc3ygOIAsWbYCzVbB1YVThhLrlzh7bFC/yrJFELSCsh0AWkgrlfpAo7Iq",
-	"bHoFLBT8a4iomi2IhUJ1bW9AVthDndMJF/DGoKzQCfim7LX8kLSqzL/Vdw3FzIrgAls/P3RFDO5xlcLf",
-	"Me0Syp/zEHAK29r6cywhxbVhwRN4+dATgL74IRgEFmdriUCsIpgo2NQgV3OZTRtVzm/Qyp7feyfTEneI",
-	"rb18xG3I8Vvs2LVyXntGvIHy9+Bhk9ZcqgjnfjMthAU6gbAwQMNAM6kEPY6sUjtfhodO3r8DHv3j/748",
-	"uuj0S6ez9VNOEZhbaRg7zaF9I94FEHUsx2KRqctS9n0FqyR5CK5L+yonZh9QfWVK/yjTxZMR5Ymc4F4g",
-	"SZYass4L9nnlNrxc3coL2L8HMI1HkfhhQN1qyucephU7TvkQt0vDqLSDeFqyj5IuamhPRbxV2sCOpCHH",
-	"enq6sKO7tq1NaKP3PJOf21liPPPcY1wPQTFi6dB2ztPMSJxKAFhLaKcawvV8Aao1z//wFFTugxtkTI01",
-	"BkVmEVJ/FuJ2ev/eJ/vX5z00BdXeJ/zj8x7NR1N+x9Jdc8X2PuWF+FyrOZ8zmgYZXfhL0h56+/j8zc/H",
-	"/3Z0fXV+Muy4+OTbo5Ojy6OBgNbpfg5yn0ttrna/LIxRUzpnrgt29fFkINCBiWghvrAO/JtQ5qC8zw1L",
-	"Nl70MNadOFtpIACQT10H6ieg2bkXQcfuFGwfC0hDJ7aKYSBSOSrAYWpDm7YvPfKp0tmalMAt2J7Hpp4O",
-	"BPRxqgINA5wU2IKXwX6CO92YX8YqtCUUCxzDLBBKL/s2HEdTck+zW3RBp0ZEhf0KAPcKvcI2LjkQWGY6",
-	"kYBDqcgMMkEkGXORdomxDIXU12MQi74k3Lo3hdQD4TYLkiL8E27t0Apt7OBaNOUZCk6I/HVidorR4uyQ",
-	"59Dw7Nn4Eza7jGtwAQV0H8ItXvW+ezC38LlUWHQbI/+yw3dZC4xFSBhtDpiHa0ZWq2Nvq++d2Q40xpba",
-	"8OhbbFHT4MnzQmC878MWrMojZuNrR/xqHgXWGPI7hhVkZrouOdQkYzajzX5qwaGy7K9GMA7JWOYDgRcZ",
-	"s+G8abqKzGBhFo1c7UP3Bs/nwFVDyctejwg6g6R0mmVDdB8pQI4M5rQONlxQlxwJxDMBB52jCquYIlfj",
-	"ApGPMO9mP+n1ejbI5WJQOqdCIZtMBiLIxbD6BuLNwQveMEjXyLnWTAAIidW3FMnY2KKJ0IHw7W4LTdRU",
-	"5prcMjYvU2Z9zsM5Uyy/g7upjNG4AEbA84GQ94LlCp0ehs6jrABaszKAPLc70dqWWOHH1gfdhA7heezL",
-	"0uxZG3Jq9vAbjBH8iBW2q84QfGHSiOgOPI6iI19u8bxvGDHUVOc1oVkW93TYoPVK2+bndGnAtvgWvBFu",
-	"fHTHR/pBhkmFqcIwlY21MBOQmapYBni42rVDsp1O4CLdsoVrVWBzWEP2ijwoxl9td3QoVI/oTkdmbFwA",
-	"OgE5QBsQQfPcQeIarnVQ6kPV5eJ1G1o2Y+QDrGVor1/EGj3hSv9T36aGTsLHOwUhVv2NeAX9iS42uwYZ",
-	"HvxjbxN0x/d18JxVk0EqkrGqfqJ8EwuSl5Kh2W36gtrK1irI3qdbtvhcVUTWSrJFq4lL5uGs71E+GWSV",
-	"2ItC54tVrmj7BD+SKX4JpXP5GiDNAnoUZMmyj658BExwtCURII9apAfXfh8YxJzqackfsMa06k8JucXc",
-	"WHW5+d1//N7b/YHujj98ev3y879Ekhe3IrlqGlmdKzxMIXtO7lNOc8JS5HZRkyqDb7sRTqIyqe3XfRS5",
-	"y61Pa5UglJxo0aLlbYxQh8iYlH4BdJYs+wTMk+ZT20y1Sw5hOiFrBgwgir4xC2sbAsLe/7VOnUunbuBz",
-	"CNFs4Zig938C3D7LwjOxs+w4PDYuCE+dKx5D6ykmRw/ECVV698gMvnv8lrSnsEtgfEFmret2DB4jtIeG",
-	"fbAwdiEfegjYtEw4dW7/FVFdciWghtCudCBwqaAT0wWZcaUsgIiFkIOupICcLWeA94rhWwp5olCMBi5o",
-	"iJf3Ia0LXJGUjDKO8B5UD4SWJGe75pxj9stvxjI7wt3elgbMJsFPj9/+7Mhomx/9K+gyDRQPzT5qJIld",
-	"3LOtHCgwW92VR4cXjmr7F8JHOwpAQOA2ETdIjDNYCvS1iFYArdKdIVKEAdtVljKgoRQgGt+xHMtLfGuh",
-	"1dv7Re5oXRir3CvwI6Az3BWqMJc4sIBQlu8S6eVwv3TJ+YIZX6H05uhkIFiel5F1O4B3hgBitU0ShgtR",
-	"6R2uHEx+B2DrhzwdBg3H0flkLlv4qNH5+hX8JhVA52CeE1ySHfe2QXKDmaAEdbO9dKRgsft1hgtBGnye",
-	"AEo4hUMoaBRGefHUS2Dp5rtWbuiDdMYXLx6qM9o1givJLOTA06Ly3HYOx6lHQCKWyBJCtZzxEQBNeWHt",
-	"3qG8pFZkrdMotxaAe5/gv2vzCZb2/hn1qGanXDndh0ddgytcpRsrcYFVL58VlOohJ2p4NF/Ww1x/J3ia",
-	"EKO67zI1onN0j0f0eRbwkbhGv4zpMePC41o8Tql3faijhGjs+nPsWNwgccv1gW9Id9jydXUD34tsgZUP",
-	"iC0OaKwWFtxWQxjVoU8yec/y3RFVRsc3Fo9KsLkpatspVVOmII7h4IrBoV3nnjT/uXbztOrsqV1srvrh",
-	"037y+ruoSfUFM81e/NNlmp0XYrMzCXMwHudJMrNEGqs3SR/7JsyuuuQO9E1iAHNpFcvb6bpaYWJyWZ8N",
-	"NhhgO1sA/0DNs8UGQctOMxZaUiWtHadsNpfamNG7v4Czojn5fngefcrvy1bK1LPHfA8zhNl3+xoA2ixt",
-	"IhD8i97+c6/IOrcf6Pz74UspfrjMsjc8FYSLjAsW1NHN2ajRvX2AJgcRcQiAbp+j9ZQW3BFGXNnM7MHQ",
-	"rGqI1q2nd3UMUMCjKRtBRn8Jfk1V+dRAwAOYvnEj00UfdlQDlAvVtpkXmlVGpmpEpgXweS7IMGeqyLQa",
-	"2kivs5TNwZWTkHtZZCk2IvJ5BO2XvZ5F/UY0bixTl0wNbGcxbbGCkHAT8vLFC/sDgIdybchc15FCJORl",
-	"7wf7CNQICuh6kxCaKWmM8QAw1+0dZNKYqRDPx1mUXPmwNITlue4SW3MCBQ3wc67c/U3APcUxSTYIgPcJ",
-	"9fCjA+FATvBHCqG8IcSN+0te9Xpdcgjn4EN0Zi+o6zYECTD/6+L9aUKEtOeekJ4xqTGPZkoFBuVhhebE",
-	"yOnVSdkrnlCxgKyoTpAnYA+sS4YwDVASBsopog17RaqP5RVn7y8uPTyQ0WkHwprcMEDMdC7psvXMjF59",
-	"PU7/o3n7c7wSMR773lim8DUYpwjWXc2OACCYFPzWj9JzLJ8s5tCYASgCdGtLoy6jov0zJHOYaW+K7NaZ",
-	"Xp1n5Z8+x68ujeY4cpF8Jz7rUDe/YCKlwnVN9qXRisixubGqWlqNgPk8V//5//y/ztOLUMA4hfke8/Vc",
-	"+mMyENChCPqvWgdfNQoJvbYwkVBpuugCAxJSX7tu64mtBgMvlbSFXGFaG1T4+lfxbjTE6wcBZ0ZwRd9T",
-	"WxcFKXgHMBsUNVzbEhmbr1yC34xt7TlUSgHHwpwbX0hjK8BcNqj9AUd0ky45dHBcA4F+61iHuZwKt5MO",
-	"XoxCUl8GJWA5m8k7BivgOeYCWowgDnXi4KYt4XnmLOcy5SOi7hk0hja/Vtb/TRG4bMaUMkZBxugdU1AR",
-	"6AGzD8+Od1QlH1DUZ4hief7YJzcq8wMbq7H8H6DoHHKTT8Jsvzu6xJTSSP6qrVrnGvCsoP1+6f537TfL",
-	"TEYz56ved27N14Wgd5RnvkFJIJRKdBeXn+WbdpfIaW6RihhR618ENwubYtUmPz1/CuS65BsLoBDkFT57",
-	"4vSjUidt/lTYNCWp4jR47pEvHJz8wmhhWzHYdRk9Nog8ojlwJEgxRtx1RJ0NPlBD0obFQahTD0TZNcAD",
-	"c7liK9eoDWuuSm/6i56LBMDzpdoX3H7bXxlnCVsTWFMbLl358UBwYVVKEH0HJJInbbmmYjrBrGjUPxA/",
-	"rLyLyMn3PuEfn/8H/vqvtsGLC+/tQ3/9Xd/k0ylgA0EVGVPlr7t/Pni4Jof46+UOPyxleMlB63cH3Ghe",
-	"IMK5Lue4B7EV65kpn1P/RVKBS2aP1b5fxBzc5l3qHEVQZumI9RkKgGD4UgN/zkDV4WidHEENKAxwGtq9",
-	"N2bNDSsVoO6Xrs2BZYFCcFBGWpdwZEENoWohRtNcClngvctZBkg5z6+crzDS+lp2uPRD1LNYyBAsF/GS",
-	"JSIo+lazbCopSFVQQIdR68w0RroFULCtvndUpDuOImOZZfI+IVOuAKXyls11pxuvzbFG7dD9274Y5KaZ",
-	"N018d9YSIsUNVS+DsT1LXETulHJ1SjU4NtAcmECykPVPgyIpJO72hN4xbAeEnYSJhHLGgcipMEsEt1Bg",
-	"5vuyAP9WORlaTMaa8phRCEFT51h2bY0qexgNepB2+YVVX7iIFJ10njY6slyqYYiS2nOE/oWver26Gf8g",
-	"qbkbOOIIQxpfvOQ2LJqjnkd4JdIpFSVncLfzjxKW2UIwb34UD/FxKskS+/42dZQtt2KtRuN51H8rNV9N",
-	"qQF39shCsy576dRX0Fr2LLbSPw3hRxJngzZ/pXXmG4BK0SW/TSVSCTTTy1mVdtRU3gswfCs62xC3jmbD",
-	"Ljl0ME03tnTcfoWT20Z2A+F646VsxFWJz6vATTkUUl+7nndjmV+X40eUjkM8t+e91HYB38S99nsWXO2D",
-	"JexomNs28vzC1xuPY/XsQRGFbPWDFbr7Ctc9Z3Bp/8lvO8ZkQTHCFqhkiC/O0uEf8rafw+r/+7J/G5cd",
-	"T2PzXd9Mi1+BA4A9sffJ/OdzAK1j/yqhoTbgeXnkpOdFqoFpoK3Y+pqIZWM2Xu8kJ+qxfmDkMSlCxKTm",
-	"T5bnLijocUXUlAM8VQUcibQtABZ2K0E3C3TaumP/Zcy1pM4pAgnPQC3owEoQxaZXkxlsfrI+Mdh5GHox",
-	"ZPlP9RhxRBSzG5bb+fdr5qcVkKgNS9hvugTrlQv8eZHW6M6p54vwgM+Ae8v691yev3PFdQ5cO4yKU822",
-	"1op5c4JG7g/f1Ass+ALoNsQQi9YEBW1AwlZAfV+6QIZ449ARh1duCPkho2khbkk7pZpi/oNhEwnGoamm",
-	"UEIID5o/Orb/x5CJdIi9qMM5MT7pY5Eo4e9hxULX7RNe4i3BGx7GyTfUCL4XrmJpjrle13Z3c3lfKf7r",
-	"kyFP+0OLS3tvk/GH8HR/iD6nxZwlZAjbOkQPtKsJc3E/2Fk5Jv/r4v0pYiMBRAKG2JfKCbGwl6YO0KVa",
-	"U4jpY1jDpyoZAIppwnWHjOSMOX83nKDtC6csWP7CVgwe1NYlOtQYLEx8747egia5VJSlQDRmBsF+uAdw",
-	"gx1RJFCbqPRA2N0jQFkg64H8hp8GmPs/aPXJoIUoy1B4Ax8C0vKg9dlCz+BVhiszyqSCrI14AaM7jAYS",
-	"+BuqJXy03MWK17IGdpWVJA50EqgjJBlDDvBpEjTZ81hdX6f68EmF7FNVpz6MOVnB8w3HeCOlNJhzBP1W",
-	"/A13GahwQ0kb+9IniCFt/vD9I5KBqPSqT0illX3HyWKVEJYpVhp99nN6k7HhwUCs5qMFnAlzTJcS0iCJ",
-	"dyCGlby2ITLhoI8Wg3QrMjRqzLVREYZLwm0gUnnvqrIh2kDaVni51nylWZNyyLJyjrROCZrnPRo3dHRr",
-	"OKZt/d+FdGQwssM1YLWRkLWZIue4P88XgHcTfBlDd11aitXWvhUj91FlB3ZXAUUTwNV9uxYKR33gSMcG",
-	"n33ujO3IEwjfEnrRhaBpziAM/QUMZkRG+MMwMmArFGtlfE5toN26nFgv5lYuWzFjz3jXCnHBJ+KLuZXW",
-	"37Zixr5VjxKszea8QDEGLhfLTmxHDLw3vrFE0PgIc18sMiFybWwET24WRArXA9cN9AWukZ3pD3OPEPAY",
-	"TWYOhGj7nN+qJSrRklBAYyLcIsGhX3cgEKZoaF8dEGABQpJquI+Y9ImKBdqNqksu8GEj4OlA+J/CvXVd",
-	"Umx2M+bOb7jsA1He9ohwtdP9l7jw7tZ8kzfeHoS78rYJOMYqrdqYF0JAsT8QIXbBTyoBTK7I2eHVxdFb",
-	"JAGXBb+MxP6UV9zt3frS+Av/1NZ4hpi41MR2gYSjZ00Wcq+xufDab8uTVF/70Qz7hir/zUk+5cF82wXY",
-	"bk+ftcjNTbJVodv+k9PN01cRf7Pq/wUo/7a2DAxq7Fln5CQlo1wKW0eF7YhoRtqXbDaXOc12FPH8otOc",
-	"pB/DvPY+uT8bYERWKHYTQuTbB5flRMtmPCvw2QNhE3Ysqdt6x5La4F79q/a+yOUIXRiPr9hwI5VlGx4z",
-	"U/MZg77WI+bKI41ghcRjlqtvkrFuftJtbanrujr86klfQV+oZ+bE1Um+UslxU2IDcFFQt78QZ34EvgMs",
-	"M2ANgBvHshSyDqRiLuX+loHzjvGc3NGsYKpLLg3ZuwYFEArEwQAI3gVT7lnOvjgb3ruho9sxz7JvxGJc",
-	"vUpRneZHu+pnvktumq+Ed+febn3SDvDUSkLVt36VUGnxgtWF08t7ha/EBfkdJG5iDOsPpO2KPrFKspMQ",
-	"VUBvW1ekJO9YntE5mcuMjxbQ9JPPmEXGtbg2ToRjEMLDNYqvcPXAVfTHundnZsn/TNrKhZbW8ncWPGp8",
-	"SIEYJLIuPXPDhNRkRIvJVJNi/uUpxoJg/LFo5hIX/cysemmWL+QGa86h691hFikaMmCNkeHdisjGPMfi",
-	"33x3twsbiQJQHnlP2u4VoV4fMHkUG0mRbmLdX/5mFeIPyI2vcNH/XPzY+zOgl0LZUw9syJKgzJ16VjKx",
-	"vHa9w/XSPfSH9rfat9jsbnV78iTeVjfYFs7WbwNhd4On1e7mszpa7Rxfyc/q3vC/mpu1xHYs/axjmWMO",
-	"3hKQND52yyxe3pzaHveud1UIcIY/cPeh83xw326KvU/2rwZu2JCcv7QX1q7ywLaisCmImPDiom4Oaofr",
-	"Lfet3h1b+8q9L3GFLsvWBI/dyPciGOobBCqPFRhUuGc8wX/dxqLKtFU+pQPjWy/qf/NP/aFlvXuNS8vA",
-	"Ggh9++QTSX03Guanw5+a3GEnPddpMHE6QaeBUlAe37ejF1T30vYJRCcdn80KyEL1gKrs7wXNnCFU3ZAd",
-	"RdoKAGODERPXpQQqoeZs1PElji96PQdnQ/0gB4Q6J/tAWBBFm69Ny2IVfwYh7uuL3r5Zppd2vleyA7AZ",
-	"yZlLQfUwu+Fo8WYlaurI8NmalZRTfKUQyPJFq2P1JQmoCAE8Och2k2UdQlJMuIIv2EDlnE24wgZUAVeg",
-	"JWSqJ8b2YT6RO4osv1JC3kiRFiNE7QTTwtC0Ha3TnHc8QMPyA+59cn820LEqt+ELKVng+TTnHEkeaDtE",
-	"3nHGJ1OdBJkxkAflLLcg1JXLe3VQGY9r4Hcvey8fsOX1yln9Xn35uxu5q4+stVmVh+WxfJNCb/OTbjO3",
-	"xw2KXaY9uzXNlDUneVvfgEZljtctvvvozqQsX8SppNo+5L9pJqSZvU/2r7WtrpaI51tgNE/EYYw9+M/L",
-	"WuIG5V1wimu6WWF99Yv9l9+//Mt3r19+vwkrr54kx5Tnu2pKc7aOyH6iPL+Ah56RvMpJaujqnhn5Hms4",
-	"aV9nR5HyfezjpL1vizkV0xXZHrz6s9COsbCKiIH1G9dTqCec51zmXC/IDRVpQuYZHTFARYf0R4sz7s7M",
-	"GJmgvAwE5nq7zO85y+2r9oNe3nLs3v8F0dCMkd7IQhN9z0cIIg/9e1WJbe+e37eB5Bupp9hsxAKPIg5N",
-	"l5yBd3AgCoWRP/s7F/vguc2gYzQF4KxD94QstOIpI/vd7j701lAD8fLFC4+kiY9FsW0ulmnw6a2wJfL7",
-	"crZXQ7o39PulzZsLpsOurbH7tcWNounMcMp6ZpRTzXYBI3RDUz1QXOCxP7R7y79Hg6ZtxtLBrXkaz1bl",
-	"VIPRtwhwmfNUIK6eh382IpS9T+Yf1/CPBsar3/KvEiIo99lDO94Uo1sGYFC2jIxqYNjGIjUsl5wdnb49",
-	"Pn1nhRiHSmCASVnu3r/+ODbbqmu25hlIvrYC02/RU+iP4WhfjHDjql1Jpo8OF3jFYtlVuXSGz1C558b/",
-	"Wt2h1pHPOQMVKj0IL1bo9tHylgnI6B/zzCf6MHQEgWHx1E0C1y33UdHnR7f+kzlAadHREl8qI72dxNhc",
-	"ZsvsXmJp8Y7jVIZJ4Y6C9jhlAlXYdHumVM/pFdNG61yLNmcv3oV79DnbPS9NVZdgZL9fb6u4p0ibzeZ6",
-	"UWOm5Mws+/mkbI2VYi+TWtIU/JuRoV8YIPxP5T3JJIS42UCUP/CVysoDNPjOXTzHHoTYj4sMtc4s0pNH",
-	"fRjJGTvwzQ25du2XjC0zpllWIoqU3ed31EBYjBLbscas4+Oc5wvsS/WRWWBPDohe2EChPA5DHouB0BKX",
-	"DSKZidRbOMKaNTc0LavruSKBLQObAGtOCOtOwt3qAvzVNQBdKFVn7cRo+hkiTzFy/nLcfMvb9G1YQOXd",
-	"bnpHq3YPssz1iXr4yHNmdJgZ1vl+cZXdqCcXZcKMpszns9iOcbFu0OamKjbKWRW73G7Dmv3akLhmfv+8",
-	"aWtmhq+VtAZvV680HJAhbKBvroI7nCAyMWYvSzFiX0m5oMJQAxIKamO4PrNa26gTg/bQCHU7sqhco71P",
-	"PF1r9Z2zO3kbEMsmiw+ff7TFh8M4/ekAwose2HkfJYmQ90sA343uRFXMRwwNnq41MMYyn1Hd6reKAp5c",
-	"6SBuN/he5rebMop/s888c9ChPtsX3GO4iGVedZhlJLfheSPv3VPV2IFZ/Qa9KsqEXOAfl/dsIGThJF+J",
-	"Fdk3jNpbbne/XtqF8M2+CBfmAEdQpkvteTc97nv3khXa38hd3rJ8lQ42O5Xy5Y17RP260YeNxtlOc8oF",
-	"SzvlhqR+InVQ9pRFuEALdQnNVRlgp1aQCTfu21Rm5n74nVuzp9uaJriVx29by6wIjsPDkdeC3L47uiTm",
-	"VyVuOU8/Q+rzjIpF0FwXq5f6FSJCGB3bPtg/yhHP9W+F0mTC76Cd7YTpKcsRUdEKM7MpiHxrkckvjHUD",
-	"PapT22XfAQmjpey7f+Mb+i7W2JdNjglPFSI5z0HswzhixDoHgJKRkkLcCnkvADK3bgIqsNm6mwOtLawh",
-	"jYaTWX7o9rhBszK3STtmsXUQyDxVa4UStFmvSCcu9OuXrfWBTWgYdow/ffHqNTxs/1k+TfOcLp67YVh5",
-	"3OsklaensSxE+qU7iP0GlcUBrQtodoNm7hK9pyogIK6TsuE5Tf8AvGGPpnL+AKDZYPi69NhDclvcsFww",
-	"zVS5lRlXGmH45lkx4WJHkTOZqoTcT/loSmShgeGGzSkRpQuQTpNKg3nq2son1UOBynOpIDKQSoR8A5bT",
-	"JdDCGHq9mzO2bcdJ+/Di4vjd6dHbhPx4dXzy9vj0XeKAVxGbdcoyQP+rsgicyXMll5YITY99B0KeGotX",
-	"L6x/w8JFUHJrpMvuDx0rVlR1JGzrDK2RwRXUtwEN8yoWEtS3dV+ZCjt3jzJq9LmU0TSxUZQlbBZr+gBn",
-	"9icEfhtsKA5AiOjZYTNoQU5qKamTkDFH6D30SZljjTB9gARMFZnJO2bWBf26oE099kYHW2ylP5Oh0oDX",
-	"PocOecLvmJviKznt7fTHb9fxRrN5rpmlo3jEQoBK9vsqHT02BnoYsMGy32khUkjlFey+JDrMnkAvY1Un",
-	"CG4DoN2zsXZZGU/JI9cyOnPRn4fPiRh3K4W9WQ5Jec5GWgKkaBuR6wHVPeU5AteXC8VveYqfdxxnLFv1",
-	"qinNAeGS3MmsmDH4gCUeYbPKJA25BIzSstkxXmlDMnKMTNCf1zpu2EflaWHpqwMGe87MZcarHb6opVLg",
-	"mCqB/k6oMBrebMYJtEZAWaznFoavpitLbco+wqv939yjZjMfyyl+CyirPFqcy9CZmSwBAghUqx1F1D1j",
-	"c9efdfmyPDd7mDKa6xtGn0oFqtLdz3705yE6P/45m8u8Bhaj9yzTZYu4o6MCVfQIa91rVHOWc5nyEdCP",
-	"YAoaG8lcPzdl4CzqWUQGaKHGksOuHjgVad8bKX72/iJildvloIztGCM2kxO1/ifwhP0B5jRuMqsRwQRM",
-	"zKUmXHCDEd83dbb3DdWj6Y5CGxx5N3zkerOfSaUnuZELORUqaNRqvpwxpeiE+XikBxFecSm4qCJLu+RQ",
-	"4LaFfW1uyoW1gxe0Bj/iZIZK+47qk5e9lwcA7W3Ua+6HMmKMaGm+/6FDJswrL9jInAv4Z85UkWFekrcu",
-	"jEoeCLsuuWBeFybKGAW4NYh+wRWZ0nyWMaX65fn7/lM2MODexNCIhbni6MBYOc1yj5JlnGvbCYBmBZRn",
-	"+k8hKYocEs8ByYwuSM5TRiiEp9v+m04SNHWElkSeTA6g1/tLNBpmjKKt4MwjrsJjMIYIrGZWKA0dNZxz",
-	"sl2S3T0LEM86MYh9s1fPLMxxkh8B7vFL5+2UU58Dna1jswfW1QD0CN4zzWbogoA7+aU7r1siR/9aIOIt",
-	"L3WZ1UsOQ9D0AhKzHpSAazw7ry+E2mMfudJcTL6gkZAXooFlAKvDb2xw3X5hn4a6ispHeWH/3akxCtAN",
-	"sM4qQMy0psq9LS20dcSdZV0/ZGbWB1EoVqfvw/eoNyJfMwcDVG1fPyH4zgkCd+TQCm2N+n9kT/a8EM/F",
-	"McIpvlbGXyHO2Xid7h/d2CdV+4MZ7Klt0PeXbsCTXnSzTDYqcq4XcItvGM3Nb3//YO4pZkDh/S7yrNVv",
-	"TbWe9/f29l983+11e939/l96f+nBnbZL+uQzVA0hfU78v91SV5s2QqN6rMPF1rFwIW95lqnQAk5cyT62",
-	"rTKsUIy4UYdsnyp0wXWDjpkwcGTGK9unxPsLDkBBMZ+I1Fw7DO1WG2/GBrJ1cjYiXKnRxnYKLgE+GK4s",
-	"Mlsd77w5mnkwYgkAtjriWRWbp2xH7yuZgcxVBUx9aR8taEpkuUGm/5p0znAvfQbn6mg/y/ugbAkcNqGm",
-	"pAidGZ3L5XUGowalIvFhQVmLJA8GY5RZV58/fP7/AgAA//8=",
+	"7P39chs5ki8M3wqC70aInClRlNv2TFMxsUdtq93aVstafUzveZteEWKBZI2KKE4BJZnjcMTz17mAcxHP",
+	"he2VPIHMBApFosiiPmz37J6zMS2TRQAFJPI7f/mpNcpm80wKqVWr/6k15zmfCS1y+NfhSCeZPOUzYf6V",
+	"yFa/Ned62opaEj5rcXigFbVy8fciyUXc6uu8EFFLjaZixs2v/iUX41a/9f/bKyfaw2/VHoz8+XPUOtRa",
+	"zOb6+G3NPEm8do5xls+4Ns9J/fplK2rNEpnMilmrvx+19GIu8CsxETlM94aPpuJNLrgW8Q9inOXwfrFQ",
+	"ozyZwxv1W+9lumB6KpiQOk+EYvd5orWQ7AZ+wPQ0UUwnM8Ha5z++Yd999933nW4rwtX/vRD5olz+CKe6",
+	"xp+2gkuPuRa7ZryWW7LSeSIn5YrPC9lgnbCwvJDsPs+0qFtSXsjW1scEq7jQYt50GUqLOa6DtRPJuFyY",
+	"lUWskKlQig3zQg6ZeU5oprOsdgPNOA9c7l9FrmCJG1ecjXHRI/Mzdoe/Y23ziJl/R7EhfNWlr4a1y6UH",
+	"Kiuec61Fbh7+z98Od///fPcfvd3vu9e7Hz7tR6+/+/wv4WMvcpXlq2u/nAomxUd9PYIHcOmCzXNxl2SF",
+	"YnM+qT15/EllbTP+8UTIiZ62+i96vdBC3mYznsia2xnjl4/mAidc6aM7IfXx258Ej0XNiyexfd+UK82E",
+	"+QX8c5Qm5s9cjERyJ+IDhkeXCz5juVDFTCjGx1rkLNFud6Y4k3sZs4hdWMXu8dv6XQptkrf+f4c9X1l+",
+	"ZXA2znJas7kuXLMRlzLTcBtwWQrfAf/B7hOp2P3U8KBMTxnPhXm07pzN5lzD5lwD+2zCLntBdnmSzBLt",
+	"zn55GvjSHz4WY16kutV/1YvMpuHQrwxhbeDLZ3n2NzHSNWQ2p28fTWfnxTqZhpzxkVNcjKYiLlKxZh5F",
+	"jzx+sl+z/FbkjxaeRQFPrtK1GX+cZvdrXuaeHnnsy3w2v1fzTCoBGshZnt2kYmb+HGVSCwnEwefzNBlx",
+	"c6n25vjEH/+mkMk3m86OCzNW7+ihZEagf//y1Z8YDd6FbaDfgmJ0k+X6JFGwmnmezUWuE1wxN1/BX4kW",
+	"M7VpITDSuRhledz67Daf5zlfmH97TH6VmxzeKMPvMlkyQ8v4Vw+xPJbf7Bo/uOeyG7hZRhPz1rP6bqju",
+	"9T8tjx+1OGpw16OswDOqLvWtSJM7kS9YnhUyVgweEzFTGRvz3FuxYwflkEm8Ot6F0MA+uWT0GLtN0tQM",
+	"tMLdVkce8UKJ4GvETs6tfHWbyMBChrgnwz6cAWyskU5mXfAF4zI2Iipf6GkiJ6yQMcifAzakhdNPzfLN",
+	"LzMp7CuZtxHSsMvfSk2bvvMOr1xiVuhRNgsos8MY91/Ew4hlORtKIWJ1bbYkNxLCvAFKll/4R1LGFbvn",
+	"iuXCqDxxgKYix5BDu5ULrmpIxVCiUEYf5jp8svfTJBUs0UY1vBFm29z6Kye8RmeOgI+Hpi/mMS8nb6h/",
+	"+7cHCCHyxFGp/4DocEeFZLZ8NyorWHMFYZPg1sVxYkbk6Zl3G8c8VSJauqDlri9fPxDJiumMDVpXSuTM",
+	"nQIS7aBldtZTcfZ7YU0wvNwLzXWhAhxjmS2suYzVJcOqRByBjZUVGhVxulTC8JDL41+O3l6/v7rsAE0H",
+	"2IFRiM0/RGweuAcxeZ1mSgfJ+Qvfnie4ISXLefhFWRYNlQMLkqcTAgHB10jcEbEYFj+f59kdTzf+zD4H",
+	"9DKaiutbEVCvD9F2i629Zh6KWpkcGWaiWCLnhVagN+dCZemd2aW+LNI0cDw4jXJ0vX6mNMtui3mf/XR8",
+	"ydqJZhdXb94cHb09esvuE6OqS7AyFzuKZYXGVciY5VwymTHN1W0nYr8cX1zAj/NCqo4htLP3Z1cnh5dH",
+	"b/FjLiOmitFIiNhcWxmTaW2N2EWny0gngMtA5neip+b+oO3qiZSfji9bUcvM2opabqqgYInF3Fy5azx3",
+	"p9isPLesvggZb8Vpo9ZESJFzHbTYL0tLfFTkOdh6hewzznKh84W1CuGt4f1zoTTPNYP/VfClUagioAaz",
+	"6+YYxH1Y/bDyfmWJktTg1S8ybV08K2v/1bAHDswsZvc80awdF/iiES6/A1ytuXwjQqqXECH1ZomISzKl",
+	"faVBI2Zekv3X//m/7I6nhYgYV96mObKbsbbOeZIaziPFfZpIYW7dXHcOfPJjuQCFXbFB0et9J9g+m3IV",
+	"AZUaDgmzRYyzf7t4f8qAesxhugl3cBXmBsMHu4mMxUeW5bHIHckDA5aZ9PXfkmvNeS5kWFWZGwEUZrVw",
+	"ao6mQMO+ESOzNWeHVxdHb5uf1nzKUcqttUrgoYpsWF7PolwOXC4QbDwxRya6ky7LhXnjGpED92DLC2mm",
+	"ujYESjRVXdBP2T2bcbkAwsYbdj/NUlrhmCepiFk7k9fmzyIXTBXKsJIOKr15IRlsP/k1EmPBKEUjjTI5",
+	"TiZFLmJGCwjfVEMSdYZHuUCgXL3KQkqOY4iStXsh5gm/7myavsll9H64yt1W17Rj79zNwrAxLeicPw1a",
+	"7vIOWv3vv/++Fw1a51enp8en7wZGffuMV5BrgXfQXA2jJ3C4LsFLAjOFPKUCDEvLYFEJcyuD0fVUJLlV",
+	"vlSE57e6w+MkVzrCS+99nJj/c1e6b/7N0VNsxoEf4QraXLNZpjR70escsHGezdi7o0vW7Xb3cFVq7xP+",
+	"8Rl/C78yjIQ8pUZqgsuKcXVrThrcZ00s9UuubkMyDjbheq2hTkfreWrN4+Wewja2617kX/GnfzE81WN1",
+	"Q/jZEHVM5wEI3nvDIBI5uR6HFvfrlGvGiaGxdpajOErkpEN3wLAXs1V95ossVQDPJs2M2d9t9j6A/Iyc",
+	"GQU8r3KJq1fKkmVQF/X0xxUvjlsaXfhYjBKVZNJtYyF1ksLHMTLMZdulOZe8WYRPPeU3IkVWhzo9m/A7",
+	"YdQ5xYY3i2EnYoUcTcXoVsTV403o0SWJ5imo2WxWJ9Lsq5ovnQcBtkOgMxCFRFDX09mtkEGnS9X5Ds/B",
+	"X3Y2MHl4oafGJhoZExd5Q3vI41kih8BYzQ9uskwrnfM5DrJE2IW8ldm97MJCefxepgvrS6xZrNXIlpfL",
+	"NU6wo1CfsRvrHfmGGZZI1+2rMerXUuTD7PeboFGDRGQ2736a0eKVuYIjwy5jo5tNkjuBviaZaeYIqnI6",
+	"iar8BDh55bDsXqGlTS9i2DxRBIxf7nhnyWMQCh1VyPRB3gVyd62YmzVug0KJPGJqobSYRWwu8hk3bJy1",
+	"OVNzMXJxFibFnciNjOlEjPgjvrjm+cRY2FzBXhoCWZhnSu9BVPoVSveEkS3osqi5rbEIna3S/CYVTOR5",
+	"ljPzEMn3X/jHC3iJH1FxUkcfye7LcnYs73iaxGdpMUnkxVyMwlNS1HkbPgbrCLIU8THR1/YtVnWZcSIT",
+	"Nd1yNmQyDRy2t0mabulakMXsRuThxT5MD+ZaNNERLuBBI3WRYpKQFbnEVyDwQiu2U1UO8EP91Th+WxOI",
+	"IF2sYrE32OuqfhN2D6l1CzrJJgFPoNKxyMOkpXScFWFBpvNCAnMKsPe8II6ORiu7EYvMMKipYOKjGBU6",
+	"y3cUu8kKGcNtjvNsPq9cz5ssSwWXK29JC4rsov11rHnxczEnF9gWLN/xMSunDQczU8PtN0qJ5WFG6CCH",
+	"MQtCttNyZGYYE6gwxJlaTu0LSvmRefEikMjxK/irmNKwWVaj31FsnEieGks+yzVab3PgPzuKwdUD6fCj",
+	"eSj5hyABs0CnVSLJVm+qa7/B1UGqyWcQMsf4sz+v6t/bctYg81zNzvhQZml8+NSrSdHwGKYn3F72gpJw",
+	"Awd9vD8Hjs5ZhXhG5DhBwaZu0XUT2StT9fJ02SmHHIlcMCHvkjyTRnTv3vE8gb00j6sDtN6sX0jGjGPk",
+	"CvxBOpsIPTUy2Fpq++yX5IeIyYydXp102fFEZrnVDDPzKBqpKuy2ETI2lkutQ8SM8sPV8cnb49N3fXZP",
+	"/hFzJ8hu0Rm7MaTKR2bSqcghsJQXUhmd4CwzGhOTWWz251Yo3LWfixuRS6GFYjZMb3jJTCjFJ6ITMdBW",
+	"+YQnEncDEsESo3lxORGUtmE2fEex6juQ1QEqFoUqzGI2bMxm6ppX5ExV2G0puEpWXd3sHwwrFTG7WVSY",
+	"bI2ryfL0h49RYf4bWbZZ/EbmfE7JBavyaZ5nRsFaXfGPhmujoPFXzGaF0sAm/bNsIFzsRGvWarjSdtH3",
+	"fKK288wbtZzXOLhHmdQ8kag9rWXT9kFY8PrwuZB3W7G2lb2Zaj3ftKCfLi/P7FoaK5cYFnoE3/XiEhRi",
+	"suEl9FAZNjTPs7gYiVztlD7208Nfjkru20dOwvM8uTNMWFFcx/Fh5vgw/JCTrjNOUsH+5c3h2cXl4en1",
+	"8enZ1eXF9dvj8z3zVEPvuNGvryc5H4nrWcAB+EuSpokSo0zGit0IfS+EZBfH7y6Pzn+BdVwcv/v5+OSE",
+	"ZRKNoIZ5GLeOzW462JIh2+OVQhsuvzZKRM/02dC8OQZveRkgq2qKQRa0zorwBPbqCmyYz3nrYzFKeW4E",
+	"DAoMFMaJETH4QVYe4vurS3eKEDEZGcmLsZPwiTa/+Ki0hQMhDVmglVvAAY2N3M5yI0XTTE5E3jHyLMQH",
+	"NyWMYIgovNfmQhX5aDOhnLsH16SAbC8SwSEJLurw+kgd33x7KvvHFxjA9KISNv5OA0ZMmK0HRQY/WfES",
+	"Trkh9MQoDF12SEo5+jluMNnK/Dq7l6gVtQ0f7aCyw8ANDt+DT/zAhl10nqVGZ5KGAY0zs5/mWZyF3fNF",
+	"wwtuVLDrit4buKtTkaalLTFoOa8LWwg9aDHze4aB+D7ZH+zHw+MTG1wHC8r6cMIhmgeb4puTfDzK8IjY",
+	"3bNS0qIILK37hnrAFsb9Wu+Ip1k8ysj/gY9ux0n6QAenkHFzl0t2J/KUbxT67/GxsyxNRgvn3nlgchf+",
+	"FjIXal5fG4Ogoam/GkczhwUJguzGjBQZeVloVuY69u0t45bW2/fmLp+9v7hke3f7e/Z09j4l8ec9egau",
+	"M+SMpNmEPLijaSFvVd0P4Tn8WQRM/CbT01AQxE/C3KrQJmql2aQ5hZ5kkzdmxVWD/8Wr16syLHe734Dk",
+	"6ajqEp2SBud8LhQktH/abnNWN8R5CxrlJkdPZJQcMJ0XAlQepcHGNAfTwFTx3m89v4JKm7ciFeHUsNh8",
+	"E3oNF513RVbGPqfHG8mYlQANzlS7yCOpsTBjyQv3EF/5x3mSC1WfOJLgUdjUPM6miWbtGf94zSeiDHr9",
+	"BWMRzXNJKPftSTKCVnYpF0rkdy4Da635B0Vp3vOlyrUq5vOClJJ5Ni9SiDcluluXcVKv1jcc5K4s+9qQ",
+	"zQs5gmXFlt3Eje73kpzCIppIujH/88hzcyHA+neyU9cu+7x6yEsLr9B1Q1F9L+vKtZCg4AKMKHegkJTk",
+	"sDlZAAeuXLbat7Juky1E8i+gBnM0x9BOS9TIKB7G0O6DanwrFkbJnpIblRRsNRejiCL7ZOzb/FIyzImm",
+	"ItBSE0kVeqBPwjOoURqdHRzSmMLJZrAiZzaSO5dxzSCP1Sbb2PxTItdVwU1sJsxzjaXmklIhKcjwpohx",
+	"l+HBVDGaGuNg0HrxcjpoedxqnOWWX63eXZEnPE3+YXavUgsW3P03mfQSOZVL4OQzAbuOYk3Am6OVBH5R",
+	"RQmUvx4eXx6fvrv+8f359ZvDNz8ddUDGgbmDudxhM/SuriT0jGP1BtRjiEWf3LmGkesMxWqhDCVnaSxy",
+	"K7Q2E7GdMEi50ySNzwt5bjhDKPNqZB4A9glqo620ojTXsc2jC6huo/o02soo3Uck4vpJXJrdCENZiums",
+	"W+NqIws6kB9lXhM8aLH4CAlhmuqHy4y8RE5SerImF682N3e7/EsdKt50ygosIBfS5qjikimobOvDE8g5",
+	"gJSoqExFDi47nB/lLExrXHongiu0bxUkKy+Ctp2J9qB0gVDmk9LMZn2We+Ly15tFNawu4JKYoMgA0g0g",
+	"zhiIba4YdFA6Xic3LAcaLbaUHIcU3jJ8FpiX5WCZROY1zdLYEG2aGfOOcr+BJgoJX4JLxS91KqTNoqC4",
+	"mrQpJTAoBo7ImTwSkCbLc8EmmcRcnOo51lRIvDk6YbhVTHyc50JBbpCReAzAH2wiMf6j6/mfDxhno0wq",
+	"zaX2xEMs5mm2GLTMG9h3h8RurPdDzlQ56e9fB07a7uOae2d3mK/b333Dqvd75v/V8Ailc67FZFGRT62/",
+	"F6IwNL5U+gMfD/uYjorbBKmWkEKKEcZ/vzq6OnobUZpqQkmuRgRZyU9aRGT+B4xus/u6yKXqsuGIy5FI",
+	"rxN5Pc+ziTkQqgiU4h4mpeoFEP8gA9NYKJCY0oxDksHNYUmGEu8h5jgclXQ+jMBlSAH+cgFS3Aul614V",
+	"Kq4Of3h/flkqI1FweL/ExG7q6juWH+K8my8yKuqOTDbc5p9FwMqbgtxWNTmweCeRoiK7y3CWzfMWygVc",
+	"pJkOKfJ1xltNeWleSDgSo27uKOZtNJ72VKQQTDV7coA5wfg8iOfye8ih9Y8G3Zjm42B+yIwH5LTjdcTF",
+	"bsUCfE7mc0piJlXafNOtdQkHz+DSZXrv93rWnQu5I2kixbYJJJsPwmbH1PMb80QDeU2JzI4+W5EjtPJ1",
+	"Q9k4QcI9EfEETakVdr6FLVm9CJscvjD2hnXBNq6JSS/LGUsGO4rhbthKFcikqFU7t9PTIK0jNLubCJ5w",
+	"RNTeN1IKqKyGPGtDRokc1Zd10RvqLLtFvRVZiFFacSWQgEYOheaOnoekbmTzeZCqD90iDa+DTG0UFH0I",
+	"IpE+gktfq2qEbSpgJFuTAXwL+m2De2aOpoZIjUhP5LbBiFo/WsD9dPTvETs9itjRfxxfXF5E7PT95bX9",
+	"+91lxN4dRezkMmInR6wti5nIkxGwxuPTsHuKp0XYUMGErW2SOYJyMpvX7ZWXsbGdxntJsUH4fRmwS2Z8",
+	"IiLG88kdxh3ggx2FzoV5lthYpZjN9aKDgAilVhmwW7dOZnl0bgksuUFsEB4L7itcbTDjm4XFlu+Jte8l",
+	"SySwqqGR+EOGJUPGfpwkSotcxGxojfch02I2T7Eo7CMf6XQBGjjl4q3ubLhO4v0cV0l4SSI3mh8ZmwJ1",
+	"eji/lcIxv4TSGAsb2bZ56q9I34ZXEQmu+4mFnrFxS4cz0/B352IcritwB6aONeLLbBnIcw6ZciQb0qs5",
+	"Rx46udVDSmIxm2fayNxwlbubcEex4/Lh3Z+NPoh5LYmCQGOfDs4u1vNA7qH30ZdLAwkmQ6JZ+2YBWG34",
+	"RQfdnBC55FLdgwMO3ZBcY5XekIYYMtivLjtk5uVy+NFA5mIuOFRYcMkEz9OEvsIafTcqJxwsmCpO4u5A",
+	"Nikx+R+yDpD1AwFEghZ49bIwnE5F6Lfm1j9xg9ynDbSPLm3z7zFPUsV4ar0Uy2y9XHwZ9cXyoFki7b83",
+	"yLx6ixBWbtG4Hsacj6qsdTjKMzkEMTZECBCeDlev8cjwgmJ+fZ/IGA92SZpCwfQsUQrykpNUMJmV2caA",
+	"DQEIb+RWtLHeBXy6yAo5QWVOwn0/YOTKgGUuBIIqeVfnVbA4Kw8p7z8md2J3nBjL0TzA2oPWH/ZesT/g",
+	"/x+0OsjN7I+ynLX/1zQr8nQRsf8V8wT+ey/ELfwxy6Sewl9mVemiWdmY3dmQTuliFIbRapYKboxGZdb5",
+	"fU8NWp0DKkc3O8XTZCKhuA34wJVMPjIxz0bTJvvzt0TrUFzryOV8k3OmmOMEiWKzYjQl7tcetPZhQVEZ",
+	"14hFyg0tWf8YZgw1WUyYzR1C0j5tBXgkX75moynP+cgYnhFTmWWq6KPcwTR+Nkbj1q98oHKH9m+7ZeHD",
+	"y5ef7eedf/2Xp0zTeRB3RbCGUGgpYJMkM/GPTIpgdfDx4ekh+wcwqCy3l7o9aB0V5hrv/SDyNJFAS/Zi",
+	"XV2+WcVIClVbP5CZB2IAbqh63naZ3Qr5wGSsBwR6LREuX+BZIt2u1EOF1bh97LdeXTHkRgo+mrrAY5aj",
+	"BRHRzaEfddk5omMiHg4Y2zCEEfHpAsQRlB+XEFA0BegwbmoIgr588aLT2MeEkIVLYiuQrJSlG234c/NM",
+	"DQ3A79ecf55MJiJ/IAUAPChpmVse6ThJg7zxkNEVhFDDcoxhCFMOWfsTuC+TOGJzvkgzHn/uUOQBnujS",
+	"p10+ywqpHXBMr2cJwtIB4r+WUdtm4YamzPRVz2OmTdjln5fY5Vr2Wwc+VbLGOpt28xsGU3B2VBnlgWqD",
+	"dYdUQo2A83XQ6rNBq3o6STxofQ6WFDwhFyypdANHBGRdCzUZSGwJRystqI7Gm+Q0LpkBZCMmgSC1o+ID",
+	"O8hmHDxtFuSGUDiRGsEPAjtrpkR8OvCmwd6zOIOMy3GCuMW+LVgHY1iXULWy7JpKKnhms4fDPhjc3Y+J",
+	"Mkbc462LRuyVciKexy74kSf5xZQjUtcWb3AvkslUr5ViO4opM3LE9rtds2DWthrEfpPwP00RXLXRyY8s",
+	"FVdXBvp6iKMBptacG8tekhJssUhusnhBl9xYrV2lxVz9tv+hi869IClRDeRmUsIFlT8IvlCWG1V6S4Ps",
+	"Ry6rOVuAv3AHOdNpojQD/BBXIEEqejuRSgsO+CVDm6g/7PTBYIKx5uSViMpyWUztsO6PHXUAJU7V9JkI",
+	"RijTdOwwXbZsOY7zbGYtR0PAwy47csVAE6HRA4+OljXlX0OuhpvLv7BwiCuUnMTvcZUWzI34jhUKMDAG",
+	"DyE/AB5jiYrAGYQlqeCeNt+YG8tHGsiry7yMIAdwmAsPz00tYTyx9m8f8MxkRpt+P01G05r8t6O3nQMX",
+	"ZrRgYgQjrCwLhj2lE3LEgel3BN0/xF2AHZ5yVabAUQA9u5eUeuGwAwlIcBlfMBeYjWCbCMDcKOnjBFFY",
+	"KNWlyw5tJbA9pfOjs5PjN4cXRuncDzjAVTU14fjy6JdWSKAHqaNCGFDgjZjDARrx/Hqu6jBM4dpmaK0Q",
+	"TZBJGEIPWl3W+VehFYgMYYZ0FQDQlZD3IsNHMTQSsQEk9XTxx5CaSGSJihbitpSuJ3dmCMVpkxYkn5k5",
+	"a/KHnYgKZDYZFpNoJdJxFF6ib0IEwhWGjs3epakI+TdoRHQmwM0b+xViGGg/vLg4fnd69DZy1e+GUgn/",
+	"rUzQwPAB4J9Z/uTnGbl0GbN4l5Heh2I+SPsgTA2IokK0hp1mukxCdX0xlvI/AiJuhfe7Wt3to1BTredl",
+	"AIqkmblnWCVmWA1cPqWg7kyVEths54uPHzv2cqqofBkLPA9isUSae/2S/Zz80LEcmUh2aB4alhUYlRpP",
+	"wPfm3mqgDg6XssTfKIeVtUEhBD6GITJEJwWEAexZ8XNxI/4qUr6jHF7RDR/dZuOxmevVx4/IqnTOpYKa",
+	"IES+ALsW+BdwB2KdBx5Lp2XiZbGAhw7LbQmgKovDMVPqV/G4MNxM6GlWde603h1dBkPj/vmGooW1iDZR",
+	"q8hrAONuVJYWmugry+G/il2dn9Si6pXzL2E0w54aytvv9cwVe/X99xFCMHJLmwBK0kGmNROctHlEn0o8",
+	"8Cm2EJq0tN9e9b6L2MsXrz6URaPmWaKiCGzVCXo7ZUZi66aIJ2YEDOpziaeOMRcbjbf1piEHvbeTpSb+",
+	"+uUG1dtsckjl+0nwXN8Irs/FPF2EcIJC4XeHqr1aoHrPpS7T2fz1PxbsCJay6R2oEK2+PHOVfXH/Zcgl",
+	"BQkYkY+lWYJ/uBdaDhQ2fMlt00hCFbH1+BrLtyvOeSKDKSiXfqVaYsykQgMfi7N72adUHZlB4iPUKmNS",
+	"eVvpZHRbySfzC9ZWFrSEFbC9eClhCUohc5bFqOcb7Z4OsI+pDlSFjGW+61MgUL4Sg88nKjIqHIBpYtF6",
+	"BEg010qkYqQJrVRnKaV9q4hUOSioGYlrPgIFGJLkwKs0NzvYXkLA8mfusveeeq79jA6jWoh8lkiMrZDZ",
+	"xtp7sbjb877ZTbNJx4E147ZD3rMHKaQz0sj8sIQRo0+R7eFBl3wDKSLoSoSdrwEF9w700aV5JQjCFjRt",
+	"MRHc2fy94FIn2tr+n0iDUn32aTQv+mzQetXrzQatiM3ELMsX5pP9d8mg9fnz6gGCovjookNcwGNGCY27",
+	"dFHCw5T3q0JS27jRx2OCtbDZtafZRdne6SwXY5FXPjrNjrC2KZh8W5+YZlaKZGRnOvp7wdMWeedUDaKr",
+	"fcNrgqFoKDjqstQ+bxQDjROnTpI7YYX7w5yKzXAO1xeqP9zDuBYrwZW0b/dGMdc8kM+C/JW7TpSUf8Gu",
+	"Ln/c/bNT3E+vTlailC///OpPr4P5pbngM5+alpEPG5TXwBARLnrdJmx7qUbuR08LH7D0AjRNaOWnNTGi",
+	"t6cXu4DJu5smt4KaF4Ah/fo7L1pkhB/FgnY/ROiGxByomCEknPVIpEJTcCFOJuiQ8M7v9XfLsbhNQajX",
+	"+5ti9tVgfB0muM1GiTHXIc4Apz9JRTWlzD4GOp1O0tTVprQvxWye5YAiTGkCbG7mTITq9NlQ3SbzIUt0",
+	"xG6FmGP60PCmGI9Ffp1JMcRMkzQtP+VpOuxgNSbPtWvnSGUvthjSFca0bXULGD1DjMTQT+Xini9Ye8jT",
+	"NLvHgf0CCbO2VtQqV1P+g6dpWb8CI7eilhsmyIMhjWFbPmCN4FUSdNrV0Mw0jADJQ/rpfnBYxoacJHeC",
+	"oPDBXbccGtyMy1wXLa11QWJg1nm10aU6pIqyZUCrodFe3xydhGE4rz0czut1QJzlnW6UGgKf+H4GGsk7",
+	"f/uBAwOyv49a0GzwQyOg+xBj8XNaakkC8cgDecIuhstuFsR8KJYLGrkjjUQr65GKmVlDME57ZgsuAgEt",
+	"8xWlHxeQP+Ha2nWty6FfCcTcTzPlfBjoYTBzY/y76tRoc4l+lpCXzJgXiAsF4E/AJqtYUp0S3tPM3tRR",
+	"ZlvKrMJyTsD/DagpsG6fFWCFXytq+RXn50cX76/O3xxdLH0OleityPbiKL9tRWXLjlbUQgirVtSiqrpW",
+	"1HIdzVpR6+r04s1PR2+vTg5/ODHD/fr+/Oej82v3K+zXYMb8+fjsrKZvk9c+c0m4rgfNnfHRNJFi1xwV",
+	"fODh51Ju5zUCIMhMX4+zQsYRtGtJk1HYnx4LzZM0jAyZ51neXNB7QdCAnZdAfWqNLVZ28wohuOlUrLEz",
+	"Vvfq6vyYgWYvJNpWUNWJgWCz68t3ri7kbr6187s1Eq5xkHtgnPlCgPNEbd0iUGPLuo0OocuTsKZ/Vtyk",
+	"iZpCssXDVPb65hIum50lsWERC6bFR81uULF1EYpABmm9hvSfg8HHXu/DH0BslKng6IiHgqa6NJxg+j3W",
+	"ivL5XEgR053A4kRKgj+wKRmKqeLG/PQGrO4Vxa5R4hwm2mwnJmCJbhHmEhuzYVhJ3RkeOM/Mi1evrW9m",
+	"1aZeLi36UE8RIgaaeBp0JWpkGOw69Z78cDb1pUz+8iCxIBHnnis2t6uLKIsHYVPM0RuxM0qLWMSsTRiK",
+	"IOpkllPqTuNswGruUYgzhcF262z9hge/6koJZvBTwpDytobyhSKrRWwDIxryEGN+ll02LaRyjhshlc4K",
+	"NS3zwR7CWR6s2TZJ9Cyz8hpRBKr8mxNEty8YCafJwTihbT3nWrge7o+/makdahv4lVCm6L6K2P7M6JX7",
+	"06DS8OhWvbQztkf9HNR475039uJ1WxfG+Hqi9txRK+daXJee1GYJcu5YN91Pf/S1b/mwS+cIYonnYBa2",
+	"YdRzkSdZTE4SBOfoYQTzphjdCr2j2IjP+SjRC2yMKsbUzXuVxuZ1QGM4SZ9tIKvP6zbgSoltA0b4liWo",
+	"s58lhCi7AALOmTkFSquo1uK5TLWE6tXjp0RzOb48QpBuyL7qe90bMAWKjsBLgSozrB3+xw4WzOGjj8uw",
+	"rt+G9tkVdsAzj+wive59MuN87oT5g0x01VOyX3M8LscPT2QjSkxTS/6cynJ/hSjuAx3YcQyIKKu9Eoz5",
+	"fXV+YvfJxU4Pz45J8TQWdH9vb//Fn7q9bq+73/++19tfKSYKCT5wYD4ybFNXDBJwzjwEvltxGd9kH6t+",
+	"GomeuFXIDl2NLmcplHkaki67UnIF7SL37vb3MO6umJpm9wrDzEIwPMcuzdwJ1fsEnK9/bA8Gf3T/6Pwh",
+	"6KBSabZErC+jOuQRlyFgW5VY+D9LuC9eboMkRgQWJuB5lmtAu92SbKc2CQJ+l6bvx63+bxvaMyzlTXz+",
+	"ENVg00E42s0QUZ8nbGAaQ98n9EJDxTUiT8FRg0e3ipdMB42ox25Igj7uey3xwHkEMskMuoOJuMpCcZEv",
+	"i3Acc0AE3sG8k26JSdxceleBpB+X5U5TbzjfOhRjfJcHrpwGDdg74UQeai9VnkMm0wU25M7FPF30feDi",
+	"L5vuY/chvI0PC72/sVpNNh4D/dwsKLlW5BH2TKVW/7Z82kipQDXxvLieQR+BQHX22ZUhS/h6lOWUdNZj",
+	"f8G89CzHuuv6kGgvGBKFyP/1zUKHLPBf4FszLTyw9fifw3tsTNKHCVGjY11vQg7OWC52jX0PDmWIUkCJ",
+	"DyQgYSQT1aDlGrMSeHg5uXtzLXPwVakm0MEaxjPoFYD1i9SWFP5AUgk6d8+xMqgZ6z0v5EUxm3HwTYRR",
+	"nLZoJjCycM8ruTkEjbkG49PB+AG/9tPMVYRdrsU8olIByH/CPNRmuFcemGqo98mXwnOgLuciWJBDXxqp",
+	"lUgG3TX6Nu0NCM3WlGO+JrVabtK20MweudNc5WMfkGqWpEGwec0owzrILNSzgDxlAE7H2lRfQQggELId",
+	"gvMshIqAT63r5gh577ZCiZ63cd0DxBdxBpMDDikrC/AXZVY3wYwsoaqEQay2heen2rwN966GBVTOQa0V",
+	"y2Hvpz0Wr6IrssC526HlLdHEowRlIR/QB8AQHZbFloDGyvYBiOwntnu8xtNXgEAhZAwaweO9mOt6B5wX",
+	"0vm2g1hA1+BUVSzP7nG9MdfcXiCMOOyCO8iVK3PpHLFG8KzDb17t97Zt44kHeeApDWkr9/OaDnCNF7u2",
+	"TVQNPh+24Ym30gOXjxIsaopvQ+w7cm39ymBug+5BtU2DKNQHG7vRGX5eyOd2Om5ZjlsqEA+suj0v5BnP",
+	"g9doBZScca+k0hh4461uSJhOAoiCDmi7ZsGEy74tmBuoMoTJu7rw8pY0ijuU96HJ4w2kEj662pgyRLb1",
+	"+xImzwcWeT+Yoi6SiWzeb79OGaMyT6NpkY9QZuhCFVrk1NAVCsNmfMFuhIdKMvz0eRhMrfGuTCABw1XM",
+	"hVHeSsCGFczfeyv/oKP9lFceebJW8LGY62kYHTcWYu6EssTMcQvSbz4qtbY8Kyaoh4HP0t5pwkIQUu8o",
+	"9ke2X1bb7dehdq9tLRpv27oHECXq0hBcwJgEdAgcwqkkNb1rNzYHwuruWDgGR+oHgDnbHA3Wtse8o5jW",
+	"qdcO0EMboEQQ+rJMcdhRFrtIdby2gQQ4b+5URIdWctp2otkE8jwRC9CeE9asAOXdirlujmFbHxJ0kmAD",
+	"gyCR0aQbNCF5gIlfwWYH0b50kdjA3Ml40OqzFxAeQYxgsyP7AIP7FADFa1QZmzZb47GwSbXgdlgiu3Dv",
+	"FZutGyQ6f8wd7Cbp9ipRlo6bnakHJ7I6ib0pjde9fZR3e3SZv2IHlhDITEDskd8cj3q7gPGFd6hLpbMF",
+	"ugDLv695mnZc9lEIHtDmLzrW6hKbdWa4B2tX0pMDev8KCuGTyAaLG7gWtm8Nmt4qqgjgIF43A00E/5vr",
+	"toLtPwEZEbrHOZRrSX2S9Gi6W8wZjtmwcWkt1wLl29h7gDBYY8mKj5q9WsqeV6wtEXPU8F+EseuE/dfr",
+	"796ST+sroe+tOk9yMTJCtT7/yOM+EJuzIggbQBD2/7Ii0EiLtJcuBm9LIBRxm8znIr729qopXZE/olK8",
+	"0LT7rY8/+FW4XhNkQUcJJSmtsA138Cv0Xz32unu8egJRyQ4fxl8P1zS3IvDPMj0wB9cl9q11Ab8DzIQg",
+	"Z6vTZvlMxGyIRQqWYrFQYRc/vLp8g9KTK7ZYLBazWRzr6XQ2U+oftqKhkKlQKkA5zGwEhHWdsgyecCag",
+	"fG/VUiyFumM4j2IYyy7jpeHXbfkzeyPsUpobj07WNn3L9e8XU0AljJn+SEVwWTl7eDJbZaR1LcAu5mKE",
+	"RYMPiKWtCaNBLpF24D0EEbUEytNtbVVGhD/bUXD/+mx/d7WSzisDikpW7VXRudq5RtsILxnctiYt01Z9",
+	"wLYdXwmddFApjQGPdok7RjA+tPQSby1cHL+xazrPJ3eR7ZcYszjJBSCP2apQW07jg6BRHX1nG5d56Xom",
+	"wJDV1Z1kcuL3pwJemY2pRgl/XdNpcr83Azgn6Vrkz7mypUM/H5+cHL118Fawqa5gJuz14KOpaNR21cbt",
+	"PGiBjVuOX0fMxZP3bhK5p6ZsdxReTbXV3FrGpsXc70yHv6YmJ6H2VYghAildzHvyAGonoSf0NEvjbbon",
+	"2Y4qQfwFQoxoMIzXbAR+6ZjX5uagZwAHwkFi46VhOpsIiDxmOWLptDmbcDnpwFVDiIrUNR2k4At0LiP0",
+	"VSBIldykiQw3wAa3l/nFdUi5eHv4js2yWEDSykEZsYLgNQH5QANuTA4INA/beL3srVgXODbT9dnU9nF1",
+	"jeioy6JVZcCNk0lyRCNaWejWfddTXn9XHGrs+UPD/q3H4mmMs/xaEPbj2nIvgoj8HLWmWm+0cxyqmDFG",
+	"x2t8b44pd9khoZ5hl5oy4SPRjKjBbKOr3WNtw4MIHdZidnXZkKf3fKGGZhyuzTCuSqjL3huyvU+UqEHc",
+	"BQpaKY21Uaiab23vX/ziViws1GNeyC5hIpql1hTeWuRPGPymSNIY52N/+QsbUHnioNVl2Gt+GZcRqw6B",
+	"WXsvA3dAfARoNbh0mMXrAvbYPW6/h2h5I2PoQRIv5EJp0t2ht8AogQGnXHVo7kQzXFSXHVYmxapToXQy",
+	"A7czDJuo5RaGkFYwLpTtjQhw381ymbGz8yo1oWWM0q0ENlQ7DgQTkhkIMHIkCGIxWDSNfaPHifmrFrCx",
+	"uUWsxfzYLDrYgjBJ0+tJXtM6zaksHovxOpFSQzAIO9wIfS+EZBfH7y6PzjHL/OL4nZHUNbzmlaq0kt7v",
+	"qSB3KZsh2rRf6C+20p0T2h02Ua0O2JC455A43NCubgi05zM8pzVlUhywIZ/P8+yOp0OfN0qGHwsbOTJ8",
+	"7cDv8OPKrSxipv8lJN6XXndMocF7OkT+MkSag0fLcm+EBgMAWJA+ncip43h3x1maZveqBOzcqdlhh3G1",
+	"iZSW4LRsq1YBva8tFGvlsHq1ec3OMjc0htfW4maJj+YlZCZ3/yHyDC+rmSJm7R4l69dEhvzlzHNh9EYn",
+	"QG1ZQK/hmlLDOlzog7DZspzRuCJmNjmp8Fe2dm1qobSYOdDaNQ0nDZkYw5A5gNs21UdMcj5jIy6d3RM5",
+	"8Dij7NuvbgyfjkVURfYyJAZ8FSAeO/ZdvS1OJKGvWcoHHEEj3gJn7R3IgVPQHWKyYdEXXpt6oy79wj9e",
+	"wCb8SO919JGaQLO3BMzp44jkO4q1v1uzoxUQ4Iakh6KDeENZoIPQSEJ5LarxDZyVCwon/oznghnmWUFZ",
+	"D3iNq0u4ksnfC2Ezx33r8JTXaFdSaPNcoB+sUXuJt5QlR7DbkEEIP+svdW4EMAb7pQcUh77NJGeAlm3G",
+	"ADhjztIsm9/w0S0Dd/4YQOV4SU8RG+7uuuEApwXazFiVKCu0SmLhZ3IjsfHR1Ig6NN/FnY2C2qKNaab0",
+	"jipnJ/QuT0NbQrajNYA+QFgSYu7dBdwt0lFoEs8ixiIP1rZ/4OOEyEmjGNUDuzG7bUOgVJRpuP/AzfGa",
+	"26sbPNZMVvll5WTNN0O0VlwM094ih9paSjG6lO5rEZN3xqzlfpqlYhUOg2AwSCkEfFI7VVn9MMrkOJkU",
+	"uYgZIp8YOqHZqifh31erq/z6/vznH0/e/3r9/hSwKq7Oj0r0XXzHcC0XaUyrG3Pq5wUivrJP+nlibi8B",
+	"21fB0N9fXS6hoZfKrxdoYL8kP5B3QsZgcFo7c0vXiNe1o1FOdiW48mE1N6WSD7Wj7Mv7gM4OC6aL7XCN",
+	"rlPjFAeEe3jAdWmmce3xJIoNwckxBGwm+IuUK5LSw2VPB+hOQ55P1NA5nQ7Y0FzGIVMlMVM6byLpuwPA",
+	"jEZ2Us7hPoBZ4mxkpW8Wz7iMXI8Nustkck+50cJAVSu1Gjuo/wnHOsCzLPZRPAPDeleA8iPSQmmRHxgW",
+	"kZk3w6CBzJw6bEjHYkqX1VqJZhI+kVnpbmMXZMcDuZFyaX0Iht3Iapddv4tSkuWJXupcD0yaj3Ryt1oY",
+	"N8+zuBhhKokEm9RpMp2Ieb9ETYMGhRxuLK1qW43qJhWdJqXLS9CTrtjTv7SYYGW7NI1X61+d6xQ17rOj",
+	"U0A4x4x41wRvnAvRZVThiQBY5mMLeiWB30UoaBwuBAyLW4Gn2DxL2i8SrhRs/TnQ9YmskfXVqaUSWlVL",
+	"xMc5B7eV1JlXrFrXs/ph1ZXIvRM5qffl/uQMQNy3Gceu6GZBN4IOy/c7WUDqCnpRI79TlrNBy3xSWlnm",
+	"kMKhIjHKhb7e1ge11MMvaIQDop+Qd2SdEMulBDaim1zoIi+74GMF6aD1hz9Ab0S41aT1pNlE0Y+Iu7G2",
+	"V3+dYNEbbuLCDXFQtpVwaovzpttNhnYhts3vKhrnJu+89cq78aBIHTsd5coZGVbLsDAp6x33vjFgKcG5",
+	"6EtD1SmmK7r0Eri6Q/tq5JAHqDBCE8M78+LVKw9f3Sy0Aqo+aD0ARR3gCaAktxHkWPjG+pDrW9y6MbWR",
+	"IoC1Nui8PmraEkZatHyq5vs6z8zKCdaac7/yRF8SXrxTCGXGbrJCxoDV5KHJr01iaKYnVdIZGuhJzuFS",
+	"FpPsuIRJOEDM9MLYDTXDKZ0xlRSAvJCV6L+ZovIBFKpR3P+A3WGeWenhwrg3ZLtUe0VY4dMYamA5KLRl",
+	"pjNpu9Z8tn1EKEgCecV8lGdKUVaOkaQbm4xwOOnnQ6tArQQB+2x7wEErvtmdJROjd2CcebP/1r31GueL",
+	"2w8OyaFAGvYNtwaMQDCkctq6A0Uf7ZZ4EWoLKM5tugEl2usDtEVfH2p+FhcjCK+t5gg0yQ5Y7h5mZorM",
+	"u4a27vLyZEv6/8lzZVfSrm/FXHvOn8QrOyNUzQCzfGH0FNBY/vSiNx20/LQ1aL6sOn0UDde22QcaEmUQ",
+	"CWpE8BHrVzOPQAk4BFFgkWWXlnu+sM8bFokldvATqsZ0VQHZvWTYvTlRtrs5s8ihiNoYTiAvY+vL6eOs",
+	"Xbauujw6vTx+f3p9+OPl0fn1HzrAKVK+ELnqE6nl0L6Ia6b4woxKVdb8Jiu0x5FtmWksRkks1AG+AgR2",
+	"48yIMy8/GZLO2aHHpkNZ6oEMiqUdW4Ir+e5FgMorp9L8B3TSm38QCodecnW7vo9Is8ps/EHIO0Hvc72M",
+	"hO+pJdQdvzaxrvzeOiGoMJ6UhRthrpix7MJqD/D08NTm7UIiw4aJLWortoqjXkwwqQus1XTyqolWbBNH",
+	"aOzXD7iEM32N3KV5xl7TModVC/nAlXeoVa22xLYtUwYyWeNosK+/jlxyUfbiDrqbSm7n2kqhGdN3jQ4B",
+	"+WsE0sto2fdcIap9RHDDNq5aQ3rkcjGcUpc91qH7YjC7Y9tWOFGresrldqwkqyxFblQiR6I8Jsh9zAVP",
+	"0wW09m/nQgnbFabMdwIfuVCljoU4ATJbci931tgVNUt0ig6efAJA4YSbRGZGLFZMDKKezgHroU9rqX/U",
+	"qBrCWFqLoWLYiDWJGCguQFU3FjeuztABioXYq1wSDiO6kCCqe81rVjCWdx1E4Vwu4gU2ZYllmXMGbkeY",
+	"ydRylGh914iS/FY27ThPlHXdGqPiwJWa33BlDAuAf8GgjixmIk9GXktCizZydXpxdvTm+MdjBJJG1tGK",
+	"WlbJr4BXByGrMRcvgEq9jFptLQgzz/nR0S9nlzVI1eDFexp8yoe0ta8BZ61P/vX62TcPEOTiLrvd8m2a",
+	"t4+PWtpuYsBXAi6zAxuFhH0FQ5XawMl00W1W3e63pfc2YmM9O5xwOIccPcGNlRyklU1J3zRocCll/doT",
+	"kJvfQ39Nl/ytKiM3dH/fnF733O3XvbKRTeeOm/3M1QMW7bo5ERENbCQjO/Cad7MVBA+DrnpYBVfo0K+g",
+	"dmbb1awyC7AeIag6mnI5EQfWRGTDUZ7JIRulxsZlQ1vuV7ajdsYqy7NCBoBMV0v8KlCVa4oNN6JM+sWH",
+	"mwYtaxE3PfnNFNj55WTLoJRPViq2QlNUORtCMJiFYX+ngv31zQXLxR2kcFJTy0FrN05yvRi0vFhcLgSb",
+	"8pjITB0woxURiHshoY07KC4fubHfW/3W9zej/VG8L3qjFzzEBibZ9V254PJ3k2y/++J1txf6TfAHd73u",
+	"y9DjS9zB/jay21FZQohlYK5+wNQvUWCfBr4hUXNz1cLoEscWxnKSKJ2vqAJ9h6ff/u4FQvxFzKiYr18W",
+	"eeqsubnhK3LSsY72n345fLN78dPhi1evqwkiDJJhM5tdba0dwK9INLNrtYkciSpBQCHVDhvM+8EwBQU/",
+	"9LMYR4KomXOD/XL4ht2JPBknLqMWRr4ViwNIRRY8Vp6DzS4KQiZgK8+TLnsr8uROxBQXpAVcj3IRC6kT",
+	"nhI8qGKzYjRdWjpP6wL5D+yRCuum3t0K0szNB9A6FhmwBS6xHVRrYM5WX+OBFHIjeA79SI1yGQDrnBsr",
+	"V+rAsfpYxqx9WOhplif/gGn67AcYthOx+2kymi4FQvH2YdI1UNMIU3ZYorvsGMzCwDFEDLgJRVazwFrb",
+	"OFkscvImlZRAeaBJTHRknaFv3p9enr8/uT47OTw9uv756H9jGghaYTCTIcSLnw53X7x63aFurpXXOYDE",
+	"vPvKNtsur/hNEkcY68V/1lGU74Wq0xqb4r4EGy9DZmyW21yzcZaX6aojzCXLpL/z/TL3L2b/9X/+L9zM",
+	"LgMAWNs6rrK9K9Rb5nu4mh6KqtrWusxPXAMFEfKAIIqJfo2bdMmt70ITHkUhhrcN6VZ3PxheH+dCXD8s",
+	"7QJ+6rCgA47QsCX6FHDdZoOcI2urjg/mhw6yd6uf1hs5KR8JczzXcIKBvD+PEFyGSULIJe0lgug0dwQ9",
+	"ARb59tDjfUouLQMpR/9x9Obq8v359fHpxdGbq/Oj/pJwRCGHKWuFEnm0nP2alYzIDXZ+dXp9eNFx5TQz",
+	"YVSrRM3U0ujYl+9vWSJtOczwj8M+GxZJPGRtDjPCVZnkWTH3mgMgV1yZ+Or47fX54em7owOXOU8JgVm+",
+	"YL0/9XplTBAFmaIoUPmUmkKrOpdsgN9TXBZgoi2gFC+X5R7sRGw4T2Kphqx9dvw2YjPwEppZj8/elPm7",
+	"ynsZ9EMLGUeuxMXunLfRseB6ipm5uIk26S9xeBGGj8/z5I5rwfb0bG4WI4WGxXD4ExOzkQjKBJ5QWnaZ",
+	"iW0zoc1oOWTRDVn7/OT4l+PL69Oz8/dv/DzGA0bfvD28PMRTcqTe9dGcDSOGNDnq7sxGuJmQvmFeykyH",
+	"n8Hq6eu7F7gy/FF3xj9GbDQvzB+YUJzECv7hxCalY3jdzXFm893UiBPDkidwVzIpOl121J10gQT/CAf5",
+	"R9jBP9Kbd9eC6q/pel+9rzxN7kS/BCC3BeReer7IGVRHdVkhc6HmmVTwG5WkQupSusBDmMy+ELrstRgL",
+	"HlOxTiVH2swsDd3MuVJlyBi6yptPMHZTVZwNF+h0Ych+dYYDliYAHD4mijUf7tL6PQSx/alZi8vstPKS",
+	"WyBVkotddugEMQBdCysXRWw7N+KEvisZdrMVtfyNgiRUHq+6eaPWx13zw907ngO5mxHQHgJ/9yEN5n10",
+	"VR3X++YtTFHv9Nyov3L3umYASl6q6qlWATVMwhGMihgB7gPZp9mEQZlnrLD4d8TzfEtfqrX9LD07cV/G",
+	"IJzFUIoiT+lbwlBZldf1lmjYL0dNExp708iq3eRMs8PWLWecZve/uHw/m+B8ocX8hwXgMpSUV/nw7eG7",
+	"YFTB925s55Tbpi+Y50AIOTAxEIRQ+C/2X/7p5Z+/e/3yT0styV2a2HI3wq1b0lSwyLdsud0comAJnmDM",
+	"k9ywtuuHZn6xNiR3UTGDFnzW6Vu+DKIVEt/ZDTeyGnRHyHOiTHJIx7XVqOS6oFyuMs3FKlSJxubI9nkb",
+	"wmiYSkbk2cSpBqS8rrbl0s+FMY9Q0pERCV6Yuywo7nv4Il5XAqo1TTxA/ZW0RpcwbL8Cc5hKyBvXFZeY",
+	"MpUM+Ncv15XDBNLF8NAxgRpa7x4sd42m9CtqWRjKbaMdwhbIhhcbKkO3Tm2z6cZv2rh7nzmf5pBFhl8F",
+	"IoNb5WtjdRegj9r0XhvPq8vPni4n91Ja1QOzs7VOm7aPreAwwV6tY1qXlLr7VD1EK90gHxKB245WHt/a",
+	"sSJNmrV3Kn3Q/vt6ATrqC7EhTrd8BM8csLOMajsdo0IjTbQNnGLd+3rQoM3Bvx58SB9CPXaVGBVGvF2Y",
+	"NyW0UHCBBrZYgscUddb2iM+V5pL+iQfc8R0Dh29/OT69vnz/89Fpl7DDZuANxuHdYgBa5fNnCKKNszWw",
+	"yCN2fnRxCWvIxuwNzh/5Uskwkr9lNyzLR1PhVG/ytQ4kOFu77ByEcW5MnWyO5S+rCfpdBn2+4cGB5HMo",
+	"qTLD7VGL7T/+TRkT5/zHN+z7l6/+1LGgD9TGfDjKYjHsDuRAHoFwMWeL60HFYRh0PDOUGrCpVmyw4cdd",
+	"2u3dPEvFcCAR/geYKVTbSm94qPrrsyH28RmyNoglY1hjix/7iXnZgaTwF4jxPh1jhO6IyKL+RAROEVng",
+	"CfhA8xzMdWggNBzIdtnUKCJ/862QODHo3kNqj+YVO/I07TsnaDSQXts1NHQiqGOCaeRiyHAOTNPD8aMS",
+	"8gb8OllqrPnTjHL4KJJnhoP8F/MxJunQ71miBvJlbx/K/uADG2Fyu/uy9135LdGMzih0YzU40BvMSC8J",
+	"pIMSj31FEHMfVVklWDnaKaDHDtmM57dqID2PQJ4V2nr1vY/ND2xdVgkXYb1sM47hie5Auhbv0BQMbu3h",
+	"2bHHGfqtXne/2wN9cS4knyetfuu7bq/7HfByPQW+sHe3vweEAf+aiIDKMASb8S9AgtcYE0dfwBAMeAoc",
+	"QYQLHF65MHp/koqcTfidYMWcZXIg0VFw+MP788vrXw7/4/rw8vLol7PLCxsBKBs79z2lAaut+IIpnaTp",
+	"QEIZhYzhQpRXJMsxEGCOGJc7tK22cE1UZ0e90XD73O06jo1ilCh9iBtBog6A+qGYKDHb8PdC5AtrY/ed",
+	"IY3SxG++Rem2Za9qAjpd3r6Ahfk5qsP/JRlZtjgVd0lWKCcPQ0skseqvsWKP9ILzh0ayDY/LgZw1/arn",
+	"maOvqNFgaYcuC7MP4DCfZ1KhXHrR65GlqAm93WfLf6N85XLetcnq5vhAzQDJs2wzmq2CqwunDAXuL3H2",
+	"0KBulWWDJmjERf0XWkgrlepMo+AqbDkGDBe8cYhnmy4YAdHapkMgWehQ53ySSHhjUG34BDxZdC0/RK2q",
+	"qGj1bTs3syK4wBQVgJ6U3j2uUvg7oW06/3MeAk5BjcU/h9KBbBMcPIGXDz2BXw1r8KE4sDReZwiDK72J",
+	"vE31MmWX2bRR/NwGrez5vXNJLXGH0NrLR+yGHL/Ffmkr57VnhCGoig8eNmrNMxXg3G+mhSSYGQgiAzAP",
+	"tPKK0D8pKsgFZTDp5P074NE//O/Lo4tOv3RRk1dzirDoSsPYcQ7NM/EugKgTOZbqTG2OuOvqWCXJQ3B0",
+	"0qucmH1AZVco/UMWL56MKE+yCe4FkmSpT+u8EJ9XbsPL1a28gP17ANN4FIkfetStpsncgeRivy8XELdJ",
+	"G5VmHE9L9kHSRX3uqYi3ShvYD9bnWE9PFzS6bZrbhDZ6zzP5Oc0S4pnnDmF8CIqRiIfUt1ALI3Eq4WKd",
+	"QTNbHyzpC1Ctef77p6ByFwphY25sNyjxC5D6sxC31fv3PtFfn/fQcFR7n/CPz3s8H02TOxHvmiu29ykv",
+	"5Odazflc8NjL/8JfsvbQWdPnb346/uvR9dX5ybBjo5lvj06OLo8GEhrXuznYfZ5pc7X7ZVmSmvK5sD3I",
+	"q49HA4nuTsRqcWWN4A2FIhPlPHRYMPOih5HxyNpKAwlwiOraUz8BS9C+CLqBp2D7EBwQn1ANyUDG2agA",
+	"9yoFQrHVP/Gp0jUblbA52ByJEn8HErpoVWGeAcxrojqYvmf3E5zvxvwyViEVsCxwDLNAKHztU/COx+ye",
+	"p7fosI6NiPK7RQDqGPqQKYo5kFjkO8kABVSxGeSNZGycyLjLjGUoM309BrHo8lDJGSozPZB2syCFwj1h",
+	"1w6N6MYWLEfzJEXBCXHCTshOMVocDXkO7eaejT9hq9GwBudRQPch3OJV77sHcwuXeYUlzyHyL/url5XY",
+	"WAKGsWmPedhWcLU69rb63hn1/zG21IZH32KDoAZPnhcSo4MftmBVDq8cXzvghXMYvMaQ3zGsIDXTddmh",
+	"Zqmg/Df6lKC50vQvRjAO2TjLBxIvMubOOdN0FReDQC6NXO1D7wzH58BVw9nLXo9JPoOSAJ6mQ3Q2KcDt",
+	"9OYkdxwuqMuOJKLJgDvPUgUppsjVEom4U5ilsx/1ej0KidmIlc65VMgmo4H0MjdI30C0P3jBGwHJHXmi",
+	"tZAAAUP6lmKpGBOWCx9I12y40ExNs1yzWyHmZYKty5A4F0rkd3A3lTEaF8AIknwgs3spcoVOD0PnQVYA",
+	"jXEFAM7TTrS2JVb4sU3Jb0CH8Dx2xWn2LAWomj38BiMKP2B986ozBF+YNSK6A4diack3ITT1G8EMNdV5",
+	"TXiahj0dFOJeaZr9nC4N2BbXADnAjY/ukpF+kGFSYaowTGVjCeQD8liVSAGNWNtmVNRnBi7SrVjYRhGU",
+	"8eqzV+RBIf5KvekBJiCgOx2ZsXEB6ARMAFiCSZ7nFpDYcK2DUh+qLhev25DYjJEPsJYhXb+ANXqSKP1P",
+	"fZsaOgkf7xSEyPY34hV0J7rY7BoUePCPvU2X0CfOohAkopo6UpGMVfUT5ZtcsLyUDM1u0xfUVrZWQfY+",
+	"3YrF56oislaSLVpNXDIPZ32P8skgq8ROIDpfrHJF6tL8SKb4JZTO5WuANAvYXZBTKz7aYhMwwdGWRHhC",
+	"Tjgb19SPGhjEnOtpyR+wwrfqT/G5xdxYdbn53X/+1tv9nu+OP3x6/fLzvwRSHbciuWrSWZ0r3E84e07u",
+	"U05zImLkdkGTKoVvuwFOotJM09d9FLnLjWdrlSCUnGjRouVtjFCLhxmVfgF0liz7BMyT5lNqZdtlhzCd",
+	"zGoG9ACivjELaxsCAj9EfTj00qob+BwCZBMYls4Fn0XA7dPUPxOaZcei4SWSJbF1xWMgPsZU6oE84Urv",
+	"HpnBd4/fsvYUdgmML8jDtb2mwWOE9tCwDxbGLmRPDwEZWEirzu2/YqrLriRUHNJKBxKXCjoxX7BZohTB",
+	"txCAH/SEBdxyqENVlOfNIasUStfABQ3x8j4kgYErkrNRmiC4CtcDqTOWi11zziH75VdjmR3hbm9LA2aT",
+	"4KfHb3+yZLTNj/4ddJkGiocWHzWSxC7u2VYOFJit7sqjwwtHpe6R8NGOAggWuE3MDhLiDESBrnKRBNAq",
+	"3RkiRRC2XUWUAe28AE/6TuRYjOIaO63e3i9yR+vCWOVegR8BneG2rEXYxIEFhLJcj04nh/ulS86V17h6",
+	"pjdHJwMp8ryMrNMAzhkCeOGUUgwXotK5XdkmBR1oGjBM4qHX7h2dT+ay+Y8ana9fQc9SHnARZkXBJdmx",
+	"b+slN5gJSkg96mSUSRG6X2e4EKTB5wmg+FNYfIhGYZQXT70EEW++a+WGPkhnfPHioTojrRFcSWYhB44W",
+	"leO2czhOPQISISKLGNfZLBkBzJcT1vYdyktKImudRrm1ANz7BP9dm0+wtPfPqEc1O+XK6T486upd4Srd",
+	"kMQFVr18VlDYh5yo4dF8WQ9z/Z1I4ogZ1X1XqBGfo3s8oM8Lj4+ENfplRJVZIh2qyOOUetsFPEiIxq4/",
+	"x37RDRK3bBf+hnSHDXdXN/C9TBdYJ4HI7oCFS6DsVDthVIc+S7N7ke+OuDI6vrF4VIStZVHbjrmaCgVx",
+	"DAsWDQ7tOvek+c+1nadVZ0/tYmvbD5/2o9ffBU2qL5hp9uKfLtPsvJCbnUmYg/E4T5KZJdDWvkn62Ddh",
+	"dtUld6BvEgOYS6tY3k7bUwzTmMtqbrDBAFmb2id4ah6VJngNU81YaEmVtHYci9k808aM3v0ZnBXNyffD",
+	"8+hTbl+2UqaePeZ7mGKTA7uvHvzN0iYCwb/o7T/3isi5/UDn3/dfSvHDZZad+blkiUwTKbyqu7kYNbq3",
+	"D9DkICIOAdDtc7Se0oI7woirmJk9GJpVDdG6dfSujgGIeTQVI8joL6HHuSqfGkh4ANM3brJ40Ycd1QD8",
+	"wjW1UkOzyshUjbjAAP2fSDbMhSpSrYYU6bWWsjm4chJ2nxVpjG2gXB5B+2WvR5jriIWORe2ZUAPq66YJ",
+	"WQgJN2IvX7ygHwCYlG0CZ3u+FDJiL3vf0yNQUSih51DEeKoyY4x7cMV27yCTxkyF6D/WokyUC0tDWD7R",
+	"XUYVKlDQAD9PlL2/EbinEkyS9QLgfcYd+OtAWkgU/JFCIHUIceP+sle9Xpcdwjm4EJ3ZC257PUECzL9d",
+	"vD+NmMzo3CPWMyY15tFMucSgPKzQnBg7vTopO/UzLheQFdXx8gTowLpsCNMAJWGgnFMRiVWk+lhecfb+",
+	"4tKBCRmddiDJ5IYBQqZzSZetZ2b06utx+h/M25/jlQjx2PfGMoWvwThFqPRqdgTAxsTgt36UnkN8sphD",
+	"WwygCNCtiUZtRkX7J0jmMNPeFOmtNb06z8o/XY5fXRrNceAiuT6I5FA3vxAy5tL2rHaF1IplY3NjVbUQ",
+	"G9sVJLn6r//n/7WeXgRixinM95ivZ9Mfo4GE/lDQ/ZYcfNUoJHQ6w0RCpfmiCwxIZvra9rqPqHYMvFQZ",
+	"lX35aW1QD+xexbnRsFsCCDgzgi0Rn1JdFKTgHcBsUNRwTSUylK9cQuWMqVIdKqWAY2HOjSukoQowmw1K",
+	"P0gQC6XLDi1410Ci3zrU3y/n0u6kBSPjkNSXQglYLmbZnYAVJDnmAhKiUAJV5eCmLcF85iJPsjgZMXUv",
+	"oC23+bUi/zdHmLOZUMoYBangd0JB/aCDKz88O95RlXxAWZ8hisX8Y5fcqMwPKFZD/B+A6yzOk0vCbL87",
+	"usSU0kD+KtW4JxrQrzoHpK74bUtvRJnJaOZ81fvOrvm6kPyOJ6lrD+MJpRILxuZnuZbpJc6aXaRiRtS6",
+	"F8HNwpZktclPz58CuS75huAWvLzCZ0+cflTqJOVP+S1roiqqg+Me+cKC+S8YoaY2ZrDrMnooiDziOXAk",
+	"SDFG1HvE/PU+UEPWhsVBqFMPZNmzwcF42WIr2yYPa65Kb/qLno0EwPOl2ufdfupujbP4jSHI1IZLV348",
+	"kIkklRJE3wEL5EkT11RCR5gVjfoHoo2VdxE5+d4n/OPzv+Kv/0LtdWx4b79nBOKua7FqFbCB5IqNuXLX",
+	"3T3vPVyTQ/z1cocfljK85KB1uwNuNCcQ4VyXc9y92Ap5Zsrn1H+TVOCS2WO17xcxB7d5lzpHEZRZWmJ9",
+	"hgIgGL7UwJ8zUHU4WidHUAPyA5yGdu+NWXMjSgWo+6Vrc2BZoBAclJHWJdRZUEO4WsjRNM9kVuC9y0UK",
+	"uDrPr5yvMNL6Wna49EPUs4TPEIiLOMkSEBR90iybSgpWFRTQ35WcmcZIJ7gFarS+owK9iRQbZ2ma3Uds",
+	"mijAtLwVc93phmtzyKgd2n/Ti0FumnnTyPXGLQFV7FD1Mhib44RF5E4pVy1gA5oDE0gWIv80KJIyw92e",
+	"8DuBzZiwjzPLoJxxIHMuzRLBLeSZ+a4swL1VzoaE4FhTHjPyAWvqHMu2qVRlD4NBD9YuvyD1JZGBopPO",
+	"00ZHlks1DFFyOkfoHvmq16ub8XeSmruBI44wpPHFS279ojnueIRTIq1SUXIGezt/L2GZLQTz5kfxEB+n",
+	"kiyx729TR9lyK9ZqNI5H/Y9S89WUGnBnjwjIddlLp76C1rJHSEz/NIQfSJz1miyW1plrv5rJLvt1miGV",
+	"QCvDXFRpR02zewmGb0VnG+LW8XTYZYcWpumGSsfpK5yc2ggOpO1MGItRoko0XwVuyqHM9LXtODjO8uty",
+	"/IDScYjn9ryXmhbwTdxrt2fe1T5YQpqGuamN6he+3ngcq2cPiihkqx+s0N1XuO65gEv7T37bMSYLihE2",
+	"oGVDfHERD3+Xt/0cVv8/l/3buOx4Gpvv+mZa/AocAOyJvU/mP589aB36q4SG2oDn5ZCTnhepBqaBpm7r",
+	"ayKWjdlwvVM2UY/1AyOPiREiJjZ/ijy3QUGHK6KmCcBTVcCRWJsAsLC3CbpZoC/XnfhvY65FdU4RSHgG",
+	"akEHVoQoNr2azGDzk/WJwdbD0Avh0H+qx4hjspjdiJzm36+Zn1dAojYsYb/pEsgr5/nzAo3prVPPFeEB",
+	"nwH3Fvn3bJ6/dcV1DmzzjIpTjRpxhbw5Xhv9h2/qBRZ8AXQbYogFa4K8piF+46C+K11gQ7xx6IjDKzeE",
+	"/JDRtJC3rB1zzTH/wbCJCOPQXHMoIYQHzR8d6hYyFDIeYidwf06MT7pYJEr4e1ix1HX7hJd4S/CGh3Hy",
+	"DTWC76WtWJpjrtc17W6e3VeK//psmMT9IeHS3lMy/hCe7g/R57SYi4gNYVuH6IG2NWE27gc7m43Zv128",
+	"P0VsJIBIwBD7UjkhFvby2AK6VGsKMX0Ma/hUJQNACc0S3WGjbCasvxtOkLrIKYLWX1DF4EFtXaJFjcHC",
+	"xPf26Ak0yaaiLAWiMTMI9sM+gBtsiSKC2kSlB5J2jwFlgawH8ht+GmDu/6DVZ4MWYjJD4Q18CLjMg9Zn",
+	"gp7BqwxXZpRmCrI2wgWM9jAaSOBvqJbw0XIXK17LGthVVhJZ0EmgDp9kDDnAp5HXks9hdX2d6sMnFbJP",
+	"VZ36MOZEgucbjvEGSmkw5wi6s7gbbjNQ4Yay9o+HxydHbyPEkDZ/uG4T0UBenV68+eno7dXJ4Q8nRxH7",
+	"9f35z0fn1/iTjpXFKmIiVaI0+uhzfpOK4cFAruajeZwJc0yXEtIgiXcgh5W8tiEyYa/rloB0KzY0asy1",
+	"URGGS8JtIOPs3lZlQ7SBtUl42UZ+pVkTJ5BlZR1pnRI0z3k0bvjo1nDM86vT0+PTd11IRwYj218DVhvJ",
+	"rDZT5Bz35/kC8HaCL2PorktLIW3tWzFyH1V2QLsKKJoAru6au3A46gNLOhR8drkz1L/HE74l9KINQfNc",
+	"QBj6CxjMiIzwu2FkwFY41sq4nFpPu7U5sU7MrVy2Yiae8a4V8iKZyC/mVlp/24qZ+FY9SrA2ynmBYgxc",
+	"LpadUP8MvDeusYTXJglzXwiZELk2tuFnNwuWSdsx1w70Ba4RzfS7uUcIeIwmcwKESF3Rb9USleiMcUBj",
+	"YgkhwaFfdyARpmhIrw4IsAAhyTXcR0z6RMUC7UbVZRf4sBHwfCDdT+He2p4qlN2MufMbLvtAlrc9IFxp",
+	"uv8WF97emm/yxtNB2CtPLcMxVklqY15ICcX+QITYMz+qBDATxc4Ory6O3iIJ2Cz4ZST2p7zidu/Wl8Zf",
+	"uKe2xjPExKUmtgskHD1rspB9jc2F125bnqT62o1m2DdU+W9O8ikP5tsuwLZ7+qxFbnaSrQrd9p+cbp6+",
+	"ivibVf8vQPmn2jIwqLHDnZGTnI3yTFIdFbYj4ilrX4rZPMt5uqOY4xed5iT9GOa198n+2QAjskKxmxAi",
+	"3z64LCdYNuNYgcse8Fu2Y0nd1jsW1Qb36l+190Uuh+/CeHzFhh2pLNtwmJk6mQnogj0StjzSCFZIPBa5",
+	"+iYZ6+Yn7daWuq6tw6+e9BX0hXpmTlyd5CuVHDclNgAXBXX7C3HmR+A7wDI91gC4cSKNIesgU8Km3N8K",
+	"cN6JJGd3PC2E6rJLQ/a2QQGEAnEwAIK3wZR7kYsvzob3bvjodpyk6TdiMa5epaBO8wOt+pnvkp3mK+Hd",
+	"2bdbn7QDPLWSUPWtXyVUWpxgteH08l7hKyWS/QYSNzKG9QfWtkWfWCXZiZgqoBOuLVLK7kSe8jmbZ2ky",
+	"WkDTz2QmCBmXcG2sCMcghINrlF/h6oGr6Pd1787Mkv+ZtJULnZHlby141PiQAjFIRC49c8NkptmIF5Op",
+	"ZsX8y1MMgWD8vmjmEhf9zKx6aZYv5AZrzqHr3WGEFA0ZsMbIcG5FZGOOYyXffHe3C4pEAShPds/a9hWh",
+	"Xh8weZQYZTLexLq//M0q5O+QG1/hov+5+LHzZ0AvhbKnHtiQJUGZO/WsZEK8dr3D9dI+9Lv2t9JbbHa3",
+	"2j15Em+rHWwLZ+u3gbC7wdNKu/msjlaa4yv5We0b/ndzs5bYjqWfdZzlmIO3BCSNj90Kwsubc+pxb3tX",
+	"+QBn+AN7HzrPB/dtp9j7RH81cMP65PylvbC0ygNqRUEpiJjwYqNuFmon0VvuW707tvaVe1/iCl2WrQke",
+	"u5HvpTfUNwhUHiowqHDPcIL/uo1FlWmrfEoLxrde1P/qnvpdy3r7GpfEwBoIfXryiaS+HQ3z0+FPze6w",
+	"k57tNBhZnaDTQCkoj+/b0Quqe0l9AtFJl8xmBWShOkBV8feCp9YQqm7IjmJtBYCx3oiR7VIClVBzMeq4",
+	"EscXvZ6Fs+FukAPGrZN9IAlEkfK1eVms4s7Ax3190ds3y3TSzvVKtgA2o2xmU1AdzK4/WrhZiZpaMny2",
+	"ZiXlFF8pBLJ80epYfUkCKkAATw6y3WRZh5AU46/gCzZQOReTRGEDKo8r8BIy1RFj+zCfZDuKLb9SxN5k",
+	"Mi5GiNoJpoWhaRqt05x3PEDDcgPufbJ/NtCxKrfhCylZ4Pk05xxIHmhbRN5xmkymOvIyYyAPylpuXqgr",
+	"z+7VQWW8RAO/e9l7+YAtr1fO6vfqy9/dwF19ZK3Nqjwsj+WbFHqbn7SbuT1uUOgy7dHWNFPWrORtfQMa",
+	"lTleu/juozuTinwRppJq+5D/oRmfZvY+0V9rW10tEc+3wGieiMMYe/Cfl7WEDco77xTXdLPC+uoX+y//",
+	"9PLP371++adNWHn1JDnmSb6rpjwX64jsR57kF/DQM5JXOUkNXd0LI99DDSfpdXYUK9+HHmftfSrmVEJX",
+	"ZLv36s9CO8bCKgIG1q+JnkI94TxPsjzRC3bDZRyxecpHAlDRIf2RcMbtmRkjE5SXgcRcb5v5PRc5vWrf",
+	"6+Wdje37v2AamjHym6zQTN8nIwSRh/69qsS2t8/vUyD5JtNTbDZCwKOIQ9NlZ+AdHMhCYeSPfmdjH0lO",
+	"GXSCxwCcdWifyAqtkliw/W53H3prqIF8+eKFQ9LEx4LYNhfLNPj0VtgS+X0526sh3Rv6/dLmzYXQftfW",
+	"0P3a4kbxeGY4ZT0zyrkWu4ARuqGpHigu8Njv2r3l3qNB0zZj6eDWPI1nq3Kq3uhbBLjMeSoQV8/DPxsR",
+	"yt4n849r+EcD49Vt+VcJEZT77KAdb4rRrQAwKCoj4xoYtrFIDctlZ0enb49P35EQS6ASGGBSlrv3rz+O",
+	"zbbqmq15BpKvrcB0W/QU+qM/2hcj3LBqV5Lpo8MFTrFYdlUuneEzVO7Z8b9Wd6h15HMuQIWKD/yL5bt9",
+	"dHYrJGT0j5PUJfoIdASBYfHUTQLXLfdR0edHt/7LcoDS4qMlvlRGejuRsbnMltFeYmnxjuVUhknhjoL2",
+	"OBUSVdh4e6ZUz+mV0EbrXIs2Rxfvwj76nO2el6aqSzCi79fbKvYp1hazuV7UmCm5MMt+PilbY6XQZVJL",
+	"moJ7MzZ0CwOE/2l2z9IMQtxiIMsfuEpl5QAaXOeuJMcehNiPiw21TgnpyaE+jLKZOHDNDRNt2y8ZW2bM",
+	"07REFCm7z++ogSSMEupYY9bxcZ7kC+xL9VEQsGcCiF7YQKE8DkMei4HUGS4bRLKQsbNwJJk1Nzwuq+sT",
+	"xTxbBjYB1hwx0Z34u9UF+KtrALpQqs7aCdH0M0SeQuT85bj5lrfp27CAyrvd9I5W7R5kmesT9fCR58zo",
+	"MDOs8/3iKrtBTy7KhBmPhctnoY5xoW7Q5qYqMcpFFbuctmHNfm1IXDO/f960NTPD10pag7erVxoO2BA2",
+	"0DVXwR2OEJkYs5czORJfSbng0lADEgpqY7g+s1pq1IlBe2iEuh1ZVK7R3qckXmv1nYu77NYjlk0WHz7/",
+	"aIsPh7H60wGEFx2w8z5KEpndLwF8N7oTVTEfMDSSeK2BMc7yGdetfqso4MmVDuK0wdYVXYcleenJW5aL",
+	"VHBV+uvbnM0yqJl0HvycDSeJZjjIjRgOJDUvuSmS1BB0OxZ3Iu0MsfWwZIVUms/mIsYnEJmT/fXNBSE5",
+	"skQP5D3HAcj/SJoUCPdC3srsXnacqf0uW5fo8U7oLxBDsVPUijraUHjlkPoIX9gqNHPJ8Cc+Gc2E5mEi",
+	"kgt3f+6z/HZTwviv9Mwzx5Tqk7nB+4mLWN6LwzRlOWVfGHXOPlUNDZnVb1CbgzLG5nXg8p4NY86f5CtJ",
+	"GnrDoDltd/frZdVI18uNJYYdyBFUYXM676bHfW9fskL7G4XHW5Gv0sFmn2G+vHGPgCcw5o4xKNpxzhMp",
+	"4k65IbGbSB2ULYMRDZKQTKF3rgBo3Arw5MZ9m2apuR9u59bs6baWJ27l8dvSwesfh0Obr5U7744umflV",
+	"CUufxJ9BZsy4XHi9k7E4rV8hIkRJou7Q7tEE4Xr/VijNJskddCueCD0VOQJmkq5iNgWBjQl4/sIYr9CC",
+	"HDiy1wAaHSGuuTu+oWtSjm33jPiLFQJ1z0Grg3HkSHQOAAQltiIMEJHrJuASe+nbOdCYxhLhYLaAyA/t",
+	"HjfoRWc3accstg7hOonVWp0DuuhXlI9E6tcvW+vj1tAP7hh/+uLVa3iY/lk+zfOcL567H1x53OsklaOn",
+	"cVbI+Es3iPsVCsc9WpfQywi9GEv0HiuPgBIdlf3sefw74A17PM7mD8AR9oavy34+ZLfFjcil0EKVW5km",
+	"SiPK4jwtJoncUewsi1XE7qfJaMqyQgPD9XuPIggbANlGhBK+H/V6PQDgB0kfVQ8FVLpMQeAnzhDRD1hO",
+	"l0GHamjlb86Yusqz9uHFxfG706O3Efvh6vjk7fHpu8ji6qLSOxUpgDtWWQTO5LiSzTqFntauwWQSC6kT",
+	"vSD3FaGBcHZrpMvu9x0SK6o6Enbths7X4OnrU7zKvAohvrqu/StTYWP2UcqNPhcLHkekuS9B75BlC5zZ",
+	"nRC45bBfPOBcouNOzKDDPKulpE7ExgkiK6LL0RxrgOkD4mOs2Cy7E2Zd0I4tkRPb+h5M7ZX2W4ZKPV77",
+	"HDrkSXIn7BRfKSZD0x+/XccbzebZXqWW4hHqAoAK7qt09NgQ96HHBst2toWMIVNbivuS6DA5Bp3IVZ3A",
+	"uw3QzECMtU26eUoeuZbRmYv+PHxOhrhbKezNclic5GKkM0CMbWNjAgDtj5Mc+xKUC8Vvkxg/71jOWHZi",
+	"VlOeA4Apu8vSYibgAxE5ANUqkzTk4jFKYrNjvNKGZLIxMkF3Xuu4YR+VpwXRVwf8Mbkwlxmvtv+iRKXA",
+	"MVUE7btQYTS82YzjaY0AolnPLQxfjVeW2pR9+Ff7f7hHzWY+llP86lFWebQ4l6EzM1lkPVKWmncUU/dC",
+	"zG373eXL8tzsYSp4rm8EfyoVqEp3P7nRn4fo3PjnYp7lNagnvWeZLl2EHR0VJKpHWOtOo5qLPMniZAT0",
+	"I4WCvlVZrp+bMnAW9SwiA7RQY8lh0xacirXvjRQ/e38RsMppOShjO8aITbOJWv8TeIJ+gCmrm8xqBKgB",
+	"E3OpxxrcYIRvjq3tfcP1aLqj0AZH3g0f2db7Z5nSk9zIhZxL5fXhNV/OhFJ8Ily42WFEr7gUbNBYxF12",
+	"KHHb/LZFN+XC2t4LksGPMKi+0r6j+uxl7+UBILcb9TpxQxkxxnRmvv++wybCKS/Ypz6R8M9cqCLFtDNn",
+	"XRiV3BN2XXYhnC7MlDEKcGsQ3CRRbMrzWSqU6pfn79qLUdzHvomhEUIxS9CBsXKa5R5FyzDm1OiBpwVU",
+	"37pPIeeNHTLHAdmML1iexIJxyD5ou286kdezEzpOOTI5gFb+L9FomAmOtoI1jxLlH4MxRGA1s0JpaJhi",
+	"nZPtkuzuhQdo1wl1UDB79czCHCf5AdA8v3RaVjn1OdDZOjZ7QK4GoEfwnmkxQxcE3Mkv3VifiBz9a56I",
+	"J15qE+eXHIag6XkkRh4Uj2s8O68vpNoTHxOlEzn5gkZCXsgGlgGsDr+h3An6gp6GspnKR3lB/+7UGAXo",
+	"BlhnFSAkXlPlnipHqUy8s6zr+8yMfBCFEnX6PnyPeiPyNXMwQNX0+hHDd44QlyWHTndr1P8jOtnzQj4X",
+	"x/Cn+FoJnYU8F+N1un9wY59U7fdmoFPboO8v3YAnvehmmWJU5IlewC2+ETw3v/3tg7mnGOzF+13kaavf",
+	"mmo97+/t7b/4U7fX7XX3+3/u/bkHd5qW9MklIBtC+hy5f9ulrvbkPLwBxmc4InYGhgt5m6Sp8i3gyCIy",
+	"YFcywwrlKDHqELUhQxdc12uICgMHZryiNjTOX3AACor5RMbm2mFot9pXNTQQxdcpIlwpwcduGba+wRuu",
+	"rCFcHe+8OVi9N2KJ77Y64lkVekm5Zh2uUB3IXFWw8pf2kTBxAsv1CjnWZOv6e+kSdFdH+ym796rSwGHj",
+	"a0qK8ZnRuWzarjeqVwkUHhaUtUBuqDdGmVQXpFCSyXgjzLUUqf9ekATx+cPn/y8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
