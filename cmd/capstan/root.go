@@ -2,12 +2,9 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"fmt"
-	"net/http"
 	"os"
+	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/spf13/cobra"
 )
 
@@ -18,19 +15,8 @@ type globals struct {
 	output string
 	// token is the bearer secret every request carries ("" none).
 	token string
-}
-
-func (g *globals) client() (*api.ClientWithResponses, error) {
-	c, err := api.NewClientWithResponses(g.apiURL, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
-		if g.token != "" {
-			req.Header.Set("Authorization", "Bearer "+g.token)
-		}
-		return nil
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("client of the API at %s: %w", g.apiURL, err)
-	}
-	return c, nil
+	// requestTimeout bounds each request (a stream's connect and headers).
+	requestTimeout time.Duration
 }
 
 func newRoot() *cobra.Command {
@@ -55,13 +41,15 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", outTable, "output format: table, json or yaml")
 	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("CAPSTAN_TOKEN"),
 		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN; prefer the env: flags show in ps)")
+	root.PersistentFlags().DurationVar(&g.requestTimeout, "request-timeout", defaultRequestTimeout,
+		"bound each request to the API to this long (a stream's connect and response headers)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	run := &cobra.Command{Use: "run", Short: "Create, inspect, watch, wait for, abort, suspend, resume, restart and delete runs"}
 	run.AddCommand(newCreate(g), newGet(g), newList(g), newWait(g), newWaitAbort(g), newAbort(g), newDelete(g),
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
 		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),
-		newFairShare(g), newSettings(g))
+		newFairShare(g), newSettings(g), newVersion(g))
 	wrapArgs(root)
 	return root
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -211,11 +212,16 @@ func waitRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name s
 		o.expect = api.PhaseSUCCEEDED
 	}
 	seen := map[string]api.Phase{}
+	phase := api.Phase("")
 	for {
 		run, err := getRun(ctx, c, g, name)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return runTimedOut(name, phase, o.timeout)
+		}
 		if err != nil {
 			return err
 		}
+		phase = run.Phase
 		for _, a := range run.Actions {
 			if seen[a.Name] != a.Phase {
 				seen[a.Name] = a.Phase
@@ -237,10 +243,20 @@ func waitRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name s
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("run %s still %s after %s", name, run.Phase, o.timeout)
+			return runTimedOut(name, run.Phase, o.timeout)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// runTimedOut is the waitTimeout of a run that was still in phase
+// ("" unread) when the wait's timeout passed.
+func runTimedOut(name string, phase api.Phase, timeout time.Duration) error {
+	still := ""
+	if phase != "" {
+		still = fmt.Sprintf("still %s ", phase)
+	}
+	return &waitTimeout{what: fmt.Sprintf("run %s did not end in time (%safter --timeout %s)", name, still, timeout)}
 }
 
 func newWait(g *globals) *cobra.Command {
@@ -287,6 +303,9 @@ func newWaitAbort(g *globals) *cobra.Command {
 			defer cancel()
 			for {
 				run, err := getRun(ctx, c, g, args[0])
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return &waitTimeout{what: fmt.Sprintf("abort of %s not delivered in time (--timeout %s)", args[0], timeout)}
+				}
 				if err != nil {
 					return err
 				}
@@ -301,7 +320,7 @@ func newWaitAbort(g *globals) *cobra.Command {
 				}
 				select {
 				case <-ctx.Done():
-					return fmt.Errorf("abort of %s still being delivered after %s", args[0], timeout)
+					return &waitTimeout{what: fmt.Sprintf("abort of %s not delivered in time (--timeout %s)", args[0], timeout)}
 				case <-time.After(200 * time.Millisecond):
 				}
 			}
