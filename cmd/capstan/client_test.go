@@ -83,3 +83,21 @@ func TestVersion(t *testing.T) {
 		t.Errorf("unreachable: %v (exit %d):\n%s", err, exitCode(err), out)
 	}
 }
+
+// A wait that outlives --timeout exits 4, apart from a run that ended in
+// another phase (1).
+func TestWaitTimeoutExits4(t *testing.T) {
+	t.Parallel()
+	_, running := newStandIn(t, http.StatusOK, "application/json", runJSON)
+	_, err := capstan(running, "run", "wait", "r1", "--timeout", "300ms")
+	if exitCode(err) != exitTimeout || !strings.Contains(err.Error(), "run r1 did not end in time (still RUNNING") {
+		t.Errorf("got %v (exit %d), want exit %d", err, exitCode(err), exitTimeout)
+	}
+	failed := strings.Replace(strings.Replace(runJSON, `"RUNNING"`, `"FAILED"`, 1), `"actions":[]`,
+		`"actions":[],"ended_at":"2026-01-01T00:00:01Z"`, 1)
+	_, ended := newStandIn(t, http.StatusOK, "application/json", failed)
+	_, err = capstan(ended, "run", "wait", "r1", "--timeout", "30s")
+	if exitCode(err) != exitFailed {
+		t.Errorf("a FAILED run: %v (exit %d), want exit %d", err, exitCode(err), exitFailed)
+	}
+}

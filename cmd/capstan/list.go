@@ -11,7 +11,7 @@ import (
 )
 
 func newList(g *globals) *cobra.Command {
-	var phase string
+	var phase api.Phase
 	var limit int
 	var watch bool
 	cmd := &cobra.Command{
@@ -25,8 +25,7 @@ func newList(g *globals) *cobra.Command {
 			}
 			params := &api.ListRunsParams{Limit: &limit}
 			if phase != "" {
-				p := api.Phase(phase)
-				params.Phase = &p
+				params.Phase = &phase
 			}
 			resp, err := c.ListRunsWithResponse(cmd.Context(), g.project, g.domain, params)
 			if err != nil {
@@ -48,10 +47,10 @@ func newList(g *globals) *cobra.Command {
 			for _, r := range resp.JSON200.Runs {
 				seen[r.Name] = r.Phase
 			}
-			return watchList(cmd.Context(), c, g, out, api.Phase(phase), seen)
+			return watchList(cmd.Context(), c, g, out, phase, seen)
 		},
 	}
-	cmd.Flags().StringVar(&phase, "phase", "", "only runs in this phase")
+	enumFlag(cmd, &phase, phaseEnum, "phase", "phase", "", "only runs in this phase")
 	cmd.Flags().IntVar(&limit, "limit", 50, "page size")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "then print each run whose phase changes, until interrupted")
 	return cmd

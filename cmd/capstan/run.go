@@ -261,19 +261,22 @@ func runTimedOut(name string, phase api.Phase, timeout time.Duration) error {
 
 func newWait(g *globals) *cobra.Command {
 	var o waitOpts
-	var expect, until string
+	var until string
 	cmd := &cobra.Command{
 		Use:   "wait RUN",
 		Short: "Wait until a run ends (exit 1 unless it ends in --expect) or a step reaches a phase",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.expect = api.Phase(expect)
 			if until != "" {
 				step, phase, ok := strings.Cut(until, "=")
 				if !ok || step == "" || phase == "" {
-					return fmt.Errorf("--until-step wants STEP=PHASE, got %q", until)
+					return usagef("--until-step wants STEP=PHASE, got %q", until)
 				}
-				o.untilStep, o.untilPhase = step, api.Phase(phase)
+				p, err := parseEnum[api.Phase](phaseEnum, phase)
+				if err != nil {
+					return usagef("--until-step %s: %v", until, err)
+				}
+				o.untilStep, o.untilPhase = step, p
 			}
 			c, err := g.client()
 			if err != nil {
@@ -283,7 +286,7 @@ func newWait(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	cmd.Flags().StringVar(&expect, "expect", "SUCCEEDED", "the phase the run must end in")
+	enumFlag(cmd, &o.expect, phaseEnum, "phase", "expect", api.PhaseSUCCEEDED, "the phase the run must end in")
 	cmd.Flags().StringVar(&until, "until-step", "", "STEP=PHASE: return once that step reaches that phase")
 	return cmd
 }
