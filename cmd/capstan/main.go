@@ -15,7 +15,12 @@ import (
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "capstan:", oneLine(message(err)))
+		var lint *lintError
+		if errors.As(err, &lint) {
+			fmt.Fprintln(os.Stderr, lint.Error()) // a line per finding, as a compiler writes them
+		} else {
+			fmt.Fprintln(os.Stderr, "capstan:", oneLine(message(err)))
+		}
 		os.Exit(exitCode(err))
 	}
 }

@@ -49,7 +49,7 @@ func newRoot() *cobra.Command {
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
 		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),
-		newFairShare(g), newSettings(g), newVersion(g))
+		newFairShare(g), newSettings(g), newVersion(g), newLint())
 	wrapArgs(root)
 	return root
 }
