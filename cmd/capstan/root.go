@@ -50,7 +50,10 @@ func newRoot() *cobra.Command {
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
 		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),
 		newFairShare(g), newSettings(g), newVersion(g), newLint())
+	root.InitDefaultCompletionCmd()
+	root.InitDefaultHelpCmd()
 	wrapArgs(root)
+	setExamples(root)
 	return root
 }
 
