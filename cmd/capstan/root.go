@@ -27,8 +27,8 @@ func newRoot() *cobra.Command {
 		Long:          "Capstan workflow orchestration client.\n\n" + exitHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
-			return checkOutput(g.output)
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return checkOutput(cmd, g.output)
 		},
 	}
 	root.PersistentFlags().StringVar(&g.apiURL, "api",
@@ -38,7 +38,7 @@ func newRoot() *cobra.Command {
 		"project (env CAPSTAN_PROJECT)")
 	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", cmp.Or(os.Getenv("CAPSTAN_DOMAIN"), "dev"),
 		"domain (env CAPSTAN_DOMAIN)")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", outTable, "output format: table, json or yaml")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", outTable, "output format: table, json or yaml (run list also: name, wide, jsonl)")
 	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("CAPSTAN_TOKEN"),
 		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN; prefer the env: flags show in ps)")
 	root.PersistentFlags().DurationVar(&g.requestTimeout, "request-timeout", defaultRequestTimeout,
