@@ -1,8 +1,6 @@
 package main
 
 import (
-	"cmp"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +15,9 @@ type globals struct {
 	token string
 	// requestTimeout bounds each request (a stream's connect and headers).
 	requestTimeout time.Duration
+	// context is --context: the configuration's context to use instead of
+	// the current one ("" the current one).
+	context string
 }
 
 func newRoot() *cobra.Command {
@@ -28,19 +29,22 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return checkOutput(cmd, g.output)
+			if err := checkOutput(cmd, g.output); err != nil {
+				return err
+			}
+			return g.resolve(cmd)
 		},
 	}
-	root.PersistentFlags().StringVar(&g.apiURL, "api",
-		cmp.Or(os.Getenv("CAPSTAN_API"), os.Getenv("CAPSTAN_API_URL"), "http://127.0.0.1:8080"),
-		"Capstan API base URL (env CAPSTAN_API, or CAPSTAN_API_URL)")
-	root.PersistentFlags().StringVarP(&g.project, "project", "p", cmp.Or(os.Getenv("CAPSTAN_PROJECT"), "demo"),
-		"project (env CAPSTAN_PROJECT)")
-	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", cmp.Or(os.Getenv("CAPSTAN_DOMAIN"), "dev"),
-		"domain (env CAPSTAN_DOMAIN)")
+	root.PersistentFlags().StringVar(&g.apiURL, "api", "",
+		"Capstan API base URL (env CAPSTAN_API, or CAPSTAN_API_URL; else the context's; default "+defaultAPI+")")
+	root.PersistentFlags().StringVarP(&g.project, "project", "p", "",
+		"project (env CAPSTAN_PROJECT; else the context's; default "+defaultProject+")")
+	root.PersistentFlags().StringVarP(&g.domain, "domain", "d", "",
+		"domain (env CAPSTAN_DOMAIN; else the context's; default "+defaultDomain+")")
+	root.PersistentFlags().StringVar(&g.context, "context", "", "use this context of the configuration, not the current one (see capstan config)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", outTable, "output format: table, json or yaml (run list also: name, wide, jsonl)")
-	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("CAPSTAN_TOKEN"),
-		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN; prefer the env: flags show in ps)")
+	root.PersistentFlags().StringVar(&g.token, "token", "",
+		"API token sent as Authorization: Bearer (env CAPSTAN_TOKEN, else the context's token_file; prefer those: flags show in ps)")
 	root.PersistentFlags().DurationVar(&g.requestTimeout, "request-timeout", defaultRequestTimeout,
 		"bound each request to the API to this long (a stream's connect and response headers)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -49,11 +53,12 @@ func newRoot() *cobra.Command {
 		newSuspend(g), newResume(g), newRestart(g), newWatch(g))
 	root.AddCommand(run, newWorkflow(g), newSchedule(g), newEvent(g), newTrigger(g), newConcurrency(g), newAction(g),
 		newApprove(g), newReject(g), newLogs(g), newWorkers(g), newAborts(g), newCache(g), newToken(g), newRateLimit(g),
-		newFairShare(g), newSettings(g), newVersion(g), newLint())
+		newFairShare(g), newSettings(g), newVersion(g), newLint(), newConfig())
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
 	wrapArgs(root)
 	setExamples(root)
+	setCompletions(root, g)
 	return root
 }
 
