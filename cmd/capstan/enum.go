@@ -19,7 +19,7 @@ type enum interface {
 }
 
 // embeddedSpec is pkg/api's copy of openapi/capstan.yaml, parsed once.
-var embeddedSpec = sync.OnceValues(api.GetSwagger)
+var embeddedSpec = sync.OnceValues(api.GetSpec)
 
 // Where the spec declares the enums the CLI's flags take.
 var (

@@ -33,7 +33,6 @@ const (
 // call, whatever its role (the server's version). No token has it.
 const RoleAny = "any"
 
-
 // principal is who a request's bearer token speaks for.
 type principal struct {
 	// tokenID is the api_tokens id ("admin" or "worker" for the bootstrap
