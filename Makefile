@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 FUZZTIME ?= 3s
 export PATH := $(shell go env GOROOT)/bin:$(PATH)
 
-.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build migrate up down demo test fuzz bench chaos lint
+.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build dist migrate up down demo test fuzz bench chaos lint
 
 deps: ## install (if missing) and start Postgres and Redis on loopback
 	@scripts/dev-deps.sh start >/dev/null
@@ -27,6 +27,22 @@ build: ## build every service and the CLI into bin/
 	@for s in $(SERVICES); do go build -o $(BIN)/capstan-$$s ./services/$$s || exit 1; done
 	@go build -o $(BIN)/capstan ./cmd/capstan
 	@echo "built: $$(ls $(BIN) | tr '\n' ' ')"
+
+# dist stamps the CLI with pkg/buildinfo's Version (git describe), Commit and
+# Date, and checksums the binaries in dist/SHA256SUMS (sha256sum -c reads it).
+DIST := $(CURDIR)/dist
+DIST_VERSION ?= $(shell git describe --tags --always --dirty)
+BUILDINFO := github.com/capstan-run/capstan/pkg/buildinfo
+dist: ## cross-compile the capstan CLI for linux and darwin, amd64 and arm64, into dist/
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@commit=$$(git rev-parse HEAD)$$(git diff --quiet HEAD || echo -dirty); date=$$(date -u +%Y-%m-%dT%H:%M:%SZ); \
+	for os in linux darwin; do for arch in amd64 arm64; do \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -o $(DIST)/capstan-$$os-$$arch \
+	    -ldflags "-s -w -X $(BUILDINFO).Version=$(DIST_VERSION) -X $(BUILDINFO).Commit=$$commit -X $(BUILDINFO).Date=$$date" \
+	    ./cmd/capstan || exit 1; \
+	done; done
+	@cd $(DIST) && { command -v sha256sum >/dev/null && sha256sum capstan-* || shasum -a 256 capstan-*; } > SHA256SUMS
+	@echo "dist $(DIST_VERSION): $$(cd $(DIST) && ls | tr '\n' ' ')"
 
 migrate: deps build ## apply the SQL migrations
 	@eval "$$(scripts/dev-deps.sh env)"; export CAPSTAN_DATABASE_URL; $(BIN)/capstan-api migrate

@@ -30,7 +30,8 @@ func runCLI(t *testing.T, s *Stack, bin string, args ...string) cliResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-p", project, "-d", domain}, args...)...)
-	cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL, "CAPSTAN_API_URL=", "CAPSTAN_TOKEN="+s.Token)
+	cmd.Env = append(os.Environ(), "CAPSTAN_API="+s.APIURL, "CAPSTAN_API_URL=", "CAPSTAN_TOKEN="+s.Token,
+		"XDG_CONFIG_HOME="+t.TempDir()) // no contexts of the user's
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -12,7 +12,7 @@ import (
 )
 
 func newAborts(g *globals) *cobra.Command {
-	var state string
+	var state api.ListAbortsParamsState
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "aborts [--state pending|delivered|needs_intervention]",
@@ -25,8 +25,7 @@ func newAborts(g *globals) *cobra.Command {
 			}
 			params := &api.ListAbortsParams{Limit: &limit}
 			if state != "" {
-				s := api.ListAbortsParamsState(state)
-				params.State = &s
+				params.State = &state
 			}
 			resp, err := c.ListAbortsWithResponse(cmd.Context(), params)
 			if err != nil {
@@ -44,7 +43,7 @@ func newAborts(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&state, "state", "", "pending, delivered or needs_intervention (default: all)")
+	enumFlag(cmd, &state, abortStateEnum, "state", "state", "", "only aborts in this state (default: all)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "page size")
 	return cmd
 }

@@ -16,6 +16,9 @@ const maxBatch = 1000
 // unknown fields: one per YAML document of the file (readDocuments).
 // Errors: unreadable or invalid input, or a file with no spec.
 func readSpecs(path string) ([]api.WorkflowSpec, error) {
+	if err := lintFile(path, kindSpec); err != nil {
+		return nil, err
+	}
 	return readDocuments[api.WorkflowSpec](path, "workflow spec", nil)
 }
 

@@ -8,13 +8,29 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "capstan:", oneLine(err.Error()))
+		var lint *lintError
+		if errors.As(err, &lint) {
+			fmt.Fprintln(os.Stderr, lint.Error()) // a line per finding, as a compiler writes them
+		} else {
+			fmt.Fprintln(os.Stderr, "capstan:", oneLine(message(err)))
+		}
 		os.Exit(exitCode(err))
 	}
+}
+
+// message is what the command prints of err: an unreachable API's error
+// alone (the hint to set the API's address), else err's.
+func message(err error) string {
+	var unreach *unreachableError
+	if errors.As(err, &unreach) {
+		return unreach.Error()
+	}
+	return err.Error()
 }

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 )
 
@@ -16,13 +19,20 @@ const (
 	outYAML  = "yaml"
 )
 
-// checkOutput refuses an unknown -o value.
-func checkOutput(o string) error {
-	switch o {
-	case outTable, outJSON, outYAML:
+// outputsAnnotation is the cobra annotation of a command that takes more
+// -o values than table, json and yaml: them, comma-separated.
+const outputsAnnotation = "capstan/outputs"
+
+// checkOutput refuses an -o value cmd does not take.
+func checkOutput(cmd *cobra.Command, o string) error {
+	allowed := []string{outTable, outJSON, outYAML}
+	if extra := cmd.Annotations[outputsAnnotation]; extra != "" {
+		allowed = append(allowed, strings.Split(extra, ",")...)
+	}
+	if slices.Contains(allowed, o) {
 		return nil
 	}
-	return usagef("-o %q: want table, json or yaml", o)
+	return usagef("-o %q: %s takes %s", o, cmd.CommandPath(), strings.Join(allowed, ", "))
 }
 
 // printOut writes v to w as g's -o asks: indented JSON, YAML, or the table
@@ -50,7 +60,7 @@ func (g *globals) printOut(w io.Writer, v any, table func(w io.Writer)) error {
 // values), as a YAML document (-o yaml), or line as it is (table).
 func (g *globals) printLine(w io.Writer, v any, line string) error {
 	switch g.output {
-	case outJSON:
+	case outJSON, outJSONL:
 		return json.NewEncoder(w).Encode(v)
 	case outYAML:
 		raw, err := yaml.Marshal(v)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -211,11 +212,16 @@ func waitRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name s
 		o.expect = api.PhaseSUCCEEDED
 	}
 	seen := map[string]api.Phase{}
+	phase := api.Phase("")
 	for {
 		run, err := getRun(ctx, c, g, name)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return runTimedOut(name, phase, o.timeout)
+		}
 		if err != nil {
 			return err
 		}
+		phase = run.Phase
 		for _, a := range run.Actions {
 			if seen[a.Name] != a.Phase {
 				seen[a.Name] = a.Phase
@@ -237,27 +243,40 @@ func waitRun(ctx context.Context, c *api.ClientWithResponses, g *globals, name s
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("run %s still %s after %s", name, run.Phase, o.timeout)
+			return runTimedOut(name, run.Phase, o.timeout)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
+// runTimedOut is the waitTimeout of a run that was still in phase
+// ("" unread) when the wait's timeout passed.
+func runTimedOut(name string, phase api.Phase, timeout time.Duration) error {
+	still := ""
+	if phase != "" {
+		still = fmt.Sprintf("still %s ", phase)
+	}
+	return &waitTimeout{what: fmt.Sprintf("run %s did not end in time (%safter --timeout %s)", name, still, timeout)}
+}
+
 func newWait(g *globals) *cobra.Command {
 	var o waitOpts
-	var expect, until string
+	var until string
 	cmd := &cobra.Command{
 		Use:   "wait RUN",
 		Short: "Wait until a run ends (exit 1 unless it ends in --expect) or a step reaches a phase",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.expect = api.Phase(expect)
 			if until != "" {
 				step, phase, ok := strings.Cut(until, "=")
 				if !ok || step == "" || phase == "" {
-					return fmt.Errorf("--until-step wants STEP=PHASE, got %q", until)
+					return usagef("--until-step wants STEP=PHASE, got %q", until)
 				}
-				o.untilStep, o.untilPhase = step, api.Phase(phase)
+				p, err := parseEnum[api.Phase](phaseEnum, phase)
+				if err != nil {
+					return usagef("--until-step %s: %v", until, err)
+				}
+				o.untilStep, o.untilPhase = step, p
 			}
 			c, err := g.client()
 			if err != nil {
@@ -267,7 +286,7 @@ func newWait(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	cmd.Flags().StringVar(&expect, "expect", "SUCCEEDED", "the phase the run must end in")
+	enumFlag(cmd, &o.expect, phaseEnum, "phase", "expect", api.PhaseSUCCEEDED, "the phase the run must end in")
 	cmd.Flags().StringVar(&until, "until-step", "", "STEP=PHASE: return once that step reaches that phase")
 	return cmd
 }
@@ -287,6 +306,9 @@ func newWaitAbort(g *globals) *cobra.Command {
 			defer cancel()
 			for {
 				run, err := getRun(ctx, c, g, args[0])
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return &waitTimeout{what: fmt.Sprintf("abort of %s not delivered in time (--timeout %s)", args[0], timeout)}
+				}
 				if err != nil {
 					return err
 				}
@@ -301,7 +323,7 @@ func newWaitAbort(g *globals) *cobra.Command {
 				}
 				select {
 				case <-ctx.Done():
-					return fmt.Errorf("abort of %s still being delivered after %s", args[0], timeout)
+					return &waitTimeout{what: fmt.Sprintf("abort of %s not delivered in time (--timeout %s)", args[0], timeout)}
 				case <-time.After(200 * time.Millisecond):
 				}
 			}

@@ -223,39 +223,31 @@ func signalSchedule(ctx context.Context, c *api.ClientWithResponses, g *globals,
 
 // overlapFlag adds --overlap to cmd: the policy of the times a trigger or
 // a backfill records, instead of the schedule's.
-func overlapFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVar(p, "overlap", "", "skip, buffer_one, buffer_all, cancel_other or allow_all (default: the schedule's)")
+func overlapFlag(cmd *cobra.Command, p *api.OverlapPolicy) {
+	enumFlag(cmd, p, overlapEnum, "policy", "overlap", "", "the overlap policy (default: the schedule's)")
 }
 
-// overlapPolicy is --overlap's value, nil when not given; an unknown one is
-// a usage error.
-func overlapPolicy(s string) (*api.OverlapPolicy, error) {
-	if s == "" {
-		return nil, nil
+// overlapPolicy is --overlap's value, nil when not given.
+func overlapPolicy(p api.OverlapPolicy) *api.OverlapPolicy {
+	if p == "" {
+		return nil
 	}
-	p := api.OverlapPolicy(s)
-	if !p.Valid() {
-		return nil, usagef("--overlap %q: want skip, buffer_one, buffer_all, cancel_other or allow_all", s)
-	}
-	return &p, nil
+	return &p
 }
 
 func newScheduleTrigger(g *globals) *cobra.Command {
-	var overlap string
+	var overlap api.OverlapPolicy
 	cmd := &cobra.Command{
 		Use:   "trigger NAME [--overlap POLICY]",
 		Short: "Start a run of the schedule now (subject to the overlap policy)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := overlapPolicy(overlap)
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			resp, err := c.TriggerScheduleWithResponse(cmd.Context(), g.project, g.domain, args[0], api.TriggerScheduleRequest{Overlap: p})
+			resp, err := c.TriggerScheduleWithResponse(cmd.Context(), g.project, g.domain, args[0],
+				api.TriggerScheduleRequest{Overlap: overlapPolicy(overlap)})
 			if err != nil {
 				return fmt.Errorf("trigger schedule %s: %w", args[0], err)
 			}
@@ -282,7 +274,8 @@ func timesNote(times []time.Time) string {
 }
 
 func newScheduleBackfill(g *globals) *cobra.Command {
-	var start, end, overlap string
+	var start, end string
+	var overlap api.OverlapPolicy
 	cmd := &cobra.Command{
 		Use:   "backfill NAME --start TIME --end TIME [--overlap POLICY]",
 		Short: "Start the runs of the schedule's times in [start, end] (RFC 3339 times, or dates at 00:00 UTC)",
@@ -296,9 +289,7 @@ func newScheduleBackfill(g *globals) *cobra.Command {
 			if body.End, err = flagTime("--end", end); err != nil {
 				return err
 			}
-			if body.Overlap, err = overlapPolicy(overlap); err != nil {
-				return err
-			}
+			body.Overlap = overlapPolicy(overlap)
 			c, err := g.client()
 			if err != nil {
 				return err

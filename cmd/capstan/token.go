@@ -21,7 +21,7 @@ func newToken(g *globals) *cobra.Command {
 }
 
 func newTokenCreate(g *globals) *cobra.Command {
-	var role string
+	var role api.Role
 	var projects []string
 	var ttl time.Duration
 	cmd := &cobra.Command{
@@ -29,7 +29,7 @@ func newTokenCreate(g *globals) *cobra.Command {
 		Short: "Create a token; its secret is printed once, on stdout",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body := api.CreateTokenRequest{Name: args[0], Role: api.Role(role)}
+			body := api.CreateTokenRequest{Name: args[0], Role: role}
 			if len(projects) > 0 {
 				body.Projects = &projects
 			}
@@ -57,7 +57,7 @@ func newTokenCreate(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&role, "role", "reader", "admin, writer, reader or worker")
+	enumFlag(cmd, &role, roleEnum, "role", "role", api.RoleReader, "the token's role")
 	cmd.Flags().StringSliceVar(&projects, "project", nil, "a project the token may reach (repeat; none: every project)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "expire after this long, e.g. 720h (default: never)")
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,10 +73,10 @@ func watchRun(ctx context.Context, c *api.ClientWithResponses, g *globals, out i
 		return false
 	})
 	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &waitTimeout{what: fmt.Sprintf("run %s did not end in time (--timeout %s)", run, timeout)}
 	case werr != nil:
 		return werr
-	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("run %s did not end within %s", run, timeout)
 	case err != nil:
 		return err
 	case phase != api.PhaseSUCCEEDED:

@@ -103,6 +103,9 @@ version N" when the file equals the latest version. A file of several YAML
 documents pushes each in turn and stops at the first the API refuses.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lintFile(file, kindTemplate); err != nil {
+				return usageError{err}
+			}
 			docs, err := readDocuments(file, "workflow template", func(w *api.PushWorkflowRequest) error {
 				return missing(field{"name", w.Name != ""}, field{"spec", w.Spec.Steps != nil})
 			})

@@ -166,15 +166,15 @@ func TestWorkflowPush(t *testing.T) {
 	}
 	s, api := newRoutes(t, map[string]reply{"POST " + workflows: {http.StatusCreated, templateJSON}})
 	for content, want := range map[string]string{
-		"name: hello\nspec: {steps: []}\nbogus: 1\n":             `unknown field "bogus"`,
+		"name: hello\nspec: {steps: []}\nbogus: 1\n":             `:3: bogus: unknown field`,
 		"spec: {steps: []}\n":                                    "name: is required",
 		"name: hello\n":                                          "spec: is required",
 		"name: hello\nspec:\n  steps: [\n":                       "line 3",
-		"name: hello\nspec: {steps: [{name: a, replicas: x}]}\n": "spec.steps.replicas: is a string, want a number",
+		"name: hello\nspec: {steps: [{name: a, replicas: x}]}\n": ":2: spec.steps[0].replicas: value must be an integer",
 	} {
 		path := writeFile(t, content)
 		_, err := capstan(api, "workflow", "push", "-f", path)
-		if exitCode(err) != exitUsage || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), path+": ") {
+		if exitCode(err) != exitUsage || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), path+":") {
 			t.Errorf("%q: %v, want a usage error naming the file and %q", content, err, want)
 		}
 	}

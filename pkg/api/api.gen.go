@@ -1780,6 +1780,20 @@ type UpdateScheduleRequest struct {
 	Workflow *WorkflowRef `json:"workflow,omitempty"`
 }
 
+// Version defines model for Version.
+type Version struct {
+	// Commit The VCS revision, with "-dirty" when the tree had changes; empty when unknown.
+	//
+	// Example: 9bc1cd1e0c2a
+	Commit string `json:"commit"`
+
+	// GoVersion Example: go1.26.0
+	GoVersion string `json:"go_version"`
+
+	// Version Example: v0.4.0
+	Version string `json:"version"`
+}
+
 // Worker defines model for Worker.
 type Worker struct {
 	Address   string    `json:"address"`
@@ -2903,6 +2917,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVersion The build of the API server.
+	//
+	// The server's release version (a module version or `git describe`
+	// of its build; `(devel)` for an unstamped build), the VCS commit it
+	// was built from (empty when unknown) and its Go version.
+	//
+	// Corresponds with GET /v1/version (the `GetVersion` operationId).
+	GetVersion(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkers All registered workers.
 	//
@@ -4467,6 +4490,25 @@ func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBod
 // Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 func (c *Client) RevokeToken(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRevokeTokenRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVersion The build of the API server.
+//
+// The server's release version (a module version or `git describe`
+// of its build; `(devel)` for an unstamped build), the VCS commit it
+// was built from (empty when unknown) and its Go version.
+//
+// Corresponds with GET /v1/version (the `GetVersion` operationId).
+func (c *Client) GetVersion(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVersionRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -8159,6 +8201,33 @@ func NewRevokeTokenRequest(server string, id openapi_types.UUID) (*http.Request,
 	return req, nil
 }
 
+// NewGetVersionRequest constructs an http.Request for the GetVersion method
+func NewGetVersionRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/version")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListWorkersRequest constructs an http.Request for the ListWorkers method
 func NewListWorkersRequest(server string) (*http.Request, error) {
 	var err error
@@ -9334,6 +9403,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeTokenWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
+
+	// GetVersionWithResponse The build of the API server.
+	//
+	// The server's release version (a module version or `git describe`
+	// of its build; `(devel)` for an unstamped build), the VCS commit it
+	// was built from (empty when unknown) and its Go version.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/version (the `GetVersion` operationId).
+	GetVersionWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetVersionResponse, error)
 
 	// ListWorkersWithResponse All registered workers.
 	//
@@ -12370,6 +12450,47 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
+type GetVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Version
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVersionResponse) GetJSON200() *Version {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListWorkersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -14016,6 +14137,23 @@ func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id op
 		return nil, err
 	}
 	return ParseRevokeTokenResponse(rsp)
+}
+
+// GetVersionWithResponse The build of the API server.
+//
+// The server's release version (a module version or `git describe`
+// of its build; `(devel)` for an unstamped build), the VCS commit it
+// was built from (empty when unknown) and its Go version.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/version (the `GetVersion` operationId).
+func (c *ClientWithResponses) GetVersionWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetVersionResponse, error) {
+	rsp, err := c.GetVersion(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVersionResponse(rsp)
 }
 
 // ListWorkersWithResponse All registered workers.
@@ -16308,6 +16446,32 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 	return response, nil
 }
 
+// ParseGetVersionResponse parses an HTTP response from a GetVersionWithResponse call
+func ParseGetVersionResponse(rsp *http.Response) (*GetVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Version
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListWorkersResponse parses an HTTP response from a ListWorkersWithResponse call
 func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16788,6 +16952,9 @@ type ServerInterface interface {
 	// RevokeToken Revoke a token; it answers 401 from now on.
 	// (DELETE /v1/tokens/{id})
 	RevokeToken(ctx echo.Context, id openapi_types.UUID) error
+	// GetVersion The build of the API server.
+	// (GET /v1/version)
+	GetVersion(ctx echo.Context) error
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx echo.Context) error
@@ -18684,6 +18851,15 @@ func (w *ServerInterfaceWrapper) RevokeToken(ctx echo.Context) error {
 	return err
 }
 
+// GetVersion converts echo context to params.
+func (w *ServerInterfaceWrapper) GetVersion(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetVersion(ctx)
+	return err
+}
+
 // ListWorkers converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkers(ctx echo.Context) error {
 	var err error
@@ -18936,6 +19112,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.PUT(options.BaseURL+"/v1/projects/:project/settings", wrapper.SetProjectSettings, options.OperationMiddlewares["SetProjectSettings"]...)
 	router.GET(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.GetFairShare, options.OperationMiddlewares["GetFairShare"]...)
 	router.PUT(options.BaseURL+"/v1/projects/:project/fair-share", wrapper.SetFairShare, options.OperationMiddlewares["SetFairShare"]...)
+	router.GET(options.BaseURL+"/v1/version", wrapper.GetVersion, options.OperationMiddlewares["GetVersion"]...)
 
 }
 
@@ -21745,6 +21922,27 @@ func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	return err
 }
 
+type GetVersionRequestObject struct {
+}
+
+type GetVersionResponseObject interface {
+	VisitGetVersionResponse(w http.ResponseWriter) error
+}
+
+type GetVersion200JSONResponse Version
+
+func (response GetVersion200JSONResponse) VisitGetVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 }
 
@@ -22285,6 +22483,9 @@ type StrictServerInterface interface {
 	// RevokeToken Revoke a token; it answers 401 from now on.
 	// (DELETE /v1/tokens/{id})
 	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
+	// GetVersion The build of the API server.
+	// (GET /v1/version)
+	GetVersion(ctx context.Context, request GetVersionRequestObject) (GetVersionResponseObject, error)
 	// ListWorkers All registered workers.
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -24370,6 +24571,29 @@ func (sh *strictHandler) RevokeToken(ctx echo.Context, id openapi_types.UUID) er
 	return nil
 }
 
+// GetVersion operation middleware
+func (sh *strictHandler) GetVersion(ctx echo.Context) error {
+	var request GetVersionRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetVersion(ctx.Request().Context(), request.(GetVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetVersion")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetVersionResponseObject); ok {
+		return validResponse.VisitGetVersionResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(ctx echo.Context) error {
 	var request ListWorkersRequestObject
@@ -24738,416 +24962,421 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P39cuM4licM3wpC70RY6qZlOT+qu+To2HVlurK85XJ6/DE1+7ZyLEiEJLQpUE2QdqozMuL5ay9gL+K5",
-	"sLmSJ3DOAQhKoETZ6aysntmd6HJKFAkCBwfn43d+51NrnM4XqRIq163+p9aCZ3wucpHBv47HuUzVOZ8L",
-	"8y+pWv3WguezVtRS8FmLwwWtqJWJvxcyE3Grn2eFiFp6PBNzbn71L5mYtPqt/99B+aAD/FYfwJ0/f45a",
-	"x3ku5ov89G3Nc2S88RmTNJvz3Fyn8u9etaLWXCo5L+at/mHUypcLgV+JqcjgcW/4eCbeZILnIv5BTNIM",
-	"3i8WepzJBbxRv/VeJUuWzwQTKs+k0Owhk3kuFBvBD1g+k5rlci5Y+/LHN+zly5ffd7qtCEf/90Jky3L4",
-	"Y3zULf60FRx6zHOxb+7XckPWeSbVtBzxZaEajBMGlhWKPWRpLuqGlBWqtfMywSiucrFoOgydiwWOg7Wl",
-	"YlwtzcgiVqhEaM2GWaGGzFwncpanae0Emvs8crj/JjINQ9w64nSCgx6bn7F7/B1rm0vM8/c0G8JXXfpq",
-	"WDtcuqAy4gXPc5GZi//jr8f7/3++/4/e/vfd2/0Pnw6j715+/pfwsheZTrP1sV/PBFPiY347hgtw6IIt",
-	"MnEv00KzBZ/Wrjz+pDK2Of94JtQ0n7X6L3q90EDepnMuVc3ujPHLJ2uBM67zk3uh8tO3Pwkei5oXl7F9",
-	"34TrnAnzC/jnOJHmz0yMhbwX8RHDpcsEn7NM6GIuNOOTXGRM5m52Zvgk9zJmEPswiv3Tt/WzFJokb/z/",
-	"CnO+NvzKzdkkzWjMZrvwnI25UmkOuwGHpfEd8B/sQSrNHmZGB6X5jPFMmEvr1tlMzi1Mzi2ozybqshdU",
-	"l2dyLnO39quPgS/928diwoskb/Vf9yIzaXjr10awtujliyz9mxjnNWK2oG+fLGeXxaYzDTXjEx9xNZ6J",
-	"uEjEhudouuTpD/s1ze5E9uTDsyjgynW5NvefJOnDhpd5oEue+jKfze/1IlVagAVykaWjRMzNn+NU5UKB",
-	"cPDFIpFjbjbVwQKv+OPfNCr5Zo+z94UnVvfosWLmQP/+1es/Mbp5F6aBfguG0SjN8jOpYTSLLF2ILJc4",
-	"Ym6+gr9kLuZ620DgTpdinGZx67ObfJ5lfGn+7Sn5dW1yPNJG36WqVIZW8a8vYrksf7Vj/OCuS0ews4wl",
-	"5o1n/d3Q3Ot/Wr1/1OJowd2O0wLXqDrUtyKR9yJbsiwtVKwZXCZiplM24Zk3YqcOylvKeP1+VyIH9ckV",
-	"o8vYnUwSc6M17bZ+5zEvtAi+RuzOubWv7qQKDGSIczLswxrAxJrTyYwLvmBcxeaIypb5TKopK1QM588R",
-	"G9LA6adm+OaXqRL2lczbCGXU5V9LS5u+8xavHGJa5ON0HjBmhzHOv4iHEUszNlRCxPrWTElmTgjzBniy",
-	"/MI/kjGu2QPXLBPG5IkDMhU5hRyarUxwXSMqRhKFNvYwz8Mr+zCTiWAyN6bhSJhpc+OvrPAGmzkCPR56",
-	"fLGIefnwhva3v3tAECLvOCrtHzg63FKhmK3ujcoINmxBmCTYdXEszR15cuHtxglPtIhWNmg566vbD45k",
-	"zfKUDVo3WmTMrQIK7aBlZtYzcQ57YUswPNyrnOeFDmiMVbWwYTNWhwyjEnEEPlZa5GiI06YSRodcn/5y",
-	"8vb2/c11B2Q6oA6MQWz+IWJzwQMck7dJqvOgOH/l3fMFdkipch6/UVaPhsqCBcXTHQKBg6/RcUfCYlT8",
-	"YpGl9zzZ+jN7HcjLeCZu70TAvD5G3y22/pq5KGqlamyUiWZSLYpcg92cCZ0m92aW+qpIksDy4GO0k+vN",
-	"T0rS9K5Y9NlPp9esLXN2dfPmzcnJ25O37EEaU12Bl7nc0ywtchyFilnGFVMpy7m+60Tsl9OrK/hxVijd",
-	"MYJ28f7i5uz4+uQtfsxVxHQxHgsRm22rYnKtrRO77HQZ2QSwGcj9lvnM7B/0Xb0j5afT61bUMk9tRS33",
-	"qODBEouF2XK3uO7OsFm7btV8ESreSdNGralQIuN50GO/Lj3xcZFl4OsVqs84y0SeLa1XCG8N758JnfMs",
-	"Z/C/Gr40BlUE0mBm3SyDeAibH/a8XxuiIjN4/Ys0tyGetbH/atQDB2UWswcuc9aOC3zRCIffAa3W/Hwj",
-	"Qao/IULmzYoQl2JK80o3jZh5Sfaf/+f/snueFCJiXHuT5sRuztp5xmViNI8SD4lUwuy6Rd458sWPZQIM",
-	"ds0GRa/3UrBDNuM6Aik1GhKeFjHO/tfV+3MG0mMW0z1wD0dhdjB8sC9VLD6yNItF5kQeFLBKlW//llpr",
-	"wTOhwqbKwhxAYVULq+ZkCizskRibqbk4vrk6edt8tRYzjqfcRq8ELqqcDavjWZbDgc0FBxuXZslEd9pl",
-	"mTBvXHPkwD7YcUOaR90aASWZqg7op/SBzblagmDjDnuYpQmNcMJlImLWTtWt+bPIBNOFNqqkg0ZvVigG",
-	"009xDWk8GK3pTuNUTeS0yETMaADhnWpEos7xKAcIkpuvq5BS4xihZO1eSHnCrzvbHt9kM3o/XNdu62Pa",
-	"s3tutDRqLBe0zp8GLbd5B63+999/34sGrcub8/PT83cDY759xi3Ic4F70GwNYydw2C7BTQJPCkVKBTiW",
-	"VsGiEeZGBnfPZ0Jm1vjSEa7f+gxPZKbzCDe997E0/+e2dN/8m2Ok2NwHfoQjaPOczVOdsxe9zhGbZOmc",
-	"vTu5Zt1u9wBHpQ8+4R+f8bfwK6NIKFJqTk0IWTGu78xKQ/isiad+zfVd6IyDSbjd6KjT0nqRWnN5Oacw",
-	"je26F/kf+NO/GJ3qqboh/GyINqaLAAT3vVEQUk1vJ6HB/TrjOeOk0Fg7zfA4kmraoT1g1IuZqj7zjyxd",
-	"gM4my4zZ322PPsD5GTk3CnReZRNXt5QVy6At6tmPa1EcNzTa8LEYSy1T5aaxULlM4OMYFeaq79JcS46W",
-	"4VVP+EgkqOrQpmdTfi+MOafZcLQcdiJWqPFMjO9EXF1eSZeunGiegZrO53VHmn1V86WLIMB0CAwG4iER",
-	"tPXy9E6oYNClGnyH6+Av+zRweXiRz4xPNDYuLuqG9pDHc6mGoFjND0Zpmus84wu8yYpgF+pOpQ+qCwPl",
-	"8XuVLG0ssWaw1iJbHS7P8QF7Gu0ZO7Hekm95worounk1Tv1GiXyc/z4KOjUoRGbyHmYpDV6bLTg26jI2",
-	"ttlU3guMNak0Z06gKqsjdeUnoMkri2XnCj1tehGj5kki4P7ljHdWIgah1FFFTB8VXaBw15q7WRM2KLTI",
-	"IqaXOhfziC1ENudGjbM2Z3ohxi7PwpS4F5k5YzoRI/2IL57zbGo8bK5hLo2ALM01ZfQgKuMKZXjCnC0Y",
-	"sqjZrbEIra3O+SgRTGRZmjFzEZ3vv/CPV/ASP6LhpE8+kt+XZuxU3fNExhdJMZXqaiHG4UdS1nkXPQbj",
-	"CKoU8VHmt/Yt1m2ZiVRSz3Z8GiqZBgHbO5kkO4YWVDEfiSw82MfZwTwXTWyEK7jQnLooMTLkRa7oFUi8",
-	"0IjtoyoL+KF+a5y+rUlEkC1W8dgbzHXVvgmHh/SmAZ2l00AkUOexyMKipfM4LcIHWZ4VCpRTQL1nBWl0",
-	"dFrZSCxTo6BmgomPYlzkaban2SgtVAy7Oc7SxaKyPUdpmgiu1t6SBhTZQfvj2PDil2JBIbAdVL7TY/ac",
-	"NhrMPBp2vzFKrA4zhw5qGDMgVDstJ2ZGMYEJQ5qp5cy+4Ck/Ni9eBIAcv0K8iukcJsta9HuaTaTiifHk",
-	"0yxH720B+mdPM9h6cDr8aC6S/xB0wCwxaCUV+epNbe03ODqAmnyGQ+YUf/bndft7V80aVJ7r6IwPJUrj",
-	"w6deDUTDU5je4faqFzwJt2jQp8dzYOmcV4hrRIETPNj0HYZuIrtlqlGeLjvngJHIBBPqXmapMkf3/j3P",
-	"JMyluVwfofdm40IqZhwzVxAPytOpyGfmDLae2iH7Rf4QMZWy85uzLjudqjSzlmFqLkUnVYfDNkLFxnOp",
-	"DYiYu/xwc3r29vT8XZ89UHzE7AnyW/KUjYyo8rF56ExkkFjKCqWNTXCRGouJqTQ283MnNM7az8VIZErk",
-	"QjObpje6ZC605lPRiRhYq3zKpcLZACCYNJYXV1NBsA0z4XuaVd+BvA4wsShVYQazZWK2S9eics5UD7sd",
-	"D65SVVcn+wejSkXMRsuKkq0JNVmd/vh7VJT/VpVtBr9VOV8SuGD9fFpkqTGw1kf8o9HaeND4I2bzQueg",
-	"Jv21bHC42AdtGKvRSrtl37Op3i0yb8xyXhPgHqcq51Kh9bRRTdsLYcCb0+dC3e+k2tbmZpbni20D+un6",
-	"+sKOpbFxiWmhJ+hdLy9BKSabXsIIlVFDiyyNi7HI9F4ZYz8//uWk1L591CQ8y+S9UcKa8jpODzOnh+GH",
-	"nGydiUwE+5c3xxdX18fnt6fnFzfXV7dvTy8PzFUNo+PGvr6dZnwsbueBAOAvMkmkFuNUxZqNRP4ghGJX",
-	"p++uTy5/gXFcnb77+fTsjKUKnaCGOIw7p2a3LWypkO3yJun0drTMQ0HpH8zHLljpDJhE3gt78FF4Oc/S",
-	"xJwNSrBZmsTk+goV2/QDhPyTdMrGs0LdRdaGtLeRapwUsfG0e+UMdyBbomfSXNknxOGKVQrml3E5zXPQ",
-	"IGE31z/u/xmmEw5KwKe+O7lmB/eHB2jk6YNPMv58YI1wxpV+EJlmMu9DitGqJnBy4ThjIz6+w1gqPM4e",
-	"OXT0yZzxODXmYgcGjEkeejmQ3RxOzFRF4AzjiWe/wLxacK03IQqjlhK5eaGNGT66ps+GZk4x8c7L5GZ1",
-	"PoPHxyYP0DO21kdgU7Qu0xKLccIzYxzgYY+GlDRShh+k5QZ8f3PtdiBku8bGasK8V3g3NlfaaHCHk1gN",
-	"jy8rAHB6mSVtp5mxgJJUTUXWMYISOsO2gX0wvReea6MMi2y8fZNfugs3wHd2N2cgmAzphfD4yJXarvkq",
-	"88eXmHz2MkoWO0E3jJgwUw9GKH6yFuGdcSPo0myyLjsmhwq37wiBcrAfHxRatG1zBnZoZ0MKA5WUnMv8",
-	"KKDThJqkZj7NtfgU9sCXDZWzMZ9vKz5LYK/ORJKUfuCg5SJmbCnyQYuZ3zMEUfTJd2Q/Hp+eWWAEeL82",
-	"/hZOrz06jLIdoOVJhifEbp+VVhKaL2VkpqENt0NgZmNky7MKnxSg+YGP7yYyeWRwWqi4ebgsvRdZwrca",
-	"bO/xsos0keOlC809EpiHvwXUSc3r58aZaximWc+BmsUCcCcbmTtFxtYpclbiVPt2l3Er6+0Hs5cv3l/h",
-	"MW5XB89xuga2M+B9knRKJgiYG7ruh3Ad/gzP5VGaz0IJLB9Au1ORFNhXzSX0LJ2+MSOuBmtevP5u/QzL",
-	"3Ow3EHlaqjqQmmywzpdCQzHCp90mZ31CXKSnEa48+kIO5RHLs0KAyaNziA+YhWngZnrvt1lfQZXUW5GI",
-	"MKwvNt+EXsMhK1yBnLEU6fJGZ8xacg2fVDvIE5VjUc1KBPUxeY6PC5kJXQ/6kbgUFlbJ2UzmrD3nH2/5",
-	"VJQJy79gHqk5Dohwi18EzbU2S5nQIrt36LmNrjsUFHrXlybX+jGfFWSULNJFkUCuUObdOrRQvVnf8Cb3",
-	"ZcneFiQ24DvLajs7iVtTJ6U4hY9oEunG+s8Tz+1FHJvfyT66dtiX1UVeGXhFrhse1Q+qrtQOBQo2wJhw",
-	"H4UigMp2oAfeuLLZat/Khrx2OJJ/ATOYozuGfprUY2N48FEi+mAa34mlMbJnFAInA1svxDgiVAYFaiw2",
-	"mIIqJFMRWKlSUXUl2JNwDVqUxmZH3x3gt2wOI3JuI4XiGc8ZYJAtUMpih0lc1w9uUjNhnWs8NQcoBkCX",
-	"0U0R4w6dw3QxnhnnYNB68Wo2aHnaapJmVl+t712RSZ7If5jZq9TxBWf/Tao8EK4Lt2g+FzDreKwJeHP0",
-	"kiCmrQn8+uvx6fXp+bvbH99f3r45fvPTSQfOOAo/jNO5CLuh93XlvBccK2+glkYs+xSKN4o8T/FYLTRE",
-	"XJJYZPbQ2i7E9oFByZ3JJL4s1KXRDCHU3NhcAOoTzEZbJUcQ5YnFQAZMt3E9BLpyl+4TQNQ+AC9nI2Ek",
-	"S7M87daEScmDDmDbzGtC9DMWHwHMl1Ptd4mmlGqa0JU1OMpaXPVu2Nk8VHjrjBUYQCaUDfDhkAkQYGv7",
-	"JQTIAM4WlTDy4LDD2DbnYVrn0lsRHKF9q6BYednP3Vy0R0E9Qqg1nTOL2C3nxNUeNMtIWVvAAdCgQASg",
-	"IpAjDuSl1xw6KPuvOzesBhovdzw5jik1afQsKC+rwVKFymuWJrER2iQ17h3h9kEmCkWRYlktUyuURcBQ",
-	"TlRZOBDcFJN+lAgYC4A480ywaaoQR1Vdx5rqljcnZwyniomPi0xowHWZE48BcYcFgeM/ul7u4IhxNk6V",
-	"zrnKveMhFoskXQ5a5g3suwMoH2s1UTNVVvr77wIrbedxw76zM8w3ze+hUdWHPfP/anSEzjOei+mycj61",
-	"/l6Iwsj4StkWfDzsY/gbpwlgsgD/xezwv96c3Jy8jQhiLAmgbI4ge/KTFRGZ/wGn28x+XmRKd9lwzNVY",
-	"JLdS3S6ydGoWhKo5lXiAh1LlCRz/cAYmsdC5C8fTyeCeYUWGiiYgXzwcl3I+jCBkSOCMcgBKPAid170q",
-	"VMsd//D+8ro0RqLg7f3yIDup6+9YfojP3b6R0VB3YrJlN/8sAl7eDM5tXYNfxj2JEhXZWYa1bI45KQdw",
-	"laR5yJCvc95qSoOzQsGSGHNzTzNvonG1ZyKBRLiZkyPEc+P1cDyX3wP+2V8aDGOaj4PYnjkPnNNO15EW",
-	"uxNLiDmZzwmATqa0+aZbGxIOrsG1Q+kf9no2nAu4n0QqsSv4Z/tCWGRTvb4xVzQ4rwmE7uSzFTlBK183",
-	"hKQKCu6ZiKfoSq2p8x18yepG2BbwhXtvGRdM4wY8weo5Y8VgTzOcDVtlBCiYWrNzNzsNIDmhp7sHwRVO",
-	"iNqH5pQCKasRz9qUkVTj+pI8esM8Te/QbkUVYoxWHAmABymg0DzQ8xjYTbpYBKX62A3S6DpA2eNB0Yck",
-	"EtkjOPSNpkbYpwJFsrMYwLdg3zbYZ2ZpaoTUHOlS7ZqMqI2jBcJPJ/8asfOTiJ38++nV9VXEzt9f39q/",
-	"311H7N1JxM6uI3Z2wtqqmItMjkE1np6Hw1M8KcKOCoLtdgHiBM/JdFE3Vx7aZjeL95pyg/D7MmEn53wq",
-	"Isaz6T3mHeCDPY3BhUUqba5SzBf5soNkFqVVGfBbdwYiPRkXBENukBuEy4LzClsb3PhmabHVfWL9e8Wk",
-	"AlU1NCf+kGG5l/Efp1LnIhMxG1rnfchyMV8kWND3kY/zZAkWOOEo12c2XOPyfoGjJK4rkRnLj5xNgTY9",
-	"rN9a0Z9f/mqcha1q21z1byjfRleRCG76iaUNsnlLxxHU8HeXYhKuCXELpk9z5AbaMZHnAjLlnWxKr2Yd",
-	"eWjl1hdJxmK+SHNz5oYZCtwD9zQ7LS/e/9nYg4hrkRoSjX1aODtYLwJ5gNFH/1waKHAZZM7aoyXw7OEX",
-	"HQxzQubSooUoDMlzrLAc0i2GDOary46ZebkMfjRQmVgIDtUxXDHBs0TSV8iv4O7KicMMHhXLuDtQTcqD",
-	"/lusA2L9SPKXoAde3SwMH6cjjFtzG58YofZpg+xjSNv8e8JlohlPbJRiVa2Xgy+zvljaNZfK/nvLmVfv",
-	"EcLILZPa45TzSVW1DsdZqoZwjA2RvoUnw/VtPDa6oFjcPkgV48KunKZQ7D6XWgOmXCaCqbREigOvB7Dz",
-	"UVjR5nqX8OkyLdQUjTkF+/2IUSgDhrkUSIjlbZ3XwcK6LGS8/yjvxf5EGs/RXMDag9YfDl6zP+D/H7Q6",
-	"qM3sj9KMtf/nLC2yZBmx/xlzCf99EOIO/pinKp/BX2ZUybJZyZ+d2ZBN6XIURtHmLBHcOI3ajPP7nh60",
-	"OkdEJWBmiidyqqAwEfTAjZIfmVik41mT+fmbzPNQXuvE4fUpOFMs8AFSs3kxnpH2aw9ahzCgqMxrxCLh",
-	"RpZsfAwRQ00GE1Zzx1BwQVMBEclX37HxjGd8bBzPiOnUKlWMUe5hCQaboHPrV61QqUr7r/tl0cqrV5/t",
-	"553/8S9fEqbzKO2KRBuh1FLAJ5Fz8Y9UiWBl9+nx+TH7ByioNLObuj1onRRmGx/8ILJEKpAlu7Furt+s",
-	"81uFKuUfqcwDOQB3q3rddp3eCfVIMNYjEr1WCFc38FwqNyv1NG81YR/7rVcTDthIwcczl3hMM/QgIto5",
-	"9KMuu0RmU+QyAmcbbmGO+GQJxxGUjpf0XfQIsGHcoyEJ+urFi07jGBPSTa4cWwGwUpps9eEvzTU1MgC/",
-	"37D+mZxORfZICQBqV7Iyd1zSiUyCuvGY0RaEVMNqjmEIjxyy9icIX8o4Ygu+TFIef+5Q5gGu6NKnXT5P",
-	"C5U70p9ezwqElQPk7i2zts3SDU2V6euep0ybqMs/r6jLjeq3jjisVI11Pu32NwxCcPZ0meWBSpFNi1TS",
-	"xEDwddDqs0GrujoyHrQ+B8tBvqAWLKV0i0YEVmRLExoAtoSzlZYQKced5CwulQLdJoJAUNrR8IEZZHMO",
-	"kTZLUEQMqiiNEAeBmTWPRG5BiKbB3LM4BcTlRGIRie8L1lFQ1gGq1oZdUwUH12yPcNgLg7P7UWrjxD3d",
-	"u2ikXgkT8Tx+wY9cZlczjixrO7zBg5DTWb7xFNvTTJs7R+yw2zUDZm1rQRw2Sf/TI4KjNjb5iZXi6sjA",
-	"Xg9pNOBDW3Dj2Ssygi2PzCiNl7TJjdfa1blY6L8efuhicC8oSlS/ul2UcEDlD4IvlGbGlN7RIfuRqypm",
-	"C7gz7gEznUidM+B+cQUSZKK3pdK54FCWNbRA/WGnDw4T3GtBUYmoLHVGaIcNf+zpIyhPq8JnIrhDCdOx",
-	"t+myVc9xkqVz6zkaAR522YkrBpqKHCPwGGjZULo35Hq4vXQPC4e4xpOT9D2O0hLxkd6xhwLcGJOHgA+A",
-	"y5jUEQSDsJwYwtPmG7Nj+TgH8eoyDxHkyCkz4XHx6RV+Ltb+6wdcM5XSpD/M5HhWg387eds5cmlGSwRH",
-	"FNDaqmCYU1ohJxwIv6O2C0OcBZjhGdclBI4S6OmDIuiF430kEshVbshMIBrBNoCAZ+NJH0tk0CGoS5cd",
-	"2ypuu0qXJxdnp2+Or4zReRgIgOsqNOH0+uSXVuhAD0pHRTCgOB/5ogMy4sX1XMVoWMJzi9BaE5qgkjCC",
-	"HvS6bPCvIiuQGUKEdJW80ZX/9yKjRzE1ErEBgHq6+GOAJpJYoqGFnDtl6MmtGdKoWtCC4nPzzBr8sDui",
-	"Asgmo2JkrkUyicJD9F2IQLrCyLGZuyQRofgG3RGDCbDzJn6FGCbaj6+uTt+dn7yNHHOBkVTi7isBGpg+",
-	"AO46q598nJGDy5jBO0R6H4r5APZBfCiQRYVsDTtP8xKE6nqarOA/Akfcmu53dda7Z6Fmeb4oE1B0mpl9",
-	"hlViRtXA5tMa6s50eQKb6Xzx8WPHbk4dlS9jmwbAsViyBH73iv0sf+hYjUwiOzQXDcsKjEqNJ3Czc280",
-	"UAeHQ1nRb4RhZW0wCEGPYYoMmWWhVharf38uRuLfRML3tOOaGvHxXTqZmGe9/vgRVVWecaWhJghZS8Cv",
-	"Bf0F2oFU55Gn0mmYuFksWaXj4VshF0vjcM6Ueo08LQ03F/ksrQZ3Wu9OroOpcX99Q9nCWjaiqFVkNWR/",
-	"I50mRU7ylWbwX81uLs9qGRHL56/wa8OcGsk77PXMFnv9/fcR0mdyK5tAKNNBpTUXnKx5ZA6THnEYW4qc",
-	"rLS/vu69jNirF68/lEWj5lqSogh81SlGO1VKx9aoiKfmDpjU5wpXHXMuNhtv601DAXpvJktL/LtXW0xv",
-	"M8khk+8nwbN8JHh+KRbJMsTxFEq/O0b09QLVB67yEs7mj/+pRFUwlG3vQIVo9eWZ6+qL+y9DISkAYEQ+",
-	"D2pJ3OJeaDVR2PAld4WRhCpi67lRVndXnHGpghCUa79STRo3qchBj8Xpg+oTVEelAHyEWmUElbd1Lsd3",
-	"FTyZX7C2NqAVnofdj5eSUqI8ZC7SGO18Y93TAvYR6kBVyFjmuxkCgecrKfhsqiNjwgERKhatR8AidKtF",
-	"IsY5Mc3maUKwbx2RKQcFNWNxy8dgAANIDqJKCzOD7RWeCP/JXfbeM89zH9FhTAuRzaXC3Aq5bax9EIv7",
-	"A++b/SSddhzRNk474J49Oqg8JYvMT0uYY/RLoD082plvACKCoUSY+RpCd29Bn1yaV5Ig7CDTlhPBrc3f",
-	"C65ymVvf/xNZULrPPo0XRZ8NWq97vfmgFbG5mKfZ0nxy+E4OWp8/ry8gGIpPLjrEATzlLqH7rmyU8G3K",
-	"/VURqV3C6JMJ0VpYdO15elW25rrIxERklY/O0xOsbQqCb+uBaWakKEb2SSd/L3jSouicrmHjtW94SzQU",
-	"DQ+OOpTa563HQGPg1Jm8F/Zwf1xQsRlH5eZC9cdHGDdyJbiS9t3eKOY5D+BZUL9y10WU8BfE+WMN9/Ob",
-	"s7Us5as/v/7Td0F8aSb43JemVdbKBuU1cIsIB71pEnbdVGP3oy9LH7DyAvSY0MjPa3JEb8+v9oFPeT+R",
-	"d4IaT4Aj/d1LL1tkDj/KBe1/iDAMiRiomCGdn41IJCKn5EIspxiQ8Nbvu5erubhtSajvDrfl7KvJ+Do+",
-	"d4tGiRHrEKfQY0Emogops5eBTZfLJHG1Ke1rMV+kGTBAE0yALcwzpdCdPhvqO7kYMplH7E6IBcKHhqNi",
-	"MhHZbarEEJEmSVJ+ypNk2MFqTJ7lrhUnlb3YYkhXGNO21S3g9AwxE0M/VcsHvmTtIU+S9AFv7BdImLG1",
-	"olY5mvIfPEnK+hW4cytqudsEdTDAGHbVA9YJXhdBZ10NzZOGETB5KB/uB4tlfMipvBfUxgDCdaupwe2c",
-	"2nXZ0toQJCZmXVQbQ6pDqihbJbQaGuv1zclZmEL11uNQvd1Eolru6UbQEPjEjzPQnbz1tx84MiD7+6gF",
-	"jSI/NGpSEFIsPqalViSQSz6AE3Y5XDZakvKhXC5Y5E40ZK5tRCpmZgzBPO2FLbgIJLTMVwQ/LgA/4VoS",
-	"dm3IoV9JxDzMUu1iGBhhMM/G/Hc1qNHmCuMsoSiZcS+QFwrIn0BNVrmkOiU1q3l600CZbQe0Tqk6hfg3",
-	"sKbAuH1VgBV+rajlV5xfnly9v7l8c3K18jlUorci20el/LYVle1WWlELKaxaUYuq6lpRy3Wja0Wtm/Or",
-	"Nz+dvL05O/7hzNzu1/eXP59c3rpfYa8Nc8+fTy8uanpuea1PVw7XzYTHcz6eSSX2zVLBBx73MWE7b5EA",
-	"QaX57SQtVBxBq51EjsPx9FjkXCZhVs8sS7PmB72XBA34eRLqU2t8sbITW4jBLU/EBj9jfa5uLk8ZWPZC",
-	"oW8FVZ2YCDazvrrn6lLu5lv7fDdG4qQOag/MM18JCJ7onds75thucGtA6PosbOlfFKNE6hmALR5nstc3",
-	"BnFodiZjoyKWLBcfczZCw9ZlKAII0noL6T8Gg4+93oc/wLFRQsExEA8FTXUwnCD8HmtF+WIhlIhpT2Bx",
-	"IoHgjywkQzNdjMxPR+B1rxl2jYBzCLTZ7ZiAIbpBmE1s3IZhBbozPHKRmRevv7OxmXWferW06EO9RIgY",
-	"ZOLLsCtRE8pgx7D3FIez0JcS/OVRYgEQ54FrtrCjiwjFg7QpZum1Y19lbeJQhKNOpRlBdxqjAavYo5Bm",
-	"ChMl1/n6DRd+PZQSRPATYEh7U0N4ochaEbvQiIYixIjPssOmgVTWcSul0kWhZyUe7DGa5dGWbROgZ4nK",
-	"ayQRaPJvB4juXjAShsnBfULTeslz4frvP31nJvZWu9CvhJCihzpih3NjVx7OgkbDk9ss08zgiHEUFSHc",
-	"2kfZTV2Y4+sLtVaPWhnPxW0ZSW0GkHPLum1/+nff+JaP23ROIFZ0DqKwjaJeiEymMQVJkJyjhxnMUTG+",
-	"E/meZmO+4GOZL7GprZhQJ/Z1GVvUEY3hQ/psi1h93jQBN1rsmjDCtyxJnX2UELLsAtc1Z2YVCFZRrcVz",
-	"SDVJ9erxl2RzOb0+QYJ1QF/1vc4bCIGiJfAgUCXC2vF/7GHBHF76NIR1/TS0L26we6G5ZB/l9eCTuc/n",
-	"Tlg/KJlXIyWHNcvjMH64IltZYpp68pdUlvsrZHEfGcCOY2BEWeegN+73zeWZnSeXOz2+OCXD03jQ/YOD",
-	"wxd/6va6ve5h//te73CtmCh08EEA84lpm7pikEBw5jH03ZqreJR+rMZpFEbi1ik78mp2OU2gzNOIdNlR",
-	"lOtVNnymZ+mDxjSzEAzXsUtP7oTqfQLB1z+2B4M/un90/hAMUOkkXRHWV1Ed84hDCNg2M5b+zwrui1e7",
-	"MImRgIUFeJFmObDd7ii2MwuCgN8lyftJq//XLa01VnATnz9ENdx0kI52T4ioRxc2n42hZxdGoaHiGpmn",
-	"YKkholvlS660PXC3JOrjvtfO0PVYgJvuIRBXWyouimURj2MGjMB7iDvplpzEzU/vKpH001Du9Ogt61vH",
-	"Yozv8siR000D/k4YyEOtwcp1SFWyxGbqmVgky75PXPx14T52HsLT+LjU+xtr1aSTCcjPaEngWpFF2O8W",
-	"jgz8xp5SgWriRXE7hz4CgersixsjlvD1OM0IdNZjf0Fcepph3fWO/TUw81/XHuUX+NY8Fi7Y+f6fw3Ns",
-	"XNLHHaLGxrrdxhycskzsG/8eAsqQpYASHwAgYSYTzaDVGrOSeHgV3L29ljn4qlQT6GgN4zn0CsD6RWop",
-	"C3+gqASDu5dYGdRM9V4W6qqYzznEJsIsTjs0Exhbuuc1bA5RY27g+HQ0fqCvfZi5jrBDuVhEVCoA+CfE",
-	"oTbjvfLIVEO9T74WnwN1qBfBghz60pxaUjHortG3sDcQNFtTjnhNapPdpOWkeXrkVnNdj31AqVk5DYLN",
-	"a8Yp1kGmoZ4FFCkDcjrWpvoKYgCBlO0QgmchVgS8alMnTsC92wolut7mdY+QX8Q5TI44pKwswF+UqG6i",
-	"GVlhVQmTWO1Kz0+1eVv2XY0KqKyD3ngsh6Ofdlm8iq7IEufuxpa3IhNPOigL9Yg+AEbosCy2JDTWtg9A",
-	"ZD+xnf9zXH0NDBRCxWARPD2Kual3wGWhXGw7yAV0C0FVzbL0Accb85zbDYQZh30IB7lyZa5cINYcPJv4",
-	"m9d79e3aeOJREXiCIe0Uft7Qva/xYDe2iarh58M2PPFOduDqUoJHTfltyH1HriVjmcxt0D2otmkQpfpg",
-	"YrcGwy8L9dxBxx3LcUsD4pFVt5eFuuBZcButkZIz7pVUGgdvstMOCctJgFHQEW3XDJh42XclcwNThjh5",
-	"1wde7pJGeYdyPzS5vMGphJeuNxUNiW39vITF85FF3o+WqCs5VTx5LO+eNcaozNNYWhQjVCmGUEUuMmrG",
-	"C4Vhc75kI+Gxkgw/fR4GoTXelgkAMFzFXJjlrSRsWOP8fbDnnzH4IIjrXfLF2vjHYpHPwuy4sRALdygr",
-	"RI5bkn7zUWm1ZWkxRTsMYpZ2TxMXglD5nmZ/ZIdltd1hHWv3xraw8a6te4BRog6G4BLGdECHyCGcSVLT",
-	"d3hrcyBqEiqcgiPzA8icLUaDte0y72mW54nXDtBjGyAgCH1ZQhz2tOUu0h2vbSARzps9FdGilZq2LXM2",
-	"BZwncgHadcKaFZC8O7HIm3PY1qcE3UmwRUHQkdGkkzcxeYCLX+Fmh6N9ZSOxgdmT8aDVZy8gPYIcwWZG",
-	"DoEG90sQFG8wZSxstiZiYUG1EHZYEbtw7xWL1g0KnX/PPewm6eZKaivHzdbUoxNZf4jdKY3HvXuWd3d2",
-	"mX/DDiwhkpnAsUdxc1zq3RLGV96irpTOFhgCLP++5UnSceijED2gxS861eqAzXkKLYbbFXhywO5fYyH8",
-	"ImeD5Q3cSNu3gU1vnVUEeBBvm5EmQvzNdVvB9p/AjAjd4xzLtaI+Sfl4tl8sGN6zYePSWq0Fxrfx94Bh",
-	"sMaTFR9z9noFPa9ZWyHnqNG/SGPXCcevN++9lZjWb8S+tx48ycTYHKr1+CNP+0Buzh5B2ACCuP9XDYFG",
-	"VqTddDFEWwKpiDvoo33rzVVTuaJ4RKV4oWn3W59/8DfRek2YBZ0klKK0pjbcwq/Jf3XZ6/bx+gpEpTp8",
-	"nH493tDcisg/S3hgBqFL7FvrEn5HiISgYKuzZvlcxGyIRQpWYrFQYR8/vLl+g6cn12y5XC7n8zjOZ7P5",
-	"XOt/2IqGQiVC64DkMDMRkNZ1xjJEwpmA8r11T7E81J3CeZLCWA0Zr9x+05Q/czTCDqW58+jO2qZvufn9",
-	"YkqohDnTn2gIrhpnjwezVe60qQXY1UKMsWjwEbm0DWk0wBKVLf6JImqFlKfb2qmMCH+2p2H/9dnh/nol",
-	"nVcGFJWq2quic7VzjaYRXjI4bU1apq3HgG07vpI66ahSGgMR7ZJ3jGh8aOgl31q4OH5r13SeTe8j2y8x",
-	"ZrHMBDCP2apQW07jk6BRHX1nl5B5GXomwpD10Z2laur3pwJdmU6oRgl/XdNp8rA3Bzon5VrkL7i2pUM/",
-	"n56dnbx19FYwqa5gJhz14OOZaNR21ebtPGqBrVOOX0fM5ZMPRlId6BnbH4dHU201t1Gx5WLhd6bDX1OT",
-	"k1D7KuQQAUgX8648gtpJ6Ak9S5N4l+5JtqNKkH+BGCMa3MZrNgK/dMpre3PQC6AD4XBi46ZheToVkHlM",
-	"M+TSaXM25Wraga2GFBWJazpIyRfoXEbsqyCQWo4SqcINsCHsZX5xGzIu3h6/Y/M0FgBaOSozVpC8JiIf",
-	"aMCN4IBA87Ct28vuik2JY/O4PpvZPq6uER11WbSmDIRxUkWBaGQrC+26lz3t9XfFW028eGg4vvVUPo1J",
-	"mt0K4n7cWO5FFJGfo9Ysz7f6OY5VzDijkw2xN6eUu+yYWM+wS00J+JA5I2kw0+hq91jb6CBih7WcXV02",
-	"5MkDX+qhuQ/PzW1clVCXvTdi+yC1qGHcBQlaK421Waiab23vX/ziTiwt1WNWqC5xIpqh1hTeWuZPuPmo",
-	"kEmMz2N/+QsbUHnioNVl2Gt+lZcRqw5BWXsvA3tAfARqNdh0iOJ1CXvsHnfYQ7a8sXH0AMQLWKicbHfo",
-	"LTCWcMMZ1x16tswZDqrLjisPxapToXM5h7Az3Fbq1RaGACuYFNr2RgS672ZYZuzsvC5N6Bnj6VYSG+o9",
-	"R4IJYAYijBwLolgMFk1j3+iJNH/VEjY294hzsTg1gw62IJRJcjvNalqnOZPFUzFeJ1JqCAZph5HIH4RQ",
-	"7Or03fXJJaLMr07fmZO6Rte81pVW0oc9HdQuZTNEC/uF/mJr3Tmh3WET0+qIDUl7DknDDe3ohiB7vsJz",
-	"VlOqxBEb8sUiS+95MvR1o2L4sbCZI6PXjvwOP67cyjJm+l8C8L6MuiOEBvfpEPXLEGUOLi3LvZEaDAhg",
-	"4fTpRM4cx707SZMkfdAlYedezQw7jqttorRCp2VbtQrofW2pWCuL1avFNTvP3MgYblvLmyU+mpdQqdr/",
-	"h8hS3KzmETFr9wisX5MZ8oezyISxG90BassCeg3HlBjV4VIfxM2WZozuK2JmwUmFP7KNY9NLnYu5I63d",
-	"0HDSiIlxDJkjuG1TfcQ043M25sr5PZEjjzPGvv1qZPR0LKIqs5cRMdCrQPHYse/qTbFUxL5mJR94BM3x",
-	"Flhrb0GOnIHuGJONir7y2tQbc+kX/vEKJuFHeq+Tj9QEmr0lYk6fRyTb06z9csOMVkiAG4oeHh2kG8oC",
-	"HaRGEtprUY1v4LxcMDjxZzwTzCjPCst6IGpcHcKNkn8vhEWO+97hOa+xrpTIzXWBfrDG7CXdUpYcwWwD",
-	"ghB+1l/p3AhkDPZLjygOY5syY8CWbe4BdMacJWm6GPHxHYNw/gRI5XgpTxEb7u+72wFPC7SZsSZRWuRa",
-	"xsJHcqOw8fHMHHXovot7mwW1RRuzVOd7unw6sXd5FtoKsx2NAewB4pIQC28v4GyRjUIP8TxiLPJgbfsH",
-	"Xk6MnHQXY3pgN2Y3bUiUimcazj9oc9zmdusGlzVVVX1ZWVnzzRC9FZfDtLvIsbaWpxhtSve1iCk6Y8by",
-	"MEsTsU6HQTQYZBQCP6l9VFn9ME7VRE6LTMQMmU+MnNDTqivh71drq/z6/vLnH8/e/3r7/hy4Km4uT0r2",
-	"XXzHcC0XWUzrE3Pu4wKRX9kX/Uya3UvE9lUy9Pc31yts6KXx6yUa2C/yB4pOqBgcTutn7hga8bp2NMJk",
-	"V5IrH9axKRU81J62L+8TOjsumC62wzW2Tk1QHBju4QLXpZnua5dHajaEIMcQuJngLzKu6JQerkY6wHYa",
-	"8myqhy7odMSGZjMOmS6FmeC8UtF3R8AZjeqkfIb7AJ4Sp2N7+qbxnKvI9digvUwu94wbKwxMtdKqsTf1",
-	"P+FYB3iRxj6LZ+C23hYgfERS6FxkR0ZFpObNMGmgUmcOG9GxnNJltZbMmYJPVFqG29gV+fEgbmRc2hiC",
-	"UTeq2mXX76Ik00zmK53rQUnzcS7v1wvjFlkaF2OEkijwSZ0l04mY90u0NOimgOHG0qq2tahGieg0KV1e",
-	"oZ50xZ7+pkWAle3SNFmvf3WhU7S4L07OgeEcEfGuCd4kE6LLqMITCbDMx5b0SoG+i/CgcbwQcFucClzF",
-	"5ihpv0i4UrD150DXJ/JGNlenlkZo1SwRHxccwlYqT71i1bqe1Y+rrkTtLdW0Ppb7k3MAcd7mHLuimwGN",
-	"BC2WH3eyhNQV9qJGcac0Y4OW+aT0sswihVNFYpyJ/HbXGNRKD7+gEw6MfkLdk3dCKpcAbCQ3mciLrOyC",
-	"jxWkg9Yf/gC9EWFXk9WTpFNNPyLtxtpe/bXEojecxKW7xVHZVsKZLS6abicZ2oXYNr/rbJzbovM2Ku/u",
-	"B0Xq2Oko087JsFaGpUnZHLj3nQErCS5EXzqqzjBds6VXyNUd21ejgDxQhRGbGO6ZF69fe/zqZqAVUvVB",
-	"6xEs6kBPACW5jSjHwjvWp1zfYddNqI0UEay1web1WdNWONKi1VU139dFZtZWsNad+5XL/Jr44p1BqFI2",
-	"SgsVA1eTxya/EcTQzE6qwBka2Eku4FIWk+w5wCQsICK9MHdDzXDKYEwFApAVqpL9N4+ofACFapT3P2L3",
-	"iDMrI1yY9wa0S7VXhD18GlMNrCaFdkQ6k7Vr3WfbR4SSJIAr5uMs1ZpQOeYk3dpkhMNKPx9bBVolSNhn",
-	"2wMOWvFofy6nxu7APPP2+K176w3BFzcfHMChIBr2DXcmjEAypPKxdQuKMdod+SL0DlScu3QDkrnXB2iH",
-	"vj7U/CwuxpBeW8cINEEHrHYPM0+KzLuGpu76+mxH+f/JC2VXYNd3YpF7wR/plZ0Rq2ZAWb4wdgpYLH96",
-	"0ZsNWj5sDZov604fj4Zb2+wDHYkyiQQ1IniJjauZS6AEHJIoMMiyS8sDX9rrjYrEEjv4CVVjuqqA9EEx",
-	"7N4ste1uzixzKLI2hgHkZW59FT7O2mXrquuT8+vT9+e3xz9en1ze/qEDmiLhS5HpPolaBu2LeM40X5q7",
-	"UpU1H6VF7mlkW2Yai7GMhT7CV4DEbpya48zDJwPonB17ajqEUg8gKFZmbIWu5OWLgJRXVqX5D2ilt/8g",
-	"lA695vpucx+RZpXZ+INQdILe53aVCd8zS6g7fi2wrvzeBiGoMJ6MhZEwW8x4dmGzB3R6+NHm7UJHhk0T",
-	"W9ZWbBVHvZjgoS6xVtPJqyZbsUseoXFcPxASTvNb1C7NEXtNyxzWPeQjV96h163aktu2hAykqibQYF9/",
-	"k7hkouzFHQw3ldrOtZVCN6bvGh0C89cYTi9jZT9wjaz2EdEN27xqjehRyMVoyrzssQ7dF4Pojl1b4USt",
-	"6iqX07EGVlnJ3GipxqJcJsA+ZoInyRJa+7czoYXtClPinSBGLnRpYyFPgEpXwsudDX5FzRCdoYMrL4Eo",
-	"nHiTyM2IxZqLQdLTOWI9jGmt9I8aV1MYK2MxUgwTsQGIgccFmOrG48bRGTnAYyH2KpeE44guFBzVveY1",
-	"K5jLuw2ycK4W8YKassKyqjkDuyOsZGo1SrS5a0QpfmuTdppJbUO3xqk4cqXmI66NYwH0L5jUUcVcZHLs",
-	"tSS0bCM351cXJ29OfzxFImlUHa2oZY38Cnl1kLIasXgBVupV1mrrQZjnXJ6c/HJxXcNUDVG8L8NP+Zi2",
-	"9jXkrPXgX6+fffMEQSbu07sd36Z5+/ioldtJDMRKIGR2ZLOQMK/gqFIbOJUsu82q2/229N5EbK1nhxUO",
-	"Y8gxEtzYyEFZ2Qb6ppsGh1LWr30BcfN76G/okr9TZeSW7u/b4XXP3X7dKxvZtu442c9cPWDZrpsLEcnA",
-	"VjGyN97wbraC4HHUVY+r4Aot+g3Uzuw6mnVlAd4jJFXHM66m4si6iGw4zlI1ZOPE+LhsaMv9ynbUzlll",
-	"WVqoAJHpeolfhapyQ7HhVpZJv/hw203LWsRtV34zBXZ+OdkqKeUXKxVbkynElgdc05K19MvQDUi9MKIR",
-	"ZkM4tbSLU6nzbO3o6jv+9/bLF0hJFzFjEn33qsgS530szD5Q044NDP/0y/Gb/aufjl+8/q4KaGAA3kwt",
-	"Gtha58C3IHNmx2qBB1KXpJUADcOG6H7yRkOBCv0sxjtBlseFbX45fsPuRSYn0iFA4c53YnkE0FnBY+0F",
-	"hOygIMQPvt1Cdtlbkcl7EVMeiwZwO85ELFQueUJ0lprNC+NUV4bOk7rE8yN7esK4qde0Bli0+QBanaLC",
-	"sEQbtuNnDS3X+ms8UkJGgmfQP9MYQwFyyYXxylQeWFafe5e1j4t8lmbyH/CYPvsBbtuxLeyriTs8SxAk",
-	"DNI0RogJk3mXnYIbE1iGiN2p9EFRJjANjLWND4tFRtGPUhIItyhjkiMbvHvz/vz68v3Z7cXZ8fnJ7c8n",
-	"/xthC+g1wJOMIF79dLz/4vV3Heo+WnmdIwCSPVSm2XYlxW+M6w65SfxnnUT5UZM6K6cpT0mwUTAgOdPM",
-	"YqOMX+vglWPEPqXKn/l+iVWL2X/+n/8LO7PLgLDUtjqrTO+a9Jb4BFeDQllA2wqW+UArMGgAtwJZN/TD",
-	"R8lKGNqF0j2JQs5pm4Kszn4wHTzJhLh9HEwAfuq4iwOBu7Dn9CXopc0EucDLTh0KzA8dxexOP603yhM+",
-	"FmZ5bmEFAzg1TxAcIkIS00Z7RSA6zQMXX4A7e3eq7D6BIcvA/8m/n7y5uX5/eXt6fnXy5ubypL9yOOIh",
-	"hxCrQossWkVrpqUicje7vDm/Pb7quPKPuTAWp9RzvXJ37CP3t1QqW74x/OOwz4aFjIeszeGJsFWmWVos",
-	"PDJ71IprD745fXt7eXz+7uTIIb0JwJZmS9b7U69X5rDwINOUtSiv0jNoreaS4/g95RGB1tgSIPFyWO7C",
-	"TsSGCxkrPWTti9O3EZtDVMs89fTiTYk31d7LYNxUqDhyJRl25ryJjgXPZ4gkxUm0IDXp+A2MHl9k8p7n",
-	"gh3k84UZjBI5DIbDnwgkRiEoASchGHGJHLbIXXO3DFBfQ9a+PDv95fT69vzi8v0bH3d3xOibt8fXx7hK",
-	"TtS7PvuwUcQA66JuxGyMkwlwA/NS5nH4GYyevr5/gSPDH3Xn/GPExovC/IEAWBlr+Ic7Ngk+4HXjxieb",
-	"72bmODEqeQp7JVWi02Un3WkXRPCPsJB/hBn8I715dyMJ/IYu7dX9yhN5L/olYbYtePbg5CJjUM3TZYXK",
-	"hF6kSsNvtEyM/+xOF7gIwddLkZe9AWPBYyouqWB6zZOVkZsF17pMcUIXdPMJ5hqqhrPRAp0u3LJffcIR",
-	"SyQQXU9IYs2H+zR+j/HqcGbG4pCI9rzklviTzsUuO3YHMRAzC3suith2GsQH+qFPmM1W1PInCkCTPF4P",
-	"S0atj/vmh/v3PANxN3dAfwjis8d0M++jm+p9vW/ewiPqg3Rb7VfuXtfcgMA2VTvVGqBGSTiB0REjgngQ",
-	"+ySdMihLjDUWq455lu0Y+7O+n5Vnd9yXMXPnMZRHkWf0rXB+rJ/XH2o90XAciUj+G0d/yKvdFvyxt60b",
-	"jvGcf3H4NAvIvcrF4ocl8AiUklf58O3xu2AU3PfGdwsi7dLHikBKdQE3TFwgdfuLw1d/evXnl9+9+tNK",
-	"C20Ha1rtnrdzC5UKd/aOLaKbl9SvlNNPuMyMart9LFKJtQGMROD7XPB5p2/1MhytANRmI27OarAdAZdD",
-	"yGeAj9rqSQpdEPaohGVYg0rm2MzXXm9D7g2hTySeTYJAIMqbajGufeyGuYRAMuZI8NKyZQFs3+PD8Fj0",
-	"qTZSegTwazA8B3C1X4E7TCXPjetgSw6UCmL7u1ebyjcC8CZcdAT8QqvYo9UuxwQXohZ7ISwWzRC27DW6",
-	"2EgZhnVqmyM3ftPG3ebM+jSn2DH6KpDJ2glfjNVIwJZp4ag2/1SHJ56tglEJBvRINHGeJ03bnVab25u5",
-	"2qS0rglq+qV6Xla6Fz4mY7SbrDy9FWHlNGnWjsj+oPq+XkKJ+hhsySutLsEzJ5isotrNxqjISBNrAx+x",
-	"6X09KsvmZFWPXqQPoZ6wWowLc7xdmTcldksIgQamWEHEFG3W9pgvdM4V/RMXuOMHBo7f/nJ6fnv9/ueT",
-	"8y5xXc0hGoy3d4MBKpDPnyHpM0k30PiO2eXJ1TWMIZ2wN/j8yD+VjCL5WzpiaTaeCWd6U6x1oCDY2mWX",
-	"cBhnxtVJF1iusQ4o7zLoSw0XDhRfQAmQud0BtYT+49+0cXEuf3zDvn/1+k8dS1JAbbeH4zQWw+5ADdQJ",
-	"HC5mbXE8aDgMg4FnhqcGTKo9Ntjw4z7N9n6WJmI4UEhXA8oUqkOVd3uoUuuzIfadGbI2HEvGscaWNPYT",
-	"87IDhVlBtFD6tIwRhiMiy1ITEZlCZIkS4IOcZ+CuQ8Ob4UC1yyY8EcWb74TCB4PtPaR2Xl5xHk+SvguC",
-	"RgPltQlDRyeCuptOl52nhCIrFETTzQWAwDAfI0yEnsikHqhXvUMoPIMPbM7Izder3svyW5KCPKVkjLXJ",
-	"wBIwd3pFNBEEffVNO0Tf6bJOrbJYM+AvHbI5z+70QHk+fpYWuY3Tex+bH9jKoJKwwMbN5hwTDt2Bck3G",
-	"oS0V7MPji1Nvr/dbve5htwcW4EIovpCtfutlt9d9Cdo5n8FOP7g/PIClhn9NRcAIGIIX+BcQqlvMyqJ3",
-	"PwSXnFJBkLOCEFYmjCUvE5GxKb8XrFiwVA0Uuv7QHv/2l+N/vz2+vj755eL6ysb0y9bCfc8MwHofvmQ6",
-	"l0kyUADkVzGIeCn0aYahfbPEONyhbfaEY6JKL+rO1R2oIS0f5rqHuOOH7A650FPtCKfsMhOam/55gD8Y",
-	"qLYThH0nRSBSgmKwVpb2cCQ2luhYhWTOuL7THVxSt4dPY2N+SZ0f4+LQgQr09VBiI83S/L0Q2dJ68n3n",
-	"ruOZ5bekIhBq2cGZ6D9XlzTgx36O1pukkMzaN5qg9U+vCkZuYHQlNXM5viZtDZo+HpeEtV1qzi4dEgcn",
-	"CeQKBbITpRPmRKBTN2JHIf20AVsWYbJcykap4l6mhXZWSmgIZOz4Q6h4ib3geoXuZNsmlzdyMY7XPS9I",
-	"8JraFZbRgVUT4wOkMRap0mgtvOj1yH/PiQPePyz/RqjnZnMI4g7GH9gDq568mSpQv7D0UCb/Cp8euqkb",
-	"ZdnmCdp5UReHFu6tSo2ncTs0Ni6DYxBipMiKmywZ0dna1kVw3tOiLvhUKnhjMDj5FOKLpFo/RK3qAd7q",
-	"26ZwZkSghClXA50tPV1c1QjvRG6LAp5zEfAR1J78cwhUZFvp4Aq8euwK/GrUu0/ogQX2eYpkusp7kDep",
-	"Ht529ag15riboLU5f3CBwhVtGhp7eYmdkNO32HVtbb0OjIkCBvyjbxu1FqkOnL5vZoUishpI7QO9DzQE",
-	"izBqLCr8B2WK7+z9Ozhnf/jf1ydXnX6ZOKBY8wzJ1XUO944zaMGJewHMFaMt+VIDbRggzV1vyKpIHkP4",
-	"mV7lzMwDuiBC5z+k8fKLCeVZOsW5QJEsvZw8K8Tntd3wan0qr2D+HqE0niTix55065lcOKpd7BrmYAoW",
-	"SlNp6fFlxT4oumhlfynhrcoGdpX1NdaXlwu6u22920Q2es/z8Et6SkhnXjqe8iEYtyIeUvfDXJgTp5LE",
-	"z1NoietTLn0FqTXXf/8lpNwlqNiEG48aCgUDov4swm3t7YNP9NdnstX1wSf84/MBz8YzeS/ifbPFDj5l",
-	"hfpc6/1cCh57qDz8JWsPXYzj8s1Pp/92cntzeTbs2Bzz25Ozk+uTgYL29+4Z7CFLc7O1+2Vxk57xhbCd",
-	"zKuXRwOFQWhkfHHFkRCjhlIV7eKmWHbzood4hcj6uwMFpIr61jM/gZHQvggG52fgvxKpEJ9SJcpAxem4",
-	"gKA3padHxfhOWD1VBsyjknwHWywRfHigoBdXlSwaKMHAn7/25hNSIsaFNp49lcEs8R5mgFA+26eUKo/Z",
-	"A0/u0L2KzRHl95wA7jKM7FNueaCwVHiaApeoZnNA86RsIlXcZca7V2l+O4Fj0ZX1U4hapflA2ckCz8Fd",
-	"YccO7ewmlnIn5zLBgxOyt0G/zlhxdMtLaFr3bPoJG5aGLThPArqP0Ravey8frS0cHg4Lp0PiX3ZpL+u5",
-	"sZAMEQOe8rAN5Wpt7F3tvQtyVY0vteXSt+gjNrjyslDoIX7YQVU51nN87UBs1DH5JhII97BGRXfZcc4S",
-	"QahE+pQIvpLkL+ZgHLJJmg0UbmRENDrXdJ1dg6gyzbnahw4cTs9BuI2zV70eU3wOhQU8SYYYAtTA/uk9",
-	"k4KkOKAuO1HISQNBVisVZJiiVpMK2asQO3UY9Xo9SlTaPGKecaVRTUYD5eFpyN5AzkB4wZEAyE0m81wo",
-	"IJIhe0uzREyIEYYPlGtZXORMz9Ish9BQCXt2uJVLoUV2D3tTG6dxCYpAZgOVPiiRaQxcGTkPqgJoryuA",
-	"tp5morWrsMKPKY/QRA7heuyt0+xaShs2u/gN5nl+wCrp9WAIvjBrJHRHjgvTiq8kTvaRYEaa6qImPEnC",
-	"kQ4CHqy13n7OkAZMi2ujHNDGJ/dynD/KMakoVbhNZWKJKgTQxVokwGmc25ZW1K0GNtKdWNp2E4RD9tUr",
-	"6qCQfqUO90A2ELCdTsy9cQAYyJVAT8EUzzJLa2y01lFpD1WHi9ttSGrGnA8wliFtv4A3eiZ1/k+9mxoG",
-	"CZ8eFAS8wTcSFXQrutweGhS48E/dTdcQNLZcBlJUAT2Vk7FqfuL5ppYsK0+GZrvpK1orO5sgB5/uxPJz",
-	"1RDZeJItW01CMo9XfU+KyaCqxH4iebZc14rU6/mJSvFrGJ2r2wBlFhjAAOksPtoSIHDB0ZdEkkNObB23",
-	"1NUaFMSC57NSP2CdcDWe4muLhfHqMvO7//hrb/97vj/58Om7V5//JQBA3UnkqlDAulC4DwN8Tu1TPuZM",
-	"xKjtgi5VAt92A5pEJ2lOX/fxyF1tX1trBOHJiR4tet7GCbWsmlEZF8BgyWpMwFxpPqWGuF12DI9Tac0N",
-	"PZqpb8zD2kWAIA5Rn9K+tuYGXoc020SplWeCzyPQ9knirwk9Zc9y6knFZGxD8QiPiBHgPlBnXOf7J+bm",
-	"+6dvWXsGswTOF6CjbcdqiBihPzTsg4exD5j2IfALC2XNucPXTHfZjYI6UBrpQOFQwSbmSzaXWhMJDKWu",
-	"obMssJ+nc+DsxRQ8B6wvFBRCCBowD32A5kEokrNxIpGihecDlacsE/tmnUP+y6/GMzvB2d5VBswkwU9P",
-	"3/5kxWiXH/0r2DINDI9cfMxRJPZxznYKoMDT6rY8BrzwrtSDEj7a00DkAruJ2ZuENANJoEta0wG0LndG",
-	"SJHKbV+TZEBTMGClvhcZlgi59lDru/er7NG6NFY5VxBHwGC4LTYSFvyxhFSW6/TpzuF+GZJzRU+uyuzN",
-	"ydlAiSwrM+t0AxcMAdZxAnrDhqj0f9e21UEHWg8MZTz0msZj8MlsNv9SY/P1Kxxc2qM/QqwabJI9+7Ye",
-	"QMU8oCTmo35IqRKh/XWBA0EZfJ4Eiv8IyzLRKI3y4ksPQcTb91o5oY+yGV+8eKzNSGOEUJIZyJGTRe20",
-	"7QKWMx+DiJCQRYzn6VyOgSzMHdb2HcpNSkfWJoty5wPw4BP8dyOeYGXun9GOarbKldV9fNbV28JVuaET",
-	"F1T16lpBuSVqooZL83UjzPV7QsYRM6b7vtBjvsDweMCeF54eCVv0q7wsc6kcN8nTjHrbSzwoiMavv8Su",
-	"0w2AbraXf0O5w7a9NUgyqF5Bfnhg1CVqd6poMaZDnyXpg8j2x1wbG994PDrCBrVobcdcz4SGPIalnIaA",
-	"dl140vzn1j6nVedP7WOD3A+fDqPvXgZdqq+INHvxT4c0uyzU9mASYjCeFkkyTwk0x28CH/sm3K46cAfG",
-	"JjGBuTKK1em0nckQXF7W2IMPBvzc1ITBM/OoYMRru2ruhZ5UKWunsZgv0ty40fs/Q7Ciufh+eB57ys3L",
-	"TsbUs+d8jxNslWDn1SMlWplEEPgXvcPnHhEFtx8Z/Pv+axl+OMyyvz9XTKpEKuHVQi7EuNG+fYQlBxlx",
-	"SIDujtH6kh7cCWZcxRyw02ZUQ/RunbzrU6BzHs/EGKoySgJzrsurBgouQPjGKI2XfZjRHOh4eE4N2dCt",
-	"MmdqjuzC0EBAKjbMhC6SXA8p02s9ZbNw5UPYQ1okMTaTcjiC9qtej5jbkVEdqQZSoQfUHS4nvicU3Ii9",
-	"evGCfgAUX7aVnO0cU6iIvep9T5dAnaeCzkUR44lOjTPukR7buQMkjXkUcjJZj1Jql5aGtLzMu4zqhqAo",
-	"BX4utd2/EYSnJIJkvQR4n3FHITtQlqgGf6SRjh1S3Di/7HWv12XHsA4uRWfmgtuOUQCA+V9X788jplJa",
-	"94j1jEuNOJoZV5iUhxGaFWPnN2dlv3/G1RJQUR0PJ0AL1mVDeAxIEibKOTJGO0OqjyUyF++vrh3Fk7Fp",
-	"B4pcbrhByHUu5bL1zIpe/3aa/gfz9pe4JUI69r3xTOFrcE6RcL2KjgAynxji1k+yc0hPFgtorgESAbY1",
-	"yahFVLR/AjCHeeyoSO6s69V5Vv3pMH51MJrTwEZy3RQpoG5+IVTMle187crbNUsnZsfqank8Nj2Qmf7P",
-	"/+f/tZFepHPGR5jvEa9n4Y/RQEGXKeihSwG+ahYS+qUhkFDnfNkFBaTS/NZ2zI+oog+iVCkV4/mwNqjS",
-	"dq/iwmjYcwEOOHMHW7g/o9o2gOAdwdOgqOGWSooIr1wSGE2IPwCq3UBjIebGFR5RFZ9Fg9IPJDLUdNmx",
-	"pVQbKIxbh7oEZlzZmbQUcRxAfQmU8WVint4LGIHMEAtIPE8Sav0hTFtSLC1EJtNYjpl+ENDc2/xaU/yb",
-	"I/ncXGhtnIJE8HuhoarTkZ4fX5zu6QoeUNUjRJFiYeLAjdr8gHI1pP+BTtCybzkQZvvdyTVCSgP4VWIe",
-	"kDlwknWOyFzxm5+ORIlkNM983Xtpx3xbKH7PZeKazHiHUsnQY/FZrvF6yX5nB6mZOWrdi+BkYWOzWvDT",
-	"80MgN4FviATDwxU+O3D6SdBJwk/5jW+iKteG0x7Z0rYEWBorbCcFuwnRQ0nkMc9AIwHEGLnzqZqy/EAP",
-	"WRsGB6nOfKDKzg+OXM0WW9lme1hzVUbTX/RsJgCuL80+b/dTj2x8it9eglxt2HTlxwMlFZmUcPQdsQBO",
-	"mrSmFnmEqGi0P5ADrtyLqMkPPuEfn/8H/vov1KTHpvcOe+ZA3HeNWq0BNlBcswnXbru7672LazDEvx12",
-	"+HGQ4ZUArZsdCKO5AxHWdRXj7uVWKDJTXqf/i0CBS2WPFdtfxR3c5V3qAkVQZmmF9RkKgOD2pQX+nImq",
-	"4/GmcwQtID/BaWT3wbg1I1EaQN2vXZsDwwKD4KjMtK5wAYMZwvVSjWdZqtIC910mEmA7en7jfE2R1vMR",
-	"wKYfop0lfIVAWsSdLIGDok+WZdOTglUPCugSS8FM46QTCQa1a9/TgQ5Hmk3SJEkfIjaTGphG78Qi73TD",
-	"tTnk1A7tv+nFAJtm3jRyHXZLmht7q/ozGFvshI/IvfJctZwE6A5MASxE8WkwJFWKsz3l9wJbOmE3aJZC",
-	"OeNAZVyZIUJYyHPzXVmAe6uMDYlXs6Y8ZuzTCNUFlm1rqsocBpMerF1+QeaLVIGik86XzY6slmoYoeS0",
-	"jtCD8nWvV/fE3wk0d4tGHGNK46uX3PpFc9zpCGdEWqOi1Ax2d/5e0jI7HMzbL8VFfJpJsqK+v00bZcep",
-	"2GjROB3130bNb2bUQDh7TPS6q1E6/RtYLQfEj/VPI/gB4KzXqrH0zlwT11R12a+zFKUEGiJmoio7epY+",
-	"KHB8KzbbEKeOJ8MuO7ZUWyMqHaev8OHUjHCgbH/DWIylLjmWNYQphyrNb23fwkma3Zb3Dxgdx7huz7up",
-	"aQDfxL52c+Zt7aMV/m94NjVj/crbG5djfe3BEAW0+tGa3P0G2z0TsGn/yXc75mTBMMI2tmyILy7i4e9y",
-	"t1/C6P97s38bmx1XY/te3y6Lv4EGAH/i4JP5z2ePWof+KqmhtvB5Oeak52WqgcdAa7jNNRGrzmy43imd",
-	"6qfGgVHHxEgRE5s/RZbZpKDjFdEzCfRUFXIk1iYCLOw4g2EW6JZ2L/7LuGtRXVAEAM8gLRjAipDFpleD",
-	"DDY/2QwMthGGXqg7wKd6jjimivlIZPT8w5rn8wpJ1JYhHDYdAkXlvHheoL29Deq5IjzQMxDeoviexfnb",
-	"UFznyLY0qQTVqD1aKJrjNeN//KReYcEXULchh1iwJshr5eK3c+q70gU2xB2HgTjcckPAh4xnhbpj7Zjn",
-	"HPEPRk1EmIfmOYcSQrjQ/NGhHi5DoeIh9hP3n4n5SZeLxBP+AUasaklCcRPvRt6wNk/Q5Q3vBKQjFNV1",
-	"bw0BUvvaFkFv3tSuswOWAfE9ZlfNxMDokYUPaJ9fvnz5PZOK3Vy/IaoKrlItxqmKEQ4+vCtGYpwnoCrZ",
-	"PnDF65zPF3oISXI4bjHxaeYYWjB12elUpbYXlVGM+Cp1U1bec0fOi8cdgFtKK98rW+i1QIjcLQlllj5U",
-	"aib7bCjj/pAomR+ohmEIV/eHGKpbLkTEhiCNQwzc21I6my4FgUwn7H9dvT9HSilglkBkwkoVJtZD89jy",
-	"4FRLMRF1h6WPugKc0CKHVRqnc2HTBCD41BJRU5+IJRVaHtWWc1qyHaznfG93DHFNWQTPSv4eAVUwH/YC",
-	"nGC7lyIo6dT5QNHsMdiQIJCwa4efBlgyMWj12aCFBONQrwQfAsn4oPWZGHtQA4KmGSepBrBLuO7TLkYD",
-	"w+UbKsF8srmChcJl6fC6Bo6slgDp8EXGiAN8Gnn9JR3F2W9TtPlFbZMvVdT7OOVE5/U3nBoPVCAhVAta",
-	"DbkdboG7sENZ+8fj07OTtxHSp5s/XOuUaKBuzq/e/HTy9ubs+Iezk4j9+v7y55PLW/xJx5owOmIi0aL0",
-	"lelzPkrE8Gig1mF8nmZCaO4Kjg+wzwM1rMABh6iEvRZyAlBqbGisv1tjWQ1XbIKBitMHW8wOSRrWpsPL",
-	"dqUsvcFYAjjNxh87JdegCwSN+PjOaMzLm/Pz0/N3XUBxQ2zCHwMWaam0FmBzifPzfLgF+4CvEx/YhOYh",
-	"I/dbiQ08qVqDZhXIR6GvgOtUxGGpj6zoUM7eQY6oGZV3+JaMlTZzzzMB2fuvEGdAQonfjSIDtcKxxMhB",
-	"kT2nwEKJ3TG3ttmKuXjGvVaoKzlVXy0at3m3FXPxrQbiYGwEFYIaFhwuVutQMxjcN8478Xp+IWSICB1R",
-	"ay84QIVHS5Yq2/7Z3ugrbCN60u9mHyFPNEYaJAgitfi/0ytSkqeMA4kVk0Sgh+HwgUJ2pyG9OhDnAvMm",
-	"z2E/IlYWDQv0LHWXXeHF5oDnA+V+CvvWNggiUDiWHGzZ7ANV7vbA4UqP+y+x4e2u+SZ3PC2E3fLU/x5T",
-	"vGQ2ZoVSwJEAQjiRSupZVMn7Ss0ujm+uTt6iCNjigVUC+y+5xe3cbWYUuHJX7UwDiXivJr4L4LSeFWNl",
-	"X2N7vbqbli9StO7uZtQ3kCNsx0aVC/Nt163bOX3W2kD7kJ3qAw+/uNx8+eLrb9b8vwLjn0rywKHGdo3m",
-	"nORsnKWKys+w6xVPWPtazBdpxpM9zZy+6DQX6acor4NP9s8G1JoVid1GrPn20dVMwWojpwoc6EJ7VFxY",
-	"ibjzjEW1OdH6V+19lc3hhzCeXuhi71RWuziqUYjdR9RgqizeAry2yPQ3qVi3X2mntrR1LX1BdaVvoJ3W",
-	"M2vi6kN+o0rtpsIGnKxgbn8lzfwEWgwYpqcagG5PJDGANVItbKUC9VQUMmP3PCmE7rJrI/a2rwNkUPFm",
-	"wJ9vkykPIhNfXQ0fjPj4biKT5BvxGNe3UtCm+YFG/cx7yT7mN6IJtG+3GesEOrWCQ/vWtxIaLe5gtSiE",
-	"cl/hK0nF/gonbmQc6w+sbWtlsbi0EzFdjLDjJdZ2pfciS/iCLdJEjpfQ71bOBREKEx2QPcIxCeFYLtVv",
-	"sPUgVPT72ncXZsj/TNbKVZ6S5289+CMHhLDAEgrpmR2m0pyNeTGd5axYfH2JIe6Q35fMXOOgn1lVrzzl",
-	"K4XBmmvo+nAYEWwDcNg4GS6siGrMaSz5zTfFu6JMFHAZpQ+sbV8RaA6AygjBQttU99ffWYX6HWrjGxz0",
-	"P5c+dvEMaEFRtiIEH7IUKLOnnlVMSNduDrhe24t+1/FWeovt4VY7J18k2mpvtkOw9dsgJt4SaaXZfNZA",
-	"Kz3jN4qz2jf8rxZmLSkxyzjrJM0Qg7fCv42X3QmiGVxwrYX2OpT5vHD4A7sfOs/Hkm4fcfCJ/moQhvXF",
-	"+WtHYWmUR9TBgyCICHixWTfLUCTzHeetPhxb+8q9r7GFrsuODk+dyPfKu9U3yO8eqsuoaM9wXcSmiUWT",
-	"aSc8peUw3HzU/+qu+l2f9fY1rkmBNTj06covdOrbuyE+Hf7M2T02ILQNGiNrE3QaGAXl8n07dkF1Lqm9",
-	"Igbp5HxeAArV8dCKvxc8sY5QdUL2NGtr4Nn17hjZ5i5QQLYQ446rDH3R69liDu5ucsS4DbIPFHFPEl6b",
-	"lzU+bg18utwXvUMzTHfauRbTlvdnnM4tBNUVkfh3C/d40TMrhs/W46V8xG+UAlndaHWqvhQBHRCAL85N",
-	"3mRYxwCK8UfwFfvOXIqp1Ni3y9MKvGSadcLYPs6m6Z5mq68UsTepiosxkp2Ca2Fkmu7Waa47HmFhuRse",
-	"fLJ/NrCxKrvhKxlZEPk06xwAD7QtkfEkkdNZHnnIGMBBWc/NS3Vl6YM+qtxP5qDvXvVePWLK642z+rn6",
-	"+ns3sFefWGuzfh6Wy/JNHnrbr7STuTvdUmgzHdDUNDPW7Mnb+gYsKrO8dvDdJzd0FdkyLCXVriv/LTO+",
-	"zBx8or82dghbEZ5vQdF8IQ1j/MF/XtUSdijvvVXc0AQMy9JfHL7606s/v/zu1Z+2UQzWi+SEy2xfz3gm",
-	"NgnZj1xmV3DRM4pX+ZAauXoQ5nwP9emk19nTrHwfupy1D6mYU4u8crZ7r/4ssmM8rCLgYP0q8xnUEy4y",
-	"mWYyX7IRV3HEFgkfCyCTB/gj0bPbNTNOJhgvA4VYb4v8XoiMXrXvtUBPJ/b9X7AceljyUVrkLH+QY+Te",
-	"h7bHumwJYK8/pETyKM1n2KOF+FqRvqfLLiA6OFCFxswf/c7mPmRGCDrBY+AbO7ZXpEWuZSzYYbd7CC1J",
-	"9EC9evHCEZDiZUFKoKtVGfzyXtiK+H0936uh3Bv5/druzZXI/Wa3of21w47i8VyqTQ5KxnOxD9SqW3oR",
-	"guECl/2uw1vuPRr0ujOeDk7Nl4lsVVbVu/sOCS6znhqOq+fRn40E5eCT+cct/KOB8+qm/DdJEZTz7Bgx",
-	"R8X4TgCHFpWR8RwUtvFIjcplFyfnb0/P39EhJqESGNhlplzusBzbfdUNU/MMIl9bgemm6EvYj/7dvprg",
-	"hk27UkyfnC5whsVqqHJlDZ+hcs/e/7dqqrVJfC4FmFDxkb+x/LBPnt4JBYj+iUwc0EdgIAgciy/dW3HT",
-	"cJ+UfX5yx8Q0AwYyPl7RS2WmtxMZn8tMGc0llhbvWU1llBTOKFiPM6HQhI13V0r1ml6L3FidG0n6aONd",
-	"2Uufs0v2yqPqAEb0/WZfxV7F2mK+yJc1bkomzLCf75St8VJoM+kVS8G9GRu6gUFjhFn6wJIUUtxioMof",
-	"uEpl7QgaXMMzmWHrRmxjxoZ5nhDTk2N9GKdzceR6Qsrcdq0C5i2eJCWjSNm0f08PFHGUUKMfM46PC5kt",
-	"sZ3XR0F8qBKI0LDvRLkcRjyWA5WnOGw4koWKnYejyK0Z8bisrpeaeb4MTAKMOWKiO/Vnqwv0V7dAdKF1",
-	"nbcTkulnyDyFxPnrafMdd9O34QGVe7vpHq36PagyNwP18JLnRHSYJ2yK/eIou8FILp4Jcx4Lh2ehRnuh",
-	"Jtpmp2oxzkSV8p2mYcN8bQGumd8/L2zNPOG3Aq3B29UbDUdsCBPoetLgDEdI6Izo5VSNxW9kXHBlpAEF",
-	"Ba0xHJ8ZLfU3xaQ99I/dTSwq2+jgk4w3en2X4j6984Rlm8eH1z/Z48PbWPvpCNKLjg/7EE8SlT6s8KI3",
-	"2hPVYz7gaMh4o4MxSbM5z1v9VlHAlWuN12mCH9Lsbhui+Fe65pmTDvVoXwiP4SBWddVxkrCM0vPmvLdX",
-	"VXMHZvRb7KqgErKJfxzes5GQ+Q/5jVQRvWHQ37Kz+9vBLpTrkcakMgs4hjJdTuvddLkf7EtWZH+rdnkr",
-	"snU52B5UylYn7gn168YeNhZnO864VCLulBMSuwfpo7IVL9IFEtUl9KQVwJ1aYSbcOm+zNDH7w83chjnd",
-	"1TXBqTx921pVRbAcjsW9luT23ck1M78q6d5l/Bmgz3Oull5PYqxe6leECGl0qOuyu1Qin+vfCp2zqbyH",
-	"LsBTkc9EhoyKdJiZSUHmWyJ0vzLeDbT2jiGFWTZWRk/ZNU3HN3TNv7GdXTphMtZIgL2AYx/uo8aicwQs",
-	"GTEr1J1KHxRQ5tY9gCvsUW+fgd6WEl0GDWNx0Ek6vR0tc0HNWuFPc0eUE+KzpqrUmUgCLHGUixbZsV2g",
-	"Bg3i7AzvmTet41CWsd54okFr+8rRJlX+3avW5qwoNGk7xZ++eP0dXEz/LK/mWcaXz92krZSVTcecE8ZJ",
-	"Wqj4a3dt+xXKkr2NoqDBEPrIK5sl1p70yTwqm8zz+HegWA54nC4ewVLr3b4OW3vM7oqRyJQwu8tNZSJ1",
-	"jhx+i6SYSrWn2UUa64g9zOR4ZnYf7EK/IShSfAFNalRp6s9tK/+ouihQtp5qSCvEKfLFwdYnLQD99c0a",
-	"U6t31j6+ujp9d37yNmI/3JyevT09fxdZ1lYkdjVqgI2WK/oFn+RUmsU0QqNp1/VRxsZdzpcUHCGuCc7u",
-	"zNG0/32HziRdvRO20oZ21BBH6lM2xLwK8Ym6Vvprj8Ju6eOEG2MwFjyOKAWzQuxCfhOodbdCEPTBJu7A",
-	"oohhITGHtu+sVpI6EZtI5O3DgJZZ1sCJAXyCsWbz9F6YcUGPNKmmth89OHJrPbGMlHq69jkM0DN5L+wj",
-	"fqOIPz3+9O0m3WgmzzYQtRKPRApQBv9QlaOnJlCPPTVY9pgtVAw4YCUeSqFD6AWGKKsGhbcbgCpfTHIL",
-	"6fiSOnKjojMb/Xn0nAppt/KwN8NhsczEOE+Bj7SNtPdACR/LDFnvy4HitzLGzztWM5btkfWMZ0CPye7T",
-	"pJgL+EBEjp6zqiSNuHiKktTsBLe0ERlr+Lj12qQN+2h5LUm+OuDtZ8JsZtza/ouSlILG1BH01EJr0+hm",
-	"cx/P5ASKxnptYfRqvDbUpurD39r/rT1qJvOpmuJXT7LKpcVnGTkzD4tAADzTak8z/SDEwvbEXd0sz60e",
-	"ZoJn+UjwL2UCVeXuJ3f35xE6d/9LsUizGk6N3rM8LlmGoyQVnqMnuPrOolqITKaxHIP8KKGhmVSa5c8t",
-	"GfgU/SxHBlihxpPDliD4KNZ+MKf4xfurgEtPw8EztmM8YOjjs/EncAX9AAGR23xypD8BF3Ol8RnsYCQH",
-	"jq3jPuL5eLan0YFH3Q0f2X74F6nOp5k5FzKutNcc13w5F1rzqXDJTMdAvBaPsClJEXfZscJp85vijMqB",
-	"tb0XpGgBkmz6Rvue7rNXvVdHwAtuzGvpbmWOMZan5vvvO2wqnPGCzeOlgn9mQhcJgpqcd2FMcu+w67Ir",
-	"4Wxhpo1TgFOD1BlSsxnP5onQul+uv+v5RVkF+yZGRigaITH6sbaa5RxFqyTZ1EaAJwXUdrpPAVHFjpnT",
-	"gGzOlyyTsWAccttt900n8hppQj8jJyZH0F//FToNc8HRV7DukdT+MhhHBEYzL3QO7ThsZLNdit2D8OjS",
-	"OiF+fjNXz3yY40N+AK7Irw36KR99CXK2Sc0eUagB5BFCb7mYYwgC9uTX7nZPQo7BOe+IJ11qYdkr0Uaw",
-	"9DwRowiKpzWeXdcXSh+Ij1LnUk2/opOQFaqBZwCjw28oM09f0NVQlFH5KCvo350apwDDAJu8AiRca2rc",
-	"U10iFSF3Vm19X5lRDKLQos7eh+/RbkS9ZhYGpJpeP2L4zhGyfmTQR22D+X9CK3tZqOfSGP4jfiu4YKEu",
-	"xWST7R+c2C9q9ntPoFXbYu+v7IAvutHNMMW4yGS+hF08Ejwzv/3rB7NPET6F+7vIkla/NcvzRf/g4PDF",
-	"n7q9bq972P9z78892NM0pE8O3moE6XPk/m2Hut4A8ngEis9oRGzXCxvyTiaJ9j3gyNb7Y88rowrVWBpz",
-	"iJpcYQiu63UphRsHnnhDTU5cvOAIDBTziYrNtsO8cLXZaehGVGRH6eRKgTf2YrDoee92ZYXa+v0um1Oh",
-	"e3cs2cPW73hRJfbRrhWEK4MGMdcVJvaVeSTGlcBwvTKBDVhQfy4d/HP9bj+lD17NEwRsfEtJMz43NpcF",
-	"hXp39epMwrcFYy2APPTuUUK2Pn/4/P8FAAD//w==",
+	"7P39chs5sicM3wqC74kQOVOiKLftmaZiYldtq93aVss6+pjefYdeEWSBJEZFFKeAksxxOOL5ay9gL+K5",
+	"sHMlTyAzgaoiUWRRstzuOWf3xLRMFqtQQCKRH7/85afWOJ0vUiWU0a3+p9aCZ3wujMjgX8djI1N1zufC",
+	"/kuqVr+14GbWiloKPmtxuKAVtTLxj1xmIm71TZaLqKXHMzHn9lf/lolJq9/6/x0UDzrAb/UB3Pnz56h1",
+	"bIyYL8zp25rnyHjjMyZpNufGXqfM65etqDWXSs7zeat/GLXMciHwKzEVGTzuDR/PxJtMcCPiH8QkzeD9",
+	"YqHHmVzAG/Vb71WyZGYmmFAmk0Kzh0waIxQbwQ+YmUnNjJwL1r788Q377rvvvu90WxGO/h+5yJbF8Mf4",
+	"qFv8aSs49JgbsW/v1/JD1iaTalqM+DJXDcYJA8tyxR6y1Ii6IWW5au28TDCKKyMWTYehjVjgOFhbKsbV",
+	"0o4sYrlKhNZsmOVqyOx1wjCTprUTaO/zyOH+VWQahrh1xOkEBz22P2P3+DvWtpfY5+9pNoSvuvTVsHa4",
+	"dEFlxAtujMjsxf/7b8f7/3++/8/e/vfd2/0Pnw6j1999/rfwsueZTrP1sV/PBFPio7kdwwU4dMEWmbiX",
+	"aa7Zgk9rVx5/UhnbnH88E2pqZq3+i14vNJC36ZxLVbM7Y/zyyVrgjGtzci+UOX37k+CxqHlxGbv3Tbg2",
+	"TNhfwD/HibR/ZmIs5L2IjxguXSb4nGVC53OhGZ8YkTFp/OzM8En+Zewg9mEU+6dv62cpNEml8f87zPna",
+	"8Cs3Z5M0ozHb7cING3OlUgO7AYel8R3wH+xBKs0eZlYHpWbGeCbspXXrbCfnFibnFtRnE3XZC6rLMzmX",
+	"xq/96mPgy/LtYzHheWJa/Ve9yE4a3vqVFawtevkiS/8uxqZGzBb07ZPl7DLfdKahZnziI67GMxHnidjw",
+	"HE2XPP1hv6bZnciefHjmOVy5Ltf2/pMkfdjwMg90yVNf5rP9vV6kSguwQC6ydJSIuf1znCojFAgHXywS",
+	"OeZ2Ux0s8Io//l2jkm/2OHdfeGJ1jx4rZg/071+++hOjm3dhGui3YBiN0sycSQ2jWWTpQmRG4oi5/Qr+",
+	"kkbM9baBwJ0uxTjN4tZnP/k8y/jS/ruk5Ne1yfFIW32XqkIZOsW/vojFsvzNjfGDvy4dwc6yllhpPOvv",
+	"huZe/9Pq/aMWRwvudpzmuEbVob4VibwX2ZJlaa5izeAyETOdsgnPSiP26qC4pYzX73clDKhPrhhdxu5k",
+	"ktgbrWm39TuPea5F8DVif86tfXUnVWAgQ5yTYR/WACbWnk52XPAF4yq2R1S2NDOppixXMZw/R2xIA6ef",
+	"2uHbX6ZKuFeybyOUVZd/Kyxt+q60eMUQ09yM03nAmB3GOP8iHkYszdhQCRHrWzslmT0h7BvgyfIL/0jG",
+	"uGYPXLNMWJMnDshU5BVyaLYywXWNqFhJFNraw9yEV/ZhJhPBpLGm4UjYafPjr6zwBps5Aj0eeny+iHnx",
+	"8Ib2d3n3gCBEpeOosH/g6PBLhWK2ujcqI9iwBWGSYNfFsbR35MlFaTdOeKJFtLJBi1lf3X5wJGtmUjZo",
+	"3WiRMb8KKLSDlp3Zkolz2AtbguHhXhluch3QGKtqYcNmrA4ZRiXiCHysNDdoiNOmElaHXJ/+cvL29v3N",
+	"dQdkOqAOrEFs/yFie8EDHJO3SapNUJy/8u75AjukUDmP3yirR0NlwYLi6Q+BwMHX6LgjYbEqfrHI0nue",
+	"bP2Zuw7kZTwTt3ciYF4fo+8WO3/NXhS1UjW2ykQzqRa50WA3Z0Knyb2dpb7KkySwPPgY7eV685OSNL3L",
+	"F3320+k1a0vDrm7evDk5eXvylj1Ia6or8DKXe5qlucFRqJhlXDGVMsP1XSdiv5xeXcGPs1zpjhW0i/cX",
+	"N2fH1ydv8WOuIqbz8ViI2G5bFZNr7ZzYZafLyCaAzUDutzQzu3/Qdy0dKT+dXreiln1qK2r5RwUPllgs",
+	"7Ja7xXX3hs3adavmi1DxTpo2ak2FEhk3QY/9uvDEx3mWga+Xqz7jLBMmWzqvEN4a3j8T2vDMMPhfDV9a",
+	"gyoCabCzbpdBPITND3ferw1RkRm8/kVqXIhnbey/WvXAQZnF7IFLw9pxji8a4fA7oNWan28kSPUnRMi8",
+	"WRHiQkxpXummEbMvyf7j//xfds+TXESM69KkebGbs7bJuEys5lHiIZFK2F23MJ2jsvixTIDBrtkg7/W+",
+	"E+yQzbiOQEqthoSnRYyz/3H1/pyB9NjF9A/cw1HYHQwf7EsVi48szWKReZEHBaxSVbZ/C6214JlQYVNl",
+	"YQ+gsKqFVfMyBRb2SIzt1Fwc31ydvG2+WosZx1Nuo1cCF1XOhtXxLIvhwOaCg41Lu2SiO+2yTNg3rjly",
+	"YB/suCHto26tgJJMVQf0U/rA5lwtQbBxhz3M0oRGOOEyETFrp+rW/plngulcW1XSQaM3yxWD6ae4hrQe",
+	"jNZ0p3GqJnKaZyJmNIDwTrUiUed4FAMEyTXrKqTQOFYoWbsXUp7w6862xzfZjKUfrmu39THtuT03Wlo1",
+	"ZgSt86dBy2/eQav//fff96JB6/Lm/Pz0/N3Amm+fcQtyI3AP2q1h7QQO2yW4SeBJoUipAMfSKVg0wvzI",
+	"4O5mJmTmjC8d4fqtz/BEZtpEuOlLH0v7f35L9+2/OUaK7X3gRziCNjdsnmrDXvQ6R2ySpXP27uSadbvd",
+	"AxyVPviEf3zG38KvrCKhSKk9NSFkxbi+sysN4bMmnvo113ehMw4m4Xajo05LW4rU2suLOYVpbNe9yH/D",
+	"n/7F6tSSqhvCz4ZoY/oIQHDfWwUh1fR2EhrcrzNuGCeFxtpphseRVNMO7QGrXuxU9Vn5yNI56GyyzJj7",
+	"3fboA5yfkXejQOdVNnF1SzmxDNqiJftxLYrjh0YbPhZjqWWq/DTmysgEPo5RYa76Ls215GgZXvWEj0SC",
+	"qg5tejbl98Kac5oNR8thJ2K5Gs/E+E7E1eWVdOnKiVYyUNP5vO5Ic69qv/QRBJgOgcFAPCSCtp5J74QK",
+	"Bl2qwXe4Dv5yTwOXh+dmZn2isXVxUTe0hzyeSzUExWp/MEpTo03GF3iTFcHO1Z1KH1QXBsrj9ypZulhi",
+	"zWCdRbY6XG7wAXsa7Rk3saUl3/KEFdH182qd+o0S+Tj/fRR0alCI7OQ9zFIavLZbcGzVZWxts6m8Fxhr",
+	"UqlhXqAqqyN15SegySuL5eYKPW16EavmSSLg/sWMd1YiBqHUUUVMHxVdoHDXmrtZEzbItcgippfaiHnE",
+	"FiKbc6vGWZszvRBjn2dhStyLzJ4xnYiRfsQXNzybWg+ba5hLKyBLe00RPYiKuEIRnrBnC4YsanZrLEJr",
+	"qw0fJYKJLEszZi+i8/0X/vEKXuJHNJz0yUfy+9KMnap7nsj4IsmnUl0txDj8SMo676LHYBxBlSI+SnPr",
+	"3mLdlplIJfVsx6ehkmkQsL2TSbJjaEHl85HIwoN9nB3MjWhiI1zBhfbURYmRIS9yRa9A4oVG7B5VWcAP",
+	"9Vvj9G1NIoJssYrH3mCuq/ZNODykNw3oLJ0GIoHaxCILi5Y2cZqHDzKT5QqUU0C9ZzlpdHRa2UgsU6ug",
+	"ZoKJj2KcmzTb02yU5iqG3Rxn6WJR2Z6jNE0EV2tvSQOK3KDL49jw4pdiQSGwHVS+12PunLYazD4adr81",
+	"SpwOs4cOahg7IFQ7LS9mVjGBCUOaqeXNvuApP7YvngeAHL9CvIppA5PlLPo9zSZS8cR68mlm0HtbgP7Z",
+	"0wy2HpwOP9qL5D8FHTBLDFpJRb56U1v7DY4OoCaf4ZA5xZ/9ed3+3lWzBpXnOjrjQ4HS+PCpVwPRKCnM",
+	"0uH2shc8Cbdo0KfHc2DpvFeIa0SBEzzY9B2GbiK3ZapRni4754CRyAQT6l5mqbJH9/49zyTMpb1cH6H3",
+	"5uJCKmYcM1cQDzLpVJiZPYOdp3bIfpE/REyl7PzmrMtOpyrNnGWY2kvRSdXhsI1QsfVcagMi9i4/3Jye",
+	"vT09f9dnDxQfsXuC/BaTspEVVT62D52JDBJLWa60tQkuUmsxMZXGdn7uhMZZ+zkfiUwJIzRzaXqrS+ZC",
+	"az4VnYiBtcqnXCqcDQCCSWt5cTUVBNuwE76nWfUdyOsAE4tSFXYwWyZmu3QtKudM9bDb8eAqVHV1sn+w",
+	"qlTEbLSsKNmaUJPT6Y+/R0X5b1XZdvBblfMlgQvWz6dFlloDa33EP1qtjQdNecRsnmsDarK8lg0OF/eg",
+	"DWO1Wmm37Hs21btF5q1ZzmsC3ONUGS4VWk8b1bS7EAa8OX0u1P1Oqm1tbmbGLLYN6Kfr6ws3lsbGJaaF",
+	"nqB3S3kJSjG59BJGqKwaWmRpnI9FpveKGPv58S8nhfbtoybhWSbvrRLWlNfxeph5PQw/5GTrTGQi2L+9",
+	"Ob64uj4+vz09v7i5vrp9e3p5YK9qGB239vXtNONjcTsPBAB/kUkitRinKtZsJMyDEIpdnb67Prn8BcZx",
+	"dfru59OzM5YqdIIa4jDuvJrdtrCFQnbLm6TT29HShILSP9iPfbDSGzCJvBfu4KPwssnSxJ4NSrBZmsTk",
+	"+goVu/QDhPyTdMrGs1zdRc6GdLeRapzksfW0e8UMdyBbomfSXtknxOGKVQrml3U57XPQIGE31z/u/xmm",
+	"Ew5KwKe+O7lmB/eHB2jk6YNPMv584IxwxpV+EJlm0vQhxehUEzi5cJyxER/fYSwVHueOHDr6pGE8Tq25",
+	"2IEBY5KHXg5k18CJmaoInGE88dwXmFcLrvUmRGHUUsLYF9qY4aNr+mxo5xQT77xIblbnM3h8bPIAS8bW",
+	"+ghcitZnWmIxTnhmjQM87NGQklbK8IO02IDvb679DoRs19haTZj3Cu/G5kobDe5wEqvh8eUEAE4vu6Tt",
+	"NLMWUJKqqcg6VlBCZ9g2sA+m98JzbZVhno23b/JLf+EG+M7u5gwEkyG9EB4fuVLbNV9l/vgSk8+ljJLD",
+	"TtANIybs1IMRip+sRXhn3Aq6tJusy47JocLtO0KgHOzHB4UWbduegR3a2ZDCQCUl59IcBXSaUJPUzqe9",
+	"Fp/CHviyoXK25vNtxWcJ7NWZSJLCDxy0fMSMLYUZtJj9PUMQRZ98R/bj8emZA0aA9+vib+H02qPDKNsB",
+	"WiXJKAmx32eFlYTmSxGZaWjD7RCY2RjZKlmFTwrQ/MDHdxOZPDI4LVTcPFyW3oss4VsNtvd42UWayPHS",
+	"h+YeCczD3wLqpOb1jXXmGoZp1nOgdrEA3MlG9k6RtXVywwqcat/tMu5kvf1g9/LF+ys8xt3q4DlO18B2",
+	"BrxPkk7JBAFzQ9f9EK7Dn+G5PErNLJTAKgNodyqSAvuquYSepdM3dsTVYM2LV6/Xz7DMz34DkaelqgOp",
+	"yQbrfCk0FCN82m1y1ifER3oa4cqjL+RQHjGT5QJMHm0gPmAXpoGbWXq/zfoKqqTeikSEYX2x/Sb0Gh5Z",
+	"4QvkrKVIlzc6Y9aSa/ik2kGeKINFNSsR1MfkOT4uZCZ0PehH4lI4WCVnM2lYe84/3vKpKBKWf8E8UnMc",
+	"EOEWvwiaa22WMqFFdu/RcxtddygoLF1fmFzrx3yWk1GySBd5ArlCabp1aKF6s77hTe6Lkr0tSGzAdxbV",
+	"dm4St6ZOCnEKH9Ek0o31X0k8txdxbH4n9+jaYV9WF3ll4BW5bnhUP6i6UjsUKNgAY8J95IoAKtuBHnjj",
+	"ymarfSsX8trhSP4FzGCO7hj6aVKPreHBR4nog2l8J5bWyJ5RCJwMbL0Q44hQGRSocdhgCqqQTEVgpUpF",
+	"1ZVgT8I1aFFamx19d4DfsjmMyLuNFIpn3DDAIDuglMMOk7iuH9ykZsI613pqHlAMgC6rmyLGPTqH6Xw8",
+	"s87BoPXi5WzQKmmrSZo5fbW+d0UmeSL/aWevUscXnP03qSqBcH24RfO5gFnHY03Am6OXBDFtTeDXX49P",
+	"r0/P393++P7y9s3xm59OOnDGUfhhnM5F2A29ryvnveBYeQO1NGLZp1C8VeQmxWM11xBxSWKRuUNruxC7",
+	"BwYldyaT+DJXl1YzhFBzY3sBqE8wG12VHEGUJw4DGTDdxvUQ6Mpduk8AUZcBeIaNhJUszUzarQmTkgcd",
+	"wLbZ14ToZyw+ApjPUO13gaaUaprQlTU4ylpc9W7YWRMqvPXGCgwgE8oF+HDIBAhwtf0SAmQAZ4sKGHlw",
+	"2GFsm/cwnXNZWhEcoXuroFiVsp+7uWiPgnqEUGvaMIfYLebE1x40y0g5W8AD0KBABKAikCMO5KXXHDoo",
+	"+687N5wGGi93PDmOKTVp9SwoL6fBUoXKa5YmsRXaJLXuHeH2QSZyRZFiWS1Ty5VDwFBOVDk4ENwUk36U",
+	"CBgLgDjzTLBpqhBHVV3HmuqWNydnDKeKiY+LTGjAddkTjwFxhwOB4z+6pdzBEeNsnCptuDKl4yEWiyRd",
+	"Dlr2Ddy7AygfazVRM1VW+vvXgZV287hh37kZ5pvm99Cq6sOe/X81OkKbjBsxXVbOp9Y/cpFbGV8p24KP",
+	"h30Mf+M0AUwW4L+YHf73m5Obk7cRQYwlAZTtEeROfrIiIvs/4HTb2Td5pnSXDcdcjUVyK9XtIkundkGo",
+	"mlOJB3goVZ7A8Q9nYBILbXw4nk4G/wwnMlQ0Afni4biQ82EEIUMCZxQDUOJBaFP3qlAtd/zD+8vrwhiJ",
+	"grcvlwe5SV1/x+JDfO72jYyGuheTLbv5ZxHw8mZwbusa/DLuSZSoyM0yrGVzzEkxgKskNSFDvs55qykN",
+	"znIFS2LNzT3NShONqz0TCSTC7ZwcIZ4br4fjufge8M/lpcEwpv04iO2Z88A57XUdabE7sYSYk/2cAOhk",
+	"SttvurUh4eAaXHuU/mGv58K5gPtJpBK7gn+2L4RDNtXrG3tFg/OaQOhePluRF7TidUNIqqDgnol4iq7U",
+	"mjrfwZesboRtAV+495ZxwTRuwBOsnjNODPY0w9lwVUaAgqk1O3ez0wCSE3q6fxBc4YWofWhPKZCyGvGs",
+	"TRlJNa4vyaM3NGl6h3YrqhBrtOJIADxIAYXmgZ7HwG7SxSIo1cd+kFbXAcoeD4o+JJHIHsGhbzQ1wj4V",
+	"KJKdxQC+Bfu2wT6zS1MjpPZIl2rXZERtHC0Qfjr594idn0Ts5H+eXl1fRez8/fWt+/vddcTenUTs7Dpi",
+	"ZyesrfK5yOQYVOPpeTg8xZM87Kgg2G4XIE7wnEwXdXNVQtvsZvFeU24Qfl8k7OScT0XEeDa9x7wDfLCn",
+	"MbiwSKXLVYr5wiw7SGZRWJUBv3VnINKTcUEw5Aa5QbgsOK+wtcGNb5YWW90nzr9XTCpQVUN74g8ZlntZ",
+	"/3EqtRGZiNnQOe9DZsR8kWBB30c+NskSLHDCUa7PbLjG5f0CR0lcVyKzlh85mwJteli/taK/cvmrdRa2",
+	"qm171V9Rvq2uIhHc9BNHG+Tylp4jqOHvLsUkXBPiF0yfGuQG2jGR5wMyxZ1cSq9mHXlo5dYXScZivkiN",
+	"PXPDDAX+gXuanRYX7/9s7UHEtUgNicY+LZwbbCkCeYDRx/K5NFDgMkjD2qMl8OzhFx0Mc0Lm0qGFKAzJ",
+	"DVZYDukWQwbz1WXHzL5cBj8aqEwsBIfqGK6Y4Fki6SvkV/B35cRhBo+KZdwdqCblQf8l1gGxfiT5S9AD",
+	"r24Who/TEcatuYtPjFD7tEH2MaRt/z3hMtGMJy5KsarWi8EXWV8s7ZpL5f695cyr9whh5I5J7XHK+aSq",
+	"WofjLFVDOMaGSN/Ck+H6Nh5bXZAvbh+kinFhV05TKHafS60BUy4TwVRaIMWB1wPY+Sis6HK9S/h0meZq",
+	"isacgv1+xCiUAcNcCiTEKm2dV8HCuixkvP8o78X+RFrP0V7A2oPWHw5esT/g/x+0OqjN3I/SjLX/+yzN",
+	"s2QZsf8ecwn/fRDiDv6Yp8rM4C87qmTZrOTPzWzIpvQ5CqtoDUsEt06jtuP8vqcHrc4RUQnYmeKJnCoo",
+	"TAQ9cKPkRyYW6XjWZH7+Lo0J5bVOPF6fgjP5Ah8gNZvn4xlpv/agdQgDioq8RiwSbmXJxccQMdRkMGE1",
+	"dwwFFzQVEJF8+ZqNZzzjY+t4RkynTqlijHIPSzDYBJ3bctUKlaq0/7ZfFK28fPnZfd75b//2JWE6j9Ku",
+	"SLQRSi0FfBI5F/9MlQhWdp8enx+zf4KCSjO3qduD1klut/HBDyJLpAJZchvr5vrNOr9VqFL+kco8kAPw",
+	"t6rXbdfpnVCPBGM9ItHrhHB1A8+l8rNST/NWE/Zx35ZqwgEbKfh45hOPaYYeREQ7h37UZZfIbIpcRuBs",
+	"wy3sEZ8s4TiC0vGCvoseATaMfzQkQV++eNFpHGNCusmVYysAVkqTrT78pb2mRgbg9xvWP5PTqcgeKQFA",
+	"7UpW5o5LOpFJUDceM9qCkGpYzTEM4ZFD1v4E4UsZR2zBl0nK488dyjzAFV36tMvnaa6MJ/3p9ZxAODlA",
+	"7t4ia9ss3dBUmb7qlZRpE3X55xV1uVH91hGHFaqxzqfd/oZBCM6eLrI8UCmyaZEKmhgIvg5afTZoVVdH",
+	"xoPW52A5yBfUgoWUbtGIwIrsaEIDwJZwttIRIhncSd7iUinQbSIIBKUdDR+YQTbnEGlzBEXEoIrSCHEQ",
+	"mFn7SOQWhGgazD2LU0BcTiQWkZR9wToKyjpA1dqwa6rg4JrtEQ53YXB2P0ptnbinexeN1CthIp7HL/iR",
+	"y+xqxpFlbYc3eBByOjMbT7E9zbS9c8QOu107YNZ2FsRhk/Q/PSI4amuTnzgpro4M7PWQRgM+tAW3nr0i",
+	"I9jxyIzSeEmb3HqtXW3EQv/t8EMXg3tBUaL61e2ihAMqfhB8oTSzpvSODtmPXFUxW8CdcQ+Y6URqw4D7",
+	"xRdIkInelkobwaEsa+iA+sNOHxwmuNeCohJRUeqM0A4X/tjTR1CeVoXPRHCHAqbjbtNlq57jJEvnznO0",
+	"AjzsshNfDDQVBiPwGGjZULo35Hq4vXQPC4e4xpOT9D2O0hHxkd5xhwLcGJOHgA+Ay5jUEQSDsJwYwtP2",
+	"G7tj+diAeHVZCRHkySkzUeLi0yv8XKz9tw+4ZiqlSX+YyfGsBv928rZz5NOMjgiOKKC1U8Ewp7RCXjgQ",
+	"fkdtF4Y4CzDDM64LCBwl0NMHRdALz/tIJJCr3JCZQDSCawABz8aTPpbIoENQly47dlXcbpUuTy7OTt8c",
+	"X1mj8zAQANdVaMLp9ckvrdCBHpSOimBAcT7yRQdkpBTX8xWjYQk3DqG1JjRBJWEFPeh1ueBfRVYgM4QI",
+	"6Sp5oy//70VWj2JqJGIDAPV08ccATSSxREMLOXeK0JNfM6RRdaAFxef2mTX4YX9EBZBNVsVIo0UyicJD",
+	"LLsQgXSFlWM7d0kiQvENuiMGE2DnTcoVYphoP766On13fvI28swFVlKJu68AaGD6ALjrnH4q44w8XMYO",
+	"3iPS+1DMB7AP4kOBLCpka9h5agoQqu9psoL/CBxxa7rf11nvnoWaGbMoElB0mtl9hlViVtXA5tMa6s50",
+	"cQLb6Xzx8WPHbU4dFS/jmgbAsViwBL5+yX6WP3ScRiaRHdqLhkUFRqXGE7jZeWk0UAeHQ1nRb4RhZW0w",
+	"CEGPYYoMmWWhVharf3/OR+KvIuF72nNNjfj4Lp1M7LNeffyIqspkXGmoCULWEvBrQX+BdiDVeVRS6TRM",
+	"3CyOrNLz8K2Qi6VxOGdKvUaeloabCzNLq8Gd1ruT62BqvLy+oWxhLRtR1MqzGrK/kU6T3JB8pRn8V7Ob",
+	"y7NaRsTi+Sv82jCnVvIOez27xV59/32E9JncySYQynRQac0FJ2semcNkiTiMLYUhK+1vr3rfRezli1cf",
+	"iqJRey1JUQS+6hSjnSqlY2uUx1N7B0zqc4WrjjkXl4139aahAH1pJgtL/PXLLaa3neSQyfeT4JkZCW4u",
+	"xSJZhjieQul3z4i+XqD6wJUp4Gzl8T+VqAqGsu0dqBCtvjxzXX3x8stQSAoAGFGZB7UgbvEvtJoobPiS",
+	"u8JIQhWx9dwoq7srzrhUQQjKdblSTVo3KTegx+L0QfUJqqNSAD5CrTKCytvayPFdBU9WLlhbG9AKz8Pu",
+	"x0tBKVEcMhdpjHa+te5pAfsIdaAqZCzz3QyBwPOVFHw21ZE14YAIFYvWI2ARutUiEWNDTLMmTQj2rSMy",
+	"5aCgZixu+RgMYADJQVRpYWewvcITUX5yl70vmeemjOiwpoXI5lJhboXcNtY+iMX9Qemb/SSddjzRNk47",
+	"4J5LdFAmJYusnJawx+iXQHuUaGe+AYgIhhJh5msI3UsL+uTSvIIEYQeZdpwIfm3+kXNlpHG+/yeyoHSf",
+	"fRov8j4btF71evNBK2JzMU+zpf3k8J0ctD5/Xl9AMBSfXHSIA3jKXUL3Xdko4dsU+6siUruE0ScTorVw",
+	"6Nrz9KpozXWRiYnIKh+dpydY2xQE39YD0+xIUYzck07+kfOkRdE5XcPG697wlmgoGh4cdSi1z1uPgcbA",
+	"qTN5L9zh/rigYjOOys2F6o+PMG7kSvAl7bu9UcwND+BZUL9y30WU8BfE+eMM9/Obs7Us5cs/v/rT6yC+",
+	"NBN8XpamVdbKBuU1cIsIB71pEnbdVGP/oy9LH7DyAvSY0MjPa3JEb8+v9oFPeT+Rd4IaT4Aj/fq7UrbI",
+	"Hn6UC9r/EGEYEjFQMUM6PxeRSISh5EIspxiQKK3f6+9Wc3HbklCvD7fl7KvJ+Do+d4dGiRHrEKfQY0Em",
+	"ogopc5eBTWdkkvjalPa1mC/SDBigCSbAFvaZUuhOnw31nVwMmTQRuxNigfCh4SifTER2myoxRKRJkhSf",
+	"8iQZdrAak2fGt+KkshdXDOkLY9quugWcniFmYuinavnAl6w95EmSPuCNywUSdmytqFWMpvgHT5KifgXu",
+	"3Ipa/jZBHQwwhl31gHOC10XQW1dD+6RhBEweqgz3g8WyPuRU3gtqYwDhutXU4HZO7bpsaW0IEhOzPqqN",
+	"IdUhVZStEloNrfX65uQsTKF6W+JQvd1Eolrs6UbQEPikHGegO5XW333gyYDc76MWNIr80KhJQUixlDEt",
+	"tSKBXPIBnLDP4bLRkpQP5XLBIveiIY12EamY2TEE87QXruAikNCyXxH8OAf8hG9J2HUhh34lEfMwS7WP",
+	"YWCEwT4b89/VoEabK4yzhKJk1r1AXiggfwI1WeWS6hTUrPbpTQNlrh3QOqXqFOLfwJoC4y6rAqzwa0Wt",
+	"csX55cnV+5vLNydXK59DJXorcn1Uim9bUdFupRW1kMKqFbWoqq4VtXw3ulbUujm/evPTydubs+Mfzuzt",
+	"fn1/+fPJ5a3/FfbasPf8+fTioqbnVqn16crhupnweM7HM6nEvl0q+KDEfUzYzlskQFCpuZ2kuYojaLWT",
+	"yHE4nh4Lw2USZvXMsjRrftCXkqABP09CfWqNL1Z0YgsxuJlEbPAz1ufq5vKUgWUvFPpWUNWJiWA766t7",
+	"ri7lbr91z/djJE7qoPbAPPOVgOCJ3rm9o8F2g1sDQtdnYUv/Ih8lUs8AbPE4k72+MYhHszMZWxWxZEZ8",
+	"NGyEhq3PUAQQpPUW0v8eDD72eh/+AMdGAQXHQDwUNNXBcILwe6wV5YuFUCKmPYHFiQSCP3KQDM10PrI/",
+	"HYHXvWbYNQLOIdBmt2MChugHYTexdRuGFejO8MhHZl68eu1iM+s+9Wpp0Yd6iRAxyMSXYVeiJpTBjmHv",
+	"KQ7noC8F+KtEiQVAnAeu2cKNLiIUD9Km2KXXnn2VtYlDEY46lWYE3WmMBqxij0KaKUyUXOfrN1z49VBK",
+	"EMFPgCFdmhrCC0XOitiFRjQUIUZ8lhs2DaSyjlsplS5yPSvwYI/RLI+2bJsAPQtUXiOJQJN/O0B094KR",
+	"MEwO7hOa1ktuhO+///Sdmbhb7UK/EkKKHuqIHc6tXXk4CxoNT26zTDODI8ZRVIRwax9lP3Vhjq8v1Fo9",
+	"amXciNsiktoMIOeXddv+LN9941s+btN5gVjROYjCtop6ITKZxhQkQXKOHmYwR/n4Tpg9zcZ8wcfSLLGp",
+	"rZhQJ/Z1GVvUEY3hQ/psi1h93jQBN1rsmjDCtyxIncsoIWTZBa5rzuwqEKyiWovnkWqS6tXjL8nmcnp9",
+	"ggTrgL7qlzpvIASKlqAEgSoQ1p7/Yw8L5vDSpyGs66ehfXGD3QvtJfsorwef7H0+d8L6QUlTjZQc1iyP",
+	"x/jhimxliWnqyV9SWe6vkMV9ZAA7joERZZ2D3rrfN5dnbp587vT44pQMT+tB9w8ODl/8qdvr9rqH/e97",
+	"vcO1YqLQwQcBzCembeqKQQLBmcfQd2uu4lH6sRqnURiJW6fsMNXscppAmacV6aKjKNerbPhMz9IHjWlm",
+	"IRiuY5ee3AnV+wSCr39sDwZ/9P/o/CEYoNJJuiKsL6M65hGPEHBtZhz9nxPcFy93YRIjAQsL8CLNDLDd",
+	"7ii2MweCgN8lyftJq/+3La01VnATnz9ENdx0kI72T4ioRxc2n42hZxdGoaHiGpmnYKkholvlS660PfC3",
+	"JOrjfqmdoe+xADfdQyCudlRcFMsiHscMGIH3EHfSLTiJm5/eVSLpp6Hc6dFb1reOxRjf5ZEjp5sG/J0w",
+	"kIdagxXrkKpkic3UM7FIlv0ycfHXhfu4eQhP4+NS72+cVZNOJiA/oyWBa0UWYb9bODLwG3dKBaqJF/nt",
+	"HPoIBKqzL26sWMLX4zQj0FmP/QVx6WmGddc79tfAzH9de5Rf4Fv7WLhg5/t/Ds+xdUkfd4haG+t2G3Nw",
+	"yjKxb/17CChDlgJKfACAhJlMNINWa8wK4uFVcPf2Wubgq1JNoKc1jOfQKwDrF6mlLPyBohIM7l5iZVAz",
+	"1XuZq6t8PucQmwizOO3QTGDs6J7XsDlEjbmB49PT+IG+LsPMdYQdysUiolIBwD8hDrUZ71WJTDXU++Rr",
+	"8TlQh3oRLMihL+2pJRWD7hp9B3sDQXM15YjXpDbZTVpO2qdHfjXX9dgHlJqV0yDYvGacYh1kGupZQJEy",
+	"IKdjbaqvIAYQSNkOIXgWYkXAqzZ14gTcu6tQoutdXvcI+UW8w+SJQ4rKAvxFgeommpEVVpUwidWu9PxU",
+	"m7dl39WogMo66I3Hcjj66ZalVNEVOeLc3djyVmTiSQdlrh7RB8AKHZbFFoTG2vUBiNwnrvO/wdXXwEAh",
+	"VAwWwdOjmJt6B1zmyse2g1xAtxBU1SxLH3C8MTfcbSDMOOxDOMiXK3PlA7H24NnE37zeq2/XxhOPisAT",
+	"DGmn8POG7n2NB7uxTVQNPx+24Yl3sgNXlxI8aspvQ+478i0Zi2Rug+5BtU2DKNUHE7s1GH6Zq+cOOu5Y",
+	"jlsYEI+sur3M1QXPgttojZSc8VJJpXXwJjvtkLCcBBgFPdF2zYCJl31XMjcwZYiTd33gxS5plHco9kOT",
+	"yxucSnjpelPRkNjWz0tYPB9Z5P1oibqSU8WTx/LuOWOMyjytpUUxQpViCFUYkVEzXigMm/MlG4kSK8nw",
+	"0+dhEFpT2jIBAIavmAuzvBWEDWucvw/u/LMGHwRxS5d8sTb+sViYWZgdNxZi4Q9lhchxR9JvPyqstizN",
+	"p2iHQczS7WniQhDK7Gn2R3ZYVNsd1rF2b2wLG+/augcYJepgCD5hTAd0iBzCmyQ1fYe3NgeiJqHCKzgy",
+	"P4DM2WE0WNst855mxiSldoAltgECgtCXBcRhTzvuIt0ptQ0kwnm7pyJatELTtqVhU8B5IhegWyesWQHJ",
+	"uxML05zDtj4l6E+CLQqCjowmnbyJyQNc/Ao3OxztKxuJDeyejAetPnsB6RHkCLYzcgg0uF+CoHiDKeNg",
+	"szURCweqhbDDitiFe684tG5Q6Mr33MNukn6upHZy3GxNS3Qi6w9xO6XxuHfP8u7OLvNX7MASIpkJHHsU",
+	"N8el3i1hfFVa1JXS2RxDgMXftzxJOh59FKIHdPhFr1o9sNmk0GK4XYEnB+z+NRbCL3I2ON7AjbR9G9j0",
+	"1llFgAfxthlpIsTffLcVbP8JzIjQPc6zXCvqk2TGs/18wfCeDRuX1motML6tvwcMgzWerPho2KsV9Lxm",
+	"bYWco1b/Io1dJxy/3rz3VmJavxH73nrwJBNje6jW449K2gdyc+4IwgYQxP2/agg0siLdposh2hJIRdxB",
+	"H+3b0lw1lSuKR1SKF5p2vy3zD/4mWq8Js6CXhEKU1tSGX/g1+a8ue90+Xl+BqFCHj9OvxxuaWxH5ZwEP",
+	"zCB0iX1rfcLvCJEQFGz11iyfi5gNsUjBSSwWKuzjhzfXb/D05Jotl8vlfB7HZjabz7X+p6toyFUitA5I",
+	"DrMTAWldbyxDJJwJKN9b9xSLQ90rnCcpjNWQ8crtN035M0cj3FCaO4/+rG36lpvfL6aESpgz/YmG4Kpx",
+	"9ngwW+VOm1qAXS3EGIsGH5FL25BGAyxR0eKfKKJWSHm6rZ3KiPBnexr2X58d7q9X0pXKgKJCVZeq6Hzt",
+	"XKNphJcMTluTlmnrMWDXjq+gTjqqlMZARLvgHSMaHxp6wbcWLo7f2jWdZ9P7yPVLjFksMwHMY64q1JXT",
+	"lEnQqI6+s0vIvAg9E2HI+ujOUjUt96cCXZlOqEYJf13TafKwNwc6J+Vb5C+4dqVDP5+enZ289fRWMKm+",
+	"YCYc9eDjmWjUdtXl7UrUAlunHL+OmM8nH4ykOtAztj8Oj6baam6jYjNiUe5Mh7+mJieh9lXIIQKQLla6",
+	"8ghqJ6En9CxN4l26J7mOKkH+BWKMaHCbUrMR+KVXXtubg14AHQiHExs3DTPpVEDmMc2QS6fN2ZSraQe2",
+	"GlJUJL7pICVfoHMZsa+CQGo5SqQKN8CGsJf9xW3IuHh7/I7N01gAaOWoyFhB8pqIfKABN4IDAs3Dtm4v",
+	"tys2JY7t4/ps5vq4+kZ01GXRmTIQxkkVBaKRrSy0677r6VJ/V7zVpBQPDce3nsqnMUmzW0HcjxvLvYgi",
+	"8nPUmhmz1c/xrGLWGZ1siL15pdxlx8R6hl1qCsCHNIykwU6jr91jbauDiB3WcXZ12ZAnD3yph/Y+3Njb",
+	"+CqhLntvxfZBalHDuAsStFYa67JQNd+63r/4xZ1YOqrHLFdd4kS0Q60pvHXMn3DzUS6TGJ/H/vIXNqDy",
+	"xEGry7DX/CovI1YdgrIuvQzsAfERqNVg0yGK1yfssXvcYQ/Z8sbW0QMQL2ChDNnu0FtgLOGGM6479Gxp",
+	"GA6qy44rD8WqU6GNnEPYGW4r9WoLQ4AVTHLteiMC3XczLDN2dl6XJvSM8XQriA31nifBBDADEUaOBVEs",
+	"BoumsW/0RNq/agkbm3vERixO7aCDLQhlktxOs5rWad5kKamYUidSaggGaYeRMA9CKHZ1+u765BJR5len",
+	"7+xJXaNrXulKK+nDng5ql6IZooP9Qn+xte6c0O6wiWl1xIakPYek4YZudEOQvbLC81ZTqsQRG/LFIkvv",
+	"eTIs60bF8GPhMkdWrx2VO/z4civHmFn+EoD3RdQdITS4T4eoX4Yoc3BpUe6N1GBAAAunTyfy5jju3Uma",
+	"JOmDLgg792pm2HNcbROlFTot16pVQO9rR8VaWaxeLa7Ze+ZWxnDbOt4s8dG+hErV/j9FluJmtY+IWbtH",
+	"YP2azFB5OItMWLvRH6CuLKDXcEyJVR0+9UHcbGnG6L4iZg6clJdHtnFseqmNmHvS2g0NJ62YWMeQeYLb",
+	"NtVHTDM+Z2OuvN8TefI4a+y7r0ZWT8ciqjJ7WREDvQoUjx33rqUplorY15zkA4+gPd4Ca11akCNvoHvG",
+	"ZKuir0pt6q259Av/eAWT8CO918lHagLN3hIxZ5lHJNvTrP3dhhmtkAA3FD08Okg3FAU6SI0kdKlFNb6B",
+	"93LB4MSf8UwwqzwrLOuBqHF1CDdK/iMXDjle9g7PeY11pYSx1wX6wVqzl3RLUXIEsw0IQvhZf6VzI5Ax",
+	"uC9LRHEY25QZA7Zsew+gM+YsSdPFiI/vGITzJ0Aqxwt5ithwf9/fDnhaoM2MM4nS3GgZizKSG4WNj2f2",
+	"qEP3Xdy7LKgr2pil2uzp4unE3lWy0FaY7WgMYA8Ql4RYlPYCzhbZKPSQkkeMRR6s7f7Ay4mRk+5iTQ/s",
+	"xuynDYlS8UzD+Qdtjtvcbd3gsqaqqi8rK2u/GaK34nOYbhd51tbiFKNN6b8WMUVn7FgeZmki1ukwiAaD",
+	"jELgJ3WPKqofxqmayGmeiZgh84mVE3padSXK+9XZKr++v/z5x7P3v96+PweuipvLk4J9F98xXMtFFtP6",
+	"xJyXcYHIr1wW/Uza3UvE9lUy9Pc31yts6IXxW0o0sF/kDxSdUDE4nM7P3DE0Uura0QiTXUmufFjHplTw",
+	"UHvavXyZ0NlzwXSxHa61dWqC4sBwDxf4Ls10X7c8UrMhBDmGwM0Ef5FxRaf0cDXSAbbTkGdTPfRBpyM2",
+	"tJtxyHQhzATnlYq+OwLOaFQnxTP8B/CUOB270zeN51xFvscG7WVyuWfcWmFgqhVWjbtp+ROOdYAXaVxm",
+	"8QzctrQFCB+R5NqI7MiqiNS+GSYNVOrNYSs6jlO6qNaShin4RKVFuI1dkR8P4kbGpYshWHWjql12y12U",
+	"ZJpJs9K5HpQ0Hxt5v14Yt8jSOB8jlESBT+otmU7ESr9ES4NuChhuLK1qO4tqlIhOk9LlFepJX+xZ3rQI",
+	"sHJdmibr9a8+dIoW98XJOTCcIyLeN8GbZEJ0GVV4IgGW/diRXinQdxEeNJ4XAm6LU4Gr2BwlXS4SrhRs",
+	"/TnQ9Ym8kc3VqYURWjVLxMcFh7CVMmmpWLWuZ/XjqitRe0s1rY/l/uQdQJy3Oceu6HZAI0GLVY47OULq",
+	"CntRo7hTmrFBy35SeFl2kcKpIjHOhLndNQa10sMv6IQDo59Q9+SdkMolABvJTSZMnhVd8LGCdND6wx+g",
+	"NyLsarJ6knSq6Uek3Vi7VH8tsegNJ3Hpb3FUtJXwZouPprtJhnYhrs3vOhvntui8i8r7+0GROnY6yrR3",
+	"MpyV4WhSNgfuy86AkwQfoi8cVW+YrtnSK+Tqnu2rUUAeqMKITQz3zItXr0r86nagFVL1QesRLOpATwAl",
+	"uY0ox8I7tky5vsOum1AbKSJYa4PNW2ZNW+FIi1ZX1X5fF5lZW8Fad+5XLs018cV7g1ClbJTmKgauphKb",
+	"/EYQQzM7qQJnaGAn+YBLUUyy5wGTsICI9MLcDTXDKYIxFQhAlqtK9t8+ovIBFKpR3v+I3SPOrIhwYd4b",
+	"0C7VXhHu8GlMNbCaFNoR6UzWrnOfXR8RSpIArpiPs1RrQuXYk3RrkxEOK/18bBVolSBhn2sPOGjFo/25",
+	"nFq7A/PM2+O3/q03BF/8fHAAh4JouDfcmTACyZCKx9YtKMZod+SL0DtQce7SDUiaUh+gHfr6UPOzOB9D",
+	"em0dI9AEHbDaPcw+KbLvGpq66+uzHeX/p1IouwK7vhMLUwr+yFLZGbFqBpTlC2ungMXypxe92aBVhq1B",
+	"82Xd6ePRcOuafaAjUSSRoEYEL3FxNXsJlIBDEgUGWXRpeeBLd71VkVhiBz+hakxfFZA+KIbdm6V23c2Z",
+	"Yw5F1sYwgLzIra/Cx1m7aF11fXJ+ffr+/Pb4x+uTy9s/dEBTJHwpMt0nUcugfRE3TPOlvStVWfNRmpuS",
+	"RnZlprEYy1joI3wFSOzGqT3OSvhkAJ2z45KaDqHUAwiKlRlboSv57kVAyiur0vwHtNLbfxBKh15zfbe5",
+	"j0izymz8QSg6Qe9zu8qEXzJLqDt+LbCu+N4FIagwnoyFkbBbzHp2YbMHdHr40fbtQkeGSxM71lZsFUe9",
+	"mOChPrFW08mrJluxSx6hcVw/EBJOzS1ql+aIvaZlDuse8pEv79DrVm3BbVtABlJVE2hwr79JXDJR9OIO",
+	"hpsKbefbSqEb0/eNDoH5awynl7WyH7hGVvuI6IZdXrVG9CjkYjWlKXqsQ/fFILpj11Y4Uau6ysV0rIFV",
+	"VjI3WqqxKJYJsI+Z4EmyhNb+7Uxo4brCFHgniJELXdhYyBOg0pXwcmeDX1EzRG/o4MpLIAon3iRyM2Kx",
+	"5mKQ9HSOWA9jWiv9o8bVFMbKWKwUw0RsAGLgcQGmuvW4cXRWDvBYiEuVS8JzROcKjupe85oVzOXdBlk4",
+	"V4t4QU05YVnVnIHdEVYytRol2tw1ohC/tUk7zaR2oVvrVBz5UvMR19axAPoXTOqofC4yOS61JHRsIzfn",
+	"Vxcnb05/PEUiaVQdrajljPwKeXWQshqxeAFW6lXWaudB2Odcnpz8cnFdw1QNUbwvw0/5mLb2NeSs9eDf",
+	"Uj/75gmCTNyndzu+TfP28VHLuEkMxEogZHbkspAwr+CoUhs4lSy7zarby23pSxOxtZ4dVjiMIcdIcGMj",
+	"B2VlG+ibbhocSlG/9gXErdxDf0OX/J0qI7d0f98Or3vu9uulspFt646T/czVA47turkQkQxsFSN34w3v",
+	"5ioIHkdd9bgKrtCi30DtzK6jWVcW4D1CUnU842oqjpyLyIbjLFVDNk6sj8uGrtyvaEftnVWWpbkKEJmu",
+	"l/hVqCo3FBtuZZksFx9uu2lRi7jtym+mwK5cTrZKSvnFSsXWZIoqZ0MMBvMw7e9MsL++uWKZuAcIJzW1",
+	"HLT2Y5mZ5aBVysVlQrAZj0nM9BGzVhGRuOcK2riD4fKRW/+91W99PxofjuND0Ru/4CE1ME1v74sBF7+b",
+	"pofdF6+7vdBvgj+473Vfhi5f0Q7ut5GbjsoQQioDsfoBV79ggf0y9A1SL+xWC7NLnDoay6nUJlszBfqe",
+	"T7/93Quk+IuYNTFfv8yzxHtzC6tX1LTjAu0//XL8Zv/qp+MXr15XASIMwLCpQ1c7bwf4K6RhbqwOyCF1",
+	"QQIKUDtsMF9Ohmko+KGfxXgnyJr5MNgvx2/YvcjkRHpELdz5TiyPAIoseKxLATY3KEiZgK+8kF32VmTy",
+	"XsSUF6QB3I4zEQtlJE+IHlSzeT6erQydJ3WJ/Ef2SIVxU+9uDTBz+wG0jkUF7IhLXAfVGpqz9dd4pISM",
+	"BM+gH6k1LgNknQvr5SoTWNYylzFrH+dmlmbyn/CYPvsBbtuJ2MNMjmcriVDcfQi6BmkaI2SHSdNlp+AW",
+	"BpYhYqBNKLOaBsbaxofFIqNoUiEJhAOVMcmRC4a+eX9+ffn+7Pbi7Pj85Pbnk/+FMBD0wuBJVhCvfjre",
+	"f/HqdYe6uVZe5wiAeQ+VaXZdXvEbGUeY68V/1klUOQpVZzU25X0JNl4GZGyaOazZJM0KuOoYsWSpKs98",
+	"v8D+xew//s//hZ3ZZUAA61rHVaZ3TXoLvIev6aGsqmuty8rANTAQAQcEWUyMa4ySlbC+T02UJAo5vF1K",
+	"tzr7wfT6JBPi9nGwC/ip54IOBELDnuiXoOu2E+QDWTt1fLA/9JS9O/203slJ+FjY5bmFFQzg/kqC4BEm",
+	"kphL2isC0WkeCPoCXOS7U4/3CVxaJFJO/ufJm5vr95e3p+dXJ29uLk/6K4cjHnIIWcu1yKJV9GtaKCJ/",
+	"s8ub89vjq44vp5kLa1pJPdcrd8e+fH9PpXLlMMM/DvtsmMt4yNocnghbZZql+aLUHAC14tqDb07f3l4e",
+	"n787OfLIeQIEptmS9f7U6xU5QTzINGWBiqv0DFrVebABfk95WaCJdoRSvBiWv7ATseFCxkoPWfvi9G3E",
+	"5hAltE89vXhT4Hd16WUwDi1UHPkSFzdzpYmOBTczRObiJDrQn/R8EVaPLzJ5z41gB2a+sINRwsBgOPyJ",
+	"wGwUggLAE4JlF0hsh4S2d8sARTdk7cuz019Or2/PLy7fvynjGI8YffP2+PoYV8mLerfM5mwVMcDkqLsz",
+	"G+NkAnzDvpR9HH4Go6ev71/gyPBH3Tn/GLHxIrd/IKBYxhr+4Y9NgmOUupvjk+13M3ucWJU8hb2SKtHp",
+	"spPutAsi+EdYyD/CDP6R3ry7kVR/Q9f76n7libwX/YKA3BWQl+D5ImNQHdVlucqEXqRKw2+0TIQyxekC",
+	"FyGYfSlM0WsxFjymYp0KRto+WVm5WXCti5QxdJW3n2Dupmo4Wy3Q6cIt+9UnHLFEAnH4hCTWfrhP4y8x",
+	"iB3O7Fg8stOdl9wRqdK52GXH/iAGomvhzkURu86N+MByKBlmsxW1yhMFIFQer4d5o9bHffvD/Xuegbjb",
+	"O6A/BPHuY7pZ6aOb6n1L37yFR9QHPbfar9y/rr0BgZeqdqozQK2S8AKjI0aE+yD2STplUOYZayz+HfMs",
+	"2zGW6nw/J8/+uC9yEN5jKI6iktG3wqGyfl7Xe6LhuBw1TWgcTSOvdlswzd22bjiTJH34xeP9HMD5yojF",
+	"D0vgZSgkr/Lh2+N3waxCObqxW1Bul75gpQBCKICJiSCkwn9x+PJPL//83euXf1ppSe5hYqvdCHduSVPh",
+	"It+x5XZzioIVeoIJl5lVbbePRX6xNoC7qJjBCD7v9J1ehqMVgO9sxO1ZDbYj4JwISQ5wXFeNSqELwnIV",
+	"MBdnUEmDzZHd9S6F0RBKRuLZJKgGoryptuW6jIWxlxDoyB4JpTR3UVDcL/GLlLoSUK2pLBHqr8EaPWDY",
+	"fQXuMJWQN64rLjhlKgj41y83lcME4GK46Aighta7R6tdowl+RS0LQ9g2miFsgWx1sZUyDOvUNptu/KaN",
+	"u/fZ9WlOWWT1VSAzuBNeG6u7gH3UwXtdPq8Onz1bBfcSrOqR6GxjkqbtYys8TDBXm5TWNUF3v1QP0Uo3",
+	"yMdk4HaTlae3dqycJs3aOxUx6PL7lhJ01BdiS55udQmeOWHnFNVuNkZFRppYG/iITe9bogZtTv716EX6",
+	"EOqxq8U4t8fblX1TYguFEGhgihVETNFmbY/5Qhuu6J+4wJ1yYOD47S+n57fX738+Oe8Sd9gcosF4ez8Y",
+	"oFb5/BmSaJN0Ay3ymF2eXF3DGNIJe4PPj8qnklUkf09HLM3GM+FNb4q1DhQEW7vsEg7jzLo66QLLX9YB",
+	"+l0Gfb7hwoHiCyipsrc7oBbbf/y7ti7O5Y9v2PcvX/2p40gfqI35cJzGYtgdqIE6gcPFri2OBw2HYTDw",
+	"zPDUgEl1xwYbftyn2d7P0kQMBwrpf0CZQrWtKt0eqv76bIh9fIasDceSdayxxY/7xL7sQFH6C47xPi1j",
+	"hOGIyLH+REROETniCfjA8AzcdWggNByodtHUKKJ4851Q+GCwvYfUHq1U7MiTpO+DoNFAldquoaMTQR0T",
+	"PEYthwyfgTA9vH9UUN5AXCdNrDd/nhKGjzJ59naAf7EfI0iHfs+kHqiXvUMo+4MPXIbJz+7L3nfFtyQz",
+	"JqXUjbPgwG6wd3pJJB0EPC4bgoh91EWVYGVpZ8AeO2Rznt3pgSpFBLI0Ny6qX/rY/sDVZRV0ES7KNueY",
+	"nugOlG/xDk3BYNceX5yWNEO/1esedntgLy6E4gvZ6re+6/a634EuNzPQCwf3hwcgGPCvqQiYDEPwGf8C",
+	"IniLOXGMBQzBgafEEWS4IOCVCWv3y0RkbMrvBcsXLFUDhYGC4x/eX17f/nL8P2+Pr69Pfrm4vnIZgKKx",
+	"c79kNGC1FV8ybWSSDBSUUagYNkSxRdIMEwF2iXG4Q9dqC8dEdXbUG607UENaPkQaDFE/DNkdMtGn2tN9",
+	"uWUmLD398wB/MFBtLwj7XopApARFbJ0s7eFIXOSxJOCM6zvdwSX1O/40tsaa1OYYF4eOX2geAAVO0i7N",
+	"P3KRLZ3f3/fOPZ5w5YZgBAEu+mcT+erqkga83s/Reosakln3RhP0FehVwSQOjK4gxi7G16SpRNPH45Kw",
+	"tk/kuaVD2uYkgcyiQG6odMK8CHTqRuwJvJ82YMfhTHZO0aZW3Ms0196mCQ2BTKPyECo+ZS+4XqE7uabV",
+	"xY18RORVrxRSeEXNIotYwqpB8gGSHotUabQtXvR65O0bYuAvH61/J8x5szkEcQdTEayHVb/fThWoX1h6",
+	"ICl4iU8P3dSPsmiyBc3UqIdGC/dWpcLWOika28bBoQkRVeQkTpaMyIRd4yiwDmhRF3wqFbwxmKd8CtFI",
+	"Uq0folb1uG/1XUs+OyJQwpTZgb6iJV1c1QjvhHElGc+5CPgIag7/OQTpco2McAVePnYFfrXqvUyngvQG",
+	"JkUqY1V6UGlSS2jn1aPWGu9+gtbm/MGHFVe0aWjsxSVuQk7fYs+7tfU6sAYNmPuPvm3UWqQ6cPq+meWK",
+	"qIIACADkStCOLcIYs6iwTxQJwbP37+Cc/eF/XZ9cdfpFmoEi0zOkttcG7h1n0AAV9wKYK1Zb8qUG0jbA",
+	"+fvOnFWRPIZgNb3KmZ0HdFiENj+k8fKLCeVZOsW5QJEsfCKT5eLz2m54uT6VVzB/j1AaTxLx45J065lc",
+	"eKJj7NnmQQ0OeFNpqPJlxT4oumiTfynhrcoG9vQta6wvLxd0d9f4uIls9J7n4Zf0lJDOvPQs8UMwbkU8",
+	"pN6TRtgTp5LyNyk0JC4TXn0FqbXXf/8lpNyns9iEW/8byjQDov4swu3s7YNP9NdnstX1wSf84/MBz8Yz",
+	"eS/ifbvFDj5lufpc6/1cCh6XMHz4S9Ye+ojI5ZufTv96cntzeTbsuIz025Ozk+uTgep2uwfFM9hDlhq7",
+	"tftFaZme8YVwfeSrl0cDhSFr5NvxpakQ0YZCIe2jrFj09KKH6IbI+bsDBZSW+rZkfgIfpHsRDOXPwH8l",
+	"Sic+pTqggYrTcQ4hckpmj/LxnXB6qgivRwX1ETa4IvD2QEEntCpVNxCyTXUHIZhuPiGBYl1o69lTEdIS",
+	"72EHCMXLfUrA8pg98OQO3avYHlHljh/AHId5AMpEDxQWak9TYHLVbA7Yn5RNpIq7zHr3KjW3EzgWPZaY",
+	"AtoqNQPlJgs8B3+FGzs0E5w4wiPDZYIHJ+R6g36dteLolpfQMvDZ9BO2iw1bcCUJ6D5GW7zqffdobeHR",
+	"c1i2HhL/okd+UU2PZXyILygpD9fOr9bG3tXeuyBX1fpSWy59iz5igysvc4Ue4ocdVJXnnMfXDkRSPY9y",
+	"IoHuECuEdJcdG5YIwjDSp0SvliR/sQfjkE3SbKBwIyP+0bum69wmRFRqz9U+9D/xeg7CbZy97PWY4nMo",
+	"6+BJMsSAoQbu1dIzKaSKA+qyE4WMQBCSdVJBhilqNamQOwyRVodRr9ejtKbLOpqMK41qMhqoEvqG7A1k",
+	"bIQXHAkA6GTSGKGAxofsLc0SMSE+Hj5QvmF0bpiepZmB0FABkvYol0uhRXYPe1Nbp3EJikBmA5U+KJFp",
+	"DFxZOQ+qAmhuLKBpAM1Ea1dhhR+7sooGcgjXY2ejZtdSkrHZxW8wK/QD1qivB0PwhVkjoTvyTKROfCUx",
+	"4o8Es9JUFzXhSRKOdBBMYa3x+XOGNGBafBPrgDY+uZdj8yjHpKJU4TaViSWiFsAia5EAo7RxDcWoVxBs",
+	"pDuxdM0+CLVcVq+og0L6FZMPSPUQsJ1O7L1xABjIlUAOwhTPMkcqbbXWUWEPVYeL221IasaeDzCWIW2/",
+	"gDd6JrX5l95NDYOETw8KAjrhG4kK+hVdbg8NClz4p+6mawgaOyYJKarwn8rJWDU/8XxTS5YVJ0Oz3fQV",
+	"rZWdTZCDT3di+blqiGw8yZatJiGZx6u+J8VkUFViNxeTLde1InXafqJS/BpG5+o2QJkF/jXARYuPrmAI",
+	"XHD0JZFikhNXyi31FAcFseBmVugHrNKuxlPK2mJhvbrM/u5//623/z3fn3z49Prl538LwFV3ErkqcLAu",
+	"FF4GDT6n9ikecyZi1HZBlyqBb7sBTaKT1NDXfTxyV5sH1xpBeHKiR4uet3VCHadpVMQFMFiyGhOwV9pP",
+	"qR1xlx3D41Rac8MSydc35mHtIkAQh6hPaV87cwOvQ5JzIjQzmeDzCLR9kpTXhJ6y5xgNpWIydqF4BFPE",
+	"CIcfqDOuzf6Jvfn+6VvWnsEsgfMFWGrXLxwiRugPDfvgYewDAn4I7M5COXPu8BXTXXajoGqURjpQOFSw",
+	"ifmSzaXWRMFDqWvo6wvc81BLrAmrzwEZDOWHEIIGzEMfgHwQiuRsnEgkyOFmoEzKMrFv1znkv/xqPbMT",
+	"nO1dZcBOEvz09O1PTox2+dG/gy3TwPAw4qNBkdjHOdspgAJPq9vyGPDCu1IHUPhoTwONDuwm5m4S0gwk",
+	"gT5pTQfQutxZIUUivX1NkgEt2YAT/F5kWFDkm3Ot796vskfr0ljFXEEcAYPhrjRJOPDHElJZvs+qP4f7",
+	"RUjOl0j5mrQ3J2cDJbKsyKzTDXwwBDjfCRYOG6LSfV+7RhMdaPwwlPGw1LIfg092s5UvtTZfv8KApkvk",
+	"U4hsg02y5962BFCxDyhoEakbVapEaH9d4EBQBp8ngVJ+hOP4aJRGefGlhyDi7XutmNBH2YwvXjzWZqQx",
+	"QijJDuTIy6L22nYBy2nGICIkZBHjJp3LMVC1+cPavUOxSenI2mRR7nwAHnyC/27EE6zM/TPaUc1WubK6",
+	"j8+6lrZwVW7oxAVVvbpWUJyJmqjh0nzdCHP9npBxxKzpvi/0mC8wPB6w50VJj4Qt+lVWnLlUnhnmaUa9",
+	"6+QeFETr119iz+8GQDdsUtwUl0VNk2uQZFDrguz8wGdMxPpU/2JNhz5L0geR7Y+5tja+9Xh0hO2B0dqO",
+	"uZ4JDXkMR/gNAe268KT9z617TqvOn9rH9sQfPh1Gr78LulRfEWn24l8OaXaZq+3BJMRgPC2SZJ9CLkMg",
+	"UrQRPvZNuF114A6MTWICc2UUq9Pp+sIhFL2oyAcfDNjRqQVGycyj8pJS01t7L/SkClk7jcV8kRrrRu//",
+	"DMGK5uL74XnsKT8vOxlTz57zPU6wUYWb1xKF0cokgsC/6B0+94gouP3I4N/3X8vww2FSBAZBW1IlUolS",
+	"5eRCjBvt20dYcpARhwTo7hitL+nBnWDGVcwBO21HNUTv1su7PgUy7fFMjKEqo6CP57q4aqDgAoRvjNJ4",
+	"2YcZNUDeww21w0O3yp6pBrmdoX2DVGyYCZ0nRg8p0+s8ZbtwxUPYQ5onMbby8jiC9stej3jzkc8eiQlS",
+	"oQfUm88QOxQKbsRevnhBPwBCMNfIz/XtyVXEXva+p0ugKlRB36iI8USn1hkvUU67uQMkjX0UMjg5j1Jq",
+	"n5aGtLw0XUZVRlCUAj+X2u3fCMJTEkGypQR4n3FP4DtQjtYGf6SRDB9S3Di/7FWv12XHsA4+RWfngrt+",
+	"XQCA+R9X788jplJa94j1rEuNOJoZV5iUhxHaFWPnN2fQ84aPId6kloCK6pRwArRgXTaEx4AkYaKcUyGQ",
+	"M6T6WCJz8f7q2hNCWZt2oMjlhhuEXOdCLlvPrOj1b6fpf7Bvf4lbIqRj31vPFL4G5xTp7qvoCKD+iSFu",
+	"/SQ7h/RkvoDWJiARYFuTjDpERfsnAHPYx47y5M65Xp1n1Z8e41cHozkNbCTfy5IC6vYXQsVcub7jvhhe",
+	"s3Rid6yuFtNjywmZ6f/4f/5fF+lFMm18hP0e8XoO/hgNFPT4gg7GFOCrZiGhWx0CCbXhyy4oIJWaWyOy",
+	"uVQ8iaj+D6JUKZXulWFtUNPtX8WH0bDjBRxw9g6uzH9GtW0AwTuCp0FRwy2VFBFeuaA7mhDbAFS7gcZC",
+	"zI0vPKIqPocGpR9I5LPpsmNHwDZQGLcO9WjMuHIz6QjlOID6Eijjy8Q8vRcwApkhFpBYoSQwA0CYtiBk",
+	"WohMprEcM/0goLW6/bWm+DdHqrq50No6BYng90JDDainnD++ON3TFTygqkeIIiHDxIMbtf0B5WpI/wP5",
+	"oOPq8iDM9ruTa4SUBvCrxFMgDTCYdY7IXCm3nh2JAslon/mq950b822u+D2XiW/xUzqUCj4fh8/ybe8L",
+	"rjw3SM3sUetfBCcL28rVgp+eHwK5CXxDlBklXOGzA6efBJ0k/FS57VBUZebw2iNbuoYMS0bMt40V7CZE",
+	"DyWRxzwDjQQQY+xcQNWUxQd6yNowOEh1moEq+m54KjZXbOVaHWLNVRFNf9FzmQC4vjD7SrufOpTjU8rN",
+	"PcjVhk1XfDxQUpFJCUffEQvgpElramEiREWj/YGMccVeRE1+8An/+Pzf8Nd/oRZJLr132LMH4r5vk+sM",
+	"sIHimk249tvdX1+6uAZD/Nthhx8HGV4J0PrZgTCaPxBhXVcx7qXcCkVmiuv0fxIocKHssWL7q7iDu7xL",
+	"XaAIyiydsD5DARDcvrDAnzNRdTzedI6gBVROcFrZfbBuzUgUBlD3a9fmwLDAIDgqMq0rzMFghnC9VONZ",
+	"lqo0x32XiQS4kZ7fOF9TpPV8BLDph2hnibJCIC3iT5bAQdEny7LpScGqBwX06KVgpnXSiTKDmuXv6UB/",
+	"Kc0maZKkDxGbSQ28pHdiYTrdcG0OObVD9296McCm2TeNfH/jghTH3ar+DMYGR+Ejcq84Vx0nAboDUwAL",
+	"UXwaDEmV4mxP+b3AhlrYi5ulUM44UBlXdogQFiq5+b4swL9VxobEwllTHjMukw7VBZZdY7DKHAaTHqxd",
+	"fEHmi1SBopPOl82OrJZqWKHktI7QAfRVr1f3xN8JNHeLRhxjSuOrl9yWi+a41xHeiHRGRaEZ3O78vaRl",
+	"djiYt1+Ki/g0k2RFfX+bNsqOU7HRovE66r+Mmt/MqIFw9pjIeFejdPo3sFoOiE3rX0bwA8DZUqPMwjvz",
+	"LXRT1WW/zlKUEmhHmYmq7OhZ+qDA8a3YbEOcOp4Mu+zYUW2NqHScvsKHUyvIgXLdJWMxlrpgZNYQphyq",
+	"1Ny6rpGTNLst7h8wOo5x3Z53U9MAvol97eestLWPVtjC4dnUCvcrb29cjvW1B0MU0OpHa3L3G2z3TMCm",
+	"/Rff7ZiTBcMImwizIb64iIe/y91+CaP/r83+bWx2XI3te327LP4GGgD8iYNP9j+fS9Q69FdBDbWFz8sz",
+	"Jz0vUw08Bhrzba6JWHVmw/VO6VQ/NQ6MOiZGipjY/imyzCUFPa+Inkmgp6qQI7E2EWBhfxoMs0BvtXvx",
+	"n8Zdi+qCIgB4BmnBAFaELDa9GmSw/clmYLCLMPRCvQQ+1XPEMZXPRyKj5x/WPJ9XSKK2DOGw6RAoKleK",
+	"5/n25CORpGoKXHMU1PNFeKBnILxF8T2H83ehuM6Ra4BSCapRM7VQNKcYQevxk3qFBV9A3YYcYsGaoFLj",
+	"l3Lzp74vXWBD3HEYiMMtNwR8yHiWqzvWjrnhiH+waiLCPDQ3HEoI4UL7R4c6vgyFiofYzb38TMxP+lwk",
+	"nvAPMGJVSxKKm3g38oa1eYKecHgnIB2hqK5/awiQutd2CHr7pm6dPbAMaPIxu2onBkaPLHxAEv3dd999",
+	"z6RiN9dviKqCq1SLcapihIMP7/KRGJsEVCXbB2Z5bfh8oYeQJIfjFhOfdo6hYVOXnU5V6jpXWcWIr1I3",
+	"ZcU9d+S8eNwBuKW08r1yhV4LhMjdklBm6UOlZrLPhjLuD4mS+YFqGIZwdX+IobrlQkRsCNI4xMC9K6Vz",
+	"6VIQyHTC/sfV+3OklAJmCUQmrFRhYj00jx0PTrUUE1F3WPqoK8AJLQys0jidC5cmAMGnBoqaukosqdDy",
+	"qLac05HtYD3ne7djiGvKIXhW8vcIqIL5cBfgBLu9FEFJpzYDRbPHYEOCQMKuHX4aYMnEoNVngxbSkUO9",
+	"EnwIlOSD1mdi7EENCJpmnKQawC7huk+3GA0Ml2+oBPPJ5goWChelw+saOHJaAqSjLDJWHODTqNSN0lOc",
+	"/TZFm1/UNvlSRb2PU050Xn/DqfFABRJCtaAxkd/hDrgLO5S1fzw+PTt5GyF9uv3DN1qJBurm/OrNTydv",
+	"b86Ofzg7idiv7y9/Prm8xZ90nAmjIyYSLQpfmT7no0QMjwZqHcZX0kwIzV3B8QH2eaCGFTjgEJVwqeGc",
+	"AJQaG1rr79ZaVsMVm2Cg4vTBFbNDkoa16fByPSwLbzCWAE5z8cdOwTXoA0EjPr6zGvPy5vz89PxdF1Dc",
+	"EJsojwGLtFRaC7C5xPl5PtyCe8DXiQ9sQvOQkfutxAaeVK1Bswrko9BXwPc14rDUR050KGfvIUfUuqp0",
+	"+BaMlS5zzzMB2fuvEGdAQonfjSIDtcKxxMhDkUtOgYMS+2NubbPlc/GMey1XV3Kqvlo0bvNuy+fiWw3E",
+	"wdgIKgQ1LDhcrNah1jG4b7x3UuoQhpAhInRErb3gABUeLVmqXLNod6OvsI3oSb+bfYQ80RhpkCCIiIrV",
+	"d3pFSkzKOJBYMUkEehgOHyhkdxrSqwNxLjBvcgP7EbGyaFigZ6m77Aovtgc8Hyj/U9i3rp0QgcKx5GDL",
+	"Zh+oYrcHDld63H+KDe92zTe542kh3JanbvmY4iWzMcuVAo4EEMKJVFLPokreV2p2cXxzdfIWRcAVD6wS",
+	"2H/JLe7mbjOjwJW/amcaSMR7NfFdAKf1rBgr9xrb69X9tHyRonV/N6u+gRxhOzaqWJhvu27dzemz1ga6",
+	"h+xUH3j4xeXmyxdff7Pm/xUY/1SSBw41Nne05yRn4yxVVH6GXa94wtrXYr5IM57saeb1Rae5SD9FeR18",
+	"cn82oNasSOw2Ys23j65mClYbeVXgQRe6RMWFlYg7z1hUmxOtf9XeV9kc5RDG0wtd3J2KahdPNQqx+4ga",
+	"TBXFW4DXFpn+JhXr9ivd1Ba2rqMvqK70DbTTemZNXH3Ib1Sp3VTYgJMVzO2vpJmfQIsBwyypBqDbE0kM",
+	"YI1UC1epQD0VhczYPU9yobvs2oq96+sAGVS8GfDnu2TKg8jEV1fDByM+vpvIJPlGPMb1rRS0aX6gUT/z",
+	"XnKP+Y1oAt3bbcY6gU6t4NC+9a2ERos/WB0KodhX+EpSsb/BiRtZx/oDa7taWSwu7URM5yPseIm1Xem9",
+	"yBK+YIs0keMl9LuVc0GEwkQH5I5wTEJ4lkv1G2w9CBX9vvbdhR3yv5K1cmVS8vydB3/kgRAOWEIhPbvD",
+	"VGrYmOfTmWH54utLDHGH/L5k5hoH/cyqeuUpXykM1lxD14fDiGAbgMPWyfBhRVRjXmPJb74p3hVlooDL",
+	"KH1gbfeKQHMAVEYIFtqmur/+zsrV71Ab3+Cg/7X0sY9nQAuKohUh+JCFQNk99axiQrp2c8D12l30u463",
+	"0ltsD7e6Ofki0VZ3sx2Crd8GMfGWSCvN5rMGWukZv1Gc1b3hf7Ywa0GJWcRZJ2mGGLwV/m287E4QzeCC",
+	"ay10qUNZmRcOf+D2Q+f5WNLdIw4+0V8NwrBlcf7aUVga5RF18CAIIgJeXNbNMRRJs+O81Ydja1+59zW2",
+	"0HXR0eGpE/lelW71DfK7h+oyKtozXBexaWLRZNoJT+k4DDcf9b/6q37XZ717jWtSYA0OfbryC5367m6I",
+	"T4c/DbvHBoSuQWPkbIJOA6OgWL5vxy6oziW1V8QgnZzPc0Cheh5a8Y+cJ84Rqk7InmZtDTy7pTtGrrkL",
+	"FJAtxLjjK0Nf9HqumIP7mxwx7oLsA0Xck4TX5kWNj1+DMl3ui96hHaY/7XyLacf7M07nDoLqi0jKdwv3",
+	"eNEzJ4bP1uOleMRvlAJZ3Wh1qr4QAR0QgC/OTd5kWMcAiimP4Cv2nbkUU6mxb1dJK/CCadYLY/s4m6Z7",
+	"mq2+UsTepCrOx0h2Cq6FlWm6W6e57niEheVvePDJ/dnAxqrshq9kZEHk065zADzQdkTGk0ROZyYqIWMA",
+	"B+U8t1KqK0sf9FHlftKAvnvZe/mIKa83zurn6uvv3cBefWKtzfp5WCzLN3nobb/STebudEuhzXRAU9PM",
+	"WHMnb+sbsKjs8rrBd5/c0FVky7CUVLuu/JfMlGXm4BP9tbFD2IrwfAuK5gtpGOsP/uuqlrBDeV9axQ1N",
+	"wLAs/cXhyz+9/PN3r1/+aRvFYL1ITrjM9vWMZ2KTkP3IZXYFFz2jeBUPqZGrB2HP91CfTnqdPc2K96HL",
+	"WfuQijm1MJWzvfTqzyI71sPKAw7Wr9LMoJ5wkck0k2bJRlzFEVskfCyATB7gj0TP7tbMOplgvAwUYr0d",
+	"8nshMnrVfqkFejpx7/+CGehhyUdpbph5kGPk3oe2x7poCeCuP6RE8ig1M+zRQnytSN/TZRcQHRyoXGPm",
+	"j37nch8yIwSd4DHwjR27K9LcaBkLdtjtHkJLEj1QL1+88ASkeFmQEuhqVQa/vBe2In5fz/dqKPdWfr+2",
+	"e3MlTLnZbWh/7bCjeDyXapODknEj9oFadUsvQjBc4LLfdXjLv0eDXnfW08Gp+TKRrcqqlu6+Q4LLrqeG",
+	"4+p59GcjQTn4ZP9xC/9o4Lz6Kf9NUgTFPHtGzFE+vhPAoUVlZNyAwrYeqVW57OLk/O3p+Ts6xCRUAgO7",
+	"zJTLHZZju6+6YWqeQeRrKzD9FH0J+7F8t68muGHTrhDTJ6cLvGGxGqpcWcNnqNxz9/+tmmptEp9LASZU",
+	"fFTeWOWwj0nvhAJE/0QmHugjMBAEjsWX7q24abhPyj4/uWNimgEDGR+v6KUi09uJrM9lp4zmEkuL95ym",
+	"skoKZxSsx5lQaMLGuyulek2vhbFW50aSPtp4V+7S5+ySvfKoOoARfb/ZV3FXsbaYL8yyxk3JhB32852y",
+	"NV4KbSa9Yin4N2NDPzBojDBLH1iSQopbDFTxA1+prD1Bg294JjNs3YhtzNjQmISYnjzrwzidiyPfE1Ia",
+	"17UKmLd4khSMIkXT/j09UMRRQo1+7Dg+LmS2xHZeHwXxoUogQsO+E8VyWPFYDpRJcdhwJAsVew9HkVsz",
+	"4nFRXS81K/kyMAkw5oiJ7rQ8W12gv7oFogut67ydkEw/Q+YpJM5fT5vvuJu+DQ+o2NtN92jV70GVuRmo",
+	"h5c8J6LDPmFT7BdH2Q1GcvFMmPNYeDwLNdoLNdG2O1WLcSaqlO80DRvmawtwzf7+eWFr9gm/FWgN3q7e",
+	"aDhiQ5hA35MGZzhCQmdEL6dqLH4j44IrKw0oKGiN4fjsaKm/KSbtoX/sbmJR2UYHn2S80eu7FPfpXUlY",
+	"tnl8eP2TPT68jbOfjiC96PmwD/EkUenDCi96oz1RPeYDjoaMNzoYkzSbc9Pqt/IcrlxrvE4T7ELRdVyS",
+	"16XzlmUiEVwX8fo2Z/MUaiZ9BD9jw6k0DG8yEsOBop4vo1wmVqDbsbgXSWeIHZsVyxUQZ4oYr0BCU/bX",
+	"N1fE5MikGagHjjeg+CNZUnC45+pOpQ+q413td+kmoMc7Yb5CDsU9ovaoowmFVw6Zj/CFq0Kzmwx/Uhaj",
+	"uTA8LERq6ffPQ5rdbQOM/0rXPHNOqR7MDdFPHMTqXBwnCcsIfWHNOXdVNTVkR7/FbA6eMQ7XgcN7No65",
+	"8kN+o5OG3jDoTrvZ/e1QNcq3wGPSqgM1hipsTuvddLkf3EtWZH/r4fFWZOtysD1mmK1O3BPoCay7Yx2K",
+	"dpxxqUTcKSYk9g/SR0WnZWSDJCZTaDksgBq3Qjy5dd5maWL3h5+5DXO6q+eJU3n6tgjwlpfDk/TXnjvv",
+	"Tq6Z/VXB5i/jz3BmzLlallpOY3FavyJEyJJETbX9pRLpev+ea8Om8h6aPE+FmYkMCTPJVrGTgsTGxNd/",
+	"ZZ1X6NwOGrnUNxsDIb4nPr6h7+2O3Qrt8Rdr5DdfgFUH91Fj0TkCEpTYHWHAiFz3AK5SO1L/DHSmlegy",
+	"6AeMg07S6e1oaQT14oU/7R1RToiunIqOZyIJkAAS1EBkx26BGvT/czO8Z9+0jiJbxnqjwSKNmOuK5SKV",
+	"ef2ytTnpDT34TvGnL169hovpn8XVPMv48rl78BWysumY88I4SXMVf+2mfL9C1XlpoyjoH4UhkJXNEuuS",
+	"9EkDUm03hZWe34FiOeBxungECXHp9nXQ6WN2l49EpoTdXX4qE6kNUjQuknwq1Z5mF2msI/Ywk+OZ3X2w",
+	"C8v9XpHBDVhwI6IYP4x6vR40PQAzIaouCtiDqYasUZwiHSBsfdICdn0gjkWd/Fn7+Orq9N35yduI/XBz",
+	"evb29Pxd5Eh50WK2aoCNliv6BZ/kVZqDrEIfcd/UU8ZCGWmWFPsiKhHO7uzRtP99h84kXb0TdkqHbuMQ",
+	"JuxTssu+CtHFusDh+qOwGf444dYYjAWPIzL7V3h7yC0Gte5XCGJ62KMfSDIx6ifm0NWf1UpSJ2ITibSM",
+	"GK+0yxo4MYAuMtZsnt4LOy5ogSfVlDofoJ++1vLMSmlJ1z6HAXom74V7xG+U0KHHn77dpBvt5Ln+sE7i",
+	"kScDWA4eqnL01Pz4cUkNFi2EcxUDzFuJh0LoEFmDEeiqQVHaDdAJQUyMQ+x8SR25UdHZjf48ek6FtFtx",
+	"2NvhsFhmYmxSoJttY1cDYPyPZYZNDYqB4rcyxs87TjMW3a/1jGfAfsru0ySfC/hARJ59taokrbiUFCWp",
+	"2QluaSsyzvDx67VJG/bR8lqSfHUgmJMJu5lxa5dflKQUNKaOoGUaWptWN9v7lExOYOCs1xZWr8ZrQ22q",
+	"Pspb+7+0R81kPlVT/FqSrGJp8VlWzuzDIhfOctK8p5l+EGLhWh6vbpbnVg8zwTMzEvxLmUBVufvJ3/15",
+	"hM7f/1Is0qyGMqX3LI9LluEoSYXG6gmuvreoFiKTaSzHID9KaOgVlmbmuSUDn6Kf5cgAK9R6ctjxBR/F",
+	"2g/2FL94fxVw6Wk4eMZ2rAcMbZo2/gSuoB8g3nWbT47sNuBirvS1gx2M3M+xc9xH3IxnexodeNTd8BGT",
+	"eMxfpNpMM3suZFzpUu9j++VcaM2nwueqPcH0WjzCZZxF3GXHCqet3PNoVAysXXpBihYgh2rZaN/Tffay",
+	"9/IIaN+teS39rewxxkxqv/++w6bCGy8go9ASymjgmU8Qs+a9C2uSlw67LrsS3hZm2joFODXIjCI1m/Fs",
+	"ngit+8X6+5ZulDRyb2JlhKIREqMfa6tZzFG0yoFOXSJ4kkPprv8UAHPsmHkNyOZ8yTIZC8YButD233Si",
+	"Up9UaFflxcTO4sveS3Qa5oKjr+DcI6nLy2AdERjNPNcGuq24yGa7ELsHUWLD64TaL9i5eubDHB/yA1CB",
+	"fm1MV/HoS5CzTWr2iEINII8QejNijiEI2JNfOW5yTEKOwbnSEU+61KHuV6KNYOmVRIwiKCWt8ey6Plf6",
+	"QHyU2kg1/YpOQparBp4BjA6/IeAFfUFXQ81N5aMsp393apwCDANs8gqQT6+pcU9lp1Rj3lm19cvKjGIQ",
+	"uRZ19j58j3Yj6jW7MCDV9PoRw3eOkNQlgzZ5G8z/E1rZy1w9l8YoP+K3QoPm6lJMNtn+wYn9omZ/6Qm0",
+	"alvs/ZUd8EU3uh2mGOeZNEvYxSPBM/vbv32w+xQzxbi/8yxp9VszYxb9g4PDF3/q9rq97mH/z70/92BP",
+	"05A+efSyFaTPkf+3G+p6f8/jESg+qxGxGzNsyDuZJLrsAUeOzgFbmllVqMbSmkPUwwxDcN1SE1q4ceCJ",
+	"N9TDxscLjsBAsZ+o2G47zAtXe9mGbkTJeUonV+r3sdWGK44o3a4oQFy/32VzpvvSHQtyuPU7XlR5m7Tv",
+	"9OGr3EHMdYVof2UeiVAnMNxSFcgGqG95Lj26d/1uP6UPpZI2CNiULSXN+NzaXA7zW7prqYwofFsw1gLA",
+	"0tI9CkReUELpTMYdYbelSMrvBQiKzx8+/38BAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -29,6 +29,10 @@ const (
 	RoleWorker = "worker"
 )
 
+// RoleAny is the x-capstan-role of an operation every valid token may
+// call, whatever its role (the server's version). No token has it.
+const RoleAny = "any"
+
 // principal is who a request's bearer token speaks for.
 type principal struct {
 	// tokenID is the api_tokens id ("admin" or "worker" for the bootstrap
@@ -65,7 +69,7 @@ func principalFrom(ctx context.Context) (principal, bool) {
 // needs role need.
 func hasRole(have, need string) bool {
 	switch {
-	case have == RoleAdmin:
+	case have == RoleAdmin || need == RoleAny:
 		return true
 	case need == RoleReader:
 		return have == RoleWriter || have == RoleReader
