@@ -58,7 +58,7 @@ demo: ## start everything and run the example workflows
 
 test: deps ## the whole suite, with the race detector, against real Postgres, Redis and a Kubernetes API server
 	@scripts/kube-deps.sh start >/dev/null || { echo "the test Kubernetes cluster did not start (scripts/kube-deps.sh): the kubernetes plugin's tests need it"; exit 1; }
-	@status=0; go test -race -count=1 -timeout 20m $(PACKAGES) || status=$$?; scripts/kube-deps.sh stop; exit $$status
+	@status=0; go test -race -count=1 -timeout 30m $(PACKAGES) || status=$$?; scripts/kube-deps.sh stop; exit $$status
 	@$(MAKE) --no-print-directory fuzz
 
 kube-deps: ## build (first time: minutes) and start the test Kubernetes cluster: API server, scheduler, controller manager, kwok
