@@ -77,7 +77,12 @@ chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wipe
 # the services' build list. `go tool -n` builds it into the build cache and
 # prints its path; it then runs here, in workspace mode, over every module's
 # packages and their tests, with the default checks.
-lint: ## gofmt, go vet and staticcheck over every module
+# The OpenAPI linters are the locked npm packages of openapi/ (npm ci when
+# node_modules is missing or older than the lock); Redocly runs its strict
+# recommended rules and Spectral fails on a warning.
+lint: ## gofmt, go vet and staticcheck over every module; Redocly and Spectral over openapi/capstan.yaml
+	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
+	@cd openapi && node_modules/.bin/redocly lint capstan.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	@go vet $(PACKAGES)
 	@staticcheck=$$(GOWORK=off go -C tools tool -n staticcheck) && $$staticcheck $(PACKAGES)
