@@ -1934,6 +1934,33 @@ type WorkerID = openapi_types.UUID
 // WorkflowName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type WorkflowName = Name
 
+// BadRequest defines model for BadRequest.
+type BadRequest = Problem
+
+// Conflict defines model for Conflict.
+type Conflict = Problem
+
+// Default defines model for Default.
+type Default = Problem
+
+// Forbidden defines model for Forbidden.
+type Forbidden = Problem
+
+// NotFound defines model for NotFound.
+type NotFound = Problem
+
+// ServiceUnavailable defines model for ServiceUnavailable.
+type ServiceUnavailable = Problem
+
+// TooManyRequests defines model for TooManyRequests.
+type TooManyRequests = Problem
+
+// Unauthorized defines model for Unauthorized.
+type Unauthorized = Problem
+
+// UnprocessableEntity defines model for UnprocessableEntity.
+type UnprocessableEntity = Problem
+
 // ListAbortsParams defines parameters for ListAborts.
 type ListAbortsParams struct {
 	State *ListAbortsParamsState `form:"state,omitempty" json:"state,omitempty"`
@@ -9456,13 +9483,35 @@ type ClientWithResponsesInterface interface {
 	ExistingRunsWithResponse(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error)
 }
 
+// ListAbortsResponse401Headers the declared response headers of an HTTP 401 response for ListAborts
+type ListAbortsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListAbortsResponse429Headers the declared response headers of an HTTP 429 response for ListAborts
+type ListAbortsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListAbortsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AbortList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListAbortsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListAbortsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9471,8 +9520,28 @@ func (r ListAbortsResponse) GetJSON200() *AbortList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListAbortsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListAbortsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9504,13 +9573,37 @@ func (r ListAbortsResponse) ContentType() string {
 	return ""
 }
 
+// GetAttemptResponse401Headers the declared response headers of an HTTP 401 response for GetAttempt
+type GetAttemptResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetAttemptResponse429Headers the declared response headers of an HTTP 429 response for GetAttempt
+type GetAttemptResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptSpec
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetAttemptResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetAttemptResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9518,9 +9611,34 @@ func (r GetAttemptResponse) GetJSON200() *AttemptSpec {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetAttemptResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetAttemptResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9552,23 +9670,65 @@ func (r GetAttemptResponse) ContentType() string {
 	return ""
 }
 
+// AppendAttemptLogsResponse401Headers the declared response headers of an HTTP 401 response for AppendAttemptLogs
+type AppendAttemptLogsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AppendAttemptLogsResponse429Headers the declared response headers of an HTTP 429 response for AppendAttemptLogs
+type AppendAttemptLogsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AppendAttemptLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AppendAttemptLogsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AppendAttemptLogsResponse429Headers
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r AppendAttemptLogsResponse) GetApplicationproblemJSON400() *Problem {
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r AppendAttemptLogsResponse) GetApplicationproblemJSON404() *Problem {
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9600,17 +9760,39 @@ func (r AppendAttemptLogsResponse) ContentType() string {
 	return ""
 }
 
+// ReportAttemptResponse401Headers the declared response headers of an HTTP 401 response for ReportAttempt
+type ReportAttemptResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReportAttemptResponse429Headers the declared response headers of an HTTP 429 response for ReportAttempt
+type ReportAttemptResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ReportAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptReportResponse
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReportAttemptResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReportAttemptResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9619,18 +9801,38 @@ func (r ReportAttemptResponse) GetJSON200() *AttemptReportResponse {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ReportAttemptResponse) GetApplicationproblemJSON400() *Problem {
+func (r ReportAttemptResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ReportAttemptResponse) GetApplicationproblemJSON404() *Problem {
+func (r ReportAttemptResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r ReportAttemptResponse) GetApplicationproblemJSON409() *Problem {
+func (r ReportAttemptResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9662,15 +9864,39 @@ func (r ReportAttemptResponse) ContentType() string {
 	return ""
 }
 
+// GetArchivedRunResponse401Headers the declared response headers of an HTTP 401 response for GetArchivedRun
+type GetArchivedRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetArchivedRunResponse429Headers the declared response headers of an HTTP 429 response for GetArchivedRun
+type GetArchivedRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetArchivedRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Problem
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetArchivedRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetArchivedRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9678,14 +9904,39 @@ func (r GetArchivedRunResponse) GetJSON200() *Run {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *Problem {
+func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9717,13 +9968,37 @@ func (r GetArchivedRunResponse) ContentType() string {
 	return ""
 }
 
+// DeleteCacheEntriesResponse401Headers the declared response headers of an HTTP 401 response for DeleteCacheEntries
+type DeleteCacheEntriesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteCacheEntriesResponse429Headers the declared response headers of an HTTP 429 response for DeleteCacheEntries
+type DeleteCacheEntriesResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteCacheEntriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CacheDeletion
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteCacheEntriesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteCacheEntriesResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9732,8 +10007,33 @@ func (r DeleteCacheEntriesResponse) GetJSON200() *CacheDeletion {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9765,13 +10065,37 @@ func (r DeleteCacheEntriesResponse) ContentType() string {
 	return ""
 }
 
+// ListCacheEntriesResponse401Headers the declared response headers of an HTTP 401 response for ListCacheEntries
+type ListCacheEntriesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListCacheEntriesResponse429Headers the declared response headers of an HTTP 429 response for ListCacheEntries
+type ListCacheEntriesResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListCacheEntriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CacheEntryList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListCacheEntriesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListCacheEntriesResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9780,8 +10104,33 @@ func (r ListCacheEntriesResponse) GetJSON200() *CacheEntryList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9813,23 +10162,65 @@ func (r ListCacheEntriesResponse) ContentType() string {
 	return ""
 }
 
+// DeleteCacheEntryResponse401Headers the declared response headers of an HTTP 401 response for DeleteCacheEntry
+type DeleteCacheEntryResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteCacheEntryResponse429Headers the declared response headers of an HTTP 429 response for DeleteCacheEntry
+type DeleteCacheEntryResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteCacheEntryResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteCacheEntryResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteCacheEntryResponse429Headers
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r DeleteCacheEntryResponse) GetApplicationproblemJSON400() *Problem {
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteCacheEntryResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9861,16 +10252,72 @@ func (r DeleteCacheEntryResponse) ContentType() string {
 	return ""
 }
 
+// GetConcurrencyResponse401Headers the declared response headers of an HTTP 401 response for GetConcurrency
+type GetConcurrencyResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetConcurrencyResponse429Headers the declared response headers of an HTTP 429 response for GetConcurrency
+type GetConcurrencyResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetConcurrencyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ConcurrencyLedger
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetConcurrencyResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetConcurrencyResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetConcurrencyResponse) GetJSON200() *ConcurrencyLedger {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9902,9 +10349,65 @@ func (r GetConcurrencyResponse) ContentType() string {
 	return ""
 }
 
+// WatchEventsResponse401Headers the declared response headers of an HTTP 401 response for WatchEvents
+type WatchEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// WatchEventsResponse429Headers the declared response headers of an HTTP 429 response for WatchEvents
+type WatchEventsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type WatchEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WatchEventsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WatchEventsResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9936,15 +10439,39 @@ func (r WatchEventsResponse) ContentType() string {
 	return ""
 }
 
+// PublishEventResponse401Headers the declared response headers of an HTTP 401 response for PublishEvent
+type PublishEventResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PublishEventResponse429Headers the declared response headers of an HTTP 429 response for PublishEvent
+type PublishEventResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PublishEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *PublishedEvent
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PublishEventResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PublishEventResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -9953,13 +10480,38 @@ func (r PublishEventResponse) GetJSON202() *PublishedEvent {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r PublishEventResponse) GetApplicationproblemJSON400() *Problem {
+func (r PublishEventResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r PublishEventResponse) GetApplicationproblemJSON422() *Problem {
+func (r PublishEventResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9991,13 +10543,37 @@ func (r PublishEventResponse) ContentType() string {
 	return ""
 }
 
+// GetPublishedEventResponse401Headers the declared response headers of an HTTP 401 response for GetPublishedEvent
+type GetPublishedEventResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetPublishedEventResponse429Headers the declared response headers of an HTTP 429 response for GetPublishedEvent
+type GetPublishedEventResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetPublishedEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *PublishedEvent
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPublishedEventResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetPublishedEventResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10005,9 +10581,34 @@ func (r GetPublishedEventResponse) GetJSON200() *PublishedEvent {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetPublishedEventResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetPublishedEventResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10039,13 +10640,37 @@ func (r GetPublishedEventResponse) ContentType() string {
 	return ""
 }
 
+// ListRunsResponse401Headers the declared response headers of an HTTP 401 response for ListRuns
+type ListRunsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListRunsResponse429Headers the declared response headers of an HTTP 429 response for ListRuns
+type ListRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRunsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10054,8 +10679,33 @@ func (r ListRunsResponse) GetJSON200() *RunList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListRunsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10087,6 +10737,16 @@ func (r ListRunsResponse) ContentType() string {
 	return ""
 }
 
+// CreateRunResponse401Headers the declared response headers of an HTTP 401 response for CreateRun
+type CreateRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateRunResponse429Headers the declared response headers of an HTTP 429 response for CreateRun
+type CreateRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10095,11 +10755,25 @@ type CreateRunResponse struct {
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Run
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10113,18 +10787,43 @@ func (r CreateRunResponse) GetJSON201() *Run {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateRunResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateRunResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateRunResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateRunResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10156,13 +10855,37 @@ func (r CreateRunResponse) ContentType() string {
 	return ""
 }
 
+// CreateRunsResponse401Headers the declared response headers of an HTTP 401 response for CreateRuns
+type CreateRunsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateRunsResponse429Headers the declared response headers of an HTTP 429 response for CreateRuns
+type CreateRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunBatchResults
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateRunsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10171,8 +10894,33 @@ func (r CreateRunsResponse) GetJSON200() *RunBatchResults {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateRunsResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10204,17 +10952,41 @@ func (r CreateRunsResponse) ContentType() string {
 	return ""
 }
 
+// DeleteRunResponse401Headers the declared response headers of an HTTP 401 response for DeleteRun
+type DeleteRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteRunResponse429Headers the declared response headers of an HTTP 429 response for DeleteRun
+type DeleteRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunDeletion
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Problem
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10222,19 +10994,44 @@ func (r DeleteRunResponse) GetJSON200() *RunDeletion {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r DeleteRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r DeleteRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r DeleteRunResponse) GetApplicationproblemJSON503() *Problem {
+func (r DeleteRunResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10266,13 +11063,37 @@ func (r DeleteRunResponse) ContentType() string {
 	return ""
 }
 
+// GetRunResponse401Headers the declared response headers of an HTTP 401 response for GetRun
+type GetRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetRunResponse429Headers the declared response headers of an HTTP 429 response for GetRun
+type GetRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10280,9 +11101,34 @@ func (r GetRunResponse) GetJSON200() *Run {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10314,15 +11160,39 @@ func (r GetRunResponse) ContentType() string {
 	return ""
 }
 
+// AbortRunResponse401Headers the declared response headers of an HTTP 401 response for AbortRun
+type AbortRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AbortRunResponse429Headers the declared response headers of an HTTP 429 response for AbortRun
+type AbortRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AbortRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AbortRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AbortRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10330,14 +11200,39 @@ func (r AbortRunResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r AbortRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r AbortRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AbortRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r AbortRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10369,15 +11264,37 @@ func (r AbortRunResponse) ContentType() string {
 	return ""
 }
 
+// GetActionResponse401Headers the declared response headers of an HTTP 401 response for GetAction
+type GetActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetActionResponse429Headers the declared response headers of an HTTP 429 response for GetAction
+type GetActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Action
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetActionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10386,13 +11303,33 @@ func (r GetActionResponse) GetJSON200() *Action {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r GetActionResponse) GetApplicationproblemJSON400() *Problem {
+func (r GetActionResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10424,15 +11361,39 @@ func (r GetActionResponse) ContentType() string {
 	return ""
 }
 
+// AbortActionResponse401Headers the declared response headers of an HTTP 401 response for AbortAction
+type AbortActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AbortActionResponse429Headers the declared response headers of an HTTP 429 response for AbortAction
+type AbortActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AbortActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AbortActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AbortActionResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10440,14 +11401,39 @@ func (r AbortActionResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r AbortActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r AbortActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AbortActionResponse) GetApplicationproblemJSON409() *Problem {
+func (r AbortActionResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10479,15 +11465,39 @@ func (r AbortActionResponse) ContentType() string {
 	return ""
 }
 
+// ApproveActionResponse401Headers the declared response headers of an HTTP 401 response for ApproveAction
+type ApproveActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ApproveActionResponse429Headers the declared response headers of an HTTP 429 response for ApproveAction
+type ApproveActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ApproveActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ApproveActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ApproveActionResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10495,14 +11505,39 @@ func (r ApproveActionResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ApproveActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r ApproveActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r ApproveActionResponse) GetApplicationproblemJSON409() *Problem {
+func (r ApproveActionResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10534,15 +11569,39 @@ func (r ApproveActionResponse) ContentType() string {
 	return ""
 }
 
+// RejectActionResponse401Headers the declared response headers of an HTTP 401 response for RejectAction
+type RejectActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RejectActionResponse429Headers the declared response headers of an HTTP 429 response for RejectAction
+type RejectActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RejectActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RejectActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RejectActionResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10550,14 +11609,39 @@ func (r RejectActionResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r RejectActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r RejectActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r RejectActionResponse) GetApplicationproblemJSON409() *Problem {
+func (r RejectActionResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10589,13 +11673,37 @@ func (r RejectActionResponse) ContentType() string {
 	return ""
 }
 
+// GetAttemptLogsResponse401Headers the declared response headers of an HTTP 401 response for GetAttemptLogs
+type GetAttemptLogsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetAttemptLogsResponse429Headers the declared response headers of an HTTP 429 response for GetAttemptLogs
+type GetAttemptLogsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetAttemptLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptLogs
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetAttemptLogsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetAttemptLogsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10603,9 +11711,34 @@ func (r GetAttemptLogsResponse) GetJSON200() *AttemptLogs {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetAttemptLogsResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10637,16 +11770,65 @@ func (r GetAttemptLogsResponse) ContentType() string {
 	return ""
 }
 
+// WatchRunEventsResponse401Headers the declared response headers of an HTTP 401 response for WatchRunEvents
+type WatchRunEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// WatchRunEventsResponse429Headers the declared response headers of an HTTP 429 response for WatchRunEvents
+type WatchRunEventsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type WatchRunEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WatchRunEventsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WatchRunEventsResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r WatchRunEventsResponse) GetApplicationproblemJSON404() *Problem {
+func (r WatchRunEventsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10678,17 +11860,41 @@ func (r WatchRunEventsResponse) ContentType() string {
 	return ""
 }
 
+// RestartRunResponse401Headers the declared response headers of an HTTP 401 response for RestartRun
+type RestartRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RestartRunResponse429Headers the declared response headers of an HTTP 429 response for RestartRun
+type RestartRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RestartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RestartRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RestartRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10696,19 +11902,44 @@ func (r RestartRunResponse) GetJSON202() *Run {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r RestartRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r RestartRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r RestartRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r RestartRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r RestartRunResponse) GetApplicationproblemJSON422() *Problem {
+func (r RestartRunResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10740,15 +11971,39 @@ func (r RestartRunResponse) ContentType() string {
 	return ""
 }
 
+// ResumeRunResponse401Headers the declared response headers of an HTTP 401 response for ResumeRun
+type ResumeRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ResumeRunResponse429Headers the declared response headers of an HTTP 429 response for ResumeRun
+type ResumeRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ResumeRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResumeRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResumeRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10756,14 +12011,39 @@ func (r ResumeRunResponse) GetJSON202() *Run {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ResumeRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r ResumeRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r ResumeRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r ResumeRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10795,15 +12075,39 @@ func (r ResumeRunResponse) ContentType() string {
 	return ""
 }
 
+// SuspendRunResponse401Headers the declared response headers of an HTTP 401 response for SuspendRun
+type SuspendRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SuspendRunResponse429Headers the declared response headers of an HTTP 429 response for SuspendRun
+type SuspendRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SuspendRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SuspendRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SuspendRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10811,14 +12115,39 @@ func (r SuspendRunResponse) GetJSON202() *Run {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r SuspendRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r SuspendRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r SuspendRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r SuspendRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10850,13 +12179,37 @@ func (r SuspendRunResponse) ContentType() string {
 	return ""
 }
 
+// ListSchedulesResponse401Headers the declared response headers of an HTTP 401 response for ListSchedules
+type ListSchedulesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListSchedulesResponse429Headers the declared response headers of an HTTP 429 response for ListSchedules
+type ListSchedulesResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListSchedulesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ScheduleList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSchedulesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListSchedulesResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10865,8 +12218,33 @@ func (r ListSchedulesResponse) GetJSON200() *ScheduleList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListSchedulesResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListSchedulesResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10898,19 +12276,41 @@ func (r ListSchedulesResponse) ContentType() string {
 	return ""
 }
 
+// CreateScheduleResponse401Headers the declared response headers of an HTTP 401 response for CreateSchedule
+type CreateScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateScheduleResponse429Headers the declared response headers of an HTTP 429 response for CreateSchedule
+type CreateScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Schedule
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateScheduleResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -10919,23 +12319,43 @@ func (r CreateScheduleResponse) GetJSON201() *Schedule {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10967,16 +12387,65 @@ func (r CreateScheduleResponse) ContentType() string {
 	return ""
 }
 
+// DeleteScheduleResponse401Headers the declared response headers of an HTTP 401 response for DeleteSchedule
+type DeleteScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteScheduleResponse429Headers the declared response headers of an HTTP 429 response for DeleteSchedule
+type DeleteScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteScheduleResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11008,13 +12477,37 @@ func (r DeleteScheduleResponse) ContentType() string {
 	return ""
 }
 
+// GetScheduleResponse401Headers the declared response headers of an HTTP 401 response for GetSchedule
+type GetScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetScheduleResponse429Headers the declared response headers of an HTTP 429 response for GetSchedule
+type GetScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11022,9 +12515,34 @@ func (r GetScheduleResponse) GetJSON200() *Schedule {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11056,17 +12574,39 @@ func (r GetScheduleResponse) ContentType() string {
 	return ""
 }
 
+// UpdateScheduleResponse401Headers the declared response headers of an HTTP 401 response for UpdateSchedule
+type UpdateScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// UpdateScheduleResponse429Headers the declared response headers of an HTTP 429 response for UpdateSchedule
+type UpdateScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type UpdateScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UpdateScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UpdateScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11075,18 +12615,38 @@ func (r UpdateScheduleResponse) GetJSON200() *Schedule {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r UpdateScheduleResponse) GetApplicationproblemJSON422() *Problem {
+func (r UpdateScheduleResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11118,17 +12678,39 @@ func (r UpdateScheduleResponse) ContentType() string {
 	return ""
 }
 
+// BackfillScheduleResponse401Headers the declared response headers of an HTTP 401 response for BackfillSchedule
+type BackfillScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// BackfillScheduleResponse429Headers the declared response headers of an HTTP 429 response for BackfillSchedule
+type BackfillScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type BackfillScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *ScheduleAction
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *BackfillScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *BackfillScheduleResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -11137,18 +12719,38 @@ func (r BackfillScheduleResponse) GetJSON202() *ScheduleAction {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r BackfillScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r BackfillScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r BackfillScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r BackfillScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r BackfillScheduleResponse) GetApplicationproblemJSON422() *Problem {
+func (r BackfillScheduleResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11180,13 +12782,37 @@ func (r BackfillScheduleResponse) ContentType() string {
 	return ""
 }
 
+// PauseScheduleResponse401Headers the declared response headers of an HTTP 401 response for PauseSchedule
+type PauseScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PauseScheduleResponse429Headers the declared response headers of an HTTP 429 response for PauseSchedule
+type PauseScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PauseScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PauseScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PauseScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11194,9 +12820,34 @@ func (r PauseScheduleResponse) GetJSON200() *Schedule {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r PauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r PauseScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11228,17 +12879,39 @@ func (r PauseScheduleResponse) ContentType() string {
 	return ""
 }
 
+// TriggerScheduleResponse401Headers the declared response headers of an HTTP 401 response for TriggerSchedule
+type TriggerScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// TriggerScheduleResponse429Headers the declared response headers of an HTTP 429 response for TriggerSchedule
+type TriggerScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type TriggerScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *ScheduleAction
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TriggerScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *TriggerScheduleResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -11247,18 +12920,38 @@ func (r TriggerScheduleResponse) GetJSON202() *ScheduleAction {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r TriggerScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r TriggerScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *Problem {
+func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11290,13 +12983,37 @@ func (r TriggerScheduleResponse) ContentType() string {
 	return ""
 }
 
+// UnpauseScheduleResponse401Headers the declared response headers of an HTTP 401 response for UnpauseSchedule
+type UnpauseScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// UnpauseScheduleResponse429Headers the declared response headers of an HTTP 429 response for UnpauseSchedule
+type UnpauseScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type UnpauseScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UnpauseScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UnpauseScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11304,9 +13021,34 @@ func (r UnpauseScheduleResponse) GetJSON200() *Schedule {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r UnpauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11338,13 +13080,37 @@ func (r UnpauseScheduleResponse) ContentType() string {
 	return ""
 }
 
+// ListTriggersResponse401Headers the declared response headers of an HTTP 401 response for ListTriggers
+type ListTriggersResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListTriggersResponse429Headers the declared response headers of an HTTP 429 response for ListTriggers
+type ListTriggersResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListTriggersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TriggerList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTriggersResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListTriggersResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11353,8 +13119,33 @@ func (r ListTriggersResponse) GetJSON200() *TriggerList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListTriggersResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListTriggersResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11386,19 +13177,41 @@ func (r ListTriggersResponse) ContentType() string {
 	return ""
 }
 
+// CreateTriggerResponse401Headers the declared response headers of an HTTP 401 response for CreateTrigger
+type CreateTriggerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateTriggerResponse429Headers the declared response headers of an HTTP 429 response for CreateTrigger
+type CreateTriggerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Trigger
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateTriggerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateTriggerResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -11407,23 +13220,43 @@ func (r CreateTriggerResponse) GetJSON201() *Trigger {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON404() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11455,16 +13288,65 @@ func (r CreateTriggerResponse) ContentType() string {
 	return ""
 }
 
+// DeleteTriggerResponse401Headers the declared response headers of an HTTP 401 response for DeleteTrigger
+type DeleteTriggerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteTriggerResponse429Headers the declared response headers of an HTTP 429 response for DeleteTrigger
+type DeleteTriggerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteTriggerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteTriggerResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteTriggerResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteTriggerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11496,13 +13378,37 @@ func (r DeleteTriggerResponse) ContentType() string {
 	return ""
 }
 
+// GetTriggerResponse401Headers the declared response headers of an HTTP 401 response for GetTrigger
+type GetTriggerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetTriggerResponse429Headers the declared response headers of an HTTP 429 response for GetTrigger
+type GetTriggerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Trigger
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTriggerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetTriggerResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11510,9 +13416,34 @@ func (r GetTriggerResponse) GetJSON200() *Trigger {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetTriggerResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetTriggerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11544,13 +13475,37 @@ func (r GetTriggerResponse) ContentType() string {
 	return ""
 }
 
+// ListWorkflowsResponse401Headers the declared response headers of an HTTP 401 response for ListWorkflows
+type ListWorkflowsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListWorkflowsResponse429Headers the declared response headers of an HTTP 429 response for ListWorkflows
+type ListWorkflowsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListWorkflowsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplateList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWorkflowsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWorkflowsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11559,8 +13514,33 @@ func (r ListWorkflowsResponse) GetJSON200() *WorkflowTemplateList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListWorkflowsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListWorkflowsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11592,6 +13572,16 @@ func (r ListWorkflowsResponse) ContentType() string {
 	return ""
 }
 
+// PushWorkflowResponse401Headers the declared response headers of an HTTP 401 response for PushWorkflow
+type PushWorkflowResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PushWorkflowResponse429Headers the declared response headers of an HTTP 429 response for PushWorkflow
+type PushWorkflowResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PushWorkflowResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11600,9 +13590,23 @@ type PushWorkflowResponse struct {
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *WorkflowTemplate
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PushWorkflowResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PushWorkflowResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11616,13 +13620,38 @@ func (r PushWorkflowResponse) GetJSON201() *WorkflowTemplate {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r PushWorkflowResponse) GetApplicationproblemJSON400() *Problem {
+func (r PushWorkflowResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r PushWorkflowResponse) GetApplicationproblemJSON422() *Problem {
+func (r PushWorkflowResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11654,16 +13683,65 @@ func (r PushWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// DeleteWorkflowResponse401Headers the declared response headers of an HTTP 401 response for DeleteWorkflow
+type DeleteWorkflowResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteWorkflowResponse429Headers the declared response headers of an HTTP 429 response for DeleteWorkflow
+type DeleteWorkflowResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteWorkflowResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteWorkflowResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteWorkflowResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11695,13 +13773,37 @@ func (r DeleteWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkflowResponse401Headers the declared response headers of an HTTP 401 response for GetWorkflow
+type GetWorkflowResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkflowResponse429Headers the declared response headers of an HTTP 429 response for GetWorkflow
+type GetWorkflowResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetWorkflowResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkflowResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkflowResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11709,9 +13811,34 @@ func (r GetWorkflowResponse) GetJSON200() *WorkflowTemplate {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetWorkflowResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11743,13 +13870,37 @@ func (r GetWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// ListWorkflowVersionsResponse401Headers the declared response headers of an HTTP 401 response for ListWorkflowVersions
+type ListWorkflowVersionsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListWorkflowVersionsResponse429Headers the declared response headers of an HTTP 429 response for ListWorkflowVersions
+type ListWorkflowVersionsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListWorkflowVersionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplateList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWorkflowVersionsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWorkflowVersionsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11757,9 +13908,34 @@ func (r ListWorkflowVersionsResponse) GetJSON200() *WorkflowTemplateList {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON404() *Problem {
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11791,13 +13967,37 @@ func (r ListWorkflowVersionsResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkflowVersionResponse401Headers the declared response headers of an HTTP 401 response for GetWorkflowVersion
+type GetWorkflowVersionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkflowVersionResponse429Headers the declared response headers of an HTTP 429 response for GetWorkflowVersion
+type GetWorkflowVersionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetWorkflowVersionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkflowVersionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkflowVersionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11805,9 +14005,34 @@ func (r GetWorkflowVersionResponse) GetJSON200() *WorkflowTemplate {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetWorkflowVersionResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11839,16 +14064,72 @@ func (r GetWorkflowVersionResponse) ContentType() string {
 	return ""
 }
 
+// GetFairShareResponse401Headers the declared response headers of an HTTP 401 response for GetFairShare
+type GetFairShareResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetFairShareResponse429Headers the declared response headers of an HTTP 429 response for GetFairShare
+type GetFairShareResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetFairShareResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *FairShare
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetFairShareResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetFairShareResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetFairShareResponse) GetJSON200() *FairShare {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11880,15 +14161,39 @@ func (r GetFairShareResponse) ContentType() string {
 	return ""
 }
 
+// SetFairShareResponse401Headers the declared response headers of an HTTP 401 response for SetFairShare
+type SetFairShareResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SetFairShareResponse429Headers the declared response headers of an HTTP 429 response for SetFairShare
+type SetFairShareResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SetFairShareResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *FairShare
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetFairShareResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetFairShareResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11897,13 +14202,38 @@ func (r SetFairShareResponse) GetJSON200() *FairShare {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r SetFairShareResponse) GetApplicationproblemJSON400() *Problem {
+func (r SetFairShareResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r SetFairShareResponse) GetApplicationproblemJSON422() *Problem {
+func (r SetFairShareResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11935,13 +14265,37 @@ func (r SetFairShareResponse) ContentType() string {
 	return ""
 }
 
+// ListRateLimitsResponse401Headers the declared response headers of an HTTP 401 response for ListRateLimits
+type ListRateLimitsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListRateLimitsResponse429Headers the declared response headers of an HTTP 429 response for ListRateLimits
+type ListRateLimitsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListRateLimitsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RateLimitList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRateLimitsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRateLimitsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11950,8 +14304,33 @@ func (r ListRateLimitsResponse) GetJSON200() *RateLimitList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListRateLimitsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListRateLimitsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11983,16 +14362,65 @@ func (r ListRateLimitsResponse) ContentType() string {
 	return ""
 }
 
+// DeleteRateLimitResponse401Headers the declared response headers of an HTTP 401 response for DeleteRateLimit
+type DeleteRateLimitResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteRateLimitResponse429Headers the declared response headers of an HTTP 429 response for DeleteRateLimit
+type DeleteRateLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteRateLimitResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteRateLimitResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteRateLimitResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12024,13 +14452,37 @@ func (r DeleteRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// GetRateLimitResponse401Headers the declared response headers of an HTTP 401 response for GetRateLimit
+type GetRateLimitResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetRateLimitResponse429Headers the declared response headers of an HTTP 429 response for GetRateLimit
+type GetRateLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRateLimitResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RateLimit
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRateLimitResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRateLimitResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12038,9 +14490,34 @@ func (r GetRateLimitResponse) GetJSON200() *RateLimit {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetRateLimitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12072,6 +14549,16 @@ func (r GetRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// PutRateLimitResponse401Headers the declared response headers of an HTTP 401 response for PutRateLimit
+type PutRateLimitResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PutRateLimitResponse429Headers the declared response headers of an HTTP 429 response for PutRateLimit
+type PutRateLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PutRateLimitResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12080,9 +14567,23 @@ type PutRateLimitResponse struct {
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *RateLimit
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutRateLimitResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutRateLimitResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12096,13 +14597,38 @@ func (r PutRateLimitResponse) GetJSON201() *RateLimit {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r PutRateLimitResponse) GetApplicationproblemJSON400() *Problem {
+func (r PutRateLimitResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r PutRateLimitResponse) GetApplicationproblemJSON422() *Problem {
+func (r PutRateLimitResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12134,16 +14660,72 @@ func (r PutRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// GetProjectSettingsResponse401Headers the declared response headers of an HTTP 401 response for GetProjectSettings
+type GetProjectSettingsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetProjectSettingsResponse429Headers the declared response headers of an HTTP 429 response for GetProjectSettings
+type GetProjectSettingsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetProjectSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ProjectSettings
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetProjectSettingsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetProjectSettingsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetProjectSettingsResponse) GetJSON200() *ProjectSettings {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12175,15 +14757,39 @@ func (r GetProjectSettingsResponse) ContentType() string {
 	return ""
 }
 
+// SetProjectSettingsResponse401Headers the declared response headers of an HTTP 401 response for SetProjectSettings
+type SetProjectSettingsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SetProjectSettingsResponse429Headers the declared response headers of an HTTP 429 response for SetProjectSettings
+type SetProjectSettingsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SetProjectSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ProjectSettings
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetProjectSettingsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetProjectSettingsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12192,13 +14798,38 @@ func (r SetProjectSettingsResponse) GetJSON200() *ProjectSettings {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r SetProjectSettingsResponse) GetApplicationproblemJSON400() *Problem {
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r SetProjectSettingsResponse) GetApplicationproblemJSON422() *Problem {
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12230,16 +14861,58 @@ func (r SetProjectSettingsResponse) ContentType() string {
 	return ""
 }
 
+// ListTokensResponse401Headers the declared response headers of an HTTP 401 response for ListTokens
+type ListTokensResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListTokensResponse429Headers the declared response headers of an HTTP 429 response for ListTokens
+type ListTokensResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TokenList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTokensResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListTokensResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListTokensResponse) GetJSON200() *TokenList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12271,15 +14944,37 @@ func (r ListTokensResponse) ContentType() string {
 	return ""
 }
 
+// CreateTokenResponse401Headers the declared response headers of an HTTP 401 response for CreateToken
+type CreateTokenResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateTokenResponse429Headers the declared response headers of an HTTP 429 response for CreateToken
+type CreateTokenResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Token
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateTokenResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateTokenResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -12288,13 +14983,33 @@ func (r CreateTokenResponse) GetJSON201() *Token {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateTokenResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateTokenResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateTokenResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateTokenResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12326,16 +15041,65 @@ func (r CreateTokenResponse) ContentType() string {
 	return ""
 }
 
+// RevokeTokenResponse401Headers the declared response headers of an HTTP 401 response for RevokeToken
+type RevokeTokenResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RevokeTokenResponse429Headers the declared response headers of an HTTP 429 response for RevokeToken
+type RevokeTokenResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RevokeTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RevokeTokenResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RevokeTokenResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r RevokeTokenResponse) GetApplicationproblemJSON404() *Problem {
+func (r RevokeTokenResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12367,16 +15131,58 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
+// ListWorkersResponse401Headers the declared response headers of an HTTP 401 response for ListWorkers
+type ListWorkersResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListWorkersResponse429Headers the declared response headers of an HTTP 429 response for ListWorkers
+type ListWorkersResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListWorkersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkerList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWorkersResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWorkersResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListWorkersResponse) GetJSON200() *WorkerList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12408,15 +15214,37 @@ func (r ListWorkersResponse) ContentType() string {
 	return ""
 }
 
+// RegisterWorkerResponse401Headers the declared response headers of an HTTP 401 response for RegisterWorker
+type RegisterWorkerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RegisterWorkerResponse429Headers the declared response headers of an HTTP 429 response for RegisterWorker
+type RegisterWorkerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RegisterWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Worker
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RegisterWorkerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RegisterWorkerResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -12425,13 +15253,33 @@ func (r RegisterWorkerResponse) GetJSON201() *Worker {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r RegisterWorkerResponse) GetApplicationproblemJSON400() *Problem {
+func (r RegisterWorkerResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r RegisterWorkerResponse) GetApplicationproblemJSON422() *Problem {
+func (r RegisterWorkerResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12463,16 +15311,65 @@ func (r RegisterWorkerResponse) ContentType() string {
 	return ""
 }
 
+// DeregisterWorkerResponse401Headers the declared response headers of an HTTP 401 response for DeregisterWorker
+type DeregisterWorkerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeregisterWorkerResponse429Headers the declared response headers of an HTTP 429 response for DeregisterWorker
+type DeregisterWorkerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeregisterWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeregisterWorkerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeregisterWorkerResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeregisterWorkerResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12504,15 +15401,37 @@ func (r DeregisterWorkerResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkerAttemptsResponse401Headers the declared response headers of an HTTP 401 response for GetWorkerAttempts
+type GetWorkerAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkerAttemptsResponse429Headers the declared response headers of an HTTP 429 response for GetWorkerAttempts
+type GetWorkerAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetWorkerAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptSpecList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkerAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkerAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12521,13 +15440,33 @@ func (r GetWorkerAttemptsResponse) GetJSON200() *AttemptSpecList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12559,13 +15498,37 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// AdoptAttemptsResponse401Headers the declared response headers of an HTTP 401 response for AdoptAttempts
+type AdoptAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AdoptAttemptsResponse429Headers the declared response headers of an HTTP 429 response for AdoptAttempts
+type AdoptAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AdoptAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptIDList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdoptAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AdoptAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12574,8 +15537,33 @@ func (r AdoptAttemptsResponse) GetJSON200() *AttemptIDList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12607,13 +15595,37 @@ func (r AdoptAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// LiveAttemptsResponse401Headers the declared response headers of an HTTP 401 response for LiveAttempts
+type LiveAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// LiveAttemptsResponse429Headers the declared response headers of an HTTP 429 response for LiveAttempts
+type LiveAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type LiveAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptIDList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *LiveAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *LiveAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12622,8 +15634,33 @@ func (r LiveAttemptsResponse) GetJSON200() *AttemptIDList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r LiveAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r LiveAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12655,13 +15692,37 @@ func (r LiveAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// HeartbeatResponse401Headers the declared response headers of an HTTP 401 response for Heartbeat
+type HeartbeatResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// HeartbeatResponse429Headers the declared response headers of an HTTP 429 response for Heartbeat
+type HeartbeatResponse429Headers struct {
+	RetryAfter *int
+}
+
 type HeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *HeartbeatReply
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HeartbeatResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HeartbeatResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12669,9 +15730,34 @@ func (r HeartbeatResponse) GetJSON200() *HeartbeatReply {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r HeartbeatResponse) GetApplicationproblemJSON404() *Problem {
+func (r HeartbeatResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12703,15 +15789,37 @@ func (r HeartbeatResponse) ContentType() string {
 	return ""
 }
 
+// ReportAttemptsResponse401Headers the declared response headers of an HTTP 401 response for ReportAttempts
+type ReportAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReportAttemptsResponse429Headers the declared response headers of an HTTP 429 response for ReportAttempts
+type ReportAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ReportAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ReportBatchResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReportAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReportAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12720,13 +15828,33 @@ func (r ReportAttemptsResponse) GetJSON200() *ReportBatchResult {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ReportAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ReportAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ReportAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+func (r ReportAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12758,13 +15886,37 @@ func (r ReportAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// ExistingRunsResponse401Headers the declared response headers of an HTTP 401 response for ExistingRuns
+type ExistingRunsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ExistingRunsResponse429Headers the declared response headers of an HTTP 429 response for ExistingRuns
+type ExistingRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ExistingRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunRefList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExistingRunsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExistingRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12773,8 +15925,33 @@ func (r ExistingRunsResponse) GetJSON200() *RunRefList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ExistingRunsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ExistingRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -14250,12 +17427,63 @@ func ParseListAbortsResponse(rsp *http.Response) (*ListAbortsResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListAbortsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListAbortsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14282,13 +17510,71 @@ func ParseGetAttemptResponse(rsp *http.Response) (*GetAttemptResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetAttemptResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetAttemptResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14312,19 +17598,70 @@ func ParseAppendAttemptLogsResponse(rsp *http.Response) (*AppendAttemptLogsRespo
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AppendAttemptLogsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AppendAttemptLogsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14352,26 +17689,77 @@ func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReportAttemptResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReportAttemptResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14398,20 +17786,78 @@ func ParseGetArchivedRunResponse(rsp *http.Response) (*GetArchivedRunResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Problem
+		var dest ServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetArchivedRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetArchivedRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14439,12 +17885,70 @@ func ParseDeleteCacheEntriesResponse(rsp *http.Response) (*DeleteCacheEntriesRes
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteCacheEntriesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteCacheEntriesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14472,12 +17976,70 @@ func ParseListCacheEntriesResponse(rsp *http.Response) (*ListCacheEntriesRespons
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListCacheEntriesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListCacheEntriesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14501,19 +18063,70 @@ func ParseDeleteCacheEntryResponse(rsp *http.Response) (*DeleteCacheEntryRespons
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteCacheEntryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteCacheEntryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14540,6 +18153,71 @@ func ParseGetConcurrencyResponse(rsp *http.Response) (*GetConcurrencyResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetConcurrencyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetConcurrencyResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14556,6 +18234,74 @@ func ParseWatchEventsResponse(rsp *http.Response) (*WatchEventsResponse, error) 
 	response := &WatchEventsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers WatchEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers WatchEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14583,19 +18329,77 @@ func ParsePublishEventResponse(rsp *http.Response) (*PublishEventResponse, error
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PublishEventResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PublishEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14622,13 +18426,71 @@ func ParseGetPublishedEventResponse(rsp *http.Response) (*GetPublishedEventRespo
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetPublishedEventResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetPublishedEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14656,12 +18518,70 @@ func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListRunsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14696,26 +18616,84 @@ func ParseCreateRunResponse(rsp *http.Response) (*CreateRunResponse, error) {
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14743,12 +18721,70 @@ func ParseCreateRunsResponse(rsp *http.Response) (*CreateRunsResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateRunsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14775,27 +18811,85 @@ func ParseDeleteRunResponse(rsp *http.Response) (*DeleteRunResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Problem
+		var dest ServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14822,13 +18916,71 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14855,20 +19007,78 @@ func ParseAbortRunResponse(rsp *http.Response) (*AbortRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AbortRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AbortRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14896,19 +19106,70 @@ func ParseGetActionResponse(rsp *http.Response) (*GetActionResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14935,20 +19196,78 @@ func ParseAbortActionResponse(rsp *http.Response) (*AbortActionResponse, error) 
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AbortActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AbortActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14975,20 +19294,78 @@ func ParseApproveActionResponse(rsp *http.Response) (*ApproveActionResponse, err
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ApproveActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ApproveActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15015,20 +19392,78 @@ func ParseRejectActionResponse(rsp *http.Response) (*RejectActionResponse, error
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RejectActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RejectActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15055,16 +19490,74 @@ func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetAttemptLogsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetAttemptLogsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15084,13 +19577,71 @@ func ParseWatchRunEventsResponse(rsp *http.Response) (*WatchRunEventsResponse, e
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers WatchRunEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers WatchRunEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15117,27 +19668,85 @@ func ParseRestartRunResponse(rsp *http.Response) (*RestartRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RestartRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RestartRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15164,20 +19773,78 @@ func ParseResumeRunResponse(rsp *http.Response) (*ResumeRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ResumeRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResumeRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15204,20 +19871,78 @@ func ParseSuspendRunResponse(rsp *http.Response) (*SuspendRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SuspendRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SuspendRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15245,12 +19970,70 @@ func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListSchedulesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListSchedulesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15278,33 +20061,84 @@ func ParseCreateScheduleResponse(rsp *http.Response) (*CreateScheduleResponse, e
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15327,13 +20161,71 @@ func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, e
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15360,13 +20252,71 @@ func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15394,26 +20344,77 @@ func ParseUpdateScheduleResponse(rsp *http.Response) (*UpdateScheduleResponse, e
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers UpdateScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers UpdateScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15441,26 +20442,77 @@ func ParseBackfillScheduleResponse(rsp *http.Response) (*BackfillScheduleRespons
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers BackfillScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers BackfillScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15487,13 +20539,71 @@ func ParsePauseScheduleResponse(rsp *http.Response) (*PauseScheduleResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PauseScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PauseScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15521,26 +20631,77 @@ func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse,
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers TriggerScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers TriggerScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15567,13 +20728,71 @@ func ParseUnpauseScheduleResponse(rsp *http.Response) (*UnpauseScheduleResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers UnpauseScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers UnpauseScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15601,12 +20820,70 @@ func ParseListTriggersResponse(rsp *http.Response) (*ListTriggersResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListTriggersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListTriggersResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15634,33 +20911,84 @@ func ParseCreateTriggerResponse(rsp *http.Response) (*CreateTriggerResponse, err
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateTriggerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateTriggerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15683,13 +21011,71 @@ func ParseDeleteTriggerResponse(rsp *http.Response) (*DeleteTriggerResponse, err
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteTriggerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteTriggerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15716,13 +21102,71 @@ func ParseGetTriggerResponse(rsp *http.Response) (*GetTriggerResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetTriggerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetTriggerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15750,12 +21194,70 @@ func ParseListWorkflowsResponse(rsp *http.Response) (*ListWorkflowsResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListWorkflowsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListWorkflowsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15790,19 +21292,77 @@ func ParsePushWorkflowResponse(rsp *http.Response) (*PushWorkflowResponse, error
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PushWorkflowResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PushWorkflowResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15825,13 +21385,71 @@ func ParseDeleteWorkflowResponse(rsp *http.Response) (*DeleteWorkflowResponse, e
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteWorkflowResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteWorkflowResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15858,13 +21476,71 @@ func ParseGetWorkflowResponse(rsp *http.Response) (*GetWorkflowResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkflowResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkflowResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15891,13 +21567,71 @@ func ParseListWorkflowVersionsResponse(rsp *http.Response) (*ListWorkflowVersion
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListWorkflowVersionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListWorkflowVersionsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15924,13 +21658,71 @@ func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionRes
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkflowVersionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkflowVersionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15957,6 +21749,71 @@ func ParseGetFairShareResponse(rsp *http.Response) (*GetFairShareResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetFairShareResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetFairShareResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15984,19 +21841,77 @@ func ParseSetFairShareResponse(rsp *http.Response) (*SetFairShareResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SetFairShareResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SetFairShareResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16024,12 +21939,70 @@ func ParseListRateLimitsResponse(rsp *http.Response) (*ListRateLimitsResponse, e
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListRateLimitsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRateLimitsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16052,13 +22025,71 @@ func ParseDeleteRateLimitResponse(rsp *http.Response) (*DeleteRateLimitResponse,
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteRateLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteRateLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16085,13 +22116,71 @@ func ParseGetRateLimitResponse(rsp *http.Response) (*GetRateLimitResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetRateLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRateLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16126,19 +22215,77 @@ func ParsePutRateLimitResponse(rsp *http.Response) (*PutRateLimitResponse, error
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PutRateLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PutRateLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16165,6 +22312,71 @@ func ParseGetProjectSettingsResponse(rsp *http.Response) (*GetProjectSettingsRes
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetProjectSettingsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetProjectSettingsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16192,19 +22404,77 @@ func ParseSetProjectSettingsResponse(rsp *http.Response) (*SetProjectSettingsRes
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SetProjectSettingsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SetProjectSettingsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16231,6 +22501,57 @@ func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListTokensResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListTokensResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16258,19 +22579,70 @@ func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) 
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateTokenResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateTokenResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16293,13 +22665,71 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RevokeTokenResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RevokeTokenResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16326,6 +22756,57 @@ func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListWorkersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListWorkersResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16353,19 +22834,70 @@ func ParseRegisterWorkerResponse(rsp *http.Response) (*RegisterWorkerResponse, e
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RegisterWorkerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RegisterWorkerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16388,13 +22920,71 @@ func ParseDeregisterWorkerResponse(rsp *http.Response) (*DeregisterWorkerRespons
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeregisterWorkerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeregisterWorkerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16422,19 +23012,70 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkerAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkerAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16462,12 +23103,70 @@ func ParseAdoptAttemptsResponse(rsp *http.Response) (*AdoptAttemptsResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AdoptAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AdoptAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16495,12 +23194,70 @@ func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers LiveAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers LiveAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16527,13 +23284,71 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HeartbeatResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers HeartbeatResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16561,19 +23376,70 @@ func ParseReportAttemptsResponse(rsp *http.Response) (*ReportAttemptsResponse, e
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReportAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReportAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16601,12 +23467,70 @@ func ParseExistingRunsResponse(rsp *http.Response) (*ExistingRunsResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ExistingRunsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExistingRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -18936,7 +25860,37 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 
 }
 
-type ProblemApplicationProblemPlusJSONResponse Problem
+type BadRequestApplicationProblemPlusJSONResponse Problem
+
+type ConflictApplicationProblemPlusJSONResponse Problem
+
+type DefaultApplicationProblemPlusJSONResponse Problem
+
+type ForbiddenApplicationProblemPlusJSONResponse Problem
+
+type NotFoundApplicationProblemPlusJSONResponse Problem
+
+type ServiceUnavailableApplicationProblemPlusJSONResponse Problem
+
+type TooManyRequestsResponseHeaders struct {
+	RetryAfter *int
+}
+type TooManyRequestsApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers TooManyRequestsResponseHeaders
+}
+
+type UnauthorizedResponseHeaders struct {
+	WWWAuthenticate *string
+}
+type UnauthorizedApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers UnauthorizedResponseHeaders
+}
+
+type UnprocessableEntityApplicationProblemPlusJSONResponse Problem
 
 type ListAbortsRequestObject struct {
 	Params ListAbortsParams
@@ -18961,7 +25915,7 @@ func (response ListAborts200JSONResponse) VisitListAbortsResponse(w http.Respons
 }
 
 type ListAborts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListAborts400ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
@@ -18972,6 +25926,77 @@ func (response ListAborts400ApplicationProblemPlusJSONResponse) VisitListAbortsR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts401ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts403ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts429ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAbortsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAbortsdefaultApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -18998,8 +26023,59 @@ func (response GetAttempt200JSONResponse) VisitGetAttemptResponse(w http.Respons
 	return err
 }
 
+type GetAttempt400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt400ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttempt401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt401ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttempt403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt403ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAttempt404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetAttempt404ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
@@ -19010,6 +26086,42 @@ func (response GetAttempt404ApplicationProblemPlusJSONResponse) VisitGetAttemptR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttempt429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt429ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetAttemptdefaultApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19032,7 +26144,7 @@ func (response AppendAttemptLogs204Response) VisitAppendAttemptLogsResponse(w ht
 }
 
 type AppendAttemptLogs400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response AppendAttemptLogs400ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
@@ -19047,7 +26159,44 @@ func (response AppendAttemptLogs400ApplicationProblemPlusJSONResponse) VisitAppe
 	return err
 }
 
-type AppendAttemptLogs404ApplicationProblemPlusJSONResponse Problem
+type AppendAttemptLogs401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs401ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs403ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response AppendAttemptLogs404ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
 
@@ -19057,6 +26206,42 @@ func (response AppendAttemptLogs404ApplicationProblemPlusJSONResponse) VisitAppe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs429ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AppendAttemptLogsdefaultApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19085,7 +26270,7 @@ func (response ReportAttempt200JSONResponse) VisitReportAttemptResponse(w http.R
 }
 
 type ReportAttempt400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ReportAttempt400ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
@@ -19100,7 +26285,44 @@ func (response ReportAttempt400ApplicationProblemPlusJSONResponse) VisitReportAt
 	return err
 }
 
-type ReportAttempt404ApplicationProblemPlusJSONResponse Problem
+type ReportAttempt401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempt401ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempt403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempt403ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempt404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ReportAttempt404ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
 
@@ -19114,7 +26336,9 @@ func (response ReportAttempt404ApplicationProblemPlusJSONResponse) VisitReportAt
 	return err
 }
 
-type ReportAttempt409ApplicationProblemPlusJSONResponse Problem
+type ReportAttempt409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
 
@@ -19124,6 +26348,42 @@ func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempt429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempt429ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReportAttemptdefaultApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19152,8 +26412,59 @@ func (response GetArchivedRun200JSONResponse) VisitGetArchivedRunResponse(w http
 	return err
 }
 
+type GetArchivedRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun400ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun401ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun403ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetArchivedRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetArchivedRun404ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
@@ -19168,7 +26479,28 @@ func (response GetArchivedRun404ApplicationProblemPlusJSONResponse) VisitGetArch
 	return err
 }
 
-type GetArchivedRun503ApplicationProblemPlusJSONResponse Problem
+type GetArchivedRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun429ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
 
 func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
 
@@ -19178,6 +26510,23 @@ func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArch
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetArchivedRundefaultApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19207,7 +26556,7 @@ func (response DeleteCacheEntries200JSONResponse) VisitDeleteCacheEntriesRespons
 }
 
 type DeleteCacheEntries400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteCacheEntries400ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
@@ -19218,6 +26567,93 @@ func (response DeleteCacheEntries400ApplicationProblemPlusJSONResponse) VisitDel
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries401ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries403ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries404ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries429ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteCacheEntriesdefaultApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19247,7 +26683,7 @@ func (response ListCacheEntries200JSONResponse) VisitListCacheEntriesResponse(w 
 }
 
 type ListCacheEntries400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListCacheEntries400ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
@@ -19258,6 +26694,93 @@ func (response ListCacheEntries400ApplicationProblemPlusJSONResponse) VisitListC
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries401ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries403ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries404ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries429ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListCacheEntriesdefaultApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19281,7 +26804,7 @@ func (response DeleteCacheEntry204Response) VisitDeleteCacheEntryResponse(w http
 }
 
 type DeleteCacheEntry400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteCacheEntry400ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
@@ -19296,7 +26819,44 @@ func (response DeleteCacheEntry400ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
-type DeleteCacheEntry404ApplicationProblemPlusJSONResponse Problem
+type DeleteCacheEntry401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry401ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntry403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry403ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntry404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
 
@@ -19306,6 +26866,42 @@ func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDelet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntry429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry429ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntrydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteCacheEntrydefaultApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19329,6 +26925,109 @@ func (response GetConcurrency200JSONResponse) VisitGetConcurrencyResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency400ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency401ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency403ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency404ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency429ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrencydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetConcurrencydefaultApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19386,6 +27085,109 @@ func (response WatchEvents200TexteventStreamResponse) VisitWatchEventsResponse(w
 	}
 }
 
+type WatchEvents400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents400ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents401ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents403ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents404ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents429ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response WatchEventsdefaultApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PublishEventRequestObject struct {
 	Project Project `json:"project"`
 	Domain  Domain  `json:"domain"`
@@ -19411,7 +27213,7 @@ func (response PublishEvent202JSONResponse) VisitPublishEventResponse(w http.Res
 }
 
 type PublishEvent400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PublishEvent400ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
@@ -19426,7 +27228,60 @@ func (response PublishEvent400ApplicationProblemPlusJSONResponse) VisitPublishEv
 	return err
 }
 
-type PublishEvent422ApplicationProblemPlusJSONResponse Problem
+type PublishEvent401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent401ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent403ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent404ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response PublishEvent422ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
 
@@ -19436,6 +27291,42 @@ func (response PublishEvent422ApplicationProblemPlusJSONResponse) VisitPublishEv
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent429ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEventdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PublishEventdefaultApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19464,8 +27355,59 @@ func (response GetPublishedEvent200JSONResponse) VisitGetPublishedEventResponse(
 	return err
 }
 
+type GetPublishedEvent400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent400ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent401ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent403ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPublishedEvent404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetPublishedEvent404ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
@@ -19476,6 +27418,42 @@ func (response GetPublishedEvent404ApplicationProblemPlusJSONResponse) VisitGetP
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent429ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEventdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetPublishedEventdefaultApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19505,7 +27483,7 @@ func (response ListRuns200JSONResponse) VisitListRunsResponse(w http.ResponseWri
 }
 
 type ListRuns400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRuns400ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
@@ -19516,6 +27494,93 @@ func (response ListRuns400ApplicationProblemPlusJSONResponse) VisitListRunsRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns401ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns403ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns404ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns429ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRunsdefaultApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19560,7 +27625,7 @@ func (response CreateRun201JSONResponse) VisitCreateRunResponse(w http.ResponseW
 }
 
 type CreateRun400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateRun400ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
@@ -19575,7 +27640,60 @@ func (response CreateRun400ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	return err
 }
 
-type CreateRun409ApplicationProblemPlusJSONResponse Problem
+type CreateRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun401ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun403ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun404ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRun409ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
 
@@ -19589,7 +27707,9 @@ func (response CreateRun409ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	return err
 }
 
-type CreateRun422ApplicationProblemPlusJSONResponse Problem
+type CreateRun422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRun422ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
 
@@ -19599,6 +27719,42 @@ func (response CreateRun422ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun429ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateRundefaultApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19628,7 +27784,7 @@ func (response CreateRuns200JSONResponse) VisitCreateRunsResponse(w http.Respons
 }
 
 type CreateRuns400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateRuns400ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
@@ -19639,6 +27795,93 @@ func (response CreateRuns400ApplicationProblemPlusJSONResponse) VisitCreateRunsR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns401ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns403ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns404ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns429ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRunsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateRunsdefaultApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19667,8 +27910,59 @@ func (response DeleteRun200JSONResponse) VisitDeleteRunResponse(w http.ResponseW
 	return err
 }
 
+type DeleteRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun400ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun401ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun403ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteRun404ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
@@ -19683,7 +27977,9 @@ func (response DeleteRun404ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	return err
 }
 
-type DeleteRun409ApplicationProblemPlusJSONResponse Problem
+type DeleteRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
 
@@ -19697,7 +27993,28 @@ func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	return err
 }
 
-type DeleteRun503ApplicationProblemPlusJSONResponse Problem
+type DeleteRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun429ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteRun503ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
 
@@ -19707,6 +28024,23 @@ func (response DeleteRun503ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteRundefaultApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19735,8 +28069,59 @@ func (response GetRun200JSONResponse) VisitGetRunResponse(w http.ResponseWriter)
 	return err
 }
 
+type GetRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun400ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun401ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun403ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
@@ -19747,6 +28132,42 @@ func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun429ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetRundefaultApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19776,8 +28197,59 @@ func (response AbortRun202JSONResponse) VisitAbortRunResponse(w http.ResponseWri
 	return err
 }
 
+type AbortRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun400ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun401ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun403ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AbortRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response AbortRun404ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
@@ -19792,7 +28264,9 @@ func (response AbortRun404ApplicationProblemPlusJSONResponse) VisitAbortRunRespo
 	return err
 }
 
-type AbortRun409ApplicationProblemPlusJSONResponse Problem
+type AbortRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRun409ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
 
@@ -19802,6 +28276,42 @@ func (response AbortRun409ApplicationProblemPlusJSONResponse) VisitAbortRunRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun429ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AbortRundefaultApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19833,7 +28343,7 @@ func (response GetAction200JSONResponse) VisitGetActionResponse(w http.ResponseW
 }
 
 type GetAction400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetAction400ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
@@ -19848,7 +28358,44 @@ func (response GetAction400ApplicationProblemPlusJSONResponse) VisitGetActionRes
 	return err
 }
 
-type GetAction404ApplicationProblemPlusJSONResponse Problem
+type GetAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetAction401ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetAction403ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetAction404ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
 
@@ -19858,6 +28405,42 @@ func (response GetAction404ApplicationProblemPlusJSONResponse) VisitGetActionRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetAction429ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetActiondefaultApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19888,8 +28471,59 @@ func (response AbortAction202JSONResponse) VisitAbortActionResponse(w http.Respo
 	return err
 }
 
+type AbortAction400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction400ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction401ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction403ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AbortAction404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response AbortAction404ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
@@ -19904,7 +28538,9 @@ func (response AbortAction404ApplicationProblemPlusJSONResponse) VisitAbortActio
 	return err
 }
 
-type AbortAction409ApplicationProblemPlusJSONResponse Problem
+type AbortAction409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response AbortAction409ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
 
@@ -19914,6 +28550,42 @@ func (response AbortAction409ApplicationProblemPlusJSONResponse) VisitAbortActio
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction429ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AbortActiondefaultApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19944,8 +28616,59 @@ func (response ApproveAction202JSONResponse) VisitApproveActionResponse(w http.R
 	return err
 }
 
+type ApproveAction400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction400ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction401ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction403ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ApproveAction404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response ApproveAction404ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
@@ -19960,7 +28683,9 @@ func (response ApproveAction404ApplicationProblemPlusJSONResponse) VisitApproveA
 	return err
 }
 
-type ApproveAction409ApplicationProblemPlusJSONResponse Problem
+type ApproveAction409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveAction409ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
 
@@ -19970,6 +28695,42 @@ func (response ApproveAction409ApplicationProblemPlusJSONResponse) VisitApproveA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction429ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApproveActiondefaultApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20000,8 +28761,59 @@ func (response RejectAction202JSONResponse) VisitRejectActionResponse(w http.Res
 	return err
 }
 
+type RejectAction400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction400ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction401ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction403ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RejectAction404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response RejectAction404ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
@@ -20016,7 +28828,9 @@ func (response RejectAction404ApplicationProblemPlusJSONResponse) VisitRejectAct
 	return err
 }
 
-type RejectAction409ApplicationProblemPlusJSONResponse Problem
+type RejectAction409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response RejectAction409ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
 
@@ -20026,6 +28840,42 @@ func (response RejectAction409ApplicationProblemPlusJSONResponse) VisitRejectAct
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction429ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RejectActiondefaultApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20101,8 +28951,59 @@ func (response GetAttemptLogs200TexteventStreamResponse) VisitGetAttemptLogsResp
 	}
 }
 
+type GetAttemptLogs400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs400ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogs401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs401ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs403ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAttemptLogs404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
@@ -20113,6 +29014,42 @@ func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAtte
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs429ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetAttemptLogsdefaultApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20171,8 +29108,59 @@ func (response WatchRunEvents200TexteventStreamResponse) VisitWatchRunEventsResp
 	}
 }
 
+type WatchRunEvents400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents400ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEvents401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents401ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEvents403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents403ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type WatchRunEvents404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response WatchRunEvents404ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
@@ -20183,6 +29171,42 @@ func (response WatchRunEvents404ApplicationProblemPlusJSONResponse) VisitWatchRu
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEvents429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents429ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response WatchRunEventsdefaultApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20212,8 +29236,59 @@ func (response RestartRun202JSONResponse) VisitRestartRunResponse(w http.Respons
 	return err
 }
 
+type RestartRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun400ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun401ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun403ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RestartRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response RestartRun404ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
@@ -20228,7 +29303,9 @@ func (response RestartRun404ApplicationProblemPlusJSONResponse) VisitRestartRunR
 	return err
 }
 
-type RestartRun409ApplicationProblemPlusJSONResponse Problem
+type RestartRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response RestartRun409ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
 
@@ -20242,7 +29319,9 @@ func (response RestartRun409ApplicationProblemPlusJSONResponse) VisitRestartRunR
 	return err
 }
 
-type RestartRun422ApplicationProblemPlusJSONResponse Problem
+type RestartRun422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response RestartRun422ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
 
@@ -20252,6 +29331,42 @@ func (response RestartRun422ApplicationProblemPlusJSONResponse) VisitRestartRunR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun429ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RestartRundefaultApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20281,8 +29396,59 @@ func (response ResumeRun202JSONResponse) VisitResumeRunResponse(w http.ResponseW
 	return err
 }
 
+type ResumeRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun400ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun401ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun403ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResumeRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response ResumeRun404ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
@@ -20297,7 +29463,9 @@ func (response ResumeRun404ApplicationProblemPlusJSONResponse) VisitResumeRunRes
 	return err
 }
 
-type ResumeRun409ApplicationProblemPlusJSONResponse Problem
+type ResumeRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRun409ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
 
@@ -20307,6 +29475,42 @@ func (response ResumeRun409ApplicationProblemPlusJSONResponse) VisitResumeRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun429ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResumeRundefaultApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20336,8 +29540,59 @@ func (response SuspendRun202JSONResponse) VisitSuspendRunResponse(w http.Respons
 	return err
 }
 
+type SuspendRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun400ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun401ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun403ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SuspendRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response SuspendRun404ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
@@ -20352,7 +29607,9 @@ func (response SuspendRun404ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	return err
 }
 
-type SuspendRun409ApplicationProblemPlusJSONResponse Problem
+type SuspendRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
 
@@ -20362,6 +29619,42 @@ func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun429ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SuspendRundefaultApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20391,7 +29684,7 @@ func (response ListSchedules200JSONResponse) VisitListSchedulesResponse(w http.R
 }
 
 type ListSchedules400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
@@ -20402,6 +29695,93 @@ func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSche
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules401ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules403ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules404ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules429ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedulesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSchedulesdefaultApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20431,7 +29811,7 @@ func (response CreateSchedule201JSONResponse) VisitCreateScheduleResponse(w http
 }
 
 type CreateSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
@@ -20446,7 +29826,44 @@ func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateS
 	return err
 }
 
-type CreateSchedule404ApplicationProblemPlusJSONResponse Problem
+type CreateSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule401ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule403ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20460,7 +29877,9 @@ func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateS
 	return err
 }
 
-type CreateSchedule409ApplicationProblemPlusJSONResponse Problem
+type CreateSchedule409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateSchedule409ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20474,7 +29893,9 @@ func (response CreateSchedule409ApplicationProblemPlusJSONResponse) VisitCreateS
 	return err
 }
 
-type CreateSchedule422ApplicationProblemPlusJSONResponse Problem
+type CreateSchedule422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateSchedule422ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20484,6 +29905,42 @@ func (response CreateSchedule422ApplicationProblemPlusJSONResponse) VisitCreateS
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule429ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateScheduledefaultApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20506,8 +29963,59 @@ func (response DeleteSchedule204Response) VisitDeleteScheduleResponse(w http.Res
 	return nil
 }
 
+type DeleteSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule400ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule401ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule403ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
@@ -20518,6 +30026,42 @@ func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteS
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule429ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteScheduledefaultApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20546,8 +30090,59 @@ func (response GetSchedule200JSONResponse) VisitGetScheduleResponse(w http.Respo
 	return err
 }
 
+type GetSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule400ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule401ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule403ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
@@ -20558,6 +30153,42 @@ func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetSchedul
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule429ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetScheduledefaultApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20588,7 +30219,7 @@ func (response UpdateSchedule200JSONResponse) VisitUpdateScheduleResponse(w http
 }
 
 type UpdateSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
@@ -20603,7 +30234,44 @@ func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateS
 	return err
 }
 
-type UpdateSchedule404ApplicationProblemPlusJSONResponse Problem
+type UpdateSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule401ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule403ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20617,7 +30285,9 @@ func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateS
 	return err
 }
 
-type UpdateSchedule422ApplicationProblemPlusJSONResponse Problem
+type UpdateSchedule422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateSchedule422ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20627,6 +30297,42 @@ func (response UpdateSchedule422ApplicationProblemPlusJSONResponse) VisitUpdateS
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule429ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateScheduledefaultApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20657,7 +30363,7 @@ func (response BackfillSchedule202JSONResponse) VisitBackfillScheduleResponse(w 
 }
 
 type BackfillSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response BackfillSchedule400ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
@@ -20672,7 +30378,44 @@ func (response BackfillSchedule400ApplicationProblemPlusJSONResponse) VisitBackf
 	return err
 }
 
-type BackfillSchedule404ApplicationProblemPlusJSONResponse Problem
+type BackfillSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule401ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule403ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response BackfillSchedule404ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
 
@@ -20686,7 +30429,9 @@ func (response BackfillSchedule404ApplicationProblemPlusJSONResponse) VisitBackf
 	return err
 }
 
-type BackfillSchedule422ApplicationProblemPlusJSONResponse Problem
+type BackfillSchedule422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response BackfillSchedule422ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
 
@@ -20696,6 +30441,42 @@ func (response BackfillSchedule422ApplicationProblemPlusJSONResponse) VisitBackf
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule429ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response BackfillScheduledefaultApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20724,8 +30505,59 @@ func (response PauseSchedule200JSONResponse) VisitPauseScheduleResponse(w http.R
 	return err
 }
 
+type PauseSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule400ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule401ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule403ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PauseSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
@@ -20736,6 +30568,42 @@ func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseSch
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule429ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PauseScheduledefaultApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20766,7 +30634,7 @@ func (response TriggerSchedule202JSONResponse) VisitTriggerScheduleResponse(w ht
 }
 
 type TriggerSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response TriggerSchedule400ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
@@ -20781,7 +30649,44 @@ func (response TriggerSchedule400ApplicationProblemPlusJSONResponse) VisitTrigge
 	return err
 }
 
-type TriggerSchedule404ApplicationProblemPlusJSONResponse Problem
+type TriggerSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule401ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule403ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response TriggerSchedule404ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
 
@@ -20795,7 +30700,9 @@ func (response TriggerSchedule404ApplicationProblemPlusJSONResponse) VisitTrigge
 	return err
 }
 
-type TriggerSchedule409ApplicationProblemPlusJSONResponse Problem
+type TriggerSchedule409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response TriggerSchedule409ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
 
@@ -20805,6 +30712,42 @@ func (response TriggerSchedule409ApplicationProblemPlusJSONResponse) VisitTrigge
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule429ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response TriggerScheduledefaultApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20833,8 +30776,59 @@ func (response UnpauseSchedule200JSONResponse) VisitUnpauseScheduleResponse(w ht
 	return err
 }
 
+type UnpauseSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule400ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule401ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule403ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UnpauseSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response UnpauseSchedule404ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
@@ -20845,6 +30839,42 @@ func (response UnpauseSchedule404ApplicationProblemPlusJSONResponse) VisitUnpaus
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule429ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UnpauseScheduledefaultApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20874,7 +30904,7 @@ func (response ListTriggers200JSONResponse) VisitListTriggersResponse(w http.Res
 }
 
 type ListTriggers400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListTriggers400ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
@@ -20885,6 +30915,93 @@ func (response ListTriggers400ApplicationProblemPlusJSONResponse) VisitListTrigg
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers401ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers403ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers404ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers429ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTriggersdefaultApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20914,7 +31031,7 @@ func (response CreateTrigger201JSONResponse) VisitCreateTriggerResponse(w http.R
 }
 
 type CreateTrigger400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateTrigger400ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
@@ -20929,7 +31046,44 @@ func (response CreateTrigger400ApplicationProblemPlusJSONResponse) VisitCreateTr
 	return err
 }
 
-type CreateTrigger404ApplicationProblemPlusJSONResponse Problem
+type CreateTrigger401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger401ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger403ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CreateTrigger404ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
 
@@ -20943,7 +31097,9 @@ func (response CreateTrigger404ApplicationProblemPlusJSONResponse) VisitCreateTr
 	return err
 }
 
-type CreateTrigger409ApplicationProblemPlusJSONResponse Problem
+type CreateTrigger409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateTrigger409ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
 
@@ -20957,7 +31113,9 @@ func (response CreateTrigger409ApplicationProblemPlusJSONResponse) VisitCreateTr
 	return err
 }
 
-type CreateTrigger422ApplicationProblemPlusJSONResponse Problem
+type CreateTrigger422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateTrigger422ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
 
@@ -20967,6 +31125,42 @@ func (response CreateTrigger422ApplicationProblemPlusJSONResponse) VisitCreateTr
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger429ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTriggerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTriggerdefaultApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20989,8 +31183,59 @@ func (response DeleteTrigger204Response) VisitDeleteTriggerResponse(w http.Respo
 	return nil
 }
 
+type DeleteTrigger400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger400ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTrigger401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger401ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTrigger403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger403ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteTrigger404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteTrigger404ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
@@ -21001,6 +31246,42 @@ func (response DeleteTrigger404ApplicationProblemPlusJSONResponse) VisitDeleteTr
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTrigger429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger429ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTriggerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteTriggerdefaultApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21029,8 +31310,59 @@ func (response GetTrigger200JSONResponse) VisitGetTriggerResponse(w http.Respons
 	return err
 }
 
+type GetTrigger400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger400ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger401ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger403ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTrigger404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetTrigger404ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
@@ -21041,6 +31373,42 @@ func (response GetTrigger404ApplicationProblemPlusJSONResponse) VisitGetTriggerR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger429ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTriggerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTriggerdefaultApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21070,7 +31438,7 @@ func (response ListWorkflows200JSONResponse) VisitListWorkflowsResponse(w http.R
 }
 
 type ListWorkflows400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListWorkflows400ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
@@ -21081,6 +31449,93 @@ func (response ListWorkflows400ApplicationProblemPlusJSONResponse) VisitListWork
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows401ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows403ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows404ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows429ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkflowsdefaultApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21124,7 +31579,7 @@ func (response PushWorkflow201JSONResponse) VisitPushWorkflowResponse(w http.Res
 }
 
 type PushWorkflow400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PushWorkflow400ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
@@ -21139,7 +31594,60 @@ func (response PushWorkflow400ApplicationProblemPlusJSONResponse) VisitPushWorkf
 	return err
 }
 
-type PushWorkflow422ApplicationProblemPlusJSONResponse Problem
+type PushWorkflow401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow401ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow403ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow404ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response PushWorkflow422ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
 
@@ -21149,6 +31657,42 @@ func (response PushWorkflow422ApplicationProblemPlusJSONResponse) VisitPushWorkf
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow429ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflowdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PushWorkflowdefaultApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21171,8 +31715,59 @@ func (response DeleteWorkflow204Response) VisitDeleteWorkflowResponse(w http.Res
 	return nil
 }
 
+type DeleteWorkflow400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow400ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflow401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow401ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflow403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow403ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteWorkflow404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteWorkflow404ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
@@ -21183,6 +31778,42 @@ func (response DeleteWorkflow404ApplicationProblemPlusJSONResponse) VisitDeleteW
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflow429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow429ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflowdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteWorkflowdefaultApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21211,8 +31842,59 @@ func (response GetWorkflow200JSONResponse) VisitGetWorkflowResponse(w http.Respo
 	return err
 }
 
+type GetWorkflow400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow400ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow401ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow403ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetWorkflow404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetWorkflow404ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
@@ -21223,6 +31905,42 @@ func (response GetWorkflow404ApplicationProblemPlusJSONResponse) VisitGetWorkflo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow429ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkflowdefaultApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21251,8 +31969,59 @@ func (response ListWorkflowVersions200JSONResponse) VisitListWorkflowVersionsRes
 	return err
 }
 
+type ListWorkflowVersions400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions400ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions401ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions403ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkflowVersions404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response ListWorkflowVersions404ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
@@ -21263,6 +32032,42 @@ func (response ListWorkflowVersions404ApplicationProblemPlusJSONResponse) VisitL
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions429ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersionsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkflowVersionsdefaultApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21292,8 +32097,59 @@ func (response GetWorkflowVersion200JSONResponse) VisitGetWorkflowVersionRespons
 	return err
 }
 
+type GetWorkflowVersion400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion400ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion401ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion403ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetWorkflowVersion404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
@@ -21304,6 +32160,42 @@ func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion429ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkflowVersiondefaultApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21326,6 +32218,109 @@ func (response GetFairShare200JSONResponse) VisitGetFairShareResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare400ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare401ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare403ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare404ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare429ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairSharedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetFairSharedefaultApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21354,7 +32349,7 @@ func (response SetFairShare200JSONResponse) VisitSetFairShareResponse(w http.Res
 }
 
 type SetFairShare400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response SetFairShare400ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
@@ -21369,7 +32364,60 @@ func (response SetFairShare400ApplicationProblemPlusJSONResponse) VisitSetFairSh
 	return err
 }
 
-type SetFairShare422ApplicationProblemPlusJSONResponse Problem
+type SetFairShare401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare401ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare403ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare404ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response SetFairShare422ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
 
@@ -21379,6 +32427,42 @@ func (response SetFairShare422ApplicationProblemPlusJSONResponse) VisitSetFairSh
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare429ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairSharedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetFairSharedefaultApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21407,7 +32491,7 @@ func (response ListRateLimits200JSONResponse) VisitListRateLimitsResponse(w http
 }
 
 type ListRateLimits400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRateLimits400ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
@@ -21418,6 +32502,93 @@ func (response ListRateLimits400ApplicationProblemPlusJSONResponse) VisitListRat
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits401ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits403ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits404ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits429ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimitsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRateLimitsdefaultApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21439,8 +32610,59 @@ func (response DeleteRateLimit204Response) VisitDeleteRateLimitResponse(w http.R
 	return nil
 }
 
+type DeleteRateLimit400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit400ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit401ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit403ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteRateLimit404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteRateLimit404ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
@@ -21451,6 +32673,42 @@ func (response DeleteRateLimit404ApplicationProblemPlusJSONResponse) VisitDelete
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit429ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimitdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteRateLimitdefaultApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21478,8 +32736,59 @@ func (response GetRateLimit200JSONResponse) VisitGetRateLimitResponse(w http.Res
 	return err
 }
 
+type GetRateLimit400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit400ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit401ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit403ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRateLimit404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetRateLimit404ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
@@ -21490,6 +32799,42 @@ func (response GetRateLimit404ApplicationProblemPlusJSONResponse) VisitGetRateLi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit429ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimitdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetRateLimitdefaultApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21533,7 +32878,7 @@ func (response PutRateLimit201JSONResponse) VisitPutRateLimitResponse(w http.Res
 }
 
 type PutRateLimit400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PutRateLimit400ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
@@ -21548,7 +32893,60 @@ func (response PutRateLimit400ApplicationProblemPlusJSONResponse) VisitPutRateLi
 	return err
 }
 
-type PutRateLimit422ApplicationProblemPlusJSONResponse Problem
+type PutRateLimit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit401ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit403ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit404ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
 
@@ -21558,6 +32956,42 @@ func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit429ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimitdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PutRateLimitdefaultApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21580,6 +33014,109 @@ func (response GetProjectSettings200JSONResponse) VisitGetProjectSettingsRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings400ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings401ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings403ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings404ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings429ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetProjectSettingsdefaultApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21608,7 +33145,7 @@ func (response SetProjectSettings200JSONResponse) VisitSetProjectSettingsRespons
 }
 
 type SetProjectSettings400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response SetProjectSettings400ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
@@ -21623,7 +33160,60 @@ func (response SetProjectSettings400ApplicationProblemPlusJSONResponse) VisitSet
 	return err
 }
 
-type SetProjectSettings422ApplicationProblemPlusJSONResponse Problem
+type SetProjectSettings401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings401ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings403ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings404ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response SetProjectSettings422ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
 
@@ -21633,6 +33223,42 @@ func (response SetProjectSettings422ApplicationProblemPlusJSONResponse) VisitSet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings429ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetProjectSettingsdefaultApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21654,6 +33280,77 @@ func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens401ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens403ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens429ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTokensdefaultApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21681,7 +33378,7 @@ func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.Respo
 }
 
 type CreateToken400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
@@ -21696,7 +33393,44 @@ func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
-type CreateToken422ApplicationProblemPlusJSONResponse Problem
+type CreateToken401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken401ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken403ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
 
@@ -21706,6 +33440,42 @@ func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateToke
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken429ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTokendefaultApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21726,8 +33496,59 @@ func (response RevokeToken204Response) VisitRevokeTokenResponse(w http.ResponseW
 	return nil
 }
 
+type RevokeToken400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken400ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken401ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken403ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RevokeToken404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
@@ -21738,6 +33559,42 @@ func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken429ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21759,6 +33616,77 @@ func (response ListWorkers200JSONResponse) VisitListWorkersResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkers401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkers401ApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkers403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkers403ApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkers429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkers429ApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkersdefaultApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21786,7 +33714,7 @@ func (response RegisterWorker201JSONResponse) VisitRegisterWorkerResponse(w http
 }
 
 type RegisterWorker400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response RegisterWorker400ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
@@ -21801,7 +33729,44 @@ func (response RegisterWorker400ApplicationProblemPlusJSONResponse) VisitRegiste
 	return err
 }
 
-type RegisterWorker422ApplicationProblemPlusJSONResponse Problem
+type RegisterWorker401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterWorker401ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorker403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterWorker403ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorker422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response RegisterWorker422ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
 
@@ -21811,6 +33776,42 @@ func (response RegisterWorker422ApplicationProblemPlusJSONResponse) VisitRegiste
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorker429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterWorker429ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RegisterWorkerdefaultApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21831,8 +33832,59 @@ func (response DeregisterWorker204Response) VisitDeregisterWorkerResponse(w http
 	return nil
 }
 
+type DeregisterWorker400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker400ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorker401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker401ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorker403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker403ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeregisterWorker404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeregisterWorker404ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
@@ -21843,6 +33895,42 @@ func (response DeregisterWorker404ApplicationProblemPlusJSONResponse) VisitDereg
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorker429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker429ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeregisterWorkerdefaultApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21871,7 +33959,7 @@ func (response GetWorkerAttempts200JSONResponse) VisitGetWorkerAttemptsResponse(
 }
 
 type GetWorkerAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetWorkerAttempts400ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
@@ -21886,7 +33974,44 @@ func (response GetWorkerAttempts400ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
-type GetWorkerAttempts404ApplicationProblemPlusJSONResponse Problem
+type GetWorkerAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts401ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts403ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
 
@@ -21896,6 +34021,42 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts429ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkerAttemptsdefaultApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21924,7 +34085,7 @@ func (response AdoptAttempts200JSONResponse) VisitAdoptAttemptsResponse(w http.R
 }
 
 type AdoptAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
@@ -21935,6 +34096,93 @@ func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAtt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts401ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts403ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts404ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts429ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AdoptAttemptsdefaultApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21963,7 +34211,7 @@ func (response LiveAttempts200JSONResponse) VisitLiveAttemptsResponse(w http.Res
 }
 
 type LiveAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response LiveAttempts400ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
@@ -21974,6 +34222,93 @@ func (response LiveAttempts400ApplicationProblemPlusJSONResponse) VisitLiveAttem
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts401ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts403ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts404ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts429ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response LiveAttemptsdefaultApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22001,8 +34336,59 @@ func (response Heartbeat200JSONResponse) VisitHeartbeatResponse(w http.ResponseW
 	return err
 }
 
+type Heartbeat400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat400ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Heartbeat401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat401ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Heartbeat403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat403ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Heartbeat404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response Heartbeat404ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
@@ -22013,6 +34399,42 @@ func (response Heartbeat404ApplicationProblemPlusJSONResponse) VisitHeartbeatRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Heartbeat429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat429ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response HeartbeatdefaultApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22041,7 +34463,7 @@ func (response ReportAttempts200JSONResponse) VisitReportAttemptsResponse(w http
 }
 
 type ReportAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ReportAttempts400ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
@@ -22056,7 +34478,44 @@ func (response ReportAttempts400ApplicationProblemPlusJSONResponse) VisitReportA
 	return err
 }
 
-type ReportAttempts404ApplicationProblemPlusJSONResponse Problem
+type ReportAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts401ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts403ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
 
@@ -22066,6 +34525,42 @@ func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts429ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReportAttemptsdefaultApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22094,7 +34589,7 @@ func (response ExistingRuns200JSONResponse) VisitExistingRunsResponse(w http.Res
 }
 
 type ExistingRuns400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ExistingRuns400ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
@@ -22105,6 +34600,93 @@ func (response ExistingRuns400ApplicationProblemPlusJSONResponse) VisitExistingR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns401ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns403ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns404ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns429ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRunsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ExistingRunsdefaultApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24735,413 +37317,434 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P39cuM4ki8M3wpC70RYmqFluT56puWY2OOucld72+3y+mN7z9uqtWARkjimAA1B2qWpqIjnr3MB5yKe",
-	"C9sreQKZCRCUQInyR1X17J6zMe2SKBIEEon8+OUvP7VGajZXUshct/qfWnOe8ZnIRQb/OhzliZKnfCbM",
-	"vxLZ6rfmPJ+2opaEz1ocLmhFrUz8vUgyEbf6eVaIqKVHUzHj5ld/yMS41W/9//bKB+3ht3oP7vz5c9Q6",
-	"zHMxm+fHb2uek8RrnzFW2Yzn5jqZf/eqFbVmiUxmxazV349a+WIu8CsxERk87g0fTcWbTPBcxD+Iscrg",
-	"/WKhR1kyhzfqt97LdMHyqWBC5lkiNLvPkjwXkt3AD1g+TTTLk5lg7fMf37CXL19+3+m2Ihz93wuRLcrh",
-	"j/BR1/jTVnDoMc/Frrlfyw1Z51kiJ+WIzwvZYJwwsKyQ7D5TuagbUlbI1tbLBKO4yMW86TB0LuY4DtZO",
-	"JONyYUYWsUKmQms2zAo5ZOY6kbNcqdoJNPd54HD/XWQahrhxxGqMgx6Zn7E7/B1rm0vM83c0G8JXXfpq",
-	"WDtcuqAy4jnPc5GZi//zt8Pd/z/f/Udv9/vu9e6HT/vRdy8//yG87EWmVbY69supYFJ8zK9HcAEOXbB5",
-	"Ju4SVWg255PalcefVMY24x9PhJzk01b/Ra8XGshbNeOJrNmdMX75aC1wwnV+dCdkfvz2J8FjUfPiSWzf",
-	"N+U6Z8L8Av45ShPzZyZGIrkT8QHDpcsEn7FM6GImNOPjXGQsyd3sTPFJ7mXMIHZhFLvHb+tnKTRJ3vj/",
-	"DeZ8ZfiVm7OxymjMZrvwnI24lCqH3YDD0vgO+A92n0jN7qdGB6l8yngmzKV162wm5xom5xrUZxN12Quq",
-	"y5NkluRu7ZcfA1/6t4/FmBdp3uq/7kVm0vDWr41gbdDLZ5n6mxjlNWI2p28fLWfnxbozDTXjIx9xMZqK",
-	"uEjFmudouuTxD/tVZbcie/ThWRRw5apcm/uPU3W/5mXu6ZLHvsxn83s9V1ILsEDOMnWTipn5c6RkLiQI",
-	"B5/P02TEzabam+MVf/qbRiXf7HH2vvDE6h49lMwc6N+/ev1nRjfvwjTQb8EwulFZfpJoGM08U3OR5QmO",
-	"mJuv4K8kFzO9aSBwp3MxUlnc+uwmn2cZX5h/e0p+VZsc3mij75QslaFV/KuLWC7Lb3aMH9x16gZ2lrHE",
-	"vPGsvhuae/1Py/ePWhwtuOuRKnCNqkN9K9LkTmQLlqlCxprBZSJmWrExz7wRO3VQ3jKJV+93IXJQn1wy",
-	"uozdJmlqbrSi3VbvPOKFFsHXiN05t/LVbSIDAxninAz7sAYwseZ0MuOCLxiXsTmiskU+TeSEFTKG8+eA",
-	"DWng9FMzfPNLJYV9JfM2Qhp1+VtpadN33uKVQ1RFPlKzgDE7jHH+RTyMmMrYUAoR62szJZk5Icwb4Mny",
-	"C/9Ixrhm91yzTBiTJw7IVOQUcmi2MsF1jagYSRTa2MM8D6/s/TRJBUtyYxreCDNtbvyVFV5jM0egx0OP",
-	"L+YxLx/e0P72dw8IQuQdR6X9A0eHWyoUs+W9URnBmi0IkwS7Lo4Tc0eennm7ccxTLaKlDVrO+vL2gyNZ",
-	"s1yxQetKi4y5VUChHbTMzHomzn4vbAmGh3uR87zQAY2xrBbWbMbqkGFUIo7Ax1JFjoY4bSphdMjl8S9H",
-	"b6/fX112QKYD6sAYxOYfIjYX3MMxeZ0qnQfF+QvvnifYIaXKefhGWT4aKgsWFE93CAQOvkbHHQmLUfHz",
-	"eabueLrxZ/Y6kJfRVFzfioB5fYi+W2z9tVuxiJiSI6NLNEvkvMg1mM2Z0Cq9q1kYfIB2Er3+GalSt8W8",
-	"z346vmTtJGcXV2/eHB29PXrL7hNjpEvwLxc7mqkixwHImGVcMqlYzvVtJ2K/HF9cwI+zQuqOEbGz92dX",
-	"J4eXR2/xYy4jpovRSIjYbFgZk1Nt3ddFp8vIGoBtQI53kk/NzkGv1TtMfjq+bEUt89RW1HKPCh4psZib",
-	"zXaNK+5MmpXrlg0XIeOtdGzUmggpMp4HffXL0gcfFVkGXl4h+4yzTOTZwvqD8Nbw/pnQOc9yBv+r4Utj",
-	"SkUgCGbWzTKI+7DhYU/6lSFKMoBXv1C5De6sjP1Xoxg4qLGY3fMkZ+24wBeNcPgd0GfNTzYSpPqzIWTY",
-	"LAlxKaY0r3TTiJmXZP/1f/4vu+NpISLGtTdpTuxmrJ1nPEmNzpHiPk2kMPttnncOfPFjmQBTXbNB0eu9",
-	"FGyfTbmOQEqNboSnRYyzf714f8pAesxiugfu4CjM5oUPdhMZi49MZbHInMiD6pVK+pZvqa/mPBMybKTM",
-	"zdETVrKwak6mwLa+ESMzNWeHVxdHb5uv1nzK8Xxb64/ARZVTYXk8i3I4sLngSOOJWTLRnXRZJswb1+g0",
-	"2AdbbkjzqGsjoCRT1QH9pO7ZjMsFCDbusPupSmmEY56kImZtJa/Nn0UmmC60USUdNHezQjKYfopoJMZ3",
-	"0ZruNFJynEyKTMSMBhDeqUYk6lyOcoAgufmqCik1jhFK1u6FlCf8urPp8U02o/fDVe22OqYdu+duFkaN",
-	"5YLW+dOg5TbvoNX//vvve9GgdX51enp8+m5gDLfPuAV5LnAPmq1hLAQO2yW4SeBJoRipAJfSKlg0v9zI",
-	"4O75VCSZNbt0hOu3OsPjJNN5hJve+zgx/+e2dN/8m2OM2NwHfoQjaPOczZTO2Yte54CNMzVj744uWbfb",
-	"3cNR6b1P+Mdn/C38yigSipGaUxOCVYzrW7PSEDhr4qNfcn0bOuNgEq7Xuui0tF6M1lxezilMY7vuRf4F",
-	"f/pXo1M9VTeEnw3RunS+f3DfGwWRyMn1ODS4X6c8Z5wUGmurDI+jRE46tAeMejFT1Wf+kaUL0NlkkzH7",
-	"u81xBzg/I+dAgc6rbOLqlrJiGbRCPctxJX7jhkYbPhajRCdKumksZJ6k8HGMCnPZa2muJW8W4VVP+Y1I",
-	"UdWhNc8m/E4Yc06z4c1i2IlYIUdTMboVcXV5E7p06UTzDFQ1m9UdafZVzZcudgDTITAMiIdE0NbL1a2Q",
-	"wXBLNewO18Ff9mng7PAinxpvaGScW9QN7SGPZ4kcgmI1P7hRKtd5xud4kyXBLuStVPeyCwPl8XuZLmwU",
-	"sWaw1iJbHi7P8QE7Gu0ZO7Hekm94wpLounk17vxaiXyY534TdGdQiMzk3U8VDV6bLTgy6jI2ttkkuRMY",
-	"ZZIqZ06gKquT6MpPQJNXFsvOFfrY9CJGzZNEwP3LGe8sxQpCSaOKmD4orkCBrhVHsyZgUGiRRUwvdC5m",
-	"EZuLbMaNGmdtzvRcjFyGhUlxJzJzxnQiRvoRXzzn2cT41lzDXBoBWZhryrhBVEYUysCEOVswWFGzW2MR",
-	"Wlud85tUMJFlKmPmIjrff+EfL+AlfkTDSR99JL9PZexY3vE0ic/SYpLIi7kYhR9J+eZt9BiMI6hSxMck",
-	"v7ZvsWrLjBOZ6OmWT0Ml0yBUe5uk6ZZBBVnMbkQWHuzD7GCeiyY2wgVcaE5dlJgk5EUu6RVIudCI7aMq",
-	"C/ihfmscv61JQZAtVvHYG8x11b4JB4b0ugGdqEkgBqjzWGRh0dJ5rIrwQZZnhQTlFFDvWUEaHZ1WdiMW",
-	"yiioqWDioxgVucp2NLtRhYxhN8eZms8r2/NGqVRwufKWNKDIDtofx5oXPxdzCn5tofKdHrPntNFg5tGw",
-	"+41RYnWYOXRQw5gBodppOTEziglMGNJMLWf2BU/5kXnxIgDh+BXiVUznMFnWot/RbJxInhpPXmU5em9z",
-	"0D87msHWg9PhR3NR8g9BB8wCg1aJJF+9qa39BkcHIJPPcMgc48/+smp/b6tZg8pzFZfxocRnfPjUqwFn",
-	"eArTO9xe9YIn4QYN+vh4Diyd8wpxjShwggebvsXQTWS3TDXK02WnHNARmWBC3iWZkubo3r3jWQJzaS7X",
-	"B+i92biQjBnHnBXEg3I1EfnUnMHWU9tnvyQ/REwqdnp10mXHE6kyaxkqcyk6qTocthEyNp5LbUDE3OWH",
-	"q+OTt8en7/rsnuIjZk+Q35IrdmNElY/MQ6cig5RSVkhtbIIzZSwmJlVs5udWaJy1n4sbkUmRC81sgt7o",
-	"kpnQmk9EJ2JgrfIJTyTOBkDAEmN5cTkRBNgwE76jWfUdyOsAE4uSFGYwGyZms3TNK+dM9bDb8uAqVXV1",
-	"sn8wqlTE7GZRUbI1oSar0x9+j4ry36iyzeA3KudzghWsnk/zTBkDa3XEPxqtjQeNP2I2K3QOatJfywaH",
-	"i33QmrEarbRd3j2b6O0i88Ys5zUB7pGSOU8kWk9r1bS9EAa8PnEu5N1Wqm1lbqZ5Pt80oJ8uL8/sWBob",
-	"l5gReoTe9fISlF2ymSWMUBk1NM9UXIxEpnfKGPvp4S9HpfbtoybhWZbcGSWsKa/j9DBzehh+yMnWGSep",
-	"YH94c3h2cXl4en18enZ1eXH99vh8z1zVMDpu7OvrScZH4noWCAD+kqRposVIyVizG5HfCyHZxfG7y6Pz",
-	"X2AcF8fvfj4+OWFKohPUEIFx69TspoUtFbJdXilyo+XXZonomj4bmjfHtC0vE2RVSzGogtZ5Ed6BvToC",
-	"m+Zz0fpYjFKemQMGDww8jBNzxOAHqlzE91eXbhUhYzIyJy/mTsIr2nzjo9EWToQ0VIH23AINaHzktsrM",
-	"KZoqORFZx5xnIT24CSqCKaLwXJsNVWSjzYJy7i5cA/7Y/kiEgCSEqMPjI3N88+6pzB9fYALTy0rYzDvd",
-	"MGLCTD0YMvjJSpRwyo2gJ8Zg6LJDMsoxznGDMCvza3Uv0SpqGz3aQWOHQRgcvoeY+IFNu+SZSo3NJI0C",
-	"Giszn+ZafAq754uGG9yYYNcVuzewV6ciTUtfYtByURe2EPmgxczvGSbi++R/sB8Pj09sch08KBvDCado",
-	"HuyKb4b3eJLhCbHbZ+VJi0dg6d03tAO2cO7XRkc8y+JRTv4PfHQ7TtIHBjiFjJuHXNSdyFK+8dB/j5ed",
-	"qTQZLVx454GwLvwtIBdqXj83DkFDV381j2YWC6CB7MbcKTLnZZGzEuXYt7uMW1lv35u9fPb+4pLt3e3v",
-	"2dXZ+5TEn/foGtjOgBlJ1YQiuKNpIW913Q/hOvxZBEr8RuXTUBLEh19uVWITtVI1aS6hJ2ryxoy46vC/",
-	"eP3d6hmWudlvIPK0VHUQp6TBOp8LDVD2T9tNzuqEuGhBI1Ry9EROyQHLs0KAyaNz8DHNwjRwVbz3W6+v",
-	"oMbmrUhFGBQWm29Cr+Gy8668yvjndHmjM2YlQYNPqh3kkcyxJGMpCveQWPnHeZIJXQ8cSXApLCiPs2mS",
-	"s/aMf7zmE1Emvf6KuYjmWBJCvT0JImhlljKhRXbnEFhr3T8oR/OuL02u1WM+K8gomat5kUK+Kcm7dYiT",
-	"erO+4U3uyoKvDThesWhFXq2WncSN4fdSnMJHNIl0Y/3niefmEoD172QfXTvs8+oiLw28ItcNj+p7WVeo",
-	"hQIFG2BE2IFCEshhM1gAb1zZbLVvZcMmWxzJv4AZzNEdQz8t0SNjeBhHuw+m8a1YGCN7SmFUMrD1XIwi",
-	"yuyTs2+hpeSYk0xFYKUmkmrzwJ6Ea9CiNDY7BKQRwslmMCLnNlI4l/EcIawWbGPxpySuqwc3qZmwzjWe",
-	"mgOlAijI6KaIcYfwYLoYTY1zMGi9eDUdtDxtNVaZ1Vere1dkCU+Tf5jZq1SBBWf/jZIekFM7ACefCZh1",
-	"PNYEvDl6SRAX1QSg/PXw+PL49N31j+/Pr98cvvnpqANnHLg7iOIOu6F3dcWgZxzrNqASQyz6FM41ijxX",
-	"eKwW2kiySmOR2UNrsxDbBwYld5qk8Xkhz41mCCGvRuYCUJ9gNtoaK4K5ji2OLmC6jephtJW7dB8BxPVB",
-	"XDm7EUayNMtVtybURh50AB9lXhMiaLH4CICwnCqHS0ReIicpXVmDxavF5m6Hv8xDZZvOWIEBZEJajCoO",
-	"mZLKtjI8AcwBQKKiEoocHHYYH+U8TOtceiuCI7RvFRQrL4O2nYv2ILhACPmkc2ZRn+WcOPx6s6yGtQUc",
-	"iAnKCwBuAHnGQG5zxaGDovG6c8NqoNFiy5PjkNJbRs+C8rIaTElUXlOVxkZoU2XcO8J+g0wUEr6EkIpf",
-	"5FRIi6KgvJq0kBK4KSaOKJg8EgCT5ZlgEyURi1Ndx5raiDdHJwyniomP80xowAaZE48B7YMFEuM/ul78",
-	"+YBxNlJS51zm3vEQi3mqFoOWeQP77gDsxko/1EyVlf7+u8BK23lcs+/sDPN187tvVPV+z/y/Gh2h84zn",
-	"YrKonE+tvxeiMDK+VPQDHw/7CEfFaQKoJUBIMcP4b1dHV0dvI4KpJgRyNUeQPfnJiojM/4DTbWY/LzKp",
-	"u2w44nIk0utEXs8zNTELQrWAUtzDQ6l6AY5/OAPTWGg4MaW5D50M7hlWZAh4DznH4aiU82EEIUNK8JcD",
-	"kOJe6LzuVaHW6vCH9+eXpTESBW/vl5jYSV19x/JDfO7mjYyGuhOTDbv5ZxHw8qZwbusaDCzuSZSoyM4y",
-	"rGVz3EI5gItU5SFDvs55qykszQoJS2LMzR3NvInG1Z6KFJKpZk4OEBOM18PxXH4PGFp/aTCMaT4O4kNm",
-	"PHBOO11HWuxWLCDmZD4nEDOZ0uabbm1IOLgGlw7pvd/r2XAuYEfSRIptASSbF8KiY+r1jbmiwXlNQGYn",
-	"n63ICVr5uiE0TlBwT0Q8QVdqRZ1v4UtWN8KmgC/ce8O4YBrX5KSXzxkrBjua4WzYShVAUtSandvZaQDr",
-	"CD3dPQiucELU3jenFEhZjXjWpowSOaov66I3zJW6RbsVVYgxWnEkAECjgELzQM9DoBtqPg9K9aEbpNF1",
-	"gNTGg6IPSSSyR3Doa02NsE8FimRrMYBvwb5tsM/M0tQIqTnSE7ltMqI2jhYIPx39W8ROjyJ29B/HF5cX",
-	"ETt9f3lt/353GbF3RxE7uYzYyRFry2ImsmQEqvH4NBye4mkRdlQQsLUNmCN4Tqp53Vx5iI3tLN5Lyg3C",
-	"78uEXTLjExExnk3uMO8AH+xoDC7MVWJzlWI2zxcdpEIorcqA37o1mOXR2BIYcoPcIFwWnFfY2uDGN0uL",
-	"Le8T699LlkhQVUNz4g8ZlgwZ/3GS6FxkImZD67wPWS5m8xSLwj7yUZ4uwAInLN7qzIbrJN7PcZTElCQy",
-	"Y/mRsynQpof1Wykc80sojbOwUW2bq/4d5dvoKhLBdT+xpDM2b+kYZhr+7lyMw3UFbsH0cY7MMlsm8lxA",
-	"pryTTenVrCMPrdzqIiWxmM1Vbs7ccH27e+COZsflxbs/G3sQcS2JhkRjnxbODtaLQO5h9NE/lwYSXIYk",
-	"Z+2bBbC04RcdDHNC5pJLfQ8BOAxD8hyr9IZ0iyGD+eqyQ2ZeLoMfDWQm5oJDhQWXTPAsTegrrM53d+XE",
-	"gAWPipO4O5BNSkz+R6wDYv1A6pCgB17dLAwfpyOMW3Mbn7hB7dMG2ceQtvn3mCepZjy1UYpltV4Ovsz6",
-	"YnnQLJH23xvOvHqPEEZuebgeppyPqqp1OMqUHMIxNkTyD54OV7fxyOiCYn59n8gYF3bpNIWC6VmiNeCS",
-	"k1QwqUq0MXBDALcbhRVtrncBny5UISdozEnY7weMQhkwzIVAOiVv67wOFmdlIeP9x+RO7I4T4zmaC1h7",
-	"0Prj3mv2R/z/g1YHtZn9kcpY+39NVZGli4j9r5gn8N97IW7hj5mS+RT+MqNKF83KxuzMhmxKl6MwijZn",
-	"qeDGadRmnN/39KDVOaBydDNTPE0mEorbQA9cyeQjE3M1mjaZn78leR7Kax05zDcFZ4o5PiDRbFaMpqT9",
-	"2oPWPgwoKvMasUi5kSUbH0PEUJPBhNXcIYD2aSogIvnqOzaa8oyPjOMZMa2sUsUY5Q7C+NkYnVu/8oHK",
-	"Hdq/7ZaFD69efbafd/7lD08J03mQdkWyhlBqKeCTJDPxDyVFsDr4+PD0kP0DFJTK7KZuD1pHhdnGez+I",
-	"LE0kyJLdWFeXb1bZkULV1g9U5oEcgLtVvW67VLdCPhCM9YBErxXC5Q08S6SblXqSsJqwj/3WqysGbKTg",
-	"o6lLPKoMPYiIdg79qMvOkRcT+XDA2YZbmCM+XcBxBOXHJfkTPQJsGPdoSIK+evGi0zjGhGSFS8dWAKyk",
-	"0o0+/Lm5pkYG4Pdr1j9LJhORPVACgBiUrMwtl3ScpEHdeMhoC0KqYTnHMIRHDln7E4Qvkzhic75IFY8/",
-	"dyjzAFd06dMun6lC5o44ptezAmHlAJlfy6xts3RDU2X6uvekyvQvm5RpqRTrvNnN7xYE3+zoMr8DdQbr",
-	"lqckGYGw66DVZ4NWdV2SeND6HCwmeEL9V8rnBl0IbLqWXjIAaQnnKS2dTo57yNlaUgFNI8I/UM7R5IEZ",
-	"ZDMOMTZLb0PMmyiHEAGBmTWPRE46iKPB3LNYAdZynCBXse8F1lEX1kGpVoZdU0MF12yObdgLg7P7MdHG",
-	"fXu8X9FIsRIa4nk8gh95kl1MOXJ0bfEG9yKZTPO159eOZtrcOWL73a4ZMGtb22G/SeKfHhEctbHGj6wU",
-	"V0cGlnpIlwGb1pwbn16S+WtZSG5UvKBNbvzVrs7FXP+2/6GLYb2gKFH142ZRwgGVPwi+kMqMEb2lK/Yj",
-	"l1W0FjAv3AFaOk10zoA5xJVGkHHeTqTOBQfmkqGF6A87fXCV4F5zikdEZaEsgjps4GNHH0BxUxU4E8Ed",
-	"SoCOvU2XLfuM40zNrM9oBHjYZUeuDGgicoy9Y4hlTeHXkOvh5sIvLBniGs9M0vc4SkvjRnrHHgpwY0wb",
-	"AjIALmOJjiAMhMWoEJg235gdy0c5iFeXeVggR22YCY/JTS+xO7H2bx9wzaSiSb+fJqNpDfLt6G3nwCUY",
-	"LY0YUQdrq4JhTmmFnHAg8I7o+oc4CzDDU65L8BulztW9JNCFYw0kCsFlZsFMIA7BNg6AZ6NVECfIv0Ig",
-	"ly47tDXAdpXOj85Ojt8cXhhzcz8Q+tZVUMLx5dEvrdCBHpSOimBAaTfyDAdkxIvouXrDsITnFpu1IjRB",
-	"JWEEPehv2bBfRVYgJ4TY6Cr1nyse70VGj2JSJGIDgPN08ccASiSxRKMMGVvKoJNbMyThtHAFyWfmmTXI",
-	"YXdEBTBNRsUkuRbpOAoP0XceAokKI8dm7tJUhCIbdEcMI8DOG/u1YZhiP7y4OH53evQ2cnXvRlKJ+a2E",
-	"ZmDiAJjPrH7yEUYOKGMG77DofSjjA8AHsWlA/hTyNOxU5SX81PXCWEJ+BI64Fd3vqnS3zz9N83xepp7o",
-	"NDP7DOvDjKqBzac1VJzp8gQ20/ni48eO3Zw6Kl/Gks3DsVhyzH33iv2c/NCxGplEdmguGpa1F5XqTuD0",
-	"5t5ooAIOh7Kk3wi9ytpgEIIew+QY8pICtwD2qfi5uBH/LlK+ox1T0Q0f3arx2Dzr9cePqKryjEsN1UDI",
-	"eQEeLegv0A6kOg88lU7DxM1iqQ4di9sSNZWKw9lS6lHxuATcTORTVQ3rtN4dXQaT4v76hvKEtVw2UavI",
-	"aqjibrRKi5zkS2XwX82uzk9q+fTK5y/xMsOcGsnb7/XMFnv9/fcRki9yK5tAR9JBpTUTnKx55J1KPNop",
-	"thA5WWm/ve69jNirF68/lOWi5lqSogi81AnGOaWiY+umiCfmDpjO5xJXHbMtNg9vK01DoXlvJktL/LtX",
-	"G0xvM8khk+8nwbP8RvD8XMzTRYghKJR4d0zaq6Wp91zmJZDNH/9jaY5gKJvegUrQ6gszV9UX91+GglEA",
-	"vYh8Fs2S9sO90HKKsOFLbgsgCdXC1jNrLO+uOOOJDIJPLv0atcS4SUUOeixW97JPIB2pAPIIVcoIJ2/r",
-	"PBndVpBkfqnayoCWWAK2P15KQoLykDlTMdr5xrqnBewjyIHqj7HAdz34Ac9XUvDZREfGhAMaTSxXj4CD",
-	"5lqLVIxy4inNVUqAbx2RKQelNCNxzUdgAAM8DiJQczOD7SXuK//JXfbeM89zH8thTAuRzRKJWRVy21h7",
-	"LxZ3e943u6madBxNM047IJ49MqFckUXmJyTMMfoUOA+PtOQbAIdgEBFmvoYO3FvQRxfllfQHW8i0ZUNw",
-	"a/P3gss8ya3v/4ksKN1nn0bzos8Grde93mzQithMzFS2MJ/sv0sGrc+fVxcQDMVHlxviAB5zl9B9lzZK",
-	"+Dbl/qqI1DYB9PGYCC0srvZUXZQtnc4yMRZZ5aNTdYRVTUHYbT0kzYwUxcg+6ejvBU9bFJ3TNVyu9g2v",
-	"iYCi4cFRh0/7vPEYaAyZOknuhD3cHxZUbMZwuL5E/eERxrUsCa6Yfbs3innOA0gW1K/cdZ8k5AW7uvxx",
-	"9y/OcD+9OlnJT776y+s/fxdElmaCz3xpWuY8bFBYA7eIcNDrJmHbTTVyP3pa4oClF6DHhEZ+WpMdent6",
-	"sQtsvLtpciuobQE40t+99PJE5vCjPM/uhwjDkIh+ihmSwdmIRCpySi7EyQQDEt76ffdyOQu3KcH03f6m",
-	"BFM1DV/HBm5xKDGiHGIFDP1JKqpgMnsZ2HR5kqauKqV9KWZzlQF/MAEE2Nw8MxG602dDfZvMhyzJI3Yr",
-	"xByBQ8ObYjwW2bWSYogYkzQtP+VpOuxgHSbPctfCkQpebBmkK4lp27oWcHqGmImhn8rFPV+w9pCnqbrH",
-	"G/ulEWZsrahVjqb8B0/TsnIF7tyKWu42QR0MAIZt9YB1gldF0FlXQ/OkYQQcHtIH+sFiGR9yktwJIsGH",
-	"cN1yanAzI3NdnrQ2BIkpWRfVxpDqkGrJlqmshsZ6fXN0EibgvPYYOK/XUXCWe7oRKAQ+8eMMdCdv/e0H",
-	"jgbI/j5qQYPBD40o7kOKxUez1IoEMpEHEMIuh8tuFqR8KJcLFrkTjSTXNiIVMzOGYJ72zJZaBBJa5isC",
-	"HheAnHCt7Lo25NCvJGLup0q7GAZGGMyzMVdeDWq0ucQ4SyhKZtwLZIQC2idQk1UWqU5J7Gme3jRQZpvJ",
-	"rBJyTiD+DXwpMG5fFWBtXytq+bXm50cX76/O3xxdLH0ONeityHbhKL9tRWWzjlbUQvKqVtSierpW1HJd",
-	"zFpR6+r04s1PR2+vTg5/ODG3+/X9+c9H59fuV9ipwdzz5+Ozs5qOTV7LzKXDdT1d7oyPpokUu2ap4AOP",
-	"OZdQnddIfSBVfj1WhYwjaNSSJqNwPD0WOU/SMCdklqms+UHvJUEDfl4Clak1vljZxyvE3ZanYo2fsTpX",
-	"V+fHDCx7IdG3gnpOTASbWV/ec3Upd/Otfb4bIzEaB7UH5pkvBARP9NZtAXNsU7cxIHR5Erb0z4qbNNFT",
-	"AFs8zGSvbyvhcOwsiY2KWLBcfMzZDRq2nRL146G5MaJONUnr4Uv++fKfg8HHXu/DH/+whlwnVB/K53Mh",
-	"RUy7AQsSCfh+YMEYmunixvz0BvztFZOuEVgOITbbHRAwRDcIs32NwzCsgHaGBy4m8+L1dzYqs+pNL5cT",
-	"faiXBRGDNDwNoxK1LQx2mnpPETgLeikBXx4NFkBw7rlmczu6iPA7SJViZMUcOKO0iEXM2sSbCIecVBmB",
-	"dhojAKuoo5BOChPs1nn5DRd+NYgSRO0TVEh7U0NIocjaD9tQh4Ziw4jMssOmgVTWcSON0lmhpyUS7CE6",
-	"5cE2bRNwZ4nHayQRaOxvBoVuXyQSBsjBfULTes5z4Tq2P35npvZW21CuhNCh+zpi+zNjUe5Pg+bCoxvz",
-	"0szYjvRzMOC9d97YeddNXZjX64macUetjOfiuoyhNoPGuWXdtD/9u699y4dtOicQSzoHkddGUc9FlqiY",
-	"wiNIyNHD3OVNMboV+Y5mIz7noyRfYDNUMabe3asyNq8jF8OH9NkGsfq8bgKutNg2VYRvWRI5+/ggZNYF",
-	"4m/OzCoQoKJaf+cwagnVqMdPyeByfHmExNyAu+p7HRsQ/ERL4IGfqvYVjHgHi+Tw0sehquunoX12hV3v",
-	"zCW7KK97n8x9PnfC+kEmeTVGsl+zPA7dhyuykRmmqQ9/TqW4v0L+9oGh6zgGFpTV/gjG8b46P7Hz5LKm",
-	"h2fHZHga37m/t7f/4s/dXrfX3e9/3+vtrxQQhQ4+CF0+MmFTVwASCMs8hLJbcxnfqI/VCI3EGNwqTUde",
-	"zSurFEo7jUiXnSi5hhaRe3f7e5hx10xP1b3GBLMQDNexS0/uhGp8AmHXP7UHgz+5f3TCzoRO1ZKwvorq",
-	"2EYcNsC2J7GUf1ZwX7zahj2MBCwswHOV5cBwu6XYTi38AX6Xpu/Hrf5vG1oyLCEmPn+IavjoIBHtnhBR",
-	"bydsWhpDryeMP0OVNbJNwVJDLLfKkUwLjUzH7pZEd9z32uBB2AjOJHPTHYTgaku/RVEs4m7MgAV4BxEn",
-	"3ZKHuPnpXSWPfhy+nR69YX3rmIvxXR44crppwN8JQ3iopVS5DkqmC2zCnYl5uuj7ZMVfFuhj5yE8jQ9L",
-	"ur+xVo0aj0F+bhYEqxVZhH1SqbG/LZk2p1SggnheXM+gd0CgIvvsyoglfD1SGcHNeuyviEhXGdZa1ydD",
-	"e8FkKOT8r28WecgD/wW+NY+FC7a+/+fwHBuX9GGHqLGxrjexBSuWiV3j30MoGfITUNwD0CPMYaIZtFxX",
-	"VpINL8O6N9cvB1+V6gAdlWE8g/4AWLNIrUjhDxSVYFj3HGuCmqne80JeFLMZh9hEmLlpiwYCI0vxvILK",
-	"ITrMNbyejroP9LUPMNcRdrYW84iKBAD5hAjUZlxXHoFqqN/Jl+JwoM7mIliKQ1+aUyuRDDpq9C3gDQTN",
-	"1pEjUpPaKzdpVWieHrnVXNVjH1Bqlk6DYMOakcLaRxXqU0CRMiCkY22qrCDWD0jWDiF4FmJCwKvWdXAE",
-	"xLutTaLrbUb3ADlFnMPkyELKmgL8RYnnJmqRJSaVMHHVtpT8VJW3Yd/VqIDKOui1x3I4+mmXxavliixZ",
-	"7nYMeUsy8aiDspAP4P43QofFsyWJsbbc/5H9xHaMz3H1NbBOCBmDRfD4KOa6fgHnhXSx7SD/zzUEVTXL",
-	"1D2ON+Y5txsIUxS7EA5yJcpcukCsOXjWcTav9njbttnEgyLwBEDaKvy8putb48GubQ1Vw8mHrXfirezA",
-	"5aUEj5oy25D1jlwrvzKN26BjUG2jIErywcRuDIafF/K5g45bFuKWBsQD623PC3nGs+A2WiEiZ9wrpjQO",
-	"3nirHRKWkwCLoCPXrhkwcbFvS+AGpgzx8K4OvNwljfIO5X5ocnmDUwkvXW1GGRLb+nkJi+cDy7sfLFEX",
-	"yUQ277FfZ4xRgaextChGKBWGUEUuMmriCiVhM75gN8JjIhl++jwMgmq8LROAXrhauTCzW0nVsMLze2/P",
-	"P+hiP+WVS56s/Xss5vk0zIgbCzF3h7JEzLgl5jcflVZbpooJ2mEQs7R7mlgQhMx3NPsT2y/r7PbrmLrX",
-	"thONt23XA1wSdQAElzCmAzpEC+FMkpp+tRsbAmFddyycgiPzAwicLTqDte0y72iW56nXAtDjGSAICH1Z",
-	"YiJ2tOUr0h2vVSCRzJs9FdGilZq2neRsAghP5P+z64TVKiB5t2KeN+etrU8JupNgg4KgI6NJB2ji8AAX",
-	"v8LHDkf70kZiA7Mn40Grz15AegR5gc2M7AP17VOQEq8xZSxgtiZiYeG0EHZYErtwvxWL0w0KnX/PHewg",
-	"6eYq0VaOm62pRySy+hC7UxqPe/ss7/a8Mv+OXVdC9DKBY4/i5rjU2yWML7xFXSqaLTAEWEf/Z1GKTo06",
-	"+HKujKZg7RKEHLESg1yjL1c5B5/kVLAsgWtJ+tZw560yiQDr4XUzikSIvLneKtjsE3gQoVec47SW1BUp",
-	"H013iznDezZsU1qrr8DsNp4e8AnW+LDiY85eLyHmNWtLZBg1mhdJ6zrhyPX6XbcUzfpKXHurYZNMjMxx",
-	"Wo888vQOZOXs4YPtHojpf9kEaGQ/2u0WQ5wlkIS4TeZzEV97c9VUrigSUSlYaNrr1mcb/Cr6rgmPoJOE",
-	"UpRW1IZb+BX5ry573T5eXYGoVIQP06yHa1pZEdVnCQzMIGiJXWpdqu8AMRAUZnV2LJ+JmA2xMMFKLBYn",
-	"7OKHV5dv8Nzkmi0Wi8VsFsf5dDqbaf0PW8VQyFRoHZAcZiYCErrOTIYYOBNQsrfqI5bHuVM4j1IYy8Hi",
-	"pduvm/JnjkPYoTR3G90p2/Qt179fTKmUMEP6I03AZbPs4TC2yp3WNfy6mIsRFgo+IIu2JoEGKKLcEfYQ",
-	"LdQSEU+3tVXpEP5sR8P+67P93dXqOa/0JypVtVc55+rlGk0jvGRw2po0SFuN/trmeyVd0kGlHAZi2SXX",
-	"GFH30NBLjrVwQfzGHuk8m9xFtjtizOIkE8A2ZitBbQmNT3xGtfOdbYLlZdCZSEJWR3ei5MTvRgW6Uo2p",
-	"Lgl/XdNXcr83Awon6Rriz7m25UI/H5+cHL11lFYwqa5IJhzv4KOpaNRk1WbsPDqBjVOOX0fMZZL3bhK5",
-	"p6dsdxQeTbWx3FrFlou534cOf00tTULNqpA3BMBczLvyAOoloQP0VKXxNr2SbP+UIOcCsUQ0uI3XWgR+",
-	"6ZTX5lagZ0ABwuHExk3DcjURkHNUGfLntDmbcDnpwFZDWorUtRiktAv0KSN2VhBIndykiQy3u4aAl/nF",
-	"dci4eHv4js1ULACuclDmqiBtTeQ90G4bYQGBVmEbt5fdFetSxuZxfTa1XVtd2znqqWhNGQjgKEkhaGQo",
-	"C+26lz3tdXPFW429SGg4svVYDo2xyq4F8T2uLfEiWsjPUWua5xv9HMckZpzR8Zqom1PKXXZITGfYk6aE",
-	"eiQ5I2kw0+jq9Vjb6CBihLU8XV025Ok9X+ihuQ/PzW1cfVCXvTdie59oUcOyCxK0Ug5r808139pOv/jF",
-	"rVhYeseskF3iQTRDrSm2tWyfcPObIkljfB7761/ZgEoSB60uw87yy1yMWGkIytp7GdgD4iPQqcGmQ/yu",
-	"S9Vjr7j9HjLkjYyjB/BdQEHlZLtDJ4FRAjecct2hZyc5w0F12WHloVhpKnSezCDgDLdN9HLDQgAUjAtt",
-	"OyECuXczFDP2cV6VJvSM8XQryQz1jiO+BBgDkUSOBNEqBgulsUv0ODF/1ZI0NveIczE/NoMONhxM0vR6",
-	"ktU0SnMmi6divL6j1P4LEg43Ir8XQrKL43eXR+eIL784fmdO6hpd81pXGkfv93RQu5StDy3gF7qJrfTi",
-	"hOaGTUyrAzYk7TkkDTe0oxuC7PkKz1lNSooDNuTzeabueDr0daNk+LGwOSOj1w78fj6u0MqyZPpfAuS+",
-	"jLcjeAb36RD1yxBlDi4tS7yRDgxIX+H06UTOHMe9O1Zpqu51SdK5UzPDjtdqkygtUWjZxqwCOl1b+tXK",
-	"YvVqEc3OMzcyhtvWcmWJj+YlpJK7/xCZws1qHhGzdo9g+jUxTn8480wYu9EdoLYgoNdwTKlRHS7pQXxs",
-	"KmN0XxEzC0sq/JGtHZte6FzMHFHtmvaSRkyMY8gcqW2bKiMmGZ+xEZfO74kcYZwx9u1XN0ZPxyKqsnkZ",
-	"EQO9CrSOHfuu3hQnkhjXrOQDd6A53gJr7S3IgTPQHUuyUdEXXlN6Yy79wj9ewCT8SO919JFaPrO3RMbp",
-	"c4dkO5q1X66Z0Qrxb0PRw6ODdENZmoN0SEJ7DanxDZyXCwYn/oxnghnlWWFWD0SNq0O4ksnfC2Ex4753",
-	"eMprrCspcnNdoPurMXtJt5TFRjDbgB2En/WX+jQCAYP90iOHw9hmkjFgyDb3AApjzlKl5jd8dMsgnD8G",
-	"IjleylPEhru77nbAzQJ9EKxJpIpcJ7HwMdwobHw0NUcduu/izuY/bbnGVOl8R5dPJ8Yuz0JbYrOjMYA9",
-	"QPwRYu7tBZwtslHoIZ5HjOUdrG3/wMuJhZPuYkwP7L3spg3JUfFMw/kHbY7b3G7d4LIqWdWXlZU13wzR",
-	"W3HZS7uLHFNreYrRpnRfi5iiM2Ys91OVilUKDKK+IKMQOEnto8q6h5GS42RSZCJmyHZi5ISeVl0Jf79a",
-	"W+XX9+c//3jy/tfr96fAT3F1flQy7uI7hqu4yGJanZhTHxGInMq+6GeJ2b1EZl8lQH9/dbnEgF4av16i",
-	"gf2S/EDRCRmDw2n9zC1DI16njkZo7Epy5cMqKqWChNrR9uV9EmfH/9LF5rfG1qkJigOrPVzgejLTfe3y",
-	"JJoNIcgxBD4m+IuMKzqlh8uRDrCdhjyb6KELOh2wodmMQ6ZLYSYgbyLpuwPgiUZ1Uj7DfQBPidXInr4q",
-	"nnEZub4atJfJ5Z5yY4WBqVZaNfam/iccKwDPVOwzdwZu620BQkakhc5FdmBUhDJvhkkDqZw5bETH8kiX",
-	"dVpJziR8IlUZbmMX5MeDuJFxaWMIRt3Iak9dv2dSorIkX+pTD0qaj/LkbrUkbp6puBghiESCT+osmU7E",
-	"vF+ipUE3BfQ2FlW1rUV1k4pOk6LlJbpJV+bpb1qEVtmeTOPVylcXOkWL++zoFFjNEQvvWt6NMyG6jGo7",
-	"kfTKfGyJriTouwgPGscIAbfFqcBVbI6P9suDK6Vafwn0eCJvZH1dammEVs0S8XHOIWwlc+WVqdZ1qH5Y",
-	"XSVq70RO6mO5PzkHEOdtxrEHuhnQjaDF8uNOloS6wljUKO6kMjZomU9KL8ssUjhVJEaZyK+3jUEtdewL",
-	"OuHA4ifkHXknpHIJukZyk4m8yMqe91g7Omj98Y/QCRF2NVk9qZpo+hFpN9b2Kq8TLHfDSVy4WxyUrSSc",
-	"2eKi6XaSoUWIbeq7ysC5KTpvo/LuflCejt2NMu2cDGtlWIKU9YF73xmwkuBC9KWj6gzTFVt6iVDdMXw1",
-	"CsgDPRgxiOGeefH6tcepbgZaIVIftB7AnA7EBFCM24hmLLxjfZr1LXbdmFpHEalaG2xenyltiRctWl5V",
-	"831dZGZlBWvduV95kl8SR7wzCKViN6qQMfAzeQzya0EMzeykCpyhgZ3kAi5lGcmOg0rCAiLGC3M31ACn",
-	"DMZUIABZISvZf/OIygdQokZ5/wN2hwizMsKFeW9Au1T7Q9jDpzHJwHJSaEuMM1m71n22vUMoSQKIYj7K",
-	"lNaEyjEn6cbGIhxW+vl4KtAqQZI+2wxw0IpvdmfJxNgdmGfeHL91b70m+OLmgwMsFETDvuHWVBFIg1Q+",
-	"tm5BMUa7JVOE3oJ+c5sOQEnu9f7ZopcPNTyLixGk11YxAk3QAcsdw8yTIvOuoam7vDzZUv5/8kLZFcD1",
-	"rZjnXvAn8QrOiEkzoCxfGDsFLJY/v+hNBy0ftgatlnWnj0fDtW3wgY5EmUSC6hC8xMbVzCVQ/A1JFBhk",
-	"2Znlni/s9UZFYnEd/ITqMF09gLqXDHs1J9r2MmeWLRSZGsPQ8TK3vgwcZ+2yXdXl0enl8fvT68MfL4/O",
-	"r//YAU2R8oXIdJ9ELYOWRTxnmi/MXam+mt+oIvc0si0wjcUoiYU+wFeAxG6szHHmIZMBbs4OPTUdwqcH",
-	"EBRLM7ZEVPLyRUDKK6vS/Ae00pt/EEqHXnJ9u753SLOabPxBKDpB73O9zH7vmSXUC78WWFd+b4MQVBJP",
-	"xsKNMFvMeHZhswd0evjR5u1CR4ZNE1umVmwPR/2X4KEusVbTvasmW7FNHqFxXD8QElb5NWqX5oi9pgUO",
-	"qx7ygSvs0KtWbclnW0IGlKwJNNjXXycumSg7bwfDTaW2c62k0I3pu+aGwPk1gtPLWNn3XCOTfUQUwzav",
-	"WiN6FHIxmjIvO6pDx8UgumPb9jdRq7rK5XSsgFWWMjc6kSNRLhNgHzPB03QBjfzbmdDCdoIp8U4QIxe6",
-	"tLGQIUCqpfByZ41fUTNEZ+jgyidADk6MSeRmxGLFxSDp6RywHsa0lnpGjaopjKWxGCmGiVgDxMDjAkx1",
-	"43Hj6Iwc4LEQezVLwvFCFxKO6l7zahXM5V0H+TeXy3dBTVlhWdacgd0RVjK1GiVa3ymiFL+VSTvOEm1D",
-	"t8apOHBF5jdcG8cCiF8wqSOLmciSkdeG0PKMXJ1enB29Of7xGMmjUXW0opY18iuE1UGaasTiBZiol5mq",
-	"rQdhnnN+dPTL2WUNOzVE8Z6GmfIhTexraFnrwb9e9/rmCYJM3KnbLd+mebP4qJXbSQzESiBkdmCzkDCv",
-	"4KhS6zeZLrrN6tr9JvTeRGysZIcVDmPIMRLc2MhBWdkE+qabBodSVq49gbj5HfPX9MTfqiZyQ8f3zfC6",
-	"52657pWNbFp3nOxnrh6wPNfNhYhkYKMY2RuveTdbQfAw0qqHVXCFFv0Kame2Hc2qsgDvEZKqoymXE3Fg",
-	"XUQ2HGVKDtkoNT4uG9pyv7IFtXNWWaYKGaAwXS3xq5BUrik23Mgv6RcfbrppWYu46cpvpsDOLydbpqN8",
-	"slKxFZlCbHnANS35Sp+GaCDRcyMaYR6EY0u4OEl0nq0cXX3H/N5++QLJ6CJmTKLvXhVZ6ryPudkHctKx",
-	"geGffjl8s3vx0+GL199VAQ0MwJvKooGtdQ5MC0nO7Fgt8CDRJV0lQMOwCbqfvNFQoEI/i/FOkOVxYZtf",
-	"Dt+wO5El48QhQOHOt2JxANBZwWPtBYTsoCDED77dPOmytyJL7kRMeSwawPUoE7GQecJTIrLUbFYYp7oy",
-	"dJ7WJZ4f2McTxk39pTXAos0H0N4UFYal2LBdPmsIuVZf44ESciN4Bj0zjTEUoJWcG69M5oFl9Vl3Wfuw",
-	"yKcqS/4Bj+mzH+C2Hdu2vpq4w7MEQcIgTSOEmLAk77JjcGMCyxCxW6nuJWUCVWCsbXxYLDKKfpSSQLjF",
-	"JCY5ssG7N+9PL8/fn1yfnRyeHl3/fPS/EbaAXgM8yQjixU+Huy9ef9ehjqOV1zkAINl9ZZptJ1L8xrju",
-	"kJvEf9ZJlB81qbNymjKUBJsDA5JTZRYbZfxaB68cIfZJSX/m+yVWLWb/9X/+L+zMLgOqUtverDK9K9Jb",
-	"4hNcDQplAW37V+YDrcCgAdwKZN3QD79Jl8LQLpTuSRSyTdsUZHX2g+ngcSbE9cNgAvBTx1ocCNyFPaen",
-	"IJY2E+QCL1v1JjA/dOSyW/203ihP+UiY5bmGFQzg1DxBcIiIhDg22ksC0WkeuHgC1uztSbL7BIYsA/9H",
-	"/3H05ury/fn18enF0Zur86P+0uGIhxxCrAotsmgZralKReRudn51en140XHlHzNhLM5Ez/TS3bF33N9U",
-	"Im35xvBPwz4bFkk8ZG0OT4StMslUMfdo7FErrjz46vjt9fnh6bujA4f0JgCbyhas9+der8xh4UGmKWtR",
-	"XqWn0E7NJcfxe8ojAqGxpT7i5bDchZ2IDedJLPWQtc+O30ZsBlEt89Tjszcl3lR7L4NxUyHjyJVk2Jnz",
-	"JjoWPJ8ikhQn0YLUEsdvYPT4PEvueC7YXj6bm8FIkcNgOPyJQGIUghJwEoIRl8hhi9w1d8sA9TVk7fOT",
-	"41+OL69Pz87fv/FxdweMvnl7eHmIq+REvevzDhtFDLAu6kDMRjiZADcwL2Ueh5/B6Onruxc4MvxRd8Y/",
-	"Rmw0L8wfCIBNYg3/cMcmwQe8Dtz4ZPPd1BwnRiVPYK8oKTpddtSddEEE/wQL+SeYwT/Rm3fX0r+v6cxe",
-	"3a88Te5Ev6TKtgXPHpxcZAyqebqskJnQcyU1/EYnqfGf3ekCFyH4eiHysh9gLHhMxSUVTK95sjRyM+da",
-	"lylO6HxuPsFcQ9VwNlqg04Vb9qtPOGBpAhTXY5JY8+Eujd/jutqfmrE4JKI9L7ml/KRzscsO3UEMlMzC",
-	"nositt0F8YF+6BNmsxW1/IkC0CSPV8OSUevjrvnh7h3PQNzNHdAfgvjsId3M++iqel/vm7fwiPog3Ub7",
-	"lbvXNTcgsE3VTrUGqFESTmB0xIgaHsQ+VRMGZYmxxmLVEc+yLWN/1vez8uyO+zJm7jyG8ijyjL4lzo/V",
-	"8/pDrScajiMRvX/j6A95tZuCP/a2dcMxnvMvDp9mAbkXuZj/sAAegVLyKh++PXwXjIL73vh2QaRtOlgR",
-	"SKku4BZ5oCWC1yCD+4v9V39+9ZeX37368/oe2k0RTRW+7C0bQjcvpl8qpB/zJDNK7fqhGCXWBhgSwe5z",
-	"wWedvtXIcKgCRJvdcHNKg9UIiBzCPANw1NZNUtCCUEclIMOaUkmOrXvt9TbY3hD0RILZJPwDQryuCuPS",
-	"R22YSwgeYw4DLyFblr72PSYMjzmfqiITj/R9BYDnoK32K3CEqdi5cQVsyX5SwWp/92pd4UYA2ISLjlBf",
-	"aAx7sNzTmIBC1FYvhMKiGcIGvUYLGynDgE5tK+TGb9q4w5xZn+bkOkZTBXJYWyGLsQ4JGDItENVmnuqQ",
-	"xNNlGCoBgB6II87ztGlz02orezNX65TWJYFMn6rPZaVj4UNyRdvJyuPbD1bOkWYtiOwPqu/rpZKod8GG",
-	"jNLyEjxzaskqqu2si4qMNLEz8BHr3tejr2xOU/XgRfoQ6gOrxagwx9uFeVNitITgZ2CKJcRK0Vptj/hc",
-	"51zSP3GBO35I4PDtL8en15fvfz467RLL1QziwHh7NxggAfn8GdI9Y7WGunfEzo8uLmEMasze4PMj/1Qy",
-	"iuRv6oapbDQVzuimKOtAQpi1y87hMM6Mk6PmWKixCiXvMuhCDRcOJJ9D8Y+53R41gP7T37Rxbs5/fMO+",
-	"f/X6zx1LT0BNtocjFYthdyAH8ggOF7O2OB40HIbBkDPDUwMm1R4bbPhxl2Z7N1OpGA4kEtWAMoW6UOnd",
-	"HurT+myIvWaGrA3HknGpsQ2N/cS87EBiPhAtlD4tY4SBiMjy00REoxBZigT4IOcZOOrQ5GY4kO2y8U5E",
-	"keZbIfHBYHUPqYWXV5bH07Tvwp/RQHqtwdDFiaDiptNlp4rwY4WEOLq5ALAX5mMEiNATWaIH8lVvH0rO",
-	"4AObLXLz9ar3svyWpCBXlIaxNhlYAuZOr4gggkCvvmmHuDtdVqhVFmsKzKVDNuPZrR5Iz7vPVJHbCL33",
-	"sfmBrQkqqQpsxGzGMdXQHUjXUhxaUcE+PDw79vZ6v9Xr7nd7YAHOheTzpNVvvez2ui9BO+dT2Ol7d/t7",
-	"sNTwr4kIGAFD8P/+CkJ1jflY9OuH4IxTEgiyVRC8yoSx5JNUZGzC7wQr5kzJgUSnH5rhX/9y+B/Xh5eX",
-	"R7+cXV7YaH7ZTrjvmQFY6cMXTOdJmg4kQPhlDCJeCr3KMKhvlhiHO7QNnnBMVONFHbm6Azmk5cMs9xB3",
-	"/JDdIv+50o5qyi4z4bjpn3v4g4FsO0HYdVIEIiUo+mplaQdHYqOIjk8oyRnXt7qDS+r28HFszK9E54e4",
-	"OHSgAmU9FNckZmn+XohsYX34vnPU8czy21AR/LTs2kzEn8tLGvBgP0erjVFIZu0bjdH6p1cFIzcwupKO",
-	"uRxfk1YGTR+PS8LaLilnlw4pg9MUsoQCeYnUmDkR6NSN2NFGP27Alj+YLJeyOaq4S1ShnZUSGgIZO/4Q",
-	"Kl5iL7heoTvZVsnljVx043XPiwi8phaF9aGAD5DAmCup0Vp40euR/54T77t/WP6N8M7N5hDEHYw/sAeW",
-	"PXkzVaB+YemhQP4VPj10UzfKsrUTtPCizg0t3FuV6k7jdmhsVgbHIERHkQ83XTAisrXtiuC8p0Wd80ki",
-	"4Y3B4OQTiCySav0QtaoHeKtvG8GZEYESpiwNdLP0dHFVI7wTuS0HeM5FwEdQS/LPITiRbZ+DK/DqoSvw",
-	"q1HvPpUHltbnCml0pfcgb1I9pO3yUWvMcTdBK3N+70KES9o0NPbyEjshx2+x09rKeu0ZEwUM+AffNmrN",
-	"lQ6cvm+mhSSaGkjqA7EPNAGLMF4sKswHZXLv5P07OGd/+N+XRxedfpkyoCjzFGnVdQ73jjNou4l7AcwV",
-	"oy35QgNhGGDMXT/IqkgeQuCZXuXEzAO6IELnP6h48WRCeaImOBcokqWXk2eF+LyyG16tTuUFzN8DlMaj",
-	"RPzQk249TeaOZBc7hTmAggXRVNp4PK3YB0UXreynEt6qbGAnWV9jPb1c0N1tu90mstF7noef01NCOvPc",
-	"MZQPwbgV8ZA6HubCnDiV9H2uoA2uT7b0BaTWXP/9U0i5S02xMTceNZQIBkT9WYTb2tt7n+ivz2Sr671P",
-	"+MfnPZ6NpsmdiHfNFtv7lBXyc633cy547OHx8JesPXQxjvM3Px3/+9H11fnJsGOzy2+PTo4ujwYSWt67",
-	"Z7D7TOVma/fLsiY95XNhu5dXL48GEoPQyPXiyiIhRg1FKtrFTbHg5kUPkQqR9XcHEugU9bVnfgIXoX0R",
-	"DM5PwX8lOiE+oRqUgYzVqICgNyWmb4rRrbB6qgyYRyXtDrZVIuDwQEL/rSpNNJCBgT9/6c0npESMC208",
-	"eyqAWeA9zAChcLZPyVQes3ue3qJ7FZsjyu82AaxlGNmnrPJAYpHwRAGLqGYzwPEoNk5k3GXGu5cqvx7D",
-	"segK+ilELVU+kHaywHNwV9ixQwu7sSXbyXmS4sEJedugX2esOLrlOTSqezb9hE1KwxacJwHdh2iL172X",
-	"D9YWDgmHJdMh8S87s5eV3FhChlgBT3nYJnK1Nva29t4ZuarGl9pw6Vv0ERtceV5I9BA/bKGqHN85vnYg",
-	"Nuo4fNMEqPawOkV32WHOUkF4RPqUqL3S9K/mYByyscoGEjcyYhmda7rKq0EkmeZc7UPvDafnINzG2ate",
-	"j0k+g5ICnqZDDAFq4P30nklBUhxQlx1JZKOBIKuVCjJMUaslEnmrEDW1H/V6PUpU2jxinnGpUU1GA+kh",
-	"acjeQLZAeMEbAWCbLMlzIYFChuwtzVIxJi4YPpCuTXGRMz1VWQ6hoRLw7BAr50KL7A72pjZO4wIUQZIN",
-	"pLqXItMYuDJyHlQF0FJXAGE9zURrW2GFH1MeoYkcwvXYVafZtZQ2bHbxG8zz/ID10avBEHxh1kjoDhwL",
-	"phXfhNjYbwQz0lQXNeFpGo50EPBgpd32c4Y0YFpc6+SANj66S0b5gxyTilKF21QmlkhCAFesRQpsxrlt",
-	"ZkV9amAj3YqFbTRBCGRfvaIOCulX6moPNAMB2+nI3BsHgIHcBIgpmORZZgmNjdY6KO2h6nBxuw1JzZjz",
-	"AcYypO0X8EZPEp3/U++mhkHCxwcFAW/wjUQF3YouNocGBS78Y3fTJQSNLYtBIqqAnsrJWDU/8XyTC5aV",
-	"J0Oz3fQFrZWtTZC9T7di8blqiKw9yRatJiGZh6u+R8VkUFViJ5E8W6xqRerv/Eil+CWMzuVtgDIL3F+A",
-	"cRYfbfEPuODoSyK9ISeejmvqZA0KYs7zaakfsEK4Gk/xtcXceHWZ+d1//tbb/Z7vjj98+u7V5z8EoKdb",
-	"iVwVClgXCvdhgM+pfcrHnIgYtV3QpUrh225Ak+hU5fR1H4/c5Za1tUYQnpzo0aLnbZxQy6cZlXEBDJYs",
-	"xwTMleZTaoLbZYfwOKlqbugRTH1jHtY2AgRxiPqU9qU1N/A6JNgmMq08E3wWgbZPU39N6Ck7lk0vkSyJ",
-	"bSge4RExQtsH8oTrfPfI3Hz3+C1rT2GWwPkCXLTtUg0RI/SHhn3wMHYBzT4EZmEhrTm3/5rpLruSUAFK",
-	"Ix1IHCrYxHzBZonWRP9CqWvoMAu852oGbL2YgueAA4ZSQghBA+ahD9A8CEVyNkoTJGfh+UDmimVi16xz",
-	"yH/51XhmRzjb28qAmST46fHbn6wYbfOjfwNbpoHhkYuPOYrELs7ZVgEUeFrdlseAF96Vuk/CRzsaKFxg",
-	"NzF7k5BmIAl0SWs6gFblzggpkrjtapIMaAcGfNR3IsPiINcYanX3fpE9WpfGKucK4ggYDLdlRsKCPxaQ",
-	"ynI9Pt053C9Dcq7cydWXvTk6GUiRZWVmnW7ggiHAN05Ab9gQlZ7v2jY56EDTgWESD71G8Rh8MpvNv9TY",
-	"fP0K+5b2iI8QqwabZMe+rQdQMQ8oKfmoE5KSIrS/znAgKIPPk0DxH2H5JRqlUV489RBEvHmvlRP6IJvx",
-	"xYuH2ow0RgglmYEcOFnUTtvOYTnzEYgICVnEeK5myQhowtxhbd+h3KR0ZK2zKLc+APc+wX/X4gmW5v4Z",
-	"7ahmq1xZ3YdnXb0tXJUbOnFBVS+vFRRaoiZquDRfNsJcvyeSOGLGdN8VesTnGB4P2PPC0yNhi36ZkWWW",
-	"SMdK8jij3nYRDwqi8evPsd90A6Cb7d/fUO6wYW8NkgyqV5AZHrh0idSdKlqM6dBnqboX2e6Ia2PjG49H",
-	"R9iaFq3tmOup0JDHsGTTENCuC0+a/1zb57Tq/KldbI374dN+9N3LoEv1BZFmL/7pkGbnhdwcTEIMxuMi",
-	"SeYpgbb4TeBj34TbVQfuwNgkJjCXRrE8nbYnGYLLy+p68MGAmZvaL3hmHhWMeA1Xzb3Qkypl7TgWs7nK",
-	"jRu9+zMEK5qL74fnsafcvGxlTD17zvcwxSYJdl49OqKlSQSBf9Hbf+4RUXD7gcG/77+U4YfDLDv7c8kS",
-	"mSZSeLWQczFqtG8fYMlBRhwSoNtjtJ7SgzvCjKuYAXbajGqI3q2Td30MRM6jqRhBVUZJXc51edVAwgUI",
-	"37hR8aIPM5oDEQ/PqRUbulXmTM2RVxhaBySSDTOhizTXQ8r0Wk/ZLFz5EHavijTGNlIOR9B+1esRZzty",
-	"qSPJgBJ6QH3hcmJ6QsGN2KsXL+gHQO5lm8jZnjGFjNir3vd0CdR5SuhZFDGeamWccY/u2M4dIGnMo5CN",
-	"yXqUiXZpaUjLJ3mXUd0QFKXAzxNt928E4akEQbJeArzPuCOPHUhLUYM/0kjEDilunF/2utfrskNYB5ei",
-	"M3PBba8oAMD868X704hJResesZ5xqRFHM+USk/IwQrNi7PTqpOz0z7hcACqq4+EEaMG6bAiPAUnCRDlH",
-	"rmhnSPWxRObs/cWlI3cyNu1AkssNNwi5zqVctp5Z0euvp+l/MG9/jlsipGPfG88UvgbnFKnWq+gIoPGJ",
-	"IW79KDuH9GQxh7YaIBFgW5OMWkRF+ycAc5jH3hTprXW9Os+qPx3Grw5GcxzYSK6PIgXUzS+EjLm0Pa9d",
-	"ebtmamx2rK6Wx2O7gyTT//X//L820otEzvgI8z3i9Sz8MRpI6C8F3XMpwFfNQkKnNAQS6pwvuqCApMqv",
-	"ba/8iCr6IEqlqBjPh7VBlbZ7FRdGw24LcMCZO9jC/SnVtgEE7wCeBkUN11RSRHjlkrpoTPwBUO0GGgsx",
-	"N67wiKr4LBqUfpAgN02XHVoytYHEuHWoP2DGpZ1JSw7HAdSXQhlfJmbqTsAIkgyxgMTwlECtP4RpS3Kl",
-	"ucgSFScjpu8FtPU2v9YU/+ZIOzcTWhunIBX8Tmio6nR054dnxzu6ggeU9QhRpFgYO3CjNj+gXA3pfyAS",
-	"tLxbDoTZfnd0iZDSAH6VmAeSHNjIOgdkrvhtT29EiWQ0z3zde2nHfF1IfseT1LWX8Q6lkpvH4rNcy/WS",
-	"984OUjNz1LoXwcnClma14Kfnh0CuA98QCYaHK3x24PSjoJOEn/Jb3kRVrg2nPbKFbQawMFbYVgp2HaKH",
-	"ksgjnoFGAogxsuZTNWX5gR6yNgwOUp35QJY9Hxytmi22sm32sOaqjKa/6NlMAFxfmn3e7qfu2PgUv7EE",
-	"udqw6cqPBzKRZFLC0XfAAjhp0ppa5BGiotH+QPa3ci+iJt/7hH98/hf89V+pPY9N7+33zIG461q0WgNs",
-	"ILlmY67ddnfXexfXYIi/Hnb4YZDhpQCtmx0Io7kDEdZ1GePu5VYoMlNep/+bQIFLZY8V21/EHdzmXeoC",
-	"RVBmaYX1GQqA4PalBf6ciarD0bpzBC0gP8FpZPfeuDU3ojSAul+6NgeGBQbBQZlpXWIBBjOE64UcTTMl",
-	"VYH7LhMpsB09v3G+okjr+Qhg0w/RzhK+QiAt4k6WwEHRJ8uy6UnBqgcF9IelYKZx0okEgxq17+hAbyPN",
-	"xipN1X3EpokGjtFbMc873XBtDjm1Q/tvejHAppk3jVxv3ZLmxt6q/gzG5jrhI3KnPFctJwG6AxMAC1F8",
-	"GgxJqXC2J/xOYDMn7APNFJQzDmTGpRkihIU8N9+VBbi3ytiQGDVrymNGPo1QXWDZNqWqzGEw6cHa5Rdk",
-	"viQyUHTSedrsyHKphhFKTusI3Sdf93p1T/ydQHM3aMQRpjS+eMmtXzTHnY5wRqQ1KkrNYHfn7yUts8XB",
-	"vPlSXMTHmSRL6vvbtFG2nIq1Fo3TUf9j1Hw1owbC2SMi1l2O0umvYLXsET/WP43gB4CzXpPG0jtz7VuV",
-	"7LJfpwqlBFohZqIqO3qq7iU4vhWbbYhTx9Nhlx1aqq0bKh2nr/Dh1IZwIG1nw1iMEl2yK2sIUw6lyq9t",
-	"x8Kxyq7L+weMjkNct+fd1DSAb2JfuznztvbBEvM3PJvasH7h7Y3Lsbr2YIgCWv1gRe6+wnbPBGzaf/Ld",
-	"jjlZMIywgS0b4ouLePi73O3nMPr/2ezfxmbH1di81zfL4lfQAOBP7H0y//nsUevQXyU11AY+L8ec9LxM",
-	"NfAYaAq3viZi2ZkN1zupiX5sHBh1TIwUMbH5U2SZTQo6XhE9TYCeqkKOxNpEgIW9ZjDMAn3S7sR/G3ct",
-	"qguKAOAZpAUDWBGy2PRqkMHmJ+uBwTbC0At1B/hUzxHHZDG7ERk9f7/m+bxCErVhCPtNh0BROS+eF2hs",
-	"b4N6rggP9AyEtyi+Z3H+NhTXObDNTCpBNWqMFormeG34Hz6pF1jwBdRtyCEWrAnymrj4jZz6rnSBDXHH",
-	"YSAOt9wQ8CGjaSFvWTvmOUf8g1ETEeahec6hhBAuNH90qHvLUMh4iJ3E/WdiftLlIvGEv4cRy1qSUNzE",
-	"25E3rMwT9HfDOwHpCEV13VtDgNS+tkXQmze16+yAZUB8j9lVMzEwemThA9rnly9ffs8Sya4u3xBVBZdK",
-	"i5GSMcLBh7fFjRjlKahKtgtc8Trns7keQpIcjltMfJo5huZLXXY8kcp2oTKKEV+lbsrKe27JefGwA3BD",
-	"aeV7aQu95giRuyahzNR9pWayz4ZJ3B8SJfM91TAM4er+EEN1i7mI2BCkcYiBe1tKZ9OlIJBqzP714v0p",
-	"UkoBswQiE5aqMLEemseWB6daiomoOyx91BXghBY5rNJIzYRNE4DgUzNETX0iFlRoeVBbzmnJdrCe873d",
-	"McQ1ZRE8S/l7BFTBfNgLcILtXoqgpFPnA0mzx2BDgkDCrh1+GmDJxKDVZ4MWEoxDvRJ8CCTjg9ZnYuxB",
-	"DQiaZpQqDWCXcN2nXYwGhss3VIL5aHMFC4XL0uFVDRxZLQHS4YuMEQf4NPI6SzqKs69TtPmktslTFfU+",
-	"TDnRef0Np8YDFUgI1YJWQ26HW+Au7FDW/vHw+OTobYT06eYP1zolGsir04s3Px29vTo5/OHkKGK/vj//",
-	"+ej8Gn/SsSaMjphItSh9Zfqc36RieDCQqzA+TzMhNHcJxwfY54EcVuCAQ1TCXvM4ASg1NjTW37WxrIZL",
-	"NsFAxureFrNDkoa16fCy/ShLbzBOAJxm44+dkmvQBYJu+OjWaMzzq9PT49N3XUBxQ2zCHwMWaUlVC7A5",
-	"x/l5PtyCfcCXiQ+sQ/OQkfutxAYeVa1Bswrko9BXwHUq4rDUB1Z0KGfvIEfUjMo7fEvGSpu555mA7P0X",
-	"iDMgocTvRpGBWuFYYuSgyJ5TYKHE7phb2WzFTDzjXivkRTKRXywat363FTPxrQbiYGwEFYIaFhwuVutQ",
-	"MxjcN8478Xp+IWSICB1Ra885QIVvFkxJ2/jZ3ugLbCN60u9mHyFPNEYaEhBEau5/q5ekJFeMA4kVS4hA",
-	"D8PhA4nsTkN6dSDOBeZNnsN+RKwsGhboWeouu8CLzQHPB9L9FPatbRBEoHAsOdiw2Qey3O2Bw5Ue999i",
-	"w9td803ueFoIu+Wp8z2meMlszAopgSMBhHCcyERPo0reN9Hs7PDq4ugtioAtHlgmsH/KLW7nbj2jwIW7",
-	"amsaSMR7NfFdAKf1rBgr+xqb69XdtDxJ0bq7m1HfQI6wGRtVLsy3Xbdu5/RZawPtQ7aqD9x/crl5+uLr",
-	"b9b8vwDjn0rywKHGdo3mnORslClJ5WfY9YqnrH0pZnOV8XRHM6cvOs1F+jHKa++T/bMBtWZFYjcRa759",
-	"cDVTsNrIqQIHutAeFRdWIm49Y1FtTrT+VXtfZHP4IYzHF7rYO5XVLo5qFGL3ETWYKou3AK8tMv1NKtbN",
-	"V9qpLW1dS19QXekraKf1zJq4+pCvVKndVNiAkxXM7S+kmR9BiwHD9FQD0O2JNAawhtLCVipQT0WRZOyO",
-	"p4XQXXZpxN72dYAMKt4M+PNtMuVeZOKLq+G9Gz66HSdp+o14jKtbKWjT/ECjfua9ZB/zlWgC7dutxzqB",
-	"Tq3g0L71rYRGiztYLQqh3Ff4Solkv8GJGxnH+gNr21pZLC7tREwXN9jxEmu71J3IUj5nc5UmowX0u01m",
-	"ggiFiQ7IHuGYhHAsl/IrbD0IFf2+9t2ZGfI/k7VykSvy/K0Hf+CAEBZYQiE9s8OkytmIF5Npzor5l5cY",
-	"4g75fcnMJQ76mVX10lO+UBisuYauD4cRwTYAh42T4cKKqMacxkq++aZ4F5SJAi4jdc/a9hWB5gCojBAs",
-	"tEl1f/mdVcjfoTa+wkH/c+ljF8+AFhRlK0LwIUuBMnvqWcWEdO36gOulveh3HW+lt9gcbrVz8iTRVnuz",
-	"LYKt3wYx8YZIK83mswZa6RlfKc5q3/C/W5i1pMQs46xjlSEGb4l/Gy+7FUQzOOdaC+11KPN54fAHdj90",
-	"no8l3T5i7xP91SAM64vzl47C0igPqIMHQRAR8GKzbpahKMm3nLf6cGztK/e+xBa6LDs6PHYi30vvVt8g",
-	"v3uoLqOiPcN1EesmFk2mrfCUlsNw/VH/q7vqd33W29e4JAXW4NCnK5/o1Ld3Q3w6/JmzO2xAaBs0RtYm",
-	"6DQwCsrl+3bsgupcUntFDNIls1kBKFTHQyv+XvDUOkLVCdnRrK2BZ9e7Y2Sbu0AB2VyMOq4y9EWvZ4s5",
-	"uLvJAeM2yD6QxD1JeG1e1vi4NfDpcl/09s0w3WnnWkxb3p+RmlkIqisi8e8W7vGip1YMn63HS/mIr5QC",
-	"Wd5odaq+FAEdEIAn5yZvMqxDAMX4I/iCfWfOxSTR2LfL0wq8ZJp1wtg+zCZqR7PlV4rYGyXjYoRkp+Ba",
-	"GJmmu3Wa644HWFjuhnuf7J8NbKzKbvhCRhZEPs06B8ADbUtkPE6TyTSPPGQM4KCs5+alujJ1rw8q90ty",
-	"0Heveq8eMOX1xln9XH35vRvYq4+stVk9D8tl+SYPvc1X2sncnm4ptJn2aGqaGWv25G19AxaVWV47+O6j",
-	"G7qKbBGWkmrXlf+RGV9m9j7RX2s7hC0Jz7egaJ5Iwxh/8J9XtYQdyjtvFdc0AcOy9Bf7r/786i8vv3v1",
-	"500Ug/UiOeZJtqunPBPrhOxHnmQXcNEzilf5kBq5uhfmfA/16aTX2dGsfB+6nLX3qZhTi7xytnuv/iyy",
-	"YzysIuBg/ZrkU6gnnGeJypJ8wW64jCM2T/lIAJk8wB+Jnt2umXEywXgZSMR6W+T3XGT0qn2vBboa2/d/",
-	"wXLoYclvVJGz/D4ZIfc+tD3WZUsAe/0+JZJvVD7FHi3E14r0PV12BtHBgSw0Zv7odzb3kWSEoBM8Br6x",
-	"Q3uFKnKdxILtd7v70JJED+SrFy8cASleFqQEuliWwaf3wpbE78v5Xg3l3sjvl3ZvLkTuN7sN7a8tdhSP",
-	"Z4lc56BkPBe7QK26oRchGC5w2e86vOXeo0GvO+Pp4NQ8TWSrsqre3bdIcJn11HBcPY/+bCQoe5/MP67h",
-	"Hw2cVzflXyVFUM6zY8S8KUa3Aji0qIyM56CwjUdqVC47Ozp9e3z6jg6xBCqBgV1mwpMtlmOzr7pmap5B",
-	"5GsrMN0UPYX96N/tiwlu2LQrxfTR6QJnWCyHKpfW8Bkq9+z9v1ZTrXXicy7AhIoP/I3lh31ydSskIPrH",
-	"SeqAPgIDQeBYPHVvxXXDfVT2+dEdE1UGDGR8tKSXykxvJzI+l5kymkssLd6xmsooKZxRsB6nQqIJG2+v",
-	"lOo1vRa5sTrXkvTRxruwlz5nl+ylR9UBjOj79b6KvYq1xWyeL2rclEyYYT/fKVvjpdBm0kuWgnszNnQD",
-	"g8YIU3XPUgUpbjGQ5Q9cpbJ2BA2u4VmSYetGbGPGhnmeEtOTY30YqZk4cD0hk9x2rQLmLZ6mJaNI2bR/",
-	"Rw8kcZRQox8zjo/zJFtgO6+PgvhQEyBCw74T5XIY8VgMZK5w2HAkCxk7D0eSW3PD47K6PtHM82VgEmDM",
-	"ERPdiT9bXaC/ugaiC63rvJ2QTD9D5ikkzl9Om2+5m74ND6jc2033aNXvQZW5HqiHlzwnosM8YV3sF0fZ",
-	"DUZy8UyY8Vg4PAs12gs10TY7VYtRJqqU7zQNa+ZrA3DN/P55YWvmCV8LtAZvV280HLAhTKDrSYMzHCGh",
-	"M6KXlRyJr2RccGmkAQUFrTEcnxkt9TfFpD30j91OLCrbaO9TEq/1+s7Fnbr1hGWTx4fXP9rjw9tY++kA",
-	"0ouOD3sfTxKp7pd40RvtieoxH3A0knitgzFW2YznrX6rKODKlcbrNMH3KrvdhCj+la555qRDPdoXwmM4",
-	"iGVddZimLKP0vDnv7VXV3IEZ/Qa7KqiEbOIfh/dsJGT+Q76SKqI3DPpbdna/HuxCuh5pLJFmAUdQpstp",
-	"vZsu9719yYrsb9Qub0W2Kgebg0rZ8sQ9on7d2MPG4mzHGU+kiDvlhMTuQfqgbMWLdIFEdQk9aQVwp1aY",
-	"CTfO21SlZn+4mVszp9u6JjiVx29by6oIlsOxuNeS3L47umTmVyXdexJ/BujzjMuF15MYq5f6FSFCGh3q",
-	"uuwuTZDP9W+FztkkuYMuwBORT0WGjIp0mJlJQeZbInS/MN4NtPaOIYVZNlZGT9k1Tcc3dM2/sZ2dGrMk",
-	"1kiAPYdjH+4jR6JzACwZMSvkrVT3Eihz6x7AJfaot89AbwtrSIPpZJEd2jlu0OPNTtKOGWwdDXIS67WH",
-	"EnSnr5xOicy/e9Van9iEPmvH+NMXr7+Di+mf5dU8y/jiufuslcu97qRy8jRWhYy/dOO1X6Gy2JN1CT2C",
-	"0M1dkvdYewKU5FHZJ57HvwPdsMdjNX8A0ax3+zp47CG7LW5EJkUudDmVaaJzpOGbp8UkkTuanalYR+x+",
-	"moymTBU5KFy/pyeydAHTaVTpy89tN/6ouihQea40ZAZihZRvoHK6DDo/Q4t8s8bUrZ21Dy8ujt+dHr2N",
-	"2A9Xxydvj0/fRZZ4FblZpyIF9r+qisAnOa1kYYnQK9o1bkxi4/HmC4pvEF0EZ7fmdNn9vkPHiq7eCbth",
-	"Q0dpCAX1KaFhXoUoQV03/JVHYcPzUcqNPRcLHkeURVniZiHXBzSzWyGI22AfdiBCxMiOmEHndlYrSZ2I",
-	"jROk3sOYlFnWgNIHSsBYs5m6E2Zc0OYMuvtjS3nwxVbaWhkp9XTtc9iQJ8mdsI/4SkF7evzx23W60Uye",
-	"7QFqJR65EKCS/b4qR4/NgR56arBsE1vIGKC8UtyXQofoCYwyVm0CbzcA270Y5xaV8ZQ6cq2iMxv9efSc",
-	"DGm38rA3w2FxkolRroBStI3M9cDqHicZEteXA8Vvkxg/71jNWHY41lOeAcMlu1NpMRPwgYgcw2ZVSRpx",
-	"8RQlqdkxbmkjMmqMStCt1zpt2EfjaUHy1QGHPRNmM+PW9l+UpBQ0po6gLRYajEY3m/t4ViOwLNZrC6NX",
-	"45WhNlUf/tb+H+1RM5mP1RS/epJVLi0+y8iZeVgEAuCZVjua6Xsh5rat7fJmeW71MBU8y28EfyoTqCp3",
-	"P7m7P4/Qufufi7nKamgxes/yuHQRDnRUqIoe4a07i2ouskTFyQjkRwoN/aBUlj+3ZOBT9LMcGWCFGk8O",
-	"u3rgo1j73pziZ+8vAl45DQfP2I5xYqEVz9qfwBX0A8Q0bnKrkcEEXMyl3mWwg5HfN7a+9w3PR9MdjT44",
-	"6m74yLa0P1M6n2TmXMi41F5/W/PlTGjNJ8LlIx2J8EpIwWYVRdxlhxKnze9rc1MOrO29IDn8yJPpG+07",
-	"us9e9V4dALW3Ma8TdytzjLFcme+/77CJcMYL9n9PJPwzE7pIEZfkvAtjknuHXZddCGcLM22cApwaZL9I",
-	"NJvybJYKrfvl+ru2XZQYsG9iZIRorhIMYKysZjlH0TLPNXUC4GkB5ZnuUwBFsUPmNCCb8QXLklgwDunp",
-	"tvumE3m9MKElkROTA2iR/wqdhpng6CtY9yjR/jIYRwRGMyt0Dh01bHCyXYrdvfAYzzohin0zV898mOND",
-	"fgC6xy+N2ykffQ5ytk7NHlCoAeQRome5mGEIAvbkl25YT0KO8TXviCddapHVSwFDsPQ8EaMIiqc1nl3X",
-	"F1LviY+JzhM5+YJOQlbIBp4BjA6/oeQ6fUFXQ11F5aOsoH93apwCDAOs8wqQM62pcU+lhVRH3Fm29X1l",
-	"RjGIQos6ex++R7sR9ZpZGJBqev2I4TtHSNyRQSu0Neb/Ea3seSGfS2P4j/haiL9CnovxOts/OLFPavZ7",
-	"T6BV22DvL+2AJ93oZphiVGRJvoBdfCN4Zn772wezTxEBhfu7yNJWvzXN83l/b2//xZ+7vW6vu9//S+8v",
-	"PdjTNKRPDqFqBOlz5P5th7rawxH6+2MdLnbchQ15m6Sp9j3gyJbsY9sqowrlKDHmEPWpwhBc12s0CjcO",
-	"PPGK+pS4eMEBGCjmExmbbYep3Wq/0tCNqE6OMsKVGm1sp2AB8N7tyiKz1fudN2cz9+5YEoCt3vGsys1T",
-	"dvF3lcwg5rpCpr40j0SaEhiuh/RfA+f059IhOFfv9pO698qWIGDjW0qa8ZmxuSyu07urVyoSvi0YawHw",
-	"oHePEnX1+cPn/y8AAP//",
+	"7P37chs5ticKvwqC344QuTtFUb5Ud0nRMaOyVVWaUsnaunTNfE2PCGaCJFpJgJ1ASmY7HHH+mgeYhzgP",
+	"tp/kBNZaQGaSmbzIku2qrZkdXTLzAiSwsO7rtz62Yj2daSWUNa2Dj60Zz/hUWJHBv45iK7U641Ph/iVV",
+	"66A143bSiloKfmtxuKEVtTLxz1xmImkd2CwXUcvEEzHl7ql/y8SoddD6/+0VA+3hVbMHb/70KWodWSum",
+	"M3vytmEcmawcY6SzKbfuPmW/e9WKWlOp5DSftg72o5adzwReEmORwXBveDwRbzLBrUh+ECOdwfclwsSZ",
+	"nMEXHbTeqXTO7EQwoWwmhWH3mbRWKDaEB5idSMOsnArWvvjxDXv58uX3nW4rwtn/MxfZvJh+jEPd4KOt",
+	"2qkn3Ipd975WmLKxmVTjYsYXudpgnjCxLFfsPtNWNE0py1Vr622CWVxaMdt0GsaKGc6DtaViXM3dzCKW",
+	"q1QYwwZZrgbM3Scss1o3LqB7zwOn+zeRGZji2hnrEU46do+xO3yOtd0tbvwdwwZwqUuXBo3TpRsqM55x",
+	"a0Xmbv7ffz/a/f/z3X/1dr/v3uy+/7gffffy07/Vb3ueGZ0tz/1qIpgSH+xNDDfg1AWbZeJO6tywGR83",
+	"7jw+UpnblH84FWpsJ62DF71e3UTe6imXquF0Jnjxs7nAKTf2+E4oe/L2Z8ET0fDhMvHfm3JjmXBPwD/j",
+	"VLo/MxELeSeSQ4Zblwk+ZZkw+VQYxkdWZEzasDoTHCl8jJvELsxi9+Rt8yrVLVJp/v8Ba740/crL2Uhn",
+	"NGd3XLhlMVdKWzgNOC2D34D/YPdSGXY/cTxI2wnjmXC3Nu2zW5wbWJwbYJ+bsMteLbs8lVNpw94vDgMX",
+	"y69PxIjnqW0dvO5FbtHw1a8dYa3hy+eZ/oeIbQOZzejqZ9PZRb5KpiFn/MwhLuOJSPJUrBjH0C2fP9hv",
+	"OrsV2WcLzzyHO5fp2r1/lOr7FR9zT7d87sd8cs+bmVZGgAbyA08uxD9zYYAoYq2sUPAnn81SGXN3rvZm",
+	"mR6mYvqnfxjk85uNeI5P4aDLXCbDYVmihWHuVE65jSfIUmYiPmCcBWUpYtyfUZ0xzoY6mbORFGkSMbdA",
+	"CZOKiSzTmWHtWCeCSXXHU5nc0CidqPQgsAKJg/6Py3dn9MiQF7d3W044aDVKZfwVVsboPIvFjoGPc1O1",
+	"/FYo9wnSOqHPrbtrlBvQA4q1hA8xLKaJR4ynmeDJ/MaKbCoVTyP30Qv/uufSSjW+Genshs9mmb7zVzJh",
+	"LM8sH6YiYnyoM3szEyqRaowL9NYzoi+3PkdqzrSdiIzRqw/CrmrNUp6NBWu/2n/ZcSRDk2LuxJV2+9X+",
+	"a3dZMccaM8VTJB3Wft3rdSJY0IRbPuRGuCW/EIk0LFf8jsvUrYW78SWuwI86G8okEepL04jVjiDC2Znw",
+	"OwET1zORwbA7hmXa7ZvOIqYV4yzTuRVsyrNbkbAPuzGfGcvV7kSniTthjrLugdGVXqvTBF5LF9wZQkuC",
+	"zszIfz8ux5m2P+pcJV9yNc40M3k8CacGTrpWwukwnJFMg4/ANbvn+G1jeScUfYYj9pGbOH7GpcjuZCyu",
+	"iy3/4iwgV4xn8UTeCRbrPE1gykN30nniPtAbSzh/uvWmRKSdQ2azOeNjLhVLuRUZfNqV1r9yNSeeb74K",
+	"2cIOFfrkjmE8STJnr5Dpx2mrnJ0leBK5P2ZOFXU0mjnmB0oRvkdrNnV2D+qhBrQ2PQtL426/gdtFAvYE",
+	"KX7uQy6Ezea7R05jXVYlf5vo1Ol/sVaJYVYzxyeDcZrNpRrj6kaMW5YKN7/9blWhXaWNuQW6Vjy3E53J",
+	"f4kvfWaKneCK5epW6XsVsUzcaccedMbEh5nTMuAo4VLmpdkuLuVvv/22e5TbiVDWzbrG3v9B8ExkbkPT",
+	"6V/7LWI//VZ1yRaVI1ylWaZjYYyj62NlpZ1/LWUFdBQSuk5LYcMcrAqmxJ3IHCOKhUicTIKrZaPDHemq",
+	"buJu6aBeAroM07k10t3gyDxPhdlUu+mCGknfAo4lJ6xPJWp1s8xJBStR4wM5Dn9JK6Zm3cLAmy5ErLPE",
+	"8Q/aH55lfO7+XTKSl7f8aGic+NWqMCa94bysBBdq7d/9HN+H+/QQLJNPUas8n+VvQ3fZMh1FLZJbN7HO",
+	"kWaqU30rUnknsrmTku68w20iYUazEc9KMw4HuHilTJbfdyksmJ9cBYl5K9PUvWjJOlx+c8xzI2o/Iwl+",
+	"gqVLt1LVTGSAazI4gD2AhQXJqBheYFwlzsTP5nbiWFquErDfD9mAJk6Puum7Jx0/oCvua4RyDO7vhaeS",
+	"rpU2r5iizm2spzXMYZDg+otkADxpoIRIzA0oaM7Cdl+Alvmv/AM5Mw2I8kxwZ+fV0FQUDNq61coENw2k",
+	"QqdKJDfc1u/s/USm7pg6wTQUbtnC/Cs7vMLnGIEdXDd8Pkt4MfiG/svy6QFCiErmfOE/AtM7bBWS2eLZ",
+	"qMxgxREMViNPEuneyNPz0mkc8dSIaOGAFqu+ePzAkgA5229dGxAUtAtItCgoSi6i/V69J61+upeW29zU",
+	"cIxFtrDiMFanDLMSSQQ+ap1bdGTSoRKOh1yd/Hr89ubd9RVanzXsgM0y4f6BEheV7JtUG1tLzl/49DzC",
+	"CSlYzsMPyqJoqGxYLXkGIVAj+DYSd0QsjsWTPbz2MX8f0Es8ETe3osY9eYS+78T7u2/F3BlnMYp8qWa5",
+	"RQXWGTPpXcPG4AAmUPTqMVKtb/PZAfv55Iq1pWWX12/eHB+/PX7L7qWdOIoUymbzHePUD5yASljmdBrN",
+	"LDe3nYj9enJ5CQ9nuTKgspy/O78+Pbo6fos/cxV55ccdWJVQUMK7/+edLiNtAI4BBS6knWhQoOKJKAuT",
+	"n0+uWlHLjdqKWmGoWpGSiJk7bDe440GlWbpvUXERKtmKx0atsVBkW9e7zWm94zzLwEueK6cHZs7G8P50",
+	"+Gr4fnKtMPhf1CedKoVmuFt1tw3ivl7x8JJ+aYqKHIjLF7T1wbEaQ0coZ3JJp2mCkdNOcvzQCKffAX62",
+	"uWQjQmqWDXWKzQIRF2RK60ovRZWY/ef/+b/sjqe5iBg3pUULZDdlbZtxmTqeo8R9KpVw521mO4dl8mOZ",
+	"ANPBsH7e670UbJ9NuImASh1vhNEixtF1BNTjNjMMuIOzcIcXftiVKhEfmM4SkQWSB9artCprvgW/mvFM",
+	"qHolZeZETz2ThV0LNAW69VDEbmnOj64vj99uvluzCUf5ttI+gpsqUmFxPvNiOnC4QKRx6bZMdMddlgn3",
+	"xQ08Dc7BlgfSDXXjCJRoqjqhn/U9Ogbc43jC7tGkdzMccZmKhLW1unF/5plgJjeOlXRQ3XXmGiw/RYSk",
+	"s12Md7jGWo3kOHf2MU2g/qQ6kmgyOYoJAuXaZRZScBxHlKzdq2Oe8HRn3fCbHMbSg8vcbXlOO/7MDefo",
+	"kqZ9/thvhcPbbx18//33vajfurg+Ozs5+6nvFLdPeAS5FXgG3dFwGgKH41J7SGCkuhizAJPSM1hUv8LM",
+	"4O12ImTwWxr079as8EhmxkZ46Es/S/d/4UgfuH9zjLG798BDOIM2t2yqjWUvep1DNsr0lP10fMW63e4e",
+	"zsrsfcQ/PuGz8JRjJBRjdlITHFWMm1u30xB43MRGv+Lmtk7GwSLcrDTRaWtLMW53e7GmsIztpg/5b/jo",
+	"Xx1PLbG6ATw2QO0y2P61574UfKjjKdwyTgyNtXWG4kiqcYfOgGMvbqkOWFlkmRx4NulkzD+33u8A8jMK",
+	"BhTwvMohrh4pT5a1WmhJc1wMYRRTowOfiFgaqVVYxlxZmcLPCTLMRatlcy45nNfvesqHIq1Ej8b8Tjh1",
+	"zrDBcD7oRCxX8UTEtyKpbq+kWxckWklB1dNpk0jzn+ouBt8BLIfAMCoKiVpdD3yWte6WatoCeo8hjkOj",
+	"gbHDS/7JBHlDe8CTqVQDYKzugaHW1tiMz/AlC4RNftIuTJQn71Q691HYhsl6jWxxutziAD7G5xe2tOVr",
+	"Rlgg3bCuzpxfSZEPs9yHteYMEpFbvPuJpskbdwRjxy4Tp5thnMUxN6UtCwRV2R1w9BePACevbJZfK7Sx",
+	"6UMcmyeKgPcXK95Z8BXUJd1UyPRBfgVydC0Zmg0Og9yILGJmbqyYRmwmsil3bJy1F5zF5EvOctWJGPFH",
+	"/HDLs7GzrSmCBaFdd0/hN4gKj0LhmHCyBZ0VDac1EXV7ayDwS7FRdxPJ91/5h0v4iB9RcTLHH8ju0xk7",
+	"Qc/0eZqPpbqcibh+SMrX24aPwTxqWYr4IO2N/4plXWYklTSTLUdDJrOBq/ZWpumWTgWVT4ciq5/sw/Rg",
+	"Cris0xEu4UYndZFiZJ0VucBXIGWFZuyHqmzg++ajcfK2IQRBuljFYt9grav6Tb1jyKya0Kke1/gAjU1E",
+	"Vk9axiY6rxdkNssVMKca9p7lxNHRaGVDMdcKI+nig4hzq7Mdw4Y6Vwmc5iTTs1nleA61TgVXS19JE4r8",
+	"pMvzWPHhF2JGzq8tWH7gY15OOw7mhobT75QSz8Oc0EEO4yaEbKcVyMwxJlBhiDO1gtpXK+Vj9+F5TQrs",
+	"b+CvYsbCYnmNfsewkVQ8dZa8zixabzPgPzuGwdED6fCju0n+S5CAmaPTSiqy1TfVtd/g7CBJ9xMImRN8",
+	"7C/L+ve2nLWWeS7ntb4v8lvff+w1JLeWGGZJuL3q1UrCNRz08/05sHXBKsQ9IscJCjZzi66byB+Zqpen",
+	"y844ZJdmggl1JzOtnOjeveOZhLV0t5tDtN68X0gljGPMCvxBVo+FnUAyGVlq++xX+UPElGZn16dddjJW",
+	"OvOaISYZAb8z9W4bzIS6aXSIuLf8cH1y+vbk7KcDdk/+EXcmyG6xmg0dqfLYDToRGYSUslwZpxOca6cx",
+	"MaUTAelfBlftl3woMiWsMMwnODpeMhXG8LHoRAy0VUz7QPNLTuG98YSrsaCEV7fgO4ZVv4GsDlCxKEjh",
+	"JrNmYdZT16wiZ6rCbkvBVbDqheQCx0pFwobzCpNtcDV5nv7wd1SY/1qW7Sa/ljlfUFrmsnyC7Ic6OfOj",
+	"49ooaMozZtPcWGCT5b3cQLj4gVbM1XGl7eLu2dhs55l3ajlvcHDHWlkuFWpPK9m0vxEmvDpwLtTdVqxt",
+	"aW0m1s7WTejnq6tzP5eNlUuMCH0G3y3FJSi65CNL6KFybGiW6SSPRWZ2Ch/72dGvxwX3PUBOwrNM3jkm",
+	"bCiuE/gwC3wYHuSk64xkKti/vTk6v7w6Ors5OTu/vrq8eXtysefu2tA77vTrm3HGY3EzrXEA/irTVPok",
+	"raGw90Iodnny09Xxxa8wj8uTn345OT2FFEinC2yYgXEb2Oy6jS0Yst9eJazj8iujRHTPARu4L8ewLS8C",
+	"ZFVNsZYFrbIiSgJ7eQY+zBe89YmIU545AYMCA4WxdCIGf9DFJr67vgq7CBGT2ElejJ3U7+jmBx+VtvpA",
+	"yIYs0Mst4IDORm7rzEnRVKuxyDpOntXxwXWpIhgiql9rn3e6llAuwo0rkj+2F4ngkAQXdf38SB1ff3oq",
+	"68fnGMAsRSV85J1eGDHhlh4UGfxlyUs44Y7QpVMYuuyIlHL0cwwxzco9re8VakVtx0c7qOwwcIPDdfCJ",
+	"H/qwi8106nQm5RjQSLv1dPfiKOyezzc84E4Fu6novTVndSLStLAl+q3gdWFzYfst5p5nGIg/IPuD/Xh0",
+	"cuqD62BBeR9OfYjmwab4+vSeEmWUiDics0LSoggsrPsN9YAtjPuV3pGSZvFZRv4PPL4dyfSBDk6hks1d",
+	"LvpOZClfK/Tf4W3nOpXxPLh3HpjWhc9C5kLD51tnEGxo6i/H0dxmYdL80L0JKj5yy4osxwN/yrin9fa9",
+	"O8vn7y6v2N7d/p7fnb2PMvm0R/fAcYackVSPyYMbT3J1a5oehPvwsQjz3rWd1AVByumXW5UoR61Ujzen",
+	"0FM9fuNmXDX4X7z+blmGZWH1NyB52qqmFCe5wT5fCEMVOFstzvKCBG/BRlnS0SMZJYfMZjmUkbhLzsZ0",
+	"G7OBqVL6vtX8CmqU34pU1CeFJe5K3WeE6HwoT3f2Od2+kYxZCtDgSI2TPFYWS1oXvHAP8ZVD7r5pThyR",
+	"uBU+KY+zibSsPeUfbvhYFEGvv2IsYvNcEsp6e5SMoKVVyoQR2V3IwFpp/kE5f+n+QuWqL7YBpWSmZ3kK",
+	"8SZpu00ZJ81q/YYvuSsK5tfk8Yp5KyrVuvtFXOt+L8ipXkQTSW/M/0rkub4EYPU3+aEbp31R3eSFiVfo",
+	"ekNRfa+aCt2RoOAAxJQ7kCtKclifLIAvrhy2xq/ybpMtRPKvoAZzNMfQTpMmdoqHM7QPQDW+FXOnZPuK",
+	"FFKwzUzEEUX2ydj3qaVkmBNNRaClSkXYBlgp5+5BjdLp7OCQxhRONoUZBbOR3LmMW0xh9ck2Pv+UyHVZ",
+	"cBObqee5zlILSamQFOR4U8R4yPDAcj/u9PEXryb9VolbjXTm+dXy2RWZ5Kn8ly/nC1X0tav/RqtSIqcJ",
+	"CZx8KmDVUawJ+HK0ksAvaiiB8rejk6uTs59ufnx3cfPm6M3Pxx2QcWDuYBZ3vRl61wSmcc6xbgMqMcT8",
+	"gNy5jpFbjWI1N46SoZrTC631ROwHrKXciUyTi1xdOM5Ql3kVuxuAfYLa6GvUKc115PPoalS3uDmNtvKW",
+	"7mck4paTuCwbCkdZhlndbXC1kQVdkx/lPhM8aIn4AAlhlpBXiow8qcYp3dmQi9eYm7td/qWtg70IygpM",
+	"IBPK56jilCmo7IsXJeQcQEpUVKQi1067Pj8qWJjeuCztCM7Qf1UtWZUiaNuZaA9KF6jLfDKW+azPYk1C",
+	"/vpmUQ2vC4QkJigvgHQDiDPWxDaXDDoA3WmSG54DxfMtJccRhbccnwXm5TmYVsi8oKybM5NqZ95R7jfQ",
+	"RK7gIrhUykVOufJZFBRXUz6lBF6KgSNyJscC0mR5JthYK8zFqe5jQ23Em+NThkvFxIdZJgzkBjmJh0gQ",
+	"PpEY/9Et+Z8PsdjfWK5sSTwkYpbqeb/lvsB/OyR2Y6UfcqbKTn//Xc1O+3Vcce78CvNV67vvWPV+z/2/",
+	"Bh5hbMatGM8r8qn1z1zkjsYXin7g58EBpqPiMkGqJaSQYoTxP66Pr4/fRpSmKinJ1YkgL/lJi4jc/4DR",
+	"7Vbf5pkyXTaIuYpFeiPVzSzTY7chVAuoxD0MStULIP5BBqaJMCAxlXsPSYYwhicZSryHmOMgLuh8EIHL",
+	"kAL8xQSUuBfGNn0q1Fod/fDu4qpQRqLa15dLTPyiLn9j8SOOu/4go6IeyGTNaf5F1Fh5iMJgGnJg8Uwi",
+	"RUV+lWEvN89bKCZwmWpbp8g3GW8NhaVZrga+0nkHQEf8ALjbE5FCMNWtySHmBOP9IJ6L65BDW94adGO6",
+	"n2vzQ6a8Rk4HXkdc7FbMwefkfqckZlKl3ZVuo0u4dg+uQqb3fq/n3bmQO5JKJbZNIFm/ET47ppnfuDs2",
+	"kNeUyBzosxUFQis+ty4bp5ZwT0UyRlNqiZ1vYUtWD8I6hy+8e828YBlXxKQX5Ywngx3DcDV8pQpkUjSq",
+	"ndvpaZDWUTd6GAjuCETU3ndSCqisgTwbQ0ZSxc1lXfSFVutb1FuRhTilFWcCCWjkUNjc0fOQ1A09m9VS",
+	"9VGYpON1kKmNguIAgkikj+DUV6oa9TYVMJKtyQCugn67wTlzW9NApE6kS7VtMKLRj1bjfjr+j4idHUfs",
+	"+H+eXF5dRuzs3dWN//unq4j9dByx06uInR6ztsqnIpOIOnFyVu+e4mleb6hgwtY2yRy1clLPmtaqlLGx",
+	"ncZ7RbFBeL4I2MkpH4uI8Wx8h3EH+GHHoHNhpqWPVYrpzM47CIVQaJU1duvWySyfnVsCU94gNgi31a4r",
+	"HG0w4zcLiy2eE2/fKyYVsKqBk/gDhiVDzn4cS2NFJhI28Mb7gFkxnaVYFPaBxzade0wmOxHT5ZWtr5N4",
+	"N8NZEtKkyJzmR8amQJ0e9m+pcKxcQumMhbVs2931N6Rvx6uIBFc94kH7fNwyIPRt+NyFGNXXFYQNMydW",
+	"TB8QyAsOmeJNPqTXsI+8bueWN0kmYjrT1snc+vr2MOCOYSfFzbu/OH0Q81qkgUDjAW2cn2zJA7mH3sey",
+	"XOorMBmkZe3hHFBu8QKhtUHkkitzDw44dENyi1V6A3rFgMF6ddkRomHBQ32ViZngUGHBFRM8SyVdwur8",
+	"8FZOCKIwVCKTbl9tUmLyTNY1ZP1A6JBaC7x6WBgOZyL0W3Pvnxgi92kD7aNL2/17xGVqGE+9l2KRrReT",
+	"L6K+WB40lcr/e43Ma7YIYeYex/RhzPm4yloHcabVAMTYAME/eDpYPsax4wX57OZeqgQ3dkGaQsH0VBoD",
+	"eckyFUzpItsYsCEAG5fcij7WO4df5zpXY1TmFJz3Q0auDJjmXCCcUunovK4tzsrqlPcf5Z3YRbAsdwNr",
+	"91v/vvea/Tv+/36L4LT8Qzpj7f8+0XmWziP23xMu4b/3QtzCH1Ot7AT+crNK55uVjfmVrdMpQ4zCMdqA",
+	"CmfcPL/vmX6rc0jl6G6leCrHCorbgA9cK/mBiZmOJ5uszz+krYWtOw453+ScyWc4gDRsmscT4n7tfmsf",
+	"JhQVcY1EpNzRkvePYcbQJpOpZ3NHkLRPSwEeyVffsXjCMx47wzNiRnumij7KHUzjZyM0bsuVD1Tu0P77",
+	"blH48OrVJ/9757/922Om6TyIuyJYQ11oqcYmkVPxL61EbXXwydHZEfsXMCid+UPd7reOc3eM934QWSoV",
+	"0JI/WNdXb5bRkeqqrR/IzGtiAOFVzbztSt8K9cBkrAcEej0RLh7gqVRhVZpBwhrcPv5qqa4YciMFjych",
+	"8KgztCAiOjn0UJddIGYx4uGAsQ2vcCI+nYM4gvLjAvzJY5Q6HSYMDUHQVy9edDb2MSHY84LYqklW0ula",
+	"G/7C3dNAA/D8iv3P5HgssgdSAACrk5a55ZaOZFrLG48YHUEINSzGGAYw5IC1P4L7UiYRm/F5qnnyqUOR",
+	"B7ijS792+VTnygbgmF7PE4SnA0TOL6K2m4UbNmWmr3uPykz/so6ZFkyxyZpd/221yTc7pojvQJ3Bqu0p",
+	"QEbA7dpvHbB+q7ovMum3PtUWEzwi/yvocw0vhG4EHl6yJqWlPk7p4XQsnqGgaykNMI2Y/oF0jioPrCCb",
+	"cvCxeXgbQt5EOgQPCKysGxIx6cCPBmvPEg25liNJYMklK7AJurAplWpp2g01VHDPet+Gv7F2dT9I48y3",
+	"z7crNmKslA3xNBbBj1xmlxOOGF1bfMG9kOOJXSm/dgwz7s0R2+923YRZ2+sO+5sE/mmI2lk7bfzYU3F1",
+	"ZqCp1/EyQNOacWfTK1J/PQrJUCdzOuTOXu0aK2bm7/vvu+jWqyUlqn5cT0o4oeKB2g/SmVOitzTFfuSq",
+	"mq0FyAt3kC2dSmMZIIeE0ghSzttSGQuQ3iM28Cn6g84BmErwrhn5I6KiUBaTOrzjY8ccIr57JXEmgjcU",
+	"CTr+NV22aDOOMj31NqMj4EGXHYcyoLGw6HtHF8uKwq8BN4P1hV9YMsQNykzi9zhLD+NGfMcLBXgxhg0h",
+	"MwBuY9JE4AbCYlRwTLsr7sTyGHH+u6yUCxSgDTNRQnIzC+hOrP3397hnStOi309kPGnIfDt+2zkMAUYP",
+	"I0bQwcazYFhT2qFAHJh4R+2OBrgKsMITborkNwqdAzA3JF0E1ECCEFxEFswE5iH4xkswNmoFiUT8FUpy",
+	"6bIjXwPsd+ni+Pz05M3RpVM392tc36aalHBydfxrq06g11JHhTCgtBtxhmtopOTRC/WG9RRufW7WEtHU",
+	"MglH6LX2lnf7VWgFYkKYG12F/gvF473I8VEMikSsD+k8XXwYkhKJLMvdRgqnU9gzBOH06QqKT92YDZnD",
+	"QUTV5DRJhMcX6Siqn2LZeKgJVDg6dmuXpqLOs0FvRDcCnLxRuTYMQ+xHl5cnP50dv41C3Tv0z0DktyI1",
+	"AwMHgHzm+VM5wygkyrjJh1z0Ayjjg4QPQtOA+CnEadiZtkX6aegltpD5USPilnh/qNLdPv40sXZWhJ5I",
+	"mrlzhvVhjtXA4TPmBru0BAnslvPFhw8dfzhNVHyMb9aDPU4Cxtx3r9gv8oeO58hEsgN306CovahUdwKm",
+	"Ny/NBirgcCoL/I2yV1kbFELgYxgcQ1xSwBbAPl+/5EPxN5HyHROQioY8vtWjkRvr9YcPyKpsxpWBaiDE",
+	"vACLFvgXcAdinYcllk7TxMPioQ4DitsCNJVO6qOlpf4EDw/ATYWd6Kpbp/XT8VVtULy8v3VxwkYsm6iV",
+	"Zw1QcUOj09wSfekM/mvY9cVpI55eMf4CLjOsqaO8/V7PHbHX338fIfgi97QJcCQdZFpTwUmbR9wpWYKd",
+	"YnNhSUv7++vey4i9evH6fVEu6u4lKorASh2jn1NpElvDPBm7N2A4nyvcdYy2+Di8rzStc82XVrLQxL97",
+	"tUb1dotcp/L9LHhmh4LbCzFL53UIQXWB94CkvVyaes+VLRLZyvP/XJgjmMq6b6AStObCzGX2xcsfQ84o",
+	"SL2IyiiaBexH+KDFEOGGH7ltAkldLWwzssbi6UoyLlVt8slVuUZNOjMpt8DHEn2vDihJR2lIeYQqZUwn",
+	"bxsr49tKJlm5VG1pQgsoAduLlwKQoBAy5zpBPd9p97SBB5jkQPXHWOC7OvkB5Ssx+GxsIqfCRaGfkokA",
+	"g+bGiFTElnBKrU4p4dtEpMoZbJp0w2NQgCE9DjxQM7eC7QXsq/LIXfaupJ7bci6HUy2wWRlEVchsY+29",
+	"RNztla7spnrcCTDNuOyQ8VwCE7KaNLJyQMKJ0cfI8yiBlnwDySHoRISVb4ADL23oZxflFfAHW9C0R0MI",
+	"e/PPnENrH+/gIw3KHLCP8Sw/YP3W615v2m9FbCqmOpu7X/Z/kv3Wp0/LGwiK4meXGxY9sh76lrr3LhyU",
+	"+tcU56tCUts40EcjArTwebVn+rJoiXmeiZHIKj+d6WOsaqpNu21OSXMzRTLyIx3/M+dpi7xzpgHL1X/h",
+	"DQFQbCg4mvLTPq0VAxunTJ3KO+GF+8OcipshHK4uUX+4h3ElSkIoZt/uixJueU0mC/JXHrp3U+YFu776",
+	"cfcvQXE/uz5dik+++svrP39Xm1maCT4tU9Mi5uEGhTXwiggnvWoRtj1UcXjocYEDFj6Ahqmb+VlDdOjt",
+	"2eUuoPHupvJWUNsCMKS/e1mKEznhR3Ge3fcRuiEx+ylhCAbnPRKpsBRcSOQYHRKl/fvu5WIUbl2A6bv9",
+	"dQGmahi+CQ3c56EkmOUAvSoxSaWSTOZvA53OyjQNVSntKzGd6QzwgylBgM3cmFKYzgEbmFs5GzBpI3Yr",
+	"xAwThwbDfDQS2Y1WYoA5Jmla/MrTdNDBOkye2dACmwpefBlkKIlp+7oWMHoGGImhR9X8ns9Ze8DTVN/j",
+	"i8ulEW5urahVzKb4B0/TonIF3tyKWuE1tTwYEhi25QNFz9dFEgza1cCNNIioa20p0S80Fh1L6ldK7rrF",
+	"0OB6ROamOGmjCxJDssGrjS7VAdWSLUJZDZz2+ub4tB6A86aEwHmzCoKzONMbJYXAL2U/A72ptP/+hwAD",
+	"5J+PWtDw8P1GEPd1jKWczdJIEohEXpMhHGK4bDgn5kOxXNDIA2lIa7xHKoG+vLVx2nNfalET0JpAW96R",
+	"P+1Z0cqu610OB5VAzP1Em+DDQA+DGxtj5VWnRpsr9LPUecmceYGIUAD7BGyyiiLVKYA93eibOsp8M5ll",
+	"QM4x+L8BLwXmXWYFWNvXilrlWvOL48t31xdvji8Xfoca9Fbku3AUV1tR0ayjFbUQvKoVtaierhW1Qhez",
+	"VtS6Prt88/Px2+vTox9O3et+e3fxy/HFTXgKOzW4d/5ycn7e0LHJg8gsI52shsud8ngildh1WwU/lJBz",
+	"yy01o6KdbxRaYdc6yxJhuUzrMSGh3ebGgr4UBK2x8yRUpjbYYkUfrzrsNpuKFXbG8lpdX5ww0OyFQtsK",
+	"6jkxEOxWffHMNYXc3VU/fpgjIRrXcg+MM18KcJ6YrdsCWmxTt9YhdHVar+mf58NUmgkkWzxMZW9uKxHy",
+	"2JlMHIuYMys+WGj9enZ92imyfkrZ3OhRp5qk1elLZfnyv/v9D73e+3//txXgOnX1oXw2E0okdBqwIJES",
+	"3w99MoZhJh+6R4dgby+pdBsly2GKzXYCAqYYJgEdrLmhfB6ftDM4DD6ZF6+/816ZZWt6sZzofTMtiASo",
+	"4XEQlahtYW2nqXfkgfNJL0XCVwkGC1Jw7rlhMz+7iPJ3ECrF0YoTOHGaJyJhbcJNBCGndEZJOxtnAFaz",
+	"jup4Uj3AbpOVv+HGLztRarP2KVXIlJaGMoUirz9sAx1a5xvGzCw/bZpIZR/Xwiid52ZSZII9hKc8WKfd",
+	"JLmzyMfbiCJQ2V+fFLp9kUh9ghy8p25ZL7gVp3IqH+lkpv5V20Cu1GWH7puI7U+dRrk/qVUXPrsxL60M",
+	"zhhnUSHCtZ13w9LV43o9UjPuqFU0zd8iNS5s67rzWX77yq982KELBLHAczDz2jHqmcikTsg9goAcPYxd",
+	"DvP4Vtgdw2I+47G0c2yGKkbUu3uZxmZN4GI4yAFbQ1afVi3AtRHbhorwKwsg53J+ECLrAvA3Z24XKKGi",
+	"Wn8XctQk1agnj4ngcnJ1jMDckHd1UOrYgMlPtAWl5KeqfgUz3sEiObz187Kqm5ehfX6NXe/cLbtIr3sf",
+	"3Xs+der5g5K26iPZb9iekN2HO7IWGWZTG/6CSnF/g/jtA13XSQIoKMv9EZzhfX1x6tcpRE2Pzk9I8XS2",
+	"88He3v6LP3d73V53/+D7Xm9/qYCoTvCB6/IzAzZNBSA1bpmHQHYbrpKh/lD10Cj0wS3DdNhqXFmnUNrp",
+	"SLroRMkNtIjcu9vfw4i7YWai7w0GmIVguI9dGrlTV+NT43b9U7vf/1P4R6femDCpXiDWV1ET2kjIDfDt",
+	"STzknyfcF6+2QQ8jAqsn4JnOLCDcbkm2E5/+AM+l6btR6+Dva1oyLGRMfHofNeDRQSA6jBBRbydsWppA",
+	"ryf0P0OVNaJNwVaDL7eKkUwbjUjH4ZUEd3xQaoMHbiOQSe6lO5iCazz8FnmxCLsxAxTgHcw46RY4xJtL",
+	"7yp49Oflt9PQa/a3CbkYv+WBM6eX1tg79Sk81FKq2Aet0jk24c7ELJ0flMGKv2yij1+H+mV8WND9jddq",
+	"9GgE9DOcU1qtyCLsk0qN/X3JtJNSNRXEs/xmCr0Daiqyz68dWcLlWGeUbtZjf8WMdJ1hrXVzMLRXGwyF",
+	"mP/NcG7rLPBf4aobFm7Y+v2f6tfYmaQPE6JOx7pZhxasWSZ2nX0PrmSIT0BxD6QeYQwT1aDFurICbHgx",
+	"rXt9/XLtp1IdYIAyTKbQHwBrFqkVKfyBpFLr1r3AmqDNWO9Fri7z6ZSDb6IeuWmLBgKxh3heysohOMwV",
+	"uJ4Bug/4dTnB3ETY2VrMIioSgMwnzEDdDOuqBKBa1+/kS2E4UGdzUVuKQxed1JKKQUeNA5/wBoTm68gx",
+	"U5PaK2/SqtCNHoXdXOZj75FqFqRBbcOaWGPto67rU0CeMgCkY22qrCDUDwjWDsB5VoeEgHet6uAIGe++",
+	"Nonu9xHdQ8QUCQZTAAspagrwiSKfm6BFFpBU6oGrtoXkp6q8NeeugQVU9sGsFMv13k+/LaVarsiD5W6H",
+	"kLdAE58lKHP1AOx/R3RYPFuAGBuP/R/5X3zHeIu7bwB1QqgENILP92Ku6hdwkavg267F/7kBp6phmb7H",
+	"+Sbccn+AMESxC+6gUKLMVXDEOsGzCrN5ucfbts0mHuSBpwSkrdzPK7q+bTzZla2hGjD5sPVOspUeuLiV",
+	"YFFTZBui3lFo5VeEcTfoGNTYKIiCfLCwa53hF7l6aqfjloW4hQLxwHrbi1yd86z2GC0BkTNeKqZ0Bt5o",
+	"qxNSTyc1KIIBXLthwoTFvi2AG6gyhMO7PPHilGwUdyjOwya3byCV8NblZpR1ZNu8LvXk+cDy7gdT1KUc",
+	"q8177DcpY1Tg6TQt8hEqjS5UYUVGTVyhJGzK52woSkgkg4+fBrVJNaUjU5N6EWrl6pHdCqiGJZzfey//",
+	"oIv9hFduebT274mY2Uk9Im4ixCwIZYU54x6Y3/1UaG2Zzseoh4HP0p9pQkEQyu4Y9ie2X9TZ7Tchda9s",
+	"J5ps264HsCSaEhBCwJgEdB0sRFBJGvrVrm0IhHXdiQgMjtQPAHD22Rms7bd5xzBr01ILwBLOAKWA0MUi",
+	"J2LHeLwi0ym1CiSQeXemItq0gtO2pWVjyPBE/D+/T1itApR3K2Z2c9za5pBgkARrGASJjE06QBOGB5j4",
+	"FTx2EO0LB4n13ZlM+q0D9gLCI4gL7FZkH6BvHwOUeIUq4xNmGzwWPp0W3A4LZFffb8Xn6dYSXfmdO9hB",
+	"MqyVNJ6ON9vTEpDI8iD+pGw87+2jvNvjyvwNu67UwcvUiD3ym+NWbxcwvixt6kLRbI4uwCb4P5+lGNho",
+	"SF+22nEK1i6SkCNW5CA38MtlzMFHkQoeJXAlSN8K7LxlJBFAPbzZDCIRPG+htwo2+wQcROgVFzCtFXVF",
+	"svFkN58xfOeGbUob+RWo3c7SAzzBBhtWfLDs9ULGvGFthQijjvMiaF2n3nO9+tQteLO+EtbestskE7ET",
+	"p82ZRyW+A1E5L3yw3QMh/S+qABvpj/64JeBnqQlC3MrZTCQ3pbXalK7IE1EpWNi0120ZbfCr8LtNcAQD",
+	"JRSktMQ2wsYv0X9125vO8fIORAUjfBhnPVrRyoqgPovEwAycltilNoT6DjEHgtysQY/lU5GwARYmeIrF",
+	"4oRd/PH66g3KTW7YfD6fT6dJYieT6dSYf/kqhlylwpgaymFuISCgG9Rk8IEzASV7yzZiIc4Dw/kshrHo",
+	"LF54/aolf2I/hJ/K5mZjkLKbfuXq70solFKPkP6ZKuCiWvbwNLbKm1Y1/LqciRgLBR8QRVsRQIMsIhsA",
+	"ewgWagGIp9vaqnQIH9sxcP4O2P7ucvVcqfQnKlh1qXIu1MtttIzwkbXLtkmDtGXvr2++V8AlHVbKYcCX",
+	"XWCNEXQPTb3AWKsviF/bI51n47vId0dMWCIzAWhjvhLUl9CUgc+odr6zjbO8cDoTSMjy7E61Gpe7UQGv",
+	"1COqS8KnG/pK7vemAOGkQkP8GTe+XOiXk9PT47cB0goWNRTJ1Ps7eDwRGzVZ9RG7EpzA2iXHyxELkeS9",
+	"oVR7ZsJ24/rZVBvLrWRsVszKfejwaWppUtesCnFDIJmLle48hHpJ6AA90WmyTa8k3z+lFnOBUCI2eE2p",
+	"tQg8GZjX+lag5wABwkFi46FhVo8FxBx1hvg5bc7GXI07cNQQliINLQYp7AJ9ygidFQjSyGEqVX27a3B4",
+	"uSdu6pSLt0c/salOBKSrHBaxKghbE3gPtNvGtICaVmFrj5c/FatCxm64AzbxXVtD2znqqehVGXDgaEUu",
+	"aEQoqzt1L3um1M0VXzUqeULrPVufi6Ex0tmNILzHlSVeBAv5KWpNrF1r5wQkMWeMjlZ43QJT7rIjQjrD",
+	"njRFqoe0jKjBLWOo12Ntx4MIEdbjdHXZgKf3fG4G7j3cuteE+qAue+fI9l4a0YCyCxS0VA7r408NV32n",
+	"X7xwK+Ye3jHLVZdwEN1UG4ptPdonvHyYyzTB8dhf/8r6VJLYb3UZdpZfxGLESkNg1qWPgTMgPgCcGhw6",
+	"zN8NoXrsFbffQ4S82Bl6kL4LWVCWdHfoJBBLeOGEmw6NLS3DSXXZUWVQrDQVxsopOJzhtdIsNiyEhIJR",
+	"bnwnRAD33iyLGfs4L1MTWsYo3QowQ7MTgC8hjYFAImNBsIq1hdLYJXok3V+NII2bW8RWzE7cpGsbDso0",
+	"vRlnDY3SgspSYjGlvqPU/gsCDkNh74VQ7PLkp6vjC8wvvzz5yUnqBl7z2lQaR+/3TC13KVof+oRf6Ca2",
+	"1IsTmhtuolodsgFxzwFxuIGf3QBor8zwgtaklThkAz6bZfqOp4Myb1QMfxY+ZuT42mG5n08otPIomeWL",
+	"kHJf+NsxeQbP6QD5ywBpDm4tSrwRDgxAX0H6dKKgjuPZHek01femAOncaVjhgGu1jpQWILR8Y1YBna49",
+	"/Gpls3qNGc3BMnc0hsfWY2WJD+4jlFa7/xKZxsPqhkhYu0dp+g0+zvJ0ZplwemMQoL4goLfhnFLHOkLQ",
+	"g/DYdMbovSJhPi0pL89s5dzM3FgxDUC1K9pLOjJxhiELoLZtqowYZ3zKYq6C3RMFwDin7PtLQ8enExFV",
+	"0bwciQFfBVjHjv/W0hJLRYhrnvIBO9CJt5q9Lm3IYVDQA0qyY9GXpab0Tl36lX+4hEX4kb7r+AO1fGZv",
+	"CYyzjB2S7RjWfrliRSvAvxuSHooO4g1FaQ7CIQlTakiNXxCsXFA48TGeCeaYZwVZvcZrXJ3CtZL/zIXP",
+	"GS9bh2e8QbtSwrr7arq/OrWXeEtRbASrDbmD8NjBQp9GAGDwF0vgcOjblBkDhGz3DoAw5izVejbk8S0D",
+	"d/4IgOR4QU8RG+zuhtcBNgv0QfAqkc6tkYko53AjsfF44kQdmu/izsc/fbnGRBu7Y4rRCbGrpKEtoNnR",
+	"HEAfIPwIMSudBVwt0lFokJJFjOUdrO3/wNsJhZPe4lQP7L0clg3BUVGm4foDN8dj7o9u7bZqVeWXlZ11",
+	"VwZorYTopT9FAam1kGJ0KMNlkZB3xs3lfqJTsQyBQdAXpBQCJqkfqqh7iLUayXGeiYQh2omjExqtuhPl",
+	"8+p1ld/eXfzy4+m7327enQE+xfXFcYG4i99YX8VFGtPywpyVMwIRU7lM+pl0p5fA7KsA6O+urxYQ0Avl",
+	"txRoYL/KH8g7oRIwOL2duaVrpNSpY6Ns7Epw5f1yVkolE2rH+I8vgzgH/JcuNr91uk6DUxxQ7eGG0JOZ",
+	"3uu3Rxo2ACfHAPCY4C9SrkhKDxY9HaA7DXg2NoPgdDpkA3cYB8wUxEyJvFLRtUPAiUZ2UowRfoBREh17",
+	"6auTKVdR6KtBZ5lM7gl3WhioaoVW419a/oVjBeC5TsrInTWvLR0ByoxIc2NFduhYhHZfhkEDpYM67EjH",
+	"40gXdVrSMgW/KF2429gl2fFAbqRceh+CYzeq2lO33DNJ6kzahT71wKR5bOXdckncLNNJHmMSiQKbNGgy",
+	"nYiVnkRNg14K2dtYVNX2GtUwFZ1NipYX4CZDmWf50GJqle/JNFqufA2uU9S4z4/PANUcc+FDy7tRJkSX",
+	"UW0ngl65nz3QlQJ+F6GgCYgQ8FpcCtzFzfOjy+XBlVKtv9T0eCJrZHVdaqGEVtUS8WHGwW2lrC6VqTZ1",
+	"qH5YXSVyb6nGzb7cn4MBiOs25dgD3U1oKGizyn4nD0JdQSzayO+kM9ZvuV8KK8ttUn2oSMSZsDfb+qAW",
+	"OvbVGuGA4ifUHVknxHIpdY3oJhM2z4qe91g72m/9+79DJ0Q41aT1pHps6CHibqxdqryWWO6GizgPrzgs",
+	"WkkEtSV40/0iQ4sQ39R3GYFznXfee+XD+6A8HbsbZSYYGV7L8AApqx33ZWPAU0Jw0ReGalBMl3TpBUD1",
+	"gPC1kUMe4MEIQQzPzIvXr0uY6m6iFSD1fusByOkATADFuBvBjNWf2DLM+hanbkStowhUrQ06bxkpbQEX",
+	"LVrcVXe9yTOztION5txvXNorwogPCqHSbKhzlQA+UwlBfmUSw2Z6UiWdYQM9KThcijKSnZAqCRuIOV4Y",
+	"u6EGOIUzppICkOWqEv13Q1R+gBI1ivsfsjvMMCs8XBj3hmyXan8IL3w2BhlYDAptmeNM2q43n33vEAqS",
+	"QEYxjzNtDGXlOEm6trEIh51+OpwK1EoQpM83A+y3kuHuVI6d3oFx5vX+2/DVK5wvYT04pIUCafgv3Boq",
+	"AmGQimGbNhR9tFsiRZgt4De36QAkban3zxa9fKjhWZLHEF5bzhHYJDtgsWOYGyly31q3dFdXp1vS/88l",
+	"V3Yl4fpWzGzJ+SNLBWeEpFnDLF84PQU0lj+/6E36rXLaGrRaNp0DFA03vsEHGhJFEAmqQ/AW71dzt0Dx",
+	"NwRRYJJFZ5Z7Pvf3OxaJxXXwCNVhhnoAfa8Y9mqWxvcyZx4tFJEa61PHi9j6YuI4axftqq6Oz65O3p3d",
+	"HP14dXxx8+8d4BQpn4vMHBCpZdCyiFtm+Ny9leqr+VDntsSRfYFpImKZCHOInwCB3UQ7cVbKTIZ0c3ZU",
+	"YtN1+ek1GRQLK7YAVPLyRQ2VV3Zl8wdop9c/UBcOveLmdnXvkM1qsvGBOu8Efc/NIvp9SS2hXviNiXXF",
+	"de+EoJJ4UhaGwh0xZ9nVqz3A0+uHdl9XJzJ8mNgjtWJ7OOq/BIOGwFpD966GaMU2cYSN/fo1LmFtb5C7",
+	"bJ6xt2mBw7KFfBgKO8yyVlvg2RYpA1o1OBr8568il0wUnbdr3U0FtwutpNCMOQjNDQHzKwbp5bTse24Q",
+	"yT4iiGEfV20gPXK5OE5pi47q0HGxNrtj2/Y3Uau6y8VyLCWrLERujFSxKLYJch8zwdN0Do3825kwwneC",
+	"KfKdwEcuTKFjIUKA0gvu5c4Ku6JhikHRwZ2XAA5OiElkZiRiycQg6ukcsh76tBZ6RsXVEMbCXBwVw0Ks",
+	"SMRAcQGqurO4cXaODlAsJKWaJRFwoXMForq3ebUKxvJuavE3F8t3gU15YlnknDWno57JNHKUaHWniIL8",
+	"lhbtJJPGu26dUXEYisyH3DjDAoBfMKij8qnIZFxqQ+hxRq7PLs+P35z8eILg0cg6WlHLK/kVwOpamGrM",
+	"xatBol5EqvYWhBvn4vj41/OrBnRq8OI9DjLlQ5rYN8CyNif/lrrXbx4gyMSdvt3yazZvFh+1rF/EGl8J",
+	"uMwOfRQS1hUMVWr9ptJ5d7O69nIT+tJCrK1khx2uzyFHT/DGSg7Syrqkb3pp7VSKyrVHILdyx/wVPfG3",
+	"qolc0/F9fXrdU7dcL5WNrNt3XOwnrh7wONebExHRwFoy8i9e8W2+guBhoFUPq+Cq2/RrqJ3ZdjbLzAKs",
+	"RwiqxhOuxuLQm4hsEGdaDVicOhuXDXy5X9GCOhirLNO5qoEwXS7xq4BUrig2XIsvWS4+XPfSohZx3Z3f",
+	"TIFduZxsEY7y0UrFlmgKc8trTNMCr/RxgAakmTnSqMdBOPGAi2NpbLYkug4C8nv75QsEo4uYU4m+e5Vn",
+	"abA+Zu4cqHHHO4Z//vXoze7lz0cvXn9XTWhgkLypfTaw184BaUFa5ufqEw+kKeAqITUMm6CXgzcGClTo",
+	"sQTfBFGe4Lb59egNuxOZHMmQAQpvvhXzQ0idFTwxJYeQnxS4+MG2m8kueysyeScSimPRBG7iTCRCWclT",
+	"ArI0bJo7o7oydZ42BZ4f2McT5k39pQ2kRbsfoL0pMgwPseG7fDYAci1/xgMpZCh4Bj0znTJUAys5c1aZ",
+	"sjXbWkbdZe2j3E50Jv8FwxywH+C1Hd+2vhq4Q1mCScJATTGmmDBpu+wEzJiabYjYrdL3iiKBumaubRws",
+	"ERl5PwpKoLxFmRAdeefdm3dnVxfvTm/OT4/Ojm9+Of5fmLaAVgOM5Ajx8uej3Revv+tQx9HK5xxCItl9",
+	"ZZl9J1K84kx3iE3iP5soquw1adJyNkUoqW0ODJmcOvO5Uc6uDemVMeY+aVVe+YMiVy1h//l//i+czC4D",
+	"qFLf3qyyvEvUW+QnhBoUigL69q+snGgFCg3krUDUDe3wYbrghg6u9BJFIdq0D0FWV782HDzKhLh5WJoA",
+	"PBpQi2scd/WW02MAS7sFCo6XrXoTuAcDuOxWjzYr5SmPhdueG9jBmjy1EiGEjAhJGBvtBYLobO64eATU",
+	"7O1Bsg8oGbJw/B//z+M311fvLm5Ozi6P31xfHB8sCEcUcphilRuRRYvZmrpgROFlF9dnN0eXnVD+MRVO",
+	"45Rmahbejr3j/qGl8uUbgz8NDtggl8mAtTmMCEdlnOl8VoKxR664NPD1ydubi6Ozn44PQ6Y3JbDpbM56",
+	"f+71ihgWCjJDUYviLjOBdmohOI7XKY4IgMYe+ogX0wo3diI2mMlEmQFrn5+8jdgUvFpu1JPzN0W+qSl9",
+	"DPpNhUqiUJLhV6600IngdoKZpLiIPklNBnwDx8dnmbzjVrA9O525yShhYTIc/sREYiSCIuGkLo24yBz2",
+	"mbvubRlkfQ1Y++L05NeTq5uz84t3b8p5d4eMrrw9ujrCXQqk3i3jDjtGDGld1IGYxbiYkG7gPsoNh7/B",
+	"7Ony3QucGT7UnfIPEYtnufsDE2BlYuAfQWxS+kCpAzeO7K5NnDhxLHkMZ0Ur0emy4+64CyT4J9jIP8EK",
+	"/om+vLsS/n1FZ/bqeeWpvBMHBVS2L3gupZOLjEE1T5flKhNmppWBZ4xMnf0cpAvchMnXc2GLfoCJ4AkV",
+	"l1Ryet3IytHNjBtThDih87n7BWMNVcXZcYFOF155UB3hkKUSIK5HRLHux12afwnran/i5hIyEb285B7y",
+	"k+Rilx0FQQyQzMLLRZH47oI4YNn1CavZilrlhYKkSZ4suyWj1odd9+DuHc+A3N0b0B4C/+wRvaz003X1",
+	"vaUrb2GIZifdWv2Vh891L6Bkm6qe6hVQxyQCwZiIETQ8kH2qxwzKEhODxaoxz7ItfX/e9vP0HMR94TMP",
+	"FkMhikpK3wLmx7K8ft9oidb7kQjef2PvD1m165w//rVN03GW868hP80n5F5aMfthDjgCBeVVfnx79FOt",
+	"F7xsjW/nRNqmgxUlKTU53KJS0hKl1yCC+4v9V39+9ZeX37368+oe2ptmNFXwsrdsCL15Mf1CIf2Iy8wx",
+	"tZuH5iixNqQhUdq9FXzaOfAcGYQqpGizIXdSGrRGyMihnGdIHPV1k+S0oKyjIiHDq1LSYutef793tm+Y",
+	"9ESEuYn7B4h4VRXGVTlrw91C6TFOGJQCskXp60EJCaOEnE9VkbIE+r6UgBdSW/0lMISp2HnjCtgC/aSS",
+	"q/3dq1WFGzWJTbjpmOoLjWEPF3saU6IQtdWry8KiFcIGvY4LOypDh05jK+SNv3TjDnNufzYH13GcqiaG",
+	"tVVmMdYhAUKmT0T1kaemTOLJYhoqJQA9MI/Y2nTT5qbVVvZurVYxrStKMn2sPpeVjoUPiRVtRyuf336w",
+	"Ikc2a0HkH6h+bymURL0L1kSUFrfgiUNLnlFtp11UaGQTPQOHWPW9JfjKzWGqHrxJ7+v6wBoR5068Xbov",
+	"JURLcH7WLLECXylqq+2Yz4zliv6JG9wpuwSO3v56cnZz9e6X47MuoVxNwQ+Mrw+TARCQT58g3DPSK6B7",
+	"Y3ZxfHkFc9Aj9gbHj8pSyTGSf+gh01k8EUHpJi9rX4GbtcsuQBhnzsjRMyzUWE4l7zLoQg039hWfQfGP",
+	"e90eNYD+0z+MM24ufnzDvn/1+s8dD09ATbYHsU7EoNtXfXUMwsXtLc4HFYdBrcuZodSARfVigw0+7NJq",
+	"72Y6FYO+QqAaYKZQF6pKr4f6tAM2wF4zA9YGseRMamxD439xH9tXGA9EDeWAtjFCR0Tk8WkiglGIPEQC",
+	"/GB5BoY6NLkZ9FW7aLwTkaf5VigcGLTuAbXwKpXl8TQ9CO7PqK9KrcHQxImg4qbTZWea8sdyBX50dwPk",
+	"XrifMUGERmTS9NWr3j6UnMEPPloU1utV72VxlajAagrDeJ0MNAH3plcEEEFJr2XVDvPuTFGhVtmsCSCX",
+	"DtiUZ7emr0rWfaZz6z30pZ/dA74mqIAq8B6zKcdQQ7evQktxaEUF5/Do/KR01g9ave5+twca4EwoPpOt",
+	"g9bLbq/7ErizncBJ37vb34Othn+NRY0SMAD7769AVDcYj0W7fgDGOAWBIFoFzqtMOE1epiJjY34nWD5j",
+	"WvUVGv3QDP/m16P/eXN0dXX86/nVpffmF+2ED0pqAFb68DkzVqZpX0EKv0qAxAui1xk69d0W43QHvsET",
+	"zolqvKgjV7evBrR9GOUe4IkfsFvEP9cmQE35baY8bvrnHj7QV+1ACLuBioCkBHlfPS3t4Ey8FzHgCUnL",
+	"uLk1HdzScIZPEqd+SWOPcHNIoAJkPRTXSLc1/8xFNvc2/EEw1FFmldtQUfpp0bWZgD8Xt7TGgv0ULTdG",
+	"IZr1XzRC7Z8+FZTcmtkVcMzF/DZpZbDp8LglrB2Ccn7rEDI4TSFKKBCXSI9YIIFO04wDbPTnTdjjB5Pm",
+	"UjRHFXdS5yZoKXVTIGWnPIWKldir3a+6N/lWycWLgnfjda/kEXhNLQqbXQHvIYAx08qgtvCi1yP73RLu",
+	"e1lY/oPynTdbQyB3UP5AH1i05N1SAfuFrYcC+Vc4et1Lwyz3fuCJT52BR/bXP3KtOIlnkeBDL9c/9KPO",
+	"hjJJMJXt1Yvv1z9xpfWvXM1pdgYNB9qXdc8S0Apqcb4fRQs5RqVm1RlTBluwgXAHny+i/KZzRvC8vgkT",
+	"aDFEqjM+lgr2EdRoPgZ/KQmM91Grqpa0Dnx7OzcjEC0Ue4IenSUJU+VzPwnrixyekrRwCGq0/qkuSco3",
+	"BfrG6ar3av0TZ9r+qHOVfEVC/M3J7jJOC+ImWI0Yyaq03iXaKqVRL+pRztYKdLJEevfB/7sgKuvmXtzi",
+	"6eLkLbbRWyLbPad/gnX24NdGrZk2NarVm0muCIMIMjYAtQk6vEUYDBAVWIsicnv67idQon74X1fHl52D",
+	"Ih5EIYQJYuYbC+9OMuipiiwBdFEnCvncABocFBCEZp/Vk3kEUQX6lFO3DmhfCmN/0Mn80c7mqR7jWuDJ",
+	"LExYm+Xi0xJTeLW8lJewfs8n93FESOnQmomcBWBo7G4Xkmp84lel9czjnubaE4mW4WOdySrJY/fjsjx6",
+	"fHKnt/sW0ZuQfO9pBr+gUeok4kVA1R+AQSaSAXXptMLpE5WUE6uhdXMZIOwPdxh7GxzGN1qNUolOvm/g",
+	"9IYwMRvx2FK5bs0RfpJD623fvY/01yeym83eR/zj0x7P4om8E8muYx17H7NcfWr0RFwInpRyY/FJ1h4E",
+	"f+PFm59P/nZ8c31xOuj4TI+3x6fHV8d91e1294ox2H2mrWNZB0WJoZnwGbSA+On4ilVvj/oKA0KIuxRK",
+	"lCFeBAVjJsQwsPjtRQ+zhiLve+orgDY1NyVTEHBB/YdgoGwCviSC9uJjqgfrq0THOQSgKElkmMe3wvPf",
+	"IngVFRBY2OKMkvj7CnrhVSHbAZgPfGtXpfWE8KTSFrJVqRhtju9wE4Qi9gNKbOAJu+fpLbo6EqdRlDu/",
+	"AIIgRtkow6OvsGB/rAHR17Ap5NRpNpIq6bJXvVdu5JsRaDEBXIPCRUrbvvKLBVZ8uMPPHdpJjjzwleUy",
+	"RT0HcihqfSzO9qBXXkDTyCfju9gwuN7uKFHAswqDTPD1JlO7RDjJa8XvuEz5EGvmPpd/hjxdBHSoYwiU",
+	"x1MgZZEb2Gcyldipb3HZaCtva7CckyPtU7T21rfowdrgzotcof/q/RbMO3RjwM+uidwEhPFUAhAo1s6Z",
+	"LjuyLBWULU2/EvBgmv7VqUADNtJZXyFrw0zr4DhbRv0hCF+nQR1AZ6DA+SEYwNmrXo8pPoWCJ56mAwxQ",
+	"GEAlLo1JIRycUJcdK8TKghCQpwqyrJDPS4WoepjTuR/1ej1Ko/BZDjbjyqDgiPqqlOdHmiVimcIHDgWk",
+	"AmbSWqEA4Io0a8NSMSKkKt5XoYl6bpmZ6MyC47ooxwj5dBfCiOwOuJVhxvI5sEaZ9ZW+VyIz6FZ3dF7L",
+	"HKHht4B2GrQSrW2JFR6mKOcmdAj3Y8+vze6lpIbNbn6DUegfEL1h2VWLH8w2IrrDgNHryVdSr4ihYI6a",
+	"mny6PE3r/bCUFrVYLfOkDldYltDYvUY+Hd/J2D5b1o+km8NqVuiLkJyg+MOIFCDnre84SM3EgJ/cirnv",
+	"BkRlImUpg6y4TsxgzBexYGqU6mP3bpwARtskoAcxxbPMo8475n1YKMrV6SLXGRC3dWIS5jIgLlTjVTqV",
+	"xv6hmcqGkZzPj9xAUtg3EroJOzpfH78RuPHPTOVRmMoVBDg94o4U1eTTip5UNc9Q21FzlhV6wmZM5Qvq",
+	"rlsrpHsfb8X8U1UtXanXzFubeJifBeHjC0Js5mWz+bLMc+rz54u8L2FZLTI5PIoAvwllRuKDr78Fzxu6",
+	"kBBhmBNU1s2tmAd1ccbtpOD+CNJRdQ+XZcGMWysy99z//ntv93u+O3r/8btXn/6tpvpjq5NUzcZvituW",
+	"M/GfUrYUw5yKBGVZrSclhavPZ/TR5IpJtaVVPUA9dLHZfqOBhOok+v/QT6mzAgk8Kryo6Fpe9KC6O92v",
+	"1L6/y45gOKUbXliCxvzGvC/bnDvw2jYn4115HRzvw9YgBANqM8GnEcj+NC3vCY2y43GApWIy8XFmTOxM",
+	"sCivr065sbvH7uW7J29ZewKrBI4ZqOhC4CCZgH8dfSWDA/A+7EId3gB6IgjlbZz918x02bUC7AqaaV/h",
+	"VMFe5nM2lcYQcB0l3UFvfOjYoqfQZwCTBzlUMAEIAgQiIVvzAIoKICDFWZxKhJXjtq+sZpnYdftc59v4",
+	"jdt4coyrvS0NuEWCR0/e/uzJaJuH/gMU/A20cSs+WCSJXVyzrdzNMFoTp8TwAL6V+mbDTzsGwOfgNDH/",
+	"kmeG+mgMlQ5uyFIkdWf5uLqzjai9u4YOFPR/hQYkdyLDavDQCbTM9IiJvP8izK0puaUgMnDOYizZV5YL",
+	"n+87hwSX0NY96H0HReQnVLgHSIE3x6d9JbKsSKakFwQPM7SYodo+4CR+hNDmBVK5O9BnaiCTARYYmEnw",
+	"6DsuVb7VmU4HFcBVU8K6xPIE4C47/mtLOclugAKFmZpfaiXqGNM5TgQP79PkH5SHCKd1kyyEF489BZGs",
+	"Z1LFgv7huNCLTeZF2fB8mDprVdr5V+RgtG0QsnB7cxiOpwmSewYUbmM4NXTuIsatnsoYwHKD4ue3dZlz",
+	"rTDqtlam9j7Cf1fmny6Q4xOaMpsR/h+V4L9OQkyJuVc5CimxoP0skiygrqCM2pBCv2xAt5lbyiRiM24n",
+	"u8LEfIbR6BrPgihJmHrfwiI841SqAFH4ee4FMMuazuOpNPbC3bBR1Qs0yd24SOMc7m4qK4FSdmwTBY01",
+	"qMMTlbc7bfyApfpeZLsxN4KlwrqpRSyRY0kpQAk3E2EgbcB3noH4cVM00P3nxo/TavLs7PLdf/V2v3//",
+	"cT/67mWtc+cLlp28+MOVnVzkan3QApNbnznyI3Bkt9jkjKiJSKwsPvkmHDpNycMYCsREsoVZLFKV79OM",
+	"BbcF4hh4d6BbEbWkK9lBVESPixXOLvpoiiN3kojpTFuh4vnuL+A93vwUv38agyOsy1bWxpPn3h2l2DjO",
+	"r2sJonVhEeHcv8BD/JQzoljyc+r07880wq0jfzcWSkiVSiVKmDkzEW/Eyx5g60BuIqSibV8X8Zhun2PM",
+	"fRNTqLF1sxqgLzHwAHMCDX/iiYiher9occVNcVdfwQ2YWjzUyfwAVtQCYCu31LIbfTFO3bLYfwZazEnF",
+	"BpkweWrNgHLuvINtmIppMQi713maYLvhkNHZftXrUW8v7LmFYHRamD71D7eECIyHOWKvXrygBwAE2jcb",
+	"971FcxWxV73v6RbAA1LQ2zZiPDWaDefltjh+7SDL2w2FqL3eDSVNSBCEBElpu4zwJQC8AB6XxvO0CIIB",
+	"EuvtSqmIB4yHJiN95aFM8SGDDbsg2RDXl73u9brsCPYhZAm5teC+pzAkZ/+Py3dnEVOa9j1iPaYzyvGe",
+	"cIXpkTBDt2Ps7PoU+nLyGLz7ag4Z+51SxiZtWJcNYBigJExZ5NhTKOjYBwilcP7u8iqAADtzp6/ITwcv",
+	"qPO3FXTZemLhZ76e9PvBff0FHok6ufNOCYYnBtw32JKrmqcKcK/Jc3D1ccVFPoMulHAwwPqko+pTfNs/",
+	"Q3axW/1hnt5650TnScVIKMNpyus+qeEnXk/1UVz3hFAJV4QQ1w5ocIbpkWNcpoomh90BZWb+8//5f314",
+	"Efse4RDuOpbU+AqlqK+gHbMb0odHqolQ0Fgca32M5fMu8GGl7Y0V2VQqnkYEgAMefk3YNeXKEwA1C58S",
+	"QhDYnBDkvHuDx7mbEBQMVMkcwmhQLX9DCBxUKlkg/Y4Ibg/AYYBxYxJ4wOkg0BtfsEUPSIRy7bIjjz3e",
+	"VxgsrWunn3HlV9JjqXOou0kB9SYTU30nYAYyw3IdAkSWAI0HscECi3gmMqkTGTNzL8SMnjYUdOWI0j51",
+	"WtlYsFTwO2EABCl0Bzs6P9kxlZId1VzEhYiEo1B/ZNwDlCBAYhBw9z1MdaiTav90fIVVXzUlZgTUJy2A",
+	"d3cOSWvzgtvt4FAUxUZuzNe9l37ON3lRb7IomwsoW18wwDIxyo2PsGNBFU3SMKdxhA/BxcIO4I3Z+E9f",
+	"pbQqG5wwI0uFLs81nr+z8iaqcSg3zY2qaJ2BoWZz305w7vTzrWTOqnRzyoGLeQZMGgojse8e4TEVP5gB",
+	"a8PkIOXI9lXRNTIAs3tgE9+oH/FNiuDsi54PLMP9hUFQYoiYq0ejlFtTkmMK+FDxc19JRcYGKEWHrKa6",
+	"kwSJETbCWk7UTBE/vmBPKNz2PuIfn/4bPv1XavDr02z2e05H2KVOgdCPGVTzvuKGjbgJHDDcX7q5ofLx",
+	"61U8Phc6Pl5wKxAJhCCCqgTkvVigXMpYIK92cZ/5L1K1WKgBCH33Rfwl23xLk3cZkJ38mX0CVAp4fWGi",
+	"PmX6x1G8SsNA3bicNuRo997Z/UNRqMbPysdXRBhDlfmwyONaaCsFijo3cxVPMq10jvwnEynAZz+9+bok",
+	"V5sBLoH5DdASEWXGSNw0KBo1esMB2V6bKg6sqjewNg+RIJ31FaGqisR3Lllulm3YSKepvo/YRBpoWnMr",
+	"ZrbTrQeYIO/XwP+bPgwqLdyXRr4Vcwk32b+qWSXDbs31GtNOoWZ5kEs0mMeQw03BPTC1lMbVHvM7gd3B",
+	"GcSLmQasob7KuHJTBP9xyR8YKrnDV2VsQC1aGjAe4jIudVNUznc5r6xhbeCctYsLpM1KVYMT0HncCPti",
+	"db0jSk77uO9O4Oter2nE30kZ4RrJEGM8+Fl1fBygoDKgDQ+sL5hKXmcsGJ5nOhvhRCIH/h2pketvRfL8",
+	"PKVzQTB9m1rolkuxUmcN3PdZbX1WW7+y2gqRzZh6cS1GKsym7OtxVdM9QtX/w/CAmqI1K2bM5HEMGLDe",
+	"FQENeDQ4xrrst4nGAzMRCuITlWNkJvpegbOropgPcOl4OuiyIw/QPySQO7qEg99zaaUa9xXUCsK2x9IU",
+	"PdkMRGsGStsbuvVmpLOb4v01muUR7tvT8jeawDfB4sKalbjc4UK/QBgb4O+fOd1X4nRIlstnAKwuqJg9",
+	"XDp/X4fzZQL41x+c8WGyEmjMmeBGQ36Sm79IBr9LxncBs3/me89871vie0iV69ne+jP5dZgh2Nx7H91/",
+	"PpUgr+mvAol+TReFANT+tAjSMIz79DVV6ot+rHrgDj1+Lq54RNgOmyDSc+L+FFnmE4cCPLCZSGgKUMFu",
+	"Z21qO4Dt29HRLBLMNfov5NmJmjzDUDkI5wa9+BHiUfcaSuzcI6sr7LybtVfXc/djc48SpvLpUGQ0/n7D",
+	"+LwCY79mCvubToFCE6WghqXlYUORajWGJh8U2QgAMcB0wcdPQQ5fN+zjEZ1D3yK8ElnQqrFMrZhB6+GL",
+	"eolgJNAzA7sc1AIvlFqj+y3Ajnm+FJoN8NBhNAJP3QCyaeNJrm5ZO+GWY5qkY5gRpqtxywHeBm50f3So",
+	"J/pAqGTAtIqrY2LOTsjPQbXvHmasGltv4TneDnR0aZ1+c5IS3wRguRTaCl8NUSL/2b4U1X2p3+eQhg/t",
+	"ZDHjyC0MzB7bn0AzxZcvX37PpGLXV28IYpUrbUSsVYJ1lYPbfChim4LQYLvQgdVYPp2ZAeTSgQ6GyUBu",
+	"jc0MGumfjBWM4XsB4qc0LVnxzi2xWh+mCqyB/XmnPJbGDAsKbogoM31fwfM5YAOZHAyo0eE9FQMP4O6D",
+	"ATr25zMRsQFQ4wCjlx7mxacQAUHqEfsfl+/OEBweoEAxgXEBIQghznji8ZurMEFYo4CwPKaSX2mEhV2K",
+	"9VT4WCkQvhL3bhKGui/PCQTosBFqyINEI9bQO39iCDXeJ/ou5LRh3jWsh78BF9ifpQjghoztK1o9BgcS",
+	"CBJO7eBjH2uP+60D1m9h207AP4AfoXVnv/WJkKaRAwKniVNtICe2HpPIb8YGKtwzPNAfTnFDLK8C3WtZ",
+	"EEWeWcIhKZ8cdyrg14jlyso0HAMQGsspF787Fe2xcLcexqNJbfmG08VqEA0wsV0qxgtG56u9gFGx9o9H",
+	"J6fHbyPszer+CH3Zo766Prt88/Px2+vTox9OjyP227uLX44vbvCRjtfkTMREakThR6Lf+TAVg8O+Wi56",
+	"KDForOdaqHqAgrm+GlSKJwYoiwqPSyYgp58NnBJ84xTMwYJq1FeJvvd4cxDZZm06pQckDQoPQSIhld+H",
+	"KTpF85TgJx3y+NYJjovrs7OTs5+6UPoHfrvyHBD0QenG3NsLXJ+ny+XzA3wZ39mqRF/S9Z/9Zn/Qsmei",
+	"NOgwBY2c3VkBo5QD+R/640Q5bSE1GY2tcq1B0ZbIZ7bxTEB22xdIF0QczN8NcwdWyxG/IBSzlexFX4wW",
+	"RP8SA8qn4gn5T64u5Vh9Me/9ag6UT8UzA/q2HfewR5RSDEXxuG1Y/m9y41QA5B/BgOcsycn/hKnF1KsH",
+	"JfqMQ9HdcM60uvEaD73oC7ATGul3w0+w2SM64yQcSCymMrdm4bRYzThAtzNJTUEwjNhXiGk+oE+HLnHQ",
+	"VIlb4EtYYoVKJzpfTJdd4s1O+eN9FR4F/gWFuSIgcGLx7hqm11cF16tRvGi4/xKMz5+aZ873DXM+IkjP",
+	"+pQG/xdmS5FpleVKAS4hHMaRVNJMokoKlTTs/Oj68vgtHgVfjrzYjfcxWZ2nodUofpfhrq1b/GB+/Cb2",
+	"PeS1P2lOuv+M9RhxYVmeXWKPBxQXFtVJc8BlXJ97XtDnt40V50nrSbFn/CBb4c/sP/rxeQY8+0NZ/pdg",
+	"9xOeC/gXp7OUW+FUQ87iTCvCLnH6ZHbHU9a+EtOZzni6Y1gQDZ3Nj+3nyKm9j/7PDVpDVU7lusZQb/+g",
+	"UBhfh6o8PEXg+iFT1ZRaASCaz9aEEzWmTjXveO+L8MGyY/uZkh4JGcEvaAGPEDqMQXw/coaR8ABVTqOG",
+	"wlaRmW9SlVh/p6ewwtj3gJBVgr+eJU+ve1QH+UrYd5ueOWjFBv6G5zYT3wCWKuxESQhAYxeRJpDAq43w",
+	"Veu3AoJ3Qmbsjqe5MF125U62b8sOiWT4Mmh/7XNK7kUmvrjesTfk8e1Ipuk34hVc5ha1hsoPNOsnZhd+",
+	"mK/UkMZ/3eo6ABAblRqNZ27xjRgiQUv0+aYF68Bdk4r9HdTHiAmVvGdtjxSG0FqdiJl8CAUEBGWi70SW",
+	"8hmb6VTG80Nn4sipoLaGBB3u9VHMswgto9RX4C4Q8fh9sZZzN+Vn1fsPp3pfWk3+a++HPgyZvz6TmgJ0",
+	"jpcqbVnM8/HEsnz25Q8OYer+vo7OFU76iYXywihfKKi1uSxuDm5Rt1Mon2TSFkFC5OaBcT+Hvr6u2EbB",
+	"qfQ9a/utAwxPQHDHrP91kvnLc4xc/Q6F7TVO+lnc/gHFbfDEQ5d8zL8LOG/FuXIs80lPC4nS1VHhK3/T",
+	"7zooTF+xPibs1+SZ2B8vJOzXdIuI8LfRuHFNOJiI6kmjwTTGVwoG+y98jgX/8WLBRe+rIhg80hmWjy30",
+	"YMXbbgX1E5pxY4TvqA0dvEudT/ABf+Y7T9cw2A+x95H+2iBWXD6yz6HirxIqps06ZI7iMl89h3UJPhnO",
+	"4+5LuyX5NMeMG3e+9yW45VXR9v6Znh6Fnt6p0op+gx2f6wAmKvpCPcDDKvpCk3Grikjfs2m1jv9buOt3",
+	"reT7z7gicbaBtk93Pqv7j6nu+0VFvAH407I7kQEmlx6BhhF5Y6CzgTVQUPG3YxBUSepv+HUYbZTTaQ7l",
+	"tKELo/hnzlPvD6suyI5hbQNdJktvjBgMjmkuZibiToB/e9HreXAOHl5yyLhPiOgrajlGhee8wGwJe1Bu",
+	"Fvmit++mGVRA6hXVVx7MPtZTX0sbQEHKb6ur3DjPzcSfxicyj8pDfKV0lUV+0yT4CxIwNQTw6N2KN5nW",
+	"EVQulGfwHBX/uoW5Y2mgsWqZUfKi52I4n+2jbKx3DFvc5Yi90SrJY2z7B24Wd8zpbZ3N2ekDLLHwwr2P",
+	"/s8NbLEKg3g2xr54yNdxgJqE8LbvbDpK5Xhio1JFB5QxeWdeKZsr0/fmsPI+aUESvuq9egDlNRtxzSTz",
+	"5bl6DRd/JszHQNVZVhgL6vwmtcL1d3qa2r4VRR1r3aOl2cyo86pp6xuwvNz2+sk/n5hHOTHYTr72sESO",
+	"JbujBLhTz0enfHT2PtJfn1Zh9C6coW9B7DzLm8f2Iv5xBU29G/KuRMyNOLO+v9iL/Vd/fvWXl9+9+vO6",
+	"NmPNJ3PEZbZrJjwTq87aj1xml3DTE56yYpCG43UvnNL7fLoeTZsjKtgxrCADWmXW3ifsQyNsxU4oUcyT",
+	"HLn3UWuW17jxfpN2AvB7s0zqTNo5G3KVRGyW8lhAp3ooj6Xe757U2XCOhlBfIeyDB4GYiYw+9QDeCbc7",
+	"PkPf/4JZfuvsqqHOLbP3MsbG/syk2hqPAl7cv0/ZuENtJ2zC74RvdYmdILrsHAKzfZUbTJ+k53yGkcyo",
+	"pk7wBLr4HPk7dG6NTATb73b3e70ek6avXr14EXo34m213SUuF4/u4/v6Fk7tl/PwbcguHP0+O9G+fl6D",
+	"sNT8s5HlbMFkeDKVapUbLONW7EKjztWG2AUYRHDb7zq8Fr5jfVzNLQ12h3028x4zslYh7tIib5FZ58ja",
+	"gP73NJJ1o/Oy99H94wb+sYGnOFDes6v46+XtFOQWejEO8/hWQJ8egp7jFjQaJrGDDzs/Pnt7cvYTaXkS",
+	"kGWhacOYyy2ocr1jeAWFPAEDbESvDEv0THyPZp6XF/WLsbF6y7lgWp+dwxMMkMXA+QIpPwHooX//V4qa",
+	"rzxFFwJMreSwzF/KoSarb4UCLJCRTEP1kcDgE/htHjmavnK6f9Qk6N8hCAXsBNMZtHzi8YLEKvKTOxHj",
+	"SEVEXghUu+NlmBNfSGRgeE+EQus/2V5cNatCRlhnsK/sD0e86NLf+oRHcnGopkIwuv4s3J7AO+YXl7XF",
+	"dGbnDY6xTLjdfjrtvcEvRmzZLFgggSDYIExs4HS8ib5nqYZEbtFXxQMBLtgEtHg8YsjczUzEAISuNBtY",
+	"m1JHogBBH+upOGQc0WWcOkmOOOgQxdO0aPkATjToxrJj+oo2qsuOfMuWDzOZzd1MR/KDoGauEhp2mQN6",
+	"mLbDnap5X1mN0wYdV6gk+NQUOdKGPCkgrqVhJe8ZLALMOWKiOy6vVhfaNN0A6r4xTf61OlbwBBl1dVzg",
+	"y+kFWzKhZ5/bN+pzK6TEpmyr6mlD4bu6JhVvecpSDjfCqiwGnGX3S1LT18wvQIVpyhMRanPcrh+dn1ST",
+	"DKIA+G9EnAlboQLa2RUksKbe0j3/tNWWboSvVWsJX9dsZByyASwgCFgUUW6FI+w5jhAMWsXffJn+79a2",
+	"4MrROx4FtE9xB9x+SFVqrsC0SufbEX6F9+19lMlKr+iFuNO3peOwziOK9z97RB8rV9utprciDyHXNfTm",
+	"30fFUOl7VvW7b8T8qlp7jQdKJis9TyOdTbltHbTyHO5c7ObtvfP3OrtdB/zwG93zxDlPzaAMEF/FSfwX",
+	"kLNHacoyqgJwFon/8GoaktuQNZZfrQD19QW44k/Wx648yFcSo/SFtb5Fv7rPIvLp6lcUEx9EnFudMakc",
+	"icYA18uJojcl6Hu/jRWGtVYyvhXZMqWvDxhmvxvS+N3AeaeC30k1Zu0k41KJpFPQRRLW2xz6PoK+tSi1",
+	"xXVCdSig3XSli+la8pno1DHCQEArSGtbLxlS1Mnb1qIYBarc8x/S2Bf8p+Mr5p7yN8JjALkx5WpeLAR1",
+	"4DqonCVsJ6Szcn95g3FWw/6RG8vG8k4oZvVY2InIsPsq6aNuUbBZ+BE+eTkTMWSnyQTSXlVoWY++brcD",
+	"YFDgF0Zev4W25VDfkxjW5iwTM7BN4D0qFp1DaCGRsFzdKn2voMt40wBcaTfTMAY6/hCMtTYTW2RHfo2X",
+	"9m5ZdfCLtOMm29Q5XiZmpUIlrZiaimYllf3uVWt1MmzUmvIPJ/joi9ffwc30z+JunmV8jqHAJ1OwStu9",
+	"SssK9DRybOOZBT4KC/wNkIdLR1gJkRiGjuSFY5yY0rmQFs6bO65OrfsdsLw9nujZA3ptl17fVFh/xG7z",
+	"ociUsMIUS5lKY7Hb5CzNx1LtGHauExOx+4mMJ0znFuSIW2T/DDZhg2bPEctnbh/2o16vxxwXg02PqpsC",
+	"yNTaQDJLorGzIXDSLjvmbhBF6NLSoNRqH11envx0dvw2Yj9cn5y+PTn7KfK9p7E99USk0OSyyvlwpMBs",
+	"ffVuGz4vE3dS545EBOh4FEEgxHzObp3Q3P2+Q9LSVN8UoZvCcovBlgPKwXGfQh2AffhleSh3YyLilDt7",
+	"JBE8iSjxZ6EDB7mdQOCEHYLIiCNfvJFiJ2LK2l4M1lJSJ2IjiR0mMerjtrVGlkHny8Swqb4Tbl4mxr6U",
+	"EcJXoR9sUYwcOSotiZCnsIFO5Z3wQ3ylBAsa/uTtKpbvFo+w1wPFI1Y6QDzfV+noWSQ8jlZckgbUa104",
+	"XSmBwn8l7ouzh4UBGM6sanwlpuBYUCpG1hccPKaoWMnvHb97Gnav6ph8ocq56bBEZiK2GhoIt/t5r/cy",
+	"Trjl7nf4lygmildlgr93vIDwYxhmJjyDfrbsTqf5VMAPIgr9dKuywp2akrwgaTNCzuZOjh6hLAj7tUoo",
+	"HKBqPKdj1gFXYiYcT0MOV/5QOqwgOEzEhrklc8CJKPeekk0AvUSbmaYTL8nSVDflomUO98xEGxbzmWE+",
+	"kg5dHLCCwnHJ3XFzax7BOSgp2juGmXshZohDYZZ4xlNzyYngmR0K/lgKcfX4/Rze/jRnL7z/Qsx01tA9",
+	"oPckw6XzerftH7V3z1fyzAUzYyYyqRMZwzFSwhiWwZ4/9QHBUcyTKBBgmkkrps564fRBrH3vVNvzd5c1",
+	"HjiaDmpcHeYUDz02qx+BO+gBLN5c50LDfhfgTvJ1nf5+x8iwt3vi/WxDbuPJjkF/G0py+IlJVPrOtbHj",
+	"zGkJGVeGQ+cNUFncxakwho9FSIMLDeSX3Ic+mU0kXXakcNngt5grZyIOi4m1Sx9Izj1sGFu2ZHfMAXvV",
+	"e3XIONmcMrzKKTXManf9+w4bi6DK6mHqNkvBPzNh8hTrS4LJ7ezUkurTZZciGIjMOEsZlwbB9KVhE55N",
+	"U2HMQbH/vsuUpTi+/xJHI9QbSqKzcmk3izWKCGLPBJhaN09xx9Mc0A7Dr1Dcwo5YEARsyucsk4lgHLIi",
+	"2+FKJwodURikAhZk4lbxVe8VWtJTwdGA9j4Dacrb4KxzmM00N06F3PUOdoRgRLK7F6VOaJ1lxQ4Z/hOr",
+	"djjID9Dp8ksXHhRDXwCdrZI2h+R/A3oET7kVU/TLwZl8FkaPI4zw7GKIoKTAkYjwlfELMQ8wZ0onh7yl",
+	"JWb45CIsV2ZPfJDGSjX+gpZwlqsNzF+YHV6hvEy6QHcDnEjlpyynf3caLF90+a0yfbFx2KYWLMHMEdpo",
+	"Z9GgLfNo8jfmRjQZtXAdrQJk125j4LDS50cMvzlCzHt3glfauMe0sxe5eipGWB7ia1Vi5epCjFYZuLUL",
+	"+8z7Ht+2LS00Ee8ao3aBETwqv3PTFHGeSTsHZjYUPHPP/v29Y1dYVoFsLs/S1kFrYu3sYG9v/8Wfu71u",
+	"r7t/8JfeX3rA2mhKS/mIAXUy4JuamYjdiU2lgiquAolpx6A3DvRxr4FhKIEPdWYjZnIzEyqJQFxPReR9",
+	"qxGxl84hi7WK8ywTKnaanuMl3VJZpzvln6LaIDJIE5qsW/M2BlSgYsznt5hORNEKPptl+o6nbspDFGCO",
+	"mwb3pbMbSgPT22vGJsAxSgSrIMAaZGJU8V96WwFTtfy+i2WcT2cxsDjTpMcjss0dT0tvLDpOLb/xvNoh",
+	"xGD0LKCDArswRasrkhS4lUV1zi40hsaWIcZmgk/L60Ng/vVb4zaBxTyeiP+PryvGQRiGgV/phpD6AyY2",
+	"Nl7AALRDRVKGIFCH/h35YjsHCayteq4aO+mlviuERQ9bY4rRTqYRUaXmiokrfkDmRCf5n/a4203D6jTI",
+	"souWTfT5bglbezzb4L7nvLHmPssaZwPJnw5RtHHBSrfr8AfOy1KAvsZeirIOfSxMU+YQlJmyIgkmGdmA",
+	"7kG95Mg8yNmPYN7pUkfb56yXYdDKkSC3KYTEm9S92ZKjSvAiN18n4ajDGKZnTqAxckwAtzKbXDD+KDkZ",
+	"ysWbNdrh/iKzJ3wLYNqVunMUAmeSTkIlN5k2LJhfQwDHE5HLZNbT+g4AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
