@@ -125,7 +125,7 @@ func TestCreateRunRejectsBadSpecsAndWritesNothing(t *testing.T) {
 		status     int
 		field      string
 	}{
-		{"unknown plugin", `{"spec":{"steps":[{"name":"a","plugin":"docker","command":"x"}]}}`, 422, "spec.steps[0].plugin"},
+		{"unknown plugin", `{"spec":{"steps":[{"name":"a","plugin":"docker","command":"x"}]}}`, 400, "spec.steps[0].plugin"},
 		{"missing command", `{"spec":{"steps":[{"name":"a"}]}}`, 422, "spec.steps[0].command"},
 		{"duplicate step names", `{"spec":{"steps":[{"name":"a","command":"x"},{"name":"a","command":"y"}]}}`, 422, "spec.steps[1].name"},
 		{"cycle in depends_on", `{"spec":{"mode":"DAG","steps":[{"name":"a","command":"x","depends_on":["b"]},{"name":"b","command":"y","depends_on":["a"]}]}}`, 422, "spec.steps[0].depends_on"},
