@@ -20,7 +20,7 @@ func TestCLICreatesABatch(t *testing.T) {
 		"---\nmode: DAG\nparams: [{name: WHO}]\nsteps:\n- name: three\n  command: echo $WHO\n")
 	res := runCLI(t, s, bin, "run", "create", "--param", "WHO=batch", "-f", file)
 	require.Equal(t, 3, res.code, "a refused document exits 3: %s %s", res.stdout, res.stderr)
-	require.Contains(t, res.stderr, "document 2: 422 invalid_spec: spec.steps[0].plugin")
+	require.Contains(t, res.stderr, "document 2: 400 invalid_request: spec.steps[0].plugin")
 	require.Contains(t, res.stderr, "1 of 3 runs not created")
 	names := strings.Fields(res.stdout)
 	require.Len(t, names, 2, res.stdout)
