@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 FUZZTIME ?= 3s
 export PATH := $(shell go env GOROOT)/bin:$(PATH)
 
-.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build migrate up down demo test fuzz bench chaos lint
+.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build migrate up down demo test fuzz bench chaos lint vendor-redoc
 
 deps: ## install (if missing) and start Postgres and Redis on loopback
 	@scripts/dev-deps.sh start >/dev/null
@@ -15,12 +15,13 @@ deps: ## install (if missing) and start Postgres and Redis on loopback
 deps-stop:
 	@scripts/dev-deps.sh stop
 
-generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json)
+generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json, the api one of openapi/capstan.yaml)
 	cd pkg && go generate ./api ./executorapi
 	cp schema/workflow.json services/api/internal/ui/static/schema/workflow.json
+	cp openapi/capstan.yaml services/api/internal/apidoc/static/openapi.yaml
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)
@@ -71,6 +72,11 @@ bench: deps ## benchmarks: a table of figures vs targets, and .data/bench/latest
 
 chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wiped, Postgres restarts (run it alone)
 	@set -o pipefail; CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
+
+vendor-redoc: ## copy the Redoc bundle /docs/ serves from the npm package redoc that openapi/package.json pins
+	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
+	cp openapi/node_modules/redoc/bundles/redoc.standalone.js openapi/node_modules/redoc/bundles/redoc.standalone.js.LICENSE.txt services/api/internal/apidoc/static/docs/
+	cp openapi/node_modules/redoc/LICENSE services/api/internal/apidoc/static/docs/redoc.LICENSE
 
 # staticcheck is pinned, with its checksums, by the tool directive of
 # tools/go.mod, a module go.work leaves out so that its dependencies never join

@@ -17,6 +17,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/api/internal/apidoc"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/getkin/kin-openapi/openapi3"
@@ -120,6 +121,16 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", apidoc.YAML()) })
+	e.GET("/openapi.json", func(c echo.Context) error {
+		b, err := apidoc.JSON()
+		if err != nil {
+			return err
+		}
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+	})
+	e.GET("/docs", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/docs/") })
+	e.GET("/docs/*", echo.WrapHandler(http.StripPrefix("/docs/", apidoc.Docs())))
 	e.GET(PprofPath+"/*", echo.WrapHandler(svc.PprofHandler()))
 	if d.Queues != nil {
 		e.Any(QueuesPath, echo.WrapHandler(d.Queues))
