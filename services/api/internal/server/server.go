@@ -148,18 +148,26 @@ func New(d Deps, cfg Config) *echo.Echo {
 	return e
 }
 
-// openAPISpec is the embedded openapi/capstan.yaml, matching any host, with
-// a batch's items (CreateRunsRequest.runs) taken as any object: CreateRuns
-// checks each against CreateRunsItem itself (batchItem), so that an item
-// that does not match fails alone and not the whole batch.
+// openAPISpec is the embedded openapi/capstan.yaml, matching any host, as
+// the api checks requests against it:
+//   - a batch's items (CreateRunsRequest.runs) are any object: CreateRuns
+//     checks each against CreateRunsItem itself (batchItem), so that an item
+//     that does not match fails alone and not the whole batch;
+//   - a create's spec is a WorkflowSpec, not the WorkflowSpecRequest clients
+//     see: the same fields and rules, with Step's defaults, which the
+//     validator writes into the body, so that a run's or template's stored
+//     spec holds every default.
 func openAPISpec() *openapi3.T {
 	spec, err := api.GetSpec()
 	if err != nil {
 		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
 	}
 	spec.Servers = nil // match any host
-	runs := spec.Components.Schemas["CreateRunsRequest"].Value.Properties["runs"].Value
-	runs.Items = openapi3.NewObjectSchema().NewRef()
+	schemas := spec.Components.Schemas
+	schemas["CreateRunsRequest"].Value.Properties["runs"].Value.Items = openapi3.NewObjectSchema().NewRef()
+	for _, create := range []string{"CreateRunRequest", "CreateRunsItem", "PushWorkflowRequest"} {
+		schemas[create].Value.Properties["spec"] = schemas["WorkflowSpec"]
+	}
 	return spec
 }
 

@@ -162,6 +162,9 @@ func TestCreateGetListAbort(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, run)
 	require.Equal(t, "QUEUED", run["phase"])
 	require.Equal(t, "StepByStep", run["spec"].(map[string]any)["mode"], "defaults are applied")
+	step := run["spec"].(map[string]any)["steps"].([]any)[0].(map[string]any)
+	require.Equal(t, "task", step["kind"], "Step's defaults are applied to a StepRequest")
+	require.Equal(t, float64(1), step["replicas"], "Step's defaults are applied to a StepRequest")
 
 	status, _, p := f.do(t, http.MethodPost, runsPath, `{"name":"r1","spec":{"steps":[{"name":"a","command":"echo hi"}]}}`)
 	require.Equal(t, http.StatusConflict, status, p)
