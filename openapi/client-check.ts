@@ -1,0 +1,11 @@
+// Compiled by make lint against the types openapi-typescript generates from
+// capstan.yaml: what a client sends on a create needs only what the server
+// requires (a step's name and, for a shell task, its command).
+import type { components } from "./capstan";
+
+type S = components["schemas"];
+
+export const step: S["StepRequest"] = { name: "hello", command: "echo hello" };
+export const run: S["CreateRunRequest"] = { spec: { steps: [{ name: "hello", command: "echo hello" }] } };
+export const batch: S["CreateRunsRequest"] = { runs: [{ spec: { steps: [{ name: "hello", command: "echo hello" }] } }] };
+export const template: S["PushWorkflowRequest"] = { name: "hello", spec: { steps: [{ name: "hello", command: "echo hello" }] } };
