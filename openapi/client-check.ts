@@ -9,3 +9,9 @@ export const step: S["StepRequest"] = { name: "hello", command: "echo hello" };
 export const run: S["CreateRunRequest"] = { spec: { steps: [{ name: "hello", command: "echo hello" }] } };
 export const batch: S["CreateRunsRequest"] = { runs: [{ spec: { steps: [{ name: "hello", command: "echo hello" }] } }] };
 export const template: S["PushWorkflowRequest"] = { name: "hello", spec: { steps: [{ name: "hello", command: "echo hello" }] } };
+export const http: S["StepRequest"] = { name: "ping", plugin: "http", http: { url: "https://example.com/health" } };
+export const spec: S["WorkflowSpecRequest"] = {
+  params: [{ name: "WHO" }],
+  concurrency: { key: "params.WHO", max_runs: 1 },
+  steps: [{ name: "hello", command: "echo $WHO", cache: { version: "1" }, rate_limits: [{ name: "paid-api" }] }],
+};
