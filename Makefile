@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 FUZZTIME ?= 3s
 export PATH := $(shell go env GOROOT)/bin:$(PATH)
 
-.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build dist migrate up down demo test fuzz bench chaos lint
+.PHONY: deps deps-stop kube-deps kube-deps-stop generate check-generate build dist migrate up down demo test fuzz bench chaos lint vendor-redoc
 
 deps: ## install (if missing) and start Postgres and Redis on loopback
 	@scripts/dev-deps.sh start >/dev/null
@@ -15,12 +15,13 @@ deps: ## install (if missing) and start Postgres and Redis on loopback
 deps-stop:
 	@scripts/dev-deps.sh stop
 
-generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json)
+generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json, the api one of openapi/capstan.yaml)
 	cd pkg && go generate ./api ./executorapi
 	cp schema/workflow.json services/api/internal/ui/static/schema/workflow.json
+	cp openapi/capstan.yaml services/api/internal/apidoc/static/openapi.yaml
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)
@@ -88,12 +89,26 @@ bench: deps ## benchmarks: a table of figures vs targets, and .data/bench/latest
 chaos: deps ## the full chaos suite: 1000 runs while services die, Redis is wiped, Postgres restarts (run it alone)
 	@set -o pipefail; CAPSTAN_CHAOS_RUNS=$${CAPSTAN_CHAOS_RUNS:-1000} CAPSTAN_CHAOS_PG_RESTART=1 go test -count=1 -timeout 60m -run '^TestChaos' -v ./e2e/ | grep -E '^(---|ok|FAIL|PASS)|chaos_test'
 
+vendor-redoc: ## copy the Redoc bundle /docs/ serves from the npm package redoc that openapi/package.json pins
+	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
+	cp openapi/node_modules/redoc/bundles/redoc.standalone.js openapi/node_modules/redoc/bundles/redoc.standalone.js.LICENSE.txt services/api/internal/apidoc/static/docs/
+	cp openapi/node_modules/redoc/LICENSE services/api/internal/apidoc/static/docs/redoc.LICENSE
+
 # staticcheck is pinned, with its checksums, by the tool directive of
 # tools/go.mod, a module go.work leaves out so that its dependencies never join
 # the services' build list. `go tool -n` builds it into the build cache and
 # prints its path; it then runs here, in workspace mode, over every module's
 # packages and their tests, with the default checks.
-lint: ## gofmt, go vet and staticcheck over every module
+# The OpenAPI linters are the locked npm packages of openapi/ (npm ci when
+# node_modules is missing or older than the lock); Redocly runs its strict
+# recommended rules and Spectral fails on a warning. openapi/client-check.ts
+# then compiles against the TypeScript types openapi-typescript generates
+# (in a temporary directory, away from redocly.yaml, which it would read).
+lint: ## gofmt, go vet and staticcheck over every module; Redocly, Spectral and a generated TypeScript client over openapi/capstan.yaml
+	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
+	@cd openapi && node_modules/.bin/redocly lint capstan.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml
+	@d=$$(mktemp -d) && o=$(CURDIR)/openapi && (cd $$d && $$o/node_modules/.bin/openapi-typescript $$o/capstan.yaml -o capstan.d.ts >/dev/null) && \
+	  cp openapi/client-check.ts $$d/ && openapi/node_modules/.bin/tsc --noEmit --strict $$d/client-check.ts; s=$$?; rm -rf $$d; exit $$s
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	@go vet $(PACKAGES)
 	@staticcheck=$$(GOWORK=off go -C tools tool -n staticcheck) && $$staticcheck $(PACKAGES)

@@ -527,7 +527,7 @@ type Action struct {
 	// Approval An approval step's decision; absent until decided.
 	Approval *Approval `json:"approval,omitempty"`
 
-	// CacheKey A cached step's key
+	// CacheKey A cached step's key, once its inputs are resolved.
 	CacheKey *string `json:"cache_key,omitempty"`
 
 	// CacheStatus A cached step's lookup: HIT (it SUCCEEDED with an entry's outputs and ran no task), MISS (it runs) or POPULATED (it ran, succeeded and wrote the entry). Absent for a step without cache.
@@ -815,6 +815,18 @@ type CacheSpec struct {
 	Version string `json:"version"`
 }
 
+// CacheSpecRequest Makes a task step discoverable: its key hashes the plugin spec, the resolved inputs and the version, within the project and domain. A valid entry makes the step SUCCEED at once with the cached outputs.
+type CacheSpecRequest struct {
+	// MaxAge How long an entry is a hit, a duration such as "24h"; absent = forever.
+	MaxAge *string `json:"max_age,omitempty"`
+
+	// Serializable Concurrent runs of the same key execute once: the others wait (WAITING_FOR_CACHE) for its outcome.
+	Serializable *bool `json:"serializable,omitempty"`
+
+	// Version Part of the key: change it to stop using older entries.
+	Version string `json:"version"`
+}
+
 // ChildRunRef One child run of a workflow step of the run.
 type ChildRunRef struct {
 	// Action The workflow step.
@@ -886,6 +898,18 @@ type ConcurrencyKeyKind string
 // ConcurrencyLedger defines model for ConcurrencyLedger.
 type ConcurrencyLedger struct {
 	Keys []ConcurrencyKey `json:"keys"`
+}
+
+// ConcurrencyRequest At most max_runs runs of one key hold a slot at a time (a run holds it while it is unfinished, and an aborted one until its processes are gone).
+type ConcurrencyRequest struct {
+	// Key A CEL string expression over params, e.g. params.environment; a constant such as "deploy" is one key for every run.
+	Key string `json:"key"`
+
+	// MaxRuns How many runs of a key hold a slot at a time (1 to 100000).
+	MaxRuns int `json:"max_runs"`
+
+	// Strategy `queue`: a run over the limit waits QUEUED, first in first out within its key, keys taking turns. `cancel_in_progress`: the new run starts once the oldest running run of its key, aborted with reason `concurrency`, has stopped. `cancel_newest`: a run over the limit ends ABORTED at once, reason `concurrency`.
+	Strategy *string `json:"strategy,omitempty"`
 }
 
 // ConcurrencySlot defines model for ConcurrencySlot.
@@ -960,7 +984,7 @@ type CreateRunsItem struct {
 // CreateRunsRequest defines model for CreateRunsRequest.
 type CreateRunsRequest struct {
 	// Runs CreateRunsItem objects, validated one by one (an invalid one fails alone).
-	Runs []map[string]interface{} `json:"runs"`
+	Runs []map[string]any `json:"runs"`
 }
 
 // CreateScheduleRequest Exactly one of `cron` and `interval`.
@@ -1009,7 +1033,7 @@ type CreateTriggerRequest struct {
 	// Filter A boolean CEL expression over `event` ({key, id, payload}), e.g. event.payload.amount > 100; absent, every event of the key.
 	Filter *string `json:"filter,omitempty"`
 
-	// Name A Name of at most 50 characters
+	// Name A Name of at most 50 characters, so that its runs' names fit.
 	Name string `json:"name"`
 
 	// Params The run's params, each a CEL expression over `event`, e.g. {"order": "event.payload.id"}.
@@ -1060,8 +1084,37 @@ type ForEach struct {
 	MaxParallel *int `json:"max_parallel,omitempty"`
 }
 
+// ForEachRequest Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
+type ForEachRequest struct {
+	// As The environment variable and the file name under $CAPSTAN_INPUTS_DIR the item arrives as; on a workflow step, the child template's param.
+	As *string `json:"as,omitempty"`
+
+	// From An earlier step's output holding a JSON array of at most 10,000 values, "step.output"; a value that is not one fails the step with a reason naming it.
+	From *string `json:"from,omitempty"`
+
+	// Items The list itself, at most 10,000 values.
+	Items *[]interface{} `json:"items,omitempty"`
+
+	// MaxParallel At most this many of the step's tasks ASSIGNED, BUILDING or RUNNING at once, or of its child runs unfinished (1 to 10,000); absent: no limit beyond placement. Not with the step's `concurrency`.
+	MaxParallel *int `json:"max_parallel,omitempty"`
+}
+
 // HTTPSpec The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
 type HTTPSpec struct {
+	Body         *string            `json:"body,omitempty"`
+	Headers      *map[string]string `json:"headers,omitempty"`
+	Method       *string            `json:"method,omitempty"`
+	SuccessCodes *[]int             `json:"success_codes,omitempty"`
+
+	// Url An absolute http or https URL.
+	Url string `json:"url"`
+
+	// WaitCodes Statuses (100 to 599, none a success code) that mean the target is not ready yet, e.g. [503, 425]: the step is WAITING, charged to no retry budget, until another answer or wait_timeout.
+	WaitCodes *[]int `json:"wait_codes,omitempty"`
+}
+
+// HTTPSpecRequest The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+type HTTPSpecRequest struct {
 	Body         *string            `json:"body,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
 	Method       *string            `json:"method,omitempty"`
@@ -1165,6 +1218,18 @@ type Param struct {
 // ParamType defines model for Param.Type.
 type ParamType string
 
+// ParamRequest A Param as a create sends it; an absent field takes the default Param states.
+type ParamRequest struct {
+	// Default A value of `type`, taken when a run does not give the param.
+	Default     interface{} `json:"default,omitempty"`
+	Description *string     `json:"description,omitempty"`
+
+	// Name The environment variable every task gets, and `params.<name>` in CEL.
+	Name     string  `json:"name"`
+	Required *bool   `json:"required,omitempty"`
+	Type     *string `json:"type,omitempty"`
+}
+
 // ParamValues A run's params by name, each a JSON value of its declared type.
 type ParamValues map[string]interface{}
 
@@ -1193,7 +1258,7 @@ type ProjectSettings struct {
 
 // PublishEventRequest defines model for PublishEventRequest.
 type PublishEventRequest struct {
-	// Id The idempotency id (any text but NUL); absent
+	// Id The idempotency id (any text but NUL); absent, the server makes one.
 	Id *string `json:"id,omitempty"`
 
 	// Key What happened, e.g. order.created; triggers subscribe to it.
@@ -1256,6 +1321,18 @@ type RateLimitRequest struct {
 
 // RateLimitUse Tokens each task of the step takes from a rate limit of the project when it is placed.
 type RateLimitUse struct {
+	// Key A CEL string expression over params, ITEM and index: each value has a bucket of its own; absent, the limit's one bucket.
+	Key *string `json:"key,omitempty"`
+
+	// Name A rate limit of the project (PUT .../rate-limits/{name}).
+	Name string `json:"name"`
+
+	// Units Tokens one task takes (1 to 100000).
+	Units *int `json:"units,omitempty"`
+}
+
+// RateLimitUseRequest Tokens each task of the step takes from a rate limit of the project when it is placed.
+type RateLimitUseRequest struct {
 	// Key A CEL string expression over params, ITEM and index: each value has a bucket of its own; absent, the limit's one bucket.
 	Key *string `json:"key,omitempty"`
 
@@ -1479,7 +1556,7 @@ type RunSummary struct {
 
 // Schedule defines model for Schedule.
 type Schedule struct {
-	// Buffered Times waiting for a running run to end (buffer_one
+	// Buffered Times waiting for a running run to end (buffer_one, buffer_all).
 	Buffered      int       `json:"buffered"`
 	CatchupWindow string    `json:"catchup_window"`
 	CreatedAt     time.Time `json:"created_at"`
@@ -1674,6 +1751,121 @@ type StepInput struct {
 	From string `json:"from"`
 }
 
+// StepRequest A Step as a create sends it: only name is required (and what a kind or plugin needs, e.g. a shell task's command); an absent field takes the default Step states, which the run's spec then shows.
+type StepRequest struct {
+	// Args The shell plugin's argv, executed directly without a shell (instead of command).
+	Args *[]string `json:"args,omitempty"`
+
+	// AttemptTimeout Longest running time of each attempt, a duration such as "10m"; an attempt past it is KILLED and the step TIMED_OUT.
+	AttemptTimeout *string `json:"attempt_timeout,omitempty"`
+
+	// Cache Makes a task step discoverable: its key hashes the plugin spec, the resolved inputs and the version, within the project and domain. A valid entry makes the step SUCCEED at once with the cached outputs.
+	Cache *CacheSpecRequest `json:"cache,omitempty"`
+
+	// Command The shell plugin's script, run with /bin/sh -c.
+	Command *string `json:"command,omitempty"`
+
+	// Concurrency At most max_tasks tasks of one key, across runs, are ASSIGNED, BUILDING or RUNNING at a time.
+	Concurrency *StepConcurrency `json:"concurrency,omitempty"`
+
+	// Constraints Worker label constraints; all must hold.
+	Constraints *[]Constraint `json:"constraints,omitempty"`
+
+	// Container The container plugin's image, argv (the image's entrypoint when empty) and environment.
+	Container *ContainerSpec `json:"container,omitempty"`
+
+	// Coscheduled Place all replicas together or none (a gang); a terminal failure of one ends its running siblings.
+	Coscheduled *bool `json:"coscheduled,omitempty"`
+
+	// DependsOn DAG mode only; names of steps that must succeed first.
+	DependsOn *[]string `json:"depends_on,omitempty"`
+
+	// Duration A suspend step: how long it waits before the run goes on by itself, a duration such as "30s"; absent waits for a resume.
+	Duration *string            `json:"duration,omitempty"`
+	Env      *map[string]string `json:"env,omitempty"`
+
+	// ForEach Fans a task step out over a list known when it starts (instead of `replicas`): one task per item, the task index the item's; on a workflow step, one child run per item. Exactly one of `from` and `items`. Each task gets its item as the environment variable `as` and the file $CAPSTAN_INPUTS_DIR/<as>, each child as its template's param `as`: a string as it is, any other value as compact JSON. The step's outputs are JSON arrays in index order ([] over no item, which makes the step SUCCEEDED); max_task_failures counts failed items; on a task step, with `cache` each item has an entry of its own, and a restart or a retry of the step reruns only the items that did not succeed. A task's CAPSTAN_REPLICAS is 1.
+	ForEach *ForEachRequest `json:"for_each,omitempty"`
+
+	// Http The http plugin's request. A status in success_codes (default any 2xx) succeeds, with the response body (at most 64 KiB) as the output `body` when the step declares it; a status in wait_codes makes the step WAITING (not failed) and asks again after KubeVela's waiting backoff; a 5xx or a transport error is a retryable failure; any other status fails without retry.
+	Http *HTTPSpecRequest `json:"http,omitempty"`
+
+	// If When the step runs. Absent: when every step it depends on SUCCEEDED (and nothing failed). `always`: whatever happened. Otherwise a CEL expression over steps.<name>.phase, steps.<name>.outputs.<key>, run.failed and params.<name>, e.g. steps.build.phase == "FAILED". False makes the step SKIPPED; an expression that exceeds its limits when it runs (100,000 cost units, or the time a decision has) makes it FAILED. An expression whose estimated cost is over the limit is refused with a 422.
+	If *string `json:"if,omitempty"`
+
+	// Inputs Values of earlier steps' outputs this step receives as environment variables and files under $CAPSTAN_INPUTS_DIR.
+	Inputs *[]StepInput `json:"inputs,omitempty"`
+
+	// KillGrace A task step: how long an aborted process has between SIGTERM and SIGKILL, a duration such as "5s"; absent = 10s.
+	KillGrace *string `json:"kill_grace,omitempty"`
+
+	// Kind `task` runs `replicas` tasks with a plugin; `suspend` waits `duration`, or for a resume without one; `approval` waits for an approve or a reject; `workflow` runs the template `workflow` as a child run with `params` (and `inputs` as params by their `as` names), and its phase follows the child's.
+	Kind *string `json:"kind,omitempty"`
+
+	// Kubernetes The kubernetes plugin's Pod, one per attempt: image with command (the image's entrypoint when absent) and args, env, resources, node_selector and tolerations, under service_account, in namespace (the executor's when absent). Outputs are the container's termination message (/dev/termination-log), a JSON object of output name to value of at most 4 KiB.
+	Kubernetes *KubernetesSpec `json:"kubernetes,omitempty"`
+
+	// MaxRetriesFailure How many times a task whose command exits non-zero is retried (0 to 100).
+	MaxRetriesFailure *int `json:"max_retries_failure,omitempty"`
+
+	// MaxRetriesPreemption How many times a task lost with its worker or preempted is requeued (0 to 10000).
+	MaxRetriesPreemption *int `json:"max_retries_preemption,omitempty"`
+
+	// MaxSystemFailures How many platform failures (the program cannot start, the work dir cannot be made, the container runtime fails) a task is retried in place without charging max_retries_failure (0 to 100); past it the task FAILS with the code MaxSystemFailuresExceeded. Default the scheduler's (3).
+	MaxSystemFailures *int `json:"max_system_failures,omitempty"`
+
+	// MaxTaskFailures How many FAILED tasks the step tolerates before it FAILS and its other tasks are killed.
+	MaxTaskFailures *int `json:"max_task_failures,omitempty"`
+
+	// Name Unique in the workflow; a Name.
+	Name string `json:"name"`
+
+	// Network `none` runs each task with no network: its processes get a network namespace of their own with only a loopback interface (a container, `--network none`), so nothing outside the attempt is reachable, not even the executor host's loopback services. Absent: the executor's network. An http step cannot be `none`; an executor without a sandbox (sandbox `none`) that cannot make the namespace fails such a task as a system failure.
+	Network *string `json:"network,omitempty"`
+
+	// OnFailure `fail` ends the run with the failure; `suspend` retries the failed step as a whole after KubeVela's backoff and pauses the run after the configured number of retries. Absent: the scheduler's CAPSTAN_WORKFLOW_ON_FAILURE (default `fail`).
+	OnFailure *string `json:"on_failure,omitempty"`
+
+	// Outputs Names of the values each task writes to the file $CAPSTAN_OUTPUTS_DIR/<name> (at most 1 MiB each and all together).
+	Outputs *[]string `json:"outputs,omitempty"`
+
+	// Params A workflow step's values of its child's params.
+	Params *ParamValues `json:"params,omitempty"`
+
+	// Plugin The task plugin (a task step's default is `shell`): `shell` runs `command` with /bin/sh -c, or `args` directly; `http` sends the request in `http`; `container` runs `container` with docker or podman, on the executors that have one; `kubernetes` runs `kubernetes` as one Pod per attempt, on the executors configured for a cluster; `noop` starts no process and succeeds at once (it needs no command). Suspend and approval steps take none.
+	Plugin *string `json:"plugin,omitempty"`
+
+	// Priority production (never preempted), interactive (the default) or batch (preemptible).
+	Priority *string `json:"priority,omitempty"`
+
+	// RateLimits Rate limits each task takes tokens of when it is placed; a task waits PENDING until they are free. Tokens taken are not given back, even when the task never starts.
+	RateLimits *[]RateLimitUseRequest `json:"rate_limits,omitempty"`
+
+	// Replicas How many tasks the step expands into (1 to 1000).
+	Replicas *int `json:"replicas,omitempty"`
+
+	// Resources Capacity offered by a worker, or requested by one task.
+	Resources *Resources `json:"resources,omitempty"`
+
+	// SchedulingTimeout How long a task may wait to be placed before the step is UNSCHEDULABLE, a duration such as "30s"; absent or "0s" waits forever.
+	SchedulingTimeout *string `json:"scheduling_timeout,omitempty"`
+
+	// SecretEnv Environment variables like env whose values the API never returns (a run shows "***") and attempt logs never contain (each value is replaced by "***"); only the executor running the step gets them.
+	SecretEnv *map[string]string `json:"secret_env,omitempty"`
+
+	// Timeout Longest time of the step from its first start, retries included, a duration such as "10m"; past it the step is TIMED_OUT and its processes killed.
+	Timeout *string `json:"timeout,omitempty"`
+
+	// WaitExitCode The shell plugin's exit status (1 to 255) that means "not ready yet": the step is WAITING, charged to no retry budget, and runs again after KubeVela's waiting backoff.
+	WaitExitCode *int `json:"wait_exit_code,omitempty"`
+
+	// WaitTimeout How long a task may wait for its target (http wait_codes, wait_exit_code), from its first wait, a duration such as "5m"; past it the task FAILS with the code WaitTimeout. Absent: no bound but timeout.
+	WaitTimeout *string `json:"wait_timeout,omitempty"`
+
+	// Workflow A workflow step's template of the run's project and domain, run as its child run named `<run>-<step>-<index>`; version absent = the latest when the step starts.
+	Workflow *WorkflowRef `json:"workflow,omitempty"`
+}
+
 // TTL How long an ended run is kept before it is deleted, each a duration such as "2s" or "720h" (at most 10 years): after_success for a SUCCEEDED run, after_failure for one that ended any other way, after_completion for either when its own field is absent. A run's spec, its project's settings and the server's defaults (CAPSTAN_RETENTION_AFTER_*) are layers: the first that says anything about the run's outcome decides; when none does, the run is kept. A child run goes with its parent.
 type TTL struct {
 	AfterCompletion *string `json:"after_completion,omitempty"`
@@ -1853,7 +2045,7 @@ type WorkflowRef struct {
 	// Name A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 	Name Name `json:"name"`
 
-	// Version Absent
+	// Version Absent, the latest.
 	Version *int `json:"version,omitempty"`
 }
 
@@ -1872,6 +2064,29 @@ type WorkflowSpec struct {
 	// Params The params a run gives; every task gets each as the environment variable of its name, and CEL reads `params.<name>`.
 	Params *[]Param `json:"params,omitempty"`
 	Steps  []Step   `json:"steps"`
+
+	// Timeout Longest time of the whole run from its creation, a duration such as "1h"; past it the run is TIMED_OUT and its processes killed.
+	Timeout *string `json:"timeout,omitempty"`
+
+	// Ttl How long an ended run is kept before it is deleted, each a duration such as "2s" or "720h" (at most 10 years): after_success for a SUCCEEDED run, after_failure for one that ended any other way, after_completion for either when its own field is absent. A run's spec, its project's settings and the server's defaults (CAPSTAN_RETENTION_AFTER_*) are layers: the first that says anything about the run's outcome decides; when none does, the run is kept. A child run goes with its parent.
+	Ttl *TTL `json:"ttl,omitempty"`
+}
+
+// WorkflowSpecRequest A WorkflowSpec as a create sends it; its steps are StepRequests.
+type WorkflowSpecRequest struct {
+	// Concurrency At most max_runs runs of one key hold a slot at a time (a run holds it while it is unfinished, and an aborted one until its processes are gone).
+	Concurrency *ConcurrencyRequest `json:"concurrency,omitempty"`
+
+	// FairnessKey A CEL string expression over params (e.g. params.team): within a priority band, placement takes turns between the keys of a project's runs as it does between projects.
+	FairnessKey *string       `json:"fairness_key,omitempty"`
+	Mode        *WorkflowMode `json:"mode,omitempty"`
+
+	// Outputs The run's outputs, each one of its steps' outputs: a workflow step that runs this workflow as its child run gets them as its own outputs.
+	Outputs *[]SpecOutput `json:"outputs,omitempty"`
+
+	// Params The params a run gives; every task gets each as the environment variable of its name, and CEL reads `params.<name>`.
+	Params *[]ParamRequest `json:"params,omitempty"`
+	Steps  []StepRequest   `json:"steps"`
 
 	// Timeout Longest time of the whole run from its creation, a duration such as "1h"; past it the run is TIMED_OUT and its processes killed.
 	Timeout *string `json:"timeout,omitempty"`
@@ -1950,6 +2165,33 @@ type WorkerID = openapi_types.UUID
 
 // WorkflowName A DNS-label-like name, 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit.
 type WorkflowName = Name
+
+// BadRequest defines model for BadRequest.
+type BadRequest = Problem
+
+// Conflict defines model for Conflict.
+type Conflict = Problem
+
+// Default defines model for Default.
+type Default = Problem
+
+// Forbidden defines model for Forbidden.
+type Forbidden = Problem
+
+// NotFound defines model for NotFound.
+type NotFound = Problem
+
+// ServiceUnavailable defines model for ServiceUnavailable.
+type ServiceUnavailable = Problem
+
+// TooManyRequests defines model for TooManyRequests.
+type TooManyRequests = Problem
+
+// Unauthorized defines model for Unauthorized.
+type Unauthorized = Problem
+
+// UnprocessableEntity defines model for UnprocessableEntity.
+type UnprocessableEntity = Problem
 
 // ListAbortsParams defines parameters for ListAborts.
 type ListAbortsParams struct {
@@ -9539,13 +9781,35 @@ type ClientWithResponsesInterface interface {
 	ExistingRunsWithResponse(ctx context.Context, id WorkerID, body ExistingRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*ExistingRunsResponse, error)
 }
 
+// ListAbortsResponse401Headers the declared response headers of an HTTP 401 response for ListAborts
+type ListAbortsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListAbortsResponse429Headers the declared response headers of an HTTP 429 response for ListAborts
+type ListAbortsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListAbortsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AbortList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListAbortsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListAbortsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9554,8 +9818,28 @@ func (r ListAbortsResponse) GetJSON200() *AbortList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListAbortsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListAbortsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAbortsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9587,13 +9871,37 @@ func (r ListAbortsResponse) ContentType() string {
 	return ""
 }
 
+// GetAttemptResponse401Headers the declared response headers of an HTTP 401 response for GetAttempt
+type GetAttemptResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetAttemptResponse429Headers the declared response headers of an HTTP 429 response for GetAttempt
+type GetAttemptResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptSpec
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetAttemptResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetAttemptResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9601,9 +9909,34 @@ func (r GetAttemptResponse) GetJSON200() *AttemptSpec {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetAttemptResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetAttemptResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetAttemptResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9635,23 +9968,65 @@ func (r GetAttemptResponse) ContentType() string {
 	return ""
 }
 
+// AppendAttemptLogsResponse401Headers the declared response headers of an HTTP 401 response for AppendAttemptLogs
+type AppendAttemptLogsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AppendAttemptLogsResponse429Headers the declared response headers of an HTTP 429 response for AppendAttemptLogs
+type AppendAttemptLogsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AppendAttemptLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AppendAttemptLogsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AppendAttemptLogsResponse429Headers
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r AppendAttemptLogsResponse) GetApplicationproblemJSON400() *Problem {
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r AppendAttemptLogsResponse) GetApplicationproblemJSON404() *Problem {
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AppendAttemptLogsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9683,17 +10058,39 @@ func (r AppendAttemptLogsResponse) ContentType() string {
 	return ""
 }
 
+// ReportAttemptResponse401Headers the declared response headers of an HTTP 401 response for ReportAttempt
+type ReportAttemptResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReportAttemptResponse429Headers the declared response headers of an HTTP 429 response for ReportAttempt
+type ReportAttemptResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ReportAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptReportResponse
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReportAttemptResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReportAttemptResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9702,18 +10099,38 @@ func (r ReportAttemptResponse) GetJSON200() *AttemptReportResponse {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ReportAttemptResponse) GetApplicationproblemJSON400() *Problem {
+func (r ReportAttemptResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ReportAttemptResponse) GetApplicationproblemJSON404() *Problem {
+func (r ReportAttemptResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r ReportAttemptResponse) GetApplicationproblemJSON409() *Problem {
+func (r ReportAttemptResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReportAttemptResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9745,15 +10162,39 @@ func (r ReportAttemptResponse) ContentType() string {
 	return ""
 }
 
+// GetArchivedRunResponse401Headers the declared response headers of an HTTP 401 response for GetArchivedRun
+type GetArchivedRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetArchivedRunResponse429Headers the declared response headers of an HTTP 429 response for GetArchivedRun
+type GetArchivedRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetArchivedRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Problem
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetArchivedRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetArchivedRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9761,14 +10202,39 @@ func (r GetArchivedRunResponse) GetJSON200() *Run {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *Problem {
+func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9800,13 +10266,37 @@ func (r GetArchivedRunResponse) ContentType() string {
 	return ""
 }
 
+// DeleteCacheEntriesResponse401Headers the declared response headers of an HTTP 401 response for DeleteCacheEntries
+type DeleteCacheEntriesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteCacheEntriesResponse429Headers the declared response headers of an HTTP 429 response for DeleteCacheEntries
+type DeleteCacheEntriesResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteCacheEntriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CacheDeletion
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteCacheEntriesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteCacheEntriesResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9815,8 +10305,33 @@ func (r DeleteCacheEntriesResponse) GetJSON200() *CacheDeletion {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteCacheEntriesResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9848,13 +10363,37 @@ func (r DeleteCacheEntriesResponse) ContentType() string {
 	return ""
 }
 
+// ListCacheEntriesResponse401Headers the declared response headers of an HTTP 401 response for ListCacheEntries
+type ListCacheEntriesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListCacheEntriesResponse429Headers the declared response headers of an HTTP 429 response for ListCacheEntries
+type ListCacheEntriesResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListCacheEntriesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CacheEntryList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListCacheEntriesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListCacheEntriesResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9863,8 +10402,33 @@ func (r ListCacheEntriesResponse) GetJSON200() *CacheEntryList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListCacheEntriesResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListCacheEntriesResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9896,23 +10460,65 @@ func (r ListCacheEntriesResponse) ContentType() string {
 	return ""
 }
 
+// DeleteCacheEntryResponse401Headers the declared response headers of an HTTP 401 response for DeleteCacheEntry
+type DeleteCacheEntryResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteCacheEntryResponse429Headers the declared response headers of an HTTP 429 response for DeleteCacheEntry
+type DeleteCacheEntryResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteCacheEntryResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteCacheEntryResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteCacheEntryResponse429Headers
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r DeleteCacheEntryResponse) GetApplicationproblemJSON400() *Problem {
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteCacheEntryResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteCacheEntryResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9944,16 +10550,72 @@ func (r DeleteCacheEntryResponse) ContentType() string {
 	return ""
 }
 
+// GetConcurrencyResponse401Headers the declared response headers of an HTTP 401 response for GetConcurrency
+type GetConcurrencyResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetConcurrencyResponse429Headers the declared response headers of an HTTP 429 response for GetConcurrency
+type GetConcurrencyResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetConcurrencyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ConcurrencyLedger
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetConcurrencyResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetConcurrencyResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetConcurrencyResponse) GetJSON200() *ConcurrencyLedger {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetConcurrencyResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -9985,9 +10647,65 @@ func (r GetConcurrencyResponse) ContentType() string {
 	return ""
 }
 
+// WatchEventsResponse401Headers the declared response headers of an HTTP 401 response for WatchEvents
+type WatchEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// WatchEventsResponse429Headers the declared response headers of an HTTP 429 response for WatchEvents
+type WatchEventsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type WatchEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WatchEventsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WatchEventsResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchEventsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10019,15 +10737,39 @@ func (r WatchEventsResponse) ContentType() string {
 	return ""
 }
 
+// PublishEventResponse401Headers the declared response headers of an HTTP 401 response for PublishEvent
+type PublishEventResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PublishEventResponse429Headers the declared response headers of an HTTP 429 response for PublishEvent
+type PublishEventResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PublishEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *PublishedEvent
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PublishEventResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PublishEventResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10036,13 +10778,38 @@ func (r PublishEventResponse) GetJSON202() *PublishedEvent {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r PublishEventResponse) GetApplicationproblemJSON400() *Problem {
+func (r PublishEventResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r PublishEventResponse) GetApplicationproblemJSON422() *Problem {
+func (r PublishEventResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PublishEventResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10074,13 +10841,37 @@ func (r PublishEventResponse) ContentType() string {
 	return ""
 }
 
+// GetPublishedEventResponse401Headers the declared response headers of an HTTP 401 response for GetPublishedEvent
+type GetPublishedEventResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetPublishedEventResponse429Headers the declared response headers of an HTTP 429 response for GetPublishedEvent
+type GetPublishedEventResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetPublishedEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *PublishedEvent
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPublishedEventResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetPublishedEventResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10088,9 +10879,34 @@ func (r GetPublishedEventResponse) GetJSON200() *PublishedEvent {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetPublishedEventResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetPublishedEventResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetPublishedEventResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10122,13 +10938,37 @@ func (r GetPublishedEventResponse) ContentType() string {
 	return ""
 }
 
+// ListRunsResponse401Headers the declared response headers of an HTTP 401 response for ListRuns
+type ListRunsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListRunsResponse429Headers the declared response headers of an HTTP 429 response for ListRuns
+type ListRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRunsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10137,8 +10977,33 @@ func (r ListRunsResponse) GetJSON200() *RunList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListRunsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10170,6 +11035,16 @@ func (r ListRunsResponse) ContentType() string {
 	return ""
 }
 
+// CreateRunResponse401Headers the declared response headers of an HTTP 401 response for CreateRun
+type CreateRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateRunResponse429Headers the declared response headers of an HTTP 429 response for CreateRun
+type CreateRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10178,11 +11053,25 @@ type CreateRunResponse struct {
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Run
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10196,18 +11085,43 @@ func (r CreateRunResponse) GetJSON201() *Run {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateRunResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateRunResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateRunResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateRunResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10239,13 +11153,37 @@ func (r CreateRunResponse) ContentType() string {
 	return ""
 }
 
+// CreateRunsResponse401Headers the declared response headers of an HTTP 401 response for CreateRuns
+type CreateRunsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateRunsResponse429Headers the declared response headers of an HTTP 429 response for CreateRuns
+type CreateRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunBatchResults
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateRunsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10254,8 +11192,33 @@ func (r CreateRunsResponse) GetJSON200() *RunBatchResults {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateRunsResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateRunsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10287,17 +11250,41 @@ func (r CreateRunsResponse) ContentType() string {
 	return ""
 }
 
+// DeleteRunResponse401Headers the declared response headers of an HTTP 401 response for DeleteRun
+type DeleteRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteRunResponse429Headers the declared response headers of an HTTP 429 response for DeleteRun
+type DeleteRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunDeletion
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Problem
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10305,19 +11292,44 @@ func (r DeleteRunResponse) GetJSON200() *RunDeletion {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r DeleteRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r DeleteRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r DeleteRunResponse) GetApplicationproblemJSON503() *Problem {
+func (r DeleteRunResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10349,13 +11361,37 @@ func (r DeleteRunResponse) ContentType() string {
 	return ""
 }
 
+// GetRunResponse401Headers the declared response headers of an HTTP 401 response for GetRun
+type GetRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetRunResponse429Headers the declared response headers of an HTTP 429 response for GetRun
+type GetRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRunResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10363,9 +11399,34 @@ func (r GetRunResponse) GetJSON200() *Run {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10397,15 +11458,39 @@ func (r GetRunResponse) ContentType() string {
 	return ""
 }
 
+// AbortRunResponse401Headers the declared response headers of an HTTP 401 response for AbortRun
+type AbortRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AbortRunResponse429Headers the declared response headers of an HTTP 429 response for AbortRun
+type AbortRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AbortRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AbortRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AbortRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10413,14 +11498,39 @@ func (r AbortRunResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r AbortRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r AbortRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AbortRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r AbortRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AbortRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10452,15 +11562,37 @@ func (r AbortRunResponse) ContentType() string {
 	return ""
 }
 
+// GetActionResponse401Headers the declared response headers of an HTTP 401 response for GetAction
+type GetActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetActionResponse429Headers the declared response headers of an HTTP 429 response for GetAction
+type GetActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Action
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetActionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10469,13 +11601,33 @@ func (r GetActionResponse) GetJSON200() *Action {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r GetActionResponse) GetApplicationproblemJSON400() *Problem {
+func (r GetActionResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10507,15 +11659,39 @@ func (r GetActionResponse) ContentType() string {
 	return ""
 }
 
+// AbortActionResponse401Headers the declared response headers of an HTTP 401 response for AbortAction
+type AbortActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AbortActionResponse429Headers the declared response headers of an HTTP 429 response for AbortAction
+type AbortActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AbortActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AbortActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AbortActionResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10523,14 +11699,39 @@ func (r AbortActionResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r AbortActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r AbortActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r AbortActionResponse) GetApplicationproblemJSON409() *Problem {
+func (r AbortActionResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AbortActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10562,15 +11763,39 @@ func (r AbortActionResponse) ContentType() string {
 	return ""
 }
 
+// ApproveActionResponse401Headers the declared response headers of an HTTP 401 response for ApproveAction
+type ApproveActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ApproveActionResponse429Headers the declared response headers of an HTTP 429 response for ApproveAction
+type ApproveActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ApproveActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ApproveActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ApproveActionResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10578,14 +11803,39 @@ func (r ApproveActionResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ApproveActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r ApproveActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r ApproveActionResponse) GetApplicationproblemJSON409() *Problem {
+func (r ApproveActionResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ApproveActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10617,15 +11867,39 @@ func (r ApproveActionResponse) ContentType() string {
 	return ""
 }
 
+// RejectActionResponse401Headers the declared response headers of an HTTP 401 response for RejectAction
+type RejectActionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RejectActionResponse429Headers the declared response headers of an HTTP 429 response for RejectAction
+type RejectActionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RejectActionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Action
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RejectActionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RejectActionResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10633,14 +11907,39 @@ func (r RejectActionResponse) GetJSON202() *Action {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r RejectActionResponse) GetApplicationproblemJSON404() *Problem {
+func (r RejectActionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r RejectActionResponse) GetApplicationproblemJSON409() *Problem {
+func (r RejectActionResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RejectActionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10672,13 +11971,37 @@ func (r RejectActionResponse) ContentType() string {
 	return ""
 }
 
+// GetAttemptLogsResponse401Headers the declared response headers of an HTTP 401 response for GetAttemptLogs
+type GetAttemptLogsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetAttemptLogsResponse429Headers the declared response headers of an HTTP 429 response for GetAttemptLogs
+type GetAttemptLogsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetAttemptLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptLogs
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetAttemptLogsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetAttemptLogsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10686,9 +12009,34 @@ func (r GetAttemptLogsResponse) GetJSON200() *AttemptLogs {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetAttemptLogsResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetAttemptLogsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10720,16 +12068,65 @@ func (r GetAttemptLogsResponse) ContentType() string {
 	return ""
 }
 
+// WatchRunEventsResponse401Headers the declared response headers of an HTTP 401 response for WatchRunEvents
+type WatchRunEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// WatchRunEventsResponse429Headers the declared response headers of an HTTP 429 response for WatchRunEvents
+type WatchRunEventsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type WatchRunEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WatchRunEventsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WatchRunEventsResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r WatchRunEventsResponse) GetApplicationproblemJSON404() *Problem {
+func (r WatchRunEventsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchRunEventsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10761,17 +12158,41 @@ func (r WatchRunEventsResponse) ContentType() string {
 	return ""
 }
 
+// RestartRunResponse401Headers the declared response headers of an HTTP 401 response for RestartRun
+type RestartRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RestartRunResponse429Headers the declared response headers of an HTTP 429 response for RestartRun
+type RestartRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RestartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RestartRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RestartRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10779,19 +12200,44 @@ func (r RestartRunResponse) GetJSON202() *Run {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r RestartRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r RestartRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r RestartRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r RestartRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r RestartRunResponse) GetApplicationproblemJSON422() *Problem {
+func (r RestartRunResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RestartRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10823,15 +12269,39 @@ func (r RestartRunResponse) ContentType() string {
 	return ""
 }
 
+// ResumeRunResponse401Headers the declared response headers of an HTTP 401 response for ResumeRun
+type ResumeRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ResumeRunResponse429Headers the declared response headers of an HTTP 429 response for ResumeRun
+type ResumeRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ResumeRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResumeRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResumeRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10839,14 +12309,39 @@ func (r ResumeRunResponse) GetJSON202() *Run {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ResumeRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r ResumeRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r ResumeRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r ResumeRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10878,15 +12373,39 @@ func (r ResumeRunResponse) ContentType() string {
 	return ""
 }
 
+// SuspendRunResponse401Headers the declared response headers of an HTTP 401 response for SuspendRun
+type SuspendRunResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SuspendRunResponse429Headers the declared response headers of an HTTP 429 response for SuspendRun
+type SuspendRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SuspendRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SuspendRunResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SuspendRunResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -10894,14 +12413,39 @@ func (r SuspendRunResponse) GetJSON202() *Run {
 	return r.JSON202
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r SuspendRunResponse) GetApplicationproblemJSON404() *Problem {
+func (r SuspendRunResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r SuspendRunResponse) GetApplicationproblemJSON409() *Problem {
+func (r SuspendRunResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SuspendRunResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10933,13 +12477,37 @@ func (r SuspendRunResponse) ContentType() string {
 	return ""
 }
 
+// ListSchedulesResponse401Headers the declared response headers of an HTTP 401 response for ListSchedules
+type ListSchedulesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListSchedulesResponse429Headers the declared response headers of an HTTP 429 response for ListSchedules
+type ListSchedulesResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListSchedulesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ScheduleList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSchedulesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListSchedulesResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10948,8 +12516,33 @@ func (r ListSchedulesResponse) GetJSON200() *ScheduleList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListSchedulesResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListSchedulesResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -10981,19 +12574,41 @@ func (r ListSchedulesResponse) ContentType() string {
 	return ""
 }
 
+// CreateScheduleResponse401Headers the declared response headers of an HTTP 401 response for CreateSchedule
+type CreateScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateScheduleResponse429Headers the declared response headers of an HTTP 429 response for CreateSchedule
+type CreateScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Schedule
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateScheduleResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -11002,23 +12617,43 @@ func (r CreateScheduleResponse) GetJSON201() *Schedule {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateScheduleResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateScheduleResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11050,16 +12685,65 @@ func (r CreateScheduleResponse) ContentType() string {
 	return ""
 }
 
+// DeleteScheduleResponse401Headers the declared response headers of an HTTP 401 response for DeleteSchedule
+type DeleteScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteScheduleResponse429Headers the declared response headers of an HTTP 429 response for DeleteSchedule
+type DeleteScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteScheduleResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11091,13 +12775,37 @@ func (r DeleteScheduleResponse) ContentType() string {
 	return ""
 }
 
+// GetScheduleResponse401Headers the declared response headers of an HTTP 401 response for GetSchedule
+type GetScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetScheduleResponse429Headers the declared response headers of an HTTP 429 response for GetSchedule
+type GetScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11105,9 +12813,34 @@ func (r GetScheduleResponse) GetJSON200() *Schedule {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11139,17 +12872,39 @@ func (r GetScheduleResponse) ContentType() string {
 	return ""
 }
 
+// UpdateScheduleResponse401Headers the declared response headers of an HTTP 401 response for UpdateSchedule
+type UpdateScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// UpdateScheduleResponse429Headers the declared response headers of an HTTP 429 response for UpdateSchedule
+type UpdateScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type UpdateScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UpdateScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UpdateScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11158,18 +12913,38 @@ func (r UpdateScheduleResponse) GetJSON200() *Schedule {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r UpdateScheduleResponse) GetApplicationproblemJSON422() *Problem {
+func (r UpdateScheduleResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11201,17 +12976,39 @@ func (r UpdateScheduleResponse) ContentType() string {
 	return ""
 }
 
+// BackfillScheduleResponse401Headers the declared response headers of an HTTP 401 response for BackfillSchedule
+type BackfillScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// BackfillScheduleResponse429Headers the declared response headers of an HTTP 429 response for BackfillSchedule
+type BackfillScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type BackfillScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *ScheduleAction
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *BackfillScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *BackfillScheduleResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -11220,18 +13017,38 @@ func (r BackfillScheduleResponse) GetJSON202() *ScheduleAction {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r BackfillScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r BackfillScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r BackfillScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r BackfillScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r BackfillScheduleResponse) GetApplicationproblemJSON422() *Problem {
+func (r BackfillScheduleResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11263,13 +13080,37 @@ func (r BackfillScheduleResponse) ContentType() string {
 	return ""
 }
 
+// PauseScheduleResponse401Headers the declared response headers of an HTTP 401 response for PauseSchedule
+type PauseScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PauseScheduleResponse429Headers the declared response headers of an HTTP 429 response for PauseSchedule
+type PauseScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PauseScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PauseScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PauseScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11277,9 +13118,34 @@ func (r PauseScheduleResponse) GetJSON200() *Schedule {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r PauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r PauseScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11311,17 +13177,39 @@ func (r PauseScheduleResponse) ContentType() string {
 	return ""
 }
 
+// TriggerScheduleResponse401Headers the declared response headers of an HTTP 401 response for TriggerSchedule
+type TriggerScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// TriggerScheduleResponse429Headers the declared response headers of an HTTP 429 response for TriggerSchedule
+type TriggerScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type TriggerScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *ScheduleAction
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TriggerScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *TriggerScheduleResponse429Headers
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -11330,18 +13218,38 @@ func (r TriggerScheduleResponse) GetJSON202() *ScheduleAction {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r TriggerScheduleResponse) GetApplicationproblemJSON400() *Problem {
+func (r TriggerScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *Problem {
+func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11373,13 +13281,37 @@ func (r TriggerScheduleResponse) ContentType() string {
 	return ""
 }
 
+// UnpauseScheduleResponse401Headers the declared response headers of an HTTP 401 response for UnpauseSchedule
+type UnpauseScheduleResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// UnpauseScheduleResponse429Headers the declared response headers of an HTTP 429 response for UnpauseSchedule
+type UnpauseScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 type UnpauseScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UnpauseScheduleResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UnpauseScheduleResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11387,9 +13319,34 @@ func (r UnpauseScheduleResponse) GetJSON200() *Schedule {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r UnpauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UnpauseScheduleResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11421,13 +13378,37 @@ func (r UnpauseScheduleResponse) ContentType() string {
 	return ""
 }
 
+// ListTriggersResponse401Headers the declared response headers of an HTTP 401 response for ListTriggers
+type ListTriggersResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListTriggersResponse429Headers the declared response headers of an HTTP 429 response for ListTriggers
+type ListTriggersResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListTriggersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TriggerList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTriggersResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListTriggersResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11436,8 +13417,33 @@ func (r ListTriggersResponse) GetJSON200() *TriggerList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListTriggersResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListTriggersResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTriggersResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11469,19 +13475,41 @@ func (r ListTriggersResponse) ContentType() string {
 	return ""
 }
 
+// CreateTriggerResponse401Headers the declared response headers of an HTTP 401 response for CreateTrigger
+type CreateTriggerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateTriggerResponse429Headers the declared response headers of an HTTP 429 response for CreateTrigger
+type CreateTriggerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Trigger
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
-	ApplicationproblemJSON409 *Problem
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateTriggerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateTriggerResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -11490,23 +13518,43 @@ func (r CreateTriggerResponse) GetJSON201() *Trigger {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON404() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON409() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateTriggerResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateTriggerResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTriggerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11538,16 +13586,65 @@ func (r CreateTriggerResponse) ContentType() string {
 	return ""
 }
 
+// DeleteTriggerResponse401Headers the declared response headers of an HTTP 401 response for DeleteTrigger
+type DeleteTriggerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteTriggerResponse429Headers the declared response headers of an HTTP 429 response for DeleteTrigger
+type DeleteTriggerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteTriggerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteTriggerResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteTriggerResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteTriggerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteTriggerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11579,13 +13676,37 @@ func (r DeleteTriggerResponse) ContentType() string {
 	return ""
 }
 
+// GetTriggerResponse401Headers the declared response headers of an HTTP 401 response for GetTrigger
+type GetTriggerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetTriggerResponse429Headers the declared response headers of an HTTP 429 response for GetTrigger
+type GetTriggerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Trigger
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTriggerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetTriggerResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11593,9 +13714,34 @@ func (r GetTriggerResponse) GetJSON200() *Trigger {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetTriggerResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetTriggerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetTriggerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11627,13 +13773,37 @@ func (r GetTriggerResponse) ContentType() string {
 	return ""
 }
 
+// ListWorkflowsResponse401Headers the declared response headers of an HTTP 401 response for ListWorkflows
+type ListWorkflowsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListWorkflowsResponse429Headers the declared response headers of an HTTP 429 response for ListWorkflows
+type ListWorkflowsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListWorkflowsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplateList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWorkflowsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWorkflowsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11642,8 +13812,33 @@ func (r ListWorkflowsResponse) GetJSON200() *WorkflowTemplateList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListWorkflowsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListWorkflowsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11675,6 +13870,16 @@ func (r ListWorkflowsResponse) ContentType() string {
 	return ""
 }
 
+// PushWorkflowResponse401Headers the declared response headers of an HTTP 401 response for PushWorkflow
+type PushWorkflowResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PushWorkflowResponse429Headers the declared response headers of an HTTP 429 response for PushWorkflow
+type PushWorkflowResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PushWorkflowResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11683,9 +13888,23 @@ type PushWorkflowResponse struct {
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *WorkflowTemplate
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PushWorkflowResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PushWorkflowResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11699,13 +13918,38 @@ func (r PushWorkflowResponse) GetJSON201() *WorkflowTemplate {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r PushWorkflowResponse) GetApplicationproblemJSON400() *Problem {
+func (r PushWorkflowResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r PushWorkflowResponse) GetApplicationproblemJSON422() *Problem {
+func (r PushWorkflowResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PushWorkflowResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11737,16 +13981,65 @@ func (r PushWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// DeleteWorkflowResponse401Headers the declared response headers of an HTTP 401 response for DeleteWorkflow
+type DeleteWorkflowResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteWorkflowResponse429Headers the declared response headers of an HTTP 429 response for DeleteWorkflow
+type DeleteWorkflowResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteWorkflowResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteWorkflowResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteWorkflowResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteWorkflowResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11778,13 +14071,37 @@ func (r DeleteWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkflowResponse401Headers the declared response headers of an HTTP 401 response for GetWorkflow
+type GetWorkflowResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkflowResponse429Headers the declared response headers of an HTTP 429 response for GetWorkflow
+type GetWorkflowResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetWorkflowResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkflowResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkflowResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11792,9 +14109,34 @@ func (r GetWorkflowResponse) GetJSON200() *WorkflowTemplate {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetWorkflowResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11826,13 +14168,37 @@ func (r GetWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// ListWorkflowVersionsResponse401Headers the declared response headers of an HTTP 401 response for ListWorkflowVersions
+type ListWorkflowVersionsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListWorkflowVersionsResponse429Headers the declared response headers of an HTTP 429 response for ListWorkflowVersions
+type ListWorkflowVersionsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListWorkflowVersionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplateList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWorkflowVersionsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWorkflowVersionsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11840,9 +14206,34 @@ func (r ListWorkflowVersionsResponse) GetJSON200() *WorkflowTemplateList {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON404() *Problem {
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkflowVersionsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11874,13 +14265,37 @@ func (r ListWorkflowVersionsResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkflowVersionResponse401Headers the declared response headers of an HTTP 401 response for GetWorkflowVersion
+type GetWorkflowVersionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkflowVersionResponse429Headers the declared response headers of an HTTP 429 response for GetWorkflowVersion
+type GetWorkflowVersionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetWorkflowVersionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkflowTemplate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkflowVersionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkflowVersionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11888,9 +14303,34 @@ func (r GetWorkflowVersionResponse) GetJSON200() *WorkflowTemplate {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetWorkflowVersionResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkflowVersionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11922,16 +14362,72 @@ func (r GetWorkflowVersionResponse) ContentType() string {
 	return ""
 }
 
+// GetFairShareResponse401Headers the declared response headers of an HTTP 401 response for GetFairShare
+type GetFairShareResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetFairShareResponse429Headers the declared response headers of an HTTP 429 response for GetFairShare
+type GetFairShareResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetFairShareResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *FairShare
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetFairShareResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetFairShareResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetFairShareResponse) GetJSON200() *FairShare {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetFairShareResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -11963,15 +14459,39 @@ func (r GetFairShareResponse) ContentType() string {
 	return ""
 }
 
+// SetFairShareResponse401Headers the declared response headers of an HTTP 401 response for SetFairShare
+type SetFairShareResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SetFairShareResponse429Headers the declared response headers of an HTTP 429 response for SetFairShare
+type SetFairShareResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SetFairShareResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *FairShare
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetFairShareResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetFairShareResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11980,13 +14500,38 @@ func (r SetFairShareResponse) GetJSON200() *FairShare {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r SetFairShareResponse) GetApplicationproblemJSON400() *Problem {
+func (r SetFairShareResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r SetFairShareResponse) GetApplicationproblemJSON422() *Problem {
+func (r SetFairShareResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetFairShareResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12018,13 +14563,37 @@ func (r SetFairShareResponse) ContentType() string {
 	return ""
 }
 
+// ListRateLimitsResponse401Headers the declared response headers of an HTTP 401 response for ListRateLimits
+type ListRateLimitsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListRateLimitsResponse429Headers the declared response headers of an HTTP 429 response for ListRateLimits
+type ListRateLimitsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListRateLimitsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RateLimitList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRateLimitsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRateLimitsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12033,8 +14602,33 @@ func (r ListRateLimitsResponse) GetJSON200() *RateLimitList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ListRateLimitsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ListRateLimitsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRateLimitsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12066,16 +14660,65 @@ func (r ListRateLimitsResponse) ContentType() string {
 	return ""
 }
 
+// DeleteRateLimitResponse401Headers the declared response headers of an HTTP 401 response for DeleteRateLimit
+type DeleteRateLimitResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteRateLimitResponse429Headers the declared response headers of an HTTP 429 response for DeleteRateLimit
+type DeleteRateLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeleteRateLimitResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteRateLimitResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteRateLimitResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeleteRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteRateLimitResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12107,13 +14750,37 @@ func (r DeleteRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// GetRateLimitResponse401Headers the declared response headers of an HTTP 401 response for GetRateLimit
+type GetRateLimitResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetRateLimitResponse429Headers the declared response headers of an HTTP 429 response for GetRateLimit
+type GetRateLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetRateLimitResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RateLimit
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRateLimitResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRateLimitResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12121,9 +14788,34 @@ func (r GetRateLimitResponse) GetJSON200() *RateLimit {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetRateLimitResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetRateLimitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRateLimitResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12155,6 +14847,16 @@ func (r GetRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// PutRateLimitResponse401Headers the declared response headers of an HTTP 401 response for PutRateLimit
+type PutRateLimitResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PutRateLimitResponse429Headers the declared response headers of an HTTP 429 response for PutRateLimit
+type PutRateLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
 type PutRateLimitResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12163,9 +14865,23 @@ type PutRateLimitResponse struct {
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *RateLimit
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutRateLimitResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutRateLimitResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12179,13 +14895,38 @@ func (r PutRateLimitResponse) GetJSON201() *RateLimit {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r PutRateLimitResponse) GetApplicationproblemJSON400() *Problem {
+func (r PutRateLimitResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r PutRateLimitResponse) GetApplicationproblemJSON422() *Problem {
+func (r PutRateLimitResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PutRateLimitResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12217,16 +14958,72 @@ func (r PutRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// GetProjectSettingsResponse401Headers the declared response headers of an HTTP 401 response for GetProjectSettings
+type GetProjectSettingsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetProjectSettingsResponse429Headers the declared response headers of an HTTP 429 response for GetProjectSettings
+type GetProjectSettingsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetProjectSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ProjectSettings
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetProjectSettingsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetProjectSettingsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetProjectSettingsResponse) GetJSON200() *ProjectSettings {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetProjectSettingsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12258,15 +15055,39 @@ func (r GetProjectSettingsResponse) ContentType() string {
 	return ""
 }
 
+// SetProjectSettingsResponse401Headers the declared response headers of an HTTP 401 response for SetProjectSettings
+type SetProjectSettingsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SetProjectSettingsResponse429Headers the declared response headers of an HTTP 429 response for SetProjectSettings
+type SetProjectSettingsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SetProjectSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ProjectSettings
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetProjectSettingsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetProjectSettingsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12275,13 +15096,38 @@ func (r SetProjectSettingsResponse) GetJSON200() *ProjectSettings {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r SetProjectSettingsResponse) GetApplicationproblemJSON400() *Problem {
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r SetProjectSettingsResponse) GetApplicationproblemJSON422() *Problem {
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetProjectSettingsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12313,16 +15159,58 @@ func (r SetProjectSettingsResponse) ContentType() string {
 	return ""
 }
 
+// ListTokensResponse401Headers the declared response headers of an HTTP 401 response for ListTokens
+type ListTokensResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListTokensResponse429Headers the declared response headers of an HTTP 429 response for ListTokens
+type ListTokensResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListTokensResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TokenList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTokensResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListTokensResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListTokensResponse) GetJSON200() *TokenList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12354,15 +15242,37 @@ func (r ListTokensResponse) ContentType() string {
 	return ""
 }
 
+// CreateTokenResponse401Headers the declared response headers of an HTTP 401 response for CreateToken
+type CreateTokenResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CreateTokenResponse429Headers the declared response headers of an HTTP 429 response for CreateToken
+type CreateTokenResponse429Headers struct {
+	RetryAfter *int
+}
+
 type CreateTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Token
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateTokenResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateTokenResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -12371,13 +15281,33 @@ func (r CreateTokenResponse) GetJSON201() *Token {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r CreateTokenResponse) GetApplicationproblemJSON400() *Problem {
+func (r CreateTokenResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r CreateTokenResponse) GetApplicationproblemJSON422() *Problem {
+func (r CreateTokenResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12409,16 +15339,65 @@ func (r CreateTokenResponse) ContentType() string {
 	return ""
 }
 
+// RevokeTokenResponse401Headers the declared response headers of an HTTP 401 response for RevokeToken
+type RevokeTokenResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RevokeTokenResponse429Headers the declared response headers of an HTTP 429 response for RevokeToken
+type RevokeTokenResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RevokeTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RevokeTokenResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RevokeTokenResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r RevokeTokenResponse) GetApplicationproblemJSON404() *Problem {
+func (r RevokeTokenResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12450,16 +15429,51 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
+// GetVersionResponse401Headers the declared response headers of an HTTP 401 response for GetVersion
+type GetVersionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetVersionResponse429Headers the declared response headers of an HTTP 429 response for GetVersion
+type GetVersionResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetVersionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Version
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetVersionResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetVersionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetVersionResponse) GetJSON200() *Version {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetVersionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetVersionResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetVersionResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12491,16 +15505,58 @@ func (r GetVersionResponse) ContentType() string {
 	return ""
 }
 
+// ListWorkersResponse401Headers the declared response headers of an HTTP 401 response for ListWorkers
+type ListWorkersResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListWorkersResponse429Headers the declared response headers of an HTTP 429 response for ListWorkers
+type ListWorkersResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ListWorkersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkerList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWorkersResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWorkersResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListWorkersResponse) GetJSON200() *WorkerList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12532,15 +15588,37 @@ func (r ListWorkersResponse) ContentType() string {
 	return ""
 }
 
+// RegisterWorkerResponse401Headers the declared response headers of an HTTP 401 response for RegisterWorker
+type RegisterWorkerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RegisterWorkerResponse429Headers the declared response headers of an HTTP 429 response for RegisterWorker
+type RegisterWorkerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RegisterWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Worker
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *Problem
+	ApplicationproblemJSON422 *UnprocessableEntity
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RegisterWorkerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RegisterWorkerResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -12549,13 +15627,33 @@ func (r RegisterWorkerResponse) GetJSON201() *Worker {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r RegisterWorkerResponse) GetApplicationproblemJSON400() *Problem {
+func (r RegisterWorkerResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
-func (r RegisterWorkerResponse) GetApplicationproblemJSON422() *Problem {
+func (r RegisterWorkerResponse) GetApplicationproblemJSON422() *UnprocessableEntity {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RegisterWorkerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12587,16 +15685,65 @@ func (r RegisterWorkerResponse) ContentType() string {
 	return ""
 }
 
+// DeregisterWorkerResponse401Headers the declared response headers of an HTTP 401 response for DeregisterWorker
+type DeregisterWorkerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeregisterWorkerResponse429Headers the declared response headers of an HTTP 429 response for DeregisterWorker
+type DeregisterWorkerResponse429Headers struct {
+	RetryAfter *int
+}
+
 type DeregisterWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeregisterWorkerResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeregisterWorkerResponse429Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r DeregisterWorkerResponse) GetApplicationproblemJSON404() *Problem {
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeregisterWorkerResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12628,15 +15775,37 @@ func (r DeregisterWorkerResponse) ContentType() string {
 	return ""
 }
 
+// GetWorkerAttemptsResponse401Headers the declared response headers of an HTTP 401 response for GetWorkerAttempts
+type GetWorkerAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetWorkerAttemptsResponse429Headers the declared response headers of an HTTP 429 response for GetWorkerAttempts
+type GetWorkerAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type GetWorkerAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptSpecList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkerAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkerAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12645,13 +15814,33 @@ func (r GetWorkerAttemptsResponse) GetJSON200() *AttemptSpecList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkerAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12683,13 +15872,37 @@ func (r GetWorkerAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// AdoptAttemptsResponse401Headers the declared response headers of an HTTP 401 response for AdoptAttempts
+type AdoptAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AdoptAttemptsResponse429Headers the declared response headers of an HTTP 429 response for AdoptAttempts
+type AdoptAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type AdoptAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptIDList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdoptAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AdoptAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12698,8 +15911,33 @@ func (r AdoptAttemptsResponse) GetJSON200() *AttemptIDList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AdoptAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12731,13 +15969,37 @@ func (r AdoptAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// LiveAttemptsResponse401Headers the declared response headers of an HTTP 401 response for LiveAttempts
+type LiveAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// LiveAttemptsResponse429Headers the declared response headers of an HTTP 429 response for LiveAttempts
+type LiveAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type LiveAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AttemptIDList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *LiveAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *LiveAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12746,8 +16008,33 @@ func (r LiveAttemptsResponse) GetJSON200() *AttemptIDList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r LiveAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r LiveAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r LiveAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12779,13 +16066,37 @@ func (r LiveAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// HeartbeatResponse401Headers the declared response headers of an HTTP 401 response for Heartbeat
+type HeartbeatResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// HeartbeatResponse429Headers the declared response headers of an HTTP 429 response for Heartbeat
+type HeartbeatResponse429Headers struct {
+	RetryAfter *int
+}
+
 type HeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *HeartbeatReply
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HeartbeatResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HeartbeatResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12793,9 +16104,34 @@ func (r HeartbeatResponse) GetJSON200() *HeartbeatReply {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r HeartbeatResponse) GetApplicationproblemJSON404() *Problem {
+func (r HeartbeatResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r HeartbeatResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12827,15 +16163,37 @@ func (r HeartbeatResponse) ContentType() string {
 	return ""
 }
 
+// ReportAttemptsResponse401Headers the declared response headers of an HTTP 401 response for ReportAttempts
+type ReportAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReportAttemptsResponse429Headers the declared response headers of an HTTP 429 response for ReportAttempts
+type ReportAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ReportAttemptsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ReportBatchResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReportAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReportAttemptsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12844,13 +16202,33 @@ func (r ReportAttemptsResponse) GetJSON200() *ReportBatchResult {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ReportAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ReportAttemptsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r ReportAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+func (r ReportAttemptsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReportAttemptsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -12882,13 +16260,37 @@ func (r ReportAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// ExistingRunsResponse401Headers the declared response headers of an HTTP 401 response for ExistingRuns
+type ExistingRunsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ExistingRunsResponse429Headers the declared response headers of an HTTP 429 response for ExistingRuns
+type ExistingRunsResponse429Headers struct {
+	RetryAfter *int
+}
+
 type ExistingRunsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RunRefList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Default
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExistingRunsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExistingRunsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -12897,8 +16299,33 @@ func (r ExistingRunsResponse) GetJSON200() *RunRefList {
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r ExistingRunsResponse) GetApplicationproblemJSON400() *Problem {
+func (r ExistingRunsResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ExistingRunsResponse) GetApplicationproblemJSONDefault() *Default {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -14391,12 +17818,63 @@ func ParseListAbortsResponse(rsp *http.Response) (*ListAbortsResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListAbortsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListAbortsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14423,13 +17901,71 @@ func ParseGetAttemptResponse(rsp *http.Response) (*GetAttemptResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetAttemptResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetAttemptResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14453,19 +17989,70 @@ func ParseAppendAttemptLogsResponse(rsp *http.Response) (*AppendAttemptLogsRespo
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AppendAttemptLogsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AppendAttemptLogsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14493,26 +18080,77 @@ func ParseReportAttemptResponse(rsp *http.Response) (*ReportAttemptResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReportAttemptResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReportAttemptResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14539,20 +18177,78 @@ func ParseGetArchivedRunResponse(rsp *http.Response) (*GetArchivedRunResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Problem
+		var dest ServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetArchivedRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetArchivedRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14580,12 +18276,70 @@ func ParseDeleteCacheEntriesResponse(rsp *http.Response) (*DeleteCacheEntriesRes
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteCacheEntriesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteCacheEntriesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14613,12 +18367,70 @@ func ParseListCacheEntriesResponse(rsp *http.Response) (*ListCacheEntriesRespons
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListCacheEntriesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListCacheEntriesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14642,19 +18454,70 @@ func ParseDeleteCacheEntryResponse(rsp *http.Response) (*DeleteCacheEntryRespons
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteCacheEntryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteCacheEntryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14681,6 +18544,71 @@ func ParseGetConcurrencyResponse(rsp *http.Response) (*GetConcurrencyResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetConcurrencyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetConcurrencyResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14697,6 +18625,74 @@ func ParseWatchEventsResponse(rsp *http.Response) (*WatchEventsResponse, error) 
 	response := &WatchEventsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers WatchEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers WatchEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14724,19 +18720,77 @@ func ParsePublishEventResponse(rsp *http.Response) (*PublishEventResponse, error
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PublishEventResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PublishEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14763,13 +18817,71 @@ func ParseGetPublishedEventResponse(rsp *http.Response) (*GetPublishedEventRespo
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetPublishedEventResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetPublishedEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14797,12 +18909,70 @@ func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListRunsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14837,26 +19007,84 @@ func ParseCreateRunResponse(rsp *http.Response) (*CreateRunResponse, error) {
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14884,12 +19112,70 @@ func ParseCreateRunsResponse(rsp *http.Response) (*CreateRunsResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateRunsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14916,27 +19202,85 @@ func ParseDeleteRunResponse(rsp *http.Response) (*DeleteRunResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Problem
+		var dest ServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14963,13 +19307,71 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14996,20 +19398,78 @@ func ParseAbortRunResponse(rsp *http.Response) (*AbortRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AbortRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AbortRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15037,19 +19497,70 @@ func ParseGetActionResponse(rsp *http.Response) (*GetActionResponse, error) {
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15076,20 +19587,78 @@ func ParseAbortActionResponse(rsp *http.Response) (*AbortActionResponse, error) 
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AbortActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AbortActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15116,20 +19685,78 @@ func ParseApproveActionResponse(rsp *http.Response) (*ApproveActionResponse, err
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ApproveActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ApproveActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15156,20 +19783,78 @@ func ParseRejectActionResponse(rsp *http.Response) (*RejectActionResponse, error
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RejectActionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RejectActionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15196,16 +19881,74 @@ func ParseGetAttemptLogsResponse(rsp *http.Response) (*GetAttemptLogsResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	case rsp.StatusCode == 200:
 		// Content-type (text/event-stream) unsupported
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetAttemptLogsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetAttemptLogsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15225,13 +19968,71 @@ func ParseWatchRunEventsResponse(rsp *http.Response) (*WatchRunEventsResponse, e
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers WatchRunEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers WatchRunEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15258,27 +20059,85 @@ func ParseRestartRunResponse(rsp *http.Response) (*RestartRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RestartRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RestartRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15305,20 +20164,78 @@ func ParseResumeRunResponse(rsp *http.Response) (*ResumeRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ResumeRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResumeRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15345,20 +20262,78 @@ func ParseSuspendRunResponse(rsp *http.Response) (*SuspendRunResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SuspendRunResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SuspendRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15386,12 +20361,70 @@ func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListSchedulesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListSchedulesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15419,33 +20452,84 @@ func ParseCreateScheduleResponse(rsp *http.Response) (*CreateScheduleResponse, e
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15468,13 +20552,71 @@ func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, e
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15501,13 +20643,71 @@ func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15535,26 +20735,77 @@ func ParseUpdateScheduleResponse(rsp *http.Response) (*UpdateScheduleResponse, e
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers UpdateScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers UpdateScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15582,26 +20833,77 @@ func ParseBackfillScheduleResponse(rsp *http.Response) (*BackfillScheduleRespons
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers BackfillScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers BackfillScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15628,13 +20930,71 @@ func ParsePauseScheduleResponse(rsp *http.Response) (*PauseScheduleResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PauseScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PauseScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15662,26 +21022,77 @@ func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse,
 		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers TriggerScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers TriggerScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15708,13 +21119,71 @@ func ParseUnpauseScheduleResponse(rsp *http.Response) (*UnpauseScheduleResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers UnpauseScheduleResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers UnpauseScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15742,12 +21211,70 @@ func ParseListTriggersResponse(rsp *http.Response) (*ListTriggersResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListTriggersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListTriggersResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15775,33 +21302,84 @@ func ParseCreateTriggerResponse(rsp *http.Response) (*CreateTriggerResponse, err
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
-		var dest Problem
+		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateTriggerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateTriggerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15824,13 +21402,71 @@ func ParseDeleteTriggerResponse(rsp *http.Response) (*DeleteTriggerResponse, err
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteTriggerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteTriggerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15857,13 +21493,71 @@ func ParseGetTriggerResponse(rsp *http.Response) (*GetTriggerResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetTriggerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetTriggerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15891,12 +21585,70 @@ func ParseListWorkflowsResponse(rsp *http.Response) (*ListWorkflowsResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListWorkflowsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListWorkflowsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15931,19 +21683,77 @@ func ParsePushWorkflowResponse(rsp *http.Response) (*PushWorkflowResponse, error
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PushWorkflowResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PushWorkflowResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15966,13 +21776,71 @@ func ParseDeleteWorkflowResponse(rsp *http.Response) (*DeleteWorkflowResponse, e
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteWorkflowResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteWorkflowResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15999,13 +21867,71 @@ func ParseGetWorkflowResponse(rsp *http.Response) (*GetWorkflowResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkflowResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkflowResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16032,13 +21958,71 @@ func ParseListWorkflowVersionsResponse(rsp *http.Response) (*ListWorkflowVersion
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListWorkflowVersionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListWorkflowVersionsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16065,13 +22049,71 @@ func ParseGetWorkflowVersionResponse(rsp *http.Response) (*GetWorkflowVersionRes
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkflowVersionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkflowVersionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16098,6 +22140,71 @@ func ParseGetFairShareResponse(rsp *http.Response) (*GetFairShareResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetFairShareResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetFairShareResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16125,19 +22232,77 @@ func ParseSetFairShareResponse(rsp *http.Response) (*SetFairShareResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SetFairShareResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SetFairShareResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16165,12 +22330,70 @@ func ParseListRateLimitsResponse(rsp *http.Response) (*ListRateLimitsResponse, e
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListRateLimitsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRateLimitsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16193,13 +22416,71 @@ func ParseDeleteRateLimitResponse(rsp *http.Response) (*DeleteRateLimitResponse,
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteRateLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteRateLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16226,13 +22507,71 @@ func ParseGetRateLimitResponse(rsp *http.Response) (*GetRateLimitResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetRateLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRateLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16267,19 +22606,77 @@ func ParsePutRateLimitResponse(rsp *http.Response) (*PutRateLimitResponse, error
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PutRateLimitResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PutRateLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16306,6 +22703,71 @@ func ParseGetProjectSettingsResponse(rsp *http.Response) (*GetProjectSettingsRes
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetProjectSettingsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetProjectSettingsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16333,19 +22795,77 @@ func ParseSetProjectSettingsResponse(rsp *http.Response) (*SetProjectSettingsRes
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SetProjectSettingsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SetProjectSettingsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16372,6 +22892,57 @@ func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListTokensResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListTokensResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16399,19 +22970,70 @@ func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) 
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CreateTokenResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateTokenResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16434,13 +23056,71 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RevokeTokenResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RevokeTokenResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16467,6 +23147,50 @@ func ParseGetVersionResponse(rsp *http.Response) (*GetVersionResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetVersionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetVersionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16493,6 +23217,57 @@ func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListWorkersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListWorkersResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16520,19 +23295,70 @@ func ParseRegisterWorkerResponse(rsp *http.Response) (*RegisterWorkerResponse, e
 		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest Problem
+		var dest UnprocessableEntity
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RegisterWorkerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RegisterWorkerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16555,13 +23381,71 @@ func ParseDeregisterWorkerResponse(rsp *http.Response) (*DeregisterWorkerRespons
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeregisterWorkerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeregisterWorkerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16589,19 +23473,70 @@ func ParseGetWorkerAttemptsResponse(rsp *http.Response) (*GetWorkerAttemptsRespo
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetWorkerAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkerAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16629,12 +23564,70 @@ func ParseAdoptAttemptsResponse(rsp *http.Response) (*AdoptAttemptsResponse, err
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AdoptAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AdoptAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16662,12 +23655,70 @@ func ParseLiveAttemptsResponse(rsp *http.Response) (*LiveAttemptsResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers LiveAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers LiveAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16694,13 +23745,71 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers HeartbeatResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers HeartbeatResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16728,19 +23837,70 @@ func ParseReportAttemptsResponse(rsp *http.Response) (*ReportAttemptsResponse, e
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest Problem
+		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ReportAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReportAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16768,12 +23928,70 @@ func ParseExistingRunsResponse(rsp *http.Response) (*ExistingRunsResponse, error
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
+		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ExistingRunsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExistingRunsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -19116,7 +26334,37 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 
 }
 
-type ProblemApplicationProblemPlusJSONResponse Problem
+type BadRequestApplicationProblemPlusJSONResponse Problem
+
+type ConflictApplicationProblemPlusJSONResponse Problem
+
+type DefaultApplicationProblemPlusJSONResponse Problem
+
+type ForbiddenApplicationProblemPlusJSONResponse Problem
+
+type NotFoundApplicationProblemPlusJSONResponse Problem
+
+type ServiceUnavailableApplicationProblemPlusJSONResponse Problem
+
+type TooManyRequestsResponseHeaders struct {
+	RetryAfter *int
+}
+type TooManyRequestsApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers TooManyRequestsResponseHeaders
+}
+
+type UnauthorizedResponseHeaders struct {
+	WWWAuthenticate *string
+}
+type UnauthorizedApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers UnauthorizedResponseHeaders
+}
+
+type UnprocessableEntityApplicationProblemPlusJSONResponse Problem
 
 type ListAbortsRequestObject struct {
 	Params ListAbortsParams
@@ -19141,7 +26389,7 @@ func (response ListAborts200JSONResponse) VisitListAbortsResponse(w http.Respons
 }
 
 type ListAborts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListAborts400ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
@@ -19152,6 +26400,77 @@ func (response ListAborts400ApplicationProblemPlusJSONResponse) VisitListAbortsR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts401ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts403ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAborts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListAborts429ApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAbortsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAbortsdefaultApplicationProblemPlusJSONResponse) VisitListAbortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19178,8 +26497,59 @@ func (response GetAttempt200JSONResponse) VisitGetAttemptResponse(w http.Respons
 	return err
 }
 
+type GetAttempt400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt400ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttempt401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt401ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttempt403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt403ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAttempt404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetAttempt404ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
@@ -19190,6 +26560,42 @@ func (response GetAttempt404ApplicationProblemPlusJSONResponse) VisitGetAttemptR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttempt429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttempt429ApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetAttemptdefaultApplicationProblemPlusJSONResponse) VisitGetAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19212,7 +26618,7 @@ func (response AppendAttemptLogs204Response) VisitAppendAttemptLogsResponse(w ht
 }
 
 type AppendAttemptLogs400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response AppendAttemptLogs400ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
@@ -19227,7 +26633,44 @@ func (response AppendAttemptLogs400ApplicationProblemPlusJSONResponse) VisitAppe
 	return err
 }
 
-type AppendAttemptLogs404ApplicationProblemPlusJSONResponse Problem
+type AppendAttemptLogs401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs401ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs403ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response AppendAttemptLogs404ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
 
@@ -19237,6 +26680,42 @@ func (response AppendAttemptLogs404ApplicationProblemPlusJSONResponse) VisitAppe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AppendAttemptLogs429ApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendAttemptLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AppendAttemptLogsdefaultApplicationProblemPlusJSONResponse) VisitAppendAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19265,7 +26744,7 @@ func (response ReportAttempt200JSONResponse) VisitReportAttemptResponse(w http.R
 }
 
 type ReportAttempt400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ReportAttempt400ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
@@ -19280,7 +26759,44 @@ func (response ReportAttempt400ApplicationProblemPlusJSONResponse) VisitReportAt
 	return err
 }
 
-type ReportAttempt404ApplicationProblemPlusJSONResponse Problem
+type ReportAttempt401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempt401ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempt403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempt403ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempt404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ReportAttempt404ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
 
@@ -19294,7 +26810,9 @@ func (response ReportAttempt404ApplicationProblemPlusJSONResponse) VisitReportAt
 	return err
 }
 
-type ReportAttempt409ApplicationProblemPlusJSONResponse Problem
+type ReportAttempt409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
 
@@ -19304,6 +26822,42 @@ func (response ReportAttempt409ApplicationProblemPlusJSONResponse) VisitReportAt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempt429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempt429ApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReportAttemptdefaultApplicationProblemPlusJSONResponse) VisitReportAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19332,8 +26886,59 @@ func (response GetArchivedRun200JSONResponse) VisitGetArchivedRunResponse(w http
 	return err
 }
 
+type GetArchivedRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun400ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun401ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun403ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetArchivedRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetArchivedRun404ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
@@ -19348,7 +26953,28 @@ func (response GetArchivedRun404ApplicationProblemPlusJSONResponse) VisitGetArch
 	return err
 }
 
-type GetArchivedRun503ApplicationProblemPlusJSONResponse Problem
+type GetArchivedRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetArchivedRun429ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRun503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
 
 func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
 
@@ -19358,6 +26984,23 @@ func (response GetArchivedRun503ApplicationProblemPlusJSONResponse) VisitGetArch
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetArchivedRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetArchivedRundefaultApplicationProblemPlusJSONResponse) VisitGetArchivedRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19387,7 +27030,7 @@ func (response DeleteCacheEntries200JSONResponse) VisitDeleteCacheEntriesRespons
 }
 
 type DeleteCacheEntries400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteCacheEntries400ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
@@ -19398,6 +27041,93 @@ func (response DeleteCacheEntries400ApplicationProblemPlusJSONResponse) VisitDel
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries401ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries403ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries404ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntries429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntries429ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteCacheEntriesdefaultApplicationProblemPlusJSONResponse) VisitDeleteCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19427,7 +27157,7 @@ func (response ListCacheEntries200JSONResponse) VisitListCacheEntriesResponse(w 
 }
 
 type ListCacheEntries400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListCacheEntries400ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
@@ -19438,6 +27168,93 @@ func (response ListCacheEntries400ApplicationProblemPlusJSONResponse) VisitListC
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries401ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries403ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries404ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntries429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListCacheEntries429ApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCacheEntriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListCacheEntriesdefaultApplicationProblemPlusJSONResponse) VisitListCacheEntriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19461,7 +27278,7 @@ func (response DeleteCacheEntry204Response) VisitDeleteCacheEntryResponse(w http
 }
 
 type DeleteCacheEntry400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteCacheEntry400ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
@@ -19476,7 +27293,44 @@ func (response DeleteCacheEntry400ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
-type DeleteCacheEntry404ApplicationProblemPlusJSONResponse Problem
+type DeleteCacheEntry401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry401ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntry403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry403ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntry404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
 
@@ -19486,6 +27340,42 @@ func (response DeleteCacheEntry404ApplicationProblemPlusJSONResponse) VisitDelet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntry429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteCacheEntry429ApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteCacheEntrydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteCacheEntrydefaultApplicationProblemPlusJSONResponse) VisitDeleteCacheEntryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19509,6 +27399,109 @@ func (response GetConcurrency200JSONResponse) VisitGetConcurrencyResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency400ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency401ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency403ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency404ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrency429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetConcurrency429ApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConcurrencydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetConcurrencydefaultApplicationProblemPlusJSONResponse) VisitGetConcurrencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19566,6 +27559,109 @@ func (response WatchEvents200TexteventStreamResponse) VisitWatchEventsResponse(w
 	}
 }
 
+type WatchEvents400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents400ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents401ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents403ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents404ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEvents429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response WatchEvents429ApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response WatchEventsdefaultApplicationProblemPlusJSONResponse) VisitWatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PublishEventRequestObject struct {
 	Project Project `json:"project"`
 	Domain  Domain  `json:"domain"`
@@ -19591,7 +27687,7 @@ func (response PublishEvent202JSONResponse) VisitPublishEventResponse(w http.Res
 }
 
 type PublishEvent400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PublishEvent400ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
@@ -19606,7 +27702,60 @@ func (response PublishEvent400ApplicationProblemPlusJSONResponse) VisitPublishEv
 	return err
 }
 
-type PublishEvent422ApplicationProblemPlusJSONResponse Problem
+type PublishEvent401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent401ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent403ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent404ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response PublishEvent422ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
 
@@ -19616,6 +27765,42 @@ func (response PublishEvent422ApplicationProblemPlusJSONResponse) VisitPublishEv
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEvent429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PublishEvent429ApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishEventdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PublishEventdefaultApplicationProblemPlusJSONResponse) VisitPublishEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19644,8 +27829,59 @@ func (response GetPublishedEvent200JSONResponse) VisitGetPublishedEventResponse(
 	return err
 }
 
+type GetPublishedEvent400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent400ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent401ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent403ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPublishedEvent404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetPublishedEvent404ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
@@ -19656,6 +27892,42 @@ func (response GetPublishedEvent404ApplicationProblemPlusJSONResponse) VisitGetP
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEvent429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetPublishedEvent429ApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPublishedEventdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetPublishedEventdefaultApplicationProblemPlusJSONResponse) VisitGetPublishedEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19685,7 +27957,7 @@ func (response ListRuns200JSONResponse) VisitListRunsResponse(w http.ResponseWri
 }
 
 type ListRuns400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRuns400ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
@@ -19696,6 +27968,93 @@ func (response ListRuns400ApplicationProblemPlusJSONResponse) VisitListRunsRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns401ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns403ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns404ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuns429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRuns429ApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRunsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRunsdefaultApplicationProblemPlusJSONResponse) VisitListRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19740,7 +28099,7 @@ func (response CreateRun201JSONResponse) VisitCreateRunResponse(w http.ResponseW
 }
 
 type CreateRun400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateRun400ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
@@ -19755,7 +28114,60 @@ func (response CreateRun400ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	return err
 }
 
-type CreateRun409ApplicationProblemPlusJSONResponse Problem
+type CreateRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun401ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun403ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun404ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRun409ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
 
@@ -19769,7 +28181,9 @@ func (response CreateRun409ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	return err
 }
 
-type CreateRun422ApplicationProblemPlusJSONResponse Problem
+type CreateRun422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRun422ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
 
@@ -19779,6 +28193,42 @@ func (response CreateRun422ApplicationProblemPlusJSONResponse) VisitCreateRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRun429ApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateRundefaultApplicationProblemPlusJSONResponse) VisitCreateRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19808,7 +28258,7 @@ func (response CreateRuns200JSONResponse) VisitCreateRunsResponse(w http.Respons
 }
 
 type CreateRuns400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateRuns400ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
@@ -19819,6 +28269,93 @@ func (response CreateRuns400ApplicationProblemPlusJSONResponse) VisitCreateRunsR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns401ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns403ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns404ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRuns429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRuns429ApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRunsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateRunsdefaultApplicationProblemPlusJSONResponse) VisitCreateRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19847,8 +28384,59 @@ func (response DeleteRun200JSONResponse) VisitDeleteRunResponse(w http.ResponseW
 	return err
 }
 
+type DeleteRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun400ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun401ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun403ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteRun404ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
@@ -19863,7 +28451,9 @@ func (response DeleteRun404ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	return err
 }
 
-type DeleteRun409ApplicationProblemPlusJSONResponse Problem
+type DeleteRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
 
@@ -19877,7 +28467,28 @@ func (response DeleteRun409ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	return err
 }
 
-type DeleteRun503ApplicationProblemPlusJSONResponse Problem
+type DeleteRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRun429ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRun503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteRun503ApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
 
@@ -19887,6 +28498,23 @@ func (response DeleteRun503ApplicationProblemPlusJSONResponse) VisitDeleteRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteRundefaultApplicationProblemPlusJSONResponse) VisitDeleteRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19915,8 +28543,59 @@ func (response GetRun200JSONResponse) VisitGetRunResponse(w http.ResponseWriter)
 	return err
 }
 
+type GetRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun400ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun401ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun403ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
@@ -19927,6 +28606,42 @@ func (response GetRun404ApplicationProblemPlusJSONResponse) VisitGetRunResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRun429ApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetRundefaultApplicationProblemPlusJSONResponse) VisitGetRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19956,8 +28671,59 @@ func (response AbortRun202JSONResponse) VisitAbortRunResponse(w http.ResponseWri
 	return err
 }
 
+type AbortRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun400ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun401ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun403ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AbortRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response AbortRun404ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
@@ -19972,7 +28738,9 @@ func (response AbortRun404ApplicationProblemPlusJSONResponse) VisitAbortRunRespo
 	return err
 }
 
-type AbortRun409ApplicationProblemPlusJSONResponse Problem
+type AbortRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRun409ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
 
@@ -19982,6 +28750,42 @@ func (response AbortRun409ApplicationProblemPlusJSONResponse) VisitAbortRunRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRun429ApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AbortRundefaultApplicationProblemPlusJSONResponse) VisitAbortRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20013,7 +28817,7 @@ func (response GetAction200JSONResponse) VisitGetActionResponse(w http.ResponseW
 }
 
 type GetAction400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetAction400ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
@@ -20028,7 +28832,44 @@ func (response GetAction400ApplicationProblemPlusJSONResponse) VisitGetActionRes
 	return err
 }
 
-type GetAction404ApplicationProblemPlusJSONResponse Problem
+type GetAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetAction401ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetAction403ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetAction404ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
 
@@ -20038,6 +28879,42 @@ func (response GetAction404ApplicationProblemPlusJSONResponse) VisitGetActionRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetAction429ApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetActiondefaultApplicationProblemPlusJSONResponse) VisitGetActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20068,8 +28945,59 @@ func (response AbortAction202JSONResponse) VisitAbortActionResponse(w http.Respo
 	return err
 }
 
+type AbortAction400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction400ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction401ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction403ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AbortAction404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response AbortAction404ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
@@ -20084,7 +29012,9 @@ func (response AbortAction404ApplicationProblemPlusJSONResponse) VisitAbortActio
 	return err
 }
 
-type AbortAction409ApplicationProblemPlusJSONResponse Problem
+type AbortAction409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response AbortAction409ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
 
@@ -20094,6 +29024,42 @@ func (response AbortAction409ApplicationProblemPlusJSONResponse) VisitAbortActio
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AbortAction429ApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AbortActiondefaultApplicationProblemPlusJSONResponse) VisitAbortActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20124,8 +29090,59 @@ func (response ApproveAction202JSONResponse) VisitApproveActionResponse(w http.R
 	return err
 }
 
+type ApproveAction400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction400ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction401ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction403ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ApproveAction404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response ApproveAction404ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
@@ -20140,7 +29157,9 @@ func (response ApproveAction404ApplicationProblemPlusJSONResponse) VisitApproveA
 	return err
 }
 
-type ApproveAction409ApplicationProblemPlusJSONResponse Problem
+type ApproveAction409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveAction409ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
 
@@ -20150,6 +29169,42 @@ func (response ApproveAction409ApplicationProblemPlusJSONResponse) VisitApproveA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveAction429ApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApproveActiondefaultApplicationProblemPlusJSONResponse) VisitApproveActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20180,8 +29235,59 @@ func (response RejectAction202JSONResponse) VisitRejectActionResponse(w http.Res
 	return err
 }
 
+type RejectAction400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction400ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction401ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction403ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RejectAction404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response RejectAction404ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
@@ -20196,7 +29302,9 @@ func (response RejectAction404ApplicationProblemPlusJSONResponse) VisitRejectAct
 	return err
 }
 
-type RejectAction409ApplicationProblemPlusJSONResponse Problem
+type RejectAction409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response RejectAction409ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
 
@@ -20206,6 +29314,42 @@ func (response RejectAction409ApplicationProblemPlusJSONResponse) VisitRejectAct
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectAction429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RejectAction429ApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RejectActiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RejectActiondefaultApplicationProblemPlusJSONResponse) VisitRejectActionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20281,8 +29425,59 @@ func (response GetAttemptLogs200TexteventStreamResponse) VisitGetAttemptLogsResp
 	}
 }
 
+type GetAttemptLogs400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs400ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogs401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs401ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs403ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAttemptLogs404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
@@ -20293,6 +29488,42 @@ func (response GetAttemptLogs404ApplicationProblemPlusJSONResponse) VisitGetAtte
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetAttemptLogs429ApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAttemptLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetAttemptLogsdefaultApplicationProblemPlusJSONResponse) VisitGetAttemptLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20351,8 +29582,59 @@ func (response WatchRunEvents200TexteventStreamResponse) VisitWatchRunEventsResp
 	}
 }
 
+type WatchRunEvents400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents400ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEvents401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents401ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEvents403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents403ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type WatchRunEvents404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response WatchRunEvents404ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
@@ -20363,6 +29645,42 @@ func (response WatchRunEvents404ApplicationProblemPlusJSONResponse) VisitWatchRu
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEvents429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response WatchRunEvents429ApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchRunEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response WatchRunEventsdefaultApplicationProblemPlusJSONResponse) VisitWatchRunEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20392,8 +29710,59 @@ func (response RestartRun202JSONResponse) VisitRestartRunResponse(w http.Respons
 	return err
 }
 
+type RestartRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun400ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun401ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun403ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RestartRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response RestartRun404ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
@@ -20408,7 +29777,9 @@ func (response RestartRun404ApplicationProblemPlusJSONResponse) VisitRestartRunR
 	return err
 }
 
-type RestartRun409ApplicationProblemPlusJSONResponse Problem
+type RestartRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response RestartRun409ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
 
@@ -20422,7 +29793,9 @@ func (response RestartRun409ApplicationProblemPlusJSONResponse) VisitRestartRunR
 	return err
 }
 
-type RestartRun422ApplicationProblemPlusJSONResponse Problem
+type RestartRun422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response RestartRun422ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
 
@@ -20432,6 +29805,42 @@ func (response RestartRun422ApplicationProblemPlusJSONResponse) VisitRestartRunR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RestartRun429ApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RestartRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RestartRundefaultApplicationProblemPlusJSONResponse) VisitRestartRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20461,8 +29870,59 @@ func (response ResumeRun202JSONResponse) VisitResumeRunResponse(w http.ResponseW
 	return err
 }
 
+type ResumeRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun400ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun401ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun403ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResumeRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response ResumeRun404ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
@@ -20477,7 +29937,9 @@ func (response ResumeRun404ApplicationProblemPlusJSONResponse) VisitResumeRunRes
 	return err
 }
 
-type ResumeRun409ApplicationProblemPlusJSONResponse Problem
+type ResumeRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRun409ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
 
@@ -20487,6 +29949,42 @@ func (response ResumeRun409ApplicationProblemPlusJSONResponse) VisitResumeRunRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRun429ApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResumeRundefaultApplicationProblemPlusJSONResponse) VisitResumeRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20516,8 +30014,59 @@ func (response SuspendRun202JSONResponse) VisitSuspendRunResponse(w http.Respons
 	return err
 }
 
+type SuspendRun400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun400ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun401ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun403ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SuspendRun404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response SuspendRun404ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
@@ -20532,7 +30081,9 @@ func (response SuspendRun404ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	return err
 }
 
-type SuspendRun409ApplicationProblemPlusJSONResponse Problem
+type SuspendRun409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
 
@@ -20542,6 +30093,42 @@ func (response SuspendRun409ApplicationProblemPlusJSONResponse) VisitSuspendRunR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRun429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SuspendRun429ApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SuspendRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SuspendRundefaultApplicationProblemPlusJSONResponse) VisitSuspendRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20571,7 +30158,7 @@ func (response ListSchedules200JSONResponse) VisitListSchedulesResponse(w http.R
 }
 
 type ListSchedules400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
@@ -20582,6 +30169,93 @@ func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSche
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules401ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules403ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules404ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules429ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedulesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSchedulesdefaultApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20611,7 +30285,7 @@ func (response CreateSchedule201JSONResponse) VisitCreateScheduleResponse(w http
 }
 
 type CreateSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
@@ -20626,7 +30300,44 @@ func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateS
 	return err
 }
 
-type CreateSchedule404ApplicationProblemPlusJSONResponse Problem
+type CreateSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule401ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule403ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20640,7 +30351,9 @@ func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateS
 	return err
 }
 
-type CreateSchedule409ApplicationProblemPlusJSONResponse Problem
+type CreateSchedule409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateSchedule409ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20654,7 +30367,9 @@ func (response CreateSchedule409ApplicationProblemPlusJSONResponse) VisitCreateS
 	return err
 }
 
-type CreateSchedule422ApplicationProblemPlusJSONResponse Problem
+type CreateSchedule422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateSchedule422ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20664,6 +30379,42 @@ func (response CreateSchedule422ApplicationProblemPlusJSONResponse) VisitCreateS
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule429ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateScheduledefaultApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20686,8 +30437,59 @@ func (response DeleteSchedule204Response) VisitDeleteScheduleResponse(w http.Res
 	return nil
 }
 
+type DeleteSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule400ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule401ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule403ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
@@ -20698,6 +30500,42 @@ func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteS
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule429ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteScheduledefaultApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20726,8 +30564,59 @@ func (response GetSchedule200JSONResponse) VisitGetScheduleResponse(w http.Respo
 	return err
 }
 
+type GetSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule400ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule401ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule403ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
@@ -20738,6 +30627,42 @@ func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetSchedul
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule429ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetScheduledefaultApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20768,7 +30693,7 @@ func (response UpdateSchedule200JSONResponse) VisitUpdateScheduleResponse(w http
 }
 
 type UpdateSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
@@ -20783,7 +30708,44 @@ func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateS
 	return err
 }
 
-type UpdateSchedule404ApplicationProblemPlusJSONResponse Problem
+type UpdateSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule401ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule403ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20797,7 +30759,9 @@ func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateS
 	return err
 }
 
-type UpdateSchedule422ApplicationProblemPlusJSONResponse Problem
+type UpdateSchedule422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateSchedule422ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
 
@@ -20807,6 +30771,42 @@ func (response UpdateSchedule422ApplicationProblemPlusJSONResponse) VisitUpdateS
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule429ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateScheduledefaultApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20837,7 +30837,7 @@ func (response BackfillSchedule202JSONResponse) VisitBackfillScheduleResponse(w 
 }
 
 type BackfillSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response BackfillSchedule400ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
@@ -20852,7 +30852,44 @@ func (response BackfillSchedule400ApplicationProblemPlusJSONResponse) VisitBackf
 	return err
 }
 
-type BackfillSchedule404ApplicationProblemPlusJSONResponse Problem
+type BackfillSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule401ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule403ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response BackfillSchedule404ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
 
@@ -20866,7 +30903,9 @@ func (response BackfillSchedule404ApplicationProblemPlusJSONResponse) VisitBackf
 	return err
 }
 
-type BackfillSchedule422ApplicationProblemPlusJSONResponse Problem
+type BackfillSchedule422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response BackfillSchedule422ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
 
@@ -20876,6 +30915,42 @@ func (response BackfillSchedule422ApplicationProblemPlusJSONResponse) VisitBackf
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response BackfillSchedule429ApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type BackfillScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response BackfillScheduledefaultApplicationProblemPlusJSONResponse) VisitBackfillScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20904,8 +30979,59 @@ func (response PauseSchedule200JSONResponse) VisitPauseScheduleResponse(w http.R
 	return err
 }
 
+type PauseSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule400ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule401ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule403ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PauseSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
@@ -20916,6 +31042,42 @@ func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseSch
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule429ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PauseScheduledefaultApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20946,7 +31108,7 @@ func (response TriggerSchedule202JSONResponse) VisitTriggerScheduleResponse(w ht
 }
 
 type TriggerSchedule400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response TriggerSchedule400ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
@@ -20961,7 +31123,44 @@ func (response TriggerSchedule400ApplicationProblemPlusJSONResponse) VisitTrigge
 	return err
 }
 
-type TriggerSchedule404ApplicationProblemPlusJSONResponse Problem
+type TriggerSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule401ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule403ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response TriggerSchedule404ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
 
@@ -20975,7 +31174,9 @@ func (response TriggerSchedule404ApplicationProblemPlusJSONResponse) VisitTrigge
 	return err
 }
 
-type TriggerSchedule409ApplicationProblemPlusJSONResponse Problem
+type TriggerSchedule409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response TriggerSchedule409ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
 
@@ -20985,6 +31186,42 @@ func (response TriggerSchedule409ApplicationProblemPlusJSONResponse) VisitTrigge
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response TriggerSchedule429ApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response TriggerScheduledefaultApplicationProblemPlusJSONResponse) VisitTriggerScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21013,8 +31250,59 @@ func (response UnpauseSchedule200JSONResponse) VisitUnpauseScheduleResponse(w ht
 	return err
 }
 
+type UnpauseSchedule400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule400ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule401ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule403ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UnpauseSchedule404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response UnpauseSchedule404ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
@@ -21025,6 +31313,42 @@ func (response UnpauseSchedule404ApplicationProblemPlusJSONResponse) VisitUnpaus
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseSchedule429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UnpauseSchedule429ApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnpauseScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UnpauseScheduledefaultApplicationProblemPlusJSONResponse) VisitUnpauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21054,7 +31378,7 @@ func (response ListTriggers200JSONResponse) VisitListTriggersResponse(w http.Res
 }
 
 type ListTriggers400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListTriggers400ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
@@ -21065,6 +31389,93 @@ func (response ListTriggers400ApplicationProblemPlusJSONResponse) VisitListTrigg
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers401ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers403ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers404ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggers429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListTriggers429ApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTriggersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTriggersdefaultApplicationProblemPlusJSONResponse) VisitListTriggersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21094,7 +31505,7 @@ func (response CreateTrigger201JSONResponse) VisitCreateTriggerResponse(w http.R
 }
 
 type CreateTrigger400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateTrigger400ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
@@ -21109,7 +31520,44 @@ func (response CreateTrigger400ApplicationProblemPlusJSONResponse) VisitCreateTr
 	return err
 }
 
-type CreateTrigger404ApplicationProblemPlusJSONResponse Problem
+type CreateTrigger401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger401ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger403ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CreateTrigger404ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
 
@@ -21123,7 +31571,9 @@ func (response CreateTrigger404ApplicationProblemPlusJSONResponse) VisitCreateTr
 	return err
 }
 
-type CreateTrigger409ApplicationProblemPlusJSONResponse Problem
+type CreateTrigger409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateTrigger409ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
 
@@ -21137,7 +31587,9 @@ func (response CreateTrigger409ApplicationProblemPlusJSONResponse) VisitCreateTr
 	return err
 }
 
-type CreateTrigger422ApplicationProblemPlusJSONResponse Problem
+type CreateTrigger422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateTrigger422ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
 
@@ -21147,6 +31599,42 @@ func (response CreateTrigger422ApplicationProblemPlusJSONResponse) VisitCreateTr
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrigger429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTrigger429ApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTriggerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTriggerdefaultApplicationProblemPlusJSONResponse) VisitCreateTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21169,8 +31657,59 @@ func (response DeleteTrigger204Response) VisitDeleteTriggerResponse(w http.Respo
 	return nil
 }
 
+type DeleteTrigger400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger400ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTrigger401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger401ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTrigger403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger403ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteTrigger404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteTrigger404ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
@@ -21181,6 +31720,42 @@ func (response DeleteTrigger404ApplicationProblemPlusJSONResponse) VisitDeleteTr
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTrigger429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteTrigger429ApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTriggerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteTriggerdefaultApplicationProblemPlusJSONResponse) VisitDeleteTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21209,8 +31784,59 @@ func (response GetTrigger200JSONResponse) VisitGetTriggerResponse(w http.Respons
 	return err
 }
 
+type GetTrigger400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger400ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger401ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger403ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTrigger404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetTrigger404ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
@@ -21221,6 +31847,42 @@ func (response GetTrigger404ApplicationProblemPlusJSONResponse) VisitGetTriggerR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrigger429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetTrigger429ApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTriggerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTriggerdefaultApplicationProblemPlusJSONResponse) VisitGetTriggerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21250,7 +31912,7 @@ func (response ListWorkflows200JSONResponse) VisitListWorkflowsResponse(w http.R
 }
 
 type ListWorkflows400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListWorkflows400ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
@@ -21261,6 +31923,93 @@ func (response ListWorkflows400ApplicationProblemPlusJSONResponse) VisitListWork
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows401ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows403ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows404ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflows429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflows429ApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkflowsdefaultApplicationProblemPlusJSONResponse) VisitListWorkflowsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21304,7 +32053,7 @@ func (response PushWorkflow201JSONResponse) VisitPushWorkflowResponse(w http.Res
 }
 
 type PushWorkflow400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PushWorkflow400ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
@@ -21319,7 +32068,60 @@ func (response PushWorkflow400ApplicationProblemPlusJSONResponse) VisitPushWorkf
 	return err
 }
 
-type PushWorkflow422ApplicationProblemPlusJSONResponse Problem
+type PushWorkflow401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow401ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow403ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow404ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response PushWorkflow422ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
 
@@ -21329,6 +32131,42 @@ func (response PushWorkflow422ApplicationProblemPlusJSONResponse) VisitPushWorkf
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflow429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PushWorkflow429ApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushWorkflowdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PushWorkflowdefaultApplicationProblemPlusJSONResponse) VisitPushWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21351,8 +32189,59 @@ func (response DeleteWorkflow204Response) VisitDeleteWorkflowResponse(w http.Res
 	return nil
 }
 
+type DeleteWorkflow400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow400ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflow401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow401ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflow403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow403ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteWorkflow404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteWorkflow404ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
@@ -21363,6 +32252,42 @@ func (response DeleteWorkflow404ApplicationProblemPlusJSONResponse) VisitDeleteW
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflow429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWorkflow429ApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWorkflowdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteWorkflowdefaultApplicationProblemPlusJSONResponse) VisitDeleteWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21391,8 +32316,59 @@ func (response GetWorkflow200JSONResponse) VisitGetWorkflowResponse(w http.Respo
 	return err
 }
 
+type GetWorkflow400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow400ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow401ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow403ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetWorkflow404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetWorkflow404ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
@@ -21403,6 +32379,42 @@ func (response GetWorkflow404ApplicationProblemPlusJSONResponse) VisitGetWorkflo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflow429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflow429ApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkflowdefaultApplicationProblemPlusJSONResponse) VisitGetWorkflowResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21431,8 +32443,59 @@ func (response ListWorkflowVersions200JSONResponse) VisitListWorkflowVersionsRes
 	return err
 }
 
+type ListWorkflowVersions400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions400ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions401ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions403ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkflowVersions404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response ListWorkflowVersions404ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
@@ -21443,6 +32506,42 @@ func (response ListWorkflowVersions404ApplicationProblemPlusJSONResponse) VisitL
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersions429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkflowVersions429ApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkflowVersionsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkflowVersionsdefaultApplicationProblemPlusJSONResponse) VisitListWorkflowVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21472,8 +32571,59 @@ func (response GetWorkflowVersion200JSONResponse) VisitGetWorkflowVersionRespons
 	return err
 }
 
+type GetWorkflowVersion400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion400ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion401ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion403ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetWorkflowVersion404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
@@ -21484,6 +32634,42 @@ func (response GetWorkflowVersion404ApplicationProblemPlusJSONResponse) VisitGet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkflowVersion429ApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkflowVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkflowVersiondefaultApplicationProblemPlusJSONResponse) VisitGetWorkflowVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21506,6 +32692,109 @@ func (response GetFairShare200JSONResponse) VisitGetFairShareResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare400ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare401ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare403ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare404ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairShare429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetFairShare429ApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFairSharedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetFairSharedefaultApplicationProblemPlusJSONResponse) VisitGetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21534,7 +32823,7 @@ func (response SetFairShare200JSONResponse) VisitSetFairShareResponse(w http.Res
 }
 
 type SetFairShare400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response SetFairShare400ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
@@ -21549,7 +32838,60 @@ func (response SetFairShare400ApplicationProblemPlusJSONResponse) VisitSetFairSh
 	return err
 }
 
-type SetFairShare422ApplicationProblemPlusJSONResponse Problem
+type SetFairShare401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare401ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare403ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare404ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response SetFairShare422ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
 
@@ -21559,6 +32901,42 @@ func (response SetFairShare422ApplicationProblemPlusJSONResponse) VisitSetFairSh
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairShare429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SetFairShare429ApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetFairSharedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetFairSharedefaultApplicationProblemPlusJSONResponse) VisitSetFairShareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21587,7 +32965,7 @@ func (response ListRateLimits200JSONResponse) VisitListRateLimitsResponse(w http
 }
 
 type ListRateLimits400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRateLimits400ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
@@ -21598,6 +32976,93 @@ func (response ListRateLimits400ApplicationProblemPlusJSONResponse) VisitListRat
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits401ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits403ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits404ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimits429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRateLimits429ApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRateLimitsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRateLimitsdefaultApplicationProblemPlusJSONResponse) VisitListRateLimitsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21619,8 +33084,59 @@ func (response DeleteRateLimit204Response) VisitDeleteRateLimitResponse(w http.R
 	return nil
 }
 
+type DeleteRateLimit400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit400ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit401ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit403ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteRateLimit404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteRateLimit404ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
@@ -21631,6 +33147,42 @@ func (response DeleteRateLimit404ApplicationProblemPlusJSONResponse) VisitDelete
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteRateLimit429ApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteRateLimitdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteRateLimitdefaultApplicationProblemPlusJSONResponse) VisitDeleteRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21658,8 +33210,59 @@ func (response GetRateLimit200JSONResponse) VisitGetRateLimitResponse(w http.Res
 	return err
 }
 
+type GetRateLimit400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit400ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit401ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit403ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetRateLimit404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response GetRateLimit404ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
@@ -21670,6 +33273,42 @@ func (response GetRateLimit404ApplicationProblemPlusJSONResponse) VisitGetRateLi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRateLimit429ApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRateLimitdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetRateLimitdefaultApplicationProblemPlusJSONResponse) VisitGetRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21713,7 +33352,7 @@ func (response PutRateLimit201JSONResponse) VisitPutRateLimitResponse(w http.Res
 }
 
 type PutRateLimit400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PutRateLimit400ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
@@ -21728,7 +33367,60 @@ func (response PutRateLimit400ApplicationProblemPlusJSONResponse) VisitPutRateLi
 	return err
 }
 
-type PutRateLimit422ApplicationProblemPlusJSONResponse Problem
+type PutRateLimit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit401ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit403ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit404ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
 
@@ -21738,6 +33430,42 @@ func (response PutRateLimit422ApplicationProblemPlusJSONResponse) VisitPutRateLi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PutRateLimit429ApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutRateLimitdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PutRateLimitdefaultApplicationProblemPlusJSONResponse) VisitPutRateLimitResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21760,6 +33488,109 @@ func (response GetProjectSettings200JSONResponse) VisitGetProjectSettingsRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings400ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings401ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings403ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings404ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettings429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetProjectSettings429ApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProjectSettingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetProjectSettingsdefaultApplicationProblemPlusJSONResponse) VisitGetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21788,7 +33619,7 @@ func (response SetProjectSettings200JSONResponse) VisitSetProjectSettingsRespons
 }
 
 type SetProjectSettings400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response SetProjectSettings400ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
@@ -21803,7 +33634,60 @@ func (response SetProjectSettings400ApplicationProblemPlusJSONResponse) VisitSet
 	return err
 }
 
-type SetProjectSettings422ApplicationProblemPlusJSONResponse Problem
+type SetProjectSettings401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings401ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings403ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings404ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response SetProjectSettings422ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
 
@@ -21813,6 +33697,42 @@ func (response SetProjectSettings422ApplicationProblemPlusJSONResponse) VisitSet
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettings429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response SetProjectSettings429ApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetProjectSettingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetProjectSettingsdefaultApplicationProblemPlusJSONResponse) VisitSetProjectSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21834,6 +33754,77 @@ func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens401ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens403ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens429ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTokensdefaultApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21861,7 +33852,7 @@ func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.Respo
 }
 
 type CreateToken400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
@@ -21876,7 +33867,44 @@ func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
-type CreateToken422ApplicationProblemPlusJSONResponse Problem
+type CreateToken401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken401ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken403ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
 
@@ -21886,6 +33914,42 @@ func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateToke
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken429ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTokendefaultApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21906,8 +33970,59 @@ func (response RevokeToken204Response) VisitRevokeTokenResponse(w http.ResponseW
 	return nil
 }
 
+type RevokeToken400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken400ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken401ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken403ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RevokeToken404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
@@ -21918,6 +34033,42 @@ func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken429ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21943,6 +34094,61 @@ func (response GetVersion200JSONResponse) VisitGetVersionResponse(w http.Respons
 	return err
 }
 
+type GetVersion401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetVersion401ApplicationProblemPlusJSONResponse) VisitGetVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetVersion429ApplicationProblemPlusJSONResponse) VisitGetVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetVersiondefaultApplicationProblemPlusJSONResponse) VisitGetVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 }
 
@@ -21960,6 +34166,77 @@ func (response ListWorkers200JSONResponse) VisitListWorkersResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkers401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkers401ApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkers403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkers403ApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkers429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkers429ApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkersdefaultApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21987,7 +34264,7 @@ func (response RegisterWorker201JSONResponse) VisitRegisterWorkerResponse(w http
 }
 
 type RegisterWorker400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response RegisterWorker400ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
@@ -22002,7 +34279,44 @@ func (response RegisterWorker400ApplicationProblemPlusJSONResponse) VisitRegiste
 	return err
 }
 
-type RegisterWorker422ApplicationProblemPlusJSONResponse Problem
+type RegisterWorker401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterWorker401ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorker403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterWorker403ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorker422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableEntityApplicationProblemPlusJSONResponse
+}
 
 func (response RegisterWorker422ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
 
@@ -22012,6 +34326,42 @@ func (response RegisterWorker422ApplicationProblemPlusJSONResponse) VisitRegiste
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorker429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterWorker429ApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RegisterWorkerdefaultApplicationProblemPlusJSONResponse) VisitRegisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22032,8 +34382,59 @@ func (response DeregisterWorker204Response) VisitDeregisterWorkerResponse(w http
 	return nil
 }
 
+type DeregisterWorker400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker400ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorker401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker401ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorker403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker403ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeregisterWorker404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response DeregisterWorker404ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
@@ -22044,6 +34445,42 @@ func (response DeregisterWorker404ApplicationProblemPlusJSONResponse) VisitDereg
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorker429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeregisterWorker429ApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeregisterWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeregisterWorkerdefaultApplicationProblemPlusJSONResponse) VisitDeregisterWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22072,7 +34509,7 @@ func (response GetWorkerAttempts200JSONResponse) VisitGetWorkerAttemptsResponse(
 }
 
 type GetWorkerAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetWorkerAttempts400ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
@@ -22087,7 +34524,44 @@ func (response GetWorkerAttempts400ApplicationProblemPlusJSONResponse) VisitGetW
 	return err
 }
 
-type GetWorkerAttempts404ApplicationProblemPlusJSONResponse Problem
+type GetWorkerAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts401ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts403ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
 
@@ -22097,6 +34571,42 @@ func (response GetWorkerAttempts404ApplicationProblemPlusJSONResponse) VisitGetW
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkerAttempts429ApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkerAttemptsdefaultApplicationProblemPlusJSONResponse) VisitGetWorkerAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22125,7 +34635,7 @@ func (response AdoptAttempts200JSONResponse) VisitAdoptAttemptsResponse(w http.R
 }
 
 type AdoptAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
@@ -22136,6 +34646,93 @@ func (response AdoptAttempts400ApplicationProblemPlusJSONResponse) VisitAdoptAtt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts401ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts403ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts404ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AdoptAttempts429ApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AdoptAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AdoptAttemptsdefaultApplicationProblemPlusJSONResponse) VisitAdoptAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22164,7 +34761,7 @@ func (response LiveAttempts200JSONResponse) VisitLiveAttemptsResponse(w http.Res
 }
 
 type LiveAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response LiveAttempts400ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
@@ -22175,6 +34772,93 @@ func (response LiveAttempts400ApplicationProblemPlusJSONResponse) VisitLiveAttem
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts401ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts403ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts404ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response LiveAttempts429ApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type LiveAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response LiveAttemptsdefaultApplicationProblemPlusJSONResponse) VisitLiveAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22202,8 +34886,59 @@ func (response Heartbeat200JSONResponse) VisitHeartbeatResponse(w http.ResponseW
 	return err
 }
 
+type Heartbeat400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat400ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Heartbeat401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat401ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Heartbeat403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat403ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Heartbeat404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	NotFoundApplicationProblemPlusJSONResponse
 }
 
 func (response Heartbeat404ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
@@ -22214,6 +34949,42 @@ func (response Heartbeat404ApplicationProblemPlusJSONResponse) VisitHeartbeatRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Heartbeat429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response Heartbeat429ApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response HeartbeatdefaultApplicationProblemPlusJSONResponse) VisitHeartbeatResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22242,7 +35013,7 @@ func (response ReportAttempts200JSONResponse) VisitReportAttemptsResponse(w http
 }
 
 type ReportAttempts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ReportAttempts400ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
@@ -22257,7 +35028,44 @@ func (response ReportAttempts400ApplicationProblemPlusJSONResponse) VisitReportA
 	return err
 }
 
-type ReportAttempts404ApplicationProblemPlusJSONResponse Problem
+type ReportAttempts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts401ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts403ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
 
@@ -22267,6 +35075,42 @@ func (response ReportAttempts404ApplicationProblemPlusJSONResponse) VisitReportA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttempts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReportAttempts429ApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReportAttemptsdefaultApplicationProblemPlusJSONResponse) VisitReportAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22295,7 +35139,7 @@ func (response ExistingRuns200JSONResponse) VisitExistingRunsResponse(w http.Res
 }
 
 type ExistingRuns400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ExistingRuns400ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
@@ -22306,6 +35150,93 @@ func (response ExistingRuns400ApplicationProblemPlusJSONResponse) VisitExistingR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns401ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns403ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns404ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRuns429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ExistingRuns429ApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExistingRunsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ExistingRunsdefaultApplicationProblemPlusJSONResponse) VisitExistingRunsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24962,421 +37893,473 @@ func (sh *strictHandler) ExistingRuns(ctx echo.Context, id WorkerID) error {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P39chs5sicM3wqC74kQOVOiKLftmaZiYldtq93aVss6+pjefYdeEWSBJEZFFKeAksxxOOL5ay9gL+K5",
-	"sHMlTyAzgaoiUWRRstzuOWf3xLRMFqtQQCKRH7/85afWOJ0vUiWU0a3+p9aCZ3wujMjgX8djI1N1zufC",
-	"/kuqVr+14GbWiloKPmtxuKAVtTLxj1xmIm71TZaLqKXHMzHn9lf/lolJq9/6/x0UDzrAb/UB3Pnz56h1",
-	"bIyYL8zp25rnyHjjMyZpNufGXqfM65etqDWXSs7zeat/GLXMciHwKzEVGTzuDR/PxJtMcCPiH8QkzeD9",
-	"YqHHmVzAG/Vb71WyZGYmmFAmk0Kzh0waIxQbwQ+YmUnNjJwL1r788Q377rvvvu90WxGO/h+5yJbF8Mf4",
-	"qFv8aSs49JgbsW/v1/JD1iaTalqM+DJXDcYJA8tyxR6y1Ii6IWW5au28TDCKKyMWTYehjVjgOFhbKsbV",
-	"0o4sYrlKhNZsmOVqyOx1wjCTprUTaO/zyOH+VWQahrh1xOkEBz22P2P3+DvWtpfY5+9pNoSvuvTVsHa4",
-	"dEFlxAtujMjsxf/7b8f7/3++/8/e/vfd2/0Pnw6j1999/rfwsueZTrP1sV/PBFPio7kdwwU4dMEWmbiX",
-	"aa7Zgk9rVx5/UhnbnH88E2pqZq3+i14vNJC36ZxLVbM7Y/zyyVrgjGtzci+UOX37k+CxqHlxGbv3Tbg2",
-	"TNhfwD/HibR/ZmIs5L2IjxguXSb4nGVC53OhGZ8YkTFp/OzM8En+Zewg9mEU+6dv62cpNEml8f87zPna",
-	"8Cs3Z5M0ozHb7cING3OlUgO7AYel8R3wH+xBKs0eZlYHpWbGeCbspXXrbCfnFibnFtRnE3XZC6rLMzmX",
-	"xq/96mPgy/LtYzHheWJa/Ve9yE4a3vqVFawtevkiS/8uxqZGzBb07ZPl7DLfdKahZnziI67GMxHnidjw",
-	"HE2XPP1hv6bZnciefHjmOVy5Ltf2/pMkfdjwMg90yVNf5rP9vV6kSguwQC6ydJSIuf1znCojFAgHXywS",
-	"OeZ2Ux0s8Io//l2jkm/2OHdfeGJ1jx4rZg/071+++hOjm3dhGui3YBiN0sycSQ2jWWTpQmRG4oi5/Qr+",
-	"kkbM9baBwJ0uxTjN4tZnP/k8y/jS/ruk5Ne1yfFIW32XqkIZOsW/vojFsvzNjfGDvy4dwc6yllhpPOvv",
-	"huZe/9Pq/aMWRwvudpzmuEbVob4VibwX2ZJlaa5izeAyETOdsgnPSiP26qC4pYzX73clDKhPrhhdxu5k",
-	"ktgbrWm39TuPea5F8DVif86tfXUnVWAgQ5yTYR/WACbWnk52XPAF4yq2R1S2NDOppixXMZw/R2xIA6ef",
-	"2uHbX6ZKuFeybyOUVZd/Kyxt+q60eMUQ09yM03nAmB3GOP8iHkYszdhQCRHrWzslmT0h7BvgyfIL/0jG",
-	"uGYPXLNMWJMnDshU5BVyaLYywXWNqFhJFNraw9yEV/ZhJhPBpLGm4UjYafPjr6zwBps5Aj0eeny+iHnx",
-	"8Ib2d3n3gCBEpeOosH/g6PBLhWK2ujcqI9iwBWGSYNfFsbR35MlFaTdOeKJFtLJBi1lf3X5wJGtmUjZo",
-	"3WiRMb8KKLSDlp3Zkolz2AtbguHhXhluch3QGKtqYcNmrA4ZRiXiCHysNDdoiNOmElaHXJ/+cvL29v3N",
-	"dQdkOqAOrEFs/yFie8EDHJO3SapNUJy/8u75AjukUDmP3yirR0NlwYLi6Q+BwMHX6LgjYbEqfrHI0nue",
-	"bP2Zuw7kZTwTt3ciYF4fo+8WO3/NXhS1UjW2ykQzqRa50WA3Z0Knyb2dpb7KkySwPPgY7eV685OSNL3L",
-	"F3320+k1a0vDrm7evDk5eXvylj1Ia6or8DKXe5qlucFRqJhlXDGVMsP1XSdiv5xeXcGPs1zpjhW0i/cX",
-	"N2fH1ydv8WOuIqbz8ViI2G5bFZNr7ZzYZafLyCaAzUDutzQzu3/Qdy0dKT+dXreiln1qK2r5RwUPllgs",
-	"7Ja7xXX3hs3adavmi1DxTpo2ak2FEhk3QY/9uvDEx3mWga+Xqz7jLBMmWzqvEN4a3j8T2vDMMPhfDV9a",
-	"gyoCabCzbpdBPITND3ferw1RkRm8/kVqXIhnbey/WvXAQZnF7IFLw9pxji8a4fA7oNWan28kSPUnRMi8",
-	"WRHiQkxpXummEbMvyf7j//xfds+TXESM69KkebGbs7bJuEys5lHiIZFK2F23MJ2jsvixTIDBrtkg7/W+",
-	"E+yQzbiOQEqthoSnRYyz/3H1/pyB9NjF9A/cw1HYHQwf7EsVi48szWKReZEHBaxSVbZ/C6214JlQYVNl",
-	"YQ+gsKqFVfMyBRb2SIzt1Fwc31ydvG2+WosZx1Nuo1cCF1XOhtXxLIvhwOaCg41Lu2SiO+2yTNg3rjly",
-	"YB/suCHto26tgJJMVQf0U/rA5lwtQbBxhz3M0oRGOOEyETFrp+rW/plngulcW1XSQaM3yxWD6ae4hrQe",
-	"jNZ0p3GqJnKaZyJmNIDwTrUiUed4FAMEyTXrKqTQOFYoWbsXUp7w6862xzfZjKUfrmu39THtuT03Wlo1",
-	"ZgSt86dBy2/eQav//fff96JB6/Lm/Pz0/N3Amm+fcQtyI3AP2q1h7QQO2yW4SeBJoUipAMfSKVg0wvzI",
-	"4O5mJmTmjC8d4fqtz/BEZtpEuOlLH0v7f35L9+2/OUaK7X3gRziCNjdsnmrDXvQ6R2ySpXP27uSadbvd",
-	"AxyVPviEf3zG38KvrCKhSKk9NSFkxbi+sysN4bMmnvo113ehMw4m4Xajo05LW4rU2suLOYVpbNe9yH/D",
-	"n/7F6tSSqhvCz4ZoY/oIQHDfWwUh1fR2EhrcrzNuGCeFxtpphseRVNMO7QGrXuxU9Vn5yNI56GyyzJj7",
-	"3fboA5yfkXejQOdVNnF1SzmxDNqiJftxLYrjh0YbPhZjqWWq/DTmysgEPo5RYa76Ls215GgZXvWEj0SC",
-	"qg5tejbl98Kac5oNR8thJ2K5Gs/E+E7E1eWVdOnKiVYyUNP5vO5Ic69qv/QRBJgOgcFAPCSCtp5J74QK",
-	"Bl2qwXe4Dv5yTwOXh+dmZn2isXVxUTe0hzyeSzUExWp/MEpTo03GF3iTFcHO1Z1KH1QXBsrj9ypZulhi",
-	"zWCdRbY6XG7wAXsa7Rk3saUl3/KEFdH182qd+o0S+Tj/fRR0alCI7OQ9zFIavLZbcGzVZWxts6m8Fxhr",
-	"UqlhXqAqqyN15SegySuL5eYKPW16EavmSSLg/sWMd1YiBqHUUUVMHxVdoHDXmrtZEzbItcgippfaiHnE",
-	"FiKbc6vGWZszvRBjn2dhStyLzJ4xnYiRfsQXNzybWg+ba5hLKyBLe00RPYiKuEIRnrBnC4YsanZrLEJr",
-	"qw0fJYKJLEszZi+i8/0X/vEKXuJHNJz0yUfy+9KMnap7nsj4IsmnUl0txDj8SMo676LHYBxBlSI+SnPr",
-	"3mLdlplIJfVsx6ehkmkQsL2TSbJjaEHl85HIwoN9nB3MjWhiI1zBhfbURYmRIS9yRa9A4oVG7B5VWcAP",
-	"9Vvj9G1NIoJssYrH3mCuq/ZNODykNw3oLJ0GIoHaxCILi5Y2cZqHDzKT5QqUU0C9ZzlpdHRa2UgsU6ug",
-	"ZoKJj2KcmzTb02yU5iqG3Rxn6WJR2Z6jNE0EV2tvSQOK3KDL49jw4pdiQSGwHVS+12PunLYazD4adr81",
-	"SpwOs4cOahg7IFQ7LS9mVjGBCUOaqeXNvuApP7YvngeAHL9CvIppA5PlLPo9zSZS8cR68mlm0HtbgP7Z",
-	"0wy2HpwOP9qL5D8FHTBLDFpJRb56U1v7DY4OoCaf4ZA5xZ/9ed3+3lWzBpXnOjrjQ4HS+PCpVwPRKCnM",
-	"0uH2shc8Cbdo0KfHc2DpvFeIa0SBEzzY9B2GbiK3ZapRni4754CRyAQT6l5mqbJH9/49zyTMpb1cH6H3",
-	"5uJCKmYcM1cQDzLpVJiZPYOdp3bIfpE/REyl7PzmrMtOpyrNnGWY2kvRSdXhsI1QsfVcagMi9i4/3Jye",
-	"vT09f9dnDxQfsXuC/BaTspEVVT62D52JDBJLWa60tQkuUmsxMZXGdn7uhMZZ+zkfiUwJIzRzaXqrS+ZC",
-	"az4VnYiBtcqnXCqcDQCCSWt5cTUVBNuwE76nWfUdyOsAE4tSFXYwWyZmu3QtKudM9bDb8eAqVHV1sn+w",
-	"qlTEbLSsKNmaUJPT6Y+/R0X5b1XZdvBblfMlgQvWz6dFlloDa33EP1qtjQdNecRsnmsDarK8lg0OF/eg",
-	"DWO1Wmm37Hs21btF5q1ZzmsC3ONUGS4VWk8b1bS7EAa8OX0u1P1Oqm1tbmbGLLYN6Kfr6ws3lsbGJaaF",
-	"nqB3S3kJSjG59BJGqKwaWmRpnI9FpveKGPv58S8nhfbtoybhWSbvrRLWlNfxeph5PQw/5GTrTGQi2L+9",
-	"Ob64uj4+vz09v7i5vrp9e3p5YK9qGB239vXtNONjcTsPBAB/kUkitRinKtZsJMyDEIpdnb67Prn8BcZx",
-	"dfru59OzM5YqdIIa4jDuvJrdtrCFQnbLm6TT29HShILSP9iPfbDSGzCJvBfu4KPwssnSxJ4NSrBZmsTk",
-	"+goVu/QDhPyTdMrGs1zdRc6GdLeRapzksfW0e8UMdyBbomfSXtknxOGKVQrml3U57XPQIGE31z/u/xmm",
-	"Ew5KwKe+O7lmB/eHB2jk6YNPMv584IxwxpV+EJlm0vQhxehUEzi5cJyxER/fYSwVHueOHDr6pGE8Tq25",
-	"2IEBY5KHXg5k18CJmaoInGE88dwXmFcLrvUmRGHUUsLYF9qY4aNr+mxo5xQT77xIblbnM3h8bPIAS8bW",
-	"+ghcitZnWmIxTnhmjQM87NGQklbK8IO02IDvb679DoRs19haTZj3Cu/G5kobDe5wEqvh8eUEAE4vu6Tt",
-	"NLMWUJKqqcg6VlBCZ9g2sA+m98JzbZVhno23b/JLf+EG+M7u5gwEkyG9EB4fuVLbNV9l/vgSk8+ljJLD",
-	"TtANIybs1IMRip+sRXhn3Aq6tJusy47JocLtO0KgHOzHB4UWbduegR3a2ZDCQCUl59IcBXSaUJPUzqe9",
-	"Fp/CHviyoXK25vNtxWcJ7NWZSJLCDxy0fMSMLYUZtJj9PUMQRZ98R/bj8emZA0aA9+vib+H02qPDKNsB",
-	"WiXJKAmx32eFlYTmSxGZaWjD7RCY2RjZKlmFTwrQ/MDHdxOZPDI4LVTcPFyW3oss4VsNtvd42UWayPHS",
-	"h+YeCczD3wLqpOb1jXXmGoZp1nOgdrEA3MlG9k6RtXVywwqcat/tMu5kvf1g9/LF+ys8xt3q4DlO18B2",
-	"BrxPkk7JBAFzQ9f9EK7Dn+G5PErNLJTAKgNodyqSAvuquYSepdM3dsTVYM2LV6/Xz7DMz34DkaelqgOp",
-	"yQbrfCk0FCN82m1y1ifER3oa4cqjL+RQHjGT5QJMHm0gPmAXpoGbWXq/zfoKqqTeikSEYX2x/Sb0Gh5Z",
-	"4QvkrKVIlzc6Y9aSa/ik2kGeKINFNSsR1MfkOT4uZCZ0PehH4lI4WCVnM2lYe84/3vKpKBKWf8E8UnMc",
-	"EOEWvwiaa22WMqFFdu/RcxtddygoLF1fmFzrx3yWk1GySBd5ArlCabp1aKF6s77hTe6Lkr0tSGzAdxbV",
-	"dm4St6ZOCnEKH9Ek0o31X0k8txdxbH4n9+jaYV9WF3ll4BW5bnhUP6i6UjsUKNgAY8J95IoAKtuBHnjj",
-	"ymarfSsX8trhSP4FzGCO7hj6aVKPreHBR4nog2l8J5bWyJ5RCJwMbL0Q44hQGRSocdhgCqqQTEVgpUpF",
-	"1ZVgT8I1aFFamx19d4DfsjmMyLuNFIpn3DDAIDuglMMOk7iuH9ykZsI613pqHlAMgC6rmyLGPTqH6Xw8",
-	"s87BoPXi5WzQKmmrSZo5fbW+d0UmeSL/aWevUscXnP03qSqBcH24RfO5gFnHY03Am6OXBDFtTeDXX49P",
-	"r0/P393++P7y9s3xm59OOnDGUfhhnM5F2A29ryvnveBYeQO1NGLZp1C8VeQmxWM11xBxSWKRuUNruxC7",
-	"BwYldyaT+DJXl1YzhFBzY3sBqE8wG12VHEGUJw4DGTDdxvUQ6Mpduk8AUZcBeIaNhJUszUzarQmTkgcd",
-	"wLbZ14ToZyw+ApjPUO13gaaUaprQlTU4ylpc9W7YWRMqvPXGCgwgE8oF+HDIBAhwtf0SAmQAZ4sKGHlw",
-	"2GFsm/cwnXNZWhEcoXuroFiVsp+7uWiPgnqEUGvaMIfYLebE1x40y0g5W8AD0KBABKAikCMO5KXXHDoo",
-	"+687N5wGGi93PDmOKTVp9SwoL6fBUoXKa5YmsRXaJLXuHeH2QSZyRZFiWS1Ty5VDwFBOVDk4ENwUk36U",
-	"CBgLgDjzTLBpqhBHVV3HmuqWNydnDKeKiY+LTGjAddkTjwFxhwOB4z+6pdzBEeNsnCptuDKl4yEWiyRd",
-	"Dlr2Ddy7AygfazVRM1VW+vvXgZV287hh37kZ5pvm99Cq6sOe/X81OkKbjBsxXVbOp9Y/cpFbGV8p24KP",
-	"h30Mf+M0AUwW4L+YHf73m5Obk7cRQYwlAZTtEeROfrIiIvs/4HTb2Td5pnSXDcdcjUVyK9XtIkundkGo",
-	"mlOJB3goVZ7A8Q9nYBILbXw4nk4G/wwnMlQ0Afni4biQ82EEIUMCZxQDUOJBaFP3qlAtd/zD+8vrwhiJ",
-	"grcvlwe5SV1/x+JDfO72jYyGuheTLbv5ZxHw8mZwbusa/DLuSZSoyM0yrGVzzEkxgKskNSFDvs55qykN",
-	"znIFS2LNzT3NShONqz0TCSTC7ZwcIZ4br4fjufge8M/lpcEwpv04iO2Z88A57XUdabE7sYSYk/2cAOhk",
-	"SttvurUh4eAaXHuU/mGv58K5gPtJpBK7gn+2L4RDNtXrG3tFg/OaQOhePluRF7TidUNIqqDgnol4iq7U",
-	"mjrfwZesboRtAV+495ZxwTRuwBOsnjNODPY0w9lwVUaAgqk1O3ez0wCSE3q6fxBc4YWofWhPKZCyGvGs",
-	"TRlJNa4vyaM3NGl6h3YrqhBrtOJIADxIAYXmgZ7HwG7SxSIo1cd+kFbXAcoeD4o+JJHIHsGhbzQ1wj4V",
-	"KJKdxQC+Bfu2wT6zS1MjpPZIl2rXZERtHC0Qfjr594idn0Ts5H+eXl1fRez8/fWt+/vddcTenUTs7Dpi",
-	"ZyesrfK5yOQYVOPpeTg8xZM87Kgg2G4XIE7wnEwXdXNVQtvsZvFeU24Qfl8k7OScT0XEeDa9x7wDfLCn",
-	"MbiwSKXLVYr5wiw7SGZRWJUBv3VnINKTcUEw5Aa5QbgsOK+wtcGNb5YWW90nzr9XTCpQVUN74g8ZlntZ",
-	"/3EqtRGZiNnQOe9DZsR8kWBB30c+NskSLHDCUa7PbLjG5f0CR0lcVyKzlh85mwJteli/taK/cvmrdRa2",
-	"qm171V9Rvq2uIhHc9BNHG+Tylp4jqOHvLsUkXBPiF0yfGuQG2jGR5wMyxZ1cSq9mHXlo5dYXScZivkiN",
-	"PXPDDAX+gXuanRYX7/9s7UHEtUgNicY+LZwbbCkCeYDRx/K5NFDgMkjD2qMl8OzhFx0Mc0Lm0qGFKAzJ",
-	"DVZYDukWQwbz1WXHzL5cBj8aqEwsBIfqGK6Y4Fki6SvkV/B35cRhBo+KZdwdqCblQf8l1gGxfiT5S9AD",
-	"r24Who/TEcatuYtPjFD7tEH2MaRt/z3hMtGMJy5KsarWi8EXWV8s7ZpL5f695cyr9whh5I5J7XHK+aSq",
-	"WofjLFVDOMaGSN/Ck+H6Nh5bXZAvbh+kinFhV05TKHafS60BUy4TwVRaIMWB1wPY+Sis6HK9S/h0meZq",
-	"isacgv1+xCiUAcNcCiTEKm2dV8HCuixkvP8o78X+RFrP0V7A2oPWHw5esT/g/x+0OqjN3I/SjLX/+yzN",
-	"s2QZsf8ecwn/fRDiDv6Yp8rM4C87qmTZrOTPzWzIpvQ5CqtoDUsEt06jtuP8vqcHrc4RUQnYmeKJnCoo",
-	"TAQ9cKPkRyYW6XjWZH7+Lo0J5bVOPF6fgjP5Ah8gNZvn4xlpv/agdQgDioq8RiwSbmXJxccQMdRkMGE1",
-	"dwwFFzQVEJF8+ZqNZzzjY+t4RkynTqlijHIPSzDYBJ3bctUKlaq0/7ZfFK28fPnZfd75b//2JWE6j9Ku",
-	"SLQRSi0FfBI5F/9MlQhWdp8enx+zf4KCSjO3qduD1klut/HBDyJLpAJZchvr5vrNOr9VqFL+kco8kAPw",
-	"t6rXbdfpnVCPBGM9ItHrhHB1A8+l8rNST/NWE/Zx35ZqwgEbKfh45hOPaYYeREQ7h37UZZfIbIpcRuBs",
-	"wy3sEZ8s4TiC0vGCvoseATaMfzQkQV++eNFpHGNCusmVYysAVkqTrT78pb2mRgbg9xvWP5PTqcgeKQFA",
-	"7UpW5o5LOpFJUDceM9qCkGpYzTEM4ZFD1v4E4UsZR2zBl0nK488dyjzAFV36tMvnaa6MJ/3p9ZxAODlA",
-	"7t4ia9ss3dBUmb7qlZRpE3X55xV1uVH91hGHFaqxzqfd/oZBCM6eLrI8UCmyaZEKmhgIvg5afTZoVVdH",
-	"xoPW52A5yBfUgoWUbtGIwIrsaEIDwJZwttIRIhncSd7iUinQbSIIBKUdDR+YQTbnEGlzBEXEoIrSCHEQ",
-	"mFn7SOQWhGgazD2LU0BcTiQWkZR9wToKyjpA1dqwa6rg4JrtEQ53YXB2P0ptnbinexeN1CthIp7HL/iR",
-	"y+xqxpFlbYc3eBByOjMbT7E9zbS9c8QOu107YNZ2FsRhk/Q/PSI4amuTnzgpro4M7PWQRgM+tAW3nr0i",
-	"I9jxyIzSeEmb3HqtXW3EQv/t8EMXg3tBUaL61e2ihAMqfhB8oTSzpvSODtmPXFUxW8CdcQ+Y6URqw4D7",
-	"xRdIkInelkobwaEsa+iA+sNOHxwmuNeCohJRUeqM0A4X/tjTR1CeVoXPRHCHAqbjbtNlq57jJEvnznO0",
-	"AjzsshNfDDQVBiPwGGjZULo35Hq4vXQPC4e4xpOT9D2O0hHxkd5xhwLcGJOHgA+Ay5jUEQSDsJwYwtP2",
-	"G7tj+diAeHVZCRHkySkzUeLi0yv8XKz9tw+4ZiqlSX+YyfGsBv928rZz5NOMjgiOKKC1U8Ewp7RCXjgQ",
-	"fkdtF4Y4CzDDM64LCBwl0NMHRdALz/tIJJCr3JCZQDSCawABz8aTPpbIoENQly47dlXcbpUuTy7OTt8c",
-	"X1mj8zAQANdVaMLp9ckvrdCBHpSOimBAcT7yRQdkpBTX8xWjYQk3DqG1JjRBJWEFPeh1ueBfRVYgM4QI",
-	"6Sp5oy//70VWj2JqJGIDAPV08ccATSSxREMLOXeK0JNfM6RRdaAFxef2mTX4YX9EBZBNVsVIo0UyicJD",
-	"LLsQgXSFlWM7d0kiQvENuiMGE2DnTcoVYphoP766On13fvI28swFVlKJu68AaGD6ALjrnH4q44w8XMYO",
-	"3iPS+1DMB7AP4kOBLCpka9h5agoQqu9psoL/CBxxa7rf11nvnoWaGbMoElB0mtl9hlViVtXA5tMa6s50",
-	"cQLb6Xzx8WPHbU4dFS/jmgbAsViwBL5+yX6WP3ScRiaRHdqLhkUFRqXGE7jZeWk0UAeHQ1nRb4RhZW0w",
-	"CEGPYYoMmWWhVharf3/OR+KvIuF72nNNjfj4Lp1M7LNeffyIqspkXGmoCULWEvBrQX+BdiDVeVRS6TRM",
-	"3CyOrNLz8K2Qi6VxOGdKvUaeloabCzNLq8Gd1ruT62BqvLy+oWxhLRtR1MqzGrK/kU6T3JB8pRn8V7Ob",
-	"y7NaRsTi+Sv82jCnVvIOez27xV59/32E9JncySYQynRQac0FJ2semcNkiTiMLYUhK+1vr3rfRezli1cf",
-	"iqJRey1JUQS+6hSjnSqlY2uUx1N7B0zqc4WrjjkXl4139aahAH1pJgtL/PXLLaa3neSQyfeT4JkZCW4u",
-	"xSJZhjieQul3z4i+XqD6wJUp4Gzl8T+VqAqGsu0dqBCtvjxzXX3x8stQSAoAGFGZB7UgbvEvtJoobPiS",
-	"u8JIQhWx9dwoq7srzrhUQQjKdblSTVo3KTegx+L0QfUJqqNSAD5CrTKCytvayPFdBU9WLlhbG9AKz8Pu",
-	"x0tBKVEcMhdpjHa+te5pAfsIdaAqZCzz3QyBwPOVFHw21ZE14YAIFYvWI2ARutUiEWNDTLMmTQj2rSMy",
-	"5aCgZixu+RgMYADJQVRpYWewvcITUX5yl70vmeemjOiwpoXI5lJhboXcNtY+iMX9Qemb/SSddjzRNk47",
-	"4J5LdFAmJYusnJawx+iXQHuUaGe+AYgIhhJh5msI3UsL+uTSvIIEYQeZdpwIfm3+kXNlpHG+/yeyoHSf",
-	"fRov8j4btF71evNBK2JzMU+zpf3k8J0ctD5/Xl9AMBSfXHSIA3jKXUL3Xdko4dsU+6siUruE0ScTorVw",
-	"6Nrz9KpozXWRiYnIKh+dpydY2xQE39YD0+xIUYzck07+kfOkRdE5XcPG697wlmgoGh4cdSi1z1uPgcbA",
-	"qTN5L9zh/rigYjOOys2F6o+PMG7kSvAl7bu9UcwND+BZUL9y30WU8BfE+eMM9/Obs7Us5cs/v/rT6yC+",
-	"NBN8XpamVdbKBuU1cIsIB71pEnbdVGP/oy9LH7DyAvSY0MjPa3JEb8+v9oFPeT+Rd4IaT4Aj/fq7UrbI",
-	"Hn6UC9r/EGEYEjFQMUM6PxeRSISh5EIspxiQKK3f6+9Wc3HbklCvD7fl7KvJ+Do+d4dGiRHrEKfQY0Em",
-	"ogopc5eBTWdkkvjalPa1mC/SDBigCSbAFvaZUuhOnw31nVwMmTQRuxNigfCh4SifTER2myoxRKRJkhSf",
-	"8iQZdrAak2fGt+KkshdXDOkLY9quugWcniFmYuinavnAl6w95EmSPuCNywUSdmytqFWMpvgHT5KifgXu",
-	"3Ipa/jZBHQwwhl31gHOC10XQW1dD+6RhBEweqgz3g8WyPuRU3gtqYwDhutXU4HZO7bpsaW0IEhOzPqqN",
-	"IdUhVZStEloNrfX65uQsTKF6W+JQvd1Eolrs6UbQEPikHGegO5XW333gyYDc76MWNIr80KhJQUixlDEt",
-	"tSKBXPIBnLDP4bLRkpQP5XLBIveiIY12EamY2TEE87QXruAikNCyXxH8OAf8hG9J2HUhh34lEfMwS7WP",
-	"YWCEwT4b89/VoEabK4yzhKJk1r1AXiggfwI1WeWS6hTUrPbpTQNlrh3QOqXqFOLfwJoC4y6rAqzwa0Wt",
-	"csX55cnV+5vLNydXK59DJXorcn1Uim9bUdFupRW1kMKqFbWoqq4VtXw3ulbUujm/evPTydubs+Mfzuzt",
-	"fn1/+fPJ5a3/FfbasPf8+fTioqbnVqn16crhupnweM7HM6nEvl0q+KDEfUzYzlskQFCpuZ2kuYojaLWT",
-	"yHE4nh4Lw2USZvXMsjRrftCXkqABP09CfWqNL1Z0YgsxuJlEbPAz1ufq5vKUgWUvFPpWUNWJiWA766t7",
-	"ri7lbr91z/djJE7qoPbAPPOVgOCJ3rm9o8F2g1sDQtdnYUv/Ih8lUs8AbPE4k72+MYhHszMZWxWxZEZ8",
-	"NGyEhq3PUAQQpPUW0v8eDD72eh/+AMdGAQXHQDwUNNXBcILwe6wV5YuFUCKmPYHFiQSCP3KQDM10PrI/",
-	"HYHXvWbYNQLOIdBmt2MChugHYTexdRuGFejO8MhHZl68eu1iM+s+9Wpp0Yd6iRAxyMSXYVeiJpTBjmHv",
-	"KQ7noC8F+KtEiQVAnAeu2cKNLiIUD9Km2KXXnn2VtYlDEY46lWYE3WmMBqxij0KaKUyUXOfrN1z49VBK",
-	"EMFPgCFdmhrCC0XOitiFRjQUIUZ8lhs2DaSyjlsplS5yPSvwYI/RLI+2bJsAPQtUXiOJQJN/O0B094KR",
-	"MEwO7hOa1ktuhO+///Sdmbhb7UK/EkKKHuqIHc6tXXk4CxoNT26zTDODI8ZRVIRwax9lP3Vhjq8v1Fo9",
-	"amXciNsiktoMIOeXddv+LN9941s+btN5gVjROYjCtop6ITKZxhQkQXKOHmYwR/n4Tpg9zcZ8wcfSLLGp",
-	"rZhQJ/Z1GVvUEY3hQ/psi1h93jQBN1rsmjDCtyxIncsoIWTZBa5rzuwqEKyiWovnkWqS6tXjL8nmcnp9",
-	"ggTrgL7qlzpvIASKlqAEgSoQ1p7/Yw8L5vDSpyGs66ehfXGD3QvtJfsorwef7H0+d8L6QUlTjZQc1iyP",
-	"x/jhimxliWnqyV9SWe6vkMV9ZAA7joERZZ2D3rrfN5dnbp587vT44pQMT+tB9w8ODl/8qdvr9rqH/e97",
-	"vcO1YqLQwQcBzCembeqKQQLBmcfQd2uu4lH6sRqnURiJW6fsMNXscppAmacV6aKjKNerbPhMz9IHjWlm",
-	"IRiuY5ee3AnV+wSCr39sDwZ/9P/o/CEYoNJJuiKsL6M65hGPEHBtZhz9nxPcFy93YRIjAQsL8CLNDLDd",
-	"7ii2MweCgN8lyftJq/+3La01VnATnz9ENdx0kI72T4ioRxc2n42hZxdGoaHiGpmnYKkholvlS660PfC3",
-	"JOrjfqmdoe+xADfdQyCudlRcFMsiHscMGIH3EHfSLTiJm5/eVSLpp6Hc6dFb1reOxRjf5ZEjp5sG/J0w",
-	"kIdagxXrkKpkic3UM7FIlv0ycfHXhfu4eQhP4+NS72+cVZNOJiA/oyWBa0UWYb9bODLwG3dKBaqJF/nt",
-	"HPoIBKqzL26sWMLX4zQj0FmP/QVx6WmGddc79tfAzH9de5Rf4Fv7WLhg5/t/Ds+xdUkfd4haG+t2G3Nw",
-	"yjKxb/17CChDlgJKfACAhJlMNINWa8wK4uFVcPf2Wubgq1JNoKc1jOfQKwDrF6mlLPyBohIM7l5iZVAz",
-	"1XuZq6t8PucQmwizOO3QTGDs6J7XsDlEjbmB49PT+IG+LsPMdYQdysUiolIBwD8hDrUZ71WJTDXU++Rr",
-	"8TlQh3oRLMihL+2pJRWD7hp9B3sDQXM15YjXpDbZTVpO2qdHfjXX9dgHlJqV0yDYvGacYh1kGupZQJEy",
-	"IKdjbaqvIAYQSNkOIXgWYkXAqzZ14gTcu6tQoutdXvcI+UW8w+SJQ4rKAvxFgeommpEVVpUwidWu9PxU",
-	"m7dl39WogMo66I3Hcjj66ZalVNEVOeLc3djyVmTiSQdlrh7RB8AKHZbFFoTG2vUBiNwnrvO/wdXXwEAh",
-	"VAwWwdOjmJt6B1zmyse2g1xAtxBU1SxLH3C8MTfcbSDMOOxDOMiXK3PlA7H24NnE37zeq2/XxhOPisAT",
-	"DGmn8POG7n2NB7uxTVQNPx+24Yl3sgNXlxI8aspvQ+478i0Zi2Rug+5BtU2DKNUHE7s1GH6Zq+cOOu5Y",
-	"jlsYEI+sur3M1QXPgttojZSc8VJJpXXwJjvtkLCcBBgFPdF2zYCJl31XMjcwZYiTd33gxS5plHco9kOT",
-	"yxucSnjpelPRkNjWz0tYPB9Z5P1oibqSU8WTx/LuOWOMyjytpUUxQpViCFUYkVEzXigMm/MlG4kSK8nw",
-	"0+dhEFpT2jIBAIavmAuzvBWEDWucvw/u/LMGHwRxS5d8sTb+sViYWZgdNxZi4Q9lhchxR9JvPyqstizN",
-	"p2iHQczS7WniQhDK7Gn2R3ZYVNsd1rF2b2wLG+/augcYJepgCD5hTAd0iBzCmyQ1fYe3NgeiJqHCKzgy",
-	"P4DM2WE0WNst855mxiSldoAltgECgtCXBcRhTzvuIt0ptQ0kwnm7pyJatELTtqVhU8B5IhegWyesWQHJ",
-	"uxML05zDtj4l6E+CLQqCjowmnbyJyQNc/Ao3OxztKxuJDeyejAetPnsB6RHkCLYzcgg0uF+CoHiDKeNg",
-	"szURCweqhbDDitiFe684tG5Q6Mr33MNukn6upHZy3GxNS3Qi6w9xO6XxuHfP8u7OLvNX7MASIpkJHHsU",
-	"N8el3i1hfFVa1JXS2RxDgMXftzxJOh59FKIHdPhFr1o9sNmk0GK4XYEnB+z+NRbCL3I2ON7AjbR9G9j0",
-	"1llFgAfxthlpIsTffLcVbP8JzIjQPc6zXCvqk2TGs/18wfCeDRuX1motML6tvwcMgzWerPho2KsV9Lxm",
-	"bYWco1b/Io1dJxy/3rz3VmJavxH73nrwJBNje6jW449K2gdyc+4IwgYQxP2/agg0siLdposh2hJIRdxB",
-	"H+3b0lw1lSuKR1SKF5p2vy3zD/4mWq8Js6CXhEKU1tSGX/g1+a8ue90+Xl+BqFCHj9OvxxuaWxH5ZwEP",
-	"zCB0iX1rfcLvCJEQFGz11iyfi5gNsUjBSSwWKuzjhzfXb/D05Jotl8vlfB7HZjabz7X+p6toyFUitA5I",
-	"DrMTAWldbyxDJJwJKN9b9xSLQ90rnCcpjNWQ8crtN035M0cj3FCaO4/+rG36lpvfL6aESpgz/YmG4Kpx",
-	"9ngwW+VOm1qAXS3EGIsGH5FL25BGAyxR0eKfKKJWSHm6rZ3KiPBnexr2X58d7q9X0pXKgKJCVZeq6Hzt",
-	"XKNphJcMTluTlmnrMWDXjq+gTjqqlMZARLvgHSMaHxp6wbcWLo7f2jWdZ9P7yPVLjFksMwHMY64q1JXT",
-	"lEnQqI6+s0vIvAg9E2HI+ujOUjUt96cCXZlOqEYJf13TafKwNwc6J+Vb5C+4dqVDP5+enZ289fRWMKm+",
-	"YCYc9eDjmWjUdtXl7UrUAlunHL+OmM8nH4ykOtAztj8Oj6baam6jYjNiUe5Mh7+mJieh9lXIIQKQLla6",
-	"8ghqJ6En9CxN4l26J7mOKkH+BWKMaHCbUrMR+KVXXtubg14AHQiHExs3DTPpVEDmMc2QS6fN2ZSraQe2",
-	"GlJUJL7pICVfoHMZsa+CQGo5SqQKN8CGsJf9xW3IuHh7/I7N01gAaOWoyFhB8pqIfKABN4IDAs3Dtm4v",
-	"tys2JY7t4/ps5vq4+kZ01GXRmTIQxkkVBaKRrSy0677r6VJ/V7zVpBQPDce3nsqnMUmzW0HcjxvLvYgi",
-	"8nPUmhmz1c/xrGLWGZ1siL15pdxlx8R6hl1qCsCHNIykwU6jr91jbauDiB3WcXZ12ZAnD3yph/Y+3Njb",
-	"+CqhLntvxfZBalHDuAsStFYa67JQNd+63r/4xZ1YOqrHLFdd4kS0Q60pvHXMn3DzUS6TGJ/H/vIXNqDy",
-	"xEGry7DX/CovI1YdgrIuvQzsAfERqNVg0yGK1yfssXvcYQ/Z8sbW0QMQL2ChDNnu0FtgLOGGM6479Gxp",
-	"GA6qy44rD8WqU6GNnEPYGW4r9WoLQ4AVTHLteiMC3XczLDN2dl6XJvSM8XQriA31nifBBDADEUaOBVEs",
-	"BoumsW/0RNq/agkbm3vERixO7aCDLQhlktxOs5rWad5kKamYUidSaggGaYeRMA9CKHZ1+u765BJR5len",
-	"7+xJXaNrXulKK+nDng5ql6IZooP9Qn+xte6c0O6wiWl1xIakPYek4YZudEOQvbLC81ZTqsQRG/LFIkvv",
-	"eTIs60bF8GPhMkdWrx2VO/z4civHmFn+EoD3RdQdITS4T4eoX4Yoc3BpUe6N1GBAAAunTyfy5jju3Uma",
-	"JOmDLgg792pm2HNcbROlFTot16pVQO9rR8VaWaxeLa7Ze+ZWxnDbOt4s8dG+hErV/j9FluJmtY+IWbtH",
-	"YP2azFB5OItMWLvRH6CuLKDXcEyJVR0+9UHcbGnG6L4iZg6clJdHtnFseqmNmHvS2g0NJ62YWMeQeYLb",
-	"NtVHTDM+Z2OuvN8TefI4a+y7r0ZWT8ciqjJ7WREDvQoUjx33rqUplorY15zkA4+gPd4Ca11akCNvoHvG",
-	"ZKuir0pt6q259Av/eAWT8CO918lHagLN3hIxZ5lHJNvTrP3dhhmtkAA3FD08Okg3FAU6SI0kdKlFNb6B",
-	"93LB4MSf8UwwqzwrLOuBqHF1CDdK/iMXDjle9g7PeY11pYSx1wX6wVqzl3RLUXIEsw0IQvhZf6VzI5Ax",
-	"uC9LRHEY25QZA7Zsew+gM+YsSdPFiI/vGITzJ0Aqxwt5ithwf9/fDnhaoM2MM4nS3GgZizKSG4WNj2f2",
-	"qEP3Xdy7LKgr2pil2uzp4unE3lWy0FaY7WgMYA8Ql4RYlPYCzhbZKPSQkkeMRR6s7f7Ay4mRk+5iTQ/s",
-	"xuynDYlS8UzD+Qdtjtvcbd3gsqaqqi8rK2u/GaK34nOYbhd51tbiFKNN6b8WMUVn7FgeZmki1ukwiAaD",
-	"jELgJ3WPKqofxqmayGmeiZgh84mVE3padSXK+9XZKr++v/z5x7P3v96+PweuipvLk4J9F98xXMtFFtP6",
-	"xJyXcYHIr1wW/Uza3UvE9lUy9Pc31yts6IXxW0o0sF/kDxSdUDE4nM7P3DE0Uura0QiTXUmufFjHplTw",
-	"UHvavXyZ0NlzwXSxHa61dWqC4sBwDxf4Ls10X7c8UrMhBDmGwM0Ef5FxRaf0cDXSAbbTkGdTPfRBpyM2",
-	"tJtxyHQhzATnlYq+OwLOaFQnxTP8B/CUOB270zeN51xFvscG7WVyuWfcWmFgqhVWjbtp+ROOdYAXaVxm",
-	"8QzctrQFCB+R5NqI7MiqiNS+GSYNVOrNYSs6jlO6qNaShin4RKVFuI1dkR8P4kbGpYshWHWjql12y12U",
-	"ZJpJs9K5HpQ0Hxt5v14Yt8jSOB8jlESBT+otmU7ESr9ES4NuChhuLK1qO4tqlIhOk9LlFepJX+xZ3rQI",
-	"sHJdmibr9a8+dIoW98XJOTCcIyLeN8GbZEJ0GVV4IgGW/diRXinQdxEeNJ4XAm6LU4Gr2BwlXS4SrhRs",
-	"/TnQ9Ym8kc3VqYURWjVLxMcFh7CVMmmpWLWuZ/XjqitRe0s1rY/l/uQdQJy3Oceu6HZAI0GLVY47OULq",
-	"CntRo7hTmrFBy35SeFl2kcKpIjHOhLndNQa10sMv6IQDo59Q9+SdkMolABvJTSZMnhVd8LGCdND6wx+g",
-	"NyLsarJ6knSq6Uek3Vi7VH8tsegNJ3Hpb3FUtJXwZouPprtJhnYhrs3vOhvntui8i8r7+0GROnY6yrR3",
-	"MpyV4WhSNgfuy86AkwQfoi8cVW+YrtnSK+Tqnu2rUUAeqMKITQz3zItXr0r86nagFVL1QesRLOpATwAl",
-	"uY0ox8I7tky5vsOum1AbKSJYa4PNW2ZNW+FIi1ZX1X5fF5lZW8Fad+5XLs018cV7g1ClbJTmKgauphKb",
-	"/EYQQzM7qQJnaGAn+YBLUUyy5wGTsICI9MLcDTXDKYIxFQhAlqtK9t8+ovIBFKpR3v+I3SPOrIhwYd4b",
-	"0C7VXhHu8GlMNbCaFNoR6UzWrnOfXR8RSpIArpiPs1RrQuXYk3RrkxEOK/18bBVolSBhn2sPOGjFo/25",
-	"nFq7A/PM2+O3/q03BF/8fHAAh4JouDfcmTACyZCKx9YtKMZod+SL0DtQce7SDUiaUh+gHfr6UPOzOB9D",
-	"em0dI9AEHbDaPcw+KbLvGpq66+uzHeX/p1IouwK7vhMLUwr+yFLZGbFqBpTlC2ungMXypxe92aBVhq1B",
-	"82Xd6ePRcOuafaAjUSSRoEYEL3FxNXsJlIBDEgUGWXRpeeBLd71VkVhiBz+hakxfFZA+KIbdm6V23c2Z",
-	"Yw5F1sYwgLzIra/Cx1m7aF11fXJ+ffr+/Pb4x+uTy9s/dEBTJHwpMt0nUcugfRE3TPOlvStVWfNRmpuS",
-	"RnZlprEYy1joI3wFSOzGqT3OSvhkAJ2z45KaDqHUAwiKlRlboSv57kVAyiur0vwHtNLbfxBKh15zfbe5",
-	"j0izymz8QSg6Qe9zu8qEXzJLqDt+LbCu+N4FIagwnoyFkbBbzHp2YbMHdHr40fbtQkeGSxM71lZsFUe9",
-	"mOChPrFW08mrJluxSx6hcVw/EBJOzS1ql+aIvaZlDuse8pEv79DrVm3BbVtABlJVE2hwr79JXDJR9OIO",
-	"hpsKbefbSqEb0/eNDoH5awynl7WyH7hGVvuI6IZdXrVG9CjkYjWlKXqsQ/fFILpj11Y4Uau6ysV0rIFV",
-	"VjI3WqqxKJYJsI+Z4EmyhNb+7Uxo4brCFHgniJELXdhYyBOg0pXwcmeDX1EzRG/o4MpLIAon3iRyM2Kx",
-	"5mKQ9HSOWA9jWiv9o8bVFMbKWKwUw0RsAGLgcQGmuvW4cXRWDvBYiEuVS8JzROcKjupe85oVzOXdBlk4",
-	"V4t4QU05YVnVnIHdEVYytRol2tw1ohC/tUk7zaR2oVvrVBz5UvMR19axAPoXTOqofC4yOS61JHRsIzfn",
-	"Vxcnb05/PEUiaVQdrajljPwKeXWQshqxeAFW6lXWaudB2Odcnpz8cnFdw1QNUbwvw0/5mLb2NeSs9eDf",
-	"Uj/75gmCTNyndzu+TfP28VHLuEkMxEogZHbkspAwr+CoUhs4lSy7zarby23pSxOxtZ4dVjiMIcdIcGMj",
-	"B2VlG+ibbhocSlG/9gXErdxDf0OX/J0qI7d0f98Or3vu9uulspFt646T/czVA47turkQkQxsFSN34w3v",
-	"5ioIHkdd9bgKrtCi30DtzK6jWVcW4D1CUnU842oqjpyLyIbjLFVDNk6sj8uGrtyvaEftnVWWpbkKEJmu",
-	"l/hVqCo3FBtuZZksFx9uu2lRi7jtym+mwK5cTrZKSvnFSsXWZIoqZ0MMBvMw7e9MsL++uWKZuAcIJzW1",
-	"HLT2Y5mZ5aBVysVlQrAZj0nM9BGzVhGRuOcK2riD4fKRW/+91W99PxofjuND0Ru/4CE1ME1v74sBF7+b",
-	"pofdF6+7vdBvgj+473Vfhi5f0Q7ut5GbjsoQQioDsfoBV79ggf0y9A1SL+xWC7NLnDoay6nUJlszBfqe",
-	"T7/93Quk+IuYNTFfv8yzxHtzC6tX1LTjAu0//XL8Zv/qp+MXr15XASIMwLCpQ1c7bwf4K6RhbqwOyCF1",
-	"QQIKUDtsMF9Ohmko+KGfxXgnyJr5MNgvx2/YvcjkRHpELdz5TiyPAIoseKxLATY3KEiZgK+8kF32VmTy",
-	"XsSUF6QB3I4zEQtlJE+IHlSzeT6erQydJ3WJ/Ef2SIVxU+9uDTBz+wG0jkUF7IhLXAfVGpqz9dd4pISM",
-	"BM+gH6k1LgNknQvr5SoTWNYylzFrH+dmlmbyn/CYPvsBbtuJ2MNMjmcriVDcfQi6BmkaI2SHSdNlp+AW",
-	"BpYhYqBNKLOaBsbaxofFIqNoUiEJhAOVMcmRC4a+eX9+ffn+7Pbi7Pj85Pbnk/+FMBD0wuBJVhCvfjre",
-	"f/HqdYe6uVZe5wiAeQ+VaXZdXvEbGUeY68V/1klUOQpVZzU25X0JNl4GZGyaOazZJM0KuOoYsWSpKs98",
-	"v8D+xew//s//hZ3ZZUAA61rHVaZ3TXoLvIev6aGsqmuty8rANTAQAQcEWUyMa4ySlbC+T02UJAo5vF1K",
-	"tzr7wfT6JBPi9nGwC/ip54IOBELDnuiXoOu2E+QDWTt1fLA/9JS9O/203slJ+FjY5bmFFQzg/kqC4BEm",
-	"kphL2isC0WkeCPoCXOS7U4/3CVxaJFJO/ufJm5vr95e3p+dXJ29uLk/6K4cjHnIIWcu1yKJV9GtaKCJ/",
-	"s8ub89vjq44vp5kLa1pJPdcrd8e+fH9PpXLlMMM/DvtsmMt4yNocnghbZZql+aLUHAC14tqDb07f3l4e",
-	"n787OfLIeQIEptmS9f7U6xU5QTzINGWBiqv0DFrVebABfk95WaCJdoRSvBiWv7ATseFCxkoPWfvi9G3E",
-	"5hAltE89vXhT4Hd16WUwDi1UHPkSFzdzpYmOBTczRObiJDrQn/R8EVaPLzJ5z41gB2a+sINRwsBgOPyJ",
-	"wGwUggLAE4JlF0hsh4S2d8sARTdk7cuz019Or2/PLy7fvynjGI8YffP2+PoYV8mLerfM5mwVMcDkqLsz",
-	"G+NkAnzDvpR9HH4Go6ev71/gyPBH3Tn/GLHxIrd/IKBYxhr+4Y9NgmOUupvjk+13M3ucWJU8hb2SKtHp",
-	"spPutAsi+EdYyD/CDP6R3ry7kVR/Q9f76n7libwX/YKA3BWQl+D5ImNQHdVlucqEXqRKw2+0TIQyxekC",
-	"FyGYfSlM0WsxFjymYp0KRto+WVm5WXCti5QxdJW3n2Dupmo4Wy3Q6cIt+9UnHLFEAnH4hCTWfrhP4y8x",
-	"iB3O7Fg8stOdl9wRqdK52GXH/iAGomvhzkURu86N+MByKBlmsxW1yhMFIFQer4d5o9bHffvD/Xuegbjb",
-	"O6A/BPHuY7pZ6aOb6n1L37yFR9QHPbfar9y/rr0BgZeqdqozQK2S8AKjI0aE+yD2STplUOYZayz+HfMs",
-	"2zGW6nw/J8/+uC9yEN5jKI6iktG3wqGyfl7Xe6LhuBw1TWgcTSOvdlswzd22bjiTJH34xeP9HMD5yojF",
-	"D0vgZSgkr/Lh2+N3waxCObqxW1Bul75gpQBCKICJiSCkwn9x+PJPL//83euXf1ppSe5hYqvdCHduSVPh",
-	"It+x5XZzioIVeoIJl5lVbbePRX6xNoC7qJjBCD7v9J1ehqMVgO9sxO1ZDbYj4JwISQ5wXFeNSqELwnIV",
-	"MBdnUEmDzZHd9S6F0RBKRuLZJKgGoryptuW6jIWxlxDoyB4JpTR3UVDcL/GLlLoSUK2pLBHqr8EaPWDY",
-	"fQXuMJWQN64rLjhlKgj41y83lcME4GK46Aighta7R6tdowl+RS0LQ9g2miFsgWx1sZUyDOvUNptu/KaN",
-	"u/fZ9WlOWWT1VSAzuBNeG6u7gH3UwXtdPq8Onz1bBfcSrOqR6GxjkqbtYys8TDBXm5TWNUF3v1QP0Uo3",
-	"yMdk4HaTlae3dqycJs3aOxUx6PL7lhJ01BdiS55udQmeOWHnFNVuNkZFRppYG/iITe9bogZtTv716EX6",
-	"EOqxq8U4t8fblX1TYguFEGhgihVETNFmbY/5Qhuu6J+4wJ1yYOD47S+n57fX738+Oe8Sd9gcosF4ez8Y",
-	"oFb5/BmSaJN0Ay3ymF2eXF3DGNIJe4PPj8qnklUkf09HLM3GM+FNb4q1DhQEW7vsEg7jzLo66QLLX9YB",
-	"+l0Gfb7hwoHiCyipsrc7oBbbf/y7ti7O5Y9v2PcvX/2p40gfqI35cJzGYtgdqIE6gcPFri2OBw2HYTDw",
-	"zPDUgEl1xwYbftyn2d7P0kQMBwrpf0CZQrWtKt0eqv76bIh9fIasDceSdayxxY/7xL7sQFH6C47xPi1j",
-	"hOGIyLH+REROETniCfjA8AzcdWggNByodtHUKKJ4851Q+GCwvYfUHq1U7MiTpO+DoNFAldquoaMTQR0T",
-	"PEYthwyfgTA9vH9UUN5AXCdNrDd/nhKGjzJ59naAf7EfI0iHfs+kHqiXvUMo+4MPXIbJz+7L3nfFtyQz",
-	"JqXUjbPgwG6wd3pJJB0EPC4bgoh91EWVYGVpZ8AeO2Rznt3pgSpFBLI0Ny6qX/rY/sDVZRV0ES7KNueY",
-	"nugOlG/xDk3BYNceX5yWNEO/1esedntgLy6E4gvZ6re+6/a634EuNzPQCwf3hwcgGPCvqQiYDEPwGf8C",
-	"IniLOXGMBQzBgafEEWS4IOCVCWv3y0RkbMrvBcsXLFUDhYGC4x/eX17f/nL8P2+Pr69Pfrm4vnIZgKKx",
-	"c79kNGC1FV8ybWSSDBSUUagYNkSxRdIMEwF2iXG4Q9dqC8dEdXbUG607UENaPkQaDFE/DNkdMtGn2tN9",
-	"uWUmLD398wB/MFBtLwj7XopApARFbJ0s7eFIXOSxJOCM6zvdwSX1O/40tsaa1OYYF4eOX2geAAVO0i7N",
-	"P3KRLZ3f3/fOPZ5w5YZgBAEu+mcT+erqkga83s/Reosakln3RhP0FehVwSQOjK4gxi7G16SpRNPH45Kw",
-	"tk/kuaVD2uYkgcyiQG6odMK8CHTqRuwJvJ82YMfhTHZO0aZW3Ms0196mCQ2BTKPyECo+ZS+4XqE7uabV",
-	"xY18RORVrxRSeEXNIotYwqpB8gGSHotUabQtXvR65O0bYuAvH61/J8x5szkEcQdTEayHVb/fThWoX1h6",
-	"ICl4iU8P3dSPsmiyBc3UqIdGC/dWpcLWOika28bBoQkRVeQkTpaMyIRd4yiwDmhRF3wqFbwxmKd8CtFI",
-	"Uq0folb1uG/1XUs+OyJQwpTZgb6iJV1c1QjvhHElGc+5CPgIag7/OQTpco2McAVePnYFfrXqvUyngvQG",
-	"JkUqY1V6UGlSS2jn1aPWGu9+gtbm/MGHFVe0aWjsxSVuQk7fYs+7tfU6sAYNmPuPvm3UWqQ6cPq+meWK",
-	"qIIACADkStCOLcIYs6iwTxQJwbP37+Cc/eF/XZ9cdfpFmoEi0zOkttcG7h1n0AAV9wKYK1Zb8qUG0jbA",
-	"+fvOnFWRPIZgNb3KmZ0HdFiENj+k8fKLCeVZOsW5QJEsfCKT5eLz2m54uT6VVzB/j1AaTxLx45J065lc",
-	"eKJj7NnmQQ0OeFNpqPJlxT4oumiTfynhrcoG9vQta6wvLxd0d9f4uIls9J7n4Zf0lJDOvPQs8UMwbkU8",
-	"pN6TRtgTp5LyNyk0JC4TXn0FqbXXf/8lpNyns9iEW/8byjQDov4swu3s7YNP9NdnstX1wSf84/MBz8Yz",
-	"eS/ifbvFDj5lufpc6/1cCh6XMHz4S9Ye+ojI5ZufTv96cntzeTbsuIz025Ozk+uTgep2uwfFM9hDlhq7",
-	"tftFaZme8YVwfeSrl0cDhSFr5NvxpakQ0YZCIe2jrFj09KKH6IbI+bsDBZSW+rZkfgIfpHsRDOXPwH8l",
-	"Sic+pTqggYrTcQ4hckpmj/LxnXB6qgivRwX1ETa4IvD2QEEntCpVNxCyTXUHIZhuPiGBYl1o69lTEdIS",
-	"72EHCMXLfUrA8pg98OQO3avYHlHljh/AHId5AMpEDxQWak9TYHLVbA7Yn5RNpIq7zHr3KjW3EzgWPZaY",
-	"AtoqNQPlJgs8B3+FGzs0E5w4wiPDZYIHJ+R6g36dteLolpfQMvDZ9BO2iw1bcCUJ6D5GW7zqffdobeHR",
-	"c1i2HhL/okd+UU2PZXyILygpD9fOr9bG3tXeuyBX1fpSWy59iz5igysvc4Ue4ocdVJXnnMfXDkRSPY9y",
-	"IoHuECuEdJcdG5YIwjDSp0SvliR/sQfjkE3SbKBwIyP+0bum69wmRFRqz9U+9D/xeg7CbZy97PWY4nMo",
-	"6+BJMsSAoQbu1dIzKaSKA+qyE4WMQBCSdVJBhilqNamQOwyRVodRr9ejtKbLOpqMK41qMhqoEvqG7A1k",
-	"bIQXHAkA6GTSGKGAxofsLc0SMSE+Hj5QvmF0bpiepZmB0FABkvYol0uhRXYPe1Nbp3EJikBmA5U+KJFp",
-	"DFxZOQ+qAmhuLKBpAM1Ea1dhhR+7sooGcgjXY2ejZtdSkrHZxW8wK/QD1qivB0PwhVkjoTvyTKROfCUx",
-	"4o8Es9JUFzXhSRKOdBBMYa3x+XOGNGBafBPrgDY+uZdj8yjHpKJU4TaViSWiFsAia5EAo7RxDcWoVxBs",
-	"pDuxdM0+CLVcVq+og0L6FZMPSPUQsJ1O7L1xABjIlUAOwhTPMkcqbbXWUWEPVYeL221IasaeDzCWIW2/",
-	"gDd6JrX5l95NDYOETw8KAjrhG4kK+hVdbg8NClz4p+6mawgaOyYJKarwn8rJWDU/8XxTS5YVJ0Oz3fQV",
-	"rZWdTZCDT3di+blqiGw8yZatJiGZx6u+J8VkUFViNxeTLde1InXafqJS/BpG5+o2QJkF/jXARYuPrmAI",
-	"XHD0JZFikhNXyi31FAcFseBmVugHrNKuxlPK2mJhvbrM/u5//623/z3fn3z49Prl538LwFV3ErkqcLAu",
-	"FF4GDT6n9ikecyZi1HZBlyqBb7sBTaKT1NDXfTxyV5sH1xpBeHKiR4uet3VCHadpVMQFMFiyGhOwV9pP",
-	"qR1xlx3D41Rac8MSydc35mHtIkAQh6hPaV87cwOvQ5JzIjQzmeDzCLR9kpTXhJ6y5xgNpWIydqF4BFPE",
-	"CIcfqDOuzf6Jvfn+6VvWnsEsgfMFWGrXLxwiRugPDfvgYewDAn4I7M5COXPu8BXTXXajoGqURjpQOFSw",
-	"ifmSzaXWRMFDqWvo6wvc81BLrAmrzwEZDOWHEIIGzEMfgHwQiuRsnEgkyOFmoEzKMrFv1znkv/xqPbMT",
-	"nO1dZcBOEvz09O1PTox2+dG/gy3TwPAw4qNBkdjHOdspgAJPq9vyGPDCu1IHUPhoTwONDuwm5m4S0gwk",
-	"gT5pTQfQutxZIUUivX1NkgEt2YAT/F5kWFDkm3Ot796vskfr0ljFXEEcAYPhrjRJOPDHElJZvs+qP4f7",
-	"RUjOl0j5mrQ3J2cDJbKsyKzTDXwwBDjfCRYOG6LSfV+7RhMdaPwwlPGw1LIfg092s5UvtTZfv8KApkvk",
-	"U4hsg02y5962BFCxDyhoEakbVapEaH9d4EBQBp8ngVJ+hOP4aJRGefGlhyDi7XutmNBH2YwvXjzWZqQx",
-	"QijJDuTIy6L22nYBy2nGICIkZBHjJp3LMVC1+cPavUOxSenI2mRR7nwAHnyC/27EE6zM/TPaUc1WubK6",
-	"j8+6lrZwVW7oxAVVvbpWUJyJmqjh0nzdCHP9npBxxKzpvi/0mC8wPB6w50VJj4Qt+lVWnLlUnhnmaUa9",
-	"6+QeFETr119iz+8GQDdsUtwUl0VNk2uQZFDrguz8wGdMxPpU/2JNhz5L0geR7Y+5tja+9Xh0hO2B0dqO",
-	"uZ4JDXkMR/gNAe268KT9z617TqvOn9rH9sQfPh1Gr78LulRfEWn24l8OaXaZq+3BJMRgPC2SZJ9CLkMg",
-	"UrQRPvZNuF114A6MTWICc2UUq9Pp+sIhFL2oyAcfDNjRqQVGycyj8pJS01t7L/SkClk7jcV8kRrrRu//",
-	"DMGK5uL74XnsKT8vOxlTz57zPU6wUYWb1xKF0cokgsC/6B0+94gouP3I4N/3X8vww2FSBAZBW1IlUolS",
-	"5eRCjBvt20dYcpARhwTo7hitL+nBnWDGVcwBO21HNUTv1su7PgUy7fFMjKEqo6CP57q4aqDgAoRvjNJ4",
-	"2YcZNUDeww21w0O3yp6pBrmdoX2DVGyYCZ0nRg8p0+s8ZbtwxUPYQ5onMbby8jiC9stej3jzkc8eiQlS",
-	"oQfUm88QOxQKbsRevnhBPwBCMNfIz/XtyVXEXva+p0ugKlRB36iI8USn1hkvUU67uQMkjX0UMjg5j1Jq",
-	"n5aGtLw0XUZVRlCUAj+X2u3fCMJTEkGypQR4n3FP4DtQjtYGf6SRDB9S3Di/7FWv12XHsA4+RWfngrt+",
-	"XQCA+R9X788jplJa94j1rEuNOJoZV5iUhxHaFWPnN2fQ84aPId6kloCK6pRwArRgXTaEx4AkYaKcUyGQ",
-	"M6T6WCJz8f7q2hNCWZt2oMjlhhuEXOdCLlvPrOj1b6fpf7Bvf4lbIqRj31vPFL4G5xTp7qvoCKD+iSFu",
-	"/SQ7h/RkvoDWJiARYFuTjDpERfsnAHPYx47y5M65Xp1n1Z8e41cHozkNbCTfy5IC6vYXQsVcub7jvhhe",
-	"s3Rid6yuFtNjywmZ6f/4f/5fF+lFMm18hP0e8XoO/hgNFPT4gg7GFOCrZiGhWx0CCbXhyy4oIJWaWyOy",
-	"uVQ8iaj+D6JUKZXulWFtUNPtX8WH0bDjBRxw9g6uzH9GtW0AwTuCp0FRwy2VFBFeuaA7mhDbAFS7gcZC",
-	"zI0vPKIqPocGpR9I5LPpsmNHwDZQGLcO9WjMuHIz6QjlOID6Eijjy8Q8vRcwApkhFpBYoSQwA0CYtiBk",
-	"WohMprEcM/0goLW6/bWm+DdHqrq50No6BYng90JDDainnD++ON3TFTygqkeIIiHDxIMbtf0B5WpI/wP5",
-	"oOPq8iDM9ruTa4SUBvCrxFMgDTCYdY7IXCm3nh2JAslon/mq950b822u+D2XiW/xUzqUCj4fh8/ybe8L",
-	"rjw3SM3sUetfBCcL28rVgp+eHwK5CXxDlBklXOGzA6efBJ0k/FS57VBUZebw2iNbuoYMS0bMt40V7CZE",
-	"DyWRxzwDjQQQY+xcQNWUxQd6yNowOEh1moEq+m54KjZXbOVaHWLNVRFNf9FzmQC4vjD7SrufOpTjU8rN",
-	"PcjVhk1XfDxQUpFJCUffEQvgpElramEiREWj/YGMccVeRE1+8An/+Pzf8Nd/oRZJLr132LMH4r5vk+sM",
-	"sIHimk249tvdX1+6uAZD/Nthhx8HGV4J0PrZgTCaPxBhXVcx7qXcCkVmiuv0fxIocKHssWL7q7iDu7xL",
-	"XaAIyiydsD5DARDcvrDAnzNRdTzedI6gBVROcFrZfbBuzUgUBlD3a9fmwLDAIDgqMq0rzMFghnC9VONZ",
-	"lqo0x32XiQS4kZ7fOF9TpPV8BLDph2hnibJCIC3iT5bAQdEny7LpScGqBwX06KVgpnXSiTKDmuXv6UB/",
-	"Kc0maZKkDxGbSQ28pHdiYTrdcG0OObVD9296McCm2TeNfH/jghTH3ar+DMYGR+Ejcq84Vx0nAboDUwAL",
-	"UXwaDEmV4mxP+b3AhlrYi5ulUM44UBlXdogQFiq5+b4swL9VxobEwllTHjMukw7VBZZdY7DKHAaTHqxd",
-	"fEHmi1SBopPOl82OrJZqWKHktI7QAfRVr1f3xN8JNHeLRhxjSuOrl9yWi+a41xHeiHRGRaEZ3O78vaRl",
-	"djiYt1+Ki/g0k2RFfX+bNsqOU7HRovE66r+Mmt/MqIFw9pjIeFejdPo3sFoOiE3rX0bwA8DZUqPMwjvz",
-	"LXRT1WW/zlKUEmhHmYmq7OhZ+qDA8a3YbEOcOp4Mu+zYUW2NqHScvsKHUyvIgXLdJWMxlrpgZNYQphyq",
-	"1Ny6rpGTNLst7h8wOo5x3Z53U9MAvol97eestLWPVtjC4dnUCvcrb29cjvW1B0MU0OpHa3L3G2z3TMCm",
-	"/Rff7ZiTBcMImwizIb64iIe/y91+CaP/r83+bWx2XI3te327LP4GGgD8iYNP9j+fS9Q69FdBDbWFz8sz",
-	"Jz0vUw08Bhrzba6JWHVmw/VO6VQ/NQ6MOiZGipjY/imyzCUFPa+Inkmgp6qQI7E2EWBhfxoMs0BvtXvx",
-	"n8Zdi+qCIgB4BmnBAFaELDa9GmSw/clmYLCLMPRCvQQ+1XPEMZXPRyKj5x/WPJ9XSKK2DOGw6RAoKleK",
-	"5/n25CORpGoKXHMU1PNFeKBnILxF8T2H83ehuM6Ra4BSCapRM7VQNKcYQevxk3qFBV9A3YYcYsGaoFLj",
-	"l3Lzp74vXWBD3HEYiMMtNwR8yHiWqzvWjrnhiH+waiLCPDQ3HEoI4UL7R4c6vgyFiofYzb38TMxP+lwk",
-	"nvAPMGJVSxKKm3g38oa1eYKecHgnIB2hqK5/awiQutd2CHr7pm6dPbAMaPIxu2onBkaPLHxAEv3dd999",
-	"z6RiN9dviKqCq1SLcapihIMP7/KRGJsEVCXbB2Z5bfh8oYeQJIfjFhOfdo6hYVOXnU5V6jpXWcWIr1I3",
-	"ZcU9d+S8eNwBuKW08r1yhV4LhMjdklBm6UOlZrLPhjLuD4mS+YFqGIZwdX+IobrlQkRsCNI4xMC9K6Vz",
-	"6VIQyHTC/sfV+3OklAJmCUQmrFRhYj00jx0PTrUUE1F3WPqoK8AJLQys0jidC5cmAMGnBoqaukosqdDy",
-	"qLac05HtYD3ne7djiGvKIXhW8vcIqIL5cBfgBLu9FEFJpzYDRbPHYEOCQMKuHX4aYMnEoNVngxbSkUO9",
-	"EnwIlOSD1mdi7EENCJpmnKQawC7huk+3GA0Ml2+oBPPJ5goWChelw+saOHJaAqSjLDJWHODTqNSN0lOc",
-	"/TZFm1/UNvlSRb2PU050Xn/DqfFABRJCtaAxkd/hDrgLO5S1fzw+PTt5GyF9uv3DN1qJBurm/OrNTydv",
-	"b86Ofzg7idiv7y9/Prm8xZ90nAmjIyYSLQpfmT7no0QMjwZqHcZX0kwIzV3B8QH2eaCGFTjgEJVwqeGc",
-	"AJQaG1rr79ZaVsMVm2Cg4vTBFbNDkoa16fByPSwLbzCWAE5z8cdOwTXoA0EjPr6zGvPy5vz89PxdF1Dc",
-	"EJsojwGLtFRaC7C5xPl5PtyCe8DXiQ9sQvOQkfutxAaeVK1Bswrko9BXwPc14rDUR050KGfvIUfUuqp0",
-	"+BaMlS5zzzMB2fuvEGdAQonfjSIDtcKxxMhDkUtOgYMS+2NubbPlc/GMey1XV3Kqvlo0bvNuy+fiWw3E",
-	"wdgIKgQ1LDhcrNah1jG4b7x3UuoQhpAhInRErb3gABUeLVmqXLNod6OvsI3oSb+bfYQ80RhpkCCIiIrV",
-	"d3pFSkzKOJBYMUkEehgOHyhkdxrSqwNxLjBvcgP7EbGyaFigZ6m77Aovtgc8Hyj/U9i3rp0QgcKx5GDL",
-	"Zh+oYrcHDld63H+KDe92zTe542kh3JanbvmY4iWzMcuVAo4EEMKJVFLPokreV2p2cXxzdfIWRcAVD6wS",
-	"2H/JLe7mbjOjwJW/amcaSMR7NfFdAKf1rBgr9xrb69X9tHyRonV/N6u+gRxhOzaqWJhvu27dzemz1ga6",
-	"h+xUH3j4xeXmyxdff7Pm/xUY/1SSBw41Nne05yRn4yxVVH6GXa94wtrXYr5IM57saeb1Rae5SD9FeR18",
-	"cn82oNasSOw2Ys23j65mClYbeVXgQRe6RMWFlYg7z1hUmxOtf9XeV9kc5RDG0wtd3J2KahdPNQqx+4ga",
-	"TBXFW4DXFpn+JhXr9ivd1Ba2rqMvqK70DbTTemZNXH3Ib1Sp3VTYgJMVzO2vpJmfQIsBwyypBqDbE0kM",
-	"YI1UC1epQD0VhczYPU9yobvs2oq96+sAGVS8GfDnu2TKg8jEV1fDByM+vpvIJPlGPMb1rRS0aX6gUT/z",
-	"XnKP+Y1oAt3bbcY6gU6t4NC+9a2ERos/WB0KodhX+EpSsb/BiRtZx/oDa7taWSwu7URM5yPseIm1Xem9",
-	"yBK+YIs0keMl9LuVc0GEwkQH5I5wTEJ4lkv1G2w9CBX9vvbdhR3yv5K1cmVS8vydB3/kgRAOWEIhPbvD",
-	"VGrYmOfTmWH54utLDHGH/L5k5hoH/cyqeuUpXykM1lxD14fDiGAbgMPWyfBhRVRjXmPJb74p3hVlooDL",
-	"KH1gbfeKQHMAVEYIFtqmur/+zsrV71Ab3+Cg/7X0sY9nQAuKohUh+JCFQNk99axiQrp2c8D12l30u463",
-	"0ltsD7e6Ofki0VZ3sx2Crd8GMfGWSCvN5rMGWukZv1Gc1b3hf7Ywa0GJWcRZJ2mGGLwV/m287E4QzeCC",
-	"ay10qUNZmRcOf+D2Q+f5WNLdIw4+0V8NwrBlcf7aUVga5RF18CAIIgJeXNbNMRRJs+O81Ydja1+59zW2",
-	"0HXR0eGpE/lelW71DfK7h+oyKtozXBexaWLRZNoJT+k4DDcf9b/6q37XZ717jWtSYA0OfbryC5367m6I",
-	"T4c/DbvHBoSuQWPkbIJOA6OgWL5vxy6oziW1V8QgnZzPc0Cheh5a8Y+cJ84Rqk7InmZtDTy7pTtGrrkL",
-	"FJAtxLjjK0Nf9HqumIP7mxwx7oLsA0Xck4TX5kWNj1+DMl3ui96hHaY/7XyLacf7M07nDoLqi0jKdwv3",
-	"eNEzJ4bP1uOleMRvlAJZ3Wh1qr4QAR0QgC/OTd5kWMcAiimP4Cv2nbkUU6mxb1dJK/CCadYLY/s4m6Z7",
-	"mq2+UsTepCrOx0h2Cq6FlWm6W6e57niEheVvePDJ/dnAxqrshq9kZEHk065zADzQdkTGk0ROZyYqIWMA",
-	"B+U8t1KqK0sf9FHlftKAvnvZe/mIKa83zurn6uvv3cBefWKtzfp5WCzLN3nobb/STebudEuhzXRAU9PM",
-	"WHMnb+sbsKjs8rrBd5/c0FVky7CUVLuu/JfMlGXm4BP9tbFD2IrwfAuK5gtpGOsP/uuqlrBDeV9axQ1N",
-	"wLAs/cXhyz+9/PN3r1/+aRvFYL1ITrjM9vWMZ2KTkP3IZXYFFz2jeBUPqZGrB2HP91CfTnqdPc2K96HL",
-	"WfuQijm1MJWzvfTqzyI71sPKAw7Wr9LMoJ5wkck0k2bJRlzFEVskfCyATB7gj0TP7tbMOplgvAwUYr0d",
-	"8nshMnrVfqkFejpx7/+CGehhyUdpbph5kGPk3oe2x7poCeCuP6RE8ig1M+zRQnytSN/TZRcQHRyoXGPm",
-	"j37nch8yIwSd4DHwjR27K9LcaBkLdtjtHkJLEj1QL1+88ASkeFmQEuhqVQa/vBe2In5fz/dqKPdWfr+2",
-	"e3MlTLnZbWh/7bCjeDyXapODknEj9oFadUsvQjBc4LLfdXjLv0eDXnfW08Gp+TKRrcqqlu6+Q4LLrqeG",
-	"4+p59GcjQTn4ZP9xC/9o4Lz6Kf9NUgTFPHtGzFE+vhPAoUVlZNyAwrYeqVW57OLk/O3p+Ts6xCRUAgO7",
-	"zJTLHZZju6+6YWqeQeRrKzD9FH0J+7F8t68muGHTrhDTJ6cLvGGxGqpcWcNnqNxz9/+tmmptEp9LASZU",
-	"fFTeWOWwj0nvhAJE/0QmHugjMBAEjsWX7q24abhPyj4/uWNimgEDGR+v6KUi09uJrM9lp4zmEkuL95ym",
-	"skoKZxSsx5lQaMLGuyulek2vhbFW50aSPtp4V+7S5+ySvfKoOoARfb/ZV3FXsbaYL8yyxk3JhB32852y",
-	"NV4KbSa9Yin4N2NDPzBojDBLH1iSQopbDFTxA1+prD1Bg294JjNs3YhtzNjQmISYnjzrwzidiyPfE1Ia",
-	"17UKmLd4khSMIkXT/j09UMRRQo1+7Dg+LmS2xHZeHwXxoUogQsO+E8VyWPFYDpRJcdhwJAsVew9HkVsz",
-	"4nFRXS81K/kyMAkw5oiJ7rQ8W12gv7oFogut67ydkEw/Q+YpJM5fT5vvuJu+DQ+o2NtN92jV70GVuRmo",
-	"h5c8J6LDPmFT7BdH2Q1GcvFMmPNYeDwLNdoLNdG2O1WLcSaqlO80DRvmawtwzf7+eWFr9gm/FWgN3q7e",
-	"aDhiQ5hA35MGZzhCQmdEL6dqLH4j44IrKw0oKGiN4fjsaKm/KSbtoX/sbmJR2UYHn2S80eu7FPfpXUlY",
-	"tnl8eP2TPT68jbOfjiC96PmwD/EkUenDCi96oz1RPeYDjoaMNzoYkzSbc9Pqt/IcrlxrvE4T7ELRdVyS",
-	"16XzlmUiEVwX8fo2Z/MUaiZ9BD9jw6k0DG8yEsOBop4vo1wmVqDbsbgXSWeIHZsVyxUQZ4oYr0BCU/bX",
-	"N1fE5MikGagHjjeg+CNZUnC45+pOpQ+q413td+kmoMc7Yb5CDsU9ovaoowmFVw6Zj/CFq0Kzmwx/Uhaj",
-	"uTA8LERq6ffPQ5rdbQOM/0rXPHNOqR7MDdFPHMTqXBwnCcsIfWHNOXdVNTVkR7/FbA6eMQ7XgcN7No65",
-	"8kN+o5OG3jDoTrvZ/e1QNcq3wGPSqgM1hipsTuvddLkf3EtWZH/r4fFWZOtysD1mmK1O3BPoCay7Yx2K",
-	"dpxxqUTcKSYk9g/SR0WnZWSDJCZTaDksgBq3Qjy5dd5maWL3h5+5DXO6q+eJU3n6tgjwlpfDk/TXnjvv",
-	"Tq6Z/VXB5i/jz3BmzLlallpOY3FavyJEyJJETbX9pRLpev+ea8Om8h6aPE+FmYkMCTPJVrGTgsTGxNd/",
-	"ZZ1X6NwOGrnUNxsDIb4nPr6h7+2O3Qrt8Rdr5DdfgFUH91Fj0TkCEpTYHWHAiFz3AK5SO1L/DHSmlegy",
-	"6AeMg07S6e1oaQT14oU/7R1RToiunIqOZyIJkAAS1EBkx26BGvT/czO8Z9+0jiJbxnqjwSKNmOuK5SKV",
-	"ef2ytTnpDT34TvGnL169hovpn8XVPMv48rl78BWysumY88I4SXMVf+2mfL9C1XlpoyjoH4UhkJXNEuuS",
-	"9EkDUm03hZWe34FiOeBxungECXHp9nXQ6WN2l49EpoTdXX4qE6kNUjQuknwq1Z5mF2msI/Ywk+OZ3X2w",
-	"C8v9XpHBDVhwI6IYP4x6vR40PQAzIaouCtiDqYasUZwiHSBsfdICdn0gjkWd/Fn7+Orq9N35yduI/XBz",
-	"evb29Pxd5Eh50WK2aoCNliv6BZ/kVZqDrEIfcd/UU8ZCGWmWFPsiKhHO7uzRtP99h84kXb0TdkqHbuMQ",
-	"JuxTssu+CtHFusDh+qOwGf444dYYjAWPIzL7V3h7yC0Gte5XCGJ62KMfSDIx6ifm0NWf1UpSJ2ITibSM",
-	"GK+0yxo4MYAuMtZsnt4LOy5ogSfVlDofoJ++1vLMSmlJ1z6HAXom74V7xG+U0KHHn77dpBvt5Ln+sE7i",
-	"kScDWA4eqnL01Pz4cUkNFi2EcxUDzFuJh0LoEFmDEeiqQVHaDdAJQUyMQ+x8SR25UdHZjf48ek6FtFtx",
-	"2NvhsFhmYmxSoJttY1cDYPyPZYZNDYqB4rcyxs87TjMW3a/1jGfAfsru0ySfC/hARJ59taokrbiUFCWp",
-	"2QluaSsyzvDx67VJG/bR8lqSfHUgmJMJu5lxa5dflKQUNKaOoGUaWptWN9v7lExOYOCs1xZWr8ZrQ22q",
-	"Pspb+7+0R81kPlVT/FqSrGJp8VlWzuzDIhfOctK8p5l+EGLhWh6vbpbnVg8zwTMzEvxLmUBVufvJ3/15",
-	"hM7f/1Is0qyGMqX3LI9LluEoSYXG6gmuvreoFiKTaSzHID9KaOgVlmbmuSUDn6Kf5cgAK9R6ctjxBR/F",
-	"2g/2FL94fxVw6Wk4eMZ2rAcMbZo2/gSuoB8g3nWbT47sNuBirvS1gx2M3M+xc9xH3IxnexodeNTd8BGT",
-	"eMxfpNpMM3suZFzpUu9j++VcaM2nwueqPcH0WjzCZZxF3GXHCqet3PNoVAysXXpBihYgh2rZaN/Tffay",
-	"9/IIaN+teS39rewxxkxqv/++w6bCGy8go9ASymjgmU8Qs+a9C2uSlw67LrsS3hZm2joFODXIjCI1m/Fs",
-	"ngit+8X6+5ZulDRyb2JlhKIREqMfa6tZzFG0yoFOXSJ4kkPprv8UAHPsmHkNyOZ8yTIZC8YButD233Si",
-	"Up9UaFflxcTO4sveS3Qa5oKjr+DcI6nLy2AdERjNPNcGuq24yGa7ELsHUWLD64TaL9i5eubDHB/yA1CB",
-	"fm1MV/HoS5CzTWr2iEINII8QejNijiEI2JNfOW5yTEKOwbnSEU+61KHuV6KNYOmVRIwiKCWt8ey6Plf6",
-	"QHyU2kg1/YpOQparBp4BjA6/IeAFfUFXQ81N5aMsp393apwCDANs8gqQT6+pcU9lp1Rj3lm19cvKjGIQ",
-	"uRZ19j58j3Yj6jW7MCDV9PoRw3eOkNQlgzZ5G8z/E1rZy1w9l8YoP+K3QoPm6lJMNtn+wYn9omZ/6Qm0",
-	"alvs/ZUd8EU3uh2mGOeZNEvYxSPBM/vbv32w+xQzxbi/8yxp9VszYxb9g4PDF3/q9rq97mH/z70/92BP",
-	"05A+efSyFaTPkf+3G+p6f8/jESg+qxGxGzNsyDuZJLrsAUeOzgFbmllVqMbSmkPUwwxDcN1SE1q4ceCJ",
-	"N9TDxscLjsBAsZ+o2G47zAtXe9mGbkTJeUonV+r3sdWGK44o3a4oQFy/32VzpvvSHQtyuPU7XlR5m7Tv",
-	"9OGr3EHMdYVof2UeiVAnMNxSFcgGqG95Lj26d/1uP6UPpZI2CNiULSXN+NzaXA7zW7prqYwofFsw1gLA",
-	"0tI9CkReUELpTMYdYbelSMrvBQiKzx8+/38BAAD//w==",
+	"7L37cts4ti/8Kih9UxV5hlbkXHqm5Zo6x5240z7tONm+TO99WtkSREISxhSgIUA76lSqvr/OA5yH+B5s",
+	"P8lXWGsBJCVSF8e5dG/vPdWRJZIAgYV1X7/1oRXr2Vwroaxp9T605jzjM2FFBn8dxVZqdcZnwv0lVavX",
+	"mnM7bUUtBd+1OFzQilqZ+FcuM5G0ejbLRdQy8VTMuLvrT5kYt3qt/+dxMdBj/NU8hid//Bi1jqwVs7k9",
+	"edkwjkzWjjHW2Yxbd52y3z1rRa2ZVHKWz1q9g6hlF3OBP4mJyGC4FzyeiheZ4FYkP4ixzuD9EmHiTM7h",
+	"jXqtNypdMDsVTCibSWHYbSatFYqN4AZmp9IwK2eCtc9/fMGePn36/V6nFeHs/5WLbFFMP8ahBnhrq3bq",
+	"Cbdi3z2vFaZsbCbVpJjxea62mCdMLMsVu820FU1TynLV2nmbYBYXVsy3nYaxYo7zYG2pGFcLN7OI5SoV",
+	"xrBhlqshc9cJy6zWjQvonnPH6f5DZAamuHHGeoyTjt1t7AbvY213iRv/kWFD+KlDPw0bp0sXVGY859aK",
+	"zF38n78e7f9vvv9bd//7zmD/3YeD6LunH/9Uv+15ZnS2OvfLqWBKvLeDGC7AqQs2z8SN1Llhcz5p3Hm8",
+	"pTK3GX9/KtTETlu9J91u3URe6hmXquF0JvjjJ3OBU27s8Y1Q9uTlT4InouHFZeLfN+XGMuHugD/jVLqP",
+	"mYiFvBHJIcOtywSfsUyYfCYM42MrMiZtWJ0pjhRexk1iH2axf/KyeZXqFqk0/3+DNV+ZfuXhbKwzmrM7",
+	"LtyymCulLZwGnJbBd8A/2K1Uht1OHQ/Sdsp4JtylTfvsFmcAizMA9rkNu+zWsstTOZM27P3yMPBj+fGJ",
+	"GPM8ta3e827kFg0f/dwR1ga+/DbT/xSxbSCzOf36yXR2nq+TacgZP3GIi3gqkjwVa8YxdMmnD/aLzq5F",
+	"9snCM8/hylW6ds8fp/p2zcvc0iWf+jIf3f1mrpURoIH8wJNz8a9cGCCKWCsrFHzk83kqY+7O1eN5pkep",
+	"mP3lnwb5/HYjvsW7cNBVLpPhsCzRwjB3KmfcxlNkKXMR9xhnQVmKGPdnVGeMs5FOFmwsRZpEzC1QwqRi",
+	"Ist0Zlg71olgUt3wVCYDGmUvKt0IrEDioP/r4s0Z3TLixeWdlhMOWo1TGX+FlTE6z2LxyMDLualafi2U",
+	"ewVpndDn1l01zg3oAcVawosYFtPEI8bTTPBkMbAim0nF08i99NJft1xaqSaDsc4GfD7P9I3/JRPG8szy",
+	"USoixkc6s4O5UIlUE1ygl54Rfbn1OVILpu1UZIwe3Qu7qjVLeTYRrP3s4OmeIxmaFHMnrrTbzw6eu58V",
+	"c6wxUzxF0mHt593uXgQLmnDLR9wIt+TnIpGG5YrfcJm6tXAXPsUV+FFnI5kkQn1pGrHaEUQ4O1N+I2Di",
+	"ei4yGPaRYZl2+6aziGnFOMt0bgWb8exaJOz9fsznxnK1P9Vp4k6Yo6xbYHSlx+o0gcfSD+4MoSVBZ2bs",
+	"3x+X40zbH3Wuki+5GmeamTyehlMDJ10r4XQYzkimwUvgmt1yfLeJvBGKXsMR+9hNHF/jQmQ3MhZXxZZ/",
+	"cRaQK8azeCpvBIt1niYw5ZE76TxxL+iNJZw/XTooEeneIbPZgvEJl4ql3IoMXu1S69dcLYjnm69CtrBD",
+	"hT75yDCeJJmzV8j047RVzs4SPInch7lTRR2NZo75gVKEz9GazZzdg3qoAa1Nz8PSuMsHcLlIwJ4gxc+9",
+	"yLmw2WL/yGmsq6rkL1OdOv0v1ioxzGrm+GQwTrOFVBNc3Yhxy1Lh5nfQqSq067Qxt0BXiud2qjP5m/jS",
+	"Z6bYCa5Yrq6VvlURy8SNduxBZ0y8nzstA44SLmVemu3yUv7yyy/7R7mdCmXdrGvs/R8Ez0TmNjSd/b3f",
+	"IvbTb1WXbFk5wlWaZzoWxji6PlZW2sXXUlZARyGh67QUNsrBqmBK3IjMMaJYiMTJJPi1bHS4I13VTdwl",
+	"e6iXgC7DdG6NdBc4Ms9TYbbVbjqgRtK7gGPJCetTiVrdPHNSwUrU+ECOwydpxcxsWhh40rmIdZY4/kH7",
+	"w7OML9zfJSN5dcuPRsaJX60KY9IbzqtKcKHW/urn+C5cp0dgmXyMWuX5rL4bustW6ShqkdwaxDpHmqlO",
+	"9aVI5Y3IFk5KuvMOl4mEGc3GPCvNOBzg4pEyWX3ehbBgfnIVJOa1TFP3oBXrcPXJMc8NHCGhHPugBRFg",
+	"PciZ0Lkz0uaZcM+Fb1E+D1JtbGnV6O2j1vv9id5fWZIk+BxWfrqWqualhri+wx7sJ8wJpKxi+APjKmHu",
+	"ICzs1LHHXCXgCzhkQ1oEutUthbvT8Rb6xa1MeFvv9aTfVl/pY9TSuY31rIbRDBPcS5EMgb8NlRCJGYCy",
+	"56x19wZo5b/m78kxakAtyAR3NmN5KuFZzhRbec72az0vLO+V3zLBTQPV0gEXyYDbeiK7ncrUcQwnI0fC",
+	"rXqYcoXY1rg/IzDJ64bP5wkvBt/SlVo+yEBHUcmzULiywAsQdhopfvmYVmawhhsEA5YniXRP5OnbEmMY",
+	"89SIaIlXFKu+zAnAqAGR329dGZBZtAtI8yizSt6qg269U69+uheW29zUMK9lDrWGL1SnTNwhYsQc0KdK",
+	"Z1I4dnZ58vr45eDN1SUawjWciQV2AuplwU8qB/NzsKHf10G+h8NaMM+7n9llgVmhndqTEkRjjTqwlRJA",
+	"dOsEH3kJNt7mrwPSjadicC1qnLZHGBFIfBTgWiycyRqjIiTVPLeo1jsTL73BRVpZfRzAhMO1foxU6+t8",
+	"3mM/nVyytrTs4urFi+Pjl8cv2a20U3c4hLLZ4pFxShlOQCUsc5qeZpab672IvT65uICbs1wZUOTevnl7",
+	"dXp0efwSv+Yq8iqh4x0qoVCND4os9jqMdCQ4kRTOkXaqQa2Mp6JMwj+dXLailhu1FbXCULXCMRFzd+4H",
+	"uONB0Vu5blmdEyrZid1HrYlQ5HGoDybQesd5lkHsIFdOO86c5eWjDPDW8P7kcGLwX9SynYKJzgm36m4b",
+	"xG29OuZ1Fr9c7npnW+TGrUWrRLZR4U7d+twr8s2u/qCtjzvW2JBCOWtWOiUe7Md2kuNqRbgGe8Cft5fU",
+	"RI3Nsu5DHTFUT0JB67Q59FC0Nth//Z//y254mouIcVNa+UC7M9a2GZepY1xK3KZSCXdo53bvsEzDLBNg",
+	"lRnWz7vdp4IdsCk3EZC6488wWsQ4euWABB1FhAEf4SwcB4Av9qVKxHums0Rk4dwA+1dalY2KgunNeSZU",
+	"vdI1d6K0nlPDrgXCBLNlJGK3NG+Pri6OX26/W/MpR3m91vSEiyqiZXk+i2I6cEJBRHPptkx0Jh2WCffG",
+	"DYwRDtOOp9oNNXAESjRVndBP+hZ9Lu52PKa36C1xMxxzmYqEtbUauI95JhidwT3U/p0lDMtPwTbpzELj",
+	"fdmxVmM5yTORMJpA/XF3JNFkzRUTBMq1q3yoYFuOKFm7W8eB4e69TcNvcxhLN66yyNU5PfJnbrRAbz/t",
+	"84d+Kxzefqv3/fffd6N+6/zq7Ozk7FXfKaIf8QhyK/AMuqPh1AwOx6X2kMBIdeF7Ada659KoToaZwdPt",
+	"VMjgEjboOq9Z4bHMjI3w0Je+lu5/4Uj33N8c0xfcc+AmnEGbWzbTxrIn3b1DNs70jL06vmSdTucxzso8",
+	"/oAfPuK9cJdjJBS+d6IXfICMm2u30xDT3cb9cemESI2ghEUYrPV+0NaW0gfc5cWawjK2m17kf+Ctf3c8",
+	"tcTqhnDbEDXc4FapPfeluE4dT+GWcWJorK0zFEdSTfboDDj24paqx8oiy+TAs0mSMn9fRdOmyyFU6a6v",
+	"il64flu5u6TmghCOglUJjLPCCarn0tN2rT5c0mGXQ0zF+xHXSEQsjdQq7EWurEzh6wS57rIptz2rHS3q",
+	"SSflI5FWonsTfiOcYmnYcLQY7kUsV/FUxNciqdKIpEuXxGJJVdazWZNc9K9a8T7BcggMc6OkqdU6wadc",
+	"6w6rppWgdx/ibDQaWG285D9OkMG0hzyZSTUE7uxuGGltjc34HB+ydDrIj92BifLkjUoXPkreMFmv1i1P",
+	"l1scwMdg/cKWtnzDCEukG9Y1ajX5Mojo7ubOGNUaVkhEbvFup5omb9w5jh3PTZyCh3EwxyGVtiwQVGV3",
+	"IBBT3ALioLJZfq3Q8UAv4mQFUQQ8v1jxvSUHSl1SVIVM7+RsIefhisnb4EXJjcgiZhbGilnE5iKbcScL",
+	"WHvJmU++/ixXexEjJosvbnk2cVY+RRgh9O6uKbwiUeFmKbw1TkChY6XMRt10nPkC83Ecxk/IUdAOfpgg",
+	"CLa3dWKdiDpqMpAKQNFydxGpJa/5+wuY5o+o75nj92Tz6oydYKzibZpPpLqYi7ieJVEG5y6cE+ZRy8TE",
+	"e2kH/i1WVbCxVNJMdxwN2doWzvtrmaY7OlRUPhuJrH6yd1PfKQS3SbW5gAs/BorBl1zPySCJiWbsh6ps",
+	"4Lvmw3jysiEoRSpkxVuxxVpX1bJ6p5hZN6FTPalxxRqbiKyetIxN3HmrdaZkuQJ2WCNQspxkCNrabCQW",
+	"WmFuhXgv4tzq7JFhI52rBPhHkun5vGLQjbROBVcrb0kTivyky/NY8+LnYk6Ovx2EzEpcalcmVWVMFZbV",
+	"xKQcc3AvntckRf8CvjpmLCyWN0QeGTaWiqcsg3dEo3MO/OeRYXD0QB796C6SvwkSaQt02ElFLoZtTYQX",
+	"ODtI2/4IYu0Eb/vbqtmwK2etZZ6rmc7viozndx+6DenOJYZZEqfPurWydwMH/XQ3FGxdMGZxj8jfg6LU",
+	"XKPHKfJHpuqc6rAzDvnGmWBC3chMK6cs7N/wTMJausvNIRqd3p2lEsYx8ghuLKsnwk4hvZAMzAP2Wv4Q",
+	"MaXZ2dVph51MlM68LoppZ8DvTL23CXPjBo1+HPeUH65OTl+enL3qsVty67gzQeaW1WzkSJXHbtCpyCCy",
+	"l+XKOC3krXY6GlM6EZAQaHDVfs5HIlPCCsN8yqvjJTNhDJ+IvYiBfoyJQGg1yhk8N55yNRGUAu0W/JFh",
+	"1XcgOweUOooVuclsWJjN1DWvyJmqsNtRcBWseindxLFSkbDRosJkGzxknqff/RkV5r+RZbvJb2TO55So",
+	"uyqfIB+mTs786Lg2CpryjNksNxbYZHkvtxAufqA1c3VcabdMjGxidotKOEOAq6T22lgry6VC7Wktm/YX",
+	"woTXpz8IdbMTa1tZm6m1800T+uny8q2fy9bKJUbDPoHvlmIyFFnzUTV0rDk2NM90ksciM4+K0MDZ0evj",
+	"gvv2kJPwLJM3jgkbimkFPswCH4YbOek6Y5kK9qcXR28vLo/OBidnb68uLwYvT84fu6u2dOo7/XowyXgs",
+	"BrMav+VrmabSp+2NhL0VQrGLk1eXx+evYR4XJ69+Pjk9haRYpwtsmZNzHdjspo0tGLLf3lRPBqOFrfOl",
+	"/+C+Dj7WoMCk8kZ4wUdecZvp1MkGJSAvl4xtoRIfNYFIRaonLJ7m6jryOqR/jFRxmifOtu8WK7wHQR4z",
+	"le7KHlXvLGmloH45I9eNgwoJu7r8cf9vsJwgKKHW69XxJXt8c/AYlTzz+INMPj72SjjjytyKzDBpexBe",
+	"9awJzGoQZ2zE42t0AcNwIdUYRZ+0jCfaqYt7MGGMTdHLAe1akJhaQfY6STz/A8YUa/d6XXVO1FLCuhda",
+	"G92ka3ps6NYUsxV4EditrmfZyHeX7xCDXGMmljSy1Wn6GHaIIiUiTnnmNAjUCFDbko4U8QtdnNI3V5fh",
+	"mEIkL3aqFcb06o/s9pwdtfKyRWGmIk1bxEHL7L1yAqOW0nq+U/rVVgLTkxzIS0dEbZ05nSvVaiKyPUea",
+	"dVJzU34XxkHrN87nrW9kK+fhwjUZW7srUOAwhzhM/fzIeNvMayvrxxcY6i+F3nyOCj0wYsItPai9+M2K",
+	"F3vK3dGS7lh32BGZcMgwRpimCRzgVqEO3XY0s0e8BGI9yBblTNrDGi4q1Fi79XTX4ijsli+2FAdOYR9U",
+	"rKQa7uBoubA8+63gFWQLYfst5u5nmLLSI2uV/Xh0curTUMDe9j7G+jjknR03m3PySpRRIuJwaAu9DBWm",
+	"whe0pda4gytorS+tpId+kkvoBx5fj2V6Rwe8UMn2Djp9I7KUb1QR3+Blb3Uq40VwBt4xFxPvhRyfhte3",
+	"znzc0jG0Gix2m4VFNyP3JKgYyy0rsqR7/pRxT+vtW3eW3765QMXB7w5qDnQNHGfIrkr1hJQeUHBM041w",
+	"Hd6GmsBI22ldkK6cvr0TxAFodNtT6KmevHAzrrqHnjz/blUgZmH1tyB52qqmZEC5xT6fC0MVfDstzuqC",
+	"BN/SVlUW0T2ZsIfMZjmUobmfMpEAkWxh2Jbebz2/AoyDlyIV9emTiful7jVCCkqAt3C6KV2+lYxZCSDi",
+	"SI2TPFYWS+KXfLZ3iaxA7Y9pzo6SuBU+fZWzqbSsPePvB3wiiqDs3zFWtn3CFOWH3kva28oqZcKI7Cbk",
+	"Kq51FgAcSOn6QuWqL9YDpWSu53kK8VBpO01pVc2GxJYPuSkANzYk34tFKyphZfhF3BisKcipXkQTSW/N",
+	"/0rkubmEaP07+aEbp31e3eSliVfoektRfauagDKQoOAAxJQgkyvK5Nlc5IQPrhy2xrfyTrYdRPJrUIM5",
+	"2nZo9EkTO8WDj1LRA9X4Wiycku0r2kjBNnMRR5R5Qq4hn4RNbhyiqQi0VKkIGwUrbd01qFE6nR29BZDs",
+	"zGYwo2CDkvOfcYvJ3j6jzGdqE7muCm5iM/U811lqIX0bMt8cb4oYD2lMWC7MnT7+5Nm03ypxq7HOPL9a",
+	"PbsikzyVv/ly4IDCUbv6L7QqpTwHB4/hMwGrjmJNwJujlQRedENZwr8cnVyenL0a/PjmfPDi6MVPx3sg",
+	"48jhEeuZqDdDb5rAeN5yrNWC6iux6JHz3zFyq1Gs5gZ8PGkiMi+0NhOxH3At5W6rUD8Q8Jcl4AeCXSLY",
+	"qUyT81ydO1FWlw8buwtA3oOd46sIqIJh7LOba2yNuLlCovKUzifUWJRTay0bCUdJhlndaYgkkMunJmvV",
+	"vSYECBLxHtJ0LUGNFXnSUk1SurIhQ7qxYmK3rHhbh/MUtGuYQCaU94HjlClnxlfrS/AhQ+JpVFSZ1E67",
+	"PuE0uES8N6S0IzhD/1a1ZFVKENjNp3CnbKi6VFJjmc/FL9YklCZtF7T1ymulGLAF2VSQRlGTurHigQCU",
+	"uSZFx3OgeLGjpDii6L3jq8C8PAfTCpkX4JhwZlJtGeQ9I64ghBoomCKrpbS58klilDagfI4ePBTj4hQr",
+	"iwUUL/BMsIlWmNxY3ceGsrcXx6cMl4qJ9/NMGEi2dBIOoY98eQf+0SmF1w4R3cZYrmxJHCRinupFv+Xe",
+	"wL87lNtgaTtypspOf/9dzU77dVxz7vwK83Xre+BY9UHX/V8DjzA241ZMFhWFqvWvXOSOxpfKQeHrYQ8j",
+	"RLhMkAAPif2YQPFvV8dXxy8jKh6QVHrgRJCX9KQ1RO4/4CVyq2/zTJkOG8ZcxSIdSDWYZ3riNoQK1pW4",
+	"hUGpMA3EPcjANBHGhogVSYYwhicZKoeClIphXND5MAIfN+UvFRNQ4lYY2/SqUNF79MOb88tC+YhqH18O",
+	"NflFXX3H4kscd/NBRssykMmG0/yzqHFLIOyQaahMwDOJFBX5VYa93D4tq5jARaptneXZ5G1oQD/IcjX0",
+	"0B6PAGXLD4C7PRUp5Iq4NTnESg28HsRz8TsUJZS3Bv3uUK/4rv44rs4m8DriYtdiAU5S9z2VlpDq7H7p",
+	"NMYwavfgMtTfHHS7Pv4AqXGpVGLX/LjNG+GT/5r5jbtiC3lNlSGBPltRILTideuSDWsJ91QkE7T9V9j5",
+	"Ds6P6kHYFKGAZ2+Y193sqQcp+ceQkg8y8ZuQiVsVrO0mKIE9rkmlWz4Znr0/Mgy5nK8LhgTQRnNyN/sL",
+	"slHrRg8DwRVBOLQP3LkCGmsg58bcBani5iJ6ekOr9TXao6gaOGMUZwJ58+TZ3j7icJeMUz2f10qrozBJ",
+	"p8NASRsSew+yGYiD4tTXMsd6XwkoCDuTAfwKdusW8tNtTQOROiYk1a5R8caATk0c5PjfInZ2HLHjfz+5",
+	"uLyI2Nmby4H//OoyYq+OI3Z6GbHTY9ZW+UxkEuHTTs7KZ/r431pR6+y4FbXwXvdXeFArar26dP9xv5+6",
+	"T6fu08nZ9qlEkP9Y+06Yvr5Lamstt6jkNVW2oJS/upvov6TcF7i/SEiRMz4REePZ5Abj6vDFI4O+x7mW",
+	"PhdHzOZ2sYfwXoV4rXFz7Zza+8mZtjDlLXJf4LLadQWOAV6/O2lVwR2omFTAAYfOQBgyrPvmLBMTaazI",
+	"RMKG3tc3ZFbM5ilW9r/nsU0XHrPUTsVsdWXr61TfzHGWhMQuMicUyTclULmB/Vup/i/jYDitaaM0cFf9",
+	"A+nbsUBPgmn6Ztzq/br+Zg9vXQ4FfHxXPV/la3xaEwC09LZ79rkY11eBhu01J1bM7pDWEry9xZN8gkvD",
+	"rvO6fV7dUpmI2VxbJ/jrcZHCgI8MOyku3v/ZqVGYVyoNpN30aJv9ZEvhjMcYyigLx74C3Uta1h4toGcE",
+	"/kDYx5DH47N1KabBLQIzDOkRQwbr1WFHiC0LN/VVJuaCQz0sV0zwLJX0E6I6hadywuOHoRKZdPpqm4Lg",
+	"h0PwyYfgjlh5tWZO9WgxHM5EGDLj3ggcIWdrw0nBaJr7e8xlahhPvSkYRMZ2y7l0rJdXcsbnv+L2vuNq",
+	"Uc27wgLymVT+7w1SuVlzhzn4TgR3Ex/HVeY/jDOthiBoh4hPx9PhKuuIHf/J54NbqRIkjyV5D7g8M2kM",
+	"1JE5g13pojoMcMyguwXFSXy21QK+XehcTVCLVcBjDhn5ZmGaC4GAqKXj+ry2fD+rs1p+lDdiH+Fu3QWs",
+	"3W/9+fFz9mf8/36LAHH9TTpj7f851XmWLiL2PxMu4d9bIa7hw0wrO4VPblbpYjtgAb+ydcp0CLI65h5w",
+	"nY2b5/dd02/tHRLqkVspnsqJAvgD4D1XSr5nYq7j6Tbr809pa4Gnj0ONHlnW+RwHkIbN8nhKHLfdbx3A",
+	"hKIiUJuIlDta8q4MzNndZjL1rPUIiixpKcB59Ow7Fk95xmMrMhMxoz0jR3fSIyy7ZGP01pUrVak8tf3r",
+	"flGo+uzZR//93v/4030myt6JoyMmWF1yR40xJmfiN61ELX7MydHZEfsN2JzO/KFu91vHuTvGj38QWSoV",
+	"0JI/WFeXL1ZBRetAfe4oEmqCmjUYeMu87VJfC3XHdOg7pFp5Ilw+wDOpwqrUSW/UdBr82P7XEvIMVCcI",
+	"Hk9D5oTO0MaJ6OTQTR12jl1HELsRvAzwCKdWpAsQagBQU2Cm+i4DTm8KQ0MWx7MnT/a2dppju5YlsVWT",
+	"LqzTjc6Lc3dNAw3A/Wv2P5OTicjuSAHQGok02x23dCzTWt54xOgIgld42R08hCGHrP0BPI0yidicL1LN",
+	"k4975CSGKzr0bYfPdK5swCfsdj1BeDrA3ldFGsp2nuFtmenz7r0y079tYqYFU2yytze/W2366yNTuOKh",
+	"LnTd9hRYdhBH6rd6rN+q7otM+q2PtcWf98j/CvrcwAuhn5gHiK9JKq1PvPCojRbPUNC1lAZwdMxfQzpH",
+	"lQdWkM04OBc9iiJh5yMdgo8GVtYNiVDO4ECEtWeJhmqHsaR2JyXLswnxuymZeWXaDTXvcM1m74u/sHZ1",
+	"30vjTMZPt062YqyU3vV5LIIfucwuphyhYHd4g1shJ1O7Vn49Msy4J0fsoNNxE2ZtrzscbJPJREPUztpp",
+	"48eeiqszA029jpcBaOuc2ymTitRfj1M30smCDrmzkTvGirn59eBdBx2PtaREaBWbSQknVNxQ+0I6c0r0",
+	"jqbYj1xV000Bm+sG6pVSaSwDbLlQnEjKeVsqY6Epz5gNfZHccK8HphI8a04+kKgANsEsNe9seWQOsUNT",
+	"JRMwgicUGYf+MR22bDOOMz3zNqMj4GGHHYeq3omwGHRAt86aQv0hN8PNhfpYAcwNykzi9zhLjxZMfMcL",
+	"BXgw5kFAEBcuY9JE4HpC8BBwnbtf3InlMXbq6rBScmOA4c5ECTDYLIGIsvav73DPlKZFv53KeNqQunv8",
+	"cu8wZEx4tFpq/mE8C4Y1pR0KxIGZw9SwdIirACs85abI3qW4J7TWgfh4QLgmuOtlFOxMYMjYt06FsVEr",
+	"SCQi9FHWXocdecwWv0vnx29PT14cXTh186DGOW+qWVYnl8evW3UCvZY6KoQBUDzY3aOGRkpexIAPUU/h",
+	"1iebrhBNLZNwhF5rb3lXY4VWIBiG1UlVhOkA9tONHB/FsE3E+pCf2MGbIauayLLcL7BwXYU9Q8B4H2tW",
+	"fObGbKjdCSKqJklTYoMrkY6j+imWjYeaUIqjY7d2aSrqPBv0RHQjwMkbl6uzMWfo6OLi5NXZ8cso4BRB",
+	"BzwEGC7i6hjaAIBdz5/KySAhp8FNPlSD9aCQHqL1hH4GgWOIJLEzbYv8+dANeClsXyPimnj/3bxxDyLg",
+	"QQT8dxABDxz/geP/YTh+wNHaPSdiau28SIcg+8UdK8TkcJwFzpoxA+ysG2wut5xP3r/f82fRRMXL+AbL",
+	"2Jc2gNd/94z9LH/Y8wyYSHboLhoW9e4VeB7oncZLswHUEZzKEjujAizWBhcAsC1M2MCuKYCFhOhOP+cj",
+	"8Q+R8kcmoBePeHytx2M31vP375Ez2YwrAwgMiEoJPkxgV8AdiFMeljg4TRMPi++hEODhl+CqdVKfGFTq",
+	"KXn3pJCZsFNddeS3Xh1f1uZ/lfe3LnelEW02auVZA3z8yOg0t0RfOoN/Dbs6P20E6i/GX+oaBWvqKO+g",
+	"23VH7Pn330fY1YF72gTA0D1kWjPByX+DWNSyBEXNFsKSXf7r8+7TiD178vxdAdHjriUqisAvOcHIltIk",
+	"pUZ5MnFPwMw1rnDXMabvU848uk8dDFRpJQvfy3fPNjhb3CK/W3Ps76bpPZz+/w6n/+G0/2FOu+CZHQlu",
+	"z8U8XdQhdtdllIamgKvgX7dc2SLLvDz/T4Udh6lsegcC+WmGvlplV7z8MhRshJziqNyMp4DhDS+0nHa2",
+	"5UvumhldhzbWjHS7fLqSjEtVm1V9WUYBkoaZaW6BbyX6VvUo+1xpqEcAHDisf24bK+PrSulTGQxoZUJL",
+	"qJ27i5MCnrAQKm91gka8M91pA3uYZksIbwihtj79FrVpYujZxETOYItCx3sTASb0wIhUxJbaHVmdUoWy",
+	"ichwM9jWfsBjsG6hngsijHO3gu0l1M/yyB32pmR723I2sTMkRDaTCrNmyC3P2o8TcfO49Mt+qid7odsb",
+	"LjsUH5XAva0m+6uccOLE5n1kGpdAhL+B9GQMEsPKN3QVLG3oJ8MeFQCTO9C0x5sMe/OvnEPzdR/AJY3J",
+	"9NiHeJ73WL/1vNud9VsRm4mZzhbum4NXst/6+HF1A8Es/GRAJ5zApzyl7rlLB6X+McX5qpDULgkS4zFB",
+	"hvrahTPtswlbUettJsYiq3x1po8RhqO2TrS51sLNFMkoVEn8K4duXBB9NQ3dnPwbDgjic0vB0VQh8XGj",
+	"GNg6af9U3ggv3O8WNN6u48h6EMC7R5DX4lAGuMDd3ijhltdkRyN/5Qbyl6xQlJ9LCM5eUT+7Ol3JP3v2",
+	"t+d//a62ZCoTfFYB7V3qQbIFEgQ8IsJJr1uEXQ9VHG66X2jGpRegYepmftaQ/fPy7GIf+nHtp/JaUPdT",
+	"cJt997SUB+SEH+Xx7L+LMMaAGfUJw+YM3v+YCkvJI4mcoPuxtH/fPV3OstqUQPTdwaYEomqaZVNTQZ9n",
+	"nGAWa6Kh0adMRbVAwV8GOp2VaRpKRtuXYjbXGXQQowRQNndjSmH2emxoruV8yKSN2LUQc0wvH47y8Vhk",
+	"A63EEHOI07T4lqfpcA+Bg3hmyRQGVCXoBkO4PaFete2LTsHoGWKmDd2qFrd8wdpDnqb6Fh9cLj9zc2tF",
+	"rWI2xR8cgK3LT25FrfCYWh4MCaq78gHv8lolwaBdDd1IwwhQUlW5eAQ2y9mQE3kjqJcmOOeXU78292Rr",
+	"yoNrDDhgyl0IWWG8ZEhl3cvI40Onvb44Pq1viDModcQZrGuJU5zprZJ+4ZuyVzEUCxaskL4IQMv+/qj1",
+	"T1PXab42Pa2OsQAx3LVKDW52YoBTtQ8zAhG0D7FsH9HqITHfBueSd3jh3YVt+UBx90JxzRR2d3LavpFq",
+	"I439IxSy1pMY9rusqYMMeaBstCABR/mgYPUFYpDWeC9nwtwcanM93/o69ZqkOPcTlVfmkH3taBiBN71b",
+	"q1eJ5N9OtQl+MvRiubEx37bqOGtzhb68Os+rM2ER1x3A20EUV7Hg94pmTm70bZ2vvu/5ahOmCURUAfUY",
+	"5l0WNwju0IpaZQC+8+OLN1fnL44vlr4HYL5W5BtGF7+2oqKvdCtqIQR9K2oRoEIral2evD5+OXhzddmK",
+	"WldnFy9+On55dXr0A1RP//Lm/Ofj80G4C5sKu2f+fPL27fHLeslGUNCreMXrW6TNeDyVSuy7rYIvSt3S",
+	"qL5sgPiPStvBWOcqiaCneCpjW165EU8GZEACsFtxa+nP4oLwNGxKAY8D8Q00MyBPR9qi6iL8mCt+w2UK",
+	"iIvuL5PP5wAIMJiJRPIBrIp3WA/cEKAOUKddGHpgtR6kjmzxebmd6kz+BpeMdTaSSSIAu59bMQCjGn5y",
+	"zyo1gB6UGjC7nygHgSbmvim9AOhEAyJC93cWT+WNGJTfZuty+URYLtP6LktZprPtVfVSmmqNp0YCzEuD",
+	"NwUPclN/C5uKNZ6CVUq8Oj9hYJsLhd4RgEvBVF1H08scrSkpGjcfxw9zpB6BtbwZM4EvBLg/dzWMMmGF",
+	"2gb7+vLytN5Wf5uPUmmmkA5/N6O7uTV0qG5mMnEMeMGseG/ZCE3TvaIuo1TjizEwgstYX2BSltf/2e+/",
+	"73bf/flPawDI6yDJ+HwulEiI1yAGFpVDH/p0ecNMPnK3jsBjtmKUbVXOhEUQu4lfmGKYhONJTtcbVsoq",
+	"hofBq/rk+Xfer7rqD1uGpHjXTAsiAWq4H9T5BEssZF1k7A350H1ZQlGSU2oVAEUSt9ywuZ9dRBUWiMbr",
+	"aMWEPlisTb1lQIVQOqOyiq1rtKp1IXU8qT4I2eSn23LjV92gtdXZVMxhSktDtRyR18526dVUF93B2hk/",
+	"bZpIZR83Qs2/zc20qNW5C0+5s42wTfldUTG1FUWgub65bO9zQwfUFzzBqHWbcM6tOHWqw/2c49Q/ahdM",
+	"4LpqvwMTsYOZ0+4PpmXV7cAR1sHM/We6vSaSz5MdX6V+GfH1cMoV+q4MsXad69sqLDVCWFI7qFAVWR0g",
+	"+s75pKG4K+iCO9RFBRrYdPTLT1/7lnc7z4F6ltgZlt06GTAXmdQJ+U4ROK+LiQ2jPL4W9pFhMZ/zWNoF",
+	"GPSZGMs0rccimzf1dsBBeuw+afDjutW6MmLXoDMuSdHBr5xGjD4c6H7ImdsySsSsosOEVHZJMG7JfcIy",
+	"nlweY8tNSM/ulXoxY4407VcpR7qq58GMHyGEC176afW3zcvQfnt1yTqdzmN3yT4S9+MP7jkf92qPWK6k",
+	"rfq+Dhq2JxQB4I5shHvc1lNTJpw75sA90M+3QD9fkmYIiuwXyB66Y+A0SQAgc7WTLTeCXZ2f+rUJOTtH",
+	"b0/IaJpaO+89fnzw5K+dbqfbOeh93+0erMCT1CltEDj7xHSBJniJGhftXVpyGq6SkX5fjQ8ojACt4sPa",
+	"alaTTgGsypGxjw1DZ96lnrrMTPWtwfQmIRjuY4dG3qtDEKkJ+v2l3e//JfyxV28Im1QvMbhnURPMbchM",
+	"883qfUcUT7hPnu3SbIEIrJ6A5zqz0MFuR7Kd+uS77fXu5Xw9p3PXt++ANKgwQoRc0R1iaViSixD9BNw4",
+	"hB2GrYZIYrUHYqV5cngktTPssUzEOnPGa9GpGR76CKu7jMdhJv82tbbJoMvfI8x37BR9BrdXD6vNIT+t",
+	"ep6G3rC/TZ0J8V3uOHN6aI2tXp9A+gtG2ot90CpdRIjQIebpolduRvhl00z9OtQv491Svl54tVmPx0A/",
+	"owWVcIkMYuDklMZfvJSqwSeb54MZ9AauQY17e+XIEn6OdUbJzl32dyx21Bniwe3YpRszzpqarL+GX92w",
+	"cMHOz/9Yv8aWZ3c0cpxeNdjUDVCzTOxnOYEJQawSoEMg8RUzaFD1WUatKZoJLlcMbkZHq31VQhkKnV+S",
+	"GfT/RUQkiFXwBD4gqdQGfM4RcWQ71nueq4t8NuPgV6sHxN6hQXDsWziu5IRS96A1bZAChjvw63IxowE/",
+	"GpY1Yv0p5N1ivcN2rQFK/abqmqN/Cirltg4lrIowc6ESUQv0QT86qSUVg47ZPZ9uDYTmUeqwTgBkTX23",
+	"r+UcMAy1+d1c5WPvkGqWpEFtd/tYI7KSrutDTF5e6N/B2lS0SzimkCo0BMdvHc4iXlUzbJaHHrUy1A55",
+	"gFWfT3SIKKnBSArwp0X9KuVihOohAktdwoatxwPfteUuYf5sOHcNLKCyD2atWK733PttKSHFRL632G4N",
+	"RZZo4pMEZa7u0NvXER1CcxU934zv7Rv5bxADH/5UlPFgYqES0Ag+3QO/rh/wea5CXKYW0XgAAQHDMn2L",
+	"80245f4AYXhtH/yNAQCNqxBEcIJnXYu7lffYuZn0naJHlP66U+iEWt/XTXrryfpG+nUPaWp1gK31k530",
+	"wOWtBIuacl4gHybyiminSPDYgIpO3a9h/mE1It+QCAPUsLAbAznnufrcXu0dYb4KBeKOaF7nuXrLs9pj",
+	"tNK3kfESTocz8MY7nZB6OqlpzhB6ETZMmFpX7gpgD6oMtWipye8Lp2SrmFlxHra5fAuphJcurUYD2Tav",
+	"Sz153hE87s4UdSEniqd3zeL0yhhhhzhNi3yESqPbVFiRGYRChwLkGV+wkSjhnA4/fBzWptuVjkxNUlbA",
+	"ZajHqi+AIFfaot16+ecUPnDcli6pPel3Sx6Y22l9K6ZEgDmEQllhxZLvY+q+KrS2TOcT1MPAZ+nPNGEs",
+	"CmUfGfYXdlBUdR80tWxaI1hA096tHT8gVTYlz4RkBxLQdaCTQSXR9b2BNzb8R8igRAQGR+oH9LvzmUWs",
+	"7bf5kWHWphETTv2lHjcexZDSl+jHIp/nkfHpxibk+xTdxtyZimjTCk7blpZNoL4AOxr4fcJaSaC8azG3",
+	"27cDag5QB0mwgUGQyIDYYjmNsxkhFEz8SqsuEO1LB4n13ZlM+q0eewIhEWy35FbkADoK3UevpzWqjC/X",
+	"aPBY+GIOcDsskV19O2pfJVJLdOVnOmKSMxHWShpPx9vtaQmmdHUQf1K2nvfuaQS7o9b+A5tU14HX1og9",
+	"8pvjVu+WkXBR2tQliIYcXYBNzQV8/nJgo6F4xmrHKVi7KIGJWFEB08AvVzsa3ItU8D0I1rYAWIPMv4pT",
+	"Cj0VBts1YADPW2hFHfMc+d2C3YpMsNAqTFHTeBtP9/M5w2fW+ih3SKgBtdtZetCtoMGGFe8te75Ur2VY",
+	"W2HPFMd5ERJ/r95zvf7ULXmzvhKS/6rbJBOxE6fNWXMlvgNROS98sBMgtU9cVgG20h/9cUvAz1IThLiW",
+	"87lIBqW12pauyBNRKZdbbElE5V4GX4XfbdOlIFBCQUorbCNs/Ar9V7e96Ryv7kBUMMK7cdajNZ3/qZFI",
+	"kdSagdMyvh5DNSSF+g4x74HcrEGP5TORsCEWKXmKxUKlffzy6vIFyk1u2GKxWMxmSWKn09nMmN98RVOu",
+	"UmFMDeUwtxAQ0A1qMvjAmYCC8VUbsRDngeF8EsNYdhYvPX7dkn9mP4SfyvZmY5Cy277l+vdLKJRS3yHu",
+	"E1XAZbXs7nmSlSf5adS+11zEWKZ+hyjamgAaZA7ZAA5JiKNLoI+d1k5lhHjbIwPnr8cO9ldrt0tlgFHB",
+	"qkt126Fae6tlhJesXTYKH+7Yzw5xbcclaM7DSqEc+LILGFuCiaSpFwju9XAsNTsBtXIBEIdnk5uIEl9E",
+	"whKZCQCy9TgEvriujKlLyC17uzjLC6czQVStzu5Uq0m5UTHwSj2mikW8O3Lb5TtCFR2kD7ozgAtV/jo2",
+	"58YXEv58cnp6/DLAp8KihvK5en8Hj6cbT+gLd5GP2JXAbDYuOf4csRBJfjyS6rGZsv24fjaF3bmRsVkx",
+	"L/UvprupU2xdb39ErYJkLla68hCq9We5QQjXXVrL+7a0tYg/hFG0xWNKrVXhzsC86grDqy/1FgCoOEhs",
+	"PDTM6omAmKPOEL2tzdmEq8keHDWqtPMgej7sQuXYJhCkkaNUqompj/4lYu7uGNQpFy+PXrGZTgSkqxwW",
+	"sSoIWxN0nFtsSgtAlXa34+VPxbqQsRuux6b6lqUaEHLJzTESY50V9jw4cLQiFzSi4daduqddA6eOPEPw",
+	"qHHJE1rv2fpUBKexzgaCukmsLU+kphMfo9bU2o12TkCtdcboeI3XLTDlDjsiVF3syVukekjLiBrcMoZK",
+	"XtZ2PIj6zXhUyA4b8vSWL8zQPYdb95hQ29ZhbxzZ3kojGnr4AAWtlMb7+FPDrwTcTT9ci4VHDs9y1SGI",
+	"bTfVhsJ730sEHj7KZZrgeOzvf2d9KlbutzrsRwi2L8N8Yw0yMOvSy8AZEO8BvBMOHebshlA9SMH2QRfR",
+	"mGNn6EHKLmRBWdLdoU9hLOGBU272aGxpGU6qw44qg2INujBWzsDhDI+VZrmXPSQUjHPjm+RD67DtMpel",
+	"cgu9Sk1oGaN0K4CzzaOAqQ5pDIQ/HguC8K4FTTCwVWPpPjUCgm9vEVsxP3GTruMx1zJNB5Osof98UFlK",
+	"LAaQLKDC2ndVh4DDSNhbIRS7OHl1eXyOOeUXJ6+cpG7gNc/LrObv7KBrarnLtVRLMMPQpH1ZRAzdt8Nt",
+	"VKtDNiTuOSQON/SzGwLtlRle0Jq0Eods6Gu8h2XeqBh+LXzMyPG1w3KH4lAk6BHZyz8iYEjwt2PyDJ7T",
+	"IfKXIdIcXFqAPyAYJfQTAOmzFwV1HM/uWKepvjUFIPwjUy6voWWktWhFrVIBe02zrg2lXwU04yZ6XEKB",
+	"JJD1TNhMCuPbA1R2vNuYFh3Me0eoePY93KN471ZCabX/m8g0nng3RMLaXcr1b3CUlqczz4RTPoMU9pUo",
+	"3S3nlDr+EyInBCmqM0bPFQnzuU15eWZr52YWxopZaKRQH5GDqThac9YlC00X2lRSMcn4jMVcBeMpCpin",
+	"zmLwP40cs09EVAWkdHQKzBmQiPf8u5aWWCoCDfXHB+BvnYys2evShhwGLT908XB8/qLI3oqdzvWav7+A",
+	"RfiR3usYxIyTri8JTqcMf5U9Mqz9dM2KVhpTbEl6KH+IwRQ1PYjoJ4IGRpLqojCVQWvF23gmmOPAleZv",
+	"Na7n6hSulPxXLnziednEPOMNKpoS1l23+qyh052JQRVVSrDakIAIt/V8fNFxe2EY4Lv4H0v4pugglRmD",
+	"Di7uGdBig7NU6/mIx9cMYgJjwELlBT1FbLi/Hx4H8GLQqtHrVTq3RiainAiOxMbjqZOX6AMQNz6I6ms+",
+	"ptrYR6YYnUAnS2reEiArzQGUCoKnEfPSWcDVIkWHBimZ1Vgjwtr+A15OQNL0FKe/wLDFsiGeNwpGXH8Q",
+	"CXjM/dEtc26oeNmaM2tVZaqV7Xe/DNEuCnFSf9QCAnkhL+nkhp9FQn4gN+HbqU7FKgwPwe+Q+gnY236o",
+	"osIi1mosJ3kmEoYwTI6YaLTqdpUPtdeKfnlz/vOPp29+Gbw5A4ycq/PjAkke37GCIOe+KYm+7ZcSVbnV",
+	"dTwrpypiY5Hyccqk4wjUw6/a9OfN1eVS159CKy9FQNhr+QO5TVQClrA3gHf02ZQalG6VJl6J+rxbTZep",
+	"pGg9Mv7ly51MAmQVlMWgEtbgrYdOTnCBYxBB/SzyFty5H4L3ZQgwhfCJtD6S/MNlFwwodUOeTcwweMMO",
+	"2dAd8CFBtJV7K0pFvx1CsxRkUcUY4QsYJdGxl+g6mXEVhXaixB/IFzDlTj0EHbLQlPxDy99wLE18q5My",
+	"oHXNY0snhlI20txYkR06tqPdm2E0Q+mgpzvS8e0UigIyaZmCb5Qu/IDsghwMQG6kGHrnhmNhikBhAoqa",
+	"24kWGeZlx1BFNYxabm7bH7h5JnUm7aJqAIAU4bGVN6uFf/NMJ3mMqTIKLO+gau1FrHQnqkL0UMhRx9Kx",
+	"tlf5RqmoMI3iyR6BKkwB7tz+rZbAA5YwoUMFbJmFEF4g1a6OV4uCg4cZDZO3x2fQaAhLBiAi7pSNcSZE",
+	"h1EJLOIEuq89NqACZh2hKA2gL/BYXEukqe3TyMuV95WKtr/VNNomo219yXehZlcVL/F+zsG7p6wuVfM2",
+	"KH13LD9F0SPVpNnl/VOwk3HdZnwBW+ImNBK0WWX3nO8UUYF828o9pzPWb7lvCmPUbVJ9RE3EmbCDXV11",
+	"1Xc7rvVVANSuUDdkf5EAoAw/optM2DxTxjF1J/exxLbf+vOf/9xvEeg+6XWpnhi6iXgIa5eK0iVWBeIi",
+	"LsIjDotmbkExC0EHv8jQpM9Oxaw2N3NjEMMHL8LzoHIfW0xnJphRXkXyGEjr4xtlc8dTQohkFPZ8UL1X",
+	"rIWlricBInGruAXgKxIEI56ZJ8+flxqfuIlWup30W3dobwIAIVCzvBVOY/2JLfdC2eHUjal/N6FStkGr",
+	"L0NNLgFLRsu76n5vcmCt7GCjwfoLl/aSGrkEbVZpNtK5SgCCrdTmZW2ux254RpD1sYXWFvxSRbXNo5BR",
+	"ChuIqXAY4qIWlIXPqpIpkeWqkiThhqh8AZV8lB5xyG4wEa9wBGJ6ACQFVZs2eeGzNRbDcuxsx1Rw0r29",
+	"g8C386NYEiRe8zjTxlDykpOkG3v9cdjpzwfhgWoNopzukVu/30pG+zM5cXoHhuM3u7nDW69xL4X14JA9",
+	"C6Th33BnRA1EOiuGbdpQdGXvCKjxuZpySltqx7lDe03qOp/kMUQhV1MptkmiWG7b7kaK3Ls2Ld1dSyIu",
+	"gom/hGvdQ7ELi0R+TDcb9FrfIlT9tcRiCjLrFPZyw8oqkkeEyeuNj23Qsi+IIVjg4dB8tuBbUAUBNYGg",
+	"aDzkUnzNXIoAp/eQUvGlUyoeUigeUijqUyhKh3KXTIrSbQ8JFQ8JFQ8JFb/vhIqH/Ik/eP7Et5Ez8ZAl",
+	"8YfNknjIjHjIjHjIjHjIjHjIjHjIjHjIjPh6mREPGRC/gwyIkvdkh0SIh+SHh+SHh+SHh+SHh+SHh+SH",
+	"XZIfLi9Pdwz0/lTySFaAyK7F3JasdlkCYqXeszUE8sTxZuDSf33SnfZbZTgXthA8M3s9PA4D0LyMD5MU",
+	"sQBATcRLvBPEXQKg6OALh0k6eYiug1u+8Nc7skDQWbiF8IkDTp4zwzG0LA0tfocdlcLHUQOkWhEnXQZU",
+	"Y21vuJwfXx6fXZ68ORsc/Xh5fD748x6oGClfiMz0yNJxxwsBsfjCPZVwx/nIWcwFFXrg5UTEMhHmEF8B",
+	"onWJdke4hNgFMGzsqESadbhtNdHwpRVbauDx9EnNqazsyvY30E5vvqEuxnXJzfUqKIfvDLA9VjneUGcC",
+	"0vsMYp2rhvZqE6FEU0zRCZnid2/pEVQ8MciRcEfMKbL1rB74Q/3Q7u3qggo+9ufzKNx10NkkDBriI7Ke",
+	"xzY4kHdx827thK3x5Wk7QO6yPZLNtsB/qwbBYQA8NKuSvOgAXcSBdT1IXfH668glEx4lq8GmL7idd5eR",
+	"6oauRQIrh5QLJpTTLG45+BJkElFTbh8eayA9smsdpyRVC9J1bEUVLIXsIatmYwdbbq4v4EJ3R2WXi+VY",
+	"yUBYcrMb6czssE2ACZQJnqYLlnHF2pkwguRgKXcFnJvCFEl1iJyv9JJfcG+NLtUwxWBf4c5LaKBPnYRI",
+	"tUrEilpF1LN3yLroOOAK5RFRUlz1PS/NxVExLMSaeDqKC1BPnJWBs3N0gGIhKWF5itBJPVcgqrvbozhi",
+	"4GVQ21N1GdYa2JQnlmXOWXM66plMI0eJCr7+rkEUXHg6rS7aSSaN9485ReowgK+PuHHKFDREQW+8ymci",
+	"kzGZbWVXx9XZxdvjFyc/nmC7dWQdrajlszorLd5rG7tjXlVN7/bl3u4+ZdSNc358/PrtZUM/d3Ba3E//",
+	"0CoY7Xb3NLTabQbFQuWpKpg3emEzcaOvd3ybjJqnrPVlaAIH84tYYx+Cm+DQh49gXUE5x2PsjOzOdnjv",
+	"hCsF8yotxEaEd9jhemw1dHxtreQgrWwCQ6OH1k6lQHS9B3IDdOWmpszYP3pH4iqc9XfOmbpHCMXiBevh",
+	"FDftOy72Z0bV873LtyciooGNZOQfvObdPLLe3Zo53Q3ZtG7TrwBTctfZrDILsB4hchVPuZqIQ28ismGc",
+	"aTVkcepsXDb0MLjDYDoGY5VlOlc17TxXoW8rzRvXgPBu7LtYBuXd9NACo3fTld8M8GwZZnW5TeO9Qaiu",
+	"0BRhSddh+s/qOy1PBfvHiwuWiRvIxIvQSO+39hOZ2UW/VQo9ZEKwKU+IzMwhc1oRteTP1bXSt2CfiPfc",
+	"2e+tXuv7UXwQJweiGz/hdWxgogc3xYSL+yb6oPPku0637p7aG266nWd1ly9xB39v5JejMoU6loEJ1zWm",
+	"ftEX9X4aGkgzd0etvt/CiW/sOJHGZiuqADpyrsWCtZ8+waZ3EXMq5nfP8iwN1tzc8RU12fPOxZ9eH73Y",
+	"v/jp6Mnz76pBewY5jdonyXprB2oZpGV+rj5aLk3RFhPyojrscikAYAAIk25L8EkQKQhusNdHL9iNyORY",
+	"hsRIePK1WBxCRqngiSk52PykwE0MtvJcdthLkckbkVAshCYwiDORCGUlT6lhpmGzHMo0ylPnKUVLVzcn",
+	"49LZwQ2VO0VfV2amOXLeBNoTS8vGUknjlgpqUCTm55PvzrfyUOIWptHQ+Gv1Ne5IISPBM5GRclnTvnLu",
+	"rFxla7a13N2XtY9yO9WZ/A2G6bEf4LF75eKXYu/x9GHuLFBTjHkRTNoOOwGzsGYbIgbchKJJumaubRws",
+	"ERl5kwpKoKQ9mRAdeWfoizdnl+dvTgdvT4/Ojgc/H/8HxtrRCoORHCFe/HS0/+T5dxgNo6H96xxCRtVt",
+	"ZZkjGgV/kUmE8S38s4miyl6oJq1x204o1UJB6k0KaYw68/k/Y6h6IqdHjPk9WpVXvlckbSXsv/7P/4WT",
+	"2WHQElURx6gs7wr1FuHtUKhBkSRHQOAvKicTgYIIyRYQuUG/xihdcuuH0FuJorCrtQ9jVVe/NqQ4zoQY",
+	"3C3UDLeG7sg1jtB6S/Q+Gli7BQqOrF1kCdwYmtjudGuzkZPyWLjtGcAO1iRXlQghRNUl9fJoLxHE3vaO",
+	"oHvozr17M+4eZQUWgZTjfz9+cXX55nxwcnZx/OLq/Li3JBxRyGFeUG5EFi2nLeqCEYWHnV+dDY4u9kJV",
+	"xEw41UqamVl6umMpEfunlspXNQz/MuyxYS6TIWtzGBGOyiTT+bzUIh+54srAVycvB+dHZ6+OD0OaM2Vd",
+	"6WzBun/tdotUWBRkhqJAxVVmyjM/myJKRIW40DjZt1jixbTChXsRG85losyQtd+evIzYDLyEbtSTty+K",
+	"xEtTehn0QwuVRKFSwa9caaETwe0UsyVxEX1mlQx9FBwfn2fyhlvBHtvZ3E1GCQuT4fARM2qRCIqkhbp8",
+	"2iKF1qewuqdlkDQ0ZO3z05PXJ5eDs7fnb16Uk8UOGf3y8ujyCHcpkHqn3N/YMWLICmL4LYtxMSFk7V7K",
+	"DYffwezp55snODO8qTPj7yMWz3P3AZM8ZWLgjyA2KQQdZhHRyO63qRMnjiVP4KxoJfY67Lgz6QAJ/gU2",
+	"8i+wgn+hN++sbTO/ykhNvQuVp/JG9IqW3B5YvZRXLTIGRS4dlqtMmLlWBu4xMhXKFtIFLsIs5IVwbxOn",
+	"QMCJ4AkVYVTyVt3IytHNnBtThIzdAYdvMHZTVZwdF9jrwCN71REOWSqhlfaYKNZ9uU/zL/XUOpi6uYRM",
+	"OC8vuW8tSnKxw46CIIbWz8LLRUEhCEsDll3JsJqtqFVeKIAt4g35te7G/RueAbm7J6A9BP7uI3pY6aur",
+	"6nNLv7yEIZqdnhv1Vx5e1z2AEjaqeqpXQB2TCARjIkYt6IHsUz1hUK2XGKzojHmW7ehL9bafp+cg7osY",
+	"RLAYClFUUvqWeousyutmS7TeL4fvv703jazaTc40/9im6YxTffs65Dh5SKwLK+Y/LKBfQUF5lS9fHr2q",
+	"jSqUvRu7OeW83rJNC8qSA6HOgRmVEl+oahA7xT85ePbXZ397+t2zv5baxx9sBJNozIqp9OXe7XV3qDBf",
+	"qi4fc5k5pja4K8gHa0M1KeWKW8Fnez3PkUGoQiowG3EnpUFrhDRFSpmF5ENfTkhOC4LtKBJcvColLSSW",
+	"hOt98GJL1BAizG3caUDE60oHLstZMO4SSjdywqAU4C4qQnuljhulDv1UPShLzeVXkrhCeqT/CQxhqgHe",
+	"ujC06LJSyfH97tm6aoMaZBDcdEwXnThT+5C0Kohrwlwx8cpQ18gaGBNaIXcS0AHjqAwdOsOGouXh1m8K",
+	"LtnqS5Z9rEW3Lbc/2zfxcZyqJia4U3Yq1tpAJ06fzOgjeU3ZqNPlVEZKqLpjLqq16cbIyuXpamciWKtN",
+	"TOuuGC7lZ9RiuRwWBwrS1UqAMTUIKndjhqUM+Aee+MAT/4A8sbbG455YY+nZDxyynkNeUir3/aQtVJby",
+	"btkJu0nTFRohLXUb1uHBAEqa9jZKclSKz5Xft5S8ALPYmMOwvAWfOZnBs63d7K8KjWxjieEQ69631Eh4",
+	"+4aBd96k1ZlgfVPuhN2Fe1PqLQzhoZolVhBNQnu+HfO5sVzRn7jBe2Wn6dHL1ydng8s3Px+fdajf4Awi",
+	"Zfj4MBmobfz4ERIMxnpNE/WYnR9fXMIc9Ji9wPGjsoxyjOSfesR0Fk9FcEtQHKqvIBDVYecgmjPBTKzn",
+	"WA61WrDRYcdZpjO4sK/4HMrq3OMezzM9SsXsL/80WrH2+Y8v2PfPnv91zwOdGAyKDGOdiGGnr/rqGESN",
+	"21ucD6oRw9qgHEMZAovqhQgbvt+n1d7PdCqGfYV4V8BMoTpclR4PZac9NnSySWRD1gYhtRexIVRMh2/c",
+	"y/YVpQaAUO/RNkboqo08zFVEgCyRB1uBLyzPwJXJk5lUw75qg0iFUoSIYnHXQuHA4JcYsvYtwhCFalue",
+	"pr0QIIr6KjhVvBMogro2GEYthgzHwBRmfH5UoDqBz1unYq/DzjTlN1OWg3sc5Aa6rzGBke5n0vTVs+4B",
+	"VIDCFz76Hlb3Wfdp8SvRjNUU1vb6HGgR7knPCJiGijLKaiHmhZuiYLSytVPoOD1kM55dm74qeUsznVsf",
+	"8Sx97W7wdXoF7omPQMw4hm47fceQrbSQd0Gnxh2iEmfotbqdg04XtMe5UHwuW73W00638xR4uZ0CX3h8",
+	"c/AYCAP+mogalWEI/rS/AwkOMF8I/aRDcG5SUB2i/xAMyIQzBmQqMjbhN4Llc6ZVX6ET9eiHN+eXg9dH",
+	"/z44urw8fv328sJHRxORyhuRSWF6JaUBq+/4ghkr07SvoOJKJXAgiiOiMwySui3G6Q4jH7yBOVHdJehL",
+	"Iun01ZC2D7OwhsgfhuxagEKsTcC389tMdUb052O8oa/agRD2AxUBSQmKZnlaeoQz8VGZEoEzbq7NHm5p",
+	"OPEniVPWpLFHuDkkfoUFD+OvH1rSbc2/cpEtvE+0FxyfKOEgOcdXamN5BMh0WGZq2Ly8pTUewY/Rh5WW",
+	"pkSz/o3GaDnQq4KCXDO7oo1+Mb/NrsLth8ctYe2Q5OC3Dlu9pylkXQiEP9NjFkhgr2nGod3/p03Y930n",
+	"Pcer3fNM3Eidm6DT1E2BVKPyFCoWZrd2v+qeBBGhyoOCt/h5t+Rhfe6euda1+g4CwnOtDOoWT7pdcgFY",
+	"gVUUZdH6T6rH2W4NgdxBVQTtYdkL4JYK2C9sPaBkPMPR6x4aZvn4B56UrKVn3YPNt1wpTsJcJHjT0803",
+	"/aizkUwSTLV+9uT7zXdcav2aK+8JMWhm0L5supdQm1Dny2czni1Aaw6BFi83nOkFGGfAISKMoWF39nTB",
+	"qK06VpVQ6iGR6pxPpIJ9BKWbTyD+RALjXdSqKjGtXgsVFJgRiBaK5T/+IJOPJQlT5XOvhPVFeJ+TtHAI",
+	"tItWieuygEz61umq+2zzHWfa/qhzlXxFQvwFAJ9LAFAInmI19rZXpfUu0VapzGdZj3KWWaCTFdK7DfG0",
+	"JVFZN/fiEk8XJy9bH9/Vke1jp62CLXfnx0atuTY1qtWLaa4I3Awy4AACTmeJyCIMrooKtk2RCXP65hUo",
+	"UT/8x+XxxV6viK9TSHYqmFsxY+HZSabnc0rj4qCLOlHIFwZAJ6HADbIcOisayBFEaelVTt06oDUqjP1B",
+	"J4stzmZID/7QiuFtYe0SbrmTbno2l6lUk04H9R9jM8FnIM0SDS7CcO0tz7AMMlcAK+qdeCv3iSzDndyO",
+	"LZzqCW4DMoXC1rZZLj6u8KNnq7t4AVv3wDTuR3qV+IWZyrl3bIPUL4o+Qw6vL95FeOF7ZSS1zABN2Pti",
+	"B9XTdg7PLovCu540nhv3JrkBp4zIMu3euYxw8gRqBAI+ypOQ/OMrFrc+QDRfnPx2h+jehToOfk6j1In3",
+	"cxE7xpocgt4fC5EMGYTGmBVOOarkI1rt+PG8DKP4hzve3S2O9wutxqlE/+Y3wA9CDhEb89gSNkYNU/gs",
+	"bMAb8o8/0KeP5AQwjz/gh4+PeRZP5Y1I9h0zevwhy9XHRrfKueBJqXAC72TtYXC1nr/46eQfx4Or89Ph",
+	"nk8DfHl8enx53FedTudxMQa7zbQV0H8j1PObKZ8Lxg17dXzJqpdHfYWRMQSFC3ggEDiD6mwTwjdYaf6k",
+	"iymlkXek9RXgQ5tBya4FcGX/IhgxnIJjjMAK+YSKr/sq0XEOkTjKIBzl8bXwHL2I4kUFqB8UVPqKub4S",
+	"KlnudQHwpROzh3Uvfj0hTqu0hVIGqvxe4DPcBAExpkdZbzxhtzy9Rr9N4tQjJW6dDkWGkdEUbqT0v75C",
+	"dJyJBhR0w2aQcK3ZWKqkw551n7mRB2NQyUIBF0XKlLZ95RcLXBLhCj93aZgejz0qn+UyRaUNEuxqHUbO",
+	"kKJHnufqcxpT7vFNRlSJAh6UImSCz7eZ2gWC7l4pfsNl6nTb++CfoYgD0ZPqGAIleRZQfOTT9mmuJXbq",
+	"blpr+O9qfb0lr6DT9Ddc+hLdcVtceZ4rdMa924F5hzY2+No1QavQlSGVAJeMheqmw44sSwWV0tC3BKWa",
+	"pn93KtCQjXXWV8jasAwneAFXYcVKrZN6jLMRD5wfIhucPet2meIzqC7maTrE2IwBhPbSmBS9wgl12LFC",
+	"MD6IfnmqIDMR+bxUCPmJCf8HUbfbpXwSn+5hM64MCo6or0pJ4KSrIuIzvOBIQJ54Jq0VChD0SFc3LBVj",
+	"gsLjfeXRZOPcMjPVmQUvfFGrF5Ktz4UR2Q1wK+PU2AWwRpn1lb5VIjMYI3B0XsscX8JzoA8RrURrV2KF",
+	"m3117xZ0CNcDq9zyWsp42+7iFxiA/wGhklb9zvjCbCuiOwxI5p58JXXbGQnmqKnJQc0By7bGqUx5Z8ul",
+	"lJ/VewzLAq8NG7Qqn45vZGwfbPV70s1hNSv0RajdUBloRAp9OyyFP9DrR0rbtVj4NmpUQ1iWMsiK68QM",
+	"hrsReK1GqT52z8YJYOhQAlQfUzzLfOsOx7wPC0W5Ol3kOkPitk5MwlyGxIVqXGSn0tg/NFPZMiz16WEo",
+	"SIv7RuJQYUcXm4NRAjf+gancC1O5hGith7eTopqFW9GTquYZajtqwbJCT9iOqXxB3XVnhfTxh2ux+FhV",
+	"S9fqNYvWNj7rB0F4/4IQ2yHabLEq85z6/Oki70tYVstMDo8iNDeGGlTx3oMzgOcNXUgIYc4Jl3JwLRZB",
+	"XZxzOy24PyJiVd3DZVkw59aKzN33n79297/n++N3H7579vFPNaWBO52kanVCUxC6XKb1OWVLMcypSFCW",
+	"1XpSUvj14Yzem1wxqba0qj3UQ0uUAQe00UBCdRL9f+in1FnRaiAqvKjoWl72oLor3bdSsVQq0WFHMJzS",
+	"DQ8s4VB/Y96XXc4deG2bMwsvvQ6O12EZEmFuQ0A3AtmfpuU9oVEe+S7rUjGZ+KA55rQmWLHdV6fc2P1j",
+	"9/D9k5esPYVVAscMlPsiSp9MwL+OvpJhD7wP+1CkPYQuL0J5G+fgOTMddqUA2Ihm2lc4VbCX+YLNpDGE",
+	"EksZhG6Dsa8VwF0ZKifnUN4KCDkQ2oTU0x7UU0BAirM4lYjhym1fWc0yse/2uc638Qu38fQYV3tXGnCL",
+	"BLeevPzJk9EuN/0bKPhbaONWvLdIEvs+Xr+DuxlGa+KUGB7Apx7iyYavHhlAeoXTxPxDHhjqvTFUOrgh",
+	"5ZLUndXj6s42QuTvGzpQ0DEbWirdiAyhQkIv5TLTIyby7oswt6ZMnYLIwDmLsWQPOyJ88vICsnUI/rKk",
+	"9/WKyE+APwl4My+OT/sKQvR+6egBwcMMTbOoyBE4iR8hNK6CvPQ96MY3lMkQayvMNHj0HZcqX+pMp14F",
+	"3dyUgKWxMgO4yyP/tqUEazdA0fKAGgZrJeoY01ucCB7eT8hokO5hwOT3D7rPnrQiUCXpqw6VIgHrW6Sa",
+	"Ax4UnyGo98GTLkJEuRs/bp3WUJ55YALbJDc8uTdF8a3fxc28r9inPxxze7LNvKhigI9SZwRLu/iKjJG2",
+	"DSIhbm8Ow6k3QSGYw8GxMRxGOs4R41bPZAyA90Gf9Nu6yhDX2Io762iPP8C/a3N0l8jxM1pI2xH+H5Xg",
+	"v06eTUlmVDkK6cagVC2TLCB9oejbkkK/bJy4mVvKJGJzbqf7wsR8jkHuGoeFKAmuepfFMsTyTKoAM/xp",
+	"Xguw9prO46k09txdsFVlEDQw37qQ5S1c3VR6A1AB2N7OPd13piP4AKfk91iqb0W2H3MjWCqsm1rEEjmR",
+	"lFmUcDMVBrIRfMcsCEs3BRndPwM/TqvJYbTP93/r7n//7sNB9N3TWp/RFyzNefKHK805z9XmWAhm4T5w",
+	"5HvgyG6xycdRE+hYW6DzTfiJmrKcMcKI+WlLs1imKt8Yn6BpAsolOI2uxSK00iyZV2QL4GKFs4uun+LI",
+	"nSRiNtdWqHix/zM4pbc/xe8+wY6h4aciTfX+QauAdCD4j18RJJ4rt1IinmoGlxYTxz8/vtvekAnrvZMV",
+	"89lTBY9SbKTp96sEN760OcBPniBz+JwzotD3Q6b378/kwq0j9zxWikiVSiVKWEdzEW/FI+9gQ0EqJba8",
+	"3rkw5D69VMeYqidmUN/sZjVE12fgAeYEmgHGUxEDckLR/pKb4qq+ggswE3qkk0UPVtQC+Di3ULJvyHXk",
+	"1DiLvelUIt5DU/hMmDy1Zkgpgt4fOErFrBiE3eo8TbDfe0hAbT/rdqnvJ/bjRGBVLUxfKW3RAAl4rzMe",
+	"sWdPntAN0NAAPe1c+V7LuYrYs+73dAngOClo8x0xnhrNRotyyzy/dpCU7oZCBHrvNZMm5DNCPqe0HUZI",
+	"IAAcAbdL43laBLELibWOpczJHuOhAVlfeVhuvMlgM0/IjcT1Zc+73Q47gn0ISU1uLbjvzw655P/r4s1Z",
+	"xJSmfY9Yl+mMUtKnXGE2J8zQ7Rg7uzqFPsU8hmCEWkCBwV4pwZQ2rMOGMAxQEmZYcgLr8Lp7D2Es3r65",
+	"uAyA9s6M6ityK8ID6tyDBV1+inMQDaVfP2wWplqJWlH6oSULmYMQdC0lJ1ObLvb/WrJDSl8VmE4vj/6j",
+	"1Wv9dbmFTPUesv12FNnm68nsH9yeneNBrpOWb5RgeM7BmYVNRqvJwAC4njxEsO9XyOVz6OcPxxlscWIw",
+	"Po+6/ROkcLvVH+XptXfV7H1W4RdqnZqS509quKDX2n2o3N0hVMIV4RG2A/agYXrs2K2pYhdiv2OZmf/6",
+	"f/8/H8PFTo44hPsd65Z8GVjUV9BU3w3pY1DVbDM7FQsqqDKWLzogPZS2AyuymVQ8jQhgCcIomrCRyuU9",
+	"AJoXXiXEebDdMmgn7gkeVXFK4EFQinQIowG+woAwW6jCtcDaHxO4I8AJgbjBTPuA7EIwSb4qjm6QCKbe",
+	"YUe++0dfYUS6UvtIkDsZV34lfTcTDsVNKeAkZWKmbwTMQGZYE0UtCSQAMUIAtugGMBeZ1ImMmbkVYk53",
+	"G4psc+yTMnO65ESwVPAbYQBkK/Q7PXp78shU6qJUc6Uc4l+OQ5GXcTdQFgYJb+h84xtFhGK09qvjSyyt",
+	"q6njI1hIaaF9xt4h6Zpe3XA7OBJFRZcb83n3qZ/zIC+KepY1igJM3ldlsEyMoca9aNTiJ2mY05PCi+Bi",
+	"AShnc8nD5y8FW5dyTwilpWqih0La31kNGRWScKqXRB5XwYYNDDVb+AbJC0ad6LaWOety+inRMOYZMGmo",
+	"PsVOwoTgVXxhhqwNk4O8LttXRR/s0BrFQ+HsEUwOIuIUEfAnXR+9h+sLM6bEEDEhkkYpN9smNx3woeLr",
+	"vpKKTCRQig5ZTQktCRIjbIQFs6hPYweXgj2hcHv8AT98/B9499+dleCYEuUyHXSdjrBPvY/F3BsUfcUN",
+	"G3MTOGC4vnRxQ3np1ysrfagmvb9QXyASCMgEVQnIe7kKvJQWQj7+4jrz36Q0tFADECzxi3h5dnmXJl87",
+	"YIH5M3tX61pw+LKViHmqFwiuOpPG8muxA0oIzKSwZj9n3sxRvE4ZQTW6nMblyPxWpikbiUKLftBTviJ8",
+	"HWrXh0Ve3VIPSNDpuVmoeJpppXNkVZlIARLq81u6KyK4GT0V+OQQjRZR5qHEeINOUqNi9MhM21bHYFUV",
+	"g7V5CKHprK8I4Fckvs2Yd3sWTzBsrNNU30ZsKg10mLsWc7vXqQf8IPfe0P9NLwaVL+5NI8phL0N4+0c1",
+	"a2/wb4Ny9ajQyDyCKtrWE8ipp6goWGVK42pP+I0AI5wzCLQzDWhSfZVx5aYIDvKSwzNU1oe3ytiQ+qk1",
+	"YG7EZYj0pnDmJTTXXFrD2owD1i5+IMVXqhrchr37TU1YRjtwRMlpHw/cCXze7TaN+Dsp69wgGWIMpD9o",
+	"mfcD3FQGGOKB9QWryquXBcPzTGcrEFLkwL8jjXPzpUien6afLgmmb1Nh3XEp1qq3gft+uoZrbB5fO2HF",
+	"Warj6wft9kG7/SzaLUR4Y+qvuRz7MNtyufvVYB9TH4g/DKuoqTW0Ys5MHseAQ+ydG9BASoOrrcN+mWo8",
+	"MFOhIOJROUZmqm8VuM8q+vsQl46nww478k0iRoRNSD/h4LdcWqkmfQUlnrDtsTRFn1UD8Z+h0nZAlw7G",
+	"OhsUz69RQI9w3z6dDY4W2Os3Fq2oRZWPIExTwY3wOSM7MEWa9TfBF8NCl1jj4VLjYBgb+jY8sMevxB6R",
+	"llcPDlh0UB19uHJovw67zAQwvT84t8RML9DGUUtiQ3xxkQx/l9zyHGb/2ZgleC2g/VKqIbo7k8b4xusP",
+	"XPOBa34Orok0vZlpbj7RX4eVgjfg8Qf3z8cS3Dp9KhowbGgeEvoTfF6scRjGvfoGPINlD1s9xIuePNTL",
+	"3CPAC7SNQOkDnSB89lMAkjZTCb0wKn0DWJu6beyBoxhd4CLBhKn/Rj6nqMlnDcWgcG4wvhAhcnm3oWrS",
+	"3bK+aNI7gLt1rfs/NLfmYSqfjURG4x80jM8rLRQ2TOFg2ylQ0KQUbrG0PGwkUq0m0NuGYi4BSgiYLkQf",
+	"KPziS8F9pGTvkBHlV2IeWjVWHhYzaN19US8QtgZaxWCHjVqIDjoopU4I1FbSV7ezIR46jJPgqRtCSjD0",
+	"e2HthFuOuZ6OYUaYc8ctByAkuNB92IP8A8WGQiVDplVcHRMTj0KSESqNtzBj1dhxDs/xbvC0K+v0i5OU",
+	"+CSAVaagW3hriF/51/bVxe5N/T6HCgjouYxpU25hYPbY9Qc6jj59+vR7JhW7unxBYLxcaSNirRIslR1e",
+	"5yMR2xSEBtuHNsXG8tncDCEhEHQwzGhya2zmPBYddjJRMIZvgYmv0rRkxTN3RPW9myqwASDqjfKoK3Os",
+	"5RgQUWb6toL81GNDmfSG1N/zluq7h3B1b4ghh8VcRGwI1DjEuKoHBPJ5UECQesz+18WbM2wjAKCxmIW5",
+	"hCWFYHg88UjfVUApLA9BACdTSRI1wsIuxXomfBQXCF+JWzcJQw3LFwQXddgISuXhxBGV6o0/MdRfwGcr",
+	"LyXmYfI4rIe/ABfYn6UIgKmM7StaPQYHEggSTu3wQx/LyfutHuu3sLctQFrAl9Dftt/6SJjkyAGB08Sp",
+	"NpDYW49e5TdjCxXuAUjqD6e4IepbgQO3KogizyzhkJRPjjsV8G3EcmVlGo4BCI3VZJDfnYp2Xwhtd+PR",
+	"pLZ8wzlvNSAVmJ0vFeMFo/OFdsCoWBv7XEXYkth9uDx5ffxy8ObqMuqrq7OLFz8dv7w6Pfrh9Dhiv7w5",
+	"//n4fIC37HlNzkRMpEYUXij6no9SMTzsq9XKjRKDxlK6pdINqFXsq2GlAmSIsqjwuGQCChPY0CnBA6dg",
+	"DpdUo75K9K1HJoSYO2vTKe2RNCg8BImEegQfGdkr2uwEL+uIx9dOcJxfnZ2dnL3qQNUleP3Kc0AcD6Ub",
+	"E4jPcX0+MSExjOg0kFymO4Qk/AS+jG9tXTYz2QIPfrU/aEU6URr0KoP+5u4sgdHK4Xgc+uNG2Xgh/xqN",
+	"sXJBRdHgyufk8UxAXt4XSHRERNXfDfMHVswRWiJU7JXsSV9xF1SDFQaVz8Sn8aftmVGuLuREfTFX/3p2",
+	"lM/EAzf6tr38sEeUGQ3gBbhtCNNgcuP0BWQmwdrnLMnJWYUZ0tQCCsX/nEOZ4WjBtBp49Yge9AV4C430",
+	"u2Eu2EMUPXcSDiSWj5lrs3RarGYcOgIwSb1mMGLZVwiVP6RXh+aD0KuLW2BSWFSGGip6akyHXeDFTlPk",
+	"fRVuBWaGwcYA7Irlyhs4YF8VLLBGS6Ph/vtxQX+EHtjgN8wGiTo9H1QaPGeY2kVGWZYrBSCVcDLHUkkz",
+	"jSr5XtKwt0dXF8cv8Vz4auzlHtL3yfc8Da2HdLwIV+3cRgpz/rfxDECu/mfNs/evsRkwMCzLgzPt/lAD",
+	"w6I60Q4gnZvz6Qv6/LaBAz1pfVJ/9AyosMuesD+7/19B+HEy8UZkKZ+3ei1zLec1gD9WJxwsTCtn4jet",
+	"3O3Heabn4vEPIkulk55r8YB2QwPy770TItDBvZ/oB+C8P5Sb4gKcFISwA87S2TzlVmARhDsnhCbj9N3s",
+	"hqesfSlmc53x9JFhQVrtbc9JPkV0Pv7gP27REa3CKDb1Q3v5BwUn+TpU5QFDgiAKSbum1AED8ZV2Jpyo",
+	"MQ+sece7X4QPlr30D5R0T1gVfkELwIrQWA+SFSJnqwkPGeaUfKgfFpn5JrWbzVd6CiucER5YtErwV/Pk",
+	"vtWhp0EdQs8Q5XtsralUp/SVsAu3PaHQrxC8Jw9NU74BBF/YiZLIgO5HIk0gd1kb4aEErgXELYXM2A1P",
+	"c2E67NLxAep0xIoMfOwR79NpbkUmvriW8njE4+uxTNNvxMe5yltqLa0faNb3wVzAwdt60n3y3f7BwX73",
+	"b5fdbg/+978rRtYoH49FNqB28phwUNx1ULpra27k3+IrdW/yi7e+wgJkWKV25oEZfSNWUVBZfSZvwZlw",
+	"16RivwKpRkyo5B1reyA5RF7bi5jJR1CaQfA1RO5srlMZLw6dvSVnglqLEh6+V44xgyW0bVNfgXmBEvD7",
+	"4lxv3ZQf7IA/nB1wYTX5972f/jDkVPscdYpmOl6qtGUxzydTy/L5lz84BLn8+zo6lzjp+5D5hVjnaapv",
+	"QapvLbaX5vGFwoLbS+vm8CD1JIbCVyZtEXNFfh9Y+0Pw8OsKdhStSt+ytt86AIGFxgVYcbFJdn95npKr",
+	"36E4vsJJPwjkP6BADoEDPuGSchsD+l9xrhzL/KynhYTt+rj6pb/odx1Wp7fYHFX3a/JA7PcXVPdrukNM",
+	"/dvog7ohoE5E9Uk+Hqh7q+/IjS3MfSvVDjXo7mB3bob1Yuyg2y1i8Frtw0MqMfc35y+Pz0M5fbv6MJns",
+	"NXTfGefpWKY7B9tpTb5SrN3vyEOo/Y8Xai9a1BWx9rHOsNRwqQUzXnYtqO3XnBsjfJ9+d6jKrX7wBs+j",
+	"9j5fv3A/xOMP9GmLUHyZxTxE4r9KJJ4265A5ist8pSXWqPj0R99oQtodyac5JN+4890vwS3BZMefH+jp",
+	"XujpjSqt6DfY8L0OjKSi39SDgayjLzRxd6qe9YrIepvkl3DV79oo8a9xSeJsC+uErnwwT+7TPPGLitgU",
+	"8NGyG5EBfpseg4YReeNlbwvrpaDib8eAqZLUP/DtMH4qZ7McSq9Ds1Txr5yn3n9XXZBHhrUNNIMtPTFi",
+	"aG8gftRcxHsBaPBJt+uBXHh4yCHjPoOkr6jHHoEU8ALfJ+xBuafrk+6Bm2ZQAak5Wl/5lgyxnvm66wAg",
+	"U35aXeHO29xM/Wn8FHNuVYhS0jKDcutOXbq0t9R+DabXy6P/qOG5S6ho79Z3QJ/xa4GDspdH//H3P+Ez",
+	"aQCq/d6hFXp5gb5SdtIyt2xSWwoCNjXke+8t0beZ1hFU2pRn8JCl8HVLzCfSQPfmMpvnRYvUwF3aR9lE",
+	"PzJseZcj9kKrJI+xSyc4tRyToqftbS8M7mBHhgc+/uA/bmFJVtjbgyn5xUPwjgPUVAu0fSPiceokQlSq",
+	"QIKyO+86LSXvZfrWHFaeJy3I8WfdZ3egvGYTtJlkvjxXr+HiD4R5H/hRq+puQZ3fpE67+UpPU7u3g6lj",
+	"rY9pabYzSb1i3foG7Ea3vX7yDyfmXk7MMeDK1B6WyLFkd5QAYe3h6JSPzuMP9OnjOjTqpTP0LYidB3lz",
+	"3z7QP66gqXei3pSIuRFR2ff4e3Lw7K/P/vb0u2d/3dTqr/lkjrnM9s2UZ2LdWfuRy+wCLvqMp6wYpOF4",
+	"3Qqn9D6crnvT5ogKHhlWkAGtMmsfEMqnEbZiJ5Qo5rMcuXdRa57XOCF/kXYKQJPzTOpM2gUbcZVEbJ7y",
+	"WMyEslg7nQp+I4x/NcgiAUOorxCmxIOWzEVGr9qDZ8Lljs/Q+z9hll87u2qkc8vsrYxFX0EWaqqt8Xj3",
+	"xfUHlB090nbKpvxG+Haz2DGlw95CWLmvcoPJqnSfz+eSGRVcCp5Ai6wjf4XOrZGJYAedzkG322XS9NWz",
+	"J09C/1S8rLYLy8Xy0b2jpxKHaPWebO0CXDrMX87xtyUXcWT94Fv7+skawlJf3kZOtAPv4clMqnXesYxb",
+	"sQ89dNfbZ+dgJ8Flv+uYYXiPzcFCtzTYuPnB+rvPcGGFuEuLvEN6oyNrA2rh5xG4W52Xxx/cHwP4YwsH",
+	"cqC8Bw/y10tGKsgt9D8d5fG1gEZVBKfILSg6TGILK/b2+OzlydkrUv4kQCdD15IJlztQ5WZ/8RoK+QwM",
+	"sBGRNSzRA/Hdm9VeXtQvxsbqDeqCaX1yYlKwS5azAZZI+Y46Nk6yd9CNWnNI5D4wOwCu+xl8pXD72nN2",
+	"LsBGSw7LHKgco7L6WihAmBnLNBSJCYxagcPnnsPwa6f7R839/h2ClcBOMJ1BVzQeL8m0Ii17L2IcqYjI",
+	"C+GZH3kp5wQcEhlY7FOh0G2Q7C7QmpUlI6yz9Ne2UCRudeEv/YxHcnmopno9+v1B/H0Gt5pfXNYWs7ld",
+	"NHjUMuF2+/Pp9w0ONWLLZslGCQTBhmFiQ6cFTvUtSzXkr4u+Km4IINkmNEzAI4bM3cxFDL0AlGZDa1Nq",
+	"2hW6MMR6Jg4ZRxQip3CSBw+aqPE0LbqigPcNGhY9Mn1FG9VhR76r0fu5zBZupmP5XlC3ZAk97UyPbqbt",
+	"cKdq0VdW47RBCxYqCc44RR64EU8KYHdpWMntBosAc46Y6EzKq9WBTmYDaDxhTJNjro4V3FF1KAjIXQuD",
+	"E8p8q9f665Ou04cqc3Laxf/P3tE1tW1s/8qOX7BnBJhemoB5ooGhzHTSDDS3D2kmWUsHey/Sru+uZMfT",
+	"yX+/c87Zlda2bKAx0PTyBpa0X+f77Pl4dTR+QL5WKzd5Ov3igczsxbv3N/XuNdLmvuxv0afHQnxzCjK/",
+	"8piZMDjDpjAKXuXeU2LTcwY4sOJVyAzq1CaE+um7y8Uoh6Rul+EgtVAuYIGH7AYUuCO9Fr//puRaFB/g",
+	"PklfEe31bn+pIlptVKaqk3SCBoiLz6AwuPQV58eDkmFxB8+VCkunt94YOhGfCUCkCLAoRQgmVINFc0UP",
+	"o9O/fdWH79YGkhrpiUmN7WiGAMJD6aj1iTA6nz+MsBZ46/6fKtvo372CqbmNyO0u3y6//+Lb3VYwOp5m",
+	"sHZPKJjX57oc9g9YgdVmJhZvEO7FXBetixZfmso2+tBujC2IeVYVvbncmD/cM4QYl3XdiH+L1HxhIQfp",
+	"mkCgrhSFobKydWiQFZ9HqhQ8yBA+/6EpyNlxQsuJ+NzNYAp5jwwPJKRKU+tlyPgNbokt/v3m2vcCFqr8",
+	"Q88kD+Bv6L0BRzZFpW+1mele7VS/MJvShS6gfIIYtTDFWs3YH6hPLfrLlPV8ZjXnJ/kikcgMeU8xnhdQ",
+	"ynYs1/Oaz82Mvb2rjs3v/p1HDipcX2OGIhV4Ef8HeuRpngvr02zQcg8bX4zzQ4Dc4SFpVRBDAg+f+Lfo",
+	"iDLLLJvP47KcDPb3D354vdff6+8dDI77/YNO0snlEHLCFd+qROK6PAOFL5DuHjBSmcqmjFTppPpUqDxX",
+	"rjM47Pf7SaeAwtj5p+G8xDeOfjw6Pv7X4Y/HFH2TG1Q5Dx/QijXe/DOpl/7kW+8GAtRfVMfHS1zTAlGv",
+	"Ko0VCoWfTqksu/SUdl9CmwUwLjDSOzXGM7CrFHh3SID9blDju2nykIOcKj0S3cxKpSHrNXiR1eftTkIr",
+	"3NA923d+R2VzCKkpYLFR953oMzZ5RleaswD/taj1UC83Y9TlWRPGEmPlftjIWmXz4vw3gV+FF+kzUhQL",
+	"qefNQfi+kYMFWuK+d8ay+RVepUgKJ/5TuVKM1BS0KM0IyjFYbjDu7TQ8FEdBpKf85fUEUgpLVaTlSB2G",
+	"9HdVCAEytHmHSbD7qIgXJfZlDvVjCxOy2WkcnULvhBoLZUFvTVBlXjeB1AZXWs/BjnsNe+JcpmO/6NyM",
+	"WDix5kx/4oiMJ9RYua6zPYa8pQGwz98AexoAtAL4VX0onPAO7hTHJBvlv9R1PzJS3EYrRZXAlc5qc0Xp",
+	"8tVhZ3MIfdIp5JdL/vSHH1/Ry/7f5m1prZxzpMCjaY0RrmxSHWtkvEGe88I/t8I/f6f68RH9a4DMCb5F",
+	"WuIBmYuISpVErEjrSBTfAb/cl5mZlA8vghsNv66YyKm4rYZgNSDTqI8yV67kBsuTvBopvePEO5O5RMzG",
+	"Kh0jUyHmgoccvuFWo0j2LhHVBOFwkPT7fYEskICeLAKFTEfjKNYtM9zMlziaZ24IH7oKVI5ZWff0+vry",
+	"4u35WSJ+en/5y9nl24tEXL1/+/by7QVb/8jdxHC+xDZ5pppTh5z/Lm3PwlSZClEESEH014e+rYoUtyhx",
+	"d497XtS6xZES9v2VsuSb1oEP0cOt+A744e51dSp8MYM0l2hkZSCzxLswlpo6eV8uSasaQnQtiujLL/qL",
+	"UyhEN8jQVkzqJeJGcVNlvvJFsLYIQmr2nDlRmCngulzKrZgTLtnHzuVlMXKKWBqJkL9u2NV6woeD1x/v",
+	"bVz9oqYQpn+myCs//eXZJnGAB+sdJzU1cDcMKuI/W8SxF3GxHXU7khQWQlH6SmdUSkTDrKFLTjXiOIdF",
+	"VTJiGMiecrgpQwrTNsXIRlmAvPBxRIFuEwCNmofLEZmykJaG+ul3qY5tmslS4u9c1bZZKD9VGf/eC8Ij",
+	"zOGEG0tL7d3F1ORVAfQDJHV7+UU5glQTyRIviW6Y6yHlBJW3htcmgTFgnXvuyaxHvnsLyO+Y+8Ub9cRK",
+	"QsUlYliV3s5A8YXjRMYGddNez1BR9GQrS70vh4053NYYbHJw9M/kse1n/cJPt6R+N/TXEAAfOVIjnnkS",
+	"7ngCze844WYAE+HvhJZZymMz0TFIWw5BbkuXXqTOn+vRt0Oaf3ZU1hkcvKbWcCXuzTMvWgM5jZQePbRd",
+	"Zb3KK5gYu6bFzPaoNZ6OGoC3OJ3/qS3gnsmvWNs5E7DKZColYtTgnLAE88cmM57FPYqWQrahKqFA80n6",
+	"DYnuDPXnd79et/gP/XJYresJ1G7MyG3+hN7wH3DO+V0OQG6KRP6skI4e3kd2SAQEWfASDmWZjnccewtZ",
+	"XaCfhGLN8p1x5ciiKmKldpLaM5FehA8LcE6OoA7C9VXH7KrzM4TSQrYnTjUfG/2WSo026rBZWDfaoHdN",
+	"chP02JTecQNx2D88EdIbvaoeCjUnURp8ftwTI6j1ZTPMEVia/rXgqpzz32qbHw3lSL/aE9dQW6jCoanO",
+	"R8MdV5QTY2mLHJwbNPAPzQpLH50TdoI44l2fil2tK9BszijxdU1dXRsc1wlTmVdUYrb+lZLvxKmoxYko",
+	"5FxYlYGQFJPdrZ/0krptlqCg3wZN8BQP+4dsyhcg2YIPTgvlYjBkIDNaTVE51FN3w/UA171ltJtB1FCz",
+	"t6o9MsPfhv5YE/iHWmB9CrIKSYddxrKUnUEnMxooDsOVFmRBMSiZqUKuNckgGl2Vn1KTQWfQbwTe9fs3",
+	"b87Pz87PfMTKfW9ZcdSfqIP0U6deNVNfEa5vkngn3glJNEF3DSUU7JwkvvAiELcjEJl/8CVLpIp6LA5F",
+	"RZZujchui6jXu4wjhvzoYrTSbh++KFeSmvdkJr+t9D3sfFodP/HBt/6Bf5sqMS38ZCv/f2+Nic9+z002",
+	"PvfAvK+p7it0+jLTvWXLPZYT3ulaOVhnvdNztm9YZCBgiFj99hPBe0642QlS8EZj/txD9qrS38aM8Xti",
+	"uFz8atDJYNqERNP/hcEZKnw4hjw3uwedB/DTeKXPldJa6Su42WTxt8LnhYVu39iPDtrTwB1W/hI/2Srb",
+	"xGVCWllVzokGhiAtfvvhI1VZp5hEpo7K5m2RYkf9oz5xSL+klYDpuu5vXWHaTSBFws+VpnTYphbejmPv",
+	"JZkWQZnkaxk5NLZMhKvcBHSWkNQvIAm+6MRzqd6JSI1OK2tBp6i0IkuKas8TsX9NWi/kSSj5xeKZd/ly",
+	"ilJvQ6CR4/haZVHxt2Yqc1zykOUgMuXa3Yt6XDSxH71lbh/r6iMFF2pwO+aFvrhKNFpTKHB1vKvVSsto",
+	"/IjUGm+ScG2xqcyjEZsOi6sjvlvsMOUDJer6zMQuXNPa0QscBmWT5rjrQJe+5RTrsvH5+GYw7aBBIIhU",
+	"pmOgDM0yiKqm1BlbRIWv6hEyW/CLNUMyokd51CEO1y+aik3nKL0pppwSEXrR2D4IvX3w2ke/E6I/A9bU",
+	"ho2rTyeyNmFOAvNEUE/q4bwZaAn2SJSrU//aGM3IQ4jMvIGHkyFGtgydkBWJv+gMny5MVrvTVmc7ZaxH",
+	"MHjKwUluVZ672KmfhLYWRCWkD+pUobmdQa6mjEBQxHPSwG2YHRUc2pASHw9VZ8GvjvazmUXl9ujuJLYg",
+	"nZAF2qIhMyoaNSrc1T4sGbEtmcQxI6rzBFtP1ivUTDkoBSCP90Wh4V8/fv1fAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

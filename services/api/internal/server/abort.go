@@ -18,9 +18,9 @@ func (h *Handlers) AbortRun(ctx context.Context, req api.AbortRunRequestObject) 
 	p, ok := problemFor(err, subject{kind: "action", name: key.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return embedded[api.AbortRun404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.AbortRun404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return api.AbortRun409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.AbortRun409ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, err
 	}
@@ -38,9 +38,9 @@ func (h *Handlers) AbortAction(ctx context.Context, req api.AbortActionRequestOb
 	p, ok := problemFor(err, subject{kind: "action", name: key.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return embedded[api.AbortAction404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.AbortAction404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return api.AbortAction409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.AbortAction409ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, err
 	}

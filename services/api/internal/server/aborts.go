@@ -35,7 +35,7 @@ func (h *Handlers) ListAborts(ctx context.Context, req api.ListAbortsRequestObje
 	}
 	recs, next, err := h.store.Aborts().ListAborts(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListAborts400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListAborts400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list aborts: %w", err)

@@ -18,9 +18,9 @@ func (h *Handlers) ApproveAction(ctx context.Context, req api.ApproveActionReque
 	a, p, err := h.decide(ctx, key, domain.DecisionApproved, req.Body)
 	switch {
 	case p != nil && p.Status == http.StatusNotFound:
-		return embedded[api.ApproveAction404ApplicationProblemPlusJSONResponse](*p), nil
+		return asNotFound[api.ApproveAction404ApplicationProblemPlusJSONResponse](*p), nil
 	case p != nil && p.Status == http.StatusConflict:
-		return api.ApproveAction409ApplicationProblemPlusJSONResponse(*p), nil
+		return asConflict[api.ApproveAction409ApplicationProblemPlusJSONResponse](*p), nil
 	case err != nil:
 		return nil, err
 	}
@@ -35,9 +35,9 @@ func (h *Handlers) RejectAction(ctx context.Context, req api.RejectActionRequest
 	a, p, err := h.decide(ctx, key, domain.DecisionRejected, req.Body)
 	switch {
 	case p != nil && p.Status == http.StatusNotFound:
-		return embedded[api.RejectAction404ApplicationProblemPlusJSONResponse](*p), nil
+		return asNotFound[api.RejectAction404ApplicationProblemPlusJSONResponse](*p), nil
 	case p != nil && p.Status == http.StatusConflict:
-		return api.RejectAction409ApplicationProblemPlusJSONResponse(*p), nil
+		return asConflict[api.RejectAction409ApplicationProblemPlusJSONResponse](*p), nil
 	case err != nil:
 		return nil, err
 	}

@@ -18,16 +18,16 @@ import (
 func (h *Handlers) GetArchivedRun(ctx context.Context, req api.GetArchivedRunRequestObject) (api.GetArchivedRunResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
 	if h.archive == nil {
-		return embedded[api.GetArchivedRun404ApplicationProblemPlusJSONResponse](apiProblem(http.StatusNotFound,
+		return asNotFound[api.GetArchivedRun404ApplicationProblemPlusJSONResponse](apiProblem(http.StatusNotFound,
 			problem.CodeNotFound, "run "+key.String()+" is not archived: the archive is off (CAPSTAN_ARCHIVE_URL is not set)")), nil
 	}
 	doc, err := h.archive.Get(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "run", name: key.String()}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetArchivedRun404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetArchivedRun404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		h.log.Error("read archived run failed", "run", key.String(), "err", err)
-		return api.GetArchivedRun503ApplicationProblemPlusJSONResponse(apiProblem(http.StatusServiceUnavailable,
+		return asUnavailable[api.GetArchivedRun503ApplicationProblemPlusJSONResponse](apiProblem(http.StatusServiceUnavailable,
 			problem.CodeArchiveUnavailable, fmt.Sprintf("run %s could not be read from the archive "+
 				"(CAPSTAN_ARCHIVE_URL; the api's log has the cause)", key))), nil
 	}

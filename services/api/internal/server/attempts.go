@@ -21,7 +21,7 @@ import (
 func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObject) (api.GetAttemptResponseObject, error) {
 	r, err := attemptRun(ctx, h.store, int64(req.Id))
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetAttempt404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetAttempt404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read attempt %d: %w", req.Id, err)
@@ -107,17 +107,16 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	case err != nil:
 		return nil, err
 	case bad != nil:
-		return api.ReportAttempt400ApplicationProblemPlusJSONResponse{
-			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
+		return asBadRequest[api.ReportAttempt400ApplicationProblemPlusJSONResponse](*bad), nil
 	}
 	ctx = context.WithoutCancel(ctx) // recorded even if the executor dies meanwhile (ReportAttempts)
 	res, err := h.recordReport(ctx, int64(req.Id), rep)
 	p, ok := problemFor(err, subject{kind: "attempt", state: rep.State.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return api.ReportAttempt404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.ReportAttempt404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return api.ReportAttempt409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.ReportAttempt409ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, fmt.Errorf("record %s report of attempt %d: %w", rep.State, req.Id, err)
 	}

@@ -93,8 +93,9 @@ func authProblem(c echo.Context, err error) error {
 }
 
 // publicRoutes are the routes outside the spec anyone may reach: the
-// probes and the dashboard's static files (its API calls carry a token).
-var publicRoutes = []string{"/healthz", "/readyz", "/", "/ui", "/ui/*"}
+// probes, the dashboard's static files (its API calls carry a token), the
+// API description and its reference page.
+var publicRoutes = []string{"/healthz", "/readyz", "/", "/ui", "/ui/*", "/openapi.yaml", "/openapi.json", "/docs", "/docs/*"}
 
 // publicRoute reports whether route (echo's, c.Path()) is one of
 // publicRoutes.

@@ -117,7 +117,7 @@ func TestCreateRunsMixedItems(t *testing.T) {
 		field  string // the first field the problem names
 	}{
 		{`{"name":"ok1","spec":` + okSpec + `}`, 0, ""},
-		{`{"name":"bad1","spec":{"steps":[{"name":"a","plugin":"docker","command":"x"}]}}`, 422, "spec.steps[0].plugin"},
+		{`{"name":"bad1","spec":{"steps":[{"name":"a","plugin":"docker","command":"x"}]}}`, 400, "spec.steps[0].plugin"},
 		{`{"name":"bad2","spec":{"steps":[{"name":"a","command":"x","replicas":"three"}]}}`, 400, "spec.steps[0].replicas"},
 		{`{"name":"bad3","spec":` + okSpec + `,"retries":3}`, 400, ""},
 		{`{"name":"Bad Name","spec":` + okSpec + `}`, 422, "name"},

@@ -29,7 +29,7 @@ func (h *Handlers) ListCacheEntries(ctx context.Context, req api.ListCacheEntrie
 	}
 	entries, next, err := h.store.Cache().ListCacheEntries(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListCacheEntries400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListCacheEntries400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list cache entries of %s/%s: %w", req.Project, req.Domain, err)
@@ -49,7 +49,7 @@ func (h *Handlers) ListCacheEntries(ctx context.Context, req api.ListCacheEntrie
 func (h *Handlers) DeleteCacheEntry(ctx context.Context, req api.DeleteCacheEntryRequestObject) (api.DeleteCacheEntryResponseObject, error) {
 	err := h.store.Cache().DeleteCacheEntry(ctx, req.Project, req.Domain, req.Key)
 	if p, ok := problemFor(err, subject{kind: "cache entry", name: req.Key}); ok && p.Status == http.StatusNotFound {
-		return api.DeleteCacheEntry404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.DeleteCacheEntry404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delete cache entry %q of %s/%s: %w", req.Key, req.Project, req.Domain, err)
@@ -74,7 +74,7 @@ func (h *Handlers) DeleteCacheEntries(ctx context.Context, req api.DeleteCacheEn
 	filtered := prm.Version != nil || prm.Run != nil || prm.Step != nil || prm.CreatedBefore != nil
 	all := prm.All != nil && *prm.All
 	if msg := cacheDeletionProblem(filtered, all); msg != "" {
-		return embedded[api.DeleteCacheEntries400ApplicationProblemPlusJSONResponse](apiProblem(http.StatusBadRequest,
+		return asBadRequest[api.DeleteCacheEntries400ApplicationProblemPlusJSONResponse](apiProblem(http.StatusBadRequest,
 			problem.CodeInvalid, "all: "+msg, domain.FieldError{Field: "all", Message: msg})), nil
 	}
 	var total int64

@@ -56,7 +56,7 @@ func (h *Handlers) archiveTree(ctx context.Context, key domain.RunKey) api.Delet
 	}
 	if err != nil {
 		h.log.Error("archive before delete failed", "run", key.String(), "err", err)
-		return api.DeleteRun503ApplicationProblemPlusJSONResponse(apiProblem(http.StatusServiceUnavailable,
+		return asUnavailable[api.DeleteRun503ApplicationProblemPlusJSONResponse](apiProblem(http.StatusServiceUnavailable,
 			problem.CodeArchiveUnavailable, "run "+key.String()+" was not deleted: it could not be archived first "+
 				"(CAPSTAN_ARCHIVE_URL; the api's log has the cause); try again later"))
 	}
@@ -74,9 +74,9 @@ func deleteRefusal(err error, key domain.RunKey) (api.DeleteRunResponseObject, b
 	p, ok := problemFor(err, s)
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return embedded[api.DeleteRun404ApplicationProblemPlusJSONResponse](p), true
+		return asNotFound[api.DeleteRun404ApplicationProblemPlusJSONResponse](p), true
 	case ok && p.Status == http.StatusConflict:
-		return api.DeleteRun409ApplicationProblemPlusJSONResponse(p), true
+		return asConflict[api.DeleteRun409ApplicationProblemPlusJSONResponse](p), true
 	}
 	return nil, false
 }

@@ -99,17 +99,60 @@ func problemFor(err error, s subject) (api.Problem, bool) {
 	return api.Problem{}, false
 }
 
-// sharedProblem is oapi-codegen's shape for a status an operation declares
-// through components/responses: a struct embedding the shared response.
-type sharedProblem interface {
-	~struct {
-		api.ProblemApplicationProblemPlusJSONResponse
+// The shapes oapi-codegen gives a status an operation declares through
+// components/responses: a struct embedding the shared response of that
+// status. The as* functions turn a problem into such an operation's response.
+type (
+	badRequest interface {
+		~struct {
+			api.BadRequestApplicationProblemPlusJSONResponse
+		}
 	}
+	notFound interface {
+		~struct {
+			api.NotFoundApplicationProblemPlusJSONResponse
+		}
+	}
+	conflict interface {
+		~struct {
+			api.ConflictApplicationProblemPlusJSONResponse
+		}
+	}
+	unprocessable interface {
+		~struct {
+			api.UnprocessableEntityApplicationProblemPlusJSONResponse
+		}
+	}
+	unavailable interface {
+		~struct {
+			api.ServiceUnavailableApplicationProblemPlusJSONResponse
+		}
+	}
+)
+
+// asBadRequest is p as an operation's 400 response R.
+func asBadRequest[R badRequest](p api.Problem) R {
+	return R{api.BadRequestApplicationProblemPlusJSONResponse(p)}
 }
 
-// embedded is p as such an operation's response R.
-func embedded[R sharedProblem](p api.Problem) R {
-	return R{ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(p)}
+// asNotFound is p as an operation's 404 response R.
+func asNotFound[R notFound](p api.Problem) R {
+	return R{api.NotFoundApplicationProblemPlusJSONResponse(p)}
+}
+
+// asConflict is p as an operation's 409 response R.
+func asConflict[R conflict](p api.Problem) R {
+	return R{api.ConflictApplicationProblemPlusJSONResponse(p)}
+}
+
+// asUnprocessable is p as an operation's 422 response R.
+func asUnprocessable[R unprocessable](p api.Problem) R {
+	return R{api.UnprocessableEntityApplicationProblemPlusJSONResponse(p)}
+}
+
+// asUnavailable is p as an operation's 503 response R.
+func asUnavailable[R unavailable](p api.Problem) R {
+	return R{api.ServiceUnavailableApplicationProblemPlusJSONResponse(p)}
 }
 
 // apiProblem converts a problem into the generated response type.

@@ -25,7 +25,7 @@ func (h *Handlers) WatchRunEvents(ctx context.Context, req api.WatchRunEventsReq
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
 	_, err := h.store.Runs().RunPhase(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "run", name: req.Run}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.WatchRunEvents404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.WatchRunEvents404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read phase of run %s: %w", key, err)

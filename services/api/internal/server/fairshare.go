@@ -24,7 +24,7 @@ func (h *Handlers) GetFairShare(ctx context.Context, req api.GetFairShareRequest
 func (h *Handlers) SetFairShare(ctx context.Context, req api.SetFairShareRequestObject) (api.SetFairShareResponseObject, error) {
 	w := req.Body.Weight
 	if !domain.ValidFairWeight(w) {
-		return api.SetFairShare422ApplicationProblemPlusJSONResponse(invalidProblem([]domain.FieldError{{Field: "weight",
+		return asUnprocessable[api.SetFairShare422ApplicationProblemPlusJSONResponse](invalidProblem([]domain.FieldError{{Field: "weight",
 			Message: fmt.Sprintf("must be between %d and %d, got %d", domain.MinFairWeight, domain.MaxFairWeight, w)}})), nil
 	}
 	if err := h.store.Placement().SetFairWeight(ctx, req.Project, w); err != nil {

@@ -27,14 +27,13 @@ func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptL
 	case err != nil:
 		return nil, err
 	case bad != nil:
-		return api.AppendAttemptLogs400ApplicationProblemPlusJSONResponse{
-			ProblemApplicationProblemPlusJSONResponse: api.ProblemApplicationProblemPlusJSONResponse(*bad)}, nil
+		return asBadRequest[api.AppendAttemptLogs400ApplicationProblemPlusJSONResponse](*bad), nil
 	}
 	err = h.store.InTx(ctx, func(tx *store.Store) error {
 		return tx.Logs().AppendLogsBounded(ctx, id, chunks, h.cfg.LogMaxBytes)
 	})
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
-		return api.AppendAttemptLogs404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.AppendAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("append %d log chunks of attempt %d: %w", len(chunks), id, err)
@@ -79,7 +78,7 @@ func (h *Handlers) GetAttemptLogs(ctx context.Context, req api.GetAttemptLogsReq
 		a, err = h.store.Attempts().FindAttempt(ctx, key, req.Params.Generation, req.Task, req.Attempt)
 	}
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find attempt %d of task %d of action %s: %w", req.Attempt, req.Task, key, err)

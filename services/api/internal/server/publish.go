@@ -39,7 +39,7 @@ func (h *Handlers) PublishEvent(ctx context.Context, req api.PublishEventRequest
 	}
 	if n := payloadSize(ev.Payload); n > maxEventPayloadBytes {
 		msg := fmt.Sprintf("is %d bytes as JSON; at most %d", n, maxEventPayloadBytes)
-		return api.PublishEvent422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+		return asUnprocessable[api.PublishEvent422ApplicationProblemPlusJSONResponse](apiProblem(http.StatusUnprocessableEntity,
 			problem.CodeInvalid, "payload: "+msg, domain.FieldError{Field: "payload", Message: msg})), nil
 	}
 	rec, err := h.publish(ctx, ev)
@@ -185,7 +185,7 @@ func (h *Handlers) GetPublishedEvent(ctx context.Context, req api.GetPublishedEv
 			Domain: req.Domain, ID: req.Event})
 	}
 	if p, ok := problemFor(err, subject{kind: "event", name: req.Event}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetPublishedEvent404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetPublishedEvent404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read event %s: %w", req.Event, err)

@@ -38,14 +38,14 @@ func (h *Handlers) PutRateLimit(ctx context.Context, req api.PutRateLimitRequest
 			return api.PutRateLimit200JSONResponse(toRateLimit(r)), nil
 		}
 	}
-	return api.PutRateLimit422ApplicationProblemPlusJSONResponse(invalidProblem(fieldErrs)), nil
+	return asUnprocessable[api.PutRateLimit422ApplicationProblemPlusJSONResponse](invalidProblem(fieldErrs)), nil
 }
 
 // ListRateLimits returns a page of the project's rate limits by name.
 func (h *Handlers) ListRateLimits(ctx context.Context, req api.ListRateLimitsRequestObject) (api.ListRateLimitsResponseObject, error) {
 	rs, next, err := h.store.RateLimits().ListRateLimits(ctx, req.Project, deref(req.Params.Cursor), deref(req.Params.Limit))
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListRateLimits400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListRateLimits400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list rate limits of %s: %w", req.Project, err)
@@ -64,7 +64,7 @@ func (h *Handlers) ListRateLimits(ctx context.Context, req api.ListRateLimitsReq
 func (h *Handlers) GetRateLimit(ctx context.Context, req api.GetRateLimitRequestObject) (api.GetRateLimitResponseObject, error) {
 	r, err := h.store.RateLimits().GetRateLimit(ctx, req.Project, req.RateLimit)
 	if p, ok := problemFor(err, subject{kind: "rate limit", name: req.RateLimit}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetRateLimit404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetRateLimit404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read rate limit %s: %w", req.RateLimit, err)
@@ -77,7 +77,7 @@ func (h *Handlers) GetRateLimit(ctx context.Context, req api.GetRateLimitRequest
 func (h *Handlers) DeleteRateLimit(ctx context.Context, req api.DeleteRateLimitRequestObject) (api.DeleteRateLimitResponseObject, error) {
 	err := h.store.RateLimits().DeleteRateLimit(ctx, req.Project, req.RateLimit)
 	if p, ok := problemFor(err, subject{kind: "rate limit", name: req.RateLimit}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.DeleteRateLimit404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.DeleteRateLimit404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delete rate limit %s: %w", req.RateLimit, err)

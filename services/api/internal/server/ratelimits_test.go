@@ -48,7 +48,7 @@ func TestPutRateLimitRejects(t *testing.T) {
 		fields           []string
 	}{
 		{"a zero limit", "/a", `{"limit":0,"per":"1s"}`, 422, []string{"limit"}},
-		{"a period not offered", "/a", `{"limit":10,"per":"2s"}`, 422, []string{"per"}},
+		{"a period not offered", "/a", `{"limit":10,"per":"2s"}`, 400, []string{"per"}},
 		{"nothing given", "/a", `{}`, 422, []string{"limit", "per"}},
 		{"a limit that is not a number", "/a", `{"limit":"ten","per":"1s"}`, 400, []string{"limit"}},
 		{"a bad name", "/Not_A_Name", `{"limit":10,"per":"1s"}`, 400, nil},

@@ -68,7 +68,7 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 		stop, unknown, err := h.beat(ctx, req.Id.String(), req.Body.Heartbeat)
 		switch {
 		case unknown != nil:
-			return api.ReportAttempts404ApplicationProblemPlusJSONResponse(*unknown), nil
+			return asNotFound[api.ReportAttempts404ApplicationProblemPlusJSONResponse](*unknown), nil
 		case err != nil:
 			return nil, err
 		}

@@ -23,11 +23,11 @@ func (h *Handlers) RestartRun(ctx context.Context, req api.RestartRunRequestObje
 	p, ok := problemFor(err, subject{kind: "run", name: key.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return embedded[api.RestartRun404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.RestartRun404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return api.RestartRun409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.RestartRun409ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusUnprocessableEntity:
-		return api.RestartRun422ApplicationProblemPlusJSONResponse(p), nil
+		return asUnprocessable[api.RestartRun422ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, fmt.Errorf("request restart of run %s: %w", key, err)
 	}

@@ -20,9 +20,9 @@ func (h *Handlers) ResumeRun(ctx context.Context, req api.ResumeRunRequestObject
 	p, ok := problemFor(err, subject{kind: "run", name: key.String(), op: "resume"})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return embedded[api.ResumeRun404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.ResumeRun404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return api.ResumeRun409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.ResumeRun409ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, fmt.Errorf("request resume of run %s: %w", key, err)
 	}

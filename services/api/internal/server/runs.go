@@ -27,7 +27,7 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 		return nil, err
 	}
 	if len(fieldErrs) > 0 {
-		return api.CreateRun422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+		return asUnprocessable[api.CreateRun422ApplicationProblemPlusJSONResponse](specProblem(fieldErrs)), nil
 	}
 	key, name := nr.Key, nr.Key.Run
 	if req.Params.IdempotencyKey != nil {
@@ -43,14 +43,14 @@ func (h *Handlers) CreateRun(ctx context.Context, req api.CreateRunRequestObject
 			return nil, err
 		}
 		if len(fieldErrs) > 0 {
-			return api.CreateRun422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+			return asUnprocessable[api.CreateRun422ApplicationProblemPlusJSONResponse](specProblem(fieldErrs)), nil
 		}
 		nr.IdempotencyKey = idempotencyKey
 		detail, created, err = h.store.Runs().CreateRun(ctx, nr)
 	}
 	taken := subject{kind: "run", name: name, in: req.Project + "/" + req.Domain}
 	if p, ok := problemFor(err, taken); ok && p.Status == http.StatusConflict {
-		return api.CreateRun409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.CreateRun409ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create run %s: %w", key, err)
@@ -216,7 +216,7 @@ func (h *Handlers) ListRuns(ctx context.Context, req api.ListRunsRequestObject) 
 	}
 	runs, next, err := h.store.Runs().ListRuns(ctx, f)
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListRuns400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListRuns400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list runs of %s/%s: %w", req.Project, req.Domain, err)
@@ -236,7 +236,7 @@ func (h *Handlers) GetRun(ctx context.Context, req api.GetRunRequestObject) (api
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain, Run: req.Run}
 	d, err := h.store.Runs().GetRun(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "run", name: req.Run}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetRun404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetRun404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", key, err)
@@ -260,9 +260,9 @@ func (h *Handlers) GetAction(ctx context.Context, req api.GetActionRequestObject
 	p, ok := problemFor(err, subject{kind: "action", name: key.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return api.GetAction404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.GetAction404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusBadRequest:
-		return embedded[api.GetAction400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.GetAction400ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, fmt.Errorf("read action %s: %w", key, err)
 	}

@@ -18,7 +18,7 @@ import (
 func (h *Handlers) PauseSchedule(ctx context.Context, req api.PauseScheduleRequestObject) (api.PauseScheduleResponseObject, error) {
 	out, err := h.pause(ctx, store.ScheduleKey{Project: req.Project, Domain: req.Domain, Name: req.Schedule}, true)
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.PauseSchedule404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.PauseSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func (h *Handlers) PauseSchedule(ctx context.Context, req api.PauseScheduleReque
 func (h *Handlers) UnpauseSchedule(ctx context.Context, req api.UnpauseScheduleRequestObject) (api.UnpauseScheduleResponseObject, error) {
 	out, err := h.pause(ctx, store.ScheduleKey{Project: req.Project, Domain: req.Domain, Name: req.Schedule}, false)
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.UnpauseSchedule404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.UnpauseSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
@@ -75,10 +75,10 @@ func (h *Handlers) TriggerSchedule(ctx context.Context, req api.TriggerScheduleR
 		return nil, nil
 	})
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return api.TriggerSchedule404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.TriggerSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if errors.Is(err, errPendingFull) {
-		return api.TriggerSchedule409ApplicationProblemPlusJSONResponse(apiProblem(http.StatusConflict, problem.CodeConflict,
+		return asConflict[api.TriggerSchedule409ApplicationProblemPlusJSONResponse](apiProblem(http.StatusConflict, problem.CodeConflict,
 			fmt.Sprintf("schedule %s already holds %d times waiting to start; try again once they started",
 				req.Schedule, domain.MaxBackfillTimes))), nil
 	}
@@ -115,13 +115,13 @@ func (h *Handlers) BackfillSchedule(ctx context.Context, req api.BackfillSchedul
 		return nil, nil
 	})
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return api.BackfillSchedule404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.BackfillSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(fieldErrs) > 0 {
-		return api.BackfillSchedule422ApplicationProblemPlusJSONResponse(scheduleProblem(fieldErrs)), nil
+		return asUnprocessable[api.BackfillSchedule422ApplicationProblemPlusJSONResponse](scheduleProblem(fieldErrs)), nil
 	}
 	if times == nil {
 		times = []time.Time{}

@@ -37,14 +37,14 @@ func (h *Handlers) CreateSchedule(ctx context.Context, req api.CreateScheduleReq
 		return nil, err
 	}
 	if fieldErrs = append(fieldErrs, errs...); len(fieldErrs) > 0 {
-		return api.CreateSchedule422ApplicationProblemPlusJSONResponse(scheduleProblem(fieldErrs)), nil
+		return asUnprocessable[api.CreateSchedule422ApplicationProblemPlusJSONResponse](scheduleProblem(fieldErrs)), nil
 	}
 	now := time.Now().UTC()
 	sc.CursorAt, sc.CheckAt = now, &now
 	created, err := h.store.Schedules().CreateSchedule(ctx, sc)
 	if p, ok := problemFor(err, subject{kind: "schedule", name: b.Name, in: req.Project + "/" + req.Domain}); ok &&
 		p.Status == http.StatusConflict {
-		return api.CreateSchedule409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.CreateSchedule409ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create schedule %s: %w", sc.Key(), err)
@@ -86,7 +86,7 @@ func (h *Handlers) GetSchedule(ctx context.Context, req api.GetScheduleRequestOb
 	key := store.ScheduleKey{Project: req.Project, Domain: req.Domain, Name: req.Schedule}
 	sc, err := h.store.Schedules().GetSchedule(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetSchedule404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read schedule %s: %w", key, err)
@@ -103,7 +103,7 @@ func (h *Handlers) ListSchedules(ctx context.Context, req api.ListSchedulesReque
 	scs, next, err := h.store.Schedules().ListSchedules(ctx, req.Project, req.Domain, deref(req.Params.Cursor),
 		deref(req.Params.Limit))
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListSchedules400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListSchedules400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list schedules of %s/%s: %w", req.Project, req.Domain, err)
@@ -132,7 +132,7 @@ func (h *Handlers) DeleteSchedule(ctx context.Context, req api.DeleteScheduleReq
 	key := store.ScheduleKey{Project: req.Project, Domain: req.Domain, Name: req.Schedule}
 	err := h.store.Schedules().DeleteSchedule(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.DeleteSchedule404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.DeleteSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delete schedule %s: %w", key, err)
@@ -152,13 +152,13 @@ func (h *Handlers) UpdateSchedule(ctx context.Context, req api.UpdateScheduleReq
 		return h.checkSchedule(ctx, *sc, b.Workflow != nil || b.Params != nil)
 	})
 	if p, ok := problemFor(err, subject{kind: "schedule", name: req.Schedule}); ok && p.Status == http.StatusNotFound {
-		return api.UpdateSchedule404ApplicationProblemPlusJSONResponse(p), nil
+		return asNotFound[api.UpdateSchedule404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(fieldErrs) > 0 {
-		return api.UpdateSchedule422ApplicationProblemPlusJSONResponse(scheduleProblem(fieldErrs)), nil
+		return asUnprocessable[api.UpdateSchedule422ApplicationProblemPlusJSONResponse](scheduleProblem(fieldErrs)), nil
 	}
 	out, err := h.withRuns(ctx, sc)
 	if err != nil {

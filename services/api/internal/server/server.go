@@ -17,6 +17,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/services/api/internal/apidoc"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
 	"github.com/getkin/kin-openapi/openapi3"
@@ -120,6 +121,16 @@ func New(d Deps, cfg Config) *echo.Echo {
 	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", ui.Handler())))
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", apidoc.YAML()) })
+	e.GET("/openapi.json", func(c echo.Context) error {
+		b, err := apidoc.JSON()
+		if err != nil {
+			return err
+		}
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+	})
+	e.GET("/docs", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/docs/") })
+	e.GET("/docs/*", echo.WrapHandler(http.StripPrefix("/docs/", apidoc.Docs())))
 	e.GET(PprofPath+"/*", echo.WrapHandler(svc.PprofHandler()))
 	if d.Queues != nil {
 		e.Any(QueuesPath, echo.WrapHandler(d.Queues))
@@ -137,13 +148,26 @@ func New(d Deps, cfg Config) *echo.Echo {
 	return e
 }
 
-// openAPISpec is the embedded openapi/capstan.yaml, matching any host.
+// openAPISpec is the embedded openapi/capstan.yaml, matching any host, as
+// the api checks requests against it:
+//   - a batch's items (CreateRunsRequest.runs) are any object: CreateRuns
+//     checks each against CreateRunsItem itself (batchItem), so that an item
+//     that does not match fails alone and not the whole batch;
+//   - a create's spec is a WorkflowSpec, not the WorkflowSpecRequest clients
+//     see: the same fields and rules, with Step's defaults, which the
+//     validator writes into the body, so that a run's or template's stored
+//     spec holds every default.
 func openAPISpec() *openapi3.T {
 	spec, err := api.GetSpec()
 	if err != nil {
 		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
 	}
 	spec.Servers = nil // match any host
+	schemas := spec.Components.Schemas
+	schemas["CreateRunsRequest"].Value.Properties["runs"].Value.Items = openapi3.NewObjectSchema().NewRef()
+	for _, create := range []string{"CreateRunRequest", "CreateRunsItem", "PushWorkflowRequest"} {
+		schemas[create].Value.Properties["spec"] = schemas["WorkflowSpec"]
+	}
 	return spec
 }
 

@@ -125,7 +125,7 @@ func TestCreateRunRejectsBadSpecsAndWritesNothing(t *testing.T) {
 		status     int
 		field      string
 	}{
-		{"unknown plugin", `{"spec":{"steps":[{"name":"a","plugin":"docker","command":"x"}]}}`, 422, "spec.steps[0].plugin"},
+		{"unknown plugin", `{"spec":{"steps":[{"name":"a","plugin":"docker","command":"x"}]}}`, 400, "spec.steps[0].plugin"},
 		{"missing command", `{"spec":{"steps":[{"name":"a"}]}}`, 422, "spec.steps[0].command"},
 		{"duplicate step names", `{"spec":{"steps":[{"name":"a","command":"x"},{"name":"a","command":"y"}]}}`, 422, "spec.steps[1].name"},
 		{"cycle in depends_on", `{"spec":{"mode":"DAG","steps":[{"name":"a","command":"x","depends_on":["b"]},{"name":"b","command":"y","depends_on":["a"]}]}}`, 422, "spec.steps[0].depends_on"},
@@ -162,6 +162,9 @@ func TestCreateGetListAbort(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, run)
 	require.Equal(t, "QUEUED", run["phase"])
 	require.Equal(t, "StepByStep", run["spec"].(map[string]any)["mode"], "defaults are applied")
+	step := run["spec"].(map[string]any)["steps"].([]any)[0].(map[string]any)
+	require.Equal(t, "task", step["kind"], "Step's defaults are applied to a StepRequest")
+	require.Equal(t, float64(1), step["replicas"], "Step's defaults are applied to a StepRequest")
 
 	status, _, p := f.do(t, http.MethodPost, runsPath, `{"name":"r1","spec":{"steps":[{"name":"a","command":"echo hi"}]}}`)
 	require.Equal(t, http.StatusConflict, status, p)

@@ -33,7 +33,7 @@ func (h *Handlers) SetProjectSettings(ctx context.Context, req api.SetProjectSet
 		}
 	}
 	if errs := set.Retention.Validate("retention"); len(errs) > 0 {
-		return api.SetProjectSettings422ApplicationProblemPlusJSONResponse(invalidProblem(errs)), nil
+		return asUnprocessable[api.SetProjectSettings422ApplicationProblemPlusJSONResponse](invalidProblem(errs)), nil
 	}
 	if err := h.store.Runs().SetSettings(ctx, req.Project, set, time.Now()); err != nil {
 		return nil, fmt.Errorf("set settings of %s: %w", req.Project, err)

@@ -20,9 +20,9 @@ func (h *Handlers) SuspendRun(ctx context.Context, req api.SuspendRunRequestObje
 	p, ok := problemFor(err, subject{kind: "run", name: key.String(), op: "suspend"})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return embedded[api.SuspendRun404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.SuspendRun404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return api.SuspendRun409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.SuspendRun409ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, fmt.Errorf("request suspend of run %s: %w", key, err)
 	}

@@ -23,11 +23,11 @@ import (
 func (h *Handlers) CreateToken(ctx context.Context, req api.CreateTokenRequestObject) (api.CreateTokenResponseObject, error) {
 	b := req.Body
 	if b.ExpiresAt != nil && !b.ExpiresAt.After(time.Now()) {
-		return api.CreateToken422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+		return asUnprocessable[api.CreateToken422ApplicationProblemPlusJSONResponse](apiProblem(http.StatusUnprocessableEntity,
 			problem.CodeInvalid, "expires_at: must be in the future")), nil
 	}
 	if b.Projects != nil && len(*b.Projects) > 0 && (b.Role == api.RoleAdmin || b.Role == api.RoleWorker) {
-		return api.CreateToken422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+		return asUnprocessable[api.CreateToken422ApplicationProblemPlusJSONResponse](apiProblem(http.StatusUnprocessableEntity,
 			problem.CodeInvalid, fmt.Sprintf("projects: a %s token reaches every project; scopes are for reader and writer tokens", b.Role))), nil
 	}
 	nt := store.NewToken{Name: b.Name, Role: string(b.Role), ExpiresAt: b.ExpiresAt}
@@ -61,7 +61,7 @@ func (h *Handlers) ListTokens(ctx context.Context, _ api.ListTokensRequestObject
 func (h *Handlers) RevokeToken(ctx context.Context, req api.RevokeTokenRequestObject) (api.RevokeTokenResponseObject, error) {
 	t, err := h.store.Tokens().RevokeToken(ctx, req.Id.String())
 	if errors.Is(err, store.ErrNotFound) {
-		return embedded[api.RevokeToken404ApplicationProblemPlusJSONResponse](apiProblem(http.StatusNotFound,
+		return asNotFound[api.RevokeToken404ApplicationProblemPlusJSONResponse](apiProblem(http.StatusNotFound,
 			problem.CodeNotFound, "token "+req.Id.String()+" not found")), nil
 	}
 	if err != nil {

@@ -32,14 +32,14 @@ func (h *Handlers) CreateTrigger(ctx context.Context, req api.CreateTriggerReque
 		fieldErrs = append(fieldErrs, domain.TriggerParamsProblems(t.Spec.Params, params, "params")...)
 	}
 	if len(fieldErrs) > 0 {
-		return api.CreateTrigger422ApplicationProblemPlusJSONResponse(invalidProblem(fieldErrs)), nil
+		return asUnprocessable[api.CreateTrigger422ApplicationProblemPlusJSONResponse](invalidProblem(fieldErrs)), nil
 	}
 	row, err := h.store.Triggers().CreateTrigger(ctx, store.Trigger{Project: req.Project, Domain: req.Domain,
 		Name: b.Name, EventKey: b.EventKey, WorkflowName: b.Workflow.Name, WorkflowVersion: b.Workflow.Version,
 		Filter: filter, Params: params})
 	taken := subject{kind: "trigger", name: b.Name, in: req.Project + "/" + req.Domain}
 	if p, ok := problemFor(err, taken); ok && p.Status == http.StatusConflict {
-		return api.CreateTrigger409ApplicationProblemPlusJSONResponse(p), nil
+		return asConflict[api.CreateTrigger409ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create trigger %s/%s/%s: %w", req.Project, req.Domain, b.Name, err)
@@ -60,7 +60,7 @@ func (h *Handlers) ListTriggers(ctx context.Context, req api.ListTriggersRequest
 	ts, next, err := h.store.Triggers().ListTriggers(ctx, req.Project, req.Domain, deref(req.Params.Cursor),
 		deref(req.Params.Limit))
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListTriggers400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListTriggers400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list triggers of %s/%s: %w", req.Project, req.Domain, err)
@@ -79,7 +79,7 @@ func (h *Handlers) ListTriggers(ctx context.Context, req api.ListTriggersRequest
 func (h *Handlers) GetTrigger(ctx context.Context, req api.GetTriggerRequestObject) (api.GetTriggerResponseObject, error) {
 	t, err := h.store.Triggers().GetTrigger(ctx, store.TriggerKey{Project: req.Project, Domain: req.Domain, Name: req.Trigger})
 	if p, ok := problemFor(err, subject{kind: "trigger", name: req.Trigger}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetTrigger404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetTrigger404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read trigger %s: %w", req.Trigger, err)
@@ -92,7 +92,7 @@ func (h *Handlers) GetTrigger(ctx context.Context, req api.GetTriggerRequestObje
 func (h *Handlers) DeleteTrigger(ctx context.Context, req api.DeleteTriggerRequestObject) (api.DeleteTriggerResponseObject, error) {
 	err := h.store.Triggers().DeleteTrigger(ctx, store.TriggerKey{Project: req.Project, Domain: req.Domain, Name: req.Trigger})
 	if p, ok := problemFor(err, subject{kind: "trigger", name: req.Trigger}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.DeleteTrigger404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.DeleteTrigger404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delete trigger %s: %w", req.Trigger, err)

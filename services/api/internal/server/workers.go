@@ -28,7 +28,7 @@ import (
 func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerRequestObject) (api.RegisterWorkerResponseObject, error) {
 	nw, errs := h.newWorker(ctx, req.Body)
 	if len(errs) > 0 {
-		return api.RegisterWorker422ApplicationProblemPlusJSONResponse(apiProblem(http.StatusUnprocessableEntity,
+		return asUnprocessable[api.RegisterWorker422ApplicationProblemPlusJSONResponse](apiProblem(http.StatusUnprocessableEntity,
 			problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...)), nil
 	}
 	if h.cfg.ControlPlaneKey.IsZero() {
@@ -99,7 +99,7 @@ func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject
 	stop, unknown, err := h.beat(ctx, req.Id.String(), req.Body)
 	switch {
 	case unknown != nil:
-		return embedded[api.Heartbeat404ApplicationProblemPlusJSONResponse](*unknown), nil
+		return asNotFound[api.Heartbeat404ApplicationProblemPlusJSONResponse](*unknown), nil
 	case err != nil:
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorke
 	id := req.Id.String()
 	lost, err := h.store.Workers().DeregisterWorker(ctx, id)
 	if p, ok := problemFor(err, subject{kind: "worker", name: id}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("deregister worker %s: %w", id, err)

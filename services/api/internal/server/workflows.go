@@ -26,18 +26,18 @@ func (h *Handlers) PushWorkflow(ctx context.Context, req api.PushWorkflowRequest
 		description = *b.Description
 	}
 	if len(fieldErrs) > 0 {
-		return api.PushWorkflow422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+		return asUnprocessable[api.PushWorkflow422ApplicationProblemPlusJSONResponse](specProblem(fieldErrs)), nil
 	}
 	t, fieldErrs := domain.NewTemplate(b.Name, description, params, spec)
 	if len(fieldErrs) > 0 {
-		return api.PushWorkflow422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+		return asUnprocessable[api.PushWorkflow422ApplicationProblemPlusJSONResponse](specProblem(fieldErrs)), nil
 	}
 	fieldErrs, err := h.subWorkflowProblems(ctx, req.Project, req.Domain, t.Spec, "spec", t.Name)
 	if err != nil {
 		return nil, err
 	}
 	if len(fieldErrs) > 0 {
-		return api.PushWorkflow422ApplicationProblemPlusJSONResponse(specProblem(fieldErrs)), nil
+		return asUnprocessable[api.PushWorkflow422ApplicationProblemPlusJSONResponse](specProblem(fieldErrs)), nil
 	}
 	row, created, err := h.store.Templates().PushTemplate(ctx, store.Template{Project: req.Project, Domain: req.Domain,
 		Name: t.Name, Description: t.Description, Spec: t.Spec, Digest: t.Digest()})
@@ -64,7 +64,7 @@ func convertField(in, out any, field string) []domain.FieldError {
 func (h *Handlers) ListWorkflows(ctx context.Context, req api.ListWorkflowsRequestObject) (api.ListWorkflowsResponseObject, error) {
 	ts, next, err := h.store.Templates().ListTemplates(ctx, req.Project, req.Domain, deref(req.Params.Cursor), deref(req.Params.Limit))
 	if p, ok := problemFor(err, subject{}); ok && p.Status == http.StatusBadRequest {
-		return embedded[api.ListWorkflows400ApplicationProblemPlusJSONResponse](p), nil
+		return asBadRequest[api.ListWorkflows400ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list workflows of %s/%s: %w", req.Project, req.Domain, err)
@@ -83,7 +83,7 @@ func (h *Handlers) ListWorkflows(ctx context.Context, req api.ListWorkflowsReque
 func (h *Handlers) GetWorkflow(ctx context.Context, req api.GetWorkflowRequestObject) (api.GetWorkflowResponseObject, error) {
 	t, err := h.store.Templates().GetTemplate(ctx, store.TemplateKey{Project: req.Project, Domain: req.Domain, Name: req.Workflow}, 0)
 	if p, ok := problemFor(err, subject{kind: "workflow", name: req.Workflow}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.GetWorkflow404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetWorkflow404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read workflow %s: %w", req.Workflow, err)
@@ -97,7 +97,7 @@ func (h *Handlers) GetWorkflowVersion(ctx context.Context, req api.GetWorkflowVe
 	t, err := h.store.Templates().GetTemplate(ctx, key, req.Version)
 	if p, ok := problemFor(err, subject{kind: "workflow", name: fmt.Sprintf("%s version %d", req.Workflow, req.Version)}); ok &&
 		p.Status == http.StatusNotFound {
-		return embedded[api.GetWorkflowVersion404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.GetWorkflowVersion404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read workflow %s version %d: %w", req.Workflow, req.Version, err)
@@ -109,7 +109,7 @@ func (h *Handlers) GetWorkflowVersion(ctx context.Context, req api.GetWorkflowVe
 func (h *Handlers) ListWorkflowVersions(ctx context.Context, req api.ListWorkflowVersionsRequestObject) (api.ListWorkflowVersionsResponseObject, error) {
 	ts, err := h.store.Templates().ListTemplateVersions(ctx, store.TemplateKey{Project: req.Project, Domain: req.Domain, Name: req.Workflow})
 	if p, ok := problemFor(err, subject{kind: "workflow", name: req.Workflow}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.ListWorkflowVersions404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.ListWorkflowVersions404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list versions of workflow %s: %w", req.Workflow, err)
@@ -127,7 +127,7 @@ func (h *Handlers) DeleteWorkflow(ctx context.Context, req api.DeleteWorkflowReq
 	h.templates.forget(key, 0)
 	err := h.store.Templates().DeleteTemplate(ctx, key)
 	if p, ok := problemFor(err, subject{kind: "workflow", name: req.Workflow}); ok && p.Status == http.StatusNotFound {
-		return embedded[api.DeleteWorkflow404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[api.DeleteWorkflow404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delete workflow %s: %w", req.Workflow, err)
