@@ -35,7 +35,7 @@ func TestCLICreatesABatch(t *testing.T) {
 	local := runCLI(t, s, bin, "run", "create", "-f", specFile(t, "steps:\n- name: a\n  command: 'true'\n"+
 		"---\nsteps:\n- name: b\n  plugin: docker\n  command: 'true'\n"))
 	require.Equal(t, 2, local.code, "lint refuses the file: %s %s", local.stdout, local.stderr)
-	require.Contains(t, local.stderr, "workflow.yaml:7: steps[0].plugin: unknown plugin \"docker\"")
+	require.Contains(t, local.stderr, `workflow.yaml:7: steps[0].plugin: value is not one of the allowed values ["shell","http","container","kubernetes","noop"]`)
 	require.Empty(t, local.stdout, "no run created")
 
 	ok := runCLI(t, s, bin, "-o", "json", "run", "create", "-f",
