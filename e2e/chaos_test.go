@@ -75,7 +75,9 @@ func TestChaos(t *testing.T) {
 	wg.Wait()
 	t.Logf("faults injected: %v", c.faults)
 
-	deadline := time.Now().Add(3 * time.Minute)
+	// Recovery gets 3 minutes; the workload itself (about 2.25 attempts a
+	// run on the stack's 16 slots of race-built shims) half a second a run.
+	deadline := time.Now().Add(3*time.Minute + time.Duration(n)*500*time.Millisecond)
 	pending := map[string]bool{}
 	for name := range c.kinds {
 		pending[name] = true

@@ -112,6 +112,23 @@ type LivenessResult struct {
 	Restart domain.GraceRestart
 }
 
+// livenessEvery runs the dead-worker pass every Liveness.Tick until ctx
+// ends, and kicks a scheduling pass after one that requeued anything.
+func (s *Scheduler) livenessEvery(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Liveness.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if s.livenessPass(ctx) {
+				s.Kick()
+			}
+		}
+	}
+}
+
 // livenessPass runs livenessOnce, logs what it did and reports whether it
 // requeued anything (a scheduling pass is then due).
 func (s *Scheduler) livenessPass(ctx context.Context) bool {

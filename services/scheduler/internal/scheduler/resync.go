@@ -12,7 +12,8 @@ import (
 
 // ResyncConfig tunes the resync (KubeVela's state keep).
 type ResyncConfig struct {
-	// Period is how often everything is re-derived from Postgres. Default 5m.
+	// Period is the wait from the end of one resync to the start of the next,
+	// in which placement runs. Default 5m.
 	Period time.Duration
 	// DispatchGrace: an ASSIGNED attempt older than this is re-dispatched
 	// (asynq dedupes by attempt id). Default 30s.

@@ -222,24 +222,26 @@ func (s *Scheduler) Run(ctx context.Context) {
 // lead runs the leader's passes until ctx ends or the lock's session dies,
 // in a fixed order: the resync first; then on every wake (a kick, the tick,
 // the end of a backoff) placement, after the expiry pass unless a kick
-// started it within Placement.ExpiryEvery of the last one (pass); on the
-// liveness tick the dead-worker pass, then placement if it requeued
-// anything; on the resync tick the resync; every lineSweepTicks ticks the
-// sweep of the concurrency lines (sweepLines). The cache sweep runs beside
-// them in a goroutine of its own (sweepCacheEvery), ended before lead
-// returns, so that a long one delays no pass.
+// started it within Placement.ExpiryEvery of the last one (pass); a
+// Resync.Period after the end of the previous resync the resync (so a
+// resync longer than the period leaves placement its turn); every lineSweepTicks ticks the sweep of the
+// concurrency lines (sweepLines). The dead-worker pass and the cache sweep
+// run beside them, each in a goroutine of its own ended before lead
+// returns (livenessEvery, sweepCacheEvery): a long placement pass delays
+// neither, and in particular never reads as an outage of the control
+// plane to fenced liveness, which restarts every worker's grace after a
+// gap between two of its passes (domain.GraceOrigin).
 func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	var sweep sync.WaitGroup
-	sweep.Go(func() { s.sweepCacheEvery(sweepCtx) })
-	defer sweep.Wait()
-	defer stopSweep()
-	resync := time.NewTicker(s.cfg.Resync.Period)
+	sideCtx, stopSide := context.WithCancel(ctx)
+	var side sync.WaitGroup
+	side.Go(func() { s.sweepCacheEvery(sideCtx) })
+	side.Go(func() { s.livenessEvery(sideCtx) })
+	defer side.Wait()
+	defer stopSide()
+	resync := time.NewTimer(s.cfg.Resync.Period)
 	defer resync.Stop()
 	lines := time.NewTicker(lineSweepTicks * s.cfg.Tick)
 	defer lines.Stop()
-	live := time.NewTicker(s.cfg.Liveness.Tick)
-	defer live.Stop()
 	s.resync(ctx)
 	wake := time.NewTimer(0)
 	defer wake.Stop()
@@ -253,16 +255,10 @@ func (s *Scheduler) lead(ctx context.Context, l *store.Leadership) {
 				return
 			}
 			s.resync(ctx)
+			resync.Reset(s.cfg.Resync.Period)
 		case <-lines.C:
 			s.sweepLines(ctx)
 			continue
-		case <-live.C:
-			if !l.Held(ctx) {
-				return
-			}
-			if !s.livenessPass(ctx) {
-				continue // nothing requeued: no pass needed
-			}
 		case <-s.kick:
 			timed = false
 		case <-wake.C:
