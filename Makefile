@@ -15,13 +15,18 @@ deps: ## install (if missing) and start Postgres and Redis on loopback
 deps-stop:
 	@scripts/dev-deps.sh stop
 
-generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json, the api one of openapi/capstan.yaml)
+# The TypeScript SDK's types come from the openapi-typescript openapi/package.json
+# pins (npm ci there when node_modules is missing or older than the lock), run
+# in sdk/typescript, away from openapi/redocly.yaml, which it would read.
+generate: ## regenerate the OpenAPI server and clients (Go, and the TypeScript SDK's types), and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json, the api one of openapi/capstan.yaml)
 	cd pkg && go generate ./api ./executorapi
+	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
+	cd sdk/typescript && ../../openapi/node_modules/.bin/openapi-typescript ../../openapi/capstan.yaml -o src/schema.d.ts >/dev/null
 	cp schema/workflow.json services/api/internal/ui/static/schema/workflow.json
 	cp openapi/capstan.yaml services/api/internal/apidoc/static/openapi.yaml
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml sdk/typescript/src/schema.d.ts && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)
@@ -104,11 +109,15 @@ vendor-redoc: ## copy the Redoc bundle /docs/ serves from the npm package redoc 
 # recommended rules and Spectral fails on a warning. openapi/client-check.ts
 # then compiles against the TypeScript types openapi-typescript generates
 # (in a temporary directory, away from redocly.yaml, which it would read).
-lint: ## gofmt, go vet and staticcheck over every module; Redocly, Spectral and a generated TypeScript client over openapi/capstan.yaml
+# The TypeScript SDK (sdk/typescript, its own locked packages) then
+# type-checks under its strict tsconfig, with its type tests.
+lint: ## gofmt, go vet and staticcheck over every module; Redocly, Spectral and a generated TypeScript client over openapi/capstan.yaml; the TypeScript SDK's types
 	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
 	@cd openapi && node_modules/.bin/redocly lint capstan.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml
 	@d=$$(mktemp -d) && o=$(CURDIR)/openapi && (cd $$d && $$o/node_modules/.bin/openapi-typescript $$o/capstan.yaml -o capstan.d.ts >/dev/null) && \
 	  cp openapi/client-check.ts $$d/ && openapi/node_modules/.bin/tsc --noEmit --strict $$d/client-check.ts; s=$$?; rm -rf $$d; exit $$s
+	@[ sdk/typescript/node_modules/.package-lock.json -nt sdk/typescript/package-lock.json ] || npm ci --prefix sdk/typescript --no-audit --no-fund --loglevel=error
+	@sdk/typescript/node_modules/.bin/tsc -p sdk/typescript --noEmit
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	@go vet $(PACKAGES)
 	@staticcheck=$$(GOWORK=off go -C tools tool -n staticcheck) && $$staticcheck $(PACKAGES)
