@@ -354,7 +354,10 @@ export interface paths {
                 /** @description With follow=true, each `stdout` and `stderr` event's text starts with the time its chunk was stored (RFC 3339 in UTC with nanoseconds, as `kubectl logs --timestamps` writes it) and one space. Ignored without follow. */
                 timestamps?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description The id of the last event the client received; the stream resumes after it. */
+                "Last-Event-ID"?: components["parameters"]["LastEventIDHeader"];
+            };
             path: {
                 project: components["parameters"]["Project"];
                 domain: components["parameters"]["Domain"];
@@ -3279,7 +3282,10 @@ export interface operations {
                 /** @description With follow=true, each `stdout` and `stderr` event's text starts with the time its chunk was stored (RFC 3339 in UTC with nanoseconds, as `kubectl logs --timestamps` writes it) and one space. Ignored without follow. */
                 timestamps?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description The id of the last event the client received; the stream resumes after it. */
+                "Last-Event-ID"?: components["parameters"]["LastEventIDHeader"];
+            };
             path: {
                 project: components["parameters"]["Project"];
                 domain: components["parameters"]["Domain"];
