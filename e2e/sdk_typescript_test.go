@@ -17,6 +17,7 @@ import (
 // stream parser's, and its live ones against a real stack. Without node it
 // skips, except on CI (CI=true), where it fails.
 func TestTypeScriptSDK(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("node"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("node is missing: the TypeScript SDK's tests need Node.js 20 or later and npm")
