@@ -16,12 +16,12 @@ deps-stop:
 	@scripts/dev-deps.sh stop
 
 generate: ## regenerate the OpenAPI server and clients, and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json, the api one of openapi/capstan.yaml)
-	cd pkg && go generate ./api ./executorapi
+	cd pkg && go generate ./api ./workerapi ./executorapi
 	cp schema/workflow.json services/api/internal/ui/static/schema/workflow.json
 	cp openapi/capstan.yaml services/api/internal/apidoc/static/openapi.yaml
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/workerapi pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml && test -z "$$(git status --porcelain -- schema pkg/workerapi)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)
