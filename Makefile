@@ -104,9 +104,9 @@ vendor-redoc: ## copy the Redoc bundle /docs/ serves from the npm package redoc 
 # recommended rules and Spectral fails on a warning. openapi/client-check.ts
 # then compiles against the TypeScript types openapi-typescript generates
 # (in a temporary directory, away from redocly.yaml, which it would read).
-lint: ## gofmt, go vet and staticcheck over every module; Redocly, Spectral and a generated TypeScript client over openapi/capstan.yaml
+lint: ## gofmt, go vet and staticcheck over every module; Redocly and Spectral over openapi/capstan.yaml and worker.yaml; a generated TypeScript client over capstan.yaml
 	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
-	@cd openapi && node_modules/.bin/redocly lint capstan.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml
+	@cd openapi && node_modules/.bin/redocly lint capstan.yaml worker.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml worker.yaml
 	@d=$$(mktemp -d) && o=$(CURDIR)/openapi && (cd $$d && $$o/node_modules/.bin/openapi-typescript $$o/capstan.yaml -o capstan.d.ts >/dev/null) && \
 	  cp openapi/client-check.ts $$d/ && openapi/node_modules/.bin/tsc --noEmit --strict $$d/client-check.ts; s=$$?; rm -rf $$d; exit $$s
 	@out=$$(gofmt -l $(MODULES)); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
