@@ -19,14 +19,14 @@ deps-stop:
 # pins (npm ci there when node_modules is missing or older than the lock), run
 # in sdk/typescript, away from openapi/redocly.yaml, which it would read.
 generate: ## regenerate the OpenAPI server and clients (Go, and the TypeScript SDK's types), and schema/ (the JSON Schemas of workflow files; the dashboard serves a copy of workflow.json, the api one of openapi/capstan.yaml)
-	cd pkg && go generate ./api ./executorapi
+	cd pkg && go generate ./api ./workerapi ./executorapi
 	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
 	cd sdk/typescript && ../../openapi/node_modules/.bin/openapi-typescript ../../openapi/capstan.yaml -o src/schema.d.ts >/dev/null
 	cp schema/workflow.json services/api/internal/ui/static/schema/workflow.json
 	cp openapi/capstan.yaml services/api/internal/apidoc/static/openapi.yaml
 
 check-generate: generate ## fail when the generated code is stale
-	@git diff --exit-code -- pkg/api pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml sdk/typescript/src/schema.d.ts && test -z "$$(git status --porcelain -- schema)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- pkg/api pkg/workerapi pkg/executorapi schema services/api/internal/ui/static/schema services/api/internal/apidoc/static/openapi.yaml sdk/typescript/src/schema.d.ts && test -z "$$(git status --porcelain -- schema pkg/workerapi)" || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 build: ## build every service and the CLI into bin/
 	@mkdir -p $(BIN)
@@ -111,9 +111,9 @@ vendor-redoc: ## copy the Redoc bundle /docs/ serves from the npm package redoc 
 # (in a temporary directory, away from redocly.yaml, which it would read).
 # The TypeScript SDK (sdk/typescript, its own locked packages) then
 # type-checks under its strict tsconfig, with its type tests.
-lint: ## gofmt, go vet and staticcheck over every module; Redocly, Spectral and a generated TypeScript client over openapi/capstan.yaml; the TypeScript SDK's types
+lint: ## gofmt, go vet and staticcheck over every module; Redocly and Spectral over openapi/capstan.yaml and worker.yaml; a generated TypeScript client over capstan.yaml; the TypeScript SDK's types
 	@[ openapi/node_modules/.package-lock.json -nt openapi/package-lock.json ] || npm ci --prefix openapi --no-audit --no-fund --loglevel=error
-	@cd openapi && node_modules/.bin/redocly lint capstan.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml
+	@cd openapi && node_modules/.bin/redocly lint capstan.yaml worker.yaml --format=stylish && node_modules/.bin/spectral lint --fail-severity=warn capstan.yaml worker.yaml
 	@d=$$(mktemp -d) && o=$(CURDIR)/openapi && (cd $$d && $$o/node_modules/.bin/openapi-typescript $$o/capstan.yaml -o capstan.d.ts >/dev/null) && \
 	  cp openapi/client-check.ts $$d/ && openapi/node_modules/.bin/tsc --noEmit --strict $$d/client-check.ts; s=$$?; rm -rf $$d; exit $$s
 	@[ sdk/typescript/node_modules/.package-lock.json -nt sdk/typescript/package-lock.json ] || npm ci --prefix sdk/typescript --no-audit --no-fund --loglevel=error

@@ -21,6 +21,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	dom "github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -62,7 +63,7 @@ func registerFakeWorker(t *testing.T, s *Stack, labels map[string]string) *fakeW
 		_, _ = io.WriteString(w, `{"type":"about:blank","title":"Not Found","status":404,"code":"attempt_not_found"}`)
 	}))
 	t.Cleanup(f.srv.Close)
-	body, err := json.Marshal(api.RegisterWorkerRequest{Name: "fake", Address: f.srv.URL, Slots: ptr(1), Labels: &labels})
+	body, err := json.Marshal(workerapi.RegisterWorkerRequest{Name: "fake", Address: f.srv.URL, Slots: ptr(1), Labels: &labels})
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, s.APIURL+"/v1/workers", bytes.NewReader(body))
 	require.NoError(t, err)
@@ -219,7 +220,7 @@ func TestForgedDispatchRunsNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, insp.DeleteTask(q, pending[0].ID), "the real dispatch is gone")
 
-	spec := api.AttemptSpec{Id: attempt.Id, Number: attempt.Number, Project: project, Domain: domain, Run: name,
+	spec := workerapi.AttemptSpec{Id: attempt.Id, Number: attempt.Number, Project: project, Domain: domain, Run: name,
 		Action: "s", Replicas: 1, Plugin: dom.PluginShell, Command: "touch " + forgedMarker, Env: map[string]string{},
 		State: api.TaskStateASSIGNED, WorkerId: &real, Proceed: true}
 	fakeKey, err := workerkey.DecodeDispatchKey(fake.dispatchKey)

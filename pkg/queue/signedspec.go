@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 )
 
 // ErrBadSpecMAC: a dispatched spec's MAC does not verify under the
@@ -33,7 +33,7 @@ type SignedSpec struct {
 
 // SignSpec returns spec signed under key, a worker's dispatch key. Errors:
 // encoding/json's.
-func SignSpec(key []byte, spec api.AttemptSpec) (SignedSpec, error) {
+func SignSpec(key []byte, spec workerapi.AttemptSpec) (SignedSpec, error) {
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return SignedSpec{}, fmt.Errorf("sign attempt %d's spec: %w", spec.Id, err)
@@ -44,13 +44,13 @@ func SignSpec(key []byte, spec api.AttemptSpec) (SignedSpec, error) {
 // Verify returns the spec s carries once its MAC verifies under key, the
 // dispatch key of the worker that received it. Errors: ErrBadSpecMAC (key
 // nil or empty included), a spec that does not decode.
-func (s SignedSpec) Verify(key []byte) (api.AttemptSpec, error) {
+func (s SignedSpec) Verify(key []byte) (workerapi.AttemptSpec, error) {
 	if len(key) == 0 || !hmac.Equal(s.MAC, specMAC(key, s.Spec)) {
-		return api.AttemptSpec{}, ErrBadSpecMAC
+		return workerapi.AttemptSpec{}, ErrBadSpecMAC
 	}
-	var spec api.AttemptSpec
+	var spec workerapi.AttemptSpec
 	if err := json.Unmarshal(s.Spec, &spec); err != nil {
-		return api.AttemptSpec{}, fmt.Errorf("signed spec: %w", err)
+		return workerapi.AttemptSpec{}, fmt.Errorf("signed spec: %w", err)
 	}
 	return spec, nil
 }

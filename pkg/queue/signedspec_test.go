@@ -7,16 +7,17 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/stretchr/testify/require"
 )
 
 var testKey = workerkey.New("test-control-plane-key-0123456789abcdef")
 
-func testSpec() api.AttemptSpec {
+func testSpec() workerapi.AttemptSpec {
 	worker := "8f14e45f-ceea-467f-a0e6-6c2b4d5b1e3c"
 	env := map[string]string{"A": "1", "HTML": "<a & b>"}
-	return api.AttemptSpec{Id: 7, Number: 1, Project: "p", Domain: "d", Run: "r", Action: "s", Replicas: 1,
+	return workerapi.AttemptSpec{Id: 7, Number: 1, Project: "p", Domain: "d", Run: "r", Action: "s", Replicas: 1,
 		Plugin: "shell", Command: "echo ok", Env: env, State: api.TaskStateASSIGNED, WorkerId: &worker, Proceed: true}
 }
 

@@ -1,11 +1,12 @@
-// Package apidoc serves Capstan's API description and its reference page:
-// GET /openapi.yaml is openapi/capstan.yaml as it is (static/openapi.yaml,
-// the copy make generate writes), GET /openapi.json the same document as
-// JSON, and /docs/ a page that renders it with Redoc's standalone bundle
-// (static/docs/redoc.standalone.js with its licences, copied by make
-// vendor-redoc from the npm package redoc that openapi/package.json pins).
-// Nothing is fetched from elsewhere: every file is embedded in the api
-// binary.
+// Package apidoc serves Capstan's public API description and its reference
+// page: GET /openapi.yaml is openapi/capstan.yaml as it is
+// (static/openapi.yaml, the copy make generate writes), GET /openapi.json
+// the same document as JSON, and /docs/ a page that renders it with Redoc's
+// standalone bundle (static/docs/redoc.standalone.js with its licences,
+// copied by make vendor-redoc from the npm package redoc that
+// openapi/package.json pins). The worker API (openapi/worker.yaml), which
+// only executors call, is not published. Nothing is fetched from elsewhere:
+// every file is embedded in the api binary.
 package apidoc
 
 import (

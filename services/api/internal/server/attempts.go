@@ -15,26 +15,27 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 )
 
 // GetAttempt gives an executor what it needs to run an attempt.
-func (h *Handlers) GetAttempt(ctx context.Context, req api.GetAttemptRequestObject) (api.GetAttemptResponseObject, error) {
+func (h *Handlers) GetAttempt(ctx context.Context, req workerapi.GetAttemptRequestObject) (workerapi.GetAttemptResponseObject, error) {
 	r, err := attemptRun(ctx, h.store, int64(req.Id))
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
-		return asNotFound[api.GetAttempt404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[workerapi.GetAttempt404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read attempt %d: %w", req.Id, err)
 	}
 	spec, err := h.attemptSpec(ctx, r)
-	return api.GetAttempt200JSONResponse(spec), err
+	return workerapi.GetAttempt200JSONResponse(spec), err
 }
 
 // GetWorkerAttempts gives an executor what it needs to run the attempts it
 // was given together, in one read: the attempts of ids placed on its
 // worker, by id, each with the bytes of output it shipped (log_bytes); the
 // others (unknown, or another worker's) are left out.
-func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttemptsRequestObject) (api.GetWorkerAttemptsResponseObject, error) {
+func (h *Handlers) GetWorkerAttempts(ctx context.Context, req workerapi.GetWorkerAttemptsRequestObject) (workerapi.GetWorkerAttemptsResponseObject, error) {
 	runs, err := h.store.Attempts().GetAttemptRuns(ctx, req.Params.Ids)
 	if err != nil {
 		return nil, fmt.Errorf("read %d attempts of worker %s: %w", len(req.Params.Ids), req.Id, err)
@@ -46,7 +47,7 @@ func (h *Handlers) GetWorkerAttempts(ctx context.Context, req api.GetWorkerAttem
 	if err != nil {
 		return nil, fmt.Errorf("read the output of %d attempts of worker %s: %w", len(runs), req.Id, err)
 	}
-	out := api.GetWorkerAttempts200JSONResponse{Attempts: make([]api.AttemptSpec, 0, len(runs))}
+	out := workerapi.GetWorkerAttempts200JSONResponse{Attempts: make([]workerapi.AttemptSpec, 0, len(runs))}
 	for _, r := range runs {
 		spec, err := h.attemptSpec(ctx, r)
 		if err != nil {
@@ -77,46 +78,46 @@ func (h *Handlers) logEnds(ctx context.Context, runs []store.AttemptRun) (map[in
 // attemptSpec is what an executor needs to run attempt r: its step's
 // plugin fields and environment (with secret_env: only workers and admins
 // read attempts) and its inputs resolved from their producers' outputs,
-// with a for_each task's item (api.WithItem).
-func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (api.AttemptSpec, error) {
+// with a for_each task's item (workerapi.WithItem).
+func (h *Handlers) attemptSpec(ctx context.Context, r store.AttemptRun) (workerapi.AttemptSpec, error) {
 	step := r.Action.Spec
 	inputs, err := h.resolveInputs(ctx, domain.RunKey{Project: r.Task.Project, Domain: r.Task.Domain, Run: r.Task.RunName},
 		step.Inputs)
 	if err != nil {
-		return api.AttemptSpec{}, fmt.Errorf("resolve inputs of attempt %d: %w", r.Attempt.ID, err)
+		return workerapi.AttemptSpec{}, fmt.Errorf("resolve inputs of attempt %d: %w", r.Attempt.ID, err)
 	}
-	out, err := api.NewAttemptSpec(r.Attempt.ID, r.Attempt.Number, domain.RunKey{Project: r.Task.Project,
+	out, err := workerapi.NewAttemptSpec(r.Attempt.ID, r.Attempt.Number, domain.RunKey{Project: r.Task.Project,
 		Domain: r.Task.Domain, Run: r.Task.RunName}.Action(r.Task.ActionName), r.Task.Idx, r.Attempt.WorkerID, step)
 	if err != nil {
-		return api.AttemptSpec{}, fmt.Errorf("spec of attempt %d: %w", r.Attempt.ID, err)
+		return workerapi.AttemptSpec{}, fmt.Errorf("spec of attempt %d: %w", r.Attempt.ID, err)
 	}
 	out.State, out.Proceed = api.TaskState(r.Attempt.State.String()), r.Proceed
 	if inputs != nil {
 		out.Inputs = &inputs
 	}
-	api.WithItem(&out, step, r.Task.Item)
+	workerapi.WithItem(&out, step, r.Task.Item)
 	return out, nil
 }
 
 // ReportAttempt records a fact an executor reports; when the attempt ended it
 // asks the scheduler to decide the task's fate. If that push fails the
 // scheduler's resync finds the unevaluated attempt.
-func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptRequestObject) (api.ReportAttemptResponseObject, error) {
+func (h *Handlers) ReportAttempt(ctx context.Context, req workerapi.ReportAttemptRequestObject) (workerapi.ReportAttemptResponseObject, error) {
 	rep, bad, err := h.checkReport(ctx, int64(req.Id), req.Body)
 	switch {
 	case err != nil:
 		return nil, err
 	case bad != nil:
-		return asBadRequest[api.ReportAttempt400ApplicationProblemPlusJSONResponse](*bad), nil
+		return asBadRequest[workerapi.ReportAttempt400ApplicationProblemPlusJSONResponse](*bad), nil
 	}
 	ctx = context.WithoutCancel(ctx) // recorded even if the executor dies meanwhile (ReportAttempts)
 	res, err := h.recordReport(ctx, int64(req.Id), rep)
 	p, ok := problemFor(err, subject{kind: "attempt", state: rep.State.String()})
 	switch {
 	case ok && p.Status == http.StatusNotFound:
-		return asNotFound[api.ReportAttempt404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[workerapi.ReportAttempt404ApplicationProblemPlusJSONResponse](p), nil
 	case ok && p.Status == http.StatusConflict:
-		return asConflict[api.ReportAttempt409ApplicationProblemPlusJSONResponse](p), nil
+		return asConflict[workerapi.ReportAttempt409ApplicationProblemPlusJSONResponse](p), nil
 	case err != nil:
 		return nil, fmt.Errorf("record %s report of attempt %d: %w", rep.State, req.Id, err)
 	}
@@ -124,7 +125,7 @@ func (h *Handlers) ReportAttempt(ctx context.Context, req api.ReportAttemptReque
 	if res.Evaluate {
 		h.evaluate(ctx, []int64{int64(req.Id)})
 	}
-	return api.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
+	return workerapi.ReportAttempt200JSONResponse{Proceed: res.Proceed}, nil
 }
 
 // recordReport records rep about attempt id, from an executor not named:
@@ -142,7 +143,7 @@ func (h *Handlers) recordReport(ctx context.Context, id int64, rep store.Report)
 // in the store's form, with its logs and error masked of the attempt's
 // secrets; bad is the 400 problem of a report that is not one. Errors:
 // reading the secrets.
-func (h *Handlers) checkReport(ctx context.Context, id int64, b *api.AttemptReport) (rep store.Report, bad *api.Problem, err error) {
+func (h *Handlers) checkReport(ctx context.Context, id int64, b *workerapi.AttemptReport) (rep store.Report, bad *api.Problem, err error) {
 	state, _ := domain.ParseTaskState(string(b.State))
 	if !state.IsTerminal() && state != domain.TaskPending && state != domain.TaskBuilding && state != domain.TaskRunning ||
 		state == domain.TaskUnschedulable {
@@ -200,7 +201,7 @@ func (h *Handlers) evaluate(ctx context.Context, ids []int64) {
 }
 
 // toReport is the store's form of an executor's report of state.
-func toReport(state domain.TaskState, b *api.ReportAttemptJSONRequestBody) store.Report {
+func toReport(state domain.TaskState, b *workerapi.ReportAttemptJSONRequestBody) store.Report {
 	rep := store.Report{State: state, ExitCode: b.ExitCode, Pid: b.Pid}
 	if b.Error != nil {
 		rep.Error = *b.Error

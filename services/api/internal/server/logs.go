@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/labstack/echo/v4"
 )
 
@@ -20,32 +21,32 @@ import (
 // in order, and bounds what the attempt keeps to Config.LogMaxBytes: past
 // it the oldest chunks are dropped and a marker per stream stands for them.
 // 400 for a chunk with NUL; 404 for an unknown attempt.
-func (h *Handlers) AppendAttemptLogs(ctx context.Context, req api.AppendAttemptLogsRequestObject) (api.AppendAttemptLogsResponseObject, error) {
+func (h *Handlers) AppendAttemptLogs(ctx context.Context, req workerapi.AppendAttemptLogsRequestObject) (workerapi.AppendAttemptLogsResponseObject, error) {
 	id := int64(req.Id)
 	chunks, bad, err := h.checkChunks(ctx, id, req.Body.Chunks, "chunks")
 	switch {
 	case err != nil:
 		return nil, err
 	case bad != nil:
-		return asBadRequest[api.AppendAttemptLogs400ApplicationProblemPlusJSONResponse](*bad), nil
+		return asBadRequest[workerapi.AppendAttemptLogs400ApplicationProblemPlusJSONResponse](*bad), nil
 	}
 	err = h.store.InTx(ctx, func(tx *store.Store) error {
 		return tx.Logs().AppendLogsBounded(ctx, id, chunks, h.cfg.LogMaxBytes)
 	})
 	if p, ok := problemFor(err, subject{kind: "attempt"}); ok && p.Status == http.StatusNotFound {
-		return asNotFound[api.AppendAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[workerapi.AppendAttemptLogs404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("append %d log chunks of attempt %d: %w", len(chunks), id, err)
 	}
-	return api.AppendAttemptLogs204Response{}, nil
+	return workerapi.AppendAttemptLogs204Response{}, nil
 }
 
 // checkChunks checks chunks an executor ships of attempt id's output and
 // returns them in the store's form, masked of the attempt's secrets; bad is
 // the 400 problem of a chunk with NUL, naming it as field[i].data. Errors:
 // reading the secrets.
-func (h *Handlers) checkChunks(ctx context.Context, id int64, in []api.LogChunk, field string) ([]store.NewLogChunk, *api.Problem, error) {
+func (h *Handlers) checkChunks(ctx context.Context, id int64, in []workerapi.LogChunk, field string) ([]store.NewLogChunk, *api.Problem, error) {
 	secrets, err := h.store.Attempts().AttemptSecretValues(ctx, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read secrets of attempt %d: %w", id, err)
@@ -107,7 +108,7 @@ func joinChunks(chunks []store.LogChunk) api.GetAttemptLogs200JSONResponse {
 	truncated := false
 	for _, c := range chunks {
 		b := &stdout
-		if c.Stream == string(api.Stderr) {
+		if c.Stream == string(workerapi.Stderr) {
 			b = &stderr
 		}
 		b.WriteString(chunkText(c))

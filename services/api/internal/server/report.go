@@ -3,9 +3,9 @@ package server
 import (
 	"fmt"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 )
 
 // Bounds of a report's cleanup steps (the OpenAPI schema's).
@@ -19,7 +19,7 @@ const (
 // the code (domain.ValidCode) and the cleanup steps (at most 8, each abort
 // or finalize with its time, an error of at most 4000 bytes). Each problem
 // names its field.
-func checkReport(b *api.ReportAttemptJSONRequestBody) []domain.FieldError {
+func checkReport(b *workerapi.ReportAttemptJSONRequestBody) []domain.FieldError {
 	var errs []domain.FieldError
 	if b.Cause != nil && !b.Cause.Valid() {
 		errs = append(errs, domain.FieldError{Field: "cause",
@@ -53,7 +53,7 @@ func checkReport(b *api.ReportAttemptJSONRequestBody) []domain.FieldError {
 
 // withFailure copies a report's code and cleanup steps into the store's
 // report.
-func withFailure(rep *store.Report, b *api.ReportAttemptJSONRequestBody) {
+func withFailure(rep *store.Report, b *workerapi.ReportAttemptJSONRequestBody) {
 	if b.Code != nil {
 		rep.Code = *b.Code
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 )
@@ -152,19 +153,19 @@ func TestReportPendingIsIgnored(t *testing.T) {
 // checkReport is the handler's own check, behind the request validator.
 func TestCheckReport(t *testing.T) {
 	t.Parallel()
-	bad := api.AttemptReportCause("cosmic_ray")
+	bad := workerapi.AttemptReportCause("cosmic_ray")
 	code := "not-a-code"
 	long := strings.Repeat("e", maxCleanupErrorBytes+1)
-	steps := []api.CleanupStep{{Step: "abort", At: time.Now()}, {Step: "reboot", At: time.Now()},
+	steps := []workerapi.CleanupStep{{Step: "abort", At: time.Now()}, {Step: "reboot", At: time.Now()},
 		{Step: "finalize"}, {Step: "finalize", At: time.Now(), Error: &long}}
-	errs := checkReport(&api.ReportAttemptJSONRequestBody{Cause: &bad, Code: &code, Cleanup: &steps})
+	errs := checkReport(&workerapi.ReportAttemptJSONRequestBody{Cause: &bad, Code: &code, Cleanup: &steps})
 	var got []string
 	for _, e := range errs {
 		got = append(got, e.Field)
 	}
 	require.Equal(t, []string{"cause", "code", "cleanup[1].step", "cleanup[2].at", "cleanup[3].error"}, got)
-	many := make([]api.CleanupStep, maxCleanupSteps+1)
-	require.Len(t, checkReport(&api.ReportAttemptJSONRequestBody{Cleanup: &many}), 1)
-	perm, ok := api.AttemptReportCause(domain.CausePermanent), "MaxSystemFailuresExceeded"
-	require.Empty(t, checkReport(&api.ReportAttemptJSONRequestBody{Cause: &perm, Code: &ok}))
+	many := make([]workerapi.CleanupStep, maxCleanupSteps+1)
+	require.Len(t, checkReport(&workerapi.ReportAttemptJSONRequestBody{Cleanup: &many}), 1)
+	perm, ok := workerapi.AttemptReportCause(domain.CausePermanent), "MaxSystemFailuresExceeded"
+	require.Empty(t, checkReport(&workerapi.ReportAttemptJSONRequestBody{Cause: &perm, Code: &ok}))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 )
 
 // ReportAttempts records a batch of an executor's reports and logs about
@@ -20,9 +21,9 @@ import (
 // logs item as AppendAttemptLogs checks its chunks; an item that is not
 // one, or about an attempt unknown here or another worker's, gets its
 // problem (400, 404, 409) in its result and does not stop the others.
-func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsRequestObject) (api.ReportAttemptsResponseObject, error) {
+func (h *Handlers) ReportAttempts(ctx context.Context, req workerapi.ReportAttemptsRequestObject) (workerapi.ReportAttemptsResponseObject, error) {
 	items := req.Body.Reports
-	out := make([]api.BatchedReportResult, len(items))
+	out := make([]workerapi.BatchedReportResult, len(items))
 	batch := make([]store.BatchedReport, 0, len(items))
 	at := make([]int, 0, len(items)) // out index of each batch entry
 	for i, it := range items {
@@ -63,12 +64,12 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 		}
 	}
 	h.evaluate(ctx, ended)
-	reply := api.ReportAttempts200JSONResponse{Results: out}
+	reply := workerapi.ReportAttempts200JSONResponse{Results: out}
 	if req.Body.Heartbeat != nil {
 		stop, unknown, err := h.beat(ctx, req.Id.String(), req.Body.Heartbeat)
 		switch {
 		case unknown != nil:
-			return asNotFound[api.ReportAttempts404ApplicationProblemPlusJSONResponse](*unknown), nil
+			return asNotFound[workerapi.ReportAttempts404ApplicationProblemPlusJSONResponse](*unknown), nil
 		case err != nil:
 			return nil, err
 		}
@@ -84,7 +85,7 @@ func (h *Handlers) ReportAttempts(ctx context.Context, req api.ReportAttemptsReq
 // form: a report (checkReport), or logs with NUL refused and the attempt's
 // secrets masked; bad is the 400 problem of an item that is neither or
 // both, or not valid. Errors: reading the secrets.
-func (h *Handlers) checkBatchItem(ctx context.Context, it api.BatchedReport) (store.BatchedReport, *api.Problem, error) {
+func (h *Handlers) checkBatchItem(ctx context.Context, it workerapi.BatchedReport) (store.BatchedReport, *api.Problem, error) {
 	b := store.BatchedReport{AttemptID: it.AttemptId}
 	switch {
 	case (it.Report == nil) == (it.Logs == nil):

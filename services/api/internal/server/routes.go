@@ -10,12 +10,12 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 )
 
-// specRouter finds the operation of openapi/capstan.yaml a request calls.
-// It holds one kin-openapi router per HTTP method, each over that method's
-// operations alone: a single router answers "method not allowed" at the
-// first path that matches, static before templated, so the batch create
-// (POST .../runs/batch) would hide GET .../runs/{run} for a run named
-// "batch".
+// specRouter finds the operation a request calls among those the api serves
+// (servedSpec: capstan.yaml and worker.yaml). It holds one kin-openapi
+// router per HTTP method, each over that method's operations alone: a single
+// router answers "method not allowed" at the first path that matches, static
+// before templated, so the batch create (POST .../runs/batch) would hide
+// GET .../runs/{run} for a run named "batch".
 type specRouter struct {
 	byMethod map[string]routers.Router
 	methods  []string // byMethod's keys, sorted

@@ -1,5 +1,6 @@
-// Package server is the api's HTTP layer: the echo strict server generated
-// from openapi/capstan.yaml, request validation against that spec, problem+json
+// Package server is the api's HTTP layer: the echo strict servers generated
+// from openapi/capstan.yaml (the public API) and openapi/worker.yaml (the
+// worker API executors call), request validation against both, problem+json
 // errors, health, metrics, traces, the dashboard, and for operators the asynq
 // queue UI (/queues/) and Go's profiler (/debug/pprof/).
 package server
@@ -17,6 +18,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/api/internal/apidoc"
 	"github.com/capstan-run/capstan/services/api/internal/feed"
 	"github.com/capstan-run/capstan/services/api/internal/ui"
@@ -58,7 +60,8 @@ const (
 	PprofPath  = "/debug/pprof"
 )
 
-// Handlers implements api.StrictServerInterface.
+// Handlers implements api.StrictServerInterface and
+// workerapi.StrictServerInterface.
 type Handlers struct {
 	store *store.Store
 	queue *queue.Enqueuer
@@ -81,7 +84,10 @@ type Handlers struct {
 	archive *archive.Archive
 }
 
-var _ api.StrictServerInterface = (*Handlers)(nil)
+var (
+	_ api.StrictServerInterface       = (*Handlers)(nil)
+	_ workerapi.StrictServerInterface = (*Handlers)(nil)
+)
 
 // New builds the echo server with every route, cfg's zero fields taking
 // their defaults. cfg must pass Config.Validate, which main checks with the
@@ -145,11 +151,13 @@ func New(d Deps, cfg Config) *echo.Echo {
 	}
 	api.RegisterHandlers(e, streamGate{ServerInterface: api.NewStrictHandler(h, []api.StrictMiddlewareFunc{withLastEventID}),
 		slots: newStreamSlots(cfg.MaxStreams, cfg.MaxStreamsPerToken, m.streams)})
+	workerapi.RegisterHandlers(e, workerapi.NewStrictHandler(h, nil))
 	return e
 }
 
-// openAPISpec is the embedded openapi/capstan.yaml, matching any host, as
-// the api checks requests against it:
+// openAPISpec is the embedded openapi/capstan.yaml with openapi/worker.yaml
+// merged in (servedSpec), matching any host, as the api checks requests
+// against it:
 //   - a batch's items (CreateRunsRequest.runs) are any object: CreateRuns
 //     checks each against CreateRunsItem itself (batchItem), so that an item
 //     that does not match fails alone and not the whole batch;
@@ -158,9 +166,9 @@ func New(d Deps, cfg Config) *echo.Echo {
 //     validator writes into the body, so that a run's or template's stored
 //     spec holds every default.
 func openAPISpec() *openapi3.T {
-	spec, err := api.GetSpec()
+	spec, err := servedSpec()
 	if err != nil {
-		panic(fmt.Sprintf("embedded OpenAPI spec: %v", err))
+		panic(fmt.Sprintf("embedded OpenAPI specs: %v", err))
 	}
 	spec.Servers = nil // match any host
 	schemas := spec.Components.Schemas

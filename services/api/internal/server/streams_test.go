@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,10 +24,10 @@ func (f *fixture) openStream(t *testing.T, token, path string) (int, *http.Respo
 	return resp.StatusCode, resp, cancel
 }
 
-// streamOperations are the operations of the spec that answer
+// streamOperations are the operations the api serves (servedSpec) that answer
 // text/event-stream.
 func streamOperations(t *testing.T) []string {
-	spec, err := api.GetSpec()
+	spec, err := servedSpec()
 	require.NoError(t, err)
 	var out []string
 	for _, item := range spec.Paths.Map() {

@@ -21,11 +21,11 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// validator checks every request that matches an operation of
-// openapi/capstan.yaml against the spec: first its security (the bearer
-// scheme, through kin-openapi's AuthenticationFunc: auth.authorize), then
-// its parameters, content type and body schema, answering 400 problem+json
-// naming each offending field. The principal goes into the request's
+// validator checks every request that matches an operation of spec (what
+// servedSpec merges: openapi/capstan.yaml and openapi/worker.yaml) against
+// it: first its security (the bearer scheme, through kin-openapi's
+// AuthenticationFunc: auth.authorize), then its parameters, content type
+// and body schema, answering 400 problem+json naming each offending field. The principal goes into the request's
 // context for the handlers. A request that matches no operation is
 // answered by outsideSpec, which denies by default.
 func validator(spec *openapi3.T, auth *authenticator) echo.MiddlewareFunc {

@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/problem"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/google/uuid"
 )
@@ -25,10 +26,10 @@ import (
 // credential and dispatch key, derived from the worker's new id under the
 // control-plane key (package workerkey), of which Postgres keeps only the
 // credential's SHA-256.
-func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerRequestObject) (api.RegisterWorkerResponseObject, error) {
+func (h *Handlers) RegisterWorker(ctx context.Context, req workerapi.RegisterWorkerRequestObject) (workerapi.RegisterWorkerResponseObject, error) {
 	nw, errs := h.newWorker(ctx, req.Body)
 	if len(errs) > 0 {
-		return asUnprocessable[api.RegisterWorker422ApplicationProblemPlusJSONResponse](apiProblem(http.StatusUnprocessableEntity,
+		return asUnprocessable[workerapi.RegisterWorker422ApplicationProblemPlusJSONResponse](apiProblem(http.StatusUnprocessableEntity,
 			problem.CodeInvalid, errs[0].Field+": "+errs[0].Message, errs...)), nil
 	}
 	if h.cfg.ControlPlaneKey.IsZero() {
@@ -48,12 +49,12 @@ func (h *Handlers) RegisterWorker(ctx context.Context, req api.RegisterWorkerReq
 	out.ExecutorCredential, out.DispatchKey = &credential, &dispatchKey
 	h.log.Info("worker registered", "worker_id", w.ID, "name", w.Name, "address", w.Address, "slots", w.Slots,
 		"sandbox", w.Sandbox)
-	return api.RegisterWorker201JSONResponse(out), nil
+	return workerapi.RegisterWorker201JSONResponse(out), nil
 }
 
 // newWorker checks registration b and returns the worker it inserts, under
 // a new id, or the fields that are invalid.
-func (h *Handlers) newWorker(ctx context.Context, b *api.RegisterWorkerRequest) (store.NewWorker, []domain.FieldError) {
+func (h *Handlers) newWorker(ctx context.Context, b *workerapi.RegisterWorkerRequest) (store.NewWorker, []domain.FieldError) {
 	slots := 4
 	if b.Slots != nil {
 		slots = *b.Slots
@@ -95,22 +96,22 @@ func (h *Handlers) newWorker(ctx context.Context, b *api.RegisterWorkerRequest) 
 // of the attempts it holds must stop, and ends WORKER_FAILED the attempts it
 // no longer holds (their final report was lost), queueing their evaluation.
 // 404 tells an unknown, deleted or dead worker to re-register.
-func (h *Handlers) Heartbeat(ctx context.Context, req api.HeartbeatRequestObject) (api.HeartbeatResponseObject, error) {
+func (h *Handlers) Heartbeat(ctx context.Context, req workerapi.HeartbeatRequestObject) (workerapi.HeartbeatResponseObject, error) {
 	stop, unknown, err := h.beat(ctx, req.Id.String(), req.Body)
 	switch {
 	case unknown != nil:
-		return asNotFound[api.Heartbeat404ApplicationProblemPlusJSONResponse](*unknown), nil
+		return asNotFound[workerapi.Heartbeat404ApplicationProblemPlusJSONResponse](*unknown), nil
 	case err != nil:
 		return nil, err
 	}
-	return api.Heartbeat200JSONResponse{Stop: stop}, nil
+	return workerapi.Heartbeat200JSONResponse{Stop: stop}, nil
 }
 
 // beat records worker id's heartbeat b (nil: an empty one) and queues the
 // evaluation of the attempts it lost. It returns the attempts to stop, or
 // unknown, the 404 problem of a worker unknown or dead (it must
 // re-register).
-func (h *Handlers) beat(ctx context.Context, id string, b *api.HeartbeatReport) (stop []int64, unknown *api.Problem,
+func (h *Handlers) beat(ctx context.Context, id string, b *workerapi.HeartbeatReport) (stop []int64, unknown *api.Problem,
 	err error) {
 	var held []int64
 	draining := false
@@ -161,11 +162,11 @@ func recordBeat(ctx context.Context, st *store.Store, id string, held []int64, d
 
 // DeregisterWorker removes a leaving worker; attempts still live on it become
 // WORKER_FAILED and are queued for evaluation.
-func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorkerRequestObject) (api.DeregisterWorkerResponseObject, error) {
+func (h *Handlers) DeregisterWorker(ctx context.Context, req workerapi.DeregisterWorkerRequestObject) (workerapi.DeregisterWorkerResponseObject, error) {
 	id := req.Id.String()
 	lost, err := h.store.Workers().DeregisterWorker(ctx, id)
 	if p, ok := problemFor(err, subject{kind: "worker", name: id}); ok && p.Status == http.StatusNotFound {
-		return asNotFound[api.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
+		return asNotFound[workerapi.DeregisterWorker404ApplicationProblemPlusJSONResponse](p), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("deregister worker %s: %w", id, err)
@@ -173,7 +174,7 @@ func (h *Handlers) DeregisterWorker(ctx context.Context, req api.DeregisterWorke
 	h.auth.forgetTokens() // its token went with it
 	h.log.Info("worker deregistered", "worker_id", id, "lost", len(lost))
 	h.evaluateLost(ctx, lost)
-	return api.DeregisterWorker204Response{}, nil
+	return workerapi.DeregisterWorker204Response{}, nil
 }
 
 // evaluateLost queues the evaluation of attempts ended with their worker; a

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/google/uuid"
 )
 
@@ -21,7 +21,7 @@ var ErrNotRegistered = errors.New("not registered yet")
 func (c *Client) AdoptAttempts(ctx context.Context, worker uuid.UUID, ids []int64) ([]int64, error) {
 	var moved []int64
 	for page := range slices.Chunk(ids, maxAsk) {
-		res, err := c.api.AdoptAttemptsWithResponse(ctx, worker, api.LiveAttemptsRequest{Attempts: page})
+		res, err := c.api.AdoptAttemptsWithResponse(ctx, worker, workerapi.LiveAttemptsRequest{Attempts: page})
 		if err != nil {
 			return moved, fmt.Errorf("adopt attempts: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
@@ -133,7 +134,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.log.Warn("control plane forgot this worker; killing its attempts and registering again",
 			"worker_id", id, "err", err)
-		if err := a.sup.KillAll(ctx, api.WorkerLost, "the control plane forgot this worker"); err != nil {
+		if err := a.sup.KillAll(ctx, workerapi.WorkerLost, "the control plane forgot this worker"); err != nil {
 			a.log.Error("kill attempts failed", "err", err)
 		}
 		if a.isDraining() { // leaving anyway: no new identity

@@ -17,6 +17,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -63,7 +64,7 @@ func (l *logBuffer) String() string {
 
 // sign signs spec for worker as the scheduler does: under the worker's
 // dispatch key, which the fake api's registration answered.
-func sign(t *testing.T, worker string, spec api.AttemptSpec) queue.SignedSpec {
+func sign(t *testing.T, worker string, spec workerapi.AttemptSpec) queue.SignedSpec {
 	t.Helper()
 	s, err := queue.SignSpec(fakeControlPlaneKey.DispatchKey(worker), spec)
 	require.NoError(t, err)
@@ -111,8 +112,8 @@ func runIn(t *testing.T, fake *fakeAPI, cfg agent.Config, data string) *fixture 
 	return f
 }
 
-func shell(id int64, worker, command string) api.AttemptSpec {
-	return api.AttemptSpec{Id: id, Number: 1, Project: "proj", Domain: "dev", Run: "run-1", Action: "step",
+func shell(id int64, worker, command string) workerapi.AttemptSpec {
+	return workerapi.AttemptSpec{Id: id, Number: 1, Project: "proj", Domain: "dev", Run: "run-1", Action: "step",
 		Replicas: 1, Plugin: "shell", Command: command, State: api.TaskStateASSIGNED, WorkerId: &worker, Proceed: true}
 }
 
@@ -126,9 +127,9 @@ func (f *fixture) enqueue(t *testing.T, attemptID int64) {
 }
 
 // awaitState waits for a report of st about attempt id and returns it.
-func (f *fixture) awaitState(t *testing.T, id int64, st api.TaskState) api.AttemptReport {
+func (f *fixture) awaitState(t *testing.T, id int64, st api.TaskState) workerapi.AttemptReport {
 	t.Helper()
-	var rep api.AttemptReport
+	var rep workerapi.AttemptReport
 	require.Eventually(t, func() bool {
 		for _, r := range f.api.reportsOf(id) {
 			if r.State == st {
@@ -235,7 +236,7 @@ func TestRunsTheAttemptsOfOneMessage(t *testing.T) {
 		return f.sup.Holds(held) && fake.fetched(waiting)
 	}, waitFor, tick)
 	f.awaitState(t, held, api.TaskStateRUNNING)
-	killed, err := f.sup.Abort(ctx, held, api.Preempted, "")
+	killed, err := f.sup.Abort(ctx, held, workerapi.Preempted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	f.awaitState(t, waiting, api.TaskStateRUNNING)
@@ -243,7 +244,7 @@ func TestRunsTheAttemptsOfOneMessage(t *testing.T) {
 		q, err := f.insp.GetQueueInfo(queue.WorkerQueue(worker))
 		return err == nil && q.Size == 0 && q.Active == 0
 	}, waitFor, tick)
-	_, err = f.sup.Abort(ctx, waiting, api.Preempted, "")
+	_, err = f.sup.Abort(ctx, waiting, workerapi.Preempted, "")
 	require.NoError(t, err)
 	running := 0
 	for _, st := range fake.states(held) {
@@ -265,7 +266,7 @@ func TestHeartbeatListsAttemptsAndStopsWhatItIsTold(t *testing.T) {
 
 	fake.stopOnNextBeat(11)
 	killed := f.awaitState(t, 11, api.TaskStateKILLED)
-	require.Equal(t, api.Aborted, *killed.Cause)
+	require.Equal(t, workerapi.Aborted, *killed.Cause)
 	require.True(t, proctest.Gone(pid))
 }
 
@@ -281,7 +282,7 @@ func TestHeartbeat404ReRegistersAndConsumesTheNewQueue(t *testing.T) {
 	require.Equal(t, fakeControlPlaneKey.Credential(first), f.client.ExecutorCredential())
 	fake.forget(first)
 	killed := f.awaitState(t, 12, api.TaskStateWORKERFAILED)
-	require.Equal(t, api.WorkerLost, *killed.Cause)
+	require.Equal(t, workerapi.WorkerLost, *killed.Cause)
 	require.True(t, proctest.Gone(pid))
 	require.Eventually(t, func() bool { return len(fake.registered()) == 2 }, waitFor, tick)
 	require.Eventually(t, func() bool { return f.agent.WorkerID() == fake.registered()[1] }, waitFor, tick)
@@ -322,7 +323,7 @@ func TestFullSlotsDelayAnAttemptUntilOneFrees(t *testing.T) {
 	require.Eventually(t, func() bool { return fake.fetched(16) }, waitFor, tick)
 	require.Empty(t, fake.reportsOf(16), "no slot: attempt 16 waits")
 
-	killed, err := f.sup.Abort(context.Background(), 15, api.Preempted, "")
+	killed, err := f.sup.Abort(context.Background(), 15, workerapi.Preempted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	f.awaitState(t, 16, api.TaskStateSUCCEEDED)
@@ -403,7 +404,7 @@ func TestDrainingWorkerDoesNotRegisterAgain(t *testing.T) {
 
 	f.agent.Drain()
 	fake.forget(first)
-	require.Equal(t, api.WorkerLost, *f.awaitState(t, 23, api.TaskStateWORKERFAILED).Cause)
+	require.Equal(t, workerapi.WorkerLost, *f.awaitState(t, 23, api.TaskStateWORKERFAILED).Cause)
 	require.True(t, proctest.Gone(pid))
 	require.Never(t, func() bool { return len(fake.registered()) > 1 }, 200*time.Millisecond, tick)
 }
@@ -421,7 +422,7 @@ func TestRegistrationWithoutSecretsIsRejected(t *testing.T) {
 	client, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	slots := 1
-	_, err = client.Register(context.Background(), api.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1",
+	_, err = client.Register(context.Background(), workerapi.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1",
 		Slots: &slots})
 	require.ErrorIs(t, err, agent.ErrRejected)
 	require.ErrorContains(t, err, "no executor credential")

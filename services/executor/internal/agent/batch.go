@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/google/uuid"
 )
 
@@ -23,7 +23,7 @@ const (
 
 // itemSize bounds the JSON size of a batch item from above: every string
 // byte written as six (\u00XX), plus the fixed fields.
-func itemSize(item api.BatchedReport) int {
+func itemSize(item workerapi.BatchedReport) int {
 	if item.Report != nil {
 		return reportSize(*item.Report)
 	}
@@ -37,7 +37,7 @@ func itemSize(item api.BatchedReport) int {
 }
 
 // reportSize bounds the JSON size of a report from above.
-func reportSize(r api.AttemptReport) int {
+func reportSize(r workerapi.AttemptReport) int {
 	n := 0
 	for _, p := range []*string{r.Stdout, r.Stderr, r.Error} {
 		if p != nil {
@@ -74,7 +74,7 @@ type reportBatcher struct {
 
 // pendingBeat is a heartbeat waiting for its batch's answer.
 type pendingBeat struct {
-	report api.HeartbeatReport
+	report workerapi.HeartbeatReport
 	done   chan beatOutcome
 }
 
@@ -86,7 +86,7 @@ type beatOutcome struct {
 // pendingReport is a report waiting for its batch's answer.
 type pendingReport struct {
 	ctx  context.Context // the reporter's: its trace, when it leads a batch
-	item api.BatchedReport
+	item workerapi.BatchedReport
 	size int // reportSize
 	done chan reportOutcome
 }
@@ -110,7 +110,7 @@ type reportOutcome struct {
 // plane's view conflicts with the executor's (the attempt moved on):
 // proceed is false. Any other 4xx is not retried: the error wraps
 // ErrRejected. Before registration a report goes alone.
-func (c *Client) Report(ctx context.Context, id int64, reps ...api.AttemptReport) (bool, error) {
+func (c *Client) Report(ctx context.Context, id int64, reps ...workerapi.AttemptReport) (bool, error) {
 	if c.worker.Load() == nil {
 		proceed := true
 		for _, rep := range reps {
@@ -122,9 +122,9 @@ func (c *Client) Report(ctx context.Context, id int64, reps ...api.AttemptReport
 		}
 		return proceed, nil
 	}
-	items := make([]api.BatchedReport, len(reps))
+	items := make([]workerapi.BatchedReport, len(reps))
 	for i := range reps {
-		items[i] = api.BatchedReport{AttemptId: id, Report: &reps[i]}
+		items[i] = workerapi.BatchedReport{AttemptId: id, Report: &reps[i]}
 	}
 	return c.submit(ctx, items...)()
 }
@@ -132,23 +132,23 @@ func (c *Client) Report(ctx context.Context, id int64, reps ...api.AttemptReport
 // Submit queues rep about attempt id for the next batch, as Report sends
 // it, and returns at once; wait returns Report's answer. Before
 // registration the report is sent alone, before Submit returns.
-func (c *Client) Submit(ctx context.Context, id int64, rep api.AttemptReport) (wait func() (bool, error)) {
+func (c *Client) Submit(ctx context.Context, id int64, rep workerapi.AttemptReport) (wait func() (bool, error)) {
 	if c.worker.Load() == nil {
 		proceed, err := c.reportAlone(ctx, id, rep)
 		return func() (bool, error) { return proceed, err }
 	}
-	return c.submit(ctx, api.BatchedReport{AttemptId: id, Report: &rep})
+	return c.submit(ctx, workerapi.BatchedReport{AttemptId: id, Report: &rep})
 }
 
 // enqueue puts item in the next batch and waits for its outcome.
-func (c *Client) enqueue(ctx context.Context, item api.BatchedReport) (bool, error) {
+func (c *Client) enqueue(ctx context.Context, item workerapi.BatchedReport) (bool, error) {
 	return c.submit(ctx, item)()
 }
 
 // submit puts items, in order, in the next batch and returns a function
 // that waits for their outcome (or ctx's end): proceed unless one says
 // stop, the first error.
-func (c *Client) submit(ctx context.Context, items ...api.BatchedReport) func() (bool, error) {
+func (c *Client) submit(ctx context.Context, items ...workerapi.BatchedReport) func() (bool, error) {
 	ps := make([]*pendingReport, len(items))
 	for i, item := range items {
 		ps[i] = &pendingReport{ctx: ctx, item: item, size: itemSize(item), done: make(chan reportOutcome, 1)}
@@ -180,7 +180,7 @@ func (c *Client) submit(ctx context.Context, items ...api.BatchedReport) func() 
 }
 
 // itemName names a batch item in errors: "report RUNNING", "logs".
-func itemName(item api.BatchedReport) string {
+func itemName(item workerapi.BatchedReport) string {
 	if item.Report != nil {
 		return "report " + string(item.Report.State)
 	}
@@ -234,7 +234,7 @@ const rideWait = 100 * time.Millisecond
 // must not overtake it, or the api would read the older beat's list last
 // (the lost-attempt rule, domain.LossOnBeat, counts on beats in order).
 // Errors: as Heartbeat's.
-func (c *Client) rideAlong(ctx context.Context, id uuid.UUID, r api.HeartbeatReport) (stop []int64, rode bool, err error) {
+func (c *Client) rideAlong(ctx context.Context, id uuid.UUID, r workerapi.HeartbeatReport) (stop []int64, rode bool, err error) {
 	b := &c.batch
 	p := &pendingBeat{report: r, done: make(chan beatOutcome, 1)}
 	b.mu.Lock()
@@ -280,7 +280,7 @@ func (b *reportBatcher) takeBack(p *pendingBeat) bool {
 func (c *Client) sendBatch(batch []*pendingReport, beat *pendingBeat) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), c.cfg.ReportTimeout)
 	defer cancel()
-	req := api.ReportBatch{Reports: make([]api.BatchedReport, len(batch))}
+	req := workerapi.ReportBatch{Reports: make([]workerapi.BatchedReport, len(batch))}
 	for i, p := range batch {
 		req.Reports[i] = p.item
 	}
@@ -317,7 +317,7 @@ var errItemsRecorded = errors.New("the batch's items were recorded")
 // the heartbeat's stop list when one rode along. Errors: with a heartbeat,
 // ErrUnknownWorker on 404 (with errItemsRecorded) or 401 (the token went
 // with the worker's record: nothing was recorded).
-func (c *Client) sendBatchOnce(ctx context.Context, req api.ReportBatch) ([]reportOutcome, []int64, error) {
+func (c *Client) sendBatchOnce(ctx context.Context, req workerapi.ReportBatch) ([]reportOutcome, []int64, error) {
 	worker := *c.worker.Load()
 	res, err := c.api.ReportAttemptsWithResponse(ctx, worker, req)
 	switch {
@@ -344,7 +344,7 @@ func (c *Client) sendBatchOnce(ctx context.Context, req api.ReportBatch) ([]repo
 }
 
 // outcome is one report's outcome from its result in a batch's answer.
-func (c *Client) outcome(item api.BatchedReport, r api.BatchedReportResult) reportOutcome {
+func (c *Client) outcome(item workerapi.BatchedReport, r workerapi.BatchedReportResult) reportOutcome {
 	switch {
 	case r.Error == nil:
 		return reportOutcome{r.Proceed, nil}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/stretchr/testify/require"
 )
@@ -55,7 +56,7 @@ func TestHeartbeatRidesAlongWithABatch(t *testing.T) {
 
 	fake.stopOnNextBeat(51)
 	killed := f.awaitState(t, 51, api.TaskStateKILLED)
-	require.Equal(t, api.Aborted, *killed.Cause)
+	require.Equal(t, workerapi.Aborted, *killed.Cause)
 }
 
 // A heartbeat due while a batch is held in the api does not wait behind

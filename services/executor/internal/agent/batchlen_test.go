@@ -5,15 +5,16 @@ import (
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/stretchr/testify/require"
 )
 
 // A batch is cut at maxBatch reports and at maxBatchBytes by the reports'
 // worst-case sizes; a report bigger than that goes alone.
 func TestBatchLenBoundsCountAndBytes(t *testing.T) {
-	small := &pendingReport{size: reportSize(api.AttemptReport{State: api.TaskStateRUNNING})}
+	small := &pendingReport{size: reportSize(workerapi.AttemptReport{State: api.TaskStateRUNNING})}
 	big := strings.Repeat("x", 1<<20) // 6 MiB at worst
-	large := &pendingReport{size: reportSize(api.AttemptReport{State: api.TaskStateSUCCEEDED, Stdout: &big})}
+	large := &pendingReport{size: reportSize(workerapi.AttemptReport{State: api.TaskStateSUCCEEDED, Stdout: &big})}
 	require.Greater(t, large.size, 6<<20)
 
 	queue := make([]*pendingReport, 700)

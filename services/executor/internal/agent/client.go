@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/google/uuid"
@@ -67,7 +68,7 @@ type ClientConfig struct {
 // Client calls the Capstan api for the executor: it registers, heartbeats,
 // reads attempts and reports them (with retries).
 type Client struct {
-	api *api.ClientWithResponses
+	api *workerapi.ClientWithResponses
 	cfg ClientConfig
 	log *slog.Logger
 	// bound is the token of the current registration (nil before one).
@@ -91,9 +92,9 @@ func NewClient(baseURL string, cfg ClientConfig, log *slog.Logger) (*Client, err
 	cfg.ReportTimeout = cmp.Or(cfg.ReportTimeout, time.Minute)
 	cfg.ReportBackoff = cmp.Or(cfg.ReportBackoff, 100*time.Millisecond)
 	cl := &Client{cfg: cfg, log: log}
-	c, err := api.NewClientWithResponses(baseURL, api.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout,
+	c, err := workerapi.NewClientWithResponses(baseURL, workerapi.WithHTTPClient(&http.Client{Timeout: cfg.RequestTimeout,
 		Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithFilter(inTrace))}),
-		api.WithRequestEditorFn(cl.authorize))
+		workerapi.WithRequestEditorFn(cl.authorize))
 	if err != nil {
 		return nil, fmt.Errorf("api client: %w", err)
 	}
@@ -134,7 +135,7 @@ type workerSecrets struct {
 // key (DispatchKey). Errors: ErrRejected (the request is invalid, or the
 // answer carries no executor credential or no valid dispatch key: an api
 // older than the executor), a transport error or a 5xx.
-func (c *Client) Register(ctx context.Context, req api.RegisterWorkerRequest) (uuid.UUID, error) {
+func (c *Client) Register(ctx context.Context, req workerapi.RegisterWorkerRequest) (uuid.UUID, error) {
 	res, err := c.api.RegisterWorkerWithResponse(ctx, req)
 	if err != nil {
 		return uuid.UUID{}, fmt.Errorf("register: %w", err)
@@ -197,7 +198,7 @@ func (c *Client) Heartbeat(ctx context.Context, id uuid.UUID, held []supervisor.
 	for i, h := range held {
 		items[i] = item{Id: h.ID, State: h.State}
 	}
-	beat := api.HeartbeatReport{Attempts: &items, Draining: &draining}
+	beat := workerapi.HeartbeatReport{Attempts: &items, Draining: &draining}
 	if stop, rode, err := c.rideAlong(ctx, id, beat); rode {
 		return stop, err
 	}

@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/svc"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
@@ -110,7 +110,7 @@ func (a *Agent) handleAttemptsRun(ctx context.Context, worker uuid.UUID, t *asyn
 	if err := queue.Decode(t, &p); err != nil {
 		return err
 	}
-	specs := map[int64]*api.AttemptSpec{}
+	specs := map[int64]*workerapi.AttemptSpec{}
 	if len(p.Specs) > 0 && queue.FirstDelivery(ctx, t) {
 		var ok bool
 		if specs, ok = a.dispatched(worker, p.AttemptIDs, p.Specs); !ok {
@@ -138,10 +138,10 @@ func (a *Agent) handleAttemptsRun(ctx context.Context, worker uuid.UUID, t *asyn
 // signed for another worker or registration. The attempts it named that
 // Postgres still holds ASSIGNED here are dispatched again, by id, by the
 // scheduler's resync.
-func (a *Agent) dispatched(worker uuid.UUID, ids []int64, signed []queue.SignedSpec) (map[int64]*api.AttemptSpec,
+func (a *Agent) dispatched(worker uuid.UUID, ids []int64, signed []queue.SignedSpec) (map[int64]*workerapi.AttemptSpec,
 	bool) {
 	key := a.client.DispatchKey(worker)
-	specs := make(map[int64]*api.AttemptSpec, len(signed))
+	specs := make(map[int64]*workerapi.AttemptSpec, len(signed))
 	for _, s := range signed {
 		spec, err := s.Verify(key)
 		if err == nil && !slices.Contains(ids, spec.Id) {
@@ -176,7 +176,7 @@ func specsUsed(err error) error {
 // outlives the task. Errors, naming the attempt: supervisor.ErrFull
 // (retried after FullRetryDelay), a failure to read the attempt (retried
 // with backoff).
-func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64, spec *api.AttemptSpec) error {
+func (a *Agent) startAttempt(ctx context.Context, worker uuid.UUID, id int64, spec *workerapi.AttemptSpec) error {
 	log := a.log.With("attempt_id", id)
 	if a.sup.Holds(id) {
 		log.Debug("attempt already held")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ func TestForgedDispatchRunsNothing(t *testing.T) {
 	f := run(t, fake, agent.Config{})
 	worker := f.agent.WorkerID()
 	dir := t.TempDir()
-	forged := func(id int64) api.AttemptSpec {
+	forged := func(id int64) workerapi.AttemptSpec {
 		return shell(id, worker, "touch "+filepath.Join(dir, "forged"))
 	}
 	enq := queue.NewEnqueuer(f.queue, slog.New(slog.DiscardHandler))

@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/google/uuid"
 )
@@ -24,20 +25,20 @@ type fakeAPI struct {
 
 	mu        sync.Mutex
 	workers   []string // registered ids, in order
-	regs      []api.RegisterWorkerRequest
+	regs      []workerapi.RegisterWorkerRequest
 	deleted   []string        // deregistered ids, in order
 	forgotten map[string]bool // ids whose heartbeat answers 404
 	revoked   map[string]bool // ids whose bound token answers 401
-	beats     []api.HeartbeatReport
+	beats     []workerapi.HeartbeatReport
 	riders    int     // heartbeats that came with a batch
 	stop      []int64 // returned by the next heartbeat
-	attempts  map[int64]api.AttemptSpec
+	attempts  map[int64]workerapi.AttemptSpec
 	gets      []int64
 	// readSizes is the number of ids of each GET /v1/workers/{id}/attempts,
 	// in order; readLatency how long each takes to answer.
 	readSizes   []int
 	readLatency time.Duration
-	reports     map[int64][]api.AttemptReport
+	reports     map[int64][]workerapi.AttemptReport
 	batches     []int // the size of each report batch, in order
 	// batchLatency is how long a report batch takes to answer.
 	batchLatency time.Duration
@@ -52,7 +53,7 @@ type fakeAPI struct {
 	failRegistrations, failReports int
 	// logs holds the chunks appended per attempt, and appendedAfter how
 	// many reports of the attempt had arrived when each append did.
-	logs          map[int64][]api.LogChunk
+	logs          map[int64][]workerapi.LogChunk
 	appendedAfter map[int64][]int
 	// runs are the runs that exist and live the attempts that are live,
 	// as the sweep's questions answer; asked is the number of runs of each
@@ -63,8 +64,8 @@ type fakeAPI struct {
 }
 
 func newFakeAPI() *fakeAPI {
-	f := &fakeAPI{forgotten: map[string]bool{}, revoked: map[string]bool{}, attempts: map[int64]api.AttemptSpec{}, reports: map[int64][]api.AttemptReport{},
-		logs: map[int64][]api.LogChunk{}, appendedAfter: map[int64][]int{}, runs: map[domain.RunKey]bool{},
+	f := &fakeAPI{forgotten: map[string]bool{}, revoked: map[string]bool{}, attempts: map[int64]workerapi.AttemptSpec{}, reports: map[int64][]workerapi.AttemptReport{},
+		logs: map[int64][]workerapi.LogChunk{}, appendedAfter: map[int64][]int{}, runs: map[domain.RunKey]bool{},
 		live: map[int64]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workers", f.register)
@@ -108,7 +109,7 @@ func (f *fakeAPI) authorize(next http.Handler) http.Handler {
 }
 
 func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
-	var req api.RegisterWorkerRequest
+	var req workerapi.RegisterWorkerRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
 		return
@@ -136,7 +137,7 @@ func (f *fakeAPI) register(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {
-	var rep api.HeartbeatReport
+	var rep workerapi.HeartbeatReport
 	_ = json.NewDecoder(r.Body).Decode(&rep)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -145,12 +146,12 @@ func (f *fakeAPI) heartbeat(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such worker"))
 		return
 	}
-	writeJSON(w, http.StatusOK, api.HeartbeatReply{Stop: stop})
+	writeJSON(w, http.StatusOK, workerapi.HeartbeatReply{Stop: stop})
 }
 
 // beatLocked records heartbeat rep of worker id (f.mu held) and returns the
 // attempts to stop; ok is false for a forgotten worker.
-func (f *fakeAPI) beatLocked(id string, rep api.HeartbeatReport) (stop []int64, ok bool) {
+func (f *fakeAPI) beatLocked(id string, rep workerapi.HeartbeatReport) (stop []int64, ok bool) {
 	if f.forgotten[id] {
 		return nil, false
 	}
@@ -187,7 +188,7 @@ func (f *fakeAPI) getAttempts(w http.ResponseWriter, r *http.Request) {
 	latency := f.readLatency
 	f.mu.Unlock()
 	<-time.After(latency) // a slow api: reads made meanwhile queue up
-	out := api.AttemptSpecList{Attempts: []api.AttemptSpec{}}
+	out := workerapi.AttemptSpecList{Attempts: []workerapi.AttemptSpec{}}
 	ids := r.URL.Query()["ids"]
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -212,7 +213,7 @@ func (f *fakeAPI) readBatches() []int {
 
 func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	var rep api.AttemptReport
+	var rep workerapi.AttemptReport
 	if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
 		return
@@ -225,13 +226,13 @@ func (f *fakeAPI) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.recordLocked(id, rep)
-	writeJSON(w, http.StatusOK, api.AttemptReportResponse{Proceed: true})
+	writeJSON(w, http.StatusOK, workerapi.AttemptReportResponse{Proceed: true})
 }
 
 // recordLocked records report rep of attempt id (f.mu held); once the
 // attempt ended, a read of it answers its state and proceed false, as the
 // api's does.
-func (f *fakeAPI) recordLocked(id int64, rep api.AttemptReport) {
+func (f *fakeAPI) recordLocked(id int64, rep workerapi.AttemptReport) {
 	f.reports[id] = append(f.reports[id], rep)
 	if spec, ok := f.attempts[id]; ok && rep.State != api.TaskStateBUILDING && rep.State != api.TaskStateRUNNING {
 		spec.State, spec.Proceed = rep.State, false
@@ -242,7 +243,7 @@ func (f *fakeAPI) recordLocked(id int64, rep api.AttemptReport) {
 // reportBatch records a batch's reports and logs in order, as the api does; a
 // failing report fails the whole batch (503), as a database error would.
 func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
-	var b api.ReportBatch
+	var b workerapi.ReportBatch
 	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
 		return
@@ -265,13 +266,13 @@ func (f *fakeAPI) reportBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.batches = append(f.batches, len(b.Reports))
-	out := api.ReportBatchResult{Results: make([]api.BatchedReportResult, len(b.Reports))}
+	out := workerapi.ReportBatchResult{Results: make([]workerapi.BatchedReportResult, len(b.Reports))}
 	for i, it := range b.Reports {
-		out.Results[i] = api.BatchedReportResult{AttemptId: it.AttemptId, Proceed: true}
+		out.Results[i] = workerapi.BatchedReportResult{AttemptId: it.AttemptId, Proceed: true}
 		if it.Logs != nil {
 			if _, ok := f.attempts[it.AttemptId]; !ok {
 				p := api.Problem{Status: http.StatusNotFound, Title: "Not Found", Code: "not_found"}
-				out.Results[i] = api.BatchedReportResult{AttemptId: it.AttemptId, Error: &p}
+				out.Results[i] = workerapi.BatchedReportResult{AttemptId: it.AttemptId, Error: &p}
 				continue
 			}
 			f.logs[it.AttemptId] = append(f.logs[it.AttemptId], *it.Logs...)
@@ -341,7 +342,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // addAttempt makes GET /v1/attempts/{id} answer spec.
-func (f *fakeAPI) addAttempt(spec api.AttemptSpec) {
+func (f *fakeAPI) addAttempt(spec workerapi.AttemptSpec) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts[spec.Id] = spec
@@ -399,10 +400,10 @@ func (f *fakeAPI) fetched(id int64) bool {
 	return false
 }
 
-func (f *fakeAPI) reportsOf(id int64) []api.AttemptReport {
+func (f *fakeAPI) reportsOf(id int64) []workerapi.AttemptReport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]api.AttemptReport{}, f.reports[id]...)
+	return append([]workerapi.AttemptReport{}, f.reports[id]...)
 }
 
 func (f *fakeAPI) states(id int64) []api.TaskState {
@@ -438,10 +439,10 @@ func (f *fakeAPI) deregistered() []string {
 }
 
 // registrations returns the registration requests, in order.
-func (f *fakeAPI) registrations() []api.RegisterWorkerRequest {
+func (f *fakeAPI) registrations() []workerapi.RegisterWorkerRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]api.RegisterWorkerRequest{}, f.regs...)
+	return append([]workerapi.RegisterWorkerRequest{}, f.regs...)
 }
 
 // sawDrainingBeat reports whether a heartbeat said the worker is draining.
@@ -458,7 +459,7 @@ func (f *fakeAPI) sawDrainingBeat() bool {
 
 func (f *fakeAPI) appendLogs(w http.ResponseWriter, r *http.Request) {
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	var body api.LogChunks
+	var body workerapi.LogChunks
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, err.Error()))
 		return
@@ -489,7 +490,7 @@ func (f *fakeAPI) logsOf(id int64) (map[string]string, []int) {
 // existingRuns answers which of the runs asked about are in f.runs, as the
 // api does (up to 1,000 a request).
 func (f *fakeAPI) existingRuns(w http.ResponseWriter, r *http.Request) {
-	var req api.ExistingRunsRequest
+	var req workerapi.ExistingRunsRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Runs) == 0 || len(req.Runs) > 1000 {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, "runs: 1 to 1000"))
 		return
@@ -497,7 +498,7 @@ func (f *fakeAPI) existingRuns(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked = append(f.asked, len(req.Runs))
-	out := api.RunRefList{Runs: []api.RunRef{}}
+	out := workerapi.RunRefList{Runs: []workerapi.RunRef{}}
 	for _, k := range req.Runs {
 		if f.runs[domain.RunKey{Project: k.Project, Domain: k.Domain, Run: k.Run}] {
 			out.Runs = append(out.Runs, k)
@@ -508,14 +509,14 @@ func (f *fakeAPI) existingRuns(w http.ResponseWriter, r *http.Request) {
 
 // liveAttempts answers which of the attempts asked about are in f.live.
 func (f *fakeAPI) liveAttempts(w http.ResponseWriter, r *http.Request) {
-	var req api.LiveAttemptsRequest
+	var req workerapi.LiveAttemptsRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Attempts) == 0 || len(req.Attempts) > 1000 {
 		problem.Write(w, problem.New(http.StatusBadRequest, problem.CodeBadRequest, "attempts: 1 to 1000"))
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := api.AttemptIDList{Attempts: []int64{}}
+	out := workerapi.AttemptIDList{Attempts: []int64{}}
 	for _, id := range req.Attempts {
 		if f.live[id] {
 			out.Attempts = append(out.Attempts, id)

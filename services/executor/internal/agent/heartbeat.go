@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/google/uuid"
 )
 
@@ -38,7 +38,7 @@ func (a *Agent) heartbeat(ctx context.Context, id uuid.UUID) error {
 		}
 		failures = 0
 		for _, attemptID := range stop {
-			if a.sup.Stop(attemptID, api.Aborted, "the control plane asked the worker to stop it") {
+			if a.sup.Stop(attemptID, workerapi.Aborted, "the control plane asked the worker to stop it") {
 				a.log.Info("stopping attempt on heartbeat reply", "attempt_id", attemptID)
 			}
 		}

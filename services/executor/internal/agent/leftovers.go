@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/google/uuid"
 )
 
@@ -20,9 +20,9 @@ const maxAsk = 1000
 func (c *Client) ExistingRuns(ctx context.Context, worker uuid.UUID, keys []domain.RunKey) (map[domain.RunKey]bool, error) {
 	found := make(map[domain.RunKey]bool)
 	for page := range slices.Chunk(keys, maxAsk) {
-		body := api.ExistingRunsRequest{Runs: make([]api.RunRef, len(page))}
+		body := workerapi.ExistingRunsRequest{Runs: make([]workerapi.RunRef, len(page))}
 		for i, k := range page {
-			body.Runs[i] = api.RunRef{Project: k.Project, Domain: k.Domain, Run: k.Run}
+			body.Runs[i] = workerapi.RunRef{Project: k.Project, Domain: k.Domain, Run: k.Run}
 		}
 		res, err := c.api.ExistingRunsWithResponse(ctx, worker, body)
 		if err != nil {
@@ -44,7 +44,7 @@ func (c *Client) ExistingRuns(ctx context.Context, worker uuid.UUID, keys []doma
 func (c *Client) LiveAttempts(ctx context.Context, worker uuid.UUID, ids []int64) (map[int64]bool, error) {
 	live := make(map[int64]bool)
 	for page := range slices.Chunk(ids, maxAsk) {
-		res, err := c.api.LiveAttemptsWithResponse(ctx, worker, api.LiveAttemptsRequest{Attempts: page})
+		res, err := c.api.LiveAttemptsWithResponse(ctx, worker, workerapi.LiveAttemptsRequest{Attempts: page})
 		if err != nil {
 			return nil, fmt.Errorf("live attempts: %w", err)
 		}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 )
 
@@ -19,15 +19,15 @@ var _ supervisor.LogSink = (*Client)(nil)
 // caller retries at its next batch. Errors: a 4xx answer (the attempt is
 // gone, the chunks are invalid) wraps supervisor.ErrLogsRejected and
 // ErrRejected; a transport error or a 5xx is worth a retry.
-func (c *Client) AppendLogs(ctx context.Context, id int64, chunks []api.LogChunk) error {
+func (c *Client) AppendLogs(ctx context.Context, id int64, chunks []workerapi.LogChunk) error {
 	if c.worker.Load() != nil {
-		_, err := c.enqueue(ctx, api.BatchedReport{AttemptId: id, Logs: &chunks})
+		_, err := c.enqueue(ctx, workerapi.BatchedReport{AttemptId: id, Logs: &chunks})
 		if errors.Is(err, ErrRejected) {
 			return fmt.Errorf("%w: %w", supervisor.ErrLogsRejected, err)
 		}
 		return err
 	}
-	res, err := c.api.AppendAttemptLogsWithResponse(ctx, id, api.LogChunks{Chunks: chunks})
+	res, err := c.api.AppendAttemptLogsWithResponse(ctx, id, workerapi.LogChunks{Chunks: chunks})
 	switch {
 	case err != nil:
 		return fmt.Errorf("append logs: %w", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/google/uuid"
@@ -46,9 +47,9 @@ func TestAppendLogsToAGoneAttemptIsRejected(t *testing.T) {
 	c, err := agent.NewClient(fake.URL, agent.ClientConfig{Token: fakeWorkerToken}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	slots := 1
-	_, err = c.Register(context.Background(), api.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1", Slots: &slots})
+	_, err = c.Register(context.Background(), workerapi.RegisterWorkerRequest{Name: "w", Address: "http://127.0.0.1:1", Slots: &slots})
 	require.NoError(t, err)
-	err = c.AppendLogs(context.Background(), 404, []api.LogChunk{{Stream: api.Stdout, Data: "x"}})
+	err = c.AppendLogs(context.Background(), 404, []workerapi.LogChunk{{Stream: workerapi.Stdout, Data: "x"}})
 	require.ErrorIs(t, err, supervisor.ErrLogsRejected)
 	require.ErrorIs(t, err, agent.ErrRejected)
 }

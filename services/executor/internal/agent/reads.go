@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/google/uuid"
 )
 
@@ -33,7 +33,7 @@ type pendingRead struct {
 }
 
 type readOutcome struct {
-	spec api.AttemptSpec
+	spec workerapi.AttemptSpec
 	err  error
 }
 
@@ -44,7 +44,7 @@ type readOutcome struct {
 // for an attempt the control plane does not know or placed on another
 // worker; StatusError and transport errors, not retried (the caller's
 // queue retries).
-func (c *Client) Attempt(ctx context.Context, worker uuid.UUID, id int64) (api.AttemptSpec, error) {
+func (c *Client) Attempt(ctx context.Context, worker uuid.UUID, id int64) (workerapi.AttemptSpec, error) {
 	if w := c.worker.Load(); w == nil || *w != worker {
 		return c.attemptAlone(ctx, id)
 	}
@@ -62,7 +62,7 @@ func (c *Client) Attempt(ctx context.Context, worker uuid.UUID, id int64) (api.A
 	case o := <-p.done:
 		return o.spec, o.err
 	case <-ctx.Done():
-		return api.AttemptSpec{}, fmt.Errorf("get attempt: %w", ctx.Err())
+		return workerapi.AttemptSpec{}, fmt.Errorf("get attempt: %w", ctx.Err())
 	}
 }
 
@@ -93,14 +93,14 @@ func (c *Client) readBatch(worker uuid.UUID, batch []*pendingRead) {
 		ids[i] = p.id
 	}
 	ctx := context.WithoutCancel(batch[0].ctx)
-	res, err := c.api.GetWorkerAttemptsWithResponse(ctx, worker, &api.GetWorkerAttemptsParams{Ids: ids})
+	res, err := c.api.GetWorkerAttemptsWithResponse(ctx, worker, &workerapi.GetWorkerAttemptsParams{Ids: ids})
 	switch {
 	case err != nil:
 		err = fmt.Errorf("get attempts: %w", err)
 	case res.JSON200 == nil:
 		err = &StatusError{"get attempts", res.StatusCode(), string(res.Body)}
 	}
-	found := map[int64]api.AttemptSpec{}
+	found := map[int64]workerapi.AttemptSpec{}
 	if err == nil {
 		for _, spec := range res.JSON200.Attempts {
 			found[spec.Id] = spec
@@ -121,15 +121,15 @@ func (c *Client) readBatch(worker uuid.UUID, batch []*pendingRead) {
 
 // attemptAlone reads attempt id alone (GET /v1/attempts/{id}). Errors:
 // ErrAttemptNotFound on 404.
-func (c *Client) attemptAlone(ctx context.Context, id int64) (api.AttemptSpec, error) {
+func (c *Client) attemptAlone(ctx context.Context, id int64) (workerapi.AttemptSpec, error) {
 	res, err := c.api.GetAttemptWithResponse(ctx, id)
 	switch {
 	case err != nil:
-		return api.AttemptSpec{}, fmt.Errorf("get attempt: %w", err)
+		return workerapi.AttemptSpec{}, fmt.Errorf("get attempt: %w", err)
 	case res.StatusCode() == http.StatusNotFound:
-		return api.AttemptSpec{}, ErrAttemptNotFound
+		return workerapi.AttemptSpec{}, ErrAttemptNotFound
 	case res.JSON200 == nil:
-		return api.AttemptSpec{}, &StatusError{"get attempt", res.StatusCode(), string(res.Body)}
+		return workerapi.AttemptSpec{}, &StatusError{"get attempt", res.StatusCode(), string(res.Body)}
 	}
 	return *res.JSON200, nil
 }

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/google/uuid"
 )
 
@@ -22,7 +22,7 @@ const maxRegisterBackoff = 5 * time.Second
 // may start after the executor). It records the id and writes IDFile.
 // Errors: ErrRejected, ctx's error.
 func (a *Agent) register(ctx context.Context) (uuid.UUID, error) {
-	req := api.RegisterWorkerRequest{Name: a.cfg.Name, Address: a.cfg.Address, Slots: &a.cfg.Slots,
+	req := workerapi.RegisterWorkerRequest{Name: a.cfg.Name, Address: a.cfg.Address, Slots: &a.cfg.Slots,
 		Sandbox: &a.cfg.Sandbox}
 	if labels := a.labels(); len(labels) > 0 {
 		req.Labels = &labels

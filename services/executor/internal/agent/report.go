@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 )
 
 // maxReportBackoff caps the delay between report retries.
@@ -20,7 +20,7 @@ const maxReportBackoff = 2 * time.Second
 // brief api outage loses no result. A 409 means the control plane's view
 // conflicts with the executor's (the attempt moved on): proceed is false.
 // Any other 4xx is not retried: the error wraps ErrRejected.
-func (c *Client) reportAlone(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+func (c *Client) reportAlone(ctx context.Context, id int64, rep workerapi.AttemptReport) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReportTimeout)
 	defer cancel()
 	proceed := true
@@ -54,7 +54,7 @@ func (c *Client) retry(ctx context.Context, what string, once func() error) erro
 	}
 }
 
-func (c *Client) reportOnce(ctx context.Context, id int64, rep api.AttemptReport) (bool, error) {
+func (c *Client) reportOnce(ctx context.Context, id int64, rep workerapi.AttemptReport) (bool, error) {
 	res, err := c.api.ReportAttemptWithResponse(ctx, id, rep)
 	switch {
 	case err != nil:

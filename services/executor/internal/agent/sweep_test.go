@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/stretchr/testify/require"
 )
@@ -44,7 +45,7 @@ func TestRunsRemoveSparesHeldAndExistingRuns(t *testing.T) {
 	require.DirExists(t, dir("kept"), "a run the api knows")
 	require.DirExists(t, dir("run-1"), "the run of an attempt the executor runs")
 
-	killed, err := f.sup.Abort(context.Background(), 7, api.Aborted, "test")
+	killed, err := f.sup.Abort(context.Background(), 7, workerapi.Aborted, "test")
 	require.NoError(t, err)
 	require.True(t, killed)
 	require.Eventually(t, func() bool { return !f.sup.Holds(7) }, waitFor, tick)

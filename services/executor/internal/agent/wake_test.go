@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/queue"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/agent"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -82,7 +83,7 @@ func TestStartsFromTheMessagesSpecOnItsFirstDeliveryOnly(t *testing.T) {
 	require.NoError(t, poll.Enqueue(ctx, queue.NewAttemptsRunTask(worker, []int64{32}, []queue.SignedSpec{sign(t, worker, next)})))
 	require.Eventually(t, func() bool { return fake.reads(32) > 0 }, waitFor, tick, "the retry reads the attempt")
 	require.Zero(t, fake.reads(31))
-	killed, err := f.sup.Abort(ctx, 31, api.Preempted, "")
+	killed, err := f.sup.Abort(ctx, 31, workerapi.Preempted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	f.awaitState(t, 32, api.TaskStateSUCCEEDED)

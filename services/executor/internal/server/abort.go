@@ -6,24 +6,24 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/executorapi"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 )
 
 // abortCauses are the causes an abort request may give.
-var abortCauses = []api.AttemptReportCause{api.Aborted, api.Timeout, api.Preempted, api.WorkerLost}
+var abortCauses = []workerapi.AttemptReportCause{workerapi.Aborted, workerapi.Timeout, workerapi.Preempted, workerapi.WorkerLost}
 
 // AbortAttempt kills the attempt's process group and answers once it is
 // gone: 200 killed=true, or killed=false when it had already exited; 404
 // (code attempt_not_found) when this executor holds no such attempt; 400
 // for an unknown cause.
 func (h *handlers) AbortAttempt(ctx context.Context, req executorapi.AbortAttemptRequestObject) (executorapi.AbortAttemptResponseObject, error) {
-	cause, reason := api.Aborted, ""
+	cause, reason := workerapi.Aborted, ""
 	if b := req.Body; b != nil {
 		if b.Cause != nil && *b.Cause != "" {
-			cause = api.AttemptReportCause(*b.Cause)
+			cause = workerapi.AttemptReportCause(*b.Cause)
 		}
 		if b.Reason != nil {
 			reason = *b.Reason
@@ -47,7 +47,7 @@ func (h *handlers) AbortAttempt(ctx context.Context, req executorapi.AbortAttemp
 	return executorapi.AbortAttempt200JSONResponse{Id: req.Id, Killed: killed}, nil
 }
 
-func validCause(c api.AttemptReportCause) bool {
+func validCause(c workerapi.AttemptReportCause) bool {
 	for _, ok := range abortCauses {
 		if c == ok {
 			return true

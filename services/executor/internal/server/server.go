@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/executorapi"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 )
@@ -27,7 +27,7 @@ import (
 type Aborter interface {
 	// Abort kills attempt id and returns once its process is gone; killed
 	// is false when it had already exited. Errors: supervisor.ErrNotHeld.
-	Abort(ctx context.Context, id int64, cause api.AttemptReportCause, reason string) (killed bool, err error)
+	Abort(ctx context.Context, id int64, cause workerapi.AttemptReportCause, reason string) (killed bool, err error)
 }
 
 // Readier is what /readyz asks, when the Aborter given to New is one (the

@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/executorapi"
 	"github.com/capstan-run/capstan/pkg/problem"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/server"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -28,25 +29,25 @@ func TestMain(m *testing.M) { proctest.Main(m) }
 // reports records what the supervisor reports and always says proceed.
 type reports struct {
 	mu   sync.Mutex
-	byID map[int64][]api.AttemptReport
+	byID map[int64][]workerapi.AttemptReport
 }
 
-func (r *reports) Report(_ context.Context, id int64, reps ...api.AttemptReport) (bool, error) {
+func (r *reports) Report(_ context.Context, id int64, reps ...workerapi.AttemptReport) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byID == nil {
-		r.byID = map[int64][]api.AttemptReport{}
+		r.byID = map[int64][]workerapi.AttemptReport{}
 	}
 	r.byID[id] = append(r.byID[id], reps...)
 	return true, nil
 }
 
-func (r *reports) Submit(ctx context.Context, id int64, rep api.AttemptReport) func() (bool, error) {
+func (r *reports) Submit(ctx context.Context, id int64, rep workerapi.AttemptReport) func() (bool, error) {
 	proceed, err := r.Report(ctx, id, rep)
 	return func() (bool, error) { return proceed, err }
 }
 
-func (r *reports) find(id int64, st api.TaskState) *api.AttemptReport {
+func (r *reports) find(id int64, st api.TaskState) *workerapi.AttemptReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rep := range r.byID[id] {
@@ -139,7 +140,7 @@ func (f fixture) status(t *testing.T, method, path, auth string) int {
 func TestAbortNeedsTheWorkersCredential(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	require.NoError(t, f.sup.Start(api.AttemptSpec{Id: 8, Number: 1, Project: "p", Domain: "d", Run: "r",
+	require.NoError(t, f.sup.Start(workerapi.AttemptSpec{Id: 8, Number: 1, Project: "p", Domain: "d", Run: "r",
 		Action: "a", Replicas: 1, Plugin: "shell", Command: "sleep 600", Proceed: true}))
 	require.Eventually(t, func() bool { return f.rec.find(8, api.TaskStateRUNNING) != nil }, 10*time.Second, 5*time.Millisecond)
 	const abort = "/v1/attempts/8/abort"
@@ -180,7 +181,7 @@ func TestAbortUnknownAttemptIs404(t *testing.T) {
 func TestAbortRunningAttemptKillsIt(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	require.NoError(t, f.sup.Start(api.AttemptSpec{Id: 7, Number: 1, Project: "p", Domain: "d", Run: "r",
+	require.NoError(t, f.sup.Start(workerapi.AttemptSpec{Id: 7, Number: 1, Project: "p", Domain: "d", Run: "r",
 		Action: "a", Replicas: 1, Plugin: "shell", Command: "sleep 600", Proceed: true}))
 	var pid int
 	require.Eventually(t, func() bool {
@@ -202,7 +203,7 @@ func TestAbortRunningAttemptKillsIt(t *testing.T) {
 
 	require.Eventually(t, func() bool { return f.rec.find(7, api.TaskStateKILLED) != nil }, 10*time.Second, 5*time.Millisecond)
 	killed := f.rec.find(7, api.TaskStateKILLED)
-	require.Equal(t, api.Timeout, *killed.Cause)
+	require.Equal(t, workerapi.Timeout, *killed.Cause)
 	require.Equal(t, reason, *killed.Error)
 }
 

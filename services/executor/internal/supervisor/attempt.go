@@ -6,19 +6,20 @@ import (
 	"sync"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 )
 
 // stopReason is why an attempt was stopped: the report's cause and error.
 type stopReason struct {
-	cause  api.AttemptReportCause
+	cause  workerapi.AttemptReportCause
 	reason string
 }
 
 // attempt is one held attempt. Its goroutine (Supervisor.run) owns its
 // process; other goroutines only mark it stopped.
 type attempt struct {
-	spec api.AttemptSpec
+	spec workerapi.AttemptSpec
 	// ctx bounds its BUILDING and RUNNING reports; cancelled when stopped.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -60,7 +61,7 @@ func (a *attempt) finalizer(p plugin.Plugin) func(context.Context, *plugin.Task)
 	}
 }
 
-func newAttempt(ctx context.Context, spec api.AttemptSpec) *attempt {
+func newAttempt(ctx context.Context, spec workerapi.AttemptSpec) *attempt {
 	ctx, cancel := context.WithCancel(ctx)
 	return &attempt{spec: spec, ctx: ctx, cancel: cancel, state: api.TaskStateBUILDING,
 		stopping: make(chan struct{}), exited: make(chan struct{}), stuck: make(chan struct{})}
@@ -144,9 +145,9 @@ func (s *Supervisor) run(a *attempt) {
 	}
 	a.setState(final.State)
 	log := s.log.With("attempt_id", a.spec.Id, "state", final.State)
-	reps := []api.AttemptReport{final}
+	reps := []workerapi.AttemptReport{final}
 	if a.runningWithFinal {
-		reps = []api.AttemptReport{{State: api.TaskStateRUNNING}, final}
+		reps = []workerapi.AttemptReport{{State: api.TaskStateRUNNING}, final}
 	}
 	// The final report outlives the attempt's context, but not its trace.
 	ctx := trace.ContextWithSpanContext(s.ctx, trace.SpanContextFromContext(a.ctx))

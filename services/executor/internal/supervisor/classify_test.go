@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/stretchr/testify/require"
@@ -62,64 +63,66 @@ func TestFailureClassification(t *testing.T) {
 
 	cases := []struct {
 		name, rule string
-		spec       func(*api.AttemptSpec)
+		spec       func(*workerapi.AttemptSpec)
 		noRuntime  bool
-		cause      api.AttemptReportCause
+		cause      workerapi.AttemptReportCause
 		code       string
 		errHas     string
 		ran        bool // BUILDING was reported: validation passed
 	}{
-		{"unknown plugin", ruleValidation, func(s *api.AttemptSpec) { s.Plugin = "k8s" },
-			false, api.Permanent, "UnknownPlugin", `.plugin: unknown plugin "k8s"`, false},
-		{"shell with command and args", ruleValidation, func(s *api.AttemptSpec) { s.Args = &[]string{"true"} },
-			false, api.Permanent, "InvalidPluginSpec", ".args:", false},
-		{"http without an absolute url", ruleValidation, func(s *api.AttemptSpec) {
+		{"unknown plugin", ruleValidation, func(s *workerapi.AttemptSpec) { s.Plugin = "k8s" },
+			false, workerapi.Permanent, "UnknownPlugin", `.plugin: unknown plugin "k8s"`, false},
+		{"shell with command and args", ruleValidation, func(s *workerapi.AttemptSpec) { s.Args = &[]string{"true"} },
+			false, workerapi.Permanent, "InvalidPluginSpec", ".args:", false},
+		{"http without an absolute url", ruleValidation, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: "ftp://x"}
-		}, false, api.Permanent, "InvalidPluginSpec", ".http.url:", false},
-		{"container without its fields", ruleValidation, func(s *api.AttemptSpec) { s.Plugin, s.Command = "container", "" },
-			false, api.Permanent, "InvalidPluginSpec", ".container:", false},
-		{"shell args: no such program", ruleSystem, func(s *api.AttemptSpec) {
+		}, false, workerapi.Permanent, "InvalidPluginSpec", ".http.url:", false},
+		{"container without its fields", ruleValidation, func(s *workerapi.AttemptSpec) { s.Plugin, s.Command = "container", "" },
+			false, workerapi.Permanent, "InvalidPluginSpec", ".container:", false},
+		{"shell args: no such program", ruleSystem, func(s *workerapi.AttemptSpec) {
 			s.Command, s.Args = "", &[]string{"/no/such/binary"}
-		}, false, api.System, "ExecFailed", "/no/such/binary", true},
-		{"shell args: not on PATH", ruleSystem, func(s *api.AttemptSpec) {
+		}, false, workerapi.System, "ExecFailed", "/no/such/binary", true},
+		{"shell args: not on PATH", ruleSystem, func(s *workerapi.AttemptSpec) {
 			s.Command, s.Args = "", &[]string{"capstan-no-such-program"}
-		}, false, api.System, "ExecFailed", "capstan-no-such-program", true},
-		{"shell: non-zero exit", ruleUser, func(s *api.AttemptSpec) { s.Command = "exit 3" },
-			false, api.User, "NonZeroExit", "exit status 3", true},
-		{"http: 5xx", ruleUser, func(s *api.AttemptSpec) {
+		}, false, workerapi.System, "ExecFailed", "capstan-no-such-program", true},
+		{"shell: non-zero exit", ruleUser, func(s *workerapi.AttemptSpec) { s.Command = "exit 3" },
+			false, workerapi.User, "NonZeroExit", "exit status 3", true},
+		{"http: 5xx", ruleUser, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/503"}
 		},
-			false, api.User, "HTTPServerError", "503", true},
-		{"http: transport error", ruleUser, func(s *api.AttemptSpec) { s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: closed.URL} },
-			false, api.User, "HTTPTransportError", "connect", true},
-		{"http: a refused target", ruleUser, func(s *api.AttemptSpec) {
+			false, workerapi.User, "HTTPServerError", "503", true},
+		{"http: transport error", ruleUser, func(s *workerapi.AttemptSpec) {
+			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: closed.URL}
+		},
+			false, workerapi.User, "HTTPTransportError", "connect", true},
+		{"http: a refused target", ruleUser, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: "http://169.254.169.254/latest/meta-data/"}
-		}, false, api.User, "HTTPTargetRefused", "refused to connect to 169.254.169.254:80: a link-local address", true},
-		{"http: 4xx", rulePermanent, func(s *api.AttemptSpec) {
+		}, false, workerapi.User, "HTTPTargetRefused", "refused to connect to 169.254.169.254:80: a link-local address", true},
+		{"http: 4xx", rulePermanent, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/404"}
 		},
-			false, api.Permanent, "HTTPClientError", "404", true},
-		{"http: other status", rulePermanent, func(s *api.AttemptSpec) {
+			false, workerapi.Permanent, "HTTPClientError", "404", true},
+		{"http: other status", rulePermanent, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/301"}
 		},
-			false, api.Permanent, "HTTPUnexpectedStatus", "304", true},
-		{"container: the runtime fails before the container starts", ruleSystem, func(s *api.AttemptSpec) {
+			false, workerapi.Permanent, "HTTPUnexpectedStatus", "304", true},
+		{"container: the runtime fails before the container starts", ruleSystem, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "capstan.test/runtime-fails"}
-		}, false, api.System, "ContainerRuntimeError", "exit status 125", true},
-		{"container: non-zero exit", ruleUser, func(s *api.AttemptSpec) {
+		}, false, workerapi.System, "ContainerRuntimeError", "exit status 125", true},
+		{"container: non-zero exit", ruleUser, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "alpine:3", Args: &[]string{"sh", "-c", "exit 4"}}
-		}, false, api.User, "NonZeroExit", "exit status 4", true},
-		{"http: a wait code", ruleWait, func(s *api.AttemptSpec) {
+		}, false, workerapi.User, "NonZeroExit", "exit status 4", true},
+		{"http: a wait code", ruleWait, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Http = "http", "", &api.HTTPSpec{Url: srv.URL + "/503", WaitCodes: &[]int{425, 503}}
-		}, false, api.Waiting, "NotReady", "status 503", true},
-		{"shell: the wait exit code", ruleWait, func(s *api.AttemptSpec) { s.Command, s.WaitExitCode = "exit 75", ptr(75) },
-			false, api.Waiting, "NotReady", "exit status 75", true},
-		{"shell: another exit than the wait exit code", ruleUser, func(s *api.AttemptSpec) {
+		}, false, workerapi.Waiting, "NotReady", "status 503", true},
+		{"shell: the wait exit code", ruleWait, func(s *workerapi.AttemptSpec) { s.Command, s.WaitExitCode = "exit 75", ptr(75) },
+			false, workerapi.Waiting, "NotReady", "exit status 75", true},
+		{"shell: another exit than the wait exit code", ruleUser, func(s *workerapi.AttemptSpec) {
 			s.Command, s.WaitExitCode = "exit 3", ptr(75)
-		}, false, api.User, "NonZeroExit", "exit status 3", true},
-		{"container on an executor without a runtime", ruleSystem, func(s *api.AttemptSpec) {
+		}, false, workerapi.User, "NonZeroExit", "exit status 3", true},
+		{"container on an executor without a runtime", ruleSystem, func(s *workerapi.AttemptSpec) {
 			s.Plugin, s.Command, s.Container = "container", "", &api.ContainerSpec{Image: "alpine:3"}
-		}, true, api.System, "PluginUnavailable", "does not run the container plugin", false},
+		}, true, workerapi.System, "PluginUnavailable", "does not run the container plugin", false},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,7 +157,7 @@ func TestUncreatableWorkDirIsSystemFailure(t *testing.T) {
 	s := newSupervisor(t, rec, supervisor.Config{DataDir: file})
 	require.NoError(t, s.Start(spec(1, "true")))
 	final := rec.await(t, 1, api.TaskStateFAILED)
-	require.Equal(t, api.System, *final.Cause)
+	require.Equal(t, workerapi.System, *final.Cause)
 	require.Equal(t, "WorkDirFailed", *final.Code)
 	require.Contains(t, *final.Error, "create directory")
 	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 )
@@ -24,8 +24,8 @@ const (
 // try failed. An Abort that leaves a process that would not die
 // (runner.ErrStuck) also wakes the Abort calls waiting for the attempt, with
 // its error.
-func (s *Supervisor) retry(a *attempt, step api.CleanupStepStep,
-	do func(context.Context, *plugin.Task) error, t *plugin.Task) api.CleanupStep {
+func (s *Supervisor) retry(a *attempt, step workerapi.CleanupStepStep,
+	do func(context.Context, *plugin.Task) error, t *plugin.Task) workerapi.CleanupStep {
 	delay := cleanupFirstDelay
 	var last error
 	for try := 1; ; try++ {
@@ -36,7 +36,7 @@ func (s *Supervisor) retry(a *attempt, step api.CleanupStepStep,
 		last = err
 		s.log.Warn("cleanup step failed; retrying", "attempt_id", t.ID, "step", step, "try", try,
 			"retry_in", delay.String(), "err", err)
-		if step == api.Abort && errors.Is(err, runner.ErrStuck) {
+		if step == workerapi.Abort && errors.Is(err, runner.ErrStuck) {
 			a.markStuck(err)
 		}
 		timer := time.NewTimer(delay)
@@ -52,8 +52,8 @@ func (s *Supervisor) retry(a *attempt, step api.CleanupStepStep,
 	return cleanupStep(step, last)
 }
 
-func cleanupStep(step api.CleanupStepStep, err error) api.CleanupStep {
-	cs := api.CleanupStep{Step: step, At: time.Now().UTC()}
+func cleanupStep(step workerapi.CleanupStepStep, err error) workerapi.CleanupStep {
+	cs := workerapi.CleanupStep{Step: step, At: time.Now().UTC()}
 	if err != nil {
 		cs.Error = ptr(clip(err.Error()))
 	}

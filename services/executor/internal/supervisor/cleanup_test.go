@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -56,7 +57,7 @@ func TestAbortedShellTreeLeavesNoProcess(t *testing.T) {
 	pids := append(readPids(t, pidfile, 4), leader)
 
 	before := time.Now().UTC()
-	killed, err := s.Abort(context.Background(), 5, api.Aborted, "stop it")
+	killed, err := s.Abort(context.Background(), 5, workerapi.Aborted, "stop it")
 	require.NoError(t, err)
 	require.True(t, killed)
 	for _, pid := range pids {
@@ -66,8 +67,8 @@ func TestAbortedShellTreeLeavesNoProcess(t *testing.T) {
 	require.NotNil(t, final.Cleanup)
 	cleanup := *final.Cleanup
 	require.Len(t, cleanup, 2)
-	require.Equal(t, api.Abort, cleanup[0].Step)
-	require.Equal(t, api.Finalize, cleanup[1].Step)
+	require.Equal(t, workerapi.Abort, cleanup[0].Step)
+	require.Equal(t, workerapi.Finalize, cleanup[1].Step)
 	require.Nil(t, cleanup[0].Error)
 	require.Nil(t, cleanup[1].Error)
 	require.False(t, cleanup[0].At.Before(before))
@@ -87,7 +88,7 @@ func TestSpecKillGraceWins(t *testing.T) {
 	rec.await(t, 6, api.TaskStateRUNNING)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	killed, err := s.Abort(ctx, 6, api.Timeout, "")
+	killed, err := s.Abort(ctx, 6, workerapi.Timeout, "")
 	require.NoError(t, err, "SIGKILL came after the spec's 100ms, not the fallback's hour")
 	require.True(t, killed)
 }
@@ -109,7 +110,7 @@ func TestAbortedContainerIsStoppedAndRemoved(t *testing.T) {
 	pidfile := filepath.Join(filepath.Dir(log), "capstan-7.pid")
 	require.Eventually(t, func() bool { _, err := os.Stat(pidfile); return err == nil }, waitFor, tick)
 
-	killed, err := s.Abort(context.Background(), 7, api.Aborted, "")
+	killed, err := s.Abort(context.Background(), 7, workerapi.Aborted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	final := rec.await(t, 7, api.TaskStateKILLED)
@@ -153,7 +154,7 @@ func TestCleanupStepsAreRetriedUntilDone(t *testing.T) {
 	s := newSupervisor(t, rec, supervisor.Config{Plugins: plugin.NewRegistry(map[string]plugin.Plugin{"shell": flaky})})
 	require.NoError(t, s.Start(spec(8, "sleep 600")))
 	pid := *rec.await(t, 8, api.TaskStateRUNNING).Pid
-	killed, err := s.Abort(context.Background(), 8, api.Aborted, "")
+	killed, err := s.Abort(context.Background(), 8, workerapi.Aborted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	require.True(t, proctest.Gone(pid))

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
 
@@ -45,7 +45,7 @@ const outputsDir = ".capstan/outputs"
 // directory, 0700, and all in it are the attempt's user's. Errors: a name
 // that is not a valid path element, or a directory, file or lease that
 // cannot be made.
-func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, *sandbox.Attempt, error) {
+func (s *Supervisor) prepare(spec workerapi.AttemptSpec) (dirs, *sandbox.Attempt, error) {
 	for _, name := range []string{spec.Project, spec.Domain, spec.Run} {
 		if !domain.ValidName(name) {
 			return dirs{}, nil, fmt.Errorf("invalid name %q in the attempt's run key", name)
@@ -83,7 +83,7 @@ func (s *Supervisor) prepare(spec api.AttemptSpec) (dirs, *sandbox.Attempt, erro
 // makeDirs makes d's directories with mode (the run directory aside when
 // sandboxed: it exists) and writes the inputs; without a sandbox it gives
 // them to Config.RunAs's user.
-func (s *Supervisor) makeDirs(spec api.AttemptSpec, d dirs, mode os.FileMode) error {
+func (s *Supervisor) makeDirs(spec workerapi.AttemptSpec, d dirs, mode os.FileMode) error {
 	made := []string{d.work, d.outputs, d.inputs}
 	if s.cfg.Sandbox == nil {
 		made = append(made, d.run)
@@ -114,7 +114,7 @@ func (s *Supervisor) makeDirs(spec api.AttemptSpec, d dirs, mode os.FileMode) er
 
 // resourcesOf is the attempt's step's resources; zero when it declares
 // none.
-func resourcesOf(spec api.AttemptSpec) domain.Resources {
+func resourcesOf(spec workerapi.AttemptSpec) domain.Resources {
 	var r domain.Resources
 	if spec.Resources != nil {
 		r.CPUMillis, r.MemoryBytes = deref(spec.Resources.CpuMillis), deref(spec.Resources.MemoryBytes)
@@ -204,7 +204,7 @@ func runtimeEnv() []string {
 // attemptEnv is the attempt's own environment: the spec's env (in key
 // order), then the inputs (see inputEnv), then the attempt's CAPSTAN_*
 // variables, which win.
-func attemptEnv(spec api.AttemptSpec, d dirs) []string {
+func attemptEnv(spec workerapi.AttemptSpec, d dirs) []string {
 	env := make([]string, 0, len(spec.Env)+16)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])

@@ -6,6 +6,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 )
@@ -25,7 +26,7 @@ const finalizeTimeout = time.Minute
 // plugin's Handle until the work ends or the attempt is stopped. It returns
 // the final report. A WorkDirless plugin (noop) skips BUILDING and the
 // directories.
-func (s *Supervisor) execute(a *attempt) api.AttemptReport {
+func (s *Supervisor) execute(a *attempt) workerapi.AttemptReport {
 	defer s.exited(a)
 	p, t, failed := s.resolve(a.spec)
 	if t != nil {
@@ -42,10 +43,10 @@ func (s *Supervisor) execute(a *attempt) api.AttemptReport {
 		return s.light(a, p, t)
 	}
 	if !s.building(a) {
-		a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+		a.markStopped(stopReason{workerapi.Aborted, "the control plane stopped the attempt"})
 	}
 	if a.dropped {
-		return api.AttemptReport{}
+		return workerapi.AttemptReport{}
 	}
 	if r := a.stopReason(); r != nil {
 		return killed(*r, nil)
@@ -90,7 +91,7 @@ func (s *Supervisor) leave(a *attempt, box *sandbox.Attempt) {
 // answers. Its RUNNING report goes with the final one, in the same batch
 // (one request and one transaction at the control plane, not two), unless
 // the work goes on after Handle's first answer: then drive reports it.
-func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
+func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) workerapi.AttemptReport {
 	a.setState(api.TaskStateRUNNING)
 	a.runningWithFinal = true
 	if r := a.stopReason(); r != nil {
@@ -107,7 +108,7 @@ func (s *Supervisor) light(a *attempt, p plugin.Plugin, t *plugin.Task) api.Atte
 // attempt is aborted and finalized (see stopped); a system failure resets
 // the plugin (see systemFailed); work that ended is finalized and reported.
 // Once the work ended, a stop no longer changes the outcome.
-func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) api.AttemptReport {
+func (s *Supervisor) drive(a *attempt, p plugin.Plugin, t *plugin.Task) workerapi.AttemptReport {
 	tr, err := p.Handle(a.ctx, t)
 	running := false
 	for err == nil && !tr.Ended() && a.stopReason() == nil {
@@ -144,7 +145,7 @@ func (s *Supervisor) outputsOwner(t *plugin.Task) int {
 func (s *Supervisor) running(a *attempt, pid int) {
 	a.setState(api.TaskStateRUNNING)
 	a.runningWithFinal = false
-	rep := api.AttemptReport{State: api.TaskStateRUNNING}
+	rep := workerapi.AttemptReport{State: api.TaskStateRUNNING}
 	if pid > 0 {
 		rep.Pid = &pid
 		s.log.Info("attempt started", "attempt_id", a.spec.Id, "pid", pid)
@@ -152,7 +153,7 @@ func (s *Supervisor) running(a *attempt, pid int) {
 	wait := s.rep.Submit(a.ctx, a.spec.Id, rep)
 	a.answers.Go(func() {
 		if !s.proceed(a, rep, wait) {
-			a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+			a.markStopped(stopReason{workerapi.Aborted, "the control plane stopped the attempt"})
 		}
 	})
 }
@@ -161,11 +162,11 @@ func (s *Supervisor) running(a *attempt, pid int) {
 // task's pending_reason), without waiting for the answer, as running
 // does: an answer that the attempt must stop stops it then.
 func (s *Supervisor) pending(a *attempt, reason string) {
-	rep := api.AttemptReport{State: api.TaskStateBUILDING, PendingReason: &reason}
+	rep := workerapi.AttemptReport{State: api.TaskStateBUILDING, PendingReason: &reason}
 	wait := s.rep.Submit(a.ctx, a.spec.Id, rep)
 	a.answers.Go(func() {
 		if !s.proceed(a, rep, wait) {
-			a.markStopped(stopReason{api.Aborted, "the control plane stopped the attempt"})
+			a.markStopped(stopReason{workerapi.Aborted, "the control plane stopped the attempt"})
 		}
 	})
 }
@@ -175,10 +176,10 @@ func (s *Supervisor) pending(a *attempt, reason string) {
 // the plugin's Abort stops the work, then its Finalize cleans up, each
 // retried until it succeeds; the final report carries both steps. What the
 // work wrote until then is collected into the report.
-func (s *Supervisor) stopped(a *attempt, p plugin.Plugin, t *plugin.Task, r stopReason) api.AttemptReport {
-	cleanup := []api.CleanupStep{
-		s.retry(a, api.Abort, p.Abort, t),
-		s.retry(a, api.Finalize, a.finalizer(p), t),
+func (s *Supervisor) stopped(a *attempt, p plugin.Plugin, t *plugin.Task, r stopReason) workerapi.AttemptReport {
+	cleanup := []workerapi.CleanupStep{
+		s.retry(a, workerapi.Abort, p.Abort, t),
+		s.retry(a, workerapi.Finalize, a.finalizer(p), t),
 	}
 	var last *plugin.Transition
 	if t.State != nil { // the work started: collect its exit and output
@@ -198,7 +199,7 @@ func (s *Supervisor) stopped(a *attempt, p plugin.Plugin, t *plugin.Task, r stop
 // Abort, as Flyte's executor (TaskActionReconciler) does on a system error
 // (resetPluginResource), then its Finalize, once each (their failures are
 // logged), and its state is cleared.
-func (s *Supervisor) systemFailed(a *attempt, p plugin.Plugin, t *plugin.Task, err error) api.AttemptReport {
+func (s *Supervisor) systemFailed(a *attempt, p plugin.Plugin, t *plugin.Task, err error) workerapi.AttemptReport {
 	log := s.log.With("attempt_id", t.ID)
 	log.Warn("system failure", "err", err)
 	if aerr := p.Abort(s.ctx, t); aerr != nil {
@@ -229,7 +230,7 @@ func (s *Supervisor) finalize(a *attempt, p plugin.Plugin, t *plugin.Task) {
 // attempt stopped while it waited (an abort, which ends the wait) is not
 // dropped: it ends as stopped, and says so in its final report.
 func (s *Supervisor) building(a *attempt) bool {
-	rep := api.AttemptReport{State: api.TaskStateBUILDING}
+	rep := workerapi.AttemptReport{State: api.TaskStateBUILDING}
 	if !a.unconfirmed {
 		return s.report(a, rep)
 	}
@@ -244,12 +245,12 @@ func (s *Supervisor) building(a *attempt) bool {
 // report sends a progress report within a's context. It returns false only
 // when the control plane answered that the attempt must stop: a lost
 // progress report is no reason to kill a process.
-func (s *Supervisor) report(a *attempt, rep api.AttemptReport) bool {
+func (s *Supervisor) report(a *attempt, rep workerapi.AttemptReport) bool {
 	return s.proceed(a, rep, s.rep.Submit(a.ctx, a.spec.Id, rep))
 }
 
 // proceed waits for the answer to a's progress report rep, as report.
-func (s *Supervisor) proceed(a *attempt, rep api.AttemptReport, wait func() (bool, error)) bool {
+func (s *Supervisor) proceed(a *attempt, rep workerapi.AttemptReport, wait func() (bool, error)) bool {
 	proceed, err := wait()
 	if err != nil {
 		if a.ctx.Err() == nil {

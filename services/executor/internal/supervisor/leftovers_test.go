@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/stretchr/testify/require"
 )
@@ -53,7 +54,7 @@ func TestRemovesLeftoversButThoseOfHeldAttempts(t *testing.T) {
 	require.NoDirExists(t, leftover)
 	require.DirExists(t, heldWork)
 
-	killed, err := s.Abort(context.Background(), 7, api.Aborted, "test")
+	killed, err := s.Abort(context.Background(), 7, workerapi.Aborted, "test")
 	require.NoError(t, err)
 	require.True(t, killed)
 	require.Eventually(t, func() bool { return !s.Holds(7) }, waitFor, tick)

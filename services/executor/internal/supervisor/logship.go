@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 )
 
 // LogSink takes the output of attempts while they run. When the Reporter
@@ -19,7 +19,7 @@ type LogSink interface {
 	// AppendLogs stores chunks of attempt id's output, in order, in one
 	// call. An error wrapping ErrLogsRejected is final (the attempt is gone,
 	// the chunks are invalid); any other may pass on a retry.
-	AppendLogs(ctx context.Context, id int64, chunks []api.LogChunk) error
+	AppendLogs(ctx context.Context, id int64, chunks []workerapi.LogChunk) error
 }
 
 // ErrLogsRejected: the control plane refused log chunks; retrying will not
@@ -58,7 +58,7 @@ type logShipper struct {
 	done    chan struct{}
 
 	mu      sync.Mutex
-	pending []api.LogChunk
+	pending []workerapi.LogChunk
 	size    int               // bytes of text in pending
 	lost    int64             // bytes dropped since the last batch taken
 	carry   map[string][]byte // per stream, a rune cut by the end of a write
@@ -127,7 +127,7 @@ func (s *logShipper) add(stream, text string) {
 		len(s.pending[n-1].Data)+len(text) <= shipBatchBytes {
 		s.pending[n-1].Data += text
 	} else {
-		s.pending = append(s.pending, api.LogChunk{Stream: api.LogChunkStream(stream), Data: text})
+		s.pending = append(s.pending, workerapi.LogChunk{Stream: workerapi.LogChunkStream(stream), Data: text})
 	}
 	s.size += len(text)
 	for s.size > shipPendingBytes && len(s.pending) > 1 {
@@ -148,12 +148,12 @@ func (s *logShipper) add(stream, text string) {
 
 // take removes and returns the next batch, at most shipBatchBytes but for a
 // larger single chunk, behind a marker when output was dropped.
-func (s *logShipper) take() []api.LogChunk {
+func (s *logShipper) take() []workerapi.LogChunk {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var batch []api.LogChunk
+	var batch []workerapi.LogChunk
 	if s.lost > 0 {
-		batch = append(batch, api.LogChunk{Stream: api.Stderr, Data: lossMarker(s.lost)})
+		batch = append(batch, workerapi.LogChunk{Stream: workerapi.Stderr, Data: lossMarker(s.lost)})
 		s.lost = 0
 	}
 	n, size := 0, 0
@@ -173,7 +173,7 @@ func lossMarker(lost int64) string {
 }
 
 // putBack returns a batch that failed to the front of what is pending.
-func (s *logShipper) putBack(batch []api.LogChunk) {
+func (s *logShipper) putBack(batch []workerapi.LogChunk) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range batch {

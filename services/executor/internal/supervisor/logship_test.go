@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,19 +18,19 @@ import (
 // with its error instead.
 type sinkFake struct {
 	mu      sync.Mutex
-	batches [][]api.LogChunk
+	batches [][]workerapi.LogChunk
 	fail    error
 	calls   chan struct{} // one send per call, whatever its outcome
 }
 
-func (f *sinkFake) AppendLogs(_ context.Context, _ int64, chunks []api.LogChunk) error {
+func (f *sinkFake) AppendLogs(_ context.Context, _ int64, chunks []workerapi.LogChunk) error {
 	defer func() { f.calls <- struct{}{} }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
 		return f.fail
 	}
-	f.batches = append(f.batches, append([]api.LogChunk(nil), chunks...))
+	f.batches = append(f.batches, append([]workerapi.LogChunk(nil), chunks...))
 	return nil
 }
 
@@ -40,10 +40,10 @@ func (f *sinkFake) setFail(err error) {
 	f.mu.Unlock()
 }
 
-func (f *sinkFake) taken() [][]api.LogChunk {
+func (f *sinkFake) taken() [][]workerapi.LogChunk {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([][]api.LogChunk(nil), f.batches...)
+	return append([][]workerapi.LogChunk(nil), f.batches...)
 }
 
 // newShipperFake returns a shipper on a manual tick and its sink.
@@ -66,8 +66,8 @@ func awaitCall(t *testing.T, sink *sinkFake) {
 	}
 }
 
-func chunk(stream api.LogChunkStream, data string) api.LogChunk {
-	return api.LogChunk{Stream: stream, Data: data}
+func chunk(stream workerapi.LogChunkStream, data string) workerapi.LogChunk {
+	return workerapi.LogChunk{Stream: stream, Data: data}
 }
 
 func TestShipperShipsOnTheTick(t *testing.T) {
@@ -79,7 +79,7 @@ func TestShipperShipsOnTheTick(t *testing.T) {
 	require.Empty(t, sink.taken(), "nothing ships before the tick or a full batch")
 	tick <- time.Now()
 	awaitCall(t, sink)
-	require.Equal(t, [][]api.LogChunk{{chunk(api.Stdout, "ab\uFFFD"), chunk(api.Stderr, "c")}}, sink.taken(),
+	require.Equal(t, [][]workerapi.LogChunk{{chunk(workerapi.Stdout, "ab\uFFFD"), chunk(workerapi.Stderr, "c")}}, sink.taken(),
 		"one batch; writes of one stream coalesce; NUL removed, invalid UTF-8 replaced")
 	tick <- time.Now() // nothing pending: no call
 	s.close()
@@ -96,9 +96,9 @@ func TestShipperShipsAFullBatchAtOnce(t *testing.T) {
 	awaitCall(t, sink)
 	got := sink.taken()
 	require.Len(t, got, 1)
-	require.Equal(t, []api.LogChunk{chunk(api.Stdout, half+half)}, got[0], "64 KiB ship without a tick, no more")
+	require.Equal(t, []workerapi.LogChunk{chunk(workerapi.Stdout, half+half)}, got[0], "64 KiB ship without a tick, no more")
 	s.close()
-	require.Equal(t, []api.LogChunk{chunk(api.Stdout, "y")}, sink.taken()[1], "close flushes the rest")
+	require.Equal(t, []workerapi.LogChunk{chunk(workerapi.Stdout, "y")}, sink.taken()[1], "close flushes the rest")
 }
 
 func TestShipperCloseFlushesACutRune(t *testing.T) {
@@ -109,7 +109,7 @@ func TestShipperCloseFlushesACutRune(t *testing.T) {
 	s.write("stderr", []byte("\xe2\x82"))
 	s.close()
 	s.write("stdout", []byte("late"))
-	require.Equal(t, [][]api.LogChunk{{chunk(api.Stdout, "café "), chunk(api.Stderr, "\uFFFD")}}, sink.taken(),
+	require.Equal(t, [][]workerapi.LogChunk{{chunk(workerapi.Stdout, "café "), chunk(workerapi.Stderr, "\uFFFD")}}, sink.taken(),
 		"a rune split across writes is joined; one cut by the end becomes U+FFFD; writes after close are ignored")
 }
 
@@ -124,7 +124,7 @@ func TestShipperRetriesAFailedBatchInOrder(t *testing.T) {
 	s.write("stdout", []byte("two\n"))
 	tick <- time.Now()
 	awaitCall(t, sink)
-	require.Equal(t, [][]api.LogChunk{{chunk(api.Stdout, "one\ntwo\n")}}, sink.taken())
+	require.Equal(t, [][]workerapi.LogChunk{{chunk(workerapi.Stdout, "one\ntwo\n")}}, sink.taken())
 }
 
 func TestShipperDropsARejectedBatch(t *testing.T) {
@@ -137,7 +137,7 @@ func TestShipperDropsARejectedBatch(t *testing.T) {
 	sink.setFail(nil)
 	s.write("stdout", []byte("two\n"))
 	s.close()
-	require.Equal(t, [][]api.LogChunk{{chunk(api.Stdout, "two\n")}}, sink.taken())
+	require.Equal(t, [][]workerapi.LogChunk{{chunk(workerapi.Stdout, "two\n")}}, sink.taken())
 }
 
 func TestShipperBoundsWhatWaitsAndMarksTheLoss(t *testing.T) {
@@ -158,13 +158,13 @@ func TestShipperBoundsWhatWaitsAndMarksTheLoss(t *testing.T) {
 		awaitCall(t, sink)
 	}
 	first := sink.taken()[0]
-	require.Equal(t, api.Stderr, first[0].Stream)
+	require.Equal(t, workerapi.Stderr, first[0].Stream)
 	require.Contains(t, first[0].Data, "bytes of output lost")
 	s.close()
 	var shipped int
 	for _, b := range sink.taken() {
 		for _, c := range b {
-			if c.Stream == api.Stdout {
+			if c.Stream == workerapi.Stdout {
 				shipped += len(c.Data)
 			}
 		}

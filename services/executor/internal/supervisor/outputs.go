@@ -14,6 +14,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,7 +39,7 @@ const (
 // checkIONames returns an error naming the first declared output or input
 // whose name is not an environment-variable name (so not a safe file name
 // either); the attempt then fails with cause user before anything starts.
-func checkIONames(spec api.AttemptSpec) error {
+func checkIONames(spec workerapi.AttemptSpec) error {
 	if spec.Outputs != nil {
 		for _, name := range *spec.Outputs {
 			if !domain.ValidOutputName(name) {
@@ -91,13 +92,13 @@ func inputEnv(inputs map[string]string) []string {
 // output missing, unreadable or out of bounds turns the report into FAILED
 // with cause user and an error naming each such output (exit code and logs
 // stay). Other reports are returned as they are.
-func withOutputs(rep api.AttemptReport, work string, owner int, names []string) api.AttemptReport {
+func withOutputs(rep workerapi.AttemptReport, work string, owner int, names []string) workerapi.AttemptReport {
 	if rep.State != api.TaskStateSUCCEEDED || len(names) == 0 {
 		return rep
 	}
 	outs, err := readOutputs(work, owner, names)
 	if err != nil {
-		rep.State, rep.Cause, rep.Code, rep.Error = api.TaskStateFAILED, ptr(api.User), ptr(codeInvalidOutputs),
+		rep.State, rep.Cause, rep.Code, rep.Error = api.TaskStateFAILED, ptr(workerapi.User), ptr(codeInvalidOutputs),
 			ptr(clip(err.Error()))
 		return rep
 	}
@@ -231,7 +232,7 @@ func readOutput(dir int, name string, owner int) (string, error) {
 }
 
 // declaredOutputs returns the names of the outputs spec's step declares.
-func declaredOutputs(spec api.AttemptSpec) []string {
+func declaredOutputs(spec workerapi.AttemptSpec) []string {
 	if spec.Outputs == nil {
 		return nil
 	}

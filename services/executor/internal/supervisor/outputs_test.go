@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/stretchr/testify/require"
 )
 
 // withIO is spec(id, command) with declared outputs and resolved inputs.
-func withIO(id int64, command string, outputs []string, inputs map[string]string) api.AttemptSpec {
+func withIO(id int64, command string, outputs []string, inputs map[string]string) workerapi.AttemptSpec {
 	s := spec(id, command)
 	if outputs != nil {
 		s.Outputs = &outputs
@@ -58,7 +59,7 @@ func TestMissingOutputFailsTheAttemptNamingIt(t *testing.T) {
 		[]string{"count", "total"}, nil)))
 
 	final := rec.await(t, 1, api.TaskStateFAILED)
-	require.Equal(t, api.User, *final.Cause)
+	require.Equal(t, workerapi.User, *final.Cause)
 	require.Equal(t, `output "total" was not written to $CAPSTAN_OUTPUTS_DIR/total`, *final.Error)
 	require.Equal(t, 0, *final.ExitCode, "the process itself succeeded")
 	require.Equal(t, "done\n", *final.Stdout)
@@ -97,7 +98,7 @@ func TestOutputsOutOfBoundsFailTheAttempt(t *testing.T) {
 			id := int64(i + 1)
 			require.NoError(t, s.Start(withIO(id, c.cmd, c.outputs, nil)))
 			final := rec.await(t, id, api.TaskStateFAILED)
-			require.Equal(t, api.User, *final.Cause)
+			require.Equal(t, workerapi.User, *final.Cause)
 			require.Equal(t, c.err, *final.Error)
 			require.Nil(t, final.Outputs)
 		})
@@ -128,7 +129,7 @@ func TestBadInputNameFailsBeforeStarting(t *testing.T) {
 	s := newSupervisor(t, rec, supervisor.Config{})
 	require.NoError(t, s.Start(withIO(1, "touch started", nil, map[string]string{"a/b": "x"})))
 	final := rec.await(t, 1, api.TaskStateFAILED)
-	require.Equal(t, api.User, *final.Cause)
+	require.Equal(t, workerapi.User, *final.Cause)
 	require.Equal(t, `input name "a/b" is not an environment-variable name`, *final.Error)
 	require.Equal(t, []api.TaskState{api.TaskStateBUILDING, api.TaskStateFAILED}, rec.states(1))
 }
@@ -169,7 +170,7 @@ func TestOutputsRefuseASymlinkedDirectory(t *testing.T) {
 			id := int64(i + 1)
 			require.NoError(t, s.Start(withIO(id, c.cmd, []string{"out"}, nil)))
 			final := rec.await(t, id, api.TaskStateFAILED)
-			require.Equal(t, api.User, *final.Cause)
+			require.Equal(t, workerapi.User, *final.Cause)
 			require.Contains(t, *final.Error, "$CAPSTAN_OUTPUTS_DIR is not the attempt's directory any more")
 			require.Nil(t, final.Outputs)
 		})

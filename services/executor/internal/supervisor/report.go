@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 )
 
@@ -19,25 +20,25 @@ const codeInvalidOutputs = "InvalidOutputs"
 // systemFailure is the final report of an attempt the platform could not
 // run (no work dir, a program that cannot be executed, a container runtime
 // that failed): FAILED, cause system, with code.
-func systemFailure(code string, err error) api.AttemptReport {
-	return failure(api.System, code, err.Error())
+func systemFailure(code string, err error) workerapi.AttemptReport {
+	return failure(workerapi.System, code, err.Error())
 }
 
 // permanentFailure is the final report of an attempt whose spec can never
 // run (an unknown plugin, invalid fields): FAILED, cause permanent, with
 // code.
-func permanentFailure(code string, err error) api.AttemptReport {
-	return failure(api.Permanent, code, err.Error())
+func permanentFailure(code string, err error) workerapi.AttemptReport {
+	return failure(workerapi.Permanent, code, err.Error())
 }
 
 // userFailure is the final report of an attempt its step's own spec cannot
 // run (an invalid output or input name): FAILED, cause user, with code.
-func userFailure(code string, err error) api.AttemptReport {
-	return failure(api.User, code, err.Error())
+func userFailure(code string, err error) workerapi.AttemptReport {
+	return failure(workerapi.User, code, err.Error())
 }
 
-func failure(cause api.AttemptReportCause, code, msg string) api.AttemptReport {
-	return api.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(cause), Code: ptr(code), Error: ptr(clip(msg))}
+func failure(cause workerapi.AttemptReportCause, code, msg string) workerapi.AttemptReport {
+	return workerapi.AttemptReport{State: api.TaskStateFAILED, Cause: ptr(cause), Code: ptr(code), Error: ptr(clip(msg))}
 }
 
 // killed is the final report of a stopped attempt, with the stop's cause
@@ -45,8 +46,8 @@ func failure(cause api.AttemptReportCause, code, msg string) api.AttemptReport {
 // state follows the cause: worker_lost is WORKER_FAILED and preempted is
 // PREEMPTED, which the scheduler retries under the preemption budget; aborted
 // and timeout are KILLED, which it never retries.
-func killed(r stopReason, last *plugin.Transition) api.AttemptReport {
-	rep := api.AttemptReport{State: stateOf(r.cause), Cause: ptr(r.cause),
+func killed(r stopReason, last *plugin.Transition) workerapi.AttemptReport {
+	rep := workerapi.AttemptReport{State: stateOf(r.cause), Cause: ptr(r.cause),
 		Error: ptr(clip(cmp.Or(r.reason, "killed: "+string(r.cause))))}
 	if last != nil {
 		withOutput(&rep, *last)
@@ -54,11 +55,11 @@ func killed(r stopReason, last *plugin.Transition) api.AttemptReport {
 	return rep
 }
 
-func stateOf(cause api.AttemptReportCause) api.TaskState {
+func stateOf(cause workerapi.AttemptReportCause) api.TaskState {
 	switch cause {
-	case api.WorkerLost:
+	case workerapi.WorkerLost:
 		return api.TaskStateWORKERFAILED
-	case api.Preempted:
+	case workerapi.Preempted:
 		return api.TaskStatePREEMPTED
 	}
 	return api.TaskStateKILLED
@@ -71,20 +72,20 @@ func stateOf(cause api.AttemptReportCause) api.TaskState {
 // report gets the declared outputs: the transition's, or else those read
 // from t.OutputsDir (see withOutputs), each a file of owner's when it is not
 // negative.
-func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.AttemptReport {
-	var rep api.AttemptReport
+func withTransition(tr plugin.Transition, t *plugin.Task, owner int) workerapi.AttemptReport {
+	var rep workerapi.AttemptReport
 	switch tr.Phase {
 	case plugin.PhaseSuccess:
 		rep.State = api.TaskStateSUCCEEDED
 	case plugin.PhasePermanentFailure:
-		rep = failure(api.Permanent, tr.Code, tr.Err)
+		rep = failure(workerapi.Permanent, tr.Code, tr.Err)
 	case plugin.PhaseWaiting:
-		rep = failure(api.Waiting, tr.Code, tr.Err)
+		rep = failure(workerapi.Waiting, tr.Code, tr.Err)
 	case plugin.PhaseLost:
-		rep = failure(api.WorkerLost, tr.Code, tr.Err)
+		rep = failure(workerapi.WorkerLost, tr.Code, tr.Err)
 		rep.State = api.TaskStateWORKERFAILED
 	default:
-		rep = failure(api.User, tr.Code, tr.Err)
+		rep = failure(workerapi.User, tr.Code, tr.Err)
 	}
 	withOutput(&rep, tr)
 	if tr.Outputs != nil {
@@ -97,7 +98,7 @@ func withTransition(tr plugin.Transition, t *plugin.Task, owner int) api.Attempt
 }
 
 // withOutput adds the work's exit code (when a process ran) and output.
-func withOutput(rep *api.AttemptReport, tr plugin.Transition) {
+func withOutput(rep *workerapi.AttemptReport, tr plugin.Transition) {
 	rep.ExitCode = tr.ExitCode
 	rep.Stdout, rep.Stderr = ptr(logText(tr.Stdout, tr.Truncated)), ptr(logText(tr.Stderr, tr.Truncated))
 	rep.Truncated = ptr(tr.Truncated)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -67,7 +68,7 @@ func TestSystemFailureResetAbortsThePluginAndClearsItsState(t *testing.T) {
 	require.NoError(t, s.Start(spec(12, "sleep 600")))
 	pid := *rec.await(t, 12, api.TaskStateRUNNING).Pid
 	final := rec.await(t, 12, api.TaskStateFAILED)
-	require.Equal(t, api.System, *final.Cause)
+	require.Equal(t, workerapi.System, *final.Cause)
 	require.Equal(t, plugin.CodeSystemError, *final.Code)
 	require.True(t, proctest.Gone(pid), "the plugin's Abort killed the process")
 	lossy.mu.Lock()

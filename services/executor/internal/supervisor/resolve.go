@@ -7,6 +7,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
@@ -27,7 +28,7 @@ const maxKillGrace = time.Hour
 // with code PluginUnavailable (domain.CodePluginUnavailable): the scheduler
 // retries it while another worker may run it, and never counts it against
 // this one.
-func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task, *api.AttemptReport) {
+func (s *Supervisor) resolve(spec workerapi.AttemptSpec) (plugin.Plugin, *plugin.Task, *workerapi.AttemptReport) {
 	ps := pluginSpecOf(spec)
 	if errs := ps.Validate(); len(errs) > 0 {
 		code := plugin.CodeInvalidPluginSpec
@@ -57,7 +58,7 @@ func (s *Supervisor) resolve(spec api.AttemptSpec) (plugin.Plugin, *plugin.Task,
 
 // attemptTimeout is the attempt's timeout_ms; 0 when absent or not
 // positive.
-func attemptTimeout(spec api.AttemptSpec) time.Duration {
+func attemptTimeout(spec workerapi.AttemptSpec) time.Duration {
 	if spec.TimeoutMs == nil || *spec.TimeoutMs <= 0 {
 		return 0
 	}
@@ -66,7 +67,7 @@ func attemptTimeout(spec api.AttemptSpec) time.Duration {
 
 // killGrace is the attempt's kill_grace_ms, at most maxKillGrace; absent or
 // negative: the executor's Config.KillGrace.
-func (s *Supervisor) killGrace(spec api.AttemptSpec) time.Duration {
+func (s *Supervisor) killGrace(spec workerapi.AttemptSpec) time.Duration {
 	if spec.KillGraceMs == nil || *spec.KillGraceMs < 0 {
 		return s.cfg.KillGrace
 	}
@@ -74,7 +75,7 @@ func (s *Supervisor) killGrace(spec api.AttemptSpec) time.Duration {
 }
 
 // pluginSpecOf is the attempt's plugin and its fields in the domain's form.
-func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
+func pluginSpecOf(spec workerapi.AttemptSpec) domain.PluginSpec {
 	ps := domain.PluginSpec{Plugin: spec.Plugin, Command: spec.Command, Env: spec.Env, WaitExitCode: spec.WaitExitCode}
 	if spec.Args != nil {
 		ps.Args = *spec.Args
@@ -111,7 +112,7 @@ func pluginSpecOf(spec api.AttemptSpec) domain.PluginSpec {
 // when sandboxed (its user, namespaces and limits for a host process; a
 // PID namespace and its cgroup for a container runtime's CLI), else
 // Config.RunAs and, for a network: none step, a network namespace only.
-func (s *Supervisor) withDirs(t *plugin.Task, spec api.AttemptSpec, d dirs, box *sandbox.Attempt) {
+func (s *Supervisor) withDirs(t *plugin.Task, spec workerapi.AttemptSpec, d dirs, box *sandbox.Attempt) {
 	t.Dir, t.Mounts, t.OutputsDir = d.work, []string{d.work, d.run}, d.outputs
 	t.AttemptEnv = attemptEnv(spec, d)
 	t.RuntimeEnv = append(runtimeEnv(), t.AttemptEnv...)

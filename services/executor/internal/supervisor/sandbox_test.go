@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
@@ -76,7 +77,7 @@ func TestSandboxedAttemptsAreApart(t *testing.T) {
 		cat /proc/$(cat "$CAPSTAN_RUN_DIR/other")/environ 2>&1 >/dev/null | sed 's/.*: //'
 		: > "$CAPSTAN_RUN_DIR/done"
 		while [ ! -e "$CAPSTAN_RUN_DIR/go" ]; do sleep 0.01; done`
-	specs := map[int64]api.AttemptSpec{}
+	specs := map[int64]workerapi.AttemptSpec{}
 	for id, run := range map[int64]string{1: "run-a", 2: "run-b"} {
 		sp := withIO(id, cmd, nil, map[string]string{"x": "input"})
 		sp.Run = run

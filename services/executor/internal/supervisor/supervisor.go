@@ -18,6 +18,7 @@ import (
 
 	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/runner"
 	"github.com/capstan-run/capstan/services/executor/internal/sandbox"
@@ -40,8 +41,8 @@ var (
 // a report of an attempt submitted or made after it reaches the control
 // plane after it.
 type Reporter interface {
-	Report(ctx context.Context, id int64, reps ...api.AttemptReport) (proceed bool, err error)
-	Submit(ctx context.Context, id int64, rep api.AttemptReport) (wait func() (proceed bool, err error))
+	Report(ctx context.Context, id int64, reps ...workerapi.AttemptReport) (proceed bool, err error)
+	Submit(ctx context.Context, id int64, rep workerapi.AttemptReport) (wait func() (proceed bool, err error))
 }
 
 // Config configures a Supervisor.
@@ -145,14 +146,14 @@ func (s *Supervisor) DataDir() string { return s.cfg.DataDir }
 // Start takes the attempt and starts running it in the background; it
 // returns at once. Starting an attempt it already holds does nothing.
 // Errors: ErrFull when every slot is taken, ErrClosed after Close.
-func (s *Supervisor) Start(spec api.AttemptSpec) error {
+func (s *Supervisor) Start(spec workerapi.AttemptSpec) error {
 	return s.StartInTrace(context.Background(), spec)
 }
 
 // StartInTrace is Start for an attempt whose reports continue the trace of
 // parent's span (the attempt:run task's): the attempt takes parent's span
 // context, not its deadline or cancellation.
-func (s *Supervisor) StartInTrace(parent context.Context, spec api.AttemptSpec) error {
+func (s *Supervisor) StartInTrace(parent context.Context, spec workerapi.AttemptSpec) error {
 	return s.start(parent, spec, false)
 }
 
@@ -162,11 +163,11 @@ func (s *Supervisor) StartInTrace(parent context.Context, spec api.AttemptSpec) 
 // answer says so instead, before its work starts, and an attempt whose
 // answer is lost does not start (building). A WorkDirless plugin's
 // attempt, which has no BUILDING and no work, runs as it would.
-func (s *Supervisor) StartDispatched(parent context.Context, spec api.AttemptSpec) error {
+func (s *Supervisor) StartDispatched(parent context.Context, spec workerapi.AttemptSpec) error {
 	return s.start(parent, spec, true)
 }
 
-func (s *Supervisor) start(parent context.Context, spec api.AttemptSpec, unconfirmed bool) error {
+func (s *Supervisor) start(parent context.Context, spec workerapi.AttemptSpec, unconfirmed bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -224,7 +225,7 @@ func (s *Supervisor) Held() []Held {
 // with its cleanup steps) follows once its plugin's Abort and Finalize are
 // done. It returns false when the attempt is not held or its work had
 // already ended.
-func (s *Supervisor) Stop(id int64, cause api.AttemptReportCause, reason string) bool {
+func (s *Supervisor) Stop(id int64, cause workerapi.AttemptReportCause, reason string) bool {
 	a := s.get(id)
 	return a != nil && s.stop(a, stopReason{cause, reason})
 }
@@ -234,7 +235,7 @@ func (s *Supervisor) Stop(id int64, cause api.AttemptReportCause, reason string)
 // both are done: killed is true, or false when its work had already ended.
 // Errors: ErrNotHeld; the plugin's Abort's first error (runner.ErrStuck:
 // the attempt goes on retrying it); ctx's error.
-func (s *Supervisor) Abort(ctx context.Context, id int64, cause api.AttemptReportCause, reason string) (killed bool, err error) {
+func (s *Supervisor) Abort(ctx context.Context, id int64, cause workerapi.AttemptReportCause, reason string) (killed bool, err error) {
 	a := s.get(id)
 	if a == nil {
 		return false, ErrNotHeld
@@ -254,7 +255,7 @@ func (s *Supervisor) Abort(ctx context.Context, id int64, cause api.AttemptRepor
 
 // KillAll aborts every held attempt with cause and reason, concurrently, and
 // returns once all their processes are gone or ctx ends.
-func (s *Supervisor) KillAll(ctx context.Context, cause api.AttemptReportCause, reason string) error {
+func (s *Supervisor) KillAll(ctx context.Context, cause workerapi.AttemptReportCause, reason string) error {
 	s.mu.Lock()
 	ids := make([]int64, 0, len(s.held))
 	for id := range s.held {
@@ -303,7 +304,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	err := s.KillAll(ctx, api.WorkerLost, "the executor is shutting down")
+	err := s.KillAll(ctx, workerapi.WorkerLost, "the executor is shutting down")
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/capstan-run/capstan/services/executor/internal/supervisor"
 	"github.com/stretchr/testify/require"
@@ -26,13 +27,13 @@ const waitFor, tick = 10 * time.Second, 5 * time.Millisecond
 // report and answers proceed as told.
 type recorder struct {
 	mu      sync.Mutex
-	reports map[int64][]api.AttemptReport
+	reports map[int64][]workerapi.AttemptReport
 	// answer, when set, decides each report; it may block until ctx ends.
-	answer func(ctx context.Context, id int64, rep api.AttemptReport) (bool, error)
+	answer func(ctx context.Context, id int64, rep workerapi.AttemptReport) (bool, error)
 }
 
 // Report records reps at once, then waits for their answers.
-func (r *recorder) Report(ctx context.Context, id int64, reps ...api.AttemptReport) (bool, error) {
+func (r *recorder) Report(ctx context.Context, id int64, reps ...workerapi.AttemptReport) (bool, error) {
 	waits := make([]func() (bool, error), len(reps))
 	for i, rep := range reps {
 		waits[i] = r.Submit(ctx, id, rep)
@@ -49,10 +50,10 @@ func (r *recorder) Report(ctx context.Context, id int64, reps ...api.AttemptRepo
 }
 
 // Submit records rep at once; the answer is decided when waited for.
-func (r *recorder) Submit(ctx context.Context, id int64, rep api.AttemptReport) func() (bool, error) {
+func (r *recorder) Submit(ctx context.Context, id int64, rep workerapi.AttemptReport) func() (bool, error) {
 	r.mu.Lock()
 	if r.reports == nil {
-		r.reports = map[int64][]api.AttemptReport{}
+		r.reports = map[int64][]workerapi.AttemptReport{}
 	}
 	r.reports[id] = append(r.reports[id], rep)
 	answer := r.answer
@@ -75,7 +76,7 @@ func (r *recorder) states(id int64) []api.TaskState {
 	return out
 }
 
-func (r *recorder) find(id int64, st api.TaskState) (api.AttemptReport, bool) {
+func (r *recorder) find(id int64, st api.TaskState) (workerapi.AttemptReport, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rep := range r.reports[id] {
@@ -83,13 +84,13 @@ func (r *recorder) find(id int64, st api.TaskState) (api.AttemptReport, bool) {
 			return rep, true
 		}
 	}
-	return api.AttemptReport{}, false
+	return workerapi.AttemptReport{}, false
 }
 
 // await waits for a report of st about attempt id.
-func (r *recorder) await(t *testing.T, id int64, st api.TaskState) api.AttemptReport {
+func (r *recorder) await(t *testing.T, id int64, st api.TaskState) workerapi.AttemptReport {
 	t.Helper()
-	var rep api.AttemptReport
+	var rep workerapi.AttemptReport
 	require.Eventually(t, func() bool {
 		var ok bool
 		rep, ok = r.find(id, st)
@@ -118,8 +119,8 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func spec(id int64, command string) api.AttemptSpec {
-	return api.AttemptSpec{Id: id, Number: 2, Project: "proj", Domain: "dev", Run: "run-1", Action: "build",
+func spec(id int64, command string) workerapi.AttemptSpec {
+	return workerapi.AttemptSpec{Id: id, Number: 2, Project: "proj", Domain: "dev", Run: "run-1", Action: "build",
 		TaskIndex: 1, Replicas: 3, Plugin: "shell", Command: command, Env: map[string]string{"GREETING": "hello"},
 		State: api.TaskStateASSIGNED, Proceed: true}
 }
@@ -188,7 +189,7 @@ func TestNonZeroExitIsUserFailure(t *testing.T) {
 	s := newSupervisor(t, rec, supervisor.Config{})
 	require.NoError(t, s.Start(spec(1, "echo bad >&2; exit 3")))
 	final := rec.await(t, 1, api.TaskStateFAILED)
-	require.Equal(t, api.User, *final.Cause)
+	require.Equal(t, workerapi.User, *final.Cause)
 	require.Equal(t, 3, *final.ExitCode)
 	require.Equal(t, "bad\n", *final.Stderr)
 	require.Equal(t, "exit status 3", *final.Error)
@@ -202,15 +203,15 @@ func TestAbortKillsAndReportsKilled(t *testing.T) {
 	pid := *rec.await(t, 5, api.TaskStateRUNNING).Pid
 	require.Equal(t, []supervisor.Held{{ID: 5, State: api.TaskStateRUNNING}}, s.Held())
 
-	killed, err := s.Abort(context.Background(), 5, api.Timeout, "too slow")
+	killed, err := s.Abort(context.Background(), 5, workerapi.Timeout, "too slow")
 	require.NoError(t, err)
 	require.True(t, killed)
 	require.True(t, proctest.Gone(pid))
 	final := rec.await(t, 5, api.TaskStateKILLED)
-	require.Equal(t, api.Timeout, *final.Cause)
+	require.Equal(t, workerapi.Timeout, *final.Cause)
 	require.Equal(t, "too slow", *final.Error)
 	require.Eventually(t, func() bool { return !s.Holds(5) }, waitFor, tick)
-	_, err = s.Abort(context.Background(), 5, api.Aborted, "")
+	_, err = s.Abort(context.Background(), 5, workerapi.Aborted, "")
 	require.ErrorIs(t, err, supervisor.ErrNotHeld)
 }
 
@@ -229,7 +230,7 @@ func TestAbortWhileBuildingNeverStarts(t *testing.T) {
 // final report says KILLED.
 func abortWhileBuilding(t *testing.T, dispatched bool) {
 	building := make(chan struct{})
-	rec := &recorder{answer: func(ctx context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+	rec := &recorder{answer: func(ctx context.Context, _ int64, rep workerapi.AttemptReport) (bool, error) {
 		if rep.State == api.TaskStateBUILDING { // the control plane is unreachable
 			close(building)
 			<-ctx.Done()
@@ -244,7 +245,7 @@ func abortWhileBuilding(t *testing.T, dispatched bool) {
 		require.NoError(t, s.Start(spec(5, "touch started")))
 	}
 	<-building
-	killed, err := s.Abort(context.Background(), 5, api.Aborted, "")
+	killed, err := s.Abort(context.Background(), 5, workerapi.Aborted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	final := rec.await(t, 5, api.TaskStateKILLED)
@@ -255,7 +256,7 @@ func abortWhileBuilding(t *testing.T, dispatched bool) {
 func TestAbortAfterExitAnswersNotKilled(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	rec := &recorder{answer: func(_ context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+	rec := &recorder{answer: func(_ context.Context, _ int64, rep workerapi.AttemptReport) (bool, error) {
 		if rep.State == api.TaskStateSUCCEEDED {
 			<-release // the final report is still being delivered
 		}
@@ -265,7 +266,7 @@ func TestAbortAfterExitAnswersNotKilled(t *testing.T) {
 	require.NoError(t, s.Start(spec(5, "true")))
 	rec.await(t, 5, api.TaskStateSUCCEEDED)
 	require.Equal(t, []supervisor.Held{{ID: 5, State: api.TaskStateSUCCEEDED}}, s.Held())
-	killed, err := s.Abort(context.Background(), 5, api.Aborted, "")
+	killed, err := s.Abort(context.Background(), 5, workerapi.Aborted, "")
 	require.NoError(t, err)
 	require.False(t, killed)
 	close(release)
@@ -273,13 +274,13 @@ func TestAbortAfterExitAnswersNotKilled(t *testing.T) {
 
 func TestProceedFalseKillsTheProcess(t *testing.T) {
 	t.Parallel()
-	rec := &recorder{answer: func(_ context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+	rec := &recorder{answer: func(_ context.Context, _ int64, rep workerapi.AttemptReport) (bool, error) {
 		return rep.State != api.TaskStateRUNNING, nil
 	}}
 	s := newSupervisor(t, rec, supervisor.Config{})
 	require.NoError(t, s.Start(spec(5, "sleep 600")))
 	final := rec.await(t, 5, api.TaskStateKILLED)
-	require.Equal(t, api.Aborted, *final.Cause)
+	require.Equal(t, workerapi.Aborted, *final.Cause)
 	running, _ := rec.find(5, api.TaskStateRUNNING)
 	require.True(t, proctest.Gone(*running.Pid))
 }
@@ -293,7 +294,7 @@ func TestSlotsBoundRunningAttempts(t *testing.T) {
 	require.NoError(t, s.Start(spec(1, "sleep 600")), "a re-delivery of a held attempt is a no-op")
 	rec.await(t, 1, api.TaskStateRUNNING)
 
-	killed, err := s.Abort(context.Background(), 1, api.Preempted, "")
+	killed, err := s.Abort(context.Background(), 1, workerapi.Preempted, "")
 	require.NoError(t, err)
 	require.True(t, killed)
 	require.NoError(t, s.Start(spec(2, "true")), "the slot is free once the process is gone")
@@ -315,7 +316,7 @@ func TestCloseReportsWorkerFailed(t *testing.T) {
 	for _, id := range []int64{1, 2} {
 		final, ok := rec.find(id, api.TaskStateWORKERFAILED)
 		require.True(t, ok, "attempt %d: %v", id, rec.states(id))
-		require.Equal(t, api.WorkerLost, *final.Cause, "retried elsewhere, unlike KILLED")
+		require.Equal(t, workerapi.WorkerLost, *final.Cause, "retried elsewhere, unlike KILLED")
 	}
 	require.True(t, proctest.Gone(pid))
 	require.ErrorIs(t, s.Start(spec(3, "true")), supervisor.ErrClosed)
@@ -363,7 +364,7 @@ func TestNoopSucceedsWithoutAProcess(t *testing.T) {
 func TestNoopDoesNotWaitForTheRunningAnswer(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	rec := &recorder{answer: func(ctx context.Context, _ int64, rep api.AttemptReport) (bool, error) {
+	rec := &recorder{answer: func(ctx context.Context, _ int64, rep workerapi.AttemptReport) (bool, error) {
 		if rep.State != api.TaskStateRUNNING {
 			return true, nil
 		}
@@ -391,7 +392,7 @@ func TestNoopDoesNotWaitForTheRunningAnswer(t *testing.T) {
 func TestDispatchedAttemptStartsOnlyOnceConfirmed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	rec := &recorder{answer: func(_ context.Context, id int64, rep api.AttemptReport) (bool, error) {
+	rec := &recorder{answer: func(_ context.Context, id int64, rep workerapi.AttemptReport) (bool, error) {
 		switch {
 		case rep.State != api.TaskStateBUILDING:
 			return true, nil
@@ -401,7 +402,7 @@ func TestDispatchedAttemptStartsOnlyOnceConfirmed(t *testing.T) {
 		return false, errors.New("report lost") // after ReportTimeout of retries
 	}}
 	s := newSupervisor(t, rec, supervisor.Config{})
-	touch := func(id int64) api.AttemptSpec {
+	touch := func(id int64) workerapi.AttemptSpec {
 		return spec(id, "touch "+filepath.Join(dir, strconv.FormatInt(id, 10)))
 	}
 	require.NoError(t, s.StartDispatched(context.Background(), touch(6)))

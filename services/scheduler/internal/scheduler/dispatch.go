@@ -3,10 +3,10 @@ package scheduler
 import (
 	"context"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/obs"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/store"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -59,12 +59,12 @@ type dispatch struct {
 // task's item as its input, ok false for an attempt the executor must read
 // from the api: its step has secret_env (secrets stay out of Redis) or
 // inputs (resolved from other steps' outputs at the read, and up to 1 MiB).
-func dispatchSpec(a store.Assigned) (api.AttemptSpec, bool) {
+func dispatchSpec(a store.Assigned) (workerapi.AttemptSpec, bool) {
 	if len(a.Step.SecretEnv) > 0 || len(a.Step.Inputs) > 0 {
-		return api.AttemptSpec{}, false
+		return workerapi.AttemptSpec{}, false
 	}
-	spec, err := api.NewAttemptSpec(a.ID, a.Number, a.Action(), a.TaskIdx, a.WorkerID, a.Step)
-	api.WithItem(&spec, a.Step, a.TaskItem)
+	spec, err := workerapi.NewAttemptSpec(a.ID, a.Number, a.Action(), a.TaskIdx, a.WorkerID, a.Step)
+	workerapi.WithItem(&spec, a.Step, a.TaskItem)
 	return spec, err == nil
 }
 

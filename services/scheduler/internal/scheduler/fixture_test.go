@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
 	"github.com/capstan-run/capstan/pkg/queue"
 	"github.com/capstan-run/capstan/pkg/redistest"
 	"github.com/capstan-run/capstan/pkg/store"
 	"github.com/capstan-run/capstan/pkg/store/storetest"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/capstan-run/capstan/pkg/workerkey"
 	"github.com/hibiken/asynq"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -57,9 +57,9 @@ var testControlPlaneKey = workerkey.New("test-control-plane-key-0123456789abcdef
 
 // verifiedSpecs returns the specs of a dispatch message to worker, each
 // verified under that worker's dispatch key.
-func verifiedSpecs(t *testing.T, worker string, signed []queue.SignedSpec) []api.AttemptSpec {
+func verifiedSpecs(t *testing.T, worker string, signed []queue.SignedSpec) []workerapi.AttemptSpec {
 	t.Helper()
-	out := make([]api.AttemptSpec, len(signed))
+	out := make([]workerapi.AttemptSpec, len(signed))
 	for i, s := range signed {
 		var err error
 		out[i], err = s.Verify(testControlPlaneKey.DispatchKey(worker))

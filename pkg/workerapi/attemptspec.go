@@ -1,10 +1,10 @@
-package api
+package workerapi
 
 import (
 	"cmp"
 
+	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
-	gojson "github.com/goccy/go-json"
 )
 
 // NewAttemptSpec is what an executor needs to run attempt id (its number,
@@ -20,7 +20,7 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 	out := AttemptSpec{
 		Id: id, Number: number, Project: key.Project, Domain: key.Domain, Run: key.Run, Action: key.Action,
 		TaskIndex: idx, Replicas: step.ReplicaCount(), Plugin: step.Plugin, Command: step.Command,
-		Env: step.AttemptEnv(), State: TaskState(domain.TaskAssigned.String()), WorkerId: workerID, Proceed: true,
+		Env: step.AttemptEnv(), State: api.TaskState(domain.TaskAssigned.String()), WorkerId: workerID, Proceed: true,
 	}
 	if len(step.Outputs) > 0 {
 		out.Outputs = &step.Outputs
@@ -35,27 +35,27 @@ func NewAttemptSpec(id int64, number int, key domain.ActionKey, idx int, workerI
 		out.Network = &step.Network
 	}
 	if r := step.Resources; r != nil && (r.CPUMillis > 0 || r.MemoryBytes > 0) {
-		out.Resources = &Resources{CpuMillis: &r.CPUMillis, MemoryBytes: &r.MemoryBytes}
+		out.Resources = &api.Resources{CpuMillis: &r.CPUMillis, MemoryBytes: &r.MemoryBytes}
 	}
 	if d := cmp.Or(step.AttemptTimeoutDuration(), step.TimeoutDuration()); d > 0 {
 		ms := d.Milliseconds()
 		out.TimeoutMs = &ms
 	}
 	if step.HTTP != nil {
-		out.Http = new(HTTPSpec)
-		if err := ConvertJSON(step.HTTP, out.Http); err != nil {
+		out.Http = new(api.HTTPSpec)
+		if err := api.ConvertJSON(step.HTTP, out.Http); err != nil {
 			return AttemptSpec{}, err
 		}
 	}
 	if step.Container != nil {
-		out.Container = new(ContainerSpec)
-		if err := ConvertJSON(step.Container, out.Container); err != nil {
+		out.Container = new(api.ContainerSpec)
+		if err := api.ConvertJSON(step.Container, out.Container); err != nil {
 			return AttemptSpec{}, err
 		}
 	}
 	if step.Kubernetes != nil {
-		out.Kubernetes = new(KubernetesSpec)
-		if err := ConvertJSON(step.Kubernetes, out.Kubernetes); err != nil {
+		out.Kubernetes = new(api.KubernetesSpec)
+		if err := api.ConvertJSON(step.Kubernetes, out.Kubernetes); err != nil {
 			return AttemptSpec{}, err
 		}
 	}
@@ -76,16 +76,4 @@ func WithItem(spec *AttemptSpec, step domain.Step, item *string) {
 	}
 	in[step.ForEach.EnvName()] = *item
 	spec.Inputs = &in
-}
-
-// ConvertJSON converts in to out, two types with the same JSON shape (an
-// API type and its domain twin), through their JSON. It uses go-json, a
-// drop-in for encoding/json, faster on these types, which the api converts
-// on every run it creates. Errors: go-json's.
-func ConvertJSON(in, out any) error {
-	raw, err := gojson.Marshal(in)
-	if err != nil {
-		return err
-	}
-	return gojson.Unmarshal(raw, out)
 }

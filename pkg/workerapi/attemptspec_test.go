@@ -1,10 +1,10 @@
-package api_test
+package workerapi_test
 
 import (
 	"testing"
 
-	"github.com/capstan-run/capstan/pkg/api"
 	"github.com/capstan-run/capstan/pkg/domain"
+	"github.com/capstan-run/capstan/pkg/workerapi"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,14 +13,14 @@ import (
 func TestNewAttemptSpecCarriesTheSandboxFields(t *testing.T) {
 	t.Parallel()
 	key := domain.ActionKey{RunKey: domain.RunKey{Project: "p", Domain: "d", Run: "r"}, Action: "s"}
-	spec, err := api.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginShell, Command: "x",
+	spec, err := workerapi.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginShell, Command: "x",
 		Network: domain.NetworkNone, Resources: &domain.Resources{CPUMillis: 500, MemoryBytes: 64 << 20}})
 	require.NoError(t, err)
 	require.Equal(t, domain.NetworkNone, *spec.Network)
 	require.Equal(t, int64(500), *spec.Resources.CpuMillis)
 	require.Equal(t, int64(64<<20), *spec.Resources.MemoryBytes)
 
-	spec, err = api.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginShell, Command: "x"})
+	spec, err = workerapi.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginShell, Command: "x"})
 	require.NoError(t, err)
 	require.Nil(t, spec.Network)
 	require.Nil(t, spec.Resources)
@@ -39,7 +39,7 @@ func TestNewAttemptSpecCarriesTheTimeLimit(t *testing.T) {
 		{"1500ms", "1h", ptr(int64(1500))},
 		{"", "2s", ptr(int64(2000))},
 	} {
-		spec, err := api.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginHTTP,
+		spec, err := workerapi.NewAttemptSpec(1, 1, key, 0, nil, domain.Step{Name: "s", Plugin: domain.PluginHTTP,
 			HTTP: &domain.HTTPSpec{URL: "http://x"}, AttemptTimeout: c.attempt, Timeout: c.step})
 		require.NoError(t, err)
 		require.Equal(t, c.want, spec.TimeoutMs, "attempt_timeout %q, timeout %q", c.attempt, c.step)
