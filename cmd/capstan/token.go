@@ -58,7 +58,7 @@ func newTokenCreate(g *globals) *cobra.Command {
 		},
 	}
 	enumFlag(cmd, &role, roleEnum, "role", "role", api.RoleReader, "the token's role")
-	cmd.Flags().StringSliceVar(&projects, "project", nil, "a project the token may reach (repeat; none: every project)")
+	cmd.Flags().StringSliceVarP(&projects, "project", "p", nil, "a project the token may reach (repeat; none: every project)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "expire after this long, e.g. 720h (default: never)")
 	return cmd
 }

@@ -29,11 +29,19 @@ func TestTokenCommands(t *testing.T) {
 		t.Errorf("Authorization %q, want the --token", got[0].auth)
 	}
 
+	// -p is --project here too, as on every other command.
+	if _, err := capstan(api, "--token", "cap_admin", "token", "create", "ci", "--role", "writer", "-p", "team"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.received(); len(got) != 2 || !equalJSON(got[1].body, want) {
+		t.Errorf("token create -p team: requests %+v, want a second POST with body %v", got, want)
+	}
+
 	_, err := capstan(api, "token", "revoke", "nope")
 	if err == nil || !strings.Contains(err.Error(), "not a UUID") {
 		t.Errorf("revoke nope: %v", err)
 	}
-	if len(s.received()) != 1 {
+	if len(s.received()) != 2 {
 		t.Error("a bad id is refused before any request")
 	}
 }
