@@ -203,7 +203,9 @@ async function scenario(page, browser) {
     await shot(page, '2-dag-running');
     touch('live-dag', 'go');
     await page.locator('g.node[data-step="first"][data-phase="SUCCEEDED"]').waitFor();
-    await page.locator('g.node[data-step="second"][data-phase="SUCCEEDED"]').waitFor();
+    // second queues behind the 2,000 noop tasks of 'wide' (one band, first
+    // come first placed): about 20 s on an idle machine.
+    await page.locator('g.node[data-step="second"][data-phase="SUCCEEDED"]').waitFor({timeout: 4 * T});
     await page.locator('#run-phase [data-state="SUCCEEDED"]').waitFor();
     assert.equal(await page.evaluate(() => window.notReloaded), true, 'the page reloaded');
     assert.equal(await page.locator('g.node rect.status-succeeded').count(), 3);
