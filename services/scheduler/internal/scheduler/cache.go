@@ -68,15 +68,12 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 		return false, fmt.Errorf("read input outputs: %w", err)
 	}
 	ck := domain.CacheKey(key.Project, key.Domain, a.Spec, domain.ResolveInputs(a.Spec.Inputs, outs))
-	e, err := tx.Cache().GetCacheEntry(ctx, key.Project, key.Domain, ck)
-	switch {
-	case err == nil && domain.CacheEntryValid(e.CreatedAt, e.ExpiresAt, a.Spec.Cache.MaxAgeDuration(), now):
-		if err := tx.Cache().CompleteFromCache(ctx, ak, from, e, now); err != nil {
-			return true, fmt.Errorf("complete from cache key %s: %w", ck, err)
-		}
-		return true, nil
-	case err != nil && !errors.Is(err, store.ErrNotFound):
-		return false, fmt.Errorf("read cache entry %s: %w", ck, err)
+	e, hit, err := validEntry(ctx, tx, ak, ck, a.Spec.Cache, now)
+	if err != nil {
+		return false, err
+	}
+	if hit {
+		return true, completeFromCache(ctx, tx, ak, from, e, now)
 	}
 	if a.Spec.Cache.Serializable {
 		held, err := tx.Cache().ReserveCache(ctx, ak, ck, now.Add(s.cfg.Cache.ReservationTTL), now)
@@ -91,6 +88,19 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 			}
 			return false, nil
 		}
+		// The holder may have written the entry and released the key between
+		// the read above and the reservation (each statement reads what was
+		// committed when it began): read it again once the key is held, and
+		// give the reservation back on a hit.
+		if e, hit, err = validEntry(ctx, tx, ak, ck, a.Spec.Cache, now); err != nil {
+			return false, err
+		}
+		if hit {
+			if _, err := tx.Cache().ReleaseCache(ctx, ak, ck, "hit"); err != nil {
+				return false, fmt.Errorf("release cache key %s on a hit: %w", ck, err)
+			}
+			return true, completeFromCache(ctx, tx, ak, from, e, now)
+		}
 	}
 	if err := tx.Cache().MarkCacheMiss(ctx, ak, from, ck, now); err != nil {
 		return false, fmt.Errorf("mark cache key %s missed: %w", ck, err)
@@ -99,6 +109,29 @@ func (s *Scheduler) startCached(ctx context.Context, tx *store.Store, key domain
 		return false, fmt.Errorf("create tasks: %w", err)
 	}
 	return false, nil
+}
+
+// validEntry reads the entry of key ck for step ak and reports whether it
+// is valid for spec's max_age at now.
+func validEntry(ctx context.Context, tx *store.Store, ak domain.ActionKey, ck string, spec *domain.CacheSpec,
+	now time.Time) (store.CacheEntry, bool, error) {
+	e, err := tx.Cache().GetCacheEntry(ctx, ak.Project, ak.Domain, ck)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return e, false, nil
+	case err != nil:
+		return e, false, fmt.Errorf("read cache entry %s: %w", ck, err)
+	}
+	return e, domain.CacheEntryValid(e.CreatedAt, e.ExpiresAt, spec.MaxAgeDuration(), now), nil
+}
+
+// completeFromCache ends step ak (in phase from) as a hit of entry e.
+func completeFromCache(ctx context.Context, tx *store.Store, ak domain.ActionKey, from domain.Phase, e store.CacheEntry,
+	now time.Time) error {
+	if err := tx.Cache().CompleteFromCache(ctx, ak, from, e, now); err != nil {
+		return fmt.Errorf("complete from cache key %s: %w", e.Key, err)
+	}
+	return nil
 }
 
 // finalizeCache is Flyte's finalizeCacheAfterExecution for a step that ran
