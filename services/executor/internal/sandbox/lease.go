@@ -156,6 +156,19 @@ func tryLock(path string) (f *os.File, ok bool, err error) {
 	}
 }
 
+// waitLock opens the lock file path and waits for its exclusive lock.
+func waitLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
 // marked reports whether a lease file holds containerMark.
 func marked(f *os.File) bool {
 	b := make([]byte, len(containerMark))

@@ -61,13 +61,15 @@ func (g *RunGroups) MakeRunDir(path string) (uint32, error) {
 	}
 	n := g.gids.Size()
 	start := rand.IntN(n)
+	var busy []uint32 // locked by a claim in progress, maybe of path itself
 	for i := range n {
 		gid := g.gids.First + uint32((start+i)%n)
-		f, ok, err := tryLock(filepath.Join(g.dir, "gid-"+strconv.FormatUint(uint64(gid), 10)))
+		f, ok, err := tryLock(g.lockPath(gid))
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
+			busy = append(busy, gid)
 			continue
 		}
 		if g.claimed(f, gid) {
@@ -78,7 +80,31 @@ func (g *RunGroups) MakeRunDir(path string) (uint32, error) {
 		f.Close()
 		return got, err
 	}
+	for _, gid := range busy {
+		if got, ok := g.groupOf(path); ok {
+			return got, nil
+		}
+		f, err := waitLock(g.lockPath(gid))
+		if err != nil {
+			return 0, err
+		}
+		if g.claimed(f, gid) {
+			f.Close()
+			continue
+		}
+		got, err := g.claim(f, path, gid)
+		f.Close()
+		return got, err
+	}
+	if got, ok := g.groupOf(path); ok {
+		return got, nil
+	}
 	return 0, fmt.Errorf("claim a run group from %s: %w", g.gids, ErrExhausted)
+}
+
+// lockPath is the claim file of gid.
+func (g *RunGroups) lockPath(gid uint32) string {
+	return filepath.Join(g.dir, "gid-"+strconv.FormatUint(uint64(gid), 10))
 }
 
 // makeParents makes the run directory's parents, <project>/<domain>, 0711:
