@@ -15,3 +15,14 @@ export const spec: S["WorkflowSpecRequest"] = {
   concurrency: { key: "params.WHO", max_runs: 1 },
   steps: [{ name: "hello", command: "echo $WHO", cache: { version: "1" }, rate_limits: [{ name: "paid-api" }] }],
 };
+
+// What the server refuses does not compile: a kind, plugin, priority or
+// problem code outside its enum.
+// @ts-expect-error: "tsak" is no step kind
+export const typo: S["StepRequest"] = { name: "typo", kind: "tsak", command: "true" };
+// @ts-expect-error: "ssh" is no plugin
+export const plugin: S["StepRequest"] = { name: "remote", plugin: "ssh", command: "true" };
+// @ts-expect-error: "urgent" is no priority band
+export const band: S["StepRequest"] = { name: "now", priority: "urgent", command: "true" };
+// @ts-expect-error: a code the spec's enum does not hold
+export const code: S["Problem"]["code"] = "no_such_code";
