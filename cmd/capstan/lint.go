@@ -49,21 +49,47 @@ func (f finding) String() string {
 	return at + ": " + f.field + ": " + f.message
 }
 
-// lintKind is what a document of a workflow file is: a spec (capstan run
-// create -f) or a template (capstan workflow push -f), by its component
-// of the embedded spec.
+// lintKind is what a document of a file is: a spec (capstan run create
+// -f), a template (capstan workflow push -f), a schedule (capstan schedule
+// create -f) or a trigger (capstan trigger create -f), by its component of
+// the embedded spec.
 type lintKind string
 
 const (
 	kindSpec     lintKind = "WorkflowSpec"
 	kindTemplate lintKind = "PushWorkflowRequest"
+	kindSchedule lintKind = "CreateScheduleRequest"
+	kindTrigger  lintKind = "CreateTriggerRequest"
 )
 
+// lintKinds are the kinds by the names `capstan lint --kind` takes, and
+// lintKindNames those names in the order help lists them.
+var (
+	lintKinds     = map[string]lintKind{"spec": kindSpec, "template": kindTemplate, "schedule": kindSchedule, "trigger": kindTrigger}
+	lintKindNames = []string{"spec", "template", "schedule", "trigger"}
+)
+
+// guessKind is the kind of a document whose kind was not given, by its
+// top-level keys: spec makes a template, event_key a trigger, cron or
+// interval a schedule; anything else is a workflow spec.
+func guessKind(top *yaml.Node) lintKind {
+	switch {
+	case mappingValue(top, "spec") != nil:
+		return kindTemplate
+	case mappingValue(top, "event_key") != nil:
+		return kindTrigger
+	case mappingValue(top, "cron") != nil || mappingValue(top, "interval") != nil:
+		return kindSchedule
+	}
+	return kindSpec
+}
+
 // lintFile checks each document of path as the API would, offline: against
-// the embedded OpenAPI schema of kind (kindTemplate for a document with a
-// top-level spec when kind is ""), then, when that passes, by the domain's
-// rules the API applies (domain.WorkflowSpec.Validate, domain.NewTemplate).
-// Findings are a *lintError; an unreadable file another error.
+// the embedded OpenAPI schema of kind (guessKind's when kind is ""), then,
+// when that passes, by the domain's rules the API applies that need no
+// stored state (domain.WorkflowSpec.Validate, domain.NewTemplate,
+// domain.ScheduleSpec.Validate, domain.CompileTrigger). Findings are a
+// *lintError; an unreadable file another error.
 func lintFile(path string, kind lintKind) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -93,10 +119,7 @@ func lintDocument(doc document, kind lintKind) []finding {
 	}
 	top := root.Content[0]
 	if kind == "" {
-		kind = kindSpec
-		if mappingValue(top, "spec") != nil {
-			kind = kindTemplate
-		}
+		kind = guessKind(top)
 	}
 	l := &linter{top: top, offset: doc.line - 1}
 	spec, err := embeddedSpec()
@@ -277,11 +300,30 @@ func collectSchemaErrors(err error, out *[]*openapi3.SchemaError) {
 
 // domainErrors reports what the API's handler would refuse of a document
 // the schema accepts: a spec's domain.WorkflowSpec.Validate, a template's
-// domain.NewTemplate.
+// domain.NewTemplate, a schedule's domain.ScheduleSpec.Validate, a
+// trigger's domain.CompileTrigger.
 func (l *linter) domainErrors(js []byte, kind lintKind) {
 	var errs []domain.FieldError
 	prefix := "spec"
-	if kind == kindTemplate {
+	switch kind {
+	case kindSchedule:
+		var in api.CreateScheduleRequest
+		if err := decodeStrict(js, &in); err != nil {
+			l.add(nil, err.Error())
+			return
+		}
+		errs = domain.ScheduleSpec{Cron: deref(in.Cron), Interval: deref(in.Interval), Timezone: deref(in.Timezone),
+			Jitter: deref(in.Jitter), Overlap: string(deref(in.Overlap)), CatchupWindow: deref(in.CatchupWindow)}.Validate("")
+		prefix = ""
+	case kindTrigger:
+		var in api.CreateTriggerRequest
+		if err := decodeStrict(js, &in); err != nil {
+			l.add(nil, err.Error())
+			return
+		}
+		_, errs = domain.CompileTrigger(deref(in.Filter), deref(in.Params), "")
+		prefix = ""
+	case kindTemplate:
 		var t api.PushWorkflowRequest
 		if err := decodeStrict(js, &t); err != nil {
 			l.add(nil, err.Error())
@@ -297,7 +339,7 @@ func (l *linter) domainErrors(js []byte, kind lintKind) {
 			_, errs = domain.NewTemplate(t.Name, deref(t.Description), params, spec)
 		}
 		prefix = ""
-	} else {
+	default:
 		var in api.WorkflowSpec
 		var spec domain.WorkflowSpec
 		if err := decodeStrict(js, &in); err != nil {

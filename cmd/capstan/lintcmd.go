@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -10,31 +11,45 @@ import (
 func newLint() *cobra.Command {
 	var files []string
 	var template bool
+	var kindName string
 	cmd := &cobra.Command{
 		Use:   "lint -f FILE...",
-		Short: "Check workflow files offline, as the API would, naming each problem's line",
-		Long: `Check workflow files offline against the API's own rules (the embedded
-OpenAPI schema, then the workflow rules the API applies), without sending
-anything. Each problem is a line "FILE:LINE: FIELD: PROBLEM", an unknown
-field with the known one nearest to it:
+		Short: "Check workflow, schedule and trigger files offline, as the API would, naming each problem's line",
+		Long: `Check files offline against the API's own rules (the embedded OpenAPI
+schema, then the rules the API applies), without sending anything. Each
+problem is a line "FILE:LINE: FIELD: PROBLEM", an unknown field with the
+known one nearest to it:
 
   wf.yaml:7: steps[2].comand: unknown field (did you mean "command"?)
 
-A document with a top-level spec is a template (capstan workflow push -f),
-else a workflow spec (capstan run create -f); --template says so. What needs
-the API (a sub-workflow's template, a rate limit) is not checked. Exits 2
-when there is a problem. run create -f and workflow push -f check their file
-the same way before sending.`,
+A document's kind is --kind, else read from its top-level keys: spec makes a
+template (capstan workflow push -f), event_key a trigger (capstan trigger
+create -f), cron or interval a schedule (capstan schedule create -f), and
+anything else a workflow spec (capstan run create -f). What needs the API
+(a template a schedule or trigger starts, a rate limit) is not checked.
+Exits 2 when there is a problem. run create -f, workflow push -f, schedule
+create -f and trigger create -f check their file the same way before
+sending.`,
 		Example: `  capstan lint -f examples/hello.yaml
-  capstan lint -f a.yaml -f b.yaml`,
+  capstan lint -f a.yaml -f b.yaml
+  capstan lint --kind schedule -f nightly.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return usagef("give a file: -f FILE")
 			}
 			kind := lintKind("")
-			if template {
+			switch {
+			case template && kindName != "" && kindName != "template":
+				return usagef("--template and --kind %s disagree", kindName)
+			case template:
 				kind = kindTemplate
+			case kindName != "":
+				k, ok := lintKinds[kindName]
+				if !ok {
+					return usagef("--kind: %q is not one of %s", kindName, strings.Join(lintKindNames, ", "))
+				}
+				kind = k
 			}
 			all := &lintError{}
 			for _, f := range files {
@@ -56,6 +71,8 @@ the same way before sending.`,
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "a workflow file, YAML or JSON (repeatable)")
-	cmd.Flags().BoolVar(&template, "template", false, "each document is a workflow template")
+	cmd.Flags().BoolVar(&template, "template", false, "each document is a workflow template (--kind template)")
+	cmd.Flags().StringVar(&kindName, "kind", "", "what each document is: spec, template, schedule or trigger (default: read from its keys)")
+	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions(lintKindNames, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -116,8 +116,8 @@ func TestTriggerCommands(t *testing.T) {
 		t.Errorf("requests %+v, want the create's body %v first", got, want)
 	}
 	for content, want := range map[string]string{
-		"name: t\nworkflow: {name: ship}\n":                               "event_key: is required",
-		"name: t\nevent_key: k\nworkflow: {name: ship}\nparams: {A: 1}\n": "params: is a number, want a string",
+		"name: t\nworkflow: {name: ship}\n":                               ":1: event_key: is required",
+		"name: t\nevent_key: k\nworkflow: {name: ship}\nparams: {A: 1}\n": ":4: params.A: value must be a string",
 	} {
 		_, err := capstan(api, "trigger", "create", "-f", writeFile(t, content))
 		if exitCode(err) != exitUsage || !strings.Contains(err.Error(), want) {

@@ -46,6 +46,9 @@ Params are JSON values of the template's types (7, not "7"). It prints
 creates each in turn and stops at the first the API refuses.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lintFile(file, kindSchedule); err != nil {
+				return usageError{err}
+			}
 			docs, err := readDocuments(file, "schedule", func(s *api.CreateScheduleRequest) error {
 				return missing(field{"name", s.Name != ""}, field{"workflow.name", s.Workflow.Name != ""})
 			})

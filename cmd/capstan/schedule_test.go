@@ -97,16 +97,18 @@ func TestScheduleCommands(t *testing.T) {
 	}
 }
 
-// A missing workflow field names itself.
+// A schedule file's problems name their line and field, as capstan lint
+// does.
 func TestScheduleFileErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	_, api := newRoutes(t, nil)
 	for content, want := range map[string]string{
-		"name: x\ncron: '* * * * *'\n":                        "workflow.name: is required",
-		"name: x\nworkflow: {name: hello}\npaused: maybe\n":   "paused: is a string, want a boolean",
-		"name: x\nworkflow: {name: hello}\nevery: 5m\n":       `unknown field "every"`,
-		"---\nname: x\nworkflow: {name: a}\n---\nname: [\n":   "document 3: not valid YAML or JSON: line 5: ",
-		"name: x\nworkflow: {name: hello, version: latest}\n": "workflow.version: is a string, want a number",
+		"name: x\ncron: '* * * * *'\n":                                      ":1: workflow: is required",
+		"name: x\nworkflow: {name: hello}\ncron: '@daily'\npaused: maybe\n": ":4: paused: value must be a boolean",
+		"name: x\nworkflow: {name: hello}\nevery: 5m\n":                     `:3: every: unknown field`,
+		"name: x\nworkflow: {name: hello}\n":                                ":1: cron: set exactly one of cron and interval; got neither",
+		"---\nname: x\nworkflow: {name: a}\n---\nname: [\n":                 ": not valid YAML or JSON: line 5: ",
+		"name: x\nworkflow: {name: hello, version: latest}\n":               ":2: workflow.version: value must be an integer",
 	} {
 		_, err := capstan(api, "schedule", "create", "-f", writeFile(t, content))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -35,6 +35,9 @@ It prints "trigger NAME created". A file of several YAML documents creates
 each in turn and stops at the first the API refuses.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lintFile(file, kindTrigger); err != nil {
+				return usageError{err}
+			}
 			docs, err := readDocuments(file, "trigger", func(tr *api.CreateTriggerRequest) error {
 				return missing(field{"name", tr.Name != ""}, field{"event_key", tr.EventKey != ""},
 					field{"workflow.name", tr.Workflow.Name != ""})

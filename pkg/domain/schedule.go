@@ -74,11 +74,14 @@ type ScheduleSpec struct {
 }
 
 // Validate returns the problems of s, each naming its field under prefix
-// (e.g. "spec.cron"); empty means valid. It reads the zone database for
-// Timezone but nothing else.
+// ("spec.cron"; "cron" when prefix is ""); empty means valid. It reads the
+// zone database for Timezone but nothing else.
 func (s ScheduleSpec) Validate(prefix string) []FieldError {
 	var errs []FieldError
 	add := func(field, format string, a ...any) {
+		if prefix == "" {
+			field = field[1:]
+		}
 		errs = append(errs, FieldError{Field: prefix + field, Message: fmt.Sprintf(format, a...)})
 	}
 	switch {

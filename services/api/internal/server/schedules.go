@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
@@ -57,9 +56,6 @@ func (h *Handlers) CreateSchedule(ctx context.Context, req api.CreateScheduleReq
 // Errors: the store's.
 func (h *Handlers) checkSchedule(ctx context.Context, sc store.Schedule, withTemplate bool) ([]domain.FieldError, error) {
 	errs := sc.Spec.Validate("")
-	for i := range errs {
-		errs[i].Field = strings.TrimPrefix(errs[i].Field, ".")
-	}
 	if !withTemplate {
 		return errs, nil
 	}
