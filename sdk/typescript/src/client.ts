@@ -51,11 +51,16 @@ export interface WatchOptions {
   maxReconnects?: number;
 }
 
-const problemCodes: ReadonlySet<string> = new Set<ProblemCode>([
-  "bad_request", "invalid_spec", "invalid_request", "not_found", "conflict", "already_terminal", "internal",
-  "unavailable", "unsupported_media_type", "method_not_allowed", "request_too_large", "unauthorized", "forbidden",
-  "rate_limited", "not_waiting_for_approval", "not_restartable", "not_terminal", "abort_pending", "archive_unavailable",
-]);
+// Every code of the spec's Problem.code enum, as the keys of a record of
+// all of them: tsc fails the build when the enum gains or loses a code
+// this list does not.
+const everyProblemCode: Record<ProblemCode, true> = {
+  bad_request: true, invalid_spec: true, invalid_request: true, not_found: true, conflict: true, already_terminal: true,
+  internal: true, unavailable: true, unsupported_media_type: true, method_not_allowed: true, request_too_large: true,
+  unauthorized: true, forbidden: true, rate_limited: true, not_waiting_for_approval: true, not_restartable: true,
+  not_terminal: true, abort_pending: true, archive_unavailable: true,
+};
+const problemCodes: ReadonlySet<string> = new Set(Object.keys(everyProblemCode));
 
 /**
  * CapstanProblem is a non-2xx answer of the API: its problem+json fields.
