@@ -390,6 +390,24 @@ func (e ListAbortsParamsState) Valid() bool {
 	}
 }
 
+// Defines values for WatchEventsParamsStart.
+const (
+	EventsStartFirst WatchEventsParamsStart = "first"
+	EventsStartNow   WatchEventsParamsStart = "now"
+)
+
+// Valid indicates whether the value is a known member of the WatchEventsParamsStart enum.
+func (e WatchEventsParamsStart) Valid() bool {
+	switch e {
+	case EventsStartFirst:
+		return true
+	case EventsStartNow:
+		return true
+	default:
+		return false
+	}
+}
+
 // AbortList defines model for AbortList.
 type AbortList struct {
 	Aborts []AbortRecord `json:"aborts"`
@@ -1946,9 +1964,15 @@ type WatchEventsParams struct {
 	// LastEventId Last-Event-ID for clients that cannot set headers; the header wins when both are set.
 	LastEventId *LastEventIDQuery `form:"last_event_id,omitempty" json:"last_event_id,omitempty"`
 
+	// Start Where a stream without Last-Event-ID starts: `first`, the project/domain's oldest stored event; `now`, after the newest event stored when the stream opens (a client that re-reads what it shows on each event, and once the stream is open, needs no history). Ignored when Last-Event-ID is set.
+	Start *WatchEventsParamsStart `form:"start,omitempty" json:"start,omitempty"`
+
 	// LastEventID The id of the last event the client received; the stream resumes after it.
 	LastEventID *LastEventIDHeader `json:"Last-Event-ID,omitempty"`
 }
+
+// WatchEventsParamsStart defines parameters for WatchEvents.
+type WatchEventsParamsStart string
 
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
@@ -2222,9 +2246,9 @@ type ClientInterface interface {
 	// WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 	//
 	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
-	// stream it may miss a row of one run that commits after a later id of another: it tells a client what
-	// to re-read.
+	// Last-Event-ID (header or `last_event_id`), or from `start`, with a `: keep-alive` comment every 15 s.
+	// Unlike a run's stream it may miss a row of one run that commits after a later id of another: it
+	// tells a client what to re-read.
 	//
 	// Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 	WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2925,9 +2949,9 @@ func (c *Client) GetConcurrency(ctx context.Context, project Project, domain Dom
 // WatchEvents The events of every run of the project/domain as server-sent events; it never ends by itself.
 //
 // The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
-// stream it may miss a row of one run that commits after a later id of another: it tells a client what
-// to re-read.
+// Last-Event-ID (header or `last_event_id`), or from `start`, with a `: keep-alive` comment every 15 s.
+// Unlike a run's stream it may miss a row of one run that commits after a later id of another: it
+// tells a client what to re-read.
 //
 // Corresponds with GET /v1/projects/{project}/domains/{domain}/events (the `WatchEvents` operationId).
 func (c *Client) WatchEvents(ctx context.Context, project Project, domain Domain, params *WatchEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4736,6 +4760,18 @@ func NewWatchEventsRequest(server string, project Project, domain Domain, params
 		if params.LastEventId != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "last_event_id", *params.LastEventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Start != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start", *params.Start, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7679,9 +7715,9 @@ type ClientWithResponsesInterface interface {
 	// WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
 	//
 	// The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-	// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
-	// stream it may miss a row of one run that commits after a later id of another: it tells a client what
-	// to re-read.
+	// Last-Event-ID (header or `last_event_id`), or from `start`, with a `: keep-alive` comment every 15 s.
+	// Unlike a run's stream it may miss a row of one run that commits after a later id of another: it
+	// tells a client what to re-read.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13946,9 +13982,9 @@ func (c *ClientWithResponses) GetConcurrencyWithResponse(ctx context.Context, pr
 // WatchEventsWithResponse The events of every run of the project/domain as server-sent events; it never ends by itself.
 //
 // The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-// Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
-// stream it may miss a row of one run that commits after a later id of another: it tells a client what
-// to re-read.
+// Last-Event-ID (header or `last_event_id`), or from `start`, with a `: keep-alive` comment every 15 s.
+// Unlike a run's stream it may miss a row of one run that commits after a later id of another: it
+// tells a client what to re-read.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -20676,6 +20712,13 @@ func (w *ServerInterfaceWrapper) WatchEvents(ctx echo.Context) error {
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "last_event_id", ctx.QueryParams(), &params.LastEventId, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter last_event_id: %s", err))
+	}
+
+	// ------------- Optional query parameter "start" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "start", ctx.QueryParams(), &params.Start, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter start: %s", err))
 	}
 
 	headers := ctx.Request().Header
@@ -32308,123 +32351,125 @@ var swaggerSpec = []string{
 	"i3NupwX3R8SCIpbsNMuyLJhza0Xm7vuvX7sH3/KD8dv33zz78IeatOydTlI1M4xUhxXfSTlF9lPKlmKY",
 	"VyJBWVbrSUnh18cz+mByxaTa0qr2UA8tUQYc0EYDCdVJ9P+hn1JnBRRsVHhR3Y9QuFjxoLor3bdSsVQq",
 	"0WEnMJzSDQ8s4QR+Zd6XXc4deG2bw7HXXgfH6zAFlDARbSb4LALZn6blPaFR9nwXTKmYTJjOEme0Yj5B",
-	"ghU1ffWKG3tw6h5+cPaStaewSuCYgVILRFGRCfjX0Vcy7IH34QCKaIaAwi2Ut3GOnjPTYW8UFJ7TTPsK",
-	"pwr2Ml+wmTSGULwo7Oo2GPsOAByBoXIfDqUFUMHsXhIhvHqQyybSFJJhMaTuLJK+sppl4sDtc51v4xdu",
-	"4+kprvauNOAWCW49e/mjJ6Ndbvp3UPC30MateGeRJA5wzXZyN8NojsIL4jdGNJiAMMqecYsrQ/u4AZGZ",
-	"2xuZRHDMKhRy7M7jENorwKXulG4mCA/Hg4udcMtbvRZnfsoREIE79G6f/+3q9bm/odVrObr2F+4Z5mQc",
-	"a6NQ9f3CKLzRIfiviP33//5/+y0sSl6+XybufNYLE4yg4MIfI/Pzq+TmDAwnPOtR5jyYzCGiC6F80ghX",
-	"OZpjf4jyemCIxKDpI3QFuBUZVruGdoBluUD09/az8P+oNdemgZsjkYH/OnYsOfGVs8InxSygPpYQnEqq",
-	"ca8IjoUK3lAy/eL0VV+JLCsyDugBwQkPfR8oBx+YrR8h9F6A1Kt9aCgzlMkQU//MNAQ9HCMvX+qsy14F",
-	"oNOUsBExcRAY8J5/21LijhugQO2lnndaiTrefYETQf6GyrEw9judLLbQOAM6zntkCCAHD466z560Iuzx",
-	"jF91KFMWpMMi1RwgDfgMcSmPnnSRobgbP3zYNkukPPPABKrJok7B/7AiGZ48mC594XeRxMMa3lfs0++O",
-	"uT3ZZl6UicZHqThVVtrFF2SMtG0QLHJ7cxxOvQk60xwOjo3hMNJxduJQz2QMmK1B5fbbusoQ15jTO6ux",
-	"h+/h3w/rLMglcvyERuR2hP97Jfgvk41UkhlVjkLmAyhVyyQLYBUo+rak0M8bSm/mlk5HnnM7PRAm5nPM",
-	"A6jx6YiS4Kr36iyjBM6kCkh5H+fYAYO46Ty+ksZeugu2yjgFdXvrBMkLuLoppRMq2bBDC/Sqp+YqVN3m",
-	"7KAeS/WdyA5ibgRLhXVTi1giJ5KSrxJupsJAwoZv+gCR+6Y4rPtn4MdpNfnUDvjBP7sH3759fxR987TW",
-	"rfYZUz6f/O5SPi9ztTlcBH2qHznyQ3Bkt9jkBqqJBa1N/PwqXGmFKVXlXBiExRS+pVksU5Xv7UqV0wGo",
-	"CfxqN2IRukGVzCuyBUoN7t2z0DtWHLmzRMzm2goVLw5+Ar/99qf47UfYMTT8VKSpPjhqFRWHVJ36K+Kc",
-	"cuVWSsRTzeDSYuL454e32xsyYb13smI+eTblSYq9oPx+lRAzlzYH+MkTZA6fckaUHfC7Y1/dLdjXC63G",
-	"qcRCy9+gyYVbRxEM8DgzqcAtWZTiz0W8FY+8hw0F2abYtRF0ki/lpTrFbEYxg7oZN6shuj4DDzBn0M8m",
-	"nor4BqvdfPIjN8VVfQUXoHN5pJNFD1bUAn4mt9RKGF1HTo2z2F5FJeId9DXNhMlTa4aURen9gaNUzIpB",
-	"2J3O0wRbloYc3fazbpdaV2FLKcQG08L0qa+xJYBWPMwRe/bkCd0AmLy+CbJvF5iriD3rfkuXAMyAgk6V",
-	"EeOp0Wy0KHd98WsHeftuKARR9V4zaULKJ6S8StthVKgKpZFwuzSep0UQ3pEKm2wVyaU9xkMPjb7yyJJ4",
-	"k8F+VJA+iuvLnne7HXYC+xDyvtxacN9iFNLt/+3q9XkEPn7Y94h1mc4oa3/KFSa8wgzdjrHzN6+g1R6P",
-	"IV6jFlCDsV/KwaUN67AhDAOUhEmonOpRve7eQ/RAADXzmKzOjOorcivCA+rcgwVdfoxzEA2lX99vFqZa",
-	"iVpR+r4lC5mDCCktJSdTmy4O/lyyQ0pfFZADL0/+s9Vr/XkZBb16D9l+O4ps8+Vk9nduzy7xINdJy9dK",
-	"MDzn4MzCPlnVfGnADE0eg/wPK+TyObSkheMMtjgxGJ9q3v4Rstzd6o/y9Ma7avY/qfAL5WBN9QVnNVww",
-	"9GenbAJ3h1AJVwSX0w7QOIbpsWO3pgqtgy37ZGb++3//Px/mxmZEOIT7HUu7QnF4X0FfWDekj0FVE/Kg",
-	"uTHWnBnLFx2QHkrbgRXZTCqeRlT/D2EUTaX75QoowHQJrxLiPNgxkOrjC9CfKZXHQ7XWMYwGdXsDqgUm",
-	"lM4CLnZM2EN9BWXm0lAxQqgYJiAAX1RIN0jEA+2wEw9g3VcYtK9rJJ5x5VfSA3JDKb1OAQkgEzN9K2AG",
-	"MsOyMULVlYATBAHYAtB2LjKpExkzcyfEnO42FPznCPU9c7rkRFAJPeAEhJZdCJpZLh1TzcWECM80DnVw",
-	"xt1AiSokvAG83WMdh3q99g+n11h9WFPqSKhF0gIC9P4x6Zpe3XA7OBJF0Zsb83n3qZ/zIC/qnpY1igIP",
-	"1ReusEyMc+MzPbCwjyZpmNOTwouU8Aaaq0I+fbXcuqoEAtAqFVz9y5tXv7UyO6q1KXeyjarQZYGhZgvf",
-	"42/BqJnK1jJnXdkD5WLGPAMmDQW62AyPkCGKL8yQtWFykPpm+6po5RjQvX2Jte8YjpXWRQT8SddH7+H6",
-	"wowpMUTMGaVRyv0iyU0HfKj4uq+kIhMJlKJjVlNlTILECBthTTHq0whCXrAnFG6H7/HDh/+Bd/+Vuu76",
-	"dK+jrtMRDqh9n5h7g6KvuGFjbgIHDNeXLm6owP1ylbePBbcPF+oLRAIBmaAqAXkvF8qX0kLIx19cZ/5F",
-	"qmcLNQBBeD6Ll2eXd2nytQPGhD+z97WuqStwKxHzVC8Q+2smjeU32LB2e8CQkjX7KfNmTuJ1ygiq0eU0",
-	"LkfmdzJN2UgUWvSjnvIFYVFQuz4u8uqW2hiBTs/NQsXTTCudGwICSwF29NNbuisiuBmVC/jkEI0WUeah",
-	"xHiDTlKjYvTITNtWx2BVFYO1eQih6ayvCH9OJL5Txmqza8PGOk31XcSm0kCTlBsxt/udekwUcu8N/d/0",
-	"YlAc5N408q2USwiT/lHN2ht2W65XrvYKjcwjc6FtPYGyA4qKglWmNK72hN8K7O7NINDOdG7BfM64clME",
-	"B3nJ4RnAB8JbZWxILUEaYEniMoJnUzjTdymvrGFtxgFrFz+Q4itVDbTF/sOmJiwDQjii5LSPR+4EPu92",
-	"m0b8jVS+bpAMmJv+qGU+CB9XFQwmHlhfsKq8elkwPM90tgK3Qg78G9I4N1+K5Plx+umSYPo6FdYdl2Kt",
-	"ehu478druMbm8Y0TVpylOr551G4ftdtPot1ChDemFlHLsQ+zLZd7WA32kGCKfzesoqYc04o5M3kcA46v",
-	"d25AfwMNrrYO+2Wq8cBMhYKIR+UYmam+U+A+q+jvQ1w6ng477MTjII9yC1EY+gkHv+PSSjXpK6iChW2P",
-	"oWl1CPY/637LhkrbAV06GOtsUDy/RgE9wX37eDY4WmC7ulhQe2ks48tEKrgRPmdkB6ZIs/4q+GJY6BJr",
-	"PF7qfQdjAx7wI3v8QuwRaXn14IBFBwXkxyuH9suwy0wA0/udc0vM9AJtHLUkNsQXF8nwN8ktL2H2n4xZ",
-	"gtcCugOkGqK7M2mM7x36yDUfuean4JpI05uZ5uYT/WVYKXgDDt+7fz4cet/n4Xv69OEw1ROzrjCResa/",
-	"cpd9SudRaRj36hsgH1Z60GzAdoBG9eh9BYjTDoPIdzzN1c2e8dXnAfPBOPpRsWAqn41E5lPvKoDRxwXQ",
-	"Bmb1iFgrBc07Ql4udP1xj7XMcGhKVgUW8U3JcCIe4EPaJmgIuCx4L8NsjE10TngRAMkA2dlzkcGHEmoE",
-	"XljGgPArsPTGWOC3eViRZdsNK7Jsx2GXx+JWsDZn19zcQM/gfTdwDJDDmDlRZEngfO8AFkF5yEYEW4lT",
-	"bQBq0c9NqDXQF+5wPLosHw5FCcgP9RcgCZ8/F9DazVTO5yKhvDzpcxWhV7NIsBU+HmORYMrdv5DXMmqK",
-	"ekA5MXBejFBF2B6g21B3625ZX3brQwjdut7EdbPwPmY8xjT+UcP4dPF2UzjadgoUdisF7CwtDxuJVKuJ",
-	"YVb7qF3A6wKxDfErCuB5MAEfa9s/9u3WK1EzrRprV4sZtO6/qFfIrtyQ2KSyHuSl1GbebwH2zfL4CGyI",
-	"hw4jbXjqhsCjkUm2HbfFbGEncpuY+T71l0eMI+C75TGXGDCaHZ7/Nq0TnuPdMKCje4JSrdcGKNYblgrC",
-	"pn6tfFG7Wx5PHEHAQydKzNYLIsdqKLa5/P4Fe/r06bdOeXhz/YJgsrnSxikKCVZoD2/ykYhtCpKGHUDz",
-	"RmP5bG6GkIcKqj8m0rmNMXMeiw47mygYwzcXw1dpWufimTvibd9PA90A3fZaebCfOZYQlcC1KphsPTaU",
-	"SW9IPeXuCFZgCFf3hhjpWsxFxIZAwkMM53scKp9+V4bPwgYfAOeMitYSyhvCVPLEY/BXod6wKgk1PlPJ",
-	"TTbCwi7FeiZ88gCcFiXu3CQMtXFdEJDbcSNcnAf6R7y41/6YUecPnyS/lA+KNQuwHv4CXGB/ACOAjDO2",
-	"r2j1GJxiIEg46sP3fUQx6Ld6rN/Cjn+ApAJfQte/fusDdQtY0aYaceX8ZmxhOXxdEG8PptvjLiFeH26K",
-	"450R1qHNpDGQm/7bw4or1PQ60rGhr3OgyIsKJUWl7PulCwnV594q+yNa3ZfR7XEbCzzOVV0l8qIRWGKZ",
-	"Tzqqh28jlisr08D0QK9YzTj7zWnxD4WUeT+JTJrtV5xYW4OEgyVA0P4+8AZfzQsMh7W/Pzl7dfoywn6a",
-	"7kNo4B311Zvzqxc/nr588+rku1enEfvl9eVPp5cDvGXfK/smYiI1onB10/d8lIrhcV+tloeVxDHW6y7V",
-	"h0FBdF8NK2VmQ9Q8CrduJqD6iQ2dnTRwNshwSXvuq0TfeYRYSOxhbTqlPZILhRsykVD05MOv+0W7sxDK",
-	"GfH4xqkJxOA7UNoNoYXyHBAsSOnGKoVLXJ+PzHoOIzp9M5fpDnFPP4HP48BfVzJB5uKj8/53CntBlMa4",
-	"b87rzhL4NTgcj2N/3CjlNxR5oL1ertoq3Jg+8ZdnApJ/P0M2NSJb/2aYP7Bijvg1oSy45HLwZb1BNVhh",
-	"UPlMfBx/2p4Z5epKTtRniyeuZ0f5TDxyo687lAh7ROUXgJCC20ZBJ+xtj8wk+HY4S3LyZ2IZBrXiQ/E/",
-	"51DLPFowrQZePaIHfQbeQiP9ZpjLJZwNdO5KOJBYo2puzNJpsZpx6MzCJFmjmBbRV9iyZEivDk1goWci",
-	"97Y9lByAhop+OdNhV3ix0xR5X4VbgZlhRkNAj0ZMhA0csK8KFlijpdFw/3pc0B+hRzb4FbNBok7PB5UG",
-	"Pynmj5JRluVKARIunMyxVNJMo0pSqTTs4uTN1elLPBce8gEhMj8N3/M0tB439ipctXM7Pyws2sYzAAVB",
-	"n7SYx7/GZlTSsCyPzrSHgyYNi+pEOyABby7aKejz60Yn9aT1MR6EOAMq7LIn7I/u/1dgxJxMvBVZyuet",
-	"XsvcyHkNqpjVCQcL08qZ+KdW7vbTPNNzcfidyFLppOda0LHdIMf8e+8EO3b04Cf6EZ3zd+WmuAInBcF4",
-	"gbN0Nk+5FVhp5c4JQVY5fTe75SlrX4vZXGc83TMsSKv97TnJx4jOw/f+4xadKSuMYlNfype/UwSkL0NV",
-	"HpUoCKJQGWBKbXYQxG1nwokak02bd7z7Wfhg2Uv/SEkPBIjjF7RAxQkNTiE1JXK2mvC4hE7JB5ACkZmv",
-	"UrvZfKWnsMIZ4dGLqwT/Zp48tDr0NKhD6Bmi7J6tNZXqlL4QQOq2JxT6xoL35LEz01cAEw47URIZ0GJN",
-	"pAkUSGgjPF7JjYC4pZAZu+VpLkyHXTs+QO3UWFHmA/IlJE/diUx8di3lcMTjm7FM06/Ex7nKW2otre9o",
-	"1g/BXMDB23rSffLNwdHRQfcv191uD/73vypG1igfj0U24GnailqUcFDcdVS6a2tu5N/iC7WI84u3vowL",
-	"ZFilQO+RGX0lVlFQWX2yd8GZcNekYr8CqUZMqOQta3u0SoR33I+YyUdQ/0UYWUTubK5TGS+Onb0lZ4Ja",
-	"PFPTDa8cYwZL6A2pvgDzAiXgt8W5LtyUH+2A350dcGU1+fe9n/44ZND7MgaKZjpeqrRlMc8nU8vy+ec/",
-	"OITr/ts6Otc46YeQ+YVY52mq70Cqby22l+bxmcKC20vr5vAg9YaH6nombRFzRX4fWPtj8PDLCnYUrUrf",
-	"sbbfOkCahu4oWF+zSXZ/fp6Sq9+gOH6Dk34UyL9DgRwCB3zCJeU2BojR4lw5lvlJTwsJ2/Vx9Wt/0W86",
-	"rE5vsTmq7tfkkdgfLqju13SHmPrX0Wx5Q0CdiOqjfDxQ5Vjf9n8sU3eiqV9zZ84XqeZJh88AShhruthR",
-	"t1vE4LU6gIdUYu6vL1+eXgbMjnb1YTLZb2jxNc7TsUx3DrbTmnyhWLvfkcdQ++8v1F70wSxi7WOdYanh",
-	"Up93vOxGUG/BOTcGOwoxPFTlfmJ4g+dR+1tyoY8Qt4fv6dMWofgyi3mMxH+RSDxt1nG5mtigRRrSH303",
-	"G2l3JJ/mkHzjznc/B7cEkx1/fqSnB6Gn16q0ol+bouN7+C/h1VT0m3q8mHX0hSbuTtWzXhFZb5P8Eq76",
-	"TRsl/jWuSZxtYZ3QlY/myUOaJ35REYkEPlp2KzIAidRj0DAib7zsb2G9FFT89RgwVZL6G74dxk/lbJZD",
-	"6XXoyCz+kfPU+++qC7JnWNtAx+nSEyOG9gZCjM1FvB/QTJ90ux67g4eHAM4HZpD0FTXyJJACXkBAhT0o",
-	"N45+0j1y0wwqIHVg7Cvf9yXWM193HTBDyk+rK9y5yM3Un8aPMedWhSglLTMot+7UpUt7S+3XYHq9PPnP",
-	"Gp67BL34NlrbGXrGbwQOyl6e/Odf/4DPpAGo9vvt9sZdeYG+UHbSMrdsUlsKAjY15AuM8yFNzm2mdQKV",
-	"NuUZPGYpfNkS84k00CK+zOZ50Yc5cJf2STbRe4Yt73LEXmiV5DG2AganlmNS9LT97YXBPezI8MDD9/7j",
-	"FpZkhb09mpKfPQTvOEBNtUDbdzsfp04iRKUKJCi7867TUvJepu/MceV50oIcf9Z9dg/KazZBm0nm83P1",
-	"Gi7+SJgPgR+1qu4W1PlV6rSbr/Q0tXvPqTrWekhLs51J6hXr1ldgN7rt9ZN/PDEPcmJOAVem9rBEjiW7",
-	"owQIa49Hp3x0Dt/Tpw/rIO+XztDXIHYe5c1D+0B/v4Km3ol6WyLmRtBt30j0ydGzPz/7y9Nvnv15Uz/R",
-	"5pM55jI7MFOeiXVn7Xsusyu46BOesmKQhuN1J5zS+3i6HkybIyrYM6wgA1pl1j4ilE8jbMVOKFHMJzly",
-	"b6PWPLf1zUEAaHKeSZ1Ju2AjrpKIzVMeCwDihdrpVPBbYfyrQRYJGEJ9hTAlHrRkLjJ61R48Ey53fIbe",
-	"/wmz/MbZVSOdW2bvZCz6CrJQU22Nb4lQXH9E2dEjbadsym+F72mNbZk67ALCyn2VG0xWpft8PpfMqOBS",
-	"8AT68J34K3RujUwEO+p0jrrdLpOmr549eRKaNONlta2erpaP7j09lThEq/dkaxfg0mH+fI6/LbmII+tH",
-	"39qXT9YQlpp/N3KiHXgPT2ZSrfOOZdyKA2jUvd4+uwQ7CS77TccMw3tsDha6pcHu8I/W30OGCyvEXVrk",
-	"HdIbHVkbUAs/jcDd6rwcvnd/DOCPLRzIgfIePchfLhmpILfQZHmUxzcCuuERnCK3oOgwiX3y2MXp+cuz",
-	"8x9I+ZMAnQyNbSZc7kCVm/3FayjkEzDARkTWsESPxPdgVnt5UT8bG6s3qAum9dGJScEuWc4GWCLle+rY",
-	"OMneUTdqzSGR+8jsALjuZ/CFwu1rz9mlABstOS5zoHKMyuoboQBhZizTUCQmMGoFDp8HDsOvne7vNff7",
-	"NwhWAjvBdAaN83i8JNOKtOz9iHGkIiIvhGfe81LOCTgkMrDYp0Kh2yDZXaA1K0tGWGfpr+3TStzqyl/6",
-	"CY/k8lBN9Xr0+6P4+wRuNb+4rC1mc7to8Khlwu32p9PvGxxqxJbNko0SCIINw8SGTguc6juWashfF31V",
-	"3BBAsk1omIBHDJm7mYsYegEozYbWptSiLXRhiPVMHDOOKERO4SQPHrTM42ladEUB7xs0LNozfUUb1WEn",
-	"vqvRu7nMFm6mY/lOUEt27DtrenQzbYc7VYu+shqnDVqwUElwxinywI14UgC7S8NKbjdYBJhzxERnUl6t",
-	"DrTNGkDjCWOaHHN1rOCeqkNBQO5aGJxQ5lu91p+fdJ0+VJmT0y6++ct0h3qtWm7y+fSLHZnZo3fvK/Xu",
-	"FdJmW/ZX9emhEF9fgoyXfMpKGDfCujQKnGXnc1LTl0xwQMVrxhMRSpvcrp9cnFWzHKLQLsOIOBO2QgW0",
-	"s2tIYEN5rbv/o4prnfgQZsAJEe3PB90lRLRgVMayFbW8Bugmn4iZdlNfcX7sVAzr3uBLlcLC6jUbQ8ds",
-	"CBsEigCKUreDEWCwKET00Cr+6lEffrM2EFfuPOFRQzsadwCao6pS6xOmVbrY7WBVeOvhe5ms9e9eilt9",
-	"Uzpum3y7eP2jb/ehktHdanpr9xiSeanW5Vn3CBVYpe9YNYKwFXOtWhc1vjSZrPWhjXU2A+aZ53DlUglK",
-	"iDP4HJem3tPXJTWfZSIV3BSJQG3OZhpgZUNqUMaGE2kZPmQkhn0FSc4GC1qO2bCdiFuR7oPh4Q5SrqDR",
-	"tkjwCuyazv724oo6PzNp++qO4wMoQk8GHNgUubpR+k7tB6f6D3pdudAPwn6GHDU/RKNmTAtKpUX3Pllf",
-	"zqzG+iQCiXTMEN+pTOczYXk9latF4HN3OrvZhGPzC13ziZMKmzFmIFMBJ/EvoEeepCnLqMzGWe7+xat5",
-	"fm5D1nlI4JkizjMnsR0PGwmeiazV+/UtFMABuSB3y7O01WtNrZ33Dg+Pnvy50+10O0e9v3T/0gWHCQ27",
-	"IstCSUYo/jFzEUdMKuzqnZXSFPcMNkO6gyb01D/MTsWMtaHvbOQbYUXUYC7y7UojqlPcP2axVnGeZULF",
-	"CyfncyNKZYHQNwm6fK/QDjYOp8lmuWJt0BnQKyodA1SxMPu+GyafzzN9y1M3ZTc3rCehjphmj6UabTYa",
-	"mJ5eMzaxIdrESnkUdozyce/S04ocztXnXW7fMqP0xAL8avWJF1XwD2wIWpTOgC/IVNp1uD0rNdVfbplN",
-	"bczL60N1+vVbAz20Yh5PBTjPsFMgvKLPQnNDYaZ06ZlwR8MjkdBLLm7PImnSUAeUCsPaIO5BR9wvPZv0",
-	"g/qHi3cizq3OzJ4/mIyb0nGNQuWszNzKWaxui/mcx9IuljbancDVcU6Q6NwqEOG6R9zINMUviRAjX/CL",
-	"nZ6h4X8sU5H51s54wMqUCg+uI6xSKsaaYEH5USE+sPq0H/VdKRERMpRwomHFZlpNQlZi6amllKb6x4LL",
-	"tcbHWuYDwYNSu7K5LRGuU1hEWn4vEJof3n74/wMAAP//",
+	"ghU1ffWKG3tw6h5+cPaStaewSuCYgVILRFGRyRCL88AZP4T8g6FXJ9iwB+6IA6iqGQIst1De6Dl6zkyn",
+	"r94oKEWvzh0MaL5gM2kMwXpRHNbtODYiAHwCQ/U/HGoNoKTZvTVievWYtH1lRZpCeiwG2TFKrVkmDtzG",
+	"1zk7fuE2np7i8u9KFG7V4Nazlz96utrlpn8HjX9VmPwCIQzu18fnVFQ3CXFHe2wI52YY1W89ea2grDtB",
+	"8gG09bthVKo+Jv0QYwd0bQnlFGah5wKhkmltMRMVF7bwQaGA0wqZBjwQ/VfaI8r5TTfwxKgAcp9KN/Ji",
+	"v8POJqqYQvWt0Uxt8rHAmtTbTC1YpnJDBfpbNTUDWqn2Qiq5cmN8TzeXvjp3z9nG1rLincUDf4BrsVMw",
+	"AUZ0/KtgbcaIBgMfRtkz7qTI0BxwQEzEHTSZRMBEK4t87HZjCM0z4FLHgzefbg+2hCcn4Za3ei3O/JQj",
+	"ONGOpbtD+29Xr8/9Da1ey9GFv3DPMLcXrI0qk+8GR8GrDoG7Rey///f/229hyfny/TJx3LdeVfA07hb+",
+	"uESlewag6ECchGc9ahQPplEQ0YVEDdL3V5mWE26I4XtgiMSgpSf0fLgVGdYyh2aPZalP9Pf2s0j3qDXX",
+	"pkFWI5FBdCJ2AjfxddHCpzwtoPqZ8LlKhk+vCH2G+uxQEP/i9FVfiSwr8knoASHEAl09qMICGLQfIXTW",
+	"gMS6fWgXNJTJEBM7zTSEtPqqeqmTDb0K/KopIV9iWihI0z3/tqW0LDdAgclMHQ21EnWC+AIngvwNTR9h",
+	"7Hc6WWxhTwTso/fIEEDLOTjqPnvSirCDN37VoTxoEPWLVHMArOAzRB09etJFhuJu/PBh2xyg8swDE6im",
+	"Ajvz7cOKZHjyYJbShd9FEg9reF+xT7875vZkm3lRniEfpeJUWWkXX5Ax0rZBKBBVM3/qTVCA53BwbAyH",
+	"kY6zE4d6JmNA5A0Gld/WVYa4xlmys5Fy+B7+/bDOP7BEjp/QRbAd4f9eCf7L5JqVZEaVo5AtCErVMskC",
+	"FAmKvi0p9PMmSjRzS6cjz7mdHggT8zlmedR47ERJcNX77JYxIGdSBRzEj3Pbgbuj6Ty+ksZeugu2yicG",
+	"dXvr9NcLuLopYRfqFLH/jnu6b51DtYvODuqxVN+J7CDmRrBUWDe1iCVyIim1LuFmKgyk4/iWHpCX0WQB",
+	"un8GfpxWk8f0gB/8s3vw7dv3R9E3T2udpp8xoffJ7y6h9zJXm4OB0IX8kSM/BEd2i01OvppI39q03q/C",
+	"UVqYUlXOhSF2TNBcmsUyVfnOvVQXH2C4wGt6Ixah11fJvCJbABcrnF30fRZH7iwRs7m2QsWLg58gKrP9",
+	"KX77EXYMDT8VaaoPjlpFPSnVHv+KKLZcuZUS8VQzuLSYOP754e32hkxY752smE+eK3uSYqcvv18lPNSl",
+	"zQF+8gSZw6ecEeV+/O7YV3cL9vVCq3EqsYz2N2hy4dZRfArCB0wqcEsWQAtzEW/FI+9hQ0EuMfbkBJ3k",
+	"S3mpTjFXVcygKsrNaoiuz8ADzBl0K4qnIr7BWkaf2spNcVVfwQXoXB7pZNGDFbWAjsotNYpG15FT4yw2",
+	"z1GJeAddazNh8tSaIeXIen/gKBWzYhB2p/M0wYa0IQO7/azbpcZk2DAMkd+0MH3qWm0JfhcPc8SePXlC",
+	"NwDism9x7ZtB5ipiz7rf0iUAIqGgD2nEeGo0Gy3KPX382kFVhhsKIXK910yakNALCc3SdhiVIUPhK9wu",
+	"jedpEQTvpMIWakXqcI/x0CGlrzxuKN5ksNsYJAfj+rLn3W6HncA+hKw+txbcN5CFYop/u3p9HoGPH/Y9",
+	"Yl2mM6rJmHKF6cwwQ7dj7PzNK2ikyGMIvqkFVNjslzKsacM6bAjDACVhijGnamOvu/cQGxIg6zzirjOj",
+	"+orcivCAOvdgQZcf4xxEQ+nX95uFqVaiVpS+b8lC5iD+TUvJydSmi4M/l+yQ0lcFoMTLk/9s9Vp/Xsa4",
+	"r95Dtt+OItt8OZn9nduzSzzIddLytRIMzzk4s7ALWjUbHhBhk8cUjocVcvkcGg7DcQZbnBiMLyRo/wg1",
+	"DG71R3l64101+59U+IViv6bqkbMaLhi671OuiLtDqIQrAkNqB+Ajw/TYsVtTBU7ChowyM//9v//ffhTs",
+	"A5lRZpb7HQv3Qul/X0HXXzekj0FV0y2hdTVWFBrLFx2QHkrbgRXZTCqeRoTuAGEUTcAM5fo2QOwJrxLi",
+	"PNgPktAPCkinKYEfQC3eMYwGVZkDqvQmDNYCDHhMyFJ9BSAC0lCpSagHJ5gHXzJKN0hEe+2wE58g0FeY",
+	"gVHXJj7jyq+kh1sHoASdJph6MdO3AmYgMywKJMxkCShQEIAt4IrnIpM6kTEzd0LM6W5ML3DSBoDcZ06X",
+	"nAgCSAAUiNCQDSFRy4WBqrlUFMG3xqHK0bgbKA2JhDdA83sk61CN2f7h9BprS2sKWQmTSlrA994/Jl3T",
+	"qxtuB0eiKGl0Yz7vPvVzHuRFVduyRlGg3fqyJJaJcW58Hg+WbdIkDXN6UniREppEc83Pp6+FXFdzQvBo",
+	"pXK6f3nz6rdWREmVVOU+xVEVmC4w1GzhOzguGLXK2VrmrCtqoUzbmGfApKH8GlsdEu5H8YUZsjZMDhIb",
+	"bV8VjToDdrsvoPf94LGOvoiAP+n66D1cX5gxJYaIuVk0SrkbKLnpgA8VX/eVVGQigVJ0zGpqyEmQGGEj",
+	"rBhHfRoh5gv2hMLt8D1++PA/8O6/Uk9ln7t31HU6wgE1ZxRzb1D0FTdszE3ggOH60sUN9dVfrq76sZz6",
+	"4UJ9gUggIBNUJSDvZRiEUloI+fiL68y/SG10oQYgxNJn8fLs8i5NvnZAEPFn9r7WNfV8biVinuoFIrvN",
+	"pLH8BtsRbw8HU7JmP2XezEm8ThlBNbqcxuXI/E6mKRuJQot+1FO+IOgNatfHRV7dUpMq0Om5Wah4mmml",
+	"c0MwbymAyn56S3dFBDdjrgGfHKLRIso8lBhv0ElqVIwemWnb6hisqmKwNg8hNJ31FaELisT3QVltZW7Y",
+	"WKepvot84ja7EXO736lHvCH33tD/TS8GpV/uTSPfKLuEH+of1ay9YS/teuVqr9DIPO4a2tYTKCqhqChY",
+	"ZUrjak/4rcDe7QwC7UznFsznjCs3RXCQlxyeAVoivFXGhtTwpQF0Ji7jszaFM30P+soa1mYcsHbxAym+",
+	"UtUAl+w/bGrCMtyHI0pO+3jkTuDzbrdpxN9IXfMGyYC56Y9a5oPwcVVB2OKB9QWryquXBcPzTGcr6DLk",
+	"wL8hjXPzpUieH6efLgmmr1Nh3XEp1qq3gft+vIZrbB7fOGHFWarjm0ft9lG7/STaLUR4Y2oAthz7MNty",
+	"uYfVYA8JhPp3wypqim2tmDOTxzEUJ3rnBnSv0OBq67BfphoPzFQoiHhUjpGZ6jsF7rOK/j7EpePpsMNO",
+	"PMr1KLcQhaGfcPA7Lq1Uk76CGmfY9hhakodg/7Put2yotB3QpYOxzgbF82sU0BPct49ng6MFNiOMBTUP",
+	"xzK+TKSCG+FzRnZgijTrr4IvhoUuscbjpc6GMDagPT+yxy/EHpGWVw8OWHQAD3C8cmi/DLvMBDC93zm3",
+	"xEwv0MZRS2JDfHGRDH+T3PISZv/JmCV4LaD3Q6ohujuTxvjOsI9c85FrfgquiTS9mWluPtFfhpWCN+Dw",
+	"vfvnw6H3fR6+p08fDlM9MesKE0/wwlfusk/pPCoN4159A+TDSoehDdgOv7gtQe8rANh2GES+42mubvaM",
+	"rz4PmA/G0Y+KBVP5bCQyn3pXgQM/ZsvAHrFWClqzhLxc6OnkHmuZ4dByrorN4VvO4UQ8Wou0TdAQcFnw",
+	"XobZGJvonPAiAJIBsrPnIoMPJdQIvLCMAeFXYOmNscBv87Aiy7YbVmTZjsMuj8WtYG3Orrm5gY7Q+xEi",
+	"pEhK7yplSeB87wAWQXlATgRRiVNtAEjTz02oNdAX7nA8uiwfDiMLyA/1FyAJnz8XsPjNVM7ngGMDcM4+",
+	"VxE6cYuEsJTgGIsEU+7+hbyWUVPUA8qJgfNihCpCvKluQ92tu2V92a0PIXTrOk/XzcL7mPEY0/hHDePT",
+	"xdtN4WjbKVDYrRSws7Q8bCRSrSaGWe2jdgGNDcQ2xK8ogOfBBHysbf/YN9OvRM20aqxdLWbQuv+iXiG7",
+	"ckNiC9J6kBc6KCVeSV3RPD4CG+Khw0gbnroh8Ghkkm3HbTFb2IncJma+DxksijCOAjKVH3OJAaPZ4flv",
+	"0zrhOd4N4Tu6J8LYem2AYr1hqSBs6tfKF7W75fHEEQQ89BnFbL0gchAMDLrsPX369FunPLy5fkEg6Fxp",
+	"4xSFBCu0hzf5SMQ2BUnDDqA1p7F8NjdDyEMF1X+f4MAEM3MeixLaF6HG4Ks0rXPxzB3R1O+ngW4A5nut",
+	"PNjPHEuISuBaFcS9HhvKpDekjoF3BCswhKt7Q4x0LeYiYkMg4SGG8z0OlU+/K8NnYfsWAOtGRWsJww9B",
+	"SHniOyxUgfywKgk1PlPJTTbCwi7FeiZ88gCcFiXu3CQMNeldECrfcSP2n2/jAPBg7LU/ZtTXxSfJL+WD",
+	"Ys0CrIe/ABfYH8AI8P+M7StaPQanGAgSjvrwfR9RDPqtHuu3sJ8jIKnAl9DTsd/6QL0gVrSpRpBAvxlb",
+	"WA5fF8Tbg+n2uEsIvoib4nhnhHVoM2kM5Kb/9rDiCjW9jnRs6NodKPKiQkllJMWlCwnV594q+yNa3ZfR",
+	"7XEbC7TVVV0l8qIRWGKZTzqqh28jlisr08D0QK9YzTj7zWnxDwR7ek+JTJrtV5xYW4OEgyVAUjFe8AZf",
+	"zQsMh7W/Pzl7dfoywm6p7kNozx711Zvzqxc/nr588+rku1enEfvl9eVPp5cDvGXfK/smYiI1onB10/d8",
+	"lIrhcV+tloeVxDHW6y7Vh0FBdF8NK2VmQ9Q8CrduJqD6iQ2dnTRwNshwSXvuq0TfKQ8kO3ZSpk2ntEdy",
+	"oXBDJhKKnnz4db9oZhdCOSMe3zg1gRh8B0q7IbRQngOCBSndWKVwievzkVnPYUSnb+Yy3SHu6SfweRz4",
+	"60omyFx8dN7/TmEviNIY962X3VkCvwaH43Hsjxul/IYiD7TXy1VbhRvTJ/7yTEDy72fIpkbc8t8M8wdW",
+	"zBG/JpQFl1wOvqw3qAYrDCqfiY/jT9szo1xdyYn6bPHE9ewon4lHbvR1hxJhj6j8AhBScNso6JQbpy8g",
+	"Mwm+Hc6SnPyZWIZBjRZR/M851DKPFkyrgVeP6EGfgbfQSL8Z5nIJZwOduxIOJNaomhuzdFqsZhz67jBJ",
+	"1iimRfQV4vUP6dWhxS90xOTetoeSA9BQ0S9nOuwKL3aaIu+rcCswM8xoCOjRiImwgQP2VcECa7Q0Gu5f",
+	"jwv6I/TIBr9iNkjU6fmg0uAnxfxRMsqyXClAwoWTOZZKmmlUSSqVhl2cvLk6fYnnwkM+IETmp+F7nobW",
+	"48Zehat2btaIhUXbeAagIOiTFvP419iMShqW5dGZ9nDQpGFRnWgHJODNRTsFfX7d6KSetD7GgxBnQIVd",
+	"9oT90f3/CoyYk4m3Ikv5vNVrmRs5r0EVszrhYGFaORP/1Mrdfppnei4OvxNZKp30XAs6thvkmH/vnWDH",
+	"jh78RD+ic/6u3BTQScnDeIGzdDZPuRVYaeXOCUFWOX03u+Upa1+L2VxnPN0zLEir/e05yceIzsP3/uMW",
+	"fUcrjGJT19GXv1MEpC9DVR6VKAiiUBlgSm12EMRtZ8KJGpNNm3e8+1n4YNlL/0hJDwSI4xe0QMUJ7Wsh",
+	"NSVytprwuIROyQeQApGZr1K72Xylp7DCGeHRi6sE/2aePLQ69DSoQ+gZouyerTWV6pS+EEDqticUugKD",
+	"9+SxM9NXABMOO1ESGdBiTaQJFEhoIzxeyY2AuKWQGbvlaS5Mh107PkDt1FhR5gPyJSRP3YlMfHYt5XDE",
+	"45uxTNOvxMe5yltqLa3vaNYPwVzAwdt60n3yzcHR0UH3L9fdbg/+978qRtYoH49FNuBp2oqorWjprqPS",
+	"XVtzI/8WX6hFnF+89WVcIMMqBXqPzOgrsYqCyuqTvQvOhLsmFfsVSDViQiVvWdujVSK8437ETD6C+i/C",
+	"yCJyZ3Odynhx7OwtORPUwJuabnjlGDNYQm9I9QWYFygBvy3OdeGm/GgH/O7sgCuryb/v/fTHIYPelzFQ",
+	"NNPxUqUti3k+mVqWzz//wSFc99/W0bnGST+EzC/EOk9TfQdSfWuxvTSPzxQW3F5aN4cHqfM/VNczaYuY",
+	"K/L7wNofg4dfVrCjaFX6jrX91gHSNHRHwfqaTbL78/OUXP0GxfEbnPSjQP4dCuQQOOATLim3MUCMFufK",
+	"scxPelpI2K6Pq1/7i37TYXV6i81Rdb8mj8T+cEF1v6Y7xNS/jmbLGwLqRFQf5eOBKsf6tv9jmboTTf2a",
+	"O3O+SDVPOnwGUMJY08WOut0iBq/VATykEnN/ffny9DJgdrSrD5PJfkOLr3GejmW6c7Cd1uQLxdr9jjyG",
+	"2n9/ofaiD2YRax/rDEsNl/q842U3gnoLzrkx2FGI4aEq9xPDGzyP2t+SC32EuD18T5+2CMWXWcxjJP6L",
+	"ROJps47L1cQGLdKQ/ui72Ui7I/k0h+Qbd777ObglmOz48yM9PQg9vValFf3aFB3fw38Jr6ai39Tjxayj",
+	"LzRxd6qe9YrIepvkl3DVb9oo8a9xTeJsC+uErnw0Tx7SPPGLikgk8NGyW5EBSKQeg4YReeNlfwvrpaDi",
+	"r8eAqZLU3/DtMH4qZ7McSq9DR2bxj5yn3n9XXZA9w9oGOk6XnhgxtDcQYmwu4v2AZvqk2/XYHTw8BHA+",
+	"MIOkr6iRJ4EU8AICKuxBuXH0k+6Rm2ZQAakDY1/5vi+xnvm664AZUn5aXeHORW6m/jR+jDm3KkQpaZlB",
+	"uXWnLl3aW2q/BtPr5cl/1vDcJejFt9HaztAzfiNwUPby5D//+gd8Jg1Atd9vtzfuygv0hbKTlrllk9pS",
+	"ELCpIV9gnA9pcm4zrROotCnP4DFL4cuWmE+kgRbxZTbPiz7Mgbu0T7KJ3jNseZcj9kKrJI+xFTA4tRyT",
+	"oqftby8M7mFHhgcevvcft7AkK+zt0ZT87CF4xwFqqgXavtv5OHUSISpVIEHZnXedlpL3Mn1njivPkxbk",
+	"+LPus3tQXrMJ2kwyn5+r13DxR8J8CPyoVXW3oM6vUqfdfKWnqd17TtWx1kNamu1MUq9Yt74Cu9Ftr5/8",
+	"44l5kBNzCrgytYclcizZHSVAWHs8OuWjc/iePn1YB3m/dIa+BrHzKG8e2gf6+xU09U7U2xIxN4Ju+0ai",
+	"T46e/fnZX55+8+zPm/qJNp/MMZfZgZnyTKw7a99zmV3BRZ/wlBWDNByvO+GU3sfT9WDaHFHBnmEFGdAq",
+	"s/YRoXwaYSt2QoliPsmRexu15rmtbw4CQJPzTOpM2gUbcZVEbJ7yWAAQL9ROp4LfCuNfDbJIwBDqK4Qp",
+	"8aAlc5HRq/bgmXC54zP0/k+Y5TfOrhrp3DJ7J2PRV5CFmmprfEuE4vojyo4eaTtlU34rfE9rbMvUYRcQ",
+	"Vu6r3GCyKt3n87lkRgWXgifQh+/EX6Fza2Qi2FGnc9Ttdpk0ffXsyZPQpBkvq231dLV8dO/pqcQhWr0n",
+	"W7sAlw7z53P8bclFHFk/+ta+fLKGsNT8u5ET7cB7eDKTap13LONWHECj7vX22SXYSXDZbzpmGN5jc7DQ",
+	"LQ12h3+0/h4yXFgh7tIi75De6MjagFr4aQTuVufl8L37YwB/bOFADpT36EH+cslIBbmFJsujPL4R0A2P",
+	"4BS5BUWHSeyTxy5Oz1+enf9Ayp8E6GRobDPhcgeq3OwvXkMhn4ABNiKyhiV6JL4Hs9rLi/rZ2Fi9QV0w",
+	"rY9OTAp2yXI2wBIp31PHxkn2jrpRaw6J3EdmB8B1P4MvFG5fe84uBdhoyXGZA5VjVFbfCAUIM2OZhiIx",
+	"gVErcPg8cBh+7XR/r7nfv0GwEtgJpjNonMfjJZlWpGXvR4wjFRF5ITzznpdyTsAhkYHFPhUK3QbJ7gKt",
+	"WVkywjpLf22fVuJWV/7ST3gkl4dqqtej3x/F3ydwq/nFZW0xm9tFg0ctE263P51+3+BQI7ZslmyUQBBs",
+	"GCY2dFrgVN+xVEP+uuir4oYAkm1CwwQ8YsjczVzE0AtAaTa0NqUWbaELQ6xn4phxRCFyCid58KBlHk/T",
+	"oisKeN+gYdGe6SvaqA478V2N3s1ltnAzHct3glqyY99Z06ObaTvcqVr0ldU4bdCChUqCM06RB27EkwLY",
+	"XRpWcrvBIsCcIyY6k/JqdaBt1gAaTxjT5JirYwX3VB0KAnLXwuCEMt/qtf78pOv0ocqcnHbxzV+mO9Rr",
+	"1XKTz6df7MjMHr17X6l3r5A227K/qk8Phfj6EmS85FNWwrgR1qVR4Cw7n5OavmSCAypeM56IUNrkdv3k",
+	"4qya5RCFdhlGxJmwFSqgnV1DAhvKa939H1Vc68SHMANOiGh/PuguIaIFozKWrajlNUA3+UTMtJv6ivNj",
+	"p2JY9wZfqhQWVq/ZGDpmQ9ggUARQlLodjACDRSGih1bxV4/68Ju1gbhy5wmPGtrRuAPQHFWVWp8wrdLF",
+	"bgerwlsP38tkrX/3Utzqm9Jx2+TbxesffbsPlYzuVtNbu8eQzEu1Ls+6R6jAKn3HqhGErZhr1bqo8aXJ",
+	"ZK0PbayzGTDPPIcrl0pQQpzB57g09Z6+Lqn5LBOp4KZIBGpzNtMAKxtSgzI2nEjL8CEjMewrSHI2WNBy",
+	"zIbtRNyKdB8MD3eQcgWNtkWCV2DXdPa3F1fU+ZlJ21d3HB9AEXoy4MCmyNWN0ndqPzjVf9DryoV+EPYz",
+	"5Kj5IRo1Y1pQKi2698n6cmY11icRSKRjhvhOZTqfCcvrqVwtAp+709nNJhybX+iaT5xU2IwxA5kKOIl/",
+	"AT3yJE1ZRmU2znL3L17N83Mbss5DAs8UcZ45ie142EjwTGSt3q9voQAOyAW5W56lrV5rau28d3h49OTP",
+	"nW6n2znq/aX7ly44TGjYFVkWSjJC8Y+ZizhiUmFX76yUprhnsBnSHTShp/5hdipmrA19ZyPfCCuiBnOR",
+	"b1caUZ3i/jGLtYrzLBMqXjg5nxtRKguEvknQ5XuFdrBxOE02yxVrg86AXlHpGKCKhdn33TD5fJ7pW566",
+	"Kbu5YT0JdcQ0eyzVaLPRwPT0mrGJDdEmVsqjsGOUj3uXnlbkcK4+73L7lhmlJxbgV6tPvKiCf2BD0KJ0",
+	"BnxBptKuw+1Zqan+cstsamNeXh+q06/fGuihFfN4KsB5hp0C4RV9FpobCjOlS8+EOxoeiYRecnF7FkmT",
+	"hjqgVBjWBnEPOuJ+6dmkH9Q/XLwTcW51Zvb8wWTclI5rFCpnZeZWzmJ1W8znPJZ2sbTR7gSujnOCROdW",
+	"gQjXPeJGpil+SYQY+YJf7PQMDf9jmYrMt3bGA1amVHhwHWGVUjHWBAvKjwrxgdWn/ajvSomIkKGEEw0r",
+	"NtNqErISS08tpTTVPxZcrjU+1jIfCB6U2pXNbYlwncIi0vJ7gdD88PbD/x8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -77,6 +77,16 @@ func (s Events) EventsAfter(ctx context.Context, f EventFilter, after int64, lim
 	return rows, mapErr(err)
 }
 
+// NewestEventID is the id of the newest run_events row of any run (0 when
+// there is none): a stream that starts after it sends what commits from
+// now on, less a row whose id was drawn before and commits after (see
+// above). It reads the primary key's index alone.
+func (s Events) NewestEventID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.raw(ctx, `SELECT coalesce(max(id), 0) FROM run_events`).Scan(&id).Error
+	return id, mapErr(err)
+}
+
 // RunEventsAfter returns the phase of key's run, whether a restart of it is
 // pending (the run ended but will run again), and its rows with id > after,
 // in id order, at most limit (1..1000), read in one statement: when the

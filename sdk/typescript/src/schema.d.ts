@@ -427,9 +427,9 @@ export interface paths {
         /**
          * The events of every run of the project/domain as server-sent events; it never ends by itself.
          * @description The same events as a run's stream, of all the project/domain's runs, in id order, resumed after
-         *     Last-Event-ID (header or `last_event_id`), with a `: keep-alive` comment every 15 s. Unlike a run's
-         *     stream it may miss a row of one run that commits after a later id of another: it tells a client what
-         *     to re-read.
+         *     Last-Event-ID (header or `last_event_id`), or from `start`, with a `: keep-alive` comment every 15 s.
+         *     Unlike a run's stream it may miss a row of one run that commits after a later id of another: it
+         *     tells a client what to re-read.
          */
         get: operations["WatchEvents"];
         put?: never;
@@ -2972,6 +2972,8 @@ export interface operations {
             query?: {
                 /** @description Last-Event-ID for clients that cannot set headers; the header wins when both are set. */
                 last_event_id?: components["parameters"]["LastEventIDQuery"];
+                /** @description Where a stream without Last-Event-ID starts: `first`, the project/domain's oldest stored event; `now`, after the newest event stored when the stream opens (a client that re-reads what it shows on each event, and once the stream is open, needs no history). Ignored when Last-Event-ID is set. */
+                start?: "first" | "now";
             };
             header?: {
                 /** @description The id of the last event the client received; the stream resumes after it. */

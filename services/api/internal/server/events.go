@@ -33,11 +33,24 @@ func (h *Handlers) WatchRunEvents(ctx context.Context, req api.WatchRunEventsReq
 	return h.newEventStream(ctx, key, resumeAfter(req.Params.LastEventID, req.Params.LastEventId)), nil
 }
 
-// WatchEvents streams the run_events of every run of a project/domain; it
-// ends only when the client goes, after LogFollowMax or at shutdown.
+// WatchEvents streams the run_events of every run of a project/domain,
+// after Last-Event-ID, else from the oldest (start=first) or after the
+// newest stored (start=now); it ends only when the client goes, after
+// LogFollowMax or at shutdown.
 func (h *Handlers) WatchEvents(ctx context.Context, req api.WatchEventsRequestObject) (api.WatchEventsResponseObject, error) {
 	key := domain.RunKey{Project: req.Project, Domain: req.Domain}
-	return h.newEventStream(ctx, key, resumeAfter(req.Params.LastEventID, req.Params.LastEventId)), nil
+	after := resumeAfter(req.Params.LastEventID, req.Params.LastEventId)
+	if resumed := req.Params.LastEventID != nil || req.Params.LastEventId != nil; !resumed &&
+		deref(req.Params.Start) == api.EventsStartNow {
+		// Read before the stream's headers go out: what commits after a
+		// client saw them is sent.
+		newest, err := h.store.Events().NewestEventID(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("newest event: %w", err)
+		}
+		after = newest
+	}
+	return h.newEventStream(ctx, key, after), nil
 }
 
 // resumeAfter is the id a stream starts after: the Last-Event-ID header when

@@ -128,6 +128,36 @@ func TestWatchRunEventsStoredLiveEndAndResume(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status)
 }
 
+// A project's stream with start=now sends no stored event, only what
+// commits after it opened; start=first, the default, sends them all, and
+// Last-Event-ID wins over start.
+func TestWatchEventsStartNow(t *testing.T) {
+	t.Parallel()
+	f := newFeedFixture(t)
+	project := "/v1/projects/demo/domains/dev/events"
+	status, _, body := f.do(t, http.MethodPost, runsPath, `{"name":"before","spec":{"steps":[{"name":"s","command":"x"}]}}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	stored := next(t, f.stream(t, project, ""))
+	require.Equal(t, "run.created", stored.event)
+	require.Equal(t, stored, next(t, f.stream(t, project+"?start=first", "")), "start=first is the default")
+
+	now := f.stream(t, project+"?start=now", "")
+	resumed := f.stream(t, project+"?start=now", stored.id)
+	plain := f.stream(t, project, stored.id)
+	status, _, body = f.do(t, http.MethodPost, runsPath, `{"name":"after","spec":{"steps":[{"name":"s","command":"x"}]}}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	first := next(t, now)
+	var re map[string]any
+	require.NoError(t, json.Unmarshal([]byte(first.data), &re))
+	require.Equal(t, "after", re["run"], "start=now sends the run created after it opened first, not the stored one: %+v", first)
+	require.Equal(t, "run.created", first.event)
+	require.Equal(t, next(t, plain), next(t, resumed), "Last-Event-ID wins over start=now")
+
+	status, _, p := f.do(t, http.MethodGet, project+"?start=later", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, "invalid_request", p["code"])
+}
+
 // jsonID renders a JSON number id as the SSE id field does.
 func jsonID(v any) string {
 	raw, _ := json.Marshal(v)

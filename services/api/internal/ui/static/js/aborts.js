@@ -59,7 +59,7 @@ export function mount(view) {
       : html`<tr><td colspan="8" class="muted">None.</td></tr>`}</tbody></table>`, view);
   draw();
   load();
-  const stopWatch = watch(`${base()}/events`, load);
+  const stopWatch = watch(`${base()}/events?start=now`, load);
   const stopPrefs = onPrefs(draw);
   return () => { left = true; stopWatch(); stopPrefs(); };
 }

@@ -84,13 +84,15 @@ export async function deleteJSON(path) {
 
 // stream reads a text/event-stream response of GET path with fetch (an
 // EventSource cannot send the Authorization header) and calls onEvent({id,
-// event, data}) per event; comments are skipped. It resolves with the HTTP
-// status once the stream ends (200) or was refused (404, …); signal aborts it.
-export async function stream(path, onEvent, {signal, lastEventId} = {}) {
+// event, data}) per event; comments are skipped; onOpen() once the stream's
+// headers arrived. It resolves with the HTTP status once the stream ends
+// (200) or was refused (404, …); signal aborts it.
+export async function stream(path, onEvent, {signal, lastEventId, onOpen} = {}) {
   const h = {Accept: 'text/event-stream'};
   if (lastEventId) h['Last-Event-ID'] = lastEventId;
   const r = await request(path, {headers: h, signal});
   if (!r.ok || !r.body) return r.status;
+  if (onOpen) onOpen();
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
   for (;;) {

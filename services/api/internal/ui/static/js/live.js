@@ -35,10 +35,11 @@ const pause = (ms, signal) => new Promise((resolve) => {
 });
 
 // watch follows the event stream at path and calls refresh on each event
-// (coalesced) and onEvent(ev) with each event itself ({id, event, data},
-// `end` included); it starts after lastEventId when given, and stops after
-// an `end` event (a terminal run) or when the returned stop function is
-// called.
+// (coalesced), and once each time the stream opens (what changed before it
+// did is then read too: a stream of ?start=now sends none of it), and
+// onEvent(ev) with each event itself ({id, event, data}, `end` included);
+// it starts after lastEventId when given, and stops after an `end` event (a
+// terminal run) or when the returned stop function is called.
 export function watch(path, refresh, {onEvent = null, lastEventId = ''} = {}) {
   const ctl = new AbortController();
   const signal = ctl.signal;
@@ -55,7 +56,7 @@ export function watch(path, refresh, {onEvent = null, lastEventId = ''} = {}) {
           if (ev.event === 'end') ended = true;
           if (onEvent) onEvent(ev);
           run();
-        }, {signal, lastEventId: lastId});
+        }, {signal, lastEventId: lastId, onOpen: run});
       } catch (e) {
         if (signal.aborted) return;
       }

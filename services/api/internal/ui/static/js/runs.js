@@ -75,7 +75,7 @@ export function mount(view) {
 
   draw();
   load();
-  const stopWatch = watch(`${base()}/events`, load);
+  const stopWatch = watch(`${base()}/events?start=now`, load);
   const stopTick = every(1000, async () => draw()); // running durations, relative times
   const stopPrefs = onPrefs(draw);
   return () => { left = true; clearTimeout(typing); stopWatch(); stopTick(); stopPrefs(); };

@@ -26,7 +26,7 @@ export function mount(view, {schedule: name}) {
   const draw = () => render(page(name, sched, on), view);
   draw();
   load();
-  const stopWatch = watch(`${base()}/events`, load); // the schedule's runs
+  const stopWatch = watch(`${base()}/events?start=now`, load); // the schedule's runs
   const stopTick = every(5000, load); // the next times move on
   const stopPrefs = onPrefs(draw);
   return () => { stopWatch(); stopTick(); stopPrefs(); };

@@ -38,7 +38,7 @@ export function mount(view) {
       : html`<tr><td colspan="7" class="muted">No schedules.</td></tr>`}</tbody></table>`, view);
   draw();
   load();
-  const stopWatch = watch(`${base()}/events`, load);
+  const stopWatch = watch(`${base()}/events?start=now`, load);
   const stopTick = every(5000, load);
   const stopPrefs = onPrefs(draw);
   return () => { stopWatch(); stopTick(); stopPrefs(); };
