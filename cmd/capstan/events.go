@@ -12,14 +12,21 @@ import (
 
 // followEvents reads an event stream — run's when run is not "", else the
 // project/domain's — and calls fn with each event (`end` included) until
-// fn returns true or the run's stream ends (nil). A stream that closes
-// early is resumed with Last-Event-ID. Errors: the API's answer when it is
-// not a stream (a problemError), a transport error on connecting, ctx's.
-func followEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run string,
+// fn returns true or the run's stream ends (nil). It reads opened first
+// when it is not nil (openEvents' answer from now), else opens the stream
+// from its start. A stream that closes early is resumed with Last-Event-ID
+// (one opened from now that sent no event yet, from now again). Errors: the API's
+// answer when it is not a stream (a problemError), a transport error on
+// connecting, ctx's.
+func followEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run string, opened *http.Response,
 	fn func(sseEvent) (stop bool)) error {
-	last := ""
+	last, fromNow := "", opened != nil
 	for {
-		resp, err := openEvents(ctx, c, g, run, last)
+		resp, err := opened, error(nil)
+		if resp == nil {
+			resp, err = openEvents(ctx, c, g, run, last, fromNow)
+		}
+		opened = nil
 		if err != nil {
 			return err
 		}
@@ -39,9 +46,10 @@ func followEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, r
 	}
 }
 
-// openEvents opens the stream after the event id last ("": from the
-// start).
-func openEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run, last string) (*http.Response, error) {
+// openEvents opens the stream after the event id last; when last is "",
+// from the start, or, for a project's stream when fromNow, after the newest
+// stored event (start=now).
+func openEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run, last string, fromNow bool) (*http.Response, error) {
 	editor := func(_ context.Context, req *http.Request) error {
 		req.Header.Set("Accept", "text/event-stream")
 		return nil
@@ -55,7 +63,11 @@ func openEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run
 	if run != "" {
 		resp, err = c.WatchRunEvents(ctx, g.project, g.domain, run, &api.WatchRunEventsParams{LastEventID: lastID}, editor)
 	} else {
-		resp, err = c.WatchEvents(ctx, g.project, g.domain, &api.WatchEventsParams{LastEventID: lastID}, editor)
+		params := &api.WatchEventsParams{LastEventID: lastID}
+		if fromNow && lastID == nil {
+			params.Start = ptr(api.EventsStartNow)
+		}
+		resp, err = c.WatchEvents(ctx, g.project, g.domain, params, editor)
 	}
 	if err != nil {
 		of := g.project + "/" + g.domain

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -69,6 +70,16 @@ func (o listOpts) run(cmd *cobra.Command, g *globals) error {
 	if err != nil {
 		return err
 	}
+	// With -w the project's stream opens from now before the list is read:
+	// a change after the list is then an event, and none of the project's
+	// history is replayed.
+	var stream *http.Response
+	if o.watch {
+		if stream, err = openEvents(cmd.Context(), c, g, "", "", true); err != nil {
+			return err
+		}
+		defer stream.Body.Close()
+	}
 	list, err := o.fetch(cmd.Context(), c, g, since, until)
 	if err != nil {
 		return err
@@ -81,7 +92,7 @@ func (o listOpts) run(cmd *cobra.Command, g *globals) error {
 	for _, r := range list.Runs {
 		seen[r.Name] = r.Phase
 	}
-	return watchList(cmd.Context(), c, g, out, o.phase, seen)
+	return watchList(cmd.Context(), c, g, out, o.phase, seen, stream)
 }
 
 // fetch reads the runs the flags select: the first page, or every page
@@ -219,12 +230,13 @@ func shortDuration(d time.Duration) string {
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
-// watchList follows the project's events and prints each run (in phase,
-// when it is set) whose phase differs from what seen holds.
+// watchList follows the project's events, from stream (openEvents' answer
+// from now), and prints each run (in phase, when it is set) whose phase
+// differs from what seen holds.
 func watchList(ctx context.Context, c *api.ClientWithResponses, g *globals, out io.Writer, phase api.Phase,
-	seen map[string]api.Phase) error {
+	seen map[string]api.Phase, stream *http.Response) error {
 	var werr error
-	err := followEvents(ctx, c, g, "", func(ev sseEvent) bool {
+	err := followEvents(ctx, c, g, "", stream, func(ev sseEvent) bool {
 		var e api.RunEvent
 		if jsonErr := decodeEvent(ev, &e); jsonErr != nil || e.Run == "" {
 			return false

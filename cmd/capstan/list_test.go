@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,5 +80,56 @@ func TestRunList(t *testing.T) {
 		if _, err := capstan(srv, args...); exitCode(err) != exitUsage {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// run list -w opens the project's stream from now (start=now) before it
+// reads the list, so no change between the two is lost and no history is
+// replayed; it prints a run an event names, and resumes a dropped stream
+// after the last event id, not from now.
+func TestRunListWatchOpensTheStreamFromNowFirst(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []string
+	streams := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+"?"+r.URL.RawQuery+" "+r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/v1/projects/demo/domains/dev/events":
+			mu.Lock()
+			streams++
+			n := streams
+			mu.Unlock()
+			if n > 1 {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte(`{"type":"/problems/not_found","title":"Not Found","status":404,"code":"not_found"}`))
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte("id: 7\nevent: run.created\ndata: {\"id\":7,\"run\":\"r9\",\"type\":\"run.created\"}\n\n"))
+		case "/v1/projects/demo/domains/dev/runs":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"runs":[]}`))
+		case "/v1/projects/demo/domains/dev/runs/r9":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(strings.Replace(runJSON, `"name":"r1"`, `"name":"r9"`, 1)))
+		default:
+			w.WriteHeader(http.StatusTeapot)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	out, err := capstan(srv.URL, "-o", "name", "run", "list", "-w")
+	if exitCode(err) != exitAPI || !strings.HasPrefix(out, "r9\n") {
+		t.Errorf("run list -w: %q, %v (exit %d)", out, err, exitCode(err))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"/v1/projects/demo/domains/dev/events?start=now ", "/v1/projects/demo/domains/dev/runs?limit=50 ",
+		"/v1/projects/demo/domains/dev/runs/r9? ", "/v1/projects/demo/domains/dev/events? 7"}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -50,7 +50,7 @@ func watchRun(ctx context.Context, c *api.ClientWithResponses, g *globals, out i
 	v := &stepView{out: out, tty: isTerminal(out), seen: map[string]api.Phase{}}
 	var phase api.Phase
 	var werr error
-	err := followEvents(ctx, c, g, run, func(ev sseEvent) bool {
+	err := followEvents(ctx, c, g, run, nil, func(ev sseEvent) bool {
 		if ev.name == "end" {
 			var end struct{ Phase api.Phase }
 			_ = json.Unmarshal([]byte(ev.data), &end)
