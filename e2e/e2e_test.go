@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capstan-run/capstan/pkg/api"
+	"github.com/capstan-run/capstan/pkg/kubetest"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 )
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	code := m.Run()
+	code := kubetest.Stopping(m).Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -9,7 +9,9 @@
 # into a cache folder keyed by those modules and the Go version, so only the
 # first build is slow (minutes); later ones find it. State lives under
 # .data/kube and etcd's data on /dev/shm. Idempotent: a second `start` is a
-# no-op. `env` prints KUBECONFIG and CAPSTAN_KUBE_* for the tests.
+# no-op. `env` prints KUBECONFIG and CAPSTAN_KUBE_* for the tests; `start`
+# prints them too, with CAPSTAN_KUBE_STARTED=1 when it started the cluster
+# (0 when it was running), so whoever started it knows to stop it.
 #
 # Environment (defaults):
 #   CAPSTAN_KUBE_APISERVER_PORT=56443   CAPSTAN_KUBE_ETCD_PORT=52379
@@ -182,6 +184,7 @@ start() {
   exec 9>"$dir/.lock"
   flock 9 # one start at a time: test processes start it concurrently
   if pid_alive kube-apiserver && api_get /readyz >/dev/null 2>&1; then log "already running on 127.0.0.1:$api_port"; return; fi
+  started=1
   build
   stop_all 2>/dev/null || true
   certs; kubeconfig; kwok_config
@@ -248,7 +251,7 @@ status() {
 
 case "${1:-start}" in
   build) build ;;
-  start) start; print_env ;;
+  start) started=0; start; print_env; echo "CAPSTAN_KUBE_STARTED=$started" ;;
   stop) stop_all ;;
   status) status ;;
   env) print_env ;;

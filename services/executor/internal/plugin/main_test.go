@@ -8,17 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-run/capstan/pkg/kubetest"
 	"github.com/capstan-run/capstan/services/executor/internal/plugin"
 	"github.com/capstan-run/capstan/services/executor/internal/proctest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-// TestMain ignores the idle HTTP/2 connections to the test cluster that
-// client-go's shared transport keeps: they are the transport's, not a
-// plugin's.
+// TestMain stops the test cluster after the tests when they started it,
+// and ignores the idle HTTP/2 connections to it that client-go's shared
+// transport keeps: they are the transport's, not a plugin's.
 func TestMain(m *testing.M) {
-	proctest.Main(m, goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
+	proctest.Main(kubetest.Stopping(m), goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
 }
 
 const waitFor, tick = 10 * time.Second, 5 * time.Millisecond

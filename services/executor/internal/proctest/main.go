@@ -3,7 +3,6 @@ package proctest
 import (
 	"fmt"
 	"os"
-	"testing"
 
 	"go.uber.org/goleak"
 )
@@ -13,7 +12,7 @@ import (
 // grandchildren), runs the tests, and fails the binary if goroutines are
 // left behind (goleak.VerifyTestMain, with opts). It exits the process; when
 // BecomeSubreaper fails it exits with status 1 before any test runs.
-func Main(m *testing.M, opts ...goleak.Option) {
+func Main(m goleak.TestingM, opts ...goleak.Option) {
 	if err := BecomeSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, "subreaper:", err)
 		os.Exit(1)
