@@ -19,7 +19,7 @@ func readSpecs(path string) ([]api.WorkflowSpec, error) {
 	if err := lintFile(path, kindSpec); err != nil {
 		return nil, err
 	}
-	return readDocuments[api.WorkflowSpec](path, "workflow spec", nil)
+	return readDocuments[api.WorkflowSpec](path, "workflow spec")
 }
 
 // createRuns creates the run of each item through the batch route, up to

@@ -19,11 +19,11 @@ import (
 // refusing unknown fields: one per YAML document of the file (documents
 // are separated by "---" lines; those with no content are skipped). what
 // names a document in the error of a file that holds none ("workflow
-// spec"); check, when not nil, refuses a decoded document by the error of
-// its field (see missing). Errors name the file, the document when there
-// are several, and the line (of the file) or the field that is wrong;
-// their callers make them usage errors.
-func readDocuments[T any](path, what string, check func(*T) error) ([]T, error) {
+// spec"). What the API requires of a document is lintFile's to check,
+// before. Errors name the file, the document when there are several, and
+// the line (of the file) or the field that is wrong; their callers make
+// them usage errors.
+func readDocuments[T any](path, what string) ([]T, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -45,11 +45,6 @@ func readDocuments[T any](path, what string, check func(*T) error) ([]T, error) 
 		var v T
 		if err := decodeStrict(js, &v); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if check != nil {
-			if err := check(&v); err != nil {
-				return nil, fmt.Errorf("%s: %w", where, err)
-			}
 		}
 		out = append(out, v)
 	}
@@ -151,21 +146,4 @@ func syntaxError(doc document, err error) string {
 	}
 	n, _ := strconv.Atoi(m[1]) // digits
 	return fmt.Sprintf("line %d: %s", doc.line+n-1, msg[len(m[0]):])
-}
-
-// missing is the error "NAME: is required" of the first of fields that is
-// not set, or nil when all are.
-func missing(fields ...field) error {
-	for _, f := range fields {
-		if !f.set {
-			return fmt.Errorf("%s: is required", f.name)
-		}
-	}
-	return nil
-}
-
-// field is a required field of a document and whether it is set.
-type field struct {
-	name string
-	set  bool
 }

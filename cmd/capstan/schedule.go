@@ -49,9 +49,7 @@ creates each in turn and stops at the first the API refuses.`,
 			if err := lintFile(file, kindSchedule); err != nil {
 				return usageError{err}
 			}
-			docs, err := readDocuments(file, "schedule", func(s *api.CreateScheduleRequest) error {
-				return missing(field{"name", s.Name != ""}, field{"workflow.name", s.Workflow.Name != ""})
-			})
+			docs, err := readDocuments[api.CreateScheduleRequest](file, "schedule")
 			if err != nil {
 				return usageError{err}
 			}

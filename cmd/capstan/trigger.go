@@ -38,10 +38,7 @@ each in turn and stops at the first the API refuses.`,
 			if err := lintFile(file, kindTrigger); err != nil {
 				return usageError{err}
 			}
-			docs, err := readDocuments(file, "trigger", func(tr *api.CreateTriggerRequest) error {
-				return missing(field{"name", tr.Name != ""}, field{"event_key", tr.EventKey != ""},
-					field{"workflow.name", tr.Workflow.Name != ""})
-			})
+			docs, err := readDocuments[api.CreateTriggerRequest](file, "trigger")
 			if err != nil {
 				return usageError{err}
 			}

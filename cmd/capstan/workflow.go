@@ -106,9 +106,7 @@ documents pushes each in turn and stops at the first the API refuses.`,
 			if err := lintFile(file, kindTemplate); err != nil {
 				return usageError{err}
 			}
-			docs, err := readDocuments(file, "workflow template", func(w *api.PushWorkflowRequest) error {
-				return missing(field{"name", w.Name != ""}, field{"spec", w.Spec.Steps != nil})
-			})
+			docs, err := readDocuments[api.PushWorkflowRequest](file, "workflow template")
 			if err != nil {
 				return usageError{err}
 			}
