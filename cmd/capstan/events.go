@@ -14,21 +14,21 @@ import (
 // project/domain's — and calls fn with each event (`end` included) until
 // fn returns true or the run's stream ends (nil). It reads opened first
 // when it is not nil (openEvents' answer from now), else opens the stream
-// from its start. A stream that closes early is resumed with Last-Event-ID
-// (one opened from now that sent no event yet, from now again). Errors: the API's
-// answer when it is not a stream (a problemError), a transport error on
-// connecting, ctx's.
+// from its start. A stream that closes early is resumed with
+// Last-Event-ID (one opened from now that sent no event yet, from now
+// again). Errors: the API's answer when it is not a stream (a
+// problemError), a transport error on connecting, ctx's.
 func followEvents(ctx context.Context, c *api.ClientWithResponses, g *globals, run string, opened *http.Response,
 	fn func(sseEvent) (stop bool)) error {
 	last, fromNow := "", opened != nil
 	for {
-		resp, err := opened, error(nil)
-		if resp == nil {
-			resp, err = openEvents(ctx, c, g, run, last, fromNow)
-		}
+		resp := opened
 		opened = nil
-		if err != nil {
-			return err
+		if resp == nil {
+			var err error
+			if resp, err = openEvents(ctx, c, g, run, last, fromNow); err != nil {
+				return err
+			}
 		}
 		done := false
 		_ = readEvents(resp.Body, func(ev sseEvent) bool {

@@ -62,11 +62,11 @@ const (
 	kindTrigger  lintKind = "CreateTriggerRequest"
 )
 
-// lintKinds are the kinds by the names `capstan lint --kind` takes, and
-// lintKindNames those names in the order help lists them.
+// lintKindNames are the names `capstan lint --kind` takes, in the order of
+// lintKindsByName, which gives their kinds.
 var (
-	lintKinds     = map[string]lintKind{"spec": kindSpec, "template": kindTemplate, "schedule": kindSchedule, "trigger": kindTrigger}
-	lintKindNames = []string{"spec", "template", "schedule", "trigger"}
+	lintKindNames   = []string{"spec", "template", "schedule", "trigger"}
+	lintKindsByName = []lintKind{kindSpec, kindTemplate, kindSchedule, kindTrigger}
 )
 
 // guessKind is the kind of a document whose kind was not given, by its

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -45,11 +46,11 @@ sending.`,
 			case template:
 				kind = kindTemplate
 			case kindName != "":
-				k, ok := lintKinds[kindName]
-				if !ok {
+				i := slices.Index(lintKindNames, kindName)
+				if i < 0 {
 					return usagef("--kind: %q is not one of %s", kindName, strings.Join(lintKindNames, ", "))
 				}
-				kind = k
+				kind = lintKindsByName[i]
 			}
 			all := &lintError{}
 			for _, f := range files {

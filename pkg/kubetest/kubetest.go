@@ -64,11 +64,14 @@ func Stop() error {
 	return nil
 }
 
+// M is what a TestMain runs: *testing.M, or what wraps it.
+type M interface{ Run() int }
+
 // Stopping wraps m so that its Run stops the cluster (Stop) after the
 // tests, for a TestMain that hands m on (goleak.VerifyTestMain).
-func Stopping(m interface{ Run() int }) interface{ Run() int } { return stopping{m} }
+func Stopping(m M) M { return stopping{m} }
 
-type stopping struct{ m interface{ Run() int } }
+type stopping struct{ m M }
 
 func (s stopping) Run() int {
 	code := s.m.Run()
